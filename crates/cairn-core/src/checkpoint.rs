@@ -1,0 +1,242 @@
+//! C2SP `tlog-checkpoint` statements, signed as C2SP signed notes, and
+//! C2SP `tlog-cosignature` witness cosignatures.
+//!
+//! A checkpoint body is three lines and optional extension lines:
+//!
+//! ```text
+//! <origin>
+//! <tree size, decimal>
+//! <root hash, base64>
+//! ```
+//!
+//! Only [`verify_checkpoint`] builds a [`VerifiedCheckpoint`], so code that
+//! holds one knows its signature was checked against a trusted key and its
+//! origin is the expected one.
+
+use crate::hash::Hash;
+use crate::note::{ALG_COSIGNATURE_V1, Note, NoteError, NoteSigner, NoteVerifier, key_id};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signer as _, SigningKey};
+
+/// The body of a checkpoint: which log, how many leaves, which root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The log's origin line, unique per log (Cairn: `<server name>/<org>`).
+    pub origin: String,
+    /// Number of leaves.
+    pub size: u64,
+    /// RFC 9162 root hash of the first `size` leaves.
+    pub root: Hash,
+    /// Extension lines, opaque to Cairn.
+    pub extensions: Vec<String>,
+}
+
+/// Errors from checkpoint parsing and verification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The body is not a valid checkpoint.
+    #[error("malformed checkpoint: {0}")]
+    Malformed(&'static str),
+    /// The checkpoint is for another log.
+    #[error("checkpoint origin {found:?} is not the expected {expected:?}")]
+    WrongOrigin {
+        /// The origin the caller trusts.
+        expected: String,
+        /// The origin in the checkpoint.
+        found: String,
+    },
+    /// The signed note failed to parse or verify.
+    #[error(transparent)]
+    Note(#[from] NoteError),
+}
+
+impl Checkpoint {
+    /// The note text (body) of the checkpoint, ending in a newline.
+    pub fn to_text(&self) -> String {
+        let mut text = format!(
+            "{}\n{}\n{}\n",
+            self.origin,
+            self.size,
+            self.root.to_base64()
+        );
+        for ext in &self.extensions {
+            text.push_str(ext);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// Parses a checkpoint body (the text of a signed note).
+    pub fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
+        let body = text
+            .strip_suffix('\n')
+            .ok_or(CheckpointError::Malformed("must end with a newline"))?;
+        let mut lines = body.split('\n');
+        let origin = lines
+            .next()
+            .filter(|l| !l.is_empty())
+            .ok_or(CheckpointError::Malformed("missing origin"))?;
+        let size_line = lines
+            .next()
+            .ok_or(CheckpointError::Malformed("missing size"))?;
+        if size_line.is_empty()
+            || !size_line.bytes().all(|b| b.is_ascii_digit())
+            || (size_line.len() > 1 && size_line.starts_with('0'))
+        {
+            return Err(CheckpointError::Malformed("size must be a decimal number"));
+        }
+        let size = size_line
+            .parse::<u64>()
+            .map_err(|_| CheckpointError::Malformed("size out of range"))?;
+        let root_line = lines
+            .next()
+            .ok_or(CheckpointError::Malformed("missing root"))?;
+        let root = Hash::from_base64(root_line)
+            .map_err(|_| CheckpointError::Malformed("root must be base64 of 32 bytes"))?;
+        let extensions: Vec<String> = lines.map(str::to_owned).collect();
+        if extensions.iter().any(String::is_empty) {
+            return Err(CheckpointError::Malformed("empty extension line"));
+        }
+        Ok(Checkpoint {
+            origin: origin.to_owned(),
+            size,
+            root,
+            extensions,
+        })
+    }
+
+    /// Signs the checkpoint and returns the signed note.
+    pub fn sign(&self, signer: &NoteSigner) -> Result<String, NoteError> {
+        signer.sign(&self.to_text())
+    }
+}
+
+/// A checkpoint whose signature by a trusted key and whose origin were
+/// checked. Only [`verify_checkpoint`] constructs one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedCheckpoint {
+    checkpoint: Checkpoint,
+    note: String,
+}
+
+impl VerifiedCheckpoint {
+    /// The verified checkpoint body.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// The signed note it was verified from.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+}
+
+/// Verifies a signed checkpoint note: at least one signature by one of
+/// `keys`, no invalid signature by a known key, and the expected origin.
+pub fn verify_checkpoint(
+    note: &str,
+    expected_origin: &str,
+    keys: &[NoteVerifier],
+) -> Result<VerifiedCheckpoint, CheckpointError> {
+    let parsed = Note::parse(note)?;
+    parsed.verify(keys)?;
+    let checkpoint = Checkpoint::parse(&parsed.text)?;
+    if checkpoint.origin != expected_origin {
+        return Err(CheckpointError::WrongOrigin {
+            expected: expected_origin.to_owned(),
+            found: checkpoint.origin,
+        });
+    }
+    Ok(VerifiedCheckpoint {
+        checkpoint,
+        note: note.to_owned(),
+    })
+}
+
+/// A witness key producing C2SP `cosignature/v1` signatures.
+pub struct Cosigner {
+    name: String,
+    key_id: u32,
+    key: SigningKey,
+}
+
+/// The message a `cosignature/v1` signature covers.
+fn cosigned_message(checkpoint_text: &str, timestamp: u64) -> String {
+    format!("cosignature/v1\ntime {timestamp}\n{checkpoint_text}")
+}
+
+impl Cosigner {
+    /// A cosigner from a 32-byte seed; the caller supplies the randomness.
+    pub fn from_seed(name: &str, seed: &[u8; 32]) -> Result<Cosigner, NoteError> {
+        let key = SigningKey::from_bytes(seed);
+        let verifier = NoteVerifier::new(name, ALG_COSIGNATURE_V1, key.verifying_key())?;
+        Ok(Cosigner {
+            name: name.to_owned(),
+            key_id: verifier.key_id(),
+            key,
+        })
+    }
+
+    /// The matching verifier (algorithm `0x04`).
+    pub fn verifier(&self) -> NoteVerifier {
+        match NoteVerifier::new(&self.name, ALG_COSIGNATURE_V1, self.key.verifying_key()) {
+            Ok(v) => v,
+            // The name was validated in from_seed.
+            Err(_) => unreachable!("cosigner name validated at construction"),
+        }
+    }
+
+    /// A cosignature line over a checkpoint body at `timestamp` (seconds
+    /// since the Unix epoch), to append to the signed checkpoint.
+    pub fn cosign(&self, checkpoint_text: &str, timestamp: u64) -> String {
+        let sig = self
+            .key
+            .sign(cosigned_message(checkpoint_text, timestamp).as_bytes());
+        let mut blob = self.key_id.to_be_bytes().to_vec();
+        blob.extend_from_slice(&timestamp.to_be_bytes());
+        blob.extend_from_slice(&sig.to_bytes());
+        format!("\u{2014} {} {}\n", self.name, B64.encode(blob))
+    }
+}
+
+/// Checks the cosignature by `witness` on a signed checkpoint and returns
+/// its timestamp. Fails if the note has no cosignature by that witness or
+/// if it does not verify.
+pub fn verify_cosignature(note: &str, witness: &NoteVerifier) -> Result<u64, CheckpointError> {
+    if witness.alg() != ALG_COSIGNATURE_V1 {
+        return Err(NoteError::MalformedKey("not a cosignature/v1 key".into()).into());
+    }
+    let parsed = Note::parse(note)?;
+    let expected_id = key_id(
+        witness.name(),
+        ALG_COSIGNATURE_V1,
+        witness.public_key().as_bytes(),
+    );
+    let sig = parsed
+        .signatures
+        .iter()
+        .find(|s| s.name == witness.name() && s.key_id == expected_id)
+        .ok_or(NoteError::NoKnownSignature)?;
+    let invalid = || NoteError::InvalidSignature {
+        name: sig.name.clone(),
+        key_id: sig.key_id,
+    };
+    if sig.signature.len() != 72 {
+        return Err(invalid().into());
+    }
+    let mut ts = [0u8; 8];
+    ts.copy_from_slice(&sig.signature[..8]);
+    let timestamp = u64::from_be_bytes(ts);
+    let signature =
+        ed25519_dalek::Signature::from_slice(&sig.signature[8..]).map_err(|_| invalid())?;
+    witness
+        .public_key()
+        .verify_strict(
+            cosigned_message(&parsed.text, timestamp).as_bytes(),
+            &signature,
+        )
+        .map_err(|_| invalid())?;
+    Ok(timestamp)
+}

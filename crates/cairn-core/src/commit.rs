@@ -1,0 +1,464 @@
+//! Per-field salted commitments, the step digest, the chain hash and the
+//! session genesis.
+//!
+//! ```text
+//! salt(f)       = SHA-256(frame("cairn/v1/salt"; seed, name(f)))[0..16]
+//! commit(f)     = SHA-256(frame("cairn/v1/field"; name(f), salt(f), jcs(value(f))))
+//! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f20)))
+//! chain_hash    = SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))
+//! genesis       = SHA-256(frame("cairn/v1/genesis"; jcs(session header view)))
+//! ```
+//!
+//! The 32-byte `seed` is chosen at write time (by the server, or by an agent
+//! that signs its own steps) and never leaves the store. An export reveals,
+//! per visible field, only that field's salt; a hidden or erased field is
+//! carried as its commitment alone, which reveals nothing of the value
+//! because the 128-bit salt is unknown. Either way the digest recomputes.
+
+use crate::hash::{Framer, Hash, frame_bytes};
+use crate::jcs;
+use crate::record::{SessionHeader, Step};
+use crate::time::Timestamp;
+use ed25519_dalek::VerifyingKey;
+
+/// The fields committed in a step digest, in digest order.
+///
+/// `has_embedding` and the erasure marker are deliberately absent: they
+/// change after writing. `prev_hash` is bound by the chain hash, and the
+/// agent signature signs the digest, so neither can be inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// `trace_id`
+    TraceId,
+    /// `org_id`
+    OrgId,
+    /// `agent_id`
+    AgentId,
+    /// `session_id`
+    SessionId,
+    /// `step_index`
+    StepIndex,
+    /// `step_type` (canonical kind)
+    StepType,
+    /// `step_type_original` (the spelling the caller used)
+    StepTypeOriginal,
+    /// `content`
+    Content,
+    /// `input_data`
+    InputData,
+    /// `output_data`
+    OutputData,
+    /// `confidence`
+    Confidence,
+    /// `duration_ms`
+    DurationMs,
+    /// `token_count`
+    TokenCount,
+    /// `model`
+    Model,
+    /// `metadata`
+    Metadata,
+    /// `created_at`
+    CreatedAt,
+    /// `turn_id`
+    TurnId,
+    /// `turn_step`
+    TurnStep,
+    /// `task_id`
+    TaskId,
+    /// `links`
+    Links,
+    /// `status`
+    Status,
+}
+
+/// Number of committed fields.
+pub const FIELD_COUNT: usize = 21;
+
+/// Every field in digest order.
+pub const FIELDS: [Field; FIELD_COUNT] = [
+    Field::TraceId,
+    Field::OrgId,
+    Field::AgentId,
+    Field::SessionId,
+    Field::StepIndex,
+    Field::StepType,
+    Field::StepTypeOriginal,
+    Field::Content,
+    Field::InputData,
+    Field::OutputData,
+    Field::Confidence,
+    Field::DurationMs,
+    Field::TokenCount,
+    Field::Model,
+    Field::Metadata,
+    Field::CreatedAt,
+    Field::TurnId,
+    Field::TurnStep,
+    Field::TaskId,
+    Field::Links,
+    Field::Status,
+];
+
+impl Field {
+    /// The field's name as committed and as written on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::TraceId => "trace_id",
+            Field::OrgId => "org_id",
+            Field::AgentId => "agent_id",
+            Field::SessionId => "session_id",
+            Field::StepIndex => "step_index",
+            Field::StepType => "step_type",
+            Field::StepTypeOriginal => "step_type_original",
+            Field::Content => "content",
+            Field::InputData => "input_data",
+            Field::OutputData => "output_data",
+            Field::Confidence => "confidence",
+            Field::DurationMs => "duration_ms",
+            Field::TokenCount => "token_count",
+            Field::Model => "model",
+            Field::Metadata => "metadata",
+            Field::CreatedAt => "created_at",
+            Field::TurnId => "turn_id",
+            Field::TurnStep => "turn_step",
+            Field::TaskId => "task_id",
+            Field::Links => "links",
+            Field::Status => "status",
+        }
+    }
+
+    /// Parses a field name.
+    pub fn from_name(name: &str) -> Option<Field> {
+        FIELDS.iter().copied().find(|f| f.name() == name)
+    }
+
+    /// Position in digest order.
+    pub fn position(self) -> usize {
+        self as usize
+    }
+
+    /// Fields a disclosure can never hide: the chain hash uses the index and
+    /// timestamp directly, org and session ids name the log and the chain a
+    /// step belongs to, and kind and status are what the least detailed view
+    /// exists to show. (Sessions that must not reveal who ran them use
+    /// opaque session ids and hashed agent ids.)
+    pub fn always_disclosed(self) -> bool {
+        matches!(
+            self,
+            Field::OrgId
+                | Field::SessionId
+                | Field::StepIndex
+                | Field::CreatedAt
+                | Field::StepType
+                | Field::StepTypeOriginal
+                | Field::Status
+        )
+    }
+
+    /// The payload fields that erasure and retention remove.
+    pub fn is_payload(self) -> bool {
+        matches!(
+            self,
+            Field::Content | Field::InputData | Field::OutputData | Field::Metadata
+        )
+    }
+}
+
+/// Appends the canonical (RFC 8785) value of `field` of `step` to `out`.
+/// Absent optional values are `null`.
+pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
+    fn opt_str(out: &mut Vec<u8>, v: &Option<String>) {
+        match v {
+            Some(s) => jcs::write_str(out, s),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
+        match v {
+            Some(n) => jcs::write_u64(out, n),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    fn opt_json(out: &mut Vec<u8>, v: &Option<serde_json::Value>) {
+        match v {
+            Some(value) => jcs::write_value(out, value),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    match field {
+        Field::TraceId => jcs::write_str(out, &step.trace_id),
+        Field::OrgId => jcs::write_str(out, &step.org_id),
+        Field::AgentId => jcs::write_str(out, &step.agent_id),
+        Field::SessionId => jcs::write_str(out, &step.session_id),
+        Field::StepIndex => jcs::write_u64(out, step.step_index),
+        Field::StepType => jcs::write_str(out, step.kind.as_str()),
+        Field::StepTypeOriginal => jcs::write_str(out, &step.kind_label),
+        Field::Content => opt_str(out, &step.content),
+        Field::InputData => opt_json(out, &step.input),
+        Field::OutputData => opt_json(out, &step.output),
+        Field::Confidence => match step.confidence {
+            Some(c) => jcs::write_f64(out, c),
+            None => out.extend_from_slice(b"null"),
+        },
+        Field::DurationMs => opt_u64(out, step.duration_ms),
+        Field::TokenCount => opt_u64(out, step.token_count),
+        Field::Model => opt_str(out, &step.model),
+        Field::Metadata => opt_json(out, &step.metadata),
+        Field::CreatedAt => jcs::write_str(out, &step.created_at.to_string()),
+        Field::TurnId => opt_str(out, &step.turn_id),
+        Field::TurnStep => opt_u64(out, step.turn_step),
+        Field::TaskId => opt_str(out, &step.task_id),
+        Field::Links => {
+            out.push(b'{');
+            let mut first = true;
+            for (name, value) in step.links.entries() {
+                if let Some(value) = value {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    jcs::write_str(out, name);
+                    out.push(b':');
+                    jcs::write_str(out, value);
+                }
+            }
+            out.push(b'}');
+        }
+        Field::Status => jcs::write_str(out, step.status.as_str()),
+    }
+}
+
+/// A per-field salt: 16 bytes.
+pub type Salt = [u8; 16];
+
+/// Derives the salt of `field` from a record's secret seed.
+pub fn derive_salt(seed: &[u8; 32], field: Field) -> Salt {
+    let full = Framer::new("cairn/v1/salt")
+        .part(seed)
+        .part(field.name().as_bytes())
+        .finish();
+    let mut salt = [0u8; 16];
+    salt.copy_from_slice(&full.0[..16]);
+    salt
+}
+
+/// The commitment to one field value (its canonical bytes).
+pub fn commit_field(field: Field, salt: &Salt, canonical_value: &[u8]) -> Hash {
+    Framer::new("cairn/v1/field")
+        .part(field.name().as_bytes())
+        .part(salt)
+        .part(canonical_value)
+        .finish()
+}
+
+/// How one field of a recorded step is disclosed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// The value is present in the step; this is its salt.
+    Revealed(Salt),
+    /// The value is withheld (lower detail level) or erased; this is its
+    /// commitment.
+    Hidden(Hash),
+}
+
+/// The openings of all 21 fields, in digest order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Openings(pub [Opening; FIELD_COUNT]);
+
+impl Openings {
+    /// Every field revealed, with salts derived from `seed`.
+    pub fn from_seed(seed: &[u8; 32]) -> Openings {
+        Openings(FIELDS.map(|f| Opening::Revealed(derive_salt(seed, f))))
+    }
+
+    /// The opening of one field.
+    pub fn get(&self, field: Field) -> &Opening {
+        &self.0[field.position()]
+    }
+}
+
+/// Computes the step digest from its openings: revealed fields are
+/// committed from their value in `step`, hidden fields contribute their
+/// stored commitment.
+pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
+    let mut scratch = Vec::with_capacity(256);
+    let mut framer = Framer::new("cairn/v1/step");
+    for field in FIELDS {
+        let commitment = match openings.get(field) {
+            Opening::Revealed(salt) => {
+                scratch.clear();
+                write_field_value(step, field, &mut scratch);
+                commit_field(field, salt, &scratch)
+            }
+            Opening::Hidden(commitment) => *commitment,
+        };
+        framer.push(&commitment.0);
+    }
+    framer.finish()
+}
+
+/// `SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))`.
+pub fn chain_hash(prev: &Hash, digest: &Hash, step_index: u64, created_at: Timestamp) -> Hash {
+    Framer::new("cairn/v1/chain")
+        .part(&prev.0)
+        .part(&digest.0)
+        .u64(step_index)
+        .part(created_at.to_string().as_bytes())
+        .finish()
+}
+
+/// The canonical JSON view of a session header, the genesis input.
+pub fn header_view(header: &SessionHeader) -> Vec<u8> {
+    let view = serde_json::json!({
+        "org_id": header.org_id,
+        "session_id": header.session_id,
+        "agent_id": header.agent_id,
+        "started_at": header.started_at.to_string(),
+        "caller": header.caller,
+        "profile": header.profile.as_str(),
+        "predecessor": header.predecessor.map(|h| h.to_hex()),
+        "full_consent": header.full_consent,
+    });
+    jcs::to_vec(&view)
+}
+
+/// The genesis hash of a session: the `prev_hash` of its step 0.
+pub fn genesis_hash(header: &SessionHeader) -> Hash {
+    Framer::new("cairn/v1/genesis")
+        .part(&header_view(header))
+        .finish()
+}
+
+/// Leaf data of a step in its session's seal tree.
+pub fn session_leaf_data(step_index: u64, chain_hash: &Hash) -> Vec<u8> {
+    frame_bytes(
+        "cairn/v1/session-leaf",
+        &[&step_index.to_be_bytes(), &chain_hash.0],
+    )
+}
+
+/// An agent's Ed25519 signature over a step digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSignature {
+    /// `agent-` and 12 hex digits of SHA-256 of the public key (seed 004).
+    pub key_id: String,
+    /// The 64-byte Ed25519 signature.
+    pub signature: [u8; 64],
+}
+
+/// The bytes an agent signs for a step: `frame("cairn/v1/step-signature"; digest)`.
+pub fn signed_step_message(digest: &Hash) -> Vec<u8> {
+    frame_bytes("cairn/v1/step-signature", &[&digest.0])
+}
+
+/// Seed 004's key id of an agent key: `agent-` + first 12 hex digits of
+/// SHA-256 of the 32-byte public key.
+pub fn agent_key_id(key: &VerifyingKey) -> String {
+    let hex = Hash::sha256(key.as_bytes()).to_hex();
+    format!("agent-{}", &hex[..12])
+}
+
+/// Checks an agent signature over `digest`.
+pub fn verify_agent_signature(key: &VerifyingKey, digest: &Hash, signature: &[u8; 64]) -> bool {
+    let sig = ed25519_dalek::Signature::from_bytes(signature);
+    key.verify_strict(&signed_step_message(digest), &sig)
+        .is_ok()
+}
+
+/// A sequenced step: the step, how each field is disclosed, its digest and
+/// chain hashes, an optional agent signature and the two mutable flags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// The fields. A hidden field's value here is meaningless and blank.
+    pub step: Step,
+    /// Per-field salt or commitment.
+    pub openings: Openings,
+    /// The step digest as recorded.
+    pub digest: Hash,
+    /// The previous chain hash (the genesis for step 0), as recorded.
+    pub prev_hash: Hash,
+    /// This step's chain hash (seed 000 `current_hash`), as recorded.
+    pub hash: Hash,
+    /// The agent's signature over the digest, if it signed.
+    pub signature: Option<AgentSignature>,
+    /// Outside the digest: whether the step has an embedding.
+    pub has_embedding: bool,
+    /// Outside the digest: whether payload fields were erased.
+    pub erased: bool,
+}
+
+/// A field that cannot be hidden was asked to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("field {} is always disclosed and cannot be hidden", .0.name())]
+pub struct CannotHide(pub Field);
+
+impl StepRecord {
+    /// Computes digest and chain hash for a step about to be appended after
+    /// `prev_hash`, with salts derived from the record's secret `seed`.
+    pub fn new(step: Step, seed: &[u8; 32], prev_hash: Hash) -> StepRecord {
+        let openings = Openings::from_seed(seed);
+        let digest = step_digest(&step, &openings);
+        let hash = chain_hash(&prev_hash, &digest, step.step_index, step.created_at);
+        StepRecord {
+            step,
+            openings,
+            digest,
+            prev_hash,
+            hash,
+            signature: None,
+            has_embedding: false,
+            erased: false,
+        }
+    }
+
+    /// Recomputes the digest from fields and openings.
+    pub fn recompute_digest(&self) -> Hash {
+        step_digest(&self.step, &self.openings)
+    }
+
+    /// Replaces a field's value by its commitment and blanks the value, as
+    /// an export at a lower detail level or an erasure does. Hiding a hidden
+    /// field does nothing.
+    pub fn hide(&mut self, field: Field) -> Result<(), CannotHide> {
+        if field.always_disclosed() {
+            return Err(CannotHide(field));
+        }
+        let Opening::Revealed(salt) = *self.openings.get(field) else {
+            return Ok(());
+        };
+        let mut scratch = Vec::new();
+        write_field_value(&self.step, field, &mut scratch);
+        self.openings.0[field.position()] = Opening::Hidden(commit_field(field, &salt, &scratch));
+        let step = &mut self.step;
+        match field {
+            Field::TraceId => step.trace_id.clear(),
+            Field::AgentId => step.agent_id.clear(),
+            Field::Content => step.content = None,
+            Field::InputData => step.input = None,
+            Field::OutputData => step.output = None,
+            Field::Confidence => step.confidence = None,
+            Field::DurationMs => step.duration_ms = None,
+            Field::TokenCount => step.token_count = None,
+            Field::Model => step.model = None,
+            Field::Metadata => step.metadata = None,
+            Field::TurnId => step.turn_id = None,
+            Field::TurnStep => step.turn_step = None,
+            Field::TaskId => step.task_id = None,
+            Field::Links => step.links = Default::default(),
+            Field::OrgId
+            | Field::SessionId
+            | Field::StepIndex
+            | Field::StepType
+            | Field::StepTypeOriginal
+            | Field::CreatedAt
+            | Field::Status => {}
+        }
+        Ok(())
+    }
+
+    /// Whether a field is disclosed.
+    pub fn is_revealed(&self, field: Field) -> bool {
+        matches!(self.openings.get(field), Opening::Revealed(_))
+    }
+}

@@ -1,0 +1,185 @@
+//! SHA-256 values and the one framing every Cairn hash input uses.
+//!
+//! Every hash Cairn computes (except the RFC 9162 Merkle leaf and node
+//! hashes, whose layout the RFC fixes) is `SHA-256(frame(tag; parts...))`:
+//!
+//! ```text
+//! frame(tag; p1, ..., pn) = u8(len(tag)) || tag || u32be(len(p1)) || p1 || ... || u32be(len(pn)) || pn
+//! ```
+//!
+//! The tag names the purpose (`cairn/v1/chain`, `cairn/v1/field`, ...), so a
+//! hash computed for one purpose can never be replayed as another, and every
+//! part carries its length, so no two different part lists frame to the same
+//! bytes. `docs/FORMAT.md` lists every tag.
+
+use sha2::{Digest as _, Sha256};
+use std::fmt;
+
+/// A SHA-256 output. Displayed and parsed as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Hash(pub [u8; 32]);
+
+impl Hash {
+    /// The all-zero hash. Never the output of a real computation; used as
+    /// a placeholder only where `docs/FORMAT.md` says so.
+    pub const ZERO: Hash = Hash([0; 32]);
+
+    /// SHA-256 of `bytes`, without framing. Used for the RFC 9162 hashes
+    /// and for key ids, whose layouts are fixed by their specifications.
+    pub fn sha256(bytes: &[u8]) -> Hash {
+        Hash(Sha256::digest(bytes).into())
+    }
+
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// 64 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses 64 hex digits (either case).
+    pub fn from_hex(text: &str) -> Result<Hash, HashParseError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).map_err(|_| HashParseError {
+            input: text.chars().take(80).collect(),
+        })?;
+        Ok(Hash(out))
+    }
+
+    /// Standard base64 with padding, as used by RFC 9162 tooling and C2SP
+    /// checkpoints.
+    pub fn to_base64(&self) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(self.0)
+    }
+
+    /// Parses standard base64 of exactly 32 bytes.
+    pub fn from_base64(text: &str) -> Result<Hash, HashParseError> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|_| HashParseError {
+                input: text.chars().take(80).collect(),
+            })?;
+        let array: [u8; 32] = bytes.try_into().map_err(|_| HashParseError {
+            input: text.chars().take(80).collect(),
+        })?;
+        Ok(Hash(array))
+    }
+}
+
+impl fmt::Debug for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hash({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// A string that is not a valid 32-byte hash in the expected encoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a 32-byte hash: {input:?}")]
+pub struct HashParseError {
+    /// The offending input (truncated to 80 characters).
+    pub input: String,
+}
+
+/// Streaming builder for `SHA-256(frame(tag; parts...))`.
+///
+/// Parts are fed in order; each is length-prefixed as it is added, so the
+/// caller never concatenates by hand.
+pub struct Framer {
+    hasher: Sha256,
+}
+
+impl Framer {
+    /// Starts a frame with `tag`. Tags are ASCII and shorter than 256 bytes
+    /// (all of Cairn's are constants).
+    pub fn new(tag: &str) -> Framer {
+        debug_assert!(tag.len() < 256 && tag.is_ascii());
+        let mut hasher = Sha256::new();
+        hasher.update([tag.len() as u8]);
+        hasher.update(tag.as_bytes());
+        Framer { hasher }
+    }
+
+    /// Appends one length-prefixed part.
+    pub fn part(mut self, bytes: &[u8]) -> Framer {
+        self.push(bytes);
+        self
+    }
+
+    /// Appends one length-prefixed part, in place.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let len = u32::try_from(bytes.len()).expect("hash parts are smaller than 4 GiB");
+        self.hasher.update(len.to_be_bytes());
+        self.hasher.update(bytes);
+    }
+
+    /// Appends a `u64` as an 8-byte big-endian part.
+    pub fn u64(self, value: u64) -> Framer {
+        self.part(&value.to_be_bytes())
+    }
+
+    /// Finishes the frame and returns its SHA-256.
+    pub fn finish(self) -> Hash {
+        Hash(self.hasher.finalize().into())
+    }
+}
+
+/// Writes `frame(tag; parts...)` into a byte vector (rather than hashing
+/// it): used where the framed bytes are themselves the input of another
+/// hash with its own layout, as Merkle leaf data is.
+pub fn frame_bytes(tag: &str, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(1 + tag.len() + parts.iter().map(|p| 4 + p.len()).sum::<usize>());
+    out.push(tag.len() as u8);
+    out.extend_from_slice(tag.as_bytes());
+    for part in parts {
+        let len = u32::try_from(part.len()).expect("frame parts are smaller than 4 GiB");
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(part);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framer_matches_frame_bytes() {
+        let framed = frame_bytes("t", &[b"ab", b"", b"c"]);
+        assert_eq!(
+            framed,
+            [
+                1, b't', 0, 0, 0, 2, b'a', b'b', 0, 0, 0, 0, 0, 0, 0, 1, b'c'
+            ]
+        );
+        let streamed = Framer::new("t").part(b"ab").part(b"").part(b"c").finish();
+        assert_eq!(streamed, Hash::sha256(&framed));
+    }
+
+    #[test]
+    fn framing_is_unambiguous_where_concatenation_is_not() {
+        let a = Framer::new("t").part(b"ab").part(b"c").finish();
+        let b = Framer::new("t").part(b"a").part(b"bc").finish();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn hex_and_base64_round_trip() {
+        let h = Hash::sha256(b"cairn");
+        assert_eq!(Hash::from_hex(&h.to_hex()), Ok(h));
+        assert_eq!(Hash::from_base64(&h.to_base64()), Ok(h));
+        assert!(Hash::from_hex("abc").is_err());
+        assert!(Hash::from_base64("AAAA").is_err());
+    }
+}

@@ -1,0 +1,55 @@
+//! # cairn-core
+//!
+//! The integrity core of Cairn, a tamper-evident ledger of AI agents'
+//! reasoning: everything needed to produce and check the proofs, and nothing
+//! else. No I/O, no clock, no randomness, no async, no database: timestamps
+//! and random seeds are passed in, so every function here is deterministic
+//! and every test is fast.
+//!
+//! - [`record`]: steps, session headers, validation; [`kind`]: the step-kind
+//!   vocabulary shared by all source systems.
+//! - [`jcs`]: RFC 8785 canonical JSON, written directly.
+//! - [`commit`]: per-field salted commitments, the step digest, chain hash
+//!   and genesis; [`log`]: the org log's operational records and leaves.
+//! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
+//!   signed notes, checkpoints and cosignatures.
+//! - [`verify`]: streaming verifiers that return a [`verify::Verdict`].
+//!
+//! The byte layouts are specified in `docs/FORMAT.md`, which is the
+//! published algorithm; this crate is one implementation of it.
+//!
+//! ```
+//! use cairn_core::{commit::StepRecord, record::{SessionHeader, Profile, Step}};
+//! use cairn_core::{commit::genesis_hash, time::Timestamp, verify::{AgentKeys, SessionVerifier}};
+//!
+//! let t0 = Timestamp::parse_rfc3339("2025-01-15T10:30:00Z").unwrap();
+//! let header = SessionHeader {
+//!     org_id: "acme".into(), session_id: "revenue-analysis-q4".into(),
+//!     agent_id: "analyst".into(), started_at: t0, caller: "local".into(),
+//!     profile: Profile::Standard, predecessor: None, full_consent: false,
+//! };
+//! let mut step = Step::new("t-0", "acme", "analyst", "revenue-analysis-q4", 0, "Observation", t0).unwrap();
+//! step.content = Some("User asked for Q4 revenue breakdown by segment".into());
+//! let record = StepRecord::new(step, &[7; 32], genesis_hash(&header));
+//!
+//! let mut verifier = SessionVerifier::new(&header, AgentKeys::new());
+//! verifier.push(&record);
+//! assert!(verifier.finish(Some(1)).verified);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod checkpoint;
+pub mod commit;
+pub mod hash;
+pub mod jcs;
+pub mod kind;
+pub mod log;
+pub mod merkle;
+pub mod note;
+pub mod record;
+pub mod time;
+pub mod verify;
+
+pub use hash::Hash;
+pub use time::Timestamp;

@@ -1,0 +1,437 @@
+//! RFC 9162 Merkle trees: hashing, an incremental tree, and inclusion and
+//! consistency proofs with their verifiers.
+//!
+//! The layouts are the RFC's, byte for byte: a leaf hash is
+//! `SHA-256(0x00 || leaf data)`, an interior node is
+//! `SHA-256(0x01 || left || right)`, the empty tree's root is `SHA-256("")`.
+//! Proofs are checked against the published transparency-dev vectors in
+//! `tests/it/vectors.rs`.
+//!
+//! Proof *generation* needs the hashes of complete subtrees, which only the
+//! storage layer has; it reads them through the [`SubtreeHashes`] trait, so
+//! the same code serves an in-memory [`MemoryTree`] and a database.
+
+use crate::hash::Hash;
+use sha2::{Digest as _, Sha256};
+
+/// `SHA-256(0x00 || data)`.
+pub fn leaf_hash(data: &[u8]) -> Hash {
+    let mut hasher = Sha256::new();
+    hasher.update([0u8]);
+    hasher.update(data);
+    Hash(hasher.finalize().into())
+}
+
+/// `SHA-256(0x01 || left || right)`.
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut hasher = Sha256::new();
+    hasher.update([1u8]);
+    hasher.update(left.0);
+    hasher.update(right.0);
+    Hash(hasher.finalize().into())
+}
+
+/// Root of the empty tree, `SHA-256("")`.
+pub fn empty_root() -> Hash {
+    Hash::sha256(b"")
+}
+
+/// Root of a tree over the given leaf hashes, computed directly (O(n)).
+pub fn root_of(leaves: &[Hash]) -> Hash {
+    let mut frontier = Frontier::new();
+    for leaf in leaves {
+        frontier.push(*leaf);
+    }
+    frontier.root()
+}
+
+/// The right edge of a Merkle tree: the roots of its maximal complete
+/// subtrees, one per set bit of the size, largest first.
+///
+/// Appending a leaf costs one hash amortised (two on average in the worst
+/// case pattern, never more than log2 n), and the state is O(log n), so a
+/// verifier can fold a log of any length in constant memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frontier {
+    size: u64,
+    peaks: Vec<Hash>,
+}
+
+impl Frontier {
+    /// The empty tree.
+    pub fn new() -> Frontier {
+        Frontier::default()
+    }
+
+    /// Restores a frontier from stored peaks. Fails if the number of peaks
+    /// is not the number of set bits of `size`.
+    pub fn from_parts(size: u64, peaks: Vec<Hash>) -> Option<Frontier> {
+        (peaks.len() == size.count_ones() as usize).then_some(Frontier { size, peaks })
+    }
+
+    /// Number of leaves.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Roots of the complete subtrees, largest (leftmost) first.
+    pub fn peaks(&self) -> &[Hash] {
+        &self.peaks
+    }
+
+    /// Appends one leaf hash.
+    pub fn push(&mut self, leaf: Hash) {
+        let mut node = leaf;
+        let mut size = self.size;
+        while size & 1 == 1 {
+            // A set low bit means the last peak is a complete sibling of the
+            // same height as `node`: merge them.
+            let left = self.peaks.pop().unwrap_or_default();
+            node = node_hash(&left, &node);
+            size >>= 1;
+        }
+        self.peaks.push(node);
+        self.size += 1;
+    }
+
+    /// The root hash of the tree so far.
+    pub fn root(&self) -> Hash {
+        let mut iter = self.peaks.iter().rev();
+        let Some(last) = iter.next() else {
+            return empty_root();
+        };
+        iter.fold(*last, |acc, peak| node_hash(peak, &acc))
+    }
+}
+
+/// Read access to the hashes of complete, aligned subtrees of a tree: the
+/// subtree at `level` (2^level leaves) with index `index` covers leaves
+/// `index * 2^level .. (index + 1) * 2^level`. Level 0 are the leaf hashes.
+pub trait SubtreeHashes {
+    /// The error a read can fail with (an I/O error in a store; never for
+    /// the in-memory tree).
+    type Error;
+
+    /// Number of leaves in the tree.
+    fn size(&self) -> u64;
+
+    /// The hash of a complete subtree that lies entirely below `size()`.
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, Self::Error>;
+}
+
+/// Why a proof cannot be produced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError<E> {
+    /// The requested leaf or sizes are outside the tree.
+    #[error("proof request out of range: {0}")]
+    OutOfRange(String),
+    /// Reading a subtree hash failed.
+    #[error("reading the tree failed")]
+    Read(E),
+}
+
+/// Largest power of two strictly less than `n` (n >= 2).
+fn split_point(n: u64) -> u64 {
+    debug_assert!(n >= 2);
+    1 << (63 - (n - 1).leading_zeros())
+}
+
+/// MTH(D[lo:hi]) from complete subtrees: O(log n) reads.
+pub fn range_hash<T: SubtreeHashes>(tree: &T, lo: u64, hi: u64) -> Result<Hash, T::Error> {
+    let n = hi - lo;
+    if n == 0 {
+        return Ok(empty_root());
+    }
+    if n.is_power_of_two() && lo % n == 0 {
+        return tree.subtree(n.trailing_zeros(), lo / n);
+    }
+    let k = split_point(n);
+    let left = range_hash(tree, lo, lo + k)?;
+    let right = range_hash(tree, lo + k, hi)?;
+    Ok(node_hash(&left, &right))
+}
+
+/// The audit path of leaf `index` in the tree of the first `size` leaves
+/// (RFC 9162 section 2.1.3.1), bottom-up.
+pub fn inclusion_proof<T: SubtreeHashes>(
+    tree: &T,
+    index: u64,
+    size: u64,
+) -> Result<Vec<Hash>, ProofError<T::Error>> {
+    if index >= size || size > tree.size() {
+        return Err(ProofError::OutOfRange(format!(
+            "leaf {index} in a tree of {size} (log has {})",
+            tree.size()
+        )));
+    }
+    let mut proof = Vec::new();
+    let (mut lo, mut hi, mut m) = (0u64, size, index);
+    while hi - lo > 1 {
+        let k = split_point(hi - lo);
+        if m < k {
+            proof.push(range_hash(tree, lo + k, hi).map_err(ProofError::Read)?);
+            hi = lo + k;
+        } else {
+            proof.push(range_hash(tree, lo, lo + k).map_err(ProofError::Read)?);
+            lo += k;
+            m -= k;
+        }
+    }
+    proof.reverse();
+    Ok(proof)
+}
+
+/// The consistency proof between the trees of `old_size` and `new_size`
+/// leaves (RFC 9162 section 2.1.4.1). `old_size` must be at least 1.
+pub fn consistency_proof<T: SubtreeHashes>(
+    tree: &T,
+    old_size: u64,
+    new_size: u64,
+) -> Result<Vec<Hash>, ProofError<T::Error>> {
+    if old_size == 0 || old_size > new_size || new_size > tree.size() {
+        return Err(ProofError::OutOfRange(format!(
+            "consistency from {old_size} to {new_size} (log has {})",
+            tree.size()
+        )));
+    }
+    let mut proof = Vec::new();
+    let (mut lo, mut hi, mut m, mut whole) = (0u64, new_size, old_size, true);
+    while m != hi - lo {
+        let k = split_point(hi - lo);
+        if m <= k {
+            proof.push(range_hash(tree, lo + k, hi).map_err(ProofError::Read)?);
+            hi = lo + k;
+        } else {
+            proof.push(range_hash(tree, lo, lo + k).map_err(ProofError::Read)?);
+            lo += k;
+            m -= k;
+            whole = false;
+        }
+    }
+    if !whole {
+        proof.push(range_hash(tree, lo, hi).map_err(ProofError::Read)?);
+    }
+    proof.reverse();
+    Ok(proof)
+}
+
+/// Why a proof did not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofVerifyError {
+    /// The index or sizes cannot describe a valid proof.
+    #[error("invalid proof parameters: {0}")]
+    BadRequest(&'static str),
+    /// The proof has the wrong number of hashes for its sizes.
+    #[error("proof has the wrong length")]
+    WrongLength,
+    /// The proof's hashes do not lead to the given root(s).
+    #[error("proof does not match the root")]
+    RootMismatch,
+}
+
+/// Verifies an inclusion proof (RFC 9162 section 2.1.3.2).
+pub fn verify_inclusion(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    proof: &[Hash],
+    root: &Hash,
+) -> Result<(), ProofVerifyError> {
+    if index >= size {
+        return Err(ProofVerifyError::BadRequest("leaf index beyond tree size"));
+    }
+    let (mut fnode, mut snode) = (index, size - 1);
+    let mut r = *leaf;
+    for p in proof {
+        if snode == 0 {
+            return Err(ProofVerifyError::WrongLength);
+        }
+        if fnode & 1 == 1 || fnode == snode {
+            r = node_hash(p, &r);
+            if fnode & 1 == 0 {
+                while fnode & 1 == 0 && fnode != 0 {
+                    fnode >>= 1;
+                    snode >>= 1;
+                }
+            }
+        } else {
+            r = node_hash(&r, p);
+        }
+        fnode >>= 1;
+        snode >>= 1;
+    }
+    if snode != 0 {
+        return Err(ProofVerifyError::WrongLength);
+    }
+    if r != *root {
+        return Err(ProofVerifyError::RootMismatch);
+    }
+    Ok(())
+}
+
+/// Verifies a consistency proof (RFC 9162 section 2.1.4.2), with the edge
+/// rules of the reference implementation: `old_size` 0 is refused (nothing
+/// is proven), equal sizes need an empty proof and equal roots.
+pub fn verify_consistency(
+    old_size: u64,
+    new_size: u64,
+    old_root: &Hash,
+    new_root: &Hash,
+    proof: &[Hash],
+) -> Result<(), ProofVerifyError> {
+    if old_size == 0 {
+        return Err(ProofVerifyError::BadRequest("old size is zero"));
+    }
+    if old_size > new_size {
+        return Err(ProofVerifyError::BadRequest("old size exceeds new size"));
+    }
+    if old_size == new_size {
+        if !proof.is_empty() {
+            return Err(ProofVerifyError::WrongLength);
+        }
+        return if old_root == new_root {
+            Ok(())
+        } else {
+            Err(ProofVerifyError::RootMismatch)
+        };
+    }
+    if proof.is_empty() {
+        return Err(ProofVerifyError::WrongLength);
+    }
+    let mut path = proof.iter();
+    let seed = if old_size.is_power_of_two() {
+        *old_root
+    } else {
+        *path.next().unwrap_or(old_root)
+    };
+    let (mut fnode, mut snode) = (old_size - 1, new_size - 1);
+    while fnode & 1 == 1 {
+        fnode >>= 1;
+        snode >>= 1;
+    }
+    let (mut fr, mut sr) = (seed, seed);
+    for c in path {
+        if snode == 0 {
+            return Err(ProofVerifyError::WrongLength);
+        }
+        if fnode & 1 == 1 || fnode == snode {
+            fr = node_hash(c, &fr);
+            sr = node_hash(c, &sr);
+            if fnode & 1 == 0 {
+                while fnode & 1 == 0 && fnode != 0 {
+                    fnode >>= 1;
+                    snode >>= 1;
+                }
+            }
+        } else {
+            sr = node_hash(&sr, c);
+        }
+        fnode >>= 1;
+        snode >>= 1;
+    }
+    if snode != 0 {
+        return Err(ProofVerifyError::WrongLength);
+    }
+    if fr != *old_root || sr != *new_root {
+        return Err(ProofVerifyError::RootMismatch);
+    }
+    Ok(())
+}
+
+/// A complete Merkle tree held in memory: every level of complete-subtree
+/// hashes (about 2n hashes for n leaves). For tests, benchmarks and
+/// verifiers of small logs; stores keep the same levels in their tables.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryTree {
+    levels: Vec<Vec<Hash>>,
+}
+
+impl MemoryTree {
+    /// An empty tree.
+    pub fn new() -> MemoryTree {
+        MemoryTree {
+            levels: vec![Vec::new()],
+        }
+    }
+
+    /// Appends a leaf hash, completing every subtree it closes.
+    pub fn push(&mut self, leaf: Hash) {
+        self.levels[0].push(leaf);
+        let mut level = 0;
+        while self.levels[level].len() % 2 == 0 {
+            let nodes = &self.levels[level];
+            let parent = node_hash(&nodes[nodes.len() - 2], &nodes[nodes.len() - 1]);
+            if self.levels.len() == level + 1 {
+                self.levels.push(Vec::new());
+            }
+            self.levels[level + 1].push(parent);
+            level += 1;
+        }
+    }
+
+    /// Root of the first `size` leaves.
+    pub fn root_at(&self, size: u64) -> Hash {
+        match range_hash(self, 0, size.min(self.size())) {
+            Ok(hash) => hash,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl SubtreeHashes for MemoryTree {
+    type Error = std::convert::Infallible;
+
+    fn size(&self) -> u64 {
+        self.levels[0].len() as u64
+    }
+
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, Self::Error> {
+        Ok(self.levels[level as usize][index as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(n: u64) -> MemoryTree {
+        let mut t = MemoryTree::new();
+        for i in 0..n {
+            t.push(leaf_hash(&i.to_be_bytes()));
+        }
+        t
+    }
+
+    #[test]
+    fn frontier_root_matches_tree_root() {
+        let mut frontier = Frontier::new();
+        let t = tree(70);
+        assert_eq!(frontier.root(), empty_root());
+        for i in 0..70u64 {
+            frontier.push(leaf_hash(&i.to_be_bytes()));
+            assert_eq!(frontier.root(), t.root_at(i + 1));
+            assert_eq!(frontier.peaks().len(), (i + 1).count_ones() as usize);
+        }
+    }
+
+    #[test]
+    fn proofs_round_trip_for_all_small_sizes() {
+        let t = tree(40);
+        for size in 1..=40 {
+            let root = t.root_at(size);
+            for index in 0..size {
+                let proof = inclusion_proof(&t, index, size).unwrap();
+                let leaf = t.levels[0][index as usize];
+                assert_eq!(verify_inclusion(&leaf, index, size, &proof, &root), Ok(()));
+            }
+            for old in 1..=size {
+                let proof = consistency_proof(&t, old, size).unwrap();
+                let old_root = t.root_at(old);
+                assert_eq!(
+                    verify_consistency(old, size, &old_root, &root, &proof),
+                    Ok(())
+                );
+            }
+        }
+    }
+}

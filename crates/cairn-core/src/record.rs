@@ -1,0 +1,465 @@
+//! The record model: steps, session headers, and the org log's operational
+//! records, with validation.
+//!
+//! These are core types, not wire types: the server and the CLI convert
+//! their JSON bodies into them at the edge and validate with
+//! [`Step::validate`] before anything is sequenced.
+
+use crate::hash::Hash;
+use crate::kind::StepKind;
+use crate::time::Timestamp;
+use serde_json::Value;
+
+/// Longest identifier accepted (org, agent, session, trace, turn, task and
+/// link ids).
+pub const MAX_ID_LEN: usize = 200;
+/// Deepest nesting accepted in a JSON payload field.
+pub const MAX_JSON_DEPTH: usize = 64;
+/// Largest integer magnitude a JSON payload may carry: beyond it an IEEE
+/// double (and so RFC 8785) cannot tell neighbouring integers apart.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Configurable limits checked by [`Step::validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Maximum `content` length in bytes (seed 000 default: 65536).
+    pub max_content_bytes: usize,
+    /// Maximum canonical size of each JSON payload field (input, output,
+    /// metadata) in bytes.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_content_bytes: 65_536,
+            max_payload_bytes: 262_144,
+        }
+    }
+}
+
+/// Why a record was refused. Each variant names the field at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The step type is not in the vocabulary under any seed's spelling.
+    #[error(
+        "unknown step type {label:?}; expected one of the canonical kinds (observation, plan, decision, ...) or a seed spelling such as ToolCall, thinking or execute"
+    )]
+    UnknownKind {
+        /// The label as given.
+        label: String,
+    },
+    /// Confidence outside `0.0..=1.0` (or not a number).
+    #[error("confidence {value} is outside 0.0..=1.0")]
+    ConfidenceOutOfRange {
+        /// The value given.
+        value: f64,
+    },
+    /// Content longer than the configured maximum.
+    #[error("content is {len} bytes; the maximum is {max}")]
+    ContentTooLong {
+        /// Length of the content in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A JSON payload field larger than the configured maximum.
+    #[error("{field} is {len} bytes in canonical form; the maximum is {max}")]
+    PayloadTooLarge {
+        /// The field name.
+        field: &'static str,
+        /// Canonical length in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A JSON payload nested deeper than [`MAX_JSON_DEPTH`].
+    #[error("{field} is nested deeper than {MAX_JSON_DEPTH} levels")]
+    PayloadTooDeep {
+        /// The field name.
+        field: &'static str,
+    },
+    /// A JSON payload integer beyond ±(2^53 - 1).
+    #[error(
+        "{field} holds an integer beyond ±(2^53 - 1), which canonical JSON cannot represent exactly; send it as a string"
+    )]
+    UnsafeInteger {
+        /// The field name.
+        field: &'static str,
+    },
+    /// An identifier that is empty, too long or has characters outside
+    /// `A-Z a-z 0-9 - _ . : @ + = ~`.
+    #[error(
+        "malformed {field} {value:?}: ids are 1 to {MAX_ID_LEN} characters of A-Z a-z 0-9 - _ . : @ + = ~"
+    )]
+    MalformedId {
+        /// The field name.
+        field: &'static str,
+        /// The value given (truncated to 80 characters).
+        value: String,
+    },
+    /// A kind a strict (seed 001) session does not accept.
+    #[error(
+        "step type {kind} is not allowed in a strict decision-trail session; only plan, analysis, decision and reflection are"
+    )]
+    NotInStrictProfile {
+        /// The refused kind.
+        kind: StepKind,
+    },
+}
+
+/// Checks an identifier's syntax.
+pub fn validate_id(field: &'static str, value: &str) -> Result<(), RecordError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_ID_LEN
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@+=~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(RecordError::MalformedId {
+            field,
+            value: value.chars().take(80).collect(),
+        })
+    }
+}
+
+fn validate_json(field: &'static str, value: &Value, max_bytes: usize) -> Result<(), RecordError> {
+    fn walk(field: &'static str, value: &Value, depth: usize) -> Result<(), RecordError> {
+        if depth > MAX_JSON_DEPTH {
+            return Err(RecordError::PayloadTooDeep { field });
+        }
+        match value {
+            Value::Number(n) => {
+                let safe = n
+                    .as_u64()
+                    .map(|u| u <= MAX_SAFE_INTEGER)
+                    .or_else(|| n.as_i64().map(|i| i.unsigned_abs() <= MAX_SAFE_INTEGER))
+                    .unwrap_or(true);
+                if safe {
+                    Ok(())
+                } else {
+                    Err(RecordError::UnsafeInteger { field })
+                }
+            }
+            Value::Array(items) => items.iter().try_for_each(|v| walk(field, v, depth + 1)),
+            Value::Object(map) => map.values().try_for_each(|v| walk(field, v, depth + 1)),
+            _ => Ok(()),
+        }
+    }
+    walk(field, value, 0)?;
+    let len = crate::jcs::to_vec(value).len();
+    if len > max_bytes {
+        return Err(RecordError::PayloadTooLarge {
+            field,
+            len,
+            max: max_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Whether a step is in good standing or flagged for human review (seed
+/// 003's review queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Status {
+    /// Recorded normally.
+    #[default]
+    Ok,
+    /// Flagged for review.
+    Flagged,
+}
+
+impl Status {
+    /// `"ok"` or `"flagged"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Flagged => "flagged",
+        }
+    }
+
+    /// Parses `"ok"` or `"flagged"`.
+    pub fn parse(text: &str) -> Option<Status> {
+        match text {
+            "ok" => Some(Status::Ok),
+            "flagged" => Some(Status::Flagged),
+            _ => None,
+        }
+    }
+}
+
+/// Cross-references from a step to other records (seeds 001 and 002).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Links {
+    /// The tool call this step is about.
+    pub tool_call: Option<String>,
+    /// The policy decision that influenced it.
+    pub policy_decision: Option<String>,
+    /// The pending approval request.
+    pub approval_request: Option<String>,
+    /// The audit event (per-tool-call record) it rests on.
+    pub audit_event: Option<String>,
+    /// The trace id of the step this one corrects.
+    pub corrects: Option<String>,
+    /// The trace id of a parent step (sub-steps of a plan).
+    pub parent: Option<String>,
+}
+
+impl Links {
+    /// The links as `(name, value)` pairs in canonical (sorted) order.
+    pub fn entries(&self) -> [(&'static str, Option<&str>); 6] {
+        [
+            ("approval_request", self.approval_request.as_deref()),
+            ("audit_event", self.audit_event.as_deref()),
+            ("corrects", self.corrects.as_deref()),
+            ("parent", self.parent.as_deref()),
+            ("policy_decision", self.policy_decision.as_deref()),
+            ("tool_call", self.tool_call.as_deref()),
+        ]
+    }
+
+    /// True when no link is set.
+    pub fn is_empty(&self) -> bool {
+        self.entries().iter().all(|(_, v)| v.is_none())
+    }
+}
+
+/// One reasoning step: every field of seed 000's 18-field schema that is
+/// fixed at write time, plus turn, task, links and status.
+///
+/// The chain fields (`prev_hash`, `current_hash`), the digest and the
+/// mutable flags (`has_embedding`, erasure) live in
+/// [`crate::commit::StepRecord`], which wraps a step once it is sequenced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Unique id of this step (seed 000 `trace_id`; a UUID in practice).
+    pub trace_id: String,
+    /// The org (tenant).
+    pub org_id: String,
+    /// The agent that produced the step (or its hashed id).
+    pub agent_id: String,
+    /// The session (reasoning run) it belongs to.
+    pub session_id: String,
+    /// 0-based position in the session's chain.
+    pub step_index: u64,
+    /// Canonical kind.
+    pub kind: StepKind,
+    /// The kind exactly as the caller spelled it.
+    pub kind_label: String,
+    /// The reasoning text.
+    pub content: Option<String>,
+    /// Input to the step (tool arguments, observations).
+    pub input: Option<Value>,
+    /// Output of the step (tool results, decisions).
+    pub output: Option<Value>,
+    /// Self-reported confidence, 0.0 to 1.0.
+    pub confidence: Option<f64>,
+    /// Duration in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// Tokens used.
+    pub token_count: Option<u64>,
+    /// Model identifier.
+    pub model: Option<String>,
+    /// Arbitrary additional context.
+    pub metadata: Option<Value>,
+    /// When the step was recorded (UTC, microseconds).
+    pub created_at: Timestamp,
+    /// The turn it belongs to (seed 002).
+    pub turn_id: Option<String>,
+    /// 0-based position within its turn (seed 002 `step_number`).
+    pub turn_step: Option<u64>,
+    /// The task it belongs to (seed 001).
+    pub task_id: Option<String>,
+    /// Cross-references.
+    pub links: Links,
+    /// `ok` or `flagged`.
+    pub status: Status,
+}
+
+impl Step {
+    /// A step with the required fields and every optional field empty. The
+    /// kind is parsed from `kind_label`; an unknown label is an error.
+    pub fn new(
+        trace_id: impl Into<String>,
+        org_id: impl Into<String>,
+        agent_id: impl Into<String>,
+        session_id: impl Into<String>,
+        step_index: u64,
+        kind_label: &str,
+        created_at: Timestamp,
+    ) -> Result<Step, RecordError> {
+        let kind = StepKind::parse(kind_label).ok_or_else(|| RecordError::UnknownKind {
+            label: kind_label.chars().take(80).collect(),
+        })?;
+        Ok(Step {
+            trace_id: trace_id.into(),
+            org_id: org_id.into(),
+            agent_id: agent_id.into(),
+            session_id: session_id.into(),
+            step_index,
+            kind,
+            kind_label: kind_label.to_owned(),
+            content: None,
+            input: None,
+            output: None,
+            confidence: None,
+            duration_ms: None,
+            token_count: None,
+            model: None,
+            metadata: None,
+            created_at,
+            turn_id: None,
+            turn_step: None,
+            task_id: None,
+            links: Links::default(),
+            status: Status::Ok,
+        })
+    }
+
+    /// Checks every field against the record rules and `limits`.
+    pub fn validate(&self, limits: &Limits) -> Result<(), RecordError> {
+        validate_id("trace_id", &self.trace_id)?;
+        validate_id("org_id", &self.org_id)?;
+        validate_id("agent_id", &self.agent_id)?;
+        validate_id("session_id", &self.session_id)?;
+        for (field, value) in [
+            ("turn_id", &self.turn_id),
+            ("task_id", &self.task_id),
+            ("model", &self.model),
+        ] {
+            if let Some(value) = value {
+                if field == "model" {
+                    // Model names are free text but bounded and single-line.
+                    if value.is_empty() || value.len() > MAX_ID_LEN || value.contains('\n') {
+                        return Err(RecordError::MalformedId {
+                            field,
+                            value: value.chars().take(80).collect(),
+                        });
+                    }
+                } else {
+                    validate_id(field, value)?;
+                }
+            }
+        }
+        for (name, value) in self.links.entries() {
+            if let Some(value) = value {
+                validate_id(link_field_name(name), value)?;
+            }
+        }
+        if StepKind::parse(&self.kind_label) != Some(self.kind) {
+            return Err(RecordError::UnknownKind {
+                label: self.kind_label.chars().take(80).collect(),
+            });
+        }
+        if let Some(c) = self.confidence
+            && !(0.0..=1.0).contains(&c)
+        {
+            return Err(RecordError::ConfidenceOutOfRange { value: c });
+        }
+        if let Some(content) = &self.content
+            && content.len() > limits.max_content_bytes
+        {
+            return Err(RecordError::ContentTooLong {
+                len: content.len(),
+                max: limits.max_content_bytes,
+            });
+        }
+        for (field, value) in [
+            ("input_data", &self.input),
+            ("output_data", &self.output),
+            ("metadata", &self.metadata),
+        ] {
+            if let Some(value) = value {
+                validate_json(field, value, limits.max_payload_bytes)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn link_field_name(name: &str) -> &'static str {
+    match name {
+        "approval_request" => "links.approval_request",
+        "audit_event" => "links.audit_event",
+        "corrects" => "links.corrects",
+        "parent" => "links.parent",
+        "policy_decision" => "links.policy_decision",
+        _ => "links.tool_call",
+    }
+}
+
+/// How strictly a session checks its steps' kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Profile {
+    /// Any kind of the vocabulary.
+    #[default]
+    Standard,
+    /// Seed 001's decision trail: only plan, analysis, decision and
+    /// reflection; a reflection closes the task.
+    Strict,
+}
+
+impl Profile {
+    /// `"standard"` or `"strict"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Standard => "standard",
+            Profile::Strict => "strict",
+        }
+    }
+
+    /// Parses `"standard"` or `"strict"`.
+    pub fn parse(text: &str) -> Option<Profile> {
+        match text {
+            "standard" => Some(Profile::Standard),
+            "strict" => Some(Profile::Strict),
+            _ => None,
+        }
+    }
+
+    /// Whether a step of `kind` may be recorded in a session of this
+    /// profile.
+    pub fn check(self, kind: StepKind) -> Result<(), RecordError> {
+        if self == Profile::Strict && !kind.is_decision_trail_type() {
+            return Err(RecordError::NotInStrictProfile { kind });
+        }
+        Ok(())
+    }
+}
+
+/// What a session is derived from: its genesis hash is computed from these
+/// fields (see [`crate::commit::genesis_hash`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// The org.
+    pub org_id: String,
+    /// The session id, unique within the org.
+    pub session_id: String,
+    /// The agent running the session (or its hashed id).
+    pub agent_id: String,
+    /// When the session started.
+    pub started_at: Timestamp,
+    /// Who opened it: the API key id or local user, as the server saw it.
+    pub caller: String,
+    /// Kind checking profile.
+    pub profile: Profile,
+    /// Final chain hash of the predecessor session, for cross-session
+    /// continuity (seed 001).
+    pub predecessor: Option<Hash>,
+    /// Whether the user consented to `full` detail exports (seed 004).
+    pub full_consent: bool,
+}
+
+impl SessionHeader {
+    /// Checks ids and the caller string.
+    pub fn validate(&self) -> Result<(), RecordError> {
+        validate_id("org_id", &self.org_id)?;
+        validate_id("session_id", &self.session_id)?;
+        validate_id("agent_id", &self.agent_id)?;
+        validate_id("caller", &self.caller)?;
+        Ok(())
+    }
+}

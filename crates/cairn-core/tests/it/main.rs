@@ -1,0 +1,4 @@
+//! Integration tests of cairn-core: published vectors, tamper properties
+//! and the worked example of docs/FORMAT.md.
+
+mod vectors;
