@@ -420,7 +420,11 @@ impl SessionVerifier {
                 format!("step belongs to session {}", record.step.session_id),
             ))
         };
-        self.progress.record(step_location(None, record), outcome)
+        // Report the position in the stream, whatever index the record claims.
+        let mut at = step_location(None, record);
+        at.step_index = Some(self.chain.next_index - u64::from(outcome.is_ok()));
+        at.session_id = Some(self.chain.session_id.clone());
+        self.progress.record(at, outcome)
     }
 
     /// Checks the session's seal after its steps.

@@ -1,4 +1,5 @@
 //! Integration tests of cairn-core: published vectors, tamper properties
 //! and the worked example of docs/FORMAT.md.
 
+mod tamper;
 mod vectors;
