@@ -2,7 +2,8 @@
 //! session genesis.
 //!
 //! ```text
-//! salt(f)       = SHA-256(frame("cairn/v1/salt"; seed, name(f)))[0..16]
+//! salts(j)      = SHA-256(frame("cairn/v1/salt"; seed, u8(j)))       j = 0..10
+//! salt(f)       = salts(pos(f) / 2)[16 * (pos(f) % 2) ..][..16]
 //! commit(f)     = SHA-256(frame("cairn/v1/field"; name(f), salt(f), jcs(value(f))))
 //! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f20)))
 //! chain_hash    = SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))
@@ -15,7 +16,7 @@
 //! carried as its commitment alone, which reveals nothing of the value
 //! because the 128-bit salt is unknown. Either way the digest recomputes.
 
-use crate::hash::{Framer, Hash, frame_bytes};
+use crate::hash::{Framer, Hash, frame_bytes, framed_hash};
 use crate::jcs;
 use crate::record::{SessionHeader, Step};
 use crate::time::Timestamp;
@@ -205,7 +206,11 @@ pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
         Field::TokenCount => opt_u64(out, step.token_count),
         Field::Model => opt_str(out, &step.model),
         Field::Metadata => opt_json(out, &step.metadata),
-        Field::CreatedAt => jcs::write_str(out, &step.created_at.to_string()),
+        Field::CreatedAt => {
+            out.push(b'"');
+            out.extend_from_slice(&step.created_at.canonical_bytes());
+            out.push(b'"');
+        }
         Field::TurnId => opt_str(out, &step.turn_id),
         Field::TurnStep => opt_u64(out, step.turn_step),
         Field::TaskId => opt_str(out, &step.task_id),
@@ -232,24 +237,45 @@ pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
 /// A per-field salt: 16 bytes.
 pub type Salt = [u8; 16];
 
-/// Derives the salt of `field` from a record's secret seed.
+/// Derives the salt of `field` from a record's secret seed: field number
+/// `p` takes half `p % 2` of the salt block `p / 2`. Each block's frame is
+/// 55 bytes, a single SHA-256 compression.
 pub fn derive_salt(seed: &[u8; 32], field: Field) -> Salt {
-    let full = Framer::new("cairn/v1/salt")
+    salt_from_block(&salt_block(seed, field.position() / 2), field.position())
+}
+
+fn salt_block(seed: &[u8; 32], block: usize) -> Hash {
+    Framer::with_capacity("cairn/v1/salt", 41)
         .part(seed)
-        .part(field.name().as_bytes())
-        .finish();
+        .part(&[block as u8])
+        .finish()
+}
+
+fn salt_from_block(block: &Hash, position: usize) -> Salt {
+    let half = 16 * (position % 2);
     let mut salt = [0u8; 16];
-    salt.copy_from_slice(&full.0[..16]);
+    salt.copy_from_slice(&block.0[half..half + 16]);
     salt
+}
+
+/// All 21 salts of a seed (11 salt blocks).
+pub fn derive_salts(seed: &[u8; 32]) -> [Salt; FIELD_COUNT] {
+    let blocks: [Hash; FIELD_COUNT.div_ceil(2)] = std::array::from_fn(|j| salt_block(seed, j));
+    std::array::from_fn(|p| salt_from_block(&blocks[p / 2], p))
 }
 
 /// The commitment to one field value (its canonical bytes).
 pub fn commit_field(field: Field, salt: &Salt, canonical_value: &[u8]) -> Hash {
-    Framer::new("cairn/v1/field")
-        .part(field.name().as_bytes())
-        .part(salt)
-        .part(canonical_value)
-        .finish()
+    let mut scratch = Vec::with_capacity(64 + canonical_value.len());
+    commit_field_with(&mut scratch, field, salt, canonical_value)
+}
+
+fn commit_field_with(scratch: &mut Vec<u8>, field: Field, salt: &Salt, value: &[u8]) -> Hash {
+    framed_hash(
+        scratch,
+        "cairn/v1/field",
+        &[field.name().as_bytes(), salt, value],
+    )
 }
 
 /// How one field of a recorded step is disclosed.
@@ -269,7 +295,7 @@ pub struct Openings(pub [Opening; FIELD_COUNT]);
 impl Openings {
     /// Every field revealed, with salts derived from `seed`.
     pub fn from_seed(seed: &[u8; 32]) -> Openings {
-        Openings(FIELDS.map(|f| Opening::Revealed(derive_salt(seed, f))))
+        Openings(derive_salts(seed).map(Opening::Revealed))
     }
 
     /// The opening of one field.
@@ -282,14 +308,15 @@ impl Openings {
 /// committed from their value in `step`, hidden fields contribute their
 /// stored commitment.
 pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
-    let mut scratch = Vec::with_capacity(256);
-    let mut framer = Framer::new("cairn/v1/step");
+    let mut value = Vec::with_capacity(256);
+    let mut frame = Vec::with_capacity(320);
+    let mut framer = Framer::with_capacity("cairn/v1/step", FIELD_COUNT * 36);
     for field in FIELDS {
         let commitment = match openings.get(field) {
             Opening::Revealed(salt) => {
-                scratch.clear();
-                write_field_value(step, field, &mut scratch);
-                commit_field(field, salt, &scratch)
+                value.clear();
+                write_field_value(step, field, &mut value);
+                commit_field_with(&mut frame, field, salt, &value)
             }
             Opening::Hidden(commitment) => *commitment,
         };
@@ -304,7 +331,7 @@ pub fn chain_hash(prev: &Hash, digest: &Hash, step_index: u64, created_at: Times
         .part(&prev.0)
         .part(&digest.0)
         .u64(step_index)
-        .part(created_at.to_string().as_bytes())
+        .part(&created_at.canonical_bytes())
         .finish()
 }
 

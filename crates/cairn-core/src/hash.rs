@@ -13,6 +13,7 @@
 //! bytes. `docs/FORMAT.md` lists every tag.
 
 use sha2::{Digest as _, Sha256};
+
 use std::fmt;
 
 /// A SHA-256 output. Displayed and parsed as 64 lowercase hex digits.
@@ -91,23 +92,30 @@ pub struct HashParseError {
     pub input: String,
 }
 
-/// Streaming builder for `SHA-256(frame(tag; parts...))`.
+/// Builder for `SHA-256(frame(tag; parts...))`.
 ///
 /// Parts are fed in order; each is length-prefixed as it is added, so the
-/// caller never concatenates by hand.
+/// caller never concatenates by hand. The frame is assembled in one buffer
+/// and hashed in a single call: many small `update` calls cost more than
+/// the copy on the append hot path.
 pub struct Framer {
-    hasher: Sha256,
+    buf: Vec<u8>,
 }
 
 impl Framer {
     /// Starts a frame with `tag`. Tags are ASCII and shorter than 256 bytes
     /// (all of Cairn's are constants).
     pub fn new(tag: &str) -> Framer {
+        Framer::with_capacity(tag, 128)
+    }
+
+    /// Starts a frame expecting about `capacity` bytes of parts.
+    pub fn with_capacity(tag: &str, capacity: usize) -> Framer {
         debug_assert!(tag.len() < 256 && tag.is_ascii());
-        let mut hasher = Sha256::new();
-        hasher.update([tag.len() as u8]);
-        hasher.update(tag.as_bytes());
-        Framer { hasher }
+        let mut buf = Vec::with_capacity(1 + tag.len() + capacity);
+        buf.push(tag.len() as u8);
+        buf.extend_from_slice(tag.as_bytes());
+        Framer { buf }
     }
 
     /// Appends one length-prefixed part.
@@ -119,8 +127,8 @@ impl Framer {
     /// Appends one length-prefixed part, in place.
     pub fn push(&mut self, bytes: &[u8]) {
         let len = u32::try_from(bytes.len()).expect("hash parts are smaller than 4 GiB");
-        self.hasher.update(len.to_be_bytes());
-        self.hasher.update(bytes);
+        self.buf.extend_from_slice(&len.to_be_bytes());
+        self.buf.extend_from_slice(bytes);
     }
 
     /// Appends a `u64` as an 8-byte big-endian part.
@@ -130,8 +138,22 @@ impl Framer {
 
     /// Finishes the frame and returns its SHA-256.
     pub fn finish(self) -> Hash {
-        Hash(self.hasher.finalize().into())
+        Hash::sha256(&self.buf)
     }
+}
+
+/// Hashes `frame(tag; parts...)` using `scratch` as the buffer, so that hot
+/// loops allocate nothing.
+pub fn framed_hash(scratch: &mut Vec<u8>, tag: &str, parts: &[&[u8]]) -> Hash {
+    scratch.clear();
+    scratch.push(tag.len() as u8);
+    scratch.extend_from_slice(tag.as_bytes());
+    for part in parts {
+        let len = u32::try_from(part.len()).expect("hash parts are smaller than 4 GiB");
+        scratch.extend_from_slice(&len.to_be_bytes());
+        scratch.extend_from_slice(part);
+    }
+    Hash::sha256(scratch)
 }
 
 /// Writes `frame(tag; parts...)` into a byte vector (rather than hashing

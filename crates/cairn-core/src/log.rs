@@ -94,34 +94,19 @@ pub fn seal_note_text(
 }
 
 impl SealRecord {
-    /// Builds and signs a seal.
-    pub fn new(
-        signer: &NoteSigner,
-        origin: &str,
-        org_id: &str,
-        session_id: &str,
-        step_count: u64,
-        session_root: Hash,
-        final_hash: Hash,
-        sealed_at: Timestamp,
-    ) -> Result<SealRecord, NoteError> {
+    /// Signs the seal's fields as a note of `origin` (the org log's
+    /// origin), replacing `note`.
+    pub fn sign(mut self, signer: &NoteSigner, origin: &str) -> Result<SealRecord, NoteError> {
         let text = seal_note_text(
             origin,
-            session_id,
-            step_count,
-            &session_root,
-            &final_hash,
-            sealed_at,
+            &self.session_id,
+            self.step_count,
+            &self.session_root,
+            &self.final_hash,
+            self.sealed_at,
         );
-        Ok(SealRecord {
-            org_id: org_id.to_owned(),
-            session_id: session_id.to_owned(),
-            step_count,
-            session_root,
-            final_hash,
-            sealed_at,
-            note: signer.sign(&text)?,
-        })
+        self.note = signer.sign(&text)?;
+        Ok(self)
     }
 
     /// Checks the note's signature by one of `keys` and that its text states
@@ -473,6 +458,9 @@ impl OpRecord {
 }
 
 /// A record of the org log, as stored or exported.
+// Most log entries are steps, and they are streamed one at a time: boxing
+// the large variant would add an allocation per step on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum LogRecord {
     /// A step; its record hash is its chain hash.

@@ -142,7 +142,7 @@ pub fn range_hash<T: SubtreeHashes>(tree: &T, lo: u64, hi: u64) -> Result<Hash, 
     if n == 0 {
         return Ok(empty_root());
     }
-    if n.is_power_of_two() && lo % n == 0 {
+    if n.is_power_of_two() && lo.is_multiple_of(n) {
         return tree.subtree(n.trailing_zeros(), lo / n);
     }
     let k = split_point(n);
@@ -358,7 +358,7 @@ impl MemoryTree {
     pub fn push(&mut self, leaf: Hash) {
         self.levels[0].push(leaf);
         let mut level = 0;
-        while self.levels[level].len() % 2 == 0 {
+        while self.levels[level].len().is_multiple_of(2) {
             let nodes = &self.levels[level];
             let parent = node_hash(&nodes[nodes.len() - 2], &nodes[nodes.len() - 1]);
             if self.levels.len() == level + 1 {

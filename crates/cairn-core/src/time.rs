@@ -164,21 +164,38 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-impl fmt::Display for Timestamp {
-    /// The canonical form, `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Timestamp {
+    /// The canonical form as 27 ASCII bytes, without going through
+    /// `fmt` (it is hashed on every append and every verification).
+    pub fn canonical_bytes(self) -> [u8; 27] {
         let days = self.0.div_euclid(DAY_MICROS);
         let in_day = self.0.rem_euclid(DAY_MICROS);
         let (year, month, day) = civil_from_days(days);
         let secs = in_day / 1_000_000;
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-            secs / 3600,
-            secs / 60 % 60,
-            secs % 60,
-            in_day % 1_000_000
-        )
+        let mut out = *b"0000-00-00T00:00:00.000000Z";
+        let mut put = |start: usize, width: usize, mut value: i64| {
+            for i in (start..start + width).rev() {
+                out[i] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, secs / 3600);
+        put(14, 2, secs / 60 % 60);
+        put(17, 2, secs % 60);
+        put(20, 6, in_day % 1_000_000);
+        out
+    }
+}
+
+impl fmt::Display for Timestamp {
+    /// The canonical form, `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes = self.canonical_bytes();
+        // Only ASCII digits and separators are written above.
+        f.write_str(std::str::from_utf8(&bytes).map_err(|_| fmt::Error)?)
     }
 }
 

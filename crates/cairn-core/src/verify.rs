@@ -511,7 +511,7 @@ impl LogVerifier {
     pub fn expect_checkpoint(&mut self, checkpoint: &VerifiedCheckpoint) {
         let cp = checkpoint.checkpoint();
         self.pending.push((cp.size, cp.root));
-        self.pending.sort_by(|a, b| b.0.cmp(&a.0));
+        self.pending.sort_by_key(|cp| std::cmp::Reverse(cp.0));
     }
 
     /// The log's origin line.

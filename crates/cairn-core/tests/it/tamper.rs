@@ -411,16 +411,16 @@ fn build_log(specs: &[StepSpec]) -> Fixture {
             record: LogRecord::Step(rec),
         });
     }
-    let seal = SealRecord::new(
-        &server,
-        &format!("{SERVER}/{ORG}"),
-        ORG,
-        "s1",
-        counts[0],
-        trees[0].root(),
-        heads[0],
-        t(10_000_000),
-    )
+    let seal = SealRecord {
+        org_id: ORG.into(),
+        session_id: "s1".into(),
+        step_count: counts[0],
+        session_root: trees[0].root(),
+        final_hash: heads[0],
+        sealed_at: t(10_000_000),
+        note: String::new(),
+    }
+    .sign(&server, &format!("{SERVER}/{ORG}"))
     .unwrap();
     push_op(&mut entries, OpRecord::Seal(seal));
     let mut tree = MemoryTree::new();
