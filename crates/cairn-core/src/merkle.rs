@@ -136,7 +136,7 @@ fn split_point(n: u64) -> u64 {
     1 << (63 - (n - 1).leading_zeros())
 }
 
-/// MTH(D[lo:hi]) from complete subtrees: O(log n) reads.
+/// `MTH(D[lo:hi])` from complete subtrees: O(log n) reads.
 pub fn range_hash<T: SubtreeHashes>(tree: &T, lo: u64, hi: u64) -> Result<Hash, T::Error> {
     let n = hi - lo;
     if n == 0 {
