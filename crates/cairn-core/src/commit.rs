@@ -4,7 +4,7 @@
 //! ```text
 //! salts(j)      = SHA-256(frame("cairn/v1/salt"; seed, u8(j)))       j = 0..10
 //! salt(f)       = salts(pos(f) / 2)[16 * (pos(f) % 2) ..][..16]
-//! commit(f)     = SHA-256(frame("cairn/v1/field"; name(f), salt(f), jcs(value(f))))
+//! commit(f)     = SHA-256(frame("cairn/v1/field"; salt(f), jcs(value(f))))
 //! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f20)))
 //! chain_hash    = SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))
 //! genesis       = SHA-256(frame("cairn/v1/genesis"; jcs(session header view)))
@@ -245,10 +245,17 @@ pub fn derive_salt(seed: &[u8; 32], field: Field) -> Salt {
 }
 
 fn salt_block(seed: &[u8; 32], block: usize) -> Hash {
-    Framer::with_capacity("cairn/v1/salt", 41)
-        .part(seed)
-        .part(&[block as u8])
-        .finish()
+    // frame("cairn/v1/salt"; seed, u8(block)): 55 bytes, one compression,
+    // built on the stack because this runs 11 times per append.
+    const TAG: &[u8] = b"cairn/v1/salt";
+    let mut frame = [0u8; 1 + TAG.len() + 4 + 32 + 4 + 1];
+    frame[0] = TAG.len() as u8;
+    frame[1..14].copy_from_slice(TAG);
+    frame[14..18].copy_from_slice(&32u32.to_be_bytes());
+    frame[18..50].copy_from_slice(seed);
+    frame[50..54].copy_from_slice(&1u32.to_be_bytes());
+    frame[54] = block as u8;
+    Hash::sha256(&frame)
 }
 
 fn salt_from_block(block: &Hash, position: usize) -> Salt {
@@ -264,18 +271,15 @@ pub fn derive_salts(seed: &[u8; 32]) -> [Salt; FIELD_COUNT] {
     std::array::from_fn(|p| salt_from_block(&blocks[p / 2], p))
 }
 
-/// The commitment to one field value (its canonical bytes).
-pub fn commit_field(field: Field, salt: &Salt, canonical_value: &[u8]) -> Hash {
+/// The commitment to one field value (its canonical bytes). The field's
+/// identity is bound by its position in the digest and by its own salt.
+pub fn commit_field(salt: &Salt, canonical_value: &[u8]) -> Hash {
     let mut scratch = Vec::with_capacity(64 + canonical_value.len());
-    commit_field_with(&mut scratch, field, salt, canonical_value)
+    commit_field_with(&mut scratch, salt, canonical_value)
 }
 
-fn commit_field_with(scratch: &mut Vec<u8>, field: Field, salt: &Salt, value: &[u8]) -> Hash {
-    framed_hash(
-        scratch,
-        "cairn/v1/field",
-        &[field.name().as_bytes(), salt, value],
-    )
+fn commit_field_with(scratch: &mut Vec<u8>, salt: &Salt, value: &[u8]) -> Hash {
+    framed_hash(scratch, "cairn/v1/field", &[salt, value])
 }
 
 /// How one field of a recorded step is disclosed.
@@ -308,31 +312,50 @@ impl Openings {
 /// committed from their value in `step`, hidden fields contribute their
 /// stored commitment.
 pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
+    const TAG: &[u8] = b"cairn/v1/step";
+    const LEN: usize = 1 + TAG.len() + FIELD_COUNT * 36;
+    // The digest frame has a fixed size: build it on the stack.
+    let mut frame = [0u8; LEN];
+    frame[0] = TAG.len() as u8;
+    frame[1..1 + TAG.len()].copy_from_slice(TAG);
     let mut value = Vec::with_capacity(256);
-    let mut frame = Vec::with_capacity(320);
-    let mut framer = Framer::with_capacity("cairn/v1/step", FIELD_COUNT * 36);
-    for field in FIELDS {
+    let mut scratch = Vec::with_capacity(320);
+    for (i, field) in FIELDS.into_iter().enumerate() {
         let commitment = match openings.get(field) {
             Opening::Revealed(salt) => {
                 value.clear();
                 write_field_value(step, field, &mut value);
-                commit_field_with(&mut frame, field, salt, &value)
+                commit_field_with(&mut scratch, salt, &value)
             }
             Opening::Hidden(commitment) => *commitment,
         };
-        framer.push(&commitment.0);
+        let at = 1 + TAG.len() + i * 36;
+        frame[at..at + 4].copy_from_slice(&32u32.to_be_bytes());
+        frame[at + 4..at + 36].copy_from_slice(&commitment.0);
     }
-    framer.finish()
+    Hash::sha256(&frame)
 }
 
 /// `SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))`.
 pub fn chain_hash(prev: &Hash, digest: &Hash, step_index: u64, created_at: Timestamp) -> Hash {
-    Framer::new("cairn/v1/chain")
-        .part(&prev.0)
-        .part(&digest.0)
-        .u64(step_index)
-        .part(&created_at.canonical_bytes())
-        .finish()
+    const TAG: &[u8] = b"cairn/v1/chain";
+    // Fixed layout (130 bytes), built on the stack: this is the per-link
+    // cost of verification.
+    let mut frame = [0u8; 1 + TAG.len() + (4 + 32) * 2 + 4 + 8 + 4 + 27];
+    frame[0] = TAG.len() as u8;
+    let mut at = 1 + TAG.len();
+    frame[1..at].copy_from_slice(TAG);
+    for part in [
+        &prev.0[..],
+        &digest.0[..],
+        &step_index.to_be_bytes()[..],
+        &created_at.canonical_bytes()[..],
+    ] {
+        frame[at..at + 4].copy_from_slice(&(part.len() as u32).to_be_bytes());
+        frame[at + 4..at + 4 + part.len()].copy_from_slice(part);
+        at += 4 + part.len();
+    }
+    Hash::sha256(&frame)
 }
 
 /// The canonical JSON view of a session header, the genesis input.
@@ -456,7 +479,7 @@ impl StepRecord {
         };
         let mut scratch = Vec::new();
         write_field_value(&self.step, field, &mut scratch);
-        self.openings.0[field.position()] = Opening::Hidden(commit_field(field, &salt, &scratch));
+        self.openings.0[field.position()] = Opening::Hidden(commit_field(&salt, &scratch));
         let step = &mut self.step;
         match field {
             Field::TraceId => step.trace_id.clear(),

@@ -50,20 +50,36 @@ pub fn write_value(out: &mut Vec<u8>, value: &Value) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
             out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
+            // UTF-8 byte order equals UTF-16 code unit order unless a key
+            // holds a character at or above U+E000 (surrogate pairs sort
+            // below those in UTF-16). serde_json's default map iterates in
+            // byte order, but another crate may switch on `preserve_order`
+            // (features unify), so check the order instead of assuming it.
+            let keys_in_order = map.keys().zip(map.keys().skip(1)).all(|(a, b)| a < b);
+            if keys_in_order && map.keys().all(|k| !k.chars().any(|c| c >= '\u{e000}')) {
+                for (i, (key, item)) in map.iter().enumerate() {
+                    write_member(out, i, key, item);
                 }
-                write_str(out, key);
-                out.push(b':');
-                write_value(out, item);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| utf16_cmp(a.0, b.0));
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    write_member(out, i, key, item);
+                }
             }
             out.push(b'}');
         }
     }
+}
+
+fn write_member(out: &mut Vec<u8>, i: usize, key: &str, item: &Value) {
+    if i > 0 {
+        out.push(b',');
+    }
+    write_str(out, key);
+    out.push(b':');
+    write_value(out, item);
 }
 
 /// JCS orders object members by the UTF-16 code units of their names.
@@ -82,7 +98,17 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Skip eight bytes at a time while none needs escaping: this is
+        // most of the cost of canonicalizing long content.
+        if let Some(chunk) = bytes.get(i..i + 8)
+            && !chunk_needs_escape(chunk)
+        {
+            i += 8;
+            continue;
+        }
+        let byte = bytes[i];
         let escape: &[u8] = match byte {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -97,24 +123,43 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(byte >> 4)]);
                 out.push(HEX[usize::from(byte & 0xf)]);
-                start = i + 1;
+                i += 1;
+                start = i;
                 continue;
             }
-            _ => continue,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.extend_from_slice(&bytes[start..i]);
         out.extend_from_slice(escape);
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
 
+/// Whether any of 8 bytes is `"`, `\\` or below 0x20 (SWAR: bit 7 of each
+/// byte lane of `has_zero(x)` is set where a lane of `x` is zero).
+fn chunk_needs_escape(chunk: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut lanes = [0u8; 8];
+    lanes.copy_from_slice(chunk);
+    let v = u64::from_le_bytes(lanes);
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    // A lane is below 0x20 when subtracting 0x20 borrows and it had no high bit.
+    let below_space = v.wrapping_sub(ONES * 0x20) & !v & HIGHS;
+    (has_zero(v ^ (ONES * u64::from(b'"'))) | has_zero(v ^ (ONES * u64::from(b'\\'))) | below_space)
+        != 0
+}
+
 /// Appends an unsigned integer as JCS does (as a double).
 pub fn write_u64(out: &mut Vec<u8>, value: u64) {
     if value <= 1 << 53 {
-        let mut buf = itoa_buf(value);
-        out.append(&mut buf);
+        write_digits(out, value);
     } else {
         write_f64(out, value as f64);
     }
@@ -126,24 +171,24 @@ pub fn write_i64(out: &mut Vec<u8>, value: i64) {
         if value < 0 {
             out.push(b'-');
         }
-        let mut buf = itoa_buf(value.unsigned_abs());
-        out.append(&mut buf);
+        write_digits(out, value.unsigned_abs());
     } else {
         write_f64(out, value as f64);
     }
 }
 
-fn itoa_buf(mut value: u64) -> Vec<u8> {
-    let mut digits = Vec::with_capacity(20);
+fn write_digits(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
     loop {
-        digits.push(b'0' + (value % 10) as u8);
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
         value /= 10;
         if value == 0 {
             break;
         }
     }
-    digits.reverse();
-    digits
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Appends a finite double in ECMAScript `Number.prototype.toString` form
@@ -246,5 +291,17 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "\"a\\\"b\\\\c\\b\\t\\n\\f\\r\\u0001\\u001f\u{7f}é€/\""
         );
+    }
+
+    proptest::proptest! {
+        // serde_json escapes strings exactly as JCS does (quote, backslash,
+        // controls with their short forms or lowercase u00xx escapes), so it
+        // is a reference for the fast path of `write_str`.
+        #[test]
+        fn write_str_matches_reference(s in "(\\PC|[\\x00-\\x1f\"\\\\]){0,80}") {
+            let mut out = Vec::new();
+            write_str(&mut out, &s);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&s).unwrap());
+        }
     }
 }
