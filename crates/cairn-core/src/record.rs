@@ -463,3 +463,139 @@ impl SessionHeader {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn step() -> Step {
+        let ts = Timestamp::from_micros(0).unwrap();
+        Step::new("t-1", "acme", "analyst", "s-1", 0, "ToolCall", ts).unwrap()
+    }
+
+    #[test]
+    fn a_plain_step_is_valid() {
+        assert_eq!(step().validate(&Limits::default()), Ok(()));
+        assert_eq!(step().kind, StepKind::ToolCall);
+        assert_eq!(step().kind_label, "ToolCall");
+    }
+
+    #[test]
+    fn each_rule_has_its_own_error() {
+        let limits = Limits::default();
+        let ts = Timestamp::from_micros(0).unwrap();
+        assert!(matches!(
+            Step::new("t", "acme", "a", "s", 0, "Informational", ts),
+            Err(RecordError::UnknownKind { .. })
+        ));
+        for bad in [-0.01, 1.01, f64::NAN] {
+            let mut s = step();
+            s.confidence = Some(bad);
+            assert!(matches!(
+                s.validate(&limits),
+                Err(RecordError::ConfidenceOutOfRange { .. })
+            ));
+        }
+        let mut s = step();
+        s.content = Some("x".repeat(65_537));
+        assert_eq!(
+            s.validate(&limits),
+            Err(RecordError::ContentTooLong {
+                len: 65_537,
+                max: 65_536
+            })
+        );
+        s.content = Some("x".repeat(65_536));
+        assert_eq!(s.validate(&limits), Ok(()));
+        let tight = Limits {
+            max_content_bytes: 10,
+            ..limits
+        };
+        assert!(s.validate(&tight).is_err());
+
+        for (field, value) in [
+            ("session_id", "has space"),
+            ("org_id", ""),
+            ("trace_id", "a/b"),
+        ] {
+            let mut s = step();
+            match field {
+                "session_id" => s.session_id = value.into(),
+                "org_id" => s.org_id = value.into(),
+                _ => s.trace_id = value.into(),
+            }
+            assert_eq!(
+                s.validate(&limits),
+                Err(RecordError::MalformedId {
+                    field,
+                    value: value.into()
+                })
+            );
+        }
+        let mut s = step();
+        s.session_id = "x".repeat(MAX_ID_LEN + 1);
+        assert!(matches!(
+            s.validate(&limits),
+            Err(RecordError::MalformedId { .. })
+        ));
+        let mut s = step();
+        s.links.corrects = Some("bad id".into());
+        assert!(matches!(
+            s.validate(&limits),
+            Err(RecordError::MalformedId {
+                field: "links.corrects",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn json_payloads_are_bounded() {
+        let limits = Limits::default();
+        let mut s = step();
+        s.input = Some(json!({"n": 9_007_199_254_740_993u64}));
+        assert_eq!(
+            s.validate(&limits),
+            Err(RecordError::UnsafeInteger {
+                field: "input_data"
+            })
+        );
+        s.input = Some(json!({"n": 9_007_199_254_740_991u64, "f": 1.5e300}));
+        assert_eq!(s.validate(&limits), Ok(()));
+        let mut deep = json!(1);
+        for _ in 0..=MAX_JSON_DEPTH {
+            deep = json!([deep]);
+        }
+        s.metadata = Some(deep);
+        assert_eq!(
+            s.validate(&limits),
+            Err(RecordError::PayloadTooDeep { field: "metadata" })
+        );
+        s.metadata = None;
+        s.output = Some(json!("y".repeat(300_000)));
+        assert!(matches!(
+            s.validate(&limits),
+            Err(RecordError::PayloadTooLarge {
+                field: "output_data",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn strict_profile_takes_only_the_four_record_types() {
+        for kind in crate::kind::ALL_KINDS {
+            let allowed = Profile::Strict.check(kind).is_ok();
+            assert_eq!(
+                allowed,
+                matches!(
+                    kind,
+                    StepKind::Plan | StepKind::Analysis | StepKind::Decision | StepKind::Reflection
+                ),
+                "{kind}"
+            );
+            assert!(Profile::Standard.check(kind).is_ok());
+        }
+    }
+}
