@@ -13,7 +13,8 @@
 //!   and genesis; [`log`]: the org log's operational records and leaves.
 //! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
 //!   signed notes, checkpoints and cosignatures.
-//! - [`verify`]: streaming verifiers that return a [`verify::Verdict`].
+//! - [`verify`]: streaming verifiers that return a [`verify::Verdict`];
+//!   [`bundle`]: the export bundle format and its line-by-line verifier.
 //!
 //! The byte layouts are specified in `docs/FORMAT.md`, which is the
 //! published algorithm; this crate is one implementation of it.
@@ -39,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod bundle;
 pub mod checkpoint;
 pub mod commit;
 pub mod hash;

@@ -81,14 +81,25 @@ impl Frontier {
 
     /// Appends one leaf hash.
     pub fn push(&mut self, leaf: Hash) {
+        self.push_with(leaf, |_, _, _| {});
+    }
+
+    /// Appends one leaf hash and reports every complete subtree the leaf
+    /// closes as `(level, index, hash)`, lowest first (level 0 is the leaf
+    /// itself). Stores persist some of these to serve proofs.
+    pub fn push_with(&mut self, leaf: Hash, mut completed: impl FnMut(u32, u64, &Hash)) {
         let mut node = leaf;
         let mut size = self.size;
+        let mut level = 0u32;
+        completed(0, self.size, &node);
         while size & 1 == 1 {
             // A set low bit means the last peak is a complete sibling of the
             // same height as `node`: merge them.
             let left = self.peaks.pop().unwrap_or_default();
             node = node_hash(&left, &node);
             size >>= 1;
+            level += 1;
+            completed(level, self.size >> level, &node);
         }
         self.peaks.push(node);
         self.size += 1;
@@ -412,6 +423,21 @@ mod tests {
             assert_eq!(frontier.root(), t.root_at(i + 1));
             assert_eq!(frontier.peaks().len(), (i + 1).count_ones() as usize);
         }
+    }
+
+    #[test]
+    fn push_with_reports_every_complete_subtree() {
+        let t = tree(37);
+        let mut frontier = Frontier::new();
+        let mut seen = 0;
+        for i in 0..37u64 {
+            frontier.push_with(leaf_hash(&i.to_be_bytes()), |level, index, hash| {
+                assert_eq!(*hash, t.subtree(level, index).unwrap());
+                seen += 1;
+            });
+        }
+        // 37 leaves and 36 - popcount(37) + 1 interior complete subtrees.
+        assert_eq!(seen, 37 + 37 - 37u64.count_ones() as usize);
     }
 
     #[test]

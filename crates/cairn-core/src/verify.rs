@@ -115,11 +115,16 @@ pub struct Location {
     pub step_index: Option<u64>,
     /// Trace id of the step, if disclosed.
     pub trace_id: Option<String>,
+    /// Line of the bundle file the record is on (bundles only).
+    pub line: Option<u64>,
 }
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
+        if let Some(line) = self.line {
+            parts.push(format!("line {line}"));
+        }
         if let Some(seq) = self.seq {
             parts.push(format!("seq {seq}"));
         }
@@ -343,6 +348,7 @@ fn step_location(seq: Option<u64>, rec: &StepRecord) -> Location {
         trace_id: rec
             .is_revealed(Field::TraceId)
             .then(|| rec.step.trace_id.clone()),
+        line: None,
     }
 }
 
@@ -486,7 +492,17 @@ pub struct LogVerifier {
     sessions: HashMap<String, ChainState>,
     /// Checkpoints still ahead of the stream, largest size first.
     pending: Vec<(u64, Hash)>,
+    /// For a partial log (an export of some sessions): the checkpoint every
+    /// entry's inclusion proof must lead to, and the last seq seen.
+    sparse: Option<SparseState>,
     progress: Progress,
+}
+
+#[derive(Debug)]
+struct SparseState {
+    size: u64,
+    root: Hash,
+    last_seq: Option<u64>,
 }
 
 impl LogVerifier {
@@ -501,8 +517,68 @@ impl LogVerifier {
             tree: Frontier::new(),
             sessions: HashMap::new(),
             pending: Vec::new(),
+            sparse: None,
             progress: Progress::default(),
         }
+    }
+
+    /// A verifier for a *partial* log: some entries of `org_id`'s log, in
+    /// increasing `seq` order, each with an inclusion proof into
+    /// `checkpoint` (fed with [`LogVerifier::push_proven`]). Sessions must
+    /// be complete from their `session-start` record on.
+    pub fn sparse(
+        server_name: &str,
+        org_id: &str,
+        server_keys: Vec<NoteVerifier>,
+        checkpoint: &VerifiedCheckpoint,
+    ) -> LogVerifier {
+        let mut verifier = LogVerifier::new(server_name, org_id, server_keys);
+        verifier.sparse = Some(SparseState {
+            size: checkpoint.checkpoint().size,
+            root: checkpoint.checkpoint().root,
+            last_seq: None,
+        });
+        verifier
+    }
+
+    /// Checks the next entry of a partial log with its inclusion proof.
+    /// Returns false once verification has failed.
+    pub fn push_proven(&mut self, entry: &LogEntry, proof: &[Hash]) -> bool {
+        if self.progress.failure.is_some() {
+            return false;
+        }
+        let at = entry_location(entry);
+        let Some(sparse) = &mut self.sparse else {
+            let detail = "inclusion proofs are only checked for partial logs".to_owned();
+            return self
+                .progress
+                .record(at, Err((Reason::MalformedRecord, detail)));
+        };
+        if sparse.last_seq.is_some_and(|last| entry.seq <= last) {
+            let detail = format!(
+                "seq {} does not follow seq {:?}",
+                entry.seq, sparse.last_seq
+            );
+            return self.progress.record(at, Err((Reason::SequenceGap, detail)));
+        }
+        if let Err(e) = crate::merkle::verify_inclusion(
+            &entry.leaf_hash(),
+            entry.seq,
+            sparse.size,
+            proof,
+            &sparse.root,
+        ) {
+            let detail = format!(
+                "inclusion proof of seq {} in the checkpoint of size {} fails: {e}",
+                entry.seq, sparse.size
+            );
+            return self
+                .progress
+                .record(at, Err((Reason::InclusionMismatch, detail)));
+        }
+        sparse.last_seq = Some(entry.seq);
+        let outcome = self.check_record(entry);
+        self.progress.record(at, outcome)
     }
 
     /// Requires the log's root at `checkpoint`'s size to be its root. Call
@@ -529,20 +605,25 @@ impl LogVerifier {
         self.tree.root()
     }
 
+    /// The first failure, once there is one.
+    pub fn failure(&self) -> Option<&Failure> {
+        self.progress.failure.as_ref()
+    }
+
     /// Checks the next entry. Returns false once verification has failed.
     pub fn push(&mut self, entry: &LogEntry) -> bool {
         if self.progress.failure.is_some() {
             return false;
         }
+        if self.sparse.is_some() {
+            let detail = "a partial log needs an inclusion proof per entry".to_owned();
+            return self.progress.record(
+                entry_location(entry),
+                Err((Reason::InclusionMismatch, detail)),
+            );
+        }
         let expected = self.tree.size();
-        let mut at = match &entry.record {
-            LogRecord::Step(rec) => step_location(Some(entry.seq), rec),
-            LogRecord::Op { record, .. } => Location {
-                seq: Some(entry.seq),
-                session_id: op_session(record).map(str::to_owned),
-                ..Location::default()
-            },
-        };
+        let mut at = entry_location(entry);
         if entry.seq != expected {
             let detail = if entry.seq > expected {
                 format!(
@@ -692,6 +773,17 @@ impl LogVerifier {
     }
 }
 
+fn entry_location(entry: &LogEntry) -> Location {
+    match &entry.record {
+        LogRecord::Step(rec) => step_location(Some(entry.seq), rec),
+        LogRecord::Op { record, .. } => Location {
+            seq: Some(entry.seq),
+            session_id: op_session(record).map(str::to_owned),
+            ..Location::default()
+        },
+    }
+}
+
 fn op_session(record: &OpRecord) -> Option<&str> {
     match record {
         OpRecord::SessionStart(h) => Some(&h.session_id),
@@ -701,22 +793,4 @@ fn op_session(record: &OpRecord) -> Option<&str> {
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
         OpRecord::KeyRegistration(_) => None,
     }
-}
-
-/// Checks that a log entry is included in a verified checkpoint's tree.
-pub fn check_inclusion(
-    entry: &LogEntry,
-    proof: &[Hash],
-    checkpoint: &VerifiedCheckpoint,
-) -> Result<(), Failure> {
-    let cp = checkpoint.checkpoint();
-    crate::merkle::verify_inclusion(&entry.leaf_hash(), entry.seq, cp.size, proof, &cp.root)
-        .map_err(|e| Failure {
-            at: Location {
-                seq: Some(entry.seq),
-                ..Location::default()
-            },
-            reason: Reason::InclusionMismatch,
-            detail: format!("inclusion proof for seq {} fails: {e}", entry.seq),
-        })
 }

@@ -4,6 +4,7 @@
 // Fixed, known-good inputs: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod bundle;
 mod format_example;
 mod tamper;
 mod vectors;

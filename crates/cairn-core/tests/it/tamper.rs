@@ -22,8 +22,8 @@ use ed25519_dalek::{Signer as _, SigningKey};
 use proptest::prelude::*;
 use serde_json::json;
 
-const ORG: &str = "acme";
-const SERVER: &str = "cairn.test";
+pub(crate) const ORG: &str = "acme";
+pub(crate) const SERVER: &str = "cairn.test";
 
 fn t(micros: i64) -> Timestamp {
     Timestamp::from_micros(1_736_937_000_000_000 + micros).unwrap()
@@ -44,15 +44,15 @@ fn header(session: &str) -> SessionHeader {
 
 /// What varies between generated steps.
 #[derive(Debug, Clone)]
-struct StepSpec {
-    kind: &'static str,
-    content: String,
-    number: Option<u64>,
-    confidence: Option<f64>,
-    flagged: bool,
+pub(crate) struct StepSpec {
+    pub(crate) kind: &'static str,
+    pub(crate) content: String,
+    pub(crate) number: Option<u64>,
+    pub(crate) confidence: Option<f64>,
+    pub(crate) flagged: bool,
 }
 
-fn step_spec() -> impl Strategy<Value = StepSpec> {
+pub(crate) fn step_spec() -> impl Strategy<Value = StepSpec> {
     (
         prop::sample::select(vec![
             "Observation",
@@ -354,14 +354,14 @@ fn hidden_chain_inputs_cannot_be_hidden() {
 
 /// A small org log: two interleaved sessions, an agent key, signed steps,
 /// a seal, and signed checkpoints at every size.
-struct Fixture {
-    entries: Vec<LogEntry>,
-    server: NoteSigner,
+pub(crate) struct Fixture {
+    pub(crate) entries: Vec<LogEntry>,
+    pub(crate) server: NoteSigner,
     /// Signed checkpoint notes, one per log size 1..=n.
-    checkpoints: Vec<String>,
+    pub(crate) checkpoints: Vec<String>,
 }
 
-fn build_log(specs: &[StepSpec]) -> Fixture {
+pub(crate) fn build_log(specs: &[StepSpec]) -> Fixture {
     let server = NoteSigner::from_seed(SERVER, &[42; 32]).unwrap();
     let agent = SigningKey::from_bytes(&[7; 32]);
     let mut entries = Vec::new();
