@@ -53,5 +53,8 @@ pub mod record;
 pub mod time;
 pub mod verify;
 
+/// The Ed25519 implementation Cairn's keys and signatures use, so that
+/// dependents name the same types.
+pub use ed25519_dalek;
 pub use hash::Hash;
 pub use time::Timestamp;

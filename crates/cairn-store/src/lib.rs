@@ -1,0 +1,444 @@
+//! # cairn-store
+//!
+//! Where Cairn's records live: the [`LedgerStore`] trait, the group-commit
+//! [`Sequencer`] in front of it, the embedded SQLite backend
+//! ([`SqliteStore`]), the server key file, and the operations that work on a
+//! whole store (export to a bundle, import from one, verify).
+//!
+//! ```text
+//!  many writers ──▶ Ledger::append ──▶ Sequencer (one thread, batches) ──▶ LedgerStore::append_batch
+//!                                            one transaction, one fsync per batch ◀──┘
+//! ```
+//!
+//! A write is acknowledged only after the transaction holding it has
+//! committed with `synchronous=FULL`, so an acknowledged record survives a
+//! crash. The backend does its own sequencing (assigning step indexes and
+//! log sequence numbers), because that is where backends differ: SQLite
+//! has one writer and keeps chain heads in memory, PostgreSQL (next) locks
+//! per org. The conformance suite in `tests/it/conformance.rs` is written
+//! against the trait and runs unchanged on every backend.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod keys;
+pub mod ops;
+mod sequencer;
+mod sqlite;
+
+pub use keys::{ServerKey, load_or_create_server_key};
+pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig};
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+use cairn_core::Hash;
+use cairn_core::Timestamp;
+use cairn_core::commit::{AgentSignature, StepRecord};
+use cairn_core::ed25519_dalek::VerifyingKey;
+use cairn_core::log::{LogEntry, SealRecord};
+use cairn_core::record::{Links, Profile, RecordError, SessionHeader, Status};
+
+/// A step as a writer submits it: the fields it chooses. The store assigns
+/// the rest (trace id, index, timestamp, seed) unless the writer signs the
+/// step, in which case it must fix them itself (see `docs/FORMAT.md` 7.3).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewStep {
+    /// The org.
+    pub org_id: String,
+    /// The session; created on first use if it does not exist.
+    pub session_id: String,
+    /// The agent writing.
+    pub agent_id: String,
+    /// The kind, in any seed's spelling.
+    pub kind_label: String,
+    /// Reasoning text.
+    pub content: Option<String>,
+    /// Input JSON.
+    pub input: Option<serde_json::Value>,
+    /// Output JSON.
+    pub output: Option<serde_json::Value>,
+    /// Confidence 0..1.
+    pub confidence: Option<f64>,
+    /// Duration in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// Tokens used.
+    pub token_count: Option<u64>,
+    /// Model name.
+    pub model: Option<String>,
+    /// Free-form metadata.
+    pub metadata: Option<serde_json::Value>,
+    /// Turn (seed 002).
+    pub turn_id: Option<String>,
+    /// Position in the turn.
+    pub turn_step: Option<u64>,
+    /// Task (seed 001).
+    pub task_id: Option<String>,
+    /// Cross-references.
+    pub links: Links,
+    /// `ok` or `flagged`.
+    pub status: Status,
+    /// The trace id; a UUIDv7 is generated when absent.
+    pub trace_id: Option<String>,
+    /// The timestamp; the store's clock when absent.
+    pub created_at: Option<Timestamp>,
+    /// The index the writer expects; the append is refused if it is not
+    /// the session's next index.
+    pub step_index: Option<u64>,
+    /// The record seed; drawn by the store when absent.
+    pub seed: Option<[u8; 32]>,
+    /// The agent's signature over the step digest.
+    pub signature: Option<AgentSignature>,
+    /// Who is writing (API key id, `cli`): recorded if this step opens the
+    /// session.
+    pub caller: String,
+}
+
+/// A session to open explicitly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// The org.
+    pub org_id: String,
+    /// The session id.
+    pub session_id: String,
+    /// The agent running it.
+    pub agent_id: String,
+    /// Who opened it.
+    pub caller: String,
+    /// Kind profile.
+    pub profile: Profile,
+    /// Final chain hash of the session this one continues.
+    pub predecessor: Option<Hash>,
+    /// Consent to `full` detail exports.
+    pub full_consent: bool,
+}
+
+/// One write for the sequencer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteRequest {
+    /// Append a step.
+    Step(Box<NewStep>),
+    /// Open a session.
+    StartSession(NewSession),
+    /// Seal a session: sign its Merkle root; nothing can be appended after.
+    Seal {
+        /// The org.
+        org_id: String,
+        /// The session.
+        session_id: String,
+    },
+    /// Register an agent's Ed25519 public key.
+    RegisterKey {
+        /// The org.
+        org_id: String,
+        /// The agent.
+        agent_id: String,
+        /// The key.
+        public_key: VerifyingKey,
+    },
+    /// Sign a checkpoint of the org's log now, if it grew since the last.
+    Checkpoint {
+        /// The org.
+        org_id: String,
+    },
+}
+
+/// What a successful write produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// A step was appended.
+    Step {
+        /// Its position in the org log.
+        seq: u64,
+        /// Its trace id.
+        trace_id: String,
+        /// Its index in the session.
+        step_index: u64,
+        /// Its chain hash.
+        hash: Hash,
+        /// Its timestamp.
+        created_at: Timestamp,
+        /// Whether this step opened the session.
+        session_created: bool,
+    },
+    /// A session was opened.
+    Session {
+        /// Position of its `session-start` record.
+        seq: u64,
+        /// Its genesis hash.
+        genesis: Hash,
+    },
+    /// A session was sealed.
+    Sealed {
+        /// Position of the seal record.
+        seq: u64,
+        /// The seal.
+        seal: SealRecord,
+    },
+    /// A key was registered.
+    KeyRegistered {
+        /// Position of the registration.
+        seq: u64,
+        /// Its key id (`agent-` + 12 hex digits).
+        key_id: String,
+    },
+    /// A checkpoint was signed (or the latest one returned, if the log did
+    /// not grow).
+    Checkpoint(StoredCheckpoint),
+}
+
+/// Why one write was refused. Refusals write nothing; other writes of the
+/// same batch are unaffected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A field breaks a record rule.
+    #[error(transparent)]
+    Invalid(#[from] RecordError),
+    /// The session was sealed; nothing more can be appended.
+    #[error("session {session_id} is sealed; nothing can be appended after the seal")]
+    Sealed {
+        /// The session.
+        session_id: String,
+    },
+    /// The session does not exist.
+    #[error("session {session_id} does not exist")]
+    UnknownSession {
+        /// The session.
+        session_id: String,
+    },
+    /// The session already exists.
+    #[error("session {session_id} already exists")]
+    SessionExists {
+        /// The session.
+        session_id: String,
+    },
+    /// The writer expected another index (someone else appended first).
+    #[error("step index {given} is not the session's next index {expected}")]
+    IndexConflict {
+        /// The next index.
+        expected: u64,
+        /// The index the writer gave.
+        given: u64,
+    },
+    /// The step's agent is not the session's agent.
+    #[error("session {session_id} belongs to agent {session_agent}, not {step_agent}")]
+    AgentMismatch {
+        /// The session.
+        session_id: String,
+        /// Its agent.
+        session_agent: String,
+        /// The step's agent.
+        step_agent: String,
+    },
+    /// The trace id is already used in this org.
+    #[error("trace id {trace_id} already exists")]
+    DuplicateTraceId {
+        /// The trace id.
+        trace_id: String,
+    },
+    /// A signed step must fix its index, timestamp, trace id and seed.
+    #[error("a signed step must carry its own trace_id, step_index, created_at and seed")]
+    SignedStepIncomplete,
+    /// The agent signature does not verify, or its key is not registered
+    /// for this agent.
+    #[error("bad agent signature: {0}")]
+    BadSignature(String),
+    /// Sealing a session with no steps.
+    #[error("session {session_id} has no steps to seal")]
+    NothingToSeal {
+        /// The session.
+        session_id: String,
+    },
+}
+
+/// A storage failure (I/O, database, corrupt state). Unlike a [`Refusal`],
+/// it fails the whole batch: nothing of it was acknowledged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database failed.
+    #[error("database error while {context}: {source}")]
+    Database {
+        /// What the store was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the store was doing.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stored data contradicts itself (for example a row that does not
+    /// parse); verification says more.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    /// The server key file is invalid.
+    #[error("server key: {0}")]
+    Key(String),
+    /// The sequencer is gone (the ledger was closed).
+    #[error("the ledger is closed")]
+    Closed,
+}
+
+/// A helper to attach context to database errors.
+pub(crate) trait DbContext<T> {
+    fn context(self, what: &str) -> Result<T, StoreError>;
+}
+
+impl<T> DbContext<T> for Result<T, rusqlite::Error> {
+    fn context(self, what: &str) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError::Database {
+            context: what.to_owned(),
+            source,
+        })
+    }
+}
+
+/// A signed checkpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// The org.
+    pub org_id: String,
+    /// Log size it covers.
+    pub size: u64,
+    /// Root hash at that size.
+    pub root: Hash,
+    /// The signed note.
+    pub note: String,
+    /// When it was signed.
+    pub created_at: Timestamp,
+}
+
+/// A session's stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The header the genesis derives from.
+    pub header: SessionHeader,
+    /// Position of its `session-start` record.
+    pub start_seq: u64,
+    /// Steps recorded.
+    pub step_count: u64,
+    /// Chain hash of the last step (the genesis if none).
+    pub head: Hash,
+    /// The seal, if sealed.
+    pub seal: Option<SealRecord>,
+}
+
+/// One line of a session listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session id.
+    pub session_id: String,
+    /// Its agent.
+    pub agent_id: String,
+    /// Steps recorded.
+    pub step_count: u64,
+    /// Timestamp of the first step.
+    pub first_step_at: Option<Timestamp>,
+    /// Timestamp of the last step.
+    pub last_step_at: Option<Timestamp>,
+    /// When the session started.
+    pub started_at: Timestamp,
+    /// Whether it is sealed.
+    pub sealed: bool,
+}
+
+/// A step with its position in the org log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredStep {
+    /// Position in the org log.
+    pub seq: u64,
+    /// The record.
+    pub record: StepRecord,
+}
+
+/// Where records live. Implementations sequence natively (see the crate
+/// docs); every method's contract is checked by the conformance suite.
+pub trait LedgerStore: Send + Sync + 'static {
+    /// Sequences and durably writes a batch, in order. Returns one outcome
+    /// per request once the batch is durable. `Err` means nothing of the
+    /// batch was written.
+    fn append_batch(
+        &self,
+        batch: &[WriteRequest],
+    ) -> Result<Vec<Result<Written, Refusal>>, StoreError>;
+
+    /// Periodic work between batches: sign a checkpoint for every org
+    /// whose log grew since its last one and whose last one is older than
+    /// the checkpoint interval.
+    fn maintain(&self) -> Result<(), StoreError>;
+
+    /// The orgs that have a log.
+    fn orgs(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Number of entries in an org's log (0 for an unknown org).
+    fn log_size(&self, org_id: &str) -> Result<u64, StoreError>;
+
+    /// Streams log entries `from..to` (clamped to the log) in seq order.
+    /// `visit` returns false to stop early.
+    fn read_log(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+    ) -> Result<(), StoreError>;
+
+    /// A session's header, counts, head and seal.
+    fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError>;
+
+    /// Streams a session's steps in index order. `visit` returns false to
+    /// stop early.
+    fn read_session(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError>;
+
+    /// A step by trace id.
+    fn step_by_trace(&self, org_id: &str, trace_id: &str)
+    -> Result<Option<StoredStep>, StoreError>;
+
+    /// Sessions, newest first, optionally of one agent.
+    fn list_sessions(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError>;
+
+    /// The latest checkpoint of an org's log.
+    fn latest_checkpoint(&self, org_id: &str) -> Result<Option<StoredCheckpoint>, StoreError>;
+
+    /// Every stored checkpoint of an org's log, oldest first.
+    fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError>;
+
+    /// Inclusion proof of entry `seq` in the tree of `size` entries.
+    fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError>;
+
+    /// Consistency proof between two sizes of the log.
+    fn consistency_proof(
+        &self,
+        org_id: &str,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<Vec<Hash>, StoreError>;
+
+    /// Root of the log at `size`.
+    fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError>;
+
+    /// Agent key registrations of an org, in log order.
+    fn agent_keys(&self, org_id: &str)
+    -> Result<Vec<cairn_core::log::KeyRegistration>, StoreError>;
+
+    /// The server key's public half.
+    fn server_key(&self) -> &cairn_core::note::NoteVerifier;
+
+    /// The server key's name (log origins are `<name>/<org>`).
+    fn server_name(&self) -> &str;
+}

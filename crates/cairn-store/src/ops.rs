@@ -1,0 +1,365 @@
+//! Whole-store operations: verify a store or a session, export bundles.
+//!
+//! These work on any [`LedgerStore`] and stream: memory stays constant in
+//! the number of records (plus one chain state per open session).
+
+use crate::{LedgerStore, StoreError, StoredCheckpoint};
+use cairn_core::Timestamp;
+use cairn_core::bundle::{BundleHeader, checkpoint_line, encode_entry, end_line};
+use cairn_core::checkpoint::verify_checkpoint;
+use cairn_core::log::{LogRecord, OpRecord, log_origin};
+use cairn_core::note::NoteVerifier;
+use cairn_core::verify::{
+    AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
+};
+use std::io::Write;
+
+/// The outcome of verifying an org's log in a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreVerdict {
+    /// The org.
+    pub org_id: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Entries in the log.
+    pub log_size: u64,
+    /// Checkpoints checked against the log (stored and supplied).
+    pub checkpoints_checked: usize,
+    /// The largest checkpoint size checked.
+    pub checkpoint_size: Option<u64>,
+}
+
+fn failed(org_id: &str, log_size: u64, failure: Failure, checked: usize) -> StoreVerdict {
+    StoreVerdict {
+        org_id: org_id.to_owned(),
+        verdict: Verdict {
+            verified: false,
+            records_checked: 0,
+            last_valid: None,
+            failure: Some(failure),
+        },
+        log_size,
+        checkpoints_checked: checked,
+        checkpoint_size: None,
+    }
+}
+
+/// Verifies an org's whole log: every session chain, every operational
+/// record, and the Merkle root at the size of every stored checkpoint and
+/// of every checkpoint in `external` (signed notes an auditor or witness
+/// kept). Signatures are checked against `keys` (the store's own server key
+/// if empty). `progress` is called with the number of entries checked.
+pub fn verify_org(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    external: &[String],
+    keys: &[NoteVerifier],
+    progress: &mut dyn FnMut(u64),
+) -> Result<StoreVerdict, StoreError> {
+    let keys: Vec<NoteVerifier> = if keys.is_empty() {
+        vec![store.server_key().clone()]
+    } else {
+        keys.to_vec()
+    };
+    let origin = log_origin(store.server_name(), org_id);
+    let log_size = store.log_size(org_id)?;
+    let mut verifier = LogVerifier::new(store.server_name(), org_id, keys.clone());
+    let stored: Vec<String> = store
+        .checkpoints(org_id)?
+        .into_iter()
+        .map(|c| c.note)
+        .collect();
+    let mut checked = 0;
+    let mut largest = None;
+    for (source, note) in stored
+        .iter()
+        .map(|n| ("stored", n))
+        .chain(external.iter().map(|n| ("supplied", n)))
+    {
+        match verify_checkpoint(note, &origin, &keys) {
+            Ok(cp) => {
+                verifier.expect_checkpoint(&cp);
+                checked += 1;
+                largest = largest.max(Some(cp.checkpoint().size));
+            }
+            Err(e) => {
+                let size = note.lines().nth(1).unwrap_or("?").to_owned();
+                let failure = Failure {
+                    at: Location::default(),
+                    reason: Reason::BadSignature,
+                    detail: format!(
+                        "{source} checkpoint of size {size} does not verify with the server key: {e}"
+                    ),
+                };
+                return Ok(failed(org_id, log_size, failure, checked));
+            }
+        }
+    }
+    let mut count = 0u64;
+    let mut leaf_failure = None;
+    store.read_log(org_id, 0, u64::MAX, &mut |entry, stored_leaf| {
+        count += 1;
+        if count % 4096 == 0 {
+            progress(count);
+        }
+        if !verifier.push(&entry) {
+            return false;
+        }
+        if entry.leaf_hash() != stored_leaf {
+            // Proofs are served from stored leaf hashes: a mismatch would
+            // hand out proofs for data that is not in the log.
+            leaf_failure = Some(Failure {
+                at: Location {
+                    seq: Some(entry.seq),
+                    ..Location::default()
+                },
+                reason: Reason::InclusionMismatch,
+                detail: "the stored leaf hash does not match the entry".into(),
+            });
+            return false;
+        }
+        true
+    })?;
+    progress(count);
+    let mut verdict = verifier.finish();
+    if verdict.failure.is_none()
+        && let Some(failure) = leaf_failure
+    {
+        verdict.verified = false;
+        verdict.failure = Some(failure);
+    }
+    Ok(StoreVerdict {
+        org_id: org_id.to_owned(),
+        verdict,
+        log_size,
+        checkpoints_checked: checked,
+        checkpoint_size: largest,
+    })
+}
+
+/// Verifies one session's chain (and its seal, if sealed) on its own.
+/// `Ok(None)` if the session does not exist.
+pub fn verify_session(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    session_id: &str,
+) -> Result<Option<Verdict>, StoreError> {
+    let Some(info) = store.session(org_id, session_id)? else {
+        return Ok(None);
+    };
+    let mut keys = AgentKeys::new();
+    for reg in store.agent_keys(org_id)? {
+        keys.insert(reg.key_id, reg.agent_id, reg.public_key);
+    }
+    let mut verifier = SessionVerifier::new(&info.header, keys);
+    store.read_session(org_id, session_id, &mut |step| verifier.push(&step.record))?;
+    let expected = match &info.seal {
+        Some(seal) => {
+            verifier.push_seal(
+                seal,
+                &log_origin(store.server_name(), org_id),
+                std::slice::from_ref(store.server_key()),
+            );
+            seal.step_count
+        }
+        None => info.step_count,
+    };
+    Ok(Some(verifier.finish(Some(expected))))
+}
+
+/// What to export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportScope {
+    /// The whole org log up to the checkpoint.
+    All,
+    /// One session.
+    Session(String),
+    /// Every session of one agent.
+    Agent(String),
+    /// Every session started in `[since, until)`.
+    Range {
+        /// Inclusive start.
+        since: Timestamp,
+        /// Exclusive end.
+        until: Timestamp,
+    },
+}
+
+impl ExportScope {
+    fn describe(&self) -> serde_json::Value {
+        match self {
+            ExportScope::All => serde_json::json!({"all": true}),
+            ExportScope::Session(s) => serde_json::json!({"session": s}),
+            ExportScope::Agent(a) => serde_json::json!({"agent": a}),
+            ExportScope::Range { since, until } => {
+                serde_json::json!({"since": since.to_string(), "until": until.to_string()})
+            }
+        }
+    }
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSummary {
+    /// Entries written.
+    pub entries: u64,
+    /// Sessions included.
+    pub sessions: u64,
+    /// The checkpoint the bundle is proven against.
+    pub checkpoint_size: u64,
+}
+
+/// Why an export could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Writing the bundle failed.
+    #[error("writing the bundle: {0}")]
+    Write(#[from] std::io::Error),
+    /// Nothing matches the scope.
+    #[error("nothing to export: {0}")]
+    Empty(String),
+}
+
+/// Writes a bundle of `scope` proven against `checkpoint` (entries after
+/// it are not included: checkpoint first for a complete export).
+pub fn export(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportSummary, ExportError> {
+    let size = checkpoint.size;
+    let header = BundleHeader {
+        server_name: store.server_name().to_owned(),
+        org_id: org_id.to_owned(),
+        server_key: store.server_key().to_string(),
+        scope: scope.describe(),
+        complete_log: *scope == ExportScope::All,
+        exported_at,
+    };
+    writeln!(out, "{}", header.to_line())?;
+    writeln!(out, "{}", checkpoint_line(&checkpoint.note))?;
+    let mut written = 0u64;
+    let mut sessions = 0u64;
+    let mut write_error = None;
+    if *scope == ExportScope::All {
+        store.read_log(org_id, 0, size, &mut |entry, _| {
+            if let LogRecord::Op {
+                record: OpRecord::SessionStart(_),
+                ..
+            } = &entry.record
+            {
+                sessions += 1;
+            }
+            if let Err(e) = writeln!(out, "{}", encode_entry(&entry, None)) {
+                write_error = Some(e);
+                return false;
+            }
+            written += 1;
+            if written % 4096 == 0 {
+                progress(written);
+            }
+            true
+        })?;
+    } else {
+        // Which sessions, then which entries: their starts, steps and
+        // seals, and the key registrations of their agents.
+        let mut session_ids: Vec<String> = Vec::new();
+        let mut agents: Vec<String> = Vec::new();
+        let mut seqs: Vec<u64> = Vec::new();
+        let mut per_session = |id: &str, seqs: &mut Vec<u64>| -> Result<bool, StoreError> {
+            let Some(info) = store.session(org_id, id)? else {
+                return Ok(false);
+            };
+            if info.start_seq >= size {
+                return Ok(false);
+            }
+            seqs.push(info.start_seq);
+            store.read_session(org_id, id, &mut |step| {
+                if step.seq < size {
+                    seqs.push(step.seq);
+                }
+                true
+            })?;
+            if !agents.contains(&info.header.agent_id) {
+                agents.push(info.header.agent_id.clone());
+            }
+            Ok(true)
+        };
+        let candidates: Vec<String> = match scope {
+            ExportScope::Session(id) => vec![id.clone()],
+            ExportScope::Agent(agent) => store
+                .list_sessions(org_id, Some(agent), usize::MAX)?
+                .into_iter()
+                .map(|s| s.session_id)
+                .collect(),
+            ExportScope::Range { since, until } => store
+                .list_sessions(org_id, None, usize::MAX)?
+                .into_iter()
+                .filter(|s| s.started_at >= *since && s.started_at < *until)
+                .map(|s| s.session_id)
+                .collect(),
+            ExportScope::All => Vec::new(),
+        };
+        for id in candidates {
+            if per_session(&id, &mut seqs)? {
+                session_ids.push(id);
+            }
+        }
+        if session_ids.is_empty() {
+            return Err(ExportError::Empty(format!(
+                "{scope:?} matches no session covered by the checkpoint"
+            )));
+        }
+        sessions = session_ids.len() as u64;
+        // Seals and key registrations live in the log; find them in one
+        // pass over the operational records.
+        store.read_log(org_id, 0, size, &mut |entry, _| {
+            match &entry.record {
+                LogRecord::Op {
+                    record: OpRecord::Seal(seal),
+                    ..
+                } if session_ids.contains(&seal.session_id) => seqs.push(entry.seq),
+                LogRecord::Op {
+                    record: OpRecord::KeyRegistration(reg),
+                    ..
+                } if agents.contains(&reg.agent_id) => seqs.push(entry.seq),
+                _ => {}
+            }
+            true
+        })?;
+        seqs.sort_unstable();
+        seqs.dedup();
+        for seq in seqs {
+            let proof = store.inclusion_proof(org_id, seq, size)?;
+            let mut line = None;
+            store.read_log(org_id, seq, seq + 1, &mut |entry, _| {
+                line = Some(encode_entry(&entry, Some(&proof)));
+                false
+            })?;
+            let line = line.ok_or_else(|| StoreError::Corrupt(format!("entry {seq} vanished")))?;
+            writeln!(out, "{line}")?;
+            written += 1;
+            if written % 1024 == 0 {
+                progress(written);
+            }
+        }
+    }
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    writeln!(out, "{}", end_line(written))?;
+    out.flush()?;
+    progress(written);
+    Ok(ExportSummary {
+        entries: written,
+        sessions,
+        checkpoint_size: size,
+    })
+}

@@ -1,0 +1,141 @@
+-- Cairn embedded store, schema version 1. Applied idempotently on open.
+
+CREATE TABLE IF NOT EXISTS meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS orgs (
+  org  INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+
+-- The org log: every step and operational record. A step fills the step
+-- columns; an operational record fills `view` (its canonical JSON view).
+CREATE TABLE IF NOT EXISTS entries (
+  org           INTEGER NOT NULL,
+  seq           INTEGER NOT NULL,
+  type          TEXT    NOT NULL,
+  record_hash   BLOB    NOT NULL,  -- chain hash (steps) or op hash
+  leaf_hash     BLOB    NOT NULL,  -- RFC 9162 leaf hash of the entry
+  view          TEXT,
+  sid           INTEGER,
+  step_index    INTEGER,
+  trace_id      TEXT,
+  agent_id      TEXT,
+  kind          TEXT,
+  kind_label    TEXT,
+  content       TEXT,
+  input_data    TEXT,
+  output_data   TEXT,
+  confidence    REAL,
+  duration_ms   INTEGER,
+  token_count   INTEGER,
+  model         TEXT,
+  metadata      TEXT,
+  created_at    INTEGER,           -- microseconds since the Unix epoch, UTC
+  turn_id       TEXT,
+  turn_step     INTEGER,
+  task_id       TEXT,
+  links         TEXT,
+  status        TEXT,
+  seed          BLOB,              -- secret: the salts derive from it
+  digest        BLOB,
+  prev_hash     BLOB,
+  sig_key_id    TEXT,
+  signature     BLOB,
+  has_embedding INTEGER NOT NULL DEFAULT 0,  -- outside the digest
+  erased        INTEGER NOT NULL DEFAULT 0,  -- outside the digest
+  hidden        TEXT,              -- commitments of erased fields (JSON)
+  PRIMARY KEY (org, seq)
+);
+CREATE INDEX IF NOT EXISTS entries_by_session ON entries (sid, step_index) WHERE sid IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS sessions (
+  sid        INTEGER PRIMARY KEY,
+  org        INTEGER NOT NULL,
+  session_id TEXT    NOT NULL,
+  agent_id   TEXT    NOT NULL,
+  profile    TEXT    NOT NULL,
+  started_at INTEGER NOT NULL,
+  start_seq  INTEGER NOT NULL,
+  genesis    BLOB    NOT NULL,
+  UNIQUE (org, session_id)
+);
+CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+
+CREATE TABLE IF NOT EXISTS seals (
+  sid INTEGER PRIMARY KEY,
+  seq INTEGER NOT NULL
+);
+
+-- Complete Merkle subtrees of each org log at levels 4, 8, 12, ...
+CREATE TABLE IF NOT EXISTS nodes (
+  org   INTEGER NOT NULL,
+  level INTEGER NOT NULL,
+  idx   INTEGER NOT NULL,
+  hash  BLOB    NOT NULL,
+  PRIMARY KEY (org, level, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS checkpoints (
+  org        INTEGER NOT NULL,
+  size       INTEGER NOT NULL,
+  root       BLOB    NOT NULL,
+  note       TEXT    NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (org, size)
+) WITHOUT ROWID;
+
+-- Append-only, enforced by the database itself.
+CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+
+-- The only updates allowed: the recorded erasure (payload columns nulled,
+-- `erased` set, commitments kept in `hidden`) and setting `has_embedding`.
+-- Every other column must stay exactly as it was.
+CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
+WHEN NOT (
+  NEW.org IS OLD.org AND NEW.seq IS OLD.seq AND NEW.type IS OLD.type
+  AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash AND NEW.view IS OLD.view
+  AND NEW.sid IS OLD.sid AND NEW.step_index IS OLD.step_index AND NEW.trace_id IS OLD.trace_id
+  AND NEW.agent_id IS OLD.agent_id AND NEW.kind IS OLD.kind AND NEW.kind_label IS OLD.kind_label
+  AND NEW.confidence IS OLD.confidence AND NEW.duration_ms IS OLD.duration_ms
+  AND NEW.token_count IS OLD.token_count AND NEW.model IS OLD.model AND NEW.created_at IS OLD.created_at
+  AND NEW.turn_id IS OLD.turn_id AND NEW.turn_step IS OLD.turn_step AND NEW.task_id IS OLD.task_id
+  AND NEW.links IS OLD.links AND NEW.status IS OLD.status AND NEW.seed IS OLD.seed
+  AND NEW.digest IS OLD.digest AND NEW.prev_hash IS OLD.prev_hash AND NEW.sig_key_id IS OLD.sig_key_id
+  AND NEW.signature IS OLD.signature
+  AND (
+    (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
+     AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
+     AND NEW.has_embedding IS OLD.has_embedding)
+    OR
+    (OLD.has_embedding = 0 AND NEW.has_embedding = 1 AND NEW.erased IS OLD.erased AND NEW.hidden IS OLD.hidden
+     AND NEW.content IS OLD.content AND NEW.input_data IS OLD.input_data
+     AND NEW.output_data IS OLD.output_data AND NEW.metadata IS OLD.metadata)
+  )
+)
+BEGIN SELECT RAISE(ABORT, 'cairn: ledger entries cannot be updated (only recorded erasure and the embedding flag)'); END;
+
+CREATE TRIGGER IF NOT EXISTS orgs_no_update BEFORE UPDATE ON orgs
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS orgs_no_delete BEFORE DELETE ON orgs
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS sessions_no_update BEFORE UPDATE ON sessions
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS sessions_no_delete BEFORE DELETE ON sessions
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS seals_no_update BEFORE UPDATE ON seals
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS seals_no_delete BEFORE DELETE ON seals
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS nodes_no_update BEFORE UPDATE ON nodes
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS nodes_no_delete BEFORE DELETE ON nodes
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;

@@ -1,0 +1,202 @@
+//! Group commit: many writers, one sequencer thread, one transaction and
+//! one fsync per batch.
+//!
+//! Writers enqueue a request and wait on a [`Pending`] (blocking or as a
+//! future). The sequencer takes everything queued (up to the batch limit),
+//! hands it to [`LedgerStore::append_batch`], and answers each writer only
+//! after the batch committed. While idle it wakes every tick to let the
+//! store sign checkpoints. Dropping or closing the [`Ledger`] drains the
+//! queue before the thread exits, so no accepted request is lost.
+
+use crate::{LedgerStore, Refusal, StoreError, WriteRequest, Written};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Why a write did not happen.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AppendError {
+    /// The request was refused (invalid, sealed session, ...); nothing was
+    /// written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Storage failed; the batch holding the request was not written.
+    #[error("storage failure: {0}")]
+    Store(Arc<StoreError>),
+}
+
+type Reply = Result<Written, AppendError>;
+
+struct Job {
+    request: WriteRequest,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The answer to one submitted write, available once its batch committed.
+pub struct Pending {
+    rx: oneshot::Receiver<Reply>,
+}
+
+impl Pending {
+    /// Blocks until the write is durable or refused. Do not call from an
+    /// async task; `.await` the `Pending` there instead.
+    pub fn wait(self) -> Reply {
+        self.rx
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(AppendError::Store(Arc::new(StoreError::Closed))))
+    }
+}
+
+impl Future for Pending {
+    type Output = Reply;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or_else(|_| Err(AppendError::Store(Arc::new(StoreError::Closed)))))
+    }
+}
+
+/// Sequencer settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SequencerConfig {
+    /// Most requests in one transaction.
+    pub max_batch: usize,
+    /// How often an idle sequencer lets the store do periodic work.
+    pub tick: Duration,
+}
+
+impl Default for SequencerConfig {
+    fn default() -> SequencerConfig {
+        SequencerConfig {
+            max_batch: 4096,
+            tick: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A store with its sequencer: the handle writers and readers share.
+pub struct Ledger {
+    store: Arc<dyn LedgerStore>,
+    queue: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ledger {
+    /// Starts the sequencer thread in front of `store`.
+    pub fn new(store: Arc<dyn LedgerStore>, config: SequencerConfig) -> Ledger {
+        let (queue, jobs) = mpsc::channel::<Job>();
+        let worker = Arc::clone(&store);
+        let thread = std::thread::Builder::new()
+            .name("cairn-sequencer".into())
+            .spawn(move || run(worker.as_ref(), &jobs, config))
+            .ok();
+        Ledger {
+            store,
+            queue: Some(queue),
+            thread,
+        }
+    }
+
+    /// Read access to the store.
+    pub fn store(&self) -> &dyn LedgerStore {
+        self.store.as_ref()
+    }
+
+    /// A shared handle to the store.
+    pub fn store_arc(&self) -> Arc<dyn LedgerStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// Queues a write; the returned [`Pending`] resolves once it is durable
+    /// or refused.
+    pub fn submit(&self, request: WriteRequest) -> Pending {
+        let (reply, rx) = oneshot::channel();
+        if let Some(queue) = &self.queue
+            && let Err(mpsc::SendError(job)) = queue.send(Job { request, reply })
+        {
+            let _ = job
+                .reply
+                .send(Err(AppendError::Store(Arc::new(StoreError::Closed))));
+        }
+        Pending { rx }
+    }
+
+    /// Queues a write and waits for it.
+    pub fn write(&self, request: WriteRequest) -> Reply {
+        self.submit(request).wait()
+    }
+
+    /// Flushes every queued write and stops the sequencer.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.queue.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn run(store: &dyn LedgerStore, jobs: &mpsc::Receiver<Job>, config: SequencerConfig) {
+    let mut last_maintenance = Instant::now();
+    loop {
+        let first = match jobs.recv_timeout(config.tick) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                maintain(store);
+                last_maintenance = Instant::now();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut requests = vec![first.request];
+        let mut replies = vec![first.reply];
+        while requests.len() < config.max_batch {
+            match jobs.try_recv() {
+                Ok(job) => {
+                    requests.push(job.request);
+                    replies.push(job.reply);
+                }
+                Err(_) => break,
+            }
+        }
+        match store.append_batch(&requests) {
+            Ok(outcomes) => {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(outcome.map_err(AppendError::Refused));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for reply in replies {
+                    let _ = reply.send(Err(AppendError::Store(Arc::clone(&e))));
+                }
+            }
+        }
+        if last_maintenance.elapsed() >= config.tick {
+            maintain(store);
+            last_maintenance = Instant::now();
+        }
+    }
+    maintain(store);
+}
+
+fn maintain(store: &dyn LedgerStore) {
+    // A failed checkpoint is retried on the next tick; the records it would
+    // cover are already durable.
+    let _ = store.maintain();
+}

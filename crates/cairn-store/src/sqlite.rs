@@ -1,0 +1,1614 @@
+//! The embedded SQLite backend.
+//!
+//! One file, `ledger.db`, in WAL mode with `synchronous=FULL`: a commit
+//! returns only after the WAL is synced, which is what makes an
+//! acknowledged record durable. One writer connection (owned by the
+//! sequencer's calls), any number of read-only connections.
+//!
+//! Sequencing is in memory: each org's next `seq` and Merkle frontier, each
+//! session's next index and chain head. They are rebuilt on open from the
+//! tables (the frontier from stored subtree hashes, the heads from each
+//! session's last step), and a batch updates them only after its
+//! transaction committed.
+//!
+//! Tables (see `schema.sql`): `entries` (the org log: every step and
+//! operational record, keyed by `(org, seq)`), `sessions` and `seals`
+//! (lookup indexes), `nodes` (complete Merkle subtrees at every fourth
+//! level, for proofs and restarts), `checkpoints`, `orgs`, `meta`. Triggers
+//! abort UPDATE and DELETE on all of them, except the two updates the
+//! format allows: erasing payload fields (recorded in the log) and setting
+//! the embedding flag. Cairn's own connections also refuse DROP and ALTER
+//! through an authorizer.
+
+use crate::keys::{ServerKey, load_or_create_server_key};
+use crate::{
+    DbContext, LedgerStore, NewSession, NewStep, Refusal, SessionInfo, SessionSummary, StoreError,
+    StoredCheckpoint, StoredStep, WriteRequest, Written,
+};
+use cairn_core::commit::{
+    Field, Opening, Openings, StepRecord, agent_key_id, chain_hash, genesis_hash,
+    session_leaf_data, step_digest, verify_agent_signature,
+};
+use cairn_core::ed25519_dalek::VerifyingKey;
+use cairn_core::log::{
+    KeyRegistration, LogEntry, LogRecord, OpRecord, SealRecord, log_origin, org_checkpoint,
+};
+use cairn_core::merkle::{
+    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, leaf_hash, node_hash, range_hash,
+};
+use cairn_core::note::NoteVerifier;
+use cairn_core::record::{Limits, Links, Profile, SessionHeader, Status, Step, validate_id};
+use cairn_core::{Hash, Timestamp};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "ledger.db";
+const SCHEMA: &str = include_str!("schema.sql");
+const SCHEMA_VERSION: &str = "1";
+/// Merkle subtrees are stored at levels that are multiples of this.
+const NODE_STRIDE: u32 = 4;
+
+/// Settings of an embedded store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Name of the server key created on first open (log origins are
+    /// `<name>/<org>`).
+    pub server_name: String,
+    /// Record limits checked at ingest.
+    pub limits: Limits,
+    /// Minimum time between two checkpoints of a growing log.
+    pub checkpoint_interval: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> SqliteOptions {
+        SqliteOptions {
+            server_name: "cairn.local".into(),
+            limits: Limits::default(),
+            checkpoint_interval: Duration::from_millis(1000),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct OrgState {
+    id: i64,
+    frontier: Frontier,
+    checkpoint_size: u64,
+    checkpoint_at: Option<Instant>,
+}
+
+#[derive(Debug, Clone)]
+struct SessionState {
+    sid: i64,
+    agent_id: String,
+    profile: Profile,
+    next_index: u64,
+    head: Hash,
+    sealed: bool,
+}
+
+#[derive(Debug, Clone)]
+struct AgentKey {
+    org: i64,
+    agent_id: String,
+    key: VerifyingKey,
+    seq: u64,
+}
+
+struct Writer {
+    conn: Connection,
+    orgs: HashMap<String, OrgState>,
+    sessions: HashMap<(i64, String), SessionState>,
+    keys: HashMap<String, AgentKey>,
+}
+
+/// The embedded store. See the module docs.
+pub struct SqliteStore {
+    path: PathBuf,
+    key: ServerKey,
+    limits: Limits,
+    checkpoint_interval: Duration,
+    writer: Mutex<Writer>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn now() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    i64::try_from(micros)
+        .ok()
+        .and_then(Timestamp::from_micros)
+        .unwrap_or_default()
+}
+
+fn random_seed() -> Result<[u8; 32], StoreError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| StoreError::Key(format!("no entropy source: {e}")))?;
+    Ok(seed)
+}
+
+fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
+    let arr: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt("a stored hash is not 32 bytes".into()))?;
+    Ok(Hash(arr))
+}
+
+fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.busy_timeout(Duration::from_secs(10))
+        .context("setting the busy timeout")?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = OFF;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;",
+    )
+    .context("configuring the connection")
+}
+
+/// Refuses, on Cairn's own connections, statements that would remove
+/// ledger structure: DROP of anything and ALTER TABLE. (A user of the plain
+/// `sqlite3` shell is not bound by this; the triggers and verification
+/// are what stand there.)
+fn forbid_structural_changes(conn: &mut Connection) -> Result<(), StoreError> {
+    use rusqlite::hooks::{AuthAction, Authorization};
+    conn.authorizer(Some(|ctx: rusqlite::hooks::AuthContext<'_>| {
+        match ctx.action {
+            AuthAction::DropTable { .. }
+            | AuthAction::DropIndex { .. }
+            | AuthAction::DropTrigger { .. }
+            | AuthAction::DropView { .. }
+            | AuthAction::AlterTable { .. } => Authorization::Deny,
+            _ => Authorization::Allow,
+        }
+    }))
+    .context("installing the authorizer")
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir`: the directory,
+    /// the server key, the database and its schema; then rebuilds the
+    /// in-memory sequencing state from the tables.
+    pub fn open(data_dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Io {
+            context: format!("creating data directory {}", data_dir.display()),
+            source,
+        })?;
+        let key = load_or_create_server_key(data_dir, &options.server_name)?;
+        let path = data_dir.join(DB_FILE);
+        let mut conn = Connection::open(&path).context("opening the database")?;
+        configure(&conn)?;
+        let tx = conn
+            .transaction()
+            .context("starting the schema transaction")?;
+        tx.execute_batch(SCHEMA).context("creating the schema")?;
+        let version: Option<String> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .context("reading the schema version")?;
+        match version.as_deref() {
+            None => {
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
+                    [SCHEMA_VERSION],
+                )
+                .context("recording the schema version")?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(other) => {
+                return Err(StoreError::Corrupt(format!(
+                    "database schema version {other} is not supported (expected {SCHEMA_VERSION})"
+                )));
+            }
+        }
+        tx.commit().context("committing the schema")?;
+        forbid_structural_changes(&mut conn)?;
+        let writer = load_state(conn)?;
+        Ok(SqliteStore {
+            path,
+            key,
+            limits: options.limits,
+            checkpoint_interval: options.checkpoint_interval,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` with a read-only connection from the pool.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => {
+                let mut c = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .context("opening a reader")?;
+                c.busy_timeout(Duration::from_secs(10))
+                    .context("setting the busy timeout")?;
+                forbid_structural_changes(&mut c)?;
+                c
+            }
+        };
+        let out = f(&conn);
+        if let Ok(mut pool) = self.readers.lock()
+            && pool.len() < 8
+        {
+            pool.push(conn);
+        }
+        out
+    }
+
+    fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
+        conn.query_row("SELECT org FROM orgs WHERE name = ?1", [org], |r| r.get(0))
+            .optional()
+            .context("looking up an org")
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Corrupt("a previous panic poisoned the store's lock".into())
+}
+
+/// Reads perfect-subtree hashes of one org's log from the tables.
+struct DbTree<'c> {
+    conn: &'c Connection,
+    org: i64,
+    size: u64,
+}
+
+impl SubtreeHashes for DbTree<'_> {
+    type Error = StoreError;
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
+        if level == 0 {
+            let bytes: Vec<u8> = self
+                .conn
+                .prepare_cached("SELECT leaf_hash FROM entries WHERE org = ?1 AND seq = ?2")
+                .and_then(|mut s| s.query_row(params![self.org, index as i64], |r| r.get(0)))
+                .context("reading a leaf hash")?;
+            return blob_hash(bytes);
+        }
+        if level % NODE_STRIDE == 0 {
+            let stored: Option<Vec<u8>> = self
+                .conn
+                .prepare_cached("SELECT hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx = ?3")
+                .and_then(|mut s| {
+                    s.query_row(params![self.org, level, index as i64], |r| r.get(0))
+                        .optional()
+                })
+                .context("reading a tree node")?;
+            if let Some(bytes) = stored {
+                return blob_hash(bytes);
+            }
+        }
+        let left = self.subtree(level - 1, 2 * index)?;
+        let right = self.subtree(level - 1, 2 * index + 1)?;
+        Ok(node_hash(&left, &right))
+    }
+}
+
+fn load_state(conn: Connection) -> Result<Writer, StoreError> {
+    let mut orgs = HashMap::new();
+    {
+        let mut stmt = conn
+            .prepare("SELECT org, name, (SELECT COALESCE(MAX(seq) + 1, 0) FROM entries e WHERE e.org = o.org) FROM orgs o")
+            .context("listing orgs")?;
+        let rows: Vec<(i64, String, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .context("listing orgs")?
+            .collect::<Result<_, _>>()
+            .context("listing orgs")?;
+        for (id, name, size) in rows {
+            let size = size as u64;
+            let tree = DbTree {
+                conn: &conn,
+                org: id,
+                size,
+            };
+            let mut peaks = Vec::new();
+            let mut start = 0u64;
+            for level in (0..64u32).rev() {
+                if size & (1 << level) != 0 {
+                    peaks.push(tree.subtree(level, start >> level)?);
+                    start += 1 << level;
+                }
+            }
+            let frontier = Frontier::from_parts(size, peaks)
+                .ok_or_else(|| StoreError::Corrupt("frontier rebuild".into()))?;
+            let checkpoint_size: i64 = conn
+                .query_row(
+                    "SELECT COALESCE(MAX(size), 0) FROM checkpoints WHERE org = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .context("reading the last checkpoint")?;
+            orgs.insert(
+                name,
+                OrgState {
+                    id,
+                    frontier,
+                    checkpoint_size: checkpoint_size as u64,
+                    checkpoint_at: None,
+                },
+            );
+        }
+    }
+    let mut sessions = HashMap::new();
+    {
+        let mut stmt = conn
+            .prepare(
+                "SELECT s.sid, s.org, s.session_id, s.agent_id, s.profile, s.genesis,
+                        (SELECT step_index FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
+                        (SELECT record_hash FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
+                        EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+                 FROM sessions s",
+            )
+            .context("loading sessions")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Vec<u8>>(5)?,
+                    r.get::<_, Option<i64>>(6)?,
+                    r.get::<_, Option<Vec<u8>>>(7)?,
+                    r.get::<_, bool>(8)?,
+                ))
+            })
+            .context("loading sessions")?;
+        for row in rows {
+            let (sid, org, session_id, agent_id, profile, genesis, last_index, last_hash, sealed) =
+                row.context("loading a session")?;
+            let head = match last_hash {
+                Some(h) => blob_hash(h)?,
+                None => blob_hash(genesis)?,
+            };
+            sessions.insert(
+                (org, session_id),
+                SessionState {
+                    sid,
+                    agent_id,
+                    profile: Profile::parse(&profile)
+                        .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
+                    next_index: last_index.map_or(0, |i| i as u64 + 1),
+                    head,
+                    sealed,
+                },
+            );
+        }
+    }
+    let mut keys = HashMap::new();
+    {
+        let mut stmt = conn
+            .prepare("SELECT org, seq, view FROM entries WHERE type = 'key-registration' ORDER BY org, seq")
+            .context("loading agent keys")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .context("loading agent keys")?;
+        for row in rows {
+            let (org, seq, view) = row.context("loading an agent key")?;
+            let view: serde_json::Value = serde_json::from_str(&view)
+                .map_err(|e| StoreError::Corrupt(format!("key registration: {e}")))?;
+            if let Ok(OpRecord::KeyRegistration(reg)) =
+                OpRecord::from_view("key-registration", &view)
+            {
+                keys.insert(
+                    reg.key_id.clone(),
+                    AgentKey {
+                        org,
+                        agent_id: reg.agent_id,
+                        key: reg.public_key,
+                        seq: seq as u64,
+                    },
+                );
+            }
+        }
+    }
+    Ok(Writer {
+        conn,
+        orgs,
+        sessions,
+        keys,
+    })
+}
+
+/// Changes a batch makes to the in-memory state, applied only after its
+/// transaction commits.
+#[derive(Default)]
+struct Overlay {
+    orgs: HashMap<String, OrgState>,
+    sessions: HashMap<(i64, String), SessionState>,
+    keys: HashMap<String, AgentKey>,
+}
+
+const STEP_INSERT: &str = "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
+    agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
+    metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature)
+    VALUES (?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
+    ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
+
+const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
+    e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
+    e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
+    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id";
+
+fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
+    value.as_ref().map(serde_json::Value::to_string)
+}
+
+fn links_text(links: &Links) -> Option<String> {
+    if links.is_empty() {
+        return None;
+    }
+    let map: serde_json::Map<String, serde_json::Value> = links
+        .entries()
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), serde_json::Value::String(v.to_owned()))))
+        .collect();
+    Some(serde_json::Value::Object(map).to_string())
+}
+
+/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
+fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("stored step: {what}"));
+    let get_json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
+        let text: Option<String> = row.get(i).context("reading a step")?;
+        text.map(|t| serde_json::from_str(&t).map_err(|_| corrupt("a JSON column does not parse")))
+            .transpose()
+    };
+    let seq: i64 = row.get(0).context("reading a step")?;
+    let kind_name: String = row.get(3).context("reading a step")?;
+    let kind =
+        cairn_core::kind::StepKind::parse(&kind_name).ok_or_else(|| corrupt("unknown kind"))?;
+    let links = match get_json(17)? {
+        None => Links::default(),
+        Some(serde_json::Value::Object(map)) => {
+            let link = |k: &str| map.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+            Links {
+                tool_call: link("tool_call"),
+                policy_decision: link("policy_decision"),
+                approval_request: link("approval_request"),
+                audit_event: link("audit_event"),
+                corrects: link("corrects"),
+                parent: link("parent"),
+            }
+        }
+        Some(_) => return Err(corrupt("links is not an object")),
+    };
+    let status: String = row.get(18).context("reading a step")?;
+    let created: i64 = row.get(13).context("reading a step")?;
+    let opt_u64 = |i: usize| -> Result<Option<u64>, StoreError> {
+        let v: Option<i64> = row.get(i).context("reading a step")?;
+        Ok(v.map(|v| v as u64))
+    };
+    let step = Step {
+        trace_id: row.get(1).context("reading a step")?,
+        org_id: row.get(29).context("reading a step")?,
+        agent_id: row.get(2).context("reading a step")?,
+        session_id: row.get(30).context("reading a step")?,
+        step_index: row.get::<_, i64>(28).context("reading a step")? as u64,
+        kind,
+        kind_label: row.get(4).context("reading a step")?,
+        content: row.get(5).context("reading a step")?,
+        input: get_json(6)?,
+        output: get_json(7)?,
+        confidence: row.get(8).context("reading a step")?,
+        duration_ms: opt_u64(9)?,
+        token_count: opt_u64(10)?,
+        model: row.get(11).context("reading a step")?,
+        metadata: get_json(12)?,
+        created_at: Timestamp::from_micros(created)
+            .ok_or_else(|| corrupt("timestamp out of range"))?,
+        turn_id: row.get(14).context("reading a step")?,
+        turn_step: opt_u64(15)?,
+        task_id: row.get(16).context("reading a step")?,
+        links,
+        status: Status::parse(&status).ok_or_else(|| corrupt("unknown status"))?,
+    };
+    let seed: Vec<u8> = row.get(19).context("reading a step")?;
+    let seed: [u8; 32] = seed
+        .try_into()
+        .map_err(|_| corrupt("seed is not 32 bytes"))?;
+    let mut openings = Openings::from_seed(&seed);
+    let erased: bool = row.get(26).context("reading a step")?;
+    if let Some(hidden) = get_json(27)? {
+        let map = hidden
+            .as_object()
+            .ok_or_else(|| corrupt("hidden is not an object"))?;
+        for (name, value) in map {
+            let field =
+                Field::from_name(name).ok_or_else(|| corrupt("hidden names an unknown field"))?;
+            let hash = value
+                .as_str()
+                .and_then(|s| Hash::from_hex(s).ok())
+                .ok_or_else(|| corrupt("hidden commitment is not a hash"))?;
+            openings.0[field.position()] = Opening::Hidden(hash);
+        }
+    }
+    let sig_key: Option<String> = row.get(23).context("reading a step")?;
+    let sig: Option<Vec<u8>> = row.get(24).context("reading a step")?;
+    let signature = match (sig_key, sig) {
+        (Some(key_id), Some(bytes)) => Some(cairn_core::commit::AgentSignature {
+            key_id,
+            signature: bytes
+                .try_into()
+                .map_err(|_| corrupt("signature is not 64 bytes"))?,
+        }),
+        _ => None,
+    };
+    Ok(StoredStep {
+        seq: seq as u64,
+        record: StepRecord {
+            step,
+            openings,
+            digest: blob_hash(row.get(20).context("reading a step")?)?,
+            prev_hash: blob_hash(row.get(21).context("reading a step")?)?,
+            hash: blob_hash(row.get(22).context("reading a step")?)?,
+            signature,
+            has_embedding: row.get(25).context("reading a step")?,
+            erased,
+        },
+    })
+}
+
+impl Writer {
+    fn org(&self, overlay: &Overlay, name: &str) -> Option<OrgState> {
+        overlay
+            .orgs
+            .get(name)
+            .or_else(|| self.orgs.get(name))
+            .cloned()
+    }
+
+    fn session(&self, overlay: &Overlay, org: i64, session: &str) -> Option<SessionState> {
+        let key = (org, session.to_owned());
+        overlay
+            .sessions
+            .get(&key)
+            .or_else(|| self.sessions.get(&key))
+            .cloned()
+    }
+
+    fn agent_key(&self, overlay: &Overlay, key_id: &str) -> Option<AgentKey> {
+        overlay
+            .keys
+            .get(key_id)
+            .or_else(|| self.keys.get(key_id))
+            .cloned()
+    }
+
+    /// The org's state, creating the org on first use.
+    fn org_or_create(
+        &self,
+        tx: &Connection,
+        overlay: &Overlay,
+        name: &str,
+    ) -> Result<OrgState, StoreError> {
+        if let Some(org) = self.org(overlay, name) {
+            return Ok(org);
+        }
+        tx.execute("INSERT INTO orgs (name) VALUES (?1)", [name])
+            .context("creating an org")?;
+        Ok(OrgState {
+            id: tx.last_insert_rowid(),
+            frontier: Frontier::new(),
+            checkpoint_size: 0,
+            checkpoint_at: None,
+        })
+    }
+}
+
+/// Appends one leaf to an org's log state, writing the Merkle nodes it
+/// completes at stored levels.
+fn push_leaf(tx: &Connection, org: &mut OrgState, leaf: Hash) -> Result<(), StoreError> {
+    let mut nodes: Vec<(u32, u64, Hash)> = Vec::new();
+    org.frontier.push_with(leaf, |level, index, hash| {
+        if level > 0 && level % NODE_STRIDE == 0 {
+            nodes.push((level, index, *hash));
+        }
+    });
+    for (level, index, hash) in nodes {
+        tx.prepare_cached("INSERT INTO nodes (org, level, idx, hash) VALUES (?1, ?2, ?3, ?4)")
+            .and_then(|mut s| s.execute(params![org.id, level, index as i64, &hash.0[..]]))
+            .context("writing a tree node")?;
+    }
+    Ok(())
+}
+
+fn insert_op(tx: &Connection, org: &mut OrgState, op: &OpRecord) -> Result<u64, StoreError> {
+    let seq = org.frontier.size();
+    let hash = op.hash();
+    let entry = LogEntry {
+        seq,
+        record: LogRecord::Op {
+            record: op.clone(),
+            hash,
+        },
+    };
+    let leaf = entry.leaf_hash();
+    tx.prepare_cached(
+        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            org.id,
+            seq as i64,
+            op.entry_type(),
+            &hash.0[..],
+            &leaf.0[..],
+            op.to_view().to_string()
+        ])
+    })
+    .context("writing an operational record")?;
+    push_leaf(tx, org, leaf)?;
+    Ok(seq)
+}
+
+impl SqliteStore {
+    fn start_session(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        req: &NewSession,
+        started_at: Timestamp,
+    ) -> Result<Result<(u64, Hash, SessionState), Refusal>, StoreError> {
+        let header = SessionHeader {
+            org_id: req.org_id.clone(),
+            session_id: req.session_id.clone(),
+            agent_id: req.agent_id.clone(),
+            started_at,
+            caller: req.caller.clone(),
+            profile: req.profile,
+            predecessor: req.predecessor,
+            full_consent: req.full_consent,
+        };
+        if let Err(e) = header.validate() {
+            return Ok(Err(e.into()));
+        }
+        let mut org = w.org_or_create(tx, overlay, &req.org_id)?;
+        if w.session(overlay, org.id, &req.session_id).is_some() {
+            return Ok(Err(Refusal::SessionExists {
+                session_id: req.session_id.clone(),
+            }));
+        }
+        let genesis = genesis_hash(&header);
+        let seq = insert_op(tx, &mut org, &OpRecord::SessionStart(header))?;
+        tx.prepare_cached(
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                org.id,
+                req.session_id,
+                req.agent_id,
+                req.profile.as_str(),
+                started_at.as_micros(),
+                seq as i64,
+                &genesis.0[..]
+            ])
+        })
+        .context("writing a session")?;
+        let state = SessionState {
+            sid: tx.last_insert_rowid(),
+            agent_id: req.agent_id.clone(),
+            profile: req.profile,
+            next_index: 0,
+            head: genesis,
+            sealed: false,
+        };
+        overlay
+            .sessions
+            .insert((org.id, req.session_id.clone()), state.clone());
+        overlay.orgs.insert(req.org_id.clone(), org);
+        Ok(Ok((seq, genesis, state)))
+    }
+
+    fn append_step(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        req: &NewStep,
+    ) -> Result<Result<Written, Refusal>, StoreError> {
+        let created_at = req.created_at.unwrap_or_else(now);
+        let trace_id = req
+            .trace_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        if req.signature.is_some()
+            && (req.trace_id.is_none()
+                || req.created_at.is_none()
+                || req.step_index.is_none()
+                || req.seed.is_none())
+        {
+            return Ok(Err(Refusal::SignedStepIncomplete));
+        }
+        let mut step = match Step::new(
+            trace_id.clone(),
+            req.org_id.clone(),
+            req.agent_id.clone(),
+            req.session_id.clone(),
+            0,
+            &req.kind_label,
+            created_at,
+        ) {
+            Ok(step) => step,
+            Err(e) => return Ok(Err(e.into())),
+        };
+        step.content = req.content.clone();
+        step.input = req.input.clone();
+        step.output = req.output.clone();
+        step.confidence = req.confidence;
+        step.duration_ms = req.duration_ms;
+        step.token_count = req.token_count;
+        step.model = req.model.clone();
+        step.metadata = req.metadata.clone();
+        step.turn_id = req.turn_id.clone();
+        step.turn_step = req.turn_step;
+        step.task_id = req.task_id.clone();
+        step.links = req.links.clone();
+        step.status = req.status;
+        if let Err(e) = step.validate(&self.limits) {
+            return Ok(Err(e.into()));
+        }
+        // Generated ids (UUIDv7) are unique; a writer-chosen one is checked
+        // before anything is written, so a refusal leaves nothing behind.
+        if req.trace_id.is_some()
+            && let Some(org) = w.org(overlay, &req.org_id)
+        {
+            let taken: bool = tx
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM entries WHERE org = ?1 AND trace_id = ?2)",
+                )
+                .and_then(|mut s| s.query_row(params![org.id, trace_id], |r| r.get(0)))
+                .context("checking a trace id")?;
+            if taken {
+                return Ok(Err(Refusal::DuplicateTraceId { trace_id }));
+            }
+        }
+        let org_existing = w.org(overlay, &req.org_id);
+        let existing = org_existing
+            .as_ref()
+            .and_then(|o| w.session(overlay, o.id, &req.session_id));
+        let (mut session, session_created) = match existing {
+            Some(s) => (s, false),
+            None => {
+                let new = NewSession {
+                    org_id: req.org_id.clone(),
+                    session_id: req.session_id.clone(),
+                    agent_id: req.agent_id.clone(),
+                    caller: if req.caller.is_empty() {
+                        "unknown".into()
+                    } else {
+                        req.caller.clone()
+                    },
+                    profile: Profile::Standard,
+                    predecessor: None,
+                    full_consent: false,
+                };
+                // Validate everything the session start can refuse before
+                // writing it, so a refused step leaves no session behind.
+                match self.start_session(w, tx, overlay, &new, created_at)? {
+                    Ok((_, _, state)) => (state, true),
+                    Err(refusal) => return Ok(Err(refusal)),
+                }
+            }
+        };
+        if session.sealed {
+            return Ok(Err(Refusal::Sealed {
+                session_id: req.session_id.clone(),
+            }));
+        }
+        if session.agent_id != req.agent_id {
+            return Ok(Err(Refusal::AgentMismatch {
+                session_id: req.session_id.clone(),
+                session_agent: session.agent_id.clone(),
+                step_agent: req.agent_id.clone(),
+            }));
+        }
+        if let Err(e) = session.profile.check(step.kind) {
+            return Ok(Err(e.into()));
+        }
+        if let Some(given) = req.step_index
+            && given != session.next_index
+        {
+            return Ok(Err(Refusal::IndexConflict {
+                expected: session.next_index,
+                given,
+            }));
+        }
+        step.step_index = session.next_index;
+        let seed = match req.seed {
+            Some(seed) => seed,
+            None => random_seed()?,
+        };
+        let openings = Openings::from_seed(&seed);
+        let digest = step_digest(&step, &openings);
+        if let Some(sig) = &req.signature {
+            let Some(key) = w.agent_key(overlay, &sig.key_id) else {
+                return Ok(Err(Refusal::BadSignature(format!(
+                    "key {} is not registered",
+                    sig.key_id
+                ))));
+            };
+            let org_id = w.org(overlay, &req.org_id).map(|o| o.id);
+            if Some(key.org) != org_id || key.agent_id != req.agent_id {
+                return Ok(Err(Refusal::BadSignature(format!(
+                    "key {} is not registered for agent {}",
+                    sig.key_id, req.agent_id
+                ))));
+            }
+            if !verify_agent_signature(&key.key, &digest, &sig.signature) {
+                return Ok(Err(Refusal::BadSignature(
+                    "the signature does not verify over the step's digest".into(),
+                )));
+            }
+        }
+        let hash = chain_hash(&session.head, &digest, step.step_index, created_at);
+        let record = StepRecord {
+            step,
+            openings,
+            digest,
+            prev_hash: session.head,
+            hash,
+            signature: req.signature.clone(),
+            has_embedding: false,
+            erased: false,
+        };
+        let mut org = w
+            .org(overlay, &req.org_id)
+            .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
+        let seq = org.frontier.size();
+        let entry = LogEntry {
+            seq,
+            record: LogRecord::Step(record),
+        };
+        let leaf = entry.leaf_hash();
+        let LogRecord::Step(record) = &entry.record else {
+            unreachable!("constructed as a step above")
+        };
+        let s = &record.step;
+        let inserted = tx
+            .prepare_cached(STEP_INSERT)
+            .context("preparing the step insert")?
+            .execute(params![
+                org.id,
+                seq as i64,
+                &hash.0[..],
+                &leaf.0[..],
+                session.sid,
+                s.step_index as i64,
+                s.trace_id,
+                s.agent_id,
+                s.kind.as_str(),
+                s.kind_label,
+                s.content,
+                json_text(&s.input),
+                json_text(&s.output),
+                s.confidence,
+                s.duration_ms.map(|v| v as i64),
+                s.token_count.map(|v| v as i64),
+                s.model,
+                json_text(&s.metadata),
+                s.created_at.as_micros(),
+                s.turn_id,
+                s.turn_step.map(|v| v as i64),
+                s.task_id,
+                links_text(&s.links),
+                s.status.as_str(),
+                &seed[..],
+                &digest.0[..],
+                &record.prev_hash.0[..],
+                record.signature.as_ref().map(|sig| sig.key_id.clone()),
+                record.signature.as_ref().map(|sig| sig.signature.to_vec()),
+            ]);
+        inserted.context("writing a step")?;
+        push_leaf(tx, &mut org, leaf)?;
+        session.next_index += 1;
+        session.head = hash;
+        overlay
+            .sessions
+            .insert((org.id, req.session_id.clone()), session);
+        overlay.orgs.insert(req.org_id.clone(), org);
+        Ok(Ok(Written::Step {
+            seq,
+            trace_id,
+            step_index: record.step.step_index,
+            hash,
+            created_at,
+            session_created,
+        }))
+    }
+
+    fn seal(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        org_name: &str,
+        session_id: &str,
+    ) -> Result<Result<Written, Refusal>, StoreError> {
+        let unknown = || {
+            Ok(Err(Refusal::UnknownSession {
+                session_id: session_id.to_owned(),
+            }))
+        };
+        let Some(mut org) = w.org(overlay, org_name) else {
+            return unknown();
+        };
+        let Some(mut session) = w.session(overlay, org.id, session_id) else {
+            return unknown();
+        };
+        if session.sealed {
+            return Ok(Err(Refusal::Sealed {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        if session.next_index == 0 {
+            return Ok(Err(Refusal::NothingToSeal {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        let mut tree = Frontier::new();
+        {
+            let mut stmt = tx
+                .prepare_cached("SELECT step_index, record_hash FROM entries WHERE sid = ?1 ORDER BY step_index")
+                .context("reading the session to seal")?;
+            let rows = stmt
+                .query_map([session.sid], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
+                .context("reading the session to seal")?;
+            for row in rows {
+                let (index, hash) = row.context("reading the session to seal")?;
+                tree.push(leaf_hash(&session_leaf_data(
+                    index as u64,
+                    &blob_hash(hash)?,
+                )));
+            }
+        }
+        let origin = log_origin(&self.key.signer.name().to_owned(), org_name);
+        let seal = SealRecord {
+            org_id: org_name.to_owned(),
+            session_id: session_id.to_owned(),
+            step_count: session.next_index,
+            session_root: tree.root(),
+            final_hash: session.head,
+            sealed_at: now(),
+            note: String::new(),
+        }
+        .sign(&self.key.signer, &origin)
+        .map_err(|e| StoreError::Key(e.to_string()))?;
+        let seq = insert_op(tx, &mut org, &OpRecord::Seal(seal.clone()))?;
+        tx.prepare_cached("INSERT INTO seals (sid, seq) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![session.sid, seq as i64]))
+            .context("writing a seal")?;
+        session.sealed = true;
+        overlay
+            .sessions
+            .insert((org.id, session_id.to_owned()), session);
+        overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::Sealed { seq, seal }))
+    }
+
+    fn register_key(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        org_name: &str,
+        agent_id: &str,
+        public_key: VerifyingKey,
+    ) -> Result<Result<Written, Refusal>, StoreError> {
+        if let Err(e) =
+            validate_id("org_id", org_name).and_then(|()| validate_id("agent_id", agent_id))
+        {
+            return Ok(Err(e.into()));
+        }
+        let key_id = agent_key_id(&public_key);
+        let mut org = w.org_or_create(tx, overlay, org_name)?;
+        if let Some(existing) = w.agent_key(overlay, &key_id)
+            && existing.org == org.id
+            && existing.agent_id == agent_id
+        {
+            return Ok(Ok(Written::KeyRegistered {
+                seq: existing.seq,
+                key_id,
+            }));
+        }
+        let reg = KeyRegistration {
+            org_id: org_name.to_owned(),
+            agent_id: agent_id.to_owned(),
+            key_id: key_id.clone(),
+            public_key,
+            registered_at: now(),
+        };
+        let seq = insert_op(tx, &mut org, &OpRecord::KeyRegistration(reg))?;
+        overlay.keys.insert(
+            key_id.clone(),
+            AgentKey {
+                org: org.id,
+                agent_id: agent_id.to_owned(),
+                key: public_key,
+                seq,
+            },
+        );
+        overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::KeyRegistered { seq, key_id }))
+    }
+
+    /// Signs and stores a checkpoint of `org` at its current size.
+    fn checkpoint(
+        &self,
+        tx: &Connection,
+        name: &str,
+        org: &mut OrgState,
+    ) -> Result<StoredCheckpoint, StoreError> {
+        let size = org.frontier.size();
+        let root = org.frontier.root();
+        let note = org_checkpoint(self.key.signer.name(), name, size, root)
+            .sign(&self.key.signer)
+            .map_err(|e| StoreError::Key(e.to_string()))?;
+        let created_at = now();
+        tx.prepare_cached("INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .and_then(|mut s| s.execute(params![org.id, size as i64, &root.0[..], note, created_at.as_micros()]))
+            .context("writing a checkpoint")?;
+        org.checkpoint_size = size;
+        org.checkpoint_at = Some(Instant::now());
+        Ok(StoredCheckpoint {
+            org_id: name.to_owned(),
+            size,
+            root,
+            note,
+            created_at,
+        })
+    }
+
+    fn due(&self, org: &OrgState) -> bool {
+        org.frontier.size() > org.checkpoint_size
+            && org
+                .checkpoint_at
+                .is_none_or(|at| at.elapsed() >= self.checkpoint_interval)
+    }
+
+    fn run_batch(
+        &self,
+        w: &mut Writer,
+        batch: &[WriteRequest],
+    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
+        let mut overlay = Overlay::default();
+        // Dropping the transaction without commit (an error below) rolls the
+        // whole batch back; the overlay is then discarded too.
+        let tx = w.conn.unchecked_transaction().context("starting a batch")?;
+        let mut results = Vec::with_capacity(batch.len());
+        for request in batch {
+            let outcome = match request {
+                WriteRequest::Step(step) => self.append_step(w, &tx, &mut overlay, step)?,
+                WriteRequest::StartSession(new) => self
+                    .start_session(w, &tx, &mut overlay, new, now())?
+                    .map(|(seq, genesis, _)| Written::Session { seq, genesis }),
+                WriteRequest::Seal { org_id, session_id } => {
+                    self.seal(w, &tx, &mut overlay, org_id, session_id)?
+                }
+                WriteRequest::RegisterKey {
+                    org_id,
+                    agent_id,
+                    public_key,
+                } => self.register_key(w, &tx, &mut overlay, org_id, agent_id, *public_key)?,
+                WriteRequest::Checkpoint { org_id } => match w.org(&overlay, org_id) {
+                    None => Err(Refusal::UnknownSession {
+                        session_id: format!("(org {org_id} has no log)"),
+                    }),
+                    Some(mut org) => {
+                        let stored = if org.frontier.size() > org.checkpoint_size
+                            || org.checkpoint_size == 0
+                        {
+                            let cp = self.checkpoint(&tx, org_id, &mut org)?;
+                            overlay.orgs.insert(org_id.clone(), org);
+                            cp
+                        } else {
+                            latest_checkpoint(&tx, org.id, org_id)?
+                                .ok_or_else(|| StoreError::Corrupt("checkpoint vanished".into()))?
+                        };
+                        Ok(Written::Checkpoint(stored))
+                    }
+                },
+            };
+            results.push(outcome);
+        }
+        // Checkpoint every org this batch grew, if its last checkpoint is
+        // old enough, inside the same transaction.
+        let names: Vec<String> = overlay.orgs.keys().cloned().collect();
+        for name in names {
+            if let Some(org) = overlay.orgs.get_mut(&name)
+                && self.due(org)
+            {
+                let mut org_state = org.clone();
+                self.checkpoint(&tx, &name, &mut org_state)?;
+                *org = org_state;
+            }
+        }
+        tx.commit().context("committing a batch")?;
+        w.orgs.extend(overlay.orgs);
+        w.sessions.extend(overlay.sessions);
+        w.keys.extend(overlay.keys);
+        Ok(results)
+    }
+}
+
+fn latest_checkpoint(
+    conn: &Connection,
+    org: i64,
+    name: &str,
+) -> Result<Option<StoredCheckpoint>, StoreError> {
+    let row: Option<(i64, Vec<u8>, String, i64)> = conn
+        .prepare_cached("SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 ORDER BY size DESC LIMIT 1")
+        .and_then(|mut s| {
+            s.query_row([org], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .context("reading the latest checkpoint")?;
+    row.map(|(size, root, note, created)| {
+        Ok(StoredCheckpoint {
+            org_id: name.to_owned(),
+            size: size as u64,
+            root: blob_hash(root)?,
+            note,
+            created_at: Timestamp::from_micros(created).unwrap_or_default(),
+        })
+    })
+    .transpose()
+}
+
+impl LedgerStore for SqliteStore {
+    fn append_batch(
+        &self,
+        batch: &[WriteRequest],
+    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        self.run_batch(&mut w, batch)
+    }
+
+    fn maintain(&self) -> Result<(), StoreError> {
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let due: Vec<String> = w
+            .orgs
+            .iter()
+            .filter(|(_, org)| self.due(org))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let tx = w
+            .conn
+            .unchecked_transaction()
+            .context("starting a checkpoint")?;
+        let mut updated = Vec::new();
+        for name in due {
+            if let Some(org) = w.orgs.get(&name) {
+                let mut org = org.clone();
+                self.checkpoint(&tx, &name, &mut org)?;
+                updated.push((name, org));
+            }
+        }
+        tx.commit().context("committing checkpoints")?;
+        w.orgs.extend(updated);
+        Ok(())
+    }
+
+    fn orgs(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare("SELECT name FROM orgs ORDER BY name")
+                .context("listing orgs")?;
+            let names = stmt
+                .query_map([], |r| r.get(0))
+                .context("listing orgs")?
+                .collect::<Result<Vec<String>, _>>()
+                .context("listing orgs");
+            names
+        })
+    }
+
+    fn log_size(&self, org_id: &str) -> Result<u64, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(0);
+            };
+            let size: i64 = c
+                .query_row(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
+                    [org],
+                    |r| r.get(0),
+                )
+                .context("reading the log size")?;
+            Ok(size as u64)
+        })
+    }
+
+    fn read_log(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(());
+            };
+            let sql = format!(
+                "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+                 JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+            );
+            let mut stmt = c.prepare(&sql).context("reading the log")?;
+            let mut rows = stmt
+                .query(params![
+                    org,
+                    from.min(i64::MAX as u64) as i64,
+                    to.min(i64::MAX as u64) as i64
+                ])
+                .context("reading the log")?;
+            while let Some(row) = rows.next().context("reading the log")? {
+                let entry_type: String = row.get(31).context("reading the log")?;
+                let leaf = blob_hash(row.get(33).context("reading the log")?)?;
+                let entry = if entry_type == "step" {
+                    let stored = step_from_row(row)?;
+                    LogEntry {
+                        seq: stored.seq,
+                        record: LogRecord::Step(stored.record),
+                    }
+                } else {
+                    let seq: i64 = row.get(0).context("reading the log")?;
+                    let view: String = row.get(32).context("reading the log")?;
+                    let hash = blob_hash(row.get(22).context("reading the log")?)?;
+                    let view: serde_json::Value = serde_json::from_str(&view)
+                        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
+                    let record = OpRecord::from_view(&entry_type, &view)
+                        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
+                    LogEntry {
+                        seq: seq as u64,
+                        record: LogRecord::Op { record, hash },
+                    }
+                };
+                if !visit(entry, leaf) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
+            let row: Option<(i64, i64, Vec<u8>)> = c
+                .prepare_cached("SELECT sid, start_seq, genesis FROM sessions WHERE org = ?1 AND session_id = ?2")
+                .and_then(|mut s| {
+                    s.query_row(params![org, session_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .context("reading a session")?;
+            let Some((sid, start_seq, genesis)) = row else {
+                return Ok(None);
+            };
+            let view: String = c
+                .query_row("SELECT view FROM entries WHERE org = ?1 AND seq = ?2", params![org, start_seq], |r| {
+                    r.get(0)
+                })
+                .context("reading a session start")?;
+            let view: serde_json::Value =
+                serde_json::from_str(&view).map_err(|e| StoreError::Corrupt(format!("session start: {e}")))?;
+            let OpRecord::SessionStart(header) = OpRecord::from_view("session-start", &view)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+            else {
+                return Err(StoreError::Corrupt("session start record has another type".into()));
+            };
+            let last: Option<(i64, Vec<u8>)> = c
+                .query_row(
+                    "SELECT step_index, record_hash FROM entries WHERE sid = ?1 ORDER BY step_index DESC LIMIT 1",
+                    [sid],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .context("reading a session head")?;
+            let seal_view: Option<String> = c
+                .query_row(
+                    "SELECT e.view FROM seals x JOIN entries e ON e.org = ?1 AND e.seq = x.seq WHERE x.sid = ?2",
+                    params![org, sid],
+                    |r| r.get(0),
+                )
+                .optional()
+                .context("reading a seal")?;
+            let seal = match seal_view {
+                None => None,
+                Some(v) => {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&v).map_err(|e| StoreError::Corrupt(format!("seal: {e}")))?;
+                    match OpRecord::from_view("seal", &v) {
+                        Ok(OpRecord::Seal(s)) => Some(s),
+                        _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
+                    }
+                }
+            };
+            let (step_count, head) = match last {
+                Some((index, hash)) => (index as u64 + 1, blob_hash(hash)?),
+                None => (0, blob_hash(genesis)?),
+            };
+            Ok(Some(SessionInfo {
+                header,
+                start_seq: start_seq as u64,
+                step_count,
+                head,
+                seal,
+            }))
+        })
+    }
+
+    fn read_session(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM sessions s JOIN orgs o ON o.org = s.org
+                 JOIN entries e ON e.sid = s.sid
+                 WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.step_index"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("reading a session")?;
+            let mut rows = stmt
+                .query(params![org_id, session_id])
+                .context("reading a session")?;
+            while let Some(row) = rows.next().context("reading a session")? {
+                if !visit(step_from_row(row)?) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn step_by_trace(
+        &self,
+        org_id: &str,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
+                 WHERE o.name = ?1 AND e.trace_id = ?2"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("looking up a step")?;
+            let mut rows = stmt.query(params![org_id, trace_id]).context("looking up a step")?;
+            match rows.next().context("looking up a step")? {
+                Some(row) => Ok(Some(step_from_row(row)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn list_sessions(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT s.session_id, s.agent_id, s.started_at,
+                        (SELECT COUNT(*) FROM entries e WHERE e.sid = s.sid),
+                        (SELECT created_at FROM entries e WHERE e.sid = s.sid ORDER BY step_index LIMIT 1),
+                        (SELECT created_at FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
+                        EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+                     FROM sessions s JOIN orgs o ON o.org = s.org
+                     WHERE o.name = ?1 AND (?2 IS NULL OR s.agent_id = ?2)
+                     ORDER BY s.started_at DESC, s.sid DESC LIMIT ?3",
+                )
+                .context("listing sessions")?;
+            let rows = stmt
+                .query_map(params![org_id, agent_id, limit.min(i64::MAX as usize) as i64], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<i64>>(4)?,
+                        r.get::<_, Option<i64>>(5)?,
+                        r.get::<_, bool>(6)?,
+                    ))
+                })
+                .context("listing sessions")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (session_id, agent_id, started, count, first, last, sealed) = row.context("listing sessions")?;
+                out.push(SessionSummary {
+                    session_id,
+                    agent_id,
+                    step_count: count as u64,
+                    first_step_at: first.and_then(Timestamp::from_micros),
+                    last_step_at: last.and_then(Timestamp::from_micros),
+                    started_at: Timestamp::from_micros(started).unwrap_or_default(),
+                    sealed,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn latest_checkpoint(&self, org_id: &str) -> Result<Option<StoredCheckpoint>, StoreError> {
+        self.read(|c| match Self::org_id_of(c, org_id)? {
+            Some(org) => latest_checkpoint(c, org, org_id),
+            None => Ok(None),
+        })
+    }
+
+    fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c
+                .prepare("SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 ORDER BY size")
+                .context("listing checkpoints")?;
+            let rows = stmt
+                .query_map([org], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+                })
+                .context("listing checkpoints")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (size, root, note, created) = row.context("listing checkpoints")?;
+                out.push(StoredCheckpoint {
+                    org_id: org_id.to_owned(),
+                    size: size as u64,
+                    root: blob_hash(root)?,
+                    note,
+                    created_at: Timestamp::from_micros(created).unwrap_or_default(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
+        self.read(|c| {
+            let org = Self::org_id_of(c, org_id)?
+                .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
+            let log_size: i64 = c
+                .query_row(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
+                    [org],
+                    |r| r.get(0),
+                )
+                .context("reading the log size")?;
+            let tree = DbTree {
+                conn: c,
+                org,
+                size: log_size as u64,
+            };
+            inclusion_proof(&tree, seq, size).map_err(|e| match e {
+                cairn_core::merkle::ProofError::Read(e) => e,
+                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::Corrupt(m),
+            })
+        })
+    }
+
+    fn consistency_proof(
+        &self,
+        org_id: &str,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<Vec<Hash>, StoreError> {
+        self.read(|c| {
+            let org = Self::org_id_of(c, org_id)?
+                .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
+            let log_size: i64 = c
+                .query_row(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
+                    [org],
+                    |r| r.get(0),
+                )
+                .context("reading the log size")?;
+            let tree = DbTree {
+                conn: c,
+                org,
+                size: log_size as u64,
+            };
+            consistency_proof(&tree, old_size, new_size).map_err(|e| match e {
+                cairn_core::merkle::ProofError::Read(e) => e,
+                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::Corrupt(m),
+            })
+        })
+    }
+
+    fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(cairn_core::merkle::empty_root());
+            };
+            let tree = DbTree { conn: c, org, size };
+            range_hash(&tree, 0, size)
+        })
+    }
+
+    fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.view FROM entries e JOIN orgs o ON o.org = e.org
+                     WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.seq",
+                )
+                .context("reading agent keys")?;
+            let rows = stmt
+                .query_map([org_id], |r| r.get::<_, String>(0))
+                .context("reading agent keys")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let view: serde_json::Value =
+                    serde_json::from_str(&row.context("reading agent keys")?)
+                        .map_err(|e| StoreError::Corrupt(format!("key registration: {e}")))?;
+                match OpRecord::from_view("key-registration", &view) {
+                    Ok(OpRecord::KeyRegistration(reg)) => out.push(reg),
+                    _ => {
+                        return Err(StoreError::Corrupt(
+                            "key registration does not parse".into(),
+                        ));
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn server_key(&self) -> &NoteVerifier {
+        &self.key.verifier
+    }
+
+    fn server_name(&self) -> &str {
+        self.key.signer.name()
+    }
+}

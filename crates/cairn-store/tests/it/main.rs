@@ -1,0 +1,9 @@
+//! Integration tests of cairn-store: the backend conformance suite (run
+//! here against SQLite), append-only enforcement, tampering, crashes and
+//! bundles.
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod conformance;
+mod sqlite;
