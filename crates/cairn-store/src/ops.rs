@@ -99,7 +99,7 @@ pub fn verify_org(
     let mut leaf_failure = None;
     store.read_log(org_id, 0, u64::MAX, &mut |entry, stored_leaf| {
         count += 1;
-        if count % 4096 == 0 {
+        if count.is_multiple_of(4096) {
             progress(count);
         }
         if !verifier.push(&entry) {
@@ -262,7 +262,7 @@ pub fn export(
                 return false;
             }
             written += 1;
-            if written % 4096 == 0 {
+            if written.is_multiple_of(4096) {
                 progress(written);
             }
             true
@@ -346,7 +346,7 @@ pub fn export(
             let line = line.ok_or_else(|| StoreError::Corrupt(format!("entry {seq} vanished")))?;
             writeln!(out, "{line}")?;
             written += 1;
-            if written % 1024 == 0 {
+            if written.is_multiple_of(1024) {
                 progress(written);
             }
         }

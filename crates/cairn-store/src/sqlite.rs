@@ -294,7 +294,7 @@ impl SubtreeHashes for DbTree<'_> {
                 .context("reading a leaf hash")?;
             return blob_hash(bytes);
         }
-        if level % NODE_STRIDE == 0 {
+        if level.is_multiple_of(NODE_STRIDE) {
             let stored: Option<Vec<u8>> = self
                 .conn
                 .prepare_cached("SELECT hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx = ?3")
@@ -638,7 +638,7 @@ impl Writer {
 fn push_leaf(tx: &Connection, org: &mut OrgState, leaf: Hash) -> Result<(), StoreError> {
     let mut nodes: Vec<(u32, u64, Hash)> = Vec::new();
     org.frontier.push_with(leaf, |level, index, hash| {
-        if level > 0 && level % NODE_STRIDE == 0 {
+        if level > 0 && level.is_multiple_of(NODE_STRIDE) {
             nodes.push((level, index, *hash));
         }
     });
@@ -1004,7 +1004,7 @@ impl SqliteStore {
                 )));
             }
         }
-        let origin = log_origin(&self.key.signer.name().to_owned(), org_name);
+        let origin = log_origin(self.key.signer.name(), org_name);
         let seal = SealRecord {
             org_id: org_name.to_owned(),
             session_id: session_id.to_owned(),
@@ -1239,12 +1239,10 @@ impl LedgerStore for SqliteStore {
             let mut stmt = c
                 .prepare("SELECT name FROM orgs ORDER BY name")
                 .context("listing orgs")?;
-            let names = stmt
-                .query_map([], |r| r.get(0))
+            stmt.query_map([], |r| r.get(0))
                 .context("listing orgs")?
                 .collect::<Result<Vec<String>, _>>()
-                .context("listing orgs");
-            names
+                .context("listing orgs")
         })
     }
 

@@ -39,3 +39,179 @@ impl Backend for Sqlite {
 fn conformance_suite() {
     run_all(&Sqlite::new());
 }
+
+/// Every forbidden statement, run with plain SQL on the database file (as
+/// a user of the `sqlite3` shell would), is refused by the triggers; the
+/// two allowed updates pass only in their exact shape.
+#[test]
+fn plain_sql_cannot_change_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        let ledger =
+            cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+        for i in 0..20 {
+            let mut s = crate::conformance::step("s1", "plan", &format!("p{i}"));
+            s.metadata = Some(serde_json::json!({"k": i}));
+            ledger
+                .write(cairn_store::WriteRequest::Step(Box::new(s)))
+                .unwrap();
+        }
+        ledger
+            .write(cairn_store::WriteRequest::Checkpoint {
+                org_id: "acme".into(),
+            })
+            .unwrap();
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    let forbidden = [
+        "UPDATE entries SET content = 'edited' WHERE type = 'step'",
+        "UPDATE entries SET digest = zeroblob(32)",
+        "UPDATE entries SET seq = seq + 100",
+        "DELETE FROM entries WHERE seq = 1",
+        "DELETE FROM entries",
+        "UPDATE sessions SET agent_id = 'mallory'",
+        "DELETE FROM sessions",
+        "UPDATE checkpoints SET note = 'forged'",
+        "DELETE FROM checkpoints",
+        "DELETE FROM nodes",
+        "UPDATE orgs SET name = 'other'",
+        "DELETE FROM orgs",
+        // Erasure must null every payload field at once and keep hashes.
+        "UPDATE entries SET content = NULL, erased = 1, hidden = '{}' WHERE seq = 1",
+        "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}', digest = zeroblob(32) WHERE seq = 1",
+        // The embedding flag may only go from 0 to 1, alone.
+        "UPDATE entries SET has_embedding = 1, content = 'x' WHERE seq = 1",
+    ];
+    let before: i64 = conn
+        .query_row("SELECT total_changes()", [], |r| r.get(0))
+        .unwrap();
+    for sql in forbidden {
+        let err = conn.execute(sql, []).expect_err(sql);
+        assert!(err.to_string().contains("cairn:"), "{sql}: {err}");
+    }
+    let after: i64 = conn
+        .query_row("SELECT total_changes()", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(before, after, "nothing changed");
+    // The two recorded mutations are allowed in their exact shape.
+    conn.execute("UPDATE entries SET has_embedding = 1 WHERE seq = 1", [])
+        .unwrap();
+    conn.execute(
+        "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}' WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+}
+
+const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";
+
+/// The child side of `acknowledged_writes_survive_sigkill`: many writers
+/// append as fast as they can and print each trace id once acknowledged.
+/// Without the environment variable it does nothing.
+#[test]
+fn crash_child() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(std::path::Path::new(&dir), options()).unwrap());
+    let ledger = Arc::new(cairn_store::Ledger::new(
+        store,
+        cairn_store::SequencerConfig::default(),
+    ));
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let writers: Vec<_> = (0..16)
+        .map(|w| {
+            let ledger = Arc::clone(&ledger);
+            let out = Arc::clone(&out);
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    let mut s = crate::conformance::step(
+                        &format!("w{w}"),
+                        "Reasoning",
+                        &format!("writer {w} step {i}"),
+                    );
+                    s.agent_id = format!("agent-{w}");
+                    if let Ok(cairn_store::Written::Step { trace_id, .. }) =
+                        ledger.write(cairn_store::WriteRequest::Step(Box::new(s)))
+                    {
+                        use std::io::Write as _;
+                        let mut out = out.lock().unwrap();
+                        writeln!(out, "ACK {trace_id}").unwrap();
+                        out.flush().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+}
+
+/// Kills a writing child with SIGKILL at random moments, many times, on
+/// the same store: every acknowledged record must be present afterwards and
+/// the store must verify.
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let rounds = if std::env::var_os("CI").is_some() {
+        12
+    } else {
+        6
+    };
+    let mut acknowledged: Vec<String> = Vec::new();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..rounds {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::crash_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_ENV, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| l.strip_prefix("ACK ").map(str::to_owned))
+                .collect::<Vec<_>>()
+        });
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(150 + rng % 400));
+        child.kill().unwrap(); // SIGKILL on Unix
+        child.wait().unwrap();
+        let acked = reader.join().unwrap();
+        assert!(
+            !acked.is_empty(),
+            "round {round}: the child acknowledged nothing"
+        );
+        acknowledged.extend(acked);
+
+        let store = SqliteStore::open(dir.path(), options()).unwrap();
+        for trace_id in &acknowledged {
+            assert!(
+                store.step_by_trace("acme", trace_id).unwrap().is_some(),
+                "round {round}: acknowledged step {trace_id} is missing"
+            );
+        }
+        let verdict = cairn_store::ops::verify_org(&store, "acme", &[], &[], &mut |_| {}).unwrap();
+        assert!(
+            verdict.verdict.verified,
+            "round {round}: {:?}",
+            verdict.verdict.failure
+        );
+    }
+}
