@@ -8,6 +8,7 @@ use cairn_core::Timestamp;
 use cairn_core::bundle::{BundleHeader, checkpoint_line, encode_entry, end_line};
 use cairn_core::checkpoint::verify_checkpoint;
 use cairn_core::log::{LogRecord, OpRecord, log_origin};
+
 use cairn_core::note::NoteVerifier;
 use cairn_core::verify::{
     AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
@@ -89,6 +90,42 @@ pub fn verify_org(
                     reason: Reason::BadSignature,
                     detail: format!(
                         "{source} checkpoint of size {size} does not verify with the server key: {e}"
+                    ),
+                };
+                return Ok(failed(org_id, log_size, failure, checked));
+            }
+        }
+    }
+    // An auditor's checkpoint must be consistent with the store's latest:
+    // check the consistency proof first, as a witness would.
+    if let Some(latest) = store.latest_checkpoint(org_id)? {
+        for note in external {
+            let Ok(cp) = verify_checkpoint(note, &origin, &keys) else {
+                continue;
+            };
+            let old = cp.checkpoint();
+            if old.size == 0 || old.size > latest.size {
+                continue;
+            }
+            let proof = store.consistency_proof(org_id, old.size, latest.size)?;
+            if let Err(e) = cairn_core::merkle::verify_consistency(
+                old.size,
+                latest.size,
+                &old.root,
+                &latest.root,
+                &proof,
+            ) {
+                let failure = Failure {
+                    at: Location {
+                        seq: Some(old.size - 1),
+                        ..Location::default()
+                    },
+                    reason: Reason::InconsistentCheckpoint,
+                    detail: format!(
+                        "the consistency proof from the supplied checkpoint (size {}) to the store's checkpoint (size {}) fails: {e}; history was rewritten at or before seq {}",
+                        old.size,
+                        latest.size,
+                        old.size - 1
                     ),
                 };
                 return Ok(failed(org_id, log_size, failure, checked));

@@ -102,6 +102,10 @@ struct AgentKey {
 
 struct Writer {
     conn: Connection,
+    /// Set when the in-memory state could not be rebuilt (the tables
+    /// contradict themselves, e.g. after tampering): the store still opens
+    /// for reading and verification, but refuses writes.
+    broken: Option<String>,
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
     keys: HashMap<String, AgentKey>,
@@ -215,7 +219,7 @@ impl SqliteStore {
         }
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;
-        let writer = load_state(conn)?;
+        let writer = load_state(conn);
         Ok(SqliteStore {
             path,
             key,
@@ -313,7 +317,34 @@ impl SubtreeHashes for DbTree<'_> {
     }
 }
 
-fn load_state(conn: Connection) -> Result<Writer, StoreError> {
+fn load_state(conn: Connection) -> Writer {
+    match rebuild(&conn) {
+        Ok((orgs, sessions, keys)) => Writer {
+            conn,
+            broken: None,
+            orgs,
+            sessions,
+            keys,
+        },
+        Err(e) => Writer {
+            conn,
+            broken: Some(format!(
+                "the store's tables are inconsistent ({e}); it is open for reading and verification only: run `cairn verify`"
+            )),
+            orgs: HashMap::new(),
+            sessions: HashMap::new(),
+            keys: HashMap::new(),
+        },
+    }
+}
+
+type State = (
+    HashMap<String, OrgState>,
+    HashMap<(i64, String), SessionState>,
+    HashMap<String, AgentKey>,
+);
+
+fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut orgs = HashMap::new();
     {
         let mut stmt = conn
@@ -439,12 +470,7 @@ fn load_state(conn: Connection) -> Result<Writer, StoreError> {
             }
         }
     }
-    Ok(Writer {
-        conn,
-        orgs,
-        sessions,
-        keys,
-    })
+    Ok((orgs, sessions, keys))
 }
 
 /// Changes a batch makes to the in-memory state, applied only after its
@@ -1203,11 +1229,17 @@ impl LedgerStore for SqliteStore {
         batch: &[WriteRequest],
     ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        if let Some(reason) = &w.broken {
+            return Err(StoreError::Corrupt(reason.clone()));
+        }
         self.run_batch(&mut w, batch)
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        if w.broken.is_some() {
+            return Ok(());
+        }
         let due: Vec<String> = w
             .orgs
             .iter()

@@ -10,26 +10,25 @@ use cairn_core::note::NoteSigner;
 use cairn_core::record::{Limits, Profile, SessionHeader, Step};
 use cairn_core::verify::{LogVerifier, Verdict};
 use serde_json::json;
-use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const SERVER: &str = "cairn.demo";
 const ORG: &str = "demo-org";
 
-fn now() -> Result<Timestamp, String> {
+fn now() -> anyhow::Result<Timestamp> {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_err(|e| format!("system clock before 1970: {e}"))?
+        .map_err(|e| anyhow::anyhow!("system clock before 1970: {e}"))?
         .as_micros();
     i64::try_from(micros)
         .ok()
         .and_then(Timestamp::from_micros)
-        .ok_or_else(|| "system clock out of range".to_owned())
+        .ok_or_else(|| anyhow::anyhow!("system clock out of range"))
 }
 
-fn random32() -> Result<[u8; 32], String> {
+fn random32() -> anyhow::Result<[u8; 32]> {
     let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| format!("no entropy source: {e}"))?;
+    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no entropy source: {e}"))?;
     Ok(seed)
 }
 
@@ -48,8 +47,9 @@ fn print_verdict(verdict: &Verdict) {
 
 /// Runs the demo; exit code 0 when the untouched log verifies and the
 /// tampered one is caught.
-pub fn run() -> Result<ExitCode, String> {
-    let server = NoteSigner::from_seed(SERVER, &random32()?).map_err(|e| e.to_string())?;
+pub fn run() -> anyhow::Result<crate::Outcome> {
+    let server =
+        NoteSigner::from_seed(SERVER, &random32()?).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let origin = log_origin(SERVER, ORG);
     let session = "revenue-analysis-q4";
     let header = SessionHeader {
@@ -108,12 +108,12 @@ pub fn run() -> Result<ExitCode, String> {
         let index = index as u64;
         let trace_id = format!("{session}-{index}");
         let mut step = Step::new(trace_id, ORG, "analyst", session, index, kind, now()?)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| anyhow::anyhow!(e.to_string()))?;
         step.content = Some(content.to_owned());
         step.input = input;
         step.confidence = confidence;
         step.validate(&Limits::default())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| anyhow::anyhow!(e.to_string()))?;
         let record = StepRecord::new(step, &random32()?, head);
         println!(
             "  [{index}] {:<12} {}  hash {}",
@@ -138,7 +138,7 @@ pub fn run() -> Result<ExitCode, String> {
         note: String::new(),
     }
     .sign(&server, &origin)
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| anyhow::anyhow!(e.to_string()))?;
     println!("\nSealed: session root {}", seal.session_root);
     let op = OpRecord::Seal(seal);
     entries.push(LogEntry {
@@ -155,13 +155,13 @@ pub fn run() -> Result<ExitCode, String> {
     }
     let note = org_checkpoint(SERVER, ORG, log.size(), log.root())
         .sign(&server)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
     println!("\nSigned checkpoint of the org log (C2SP signed note):\n{note}");
     println!("Server key: {}", server.verifier());
 
-    let verify = |entries: &[LogEntry]| -> Result<Verdict, String> {
-        let checkpoint =
-            verify_checkpoint(&note, &origin, &[server.verifier()]).map_err(|e| e.to_string())?;
+    let verify = |entries: &[LogEntry]| -> anyhow::Result<Verdict> {
+        let checkpoint = verify_checkpoint(&note, &origin, &[server.verifier()])
+            .map_err(|e| anyhow::anyhow!(e.to_string()))?;
         let mut verifier = LogVerifier::new(SERVER, ORG, vec![server.verifier()]);
         verifier.expect_checkpoint(&checkpoint);
         for entry in entries {
@@ -185,8 +185,8 @@ pub fn run() -> Result<ExitCode, String> {
     print_verdict(&caught);
 
     Ok(if clean.verified && !caught.verified {
-        ExitCode::SUCCESS
+        crate::Outcome::Success
     } else {
-        ExitCode::from(1)
+        crate::Outcome::VerificationFailed
     })
 }

@@ -1,50 +1,45 @@
-//! The `cairn` binary. A thin layer over the library crates: it parses the
-//! command line, reads the clock and the entropy source (which the core
-//! never touches), and maps outcomes to exit codes.
+//! The `cairn` binary: a thin layer over the library crates. It parses the
+//! command line, owns the clock and the entropy source (which the core
+//! never touches), prints, and maps outcomes to exit codes:
 //!
-//! Exit codes: 0 verified / success, 1 tampering detected or verification
-//! failed, 2 usage or input error.
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success; for `verify`, verified |
+//! | 1 | verification failed: tampering or missing records |
+//! | 2 | usage or input error (bad flags, malformed input, refused step) |
+//! | 3 | storage or internal failure |
 
+mod cli;
 mod demo;
+mod render;
+mod wire;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-cairn: a tamper-evident ledger of AI agents' reasoning
+/// An error caused by the user's input: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
-Usage: cairn <command>
-
-Commands:
-  demo       Record a sample agent session, seal it, checkpoint the org log,
-             verify everything, then tamper with one step and show that
-             verification names the exact record and the reason.
-  help       Show this message.
-  --version  Show the version.
-
-Exit codes: 0 verified, 1 tampered or verification failed, 2 usage error.
-";
+/// How a command ended.
+pub enum Outcome {
+    /// Exit 0.
+    Success,
+    /// Exit 1: verification failed.
+    VerificationFailed,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("demo") if args.len() == 1 => match demo::run() {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("cairn demo: {e}");
+    match cli::run() {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::VerificationFailed) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("cairn: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
+            } else {
+                ExitCode::from(3)
             }
-        },
-        Some("help" | "--help" | "-h") => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some("--version" | "-V") => {
-            println!("cairn {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprint!("{USAGE}");
-            ExitCode::from(2)
         }
     }
 }

@@ -1,43 +1,531 @@
-//! The `cairn` binary, run as a user would.
+//! The `cairn` binary, run as a user would: recording, replay, export and
+//! verification, and tampering with the SQLite file directly (triggers
+//! dropped first, as an attacker with file access would) caught by
+//! `cairn verify` at the exact first broken record with the right reason.
 
-use std::process::Command;
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
 
-fn cairn(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+use serde_json::Value;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn cairn_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
-        .output()
+        .env("CAIRN_DATA_DIR", dir.join("data"))
+        .env("CAIRN_ORG", "acme")
+        .current_dir(dir)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("cairn runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json(run: &Run) -> Value {
+    serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", run.stdout, run.stderr))
 }
 
 #[test]
 fn demo_verifies_then_catches_the_edited_step() {
-    let (code, stdout, stderr) = cairn(&["demo"]);
-    assert_eq!(code, 0, "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let run = cairn_in(dir.path(), &["demo"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
-        stdout.contains("verdict: VERIFIED (6 records checked)"),
-        "{stdout}"
+        run.stdout.contains("verdict: VERIFIED (6 records checked)"),
+        "{}",
+        run.stdout
     );
     assert!(
-        stdout.contains("first failing record: seq 3, session revenue-analysis-q4, step 2"),
-        "{stdout}"
+        run.stdout
+            .contains("first failing record: seq 3, session revenue-analysis-q4, step 2"),
+        "{}",
+        run.stdout
     );
-    assert!(stdout.contains("reason: digest-mismatch"), "{stdout}");
     assert!(
-        stdout.contains("\n\u{2014} cairn.demo "),
-        "a signed checkpoint is shown"
+        run.stdout.contains("reason: digest-mismatch"),
+        "{}",
+        run.stdout
     );
 }
 
 #[test]
 fn usage_errors_exit_2() {
-    let (code, _, stderr) = cairn(&["no-such-command"]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("Usage: cairn"));
-    assert_eq!(cairn(&["demo", "extra"]).0, 2);
-    assert_eq!(cairn(&["--version"]).0, 0);
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(cairn_in(dir.path(), &["no-such-command"], None).code, 2);
+    assert_eq!(
+        cairn_in(dir.path(), &["log", "--session", "s"], None).code,
+        2
+    );
+    let bad_kind = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "s",
+            "--agent",
+            "a",
+            "--type",
+            "Informational",
+        ],
+        None,
+    );
+    assert_eq!(bad_kind.code, 2);
+    assert!(
+        bad_kind
+            .stderr
+            .contains("unknown step type \"Informational\""),
+        "{}",
+        bad_kind.stderr
+    );
+    let bad_json = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "s",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--input",
+            "{nope",
+        ],
+        None,
+    );
+    assert_eq!(bad_json.code, 2);
+    assert!(bad_json.stderr.contains("--input is not valid JSON"));
+    let missing = cairn_in(dir.path(), &["replay", "nope"], None);
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("session nope does not exist"));
+    assert_eq!(cairn_in(dir.path(), &["--version"], None).code, 0);
+}
+
+const SEED_000_SESSION: &str = r#"{"session_id":"revenue-analysis-q4","step_type":"Observation","content":"User asked for Q4 revenue breakdown by segment","metadata":{"channel":"chat"}}
+{"session_id":"revenue-analysis-q4","step_type":"ToolCall","content":"Querying orders table","input_data":{"sql":"SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"},"metadata":{"tool":"sql"}}
+{"session_id":"revenue-analysis-q4","step_type":"Reasoning","content":"Enterprise grew 23% QoQ while SMB declined 5%.","confidence":0.88,"metadata":{"k":1}}
+{"session_id":"revenue-analysis-q4","step_type":"FinalAnswer","content":"Q4 revenue was $7.49M, up 15% QoQ.","confidence":0.95,"metadata":{"k":2}}
+"#;
+
+/// A store with two sessions, interleaved (one helper step, the analyst's
+/// session, two more helper steps), checkpointed; returns the checkpoint.
+fn populated(dir: &Path) -> String {
+    populate_with(dir, SEED_000_SESSION)
+}
+
+fn helper_step(dir: &Path, i: usize) {
+    let content = format!("side note {i}");
+    let run = cairn_in(
+        dir,
+        &[
+            "log",
+            "--session",
+            "other",
+            "--agent",
+            "helper",
+            "--type",
+            "thinking",
+            "--content",
+            &content,
+            "--metadata",
+            "{\"n\":1}",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+fn populate_with(dir: &Path, analyst_session: &str) -> String {
+    helper_step(dir, 0);
+    let run = cairn_in(
+        dir,
+        &["log", "--stdin", "--agent", "analyst"],
+        Some(analyst_session),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    helper_step(dir, 1);
+    helper_step(dir, 2);
+    let run = cairn_in(dir, &["checkpoint"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}
+
+#[test]
+fn record_replay_verify_export_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let sessions = json(&cairn_in(dir.path(), &["sessions", "--json"], None));
+    let analyst = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == "revenue-analysis-q4")
+        .unwrap();
+    assert_eq!(
+        (
+            analyst["step_count"].as_u64(),
+            analyst["chain_valid"].as_bool()
+        ),
+        (Some(4), Some(true))
+    );
+    let replay = json(&cairn_in(
+        dir.path(),
+        &[
+            "replay",
+            "revenue-analysis-q4",
+            "--format",
+            "json",
+            "--verify",
+        ],
+        None,
+    ));
+    assert_eq!(replay["chain_valid"], true);
+    assert_eq!(replay["steps"][1]["step_type"], "ToolCall");
+    assert_eq!(
+        replay["steps"][1]["prev_hash"],
+        replay["steps"][0]["current_hash"]
+    );
+    let md = cairn_in(
+        dir.path(),
+        &["replay", "revenue-analysis-q4", "--format", "markdown"],
+        None,
+    );
+    assert!(
+        md.stdout.contains("[実行] Querying orders table"),
+        "{}",
+        md.stdout
+    );
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
+
+    // Export, then verify on "another machine": a directory with no store.
+    let bundle = dir.path().join("session.bundle");
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "export",
+            "--session",
+            "revenue-analysis-q4",
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let key = cairn_in(dir.path(), &["keys"], None)
+        .stdout
+        .trim()
+        .to_owned();
+    let verdict = json(&cairn_in(
+        elsewhere.path(),
+        &[
+            "verify",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--key",
+            &key,
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(verdict["verified"], true, "{verdict}");
+    assert_eq!(verdict["key_pinned"], true);
+    assert!(
+        !elsewhere.path().join("data").exists(),
+        "verifying a bundle needs no store"
+    );
+
+    // One changed byte in a step's content is caught at that record.
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    let tampered = text.replacen("Enterprise grew 23%", "Enterprise grew 28%", 1);
+    let changed_line = text
+        .lines()
+        .position(|l| l.contains("Enterprise grew 23%"))
+        .unwrap()
+        + 1;
+    std::fs::write(&bundle, tampered).unwrap();
+    let run = cairn_in(
+        elsewhere.path(),
+        &["verify", "--bundle", bundle.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(run.code, 1);
+    let verdict = json(&run);
+    assert_eq!(verdict["brokenReason"], "digest-mismatch");
+    assert_eq!(verdict["brokenAt"]["line"], changed_line);
+    assert_eq!(verdict["brokenAt"]["step_index"], 2);
+
+    // The whole org exports as a complete log and verifies too.
+    let all = dir.path().join("all.bundle");
+    assert_eq!(
+        cairn_in(
+            dir.path(),
+            &["export", "--all", "-o", all.to_str().unwrap()],
+            None
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        cairn_in(
+            elsewhere.path(),
+            &["verify", "--bundle", all.to_str().unwrap()],
+            None
+        )
+        .code,
+        0
+    );
+}
+
+/// Opens the database as an attacker: plain SQL, triggers dropped.
+fn attacker(dir: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(dir.join("data/ledger.db")).unwrap();
+    let triggers: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(!triggers.is_empty());
+    for t in triggers {
+        conn.execute(&format!("DROP TRIGGER {t}"), []).unwrap();
+    }
+    conn
+}
+
+fn seq_of(conn: &rusqlite::Connection, session: &str, index: i64) -> i64 {
+    conn.query_row(
+        "SELECT e.seq FROM entries e JOIN sessions s ON s.sid = e.sid WHERE s.session_id = ?1 AND e.step_index = ?2",
+        rusqlite::params![session, index],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+fn expect_broken(dir: &Path, extra: &[&str], seq: i64, reason: &str) {
+    let mut args = vec!["verify", "--json"];
+    args.extend_from_slice(extra);
+    let run = cairn_in(dir, &args, None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], reason, "{verdict}");
+    assert_eq!(verdict["brokenAtSequence"], seq, "{verdict}");
+}
+
+#[test]
+fn every_kind_of_file_tampering_is_caught_at_its_record() {
+    type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
+    let cases: Vec<(&str, Tamper)> = vec![
+        ("content edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute(
+                "UPDATE entries SET content = 'Enterprise grew 2%' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("metadata edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute(
+                "UPDATE entries SET metadata = '{\"tool\":\"none\"}' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("timestamp edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 3);
+            c.execute(
+                "UPDATE entries SET created_at = created_at - 3600000000 WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("step reordered", |c| {
+            let (a, b) = (
+                seq_of(c, "revenue-analysis-q4", 1),
+                seq_of(c, "revenue-analysis-q4", 2),
+            );
+            c.execute("UPDATE entries SET seq = -1 WHERE seq = ?1", [a])
+                .unwrap();
+            c.execute("UPDATE entries SET seq = ?1 WHERE seq = ?2", [a, b])
+                .unwrap();
+            c.execute("UPDATE entries SET seq = ?1 WHERE seq = -1", [b])
+                .unwrap();
+            (a, "sequence-gap")
+        }),
+        ("step deleted", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute("DELETE FROM entries WHERE seq = ?1", [seq])
+                .unwrap();
+            (seq, "sequence-gap")
+        }),
+        ("step inserted", |c| {
+            // A copy of step 1 inserted after it, later entries renumbered.
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute("UPDATE entries SET seq = -seq - 1000 WHERE seq > ?1", [seq])
+                .unwrap();
+            c.execute(
+                "UPDATE entries SET seq = -seq - 1000 + 1 WHERE seq < -999",
+                [],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO entries SELECT org, seq + 1, type, record_hash, leaf_hash, view, sid, step_index, 'forged-trace',
+                 agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
+                 metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
+                 signature, has_embedding, erased, hidden FROM entries WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq + 1, "sequence-gap")
+        }),
+        ("tail truncated", |c| {
+            let max: i64 = c
+                .query_row("SELECT MAX(seq) FROM entries", [], |r| r.get(0))
+                .unwrap();
+            c.execute("DELETE FROM entries WHERE seq >= ?1", [max - 1])
+                .unwrap();
+            (max - 1, "missing-record")
+        }),
+        ("whole session deleted", |c| {
+            let start: i64 = c
+                .query_row(
+                    "SELECT start_seq FROM sessions WHERE session_id = 'other'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            c.execute("DELETE FROM entries WHERE seq = ?1 OR sid = (SELECT sid FROM sessions WHERE session_id = 'other')", [start]).unwrap();
+            c.execute("DELETE FROM sessions WHERE session_id = 'other'", [])
+                .unwrap();
+            (start, "sequence-gap")
+        }),
+    ];
+    for (name, tamper) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        populated(dir.path());
+        assert_eq!(
+            cairn_in(dir.path(), &["verify"], None).code,
+            0,
+            "{name}: clean store"
+        );
+        let (seq, reason) = tamper(&attacker(dir.path()));
+        expect_broken(dir.path(), &[], seq, reason);
+        eprintln!("{name}: caught at seq {seq} as {reason}");
+    }
+}
+
+#[test]
+fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    let saved_path = dir.path().join("auditor-checkpoint.txt");
+    std::fs::write(&saved_path, &saved).unwrap();
+    let saved_size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
+
+    // The attacker, holding the data directory and its key, rebuilds the
+    // whole ledger with one step changed: every hash, every checkpoint and
+    // every signature is consistent again.
+    std::fs::remove_file(dir.path().join("data/ledger.db")).unwrap();
+    let rewritten = SEED_000_SESSION.replace("Enterprise grew 23%", "Enterprise grew 32%");
+    populate_with(dir.path(), &rewritten);
+    assert_eq!(
+        cairn_in(dir.path(), &["verify"], None).code,
+        0,
+        "on its own the rewrite is consistent"
+    );
+
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--json",
+            "--checkpoint",
+            saved_path.to_str().unwrap(),
+        ],
+        None,
+    );
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(
+        verdict["brokenReason"], "inconsistent-checkpoint",
+        "{verdict}"
+    );
+    assert_eq!(verdict["brokenAtSequence"], saved_size - 1);
+    assert!(
+        verdict["detail"].as_str().unwrap().contains("consistency"),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn a_checkpoint_signed_by_another_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    // Forge a checkpoint for the current log with a different key of the
+    // same name, and slip it into the table.
+    let other = tempfile::tempdir().unwrap();
+    cairn_in(
+        other.path(),
+        &[
+            "log",
+            "--session",
+            "x",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    let stranger_note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+    let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
+    let conn = attacker(dir.path());
+    let forged = stranger_note.replace(
+        "cairn.local/acme\n1\n",
+        &format!("cairn.local/acme\n{}\n", size + 1),
+    );
+    conn.execute(
+        "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, ?1, zeroblob(32), ?2, 0)",
+        rusqlite::params![size + 1, forged],
+    )
+    .unwrap();
+    drop(conn);
+    let run = cairn_in(dir.path(), &["verify", "--json"], None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
 }

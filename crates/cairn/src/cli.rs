@@ -1,0 +1,779 @@
+//! Command-line parsing and the commands.
+
+use crate::wire::{step_from_json, step_to_json, verdict_to_json};
+use crate::{Outcome, UsageError, render};
+use anyhow::{Context as _, Result, anyhow};
+use cairn_core::Timestamp;
+use cairn_core::bundle::BundleVerifier;
+use cairn_core::note::NoteVerifier;
+use cairn_core::record::Limits;
+use cairn_core::verify::Verdict;
+use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
+use cairn_store::{
+    AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
+    Written,
+};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Cairn: a tamper-evident ledger of AI agents' reasoning.
+///
+/// Exit codes: 0 success (verified), 1 verification failed, 2 usage or
+/// input error, 3 storage or internal failure.
+#[derive(Debug, Parser)]
+#[command(name = "cairn", version, about, long_about = None)]
+pub struct Cli {
+    /// Data directory of the embedded store (created on first use).
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_DATA_DIR",
+        default_value = "cairn-data"
+    )]
+    data_dir: PathBuf,
+    /// The org (tenant) to work in.
+    #[arg(long, global = true, env = "CAIRN_ORG", default_value = "default")]
+    org: String,
+    /// Name of the server key, used when the data directory is created
+    /// (log origins are `<name>/<org>`).
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_SERVER_NAME",
+        default_value = "cairn.local"
+    )]
+    server_name: String,
+    /// Maximum content length per step, in bytes.
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_MAX_CONTENT_LENGTH",
+        default_value_t = 65_536
+    )]
+    max_content_length: usize,
+    /// Print JSON for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Record a sample session in memory, verify it, tamper with it, and
+    /// show the verdict (no data directory needed).
+    Demo,
+    /// Record one step (from flags), or many (JSON lines on stdin with
+    /// --stdin).
+    Log(LogArgs),
+    /// List sessions with step counts, first and last step time and chain
+    /// validity.
+    Sessions {
+        /// Only this agent's sessions.
+        #[arg(long)]
+        agent: Option<String>,
+        /// At most this many, newest first.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Replay a session.
+    Replay {
+        /// The session id.
+        session: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Verify the chain and include the verdict.
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Verify the whole store (every chain, and the org log against every
+    /// checkpoint), one session, or an export bundle offline.
+    Verify(VerifyArgs),
+    /// Write an export bundle (JSON lines) that verifies offline.
+    Export(ExportArgs),
+    /// Show the server's public key (C2SP vkey form).
+    Keys,
+    /// Sign a checkpoint of the org log now and print it (save it to check
+    /// the log later with `verify --checkpoint`).
+    Checkpoint,
+    /// Seal a session: sign its Merkle root; nothing can be appended after.
+    Seal {
+        /// The session id.
+        session: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, clap::Args)]
+struct LogArgs {
+    /// Read steps as JSON lines from stdin (seed 000 member names:
+    /// session_id, step_type, content, input_data, output_data, ...).
+    #[arg(long, conflicts_with_all = ["session", "step_type"])]
+    stdin: bool,
+    /// Session id.
+    #[arg(long, required_unless_present = "stdin")]
+    session: Option<String>,
+    /// Agent id (default for --stdin lines without agent_id).
+    #[arg(long, env = "CAIRN_AGENT")]
+    agent: Option<String>,
+    /// Step type, in any seed's spelling (Observation, ToolCall, plan,
+    /// thinking, execute, ...).
+    #[arg(long = "type", id = "step_type", required_unless_present = "stdin")]
+    step_type: Option<String>,
+    /// The reasoning text.
+    #[arg(long)]
+    content: Option<String>,
+    /// Input JSON.
+    #[arg(long)]
+    input: Option<String>,
+    /// Output JSON.
+    #[arg(long)]
+    output: Option<String>,
+    /// Confidence, 0 to 1.
+    #[arg(long)]
+    confidence: Option<f64>,
+    /// Model name.
+    #[arg(long)]
+    model: Option<String>,
+    /// Metadata JSON.
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Turn id.
+    #[arg(long)]
+    turn: Option<String>,
+    /// Task id.
+    #[arg(long)]
+    task: Option<String>,
+    /// Flag the step for review.
+    #[arg(long)]
+    flagged: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    /// Verify only this session's chain.
+    #[arg(long, conflicts_with = "bundle")]
+    session: Option<String>,
+    /// Verify an export bundle offline (no store needed).
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// A signed checkpoint saved earlier (by an auditor or witness); the
+    /// log must be consistent with it. Repeatable.
+    #[arg(long)]
+    checkpoint: Vec<PathBuf>,
+    /// Trust only this server key (vkey form) instead of the one in the
+    /// data directory or the bundle.
+    #[arg(long)]
+    key: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Export one session.
+    #[arg(long, conflicts_with_all = ["agent", "since", "all"])]
+    session: Option<String>,
+    /// Export every session of an agent.
+    #[arg(long, conflicts_with_all = ["since", "all"])]
+    agent: Option<String>,
+    /// Export sessions started at or after this time (RFC 3339).
+    #[arg(long, requires = "until")]
+    since: Option<String>,
+    /// ... and before this time.
+    #[arg(long, requires = "since")]
+    until: Option<String>,
+    /// Export the whole org log.
+    #[arg(long)]
+    all: bool,
+    /// Write here instead of stdout.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+fn now() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    i64::try_from(micros)
+        .ok()
+        .and_then(Timestamp::from_micros)
+        .unwrap_or_default()
+}
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
+
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Parses the command line and runs the command.
+pub fn run() -> Result<Outcome> {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Demo => crate::demo::run(),
+        Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
+        command => {
+            let store = open_store(&cli)?;
+            match command {
+                Command::Log(args) => log(&cli, store, args),
+                Command::Sessions { agent, limit } => {
+                    sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
+                }
+                Command::Replay {
+                    session,
+                    format,
+                    verify,
+                } => replay(&cli, store.as_ref(), session, *format, *verify),
+                Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
+                Command::Export(args) => export_bundle(&cli, store, args),
+                Command::Keys => {
+                    let key = store.server_key().to_string();
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"server_key": key, "name": store.server_name()})
+                        );
+                    } else {
+                        println!("{key}");
+                    }
+                    Ok(Outcome::Success)
+                }
+                Command::Checkpoint => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let cp = match ledger.write(WriteRequest::Checkpoint {
+                        org_id: cli.org.clone(),
+                    }) {
+                        Ok(Written::Checkpoint(cp)) => cp,
+                        Ok(other) => return Err(anyhow!("unexpected answer {other:?}")),
+                        Err(e) => return Err(append_error(e)),
+                    };
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"size": cp.size, "root": cp.root.to_hex(), "note": cp.note})
+                        );
+                    } else {
+                        print!("{}", cp.note);
+                    }
+                    Ok(Outcome::Success)
+                }
+                Command::Seal { session } => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let request = WriteRequest::Seal {
+                        org_id: cli.org.clone(),
+                        session_id: session.clone(),
+                    };
+                    match ledger.write(request) {
+                        Ok(Written::Sealed { seq, seal }) => {
+                            if cli.json {
+                                println!(
+                                    "{}",
+                                    json!({"seq": seq, "session_id": seal.session_id, "step_count": seal.step_count,
+                                           "merkle_root": seal.session_root.to_hex(), "final_hash": seal.final_hash.to_hex(),
+                                           "note": seal.note})
+                                );
+                            } else {
+                                println!(
+                                    "sealed {} at {} steps, root {}",
+                                    seal.session_id, seal.step_count, seal.session_root
+                                );
+                                print!("{}", seal.note);
+                            }
+                            Ok(Outcome::Success)
+                        }
+                        Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
+                        Err(e) => Err(append_error(e)),
+                    }
+                }
+                Command::Demo => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
+    let options = SqliteOptions {
+        server_name: cli.server_name.clone(),
+        limits: Limits {
+            max_content_bytes: cli.max_content_length,
+            ..Limits::default()
+        },
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(&cli.data_dir, options)
+        .with_context(|| format!("opening the store in {}", cli.data_dir.display()))?;
+    Ok(Arc::new(store))
+}
+
+fn append_error(e: AppendError) -> anyhow::Error {
+    match e {
+        AppendError::Refused(r) => usage(r.to_string()),
+        AppendError::Store(e) => anyhow!("storage failure: {e}"),
+    }
+}
+
+fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option<Value>> {
+    text.as_ref()
+        .map(|t| {
+            serde_json::from_str(t).map_err(|e| usage(format!("--{name} is not valid JSON: {e}")))
+        })
+        .transpose()
+}
+
+fn written_json(w: &Written) -> Value {
+    match w {
+        Written::Step {
+            seq,
+            trace_id,
+            step_index,
+            hash,
+            created_at,
+            ..
+        } => json!({
+            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
+            "seq": seq, "created_at": created_at.to_string(),
+        }),
+        other => json!({ "written": format!("{other:?}") }),
+    }
+}
+
+fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome> {
+    let ledger = Ledger::new(store, SequencerConfig::default());
+    if !args.stdin {
+        let mut object = serde_json::Map::new();
+        object.insert("session_id".into(), json!(args.session));
+        object.insert("step_type".into(), json!(args.step_type));
+        object.insert("content".into(), json!(args.content));
+        object.insert("confidence".into(), json!(args.confidence));
+        object.insert("model".into(), json!(args.model));
+        object.insert("turn_id".into(), json!(args.turn));
+        object.insert("task_id".into(), json!(args.task));
+        object.insert(
+            "input_data".into(),
+            parse_json_arg("input", &args.input)?.unwrap_or(Value::Null),
+        );
+        object.insert(
+            "output_data".into(),
+            parse_json_arg("output", &args.output)?.unwrap_or(Value::Null),
+        );
+        object.insert(
+            "metadata".into(),
+            parse_json_arg("metadata", &args.metadata)?.unwrap_or(Value::Null),
+        );
+        if args.flagged {
+            object.insert("status".into(), json!("flagged"));
+        }
+        let step = step_from_json(
+            &Value::Object(object),
+            &cli.org,
+            args.agent.as_deref(),
+            "cli",
+        )
+        .map_err(|e| usage(e.0))?;
+        let written = ledger
+            .write(WriteRequest::Step(Box::new(step)))
+            .map_err(append_error)?;
+        if cli.json {
+            println!("{}", written_json(&written));
+        } else if let Written::Step {
+            trace_id,
+            step_index,
+            hash,
+            ..
+        } = &written
+        {
+            println!("logged step {step_index} as {trace_id}, hash {hash}");
+        }
+        return Ok(Outcome::Success);
+    }
+    // Many steps: submit them all, then collect the answers, so the
+    // sequencer can group-commit them.
+    let stdin = std::io::stdin();
+    let mut pending = Vec::new();
+    let mut failures = 0usize;
+    let mut out = std::io::stdout().lock();
+    for (number, line) in stdin.lock().lines().enumerate() {
+        let line = line.context("reading stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = serde_json::from_str::<Value>(&line)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|v| {
+                step_from_json(&v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
+            });
+        match parsed {
+            Ok(step) => pending.push((
+                number + 1,
+                ledger.submit(WriteRequest::Step(Box::new(step))),
+            )),
+            Err(e) => {
+                failures += 1;
+                writeln!(out, "{}", json!({"line": number + 1, "error": e}))?;
+            }
+        }
+    }
+    for (line, p) in pending {
+        match p.wait() {
+            Ok(w) => {
+                let mut v = written_json(&w);
+                v["line"] = json!(line);
+                writeln!(out, "{v}")?;
+            }
+            Err(e) => {
+                failures += 1;
+                writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
+            }
+        }
+    }
+    if failures > 0 {
+        return Err(usage(format!(
+            "{failures} line(s) were not recorded; see the error lines above"
+        )));
+    }
+    Ok(Outcome::Success)
+}
+
+fn sessions(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    agent: Option<&str>,
+    limit: usize,
+) -> Result<Outcome> {
+    let list = store.list_sessions(&cli.org, agent, limit)?;
+    let mut rows = Vec::new();
+    for s in &list {
+        let valid = verify_session(store, &cli.org, &s.session_id)?.is_some_and(|v| v.verified);
+        rows.push((s, valid));
+    }
+    if cli.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(s, valid)| {
+                json!({
+                    "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                    "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                    "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                    "chain_valid": valid, "sealed": s.sealed,
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(v));
+    } else {
+        println!(
+            "{:<32} {:<16} {:>6}  {:<27}  {:<27}  chain",
+            "session", "agent", "steps", "first step", "last step"
+        );
+        for (s, valid) in rows {
+            println!(
+                "{:<32} {:<16} {:>6}  {:<27}  {:<27}  {}{}",
+                s.session_id,
+                s.agent_id,
+                s.step_count,
+                s.first_step_at.map(|t| t.to_string()).unwrap_or_default(),
+                s.last_step_at.map(|t| t.to_string()).unwrap_or_default(),
+                if valid { "valid" } else { "BROKEN" },
+                if s.sealed { ", sealed" } else { "" }
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+fn replay(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    session: &str,
+    format: Format,
+    verify: bool,
+) -> Result<Outcome> {
+    let info = store.session(&cli.org, session)?.ok_or_else(|| {
+        usage(format!(
+            "session {session} does not exist in org {}",
+            cli.org
+        ))
+    })?;
+    let mut steps = Vec::new();
+    store.read_session(&cli.org, session, &mut |s| {
+        steps.push(s);
+        true
+    })?;
+    let verdict = if verify {
+        verify_session(store, &cli.org, session)?
+    } else {
+        None
+    };
+    let format = if cli.json { Format::Json } else { format };
+    match format {
+        Format::Json => {
+            let mut v = json!({
+                "session_id": session,
+                "agent_id": info.header.agent_id,
+                "step_count": steps.len(),
+                "sealed": info.seal.is_some(),
+                "steps": steps.iter().map(|s| step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
+            });
+            if let Some(verdict) = &verdict {
+                v["chain_valid"] = json!(verdict.verified);
+                v["verdict"] = verdict_to_json(verdict, 0, now());
+            }
+            println!("{v}");
+        }
+        Format::Text => {
+            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+            print!("{}", render::text(session, &info.header.agent_id, &records));
+            if let Some(v) = &verdict {
+                println!("{}", describe(v));
+            }
+        }
+        Format::Markdown => {
+            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+            print!("{}", render::markdown(session, &records));
+        }
+    }
+    Ok(match verdict {
+        Some(v) if !v.verified => Outcome::VerificationFailed,
+        _ => Outcome::Success,
+    })
+}
+
+fn describe(verdict: &Verdict) -> String {
+    match &verdict.failure {
+        None => format!("VERIFIED: {} records checked", verdict.records_checked),
+        Some(f) => format!(
+            "TAMPERED: first failing record: {}\n  reason: {} ({})\n  records checked: {}, last valid: {}",
+            f.at,
+            f.reason,
+            f.detail,
+            verdict.records_checked,
+            verdict
+                .last_valid
+                .as_ref()
+                .map_or("none".to_owned(), |l| l.to_string())
+        ),
+    }
+}
+
+fn pinned_keys(args: &VerifyArgs) -> Result<Vec<NoteVerifier>> {
+    args.key
+        .iter()
+        .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--key: {e}"))))
+        .collect()
+}
+
+fn verify_store(cli: &Cli, store: &dyn LedgerStore, args: &VerifyArgs) -> Result<Outcome> {
+    let started = Instant::now();
+    if let Some(session) = &args.session {
+        let verdict = verify_session(store, &cli.org, session)?.ok_or_else(|| {
+            usage(format!(
+                "session {session} does not exist in org {}",
+                cli.org
+            ))
+        })?;
+        return report(cli, &verdict, started, json!({"session_id": session}));
+    }
+    let external = args
+        .checkpoint
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map_err(|e| usage(format!("reading checkpoint {}: {e}", p.display())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let keys = pinned_keys(args)?;
+    let total = store.log_size(&cli.org)?;
+    if total == 0 && !store.orgs()?.contains(&cli.org) {
+        return Err(usage(format!(
+            "org {} has no records in {}",
+            cli.org,
+            cli.data_dir.display()
+        )));
+    }
+    let bar = progress_bar(total, "verifying");
+    let verdict = verify_org(store, &cli.org, &external, &keys, &mut |n| {
+        bar.set_position(n)
+    })?;
+    bar.finish_and_clear();
+    let extra = json!({
+        "org_id": cli.org, "log_size": verdict.log_size,
+        "checkpoints_checked": verdict.checkpoints_checked, "checkpoint_size": verdict.checkpoint_size,
+    });
+    if !cli.json && verdict.verdict.verified {
+        println!(
+            "org {}: {} records, {} checkpoint(s) checked (largest size {})",
+            cli.org,
+            verdict.log_size,
+            verdict.checkpoints_checked,
+            verdict
+                .checkpoint_size
+                .map_or("none".into(), |s| s.to_string())
+        );
+    }
+    report(cli, &verdict.verdict, started, extra)
+}
+
+fn report(cli: &Cli, verdict: &Verdict, started: Instant, extra: Value) -> Result<Outcome> {
+    if cli.json {
+        let mut v = verdict_to_json(verdict, started.elapsed().as_millis(), now());
+        if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+            obj.extend(more);
+        }
+        println!("{v}");
+    } else {
+        println!("{}", describe(verdict));
+    }
+    Ok(if verdict.verified {
+        Outcome::Success
+    } else {
+        Outcome::VerificationFailed
+    })
+}
+
+fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
+    let started = Instant::now();
+    let path = args
+        .bundle
+        .as_ref()
+        .ok_or_else(|| usage("--bundle is required"))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| usage(format!("opening {}: {e}", path.display())))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let bar = progress_bar(total, "verifying bundle");
+    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    let mut read = 0u64;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                // Invalid UTF-8 is a changed byte: report it at its line.
+                verifier.push_line(&format!("\u{0}{e}"));
+                break;
+            }
+        };
+        read += line.len() as u64 + 1;
+        bar.set_position(read);
+        if !verifier.push_line(&line) {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let result = verifier.finish();
+    let extra = json!({
+        "bundle": path.display().to_string(),
+        "server_key": result.server_key,
+        "key_pinned": result.key_pinned,
+        "checkpoint_size": result.checkpoint.map(|c| c.0),
+        "checkpoint_root": result.checkpoint.map(|c| c.1.to_hex()),
+    });
+    if !cli.json {
+        if let Some(key) = &result.server_key {
+            println!(
+                "server key {key}{}",
+                if result.key_pinned {
+                    " (pinned)"
+                } else {
+                    " (from the bundle: compare it with the operator's published key, or pass --key)"
+                }
+            );
+        }
+        if let Some((size, root)) = result.checkpoint {
+            println!("checkpoint: size {size}, root {root}");
+        }
+    }
+    report(cli, &result.verdict, started, extra)
+}
+
+fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> Result<Outcome> {
+    let scope = match (
+        &args.session,
+        &args.agent,
+        &args.since,
+        &args.until,
+        args.all,
+    ) {
+        (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
+        (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
+        (None, None, Some(since), Some(until), false) => ExportScope::Range {
+            since: Timestamp::parse_rfc3339(since).map_err(|e| usage(format!("--since: {e}")))?,
+            until: Timestamp::parse_rfc3339(until).map_err(|e| usage(format!("--until: {e}")))?,
+        },
+        (None, None, None, None, true) => ExportScope::All,
+        _ => {
+            return Err(usage(
+                "choose one of --session, --agent, --since/--until or --all",
+            ));
+        }
+    };
+    // Checkpoint first, so the bundle covers everything recorded so far.
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    let checkpoint = match ledger.write(WriteRequest::Checkpoint {
+        org_id: cli.org.clone(),
+    }) {
+        Ok(Written::Checkpoint(cp)) => cp,
+        Ok(other) => return Err(anyhow!("unexpected answer {other:?}")),
+        Err(AppendError::Refused(_)) => {
+            return Err(usage(format!("org {} has no records to export", cli.org)));
+        }
+        Err(e) => return Err(append_error(e)),
+    };
+    ledger.close();
+    let bar = progress_bar(checkpoint.size, "exporting");
+    let mut sink: Box<dyn std::io::Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| usage(format!("creating {}: {e}", path.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let summary = export(
+        store.as_ref(),
+        &cli.org,
+        &scope,
+        &checkpoint,
+        now(),
+        &mut sink,
+        &mut |n| bar.set_position(n),
+    )
+    .map_err(|e| match e {
+        cairn_store::ops::ExportError::Empty(m) => usage(m),
+        other => anyhow!(other),
+    })?;
+    drop(sink);
+    bar.finish_and_clear();
+    if args.output.is_some() {
+        let message = json!({"entries": summary.entries, "sessions": summary.sessions, "checkpoint_size": summary.checkpoint_size});
+        if cli.json {
+            println!("{message}");
+        } else {
+            eprintln!(
+                "exported {} entries of {} session(s), proven against the checkpoint of size {}",
+                summary.entries, summary.sessions, summary.checkpoint_size
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}

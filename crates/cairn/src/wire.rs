@@ -1,0 +1,306 @@
+//! JSON on the edge: step input objects, replay output, verdicts. The core
+//! types are not wire types; conversions happen here, by hand, with errors
+//! that name the offending member.
+//!
+//! Member names follow seed 000 (`session_id`, `step_type`, `input_data`,
+//! `output_data`, `trace_id`, `step_index`, `current_hash`, `prev_hash`,
+//! `chain_valid`, ...) and seed 003 for verdicts (`verified`,
+//! `totalChecked`, `lastValidSequence`, `brokenAtSequence`,
+//! `brokenReason`, `durationMs`, `verifiedAt`).
+
+use cairn_core::Timestamp;
+use cairn_core::commit::StepRecord;
+use cairn_core::record::{Links, Status};
+use cairn_core::verify::Verdict;
+use cairn_store::NewStep;
+use serde_json::{Map, Value, json};
+
+/// A step object that cannot be turned into a step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InputError(pub String);
+
+fn string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, InputError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(InputError(format!(
+            "{key} must be a string, not {}",
+            kind_of(other)
+        ))),
+    }
+}
+
+fn unsigned(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, InputError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| InputError(format!("{key} must be a non-negative integer"))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+const STEP_MEMBERS: &[&str] = &[
+    "org_id",
+    "session_id",
+    "agent_id",
+    "step_type",
+    "content",
+    "input_data",
+    "output_data",
+    "confidence",
+    "duration_ms",
+    "token_count",
+    "model",
+    "metadata",
+    "turn_id",
+    "turn_step",
+    "task_id",
+    "links",
+    "status",
+    "trace_id",
+];
+
+/// Builds a step from a seed-000-style object. `defaults` supplies org,
+/// agent and session where the object has none.
+pub fn step_from_json(
+    value: &Value,
+    org_id: &str,
+    default_agent: Option<&str>,
+    caller: &str,
+) -> Result<NewStep, InputError> {
+    let obj = value.as_object().ok_or_else(|| {
+        InputError(format!(
+            "a step must be a JSON object, not {}",
+            kind_of(value)
+        ))
+    })?;
+    if let Some(unknown) = obj.keys().find(|k| !STEP_MEMBERS.contains(&k.as_str())) {
+        return Err(InputError(format!(
+            "unknown member {unknown:?}; a step has {}",
+            STEP_MEMBERS.join(", ")
+        )));
+    }
+    if let Some(org) = string(obj, "org_id")?
+        && org != org_id
+    {
+        return Err(InputError(format!(
+            "org_id {org:?} is not the org of this request ({org_id})"
+        )));
+    }
+    let session_id =
+        string(obj, "session_id")?.ok_or_else(|| InputError("session_id is required".into()))?;
+    let agent_id = match (string(obj, "agent_id")?, default_agent) {
+        (Some(a), _) => a,
+        (None, Some(a)) => a.to_owned(),
+        (None, None) => return Err(InputError("agent_id is required".into())),
+    };
+    let kind_label =
+        string(obj, "step_type")?.ok_or_else(|| InputError("step_type is required".into()))?;
+    let confidence = match obj.get("confidence") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_f64()
+                .ok_or_else(|| InputError("confidence must be a number".into()))?,
+        ),
+    };
+    let links = match obj.get("links") {
+        None | Some(Value::Null) => Links::default(),
+        Some(Value::Object(map)) => {
+            let mut links = Links::default();
+            for (name, v) in map {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| InputError(format!("links.{name} must be a string")))?
+                    .to_owned();
+                match name.as_str() {
+                    "tool_call" => links.tool_call = Some(v),
+                    "policy_decision" => links.policy_decision = Some(v),
+                    "approval_request" => links.approval_request = Some(v),
+                    "audit_event" => links.audit_event = Some(v),
+                    "corrects" => links.corrects = Some(v),
+                    "parent" => links.parent = Some(v),
+                    other => {
+                        return Err(InputError(format!(
+                            "unknown link {other:?}; links are tool_call, policy_decision, approval_request, audit_event, corrects, parent"
+                        )));
+                    }
+                }
+            }
+            links
+        }
+        Some(_) => return Err(InputError("links must be an object".into())),
+    };
+    let status = match string(obj, "status")? {
+        None => Status::Ok,
+        Some(s) => Status::parse(&s)
+            .ok_or_else(|| InputError(format!("status must be ok or flagged, not {s:?}")))?,
+    };
+    let json_member = |key: &str| obj.get(key).filter(|v| !v.is_null()).cloned();
+    Ok(NewStep {
+        org_id: org_id.to_owned(),
+        session_id,
+        agent_id,
+        kind_label,
+        content: string(obj, "content")?,
+        input: json_member("input_data"),
+        output: json_member("output_data"),
+        confidence,
+        duration_ms: unsigned(obj, "duration_ms")?,
+        token_count: unsigned(obj, "token_count")?,
+        model: string(obj, "model")?,
+        metadata: json_member("metadata"),
+        turn_id: string(obj, "turn_id")?,
+        turn_step: unsigned(obj, "turn_step")?,
+        task_id: string(obj, "task_id")?,
+        links,
+        status,
+        trace_id: string(obj, "trace_id")?,
+        caller: caller.to_owned(),
+        ..NewStep::default()
+    })
+}
+
+/// A recorded step as replay output, with seed 000's member names.
+pub fn step_to_json(seq: u64, record: &StepRecord) -> Value {
+    let s = &record.step;
+    let mut links = Map::new();
+    for (name, value) in s.links.entries() {
+        if let Some(v) = value {
+            links.insert(name.into(), Value::String(v.into()));
+        }
+    }
+    json!({
+        "trace_id": s.trace_id,
+        "seq": seq,
+        "org_id": s.org_id,
+        "agent_id": s.agent_id,
+        "session_id": s.session_id,
+        "step_index": s.step_index,
+        "step_type": s.kind_label,
+        "kind": s.kind.as_str(),
+        "content": s.content,
+        "input_data": s.input,
+        "output_data": s.output,
+        "confidence": s.confidence,
+        "duration_ms": s.duration_ms,
+        "token_count": s.token_count,
+        "model": s.model,
+        "metadata": s.metadata,
+        "turn_id": s.turn_id,
+        "turn_step": s.turn_step,
+        "task_id": s.task_id,
+        "links": links,
+        "status": s.status.as_str(),
+        "created_at": s.created_at.to_string(),
+        "digest": record.digest.to_hex(),
+        "prev_hash": record.prev_hash.to_hex(),
+        "current_hash": record.hash.to_hex(),
+        "signature_key_id": record.signature.as_ref().map(|sig| sig.key_id.clone()),
+        "has_embedding": record.has_embedding,
+        "erased": record.erased,
+    })
+}
+
+/// A verdict with seed 003's member names plus Cairn's location detail.
+pub fn verdict_to_json(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp) -> Value {
+    let failure = verdict.failure.as_ref();
+    let position = |loc: &cairn_core::verify::Location| loc.seq.or(loc.step_index);
+    json!({
+        "verified": verdict.verified,
+        "ok": verdict.verified,
+        "totalChecked": verdict.records_checked,
+        "lastValidSequence": verdict.last_valid.as_ref().and_then(position),
+        "brokenAtSequence": failure.and_then(|f| position(&f.at)),
+        "brokenReason": failure.map(|f| f.reason.as_str()),
+        "brokenAt": failure.map(|f| json!({
+            "seq": f.at.seq,
+            "session_id": f.at.session_id,
+            "step_index": f.at.step_index,
+            "trace_id": f.at.trace_id,
+            "line": f.at.line,
+        })),
+        "detail": failure.map(|f| f.detail.clone()),
+        "durationMs": duration_ms,
+        "verifiedAt": verified_at.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_000_input_converts() {
+        let v = json!({
+            "session_id": "analysis-session-42",
+            "step_type": "Reasoning",
+            "content": "The revenue data shows a clear upward trend in Q4.",
+            "input_data": {"query": "SELECT segment, SUM(revenue) FROM orders"},
+            "output_data": {"enterprise": 4500000},
+            "confidence": 0.92,
+            "model": "gpt-4o"
+        });
+        let step = step_from_json(&v, "acme", Some("analyst-agent"), "cli").unwrap();
+        assert_eq!(step.session_id, "analysis-session-42");
+        assert_eq!(step.agent_id, "analyst-agent");
+        assert_eq!(step.kind_label, "Reasoning");
+        assert_eq!(step.confidence, Some(0.92));
+        assert_eq!(step.output, Some(json!({"enterprise": 4500000})));
+    }
+
+    #[test]
+    fn bad_members_are_named() {
+        let cases = [
+            (json!([1]), "must be a JSON object"),
+            (
+                json!({"step_type": "plan", "agent_id": "a"}),
+                "session_id is required",
+            ),
+            (
+                json!({"session_id": "s", "agent_id": "a"}),
+                "step_type is required",
+            ),
+            (
+                json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "confidence": "high"}),
+                "confidence must be a number",
+            ),
+            (
+                json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "colour": 1}),
+                "unknown member \"colour\"",
+            ),
+            (
+                json!({"session_id": 4, "step_type": "plan", "agent_id": "a"}),
+                "session_id must be a string",
+            ),
+            (
+                json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "org_id": "other"}),
+                "is not the org",
+            ),
+            (
+                json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "links": {"x": "y"}}),
+                "unknown link",
+            ),
+            (
+                json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "token_count": -1}),
+                "non-negative integer",
+            ),
+        ];
+        for (value, message) in cases {
+            let err = step_from_json(&value, "acme", None, "cli").unwrap_err();
+            assert!(err.0.contains(message), "{value}: {err}");
+        }
+    }
+}
