@@ -358,7 +358,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
         for (id, name, size) in rows {
             let size = size as u64;
             let tree = DbTree {
-                conn: &conn,
+                conn,
                 org: id,
                 size,
             };
