@@ -241,6 +241,12 @@ pub enum Refusal {
     /// for this agent.
     #[error("bad agent signature: {0}")]
     BadSignature(String),
+    /// The org was imported from another server and is read-only here.
+    #[error("org {org_id} is a read-only mirror imported from another server")]
+    ReadOnlyOrg {
+        /// The org.
+        org_id: String,
+    },
     /// Sealing a session with no steps.
     #[error("session {session_id} has no steps to seal")]
     NothingToSeal {
@@ -296,6 +302,26 @@ impl<T> DbContext<T> for Result<T, rusqlite::Error> {
             source,
         })
     }
+}
+
+/// Why an import did not happen. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The bundle cannot be imported (partial, wrong org, org exists).
+    #[error("{0}")]
+    Refused(String),
+    /// An entry of the bundle does not decode.
+    #[error("bundle entry {index}: {reason}")]
+    BadEntry {
+        /// 0-based entry number.
+        index: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// A signed checkpoint as stored.
@@ -435,6 +461,26 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Agent key registrations of an org, in log order.
     fn agent_keys(&self, org_id: &str)
     -> Result<Vec<cairn_core::log::KeyRegistration>, StoreError>;
+
+    /// The name and key that sign an org's checkpoints and seals: the
+    /// server's own, or, for an org imported from another server's bundle,
+    /// that server's.
+    fn log_signer(
+        &self,
+        org_id: &str,
+    ) -> Result<(String, cairn_core::note::NoteVerifier), StoreError>;
+
+    /// Imports a verified complete-log bundle as the log of `org_id`, which
+    /// must not exist yet: same seq numbers, hashes and signatures, plus its
+    /// checkpoint. `entries` must be the bundle's entries in order (the
+    /// caller verified them). Returns the number of entries imported.
+    fn import_log(
+        &self,
+        org_id: &str,
+        header: &cairn_core::bundle::BundleHeader,
+        checkpoint_note: &str,
+        entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+    ) -> Result<u64, ImportError>;
 
     /// The server key's public half.
     fn server_key(&self) -> &cairn_core::note::NoteVerifier;

@@ -57,14 +57,15 @@ pub fn verify_org(
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
+    let (server_name, own_key) = store.log_signer(org_id)?;
     let keys: Vec<NoteVerifier> = if keys.is_empty() {
-        vec![store.server_key().clone()]
+        vec![own_key]
     } else {
         keys.to_vec()
     };
-    let origin = log_origin(store.server_name(), org_id);
+    let origin = log_origin(&server_name, org_id);
     let log_size = store.log_size(org_id)?;
-    let mut verifier = LogVerifier::new(store.server_name(), org_id, keys.clone());
+    let mut verifier = LogVerifier::new(&server_name, org_id, keys.clone());
     let stored: Vec<String> = store
         .checkpoints(org_id)?
         .into_iter()
@@ -190,12 +191,13 @@ pub fn verify_session(
     }
     let mut verifier = SessionVerifier::new(&info.header, keys);
     store.read_session(org_id, session_id, &mut |step| verifier.push(&step.record))?;
+    let (server_name, server_key) = store.log_signer(org_id)?;
     let expected = match &info.seal {
         Some(seal) => {
             verifier.push_seal(
                 seal,
-                &log_origin(store.server_name(), org_id),
-                std::slice::from_ref(store.server_key()),
+                &log_origin(&server_name, org_id),
+                std::slice::from_ref(&server_key),
             );
             seal.step_count
         }
@@ -272,10 +274,11 @@ pub fn export(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ExportSummary, ExportError> {
     let size = checkpoint.size;
+    let (server_name, server_key) = store.log_signer(org_id)?;
     let header = BundleHeader {
-        server_name: store.server_name().to_owned(),
+        server_name,
         org_id: org_id.to_owned(),
-        server_key: store.server_key().to_string(),
+        server_key: server_key.to_string(),
         scope: scope.describe(),
         complete_log: *scope == ExportScope::All,
         exported_at,
@@ -398,5 +401,83 @@ pub fn export(
         entries: written,
         sessions,
         checkpoint_size: size,
+    })
+}
+
+/// The outcome of [`import_bundle`].
+#[derive(Debug)]
+pub enum ImportOutcome {
+    /// The bundle verified and its log was imported.
+    Imported {
+        /// The org imported.
+        org_id: String,
+        /// Entries imported.
+        entries: u64,
+        /// Whether the org is a read-only mirror (signed by another server).
+        mirror: bool,
+    },
+    /// The bundle did not verify; nothing was written.
+    Rejected(Box<cairn_core::bundle::BundleVerdict>),
+}
+
+/// Imports a bundle: verifies it completely first (with `keys` pinned, or
+/// the bundle's own key if empty), then streams it into the store as the
+/// log of its org. `open` opens the bundle afresh for each pass, so memory
+/// stays constant.
+pub fn import_bundle(
+    store: &dyn LedgerStore,
+    open: &dyn Fn() -> std::io::Result<Box<dyn std::io::BufRead>>,
+    keys: &[NoteVerifier],
+    progress: &mut dyn FnMut(u64),
+) -> Result<ImportOutcome, crate::ImportError> {
+    use crate::ImportError;
+    use cairn_core::bundle::{BundleHeader, BundleVerifier, decode_entry};
+    let io = |e: std::io::Error| ImportError::Refused(format!("reading the bundle: {e}"));
+    let mut verifier = BundleVerifier::new(keys.to_vec());
+    for line in std::io::BufRead::lines(open().map_err(io)?) {
+        let line = line.map_err(io)?;
+        if !verifier.push_line(&line) {
+            break;
+        }
+    }
+    let verdict = verifier.finish();
+    if !verdict.verdict.verified {
+        return Ok(ImportOutcome::Rejected(Box::new(verdict)));
+    }
+    let mut lines = std::io::BufRead::lines(open().map_err(io)?);
+    let mut next = || -> Result<String, ImportError> {
+        lines
+            .next()
+            .ok_or_else(|| ImportError::Refused("the bundle changed between passes".into()))?
+            .map_err(io)
+    };
+    let header = BundleHeader::parse(&next()?).map_err(ImportError::Refused)?;
+    let checkpoint: serde_json::Value = serde_json::from_str(&next()?)
+        .map_err(|e| ImportError::Refused(format!("checkpoint line: {e}")))?;
+    let note = checkpoint["checkpoint"]
+        .as_str()
+        .ok_or_else(|| ImportError::Refused("checkpoint line".into()))?
+        .to_owned();
+    let mut count = 0u64;
+    let mut entries = std::iter::from_fn(|| {
+        let line = match next() {
+            Ok(line) => line,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        if line.starts_with("{\"end\"") {
+            return None;
+        }
+        count += 1;
+        if count.is_multiple_of(4096) {
+            progress(count);
+        }
+        Some(decode_entry(&line).map(|(entry, _)| entry))
+    });
+    let entries_imported = store.import_log(&header.org_id, &header, &note, &mut entries)?;
+    let (_, signer) = store.log_signer(&header.org_id)?;
+    Ok(ImportOutcome::Imported {
+        org_id: header.org_id,
+        entries: entries_imported,
+        mirror: signer != *store.server_key(),
     })
 }

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS entries (
   has_embedding INTEGER NOT NULL DEFAULT 0,  -- outside the digest
   erased        INTEGER NOT NULL DEFAULT 0,  -- outside the digest
   hidden        TEXT,              -- commitments of erased fields (JSON)
+  salts         BLOB,              -- imported steps: 21 x 16 salt bytes (no seed)
   PRIMARY KEY (org, seq)
 );
 CREATE INDEX IF NOT EXISTS entries_by_session ON entries (sid, step_index) WHERE sid IS NOT NULL;
@@ -64,6 +65,14 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+
+-- Orgs imported from another server's bundle: their log is signed by that
+-- server's key, so they are verified with it and are read-only here.
+CREATE TABLE IF NOT EXISTS org_origins (
+  org         INTEGER PRIMARY KEY,
+  server_name TEXT NOT NULL,
+  server_key  TEXT NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS seals (
   sid INTEGER PRIMARY KEY,
@@ -106,7 +115,7 @@ WHEN NOT (
   AND NEW.turn_id IS OLD.turn_id AND NEW.turn_step IS OLD.turn_step AND NEW.task_id IS OLD.task_id
   AND NEW.links IS OLD.links AND NEW.status IS OLD.status AND NEW.seed IS OLD.seed
   AND NEW.digest IS OLD.digest AND NEW.prev_hash IS OLD.prev_hash AND NEW.sig_key_id IS OLD.sig_key_id
-  AND NEW.signature IS OLD.signature
+  AND NEW.signature IS OLD.signature AND NEW.salts IS OLD.salts
   AND (
     (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
      AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
@@ -126,6 +135,10 @@ BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused')
 CREATE TRIGGER IF NOT EXISTS sessions_no_update BEFORE UPDATE ON sessions
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
 CREATE TRIGGER IF NOT EXISTS sessions_no_delete BEFORE DELETE ON sessions
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS org_origins_no_update BEFORE UPDATE ON org_origins
+BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS org_origins_no_delete BEFORE DELETE ON org_origins
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
 CREATE TRIGGER IF NOT EXISTS seals_no_update BEFORE UPDATE ON seals
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;

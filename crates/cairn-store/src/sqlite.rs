@@ -77,6 +77,8 @@ impl Default for SqliteOptions {
 #[derive(Debug, Clone)]
 struct OrgState {
     id: i64,
+    /// Imported from another server: read-only, signed by that server.
+    foreign: bool,
     frontier: Frontier,
     checkpoint_size: u64,
     checkpoint_at: Option<Instant>,
@@ -379,10 +381,18 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     |r| r.get(0),
                 )
                 .context("reading the last checkpoint")?;
+            let foreign: bool = conn
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM org_origins WHERE org = ?1)",
+                    [id],
+                    |r| r.get(0),
+                )
+                .context("reading org origins")?;
             orgs.insert(
                 name,
                 OrgState {
                     id,
+                    foreign,
                     frontier,
                     checkpoint_size: checkpoint_size as u64,
                     checkpoint_at: None,
@@ -491,7 +501,7 @@ const STEP_INSERT: &str = "INSERT INTO entries (org, seq, type, record_hash, lea
 const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
     e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
     e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
-    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id";
+    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts";
 
 fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
     value.as_ref().map(serde_json::Value::to_string)
@@ -566,11 +576,30 @@ fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
         links,
         status: Status::parse(&status).ok_or_else(|| corrupt("unknown status"))?,
     };
-    let seed: Vec<u8> = row.get(19).context("reading a step")?;
-    let seed: [u8; 32] = seed
-        .try_into()
-        .map_err(|_| corrupt("seed is not 32 bytes"))?;
-    let mut openings = Openings::from_seed(&seed);
+    let seed: Option<Vec<u8>> = row.get(19).context("reading a step")?;
+    let mut openings = match seed {
+        Some(seed) => {
+            let seed: [u8; 32] = seed
+                .try_into()
+                .map_err(|_| corrupt("seed is not 32 bytes"))?;
+            Openings::from_seed(&seed)
+        }
+        None => {
+            // Imported from a bundle: the salts themselves, no seed.
+            let salts: Vec<u8> = row
+                .get::<_, Option<Vec<u8>>>(31)
+                .context("reading a step")?
+                .ok_or_else(|| corrupt("neither seed nor salts"))?;
+            if salts.len() != 16 * cairn_core::commit::FIELD_COUNT {
+                return Err(corrupt("salts are not 21 x 16 bytes"));
+            }
+            Openings(std::array::from_fn(|i| {
+                let mut salt = [0u8; 16];
+                salt.copy_from_slice(&salts[16 * i..16 * i + 16]);
+                Opening::Revealed(salt)
+            }))
+        }
+    };
     let erased: bool = row.get(26).context("reading a step")?;
     if let Some(hidden) = get_json(27)? {
         let map = hidden
@@ -652,6 +681,7 @@ impl Writer {
             .context("creating an org")?;
         Ok(OrgState {
             id: tx.last_insert_rowid(),
+            foreign: false,
             frontier: Frontier::new(),
             checkpoint_size: 0,
             checkpoint_at: None,
@@ -1145,6 +1175,29 @@ impl SqliteStore {
         let tx = w.conn.unchecked_transaction().context("starting a batch")?;
         let mut results = Vec::with_capacity(batch.len());
         for request in batch {
+            let org_name = match request {
+                WriteRequest::Step(s) => &s.org_id,
+                WriteRequest::StartSession(s) => &s.org_id,
+                WriteRequest::Seal { org_id, .. }
+                | WriteRequest::RegisterKey { org_id, .. }
+                | WriteRequest::Checkpoint { org_id } => org_id,
+            };
+            if let Some(org) = w.org(&overlay, org_name)
+                && org.foreign
+            {
+                results.push(match request {
+                    // A mirror's checkpoint is the one it was imported with.
+                    WriteRequest::Checkpoint { .. } => latest_checkpoint(&tx, org.id, org_name)?
+                        .map(Written::Checkpoint)
+                        .ok_or_else(|| Refusal::ReadOnlyOrg {
+                            org_id: org_name.clone(),
+                        }),
+                    _ => Err(Refusal::ReadOnlyOrg {
+                        org_id: org_name.clone(),
+                    }),
+                });
+                continue;
+            }
             let outcome = match request {
                 WriteRequest::Step(step) => self.append_step(w, &tx, &mut overlay, step)?,
                 WriteRequest::StartSession(new) => self
@@ -1319,8 +1372,8 @@ impl LedgerStore for SqliteStore {
                 ])
                 .context("reading the log")?;
             while let Some(row) = rows.next().context("reading the log")? {
-                let entry_type: String = row.get(31).context("reading the log")?;
-                let leaf = blob_hash(row.get(33).context("reading the log")?)?;
+                let entry_type: String = row.get(32).context("reading the log")?;
+                let leaf = blob_hash(row.get(34).context("reading the log")?)?;
                 let entry = if entry_type == "step" {
                     let stored = step_from_row(row)?;
                     LogEntry {
@@ -1329,7 +1382,7 @@ impl LedgerStore for SqliteStore {
                     }
                 } else {
                     let seq: i64 = row.get(0).context("reading the log")?;
-                    let view: String = row.get(32).context("reading the log")?;
+                    let view: String = row.get(33).context("reading the log")?;
                     let hash = blob_hash(row.get(22).context("reading the log")?)?;
                     let view: serde_json::Value = serde_json::from_str(&view)
                         .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
@@ -1632,6 +1685,241 @@ impl LedgerStore for SqliteStore {
             }
             Ok(out)
         })
+    }
+
+    fn log_signer(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
+        let origin: Option<(String, String)> = self.read(|c| {
+            c.query_row(
+                "SELECT g.server_name, g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = ?1",
+                [org_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .context("reading an org's origin")
+        })?;
+        match origin {
+            None => Ok((self.key.signer.name().to_owned(), self.key.verifier.clone())),
+            Some((name, key)) => {
+                let key = NoteVerifier::parse(&key)
+                    .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
+                Ok((name, key))
+            }
+        }
+    }
+
+    fn import_log(
+        &self,
+        org_id: &str,
+        header: &cairn_core::bundle::BundleHeader,
+        checkpoint_note: &str,
+        entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+    ) -> Result<u64, crate::ImportError> {
+        use crate::ImportError;
+        if !header.complete_log {
+            return Err(ImportError::Refused(
+                "only a bundle of a whole org log (exported with --all) can be imported; a partial bundle can be verified with `cairn verify --bundle`".into(),
+            ));
+        }
+        validate_id("org_id", org_id).map_err(|e| ImportError::Refused(e.to_string()))?;
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        if w.broken.is_some() {
+            return Err(ImportError::Refused(
+                "the store is inconsistent; run `cairn verify`".into(),
+            ));
+        }
+        if w.orgs.contains_key(org_id) {
+            return Err(ImportError::Refused(format!(
+                "org {org_id} already exists in this store"
+            )));
+        }
+        let same_key = header.server_key == self.key.verifier.to_string()
+            && header.server_name == self.key.signer.name();
+        if org_id != header.org_id {
+            return Err(ImportError::Refused(format!(
+                "the bundle's log is signed for org {}, so it is imported under that id",
+                header.org_id
+            )));
+        }
+        let tx = w
+            .conn
+            .unchecked_transaction()
+            .context("starting the import")?;
+        tx.execute("INSERT INTO orgs (name) VALUES (?1)", [org_id])
+            .context("creating the org")?;
+        let mut org = OrgState {
+            id: tx.last_insert_rowid(),
+            foreign: !same_key,
+            frontier: Frontier::new(),
+            checkpoint_size: 0,
+            checkpoint_at: None,
+        };
+        if !same_key {
+            tx.execute(
+                "INSERT INTO org_origins (org, server_name, server_key) VALUES (?1, ?2, ?3)",
+                params![org.id, header.server_name, header.server_key],
+            )
+            .context("recording the org's origin")?;
+        }
+        let mut sids: HashMap<String, i64> = HashMap::new();
+        let mut count = 0u64;
+        for (index, entry) in entries.enumerate() {
+            let bad = |reason: String| ImportError::BadEntry {
+                index: index as u64,
+                reason,
+            };
+            let entry = entry.map_err(bad)?;
+            if entry.seq != org.frontier.size() {
+                return Err(bad(format!(
+                    "seq {} where {} was expected",
+                    entry.seq,
+                    org.frontier.size()
+                )));
+            }
+            let leaf = entry.leaf_hash();
+            match &entry.record {
+                LogRecord::Op { record, hash } => {
+                    tx.prepare_cached(
+                        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            org.id,
+                            entry.seq as i64,
+                            record.entry_type(),
+                            &hash.0[..],
+                            &leaf.0[..],
+                            record.to_view().to_string()
+                        ])
+                    })
+                    .context("importing a record")?;
+                    match record {
+                        OpRecord::SessionStart(h) => {
+                            tx.prepare_cached(
+                                "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            )
+                            .and_then(|mut s| {
+                                s.execute(params![
+                                    org.id,
+                                    h.session_id,
+                                    h.agent_id,
+                                    h.profile.as_str(),
+                                    h.started_at.as_micros(),
+                                    entry.seq as i64,
+                                    &genesis_hash(h).0[..]
+                                ])
+                            })
+                            .context("importing a session")?;
+                            sids.insert(h.session_id.clone(), tx.last_insert_rowid());
+                        }
+                        OpRecord::Seal(seal) => {
+                            let sid = *sids.get(&seal.session_id).ok_or_else(|| {
+                                bad(format!("seal of unknown session {}", seal.session_id))
+                            })?;
+                            tx.execute(
+                                "INSERT INTO seals (sid, seq) VALUES (?1, ?2)",
+                                params![sid, entry.seq as i64],
+                            )
+                            .context("importing a seal")?;
+                        }
+                        _ => {}
+                    }
+                }
+                LogRecord::Step(r) => {
+                    let s = &r.step;
+                    let sid = *sids
+                        .get(&s.session_id)
+                        .ok_or_else(|| bad(format!("step of unknown session {}", s.session_id)))?;
+                    let mut salts = vec![0u8; 16 * cairn_core::commit::FIELD_COUNT];
+                    let mut hidden = serde_json::Map::new();
+                    for field in cairn_core::commit::FIELDS {
+                        match r.openings.get(field) {
+                            Opening::Revealed(salt) => {
+                                salts[16 * field.position()..16 * field.position() + 16]
+                                    .copy_from_slice(salt);
+                            }
+                            Opening::Hidden(c) => {
+                                hidden.insert(
+                                    field.name().into(),
+                                    serde_json::Value::String(c.to_hex()),
+                                );
+                            }
+                        }
+                    }
+                    let hidden =
+                        (!hidden.is_empty()).then(|| serde_json::Value::Object(hidden).to_string());
+                    tx.prepare_cached(
+                        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
+                         agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms,
+                         token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status,
+                         seed, digest, prev_hash, sig_key_id, signature, has_embedding, erased, hidden, salts)
+                         VALUES (?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, NULL, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![
+                            org.id,
+                            entry.seq as i64,
+                            &r.hash.0[..],
+                            &leaf.0[..],
+                            sid,
+                            s.step_index as i64,
+                            s.trace_id,
+                            s.agent_id,
+                            s.kind.as_str(),
+                            s.kind_label,
+                            s.content,
+                            json_text(&s.input),
+                            json_text(&s.output),
+                            s.confidence,
+                            s.duration_ms.map(|v| v as i64),
+                            s.token_count.map(|v| v as i64),
+                            s.model,
+                            json_text(&s.metadata),
+                            s.created_at.as_micros(),
+                            s.turn_id,
+                            s.turn_step.map(|v| v as i64),
+                            s.task_id,
+                            links_text(&s.links),
+                            s.status.as_str(),
+                            &r.digest.0[..],
+                            &r.prev_hash.0[..],
+                            r.signature.as_ref().map(|sig| sig.key_id.clone()),
+                            r.signature.as_ref().map(|sig| sig.signature.to_vec()),
+                            r.has_embedding,
+                            r.erased,
+                            hidden,
+                            salts,
+                        ])
+                    })
+                    .context("importing a step")?;
+                }
+            }
+            push_leaf(&tx, &mut org, leaf)?;
+            count += 1;
+        }
+        let text = cairn_core::note::Note::parse(checkpoint_note)
+            .map_err(|e| ImportError::Refused(format!("checkpoint: {e}")))?
+            .text;
+        let cp = cairn_core::checkpoint::Checkpoint::parse(&text)
+            .map_err(|e| ImportError::Refused(format!("checkpoint: {e}")))?;
+        if cp.size != org.frontier.size() || cp.root != org.frontier.root() {
+            return Err(ImportError::Refused(
+                "the entries do not match the bundle's checkpoint".into(),
+            ));
+        }
+        tx.execute(
+            "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![org.id, cp.size as i64, &cp.root.0[..], checkpoint_note, now().as_micros()],
+        )
+        .context("importing the checkpoint")?;
+        tx.commit().context("committing the import")?;
+        // Rebuild the in-memory state from the tables, as on open.
+        let (orgs, sessions, keys) = rebuild(&w.conn)?;
+        w.orgs = orgs;
+        w.sessions = sessions;
+        w.keys = keys;
+        Ok(count)
     }
 
     fn server_key(&self) -> &NoteVerifier {

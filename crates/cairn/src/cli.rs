@@ -97,6 +97,17 @@ enum Command {
     Verify(VerifyArgs),
     /// Write an export bundle (JSON lines) that verifies offline.
     Export(ExportArgs),
+    /// Import a whole-org bundle (exported with --all) into this store,
+    /// after verifying all of it. The org keeps its id, seq numbers,
+    /// hashes and signatures; if another server signed it, it is a
+    /// read-only mirror verified with that server's key.
+    Import {
+        /// The bundle file.
+        bundle: PathBuf,
+        /// Trust only this server key (vkey form) instead of the bundle's.
+        #[arg(long)]
+        key: Option<String>,
+    },
     /// Show the server's public key (C2SP vkey form).
     Keys,
     /// Sign a checkpoint of the org log now and print it (save it to check
@@ -250,6 +261,9 @@ pub fn run() -> Result<Outcome> {
                 } => replay(&cli, store.as_ref(), session, *format, *verify),
                 Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
                 Command::Export(args) => export_bundle(&cli, store, args),
+                Command::Import { bundle, key } => {
+                    import(&cli, store.as_ref(), bundle, key.as_deref())
+                }
                 Command::Keys => {
                     let key = store.server_key().to_string();
                     if cli.json {
@@ -776,4 +790,60 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
         }
     }
     Ok(Outcome::Success)
+}
+
+fn import(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    path: &std::path::Path,
+    key: Option<&str>,
+) -> Result<Outcome> {
+    let keys = key
+        .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--key: {e}"))))
+        .transpose()?
+        .into_iter()
+        .collect::<Vec<_>>();
+    let path_owned = path.to_path_buf();
+    let open = move || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::BufReader::new(std::fs::File::open(
+            &path_owned,
+        )?)))
+    };
+    if !path.exists() {
+        return Err(usage(format!("{} does not exist", path.display())));
+    }
+    let bar = progress_bar(0, "importing");
+    let outcome =
+        cairn_store::ops::import_bundle(store, &open, &keys, &mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    match outcome {
+        Ok(cairn_store::ops::ImportOutcome::Imported {
+            org_id,
+            entries,
+            mirror,
+        }) => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"org_id": org_id, "entries": entries, "mirror": mirror})
+                );
+            } else {
+                println!(
+                    "imported {entries} entries as org {org_id}{}",
+                    if mirror {
+                        " (a read-only mirror, verified with the exporting server's key)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        Ok(cairn_store::ops::ImportOutcome::Rejected(verdict)) => {
+            println!("the bundle does not verify; nothing was imported");
+            report(cli, &verdict.verdict, Instant::now(), json!({}))
+        }
+        Err(cairn_store::ImportError::Store(e)) => Err(anyhow!(e)),
+        Err(e) => Err(usage(e.to_string())),
+    }
 }

@@ -404,7 +404,7 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
                 "INSERT INTO entries SELECT org, seq + 1, type, record_hash, leaf_hash, view, sid, step_index, 'forged-trace',
                  agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
                  metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
-                 signature, has_embedding, erased, hidden FROM entries WHERE seq = ?1",
+                 signature, has_embedding, erased, hidden, salts FROM entries WHERE seq = ?1",
                 [seq],
             )
             .unwrap();
@@ -528,4 +528,180 @@ fn a_checkpoint_signed_by_another_key_is_refused() {
     let verdict = json(&run);
     assert_eq!(run.code, 1, "{verdict}");
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
+}
+
+#[test]
+fn import_mirrors_a_verified_bundle_and_refuses_a_bad_one() {
+    let source = tempfile::tempdir().unwrap();
+    populated(source.path());
+    let bundle = source.path().join("all.bundle");
+    assert_eq!(
+        cairn_in(
+            source.path(),
+            &["export", "--all", "-o", bundle.to_str().unwrap()],
+            None
+        )
+        .code,
+        0
+    );
+    let bundle = bundle.to_str().unwrap();
+
+    // Another server imports it as a read-only mirror.
+    let mirror = tempfile::tempdir().unwrap();
+    let run = cairn_in(mirror.path(), &["import", bundle, "--json"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v = json(&run);
+    assert_eq!(
+        (v["entries"].as_u64(), v["mirror"].as_bool()),
+        (Some(9), Some(true))
+    );
+    assert_eq!(cairn_in(mirror.path(), &["verify"], None).code, 0);
+    let replay = json(&cairn_in(
+        mirror.path(),
+        &["replay", "revenue-analysis-q4", "--json", "--verify"],
+        None,
+    ));
+    assert_eq!(replay["chain_valid"], true);
+    let write = cairn_in(
+        mirror.path(),
+        &[
+            "log",
+            "--session",
+            "revenue-analysis-q4",
+            "--agent",
+            "analyst",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(write.code, 2);
+    assert!(
+        write.stderr.contains("read-only mirror"),
+        "{}",
+        write.stderr
+    );
+    // A re-export of the mirror still verifies against the original key.
+    let again = mirror.path().join("again.bundle");
+    assert_eq!(
+        cairn_in(
+            mirror.path(),
+            &[
+                "export",
+                "--session",
+                "other",
+                "-o",
+                again.to_str().unwrap()
+            ],
+            None
+        )
+        .code,
+        0
+    );
+    let key = cairn_in(source.path(), &["keys"], None)
+        .stdout
+        .trim()
+        .to_owned();
+    assert_eq!(
+        cairn_in(
+            mirror.path(),
+            &["verify", "--bundle", again.to_str().unwrap(), "--key", &key],
+            None
+        )
+        .code,
+        0
+    );
+    // Importing the same org twice is refused.
+    assert_eq!(cairn_in(mirror.path(), &["import", bundle], None).code, 2);
+
+    // A tampered bundle is rejected and nothing is written.
+    let text = std::fs::read_to_string(bundle).unwrap();
+    let tampered_path = source.path().join("tampered.bundle");
+    std::fs::write(
+        &tampered_path,
+        text.replacen("side note 1", "side note 9", 1),
+    )
+    .unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let run = cairn_in(
+        fresh.path(),
+        &["import", tampered_path.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("nothing was imported") && run.stdout.contains("digest-mismatch"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        cairn_in(fresh.path(), &["sessions", "--json"], None)
+            .stdout
+            .trim()
+            == "[]"
+    );
+
+    // A partial bundle cannot be imported.
+    let partial = source.path().join("partial.bundle");
+    assert_eq!(
+        cairn_in(
+            source.path(),
+            &[
+                "export",
+                "--session",
+                "other",
+                "-o",
+                partial.to_str().unwrap()
+            ],
+            None
+        )
+        .code,
+        0
+    );
+    let run = cairn_in(fresh.path(), &["import", partial.to_str().unwrap()], None);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("whole org log"), "{}", run.stderr);
+}
+
+#[test]
+fn a_restore_under_the_same_key_stays_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let bundle = dir.path().join("backup.bundle");
+    assert_eq!(
+        cairn_in(
+            dir.path(),
+            &["export", "--all", "-o", bundle.to_str().unwrap()],
+            None
+        )
+        .code,
+        0
+    );
+    std::fs::remove_file(dir.path().join("data/ledger.db")).unwrap();
+    let run = cairn_in(
+        dir.path(),
+        &["import", bundle.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(json(&run)["mirror"], false);
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "revenue-analysis-q4",
+            "--agent",
+            "analyst",
+            "--type",
+            "reflection",
+            "--content",
+            "done",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("logged step 4"), "{}", run.stdout);
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
 }
