@@ -18,7 +18,7 @@ DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md"
 FIELDS = ["trace_id", "org_id", "agent_id", "session_id", "step_index", "step_type",
           "step_type_original", "content", "input_data", "output_data", "confidence",
           "duration_ms", "token_count", "model", "metadata", "created_at", "turn_id",
-          "turn_step", "task_id", "links", "status"]
+          "turn_step", "task_id", "links", "status", "signer_key_id"]
 
 
 def sha256(data: bytes) -> bytes:

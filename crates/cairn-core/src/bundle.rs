@@ -230,7 +230,7 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
     for field in FIELDS {
         openings.push(opening(field)?);
     }
-    let openings: [Opening; 21] = openings
+    let openings: [Opening; crate::commit::FIELD_COUNT] = openings
         .try_into()
         .map_err(|_| "wrong number of fields".to_owned())?;
 
@@ -324,6 +324,7 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         task_id: opt_string("task_id")?,
         links,
         status,
+        signer_key_id: opt_string("signer_key_id")?,
     };
     let signature = match &v["signature"] {
         Value::Null => None,

@@ -2,10 +2,10 @@
 //! session genesis.
 //!
 //! ```text
-//! salts(j)      = SHA-256(frame("cairn/v1/salt"; seed, u8(j)))       j = 0..10
+//! salts(j)      = SHA-256(frame("cairn/v1/salt"; seed, u8(j)))       j = 0..=10
 //! salt(f)       = salts(pos(f) / 2)[16 * (pos(f) % 2) ..][..16]
 //! commit(f)     = SHA-256(frame("cairn/v1/field"; salt(f), jcs(value(f))))
-//! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f20)))
+//! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f21)))
 //! chain_hash    = SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))
 //! genesis       = SHA-256(frame("cairn/v1/genesis"; jcs(session header view)))
 //! ```
@@ -71,10 +71,13 @@ pub enum Field {
     Links,
     /// `status`
     Status,
+    /// `signer_key_id`: the key the agent declares it signed the digest
+    /// with. Committed so that a signature cannot be stripped unnoticed.
+    SignerKeyId,
 }
 
 /// Number of committed fields.
-pub const FIELD_COUNT: usize = 21;
+pub const FIELD_COUNT: usize = 22;
 
 /// Every field in digest order.
 pub const FIELDS: [Field; FIELD_COUNT] = [
@@ -99,6 +102,7 @@ pub const FIELDS: [Field; FIELD_COUNT] = [
     Field::TaskId,
     Field::Links,
     Field::Status,
+    Field::SignerKeyId,
 ];
 
 impl Field {
@@ -126,6 +130,7 @@ impl Field {
             Field::TaskId => "task_id",
             Field::Links => "links",
             Field::Status => "status",
+            Field::SignerKeyId => "signer_key_id",
         }
     }
 
@@ -154,6 +159,7 @@ impl Field {
                 | Field::StepType
                 | Field::StepTypeOriginal
                 | Field::Status
+                | Field::SignerKeyId
         )
     }
 
@@ -231,6 +237,7 @@ pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
             out.push(b'}');
         }
         Field::Status => jcs::write_str(out, step.status.as_str()),
+        Field::SignerKeyId => opt_str(out, &step.signer_key_id),
     }
 }
 
@@ -265,7 +272,7 @@ fn salt_from_block(block: &Hash, position: usize) -> Salt {
     salt
 }
 
-/// All 21 salts of a seed (11 salt blocks).
+/// All 22 salts of a seed (11 salt blocks).
 pub fn derive_salts(seed: &[u8; 32]) -> [Salt; FIELD_COUNT] {
     let blocks: [Hash; FIELD_COUNT.div_ceil(2)] = std::array::from_fn(|j| salt_block(seed, j));
     std::array::from_fn(|p| salt_from_block(&blocks[p / 2], p))
@@ -292,7 +299,7 @@ pub enum Opening {
     Hidden(Hash),
 }
 
-/// The openings of all 21 fields, in digest order.
+/// The openings of all 22 fields, in digest order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Openings(pub [Opening; FIELD_COUNT]);
 
@@ -312,23 +319,48 @@ impl Openings {
 /// committed from their value in `step`, hidden fields contribute their
 /// stored commitment.
 pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
+    digest_of_commitments(&field_commitments(step, openings))
+}
+
+/// The 22 field commitments of a step (revealed fields committed from
+/// their values, hidden ones as given).
+pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT] {
+    let mut value = Vec::with_capacity(256);
+    let mut scratch = Vec::with_capacity(320);
+    FIELDS.map(|field| match openings.get(field) {
+        Opening::Revealed(salt) => {
+            value.clear();
+            write_field_value(step, field, &mut value);
+            commit_field_with(&mut scratch, salt, &value)
+        }
+        Opening::Hidden(commitment) => *commitment,
+    })
+}
+
+/// Recommits one field after its value changed (the sequencer assigns
+/// `step_index` after the other 20 commitments were computed elsewhere).
+pub fn recommit_field(
+    commitments: &mut [Hash; FIELD_COUNT],
+    step: &Step,
+    openings: &Openings,
+    field: Field,
+) {
+    if let Opening::Revealed(salt) = openings.get(field) {
+        let mut value = Vec::with_capacity(32);
+        write_field_value(step, field, &mut value);
+        commitments[field.position()] = commit_field(salt, &value);
+    }
+}
+
+/// The digest over the 22 commitments in field order.
+pub fn digest_of_commitments(commitments: &[Hash; FIELD_COUNT]) -> Hash {
     const TAG: &[u8] = b"cairn/v1/step";
     const LEN: usize = 1 + TAG.len() + FIELD_COUNT * 36;
     // The digest frame has a fixed size: build it on the stack.
     let mut frame = [0u8; LEN];
     frame[0] = TAG.len() as u8;
     frame[1..1 + TAG.len()].copy_from_slice(TAG);
-    let mut value = Vec::with_capacity(256);
-    let mut scratch = Vec::with_capacity(320);
-    for (i, field) in FIELDS.into_iter().enumerate() {
-        let commitment = match openings.get(field) {
-            Opening::Revealed(salt) => {
-                value.clear();
-                write_field_value(step, field, &mut value);
-                commit_field_with(&mut scratch, salt, &value)
-            }
-            Opening::Hidden(commitment) => *commitment,
-        };
+    for (i, commitment) in commitments.iter().enumerate() {
         let at = 1 + TAG.len() + i * 36;
         frame[at..at + 4].copy_from_slice(&32u32.to_be_bytes());
         frame[at + 4..at + 36].copy_from_slice(&commitment.0);
@@ -502,7 +534,8 @@ impl StepRecord {
             | Field::StepType
             | Field::StepTypeOriginal
             | Field::CreatedAt
-            | Field::Status => {}
+            | Field::Status
+            | Field::SignerKeyId => {}
         }
         Ok(())
     }

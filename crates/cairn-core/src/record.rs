@@ -277,6 +277,10 @@ pub struct Step {
     pub links: Links,
     /// `ok` or `flagged`.
     pub status: Status,
+    /// The agent key (`agent-` + 12 hex digits) the agent declares it
+    /// signed this step's digest with; the signature itself is carried
+    /// beside the record.
+    pub signer_key_id: Option<String>,
 }
 
 impl Step {
@@ -316,6 +320,7 @@ impl Step {
             task_id: None,
             links: Links::default(),
             status: Status::Ok,
+            signer_key_id: None,
         })
     }
 
@@ -329,6 +334,7 @@ impl Step {
             ("turn_id", &self.turn_id),
             ("task_id", &self.task_id),
             ("model", &self.model),
+            ("signer_key_id", &self.signer_key_id),
         ] {
             if let Some(value) = value {
                 if field == "model" {

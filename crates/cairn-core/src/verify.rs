@@ -186,10 +186,31 @@ impl AgentKeys {
         self.keys.insert(key_id, (agent_id, key));
     }
 
-    /// Checks a step's signature, if it has one.
+    /// Checks a step's signature against its declared signer: a step
+    /// that names a signer must carry that signer's valid signature, and a
+    /// step that names none must carry none.
     fn check(&self, record: &StepRecord) -> Result<(), String> {
-        let Some(sig) = &record.signature else {
-            return Ok(());
+        let declared = record.step.signer_key_id.as_deref();
+        let sig = match (declared, &record.signature) {
+            (None, None) => return Ok(()),
+            (None, Some(sig)) => {
+                return Err(format!(
+                    "signature by {} on a step that declares no signer",
+                    sig.key_id
+                ));
+            }
+            (Some(key_id), None) => {
+                return Err(format!(
+                    "the step declares signer {key_id} but carries no signature"
+                ));
+            }
+            (Some(key_id), Some(sig)) if key_id != sig.key_id => {
+                return Err(format!(
+                    "the step declares signer {key_id}, the signature is by {}",
+                    sig.key_id
+                ));
+            }
+            (Some(_), Some(sig)) => sig,
         };
         let Some((agent, key)) = self.keys.get(&sig.key_id) else {
             return Err(format!("signing key {} is not registered", sig.key_id));
@@ -236,6 +257,7 @@ impl ChainState {
             Field::CreatedAt,
             Field::SessionId,
             Field::StepType,
+            Field::SignerKeyId,
         ] {
             if !rec.is_revealed(field) {
                 return Err((

@@ -26,7 +26,7 @@ mod sequencer;
 mod sqlite;
 
 pub use keys::{ServerKey, load_or_create_server_key};
-pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig};
+pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use cairn_core::Hash;
@@ -110,11 +110,106 @@ pub struct NewSession {
     pub full_consent: bool,
 }
 
+/// A step validated and hashed as far as possible before sequencing: all
+/// field commitments but the index's are computed by the submitting thread,
+/// so the single sequencer only commits the index, digests and chains.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedStep {
+    /// The step; `step_index` is provisional until sequenced.
+    pub step: cairn_core::record::Step,
+    /// The record seed.
+    pub seed: [u8; 32],
+    /// Openings derived from the seed.
+    pub openings: cairn_core::commit::Openings,
+    /// Field commitments for the provisional `step_index`.
+    pub commitments: [Hash; cairn_core::commit::FIELD_COUNT],
+    /// Whether the writer chose the trace id (then it must be checked for
+    /// uniqueness).
+    pub trace_id_given: bool,
+    /// The index the writer expects, if it said.
+    pub expected_index: Option<u64>,
+    /// The agent's signature.
+    pub signature: Option<AgentSignature>,
+    /// Who is writing.
+    pub caller: String,
+}
+
+/// Validates a step and computes everything that does not depend on its
+/// position: trace id, timestamp, seed, salts and 20 of 21 commitments.
+pub fn prepare_step(
+    input: NewStep,
+    limits: &cairn_core::record::Limits,
+) -> Result<PreparedStep, Refusal> {
+    if input.signature.is_some()
+        && (input.trace_id.is_none()
+            || input.created_at.is_none()
+            || input.step_index.is_none()
+            || input.seed.is_none())
+    {
+        return Err(Refusal::SignedStepIncomplete);
+    }
+    let trace_id_given = input.trace_id.is_some();
+    let trace_id = input
+        .trace_id
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let created_at = input.created_at.unwrap_or_else(sqlite::now);
+    let mut step = cairn_core::record::Step::new(
+        trace_id,
+        input.org_id,
+        input.agent_id,
+        input.session_id,
+        input.step_index.unwrap_or(0),
+        &input.kind_label,
+        created_at,
+    )?;
+    step.content = input.content;
+    step.input = input.input;
+    step.output = input.output;
+    step.confidence = input.confidence;
+    step.duration_ms = input.duration_ms;
+    step.token_count = input.token_count;
+    step.model = input.model;
+    step.metadata = input.metadata;
+    step.turn_id = input.turn_id;
+    step.turn_step = input.turn_step;
+    step.task_id = input.task_id;
+    step.links = input.links;
+    step.status = input.status;
+    // A signed step declares its signer inside the digest, so that the
+    // signature cannot later be stripped unnoticed.
+    step.signer_key_id = input.signature.as_ref().map(|sig| sig.key_id.clone());
+    step.validate(limits)?;
+    let seed = match input.seed {
+        Some(seed) => seed,
+        None => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed)
+                .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?;
+            seed
+        }
+    };
+    let openings = cairn_core::commit::Openings::from_seed(&seed);
+    let commitments = cairn_core::commit::field_commitments(&step, &openings);
+    Ok(PreparedStep {
+        step,
+        seed,
+        openings,
+        commitments,
+        trace_id_given,
+        expected_index: input.step_index,
+        signature: input.signature,
+        caller: input.caller,
+    })
+}
+
 /// One write for the sequencer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteRequest {
     /// Append a step.
     Step(Box<NewStep>),
+    /// Append a step already prepared with [`prepare_step`] (the
+    /// [`Ledger`] does this in the submitting thread).
+    Prepared(Box<PreparedStep>),
     /// Open a session.
     StartSession(NewSession),
     /// Seal a session: sign its Merkle root; nothing can be appended after.
@@ -247,6 +342,9 @@ pub enum Refusal {
         /// The org.
         org_id: String,
     },
+    /// The server cannot take the write now (no entropy source, ...).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// Sealing a session with no steps.
     #[error("session {session_id} has no steps to seal")]
     NothingToSeal {
@@ -457,6 +555,9 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// Root of the log at `size`.
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError>;
+
+    /// The record limits steps are validated against.
+    fn limits(&self) -> cairn_core::record::Limits;
 
     /// Agent key registrations of an org, in log order.
     fn agent_keys(&self, org_id: &str)

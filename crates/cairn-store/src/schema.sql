@@ -12,7 +12,10 @@ CREATE TABLE IF NOT EXISTS orgs (
 
 -- The org log: every step and operational record. A step fills the step
 -- columns; an operational record fills `view` (its canonical JSON view).
+-- The rowid is (org << 40) | seq: each org's log is one append-only rowid
+-- range, so appends touch the end of one B-tree and need no second index.
 CREATE TABLE IF NOT EXISTS entries (
+  id            INTEGER PRIMARY KEY,
   org           INTEGER NOT NULL,
   seq           INTEGER NOT NULL,
   type          TEXT    NOT NULL,
@@ -48,9 +51,9 @@ CREATE TABLE IF NOT EXISTS entries (
   erased        INTEGER NOT NULL DEFAULT 0,  -- outside the digest
   hidden        TEXT,              -- commitments of erased fields (JSON)
   salts         BLOB,              -- imported steps: 21 x 16 salt bytes (no seed)
-  PRIMARY KEY (org, seq)
+  prev_seq      INTEGER            -- seq of the previous step of the same session
 );
-CREATE INDEX IF NOT EXISTS entries_by_session ON entries (sid, step_index) WHERE sid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS sessions (
@@ -72,6 +75,18 @@ CREATE TABLE IF NOT EXISTS org_origins (
   org         INTEGER PRIMARY KEY,
   server_name TEXT NOT NULL,
   server_key  TEXT NOT NULL
+);
+
+-- Derived, not part of the ledger: each session's first and last step,
+-- updated in the same transaction as the batch that appends to it. Reads
+-- walk a session backwards from `last_seq` through `entries.prev_seq`.
+-- (An index over (session, step) would take 64 random page writes per
+-- batch with 64 interleaved sessions; this takes one or two.)
+CREATE TABLE IF NOT EXISTS session_heads (
+  sid        INTEGER PRIMARY KEY,
+  first_seq  INTEGER NOT NULL,
+  last_seq   INTEGER NOT NULL,
+  last_index INTEGER NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS seals (
@@ -106,7 +121,7 @@ BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused')
 -- Every other column must stay exactly as it was.
 CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
 WHEN NOT (
-  NEW.org IS OLD.org AND NEW.seq IS OLD.seq AND NEW.type IS OLD.type
+  NEW.id IS OLD.id AND NEW.org IS OLD.org AND NEW.seq IS OLD.seq AND NEW.type IS OLD.type
   AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash AND NEW.view IS OLD.view
   AND NEW.sid IS OLD.sid AND NEW.step_index IS OLD.step_index AND NEW.trace_id IS OLD.trace_id
   AND NEW.agent_id IS OLD.agent_id AND NEW.kind IS OLD.kind AND NEW.kind_label IS OLD.kind_label
@@ -115,7 +130,7 @@ WHEN NOT (
   AND NEW.turn_id IS OLD.turn_id AND NEW.turn_step IS OLD.turn_step AND NEW.task_id IS OLD.task_id
   AND NEW.links IS OLD.links AND NEW.status IS OLD.status AND NEW.seed IS OLD.seed
   AND NEW.digest IS OLD.digest AND NEW.prev_hash IS OLD.prev_hash AND NEW.sig_key_id IS OLD.sig_key_id
-  AND NEW.signature IS OLD.signature AND NEW.salts IS OLD.salts
+  AND NEW.signature IS OLD.signature AND NEW.salts IS OLD.salts AND NEW.prev_seq IS OLD.prev_seq
   AND (
     (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
      AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL

@@ -80,9 +80,21 @@ impl Default for SequencerConfig {
     }
 }
 
+/// Counters of the sequencer's work, for metrics and benchmarks.
+#[derive(Debug, Default)]
+pub struct SequencerStats {
+    /// Batches committed (or failed).
+    pub batches: std::sync::atomic::AtomicU64,
+    /// Requests processed.
+    pub requests: std::sync::atomic::AtomicU64,
+    /// Batches whose storage write failed.
+    pub failed_batches: std::sync::atomic::AtomicU64,
+}
+
 /// A store with its sequencer: the handle writers and readers share.
 pub struct Ledger {
     store: Arc<dyn LedgerStore>,
+    stats: Arc<SequencerStats>,
     queue: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -92,15 +104,23 @@ impl Ledger {
     pub fn new(store: Arc<dyn LedgerStore>, config: SequencerConfig) -> Ledger {
         let (queue, jobs) = mpsc::channel::<Job>();
         let worker = Arc::clone(&store);
+        let stats = Arc::new(SequencerStats::default());
+        let worker_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("cairn-sequencer".into())
-            .spawn(move || run(worker.as_ref(), &jobs, config))
+            .spawn(move || run(worker.as_ref(), &jobs, config, &worker_stats))
             .ok();
         Ledger {
             store,
+            stats,
             queue: Some(queue),
             thread,
         }
+    }
+
+    /// The sequencer's counters.
+    pub fn stats(&self) -> &SequencerStats {
+        &self.stats
     }
 
     /// Read access to the store.
@@ -117,6 +137,19 @@ impl Ledger {
     /// or refused.
     pub fn submit(&self, request: WriteRequest) -> Pending {
         let (reply, rx) = oneshot::channel();
+        // Validate and hash here, in the caller's thread: refusals never
+        // reach the queue, and the sequencer is left with the part of the
+        // work that depends on order.
+        let request = match request {
+            WriteRequest::Step(step) => match crate::prepare_step(*step, &self.store.limits()) {
+                Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
+                Err(refusal) => {
+                    let _ = reply.send(Err(AppendError::Refused(refusal)));
+                    return Pending { rx };
+                }
+            },
+            other => other,
+        };
         if let Some(queue) = &self.queue
             && let Err(mpsc::SendError(job)) = queue.send(Job { request, reply })
         {
@@ -151,7 +184,13 @@ impl Drop for Ledger {
     }
 }
 
-fn run(store: &dyn LedgerStore, jobs: &mpsc::Receiver<Job>, config: SequencerConfig) {
+fn run(
+    store: &dyn LedgerStore,
+    jobs: &mpsc::Receiver<Job>,
+    config: SequencerConfig,
+    stats: &SequencerStats,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut last_maintenance = Instant::now();
     loop {
         let first = match jobs.recv_timeout(config.tick) {
@@ -174,6 +213,8 @@ fn run(store: &dyn LedgerStore, jobs: &mpsc::Receiver<Job>, config: SequencerCon
                 Err(_) => break,
             }
         }
+        stats.batches.fetch_add(1, Relaxed);
+        stats.requests.fetch_add(requests.len() as u64, Relaxed);
         match store.append_batch(&requests) {
             Ok(outcomes) => {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -181,6 +222,7 @@ fn run(store: &dyn LedgerStore, jobs: &mpsc::Receiver<Job>, config: SequencerCon
                 }
             }
             Err(e) => {
+                stats.failed_batches.fetch_add(1, Relaxed);
                 let e = Arc::new(e);
                 for reply in replies {
                     let _ = reply.send(Err(AppendError::Store(Arc::clone(&e))));

@@ -22,12 +22,12 @@
 
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
-    DbContext, LedgerStore, NewSession, NewStep, Refusal, SessionInfo, SessionSummary, StoreError,
-    StoredCheckpoint, StoredStep, WriteRequest, Written,
+    DbContext, LedgerStore, NewSession, PreparedStep, Refusal, SessionInfo, SessionSummary,
+    StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, prepare_step,
 };
 use cairn_core::commit::{
-    Field, Opening, Openings, StepRecord, agent_key_id, chain_hash, genesis_hash,
-    session_leaf_data, step_digest, verify_agent_signature,
+    Field, Opening, Openings, StepRecord, agent_key_id, chain_hash, digest_of_commitments,
+    genesis_hash, recommit_field, session_leaf_data, verify_agent_signature,
 };
 use cairn_core::ed25519_dalek::VerifyingKey;
 use cairn_core::log::{
@@ -92,6 +92,8 @@ struct SessionState {
     next_index: u64,
     head: Hash,
     sealed: bool,
+    first_seq: Option<u64>,
+    last_seq: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -121,9 +123,64 @@ pub struct SqliteStore {
     checkpoint_interval: Duration,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
+    /// Held for its `Drop`, which stops the background thread.
+    _checkpointer: Checkpointer,
 }
 
-fn now() -> Timestamp {
+/// Copies committed WAL frames into the database file in the background,
+/// so the writer never pays for it inside a commit (the writer connection
+/// runs with `wal_autocheckpoint = 0`).
+struct Checkpointer {
+    stop: std::sync::Arc<(Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Checkpointer, StoreError> {
+        let conn = Connection::open(path).context("opening the checkpointer")?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .context("setting the busy timeout")?;
+        let stop = std::sync::Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("cairn-wal-checkpoint".into())
+            .spawn(move || {
+                let (lock, wake) = &*flag;
+                let Ok(mut stopped) = lock.lock() else { return };
+                while !*stopped {
+                    // PASSIVE never blocks the writer or readers; a busy
+                    // database just means fewer frames copied this round.
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    stopped = match wake.wait_timeout(stopped, Duration::from_millis(100)) {
+                        Ok((guard, _)) => guard,
+                        Err(_) => return,
+                    };
+                }
+            })
+            .map_err(|source| StoreError::Io {
+                context: "starting the checkpointer thread".into(),
+                source,
+            })?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        if let Ok(mut stopped) = self.stop.0.lock() {
+            *stopped = true;
+        }
+        self.stop.1.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+pub(crate) fn now() -> Timestamp {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros())
@@ -132,12 +189,6 @@ fn now() -> Timestamp {
         .ok()
         .and_then(Timestamp::from_micros)
         .unwrap_or_default()
-}
-
-fn random_seed() -> Result<[u8; 32], StoreError> {
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| StoreError::Key(format!("no entropy source: {e}")))?;
-    Ok(seed)
 }
 
 fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
@@ -221,6 +272,9 @@ impl SqliteStore {
         }
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
+            .context("handing WAL checkpoints to the background")?;
+        let checkpointer = Checkpointer::start(&path)?;
         let writer = load_state(conn);
         Ok(SqliteStore {
             path,
@@ -229,6 +283,7 @@ impl SqliteStore {
             checkpoint_interval: options.checkpoint_interval,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
+            _checkpointer: checkpointer,
         })
     }
 
@@ -273,6 +328,28 @@ impl SqliteStore {
     }
 }
 
+/// The rowid of an entry: `(org << 40) | seq`, so that each org's log is
+/// one contiguous, append-only rowid range and needs no second index.
+/// (2^40 entries per org, 2^23 orgs.)
+fn row_id(org: i64, seq: u64) -> i64 {
+    (org << 40) | (seq.min((1 << 40) - 1) as i64)
+}
+
+/// Rowid bounds of an org's log, half-open.
+fn org_range(org: i64) -> (i64, i64) {
+    (org << 40, (org + 1) << 40)
+}
+
+/// Size of an org's log, from its largest rowid.
+fn log_size_of(conn: &Connection, org: i64) -> Result<u64, StoreError> {
+    let (lo, hi) = org_range(org);
+    let max: Option<i64> = conn
+        .prepare_cached("SELECT MAX(id) FROM entries WHERE id >= ?1 AND id < ?2")
+        .and_then(|mut s| s.query_row(params![lo, hi], |r| r.get(0)))
+        .context("reading the log size")?;
+    Ok(max.map_or(0, |id| (id - lo) as u64 + 1))
+}
+
 fn poisoned() -> StoreError {
     StoreError::Corrupt("a previous panic poisoned the store's lock".into())
 }
@@ -295,8 +372,8 @@ impl SubtreeHashes for DbTree<'_> {
         if level == 0 {
             let bytes: Vec<u8> = self
                 .conn
-                .prepare_cached("SELECT leaf_hash FROM entries WHERE org = ?1 AND seq = ?2")
-                .and_then(|mut s| s.query_row(params![self.org, index as i64], |r| r.get(0)))
+                .prepare_cached("SELECT leaf_hash FROM entries WHERE id = ?1")
+                .and_then(|mut s| s.query_row(params![row_id(self.org, index)], |r| r.get(0)))
                 .context("reading a leaf hash")?;
             return blob_hash(bytes);
         }
@@ -350,15 +427,15 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut orgs = HashMap::new();
     {
         let mut stmt = conn
-            .prepare("SELECT org, name, (SELECT COALESCE(MAX(seq) + 1, 0) FROM entries e WHERE e.org = o.org) FROM orgs o")
+            .prepare("SELECT org, name, 0 FROM orgs o")
             .context("listing orgs")?;
         let rows: Vec<(i64, String, i64)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .context("listing orgs")?
             .collect::<Result<_, _>>()
             .context("listing orgs")?;
-        for (id, name, size) in rows {
-            let size = size as u64;
+        for (id, name, _) in rows {
+            let size = log_size_of(conn, id)?;
             let tree = DbTree {
                 conn,
                 org: id,
@@ -404,11 +481,11 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     {
         let mut stmt = conn
             .prepare(
-                "SELECT s.sid, s.org, s.session_id, s.agent_id, s.profile, s.genesis,
-                        (SELECT step_index FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
-                        (SELECT record_hash FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
-                        EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
-                 FROM sessions s",
+                                "SELECT s.sid, s.org, s.session_id, s.agent_id, s.profile, s.genesis,
+                        h.last_index, e.record_hash, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid),
+                        h.first_seq, h.last_seq, e.sid, e.step_index
+                 FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)",
             )
             .context("loading sessions")?;
         let rows = stmt
@@ -423,12 +500,34 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     r.get::<_, Option<i64>>(6)?,
                     r.get::<_, Option<Vec<u8>>>(7)?,
                     r.get::<_, bool>(8)?,
+                    r.get::<_, Option<i64>>(9)?,
+                    r.get::<_, Option<i64>>(10)?,
+                    r.get::<_, Option<i64>>(11)?,
+                    r.get::<_, Option<i64>>(12)?,
                 ))
             })
             .context("loading sessions")?;
         for row in rows {
-            let (sid, org, session_id, agent_id, profile, genesis, last_index, last_hash, sealed) =
-                row.context("loading a session")?;
+            let (
+                sid,
+                org,
+                session_id,
+                agent_id,
+                profile,
+                genesis,
+                last_index,
+                last_hash,
+                sealed,
+                first_seq,
+                last_seq,
+                head_sid,
+                head_index,
+            ) = row.context("loading a session")?;
+            if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
+                return Err(StoreError::Corrupt(format!(
+                    "the recorded head of session {session_id} is not its step"
+                )));
+            }
             let head = match last_hash {
                 Some(h) => blob_hash(h)?,
                 None => blob_hash(genesis)?,
@@ -443,6 +542,8 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     next_index: last_index.map_or(0, |i| i as u64 + 1),
                     head,
                     sealed,
+                    first_seq: first_seq.map(|v| v as u64),
+                    last_seq: last_seq.map(|v| v as u64),
                 },
             );
         }
@@ -450,7 +551,9 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut keys = HashMap::new();
     {
         let mut stmt = conn
-            .prepare("SELECT org, seq, view FROM entries WHERE type = 'key-registration' ORDER BY org, seq")
+            .prepare(
+                "SELECT org, seq, view FROM entries WHERE type = 'key-registration' ORDER BY id",
+            )
             .context("loading agent keys")?;
         let rows = stmt
             .query_map([], |r| {
@@ -490,13 +593,16 @@ struct Overlay {
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
     keys: HashMap<String, AgentKey>,
+    /// Sessions that got steps in this batch (their heads are written).
+    touched: std::collections::HashSet<i64>,
 }
 
-const STEP_INSERT: &str = "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
+const STEP_INSERT: &str = "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
     agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
-    metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature)
-    VALUES (?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
-    ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
+    metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
+    prev_seq)
+    VALUES (?30, ?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
+        ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?31)";
 
 const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
     e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
@@ -517,6 +623,43 @@ fn links_text(links: &Links) -> Option<String> {
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), serde_json::Value::String(v.to_owned()))))
         .collect();
     Some(serde_json::Value::Object(map).to_string())
+}
+
+/// The rowids of a session's steps, oldest first, found by walking
+/// `prev_seq` back from the session's last step. A broken link ends the
+/// walk early; verification then reports the missing index.
+fn session_rowids(conn: &Connection, org: i64, sid: i64) -> Result<Vec<i64>, StoreError> {
+    let head: Option<(i64, i64)> = conn
+        .prepare_cached("SELECT last_seq, last_index FROM session_heads WHERE sid = ?1")
+        .and_then(|mut s| {
+            s.query_row([sid], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .context("reading a session head")?;
+    let Some((last_seq, last_index)) = head else {
+        return Ok(Vec::new());
+    };
+    let mut ids = Vec::with_capacity(last_index as usize + 1);
+    let mut next = Some(last_seq);
+    let mut stmt = conn
+        .prepare_cached("SELECT prev_seq FROM entries WHERE id = ?1 AND sid = ?2")
+        .context("walking a session")?;
+    while let Some(seq) = next {
+        // A session holds last_index + 1 steps: more links mean a loop.
+        if ids.len() > last_index as usize {
+            break;
+        }
+        let id = row_id(org, seq as u64);
+        let prev: Option<Option<i64>> = stmt
+            .query_row(params![id, sid], |r| r.get(0))
+            .optional()
+            .context("walking a session")?;
+        let Some(prev) = prev else { break };
+        ids.push(id);
+        next = prev;
+    }
+    ids.reverse();
+    Ok(ids)
 }
 
 /// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
@@ -575,7 +718,10 @@ fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
         task_id: row.get(16).context("reading a step")?,
         links,
         status: Status::parse(&status).ok_or_else(|| corrupt("unknown status"))?,
+        signer_key_id: None,
     };
+    let mut step = step;
+    step.signer_key_id = row.get(23).context("reading a step")?;
     let seed: Option<Vec<u8>> = row.get(19).context("reading a step")?;
     let mut openings = match seed {
         Some(seed) => {
@@ -615,11 +761,13 @@ fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
             openings.0[field.position()] = Opening::Hidden(hash);
         }
     }
+    // `sig_key_id` is the declared signer (a committed field); the
+    // signature bytes are beside it.
     let sig_key: Option<String> = row.get(23).context("reading a step")?;
     let sig: Option<Vec<u8>> = row.get(24).context("reading a step")?;
-    let signature = match (sig_key, sig) {
+    let signature = match (&sig_key, sig) {
         (Some(key_id), Some(bytes)) => Some(cairn_core::commit::AgentSignature {
-            key_id,
+            key_id: key_id.clone(),
             signature: bytes
                 .try_into()
                 .map_err(|_| corrupt("signature is not 64 bytes"))?,
@@ -718,7 +866,7 @@ fn insert_op(tx: &Connection, org: &mut OrgState, op: &OpRecord) -> Result<u64, 
     };
     let leaf = entry.leaf_hash();
     tx.prepare_cached(
-        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -727,7 +875,8 @@ fn insert_op(tx: &Connection, org: &mut OrgState, op: &OpRecord) -> Result<u64, 
             op.entry_type(),
             &hash.0[..],
             &leaf.0[..],
-            op.to_view().to_string()
+            op.to_view().to_string(),
+            row_id(org.id, seq)
         ])
     })
     .context("writing an operational record")?;
@@ -788,6 +937,8 @@ impl SqliteStore {
             next_index: 0,
             head: genesis,
             sealed: false,
+            first_seq: None,
+            last_seq: None,
         };
         overlay
             .sessions
@@ -801,53 +952,14 @@ impl SqliteStore {
         w: &Writer,
         tx: &Connection,
         overlay: &mut Overlay,
-        req: &NewStep,
+        prepared: &PreparedStep,
     ) -> Result<Result<Written, Refusal>, StoreError> {
-        let created_at = req.created_at.unwrap_or_else(now);
-        let trace_id = req
-            .trace_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        if req.signature.is_some()
-            && (req.trace_id.is_none()
-                || req.created_at.is_none()
-                || req.step_index.is_none()
-                || req.seed.is_none())
-        {
-            return Ok(Err(Refusal::SignedStepIncomplete));
-        }
-        let mut step = match Step::new(
-            trace_id.clone(),
-            req.org_id.clone(),
-            req.agent_id.clone(),
-            req.session_id.clone(),
-            0,
-            &req.kind_label,
-            created_at,
-        ) {
-            Ok(step) => step,
-            Err(e) => return Ok(Err(e.into())),
-        };
-        step.content = req.content.clone();
-        step.input = req.input.clone();
-        step.output = req.output.clone();
-        step.confidence = req.confidence;
-        step.duration_ms = req.duration_ms;
-        step.token_count = req.token_count;
-        step.model = req.model.clone();
-        step.metadata = req.metadata.clone();
-        step.turn_id = req.turn_id.clone();
-        step.turn_step = req.turn_step;
-        step.task_id = req.task_id.clone();
-        step.links = req.links.clone();
-        step.status = req.status;
-        if let Err(e) = step.validate(&self.limits) {
-            return Ok(Err(e.into()));
-        }
+        let mut step = prepared.step.clone();
+        let trace_id = step.trace_id.clone();
         // Generated ids (UUIDv7) are unique; a writer-chosen one is checked
         // before anything is written, so a refusal leaves nothing behind.
-        if req.trace_id.is_some()
-            && let Some(org) = w.org(overlay, &req.org_id)
+        if prepared.trace_id_given
+            && let Some(org) = w.org(overlay, &step.org_id)
         {
             let taken: bool = tx
                 .prepare_cached(
@@ -859,29 +971,26 @@ impl SqliteStore {
                 return Ok(Err(Refusal::DuplicateTraceId { trace_id }));
             }
         }
-        let org_existing = w.org(overlay, &req.org_id);
-        let existing = org_existing
-            .as_ref()
-            .and_then(|o| w.session(overlay, o.id, &req.session_id));
+        let existing = w
+            .org(overlay, &step.org_id)
+            .and_then(|o| w.session(overlay, o.id, &step.session_id));
         let (mut session, session_created) = match existing {
             Some(s) => (s, false),
             None => {
                 let new = NewSession {
-                    org_id: req.org_id.clone(),
-                    session_id: req.session_id.clone(),
-                    agent_id: req.agent_id.clone(),
-                    caller: if req.caller.is_empty() {
+                    org_id: step.org_id.clone(),
+                    session_id: step.session_id.clone(),
+                    agent_id: step.agent_id.clone(),
+                    caller: if prepared.caller.is_empty() {
                         "unknown".into()
                     } else {
-                        req.caller.clone()
+                        prepared.caller.clone()
                     },
                     profile: Profile::Standard,
                     predecessor: None,
                     full_consent: false,
                 };
-                // Validate everything the session start can refuse before
-                // writing it, so a refused step leaves no session behind.
-                match self.start_session(w, tx, overlay, &new, created_at)? {
+                match self.start_session(w, tx, overlay, &new, step.created_at)? {
                     Ok((_, _, state)) => (state, true),
                     Err(refusal) => return Ok(Err(refusal)),
                 }
@@ -889,20 +998,20 @@ impl SqliteStore {
         };
         if session.sealed {
             return Ok(Err(Refusal::Sealed {
-                session_id: req.session_id.clone(),
+                session_id: step.session_id.clone(),
             }));
         }
-        if session.agent_id != req.agent_id {
+        if session.agent_id != step.agent_id {
             return Ok(Err(Refusal::AgentMismatch {
-                session_id: req.session_id.clone(),
+                session_id: step.session_id.clone(),
                 session_agent: session.agent_id.clone(),
-                step_agent: req.agent_id.clone(),
+                step_agent: step.agent_id.clone(),
             }));
         }
         if let Err(e) = session.profile.check(step.kind) {
             return Ok(Err(e.into()));
         }
-        if let Some(given) = req.step_index
+        if let Some(given) = prepared.expected_index
             && given != session.next_index
         {
             return Ok(Err(Refusal::IndexConflict {
@@ -910,25 +1019,29 @@ impl SqliteStore {
                 given,
             }));
         }
-        step.step_index = session.next_index;
-        let seed = match req.seed {
-            Some(seed) => seed,
-            None => random_seed()?,
-        };
-        let openings = Openings::from_seed(&seed);
-        let digest = step_digest(&step, &openings);
-        if let Some(sig) = &req.signature {
+        let mut commitments = prepared.commitments;
+        if step.step_index != session.next_index {
+            step.step_index = session.next_index;
+            recommit_field(
+                &mut commitments,
+                &step,
+                &prepared.openings,
+                Field::StepIndex,
+            );
+        }
+        let digest = digest_of_commitments(&commitments);
+        if let Some(sig) = &prepared.signature {
             let Some(key) = w.agent_key(overlay, &sig.key_id) else {
                 return Ok(Err(Refusal::BadSignature(format!(
                     "key {} is not registered",
                     sig.key_id
                 ))));
             };
-            let org_id = w.org(overlay, &req.org_id).map(|o| o.id);
-            if Some(key.org) != org_id || key.agent_id != req.agent_id {
+            let org_id = w.org(overlay, &step.org_id).map(|o| o.id);
+            if Some(key.org) != org_id || key.agent_id != step.agent_id {
                 return Ok(Err(Refusal::BadSignature(format!(
                     "key {} is not registered for agent {}",
-                    sig.key_id, req.agent_id
+                    sig.key_id, step.agent_id
                 ))));
             }
             if !verify_agent_signature(&key.key, &digest, &sig.signature) {
@@ -937,32 +1050,15 @@ impl SqliteStore {
                 )));
             }
         }
+        let created_at = step.created_at;
         let hash = chain_hash(&session.head, &digest, step.step_index, created_at);
-        let record = StepRecord {
-            step,
-            openings,
-            digest,
-            prev_hash: session.head,
-            hash,
-            signature: req.signature.clone(),
-            has_embedding: false,
-            erased: false,
-        };
         let mut org = w
-            .org(overlay, &req.org_id)
+            .org(overlay, &step.org_id)
             .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
         let seq = org.frontier.size();
-        let entry = LogEntry {
-            seq,
-            record: LogRecord::Step(record),
-        };
-        let leaf = entry.leaf_hash();
-        let LogRecord::Step(record) = &entry.record else {
-            unreachable!("constructed as a step above")
-        };
-        let s = &record.step;
-        let inserted = tx
-            .prepare_cached(STEP_INSERT)
+        let leaf = leaf_hash(&cairn_core::log::log_leaf_data(seq, "step", &hash));
+        let s = &step;
+        tx.prepare_cached(STEP_INSERT)
             .context("preparing the step insert")?
             .execute(params![
                 org.id,
@@ -989,24 +1085,32 @@ impl SqliteStore {
                 s.task_id,
                 links_text(&s.links),
                 s.status.as_str(),
-                &seed[..],
+                &prepared.seed[..],
                 &digest.0[..],
-                &record.prev_hash.0[..],
-                record.signature.as_ref().map(|sig| sig.key_id.clone()),
-                record.signature.as_ref().map(|sig| sig.signature.to_vec()),
-            ]);
-        inserted.context("writing a step")?;
+                &session.head.0[..],
+                s.signer_key_id,
+                prepared
+                    .signature
+                    .as_ref()
+                    .map(|sig| sig.signature.to_vec()),
+                row_id(org.id, seq),
+                session.last_seq.map(|v| v as i64),
+            ])
+            .context("writing a step")?;
         push_leaf(tx, &mut org, leaf)?;
+        session.first_seq.get_or_insert(seq);
+        session.last_seq = Some(seq);
         session.next_index += 1;
         session.head = hash;
+        overlay.touched.insert(session.sid);
         overlay
             .sessions
-            .insert((org.id, req.session_id.clone()), session);
-        overlay.orgs.insert(req.org_id.clone(), org);
+            .insert((org.id, step.session_id.clone()), session);
+        overlay.orgs.insert(step.org_id.clone(), org);
         Ok(Ok(Written::Step {
             seq,
             trace_id,
-            step_index: record.step.step_index,
+            step_index: step.step_index,
             hash,
             created_at,
             session_created,
@@ -1043,22 +1147,31 @@ impl SqliteStore {
             }));
         }
         let mut tree = Frontier::new();
+        // The session's last step may be in this batch's overlay, not yet in
+        // session_heads: walk from the in-memory last step.
+        let mut hashes: Vec<(u64, Hash)> = Vec::with_capacity(session.next_index as usize);
         {
             let mut stmt = tx
-                .prepare_cached("SELECT step_index, record_hash FROM entries WHERE sid = ?1 ORDER BY step_index")
+                .prepare_cached(
+                    "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = ?1",
+                )
                 .context("reading the session to seal")?;
-            let rows = stmt
-                .query_map([session.sid], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })
-                .context("reading the session to seal")?;
-            for row in rows {
-                let (index, hash) = row.context("reading the session to seal")?;
-                tree.push(leaf_hash(&session_leaf_data(
-                    index as u64,
-                    &blob_hash(hash)?,
-                )));
+            let mut next = session.last_seq;
+            while let Some(seq) = next {
+                if hashes.len() as u64 >= session.next_index {
+                    break;
+                }
+                let (index, hash, prev): (i64, Vec<u8>, Option<i64>) = stmt
+                    .query_row([row_id(org.id, seq)], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .context("reading the session to seal")?;
+                hashes.push((index as u64, blob_hash(hash)?));
+                next = prev.map(|p| p as u64);
             }
+        }
+        for (index, hash) in hashes.iter().rev() {
+            tree.push(leaf_hash(&session_leaf_data(*index, hash)));
         }
         let origin = log_origin(self.key.signer.name(), org_name);
         let seal = SealRecord {
@@ -1177,6 +1290,7 @@ impl SqliteStore {
         for request in batch {
             let org_name = match request {
                 WriteRequest::Step(s) => &s.org_id,
+                WriteRequest::Prepared(p) => &p.step.org_id,
                 WriteRequest::StartSession(s) => &s.org_id,
                 WriteRequest::Seal { org_id, .. }
                 | WriteRequest::RegisterKey { org_id, .. }
@@ -1199,7 +1313,13 @@ impl SqliteStore {
                 continue;
             }
             let outcome = match request {
-                WriteRequest::Step(step) => self.append_step(w, &tx, &mut overlay, step)?,
+                WriteRequest::Step(step) => match prepare_step((**step).clone(), &self.limits) {
+                    Ok(prepared) => self.append_step(w, &tx, &mut overlay, &prepared)?,
+                    Err(refusal) => Err(refusal),
+                },
+                WriteRequest::Prepared(prepared) => {
+                    self.append_step(w, &tx, &mut overlay, prepared)?
+                }
                 WriteRequest::StartSession(new) => self
                     .start_session(w, &tx, &mut overlay, new, now())?
                     .map(|(seq, genesis, _)| Written::Session { seq, genesis }),
@@ -1242,6 +1362,22 @@ impl SqliteStore {
                 let mut org_state = org.clone();
                 self.checkpoint(&tx, &name, &mut org_state)?;
                 *org = org_state;
+            }
+        }
+        for state in overlay.sessions.values() {
+            if let (true, Some(first), Some(last)) = (
+                overlay.touched.contains(&state.sid),
+                state.first_seq,
+                state.last_seq,
+            ) {
+                tx.prepare_cached(
+                    "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![state.sid, first as i64, last as i64, state.next_index as i64 - 1])
+                })
+                .context("recording session heads")?;
             }
         }
         tx.commit().context("committing a batch")?;
@@ -1336,14 +1472,8 @@ impl LedgerStore for SqliteStore {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(0);
             };
-            let size: i64 = c
-                .query_row(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
-                    [org],
-                    |r| r.get(0),
-                )
-                .context("reading the log size")?;
-            Ok(size as u64)
+            let size = log_size_of(c, org)?;
+            Ok(size)
         })
     }
 
@@ -1361,15 +1491,12 @@ impl LedgerStore for SqliteStore {
             let sql = format!(
                 "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
                  JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
-                 WHERE e.org = ?1 AND e.seq >= ?2 AND e.seq < ?3 ORDER BY e.seq"
+                 WHERE e.id >= ?1 AND e.id < ?2 ORDER BY e.id"
             );
+            let (lo, hi) = org_range(org);
             let mut stmt = c.prepare(&sql).context("reading the log")?;
             let mut rows = stmt
-                .query(params![
-                    org,
-                    from.min(i64::MAX as u64) as i64,
-                    to.min(i64::MAX as u64) as i64
-                ])
+                .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
                 .context("reading the log")?;
             while let Some(row) = rows.next().context("reading the log")? {
                 let entry_type: String = row.get(32).context("reading the log")?;
@@ -1417,7 +1544,7 @@ impl LedgerStore for SqliteStore {
                 return Ok(None);
             };
             let view: String = c
-                .query_row("SELECT view FROM entries WHERE org = ?1 AND seq = ?2", params![org, start_seq], |r| {
+                .query_row("SELECT view FROM entries WHERE id = ?1", params![row_id(org, start_seq as u64)], |r| {
                     r.get(0)
                 })
                 .context("reading a session start")?;
@@ -1428,17 +1555,18 @@ impl LedgerStore for SqliteStore {
             else {
                 return Err(StoreError::Corrupt("session start record has another type".into()));
             };
-            let last: Option<(i64, Vec<u8>)> = c
+                        let last: Option<(i64, Vec<u8>)> = c
                 .query_row(
-                    "SELECT step_index, record_hash FROM entries WHERE sid = ?1 ORDER BY step_index DESC LIMIT 1",
-                    [sid],
+                    "SELECT e.step_index, e.record_hash FROM session_heads h
+                     JOIN entries e ON e.id = ((?1 << 40) | h.last_seq) WHERE h.sid = ?2",
+                    params![org, sid],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()
                 .context("reading a session head")?;
             let seal_view: Option<String> = c
                 .query_row(
-                    "SELECT e.view FROM seals x JOIN entries e ON e.org = ?1 AND e.seq = x.seq WHERE x.sid = ?2",
+                    "SELECT e.view FROM seals x JOIN entries e ON e.id = ((?1 << 40) | x.seq) WHERE x.sid = ?2",
                     params![org, sid],
                     |r| r.get(0),
                 )
@@ -1476,17 +1604,29 @@ impl LedgerStore for SqliteStore {
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
+            let session: Option<(i64, i64)> = c
+                .prepare_cached(
+                    "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+                     WHERE o.name = ?1 AND s.session_id = ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![org_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
+                .context("reading a session")?;
+            let Some((org, sid)) = session else {
+                return Ok(());
+            };
             let sql = format!(
-                "SELECT {STEP_COLUMNS} FROM sessions s JOIN orgs o ON o.org = s.org
-                 JOIN entries e ON e.sid = s.sid
-                 WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.step_index"
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+                 JOIN sessions s ON s.sid = e.sid WHERE e.id = ?1"
             );
             let mut stmt = c.prepare_cached(&sql).context("reading a session")?;
-            let mut rows = stmt
-                .query(params![org_id, session_id])
-                .context("reading a session")?;
-            while let Some(row) = rows.next().context("reading a session")? {
-                if !visit(step_from_row(row)?) {
+            for id in session_rowids(c, org, sid)? {
+                let mut rows = stmt.query([id]).context("reading a session")?;
+                if let Some(row) = rows.next().context("reading a session")?
+                    && !visit(step_from_row(row)?)
+                {
                     break;
                 }
             }
@@ -1522,12 +1662,12 @@ impl LedgerStore for SqliteStore {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT s.session_id, s.agent_id, s.started_at,
-                        (SELECT COUNT(*) FROM entries e WHERE e.sid = s.sid),
-                        (SELECT created_at FROM entries e WHERE e.sid = s.sid ORDER BY step_index LIMIT 1),
-                        (SELECT created_at FROM entries e WHERE e.sid = s.sid ORDER BY step_index DESC LIMIT 1),
+                                        "SELECT s.session_id, s.agent_id, s.started_at,
+                        COALESCE(h.last_index + 1, 0),
+                        (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.first_seq)),
+                        (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.last_seq)),
                         EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
-                     FROM sessions s JOIN orgs o ON o.org = s.org
+                     FROM sessions s JOIN orgs o ON o.org = s.org LEFT JOIN session_heads h ON h.sid = s.sid
                      WHERE o.name = ?1 AND (?2 IS NULL OR s.agent_id = ?2)
                      ORDER BY s.started_at DESC, s.sid DESC LIMIT ?3",
                 )
@@ -1601,17 +1741,11 @@ impl LedgerStore for SqliteStore {
         self.read(|c| {
             let org = Self::org_id_of(c, org_id)?
                 .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
-            let log_size: i64 = c
-                .query_row(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
-                    [org],
-                    |r| r.get(0),
-                )
-                .context("reading the log size")?;
+            let log_size = log_size_of(c, org)?;
             let tree = DbTree {
                 conn: c,
                 org,
-                size: log_size as u64,
+                size: log_size,
             };
             inclusion_proof(&tree, seq, size).map_err(|e| match e {
                 cairn_core::merkle::ProofError::Read(e) => e,
@@ -1629,17 +1763,11 @@ impl LedgerStore for SqliteStore {
         self.read(|c| {
             let org = Self::org_id_of(c, org_id)?
                 .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
-            let log_size: i64 = c
-                .query_row(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM entries WHERE org = ?1",
-                    [org],
-                    |r| r.get(0),
-                )
-                .context("reading the log size")?;
+            let log_size = log_size_of(c, org)?;
             let tree = DbTree {
                 conn: c,
                 org,
-                size: log_size as u64,
+                size: log_size,
             };
             consistency_proof(&tree, old_size, new_size).map_err(|e| match e {
                 cairn_core::merkle::ProofError::Read(e) => e,
@@ -1658,12 +1786,16 @@ impl LedgerStore for SqliteStore {
         })
     }
 
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
     fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT e.view FROM entries e JOIN orgs o ON o.org = e.org
-                     WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.seq",
+                     WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.id",
                 )
                 .context("reading agent keys")?;
             let rows = stmt
@@ -1761,6 +1893,8 @@ impl LedgerStore for SqliteStore {
             .context("recording the org's origin")?;
         }
         let mut sids: HashMap<String, i64> = HashMap::new();
+        // Per session: (first seq, last seq, last index).
+        let mut heads: HashMap<i64, (u64, u64, u64)> = HashMap::new();
         let mut count = 0u64;
         for (index, entry) in entries.enumerate() {
             let bad = |reason: String| ImportError::BadEntry {
@@ -1779,7 +1913,7 @@ impl LedgerStore for SqliteStore {
             match &entry.record {
                 LogRecord::Op { record, hash } => {
                     tx.prepare_cached(
-                        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)",
                     )
                     .and_then(|mut s| {
                         s.execute(params![
@@ -1788,7 +1922,8 @@ impl LedgerStore for SqliteStore {
                             record.entry_type(),
                             &hash.0[..],
                             &leaf.0[..],
-                            record.to_view().to_string()
+                            record.to_view().to_string(),
+                            row_id(org.id, entry.seq)
                         ])
                     })
                     .context("importing a record")?;
@@ -1848,13 +1983,20 @@ impl LedgerStore for SqliteStore {
                     }
                     let hidden =
                         (!hidden.is_empty()).then(|| serde_json::Value::Object(hidden).to_string());
+                    let prev_seq = heads.get(&sid).map(|h| h.1);
+                    let head = heads
+                        .entry(sid)
+                        .or_insert((entry.seq, entry.seq, s.step_index));
+                    head.1 = entry.seq;
+                    head.2 = s.step_index;
                     tx.prepare_cached(
-                        "INSERT INTO entries (org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
+                        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
                          agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms,
                          token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status,
-                         seed, digest, prev_hash, sig_key_id, signature, has_embedding, erased, hidden, salts)
-                         VALUES (?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, NULL, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+                                                  seed, digest, prev_hash, sig_key_id, signature, has_embedding, erased, hidden, salts,
+                         prev_seq)
+                         VALUES (?33, ?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, NULL, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?34)",
                     )
                     .and_then(|mut stmt| {
                         stmt.execute(params![
@@ -1883,13 +2025,15 @@ impl LedgerStore for SqliteStore {
                             links_text(&s.links),
                             s.status.as_str(),
                             &r.digest.0[..],
-                            &r.prev_hash.0[..],
-                            r.signature.as_ref().map(|sig| sig.key_id.clone()),
+                                                        &r.prev_hash.0[..],
+                            s.signer_key_id,
                             r.signature.as_ref().map(|sig| sig.signature.to_vec()),
                             r.has_embedding,
                             r.erased,
                             hidden,
-                            salts,
+                                                        salts,
+                            row_id(org.id, entry.seq),
+                            prev_seq.map(|v| v as i64),
                         ])
                     })
                     .context("importing a step")?;
@@ -1913,6 +2057,13 @@ impl LedgerStore for SqliteStore {
             params![org.id, cp.size as i64, &cp.root.0[..], checkpoint_note, now().as_micros()],
         )
         .context("importing the checkpoint")?;
+        for (sid, (first, last, index)) in heads {
+            tx.execute(
+                "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)",
+                params![sid, first as i64, last as i64, index as i64],
+            )
+            .context("importing session heads")?;
+        }
         tx.commit().context("committing the import")?;
         // Rebuild the in-memory state from the tables, as on open.
         let (orgs, sessions, keys) = rebuild(&w.conn)?;

@@ -391,22 +391,16 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
             (seq, "sequence-gap")
         }),
         ("step inserted", |c| {
-            // A copy of step 1 inserted after it, later entries renumbered.
+            // A copy of step 1 inserted right after it; later entries are
+            // renumbered (rowid and seq) to make room.
             let seq = seq_of(c, "revenue-analysis-q4", 1);
-            c.execute("UPDATE entries SET seq = -seq - 1000 WHERE seq > ?1", [seq])
-                .unwrap();
-            c.execute(
-                "UPDATE entries SET seq = -seq - 1000 + 1 WHERE seq < -999",
-                [],
-            )
-            .unwrap();
-            c.execute(
-                "INSERT INTO entries SELECT org, seq + 1, type, record_hash, leaf_hash, view, sid, step_index, 'forged-trace',
-                 agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
-                 metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
-                 signature, has_embedding, erased, hidden, salts FROM entries WHERE seq = ?1",
-                [seq],
-            )
+            c.execute_batch(&format!(
+                "UPDATE entries SET id = -(id + 1), seq = seq + 1 WHERE seq > {seq};
+                 UPDATE entries SET id = -id WHERE id < 0;
+                 CREATE TEMP TABLE copy AS SELECT * FROM entries WHERE seq = {seq};
+                 UPDATE copy SET id = id + 1, seq = seq + 1, trace_id = 'forged-trace';
+                 INSERT INTO entries SELECT * FROM copy;"
+            ))
             .unwrap();
             (seq + 1, "sequence-gap")
         }),

@@ -187,6 +187,7 @@ fn edit_field(step: &mut Step, field: Field) {
                 Status::Flagged => Status::Ok,
             }
         }
+        Field::SignerKeyId => step.signer_key_id = Some("agent-000000000000".into()),
     }
 }
 
@@ -391,11 +392,11 @@ pub(crate) fn build_log(specs: &[StepSpec]) -> Fixture {
     for (i, spec) in specs.iter().enumerate() {
         let s = i % 2;
         let session = ["s1", "s2"][s];
-        let mut rec = StepRecord::new(
-            make_step(session, counts[s], spec),
-            &[i as u8; 32],
-            heads[s],
-        );
+        let mut step = make_step(session, counts[s], spec);
+        if spec.flagged {
+            step.signer_key_id = Some(agent_key_id(&agent.verifying_key()));
+        }
+        let mut rec = StepRecord::new(step, &[i as u8; 32], heads[s]);
         if spec.flagged {
             rec.signature = Some(AgentSignature {
                 key_id: agent_key_id(&agent.verifying_key()),
@@ -535,9 +536,12 @@ proptest! {
             if i == edited {
                 rec.step.content = Some("a different story".into());
             }
-            if let Some(h) = head {
+                        if let Some(h) = head {
                 rec.prev_hash = h;
             }
+            // Without the agent's key the attacker cannot re-sign, so they
+            // also drop the declared signer before recomputing.
+            rec.step.signer_key_id = None;
             rec.digest = rec.recompute_digest();
             rec.hash = chain_hash(&rec.prev_hash, &rec.digest, rec.step.step_index, rec.step.created_at);
             rec.signature = None;
@@ -560,8 +564,13 @@ proptest! {
         if let Some(k) = signed {
             let mut entries = fx.entries.clone();
             let LogRecord::Step(rec) = &mut entries[k].record else { unreachable!() };
-            if let Some(sig) = rec.signature.as_mut() { sig.signature[bit / 8] ^= 1 << (bit % 8); }
+                        if let Some(sig) = rec.signature.as_mut() { sig.signature[bit / 8] ^= 1 << (bit % 8); }
             assert_log_fails_at(&verify_log(&fx, &entries, &[n]), k as u64, Reason::BadSignature);
+            // A stripped signature: the step still declares its signer.
+            let mut stripped = fx.entries.clone();
+            let LogRecord::Step(rec) = &mut stripped[k].record else { unreachable!() };
+            rec.signature = None;
+            assert_log_fails_at(&verify_log(&fx, &stripped, &[n]), k as u64, Reason::BadSignature);
         }
         // A step of the sealed session appended after its seal.
         let mut entries = fx.entries.clone();

@@ -370,6 +370,7 @@ fn signed_steps_are_checked(backend: &dyn Backend) {
         )
         .unwrap();
         core.content = Some(content.into());
+        core.signer_key_id = Some(agent_key_id(&key.verifying_key()));
         let digest = step_digest(&core, &Openings::from_seed(&seed));
         s.signature = Some(AgentSignature {
             key_id: agent_key_id(&key.verifying_key()),
