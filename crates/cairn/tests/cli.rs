@@ -699,3 +699,54 @@ fn a_restore_under_the_same_key_stays_writable() {
     assert!(run.stdout.contains("logged step 4"), "{}", run.stdout);
     assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
 }
+
+/// The README's CLI quickstart, run exactly as written (but for the build
+/// line: the binary under test is put on PATH instead).
+#[test]
+fn readme_quickstart_works_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Quickstart with the CLI")
+        .nth(1)
+        .expect("README has the quickstart");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let script: String = block
+        .lines()
+        .filter(|l| !l.starts_with("cargo build"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(script.contains("cairn verify --bundle"), "{script}");
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env_remove("CAIRN_DATA_DIR")
+        .env_remove("CAIRN_ORG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("VERIFIED"), "{stdout}");
+    assert!(dir.path().join("s.bundle").exists());
+}
