@@ -1,7 +1,7 @@
 //! # cairn-store
 //!
 //! Where Cairn's records live: the [`LedgerStore`] trait, the group-commit
-//! [`Sequencer`] in front of it, the embedded SQLite backend
+//! group-commit sequencer in front of it ([`Ledger`]), the embedded SQLite backend
 //! ([`SqliteStore`]), the server key file, and the operations that work on a
 //! whole store (export to a bundle, import from one, verify).
 //!
