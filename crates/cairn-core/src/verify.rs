@@ -251,7 +251,12 @@ impl ChainState {
         }
     }
 
-    fn check_step(&mut self, rec: &StepRecord, keys: &AgentKeys) -> Result<(), (Reason, String)> {
+    fn check_step(
+        &mut self,
+        rec: &StepRecord,
+        keys: &AgentKeys,
+        recomputed: Option<Hash>,
+    ) -> Result<(), (Reason, String)> {
         for field in [
             Field::StepIndex,
             Field::CreatedAt,
@@ -294,7 +299,7 @@ impl ChainState {
                 ),
             ));
         }
-        let digest = rec.recompute_digest();
+        let digest = recomputed.unwrap_or_else(|| rec.recompute_digest());
         if digest != rec.digest {
             return Err((
                 Reason::DigestMismatch,
@@ -441,7 +446,7 @@ impl SessionVerifier {
         let outcome = if record.step.session_id == self.chain.session_id
             || !record.is_revealed(Field::SessionId)
         {
-            self.chain.check_step(record, &self.keys)
+            self.chain.check_step(record, &self.keys, None)
         } else {
             Err((
                 Reason::MalformedRecord,
@@ -599,7 +604,7 @@ impl LogVerifier {
                 .record(at, Err((Reason::InclusionMismatch, detail)));
         }
         sparse.last_seq = Some(entry.seq);
-        let outcome = self.check_record(entry);
+        let outcome = self.check_record(entry, None);
         self.progress.record(at, outcome)
     }
 
@@ -634,6 +639,13 @@ impl LogVerifier {
 
     /// Checks the next entry. Returns false once verification has failed.
     pub fn push(&mut self, entry: &LogEntry) -> bool {
+        self.push_with_digest(entry, None)
+    }
+
+    /// Like [`LogVerifier::push`], with the step's digest already
+    /// recomputed from its fields (`record.recompute_digest()`, the costly
+    /// part, done on another thread). For operational records pass `None`.
+    pub fn push_with_digest(&mut self, entry: &LogEntry, recomputed: Option<Hash>) -> bool {
         if self.progress.failure.is_some() {
             return false;
         }
@@ -662,7 +674,7 @@ impl LogVerifier {
             at.seq = Some(expected);
             return self.progress.record(at, Err((Reason::SequenceGap, detail)));
         }
-        let outcome = self.check_record(entry);
+        let outcome = self.check_record(entry, recomputed);
         if outcome.is_ok() {
             self.tree.push(entry.leaf_hash());
         }
@@ -670,7 +682,11 @@ impl LogVerifier {
         self.progress.record(at, outcome)
     }
 
-    fn check_record(&mut self, entry: &LogEntry) -> Result<(), (Reason, String)> {
+    fn check_record(
+        &mut self,
+        entry: &LogEntry,
+        recomputed: Option<Hash>,
+    ) -> Result<(), (Reason, String)> {
         match &entry.record {
             LogRecord::Step(rec) => {
                 if !rec.is_revealed(Field::OrgId) || rec.step.org_id != self.org_id {
@@ -691,7 +707,7 @@ impl LogVerifier {
                         ),
                     ));
                 };
-                chain.check_step(rec, &self.agent_keys)
+                chain.check_step(rec, &self.agent_keys, recomputed)
             }
             LogRecord::Op { record, hash } => {
                 let recomputed = record.hash();

@@ -4,10 +4,11 @@
 //! the number of records (plus one chain state per open session).
 
 use crate::{LedgerStore, StoreError, StoredCheckpoint};
+use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::bundle::{BundleHeader, checkpoint_line, encode_entry, end_line};
 use cairn_core::checkpoint::verify_checkpoint;
-use cairn_core::log::{LogRecord, OpRecord, log_origin};
+use cairn_core::log::{LogEntry, LogRecord, OpRecord, log_origin};
 
 use cairn_core::note::NoteVerifier;
 use cairn_core::verify::{
@@ -133,31 +134,76 @@ pub fn verify_org(
             }
         }
     }
+    // A three-stage pipeline on scoped threads: read rows, recompute step
+    // digests (the costly part), verify chains and the tree in order. The
+    // bounded channels keep memory constant; dropping a receiver stops the
+    // stages before it.
+    const CHUNK: usize = 512;
+    type Chunk = Vec<(LogEntry, Hash, Option<Hash>)>;
     let mut count = 0u64;
     let mut leaf_failure = None;
-    store.read_log(org_id, 0, u64::MAX, &mut |entry, stored_leaf| {
-        count += 1;
-        if count.is_multiple_of(4096) {
-            progress(count);
+    let read_result = std::thread::scope(|scope| {
+        let (raw_tx, raw_rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
+        let (hashed_tx, hashed_rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
+        let reader = scope.spawn(move || {
+            let mut chunk: Chunk = Vec::with_capacity(CHUNK);
+            store.read_log(org_id, 0, u64::MAX, &mut |entry, leaf| {
+                chunk.push((entry, leaf, None));
+                if chunk.len() == CHUNK {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                    if raw_tx.send(full).is_err() {
+                        return false;
+                    }
+                }
+                true
+            })?;
+            if !chunk.is_empty() {
+                let _ = raw_tx.send(chunk);
+            }
+            Ok::<(), StoreError>(())
+        });
+        scope.spawn(move || {
+            for mut chunk in raw_rx {
+                for (entry, _, digest) in &mut chunk {
+                    if let LogRecord::Step(record) = &entry.record {
+                        *digest = Some(record.recompute_digest());
+                    }
+                }
+                if hashed_tx.send(chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        'chunks: for chunk in &hashed_rx {
+            for (entry, stored_leaf, digest) in chunk {
+                count += 1;
+                if count.is_multiple_of(4096) {
+                    progress(count);
+                }
+                if !verifier.push_with_digest(&entry, digest) {
+                    break 'chunks;
+                }
+                if entry.leaf_hash() != stored_leaf {
+                    // Proofs are served from stored leaf hashes: a mismatch
+                    // would hand out proofs for data that is not in the log.
+                    leaf_failure = Some(Failure {
+                        at: Location {
+                            seq: Some(entry.seq),
+                            ..Location::default()
+                        },
+                        reason: Reason::InclusionMismatch,
+                        detail: "the stored leaf hash does not match the entry".into(),
+                    });
+                    break 'chunks;
+                }
+            }
         }
-        if !verifier.push(&entry) {
-            return false;
-        }
-        if entry.leaf_hash() != stored_leaf {
-            // Proofs are served from stored leaf hashes: a mismatch would
-            // hand out proofs for data that is not in the log.
-            leaf_failure = Some(Failure {
-                at: Location {
-                    seq: Some(entry.seq),
-                    ..Location::default()
-                },
-                reason: Reason::InclusionMismatch,
-                detail: "the stored leaf hash does not match the entry".into(),
-            });
-            return false;
-        }
-        true
-    })?;
+        drop(hashed_rx);
+        reader
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Corrupt("the reading thread panicked".into())))
+    });
+    read_result?;
     progress(count);
     let mut verdict = verifier.finish();
     if verdict.failure.is_none()

@@ -69,6 +69,11 @@ pub struct SequencerConfig {
     pub max_batch: usize,
     /// How often an idle sequencer lets the store do periodic work.
     pub tick: Duration,
+    /// Group-commit window: when the previous batch had more than one
+    /// request (writers are concurrent), wait up to this long for more
+    /// requests before committing, so that one fsync serves more of them.
+    /// A lone writer never waits.
+    pub linger: Duration,
 }
 
 impl Default for SequencerConfig {
@@ -76,6 +81,7 @@ impl Default for SequencerConfig {
         SequencerConfig {
             max_batch: 4096,
             tick: Duration::from_millis(250),
+            linger: Duration::from_micros(150),
         }
     }
 }
@@ -192,6 +198,7 @@ fn run(
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut last_maintenance = Instant::now();
+    let mut last_batch = 0usize;
     loop {
         let first = match jobs.recv_timeout(config.tick) {
             Ok(job) => job,
@@ -204,15 +211,30 @@ fn run(
         };
         let mut requests = vec![first.request];
         let mut replies = vec![first.reply];
+        let linger_until = (last_batch > 1).then(|| Instant::now() + config.linger);
         while requests.len() < config.max_batch {
-            match jobs.try_recv() {
-                Ok(job) => {
+            let next = match linger_until {
+                // Keep collecting until the window closes or the batch is
+                // as large as the last one (all concurrent writers are in).
+                Some(until) if requests.len() < last_batch => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        jobs.try_recv().ok()
+                    } else {
+                        jobs.recv_timeout(left).ok()
+                    }
+                }
+                _ => jobs.try_recv().ok(),
+            };
+            match next {
+                Some(job) => {
                     requests.push(job.request);
                     replies.push(job.reply);
                 }
-                Err(_) => break,
+                None => break,
             }
         }
+        last_batch = requests.len();
         stats.batches.fetch_add(1, Relaxed);
         stats.requests.fetch_add(requests.len() as u64, Relaxed);
         match store.append_batch(&requests) {

@@ -750,3 +750,39 @@ fn readme_quickstart_works_as_written() {
     assert!(stdout.contains("VERIFIED"), "{stdout}");
     assert!(dir.path().join("s.bundle").exists());
 }
+
+#[test]
+fn an_inconsistent_store_opens_read_only_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let conn = attacker(dir.path());
+    let seq = seq_of(&conn, "revenue-analysis-q4", 3);
+    conn.execute("DELETE FROM entries WHERE seq = ?1", [seq])
+        .unwrap();
+    drop(conn);
+    // Reading and verifying still work...
+    assert_eq!(cairn_in(dir.path(), &["replay", "other"], None).code, 0);
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 1);
+    // ...writing is refused with the reason, not a crash.
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "other",
+            "--agent",
+            "helper",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("inconsistent") && run.stderr.contains("cairn verify"),
+        "{}",
+        run.stderr
+    );
+}
