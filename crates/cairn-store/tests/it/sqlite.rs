@@ -215,3 +215,61 @@ fn acknowledged_writes_survive_sigkill() {
         );
     }
 }
+
+/// While the log grows, checkpoints are signed at the configured interval
+/// (here 200 ms) without anyone asking, and the idle tick covers the tail.
+#[test]
+fn checkpoints_follow_a_growing_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1200) {
+        ledger
+            .write(cairn_store::WriteRequest::Step(Box::new(
+                crate::conformance::step("s1", "Reasoning", "r"),
+            )))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let size = store.log_size("acme").unwrap();
+    // The idle tick (250 ms) plus the interval (200 ms) covers the tail.
+    std::thread::sleep(Duration::from_millis(700));
+    let checkpoints = store.checkpoints("acme").unwrap();
+    assert!(
+        checkpoints.len() >= 3,
+        "only {} checkpoints while the log grew for 1.2 s",
+        checkpoints.len()
+    );
+    assert_eq!(
+        checkpoints.last().unwrap().size,
+        size,
+        "the idle tick checkpoints the tail"
+    );
+    assert!(checkpoints.windows(2).all(|w| w[0].size < w[1].size));
+}
+
+#[cfg(unix)]
+#[test]
+fn the_server_key_is_created_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let first = SqliteStore::open(dir.path(), options())
+        .unwrap()
+        .server_key()
+        .to_string();
+    let mode = std::fs::metadata(dir.path().join("server.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Reopening loads the same key.
+    assert_eq!(
+        SqliteStore::open(dir.path(), options())
+            .unwrap()
+            .server_key()
+            .to_string(),
+        first
+    );
+}
