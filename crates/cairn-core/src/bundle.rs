@@ -265,33 +265,7 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         Timestamp::parse_canonical(&string("created_at")?).map_err(|e| e.to_string())?;
     let links = match get("links") {
         None => Links::default(),
-        Some(Value::Object(map)) => {
-            let link = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_owned);
-            if map.values().any(|v| !v.is_string())
-                || map.keys().any(|k| {
-                    !matches!(
-                        k.as_str(),
-                        "tool_call"
-                            | "policy_decision"
-                            | "approval_request"
-                            | "audit_event"
-                            | "corrects"
-                            | "parent"
-                    )
-                })
-            {
-                return Err("links holds an unknown or non-string member".into());
-            }
-            Links {
-                tool_call: link("tool_call"),
-                policy_decision: link("policy_decision"),
-                approval_request: link("approval_request"),
-                audit_event: link("audit_event"),
-                corrects: link("corrects"),
-                parent: link("parent"),
-            }
-        }
-        Some(_) => return Err("links is not an object".into()),
+        Some(v) => Links::from_json(v)?,
     };
     let status = match fields.get("status").and_then(Value::as_str) {
         Some(s) => Status::parse(s).ok_or("status is not ok or flagged")?,

@@ -225,6 +225,39 @@ impl Links {
     pub fn is_empty(&self) -> bool {
         self.entries().iter().all(|(_, v)| v.is_none())
     }
+
+    /// Sets the link called `name`; an unknown name is an error naming
+    /// the known ones.
+    pub fn set(&mut self, name: &str, value: String) -> Result<(), String> {
+        let slot = match name {
+            "tool_call" => &mut self.tool_call,
+            "policy_decision" => &mut self.policy_decision,
+            "approval_request" => &mut self.approval_request,
+            "audit_event" => &mut self.audit_event,
+            "corrects" => &mut self.corrects,
+            "parent" => &mut self.parent,
+            other => {
+                return Err(format!(
+                    "unknown link {other:?}; links are tool_call, policy_decision, approval_request, audit_event, corrects, parent"
+                ));
+            }
+        };
+        *slot = Some(value);
+        Ok(())
+    }
+
+    /// Links from a JSON object of strings.
+    pub fn from_json(value: &Value) -> Result<Links, String> {
+        let map = value.as_object().ok_or("links must be an object")?;
+        let mut links = Links::default();
+        for (name, v) in map {
+            let v = v
+                .as_str()
+                .ok_or_else(|| format!("links.{name} must be a string"))?;
+            links.set(name, v.to_owned())?;
+        }
+        Ok(links)
+    }
 }
 
 /// One reasoning step: every field of seed 000's 18-field schema that is

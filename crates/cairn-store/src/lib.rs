@@ -36,6 +36,19 @@ use cairn_core::ed25519_dalek::VerifyingKey;
 use cairn_core::log::{LogEntry, SealRecord};
 use cairn_core::record::{Links, Profile, RecordError, SessionHeader, Status};
 
+/// The current time from the system clock (the core never reads a clock;
+/// this crate and the binary do, through this one function).
+pub fn now() -> Timestamp {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    i64::try_from(micros)
+        .ok()
+        .and_then(Timestamp::from_micros)
+        .unwrap_or_default()
+}
+
 /// A step as a writer submits it: the fields it chooses. The store assigns
 /// the rest (trace id, index, timestamp, seed) unless the writer signs the
 /// step, in which case it must fix them itself (see `docs/FORMAT.md` 7.3).
@@ -152,7 +165,7 @@ pub fn prepare_step(
     let trace_id = input
         .trace_id
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let created_at = input.created_at.unwrap_or_else(sqlite::now);
+    let created_at = input.created_at.unwrap_or_else(now);
     let mut step = cairn_core::record::Step::new(
         trace_id,
         input.org_id,

@@ -43,7 +43,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
@@ -180,16 +180,7 @@ impl Drop for Checkpointer {
     }
 }
 
-pub(crate) fn now() -> Timestamp {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
-    i64::try_from(micros)
-        .ok()
-        .and_then(Timestamp::from_micros)
-        .unwrap_or_default()
-}
+use crate::now;
 
 fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
     let arr: [u8; 32] = bytes
@@ -597,12 +588,80 @@ struct Overlay {
     touched: std::collections::HashSet<i64>,
 }
 
-const STEP_INSERT: &str = "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
-    agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model,
-    metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
-    prev_seq)
-    VALUES (?30, ?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21,
-        ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?31)";
+/// Everything one step row holds.
+struct StepRow<'a> {
+    org: i64,
+    seq: u64,
+    sid: i64,
+    step: &'a Step,
+    hash: &'a Hash,
+    leaf: &'a Hash,
+    digest: &'a Hash,
+    prev_hash: &'a Hash,
+    /// The record seed (steps written here) ...
+    seed: Option<&'a [u8; 32]>,
+    /// ... or the salts themselves (steps imported from a bundle).
+    salts: Option<Vec<u8>>,
+    signature: Option<&'a [u8; 64]>,
+    has_embedding: bool,
+    erased: bool,
+    /// Commitments of hidden or erased fields, as JSON.
+    hidden: Option<String>,
+    prev_seq: Option<u64>,
+}
+
+fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError> {
+    let s = row.step;
+    tx.prepare_cached(
+        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, agent_id, kind,
+         kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata,
+         created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
+         has_embedding, erased, hidden, salts, prev_seq)
+         VALUES (?1, ?2, ?3, 'step', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+         ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            row_id(row.org, row.seq),
+            row.org,
+            row.seq as i64,
+            &row.hash.0[..],
+            &row.leaf.0[..],
+            row.sid,
+            s.step_index as i64,
+            s.trace_id,
+            s.agent_id,
+            s.kind.as_str(),
+            s.kind_label,
+            s.content,
+            json_text(&s.input),
+            json_text(&s.output),
+            s.confidence,
+            s.duration_ms.map(|v| v as i64),
+            s.token_count.map(|v| v as i64),
+            s.model,
+            json_text(&s.metadata),
+            s.created_at.as_micros(),
+            s.turn_id,
+            s.turn_step.map(|v| v as i64),
+            s.task_id,
+            links_text(&s.links),
+            s.status.as_str(),
+            row.seed.map(|seed| &seed[..]),
+            &row.digest.0[..],
+            &row.prev_hash.0[..],
+            s.signer_key_id,
+            row.signature.map(|sig| &sig[..]),
+            row.has_embedding,
+            row.erased,
+            row.hidden,
+            row.salts,
+            row.prev_seq.map(|v| v as i64),
+        ])
+    })
+    .context("writing a step")?;
+    Ok(())
+}
 
 const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
     e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
@@ -676,18 +735,7 @@ fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
         cairn_core::kind::StepKind::parse(&kind_name).ok_or_else(|| corrupt("unknown kind"))?;
     let links = match get_json(17)? {
         None => Links::default(),
-        Some(serde_json::Value::Object(map)) => {
-            let link = |k: &str| map.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-            Links {
-                tool_call: link("tool_call"),
-                policy_decision: link("policy_decision"),
-                approval_request: link("approval_request"),
-                audit_event: link("audit_event"),
-                corrects: link("corrects"),
-                parent: link("parent"),
-            }
-        }
-        Some(_) => return Err(corrupt("links is not an object")),
+        Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
     };
     let status: String = row.get(18).context("reading a step")?;
     let created: i64 = row.get(13).context("reading a step")?;
@@ -1057,46 +1105,26 @@ impl SqliteStore {
             .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
         let seq = org.frontier.size();
         let leaf = leaf_hash(&cairn_core::log::log_leaf_data(seq, "step", &hash));
-        let s = &step;
-        tx.prepare_cached(STEP_INSERT)
-            .context("preparing the step insert")?
-            .execute(params![
-                org.id,
-                seq as i64,
-                &hash.0[..],
-                &leaf.0[..],
-                session.sid,
-                s.step_index as i64,
-                s.trace_id,
-                s.agent_id,
-                s.kind.as_str(),
-                s.kind_label,
-                s.content,
-                json_text(&s.input),
-                json_text(&s.output),
-                s.confidence,
-                s.duration_ms.map(|v| v as i64),
-                s.token_count.map(|v| v as i64),
-                s.model,
-                json_text(&s.metadata),
-                s.created_at.as_micros(),
-                s.turn_id,
-                s.turn_step.map(|v| v as i64),
-                s.task_id,
-                links_text(&s.links),
-                s.status.as_str(),
-                &prepared.seed[..],
-                &digest.0[..],
-                &session.head.0[..],
-                s.signer_key_id,
-                prepared
-                    .signature
-                    .as_ref()
-                    .map(|sig| sig.signature.to_vec()),
-                row_id(org.id, seq),
-                session.last_seq.map(|v| v as i64),
-            ])
-            .context("writing a step")?;
+        insert_step_row(
+            tx,
+            &StepRow {
+                org: org.id,
+                seq,
+                sid: session.sid,
+                step: &step,
+                hash: &hash,
+                leaf: &leaf,
+                digest: &digest,
+                prev_hash: &session.head,
+                seed: Some(&prepared.seed),
+                salts: None,
+                signature: prepared.signature.as_ref().map(|sig| &sig.signature),
+                has_embedding: false,
+                erased: false,
+                hidden: None,
+                prev_seq: session.last_seq,
+            },
+        )?;
         push_leaf(tx, &mut org, leaf)?;
         session.first_seq.get_or_insert(seq);
         session.last_seq = Some(seq);
@@ -1989,54 +2017,26 @@ impl LedgerStore for SqliteStore {
                         .or_insert((entry.seq, entry.seq, s.step_index));
                     head.1 = entry.seq;
                     head.2 = s.step_index;
-                    tx.prepare_cached(
-                        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id,
-                         agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms,
-                         token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status,
-                                                  seed, digest, prev_hash, sig_key_id, signature, has_embedding, erased, hidden, salts,
-                         prev_seq)
-                         VALUES (?33, ?1, ?2, 'step', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, NULL, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?34)",
-                    )
-                    .and_then(|mut stmt| {
-                        stmt.execute(params![
-                            org.id,
-                            entry.seq as i64,
-                            &r.hash.0[..],
-                            &leaf.0[..],
+                    insert_step_row(
+                        &tx,
+                        &StepRow {
+                            org: org.id,
+                            seq: entry.seq,
                             sid,
-                            s.step_index as i64,
-                            s.trace_id,
-                            s.agent_id,
-                            s.kind.as_str(),
-                            s.kind_label,
-                            s.content,
-                            json_text(&s.input),
-                            json_text(&s.output),
-                            s.confidence,
-                            s.duration_ms.map(|v| v as i64),
-                            s.token_count.map(|v| v as i64),
-                            s.model,
-                            json_text(&s.metadata),
-                            s.created_at.as_micros(),
-                            s.turn_id,
-                            s.turn_step.map(|v| v as i64),
-                            s.task_id,
-                            links_text(&s.links),
-                            s.status.as_str(),
-                            &r.digest.0[..],
-                                                        &r.prev_hash.0[..],
-                            s.signer_key_id,
-                            r.signature.as_ref().map(|sig| sig.signature.to_vec()),
-                            r.has_embedding,
-                            r.erased,
+                            step: s,
+                            hash: &r.hash,
+                            leaf: &leaf,
+                            digest: &r.digest,
+                            prev_hash: &r.prev_hash,
+                            seed: None,
+                            salts: Some(salts),
+                            signature: r.signature.as_ref().map(|sig| &sig.signature),
+                            has_embedding: r.has_embedding,
+                            erased: r.erased,
                             hidden,
-                                                        salts,
-                            row_id(org.id, entry.seq),
-                            prev_seq.map(|v| v as i64),
-                        ])
-                    })
-                    .context("importing a step")?;
+                            prev_seq,
+                        },
+                    )?;
                 }
             }
             push_leaf(&tx, &mut org, leaf)?;

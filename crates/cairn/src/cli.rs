@@ -8,6 +8,7 @@ use cairn_core::bundle::BundleVerifier;
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::verify::Verdict;
+use cairn_store::now;
 use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Cairn: a tamper-evident ledger of AI agents' reasoning.
 ///
@@ -210,17 +211,6 @@ struct ExportArgs {
     /// Write here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
-}
-
-fn now() -> Timestamp {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
-    i64::try_from(micros)
-        .ok()
-        .and_then(Timestamp::from_micros)
-        .unwrap_or_default()
 }
 
 fn usage(message: impl Into<String>) -> anyhow::Error {

@@ -1,7 +1,6 @@
 //! `cairn demo`: seed 000's usage example recorded, sealed, checkpointed,
 //! replayed and verified in memory, then tampered with and verified again.
 
-use cairn_core::Timestamp;
 use cairn_core::checkpoint::verify_checkpoint;
 use cairn_core::commit::{StepRecord, genesis_hash, session_leaf_data};
 use cairn_core::log::{LogEntry, LogRecord, OpRecord, SealRecord, log_origin, org_checkpoint};
@@ -10,21 +9,9 @@ use cairn_core::note::NoteSigner;
 use cairn_core::record::{Limits, Profile, SessionHeader, Step};
 use cairn_core::verify::{LogVerifier, Verdict};
 use serde_json::json;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 const SERVER: &str = "cairn.demo";
 const ORG: &str = "demo-org";
-
-fn now() -> anyhow::Result<Timestamp> {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| anyhow::anyhow!("system clock before 1970: {e}"))?
-        .as_micros();
-    i64::try_from(micros)
-        .ok()
-        .and_then(Timestamp::from_micros)
-        .ok_or_else(|| anyhow::anyhow!("system clock out of range"))
-}
 
 fn random32() -> anyhow::Result<[u8; 32]> {
     let mut seed = [0u8; 32];
@@ -56,7 +43,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
         org_id: ORG.into(),
         session_id: session.into(),
         agent_id: "analyst".into(),
-        started_at: now()?,
+        started_at: cairn_store::now(),
         caller: "demo".into(),
         profile: Profile::Standard,
         predecessor: None,
@@ -107,8 +94,16 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
     for (index, (kind, content, input, confidence)) in steps.into_iter().enumerate() {
         let index = index as u64;
         let trace_id = format!("{session}-{index}");
-        let mut step = Step::new(trace_id, ORG, "analyst", session, index, kind, now()?)
-            .map_err(|e| anyhow::anyhow!(e.to_string()))?;
+        let mut step = Step::new(
+            trace_id,
+            ORG,
+            "analyst",
+            session,
+            index,
+            kind,
+            cairn_store::now(),
+        )
+        .map_err(|e| anyhow::anyhow!(e.to_string()))?;
         step.content = Some(content.to_owned());
         step.input = input;
         step.confidence = confidence;
@@ -134,7 +129,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
         step_count: session_tree.size(),
         session_root: session_tree.root(),
         final_hash: head,
-        sealed_at: now()?,
+        sealed_at: cairn_store::now(),
         note: String::new(),
     }
     .sign(&server, &origin)

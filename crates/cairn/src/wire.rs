@@ -118,30 +118,7 @@ pub fn step_from_json(
     };
     let links = match obj.get("links") {
         None | Some(Value::Null) => Links::default(),
-        Some(Value::Object(map)) => {
-            let mut links = Links::default();
-            for (name, v) in map {
-                let v = v
-                    .as_str()
-                    .ok_or_else(|| InputError(format!("links.{name} must be a string")))?
-                    .to_owned();
-                match name.as_str() {
-                    "tool_call" => links.tool_call = Some(v),
-                    "policy_decision" => links.policy_decision = Some(v),
-                    "approval_request" => links.approval_request = Some(v),
-                    "audit_event" => links.audit_event = Some(v),
-                    "corrects" => links.corrects = Some(v),
-                    "parent" => links.parent = Some(v),
-                    other => {
-                        return Err(InputError(format!(
-                            "unknown link {other:?}; links are tool_call, policy_decision, approval_request, audit_event, corrects, parent"
-                        )));
-                    }
-                }
-            }
-            links
-        }
-        Some(_) => return Err(InputError("links must be an object".into())),
+        Some(v) => Links::from_json(v).map_err(InputError)?,
     };
     let status = match string(obj, "status")? {
         None => Status::Ok,
