@@ -399,6 +399,10 @@ pub enum StoreError {
     /// The sequencer is gone (the ledger was closed).
     #[error("the ledger is closed")]
     Closed,
+    /// What was asked for is not in the store (an unknown org, a proof
+    /// beyond the log's size).
+    #[error("not found: {0}")]
+    NotFound(String),
 }
 
 /// A helper to attach context to database errors.

@@ -312,6 +312,27 @@ impl SqliteStore {
         out
     }
 
+    /// Runs a proof computation over an org's stored tree.
+    fn with_tree<T>(
+        &self,
+        org_id: &str,
+        prove: impl FnOnce(&DbTree<'_>) -> Result<T, cairn_core::merkle::ProofError<StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.read(|c| {
+            let org = Self::org_id_of(c, org_id)?
+                .ok_or_else(|| StoreError::NotFound(format!("org {org_id} has no log")))?;
+            let tree = DbTree {
+                conn: c,
+                org,
+                size: log_size_of(c, org)?,
+            };
+            prove(&tree).map_err(|e| match e {
+                cairn_core::merkle::ProofError::Read(e) => e,
+                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
+            })
+        })
+    }
+
     fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
         conn.query_row("SELECT org FROM orgs WHERE name = ?1", [org], |r| r.get(0))
             .optional()
@@ -1766,20 +1787,7 @@ impl LedgerStore for SqliteStore {
     }
 
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
-        self.read(|c| {
-            let org = Self::org_id_of(c, org_id)?
-                .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
-            let log_size = log_size_of(c, org)?;
-            let tree = DbTree {
-                conn: c,
-                org,
-                size: log_size,
-            };
-            inclusion_proof(&tree, seq, size).map_err(|e| match e {
-                cairn_core::merkle::ProofError::Read(e) => e,
-                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::Corrupt(m),
-            })
-        })
+        self.with_tree(org_id, |tree| inclusion_proof(tree, seq, size))
     }
 
     fn consistency_proof(
@@ -1788,20 +1796,7 @@ impl LedgerStore for SqliteStore {
         old_size: u64,
         new_size: u64,
     ) -> Result<Vec<Hash>, StoreError> {
-        self.read(|c| {
-            let org = Self::org_id_of(c, org_id)?
-                .ok_or_else(|| StoreError::Corrupt(format!("org {org_id} has no log")))?;
-            let log_size = log_size_of(c, org)?;
-            let tree = DbTree {
-                conn: c,
-                org,
-                size: log_size,
-            };
-            consistency_proof(&tree, old_size, new_size).map_err(|e| match e {
-                cairn_core::merkle::ProofError::Read(e) => e,
-                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::Corrupt(m),
-            })
-        })
+        self.with_tree(org_id, |tree| consistency_proof(tree, old_size, new_size))
     }
 
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError> {
