@@ -923,6 +923,32 @@ fn push_leaf(tx: &Connection, org: &mut OrgState, leaf: Hash) -> Result<(), Stor
     Ok(())
 }
 
+/// The lookup row of a session whose start record is at `start_seq`.
+fn insert_session_row(
+    tx: &Connection,
+    org: i64,
+    header: &SessionHeader,
+    start_seq: u64,
+) -> Result<i64, StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            org,
+            header.session_id,
+            header.agent_id,
+            header.profile.as_str(),
+            header.started_at.as_micros(),
+            start_seq as i64,
+            &genesis_hash(header).0[..]
+        ])
+    })
+    .context("writing a session")?;
+    Ok(tx.last_insert_rowid())
+}
+
 fn insert_op(tx: &Connection, org: &mut OrgState, op: &OpRecord) -> Result<u64, StoreError> {
     let seq = org.frontier.size();
     let hash = op.hash();
@@ -982,25 +1008,10 @@ impl SqliteStore {
             }));
         }
         let genesis = genesis_hash(&header);
-        let seq = insert_op(tx, &mut org, &OpRecord::SessionStart(header))?;
-        tx.prepare_cached(
-            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                org.id,
-                req.session_id,
-                req.agent_id,
-                req.profile.as_str(),
-                started_at.as_micros(),
-                seq as i64,
-                &genesis.0[..]
-            ])
-        })
-        .context("writing a session")?;
+        let seq = insert_op(tx, &mut org, &OpRecord::SessionStart(header.clone()))?;
+        let sid = insert_session_row(tx, org.id, &header, seq)?;
         let state = SessionState {
-            sid: tx.last_insert_rowid(),
+            sid,
             agent_id: req.agent_id.clone(),
             profile: req.profile,
             next_index: 0,
@@ -1934,41 +1945,14 @@ impl LedgerStore for SqliteStore {
             }
             let leaf = entry.leaf_hash();
             match &entry.record {
-                LogRecord::Op { record, hash } => {
-                    tx.prepare_cached(
-                        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            org.id,
-                            entry.seq as i64,
-                            record.entry_type(),
-                            &hash.0[..],
-                            &leaf.0[..],
-                            record.to_view().to_string(),
-                            row_id(org.id, entry.seq)
-                        ])
-                    })
-                    .context("importing a record")?;
+                LogRecord::Op { record, .. } => {
+                    // The bundle verified, and its seq is the next one, so
+                    // writing the record as the sequencer would is exact.
+                    insert_op(&tx, &mut org, record)?;
                     match record {
                         OpRecord::SessionStart(h) => {
-                            tx.prepare_cached(
-                                "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                            )
-                            .and_then(|mut s| {
-                                s.execute(params![
-                                    org.id,
-                                    h.session_id,
-                                    h.agent_id,
-                                    h.profile.as_str(),
-                                    h.started_at.as_micros(),
-                                    entry.seq as i64,
-                                    &genesis_hash(h).0[..]
-                                ])
-                            })
-                            .context("importing a session")?;
-                            sids.insert(h.session_id.clone(), tx.last_insert_rowid());
+                            let sid = insert_session_row(&tx, org.id, h, entry.seq)?;
+                            sids.insert(h.session_id.clone(), sid);
                         }
                         OpRecord::Seal(seal) => {
                             let sid = *sids.get(&seal.session_id).ok_or_else(|| {
@@ -2032,9 +2016,9 @@ impl LedgerStore for SqliteStore {
                             prev_seq,
                         },
                     )?;
+                    push_leaf(&tx, &mut org, leaf)?;
                 }
             }
-            push_leaf(&tx, &mut org, leaf)?;
             count += 1;
         }
         let text = cairn_core::note::Note::parse(checkpoint_note)
