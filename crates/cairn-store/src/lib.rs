@@ -20,11 +20,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod auth;
 mod keys;
 pub mod ops;
 mod sequencer;
 mod sqlite;
 
+pub use auth::{ApiKey, Role, token_hash};
 pub use keys::{ServerKey, load_or_create_server_key};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{SqliteOptions, SqliteStore};
@@ -575,6 +577,20 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The record limits steps are validated against.
     fn limits(&self) -> cairn_core::record::Limits;
+
+    /// Stores a new API key. Keys are not ledger records: they can be
+    /// revoked.
+    fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
+
+    /// The key whose token hashes to `token_hash`, revoked or not.
+    fn api_key_by_hash(&self, token_hash: &Hash) -> Result<Option<ApiKey>, StoreError>;
+
+    /// The keys of an org, oldest first.
+    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
+
+    /// Revokes a key of an org; false if there is no such key.
+    fn revoke_api_key(&self, org_id: &str, key_id: &str, at: Timestamp)
+    -> Result<bool, StoreError>;
 
     /// Agent key registrations of an org, in log order.
     fn agent_keys(&self, org_id: &str)

@@ -89,6 +89,19 @@ CREATE TABLE IF NOT EXISTS session_heads (
   last_index INTEGER NOT NULL
 );
 
+-- API keys: not ledger records (they can be revoked). Only a SHA-256 of
+-- each token is stored.
+CREATE TABLE IF NOT EXISTS api_keys (
+  id         TEXT PRIMARY KEY,
+  org_name   TEXT NOT NULL,
+  role       TEXT NOT NULL,
+  agent_id   TEXT,
+  token_hash BLOB NOT NULL UNIQUE,
+  label      TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  revoked_at INTEGER
+);
+
 CREATE TABLE IF NOT EXISTS seals (
   sid INTEGER PRIMARY KEY,
   seq INTEGER NOT NULL

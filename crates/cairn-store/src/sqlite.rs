@@ -609,6 +609,26 @@ struct Overlay {
     touched: std::collections::HashSet<i64>,
 }
 
+const API_KEY_COLUMNS: &str =
+    "id, org_name, role, agent_id, token_hash, label, created_at, revoked_at";
+
+fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError> {
+    let role: String = row.get(2).context("reading an API key")?;
+    let created: i64 = row.get(6).context("reading an API key")?;
+    let revoked: Option<i64> = row.get(7).context("reading an API key")?;
+    Ok(crate::ApiKey {
+        id: row.get(0).context("reading an API key")?,
+        org_id: row.get(1).context("reading an API key")?,
+        role: crate::Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown role {role}")))?,
+        agent_id: row.get(3).context("reading an API key")?,
+        token_hash: blob_hash(row.get(4).context("reading an API key")?)?,
+        label: row.get(5).context("reading an API key")?,
+        created_at: Timestamp::from_micros(created).unwrap_or_default(),
+        revoked_at: revoked.and_then(Timestamp::from_micros),
+    })
+}
+
 /// Everything one step row holds.
 struct StepRow<'a> {
     org: i64,
@@ -1822,6 +1842,77 @@ impl LedgerStore for SqliteStore {
 
     fn limits(&self) -> Limits {
         self.limits
+    }
+
+    fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {
+        let w = self.writer.lock().map_err(|_| poisoned())?;
+        w.conn
+            .execute(
+                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    key.id,
+                    key.org_id,
+                    key.role.as_str(),
+                    key.agent_id,
+                    &key.token_hash.0[..],
+                    key.label,
+                    key.created_at.as_micros(),
+                    key.revoked_at.map(Timestamp::as_micros)
+                ],
+            )
+            .context("storing an API key")?;
+        Ok(())
+    }
+
+    fn api_key_by_hash(&self, token_hash: &Hash) -> Result<Option<crate::ApiKey>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE token_hash = ?1"
+                ))
+                .context("looking up an API key")?;
+            let mut rows = stmt
+                .query([&token_hash.0[..]])
+                .context("looking up an API key")?;
+            match rows.next().context("looking up an API key")? {
+                Some(row) => Ok(Some(api_key_from_row(row)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn api_keys(&self, org_id: &str) -> Result<Vec<crate::ApiKey>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE org_name = ?1 ORDER BY created_at, id"
+                ))
+                .context("listing API keys")?;
+            let mut rows = stmt.query([org_id]).context("listing API keys")?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().context("listing API keys")? {
+                out.push(api_key_from_row(row)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn revoke_api_key(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let w = self.writer.lock().map_err(|_| poisoned())?;
+        let changed = w
+            .conn
+            .execute(
+                "UPDATE api_keys SET revoked_at = ?3 WHERE org_name = ?1 AND id = ?2 AND revoked_at IS NULL",
+                params![org_id, key_id, at.as_micros()],
+            )
+            .context("revoking an API key")?;
+        Ok(changed > 0)
     }
 
     fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {

@@ -77,6 +77,46 @@ pub fn run_all(backend: &dyn Backend) {
     listing_and_lookup(backend);
     exports_verify_offline(backend);
     imports_round_trip(backend);
+    api_keys_are_stored_hashed_and_revocable(backend);
+}
+
+fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
+    use cairn_store::{ApiKey, Role, token_hash};
+    let store = backend.open("keys");
+    let now = Timestamp::from_micros(1_800_000_000_000_000).unwrap();
+    let (writer, token) =
+        ApiKey::generate(ORG, Role::Writer, Some("analyst"), "agent key", now).unwrap();
+    let (admin, admin_token) = ApiKey::generate(ORG, Role::Admin, None, "bootstrap", now).unwrap();
+    store.put_api_key(&writer).unwrap();
+    store.put_api_key(&admin).unwrap();
+    assert!(token.starts_with(&format!("cairn_{}_", writer.id)));
+    assert_ne!(token, admin_token);
+    assert_eq!(
+        store.api_key_by_hash(&token_hash(&token)).unwrap(),
+        Some(writer.clone())
+    );
+    assert_eq!(
+        store
+            .api_key_by_hash(&token_hash("cairn_nope_nope"))
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.api_keys(ORG).unwrap().len(), 2);
+    assert!(store.api_keys("other").unwrap().is_empty());
+    assert!(
+        !store.revoke_api_key("other", &writer.id, now).unwrap(),
+        "keys of another org cannot be revoked"
+    );
+    assert!(store.revoke_api_key(ORG, &writer.id, now).unwrap());
+    assert_eq!(
+        store
+            .api_key_by_hash(&token_hash(&token))
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        Some(now)
+    );
+    assert!(!store.revoke_api_key(ORG, &writer.id, now).unwrap());
 }
 
 fn appends_are_sequenced_and_readable(backend: &dyn Backend) {

@@ -1,0 +1,126 @@
+//! API keys: org-scoped, with a role and optionally bound to one agent.
+//!
+//! A key is shown once, as a token `cairn_<id>_<secret>` (the id is public,
+//! the secret 32 random bytes in base64url); only SHA-256 of the whole token
+//! is stored, so a copy of the database does not hold usable keys.
+
+use crate::StoreError;
+use cairn_core::{Hash, Timestamp};
+use std::fmt;
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Append steps and sessions, seal, and read its org.
+    Writer,
+    /// Read its org.
+    Reader,
+    /// Read, verify and export its org.
+    Auditor,
+    /// Everything in its org, including managing keys.
+    Admin,
+}
+
+impl Role {
+    /// `writer`, `reader`, `auditor` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Writer => "writer",
+            Role::Reader => "reader",
+            Role::Auditor => "auditor",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// Parses the names of [`Role::as_str`].
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "writer" => Some(Role::Writer),
+            "reader" => Some(Role::Reader),
+            "auditor" => Some(Role::Auditor),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+
+    /// May append and seal.
+    pub fn can_write(self) -> bool {
+        matches!(self, Role::Writer | Role::Admin)
+    }
+
+    /// May export bundles.
+    pub fn can_export(self) -> bool {
+        matches!(self, Role::Auditor | Role::Admin)
+    }
+
+    /// May manage keys.
+    pub fn can_admin(self) -> bool {
+        self == Role::Admin
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored API key (without its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Public id (12 hex digits), the middle part of the token.
+    pub id: String,
+    /// The org it is scoped to.
+    pub org_id: String,
+    /// What it may do.
+    pub role: Role,
+    /// If set, it may only write as this agent.
+    pub agent_id: Option<String>,
+    /// SHA-256 of the whole token.
+    pub token_hash: Hash,
+    /// A label for people.
+    pub label: String,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+}
+
+impl ApiKey {
+    /// Makes a new key and its token (to show once).
+    pub fn generate(
+        org_id: &str,
+        role: Role,
+        agent_id: Option<&str>,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<(ApiKey, String), StoreError> {
+        use base64::Engine as _;
+        let mut id = [0u8; 6];
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut id)
+            .and_then(|()| getrandom::fill(&mut secret))
+            .map_err(|e| StoreError::Key(format!("no entropy source: {e}")))?;
+        let id = hex::encode(id);
+        let token = format!(
+            "cairn_{id}_{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+        );
+        let key = ApiKey {
+            id,
+            org_id: org_id.to_owned(),
+            role,
+            agent_id: agent_id.map(str::to_owned),
+            token_hash: token_hash(&token),
+            label: label.to_owned(),
+            created_at: now,
+            revoked_at: None,
+        };
+        Ok((key, token))
+    }
+}
+
+/// The stored hash of a token.
+pub fn token_hash(token: &str) -> Hash {
+    Hash::sha256(token.as_bytes())
+}
