@@ -1,13 +1,14 @@
 //! Command-line parsing and the commands.
 
-use crate::wire::{step_from_json, step_to_json, verdict_to_json};
-use crate::{Outcome, UsageError, render};
+use crate::{Outcome, UsageError};
 use anyhow::{Context as _, Result, anyhow};
 use cairn_core::Timestamp;
 use cairn_core::bundle::BundleVerifier;
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::verify::Verdict;
+use cairn_server::render;
+use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};
 use cairn_store::now;
 use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
 use cairn_store::{
@@ -66,6 +67,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the HTTP API on the embedded store. On a fresh data directory
+    /// an admin key for the org is created and printed once.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "CAIRN_LISTEN", default_value = "127.0.0.1:8714")]
+        listen: String,
+    },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
     Demo,
@@ -236,6 +244,7 @@ pub fn run() -> Result<Outcome> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Demo => crate::demo::run(),
+        Command::Serve { listen } => serve(&cli, listen),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         command => {
             let store = open_store(&cli)?;
@@ -313,7 +322,7 @@ pub fn run() -> Result<Outcome> {
                         Err(e) => Err(append_error(e)),
                     }
                 }
-                Command::Demo => unreachable!("handled above"),
+                Command::Demo | Command::Serve { .. } => unreachable!("handled above"),
             }
         }
     }
@@ -836,4 +845,78 @@ fn import(
         Err(cairn_store::ImportError::Store(e)) => Err(anyhow!(e)),
         Err(e) => Err(usage(e.to_string())),
     }
+}
+
+fn serve(cli: &Cli, listen: &str) -> Result<Outcome> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let store = open_store(cli)?;
+    if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
+        println!(
+            "admin API key for org {} (shown once, keep it): {token}",
+            cli.org
+        );
+    }
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let state =
+        cairn_server::AppState::new(Arc::clone(&ledger), cairn_server::ServerConfig::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
+        let address = listener
+            .local_addr()
+            .context("reading the listening address")?;
+        println!(
+            "cairn listening on http://{address} (data: {}, org: {})",
+            cli.data_dir.display(),
+            cli.org
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        tracing::info!(%address, "serving");
+        cairn_server::serve(listener, state, shutdown_signal())
+            .await
+            .context("serving HTTP")?;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    // Requests are done; flush what the sequencer still holds.
+    drop(runtime);
+    if let Ok(ledger) = Arc::try_unwrap(ledger) {
+        ledger.close();
+    }
+    tracing::info!("stopped");
+    Ok(Outcome::Success)
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutting down: finishing requests in flight");
 }

@@ -11,8 +11,6 @@
 
 mod cli;
 mod demo;
-mod render;
-mod wire;
 
 use std::process::ExitCode;
 

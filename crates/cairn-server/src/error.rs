@@ -1,0 +1,126 @@
+//! Errors as HTTP answers: a status and a JSON body
+//! `{"error": {"code": "<stable code>", "message": "<for people>"}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cairn_core::record::RecordError;
+use cairn_store::{AppendError, Refusal, StoreError};
+use serde_json::json;
+
+/// An API error with a stable machine code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code, e.g. `unknown_step_type`.
+    pub code: &'static str,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with a status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with a code.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 404: the same answer for what does not exist and for what belongs
+    /// to another org.
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{} not found", what.into()),
+        )
+    }
+
+    /// 403 for a role that may not do this.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
+            other => {
+                tracing::error!(error = %other, "storage failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_failure",
+                    other.to_string(),
+                )
+            }
+        }
+    }
+}
+
+/// The stable code of a record rule.
+fn record_code(e: &RecordError) -> &'static str {
+    match e {
+        RecordError::UnknownKind { .. } => "unknown_step_type",
+        RecordError::ConfidenceOutOfRange { .. } => "confidence_out_of_range",
+        RecordError::ContentTooLong { .. } => "content_too_long",
+        RecordError::PayloadTooLarge { .. } => "payload_too_large",
+        RecordError::PayloadTooDeep { .. } => "payload_too_deep",
+        RecordError::UnsafeInteger { .. } => "unsafe_integer",
+        RecordError::MalformedId { .. } => "malformed_id",
+        RecordError::NotInStrictProfile { .. } => "not_in_strict_profile",
+        _ => "invalid_record",
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        let message = r.to_string();
+        let (status, code) = match &r {
+            Refusal::Invalid(e) => (StatusCode::BAD_REQUEST, record_code(e)),
+            Refusal::Sealed { .. } => (StatusCode::CONFLICT, "session_sealed"),
+            Refusal::UnknownSession { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            Refusal::SessionExists { .. } => (StatusCode::CONFLICT, "session_exists"),
+            Refusal::IndexConflict { .. } => (StatusCode::CONFLICT, "index_conflict"),
+            Refusal::AgentMismatch { .. } => (StatusCode::CONFLICT, "agent_mismatch"),
+            Refusal::DuplicateTraceId { .. } => (StatusCode::CONFLICT, "duplicate_trace_id"),
+            Refusal::SignedStepIncomplete => (StatusCode::BAD_REQUEST, "signed_step_incomplete"),
+            Refusal::BadSignature(_) => (StatusCode::BAD_REQUEST, "bad_signature"),
+            Refusal::ReadOnlyOrg { .. } => (StatusCode::CONFLICT, "read_only_org"),
+            Refusal::NothingToSeal { .. } => (StatusCode::CONFLICT, "nothing_to_seal"),
+            Refusal::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ => (StatusCode::BAD_REQUEST, "refused"),
+        };
+        ApiError::new(status, code, message)
+    }
+}
+
+impl From<AppendError> for ApiError {
+    fn from(e: AppendError) -> ApiError {
+        match e {
+            AppendError::Refused(r) => r.into(),
+            AppendError::Store(e) => {
+                tracing::error!(error = %e, "storage failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_failure",
+                    e.to_string(),
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,1013 @@
+//! # cairn-server
+//!
+//! The HTTP API of `cairn serve`: JSON over HTTP/1.1 (axum), every request
+//! scoped to the org of its API key, errors as JSON bodies with stable
+//! codes, `/healthz`, Prometheus `/metrics`, and the OpenAPI document at
+//! `/openapi.json`. It is the only crate that knows wire formats (`wire`);
+//! storage and the integrity core never see JSON bodies.
+//!
+//! Writes go through the [`cairn_store::Ledger`] (validated and hashed in
+//! the request's task, sequenced and group-committed by its thread, answered
+//! after the fsync). Reads run on the blocking pool.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod error;
+mod metrics;
+pub mod render;
+pub mod wire;
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use cairn_core::Hash;
+use cairn_core::record::Profile;
+use cairn_store::ops::{ExportScope, verify_org, verify_session};
+use cairn_store::{
+    ApiKey, Ledger, LedgerStore, NewSession, Role, WriteRequest, Written, token_hash,
+};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest request body accepted on ordinary routes, in bytes.
+    pub max_body_bytes: usize,
+    /// Largest bundle accepted by `POST /v1/bundles/verify`.
+    pub max_bundle_bytes: usize,
+    /// How long a looked-up API key is trusted before it is read again
+    /// (revocation through the API takes effect at once).
+    pub key_cache_ttl: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            max_body_bytes: 2 * 1024 * 1024,
+            max_bundle_bytes: 256 * 1024 * 1024,
+            key_cache_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Shared state of the handlers.
+pub struct AppState {
+    ledger: Arc<Ledger>,
+    store: Arc<dyn LedgerStore>,
+    metrics: Metrics,
+    config: ServerConfig,
+    keys: RwLock<HashMap<Hash, (ApiKey, Instant)>>,
+}
+
+impl AppState {
+    /// State over a ledger.
+    pub fn new(ledger: Arc<Ledger>, config: ServerConfig) -> Arc<AppState> {
+        let store = ledger.store_arc();
+        Arc::new(AppState {
+            ledger,
+            store,
+            metrics: Metrics::default(),
+            config,
+            keys: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// The OpenAPI document served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// The router with every route.
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = state.config.max_body_bytes;
+    let bundle_limit = state.config.max_bundle_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/v1/sessions", post(start_session).get(list_sessions))
+        .route("/v1/sessions/{session_id}", get(replay))
+        .route("/v1/sessions/{session_id}/verify", get(verify_one_session))
+        .route("/v1/sessions/{session_id}/seal", post(seal))
+        .route("/v1/sessions/{session_id}/root", get(session_root))
+        .route("/v1/steps", post(append_step))
+        .route("/v1/steps/batch", post(append_batch))
+        .route("/v1/steps/{trace_id}", get(get_step))
+        .route("/v1/verify", get(verify_whole_org))
+        .route("/v1/checkpoint", get(checkpoint))
+        .route("/v1/proofs/inclusion", get(inclusion_proof))
+        .route("/v1/proofs/consistency", get(consistency_proof))
+        .route("/v1/export", get(export))
+        .route(
+            "/v1/bundles/verify",
+            post(verify_bundle).layer(DefaultBodyLimit::max(bundle_limit)),
+        )
+        .route("/v1/keys", post(create_key).get(list_keys))
+        .route("/v1/keys/{key_id}", delete(revoke_key))
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_errors,
+        ))
+        .with_state(state)
+}
+
+async fn count_errors(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    state.metrics.error_status(status.as_u16());
+    // axum's own rejections (body too large, bad path) are plain text;
+    // give them the JSON shape every other error has.
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if status.is_client_error() && !is_json {
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::NOT_FOUND => "not_found",
+            _ => "invalid_request",
+        };
+        let message = status
+            .canonical_reason()
+            .unwrap_or("invalid request")
+            .to_owned();
+        return ApiError::new(status, code, message).into_response();
+    }
+    response
+}
+
+/// The authenticated caller: its key's org, role and agent binding.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    key: ApiKey,
+}
+
+impl Caller {
+    fn org(&self) -> &str {
+        &self.key.org_id
+    }
+
+    fn require(&self, allowed: bool, what: &str) -> Result<(), ApiError> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "a {} key may not {what}",
+                self.key.role
+            )))
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Caller, ApiError> {
+        let token = bearer(&parts.headers).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "an API key is required: Authorization: Bearer cairn_...",
+            )
+        })?;
+        let hash = token_hash(token);
+        let cached = state.keys.read().ok().and_then(|keys| {
+            keys.get(&hash)
+                .filter(|(_, at)| at.elapsed() < state.config.key_cache_ttl)
+                .map(|(key, _)| key.clone())
+        });
+        let key = match cached {
+            Some(key) => Some(key),
+            None => {
+                let store = Arc::clone(&state.store);
+                let found = tokio::task::spawn_blocking(move || store.api_key_by_hash(&hash))
+                    .await
+                    .map_err(|_| {
+                        ApiError::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "internal",
+                            "lookup failed",
+                        )
+                    })??;
+                if let (Some(key), Ok(mut keys)) = (&found, state.keys.write()) {
+                    keys.insert(hash, (key.clone(), Instant::now()));
+                }
+                found
+            }
+        };
+        match key {
+            Some(key) if key.revoked_at.is_none() => Ok(Caller { key }),
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the API key is unknown or revoked",
+            )),
+        }
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Runs store work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    work: impl FnOnce(&dyn LedgerStore) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(&state.store);
+    tokio::task::spawn_blocking(move || work(store.as_ref()))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "a worker failed",
+            )
+        })?
+}
+
+fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
+    })
+}
+
+type Json = axum::Json<Value>;
+
+async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
+    blocking(&state, |store| Ok(store.orgs()?.len())).await?;
+    Ok(axum::Json(json!({"status": "ok"})))
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let stats = state.ledger.stats();
+    let text = state.metrics.render(
+        stats.batches.load(std::sync::atomic::Ordering::Relaxed),
+        stats.requests.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// A step body (seed 000's member names). A key bound to an agent may only
+/// write as that agent, and is the default agent.
+fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiError> {
+    let step = wire::step_from_json(
+        value,
+        caller.org(),
+        caller.key.agent_id.as_deref(),
+        &caller.key.id,
+    )
+    .map_err(|e| ApiError::bad_request("invalid_request", e.0))?;
+    if let Some(bound) = &caller.key.agent_id
+        && *bound != step.agent_id
+    {
+        return Err(ApiError::forbidden(format!(
+            "this key may only write as agent {bound}, not {}",
+            step.agent_id
+        )));
+    }
+    Ok(step)
+}
+
+fn written_json(w: &Written) -> Value {
+    match w {
+        Written::Step {
+            seq,
+            trace_id,
+            step_index,
+            hash,
+            created_at,
+            session_created,
+        } => json!({
+            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
+            "seq": seq, "created_at": created_at.to_string(), "session_created": session_created,
+        }),
+        Written::Session { seq, genesis } => json!({"seq": seq, "genesis": genesis.to_hex()}),
+        other => json!({"written": format!("{other:?}")}),
+    }
+}
+
+async fn append_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    let started = Instant::now();
+    let step = step_for(&caller, &parse_json(&body)?)?;
+    match state
+        .ledger
+        .submit(WriteRequest::Step(Box::new(step)))
+        .await
+    {
+        Ok(written) => {
+            state.metrics.append(started.elapsed());
+            Ok((StatusCode::CREATED, axum::Json(written_json(&written))).into_response())
+        }
+        Err(e) => {
+            state.metrics.refusal();
+            Err(e.into())
+        }
+    }
+}
+
+async fn append_batch(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    let started = Instant::now();
+    let value = parse_json(&body)?;
+    let items = value.as_array().ok_or_else(|| {
+        ApiError::bad_request("invalid_request", "a batch is a JSON array of steps")
+    })?;
+    if items.is_empty() || items.len() > 10_000 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "a batch holds 1 to 10000 steps",
+        ));
+    }
+    // Submit everything first so the sequencer commits it together.
+    let mut pending = Vec::with_capacity(items.len());
+    for item in items {
+        pending.push(
+            step_for(&caller, item).map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s)))),
+        );
+    }
+    let mut results = Vec::with_capacity(pending.len());
+    let mut accepted = 0;
+    for p in pending {
+        let outcome = match p {
+            Ok(p) => p.await.map_err(ApiError::from),
+            Err(e) => Err(e),
+        };
+        results.push(match outcome {
+            Ok(w) => {
+                accepted += 1;
+                state.metrics.append(started.elapsed());
+                written_json(&w)
+            }
+            Err(e) => {
+                state.metrics.refusal();
+                json!({"error": {"code": e.code, "message": e.message}})
+            }
+        });
+    }
+    Ok(axum::Json(
+        json!({"accepted": accepted, "results": results}),
+    ))
+}
+
+async fn start_session(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "start sessions")?;
+    let v = parse_json(&body)?;
+    let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let session_id = field("session_id")
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "session_id is required"))?;
+    let agent_id = match (field("agent_id"), &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != *bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key may only write as agent {bound}"
+            )));
+        }
+        (Some(a), _) => a,
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "agent_id is required",
+            ));
+        }
+    };
+    let profile = match field("profile").as_deref() {
+        None => Profile::Standard,
+        Some(p) => Profile::parse(p).ok_or_else(|| {
+            ApiError::bad_request("invalid_request", "profile must be standard or strict")
+        })?,
+    };
+    let predecessor =
+        match field("predecessor") {
+            None => None,
+            Some(h) => Some(Hash::from_hex(&h).map_err(|e| {
+                ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
+            })?),
+        };
+    let request = WriteRequest::StartSession(NewSession {
+        org_id: caller.org().to_owned(),
+        session_id: session_id.clone(),
+        agent_id,
+        caller: caller.key.id.clone(),
+        profile,
+        predecessor,
+        full_consent: v
+            .get("full_consent")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    });
+    let written = state.ledger.submit(request).await?;
+    let mut body = written_json(&written);
+    body["session_id"] = json!(session_id);
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+async fn list_sessions(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    let limit = match q.get("limit") {
+        None => 20,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=1000).contains(l))
+            .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
+    };
+    let agent = q.get("agent_id").cloned();
+    let org = caller.org().to_owned();
+    let rows = blocking(&state, move |store| {
+        let mut rows = Vec::new();
+        for s in store.list_sessions(&org, agent.as_deref(), limit)? {
+            let valid = verify_session(store, &org, &s.session_id)?.is_some_and(|v| v.verified);
+            rows.push(json!({
+                "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                "chain_valid": valid, "sealed": s.sealed,
+            }));
+        }
+        Ok(rows)
+    })
+    .await?;
+    Ok(axum::Json(Value::Array(rows)))
+}
+
+async fn replay(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let verify = q.get("verify").is_some_and(|v| v == "true" || v == "1");
+    let markdown = q.get("format").is_some_and(|f| f == "markdown");
+    let org = caller.org().to_owned();
+    let (info, steps, verdict) = blocking(&state, move |store| {
+        let info = store
+            .session(&org, &session_id)?
+            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
+        let mut steps = Vec::new();
+        store.read_session(&org, &session_id, &mut |s| {
+            steps.push(s);
+            true
+        })?;
+        let verdict = if verify {
+            verify_session(store, &org, &session_id)?
+        } else {
+            None
+        };
+        Ok((info, steps, verdict))
+    })
+    .await?;
+    if let Some(v) = &verdict {
+        state.metrics.verification(v.verified);
+    }
+    if markdown {
+        let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+        let text = render::markdown(&info.header.session_id, &records);
+        return Ok((
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            text,
+        )
+            .into_response());
+    }
+    let mut body = json!({
+        "session_id": info.header.session_id,
+        "agent_id": info.header.agent_id,
+        "step_count": steps.len(),
+        "sealed": info.seal.is_some(),
+        "steps": steps.iter().map(|s| wire::step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
+    });
+    if let Some(v) = &verdict {
+        body["chain_valid"] = json!(v.verified);
+        body["verdict"] = wire::verdict_to_json(v, 0, cairn_store::now());
+    }
+    Ok(axum::Json(body).into_response())
+}
+
+async fn verify_one_session(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let started = Instant::now();
+    let verdict = blocking(&state, move |store| {
+        verify_session(store, &org, &session_id)?
+            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))
+    })
+    .await?;
+    state.metrics.verification(verdict.verified);
+    Ok(axum::Json(wire::verdict_to_json(
+        &verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    )))
+}
+
+async fn verify_whole_org(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let started = Instant::now();
+    let result = blocking(&state, move |store| {
+        Ok(verify_org(store, &org, &[], &[], &mut |_| {})?)
+    })
+    .await?;
+    state.metrics.verification(result.verdict.verified);
+    let mut body = wire::verdict_to_json(
+        &result.verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    );
+    body["log_size"] = json!(result.log_size);
+    body["checkpoints_checked"] = json!(result.checkpoints_checked);
+    Ok(axum::Json(body))
+}
+
+async fn seal(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_write(), "seal sessions")?;
+    let request = WriteRequest::Seal {
+        org_id: caller.org().to_owned(),
+        session_id,
+    };
+    match state.ledger.submit(request).await? {
+        Written::Sealed { seq, seal } => Ok(axum::Json(seal_json(Some(seq), &seal))),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+fn seal_json(seq: Option<u64>, seal: &cairn_core::log::SealRecord) -> Value {
+    json!({
+        "session_id": seal.session_id, "step_count": seal.step_count,
+        "merkle_root": seal.session_root.to_hex(), "final_hash": seal.final_hash.to_hex(),
+        "sealed_at": seal.sealed_at.to_string(), "note": seal.note, "seq": seq,
+    })
+}
+
+async fn session_root(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let info = blocking(&state, move |store| {
+        store
+            .session(&org, &session_id)?
+            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))
+    })
+    .await?;
+    let seal = info.seal.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_sealed",
+            "the session is not sealed yet: seal it first",
+        )
+    })?;
+    Ok(axum::Json(seal_json(None, &seal)))
+}
+
+async fn get_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let step = blocking(&state, move |store| {
+        store
+            .step_by_trace(&org, &trace_id)?
+            .ok_or_else(|| ApiError::not_found(format!("step {trace_id}")))
+    })
+    .await?;
+    Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
+}
+
+/// The latest checkpoint, signing a new one first if the log grew.
+async fn current_checkpoint(
+    state: &Arc<AppState>,
+    org: &str,
+) -> Result<cairn_store::StoredCheckpoint, ApiError> {
+    let org_owned = org.to_owned();
+    let size = blocking(state, move |store| Ok(store.log_size(&org_owned)?)).await?;
+    if size == 0 {
+        return Err(ApiError::not_found("a log for this org"));
+    }
+    match state
+        .ledger
+        .submit(WriteRequest::Checkpoint {
+            org_id: org.to_owned(),
+        })
+        .await?
+    {
+        Written::Checkpoint(cp) => Ok(cp),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+async fn checkpoint(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        cp.note,
+    )
+        .into_response())
+}
+
+fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
+    q.get(key)
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    format!("{key} must be a non-negative integer"),
+                )
+            })
+        })
+        .transpose()
+}
+
+async fn inclusion_proof(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    let seq = query_u64(&q, "seq")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let size = query_u64(&q, "size")?.unwrap_or(cp.size);
+    let org = caller.org().to_owned();
+    let (leaf, proof, root) = blocking(&state, move |store| {
+        if seq >= size || size > store.log_size(&org)? {
+            return Err(ApiError::not_found(format!(
+                "entry {seq} in a log of size {size}"
+            )));
+        }
+        let mut leaf = None;
+        store.read_log(&org, seq, seq + 1, &mut |_, l| {
+            leaf = Some(l);
+            false
+        })?;
+        let proof = store.inclusion_proof(&org, seq, size)?;
+        let root = store.root_at(&org, size)?;
+        Ok((leaf, proof, root))
+    })
+    .await?;
+    Ok(axum::Json(json!({
+        "seq": seq, "size": size, "leaf_hash": leaf.map(|l| l.to_hex()),
+        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(), "root": root.to_hex(),
+        "checkpoint": if size == cp.size { Some(cp.note) } else { None },
+    })))
+}
+
+async fn consistency_proof(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    let old = query_u64(&q, "old")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let new = query_u64(&q, "new")?.unwrap_or(cp.size);
+    if old == 0 || old > new {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "need 1 <= old <= new",
+        ));
+    }
+    let org = caller.org().to_owned();
+    let (proof, old_root, new_root) = blocking(&state, move |store| {
+        if new > store.log_size(&org)? {
+            return Err(ApiError::not_found(format!("a log of size {new}")));
+        }
+        Ok((
+            store.consistency_proof(&org, old, new)?,
+            store.root_at(&org, old)?,
+            store.root_at(&org, new)?,
+        ))
+    })
+    .await?;
+    Ok(axum::Json(json!({
+        "old_size": old, "new_size": new, "old_root": old_root.to_hex(), "new_root": new_root.to_hex(),
+        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(),
+    })))
+}
+
+/// Sends written bytes to the response body as they come.
+struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buffer: Vec<u8>,
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= 64 * 1024 {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buffer));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+}
+
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl futures_core::Stream for ChannelBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+async fn export(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_export(), "export bundles")?;
+    let scope = match (
+        q.get("session"),
+        q.get("agent"),
+        q.get("since"),
+        q.get("until"),
+        q.get("all"),
+    ) {
+        (Some(s), None, None, None, None) => ExportScope::Session(s.clone()),
+        (None, Some(a), None, None, None) => ExportScope::Agent(a.clone()),
+        (None, None, Some(since), Some(until), None) => ExportScope::Range {
+            since: cairn_core::Timestamp::parse_rfc3339(since)
+                .map_err(|e| ApiError::bad_request("invalid_request", format!("since: {e}")))?,
+            until: cairn_core::Timestamp::parse_rfc3339(until)
+                .map_err(|e| ApiError::bad_request("invalid_request", format!("until: {e}")))?,
+        },
+        (None, None, None, None, Some(_)) => ExportScope::All,
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "give exactly one of session, agent, since and until, or all",
+            ));
+        }
+    };
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    // Check the scope before streaming, so that an empty export is a 404
+    // and not a truncated body.
+    if let ExportScope::Session(id) = &scope {
+        let (org, id) = (caller.org().to_owned(), id.clone());
+        blocking(&state, move |store| {
+            store
+                .session(&org, &id)?
+                .ok_or_else(|| ApiError::not_found(format!("session {id}")))
+        })
+        .await?;
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let store = Arc::clone(&state.store);
+    let org = caller.org().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChannelWriter {
+            tx: tx.clone(),
+            buffer: Vec::new(),
+        };
+        if let Err(e) = cairn_store::ops::export(
+            store.as_ref(),
+            &org,
+            &scope,
+            &cp,
+            cairn_store::now(),
+            &mut out,
+            &mut |_| {},
+        ) {
+            // The body is cut short; a verifier reports the missing end
+            // line as `missing-record`.
+            tracing::warn!(error = %e, "export failed");
+            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(ChannelBody(rx)),
+    )
+        .into_response())
+}
+
+async fn verify_bundle(
+    State(state): State<Arc<AppState>>,
+    _caller: Caller,
+    body: Bytes,
+) -> Result<Json, ApiError> {
+    let started = Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        let text = String::from_utf8_lossy(&body);
+        let mut verifier = cairn_core::bundle::BundleVerifier::new(Vec::new());
+        for line in text.lines() {
+            if !verifier.push_line(line) {
+                break;
+            }
+        }
+        verifier.finish()
+    })
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "a worker failed",
+        )
+    })?;
+    state.metrics.verification(result.verdict.verified);
+    let mut v = wire::verdict_to_json(
+        &result.verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    );
+    v["server_key"] = json!(result.server_key);
+    v["checkpoint_size"] = json!(result.checkpoint.map(|c| c.0));
+    Ok(axum::Json(v))
+}
+
+fn key_json(key: &ApiKey) -> Value {
+    json!({
+        "id": key.id, "org_id": key.org_id, "role": key.role.as_str(), "agent_id": key.agent_id,
+        "label": key.label, "created_at": key.created_at.to_string(),
+        "revoked_at": key.revoked_at.map(|t| t.to_string()),
+    })
+}
+
+async fn create_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let v = parse_json(&body)?;
+    let role = v
+        .get("role")
+        .and_then(Value::as_str)
+        .and_then(Role::parse)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                "role must be writer, reader, auditor or admin",
+            )
+        })?;
+    let agent = v.get("agent_id").and_then(Value::as_str).map(str::to_owned);
+    if let Some(a) = &agent {
+        cairn_core::record::validate_id("agent_id", a)
+            .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
+    }
+    let label = v
+        .get("label")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let (key, token) = ApiKey::generate(
+        caller.org(),
+        role,
+        agent.as_deref(),
+        &label,
+        cairn_store::now(),
+    )?;
+    let stored = key.clone();
+    blocking(&state, move |store| Ok(store.put_api_key(&stored)?)).await?;
+    let mut body = key_json(&key);
+    body["token"] = json!(token);
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+async fn list_keys(State(state): State<Arc<AppState>>, caller: Caller) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let org = caller.org().to_owned();
+    let keys = blocking(&state, move |store| Ok(store.api_keys(&org)?)).await?;
+    Ok(axum::Json(Value::Array(
+        keys.iter().map(key_json).collect(),
+    )))
+}
+
+async fn revoke_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let org = caller.org().to_owned();
+    let id = key_id.clone();
+    let revoked = blocking(&state, move |store| {
+        Ok(store.revoke_api_key(&org, &id, cairn_store::now())?)
+    })
+    .await?;
+    if !revoked {
+        return Err(ApiError::not_found(format!("key {key_id}")));
+    }
+    if let Ok(mut keys) = state.keys.write() {
+        keys.retain(|_, (k, _)| k.id != key_id);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Creates the first admin key of `org_id` if the org has no key yet, and
+/// returns its token (to print once).
+pub fn bootstrap_admin_key(
+    store: &dyn LedgerStore,
+    org_id: &str,
+) -> Result<Option<String>, cairn_store::StoreError> {
+    if !store.api_keys(org_id)?.is_empty() {
+        return Ok(None);
+    }
+    let (key, token) = ApiKey::generate(
+        org_id,
+        Role::Admin,
+        None,
+        "bootstrap admin",
+        cairn_store::now(),
+    )?;
+    store.put_api_key(&key)?;
+    Ok(Some(token))
+}
+
+/// Serves until `shutdown` resolves, then stops taking requests, finishes
+/// those in flight and returns (the caller closes the ledger, which
+/// flushes the sequencer).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
