@@ -116,6 +116,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/bundles/verify",
             post(verify_bundle).layer(DefaultBodyLimit::max(bundle_limit)),
         )
+        .route("/v1/agent-keys", post(register_agent_key))
         .route("/v1/keys", post(create_key).get(list_keys))
         .route("/v1/keys/{key_id}", delete(revoke_key))
         .fallback(|| async { ApiError::not_found("route") })
@@ -898,6 +899,65 @@ async fn verify_bundle(
     v["server_key"] = json!(result.server_key);
     v["checkpoint_size"] = json!(result.checkpoint.map(|c| c.0));
     Ok(axum::Json(v))
+}
+
+/// Registers an agent's Ed25519 public key, so that it can sign its steps.
+/// A key bound to an agent registers for that agent only.
+async fn register_agent_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "register agent keys")?;
+    let v = parse_json(&body)?;
+    let agent_id = match (
+        v.get("agent_id").and_then(Value::as_str),
+        &caller.key.agent_id,
+    ) {
+        (Some(a), Some(bound)) if a != bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key may only act as agent {bound}"
+            )));
+        }
+        (Some(a), _) => a.to_owned(),
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "agent_id is required",
+            ));
+        }
+    };
+    use base64::Engine as _;
+    let public_key = v
+        .get("public_key")
+        .and_then(Value::as_str)
+        .and_then(|k| base64::engine::general_purpose::STANDARD.decode(k).ok())
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .and_then(|bytes| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                "public_key must be base64 of a 32-byte Ed25519 public key",
+            )
+        })?;
+    let request = WriteRequest::RegisterKey {
+        org_id: caller.org().to_owned(),
+        agent_id: agent_id.clone(),
+        public_key,
+    };
+    match state.ledger.submit(request).await? {
+        Written::KeyRegistered { seq, key_id } => Ok((
+            StatusCode::CREATED,
+            axum::Json(json!({"key_id": key_id, "agent_id": agent_id, "seq": seq})),
+        )
+            .into_response()),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
 }
 
 fn key_json(key: &ApiKey) -> Value {

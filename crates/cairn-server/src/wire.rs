@@ -71,6 +71,10 @@ const STEP_MEMBERS: &[&str] = &[
     "links",
     "status",
     "trace_id",
+    "step_index",
+    "created_at",
+    "seed",
+    "signature",
 ];
 
 /// Builds a step from a seed-000-style object. `defaults` supplies org,
@@ -126,6 +130,46 @@ pub fn step_from_json(
             .ok_or_else(|| InputError(format!("status must be ok or flagged, not {s:?}")))?,
     };
     let json_member = |key: &str| obj.get(key).filter(|v| !v.is_null()).cloned();
+    // A signed step fixes what enters its digest (FORMAT.md 7.3).
+    let created_at = string(obj, "created_at")?
+        .map(|t| {
+            Timestamp::parse_canonical(&t).map_err(|e| {
+                InputError(format!(
+                    "created_at: {e} (a signed step gives the canonical form)"
+                ))
+            })
+        })
+        .transpose()?;
+    let seed = match string(obj, "seed")? {
+        None => None,
+        Some(hex_seed) => {
+            let mut seed = [0u8; 32];
+            hex::decode_to_slice(&hex_seed, &mut seed)
+                .map_err(|_| InputError("seed must be 64 hex digits".into()))?;
+            Some(seed)
+        }
+    };
+    let signature = match obj.get("signature") {
+        None | Some(Value::Null) => None,
+        Some(sig) => {
+            use base64::Engine as _;
+            let key_id = sig
+                .get("key_id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| InputError("signature.key_id is required".into()))?;
+            let bytes = sig
+                .get("signature")
+                .and_then(Value::as_str)
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .ok_or_else(|| InputError("signature.signature must be base64".into()))?;
+            Some(cairn_core::commit::AgentSignature {
+                key_id: key_id.to_owned(),
+                signature: bytes
+                    .try_into()
+                    .map_err(|_| InputError("signature.signature must be 64 bytes".into()))?,
+            })
+        }
+    };
     Ok(NewStep {
         org_id: org_id.to_owned(),
         session_id,
@@ -145,8 +189,11 @@ pub fn step_from_json(
         links,
         status,
         trace_id: string(obj, "trace_id")?,
+        step_index: unsigned(obj, "step_index")?,
+        created_at,
+        seed,
+        signature,
         caller: caller.to_owned(),
-        ..NewStep::default()
     })
 }
 

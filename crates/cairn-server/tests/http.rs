@@ -1,0 +1,723 @@
+//! The HTTP API, driven over a real loopback socket: every endpoint, every
+//! bad input, the roles, and a cross-org attempt on every read endpoint.
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use base64::Engine as _;
+use cairn_core::commit::{
+    AgentSignature, Openings, agent_key_id, signed_step_message, step_digest,
+};
+use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
+use cairn_core::record::Step;
+use cairn_core::{Hash, Timestamp};
+use cairn_server::{AppState, ServerConfig};
+use cairn_store::{ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore};
+use serde_json::{Value, json};
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+
+struct Server {
+    addr: SocketAddr,
+    admin: String,
+    store: Arc<dyn LedgerStore>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+    let admin = cairn_server::bootstrap_admin_key(store.as_ref(), "acme")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        cairn_server::bootstrap_admin_key(store.as_ref(), "acme").unwrap(),
+        None,
+        "only once"
+    );
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let config = ServerConfig {
+        max_body_bytes: 256 * 1024,
+        ..ServerConfig::default()
+    };
+    let state = AppState::new(ledger, config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ready_tx.send(listener.local_addr().unwrap()).unwrap();
+            cairn_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let addr = ready_rx.recv().unwrap();
+    Server {
+        addr,
+        admin,
+        store,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// A minimal HTTP/1.1 client: one request per connection.
+fn call(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Reply {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or(b"");
+    head.push_str(&format!(
+        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    ));
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete response");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut payload = raw[split + 4..].to_vec();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let header = |name: &str| {
+        head.lines()
+            .find(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
+            .map(|l| l[name.len() + 1..].trim().to_owned())
+    };
+    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut decoded = Vec::new();
+        let mut rest = &payload[..];
+        loop {
+            let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
+                    .unwrap();
+            rest = &rest[line_end + 2..];
+            if size == 0 {
+                break;
+            }
+            decoded.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        payload = decoded;
+    }
+    Reply {
+        status,
+        content_type: header("content-type").unwrap_or_default(),
+        body: payload,
+    }
+}
+
+fn post(server: &Server, path: &str, token: &str, body: &Value) -> Reply {
+    call(
+        server,
+        "POST",
+        path,
+        Some(token),
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+fn get(server: &Server, path: &str, token: &str) -> Reply {
+    call(server, "GET", path, Some(token), None)
+}
+
+fn key_for(server: &Server, org: &str, role: Role, agent: Option<&str>) -> String {
+    let (key, token) = ApiKey::generate(org, role, agent, "test", cairn_store::now()).unwrap();
+    server.store.put_api_key(&key).unwrap();
+    token
+}
+
+fn step(session: &str, kind: &str, content: &str) -> Value {
+    json!({"session_id": session, "agent_id": "analyst", "step_type": kind, "content": content})
+}
+
+/// Seed 000's four steps into `session`.
+fn seed_000(server: &Server, token: &str, session: &str) -> Vec<Value> {
+    [
+        json!({"session_id": session, "agent_id": "analyst", "step_type": "Observation", "content": "User asked for Q4 revenue breakdown by segment"}),
+        json!({"session_id": session, "agent_id": "analyst", "step_type": "ToolCall", "content": "Querying orders table", "input_data": {"sql": "SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"}}),
+        json!({"session_id": session, "agent_id": "analyst", "step_type": "Reasoning", "content": "Enterprise grew 23% QoQ while SMB declined 5%.", "confidence": 0.88}),
+        json!({"session_id": session, "agent_id": "analyst", "step_type": "FinalAnswer", "content": "Q4 revenue was $7.49M, up 15% QoQ.", "confidence": 0.95}),
+    ]
+    .iter()
+    .map(|s| {
+        let reply = post(server, "/v1/steps", token, s);
+        assert_eq!(reply.status, 201, "{}", reply.text());
+        reply.json()
+    })
+    .collect()
+}
+
+#[test]
+fn every_endpoint_works() {
+    let server = start();
+    let admin = server.admin.clone();
+    assert_eq!(
+        call(&server, "GET", "/healthz", None, None).json(),
+        json!({"status": "ok"})
+    );
+    let openapi = call(&server, "GET", "/openapi.json", None, None);
+    assert_eq!(openapi.status, 200);
+    assert_eq!(openapi.json()["openapi"], "3.1.0");
+
+    // Sessions and steps.
+    let started = post(
+        &server,
+        "/v1/sessions",
+        &admin,
+        &json!({"session_id": "trail", "agent_id": "planner", "profile": "strict"}),
+    );
+    assert_eq!(started.status, 201, "{}", started.text());
+    assert_eq!(started.json()["session_id"], "trail");
+    let written = seed_000(&server, &admin, "revenue-analysis-q4");
+    assert_eq!(written[0]["step_index"], 0);
+    assert_eq!(written[3]["step_index"], 3);
+    assert_eq!(written[0]["session_created"], true);
+    let batch = post(
+        &server,
+        "/v1/steps/batch",
+        &admin,
+        &json!([
+            step("b", "plan", "one"),
+            step("b", "Bogus", "x"),
+            step("b", "plan", "two")
+        ]),
+    );
+    assert_eq!(batch.status, 200);
+    let batch = batch.json();
+    assert_eq!(batch["accepted"], 2);
+    assert_eq!(batch["results"][1]["error"]["code"], "unknown_step_type");
+    assert_eq!(batch["results"][2]["step_index"], 1);
+
+    // Replay, JSON and Markdown, with the verdict.
+    let replay = get(
+        &server,
+        "/v1/sessions/revenue-analysis-q4?verify=true",
+        &admin,
+    )
+    .json();
+    assert_eq!(replay["chain_valid"], true);
+    assert_eq!(replay["step_count"], 4);
+    assert_eq!(replay["steps"][1]["step_type"], "ToolCall");
+    assert_eq!(
+        replay["steps"][1]["prev_hash"],
+        replay["steps"][0]["current_hash"]
+    );
+    let md = get(
+        &server,
+        "/v1/sessions/revenue-analysis-q4?format=markdown",
+        &admin,
+    );
+    assert!(md.content_type.starts_with("text/markdown"));
+    assert!(
+        md.text().contains("[実行] Querying orders table"),
+        "{}",
+        md.text()
+    );
+    let history = get(&server, "/v1/sessions?agent_id=analyst&limit=10", &admin).json();
+    assert!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["session_id"] == "revenue-analysis-q4"
+                && s["step_count"] == 4
+                && s["chain_valid"] == true)
+    );
+    let trace = written[2]["trace_id"].as_str().unwrap();
+    let one = get(&server, &format!("/v1/steps/{trace}"), &admin).json();
+    assert_eq!(one["confidence"], 0.88);
+
+    // Verification.
+    let v = get(&server, "/v1/sessions/revenue-analysis-q4/verify", &admin).json();
+    assert_eq!(
+        (v["verified"].as_bool(), v["totalChecked"].as_u64()),
+        (Some(true), Some(4))
+    );
+    for key in [
+        "lastValidSequence",
+        "brokenAtSequence",
+        "brokenReason",
+        "durationMs",
+        "verifiedAt",
+    ] {
+        assert!(v.get(key).is_some(), "verdict lacks {key}");
+    }
+    let v = get(&server, "/v1/verify", &admin).json();
+    assert_eq!(v["verified"], true, "{v}");
+
+    // Seal and root.
+    assert_eq!(
+        get(&server, "/v1/sessions/revenue-analysis-q4/root", &admin).code(),
+        "not_sealed"
+    );
+    let sealed = post(
+        &server,
+        "/v1/sessions/revenue-analysis-q4/seal",
+        &admin,
+        &json!({}),
+    );
+    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    let root = get(&server, "/v1/sessions/revenue-analysis-q4/root", &admin).json();
+    assert_eq!(root["merkle_root"], sealed.json()["merkle_root"]);
+    assert_eq!(root["step_count"], 4);
+
+    // Checkpoint and proofs, checked with the core.
+    let note = get(&server, "/v1/checkpoint", &admin);
+    assert!(note.content_type.starts_with("text/plain"));
+    let origin = format!("{}/acme", server.store.server_name());
+    let cp = cairn_core::checkpoint::verify_checkpoint(
+        &note.text(),
+        &origin,
+        std::slice::from_ref(server.store.server_key()),
+    )
+    .unwrap();
+    let size = cp.checkpoint().size;
+    let proof = get(
+        &server,
+        &format!("/v1/proofs/inclusion?seq=2&size={size}"),
+        &admin,
+    )
+    .json();
+    let hashes: Vec<Hash> = proof["proof"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| Hash::from_hex(h.as_str().unwrap()).unwrap())
+        .collect();
+    let leaf = Hash::from_hex(proof["leaf_hash"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        cairn_core::merkle::verify_inclusion(&leaf, 2, size, &hashes, &cp.checkpoint().root),
+        Ok(())
+    );
+    let cons = get(
+        &server,
+        &format!("/v1/proofs/consistency?old=3&new={size}"),
+        &admin,
+    )
+    .json();
+    let hashes: Vec<Hash> = cons["proof"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| Hash::from_hex(h.as_str().unwrap()).unwrap())
+        .collect();
+    let old_root = Hash::from_hex(cons["old_root"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        cairn_core::merkle::verify_consistency(3, size, &old_root, &cp.checkpoint().root, &hashes),
+        Ok(())
+    );
+
+    // Export (streamed) verifies offline; the upload endpoint agrees.
+    let bundle = get(&server, "/v1/export?session=revenue-analysis-q4", &admin);
+    assert_eq!(bundle.status, 200);
+    assert!(bundle.content_type.starts_with("application/x-ndjson"));
+    let mut verifier =
+        cairn_core::bundle::BundleVerifier::new(vec![server.store.server_key().clone()]);
+    for line in bundle.text().lines() {
+        verifier.push_line(line);
+    }
+    assert!(verifier.finish().verdict.verified);
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&admin),
+        Some(&bundle.body),
+    )
+    .json();
+    assert_eq!(checked["verified"], true, "{checked}");
+    let tampered = bundle
+        .text()
+        .replacen("Enterprise grew 23%", "Enterprise grew 32%", 1);
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&admin),
+        Some(tampered.as_bytes()),
+    )
+    .json();
+    assert_eq!(checked["brokenReason"], "digest-mismatch");
+
+    // Keys.
+    let created = post(
+        &server,
+        "/v1/keys",
+        &admin,
+        &json!({"role": "reader", "label": "dashboard"}),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    let reader = created.json()["token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        get(&server, "/v1/sessions/revenue-analysis-q4", &reader).status,
+        200
+    );
+    let keys = get(&server, "/v1/keys", &admin).json();
+    assert_eq!(keys.as_array().unwrap().len(), 2);
+    assert!(
+        keys.to_string().contains("dashboard") && !keys.to_string().contains(&reader),
+        "tokens are never listed"
+    );
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            &format!("/v1/keys/{id}"),
+            Some(&admin),
+            None
+        )
+        .status,
+        204
+    );
+    assert_eq!(
+        get(&server, "/v1/sessions/revenue-analysis-q4", &reader).code(),
+        "unauthorized"
+    );
+
+    // Metrics reflect what happened.
+    let metrics = call(&server, "GET", "/metrics", None, None).text();
+    assert!(metrics.contains("cairn_appends_total 6"), "{metrics}");
+    assert!(metrics.contains("cairn_append_refusals_total 1"));
+    assert!(metrics.contains("cairn_append_latency_seconds_count 6"));
+    assert!(metrics.contains("cairn_verifications_total{result=\"verified\"}"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_answer_and_writes_nothing() {
+    let server = start();
+    let admin = server.admin.clone();
+    seed_000(&server, &admin, "s1");
+    let size_before = server.store.log_size("acme").unwrap();
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("malformed JSON", b"{\"session_id\": ".to_vec(), 400, "invalid_json"),
+        ("not an object", b"[1, 2]".to_vec(), 400, "invalid_request"),
+        ("wrong type", json!({"session_id": 7, "agent_id": "a", "step_type": "plan"}).to_string().into_bytes(), 400, "invalid_request"),
+        ("unknown member", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "colour": "red"}).to_string().into_bytes(), 400, "invalid_request"),
+        ("unknown step type", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "Informational"}).to_string().into_bytes(), 400, "unknown_step_type"),
+        ("confidence above 1", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "confidence": 1.2}).to_string().into_bytes(), 400, "confidence_out_of_range"),
+        ("confidence below 0", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "confidence": -0.1}).to_string().into_bytes(), 400, "confidence_out_of_range"),
+        ("content too long", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "content": "x".repeat(65_537)}).to_string().into_bytes(), 400, "content_too_long"),
+        ("malformed id", json!({"session_id": "has space", "agent_id": "analyst", "step_type": "plan"}).to_string().into_bytes(), 400, "malformed_id"),
+        ("oversized body", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "metadata": "y".repeat(300_000)}).to_string().into_bytes(), 413, "body_too_large"),
+        ("another agent's session", json!({"session_id": "s1", "agent_id": "mallory", "step_type": "plan"}).to_string().into_bytes(), 409, "agent_mismatch"),
+        ("stale index", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "step_index": 2}).to_string().into_bytes(), 409, "index_conflict"),
+    ];
+    for (name, body, status, code) in cases {
+        let reply = call(&server, "POST", "/v1/steps", Some(&admin), Some(&body));
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (status, code),
+            "{name}: {}",
+            reply.text()
+        );
+        assert!(
+            !reply.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .is_empty(),
+            "{name}"
+        );
+    }
+    // Unknown session (reads and seal) and a step after the seal.
+    assert_eq!(get(&server, "/v1/sessions/nope", &admin).status, 404);
+    assert_eq!(
+        post(&server, "/v1/sessions/nope/seal", &admin, &json!({})).code(),
+        "not_found"
+    );
+    assert_eq!(
+        post(&server, "/v1/sessions/s1/seal", &admin, &json!({})).status,
+        200
+    );
+    let late = post(&server, "/v1/steps", &admin, &step("s1", "plan", "late"));
+    assert_eq!((late.status, late.code().as_str()), (409, "session_sealed"));
+    // Proof requests outside the log.
+    assert_eq!(
+        get(&server, "/v1/proofs/inclusion?seq=999", &admin).status,
+        404
+    );
+    assert_eq!(
+        get(&server, "/v1/proofs/inclusion?seq=x", &admin).code(),
+        "invalid_request"
+    );
+    assert_eq!(
+        get(&server, "/v1/proofs/consistency?old=0", &admin).code(),
+        "invalid_request"
+    );
+    // Unknown route, wrong method.
+    assert_eq!(get(&server, "/v1/nope", &admin).code(), "not_found");
+    assert_eq!(
+        call(&server, "DELETE", "/v1/steps", Some(&admin), None).code(),
+        "method_not_allowed"
+    );
+    // Only the seal was written.
+    assert_eq!(server.store.log_size("acme").unwrap(), size_before + 1);
+}
+
+#[test]
+fn signed_steps_are_checked_at_ingest() {
+    let server = start();
+    let admin = server.admin.clone();
+    let key = SigningKey::from_bytes(&[21; 32]);
+    let registered = post(
+        &server,
+        "/v1/agent-keys",
+        &admin,
+        &json!({
+            "agent_id": "analyst",
+            "public_key": base64::engine::general_purpose::STANDARD.encode(key.verifying_key().as_bytes()),
+        }),
+    );
+    assert_eq!(registered.status, 201, "{}", registered.text());
+    let key_id = agent_key_id(&key.verifying_key());
+    assert_eq!(registered.json()["key_id"], key_id);
+    // The agent builds the step, computes its digest and signs it.
+    let signed = |content: &str, signer: &SigningKey| {
+        let created_at = Timestamp::parse_rfc3339("2026-11-21T10:00:00Z").unwrap();
+        let seed = [5u8; 32];
+        let mut core = Step::new(
+            "signed-0", "acme", "analyst", "signed", 0, "Decision", created_at,
+        )
+        .unwrap();
+        core.content = Some(content.to_owned());
+        core.signer_key_id = Some(key_id.clone());
+        let digest = step_digest(&core, &Openings::from_seed(&seed));
+        let sig = AgentSignature {
+            key_id: key_id.clone(),
+            signature: signer.sign(&signed_step_message(&digest)).to_bytes(),
+        };
+        json!({
+            "session_id": "signed", "agent_id": "analyst", "step_type": "Decision", "content": content,
+            "trace_id": "signed-0", "step_index": 0, "created_at": created_at.to_string(), "seed": hex::encode(seed),
+            "signature": {"key_id": sig.key_id, "signature": base64::engine::general_purpose::STANDARD.encode(sig.signature)},
+        })
+    };
+    let forged = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &signed("approve", &SigningKey::from_bytes(&[22; 32])),
+    );
+    assert_eq!(
+        (forged.status, forged.code().as_str()),
+        (400, "bad_signature"),
+        "{}",
+        forged.text()
+    );
+    let mut tampered = signed("approve", &key);
+    tampered["content"] = json!("approve twice");
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &tampered).code(),
+        "bad_signature"
+    );
+    let good = post(&server, "/v1/steps", &admin, &signed("approve", &key));
+    assert_eq!(good.status, 201, "{}", good.text());
+    let replay = get(&server, "/v1/sessions/signed?verify=true", &admin).json();
+    assert_eq!(replay["chain_valid"], true);
+    assert_eq!(replay["steps"][0]["signature_key_id"], key_id);
+}
+
+#[test]
+fn keys_and_roles_are_enforced() {
+    let server = start();
+    let admin = server.admin.clone();
+    seed_000(&server, &admin, "s1");
+    // Missing, malformed, unknown keys: 401.
+    let none = call(&server, "GET", "/v1/sessions", None, None);
+    assert_eq!((none.status, none.code().as_str()), (401, "unauthorized"));
+    assert_eq!(
+        get(&server, "/v1/sessions", "cairn_000000000000_nope").status,
+        401
+    );
+    let mut raw = TcpStream::connect(server.addr).unwrap();
+    raw.write_all(b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Basic abc\r\n\r\n").unwrap();
+    let mut text = String::new();
+    raw.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+
+    // Wrong role: 403.
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let auditor = key_for(&server, "acme", Role::Auditor, None);
+    for (token, method, path) in [
+        (&reader, "POST", "/v1/steps"),
+        (&reader, "POST", "/v1/sessions/s1/seal"),
+        (&reader, "GET", "/v1/export?session=s1"),
+        (&writer, "GET", "/v1/export?session=s1"),
+        (&writer, "POST", "/v1/keys"),
+        (&auditor, "POST", "/v1/steps"),
+        (&auditor, "GET", "/v1/keys"),
+    ] {
+        let body = step("s1", "plan", "x").to_string();
+        let reply = call(&server, method, path, Some(token), Some(body.as_bytes()));
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (403, "forbidden"),
+            "{method} {path}: {}",
+            reply.text()
+        );
+    }
+    assert_eq!(get(&server, "/v1/export?session=s1", &auditor).status, 200);
+    assert_eq!(get(&server, "/v1/sessions/s1", &reader).status, 200);
+
+    // A key bound to an agent writes only as that agent.
+    let bound = key_for(&server, "acme", Role::Writer, Some("analyst"));
+    let as_self = post(
+        &server,
+        "/v1/steps",
+        &bound,
+        &json!({"session_id": "s2", "step_type": "plan", "content": "mine"}),
+    );
+    assert_eq!(as_self.status, 201, "{}", as_self.text());
+    let as_other = post(
+        &server,
+        "/v1/steps",
+        &bound,
+        &json!({"session_id": "s3", "agent_id": "mallory", "step_type": "plan"}),
+    );
+    assert_eq!(
+        (as_other.status, as_other.code().as_str()),
+        (403, "forbidden")
+    );
+}
+
+#[test]
+fn another_orgs_data_is_indistinguishable_from_nothing() {
+    let server = start();
+    let admin = server.admin.clone();
+    let written = seed_000(&server, &admin, "private");
+    post(&server, "/v1/sessions/private/seal", &admin, &json!({}));
+    let trace = written[0]["trace_id"].as_str().unwrap().to_owned();
+    let other = key_for(&server, "globex", Role::Admin, None);
+    // Every read endpoint: the other org's id gives the same answer as an
+    // id that exists nowhere.
+    for (theirs, nowhere) in [
+        (
+            "/v1/sessions/private".to_owned(),
+            "/v1/sessions/nowhere".to_owned(),
+        ),
+        (
+            "/v1/sessions/private?format=markdown".to_owned(),
+            "/v1/sessions/nowhere?format=markdown".to_owned(),
+        ),
+        (
+            "/v1/sessions/private/verify".to_owned(),
+            "/v1/sessions/nowhere/verify".to_owned(),
+        ),
+        (
+            "/v1/sessions/private/root".to_owned(),
+            "/v1/sessions/nowhere/root".to_owned(),
+        ),
+        (format!("/v1/steps/{trace}"), "/v1/steps/nowhere".to_owned()),
+        (
+            "/v1/export?session=private".to_owned(),
+            "/v1/export?session=nowhere".to_owned(),
+        ),
+        (
+            "/v1/proofs/inclusion?seq=1".to_owned(),
+            "/v1/proofs/inclusion?seq=1".to_owned(),
+        ),
+        (
+            "/v1/proofs/consistency?old=1".to_owned(),
+            "/v1/proofs/consistency?old=1".to_owned(),
+        ),
+        ("/v1/checkpoint".to_owned(), "/v1/checkpoint".to_owned()),
+    ] {
+        let a = get(&server, &theirs, &other);
+        let b = get(&server, &nowhere, &other);
+        assert_eq!(a.status, 404, "{theirs}: {}", a.text());
+        assert_eq!((a.status, a.code()), (b.status, b.code()), "{theirs}");
+    }
+    // Lists and org-wide reads show nothing of acme.
+    assert_eq!(get(&server, "/v1/sessions", &other).json(), json!([]));
+    assert_eq!(
+        get(&server, "/v1/keys", &other)
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let sealing = post(&server, "/v1/sessions/private/seal", &other, &json!({}));
+    assert_eq!(sealing.status, 404);
+    // Writing under the same session id creates globex's own session.
+    let own = post(
+        &server,
+        "/v1/steps",
+        &other,
+        &step("private", "plan", "ours"),
+    );
+    assert_eq!(own.status, 201);
+    assert_eq!(
+        get(&server, "/v1/sessions/private", &admin).json()["step_count"],
+        4
+    );
+    assert!(
+        !get(&server, "/v1/sessions/private", &other)
+            .text()
+            .contains("Q4 revenue")
+    );
+    assert_eq!(
+        call(&server, "DELETE", "/v1/keys/nope", Some(&other), None).status,
+        404
+    );
+}
