@@ -1071,3 +1071,27 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every path given to `.route(...)` in this file is in the OpenAPI
+    /// document, and every documented path is routed here.
+    #[test]
+    fn every_routed_path_is_documented() {
+        let source = include_str!("lib.rs");
+        let routed: std::collections::BTreeSet<&str> = source
+            .split(".route(\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter(|p| p.starts_with('/'))
+            .collect();
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let documented: std::collections::BTreeSet<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(routed, documented);
+    }
+}

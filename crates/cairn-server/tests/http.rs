@@ -721,3 +721,68 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
         404
     );
 }
+
+/// The OpenAPI document and the router agree: every documented operation
+/// is routed (it never answers "route not found" or 405), and every route
+/// the router serves is documented (probed paths outside the document get
+/// the fallback 404).
+#[test]
+fn openapi_document_matches_the_router() {
+    let server = start();
+    let admin = server.admin.clone();
+    seed_000(&server, &admin, "s1");
+    let doc: Value = serde_json::from_str(cairn_server::OPENAPI).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            let concrete = path
+                .replace("{session_id}", "s1")
+                .replace("{trace_id}", "nope")
+                .replace("{key_id}", "nope");
+            let reply = call(
+                &server,
+                &method.to_uppercase(),
+                &concrete,
+                Some(&admin),
+                Some(b"{}"),
+            );
+            let routed = !(reply.status == 405
+                || (reply.status == 404 && reply.text().contains("route not found")));
+            assert!(
+                routed,
+                "{method} {path} is documented but not routed: {} {}",
+                reply.status,
+                reply.text()
+            );
+            documented.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    // Every method on every documented path that is not documented is 405,
+    // and a path that is not documented is the fallback 404.
+    for (path, ops) in paths {
+        for method in ["GET", "POST", "DELETE", "PUT", "PATCH"] {
+            if ops.get(method.to_lowercase()).is_none() {
+                let concrete = path
+                    .replace("{session_id}", "s1")
+                    .replace("{trace_id}", "t")
+                    .replace("{key_id}", "k");
+                let reply = call(&server, method, &concrete, Some(&admin), Some(b"{}"));
+                assert_eq!(
+                    reply.status,
+                    405,
+                    "{method} {path} answers but is not documented: {}",
+                    reply.text()
+                );
+            }
+        }
+    }
+    for undocumented in ["/v1", "/v1/session", "/v1/sessions/s1/steps", "/v2/steps"] {
+        let reply = get(&server, undocumented, &admin);
+        assert!(
+            reply.status == 404 && reply.text().contains("route not found"),
+            "{undocumented} is routed but not documented"
+        );
+    }
+    assert!(documented.len() >= 20, "{documented:?}");
+}
