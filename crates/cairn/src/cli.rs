@@ -73,6 +73,10 @@ enum Command {
         /// Address to listen on.
         #[arg(long, env = "CAIRN_LISTEN", default_value = "127.0.0.1:8714")]
         listen: String,
+        /// If the org has no session yet, record seed 000's sample session
+        /// (revenue-analysis-q4) so there is something to look at.
+        #[arg(long)]
+        sample: bool,
     },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
@@ -244,7 +248,7 @@ pub fn run() -> Result<Outcome> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Demo => crate::demo::run(),
-        Command::Serve { listen } => serve(&cli, listen),
+        Command::Serve { listen, sample } => serve(&cli, listen, *sample),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         command => {
             let store = open_store(&cli)?;
@@ -847,7 +851,7 @@ fn import(
     }
 }
 
-fn serve(cli: &Cli, listen: &str) -> Result<Outcome> {
+fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -862,6 +866,12 @@ fn serve(cli: &Cli, listen: &str) -> Result<Outcome> {
         );
     }
     let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let sample_session = if sample && store.list_sessions(&cli.org, None, 1)?.is_empty() {
+        record_sample(&ledger, &cli.org)?;
+        Some(crate::demo::SAMPLE_SESSION)
+    } else {
+        None
+    };
     let state =
         cairn_server::AppState::new(Arc::clone(&ledger), cairn_server::ServerConfig::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -875,11 +885,12 @@ fn serve(cli: &Cli, listen: &str) -> Result<Outcome> {
         let address = listener
             .local_addr()
             .context("reading the listening address")?;
-        println!(
-            "cairn listening on http://{address} (data: {}, org: {})",
-            cli.data_dir.display(),
-            cli.org
-        );
+                println!("cairn listening on http://{address} (data: {}, org: {})", cli.data_dir.display(), cli.org);
+        if let Some(session) = sample_session {
+            println!(
+                "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""
+            );
+        }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
         tracing::info!(%address, "serving");
@@ -919,4 +930,30 @@ async fn shutdown_signal() {
         let _ = interrupt.await;
     }
     tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Records seed 000's usage example as a sealed session.
+fn record_sample(ledger: &Ledger, org: &str) -> Result<()> {
+    for (kind, content, input, confidence) in crate::demo::sample_steps() {
+        let step = cairn_store::NewStep {
+            org_id: org.to_owned(),
+            session_id: crate::demo::SAMPLE_SESSION.to_owned(),
+            agent_id: "analyst".into(),
+            kind_label: kind.to_owned(),
+            content: Some(content.to_owned()),
+            input,
+            confidence,
+            caller: "sample".into(),
+            ..cairn_store::NewStep::default()
+        };
+        ledger
+            .write(WriteRequest::Step(Box::new(step)))
+            .map_err(append_error)?;
+    }
+    let seal = WriteRequest::Seal {
+        org_id: org.to_owned(),
+        session_id: crate::demo::SAMPLE_SESSION.to_owned(),
+    };
+    ledger.write(seal).map_err(append_error)?;
+    Ok(())
 }

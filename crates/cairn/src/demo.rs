@@ -11,6 +11,46 @@ use cairn_core::verify::{LogVerifier, Verdict};
 use serde_json::json;
 
 const SERVER: &str = "cairn.demo";
+
+/// The session id of the sample session.
+pub const SAMPLE_SESSION: &str = "revenue-analysis-q4";
+
+/// Seed 000's usage example: kind, content, input, confidence.
+pub fn sample_steps() -> [(
+    &'static str,
+    &'static str,
+    Option<serde_json::Value>,
+    Option<f64>,
+); 4] {
+    [
+        (
+            "Observation",
+            "User asked for Q4 revenue breakdown by segment",
+            None,
+            None,
+        ),
+        (
+            "ToolCall",
+            "Querying orders table",
+            Some(
+                json!({"sql": "SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"}),
+            ),
+            None,
+        ),
+        (
+            "Reasoning",
+            "Enterprise grew 23% QoQ while SMB declined 5%. The growth is concentrated in 3 accounts.",
+            None,
+            Some(0.88),
+        ),
+        (
+            "FinalAnswer",
+            "Q4 revenue was $7.49M, up 15% QoQ. Enterprise drove the growth at +23%.",
+            None,
+            Some(0.95),
+        ),
+    ]
+}
 const ORG: &str = "demo-org";
 
 fn random32() -> anyhow::Result<[u8; 32]> {
@@ -38,7 +78,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
     let server =
         NoteSigner::from_seed(SERVER, &random32()?).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let origin = log_origin(SERVER, ORG);
-    let session = "revenue-analysis-q4";
+    let session = SAMPLE_SESSION;
     let header = SessionHeader {
         org_id: ORG.into(),
         session_id: session.into(),
@@ -59,35 +99,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
         },
     });
 
-    // Seed 000's usage example, step by step.
-    let steps: [(&str, &str, Option<serde_json::Value>, Option<f64>); 4] = [
-        (
-            "Observation",
-            "User asked for Q4 revenue breakdown by segment",
-            None,
-            None,
-        ),
-        (
-            "ToolCall",
-            "Querying orders table",
-            Some(
-                json!({"sql": "SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"}),
-            ),
-            None,
-        ),
-        (
-            "Reasoning",
-            "Enterprise grew 23% QoQ while SMB declined 5%. The growth is concentrated in 3 accounts.",
-            None,
-            Some(0.88),
-        ),
-        (
-            "FinalAnswer",
-            "Q4 revenue was $7.49M, up 15% QoQ. Enterprise drove the growth at +23%.",
-            None,
-            Some(0.95),
-        ),
-    ];
+    let steps = sample_steps();
     let mut head = genesis_hash(&header);
     let mut session_tree = Frontier::new();
     println!("Recording session {session} of agent analyst in org {ORG}:");

@@ -786,3 +786,53 @@ fn an_inconsistent_store_opens_read_only_and_says_why() {
         run.stderr
     );
 }
+
+/// The README's server quickstart, run exactly as written with the binary
+/// under test on PATH (on a free port: `CAIRN_LISTEN` overrides the
+/// default, and the script reads the address from the server's output).
+#[test]
+fn readme_server_quickstart_works_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Quickstart with the server")
+        .nth(1)
+        .expect("README has the server quickstart");
+    let script = section
+        .split("```sh\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("CAIRN_LISTEN", "127.0.0.1:0")
+        .env_remove("CAIRN_DATA_DIR")
+        .env_remove("CAIRN_ORG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"chain_valid\":true"), "{stdout}");
+    assert!(stdout.contains("\"verified\":true"), "{stdout}");
+    assert!(stdout.contains("VERIFIED"), "{stdout}");
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+    assert!(log.contains("sample session recorded"), "{log}");
+}
