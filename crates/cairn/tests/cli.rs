@@ -836,3 +836,77 @@ fn readme_server_quickstart_works_as_written() {
     let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
     assert!(log.contains("sample session recorded"), "{log}");
 }
+
+#[test]
+fn admin_commands_manage_keys_on_the_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let created = json(&cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "globex",
+            "admin",
+            "create-key",
+            "--role",
+            "writer",
+            "--agent",
+            "bot",
+            "--label",
+            "ci",
+            "--json",
+        ],
+        None,
+    ));
+    let token = created["token"].as_str().unwrap();
+    assert!(token.starts_with(&format!("cairn_{}_", created["id"].as_str().unwrap())));
+    assert_eq!(created["org_id"], "globex");
+    let listed = json(&cairn_in(
+        dir.path(),
+        &["--org", "globex", "admin", "list-keys", "--json"],
+        None,
+    ));
+    assert_eq!(listed[0]["agent_id"], "bot");
+    assert!(
+        !listed.to_string().contains(token),
+        "tokens are never listed"
+    );
+    assert!(
+        cairn_in(dir.path(), &["--org", "globex", "admin", "orgs"], None)
+            .stdout
+            .contains("globex")
+    );
+    let id = created["id"].as_str().unwrap();
+    assert_eq!(
+        cairn_in(
+            dir.path(),
+            &["--org", "globex", "admin", "revoke-key", id],
+            None
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        cairn_in(
+            dir.path(),
+            &["--org", "globex", "admin", "revoke-key", id],
+            None
+        )
+        .code,
+        2
+    );
+    assert_eq!(
+        cairn_in(
+            dir.path(),
+            &["--org", "globex", "admin", "create-key", "--role", "boss"],
+            None
+        )
+        .code,
+        2
+    );
+    let listed = json(&cairn_in(
+        dir.path(),
+        &["--org", "globex", "admin", "list-keys", "--json"],
+        None,
+    ));
+    assert!(listed[0]["revoked_at"].is_string());
+}
