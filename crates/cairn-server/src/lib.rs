@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod mcp;
 mod metrics;
 pub mod render;
 pub mod wire;
@@ -119,6 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agent-keys", post(register_agent_key))
         .route("/v1/keys", post(create_key).get(list_keys))
         .route("/v1/keys/{key_id}", delete(revoke_key))
+        .nest_service("/mcp", mcp_service(Arc::clone(&state)))
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
@@ -126,6 +128,38 @@ pub fn router(state: Arc<AppState>) -> Router {
             count_errors,
         ))
         .with_state(state)
+}
+
+/// MCP over Streamable HTTP at `/mcp`, behind the same API keys.
+fn mcp_service(state: Arc<AppState>) -> Router {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let service_state = Arc::clone(&state);
+    let service = StreamableHttpService::new(
+        move || Ok(mcp::CairnMcp::http(Arc::clone(&service_state))),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn_with_state(state, mcp_auth))
+}
+
+/// Authenticates an MCP request and hands the caller to the tools through
+/// the request's extensions (rmcp passes the request parts on).
+async fn mcp_auth(
+    State(state): State<Arc<AppState>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match authenticate(&state, request.headers()).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn count_errors(
@@ -188,7 +222,18 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Caller, ApiError> {
-        let token = bearer(&parts.headers).ok_or_else(|| {
+        authenticate(state, &parts.headers).await
+    }
+}
+
+/// The caller of a request with these headers: the key named by
+/// `Authorization: Bearer`, if it exists and is not revoked.
+pub(crate) async fn authenticate(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    {
+        let token = bearer(headers).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",

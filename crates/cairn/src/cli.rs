@@ -123,6 +123,9 @@ enum Command {
     },
     /// Show the server's public key (C2SP vkey form).
     Keys,
+    /// Serve MCP over stdio (for agents that start Cairn as a subprocess),
+    /// acting for --org as its local operator.
+    Mcp,
     /// Manage orgs and API keys on the data directory (no server needed).
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -278,6 +281,7 @@ pub fn run() -> Result<Outcome> {
     match &cli.command {
         Command::Demo => crate::demo::run(),
         Command::Serve { listen, sample } => serve(&cli, listen, *sample),
+        Command::Mcp => mcp_stdio(&cli),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         command => {
             let store = open_store(&cli)?;
@@ -356,7 +360,9 @@ pub fn run() -> Result<Outcome> {
                         Err(e) => Err(append_error(e)),
                     }
                 }
-                Command::Demo | Command::Serve { .. } => unreachable!("handled above"),
+                Command::Demo | Command::Serve { .. } | Command::Mcp => {
+                    unreachable!("handled above")
+                }
             }
         }
     }
@@ -1060,6 +1066,39 @@ fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) -> Result<O
             }
             println!("revoked {id}");
         }
+    }
+    Ok(Outcome::Success)
+}
+
+fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
+    use rmcp::ServiceExt as _;
+    // stdout carries the protocol: logs go to stderr only.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let store = open_store(cli)?;
+    let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
+    let state =
+        cairn_server::AppState::new(Arc::clone(&ledger), cairn_server::ServerConfig::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org)
+            .serve(rmcp::transport::stdio())
+            .await
+            .context("starting MCP on stdio")?;
+        service.waiting().await.context("serving MCP on stdio")?;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    drop(runtime);
+    if let Ok(ledger) = Arc::try_unwrap(ledger) {
+        ledger.close();
     }
     Ok(Outcome::Success)
 }

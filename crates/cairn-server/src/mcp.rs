@@ -1,0 +1,758 @@
+//! The MCP server (official Rust SDK, `rmcp`): seed 000's
+//! `log_reasoning_step`, `replay_decision`, `get_session_history`; seed
+//! 001's `audit_session_start`, `thought_record`, `audit_verify_chain`,
+//! `audit_session_end`, `merkle_finalize`, `merkle_root`; and `get_trace`,
+//! `get_checkpoint`, `get_inclusion_proof`, `export_session`.
+//!
+//! Over Streamable HTTP (`/mcp`) every call is authenticated by the same API
+//! keys as the REST API (a middleware puts the [`Caller`] into the request's
+//! extensions); over stdio (`cairn mcp`) the caller is the local operator of
+//! one org. Both serve the stateless 2026-07-28 revision and the earlier
+//! revisions with the initialize handshake (rmcp negotiates).
+//!
+//! Domain errors (unknown session, sealed session, invalid step) are tool
+//! results with `isError: true` and a JSON body `{"error": {"code",
+//! "message"}}` with the REST API's stable codes, so that a model can read
+//! and correct them; malformed arguments are JSON-RPC invalid-params errors.
+
+use crate::{ApiError, AppState, Caller};
+use cairn_core::record::Profile;
+use cairn_store::ops::{ExportScope, verify_session};
+use cairn_store::{ApiKey, LedgerStore, NewSession, NewStep, Role, WriteRequest, Written};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, schemars, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The MCP service over a server state.
+#[derive(Clone)]
+pub struct CairnMcp {
+    state: Arc<AppState>,
+    /// The caller for stdio, where there is no API key.
+    local: Option<Caller>,
+    tool_router: ToolRouter<CairnMcp>,
+}
+
+type ToolResult = Result<CallToolResult, ErrorData>;
+
+fn ok(value: Value) -> ToolResult {
+    Ok(CallToolResult::structured(value))
+}
+
+fn tool_error(e: ApiError) -> ToolResult {
+    Ok(CallToolResult::structured_error(
+        json!({"error": {"code": e.code, "message": e.message}}),
+    ))
+}
+
+/// Arguments of `log_reasoning_step` (seed 000).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct LogStepArgs {
+    /// The reasoning session this step belongs to (created on first use).
+    pub session_id: String,
+    /// One of Observation, Hypothesis, ToolCall, ToolResult, Reasoning,
+    /// Decision, Action, Error, Correction, Summary, PlanStep, FinalAnswer
+    /// (other seeds' spellings such as plan, analysis, thinking, execute are
+    /// accepted too).
+    pub step_type: String,
+    /// The reasoning content, in natural language or structured text.
+    pub content: Option<String>,
+    /// Input to this step: tool arguments, observations (any JSON).
+    pub input_data: Option<Value>,
+    /// Output of this step: tool results, decisions (any JSON).
+    pub output_data: Option<Value>,
+    /// Self-reported confidence, 0.0 to 1.0.
+    pub confidence: Option<f64>,
+    /// Model identifier, e.g. gpt-4o.
+    pub model: Option<String>,
+    /// The agent recording the step; defaults to the key's agent.
+    pub agent_id: Option<String>,
+    /// How long the step took, in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// Tokens used.
+    pub token_count: Option<u64>,
+    /// Arbitrary additional context (any JSON).
+    pub metadata: Option<Value>,
+    /// The turn this step belongs to.
+    pub turn_id: Option<String>,
+    /// The task this step belongs to.
+    pub task_id: Option<String>,
+    /// Set to "flagged" to send the step to human review.
+    pub status: Option<String>,
+}
+
+/// Arguments of `replay_decision` (seed 000).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReplayArgs {
+    /// The session to replay.
+    pub session_id: String,
+    /// Recompute every hash and report chain_valid.
+    #[serde(default)]
+    pub verify_chain: bool,
+}
+
+/// Arguments of `get_session_history` (seed 000).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct HistoryArgs {
+    /// The agent whose sessions to list.
+    pub agent_id: String,
+    /// At most this many, newest first (default 20).
+    pub limit: Option<usize>,
+}
+
+/// Arguments of `audit_session_start` (seed 001).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SessionStartArgs {
+    /// The session to open.
+    pub session_id: String,
+    /// The agent running it; defaults to the key's agent.
+    pub agent_id: Option<String>,
+    /// Final chain hash (hex) of the session this one continues.
+    pub predecessor: Option<String>,
+    /// Accept only seed 001's four record types (plan, analysis, decision,
+    /// reflection). Default true.
+    pub strict: Option<bool>,
+}
+
+/// Arguments of `thought_record` (seed 001).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ThoughtArgs {
+    /// The session (opened with audit_session_start).
+    pub session_id: String,
+    /// plan, analysis, decision or reflection. A reflection closes a task.
+    #[serde(rename = "type")]
+    pub record_type: String,
+    /// What the record holds: the trajectory, what was learned, the choice
+    /// and why, or what happened and what remains uncertain.
+    pub content: String,
+    /// The task it belongs to.
+    pub task_id: Option<String>,
+    /// The record id (trace id) this one corrects.
+    pub corrects: Option<String>,
+    /// An audit event id this record rests on.
+    pub audit_event: Option<String>,
+}
+
+/// Arguments naming a session.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SessionArgs {
+    /// The session.
+    pub session_id: String,
+}
+
+/// Arguments of `get_trace`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TraceArgs {
+    /// The step's trace id (returned by log_reasoning_step).
+    pub trace_id: String,
+}
+
+/// Arguments of `get_inclusion_proof`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct InclusionArgs {
+    /// Position of the record in the org log (the `seq` of a step).
+    pub seq: u64,
+    /// Tree size to prove against; default the latest checkpoint's.
+    pub size: Option<u64>,
+}
+
+/// Arguments of `get_checkpoint`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct NoArgs {}
+
+impl CairnMcp {
+    /// The service for HTTP: callers come from each request's API key.
+    pub fn http(state: Arc<AppState>) -> CairnMcp {
+        CairnMcp {
+            state,
+            local: None,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The service for stdio: the local operator, as an admin of `org_id`.
+    pub fn local(state: Arc<AppState>, org_id: &str) -> CairnMcp {
+        let key = ApiKey {
+            id: "local-stdio".into(),
+            org_id: org_id.to_owned(),
+            role: Role::Admin,
+            agent_id: None,
+            token_hash: cairn_core::Hash::ZERO,
+            label: "stdio".into(),
+            created_at: cairn_store::now(),
+            revoked_at: None,
+        };
+        CairnMcp {
+            state,
+            local: Some(Caller { key }),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        if let Some(local) = &self.local {
+            return Ok(local.clone());
+        }
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .ok_or_else(|| ErrorData::invalid_request("an API key is required", None))
+    }
+
+    async fn store<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn LedgerStore) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        crate::blocking(&self.state, work).await
+    }
+
+    async fn write(&self, request: WriteRequest) -> Result<Written, ApiError> {
+        Ok(self.state.ledger.submit(request).await?)
+    }
+
+    fn agent_for(caller: &Caller, given: Option<String>) -> Result<String, ApiError> {
+        match (given, &caller.key.agent_id) {
+            (Some(a), Some(bound)) if a != *bound => Err(ApiError::forbidden(format!(
+                "this key may only act as agent {bound}"
+            ))),
+            (Some(a), _) => Ok(a),
+            (None, Some(bound)) => Ok(bound.clone()),
+            (None, None) => Err(ApiError::bad_request(
+                "invalid_request",
+                "agent_id is required",
+            )),
+        }
+    }
+
+    async fn log_step(&self, caller: &Caller, step: NewStep) -> Result<Value, ApiError> {
+        caller.require(caller.key.role.can_write(), "record steps")?;
+        match self.write(WriteRequest::Step(Box::new(step))).await? {
+            Written::Step {
+                trace_id,
+                step_index,
+                hash,
+                seq,
+                ..
+            } => Ok(
+                json!({"trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(), "seq": seq}),
+            ),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(w: Written) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("unexpected {w:?}"),
+    )
+}
+
+async fn run(result: Result<Value, ApiError>) -> ToolResult {
+    match result {
+        Ok(v) => ok(v),
+        Err(e) => tool_error(e),
+    }
+}
+
+#[tool_router]
+impl CairnMcp {
+    #[tool(
+        description = "Record one reasoning step in the tamper-evident ledger (hash-chained per session). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash."
+    )]
+    async fn log_reasoning_step(
+        &self,
+        Parameters(args): Parameters<LogStepArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let status = match args.status.as_deref() {
+                None | Some("ok") => cairn_core::record::Status::Ok,
+                Some("flagged") => cairn_core::record::Status::Flagged,
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        format!("status must be ok or flagged, not {other}"),
+                    ));
+                }
+            };
+            let step = NewStep {
+                org_id: caller.org().to_owned(),
+                session_id: args.session_id,
+                agent_id,
+                kind_label: args.step_type,
+                content: args.content,
+                input: args.input_data,
+                output: args.output_data,
+                confidence: args.confidence,
+                duration_ms: args.duration_ms,
+                token_count: args.token_count,
+                model: args.model,
+                metadata: args.metadata,
+                turn_id: args.turn_id,
+                task_id: args.task_id,
+                status,
+                caller: caller.key.id.clone(),
+                ..NewStep::default()
+            };
+            self.log_step(&caller, step).await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Replay a reasoning session: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, recomputes every hash and reports chain_valid."
+    )]
+    async fn replay_decision(
+        &self,
+        Parameters(args): Parameters<ReplayArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let result = self
+            .store(move |store| {
+                let info = store
+                    .session(&org, &args.session_id)?
+                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                let mut steps = Vec::new();
+                store.read_session(&org, &args.session_id, &mut |s| {
+                    steps.push(crate::wire::step_to_json(s.seq, &s.record));
+                    true
+                })?;
+                let mut out = json!({
+                    "session_id": args.session_id,
+                    "agent_id": info.header.agent_id,
+                    "step_count": steps.len(),
+                    "sealed": info.seal.is_some(),
+                    "steps": steps,
+                });
+                if args.verify_chain {
+                    let verdict = verify_session(store, &org, &args.session_id)?;
+                    out["chain_valid"] = json!(verdict.as_ref().is_some_and(|v| v.verified));
+                    if let Some(v) = verdict.filter(|v| !v.verified) {
+                        out["verdict"] = crate::wire::verdict_to_json(&v, 0, cairn_store::now());
+                    }
+                }
+                Ok(out)
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at and chain_valid for each."
+    )]
+    async fn get_session_history(
+        &self,
+        Parameters(args): Parameters<HistoryArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let limit = args.limit.unwrap_or(20).clamp(1, 1000);
+        let result = self
+            .store(move |store| {
+                let mut rows = Vec::new();
+                for s in store.list_sessions(&org, Some(&args.agent_id), limit)? {
+                    let valid =
+                        verify_session(store, &org, &s.session_id)?.is_some_and(|v| v.verified);
+                    rows.push(json!({
+                        "session_id": s.session_id, "step_count": s.step_count,
+                        "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                        "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                        "chain_valid": valid,
+                    }));
+                }
+                // Structured content must be an object: the seed's list is
+                // under "sessions".
+                Ok(json!({"sessions": rows}))
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Open an auditable decision-trail session (seed 001 audit_session_start). Records the session's genesis hash in the org log, so no session starts silently. By default the session is strict: only plan, analysis, decision and reflection records. Call first for a proof-grade task."
+    )]
+    async fn audit_session_start(
+        &self,
+        Parameters(args): Parameters<SessionStartArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            caller.require(caller.key.role.can_write(), "start sessions")?;
+            let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let predecessor = args
+                .predecessor
+                .map(|h| {
+                    cairn_core::Hash::from_hex(&h).map_err(|e| ApiError::bad_request("invalid_request", format!("predecessor: {e}")))
+                })
+                .transpose()?;
+            let request = WriteRequest::StartSession(NewSession {
+                org_id: caller.org().to_owned(),
+                session_id: args.session_id.clone(),
+                agent_id,
+                caller: caller.key.id.clone(),
+                profile: if args.strict.unwrap_or(true) { Profile::Strict } else { Profile::Standard },
+                predecessor,
+                full_consent: false,
+            });
+            match self.write(request).await? {
+                Written::Session { seq, genesis } => {
+                    Ok(json!({"session_id": args.session_id, "genesis_hash": genesis.to_hex(), "seq": seq}))
+                }
+                other => Err(unexpected(other)),
+            }
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Append a decision-trail record (seed 001 thought_record): type is plan (start of a phase: the intended trajectory), analysis (what was learned), decision (the choice, the alternatives, the why) or reflection (at task close: what happened, what was proved, what remains uncertain). Corrections are new records that name the corrected record in corrects. Returns record_id, content_hash, chain_hash and parent_chain_hash."
+    )]
+    async fn thought_record(
+        &self,
+        Parameters(args): Parameters<ThoughtArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let org = caller.org().to_owned();
+            let session_id = args.session_id.clone();
+            let agent_id = self
+                .store(move |store| {
+                    store
+                        .session(&org, &session_id)?
+                        .map(|i| i.header.agent_id)
+                        .ok_or_else(|| {
+                            ApiError::not_found(format!(
+                                "session {session_id}: open it with audit_session_start"
+                            ))
+                        })
+                })
+                .await?;
+                        let links = cairn_core::record::Links {
+                corrects: args.corrects,
+                audit_event: args.audit_event,
+                ..Default::default()
+            };
+            let step = NewStep {
+                org_id: caller.org().to_owned(),
+                session_id: args.session_id.clone(),
+                agent_id: Self::agent_for(&caller, Some(agent_id))?,
+                kind_label: args.record_type,
+                content: Some(args.content),
+                task_id: args.task_id,
+                links,
+                caller: caller.key.id.clone(),
+                ..NewStep::default()
+            };
+            let written = self.log_step(&caller, step).await?;
+            let org = caller.org().to_owned();
+            let trace = written["trace_id"].as_str().unwrap_or_default().to_owned();
+            let record = self
+                .store(move |store| {
+                    store
+                        .step_by_trace(&org, &trace)?
+                        .ok_or_else(|| ApiError::not_found("the record just written"))
+                })
+                .await?;
+            Ok(json!({
+                "record_id": record.record.step.trace_id,
+                "step_index": record.record.step.step_index,
+                "content_hash": record.record.digest.to_hex(),
+                "chain_hash": record.record.hash.to_hex(),
+                "parent_chain_hash": record.record.prev_hash.to_hex(),
+                "seq": record.seq,
+            }))
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Check a session's chain integrity (seed 001 audit_verify_chain): walks the records in order, recomputes every content hash and chain hash, and stops at the first broken record. Returns valid, records_checked and, on failure, first_broken_index and reason. Run it before merkle_finalize."
+    )]
+    async fn audit_verify_chain(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let state = Arc::clone(&self.state);
+        let result = self
+            .store(move |store| {
+                let verdict = verify_session(store, &org, &args.session_id)?
+                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                state.metrics.verification(verdict.verified);
+                Ok(json!({
+                    "session_id": args.session_id,
+                    "valid": verdict.verified,
+                    "records_checked": verdict.records_checked,
+                    "first_broken_index": verdict.failure.as_ref().and_then(|f| f.at.step_index),
+                    "reason": verdict.failure.as_ref().map(|f| f.reason.as_str()),
+                    "detail": verdict.failure.as_ref().map(|f| f.detail.clone()),
+                }))
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Seal a session's Merkle tree (seed 001 merkle_finalize): signs the root over all its records; nothing can be appended afterwards. The closing reflection must be written first: finalizing a session whose last record is not a reflection is refused."
+    )]
+    async fn merkle_finalize(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = self.finalize(&caller, args.session_id, true).await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "The Merkle root of a sealed session (seed 001 merkle_root), for pinning: merkle_root, step_count, final_hash and the server's signed seal note."
+    )]
+    async fn merkle_root(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let result = self
+            .store(move |store| {
+                let info = store
+                    .session(&org, &args.session_id)?
+                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                let seal = info.seal.ok_or_else(|| {
+                    ApiError::new(
+                        axum::http::StatusCode::CONFLICT,
+                        "not_sealed",
+                        "the session is not sealed: call merkle_finalize first",
+                    )
+                })?;
+                Ok(seal_json(&seal))
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Close a session (seed 001 audit_session_end). If merkle_finalize was not called (a task that is not proof-grade), the session is sealed now; its last record should be the closing reflection. Returns the final state."
+    )]
+    async fn audit_session_end(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = self.finalize(&caller, args.session_id, false).await;
+        run(result.map(|mut v| {
+            v["closed"] = json!(true);
+            v
+        }))
+        .await
+    }
+
+    #[tool(description = "One recorded step by its trace id, with its hashes.")]
+    async fn get_trace(
+        &self,
+        Parameters(args): Parameters<TraceArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let result = self
+            .store(move |store| {
+                let step = store
+                    .step_by_trace(&org, &args.trace_id)?
+                    .ok_or_else(|| ApiError::not_found(format!("step {}", args.trace_id)))?;
+                Ok(crate::wire::step_to_json(step.seq, &step.record))
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "The latest signed checkpoint of the org log (C2SP tlog-checkpoint signed note): size, root and the note. Keep it: it pins the log's history."
+    )]
+    async fn get_checkpoint(
+        &self,
+        Parameters(_): Parameters<NoArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = crate::current_checkpoint(&self.state, caller.org())
+            .await
+            .map(|cp| json!({"size": cp.size, "root": cp.root.to_hex(), "note": cp.note}));
+        run(result).await
+    }
+
+    #[tool(
+        description = "An RFC 9162 inclusion proof that the record at seq is in the org log of the given size (default: the latest checkpoint's)."
+    )]
+    async fn get_inclusion_proof(
+        &self,
+        Parameters(args): Parameters<InclusionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
+            let size = args.size.unwrap_or(cp.size);
+            let org = caller.org().to_owned();
+            let seq = args.seq;
+            self.store(move |store| {
+                if seq >= size || size > store.log_size(&org)? {
+                    return Err(ApiError::not_found(format!(
+                        "entry {seq} in a log of size {size}"
+                    )));
+                }
+                let proof = store.inclusion_proof(&org, seq, size)?;
+                let mut leaf = None;
+                store.read_log(&org, seq, seq + 1, &mut |_, l| {
+                    leaf = Some(l);
+                    false
+                })?;
+                Ok(json!({
+                    "seq": seq, "size": size, "leaf_hash": leaf.map(|l| l.to_hex()),
+                    "proof": proof.iter().map(cairn_core::Hash::to_hex).collect::<Vec<_>>(),
+                    "root": store.root_at(&org, size)?.to_hex(),
+                }))
+            })
+            .await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Export one session as a self-contained bundle (JSON Lines: header, signed checkpoint, records with inclusion proofs) that anyone can verify offline with `cairn verify --bundle`."
+    )]
+    async fn export_session(
+        &self,
+        Parameters(args): Parameters<SessionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            caller.require(caller.key.role.can_export(), "export bundles")?;
+            let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
+            let org = caller.org().to_owned();
+            self.store(move |store| {
+                let mut out = Vec::new();
+                let summary = cairn_store::ops::export(
+                    store,
+                    &org,
+                    &ExportScope::Session(args.session_id.clone()),
+                    &cp,
+                    cairn_store::now(),
+                    &mut out,
+                    &mut |_| {},
+                )
+                .map_err(|e| match e {
+                    cairn_store::ops::ExportError::Empty(_) => {
+                        ApiError::not_found(format!("session {}", args.session_id))
+                    }
+                    other => ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_failure",
+                        other.to_string(),
+                    ),
+                })?;
+                Ok(json!({
+                    "session_id": args.session_id, "entries": summary.entries,
+                    "checkpoint_size": summary.checkpoint_size,
+                    "bundle": String::from_utf8_lossy(&out),
+                }))
+            })
+            .await
+        }
+        .await;
+        run(result).await
+    }
+}
+
+fn seal_json(seal: &cairn_core::log::SealRecord) -> Value {
+    json!({
+        "session_id": seal.session_id, "merkle_root": seal.session_root.to_hex(), "step_count": seal.step_count,
+        "final_hash": seal.final_hash.to_hex(), "sealed_at": seal.sealed_at.to_string(), "note": seal.note,
+    })
+}
+
+impl CairnMcp {
+    /// Seals a session. `proof_grade` (merkle_finalize) requires the last
+    /// record to be a reflection; closing an already sealed session
+    /// (audit_session_end after merkle_finalize) returns the seal.
+    async fn finalize(
+        &self,
+        caller: &Caller,
+        session_id: String,
+        proof_grade: bool,
+    ) -> Result<Value, ApiError> {
+        caller.require(caller.key.role.can_write(), "seal sessions")?;
+        let org = caller.org().to_owned();
+        let id = session_id.clone();
+        let (info, last_kind) = self
+            .store(move |store| {
+                let info = store
+                    .session(&org, &id)?
+                    .ok_or_else(|| ApiError::not_found(format!("session {id}")))?;
+                let mut last = None;
+                store.read_session(&org, &id, &mut |s| {
+                    last = Some(s.record.step.kind);
+                    true
+                })?;
+                Ok((info, last))
+            })
+            .await?;
+        if let Some(seal) = &info.seal {
+            if proof_grade {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "session_sealed",
+                    "the session is already finalized",
+                ));
+            }
+            return Ok(seal_json(seal));
+        }
+        if proof_grade && last_kind != Some(cairn_core::kind::StepKind::Reflection) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "reflection_required",
+                "write the closing reflection (thought_record with type reflection) before merkle_finalize: otherwise the task's own account of what it did is outside the Merkle root",
+            ));
+        }
+        let request = WriteRequest::Seal {
+            org_id: caller.org().to_owned(),
+            session_id,
+        };
+        match self.write(request).await? {
+            Written::Sealed { seal, .. } => Ok(seal_json(&seal)),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "cairn",
+    instructions = "Cairn is a tamper-evident ledger of your reasoning. Record every step with log_reasoning_step (or, for a seed-001 decision trail: audit_session_start, thought_record for plan/analysis/decision, audit_verify_chain, a closing thought_record of type reflection, merkle_finalize, merkle_root, audit_session_end). Replay with replay_decision; list sessions with get_session_history. Records are never edited: correct a step by recording a new one that names it."
+)]
+impl ServerHandler for CairnMcp {}
