@@ -1,0 +1,176 @@
+"""Cairn's MCP server driven by the official MCP Python SDK, over stdio
+(`cairn mcp`) and Streamable HTTP (`/mcp`), with the initialize handshake
+(mode="legacy") and the stateless 2026-07-28 revision."""
+import asyncio
+import json
+import os
+import subprocess
+
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+MODES = ["legacy", "2026-07-28"]
+
+SEED_000_TOOLS = {"log_reasoning_step", "replay_decision", "get_session_history"}
+SEED_001_TOOLS = {"audit_session_start", "thought_record", "audit_verify_chain", "audit_session_end", "merkle_finalize", "merkle_root"}
+CAIRN_TOOLS = {"get_trace", "get_checkpoint", "get_inclusion_proof", "export_session"}
+
+
+def stdio_client(cairn_bin, data_dir, mode):
+    params = StdioServerParameters(
+        command=cairn_bin,
+        args=["mcp"],
+        env={"CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme", "PATH": os.environ.get("PATH", "")},
+    )
+    return Client(params, mode=mode)
+
+
+def http_client(url, key, mode):
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return Client(streamable_http_client(url + "/mcp", http_client=http), mode=mode)
+
+
+async def call(client, name, args):
+    result = await client.call_tool(name, args)
+    return result.structured_content, bool(result.is_error)
+
+
+async def ok(client, name, args):
+    value, is_error = await call(client, name, args)
+    assert not is_error, f"{name}: {value}"
+    return value
+
+
+async def list_tools_check(client):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert SEED_000_TOOLS | SEED_001_TOOLS | CAIRN_TOOLS <= set(tools), sorted(tools)
+    for tool in tools.values():
+        assert tool.description and len(tool.description) > 40, tool.name
+    props = tools["log_reasoning_step"].input_schema["properties"]
+    for member in ["session_id", "step_type", "content", "input_data", "output_data", "confidence", "model"]:
+        assert member in props, member
+    assert set(tools["log_reasoning_step"].input_schema["required"]) == {"session_id", "step_type"}
+    assert "type" in tools["thought_record"].input_schema["properties"]
+    assert "verify_chain" in tools["replay_decision"].input_schema["properties"]
+
+
+async def seed_000_example(client, session):
+    """Seed 000's usage example: log, replay with verification, history."""
+    steps = [
+        {"step_type": "Observation", "content": "User asked for Q4 revenue breakdown by segment"},
+        {"step_type": "ToolCall", "content": "Querying orders table",
+         "input_data": {"sql": "SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"}},
+        {"step_type": "Reasoning", "content": "Enterprise grew 23% QoQ while SMB declined 5%. The growth is concentrated in 3 accounts.",
+         "confidence": 0.88},
+        {"step_type": "FinalAnswer", "content": "Q4 revenue was $7.49M, up 15% QoQ. Enterprise drove the growth at +23%.",
+         "confidence": 0.95},
+    ]
+    written = []
+    for i, step in enumerate(steps):
+        out = await ok(client, "log_reasoning_step", {"session_id": session, "agent_id": "analyst", **step})
+        assert out["step_index"] == i
+        assert len(out["current_hash"]) == 64 and out["trace_id"]
+        written.append(out)
+    trace = await ok(client, "replay_decision", {"session_id": session, "verify_chain": True})
+    assert trace["chain_valid"] is True
+    assert trace["step_count"] == 4 and trace["agent_id"] == "analyst"
+    assert [s["step_type"] for s in trace["steps"]] == ["Observation", "ToolCall", "Reasoning", "FinalAnswer"]
+    assert trace["steps"][1]["input_data"]["sql"].startswith("SELECT segment")
+    assert trace["steps"][3]["current_hash"] == written[3]["current_hash"]
+    assert trace["steps"][3]["prev_hash"] == written[2]["current_hash"]
+    history = await ok(client, "get_session_history", {"agent_id": "analyst", "limit": 20})
+    mine = [s for s in history["sessions"] if s["session_id"] == session]
+    assert mine and mine[0]["step_count"] == 4 and mine[0]["chain_valid"] is True
+    assert mine[0]["first_step_at"] <= mine[0]["last_step_at"]
+    # Bad input: a clear error the model can read, nothing recorded.
+    value, is_error = await call(client, "log_reasoning_step", {"session_id": session, "agent_id": "analyst", "step_type": "Informational"})
+    assert is_error and value["error"]["code"] == "unknown_step_type"
+    value, is_error = await call(client, "log_reasoning_step", {"session_id": session, "agent_id": "analyst", "step_type": "Decision", "confidence": 3})
+    assert is_error and value["error"]["code"] == "confidence_out_of_range"
+    value, is_error = await call(client, "replay_decision", {"session_id": "no-such-session"})
+    assert is_error and value["error"]["code"] == "not_found"
+    return written
+
+
+async def seed_001_writeback(client, session):
+    """Seed 001's full write-back sequence for a proof-grade task."""
+    start = await ok(client, "audit_session_start", {"session_id": session, "agent_id": "planner"})
+    assert len(start["genesis_hash"]) == 64
+    first = await ok(client, "thought_record", {"session_id": session, "type": "plan", "content": "Compare the three vendors on price and risk", "task_id": "t1"})
+    assert first["parent_chain_hash"] == start["genesis_hash"]
+    second = await ok(client, "thought_record", {"session_id": session, "type": "analysis", "content": "Vendor B is cheapest but fails the SLA", "task_id": "t1"})
+    assert second["parent_chain_hash"] == first["chain_hash"]
+    await ok(client, "thought_record", {"session_id": session, "type": "decision", "content": "Choose vendor A: within budget, meets the SLA", "task_id": "t1"})
+    # Anything but the four record types is a schema error.
+    value, is_error = await call(client, "thought_record", {"session_id": session, "type": "Observation", "content": "x"})
+    assert is_error and value["error"]["code"] == "not_in_strict_profile"
+    check = await ok(client, "audit_verify_chain", {"session_id": session})
+    assert check["valid"] is True and check["records_checked"] == 3 and check["first_broken_index"] is None
+    # Write-back ordering: finalizing before the closing reflection is refused.
+    value, is_error = await call(client, "merkle_finalize", {"session_id": session})
+    assert is_error and value["error"]["code"] == "reflection_required"
+    await ok(client, "thought_record", {"session_id": session, "type": "reflection", "content": "Chose A; the SLA evidence is from one quarter only", "task_id": "t1"})
+    sealed = await ok(client, "merkle_finalize", {"session_id": session})
+    assert sealed["step_count"] == 4 and len(sealed["merkle_root"]) == 64
+    root = await ok(client, "merkle_root", {"session_id": session})
+    assert root["merkle_root"] == sealed["merkle_root"]
+    assert root["note"].startswith("cairn-seal/v1\n")
+    end = await ok(client, "audit_session_end", {"session_id": session})
+    assert end["closed"] is True and end["merkle_root"] == sealed["merkle_root"]
+    value, is_error = await call(client, "thought_record", {"session_id": session, "type": "analysis", "content": "too late"})
+    assert is_error and value["error"]["code"] == "session_sealed"
+    return sealed
+
+
+async def proofs_and_export(client, cairn_bin, tmp_path, written):
+    trace = await ok(client, "get_trace", {"trace_id": written[0]["trace_id"]})
+    assert trace["step_type"] == "Observation"
+    checkpoint = await ok(client, "get_checkpoint", {})
+    assert checkpoint["size"] >= 4 and checkpoint["note"].count("\n") >= 4
+    proof = await ok(client, "get_inclusion_proof", {"seq": trace["seq"]})
+    assert proof["size"] == checkpoint["size"] and proof["root"] == checkpoint["root"]
+    exported = await ok(client, "export_session", {"session_id": trace["session_id"]})
+    bundle = tmp_path / "session.bundle"
+    bundle.write_text(exported["bundle"])
+    verified = subprocess.run([cairn_bin, "verify", "--bundle", str(bundle), "--json"], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["verified"] is True
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stdio(cairn_bin, data_dir, tmp_path, mode):
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, mode) as client:
+            await list_tools_check(client)
+            written = await seed_000_example(client, f"revenue-analysis-q4-{mode}")
+            await seed_001_writeback(client, f"vendor-choice-{mode}")
+            await proofs_and_export(client, cairn_bin, tmp_path, written)
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_streamable_http(server, cairn_bin, tmp_path, mode):
+    url, key = server
+    async def run():
+        async with http_client(url, key, mode) as client:
+            await list_tools_check(client)
+            written = await seed_000_example(client, f"revenue-analysis-q4-{mode}")
+            await seed_001_writeback(client, f"vendor-choice-{mode}")
+            await proofs_and_export(client, cairn_bin, tmp_path, written)
+    asyncio.run(run())
+
+
+def test_http_needs_a_valid_key(server):
+    url, _ = server
+    async def run():
+        async with http_client(url, "cairn_000000000000_wrong", "legacy") as client:
+            await client.list_tools()
+    with pytest.raises(BaseException):
+        asyncio.run(run())
+    # The same answer as the REST API gives: 401 with a JSON error body.
+    response = httpx2.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                           headers={"Accept": "application/json, text/event-stream"})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
