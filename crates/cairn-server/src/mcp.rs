@@ -444,7 +444,7 @@ impl CairnMcp {
                         })
                 })
                 .await?;
-                        let links = cairn_core::record::Links {
+            let links = cairn_core::record::Links {
                 corrects: args.corrects,
                 audit_event: args.audit_event,
                 ..Default::default()
