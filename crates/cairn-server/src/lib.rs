@@ -49,6 +49,9 @@ pub struct ServerConfig {
     /// How long a looked-up API key is trusted before it is read again
     /// (revocation through the API takes effect at once).
     pub key_cache_ttl: Duration,
+    /// Seed 000's `ENABLED`: when false, every write is refused with 503
+    /// `ledger_disabled`; reads, verification and export keep working.
+    pub enabled: bool,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +60,7 @@ impl Default for ServerConfig {
             max_body_bytes: 2 * 1024 * 1024,
             max_bundle_bytes: 256 * 1024 * 1024,
             key_cache_ttl: Duration::from_secs(5),
+            enabled: true,
         }
     }
 }
@@ -167,9 +171,18 @@ async fn count_errors(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status();
     state.metrics.error_status(status.as_u16());
+    let micros = started.elapsed().as_micros() as u64;
+    if status.is_client_error() || status.is_server_error() {
+        tracing::info!(target: "cairn::http", %method, %path, status = status.as_u16(), micros, "request refused");
+    } else {
+        tracing::debug!(target: "cairn::http", %method, %path, status = status.as_u16(), micros, "request");
+    }
     // axum's own rejections (body too large, bad path) are plain text;
     // give them the JSON shape every other error has.
     let is_json = response
@@ -201,6 +214,18 @@ pub struct Caller {
 impl Caller {
     fn org(&self) -> &str {
         &self.key.org_id
+    }
+
+    fn require_enabled(state: &AppState) -> Result<(), ApiError> {
+        if state.config.enabled {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_disabled",
+                "the ledger is disabled on this server (CAIRN_ENABLED=false): nothing is recorded",
+            ))
+        }
     }
 
     fn require(&self, allowed: bool, what: &str) -> Result<(), ApiError> {
@@ -372,6 +397,7 @@ async fn append_step(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(&state)?;
     let started = Instant::now();
     let step = step_for(&caller, &parse_json(&body)?)?;
     match state
@@ -396,6 +422,7 @@ async fn append_batch(
     body: Bytes,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(&state)?;
     let started = Instant::now();
     let value = parse_json(&body)?;
     let items = value.as_array().ok_or_else(|| {
@@ -444,6 +471,7 @@ async fn start_session(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "start sessions")?;
+    Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
     let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let session_id = field("session_id")
@@ -625,6 +653,7 @@ async fn seal(
     Path(session_id): Path<String>,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "seal sessions")?;
+    Caller::require_enabled(&state)?;
     let request = WriteRequest::Seal {
         org_id: caller.org().to_owned(),
         session_id,
@@ -954,6 +983,7 @@ async fn register_agent_key(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "register agent keys")?;
+    Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
     let agent_id = match (
         v.get("agent_id").and_then(Value::as_str),

@@ -213,6 +213,7 @@ impl CairnMcp {
     }
 
     async fn write(&self, request: WriteRequest) -> Result<Written, ApiError> {
+        Caller::require_enabled(&self.state)?;
         Ok(self.state.ledger.submit(request).await?)
     }
 

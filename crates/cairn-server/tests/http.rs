@@ -786,3 +786,77 @@ fn openapi_document_matches_the_router() {
     }
     assert!(documented.len() >= 20, "{documented:?}");
 }
+
+#[test]
+fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+    let admin = cairn_server::bootstrap_admin_key(store.as_ref(), "acme")
+        .unwrap()
+        .unwrap();
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    ledger
+        .write(cairn_store::WriteRequest::Step(Box::new(
+            cairn_store::NewStep {
+                org_id: "acme".into(),
+                session_id: "before".into(),
+                agent_id: "analyst".into(),
+                kind_label: "plan".into(),
+                caller: "test".into(),
+                ..cairn_store::NewStep::default()
+            },
+        )))
+        .unwrap();
+    let state = AppState::new(
+        ledger,
+        ServerConfig {
+            enabled: false,
+            ..ServerConfig::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ready_tx.send(listener.local_addr().unwrap()).unwrap();
+            cairn_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let server = Server {
+        addr: ready_rx.recv().unwrap(),
+        admin: admin.clone(),
+        store,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    };
+    let refused = post(&server, "/v1/steps", &admin, &step("s1", "plan", "x"));
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (503, "ledger_disabled")
+    );
+    assert_eq!(
+        post(
+            &server,
+            "/v1/sessions",
+            &admin,
+            &json!({"session_id": "s2", "agent_id": "a"})
+        )
+        .code(),
+        "ledger_disabled"
+    );
+    assert_eq!(get(&server, "/v1/sessions/before", &admin).status, 200);
+    assert_eq!(get(&server, "/v1/verify", &admin).json()["verified"], true);
+    assert_eq!(server.store.log_size("acme").unwrap(), 2);
+}

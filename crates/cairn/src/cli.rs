@@ -61,6 +61,10 @@ pub struct Cli {
     /// Print JSON for scripts.
     #[arg(long, global = true)]
     json: bool,
+    /// Seed 000's switch: `false` makes `serve` and `mcp` refuse every write
+    /// (503 ledger_disabled) while reads and verification keep working.
+    #[arg(long, global = true, env = "CAIRN_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    enabled: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -908,8 +912,11 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
     } else {
         None
     };
-    let state =
-        cairn_server::AppState::new(Arc::clone(&ledger), cairn_server::ServerConfig::default());
+    let config = cairn_server::ServerConfig {
+        enabled: cli.enabled,
+        ..cairn_server::ServerConfig::default()
+    };
+    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1082,8 +1089,11 @@ fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
         .try_init();
     let store = open_store(cli)?;
     let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
-    let state =
-        cairn_server::AppState::new(Arc::clone(&ledger), cairn_server::ServerConfig::default());
+    let config = cairn_server::ServerConfig {
+        enabled: cli.enabled,
+        ..cairn_server::ServerConfig::default()
+    };
+    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
