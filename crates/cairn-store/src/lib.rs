@@ -248,6 +248,27 @@ pub enum WriteRequest {
         /// The org.
         org_id: String,
     },
+    /// Erase a step's payload (content, input, output, metadata): the
+    /// values are replaced by their commitments, hashes stay, and an
+    /// `erasure` record is appended (a GDPR request, for example).
+    Erase {
+        /// The org.
+        org_id: String,
+        /// The step.
+        trace_id: String,
+        /// Why (recorded).
+        reason: String,
+        /// Who asked (recorded).
+        actor: String,
+    },
+    /// Retention: erase the payload of every step of every session whose
+    /// last step is older than `older_than`, recording each erasure.
+    Retention {
+        /// The org.
+        org_id: String,
+        /// The cutoff.
+        older_than: Timestamp,
+    },
 }
 
 /// What a successful write produced.
@@ -292,6 +313,11 @@ pub enum Written {
     /// A checkpoint was signed (or the latest one returned, if the log did
     /// not grow).
     Checkpoint(StoredCheckpoint),
+    /// Steps were erased: the seqs of the erasure records.
+    Erased {
+        /// One erasure record per erased step.
+        seqs: Vec<u64>,
+    },
 }
 
 /// Why one write was refused. Refusals write nothing; other writes of the
@@ -356,6 +382,18 @@ pub enum Refusal {
     ReadOnlyOrg {
         /// The org.
         org_id: String,
+    },
+    /// The step's payload was already erased.
+    #[error("step {trace_id} is already erased")]
+    AlreadyErased {
+        /// The step.
+        trace_id: String,
+    },
+    /// No step with this trace id.
+    #[error("step {trace_id} does not exist")]
+    UnknownStep {
+        /// The step.
+        trace_id: String,
     },
     /// The server cannot take the write now (no entropy source, ...).
     #[error("unavailable: {0}")]

@@ -1277,6 +1277,152 @@ impl SqliteStore {
         Ok(Ok(Written::Sealed { seq, seal }))
     }
 
+    /// Erases one step's payload, in the shape the trigger allows, and
+    /// records the erasure.
+    #[allow(clippy::too_many_arguments)]
+    fn erase_step(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        org_name: &str,
+        trace_id: &str,
+        reason: &str,
+        actor: &str,
+    ) -> Result<Result<u64, Refusal>, StoreError> {
+        let unknown = || Refusal::UnknownStep {
+            trace_id: trace_id.to_owned(),
+        };
+        let Some(mut org) = w.org(overlay, org_name) else {
+            return Ok(Err(unknown()));
+        };
+        let sql = format!(
+            "SELECT {STEP_COLUMNS}, e.id FROM entries e JOIN orgs o ON o.org = e.org
+             JOIN sessions s ON s.sid = e.sid WHERE e.org = ?1 AND e.trace_id = ?2"
+        );
+        let found = {
+            let mut stmt = tx
+                .prepare_cached(&sql)
+                .context("finding the step to erase")?;
+            let mut rows = stmt
+                .query(params![org.id, trace_id])
+                .context("finding the step to erase")?;
+            match rows.next().context("finding the step to erase")? {
+                Some(row) => Some((
+                    step_from_row(row)?,
+                    row.get::<_, i64>(32).context("finding the step to erase")?,
+                )),
+                None => None,
+            }
+        };
+        let Some((stored, rowid)) = found else {
+            return Ok(Err(unknown()));
+        };
+        if stored.record.erased {
+            return Ok(Err(Refusal::AlreadyErased {
+                trace_id: trace_id.to_owned(),
+            }));
+        }
+        let mut record = stored.record;
+        let mut commitments = Vec::new();
+        for field in cairn_core::commit::FIELDS
+            .into_iter()
+            .filter(|f| f.is_payload())
+        {
+            record
+                .hide(field)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if let Opening::Hidden(c) = record.openings.get(field) {
+                commitments.push((field, *c));
+            }
+        }
+        // Every hidden field, the ones hidden before included.
+        let hidden: serde_json::Map<String, serde_json::Value> = cairn_core::commit::FIELDS
+            .into_iter()
+            .filter_map(|f| match record.openings.get(f) {
+                Opening::Hidden(c) => {
+                    Some((f.name().to_owned(), serde_json::Value::String(c.to_hex())))
+                }
+                Opening::Revealed(_) => None,
+            })
+            .collect();
+        tx.prepare_cached(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
+             erased = 1, hidden = ?2 WHERE id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![rowid, serde_json::Value::Object(hidden).to_string()]))
+        .context("erasing a step")?;
+        let erasure = cairn_core::log::ErasureRecord {
+            org_id: org_name.to_owned(),
+            session_id: record.step.session_id.clone(),
+            step_index: record.step.step_index,
+            trace_id: trace_id.to_owned(),
+            commitments,
+            reason: reason.to_owned(),
+            actor: actor.to_owned(),
+            erased_at: now(),
+        };
+        let seq = insert_op(tx, &mut org, &OpRecord::Erasure(erasure))?;
+        overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(seq))
+    }
+
+    /// Erases every step of every session whose last step is older than
+    /// `older_than`.
+    fn retention(
+        &self,
+        w: &Writer,
+        tx: &Connection,
+        overlay: &mut Overlay,
+        org_name: &str,
+        older_than: Timestamp,
+    ) -> Result<Vec<u64>, StoreError> {
+        let Some(org) = w.org(overlay, org_name) else {
+            return Ok(Vec::new());
+        };
+        let sids: Vec<i64> = {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                     JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+                     WHERE s.org = ?1 AND e.created_at < ?2",
+                )
+                .context("finding expired sessions")?;
+            let rows = stmt
+                .query_map(params![org.id, older_than.as_micros()], |r| r.get(0))
+                .context("finding expired sessions")?;
+            rows.collect::<Result<_, _>>()
+                .context("finding expired sessions")?
+        };
+        let mut seqs = Vec::new();
+        for sid in sids {
+            let ids = session_rowids(tx, org.id, sid)?;
+            let mut pending: Vec<String> = Vec::new();
+            {
+                let mut stmt = tx
+                    .prepare_cached("SELECT trace_id FROM entries WHERE id = ?1 AND erased = 0")
+                    .context("reading an expired session")?;
+                for id in ids {
+                    if let Some(trace) = stmt
+                        .query_row([id], |r| r.get::<_, String>(0))
+                        .optional()
+                        .context("reading an expired session")?
+                    {
+                        pending.push(trace);
+                    }
+                }
+            }
+            for trace in pending {
+                if let Ok(seq) =
+                    self.erase_step(w, tx, overlay, org_name, &trace, "retention", "retention")?
+                {
+                    seqs.push(seq);
+                }
+            }
+        }
+        Ok(seqs)
+    }
+
     fn register_key(
         &self,
         w: &Writer,
@@ -1374,6 +1520,8 @@ impl SqliteStore {
                 WriteRequest::StartSession(s) => &s.org_id,
                 WriteRequest::Seal { org_id, .. }
                 | WriteRequest::RegisterKey { org_id, .. }
+                | WriteRequest::Erase { org_id, .. }
+                | WriteRequest::Retention { org_id, .. }
                 | WriteRequest::Checkpoint { org_id } => org_id,
             };
             if let Some(org) = w.org(&overlay, org_name)
@@ -1411,6 +1559,17 @@ impl SqliteStore {
                     agent_id,
                     public_key,
                 } => self.register_key(w, &tx, &mut overlay, org_id, agent_id, *public_key)?,
+                WriteRequest::Erase {
+                    org_id,
+                    trace_id,
+                    reason,
+                    actor,
+                } => self
+                    .erase_step(w, &tx, &mut overlay, org_id, trace_id, reason, actor)?
+                    .map(|seq| Written::Erased { seqs: vec![seq] }),
+                WriteRequest::Retention { org_id, older_than } => Ok(Written::Erased {
+                    seqs: self.retention(w, &tx, &mut overlay, org_id, *older_than)?,
+                }),
                 WriteRequest::Checkpoint { org_id } => match w.org(&overlay, org_id) {
                     None => Err(Refusal::UnknownSession {
                         session_id: format!("(org {org_id} has no log)"),

@@ -78,6 +78,168 @@ pub fn run_all(backend: &dyn Backend) {
     exports_verify_offline(backend);
     imports_round_trip(backend);
     api_keys_are_stored_hashed_and_revocable(backend);
+    erasure_and_retention_keep_everything_verifiable(backend);
+}
+
+fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
+    let store = backend.open("erasure");
+    let ledger = ledger(Arc::clone(&store));
+    let mut traces = Vec::new();
+    for i in 0..3 {
+        let mut s = step(
+            "personal",
+            "Observation",
+            &format!("the user's address is {i} Main Street"),
+        );
+        s.input = Some(serde_json::json!({"email": "someone@example.com"}));
+        s.metadata = Some(serde_json::json!({"k": i}));
+        let Written::Step { trace_id, .. } = append(&ledger, s).unwrap() else {
+            panic!()
+        };
+        traces.push(trace_id);
+    }
+    let size = store.log_size(ORG).unwrap();
+    let erase = |trace: &str| WriteRequest::Erase {
+        org_id: ORG.into(),
+        trace_id: trace.into(),
+        reason: "GDPR request 42".into(),
+        actor: "dpo".into(),
+    };
+    let Written::Erased { seqs } = ledger.write(erase(&traces[1])).unwrap() else {
+        panic!()
+    };
+    assert_eq!(seqs, vec![size]);
+    assert_eq!(
+        refused(ledger.write(erase(&traces[1]))),
+        Refusal::AlreadyErased {
+            trace_id: traces[1].clone()
+        }
+    );
+    assert_eq!(
+        refused(ledger.write(erase("no-such-trace"))),
+        Refusal::UnknownStep {
+            trace_id: "no-such-trace".into()
+        }
+    );
+    let erased = store
+        .step_by_trace(ORG, &traces[1])
+        .unwrap()
+        .unwrap()
+        .record;
+    assert!(erased.erased);
+    assert_eq!(
+        (
+            erased.step.content.as_ref(),
+            erased.step.input.as_ref(),
+            erased.step.metadata.as_ref()
+        ),
+        (None, None, None)
+    );
+    assert_eq!(
+        erased.recompute_digest(),
+        erased.digest,
+        "the digest still recomputes from the commitments"
+    );
+    assert!(
+        store
+            .step_by_trace(ORG, &traces[0])
+            .unwrap()
+            .unwrap()
+            .record
+            .step
+            .content
+            .is_some()
+    );
+    let mut erasure = None;
+    store
+        .read_log(ORG, size, size + 1, &mut |e, _| {
+            erasure = Some(e);
+            false
+        })
+        .unwrap();
+    match erasure.unwrap().record {
+        LogRecord::Op {
+            record: OpRecord::Erasure(r),
+            ..
+        } => {
+            assert_eq!(
+                (r.trace_id.as_str(), r.reason.as_str(), r.commitments.len()),
+                (traces[1].as_str(), "GDPR request 42", 4)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        verify_session(store.as_ref(), ORG, "personal")
+            .unwrap()
+            .map(|v| v.verified),
+        Some(true)
+    );
+    assert_verifies(store.as_ref());
+    // An export after erasure verifies and does not contain the value.
+    let cp = checkpoint(&ledger);
+    let mut out = Vec::new();
+    export(
+        store.as_ref(),
+        ORG,
+        &ExportScope::All,
+        &cp,
+        Timestamp::from_micros(0).unwrap(),
+        &mut out,
+        &mut |_| {},
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("1 Main Street") && text.contains("0 Main Street"));
+
+    // Retention: only sessions whose last step is older than the cutoff.
+    let old = Timestamp::parse_rfc3339("2020-01-01T00:00:00Z").unwrap();
+    for i in 0..2 {
+        let mut s = step("ancient", "Reasoning", &format!("old thought {i}"));
+        s.created_at = Some(Timestamp::from_micros(old.as_micros() + i).unwrap());
+        append(&ledger, s).unwrap();
+    }
+    let cutoff = Timestamp::parse_rfc3339("2021-01-01T00:00:00Z").unwrap();
+    let Written::Erased { seqs } = ledger
+        .write(WriteRequest::Retention {
+            org_id: ORG.into(),
+            older_than: cutoff,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(seqs.len(), 2);
+    let mut ancient = Vec::new();
+    store
+        .read_session(ORG, "ancient", &mut |s| {
+            ancient.push(s.record.erased);
+            true
+        })
+        .unwrap();
+    assert_eq!(ancient, vec![true, true]);
+    assert!(
+        store
+            .step_by_trace(ORG, &traces[2])
+            .unwrap()
+            .unwrap()
+            .record
+            .step
+            .content
+            .is_some(),
+        "recent sessions are kept"
+    );
+    let Written::Erased { seqs } = ledger
+        .write(WriteRequest::Retention {
+            org_id: ORG.into(),
+            older_than: cutoff,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(seqs.is_empty(), "a second run finds nothing left to erase");
+    assert_verifies(store.as_ref());
 }
 
 fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
