@@ -103,6 +103,8 @@ impl From<Refusal> for ApiError {
             Refusal::ReadOnlyOrg { .. } => (StatusCode::CONFLICT, "read_only_org"),
             Refusal::NothingToSeal { .. } => (StatusCode::CONFLICT, "nothing_to_seal"),
             Refusal::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Refusal::AlreadyErased { .. } => (StatusCode::CONFLICT, "already_erased"),
+            Refusal::UnknownStep { .. } => (StatusCode::NOT_FOUND, "not_found"),
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
         ApiError::new(status, code, message)

@@ -112,6 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/steps", post(append_step))
         .route("/v1/steps/batch", post(append_batch))
         .route("/v1/steps/{trace_id}", get(get_step))
+        .route("/v1/steps/{trace_id}/erase", post(erase_step))
         .route("/v1/verify", get(verify_whole_org))
         .route("/v1/checkpoint", get(checkpoint))
         .route("/v1/proofs/inclusion", get(inclusion_proof))
@@ -711,6 +712,49 @@ async fn get_step(
     })
     .await?;
     Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
+}
+
+/// Erases a step's payload (admin): the values become commitments, every
+/// hash stays, and the erasure is recorded.
+async fn erase_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+    body: Bytes,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_admin(), "erase records")?;
+    Caller::require_enabled(&state)?;
+    let reason = if body.is_empty() {
+        String::new()
+    } else {
+        parse_json(&body)?
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    if reason.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "reason is required (it is recorded with the erasure)",
+        ));
+    }
+    let request = WriteRequest::Erase {
+        org_id: caller.org().to_owned(),
+        trace_id: trace_id.clone(),
+        reason,
+        actor: caller.key.id.clone(),
+    };
+    match state.ledger.submit(request).await? {
+        Written::Erased { seqs } => Ok(axum::Json(
+            json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),
+        )),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
 }
 
 /// The latest checkpoint, signing a new one first if the log grew.

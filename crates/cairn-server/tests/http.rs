@@ -860,3 +860,64 @@ fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
     assert_eq!(get(&server, "/v1/verify", &admin).json()["verified"], true);
     assert_eq!(server.store.log_size("acme").unwrap(), 2);
 }
+
+#[test]
+fn erasure_keeps_the_proof_and_is_admin_only() {
+    let server = start();
+    let admin = server.admin.clone();
+    let written = seed_000(&server, &admin, "s1");
+    let trace = written[1]["trace_id"].as_str().unwrap().to_owned();
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let path = format!("/v1/steps/{trace}/erase");
+    assert_eq!(
+        post(&server, &path, &writer, &json!({"reason": "x"})).status,
+        403
+    );
+    assert_eq!(
+        post(&server, &path, &admin, &json!({})).code(),
+        "invalid_request"
+    );
+    let erased = post(&server, &path, &admin, &json!({"reason": "GDPR request 7"}));
+    assert_eq!(erased.status, 200, "{}", erased.text());
+    assert_eq!(
+        post(&server, &path, &admin, &json!({"reason": "again"})).code(),
+        "already_erased"
+    );
+    assert_eq!(
+        post(
+            &server,
+            "/v1/steps/nope/erase",
+            &admin,
+            &json!({"reason": "x"})
+        )
+        .status,
+        404
+    );
+    let replay = get(&server, "/v1/sessions/s1?verify=true", &admin).json();
+    assert_eq!(replay["chain_valid"], true);
+    assert_eq!(
+        (
+            replay["steps"][1]["erased"].as_bool(),
+            replay["steps"][1]["content"].is_null()
+        ),
+        (Some(true), true)
+    );
+    assert_eq!(
+        replay["steps"][0]["content"],
+        "User asked for Q4 revenue breakdown by segment"
+    );
+    assert_eq!(get(&server, "/v1/verify", &admin).json()["verified"], true);
+    let bundle = get(&server, "/v1/export?session=s1", &admin).text();
+    assert!(!bundle.contains("Querying orders table"));
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            "/v1/bundles/verify",
+            Some(&admin),
+            Some(bundle.as_bytes())
+        )
+        .json()["verified"],
+        true
+    );
+}

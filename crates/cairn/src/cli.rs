@@ -65,6 +65,16 @@ pub struct Cli {
     /// (503 ledger_disabled) while reads and verification keep working.
     #[arg(long, global = true, env = "CAIRN_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     enabled: bool,
+    /// Seed 000's retention: `serve` erases the payload of sessions whose
+    /// last step is older than this many days (hourly, recorded as erasures;
+    /// hashes stay and everything still verifies). 0 keeps payloads forever.
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_RETENTION_DAYS",
+        default_value_t = 90
+    )]
+    retention_days: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -125,6 +135,18 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Erase a step's payload (content, input, output, metadata): the
+    /// values become commitments, every hash stays, the erasure is recorded.
+    Erase {
+        /// The step's trace id.
+        trace_id: String,
+        /// Why (recorded with the erasure).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Apply retention now: erase the payload of sessions whose last step
+    /// is older than --retention-days.
+    Retention,
     /// Show the server's public key (C2SP vkey form).
     Keys,
     /// Serve MCP over stdio (for agents that start Cairn as a subprocess),
@@ -305,6 +327,29 @@ pub fn run() -> Result<Outcome> {
                     import(&cli, store.as_ref(), bundle, key.as_deref())
                 }
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
+                Command::Erase { trace_id, reason } => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let request = WriteRequest::Erase {
+                        org_id: cli.org.clone(),
+                        trace_id: trace_id.clone(),
+                        reason: reason.clone(),
+                        actor: "cli".into(),
+                    };
+                    ledger.write(request).map_err(append_error)?;
+                    println!(
+                        "erased the payload of {trace_id}; its hashes and every chain still verify"
+                    );
+                    Ok(Outcome::Success)
+                }
+                Command::Retention => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
+                    println!(
+                        "retention ({} days): erased {erased} step(s)",
+                        cli.retention_days
+                    );
+                    Ok(Outcome::Success)
+                }
                 Command::Keys => {
                     let key = store.server_key().to_string();
                     if cli.json {
@@ -916,6 +961,9 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         enabled: cli.enabled,
         ..cairn_server::ServerConfig::default()
     };
+    if cli.enabled {
+        spawn_retention(Arc::clone(&ledger), cli.retention_days);
+    }
     let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1111,4 +1159,54 @@ fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
         ledger.close();
     }
     Ok(Outcome::Success)
+}
+
+/// Erases what is older than `days` in `org`; returns how many steps.
+fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<usize> {
+    if days == 0 {
+        return Ok(0);
+    }
+    let cutoff =
+        cairn_core::Timestamp::from_micros(now().as_micros() - i64::from(days) * 86_400_000_000)
+            .ok_or_else(|| anyhow!("retention cutoff out of range"))?;
+    match ledger.write(WriteRequest::Retention {
+        org_id: org.to_owned(),
+        older_than: cutoff,
+    }) {
+        Ok(Written::Erased { seqs }) => Ok(seqs.len()),
+        Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
+        // A read-only mirror keeps its payloads: its owner applies retention.
+        Err(AppendError::Refused(cairn_store::Refusal::ReadOnlyOrg { .. })) => Ok(0),
+        Err(e) => Err(append_error(e)),
+    }
+}
+
+/// Runs retention for every org now and then every hour, on its own thread.
+fn spawn_retention(ledger: Arc<Ledger>, days: u32) {
+    if days == 0 {
+        return;
+    }
+    let weak = Arc::downgrade(&ledger);
+    drop(ledger);
+    let _ = std::thread::Builder::new().name("cairn-retention".into()).spawn(move || {
+        loop {
+            let Some(ledger) = weak.upgrade() else { return };
+            let orgs = ledger.store().orgs().unwrap_or_default();
+            for org in orgs {
+                match apply_retention(&ledger, &org, days) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(org = %org, erased = n, days, "retention applied"),
+                    Err(e) => tracing::warn!(org = %org, error = %e, "retention failed; retrying in an hour"),
+                }
+            }
+            drop(ledger);
+            // Sleep in short steps so that shutdown is not held up.
+            for _ in 0..3600 {
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+    });
 }

@@ -910,3 +910,49 @@ fn admin_commands_manage_keys_on_the_data_directory() {
     ));
     assert!(listed[0]["revoked_at"].is_string());
 }
+
+#[test]
+fn erase_and_retention_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let replay = json(&cairn_in(
+        dir.path(),
+        &["replay", "revenue-analysis-q4", "--json"],
+        None,
+    ));
+    let trace = replay["steps"][2]["trace_id"].as_str().unwrap().to_owned();
+    let run = cairn_in(
+        dir.path(),
+        &["erase", &trace, "--reason", "GDPR request 3"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        cairn_in(dir.path(), &["erase", &trace, "--reason", "again"], None).code,
+        2
+    );
+    let replay = json(&cairn_in(
+        dir.path(),
+        &["replay", "revenue-analysis-q4", "--json", "--verify"],
+        None,
+    ));
+    assert_eq!(
+        (
+            replay["chain_valid"].as_bool(),
+            replay["steps"][2]["erased"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
+    // Nothing is older than 90 days; with 0 days retention is off.
+    assert!(
+        cairn_in(dir.path(), &["retention"], None)
+            .stdout
+            .contains("erased 0 step")
+    );
+    assert!(
+        cairn_in(dir.path(), &["--retention-days", "0", "retention"], None)
+            .stdout
+            .contains("erased 0 step")
+    );
+}
