@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 mod auth;
+pub mod embed;
 mod keys;
 pub mod ops;
 mod sequencer;
@@ -147,13 +148,18 @@ pub struct PreparedStep {
     pub signature: Option<AgentSignature>,
     /// Who is writing.
     pub caller: String,
+    /// The embedding vector (little-endian f32), if seed 000's sampling
+    /// rule selected this step.
+    pub embedding: Option<Vec<u8>>,
 }
 
 /// Validates a step and computes everything that does not depend on its
-/// position: trace id, timestamp, seed, salts and 20 of 21 commitments.
+/// position: trace id, timestamp, seed, salts, all commitments but the
+/// index's, and the embedding if `embedding_sample_rate` selects it.
 pub fn prepare_step(
     input: NewStep,
     limits: &cairn_core::record::Limits,
+    embedding_sample_rate: f64,
 ) -> Result<PreparedStep, Refusal> {
     if input.signature.is_some()
         && (input.trace_id.is_none()
@@ -205,6 +211,11 @@ pub fn prepare_step(
     };
     let openings = cairn_core::commit::Openings::from_seed(&seed);
     let commitments = cairn_core::commit::field_commitments(&step, &openings);
+    let embedding = step
+        .content
+        .as_deref()
+        .filter(|_| embed::should_embed(step.kind, &step.trace_id, embedding_sample_rate))
+        .map(|content| embed::to_bytes(&embed::embed(content)));
     Ok(PreparedStep {
         step,
         seed,
@@ -214,6 +225,7 @@ pub fn prepare_step(
         expected_index: input.step_index,
         signature: input.signature,
         caller: input.caller,
+        embedding,
     })
 }
 
@@ -615,6 +627,18 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The record limits steps are validated against.
     fn limits(&self) -> cairn_core::record::Limits;
+
+    /// Seed 000's embedding sample rate (0 to 1) applied at ingest.
+    fn embedding_sample_rate(&self) -> f64;
+
+    /// The `limit` embedded steps of an org most similar to `query` (an
+    /// [`embed`] vector), best first, as `(seq, similarity)`.
+    fn semantic_search(
+        &self,
+        org_id: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>, StoreError>;
 
     /// Stores a new API key. Keys are not ledger records: they can be
     /// revoked.

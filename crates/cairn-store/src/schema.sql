@@ -102,6 +102,14 @@ CREATE TABLE IF NOT EXISTS api_keys (
   revoked_at INTEGER
 );
 
+-- Derived, not part of the ledger: embedding vectors of the steps seed 000's
+-- sampling rule selected (id = the step's entry id). Erasure deletes them.
+CREATE TABLE IF NOT EXISTS embeddings (
+  id     INTEGER PRIMARY KEY,
+  org    INTEGER NOT NULL,
+  vector BLOB NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS seals (
   sid INTEGER PRIMARY KEY,
   seq INTEGER NOT NULL
@@ -130,7 +138,8 @@ CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
 
 -- The only updates allowed: the recorded erasure (payload columns nulled,
--- `erased` set, commitments kept in `hidden`) and setting `has_embedding`.
+-- `erased` set, commitments kept in `hidden`, the embedding flag may drop
+-- with the vector) and setting `has_embedding`.
 -- Every other column must stay exactly as it was.
 CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
 WHEN NOT (
@@ -147,7 +156,7 @@ WHEN NOT (
   AND (
     (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
      AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
-     AND NEW.has_embedding IS OLD.has_embedding)
+     AND (NEW.has_embedding IS OLD.has_embedding OR NEW.has_embedding = 0))
     OR
     (OLD.has_embedding = 0 AND NEW.has_embedding = 1 AND NEW.erased IS OLD.erased AND NEW.hidden IS OLD.hidden
      AND NEW.content IS OLD.content AND NEW.input_data IS OLD.input_data

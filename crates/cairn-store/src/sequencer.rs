@@ -147,7 +147,11 @@ impl Ledger {
         // reach the queue, and the sequencer is left with the part of the
         // work that depends on order.
         let request = match request {
-            WriteRequest::Step(step) => match crate::prepare_step(*step, &self.store.limits()) {
+            WriteRequest::Step(step) => match crate::prepare_step(
+                *step,
+                &self.store.limits(),
+                self.store.embedding_sample_rate(),
+            ) {
                 Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
                 Err(refusal) => {
                     let _ = reply.send(Err(AppendError::Refused(refusal)));

@@ -62,6 +62,8 @@ pub struct SqliteOptions {
     pub limits: Limits,
     /// Minimum time between two checkpoints of a growing log.
     pub checkpoint_interval: Duration,
+    /// Seed 000's embedding sample rate (default 0.1).
+    pub embedding_sample_rate: f64,
 }
 
 impl Default for SqliteOptions {
@@ -70,6 +72,7 @@ impl Default for SqliteOptions {
             server_name: "cairn.local".into(),
             limits: Limits::default(),
             checkpoint_interval: Duration::from_millis(1000),
+            embedding_sample_rate: 0.1,
         }
     }
 }
@@ -121,6 +124,7 @@ pub struct SqliteStore {
     key: ServerKey,
     limits: Limits,
     checkpoint_interval: Duration,
+    embedding_sample_rate: f64,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
     /// Held for its `Drop`, which stops the background thread.
@@ -272,6 +276,7 @@ impl SqliteStore {
             key,
             limits: options.limits,
             checkpoint_interval: options.checkpoint_interval,
+            embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             _checkpointer: checkpointer,
@@ -1171,12 +1176,17 @@ impl SqliteStore {
                 seed: Some(&prepared.seed),
                 salts: None,
                 signature: prepared.signature.as_ref().map(|sig| &sig.signature),
-                has_embedding: false,
+                has_embedding: prepared.embedding.is_some(),
                 erased: false,
                 hidden: None,
                 prev_seq: session.last_seq,
             },
         )?;
+        if let Some(vector) = &prepared.embedding {
+            tx.prepare_cached("INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)")
+                .and_then(|mut s| s.execute(params![row_id(org.id, seq), org.id, vector]))
+                .context("storing an embedding")?;
+        }
         push_leaf(tx, &mut org, leaf)?;
         session.first_seq.get_or_insert(seq);
         session.last_seq = Some(seq);
@@ -1348,10 +1358,14 @@ impl SqliteStore {
             .collect();
         tx.prepare_cached(
             "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
-             erased = 1, hidden = ?2 WHERE id = ?1",
+             erased = 1, hidden = ?2, has_embedding = 0 WHERE id = ?1",
         )
         .and_then(|mut s| s.execute(params![rowid, serde_json::Value::Object(hidden).to_string()]))
         .context("erasing a step")?;
+        // A vector would still carry what the content said.
+        tx.prepare_cached("DELETE FROM embeddings WHERE id = ?1")
+            .and_then(|mut s| s.execute([rowid]))
+            .context("erasing an embedding")?;
         let erasure = cairn_core::log::ErasureRecord {
             org_id: org_name.to_owned(),
             session_id: record.step.session_id.clone(),
@@ -1541,10 +1555,12 @@ impl SqliteStore {
                 continue;
             }
             let outcome = match request {
-                WriteRequest::Step(step) => match prepare_step((**step).clone(), &self.limits) {
-                    Ok(prepared) => self.append_step(w, &tx, &mut overlay, &prepared)?,
-                    Err(refusal) => Err(refusal),
-                },
+                WriteRequest::Step(step) => {
+                    match prepare_step((**step).clone(), &self.limits, self.embedding_sample_rate) {
+                        Ok(prepared) => self.append_step(w, &tx, &mut overlay, &prepared)?,
+                        Err(refusal) => Err(refusal),
+                    }
+                }
                 WriteRequest::Prepared(prepared) => {
                     self.append_step(w, &tx, &mut overlay, prepared)?
                 }
@@ -2003,6 +2019,47 @@ impl LedgerStore for SqliteStore {
         self.limits
     }
 
+    fn embedding_sample_rate(&self) -> f64 {
+        self.embedding_sample_rate
+    }
+
+    fn semantic_search(
+        &self,
+        org_id: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (lo, hi) = org_range(org);
+            let mut stmt = c
+                .prepare_cached("SELECT id, vector FROM embeddings WHERE id >= ?1 AND id < ?2")
+                .context("searching embeddings")?;
+            let mut rows = stmt
+                .query(params![lo, hi])
+                .context("searching embeddings")?;
+            let mut best: Vec<(u64, f32)> = Vec::new();
+            while let Some(row) = rows.next().context("searching embeddings")? {
+                let id: i64 = row.get(0).context("searching embeddings")?;
+                let bytes: Vec<u8> = row.get(1).context("searching embeddings")?;
+                let Some(vector) = crate::embed::from_bytes(&bytes) else {
+                    continue;
+                };
+                let score = crate::embed::similarity(query, &vector);
+                best.push(((id - lo) as u64, score));
+                if best.len() > limit.saturating_mul(4).max(256) {
+                    best.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    best.truncate(limit);
+                }
+            }
+            best.sort_by(|a, b| b.1.total_cmp(&a.1));
+            best.truncate(limit);
+            Ok(best)
+        })
+    }
+
     fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {
         let w = self.writer.lock().map_err(|_| poisoned())?;
         w.conn
@@ -2266,6 +2323,19 @@ impl LedgerStore for SqliteStore {
                             prev_seq,
                         },
                     )?;
+                    // Vectors are derived: recompute them for embedded steps.
+                    if r.has_embedding
+                        && let Some(content) = &s.content
+                    {
+                        let vector = crate::embed::to_bytes(&crate::embed::embed(content));
+                        tx.prepare_cached(
+                            "INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)",
+                        )
+                        .and_then(|mut st| {
+                            st.execute(params![row_id(org.id, entry.seq), org.id, vector])
+                        })
+                        .context("importing an embedding")?;
+                    }
                     push_leaf(&tx, &mut org, leaf)?;
                 }
             }

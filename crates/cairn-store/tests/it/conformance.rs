@@ -79,6 +79,94 @@ pub fn run_all(backend: &dyn Backend) {
     imports_round_trip(backend);
     api_keys_are_stored_hashed_and_revocable(backend);
     erasure_and_retention_keep_everything_verifiable(backend);
+    sampled_steps_are_searchable(backend);
+}
+
+fn sampled_steps_are_searchable(backend: &dyn Backend) {
+    use cairn_store::embed::embed;
+    let store = backend.open("search");
+    assert!(
+        (store.embedding_sample_rate() - 0.1).abs() < 1e-9,
+        "seed 000's default rate"
+    );
+    let ledger = ledger(Arc::clone(&store));
+    let Written::Step {
+        trace_id: pricing, ..
+    } = append(
+        &ledger,
+        step(
+            "s1",
+            "Decision",
+            "Raise the enterprise price by five percent next quarter",
+        ),
+    )
+    .unwrap()
+    else {
+        panic!()
+    };
+    append(
+        &ledger,
+        step(
+            "s1",
+            "FinalAnswer",
+            "The weather in Lisbon will be sunny tomorrow",
+        ),
+    )
+    .unwrap();
+    append(&ledger, step("s1", "Error", "The orders query timed out")).unwrap();
+    // Observations are sampled at 10%: of 40, some but not all are embedded.
+    for i in 0..40 {
+        append(
+            &ledger,
+            step("s2", "Observation", &format!("observation number {i}")),
+        )
+        .unwrap();
+    }
+    let mut embedded = 0;
+    store
+        .read_session(ORG, "s2", &mut |s| {
+            embedded += usize::from(s.record.has_embedding);
+            true
+        })
+        .unwrap();
+    assert!(
+        (1..40).contains(&embedded),
+        "{embedded} of 40 observations embedded"
+    );
+    let hits = store
+        .semantic_search(ORG, &embed("decision about enterprise pricing"), 3)
+        .unwrap();
+    assert!(hits.len() == 3 && hits[0].1 > hits[1].1, "{hits:?}");
+    let best = store.step_by_trace(ORG, &pricing).unwrap().unwrap();
+    assert_eq!(hits[0].0, best.seq);
+    assert!(
+        store
+            .semantic_search("other-org", &embed("pricing"), 3)
+            .unwrap()
+            .is_empty()
+    );
+    // Erasure removes the vector with the content.
+    ledger
+        .write(WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: pricing.clone(),
+            reason: "test".into(),
+            actor: "test".into(),
+        })
+        .unwrap();
+    let hits = store
+        .semantic_search(ORG, &embed("decision about enterprise pricing"), 3)
+        .unwrap();
+    assert!(hits.iter().all(|(seq, _)| *seq != best.seq));
+    assert!(
+        !store
+            .step_by_trace(ORG, &pricing)
+            .unwrap()
+            .unwrap()
+            .record
+            .has_embedding
+    );
+    assert_verifies(store.as_ref());
 }
 
 fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
