@@ -114,6 +114,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/steps/{trace_id}", get(get_step))
         .route("/v1/steps/{trace_id}/erase", post(erase_step))
         .route("/v1/verify", get(verify_whole_org))
+        .route("/v1/search", get(search))
         .route("/v1/checkpoint", get(checkpoint))
         .route("/v1/proofs/inclusion", get(inclusion_proof))
         .route("/v1/proofs/consistency", get(consistency_proof))
@@ -712,6 +713,47 @@ async fn get_step(
     })
     .await?;
     Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
+}
+
+/// Semantic search over the embedded steps of the caller's org.
+async fn search(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    let text = q
+        .get("q")
+        .filter(|t| !t.trim().is_empty())
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::bad_request("invalid_request", "q (the search text) is required")
+        })?;
+    let limit = match q.get("limit") {
+        None => 10,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=100).contains(l))
+            .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 100"))?,
+    };
+    let org = caller.org().to_owned();
+    let results = blocking(&state, move |store| {
+        let query = cairn_store::embed::embed(&text);
+        let mut out = Vec::new();
+        for (seq, score) in store.semantic_search(&org, &query, limit)? {
+            store.read_log(&org, seq, seq + 1, &mut |entry, _| {
+                if let cairn_core::log::LogRecord::Step(record) = &entry.record {
+                    let mut step = wire::step_to_json(seq, record);
+                    step["score"] = json!(score);
+                    out.push(step);
+                }
+                false
+            })?;
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(axum::Json(json!({"results": results})))
 }
 
 /// Erases a step's payload (admin): the values become commitments, every

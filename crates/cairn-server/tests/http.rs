@@ -687,8 +687,12 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
         assert_eq!(a.status, 404, "{theirs}: {}", a.text());
         assert_eq!((a.status, a.code()), (b.status, b.code()), "{theirs}");
     }
-    // Lists and org-wide reads show nothing of acme.
+    // Lists, search and org-wide reads show nothing of acme.
     assert_eq!(get(&server, "/v1/sessions", &other).json(), json!([]));
+    assert_eq!(
+        get(&server, "/v1/search?q=revenue", &other).json(),
+        json!({"results": []})
+    );
     assert_eq!(
         get(&server, "/v1/keys", &other)
             .json()

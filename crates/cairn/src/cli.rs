@@ -75,6 +75,10 @@ pub struct Cli {
         default_value_t = 90
     )]
     retention_days: u32,
+    /// Seed 000's sampling: the fraction of steps embedded for semantic
+    /// search (decision, action, error, correction and final answer always).
+    #[arg(long, global = true, env = "CAIRN_EMBEDDING_SAMPLE_RATE", default_value_t = 0.1, value_parser = parse_rate)]
+    embedding_sample_rate: f64,
     #[command(subcommand)]
     command: Command,
 }
@@ -147,6 +151,14 @@ enum Command {
     /// Apply retention now: erase the payload of sessions whose last step
     /// is older than --retention-days.
     Retention,
+    /// Semantic search over the embedded steps of --org, best first.
+    Search {
+        /// The search text.
+        query: String,
+        /// At most this many results.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
     /// Show the server's public key (C2SP vkey form).
     Keys,
     /// Serve MCP over stdio (for agents that start Cairn as a subprocess),
@@ -327,6 +339,39 @@ pub fn run() -> Result<Outcome> {
                     import(&cli, store.as_ref(), bundle, key.as_deref())
                 }
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
+                Command::Search { query, limit } => {
+                    let hits = store.semantic_search(
+                        &cli.org,
+                        &cairn_store::embed::embed(query),
+                        *limit,
+                    )?;
+                    let mut rows = Vec::new();
+                    for (seq, score) in hits {
+                        store.read_log(&cli.org, seq, seq + 1, &mut |entry, _| {
+                            if let cairn_core::log::LogRecord::Step(r) = &entry.record {
+                                let mut v = step_to_json(seq, r);
+                                v["score"] = json!(score);
+                                rows.push(v);
+                            }
+                            false
+                        })?;
+                    }
+                    if cli.json {
+                        println!("{}", Value::Array(rows));
+                    } else {
+                        for r in rows {
+                            println!(
+                                "{:.3}  {} [{}] {}: {}",
+                                r["score"].as_f64().unwrap_or(0.0),
+                                r["session_id"].as_str().unwrap_or(""),
+                                r["step_index"],
+                                r["step_type"].as_str().unwrap_or(""),
+                                r["content"].as_str().unwrap_or("(erased)")
+                            );
+                        }
+                    }
+                    Ok(Outcome::Success)
+                }
                 Command::Erase { trace_id, reason } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let request = WriteRequest::Erase {
@@ -424,6 +469,7 @@ fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
             max_content_bytes: cli.max_content_length,
             ..Limits::default()
         },
+        embedding_sample_rate: cli.embedding_sample_rate,
         ..SqliteOptions::default()
     };
     let store = SqliteStore::open(&cli.data_dir, options)
@@ -1209,4 +1255,11 @@ fn spawn_retention(ledger: Arc<Ledger>, days: u32) {
             }
         }
     });
+}
+
+fn parse_rate(text: &str) -> std::result::Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| format!("{text:?} is not a rate between 0 and 1"))
 }
