@@ -96,8 +96,15 @@ fn plain_sql_cannot_change_the_ledger() {
         .unwrap();
     assert_eq!(before, after, "nothing changed");
     // The two recorded mutations are allowed in their exact shape.
-    conn.execute("UPDATE entries SET has_embedding = 1 WHERE seq = 1", [])
+    // (Sampling embeds some steps at ingest: pick one that is not.)
+    let changed = conn
+        .execute(
+            "UPDATE entries SET has_embedding = 1
+             WHERE id = (SELECT id FROM entries WHERE type = 'step' AND has_embedding = 0 LIMIT 1)",
+            [],
+        )
         .unwrap();
+    assert_eq!(changed, 1);
     conn.execute(
         "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}' WHERE seq = 2",
         [],
