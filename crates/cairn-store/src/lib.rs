@@ -24,6 +24,7 @@ mod auth;
 pub mod embed;
 mod keys;
 pub mod ops;
+pub mod pg;
 mod sequencer;
 mod sqlite;
 

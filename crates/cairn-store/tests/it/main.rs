@@ -6,4 +6,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod pg;
 mod sqlite;

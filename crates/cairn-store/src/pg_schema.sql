@@ -1,0 +1,177 @@
+-- Cairn on PostgreSQL, schema version 1. Applied idempotently by
+-- `cairn_store::pg::migrate`. The same tables as the embedded store
+-- (docs/STORAGE.md), with PostgreSQL types, and append-only enforcement in
+-- the database: row triggers against UPDATE and DELETE (but the recorded
+-- erasure and the embedding flag), statement triggers against TRUNCATE, and
+-- an event trigger against DROP and ALTER of ledger tables.
+
+CREATE TABLE IF NOT EXISTS cairn_meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS orgs (
+  org  BIGSERIAL PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+
+-- id = (org << 40) | seq, as in the embedded store.
+CREATE TABLE IF NOT EXISTS entries (
+  id            BIGINT PRIMARY KEY,
+  org           BIGINT NOT NULL,
+  seq           BIGINT NOT NULL,
+  type          TEXT   NOT NULL,
+  record_hash   BYTEA  NOT NULL,
+  leaf_hash     BYTEA  NOT NULL,
+  view          TEXT,
+  sid           BIGINT,
+  step_index    BIGINT,
+  trace_id      TEXT,
+  agent_id      TEXT,
+  kind          TEXT,
+  kind_label    TEXT,
+  content       TEXT,
+  input_data    TEXT,
+  output_data   TEXT,
+  confidence    DOUBLE PRECISION,
+  duration_ms   BIGINT,
+  token_count   BIGINT,
+  model         TEXT,
+  metadata      TEXT,
+  created_at    BIGINT,
+  turn_id       TEXT,
+  turn_step     BIGINT,
+  task_id       TEXT,
+  links         TEXT,
+  status        TEXT,
+  seed          BYTEA,
+  digest        BYTEA,
+  prev_hash     BYTEA,
+  sig_key_id    TEXT,
+  signature     BYTEA,
+  has_embedding BOOLEAN NOT NULL DEFAULT FALSE,
+  erased        BOOLEAN NOT NULL DEFAULT FALSE,
+  hidden        TEXT,
+  salts         BYTEA,
+  prev_seq      BIGINT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';
+
+CREATE TABLE IF NOT EXISTS sessions (
+  sid        BIGSERIAL PRIMARY KEY,
+  org        BIGINT NOT NULL,
+  session_id TEXT   NOT NULL,
+  agent_id   TEXT   NOT NULL,
+  profile    TEXT   NOT NULL,
+  started_at BIGINT NOT NULL,
+  start_seq  BIGINT NOT NULL,
+  genesis    BYTEA  NOT NULL,
+  UNIQUE (org, session_id)
+);
+CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+
+-- Derived, not ledger (see docs/STORAGE.md).
+CREATE TABLE IF NOT EXISTS session_heads (
+  sid        BIGINT PRIMARY KEY,
+  first_seq  BIGINT NOT NULL,
+  last_seq   BIGINT NOT NULL,
+  last_index BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS embeddings (
+  id     BIGINT PRIMARY KEY,
+  org    BIGINT NOT NULL,
+  vector BYTEA  NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+  id         TEXT PRIMARY KEY,
+  org_name   TEXT NOT NULL,
+  role       TEXT NOT NULL,
+  agent_id   TEXT,
+  token_hash BYTEA NOT NULL UNIQUE,
+  label      TEXT NOT NULL,
+  created_at BIGINT NOT NULL,
+  revoked_at BIGINT
+);
+
+CREATE TABLE IF NOT EXISTS org_origins (
+  org         BIGINT PRIMARY KEY,
+  server_name TEXT NOT NULL,
+  server_key  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS seals (
+  sid BIGINT PRIMARY KEY,
+  seq BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+  org   BIGINT NOT NULL,
+  level INTEGER NOT NULL,
+  idx   BIGINT NOT NULL,
+  hash  BYTEA  NOT NULL,
+  PRIMARY KEY (org, level, idx)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+  org        BIGINT NOT NULL,
+  size       BIGINT NOT NULL,
+  root       BYTEA  NOT NULL,
+  note       TEXT   NOT NULL,
+  created_at BIGINT NOT NULL,
+  PRIMARY KEY (org, size)
+);
+
+-- Append-only, enforced by the database.
+CREATE OR REPLACE FUNCTION cairn_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'cairn: the ledger is append-only; % on % is refused', TG_OP, TG_TABLE_NAME
+    USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+-- The only updates of `entries`: the recorded erasure (the four payload
+-- columns nulled at once, `erased` set, commitments in `hidden`, the
+-- embedding flag may drop) and setting the embedding flag. Every other
+-- column must stay as it was.
+CREATE OR REPLACE FUNCTION cairn_entries_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF (NEW.id, NEW.org, NEW.seq, NEW.type, NEW.record_hash, NEW.leaf_hash, NEW.view, NEW.sid, NEW.step_index,
+      NEW.trace_id, NEW.agent_id, NEW.kind, NEW.kind_label, NEW.confidence, NEW.duration_ms, NEW.token_count,
+      NEW.model, NEW.created_at, NEW.turn_id, NEW.turn_step, NEW.task_id, NEW.links, NEW.status, NEW.seed,
+      NEW.digest, NEW.prev_hash, NEW.sig_key_id, NEW.signature, NEW.salts, NEW.prev_seq)
+     IS NOT DISTINCT FROM
+     (OLD.id, OLD.org, OLD.seq, OLD.type, OLD.record_hash, OLD.leaf_hash, OLD.view, OLD.sid, OLD.step_index,
+      OLD.trace_id, OLD.agent_id, OLD.kind, OLD.kind_label, OLD.confidence, OLD.duration_ms, OLD.token_count,
+      OLD.model, OLD.created_at, OLD.turn_id, OLD.turn_step, OLD.task_id, OLD.links, OLD.status, OLD.seed,
+      OLD.digest, OLD.prev_hash, OLD.sig_key_id, OLD.signature, OLD.salts, OLD.prev_seq)
+     AND (
+       (OLD.type = 'step' AND NOT OLD.erased AND NEW.erased AND NEW.hidden IS NOT NULL
+        AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
+        AND (NEW.has_embedding = OLD.has_embedding OR NOT NEW.has_embedding))
+       OR
+       (NOT OLD.has_embedding AND NEW.has_embedding AND NEW.erased = OLD.erased
+        AND NEW.hidden IS NOT DISTINCT FROM OLD.hidden
+        AND (NEW.content, NEW.input_data, NEW.output_data, NEW.metadata)
+            IS NOT DISTINCT FROM (OLD.content, OLD.input_data, OLD.output_data, OLD.metadata))
+     )
+  THEN
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION 'cairn: ledger entries cannot be updated (only recorded erasure and the embedding flag)'
+    USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+DO $$
+DECLARE
+  t TEXT;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['entries', 'orgs', 'sessions', 'seals', 'nodes', 'checkpoints', 'org_origins'] LOOP
+    EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_delete ON %I', t);
+    EXECUTE format('CREATE TRIGGER cairn_no_delete BEFORE DELETE ON %I FOR EACH ROW EXECUTE FUNCTION cairn_refuse()', t);
+    EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_truncate ON %I', t);
+    EXECUTE format('CREATE TRIGGER cairn_no_truncate BEFORE TRUNCATE ON %I FOR EACH STATEMENT EXECUTE FUNCTION cairn_refuse()', t);
+    IF t <> 'entries' THEN
+      EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_update ON %I', t);
+      EXECUTE format('CREATE TRIGGER cairn_no_update BEFORE UPDATE ON %I FOR EACH ROW EXECUTE FUNCTION cairn_refuse()', t);
+    END IF;
+  END LOOP;
+  DROP TRIGGER IF EXISTS cairn_entries_update ON entries;
+  CREATE TRIGGER cairn_entries_update BEFORE UPDATE ON entries FOR EACH ROW EXECUTE FUNCTION cairn_entries_update();
+END $$;

@@ -1,0 +1,307 @@
+//! PostgreSQL: a throwaway cluster started by the tests themselves
+//! (`initdb` and `pg_ctl` from PATH, in a temporary directory, on a free
+//! loopback port), and the append-only enforcement of the schema.
+//! Under `CI=true` a missing PostgreSQL fails the run; elsewhere the tests
+//! say so and pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A PostgreSQL cluster for one test, stopped when dropped.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    as_user: Option<&'static str>,
+}
+
+fn find(binary: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(binary))
+            .find(|p| p.is_file())
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+}
+
+impl PgCluster {
+    /// Starts a cluster, or returns None (outside CI) when PostgreSQL is
+    /// not installed.
+    pub fn start() -> Option<PgCluster> {
+        let (Some(initdb), Some(pg_ctl)) = (find("initdb"), find("pg_ctl")) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI=true but initdb/pg_ctl are not on PATH: PostgreSQL 15 is required for these tests"
+            );
+            eprintln!("PostgreSQL (initdb, pg_ctl) not on PATH: skipping outside CI");
+            return None;
+        };
+        // initdb refuses to run as root: run the cluster as an unprivileged
+        // user that owns the directory.
+        let as_user = is_root().then(|| {
+            if Command::new("id")
+                .arg("postgres")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                "postgres"
+            } else {
+                "nobody"
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(user) = as_user {
+            let status = Command::new("chown")
+                .args(["-R", user, dir.path().to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cluster = PgCluster { dir, port, as_user };
+        let data = cluster.data_dir();
+        cluster.run(
+            &initdb,
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c full_page_writes=off",
+            cluster.dir.path().display()
+        );
+        cluster.run(
+            &pg_ctl,
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &options,
+                "-l",
+                cluster.dir.path().join("log").to_str().unwrap(),
+                "-w",
+                "start",
+            ],
+        );
+        Some(cluster)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn run(&self, binary: &Path, args: &[&str]) {
+        let mut command = match self.as_user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let out = command.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed: {}{}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A connection URL as the superuser, to database `postgres`.
+    pub fn url(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    /// A new client as the superuser.
+    pub fn connect(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Some(pg_ctl) = find("pg_ctl") {
+            let data = self.data_dir();
+            let mut command = match self.as_user {
+                Some(user) => {
+                    let mut c = Command::new("runuser");
+                    c.args(["-u", user, "--"]).arg(pg_ctl);
+                    c
+                }
+                None => Command::new(pg_ctl),
+            };
+            let _ = command
+                .args(["-D", data.to_str().unwrap_or(""), "-m", "immediate", "stop"])
+                .output();
+        }
+    }
+}
+
+#[test]
+fn migrations_are_idempotent_and_concurrent_safe() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let url = cluster.url();
+            std::thread::spawn(move || {
+                let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                cairn_store::pg::migrate(&mut client).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut client = cluster.connect();
+    cairn_store::pg::migrate(&mut client).unwrap();
+    let version: String = client
+        .query_one(
+            "SELECT value FROM cairn_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "1");
+    assert!(
+        cairn_store::pg::install_guard(&mut client).unwrap(),
+        "the test cluster's role is a superuser"
+    );
+    assert!(
+        cairn_store::pg::install_guard(&mut client).unwrap(),
+        "the guard installs idempotently"
+    );
+}
+
+/// Every forbidden statement fails, even for the superuser that owns the
+/// tables; the two recorded mutations pass in their exact shape.
+#[test]
+fn the_database_refuses_to_change_the_ledger() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let mut client = cluster.connect();
+    cairn_store::pg::migrate(&mut client).unwrap();
+    cairn_store::pg::install_guard(&mut client).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO orgs (name) VALUES ('acme');
+             INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+               VALUES (1, 's1', 'a', 'standard', 0, 0, '\\x00');
+             INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, content, input_data, metadata, seed, digest, prev_hash)
+               VALUES (1099511627776, 1, 0, 'step', '\\x01', '\\x02', 1, 0, 't0', 'secret', '{}', '{}', '\\x03', '\\x04', '\\x05'),
+                      (1099511627777, 1, 1, 'step', '\\x11', '\\x12', 1, 1, 't1', 'secret', '{}', '{}', '\\x13', '\\x14', '\\x15');
+             INSERT INTO nodes (org, level, idx, hash) VALUES (1, 4, 0, '\\x06');
+             INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, 2, '\\x07', 'n', 0);",
+        )
+        .unwrap();
+    let forbidden = [
+        "UPDATE entries SET content = 'edited'",
+        "UPDATE entries SET digest = '\\x00'",
+        "UPDATE entries SET seq = seq + 100",
+        "DELETE FROM entries WHERE seq = 1",
+        "TRUNCATE entries",
+        "TRUNCATE checkpoints",
+        "UPDATE sessions SET agent_id = 'mallory'",
+        "DELETE FROM sessions",
+        "UPDATE checkpoints SET note = 'forged'",
+        "DELETE FROM nodes",
+        "UPDATE orgs SET name = 'other'",
+        "UPDATE entries SET content = NULL, erased = TRUE, hidden = '{}' WHERE seq = 0",
+        "UPDATE entries SET has_embedding = TRUE, content = 'x' WHERE seq = 0",
+        "DROP TABLE entries",
+        "DROP TABLE checkpoints",
+        "DROP TRIGGER cairn_no_delete ON entries",
+        "ALTER TABLE entries DISABLE TRIGGER ALL",
+        "ALTER TABLE entries DROP COLUMN digest",
+    ];
+    for sql in forbidden {
+        let err = client.batch_execute(sql).expect_err(sql);
+        let text = err
+            .as_db_error()
+            .map(|e| e.message().to_owned())
+            .unwrap_or_else(|| err.to_string());
+        assert!(text.contains("cairn:"), "{sql}: {text}");
+    }
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM entries WHERE content = 'secret'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 2, "nothing changed");
+    client
+        .batch_execute("UPDATE entries SET has_embedding = TRUE WHERE seq = 0")
+        .unwrap();
+    client
+        .batch_execute(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 1",
+        )
+        .unwrap();
+}
+
+/// The production role of docs/OPERATIONS.md can append and read, and is
+/// refused by privilege (before any trigger) everything else.
+#[test]
+fn the_production_role_has_only_what_it_needs() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let mut admin = cluster.connect();
+    cairn_store::pg::migrate(&mut admin).unwrap();
+    admin.batch_execute("CREATE ROLE cairn_app LOGIN").unwrap();
+    admin
+        .batch_execute(include_str!("../../src/pg_grants.sql"))
+        .unwrap();
+    let url = cluster.url().replace("user=postgres", "user=cairn_app");
+    let mut app = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    app.batch_execute(
+        "INSERT INTO orgs (name) VALUES ('acme');
+         INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, content, metadata)
+           VALUES (1099511627776, 1, 0, 'step', '\\x01', '\\x02', 'secret', '{}');
+         UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}';
+         INSERT INTO session_heads VALUES (1, 0, 0, 0); UPDATE session_heads SET last_seq = 0;",
+    )
+    .unwrap();
+    for sql in [
+        "UPDATE entries SET digest = '\\x00'",
+        "UPDATE entries SET seq = 5",
+        "DELETE FROM entries",
+        "TRUNCATE entries",
+        "DROP TABLE entries",
+        "UPDATE checkpoints SET note = 'x'",
+        "ALTER TABLE entries DISABLE TRIGGER ALL",
+        "CREATE TABLE sneaky (x int)",
+    ] {
+        let err = app.batch_execute(sql).expect_err(sql);
+        let code = err
+            .as_db_error()
+            .map(|e| e.code().code().to_owned())
+            .unwrap_or_default();
+        assert!(
+            code == "42501" || code == "42P01" || err.to_string().contains("cairn:"),
+            "{sql}: {err}"
+        );
+    }
+}
