@@ -22,6 +22,7 @@
 
 mod auth;
 pub mod embed;
+mod engine;
 mod keys;
 pub mod ops;
 pub mod pg;

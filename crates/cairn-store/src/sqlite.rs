@@ -20,37 +20,33 @@
 //! the embedding flag. Cairn's own connections also refuse DROP and ALTER
 //! through an authorizer.
 
+use crate::engine::{
+    AgentKey, Engine, OrgState, Overlay, RawStep, SessionState, StepRow, WriteTx,
+    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
+};
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
-    DbContext, LedgerStore, NewSession, PreparedStep, Refusal, SessionInfo, SessionSummary,
-    StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, prepare_step,
+    DbContext, LedgerStore, Refusal, SessionInfo, SessionSummary, StoreError, StoredCheckpoint,
+    StoredStep, WriteRequest, Written,
 };
-use cairn_core::commit::{
-    Field, Opening, Openings, StepRecord, agent_key_id, chain_hash, digest_of_commitments,
-    genesis_hash, recommit_field, session_leaf_data, verify_agent_signature,
-};
-use cairn_core::ed25519_dalek::VerifyingKey;
-use cairn_core::log::{
-    KeyRegistration, LogEntry, LogRecord, OpRecord, SealRecord, log_origin, org_checkpoint,
-};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
-    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, leaf_hash, node_hash, range_hash,
+    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
 use cairn_core::note::NoteVerifier;
-use cairn_core::record::{Limits, Links, Profile, SessionHeader, Status, Step, validate_id};
+use cairn_core::record::{Limits, Profile, SessionHeader};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: &str = "1";
-/// Merkle subtrees are stored at levels that are multiples of this.
-const NODE_STRIDE: u32 = 4;
+use crate::engine::NODE_STRIDE;
 
 /// Settings of an embedded store.
 #[derive(Debug, Clone)]
@@ -77,45 +73,29 @@ impl Default for SqliteOptions {
     }
 }
 
-#[derive(Debug, Clone)]
-struct OrgState {
-    id: i64,
-    /// Imported from another server: read-only, signed by that server.
-    foreign: bool,
-    frontier: Frontier,
-    checkpoint_size: u64,
-    checkpoint_at: Option<Instant>,
-}
-
-#[derive(Debug, Clone)]
-struct SessionState {
-    sid: i64,
-    agent_id: String,
-    profile: Profile,
-    next_index: u64,
-    head: Hash,
-    sealed: bool,
-    first_seq: Option<u64>,
-    last_seq: Option<u64>,
-}
-
-#[derive(Debug, Clone)]
-struct AgentKey {
-    org: i64,
-    agent_id: String,
-    key: VerifyingKey,
-    seq: u64,
-}
-
 struct Writer {
     conn: Connection,
     /// Set when the in-memory state could not be rebuilt (the tables
     /// contradict themselves, e.g. after tampering): the store still opens
     /// for reading and verification, but refuses writes.
     broken: Option<String>,
+    state: State,
+}
+
+/// The sequencing state, held in memory: this process is the only writer.
+#[derive(Default)]
+struct State {
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
-    keys: HashMap<String, AgentKey>,
+    keys: HashMap<(i64, String), AgentKey>,
+}
+
+impl State {
+    fn apply(&mut self, overlay: Overlay) {
+        self.orgs.extend(overlay.orgs);
+        self.sessions.extend(overlay.sessions);
+        self.keys.extend(overlay.keys);
+    }
 }
 
 /// The embedded store. See the module docs.
@@ -182,15 +162,6 @@ impl Drop for Checkpointer {
             let _ = thread.join();
         }
     }
-}
-
-use crate::now;
-
-fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
-    let arr: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| StoreError::Corrupt("a stored hash is not 32 bytes".into()))?;
-    Ok(Hash(arr))
 }
 
 fn configure(conn: &Connection) -> Result<(), StoreError> {
@@ -415,59 +386,40 @@ impl SubtreeHashes for DbTree<'_> {
 
 fn load_state(conn: Connection) -> Writer {
     match rebuild(&conn) {
-        Ok((orgs, sessions, keys)) => Writer {
+        Ok(state) => Writer {
             conn,
             broken: None,
-            orgs,
-            sessions,
-            keys,
+            state,
         },
         Err(e) => Writer {
             conn,
             broken: Some(format!(
                 "the store's tables are inconsistent ({e}); it is open for reading and verification only: run `cairn verify`"
             )),
-            orgs: HashMap::new(),
-            sessions: HashMap::new(),
-            keys: HashMap::new(),
+            state: State::default(),
         },
     }
 }
-
-type State = (
-    HashMap<String, OrgState>,
-    HashMap<(i64, String), SessionState>,
-    HashMap<String, AgentKey>,
-);
 
 fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut orgs = HashMap::new();
     {
         let mut stmt = conn
-            .prepare("SELECT org, name, 0 FROM orgs o")
+            .prepare("SELECT org, name, EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org) FROM orgs o")
             .context("listing orgs")?;
-        let rows: Vec<(i64, String, i64)> = stmt
+        let rows: Vec<(i64, String, bool)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .context("listing orgs")?
             .collect::<Result<_, _>>()
             .context("listing orgs")?;
-        for (id, name, _) in rows {
+        for (id, name, foreign) in rows {
             let size = log_size_of(conn, id)?;
             let tree = DbTree {
                 conn,
                 org: id,
                 size,
             };
-            let mut peaks = Vec::new();
-            let mut start = 0u64;
-            for level in (0..64u32).rev() {
-                if size & (1 << level) != 0 {
-                    peaks.push(tree.subtree(level, start >> level)?);
-                    start += 1 << level;
-                }
-            }
-            let frontier = Frontier::from_parts(size, peaks)
-                .ok_or_else(|| StoreError::Corrupt("frontier rebuild".into()))?;
+            let frontier = frontier_of(&tree)?;
             let checkpoint_size: i64 = conn
                 .query_row(
                     "SELECT COALESCE(MAX(size), 0) FROM checkpoints WHERE org = ?1",
@@ -475,13 +427,6 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     |r| r.get(0),
                 )
                 .context("reading the last checkpoint")?;
-            let foreign: bool = conn
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM org_origins WHERE org = ?1)",
-                    [id],
-                    |r| r.get(0),
-                )
-                .context("reading org origins")?;
             orgs.insert(
                 name,
                 OrgState {
@@ -583,35 +528,23 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
             .context("loading agent keys")?;
         for row in rows {
             let (org, seq, view) = row.context("loading an agent key")?;
-            let view: serde_json::Value = serde_json::from_str(&view)
-                .map_err(|e| StoreError::Corrupt(format!("key registration: {e}")))?;
-            if let Ok(OpRecord::KeyRegistration(reg)) =
-                OpRecord::from_view("key-registration", &view)
-            {
+            for (seq, reg) in agent_keys_from_views([(seq as u64, view)])? {
                 keys.insert(
-                    reg.key_id.clone(),
+                    (org, reg.key_id),
                     AgentKey {
-                        org,
                         agent_id: reg.agent_id,
                         key: reg.public_key,
-                        seq: seq as u64,
+                        seq,
                     },
                 );
             }
         }
     }
-    Ok((orgs, sessions, keys))
-}
-
-/// Changes a batch makes to the in-memory state, applied only after its
-/// transaction commits.
-#[derive(Default)]
-struct Overlay {
-    orgs: HashMap<String, OrgState>,
-    sessions: HashMap<(i64, String), SessionState>,
-    keys: HashMap<String, AgentKey>,
-    /// Sessions that got steps in this batch (their heads are written).
-    touched: std::collections::HashSet<i64>,
+    Ok(State {
+        orgs,
+        sessions,
+        keys,
+    })
 }
 
 const API_KEY_COLUMNS: &str =
@@ -632,28 +565,6 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
         created_at: Timestamp::from_micros(created).unwrap_or_default(),
         revoked_at: revoked.and_then(Timestamp::from_micros),
     })
-}
-
-/// Everything one step row holds.
-struct StepRow<'a> {
-    org: i64,
-    seq: u64,
-    sid: i64,
-    step: &'a Step,
-    hash: &'a Hash,
-    leaf: &'a Hash,
-    digest: &'a Hash,
-    prev_hash: &'a Hash,
-    /// The record seed (steps written here) ...
-    seed: Option<&'a [u8; 32]>,
-    /// ... or the salts themselves (steps imported from a bundle).
-    salts: Option<Vec<u8>>,
-    signature: Option<&'a [u8; 64]>,
-    has_embedding: bool,
-    erased: bool,
-    /// Commitments of hidden or erased fields, as JSON.
-    hidden: Option<String>,
-    prev_seq: Option<u64>,
 }
 
 fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError> {
@@ -714,22 +625,6 @@ const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label,
     e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
     e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts";
 
-fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
-    value.as_ref().map(serde_json::Value::to_string)
-}
-
-fn links_text(links: &Links) -> Option<String> {
-    if links.is_empty() {
-        return None;
-    }
-    let map: serde_json::Map<String, serde_json::Value> = links
-        .entries()
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), serde_json::Value::String(v.to_owned()))))
-        .collect();
-    Some(serde_json::Value::Object(map).to_string())
-}
-
 /// The rowids of a session's steps, oldest first, found by walking
 /// `prev_seq` back from the session's last step. A broken link ends the
 /// walk early; verification then reports the missing index.
@@ -769,877 +664,339 @@ fn session_rowids(conn: &Connection, org: i64, sid: i64) -> Result<Vec<i64>, Sto
 
 /// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
 fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("stored step: {what}"));
-    let get_json = |i: usize| -> Result<Option<serde_json::Value>, StoreError> {
-        let text: Option<String> = row.get(i).context("reading a step")?;
-        text.map(|t| serde_json::from_str(&t).map_err(|_| corrupt("a JSON column does not parse")))
-            .transpose()
+    let read = |e| StoreError::Database {
+        context: "reading a step".into(),
+        source: e,
     };
-    let seq: i64 = row.get(0).context("reading a step")?;
-    let kind_name: String = row.get(3).context("reading a step")?;
-    let kind =
-        cairn_core::kind::StepKind::parse(&kind_name).ok_or_else(|| corrupt("unknown kind"))?;
-    let links = match get_json(17)? {
-        None => Links::default(),
-        Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
-    };
-    let status: String = row.get(18).context("reading a step")?;
-    let created: i64 = row.get(13).context("reading a step")?;
-    let opt_u64 = |i: usize| -> Result<Option<u64>, StoreError> {
-        let v: Option<i64> = row.get(i).context("reading a step")?;
-        Ok(v.map(|v| v as u64))
-    };
-    let step = Step {
-        trace_id: row.get(1).context("reading a step")?,
-        org_id: row.get(29).context("reading a step")?,
-        agent_id: row.get(2).context("reading a step")?,
-        session_id: row.get(30).context("reading a step")?,
-        step_index: row.get::<_, i64>(28).context("reading a step")? as u64,
-        kind,
-        kind_label: row.get(4).context("reading a step")?,
-        content: row.get(5).context("reading a step")?,
-        input: get_json(6)?,
-        output: get_json(7)?,
-        confidence: row.get(8).context("reading a step")?,
-        duration_ms: opt_u64(9)?,
-        token_count: opt_u64(10)?,
-        model: row.get(11).context("reading a step")?,
-        metadata: get_json(12)?,
-        created_at: Timestamp::from_micros(created)
-            .ok_or_else(|| corrupt("timestamp out of range"))?,
-        turn_id: row.get(14).context("reading a step")?,
-        turn_step: opt_u64(15)?,
-        task_id: row.get(16).context("reading a step")?,
-        links,
-        status: Status::parse(&status).ok_or_else(|| corrupt("unknown status"))?,
-        signer_key_id: None,
-    };
-    let mut step = step;
-    step.signer_key_id = row.get(23).context("reading a step")?;
-    let seed: Option<Vec<u8>> = row.get(19).context("reading a step")?;
-    let mut openings = match seed {
-        Some(seed) => {
-            let seed: [u8; 32] = seed
-                .try_into()
-                .map_err(|_| corrupt("seed is not 32 bytes"))?;
-            Openings::from_seed(&seed)
-        }
-        None => {
-            // Imported from a bundle: the salts themselves, no seed.
-            let salts: Vec<u8> = row
-                .get::<_, Option<Vec<u8>>>(31)
-                .context("reading a step")?
-                .ok_or_else(|| corrupt("neither seed nor salts"))?;
-            if salts.len() != 16 * cairn_core::commit::FIELD_COUNT {
-                return Err(corrupt("salts are not 21 x 16 bytes"));
-            }
-            Openings(std::array::from_fn(|i| {
-                let mut salt = [0u8; 16];
-                salt.copy_from_slice(&salts[16 * i..16 * i + 16]);
-                Opening::Revealed(salt)
-            }))
-        }
-    };
-    let erased: bool = row.get(26).context("reading a step")?;
-    if let Some(hidden) = get_json(27)? {
-        let map = hidden
-            .as_object()
-            .ok_or_else(|| corrupt("hidden is not an object"))?;
-        for (name, value) in map {
-            let field =
-                Field::from_name(name).ok_or_else(|| corrupt("hidden names an unknown field"))?;
-            let hash = value
-                .as_str()
-                .and_then(|s| Hash::from_hex(s).ok())
-                .ok_or_else(|| corrupt("hidden commitment is not a hash"))?;
-            openings.0[field.position()] = Opening::Hidden(hash);
-        }
-    }
-    // `sig_key_id` is the declared signer (a committed field); the
-    // signature bytes are beside it.
-    let sig_key: Option<String> = row.get(23).context("reading a step")?;
-    let sig: Option<Vec<u8>> = row.get(24).context("reading a step")?;
-    let signature = match (&sig_key, sig) {
-        (Some(key_id), Some(bytes)) => Some(cairn_core::commit::AgentSignature {
-            key_id: key_id.clone(),
-            signature: bytes
-                .try_into()
-                .map_err(|_| corrupt("signature is not 64 bytes"))?,
-        }),
-        _ => None,
-    };
-    Ok(StoredStep {
-        seq: seq as u64,
-        record: StepRecord {
-            step,
-            openings,
-            digest: blob_hash(row.get(20).context("reading a step")?)?,
-            prev_hash: blob_hash(row.get(21).context("reading a step")?)?,
-            hash: blob_hash(row.get(22).context("reading a step")?)?,
-            signature,
-            has_embedding: row.get(25).context("reading a step")?,
-            erased,
-        },
-    })
-}
-
-impl Writer {
-    fn org(&self, overlay: &Overlay, name: &str) -> Option<OrgState> {
-        overlay
-            .orgs
-            .get(name)
-            .or_else(|| self.orgs.get(name))
-            .cloned()
-    }
-
-    fn session(&self, overlay: &Overlay, org: i64, session: &str) -> Option<SessionState> {
-        let key = (org, session.to_owned());
-        overlay
-            .sessions
-            .get(&key)
-            .or_else(|| self.sessions.get(&key))
-            .cloned()
-    }
-
-    fn agent_key(&self, overlay: &Overlay, key_id: &str) -> Option<AgentKey> {
-        overlay
-            .keys
-            .get(key_id)
-            .or_else(|| self.keys.get(key_id))
-            .cloned()
-    }
-
-    /// The org's state, creating the org on first use.
-    fn org_or_create(
-        &self,
-        tx: &Connection,
-        overlay: &Overlay,
-        name: &str,
-    ) -> Result<OrgState, StoreError> {
-        if let Some(org) = self.org(overlay, name) {
-            return Ok(org);
-        }
-        tx.execute("INSERT INTO orgs (name) VALUES (?1)", [name])
-            .context("creating an org")?;
-        Ok(OrgState {
-            id: tx.last_insert_rowid(),
-            foreign: false,
-            frontier: Frontier::new(),
-            checkpoint_size: 0,
-            checkpoint_at: None,
+    let raw = (|| {
+        Ok::<_, rusqlite::Error>(RawStep {
+            seq: row.get(0)?,
+            trace_id: row.get(1)?,
+            agent_id: row.get(2)?,
+            kind: row.get(3)?,
+            kind_label: row.get(4)?,
+            content: row.get(5)?,
+            input: row.get(6)?,
+            output: row.get(7)?,
+            confidence: row.get(8)?,
+            duration_ms: row.get(9)?,
+            token_count: row.get(10)?,
+            model: row.get(11)?,
+            metadata: row.get(12)?,
+            created_at: row.get(13)?,
+            turn_id: row.get(14)?,
+            turn_step: row.get(15)?,
+            task_id: row.get(16)?,
+            links: row.get(17)?,
+            status: row.get(18)?,
+            seed: row.get(19)?,
+            digest: row.get(20)?,
+            prev_hash: row.get(21)?,
+            hash: row.get(22)?,
+            signer_key_id: row.get(23)?,
+            signature: row.get(24)?,
+            has_embedding: row.get(25)?,
+            erased: row.get(26)?,
+            hidden: row.get(27)?,
+            step_index: row.get(28)?,
+            org_id: row.get(29)?,
+            session_id: row.get(30)?,
+            salts: row.get(31)?,
         })
-    }
+    })()
+    .map_err(read)?;
+    raw.parse()
 }
 
-/// Appends one leaf to an org's log state, writing the Merkle nodes it
-/// completes at stored levels.
-fn push_leaf(tx: &Connection, org: &mut OrgState, leaf: Hash) -> Result<(), StoreError> {
-    let mut nodes: Vec<(u32, u64, Hash)> = Vec::new();
-    org.frontier.push_with(leaf, |level, index, hash| {
-        if level > 0 && level.is_multiple_of(NODE_STRIDE) {
-            nodes.push((level, index, *hash));
+/// The frontier of a stored tree: one subtree hash per set bit of its size.
+fn frontier_of(tree: &DbTree<'_>) -> Result<Frontier, StoreError> {
+    let size = tree.size;
+    let mut peaks = Vec::new();
+    let mut start = 0u64;
+    for level in (0..64u32).rev() {
+        if size & (1 << level) != 0 {
+            peaks.push(tree.subtree(level, start >> level)?);
+            start += 1 << level;
         }
-    });
-    for (level, index, hash) in nodes {
-        tx.prepare_cached("INSERT INTO nodes (org, level, idx, hash) VALUES (?1, ?2, ?3, ?4)")
-            .and_then(|mut s| s.execute(params![org.id, level, index as i64, &hash.0[..]]))
-            .context("writing a tree node")?;
     }
-    Ok(())
+    Frontier::from_parts(size, peaks).ok_or_else(|| StoreError::Corrupt("frontier rebuild".into()))
 }
 
-/// The lookup row of a session whose start record is at `start_seq`.
-fn insert_session_row(
-    tx: &Connection,
-    org: i64,
-    header: &SessionHeader,
-    start_seq: u64,
-) -> Result<i64, StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            org,
-            header.session_id,
-            header.agent_id,
-            header.profile.as_str(),
-            header.started_at.as_micros(),
-            start_seq as i64,
-            &genesis_hash(header).0[..]
-        ])
-    })
-    .context("writing a session")?;
-    Ok(tx.last_insert_rowid())
+/// The writer's transaction, seen by the engine: the state comes from
+/// memory (this process is the only writer), the rows go to SQLite.
+struct SqliteTx<'a> {
+    conn: &'a Connection,
+    state: &'a State,
 }
 
-fn insert_op(tx: &Connection, org: &mut OrgState, op: &OpRecord) -> Result<u64, StoreError> {
-    let seq = org.frontier.size();
-    let hash = op.hash();
-    let entry = LogEntry {
-        seq,
-        record: LogRecord::Op {
-            record: op.clone(),
-            hash,
-        },
-    };
-    let leaf = entry.leaf_hash();
-    tx.prepare_cached(
-        "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?7, ?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            org.id,
-            seq as i64,
-            op.entry_type(),
-            &hash.0[..],
-            &leaf.0[..],
-            op.to_view().to_string(),
-            row_id(org.id, seq)
-        ])
-    })
-    .context("writing an operational record")?;
-    push_leaf(tx, org, leaf)?;
-    Ok(seq)
+impl WriteTx for SqliteTx<'_> {
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
+        Ok(self.state.orgs.get(name).cloned())
+    }
+
+    fn create_org(&mut self, name: &str) -> Result<i64, StoreError> {
+        self.conn
+            .execute("INSERT INTO orgs (name) VALUES (?1)", [name])
+            .context("creating an org")?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
+        Ok(self
+            .state
+            .sessions
+            .get(&(org, session_id.to_owned()))
+            .cloned())
+    }
+
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
+        Ok(self.state.keys.get(&(org, key_id.to_owned())).cloned())
+    }
+
+    fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM entries WHERE org = ?1 AND trace_id = ?2)",
+            )
+            .and_then(|mut s| s.query_row(params![org, trace_id], |r| r.get(0)))
+            .context("checking a trace id")
+    }
+
+    fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
+        insert_step_row(self.conn, row)
+    }
+
+    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![row_id(org, seq), org, vector]))
+            .context("storing an embedding")?;
+        Ok(())
+    }
+
+    fn insert_op(
+        &mut self,
+        org: i64,
+        seq: u64,
+        op: &OpRecord,
+        hash: &Hash,
+        leaf: &Hash,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    row_id(org, seq),
+                    org,
+                    seq as i64,
+                    op.entry_type(),
+                    &hash.0[..],
+                    &leaf.0[..],
+                    op.to_view().to_string(),
+                ])
+            })
+            .context("writing an operational record")?;
+        Ok(())
+    }
+
+    fn insert_node(
+        &mut self,
+        org: i64,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO nodes (org, level, idx, hash) VALUES (?1, ?2, ?3, ?4)")
+            .and_then(|mut s| s.execute(params![org, level, index as i64, &hash.0[..]]))
+            .context("writing a tree node")?;
+        Ok(())
+    }
+
+    fn insert_session(
+        &mut self,
+        org: i64,
+        header: &SessionHeader,
+        genesis: &Hash,
+        start_seq: u64,
+    ) -> Result<i64, StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    org,
+                    header.session_id,
+                    header.agent_id,
+                    header.profile.as_str(),
+                    header.started_at.as_micros(),
+                    start_seq as i64,
+                    &genesis.0[..]
+                ])
+            })
+            .context("writing a session")?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn insert_seal(&mut self, sid: i64, seq: u64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO seals (sid, seq) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![sid, seq as i64]))
+            .context("writing a seal")?;
+        Ok(())
+    }
+
+    fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
+        let (index, hash, prev): (i64, Vec<u8>, Option<i64>) = self
+            .conn
+            .prepare_cached("SELECT step_index, record_hash, prev_seq FROM entries WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([row_id(org, seq)], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+            })
+            .context("reading a session's chain")?;
+        Ok((index as u64, blob_hash(hash)?, prev.map(|p| p as u64)))
+    }
+
+    fn step_by_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        let sql = format!(
+            "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+             JOIN sessions s ON s.sid = e.sid WHERE e.org = ?1 AND e.trace_id = ?2"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).context("finding a step")?;
+        let mut rows = stmt
+            .query(params![org, trace_id])
+            .context("finding a step")?;
+        match rows.next().context("finding a step")? {
+            Some(row) => Ok(Some(step_from_row(row)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError> {
+        let id = row_id(org, seq);
+        self.conn
+            .prepare_cached(
+                "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
+                 erased = 1, hidden = ?2, has_embedding = 0 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![id, hidden]))
+            .context("erasing a step")?;
+        // A vector would still carry what the content said.
+        self.conn
+            .prepare_cached("DELETE FROM embeddings WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .context("erasing an embedding")?;
+        Ok(())
+    }
+
+    fn expired_sessions(
+        &mut self,
+        org: i64,
+        older_than: Timestamp,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                 JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+                 WHERE s.org = ?1 AND e.created_at < ?2",
+            )
+            .context("finding expired sessions")?;
+        let rows = stmt
+            .query_map(params![org, older_than.as_micros()], |r| r.get(0))
+            .context("finding expired sessions")?;
+        rows.collect::<Result<_, _>>()
+            .context("finding expired sessions")
+    }
+
+    fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
+        let ids = session_rowids(self.conn, org, sid)?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT trace_id FROM entries WHERE id = ?1 AND erased = 0")
+            .context("reading an expired session")?;
+        let mut pending = Vec::new();
+        for id in ids {
+            if let Some(trace) = stmt
+                .query_row([id], |r| r.get::<_, String>(0))
+                .optional()
+                .context("reading an expired session")?
+            {
+                pending.push(trace);
+            }
+        }
+        Ok(pending)
+    }
+
+    fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .and_then(|mut s| {
+                s.execute(params![org, cp.size as i64, &cp.root.0[..], cp.note, cp.created_at.as_micros()])
+            })
+            .context("writing a checkpoint")?;
+        Ok(())
+    }
+
+    fn latest_checkpoint(
+        &mut self,
+        org: i64,
+        name: &str,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        latest_checkpoint(self.conn, org, name)
+    }
+
+    fn put_session_head(
+        &mut self,
+        sid: i64,
+        first_seq: u64,
+        last_seq: u64,
+        last_index: u64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
+            )
+            .and_then(|mut s| s.execute(params![sid, first_seq as i64, last_seq as i64, last_index as i64]))
+            .context("recording session heads")?;
+        Ok(())
+    }
+
+    fn insert_origin(
+        &mut self,
+        org: i64,
+        server_name: &str,
+        server_key: &str,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO org_origins (org, server_name, server_key) VALUES (?1, ?2, ?3)",
+                params![org, server_name, server_key],
+            )
+            .context("recording the org's origin")?;
+        Ok(())
+    }
 }
 
 impl SqliteStore {
-    fn start_session(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        req: &NewSession,
-        started_at: Timestamp,
-    ) -> Result<Result<(u64, Hash, SessionState), Refusal>, StoreError> {
-        let header = SessionHeader {
-            org_id: req.org_id.clone(),
-            session_id: req.session_id.clone(),
-            agent_id: req.agent_id.clone(),
-            started_at,
-            caller: req.caller.clone(),
-            profile: req.profile,
-            predecessor: req.predecessor,
-            full_consent: req.full_consent,
-        };
-        if let Err(e) = header.validate() {
-            return Ok(Err(e.into()));
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            key: &self.key,
+            limits: self.limits,
+            embedding_sample_rate: self.embedding_sample_rate,
+            checkpoint_interval: self.checkpoint_interval,
         }
-        let mut org = w.org_or_create(tx, overlay, &req.org_id)?;
-        if w.session(overlay, org.id, &req.session_id).is_some() {
-            return Ok(Err(Refusal::SessionExists {
-                session_id: req.session_id.clone(),
-            }));
-        }
-        let genesis = genesis_hash(&header);
-        let seq = insert_op(tx, &mut org, &OpRecord::SessionStart(header.clone()))?;
-        let sid = insert_session_row(tx, org.id, &header, seq)?;
-        let state = SessionState {
-            sid,
-            agent_id: req.agent_id.clone(),
-            profile: req.profile,
-            next_index: 0,
-            head: genesis,
-            sealed: false,
-            first_seq: None,
-            last_seq: None,
-        };
-        overlay
-            .sessions
-            .insert((org.id, req.session_id.clone()), state.clone());
-        overlay.orgs.insert(req.org_id.clone(), org);
-        Ok(Ok((seq, genesis, state)))
-    }
-
-    fn append_step(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        prepared: &PreparedStep,
-    ) -> Result<Result<Written, Refusal>, StoreError> {
-        let mut step = prepared.step.clone();
-        let trace_id = step.trace_id.clone();
-        // Generated ids (UUIDv7) are unique; a writer-chosen one is checked
-        // before anything is written, so a refusal leaves nothing behind.
-        if prepared.trace_id_given
-            && let Some(org) = w.org(overlay, &step.org_id)
-        {
-            let taken: bool = tx
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM entries WHERE org = ?1 AND trace_id = ?2)",
-                )
-                .and_then(|mut s| s.query_row(params![org.id, trace_id], |r| r.get(0)))
-                .context("checking a trace id")?;
-            if taken {
-                return Ok(Err(Refusal::DuplicateTraceId { trace_id }));
-            }
-        }
-        let existing = w
-            .org(overlay, &step.org_id)
-            .and_then(|o| w.session(overlay, o.id, &step.session_id));
-        let (mut session, session_created) = match existing {
-            Some(s) => (s, false),
-            None => {
-                let new = NewSession {
-                    org_id: step.org_id.clone(),
-                    session_id: step.session_id.clone(),
-                    agent_id: step.agent_id.clone(),
-                    caller: if prepared.caller.is_empty() {
-                        "unknown".into()
-                    } else {
-                        prepared.caller.clone()
-                    },
-                    profile: Profile::Standard,
-                    predecessor: None,
-                    full_consent: false,
-                };
-                match self.start_session(w, tx, overlay, &new, step.created_at)? {
-                    Ok((_, _, state)) => (state, true),
-                    Err(refusal) => return Ok(Err(refusal)),
-                }
-            }
-        };
-        if session.sealed {
-            return Ok(Err(Refusal::Sealed {
-                session_id: step.session_id.clone(),
-            }));
-        }
-        if session.agent_id != step.agent_id {
-            return Ok(Err(Refusal::AgentMismatch {
-                session_id: step.session_id.clone(),
-                session_agent: session.agent_id.clone(),
-                step_agent: step.agent_id.clone(),
-            }));
-        }
-        if let Err(e) = session.profile.check(step.kind) {
-            return Ok(Err(e.into()));
-        }
-        if let Some(given) = prepared.expected_index
-            && given != session.next_index
-        {
-            return Ok(Err(Refusal::IndexConflict {
-                expected: session.next_index,
-                given,
-            }));
-        }
-        let mut commitments = prepared.commitments;
-        if step.step_index != session.next_index {
-            step.step_index = session.next_index;
-            recommit_field(
-                &mut commitments,
-                &step,
-                &prepared.openings,
-                Field::StepIndex,
-            );
-        }
-        let digest = digest_of_commitments(&commitments);
-        if let Some(sig) = &prepared.signature {
-            let Some(key) = w.agent_key(overlay, &sig.key_id) else {
-                return Ok(Err(Refusal::BadSignature(format!(
-                    "key {} is not registered",
-                    sig.key_id
-                ))));
-            };
-            let org_id = w.org(overlay, &step.org_id).map(|o| o.id);
-            if Some(key.org) != org_id || key.agent_id != step.agent_id {
-                return Ok(Err(Refusal::BadSignature(format!(
-                    "key {} is not registered for agent {}",
-                    sig.key_id, step.agent_id
-                ))));
-            }
-            if !verify_agent_signature(&key.key, &digest, &sig.signature) {
-                return Ok(Err(Refusal::BadSignature(
-                    "the signature does not verify over the step's digest".into(),
-                )));
-            }
-        }
-        let created_at = step.created_at;
-        let hash = chain_hash(&session.head, &digest, step.step_index, created_at);
-        let mut org = w
-            .org(overlay, &step.org_id)
-            .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
-        let seq = org.frontier.size();
-        let leaf = leaf_hash(&cairn_core::log::log_leaf_data(seq, "step", &hash));
-        insert_step_row(
-            tx,
-            &StepRow {
-                org: org.id,
-                seq,
-                sid: session.sid,
-                step: &step,
-                hash: &hash,
-                leaf: &leaf,
-                digest: &digest,
-                prev_hash: &session.head,
-                seed: Some(&prepared.seed),
-                salts: None,
-                signature: prepared.signature.as_ref().map(|sig| &sig.signature),
-                has_embedding: prepared.embedding.is_some(),
-                erased: false,
-                hidden: None,
-                prev_seq: session.last_seq,
-            },
-        )?;
-        if let Some(vector) = &prepared.embedding {
-            tx.prepare_cached("INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)")
-                .and_then(|mut s| s.execute(params![row_id(org.id, seq), org.id, vector]))
-                .context("storing an embedding")?;
-        }
-        push_leaf(tx, &mut org, leaf)?;
-        session.first_seq.get_or_insert(seq);
-        session.last_seq = Some(seq);
-        session.next_index += 1;
-        session.head = hash;
-        overlay.touched.insert(session.sid);
-        overlay
-            .sessions
-            .insert((org.id, step.session_id.clone()), session);
-        overlay.orgs.insert(step.org_id.clone(), org);
-        Ok(Ok(Written::Step {
-            seq,
-            trace_id,
-            step_index: step.step_index,
-            hash,
-            created_at,
-            session_created,
-        }))
-    }
-
-    fn seal(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        org_name: &str,
-        session_id: &str,
-    ) -> Result<Result<Written, Refusal>, StoreError> {
-        let unknown = || {
-            Ok(Err(Refusal::UnknownSession {
-                session_id: session_id.to_owned(),
-            }))
-        };
-        let Some(mut org) = w.org(overlay, org_name) else {
-            return unknown();
-        };
-        let Some(mut session) = w.session(overlay, org.id, session_id) else {
-            return unknown();
-        };
-        if session.sealed {
-            return Ok(Err(Refusal::Sealed {
-                session_id: session_id.to_owned(),
-            }));
-        }
-        if session.next_index == 0 {
-            return Ok(Err(Refusal::NothingToSeal {
-                session_id: session_id.to_owned(),
-            }));
-        }
-        let mut tree = Frontier::new();
-        // The session's last step may be in this batch's overlay, not yet in
-        // session_heads: walk from the in-memory last step.
-        let mut hashes: Vec<(u64, Hash)> = Vec::with_capacity(session.next_index as usize);
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = ?1",
-                )
-                .context("reading the session to seal")?;
-            let mut next = session.last_seq;
-            while let Some(seq) = next {
-                if hashes.len() as u64 >= session.next_index {
-                    break;
-                }
-                let (index, hash, prev): (i64, Vec<u8>, Option<i64>) = stmt
-                    .query_row([row_id(org.id, seq)], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })
-                    .context("reading the session to seal")?;
-                hashes.push((index as u64, blob_hash(hash)?));
-                next = prev.map(|p| p as u64);
-            }
-        }
-        for (index, hash) in hashes.iter().rev() {
-            tree.push(leaf_hash(&session_leaf_data(*index, hash)));
-        }
-        let origin = log_origin(self.key.signer.name(), org_name);
-        let seal = SealRecord {
-            org_id: org_name.to_owned(),
-            session_id: session_id.to_owned(),
-            step_count: session.next_index,
-            session_root: tree.root(),
-            final_hash: session.head,
-            sealed_at: now(),
-            note: String::new(),
-        }
-        .sign(&self.key.signer, &origin)
-        .map_err(|e| StoreError::Key(e.to_string()))?;
-        let seq = insert_op(tx, &mut org, &OpRecord::Seal(seal.clone()))?;
-        tx.prepare_cached("INSERT INTO seals (sid, seq) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![session.sid, seq as i64]))
-            .context("writing a seal")?;
-        session.sealed = true;
-        overlay
-            .sessions
-            .insert((org.id, session_id.to_owned()), session);
-        overlay.orgs.insert(org_name.to_owned(), org);
-        Ok(Ok(Written::Sealed { seq, seal }))
-    }
-
-    /// Erases one step's payload, in the shape the trigger allows, and
-    /// records the erasure.
-    #[allow(clippy::too_many_arguments)]
-    fn erase_step(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        org_name: &str,
-        trace_id: &str,
-        reason: &str,
-        actor: &str,
-    ) -> Result<Result<u64, Refusal>, StoreError> {
-        let unknown = || Refusal::UnknownStep {
-            trace_id: trace_id.to_owned(),
-        };
-        let Some(mut org) = w.org(overlay, org_name) else {
-            return Ok(Err(unknown()));
-        };
-        let sql = format!(
-            "SELECT {STEP_COLUMNS}, e.id FROM entries e JOIN orgs o ON o.org = e.org
-             JOIN sessions s ON s.sid = e.sid WHERE e.org = ?1 AND e.trace_id = ?2"
-        );
-        let found = {
-            let mut stmt = tx
-                .prepare_cached(&sql)
-                .context("finding the step to erase")?;
-            let mut rows = stmt
-                .query(params![org.id, trace_id])
-                .context("finding the step to erase")?;
-            match rows.next().context("finding the step to erase")? {
-                Some(row) => Some((
-                    step_from_row(row)?,
-                    row.get::<_, i64>(32).context("finding the step to erase")?,
-                )),
-                None => None,
-            }
-        };
-        let Some((stored, rowid)) = found else {
-            return Ok(Err(unknown()));
-        };
-        if stored.record.erased {
-            return Ok(Err(Refusal::AlreadyErased {
-                trace_id: trace_id.to_owned(),
-            }));
-        }
-        let mut record = stored.record;
-        let mut commitments = Vec::new();
-        for field in cairn_core::commit::FIELDS
-            .into_iter()
-            .filter(|f| f.is_payload())
-        {
-            record
-                .hide(field)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            if let Opening::Hidden(c) = record.openings.get(field) {
-                commitments.push((field, *c));
-            }
-        }
-        // Every hidden field, the ones hidden before included.
-        let hidden: serde_json::Map<String, serde_json::Value> = cairn_core::commit::FIELDS
-            .into_iter()
-            .filter_map(|f| match record.openings.get(f) {
-                Opening::Hidden(c) => {
-                    Some((f.name().to_owned(), serde_json::Value::String(c.to_hex())))
-                }
-                Opening::Revealed(_) => None,
-            })
-            .collect();
-        tx.prepare_cached(
-            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
-             erased = 1, hidden = ?2, has_embedding = 0 WHERE id = ?1",
-        )
-        .and_then(|mut s| s.execute(params![rowid, serde_json::Value::Object(hidden).to_string()]))
-        .context("erasing a step")?;
-        // A vector would still carry what the content said.
-        tx.prepare_cached("DELETE FROM embeddings WHERE id = ?1")
-            .and_then(|mut s| s.execute([rowid]))
-            .context("erasing an embedding")?;
-        let erasure = cairn_core::log::ErasureRecord {
-            org_id: org_name.to_owned(),
-            session_id: record.step.session_id.clone(),
-            step_index: record.step.step_index,
-            trace_id: trace_id.to_owned(),
-            commitments,
-            reason: reason.to_owned(),
-            actor: actor.to_owned(),
-            erased_at: now(),
-        };
-        let seq = insert_op(tx, &mut org, &OpRecord::Erasure(erasure))?;
-        overlay.orgs.insert(org_name.to_owned(), org);
-        Ok(Ok(seq))
-    }
-
-    /// Erases every step of every session whose last step is older than
-    /// `older_than`.
-    fn retention(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        org_name: &str,
-        older_than: Timestamp,
-    ) -> Result<Vec<u64>, StoreError> {
-        let Some(org) = w.org(overlay, org_name) else {
-            return Ok(Vec::new());
-        };
-        let sids: Vec<i64> = {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
-                     JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-                     WHERE s.org = ?1 AND e.created_at < ?2",
-                )
-                .context("finding expired sessions")?;
-            let rows = stmt
-                .query_map(params![org.id, older_than.as_micros()], |r| r.get(0))
-                .context("finding expired sessions")?;
-            rows.collect::<Result<_, _>>()
-                .context("finding expired sessions")?
-        };
-        let mut seqs = Vec::new();
-        for sid in sids {
-            let ids = session_rowids(tx, org.id, sid)?;
-            let mut pending: Vec<String> = Vec::new();
-            {
-                let mut stmt = tx
-                    .prepare_cached("SELECT trace_id FROM entries WHERE id = ?1 AND erased = 0")
-                    .context("reading an expired session")?;
-                for id in ids {
-                    if let Some(trace) = stmt
-                        .query_row([id], |r| r.get::<_, String>(0))
-                        .optional()
-                        .context("reading an expired session")?
-                    {
-                        pending.push(trace);
-                    }
-                }
-            }
-            for trace in pending {
-                if let Ok(seq) =
-                    self.erase_step(w, tx, overlay, org_name, &trace, "retention", "retention")?
-                {
-                    seqs.push(seq);
-                }
-            }
-        }
-        Ok(seqs)
-    }
-
-    fn register_key(
-        &self,
-        w: &Writer,
-        tx: &Connection,
-        overlay: &mut Overlay,
-        org_name: &str,
-        agent_id: &str,
-        public_key: VerifyingKey,
-    ) -> Result<Result<Written, Refusal>, StoreError> {
-        if let Err(e) =
-            validate_id("org_id", org_name).and_then(|()| validate_id("agent_id", agent_id))
-        {
-            return Ok(Err(e.into()));
-        }
-        let key_id = agent_key_id(&public_key);
-        let mut org = w.org_or_create(tx, overlay, org_name)?;
-        if let Some(existing) = w.agent_key(overlay, &key_id)
-            && existing.org == org.id
-            && existing.agent_id == agent_id
-        {
-            return Ok(Ok(Written::KeyRegistered {
-                seq: existing.seq,
-                key_id,
-            }));
-        }
-        let reg = KeyRegistration {
-            org_id: org_name.to_owned(),
-            agent_id: agent_id.to_owned(),
-            key_id: key_id.clone(),
-            public_key,
-            registered_at: now(),
-        };
-        let seq = insert_op(tx, &mut org, &OpRecord::KeyRegistration(reg))?;
-        overlay.keys.insert(
-            key_id.clone(),
-            AgentKey {
-                org: org.id,
-                agent_id: agent_id.to_owned(),
-                key: public_key,
-                seq,
-            },
-        );
-        overlay.orgs.insert(org_name.to_owned(), org);
-        Ok(Ok(Written::KeyRegistered { seq, key_id }))
-    }
-
-    /// Signs and stores a checkpoint of `org` at its current size.
-    fn checkpoint(
-        &self,
-        tx: &Connection,
-        name: &str,
-        org: &mut OrgState,
-    ) -> Result<StoredCheckpoint, StoreError> {
-        let size = org.frontier.size();
-        let root = org.frontier.root();
-        let note = org_checkpoint(self.key.signer.name(), name, size, root)
-            .sign(&self.key.signer)
-            .map_err(|e| StoreError::Key(e.to_string()))?;
-        let created_at = now();
-        tx.prepare_cached("INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")
-            .and_then(|mut s| s.execute(params![org.id, size as i64, &root.0[..], note, created_at.as_micros()]))
-            .context("writing a checkpoint")?;
-        org.checkpoint_size = size;
-        org.checkpoint_at = Some(Instant::now());
-        Ok(StoredCheckpoint {
-            org_id: name.to_owned(),
-            size,
-            root,
-            note,
-            created_at,
-        })
-    }
-
-    fn due(&self, org: &OrgState) -> bool {
-        org.frontier.size() > org.checkpoint_size
-            && org
-                .checkpoint_at
-                .is_none_or(|at| at.elapsed() >= self.checkpoint_interval)
-    }
-
-    fn run_batch(
-        &self,
-        w: &mut Writer,
-        batch: &[WriteRequest],
-    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
-        let mut overlay = Overlay::default();
-        // Dropping the transaction without commit (an error below) rolls the
-        // whole batch back; the overlay is then discarded too.
-        let tx = w.conn.unchecked_transaction().context("starting a batch")?;
-        let mut results = Vec::with_capacity(batch.len());
-        for request in batch {
-            let org_name = match request {
-                WriteRequest::Step(s) => &s.org_id,
-                WriteRequest::Prepared(p) => &p.step.org_id,
-                WriteRequest::StartSession(s) => &s.org_id,
-                WriteRequest::Seal { org_id, .. }
-                | WriteRequest::RegisterKey { org_id, .. }
-                | WriteRequest::Erase { org_id, .. }
-                | WriteRequest::Retention { org_id, .. }
-                | WriteRequest::Checkpoint { org_id } => org_id,
-            };
-            if let Some(org) = w.org(&overlay, org_name)
-                && org.foreign
-            {
-                results.push(match request {
-                    // A mirror's checkpoint is the one it was imported with.
-                    WriteRequest::Checkpoint { .. } => latest_checkpoint(&tx, org.id, org_name)?
-                        .map(Written::Checkpoint)
-                        .ok_or_else(|| Refusal::ReadOnlyOrg {
-                            org_id: org_name.clone(),
-                        }),
-                    _ => Err(Refusal::ReadOnlyOrg {
-                        org_id: org_name.clone(),
-                    }),
-                });
-                continue;
-            }
-            let outcome = match request {
-                WriteRequest::Step(step) => {
-                    match prepare_step((**step).clone(), &self.limits, self.embedding_sample_rate) {
-                        Ok(prepared) => self.append_step(w, &tx, &mut overlay, &prepared)?,
-                        Err(refusal) => Err(refusal),
-                    }
-                }
-                WriteRequest::Prepared(prepared) => {
-                    self.append_step(w, &tx, &mut overlay, prepared)?
-                }
-                WriteRequest::StartSession(new) => self
-                    .start_session(w, &tx, &mut overlay, new, now())?
-                    .map(|(seq, genesis, _)| Written::Session { seq, genesis }),
-                WriteRequest::Seal { org_id, session_id } => {
-                    self.seal(w, &tx, &mut overlay, org_id, session_id)?
-                }
-                WriteRequest::RegisterKey {
-                    org_id,
-                    agent_id,
-                    public_key,
-                } => self.register_key(w, &tx, &mut overlay, org_id, agent_id, *public_key)?,
-                WriteRequest::Erase {
-                    org_id,
-                    trace_id,
-                    reason,
-                    actor,
-                } => self
-                    .erase_step(w, &tx, &mut overlay, org_id, trace_id, reason, actor)?
-                    .map(|seq| Written::Erased { seqs: vec![seq] }),
-                WriteRequest::Retention { org_id, older_than } => Ok(Written::Erased {
-                    seqs: self.retention(w, &tx, &mut overlay, org_id, *older_than)?,
-                }),
-                WriteRequest::Checkpoint { org_id } => match w.org(&overlay, org_id) {
-                    None => Err(Refusal::UnknownSession {
-                        session_id: format!("(org {org_id} has no log)"),
-                    }),
-                    Some(mut org) => {
-                        let stored = if org.frontier.size() > org.checkpoint_size
-                            || org.checkpoint_size == 0
-                        {
-                            let cp = self.checkpoint(&tx, org_id, &mut org)?;
-                            overlay.orgs.insert(org_id.clone(), org);
-                            cp
-                        } else {
-                            latest_checkpoint(&tx, org.id, org_id)?
-                                .ok_or_else(|| StoreError::Corrupt("checkpoint vanished".into()))?
-                        };
-                        Ok(Written::Checkpoint(stored))
-                    }
-                },
-            };
-            results.push(outcome);
-        }
-        // Checkpoint every org this batch grew, if its last checkpoint is
-        // old enough, inside the same transaction.
-        let names: Vec<String> = overlay.orgs.keys().cloned().collect();
-        for name in names {
-            if let Some(org) = overlay.orgs.get_mut(&name)
-                && self.due(org)
-            {
-                let mut org_state = org.clone();
-                self.checkpoint(&tx, &name, &mut org_state)?;
-                *org = org_state;
-            }
-        }
-        for state in overlay.sessions.values() {
-            if let (true, Some(first), Some(last)) = (
-                overlay.touched.contains(&state.sid),
-                state.first_seq,
-                state.last_seq,
-            ) {
-                tx.prepare_cached(
-                    "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![state.sid, first as i64, last as i64, state.next_index as i64 - 1])
-                })
-                .context("recording session heads")?;
-            }
-        }
-        tx.commit().context("committing a batch")?;
-        w.orgs.extend(overlay.orgs);
-        w.sessions.extend(overlay.sessions);
-        w.keys.extend(overlay.keys);
-        Ok(results)
     }
 }
 
@@ -1672,23 +1029,39 @@ impl LedgerStore for SqliteStore {
         &self,
         batch: &[WriteRequest],
     ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
-        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let w = &mut *guard;
         if let Some(reason) = &w.broken {
             return Err(StoreError::Corrupt(reason.clone()));
         }
-        self.run_batch(&mut w, batch)
+        // Dropping the transaction without commit (an error below) rolls the
+        // whole batch back; the overlay is then discarded too.
+        let tx = w.conn.unchecked_transaction().context("starting a batch")?;
+        let (results, overlay) = self.engine().run_batch(
+            &mut SqliteTx {
+                conn: &tx,
+                state: &w.state,
+            },
+            batch,
+        )?;
+        tx.commit().context("committing a batch")?;
+        w.state.apply(overlay);
+        Ok(results)
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
-        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let w = &mut *guard;
         if w.broken.is_some() {
             return Ok(());
         }
-        let due: Vec<String> = w
+        let engine = self.engine();
+        let due: Vec<(String, OrgState)> = w
+            .state
             .orgs
             .iter()
-            .filter(|(_, org)| self.due(org))
-            .map(|(name, _)| name.clone())
+            .filter(|(_, org)| !org.foreign && engine.due(org))
+            .map(|(name, org)| (name.clone(), org.clone()))
             .collect();
         if due.is_empty() {
             return Ok(());
@@ -1697,16 +1070,17 @@ impl LedgerStore for SqliteStore {
             .conn
             .unchecked_transaction()
             .context("starting a checkpoint")?;
+        let mut sqlite_tx = SqliteTx {
+            conn: &tx,
+            state: &w.state,
+        };
         let mut updated = Vec::new();
-        for name in due {
-            if let Some(org) = w.orgs.get(&name) {
-                let mut org = org.clone();
-                self.checkpoint(&tx, &name, &mut org)?;
-                updated.push((name, org));
-            }
+        for (name, mut org) in due {
+            engine.checkpoint(&mut sqlite_tx, &name, &mut org)?;
+            updated.push((name, org));
         }
         tx.commit().context("committing checkpoints")?;
-        w.orgs.extend(updated);
+        w.state.orgs.extend(updated);
         Ok(())
     }
 
@@ -1766,10 +1140,7 @@ impl LedgerStore for SqliteStore {
                     let seq: i64 = row.get(0).context("reading the log")?;
                     let view: String = row.get(33).context("reading the log")?;
                     let hash = blob_hash(row.get(22).context("reading the log")?)?;
-                    let view: serde_json::Value = serde_json::from_str(&view)
-                        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
-                    let record = OpRecord::from_view(&entry_type, &view)
-                        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
+                    let record = op_from_view(seq as u64, &entry_type, &view)?;
                     LogEntry {
                         seq: seq as u64,
                         record: LogRecord::Op { record, hash },
@@ -2132,32 +1503,25 @@ impl LedgerStore for SqliteStore {
     }
 
     fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
-        self.read(|c| {
+        let views = self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT e.view FROM entries e JOIN orgs o ON o.org = e.org
+                    "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
                      WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.id",
                 )
                 .context("reading agent keys")?;
             let rows = stmt
-                .query_map([org_id], |r| r.get::<_, String>(0))
+                .query_map([org_id], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+                })
                 .context("reading agent keys")?;
-            let mut out = Vec::new();
-            for row in rows {
-                let view: serde_json::Value =
-                    serde_json::from_str(&row.context("reading agent keys")?)
-                        .map_err(|e| StoreError::Corrupt(format!("key registration: {e}")))?;
-                match OpRecord::from_view("key-registration", &view) {
-                    Ok(OpRecord::KeyRegistration(reg)) => out.push(reg),
-                    _ => {
-                        return Err(StoreError::Corrupt(
-                            "key registration does not parse".into(),
-                        ));
-                    }
-                }
-            }
-            Ok(out)
-        })
+            rows.collect::<Result<Vec<_>, _>>()
+                .context("reading agent keys")
+        })?;
+        Ok(agent_keys_from_views(views)?
+            .into_iter()
+            .map(|(_, reg)| reg)
+            .collect())
     }
 
     fn log_signer(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
@@ -2187,188 +1551,30 @@ impl LedgerStore for SqliteStore {
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
     ) -> Result<u64, crate::ImportError> {
-        use crate::ImportError;
-        if !header.complete_log {
-            return Err(ImportError::Refused(
-                "only a bundle of a whole org log (exported with --all) can be imported; a partial bundle can be verified with `cairn verify --bundle`".into(),
-            ));
-        }
-        validate_id("org_id", org_id).map_err(|e| ImportError::Refused(e.to_string()))?;
-        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let w = &mut *guard;
         if w.broken.is_some() {
-            return Err(ImportError::Refused(
+            return Err(crate::ImportError::Refused(
                 "the store is inconsistent; run `cairn verify`".into(),
             ));
-        }
-        if w.orgs.contains_key(org_id) {
-            return Err(ImportError::Refused(format!(
-                "org {org_id} already exists in this store"
-            )));
-        }
-        let same_key = header.server_key == self.key.verifier.to_string()
-            && header.server_name == self.key.signer.name();
-        if org_id != header.org_id {
-            return Err(ImportError::Refused(format!(
-                "the bundle's log is signed for org {}, so it is imported under that id",
-                header.org_id
-            )));
         }
         let tx = w
             .conn
             .unchecked_transaction()
             .context("starting the import")?;
-        tx.execute("INSERT INTO orgs (name) VALUES (?1)", [org_id])
-            .context("creating the org")?;
-        let mut org = OrgState {
-            id: tx.last_insert_rowid(),
-            foreign: !same_key,
-            frontier: Frontier::new(),
-            checkpoint_size: 0,
-            checkpoint_at: None,
-        };
-        if !same_key {
-            tx.execute(
-                "INSERT INTO org_origins (org, server_name, server_key) VALUES (?1, ?2, ?3)",
-                params![org.id, header.server_name, header.server_key],
-            )
-            .context("recording the org's origin")?;
-        }
-        let mut sids: HashMap<String, i64> = HashMap::new();
-        // Per session: (first seq, last seq, last index).
-        let mut heads: HashMap<i64, (u64, u64, u64)> = HashMap::new();
-        let mut count = 0u64;
-        for (index, entry) in entries.enumerate() {
-            let bad = |reason: String| ImportError::BadEntry {
-                index: index as u64,
-                reason,
-            };
-            let entry = entry.map_err(bad)?;
-            if entry.seq != org.frontier.size() {
-                return Err(bad(format!(
-                    "seq {} where {} was expected",
-                    entry.seq,
-                    org.frontier.size()
-                )));
-            }
-            let leaf = entry.leaf_hash();
-            match &entry.record {
-                LogRecord::Op { record, .. } => {
-                    // The bundle verified, and its seq is the next one, so
-                    // writing the record as the sequencer would is exact.
-                    insert_op(&tx, &mut org, record)?;
-                    match record {
-                        OpRecord::SessionStart(h) => {
-                            let sid = insert_session_row(&tx, org.id, h, entry.seq)?;
-                            sids.insert(h.session_id.clone(), sid);
-                        }
-                        OpRecord::Seal(seal) => {
-                            let sid = *sids.get(&seal.session_id).ok_or_else(|| {
-                                bad(format!("seal of unknown session {}", seal.session_id))
-                            })?;
-                            tx.execute(
-                                "INSERT INTO seals (sid, seq) VALUES (?1, ?2)",
-                                params![sid, entry.seq as i64],
-                            )
-                            .context("importing a seal")?;
-                        }
-                        _ => {}
-                    }
-                }
-                LogRecord::Step(r) => {
-                    let s = &r.step;
-                    let sid = *sids
-                        .get(&s.session_id)
-                        .ok_or_else(|| bad(format!("step of unknown session {}", s.session_id)))?;
-                    let mut salts = vec![0u8; 16 * cairn_core::commit::FIELD_COUNT];
-                    let mut hidden = serde_json::Map::new();
-                    for field in cairn_core::commit::FIELDS {
-                        match r.openings.get(field) {
-                            Opening::Revealed(salt) => {
-                                salts[16 * field.position()..16 * field.position() + 16]
-                                    .copy_from_slice(salt);
-                            }
-                            Opening::Hidden(c) => {
-                                hidden.insert(
-                                    field.name().into(),
-                                    serde_json::Value::String(c.to_hex()),
-                                );
-                            }
-                        }
-                    }
-                    let hidden =
-                        (!hidden.is_empty()).then(|| serde_json::Value::Object(hidden).to_string());
-                    let prev_seq = heads.get(&sid).map(|h| h.1);
-                    let head = heads
-                        .entry(sid)
-                        .or_insert((entry.seq, entry.seq, s.step_index));
-                    head.1 = entry.seq;
-                    head.2 = s.step_index;
-                    insert_step_row(
-                        &tx,
-                        &StepRow {
-                            org: org.id,
-                            seq: entry.seq,
-                            sid,
-                            step: s,
-                            hash: &r.hash,
-                            leaf: &leaf,
-                            digest: &r.digest,
-                            prev_hash: &r.prev_hash,
-                            seed: None,
-                            salts: Some(salts),
-                            signature: r.signature.as_ref().map(|sig| &sig.signature),
-                            has_embedding: r.has_embedding,
-                            erased: r.erased,
-                            hidden,
-                            prev_seq,
-                        },
-                    )?;
-                    // Vectors are derived: recompute them for embedded steps.
-                    if r.has_embedding
-                        && let Some(content) = &s.content
-                    {
-                        let vector = crate::embed::to_bytes(&crate::embed::embed(content));
-                        tx.prepare_cached(
-                            "INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)",
-                        )
-                        .and_then(|mut st| {
-                            st.execute(params![row_id(org.id, entry.seq), org.id, vector])
-                        })
-                        .context("importing an embedding")?;
-                    }
-                    push_leaf(&tx, &mut org, leaf)?;
-                }
-            }
-            count += 1;
-        }
-        let text = cairn_core::note::Note::parse(checkpoint_note)
-            .map_err(|e| ImportError::Refused(format!("checkpoint: {e}")))?
-            .text;
-        let cp = cairn_core::checkpoint::Checkpoint::parse(&text)
-            .map_err(|e| ImportError::Refused(format!("checkpoint: {e}")))?;
-        if cp.size != org.frontier.size() || cp.root != org.frontier.root() {
-            return Err(ImportError::Refused(
-                "the entries do not match the bundle's checkpoint".into(),
-            ));
-        }
-        tx.execute(
-            "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![org.id, cp.size as i64, &cp.root.0[..], checkpoint_note, now().as_micros()],
-        )
-        .context("importing the checkpoint")?;
-        for (sid, (first, last, index)) in heads {
-            tx.execute(
-                "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)",
-                params![sid, first as i64, last as i64, index as i64],
-            )
-            .context("importing session heads")?;
-        }
+        let count = self.engine().import(
+            &mut SqliteTx {
+                conn: &tx,
+                state: &w.state,
+            },
+            org_id,
+            header,
+            checkpoint_note,
+            entries,
+        )?;
         tx.commit().context("committing the import")?;
         // Rebuild the in-memory state from the tables, as on open.
-        let (orgs, sessions, keys) = rebuild(&w.conn)?;
-        w.orgs = orgs;
-        w.sessions = sessions;
-        w.keys = keys;
+        w.state = rebuild(&w.conn)?;
         Ok(count)
     }
 

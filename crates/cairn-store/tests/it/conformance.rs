@@ -538,6 +538,27 @@ fn refusals_write_nothing(backend: &dyn Backend) {
         Refusal::DuplicateTraceId { .. }
     ));
     assert!(store.session(ORG, "s-new").unwrap().is_none());
+    // So does a wrong expected index, or a signature by an unknown key.
+    let mut s = step("s-new", "plan", "x");
+    s.step_index = Some(3);
+    assert!(matches!(
+        refused(append(&ledger, s)),
+        Refusal::IndexConflict { .. }
+    ));
+    let mut s = step("s-new", "plan", "x");
+    s.trace_id = Some("0198c0de-0000-7000-8000-000000000001".into());
+    s.created_at = Some(cairn_store::now());
+    s.step_index = Some(0);
+    s.seed = Some([7; 32]);
+    s.signature = Some(AgentSignature {
+        key_id: "agent-000000000000".into(),
+        signature: [0; 64],
+    });
+    assert!(matches!(
+        refused(append(&ledger, s)),
+        Refusal::BadSignature(_)
+    ));
+    assert!(store.session(ORG, "s-new").unwrap().is_none());
 
     let strict = NewSession {
         org_id: ORG.into(),
