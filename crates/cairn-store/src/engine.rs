@@ -1031,6 +1031,25 @@ pub(crate) fn agent_keys_from_views(
     Ok(out)
 }
 
+/// The rowid of an entry: `(org << 40) | seq`, so that each org's log is
+/// one contiguous, append-only rowid range and needs no second index.
+/// (2^40 entries per org, 2^23 orgs.)
+pub(crate) fn row_id(org: i64, seq: u64) -> i64 {
+    (org << 40) | (seq.min((1 << 40) - 1) as i64)
+}
+
+/// Rowid bounds of an org's log, half-open.
+pub(crate) fn org_range(org: i64) -> (i64, i64) {
+    (org << 40, (org + 1) << 40)
+}
+
+/// The 32 columns a step is read from into a [`RawStep`] (`e` entries,
+/// `o` orgs, `s` sessions).
+pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
+    e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
+    e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
+    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts";
+
 /// A stored 32-byte hash.
 pub(crate) fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
     let arr: [u8; 32] = bytes

@@ -434,6 +434,15 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// PostgreSQL failed (connection, query, constraint).
+    #[error("PostgreSQL error while {context}: {source}")]
+    Postgres {
+        /// What the store was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: postgres::Error,
+    },
     /// A file operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -467,6 +476,15 @@ pub(crate) trait DbContext<T> {
 impl<T> DbContext<T> for Result<T, rusqlite::Error> {
     fn context(self, what: &str) -> Result<T, StoreError> {
         self.map_err(|source| StoreError::Database {
+            context: what.to_owned(),
+            source,
+        })
+    }
+}
+
+impl<T> DbContext<T> for Result<T, postgres::Error> {
+    fn context(self, what: &str) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError::Postgres {
             context: what.to_owned(),
             source,
         })

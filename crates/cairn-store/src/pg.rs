@@ -1,55 +1,105 @@
-//! PostgreSQL: schema, migrations and the append-only guard.
+//! The PostgreSQL backend: many `cairn` processes on one database.
 //!
-//! `migrate` applies `pg_schema.sql` under an advisory lock, so that any
-//! number of `cairn` servers starting at once against one database migrate
-//! it exactly once. `install_guard` adds the event triggers that refuse
-//! DROP and ALTER of ledger tables (PostgreSQL requires a superuser for
-//! event triggers); `docs/OPERATIONS.md` gives the grants for the role
-//! Cairn runs as in production, which owns nothing and may only SELECT,
-//! INSERT and (for the recorded erasure and derived tables) UPDATE.
+//! Every process runs its own sequencer (group commit); the processes
+//! agree through the database alone:
 //!
-//! The `LedgerStore` implementation on PostgreSQL is issue 5's next step;
-//! this module is the part of it that does not depend on the sequencer.
+//! - **One writer per org at a time.** A batch opens a transaction and
+//!   takes a transaction-scoped advisory lock for each org it writes to, in
+//!   a fixed order (so two batches cannot deadlock). Under the lock it reads
+//!   the org's committed log size, catches its cached Merkle frontier up
+//!   with the leaves other processes appended since, and reads each session
+//!   it touches from `session_heads`. Sequence numbers and step indexes are
+//!   therefore assigned from committed state by exactly one transaction,
+//!   and the lock is released only by COMMIT or ROLLBACK: the log and every
+//!   chain stay gap-free and fork-free, and a process that dies mid-batch
+//!   leaves nothing (PostgreSQL rolls its transaction back).
+//! - **Acknowledged means committed.** Writers are answered after COMMIT
+//!   returned, with PostgreSQL's default `synchronous_commit = on`.
+//! - **One server key.** The first process to start records its public key
+//!   in `cairn_meta`; a process with another key refuses to start, so every
+//!   checkpoint and seal of the database verifies under one key, whichever
+//!   process signed it.
+//!
+//! The write rules themselves are the engine's (`engine.rs`), shared with
+//! the embedded store. `migrate` applies `pg_schema.sql` under an advisory
+//! lock, so that any number of servers starting at once migrate exactly
+//! once; `install_guard` adds the event triggers that refuse DROP and ALTER
+//! of ledger tables when the migrating role is a superuser.
+//! `docs/OPERATIONS.md` gives the grants for the production role.
 
-use crate::StoreError;
+use crate::engine::{
+    AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
+    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, org_range, request_org,
+    row_id,
+};
+use crate::keys::ServerKey;
+use crate::{
+    ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionInfo, SessionSummary,
+    StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, now,
+};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
+use cairn_core::merkle::{
+    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
+};
+use cairn_core::note::NoteVerifier;
+use cairn_core::record::{Limits, Profile, SessionHeader};
+use cairn_core::{Hash, Timestamp};
+use postgres::types::{FromSql, ToSql};
+use postgres::{GenericClient, NoTls, Row, Statement};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
 
 /// The schema, version 1.
 pub const SCHEMA: &str = include_str!("pg_schema.sql");
 /// The DDL guard (event triggers; needs a superuser).
 pub const GUARD: &str = include_str!("pg_guard.sql");
+/// The grants of the production role (`cairn_app`), as documented.
+pub const GRANTS: &str = include_str!("pg_grants.sql");
 const SCHEMA_VERSION: &str = "1";
+/// First key of Cairn's advisory locks ("CAIR"), so they cannot collide
+/// with another application's locks on the same database.
+const LOCK_CLASS: i32 = 0x4341_4952;
+/// Leaves another process appended that a batch reads to catch its cached
+/// frontier up; beyond this it rebuilds the frontier from stored subtrees.
+const CATCH_UP_LIMIT: u64 = 1 << 16;
+/// Rows fetched per round trip when streaming a log.
+const PAGE: i64 = 2_000;
 
-fn pg_error(context: &str) -> impl Fn(postgres::Error) -> StoreError + '_ {
-    move |e| StoreError::Corrupt(format!("PostgreSQL, while {context}: {e}"))
+/// Applies the schema if the database does not have it yet, and checks
+/// its version. A database already at this version is left untouched, so
+/// a role without DDL privileges (the production role) can start.
+pub fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
+    if schema_version(client)?.as_deref() == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    // One migrating server at a time: a session lock taken before the
+    // transaction starts, so that the transaction sees what the previous
+    // holder committed.
+    client
+        .execute("SELECT pg_advisory_lock($1, 0)", &[&LOCK_CLASS])
+        .context("locking the migration")?;
+    let outcome = migrate_locked(client);
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1, 0)", &[&LOCK_CLASS])
+        .context("unlocking the migration");
+    outcome.and(unlocked.map(|_| ()))
 }
 
-/// Applies the schema if needed and checks its version.
-pub fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
-    let mut tx = client
-        .transaction()
-        .map_err(pg_error("starting the migration"))?;
-    // One migrating server at a time.
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtext('cairn-migrate'))",
-        &[],
-    )
-    .map_err(pg_error("locking the migration"))?;
-    tx.batch_execute(SCHEMA)
-        .map_err(pg_error("creating the schema"))?;
-    let version: Option<String> = tx
-        .query_opt(
-            "SELECT value FROM cairn_meta WHERE key = 'schema_version'",
-            &[],
-        )
-        .map_err(pg_error("reading the schema version"))?
-        .map(|row| row.get(0));
+fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction().context("starting the migration")?;
+    let version = schema_version(&mut tx)?;
     match version.as_deref() {
         None => {
+            tx.batch_execute(SCHEMA).context(
+                "creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)",
+            )?;
             tx.execute(
                 "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', $1)",
                 &[&SCHEMA_VERSION],
             )
-            .map_err(pg_error("recording the schema version"))?;
+            .context("recording the schema version")?;
         }
         Some(SCHEMA_VERSION) => {}
         Some(other) => {
@@ -58,7 +108,24 @@ pub fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
             )));
         }
     }
-    tx.commit().map_err(pg_error("committing the migration"))
+    tx.commit().context("committing the migration")
+}
+
+fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('cairn_meta') IS NOT NULL", &[])
+        .context("looking for the schema")?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(client
+        .query_opt(
+            "SELECT value FROM cairn_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .context("reading the schema version")?
+        .map(|row| row.get(0)))
 }
 
 /// Installs the DDL guard if the connected role is a superuser; returns
@@ -69,13 +136,1502 @@ pub fn install_guard(client: &mut postgres::Client) -> Result<bool, StoreError> 
             "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
             &[],
         )
-        .map_err(pg_error("checking privileges"))?
+        .context("checking privileges")?
         .get(0);
     if !superuser {
         return Ok(false);
     }
     client
         .batch_execute(GUARD)
-        .map_err(pg_error("installing the DDL guard"))?;
+        .context("installing the DDL guard")?;
     Ok(true)
+}
+
+/// Settings of a PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Connection string: a `postgres://` URL or `key=value` pairs.
+    pub url: String,
+    /// Record limits checked at ingest.
+    pub limits: Limits,
+    /// Minimum time between two checkpoints of a growing log.
+    pub checkpoint_interval: Duration,
+    /// Seed 000's embedding sample rate (default 0.1).
+    pub embedding_sample_rate: f64,
+}
+
+impl PgOptions {
+    /// Default settings for a database.
+    pub fn new(url: impl Into<String>) -> PgOptions {
+        PgOptions {
+            url: url.into(),
+            limits: Limits::default(),
+            checkpoint_interval: Duration::from_millis(1000),
+            embedding_sample_rate: 0.1,
+        }
+    }
+}
+
+/// A connection with its prepared statements (which PostgreSQL keeps per
+/// connection, across transactions).
+struct PgConn {
+    client: postgres::Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl PgConn {
+    fn db(&mut self) -> Db<'_, postgres::Client> {
+        Db {
+            client: &mut self.client,
+            statements: &mut self.statements,
+        }
+    }
+}
+
+/// Queries through a client (or a transaction), preparing each statement
+/// once per connection.
+struct Db<'a, C: GenericClient> {
+    client: &'a mut C,
+    statements: &'a mut HashMap<&'static str, Statement>,
+}
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+impl<C: GenericClient> Db<'_, C> {
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).context("preparing a statement")?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    fn query(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<Vec<Row>, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client.query(&statement, params).context(what)
+    }
+
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<Option<Row>, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client.query_opt(&statement, params).context(what)
+    }
+
+    fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<Row, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client.query_one(&statement, params).context(what)
+    }
+
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<u64, StoreError> {
+        let statement = self.statement(sql)?;
+        self.client.execute(&statement, params).context(what)
+    }
+}
+
+/// A column of a row, with context on failure.
+fn col<'r, T: FromSql<'r>>(row: &'r Row, index: usize) -> Result<T, StoreError> {
+    row.try_get(index).context("reading a row")
+}
+
+fn u64_of(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// A step from a row selected with [`STEP_COLUMNS`].
+fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
+    RawStep {
+        seq: col(row, 0)?,
+        trace_id: col(row, 1)?,
+        agent_id: col(row, 2)?,
+        kind: col(row, 3)?,
+        kind_label: col(row, 4)?,
+        content: col(row, 5)?,
+        input: col(row, 6)?,
+        output: col(row, 7)?,
+        confidence: col(row, 8)?,
+        duration_ms: col(row, 9)?,
+        token_count: col(row, 10)?,
+        model: col(row, 11)?,
+        metadata: col(row, 12)?,
+        created_at: col(row, 13)?,
+        turn_id: col(row, 14)?,
+        turn_step: col(row, 15)?,
+        task_id: col(row, 16)?,
+        links: col(row, 17)?,
+        status: col(row, 18)?,
+        seed: col(row, 19)?,
+        digest: col(row, 20)?,
+        prev_hash: col(row, 21)?,
+        hash: col(row, 22)?,
+        signer_key_id: col(row, 23)?,
+        signature: col(row, 24)?,
+        has_embedding: col(row, 25)?,
+        erased: col(row, 26)?,
+        hidden: col(row, 27)?,
+        step_index: col(row, 28)?,
+        org_id: col(row, 29)?,
+        session_id: col(row, 30)?,
+        salts: col(row, 31)?,
+    }
+    .parse()
+}
+
+static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2"
+    )
+});
+static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
+         WHERE e.id >= $1 AND e.id < $2 ORDER BY e.id LIMIT $3"
+    )
+});
+static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 ORDER BY e.id"
+    )
+});
+
+/// The ids of a session's steps, oldest first, found by walking `prev_seq`
+/// back from the session's last step (as the embedded store does; no index
+/// on `sid` slows every insert down). A broken link ends the walk early;
+/// verification then reports the missing index.
+const SESSION_WALK: &str = "WITH RECURSIVE chain (id, prev, n) AS (
+    SELECT e.id, e.prev_seq, 1 FROM session_heads h
+      JOIN entries e ON e.id = (($1::bigint << 40) | h.last_seq) AND e.sid = h.sid
+      WHERE h.sid = $2
+    UNION ALL
+    SELECT e.id, e.prev_seq, c.n + 1 FROM chain c
+      JOIN entries e ON e.id = (($1::bigint << 40) | c.prev) AND e.sid = $2
+      WHERE c.n <= (SELECT last_index FROM session_heads WHERE sid = $2)
+  )
+  SELECT id FROM chain ORDER BY id";
+
+/// Reads perfect-subtree hashes of one org's log: a subtree at level `l`
+/// is folded from at most 16 hashes stored at the level `l - l % 4` below
+/// it, fetched in one round trip.
+struct PgTree<'a, C: GenericClient> {
+    db: RefCell<Db<'a, C>>,
+    org: i64,
+    size: u64,
+}
+
+impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
+    type Error = StoreError;
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
+        let stored = level - level % NODE_STRIDE;
+        let span = 1u64 << (level - stored);
+        let first = index << (level - stored);
+        let rows = {
+            let mut db = self.db.borrow_mut();
+            if stored == 0 {
+                db.query(
+                    "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
+                    &[&row_id(self.org, first), &row_id(self.org, first + span)],
+                    "reading leaf hashes",
+                )?
+            } else {
+                db.query(
+                    "SELECT hash FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
+                    &[
+                        &self.org,
+                        &(stored as i32),
+                        &i64_of(first),
+                        &i64_of(first + span),
+                    ],
+                    "reading tree nodes",
+                )?
+            }
+        };
+        if rows.len() as u64 != span {
+            if level == 0 {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf {index} of the log is missing"
+                )));
+            }
+            // A stored node is missing: compute it from below.
+            let left = self.subtree(level - 1, 2 * index)?;
+            let right = self.subtree(level - 1, 2 * index + 1)?;
+            return Ok(node_hash(&left, &right));
+        }
+        let mut hashes = rows
+            .iter()
+            .map(|row| blob_hash(col(row, 0)?))
+            .collect::<Result<Vec<Hash>, StoreError>>()?;
+        while hashes.len() > 1 {
+            hashes = hashes
+                .chunks(2)
+                .map(|pair| node_hash(&pair[0], &pair[1]))
+                .collect();
+        }
+        hashes
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("empty subtree".into()))
+    }
+}
+
+/// The frontier of a stored tree: one subtree hash per set bit of its size.
+fn frontier_of<C: GenericClient>(tree: &PgTree<'_, C>) -> Result<Frontier, StoreError> {
+    let size = tree.size;
+    let mut peaks = Vec::new();
+    let mut start = 0u64;
+    for level in (0..64u32).rev() {
+        if size & (1 << level) != 0 {
+            peaks.push(tree.subtree(level, start >> level)?);
+            start += 1 << level;
+        }
+    }
+    Frontier::from_parts(size, peaks).ok_or_else(|| StoreError::Corrupt("frontier rebuild".into()))
+}
+
+/// What a process remembers between batches. Only ever a cache: a batch
+/// checks it against the database under the org's lock.
+#[derive(Default)]
+struct Cache {
+    /// Each org's frontier as of some committed size.
+    frontiers: HashMap<i64, Frontier>,
+    /// Registered agent keys (keys are never removed, so a hit is valid).
+    keys: HashMap<(i64, String), AgentKey>,
+}
+
+/// The advisory-lock key of an org name (SHA-256 based, so every process
+/// and every version computes the same one).
+fn lock_key(name: &str) -> i32 {
+    let h = Hash::sha256(format!("cairn/org-lock\0{name}").as_bytes()).0;
+    i32::from_be_bytes([h[0], h[1], h[2], h[3]])
+}
+
+/// Takes the locks of `names` in key order, so that two batches can never
+/// wait on each other.
+fn lock_orgs<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    names: &HashSet<String>,
+) -> Result<(), StoreError> {
+    let mut keys: Vec<i32> = names.iter().map(|n| lock_key(n)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        db.execute(
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            &[&LOCK_CLASS, &key],
+            "locking an org",
+        )?;
+    }
+    Ok(())
+}
+
+/// Loads a locked org's state from committed data, catching the cached
+/// frontier up with what other processes appended.
+fn load_org<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    cache: &mut Cache,
+    name: &str,
+) -> Result<Option<OrgState>, StoreError> {
+    let Some(row) = db.query_opt(
+        "SELECT o.org, EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org),
+           (SELECT max(e.id) FROM entries e WHERE e.id >= (o.org << 40) AND e.id < ((o.org + 1) << 40)),
+           c.size, c.created_at
+         FROM orgs o LEFT JOIN LATERAL (
+           SELECT size, created_at FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
+         ) c ON TRUE
+         WHERE o.name = $1",
+        &[&name],
+        "loading an org",
+    )?
+    else {
+        return Ok(None);
+    };
+    let id: i64 = col(&row, 0)?;
+    let foreign: bool = col(&row, 1)?;
+    let max_id: Option<i64> = col(&row, 2)?;
+    let size = max_id.map_or(0, |max| u64_of(max - (id << 40)) + 1);
+    let checkpoint_size: Option<i64> = col(&row, 3)?;
+    let checkpoint_at: Option<i64> = col(&row, 4)?;
+    let cached = cache.frontiers.get(&id).filter(|f| f.size() <= size);
+    let frontier = match cached {
+        Some(f) if f.size() == size => f.clone(),
+        Some(f) if size - f.size() <= CATCH_UP_LIMIT => {
+            let mut frontier = f.clone();
+            let rows = db.query(
+                "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
+                &[&row_id(id, frontier.size()), &row_id(id, size)],
+                "catching up with other servers",
+            )?;
+            if rows.len() as u64 != size - frontier.size() {
+                return Err(StoreError::Corrupt(format!(
+                    "the log of org {name} has a gap before seq {size}"
+                )));
+            }
+            for row in &rows {
+                frontier.push(blob_hash(col(row, 0)?)?);
+            }
+            frontier
+        }
+        _ => frontier_of(&PgTree {
+            db: RefCell::new(Db {
+                client: &mut *db.client,
+                statements: &mut *db.statements,
+            }),
+            org: id,
+            size,
+        })?,
+    };
+    cache.frontiers.insert(id, frontier.clone());
+    Ok(Some(OrgState {
+        id,
+        foreign,
+        frontier,
+        checkpoint_size: checkpoint_size.map_or(0, u64_of),
+        checkpoint_at: checkpoint_at.and_then(Timestamp::from_micros),
+    }))
+}
+
+/// A batch's transaction, seen by the engine: the orgs it locked, loaded
+/// from committed data, and the rows it writes.
+struct PgTx<'a, C: GenericClient> {
+    db: Db<'a, C>,
+    orgs: HashMap<String, OrgState>,
+    locked: HashSet<String>,
+    cache: &'a mut Cache,
+}
+
+impl<C: GenericClient> WriteTx for PgTx<'_, C> {
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
+        if !self.locked.contains(name) {
+            return Err(StoreError::Corrupt(format!(
+                "internal: org {name} was used without its lock"
+            )));
+        }
+        Ok(self.orgs.get(name).cloned())
+    }
+
+    fn create_org(&mut self, name: &str) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO orgs (name) VALUES ($1) RETURNING org",
+            &[&name],
+            "creating an org",
+        )?;
+        col(&row, 0)
+    }
+
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
+        let Some(row) = self.db.query_opt(
+            "SELECT s.sid, s.agent_id, s.profile, s.genesis, h.first_seq, h.last_seq, h.last_index,
+               e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+             FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
+             LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+             WHERE s.org = $1 AND s.session_id = $2",
+            &[&org, &session_id],
+            "loading a session",
+        )?
+        else {
+            return Ok(None);
+        };
+        let sid: i64 = col(&row, 0)?;
+        let profile: String = col(&row, 2)?;
+        let last_seq: Option<i64> = col(&row, 5)?;
+        let last_index: Option<i64> = col(&row, 6)?;
+        let last_hash: Option<Vec<u8>> = col(&row, 7)?;
+        let head_sid: Option<i64> = col(&row, 8)?;
+        let head_index: Option<i64> = col(&row, 9)?;
+        if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
+            return Err(StoreError::Corrupt(format!(
+                "the recorded head of session {session_id} is not its step; run `cairn verify`"
+            )));
+        }
+        let head = match last_hash {
+            Some(h) => blob_hash(h)?,
+            None => blob_hash(col(&row, 3)?)?,
+        };
+        let first_seq: Option<i64> = col(&row, 4)?;
+        Ok(Some(SessionState {
+            sid,
+            agent_id: col(&row, 1)?,
+            profile: Profile::parse(&profile)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
+            next_index: last_index.map_or(0, |i| u64_of(i) + 1),
+            head,
+            sealed: col(&row, 10)?,
+            first_seq: first_seq.map(u64_of),
+            last_seq: last_seq.map(u64_of),
+        }))
+    }
+
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
+        let wanted = (org, key_id.to_owned());
+        if let Some(key) = self.cache.keys.get(&wanted) {
+            return Ok(Some(key.clone()));
+        }
+        let rows = self.db.query(
+            "SELECT seq, view FROM entries WHERE org = $1 AND type = 'key-registration' ORDER BY id",
+            &[&org],
+            "loading agent keys",
+        )?;
+        let views = rows
+            .iter()
+            .map(|r| Ok((u64_of(col(r, 0)?), col(r, 1)?)))
+            .collect::<Result<Vec<(u64, String)>, StoreError>>()?;
+        for (seq, reg) in agent_keys_from_views(views)? {
+            self.cache.keys.insert(
+                (org, reg.key_id),
+                AgentKey {
+                    agent_id: reg.agent_id,
+                    key: reg.public_key,
+                    seq,
+                },
+            );
+        }
+        Ok(self.cache.keys.get(&wanted).cloned())
+    }
+
+    fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        let row = self.db.query_one(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE org = $1 AND trace_id = $2)",
+            &[&org, &trace_id],
+            "checking a trace id",
+        )?;
+        col(&row, 0)
+    }
+
+    fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
+        let s = row.step;
+        let input = json_text(&s.input);
+        let output = json_text(&s.output);
+        let metadata = json_text(&s.metadata);
+        let links = links_text(&s.links);
+        self.db.execute(
+            "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, agent_id, kind,
+             kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata,
+             created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
+             has_embedding, erased, hidden, salts, prev_seq)
+             VALUES ($1, $2, $3, 'step', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+             $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)",
+            &[
+                &row_id(row.org, row.seq),
+                &row.org,
+                &i64_of(row.seq),
+                &&row.hash.0[..],
+                &&row.leaf.0[..],
+                &row.sid,
+                &i64_of(s.step_index),
+                &s.trace_id,
+                &s.agent_id,
+                &s.kind.as_str(),
+                &s.kind_label,
+                &s.content,
+                &input,
+                &output,
+                &s.confidence,
+                &s.duration_ms.map(i64_of),
+                &s.token_count.map(i64_of),
+                &s.model,
+                &metadata,
+                &s.created_at.as_micros(),
+                &s.turn_id,
+                &s.turn_step.map(i64_of),
+                &s.task_id,
+                &links,
+                &s.status.as_str(),
+                &row.seed.map(|seed| &seed[..]),
+                &&row.digest.0[..],
+                &&row.prev_hash.0[..],
+                &s.signer_key_id,
+                &row.signature.map(|sig| &sig[..]),
+                &row.has_embedding,
+                &row.erased,
+                &row.hidden,
+                &row.salts,
+                &row.prev_seq.map(i64_of),
+            ],
+            "writing a step",
+        )?;
+        Ok(())
+    }
+
+    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO embeddings (id, org, vector) VALUES ($1, $2, $3)",
+            &[&row_id(org, seq), &org, &vector],
+            "storing an embedding",
+        )?;
+        Ok(())
+    }
+
+    fn insert_op(
+        &mut self,
+        org: i64,
+        seq: u64,
+        op: &OpRecord,
+        hash: &Hash,
+        leaf: &Hash,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &row_id(org, seq),
+                &org,
+                &i64_of(seq),
+                &op.entry_type(),
+                &&hash.0[..],
+                &&leaf.0[..],
+                &op.to_view().to_string(),
+            ],
+            "writing an operational record",
+        )?;
+        Ok(())
+    }
+
+    fn insert_node(
+        &mut self,
+        org: i64,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO nodes (org, level, idx, hash) VALUES ($1, $2, $3, $4)",
+            &[&org, &(level as i32), &i64_of(index), &&hash.0[..]],
+            "writing a tree node",
+        )?;
+        Ok(())
+    }
+
+    fn insert_session(
+        &mut self,
+        org: i64,
+        header: &SessionHeader,
+        genesis: &Hash,
+        start_seq: u64,
+    ) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING sid",
+            &[
+                &org,
+                &header.session_id,
+                &header.agent_id,
+                &header.profile.as_str(),
+                &header.started_at.as_micros(),
+                &i64_of(start_seq),
+                &&genesis.0[..],
+            ],
+            "writing a session",
+        )?;
+        col(&row, 0)
+    }
+
+    fn insert_seal(&mut self, sid: i64, seq: u64) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO seals (sid, seq) VALUES ($1, $2)",
+            &[&sid, &i64_of(seq)],
+            "writing a seal",
+        )?;
+        Ok(())
+    }
+
+    fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
+        let row = self.db.query_one(
+            "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = $1",
+            &[&row_id(org, seq)],
+            "reading a session's chain",
+        )?;
+        let index: i64 = col(&row, 0)?;
+        let prev: Option<i64> = col(&row, 2)?;
+        Ok((u64_of(index), blob_hash(col(&row, 1)?)?, prev.map(u64_of)))
+    }
+
+    fn step_by_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.db
+            .query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "finding a step")?
+            .map(|row| step_from_row(&row))
+            .transpose()
+    }
+
+    fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError> {
+        let id = row_id(org, seq);
+        self.db.execute(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
+             erased = TRUE, hidden = $2, has_embedding = FALSE WHERE id = $1",
+            &[&id, &hidden],
+            "erasing a step",
+        )?;
+        // A vector would still carry what the content said.
+        self.db.execute(
+            "DELETE FROM embeddings WHERE id = $1",
+            &[&id],
+            "erasing an embedding",
+        )?;
+        Ok(())
+    }
+
+    fn expired_sessions(
+        &mut self,
+        org: i64,
+        older_than: Timestamp,
+    ) -> Result<Vec<i64>, StoreError> {
+        let rows = self.db.query(
+            "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+             JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+             WHERE s.org = $1 AND e.created_at < $2",
+            &[&org, &older_than.as_micros()],
+            "finding expired sessions",
+        )?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+
+    fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
+        let ids: Vec<i64> = self
+            .db
+            .query(SESSION_WALK, &[&org, &sid], "walking an expired session")?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect::<Result<_, _>>()?;
+        let rows = self.db.query(
+            "SELECT trace_id FROM entries WHERE id = ANY($1) AND NOT erased ORDER BY id",
+            &[&ids],
+            "reading an expired session",
+        )?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+
+    fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES ($1, $2, $3, $4, $5)",
+            &[
+                &org,
+                &i64_of(cp.size),
+                &&cp.root.0[..],
+                &cp.note,
+                &cp.created_at.as_micros(),
+            ],
+            "writing a checkpoint",
+        )?;
+        Ok(())
+    }
+
+    fn latest_checkpoint(
+        &mut self,
+        org: i64,
+        name: &str,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        latest_checkpoint(&mut self.db, org, name)
+    }
+
+    fn put_session_head(
+        &mut self,
+        sid: i64,
+        first_seq: u64,
+        last_seq: u64,
+        last_index: u64,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
+            &[&sid, &i64_of(first_seq), &i64_of(last_seq), &i64_of(last_index)],
+            "recording session heads",
+        )?;
+        Ok(())
+    }
+
+    fn insert_origin(
+        &mut self,
+        org: i64,
+        server_name: &str,
+        server_key: &str,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO org_origins (org, server_name, server_key) VALUES ($1, $2, $3)",
+            &[&org, &server_name, &server_key],
+            "recording the org's origin",
+        )?;
+        Ok(())
+    }
+}
+
+fn latest_checkpoint<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    name: &str,
+) -> Result<Option<StoredCheckpoint>, StoreError> {
+    db.query_opt(
+        "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 ORDER BY size DESC LIMIT 1",
+        &[&org],
+        "reading the latest checkpoint",
+    )?
+    .map(|row| checkpoint_from_row(&row, name))
+    .transpose()
+}
+
+fn checkpoint_from_row(row: &Row, name: &str) -> Result<StoredCheckpoint, StoreError> {
+    Ok(StoredCheckpoint {
+        org_id: name.to_owned(),
+        size: u64_of(col(row, 0)?),
+        root: blob_hash(col(row, 1)?)?,
+        note: col(row, 2)?,
+        created_at: Timestamp::from_micros(col(row, 3)?).unwrap_or_default(),
+    })
+}
+
+fn api_key_from_row(row: &Row) -> Result<ApiKey, StoreError> {
+    let role: String = col(row, 2)?;
+    let revoked: Option<i64> = col(row, 7)?;
+    Ok(ApiKey {
+        id: col(row, 0)?,
+        org_id: col(row, 1)?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown role {role}")))?,
+        agent_id: col(row, 3)?,
+        token_hash: blob_hash(col(row, 4)?)?,
+        label: col(row, 5)?,
+        created_at: Timestamp::from_micros(col(row, 6)?).unwrap_or_default(),
+        revoked_at: revoked.and_then(Timestamp::from_micros),
+    })
+}
+
+/// The PostgreSQL store. See the module docs.
+pub struct PgStore {
+    config: postgres::Config,
+    key: ServerKey,
+    limits: Limits,
+    checkpoint_interval: Duration,
+    embedding_sample_rate: f64,
+    /// The sequencer's connection (batches, checkpoints, imports).
+    writer: Mutex<Option<PgConn>>,
+    readers: Mutex<Vec<PgConn>>,
+    cache: Mutex<Cache>,
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Corrupt("a previous panic poisoned the store's lock".into())
+}
+
+impl PgStore {
+    /// Connects, migrates the schema if needed (installing the DDL guard
+    /// when the role is a superuser), and checks that the database's logs
+    /// are signed with `key`, recording it if this is the first server.
+    pub fn open(options: PgOptions, key: ServerKey) -> Result<PgStore, StoreError> {
+        let config: postgres::Config = options.url.parse().map_err(|e| StoreError::Postgres {
+            context: "parsing the database URL".into(),
+            source: e,
+        })?;
+        let mut conn = connect(&config)?;
+        migrate(&mut conn.client)?;
+        install_guard(&mut conn.client)?;
+        let vkey = key.verifier.to_string();
+        let mut db = conn.db();
+        db.execute(
+            "INSERT INTO cairn_meta (key, value) VALUES ('server_key', $1) ON CONFLICT (key) DO NOTHING",
+            &[&vkey],
+            "recording the server key",
+        )?;
+        let recorded: String = col(
+            &db.query_one(
+                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
+                &[],
+                "reading the server key",
+            )?,
+            0,
+        )?;
+        if recorded != vkey {
+            return Err(StoreError::Key(format!(
+                "this database's logs are signed by {recorded}, but this server's key is {vkey}: every server on one database must use the same server.key (see docs/OPERATIONS.md)"
+            )));
+        }
+        Ok(PgStore {
+            config,
+            key,
+            limits: options.limits,
+            checkpoint_interval: options.checkpoint_interval,
+            embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
+            writer: Mutex::new(Some(conn)),
+            readers: Mutex::new(Vec::new()),
+            cache: Mutex::new(Cache::default()),
+        })
+    }
+
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            key: &self.key,
+            limits: self.limits,
+            embedding_sample_rate: self.embedding_sample_rate,
+            checkpoint_interval: self.checkpoint_interval,
+        }
+    }
+
+    /// Runs `f` with the writer connection, reconnecting if it was lost.
+    fn with_writer<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut writer = self.writer.lock().map_err(|_| poisoned())?;
+        if writer.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *writer = None;
+            *writer = Some(connect(&self.config)?);
+        }
+        let conn = writer
+            .as_mut()
+            .ok_or_else(|| StoreError::Corrupt("no writer connection".into()))?;
+        let mut cache = self.cache.lock().map_err(|_| poisoned())?;
+        f(conn, &mut cache)
+    }
+
+    /// Runs `f` with a pooled connection.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
+        let mut conn = match pooled {
+            Some(c) if !c.client.is_closed() => c,
+            _ => connect(&self.config)?,
+        };
+        let out = f(&mut conn.db());
+        if !conn.client.is_closed()
+            && let Ok(mut pool) = self.readers.lock()
+            && pool.len() < 8
+        {
+            pool.push(conn);
+        }
+        out
+    }
+
+    fn org_id_of<C: GenericClient>(
+        db: &mut Db<'_, C>,
+        name: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        db.query_opt(
+            "SELECT org FROM orgs WHERE name = $1",
+            &[&name],
+            "looking up an org",
+        )?
+        .map(|row| col(&row, 0))
+        .transpose()
+    }
+
+    fn log_size_of<C: GenericClient>(db: &mut Db<'_, C>, org: i64) -> Result<u64, StoreError> {
+        let (lo, hi) = org_range(org);
+        let max: Option<i64> = col(
+            &db.query_one(
+                "SELECT max(id) FROM entries WHERE id >= $1 AND id < $2",
+                &[&lo, &hi],
+                "reading the log size",
+            )?,
+            0,
+        )?;
+        Ok(max.map_or(0, |id| u64_of(id - lo) + 1))
+    }
+
+    /// Runs a proof computation over an org's stored tree.
+    fn with_tree<T>(
+        &self,
+        org_id: &str,
+        prove: impl FnOnce(
+            &PgTree<'_, postgres::Client>,
+        ) -> Result<T, cairn_core::merkle::ProofError<StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.read(|db| {
+            let org = Self::org_id_of(db, org_id)?
+                .ok_or_else(|| StoreError::NotFound(format!("org {org_id} has no log")))?;
+            let size = Self::log_size_of(db, org)?;
+            let tree = PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org,
+                size,
+            };
+            prove(&tree).map_err(|e| match e {
+                cairn_core::merkle::ProofError::Read(e) => e,
+                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
+            })
+        })
+    }
+
+    /// Checkpoints one org if it is due, under its lock.
+    fn checkpoint_if_due(
+        &self,
+        conn: &mut PgConn,
+        cache: &mut Cache,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = conn.client.transaction().context("starting a checkpoint")?;
+        let mut db = Db {
+            client: &mut tx,
+            statements: &mut conn.statements,
+        };
+        let names = HashSet::from([name.to_owned()]);
+        lock_orgs(&mut db, &names)?;
+        let Some(mut org) = load_org(&mut db, cache, name)? else {
+            return Ok(());
+        };
+        let engine = self.engine();
+        if org.foreign || !engine.due(&org) {
+            return Ok(());
+        }
+        let mut pg_tx = PgTx {
+            db,
+            orgs: HashMap::new(),
+            locked: names,
+            cache,
+        };
+        engine.checkpoint(&mut pg_tx, name, &mut org)?;
+        drop(pg_tx);
+        tx.commit().context("committing a checkpoint")
+    }
+}
+
+fn connect(config: &postgres::Config) -> Result<PgConn, StoreError> {
+    let client = config.connect(NoTls).context("connecting to PostgreSQL")?;
+    Ok(PgConn {
+        client,
+        statements: HashMap::new(),
+    })
+}
+
+impl LedgerStore for PgStore {
+    fn append_batch(
+        &self,
+        batch: &[WriteRequest],
+    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
+        let names: HashSet<String> = batch.iter().map(|r| request_org(r).to_owned()).collect();
+        self.with_writer(|conn, cache| {
+            // Dropping the transaction without commit (an error below) rolls
+            // the whole batch back and releases the locks.
+            let mut tx = conn.client.transaction().context("starting a batch")?;
+            let mut db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            lock_orgs(&mut db, &names)?;
+            let mut orgs = HashMap::new();
+            for name in &names {
+                if let Some(org) = load_org(&mut db, cache, name)? {
+                    orgs.insert(name.clone(), org);
+                }
+            }
+            let mut pg_tx = PgTx {
+                db,
+                orgs,
+                locked: names,
+                cache: &mut *cache,
+            };
+            let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
+            drop(pg_tx);
+            tx.commit().context("committing a batch")?;
+            for org in overlay.orgs.into_values() {
+                cache.frontiers.insert(org.id, org.frontier);
+            }
+            cache.keys.extend(overlay.keys);
+            Ok(results)
+        })
+    }
+
+    fn maintain(&self) -> Result<(), StoreError> {
+        let horizon = now().as_micros().saturating_sub(
+            i64::try_from(self.checkpoint_interval.as_micros()).unwrap_or(i64::MAX),
+        );
+        // Orgs whose log grew past their last checkpoint, which is old
+        // enough: any process may sign, under the org's lock.
+        let due: Vec<String> = self.read(|db| {
+            db.query(
+                "SELECT o.name FROM orgs o LEFT JOIN LATERAL (
+                   SELECT size, created_at FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
+                 ) c ON TRUE
+                 WHERE NOT EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org)
+                   AND COALESCE(c.created_at, 0) <= $1
+                   AND EXISTS (SELECT 1 FROM entries e
+                               WHERE e.id >= (o.org << 40) + COALESCE(c.size, 0) AND e.id < ((o.org + 1) << 40))",
+                &[&horizon],
+                "finding orgs to checkpoint",
+            )?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect()
+        })?;
+        for name in due {
+            self.with_writer(|conn, cache| self.checkpoint_if_due(conn, cache, &name))?;
+        }
+        Ok(())
+    }
+
+    fn orgs(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|db| {
+            db.query("SELECT name FROM orgs ORDER BY name", &[], "listing orgs")?
+                .iter()
+                .map(|r| col(r, 0))
+                .collect()
+        })
+    }
+
+    fn log_size(&self, org_id: &str) -> Result<u64, StoreError> {
+        self.read(|db| match Self::org_id_of(db, org_id)? {
+            Some(org) => Self::log_size_of(db, org),
+            None => Ok(0),
+        })
+    }
+
+    fn read_log(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(());
+            };
+            let (lo, hi) = org_range(org);
+            let end = row_id(org, to).min(hi);
+            let mut next = row_id(org, from).max(lo);
+            while next < end {
+                let rows = db.query(&LOG_PAGE, &[&next, &end, &PAGE], "reading the log")?;
+                let Some(last) = rows.last() else {
+                    break;
+                };
+                next = col::<i64>(last, 0)? + lo + 1;
+                for row in &rows {
+                    let entry_type: String = col(row, 32)?;
+                    let leaf = blob_hash(col(row, 34)?)?;
+                    let seq: i64 = col(row, 0)?;
+                    let entry = if entry_type == "step" {
+                        let stored = step_from_row(row)?;
+                        LogEntry {
+                            seq: stored.seq,
+                            record: LogRecord::Step(stored.record),
+                        }
+                    } else {
+                        let view: String = col(row, 33)?;
+                        LogEntry {
+                            seq: u64_of(seq),
+                            record: LogRecord::Op {
+                                record: op_from_view(u64_of(seq), &entry_type, &view)?,
+                                hash: blob_hash(col(row, 22)?)?,
+                            },
+                        }
+                    };
+                    if !visit(entry, leaf) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        self.read(|db| {
+            let Some(row) = db.query_opt(
+                "SELECT s.start_seq, s.genesis, start.view, e.step_index, e.record_hash, seal.view
+                 FROM sessions s JOIN orgs o ON o.org = s.org
+                 JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
+                 LEFT JOIN session_heads h ON h.sid = s.sid
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+                 LEFT JOIN seals x ON x.sid = s.sid
+                 LEFT JOIN entries seal ON seal.id = ((s.org << 40) | x.seq)
+                 WHERE o.name = $1 AND s.session_id = $2",
+                &[&org_id, &session_id],
+                "reading a session",
+            )?
+            else {
+                return Ok(None);
+            };
+            let start_seq: i64 = col(&row, 0)?;
+            let OpRecord::SessionStart(header) =
+                op_from_view(u64_of(start_seq), "session-start", &col::<String>(&row, 2)?)?
+            else {
+                return Err(StoreError::Corrupt(
+                    "session start record has another type".into(),
+                ));
+            };
+            let seal = match col::<Option<String>>(&row, 5)? {
+                None => None,
+                Some(view) => match op_from_view(0, "seal", &view)? {
+                    OpRecord::Seal(seal) => Some(seal),
+                    _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
+                },
+            };
+            let last_index: Option<i64> = col(&row, 3)?;
+            let (step_count, head) = match last_index {
+                Some(index) => (u64_of(index) + 1, blob_hash(col(&row, 4)?)?),
+                None => (0, blob_hash(col(&row, 1)?)?),
+            };
+            Ok(Some(SessionInfo {
+                header,
+                start_seq: u64_of(start_seq),
+                step_count,
+                head,
+                seal,
+            }))
+        })
+    }
+
+    fn read_session(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|db| {
+            let Some(row) = db.query_opt(
+                "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+                 WHERE o.name = $1 AND s.session_id = $2",
+                &[&org_id, &session_id],
+                "reading a session",
+            )?
+            else {
+                return Ok(());
+            };
+            let (org, sid): (i64, i64) = (col(&row, 0)?, col(&row, 1)?);
+            let ids: Vec<i64> = db
+                .query(SESSION_WALK, &[&org, &sid], "walking a session")?
+                .iter()
+                .map(|r| col(r, 0))
+                .collect::<Result<_, _>>()?;
+            for chunk in ids.chunks(PAGE as usize) {
+                let chunk = chunk.to_vec();
+                for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
+                    if !visit(step_from_row(&row)?) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn step_by_trace(
+        &self,
+        org_id: &str,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
+            db.query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "looking up a step")?
+                .map(|row| step_from_row(&row))
+                .transpose()
+        })
+    }
+
+    fn list_sessions(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            db.query(
+                "SELECT s.session_id, s.agent_id, s.started_at, COALESCE(h.last_index + 1, 0),
+                   (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.first_seq)),
+                   (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.last_seq)),
+                   EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+                 FROM sessions s JOIN orgs o ON o.org = s.org LEFT JOIN session_heads h ON h.sid = s.sid
+                 WHERE o.name = $1 AND ($2::text IS NULL OR s.agent_id = $2)
+                 ORDER BY s.started_at DESC, s.sid DESC LIMIT $3",
+                &[&org_id, &agent_id, &limit],
+                "listing sessions",
+            )?
+            .iter()
+            .map(|row| {
+                let first: Option<i64> = col(row, 4)?;
+                let last: Option<i64> = col(row, 5)?;
+                Ok(SessionSummary {
+                    session_id: col(row, 0)?,
+                    agent_id: col(row, 1)?,
+                    step_count: u64_of(col(row, 3)?),
+                    first_step_at: first.and_then(Timestamp::from_micros),
+                    last_step_at: last.and_then(Timestamp::from_micros),
+                    started_at: Timestamp::from_micros(col(row, 2)?).unwrap_or_default(),
+                    sealed: col(row, 6)?,
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn latest_checkpoint(&self, org_id: &str) -> Result<Option<StoredCheckpoint>, StoreError> {
+        self.read(|db| match Self::org_id_of(db, org_id)? {
+            Some(org) => latest_checkpoint(db, org, org_id),
+            None => Ok(None),
+        })
+    }
+
+    fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            db.query(
+                "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 ORDER BY size",
+                &[&org],
+                "listing checkpoints",
+            )?
+            .iter()
+            .map(|row| checkpoint_from_row(row, org_id))
+            .collect()
+        })
+    }
+
+    fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {
+        self.with_tree(org_id, |tree| inclusion_proof(tree, seq, size))
+    }
+
+    fn consistency_proof(
+        &self,
+        org_id: &str,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<Vec<Hash>, StoreError> {
+        self.with_tree(org_id, |tree| consistency_proof(tree, old_size, new_size))
+    }
+
+    fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(cairn_core::merkle::empty_root());
+            };
+            let tree = PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org,
+                size,
+            };
+            range_hash(&tree, 0, size)
+        })
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn embedding_sample_rate(&self) -> f64 {
+        self.embedding_sample_rate
+    }
+
+    fn semantic_search(
+        &self,
+        org_id: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (lo, hi) = org_range(org);
+            let mut best: Vec<(u64, f32)> = Vec::new();
+            let mut next = lo;
+            loop {
+                let rows = db.query(
+                    "SELECT id, vector FROM embeddings WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3",
+                    &[&next, &hi, &PAGE],
+                    "searching embeddings",
+                )?;
+                let Some(last) = rows.last() else { break };
+                next = col::<i64>(last, 0)? + 1;
+                for row in &rows {
+                    let id: i64 = col(row, 0)?;
+                    let bytes: Vec<u8> = col(row, 1)?;
+                    let Some(vector) = crate::embed::from_bytes(&bytes) else {
+                        continue;
+                    };
+                    best.push((u64_of(id - lo), crate::embed::similarity(query, &vector)));
+                }
+                if best.len() > limit.saturating_mul(4).max(256) {
+                    best.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    best.truncate(limit);
+                }
+            }
+            best.sort_by(|a, b| b.1.total_cmp(&a.1));
+            best.truncate(limit);
+            Ok(best)
+        })
+    }
+
+    fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &key.id,
+                    &key.org_id,
+                    &key.role.as_str(),
+                    &key.agent_id,
+                    &&key.token_hash.0[..],
+                    &key.label,
+                    &key.created_at.as_micros(),
+                    &key.revoked_at.map(Timestamp::as_micros),
+                ],
+                "storing an API key",
+            )?;
+            Ok(())
+        })
+    }
+
+    fn api_key_by_hash(&self, token_hash: &Hash) -> Result<Option<ApiKey>, StoreError> {
+        self.read(|db| {
+            db.query_opt(
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                 FROM api_keys WHERE token_hash = $1",
+                &[&&token_hash.0[..]],
+                "looking up an API key",
+            )?
+            .map(|row| api_key_from_row(&row))
+            .transpose()
+        })
+    }
+
+    fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                 FROM api_keys WHERE org_name = $1 ORDER BY created_at, id",
+                &[&org_id],
+                "listing API keys",
+            )?
+            .iter()
+            .map(api_key_from_row)
+            .collect()
+        })
+    }
+
+    fn revoke_api_key(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.read(|db| {
+            Ok(db.execute(
+                "UPDATE api_keys SET revoked_at = $3 WHERE org_name = $1 AND id = $2 AND revoked_at IS NULL",
+                &[&org_id, &key_id, &at.as_micros()],
+                "revoking an API key",
+            )? > 0)
+        })
+    }
+
+    fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
+        let views = self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.type = 'key-registration' ORDER BY e.id",
+                &[&org_id],
+                "reading agent keys",
+            )?
+            .iter()
+            .map(|r| Ok((u64_of(col(r, 0)?), col(r, 1)?)))
+            .collect::<Result<Vec<(u64, String)>, StoreError>>()
+        })?;
+        Ok(agent_keys_from_views(views)?
+            .into_iter()
+            .map(|(_, reg)| reg)
+            .collect())
+    }
+
+    fn log_signer(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
+        let origin = self.read(|db| {
+            db.query_opt(
+                "SELECT g.server_name, g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org
+                 WHERE o.name = $1",
+                &[&org_id],
+                "reading an org's origin",
+            )?
+            .map(|row| Ok((col::<String>(&row, 0)?, col::<String>(&row, 1)?)))
+            .transpose()
+        })?;
+        match origin {
+            None => Ok((self.key.signer.name().to_owned(), self.key.verifier.clone())),
+            Some((name, key)) => {
+                let key = NoteVerifier::parse(&key)
+                    .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
+                Ok((name, key))
+            }
+        }
+    }
+
+    fn import_log(
+        &self,
+        org_id: &str,
+        header: &cairn_core::bundle::BundleHeader,
+        checkpoint_note: &str,
+        entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+    ) -> Result<u64, ImportError> {
+        self.with_writer(|conn, cache| {
+            let mut tx = conn.client.transaction().context("starting the import")?;
+            let mut db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            let names = HashSet::from([org_id.to_owned()]);
+            lock_orgs(&mut db, &names)?;
+            let mut orgs = HashMap::new();
+            if let Some(org) = load_org(&mut db, cache, org_id)? {
+                orgs.insert(org_id.to_owned(), org);
+            }
+            let mut pg_tx = PgTx {
+                db,
+                orgs,
+                locked: names,
+                cache,
+            };
+            let count =
+                self.engine()
+                    .import(&mut pg_tx, org_id, header, checkpoint_note, entries)?;
+            drop(pg_tx);
+            tx.commit().context("committing the import")?;
+            Ok(count)
+        })
+    }
+
+    fn server_key(&self) -> &NoteVerifier {
+        &self.key.verifier
+    }
+
+    fn server_name(&self) -> &str {
+        self.key.signer.name()
+    }
 }

@@ -5,7 +5,7 @@
 -- after `cairn` (or `cairn_store::pg::migrate`) created the schema.
 GRANT USAGE ON SCHEMA public TO cairn_app;
 GRANT SELECT, INSERT ON entries, orgs, sessions, seals, nodes, checkpoints, org_origins TO cairn_app;
-GRANT SELECT ON cairn_meta TO cairn_app;
+GRANT SELECT, INSERT ON cairn_meta TO cairn_app;
 GRANT UPDATE (content, input_data, output_data, metadata, erased, hidden, has_embedding) ON entries TO cairn_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON session_heads, embeddings, api_keys TO cairn_app;
 GRANT USAGE ON SEQUENCE orgs_org_seq, sessions_sid_seq TO cairn_app;

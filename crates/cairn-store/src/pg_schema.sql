@@ -5,6 +5,7 @@
 -- erasure and the embedding flag), statement triggers against TRUNCATE, and
 -- an event trigger against DROP and ALTER of ledger tables.
 
+-- Schema version and the fleet's server key: written once, never changed.
 CREATE TABLE IF NOT EXISTS cairn_meta (
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (org, started_at, sid);
 
 -- Derived, not ledger (see docs/STORAGE.md).
 CREATE TABLE IF NOT EXISTS session_heads (
@@ -162,7 +164,7 @@ DO $$
 DECLARE
   t TEXT;
 BEGIN
-  FOREACH t IN ARRAY ARRAY['entries', 'orgs', 'sessions', 'seals', 'nodes', 'checkpoints', 'org_origins'] LOOP
+  FOREACH t IN ARRAY ARRAY['entries', 'orgs', 'sessions', 'seals', 'nodes', 'checkpoints', 'org_origins', 'cairn_meta'] LOOP
     EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_delete ON %I', t);
     EXECUTE format('CREATE TRIGGER cairn_no_delete BEFORE DELETE ON %I FOR EACH ROW EXECUTE FUNCTION cairn_refuse()', t);
     EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_truncate ON %I', t);

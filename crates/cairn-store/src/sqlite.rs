@@ -21,8 +21,8 @@
 //! through an authorizer.
 
 use crate::engine::{
-    AgentKey, Engine, OrgState, Overlay, RawStep, SessionState, StepRow, WriteTx,
-    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
+    AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
+    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, org_range, row_id,
 };
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
@@ -316,18 +316,6 @@ impl SqliteStore {
     }
 }
 
-/// The rowid of an entry: `(org << 40) | seq`, so that each org's log is
-/// one contiguous, append-only rowid range and needs no second index.
-/// (2^40 entries per org, 2^23 orgs.)
-fn row_id(org: i64, seq: u64) -> i64 {
-    (org << 40) | (seq.min((1 << 40) - 1) as i64)
-}
-
-/// Rowid bounds of an org's log, half-open.
-fn org_range(org: i64) -> (i64, i64) {
-    (org << 40, (org + 1) << 40)
-}
-
 /// Size of an org's log, from its largest rowid.
 fn log_size_of(conn: &Connection, org: i64) -> Result<u64, StoreError> {
     let (lo, hi) = org_range(org);
@@ -619,11 +607,6 @@ fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError>
     .context("writing a step")?;
     Ok(())
 }
-
-const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
-    e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
-    e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
-    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts";
 
 /// The rowids of a session's steps, oldest first, found by walking
 /// `prev_seq` back from the session's last step. A broken link ends the

@@ -4,159 +4,51 @@
 //! Under `CI=true` a missing PostgreSQL fails the run; elsewhere the tests
 //! say so and pass.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use crate::conformance::{Backend, run_all};
+use cairn_store::pg::{PgOptions, PgStore};
+use cairn_store::{LedgerStore, load_or_create_server_key};
+use cairn_testkit::PgCluster;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// A PostgreSQL cluster for one test, stopped when dropped.
-pub struct PgCluster {
-    dir: tempfile::TempDir,
-    port: u16,
-    as_user: Option<&'static str>,
+/// One database per store name in one cluster; each store's server key
+/// lives in its own directory, as a server's data directory would hold it.
+struct Pg {
+    cluster: PgCluster,
+    keys: tempfile::TempDir,
+    created: Mutex<HashSet<String>>,
 }
 
-fn find(binary: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(binary))
-            .find(|p| p.is_file())
-    })
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0"))
-        .unwrap_or(false)
-}
-
-impl PgCluster {
-    /// Starts a cluster, or returns None (outside CI) when PostgreSQL is
-    /// not installed.
-    pub fn start() -> Option<PgCluster> {
-        let (Some(initdb), Some(pg_ctl)) = (find("initdb"), find("pg_ctl")) else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI=true but initdb/pg_ctl are not on PATH: PostgreSQL 15 is required for these tests"
-            );
-            eprintln!("PostgreSQL (initdb, pg_ctl) not on PATH: skipping outside CI");
-            return None;
+impl Backend for Pg {
+    fn open(&self, name: &str) -> Arc<dyn LedgerStore> {
+        let db = name.replace('-', "_");
+        let url = if self.created.lock().unwrap().insert(db.clone()) {
+            self.cluster.create_database(&db)
+        } else {
+            self.cluster.url_for(&db)
         };
-        // initdb refuses to run as root: run the cluster as an unprivileged
-        // user that owns the directory.
-        let as_user = is_root().then(|| {
-            if Command::new("id")
-                .arg("postgres")
-                .output()
-                .is_ok_and(|o| o.status.success())
-            {
-                "postgres"
-            } else {
-                "nobody"
-            }
-        });
-        let dir = tempfile::tempdir().unwrap();
-        if let Some(user) = as_user {
-            let status = Command::new("chown")
-                .args(["-R", user, dir.path().to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cluster = PgCluster { dir, port, as_user };
-        let data = cluster.data_dir();
-        cluster.run(
-            &initdb,
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
-        let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c full_page_writes=off",
-            cluster.dir.path().display()
-        );
-        cluster.run(
-            &pg_ctl,
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-o",
-                &options,
-                "-l",
-                cluster.dir.path().join("log").to_str().unwrap(),
-                "-w",
-                "start",
-            ],
-        );
-        Some(cluster)
-    }
-
-    fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn run(&self, binary: &Path, args: &[&str]) {
-        let mut command = match self.as_user {
-            Some(user) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user, "--"]).arg(binary);
-                c
-            }
-            None => Command::new(binary),
+        let dir = self.keys.path().join(&db);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = load_or_create_server_key(&dir, "cairn.local").unwrap();
+        let options = PgOptions {
+            checkpoint_interval: Duration::from_millis(200),
+            ..PgOptions::new(url)
         };
-        let out = command.args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{} failed: {}{}",
-            binary.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// A connection URL as the superuser, to database `postgres`.
-    pub fn url(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            self.port
-        )
-    }
-
-    /// A new client as the superuser.
-    pub fn connect(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
+        Arc::new(PgStore::open(options, key).unwrap())
     }
 }
 
-impl Drop for PgCluster {
-    fn drop(&mut self) {
-        if let Some(pg_ctl) = find("pg_ctl") {
-            let data = self.data_dir();
-            let mut command = match self.as_user {
-                Some(user) => {
-                    let mut c = Command::new("runuser");
-                    c.args(["-u", user, "--"]).arg(pg_ctl);
-                    c
-                }
-                None => Command::new(pg_ctl),
-            };
-            let _ = command
-                .args(["-D", data.to_str().unwrap_or(""), "-m", "immediate", "stop"])
-                .output();
-        }
-    }
+#[test]
+fn conformance_suite() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    run_all(&Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    });
 }
 
 #[test]

@@ -1,0 +1,214 @@
+//! Test support shared by Cairn's crates.
+//!
+//! [`PgCluster`] starts a throwaway PostgreSQL cluster (`initdb` and
+//! `pg_ctl` from PATH, in a temporary directory, on a free loopback port)
+//! and stops it when dropped. Under `CI=true` a missing PostgreSQL is a
+//! test failure; elsewhere [`PgCluster::start`] says so and returns None.
+// Test support: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A PostgreSQL cluster for one test, stopped when dropped.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    as_user: Option<&'static str>,
+}
+
+fn find(binary: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(binary))
+            .find(|p| p.is_file())
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+}
+
+impl PgCluster {
+    /// Starts a cluster, or returns None (outside CI) when PostgreSQL is
+    /// not installed.
+    pub fn start() -> Option<PgCluster> {
+        let (Some(initdb), Some(pg_ctl)) = (find("initdb"), find("pg_ctl")) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI=true but initdb/pg_ctl are not on PATH: PostgreSQL 15 is required for these tests"
+            );
+            eprintln!("PostgreSQL (initdb, pg_ctl) not on PATH: skipping outside CI");
+            return None;
+        };
+        // initdb refuses to run as root: run the cluster as an unprivileged
+        // user that owns the directory.
+        let as_user = is_root().then(|| {
+            if Command::new("id")
+                .arg("postgres")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                "postgres"
+            } else {
+                "nobody"
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(user) = as_user {
+            let status = Command::new("chown")
+                .args(["-R", user, dir.path().to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cluster = PgCluster { dir, port, as_user };
+        let data = cluster.data_dir();
+        cluster.run(
+            &initdb,
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c full_page_writes=off",
+            cluster.dir.path().display()
+        );
+        cluster.run(
+            &pg_ctl,
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &options,
+                "-l",
+                cluster.dir.path().join("log").to_str().unwrap(),
+                "-w",
+                "start",
+            ],
+        );
+        Some(cluster)
+    }
+
+    /// The cluster's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn run(&self, binary: &Path, args: &[&str]) {
+        let mut command = match self.as_user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let out = command.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed: {}{}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A connection URL as the superuser, to database `postgres`.
+    pub fn url(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    /// A connection URL as the superuser, to database `dbname`.
+    pub fn url_for(&self, dbname: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={dbname}",
+            self.port
+        )
+    }
+
+    /// The loopback port the cluster listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Creates database `name` and returns its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        self.connect()
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .unwrap();
+        self.url_for(name)
+    }
+
+    /// Runs `sql` with the `psql` client as the superuser on database
+    /// `dbname`, stopping at the first error; returns whether it succeeded
+    /// and what it printed.
+    pub fn psql(&self, dbname: &str, sql: &str) -> (bool, String) {
+        let psql = find("psql").expect("psql is on PATH next to initdb");
+        let out = Command::new(psql)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-X",
+                "-q",
+            ])
+            .args(["-p", &self.port.to_string(), "-d", dbname, "-c", sql])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    /// A new client as the superuser.
+    pub fn connect(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Some(pg_ctl) = find("pg_ctl") {
+            let data = self.data_dir();
+            let mut command = match self.as_user {
+                Some(user) => {
+                    let mut c = Command::new("runuser");
+                    c.args(["-u", user, "--"]).arg(pg_ctl);
+                    c
+                }
+                None => Command::new(pg_ctl),
+            };
+            let _ = command
+                .args(["-D", data.to_str().unwrap_or(""), "-m", "immediate", "stop"])
+                .output();
+        }
+    }
+}
