@@ -13,6 +13,7 @@ use cairn_core::record::Step;
 use cairn_core::{Hash, Timestamp};
 use cairn_server::{AppState, ServerConfig};
 use cairn_store::{ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore};
+use cairn_testkit::http::Reply;
 use serde_json::{Value, json};
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -85,29 +86,6 @@ fn start() -> Server {
     }
 }
 
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    fn code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
-    }
-}
-
-/// A minimal HTTP/1.1 client: one request per connection.
 fn call(
     server: &Server,
     method: &str,
@@ -115,54 +93,7 @@ fn call(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> Reply {
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    let body = body.unwrap_or(b"");
-    head.push_str(&format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    ));
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a complete response");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut payload = raw[split + 4..].to_vec();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let header = |name: &str| {
-        head.lines()
-            .find(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
-            .map(|l| l[name.len() + 1..].trim().to_owned())
-    };
-    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-        let mut decoded = Vec::new();
-        let mut rest = &payload[..];
-        loop {
-            let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
-                    .unwrap();
-            rest = &rest[line_end + 2..];
-            if size == 0 {
-                break;
-            }
-            decoded.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        payload = decoded;
-    }
-    Reply {
-        status,
-        content_type: header("content-type").unwrap_or_default(),
-        body: payload,
-    }
+    cairn_testkit::http::call(server.addr, method, path, token, body)
 }
 
 fn post(server: &Server, path: &str, token: &str, body: &Value) -> Reply {

@@ -21,43 +21,98 @@ pub const KEY_FILE: &str = "server.key";
 /// Loads `data_dir/server.key`, or creates it with a fresh key named
 /// `name` if it does not exist. The file holds the C2SP private key string
 /// (`PRIVATE+KEY+name+id+key`) and is created with mode 0600.
+///
+/// Creation is atomic: the key is written and synced to a temporary file
+/// that is then hard-linked into place, which fails if another process
+/// (a second server starting on the same directory) got there first; that
+/// process's key is then loaded. No process ever reads a half-written key.
 pub fn load_or_create_server_key(data_dir: &Path, name: &str) -> Result<ServerKey, StoreError> {
     let path = data_dir.join(KEY_FILE);
+    if let Some(key) = load(&path)? {
+        return Ok(key);
+    }
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed)
+        .map_err(|e| StoreError::Key(format!("no entropy source for the server key: {e}")))?;
+    let signer = NoteSigner::from_seed(name, &seed).map_err(|e| StoreError::Key(e.to_string()))?;
     let io = |context: String| move |source| StoreError::Io { context, source };
-    match std::fs::read_to_string(&path) {
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce)
+        .map_err(|e| StoreError::Key(format!("no entropy source for the server key: {e}")))?;
+    let temp = data_dir.join(format!(".{KEY_FILE}.{}", hex::encode(nonce)));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let written = options
+        .open(&temp)
+        .and_then(|mut file| {
+            file.write_all(format!("{}\n", signer.to_private_string()).as_bytes())?;
+            file.sync_all()
+        })
+        .map_err(io(format!("writing {}", temp.display())));
+    let linked = written.and_then(|()| match std::fs::hard_link(&temp, &path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(StoreError::Io {
+            context: format!("creating {}", path.display()),
+            source: e,
+        }),
+    });
+    let _ = std::fs::remove_file(&temp);
+    if linked? {
+        let verifier = signer.verifier();
+        return Ok(ServerKey { signer, verifier });
+    }
+    load(&path)?.ok_or_else(|| StoreError::Key(format!("{} vanished", path.display())))
+}
+
+fn load(path: &Path) -> Result<Option<ServerKey>, StoreError> {
+    match std::fs::read_to_string(path) {
         Ok(text) => {
             let signer = NoteSigner::parse(text.trim()).map_err(|e| {
                 StoreError::Key(format!("{} does not hold a valid key: {e}", path.display()))
             })?;
             let verifier = signer.verifier();
-            Ok(ServerKey { signer, verifier })
+            Ok(Some(ServerKey { signer, verifier }))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed).map_err(|e| {
-                StoreError::Key(format!("no entropy source for the server key: {e}"))
-            })?;
-            let signer =
-                NoteSigner::from_seed(name, &seed).map_err(|e| StoreError::Key(e.to_string()))?;
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                options.mode(0o600);
-            }
-            let mut file = options
-                .open(&path)
-                .map_err(io(format!("creating {}", path.display())))?;
-            file.write_all(format!("{}\n", signer.to_private_string()).as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(io(format!("writing {}", path.display())))?;
-            let verifier = signer.verifier();
-            Ok(ServerKey { signer, verifier })
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::Io {
             context: format!("reading {}", path.display()),
             source: e,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Servers starting at once on one directory end up with one key.
+    #[test]
+    fn concurrent_first_starts_agree_on_one_key() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let keys: Vec<String> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..4)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            load_or_create_server_key(dir.path(), "fleet.example")
+                                .unwrap()
+                                .verifier
+                                .to_string()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(keys.windows(2).all(|w| w[0] == w[1]), "{keys:?}");
+            let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert_eq!(files.len(), 1, "no temporary file left behind");
+        }
     }
 }

@@ -7,6 +7,8 @@
 // Test support: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used)]
 
+pub mod http;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -161,7 +163,7 @@ impl PgCluster {
 
     /// Runs `sql` with the `psql` client as the superuser on database
     /// `dbname`, stopping at the first error; returns whether it succeeded
-    /// and what it printed.
+    /// and what it printed (unaligned, tuples only: one row per line).
     pub fn psql(&self, dbname: &str, sql: &str) -> (bool, String) {
         let psql = find("psql").expect("psql is on PATH next to initdb");
         let out = Command::new(psql)
@@ -174,6 +176,8 @@ impl PgCluster {
                 "ON_ERROR_STOP=1",
                 "-X",
                 "-q",
+                "-A",
+                "-t",
             ])
             .args(["-p", &self.port.to_string(), "-d", dbname, "-c", sql])
             .output()

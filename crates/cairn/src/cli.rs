@@ -14,6 +14,7 @@ use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
     Written,
+    pg::{PgOptions, PgStore},
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -38,6 +39,12 @@ pub struct Cli {
         default_value = "cairn-data"
     )]
     data_dir: PathBuf,
+    /// PostgreSQL connection URL (`postgres://user@host/db`): use that
+    /// database instead of the embedded store, so that many servers share
+    /// one ledger. The server key stays in the data directory; every server
+    /// on one database must have the same key.
+    #[arg(long, global = true, env = "CAIRN_DATABASE_URL")]
+    database: Option<String>,
     /// The org (tenant) to work in.
     #[arg(long, global = true, env = "CAIRN_ORG", default_value = "default")]
     org: String,
@@ -463,18 +470,61 @@ pub fn run() -> Result<Outcome> {
 }
 
 fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
+    let limits = Limits {
+        max_content_bytes: cli.max_content_length,
+        ..Limits::default()
+    };
+    if let Some(url) = &cli.database {
+        std::fs::create_dir_all(&cli.data_dir)
+            .with_context(|| format!("creating {}", cli.data_dir.display()))?;
+        let key = cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?;
+        let options = PgOptions {
+            limits,
+            embedding_sample_rate: cli.embedding_sample_rate,
+            ..PgOptions::new(url.clone())
+        };
+        let store = PgStore::open(options, key)
+            .with_context(|| format!("opening the PostgreSQL store at {}", redact_password(url)))?;
+        return Ok(Arc::new(store));
+    }
     let options = SqliteOptions {
         server_name: cli.server_name.clone(),
-        limits: Limits {
-            max_content_bytes: cli.max_content_length,
-            ..Limits::default()
-        },
+        limits,
         embedding_sample_rate: cli.embedding_sample_rate,
         ..SqliteOptions::default()
     };
     let store = SqliteStore::open(&cli.data_dir, options)
         .with_context(|| format!("opening the store in {}", cli.data_dir.display()))?;
     Ok(Arc::new(store))
+}
+
+/// A connection URL fit to print: its password, if any, replaced.
+fn redact_password(url: &str) -> String {
+    // postgres://user:secret@host/db and key=value forms.
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.split_whitespace()
+        .map(|part| {
+            if part.starts_with("password=") {
+                "password=***"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where the store is, for messages.
+fn store_location(cli: &Cli) -> String {
+    match &cli.database {
+        Some(url) => format!("database: {}", redact_password(url)),
+        None => format!("data: {}", cli.data_dir.display()),
+    }
 }
 
 fn append_error(e: AppendError) -> anyhow::Error {
@@ -756,9 +806,9 @@ fn verify_store(cli: &Cli, store: &dyn LedgerStore, args: &VerifyArgs) -> Result
     let total = store.log_size(&cli.org)?;
     if total == 0 && !store.orgs()?.contains(&cli.org) {
         return Err(usage(format!(
-            "org {} has no records in {}",
+            "org {} has no records ({})",
             cli.org,
-            cli.data_dir.display()
+            store_location(cli)
         )));
     }
     let bar = progress_bar(total, "verifying");
@@ -1022,7 +1072,11 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         let address = listener
             .local_addr()
             .context("reading the listening address")?;
-                println!("cairn listening on http://{address} (data: {}, org: {})", cli.data_dir.display(), cli.org);
+        println!(
+            "cairn listening on http://{address} ({}, org: {})",
+            store_location(cli),
+            cli.org
+        );
         if let Some(session) = sample_session {
             println!(
                 "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""

@@ -6,51 +6,18 @@
 // Fixed, known-good inputs: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use serde_json::Value;
-use std::io::Write as _;
+mod common;
+
+use common::{SEED_000_SESSION, Target, cairn_in, json, populate_with};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+fn populated(dir: &Path) -> String {
+    common::populated(Target::embedded(dir))
 }
 
-fn cairn_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .env("CAIRN_DATA_DIR", dir.join("data"))
-        .env("CAIRN_ORG", "acme")
-        .current_dir(dir)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cairn runs");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn json(run: &Run) -> Value {
-    serde_json::from_str(run.stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {} / {}", run.stdout, run.stderr))
+fn expect_broken(dir: &Path, extra: &[&str], seq: i64, reason: &str) {
+    common::expect_broken(Target::embedded(dir), extra, seq, reason);
 }
 
 #[test]
@@ -126,55 +93,6 @@ fn usage_errors_exit_2() {
     assert_eq!(missing.code, 2);
     assert!(missing.stderr.contains("session nope does not exist"));
     assert_eq!(cairn_in(dir.path(), &["--version"], None).code, 0);
-}
-
-const SEED_000_SESSION: &str = r#"{"session_id":"revenue-analysis-q4","step_type":"Observation","content":"User asked for Q4 revenue breakdown by segment","metadata":{"channel":"chat"}}
-{"session_id":"revenue-analysis-q4","step_type":"ToolCall","content":"Querying orders table","input_data":{"sql":"SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"},"metadata":{"tool":"sql"}}
-{"session_id":"revenue-analysis-q4","step_type":"Reasoning","content":"Enterprise grew 23% QoQ while SMB declined 5%.","confidence":0.88,"metadata":{"k":1}}
-{"session_id":"revenue-analysis-q4","step_type":"FinalAnswer","content":"Q4 revenue was $7.49M, up 15% QoQ.","confidence":0.95,"metadata":{"k":2}}
-"#;
-
-/// A store with two sessions, interleaved (one helper step, the analyst's
-/// session, two more helper steps), checkpointed; returns the checkpoint.
-fn populated(dir: &Path) -> String {
-    populate_with(dir, SEED_000_SESSION)
-}
-
-fn helper_step(dir: &Path, i: usize) {
-    let content = format!("side note {i}");
-    let run = cairn_in(
-        dir,
-        &[
-            "log",
-            "--session",
-            "other",
-            "--agent",
-            "helper",
-            "--type",
-            "thinking",
-            "--content",
-            &content,
-            "--metadata",
-            "{\"n\":1}",
-        ],
-        None,
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-}
-
-fn populate_with(dir: &Path, analyst_session: &str) -> String {
-    helper_step(dir, 0);
-    let run = cairn_in(
-        dir,
-        &["log", "--stdin", "--agent", "analyst"],
-        Some(analyst_session),
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    helper_step(dir, 1);
-    helper_step(dir, 2);
-    let run = cairn_in(dir, &["checkpoint"], None);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    run.stdout
 }
 
 #[test]
@@ -330,16 +248,6 @@ fn seq_of(conn: &rusqlite::Connection, session: &str, index: i64) -> i64 {
     .unwrap()
 }
 
-fn expect_broken(dir: &Path, extra: &[&str], seq: i64, reason: &str) {
-    let mut args = vec!["verify", "--json"];
-    args.extend_from_slice(extra);
-    let run = cairn_in(dir, &args, None);
-    let verdict = json(&run);
-    assert_eq!(run.code, 1, "{verdict}");
-    assert_eq!(verdict["brokenReason"], reason, "{verdict}");
-    assert_eq!(verdict["brokenAtSequence"], seq, "{verdict}");
-}
-
 #[test]
 fn every_kind_of_file_tampering_is_caught_at_its_record() {
     type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
@@ -453,7 +361,7 @@ fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
     // every signature is consistent again.
     std::fs::remove_file(dir.path().join("data/ledger.db")).unwrap();
     let rewritten = SEED_000_SESSION.replace("Enterprise grew 23%", "Enterprise grew 32%");
-    populate_with(dir.path(), &rewritten);
+    populate_with(Target::embedded(dir.path()), &rewritten);
     assert_eq!(
         cairn_in(dir.path(), &["verify"], None).code,
         0,

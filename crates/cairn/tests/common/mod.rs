@@ -1,0 +1,145 @@
+//! Helpers shared by the binary's tests: running `cairn` as a user would,
+//! against the embedded store or a PostgreSQL database, and recording the
+//! sample data the tamper tests work on.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Where a test's `cairn` commands point: a working directory (whose
+/// `data` subdirectory is the data directory) and, for the PostgreSQL
+/// backend, a database URL.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The working directory.
+    pub dir: &'a Path,
+    /// `--database`, if any.
+    pub database: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    /// The embedded store in `dir/data`.
+    pub fn embedded(dir: &'a Path) -> Target<'a> {
+        Target {
+            dir,
+            database: None,
+        }
+    }
+
+    /// Runs `cairn` with `args` (org `acme`), feeding `stdin` if given.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+        command
+            .args(args)
+            .env("CAIRN_DATA_DIR", self.dir.join("data"))
+            .env("CAIRN_ORG", "acme")
+            .env_remove("CAIRN_DATABASE_URL")
+            .current_dir(self.dir);
+        if let Some(url) = self.database {
+            command.env("CAIRN_DATABASE_URL", url);
+        }
+        let mut child = command
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cairn runs");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// What a `cairn` run did.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cairn` on the embedded store in `dir/data`.
+pub fn cairn_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    Target::embedded(dir).run(args, stdin)
+}
+
+/// A run's stdout as JSON.
+pub fn json(run: &Run) -> Value {
+    serde_json::from_str(run.stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", run.stdout, run.stderr))
+}
+
+/// Asserts that `cairn verify` fails at record `seq` for `reason`.
+pub fn expect_broken(target: Target<'_>, extra: &[&str], seq: i64, reason: &str) {
+    let mut args = vec!["verify", "--json"];
+    args.extend_from_slice(extra);
+    let run = target.run(&args, None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], reason, "{verdict}");
+    assert_eq!(verdict["brokenAtSequence"], seq, "{verdict}");
+}
+
+pub const SEED_000_SESSION: &str = r#"{"session_id":"revenue-analysis-q4","step_type":"Observation","content":"User asked for Q4 revenue breakdown by segment","metadata":{"channel":"chat"}}
+{"session_id":"revenue-analysis-q4","step_type":"ToolCall","content":"Querying orders table","input_data":{"sql":"SELECT segment, SUM(revenue) FROM orders WHERE quarter='Q4' GROUP BY 1"},"metadata":{"tool":"sql"}}
+{"session_id":"revenue-analysis-q4","step_type":"Reasoning","content":"Enterprise grew 23% QoQ while SMB declined 5%.","confidence":0.88,"metadata":{"k":1}}
+{"session_id":"revenue-analysis-q4","step_type":"FinalAnswer","content":"Q4 revenue was $7.49M, up 15% QoQ.","confidence":0.95,"metadata":{"k":2}}
+"#;
+
+/// A store with two sessions, interleaved (one helper step, the analyst's
+/// session, two more helper steps), checkpointed; returns the checkpoint.
+pub fn populated(target: Target<'_>) -> String {
+    populate_with(target, SEED_000_SESSION)
+}
+
+fn helper_step(target: Target<'_>, i: usize) {
+    let content = format!("side note {i}");
+    let run = target.run(
+        &[
+            "log",
+            "--session",
+            "other",
+            "--agent",
+            "helper",
+            "--type",
+            "thinking",
+            "--content",
+            &content,
+            "--metadata",
+            "{\"n\":1}",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// Records the sample sessions and checkpoints; returns the checkpoint.
+pub fn populate_with(target: Target<'_>, analyst_session: &str) -> String {
+    helper_step(target, 0);
+    let run = target.run(
+        &["log", "--stdin", "--agent", "analyst"],
+        Some(analyst_session),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    helper_step(target, 1);
+    helper_step(target, 2);
+    let run = target.run(&["checkpoint"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}

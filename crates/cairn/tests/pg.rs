@@ -1,0 +1,370 @@
+//! The binary on PostgreSQL, against a throwaway cluster the tests start
+//! themselves: every tamper case of the embedded store's tests, done with
+//! `psql` as a superuser, caught by `cairn verify`; and a fleet of three
+//! `cairn serve` processes on one database, one killed with SIGKILL under
+//! load, that loses no acknowledged step and agrees on every checkpoint
+//! and proof. Under `CI=true` a missing PostgreSQL fails these tests.
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use cairn_testkit::PgCluster;
+use cairn_testkit::http::{call, try_call};
+use common::{Target, expect_broken, json, populated};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Runs SQL with psql as the superuser, with triggers off
+/// (`session_replication_role = replica`), as an attacker holding the
+/// database would; returns the output.
+fn attack(cluster: &PgCluster, db: &str, sql: &str) -> String {
+    let (ok, out) = cluster.psql(
+        db,
+        &format!("SET session_replication_role = replica; {sql}"),
+    );
+    assert!(ok, "{sql}: {out}");
+    out
+}
+
+fn seq_of(cluster: &PgCluster, db: &str, session: &str, index: i64) -> i64 {
+    let (ok, out) = cluster.psql(
+        db,
+        &format!(
+            "SELECT e.seq FROM entries e JOIN sessions s ON s.sid = e.sid
+             WHERE s.session_id = '{session}' AND e.step_index = {index}"
+        ),
+    );
+    assert!(ok, "{out}");
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+#[test]
+fn every_kind_of_psql_tampering_is_caught_at_its_record() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    type Tamper = fn(&PgCluster, &str) -> (i64, &'static str);
+    let cases: Vec<(&str, Tamper)> = vec![
+        ("content edited", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 2);
+            attack(
+                c,
+                db,
+                &format!("UPDATE entries SET content = 'Enterprise grew 2%' WHERE seq = {seq}"),
+            );
+            (seq, "digest-mismatch")
+        }),
+        ("metadata edited", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 1);
+            attack(
+                c,
+                db,
+                &format!("UPDATE entries SET metadata = '{{\"tool\":\"none\"}}' WHERE seq = {seq}"),
+            );
+            (seq, "digest-mismatch")
+        }),
+        ("timestamp edited", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 3);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE entries SET created_at = created_at - 3600000000 WHERE seq = {seq}"
+                ),
+            );
+            (seq, "digest-mismatch")
+        }),
+        ("step reordered", |c, db| {
+            let a = seq_of(c, db, "revenue-analysis-q4", 1);
+            let b = seq_of(c, db, "revenue-analysis-q4", 2);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE entries SET seq = -1 WHERE seq = {a};
+                     UPDATE entries SET seq = {a} WHERE seq = {b};
+                     UPDATE entries SET seq = {b} WHERE seq = -1;"
+                ),
+            );
+            (a, "sequence-gap")
+        }),
+        ("step deleted", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 1);
+            attack(c, db, &format!("DELETE FROM entries WHERE seq = {seq}"));
+            (seq, "sequence-gap")
+        }),
+        ("step inserted", |c, db| {
+            // A copy of step 1 inserted right after it; later entries are
+            // renumbered (id and seq) to make room.
+            let seq = seq_of(c, db, "revenue-analysis-q4", 1);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE entries SET id = -(id + 1), seq = seq + 1 WHERE seq > {seq};
+                     UPDATE entries SET id = -id WHERE id < 0;
+                     CREATE TEMP TABLE copy AS SELECT * FROM entries WHERE seq = {seq};
+                     UPDATE copy SET id = id + 1, seq = seq + 1, trace_id = 'forged-trace';
+                     INSERT INTO entries SELECT * FROM copy;"
+                ),
+            );
+            (seq + 1, "sequence-gap")
+        }),
+        ("tail truncated", |c, db| {
+            let (ok, out) = c.psql(db, "SELECT max(seq) FROM entries");
+            assert!(ok, "{out}");
+            let max: i64 = out.trim().parse().unwrap();
+            attack(
+                c,
+                db,
+                &format!("DELETE FROM entries WHERE seq >= {}", max - 1),
+            );
+            (max - 1, "missing-record")
+        }),
+        ("whole session deleted", |c, db| {
+            let (ok, out) = c.psql(
+                db,
+                "SELECT start_seq FROM sessions WHERE session_id = 'other'",
+            );
+            assert!(ok, "{out}");
+            let start: i64 = out.trim().parse().unwrap();
+            attack(
+                c,
+                db,
+                &format!(
+                    "DELETE FROM entries WHERE seq = {start}
+                       OR sid = (SELECT sid FROM sessions WHERE session_id = 'other');
+                     DELETE FROM sessions WHERE session_id = 'other';"
+                ),
+            );
+            (start, "sequence-gap")
+        }),
+    ];
+    for (i, (name, tamper)) in cases.into_iter().enumerate() {
+        let db = format!("tamper_{i}");
+        let url = cluster.create_database(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target {
+            dir: dir.path(),
+            database: Some(&url),
+        };
+        populated(target);
+        assert_eq!(target.run(&["verify"], None).code, 0, "{name}: clean");
+        // Without replica mode even the superuser is refused.
+        let (ok, out) = cluster.psql(&db, "UPDATE entries SET content = 'x'");
+        assert!(!ok && out.contains("cairn:"), "{name}: {out}");
+        let (seq, reason) = tamper(&cluster, &db);
+        expect_broken(target, &[], seq, reason);
+        eprintln!("{name}: caught at seq {seq} as {reason}");
+    }
+}
+
+/// A `cairn serve` process on the shared database.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cairn serve` on the database with the shared data directory
+/// (the fleet's server key); returns it and the admin key it printed, if
+/// it was the first.
+fn serve(dir: &std::path::Path, url: &str) -> (Server, Option<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("CAIRN_DATA_DIR", dir.join("data"))
+        .env("CAIRN_DATABASE_URL", url)
+        .env("CAIRN_ORG", "acme")
+        .env("CAIRN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut admin = None;
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("cairn serve printed where it listens")
+            .unwrap();
+        if let Some(token) = line
+            .split(": ")
+            .nth(1)
+            .filter(|_| line.contains("admin API key"))
+        {
+            admin = Some(token.trim().to_owned());
+        }
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining stdout so the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (Server { child, addr }, admin)
+}
+
+/// What a client got acknowledged: trace id -> (session, index).
+type Acked = Arc<Mutex<HashMap<String, (String, u64)>>>;
+
+#[test]
+fn three_servers_on_one_database_survive_sigkill_and_agree() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("fleet");
+    let dir = tempfile::tempdir().unwrap();
+    let (first, admin) = serve(dir.path(), &url);
+    let admin = admin.expect("the first server prints an admin key");
+    let (second, none) = serve(dir.path(), &url);
+    assert!(none.is_none(), "the org already has a key");
+    let (third, _) = serve(dir.path(), &url);
+    let mut servers = [first, second, third];
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
+
+    // Three clients per server, all appending to the same four sessions.
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..9)
+        .map(|c| {
+            let (addr, admin, acked, stop) = (
+                addrs[c % 3],
+                admin.clone(),
+                Arc::clone(&acked),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let session = format!("shared-{}", (c as u64 + sent) % 4);
+                    let body = json!({
+                        "session_id": session, "agent_id": "fleet", "step_type": "thinking",
+                        "content": format!("client {c} step {sent}"), "metadata": {"client": c},
+                    });
+                    sent += 1;
+                    match try_call(
+                        addr,
+                        "POST",
+                        "/v1/steps",
+                        Some(&admin),
+                        Some(body.to_string().as_bytes()),
+                    ) {
+                        Ok(reply) if reply.status == 201 => {
+                            let v = reply.json();
+                            acked.lock().unwrap().insert(
+                                v["trace_id"].as_str().unwrap().to_owned(),
+                                (session, v["step_index"].as_u64().unwrap()),
+                            );
+                        }
+                        Ok(reply) => panic!("client {c}: {} {}", reply.status, reply.text()),
+                        // The server was killed: this client is done.
+                        Err(_) => return sent,
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before_kill = acked.lock().unwrap().len();
+    servers[1].child.kill().unwrap(); // SIGKILL
+    servers[1].child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        before_kill > 50 && acked.len() > before_kill,
+        "load ran before and after the kill: {before_kill} then {}",
+        acked.len()
+    );
+
+    // Restart the killed server.
+    servers[1] = serve(dir.path(), &url).0;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
+
+    // Every acknowledged step is there, at the index it was acknowledged
+    // with, and every chain verifies.
+    let mut found: HashSet<String> = HashSet::new();
+    for k in 0..4 {
+        let reply = call(
+            addrs[0],
+            "GET",
+            &format!("/v1/sessions/shared-{k}?verify=true"),
+            Some(&admin),
+            None,
+        );
+        let body = reply.json();
+        assert_eq!(body["chain_valid"], true, "shared-{k}");
+        for (i, step) in body["steps"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(step["step_index"], i as u64);
+            let trace = step["trace_id"].as_str().unwrap().to_owned();
+            if let Some((session, index)) = acked.get(&trace) {
+                assert_eq!(
+                    (session.as_str(), *index),
+                    (format!("shared-{k}").as_str(), i as u64)
+                );
+            }
+            found.insert(trace);
+        }
+    }
+    eprintln!(
+        "{} steps acknowledged ({before_kill} before the kill), {} in the sessions",
+        acked.len(),
+        found.len()
+    );
+    let lost: Vec<_> = acked.keys().filter(|t| !found.contains(*t)).collect();
+    assert!(lost.is_empty(), "acknowledged but missing: {lost:?}");
+
+    // The whole org log verifies, from the command line.
+    let target = Target {
+        dir: dir.path(),
+        database: Some(&url),
+    };
+    let run = target.run(&["verify", "--json"], None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 0, "{verdict}");
+    assert_eq!(verdict["verified"], true);
+
+    // All three serve the same checkpoint and the same proofs.
+    let notes: Vec<String> = addrs
+        .iter()
+        .map(|a| call(*a, "GET", "/v1/checkpoint", Some(&admin), None).text())
+        .collect();
+    assert!(notes.windows(2).all(|w| w[0] == w[1]), "{notes:?}");
+    let size: u64 = notes[0].lines().nth(1).unwrap().parse().unwrap();
+    for path in [
+        format!("/v1/proofs/inclusion?seq=0&size={size}"),
+        format!("/v1/proofs/inclusion?seq={}&size={size}", size / 2),
+        format!("/v1/proofs/inclusion?seq={}&size={size}", size - 1),
+        format!("/v1/proofs/consistency?old=1&new={size}"),
+        format!("/v1/proofs/consistency?old={}&new={size}", size / 3),
+    ] {
+        let replies: Vec<Value> = addrs
+            .iter()
+            .map(|a| call(*a, "GET", &path, Some(&admin), None).json())
+            .collect();
+        assert!(replies[0]["proof"].is_array(), "{path}: {}", replies[0]);
+        assert!(
+            replies.windows(2).all(|w| w[0] == w[1]),
+            "{path}: {replies:?}"
+        );
+    }
+}
