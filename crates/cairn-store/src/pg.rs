@@ -44,6 +44,8 @@ use cairn_core::merkle::{
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::{Limits, Profile, SessionHeader};
 use cairn_core::{Hash, Timestamp};
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::Type;
 use postgres::types::{FromSql, ToSql};
 use postgres::{GenericClient, NoTls, Row, Statement};
 use std::cell::RefCell;
@@ -64,6 +66,8 @@ const LOCK_CLASS: i32 = 0x4341_4952;
 /// Leaves another process appended that a batch reads to catch its cached
 /// frontier up; beyond this it rebuilds the frontier from stored subtrees.
 const CATCH_UP_LIMIT: u64 = 1 << 16;
+/// Pending entries beyond which a transaction sends them early.
+const FLUSH_ROWS: usize = 4_096;
 /// Rows fetched per round trip when streaming a log.
 const PAGE: i64 = 2_000;
 
@@ -519,13 +523,314 @@ fn load_org<C: GenericClient>(
     }))
 }
 
+/// One `entries` row, owned, waiting for the batch's `COPY`.
+#[derive(Default)]
+struct EntryRow {
+    id: i64,
+    org: i64,
+    seq: i64,
+    entry_type: String,
+    record_hash: Vec<u8>,
+    leaf_hash: Vec<u8>,
+    view: Option<String>,
+    sid: Option<i64>,
+    step_index: Option<i64>,
+    trace_id: Option<String>,
+    agent_id: Option<String>,
+    kind: Option<String>,
+    kind_label: Option<String>,
+    content: Option<String>,
+    input_data: Option<String>,
+    output_data: Option<String>,
+    confidence: Option<f64>,
+    duration_ms: Option<i64>,
+    token_count: Option<i64>,
+    model: Option<String>,
+    metadata: Option<String>,
+    created_at: Option<i64>,
+    turn_id: Option<String>,
+    turn_step: Option<i64>,
+    task_id: Option<String>,
+    links: Option<String>,
+    status: Option<String>,
+    seed: Option<Vec<u8>>,
+    digest: Option<Vec<u8>>,
+    prev_hash: Option<Vec<u8>>,
+    sig_key_id: Option<String>,
+    signature: Option<Vec<u8>>,
+    has_embedding: bool,
+    erased: bool,
+    hidden: Option<String>,
+    salts: Option<Vec<u8>>,
+    prev_seq: Option<i64>,
+}
+
+const COPY_ENTRIES: &str = "COPY entries (id, org, seq, type, record_hash, leaf_hash, view, sid, step_index,
+    trace_id, agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count,
+    model, metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
+    signature, has_embedding, erased, hidden, salts, prev_seq) FROM STDIN BINARY";
+
+/// Column types of [`COPY_ENTRIES`], in order.
+const ENTRY_TYPES: [Type; 37] = [
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::FLOAT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BOOL,
+    Type::BOOL,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::INT8,
+];
+
+/// Rows a batch wrote but has not sent yet: they go in a few round trips
+/// (one `COPY` for every log entry) before anything reads them back and
+/// before the commit.
+#[derive(Default)]
+struct Pending {
+    entries: Vec<EntryRow>,
+    nodes: Vec<(i64, i32, i64, Vec<u8>)>,
+    embeddings: Vec<(i64, i64, Vec<u8>)>,
+    heads: Vec<(i64, i64, i64, i64)>,
+}
+
 /// A batch's transaction, seen by the engine: the orgs it locked, loaded
-/// from committed data, and the rows it writes.
+/// from committed data, the sessions it will touch, read in one query per
+/// org, and the rows it writes, sent in bulk.
 struct PgTx<'a, C: GenericClient> {
     db: Db<'a, C>,
     orgs: HashMap<String, OrgState>,
     locked: HashSet<String>,
+    /// Committed state of sessions read ahead (None: does not exist).
+    sessions: HashMap<(i64, String), Option<SessionState>>,
+    pending: Pending,
     cache: &'a mut Cache,
+}
+
+static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis, h.first_seq,
+   h.last_seq, h.last_index, e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+ FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
+ LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+ WHERE s.org = $1 AND s.session_id = ANY($2)";
+
+/// A session's state from a row of [`SESSIONS_BY_ID`].
+fn session_from_row(row: &Row) -> Result<SessionState, StoreError> {
+    let session_id: String = col(row, 0)?;
+    let sid: i64 = col(row, 1)?;
+    let profile: String = col(row, 3)?;
+    let last_seq: Option<i64> = col(row, 6)?;
+    let last_index: Option<i64> = col(row, 7)?;
+    let last_hash: Option<Vec<u8>> = col(row, 8)?;
+    let head_sid: Option<i64> = col(row, 9)?;
+    let head_index: Option<i64> = col(row, 10)?;
+    if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
+        return Err(StoreError::Corrupt(format!(
+            "the recorded head of session {session_id} is not its step; run `cairn verify`"
+        )));
+    }
+    let head = match last_hash {
+        Some(h) => blob_hash(h)?,
+        None => blob_hash(col(row, 4)?)?,
+    };
+    let first_seq: Option<i64> = col(row, 5)?;
+    Ok(SessionState {
+        sid,
+        agent_id: col(row, 2)?,
+        profile: Profile::parse(&profile)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
+        next_index: last_index.map_or(0, |i| u64_of(i) + 1),
+        head,
+        sealed: col(row, 11)?,
+        first_seq: first_seq.map(u64_of),
+        last_seq: last_seq.map(u64_of),
+    })
+}
+
+impl<'a, C: GenericClient> PgTx<'a, C> {
+    /// Locks the orgs `names` for the transaction and loads their state.
+    fn begin(
+        mut db: Db<'a, C>,
+        names: HashSet<String>,
+        cache: &'a mut Cache,
+    ) -> Result<PgTx<'a, C>, StoreError> {
+        lock_orgs(&mut db, &names)?;
+        let mut orgs = HashMap::new();
+        for name in &names {
+            if let Some(org) = load_org(&mut db, cache, name)? {
+                orgs.insert(name.clone(), org);
+            }
+        }
+        Ok(PgTx {
+            db,
+            orgs,
+            locked: names,
+            sessions: HashMap::new(),
+            pending: Pending::default(),
+            cache,
+        })
+    }
+
+    /// Reads the committed state of the sessions `ids` of `org` in one
+    /// query.
+    fn prefetch_sessions(&mut self, org: i64, ids: &[String]) -> Result<(), StoreError> {
+        let rows = self
+            .db
+            .query(SESSIONS_BY_ID, &[&org, &ids], "loading sessions")?;
+        for id in ids {
+            self.sessions.insert((org, id.clone()), None);
+        }
+        for row in &rows {
+            let state = session_from_row(row)?;
+            self.sessions
+                .insert((org, col::<String>(row, 0)?), Some(state));
+        }
+        Ok(())
+    }
+
+    /// Bounds the memory a large import holds.
+    fn flush_if_large(&mut self) -> Result<(), StoreError> {
+        if self.pending.entries.len() >= FLUSH_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Sends every pending row.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut self.pending);
+        if !pending.entries.is_empty() {
+            let sink = self
+                .db
+                .client
+                .copy_in(COPY_ENTRIES)
+                .context("writing log entries")?;
+            let mut writer = BinaryCopyInWriter::new(sink, &ENTRY_TYPES);
+            for e in &pending.entries {
+                writer
+                    .write(&[
+                        &e.id,
+                        &e.org,
+                        &e.seq,
+                        &e.entry_type,
+                        &e.record_hash,
+                        &e.leaf_hash,
+                        &e.view,
+                        &e.sid,
+                        &e.step_index,
+                        &e.trace_id,
+                        &e.agent_id,
+                        &e.kind,
+                        &e.kind_label,
+                        &e.content,
+                        &e.input_data,
+                        &e.output_data,
+                        &e.confidence,
+                        &e.duration_ms,
+                        &e.token_count,
+                        &e.model,
+                        &e.metadata,
+                        &e.created_at,
+                        &e.turn_id,
+                        &e.turn_step,
+                        &e.task_id,
+                        &e.links,
+                        &e.status,
+                        &e.seed,
+                        &e.digest,
+                        &e.prev_hash,
+                        &e.sig_key_id,
+                        &e.signature,
+                        &e.has_embedding,
+                        &e.erased,
+                        &e.hidden,
+                        &e.salts,
+                        &e.prev_seq,
+                    ])
+                    .context("writing log entries")?;
+            }
+            writer.finish().context("writing log entries")?;
+        }
+        if !pending.nodes.is_empty() {
+            let (orgs, levels, indexes, hashes) = unzip4(pending.nodes);
+            self.db.execute(
+                "INSERT INTO nodes (org, level, idx, hash)
+                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::bytea[])",
+                &[&orgs, &levels, &indexes, &hashes],
+                "writing tree nodes",
+            )?;
+        }
+        if !pending.embeddings.is_empty() {
+            let mut ids = Vec::new();
+            let mut orgs = Vec::new();
+            let mut vectors = Vec::new();
+            for (id, org, vector) in pending.embeddings {
+                ids.push(id);
+                orgs.push(org);
+                vectors.push(vector);
+            }
+            self.db.execute(
+                "INSERT INTO embeddings (id, org, vector)
+                 SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::bytea[])",
+                &[&ids, &orgs, &vectors],
+                "storing embeddings",
+            )?;
+        }
+        if !pending.heads.is_empty() {
+            let (sids, firsts, lasts, indexes) = unzip4(pending.heads);
+            self.db.execute(
+                "INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
+                 SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[])
+                 ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
+                &[&sids, &firsts, &lasts, &indexes],
+                "recording session heads",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn unzip4<A, B, C, D>(rows: Vec<(A, B, C, D)>) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D>) {
+    let mut out = (
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+    );
+    for (a, b, c, d) in rows {
+        out.0.push(a);
+        out.1.push(b);
+        out.2.push(c);
+        out.3.push(d);
+    }
+    out
 }
 
 impl<C: GenericClient> WriteTx for PgTx<'_, C> {
@@ -548,46 +853,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
-        let Some(row) = self.db.query_opt(
-            "SELECT s.sid, s.agent_id, s.profile, s.genesis, h.first_seq, h.last_seq, h.last_index,
-               e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
-             FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
-             LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-             WHERE s.org = $1 AND s.session_id = $2",
-            &[&org, &session_id],
-            "loading a session",
-        )?
-        else {
-            return Ok(None);
-        };
-        let sid: i64 = col(&row, 0)?;
-        let profile: String = col(&row, 2)?;
-        let last_seq: Option<i64> = col(&row, 5)?;
-        let last_index: Option<i64> = col(&row, 6)?;
-        let last_hash: Option<Vec<u8>> = col(&row, 7)?;
-        let head_sid: Option<i64> = col(&row, 8)?;
-        let head_index: Option<i64> = col(&row, 9)?;
-        if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
-            return Err(StoreError::Corrupt(format!(
-                "the recorded head of session {session_id} is not its step; run `cairn verify`"
-            )));
+        let key = (org, session_id.to_owned());
+        if !self.sessions.contains_key(&key) {
+            self.prefetch_sessions(org, &[session_id.to_owned()])?;
         }
-        let head = match last_hash {
-            Some(h) => blob_hash(h)?,
-            None => blob_hash(col(&row, 3)?)?,
-        };
-        let first_seq: Option<i64> = col(&row, 4)?;
-        Ok(Some(SessionState {
-            sid,
-            agent_id: col(&row, 1)?,
-            profile: Profile::parse(&profile)
-                .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
-            next_index: last_index.map_or(0, |i| u64_of(i) + 1),
-            head,
-            sealed: col(&row, 10)?,
-            first_seq: first_seq.map(u64_of),
-            last_seq: last_seq.map(u64_of),
-        }))
+        Ok(self.sessions.get(&key).cloned().flatten())
     }
 
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
@@ -618,6 +888,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        self.flush()?;
         let row = self.db.query_one(
             "SELECT EXISTS (SELECT 1 FROM entries WHERE org = $1 AND trace_id = $2)",
             &[&org, &trace_id],
@@ -628,65 +899,52 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
 
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
         let s = row.step;
-        let input = json_text(&s.input);
-        let output = json_text(&s.output);
-        let metadata = json_text(&s.metadata);
-        let links = links_text(&s.links);
-        self.db.execute(
-            "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, agent_id, kind,
-             kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata,
-             created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
-             has_embedding, erased, hidden, salts, prev_seq)
-             VALUES ($1, $2, $3, 'step', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-             $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)",
-            &[
-                &row_id(row.org, row.seq),
-                &row.org,
-                &i64_of(row.seq),
-                &&row.hash.0[..],
-                &&row.leaf.0[..],
-                &row.sid,
-                &i64_of(s.step_index),
-                &s.trace_id,
-                &s.agent_id,
-                &s.kind.as_str(),
-                &s.kind_label,
-                &s.content,
-                &input,
-                &output,
-                &s.confidence,
-                &s.duration_ms.map(i64_of),
-                &s.token_count.map(i64_of),
-                &s.model,
-                &metadata,
-                &s.created_at.as_micros(),
-                &s.turn_id,
-                &s.turn_step.map(i64_of),
-                &s.task_id,
-                &links,
-                &s.status.as_str(),
-                &row.seed.map(|seed| &seed[..]),
-                &&row.digest.0[..],
-                &&row.prev_hash.0[..],
-                &s.signer_key_id,
-                &row.signature.map(|sig| &sig[..]),
-                &row.has_embedding,
-                &row.erased,
-                &row.hidden,
-                &row.salts,
-                &row.prev_seq.map(i64_of),
-            ],
-            "writing a step",
-        )?;
-        Ok(())
+        self.pending.entries.push(EntryRow {
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: "step".into(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: None,
+            sid: Some(row.sid),
+            step_index: Some(i64_of(s.step_index)),
+            trace_id: Some(s.trace_id.clone()),
+            agent_id: Some(s.agent_id.clone()),
+            kind: Some(s.kind.as_str().to_owned()),
+            kind_label: Some(s.kind_label.clone()),
+            content: s.content.clone(),
+            input_data: json_text(&s.input),
+            output_data: json_text(&s.output),
+            confidence: s.confidence,
+            duration_ms: s.duration_ms.map(i64_of),
+            token_count: s.token_count.map(i64_of),
+            model: s.model.clone(),
+            metadata: json_text(&s.metadata),
+            created_at: Some(s.created_at.as_micros()),
+            turn_id: s.turn_id.clone(),
+            turn_step: s.turn_step.map(i64_of),
+            task_id: s.task_id.clone(),
+            links: links_text(&s.links),
+            status: Some(s.status.as_str().to_owned()),
+            seed: row.seed.map(|seed| seed.to_vec()),
+            digest: Some(row.digest.0.to_vec()),
+            prev_hash: Some(row.prev_hash.0.to_vec()),
+            sig_key_id: s.signer_key_id.clone(),
+            signature: row.signature.map(|sig| sig.to_vec()),
+            has_embedding: row.has_embedding,
+            erased: row.erased,
+            hidden: row.hidden.clone(),
+            salts: row.salts.clone(),
+            prev_seq: row.prev_seq.map(i64_of),
+        });
+        self.flush_if_large()
     }
 
     fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
-        self.db.execute(
-            "INSERT INTO embeddings (id, org, vector) VALUES ($1, $2, $3)",
-            &[&row_id(org, seq), &org, &vector],
-            "storing an embedding",
-        )?;
+        self.pending
+            .embeddings
+            .push((row_id(org, seq), org, vector.to_vec()));
         Ok(())
     }
 
@@ -698,20 +956,17 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         hash: &Hash,
         leaf: &Hash,
     ) -> Result<(), StoreError> {
-        self.db.execute(
-            "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[
-                &row_id(org, seq),
-                &org,
-                &i64_of(seq),
-                &op.entry_type(),
-                &&hash.0[..],
-                &&leaf.0[..],
-                &op.to_view().to_string(),
-            ],
-            "writing an operational record",
-        )?;
-        Ok(())
+        self.pending.entries.push(EntryRow {
+            id: row_id(org, seq),
+            org,
+            seq: i64_of(seq),
+            entry_type: op.entry_type().to_owned(),
+            record_hash: hash.0.to_vec(),
+            leaf_hash: leaf.0.to_vec(),
+            view: Some(op.to_view().to_string()),
+            ..EntryRow::default()
+        });
+        self.flush_if_large()
     }
 
     fn insert_node(
@@ -721,11 +976,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         index: u64,
         hash: &Hash,
     ) -> Result<(), StoreError> {
-        self.db.execute(
-            "INSERT INTO nodes (org, level, idx, hash) VALUES ($1, $2, $3, $4)",
-            &[&org, &(level as i32), &i64_of(index), &&hash.0[..]],
-            "writing a tree node",
-        )?;
+        self.pending
+            .nodes
+            .push((org, level as i32, i64_of(index), hash.0.to_vec()));
         Ok(())
     }
 
@@ -763,6 +1016,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
+        self.flush()?;
         let row = self.db.query_one(
             "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = $1",
             &[&row_id(org, seq)],
@@ -778,6 +1032,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         org: i64,
         trace_id: &str,
     ) -> Result<Option<StoredStep>, StoreError> {
+        self.flush()?;
         self.db
             .query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "finding a step")?
             .map(|row| step_from_row(&row))
@@ -785,6 +1040,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError> {
+        self.flush()?;
         let id = row_id(org, seq);
         self.db.execute(
             "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
@@ -806,6 +1062,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         org: i64,
         older_than: Timestamp,
     ) -> Result<Vec<i64>, StoreError> {
+        self.flush()?;
         let rows = self.db.query(
             "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
              JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
@@ -817,6 +1074,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
+        self.flush()?;
         let ids: Vec<i64> = self
             .db
             .query(SESSION_WALK, &[&org, &sid], "walking an expired session")?
@@ -861,12 +1119,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         last_seq: u64,
         last_index: u64,
     ) -> Result<(), StoreError> {
-        self.db.execute(
-            "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
-            &[&sid, &i64_of(first_seq), &i64_of(last_seq), &i64_of(last_index)],
-            "recording session heads",
-        )?;
+        self.pending
+            .heads
+            .push((sid, i64_of(first_seq), i64_of(last_seq), i64_of(last_index)));
         Ok(())
     }
 
@@ -1093,26 +1348,20 @@ impl PgStore {
         name: &str,
     ) -> Result<(), StoreError> {
         let mut tx = conn.client.transaction().context("starting a checkpoint")?;
-        let mut db = Db {
+        let db = Db {
             client: &mut tx,
             statements: &mut conn.statements,
         };
-        let names = HashSet::from([name.to_owned()]);
-        lock_orgs(&mut db, &names)?;
-        let Some(mut org) = load_org(&mut db, cache, name)? else {
+        let mut pg_tx = PgTx::begin(db, HashSet::from([name.to_owned()]), cache)?;
+        let Some(mut org) = pg_tx.orgs.get(name).cloned() else {
             return Ok(());
         };
         let engine = self.engine();
         if org.foreign || !engine.due(&org) {
             return Ok(());
         }
-        let mut pg_tx = PgTx {
-            db,
-            orgs: HashMap::new(),
-            locked: names,
-            cache,
-        };
         engine.checkpoint(&mut pg_tx, name, &mut org)?;
+        pg_tx.flush()?;
         drop(pg_tx);
         tx.commit().context("committing a checkpoint")
     }
@@ -1136,24 +1385,31 @@ impl LedgerStore for PgStore {
             // Dropping the transaction without commit (an error below) rolls
             // the whole batch back and releases the locks.
             let mut tx = conn.client.transaction().context("starting a batch")?;
-            let mut db = Db {
+            let db = Db {
                 client: &mut tx,
                 statements: &mut conn.statements,
             };
-            lock_orgs(&mut db, &names)?;
-            let mut orgs = HashMap::new();
-            for name in &names {
-                if let Some(org) = load_org(&mut db, cache, name)? {
-                    orgs.insert(name.clone(), org);
+            let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
+            // The sessions the batch appends to or seals, one query per org.
+            let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
+            for request in batch {
+                let session = match request {
+                    WriteRequest::Step(s) => &s.session_id,
+                    WriteRequest::Prepared(p) => &p.step.session_id,
+                    WriteRequest::Seal { session_id, .. } => session_id,
+                    _ => continue,
+                };
+                if let Some(org) = pg_tx.orgs.get(request_org(request)) {
+                    wanted.entry(org.id).or_default().push(session.clone());
                 }
             }
-            let mut pg_tx = PgTx {
-                db,
-                orgs,
-                locked: names,
-                cache: &mut *cache,
-            };
+            for (org, mut ids) in wanted {
+                ids.sort_unstable();
+                ids.dedup();
+                pg_tx.prefetch_sessions(org, &ids)?;
+            }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
+            pg_tx.flush()?;
             drop(pg_tx);
             tx.commit().context("committing a batch")?;
             for org in overlay.orgs.into_values() {
@@ -1602,25 +1858,15 @@ impl LedgerStore for PgStore {
     ) -> Result<u64, ImportError> {
         self.with_writer(|conn, cache| {
             let mut tx = conn.client.transaction().context("starting the import")?;
-            let mut db = Db {
+            let db = Db {
                 client: &mut tx,
                 statements: &mut conn.statements,
             };
-            let names = HashSet::from([org_id.to_owned()]);
-            lock_orgs(&mut db, &names)?;
-            let mut orgs = HashMap::new();
-            if let Some(org) = load_org(&mut db, cache, org_id)? {
-                orgs.insert(org_id.to_owned(), org);
-            }
-            let mut pg_tx = PgTx {
-                db,
-                orgs,
-                locked: names,
-                cache,
-            };
+            let mut pg_tx = PgTx::begin(db, HashSet::from([org_id.to_owned()]), cache)?;
             let count =
                 self.engine()
                     .import(&mut pg_tx, org_id, header, checkpoint_note, entries)?;
+            pg_tx.flush()?;
             drop(pg_tx);
             tx.commit().context("committing the import")?;
             Ok(count)

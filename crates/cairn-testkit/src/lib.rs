@@ -39,6 +39,18 @@ impl PgCluster {
     /// Starts a cluster, or returns None (outside CI) when PostgreSQL is
     /// not installed.
     pub fn start() -> Option<PgCluster> {
+        PgCluster::start_with(false)
+    }
+
+    /// Starts a cluster that syncs its WAL on commit (`fsync=on`), as a
+    /// production one does: for benchmarks. [`PgCluster::start`] turns
+    /// fsync off, which keeps correctness tests fast and changes nothing
+    /// they check (commits still happen in the same order).
+    pub fn start_durable() -> Option<PgCluster> {
+        PgCluster::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Option<PgCluster> {
         let (Some(initdb), Some(pg_ctl)) = (find("initdb"), find("pg_ctl")) else {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -89,8 +101,13 @@ impl PgCluster {
             ],
         );
         let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c full_page_writes=off",
-            cluster.dir.path().display()
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} {}",
+            cluster.dir.path().display(),
+            if durable {
+                "-c shared_buffers=256MB -c max_wal_size=2GB"
+            } else {
+                "-c fsync=off -c full_page_writes=off"
+            }
         );
         cluster.run(
             &pg_ctl,
