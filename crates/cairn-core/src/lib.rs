@@ -13,6 +13,7 @@
 //!   and genesis; [`log`]: the org log's operational records and leaves.
 //! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
 //!   signed notes, checkpoints and cosignatures.
+//! - [`thinking`]: seed 002's `parseThinking`.
 //! - [`verify`]: streaming verifiers that return a [`verify::Verdict`];
 //!   [`bundle`]: the export bundle format and its line-by-line verifier.
 //!
@@ -50,6 +51,7 @@ pub mod log;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod thinking;
 pub mod time;
 pub mod verify;
 

@@ -1,6 +1,7 @@
 //! Human-readable renderings of a session: plain text, and seed 002's
 //! Markdown with its bracket labels (`[思考]`, `[計画]`, `[承認待ち]`,
-//! `[実行]`, `[エラー]`), one `## Turn` section per turn.
+//! `[実行]`, `[エラー]`), one `## Turn` section per turn; and the grouping
+//! of a session's steps into turns (its audit trail).
 
 use cairn_core::commit::StepRecord;
 use std::fmt::Write as _;
@@ -34,35 +35,85 @@ pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
     out
 }
 
-/// Seed 002's Markdown export: consecutive steps of one turn under a
-/// `## Turn <id> (<time>)` heading (steps without a turn under the
-/// session), each as `<label> <content>`, with the linked tool call noted.
-pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
-    let mut out = format!("# Session {session_id}\n");
-    let mut current: Option<Option<&str>> = None;
+/// One turn of a session (seed 002): its id, `None` for the steps
+/// recorded without one, and its steps in order.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    /// The turn id.
+    pub turn_id: Option<&'a str>,
+    /// Its steps, by turn step number, then by step index.
+    pub steps: Vec<&'a StepRecord>,
+}
+
+/// A session's audit trail across its turns (seed 002's `getAuditTrail`):
+/// turns in the order of their first step, each turn's steps by their
+/// number within the turn (then by index, which breaks ties and orders
+/// steps recorded without a number).
+pub fn turns(steps: &[StepRecord]) -> Vec<Turn<'_>> {
+    let mut out: Vec<Turn<'_>> = Vec::new();
     for r in steps {
+        let id = r.step.turn_id.as_deref();
+        match out.iter_mut().find(|t| t.turn_id == id) {
+            Some(turn) => turn.steps.push(r),
+            None => out.push(Turn {
+                turn_id: id,
+                steps: vec![r],
+            }),
+        }
+    }
+    for turn in &mut out {
+        turn.steps
+            .sort_by_key(|r| (r.step.turn_step.unwrap_or(u64::MAX), r.step.step_index));
+    }
+    out
+}
+
+/// `2026-02-23T10:30:00Z`: seed 002's headings show seconds.
+fn heading_time(r: &StepRecord) -> String {
+    let full = r.step.created_at.to_string();
+    format!("{}Z", full.get(..19).unwrap_or(&full))
+}
+
+/// Seed 002's `exportMarkdown` of one turn: a `## Turn <id> (<time>)`
+/// heading, then each step as `<label> <content>` on one line, with the
+/// tool call, policy decision and approval request it links to.
+pub fn turn_markdown(turn: &Turn<'_>) -> String {
+    let Some(first) = turn.steps.first() else {
+        return String::new();
+    };
+    let mut out = match turn.turn_id {
+        Some(id) => format!("## Turn {id} ({})\n", heading_time(first)),
+        None => format!("## Steps outside any turn ({})\n", heading_time(first)),
+    };
+    for r in &turn.steps {
         let s = &r.step;
-        let turn = s.turn_id.as_deref();
-        if current != Some(turn) {
-            current = Some(turn);
-            match turn {
-                Some(t) => {
-                    let _ = write!(out, "\n## Turn {t} ({})\n", s.created_at);
-                }
-                None => {
-                    let _ = write!(out, "\n## Session {session_id} ({})\n", s.created_at);
-                }
+        let content = match &s.content {
+            Some(c) => cairn_core::thinking::one_line(c),
+            None if r.erased => "(erased)".to_owned(),
+            None => String::new(),
+        };
+        let _ = write!(out, "\n{} {content}", s.kind.bracket_label());
+        for (name, link) in [
+            ("tool_call", &s.links.tool_call),
+            ("policy_decision", &s.links.policy_decision),
+            ("approval_request", &s.links.approval_request),
+        ] {
+            if let Some(id) = link {
+                let _ = write!(out, " ({name}: {id})");
             }
         }
-        let content = s
-            .content
-            .as_deref()
-            .unwrap_or(if r.erased { "(erased)" } else { "" });
-        let _ = write!(out, "\n{} {content}", s.kind.bracket_label());
-        if let Some(tool_call) = &s.links.tool_call {
-            let _ = write!(out, " (tool_call: {tool_call})");
-        }
         out.push('\n');
+    }
+    out
+}
+
+/// Seed 002's Markdown of a whole session: a `# Session` title, then every
+/// turn as [`turn_markdown`] renders it, in trail order.
+pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
+    let mut out = format!("# Session {session_id}\n");
+    for turn in turns(steps) {
+        out.push('\n');
+        out.push_str(&turn_markdown(&turn));
     }
     out
 }
@@ -105,7 +156,7 @@ mod tests {
         }
         assert_eq!(
             markdown("s", &steps),
-            "# Session s\n\n## Turn 01JXYZ (2026-02-23T10:30:00.000000Z)\n\n\
+            "# Session s\n\n## Turn 01JXYZ (2026-02-23T10:30:00Z)\n\n\
              [思考] The user asked me to check system status.\n\n\
              [計画] 1. Call check_credits  2. Call check_inbox\n\n\
              [実行] check_credits -> $2.50 remaining (tool_call: 01JXYZ-TC1)\n"
