@@ -175,7 +175,11 @@ fn parse_lines(steps: &mut Vec<ParsedStep>, body: &str) {
             PLAN
         } else {
             in_plan = false;
-            if has_error_word(line) { ERROR } else { THINKING }
+            if has_error_word(line) {
+                ERROR
+            } else {
+                THINKING
+            }
         };
         match &mut current {
             Some((cp, block)) if *cp == p => block.push(line.trim_end()),
@@ -222,10 +226,7 @@ mod tests {
                     "thinking",
                     "The user asked me to check system status.".into()
                 ),
-                (
-                    "plan",
-                    "1. Call check_credits\n2. Call check_inbox".into()
-                ),
+                ("plan", "1. Call check_credits\n2. Call check_inbox".into()),
                 ("execute", "check_credits -> $2.50 remaining".into()),
                 (
                     "waiting_approval",
@@ -270,7 +271,8 @@ mod tests {
 
     #[test]
     fn japanese_heuristics() {
-        let text = "状況を確認します。\n手順:\n・残高を確認\n・受信箱を確認\n残高の取得に失敗しました。";
+        let text =
+            "状況を確認します。\n手順:\n・残高を確認\n・受信箱を確認\n残高の取得に失敗しました。";
         assert_eq!(
             phases(text),
             vec![

@@ -105,6 +105,12 @@ impl From<Refusal> for ApiError {
             Refusal::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Refusal::AlreadyErased { .. } => (StatusCode::CONFLICT, "already_erased"),
             Refusal::UnknownStep { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            Refusal::ReflectionRequired { .. } => (StatusCode::CONFLICT, "reflection_required"),
+            Refusal::NotFlagged { .. } => (StatusCode::CONFLICT, "not_flagged"),
+            Refusal::UnknownLink { .. } => (StatusCode::BAD_REQUEST, "unknown_link"),
+            Refusal::BadPredecessor(_) => (StatusCode::BAD_REQUEST, "bad_predecessor"),
+            Refusal::DuplicateId { .. } => (StatusCode::CONFLICT, "duplicate_id"),
+            Refusal::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
         ApiError::new(status, code, message)

@@ -513,6 +513,7 @@ async fn start_session(
         caller: caller.key.id.clone(),
         profile,
         predecessor,
+        predecessor_session: field("predecessor_session"),
         full_consent: v
             .get("full_consent")
             .and_then(Value::as_bool)
@@ -653,12 +654,24 @@ async fn seal(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "seal sessions")?;
     Caller::require_enabled(&state)?;
+    let require_reflection = match q.get("require_reflection").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("require_reflection must be true or false, not {other}"),
+            ));
+        }
+    };
     let request = WriteRequest::Seal {
         org_id: caller.org().to_owned(),
         session_id,
+        require_reflection,
     };
     match state.ledger.submit(request).await? {
         Written::Sealed { seq, seal } => Ok(axum::Json(seal_json(Some(seq), &seal))),

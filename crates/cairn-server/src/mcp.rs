@@ -111,8 +111,12 @@ pub struct SessionStartArgs {
     pub session_id: String,
     /// The agent running it; defaults to the key's agent.
     pub agent_id: Option<String>,
-    /// Final chain hash (hex) of the session this one continues.
+    /// Final chain hash (hex) of the session this one continues (a sealed
+    /// session of the org).
     pub predecessor: Option<String>,
+    /// The id of the sealed session this one continues; its final hash
+    /// enters this session's genesis.
+    pub predecessor_session: Option<String>,
     /// Accept only seed 001's four record types (plan, analysis, decision,
     /// reflection). Default true.
     pub strict: Option<bool>,
@@ -408,6 +412,7 @@ impl CairnMcp {
                 caller: caller.key.id.clone(),
                 profile: if args.strict.unwrap_or(true) { Profile::Strict } else { Profile::Standard },
                 predecessor,
+                predecessor_session: args.predecessor_session,
                 full_consent: false,
             });
             match self.write(request).await? {
@@ -708,41 +713,28 @@ impl CairnMcp {
         proof_grade: bool,
     ) -> Result<Value, ApiError> {
         caller.require(caller.key.role.can_write(), "seal sessions")?;
-        let org = caller.org().to_owned();
-        let id = session_id.clone();
-        let (info, last_kind) = self
-            .store(move |store| {
-                let info = store
-                    .session(&org, &id)?
-                    .ok_or_else(|| ApiError::not_found(format!("session {id}")))?;
-                let mut last = None;
-                store.read_session(&org, &id, &mut |s| {
-                    last = Some(s.record.step.kind);
-                    true
-                })?;
-                Ok((info, last))
-            })
-            .await?;
-        if let Some(seal) = &info.seal {
-            if proof_grade {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::CONFLICT,
-                    "session_sealed",
-                    "the session is already finalized",
-                ));
+        if !proof_grade {
+            // Closing a session merkle_finalize already sealed returns its
+            // seal.
+            let org = caller.org().to_owned();
+            let id = session_id.clone();
+            let info = self
+                .store(move |store| {
+                    store
+                        .session(&org, &id)?
+                        .ok_or_else(|| ApiError::not_found(format!("session {id}")))
+                })
+                .await?;
+            if let Some(seal) = &info.seal {
+                return Ok(seal_json(seal));
             }
-            return Ok(seal_json(seal));
         }
-        if proof_grade && last_kind != Some(cairn_core::kind::StepKind::Reflection) {
-            return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
-                "reflection_required",
-                "write the closing reflection (thought_record with type reflection) before merkle_finalize: otherwise the task's own account of what it did is outside the Merkle root",
-            ));
-        }
+        // The store checks, atomically with the seal, that a proof-grade
+        // (or strict) session ends with its closing reflection.
         let request = WriteRequest::Seal {
             org_id: caller.org().to_owned(),
             session_id,
+            require_reflection: proof_grade,
         };
         match self.write(request).await? {
             Written::Sealed { seal, .. } => Ok(seal_json(&seal)),

@@ -57,6 +57,8 @@ pub(crate) struct SessionState {
     pub sealed: bool,
     pub first_seq: Option<u64>,
     pub last_seq: Option<u64>,
+    /// Kind of the last step (a strict session's seal needs a reflection).
+    pub last_kind: Option<cairn_core::kind::StepKind>,
 }
 
 /// A registered agent key.
@@ -114,11 +116,17 @@ pub(crate) trait WriteTx {
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError>;
     /// Whether a trace id is used in `org`.
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError>;
+    /// The entry type (`step`, `audit-event`) of the record with this id
+    /// (a step's trace id, an audit event's id) in `org`, written by this
+    /// batch or before.
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError>;
+    /// The sealed session of `org` whose seal's final hash is `hash`.
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
     /// Writes a step row.
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
     /// Writes a step's embedding vector.
     fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError>;
-    /// Writes an operational record's row.
+    /// Writes an operational record's row (indexed by [`op_record_id`]).
     fn insert_op(
         &mut self,
         org: i64,
@@ -203,10 +211,22 @@ pub(crate) fn request_org(request: &WriteRequest) -> &str {
         WriteRequest::Prepared(p) => &p.step.org_id,
         WriteRequest::StartSession(s) => &s.org_id,
         WriteRequest::Seal { org_id, .. }
+        | WriteRequest::Review { org_id, .. }
+        | WriteRequest::AuditEvent { org_id, .. }
         | WriteRequest::RegisterKey { org_id, .. }
         | WriteRequest::Erase { org_id, .. }
         | WriteRequest::Retention { org_id, .. }
         | WriteRequest::Checkpoint { org_id } => org_id,
+    }
+}
+
+/// The id an operational record is found by, stored in the `trace_id`
+/// column so that ids are unique across an org's steps and events: an
+/// audit event's id.
+pub(crate) fn op_record_id(op: &OpRecord) -> Option<&str> {
+    match op {
+        OpRecord::AuditEvent(event) => Some(&event.event_id),
+        _ => None,
     }
 }
 
@@ -571,7 +591,31 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             WriteRequest::StartSession(new) => self
                 .start_session(new)?
                 .map(|(seq, genesis)| Written::Session { seq, genesis }),
-            WriteRequest::Seal { org_id, session_id } => self.seal(org_id, session_id)?,
+            WriteRequest::Seal {
+                org_id,
+                session_id,
+                require_reflection,
+            } => self.seal(org_id, session_id, *require_reflection)?,
+            WriteRequest::Review {
+                org_id,
+                trace_id,
+                decision,
+                reviewer,
+                note,
+            } => self.review(org_id, trace_id, *decision, reviewer, note.as_deref())?,
+            WriteRequest::AuditEvent {
+                org_id,
+                event_id,
+                session_id,
+                action,
+                detail,
+            } => self.audit_event(
+                org_id,
+                event_id.as_deref(),
+                session_id.as_deref(),
+                action,
+                detail.as_ref(),
+            )?,
             WriteRequest::RegisterKey {
                 org_id,
                 agent_id,
@@ -624,16 +668,68 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         if let Err(e) = header.validate() {
             return Ok(Err(e.into()));
         }
-        if let Some(org) = self.org(&req.org_id)?
-            && self.session(org.id, &req.session_id)?.is_some()
+        let org_id = self.org(&req.org_id)?.map(|org| org.id);
+        if let Some(org) = org_id
+            && self.session(org, &req.session_id)?.is_some()
         {
             return Ok(Err(Refusal::SessionExists {
                 session_id: req.session_id.clone(),
             }));
         }
+        let mut header = header;
+        match self.resolve_predecessor(org_id, req)? {
+            Ok(predecessor) => header.predecessor = predecessor,
+            Err(refusal) => return Ok(Err(refusal)),
+        }
         let genesis = genesis_hash(&header);
         let (seq, _) = self.open_session(&header, genesis)?;
         Ok(Ok((seq, genesis)))
+    }
+
+    /// The predecessor hash of a new session: the final hash of the sealed
+    /// session it names, checked against the hash it gives, or the hash it
+    /// gives, checked to end a sealed session of the org.
+    fn resolve_predecessor(&mut self, org: Option<i64>, req: &NewSession) -> Outcome<Option<Hash>> {
+        let bad = |m: String| Ok(Err(Refusal::BadPredecessor(m)));
+        match (&req.predecessor_session, req.predecessor) {
+            (None, None) => Ok(Ok(None)),
+            (Some(id), given) => {
+                let found = match org {
+                    Some(org) => self.session(org, id)?,
+                    None => None,
+                };
+                let Some(predecessor) = found else {
+                    return bad(format!("session {id} does not exist in org {}", req.org_id));
+                };
+                if !predecessor.sealed {
+                    return bad(format!(
+                        "session {id} is not closed: seal it (audit_session_end) before continuing it"
+                    ));
+                }
+                if let Some(hash) = given
+                    && hash != predecessor.head
+                {
+                    return bad(format!(
+                        "session {id} ends with {}, not {hash}",
+                        predecessor.head
+                    ));
+                }
+                Ok(Ok(Some(predecessor.head)))
+            }
+            (None, Some(hash)) => {
+                let found = match org {
+                    Some(org) => self.tx.session_sealed_with(org, &hash)?,
+                    None => None,
+                };
+                match found {
+                    Some(_) => Ok(Ok(Some(hash))),
+                    None => bad(format!(
+                        "no sealed session of org {} ends with {hash}",
+                        req.org_id
+                    )),
+                }
+            }
+        }
     }
 
     /// Writes a session's start record and lookup row (the caller checked
@@ -655,6 +751,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             sealed: false,
             first_seq: None,
             last_seq: None,
+            last_kind: None,
         };
         self.overlay
             .sessions
@@ -711,6 +808,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     sealed: false,
                     first_seq: None,
                     last_seq: None,
+                    last_kind: None,
                 };
                 (state, Some(header))
             }
@@ -754,6 +852,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         {
             return Ok(Err(refusal));
         }
+        if let Err(refusal) = self.check_links(org_id, &step.links)? {
+            return Ok(Err(refusal));
+        }
         if let Some(header) = &new_session {
             session = self.open_session(header, session.head)?.1;
         }
@@ -789,6 +890,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         session.last_seq = Some(seq);
         session.next_index += 1;
         session.head = hash;
+        session.last_kind = Some(step.kind);
         self.overlay.touched.insert(session.sid);
         self.overlay
             .sessions
@@ -802,6 +904,145 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             created_at,
             session_created: new_session.is_some(),
         }))
+    }
+
+    /// Links to Cairn's own records must name one: `corrects` and `parent`
+    /// a step, `audit_event` an audit event, of this org. (Tool calls,
+    /// policy decisions and approval requests are other systems' ids.)
+    fn check_links(&mut self, org: Option<i64>, links: &Links) -> Outcome<()> {
+        for (link, id, wanted, expected) in [
+            ("corrects", &links.corrects, "step", "a step"),
+            ("parent", &links.parent, "step", "a step"),
+            (
+                "audit_event",
+                &links.audit_event,
+                "audit-event",
+                "an audit event",
+            ),
+        ] {
+            let Some(id) = id else { continue };
+            let found = match org {
+                Some(org) => self.tx.record_type(org, id)?,
+                None => None,
+            };
+            if found.as_deref() != Some(wanted) {
+                return Ok(Err(Refusal::UnknownLink {
+                    link: link.to_owned(),
+                    id: id.clone(),
+                    expected: expected.to_owned(),
+                }));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Records a reviewer's decision on a flagged step.
+    fn review(
+        &mut self,
+        org_name: &str,
+        trace_id: &str,
+        decision: cairn_core::log::ReviewDecision,
+        reviewer: &str,
+        note: Option<&str>,
+    ) -> Outcome<Written> {
+        if reviewer.trim().is_empty() {
+            return Ok(Err(Refusal::InvalidRequest(
+                "a review needs a reviewer".into(),
+            )));
+        }
+        if note.is_some_and(|n| n.len() > self.engine.limits.max_content_bytes) {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "the review note is longer than {} bytes",
+                self.engine.limits.max_content_bytes
+            ))));
+        }
+        let unknown = || {
+            Ok(Err(Refusal::UnknownStep {
+                trace_id: trace_id.to_owned(),
+            }))
+        };
+        let Some(mut org) = self.org(org_name)? else {
+            return unknown();
+        };
+        let Some(step) = self.tx.step_by_trace(org.id, trace_id)? else {
+            return unknown();
+        };
+        if step.record.step.status != cairn_core::record::Status::Flagged {
+            return Ok(Err(Refusal::NotFlagged {
+                trace_id: trace_id.to_owned(),
+            }));
+        }
+        let review = cairn_core::log::ReviewRecord {
+            org_id: org_name.to_owned(),
+            trace_id: trace_id.to_owned(),
+            session_id: step.record.step.session_id.clone(),
+            step_index: step.record.step.step_index,
+            decision,
+            reviewer: reviewer.to_owned(),
+            note: note.map(str::to_owned),
+            reviewed_at: now(),
+        };
+        let seq = write_op(self.tx, &mut org, &OpRecord::Review(review.clone()))?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::Reviewed { seq, review }))
+    }
+
+    /// Records an audit event.
+    fn audit_event(
+        &mut self,
+        org_name: &str,
+        event_id: Option<&str>,
+        session_id: Option<&str>,
+        action: &str,
+        detail: Option<&serde_json::Value>,
+    ) -> Outcome<Written> {
+        let event_id = event_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+        if let Err(e) =
+            validate_id("org_id", org_name).and_then(|()| validate_id("event_id", &event_id))
+        {
+            return Ok(Err(e.into()));
+        }
+        if action.trim().is_empty() || action.len() > 256 {
+            return Ok(Err(Refusal::InvalidRequest(
+                "an audit event needs an action of 1 to 256 bytes".into(),
+            )));
+        }
+        let detail_len = detail.map_or(0, |d| d.to_string().len());
+        if detail_len > self.engine.limits.max_content_bytes {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "the event's detail is longer than {} bytes",
+                self.engine.limits.max_content_bytes
+            ))));
+        }
+        let org_id = self.org(org_name)?.map(|o| o.id);
+        if let Some(session) = session_id {
+            let exists = match org_id {
+                Some(org) => self.session(org, session)?.is_some(),
+                None => false,
+            };
+            if !exists {
+                return Ok(Err(Refusal::UnknownSession {
+                    session_id: session.to_owned(),
+                }));
+            }
+        }
+        if let Some(org) = org_id
+            && self.tx.record_type(org, &event_id)?.is_some()
+        {
+            return Ok(Err(Refusal::DuplicateId { id: event_id }));
+        }
+        let mut org = self.org_or_create(org_name)?;
+        let event = cairn_core::log::AuditEvent {
+            org_id: org_name.to_owned(),
+            event_id: event_id.clone(),
+            session_id: session_id.map(str::to_owned),
+            action: action.to_owned(),
+            detail: detail.cloned(),
+            at: now(),
+        };
+        let seq = write_op(self.tx, &mut org, &OpRecord::AuditEvent(event))?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::AuditEvent { seq, event_id }))
     }
 
     fn check_signature(
@@ -835,7 +1076,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(()))
     }
 
-    fn seal(&mut self, org_name: &str, session_id: &str) -> Outcome<Written> {
+    fn seal(
+        &mut self,
+        org_name: &str,
+        session_id: &str,
+        require_reflection: bool,
+    ) -> Outcome<Written> {
         let unknown = || {
             Ok(Err(Refusal::UnknownSession {
                 session_id: session_id.to_owned(),
@@ -854,6 +1100,13 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         }
         if session.next_index == 0 {
             return Ok(Err(Refusal::NothingToSeal {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        if (require_reflection || session.profile == Profile::Strict)
+            && session.last_kind != Some(cairn_core::kind::StepKind::Reflection)
+        {
+            return Ok(Err(Refusal::ReflectionRequired {
                 session_id: session_id.to_owned(),
             }));
         }

@@ -122,8 +122,13 @@ pub struct NewSession {
     pub caller: String,
     /// Kind profile.
     pub profile: Profile,
-    /// Final chain hash of the session this one continues.
+    /// Final chain hash of the session this one continues: it must be the
+    /// final hash of a sealed session of the org.
     pub predecessor: Option<Hash>,
+    /// The session this one continues, by id (it must be sealed); its
+    /// final hash becomes the predecessor hash. If both are given they
+    /// must agree.
+    pub predecessor_session: Option<String>,
     /// Consent to `full` detail exports.
     pub full_consent: bool,
 }
@@ -242,11 +247,44 @@ pub enum WriteRequest {
     /// Open a session.
     StartSession(NewSession),
     /// Seal a session: sign its Merkle root; nothing can be appended after.
+    /// A strict session's last step must be a reflection (seed 001: a
+    /// reflection closes the task); `require_reflection` asks the same of
+    /// any session (a proof-grade `merkle_finalize`).
     Seal {
         /// The org.
         org_id: String,
         /// The session.
         session_id: String,
+        /// Refuse unless the last step is a reflection.
+        require_reflection: bool,
+    },
+    /// Record a reviewer's decision on a flagged step (seed 003's review
+    /// queue), as a `review` record of the org log.
+    Review {
+        /// The org.
+        org_id: String,
+        /// The reviewed step.
+        trace_id: String,
+        /// Approve, reject or escalate.
+        decision: cairn_core::log::ReviewDecision,
+        /// Who reviewed (an API key id, a local user).
+        reviewer: String,
+        /// The reviewer's note.
+        note: Option<String>,
+    },
+    /// Record a per-tool-call audit event (seed 001) that steps can link to
+    /// (`links.audit_event`).
+    AuditEvent {
+        /// The org.
+        org_id: String,
+        /// The event's id; a UUIDv7 when absent. Unique in the org.
+        event_id: Option<String>,
+        /// The session it belongs to, if any (it must exist).
+        session_id: Option<String>,
+        /// What happened: a tool name, an action.
+        action: String,
+        /// Details (any JSON).
+        detail: Option<serde_json::Value>,
     },
     /// Register an agent's Ed25519 public key.
     RegisterKey {
@@ -331,6 +369,20 @@ pub enum Written {
     Erased {
         /// One erasure record per erased step.
         seqs: Vec<u64>,
+    },
+    /// A review was recorded.
+    Reviewed {
+        /// Position of the review record.
+        seq: u64,
+        /// The record.
+        review: cairn_core::log::ReviewRecord,
+    },
+    /// An audit event was recorded.
+    AuditEvent {
+        /// Position of the event record.
+        seq: u64,
+        /// Its id.
+        event_id: String,
     },
 }
 
@@ -418,6 +470,44 @@ pub enum Refusal {
         /// The session.
         session_id: String,
     },
+    /// Sealing a strict (or proof-grade) session whose last step is not a
+    /// reflection.
+    #[error(
+        "session {session_id} must end with a reflection before it is sealed: otherwise the task's own account of what it did is outside the Merkle root"
+    )]
+    ReflectionRequired {
+        /// The session.
+        session_id: String,
+    },
+    /// Reviewing a step that is not flagged.
+    #[error("step {trace_id} is not flagged for review")]
+    NotFlagged {
+        /// The step.
+        trace_id: String,
+    },
+    /// A link names a record that does not exist (or is of another type).
+    #[error("links.{link}: {id} is not {expected} of this org")]
+    UnknownLink {
+        /// The link's name.
+        link: String,
+        /// The id it gives.
+        id: String,
+        /// What it must name (`a step`, `an audit event`).
+        expected: String,
+    },
+    /// The predecessor of a new session is not a sealed session of the
+    /// org, or the hash and id given disagree.
+    #[error("predecessor: {0}")]
+    BadPredecessor(String),
+    /// The id is already used by a record of this org.
+    #[error("id {id} is already used in this org")]
+    DuplicateId {
+        /// The id.
+        id: String,
+    },
+    /// A field of the request is invalid (empty, too long).
+    #[error("{0}")]
+    InvalidRequest(String),
 }
 
 /// A storage failure (I/O, database, corrupt state). Unlike a [`Refusal`],
@@ -659,6 +749,33 @@ pub trait LedgerStore: Send + Sync + 'static {
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError>;
+
+    /// Flagged steps of an org (seed 003's review candidates), oldest first,
+    /// from log position `from` on, at most `limit`.
+    fn flagged_steps(
+        &self,
+        org_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredStep>, StoreError>;
+
+    /// Operational records of one type (`review`, `erasure`,
+    /// `audit-event`, ...) in log order, from position `from` on, at most
+    /// `limit`, with their positions.
+    fn op_records(
+        &self,
+        org_id: &str,
+        entry_type: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+
+    /// An audit event by id, with its position.
+    fn audit_event(
+        &self,
+        org_id: &str,
+        event_id: &str,
+    ) -> Result<Option<(u64, cairn_core::log::AuditEvent)>, StoreError>;
 
     /// Stores a new API key. Keys are not ledger records: they can be
     /// revoked.

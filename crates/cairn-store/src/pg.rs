@@ -29,15 +29,16 @@
 
 use crate::engine::{
     AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
-    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, org_range, request_org,
-    row_id,
+    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
+    request_org, row_id,
 };
 use crate::keys::ServerKey;
 use crate::{
     ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionInfo, SessionSummary,
     StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, now,
 };
-use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
+use cairn_core::kind::StepKind;
+use cairn_core::log::{AuditEvent, KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
@@ -308,6 +309,14 @@ static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
          JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2"
+    )
+});
+static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid
+         WHERE e.org = $1 AND e.status = 'flagged' AND e.id >= $2 AND e.id < $3
+         ORDER BY e.id LIMIT $4"
     )
 });
 static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
@@ -636,7 +645,8 @@ struct PgTx<'a, C: GenericClient> {
 }
 
 static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis, h.first_seq,
-   h.last_seq, h.last_index, e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
+   h.last_seq, h.last_index, e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid),
+   e.kind
  FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
  WHERE s.org = $1 AND s.session_id = ANY($2)";
@@ -671,6 +681,9 @@ fn session_from_row(row: &Row) -> Result<SessionState, StoreError> {
         sealed: col(row, 11)?,
         first_seq: first_seq.map(u64_of),
         last_seq: last_seq.map(u64_of),
+        last_kind: col::<Option<String>>(row, 12)?
+            .as_deref()
+            .and_then(StepKind::parse),
     })
 }
 
@@ -887,6 +900,32 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(self.cache.keys.get(&wanted).cloned())
     }
 
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT type FROM entries WHERE org = $1 AND trace_id = $2",
+                &[&org, &id],
+                "looking up a record by id",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT s.session_id FROM seals x JOIN sessions s ON s.sid = x.sid
+                 JOIN entries e ON e.id = ((s.org << 40) | x.seq)
+                 WHERE s.org = $1 AND e.view::jsonb ->> 'final_hash' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a sealed session",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
         self.flush()?;
         let row = self.db.query_one(
@@ -964,6 +1003,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             record_hash: hash.0.to_vec(),
             leaf_hash: leaf.0.to_vec(),
             view: Some(op.to_view().to_string()),
+            trace_id: op_record_id(op).map(str::to_owned),
             ..EntryRow::default()
         });
         self.flush_if_large()
@@ -1745,6 +1785,82 @@ impl LedgerStore for PgStore {
             best.truncate(limit);
             Ok(best)
         })
+    }
+
+    fn flagged_steps(
+        &self,
+        org_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (_, hi) = org_range(org);
+            db.query(
+                &FLAGGED_STEPS,
+                &[&org, &row_id(org, from), &hi, &limit],
+                "listing flagged steps",
+            )?
+            .iter()
+            .map(step_from_row)
+            .collect()
+        })
+    }
+
+    fn op_records(
+        &self,
+        org_id: &str,
+        entry_type: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            db.query(
+                "SELECT seq, view FROM entries WHERE org = $1 AND type = $2 AND type <> 'step'
+                 AND seq >= $3 ORDER BY id LIMIT $4",
+                &[&org, &entry_type, &i64_of(from), &limit],
+                "listing records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((seq, op_from_view(seq, entry_type, &col::<String>(row, 1)?)?))
+            })
+            .collect()
+        })
+    }
+
+    fn audit_event(
+        &self,
+        org_id: &str,
+        event_id: &str,
+    ) -> Result<Option<(u64, AuditEvent)>, StoreError> {
+        let found = self.read(|db| {
+            db.query_opt(
+                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.trace_id = $2 AND e.type = 'audit-event'",
+                &[&org_id, &event_id],
+                "looking up an audit event",
+            )?
+            .map(|row| Ok((u64_of(col(&row, 0)?), col::<String>(&row, 1)?)))
+            .transpose()
+        })?;
+        match found {
+            None => Ok(None),
+            Some((seq, view)) => match op_from_view(seq, "audit-event", &view)? {
+                OpRecord::AuditEvent(event) => Ok(Some((seq, event))),
+                _ => Err(StoreError::Corrupt(format!(
+                    "record {seq} is not an audit event"
+                ))),
+            },
+        }
     }
 
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {

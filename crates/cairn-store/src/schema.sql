@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
+-- The review queue (seed 003): flagged steps are few, so a partial index.
+CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        INTEGER PRIMARY KEY,

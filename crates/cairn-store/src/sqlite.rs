@@ -22,14 +22,16 @@
 
 use crate::engine::{
     AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
-    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, org_range, row_id,
+    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
+    row_id,
 };
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
     DbContext, LedgerStore, Refusal, SessionInfo, SessionSummary, StoreError, StoredCheckpoint,
     StoredStep, WriteRequest, Written,
 };
-use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
+use cairn_core::kind::StepKind;
+use cairn_core::log::{AuditEvent, KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
@@ -433,7 +435,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
             .prepare(
                                 "SELECT s.sid, s.org, s.session_id, s.agent_id, s.profile, s.genesis,
                         h.last_index, e.record_hash, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid),
-                        h.first_seq, h.last_seq, e.sid, e.step_index
+                        h.first_seq, h.last_seq, e.sid, e.step_index, e.kind
                  FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
                  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)",
             )
@@ -454,6 +456,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     r.get::<_, Option<i64>>(10)?,
                     r.get::<_, Option<i64>>(11)?,
                     r.get::<_, Option<i64>>(12)?,
+                    r.get::<_, Option<String>>(13)?,
                 ))
             })
             .context("loading sessions")?;
@@ -472,6 +475,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                 last_seq,
                 head_sid,
                 head_index,
+                last_kind,
             ) = row.context("loading a session")?;
             if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
                 return Err(StoreError::Corrupt(format!(
@@ -494,6 +498,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     sealed,
                     first_seq: first_seq.map(|v| v as u64),
                     last_seq: last_seq.map(|v| v as u64),
+                    last_kind: last_kind.as_deref().and_then(StepKind::parse),
                 },
             );
         }
@@ -745,6 +750,27 @@ impl WriteTx for SqliteTx<'_> {
             .context("checking a trace id")
     }
 
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT type FROM entries WHERE org = ?1 AND trace_id = ?2")
+            .and_then(|mut s| s.query_row(params![org, id], |r| r.get(0)).optional())
+            .context("looking up a record by id")
+    }
+
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT s.session_id FROM seals x JOIN sessions s ON s.sid = x.sid
+                 JOIN entries e ON e.id = ((s.org << 40) | x.seq)
+                 WHERE s.org = ?1 AND json_extract(e.view, '$.final_hash') = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![org, hash.to_hex()], |r| r.get(0))
+                    .optional()
+            })
+            .context("looking up a sealed session")
+    }
+
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
         insert_step_row(self.conn, row)
     }
@@ -767,7 +793,8 @@ impl WriteTx for SqliteTx<'_> {
     ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view, trace_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -778,6 +805,7 @@ impl WriteTx for SqliteTx<'_> {
                     &hash.0[..],
                     &leaf.0[..],
                     op.to_view().to_string(),
+                    op_record_id(op),
                 ])
             })
             .context("writing an operational record")?;
@@ -1412,6 +1440,104 @@ impl LedgerStore for SqliteStore {
             best.truncate(limit);
             Ok(best)
         })
+    }
+
+    fn flagged_steps(
+        &self,
+        org_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (_, hi) = org_range(org);
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+                 JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.status = 'flagged' AND e.id >= ?2 AND e.id < ?3
+                 ORDER BY e.id LIMIT ?4"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("listing flagged steps")?;
+            let mut rows = stmt
+                .query(params![
+                    org,
+                    row_id(org, from),
+                    hi,
+                    limit.min(i64::MAX as usize) as i64
+                ])
+                .context("listing flagged steps")?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().context("listing flagged steps")? {
+                out.push(step_from_row(row)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn op_records(
+        &self,
+        org_id: &str,
+        entry_type: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, view FROM entries WHERE org = ?1 AND type = ?2 AND type <> 'step'
+                     AND seq >= ?3 ORDER BY id LIMIT ?4",
+                )
+                .context("listing records")?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        org,
+                        entry_type,
+                        from as i64,
+                        limit.min(i64::MAX as usize) as i64
+                    ],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+                )
+                .context("listing records")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, view) = row.context("listing records")?;
+                out.push((seq as u64, op_from_view(seq as u64, entry_type, &view)?));
+            }
+            Ok(out)
+        })
+    }
+
+    fn audit_event(
+        &self,
+        org_id: &str,
+        event_id: &str,
+    ) -> Result<Option<(u64, AuditEvent)>, StoreError> {
+        let found: Option<(i64, String)> = self.read(|c| {
+            c.prepare_cached(
+                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type = 'audit-event'",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![org_id, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .context("looking up an audit event")
+        })?;
+        match found {
+            None => Ok(None),
+            Some((seq, view)) => match op_from_view(seq as u64, "audit-event", &view)? {
+                OpRecord::AuditEvent(event) => Ok(Some((seq as u64, event))),
+                _ => Err(StoreError::Corrupt(format!(
+                    "record {seq} is not an audit event"
+                ))),
+            },
+        }
     }
 
     fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {

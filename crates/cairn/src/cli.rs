@@ -178,9 +178,14 @@ enum Command {
     /// the log later with `verify --checkpoint`).
     Checkpoint,
     /// Seal a session: sign its Merkle root; nothing can be appended after.
+    /// A strict session must end with a reflection.
     Seal {
         /// The session id.
         session: String,
+        /// Refuse unless the last step is a reflection (seed 001's
+        /// proof-grade `merkle_finalize`), whatever the session's profile.
+        #[arg(long)]
+        require_reflection: bool,
     },
 }
 
@@ -433,11 +438,15 @@ pub fn run() -> Result<Outcome> {
                     }
                     Ok(Outcome::Success)
                 }
-                Command::Seal { session } => {
+                Command::Seal {
+                    session,
+                    require_reflection,
+                } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let request = WriteRequest::Seal {
                         org_id: cli.org.clone(),
                         session_id: session.clone(),
+                        require_reflection: *require_reflection,
                     };
                     match ledger.write(request) {
                         Ok(Written::Sealed { seq, seal }) => {
@@ -1144,6 +1153,7 @@ fn record_sample(ledger: &Ledger, org: &str) -> Result<()> {
     let seal = WriteRequest::Seal {
         org_id: org.to_owned(),
         session_id: crate::demo::SAMPLE_SESSION.to_owned(),
+        require_reflection: false,
     };
     ledger.write(seal).map_err(append_error)?;
     Ok(())

@@ -567,6 +567,7 @@ fn refusals_write_nothing(backend: &dyn Backend) {
         caller: "test".into(),
         profile: Profile::Strict,
         predecessor: None,
+        predecessor_session: None,
         full_consent: false,
     };
     assert!(matches!(
@@ -602,6 +603,7 @@ fn seals_close_sessions(backend: &dyn Backend) {
         .write(WriteRequest::Seal {
             org_id: ORG.into(),
             session_id: "s1".into(),
+            require_reflection: false,
         })
         .unwrap()
     else {
@@ -628,7 +630,8 @@ fn seals_close_sessions(backend: &dyn Backend) {
     assert_eq!(
         refused(ledger.write(WriteRequest::Seal {
             org_id: ORG.into(),
-            session_id: "s1".into()
+            session_id: "s1".into(),
+            require_reflection: false,
         })),
         Refusal::Sealed {
             session_id: "s1".into()
@@ -637,7 +640,8 @@ fn seals_close_sessions(backend: &dyn Backend) {
     assert!(matches!(
         refused(ledger.write(WriteRequest::Seal {
             org_id: ORG.into(),
-            session_id: "none".into()
+            session_id: "none".into(),
+            require_reflection: false,
         })),
         Refusal::UnknownSession { .. }
     ));
@@ -802,6 +806,7 @@ fn state_survives_reopen(backend: &dyn Backend) {
             .write(WriteRequest::Seal {
                 org_id: ORG.into(),
                 session_id: "s2".into(),
+                require_reflection: false,
             })
             .unwrap();
         let cp = checkpoint(&ledger);
@@ -899,6 +904,7 @@ fn exports_verify_offline(backend: &dyn Backend) {
         .write(WriteRequest::Seal {
             org_id: ORG.into(),
             session_id: "s0".into(),
+            require_reflection: false,
         })
         .unwrap();
     let cp = checkpoint(&ledger);
@@ -958,6 +964,7 @@ fn imports_round_trip(backend: &dyn Backend) {
         .write(WriteRequest::Seal {
             org_id: ORG.into(),
             session_id: "s1".into(),
+            require_reflection: false,
         })
         .unwrap();
     let cp = checkpoint(&ledger);
