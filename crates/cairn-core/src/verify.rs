@@ -75,6 +75,10 @@ pub enum Reason {
     /// A record is structurally invalid (wrong org, hidden chain inputs,
     /// duplicate session start, bad key registration).
     MalformedRecord,
+    /// A session names a predecessor hash that is not the final hash of a
+    /// session sealed earlier in the log, or a sealed session is continued
+    /// twice.
+    PredecessorMismatch,
 }
 
 impl Reason {
@@ -93,6 +97,7 @@ impl Reason {
             Reason::SealMismatch => "seal-mismatch",
             Reason::ProfileViolation => "profile-violation",
             Reason::MalformedRecord => "malformed-record",
+            Reason::PredecessorMismatch => "predecessor-mismatch",
         }
     }
 }
@@ -517,6 +522,9 @@ pub struct LogVerifier {
     agent_keys: AgentKeys,
     tree: Frontier,
     sessions: HashMap<String, ChainState>,
+    /// Final hashes of the sessions sealed so far, with the session that
+    /// continues each one, once one does.
+    sealed_finals: HashMap<Hash, Option<String>>,
     /// Checkpoints still ahead of the stream, largest size first.
     pending: Vec<(u64, Hash)>,
     /// For a partial log (an export of some sessions): the checkpoint every
@@ -543,6 +551,7 @@ impl LogVerifier {
             agent_keys: AgentKeys::new(),
             tree: Frontier::new(),
             sessions: HashMap::new(),
+            sealed_finals: HashMap::new(),
             pending: Vec::new(),
             sparse: None,
             progress: Progress::default(),
@@ -744,18 +753,51 @@ impl LogVerifier {
                         format!("session {} started twice", header.session_id),
                     ));
                 }
+                if let Some(predecessor) = &header.predecessor {
+                    match self.sealed_finals.get_mut(predecessor) {
+                        None => {
+                            return Err((
+                                Reason::PredecessorMismatch,
+                                format!(
+                                    "session {} continues {predecessor}, which is not the final hash of a session sealed before it",
+                                    header.session_id
+                                ),
+                            ));
+                        }
+                        Some(Some(other)) => {
+                            return Err((
+                                Reason::PredecessorMismatch,
+                                format!(
+                                    "session {} continues the session ending in {predecessor}, which session {other} already continues",
+                                    header.session_id
+                                ),
+                            ));
+                        }
+                        Some(slot) => *slot = Some(header.session_id.clone()),
+                    }
+                }
                 self.sessions
                     .insert(header.session_id.clone(), ChainState::new(header));
                 Ok(())
             }
             OpRecord::Seal(seal) => {
-                let Some(chain) = self.sessions.get_mut(&seal.session_id) else {
-                    return Err((
-                        Reason::MissingRecord,
-                        format!("seal of unknown session {}", seal.session_id),
-                    ));
-                };
-                chain.check_seal(seal, &self.origin, &self.server_keys)
+                match self.sessions.get_mut(&seal.session_id) {
+                    Some(chain) => chain.check_seal(seal, &self.origin, &self.server_keys)?,
+                    // A partial log carries the seal of a session it does
+                    // not include when an included session continues it:
+                    // its signature is checked, its steps cannot be.
+                    None if self.sparse.is_some() => seal
+                        .verify_note(&self.origin, &self.server_keys)
+                        .map_err(|e| (Reason::BadSignature, e))?,
+                    None => {
+                        return Err((
+                            Reason::MissingRecord,
+                            format!("seal of unknown session {}", seal.session_id),
+                        ));
+                    }
+                }
+                self.sealed_finals.entry(seal.final_hash).or_insert(None);
+                Ok(())
             }
             OpRecord::KeyRegistration(reg) => {
                 if crate::commit::agent_key_id(&reg.public_key) != reg.key_id {

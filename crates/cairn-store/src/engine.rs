@@ -122,6 +122,8 @@ pub(crate) trait WriteTx {
     fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError>;
     /// The sealed session of `org` whose seal's final hash is `hash`.
     fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
+    /// The session of `org` that continues the one ending in `hash`.
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
     /// Writes a step row.
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
     /// Writes a step's embedding vector.
@@ -690,6 +692,18 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     /// session it names, checked against the hash it gives, or the hash it
     /// gives, checked to end a sealed session of the org.
     fn resolve_predecessor(&mut self, org: Option<i64>, req: &NewSession) -> Outcome<Option<Hash>> {
+        let resolved = self.predecessor_hash(org, req)?;
+        if let (Ok(Some(hash)), Some(org)) = (&resolved, org)
+            && let Some(other) = self.tx.successor_of(org, hash)?
+        {
+            return Ok(Err(Refusal::BadPredecessor(format!(
+                "session {other} already continues the session ending in {hash}"
+            ))));
+        }
+        Ok(resolved)
+    }
+
+    fn predecessor_hash(&mut self, org: Option<i64>, req: &NewSession) -> Outcome<Option<Hash>> {
         let bad = |m: String| Ok(Err(Refusal::BadPredecessor(m)));
         match (&req.predecessor_session, req.predecessor) {
             (None, None) => Ok(Ok(None)),

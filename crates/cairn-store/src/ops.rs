@@ -354,10 +354,12 @@ pub fn export(
             true
         })?;
     } else {
-        // Which sessions, then which entries: their starts, steps and
-        // seals, and the key registrations of their agents.
+        // Which sessions, then which entries: their starts, steps, seals,
+        // erasures, reviews and audit events, the key registrations of
+        // their agents, and the seals of the sessions they continue.
         let mut session_ids: Vec<String> = Vec::new();
         let mut agents: Vec<String> = Vec::new();
+        let mut predecessors: Vec<Hash> = Vec::new();
         let mut seqs: Vec<u64> = Vec::new();
         let mut per_session = |id: &str, seqs: &mut Vec<u64>| -> Result<bool, StoreError> {
             let Some(info) = store.session(org_id, id)? else {
@@ -376,6 +378,7 @@ pub fn export(
             if !agents.contains(&info.header.agent_id) {
                 agents.push(info.header.agent_id.clone());
             }
+            predecessors.extend(info.header.predecessor);
             Ok(true)
         };
         let candidates: Vec<String> = match scope {
@@ -404,19 +407,27 @@ pub fn export(
             )));
         }
         sessions = session_ids.len() as u64;
-        // Seals and key registrations live in the log; find them in one
-        // pass over the operational records.
+        // These live in the log; find them in one pass over it.
         store.read_log(org_id, 0, size, &mut |entry, _| {
-            match &entry.record {
-                LogRecord::Op {
-                    record: OpRecord::Seal(seal),
-                    ..
-                } if session_ids.contains(&seal.session_id) => seqs.push(entry.seq),
-                LogRecord::Op {
-                    record: OpRecord::KeyRegistration(reg),
-                    ..
-                } if agents.contains(&reg.agent_id) => seqs.push(entry.seq),
-                _ => {}
+            let LogRecord::Op { record, .. } = &entry.record else {
+                return true;
+            };
+            let wanted = match record {
+                OpRecord::Seal(seal) => {
+                    session_ids.contains(&seal.session_id)
+                        || predecessors.contains(&seal.final_hash)
+                }
+                OpRecord::KeyRegistration(reg) => agents.contains(&reg.agent_id),
+                OpRecord::Erasure(e) => session_ids.contains(&e.session_id),
+                OpRecord::Review(r) => session_ids.contains(&r.session_id),
+                OpRecord::AuditEvent(a) => a
+                    .session_id
+                    .as_ref()
+                    .is_some_and(|s| session_ids.contains(s)),
+                OpRecord::SessionStart(_) => false,
+            };
+            if wanted {
+                seqs.push(entry.seq);
             }
             true
         })?;
@@ -526,4 +537,81 @@ pub fn import_bundle(
         entries: entries_imported,
         mirror: signer != *store.server_key(),
     })
+}
+
+/// A flagged step in seed 003's review queue, with the reviews recorded
+/// for it so far (oldest first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewItem {
+    /// The flagged step.
+    pub step: crate::StoredStep,
+    /// Its reviews, with their positions in the log.
+    pub reviews: Vec<(u64, cairn_core::log::ReviewRecord)>,
+}
+
+impl ReviewItem {
+    /// `pending` (no review yet), `escalated`, `approved` or `rejected`:
+    /// the latest review decides.
+    pub fn state(&self) -> &'static str {
+        use cairn_core::log::ReviewDecision;
+        match self.reviews.last().map(|(_, r)| r.decision) {
+            None => "pending",
+            Some(ReviewDecision::Escalate) => "escalated",
+            Some(ReviewDecision::Approve) => "approved",
+            Some(ReviewDecision::Reject) => "rejected",
+        }
+    }
+
+    /// Whether it still waits for a decision (pending or escalated).
+    pub fn is_open(&self) -> bool {
+        matches!(self.state(), "pending" | "escalated")
+    }
+}
+
+/// Seed 003's review queue: the org's flagged steps that still wait for a
+/// decision (never reviewed, or escalated), oldest first, at most `limit`;
+/// with `include_resolved`, approved and rejected ones too.
+pub fn review_queue(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    include_resolved: bool,
+    limit: usize,
+) -> Result<Vec<ReviewItem>, StoreError> {
+    let mut reviews: std::collections::HashMap<String, Vec<(u64, cairn_core::log::ReviewRecord)>> =
+        std::collections::HashMap::new();
+    let mut from = 0;
+    loop {
+        let page = store.op_records(org_id, "review", from, 1024)?;
+        let Some(&(last, _)) = page.last() else { break };
+        for (seq, record) in page {
+            if let OpRecord::Review(review) = record {
+                reviews
+                    .entry(review.trace_id.clone())
+                    .or_default()
+                    .push((seq, review));
+            }
+        }
+        from = last + 1;
+    }
+    let mut queue = Vec::new();
+    let mut from = 0;
+    while queue.len() < limit {
+        let page = store.flagged_steps(org_id, from, 1024)?;
+        let Some(last) = page.last().map(|s| s.seq) else {
+            break;
+        };
+        for step in page {
+            let item = ReviewItem {
+                reviews: reviews
+                    .remove(&step.record.step.trace_id)
+                    .unwrap_or_default(),
+                step,
+            };
+            if (include_resolved || item.is_open()) && queue.len() < limit {
+                queue.push(item);
+            }
+        }
+        from = last + 1;
+    }
+    Ok(queue)
 }

@@ -926,6 +926,19 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             .transpose()
     }
 
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT view::jsonb ->> 'session_id' FROM entries
+                 WHERE org = $1 AND type = 'session-start' AND view::jsonb ->> 'predecessor' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a successor",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
         self.flush()?;
         let row = self.db.query_one(

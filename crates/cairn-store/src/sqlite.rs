@@ -771,6 +771,16 @@ impl WriteTx for SqliteTx<'_> {
             .context("looking up a sealed session")
     }
 
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT json_extract(view, '$.session_id') FROM entries
+                 WHERE org = ?1 AND type = 'session-start' AND json_extract(view, '$.predecessor') = ?2",
+            )
+            .and_then(|mut s| s.query_row(params![org, hash.to_hex()], |r| r.get(0)).optional())
+            .context("looking up a successor")
+    }
+
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
         insert_step_row(self.conn, row)
     }

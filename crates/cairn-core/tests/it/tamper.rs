@@ -585,6 +585,60 @@ proptest! {
     }
 }
 
+/// Seed 001's continuity: a session may continue a sealed one by naming
+/// its final hash, once; any other predecessor is caught.
+#[test]
+fn predecessors_must_be_sealed_sessions_continued_once() {
+    let fx = build_log(&[StepSpec {
+        kind: "plan",
+        content: "p".into(),
+        number: None,
+        confidence: None,
+        flagged: false,
+    }]);
+    let final_hash = fx
+        .entries
+        .iter()
+        .find_map(|e| match &e.record {
+            LogRecord::Op {
+                record: OpRecord::Seal(seal),
+                ..
+            } => Some(seal.final_hash),
+            _ => None,
+        })
+        .unwrap();
+    let start = |entries: &[LogEntry], id: &str, predecessor: Hash| {
+        let mut h = header(id);
+        h.predecessor = Some(predecessor);
+        let op = OpRecord::SessionStart(h);
+        LogEntry {
+            seq: entries.len() as u64,
+            record: LogRecord::Op {
+                hash: op.hash(),
+                record: op,
+            },
+        }
+    };
+    let mut entries = fx.entries.clone();
+    entries.push(start(&entries, "next", final_hash));
+    assert!(verify_log(&fx, &entries, &[]).verified);
+
+    let mut twice = entries.clone();
+    twice.push(start(&twice, "again", final_hash));
+    assert_log_fails_at(
+        &verify_log(&fx, &twice, &[]),
+        entries.len() as u64,
+        Reason::PredecessorMismatch,
+    );
+    let mut unknown = fx.entries.clone();
+    unknown.push(start(&unknown, "next", Hash::sha256(b"no such session")));
+    assert_log_fails_at(
+        &verify_log(&fx, &unknown, &[]),
+        fx.entries.len() as u64,
+        Reason::PredecessorMismatch,
+    );
+}
+
 #[test]
 fn a_checkpoint_by_another_key_is_refused() {
     let fx = build_log(&[StepSpec {

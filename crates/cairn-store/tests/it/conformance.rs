@@ -11,7 +11,7 @@ use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
 use cairn_core::log::{LogRecord, OpRecord};
 use cairn_core::merkle::{verify_consistency, verify_inclusion};
 use cairn_core::record::{Profile, RecordError, Step};
-use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
+use cairn_store::ops::{ExportScope, ReviewItem, export, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, WriteRequest,
     Written,
@@ -80,6 +80,299 @@ pub fn run_all(backend: &dyn Backend) {
     api_keys_are_stored_hashed_and_revocable(backend);
     erasure_and_retention_keep_everything_verifiable(backend);
     sampled_steps_are_searchable(backend);
+    decision_trail_lifecycle(backend);
+    links_name_existing_records(backend);
+    reviews_form_a_queue(backend);
+}
+
+fn session(id: &str, profile: Profile) -> NewSession {
+    NewSession {
+        org_id: ORG.into(),
+        session_id: id.into(),
+        agent_id: "analyst".into(),
+        caller: "test".into(),
+        profile,
+        predecessor: None,
+        predecessor_session: None,
+        full_consent: false,
+    }
+}
+
+fn seal(
+    ledger: &Ledger,
+    session_id: &str,
+    require_reflection: bool,
+) -> Result<Written, AppendError> {
+    ledger.write(WriteRequest::Seal {
+        org_id: ORG.into(),
+        session_id: session_id.into(),
+        require_reflection,
+    })
+}
+
+/// Seed 001: strict sessions, the closing reflection before the seal,
+/// nothing after it, and continuity from a sealed predecessor, checked by
+/// verification.
+fn decision_trail_lifecycle(backend: &dyn Backend) {
+    let store = backend.open("trail");
+    let ledger = ledger(Arc::clone(&store));
+    let Written::Session { genesis, .. } = ledger
+        .write(WriteRequest::StartSession(session(
+            "task-1",
+            Profile::Strict,
+        )))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        store.session(ORG, "task-1").unwrap().unwrap().head,
+        genesis,
+        "the genesis is recorded before any step"
+    );
+    for kind in ["plan", "analysis", "decision"] {
+        append(&ledger, step("task-1", kind, &format!("a {kind}"))).unwrap();
+    }
+    assert!(matches!(
+        refused(append(
+            &ledger,
+            step("task-1", "Observation", "not a record type")
+        )),
+        Refusal::Invalid(RecordError::NotInStrictProfile { .. })
+    ));
+    assert_eq!(
+        refused(seal(&ledger, "task-1", false)),
+        Refusal::ReflectionRequired {
+            session_id: "task-1".into()
+        },
+        "a strict session closes with a reflection"
+    );
+    append(&ledger, step("task-1", "reflection", "what happened")).unwrap();
+    let Written::Sealed { seal: sealed, .. } = seal(&ledger, "task-1", true).unwrap() else {
+        panic!()
+    };
+    assert!(matches!(
+        refused(append(&ledger, step("task-1", "analysis", "too late"))),
+        Refusal::Sealed { .. }
+    ));
+
+    // A standard session: only a proof-grade seal asks for the reflection.
+    append(&ledger, step("loose", "FinalAnswer", "done")).unwrap();
+    assert!(matches!(
+        refused(seal(&ledger, "loose", true)),
+        Refusal::ReflectionRequired { .. }
+    ));
+
+    // Continuity: by id (the final hash is filled in) or by hash.
+    let mut next = session("task-2", Profile::Strict);
+    next.predecessor_session = Some("task-1".into());
+    ledger.write(WriteRequest::StartSession(next)).unwrap();
+    let header = store.session(ORG, "task-2").unwrap().unwrap().header;
+    assert_eq!(header.predecessor, Some(sealed.final_hash));
+    // A sealed session has one successor: task-2 now; task-3 continues
+    // task-2 by hash once it is sealed.
+    append(&ledger, step("task-2", "reflection", "done")).unwrap();
+    let Written::Sealed { seal: second, .. } = seal(&ledger, "task-2", false).unwrap() else {
+        panic!()
+    };
+    let mut by_hash = session("task-3", Profile::Standard);
+    by_hash.predecessor = Some(second.final_hash);
+    ledger.write(WriteRequest::StartSession(by_hash)).unwrap();
+    for (predecessor, predecessor_session) in [
+        (None, Some("task-1".to_owned())),
+        (Some(second.final_hash), None),
+        (Some(cairn_core::Hash::sha256(b"nothing ends here")), None),
+        (None, Some("loose".to_owned())),
+        (None, Some("no-such-session".to_owned())),
+        (Some(cairn_core::Hash::ZERO), Some("task-1".to_owned())),
+    ] {
+        let mut bad = session("task-x", Profile::Standard);
+        bad.predecessor = predecessor;
+        bad.predecessor_session = predecessor_session.clone();
+        assert!(
+            matches!(
+                refused(ledger.write(WriteRequest::StartSession(bad))),
+                Refusal::BadPredecessor(_)
+            ),
+            "{predecessor:?} {predecessor_session:?}"
+        );
+    }
+    assert!(store.session(ORG, "task-x").unwrap().is_none());
+    assert_verifies(store.as_ref());
+
+    // An export of task-2 alone carries task-1's seal, so the link is
+    // checked offline too.
+    let cp = checkpoint(&ledger);
+    let mut out = Vec::new();
+    export(
+        store.as_ref(),
+        ORG,
+        &ExportScope::Session("task-2".into()),
+        &cp,
+        cairn_store::now(),
+        &mut out,
+        &mut |_| {},
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
+    for line in text.lines() {
+        v.push_line(line);
+    }
+    let verdict = v.finish();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    assert!(text.contains("\"session_id\":\"task-1\""), "the predecessor's seal is in");
+}
+
+/// Seed 001: corrections and audit-event references name real records.
+fn links_name_existing_records(backend: &dyn Backend) {
+    let store = backend.open("links");
+    let ledger = ledger(Arc::clone(&store));
+    let Written::Step { trace_id, .. } = append(&ledger, step("s1", "Decision", "buy")).unwrap()
+    else {
+        panic!()
+    };
+    let event = |id: Option<&str>, session: Option<&str>| WriteRequest::AuditEvent {
+        org_id: ORG.into(),
+        event_id: id.map(str::to_owned),
+        session_id: session.map(str::to_owned),
+        action: "sql_query".into(),
+        detail: Some(serde_json::json!({"rows": 3})),
+    };
+    let Written::AuditEvent { event_id, .. } =
+        ledger.write(event(Some("ev-1"), Some("s1"))).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(event_id, "ev-1");
+    let Written::AuditEvent {
+        event_id: generated,
+        ..
+    } = ledger.write(event(None, None)).unwrap()
+    else {
+        panic!()
+    };
+    assert!(store.audit_event(ORG, &generated).unwrap().is_some());
+    assert_eq!(
+        refused(ledger.write(event(Some("ev-1"), None))),
+        Refusal::DuplicateId { id: "ev-1".into() }
+    );
+    assert_eq!(
+        refused(ledger.write(event(Some(&trace_id), None))),
+        Refusal::DuplicateId {
+            id: trace_id.clone()
+        },
+        "event ids and trace ids share one namespace"
+    );
+    assert!(matches!(
+        refused(ledger.write(event(Some("ev-2"), Some("no-such-session")))),
+        Refusal::UnknownSession { .. }
+    ));
+    let (seq, stored) = store.audit_event(ORG, "ev-1").unwrap().unwrap();
+    assert_eq!(
+        (stored.action.as_str(), stored.session_id.as_deref()),
+        ("sql_query", Some("s1"))
+    );
+    assert!(seq > 0);
+
+    let mut correction = step("s1", "Correction", "sell, not buy");
+    correction.links.corrects = Some(trace_id.clone());
+    correction.links.audit_event = Some("ev-1".into());
+    append(&ledger, correction).unwrap();
+    for (link, id) in [
+        ("corrects", "no-such-trace"),
+        ("corrects", "ev-1"),
+        ("audit_event", trace_id.as_str()),
+        ("parent", "nope"),
+    ] {
+        let mut s = step("s1", "Correction", "x");
+        s.links.set(link, id.to_owned()).unwrap();
+        assert!(
+            matches!(refused(append(&ledger, s)), Refusal::UnknownLink { .. }),
+            "{link} {id}"
+        );
+    }
+    let records = store.op_records(ORG, "audit-event", 0, 10).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_verifies(store.as_ref());
+}
+
+/// Seed 003: flagged steps wait for a reviewer; each decision is a record.
+fn reviews_form_a_queue(backend: &dyn Backend) {
+    use cairn_core::log::ReviewDecision;
+    use cairn_store::ops::review_queue;
+    let store = backend.open("reviews");
+    let ledger = ledger(Arc::clone(&store));
+    let mut flagged = Vec::new();
+    for i in 0..3 {
+        let mut s = step("s1", "Decision", &format!("risky decision {i}"));
+        s.status = cairn_core::record::Status::Flagged;
+        let Written::Step { trace_id, .. } = append(&ledger, s).unwrap() else {
+            panic!()
+        };
+        flagged.push(trace_id);
+        append(&ledger, step("s1", "Observation", "routine")).unwrap();
+    }
+    let Written::Step {
+        trace_id: routine, ..
+    } = append(&ledger, step("s1", "Observation", "routine")).unwrap()
+    else {
+        panic!()
+    };
+    let review = |trace: &str, decision| WriteRequest::Review {
+        org_id: ORG.into(),
+        trace_id: trace.into(),
+        decision,
+        reviewer: "key-alice".into(),
+        note: Some("checked against policy 7".into()),
+    };
+    assert_eq!(
+        refused(ledger.write(review(&routine, ReviewDecision::Approve))),
+        Refusal::NotFlagged { trace_id: routine }
+    );
+    assert!(matches!(
+        refused(ledger.write(review("no-such-trace", ReviewDecision::Approve))),
+        Refusal::UnknownStep { .. }
+    ));
+    let queue = review_queue(store.as_ref(), ORG, false, 100).unwrap();
+    assert_eq!(
+        queue
+            .iter()
+            .map(|i| i.step.record.step.trace_id.clone())
+            .collect::<Vec<_>>(),
+        flagged
+    );
+    assert!(queue.iter().all(|i| i.state() == "pending"));
+
+    let Written::Reviewed {
+        review: recorded, ..
+    } = ledger
+        .write(review(&flagged[0], ReviewDecision::Approve))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(recorded.session_id, "s1");
+    ledger
+        .write(review(&flagged[1], ReviewDecision::Escalate))
+        .unwrap();
+    let queue = review_queue(store.as_ref(), ORG, false, 100).unwrap();
+    let states: Vec<_> = queue.iter().map(ReviewItem::state).collect();
+    assert_eq!(
+        states,
+        ["escalated", "pending"],
+        "approved leaves the queue"
+    );
+    ledger
+        .write(review(&flagged[1], ReviewDecision::Reject))
+        .unwrap();
+    let all = review_queue(store.as_ref(), ORG, true, 100).unwrap();
+    let states: Vec<_> = all.iter().map(ReviewItem::state).collect();
+    assert_eq!(states, ["approved", "rejected", "pending"]);
+    assert_eq!(all[1].reviews.len(), 2);
+    assert_eq!(review_queue(store.as_ref(), ORG, true, 1).unwrap().len(), 1);
+    assert_eq!(store.op_records(ORG, "review", 0, 100).unwrap().len(), 3);
+    assert_verifies(store.as_ref());
 }
 
 fn sampled_steps_are_searchable(backend: &dyn Backend) {
