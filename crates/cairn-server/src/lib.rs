@@ -15,7 +15,9 @@
 mod error;
 pub mod mcp;
 mod metrics;
+mod oversight;
 pub mod render;
+mod turns;
 pub mod wire;
 
 pub use error::ApiError;
@@ -113,6 +115,17 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/steps/batch", post(append_batch))
         .route("/v1/steps/{trace_id}", get(get_step))
         .route("/v1/steps/{trace_id}/erase", post(erase_step))
+        .route("/v1/steps/{trace_id}/review", post(oversight::review))
+        .route("/v1/reviews", get(oversight::queue))
+        .route("/v1/audit-events", post(oversight::record_event))
+        .route("/v1/audit-events/{event_id}", get(oversight::get_event))
+        .route("/v1/thinking/parse", post(turns::parse))
+        .route("/v1/sessions/{session_id}/turns", post(turns::record))
+        .route(
+            "/v1/sessions/{session_id}/turns/{turn_id}",
+            get(turns::turn),
+        )
+        .route("/v1/sessions/{session_id}/trail", get(turns::trail))
         .route("/v1/verify", get(verify_whole_org))
         .route("/v1/search", get(search))
         .route("/v1/checkpoint", get(checkpoint))
@@ -335,6 +348,15 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 }
 
 type Json = axum::Json<Value>;
+
+/// A write produced something its handler did not ask for (a bug).
+fn unexpected(w: Written) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        format!("unexpected {w:?}"),
+    )
+}
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
     blocking(&state, |store| Ok(store.orgs()?.len())).await?;

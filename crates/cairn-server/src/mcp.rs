@@ -1,8 +1,11 @@
 //! The MCP server (official Rust SDK, `rmcp`): seed 000's
 //! `log_reasoning_step`, `replay_decision`, `get_session_history`; seed
 //! 001's `audit_session_start`, `thought_record`, `audit_verify_chain`,
-//! `audit_session_end`, `merkle_finalize`, `merkle_root`; and `get_trace`,
-//! `get_checkpoint`, `get_inclusion_proof`, `export_session`.
+//! `audit_session_end`, `merkle_finalize`, `merkle_root`, and
+//! `record_audit_event`; seed 002's `parse_thinking`, `record_turn`,
+//! `get_audit_trail`; seed 003's `review_queue`, `review_step`,
+//! `erase_step`; and `get_trace`, `get_checkpoint`, `get_inclusion_proof`,
+//! `export_session`.
 //!
 //! Over Streamable HTTP (`/mcp`) every call is authenticated by the same API
 //! keys as the REST API (a middleware puts the [`Caller`] into the request's
@@ -79,10 +82,16 @@ pub struct LogStepArgs {
     pub metadata: Option<Value>,
     /// The turn this step belongs to.
     pub turn_id: Option<String>,
+    /// The step's number within its turn.
+    pub turn_step: Option<u64>,
     /// The task this step belongs to.
     pub task_id: Option<String>,
     /// Set to "flagged" to send the step to human review.
     pub status: Option<String>,
+    /// Cross-references: tool_call, policy_decision, approval_request (other
+    /// systems' ids), audit_event (an audit event id), corrects and parent
+    /// (trace ids of steps).
+    pub links: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Arguments of `replay_decision` (seed 000).
@@ -162,6 +171,84 @@ pub struct InclusionArgs {
     pub seq: u64,
     /// Tree size to prove against; default the latest checkpoint's.
     pub size: Option<u64>,
+}
+
+/// Arguments of `parse_thinking` (seed 002).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ParseArgs {
+    /// Raw thinking text: bracket markers ([思考] [計画] [承認待ち] [実行]
+    /// [エラー]) or free text.
+    pub text: String,
+}
+
+/// Arguments of `record_turn` (seed 002).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TurnArgs {
+    /// The session (created on first use).
+    pub session_id: String,
+    /// The turn; a new id when absent.
+    pub turn_id: Option<String>,
+    /// The turn's raw thinking text, parsed into thinking, plan,
+    /// waiting_approval, execute and error steps.
+    pub thinking: String,
+    /// The agent; defaults to the key's agent.
+    pub agent_id: Option<String>,
+    /// Model identifier.
+    pub model: Option<String>,
+}
+
+/// Arguments of `get_audit_trail` (seed 002).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct TrailArgs {
+    /// The session.
+    pub session_id: String,
+    /// Only this turn (seed 002's exportMarkdown of one turn).
+    pub turn_id: Option<String>,
+    /// json (default) or markdown.
+    pub format: Option<String>,
+}
+
+/// Arguments of `record_audit_event` (seed 001).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct AuditEventArgs {
+    /// What happened: a tool name, an action.
+    pub action: String,
+    /// The event id (unique in the org); a new id when absent.
+    pub event_id: Option<String>,
+    /// The session it belongs to.
+    pub session_id: Option<String>,
+    /// Details (any JSON).
+    pub detail: Option<Value>,
+}
+
+/// Arguments of `review_queue` (seed 003).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct QueueArgs {
+    /// Include approved and rejected steps.
+    #[serde(default)]
+    pub all: bool,
+    /// At most this many (default 100).
+    pub limit: Option<usize>,
+}
+
+/// Arguments of `review_step` (seed 003).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReviewArgs {
+    /// The flagged step.
+    pub trace_id: String,
+    /// approve, reject or escalate.
+    pub decision: String,
+    /// The reviewer's note.
+    pub note: Option<String>,
+}
+
+/// Arguments of `erase_step` (seed 003).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct EraseArgs {
+    /// The step whose payload to erase.
+    pub trace_id: String,
+    /// Why (recorded).
+    pub reason: String,
 }
 
 /// Arguments of `get_checkpoint`.
@@ -252,13 +339,7 @@ impl CairnMcp {
     }
 }
 
-fn unexpected(w: Written) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        format!("unexpected {w:?}"),
-    )
-}
+use crate::unexpected;
 
 async fn run(result: Result<Value, ApiError>) -> ToolResult {
     match result {
@@ -290,11 +371,19 @@ impl CairnMcp {
                     ));
                 }
             };
+            let mut links = cairn_core::record::Links::default();
+            for (name, id) in args.links.unwrap_or_default() {
+                links
+                    .set(&name, id)
+                    .map_err(|e| ApiError::bad_request("invalid_request", e))?;
+            }
             let step = NewStep {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id,
                 agent_id,
                 kind_label: args.step_type,
+                links,
+                turn_step: args.turn_step,
                 content: args.content,
                 input: args.input_data,
                 output: args.output_data,
@@ -574,6 +663,170 @@ impl CairnMcp {
             v
         }))
         .await
+    }
+
+    #[tool(
+        description = "Split raw thinking text into structured steps (seed 002 parseThinking): bracket markers [思考] [計画] [承認待ち] [実行] [エラー] first, then numbered or bulleted lines after plan/steps/手順 as plan, lines with error/failed/エラー/失敗 as error, the rest as thinking. Records nothing: use record_turn to record."
+    )]
+    async fn parse_thinking(
+        &self,
+        Parameters(args): Parameters<ParseArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        self.caller(&context)?;
+        ok(crate::turns::parsed_json(&args.text))
+    }
+
+    #[tool(
+        description = "Record one turn of a session from its raw thinking text (seed 002): the text is parsed into phase steps (thinking, plan, waiting_approval, execute, error), each recorded with the turn id and its number within the turn. Returns turn_id and each step's trace_id and hashes."
+    )]
+    async fn record_turn(
+        &self,
+        Parameters(args): Parameters<TurnArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let template = NewStep {
+                org_id: caller.org().to_owned(),
+                session_id: args.session_id,
+                agent_id: Self::agent_for(&caller, args.agent_id)?,
+                kind_label: "thinking".into(),
+                model: args.model,
+                caller: caller.key.id.clone(),
+                ..NewStep::default()
+            };
+            let turn_id = args
+                .turn_id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            crate::turns::record_turn(
+                &self.state,
+                &caller,
+                &template,
+                &turn_id,
+                Some(&args.thinking),
+                Vec::new(),
+            )
+            .await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "A session's audit trail across all its turns, in order (seed 002 getAuditTrail), or one turn with turn_id. format=markdown gives seed 002's export: '## Turn <id> (<time>)' then '[思考] ...', '[計画] ...', '[実行] ... (tool_call: ...)' lines."
+    )]
+    async fn get_audit_trail(
+        &self,
+        Parameters(args): Parameters<TrailArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let markdown = match args.format.as_deref() {
+                None | Some("json") => false,
+                Some("markdown") => true,
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        format!("format must be json or markdown, not {other}"),
+                    ));
+                }
+            };
+            let out = match &args.turn_id {
+                Some(turn) => {
+                    crate::turns::turn_of(&self.state, &caller, &args.session_id, turn, markdown)
+                        .await?
+                }
+                None => {
+                    crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown).await?
+                }
+            };
+            Ok(out.unwrap_or_else(|markdown| json!({"markdown": markdown})))
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Record an audit event (seed 001): the lower-level per-tool-call record that thought records reference for provenance (thought_record audit_event, log_reasoning_step links.audit_event). Returns event_id and seq."
+    )]
+    async fn record_audit_event(
+        &self,
+        Parameters(args): Parameters<AuditEventArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = crate::oversight::audit_event(
+            &self.state,
+            &caller,
+            args.event_id,
+            args.session_id,
+            args.action,
+            args.detail,
+        )
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "The review queue (seed 003): flagged steps waiting for a human decision (pending or escalated), oldest first, with their reviews so far; all=true includes approved and rejected ones."
+    )]
+    async fn review_queue(
+        &self,
+        Parameters(args): Parameters<QueueArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let limit = args.limit.unwrap_or(100).clamp(1, 10_000);
+        let result = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Review a flagged step (seed 003): decision approve, reject or escalate, with a note. The review is itself a record of the org log, linked by trace_id. Needs an auditor or admin key."
+    )]
+    async fn review_step(
+        &self,
+        Parameters(args): Parameters<ReviewArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            let decision = crate::oversight::decision(Some(&args.decision))?;
+            crate::oversight::review_step(&self.state, &caller, args.trace_id, decision, args.note)
+                .await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Erase a step's payload (seed 003, e.g. a GDPR request): content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. Needs an admin key."
+    )]
+    async fn erase_step(
+        &self,
+        Parameters(args): Parameters<EraseArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            caller.require(caller.key.role == Role::Admin, "erase steps")?;
+            let request = WriteRequest::Erase {
+                org_id: caller.org().to_owned(),
+                trace_id: args.trace_id.clone(),
+                reason: args.reason,
+                actor: caller.key.id.clone(),
+            };
+            match self.write(request).await? {
+                Written::Erased { seqs } => Ok(
+                    json!({"trace_id": args.trace_id, "erased": true, "erasure_seq": seqs.first()}),
+                ),
+                other => Err(unexpected(other)),
+            }
+        }
+        .await;
+        run(result).await
     }
 
     #[tool(description = "One recorded step by its trace id, with its hashes.")]

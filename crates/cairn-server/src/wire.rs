@@ -262,6 +262,46 @@ pub fn verdict_to_json(verdict: &Verdict, duration_ms: u128, verified_at: Timest
     })
 }
 
+/// A review record as JSON.
+pub fn review_to_json(seq: u64, r: &cairn_core::log::ReviewRecord) -> Value {
+    json!({
+        "seq": seq, "trace_id": r.trace_id, "session_id": r.session_id, "step_index": r.step_index,
+        "decision": r.decision.as_str(), "reviewer": r.reviewer, "note": r.note,
+        "reviewed_at": r.reviewed_at.to_string(),
+    })
+}
+
+/// A queue item as JSON.
+pub fn review_item_to_json(item: &cairn_store::ops::ReviewItem) -> Value {
+    json!({
+        "state": item.state(),
+        "step": step_to_json(item.step.seq, &item.step.record),
+        "reviews": item.reviews.iter().map(|(seq, r)| review_to_json(*seq, r)).collect::<Vec<_>>(),
+    })
+}
+
+/// An audit event as JSON.
+pub fn audit_event_to_json(seq: u64, e: &cairn_core::log::AuditEvent) -> Value {
+    json!({
+        "seq": seq, "event_id": e.event_id, "session_id": e.session_id, "action": e.action,
+        "detail": e.detail, "at": e.at.to_string(),
+    })
+}
+
+/// A turn (seed 002) as JSON; `seqs` maps trace ids to log positions.
+pub fn turn_to_json(
+    turn: &crate::render::Turn<'_>,
+    seqs: &std::collections::HashMap<String, u64>,
+) -> Value {
+    json!({
+        "turn_id": turn.turn_id,
+        "started_at": turn.steps.first().map(|r| r.step.created_at.to_string()),
+        "steps": turn.steps.iter().map(|r| {
+            step_to_json(seqs.get(&r.step.trace_id).copied().unwrap_or(0), r)
+        }).collect::<Vec<_>>(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,12 @@ impl Role {
         matches!(self, Role::Writer | Role::Admin)
     }
 
+    /// May record review decisions on flagged steps (seed 003's human
+    /// oversight).
+    pub fn can_review(self) -> bool {
+        matches!(self, Role::Auditor | Role::Admin)
+    }
+
     /// May export bundles.
     pub fn can_export(self) -> bool {
         matches!(self, Role::Auditor | Role::Admin)

@@ -615,3 +615,55 @@ pub fn review_queue(
     }
     Ok(queue)
 }
+
+/// Seed 002: the steps that record one turn: the thinking text parsed into
+/// phases first (`parseThinking`), then `explicit` steps, all carrying
+/// `turn_id` and numbered within the turn from `first_number`. `template`
+/// gives the org, session, agent, model and caller.
+pub fn turn_steps(
+    template: &crate::NewStep,
+    turn_id: &str,
+    thinking: Option<&str>,
+    explicit: Vec<crate::NewStep>,
+    first_number: u64,
+) -> Vec<crate::NewStep> {
+    let parsed = thinking
+        .map(cairn_core::thinking::parse_thinking)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| crate::NewStep {
+            kind_label: p.phase.to_owned(),
+            content: Some(p.content),
+            ..template.clone()
+        });
+    parsed
+        .chain(explicit)
+        .zip(first_number..)
+        .map(|(step, number)| crate::NewStep {
+            turn_id: Some(turn_id.to_owned()),
+            turn_step: step.turn_step.or(Some(number)),
+            ..step
+        })
+        .collect()
+}
+
+/// The number the next step of a turn takes: one more than the highest
+/// recorded in the session, and at least the number of its steps (0 for a
+/// new turn).
+pub fn next_turn_step(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    session_id: &str,
+    turn_id: &str,
+) -> Result<u64, StoreError> {
+    // Steps recorded without a number still take one.
+    let (mut next, mut count) = (0, 0);
+    store.read_session(org_id, session_id, &mut |s| {
+        if s.record.step.turn_id.as_deref() == Some(turn_id) {
+            count += 1;
+            next = next.max(s.record.step.turn_step.map_or(0, |n| n.saturating_add(1)));
+        }
+        true
+    })?;
+    Ok(next.max(count))
+}

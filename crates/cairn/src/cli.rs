@@ -30,7 +30,7 @@ use std::time::Instant;
 /// input error, 3 storage or internal failure.
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Data directory of the embedded store (created on first use).
     #[arg(
         long,
@@ -47,7 +47,7 @@ pub struct Cli {
     database: Option<String>,
     /// The org (tenant) to work in.
     #[arg(long, global = true, env = "CAIRN_ORG", default_value = "default")]
-    org: String,
+    pub(crate) org: String,
     /// Name of the server key, used when the data directory is created
     /// (log origins are `<name>/<org>`).
     #[arg(
@@ -67,7 +67,7 @@ pub struct Cli {
     max_content_length: usize,
     /// Print JSON for scripts.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
     /// Seed 000's switch: `false` makes `serve` and `mcp` refuse every write
     /// (503 ledger_disabled) while reads and verification keep working.
     #[arg(long, global = true, env = "CAIRN_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
@@ -156,8 +156,37 @@ enum Command {
         reason: String,
     },
     /// Apply retention now: erase the payload of sessions whose last step
-    /// is older than --retention-days.
-    Retention,
+    /// is older than --retention-days (or --before).
+    Retention {
+        /// Erase sessions whose last step is older than this time (RFC
+        /// 3339) instead.
+        #[arg(long)]
+        before: Option<String>,
+    },
+    /// Open a session explicitly: a strict decision trail (seed 001), or
+    /// one continuing a sealed session.
+    Start(crate::records::StartArgs),
+    /// Seed 002's parseThinking: split thinking text (a file, or stdin)
+    /// into thinking, plan, waiting_approval, execute and error steps;
+    /// with --session, record them as one turn.
+    Thinking(crate::records::ThinkingArgs),
+    /// A session's audit trail across its turns, or one turn (seed 002's
+    /// Markdown by default).
+    Trail {
+        /// The session id.
+        session: String,
+        /// Only this turn.
+        #[arg(long)]
+        turn: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Markdown)]
+        format: Format,
+    },
+    /// Seed 003's review queue, and review decisions on flagged steps.
+    #[command(subcommand)]
+    Review(crate::records::ReviewCommand),
+    /// Record an audit event (seed 001) that steps can link to.
+    AuditEvent(crate::records::AuditEventArgs),
     /// Semantic search over the embedded steps of --org, best first.
     Search {
         /// The search text.
@@ -216,7 +245,7 @@ enum AdminCommand {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     Text,
     Json,
     Markdown,
@@ -259,6 +288,13 @@ struct LogArgs {
     /// Turn id.
     #[arg(long)]
     turn: Option<String>,
+    /// The step's number within its turn.
+    #[arg(long, requires = "turn")]
+    turn_step: Option<u64>,
+    /// A link, `name=id` (tool_call, policy_decision, approval_request,
+    /// audit_event, corrects, parent). Repeatable.
+    #[arg(long = "link", value_name = "NAME=ID")]
+    links: Vec<String>,
     /// Task id.
     #[arg(long)]
     task: Option<String>,
@@ -307,7 +343,7 @@ struct ExportArgs {
     output: Option<PathBuf>,
 }
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
@@ -333,10 +369,22 @@ pub fn run() -> Result<Outcome> {
         Command::Serve { listen, sample } => serve(&cli, listen, *sample),
         Command::Mcp => mcp_stdio(&cli),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
+        Command::Thinking(args) if args.session_is_none() => {
+            crate::records::thinking(&cli, None, args)
+        }
         command => {
             let store = open_store(&cli)?;
             match command {
                 Command::Log(args) => log(&cli, store, args),
+                Command::Start(args) => crate::records::start(&cli, store, args),
+                Command::Thinking(args) => crate::records::thinking(&cli, Some(store), args),
+                Command::Trail {
+                    session,
+                    turn,
+                    format,
+                } => crate::records::trail(&cli, store.as_ref(), session, turn.as_deref(), *format),
+                Command::Review(command) => crate::records::review(&cli, store, command),
+                Command::AuditEvent(args) => crate::records::audit_event(&cli, store, args),
                 Command::Sessions { agent, limit } => {
                     sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
                 }
@@ -398,13 +446,23 @@ pub fn run() -> Result<Outcome> {
                     );
                     Ok(Outcome::Success)
                 }
-                Command::Retention => {
+                Command::Retention { before } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
-                    let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
-                    println!(
-                        "retention ({} days): erased {erased} step(s)",
-                        cli.retention_days
-                    );
+                    match before {
+                        Some(text) => {
+                            let cutoff = Timestamp::parse_rfc3339(text)
+                                .map_err(|e| usage(format!("--before: {e}")))?;
+                            let erased = retention_before(&ledger, &cli.org, cutoff)?;
+                            println!("retention (before {cutoff}): erased {erased} step(s)");
+                        }
+                        None => {
+                            let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
+                            println!(
+                                "retention ({} days): erased {erased} step(s)",
+                                cli.retention_days
+                            );
+                        }
+                    }
                     Ok(Outcome::Success)
                 }
                 Command::Keys => {
@@ -536,14 +594,14 @@ fn store_location(cli: &Cli) -> String {
     }
 }
 
-fn append_error(e: AppendError) -> anyhow::Error {
+pub(crate) fn append_error(e: AppendError) -> anyhow::Error {
     match e {
         AppendError::Refused(r) => usage(r.to_string()),
         AppendError::Store(e) => anyhow!("storage failure: {e}"),
     }
 }
 
-fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option<Value>> {
+pub(crate) fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option<Value>> {
     text.as_ref()
         .map(|t| {
             serde_json::from_str(t).map_err(|e| usage(format!("--{name} is not valid JSON: {e}")))
@@ -551,7 +609,7 @@ fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option<Value>> {
         .transpose()
 }
 
-fn written_json(w: &Written) -> Value {
+pub(crate) fn written_json(w: &Written) -> Value {
     match w {
         Written::Step {
             seq,
@@ -578,7 +636,18 @@ fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome
         object.insert("confidence".into(), json!(args.confidence));
         object.insert("model".into(), json!(args.model));
         object.insert("turn_id".into(), json!(args.turn));
+        object.insert("turn_step".into(), json!(args.turn_step));
         object.insert("task_id".into(), json!(args.task));
+        let mut links = serde_json::Map::new();
+        for link in &args.links {
+            let (name, id) = link
+                .split_once('=')
+                .ok_or_else(|| usage(format!("--link {link}: expected name=id")))?;
+            links.insert(name.to_owned(), json!(id));
+        }
+        if !links.is_empty() {
+            object.insert("links".into(), Value::Object(links));
+        }
         object.insert(
             "input_data".into(),
             parse_json_arg("input", &args.input)?.unwrap_or(Value::Null),
@@ -1279,6 +1348,12 @@ fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<usize> {
     let cutoff =
         cairn_core::Timestamp::from_micros(now().as_micros() - i64::from(days) * 86_400_000_000)
             .ok_or_else(|| anyhow!("retention cutoff out of range"))?;
+    retention_before(ledger, org, cutoff)
+}
+
+/// Erases the payload of every session of `org` whose last step is older
+/// than `cutoff`; returns how many steps.
+fn retention_before(ledger: &Ledger, org: &str, cutoff: Timestamp) -> Result<usize> {
     match ledger.write(WriteRequest::Retention {
         org_id: org.to_owned(),
         older_than: cutoff,

@@ -11,6 +11,7 @@
 
 mod cli;
 mod demo;
+mod records;
 
 use std::process::ExitCode;
 

@@ -221,7 +221,10 @@ fn decision_trail_lifecycle(backend: &dyn Backend) {
     }
     let verdict = v.finish();
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
-    assert!(text.contains("\"session_id\":\"task-1\""), "the predecessor's seal is in");
+    assert!(
+        text.contains("\"session_id\":\"task-1\""),
+        "the predecessor's seal is in"
+    );
 }
 
 /// Seed 001: corrections and audit-event references name real records.

@@ -1,0 +1,180 @@
+//! Human oversight and provenance over HTTP: seed 003's review queue and
+//! review decisions, and seed 001's audit events.
+
+use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, wire};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cairn_core::log::ReviewDecision;
+use cairn_store::{WriteRequest, Written};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Parses `approve`, `reject` or `escalate`.
+pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
+    text.and_then(ReviewDecision::parse).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_request",
+            "decision must be approve, reject or escalate",
+        )
+    })
+}
+
+/// `POST /v1/steps/{trace_id}/review`: `{"decision", "note"}` on a flagged
+/// step, recorded as a `review` record of the org log. Roles: auditor,
+/// admin.
+pub(crate) async fn review(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let v = parse_json(&body)?;
+    let decision = decision(v.get("decision").and_then(Value::as_str))?;
+    let note = match v.get("note") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "note must be a string",
+            ));
+        }
+    };
+    let body = review_step(&state, &caller, trace_id, decision, note).await?;
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// Records a review (HTTP and MCP).
+pub(crate) async fn review_step(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    trace_id: String,
+    decision: ReviewDecision,
+    note: Option<String>,
+) -> Result<Value, ApiError> {
+    caller.require(caller.key.role.can_review(), "review flagged steps")?;
+    Caller::require_enabled(state)?;
+    let request = WriteRequest::Review {
+        org_id: caller.org().to_owned(),
+        trace_id,
+        decision,
+        reviewer: caller.key.id.clone(),
+        note,
+    };
+    match state.ledger.submit(request).await? {
+        Written::Reviewed { seq, review } => Ok(wire::review_to_json(seq, &review)),
+        other => Err(crate::unexpected(other)),
+    }
+}
+
+/// The review queue as JSON (HTTP and MCP).
+pub(crate) async fn queue_of(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    all: bool,
+    limit: usize,
+) -> Result<Value, ApiError> {
+    let org = caller.org().to_owned();
+    let items = blocking(state, move |store| {
+        Ok(cairn_store::ops::review_queue(store, &org, all, limit)?)
+    })
+    .await?;
+    Ok(json!({"items": items.iter().map(wire::review_item_to_json).collect::<Vec<_>>()}))
+}
+
+/// `GET /v1/reviews`: flagged steps waiting for a decision (pending or
+/// escalated), oldest first; `all=true` adds approved and rejected ones.
+pub(crate) async fn queue(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    let all = match q.get("all").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("all must be true or false, not {other}"),
+            ));
+        }
+    };
+    let limit = crate::query_u64(&q, "limit")?
+        .unwrap_or(100)
+        .clamp(1, 10_000) as usize;
+    Ok(axum::Json(queue_of(&state, &caller, all, limit).await?))
+}
+
+/// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",
+/// "detail"?}`, a per-tool-call record that steps can link to.
+pub(crate) async fn record_event(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let v = parse_json(&body)?;
+    let text = |k: &str| -> Result<Option<String>, ApiError> {
+        match v.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::bad_request(
+                "invalid_request",
+                format!("{k} must be a string"),
+            )),
+        }
+    };
+    let action = text("action")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "action is required"))?;
+    let body = audit_event(
+        &state,
+        &caller,
+        text("event_id")?,
+        text("session_id")?,
+        action,
+        v.get("detail").filter(|d| !d.is_null()).cloned(),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// Records an audit event (HTTP and MCP).
+pub(crate) async fn audit_event(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    event_id: Option<String>,
+    session_id: Option<String>,
+    action: String,
+    detail: Option<Value>,
+) -> Result<Value, ApiError> {
+    caller.require(caller.key.role.can_write(), "record audit events")?;
+    Caller::require_enabled(state)?;
+    let request = WriteRequest::AuditEvent {
+        org_id: caller.org().to_owned(),
+        event_id,
+        session_id,
+        action,
+        detail,
+    };
+    match state.ledger.submit(request).await? {
+        Written::AuditEvent { seq, event_id } => Ok(json!({"seq": seq, "event_id": event_id})),
+        other => Err(crate::unexpected(other)),
+    }
+}
+
+/// `GET /v1/audit-events/{event_id}`.
+pub(crate) async fn get_event(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(event_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let (seq, event) = blocking(&state, move |store| {
+        store
+            .audit_event(&org, &event_id)?
+            .ok_or_else(|| ApiError::not_found(format!("audit event {event_id}")))
+    })
+    .await?;
+    Ok(axum::Json(wire::audit_event_to_json(seq, &event)))
+}

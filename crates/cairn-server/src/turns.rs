@@ -1,0 +1,298 @@
+//! Seed 002 over HTTP: `parseThinking`, recording a turn (optionally from a
+//! raw thinking blob), one turn as Markdown or JSON, and a session's audit
+//! trail across its turns.
+
+use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, render, step_for, wire};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cairn_core::commit::StepRecord;
+use cairn_store::{NewStep, WriteRequest};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The parsed steps of a thinking text as JSON.
+pub(crate) fn parsed_json(text: &str) -> Value {
+    let steps: Vec<Value> = cairn_core::thinking::parse_thinking(text)
+        .into_iter()
+        .map(|p| {
+            json!({
+                "phase": p.phase, "label": p.kind.bracket_label(), "kind": p.kind.as_str(),
+                "content": p.content,
+            })
+        })
+        .collect();
+    json!({ "steps": steps })
+}
+
+/// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
+/// kind, content}]}`; records nothing.
+pub(crate) async fn parse(caller: Caller, body: axum::body::Bytes) -> Result<Json, ApiError> {
+    let _ = caller;
+    let v = parse_json(&body)?;
+    let text = v
+        .get("text")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
+    Ok(axum::Json(parsed_json(text)))
+}
+
+/// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
+/// (raw text, parsed into phases) and/or `steps` (step objects), numbered
+/// within the turn after the steps it already has.
+pub(crate) async fn record(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(&state)?;
+    let v = parse_json(&body)?;
+    let text = |k: &str| -> Result<Option<String>, ApiError> {
+        match v.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::bad_request(
+                "invalid_request",
+                format!("{k} must be a string"),
+            )),
+        }
+    };
+    let thinking = text("thinking")?;
+    let turn_id = text("turn_id")?.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    // The template: the session, agent and model every parsed step gets.
+    let mut base = json!({"session_id": session_id, "step_type": "thinking"});
+    for k in ["agent_id", "model"] {
+        if let Some(value) = text(k)? {
+            base[k] = json!(value);
+        }
+    }
+    let template = step_for(&caller, &base)?;
+    let mut explicit = Vec::new();
+    match v.get("steps") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for item in items {
+                let mut item = item.clone();
+                let Some(obj) = item.as_object_mut() else {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        "steps must be step objects",
+                    ));
+                };
+                match obj.get("session_id").and_then(Value::as_str) {
+                    Some(other) if other != session_id => {
+                        return Err(ApiError::bad_request(
+                            "invalid_request",
+                            format!("a step of session {other} in a turn of {session_id}"),
+                        ));
+                    }
+                    _ => {}
+                }
+                obj.insert("session_id".into(), json!(session_id));
+                obj.entry("agent_id")
+                    .or_insert_with(|| json!(template.agent_id));
+                explicit.push(step_for(&caller, &item)?);
+            }
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "steps must be an array",
+            ));
+        }
+    }
+    let body = record_turn(
+        &state,
+        &caller,
+        &template,
+        &turn_id,
+        thinking.as_deref(),
+        explicit,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// Records a turn (HTTP and MCP): the parsed thinking, then `explicit`,
+/// numbered within the turn after the steps it already has.
+pub(crate) async fn record_turn(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    template: &NewStep,
+    turn_id: &str,
+    thinking: Option<&str>,
+    explicit: Vec<NewStep>,
+) -> Result<Value, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(state)?;
+    if thinking.is_none_or(|t| t.trim().is_empty()) && explicit.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "a turn needs thinking text or steps",
+        ));
+    }
+    let (org, sid, tid) = (
+        caller.org().to_owned(),
+        template.session_id.clone(),
+        turn_id.to_owned(),
+    );
+    let first = blocking(state, move |store| {
+        Ok(cairn_store::ops::next_turn_step(store, &org, &sid, &tid)?)
+    })
+    .await?;
+    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first);
+    let (accepted, results) = submit_all(state, steps).await;
+    Ok(json!({
+        "session_id": template.session_id, "turn_id": turn_id, "accepted": accepted, "results": results,
+    }))
+}
+
+/// Submits steps together (the sequencer commits them in one batch) and
+/// reports each outcome.
+pub(crate) async fn submit_all(state: &Arc<AppState>, steps: Vec<NewStep>) -> (usize, Vec<Value>) {
+    let pending: Vec<_> = steps
+        .into_iter()
+        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
+        .collect();
+    let mut accepted = 0;
+    let mut results = Vec::with_capacity(pending.len());
+    for p in pending {
+        results.push(match p.await {
+            Ok(written) => {
+                accepted += 1;
+                crate::written_json(&written)
+            }
+            Err(e) => {
+                let e = ApiError::from(e);
+                json!({"error": {"code": e.code, "message": e.message}})
+            }
+        });
+    }
+    (accepted, results)
+}
+
+/// A session's steps, or 404.
+async fn session_steps(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: String,
+) -> Result<Vec<(u64, StepRecord)>, ApiError> {
+    let org = caller.org().to_owned();
+    blocking(state, move |store| {
+        store
+            .session(&org, &session_id)?
+            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
+        let mut steps = Vec::new();
+        store.read_session(&org, &session_id, &mut |s| {
+            steps.push((s.seq, s.record));
+            true
+        })?;
+        Ok(steps)
+    })
+    .await
+}
+
+fn markdown_response(text: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+fn wants_markdown(q: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match q.get("format").map(String::as_str) {
+        None | Some("json") => Ok(false),
+        Some("markdown") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("format must be json or markdown, not {other}"),
+        )),
+    }
+}
+
+/// A session's trail as JSON, or as seed 002's Markdown.
+pub(crate) async fn trail_of(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: &str,
+    markdown: bool,
+) -> Result<Result<Value, String>, ApiError> {
+    let steps = session_steps(state, caller, session_id.to_owned()).await?;
+    let seqs: HashMap<String, u64> = steps
+        .iter()
+        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
+        .collect();
+    let records: Vec<StepRecord> = steps.into_iter().map(|(_, r)| r).collect();
+    if markdown {
+        return Ok(Err(render::markdown(session_id, &records)));
+    }
+    let turns: Vec<Value> = render::turns(&records)
+        .iter()
+        .map(|t| wire::turn_to_json(t, &seqs))
+        .collect();
+    Ok(Ok(json!({"session_id": session_id, "turns": turns})))
+}
+
+/// One turn as JSON, or as seed 002's Markdown.
+pub(crate) async fn turn_of(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: &str,
+    turn_id: &str,
+    markdown: bool,
+) -> Result<Result<Value, String>, ApiError> {
+    let steps = session_steps(state, caller, session_id.to_owned()).await?;
+    let seqs: HashMap<String, u64> = steps
+        .iter()
+        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
+        .collect();
+    let records: Vec<StepRecord> = steps.into_iter().map(|(_, r)| r).collect();
+    let turns = render::turns(&records);
+    let turn = turns
+        .iter()
+        .find(|t| t.turn_id == Some(turn_id))
+        .ok_or_else(|| ApiError::not_found(format!("turn {turn_id} in session {session_id}")))?;
+    if markdown {
+        return Ok(Err(render::turn_markdown(turn)));
+    }
+    Ok(Ok(wire::turn_to_json(turn, &seqs)))
+}
+
+fn respond(out: Result<Value, String>) -> Response {
+    match out {
+        Ok(json) => axum::Json(json).into_response(),
+        Err(markdown) => markdown_response(markdown),
+    }
+}
+
+/// `GET /v1/sessions/{session_id}/trail`: the audit trail across turns
+/// (JSON, or `format=markdown` for seed 002's export of every turn).
+pub(crate) async fn trail(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let markdown = wants_markdown(&q)?;
+    Ok(respond(
+        trail_of(&state, &caller, &session_id, markdown).await?,
+    ))
+}
+
+/// `GET /v1/sessions/{session_id}/turns/{turn_id}`: one turn (JSON, or
+/// `format=markdown` for seed 002's `exportMarkdown`).
+pub(crate) async fn turn(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((session_id, turn_id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let markdown = wants_markdown(&q)?;
+    Ok(respond(
+        turn_of(&state, &caller, &session_id, &turn_id, markdown).await?,
+    ))
+}

@@ -1,0 +1,388 @@
+//! Commands for seeds 001 to 003 beyond logging: opening a session (strict,
+//! or continuing a sealed one), `parseThinking` and recording a turn, a
+//! session's audit trail, the review queue and review decisions, and
+//! audit events.
+
+use crate::Outcome;
+use crate::cli::{Cli, Format, append_error, parse_json_arg, usage};
+use anyhow::{Context as _, Result};
+use cairn_core::record::Profile;
+use cairn_server::{render, wire};
+use cairn_store::{
+    Ledger, LedgerStore, NewSession, NewStep, SequencerConfig, WriteRequest, Written,
+};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `cairn start`.
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// The session id.
+    session: String,
+    /// The agent running it.
+    #[arg(long, env = "CAIRN_AGENT")]
+    agent: String,
+    /// A seed 001 decision trail: only plan, analysis, decision and
+    /// reflection, and it seals only after a closing reflection.
+    #[arg(long)]
+    strict: bool,
+    /// Continue this sealed session: its final hash enters the genesis.
+    #[arg(long, conflicts_with = "predecessor")]
+    predecessor_session: Option<String>,
+    /// Continue the sealed session that ends with this hash (hex).
+    #[arg(long)]
+    predecessor: Option<String>,
+}
+
+/// `cairn thinking`.
+#[derive(Debug, clap::Args)]
+pub struct ThinkingArgs {
+    /// The thinking text; stdin when absent.
+    file: Option<PathBuf>,
+    /// Record the parsed steps as one turn of this session.
+    #[arg(long)]
+    session: Option<String>,
+    /// The agent (with --session).
+    #[arg(long, env = "CAIRN_AGENT", requires = "session")]
+    agent: Option<String>,
+    /// The turn id (with --session); a new one when absent.
+    #[arg(long, requires = "session")]
+    turn: Option<String>,
+    /// The model that thought it (with --session).
+    #[arg(long, requires = "session")]
+    model: Option<String>,
+}
+
+impl ThinkingArgs {
+    /// Whether this only parses (no store needed).
+    pub fn session_is_none(&self) -> bool {
+        self.session.is_none()
+    }
+}
+
+/// `cairn review ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ReviewCommand {
+    /// Flagged steps waiting for a decision (pending or escalated).
+    Queue {
+        /// Include approved and rejected ones.
+        #[arg(long)]
+        all: bool,
+        /// At most this many, oldest first.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Approve, reject or escalate a flagged step (recorded in the log).
+    Decide {
+        /// The flagged step's trace id.
+        trace_id: String,
+        /// approve, reject or escalate.
+        #[arg(long)]
+        decision: String,
+        /// The reviewer's note.
+        #[arg(long)]
+        note: Option<String>,
+        /// Who reviews (recorded).
+        #[arg(long, env = "USER", default_value = "cli")]
+        reviewer: String,
+    },
+}
+
+/// `cairn audit-event`.
+#[derive(Debug, clap::Args)]
+pub struct AuditEventArgs {
+    /// What happened: a tool name, an action.
+    #[arg(long)]
+    action: String,
+    /// The event id (unique in the org); a new one when absent.
+    #[arg(long)]
+    id: Option<String>,
+    /// The session it belongs to.
+    #[arg(long)]
+    session: Option<String>,
+    /// Details, as JSON.
+    #[arg(long)]
+    detail: Option<String>,
+}
+
+fn ledger(store: Arc<dyn LedgerStore>) -> Ledger {
+    Ledger::new(store, SequencerConfig::default())
+}
+
+/// Opens a session.
+pub fn start(cli: &Cli, store: Arc<dyn LedgerStore>, args: &StartArgs) -> Result<Outcome> {
+    let predecessor = args
+        .predecessor
+        .as_deref()
+        .map(cairn_core::Hash::from_hex)
+        .transpose()
+        .map_err(|e| usage(format!("--predecessor: {e}")))?;
+    let request = WriteRequest::StartSession(NewSession {
+        org_id: cli.org.clone(),
+        session_id: args.session.clone(),
+        agent_id: args.agent.clone(),
+        caller: "cli".into(),
+        profile: if args.strict {
+            Profile::Strict
+        } else {
+            Profile::Standard
+        },
+        predecessor,
+        predecessor_session: args.predecessor_session.clone(),
+        full_consent: false,
+    });
+    match ledger(store).write(request).map_err(append_error)? {
+        Written::Session { seq, genesis } => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"session_id": args.session, "seq": seq, "genesis": genesis.to_hex()})
+                );
+            } else {
+                println!(
+                    "started session {} (genesis {genesis}, log record {seq})",
+                    args.session
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+    }
+}
+
+/// Parses thinking text, and records it as a turn with `--session`.
+pub fn thinking(
+    cli: &Cli,
+    store: Option<Arc<dyn LedgerStore>>,
+    args: &ThinkingArgs,
+) -> Result<Outcome> {
+    let text = match &args.file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?,
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            text
+        }
+    };
+    let (Some(session), Some(store)) = (&args.session, store) else {
+        let parsed = cairn_core::thinking::parse_thinking(&text);
+        if cli.json {
+            let steps: Vec<Value> = parsed
+                .iter()
+                .map(|p| json!({"phase": p.phase, "label": p.kind.bracket_label(), "content": p.content}))
+                .collect();
+            println!("{}", json!({ "steps": steps }));
+        } else {
+            for p in parsed {
+                println!(
+                    "{} {}",
+                    p.kind.bracket_label(),
+                    cairn_core::thinking::one_line(&p.content)
+                );
+            }
+        }
+        return Ok(Outcome::Success);
+    };
+    let agent = args
+        .agent
+        .clone()
+        .ok_or_else(|| usage("--agent (or CAIRN_AGENT) is required to record a turn"))?;
+    let template = NewStep {
+        org_id: cli.org.clone(),
+        session_id: session.clone(),
+        agent_id: agent,
+        kind_label: "thinking".into(),
+        model: args.model.clone(),
+        caller: "cli".into(),
+        ..NewStep::default()
+    };
+    let turn = args
+        .turn
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let first = cairn_store::ops::next_turn_step(store.as_ref(), &cli.org, session, &turn)?;
+    let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first);
+    if steps.is_empty() {
+        return Err(usage("the thinking text is empty"));
+    }
+    let ledger = ledger(store);
+    let pending: Vec<_> = steps
+        .into_iter()
+        .map(|s| ledger.submit(WriteRequest::Step(Box::new(s))))
+        .collect();
+    let mut results = Vec::new();
+    for p in pending {
+        results.push(p.wait().map_err(append_error)?);
+    }
+    if cli.json {
+        let steps: Vec<Value> = results.iter().map(crate::cli::written_json).collect();
+        println!(
+            "{}",
+            json!({"session_id": session, "turn_id": turn, "steps": steps})
+        );
+    } else {
+        println!(
+            "recorded turn {turn} of {session}: {} step(s)",
+            results.len()
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+/// Prints a session's trail, or one turn.
+pub fn trail(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    session: &str,
+    turn: Option<&str>,
+    format: Format,
+) -> Result<Outcome> {
+    if store.session(&cli.org, session)?.is_none() {
+        return Err(usage(format!("session {session} does not exist")));
+    }
+    let mut steps = Vec::new();
+    store.read_session(&cli.org, session, &mut |s| {
+        steps.push((s.seq, s.record));
+        true
+    })?;
+    let seqs: HashMap<String, u64> = steps
+        .iter()
+        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
+        .collect();
+    let records: Vec<_> = steps.into_iter().map(|(_, r)| r).collect();
+    let turns = render::turns(&records);
+    let selected: Vec<&render::Turn<'_>> = match turn {
+        None => turns.iter().collect(),
+        Some(id) => {
+            let found: Vec<_> = turns.iter().filter(|t| t.turn_id == Some(id)).collect();
+            if found.is_empty() {
+                return Err(usage(format!("turn {id} is not in session {session}")));
+            }
+            found
+        }
+    };
+    let format = if cli.json { Format::Json } else { format };
+    match format {
+        Format::Json => {
+            let turns: Vec<Value> = selected
+                .iter()
+                .map(|t| wire::turn_to_json(t, &seqs))
+                .collect();
+            println!("{}", json!({"session_id": session, "turns": turns}));
+        }
+        Format::Markdown if turn.is_some() => {
+            for t in selected {
+                print!("{}", render::turn_markdown(t));
+            }
+        }
+        Format::Markdown => print!("{}", render::markdown(session, &records)),
+        Format::Text => {
+            for t in selected {
+                println!("turn {}", t.turn_id.unwrap_or("(none)"));
+                for r in &t.steps {
+                    println!(
+                        "  {:>3} {:<16} {}",
+                        r.step.turn_step.map_or("-".into(), |n| n.to_string()),
+                        r.step.kind_label,
+                        r.step
+                            .content
+                            .as_deref()
+                            .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
+                    );
+                }
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// The review queue and decisions.
+pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -> Result<Outcome> {
+    match command {
+        ReviewCommand::Queue { all, limit } => {
+            let items = cairn_store::ops::review_queue(store.as_ref(), &cli.org, *all, *limit)?;
+            if cli.json {
+                let items: Vec<Value> = items.iter().map(wire::review_item_to_json).collect();
+                println!("{}", json!({ "items": items }));
+            } else if items.is_empty() {
+                println!("no flagged step waits for review");
+            } else {
+                for item in &items {
+                    let s = &item.step.record.step;
+                    println!(
+                        "{:<9} {} {}#{} {}: {}",
+                        item.state(),
+                        s.trace_id,
+                        s.session_id,
+                        s.step_index,
+                        s.kind_label,
+                        s.content.as_deref().unwrap_or("(erased)")
+                    );
+                }
+            }
+            Ok(Outcome::Success)
+        }
+        ReviewCommand::Decide {
+            trace_id,
+            decision,
+            note,
+            reviewer,
+        } => {
+            let decision = cairn_core::log::ReviewDecision::parse(decision)
+                .ok_or_else(|| usage("--decision must be approve, reject or escalate"))?;
+            let request = WriteRequest::Review {
+                org_id: cli.org.clone(),
+                trace_id: trace_id.clone(),
+                decision,
+                reviewer: reviewer.clone(),
+                note: note.clone(),
+            };
+            match ledger(store).write(request).map_err(append_error)? {
+                Written::Reviewed { seq, review } => {
+                    if cli.json {
+                        println!("{}", wire::review_to_json(seq, &review));
+                    } else {
+                        println!(
+                            "{} {trace_id} (review record {seq})",
+                            review.decision.as_str()
+                        );
+                    }
+                    Ok(Outcome::Success)
+                }
+                other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+            }
+        }
+    }
+}
+
+/// Records an audit event.
+pub fn audit_event(
+    cli: &Cli,
+    store: Arc<dyn LedgerStore>,
+    args: &AuditEventArgs,
+) -> Result<Outcome> {
+    let request = WriteRequest::AuditEvent {
+        org_id: cli.org.clone(),
+        event_id: args.id.clone(),
+        session_id: args.session.clone(),
+        action: args.action.clone(),
+        detail: parse_json_arg("detail", &args.detail)?,
+    };
+    match ledger(store).write(request).map_err(append_error)? {
+        Written::AuditEvent { seq, event_id } => {
+            if cli.json {
+                println!("{}", json!({"seq": seq, "event_id": event_id}));
+            } else {
+                println!("recorded audit event {event_id} (log record {seq})");
+            }
+            Ok(Outcome::Success)
+        }
+        other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+    }
+}
