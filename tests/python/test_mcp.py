@@ -15,7 +15,8 @@ MODES = ["legacy", "2026-07-28"]
 
 SEED_000_TOOLS = {"log_reasoning_step", "replay_decision", "get_session_history"}
 SEED_001_TOOLS = {"audit_session_start", "thought_record", "audit_verify_chain", "audit_session_end", "merkle_finalize", "merkle_root"}
-CAIRN_TOOLS = {"get_trace", "get_checkpoint", "get_inclusion_proof", "export_session"}
+CAIRN_TOOLS = {"get_trace", "get_checkpoint", "get_inclusion_proof", "export_session", "record_audit_event",
+               "parse_thinking", "record_turn", "get_audit_trail", "review_queue", "review_step", "erase_step"}
 
 
 def stdio_client(cairn_bin, data_dir, mode):
