@@ -544,4 +544,40 @@ impl StepRecord {
     pub fn is_revealed(&self, field: Field) -> bool {
         matches!(self.openings.get(field), Opening::Revealed(_))
     }
+
+    /// The first hidden field that nevertheless carries a value. Such a
+    /// value is covered by nothing (the commitment stands in for the
+    /// field), so a verifier must refuse it rather than show it: otherwise
+    /// anything could be written into an erased field.
+    pub fn hidden_field_with_value(&self) -> Option<Field> {
+        let s = &self.step;
+        FIELDS.into_iter().find(|&field| {
+            !self.is_revealed(field)
+                && match field {
+                    Field::TraceId => !s.trace_id.is_empty(),
+                    Field::AgentId => !s.agent_id.is_empty(),
+                    Field::Content => s.content.is_some(),
+                    Field::InputData => s.input.is_some(),
+                    Field::OutputData => s.output.is_some(),
+                    Field::Confidence => s.confidence.is_some(),
+                    Field::DurationMs => s.duration_ms.is_some(),
+                    Field::TokenCount => s.token_count.is_some(),
+                    Field::Model => s.model.is_some(),
+                    Field::Metadata => s.metadata.is_some(),
+                    Field::TurnId => s.turn_id.is_some(),
+                    Field::TurnStep => s.turn_step.is_some(),
+                    Field::TaskId => s.task_id.is_some(),
+                    Field::Links => !s.links.is_empty(),
+                    // Never hidden (the verifier refuses that first).
+                    Field::OrgId
+                    | Field::SessionId
+                    | Field::StepIndex
+                    | Field::StepType
+                    | Field::StepTypeOriginal
+                    | Field::CreatedAt
+                    | Field::Status
+                    | Field::SignerKeyId => false,
+                }
+        })
+    }
 }

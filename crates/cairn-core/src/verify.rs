@@ -304,6 +304,15 @@ impl ChainState {
                 ),
             ));
         }
+        if let Some(field) = rec.hidden_field_with_value() {
+            return Err((
+                Reason::DigestMismatch,
+                format!(
+                    "{} is hidden (erased or not disclosed) yet carries a value, which the digest does not cover",
+                    field.name()
+                ),
+            ));
+        }
         let digest = recomputed.unwrap_or_else(|| rec.recompute_digest());
         if digest != rec.digest {
             return Err((

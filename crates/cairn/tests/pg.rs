@@ -12,12 +12,10 @@ mod common;
 
 use cairn_testkit::PgCluster;
 use cairn_testkit::http::{call, try_call};
-use common::{Target, expect_broken, json, populated};
+use common::{Target, expect_broken, json, populated, serve};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -169,56 +167,6 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
     }
 }
 
-/// A `cairn serve` process on the shared database.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `cairn serve` on the database with the shared data directory
-/// (the fleet's server key); returns it and the admin key it printed, if
-/// it was the first.
-fn serve(dir: &std::path::Path, url: &str) -> (Server, Option<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("CAIRN_DATA_DIR", dir.join("data"))
-        .env("CAIRN_DATABASE_URL", url)
-        .env("CAIRN_ORG", "acme")
-        .env("CAIRN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut admin = None;
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("cairn serve printed where it listens")
-            .unwrap();
-        if let Some(token) = line
-            .split(": ")
-            .nth(1)
-            .filter(|_| line.contains("admin API key"))
-        {
-            admin = Some(token.trim().to_owned());
-        }
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep draining stdout so the server never blocks on it.
-    std::thread::spawn(move || for _ in lines {});
-    (Server { child, addr }, admin)
-}
-
 /// What a client got acknowledged: trace id -> (session, index).
 type Acked = Arc<Mutex<HashMap<String, (String, u64)>>>;
 
@@ -229,11 +177,11 @@ fn three_servers_on_one_database_survive_sigkill_and_agree() {
     };
     let url = cluster.create_database("fleet");
     let dir = tempfile::tempdir().unwrap();
-    let (first, admin) = serve(dir.path(), &url);
+    let (first, admin) = serve(dir.path(), Some(&url));
     let admin = admin.expect("the first server prints an admin key");
-    let (second, none) = serve(dir.path(), &url);
+    let (second, none) = serve(dir.path(), Some(&url));
     assert!(none.is_none(), "the org already has a key");
-    let (third, _) = serve(dir.path(), &url);
+    let (third, _) = serve(dir.path(), Some(&url));
     let mut servers = [first, second, third];
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
 
@@ -299,7 +247,7 @@ fn three_servers_on_one_database_survive_sigkill_and_agree() {
     // Restart the killed server, and the other two as well, so that
     // nothing below comes from a process's memory.
     for server in &mut servers {
-        *server = serve(dir.path(), &url).0;
+        *server = serve(dir.path(), Some(&url)).0;
     }
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
 

@@ -639,6 +639,41 @@ fn predecessors_must_be_sealed_sessions_continued_once() {
     );
 }
 
+/// An erased (hidden) field is blank; a value written into it afterwards
+/// is covered by nothing and must not pass.
+#[test]
+fn a_hidden_field_carrying_a_value_is_refused() {
+    let specs: Vec<StepSpec> = (0..3)
+        .map(|i| StepSpec {
+            kind: "Reasoning",
+            content: format!("step {i}"),
+            number: None,
+            confidence: Some(0.5),
+            flagged: false,
+        })
+        .collect();
+    let mut records = build_chain("s1", &specs);
+    records[1].hide(Field::Content).unwrap();
+    records[1].hide(Field::Confidence).unwrap();
+    assert!(
+        verify_session(&records, Some(3)).verified,
+        "erasure keeps it valid"
+    );
+    records[1].step.content = Some("forged after the erasure".into());
+    assert_fails_at(
+        &verify_session(&records, Some(3)),
+        1,
+        Reason::DigestMismatch,
+    );
+    records[1].step.content = None;
+    records[1].step.confidence = Some(0.99);
+    assert_fails_at(
+        &verify_session(&records, Some(3)),
+        1,
+        Reason::DigestMismatch,
+    );
+}
+
 #[test]
 fn a_checkpoint_by_another_key_is_refused() {
     let fx = build_log(&[StepSpec {

@@ -5,8 +5,10 @@
 
 use serde_json::Value;
 use std::io::Write as _;
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 /// Where a test's `cairn` commands point: a working directory (whose
 /// `data` subdirectory is the data directory) and, for the PostgreSQL
@@ -142,4 +144,59 @@ pub fn populate_with(target: Target<'_>, analyst_session: &str) -> String {
     let run = target.run(&["checkpoint"], None);
     assert_eq!(run.code, 0, "{}", run.stderr);
     run.stdout
+}
+
+/// A running `cairn serve`, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cairn serve` on a free port with the data directory
+/// `dir/data` (org `acme`) and, if `url` is given, that database; returns
+/// it and the admin key it printed, if it was the first.
+pub fn serve(dir: &Path, url: Option<&str>) -> (Server, Option<String>) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("CAIRN_DATA_DIR", dir.join("data"))
+        .env_remove("CAIRN_DATABASE_URL")
+        .env("CAIRN_ORG", "acme")
+        .env("CAIRN_LOG", "warn");
+    if let Some(url) = url {
+        command.env("CAIRN_DATABASE_URL", url);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut admin = None;
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("cairn serve printed where it listens")
+            .unwrap();
+        if let Some(token) = line
+            .split(": ")
+            .nth(1)
+            .filter(|_| line.contains("admin API key"))
+        {
+            admin = Some(token.trim().to_owned());
+        }
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining stdout so the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (Server { child, addr }, admin)
 }
