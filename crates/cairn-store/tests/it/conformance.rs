@@ -411,12 +411,11 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
     .unwrap();
     append(&ledger, step("s1", "Error", "The orders query timed out")).unwrap();
     // Observations are sampled at 10%: of 40, some but not all are embedded.
+    // Sampling follows the trace id, so fixed ids make this deterministic.
     for i in 0..40 {
-        append(
-            &ledger,
-            step("s2", "Observation", &format!("observation number {i}")),
-        )
-        .unwrap();
+        let mut s = step("s2", "Observation", &format!("observation number {i}"));
+        s.trace_id = Some(format!("observation-{i:02}"));
+        append(&ledger, s).unwrap();
     }
     let mut embedded = 0;
     store
