@@ -30,6 +30,7 @@ pub(crate) async fn review(
     Path(trace_id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_review(), "review flagged steps")?;
     let v = parse_json(&body)?;
     let decision = decision(v.get("decision").and_then(Value::as_str))?;
     let note = match v.get("note") {
@@ -114,6 +115,7 @@ pub(crate) async fn record_event(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "record audit events")?;
     let v = parse_json(&body)?;
     let text = |k: &str| -> Result<Option<String>, ApiError> {
         match v.get(k) {

@@ -409,6 +409,160 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "{name}"
         );
     }
+    // The seeds' endpoints: each bad request has its code (TRACE is the
+    // trace id of s1's first step, which is not flagged).
+    let mut first = String::new();
+    server
+        .store
+        .read_session("acme", "s1", &mut |s| {
+            first = s.record.step.trace_id;
+            false
+        })
+        .unwrap();
+    let with_link = |name: &str, id: &str| json!({"session_id": "s1", "agent_id": "analyst", "step_type": "Correction", "links": {name: id}});
+    for (name, path, body, status, code) in [
+        (
+            "seal without the closing reflection",
+            "/v1/sessions/s1/seal?require_reflection=true",
+            json!({}),
+            409,
+            "reflection_required",
+        ),
+        (
+            "bad flag",
+            "/v1/sessions/s1/seal?require_reflection=maybe",
+            json!({}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "correction of nothing",
+            "/v1/steps",
+            with_link("corrects", "no-such-trace"),
+            400,
+            "unknown_link",
+        ),
+        (
+            "unknown audit event",
+            "/v1/steps",
+            with_link("audit_event", "no-such-event"),
+            400,
+            "unknown_link",
+        ),
+        (
+            "unknown link name",
+            "/v1/steps",
+            with_link("colour", "red"),
+            400,
+            "invalid_request",
+        ),
+        (
+            "review of a step that is not flagged",
+            "/v1/steps/TRACE/review",
+            json!({"decision": "approve"}),
+            409,
+            "not_flagged",
+        ),
+        (
+            "review of nothing",
+            "/v1/steps/no-such-trace/review",
+            json!({"decision": "approve"}),
+            404,
+            "not_found",
+        ),
+        (
+            "review without a decision",
+            "/v1/steps/TRACE/review",
+            json!({"note": "hm"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "event without an action",
+            "/v1/audit-events",
+            json!({"event_id": "e"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "event with a bad id",
+            "/v1/audit-events",
+            json!({"event_id": "has space", "action": "x"}),
+            400,
+            "malformed_id",
+        ),
+        (
+            "event of an unknown session",
+            "/v1/audit-events",
+            json!({"action": "x", "session_id": "nope"}),
+            404,
+            "not_found",
+        ),
+        (
+            "event reusing a trace id",
+            "/v1/audit-events",
+            json!({"action": "x", "event_id": "TRACE"}),
+            409,
+            "duplicate_id",
+        ),
+        (
+            "turn with nothing in it",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "turn with a step of another session",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst", "steps": [{"session_id": "s2", "step_type": "plan"}]}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "parse without text",
+            "/v1/thinking/parse",
+            json!({"txt": "x"}),
+            400,
+            "invalid_request",
+        ),
+        (
+            "continuing an open session",
+            "/v1/sessions",
+            json!({"session_id": "s9", "agent_id": "analyst", "predecessor_session": "s1"}),
+            400,
+            "bad_predecessor",
+        ),
+    ] {
+        let path = path.replace("TRACE", &first);
+        let body = body.to_string().replace("TRACE", &first);
+        let reply = call(&server, "POST", &path, Some(&admin), Some(body.as_bytes()));
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (status, code),
+            "{name}: {}",
+            reply.text()
+        );
+    }
+    for path in [
+        "/v1/sessions/s1/trail?format=xml",
+        "/v1/sessions/s1/turns/t?format=pdf",
+        "/v1/reviews?all=maybe",
+    ] {
+        assert_eq!(
+            get(&server, path, &admin).code(),
+            "invalid_request",
+            "{path}"
+        );
+    }
+    assert_eq!(
+        get(&server, "/v1/sessions/s1/turns/no-such-turn", &admin).code(),
+        "not_found"
+    );
+    assert_eq!(
+        get(&server, "/v1/audit-events/nope", &admin).code(),
+        "not_found"
+    );
     // Unknown session (reads and seal) and a step after the seal.
     assert_eq!(get(&server, "/v1/sessions/nope", &admin).status, 404);
     assert_eq!(
@@ -537,6 +691,11 @@ fn keys_and_roles_are_enforced() {
         (&writer, "POST", "/v1/keys"),
         (&auditor, "POST", "/v1/steps"),
         (&auditor, "GET", "/v1/keys"),
+        (&writer, "POST", "/v1/steps/some-trace/review"),
+        (&reader, "POST", "/v1/steps/some-trace/review"),
+        (&reader, "POST", "/v1/audit-events"),
+        (&reader, "POST", "/v1/sessions/s1/turns"),
+        (&auditor, "POST", "/v1/audit-events"),
     ] {
         let body = step("s1", "plan", "x").to_string();
         let reply = call(&server, method, path, Some(token), Some(body.as_bytes()));
@@ -576,6 +735,26 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
     let server = start();
     let admin = server.admin.clone();
     let written = seed_000(&server, &admin, "private");
+    let turn = post(
+        &server,
+        "/v1/sessions/private/turns",
+        &admin,
+        &json!({"agent_id": "analyst", "turn_id": "t-1", "thinking": "[思考] private"}),
+    );
+    assert_eq!(turn.status, 201, "{}", turn.text());
+    let event = post(
+        &server,
+        "/v1/audit-events",
+        &admin,
+        &json!({"event_id": "ev-private", "session_id": "private", "action": "sql"}),
+    );
+    assert_eq!(event.status, 201, "{}", event.text());
+    let mut flagged = step("private", "Decision", "secret decision");
+    flagged["status"] = json!("flagged");
+    let flagged = post(&server, "/v1/steps", &admin, &flagged).json()["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     post(&server, "/v1/sessions/private/seal", &admin, &json!({}));
     let trace = written[0]["trace_id"].as_str().unwrap().to_owned();
     let other = key_for(&server, "globex", Role::Admin, None);
@@ -612,6 +791,18 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
             "/v1/proofs/consistency?old=1".to_owned(),
         ),
         ("/v1/checkpoint".to_owned(), "/v1/checkpoint".to_owned()),
+        (
+            "/v1/sessions/private/trail".to_owned(),
+            "/v1/sessions/nowhere/trail".to_owned(),
+        ),
+        (
+            "/v1/sessions/private/turns/t-1?format=markdown".to_owned(),
+            "/v1/sessions/nowhere/turns/t-1?format=markdown".to_owned(),
+        ),
+        (
+            "/v1/audit-events/ev-private".to_owned(),
+            "/v1/audit-events/nowhere".to_owned(),
+        ),
     ] {
         let a = get(&server, &theirs, &other);
         let b = get(&server, &nowhere, &other);
@@ -620,6 +811,21 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
     }
     // Lists, search and org-wide reads show nothing of acme.
     assert_eq!(get(&server, "/v1/sessions", &other).json(), json!([]));
+    assert_eq!(
+        get(&server, "/v1/reviews?all=true", &other).json(),
+        json!({"items": []})
+    );
+    assert_eq!(
+        get(&server, "/v1/reviews", &admin).json()["items"][0]["step"]["trace_id"],
+        flagged.as_str()
+    );
+    let review = post(
+        &server,
+        &format!("/v1/steps/{flagged}/review"),
+        &other,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!((review.status, review.code().as_str()), (404, "not_found"));
     assert_eq!(
         get(&server, "/v1/search?q=revenue", &other).json(),
         json!({"results": []})
@@ -644,7 +850,8 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
     assert_eq!(own.status, 201);
     assert_eq!(
         get(&server, "/v1/sessions/private", &admin).json()["step_count"],
-        4
+        6,
+        "seed 000's four steps, the turn's and the flagged one"
     );
     assert!(
         !get(&server, "/v1/sessions/private", &other)
