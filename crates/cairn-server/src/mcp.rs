@@ -999,6 +999,6 @@ impl CairnMcp {
 #[tool_handler(
     router = self.tool_router,
     name = "cairn",
-    instructions = "Cairn is a tamper-evident ledger of your reasoning. Record every step with log_reasoning_step (or, for a seed-001 decision trail: audit_session_start, thought_record for plan/analysis/decision, audit_verify_chain, a closing thought_record of type reflection, merkle_finalize, merkle_root, audit_session_end). Replay with replay_decision; list sessions with get_session_history. Records are never edited: correct a step by recording a new one that names it."
+    instructions = "Cairn is a tamper-evident ledger of your reasoning. Record every step with log_reasoning_step (or, for a seed-001 decision trail: audit_session_start, thought_record for plan/analysis/decision, record_audit_event for tool calls they rest on, audit_verify_chain, a closing thought_record of type reflection, merkle_finalize, merkle_root, audit_session_end). Record a whole turn from your raw thinking with record_turn (parse_thinking shows the split first); read a session's turns with get_audit_trail. Flag a step (status flagged) to send it to human review (review_queue, review_step). Replay with replay_decision; list sessions with get_session_history. Records are never edited: correct a step by recording a new one that names it (corrects)."
 )]
 impl ServerHandler for CairnMcp {}

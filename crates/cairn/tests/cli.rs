@@ -657,6 +657,13 @@ fn readme_quickstart_works_as_written() {
     );
     assert!(stdout.contains("VERIFIED"), "{stdout}");
     assert!(dir.path().join("s.bundle").exists());
+    assert!(
+        stdout.contains("## Turn ")
+            && stdout.contains(
+                "[思考] Check credits first.\n\n[計画] 1. check_credits  2. check_inbox\n"
+            ),
+        "{stdout}"
+    );
 }
 
 #[test]
