@@ -176,8 +176,8 @@ pub struct InclusionArgs {
 /// Arguments of `parse_thinking` (seed 002).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ParseArgs {
-    /// Raw thinking text: bracket markers ([思考] [計画] [承認待ち] [実行]
-    /// [エラー]) or free text.
+    /// Raw thinking text: bracket markers (`[思考]` `[計画]` `[承認待ち]`
+    /// `[実行]` `[エラー]`) or free text.
     pub text: String,
 }
 
