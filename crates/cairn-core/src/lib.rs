@@ -13,6 +13,7 @@
 //!   and genesis; [`log`]: the org log's operational records and leaves.
 //! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
 //!   signed notes, checkpoints and cosignatures.
+//! - [`detail`]: seed 004's detail levels (which fields each level shows).
 //! - [`thinking`]: seed 002's `parseThinking`.
 //! - [`verify`]: streaming verifiers that return a [`verify::Verdict`];
 //!   [`bundle`]: the export bundle format and its line-by-line verifier.
@@ -44,6 +45,7 @@
 pub mod bundle;
 pub mod checkpoint;
 pub mod commit;
+pub mod detail;
 pub mod hash;
 pub mod jcs;
 pub mod kind;

@@ -503,6 +503,14 @@ impl SessionHeader {
     }
 }
 
+/// Seed 004's hashed agent id: the first 16 hex digits of SHA-256 of the
+/// agent's name, recorded instead of the name by sessions that must not
+/// reveal it.
+pub fn hashed_agent_id(agent: &str) -> String {
+    let hex = crate::Hash::sha256(agent.as_bytes()).to_hex();
+    hex[..16].to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

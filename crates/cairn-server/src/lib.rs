@@ -31,6 +31,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use cairn_core::Hash;
+use cairn_core::detail::DetailLevel;
 use cairn_core::record::Profile;
 use cairn_store::ops::{ExportScope, verify_org, verify_session};
 use cairn_store::{
@@ -349,6 +350,50 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 
 type Json = axum::Json<Value>;
 
+/// Seed 004's `level` parameter: `generic`, `detailed` or `full`.
+fn level_param(q: &HashMap<String, String>) -> Result<Option<DetailLevel>, ApiError> {
+    q.get("level")
+        .map(|l| {
+            DetailLevel::parse(l).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    format!("level must be generic, detailed or full, not {l}"),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// A `full` view (seed 004's research sharing) needs a key that may share
+/// full traces (auditor, admin) and the consent recorded on the session.
+fn allow_level(
+    caller: &Caller,
+    level: Option<DetailLevel>,
+    session: Option<(&str, bool)>,
+) -> Result<(), ApiError> {
+    if level != Some(DetailLevel::Full) {
+        return Ok(());
+    }
+    caller.require(
+        matches!(caller.key.role, Role::Auditor | Role::Admin),
+        "share full-detail traces (auditor or admin keys)",
+    )?;
+    match session {
+        Some((id, false)) => Err(consent_required(id)),
+        _ => Ok(()),
+    }
+}
+
+fn consent_required(session: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "consent_required",
+        format!(
+            "session {session} has no recorded consent to full-detail sharing (full_consent when the session starts); ask for level detailed or generic"
+        ),
+    )
+}
+
 /// A write produced something its handler did not ask for (a bug).
 fn unexpected(w: Written) -> ApiError {
     ApiError::new(
@@ -388,6 +433,7 @@ fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiE
     .map_err(|e| ApiError::bad_request("invalid_request", e.0))?;
     if let Some(bound) = &caller.key.agent_id
         && *bound != step.agent_id
+        && cairn_core::record::hashed_agent_id(bound) != step.agent_id
     {
         return Err(ApiError::forbidden(format!(
             "this key may only write as agent {bound}, not {}",
@@ -515,6 +561,16 @@ async fn start_session(
             ));
         }
     };
+    let agent_id = match v.get("hash_agent_id") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => agent_id,
+        Some(Value::Bool(true)) => cairn_core::record::hashed_agent_id(&agent_id),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "hash_agent_id must be a boolean",
+            ));
+        }
+    };
     let profile = match field("profile").as_deref() {
         None => Profile::Standard,
         Some(p) => Profile::parse(p).ok_or_else(|| {
@@ -587,8 +643,9 @@ async fn replay(
 ) -> Result<Response, ApiError> {
     let verify = q.get("verify").is_some_and(|v| v == "true" || v == "1");
     let markdown = q.get("format").is_some_and(|f| f == "markdown");
+    let level = level_param(&q)?;
     let org = caller.org().to_owned();
-    let (info, steps, verdict) = blocking(&state, move |store| {
+    let (info, mut steps, verdict) = blocking(&state, move |store| {
         let info = store
             .session(&org, &session_id)?
             .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
@@ -608,6 +665,18 @@ async fn replay(
     if let Some(v) = &verdict {
         state.metrics.verification(v.verified);
     }
+    allow_level(
+        &caller,
+        level,
+        Some((&info.header.session_id, info.header.full_consent)),
+    )?;
+    if let Some(level) = level {
+        for s in &mut steps {
+            s.record.redact(level).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?;
+        }
+    }
     if markdown {
         let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
         let text = render::markdown(&info.header.session_id, &records);
@@ -620,6 +689,7 @@ async fn replay(
     let mut body = json!({
         "session_id": info.header.session_id,
         "agent_id": info.header.agent_id,
+        "level": level.map(DetailLevel::as_str),
         "step_count": steps.len(),
         "sealed": info.seal.is_some(),
         "steps": steps.iter().map(|s| wire::step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
@@ -1019,9 +1089,17 @@ async fn export(
             ));
         }
     };
+    let level = level_param(&q)?;
+    allow_level(&caller, level, None)?;
+    if level.is_some_and(|l| l < DetailLevel::Full) && scope == ExportScope::All {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "a bundle of the whole log carries every record whole: export sessions, an agent or a time range at a lower level",
+        ));
+    }
     let cp = current_checkpoint(&state, caller.org()).await?;
     // Check the scope before streaming, so that an empty export is a 404
-    // and not a truncated body.
+    // and a refused one a 403, not a truncated body.
     if let ExportScope::Session(id) = &scope {
         let (org, id) = (caller.org().to_owned(), id.clone());
         blocking(&state, move |store| {
@@ -1031,6 +1109,18 @@ async fn export(
         })
         .await?;
     }
+    if level == Some(DetailLevel::Full) {
+        let (org, scope) = (caller.org().to_owned(), scope.clone());
+        if let Some(session) = blocking(&state, move |store| {
+            Ok(cairn_store::ops::first_without_consent(
+                store, &org, &scope,
+            )?)
+        })
+        .await?
+        {
+            return Err(consent_required(&session));
+        }
+    }
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let store = Arc::clone(&state.store);
     let org = caller.org().to_owned();
@@ -1039,10 +1129,11 @@ async fn export(
             tx: tx.clone(),
             buffer: Vec::new(),
         };
-        if let Err(e) = cairn_store::ops::export(
+        if let Err(e) = cairn_store::ops::export_at(
             store.as_ref(),
             &org,
             &scope,
+            level,
             &cp,
             cairn_store::now(),
             &mut out,

@@ -92,6 +92,10 @@ pub struct LogStepArgs {
     /// systems' ids), audit_event (an audit event id), corrects and parent
     /// (trace ids of steps).
     pub links: Option<std::collections::BTreeMap<String, String>>,
+    /// Record the first 16 hex digits of SHA-256 of the agent id instead of
+    /// the name (seed 004).
+    #[serde(default)]
+    pub hash_agent_id: bool,
 }
 
 /// Arguments of `replay_decision` (seed 000).
@@ -102,6 +106,11 @@ pub struct ReplayArgs {
     /// Recompute every hash and report chain_valid.
     #[serde(default)]
     pub verify_chain: bool,
+    /// Seed 004's detail level: generic (kinds, numbers, timings, hashes),
+    /// detailed (plus identifiers, tool names, models, lists) or full (plus
+    /// content; needs the session's recorded consent and an auditor or admin
+    /// key). Default: everything this key may read.
+    pub level: Option<String>,
 }
 
 /// Arguments of `get_session_history` (seed 000).
@@ -129,6 +138,12 @@ pub struct SessionStartArgs {
     /// Accept only seed 001's four record types (plan, analysis, decision,
     /// reflection). Default true.
     pub strict: Option<bool>,
+    /// Record the hash of the agent id instead of the name (seed 004).
+    #[serde(default)]
+    pub hash_agent_id: bool,
+    /// The subject consented to `full` detail exports of this session.
+    #[serde(default)]
+    pub full_consent: bool,
 }
 
 /// Arguments of `thought_record` (seed 001).
@@ -155,6 +170,29 @@ pub struct ThoughtArgs {
 pub struct SessionArgs {
     /// The session.
     pub session_id: String,
+}
+
+/// Arguments of `export_session`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ExportArgs {
+    /// The session.
+    pub session_id: String,
+    /// Seed 004's detail level (generic, detailed, full); the bundle still
+    /// verifies, hidden fields as commitments.
+    pub level: Option<String>,
+}
+
+fn level_arg(level: Option<&str>) -> Result<Option<cairn_core::detail::DetailLevel>, ApiError> {
+    level
+        .map(|l| {
+            cairn_core::detail::DetailLevel::parse(l).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    format!("level must be generic, detailed or full, not {l}"),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// Arguments of `get_trace`.
@@ -361,6 +399,11 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let agent_id = if args.hash_agent_id {
+                cairn_core::record::hashed_agent_id(&agent_id)
+            } else {
+                agent_id
+            };
             let status = match args.status.as_deref() {
                 None | Some("ok") => cairn_core::record::Status::Ok,
                 Some("flagged") => cairn_core::record::Status::Flagged,
@@ -414,19 +457,34 @@ impl CairnMcp {
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
+        let level = match level_arg(args.level.as_deref()) {
+            Ok(level) => level,
+            Err(e) => return tool_error(e),
+        };
         let result = self
             .store(move |store| {
                 let info = store
                     .session(&org, &args.session_id)?
                     .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                crate::allow_level(
+                    &caller,
+                    level,
+                    Some((&info.header.session_id, info.header.full_consent)),
+                )?;
                 let mut steps = Vec::new();
-                store.read_session(&org, &args.session_id, &mut |s| {
+                let mut redacted = Ok(());
+                store.read_session(&org, &args.session_id, &mut |mut s| {
+                    if let Some(level) = level {
+                        redacted = s.record.redact(level);
+                    }
                     steps.push(crate::wire::step_to_json(s.seq, &s.record));
-                    true
+                    redacted.is_ok()
                 })?;
+                redacted.map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
                 let mut out = json!({
                     "session_id": args.session_id,
                     "agent_id": info.header.agent_id,
+                    "level": level.map(cairn_core::detail::DetailLevel::as_str),
                     "step_count": steps.len(),
                     "sealed": info.seal.is_some(),
                     "steps": steps,
@@ -488,6 +546,11 @@ impl CairnMcp {
         let result = async {
             caller.require(caller.key.role.can_write(), "start sessions")?;
             let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let agent_id = if args.hash_agent_id {
+                cairn_core::record::hashed_agent_id(&agent_id)
+            } else {
+                agent_id
+            };
             let predecessor = args
                 .predecessor
                 .map(|h| {
@@ -502,7 +565,7 @@ impl CairnMcp {
                 profile: if args.strict.unwrap_or(true) { Profile::Strict } else { Profile::Standard },
                 predecessor,
                 predecessor_session: args.predecessor_session,
-                full_consent: false,
+                full_consent: args.full_consent,
             });
             match self.write(request).await? {
                 Written::Session { seq, genesis } => {
@@ -906,20 +969,23 @@ impl CairnMcp {
     )]
     async fn export_session(
         &self,
-        Parameters(args): Parameters<SessionArgs>,
+        Parameters(args): Parameters<ExportArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_export(), "export bundles")?;
+            let level = level_arg(args.level.as_deref())?;
+            crate::allow_level(&caller, level, None)?;
             let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
             let org = caller.org().to_owned();
             self.store(move |store| {
                 let mut out = Vec::new();
-                let summary = cairn_store::ops::export(
+                let summary = cairn_store::ops::export_at(
                     store,
                     &org,
                     &ExportScope::Session(args.session_id.clone()),
+                    level,
                     &cp,
                     cairn_store::now(),
                     &mut out,
@@ -928,6 +994,9 @@ impl CairnMcp {
                 .map_err(|e| match e {
                     cairn_store::ops::ExportError::Empty(_) => {
                         ApiError::not_found(format!("session {}", args.session_id))
+                    }
+                    cairn_store::ops::ExportError::Consent(session) => {
+                        crate::consent_required(&session)
                     }
                     other => ApiError::new(
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,

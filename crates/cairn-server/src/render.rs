@@ -90,6 +90,7 @@ pub fn turn_markdown(turn: &Turn<'_>) -> String {
         let content = match &s.content {
             Some(c) => cairn_core::thinking::one_line(c),
             None if r.erased => "(erased)".to_owned(),
+            None if !r.is_revealed(cairn_core::commit::Field::Content) => "(hidden)".to_owned(),
             None => String::new(),
         };
         let _ = write!(out, "\n{} {content}", s.kind.bracket_label());

@@ -75,6 +75,7 @@ const STEP_MEMBERS: &[&str] = &[
     "created_at",
     "seed",
     "signature",
+    "hash_agent_id",
 ];
 
 /// Builds a step from a seed-000-style object. `defaults` supplies org,
@@ -110,6 +111,12 @@ pub fn step_from_json(
         (Some(a), _) => a,
         (None, Some(a)) => a.to_owned(),
         (None, None) => return Err(InputError("agent_id is required".into())),
+    };
+    // Seed 004's privacy: the session records a hash of the agent's name.
+    let agent_id = match obj.get("hash_agent_id") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => agent_id,
+        Some(Value::Bool(true)) => cairn_core::record::hashed_agent_id(&agent_id),
+        Some(_) => return Err(InputError("hash_agent_id must be a boolean".into())),
     };
     let kind_label =
         string(obj, "step_type")?.ok_or_else(|| InputError("step_type is required".into()))?;
@@ -235,6 +242,11 @@ pub fn step_to_json(seq: u64, record: &StepRecord) -> Value {
         "signature_key_id": record.signature.as_ref().map(|sig| sig.key_id.clone()),
         "has_embedding": record.has_embedding,
         "erased": record.erased,
+        "hidden_fields": cairn_core::commit::FIELDS
+            .into_iter()
+            .filter(|f| !record.is_revealed(*f))
+            .map(|f| f.name())
+            .collect::<Vec<_>>(),
     })
 }
 

@@ -1063,3 +1063,111 @@ fn erasure_keeps_the_proof_and_is_admin_only() {
         true
     );
 }
+
+/// Seed 004's detail levels: lower levels hide fields and still verify;
+/// `full` needs the session's recorded consent and an auditor or admin key.
+#[test]
+fn detail_levels_and_consent() {
+    let server = start();
+    let admin = server.admin.clone();
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    seed_000(&server, &admin, "plain");
+    let started = post(
+        &server,
+        "/v1/sessions",
+        &admin,
+        &json!({"session_id": "consented", "agent_id": "analyst", "full_consent": true}),
+    );
+    assert_eq!(started.status, 201, "{}", started.text());
+    seed_000(&server, &admin, "consented");
+
+    let generic = get(
+        &server,
+        "/v1/sessions/plain?level=generic&verify=true",
+        &admin,
+    )
+    .json();
+    assert_eq!(generic["level"], "generic");
+    assert_eq!(generic["chain_valid"], true);
+    let step = &generic["steps"][1];
+    assert!(step["content"].is_null() && step["input_data"].is_null() && step["trace_id"] == "");
+    assert_eq!(step["step_type"], "ToolCall");
+    assert!(step["current_hash"].as_str().unwrap().len() == 64);
+    let hidden: Vec<&str> = step["hidden_fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        hidden.contains(&"content")
+            && hidden.contains(&"agent_id")
+            && !hidden.contains(&"confidence")
+    );
+    let detailed = get(&server, "/v1/sessions/plain?level=detailed", &admin).json();
+    assert!(detailed["steps"][1]["content"].is_null());
+    assert_eq!(detailed["steps"][1]["agent_id"], "analyst");
+
+    for (path, token, status, code) in [
+        (
+            "/v1/sessions/plain?level=full",
+            &admin,
+            403,
+            "consent_required",
+        ),
+        (
+            "/v1/sessions/consented?level=full",
+            &reader,
+            403,
+            "forbidden",
+        ),
+        (
+            "/v1/export?session=plain&level=full",
+            &admin,
+            403,
+            "consent_required",
+        ),
+        (
+            "/v1/export?all=true&level=generic",
+            &admin,
+            400,
+            "invalid_request",
+        ),
+        (
+            "/v1/sessions/plain?level=secret",
+            &admin,
+            400,
+            "invalid_request",
+        ),
+    ] {
+        let reply = get(&server, path, token);
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (status, code),
+            "{path}: {}",
+            reply.text()
+        );
+    }
+    let full = get(&server, "/v1/sessions/consented?level=full", &admin).json();
+    assert_eq!(
+        full["steps"][0]["content"],
+        "User asked for Q4 revenue breakdown by segment"
+    );
+
+    // A generic bundle verifies offline and carries none of the text.
+    let bundle = get(&server, "/v1/export?session=plain&level=generic", &admin);
+    assert_eq!(bundle.status, 200);
+    let text = bundle.text();
+    assert!(!text.contains("Enterprise grew"), "content left out");
+    let mut verifier =
+        cairn_core::bundle::BundleVerifier::new(vec![server.store.server_key().clone()]);
+    for line in text.lines() {
+        verifier.push_line(line);
+    }
+    let verdict = verifier.finish();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    assert_eq!(
+        get(&server, "/v1/export?session=consented&level=full", &admin).status,
+        200
+    );
+}

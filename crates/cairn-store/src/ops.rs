@@ -8,6 +8,7 @@ use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::bundle::{BundleHeader, checkpoint_line, encode_entry, end_line};
 use cairn_core::checkpoint::verify_checkpoint;
+use cairn_core::detail::DetailLevel;
 use cairn_core::log::{LogEntry, LogRecord, OpRecord, log_origin};
 
 use cairn_core::note::NoteVerifier;
@@ -306,10 +307,63 @@ pub enum ExportError {
     /// Nothing matches the scope.
     #[error("nothing to export: {0}")]
     Empty(String),
+    /// The detail level cannot be applied to this scope.
+    #[error("{0}")]
+    Level(String),
+    /// A `full` export of a session without recorded consent.
+    #[error(
+        "session {0} has no recorded consent to full-detail sharing; export it at level detailed or generic"
+    )]
+    Consent(String),
+}
+
+/// The sessions a scope names (every session for [`ExportScope::All`]).
+pub fn sessions_in_scope(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+) -> Result<Vec<String>, StoreError> {
+    Ok(match scope {
+        ExportScope::Session(id) => vec![id.clone()],
+        ExportScope::Agent(agent) => store
+            .list_sessions(org_id, Some(agent), usize::MAX)?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+        ExportScope::Range { since, until } => store
+            .list_sessions(org_id, None, usize::MAX)?
+            .into_iter()
+            .filter(|s| s.started_at >= *since && s.started_at < *until)
+            .map(|s| s.session_id)
+            .collect(),
+        ExportScope::All => store
+            .list_sessions(org_id, None, usize::MAX)?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+    })
+}
+
+/// Seed 004: a `full` view of sessions needs the consent recorded on each.
+/// Returns the first session of the scope without it.
+pub fn first_without_consent(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+) -> Result<Option<String>, StoreError> {
+    for id in sessions_in_scope(store, org_id, scope)? {
+        if let Some(info) = store.session(org_id, &id)?
+            && !info.header.full_consent
+        {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
 }
 
 /// Writes a bundle of `scope` proven against `checkpoint` (entries after
-/// it are not included: checkpoint first for a complete export).
+/// it are not included: checkpoint first for a complete export), with every
+/// field shown.
 pub fn export(
     store: &dyn LedgerStore,
     org_id: &str,
@@ -319,13 +373,73 @@ pub fn export(
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ExportSummary, ExportError> {
+    export_at(
+        store,
+        org_id,
+        scope,
+        None,
+        checkpoint,
+        exported_at,
+        out,
+        progress,
+    )
+}
+
+/// [`export`] at a detail level (seed 004): each step shows only the fields
+/// of `level`, the others replaced by their commitments, so the bundle still
+/// verifies and reveals nothing it hides. Reviews and audit events (free
+/// text) are included at `full` only; a complete-log bundle carries every
+/// record whole, so it has no lower level.
+#[allow(clippy::too_many_arguments)]
+pub fn export_at(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    level: Option<DetailLevel>,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportSummary, ExportError> {
+    let shown = level.unwrap_or(DetailLevel::Full);
+    if level == Some(DetailLevel::Full)
+        && let Some(session) = first_without_consent(store, org_id, scope)?
+    {
+        return Err(ExportError::Consent(session));
+    }
+    if *scope == ExportScope::All && shown < DetailLevel::Full {
+        return Err(ExportError::Level(format!(
+            "a bundle of the whole log carries every record whole; export sessions, an agent or a time range at level {shown}"
+        )));
+    }
+    let redact = |entry: LogEntry| -> Result<LogEntry, ExportError> {
+        match entry.record {
+            LogRecord::Step(mut record) if shown < DetailLevel::Full => {
+                record
+                    .redact(shown)
+                    .map_err(|e| ExportError::Level(e.to_string()))?;
+                Ok(LogEntry {
+                    seq: entry.seq,
+                    record: LogRecord::Step(record),
+                })
+            }
+            record => Ok(LogEntry {
+                seq: entry.seq,
+                record,
+            }),
+        }
+    };
     let size = checkpoint.size;
     let (server_name, server_key) = store.log_signer(org_id)?;
+    let mut described = scope.describe();
+    if let (Some(level), Some(object)) = (level, described.as_object_mut()) {
+        object.insert("level".into(), level.as_str().into());
+    }
     let header = BundleHeader {
         server_name,
         org_id: org_id.to_owned(),
         server_key: server_key.to_string(),
-        scope: scope.describe(),
+        scope: described,
         complete_log: *scope == ExportScope::All,
         exported_at,
     };
@@ -381,21 +495,7 @@ pub fn export(
             predecessors.extend(info.header.predecessor);
             Ok(true)
         };
-        let candidates: Vec<String> = match scope {
-            ExportScope::Session(id) => vec![id.clone()],
-            ExportScope::Agent(agent) => store
-                .list_sessions(org_id, Some(agent), usize::MAX)?
-                .into_iter()
-                .map(|s| s.session_id)
-                .collect(),
-            ExportScope::Range { since, until } => store
-                .list_sessions(org_id, None, usize::MAX)?
-                .into_iter()
-                .filter(|s| s.started_at >= *since && s.started_at < *until)
-                .map(|s| s.session_id)
-                .collect(),
-            ExportScope::All => Vec::new(),
-        };
+        let candidates = sessions_in_scope(store, org_id, scope)?;
         for id in candidates {
             if per_session(&id, &mut seqs)? {
                 session_ids.push(id);
@@ -419,11 +519,15 @@ pub fn export(
                 }
                 OpRecord::KeyRegistration(reg) => agents.contains(&reg.agent_id),
                 OpRecord::Erasure(e) => session_ids.contains(&e.session_id),
-                OpRecord::Review(r) => session_ids.contains(&r.session_id),
-                OpRecord::AuditEvent(a) => a
-                    .session_id
-                    .as_ref()
-                    .is_some_and(|s| session_ids.contains(s)),
+                OpRecord::Review(r) => {
+                    shown == DetailLevel::Full && session_ids.contains(&r.session_id)
+                }
+                OpRecord::AuditEvent(a) => {
+                    shown == DetailLevel::Full
+                        && a.session_id
+                            .as_ref()
+                            .is_some_and(|s| session_ids.contains(s))
+                }
                 OpRecord::SessionStart(_) => false,
             };
             if wanted {
@@ -436,10 +540,14 @@ pub fn export(
         for seq in seqs {
             let proof = store.inclusion_proof(org_id, seq, size)?;
             let mut line = None;
+            let mut found = None;
             store.read_log(org_id, seq, seq + 1, &mut |entry, _| {
-                line = Some(encode_entry(&entry, Some(&proof)));
+                found = Some(entry);
                 false
             })?;
+            if let Some(entry) = found {
+                line = Some(encode_entry(&redact(entry)?, Some(&proof)));
+            }
             let line = line.ok_or_else(|| StoreError::Corrupt(format!("entry {seq} vanished")))?;
             writeln!(out, "{line}")?;
             written += 1;

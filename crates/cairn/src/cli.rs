@@ -4,13 +4,14 @@ use crate::{Outcome, UsageError};
 use anyhow::{Context as _, Result, anyhow};
 use cairn_core::Timestamp;
 use cairn_core::bundle::BundleVerifier;
+use cairn_core::detail::DetailLevel;
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::verify::Verdict;
 use cairn_server::render;
 use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};
 use cairn_store::now;
-use cairn_store::ops::{ExportScope, export, verify_org, verify_session};
+use cairn_store::ops::{ExportScope, export_at, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
     Written,
@@ -129,6 +130,10 @@ enum Command {
         /// Verify the chain and include the verdict.
         #[arg(long)]
         verify: bool,
+        /// Seed 004's detail level: generic, detailed or full (full needs
+        /// the session's recorded consent). Default: every field.
+        #[arg(long, value_parser = parse_level)]
+        level: Option<DetailLevel>,
     },
     /// Verify the whole store (every chain, and the org log against every
     /// checkpoint), one session, or an export bundle offline.
@@ -301,6 +306,9 @@ struct LogArgs {
     /// Flag the step for review.
     #[arg(long)]
     flagged: bool,
+    /// Record the hash of the agent id instead of its name (seed 004).
+    #[arg(long)]
+    hash_agent_id: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -341,6 +349,15 @@ struct ExportArgs {
     /// Write here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// Seed 004's detail level of the steps: generic, detailed or full
+    /// (full needs each session's recorded consent). The bundle verifies
+    /// at any level. Default: every field.
+    #[arg(long, value_parser = parse_level)]
+    level: Option<DetailLevel>,
+}
+
+fn parse_level(text: &str) -> Result<DetailLevel, String> {
+    DetailLevel::parse(text).ok_or_else(|| "expected generic, detailed or full".to_owned())
 }
 
 pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
@@ -392,7 +409,8 @@ pub fn run() -> Result<Outcome> {
                     session,
                     format,
                     verify,
-                } => replay(&cli, store.as_ref(), session, *format, *verify),
+                    level,
+                } => replay(&cli, store.as_ref(), session, *format, *verify, *level),
                 Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
                 Command::Export(args) => export_bundle(&cli, store, args),
                 Command::Import { bundle, key } => {
@@ -663,6 +681,9 @@ fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome
         if args.flagged {
             object.insert("status".into(), json!("flagged"));
         }
+        if args.hash_agent_id {
+            object.insert("hash_agent_id".into(), json!(true));
+        }
         let step = step_from_json(
             &Value::Object(object),
             &cli.org,
@@ -786,6 +807,7 @@ fn replay(
     session: &str,
     format: Format,
     verify: bool,
+    level: Option<DetailLevel>,
 ) -> Result<Outcome> {
     let info = store.session(&cli.org, session)?.ok_or_else(|| {
         usage(format!(
@@ -793,11 +815,21 @@ fn replay(
             cli.org
         ))
     })?;
+    if level == Some(DetailLevel::Full) && !info.header.full_consent {
+        return Err(usage(format!(
+            "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"
+        )));
+    }
     let mut steps = Vec::new();
     store.read_session(&cli.org, session, &mut |s| {
         steps.push(s);
         true
     })?;
+    if let Some(level) = level {
+        for s in &mut steps {
+            s.record.redact(level)?;
+        }
+    }
     let verdict = if verify {
         verify_session(store, &cli.org, session)?
     } else {
@@ -1017,6 +1049,19 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
         Err(e) => return Err(append_error(e)),
     };
     ledger.close();
+    if args.level == Some(DetailLevel::Full)
+        && let Some(session) =
+            cairn_store::ops::first_without_consent(store.as_ref(), &cli.org, &scope)?
+    {
+        return Err(usage(format!(
+            "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"
+        )));
+    }
+    if args.level.is_some_and(|l| l < DetailLevel::Full) && scope == ExportScope::All {
+        return Err(usage(
+            "a bundle of the whole log carries every record whole: export sessions, an agent or a time range at a lower level",
+        ));
+    }
     let bar = progress_bar(checkpoint.size, "exporting");
     let mut sink: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -1025,10 +1070,11 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let summary = export(
+    let summary = export_at(
         store.as_ref(),
         &cli.org,
         &scope,
+        args.level,
         &checkpoint,
         now(),
         &mut sink,

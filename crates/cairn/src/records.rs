@@ -35,6 +35,12 @@ pub struct StartArgs {
     /// Continue the sealed session that ends with this hash (hex).
     #[arg(long)]
     predecessor: Option<String>,
+    /// Record the hash of the agent id instead of its name (seed 004).
+    #[arg(long)]
+    hash_agent_id: bool,
+    /// The subject consented to full-detail exports of this session.
+    #[arg(long)]
+    full_consent: bool,
 }
 
 /// `cairn thinking`.
@@ -123,7 +129,11 @@ pub fn start(cli: &Cli, store: Arc<dyn LedgerStore>, args: &StartArgs) -> Result
     let request = WriteRequest::StartSession(NewSession {
         org_id: cli.org.clone(),
         session_id: args.session.clone(),
-        agent_id: args.agent.clone(),
+        agent_id: if args.hash_agent_id {
+            cairn_core::record::hashed_agent_id(&args.agent)
+        } else {
+            args.agent.clone()
+        },
         caller: "cli".into(),
         profile: if args.strict {
             Profile::Strict
@@ -132,7 +142,7 @@ pub fn start(cli: &Cli, store: Arc<dyn LedgerStore>, args: &StartArgs) -> Result
         },
         predecessor,
         predecessor_session: args.predecessor_session.clone(),
-        full_consent: false,
+        full_consent: args.full_consent,
     });
     match ledger(store).write(request).map_err(append_error)? {
         Written::Session { seq, genesis } => {

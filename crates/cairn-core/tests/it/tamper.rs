@@ -639,6 +639,30 @@ fn predecessors_must_be_sealed_sessions_continued_once() {
     );
 }
 
+proptest! {
+    /// A session shown at any detail level verifies, shows exactly the
+    /// fields of its level, and a hidden field cannot be put back.
+    #[test]
+    fn every_detail_level_verifies(specs in prop::collection::vec(step_spec(), 1..8)) {
+        use cairn_core::detail::DetailLevel;
+        for level in [DetailLevel::Generic, DetailLevel::Detailed, DetailLevel::Full] {
+            let mut records = build_chain("s1", &specs);
+            for r in &mut records {
+                r.redact(level).unwrap();
+                for field in FIELDS {
+                    prop_assert_eq!(r.is_revealed(field), DetailLevel::of(field) <= level);
+                }
+            }
+            let verdict = verify_session(&records, Some(records.len() as u64));
+            prop_assert!(verdict.verified, "{:?}: {:?}", level, verdict.failure);
+            if level < DetailLevel::Full {
+                records[0].step.content = Some("put back".into());
+                prop_assert!(!verify_session(&records, None).verified);
+            }
+        }
+    }
+}
+
 /// An erased (hidden) field is blank; a value written into it afterwards
 /// is covered by nothing and must not pass.
 #[test]

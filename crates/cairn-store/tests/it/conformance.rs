@@ -7,11 +7,12 @@ use cairn_core::Timestamp;
 use cairn_core::commit::{
     AgentSignature, Openings, agent_key_id, signed_step_message, step_digest,
 };
+use cairn_core::detail::DetailLevel;
 use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
 use cairn_core::log::{LogRecord, OpRecord};
 use cairn_core::merkle::{verify_consistency, verify_inclusion};
 use cairn_core::record::{Profile, RecordError, Step};
-use cairn_store::ops::{ExportScope, ReviewItem, export, verify_org, verify_session};
+use cairn_store::ops::{ExportScope, ReviewItem, export, export_at, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, WriteRequest,
     Written,
@@ -1231,6 +1232,76 @@ fn exports_verify_offline(backend: &dyn Backend) {
             "{scope:?}"
         );
     }
+    // Seed 004's detail levels: a lower-level bundle verifies, shows its
+    // level's fields, and leaves out what it hides.
+    for requested in [
+        Some(DetailLevel::Generic),
+        Some(DetailLevel::Detailed),
+        None,
+    ] {
+        let level = requested.unwrap_or(DetailLevel::Full);
+        let mut out = Vec::new();
+        export_at(
+            store.as_ref(),
+            ORG,
+            &ExportScope::Session("s1".into()),
+            requested,
+            &cp,
+            now,
+            &mut out,
+            &mut |_| {},
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
+        for line in text.lines() {
+            v.push_line(line);
+        }
+        let verdict = v.finish();
+        assert!(
+            verdict.verdict.verified,
+            "{level}: {:?}",
+            verdict.verdict.failure
+        );
+        assert_eq!(
+            text.contains("\"r1\""),
+            level == DetailLevel::Full,
+            "{level}: content"
+        );
+        // (A session's header, with its agent, is an operational record
+        // shown whole at every level: hashed agent ids are for sessions
+        // that must not name theirs.)
+        let steps: Vec<&str> = text.lines().filter(|l| l.contains("\"fields\":")).collect();
+        assert!(!steps.is_empty());
+        assert!(
+            steps
+                .iter()
+                .all(|l| l.contains("\"agent_id\":\"agent-1\"") == (level >= DetailLevel::Detailed)),
+            "{level}: agent in steps"
+        );
+        assert_eq!(
+            text.contains(&format!("\"level\":\"{level}\"")),
+            requested.is_some()
+        );
+    }
+    // `full` as a sharing level needs the session's recorded consent.
+    assert!(matches!(
+        export_at(store.as_ref(), ORG, &ExportScope::Session("s1".into()), Some(DetailLevel::Full), &cp, now, &mut Vec::new(), &mut |_| {}),
+        Err(cairn_store::ops::ExportError::Consent(session)) if session == "s1"
+    ));
+    assert!(matches!(
+        export_at(
+            store.as_ref(),
+            ORG,
+            &ExportScope::All,
+            Some(DetailLevel::Generic),
+            &cp,
+            now,
+            &mut Vec::new(),
+            &mut |_| {}
+        ),
+        Err(cairn_store::ops::ExportError::Level(_))
+    ));
     assert!(
         export(
             store.as_ref(),
