@@ -14,6 +14,7 @@
 //! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
 //!   signed notes, checkpoints and cosignatures.
 //! - [`detail`]: seed 004's detail levels (which fields each level shows).
+//! - [`trace`]: seed 004's signed complete traces.
 //! - [`thinking`]: seed 002's `parseThinking`.
 //! - [`verify`]: streaming verifiers that return a [`verify::Verdict`];
 //!   [`bundle`]: the export bundle format and its line-by-line verifier.
@@ -55,6 +56,7 @@ pub mod note;
 pub mod record;
 pub mod thinking;
 pub mod time;
+pub mod trace;
 pub mod verify;
 
 /// The Ed25519 implementation Cairn's keys and signatures use, so that

@@ -205,6 +205,19 @@ pub struct AuditEvent {
     pub at: Timestamp,
 }
 
+/// A seed-004 trace imported whole, so that its agent signature can be
+/// checked again from the log or an export; its components are also steps
+/// of `session_id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedTraceRecord {
+    /// The org.
+    pub org_id: String,
+    /// The session holding the trace's components as steps.
+    pub session_id: String,
+    /// The trace, as received (signature included).
+    pub trace: crate::trace::CompleteTrace,
+}
+
 /// An operational record of the org log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpRecord {
@@ -220,6 +233,8 @@ pub enum OpRecord {
     KeyRegistration(KeyRegistration),
     /// A per-tool-call audit event.
     AuditEvent(AuditEvent),
+    /// An imported, agent-signed trace.
+    SignedTrace(SignedTraceRecord),
 }
 
 /// A stored operational record that does not parse.
@@ -243,6 +258,7 @@ impl OpRecord {
             OpRecord::Review(_) => "review",
             OpRecord::KeyRegistration(_) => "key-registration",
             OpRecord::AuditEvent(_) => "audit-event",
+            OpRecord::SignedTrace(_) => "signed-trace",
         }
     }
 
@@ -255,6 +271,7 @@ impl OpRecord {
             OpRecord::Review(r) => &r.org_id,
             OpRecord::KeyRegistration(r) => &r.org_id,
             OpRecord::AuditEvent(r) => &r.org_id,
+            OpRecord::SignedTrace(r) => &r.org_id,
         }
     }
 
@@ -314,6 +331,11 @@ impl OpRecord {
                 "key_id": k.key_id,
                 "public_key": B64.encode(k.public_key.as_bytes()),
                 "registered_at": k.registered_at.to_string(),
+            }),
+            OpRecord::SignedTrace(t) => json!({
+                "org_id": t.org_id,
+                "session_id": t.session_id,
+                "trace": t.trace.original,
             }),
             OpRecord::AuditEvent(a) => json!({
                 "org_id": a.org_id,
@@ -436,6 +458,14 @@ impl OpRecord {
                     registered_at: ts("registered_at")?,
                 })
             }
+            "signed-trace" => OpRecord::SignedTrace(SignedTraceRecord {
+                org_id: s("org_id")?,
+                session_id: s("session_id")?,
+                trace: crate::trace::CompleteTrace::parse(
+                    obj.get("trace").ok_or_else(|| err("missing trace"))?,
+                )
+                .map_err(|e| err(&e.to_string()))?,
+            }),
             "audit-event" => OpRecord::AuditEvent(AuditEvent {
                 org_id: s("org_id")?,
                 event_id: s("event_id")?,

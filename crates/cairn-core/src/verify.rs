@@ -191,6 +191,30 @@ impl AgentKeys {
         self.keys.insert(key_id, (agent_id, key));
     }
 
+    /// Checks a seed-004 trace's signature: its key must be registered for
+    /// the trace's (hashed) agent, and verify over the signed payload.
+    pub fn check_trace(&self, trace: &crate::trace::CompleteTrace) -> Result<(), String> {
+        let Some((agent, key)) = self.keys.get(&trace.signature_key_id) else {
+            return Err(format!(
+                "trace {} is signed by {}, which is not registered",
+                trace.trace_id, trace.signature_key_id
+            ));
+        };
+        if *agent != trace.agent_id_hash {
+            return Err(format!(
+                "key {} is registered for agent {agent}, not {}",
+                trace.signature_key_id, trace.agent_id_hash
+            ));
+        }
+        if !trace.verify(key) {
+            return Err(format!(
+                "the signature of trace {} does not verify over its components and trace level",
+                trace.trace_id
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks a step's signature against its declared signer: a step
     /// that names a signer must carry that signer's valid signature, and a
     /// step that names none must carry none.
@@ -819,6 +843,10 @@ impl LogVerifier {
                     .insert(reg.key_id.clone(), reg.agent_id.clone(), reg.public_key);
                 Ok(())
             }
+            OpRecord::SignedTrace(record) => self
+                .agent_keys
+                .check_trace(&record.trace)
+                .map_err(|e| (Reason::BadSignature, e)),
             OpRecord::Erasure(_) | OpRecord::Review(_) | OpRecord::AuditEvent(_) => Ok(()),
         }
     }
@@ -880,6 +908,7 @@ fn op_session(record: &OpRecord) -> Option<&str> {
         OpRecord::Erasure(e) => Some(&e.session_id),
         OpRecord::Review(r) => Some(&r.session_id),
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
+        OpRecord::SignedTrace(t) => Some(&t.session_id),
         OpRecord::KeyRegistration(_) => None,
     }
 }

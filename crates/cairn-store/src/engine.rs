@@ -215,6 +215,7 @@ pub(crate) fn request_org(request: &WriteRequest) -> &str {
         WriteRequest::Seal { org_id, .. }
         | WriteRequest::Review { org_id, .. }
         | WriteRequest::AuditEvent { org_id, .. }
+        | WriteRequest::ImportTrace { org_id, .. }
         | WriteRequest::RegisterKey { org_id, .. }
         | WriteRequest::Erase { org_id, .. }
         | WriteRequest::Retention { org_id, .. }
@@ -228,6 +229,7 @@ pub(crate) fn request_org(request: &WriteRequest) -> &str {
 pub(crate) fn op_record_id(op: &OpRecord) -> Option<&str> {
     match op {
         OpRecord::AuditEvent(event) => Some(&event.event_id),
+        OpRecord::SignedTrace(record) => Some(&record.trace.trace_id),
         _ => None,
     }
 }
@@ -605,6 +607,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 reviewer,
                 note,
             } => self.review(org_id, trace_id, *decision, reviewer, note.as_deref())?,
+            WriteRequest::ImportTrace {
+                org_id,
+                session_id,
+                trace,
+                caller,
+            } => self.import_trace(org_id, session_id.as_deref(), trace, caller)?,
             WriteRequest::AuditEvent {
                 org_id,
                 event_id,
@@ -999,6 +1007,151 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let seq = write_op(self.tx, &mut org, &OpRecord::Review(review.clone()))?;
         self.overlay.orgs.insert(org_name.to_owned(), org);
         Ok(Ok(Written::Reviewed { seq, review }))
+    }
+
+    /// Imports a seed-004 trace: checked whole before anything is written,
+    /// then a session, the `signed-trace` record and one step per
+    /// component, in this batch.
+    fn import_trace(
+        &mut self,
+        org_name: &str,
+        session_id: Option<&str>,
+        value: &serde_json::Value,
+        caller: &str,
+    ) -> Outcome<Written> {
+        let invalid = |m: String| Ok(Err(Refusal::InvalidRequest(m)));
+        let size = cairn_core::jcs::to_vec(value).len();
+        let most = self.engine.limits.max_content_bytes.saturating_mul(16);
+        if size > most {
+            return invalid(format!("the trace is {size} bytes; at most {most}"));
+        }
+        let trace = match cairn_core::trace::CompleteTrace::parse(value) {
+            Ok(trace) => trace,
+            Err(e) => return invalid(e.to_string()),
+        };
+        let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
+        let org_id = self.org(org_name)?.map(|org| org.id);
+        let key = match org_id {
+            Some(org) => self.agent_key(org, &trace.signature_key_id)?,
+            None => None,
+        };
+        let Some(key) = key else {
+            return Ok(Err(Refusal::BadSignature(format!(
+                "key {} is not registered in org {org_name}",
+                trace.signature_key_id
+            ))));
+        };
+        if key.agent_id != trace.agent_id_hash {
+            return Ok(Err(Refusal::BadSignature(format!(
+                "key {} is registered for agent {}, not {}",
+                trace.signature_key_id, key.agent_id, trace.agent_id_hash
+            ))));
+        }
+        if !trace.verify(&key.key) {
+            return Ok(Err(Refusal::BadSignature(
+                "the trace's signature does not verify over its components and trace level".into(),
+            )));
+        }
+        if let Some(org) = org_id {
+            if self.session(org, &session_id)?.is_some() {
+                return Ok(Err(Refusal::SessionExists { session_id }));
+            }
+            if self.tx.record_type(org, &trace.trace_id)?.is_some() {
+                return Ok(Err(Refusal::DuplicateId {
+                    id: trace.trace_id.clone(),
+                }));
+            }
+        }
+        // Every component is checked as a step before anything is written.
+        let mut prepared = Vec::with_capacity(trace.components.len());
+        for (i, component) in trace.components.iter().enumerate() {
+            let data = &component.data;
+            let number = |key: &str| data.get(key).and_then(serde_json::Value::as_u64);
+            let step = crate::NewStep {
+                org_id: org_name.to_owned(),
+                session_id: session_id.clone(),
+                agent_id: trace.agent_id_hash.clone(),
+                kind_label: component.event_type.clone(),
+                output: Some(data.clone()),
+                metadata: Some(serde_json::json!({
+                    "component_type": component.component_type,
+                    "event_type": component.event_type,
+                    "trace_id": trace.trace_id,
+                    "trace_level": trace.level_name,
+                })),
+                confidence: data
+                    .get("selection_confidence")
+                    .and_then(serde_json::Value::as_f64),
+                duration_ms: number("execution_time_ms"),
+                token_count: number("tokens_total")
+                    .or_else(|| Some(number("tokens_input")? + number("tokens_output")?)),
+                turn_id: trace.thought_id.clone(),
+                turn_step: Some(i as u64),
+                task_id: trace.task_id.clone(),
+                trace_id: Some(format!("{}.{i}", trace.trace_id)),
+                created_at: Some(component.timestamp),
+                step_index: Some(i as u64),
+                caller: caller.to_owned(),
+                ..crate::NewStep::default()
+            };
+            match prepare_step(step, &self.engine.limits, self.engine.embedding_sample_rate) {
+                Ok(p) => prepared.push(p),
+                Err(refusal) => return Ok(Err(refusal)),
+            }
+            if let Some(org) = org_id
+                && self
+                    .tx
+                    .record_type(org, &format!("{}.{i}", trace.trace_id))?
+                    .is_some()
+            {
+                return Ok(Err(Refusal::DuplicateId {
+                    id: format!("{}.{i}", trace.trace_id),
+                }));
+            }
+        }
+        let header = SessionHeader {
+            org_id: org_name.to_owned(),
+            session_id: session_id.clone(),
+            agent_id: trace.agent_id_hash.clone(),
+            started_at: trace.started_at,
+            caller: caller.to_owned(),
+            profile: Profile::Standard,
+            predecessor: None,
+            // A full trace exists only where its subject consented.
+            full_consent: trace.level == cairn_core::detail::DetailLevel::Full,
+        };
+        if let Err(e) = header.validate() {
+            return Ok(Err(e.into()));
+        }
+        self.open_session(&header, genesis_hash(&header))?;
+        let mut org = self
+            .org(org_name)?
+            .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
+        let record = cairn_core::log::SignedTraceRecord {
+            org_id: org_name.to_owned(),
+            session_id: session_id.clone(),
+            trace,
+        };
+        let seq = write_op(self.tx, &mut org, &OpRecord::SignedTrace(record))?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        let mut steps = Vec::with_capacity(prepared.len());
+        for p in &prepared {
+            match self.append_step(p)? {
+                Ok(Written::Step { seq, trace_id, .. }) => steps.push((seq, trace_id)),
+                // Checked above: a refusal now would leave half a trace, so
+                // it fails the whole batch instead.
+                other => {
+                    return Err(StoreError::Corrupt(format!(
+                        "importing a checked trace: {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(Ok(Written::TraceImported {
+            seq,
+            session_id,
+            steps,
+        }))
     }
 
     /// Records an audit event.

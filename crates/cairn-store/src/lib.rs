@@ -272,6 +272,20 @@ pub enum WriteRequest {
         /// The reviewer's note.
         note: Option<String>,
     },
+    /// Import a seed-004 complete trace: its signature is checked against
+    /// the registered key of its (hashed) agent, the trace is recorded whole
+    /// as a `signed-trace` record, and each component becomes a step of a
+    /// new session (`session_id`, or the trace id).
+    ImportTrace {
+        /// The org.
+        org_id: String,
+        /// The session to create; the trace id when absent.
+        session_id: Option<String>,
+        /// The trace in seed 004's format.
+        trace: serde_json::Value,
+        /// Who imports it.
+        caller: String,
+    },
     /// Record a per-tool-call audit event (seed 001) that steps can link to
     /// (`links.audit_event`).
     AuditEvent {
@@ -376,6 +390,15 @@ pub enum Written {
         seq: u64,
         /// The record.
         review: cairn_core::log::ReviewRecord,
+    },
+    /// A seed-004 trace was imported.
+    TraceImported {
+        /// Position of its `signed-trace` record.
+        seq: u64,
+        /// The session holding its components.
+        session_id: String,
+        /// Each component's step: position and trace id.
+        steps: Vec<(u64, String)>,
     },
     /// An audit event was recorded.
     AuditEvent {
@@ -770,12 +793,25 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
 
+    /// An operational record found by id (an audit event's id, an
+    /// imported trace's id), with its position.
+    fn op_by_id(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<Option<(u64, cairn_core::log::OpRecord)>, StoreError>;
+
     /// An audit event by id, with its position.
     fn audit_event(
         &self,
         org_id: &str,
         event_id: &str,
-    ) -> Result<Option<(u64, cairn_core::log::AuditEvent)>, StoreError>;
+    ) -> Result<Option<(u64, cairn_core::log::AuditEvent)>, StoreError> {
+        Ok(match self.op_by_id(org_id, event_id)? {
+            Some((seq, cairn_core::log::OpRecord::AuditEvent(event))) => Some((seq, event)),
+            _ => None,
+        })
+    }
 
     /// Stores a new API key. Keys are not ledger records: they can be
     /// revoked.

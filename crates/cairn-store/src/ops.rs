@@ -528,6 +528,10 @@ pub fn export_at(
                             .as_ref()
                             .is_some_and(|s| session_ids.contains(s))
                 }
+                // The original signed trace shows what its level shows.
+                OpRecord::SignedTrace(t) => {
+                    shown >= t.trace.level && session_ids.contains(&t.session_id)
+                }
                 OpRecord::SessionStart(_) => false,
             };
             if wanted {

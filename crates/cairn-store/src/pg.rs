@@ -38,7 +38,7 @@ use crate::{
     StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, now,
 };
 use cairn_core::kind::StepKind;
-use cairn_core::log::{AuditEvent, KeyRegistration, LogEntry, LogRecord, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
@@ -1850,30 +1850,26 @@ impl LedgerStore for PgStore {
         })
     }
 
-    fn audit_event(
-        &self,
-        org_id: &str,
-        event_id: &str,
-    ) -> Result<Option<(u64, AuditEvent)>, StoreError> {
+    fn op_by_id(&self, org_id: &str, id: &str) -> Result<Option<(u64, OpRecord)>, StoreError> {
         let found = self.read(|db| {
             db.query_opt(
-                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = $1 AND e.trace_id = $2 AND e.type = 'audit-event'",
-                &[&org_id, &event_id],
-                "looking up an audit event",
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.trace_id = $2 AND e.type <> 'step'",
+                &[&org_id, &id],
+                "looking up a record by id",
             )?
-            .map(|row| Ok((u64_of(col(&row, 0)?), col::<String>(&row, 1)?)))
+            .map(|row| {
+                Ok((
+                    u64_of(col(&row, 0)?),
+                    col::<String>(&row, 1)?,
+                    col::<String>(&row, 2)?,
+                ))
+            })
             .transpose()
         })?;
-        match found {
-            None => Ok(None),
-            Some((seq, view)) => match op_from_view(seq, "audit-event", &view)? {
-                OpRecord::AuditEvent(event) => Ok(Some((seq, event))),
-                _ => Err(StoreError::Corrupt(format!(
-                    "record {seq} is not an audit event"
-                ))),
-            },
-        }
+        found
+            .map(|(seq, entry_type, view)| Ok((seq, op_from_view(seq, &entry_type, &view)?)))
+            .transpose()
     }
 
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {

@@ -31,7 +31,7 @@ use crate::{
     StoredStep, WriteRequest, Written,
 };
 use cairn_core::kind::StepKind;
-use cairn_core::log::{AuditEvent, KeyRegistration, LogEntry, LogRecord, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
@@ -1523,31 +1523,25 @@ impl LedgerStore for SqliteStore {
         })
     }
 
-    fn audit_event(
-        &self,
-        org_id: &str,
-        event_id: &str,
-    ) -> Result<Option<(u64, AuditEvent)>, StoreError> {
-        let found: Option<(i64, String)> = self.read(|c| {
+    fn op_by_id(&self, org_id: &str, id: &str) -> Result<Option<(u64, OpRecord)>, StoreError> {
+        let found: Option<(i64, String, String)> = self.read(|c| {
             c.prepare_cached(
-                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type = 'audit-event'",
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type <> 'step'",
             )
             .and_then(|mut s| {
-                s.query_row(params![org_id, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
+                s.query_row(params![org_id, id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()
             })
-            .context("looking up an audit event")
+            .context("looking up a record by id")
         })?;
-        match found {
-            None => Ok(None),
-            Some((seq, view)) => match op_from_view(seq as u64, "audit-event", &view)? {
-                OpRecord::AuditEvent(event) => Ok(Some((seq as u64, event))),
-                _ => Err(StoreError::Corrupt(format!(
-                    "record {seq} is not an audit event"
-                ))),
-            },
-        }
+        found
+            .map(|(seq, entry_type, view)| {
+                Ok((seq as u64, op_from_view(seq as u64, &entry_type, &view)?))
+            })
+            .transpose()
     }
 
     fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {

@@ -585,6 +585,75 @@ proptest! {
     }
 }
 
+/// Seed 004: a signed trace in the log verifies only under a key
+/// registered for its agent, over exactly its components and level.
+#[test]
+fn signed_traces_are_checked_in_the_log() {
+    use base64::Engine as _;
+    let fx = build_log(&[]);
+    let agent = SigningKey::from_bytes(&[3; 32]);
+    let push = |entries: &mut Vec<LogEntry>, op: OpRecord| {
+        let seq = entries.len() as u64;
+        entries.push(LogEntry {
+            seq,
+            record: LogRecord::Op {
+                hash: op.hash(),
+                record: op,
+            },
+        });
+    };
+    let trace = |priority: u64, key: &SigningKey| {
+        let mut v = json!({
+            "trace_id": "trace-1", "agent_id_hash": "e8821136df22",
+            "started_at": "2026-02-08T12:34:56.123Z", "trace_level": "generic",
+            "components": [{"component_type": "observation", "event_type": "THOUGHT_START",
+                            "timestamp": "2026-02-08T12:34:56.123Z", "data": {"task_priority": 5}}],
+            "signature": "A".repeat(86) + "==", "signature_key_id": agent_key_id(&agent.verifying_key()),
+        });
+        let payload = cairn_core::trace::CompleteTrace::parse(&v)
+            .unwrap()
+            .signed_payload();
+        v["signature"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(key.sign(&payload).to_bytes()));
+        v["components"][0]["data"]["task_priority"] = json!(priority);
+        cairn_core::log::SignedTraceRecord {
+            org_id: ORG.into(),
+            session_id: "trace-1".into(),
+            trace: cairn_core::trace::CompleteTrace::parse(&v).unwrap(),
+        }
+    };
+    let mut entries = fx.entries.clone();
+    push(
+        &mut entries,
+        OpRecord::KeyRegistration(KeyRegistration {
+            org_id: ORG.into(),
+            agent_id: "e8821136df22".into(),
+            key_id: agent_key_id(&agent.verifying_key()),
+            public_key: agent.verifying_key(),
+            registered_at: t(1),
+        }),
+    );
+    let mut good = entries.clone();
+    push(&mut good, OpRecord::SignedTrace(trace(5, &agent)));
+    assert!(verify_log(&fx, &good, &[]).verified);
+    let at = entries.len() as u64;
+    for forged in [
+        trace(6, &agent),
+        trace(5, &SigningKey::from_bytes(&[4; 32])),
+    ] {
+        let mut bad = entries.clone();
+        push(&mut bad, OpRecord::SignedTrace(forged));
+        assert_log_fails_at(&verify_log(&fx, &bad, &[]), at, Reason::BadSignature);
+    }
+    let mut unregistered = fx.entries.clone();
+    push(&mut unregistered, OpRecord::SignedTrace(trace(5, &agent)));
+    assert_log_fails_at(
+        &verify_log(&fx, &unregistered, &[]),
+        fx.entries.len() as u64,
+        Reason::BadSignature,
+    );
+}
+
 /// Seed 001's continuity: a session may continue a sealed one by naming
 /// its final hash, once; any other predecessor is caught.
 #[test]

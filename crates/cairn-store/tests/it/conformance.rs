@@ -84,6 +84,183 @@ pub fn run_all(backend: &dyn Backend) {
     decision_trail_lifecycle(backend);
     links_name_existing_records(backend);
     reviews_form_a_queue(backend);
+    signed_traces_import_and_verify(backend);
+}
+
+/// Seed 004's example trace (generic level), its key id adapted to `key`,
+/// signed by `key` at `level`.
+pub fn seed_004_trace(key: &SigningKey, trace_id: &str, level: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let mut trace = serde_json::json!({
+        "trace_id": trace_id,
+        "thought_id": "th_seed_08b4901c_3cacdfa6",
+        "agent_id_hash": "e8821136df22",
+        "started_at": "2026-02-08T12:34:56.123Z",
+        "completed_at": "2026-02-08T12:34:58.456Z",
+        "trace_level": level,
+        "components": [
+            {"component_type": "observation", "event_type": "THOUGHT_START",
+             "timestamp": "2026-02-08T12:34:56.123Z",
+             "data": {"round_number": 1, "thought_depth": 0, "task_priority": 5}},
+            {"component_type": "rationale", "event_type": "DMA_RESULTS",
+             "timestamp": "2026-02-08T12:34:57.234Z",
+             "data": {"csdma": {"plausibility_score": 0.85}, "dsdma": {"domain_alignment": 0.80},
+                      "pdma": {"has_conflicts": false}, "idma": {"k_eff": 1.0, "phase": "healthy"}}},
+            {"component_type": "conscience", "event_type": "CONSCIENCE_RESULT",
+             "timestamp": "2026-02-08T12:34:57.890Z",
+             "data": {"conscience_passed": true, "entropy_level": 0.12, "coherence_level": 0.95}},
+            {"component_type": "action", "event_type": "ACTION_RESULT",
+             "timestamp": "2026-02-08T12:34:58.456Z",
+             "data": {"execution_success": true, "tokens_total": 1847, "cost_cents": 0.02}},
+        ],
+        "signature": "A".repeat(86) + "==",
+        "signature_key_id": agent_key_id(&key.verifying_key()),
+    });
+    let parsed = cairn_core::trace::CompleteTrace::parse(&trace).unwrap();
+    let signature = key.sign(&parsed.signed_payload()).to_bytes();
+    trace["signature"] =
+        serde_json::json!(base64::engine::general_purpose::STANDARD.encode(signature));
+    trace
+}
+
+/// Seed 004: an agent-signed trace is checked at import, its components
+/// become steps, and the original stays verifiable in the log and exports.
+fn signed_traces_import_and_verify(backend: &dyn Backend) {
+    let store = backend.open("traces");
+    let ledger = ledger(Arc::clone(&store));
+    let key = SigningKey::from_bytes(&[42; 32]);
+    let import = |trace: serde_json::Value| WriteRequest::ImportTrace {
+        org_id: ORG.into(),
+        session_id: None,
+        trace,
+        caller: "test".into(),
+    };
+    // No key registered yet.
+    assert!(matches!(
+        refused(ledger.write(import(seed_004_trace(&key, "trace-1", "generic")))),
+        Refusal::BadSignature(_)
+    ));
+    ledger
+        .write(WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "e8821136df22".into(),
+            public_key: key.verifying_key(),
+        })
+        .unwrap();
+    let Written::TraceImported {
+        session_id, steps, ..
+    } = ledger
+        .write(import(seed_004_trace(&key, "trace-1", "generic")))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((session_id.as_str(), steps.len()), ("trace-1", 4));
+    let info = store.session(ORG, "trace-1").unwrap().unwrap();
+    assert_eq!(
+        (info.header.agent_id.as_str(), info.header.full_consent),
+        ("e8821136df22", false)
+    );
+    let mut kinds = Vec::new();
+    store
+        .read_session(ORG, "trace-1", &mut |s| {
+            kinds.push((s.record.step.kind_label.clone(), s.record.step.token_count));
+            true
+        })
+        .unwrap();
+    assert_eq!(
+        kinds,
+        [
+            ("THOUGHT_START".to_owned(), None),
+            ("DMA_RESULTS".to_owned(), None),
+            ("CONSCIENCE_RESULT".to_owned(), None),
+            ("ACTION_RESULT".to_owned(), Some(1847)),
+        ]
+    );
+    let (_, record) = store.op_by_id(ORG, "trace-1").unwrap().unwrap();
+    assert!(matches!(record, OpRecord::SignedTrace(ref t) if t.trace.components.len() == 4));
+
+    // One changed byte, another agent's key, a second import: refused,
+    // and nothing written.
+    let size = store.log_size(ORG).unwrap();
+    let mut edited = seed_004_trace(&key, "trace-2", "generic");
+    edited["components"][3]["data"]["tokens_total"] = serde_json::json!(1848);
+    assert!(matches!(
+        refused(ledger.write(import(edited))),
+        Refusal::BadSignature(_)
+    ));
+    let mut wrong_agent = seed_004_trace(&key, "trace-3", "generic");
+    wrong_agent["agent_id_hash"] = serde_json::json!("0000000000000000");
+    assert!(matches!(
+        refused(ledger.write(import(wrong_agent))),
+        Refusal::BadSignature(_)
+    ));
+    assert!(matches!(
+        refused(ledger.write(import(seed_004_trace(&key, "trace-1", "generic")))),
+        Refusal::SessionExists { .. }
+    ));
+    let mut bad = seed_004_trace(&key, "trace-4", "generic");
+    bad["components"] = serde_json::json!([]);
+    assert!(matches!(
+        refused(ledger.write(import(bad))),
+        Refusal::InvalidRequest(_)
+    ));
+    assert_eq!(store.log_size(ORG).unwrap(), size);
+
+    // A full-level trace carries its subject's consent.
+    let Written::TraceImported { .. } = ledger
+        .write(import(seed_004_trace(&key, "trace-full", "full_traces")))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(
+        store
+            .session(ORG, "trace-full")
+            .unwrap()
+            .unwrap()
+            .header
+            .full_consent
+    );
+    assert_verifies(store.as_ref());
+
+    // Exports at each level verify, the signed original included where its
+    // level allows.
+    let cp = checkpoint(&ledger);
+    for (session, level, carries_original) in [
+        ("trace-1", DetailLevel::Generic, true),
+        ("trace-full", DetailLevel::Detailed, false),
+        ("trace-full", DetailLevel::Full, true),
+    ] {
+        let mut out = Vec::new();
+        export_at(
+            store.as_ref(),
+            ORG,
+            &ExportScope::Session(session.into()),
+            Some(level),
+            &cp,
+            cairn_store::now(),
+            &mut out,
+            &mut |_| {},
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text.contains("\"type\":\"signed-trace\""),
+            carries_original,
+            "{session} {level}"
+        );
+        let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
+        for line in text.lines() {
+            v.push_line(line);
+        }
+        let verdict = v.finish();
+        assert!(
+            verdict.verdict.verified,
+            "{session} {level}: {:?}",
+            verdict.verdict.failure
+        );
+    }
 }
 
 fn session(id: &str, profile: Profile) -> NewSession {
