@@ -17,6 +17,7 @@ pub mod mcp;
 mod metrics;
 mod oversight;
 pub mod render;
+mod traces;
 mod turns;
 pub mod wire;
 
@@ -121,6 +122,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/audit-events", post(oversight::record_event))
         .route("/v1/audit-events/{event_id}", get(oversight::get_event))
         .route("/v1/thinking/parse", post(turns::parse))
+        .route("/v1/traces", post(traces::post))
+        .route("/v1/traces/{trace_id}", get(traces::get))
         .route("/v1/sessions/{session_id}/turns", post(turns::record))
         .route(
             "/v1/sessions/{session_id}/turns/{turn_id}",

@@ -289,6 +289,32 @@ pub struct EraseArgs {
     pub reason: String,
 }
 
+/// Arguments of `import_trace` (seed 004).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ImportTraceArgs {
+    /// The complete trace in seed 004's format (trace_id, agent_id_hash,
+    /// started_at, trace_level, components, signature, signature_key_id).
+    pub trace: Value,
+    /// The session its components become steps of (default: the trace id).
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `get_signed_trace` (seed 004).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SignedTraceArgs {
+    /// The imported trace's id.
+    pub trace_id: String,
+}
+
+/// Arguments of `register_agent_key` (seed 004).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RegisterKeyArgs {
+    /// The agent (for imported traces: their agent_id_hash).
+    pub agent_id: String,
+    /// The Ed25519 public key, base64 of its 32 bytes.
+    pub public_key: String,
+}
+
 /// Arguments of `get_checkpoint`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct NoArgs {}
@@ -889,6 +915,80 @@ impl CairnMcp {
             }
         }
         .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "List an agent's recent sessions (seed 000 list_traces), newest first: session_id, step_count, first_step_at, last_step_at, chain_valid."
+    )]
+    async fn list_traces(
+        &self,
+        Parameters(args): Parameters<HistoryArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        self.get_session_history(Parameters(args), context).await
+    }
+
+    #[tool(
+        description = "Register an agent's Ed25519 public key (seed 004); returns its key id (agent- + 12 hex digits). Steps and traces signed with it are verified at ingest and by every verifier."
+    )]
+    async fn register_agent_key(
+        &self,
+        Parameters(args): Parameters<RegisterKeyArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = async {
+            caller.require(caller.key.role.can_write(), "register agent keys")?;
+            use base64::Engine as _;
+            let public_key = base64::engine::general_purpose::STANDARD
+                .decode(&args.public_key)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .and_then(|b| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&b).ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        "public_key must be base64 of a 32-byte Ed25519 public key",
+                    )
+                })?;
+            let request = WriteRequest::RegisterKey {
+                org_id: caller.org().to_owned(),
+                agent_id: Self::agent_for(&caller, Some(args.agent_id))?,
+                public_key,
+            };
+            match self.write(request).await? {
+                Written::KeyRegistered { seq, key_id } => Ok(json!({"key_id": key_id, "seq": seq})),
+                other => Err(unexpected(other)),
+            }
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Import a complete agent-signed trace in seed 004's format: the Ed25519 signature over its components and trace level is checked against the registered key of its agent_id_hash; the trace is kept whole (re-verifiable from any export) and each component becomes a step of a new session."
+    )]
+    async fn import_trace(
+        &self,
+        Parameters(args): Parameters<ImportTraceArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = crate::traces::import(&self.state, &caller, args.trace, args.session_id).await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "An imported seed-004 trace as it was signed, with its signature checked again against the registered key (signature_valid)."
+    )]
+    async fn get_signed_trace(
+        &self,
+        Parameters(args): Parameters<SignedTraceArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let result = crate::traces::fetch(&self.state, &caller, args.trace_id).await;
         run(result).await
     }
 

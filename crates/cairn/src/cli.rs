@@ -192,6 +192,12 @@ enum Command {
     Review(crate::records::ReviewCommand),
     /// Record an audit event (seed 001) that steps can link to.
     AuditEvent(crate::records::AuditEventArgs),
+    /// Register an agent's Ed25519 public key (seed 004); prints its key id.
+    AgentKey(crate::records::AgentKeyArgs),
+    /// Import an agent-signed complete trace (seed 004's format): the
+    /// signature is checked against the registered key, the trace kept
+    /// whole, its components recorded as a session's steps.
+    ImportTrace(crate::records::ImportTraceArgs),
     /// Semantic search over the embedded steps of --org, best first.
     Search {
         /// The search text.
@@ -402,6 +408,8 @@ pub fn run() -> Result<Outcome> {
                 } => crate::records::trail(&cli, store.as_ref(), session, turn.as_deref(), *format),
                 Command::Review(command) => crate::records::review(&cli, store, command),
                 Command::AuditEvent(args) => crate::records::audit_event(&cli, store, args),
+                Command::AgentKey(args) => crate::records::agent_key(&cli, store, args),
+                Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
                 Command::Sessions { agent, limit } => {
                     sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
                 }

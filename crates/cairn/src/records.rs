@@ -396,3 +396,99 @@ pub fn audit_event(
         other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
     }
 }
+
+/// `cairn agent-key`.
+#[derive(Debug, clap::Args)]
+pub struct AgentKeyArgs {
+    /// The agent (for imported traces: their agent_id_hash).
+    #[arg(long, env = "CAIRN_AGENT")]
+    agent: String,
+    /// The Ed25519 public key, base64 of its 32 bytes.
+    #[arg(long)]
+    public_key: String,
+}
+
+/// Registers an agent's public key.
+pub fn agent_key(cli: &Cli, store: Arc<dyn LedgerStore>, args: &AgentKeyArgs) -> Result<Outcome> {
+    use base64::Engine as _;
+    let public_key = base64::engine::general_purpose::STANDARD
+        .decode(args.public_key.trim())
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .and_then(|b| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&b).ok())
+        .ok_or_else(|| usage("--public-key must be base64 of a 32-byte Ed25519 public key"))?;
+    let request = WriteRequest::RegisterKey {
+        org_id: cli.org.clone(),
+        agent_id: args.agent.clone(),
+        public_key,
+    };
+    match ledger(store).write(request).map_err(append_error)? {
+        Written::KeyRegistered { seq, key_id } => {
+            if cli.json {
+                println!("{}", json!({"key_id": key_id, "seq": seq}));
+            } else {
+                println!("{key_id}");
+            }
+            Ok(Outcome::Success)
+        }
+        other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+    }
+}
+
+/// `cairn import-trace`.
+#[derive(Debug, clap::Args)]
+pub struct ImportTraceArgs {
+    /// The trace (seed 004's JSON); stdin when absent.
+    file: Option<PathBuf>,
+    /// The session its components become steps of (default: the trace id).
+    #[arg(long)]
+    session: Option<String>,
+}
+
+/// Imports a seed-004 trace.
+pub fn import_trace(
+    cli: &Cli,
+    store: Arc<dyn LedgerStore>,
+    args: &ImportTraceArgs,
+) -> Result<Outcome> {
+    let text = match &args.file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?,
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            text
+        }
+    };
+    let trace: Value =
+        serde_json::from_str(&text).map_err(|e| usage(format!("the trace is not JSON: {e}")))?;
+    let request = WriteRequest::ImportTrace {
+        org_id: cli.org.clone(),
+        session_id: args.session.clone(),
+        trace,
+        caller: "cli".into(),
+    };
+    match ledger(store).write(request).map_err(append_error)? {
+        Written::TraceImported {
+            seq,
+            session_id,
+            steps,
+        } => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"seq": seq, "session_id": session_id, "steps": steps.len()})
+                );
+            } else {
+                println!(
+                    "imported the signed trace into session {session_id}: {} step(s), signed original at log record {seq}",
+                    steps.len()
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
+    }
+}

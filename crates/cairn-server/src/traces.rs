@@ -1,0 +1,103 @@
+//! Seed 004 over HTTP: importing an agent-signed complete trace, and
+//! reading it back with its signature checked again.
+
+use crate::{ApiError, AppState, Caller, Json, blocking, parse_json};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cairn_core::log::OpRecord;
+use cairn_store::{WriteRequest, Written};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Imports a trace (HTTP and MCP).
+pub(crate) async fn import(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    trace: Value,
+    session_id: Option<String>,
+) -> Result<Value, ApiError> {
+    caller.require(caller.key.role.can_write(), "import traces")?;
+    Caller::require_enabled(state)?;
+    if let Some(bound) = &caller.key.agent_id {
+        let agent = trace.get("agent_id_hash").and_then(Value::as_str);
+        if agent != Some(bound.as_str())
+            && agent != Some(cairn_core::record::hashed_agent_id(bound).as_str())
+        {
+            return Err(ApiError::forbidden(format!(
+                "this key may only import traces of agent {bound}"
+            )));
+        }
+    }
+    let request = WriteRequest::ImportTrace {
+        org_id: caller.org().to_owned(),
+        session_id,
+        trace,
+        caller: caller.key.id.clone(),
+    };
+    match state.ledger.submit(request).await? {
+        Written::TraceImported {
+            seq,
+            session_id,
+            steps,
+        } => Ok(json!({
+            "seq": seq, "session_id": session_id,
+            "steps": steps.iter().map(|(seq, trace_id)| json!({"seq": seq, "trace_id": trace_id})).collect::<Vec<_>>(),
+        })),
+        other => Err(crate::unexpected(other)),
+    }
+}
+
+/// `POST /v1/traces`: a complete trace in seed 004's format;
+/// `?session_id=` names the session its components go to (default: the
+/// trace id). Roles: writer, admin.
+pub(crate) async fn post(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "import traces")?;
+    let trace = parse_json(&body)?;
+    let body = import(&state, &caller, trace, q.get("session_id").cloned()).await?;
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// A stored trace with its signature checked again (HTTP and MCP).
+pub(crate) async fn fetch(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    trace_id: String,
+) -> Result<Value, ApiError> {
+    let org = caller.org().to_owned();
+    blocking(state, move |store| {
+        let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
+            return Err(ApiError::not_found(format!("trace {trace_id}")));
+        };
+        let mut keys = cairn_core::verify::AgentKeys::new();
+        for reg in store.agent_keys(&org)? {
+            keys.insert(reg.key_id, reg.agent_id, reg.public_key);
+        }
+        let check = keys.check_trace(&record.trace);
+        Ok(json!({
+            "seq": seq,
+            "session_id": record.session_id,
+            "trace_level": record.trace.level_name,
+            "signature_key_id": record.trace.signature_key_id,
+            "signature_valid": check.is_ok(),
+            "signature_error": check.err(),
+            "trace": record.trace.original,
+        }))
+    })
+    .await
+}
+
+/// `GET /v1/traces/{trace_id}`: the original signed trace, re-verified.
+pub(crate) async fn get(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+) -> Result<Json, ApiError> {
+    Ok(axum::Json(fetch(&state, &caller, trace_id).await?))
+}
