@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod analyst;
 mod auth;
 pub mod embed;
 mod engine;
@@ -812,6 +813,15 @@ pub trait LedgerStore: Send + Sync + 'static {
             _ => None,
         })
     }
+
+    /// Runs an analyst's read-only SQL over one org's views (see
+    /// [`analyst`]): at most `max_rows` rows.
+    fn analyst_query(
+        &self,
+        org_id: &str,
+        sql: &str,
+        max_rows: usize,
+    ) -> Result<analyst::AnalystResult, analyst::AnalystError>;
 
     /// Stores a new API key. Keys are not ledger records: they can be
     /// revoked.

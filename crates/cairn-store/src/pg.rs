@@ -27,6 +27,7 @@
 //! of ledger tables when the migrating role is a superuser.
 //! `docs/OPERATIONS.md` gives the grants for the production role.
 
+use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
     AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
     agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
@@ -1233,6 +1234,25 @@ fn api_key_from_row(row: &Row) -> Result<ApiKey, StoreError> {
     })
 }
 
+/// A value PostgreSQL sent as text, as JSON by its column type.
+fn pg_text_value(text: Option<&str>, ty: &Type) -> serde_json::Value {
+    let Some(text) = text else {
+        return serde_json::Value::Null;
+    };
+    let parsed = match *ty {
+        Type::INT2 | Type::INT4 | Type::INT8 => text.parse::<i64>().ok().map(Into::into),
+        Type::FLOAT4 | Type::FLOAT8 | Type::NUMERIC => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(serde_json::Value::Number),
+        Type::BOOL => Some(serde_json::Value::Bool(text == "t")),
+        Type::JSON | Type::JSONB => serde_json::from_str(text).ok(),
+        _ => None,
+    };
+    parsed.unwrap_or_else(|| serde_json::Value::String(text.to_owned()))
+}
+
 /// The PostgreSQL store. See the module docs.
 pub struct PgStore {
     config: postgres::Config,
@@ -1244,6 +1264,8 @@ pub struct PgStore {
     writer: Mutex<Option<PgConn>>,
     readers: Mutex<Vec<PgConn>>,
     cache: Mutex<Cache>,
+    /// The schema Cairn's tables are in (analyst views name it).
+    schema: String,
 }
 
 fn poisoned() -> StoreError {
@@ -1282,7 +1304,12 @@ impl PgStore {
                 "this database's logs are signed by {recorded}, but this server's key is {vkey}: every server on one database must use the same server.key (see docs/OPERATIONS.md)"
             )));
         }
+        let schema: String = col(
+            &db.query_one("SELECT current_schema()", &[], "reading the schema")?,
+            0,
+        )?;
         Ok(PgStore {
+            schema,
             config,
             key,
             limits: options.limits,
@@ -1870,6 +1897,64 @@ impl LedgerStore for PgStore {
         found
             .map(|(seq, entry_type, view)| Ok((seq, op_from_view(seq, &entry_type, &view)?)))
             .transpose()
+    }
+
+    fn analyst_query(
+        &self,
+        org_id: &str,
+        sql: &str,
+        max_rows: usize,
+    ) -> Result<AnalystResult, AnalystError> {
+        let org = self.read(|db| Self::org_id_of(db, org_id))?.unwrap_or(0);
+        let statement = analyst::prepare(sql, analyst::Dialect::Postgres, org, &self.schema)?;
+        let failed = |e: postgres::Error| {
+            AnalystError::Failed(
+                e.as_db_error()
+                    .map(|d| d.message().to_owned())
+                    .unwrap_or_else(|| e.to_string()),
+            )
+        };
+        self.read(|db| {
+            let out = (|| {
+                let mut tx = db.client.transaction().map_err(failed)?;
+                tx.batch_execute(&format!(
+                    "SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}",
+                    analyst::TIME_LIMIT.as_millis()
+                ))
+                .map_err(failed)?;
+                // Column names and types from the prepared statement; the
+                // rows as text, converted by type.
+                let prepared = tx.prepare(&statement).map_err(failed)?;
+                let columns: Vec<(String, postgres::types::Type)> = prepared
+                    .columns()
+                    .iter()
+                    .map(|c| (c.name().to_owned(), c.type_().clone()))
+                    .collect();
+                let limited = format!(
+                    "SELECT * FROM ({statement}) AS cairn_q LIMIT {}",
+                    max_rows + 1
+                );
+                let mut rows = Vec::new();
+                for message in tx.simple_query(&limited).map_err(failed)? {
+                    if let postgres::SimpleQueryMessage::Row(row) = message {
+                        let mut values = Vec::with_capacity(columns.len());
+                        for (i, (_, ty)) in columns.iter().enumerate() {
+                            values.push(pg_text_value(row.get(i), ty));
+                        }
+                        rows.push(values);
+                    }
+                }
+                let truncated = rows.len() > max_rows;
+                rows.truncate(max_rows);
+                tx.rollback().map_err(failed)?;
+                Ok(AnalystResult {
+                    columns: columns.into_iter().map(|(name, _)| name).collect(),
+                    rows,
+                    truncated,
+                })
+            })();
+            Ok(out)
+        })?
     }
 
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {

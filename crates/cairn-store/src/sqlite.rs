@@ -20,6 +20,7 @@
 //! the embedding flag. Cairn's own connections also refuse DROP and ALTER
 //! through an authorizer.
 
+use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
     AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
     agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
@@ -1542,6 +1543,64 @@ impl LedgerStore for SqliteStore {
                 Ok((seq as u64, op_from_view(seq as u64, &entry_type, &view)?))
             })
             .transpose()
+    }
+
+    fn analyst_query(
+        &self,
+        org_id: &str,
+        sql: &str,
+        max_rows: usize,
+    ) -> Result<AnalystResult, AnalystError> {
+        let org = self.read(|c| Self::org_id_of(c, org_id))?.unwrap_or(0);
+        let statement = analyst::prepare(sql, analyst::Dialect::Sqlite, org, "main")?;
+        let failed = |e: rusqlite::Error| AnalystError::Failed(e.to_string());
+        // A connection of its own: read-only, refusing DDL, with a handler
+        // that stops a long query.
+        let mut c = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .context("opening a reader")?;
+        c.busy_timeout(Duration::from_secs(10))
+            .context("setting the busy timeout")?;
+        forbid_structural_changes(&mut c)?;
+        let deadline = std::time::Instant::now() + analyst::TIME_LIMIT;
+        c.progress_handler(10_000, Some(move || std::time::Instant::now() > deadline))
+            .context("setting the time limit")?;
+        {
+            let c = &c;
+            let out = (|| {
+                let mut stmt = c.prepare(&statement).map_err(failed)?;
+                let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+                let mut rows = stmt.query([]).map_err(failed)?;
+                let mut out = Vec::new();
+                let mut truncated = false;
+                while let Some(row) = rows.next().map_err(failed)? {
+                    if out.len() == max_rows {
+                        truncated = true;
+                        break;
+                    }
+                    let mut values = Vec::with_capacity(columns.len());
+                    for i in 0..columns.len() {
+                        use rusqlite::types::ValueRef;
+                        values.push(match row.get_ref(i).map_err(failed)? {
+                            ValueRef::Null => serde_json::Value::Null,
+                            ValueRef::Integer(n) => n.into(),
+                            ValueRef::Real(f) => f.into(),
+                            ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                            ValueRef::Blob(b) => hex::encode(b).into(),
+                        });
+                    }
+                    out.push(values);
+                }
+                Ok(AnalystResult {
+                    columns,
+                    rows: out,
+                    truncated,
+                })
+            })();
+            out
+        }
     }
 
     fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {

@@ -85,6 +85,178 @@ pub fn run_all(backend: &dyn Backend) {
     links_name_existing_records(backend);
     reviews_form_a_queue(backend);
     signed_traces_import_and_verify(backend);
+    analyst_sql_reads_one_org_and_writes_nothing(backend);
+}
+
+/// Analyst SQL: queries read the org's views, in the backend's dialect;
+/// nothing that writes or reaches another org runs.
+fn analyst_sql_reads_one_org_and_writes_nothing(backend: &dyn Backend) {
+    use cairn_store::analyst::AnalystError;
+    let store = backend.open("analyst");
+    let ledger = ledger(Arc::clone(&store));
+    for (i, kind) in ["Observation", "Decision", "Decision", "FinalAnswer"]
+        .iter()
+        .enumerate()
+    {
+        let mut s = step("s1", kind, &format!("pricing step {i}"));
+        s.confidence = Some(0.5 + i as f64 / 10.0);
+        append(&ledger, s).unwrap();
+    }
+    let mut other = step("theirs", "Decision", "another org's secret");
+    other.org_id = "globex".into();
+    append(&ledger, other).unwrap();
+    ledger
+        .write(WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s1".into(),
+            require_reflection: false,
+        })
+        .unwrap();
+    let size = store.log_size(ORG).unwrap();
+
+    let result = store
+        .analyst_query(
+            ORG,
+            "SELECT step_type, count(*) AS n, max(confidence) AS top FROM steps GROUP BY step_type ORDER BY step_type",
+            100,
+        )
+        .unwrap();
+    assert_eq!(result.columns, ["step_type", "n", "top"]);
+    assert_eq!(
+        result.rows,
+        vec![
+            vec![
+                serde_json::json!("Decision"),
+                serde_json::json!(2),
+                serde_json::json!(0.7)
+            ],
+            vec![
+                serde_json::json!("FinalAnswer"),
+                serde_json::json!(1),
+                serde_json::json!(0.8)
+            ],
+            vec![
+                serde_json::json!("Observation"),
+                serde_json::json!(1),
+                serde_json::json!(0.5)
+            ],
+        ]
+    );
+    let sessions = store
+        .analyst_query(
+            ORG,
+            "SELECT session_id, step_count, agent_id FROM sessions",
+            100,
+        )
+        .unwrap();
+    assert_eq!(
+        sessions.rows,
+        vec![vec![
+            serde_json::json!("s1"),
+            serde_json::json!(4),
+            serde_json::json!("analyst")
+        ]]
+    );
+    let records = store
+        .analyst_query(
+            ORG,
+            "SELECT type, count(*) FROM records GROUP BY type ORDER BY type",
+            100,
+        )
+        .unwrap();
+    assert_eq!(records.rows.len(), 2, "{:?}", records.rows);
+    let hashes = store
+        .analyst_query(
+            ORG,
+            "SELECT current_hash, created_at FROM steps WHERE step_index = 0",
+            100,
+        )
+        .unwrap();
+    let first = store
+        .step_by_trace(ORG, &{
+            let mut t = String::new();
+            store
+                .read_session(ORG, "s1", &mut |s| {
+                    t = s.record.step.trace_id;
+                    false
+                })
+                .unwrap();
+            t
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        hashes.rows[0][0],
+        serde_json::json!(first.record.hash.to_hex())
+    );
+    assert!(
+        hashes.rows[0][1]
+            .as_str()
+            .unwrap()
+            .starts_with(&first.record.step.created_at.to_string()[..19])
+    );
+    // Another org's rows are not in this org's views, and vice versa.
+    let theirs = store
+        .analyst_query("globex", "SELECT content FROM steps", 100)
+        .unwrap();
+    assert_eq!(
+        theirs.rows,
+        vec![vec![serde_json::json!("another org's secret")]]
+    );
+    let mine = store
+        .analyst_query(
+            ORG,
+            "SELECT count(*) FROM steps WHERE content LIKE '%secret%'",
+            100,
+        )
+        .unwrap();
+    assert_eq!(mine.rows, vec![vec![serde_json::json!(0)]]);
+    // Row limit.
+    let limited = store
+        .analyst_query(ORG, "SELECT seq FROM steps ORDER BY seq", 2)
+        .unwrap();
+    assert!(limited.truncated && limited.rows.len() == 2);
+    // Refused: writes, other tables, other orgs' data by any route.
+    for sql in [
+        "DELETE FROM entries",
+        "UPDATE steps SET content = 'x'",
+        "SELECT * FROM entries",
+        "SELECT * FROM api_keys",
+        "WITH gone AS (DELETE FROM entries RETURNING *) SELECT * FROM gone",
+        "SELECT * FROM steps; DROP TABLE entries",
+    ] {
+        assert!(
+            matches!(
+                store.analyst_query(ORG, sql, 100),
+                Err(AnalystError::Refused(_))
+            ),
+            "{sql}"
+        );
+    }
+    // A CTE named like a real table is the caller's own, never the table,
+    // even from another scope (where the name resolves to nothing).
+    assert!(matches!(
+        store.analyst_query(
+            ORG,
+            "SELECT * FROM (WITH entries AS (SELECT 1 AS x) SELECT x FROM entries) t, entries",
+            100
+        ),
+        Err(AnalystError::Failed(_))
+    ));
+    let own = store
+        .analyst_query(
+            ORG,
+            "WITH entries AS (SELECT content FROM steps) SELECT count(*) FROM entries",
+            100,
+        )
+        .unwrap();
+    assert_eq!(own.rows, vec![vec![serde_json::json!(4)]]);
+    assert!(matches!(
+        store.analyst_query(ORG, "SELECT no_such_column FROM steps", 100),
+        Err(AnalystError::Failed(_))
+    ));
+    assert_eq!(store.log_size(ORG).unwrap(), size, "nothing was written");
+    assert_verifies(store.as_ref());
 }
 
 /// Seed 004's example trace (generic level), its key id adapted to `key`,
