@@ -124,6 +124,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/thinking/parse", post(turns::parse))
         .route("/v1/traces", post(traces::post))
         .route("/v1/traces/{trace_id}", get(traces::get))
+        .route("/v1/sql", post(traces::post_sql))
         .route("/v1/sessions/{session_id}/turns", post(turns::record))
         .route(
             "/v1/sessions/{session_id}/turns/{turn_id}",

@@ -315,6 +315,16 @@ pub struct RegisterKeyArgs {
     pub public_key: String,
 }
 
+/// Arguments of `query_sql`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SqlArgs {
+    /// One read-only query over the views steps, sessions and records of
+    /// your org (the backend's SQL dialect).
+    pub sql: String,
+    /// At most this many rows (default and maximum 10000).
+    pub limit: Option<usize>,
+}
+
 /// Arguments of `get_checkpoint`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct NoArgs {}
@@ -989,6 +999,23 @@ impl CairnMcp {
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let result = crate::traces::fetch(&self.state, &caller, args.trace_id).await;
+        run(result).await
+    }
+
+    #[tool(
+        description = "Analyst SQL: one read-only query (SELECT, or WITH ... SELECT) over your org's views: steps (seq, trace_id, session_id, agent_id, step_index, step_type, kind, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status, erased, current_hash, prev_hash), sessions (session_id, agent_id, profile, started_at, step_count, sealed) and records (seq, type, view). Anything that writes or reads other tables is refused."
+    )]
+    async fn query_sql(
+        &self,
+        Parameters(args): Parameters<SqlArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let caller = self.caller(&context)?;
+        let limit = args
+            .limit
+            .unwrap_or(cairn_store::analyst::MAX_ROWS)
+            .clamp(1, cairn_store::analyst::MAX_ROWS);
+        let result = crate::traces::sql(&self.state, &caller, args.sql, limit).await;
         run(result).await
     }
 

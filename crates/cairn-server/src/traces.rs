@@ -101,3 +101,58 @@ pub(crate) async fn get(
 ) -> Result<Json, ApiError> {
     Ok(axum::Json(fetch(&state, &caller, trace_id).await?))
 }
+
+/// Runs analyst SQL for the caller's org (HTTP and MCP).
+pub(crate) async fn sql(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    sql: String,
+    limit: usize,
+) -> Result<Value, ApiError> {
+    use cairn_store::analyst::AnalystError;
+    let org = caller.org().to_owned();
+    let store = Arc::clone(&state.store);
+    let result = tokio::task::spawn_blocking(move || store.analyst_query(&org, &sql, limit))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    match result {
+        Ok(r) => Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated})),
+        Err(AnalystError::Refused(m)) => Err(ApiError::bad_request("sql_refused", m)),
+        Err(AnalystError::Failed(m)) => Err(ApiError::bad_request("sql_failed", m)),
+        Err(AnalystError::Store(e)) => Err(e.into()),
+        Err(other) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            other.to_string(),
+        )),
+    }
+}
+
+/// `POST /v1/sql`: `{"sql", "limit"?}`, a read-only query over the org's
+/// views `steps`, `sessions` and `records`.
+pub(crate) async fn post_sql(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> Result<Json, ApiError> {
+    let v = parse_json(&body)?;
+    let text = v
+        .get("sql")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "sql (a string) is required"))?;
+    let limit = match v.get("limit") {
+        None | Some(Value::Null) => cairn_store::analyst::MAX_ROWS,
+        Some(l) => l
+            .as_u64()
+            .filter(|&l| (1..=cairn_store::analyst::MAX_ROWS as u64).contains(&l))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    format!("limit must be 1 to {}", cairn_store::analyst::MAX_ROWS),
+                )
+            })? as usize,
+    };
+    Ok(axum::Json(
+        sql(&state, &caller, text.to_owned(), limit).await?,
+    ))
+}

@@ -1567,40 +1567,34 @@ impl LedgerStore for SqliteStore {
         let deadline = std::time::Instant::now() + analyst::TIME_LIMIT;
         c.progress_handler(10_000, Some(move || std::time::Instant::now() > deadline))
             .context("setting the time limit")?;
-        {
-            let c = &c;
-            let out = (|| {
-                let mut stmt = c.prepare(&statement).map_err(failed)?;
-                let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-                let mut rows = stmt.query([]).map_err(failed)?;
-                let mut out = Vec::new();
-                let mut truncated = false;
-                while let Some(row) = rows.next().map_err(failed)? {
-                    if out.len() == max_rows {
-                        truncated = true;
-                        break;
-                    }
-                    let mut values = Vec::with_capacity(columns.len());
-                    for i in 0..columns.len() {
-                        use rusqlite::types::ValueRef;
-                        values.push(match row.get_ref(i).map_err(failed)? {
-                            ValueRef::Null => serde_json::Value::Null,
-                            ValueRef::Integer(n) => n.into(),
-                            ValueRef::Real(f) => f.into(),
-                            ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
-                            ValueRef::Blob(b) => hex::encode(b).into(),
-                        });
-                    }
-                    out.push(values);
-                }
-                Ok(AnalystResult {
-                    columns,
-                    rows: out,
-                    truncated,
-                })
-            })();
-            out
+        let mut stmt = c.prepare(&statement).map_err(failed)?;
+        let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let mut rows = stmt.query([]).map_err(failed)?;
+        let mut out = Vec::new();
+        let mut truncated = false;
+        while let Some(row) = rows.next().map_err(failed)? {
+            if out.len() == max_rows {
+                truncated = true;
+                break;
+            }
+            let mut values = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                use rusqlite::types::ValueRef;
+                values.push(match row.get_ref(i).map_err(failed)? {
+                    ValueRef::Null => serde_json::Value::Null,
+                    ValueRef::Integer(n) => n.into(),
+                    ValueRef::Real(f) => f.into(),
+                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                    ValueRef::Blob(b) => hex::encode(b).into(),
+                });
+            }
+            out.push(values);
         }
+        Ok(AnalystResult {
+            columns,
+            rows: out,
+            truncated,
+        })
     }
 
     fn put_api_key(&self, key: &crate::ApiKey) -> Result<(), StoreError> {

@@ -192,6 +192,15 @@ enum Command {
     Review(crate::records::ReviewCommand),
     /// Record an audit event (seed 001) that steps can link to.
     AuditEvent(crate::records::AuditEventArgs),
+    /// Analyst SQL: one read-only query over the org's views steps,
+    /// sessions and records (SQLite or PostgreSQL dialect, as the store).
+    Sql {
+        /// The query.
+        statement: String,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
     /// Register an agent's Ed25519 public key (seed 004); prints its key id.
     AgentKey(crate::records::AgentKeyArgs),
     /// Import an agent-signed complete trace (seed 004's format): the
@@ -409,6 +418,12 @@ pub fn run() -> Result<Outcome> {
                 Command::Review(command) => crate::records::review(&cli, store, command),
                 Command::AuditEvent(args) => crate::records::audit_event(&cli, store, args),
                 Command::AgentKey(args) => crate::records::agent_key(&cli, store, args),
+                Command::Sql { statement, limit } => crate::records::sql(
+                    &cli,
+                    store.as_ref(),
+                    statement,
+                    (*limit).clamp(1, cairn_store::analyst::MAX_ROWS),
+                ),
                 Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
                 Command::Sessions { agent, limit } => {
                     sessions(&cli, store.as_ref(), agent.as_deref(), *limit)

@@ -492,3 +492,37 @@ pub fn import_trace(
         other => Err(anyhow::anyhow!("unexpected answer {other:?}")),
     }
 }
+
+/// Runs analyst SQL and prints the rows (tab-separated, or JSON).
+pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) -> Result<Outcome> {
+    use cairn_store::analyst::AnalystError;
+    let result = match store.analyst_query(&cli.org, statement, limit) {
+        Ok(result) => result,
+        Err(AnalystError::Refused(m)) => return Err(usage(format!("refused: {m}"))),
+        Err(AnalystError::Failed(m)) => return Err(usage(format!("the query failed: {m}"))),
+        Err(e) => return Err(e.into()),
+    };
+    if cli.json {
+        println!(
+            "{}",
+            json!({"columns": result.columns, "rows": result.rows, "truncated": result.truncated})
+        );
+        return Ok(Outcome::Success);
+    }
+    println!("{}", result.columns.join("\t"));
+    for row in &result.rows {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.replace(['\t', '\n'], " "),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .collect();
+        println!("{}", cells.join("\t"));
+    }
+    if result.truncated {
+        eprintln!("(first {} rows)", result.rows.len());
+    }
+    Ok(Outcome::Success)
+}
