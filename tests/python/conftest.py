@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def cairn_bin() -> str:
-    path = os.environ.get("CAIRN_BIN", str(ROOT / "target" / "debug" / "cairn"))
+    path = os.path.abspath(os.environ.get("CAIRN_BIN", str(ROOT / "target" / "debug" / "cairn")))
     if not os.path.exists(path):
         pytest.fail(f"cairn binary not found at {path}: build it (cargo build -p cairn) or set CAIRN_BIN")
     return path
