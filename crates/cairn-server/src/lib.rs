@@ -354,6 +354,34 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 
 type Json = axum::Json<Value>;
 
+/// A request body's optional string member; another type is a 400.
+fn optional_string(body: &Value, key: &str) -> Result<Option<String>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{key} must be a string"),
+        )),
+    }
+}
+
+/// An Ed25519 public key given as base64 of its 32 bytes.
+fn public_key_param(
+    text: Option<&str>,
+) -> Result<cairn_core::ed25519_dalek::VerifyingKey, ApiError> {
+    use base64::Engine as _;
+    text.and_then(|k| base64::engine::general_purpose::STANDARD.decode(k).ok())
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        .and_then(|bytes| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                "public_key must be base64 of a 32-byte Ed25519 public key",
+            )
+        })
+}
+
 /// Seed 004's `level` parameter: `generic`, `detailed` or `full`.
 fn level_param(q: &HashMap<String, String>) -> Result<Option<DetailLevel>, ApiError> {
     q.get("level")
@@ -1219,19 +1247,7 @@ async fn register_agent_key(
             ));
         }
     };
-    use base64::Engine as _;
-    let public_key = v
-        .get("public_key")
-        .and_then(Value::as_str)
-        .and_then(|k| base64::engine::general_purpose::STANDARD.decode(k).ok())
-        .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
-        .and_then(|bytes| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok())
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                "public_key must be base64 of a 32-byte Ed25519 public key",
-            )
-        })?;
+    let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;
     let request = WriteRequest::RegisterKey {
         org_id: caller.org().to_owned(),
         agent_id: agent_id.clone(),

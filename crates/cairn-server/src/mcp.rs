@@ -950,18 +950,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_write(), "register agent keys")?;
-            use base64::Engine as _;
-            let public_key = base64::engine::general_purpose::STANDARD
-                .decode(&args.public_key)
-                .ok()
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                .and_then(|b| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&b).ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "invalid_request",
-                        "public_key must be base64 of a 32-byte Ed25519 public key",
-                    )
-                })?;
+            let public_key = crate::public_key_param(Some(&args.public_key))?;
             let request = WriteRequest::RegisterKey {
                 org_id: caller.org().to_owned(),
                 agent_id: Self::agent_for(&caller, Some(args.agent_id))?,

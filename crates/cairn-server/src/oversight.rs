@@ -117,16 +117,7 @@ pub(crate) async fn record_event(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
     let v = parse_json(&body)?;
-    let text = |k: &str| -> Result<Option<String>, ApiError> {
-        match v.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(ApiError::bad_request(
-                "invalid_request",
-                format!("{k} must be a string"),
-            )),
-        }
-    };
+    let text = |k: &str| crate::optional_string(&v, k);
     let action = text("action")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "action is required"))?;
     let body = audit_event(

@@ -50,16 +50,7 @@ pub(crate) async fn record(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
-    let text = |k: &str| -> Result<Option<String>, ApiError> {
-        match v.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(ApiError::bad_request(
-                "invalid_request",
-                format!("{k} must be a string"),
-            )),
-        }
-    };
+    let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
     let turn_id = text("turn_id")?.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     // The template: the session, agent and model every parsed step gets.
@@ -174,23 +165,27 @@ pub(crate) async fn submit_all(state: &Arc<AppState>, steps: Vec<NewStep>) -> (u
     (accepted, results)
 }
 
-/// A session's steps, or 404.
-async fn session_steps(
+/// A session's steps, and each one's log position by trace id; 404 for
+/// an unknown session.
+async fn session_records(
     state: &Arc<AppState>,
     caller: &Caller,
-    session_id: String,
-) -> Result<Vec<(u64, StepRecord)>, ApiError> {
+    session_id: &str,
+) -> Result<(Vec<StepRecord>, HashMap<String, u64>), ApiError> {
     let org = caller.org().to_owned();
+    let session_id = session_id.to_owned();
     blocking(state, move |store| {
         store
             .session(&org, &session_id)?
             .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
-        let mut steps = Vec::new();
+        let mut records = Vec::new();
+        let mut seqs = HashMap::new();
         store.read_session(&org, &session_id, &mut |s| {
-            steps.push((s.seq, s.record));
+            seqs.insert(s.record.step.trace_id.clone(), s.seq);
+            records.push(s.record);
             true
         })?;
-        Ok(steps)
+        Ok((records, seqs))
     })
     .await
 }
@@ -221,12 +216,7 @@ pub(crate) async fn trail_of(
     session_id: &str,
     markdown: bool,
 ) -> Result<Result<Value, String>, ApiError> {
-    let steps = session_steps(state, caller, session_id.to_owned()).await?;
-    let seqs: HashMap<String, u64> = steps
-        .iter()
-        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
-        .collect();
-    let records: Vec<StepRecord> = steps.into_iter().map(|(_, r)| r).collect();
+    let (records, seqs) = session_records(state, caller, session_id).await?;
     if markdown {
         return Ok(Err(render::markdown(session_id, &records)));
     }
@@ -245,12 +235,7 @@ pub(crate) async fn turn_of(
     turn_id: &str,
     markdown: bool,
 ) -> Result<Result<Value, String>, ApiError> {
-    let steps = session_steps(state, caller, session_id.to_owned()).await?;
-    let seqs: HashMap<String, u64> = steps
-        .iter()
-        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
-        .collect();
-    let records: Vec<StepRecord> = steps.into_iter().map(|(_, r)| r).collect();
+    let (records, seqs) = session_records(state, caller, session_id).await?;
     let turns = render::turns(&records);
     let turn = turns
         .iter()

@@ -88,6 +88,46 @@ pub fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
+/// The best `limit` matches of a stream of scored steps, in bounded
+/// memory: both backends rank their stored vectors with it.
+pub(crate) struct TopK {
+    limit: usize,
+    best: Vec<(u64, f32)>,
+}
+
+impl TopK {
+    /// Keeps the `limit` best.
+    pub(crate) fn new(limit: usize) -> TopK {
+        TopK {
+            limit,
+            best: Vec::new(),
+        }
+    }
+
+    /// Scores a stored vector (skipped if it does not decode) against
+    /// `query`.
+    pub(crate) fn offer(&mut self, seq: u64, query: &[f32], stored: &[u8]) {
+        let Some(vector) = from_bytes(stored) else {
+            return;
+        };
+        self.best.push((seq, similarity(query, &vector)));
+        if self.best.len() > self.limit.saturating_mul(4).max(256) {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        self.best.sort_by(|a, b| b.1.total_cmp(&a.1));
+        self.best.truncate(self.limit);
+    }
+
+    /// The best matches, best first.
+    pub(crate) fn finish(mut self) -> Vec<(u64, f32)> {
+        self.trim();
+        self.best
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

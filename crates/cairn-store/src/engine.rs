@@ -1031,22 +1031,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         };
         let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
         let org_id = self.org(org_name)?.map(|org| org.id);
-        let key = match org_id {
-            Some(org) => self.agent_key(org, &trace.signature_key_id)?,
-            None => None,
-        };
-        let Some(key) = key else {
-            return Ok(Err(Refusal::BadSignature(format!(
-                "key {} is not registered in org {org_name}",
-                trace.signature_key_id
-            ))));
-        };
-        if key.agent_id != trace.agent_id_hash {
-            return Ok(Err(Refusal::BadSignature(format!(
-                "key {} is registered for agent {}, not {}",
-                trace.signature_key_id, key.agent_id, trace.agent_id_hash
-            ))));
-        }
+        let key =
+            match self.registered_key(org_id, &trace.signature_key_id, &trace.agent_id_hash)? {
+                Ok(key) => key,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
         if !trace.verify(&key.key) {
             return Ok(Err(Refusal::BadSignature(
                 "the trace's signature does not verify over its components and trace level".into(),
@@ -1212,6 +1201,24 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(Written::AuditEvent { seq, event_id }))
     }
 
+    /// The key `key_id` registered in `org` for `agent`, or why not.
+    fn registered_key(&mut self, org: Option<i64>, key_id: &str, agent: &str) -> Outcome<AgentKey> {
+        let key = match org {
+            Some(org) => self.agent_key(org, key_id)?,
+            None => None,
+        };
+        Ok(match key {
+            None => Err(Refusal::BadSignature(format!(
+                "key {key_id} is not registered"
+            ))),
+            Some(key) if key.agent_id != agent => Err(Refusal::BadSignature(format!(
+                "key {key_id} is registered for agent {}, not {agent}",
+                key.agent_id
+            ))),
+            Some(key) => Ok(key),
+        })
+    }
+
     fn check_signature(
         &mut self,
         org: Option<i64>,
@@ -1219,22 +1226,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         digest: &Hash,
         sig: &AgentSignature,
     ) -> Outcome<()> {
-        let key = match org {
-            Some(org) => self.agent_key(org, &sig.key_id)?,
-            None => None,
+        let key = match self.registered_key(org, &sig.key_id, &step.agent_id)? {
+            Ok(key) => key,
+            Err(refusal) => return Ok(Err(refusal)),
         };
-        let Some(key) = key else {
-            return Ok(Err(Refusal::BadSignature(format!(
-                "key {} is not registered",
-                sig.key_id
-            ))));
-        };
-        if key.agent_id != step.agent_id {
-            return Ok(Err(Refusal::BadSignature(format!(
-                "key {} is not registered for agent {}",
-                sig.key_id, step.agent_id
-            ))));
-        }
         if !verify_agent_signature(&key.key, digest, &sig.signature) {
             return Ok(Err(Refusal::BadSignature(
                 "the signature does not verify over the step's digest".into(),
@@ -1469,6 +1464,22 @@ pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.
     e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
     e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
     e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts";
+
+/// The name and key that sign an org's log: the server's own, or for a
+/// mirror the origin server's recorded `(name, vkey)`.
+pub(crate) fn signer_of(
+    key: &ServerKey,
+    origin: Option<(String, String)>,
+) -> Result<(String, cairn_core::note::NoteVerifier), StoreError> {
+    match origin {
+        None => Ok((key.signer.name().to_owned(), key.verifier.clone())),
+        Some((name, vkey)) => {
+            let verifier = cairn_core::note::NoteVerifier::parse(&vkey)
+                .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
+            Ok((name, verifier))
+        }
+    }
+}
 
 /// A stored 32-byte hash.
 pub(crate) fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {

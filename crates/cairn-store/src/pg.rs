@@ -1798,7 +1798,7 @@ impl LedgerStore for PgStore {
                 return Ok(Vec::new());
             };
             let (lo, hi) = org_range(org);
-            let mut best: Vec<(u64, f32)> = Vec::new();
+            let mut best = crate::embed::TopK::new(limit);
             let mut next = lo;
             loop {
                 let rows = db.query(
@@ -1810,20 +1810,10 @@ impl LedgerStore for PgStore {
                 next = col::<i64>(last, 0)? + 1;
                 for row in &rows {
                     let id: i64 = col(row, 0)?;
-                    let bytes: Vec<u8> = col(row, 1)?;
-                    let Some(vector) = crate::embed::from_bytes(&bytes) else {
-                        continue;
-                    };
-                    best.push((u64_of(id - lo), crate::embed::similarity(query, &vector)));
-                }
-                if best.len() > limit.saturating_mul(4).max(256) {
-                    best.sort_by(|a, b| b.1.total_cmp(&a.1));
-                    best.truncate(limit);
+                    best.offer(u64_of(id - lo), query, &col::<Vec<u8>>(row, 1)?);
                 }
             }
-            best.sort_by(|a, b| b.1.total_cmp(&a.1));
-            best.truncate(limit);
-            Ok(best)
+            Ok(best.finish())
         })
     }
 
@@ -2049,14 +2039,7 @@ impl LedgerStore for PgStore {
             .map(|row| Ok((col::<String>(&row, 0)?, col::<String>(&row, 1)?)))
             .transpose()
         })?;
-        match origin {
-            None => Ok((self.key.signer.name().to_owned(), self.key.verifier.clone())),
-            Some((name, key)) => {
-                let key = NoteVerifier::parse(&key)
-                    .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
-                Ok((name, key))
-            }
-        }
+        crate::engine::signer_of(&self.key, origin)
     }
 
     fn import_log(

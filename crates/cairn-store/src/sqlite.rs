@@ -1433,23 +1433,13 @@ impl LedgerStore for SqliteStore {
             let mut rows = stmt
                 .query(params![lo, hi])
                 .context("searching embeddings")?;
-            let mut best: Vec<(u64, f32)> = Vec::new();
+            let mut best = crate::embed::TopK::new(limit);
             while let Some(row) = rows.next().context("searching embeddings")? {
                 let id: i64 = row.get(0).context("searching embeddings")?;
                 let bytes: Vec<u8> = row.get(1).context("searching embeddings")?;
-                let Some(vector) = crate::embed::from_bytes(&bytes) else {
-                    continue;
-                };
-                let score = crate::embed::similarity(query, &vector);
-                best.push(((id - lo) as u64, score));
-                if best.len() > limit.saturating_mul(4).max(256) {
-                    best.sort_by(|a, b| b.1.total_cmp(&a.1));
-                    best.truncate(limit);
-                }
+                best.offer((id - lo) as u64, query, &bytes);
             }
-            best.sort_by(|a, b| b.1.total_cmp(&a.1));
-            best.truncate(limit);
-            Ok(best)
+            Ok(best.finish())
         })
     }
 
@@ -1700,14 +1690,7 @@ impl LedgerStore for SqliteStore {
             .optional()
             .context("reading an org's origin")
         })?;
-        match origin {
-            None => Ok((self.key.signer.name().to_owned(), self.key.verifier.clone())),
-            Some((name, key)) => {
-                let key = NoteVerifier::parse(&key)
-                    .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
-                Ok((name, key))
-            }
-        }
+        crate::engine::signer_of(&self.key, origin)
     }
 
     fn import_log(

@@ -114,6 +114,21 @@ pub struct AuditEventArgs {
     detail: Option<String>,
 }
 
+/// A file's text, or stdin's when no file is given.
+fn read_input(file: Option<&std::path::Path>) -> Result<String> {
+    match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display()))),
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            Ok(text)
+        }
+    }
+}
+
 fn ledger(store: Arc<dyn LedgerStore>) -> Ledger {
     Ledger::new(store, SequencerConfig::default())
 }
@@ -169,17 +184,7 @@ pub fn thinking(
     store: Option<Arc<dyn LedgerStore>>,
     args: &ThinkingArgs,
 ) -> Result<Outcome> {
-    let text = match &args.file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?,
-        None => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading stdin")?;
-            text
-        }
-    };
+    let text = read_input(args.file.as_deref())?;
     let (Some(session), Some(store)) = (&args.session, store) else {
         let parsed = cairn_core::thinking::parse_thinking(&text);
         if cli.json {
@@ -451,17 +456,7 @@ pub fn import_trace(
     store: Arc<dyn LedgerStore>,
     args: &ImportTraceArgs,
 ) -> Result<Outcome> {
-    let text = match &args.file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?,
-        None => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading stdin")?;
-            text
-        }
-    };
+    let text = read_input(args.file.as_deref())?;
     let trace: Value =
         serde_json::from_str(&text).map_err(|e| usage(format!("the trace is not JSON: {e}")))?;
     let request = WriteRequest::ImportTrace {
