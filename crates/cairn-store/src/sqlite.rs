@@ -180,6 +180,20 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     .context("configuring the connection")
 }
 
+/// Opens a read-only connection that waits for the writer rather than
+/// failing at once, and refuses structural changes.
+fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let mut c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .context("opening a reader")?;
+    c.busy_timeout(Duration::from_secs(10))
+        .context("setting the busy timeout")?;
+    forbid_structural_changes(&mut c)?;
+    Ok(c)
+}
+
 /// Refuses, on Cairn's own connections, statements that would remove
 /// ledger structure: DROP of anything and ALTER TABLE. (A user of the plain
 /// `sqlite3` shell is not bound by this; the triggers and verification
@@ -270,17 +284,7 @@ impl SqliteStore {
         let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let conn = match pooled {
             Some(c) => c,
-            None => {
-                let mut c = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-                .context("opening a reader")?;
-                c.busy_timeout(Duration::from_secs(10))
-                    .context("setting the busy timeout")?;
-                forbid_structural_changes(&mut c)?;
-                c
-            }
+            None => open_reader(&self.path)?,
         };
         let out = f(&conn);
         if let Ok(mut pool) = self.readers.lock()
@@ -1546,14 +1550,7 @@ impl LedgerStore for SqliteStore {
         let failed = |e: rusqlite::Error| AnalystError::Failed(e.to_string());
         // A connection of its own: read-only, refusing DDL, with a handler
         // that stops a long query.
-        let mut c = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .context("opening a reader")?;
-        c.busy_timeout(Duration::from_secs(10))
-            .context("setting the busy timeout")?;
-        forbid_structural_changes(&mut c)?;
+        let mut c = open_reader(&self.path)?;
         let deadline = std::time::Instant::now() + analyst::TIME_LIMIT;
         c.progress_handler(10_000, Some(move || std::time::Instant::now() > deadline))
             .context("setting the time limit")?;
@@ -1733,5 +1730,52 @@ impl LedgerStore for SqliteStore {
 
     fn server_name(&self) -> &str {
         self.key.signer.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The authorizer is a second line behind the analyst SQL guard and
+    /// the triggers: on the writer and on a reader, DROP and ALTER are
+    /// refused by SQLite itself, while ordinary statements still run.
+    #[test]
+    fn cairn_connections_refuse_structural_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let structural = [
+            "DROP TABLE entries",
+            "DROP TRIGGER entries_no_delete",
+            "DROP INDEX entries_by_trace",
+            "ALTER TABLE entries ADD COLUMN forged TEXT",
+            "ALTER TABLE entries RENAME TO entries_old",
+        ];
+        {
+            let writer = store.writer.lock().unwrap();
+            for sql in structural {
+                let err = writer.conn.execute_batch(sql).unwrap_err();
+                assert!(
+                    err.to_string().contains("not authorized"),
+                    "{sql} on the writer: {err}"
+                );
+            }
+            writer
+                .conn
+                .execute_batch("CREATE TEMP TABLE scratch (x); INSERT INTO scratch VALUES (1);")
+                .unwrap();
+        }
+        let reader = open_reader(store.path()).unwrap();
+        for sql in structural {
+            let err = reader.execute_batch(sql).unwrap_err();
+            assert!(
+                err.to_string().contains("not authorized"),
+                "{sql} on a reader: {err}"
+            );
+        }
+        let entries: i64 = reader
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(entries, 0);
     }
 }
