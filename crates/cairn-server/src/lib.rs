@@ -475,24 +475,6 @@ fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiE
     Ok(step)
 }
 
-fn written_json(w: &Written) -> Value {
-    match w {
-        Written::Step {
-            seq,
-            trace_id,
-            step_index,
-            hash,
-            created_at,
-            session_created,
-        } => json!({
-            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
-            "seq": seq, "created_at": created_at.to_string(), "session_created": session_created,
-        }),
-        Written::Session { seq, genesis } => json!({"seq": seq, "genesis": genesis.to_hex()}),
-        other => json!({"written": format!("{other:?}")}),
-    }
-}
-
 async fn append_step(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -509,7 +491,11 @@ async fn append_step(
     {
         Ok(written) => {
             state.metrics.append(started.elapsed());
-            Ok((StatusCode::CREATED, axum::Json(written_json(&written))).into_response())
+            Ok((
+                StatusCode::CREATED,
+                axum::Json(wire::written_to_json(&written)),
+            )
+                .into_response())
         }
         Err(e) => {
             state.metrics.refusal();
@@ -554,7 +540,7 @@ async fn append_batch(
             Ok(w) => {
                 accepted += 1;
                 state.metrics.append(started.elapsed());
-                written_json(&w)
+                wire::written_to_json(&w)
             }
             Err(e) => {
                 state.metrics.refusal();
@@ -630,7 +616,7 @@ async fn start_session(
             .unwrap_or(false),
     });
     let written = state.ledger.submit(request).await?;
-    let mut body = written_json(&written);
+    let mut body = wire::written_to_json(&written);
     body["session_id"] = json!(session_id);
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
@@ -673,8 +659,8 @@ async fn replay(
     Path(session_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let verify = q.get("verify").is_some_and(|v| v == "true" || v == "1");
-    let markdown = q.get("format").is_some_and(|f| f == "markdown");
+    let verify = query_bool(&q, "verify")?;
+    let markdown = wants_markdown(q.get("format").map(String::as_str))?;
     let level = level_param(&q)?;
     let org = caller.org().to_owned();
     let (info, mut steps, verdict) = blocking(&state, move |store| {
@@ -711,12 +697,10 @@ async fn replay(
     }
     if markdown {
         let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
-        let text = render::markdown(&info.header.session_id, &records);
-        return Ok((
-            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
-            text,
-        )
-            .into_response());
+        return Ok(markdown_response(render::markdown(
+            &info.header.session_id,
+            &records,
+        )));
     }
     let mut body = json!({
         "session_id": info.header.session_id,
@@ -782,16 +766,7 @@ async fn seal(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "seal sessions")?;
     Caller::require_enabled(&state)?;
-    let require_reflection = match q.get("require_reflection").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                format!("require_reflection must be true or false, not {other}"),
-            ));
-        }
-    };
+    let require_reflection = query_bool(&q, "require_reflection")?;
     let request = WriteRequest::Seal {
         org_id: caller.org().to_owned(),
         session_id,
@@ -974,6 +949,40 @@ async fn checkpoint(
         .into_response())
 }
 
+/// A boolean query parameter: `true`/`1` or `false`/`0`; absent is false.
+/// Anything else is refused rather than read as false.
+pub(crate) fn query_bool(q: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None | Some("false" | "0") => Ok(false),
+        Some("true" | "1") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{key} must be true or false, not {other}"),
+        )),
+    }
+}
+
+/// The `format` parameter of the readable endpoints and tools: `json`
+/// (default) or `markdown`.
+pub(crate) fn wants_markdown(format: Option<&str>) -> Result<bool, ApiError> {
+    match format {
+        None | Some("json") => Ok(false),
+        Some("markdown") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("format must be json or markdown, not {other}"),
+        )),
+    }
+}
+
+pub(crate) fn markdown_response(text: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
 fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
@@ -1103,17 +1112,17 @@ async fn export(
         q.get("agent"),
         q.get("since"),
         q.get("until"),
-        q.get("all"),
+        query_bool(&q, "all")?,
     ) {
-        (Some(s), None, None, None, None) => ExportScope::Session(s.clone()),
-        (None, Some(a), None, None, None) => ExportScope::Agent(a.clone()),
-        (None, None, Some(since), Some(until), None) => ExportScope::Range {
+        (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
+        (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
+        (None, None, Some(since), Some(until), false) => ExportScope::Range {
             since: cairn_core::Timestamp::parse_rfc3339(since)
                 .map_err(|e| ApiError::bad_request("invalid_request", format!("since: {e}")))?,
             until: cairn_core::Timestamp::parse_rfc3339(until)
                 .map_err(|e| ApiError::bad_request("invalid_request", format!("until: {e}")))?,
         },
-        (None, None, None, None, Some(_)) => ExportScope::All,
+        (None, None, None, None, true) => ExportScope::All,
         _ => {
             return Err(ApiError::bad_request(
                 "invalid_request",

@@ -822,16 +822,7 @@ impl CairnMcp {
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let result = async {
-            let markdown = match args.format.as_deref() {
-                None | Some("json") => false,
-                Some("markdown") => true,
-                Some(other) => {
-                    return Err(ApiError::bad_request(
-                        "invalid_request",
-                        format!("format must be json or markdown, not {other}"),
-                    ));
-                }
-            };
+            let markdown = crate::wants_markdown(args.format.as_deref())?;
             let out = match &args.turn_id {
                 Some(turn) => {
                     crate::turns::turn_of(&self.state, &caller, &args.session_id, turn, markdown)

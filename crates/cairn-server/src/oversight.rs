@@ -33,16 +33,7 @@ pub(crate) async fn review(
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
     let v = parse_json(&body)?;
     let decision = decision(v.get("decision").and_then(Value::as_str))?;
-    let note = match v.get("note") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "note must be a string",
-            ));
-        }
-    };
+    let note = crate::optional_string(&v, "note")?;
     let body = review_step(&state, &caller, trace_id, decision, note).await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
@@ -92,16 +83,7 @@ pub(crate) async fn queue(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
-    let all = match q.get("all").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                format!("all must be true or false, not {other}"),
-            ));
-        }
-    };
+    let all = crate::query_bool(&q, "all")?;
     let limit = crate::query_u64(&q, "limit")?
         .unwrap_or(100)
         .clamp(1, 10_000) as usize;

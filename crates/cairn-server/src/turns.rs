@@ -4,7 +4,7 @@
 
 use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, render, step_for, wire};
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::commit::StepRecord;
 use cairn_store::{NewStep, WriteRequest};
@@ -154,7 +154,7 @@ pub(crate) async fn submit_all(state: &Arc<AppState>, steps: Vec<NewStep>) -> (u
         results.push(match p.await {
             Ok(written) => {
                 accepted += 1;
-                crate::written_json(&written)
+                crate::wire::written_to_json(&written)
             }
             Err(e) => {
                 let e = ApiError::from(e);
@@ -188,25 +188,6 @@ async fn session_records(
         Ok((records, seqs))
     })
     .await
-}
-
-fn markdown_response(text: String) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
-        text,
-    )
-        .into_response()
-}
-
-fn wants_markdown(q: &HashMap<String, String>) -> Result<bool, ApiError> {
-    match q.get("format").map(String::as_str) {
-        None | Some("json") => Ok(false),
-        Some("markdown") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(
-            "invalid_request",
-            format!("format must be json or markdown, not {other}"),
-        )),
-    }
 }
 
 /// A session's trail as JSON, or as seed 002's Markdown.
@@ -250,7 +231,7 @@ pub(crate) async fn turn_of(
 fn respond(out: Result<Value, String>) -> Response {
     match out {
         Ok(json) => axum::Json(json).into_response(),
-        Err(markdown) => markdown_response(markdown),
+        Err(markdown) => crate::markdown_response(markdown),
     }
 }
 
@@ -262,7 +243,7 @@ pub(crate) async fn trail(
     Path(session_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let markdown = wants_markdown(&q)?;
+    let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
     Ok(respond(
         trail_of(&state, &caller, &session_id, markdown).await?,
     ))
@@ -276,7 +257,7 @@ pub(crate) async fn turn(
     Path((session_id, turn_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let markdown = wants_markdown(&q)?;
+    let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
     Ok(respond(
         turn_of(&state, &caller, &session_id, &turn_id, markdown).await?,
     ))

@@ -314,6 +314,27 @@ pub fn turn_to_json(
     })
 }
 
+/// What a write produced, as the answer to the request that made it: a
+/// step's position and hashes, a session's genesis.
+pub fn written_to_json(w: &cairn_store::Written) -> Value {
+    use cairn_store::Written;
+    match w {
+        Written::Step {
+            seq,
+            trace_id,
+            step_index,
+            hash,
+            created_at,
+            session_created,
+        } => json!({
+            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
+            "seq": seq, "created_at": created_at.to_string(), "session_created": session_created,
+        }),
+        Written::Session { seq, genesis } => json!({"seq": seq, "genesis": genesis.to_hex()}),
+        other => json!({"written": format!("{other:?}")}),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

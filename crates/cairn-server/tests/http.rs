@@ -548,6 +548,11 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         "/v1/sessions/s1/trail?format=xml",
         "/v1/sessions/s1/turns/t?format=pdf",
         "/v1/reviews?all=maybe",
+        "/v1/sessions/s1?verify=yes",
+        "/v1/sessions/s1?format=html",
+        // `all=false` is not a request for the whole log.
+        "/v1/export?all=false",
+        "/v1/export?session=s1&all=false&agent=analyst",
     ] {
         assert_eq!(
             get(&server, path, &admin).code(),

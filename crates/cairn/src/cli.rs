@@ -650,23 +650,6 @@ pub(crate) fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option
         .transpose()
 }
 
-pub(crate) fn written_json(w: &Written) -> Value {
-    match w {
-        Written::Step {
-            seq,
-            trace_id,
-            step_index,
-            hash,
-            created_at,
-            ..
-        } => json!({
-            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
-            "seq": seq, "created_at": created_at.to_string(),
-        }),
-        other => json!({ "written": format!("{other:?}") }),
-    }
-}
-
 fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome> {
     let ledger = Ledger::new(store, SequencerConfig::default());
     if !args.stdin {
@@ -718,7 +701,7 @@ fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome
             .write(WriteRequest::Step(Box::new(step)))
             .map_err(append_error)?;
         if cli.json {
-            println!("{}", written_json(&written));
+            println!("{}", cairn_server::wire::written_to_json(&written));
         } else if let Written::Step {
             trace_id,
             step_index,
@@ -760,7 +743,7 @@ fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome
     for (line, p) in pending {
         match p.wait() {
             Ok(w) => {
-                let mut v = written_json(&w);
+                let mut v = cairn_server::wire::written_to_json(&w);
                 v["line"] = json!(line);
                 writeln!(out, "{v}")?;
             }

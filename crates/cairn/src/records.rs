@@ -236,7 +236,10 @@ pub fn thinking(
         results.push(p.wait().map_err(append_error)?);
     }
     if cli.json {
-        let steps: Vec<Value> = results.iter().map(crate::cli::written_json).collect();
+        let steps: Vec<Value> = results
+            .iter()
+            .map(cairn_server::wire::written_to_json)
+            .collect();
         println!(
             "{}",
             json!({"session_id": session, "turn_id": turn, "steps": steps})
