@@ -122,6 +122,18 @@ def test_offline_verification_in_pure_python(server, cairn_bin, data_dir, tmp_pa
             assert "pricing step" not in bundle
     whole = agent.export(all=True)
     assert verify_bundle(whole, keys=[vkey]).verified
+    # Line separators inside a record's text are not line ends (only "\n"
+    # ends a bundle line, as for the Rust verifier).
+    agent.log_reasoning_step(session_id="separators", step_type="Observation", content="a\u2028b\x85c\u2029d\x1ce")
+    odd = agent.export(session="separators")
+    assert verify_bundle(odd, keys=[vkey]).verified
+    assert verify_bundle(odd.encode(), keys=[vkey]).verified
+    # A byte that is not UTF-8 is a change, found at its line.
+    raw = odd.encode()
+    at = raw.index("a\u2028b".encode())
+    broken = verify_bundle(raw[:at] + b"\xff" + raw[at + 1:], keys=[vkey])
+    assert broken.failure.reason == "malformed-record"
+    assert broken.failure.line == odd[:odd.index("a\u2028b")].count("\n") + 1
 
     # One changed byte: both verifiers stop at the same record, same reason.
     bundle = agent.export(session="pricing")

@@ -328,6 +328,21 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
     })
 }
 
+/// A line as read, without its line ending (`\n` or `\r\n`), the way
+/// [`str::lines`] would give it.
+pub fn trim_line_end(line: &[u8]) -> &[u8] {
+    match line.strip_suffix(b"\n") {
+        Some(line) => line.strip_suffix(b"\r").unwrap_or(line),
+        None => line,
+    }
+}
+
+/// The lines of a bundle held in memory, split as [`str::lines`] splits
+/// text, for [`BundleVerifier::push_bytes`].
+pub fn bundle_lines(bundle: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bundle.split_inclusive(|&b| b == b'\n').map(trim_line_end)
+}
+
 /// What a bundle verification found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleVerdict {
@@ -381,6 +396,24 @@ impl BundleVerifier {
         at.line = Some(self.line);
         self.failure = Some(Failure { at, reason, detail });
         false
+    }
+
+    /// Feeds the next line as read: a line that is not UTF-8 is a changed
+    /// byte and fails verification at that line. (Decoding it lossily
+    /// instead could turn a changed byte back into the text it replaced.)
+    /// Returns false once verification has failed.
+    pub fn push_bytes(&mut self, line: &[u8]) -> bool {
+        match std::str::from_utf8(line) {
+            Ok(text) => self.push_line(text),
+            Err(e) => {
+                if self.failure.is_some() {
+                    return false;
+                }
+                self.line += 1;
+                let detail = format!("line {} is not UTF-8 text: {e}", self.line);
+                self.fail(Location::default(), Reason::MalformedRecord, detail)
+            }
+        }
     }
 
     /// Feeds the next line. Returns false once verification has failed.

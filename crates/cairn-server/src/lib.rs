@@ -1200,10 +1200,9 @@ async fn verify_bundle(
 ) -> Result<Json, ApiError> {
     let started = Instant::now();
     let result = tokio::task::spawn_blocking(move || {
-        let text = String::from_utf8_lossy(&body);
         let mut verifier = cairn_core::bundle::BundleVerifier::new(Vec::new());
-        for line in text.lines() {
-            if !verifier.push_line(line) {
+        for line in cairn_core::bundle::bundle_lines(&body) {
+            if !verifier.push_bytes(line) {
                 break;
             }
         }

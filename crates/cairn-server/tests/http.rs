@@ -328,7 +328,6 @@ fn every_endpoint_works() {
     )
     .json();
     assert_eq!(checked["brokenReason"], "digest-mismatch");
-
     // Keys.
     let created = post(
         &server,
@@ -1175,4 +1174,45 @@ fn detail_levels_and_consent() {
         get(&server, "/v1/export?session=consented&level=full", &admin).status,
         200
     );
+}
+
+/// An uploaded bundle is checked as bytes: a byte that is not UTF-8 fails
+/// at its line, even where reading it lossily would restore the character
+/// it replaced.
+#[test]
+fn uploads_are_checked_as_bytes() {
+    let server = start();
+    let odd = post(
+        &server,
+        "/v1/steps",
+        &server.admin,
+        &step("odd", "plan", "a \u{fffd} b"),
+    );
+    assert_eq!(odd.status, 201, "{}", odd.text());
+    let bundle = get(&server, "/v1/export?session=odd", &server.admin).body;
+    let at = bundle
+        .windows(3)
+        .position(|w| w == "\u{fffd}".as_bytes())
+        .unwrap();
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&server.admin),
+        Some(&bundle),
+    )
+    .json();
+    assert_eq!(checked["verified"], true, "{checked}");
+    let mut swapped = bundle.clone();
+    swapped.splice(at..at + 3, [0xff]);
+    assert_eq!(String::from_utf8_lossy(&swapped).as_bytes(), &bundle[..]);
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&server.admin),
+        Some(&swapped),
+    )
+    .json();
+    assert_eq!(checked["brokenReason"], "malformed-record", "{checked}");
 }

@@ -603,9 +603,13 @@ pub fn import_bundle(
     use cairn_core::bundle::{BundleHeader, BundleVerifier, decode_entry};
     let io = |e: std::io::Error| ImportError::Refused(format!("reading the bundle: {e}"));
     let mut verifier = BundleVerifier::new(keys.to_vec());
-    for line in std::io::BufRead::lines(open().map_err(io)?) {
-        let line = line.map_err(io)?;
-        if !verifier.push_line(&line) {
+    let mut reader = open().map_err(io)?;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).map_err(io)? == 0
+            || !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line))
+        {
             break;
         }
     }

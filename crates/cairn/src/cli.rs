@@ -978,19 +978,20 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let bar = progress_bar(total, "verifying bundle");
     let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    let mut reader = std::io::BufReader::new(file);
+    let mut line = Vec::new();
     let mut read = 0u64;
-    for line in std::io::BufReader::new(file).lines() {
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                // Invalid UTF-8 is a changed byte: report it at its line.
-                verifier.push_line(&format!("\u{0}{e}"));
-                break;
-            }
-        };
-        read += line.len() as u64 + 1;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
         bar.set_position(read);
-        if !verifier.push_line(&line) {
+        if !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line)) {
             break;
         }
     }

@@ -199,6 +199,20 @@ fn record_replay_verify_export_offline() {
     assert_eq!(verdict["brokenReason"], "digest-mismatch");
     assert_eq!(verdict["brokenAt"]["line"], changed_line);
     assert_eq!(verdict["brokenAt"]["step_index"], 2);
+    // A byte that is not UTF-8 is a change too, reported at its line.
+    let mut bytes = text.clone().into_bytes();
+    let at = text.find("Enterprise grew 23%").unwrap();
+    bytes[at] = 0xff;
+    std::fs::write(&bundle, bytes).unwrap();
+    let run = cairn_in(
+        elsewhere.path(),
+        &["verify", "--bundle", bundle.to_str().unwrap(), "--json"],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let verdict = json(&run);
+    assert_eq!(verdict["brokenReason"], "malformed-record");
+    assert_eq!(verdict["brokenAt"]["line"], changed_line);
 
     // The whole org exports as a complete log and verifies too.
     let all = dir.path().join("all.bundle");

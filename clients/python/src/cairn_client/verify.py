@@ -429,14 +429,34 @@ class _Verifier:
 BundleSource = Union[str, bytes, "os.PathLike[str]", Iterable[str]]
 
 
+def _split(text):
+    # Only "\n" (or "\r\n") ends a bundle line, as in Rust's str::lines:
+    # str.splitlines would also split at U+2028, U+0085 and other
+    # separators that JSON carries unescaped inside a record's text.
+    lines = text.split(b"\n" if isinstance(text, bytes) else "\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    cr = b"\r" if isinstance(text, bytes) else "\r"
+    return [line[:-1] if line.endswith(cr) else line for line in lines]
+
+
+def _text(line):
+    # Decoded one line at a time, so that a byte that is not UTF-8 fails
+    # verification at its line.
+    if isinstance(line, bytes):
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not UTF-8 text: {e}") from None
+    return line
+
+
 def _lines(source: BundleSource) -> Iterable[str]:
-    if isinstance(source, bytes):
-        return source.decode("utf-8").splitlines()
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and os.path.exists(source)):
-        with open(source, encoding="utf-8") as f:
-            return f.read().splitlines()
-    if isinstance(source, str):
-        return source.splitlines()
+        with open(source, "rb") as f:
+            source = f.read()
+    if isinstance(source, (str, bytes)):
+        return _split(source)
     return source
 
 
@@ -461,7 +481,7 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = ()) -> Verdict:
         except StopIteration:
             raise _Fail("malformed-record", "the bundle is empty") from None
         line_number = 1
-        header = json.loads(first)
+        header = json.loads(_text(first))
         if header.get("cairn_bundle") != 1 or not isinstance(header.get("org_id"), str):
             raise _Fail("malformed-record", "line 1 is not a Cairn bundle header")
         verdict.org_id = header["org_id"]
@@ -470,7 +490,7 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = ()) -> Verdict:
         except ValueError as e:
             raise _Fail("malformed-record", f"server key: {e}") from None
         line_number = 2
-        note = json.loads(next(lines, "{}")).get("checkpoint")
+        note = json.loads(_text(next(lines, "{}"))).get("checkpoint")
         if not isinstance(note, str):
             raise _Fail("malformed-record", "line 2 must hold the checkpoint")
         try:
@@ -490,7 +510,7 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = ()) -> Verdict:
             if ended:
                 raise _Fail("malformed-record", "content after the end line")
             try:
-                value = json.loads(line)
+                value = json.loads(_text(line))
             except ValueError as e:
                 raise _Fail("malformed-record", f"line {line_number} is not JSON: {e}") from None
             if "end" in value:

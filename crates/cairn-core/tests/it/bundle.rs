@@ -4,7 +4,8 @@
 use crate::tamper::{Fixture, ORG, SERVER, build_log, step_spec};
 use cairn_core::Timestamp;
 use cairn_core::bundle::{
-    BundleHeader, BundleVerifier, checkpoint_line, decode_entry, encode_entry, end_line,
+    BundleHeader, BundleVerifier, bundle_lines, checkpoint_line, decode_entry, encode_entry,
+    end_line,
 };
 use cairn_core::commit::Field;
 use cairn_core::log::LogRecord;
@@ -73,6 +74,17 @@ fn verify(lines: &[String]) -> cairn_core::bundle::BundleVerdict {
     v.finish()
 }
 
+/// Verifies a bundle as bytes, the way a file or an upload arrives.
+fn verify_bytes(bundle: &[u8]) -> cairn_core::bundle::BundleVerdict {
+    let mut v = BundleVerifier::new(vec![]);
+    for line in bundle_lines(bundle) {
+        if !v.push_bytes(line) {
+            break;
+        }
+    }
+    v.finish()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -91,6 +103,7 @@ proptest! {
         specs in prop::collection::vec(step_spec(), 2..8),
         line in any::<prop::sample::Index>(),
         byte in any::<prop::sample::Index>(),
+        replacement in any::<u8>(),
         complete in any::<bool>(),
     ) {
         let fx = build_log(&specs);
@@ -99,18 +112,27 @@ proptest! {
         prop_assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
         prop_assert!(!verdict.key_pinned);
 
-        // Change one byte of one entry line (lines 3.. are entries) to
-        // another printable ASCII byte.
+        // Change one byte of one entry line (lines 3.. are entries) to any
+        // other byte but a line end: also to bytes that are not UTF-8.
         let k = 2 + line.index(lines.len() - 3);
         let mut bytes = lines[k].clone().into_bytes();
         let at = byte.index(bytes.len());
         let original = bytes[at];
-        bytes[at] = if original == b'~' { b'!' } else { original + 1 };
-        let Ok(changed) = String::from_utf8(bytes) else { return Ok(()) };
-        let mut tampered = lines.clone();
-        tampered[k] = changed;
-        let verdict = verify(&tampered);
+        bytes[at] = match replacement {
+            b'\n' | b'\r' => 0xff,
+            r if r == original => original ^ 0x80,
+            r => r,
+        };
+        let mut tampered_bundle = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            tampered_bundle.extend_from_slice(if i == k { &bytes } else { l.as_bytes() });
+            tampered_bundle.push(b'\n');
+        }
+        let verdict = verify_bytes(&tampered_bundle);
         if verdict.verdict.verified {
+            let changed = String::from_utf8(bytes).expect("a verified line is text");
+            let mut tampered = lines.clone();
+            tampered[k] = changed;
             // The only changes that cannot matter are to bytes outside the
             // signed data: the mutable flags, or JSON that parses the same.
             let (a, _) = decode_entry(&lines[k]).unwrap();
@@ -205,4 +227,43 @@ fn a_redacted_bundle_verifies_without_revealing_hidden_fields() {
     assert!(lines.iter().all(|l| !l.contains("secret plan")));
     let verdict = verify(&lines);
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+}
+
+proptest! {
+    /// Bytes split into lines as text splits: `\n` or `\r\n` ends a line,
+    /// and a final line end opens no empty line.
+    #[test]
+    fn bundle_lines_split_as_str_lines(text in "[a-z\r\n\u{2028}\u{85}]{0,40}") {
+        let from_bytes: Vec<&[u8]> = bundle_lines(text.as_bytes()).collect();
+        let from_text: Vec<&[u8]> = text.lines().map(str::as_bytes).collect();
+        prop_assert_eq!(from_bytes, from_text);
+    }
+}
+
+/// A byte that is not UTF-8 is a change, found at its line, even where a
+/// lossy decoding would give back the very character it replaced.
+#[test]
+fn a_line_that_is_not_utf8_fails_at_that_line() {
+    let fx = build_log(&[crate::tamper::StepSpec {
+        kind: "plan",
+        content: "odd \u{fffd} character".into(),
+        number: None,
+        confidence: None,
+        flagged: false,
+    }]);
+    let bundle = complete_bundle(&fx).join("\n") + "\n";
+    assert!(verify_bytes(bundle.as_bytes()).verdict.verified);
+    let k = bundle.find('\u{fffd}').unwrap();
+    let line = bundle[..k].matches('\n').count() as u64 + 1;
+    let mut tampered = bundle.as_bytes().to_vec();
+    tampered.splice(k..k + '\u{fffd}'.len_utf8(), [0xff]);
+    assert_eq!(
+        String::from_utf8_lossy(&tampered),
+        bundle,
+        "a lossy reader sees the original"
+    );
+    let failure = verify_bytes(&tampered).verdict.failure.unwrap();
+    assert_eq!(failure.reason, Reason::MalformedRecord);
+    assert_eq!(failure.at.line, Some(line));
+    assert!(failure.detail.contains("not UTF-8"), "{}", failure.detail);
 }

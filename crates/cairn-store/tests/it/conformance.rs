@@ -1694,6 +1694,34 @@ fn imports_round_trip(backend: &dyn Backend) {
         &mut |_| {},
     )
     .unwrap();
+    // A byte that is not UTF-8 is a change: the bundle is rejected with
+    // its verdict, and nothing is written.
+    let rejected = backend.open("import-rejected");
+    let mut changed = bundle.clone();
+    let third_line = changed
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    let at = third_line + 10;
+    changed[at] = 0xff;
+    let open_changed = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::Cursor::new(changed.clone())))
+    };
+    match cairn_store::ops::import_bundle(rejected.as_ref(), &open_changed, &[], &mut |_| {})
+        .unwrap()
+    {
+        cairn_store::ops::ImportOutcome::Rejected(verdict) => assert_eq!(
+            verdict.verdict.failure.map(|f| (f.reason, f.at.line)),
+            Some((cairn_core::verify::Reason::MalformedRecord, Some(3)))
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rejected.log_size(ORG).unwrap(), 0);
+
     let target = backend.open("import-target");
     let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(std::io::Cursor::new(bundle.clone())))
