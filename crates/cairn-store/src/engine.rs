@@ -61,6 +61,83 @@ pub(crate) struct SessionState {
     pub last_kind: Option<cairn_core::kind::StepKind>,
 }
 
+impl SessionState {
+    /// The state of a session that has just been opened, before its first
+    /// step.
+    fn opened(sid: i64, header: &SessionHeader, genesis: Hash) -> SessionState {
+        SessionState {
+            sid,
+            agent_id: header.agent_id.clone(),
+            profile: header.profile,
+            next_index: 0,
+            head: genesis,
+            sealed: false,
+            first_seq: None,
+            last_seq: None,
+            last_kind: None,
+        }
+    }
+}
+
+/// A session as both backends read it back: its row, its recorded head
+/// (`session_heads`) and the step that head names.
+pub(crate) struct StoredSession {
+    pub session_id: String,
+    pub sid: i64,
+    pub agent_id: String,
+    pub profile: String,
+    pub genesis: Vec<u8>,
+    pub sealed: bool,
+    pub first_seq: Option<i64>,
+    pub last_seq: Option<i64>,
+    pub last_index: Option<i64>,
+    /// The named step's chain hash, session, index and kind.
+    pub last_hash: Option<Vec<u8>>,
+    pub head_sid: Option<i64>,
+    pub head_index: Option<i64>,
+    pub last_kind: Option<String>,
+}
+
+impl StoredSession {
+    /// The sequencing state, refusing a recorded head that does not name
+    /// the session's last step (the head is derived and mutable; the
+    /// step's hash is what the chain continues from).
+    pub fn into_state(self) -> Result<SessionState, StoreError> {
+        let StoredSession {
+            session_id, sid, ..
+        } = &self;
+        if self.last_seq.is_some()
+            && (self.head_sid != Some(*sid) || self.head_index != self.last_index)
+        {
+            return Err(StoreError::Corrupt(format!(
+                "the recorded head of session {session_id} is not its step; run `cairn verify`"
+            )));
+        }
+        let unsigned = |v: i64| {
+            u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative position {v}")))
+        };
+        Ok(SessionState {
+            sid: self.sid,
+            profile: Profile::parse(&self.profile)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {}", self.profile)))?,
+            next_index: self
+                .last_index
+                .map(unsigned)
+                .transpose()?
+                .map_or(0, |i| i + 1),
+            head: blob_hash(self.last_hash.unwrap_or(self.genesis))?,
+            sealed: self.sealed,
+            first_seq: self.first_seq.map(unsigned).transpose()?,
+            last_seq: self.last_seq.map(unsigned).transpose()?,
+            last_kind: self
+                .last_kind
+                .as_deref()
+                .and_then(cairn_core::kind::StepKind::parse),
+            agent_id: self.agent_id,
+        })
+    }
+}
+
 /// A registered agent key.
 #[derive(Debug, Clone)]
 pub(crate) struct AgentKey {
@@ -764,17 +841,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let mut org = self.org_or_create(&header.org_id)?;
         let seq = write_op(self.tx, &mut org, &OpRecord::SessionStart(header.clone()))?;
         let sid = self.tx.insert_session(org.id, header, &genesis, seq)?;
-        let state = SessionState {
-            sid,
-            agent_id: header.agent_id.clone(),
-            profile: header.profile,
-            next_index: 0,
-            head: genesis,
-            sealed: false,
-            first_seq: None,
-            last_seq: None,
-            last_kind: None,
-        };
+        let state = SessionState::opened(sid, header, genesis);
         self.overlay
             .sessions
             .insert((org.id, header.session_id.clone()), state.clone());
@@ -820,18 +887,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 if let Err(e) = header.validate() {
                     return Ok(Err(e.into()));
                 }
-                let genesis = genesis_hash(&header);
-                let state = SessionState {
-                    sid: 0,
-                    agent_id: header.agent_id.clone(),
-                    profile: header.profile,
-                    next_index: 0,
-                    head: genesis,
-                    sealed: false,
-                    first_seq: None,
-                    last_seq: None,
-                    last_kind: None,
-                };
+                // Not written yet: checked as if opened, opened below.
+                let state = SessionState::opened(0, &header, genesis_hash(&header));
                 (state, Some(header))
             }
         };

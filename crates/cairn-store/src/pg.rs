@@ -29,22 +29,21 @@
 
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
-    AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
-    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
-    request_org, row_id,
+    AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow,
+    StoredSession, WriteTx, agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
+    op_record_id, org_range, request_org, row_id,
 };
 use crate::keys::ServerKey;
 use crate::{
     ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionInfo, SessionSummary,
     StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, now,
 };
-use cairn_core::kind::StepKind;
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
 use cairn_core::note::NoteVerifier;
-use cairn_core::record::{Limits, Profile, SessionHeader};
+use cairn_core::record::{Limits, SessionHeader};
 use cairn_core::{Hash, Timestamp};
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::Type;
@@ -652,39 +651,22 @@ static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile
  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
  WHERE s.org = $1 AND s.session_id = ANY($2)";
 
-/// A session's state from a row of [`SESSIONS_BY_ID`].
-fn session_from_row(row: &Row) -> Result<SessionState, StoreError> {
-    let session_id: String = col(row, 0)?;
-    let sid: i64 = col(row, 1)?;
-    let profile: String = col(row, 3)?;
-    let last_seq: Option<i64> = col(row, 6)?;
-    let last_index: Option<i64> = col(row, 7)?;
-    let last_hash: Option<Vec<u8>> = col(row, 8)?;
-    let head_sid: Option<i64> = col(row, 9)?;
-    let head_index: Option<i64> = col(row, 10)?;
-    if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
-        return Err(StoreError::Corrupt(format!(
-            "the recorded head of session {session_id} is not its step; run `cairn verify`"
-        )));
-    }
-    let head = match last_hash {
-        Some(h) => blob_hash(h)?,
-        None => blob_hash(col(row, 4)?)?,
-    };
-    let first_seq: Option<i64> = col(row, 5)?;
-    Ok(SessionState {
-        sid,
+/// A session from a row of [`SESSIONS_BY_ID`].
+fn session_from_row(row: &Row) -> Result<StoredSession, StoreError> {
+    Ok(StoredSession {
+        session_id: col(row, 0)?,
+        sid: col(row, 1)?,
         agent_id: col(row, 2)?,
-        profile: Profile::parse(&profile)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
-        next_index: last_index.map_or(0, |i| u64_of(i) + 1),
-        head,
+        profile: col(row, 3)?,
+        genesis: col(row, 4)?,
+        first_seq: col(row, 5)?,
+        last_seq: col(row, 6)?,
+        last_index: col(row, 7)?,
+        last_hash: col(row, 8)?,
+        head_sid: col(row, 9)?,
+        head_index: col(row, 10)?,
         sealed: col(row, 11)?,
-        first_seq: first_seq.map(u64_of),
-        last_seq: last_seq.map(u64_of),
-        last_kind: col::<Option<String>>(row, 12)?
-            .as_deref()
-            .and_then(StepKind::parse),
+        last_kind: col(row, 12)?,
     })
 }
 
@@ -722,9 +704,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             self.sessions.insert((org, id.clone()), None);
         }
         for row in &rows {
-            let state = session_from_row(row)?;
-            self.sessions
-                .insert((org, col::<String>(row, 0)?), Some(state));
+            let stored = session_from_row(row)?;
+            let id = stored.session_id.clone();
+            self.sessions.insert((org, id), Some(stored.into_state()?));
         }
         Ok(())
     }

@@ -22,22 +22,21 @@
 
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
-    AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow, WriteTx,
-    agent_keys_from_views, blob_hash, json_text, links_text, op_from_view, op_record_id, org_range,
-    row_id,
+    AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow,
+    StoredSession, WriteTx, agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
+    op_record_id, org_range, row_id,
 };
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
     DbContext, LedgerStore, Refusal, SessionInfo, SessionSummary, StoreError, StoredCheckpoint,
     StoredStep, WriteRequest, Written,
 };
-use cairn_core::kind::StepKind;
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
     Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
 };
 use cairn_core::note::NoteVerifier;
-use cairn_core::record::{Limits, Profile, SessionHeader};
+use cairn_core::record::{Limits, SessionHeader};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
@@ -448,64 +447,29 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
         let rows = stmt
             .query_map([], |r| {
                 Ok((
-                    r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Vec<u8>>(5)?,
-                    r.get::<_, Option<i64>>(6)?,
-                    r.get::<_, Option<Vec<u8>>>(7)?,
-                    r.get::<_, bool>(8)?,
-                    r.get::<_, Option<i64>>(9)?,
-                    r.get::<_, Option<i64>>(10)?,
-                    r.get::<_, Option<i64>>(11)?,
-                    r.get::<_, Option<i64>>(12)?,
-                    r.get::<_, Option<String>>(13)?,
+                    StoredSession {
+                        sid: r.get(0)?,
+                        session_id: r.get(2)?,
+                        agent_id: r.get(3)?,
+                        profile: r.get(4)?,
+                        genesis: r.get(5)?,
+                        last_index: r.get(6)?,
+                        last_hash: r.get(7)?,
+                        sealed: r.get(8)?,
+                        first_seq: r.get(9)?,
+                        last_seq: r.get(10)?,
+                        head_sid: r.get(11)?,
+                        head_index: r.get(12)?,
+                        last_kind: r.get(13)?,
+                    },
                 ))
             })
             .context("loading sessions")?;
         for row in rows {
-            let (
-                sid,
-                org,
-                session_id,
-                agent_id,
-                profile,
-                genesis,
-                last_index,
-                last_hash,
-                sealed,
-                first_seq,
-                last_seq,
-                head_sid,
-                head_index,
-                last_kind,
-            ) = row.context("loading a session")?;
-            if last_seq.is_some() && (head_sid != Some(sid) || head_index != last_index) {
-                return Err(StoreError::Corrupt(format!(
-                    "the recorded head of session {session_id} is not its step"
-                )));
-            }
-            let head = match last_hash {
-                Some(h) => blob_hash(h)?,
-                None => blob_hash(genesis)?,
-            };
-            sessions.insert(
-                (org, session_id),
-                SessionState {
-                    sid,
-                    agent_id,
-                    profile: Profile::parse(&profile)
-                        .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {profile}")))?,
-                    next_index: last_index.map_or(0, |i| i as u64 + 1),
-                    head,
-                    sealed,
-                    first_seq: first_seq.map(|v| v as u64),
-                    last_seq: last_seq.map(|v| v as u64),
-                    last_kind: last_kind.as_deref().and_then(StepKind::parse),
-                },
-            );
+            let (org, stored) = row.context("loading a session")?;
+            let id = stored.session_id.clone();
+            sessions.insert((org, id), stored.into_state()?);
         }
     }
     let mut keys = HashMap::new();

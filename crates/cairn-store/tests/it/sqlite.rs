@@ -112,6 +112,39 @@ fn plain_sql_cannot_change_the_ledger() {
     .unwrap();
 }
 
+/// `session_heads` is derived and writable: a head that does not name the
+/// session's last step leaves the store open for reading and verification
+/// only, and a write says why instead of continuing a wrong chain.
+#[test]
+fn a_recorded_head_that_is_not_the_sessions_step_stops_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let append = |store: Arc<dyn LedgerStore>, content: &str| {
+        cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
+            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
+                "s1", "plan", content,
+            ))),
+        )
+    };
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        for i in 0..3 {
+            append(Arc::clone(&store), &format!("p{i}")).unwrap();
+        }
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.execute("UPDATE session_heads SET last_index = 0", [])
+        .unwrap();
+    drop(conn);
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let err = append(Arc::clone(&store), "p3").unwrap_err().to_string();
+    assert!(
+        err.contains("recorded head of session s1 is not its step"),
+        "{err}"
+    );
+    assert_eq!(store.log_size(crate::conformance::ORG).unwrap(), 4);
+}
+
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";
 
 /// The child side of `acknowledged_writes_survive_sigkill`: many writers
