@@ -56,7 +56,16 @@ fn start() -> Server {
         max_body_bytes: 256 * 1024,
         ..ServerConfig::default()
     };
-    let state = AppState::new(ledger, config);
+    serve(AppState::new(ledger, config), admin, store, dir)
+}
+
+/// Serves `state` on a free loopback port from a thread of its own.
+fn serve(
+    state: Arc<AppState>,
+    admin: String,
+    store: Arc<dyn LedgerStore>,
+    dir: tempfile::TempDir,
+) -> Server {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
@@ -75,9 +84,8 @@ fn start() -> Server {
             .unwrap();
         });
     });
-    let addr = ready_rx.recv().unwrap();
     Server {
-        addr,
+        addr: ready_rx.recv().unwrap(),
         admin,
         store,
         stop: Some(stop),
@@ -961,32 +969,7 @@ fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
             ..ServerConfig::default()
         },
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            ready_tx.send(listener.local_addr().unwrap()).unwrap();
-            cairn_server::serve(listener, state, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-    });
-    let server = Server {
-        addr: ready_rx.recv().unwrap(),
-        admin: admin.clone(),
-        store,
-        stop: Some(stop),
-        thread: Some(thread),
-        _dir: dir,
-    };
+    let server = serve(state, admin.clone(), store, dir);
     let refused = post(&server, "/v1/steps", &admin, &step("s1", "plan", "x"));
     assert_eq!(
         (refused.status, refused.code().as_str()),

@@ -622,24 +622,31 @@ fn a_restore_under_the_same_key_stays_writable() {
     assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
 }
 
-/// The README's CLI quickstart, run exactly as written (but for the build
-/// line: the binary under test is put on PATH instead).
-#[test]
-fn readme_quickstart_works_as_written() {
+/// The first `sh` block under `heading` in the README.
+fn readme_script(heading: &str) -> String {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .unwrap();
     let section = readme
-        .split("## Quickstart with the CLI")
+        .split(heading)
         .nth(1)
-        .expect("README has the quickstart");
-    let block = section
+        .unwrap_or_else(|| panic!("README has {heading}"));
+    section
         .split("```sh\n")
         .nth(1)
         .unwrap()
         .split("```")
         .next()
-        .unwrap();
+        .unwrap()
+        .to_owned()
+}
+
+/// The README's CLI quickstart, run exactly as written (but for the build
+/// line: the binary under test is put on PATH instead).
+#[test]
+fn readme_quickstart_works_as_written() {
+    let block = readme_script("## Quickstart with the CLI");
+    let block = block.as_str();
     let script: String = block
         .lines()
         .filter(|l| !l.starts_with("cargo build"))
@@ -721,20 +728,8 @@ fn an_inconsistent_store_opens_read_only_and_says_why() {
 /// default, and the script reads the address from the server's output).
 #[test]
 fn readme_server_quickstart_works_as_written() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .unwrap();
-    let section = readme
-        .split("## Quickstart with the server")
-        .nth(1)
-        .expect("README has the server quickstart");
-    let script = section
-        .split("```sh\n")
-        .nth(1)
-        .unwrap()
-        .split("```")
-        .next()
-        .unwrap();
+    let script = readme_script("## Quickstart with the server");
+    let script = script.as_str();
     let dir = tempfile::tempdir().unwrap();
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
     let out = Command::new("bash")

@@ -67,6 +67,38 @@ fn assert_verifies(store: &dyn LedgerStore) {
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
 }
 
+/// Exports `scope` of the org at `level` (None: as stored) as bundle text.
+fn bundle_text(
+    store: &dyn LedgerStore,
+    scope: ExportScope,
+    level: Option<DetailLevel>,
+    cp: &cairn_store::StoredCheckpoint,
+    exported_at: Timestamp,
+) -> String {
+    let mut out = Vec::new();
+    export_at(
+        store,
+        ORG,
+        &scope,
+        level,
+        cp,
+        exported_at,
+        &mut out,
+        &mut |_| {},
+    )
+    .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The verdict on bundle text, with the store's key pinned.
+fn verify_text(store: &dyn LedgerStore, text: &str) -> cairn_core::bundle::BundleVerdict {
+    let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
+    for line in text.lines() {
+        v.push_line(line);
+    }
+    v.finish()
+}
+
 pub fn run_all(backend: &dyn Backend) {
     appends_are_sequenced_and_readable(backend);
     concurrent_writers_get_gap_free_chains(backend);
@@ -404,29 +436,19 @@ fn signed_traces_import_and_verify(backend: &dyn Backend) {
         ("trace-full", DetailLevel::Detailed, false),
         ("trace-full", DetailLevel::Full, true),
     ] {
-        let mut out = Vec::new();
-        export_at(
+        let text = bundle_text(
             store.as_ref(),
-            ORG,
-            &ExportScope::Session(session.into()),
+            ExportScope::Session(session.into()),
             Some(level),
             &cp,
             cairn_store::now(),
-            &mut out,
-            &mut |_| {},
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
+        );
         assert_eq!(
             text.contains("\"type\":\"signed-trace\""),
             carries_original,
             "{session} {level}"
         );
-        let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
-        for line in text.lines() {
-            v.push_line(line);
-        }
-        let verdict = v.finish();
+        let verdict = verify_text(store.as_ref(), &text);
         assert!(
             verdict.verdict.verified,
             "{session} {level}: {:?}",
@@ -553,23 +575,14 @@ fn decision_trail_lifecycle(backend: &dyn Backend) {
     // An export of task-2 alone carries task-1's seal, so the link is
     // checked offline too.
     let cp = checkpoint(&ledger);
-    let mut out = Vec::new();
-    export(
+    let text = bundle_text(
         store.as_ref(),
-        ORG,
-        &ExportScope::Session("task-2".into()),
+        ExportScope::Session("task-2".into()),
+        None,
         &cp,
         cairn_store::now(),
-        &mut out,
-        &mut |_| {},
-    )
-    .unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
-    for line in text.lines() {
-        v.push_line(line);
-    }
-    let verdict = v.finish();
+    );
+    let verdict = verify_text(store.as_ref(), &text);
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
     assert!(
         text.contains("\"session_id\":\"task-1\""),
@@ -911,18 +924,13 @@ fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
     assert_verifies(store.as_ref());
     // An export after erasure verifies and does not contain the value.
     let cp = checkpoint(&ledger);
-    let mut out = Vec::new();
-    export(
+    let text = bundle_text(
         store.as_ref(),
-        ORG,
-        &ExportScope::All,
+        ExportScope::All,
+        None,
         &cp,
         Timestamp::from_micros(0).unwrap(),
-        &mut out,
-        &mut |_| {},
-    )
-    .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    );
     assert!(!text.contains("1 Main Street") && text.contains("0 Main Street"));
 
     // Retention: only sessions whose last step is older than the cutoff.
@@ -1565,12 +1573,7 @@ fn exports_verify_offline(backend: &dyn Backend) {
     ] {
         let mut out = Vec::new();
         let summary = export(store.as_ref(), ORG, &scope, &cp, now, &mut out, &mut |_| {}).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
-        for line in text.lines() {
-            v.push_line(line);
-        }
-        let verdict = v.finish();
+        let verdict = verify_text(store.as_ref(), &String::from_utf8(out).unwrap());
         assert!(
             verdict.verdict.verified,
             "{scope:?}: {:?}",
@@ -1589,24 +1592,14 @@ fn exports_verify_offline(backend: &dyn Backend) {
         None,
     ] {
         let level = requested.unwrap_or(DetailLevel::Full);
-        let mut out = Vec::new();
-        export_at(
+        let text = bundle_text(
             store.as_ref(),
-            ORG,
-            &ExportScope::Session("s1".into()),
+            ExportScope::Session("s1".into()),
             requested,
             &cp,
             now,
-            &mut out,
-            &mut |_| {},
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let mut v = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
-        for line in text.lines() {
-            v.push_line(line);
-        }
-        let verdict = v.finish();
+        );
+        let verdict = verify_text(store.as_ref(), &text);
         assert!(
             verdict.verdict.verified,
             "{level}: {:?}",
