@@ -27,6 +27,7 @@ fn header() -> SessionHeader {
         profile: Profile::Standard,
         predecessor: None,
         full_consent: false,
+        max_clock_skew_s: 300,
     }
 }
 

@@ -1,22 +1,26 @@
-//! Export bundles: a self-contained, streamable file (JSON Lines) holding
-//! log entries, the checkpoint they are proven against, the proofs and the
-//! server's public key, verifiable offline.
+//! Export bundles, format 2: a self-contained, streamable file (JSON Lines)
+//! holding log entries, the checkpoint they are proven against, the proofs,
+//! the signed statement of what a partial bundle selects, and the server's
+//! public key, verifiable offline.
 //!
 //! ```text
-//! line 1      {"cairn_bundle":1, "server_name", "org_id", "origin", "server_key", "scope", "complete_log", "exported_at"}
+//! line 1      {"cairn_bundle":2, "server_name", "org_id", "origin", "server_key", "complete_log", "exported_at"}
 //! line 2      {"checkpoint": "<signed note>"}
-//! lines 3..   one log entry per line, in increasing seq, each with "proof" unless complete_log
+//! then        {"consistency": {"old_size": M, "proof": [...]}}      zero or more, increasing M
+//! then        {"selection": {...}, "note": "<signed note>"}          partial bundles only
+//! then        one log entry per line, in increasing seq, each with "proof" unless complete_log
 //! last line   {"end": {"entries": N}}
 //! ```
 //!
-//! A bundle of the whole log (`complete_log: true`) carries every entry from
-//! seq 0 to the checkpoint's size and no proofs: the verifier rebuilds the
-//! tree. A partial bundle (a session, an agent, a time range) carries whole
-//! sessions, from their `session-start` record, plus the key registrations
-//! their signatures need, each entry with its inclusion proof.
-//! `docs/FORMAT.md` section 10 specifies every member.
+//! A bundle of the whole log (`complete_log: true`) carries every entry
+//! from seq 0 to the checkpoint's size and no proofs: the verifier rebuilds
+//! the tree. A partial bundle carries what its [`Selection`] lists, each
+//! entry with its inclusion proof. Every entry must be covered by the
+//! signed checkpoint; nothing may be added or dropped without the verifier
+//! naming it. `docs/FORMAT.md` section 10 specifies every member and the
+//! order of the checks.
 
-use crate::checkpoint::verify_checkpoint;
+use crate::checkpoint::{VerifiedCheckpoint, verify_checkpoint};
 use crate::commit::{
     AgentSignature, FIELDS, Field, Opening, Openings, StepRecord, write_field_value,
 };
@@ -25,6 +29,7 @@ use crate::kind::StepKind;
 use crate::log::{LogEntry, LogRecord, OpRecord};
 use crate::note::NoteVerifier;
 use crate::record::{Links, Status, Step};
+use crate::selection::{Selection, SelectionError};
 use crate::time::Timestamp;
 use crate::verify::{Failure, Location, LogVerifier, Reason, Verdict};
 use base64::Engine as _;
@@ -32,7 +37,11 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
 
 /// Format version written in the header's `cairn_bundle` member.
-pub const BUNDLE_VERSION: u64 = 1;
+pub const BUNDLE_VERSION: u64 = 2;
+
+/// Longest consistency proof a line may carry (twice the height of a tree
+/// of 2^64 leaves).
+const MAX_PROOF_HASHES: usize = 128;
 
 /// The first line of a bundle.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,13 +50,12 @@ pub struct BundleHeader {
     pub server_name: String,
     /// The org whose log the entries come from.
     pub org_id: String,
-    /// The server's public key in vkey form.
+    /// The server's public key in vkey form (a convenience: verifiers
+    /// should pin the operator's published key instead).
     pub server_key: String,
-    /// What was exported (free-form, e.g. `{"session": "s1"}`).
-    pub scope: Value,
     /// Whether the bundle holds the whole log up to the checkpoint.
     pub complete_log: bool,
-    /// When the export was made.
+    /// When the export was made (informative, not signed).
     pub exported_at: Timestamp,
 }
 
@@ -60,37 +68,79 @@ impl BundleHeader {
             "org_id": self.org_id,
             "origin": crate::log::log_origin(&self.server_name, &self.org_id),
             "server_key": self.server_key,
-            "scope": self.scope,
             "complete_log": self.complete_log,
             "exported_at": self.exported_at.to_string(),
         })
         .to_string()
     }
 
-    /// Parses a header line.
+    /// Parses a header line, exactly.
     pub fn parse(line: &str) -> Result<BundleHeader, String> {
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| format!("header is not JSON: {e}"))?;
-        if v["cairn_bundle"].as_u64() != Some(BUNDLE_VERSION) {
-            return Err("not a cairn bundle of version 1".into());
+        let v = crate::json::from_str(line).map_err(|e| format!("header: {e}"))?;
+        BundleHeader::from_value(&v)
+    }
+
+    fn from_value(v: &Value) -> Result<BundleHeader, String> {
+        let obj = v.as_object().ok_or("the header is not an object")?;
+        match obj.get("cairn_bundle").and_then(Value::as_u64) {
+            Some(BUNDLE_VERSION) => {}
+            Some(1) => {
+                return Err(
+                    "this is a format 1 bundle (written by cairn 0.1); format 1 is not verifiable by this version, whose format is 2: export the log again with the current cairn".into(),
+                );
+            }
+            Some(other) => {
+                return Err(format!(
+                    "bundle format {other} is not supported (this verifier reads format {BUNDLE_VERSION})"
+                ));
+            }
+            None => return Err("not a cairn bundle: the first line lacks cairn_bundle".into()),
         }
+        exact_members(
+            obj,
+            &[
+                "cairn_bundle",
+                "server_name",
+                "org_id",
+                "origin",
+                "server_key",
+                "complete_log",
+                "exported_at",
+            ],
+            "header",
+        )?;
         let s = |k: &str| {
-            v[k].as_str()
+            obj[k]
+                .as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| format!("header lacks {k}"))
+                .ok_or_else(|| format!("header.{k} must be a string"))
         };
-        Ok(BundleHeader {
+        let header = BundleHeader {
             server_name: s("server_name")?,
             org_id: s("org_id")?,
             server_key: s("server_key")?,
-            scope: v["scope"].clone(),
-            complete_log: v["complete_log"]
+            complete_log: obj["complete_log"]
                 .as_bool()
-                .ok_or("header lacks complete_log")?,
+                .ok_or("header.complete_log must be a boolean")?,
             exported_at: Timestamp::parse_canonical(&s("exported_at")?)
-                .map_err(|e| e.to_string())?,
-        })
+                .map_err(|e| format!("header.exported_at: {e}"))?,
+        };
+        crate::record::validate_id("org_id", &header.org_id).map_err(|e| e.to_string())?;
+        if s("origin")? != crate::log::log_origin(&header.server_name, &header.org_id) {
+            return Err("header.origin is not server_name/org_id".into());
+        }
+        Ok(header)
     }
+}
+
+fn exact_members(obj: &Map<String, Value>, members: &[&str], what: &str) -> Result<(), String> {
+    if let Some(k) = obj.keys().find(|k| !members.contains(&k.as_str())) {
+        return Err(format!("unknown member {k:?} in the {what}"));
+    }
+    if let Some(m) = members.iter().find(|m| !obj.contains_key(**m)) {
+        return Err(format!("the {what} lacks {m:?}"));
+    }
+    Ok(())
 }
 
 /// The checkpoint line.
@@ -98,13 +148,24 @@ pub fn checkpoint_line(note: &str) -> String {
     json!({ "checkpoint": note }).to_string()
 }
 
+/// A consistency line: the proof that the bundle's checkpoint extends the
+/// log of an earlier size `old_size`.
+pub fn consistency_line(old_size: u64, proof: &[Hash]) -> String {
+    json!({ "consistency": {
+        "old_size": old_size,
+        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(),
+    }})
+    .to_string()
+}
+
+/// The selection line of a partial bundle: the statement and its note.
+pub fn selection_line(selection: &Selection, note: &str) -> String {
+    json!({ "selection": selection.to_value(), "note": note }).to_string()
+}
+
 /// The closing line.
 pub fn end_line(entries: u64) -> String {
     json!({ "end": { "entries": entries } }).to_string()
-}
-
-fn hex16(bytes: &[u8; 16]) -> String {
-    hex::encode(bytes)
 }
 
 /// Encodes one entry as a bundle line (without newline), with its
@@ -114,6 +175,7 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
         LogRecord::Op { record, hash } => json!({
             "seq": entry.seq,
             "type": record.entry_type(),
+            "logged_at": entry.logged_at.to_string(),
             "view": record.to_view(),
             "hash": hash.to_hex(),
         }),
@@ -130,7 +192,7 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
                         // Canonical bytes always parse back as JSON.
                         let value = serde_json::from_slice(&scratch).unwrap_or(Value::Null);
                         fields.insert(field.name().into(), value);
-                        salts.insert(field.name().into(), Value::String(hex16(salt)));
+                        salts.insert(field.name().into(), Value::String(hex::encode(salt)));
                     }
                     Opening::Hidden(commitment) => {
                         hidden.insert(field.name().into(), Value::String(commitment.to_hex()));
@@ -140,6 +202,7 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
             json!({
                 "seq": entry.seq,
                 "type": "step",
+                "logged_at": entry.logged_at.to_string(),
                 "fields": fields,
                 "salts": salts,
                 "hidden": hidden,
@@ -164,9 +227,9 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
     line.to_string()
 }
 
-/// Decodes an entry line into the entry and its proof (if any).
+/// Decodes an entry line into the entry and its proof (if any), strictly.
 pub fn decode_entry(line: &str) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let v = crate::json::from_str(line)?;
     decode_entry_value(&v)
 }
 
@@ -177,20 +240,66 @@ fn hash_member(v: &Value, key: &str) -> Result<Hash, String> {
         .ok_or_else(|| format!("{key} is not a hex hash"))
 }
 
+fn proof_member(value: &Value, what: &str) -> Result<Vec<Hash>, String> {
+    let items = value
+        .as_array()
+        .ok_or_else(|| format!("{what} is not an array"))?;
+    if items.len() > MAX_PROOF_HASHES {
+        return Err(format!("{what} has more than {MAX_PROOF_HASHES} hashes"));
+    }
+    items
+        .iter()
+        .map(|h| h.as_str().and_then(|s| Hash::from_hex(s).ok()))
+        .collect::<Option<Vec<Hash>>>()
+        .ok_or_else(|| format!("{what} holds a non-hash"))
+}
+
+const STEP_MEMBERS: [&str; 12] = [
+    "seq",
+    "type",
+    "logged_at",
+    "fields",
+    "salts",
+    "hidden",
+    "digest",
+    "prev_hash",
+    "hash",
+    "signature",
+    "has_embedding",
+    "erased",
+];
+const OP_MEMBERS: [&str; 5] = ["seq", "type", "logged_at", "view", "hash"];
+
 fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
-    let seq = v["seq"].as_u64().ok_or("seq missing")?;
-    let entry_type = v["type"].as_str().ok_or("type missing")?;
-    let proof = match v.get("proof") {
-        None => None,
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|h| h.as_str().and_then(|s| Hash::from_hex(s).ok()))
-                .collect::<Option<Vec<Hash>>>()
-                .ok_or("proof holds a non-hash")?,
-        ),
-        Some(_) => return Err("proof is not an array".into()),
+    let obj = v.as_object().ok_or("an entry line must be an object")?;
+    let seq = obj
+        .get("seq")
+        .and_then(Value::as_u64)
+        .ok_or("seq must be a non-negative integer")?;
+    let entry_type = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or("type must be a string")?;
+    let base: &[&str] = if entry_type == "step" {
+        &STEP_MEMBERS
+    } else {
+        &OP_MEMBERS
     };
+    let mut members: Vec<&str> = base.to_vec();
+    if obj.contains_key("proof") {
+        members.push("proof");
+    }
+    exact_members(obj, &members, "entry")?;
+    let proof = obj
+        .get("proof")
+        .map(|p| proof_member(p, "proof"))
+        .transpose()?;
+    let logged_at = obj["logged_at"]
+        .as_str()
+        .ok_or("logged_at must be a string")
+        .and_then(|t| {
+            Timestamp::parse_canonical(t).map_err(|_| "logged_at is not a canonical timestamp")
+        })?;
     let record = if entry_type == "step" {
         LogRecord::Step(decode_step(v)?)
     } else {
@@ -200,20 +309,33 @@ fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), String
             hash: hash_member(v, "hash")?,
         }
     };
-    Ok((LogEntry { seq, record }, proof))
+    Ok((
+        LogEntry {
+            seq,
+            logged_at,
+            record,
+        },
+        proof,
+    ))
 }
 
 fn decode_step(v: &Value) -> Result<StepRecord, String> {
-    let fields = v["fields"].as_object().ok_or("fields missing")?;
-    let salts = v["salts"].as_object().ok_or("salts missing")?;
-    let hidden = v["hidden"].as_object().ok_or("hidden missing")?;
+    let fields = v["fields"].as_object().ok_or("fields must be an object")?;
+    let salts = v["salts"].as_object().ok_or("salts must be an object")?;
+    let hidden = v["hidden"].as_object().ok_or("hidden must be an object")?;
+    for map in [fields, salts, hidden] {
+        if let Some(unknown) = map.keys().find(|k| Field::from_name(k).is_none()) {
+            return Err(format!("{unknown:?} is not a step field"));
+        }
+    }
     let opening = |field: Field| -> Result<Opening, String> {
         let name = field.name();
         match (salts.get(name), hidden.get(name)) {
             (Some(salt), None) if fields.contains_key(name) => {
                 let mut out = [0u8; 16];
-                hex::decode_to_slice(salt.as_str().unwrap_or_default(), &mut out)
-                    .map_err(|_| format!("salt of {name} is not 16 hex bytes"))?;
+                if !crate::hash::decode_lower_hex(salt.as_str().unwrap_or_default(), &mut out) {
+                    return Err(format!("salt of {name} is not 16 bytes of lowercase hex"));
+                }
                 Ok(Opening::Revealed(out))
             }
             (None, Some(c)) if !fields.contains_key(name) => Ok(Opening::Hidden(
@@ -253,7 +375,7 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         get(name)
             .map(|v| {
                 v.as_u64()
-                    .ok_or_else(|| format!("{name} is not an integer"))
+                    .ok_or_else(|| format!("{name} is not a non-negative integer"))
             })
             .transpose()
     };
@@ -261,15 +383,15 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
     let kind = StepKind::parse(&step_type)
         .filter(|k| k.as_str() == step_type)
         .ok_or_else(|| format!("step_type {step_type:?} is not a canonical kind"))?;
-    let created_at =
-        Timestamp::parse_canonical(&string("created_at")?).map_err(|e| e.to_string())?;
+    let created_at = Timestamp::parse_canonical(&string("created_at")?)
+        .map_err(|_| "created_at is not a canonical timestamp".to_owned())?;
     let links = match get("links") {
         None => Links::default(),
         Some(v) => Links::from_json(v)?,
     };
     let status = match fields.get("status").and_then(Value::as_str) {
         Some(s) => Status::parse(s).ok_or("status is not ok or flagged")?,
-        None => return Err("status missing".into()),
+        None => return Err("status must be a string".into()),
     };
     let step = Step {
         trace_id: string("trace_id")?,
@@ -279,7 +401,7 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         step_index: fields
             .get("step_index")
             .and_then(Value::as_u64)
-            .ok_or("step_index missing")?,
+            .ok_or("step_index must be a non-negative integer")?,
         kind,
         kind_label: string("step_type_original")?,
         content: opt_string("content")?,
@@ -302,7 +424,8 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
     };
     let signature = match &v["signature"] {
         Value::Null => None,
-        sig => {
+        Value::Object(sig) => {
+            exact_members(sig, &["key_id", "signature"], "signature")?;
             let bytes = sig["signature"]
                 .as_str()
                 .and_then(|s| B64.decode(s).ok())
@@ -310,11 +433,17 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
             Some(AgentSignature {
                 key_id: sig["key_id"]
                     .as_str()
-                    .ok_or("signature lacks key_id")?
+                    .ok_or("signature.key_id must be a string")?
                     .to_owned(),
                 signature: bytes.try_into().map_err(|_| "signature is not 64 bytes")?,
             })
         }
+        _ => return Err("signature must be null or an object".into()),
+    };
+    let flag = |name: &str| {
+        v[name]
+            .as_bool()
+            .ok_or_else(|| format!("{name} must be a boolean"))
     };
     Ok(StepRecord {
         step,
@@ -323,13 +452,12 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         prev_hash: hash_member(v, "prev_hash")?,
         hash: hash_member(v, "hash")?,
         signature,
-        has_embedding: v["has_embedding"].as_bool().unwrap_or(false),
-        erased: v["erased"].as_bool().unwrap_or(false),
+        has_embedding: flag("has_embedding")?,
+        erased: flag("erased")?,
     })
 }
 
-/// A line as read, without its line ending (`\n` or `\r\n`), the way
-/// [`str::lines`] would give it.
+/// A line as read, without its line ending (`\n` or `\r\n`).
 pub fn trim_line_end(line: &[u8]) -> &[u8] {
     match line.strip_suffix(b"\n") {
         Some(line) => line.strip_suffix(b"\r").unwrap_or(line),
@@ -337,8 +465,8 @@ pub fn trim_line_end(line: &[u8]) -> &[u8] {
     }
 }
 
-/// The lines of a bundle held in memory, split as [`str::lines`] splits
-/// text, for [`BundleVerifier::push_bytes`].
+/// The lines of a bundle held in memory, split at `\n` only, for
+/// [`BundleVerifier::push_bytes`].
 pub fn bundle_lines(bundle: &[u8]) -> impl Iterator<Item = &[u8]> {
     bundle.split_inclusive(|&b| b == b'\n').map(trim_line_end)
 }
@@ -357,19 +485,43 @@ pub struct BundleVerdict {
     pub checkpoint: Option<(u64, Hash)>,
     /// The bundle's header, if it parsed.
     pub header: Option<BundleHeader>,
+    /// The signed selection of a partial bundle, if it verified.
+    pub selection: Option<Selection>,
+    /// Sizes of the trusted checkpoints the bundle was related to.
+    pub trusted_sizes: Vec<u64>,
+}
+
+/// Where the verifier is in the bundle's structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Header,
+    Checkpoint,
+    /// After the checkpoint: consistency lines, then (partial) the
+    /// selection, then entries.
+    Preamble,
+    Entries,
+    Ended,
 }
 
 /// Verifies a bundle fed line by line, in constant memory in the number of
-/// entries (plus one chain state per open session).
+/// entries (plus one chain state per session, and the erased steps whose
+/// erasure record is still ahead).
 pub struct BundleVerifier {
     pinned: Vec<NoteVerifier>,
+    trusted_notes: Vec<String>,
+    trusted: Vec<VerifiedCheckpoint>,
+    /// Trusted checkpoints older than the bundle's still needing a
+    /// consistency line (partial bundles), by size.
+    unproven: Vec<u64>,
+    stage: Stage,
     header: Option<BundleHeader>,
+    keys: Vec<NoteVerifier>,
+    checkpoint: Option<VerifiedCheckpoint>,
+    last_consistency: u64,
+    selection: Option<Selection>,
     log: Option<LogVerifier>,
-    used_key: Option<String>,
-    checkpoint: Option<(u64, Hash)>,
     line: u64,
     entries: u64,
-    ended: bool,
     failure: Option<Failure>,
 }
 
@@ -380,15 +532,28 @@ impl BundleVerifier {
     pub fn new(pinned: Vec<NoteVerifier>) -> BundleVerifier {
         BundleVerifier {
             pinned,
+            trusted_notes: Vec::new(),
+            trusted: Vec::new(),
+            unproven: Vec::new(),
+            stage: Stage::Header,
             header: None,
-            log: None,
-            used_key: None,
+            keys: Vec::new(),
             checkpoint: None,
+            last_consistency: 0,
+            selection: None,
+            log: None,
             line: 0,
             entries: 0,
-            ended: false,
             failure: None,
         }
+    }
+
+    /// Adds a checkpoint the caller trusts (one it kept earlier, or a
+    /// witness's): the bundle's checkpoint must be consistent with it, and
+    /// the bundle must prove so (`docs/FORMAT.md` 10.3). Call before the
+    /// first line.
+    pub fn trust_checkpoint(&mut self, note: impl Into<String>) {
+        self.trusted_notes.push(note.into());
     }
 
     fn fail(&mut self, at: Location, reason: Reason, detail: String) -> bool {
@@ -396,6 +561,10 @@ impl BundleVerifier {
         at.line = Some(self.line);
         self.failure = Some(Failure { at, reason, detail });
         false
+    }
+
+    fn malformed(&mut self, detail: String) -> bool {
+        self.fail(Location::default(), Reason::MalformedRecord, detail)
     }
 
     /// Feeds the next line as read: a line that is not UTF-8 is a changed
@@ -410,8 +579,7 @@ impl BundleVerifier {
                     return false;
                 }
                 self.line += 1;
-                let detail = format!("line {} is not UTF-8 text: {e}", self.line);
-                self.fail(Location::default(), Reason::MalformedRecord, detail)
+                self.malformed(format!("line {} is not UTF-8 text: {e}", self.line))
             }
         }
     }
@@ -422,76 +590,295 @@ impl BundleVerifier {
             return false;
         }
         self.line += 1;
-        if self.ended {
-            let detail = "content after the end line".to_owned();
-            return self.fail(Location::default(), Reason::MalformedRecord, detail);
+        if self.stage == Stage::Ended {
+            return self.malformed("content after the end line".into());
         }
-        let Some(header) = &self.header else {
-            return match BundleHeader::parse(line) {
-                Ok(header) => {
-                    self.header = Some(header);
-                    true
-                }
-                Err(e) => self.fail(Location::default(), Reason::MalformedRecord, e),
-            };
-        };
-        if self.log.is_none() {
-            let header = header.clone();
-            return self.open_checkpoint(&header, line);
-        }
-        let complete = header.complete_log;
-        let value: Value = match serde_json::from_str(line) {
+        let value = match crate::json::from_str(line) {
             Ok(v) => v,
             Err(e) => {
-                let detail = format!("line {} is not JSON: {e}", self.line);
-                return self.fail(Location::default(), Reason::MalformedRecord, detail);
+                let detail = format!("line {} is not strict JSON: {e}", self.line);
+                return self.malformed(detail);
             }
         };
-        if let Some(end) = value.get("end") {
-            self.ended = true;
-            let stated = end["entries"].as_u64();
-            if stated != Some(self.entries) {
-                let detail = format!(
-                    "the bundle says {stated:?} entries, {} were read",
-                    self.entries
-                );
-                return self.fail(Location::default(), Reason::MissingRecord, detail);
+        match self.stage {
+            Stage::Header => match BundleHeader::from_value(&value) {
+                Ok(header) => {
+                    self.header = Some(header);
+                    self.stage = Stage::Checkpoint;
+                    true
+                }
+                Err(e) => self.malformed(e),
+            },
+            Stage::Checkpoint => self.open_checkpoint(&value),
+            Stage::Preamble => self.preamble(&value),
+            Stage::Entries => self.entry_or_end(&value),
+            Stage::Ended => false,
+        }
+    }
+
+    fn open_checkpoint(&mut self, value: &Value) -> bool {
+        let note = match value.as_object() {
+            Some(obj) if obj.len() == 1 => obj.get("checkpoint").and_then(Value::as_str),
+            _ => None,
+        };
+        let Some(note) = note.map(str::to_owned) else {
+            return self.malformed("line 2 must be {\"checkpoint\": \"<signed note>\"}".into());
+        };
+        let Some(header) = self.header.clone() else {
+            return false;
+        };
+        let keys = if self.pinned.is_empty() {
+            match NoteVerifier::parse(&header.server_key) {
+                Ok(key) => vec![key],
+                Err(e) => return self.malformed(format!("server key in the header: {e}")),
             }
-            return true;
+        } else {
+            self.pinned.clone()
+        };
+        let origin = crate::log::log_origin(&header.server_name, &header.org_id);
+        let checkpoint = match verify_checkpoint(&note, &origin, &keys) {
+            Ok(cp) => cp,
+            Err(crate::checkpoint::CheckpointError::Note(e)) => {
+                let (reason, detail) = crate::verify::note_failure(&e, "the bundle's checkpoint");
+                return self.fail(Location::default(), reason, detail);
+            }
+            Err(e) => return self.malformed(format!("the bundle's checkpoint: {e}")),
+        };
+        let (size, root) = (checkpoint.checkpoint().size, checkpoint.checkpoint().root);
+        for trusted in std::mem::take(&mut self.trusted_notes) {
+            let cp = match verify_checkpoint(&trusted, &origin, &keys) {
+                Ok(cp) => cp,
+                Err(e) => {
+                    let detail = format!(
+                        "the trusted checkpoint given to the verifier does not verify for {origin} with the log key: {e}"
+                    );
+                    return self.fail(Location::default(), Reason::BadSignature, detail);
+                }
+            };
+            let old = cp.checkpoint();
+            if old.size > size {
+                let detail = format!(
+                    "the bundle's checkpoint (size {size}) is older than the trusted checkpoint (size {}): a bundle cannot prove it consistent; export again",
+                    old.size
+                );
+                return self.fail(Location::default(), Reason::MissingProof, detail);
+            }
+            if old.size == size && old.root != root {
+                let detail = format!(
+                    "the trusted checkpoint and the bundle's have the same size {size} and different roots: the log was rewritten"
+                );
+                return self.fail(Location::default(), Reason::InconsistentCheckpoint, detail);
+            }
+            if old.size < size && old.size > 0 && !header.complete_log {
+                self.unproven.push(old.size);
+            }
+            self.trusted.push(cp);
+        }
+        self.keys = keys;
+        self.checkpoint = Some(checkpoint);
+        self.stage = Stage::Preamble;
+        true
+    }
+
+    fn preamble(&mut self, value: &Value) -> bool {
+        let Some(header) = self.header.clone() else {
+            return false;
+        };
+        if let Some(consistency) = value.get("consistency") {
+            return self.consistency(value, consistency);
+        }
+        // The consistency lines are over: every trusted checkpoint older
+        // than the bundle's must have been proven (partial bundles; a
+        // complete one proves it by folding).
+        if let Some(size) = self.unproven.first().copied() {
+            let detail = format!(
+                "the bundle carries no consistency proof from the trusted checkpoint of size {size} to its own"
+            );
+            return self.fail(Location::default(), Reason::MissingProof, detail);
+        }
+        let Some(checkpoint) = self.checkpoint.clone() else {
+            return false;
+        };
+        if header.complete_log {
+            if value.get("selection").is_some() {
+                return self.malformed("a complete bundle has no selection line".into());
+            }
+            let mut log = LogVerifier::new(&header.server_name, &header.org_id, self.keys.clone());
+            log.expect_checkpoint(&checkpoint);
+            for trusted in &self.trusted {
+                log.expect_checkpoint(trusted);
+            }
+            self.log = Some(log);
+            self.stage = Stage::Entries;
+            return self.entry_or_end(value);
+        }
+        let Some(statement) = value.get("selection") else {
+            let detail =
+                "a partial bundle must carry its signed selection after the checkpoint".to_owned();
+            return self.fail(Location::default(), Reason::MissingProof, detail);
+        };
+        let obj = value.as_object();
+        if obj.is_none_or(|o| o.len() != 2) {
+            return self.malformed("the selection line is {\"selection\", \"note\"}".into());
+        }
+        let Some(note) = value.get("note").and_then(Value::as_str) else {
+            return self.malformed("the selection line's note must be a string".into());
+        };
+        let selection = match Selection::from_value(statement) {
+            Ok(s) => s,
+            Err(e) => return self.malformed(format!("selection: {e}")),
+        };
+        if let Err(e) = selection.verify_note(note, checkpoint.checkpoint(), &self.keys) {
+            return match e {
+                SelectionError::BadSignature(d) => {
+                    self.fail(Location::default(), Reason::BadSignature, d)
+                }
+                SelectionError::Edited(d) => {
+                    self.fail(Location::default(), Reason::DigestMismatch, d)
+                }
+                SelectionError::OtherCheckpoint(d) => {
+                    self.fail(Location::default(), Reason::SelectionMismatch, d)
+                }
+                SelectionError::Malformed(d) => self.malformed(d),
+            };
+        }
+        self.log = Some(LogVerifier::sparse(
+            &header.server_name,
+            &header.org_id,
+            self.keys.clone(),
+            &checkpoint,
+            selection.clone(),
+        ));
+        self.selection = Some(selection);
+        self.stage = Stage::Entries;
+        true
+    }
+
+    fn consistency(&mut self, line: &Value, consistency: &Value) -> bool {
+        let Some(checkpoint) = self.checkpoint.clone() else {
+            return false;
+        };
+        let size = checkpoint.checkpoint().size;
+        let parsed = (|| -> Result<(u64, Vec<Hash>), String> {
+            if line.as_object().is_none_or(|o| o.len() != 1) {
+                return Err("a consistency line has one member".into());
+            }
+            let obj = consistency
+                .as_object()
+                .ok_or("consistency must be an object")?;
+            exact_members(obj, &["old_size", "proof"], "consistency")?;
+            let old = obj["old_size"]
+                .as_u64()
+                .ok_or("consistency.old_size must be a non-negative integer")?;
+            Ok((old, proof_member(&obj["proof"], "consistency.proof")?))
+        })();
+        let (old_size, proof) = match parsed {
+            Ok(p) => p,
+            Err(e) => return self.malformed(e),
+        };
+        if old_size == 0 || old_size >= size || old_size <= self.last_consistency {
+            return self.malformed(format!(
+                "consistency.old_size {old_size} must be above 0, below the checkpoint's size {size} and above the previous line's"
+            ));
+        }
+        self.last_consistency = old_size;
+        let trusted = self
+            .trusted
+            .iter()
+            .find(|t| t.checkpoint().size == old_size)
+            .map(|t| t.checkpoint().root);
+        if let Some(old_root) = trusted {
+            if let Err(e) = crate::merkle::verify_consistency(
+                old_size,
+                size,
+                &old_root,
+                &checkpoint.checkpoint().root,
+                &proof,
+            ) {
+                let detail = format!(
+                    "the bundle's checkpoint (size {size}) is not consistent with the trusted checkpoint (size {old_size}): {e}; the log was rewritten"
+                );
+                return self.fail(Location::default(), Reason::InconsistentCheckpoint, detail);
+            }
+            self.unproven.retain(|s| *s != old_size);
+        }
+        true
+    }
+
+    fn entry_or_end(&mut self, value: &Value) -> bool {
+        let complete = self.header.as_ref().is_some_and(|h| h.complete_log);
+        if let Some(end) = value.get("end") {
+            let count = value
+                .as_object()
+                .filter(|o| o.len() == 1)
+                .and(end.as_object())
+                .filter(|e| e.len() == 1)
+                .and_then(|e| e.get("entries"))
+                .and_then(Value::as_u64);
+            self.stage = Stage::Ended;
+            return match count {
+                Some(n) if n == self.entries => true,
+                Some(n) => self.malformed(format!(
+                    "the end line says {n} entries; {} were read",
+                    self.entries
+                )),
+                None => self.malformed("the end line is {\"end\": {\"entries\": N}}".into()),
+            };
+        }
+        if value.get("consistency").is_some() || value.get("selection").is_some() {
+            return self
+                .malformed("consistency and selection lines come before the entries".into());
         }
         self.entries += 1;
-        let (entry, proof) = match decode_entry_value(&value) {
-            Ok(decoded) => decoded,
-            Err(e) => {
-                let at = Location {
-                    seq: value["seq"].as_u64(),
-                    ..Location::default()
-                };
-                return self.fail(at, Reason::MalformedRecord, e);
-            }
-        };
+        let size = self.checkpoint.as_ref().map_or(0, |c| c.checkpoint().size);
         let Some(log) = self.log.as_mut() else {
             return false;
         };
-        let ok = match (proof, complete) {
-            (None, true) => log.push(&entry),
-            (Some(proof), false) => log.push_proven(&entry, &proof),
-            (Some(_), true) => {
-                let detail = "a complete-log bundle carries no proofs".to_owned();
+        // A line that is not an entry still counts as a checked record.
+        let decoded = decode_entry_value(value).and_then(|(entry, proof)| {
+            if complete && proof.is_some() {
+                Err("a complete-log bundle carries no proofs".to_owned())
+            } else {
+                Ok((entry, proof))
+            }
+        });
+        let (entry, proof) = match decoded {
+            Ok(decoded) => decoded,
+            Err(e) => {
                 let at = Location {
-                    seq: Some(entry.seq),
+                    seq: value
+                        .get("seq")
+                        .and_then(Value::as_u64)
+                        .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
                     ..Location::default()
                 };
-                return self.fail(at, Reason::MalformedRecord, detail);
+                log.fail(at, Reason::MalformedRecord, e);
+                if let Some(mut failure) = log.failure().cloned() {
+                    failure.at.line = Some(self.line);
+                    self.failure = Some(failure);
+                }
+                return false;
             }
-            (None, false) => {
-                let detail = format!("seq {} has no inclusion proof", entry.seq);
-                let at = Location {
-                    seq: Some(entry.seq),
-                    ..Location::default()
-                };
-                return self.fail(at, Reason::InclusionMismatch, detail);
+        };
+        let ok = if complete {
+            if entry.seq == log.size() && entry.seq >= size {
+                log.fail(
+                    Location {
+                        seq: Some(entry.seq),
+                        ..Location::default()
+                    },
+                    Reason::UncoveredEntry,
+                    format!(
+                        "seq {} is beyond the checkpoint's size {size}: no signature covers it",
+                        entry.seq
+                    ),
+                );
+                false
+            } else {
+                log.push(&entry)
             }
+        } else {
+            log.push_proven(&entry, proof.as_deref())
         };
         if !ok && let Some(mut failure) = log.failure().cloned() {
             failure.at.line = Some(self.line);
@@ -500,51 +887,10 @@ impl BundleVerifier {
         ok
     }
 
-    fn open_checkpoint(&mut self, header: &BundleHeader, line: &str) -> bool {
-        let note = serde_json::from_str::<Value>(line)
-            .ok()
-            .and_then(|v| v["checkpoint"].as_str().map(str::to_owned));
-        let Some(note) = note else {
-            let detail = "line 2 must hold the checkpoint".to_owned();
-            return self.fail(Location::default(), Reason::MalformedRecord, detail);
-        };
-        let keys = if self.pinned.is_empty() {
-            match NoteVerifier::parse(&header.server_key) {
-                Ok(key) => vec![key],
-                Err(e) => {
-                    let detail = format!("server key in the header: {e}");
-                    return self.fail(Location::default(), Reason::MalformedRecord, detail);
-                }
-            }
-        } else {
-            self.pinned.clone()
-        };
-        let origin = crate::log::log_origin(&header.server_name, &header.org_id);
-        let checkpoint = match verify_checkpoint(&note, &origin, &keys) {
-            Ok(cp) => cp,
-            Err(e) => {
-                let detail = format!("checkpoint: {e}");
-                return self.fail(Location::default(), Reason::BadSignature, detail);
-            }
-        };
-        self.used_key = keys.first().map(ToString::to_string);
-        let cp = checkpoint.checkpoint();
-        self.checkpoint = Some((cp.size, cp.root));
-        let verifier = if header.complete_log {
-            let mut v = LogVerifier::new(&header.server_name, &header.org_id, keys);
-            v.expect_checkpoint(&checkpoint);
-            v
-        } else {
-            LogVerifier::sparse(&header.server_name, &header.org_id, keys, &checkpoint)
-        };
-        self.log = Some(verifier);
-        true
-    }
-
     /// The verdict. A bundle without its end line is truncated:
-    /// `missing-record`.
+    /// `missing-record` at the line after the last.
     pub fn finish(mut self) -> BundleVerdict {
-        if self.failure.is_none() && !self.ended {
+        if self.failure.is_none() && self.stage != Stage::Ended {
             self.line += 1;
             let detail = "the bundle ends without its end line: truncated".to_owned();
             self.fail(Location::default(), Reason::MissingRecord, detail);
@@ -567,10 +913,15 @@ impl BundleVerifier {
         };
         BundleVerdict {
             verdict,
-            server_key: self.used_key,
+            server_key: self.keys.first().map(ToString::to_string),
             key_pinned: !self.pinned.is_empty(),
-            checkpoint: self.checkpoint,
+            checkpoint: self
+                .checkpoint
+                .as_ref()
+                .map(|c| (c.checkpoint().size, c.checkpoint().root)),
             header: self.header,
+            selection: self.selection,
+            trusted_sizes: self.trusted.iter().map(|t| t.checkpoint().size).collect(),
         }
     }
 }

@@ -2,12 +2,12 @@
 //! session genesis.
 //!
 //! ```text
-//! salts(j)      = SHA-256(frame("cairn/v1/salt"; seed, u8(j)))       j = 0..=10
+//! salts(j)      = SHA-256(frame("cairn/v2/salt"; seed, u8(j)))       j = 0..=10
 //! salt(f)       = salts(pos(f) / 2)[16 * (pos(f) % 2) ..][..16]
-//! commit(f)     = SHA-256(frame("cairn/v1/field"; salt(f), jcs(value(f))))
-//! digest        = SHA-256(frame("cairn/v1/step"; commit(f0), ..., commit(f21)))
-//! chain_hash    = SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))
-//! genesis       = SHA-256(frame("cairn/v1/genesis"; jcs(session header view)))
+//! commit(f)     = SHA-256(frame("cairn/v2/field"; salt(f), jcs(value(f))))
+//! digest        = SHA-256(frame("cairn/v2/step"; commit(f0), ..., commit(f21)))
+//! chain_hash    = SHA-256(frame("cairn/v2/chain"; prev, digest, u64be(step_index), created_at))
+//! genesis       = SHA-256(frame("cairn/v2/genesis"; jcs(session header view)))
 //! ```
 //!
 //! The 32-byte `seed` is chosen at write time (by the server, or by an agent
@@ -146,13 +146,15 @@ impl Field {
 
     /// Fields a disclosure can never hide: the chain hash uses the index and
     /// timestamp directly, org and session ids name the log and the chain a
-    /// step belongs to, and kind and status are what the least detailed view
-    /// exists to show. (Sessions that must not reveal who ran them use
-    /// opaque session ids and hashed agent ids.)
+    /// step belongs to, the agent is the one its session's header names (and
+    /// the one a signature must be registered for), and kind and status are
+    /// what the least detailed view exists to show. (Sessions that must not
+    /// reveal who ran them use opaque session ids and hashed agent ids.)
     pub fn always_disclosed(self) -> bool {
         matches!(
             self,
             Field::OrgId
+                | Field::AgentId
                 | Field::SessionId
                 | Field::StepIndex
                 | Field::CreatedAt
@@ -252,9 +254,9 @@ pub fn derive_salt(seed: &[u8; 32], field: Field) -> Salt {
 }
 
 fn salt_block(seed: &[u8; 32], block: usize) -> Hash {
-    // frame("cairn/v1/salt"; seed, u8(block)): 55 bytes, one compression,
+    // frame("cairn/v2/salt"; seed, u8(block)): 55 bytes, one compression,
     // built on the stack because this runs 11 times per append.
-    const TAG: &[u8] = b"cairn/v1/salt";
+    const TAG: &[u8] = b"cairn/v2/salt";
     let mut frame = [0u8; 1 + TAG.len() + 4 + 32 + 4 + 1];
     frame[0] = TAG.len() as u8;
     frame[1..14].copy_from_slice(TAG);
@@ -286,7 +288,7 @@ pub fn commit_field(salt: &Salt, canonical_value: &[u8]) -> Hash {
 }
 
 fn commit_field_with(scratch: &mut Vec<u8>, salt: &Salt, value: &[u8]) -> Hash {
-    framed_hash(scratch, "cairn/v1/field", &[salt, value])
+    framed_hash(scratch, "cairn/v2/field", &[salt, value])
 }
 
 /// How one field of a recorded step is disclosed.
@@ -354,7 +356,7 @@ pub fn recommit_field(
 
 /// The digest over the 22 commitments in field order.
 pub fn digest_of_commitments(commitments: &[Hash; FIELD_COUNT]) -> Hash {
-    const TAG: &[u8] = b"cairn/v1/step";
+    const TAG: &[u8] = b"cairn/v2/step";
     const LEN: usize = 1 + TAG.len() + FIELD_COUNT * 36;
     // The digest frame has a fixed size: build it on the stack.
     let mut frame = [0u8; LEN];
@@ -368,9 +370,9 @@ pub fn digest_of_commitments(commitments: &[Hash; FIELD_COUNT]) -> Hash {
     Hash::sha256(&frame)
 }
 
-/// `SHA-256(frame("cairn/v1/chain"; prev, digest, u64be(step_index), created_at))`.
+/// `SHA-256(frame("cairn/v2/chain"; prev, digest, u64be(step_index), created_at))`.
 pub fn chain_hash(prev: &Hash, digest: &Hash, step_index: u64, created_at: Timestamp) -> Hash {
-    const TAG: &[u8] = b"cairn/v1/chain";
+    const TAG: &[u8] = b"cairn/v2/chain";
     // Fixed layout (130 bytes), built on the stack: this is the per-link
     // cost of verification.
     let mut frame = [0u8; 1 + TAG.len() + (4 + 32) * 2 + 4 + 8 + 4 + 27];
@@ -401,13 +403,14 @@ pub fn header_view(header: &SessionHeader) -> Vec<u8> {
         "profile": header.profile.as_str(),
         "predecessor": header.predecessor.map(|h| h.to_hex()),
         "full_consent": header.full_consent,
+        "max_clock_skew_s": header.max_clock_skew_s,
     });
     jcs::to_vec(&view)
 }
 
 /// The genesis hash of a session: the `prev_hash` of its step 0.
 pub fn genesis_hash(header: &SessionHeader) -> Hash {
-    Framer::new("cairn/v1/genesis")
+    Framer::new("cairn/v2/genesis")
         .part(&header_view(header))
         .finish()
 }
@@ -415,7 +418,7 @@ pub fn genesis_hash(header: &SessionHeader) -> Hash {
 /// Leaf data of a step in its session's seal tree.
 pub fn session_leaf_data(step_index: u64, chain_hash: &Hash) -> Vec<u8> {
     frame_bytes(
-        "cairn/v1/session-leaf",
+        "cairn/v2/session-leaf",
         &[&step_index.to_be_bytes(), &chain_hash.0],
     )
 }
@@ -429,9 +432,9 @@ pub struct AgentSignature {
     pub signature: [u8; 64],
 }
 
-/// The bytes an agent signs for a step: `frame("cairn/v1/step-signature"; digest)`.
+/// The bytes an agent signs for a step: `frame("cairn/v2/step-signature"; digest)`.
 pub fn signed_step_message(digest: &Hash) -> Vec<u8> {
-    frame_bytes("cairn/v1/step-signature", &[&digest.0])
+    frame_bytes("cairn/v2/step-signature", &[&digest.0])
 }
 
 /// Seed 004's key id of an agent key: `agent-` + first 12 hex digits of
@@ -515,7 +518,6 @@ impl StepRecord {
         let step = &mut self.step;
         match field {
             Field::TraceId => step.trace_id.clear(),
-            Field::AgentId => step.agent_id.clear(),
             Field::Content => step.content = None,
             Field::InputData => step.input = None,
             Field::OutputData => step.output = None,
@@ -529,6 +531,7 @@ impl StepRecord {
             Field::TaskId => step.task_id = None,
             Field::Links => step.links = Default::default(),
             Field::OrgId
+            | Field::AgentId
             | Field::SessionId
             | Field::StepIndex
             | Field::StepType
@@ -555,7 +558,6 @@ impl StepRecord {
             !self.is_revealed(field)
                 && match field {
                     Field::TraceId => !s.trace_id.is_empty(),
-                    Field::AgentId => !s.agent_id.is_empty(),
                     Field::Content => s.content.is_some(),
                     Field::InputData => s.input.is_some(),
                     Field::OutputData => s.output.is_some(),
@@ -570,6 +572,7 @@ impl StepRecord {
                     Field::Links => !s.links.is_empty(),
                     // Never hidden (the verifier refuses that first).
                     Field::OrgId
+                    | Field::AgentId
                     | Field::SessionId
                     | Field::StepIndex
                     | Field::StepType

@@ -4,14 +4,16 @@
 //!
 //! | level | adds | fields |
 //! |---|---|---|
-//! | `generic` | kinds, numbers, timings, hashes | `org_id`, `session_id`, `step_index`, `step_type`, `step_type_original`, `confidence`, `duration_ms`, `token_count`, `created_at`, `turn_step`, `status`, `signer_key_id`; and every record's digest, chain hash and log position |
-//! | `detailed` | identifiers, tool names, models, lists | `trace_id`, `agent_id`, `model`, `turn_id`, `task_id`, `links` |
+//! | `generic` | kinds, numbers, timings, hashes | `org_id`, `agent_id`, `session_id`, `step_index`, `step_type`, `step_type_original`, `confidence`, `duration_ms`, `token_count`, `created_at`, `turn_step`, `status`, `signer_key_id`; and every record's digest, chain hash and log position |
+//! | `detailed` | identifiers, tool names, models, lists | `trace_id`, `model`, `turn_id`, `task_id`, `links` |
 //! | `full` | content | `content`, `input_data`, `output_data`, `metadata` |
 //!
 //! A record shown at a lower level has its other fields replaced by their
 //! commitments ([`StepRecord::hide`]): it still verifies, and reveals
 //! nothing of what it hides. The fields a verifier needs to place a record
-//! (org, session, index, time, kind, status, signer) are all `generic`.
+//! (org, agent, session, index, time, kind, status, signer) are all
+//! `generic`; the agent is also named by its session's header, which every
+//! bundle of the session shows.
 
 use crate::commit::{CannotHide, FIELDS, Field, StepRecord};
 use std::fmt;
@@ -50,16 +52,14 @@ impl DetailLevel {
     /// The least level at which `field` is shown.
     pub fn of(field: Field) -> DetailLevel {
         match field {
-            Field::TraceId
-            | Field::AgentId
-            | Field::Model
-            | Field::TurnId
-            | Field::TaskId
-            | Field::Links => DetailLevel::Detailed,
+            Field::TraceId | Field::Model | Field::TurnId | Field::TaskId | Field::Links => {
+                DetailLevel::Detailed
+            }
             Field::Content | Field::InputData | Field::OutputData | Field::Metadata => {
                 DetailLevel::Full
             }
             Field::OrgId
+            | Field::AgentId
             | Field::SessionId
             | Field::StepIndex
             | Field::StepType
@@ -116,7 +116,7 @@ mod tests {
             ]
         );
         assert!(detailed.iter().all(|f| generic.contains(f)));
-        assert_eq!(generic.len(), 10);
+        assert_eq!(generic.len(), 9);
         assert_eq!(DetailLevel::Full.hidden_fields().count(), 0);
         for f in FIELDS {
             if f.always_disclosed() {

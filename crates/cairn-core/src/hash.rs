@@ -7,7 +7,7 @@
 //! frame(tag; p1, ..., pn) = u8(len(tag)) || tag || u32be(len(p1)) || p1 || ... || u32be(len(pn)) || pn
 //! ```
 //!
-//! The tag names the purpose (`cairn/v1/chain`, `cairn/v1/field`, ...), so a
+//! The tag names the purpose (`cairn/v2/chain`, `cairn/v2/field`, ...), so a
 //! hash computed for one purpose can never be replayed as another, and every
 //! part carries its length, so no two different part lists frame to the same
 //! bytes. `docs/FORMAT.md` lists every tag.
@@ -41,12 +41,16 @@ impl Hash {
         hex::encode(self.0)
     }
 
-    /// Parses 64 hex digits (either case).
+    /// Parses 64 lowercase hex digits, the one spelling Cairn writes (an
+    /// uppercase digit is another spelling of the same bytes, which a
+    /// verifier must not accept).
     pub fn from_hex(text: &str) -> Result<Hash, HashParseError> {
         let mut out = [0u8; 32];
-        hex::decode_to_slice(text, &mut out).map_err(|_| HashParseError {
-            input: text.chars().take(80).collect(),
-        })?;
+        if !decode_lower_hex(text, &mut out) {
+            return Err(HashParseError {
+                input: text.chars().take(80).collect(),
+            });
+        }
         Ok(Hash(out))
     }
 
@@ -170,6 +174,12 @@ pub fn frame_bytes(tag: &str, parts: &[&[u8]]) -> Vec<u8> {
         out.extend_from_slice(part);
     }
     out
+}
+
+/// Decodes lowercase hex into exactly `out.len()` bytes; false if `text`
+/// is anything else.
+pub fn decode_lower_hex(text: &str, out: &mut [u8]) -> bool {
+    !text.bytes().any(|b| b.is_ascii_uppercase()) && hex::decode_to_slice(text, out).is_ok()
 }
 
 #[cfg(test)]

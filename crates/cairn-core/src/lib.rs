@@ -17,7 +17,9 @@
 //! - [`trace`]: seed 004's signed complete traces.
 //! - [`thinking`]: seed 002's `parseThinking`.
 //! - [`verify`]: streaming verifiers that return a [`verify::Verdict`];
-//!   [`bundle`]: the export bundle format and its line-by-line verifier.
+//!   [`bundle`]: the export bundle format and its line-by-line verifier;
+//!   [`selection`]: the signed statement of what a partial bundle holds;
+//!   [`json`]: the strict JSON reading of outside bytes.
 //!
 //! The byte layouts are specified in `docs/FORMAT.md`, which is the
 //! published algorithm; this crate is one implementation of it.
@@ -31,6 +33,7 @@
 //!     org_id: "acme".into(), session_id: "revenue-analysis-q4".into(),
 //!     agent_id: "analyst".into(), started_at: t0, caller: "local".into(),
 //!     profile: Profile::Standard, predecessor: None, full_consent: false,
+//!     max_clock_skew_s: 300,
 //! };
 //! let mut step = Step::new("t-0", "acme", "analyst", "revenue-analysis-q4", 0, "Observation", t0).unwrap();
 //! step.content = Some("User asked for Q4 revenue breakdown by segment".into());
@@ -49,11 +52,13 @@ pub mod commit;
 pub mod detail;
 pub mod hash;
 pub mod jcs;
+pub mod json;
 pub mod kind;
 pub mod log;
 pub mod merkle;
 pub mod note;
 pub mod record;
+pub mod selection;
 pub mod thinking;
 pub mod time;
 pub mod trace;

@@ -2,8 +2,8 @@
 //! alike, as one gap-free sequence of Merkle leaves.
 //!
 //! ```text
-//! op_hash   = SHA-256(frame("cairn/v1/op"; type, jcs(view)))
-//! leaf data = frame("cairn/v1/log-leaf"; u64be(seq), type, record hash)
+//! op_hash   = SHA-256(frame("cairn/v2/op"; type, jcs(view)))
+//! leaf data = frame("cairn/v2/log-leaf"; u64be(seq), type, record hash, logged_at)
 //! ```
 //!
 //! where the record hash is a step's chain hash or an operational record's
@@ -15,7 +15,7 @@ use crate::commit::{Field, StepRecord};
 use crate::hash::{Framer, Hash, frame_bytes};
 use crate::jcs;
 use crate::merkle;
-use crate::note::{NoteError, NoteSigner, NoteVerifier};
+use crate::note::{NoteError, NoteSigner};
 use crate::record::{Profile, SessionHeader};
 use crate::time::Timestamp;
 use base64::Engine as _;
@@ -76,7 +76,7 @@ pub struct SealRecord {
 }
 
 /// The text of a seal note:
-/// `cairn-seal/v1`, origin, session id, step count, base64 session root,
+/// `cairn-seal/v2`, origin, session id, step count, base64 session root,
 /// base64 final hash, sealed-at, one per line.
 pub fn seal_note_text(
     origin: &str,
@@ -87,7 +87,7 @@ pub fn seal_note_text(
     sealed_at: Timestamp,
 ) -> String {
     format!(
-        "cairn-seal/v1\n{origin}\n{session_id}\n{step_count}\n{}\n{}\n{sealed_at}\n",
+        "cairn-seal/v2\n{origin}\n{session_id}\n{step_count}\n{}\n{}\n{sealed_at}\n",
         session_root.to_base64(),
         final_hash.to_base64()
     )
@@ -109,22 +109,17 @@ impl SealRecord {
         Ok(self)
     }
 
-    /// Checks the note's signature by one of `keys` and that its text states
-    /// exactly this record's fields for `origin`.
-    pub fn verify_note(&self, origin: &str, keys: &[NoteVerifier]) -> Result<(), String> {
-        let text = crate::note::open(&self.note, keys).map_err(|e| e.to_string())?;
-        let expected = seal_note_text(
+    /// Whether a seal note's text (already opened with a trusted key)
+    /// states exactly this record's fields for `origin`.
+    pub fn states(&self, origin: &str, text: &str) -> bool {
+        text == seal_note_text(
             origin,
             &self.session_id,
             self.step_count,
             &self.session_root,
             &self.final_hash,
             self.sealed_at,
-        );
-        if text != expected {
-            return Err("seal note does not state this seal's fields".into());
-        }
-        Ok(())
+        )
     }
 }
 
@@ -187,6 +182,23 @@ pub struct KeyRegistration {
     pub registered_at: Timestamp,
 }
 
+/// An agent key withdrawn: from this record on, the key signs nothing the
+/// log accepts (steps and traces signed earlier stay valid). Rotating a
+/// key is revoking the old one and registering the new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRevocation {
+    /// The org.
+    pub org_id: String,
+    /// The agent the key was registered for.
+    pub agent_id: String,
+    /// The revoked key's id.
+    pub key_id: String,
+    /// Why (free text: `rotated`, `compromised`, ...).
+    pub reason: String,
+    /// When.
+    pub revoked_at: Timestamp,
+}
+
 /// A lower-level per-tool-call record that steps can reference (seed 001's
 /// audit events).
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +243,8 @@ pub enum OpRecord {
     Review(ReviewRecord),
     /// An agent key was registered.
     KeyRegistration(KeyRegistration),
+    /// An agent key was revoked.
+    KeyRevocation(KeyRevocation),
     /// A per-tool-call audit event.
     AuditEvent(AuditEvent),
     /// An imported, agent-signed trace.
@@ -249,7 +263,8 @@ pub struct OpParseError {
 
 impl OpRecord {
     /// The entry type written in the leaf: `session-start`, `seal`,
-    /// `erasure`, `review`, `key-registration` or `audit-event`.
+    /// `erasure`, `review`, `key-registration`, `key-revocation`,
+    /// `audit-event` or `signed-trace`.
     pub fn entry_type(&self) -> &'static str {
         match self {
             OpRecord::SessionStart(_) => "session-start",
@@ -257,6 +272,7 @@ impl OpRecord {
             OpRecord::Erasure(_) => "erasure",
             OpRecord::Review(_) => "review",
             OpRecord::KeyRegistration(_) => "key-registration",
+            OpRecord::KeyRevocation(_) => "key-revocation",
             OpRecord::AuditEvent(_) => "audit-event",
             OpRecord::SignedTrace(_) => "signed-trace",
         }
@@ -270,6 +286,7 @@ impl OpRecord {
             OpRecord::Erasure(r) => &r.org_id,
             OpRecord::Review(r) => &r.org_id,
             OpRecord::KeyRegistration(r) => &r.org_id,
+            OpRecord::KeyRevocation(r) => &r.org_id,
             OpRecord::AuditEvent(r) => &r.org_id,
             OpRecord::SignedTrace(r) => &r.org_id,
         }
@@ -287,6 +304,7 @@ impl OpRecord {
                 "profile": h.profile.as_str(),
                 "predecessor": h.predecessor.map(|p| p.to_hex()),
                 "full_consent": h.full_consent,
+                "max_clock_skew_s": h.max_clock_skew_s,
                 "genesis": crate::commit::genesis_hash(h).to_hex(),
             }),
             OpRecord::Seal(s) => json!({
@@ -332,6 +350,13 @@ impl OpRecord {
                 "public_key": B64.encode(k.public_key.as_bytes()),
                 "registered_at": k.registered_at.to_string(),
             }),
+            OpRecord::KeyRevocation(k) => json!({
+                "org_id": k.org_id,
+                "agent_id": k.agent_id,
+                "key_id": k.key_id,
+                "reason": k.reason,
+                "revoked_at": k.revoked_at.to_string(),
+            }),
             OpRecord::SignedTrace(t) => json!({
                 "org_id": t.org_id,
                 "session_id": t.session_id,
@@ -348,57 +373,141 @@ impl OpRecord {
         }
     }
 
-    /// Parses a view produced by [`OpRecord::to_view`].
+    /// The members a view of `entry_type` has, every one always present
+    /// (optional values are `null`); `None` for an unknown type.
+    pub fn view_members(entry_type: &str) -> Option<&'static [&'static str]> {
+        Some(match entry_type {
+            "session-start" => &[
+                "org_id",
+                "session_id",
+                "agent_id",
+                "started_at",
+                "caller",
+                "profile",
+                "predecessor",
+                "full_consent",
+                "max_clock_skew_s",
+                "genesis",
+            ],
+            "seal" => &[
+                "org_id",
+                "session_id",
+                "step_count",
+                "session_root",
+                "final_hash",
+                "sealed_at",
+                "note",
+            ],
+            "erasure" => &[
+                "org_id",
+                "session_id",
+                "step_index",
+                "trace_id",
+                "commitments",
+                "reason",
+                "actor",
+                "erased_at",
+            ],
+            "review" => &[
+                "org_id",
+                "trace_id",
+                "session_id",
+                "step_index",
+                "decision",
+                "reviewer",
+                "note",
+                "reviewed_at",
+            ],
+            "key-registration" => &[
+                "org_id",
+                "agent_id",
+                "key_id",
+                "public_key",
+                "registered_at",
+            ],
+            "key-revocation" => &["org_id", "agent_id", "key_id", "reason", "revoked_at"],
+            "audit-event" => &["org_id", "event_id", "session_id", "action", "detail", "at"],
+            "signed-trace" => &["org_id", "session_id", "trace"],
+            _ => return None,
+        })
+    }
+
+    /// Parses a view produced by [`OpRecord::to_view`]. The view must have
+    /// exactly the members of its type ([`OpRecord::view_members`]), each of
+    /// its type: nothing is coerced or ignored. Recorded hashes inside a
+    /// view (a session's `genesis`) are parsed but not compared here: a
+    /// verifier recomputes the record hash from [`OpRecord::to_view`], which
+    /// derives them, so a changed one is a `digest-mismatch`.
     pub fn from_view(entry_type: &str, view: &Value) -> Result<OpRecord, OpParseError> {
         let err = |reason: &str| OpParseError {
             kind: entry_type.to_owned(),
             reason: reason.to_owned(),
         };
+        let members =
+            OpRecord::view_members(entry_type).ok_or_else(|| err("unknown record type"))?;
         let obj = view.as_object().ok_or_else(|| err("not an object"))?;
+        if let Some(unknown) = obj.keys().find(|k| !members.contains(&k.as_str())) {
+            return Err(err(&format!("unknown member {unknown:?}")));
+        }
+        if let Some(missing) = members.iter().find(|m| !obj.contains_key(**m)) {
+            return Err(err(&format!("missing member {missing:?}")));
+        }
         let s = |k: &str| -> Result<String, OpParseError> {
             obj.get(k)
                 .and_then(Value::as_str)
                 .map(str::to_owned)
-                .ok_or_else(|| err(&format!("missing string {k}")))
+                .ok_or_else(|| err(&format!("{k} must be a string")))
         };
-        let opt_s = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
+        let opt_s = |k: &str| -> Result<Option<String>, OpParseError> {
+            match obj.get(k) {
+                Some(Value::Null) => Ok(None),
+                Some(Value::String(v)) => Ok(Some(v.clone())),
+                _ => Err(err(&format!("{k} must be a string or null"))),
+            }
+        };
         let u = |k: &str| -> Result<u64, OpParseError> {
             obj.get(k)
                 .and_then(Value::as_u64)
-                .ok_or_else(|| err(&format!("missing number {k}")))
+                .filter(|v| *v <= crate::record::MAX_SAFE_INTEGER)
+                .ok_or_else(|| err(&format!("{k} must be a non-negative integer")))
         };
         let ts = |k: &str| -> Result<Timestamp, OpParseError> {
-            Timestamp::parse_canonical(&s(k)?).map_err(|e| err(&e.to_string()))
+            Timestamp::parse_canonical(&s(k)?).map_err(|e| err(&format!("{k}: {e}")))
         };
         let h = |k: &str| -> Result<Hash, OpParseError> {
-            Hash::from_hex(&s(k)?).map_err(|e| err(&e.to_string()))
+            Hash::from_hex(&s(k)?).map_err(|e| err(&format!("{k}: {e}")))
+        };
+        let id = |k: &str| -> Result<String, OpParseError> {
+            let v = s(k)?;
+            crate::record::validate_id("id", &v)
+                .map_err(|_| err(&format!("{k} is not a valid id")))?;
+            Ok(v)
         };
         Ok(match entry_type {
             "session-start" => {
                 let header = SessionHeader {
-                    org_id: s("org_id")?,
-                    session_id: s("session_id")?,
-                    agent_id: s("agent_id")?,
+                    org_id: id("org_id")?,
+                    session_id: id("session_id")?,
+                    agent_id: id("agent_id")?,
                     started_at: ts("started_at")?,
-                    caller: s("caller")?,
+                    caller: id("caller")?,
                     profile: Profile::parse(&s("profile")?).ok_or_else(|| err("bad profile"))?,
-                    predecessor: match opt_s("predecessor") {
+                    predecessor: match opt_s("predecessor")? {
                         Some(p) => Some(Hash::from_hex(&p).map_err(|e| err(&e.to_string()))?),
                         None => None,
                     },
                     full_consent: obj
                         .get("full_consent")
                         .and_then(Value::as_bool)
-                        .ok_or_else(|| err("missing full_consent"))?,
+                        .ok_or_else(|| err("full_consent must be a boolean"))?,
+                    max_clock_skew_s: u("max_clock_skew_s")?,
                 };
-                if h("genesis")? != crate::commit::genesis_hash(&header) {
-                    return Err(err("genesis does not match the header"));
-                }
+                h("genesis")?;
                 OpRecord::SessionStart(header)
             }
             "seal" => OpRecord::Seal(SealRecord {
-                org_id: s("org_id")?,
-                session_id: s("session_id")?,
+                org_id: id("org_id")?,
+                session_id: id("session_id")?,
                 step_count: u("step_count")?,
                 session_root: h("session_root")?,
                 final_hash: h("final_hash")?,
@@ -409,22 +518,27 @@ impl OpRecord {
                 let map = obj
                     .get("commitments")
                     .and_then(Value::as_object)
-                    .ok_or_else(|| err("missing commitments"))?;
+                    .ok_or_else(|| err("commitments must be an object"))?;
                 let mut commitments = Vec::with_capacity(map.len());
                 for (name, value) in map {
-                    let field = Field::from_name(name).ok_or_else(|| err("unknown field"))?;
+                    let field = Field::from_name(name)
+                        .filter(|f| f.is_payload())
+                        .ok_or_else(|| err(&format!("{name:?} is not an erasable field")))?;
                     let hash = value
                         .as_str()
                         .and_then(|v| Hash::from_hex(v).ok())
                         .ok_or_else(|| err("bad commitment"))?;
                     commitments.push((field, hash));
                 }
+                if commitments.is_empty() {
+                    return Err(err("an erasure erases at least one field"));
+                }
                 commitments.sort_by_key(|(f, _)| *f);
                 OpRecord::Erasure(ErasureRecord {
-                    org_id: s("org_id")?,
-                    session_id: s("session_id")?,
+                    org_id: id("org_id")?,
+                    session_id: id("session_id")?,
                     step_index: u("step_index")?,
-                    trace_id: s("trace_id")?,
+                    trace_id: id("trace_id")?,
                     commitments,
                     reason: s("reason")?,
                     actor: s("actor")?,
@@ -432,14 +546,14 @@ impl OpRecord {
                 })
             }
             "review" => OpRecord::Review(ReviewRecord {
-                org_id: s("org_id")?,
-                trace_id: s("trace_id")?,
-                session_id: s("session_id")?,
+                org_id: id("org_id")?,
+                trace_id: id("trace_id")?,
+                session_id: id("session_id")?,
                 step_index: u("step_index")?,
                 decision: ReviewDecision::parse(&s("decision")?)
                     .ok_or_else(|| err("bad decision"))?,
                 reviewer: s("reviewer")?,
-                note: opt_s("note"),
+                note: opt_s("note")?,
                 reviewed_at: ts("reviewed_at")?,
             }),
             "key-registration" => {
@@ -450,26 +564,33 @@ impl OpRecord {
                     .try_into()
                     .map_err(|_| err("public_key is not 32 bytes"))?;
                 OpRecord::KeyRegistration(KeyRegistration {
-                    org_id: s("org_id")?,
-                    agent_id: s("agent_id")?,
-                    key_id: s("key_id")?,
+                    org_id: id("org_id")?,
+                    agent_id: id("agent_id")?,
+                    key_id: id("key_id")?,
                     public_key: VerifyingKey::from_bytes(&point)
                         .map_err(|_| err("public_key is not an Ed25519 point"))?,
                     registered_at: ts("registered_at")?,
                 })
             }
+            "key-revocation" => OpRecord::KeyRevocation(KeyRevocation {
+                org_id: id("org_id")?,
+                agent_id: id("agent_id")?,
+                key_id: id("key_id")?,
+                reason: s("reason")?,
+                revoked_at: ts("revoked_at")?,
+            }),
             "signed-trace" => OpRecord::SignedTrace(SignedTraceRecord {
-                org_id: s("org_id")?,
-                session_id: s("session_id")?,
+                org_id: id("org_id")?,
+                session_id: id("session_id")?,
                 trace: crate::trace::CompleteTrace::parse(
                     obj.get("trace").ok_or_else(|| err("missing trace"))?,
                 )
                 .map_err(|e| err(&e.to_string()))?,
             }),
             "audit-event" => OpRecord::AuditEvent(AuditEvent {
-                org_id: s("org_id")?,
-                event_id: s("event_id")?,
-                session_id: opt_s("session_id"),
+                org_id: id("org_id")?,
+                event_id: id("event_id")?,
+                session_id: opt_s("session_id")?,
                 action: s("action")?,
                 detail: obj.get("detail").filter(|v| !v.is_null()).cloned(),
                 at: ts("at")?,
@@ -478,9 +599,9 @@ impl OpRecord {
         })
     }
 
-    /// `SHA-256(frame("cairn/v1/op"; type, jcs(view)))`.
+    /// `SHA-256(frame("cairn/v2/op"; type, jcs(view)))`.
     pub fn hash(&self) -> Hash {
-        Framer::new("cairn/v1/op")
+        Framer::new("cairn/v2/op")
             .part(self.entry_type().as_bytes())
             .part(&jcs::to_vec(&self.to_view()))
             .finish()
@@ -509,6 +630,10 @@ pub enum LogRecord {
 pub struct LogEntry {
     /// 0-based position in the org log; equal to the leaf index.
     pub seq: u64,
+    /// When the server logged the entry (its own clock, never earlier than
+    /// the previous entry's): bound into the leaf, so every record carries
+    /// the server's time whatever time its writer claimed.
+    pub logged_at: Timestamp,
     /// The record.
     pub record: LogRecord,
 }
@@ -536,15 +661,26 @@ impl LogEntry {
             self.seq,
             self.entry_type(),
             &self.record_hash(),
+            self.logged_at,
         ))
     }
 }
 
-/// `frame("cairn/v1/log-leaf"; u64be(seq), type, record hash)`.
-pub fn log_leaf_data(seq: u64, entry_type: &str, record_hash: &Hash) -> Vec<u8> {
+/// `frame("cairn/v2/log-leaf"; u64be(seq), type, record hash, logged_at)`.
+pub fn log_leaf_data(
+    seq: u64,
+    entry_type: &str,
+    record_hash: &Hash,
+    logged_at: Timestamp,
+) -> Vec<u8> {
     frame_bytes(
-        "cairn/v1/log-leaf",
-        &[&seq.to_be_bytes(), entry_type.as_bytes(), &record_hash.0],
+        "cairn/v2/log-leaf",
+        &[
+            &seq.to_be_bytes(),
+            entry_type.as_bytes(),
+            &record_hash.0,
+            &logged_at.canonical_bytes(),
+        ],
     )
 }
 

@@ -126,7 +126,13 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), RecordError> 
     }
 }
 
-fn validate_json(field: &'static str, value: &Value, max_bytes: usize) -> Result<(), RecordError> {
+/// Checks a JSON payload: nesting at most [`MAX_JSON_DEPTH`], no integer
+/// beyond ±(2^53 − 1), at most `max_bytes` in canonical form.
+pub fn validate_json(
+    field: &'static str,
+    value: &Value,
+    max_bytes: usize,
+) -> Result<(), RecordError> {
     fn walk(field: &'static str, value: &Value, depth: usize) -> Result<(), RecordError> {
         if depth > MAX_JSON_DEPTH {
             return Err(RecordError::PayloadTooDeep { field });
@@ -490,7 +496,16 @@ pub struct SessionHeader {
     pub predecessor: Option<Hash>,
     /// Whether the user consented to `full` detail exports (seed 004).
     pub full_consent: bool,
+    /// How far, in seconds, a step's `created_at` may lie from the time the
+    /// server logged it (`docs/FORMAT.md` 5.4): fixed when the session
+    /// starts, so a verifier checks every step against the rule the server
+    /// applied.
+    pub max_clock_skew_s: u64,
 }
+
+/// The clock skew a session allows unless the server is configured
+/// otherwise: five minutes.
+pub const DEFAULT_MAX_CLOCK_SKEW_S: u64 = 300;
 
 impl SessionHeader {
     /// Checks ids and the caller string.

@@ -111,6 +111,11 @@ impl From<Refusal> for ApiError {
             Refusal::BadPredecessor(_) => (StatusCode::BAD_REQUEST, "bad_predecessor"),
             Refusal::DuplicateId { .. } => (StatusCode::CONFLICT, "duplicate_id"),
             Refusal::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Refusal::KeyConflict { .. } => (StatusCode::CONFLICT, "key_conflict"),
+            Refusal::KeyRevoked { .. } => (StatusCode::CONFLICT, "key_revoked"),
+            Refusal::UnknownKey { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            Refusal::ClockSkew { .. } => (StatusCode::BAD_REQUEST, "clock_skew"),
+            Refusal::TimeRegression { .. } => (StatusCode::BAD_REQUEST, "time_regression"),
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
         ApiError::new(status, code, message)

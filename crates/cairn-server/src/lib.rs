@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod agent_keys;
 mod error;
 pub mod mcp;
 mod metrics;
@@ -141,7 +142,12 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/bundles/verify",
             post(verify_bundle).layer(DefaultBodyLimit::max(bundle_limit)),
         )
-        .route("/v1/agent-keys", post(register_agent_key))
+        .route(
+            "/v1/agent-keys",
+            post(register_agent_key).get(agent_keys::list),
+        )
+        .route("/v1/agent-keys/{key_id}/revoke", post(agent_keys::revoke))
+        .route("/v1/agent-keys/{key_id}/rotate", post(agent_keys::rotate))
         .route("/v1/keys", post(create_key).get(list_keys))
         .route("/v1/keys/{key_id}", delete(revoke_key))
         .nest_service("/mcp", mcp_service(Arc::clone(&state)))
@@ -740,11 +746,20 @@ async fn verify_one_session(
 async fn verify_whole_org(
     State(state): State<Arc<AppState>>,
     caller: Caller,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
+    let trusted = trusted_param(&q)?;
     let started = Instant::now();
     let result = blocking(&state, move |store| {
-        Ok(verify_org(store, &org, &[], &[], &mut |_| {})?)
+        let mut external = Vec::new();
+        for note in &trusted {
+            external.push(
+                cairn_store::ops::trusted_checkpoint(store, &org, note, &[])
+                    .map_err(|m| ApiError::bad_request("invalid_checkpoint", m))?,
+            );
+        }
+        Ok(verify_org(store, &org, &external, &[], &mut |_| {})?)
     })
     .await?;
     state.metrics.verification(result.verdict.verified);
@@ -853,8 +868,10 @@ async fn search(
         let query = cairn_store::embed::embed(&text);
         let mut out = Vec::new();
         for (seq, score) in store.semantic_search(&org, &query, limit)? {
-            store.read_log(&org, seq, seq + 1, &mut |entry, _| {
-                if let cairn_core::log::LogRecord::Step(record) = &entry.record {
+            store.read_log(&org, seq, seq + 1, &mut |stored| {
+                if let Ok(entry) = &stored.entry
+                    && let cairn_core::log::LogRecord::Step(record) = &entry.record
+                {
                     let mut step = wire::step_to_json(seq, record);
                     step["score"] = json!(score);
                     out.push(step);
@@ -1013,8 +1030,8 @@ async fn inclusion_proof(
             )));
         }
         let mut leaf = None;
-        store.read_log(&org, seq, seq + 1, &mut |_, l| {
-            leaf = Some(l);
+        store.read_log(&org, seq, seq + 1, &mut |stored| {
+            leaf = Some(stored.leaf);
             false
         })?;
         let proof = store.inclusion_proof(&org, seq, size)?;
@@ -1132,54 +1149,22 @@ async fn export(
     };
     let level = level_param(&q)?;
     allow_level(&caller, level, None)?;
-    if level.is_some_and(|l| l < DetailLevel::Full) && scope == ExportScope::All {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            "a bundle of the whole log carries every record whole: export sessions, an agent or a time range at a lower level",
-        ));
-    }
-    let cp = current_checkpoint(&state, caller.org()).await?;
-    // Check the scope before streaming, so that an empty export is a 404
-    // and a refused one a 403, not a truncated body.
-    if let ExportScope::Session(id) = &scope {
-        let (org, id) = (caller.org().to_owned(), id.clone());
-        blocking(&state, move |store| {
-            store
-                .session(&org, &id)?
-                .ok_or_else(|| ApiError::not_found(format!("session {id}")))
-        })
-        .await?;
-    }
-    if level == Some(DetailLevel::Full) {
-        let (org, scope) = (caller.org().to_owned(), scope.clone());
-        if let Some(session) = blocking(&state, move |store| {
-            Ok(cairn_store::ops::first_without_consent(
-                store, &org, &scope,
-            )?)
-        })
-        .await?
-        {
-            return Err(consent_required(&session));
-        }
-    }
+    let options = cairn_store::ops::ExportOptions {
+        level,
+        since_size: query_u64(&q, "since_size")?,
+    };
+    // Everything is decided before the status line, so that an empty or a
+    // refused export is a 4xx, not a truncated body.
+    let plan = plan_export(&state, &caller, scope, options).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let store = Arc::clone(&state.store);
-    let org = caller.org().to_owned();
     tokio::task::spawn_blocking(move || {
         let mut out = ChannelWriter {
             tx: tx.clone(),
             buffer: Vec::new(),
         };
-        if let Err(e) = cairn_store::ops::export_at(
-            store.as_ref(),
-            &org,
-            &scope,
-            level,
-            &cp,
-            cairn_store::now(),
-            &mut out,
-            &mut |_| {},
-        ) {
+        if let Err(e) = cairn_store::ops::write_export(store.as_ref(), &plan, &mut out, &mut |_| {})
+        {
             // The body is cut short; a verifier reports the missing end
             // line as `missing-record`.
             tracing::warn!(error = %e, "export failed");
@@ -1193,14 +1178,88 @@ async fn export(
         .into_response())
 }
 
+/// Plans an export of the caller's org against a fresh checkpoint (HTTP and
+/// MCP): the selection of a partial bundle is computed and signed, the
+/// consistency proof asked for made. A step erased between the checkpoint
+/// and the plan makes it sign a newer checkpoint and plan again.
+pub(crate) async fn plan_export(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    scope: ExportScope,
+    options: cairn_store::ops::ExportOptions,
+) -> Result<cairn_store::ops::ExportPlan, ApiError> {
+    use cairn_store::ops::ExportError;
+    let mut attempts = 0;
+    loop {
+        let cp = current_checkpoint(state, caller.org()).await?;
+        let (org, scope_now) = (caller.org().to_owned(), scope.clone());
+        let planned = blocking(state, move |store| {
+            Ok(cairn_store::ops::plan_export(
+                store,
+                &org,
+                &scope_now,
+                options,
+                &cp,
+                cairn_store::now(),
+            ))
+        })
+        .await?;
+        match planned {
+            Ok(plan) => return Ok(plan),
+            Err(ExportError::Stale { .. }) if attempts < 3 => attempts += 1,
+            Err(ExportError::Empty(m)) => return Err(ApiError::not_found(m)),
+            Err(ExportError::Consent(session)) => return Err(consent_required(&session)),
+            Err(ExportError::Store(e)) => return Err(e.into()),
+            Err(e) => return Err(ApiError::bad_request("invalid_request", e.to_string())),
+        }
+    }
+}
+
+/// Trusted checkpoints given with a verification: each `checkpoint`
+/// parameter is a signed checkpoint note, in base64 (standard or URL-safe).
+fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiError> {
+    use base64::Engine as _;
+    q.iter()
+        .filter(|(k, _)| k == "checkpoint")
+        .map(|(_, v)| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(v))
+                .map_err(|_| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        "checkpoint must be a signed checkpoint note in base64",
+                    )
+                })?;
+            String::from_utf8(bytes).map_err(|_| {
+                ApiError::bad_request("invalid_request", "checkpoint is not UTF-8 text")
+            })
+        })
+        .collect()
+}
+
 async fn verify_bundle(
     State(state): State<Arc<AppState>>,
     _caller: Caller,
+    Query(q): Query<Vec<(String, String)>>,
     body: Bytes,
 ) -> Result<Json, ApiError> {
+    let trusted = trusted_param(&q)?;
+    let pinned = q
+        .iter()
+        .filter(|(k, _)| k == "key")
+        .map(|(_, v)| {
+            cairn_core::note::NoteVerifier::parse(v).map_err(|e| {
+                ApiError::bad_request("invalid_request", format!("key must be a vkey: {e}"))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let started = Instant::now();
     let result = tokio::task::spawn_blocking(move || {
-        let mut verifier = cairn_core::bundle::BundleVerifier::new(Vec::new());
+        let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);
+        for note in trusted {
+            verifier.trust_checkpoint(note);
+        }
         for line in cairn_core::bundle::bundle_lines(&body) {
             if !verifier.push_bytes(line) {
                 break;

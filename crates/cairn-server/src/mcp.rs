@@ -1055,8 +1055,8 @@ impl CairnMcp {
                 }
                 let proof = store.inclusion_proof(&org, seq, size)?;
                 let mut leaf = None;
-                store.read_log(&org, seq, seq + 1, &mut |_, l| {
-                    leaf = Some(l);
+                store.read_log(&org, seq, seq + 1, &mut |stored| {
+                    leaf = Some(stored.leaf);
                     false
                 })?;
                 Ok(json!({
@@ -1084,32 +1084,26 @@ impl CairnMcp {
             caller.require(caller.key.role.can_export(), "export bundles")?;
             let level = level_arg(args.level.as_deref())?;
             crate::allow_level(&caller, level, None)?;
-            let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
-            let org = caller.org().to_owned();
+            let options = cairn_store::ops::ExportOptions {
+                level,
+                since_size: None,
+            };
+            let plan = crate::plan_export(
+                &self.state,
+                &caller,
+                ExportScope::Session(args.session_id.clone()),
+                options,
+            )
+            .await?;
             self.store(move |store| {
                 let mut out = Vec::new();
-                let summary = cairn_store::ops::export_at(
-                    store,
-                    &org,
-                    &ExportScope::Session(args.session_id.clone()),
-                    level,
-                    &cp,
-                    cairn_store::now(),
-                    &mut out,
-                    &mut |_| {},
-                )
-                .map_err(|e| match e {
-                    cairn_store::ops::ExportError::Empty(_) => {
-                        ApiError::not_found(format!("session {}", args.session_id))
-                    }
-                    cairn_store::ops::ExportError::Consent(session) => {
-                        crate::consent_required(&session)
-                    }
-                    other => ApiError::new(
+                let summary = cairn_store::ops::write_export(store, &plan, &mut out, &mut |_| {})
+                    .map_err(|e| {
+                    ApiError::new(
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
                         "storage_failure",
-                        other.to_string(),
-                    ),
+                        e.to_string(),
+                    )
                 })?;
                 Ok(json!({
                     "session_id": args.session_id, "entries": summary.entries,

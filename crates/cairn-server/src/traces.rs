@@ -75,11 +75,8 @@ pub(crate) async fn fetch(
         let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
             return Err(ApiError::not_found(format!("trace {trace_id}")));
         };
-        let mut keys = cairn_core::verify::AgentKeys::new();
-        for reg in store.agent_keys(&org)? {
-            keys.insert(reg.key_id, reg.agent_id, reg.public_key);
-        }
-        let check = keys.check_trace(&record.trace);
+        let keys = cairn_store::ops::agent_keys(store, &org)?;
+        let check = keys.check_trace(&record.trace, Some(seq));
         Ok(json!({
             "seq": seq,
             "session_id": record.session_id,

@@ -5,12 +5,12 @@
 #![allow(clippy::unwrap_used)]
 
 use base64::Engine as _;
+use cairn_core::Hash;
 use cairn_core::commit::{
     AgentSignature, Openings, agent_key_id, signed_step_message, step_digest,
 };
 use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
 use cairn_core::record::Step;
-use cairn_core::{Hash, Timestamp};
 use cairn_server::{AppState, ServerConfig};
 use cairn_store::{ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore};
 use cairn_testkit::http::Reply;
@@ -629,7 +629,7 @@ fn signed_steps_are_checked_at_ingest() {
     assert_eq!(registered.json()["key_id"], key_id);
     // The agent builds the step, computes its digest and signs it.
     let signed = |content: &str, signer: &SigningKey| {
-        let created_at = Timestamp::parse_rfc3339("2026-11-21T10:00:00Z").unwrap();
+        let created_at = cairn_store::now();
         let seed = [5u8; 32];
         let mut core = Step::new(
             "signed-0", "acme", "analyst", "signed", 0, "Decision", created_at,
@@ -1088,7 +1088,8 @@ fn detail_levels_and_consent() {
         .collect();
     assert!(
         hidden.contains(&"content")
-            && hidden.contains(&"agent_id")
+            && hidden.contains(&"model")
+            && !hidden.contains(&"agent_id")
             && !hidden.contains(&"confidence")
     );
     let detailed = get(&server, "/v1/sessions/plain?level=detailed", &admin).json();

@@ -240,7 +240,7 @@ fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError>
          sessions AS (
            SELECT s.session_id, s.agent_id, s.profile, {started} AS started_at,
              s.started_at AS started_at_us, COALESCE(h.last_index + 1, 0) AS step_count,
-             EXISTS (SELECT 1 FROM \"{s}\".seals x WHERE x.sid = s.sid) AS sealed
+             EXISTS (SELECT 1 FROM \"{s}\".entries x WHERE x.sid = s.sid AND x.type = 'seal') AS sealed
            FROM \"{s}\".sessions s LEFT JOIN \"{s}\".session_heads h ON h.sid = s.sid
            WHERE s.org = {org}),
          records AS (

@@ -150,6 +150,10 @@ pub struct PreparedStep {
     /// Whether the writer chose the trace id (then it must be checked for
     /// uniqueness).
     pub trace_id_given: bool,
+    /// Whether the writer chose `created_at` (then it must lie within the
+    /// session's clock skew of the time the server logs it, and not before
+    /// the session's previous step); otherwise it is the server's clock.
+    pub created_at_given: bool,
     /// The index the writer expects, if it said.
     pub expected_index: Option<u64>,
     /// The agent's signature.
@@ -178,6 +182,7 @@ pub fn prepare_step(
         return Err(Refusal::SignedStepIncomplete);
     }
     let trace_id_given = input.trace_id.is_some();
+    let created_at_given = input.created_at.is_some();
     let trace_id = input
         .trace_id
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
@@ -230,6 +235,7 @@ pub fn prepare_step(
         openings,
         commitments,
         trace_id_given,
+        created_at_given,
         expected_index: input.step_index,
         signature: input.signature,
         caller: input.caller,
@@ -301,13 +307,40 @@ pub enum WriteRequest {
         /// Details (any JSON).
         detail: Option<serde_json::Value>,
     },
-    /// Register an agent's Ed25519 public key.
+    /// Register an agent's Ed25519 public key. A key id belongs to one
+    /// agent for good: registering it again for the same agent returns the
+    /// existing registration, for another agent (or after its revocation)
+    /// is refused.
     RegisterKey {
         /// The org.
         org_id: String,
         /// The agent.
         agent_id: String,
         /// The key.
+        public_key: VerifyingKey,
+    },
+    /// Revoke an agent key: from this record on it signs nothing the log
+    /// accepts; what it signed before stays valid.
+    RevokeKey {
+        /// The org.
+        org_id: String,
+        /// The agent the key is registered for.
+        agent_id: String,
+        /// The key's id (`agent-` + 12 hex digits).
+        key_id: String,
+        /// Why (recorded).
+        reason: String,
+    },
+    /// Rotate an agent key: revoke `old_key_id` and register `public_key`,
+    /// in one step (both records or neither).
+    RotateKey {
+        /// The org.
+        org_id: String,
+        /// The agent.
+        agent_id: String,
+        /// The key being replaced.
+        old_key_id: String,
+        /// The new key.
         public_key: VerifyingKey,
     },
     /// Sign a checkpoint of the org's log now, if it grew since the last.
@@ -376,6 +409,15 @@ pub enum Written {
         seq: u64,
         /// Its key id (`agent-` + 12 hex digits).
         key_id: String,
+    },
+    /// A key was revoked (and, for a rotation, its successor registered).
+    KeyRevoked {
+        /// Position of the revocation.
+        seq: u64,
+        /// The revoked key.
+        key_id: String,
+        /// For a rotation: the new key's registration (position, key id).
+        successor: Option<(u64, String)>,
     },
     /// A checkpoint was signed (or the latest one returned, if the log did
     /// not grow).
@@ -532,6 +574,60 @@ pub enum Refusal {
     /// A field of the request is invalid (empty, too long).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The key id is registered for another agent: a key speaks for one
+    /// agent for good.
+    #[error("key {key_id} is registered for agent {agent_id}; a key speaks for one agent only")]
+    KeyConflict {
+        /// The key.
+        key_id: String,
+        /// The agent it is registered for.
+        agent_id: String,
+    },
+    /// The key was revoked.
+    #[error("key {key_id} was revoked at seq {seq}; register a new key")]
+    KeyRevoked {
+        /// The key.
+        key_id: String,
+        /// Position of its revocation.
+        seq: u64,
+    },
+    /// No such key is registered for the agent.
+    #[error("key {key_id} is not registered for agent {agent_id}")]
+    UnknownKey {
+        /// The key.
+        key_id: String,
+        /// The agent.
+        agent_id: String,
+    },
+    /// A writer's `created_at` lies further from the server's clock than
+    /// the session allows.
+    #[error(
+        "created_at {created_at} is {skew_s} s from the server's clock ({logged_at}); session {session_id} allows {max_s} s: leave created_at out to use the server's time"
+    )]
+    ClockSkew {
+        /// The session.
+        session_id: String,
+        /// The time given.
+        created_at: Timestamp,
+        /// The server's time.
+        logged_at: Timestamp,
+        /// The distance, in whole seconds.
+        skew_s: u64,
+        /// The session's allowance.
+        max_s: u64,
+    },
+    /// A writer's `created_at` is before the session's previous step.
+    #[error(
+        "created_at {created_at} is before the previous step of session {session_id} ({previous}): time may not run backwards in a session"
+    )]
+    TimeRegression {
+        /// The session.
+        session_id: String,
+        /// The time given.
+        created_at: Timestamp,
+        /// The previous step's time.
+        previous: Timestamp,
+    },
 }
 
 /// A storage failure (I/O, database, corrupt state). Unlike a [`Refusal`],
@@ -580,6 +676,13 @@ pub enum StoreError {
     /// beyond the log's size).
     #[error("not found: {0}")]
     NotFound(String),
+    /// Another process holds what this one needs (the data directory's
+    /// sequencer lock).
+    #[error("{0}")]
+    Busy(String),
+    /// The store was opened to read only.
+    #[error("{0}")]
+    ReadOnly(String),
 }
 
 /// A helper to attach context to database errors.
@@ -679,8 +782,24 @@ pub struct SessionSummary {
 pub struct StoredStep {
     /// Position in the org log.
     pub seq: u64,
+    /// When the server logged it.
+    pub logged_at: Timestamp,
     /// The record.
     pub record: StepRecord,
+}
+
+/// One entry of an org log as the store holds it: its position, the leaf
+/// hash stored for it (which proofs are served from), and the record, or
+/// why its row could not be read as one (a verifier reports that as a
+/// malformed record at this position; other readers as corruption).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    /// Position in the org log.
+    pub seq: u64,
+    /// The stored leaf hash.
+    pub leaf: Hash,
+    /// The entry.
+    pub entry: Result<LogEntry, String>,
 }
 
 /// Where records live. Implementations sequence natively (see the crate
@@ -705,14 +824,15 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Number of entries in an org's log (0 for an unknown org).
     fn log_size(&self, org_id: &str) -> Result<u64, StoreError>;
 
-    /// Streams log entries `from..to` (clamped to the log) in seq order.
-    /// `visit` returns false to stop early.
+    /// Streams log entries `from..to` (clamped to the log) in seq order,
+    /// each as stored (a row that does not parse is handed over as such,
+    /// not as an error). `visit` returns false to stop early.
     fn read_log(
         &self,
         org_id: &str,
         from: u64,
         to: u64,
-        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError>;
 
     /// A session's header, counts, head and seal.
@@ -794,6 +914,23 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
 
+    /// The operational records that concern one session (its start, seal,
+    /// erasures, reviews, audit events, signed trace), in log order with
+    /// their positions, found in the log by the session's id.
+    fn session_records(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+
+    /// The agent key records (registrations and revocations) of an org, or
+    /// of one agent, in log order with their positions.
+    fn key_records(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+
     /// An operational record found by id (an audit event's id, an
     /// imported trace's id), with its position.
     fn op_by_id(
@@ -863,6 +1000,10 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The server key's public half.
     fn server_key(&self) -> &cairn_core::note::NoteVerifier;
+
+    /// The server key, to sign what the server states (a partial bundle's
+    /// selection).
+    fn signer(&self) -> &cairn_core::note::NoteSigner;
 
     /// The server key's name (log origins are `<name>/<org>`).
     fn server_name(&self) -> &str;

@@ -29,18 +29,18 @@
 
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
-    AgentKey, Engine, NODE_STRIDE, OrgState, RawStep, STEP_COLUMNS, SessionState, StepRow,
-    StoredSession, WriteTx, agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
-    op_record_id, org_range, request_org, row_id,
+    AgentKey, ChainEnd, Engine, NODE_STRIDE, OpRow, OrgState, RawStep, STEP_COLUMN_COUNT,
+    STEP_COLUMNS, SessionState, StepRow, StoredSession, WriteTx, agent_keys_from_views, blob_hash,
+    chain_end, json_text, links_text, op_from_view, op_record_id, org_range, request_org, row_id,
 };
 use crate::keys::ServerKey;
 use crate::{
     ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionInfo, SessionSummary,
-    StoreError, StoredCheckpoint, StoredStep, WriteRequest, Written, now,
+    StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written, now,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
-    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
+    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, leaf_hash, node_hash, range_hash,
 };
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::{Limits, SessionHeader};
@@ -54,13 +54,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-/// The schema, version 1.
+/// The schema, version 2.
 pub const SCHEMA: &str = include_str!("pg_schema.sql");
 /// The DDL guard (event triggers; needs a superuser).
 pub const GUARD: &str = include_str!("pg_guard.sql");
 /// The grants of the production role (`cairn_app`), as documented.
 pub const GRANTS: &str = include_str!("pg_grants.sql");
-const SCHEMA_VERSION: &str = "1";
+const SCHEMA_VERSION: &str = "2";
 /// First key of Cairn's advisory locks ("CAIR"), so they cannot collide
 /// with another application's locks on the same database.
 const LOCK_CLASS: i32 = 0x4341_4952;
@@ -107,6 +107,11 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             .context("recording the schema version")?;
         }
         Some(SCHEMA_VERSION) => {}
+        Some("1") => {
+            return Err(StoreError::Corrupt(
+                "this database holds a format 1 ledger (written by cairn 0.1); this cairn writes format 2, whose hashes differ, and cannot use it. Keep using cairn 0.1 for it, or point this cairn at a new database".into(),
+            ));
+        }
         Some(other) => {
             return Err(StoreError::Corrupt(format!(
                 "database schema version {other} is not supported (expected {SCHEMA_VERSION})"
@@ -133,9 +138,24 @@ fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, Sto
         .map(|row| row.get(0)))
 }
 
-/// Installs the DDL guard if the connected role is a superuser; returns
-/// whether it did.
+/// Installs the DDL guard if the connected role is a superuser and it is
+/// not installed yet; returns whether the guard is in place. Serialized
+/// with migrations by the same advisory lock, so that servers starting at
+/// once do not race on its functions.
 pub fn install_guard(client: &mut postgres::Client) -> Result<bool, StoreError> {
+    let present = |client: &mut postgres::Client| -> Result<bool, StoreError> {
+        Ok(client
+            .query_one(
+                "SELECT count(*) = 2 FROM pg_event_trigger
+                 WHERE evtname IN ('cairn_guard_drop', 'cairn_guard_alter')",
+                &[],
+            )
+            .context("looking for the DDL guard")?
+            .get(0))
+    };
+    if present(client)? {
+        return Ok(true);
+    }
     let superuser: bool = client
         .query_one(
             "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
@@ -147,9 +167,20 @@ pub fn install_guard(client: &mut postgres::Client) -> Result<bool, StoreError> 
         return Ok(false);
     }
     client
-        .batch_execute(GUARD)
-        .context("installing the DDL guard")?;
-    Ok(true)
+        .execute("SELECT pg_advisory_lock($1, 0)", &[&LOCK_CLASS])
+        .context("locking the guard's installation")?;
+    let outcome = match present(client) {
+        Ok(true) => Ok(true),
+        Ok(false) => client
+            .batch_execute(GUARD)
+            .context("installing the DDL guard")
+            .map(|()| true),
+        Err(e) => Err(e),
+    };
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1, 0)", &[&LOCK_CLASS])
+        .context("unlocking the guard's installation");
+    outcome.and_then(|installed| unlocked.map(|_| installed))
 }
 
 /// Settings of a PostgreSQL store.
@@ -163,6 +194,8 @@ pub struct PgOptions {
     pub checkpoint_interval: Duration,
     /// Seed 000's embedding sample rate (default 0.1).
     pub embedding_sample_rate: f64,
+    /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
+    pub max_clock_skew_s: u64,
 }
 
 impl PgOptions {
@@ -173,6 +206,7 @@ impl PgOptions {
             limits: Limits::default(),
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
+            max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
         }
     }
 }
@@ -301,6 +335,7 @@ fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
         org_id: col(row, 29)?,
         session_id: col(row, 30)?,
         salts: col(row, 31)?,
+        logged_at: col(row, 32)?,
     }
     .parse()
 }
@@ -334,19 +369,86 @@ static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The ids of a session's steps, oldest first, found by walking `prev_seq`
-/// back from the session's last step (as the embedded store does; no index
-/// on `sid` slows every insert down). A broken link ends the walk early;
-/// verification then reports the missing index.
+/// back from the session's last step as the log holds it (`$3`, its seq;
+/// `$4`, its index), as the embedded store does (no index on `sid` slows
+/// every insert down). A broken link ends the walk early; verification
+/// then reports the missing index.
 const SESSION_WALK: &str = "WITH RECURSIVE chain (id, prev, n) AS (
-    SELECT e.id, e.prev_seq, 1 FROM session_heads h
-      JOIN entries e ON e.id = (($1::bigint << 40) | h.last_seq) AND e.sid = h.sid
-      WHERE h.sid = $2
+    SELECT e.id, e.prev_seq, 1 FROM entries e
+      WHERE e.id = (($1::bigint << 40) | $3::bigint) AND e.sid = $2
     UNION ALL
     SELECT e.id, e.prev_seq, c.n + 1 FROM chain c
       JOIN entries e ON e.id = (($1::bigint << 40) | c.prev) AND e.sid = $2
-      WHERE c.n <= (SELECT last_index FROM session_heads WHERE sid = $2)
+      WHERE c.n <= $4::bigint
   )
   SELECT id FROM chain ORDER BY id";
+
+/// The step of session `$2` whose previous step is at `$1` (-1: its first).
+const SUCCESSOR: &str = "SELECT seq, step_index, record_hash, created_at, kind FROM entries
+  WHERE COALESCE(prev_seq, -1) = $1 AND sid = $2 AND type = 'step'";
+
+/// The step a session's head row names, if it is a step of the session.
+const HEAD_HINT: &str = "SELECT e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+  FROM session_heads h JOIN entries e ON e.id = (($1::bigint << 40) | h.last_seq)
+  WHERE h.sid = $2 AND e.sid = $2 AND e.type = 'step' AND e.step_index = h.last_index";
+
+fn chain_end_from_row(row: &Row) -> Result<ChainEnd, StoreError> {
+    Ok(ChainEnd {
+        seq: col(row, 0)?,
+        index: col(row, 1)?,
+        hash: col(row, 2)?,
+        created_at: col(row, 3)?,
+        kind: col(row, 4)?,
+    })
+}
+
+/// The step of session `sid` after the one at `seq` (its first if `None`).
+fn successor<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    sid: i64,
+    seq: Option<i64>,
+) -> Result<Option<ChainEnd>, StoreError> {
+    db.query_opt(
+        SUCCESSOR,
+        &[&seq.unwrap_or(-1), &sid],
+        "following a session's chain",
+    )?
+    .map(|row| chain_end_from_row(&row))
+    .transpose()
+}
+
+/// A session's last step as the log holds it: from the step its head row
+/// names, walked forward to the end.
+fn true_end<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    sid: i64,
+) -> Result<Option<ChainEnd>, StoreError> {
+    let hint = db
+        .query_opt(HEAD_HINT, &[&org, &sid], "reading a session head")?
+        .map(|row| chain_end_from_row(&row))
+        .transpose()?;
+    chain_end(hint, |seq| successor(db, sid, seq))
+}
+
+/// The ids of a session's steps, oldest first, as the log holds them.
+fn session_ids<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    sid: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let Some(end) = true_end(db, org, sid)? else {
+        return Ok(Vec::new());
+    };
+    db.query(
+        SESSION_WALK,
+        &[&org, &sid, &end.seq, &end.index],
+        "walking a session",
+    )?
+    .iter()
+    .map(|r| col(r, 0))
+    .collect()
+}
 
 /// Reads perfect-subtree hashes of one org's log: a subtree at level `l`
 /// is folded from at most 16 hashes stored at the level `l - l % 4` below
@@ -436,8 +538,10 @@ fn frontier_of<C: GenericClient>(tree: &PgTree<'_, C>) -> Result<Frontier, Store
 struct Cache {
     /// Each org's frontier as of some committed size.
     frontiers: HashMap<i64, Frontier>,
-    /// Registered agent keys (keys are never removed, so a hit is valid).
-    keys: HashMap<(i64, String), AgentKey>,
+    /// Registered agent keys of each org, with the number of key records
+    /// they were read from (another server may have added one since: the
+    /// count is checked under the org's lock).
+    keys: HashMap<i64, (i64, HashMap<String, AgentKey>)>,
 }
 
 /// The advisory-lock key of an org name (SHA-256 based, so every process
@@ -475,10 +579,13 @@ fn load_org<C: GenericClient>(
 ) -> Result<Option<OrgState>, StoreError> {
     let Some(row) = db.query_opt(
         "SELECT o.org, EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org),
-           (SELECT max(e.id) FROM entries e WHERE e.id >= (o.org << 40) AND e.id < ((o.org + 1) << 40)),
-           c.size, c.created_at
-         FROM orgs o LEFT JOIN LATERAL (
-           SELECT size, created_at FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
+           m.id, c.size, c.created_at, c.root, (SELECT logged_at FROM entries WHERE id = m.id)
+         FROM orgs o
+         LEFT JOIN LATERAL (
+           SELECT max(e.id) AS id FROM entries e WHERE e.id >= (o.org << 40) AND e.id < ((o.org + 1) << 40)
+         ) m ON TRUE
+         LEFT JOIN LATERAL (
+           SELECT size, created_at, root FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
          ) c ON TRUE
          WHERE o.name = $1",
         &[&name],
@@ -493,42 +600,84 @@ fn load_org<C: GenericClient>(
     let size = max_id.map_or(0, |max| u64_of(max - (id << 40)) + 1);
     let checkpoint_size: Option<i64> = col(&row, 3)?;
     let checkpoint_at: Option<i64> = col(&row, 4)?;
-    let cached = cache.frontiers.get(&id).filter(|f| f.size() <= size);
-    let frontier = match cached {
-        Some(f) if f.size() == size => f.clone(),
-        Some(f) if size - f.size() <= CATCH_UP_LIMIT => {
-            let mut frontier = f.clone();
-            let rows = db.query(
-                "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
-                &[&row_id(id, frontier.size()), &row_id(id, size)],
-                "catching up with other servers",
-            )?;
-            if rows.len() as u64 != size - frontier.size() {
+    let checkpoint_root: Option<Vec<u8>> = col(&row, 5)?;
+    let last_logged: Option<i64> = col(&row, 6)?;
+    let signed = checkpoint_size.map_or(0, u64_of);
+    if signed > size {
+        return Err(StoreError::Corrupt(format!(
+            "the log of org {name} holds {size} entries, fewer than its latest signed checkpoint ({signed}): entries were removed"
+        )));
+    }
+    // A cached frontier was folded from checked leaves; otherwise start at
+    // the latest signed checkpoint, whose root the stored subtrees must
+    // give. Either way the leaves after it are folded again from their rows.
+    let cached = cache
+        .frontiers
+        .get(&id)
+        .filter(|f| f.size() <= size && f.size() >= signed && size - f.size() <= CATCH_UP_LIMIT);
+    let mut frontier = match cached {
+        Some(f) => f.clone(),
+        None => {
+            let frontier = frontier_of(&PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org: id,
+                size: signed,
+            })?;
+            if let Some(root) = checkpoint_root
+                && frontier.root() != blob_hash(root)?
+            {
                 return Err(StoreError::Corrupt(format!(
-                    "the log of org {name} has a gap before seq {size}"
+                    "the stored tree of org {name} does not give the root its latest checkpoint signed (size {signed})"
                 )));
-            }
-            for row in &rows {
-                frontier.push(blob_hash(col(row, 0)?)?);
             }
             frontier
         }
-        _ => frontier_of(&PgTree {
-            db: RefCell::new(Db {
-                client: &mut *db.client,
-                statements: &mut *db.statements,
-            }),
-            org: id,
-            size,
-        })?,
     };
+    if frontier.size() < size {
+        let rows = db.query(
+            "SELECT seq, type, record_hash, logged_at, leaf_hash FROM entries
+             WHERE id >= $1 AND id < $2 ORDER BY id",
+            &[&row_id(id, frontier.size()), &row_id(id, size)],
+            "catching up with the log",
+        )?;
+        for row in &rows {
+            let seq: i64 = col(row, 0)?;
+            let entry_type: String = col(row, 1)?;
+            let record = blob_hash(col(row, 2)?)?;
+            let logged_at = Timestamp::from_micros(col(row, 3)?)
+                .ok_or_else(|| StoreError::Corrupt("a logged time out of range".into()))?;
+            let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
+                u64_of(seq),
+                &entry_type,
+                &record,
+                logged_at,
+            ));
+            if u64_of(seq) != frontier.size() || leaf != blob_hash(col(row, 4)?)? {
+                return Err(StoreError::Corrupt(format!(
+                    "entry {seq} of org {name} does not match its stored leaf or follows a gap"
+                )));
+            }
+            frontier.push(leaf);
+        }
+        if frontier.size() != size {
+            return Err(StoreError::Corrupt(format!(
+                "the log of org {name} has a gap before seq {size}"
+            )));
+        }
+    }
     cache.frontiers.insert(id, frontier.clone());
     Ok(Some(OrgState {
         id,
         foreign,
         frontier,
-        checkpoint_size: checkpoint_size.map_or(0, u64_of),
+        checkpoint_size: signed,
         checkpoint_at: checkpoint_at.and_then(Timestamp::from_micros),
+        last_logged: last_logged
+            .and_then(Timestamp::from_micros)
+            .unwrap_or_default(),
     }))
 }
 
@@ -539,6 +688,7 @@ struct EntryRow {
     org: i64,
     seq: i64,
     entry_type: String,
+    logged_at: i64,
     record_hash: Vec<u8>,
     leaf_hash: Vec<u8>,
     view: Option<String>,
@@ -574,17 +724,18 @@ struct EntryRow {
     prev_seq: Option<i64>,
 }
 
-const COPY_ENTRIES: &str = "COPY entries (id, org, seq, type, record_hash, leaf_hash, view, sid, step_index,
+const COPY_ENTRIES: &str = "COPY entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index,
     trace_id, agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count,
     model, metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
     signature, has_embedding, erased, hidden, salts, prev_seq) FROM STDIN BINARY";
 
 /// Column types of [`COPY_ENTRIES`], in order.
-const ENTRY_TYPES: [Type; 37] = [
+const ENTRY_TYPES: [Type; 38] = [
     Type::INT8,
     Type::INT8,
     Type::INT8,
     Type::TEXT,
+    Type::INT8,
     Type::BYTEA,
     Type::BYTEA,
     Type::TEXT,
@@ -644,30 +795,41 @@ struct PgTx<'a, C: GenericClient> {
     cache: &'a mut Cache,
 }
 
-static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis, h.first_seq,
-   h.last_seq, h.last_index, e.record_hash, e.sid, e.step_index, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid),
-   e.kind
+static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis,
+   s.max_clock_skew_s, EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal'),
+   h.first_seq, e.seq, e.step_index, e.record_hash, e.created_at, e.kind
  FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
- LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+ LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid AND e.type = 'step'
+   AND e.step_index = h.last_index
  WHERE s.org = $1 AND s.session_id = ANY($2)";
 
-/// A session from a row of [`SESSIONS_BY_ID`].
-fn session_from_row(row: &Row) -> Result<StoredSession, StoreError> {
-    Ok(StoredSession {
-        session_id: col(row, 0)?,
-        sid: col(row, 1)?,
-        agent_id: col(row, 2)?,
-        profile: col(row, 3)?,
-        genesis: col(row, 4)?,
-        first_seq: col(row, 5)?,
-        last_seq: col(row, 6)?,
-        last_index: col(row, 7)?,
-        last_hash: col(row, 8)?,
-        head_sid: col(row, 9)?,
-        head_index: col(row, 10)?,
-        sealed: col(row, 11)?,
-        last_kind: col(row, 12)?,
-    })
+/// A session from a row of [`SESSIONS_BY_ID`], with the step its head row
+/// names as the end (to be walked forward to the log's real end).
+fn session_from_row(row: &Row) -> Result<(String, StoredSession), StoreError> {
+    let seq: Option<i64> = col(row, 8)?;
+    let end = match seq {
+        Some(seq) => Some(ChainEnd {
+            seq,
+            index: col(row, 9)?,
+            hash: col(row, 10)?,
+            created_at: col(row, 11)?,
+            kind: col(row, 12)?,
+        }),
+        None => None,
+    };
+    Ok((
+        col(row, 0)?,
+        StoredSession {
+            sid: col(row, 1)?,
+            agent_id: col(row, 2)?,
+            profile: col(row, 3)?,
+            genesis: col(row, 4)?,
+            max_clock_skew_s: col(row, 5)?,
+            sealed: col(row, 6)?,
+            first_seq: col(row, 7)?,
+            end,
+        },
+    ))
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
@@ -694,8 +856,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         })
     }
 
-    /// Reads the committed state of the sessions `ids` of `org` in one
-    /// query.
+    /// Reads the committed state of the sessions `ids` of `org`: their
+    /// rows in one query, then each end checked against the log (one probe
+    /// of the successor index per session, more only if a head row lags).
     fn prefetch_sessions(&mut self, org: i64, ids: &[String]) -> Result<(), StoreError> {
         let rows = self
             .db
@@ -704,8 +867,12 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             self.sessions.insert((org, id.clone()), None);
         }
         for row in &rows {
-            let stored = session_from_row(row)?;
-            let id = stored.session_id.clone();
+            let (id, mut stored) = session_from_row(row)?;
+            let sid = stored.sid;
+            stored.end = chain_end(stored.end.take(), |seq| successor(&mut self.db, sid, seq))?;
+            if stored.end.is_some() && stored.first_seq.is_none() {
+                stored.first_seq = successor(&mut self.db, sid, None)?.map(|e| e.seq);
+            }
             self.sessions.insert((org, id), Some(stored.into_state()?));
         }
         Ok(())
@@ -736,6 +903,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                         &e.org,
                         &e.seq,
                         &e.entry_type,
+                        &e.logged_at,
                         &e.record_hash,
                         &e.leaf_hash,
                         &e.view,
@@ -857,30 +1025,56 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
-        let wanted = (org, key_id.to_owned());
-        if let Some(key) = self.cache.keys.get(&wanted) {
-            return Ok(Some(key.clone()));
-        }
-        let rows = self.db.query(
-            "SELECT seq, view FROM entries WHERE org = $1 AND type = 'key-registration' ORDER BY id",
-            &[&org],
-            "loading agent keys",
+        let count: i64 = col(
+            &self.db.query_one(
+                "SELECT count(*) FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation')",
+                &[&org],
+                "counting key records",
+            )?,
+            0,
         )?;
-        let views = rows
-            .iter()
-            .map(|r| Ok((u64_of(col(r, 0)?), col(r, 1)?)))
-            .collect::<Result<Vec<(u64, String)>, StoreError>>()?;
-        for (seq, reg) in agent_keys_from_views(views)? {
-            self.cache.keys.insert(
-                (org, reg.key_id),
-                AgentKey {
-                    agent_id: reg.agent_id,
-                    key: reg.public_key,
-                    seq,
-                },
-            );
+        let fresh = self.cache.keys.get(&org).is_some_and(|(n, _)| *n == count);
+        if !fresh {
+            let rows = self.db.query(
+                "SELECT seq, type, view FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation') ORDER BY id",
+                &[&org],
+                "loading agent keys",
+            )?;
+            let mut keys: HashMap<String, AgentKey> = HashMap::new();
+            for row in &rows {
+                let seq = u64_of(col(row, 0)?);
+                let entry_type: String = col(row, 1)?;
+                let view: String = col(row, 2)?;
+                match op_from_view(seq, &entry_type, &view)? {
+                    OpRecord::KeyRegistration(reg) => {
+                        keys.insert(
+                            reg.key_id,
+                            AgentKey {
+                                agent_id: reg.agent_id,
+                                key: reg.public_key,
+                                seq,
+                                revoked: false,
+                            },
+                        );
+                    }
+                    OpRecord::KeyRevocation(rev) => {
+                        if let Some(key) = keys.get_mut(&rev.key_id) {
+                            key.revoked = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.cache.keys.insert(org, (count, keys));
         }
-        Ok(self.cache.keys.get(&wanted).cloned())
+        Ok(self
+            .cache
+            .keys
+            .get(&org)
+            .and_then(|(_, keys)| keys.get(key_id))
+            .cloned())
     }
 
     fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
@@ -899,9 +1093,8 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         self.flush()?;
         self.db
             .query_opt(
-                "SELECT s.session_id FROM seals x JOIN sessions s ON s.sid = x.sid
-                 JOIN entries e ON e.id = ((s.org << 40) | x.seq)
-                 WHERE s.org = $1 AND e.view::jsonb ->> 'final_hash' = $2",
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = $1 AND e.type = 'seal' AND e.view::jsonb ->> 'final_hash' = $2",
                 &[&org, &hash.to_hex()],
                 "looking up a sealed session",
             )?
@@ -939,6 +1132,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             org: row.org,
             seq: i64_of(row.seq),
             entry_type: "step".into(),
+            logged_at: row.logged_at.as_micros(),
             record_hash: row.hash.0.to_vec(),
             leaf_hash: row.leaf.0.to_vec(),
             view: None,
@@ -983,23 +1177,20 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(())
     }
 
-    fn insert_op(
-        &mut self,
-        org: i64,
-        seq: u64,
-        op: &OpRecord,
-        hash: &Hash,
-        leaf: &Hash,
-    ) -> Result<(), StoreError> {
+    fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
         self.pending.entries.push(EntryRow {
-            id: row_id(org, seq),
-            org,
-            seq: i64_of(seq),
-            entry_type: op.entry_type().to_owned(),
-            record_hash: hash.0.to_vec(),
-            leaf_hash: leaf.0.to_vec(),
-            view: Some(op.to_view().to_string()),
-            trace_id: op_record_id(op).map(str::to_owned),
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: row.op.entry_type().to_owned(),
+            logged_at: row.logged_at.as_micros(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: Some(row.op.to_view().to_string()),
+            trace_id: op_record_id(row.op).map(str::to_owned),
+            sid: row.sid,
+            step_index: row.step_index.map(i64_of),
+            agent_id: row.agent_id.map(str::to_owned),
             ..EntryRow::default()
         });
         self.flush_if_large()
@@ -1026,8 +1217,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         start_seq: u64,
     ) -> Result<i64, StoreError> {
         let row = self.db.query_one(
-            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING sid",
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis,
+             max_clock_skew_s)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING sid",
             &[
                 &org,
                 &header.session_id,
@@ -1036,19 +1228,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
                 &header.started_at.as_micros(),
                 &i64_of(start_seq),
                 &&genesis.0[..],
+                &i64_of(header.max_clock_skew_s),
             ],
             "writing a session",
         )?;
         col(&row, 0)
-    }
-
-    fn insert_seal(&mut self, sid: i64, seq: u64) -> Result<(), StoreError> {
-        self.db.execute(
-            "INSERT INTO seals (sid, seq) VALUES ($1, $2)",
-            &[&sid, &i64_of(seq)],
-            "writing a seal",
-        )?;
-        Ok(())
     }
 
     fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
@@ -1099,24 +1283,33 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         older_than: Timestamp,
     ) -> Result<Vec<i64>, StoreError> {
         self.flush()?;
-        let rows = self.db.query(
-            "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
-             JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-             WHERE s.org = $1 AND e.created_at < $2",
-            &[&org, &older_than.as_micros()],
-            "finding expired sessions",
-        )?;
-        rows.iter().map(|r| col(r, 0)).collect()
+        // Candidates by their head rows, confirmed by the log.
+        let candidates: Vec<i64> = self
+            .db
+            .query(
+                "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                 JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
+                 WHERE s.org = $1 AND e.created_at < $2",
+                &[&org, &older_than.as_micros()],
+                "finding expired sessions",
+            )?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect::<Result<_, _>>()?;
+        let mut expired = Vec::new();
+        for sid in candidates {
+            if true_end(&mut self.db, org, sid)?
+                .is_some_and(|e| e.created_at < older_than.as_micros())
+            {
+                expired.push(sid);
+            }
+        }
+        Ok(expired)
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
         self.flush()?;
-        let ids: Vec<i64> = self
-            .db
-            .query(SESSION_WALK, &[&org, &sid], "walking an expired session")?
-            .iter()
-            .map(|r| col(r, 0))
-            .collect::<Result<_, _>>()?;
+        let ids = session_ids(&mut self.db, org, sid)?;
         let rows = self.db.query(
             "SELECT trace_id FROM entries WHERE id = ANY($1) AND NOT erased ORDER BY id",
             &[&ids],
@@ -1174,6 +1367,32 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         )?;
         Ok(())
     }
+}
+
+/// A log entry from a row selected with [`STEP_COLUMNS`] followed by
+/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
+fn entry_from_row(row: &Row, n: usize) -> Result<LogEntry, StoreError> {
+    let entry_type: String = col(row, n)?;
+    if entry_type == "step" {
+        let stored = step_from_row(row)?;
+        return Ok(LogEntry {
+            seq: stored.seq,
+            logged_at: stored.logged_at,
+            record: LogRecord::Step(stored.record),
+        });
+    }
+    let seq = u64_of(col(row, 0)?);
+    let view: Option<String> = col(row, n + 1)?;
+    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    Ok(LogEntry {
+        seq,
+        logged_at: Timestamp::from_micros(col(row, n - 1)?)
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
+        record: LogRecord::Op {
+            record: op_from_view(seq, &entry_type, &view)?,
+            hash: blob_hash(col(row, 22)?)?,
+        },
+    })
 }
 
 fn latest_checkpoint<C: GenericClient>(
@@ -1242,6 +1461,7 @@ pub struct PgStore {
     limits: Limits,
     checkpoint_interval: Duration,
     embedding_sample_rate: f64,
+    max_clock_skew_s: u64,
     /// The sequencer's connection (batches, checkpoints, imports).
     writer: Mutex<Option<PgConn>>,
     readers: Mutex<Vec<PgConn>>,
@@ -1297,6 +1517,7 @@ impl PgStore {
             limits: options.limits,
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
+            max_clock_skew_s: options.max_clock_skew_s,
             writer: Mutex::new(Some(conn)),
             readers: Mutex::new(Vec::new()),
             cache: Mutex::new(Cache::default()),
@@ -1309,6 +1530,7 @@ impl PgStore {
             limits: self.limits,
             embedding_sample_rate: self.embedding_sample_rate,
             checkpoint_interval: self.checkpoint_interval,
+            max_clock_skew_s: self.max_clock_skew_s,
         }
     }
 
@@ -1477,7 +1699,9 @@ impl LedgerStore for PgStore {
             for org in overlay.orgs.into_values() {
                 cache.frontiers.insert(org.id, org.frontier);
             }
-            cache.keys.extend(overlay.keys);
+            for (org, _) in overlay.keys.keys() {
+                cache.keys.remove(org);
+            }
             Ok(results)
         })
     }
@@ -1531,7 +1755,7 @@ impl LedgerStore for PgStore {
         org_id: &str,
         from: u64,
         to: u64,
-        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
@@ -1540,6 +1764,7 @@ impl LedgerStore for PgStore {
             let (lo, hi) = org_range(org);
             let end = row_id(org, to).min(hi);
             let mut next = row_id(org, from).max(lo);
+            let n = STEP_COLUMN_COUNT;
             while next < end {
                 let rows = db.query(&LOG_PAGE, &[&next, &end, &PAGE], "reading the log")?;
                 let Some(last) = rows.last() else {
@@ -1547,26 +1772,14 @@ impl LedgerStore for PgStore {
                 };
                 next = col::<i64>(last, 0)? + lo + 1;
                 for row in &rows {
-                    let entry_type: String = col(row, 32)?;
-                    let leaf = blob_hash(col(row, 34)?)?;
                     let seq: i64 = col(row, 0)?;
-                    let entry = if entry_type == "step" {
-                        let stored = step_from_row(row)?;
-                        LogEntry {
-                            seq: stored.seq,
-                            record: LogRecord::Step(stored.record),
-                        }
-                    } else {
-                        let view: String = col(row, 33)?;
-                        LogEntry {
-                            seq: u64_of(seq),
-                            record: LogRecord::Op {
-                                record: op_from_view(u64_of(seq), &entry_type, &view)?,
-                                hash: blob_hash(col(row, 22)?)?,
-                            },
-                        }
+                    let leaf: Vec<u8> = col(row, n + 2)?;
+                    let stored = StoredEntry {
+                        seq: u64_of(seq),
+                        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+                        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
                     };
-                    if !visit(entry, leaf) {
+                    if !visit(stored) {
                         return Ok(());
                     }
                 }
@@ -1578,13 +1791,10 @@ impl LedgerStore for PgStore {
     fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError> {
         self.read(|db| {
             let Some(row) = db.query_opt(
-                "SELECT s.start_seq, s.genesis, start.view, e.step_index, e.record_hash, seal.view
+                "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
+                   (SELECT view FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
                  FROM sessions s JOIN orgs o ON o.org = s.org
                  JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
-                 LEFT JOIN session_heads h ON h.sid = s.sid
-                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-                 LEFT JOIN seals x ON x.sid = s.sid
-                 LEFT JOIN entries seal ON seal.id = ((s.org << 40) | x.seq)
                  WHERE o.name = $1 AND s.session_id = $2",
                 &[&org_id, &session_id],
                 "reading a session",
@@ -1607,10 +1817,10 @@ impl LedgerStore for PgStore {
                     _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
                 },
             };
-            let last_index: Option<i64> = col(&row, 3)?;
-            let (step_count, head) = match last_index {
-                Some(index) => (u64_of(index) + 1, blob_hash(col(&row, 4)?)?),
-                None => (0, blob_hash(col(&row, 1)?)?),
+            let genesis: Vec<u8> = col(&row, 1)?;
+            let (step_count, head) = match true_end(db, col(&row, 3)?, col(&row, 4)?)? {
+                Some(end) => (u64_of(end.index) + 1, blob_hash(end.hash)?),
+                None => (0, blob_hash(genesis)?),
             };
             Ok(Some(SessionInfo {
                 header,
@@ -1639,11 +1849,7 @@ impl LedgerStore for PgStore {
                 return Ok(());
             };
             let (org, sid): (i64, i64) = (col(&row, 0)?, col(&row, 1)?);
-            let ids: Vec<i64> = db
-                .query(SESSION_WALK, &[&org, &sid], "walking a session")?
-                .iter()
-                .map(|r| col(r, 0))
-                .collect::<Result<_, _>>()?;
+            let ids = session_ids(db, org, sid)?;
             for chunk in ids.chunks(PAGE as usize) {
                 let chunk = chunk.to_vec();
                 for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
@@ -1679,32 +1885,35 @@ impl LedgerStore for PgStore {
     ) -> Result<Vec<SessionSummary>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(|db| {
-            db.query(
-                "SELECT s.session_id, s.agent_id, s.started_at, COALESCE(h.last_index + 1, 0),
-                   (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.first_seq)),
-                   (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.last_seq)),
-                   EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
-                 FROM sessions s JOIN orgs o ON o.org = s.org LEFT JOIN session_heads h ON h.sid = s.sid
+            let rows = db.query(
+                "SELECT s.session_id, s.agent_id, s.started_at, s.org, s.sid,
+                   EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+                 FROM sessions s JOIN orgs o ON o.org = s.org
                  WHERE o.name = $1 AND ($2::text IS NULL OR s.agent_id = $2)
                  ORDER BY s.started_at DESC, s.sid DESC LIMIT $3",
                 &[&org_id, &agent_id, &limit],
                 "listing sessions",
-            )?
-            .iter()
-            .map(|row| {
-                let first: Option<i64> = col(row, 4)?;
-                let last: Option<i64> = col(row, 5)?;
-                Ok(SessionSummary {
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let sid: i64 = col(row, 4)?;
+                // Counted from the log (the head row is only a hint).
+                let end = true_end(db, col(row, 3)?, sid)?;
+                let first = match &end {
+                    Some(_) => successor(db, sid, None)?,
+                    None => None,
+                };
+                out.push(SessionSummary {
                     session_id: col(row, 0)?,
                     agent_id: col(row, 1)?,
-                    step_count: u64_of(col(row, 3)?),
-                    first_step_at: first.and_then(Timestamp::from_micros),
-                    last_step_at: last.and_then(Timestamp::from_micros),
+                    step_count: end.as_ref().map_or(0, |e| u64_of(e.index) + 1),
+                    first_step_at: first.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    last_step_at: end.and_then(|e| Timestamp::from_micros(e.created_at)),
                     started_at: Timestamp::from_micros(col(row, 2)?).unwrap_or_default(),
-                    sealed: col(row, 6)?,
-                })
-            })
-            .collect()
+                    sealed: col(row, 5)?,
+                });
+            }
+            Ok(out)
         })
     }
 
@@ -1844,6 +2053,56 @@ impl LedgerStore for PgStore {
             .map(|row| {
                 let seq = u64_of(col(row, 0)?);
                 Ok((seq, op_from_view(seq, entry_type, &col::<String>(row, 1)?)?))
+            })
+            .collect()
+        })
+    }
+
+    fn session_records(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                 JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                 WHERE o.name = $1 AND s.session_id = $2 ORDER BY e.id",
+                &[&org_id, &session_id],
+                "reading a session's records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((
+                    seq,
+                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
+                ))
+            })
+            .collect()
+        })
+    }
+
+    fn key_records(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.type IN ('key-registration', 'key-revocation')
+                   AND ($2::text IS NULL OR e.agent_id = $2) ORDER BY e.id",
+                &[&org_id, &agent_id],
+                "reading key records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((
+                    seq,
+                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
+                ))
             })
             .collect()
         })
@@ -2046,6 +2305,10 @@ impl LedgerStore for PgStore {
             tx.commit().context("committing the import")?;
             Ok(count)
         })
+    }
+
+    fn signer(&self) -> &cairn_core::note::NoteSigner {
+        &self.key.signer
     }
 
     fn server_key(&self) -> &NoteVerifier {

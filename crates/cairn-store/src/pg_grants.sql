@@ -1,11 +1,12 @@
 -- The role Cairn runs as in production: owns nothing, may read and append,
 -- may update only the columns of the recorded erasure and the embedding
 -- flag (the trigger narrows that further), and may change only derived
--- tables. Replace cairn_app with your role name; run as the schema owner
+-- tables (session heads only forward). Replace cairn_app with your role name; run as the schema owner
 -- after `cairn` (or `cairn_store::pg::migrate`) created the schema.
 GRANT USAGE ON SCHEMA public TO cairn_app;
-GRANT SELECT, INSERT ON entries, orgs, sessions, seals, nodes, checkpoints, org_origins TO cairn_app;
+GRANT SELECT, INSERT ON entries, orgs, sessions, nodes, checkpoints, org_origins TO cairn_app;
 GRANT SELECT, INSERT ON cairn_meta TO cairn_app;
 GRANT UPDATE (content, input_data, output_data, metadata, erased, hidden, has_embedding) ON entries TO cairn_app;
-GRANT SELECT, INSERT, UPDATE, DELETE ON session_heads, embeddings, api_keys TO cairn_app;
+GRANT SELECT, INSERT, UPDATE ON session_heads TO cairn_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON embeddings, api_keys TO cairn_app;
 GRANT USAGE ON SEQUENCE orgs_org_seq, sessions_sid_seq TO cairn_app;

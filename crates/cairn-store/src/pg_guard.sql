@@ -7,7 +7,7 @@ DECLARE
 BEGIN
   FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
     IF obj.object_type IN ('table', 'trigger')
-       AND (obj.object_identity ~ '(^|\.)(entries|orgs|sessions|seals|nodes|checkpoints|org_origins|cairn_meta)$'
+       AND (obj.object_identity ~ '(^|\.)(entries|orgs|sessions|session_heads|nodes|checkpoints|org_origins|cairn_meta)$'
             OR obj.object_identity ~ '^cairn_')
        OR (obj.object_type = 'trigger' AND obj.object_identity ~ '^cairn_') THEN
       RAISE EXCEPTION 'cairn: % of % is refused: the ledger is append-only', TG_TAG, obj.object_identity
@@ -22,7 +22,7 @@ DECLARE
 BEGIN
   FOR obj IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
     IF obj.object_type IN ('table', 'trigger')
-       AND obj.object_identity ~ '(^|\.)(entries|orgs|sessions|seals|nodes|checkpoints|org_origins|cairn_meta)($| )' THEN
+       AND obj.object_identity ~ '(^|\.)(entries|orgs|sessions|session_heads|nodes|checkpoints|org_origins|cairn_meta)($| )' THEN
       RAISE EXCEPTION 'cairn: % of % is refused: the ledger is append-only', TG_TAG, obj.object_identity
         USING ERRCODE = 'insufficient_privilege';
     END IF;

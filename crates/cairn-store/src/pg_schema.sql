@@ -1,4 +1,4 @@
--- Cairn on PostgreSQL, schema version 1. Applied idempotently by
+-- Cairn on PostgreSQL, schema version 2 (format 2). Applied idempotently by
 -- `cairn_store::pg::migrate`. The same tables as the embedded store
 -- (docs/STORAGE.md), with PostgreSQL types, and append-only enforcement in
 -- the database: row triggers against UPDATE and DELETE (but the recorded
@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS entries (
   org           BIGINT NOT NULL,
   seq           BIGINT NOT NULL,
   type          TEXT   NOT NULL,
+  logged_at     BIGINT NOT NULL,
   record_hash   BYTEA  NOT NULL,
   leaf_hash     BYTEA  NOT NULL,
   view          TEXT,
@@ -60,6 +61,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WH
 -- The review queue (seed 003): flagged steps are few, so a partial index.
 CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
 CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';
+-- The log answers for itself (see the embedded schema): a step's one
+-- successor in its session, a session's records, one start, one seal and
+-- one erasure per step, key records by agent.
+CREATE UNIQUE INDEX IF NOT EXISTS entries_next ON entries ((COALESCE(prev_seq, -1)), sid) WHERE type = 'step';
+CREATE INDEX IF NOT EXISTS entries_session_records ON entries (sid, type) WHERE type <> 'step';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_start ON entries (sid) WHERE type = 'session-start';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_seal ON entries (sid) WHERE type = 'seal';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_index) WHERE type = 'erasure';
+CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        BIGSERIAL PRIMARY KEY,
@@ -70,12 +80,14 @@ CREATE TABLE IF NOT EXISTS sessions (
   started_at BIGINT NOT NULL,
   start_seq  BIGINT NOT NULL,
   genesis    BYTEA  NOT NULL,
+  max_clock_skew_s BIGINT NOT NULL,
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
 CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (org, started_at, sid);
 
--- Derived, not ledger (see docs/STORAGE.md).
+-- Derived, not ledger (see docs/STORAGE.md): a hint Cairn walks forward
+-- from through `entries_next`; it may only move forward.
 CREATE TABLE IF NOT EXISTS session_heads (
   sid        BIGINT PRIMARY KEY,
   first_seq  BIGINT NOT NULL,
@@ -103,10 +115,6 @@ CREATE TABLE IF NOT EXISTS org_origins (
   server_name TEXT NOT NULL,
   server_key  TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS seals (
-  sid BIGINT PRIMARY KEY,
-  seq BIGINT NOT NULL
-);
 CREATE TABLE IF NOT EXISTS nodes (
   org   BIGINT NOT NULL,
   level INTEGER NOT NULL,
@@ -132,23 +140,26 @@ END $$;
 
 -- The only updates of `entries`: the recorded erasure (the four payload
 -- columns nulled at once, `erased` set, commitments in `hidden`, the
--- embedding flag may drop) and setting the embedding flag. Every other
--- column must stay as it was.
+-- embedding flag may drop, and only once the step's erasure record is in
+-- the log) and setting the embedding flag. Every other column must stay as
+-- it was.
 CREATE OR REPLACE FUNCTION cairn_entries_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF (NEW.id, NEW.org, NEW.seq, NEW.type, NEW.record_hash, NEW.leaf_hash, NEW.view, NEW.sid, NEW.step_index,
+  IF (NEW.id, NEW.org, NEW.seq, NEW.type, NEW.logged_at, NEW.record_hash, NEW.leaf_hash, NEW.view, NEW.sid, NEW.step_index,
       NEW.trace_id, NEW.agent_id, NEW.kind, NEW.kind_label, NEW.confidence, NEW.duration_ms, NEW.token_count,
       NEW.model, NEW.created_at, NEW.turn_id, NEW.turn_step, NEW.task_id, NEW.links, NEW.status, NEW.seed,
       NEW.digest, NEW.prev_hash, NEW.sig_key_id, NEW.signature, NEW.salts, NEW.prev_seq)
      IS NOT DISTINCT FROM
-     (OLD.id, OLD.org, OLD.seq, OLD.type, OLD.record_hash, OLD.leaf_hash, OLD.view, OLD.sid, OLD.step_index,
+     (OLD.id, OLD.org, OLD.seq, OLD.type, OLD.logged_at, OLD.record_hash, OLD.leaf_hash, OLD.view, OLD.sid, OLD.step_index,
       OLD.trace_id, OLD.agent_id, OLD.kind, OLD.kind_label, OLD.confidence, OLD.duration_ms, OLD.token_count,
       OLD.model, OLD.created_at, OLD.turn_id, OLD.turn_step, OLD.task_id, OLD.links, OLD.status, OLD.seed,
       OLD.digest, OLD.prev_hash, OLD.sig_key_id, OLD.signature, OLD.salts, OLD.prev_seq)
      AND (
        (OLD.type = 'step' AND NOT OLD.erased AND NEW.erased AND NEW.hidden IS NOT NULL
         AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
-        AND (NEW.has_embedding = OLD.has_embedding OR NOT NEW.has_embedding))
+        AND (NEW.has_embedding = OLD.has_embedding OR NOT NEW.has_embedding)
+        AND EXISTS (SELECT 1 FROM entries x WHERE x.type = 'erasure' AND x.sid = OLD.sid
+                    AND x.step_index = OLD.step_index AND x.seq > OLD.seq))
        OR
        (NOT OLD.has_embedding AND NEW.has_embedding AND NEW.erased = OLD.erased
         AND NEW.hidden IS NOT DISTINCT FROM OLD.hidden
@@ -162,11 +173,28 @@ BEGIN
     USING ERRCODE = 'insufficient_privilege';
 END $$;
 
+-- Session heads only move forward, to a later step of the same session.
+CREATE OR REPLACE FUNCTION cairn_heads_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'UPDATE' AND NEW.sid = OLD.sid AND NEW.first_seq = OLD.first_seq
+     AND NEW.last_seq > OLD.last_seq AND NEW.last_index > OLD.last_index THEN
+    RETURN NEW;
+  END IF;
+  RAISE EXCEPTION 'cairn: session heads only move forward; % is refused', TG_OP
+    USING ERRCODE = 'insufficient_privilege';
+END $$;
+
 DO $$
 DECLARE
   t TEXT;
 BEGIN
-  FOREACH t IN ARRAY ARRAY['entries', 'orgs', 'sessions', 'seals', 'nodes', 'checkpoints', 'org_origins', 'cairn_meta'] LOOP
+  DROP TRIGGER IF EXISTS cairn_heads_forward ON session_heads;
+  CREATE TRIGGER cairn_heads_forward BEFORE UPDATE OR DELETE ON session_heads
+    FOR EACH ROW EXECUTE FUNCTION cairn_heads_forward();
+  DROP TRIGGER IF EXISTS cairn_heads_no_truncate ON session_heads;
+  CREATE TRIGGER cairn_heads_no_truncate BEFORE TRUNCATE ON session_heads
+    FOR EACH STATEMENT EXECUTE FUNCTION cairn_refuse();
+  FOREACH t IN ARRAY ARRAY['entries', 'orgs', 'sessions', 'nodes', 'checkpoints', 'org_origins', 'cairn_meta'] LOOP
     EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_delete ON %I', t);
     EXECUTE format('CREATE TRIGGER cairn_no_delete BEFORE DELETE ON %I FOR EACH ROW EXECUTE FUNCTION cairn_refuse()', t);
     EXECUTE format('DROP TRIGGER IF EXISTS cairn_no_truncate ON %I', t);

@@ -1,4 +1,4 @@
--- Cairn embedded store, schema version 1. Applied idempotently on open.
+-- Cairn embedded store, schema version 2 (format 2). Applied idempotently on open.
 
 CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
@@ -19,13 +19,14 @@ CREATE TABLE IF NOT EXISTS entries (
   org           INTEGER NOT NULL,
   seq           INTEGER NOT NULL,
   type          TEXT    NOT NULL,
+  logged_at     INTEGER NOT NULL,  -- when the server logged it (microseconds), bound into the leaf
   record_hash   BLOB    NOT NULL,  -- chain hash (steps) or op hash
   leaf_hash     BLOB    NOT NULL,  -- RFC 9162 leaf hash of the entry
   view          TEXT,
-  sid           INTEGER,
-  step_index    INTEGER,
+  sid           INTEGER,           -- the session (steps, and records that concern one)
+  step_index    INTEGER,           -- steps, and the step an erasure or review names
   trace_id      TEXT,
-  agent_id      TEXT,
+  agent_id      TEXT,              -- steps, and the agent of a key record
   kind          TEXT,
   kind_label    TEXT,
   content       TEXT,
@@ -54,6 +55,15 @@ CREATE TABLE IF NOT EXISTS entries (
   prev_seq      INTEGER            -- seq of the previous step of the same session
 );
 CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';
+-- The log answers for itself, so derived tables never decide what it holds:
+-- a step's successor in its session (at most one: no fork, no index used
+-- twice), a session's records, one start, one seal and one erasure per step.
+CREATE UNIQUE INDEX IF NOT EXISTS entries_next ON entries (COALESCE(prev_seq, -1), sid) WHERE type = 'step';
+CREATE INDEX IF NOT EXISTS entries_session_records ON entries (sid, type) WHERE type <> 'step';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_start ON entries (sid) WHERE type = 'session-start';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_seal ON entries (sid) WHERE type = 'seal';
+CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_index) WHERE type = 'erasure';
+CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
 -- The review queue (seed 003): flagged steps are few, so a partial index.
 CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
@@ -67,6 +77,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   started_at INTEGER NOT NULL,
   start_seq  INTEGER NOT NULL,
   genesis    BLOB    NOT NULL,
+  max_clock_skew_s INTEGER NOT NULL,
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
@@ -80,8 +91,10 @@ CREATE TABLE IF NOT EXISTS org_origins (
 );
 
 -- Derived, not part of the ledger: each session's first and last step,
--- updated in the same transaction as the batch that appends to it. Reads
--- walk a session backwards from `last_seq` through `entries.prev_seq`.
+-- updated in the same transaction as the batch that appends to it. A hint
+-- only: Cairn walks from `last_seq` forward through `entries_next` to the
+-- log's real last step before trusting it, and back through
+-- `entries.prev_seq` to read the session. It may only move forward.
 -- (An index over (session, step) would take 64 random page writes per
 -- batch with 64 interleaved sessions; this takes one or two.)
 CREATE TABLE IF NOT EXISTS session_heads (
@@ -112,11 +125,6 @@ CREATE TABLE IF NOT EXISTS embeddings (
   vector BLOB NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS seals (
-  sid INTEGER PRIMARY KEY,
-  seq INTEGER NOT NULL
-);
-
 -- Complete Merkle subtrees of each org log at levels 4, 8, 12, ...
 CREATE TABLE IF NOT EXISTS nodes (
   org   INTEGER NOT NULL,
@@ -141,12 +149,13 @@ BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused')
 
 -- The only updates allowed: the recorded erasure (payload columns nulled,
 -- `erased` set, commitments kept in `hidden`, the embedding flag may drop
--- with the vector) and setting `has_embedding`.
+-- with the vector, and only once the step's erasure record is in the log)
+-- and setting `has_embedding`.
 -- Every other column must stay exactly as it was.
 CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
 WHEN NOT (
   NEW.id IS OLD.id AND NEW.org IS OLD.org AND NEW.seq IS OLD.seq AND NEW.type IS OLD.type
-  AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash AND NEW.view IS OLD.view
+  AND NEW.logged_at IS OLD.logged_at AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash AND NEW.view IS OLD.view
   AND NEW.sid IS OLD.sid AND NEW.step_index IS OLD.step_index AND NEW.trace_id IS OLD.trace_id
   AND NEW.agent_id IS OLD.agent_id AND NEW.kind IS OLD.kind AND NEW.kind_label IS OLD.kind_label
   AND NEW.confidence IS OLD.confidence AND NEW.duration_ms IS OLD.duration_ms
@@ -158,7 +167,9 @@ WHEN NOT (
   AND (
     (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
      AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
-     AND (NEW.has_embedding IS OLD.has_embedding OR NEW.has_embedding = 0))
+     AND (NEW.has_embedding IS OLD.has_embedding OR NEW.has_embedding = 0)
+     AND EXISTS (SELECT 1 FROM entries x WHERE x.type = 'erasure' AND x.sid = OLD.sid
+                 AND x.step_index = OLD.step_index AND x.seq > OLD.seq))
     OR
     (OLD.has_embedding = 0 AND NEW.has_embedding = 1 AND NEW.erased IS OLD.erased AND NEW.hidden IS OLD.hidden
      AND NEW.content IS OLD.content AND NEW.input_data IS OLD.input_data
@@ -179,10 +190,13 @@ CREATE TRIGGER IF NOT EXISTS org_origins_no_update BEFORE UPDATE ON org_origins
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
 CREATE TRIGGER IF NOT EXISTS org_origins_no_delete BEFORE DELETE ON org_origins
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
-CREATE TRIGGER IF NOT EXISTS seals_no_update BEFORE UPDATE ON seals
-BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
-CREATE TRIGGER IF NOT EXISTS seals_no_delete BEFORE DELETE ON seals
-BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;
+-- Session heads only move forward, to a step of the session.
+CREATE TRIGGER IF NOT EXISTS session_heads_no_delete BEFORE DELETE ON session_heads
+BEGIN SELECT RAISE(ABORT, 'cairn: session heads only move forward; DELETE is refused'); END;
+CREATE TRIGGER IF NOT EXISTS session_heads_forward BEFORE UPDATE ON session_heads
+WHEN NOT (NEW.sid IS OLD.sid AND NEW.first_seq IS OLD.first_seq
+  AND NEW.last_seq > OLD.last_seq AND NEW.last_index > OLD.last_index)
+BEGIN SELECT RAISE(ABORT, 'cairn: session heads only move forward'); END;
 CREATE TRIGGER IF NOT EXISTS nodes_no_update BEFORE UPDATE ON nodes
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;
 CREATE TRIGGER IF NOT EXISTS nodes_no_delete BEFORE DELETE ON nodes

@@ -5,35 +5,40 @@
 //! acknowledged record durable. One writer connection (owned by the
 //! sequencer's calls), any number of read-only connections.
 //!
-//! Sequencing is in memory: each org's next `seq` and Merkle frontier, each
-//! session's next index and chain head. They are rebuilt on open from the
-//! tables (the frontier from stored subtree hashes, the heads from each
-//! session's last step), and a batch updates them only after its
-//! transaction committed.
+//! Sequencing is in memory: each org's next `seq`, Merkle frontier and
+//! last logged time, each session's next index, chain head and last time.
+//! Orgs are loaded on open: the frontier from stored subtree hashes, checked
+//! against the latest signed checkpoint, and the entries after it folded
+//! again from their rows. Sessions are loaded when first written, from the
+//! log itself (their last step found by walking the successor index, so a
+//! derived head moved back cannot make an index be used twice). A batch
+//! updates the state only after its transaction committed. One process
+//! sequences a data directory at a time (`ledger.lock`); others may read.
 //!
 //! Tables (see `schema.sql`): `entries` (the org log: every step and
-//! operational record, keyed by `(org, seq)`), `sessions` and `seals`
-//! (lookup indexes), `nodes` (complete Merkle subtrees at every fourth
-//! level, for proofs and restarts), `checkpoints`, `orgs`, `meta`. Triggers
-//! abort UPDATE and DELETE on all of them, except the two updates the
-//! format allows: erasing payload fields (recorded in the log) and setting
-//! the embedding flag. Cairn's own connections also refuse DROP and ALTER
-//! through an authorizer.
+//! operational record, keyed by `(org, seq)`), `sessions` (the registry),
+//! `session_heads` (a hint), `nodes` (complete Merkle subtrees at every
+//! fourth level, for proofs and restarts), `checkpoints`, `orgs`, `meta`.
+//! Triggers abort UPDATE and DELETE on all of them, except the two updates
+//! the format allows: erasing payload fields (only once the erasure record
+//! is in the log) and setting the embedding flag; session heads may only
+//! move forward. Cairn's own connections also refuse DROP and ALTER through
+//! an authorizer.
 
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{
-    AgentKey, Engine, OrgState, Overlay, RawStep, STEP_COLUMNS, SessionState, StepRow,
-    StoredSession, WriteTx, agent_keys_from_views, blob_hash, json_text, links_text, op_from_view,
-    op_record_id, org_range, row_id,
+    AgentKey, ChainEnd, Engine, OpRow, OrgState, Overlay, RawStep, STEP_COLUMN_COUNT, STEP_COLUMNS,
+    SessionState, StepRow, StoredSession, WriteTx, agent_keys_from_views, blob_hash, chain_end,
+    json_text, links_text, op_from_view, op_record_id, org_range, row_id,
 };
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::{
     DbContext, LedgerStore, Refusal, SessionInfo, SessionSummary, StoreError, StoredCheckpoint,
-    StoredStep, WriteRequest, Written,
+    StoredEntry, StoredStep, WriteRequest, Written,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
-    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, node_hash, range_hash,
+    Frontier, SubtreeHashes, consistency_proof, inclusion_proof, leaf_hash, node_hash, range_hash,
 };
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::{Limits, SessionHeader};
@@ -47,7 +52,12 @@ use std::time::Duration;
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
 const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: &str = "1";
+const SCHEMA_VERSION: &str = "2";
+/// File name of the lock held by the process that sequences the store.
+pub const LOCK_FILE: &str = "ledger.lock";
+/// Session states kept in memory before the cache starts over (they are
+/// reloaded from the log on demand).
+const SESSION_CACHE: usize = 200_000;
 use crate::engine::NODE_STRIDE;
 
 /// Settings of an embedded store.
@@ -62,6 +72,12 @@ pub struct SqliteOptions {
     pub checkpoint_interval: Duration,
     /// Seed 000's embedding sample rate (default 0.1).
     pub embedding_sample_rate: f64,
+    /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
+    pub max_clock_skew_s: u64,
+    /// Whether this process sequences the store (takes `ledger.lock`, can
+    /// append). Without it the store opens beside a running server for
+    /// reading, verifying and exporting, and refuses ledger writes.
+    pub sequencer: bool,
 }
 
 impl Default for SqliteOptions {
@@ -71,6 +87,8 @@ impl Default for SqliteOptions {
             limits: Limits::default(),
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
+            max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
+            sequencer: true,
         }
     }
 }
@@ -107,10 +125,15 @@ pub struct SqliteStore {
     limits: Limits,
     checkpoint_interval: Duration,
     embedding_sample_rate: f64,
+    max_clock_skew_s: u64,
+    /// Opened beside the sequencing process, to read.
+    read_only: bool,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
     /// Held for its `Drop`, which stops the background thread.
-    _checkpointer: Checkpointer,
+    _checkpointer: Option<Checkpointer>,
+    /// The sequencer's lock on the data directory, held while open.
+    _lock: Option<std::fs::File>,
 }
 
 /// Copies committed WAL frames into the database file in the background,
@@ -217,18 +240,20 @@ impl SqliteStore {
     /// the server key, the database and its schema; then rebuilds the
     /// in-memory sequencing state from the tables.
     pub fn open(data_dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Io {
-            context: format!("creating data directory {}", data_dir.display()),
-            source,
-        })?;
+        create_private_dir(data_dir)?;
+        let lock = if options.sequencer {
+            Some(take_lock(data_dir)?)
+        } else {
+            None
+        };
         let key = load_or_create_server_key(data_dir, &options.server_name)?;
         let path = data_dir.join(DB_FILE);
         let mut conn = Connection::open(&path).context("opening the database")?;
+        restrict_file(&path)?;
         configure(&conn)?;
         let tx = conn
             .transaction()
             .context("starting the schema transaction")?;
-        tx.execute_batch(SCHEMA).context("creating the schema")?;
         let version: Option<String> = tx
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
@@ -236,16 +261,47 @@ impl SqliteStore {
                 |r| r.get(0),
             )
             .optional()
+            .or_else(|e| match e {
+                // A new database has no meta table yet.
+                rusqlite::Error::SqliteFailure(_, Some(ref m)) if m.contains("no such table") => {
+                    Ok(None)
+                }
+                e => Err(e),
+            })
             .context("reading the schema version")?;
+        // Set when the schema's constraints cannot be restored over the
+        // rows (someone removed an index and stored rows it would refuse):
+        // the store then opens to be read and verified, not written.
+        let mut damaged = None;
         match version.as_deref() {
             None => {
+                tx.execute_batch(SCHEMA).context("creating the schema")?;
                 tx.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
                     [SCHEMA_VERSION],
                 )
                 .context("recording the schema version")?;
             }
+            Some(SCHEMA_VERSION) if options.sequencer => {
+                tx.execute_batch("SAVEPOINT schema_check")
+                    .context("checking the schema")?;
+                if let Err(e) = tx.execute_batch(SCHEMA) {
+                    tx.execute_batch("ROLLBACK TO schema_check")
+                        .context("checking the schema")?;
+                    damaged = Some(format!(
+                        "the store's schema cannot be restored over its rows ({e}): it was changed outside Cairn; it is open for reading and verification only: run `cairn verify`"
+                    ));
+                }
+                tx.execute_batch("RELEASE schema_check")
+                    .context("checking the schema")?;
+            }
             Some(SCHEMA_VERSION) => {}
+            Some("1") => {
+                return Err(StoreError::Corrupt(format!(
+                    "{} holds a format 1 ledger (written by cairn 0.1); this cairn writes format 2, whose hashes differ, and cannot open it. Keep using cairn 0.1 for it (its exports verify with cairn 0.1), or start a new data directory",
+                    path.display()
+                )));
+            }
             Some(other) => {
                 return Err(StoreError::Corrupt(format!(
                     "database schema version {other} is not supported (expected {SCHEMA_VERSION})"
@@ -256,17 +312,38 @@ impl SqliteStore {
         forbid_structural_changes(&mut conn)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
             .context("handing WAL checkpoints to the background")?;
-        let checkpointer = Checkpointer::start(&path)?;
-        let writer = load_state(conn);
+        let checkpointer = if options.sequencer {
+            Some(Checkpointer::start(&path)?)
+        } else {
+            None
+        };
+        let writer = if let Some(reason) = damaged {
+            Writer {
+                conn,
+                broken: Some(reason),
+                state: State::default(),
+            }
+        } else if options.sequencer {
+            load_state(conn)
+        } else {
+            Writer {
+                conn,
+                broken: None,
+                state: State::default(),
+            }
+        };
         Ok(SqliteStore {
             path,
             key,
             limits: options.limits,
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
+            max_clock_skew_s: options.max_clock_skew_s,
+            read_only: !options.sequencer,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             _checkpointer: checkpointer,
+            _lock: lock,
         })
     }
 
@@ -320,6 +397,81 @@ impl SqliteStore {
             .optional()
             .context("looking up an org")
     }
+}
+
+/// Creates the data directory readable by its owner only (it holds every
+/// tenant's content and the hashes of their API keys).
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        context: format!("creating data directory {}", dir.display()),
+        source,
+    };
+    if !dir.exists() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Makes a database file readable by its owner only.
+fn restrict_file(path: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
+            |source| StoreError::Io {
+                context: format!("restricting {}", path.display()),
+                source,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Takes the sequencer's lock on a data directory, or says who holds it:
+/// two processes sequencing one embedded store would each keep their own
+/// idea of the next index.
+fn take_lock(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = dir.join(LOCK_FILE);
+    let io = |source| StoreError::Io {
+        context: format!("locking {}", path.display()),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(StoreError::Busy(format!(
+                "the data directory {} is in use by another cairn process ({}): stop it, or write through it (its HTTP API or MCP); read-only commands (verify, export, replay, sessions) work beside it",
+                dir.display(),
+                if holder.is_empty() {
+                    "pid unknown".to_owned()
+                } else {
+                    holder.to_owned()
+                }
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    let command: Vec<String> = std::env::args().take(3).collect();
+    write!(file, "pid {}, `{}`", std::process::id(), command.join(" ")).map_err(io)?;
+    file.flush().map_err(io)?;
+    Ok(file)
 }
 
 /// Size of an org's log, from its largest rowid.
@@ -408,75 +560,37 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
             .context("listing orgs")?;
         for (id, name, foreign) in rows {
             let size = log_size_of(conn, id)?;
-            let tree = DbTree {
-                conn,
-                org: id,
-                size,
-            };
-            let frontier = frontier_of(&tree)?;
-            let checkpoint_size: i64 = conn
-                .query_row(
-                    "SELECT COALESCE(MAX(size), 0) FROM checkpoints WHERE org = ?1",
-                    [id],
+            let latest = latest_checkpoint(conn, id, &name)?;
+            let frontier = checked_frontier(conn, id, &name, size, latest.as_ref())?;
+            let last_logged: i64 = if size == 0 {
+                0
+            } else {
+                conn.query_row(
+                    "SELECT logged_at FROM entries WHERE id = ?1",
+                    [row_id(id, size - 1)],
                     |r| r.get(0),
                 )
-                .context("reading the last checkpoint")?;
+                .context("reading the last entry's time")?
+            };
             orgs.insert(
                 name,
                 OrgState {
                     id,
                     foreign,
                     frontier,
-                    checkpoint_size: checkpoint_size as u64,
+                    checkpoint_size: latest.as_ref().map_or(0, |c| c.size),
                     checkpoint_at: None,
+                    last_logged: Timestamp::from_micros(last_logged).unwrap_or_default(),
                 },
             );
-        }
-    }
-    let mut sessions = HashMap::new();
-    {
-        let mut stmt = conn
-            .prepare(
-                                "SELECT s.sid, s.org, s.session_id, s.agent_id, s.profile, s.genesis,
-                        h.last_index, e.record_hash, EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid),
-                        h.first_seq, h.last_seq, e.sid, e.step_index, e.kind
-                 FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
-                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)",
-            )
-            .context("loading sessions")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(1)?,
-                    StoredSession {
-                        sid: r.get(0)?,
-                        session_id: r.get(2)?,
-                        agent_id: r.get(3)?,
-                        profile: r.get(4)?,
-                        genesis: r.get(5)?,
-                        last_index: r.get(6)?,
-                        last_hash: r.get(7)?,
-                        sealed: r.get(8)?,
-                        first_seq: r.get(9)?,
-                        last_seq: r.get(10)?,
-                        head_sid: r.get(11)?,
-                        head_index: r.get(12)?,
-                        last_kind: r.get(13)?,
-                    },
-                ))
-            })
-            .context("loading sessions")?;
-        for row in rows {
-            let (org, stored) = row.context("loading a session")?;
-            let id = stored.session_id.clone();
-            sessions.insert((org, id), stored.into_state()?);
         }
     }
     let mut keys = HashMap::new();
     {
         let mut stmt = conn
             .prepare(
-                "SELECT org, seq, view FROM entries WHERE type = 'key-registration' ORDER BY id",
+                "SELECT org, seq, type, view FROM entries
+                 WHERE type IN ('key-registration', 'key-revocation') ORDER BY id",
             )
             .context("loading agent keys")?;
         let rows = stmt
@@ -485,28 +599,187 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
                     r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,
                     r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
                 ))
             })
             .context("loading agent keys")?;
         for row in rows {
-            let (org, seq, view) = row.context("loading an agent key")?;
-            for (seq, reg) in agent_keys_from_views([(seq as u64, view)])? {
-                keys.insert(
-                    (org, reg.key_id),
-                    AgentKey {
-                        agent_id: reg.agent_id,
-                        key: reg.public_key,
-                        seq,
-                    },
-                );
+            let (org, seq, entry_type, view) = row.context("loading an agent key")?;
+            match op_from_view(seq as u64, &entry_type, &view)? {
+                OpRecord::KeyRegistration(reg) => {
+                    keys.insert(
+                        (org, reg.key_id),
+                        AgentKey {
+                            agent_id: reg.agent_id,
+                            key: reg.public_key,
+                            seq: seq as u64,
+                            revoked: false,
+                        },
+                    );
+                }
+                OpRecord::KeyRevocation(rev) => {
+                    if let Some(key) = keys.get_mut(&(org, rev.key_id)) {
+                        key.revoked = true;
+                    }
+                }
+                _ => {}
             }
         }
     }
     Ok(State {
         orgs,
-        sessions,
+        sessions: HashMap::new(),
         keys,
     })
+}
+
+/// An org's Merkle frontier for sequencing, not taken on trust from the
+/// stored subtrees: at the latest signed checkpoint's size it must give
+/// the signed root, and the entries after it are folded again from their
+/// rows (each row's leaf recomputed and compared with the stored one).
+fn checked_frontier(
+    conn: &Connection,
+    org: i64,
+    name: &str,
+    size: u64,
+    latest: Option<&StoredCheckpoint>,
+) -> Result<Frontier, StoreError> {
+    let signed = latest.map_or(0, |c| c.size);
+    if signed > size {
+        return Err(StoreError::Corrupt(format!(
+            "the log of org {name} holds {size} entries, fewer than its latest signed checkpoint ({signed}): entries were removed"
+        )));
+    }
+    let mut frontier = frontier_of(&DbTree {
+        conn,
+        org,
+        size: signed,
+    })?;
+    if let Some(cp) = latest
+        && frontier.root() != cp.root
+    {
+        return Err(StoreError::Corrupt(format!(
+            "the stored tree of org {name} does not give the root its latest checkpoint signed (size {signed})"
+        )));
+    }
+    let (lo, _) = org_range(org);
+    let mut stmt = conn
+        .prepare(
+            "SELECT seq, type, record_hash, logged_at, leaf_hash FROM entries
+             WHERE id >= ?1 AND id < ?2 ORDER BY id",
+        )
+        .context("reading the log's tail")?;
+    let mut rows = stmt
+        .query(params![row_id(org, signed), lo + (1 << 40)])
+        .context("reading the log's tail")?;
+    while let Some(row) = rows.next().context("reading the log's tail")? {
+        let seq: i64 = row.get(0).context("reading the log's tail")?;
+        let entry_type: String = row.get(1).context("reading the log's tail")?;
+        let record = blob_hash(row.get(2).context("reading the log's tail")?)?;
+        let logged_at = Timestamp::from_micros(row.get(3).context("reading the log's tail")?)
+            .ok_or_else(|| StoreError::Corrupt("a logged time out of range".into()))?;
+        let stored = blob_hash(row.get(4).context("reading the log's tail")?)?;
+        let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
+            seq as u64,
+            &entry_type,
+            &record,
+            logged_at,
+        ));
+        if seq as u64 != frontier.size() || leaf != stored {
+            return Err(StoreError::Corrupt(format!(
+                "entry {seq} of org {name} does not match its stored leaf or follows a gap"
+            )));
+        }
+        frontier.push(leaf);
+    }
+    Ok(frontier)
+}
+
+/// The step of session `sid` whose previous step is at `seq` (its first
+/// step when `None`), found by the unique successor index.
+fn successor(
+    conn: &Connection,
+    sid: i64,
+    seq: Option<i64>,
+) -> Result<Option<ChainEnd>, StoreError> {
+    conn.prepare_cached(
+        "SELECT seq, step_index, record_hash, created_at, kind FROM entries
+         WHERE COALESCE(prev_seq, -1) = ?1 AND sid = ?2 AND type = 'step'",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![seq.unwrap_or(-1), sid], |r| {
+            Ok(ChainEnd {
+                seq: r.get(0)?,
+                index: r.get(1)?,
+                hash: r.get(2)?,
+                created_at: r.get(3)?,
+                kind: r.get(4)?,
+            })
+        })
+        .optional()
+    })
+    .context("following a session's chain")
+}
+
+/// A session's last step as the log holds it: from the step its head row
+/// names (if that is a step of the session), walked forward to the end.
+fn true_end(conn: &Connection, org: i64, sid: i64) -> Result<Option<ChainEnd>, StoreError> {
+    let hint = conn
+        .prepare_cached(
+            "SELECT e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+             FROM session_heads h JOIN entries e ON e.id = ((?1 << 40) | h.last_seq)
+             WHERE h.sid = ?2 AND e.sid = ?2 AND e.type = 'step' AND e.step_index = h.last_index",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![org, sid], |r| {
+                Ok(ChainEnd {
+                    seq: r.get(0)?,
+                    index: r.get(1)?,
+                    hash: r.get(2)?,
+                    created_at: r.get(3)?,
+                    kind: r.get(4)?,
+                })
+            })
+            .optional()
+        })
+        .context("reading a session head")?;
+    chain_end(hint, |seq| successor(conn, sid, seq))
+}
+
+/// A session's sequencing state, read from the log.
+fn load_session(
+    conn: &Connection,
+    org: i64,
+    session_id: &str,
+) -> Result<Option<SessionState>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT sid, agent_id, profile, genesis, max_clock_skew_s,
+                    EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+             FROM sessions s WHERE org = ?1 AND session_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![org, session_id], |r| {
+                Ok(StoredSession {
+                    sid: r.get(0)?,
+                    agent_id: r.get(1)?,
+                    profile: r.get(2)?,
+                    genesis: r.get(3)?,
+                    max_clock_skew_s: r.get(4)?,
+                    sealed: r.get(5)?,
+                    first_seq: None,
+                    end: None,
+                })
+            })
+            .optional()
+        })
+        .context("loading a session")?;
+    let Some(mut stored) = row else {
+        return Ok(None);
+    };
+    stored.end = true_end(conn, org, stored.sid)?;
+    stored.first_seq = successor(conn, stored.sid, None)?.map(|e| e.seq);
+    stored.into_state().map(Some)
 }
 
 const API_KEY_COLUMNS: &str =
@@ -535,9 +808,9 @@ fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError>
         "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, agent_id, kind,
          kind_label, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata,
          created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id, signature,
-         has_embedding, erased, hidden, salts, prev_seq)
+         has_embedding, erased, hidden, salts, prev_seq, logged_at)
          VALUES (?1, ?2, ?3, 'step', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-         ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35)",
+         ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -576,34 +849,28 @@ fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError>
             row.hidden,
             row.salts,
             row.prev_seq.map(|v| v as i64),
+            row.logged_at.as_micros(),
         ])
     })
     .context("writing a step")?;
     Ok(())
 }
 
-/// The rowids of a session's steps, oldest first, found by walking
-/// `prev_seq` back from the session's last step. A broken link ends the
-/// walk early; verification then reports the missing index.
+/// The rowids of a session's steps, oldest first: from its last step as
+/// the log holds it ([`true_end`]), back along `prev_seq`. A broken link
+/// ends the walk early; verification then reports the missing index.
 fn session_rowids(conn: &Connection, org: i64, sid: i64) -> Result<Vec<i64>, StoreError> {
-    let head: Option<(i64, i64)> = conn
-        .prepare_cached("SELECT last_seq, last_index FROM session_heads WHERE sid = ?1")
-        .and_then(|mut s| {
-            s.query_row([sid], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .context("reading a session head")?;
-    let Some((last_seq, last_index)) = head else {
+    let Some(end) = true_end(conn, org, sid)? else {
         return Ok(Vec::new());
     };
-    let mut ids = Vec::with_capacity(last_index as usize + 1);
-    let mut next = Some(last_seq);
+    let mut ids = Vec::with_capacity(end.index as usize + 1);
+    let mut next = Some(end.seq);
     let mut stmt = conn
         .prepare_cached("SELECT prev_seq FROM entries WHERE id = ?1 AND sid = ?2")
         .context("walking a session")?;
     while let Some(seq) = next {
-        // A session holds last_index + 1 steps: more links mean a loop.
-        if ids.len() > last_index as usize {
+        // A session holds index + 1 steps: more links mean a loop.
+        if ids.len() > end.index as usize {
             break;
         }
         let id = row_id(org, seq as u64);
@@ -659,10 +926,37 @@ fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
             org_id: row.get(29)?,
             session_id: row.get(30)?,
             salts: row.get(31)?,
+            logged_at: row.get(32)?,
         })
     })()
     .map_err(read)?;
     raw.parse()
+}
+
+/// A log entry from a row selected with [`STEP_COLUMNS`] followed by
+/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
+fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEntry, StoreError> {
+    let entry_type: String = row.get(n).context("reading the log")?;
+    if entry_type == "step" {
+        let stored = step_from_row(row)?;
+        return Ok(LogEntry {
+            seq: stored.seq,
+            logged_at: stored.logged_at,
+            record: LogRecord::Step(stored.record),
+        });
+    }
+    let seq: i64 = row.get(0).context("reading the log")?;
+    let logged_at: i64 = row.get(n - 1).context("reading the log")?;
+    let view: Option<String> = row.get(n + 1).context("reading the log")?;
+    let hash = blob_hash(row.get(22).context("reading the log")?)?;
+    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    let record = op_from_view(seq as u64, &entry_type, &view)?;
+    Ok(LogEntry {
+        seq: seq as u64,
+        logged_at: Timestamp::from_micros(logged_at)
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
+        record: LogRecord::Op { record, hash },
+    })
 }
 
 /// The frontier of a stored tree: one subtree hash per set bit of its size.
@@ -683,7 +977,7 @@ fn frontier_of(tree: &DbTree<'_>) -> Result<Frontier, StoreError> {
 /// memory (this process is the only writer), the rows go to SQLite.
 struct SqliteTx<'a> {
     conn: &'a Connection,
-    state: &'a State,
+    state: &'a mut State,
 }
 
 impl WriteTx for SqliteTx<'_> {
@@ -699,11 +993,20 @@ impl WriteTx for SqliteTx<'_> {
     }
 
     fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
-        Ok(self
-            .state
-            .sessions
-            .get(&(org, session_id.to_owned()))
-            .cloned())
+        let key = (org, session_id.to_owned());
+        if let Some(state) = self.state.sessions.get(&key) {
+            return Ok(Some(state.clone()));
+        }
+        // Committed data (the engine asks for a session the batch touched
+        // from its own overlay), so it may be cached whatever the batch does.
+        let loaded = load_session(self.conn, org, session_id)?;
+        if let Some(state) = &loaded {
+            if self.state.sessions.len() >= SESSION_CACHE {
+                self.state.sessions.clear();
+            }
+            self.state.sessions.insert(key, state.clone());
+        }
+        Ok(loaded)
     }
 
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
@@ -729,9 +1032,8 @@ impl WriteTx for SqliteTx<'_> {
     fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
         self.conn
             .prepare_cached(
-                "SELECT s.session_id FROM seals x JOIN sessions s ON s.sid = x.sid
-                 JOIN entries e ON e.id = ((s.org << 40) | x.seq)
-                 WHERE s.org = ?1 AND json_extract(e.view, '$.final_hash') = ?2",
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.type = 'seal' AND json_extract(e.view, '$.final_hash') = ?2",
             )
             .and_then(|mut s| {
                 s.query_row(params![org, hash.to_hex()], |r| r.get(0))
@@ -762,29 +1064,27 @@ impl WriteTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn insert_op(
-        &mut self,
-        org: i64,
-        seq: u64,
-        op: &OpRecord,
-        hash: &Hash,
-        leaf: &Hash,
-    ) -> Result<(), StoreError> {
+    fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, view, trace_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, trace_id,
+                 sid, step_index, agent_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )
             .and_then(|mut s| {
                 s.execute(params![
-                    row_id(org, seq),
-                    org,
-                    seq as i64,
-                    op.entry_type(),
-                    &hash.0[..],
-                    &leaf.0[..],
-                    op.to_view().to_string(),
-                    op_record_id(op),
+                    row_id(row.org, row.seq),
+                    row.org,
+                    row.seq as i64,
+                    row.op.entry_type(),
+                    row.logged_at.as_micros(),
+                    &row.hash.0[..],
+                    &row.leaf.0[..],
+                    row.op.to_view().to_string(),
+                    op_record_id(row.op),
+                    row.sid,
+                    row.step_index.map(|i| i as i64),
+                    row.agent_id,
                 ])
             })
             .context("writing an operational record")?;
@@ -814,8 +1114,9 @@ impl WriteTx for SqliteTx<'_> {
     ) -> Result<i64, StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis,
+                 max_clock_skew_s)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -825,19 +1126,12 @@ impl WriteTx for SqliteTx<'_> {
                     header.profile.as_str(),
                     header.started_at.as_micros(),
                     start_seq as i64,
-                    &genesis.0[..]
+                    &genesis.0[..],
+                    i64::try_from(header.max_clock_skew_s).unwrap_or(i64::MAX),
                 ])
             })
             .context("writing a session")?;
         Ok(self.conn.last_insert_rowid())
-    }
-
-    fn insert_seal(&mut self, sid: i64, seq: u64) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("INSERT INTO seals (sid, seq) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![sid, seq as i64]))
-            .context("writing a seal")?;
-        Ok(())
     }
 
     fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
@@ -894,6 +1188,8 @@ impl WriteTx for SqliteTx<'_> {
         org: i64,
         older_than: Timestamp,
     ) -> Result<Vec<i64>, StoreError> {
+        // Candidates by their head rows, confirmed by the log: a head moved
+        // back must not make an active session look expired.
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -902,11 +1198,19 @@ impl WriteTx for SqliteTx<'_> {
                  WHERE s.org = ?1 AND e.created_at < ?2",
             )
             .context("finding expired sessions")?;
-        let rows = stmt
+        let candidates: Vec<i64> = stmt
             .query_map(params![org, older_than.as_micros()], |r| r.get(0))
+            .context("finding expired sessions")?
+            .collect::<Result<_, _>>()
             .context("finding expired sessions")?;
-        rows.collect::<Result<_, _>>()
-            .context("finding expired sessions")
+        let mut expired = Vec::new();
+        for sid in candidates {
+            if true_end(self.conn, org, sid)?.is_some_and(|e| e.created_at < older_than.as_micros())
+            {
+                expired.push(sid);
+            }
+        }
+        Ok(expired)
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
@@ -986,6 +1290,7 @@ impl SqliteStore {
             limits: self.limits,
             embedding_sample_rate: self.embedding_sample_rate,
             checkpoint_interval: self.checkpoint_interval,
+            max_clock_skew_s: self.max_clock_skew_s,
         }
     }
 }
@@ -1019,6 +1324,11 @@ impl LedgerStore for SqliteStore {
         &self,
         batch: &[WriteRequest],
     ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly(
+                "this process opened the store beside the process that sequences it, to read; write through that process (its HTTP API or MCP)".into(),
+            ));
+        }
         let mut guard = self.writer.lock().map_err(|_| poisoned())?;
         let w = &mut *guard;
         if let Some(reason) = &w.broken {
@@ -1030,7 +1340,7 @@ impl LedgerStore for SqliteStore {
         let (results, overlay) = self.engine().run_batch(
             &mut SqliteTx {
                 conn: &tx,
-                state: &w.state,
+                state: &mut w.state,
             },
             batch,
         )?;
@@ -1040,6 +1350,9 @@ impl LedgerStore for SqliteStore {
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
         let mut guard = self.writer.lock().map_err(|_| poisoned())?;
         let w = &mut *guard;
         if w.broken.is_some() {
@@ -1062,7 +1375,7 @@ impl LedgerStore for SqliteStore {
             .context("starting a checkpoint")?;
         let mut sqlite_tx = SqliteTx {
             conn: &tx,
-            state: &w.state,
+            state: &mut w.state,
         };
         let mut updated = Vec::new();
         for (name, mut org) in due {
@@ -1101,7 +1414,7 @@ impl LedgerStore for SqliteStore {
         org_id: &str,
         from: u64,
         to: u64,
-        visit: &mut dyn FnMut(LogEntry, Hash) -> bool,
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
@@ -1117,26 +1430,16 @@ impl LedgerStore for SqliteStore {
             let mut rows = stmt
                 .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
                 .context("reading the log")?;
+            let n = STEP_COLUMN_COUNT;
             while let Some(row) = rows.next().context("reading the log")? {
-                let entry_type: String = row.get(32).context("reading the log")?;
-                let leaf = blob_hash(row.get(34).context("reading the log")?)?;
-                let entry = if entry_type == "step" {
-                    let stored = step_from_row(row)?;
-                    LogEntry {
-                        seq: stored.seq,
-                        record: LogRecord::Step(stored.record),
-                    }
-                } else {
-                    let seq: i64 = row.get(0).context("reading the log")?;
-                    let view: String = row.get(33).context("reading the log")?;
-                    let hash = blob_hash(row.get(22).context("reading the log")?)?;
-                    let record = op_from_view(seq as u64, &entry_type, &view)?;
-                    LogEntry {
-                        seq: seq as u64,
-                        record: LogRecord::Op { record, hash },
-                    }
+                let seq: i64 = row.get(0).context("reading the log")?;
+                let leaf: Vec<u8> = row.get(n + 2).context("reading the log")?;
+                let stored = StoredEntry {
+                    seq: seq as u64,
+                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
                 };
-                if !visit(entry, leaf) {
+                if !visit(stored) {
                     break;
                 }
             }
@@ -1164,40 +1467,24 @@ impl LedgerStore for SqliteStore {
                     r.get(0)
                 })
                 .context("reading a session start")?;
-            let view: serde_json::Value =
-                serde_json::from_str(&view).map_err(|e| StoreError::Corrupt(format!("session start: {e}")))?;
-            let OpRecord::SessionStart(header) = OpRecord::from_view("session-start", &view)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?
-            else {
+            let OpRecord::SessionStart(header) = op_from_view(start_seq as u64, "session-start", &view)? else {
                 return Err(StoreError::Corrupt("session start record has another type".into()));
             };
-                        let last: Option<(i64, Vec<u8>)> = c
-                .query_row(
-                    "SELECT e.step_index, e.record_hash FROM session_heads h
-                     JOIN entries e ON e.id = ((?1 << 40) | h.last_seq) WHERE h.sid = ?2",
-                    params![org, sid],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .context("reading a session head")?;
+            let last = true_end(c, org, sid)?.map(|e| (e.index, e.hash));
             let seal_view: Option<String> = c
                 .query_row(
-                    "SELECT e.view FROM seals x JOIN entries e ON e.id = ((?1 << 40) | x.seq) WHERE x.sid = ?2",
-                    params![org, sid],
+                    "SELECT view FROM entries WHERE sid = ?1 AND type = 'seal'",
+                    params![sid],
                     |r| r.get(0),
                 )
                 .optional()
                 .context("reading a seal")?;
             let seal = match seal_view {
                 None => None,
-                Some(v) => {
-                    let v: serde_json::Value =
-                        serde_json::from_str(&v).map_err(|e| StoreError::Corrupt(format!("seal: {e}")))?;
-                    match OpRecord::from_view("seal", &v) {
-                        Ok(OpRecord::Seal(s)) => Some(s),
-                        _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
-                    }
-                }
+                Some(v) => match op_from_view(0, "seal", &v)? {
+                    OpRecord::Seal(s) => Some(s),
+                    _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
+                },
             };
             let (step_count, head) = match last {
                 Some((index, hash)) => (index as u64 + 1, blob_hash(hash)?),
@@ -1278,38 +1565,44 @@ impl LedgerStore for SqliteStore {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
-                                        "SELECT s.session_id, s.agent_id, s.started_at,
-                        COALESCE(h.last_index + 1, 0),
-                        (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.first_seq)),
-                        (SELECT created_at FROM entries e WHERE e.id = ((s.org << 40) | h.last_seq)),
-                        EXISTS (SELECT 1 FROM seals x WHERE x.sid = s.sid)
-                     FROM sessions s JOIN orgs o ON o.org = s.org LEFT JOIN session_heads h ON h.sid = s.sid
+                    "SELECT s.session_id, s.agent_id, s.started_at, s.sid, s.org,
+                        EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+                     FROM sessions s JOIN orgs o ON o.org = s.org
                      WHERE o.name = ?1 AND (?2 IS NULL OR s.agent_id = ?2)
                      ORDER BY s.started_at DESC, s.sid DESC LIMIT ?3",
                 )
                 .context("listing sessions")?;
-            let rows = stmt
-                .query_map(params![org_id, agent_id, limit.min(i64::MAX as usize) as i64], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, Option<i64>>(4)?,
-                        r.get::<_, Option<i64>>(5)?,
-                        r.get::<_, bool>(6)?,
-                    ))
-                })
+            let rows: Vec<(String, String, i64, i64, i64, bool)> = stmt
+                .query_map(
+                    params![org_id, agent_id, limit.min(i64::MAX as usize) as i64],
+                    |r| {
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
+                    },
+                )
+                .context("listing sessions")?
+                .collect::<Result<_, _>>()
                 .context("listing sessions")?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (session_id, agent_id, started, count, first, last, sealed) = row.context("listing sessions")?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (session_id, agent_id, started, sid, org, sealed) in rows {
+                // Counted from the log (the head row is only a hint).
+                let end = true_end(c, org, sid)?;
+                let first = match &end {
+                    Some(_) => successor(c, sid, None)?,
+                    None => None,
+                };
                 out.push(SessionSummary {
                     session_id,
                     agent_id,
-                    step_count: count as u64,
-                    first_step_at: first.and_then(Timestamp::from_micros),
-                    last_step_at: last.and_then(Timestamp::from_micros),
+                    step_count: end.as_ref().map_or(0, |e| e.index as u64 + 1),
+                    first_step_at: first.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    last_step_at: end.and_then(|e| Timestamp::from_micros(e.created_at)),
                     started_at: Timestamp::from_micros(started).unwrap_or_default(),
                     sealed,
                 });
@@ -1479,6 +1772,58 @@ impl LedgerStore for SqliteStore {
                 out.push((seq as u64, op_from_view(seq as u64, entry_type, &view)?));
             }
             Ok(out)
+        })
+    }
+
+    fn session_records(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                     WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.id",
+                )
+                .context("reading a session's records")?;
+            let rows: Vec<(i64, String, String)> = stmt
+                .query_map(params![org_id, session_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .context("reading a session's records")?
+                .collect::<Result<_, _>>()
+                .context("reading a session's records")?;
+            rows.into_iter()
+                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
+                .collect()
+        })
+    }
+
+    fn key_records(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                     WHERE o.name = ?1 AND e.type IN ('key-registration', 'key-revocation')
+                       AND (?2 IS NULL OR e.agent_id = ?2) ORDER BY e.id",
+                )
+                .context("reading key records")?;
+            let rows: Vec<(i64, String, String)> = stmt
+                .query_map(params![org_id, agent_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .context("reading key records")?
+                .collect::<Result<_, _>>()
+                .context("reading key records")?;
+            rows.into_iter()
+                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
+                .collect()
         })
     }
 
@@ -1675,7 +2020,7 @@ impl LedgerStore for SqliteStore {
         let count = self.engine().import(
             &mut SqliteTx {
                 conn: &tx,
-                state: &w.state,
+                state: &mut w.state,
             },
             org_id,
             header,
@@ -1686,6 +2031,10 @@ impl LedgerStore for SqliteStore {
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
         Ok(count)
+    }
+
+    fn signer(&self) -> &cairn_core::note::NoteSigner {
+        &self.key.signer
     }
 
     fn server_key(&self) -> &NoteVerifier {

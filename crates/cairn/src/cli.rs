@@ -11,7 +11,7 @@ use cairn_core::verify::Verdict;
 use cairn_server::render;
 use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};
 use cairn_store::now;
-use cairn_store::ops::{ExportScope, export_at, verify_org, verify_session};
+use cairn_store::ops::{ExportScope, verify_org, verify_session};
 use cairn_store::{
     AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
     Written,
@@ -87,6 +87,11 @@ pub(crate) struct Cli {
     /// search (decision, action, error, correction and final answer always).
     #[arg(long, global = true, env = "CAIRN_EMBEDDING_SAMPLE_RATE", default_value_t = 0.1, value_parser = parse_rate)]
     embedding_sample_rate: f64,
+    /// How far, in seconds, a writer's own `created_at` may lie from the
+    /// server's clock: recorded in each new session, refused beyond it
+    /// (leave created_at out to use the server's time).
+    #[arg(long, global = true, env = "CAIRN_MAX_CLOCK_SKEW", default_value_t = cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S)]
+    pub(crate) max_clock_skew: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -334,14 +339,16 @@ struct VerifyArgs {
     /// Verify an export bundle offline (no store needed).
     #[arg(long)]
     bundle: Option<PathBuf>,
-    /// A signed checkpoint saved earlier (by an auditor or witness); the
-    /// log must be consistent with it. Repeatable.
+    /// A signed checkpoint saved earlier (by an auditor or witness): the
+    /// log (or the bundle's checkpoint) must be consistent with it; a file
+    /// that cannot be read, or that is not a checkpoint of this log signed
+    /// by its key, is an error. Repeatable.
     #[arg(long)]
     checkpoint: Vec<PathBuf>,
-    /// Trust only this server key (vkey form) instead of the one in the
-    /// data directory or the bundle.
+    /// Trust only these server keys (vkey form) instead of the one in the
+    /// data directory or the bundle. Repeatable.
     #[arg(long)]
-    key: Option<String>,
+    key: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -369,6 +376,14 @@ struct ExportArgs {
     /// at any level. Default: every field.
     #[arg(long, value_parser = parse_level)]
     level: Option<DetailLevel>,
+    /// Include the consistency proof from a log of this size to the
+    /// bundle's checkpoint, for a verifier holding a checkpoint of it.
+    #[arg(long, conflicts_with = "since_checkpoint")]
+    since_size: Option<u64>,
+    /// Include the consistency proof from this checkpoint (a file saved
+    /// earlier) to the bundle's checkpoint.
+    #[arg(long)]
+    since_checkpoint: Option<PathBuf>,
 }
 
 fn parse_level(text: &str) -> Result<DetailLevel, String> {
@@ -405,7 +420,18 @@ pub fn run() -> Result<Outcome> {
             crate::records::thinking(&cli, None, args)
         }
         command => {
-            let store = open_store(&cli)?;
+            let store = match command {
+                // An export signs a fresh checkpoint when it may, and reads
+                // beside a running server otherwise.
+                Command::Export(_) => open_store(&cli, true).or_else(|e| {
+                    if e.downcast_ref::<UsageError>().is_some() {
+                        open_store(&cli, false)
+                    } else {
+                        Err(e)
+                    }
+                })?,
+                _ => open_store(&cli, command.writes())?,
+            };
             match command {
                 Command::Log(args) => log(&cli, store, args),
                 Command::Start(args) => crate::records::start(&cli, store, args),
@@ -448,8 +474,10 @@ pub fn run() -> Result<Outcome> {
                     )?;
                     let mut rows = Vec::new();
                     for (seq, score) in hits {
-                        store.read_log(&cli.org, seq, seq + 1, &mut |entry, _| {
-                            if let cairn_core::log::LogRecord::Step(r) = &entry.record {
+                        store.read_log(&cli.org, seq, seq + 1, &mut |stored| {
+                            if let Ok(entry) = &stored.entry
+                                && let cairn_core::log::LogRecord::Step(r) = &entry.record
+                            {
                                 let mut v = step_to_json(seq, r);
                                 v["score"] = json!(score);
                                 rows.push(v);
@@ -577,7 +605,28 @@ pub fn run() -> Result<Outcome> {
     }
 }
 
-fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
+impl Command {
+    /// Whether the command appends to the ledger: then it must sequence the
+    /// store (on the embedded store, hold its lock). Reading commands open
+    /// it beside a running server.
+    fn writes(&self) -> bool {
+        match self {
+            Command::Sessions { .. }
+            | Command::Replay { .. }
+            | Command::Verify(_)
+            | Command::Trail { .. }
+            | Command::Sql { .. }
+            | Command::Search { .. }
+            | Command::Keys
+            | Command::Admin(_)
+            | Command::Demo => false,
+            Command::Review(command) => command.writes(),
+            _ => true,
+        }
+    }
+}
+
+pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerStore>> {
     let limits = Limits {
         max_content_bytes: cli.max_content_length,
         ..Limits::default()
@@ -589,6 +638,7 @@ fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
         let options = PgOptions {
             limits,
             embedding_sample_rate: cli.embedding_sample_rate,
+            max_clock_skew_s: cli.max_clock_skew,
             ..PgOptions::new(url.clone())
         };
         let store = PgStore::open(options, key)
@@ -599,11 +649,16 @@ fn open_store(cli: &Cli) -> Result<Arc<dyn LedgerStore>> {
         server_name: cli.server_name.clone(),
         limits,
         embedding_sample_rate: cli.embedding_sample_rate,
+        max_clock_skew_s: cli.max_clock_skew,
+        sequencer,
         ..SqliteOptions::default()
     };
-    let store = SqliteStore::open(&cli.data_dir, options)
-        .with_context(|| format!("opening the store in {}", cli.data_dir.display()))?;
-    Ok(Arc::new(store))
+    match SqliteStore::open(&cli.data_dir, options) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(cairn_store::StoreError::Busy(m)) => Err(usage(m)),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("opening the store in {}", cli.data_dir.display()))),
+    }
 }
 
 /// A connection URL fit to print: its password, if any, replaced.
@@ -899,6 +954,19 @@ fn pinned_keys(args: &VerifyArgs) -> Result<Vec<NoteVerifier>> {
         .collect()
 }
 
+/// The checkpoint files given with `--checkpoint`, read: a file that
+/// cannot be read is an error, never ignored.
+fn read_checkpoints(args: &VerifyArgs) -> Result<Vec<(PathBuf, String)>> {
+    args.checkpoint
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|note| (p.clone(), note))
+                .map_err(|e| usage(format!("reading checkpoint {}: {e}", p.display())))
+        })
+        .collect()
+}
+
 fn verify_store(cli: &Cli, store: &dyn LedgerStore, args: &VerifyArgs) -> Result<Outcome> {
     let started = Instant::now();
     if let Some(session) = &args.session {
@@ -910,15 +978,14 @@ fn verify_store(cli: &Cli, store: &dyn LedgerStore, args: &VerifyArgs) -> Result
         })?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
-    let external = args
-        .checkpoint
+    let keys = pinned_keys(args)?;
+    let external = read_checkpoints(args)?
         .iter()
-        .map(|p| {
-            std::fs::read_to_string(p)
-                .map_err(|e| usage(format!("reading checkpoint {}: {e}", p.display())))
+        .map(|(path, note)| {
+            cairn_store::ops::trusted_checkpoint(store, &cli.org, note, &keys)
+                .map_err(|e| usage(format!("{}: {e}", path.display())))
         })
         .collect::<Result<Vec<_>>>()?;
-    let keys = pinned_keys(args)?;
     let total = store.log_size(&cli.org)?;
     if total == 0 && !store.orgs()?.contains(&cli.org) {
         return Err(usage(format!(
@@ -978,6 +1045,9 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let bar = progress_bar(total, "verifying bundle");
     let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    for (_, note) in read_checkpoints(args)? {
+        verifier.trust_checkpoint(note);
+    }
     let mut reader = std::io::BufReader::new(file);
     let mut line = Vec::new();
     let mut read = 0u64;
@@ -1003,6 +1073,8 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         "key_pinned": result.key_pinned,
         "checkpoint_size": result.checkpoint.map(|c| c.0),
         "checkpoint_root": result.checkpoint.map(|c| c.1.to_hex()),
+        "trusted_checkpoints": result.trusted_sizes,
+        "selection": result.selection.as_ref().map(|s| s.to_value()),
     });
     if !cli.json {
         if let Some(key) = &result.server_key {
@@ -1017,6 +1089,20 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         }
         if let Some((size, root)) = result.checkpoint {
             println!("checkpoint: size {size}, root {root}");
+        }
+        if let Some(selection) = &result.selection {
+            println!(
+                "selection (signed): {} at level {}: {} session(s), {} other record(s)",
+                selection.scope.to_value(),
+                selection.level,
+                selection.sessions.len(),
+                selection.records.len()
+            );
+        }
+        if result.verdict.verified {
+            for size in &result.trusted_sizes {
+                println!("consistent with the trusted checkpoint of size {size}");
+            }
         }
     }
     report(cli, &result.verdict, started, extra)
@@ -1043,32 +1129,22 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
             ));
         }
     };
-    // Checkpoint first, so the bundle covers everything recorded so far.
-    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
-    let checkpoint = match ledger.write(WriteRequest::Checkpoint {
-        org_id: cli.org.clone(),
-    }) {
-        Ok(Written::Checkpoint(cp)) => cp,
-        Ok(other) => return Err(anyhow!("unexpected answer {other:?}")),
-        Err(AppendError::Refused(_)) => {
-            return Err(usage(format!("org {} has no records to export", cli.org)));
+    let since_size = match &args.since_checkpoint {
+        None => args.since_size,
+        Some(path) => {
+            let note = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+            let cp = cairn_store::ops::trusted_checkpoint(store.as_ref(), &cli.org, &note, &[])
+                .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+            Some(cp.checkpoint().size)
         }
-        Err(e) => return Err(append_error(e)),
     };
-    ledger.close();
-    if args.level == Some(DetailLevel::Full)
-        && let Some(session) =
-            cairn_store::ops::first_without_consent(store.as_ref(), &cli.org, &scope)?
-    {
-        return Err(usage(format!(
-            "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"
-        )));
-    }
-    if args.level.is_some_and(|l| l < DetailLevel::Full) && scope == ExportScope::All {
-        return Err(usage(
-            "a bundle of the whole log carries every record whole: export sessions, an agent or a time range at a lower level",
-        ));
-    }
+    let options = cairn_store::ops::ExportOptions {
+        level: args.level,
+        since_size,
+    };
+    let plan = plan_cli_export(cli, &store, &scope, options)?;
+    let checkpoint = plan.checkpoint().clone();
     let bar = progress_bar(checkpoint.size, "exporting");
     let mut sink: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -1077,19 +1153,8 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let summary = export_at(
-        store.as_ref(),
-        &cli.org,
-        &scope,
-        args.level,
-        &checkpoint,
-        now(),
-        &mut sink,
-        &mut |n| bar.set_position(n),
-    )
-    .map_err(|e| match e {
-        cairn_store::ops::ExportError::Empty(m) => usage(m),
-        other => anyhow!(other),
+    let summary = cairn_store::ops::write_export(store.as_ref(), &plan, &mut sink, &mut |n| {
+        bar.set_position(n)
     })?;
     drop(sink);
     bar.finish_and_clear();
@@ -1105,6 +1170,54 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
         }
     }
     Ok(Outcome::Success)
+}
+
+/// Plans an export against a fresh checkpoint when this process may sign
+/// one (it sequences the store), else against the latest stored one (a
+/// server is running on the data directory), planning again when a step
+/// was erased after the checkpoint.
+fn plan_cli_export(
+    cli: &Cli,
+    store: &Arc<dyn LedgerStore>,
+    scope: &ExportScope,
+    options: cairn_store::ops::ExportOptions,
+) -> Result<cairn_store::ops::ExportPlan> {
+    use cairn_store::ops::ExportError;
+    let mut attempts = 0;
+    loop {
+        let checkpoint = match store.as_ref().append_batch(&[WriteRequest::Checkpoint {
+            org_id: cli.org.clone(),
+        }]) {
+            Ok(mut written) => match written.pop() {
+                Some(Ok(Written::Checkpoint(cp))) => cp,
+                Some(Err(_)) => {
+                    return Err(usage(format!("org {} has no records to export", cli.org)));
+                }
+                other => return Err(anyhow!("unexpected answer {other:?}")),
+            },
+            // Beside a running server: its latest checkpoint.
+            Err(cairn_store::StoreError::ReadOnly(_)) => store
+                .latest_checkpoint(&cli.org)?
+                .ok_or_else(|| usage(format!("org {} has no checkpoint yet", cli.org)))?,
+            Err(e) => return Err(e.into()),
+        };
+        match cairn_store::ops::plan_export(
+            store.as_ref(),
+            &cli.org,
+            scope,
+            options,
+            &checkpoint,
+            now(),
+        ) {
+            Ok(plan) => return Ok(plan),
+            Err(ExportError::Stale { .. }) if attempts < 3 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+            }
+            Err(e @ (ExportError::Store(_) | ExportError::Write(_))) => return Err(e.into()),
+            Err(e) => return Err(usage(e.to_string())),
+        }
+    }
 }
 
 fn import(
@@ -1170,7 +1283,7 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-    let store = open_store(cli)?;
+    let store = open_store(cli, true)?;
     if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
         println!(
             "admin API key for org {} (shown once, keep it): {token}",
@@ -1367,7 +1480,7 @@ fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
-    let store = open_store(cli)?;
+    let store = open_store(cli, true)?;
     let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
     let config = cairn_server::ServerConfig {
         enabled: cli.enabled,

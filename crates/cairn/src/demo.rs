@@ -88,11 +88,13 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
         profile: Profile::Standard,
         predecessor: None,
         full_consent: false,
+        max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
     };
     let mut entries: Vec<LogEntry> = Vec::new();
     let op = OpRecord::SessionStart(header.clone());
     entries.push(LogEntry {
         seq: 0,
+        logged_at: cairn_store::now(),
         record: LogRecord::Op {
             hash: op.hash(),
             record: op,
@@ -132,6 +134,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
         session_tree.push(leaf_hash(&session_leaf_data(index, &record.hash)));
         entries.push(LogEntry {
             seq: entries.len() as u64,
+            logged_at: cairn_store::now(),
             record: LogRecord::Step(record),
         });
     }
@@ -150,6 +153,7 @@ pub fn run() -> anyhow::Result<crate::Outcome> {
     let op = OpRecord::Seal(seal);
     entries.push(LogEntry {
         seq: entries.len() as u64,
+        logged_at: cairn_store::now(),
         record: LogRecord::Op {
             hash: op.hash(),
             record: op,

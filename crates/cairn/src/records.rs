@@ -97,6 +97,13 @@ pub enum ReviewCommand {
     },
 }
 
+impl ReviewCommand {
+    /// Whether the command appends to the ledger.
+    pub fn writes(&self) -> bool {
+        matches!(self, ReviewCommand::Decide { .. })
+    }
+}
+
 /// `cairn audit-event`.
 #[derive(Debug, clap::Args)]
 pub struct AuditEventArgs {
@@ -411,24 +418,56 @@ pub struct AgentKeyArgs {
     /// The agent (for imported traces: their agent_id_hash).
     #[arg(long, env = "CAIRN_AGENT")]
     agent: String,
-    /// The Ed25519 public key, base64 of its 32 bytes.
-    #[arg(long)]
-    public_key: String,
+    /// The Ed25519 public key, base64 of its 32 bytes: registered (or, with
+    /// --rotate, the key that replaces the old one).
+    #[arg(long, required_unless_present = "revoke")]
+    public_key: Option<String>,
+    /// Revoke this key id (`agent-` + 12 hex digits): it signs nothing
+    /// from then on; what it signed before stays valid.
+    #[arg(long, conflicts_with_all = ["rotate", "public_key"])]
+    revoke: Option<String>,
+    /// Rotate: revoke this key id and register --public-key, at once.
+    #[arg(long, requires = "public_key")]
+    rotate: Option<String>,
+    /// Why the key is revoked (recorded).
+    #[arg(long, default_value = "revoked")]
+    reason: String,
 }
 
-/// Registers an agent's public key.
+/// Registers, revokes or rotates an agent's public key.
 pub fn agent_key(cli: &Cli, store: Arc<dyn LedgerStore>, args: &AgentKeyArgs) -> Result<Outcome> {
     use base64::Engine as _;
-    let public_key = base64::engine::general_purpose::STANDARD
-        .decode(args.public_key.trim())
-        .ok()
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .and_then(|b| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&b).ok())
-        .ok_or_else(|| usage("--public-key must be base64 of a 32-byte Ed25519 public key"))?;
-    let request = WriteRequest::RegisterKey {
-        org_id: cli.org.clone(),
-        agent_id: args.agent.clone(),
-        public_key,
+    let public_key = args
+        .public_key
+        .as_deref()
+        .map(|k| {
+            base64::engine::general_purpose::STANDARD
+                .decode(k.trim())
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .and_then(|b| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&b).ok())
+                .ok_or_else(|| usage("--public-key must be base64 of a 32-byte Ed25519 public key"))
+        })
+        .transpose()?;
+    let request = match (&args.revoke, &args.rotate, public_key) {
+        (Some(key_id), _, _) => WriteRequest::RevokeKey {
+            org_id: cli.org.clone(),
+            agent_id: args.agent.clone(),
+            key_id: key_id.clone(),
+            reason: args.reason.clone(),
+        },
+        (None, Some(old), Some(public_key)) => WriteRequest::RotateKey {
+            org_id: cli.org.clone(),
+            agent_id: args.agent.clone(),
+            old_key_id: old.clone(),
+            public_key,
+        },
+        (None, None, Some(public_key)) => WriteRequest::RegisterKey {
+            org_id: cli.org.clone(),
+            agent_id: args.agent.clone(),
+            public_key,
+        },
+        (None, _, None) => return Err(usage("--public-key is required")),
     };
     match ledger(store).write(request).map_err(append_error)? {
         Written::KeyRegistered { seq, key_id } => {
@@ -436,6 +475,25 @@ pub fn agent_key(cli: &Cli, store: Arc<dyn LedgerStore>, args: &AgentKeyArgs) ->
                 println!("{}", json!({"key_id": key_id, "seq": seq}));
             } else {
                 println!("{key_id}");
+            }
+            Ok(Outcome::Success)
+        }
+        Written::KeyRevoked {
+            seq,
+            key_id,
+            successor,
+        } => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"revoked": key_id, "seq": seq,
+                           "key_id": successor.as_ref().map(|s| &s.1), "registered_seq": successor.as_ref().map(|s| s.0)})
+                );
+            } else {
+                match successor {
+                    Some((_, new_id)) => println!("{new_id} (replaces {key_id})"),
+                    None => println!("{key_id} revoked"),
+                }
             }
             Ok(Outcome::Success)
         }

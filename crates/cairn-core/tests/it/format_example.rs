@@ -30,6 +30,7 @@ fn example_lines() -> Vec<(String, String)> {
         profile: Profile::Standard,
         predecessor: None,
         full_consent: false,
+        max_clock_skew_s: 300,
     };
     put(
         "header_view",
@@ -125,9 +126,18 @@ fn example_lines() -> Vec<(String, String)> {
 
     let start = OpRecord::SessionStart(header);
     let op_hash = start.hash();
+    // When the server logged each entry: the session start, then each step
+    // a few milliseconds after it was received.
+    let logged = [
+        "2025-01-15T10:30:00.000000Z",
+        "2025-01-15T10:30:00.004000Z",
+        "2025-01-15T10:30:01.253000Z",
+    ]
+    .map(|t| Timestamp::parse_canonical(t).unwrap());
     let entries = [
         LogEntry {
             seq: 0,
+            logged_at: logged[0],
             record: LogRecord::Op {
                 record: start,
                 hash: op_hash,
@@ -135,16 +145,19 @@ fn example_lines() -> Vec<(String, String)> {
         },
         LogEntry {
             seq: 1,
+            logged_at: logged[1],
             record: LogRecord::Step(rec0),
         },
         LogEntry {
             seq: 2,
+            logged_at: logged[2],
             record: LogRecord::Step(rec1),
         },
     ];
     put("log.op0.hash", op_hash.to_hex());
     let mut tree = MemoryTree::new();
     for (i, entry) in entries.iter().enumerate() {
+        put(&format!("log.logged_at{i}"), entry.logged_at.to_string());
         put(&format!("log.leaf{i}"), entry.leaf_hash().to_hex());
         tree.push(entry.leaf_hash());
     }
@@ -163,6 +176,31 @@ fn example_lines() -> Vec<(String, String)> {
     put(
         "checkpoint.signature_line",
         signed.lines().last().unwrap().to_owned(),
+    );
+
+    // A partial bundle of the session at the generic level: its selection
+    // statement, hash and signature.
+    let selection = cairn_core::selection::Selection {
+        checkpoint_size: 3,
+        scope: cairn_core::selection::Scope::Session("revenue-analysis-q4".into()),
+        level: cairn_core::detail::DetailLevel::Generic,
+        sessions: vec![cairn_core::selection::SessionClaim {
+            session_id: "revenue-analysis-q4".into(),
+            steps: 2,
+            head: entries[2].record_hash(),
+        }],
+        records: vec![(0, "session-start".into())],
+    };
+    put(
+        "selection",
+        String::from_utf8(cairn_core::jcs::to_vec(&selection.to_value())).unwrap(),
+    );
+    put("selection.hash", selection.hash().to_hex());
+    let origin = "cairn.example/acme";
+    let note = selection.sign(&server, origin, &root).unwrap();
+    put(
+        "selection.signature_line",
+        note.lines().last().unwrap().to_owned(),
     );
     lines
 }

@@ -29,6 +29,12 @@ fn t(micros: i64) -> Timestamp {
     Timestamp::from_micros(1_736_937_000_000_000 + micros).unwrap()
 }
 
+/// When the fixture's server logged entry `seq`: increasing, and within a
+/// second of every step's `created_at`.
+pub(crate) fn logged(seq: u64) -> Timestamp {
+    t(500 + seq as i64 * 1_000)
+}
+
 fn header(session: &str) -> SessionHeader {
     SessionHeader {
         org_id: ORG.into(),
@@ -39,6 +45,7 @@ fn header(session: &str) -> SessionHeader {
         profile: Profile::Standard,
         predecessor: None,
         full_consent: false,
+        max_clock_skew_s: 300,
     }
 }
 
@@ -130,6 +137,20 @@ fn verify_session(records: &[StepRecord], expected: Option<u64>) -> Verdict {
     let mut verifier = SessionVerifier::new(&header("s1"), AgentKeys::new());
     for rec in records {
         if !verifier.push(rec) {
+            break;
+        }
+    }
+    verifier.finish(expected)
+}
+
+fn verify_session_at(
+    records: &[StepRecord],
+    expected: Option<u64>,
+    level: cairn_core::detail::DetailLevel,
+) -> Verdict {
+    let mut verifier = SessionVerifier::new(&header("s1"), AgentKeys::new()).at_level(level);
+    for r in records {
+        if !verifier.push(r) {
             break;
         }
     }
@@ -297,19 +318,18 @@ proptest! {
     #[test]
     fn redacted_records_still_verify_and_reveal_nothing(
         specs in prop::collection::vec(step_spec(), 1..8),
-        hide in prop::collection::vec(any::<bool>(), FIELDS.len()),
+        level in 0usize..3,
         at in any::<prop::sample::Index>(),
     ) {
+        use cairn_core::detail::DetailLevel;
+        let level = [DetailLevel::Generic, DetailLevel::Detailed, DetailLevel::Full][level];
+        let hide: Vec<bool> = FIELDS.iter().map(|f| DetailLevel::of(*f) > level).collect();
         let original = build_chain("s1", &specs);
         let mut chain = original.clone();
         for rec in &mut chain {
-            for (field, hide) in FIELDS.iter().zip(&hide) {
-                if *hide && !field.always_disclosed() {
-                    rec.hide(*field).unwrap();
-                }
-            }
+            rec.redact(level).unwrap();
         }
-        let verdict = verify_session(&chain, Some(chain.len() as u64));
+        let verdict = verify_session_at(&chain, Some(chain.len() as u64), level);
         prop_assert!(verdict.verified, "{:?}", verdict.failure);
         let k = at.index(chain.len());
         if hide[Field::Content.position()] {
@@ -323,7 +343,7 @@ proptest! {
         let visible = FIELDS.iter().zip(&hide).find(|(f, h)| !**h && !f.always_disclosed() && **f != Field::OutputData);
         if let Some((field, _)) = visible {
             edit_field(&mut chain[k].step, *field);
-            assert_fails_at(&verify_session(&chain, Some(chain.len() as u64)), k as u64, Reason::DigestMismatch);
+            assert_fails_at(&verify_session_at(&chain, Some(chain.len() as u64), level), k as u64, Reason::DigestMismatch);
         }
     }
 }
@@ -371,6 +391,7 @@ pub(crate) fn build_log(specs: &[StepSpec]) -> Fixture {
         let hash = op.hash();
         entries.push(LogEntry {
             seq,
+            logged_at: logged(seq),
             record: LogRecord::Op { record: op, hash },
         });
     };
@@ -409,6 +430,7 @@ pub(crate) fn build_log(specs: &[StepSpec]) -> Fixture {
         let seq = entries.len() as u64;
         entries.push(LogEntry {
             seq,
+            logged_at: logged(seq),
             record: LogRecord::Step(rec),
         });
     }
@@ -579,7 +601,7 @@ proptest! {
         if let Some(last) = last {
             let mut extra = StepRecord::new(make_step("s1", last.step.step_index + 1, &specs[0]), &[1; 32], last.hash);
             extra.signature = None;
-            entries.push(LogEntry { seq: n as u64, record: LogRecord::Step(extra) });
+            entries.push(LogEntry { seq: n as u64, logged_at: logged(n as u64), record: LogRecord::Step(extra) });
             assert_log_fails_at(&verify_log(&fx, &entries, &[]), n as u64, Reason::StepAfterSeal);
         }
     }
@@ -596,6 +618,7 @@ fn signed_traces_are_checked_in_the_log() {
         let seq = entries.len() as u64;
         entries.push(LogEntry {
             seq,
+            logged_at: logged(seq),
             record: LogRecord::Op {
                 hash: op.hash(),
                 record: op,
@@ -682,6 +705,7 @@ fn predecessors_must_be_sealed_sessions_continued_once() {
         let op = OpRecord::SessionStart(h);
         LogEntry {
             seq: entries.len() as u64,
+            logged_at: logged(entries.len() as u64),
             record: LogRecord::Op {
                 hash: op.hash(),
                 record: op,
@@ -722,20 +746,33 @@ proptest! {
                     prop_assert_eq!(r.is_revealed(field), DetailLevel::of(field) <= level);
                 }
             }
-            let verdict = verify_session(&records, Some(records.len() as u64));
+            let verdict = verify_session_at(&records, Some(records.len() as u64), level);
             prop_assert!(verdict.verified, "{:?}: {:?}", level, verdict.failure);
+            // A level's view verifies only at that level.
             if level < DetailLevel::Full {
+                // Detailed hides only erasable payload fields, which full
+                // detail then takes for unrecorded erasures.
+                let expected = if level == DetailLevel::Generic { Reason::MalformedRecord } else { Reason::ErasureMismatch };
+                prop_assert_eq!(
+                    verify_session(&records, None).failure.map(|f| f.reason),
+                    Some(expected)
+                );
                 records[0].step.content = Some("put back".into());
-                prop_assert!(!verify_session(&records, None).verified);
+                prop_assert_eq!(
+                    verify_session_at(&records, None, level).failure.map(|f| f.reason),
+                    Some(Reason::DigestMismatch)
+                );
             }
         }
     }
 }
 
 /// An erased (hidden) field is blank; a value written into it afterwards
-/// is covered by nothing and must not pass.
+/// is covered by nothing and must not pass. An erasure needs its record.
 #[test]
 fn a_hidden_field_carrying_a_value_is_refused() {
+    use cairn_core::detail::DetailLevel;
+    use cairn_core::log::ErasureRecord;
     let specs: Vec<StepSpec> = (0..3)
         .map(|i| StepSpec {
             kind: "Reasoning",
@@ -746,23 +783,70 @@ fn a_hidden_field_carrying_a_value_is_refused() {
         })
         .collect();
     let mut records = build_chain("s1", &specs);
-    records[1].hide(Field::Content).unwrap();
-    records[1].hide(Field::Confidence).unwrap();
+    let mut commitments = Vec::new();
+    for field in [Field::Content, Field::Metadata] {
+        records[1].hide(field).unwrap();
+        let Opening::Hidden(c) = records[1].openings.get(field) else {
+            unreachable!()
+        };
+        commitments.push((field, *c));
+    }
+    let erasure = ErasureRecord {
+        org_id: ORG.into(),
+        session_id: "s1".into(),
+        step_index: 1,
+        trace_id: records[1].step.trace_id.clone(),
+        commitments,
+        reason: "request".into(),
+        actor: "dpo".into(),
+        erased_at: t(5_000),
+    };
+    let with_record = |records: &[StepRecord], erasure: Option<&ErasureRecord>| {
+        let mut verifier = SessionVerifier::new(&header("s1"), AgentKeys::new());
+        verifier.expect_erasures(erasure.map(|e| (10, e.clone())));
+        for r in records {
+            if !verifier.push(r) {
+                break;
+            }
+        }
+        verifier.finish(Some(3))
+    };
     assert!(
-        verify_session(&records, Some(3)).verified,
+        with_record(&records, Some(&erasure)).verified,
         "erasure keeps it valid"
+    );
+    assert_fails_at(&with_record(&records, None), 1, Reason::ErasureMismatch);
+    let mut other = erasure.clone();
+    other.commitments.pop();
+    assert_fails_at(
+        &with_record(&records, Some(&other)),
+        1,
+        Reason::ErasureMismatch,
     );
     records[1].step.content = Some("forged after the erasure".into());
     assert_fails_at(
-        &verify_session(&records, Some(3)),
+        &with_record(&records, Some(&erasure)),
         1,
         Reason::DigestMismatch,
     );
-    records[1].step.content = None;
-    records[1].step.confidence = Some(0.99);
+    // A field that erasure cannot remove, hidden at full detail.
+    let mut records = build_chain("s1", &specs);
+    records[1].hide(Field::Confidence).unwrap();
     assert_fails_at(
         &verify_session(&records, Some(3)),
         1,
+        Reason::MalformedRecord,
+    );
+    // At the generic level the model is hidden; a value put back is caught.
+    let mut records = build_chain("s1", &specs);
+    for r in &mut records {
+        r.redact(DetailLevel::Generic).unwrap();
+    }
+    assert!(verify_session_at(&records, Some(3), DetailLevel::Generic).verified);
+    records[2].step.model = Some("gpt-5".into());
+    assert_fails_at(
+        &verify_session_at(&records, Some(3), DetailLevel::Generic),
+        2,
         Reason::DigestMismatch,
     );
 }

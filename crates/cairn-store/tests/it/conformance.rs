@@ -80,7 +80,10 @@ fn bundle_text(
         store,
         ORG,
         &scope,
-        level,
+        cairn_store::ops::ExportOptions {
+            level,
+            since_size: None,
+        },
         cp,
         exported_at,
         &mut out,
@@ -898,8 +901,8 @@ fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
     );
     let mut erasure = None;
     store
-        .read_log(ORG, size, size + 1, &mut |e, _| {
-            erasure = Some(e);
+        .read_log(ORG, size, size + 1, &mut |e| {
+            erasure = e.entry.ok();
             false
         })
         .unwrap();
@@ -934,13 +937,19 @@ fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
     assert!(!text.contains("1 Main Street") && text.contains("0 Main Street"));
 
     // Retention: only sessions whose last step is older than the cutoff.
-    let old = Timestamp::parse_rfc3339("2020-01-01T00:00:00Z").unwrap();
+    // (Steps are dated by the server: the old session is written first,
+    // the cutoff taken, then the other sessions written to again.)
     for i in 0..2 {
-        let mut s = step("ancient", "Reasoning", &format!("old thought {i}"));
-        s.created_at = Some(Timestamp::from_micros(old.as_micros() + i).unwrap());
-        append(&ledger, s).unwrap();
+        append(
+            &ledger,
+            step("ancient", "Reasoning", &format!("old thought {i}")),
+        )
+        .unwrap();
     }
-    let cutoff = Timestamp::parse_rfc3339("2021-01-01T00:00:00Z").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let cutoff = cairn_store::now();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    append(&ledger, step("personal", "Reasoning", "still going")).unwrap();
     let Written::Erased { seqs } = ledger
         .write(WriteRequest::Retention {
             org_id: ORG.into(),
@@ -1056,8 +1065,8 @@ fn appends_are_sequenced_and_readable(backend: &dyn Backend) {
 
     let mut entries = Vec::new();
     store
-        .read_log(ORG, 0, 10, &mut |e, _| {
-            entries.push(e);
+        .read_log(ORG, 0, 10, &mut |e| {
+            entries.push(e.entry.unwrap());
             true
         })
         .unwrap();
@@ -1267,13 +1276,9 @@ fn seals_close_sessions(backend: &dyn Backend) {
         seal.final_hash,
         store.session(ORG, "s1").unwrap().unwrap().head
     );
-    assert!(
-        seal.verify_note(
-            &format!("{}/{ORG}", store.server_name()),
-            std::slice::from_ref(store.server_key())
-        )
-        .is_ok()
-    );
+    let text = cairn_core::note::open(&seal.note, std::slice::from_ref(store.server_key()))
+        .expect("the seal note is signed by the server key");
+    assert!(seal.states(&format!("{}/{ORG}", store.server_name()), &text));
     assert_eq!(
         refused(append(&ledger, step("s1", "plan", "late"))),
         Refusal::Sealed {
@@ -1323,9 +1328,11 @@ fn signed_steps_are_checked(backend: &dyn Backend) {
         panic!()
     };
     assert_eq!(key_id, agent_key_id(&key.verifying_key()));
-    // The agent computes the digest itself, as FORMAT.md 7.3 describes.
+    // The agent computes the digest itself, as FORMAT.md 7.3 describes, at
+    // its own time (within the session's clock skew of the server's).
+    let base = cairn_store::now().as_micros();
     let make = |index: u64, content: &str, sign_with: &SigningKey| {
-        let created_at = Timestamp::from_micros(1_800_000_000_000_000 + index as i64).unwrap();
+        let created_at = Timestamp::from_micros(base + index as i64).unwrap();
         let seed = [index as u8 + 1; 32];
         let trace_id = format!("signed-{index}-{}", content.replace(' ', "-"));
         let mut s = step("signed", "Decision", content);
@@ -1380,6 +1387,99 @@ fn signed_steps_are_checked(backend: &dyn Backend) {
         Written::KeyRegistered { .. }
     ));
     assert_eq!(store.agent_keys(ORG).unwrap().len(), 1);
+    // A key speaks for one agent for good: registering it for another is
+    // refused (it used to replace the binding silently).
+    assert_eq!(
+        refused(ledger.write(WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "mallory".into(),
+            public_key: key.verifying_key()
+        })),
+        Refusal::KeyConflict {
+            key_id: key_id.clone(),
+            agent_id: "analyst".into()
+        }
+    );
+    // A signed step dated far from the server's clock is refused.
+    let mut late = make(2, "late", &key);
+    late.created_at = Some(Timestamp::from_micros(base - 3_600_000_000).unwrap());
+    assert!(matches!(
+        refused(append(&ledger, late)),
+        Refusal::ClockSkew { max_s: 300, .. }
+    ));
+    // Rotation: the old key is revoked and the new one registered at once;
+    // the old one signs nothing from then on, the new one does.
+    let next = SigningKey::from_bytes(&[10; 32]);
+    let Written::KeyRevoked {
+        key_id: revoked,
+        successor: Some((_, next_id)),
+        ..
+    } = ledger
+        .write(WriteRequest::RotateKey {
+            org_id: ORG.into(),
+            agent_id: "analyst".into(),
+            old_key_id: key_id.clone(),
+            public_key: next.verifying_key(),
+        })
+        .unwrap()
+    else {
+        panic!("a rotation revokes and registers")
+    };
+    assert_eq!(
+        (revoked, next_id.clone()),
+        (key_id.clone(), agent_key_id(&next.verifying_key()))
+    );
+    let mut old = make(2, "after rotation", &key);
+    old.created_at = Some(cairn_store::now());
+    assert!(matches!(
+        refused(append(&ledger, old)),
+        Refusal::BadSignature(m) if m.contains("revoked")
+    ));
+    assert!(matches!(
+        refused(ledger.write(WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "analyst".into(),
+            public_key: key.verifying_key()
+        })),
+        Refusal::KeyRevoked { .. }
+    ));
+    assert!(matches!(
+        refused(ledger.write(WriteRequest::RevokeKey {
+            org_id: ORG.into(),
+            agent_id: "mallory".into(),
+            key_id: next_id.clone(),
+            reason: "no".into(),
+        })),
+        Refusal::UnknownKey { .. }
+    ));
+    let mut signed_by_next = make(2, "rotated", &next);
+    signed_by_next.created_at = Some(cairn_store::now());
+    let mut core = Step::new(
+        signed_by_next.trace_id.clone().unwrap(),
+        ORG,
+        "analyst",
+        "signed",
+        2,
+        "Decision",
+        signed_by_next.created_at.unwrap(),
+    )
+    .unwrap();
+    core.content = Some("rotated".into());
+    core.signer_key_id = Some(next_id.clone());
+    let digest = step_digest(&core, &Openings::from_seed(&signed_by_next.seed.unwrap()));
+    signed_by_next.signature = Some(AgentSignature {
+        key_id: next_id.clone(),
+        signature: next.sign(&signed_step_message(&digest)).to_bytes(),
+    });
+    append(&ledger, signed_by_next).unwrap();
+    let records = store.key_records(ORG, Some("analyst")).unwrap();
+    assert_eq!(
+        records
+            .iter()
+            .map(|(_, r)| r.entry_type())
+            .collect::<Vec<_>>(),
+        ["key-registration", "key-revocation", "key-registration"]
+    );
     assert_verifies(store.as_ref());
 }
 
@@ -1415,9 +1515,9 @@ fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
     }
     let mut leaves = Vec::new();
     store
-        .read_log(ORG, 0, size, &mut |e, leaf| {
-            assert_eq!(e.leaf_hash(), leaf);
-            leaves.push(leaf);
+        .read_log(ORG, 0, size, &mut |e| {
+            assert_eq!(e.entry.unwrap().leaf_hash(), e.leaf);
+            leaves.push(e.leaf);
             true
         })
         .unwrap();
@@ -1610,25 +1710,21 @@ fn exports_verify_offline(backend: &dyn Backend) {
             level == DetailLevel::Full,
             "{level}: content"
         );
-        // (A session's header, with its agent, is an operational record
-        // shown whole at every level: hashed agent ids are for sessions
-        // that must not name theirs.)
+        // The agent is shown at every level, as its session's header (an
+        // operational record shown whole) names it anyway: hashed agent
+        // ids are for sessions that must not name theirs.
         let steps: Vec<&str> = text.lines().filter(|l| l.contains("\"fields\":")).collect();
         assert!(!steps.is_empty());
         assert!(
-            steps
-                .iter()
-                .all(|l| l.contains("\"agent_id\":\"agent-1\"") == (level >= DetailLevel::Detailed)),
+            steps.iter().all(|l| l.contains("\"agent_id\":\"agent-1\"")),
             "{level}: agent in steps"
         );
-        assert_eq!(
-            text.contains(&format!("\"level\":\"{level}\"")),
-            requested.is_some()
-        );
+        // The signed selection states the level.
+        assert_eq!(verdict.selection.as_ref().map(|s| s.level), Some(level));
     }
     // `full` as a sharing level needs the session's recorded consent.
     assert!(matches!(
-        export_at(store.as_ref(), ORG, &ExportScope::Session("s1".into()), Some(DetailLevel::Full), &cp, now, &mut Vec::new(), &mut |_| {}),
+        export_at(store.as_ref(), ORG, &ExportScope::Session("s1".into()), cairn_store::ops::ExportOptions { level: Some(DetailLevel::Full), since_size: None }, &cp, now, &mut Vec::new(), &mut |_| {}),
         Err(cairn_store::ops::ExportError::Consent(session)) if session == "s1"
     ));
     assert!(matches!(
@@ -1636,7 +1732,10 @@ fn exports_verify_offline(backend: &dyn Backend) {
             store.as_ref(),
             ORG,
             &ExportScope::All,
-            Some(DetailLevel::Generic),
+            cairn_store::ops::ExportOptions {
+                level: Some(DetailLevel::Generic),
+                since_size: None
+            },
             &cp,
             now,
             &mut Vec::new(),

@@ -77,7 +77,7 @@ fn migrations_are_idempotent_and_concurrent_safe() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "1");
+    assert_eq!(version, "2");
     assert!(
         cairn_store::pg::install_guard(&mut client).unwrap(),
         "the test cluster's role is a superuser"
@@ -101,11 +101,12 @@ fn the_database_refuses_to_change_the_ledger() {
     client
         .batch_execute(
             "INSERT INTO orgs (name) VALUES ('acme');
-             INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis)
-               VALUES (1, 's1', 'a', 'standard', 0, 0, '\\x00');
-             INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index, trace_id, content, input_data, metadata, seed, digest, prev_hash)
-               VALUES (1099511627776, 1, 0, 'step', '\\x01', '\\x02', 1, 0, 't0', 'secret', '{}', '{}', '\\x03', '\\x04', '\\x05'),
-                      (1099511627777, 1, 1, 'step', '\\x11', '\\x12', 1, 1, 't1', 'secret', '{}', '{}', '\\x13', '\\x14', '\\x15');
+             INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis, max_clock_skew_s)
+               VALUES (1, 's1', 'a', 'standard', 0, 0, '\\x00', 300);
+             INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, sid, step_index, trace_id, content, input_data, metadata, seed, digest, prev_hash, prev_seq)
+               VALUES (1099511627776, 1, 0, 'step', 0, '\\x01', '\\x02', 1, 0, 't0', 'secret', '{}', '{}', '\\x03', '\\x04', '\\x05', NULL),
+                      (1099511627777, 1, 1, 'step', 0, '\\x11', '\\x12', 1, 1, 't1', 'secret', '{}', '{}', '\\x13', '\\x14', '\\x15', 0);
+             INSERT INTO session_heads VALUES (1, 0, 1, 1);
              INSERT INTO nodes (org, level, idx, hash) VALUES (1, 4, 0, '\\x06');
              INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, 2, '\\x07', 'n', 0);",
         )
@@ -124,6 +125,12 @@ fn the_database_refuses_to_change_the_ledger() {
         "UPDATE orgs SET name = 'other'",
         "UPDATE entries SET content = NULL, erased = TRUE, hidden = '{}' WHERE seq = 0",
         "UPDATE entries SET has_embedding = TRUE, content = 'x' WHERE seq = 0",
+        // The erasure's shape, but no erasure record names the step.
+        "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 1",
+        // Session heads move forward only.
+        "UPDATE session_heads SET last_seq = 0, last_index = 0",
+        "DELETE FROM session_heads",
+        "TRUNCATE session_heads",
         "DROP TABLE entries",
         "DROP TABLE checkpoints",
         "DROP TRIGGER cairn_no_delete ON entries",
@@ -146,9 +153,13 @@ fn the_database_refuses_to_change_the_ledger() {
     client
         .batch_execute("UPDATE entries SET has_embedding = TRUE WHERE seq = 0")
         .unwrap();
+    // With its erasure record in the log, the erasure passes.
     client
         .batch_execute(
-            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 1",
+            "INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index)
+               VALUES (1099511627778, 1, 2, 'erasure', 0, '\\x21', '\\x22', '{}', 1, 1);
+             UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 1;
+             UPDATE session_heads SET last_seq = 2, last_index = 2;",
         )
         .unwrap();
 }
@@ -170,13 +181,16 @@ fn the_production_role_has_only_what_it_needs() {
     let mut app = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     app.batch_execute(
         "INSERT INTO orgs (name) VALUES ('acme');
-         INSERT INTO entries (id, org, seq, type, record_hash, leaf_hash, content, metadata)
-           VALUES (1099511627776, 1, 0, 'step', '\\x01', '\\x02', 'secret', '{}');
-         UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}';
-         INSERT INTO session_heads VALUES (1, 0, 0, 0); UPDATE session_heads SET last_seq = 0;",
+         INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, content, metadata, sid, step_index)
+           VALUES (1099511627776, 1, 0, 'step', 0, '\\x01', '\\x02', 'secret', '{}', 1, 0),
+                  (1099511627777, 1, 1, 'erasure', 0, '\\x03', '\\x04', NULL, NULL, 1, 0);
+         UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 0;
+         INSERT INTO session_heads VALUES (1, 0, 0, 0); UPDATE session_heads SET last_seq = 1, last_index = 1;",
     )
     .unwrap();
     for sql in [
+        "UPDATE session_heads SET last_seq = 0, last_index = 0",
+        "DELETE FROM session_heads",
         "UPDATE entries SET digest = '\\x00'",
         "UPDATE entries SET seq = 5",
         "DELETE FROM entries",

@@ -105,18 +105,31 @@ fn plain_sql_cannot_change_the_ledger() {
         )
         .unwrap();
     assert_eq!(changed, 1);
-    conn.execute(
-        "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}' WHERE seq = 2",
-        [],
-    )
-    .unwrap();
+    // The erasure's shape, without an erasure record naming the step, is
+    // refused: an erasure is always recorded.
+    let err = conn
+        .execute(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}' WHERE seq = 2",
+            [],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("cairn:"), "{err}");
+    // Session heads move forward only.
+    for sql in [
+        "UPDATE session_heads SET last_index = 0, last_seq = 1",
+        "DELETE FROM session_heads",
+    ] {
+        let err = conn.execute(sql, []).unwrap_err();
+        assert!(err.to_string().contains("cairn:"), "{sql}: {err}");
+    }
 }
 
-/// `session_heads` is derived and writable: a head that does not name the
-/// session's last step leaves the store open for reading and verification
-/// only, and a write says why instead of continuing a wrong chain.
+/// `session_heads` is derived: even with its trigger dropped (the file's
+/// holder can) and a head moved back, the sequencer reads the session's
+/// last step from the log itself, so no index is used twice and the log
+/// still verifies; a head pointing elsewhere is ignored the same way.
 #[test]
-fn a_recorded_head_that_is_not_the_sessions_step_stops_writes() {
+fn a_session_head_moved_back_cannot_make_an_index_be_used_twice() {
     let dir = tempfile::tempdir().unwrap();
     let append = |store: Arc<dyn LedgerStore>, content: &str| {
         cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
@@ -133,16 +146,50 @@ fn a_recorded_head_that_is_not_the_sessions_step_stops_writes() {
         }
     }
     let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
-    conn.execute("UPDATE session_heads SET last_index = 0", [])
-        .unwrap();
+    assert!(
+        conn.execute("UPDATE session_heads SET last_index = 0, last_seq = 1", [])
+            .is_err(),
+        "the trigger refuses"
+    );
+    conn.execute_batch(
+        "DROP TRIGGER session_heads_forward;
+         UPDATE session_heads SET last_index = 0, last_seq = 1;",
+    )
+    .unwrap();
     drop(conn);
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-    let err = append(Arc::clone(&store), "p3").unwrap_err().to_string();
+    // Reads report the session as the log holds it.
+    let info = store
+        .session(crate::conformance::ORG, "s1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.step_count, 3);
+    let listed = store
+        .list_sessions(crate::conformance::ORG, None, 10)
+        .unwrap();
+    assert_eq!(listed[0].step_count, 3);
+    let verdict = cairn_store::ops::verify_session(store.as_ref(), crate::conformance::ORG, "s1")
+        .unwrap()
+        .unwrap();
     assert!(
-        err.contains("recorded head of session s1 is not its step"),
-        "{err}"
+        verdict.verified && verdict.records_checked == 3,
+        "{verdict:?}"
     );
-    assert_eq!(store.log_size(crate::conformance::ORG).unwrap(), 4);
+    // The next step takes index 3, not 1.
+    let cairn_store::Written::Step { step_index, .. } = append(Arc::clone(&store), "p3").unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(step_index, 3);
+    let verdict = cairn_store::ops::verify_org(
+        store.as_ref(),
+        crate::conformance::ORG,
+        &[],
+        &[],
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
 }
 
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";

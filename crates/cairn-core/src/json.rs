@@ -1,0 +1,198 @@
+//! Strict JSON reading for outside bytes: bundle lines, request bodies.
+//!
+//! JSON parsers disagree on two things a verdict must not depend on: which
+//! of two members with the same name wins, and what an integer beyond what
+//! an IEEE double holds exactly means (JavaScript rounds it, Python keeps
+//! it, Rust keeps what fits in 64 bits). So Cairn refuses both: a member
+//! name twice in one object, or an integer literal beyond ±(2^53 − 1), is
+//! an error (I-JSON, RFC 7493), and every verifier answers the same.
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use std::fmt;
+
+/// Parses one JSON text strictly: duplicate member names and integer
+/// literals beyond ±(2^53 − 1) are errors, as is anything after the value
+/// but white space. Nesting is bounded (serde_json's limit of 128).
+pub fn from_slice(bytes: &[u8]) -> Result<Value, String> {
+    check_integer_literals(bytes)?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = StrictSeed.deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+/// [`from_slice`] on text.
+pub fn from_str(text: &str) -> Result<Value, String> {
+    from_slice(text.as_bytes())
+}
+
+/// Scans the number tokens of a JSON text (outside strings): an integer
+/// literal (no fraction, no exponent) whose magnitude exceeds 2^53 − 1 is
+/// an error. Malformed text is left to the parser.
+fn check_integer_literals(bytes: &[u8]) -> Result<(), String> {
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                if bytes[i] == b'-' {
+                    i += 1;
+                }
+                let digits_start = i;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let digits = &bytes[digits_start..i];
+                let integer = !matches!(bytes.get(i), Some(b'.' | b'e' | b'E'));
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                if integer && !digits.is_empty() && !safe_integer_digits(digits) {
+                    let literal = String::from_utf8_lossy(&bytes[start..i.min(start + 40)]);
+                    return Err(format!(
+                        "the integer {literal} is beyond ±(2^53 - 1), which JSON numbers (IEEE doubles) do not hold exactly; send it as a string"
+                    ));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+fn safe_integer_digits(digits: &[u8]) -> bool {
+    let trimmed = match digits.iter().position(|&d| d != b'0') {
+        Some(p) => &digits[p..],
+        None => return true,
+    };
+    if trimmed.len() > 16 {
+        return false;
+    }
+    let mut value: u64 = 0;
+    for &d in trimmed {
+        value = value * 10 + u64::from(d - b'0');
+    }
+    value <= crate::record::MAX_SAFE_INTEGER
+}
+
+/// Deserializes a [`Value`] refusing duplicate member names.
+struct StrictSeed;
+
+impl<'de> DeserializeSeed<'de> for StrictSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number that is not finite"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(StrictSeed)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if members.contains_key(&name) {
+                let shown: String = name.chars().take(60).collect();
+                return Err(de::Error::custom(format!(
+                    "the member {shown:?} appears twice in one object"
+                )));
+            }
+            let value = map.next_value_seed(StrictSeed)?;
+            members.insert(name, value);
+        }
+        Ok(Value::Object(members))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_members_are_refused_at_any_depth() {
+        assert!(from_str(r#"{"a":1,"a":2}"#).unwrap_err().contains("twice"));
+        assert!(from_str(r#"{"x":[{"b":1,"b":1}]}"#).is_err());
+        assert_eq!(from_str(r#"{"a":{"a":1}}"#).unwrap()["a"]["a"], 1);
+    }
+
+    #[test]
+    fn integers_beyond_a_double_are_refused_but_floats_pass() {
+        assert!(from_str("9007199254740991").is_ok());
+        assert!(from_str("-9007199254740991").is_ok());
+        assert!(from_str("9007199254740992").is_err());
+        assert!(from_str(r#"{"n":[1,18446744073709551616]}"#).is_err());
+        assert!(from_str("1e300").is_ok());
+        assert!(from_str("12345678901234567890.5").is_ok());
+        assert!(
+            from_str("0000000000000000000001").is_err(),
+            "leading zeros are not JSON"
+        );
+        assert!(from_str(r#""9007199254740993""#).is_ok(), "inside a string");
+        assert!(from_str(r#"{"s":"a\"b 99999999999999999999"}"#).is_ok());
+    }
+
+    #[test]
+    fn trailing_content_and_broken_text_are_refused() {
+        assert!(from_str(r#"{"a":1} x"#).is_err());
+        assert!(from_str(r#"{"a":"#).is_err());
+        assert!(from_str("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]").is_err());
+    }
+}

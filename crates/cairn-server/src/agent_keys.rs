@@ -1,0 +1,127 @@
+//! Agent keys over HTTP: revocation, rotation and the key history
+//! (`docs/FORMAT.md` 7.3). Registration is `POST /v1/agent-keys`, in the
+//! main module. Each is a record of the org log; a key bound to an agent
+//! acts on that agent's keys only.
+
+use crate::{ApiError, optional_string};
+use crate::{AppState, Caller, Json, blocking, parse_json, public_key_param};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use cairn_core::log::OpRecord;
+use cairn_store::{WriteRequest, Written};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The agent a key request acts for: the body's `agent_id`, which a key
+/// bound to an agent may only set to its own.
+fn acting_agent(caller: &Caller, body: &Value) -> Result<String, ApiError> {
+    match (optional_string(body, "agent_id")?, &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != *bound => Err(ApiError::forbidden(format!(
+            "this key may only act as agent {bound}"
+        ))),
+        (Some(a), _) => Ok(a),
+        (None, Some(bound)) => Ok(bound.clone()),
+        (None, None) => Err(ApiError::bad_request(
+            "invalid_request",
+            "agent_id is required",
+        )),
+    }
+}
+
+fn revoked_json(written: Written) -> Result<Json, ApiError> {
+    match written {
+        Written::KeyRevoked {
+            seq,
+            key_id,
+            successor,
+        } => Ok(axum::Json(json!({
+            "revoked": key_id, "seq": seq,
+            "key_id": successor.as_ref().map(|s| &s.1),
+            "registered_seq": successor.as_ref().map(|s| s.0),
+        }))),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+/// `POST /v1/agent-keys/{key_id}/revoke`: body `{agent_id, reason}`. From
+/// this record on the key signs nothing the log accepts.
+pub(crate) async fn revoke(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+    body: Bytes,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_write(), "revoke agent keys")?;
+    Caller::require_enabled(&state)?;
+    let v = parse_json(&body)?;
+    let agent_id = acting_agent(&caller, &v)?;
+    let reason = optional_string(&v, "reason")?.unwrap_or_else(|| "revoked".into());
+    let request = WriteRequest::RevokeKey {
+        org_id: caller.org().to_owned(),
+        agent_id,
+        key_id,
+        reason,
+    };
+    revoked_json(state.ledger.submit(request).await?)
+}
+
+/// `POST /v1/agent-keys/{key_id}/rotate`: body `{agent_id, public_key}`.
+/// Revokes the key and registers the new one in one step.
+pub(crate) async fn rotate(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+    body: Bytes,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_write(), "rotate agent keys")?;
+    Caller::require_enabled(&state)?;
+    let v = parse_json(&body)?;
+    let agent_id = acting_agent(&caller, &v)?;
+    let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;
+    let request = WriteRequest::RotateKey {
+        org_id: caller.org().to_owned(),
+        agent_id,
+        old_key_id: key_id,
+        public_key,
+    };
+    revoked_json(state.ledger.submit(request).await?)
+}
+
+/// `GET /v1/agent-keys`: every key record of the org (of the caller's
+/// agent, for a bound key), in log order.
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let agent = caller.key.agent_id.clone();
+    let records = blocking(&state, move |store| {
+        Ok(store.key_records(&org, agent.as_deref())?)
+    })
+    .await?;
+    let keys: Vec<Value> = records
+        .into_iter()
+        .map(|(seq, record)| match record {
+            OpRecord::KeyRegistration(k) => json!({
+                "seq": seq, "type": "key-registration", "agent_id": k.agent_id, "key_id": k.key_id,
+                "public_key": base64_key(&k.public_key), "at": k.registered_at.to_string(),
+            }),
+            OpRecord::KeyRevocation(k) => json!({
+                "seq": seq, "type": "key-revocation", "agent_id": k.agent_id, "key_id": k.key_id,
+                "reason": k.reason, "at": k.revoked_at.to_string(),
+            }),
+            other => json!({"seq": seq, "type": other.entry_type()}),
+        })
+        .collect();
+    Ok(axum::Json(json!({ "keys": keys })))
+}
+
+fn base64_key(key: &cairn_core::ed25519_dalek::VerifyingKey) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(key.as_bytes())
+}

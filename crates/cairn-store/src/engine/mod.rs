@@ -1,0 +1,724 @@
+//! The write path shared by every backend: what a batch of
+//! [`WriteRequest`]s does, decided once, over a backend's open transaction.
+//!
+//! A backend supplies a [`WriteTx`]: its transaction plus the sequencing
+//! state it can see (SQLite from memory, PostgreSQL from the database under
+//! the org locks it took for the batch). The engine validates, sequences,
+//! hashes, signs and writes through it, keeping what the batch changed in
+//! an [`Overlay`] that the backend applies to its caches only once the
+//! transaction committed. Because the rules live here, the embedded and
+//! PostgreSQL stores cannot drift apart in what they accept or write; the
+//! conformance suite runs against both to prove it.
+
+use crate::keys::ServerKey;
+use crate::{
+    ImportError, NewSession, PreparedStep, Refusal, StoreError, StoredCheckpoint, StoredStep,
+    WriteRequest, Written, now, prepare_step,
+};
+use cairn_core::commit::{
+    AgentSignature, Field, Opening, Openings, StepRecord, agent_key_id, chain_hash,
+    digest_of_commitments, genesis_hash, recommit_field, session_leaf_data, verify_agent_signature,
+};
+use cairn_core::ed25519_dalek::VerifyingKey;
+use cairn_core::log::{
+    ErasureRecord, KeyRegistration, KeyRevocation, LogEntry, LogRecord, OpRecord, SealRecord,
+    log_origin, org_checkpoint,
+};
+use cairn_core::merkle::{Frontier, leaf_hash};
+use cairn_core::record::{Limits, Links, Profile, SessionHeader, Status, Step, validate_id};
+use cairn_core::{Hash, Timestamp};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+mod import;
+mod records;
+mod rows;
+mod steps;
+
+pub(crate) use rows::*;
+
+/// Merkle subtrees are stored at levels that are multiples of this, so a
+/// proof reads at most 16 stored hashes per subtree it needs.
+pub(crate) const NODE_STRIDE: u32 = 4;
+
+/// An org's sequencing state: the next seq is the frontier's size.
+#[derive(Debug, Clone)]
+pub(crate) struct OrgState {
+    pub id: i64,
+    /// Imported from another server: read-only, signed by that server.
+    pub foreign: bool,
+    pub frontier: Frontier,
+    pub checkpoint_size: u64,
+    /// When the latest checkpoint was signed (None: long enough ago).
+    pub checkpoint_at: Option<Timestamp>,
+    /// `logged_at` of the log's last entry: the next one is never earlier.
+    pub last_logged: Timestamp,
+}
+
+/// A session's sequencing state.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionState {
+    pub sid: i64,
+    pub agent_id: String,
+    pub profile: Profile,
+    /// The session's allowed distance between a step's `created_at` and
+    /// the time the server logs it, in seconds.
+    pub max_clock_skew_s: u64,
+    pub next_index: u64,
+    pub head: Hash,
+    pub sealed: bool,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// `created_at` of the last step: the next one is never earlier.
+    pub last_created: Option<Timestamp>,
+    /// Kind of the last step (a strict session's seal needs a reflection).
+    pub last_kind: Option<cairn_core::kind::StepKind>,
+}
+
+impl SessionState {
+    /// The state of a session that has just been opened, before its first
+    /// step.
+    fn opened(sid: i64, header: &SessionHeader, genesis: Hash) -> SessionState {
+        SessionState {
+            sid,
+            agent_id: header.agent_id.clone(),
+            profile: header.profile,
+            max_clock_skew_s: header.max_clock_skew_s,
+            next_index: 0,
+            head: genesis,
+            sealed: false,
+            first_seq: None,
+            last_seq: None,
+            last_created: None,
+            last_kind: None,
+        }
+    }
+}
+
+/// A session's last step as the log holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct ChainEnd {
+    pub seq: i64,
+    pub index: i64,
+    pub hash: Vec<u8>,
+    pub created_at: i64,
+    pub kind: String,
+}
+
+/// Finds a session's last step in the log itself: from `hint` (the step
+/// `session_heads` names, already checked to be a step of this session, or
+/// `None` to start before the first step) it follows each step's
+/// successor (the step of the session whose `prev_seq` is its seq, found by
+/// a unique index) until there is none. Derived state can only make this
+/// walk longer, never end it early or elsewhere: a head moved back is
+/// walked forward again.
+pub(crate) fn chain_end(
+    hint: Option<ChainEnd>,
+    mut successor: impl FnMut(Option<i64>) -> Result<Option<ChainEnd>, StoreError>,
+) -> Result<Option<ChainEnd>, StoreError> {
+    let mut end = hint;
+    while let Some(next) = successor(end.as_ref().map(|e| e.seq))? {
+        let expected = end.as_ref().map_or(0, |e| e.index + 1);
+        if next.index != expected {
+            return Err(StoreError::Corrupt(format!(
+                "step {} follows step {} of its session in the log; run `cairn verify`",
+                next.index,
+                expected - 1
+            )));
+        }
+        end = Some(next);
+    }
+    Ok(end)
+}
+
+/// A session as both backends read it back: its registry row, whether the
+/// log seals it, and its last step as the log holds it.
+pub(crate) struct StoredSession {
+    pub sid: i64,
+    pub agent_id: String,
+    pub profile: String,
+    pub genesis: Vec<u8>,
+    pub max_clock_skew_s: i64,
+    pub sealed: bool,
+    pub first_seq: Option<i64>,
+    pub end: Option<ChainEnd>,
+}
+
+impl StoredSession {
+    /// The sequencing state.
+    pub fn into_state(self) -> Result<SessionState, StoreError> {
+        let unsigned = |v: i64| {
+            u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative position {v}")))
+        };
+        let end = self.end;
+        Ok(SessionState {
+            sid: self.sid,
+            profile: Profile::parse(&self.profile)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown profile {}", self.profile)))?,
+            max_clock_skew_s: unsigned(self.max_clock_skew_s)?,
+            next_index: end
+                .as_ref()
+                .map(|e| unsigned(e.index))
+                .transpose()?
+                .map_or(0, |i| i + 1),
+            head: blob_hash(match &end {
+                Some(e) => e.hash.clone(),
+                None => self.genesis,
+            })?,
+            sealed: self.sealed,
+            first_seq: self.first_seq.map(unsigned).transpose()?,
+            last_seq: end.as_ref().map(|e| unsigned(e.seq)).transpose()?,
+            last_created: end
+                .as_ref()
+                .map(|e| {
+                    Timestamp::from_micros(e.created_at)
+                        .ok_or_else(|| StoreError::Corrupt("a step time out of range".into()))
+                })
+                .transpose()?,
+            last_kind: end
+                .as_ref()
+                .and_then(|e| cairn_core::kind::StepKind::parse(&e.kind)),
+            agent_id: self.agent_id,
+        })
+    }
+}
+
+/// A registered agent key.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentKey {
+    pub agent_id: String,
+    pub key: VerifyingKey,
+    pub seq: u64,
+    /// Revoked (a `key-revocation` record): it signs nothing from then on.
+    pub revoked: bool,
+}
+
+/// Changes a batch makes to the sequencing state, applied to a backend's
+/// caches only after its transaction commits.
+#[derive(Default)]
+pub(crate) struct Overlay {
+    pub orgs: HashMap<String, OrgState>,
+    pub sessions: HashMap<(i64, String), SessionState>,
+    pub keys: HashMap<(i64, String), AgentKey>,
+    /// Sessions that got steps in this batch (their heads are written).
+    touched: HashSet<i64>,
+}
+
+/// Everything one step row holds.
+pub(crate) struct StepRow<'a> {
+    pub org: i64,
+    pub seq: u64,
+    pub logged_at: Timestamp,
+    pub sid: i64,
+    pub step: &'a Step,
+    pub hash: &'a Hash,
+    pub leaf: &'a Hash,
+    pub digest: &'a Hash,
+    pub prev_hash: &'a Hash,
+    /// The record seed (steps written here) ...
+    pub seed: Option<&'a [u8; 32]>,
+    /// ... or the salts themselves (steps imported from a bundle).
+    pub salts: Option<Vec<u8>>,
+    pub signature: Option<&'a [u8; 64]>,
+    pub has_embedding: bool,
+    pub erased: bool,
+    /// Commitments of hidden or erased fields, as JSON.
+    pub hidden: Option<String>,
+    pub prev_seq: Option<u64>,
+}
+
+/// Everything one operational record's row holds. Records that concern a
+/// session carry its `sid` (and an erasure or review the step's index),
+/// key records their agent, so that the log itself can be searched by
+/// them: derived tables are never asked what the log holds.
+pub(crate) struct OpRow<'a> {
+    pub org: i64,
+    pub seq: u64,
+    pub logged_at: Timestamp,
+    pub op: &'a OpRecord,
+    pub hash: &'a Hash,
+    pub leaf: &'a Hash,
+    pub sid: Option<i64>,
+    pub step_index: Option<u64>,
+    pub agent_id: Option<&'a str>,
+}
+
+/// What the engine needs from a backend's open write transaction. State
+/// lookups see committed data plus nothing of the running batch (the
+/// engine's overlay has that); writes go into the transaction.
+pub(crate) trait WriteTx {
+    /// An org's state, None if it has no log yet.
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError>;
+    /// Creates an org row, returning its id.
+    fn create_org(&mut self, name: &str) -> Result<i64, StoreError>;
+    /// A session's state.
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError>;
+    /// An agent key registered in `org`.
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError>;
+    /// Whether a trace id is used in `org`.
+    fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError>;
+    /// The entry type (`step`, `audit-event`) of the record with this id
+    /// (a step's trace id, an audit event's id) in `org`, written by this
+    /// batch or before.
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError>;
+    /// The sealed session of `org` whose seal's final hash is `hash`.
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
+    /// The session of `org` that continues the one ending in `hash`.
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
+    /// Writes a step row.
+    fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
+    /// Writes a step's embedding vector.
+    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError>;
+    /// Writes an operational record's row (indexed by [`op_record_id`]).
+    fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError>;
+    /// Writes a completed Merkle subtree at a stored level.
+    fn insert_node(
+        &mut self,
+        org: i64,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<(), StoreError>;
+    /// Writes a session's lookup row, returning its id.
+    fn insert_session(
+        &mut self,
+        org: i64,
+        header: &SessionHeader,
+        genesis: &Hash,
+        start_seq: u64,
+    ) -> Result<i64, StoreError>;
+    /// `(step_index, chain hash, previous step's seq)` of the step at `seq`
+    /// (written by this batch or before).
+    fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError>;
+    /// A step by trace id (written by this batch or before).
+    fn step_by_trace(&mut self, org: i64, trace_id: &str)
+    -> Result<Option<StoredStep>, StoreError>;
+    /// Nulls the payload of the step at `seq`, records the commitments of
+    /// its hidden fields and drops its embedding. The step's erasure record
+    /// is written first: the database refuses an erasure without one.
+    fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError>;
+    /// Sessions of `org` whose last step is older than `older_than`.
+    fn expired_sessions(&mut self, org: i64, older_than: Timestamp)
+    -> Result<Vec<i64>, StoreError>;
+    /// Trace ids of a session's steps not erased yet, in index order.
+    fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError>;
+    /// Stores a signed checkpoint.
+    fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError>;
+    /// The latest stored checkpoint of an org.
+    fn latest_checkpoint(
+        &mut self,
+        org: i64,
+        name: &str,
+    ) -> Result<Option<StoredCheckpoint>, StoreError>;
+    /// Records a session's first and last step (derived state).
+    fn put_session_head(
+        &mut self,
+        sid: i64,
+        first_seq: u64,
+        last_seq: u64,
+        last_index: u64,
+    ) -> Result<(), StoreError>;
+    /// Records that an org is a mirror of another server's log.
+    fn insert_origin(
+        &mut self,
+        org: i64,
+        server_name: &str,
+        server_key: &str,
+    ) -> Result<(), StoreError>;
+}
+
+/// The settings the write path follows.
+pub(crate) struct Engine<'k> {
+    /// Signs checkpoints and seals.
+    pub key: &'k ServerKey,
+    /// Record limits checked at ingest.
+    pub limits: Limits,
+    /// Seed 000's embedding sample rate.
+    pub embedding_sample_rate: f64,
+    /// Minimum time between two checkpoints of a growing log.
+    pub checkpoint_interval: Duration,
+    /// The clock skew new sessions allow between a writer's `created_at`
+    /// and the server's `logged_at`, in seconds (recorded in each session
+    /// header).
+    pub max_clock_skew_s: u64,
+}
+
+/// The org a request writes to.
+pub(crate) fn request_org(request: &WriteRequest) -> &str {
+    match request {
+        WriteRequest::Step(s) => &s.org_id,
+        WriteRequest::Prepared(p) => &p.step.org_id,
+        WriteRequest::StartSession(s) => &s.org_id,
+        WriteRequest::Seal { org_id, .. }
+        | WriteRequest::Review { org_id, .. }
+        | WriteRequest::AuditEvent { org_id, .. }
+        | WriteRequest::ImportTrace { org_id, .. }
+        | WriteRequest::RegisterKey { org_id, .. }
+        | WriteRequest::RevokeKey { org_id, .. }
+        | WriteRequest::RotateKey { org_id, .. }
+        | WriteRequest::Erase { org_id, .. }
+        | WriteRequest::Retention { org_id, .. }
+        | WriteRequest::Checkpoint { org_id } => org_id,
+    }
+}
+
+/// The id an operational record is found by, stored in the `trace_id`
+/// column so that ids are unique across an org's steps and events: an
+/// audit event's id.
+pub(crate) fn op_record_id(op: &OpRecord) -> Option<&str> {
+    match op {
+        OpRecord::AuditEvent(event) => Some(&event.event_id),
+        OpRecord::SignedTrace(record) => Some(&record.trace.trace_id),
+        _ => None,
+    }
+}
+
+type Outcome<T> = Result<Result<T, Refusal>, StoreError>;
+
+impl Engine<'_> {
+    /// Runs a batch inside `tx` (which the caller commits if this returns
+    /// Ok): one outcome per request, and the state changes to apply after
+    /// the commit.
+    pub fn run_batch<T: WriteTx + ?Sized>(
+        &self,
+        tx: &mut T,
+        batch: &[WriteRequest],
+    ) -> Result<(Vec<Result<Written, Refusal>>, Overlay), StoreError> {
+        let mut run = BatchRun {
+            engine: self,
+            tx,
+            overlay: Overlay::default(),
+            now: now(),
+        };
+        let mut results = Vec::with_capacity(batch.len());
+        for request in batch {
+            results.push(run.apply(request)?);
+        }
+        // Checkpoint every org this batch grew, if its last checkpoint is
+        // old enough, inside the same transaction.
+        let names: Vec<String> = run.overlay.orgs.keys().cloned().collect();
+        for name in names {
+            if let Some(org) = run.overlay.orgs.get(&name)
+                && self.due(org)
+            {
+                let mut org = org.clone();
+                self.checkpoint(run.tx, &name, &mut org)?;
+                run.overlay.orgs.insert(name, org);
+            }
+        }
+        let heads: Vec<(i64, u64, u64, u64)> = run
+            .overlay
+            .sessions
+            .values()
+            .filter(|s| run.overlay.touched.contains(&s.sid))
+            .filter_map(|s| {
+                Some((
+                    s.sid,
+                    s.first_seq?,
+                    s.last_seq?,
+                    s.next_index.checked_sub(1)?,
+                ))
+            })
+            .collect();
+        for (sid, first, last, index) in heads {
+            run.tx.put_session_head(sid, first, last, index)?;
+        }
+        Ok((results, run.overlay))
+    }
+
+    /// Whether an org's log grew since its last checkpoint and that one is
+    /// old enough.
+    pub fn due(&self, org: &OrgState) -> bool {
+        org.frontier.size() > org.checkpoint_size
+            && org.checkpoint_at.is_none_or(|at| {
+                now().as_micros().saturating_sub(at.as_micros())
+                    >= i64::try_from(self.checkpoint_interval.as_micros()).unwrap_or(i64::MAX)
+            })
+    }
+
+    /// Signs and stores a checkpoint of `org` at its current size.
+    pub fn checkpoint<T: WriteTx + ?Sized>(
+        &self,
+        tx: &mut T,
+        name: &str,
+        org: &mut OrgState,
+    ) -> Result<StoredCheckpoint, StoreError> {
+        let size = org.frontier.size();
+        let root = org.frontier.root();
+        let note = org_checkpoint(self.key.signer.name(), name, size, root)
+            .sign(&self.key.signer)
+            .map_err(|e| StoreError::Key(e.to_string()))?;
+        let cp = StoredCheckpoint {
+            org_id: name.to_owned(),
+            size,
+            root,
+            note,
+            created_at: now(),
+        };
+        tx.insert_checkpoint(org.id, &cp)?;
+        org.checkpoint_size = size;
+        org.checkpoint_at = Some(cp.created_at);
+        Ok(cp)
+    }
+}
+
+/// The commitments of a record's hidden fields as stored (`{"field": hex}`),
+/// or None if it shows every field.
+pub(crate) fn hidden_json(openings: &Openings) -> Option<String> {
+    let hidden: serde_json::Map<String, serde_json::Value> = cairn_core::commit::FIELDS
+        .into_iter()
+        .filter_map(|f| match openings.get(f) {
+            Opening::Hidden(c) => {
+                Some((f.name().to_owned(), serde_json::Value::String(c.to_hex())))
+            }
+            Opening::Revealed(_) => None,
+        })
+        .collect();
+    (!hidden.is_empty()).then(|| serde_json::Value::Object(hidden).to_string())
+}
+
+/// Appends one leaf to an org's log state, writing the Merkle nodes it
+/// completes at stored levels.
+pub(crate) fn push_leaf<T: WriteTx + ?Sized>(
+    tx: &mut T,
+    org: &mut OrgState,
+    leaf: Hash,
+) -> Result<(), StoreError> {
+    let mut nodes: Vec<(u32, u64, Hash)> = Vec::new();
+    org.frontier.push_with(leaf, |level, index, hash| {
+        if level > 0 && level.is_multiple_of(NODE_STRIDE) {
+            nodes.push((level, index, *hash));
+        }
+    });
+    for (level, index, hash) in nodes {
+        tx.insert_node(org.id, level, index, &hash)?;
+    }
+    Ok(())
+}
+
+/// The time the next entry of `org` is logged at: the batch's clock, or
+/// the last entry's time if the clock went back.
+pub(crate) fn next_logged(org: &OrgState, now: Timestamp) -> Timestamp {
+    now.max(org.last_logged)
+}
+
+/// The session an operational record concerns, if any.
+pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
+    match op {
+        OpRecord::SessionStart(h) => Some(&h.session_id),
+        OpRecord::Seal(s) => Some(&s.session_id),
+        OpRecord::Erasure(e) => Some(&e.session_id),
+        OpRecord::Review(r) => Some(&r.session_id),
+        OpRecord::AuditEvent(a) => a.session_id.as_deref(),
+        OpRecord::SignedTrace(t) => Some(&t.session_id),
+        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) => None,
+    }
+}
+
+/// The step an erasure or review names, and the agent a key record is
+/// for: written beside the record so the log can be searched by them.
+fn op_target(op: &OpRecord) -> (Option<u64>, Option<&str>) {
+    match op {
+        OpRecord::Erasure(e) => (Some(e.step_index), None),
+        OpRecord::Review(r) => (Some(r.step_index), None),
+        OpRecord::KeyRegistration(k) => (None, Some(&k.agent_id)),
+        OpRecord::KeyRevocation(k) => (None, Some(&k.agent_id)),
+        _ => (None, None),
+    }
+}
+
+/// Writes an operational record at the org's next seq, logged at `now`
+/// (or later, never before the previous entry). `sid` is the registry id
+/// of the session the record concerns, if any.
+fn write_op<T: WriteTx + ?Sized>(
+    tx: &mut T,
+    org: &mut OrgState,
+    op: &OpRecord,
+    now: Timestamp,
+    sid: Option<i64>,
+) -> Result<u64, StoreError> {
+    let (step_index, agent_id) = op_target(op);
+    let seq = org.frontier.size();
+    let logged_at = next_logged(org, now);
+    let hash = op.hash();
+    let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
+        seq,
+        op.entry_type(),
+        &hash,
+        logged_at,
+    ));
+    tx.insert_op(&OpRow {
+        org: org.id,
+        seq,
+        logged_at,
+        op,
+        hash: &hash,
+        leaf: &leaf,
+        sid,
+        step_index,
+        agent_id,
+    })?;
+    push_leaf(tx, org, leaf)?;
+    org.last_logged = logged_at;
+    Ok(seq)
+}
+
+/// One batch in progress.
+struct BatchRun<'e, 'k, 't, T: WriteTx + ?Sized> {
+    engine: &'e Engine<'k>,
+    tx: &'t mut T,
+    overlay: Overlay,
+    /// The server's clock for this batch: every entry is logged at it, or
+    /// at its log's last time if that is later.
+    now: Timestamp,
+}
+
+impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
+        match self.overlay.orgs.get(name) {
+            Some(org) => Ok(Some(org.clone())),
+            None => self.tx.org(name),
+        }
+    }
+
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
+        match self.overlay.sessions.get(&(org, session_id.to_owned())) {
+            Some(s) => Ok(Some(s.clone())),
+            None => self.tx.session(org, session_id),
+        }
+    }
+
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
+        match self.overlay.keys.get(&(org, key_id.to_owned())) {
+            Some(k) => Ok(Some(k.clone())),
+            None => self.tx.agent_key(org, key_id),
+        }
+    }
+
+    /// The org's state, creating the org on first use.
+    fn org_or_create(&mut self, name: &str) -> Result<OrgState, StoreError> {
+        if let Some(org) = self.org(name)? {
+            return Ok(org);
+        }
+        Ok(OrgState {
+            id: self.tx.create_org(name)?,
+            foreign: false,
+            frontier: Frontier::new(),
+            checkpoint_size: 0,
+            checkpoint_at: None,
+            last_logged: Timestamp::default(),
+        })
+    }
+
+    fn apply(&mut self, request: &WriteRequest) -> Result<Result<Written, Refusal>, StoreError> {
+        let org_name = request_org(request);
+        if let Some(org) = self.org(org_name)?
+            && org.foreign
+        {
+            return Ok(match request {
+                // A mirror's checkpoint is the one it was imported with.
+                WriteRequest::Checkpoint { .. } => self
+                    .tx
+                    .latest_checkpoint(org.id, org_name)?
+                    .map(Written::Checkpoint)
+                    .ok_or_else(|| Refusal::ReadOnlyOrg {
+                        org_id: org_name.to_owned(),
+                    }),
+                _ => Err(Refusal::ReadOnlyOrg {
+                    org_id: org_name.to_owned(),
+                }),
+            });
+        }
+        Ok(match request {
+            WriteRequest::Step(step) => match prepare_step(
+                (**step).clone(),
+                &self.engine.limits,
+                self.engine.embedding_sample_rate,
+            ) {
+                Ok(prepared) => self.append_step(&prepared)?,
+                Err(refusal) => Err(refusal),
+            },
+            WriteRequest::Prepared(prepared) => self.append_step(prepared)?,
+            WriteRequest::StartSession(new) => self
+                .start_session(new)?
+                .map(|(seq, genesis)| Written::Session { seq, genesis }),
+            WriteRequest::Seal {
+                org_id,
+                session_id,
+                require_reflection,
+            } => self.seal(org_id, session_id, *require_reflection)?,
+            WriteRequest::Review {
+                org_id,
+                trace_id,
+                decision,
+                reviewer,
+                note,
+            } => self.review(org_id, trace_id, *decision, reviewer, note.as_deref())?,
+            WriteRequest::ImportTrace {
+                org_id,
+                session_id,
+                trace,
+                caller,
+            } => self.import_trace(org_id, session_id.as_deref(), trace, caller)?,
+            WriteRequest::AuditEvent {
+                org_id,
+                event_id,
+                session_id,
+                action,
+                detail,
+            } => self.audit_event(
+                org_id,
+                event_id.as_deref(),
+                session_id.as_deref(),
+                action,
+                detail.as_ref(),
+            )?,
+            WriteRequest::RegisterKey {
+                org_id,
+                agent_id,
+                public_key,
+            } => self.register_key(org_id, agent_id, *public_key)?,
+            WriteRequest::RevokeKey {
+                org_id,
+                agent_id,
+                key_id,
+                reason,
+            } => self.revoke_key(org_id, agent_id, key_id, reason, None)?,
+            WriteRequest::RotateKey {
+                org_id,
+                agent_id,
+                old_key_id,
+                public_key,
+            } => self.revoke_key(org_id, agent_id, old_key_id, "rotated", Some(*public_key))?,
+            WriteRequest::Erase {
+                org_id,
+                trace_id,
+                reason,
+                actor,
+            } => self
+                .erase_step(org_id, trace_id, reason, actor)?
+                .map(|seq| Written::Erased { seqs: vec![seq] }),
+            WriteRequest::Retention { org_id, older_than } => Ok(Written::Erased {
+                seqs: self.retention(org_id, *older_than)?,
+            }),
+            WriteRequest::Checkpoint { org_id } => match self.org(org_id)? {
+                None => Err(Refusal::UnknownSession {
+                    session_id: format!("(org {org_id} has no log)"),
+                }),
+                Some(mut org) => {
+                    let stored =
+                        if org.frontier.size() > org.checkpoint_size || org.checkpoint_size == 0 {
+                            let cp = self.engine.checkpoint(self.tx, org_id, &mut org)?;
+                            self.overlay.orgs.insert(org_id.clone(), org);
+                            cp
+                        } else {
+                            self.tx
+                                .latest_checkpoint(org.id, org_id)?
+                                .ok_or_else(|| StoreError::Corrupt("checkpoint vanished".into()))?
+                        };
+                    Ok(Written::Checkpoint(stored))
+                }
+            },
+        })
+    }
+}

@@ -1,0 +1,609 @@
+//! The org log's other records: reviews, audit events, imported traces,
+//! seals, erasures and retention, agent keys.
+
+use super::*;
+
+impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
+    /// Records a reviewer's decision on a flagged step.
+    pub(super) fn review(
+        &mut self,
+        org_name: &str,
+        trace_id: &str,
+        decision: cairn_core::log::ReviewDecision,
+        reviewer: &str,
+        note: Option<&str>,
+    ) -> Outcome<Written> {
+        if reviewer.trim().is_empty() {
+            return Ok(Err(Refusal::InvalidRequest(
+                "a review needs a reviewer".into(),
+            )));
+        }
+        if note.is_some_and(|n| n.len() > self.engine.limits.max_content_bytes) {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "the review note is longer than {} bytes",
+                self.engine.limits.max_content_bytes
+            ))));
+        }
+        let unknown = || {
+            Ok(Err(Refusal::UnknownStep {
+                trace_id: trace_id.to_owned(),
+            }))
+        };
+        let Some(mut org) = self.org(org_name)? else {
+            return unknown();
+        };
+        let Some(step) = self.tx.step_by_trace(org.id, trace_id)? else {
+            return unknown();
+        };
+        if step.record.step.status != cairn_core::record::Status::Flagged {
+            return Ok(Err(Refusal::NotFlagged {
+                trace_id: trace_id.to_owned(),
+            }));
+        }
+        let review = cairn_core::log::ReviewRecord {
+            org_id: org_name.to_owned(),
+            trace_id: trace_id.to_owned(),
+            session_id: step.record.step.session_id.clone(),
+            step_index: step.record.step.step_index,
+            decision,
+            reviewer: reviewer.to_owned(),
+            note: note.map(str::to_owned),
+            reviewed_at: self.now,
+        };
+        let link = self.session_sid(org.id, &review.session_id)?;
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::Review(review.clone()),
+            self.now,
+            link,
+        )?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::Reviewed { seq, review }))
+    }
+
+    /// Imports a seed-004 trace: checked whole before anything is written,
+    /// then a session, the `signed-trace` record and one step per
+    /// component, in this batch.
+    pub(super) fn import_trace(
+        &mut self,
+        org_name: &str,
+        session_id: Option<&str>,
+        value: &serde_json::Value,
+        caller: &str,
+    ) -> Outcome<Written> {
+        let invalid = |m: String| Ok(Err(Refusal::InvalidRequest(m)));
+        let size = cairn_core::jcs::to_vec(value).len();
+        let most = self.engine.limits.max_content_bytes.saturating_mul(16);
+        if size > most {
+            return invalid(format!("the trace is {size} bytes; at most {most}"));
+        }
+        let trace = match cairn_core::trace::CompleteTrace::parse(value) {
+            Ok(trace) => trace,
+            Err(e) => return invalid(e.to_string()),
+        };
+        let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
+        let org_id = self.org(org_name)?.map(|org| org.id);
+        let key =
+            match self.registered_key(org_id, &trace.signature_key_id, &trace.agent_id_hash)? {
+                Ok(key) => key,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+        if !trace.verify(&key.key) {
+            return Ok(Err(Refusal::BadSignature(
+                "the trace's signature does not verify over its components and trace level".into(),
+            )));
+        }
+        if let Some(org) = org_id {
+            if self.session(org, &session_id)?.is_some() {
+                return Ok(Err(Refusal::SessionExists { session_id }));
+            }
+            if self.tx.record_type(org, &trace.trace_id)?.is_some() {
+                return Ok(Err(Refusal::DuplicateId {
+                    id: trace.trace_id.clone(),
+                }));
+            }
+        }
+        // Every component is checked as a step before anything is written.
+        let mut prepared = Vec::with_capacity(trace.components.len());
+        for (i, component) in trace.components.iter().enumerate() {
+            let data = &component.data;
+            let number = |key: &str| data.get(key).and_then(serde_json::Value::as_u64);
+            let step = crate::NewStep {
+                org_id: org_name.to_owned(),
+                session_id: session_id.clone(),
+                agent_id: trace.agent_id_hash.clone(),
+                kind_label: component.event_type.clone(),
+                output: Some(data.clone()),
+                // The component's own time is the agent's claim: kept here
+                // (and signed in the trace record); the step is dated by
+                // the server like any other.
+                metadata: Some(serde_json::json!({
+                    "component_type": component.component_type,
+                    "event_type": component.event_type,
+                    "timestamp": component.timestamp.to_string(),
+                    "trace_id": trace.trace_id,
+                    "trace_level": trace.level_name,
+                })),
+                confidence: data
+                    .get("selection_confidence")
+                    .and_then(serde_json::Value::as_f64),
+                duration_ms: number("execution_time_ms"),
+                token_count: number("tokens_total")
+                    .or_else(|| Some(number("tokens_input")? + number("tokens_output")?)),
+                turn_id: trace.thought_id.clone(),
+                turn_step: Some(i as u64),
+                task_id: trace.task_id.clone(),
+                trace_id: Some(format!("{}.{i}", trace.trace_id)),
+                step_index: Some(i as u64),
+                caller: caller.to_owned(),
+                ..crate::NewStep::default()
+            };
+            match prepare_step(step, &self.engine.limits, self.engine.embedding_sample_rate) {
+                Ok(p) => prepared.push(p),
+                Err(refusal) => return Ok(Err(refusal)),
+            }
+            if let Some(org) = org_id
+                && self
+                    .tx
+                    .record_type(org, &format!("{}.{i}", trace.trace_id))?
+                    .is_some()
+            {
+                return Ok(Err(Refusal::DuplicateId {
+                    id: format!("{}.{i}", trace.trace_id),
+                }));
+            }
+        }
+        let header = SessionHeader {
+            org_id: org_name.to_owned(),
+            session_id: session_id.clone(),
+            agent_id: trace.agent_id_hash.clone(),
+            started_at: self.now,
+            caller: caller.to_owned(),
+            profile: Profile::Standard,
+            predecessor: None,
+            // A full trace exists only where its subject consented.
+            full_consent: trace.level == cairn_core::detail::DetailLevel::Full,
+            max_clock_skew_s: self.engine.max_clock_skew_s,
+        };
+        if let Err(e) = header.validate() {
+            return Ok(Err(e.into()));
+        }
+        let (_, opened) = self.open_session(&header, genesis_hash(&header))?;
+        let mut org = self
+            .org(org_name)?
+            .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
+        let record = cairn_core::log::SignedTraceRecord {
+            org_id: org_name.to_owned(),
+            session_id: session_id.clone(),
+            trace,
+        };
+        let link = Some(opened.sid);
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::SignedTrace(record),
+            self.now,
+            link,
+        )?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        let mut steps = Vec::with_capacity(prepared.len());
+        for p in &prepared {
+            match self.append_step(p)? {
+                Ok(Written::Step { seq, trace_id, .. }) => steps.push((seq, trace_id)),
+                // Checked above: a refusal now would leave half a trace, so
+                // it fails the whole batch instead.
+                other => {
+                    return Err(StoreError::Corrupt(format!(
+                        "importing a checked trace: {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(Ok(Written::TraceImported {
+            seq,
+            session_id,
+            steps,
+        }))
+    }
+
+    /// Records an audit event.
+    pub(super) fn audit_event(
+        &mut self,
+        org_name: &str,
+        event_id: Option<&str>,
+        session_id: Option<&str>,
+        action: &str,
+        detail: Option<&serde_json::Value>,
+    ) -> Outcome<Written> {
+        let event_id = event_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+        if let Err(e) =
+            validate_id("org_id", org_name).and_then(|()| validate_id("event_id", &event_id))
+        {
+            return Ok(Err(e.into()));
+        }
+        if action.trim().is_empty() || action.len() > 256 {
+            return Ok(Err(Refusal::InvalidRequest(
+                "an audit event needs an action of 1 to 256 bytes".into(),
+            )));
+        }
+        if let Some(detail) = detail
+            && let Err(e) = cairn_core::record::validate_json(
+                "detail",
+                detail,
+                self.engine.limits.max_content_bytes,
+            )
+        {
+            return Ok(Err(e.into()));
+        }
+        let org_id = self.org(org_name)?.map(|o| o.id);
+        let mut sid = None;
+        if let Some(session) = session_id {
+            let found = match org_id {
+                Some(org) => self.session(org, session)?,
+                None => None,
+            };
+            let Some(found) = found else {
+                return Ok(Err(Refusal::UnknownSession {
+                    session_id: session.to_owned(),
+                }));
+            };
+            sid = Some(found.sid);
+        }
+        if let Some(org) = org_id
+            && self.tx.record_type(org, &event_id)?.is_some()
+        {
+            return Ok(Err(Refusal::DuplicateId { id: event_id }));
+        }
+        let mut org = self.org_or_create(org_name)?;
+        let event = cairn_core::log::AuditEvent {
+            org_id: org_name.to_owned(),
+            event_id: event_id.clone(),
+            session_id: session_id.map(str::to_owned),
+            action: action.to_owned(),
+            detail: detail.cloned(),
+            at: self.now,
+        };
+        let link = sid;
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::AuditEvent(event),
+            self.now,
+            link,
+        )?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::AuditEvent { seq, event_id }))
+    }
+
+    pub(super) fn seal(
+        &mut self,
+        org_name: &str,
+        session_id: &str,
+        require_reflection: bool,
+    ) -> Outcome<Written> {
+        let unknown = || {
+            Ok(Err(Refusal::UnknownSession {
+                session_id: session_id.to_owned(),
+            }))
+        };
+        let Some(mut org) = self.org(org_name)? else {
+            return unknown();
+        };
+        let Some(mut session) = self.session(org.id, session_id)? else {
+            return unknown();
+        };
+        if session.sealed {
+            return Ok(Err(Refusal::Sealed {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        if session.next_index == 0 {
+            return Ok(Err(Refusal::NothingToSeal {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        if (require_reflection || session.profile == Profile::Strict)
+            && session.last_kind != Some(cairn_core::kind::StepKind::Reflection)
+        {
+            return Ok(Err(Refusal::ReflectionRequired {
+                session_id: session_id.to_owned(),
+            }));
+        }
+        // Walk back from the session's last step (which may be in this
+        // batch) along the prev_seq links.
+        let mut hashes: Vec<(u64, Hash)> = Vec::with_capacity(session.next_index as usize);
+        let mut next = session.last_seq;
+        while let Some(seq) = next {
+            if hashes.len() as u64 >= session.next_index {
+                break;
+            }
+            let (index, hash, prev) = self.tx.chain_link(org.id, seq)?;
+            hashes.push((index, hash));
+            next = prev;
+        }
+        let mut tree = Frontier::new();
+        for (index, hash) in hashes.iter().rev() {
+            tree.push(leaf_hash(&session_leaf_data(*index, hash)));
+        }
+        let origin = log_origin(self.engine.key.signer.name(), org_name);
+        let seal = SealRecord {
+            org_id: org_name.to_owned(),
+            session_id: session_id.to_owned(),
+            step_count: session.next_index,
+            session_root: tree.root(),
+            final_hash: session.head,
+            sealed_at: self.now,
+            note: String::new(),
+        }
+        .sign(&self.engine.key.signer, &origin)
+        .map_err(|e| StoreError::Key(e.to_string()))?;
+        let link = Some(session.sid);
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::Seal(seal.clone()),
+            self.now,
+            link,
+        )?;
+        session.sealed = true;
+        self.overlay
+            .sessions
+            .insert((org.id, session_id.to_owned()), session);
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::Sealed { seq, seal }))
+    }
+
+    /// Erases one step's payload, in the shape the database allows, and
+    /// records the erasure.
+    pub(super) fn erase_step(
+        &mut self,
+        org_name: &str,
+        trace_id: &str,
+        reason: &str,
+        actor: &str,
+    ) -> Outcome<u64> {
+        let unknown = || Refusal::UnknownStep {
+            trace_id: trace_id.to_owned(),
+        };
+        let Some(mut org) = self.org(org_name)? else {
+            return Ok(Err(unknown()));
+        };
+        let Some(stored) = self.tx.step_by_trace(org.id, trace_id)? else {
+            return Ok(Err(unknown()));
+        };
+        if stored.record.erased {
+            return Ok(Err(Refusal::AlreadyErased {
+                trace_id: trace_id.to_owned(),
+            }));
+        }
+        let mut record: StepRecord = stored.record;
+        let mut commitments = Vec::new();
+        for field in cairn_core::commit::FIELDS
+            .into_iter()
+            .filter(|f| f.is_payload())
+        {
+            record
+                .hide(field)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if let Opening::Hidden(c) = record.openings.get(field) {
+                commitments.push((field, *c));
+            }
+        }
+        // Every hidden field, the ones hidden before included.
+        let hidden = hidden_json(&record.openings)
+            .ok_or_else(|| StoreError::Corrupt("an erased step hides nothing".into()))?;
+        let erasure = ErasureRecord {
+            org_id: org_name.to_owned(),
+            session_id: record.step.session_id.clone(),
+            step_index: record.step.step_index,
+            trace_id: trace_id.to_owned(),
+            commitments,
+            reason: reason.to_owned(),
+            actor: actor.to_owned(),
+            erased_at: self.now,
+        };
+        // The record first: the database refuses to erase a step that no
+        // erasure record names.
+        let link = self.session_sid(org.id, &erasure.session_id)?;
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::Erasure(erasure),
+            self.now,
+            link,
+        )?;
+        self.tx.erase(org.id, stored.seq, &hidden)?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(seq))
+    }
+
+    /// Erases every step of every session whose last step is older than
+    /// `older_than`.
+    pub(super) fn retention(
+        &mut self,
+        org_name: &str,
+        older_than: Timestamp,
+    ) -> Result<Vec<u64>, StoreError> {
+        let Some(org) = self.org(org_name)? else {
+            return Ok(Vec::new());
+        };
+        let mut seqs = Vec::new();
+        for sid in self.tx.expired_sessions(org.id, older_than)? {
+            for trace in self.tx.unerased_steps(org.id, sid)? {
+                if let Ok(seq) = self.erase_step(org_name, &trace, "retention", "retention")? {
+                    seqs.push(seq);
+                }
+            }
+        }
+        Ok(seqs)
+    }
+
+    /// The registry id of a session of `org`, if it exists.
+    fn session_sid(&mut self, org: i64, session_id: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.session(org, session_id)?.map(|s| s.sid))
+    }
+
+    pub(super) fn register_key(
+        &mut self,
+        org_name: &str,
+        agent_id: &str,
+        public_key: VerifyingKey,
+    ) -> Outcome<Written> {
+        if let Err(e) =
+            validate_id("org_id", org_name).and_then(|()| validate_id("agent_id", agent_id))
+        {
+            return Ok(Err(e.into()));
+        }
+        let key_id = agent_key_id(&public_key);
+        let mut org = self.org_or_create(org_name)?;
+        match self.agent_key(org.id, &key_id)? {
+            Some(existing) if existing.agent_id != agent_id => {
+                return Ok(Err(Refusal::KeyConflict {
+                    key_id,
+                    agent_id: existing.agent_id,
+                }));
+            }
+            Some(existing) if existing.revoked => {
+                return Ok(Err(Refusal::KeyRevoked {
+                    key_id,
+                    seq: existing.seq,
+                }));
+            }
+            // Registering a key again is answered with its registration.
+            Some(existing) => {
+                self.overlay.orgs.insert(org_name.to_owned(), org);
+                return Ok(Ok(Written::KeyRegistered {
+                    seq: existing.seq,
+                    key_id,
+                }));
+            }
+            None => {}
+        }
+        let seq = self.write_registration(org_name, &mut org, agent_id, public_key)?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::KeyRegistered { seq, key_id }))
+    }
+
+    fn write_registration(
+        &mut self,
+        org_name: &str,
+        org: &mut OrgState,
+        agent_id: &str,
+        public_key: VerifyingKey,
+    ) -> Result<u64, StoreError> {
+        let key_id = agent_key_id(&public_key);
+        let reg = KeyRegistration {
+            org_id: org_name.to_owned(),
+            agent_id: agent_id.to_owned(),
+            key_id: key_id.clone(),
+            public_key,
+            registered_at: self.now,
+        };
+        let link = None;
+        let seq = write_op(
+            self.tx,
+            org,
+            &OpRecord::KeyRegistration(reg),
+            self.now,
+            link,
+        )?;
+        self.overlay.keys.insert(
+            (org.id, key_id),
+            AgentKey {
+                agent_id: agent_id.to_owned(),
+                key: public_key,
+                seq,
+                revoked: false,
+            },
+        );
+        Ok(seq)
+    }
+
+    /// Revokes a registered, unrevoked key of `agent_id`; with `successor`,
+    /// registers that key in the same request (a rotation): both records
+    /// or neither.
+    pub(super) fn revoke_key(
+        &mut self,
+        org_name: &str,
+        agent_id: &str,
+        key_id: &str,
+        reason: &str,
+        successor: Option<VerifyingKey>,
+    ) -> Outcome<Written> {
+        if reason.len() > 1024 {
+            return Ok(Err(Refusal::InvalidRequest(
+                "a revocation reason is at most 1024 bytes".into(),
+            )));
+        }
+        let unknown = || {
+            Ok(Err(Refusal::UnknownKey {
+                key_id: key_id.to_owned(),
+                agent_id: agent_id.to_owned(),
+            }))
+        };
+        let Some(mut org) = self.org(org_name)? else {
+            return unknown();
+        };
+        let key = match self.agent_key(org.id, key_id)? {
+            Some(key) if key.agent_id == agent_id => key,
+            _ => return unknown(),
+        };
+        if key.revoked {
+            return Ok(Err(Refusal::KeyRevoked {
+                key_id: key_id.to_owned(),
+                seq: key.seq,
+            }));
+        }
+        if let Some(new_key) = successor {
+            let new_id = agent_key_id(&new_key);
+            if let Some(existing) = self.agent_key(org.id, &new_id)? {
+                return Ok(Err(if existing.agent_id != agent_id {
+                    Refusal::KeyConflict {
+                        key_id: new_id,
+                        agent_id: existing.agent_id,
+                    }
+                } else {
+                    Refusal::InvalidRequest(format!(
+                        "key {new_id} is registered already; rotate to a new key"
+                    ))
+                }));
+            }
+        }
+        let revocation = KeyRevocation {
+            org_id: org_name.to_owned(),
+            agent_id: agent_id.to_owned(),
+            key_id: key_id.to_owned(),
+            reason: reason.to_owned(),
+            revoked_at: self.now,
+        };
+        let link = None;
+        let seq = write_op(
+            self.tx,
+            &mut org,
+            &OpRecord::KeyRevocation(revocation),
+            self.now,
+            link,
+        )?;
+        self.overlay.keys.insert(
+            (org.id, key_id.to_owned()),
+            AgentKey {
+                revoked: true,
+                ..key
+            },
+        );
+        let successor = match successor {
+            Some(new_key) => {
+                let at = self.write_registration(org_name, &mut org, agent_id, new_key)?;
+                Some((at, agent_key_id(&new_key)))
+            }
+            None => None,
+        };
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::KeyRevoked {
+            seq,
+            key_id: key_id.to_owned(),
+            successor,
+        }))
+    }
+}

@@ -1,0 +1,242 @@
+//! The column conventions both schemas share: row ids, the step columns
+//! and their parsing, JSON columns.
+
+use super::*;
+
+/// The agent keys recorded by an org's key-registration records, given as
+/// `(seq, view)` in log order.
+pub(crate) fn agent_keys_from_views(
+    views: impl IntoIterator<Item = (u64, String)>,
+) -> Result<Vec<(u64, KeyRegistration)>, StoreError> {
+    let mut out = Vec::new();
+    for (seq, view) in views {
+        let view: serde_json::Value = serde_json::from_str(&view)
+            .map_err(|e| StoreError::Corrupt(format!("key registration {seq}: {e}")))?;
+        match OpRecord::from_view("key-registration", &view) {
+            Ok(OpRecord::KeyRegistration(reg)) => out.push((seq, reg)),
+            _ => {
+                return Err(StoreError::Corrupt(format!(
+                    "key registration {seq} does not parse"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The rowid of an entry: `(org << 40) | seq`, so that each org's log is
+/// one contiguous, append-only rowid range and needs no second index.
+/// (2^40 entries per org, 2^23 orgs.)
+pub(crate) fn row_id(org: i64, seq: u64) -> i64 {
+    (org << 40) | (seq.min((1 << 40) - 1) as i64)
+}
+
+/// Rowid bounds of an org's log, half-open.
+pub(crate) fn org_range(org: i64) -> (i64, i64) {
+    (org << 40, (org + 1) << 40)
+}
+
+/// The 33 columns a step is read from into a [`RawStep`] (`e` entries,
+/// `o` orgs, `s` sessions).
+pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
+    e.output_data, e.confidence, e.duration_ms, e.token_count, e.model, e.metadata, e.created_at, e.turn_id,
+    e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
+    e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts, e.logged_at";
+
+/// How many columns [`STEP_COLUMNS`] selects.
+pub(crate) const STEP_COLUMN_COUNT: usize = 33;
+
+/// The name and key that sign an org's log: the server's own, or for a
+/// mirror the origin server's recorded `(name, vkey)`.
+pub(crate) fn signer_of(
+    key: &ServerKey,
+    origin: Option<(String, String)>,
+) -> Result<(String, cairn_core::note::NoteVerifier), StoreError> {
+    match origin {
+        None => Ok((key.signer.name().to_owned(), key.verifier.clone())),
+        Some((name, vkey)) => {
+            let verifier = cairn_core::note::NoteVerifier::parse(&vkey)
+                .map_err(|e| StoreError::Corrupt(format!("origin key: {e}")))?;
+            Ok((name, verifier))
+        }
+    }
+}
+
+/// A stored 32-byte hash.
+pub(crate) fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
+    let arr: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt("a stored hash is not 32 bytes".into()))?;
+    Ok(Hash(arr))
+}
+
+/// A JSON column's text.
+pub(crate) fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
+    value.as_ref().map(serde_json::Value::to_string)
+}
+
+/// The links column's text (None when there are no links).
+pub(crate) fn links_text(links: &Links) -> Option<String> {
+    if links.is_empty() {
+        return None;
+    }
+    let map: serde_json::Map<String, serde_json::Value> = links
+        .entries()
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), serde_json::Value::String(v.to_owned()))))
+        .collect();
+    Some(serde_json::Value::Object(map).to_string())
+}
+
+/// A parsed operational record from its stored type and view.
+pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpRecord, StoreError> {
+    let view: serde_json::Value = serde_json::from_str(view)
+        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
+    OpRecord::from_view(entry_type, &view)
+        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))
+}
+
+/// A step's columns as read from either backend, before parsing.
+pub(crate) struct RawStep {
+    pub seq: i64,
+    pub logged_at: i64,
+    pub org_id: String,
+    pub session_id: String,
+    pub step_index: i64,
+    pub trace_id: String,
+    pub agent_id: String,
+    pub kind: String,
+    pub kind_label: String,
+    pub content: Option<String>,
+    pub input: Option<String>,
+    pub output: Option<String>,
+    pub confidence: Option<f64>,
+    pub duration_ms: Option<i64>,
+    pub token_count: Option<i64>,
+    pub model: Option<String>,
+    pub metadata: Option<String>,
+    pub created_at: i64,
+    pub turn_id: Option<String>,
+    pub turn_step: Option<i64>,
+    pub task_id: Option<String>,
+    pub links: Option<String>,
+    pub status: String,
+    pub seed: Option<Vec<u8>>,
+    pub salts: Option<Vec<u8>>,
+    pub digest: Vec<u8>,
+    pub prev_hash: Vec<u8>,
+    pub hash: Vec<u8>,
+    pub signer_key_id: Option<String>,
+    pub signature: Option<Vec<u8>>,
+    pub has_embedding: bool,
+    pub erased: bool,
+    pub hidden: Option<String>,
+}
+
+impl RawStep {
+    /// Parses the columns into a record; a column that does not parse is
+    /// corruption (verification then says which record).
+    pub fn parse(self) -> Result<StoredStep, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("stored step: {what}"));
+        let json = |text: Option<String>| -> Result<Option<serde_json::Value>, StoreError> {
+            text.map(|t| {
+                serde_json::from_str(&t).map_err(|_| corrupt("a JSON column does not parse"))
+            })
+            .transpose()
+        };
+        let to_u64 = |v: Option<i64>| v.map(|v| v as u64);
+        let kind =
+            cairn_core::kind::StepKind::parse(&self.kind).ok_or_else(|| corrupt("unknown kind"))?;
+        let links = match json(self.links)? {
+            None => Links::default(),
+            Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
+        };
+        let step = Step {
+            trace_id: self.trace_id,
+            org_id: self.org_id,
+            agent_id: self.agent_id,
+            session_id: self.session_id,
+            step_index: self.step_index as u64,
+            kind,
+            kind_label: self.kind_label,
+            content: self.content,
+            input: json(self.input)?,
+            output: json(self.output)?,
+            confidence: self.confidence,
+            duration_ms: to_u64(self.duration_ms),
+            token_count: to_u64(self.token_count),
+            model: self.model,
+            metadata: json(self.metadata)?,
+            created_at: Timestamp::from_micros(self.created_at)
+                .ok_or_else(|| corrupt("timestamp out of range"))?,
+            turn_id: self.turn_id,
+            turn_step: to_u64(self.turn_step),
+            task_id: self.task_id,
+            links,
+            status: Status::parse(&self.status).ok_or_else(|| corrupt("unknown status"))?,
+            signer_key_id: self.signer_key_id.clone(),
+        };
+        let mut openings = match self.seed {
+            Some(seed) => {
+                let seed: [u8; 32] = seed
+                    .try_into()
+                    .map_err(|_| corrupt("seed is not 32 bytes"))?;
+                Openings::from_seed(&seed)
+            }
+            None => {
+                // Imported from a bundle: the salts themselves, no seed.
+                let salts = self
+                    .salts
+                    .ok_or_else(|| corrupt("neither seed nor salts"))?;
+                if salts.len() != 16 * cairn_core::commit::FIELD_COUNT {
+                    return Err(corrupt("salts are not 16 bytes per field"));
+                }
+                Openings(std::array::from_fn(|i| {
+                    let mut salt = [0u8; 16];
+                    salt.copy_from_slice(&salts[16 * i..16 * i + 16]);
+                    Opening::Revealed(salt)
+                }))
+            }
+        };
+        if let Some(hidden) = json(self.hidden)? {
+            let map = hidden
+                .as_object()
+                .ok_or_else(|| corrupt("hidden is not an object"))?;
+            for (name, value) in map {
+                let field = Field::from_name(name)
+                    .ok_or_else(|| corrupt("hidden names an unknown field"))?;
+                let hash = value
+                    .as_str()
+                    .and_then(|s| Hash::from_hex(s).ok())
+                    .ok_or_else(|| corrupt("hidden commitment is not a hash"))?;
+                openings.0[field.position()] = Opening::Hidden(hash);
+            }
+        }
+        // `sig_key_id` is the declared signer (a committed field); the
+        // signature bytes are beside it.
+        let signature = match (self.signer_key_id, self.signature) {
+            (Some(key_id), Some(bytes)) => Some(AgentSignature {
+                key_id,
+                signature: bytes
+                    .try_into()
+                    .map_err(|_| corrupt("signature is not 64 bytes"))?,
+            }),
+            _ => None,
+        };
+        Ok(StoredStep {
+            seq: self.seq as u64,
+            logged_at: Timestamp::from_micros(self.logged_at)
+                .ok_or_else(|| corrupt("logged_at out of range"))?,
+            record: StepRecord {
+                step,
+                openings,
+                digest: blob_hash(self.digest)?,
+                prev_hash: blob_hash(self.prev_hash)?,
+                hash: blob_hash(self.hash)?,
+                signature,
+                has_embedding: self.has_embedding,
+                erased: self.erased,
+            },
+        })
+    }
+}

@@ -1,0 +1,405 @@
+//! Sessions and steps: opening sessions (explicitly, or by a first step),
+//! continuity, and appending steps with their links and signatures.
+
+use super::*;
+
+impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
+    /// Opens an explicitly requested session.
+    pub(super) fn start_session(&mut self, req: &NewSession) -> Outcome<(u64, Hash)> {
+        let header = SessionHeader {
+            org_id: req.org_id.clone(),
+            session_id: req.session_id.clone(),
+            agent_id: req.agent_id.clone(),
+            started_at: self.now,
+            caller: req.caller.clone(),
+            profile: req.profile,
+            predecessor: req.predecessor,
+            full_consent: req.full_consent,
+            max_clock_skew_s: self.engine.max_clock_skew_s,
+        };
+        if let Err(e) = header.validate() {
+            return Ok(Err(e.into()));
+        }
+        let org_id = self.org(&req.org_id)?.map(|org| org.id);
+        if let Some(org) = org_id
+            && self.session(org, &req.session_id)?.is_some()
+        {
+            return Ok(Err(Refusal::SessionExists {
+                session_id: req.session_id.clone(),
+            }));
+        }
+        let mut header = header;
+        match self.resolve_predecessor(org_id, req)? {
+            Ok(predecessor) => header.predecessor = predecessor,
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+        let genesis = genesis_hash(&header);
+        let (seq, _) = self.open_session(&header, genesis)?;
+        Ok(Ok((seq, genesis)))
+    }
+
+    /// The predecessor hash of a new session: the final hash of the sealed
+    /// session it names, checked against the hash it gives, or the hash it
+    /// gives, checked to end a sealed session of the org.
+    pub(super) fn resolve_predecessor(
+        &mut self,
+        org: Option<i64>,
+        req: &NewSession,
+    ) -> Outcome<Option<Hash>> {
+        let resolved = self.predecessor_hash(org, req)?;
+        if let (Ok(Some(hash)), Some(org)) = (&resolved, org)
+            && let Some(other) = self.tx.successor_of(org, hash)?
+        {
+            return Ok(Err(Refusal::BadPredecessor(format!(
+                "session {other} already continues the session ending in {hash}"
+            ))));
+        }
+        Ok(resolved)
+    }
+
+    pub(super) fn predecessor_hash(
+        &mut self,
+        org: Option<i64>,
+        req: &NewSession,
+    ) -> Outcome<Option<Hash>> {
+        let bad = |m: String| Ok(Err(Refusal::BadPredecessor(m)));
+        match (&req.predecessor_session, req.predecessor) {
+            (None, None) => Ok(Ok(None)),
+            (Some(id), given) => {
+                let found = match org {
+                    Some(org) => self.session(org, id)?,
+                    None => None,
+                };
+                let Some(predecessor) = found else {
+                    return bad(format!("session {id} does not exist in org {}", req.org_id));
+                };
+                if !predecessor.sealed {
+                    return bad(format!(
+                        "session {id} is not closed: seal it (audit_session_end) before continuing it"
+                    ));
+                }
+                if let Some(hash) = given
+                    && hash != predecessor.head
+                {
+                    return bad(format!(
+                        "session {id} ends with {}, not {hash}",
+                        predecessor.head
+                    ));
+                }
+                Ok(Ok(Some(predecessor.head)))
+            }
+            (None, Some(hash)) => {
+                let found = match org {
+                    Some(org) => self.tx.session_sealed_with(org, &hash)?,
+                    None => None,
+                };
+                match found {
+                    Some(_) => Ok(Ok(Some(hash))),
+                    None => bad(format!(
+                        "no sealed session of org {} ends with {hash}",
+                        req.org_id
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Writes a session's start record and lookup row (the caller checked
+    /// it does not exist), creating the org on first use.
+    pub(super) fn open_session(
+        &mut self,
+        header: &SessionHeader,
+        genesis: Hash,
+    ) -> Result<(u64, SessionState), StoreError> {
+        let mut org = self.org_or_create(&header.org_id)?;
+        // The registry row first, so that the start record carries its sid.
+        let sid = self
+            .tx
+            .insert_session(org.id, header, &genesis, org.frontier.size())?;
+        let link = Some(sid);
+        let op = OpRecord::SessionStart(header.clone());
+        let seq = write_op(self.tx, &mut org, &op, self.now, link)?;
+        let state = SessionState::opened(sid, header, genesis);
+        self.overlay
+            .sessions
+            .insert((org.id, header.session_id.clone()), state.clone());
+        self.overlay.orgs.insert(header.org_id.clone(), org);
+        Ok((seq, state))
+    }
+
+    pub(super) fn append_step(&mut self, prepared: &PreparedStep) -> Outcome<Written> {
+        let mut step = prepared.step.clone();
+        let trace_id = step.trace_id.clone();
+        let org_id = self.org(&step.org_id)?.map(|org| org.id);
+        // Generated ids (UUIDv7) are unique; a writer-chosen one is checked
+        // before anything is written, so a refusal leaves nothing behind.
+        if prepared.trace_id_given
+            && let Some(org) = org_id
+            && self.tx.trace_id_taken(org, &trace_id)?
+        {
+            return Ok(Err(Refusal::DuplicateTraceId { trace_id }));
+        }
+        let existing = match org_id {
+            Some(org) => self.session(org, &step.session_id)?,
+            None => None,
+        };
+        // A step of an unknown session opens it, but only once every check
+        // passed: a refused step writes nothing, not even a session start.
+        let (mut session, new_session) = match existing {
+            Some(s) => (s, None),
+            None => {
+                let header = SessionHeader {
+                    org_id: step.org_id.clone(),
+                    session_id: step.session_id.clone(),
+                    agent_id: step.agent_id.clone(),
+                    started_at: self.now,
+                    caller: if prepared.caller.is_empty() {
+                        "unknown".into()
+                    } else {
+                        prepared.caller.clone()
+                    },
+                    profile: Profile::Standard,
+                    predecessor: None,
+                    full_consent: false,
+                    max_clock_skew_s: self.engine.max_clock_skew_s,
+                };
+                if let Err(e) = header.validate() {
+                    return Ok(Err(e.into()));
+                }
+                // Not written yet: checked as if opened, opened below.
+                let state = SessionState::opened(0, &header, genesis_hash(&header));
+                (state, Some(header))
+            }
+        };
+        if session.sealed {
+            return Ok(Err(Refusal::Sealed {
+                session_id: step.session_id.clone(),
+            }));
+        }
+        if session.agent_id != step.agent_id {
+            return Ok(Err(Refusal::AgentMismatch {
+                session_id: step.session_id.clone(),
+                session_agent: session.agent_id.clone(),
+                step_agent: step.agent_id.clone(),
+            }));
+        }
+        if let Err(e) = session.profile.check(step.kind) {
+            return Ok(Err(e.into()));
+        }
+        if let Some(given) = prepared.expected_index
+            && given != session.next_index
+        {
+            return Ok(Err(Refusal::IndexConflict {
+                expected: session.next_index,
+                given,
+            }));
+        }
+        let mut commitments = prepared.commitments;
+        if step.step_index != session.next_index {
+            step.step_index = session.next_index;
+            recommit_field(
+                &mut commitments,
+                &step,
+                &prepared.openings,
+                Field::StepIndex,
+            );
+        }
+        // The entry is logged at the batch's time (never before the log's
+        // last entry; a session start written for it shares that time).
+        let logged_at = match self.org(&step.org_id)? {
+            Some(org) => next_logged(&org, self.now),
+            None => self.now,
+        };
+        match self.settle_time(&mut step, &session, prepared.created_at_given, logged_at) {
+            Ok(true) => recommit_field(
+                &mut commitments,
+                &step,
+                &prepared.openings,
+                Field::CreatedAt,
+            ),
+            Ok(false) => {}
+            Err(refusal) => return Ok(Err(refusal)),
+        }
+        let digest = digest_of_commitments(&commitments);
+        if let Some(sig) = &prepared.signature
+            && let Err(refusal) = self.check_signature(org_id, &step, &digest, sig)?
+        {
+            return Ok(Err(refusal));
+        }
+        if let Err(refusal) = self.check_links(org_id, &step.links)? {
+            return Ok(Err(refusal));
+        }
+        if let Some(header) = &new_session {
+            session = self.open_session(header, session.head)?.1;
+        }
+        let mut org = self
+            .org(&step.org_id)?
+            .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
+        let created_at = step.created_at;
+        let hash = chain_hash(&session.head, &digest, step.step_index, created_at);
+        let seq = org.frontier.size();
+        let logged_at = next_logged(&org, logged_at);
+        let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
+            seq, "step", &hash, logged_at,
+        ));
+        self.tx.insert_step(&StepRow {
+            org: org.id,
+            seq,
+            logged_at,
+            sid: session.sid,
+            step: &step,
+            hash: &hash,
+            leaf: &leaf,
+            digest: &digest,
+            prev_hash: &session.head,
+            seed: Some(&prepared.seed),
+            salts: None,
+            signature: prepared.signature.as_ref().map(|sig| &sig.signature),
+            has_embedding: prepared.embedding.is_some(),
+            erased: false,
+            hidden: None,
+            prev_seq: session.last_seq,
+        })?;
+        if let Some(vector) = &prepared.embedding {
+            self.tx.insert_embedding(org.id, seq, vector)?;
+        }
+        push_leaf(self.tx, &mut org, leaf)?;
+        org.last_logged = logged_at;
+        session.first_seq.get_or_insert(seq);
+        session.last_seq = Some(seq);
+        session.next_index += 1;
+        session.head = hash;
+        session.last_created = Some(created_at);
+        session.last_kind = Some(step.kind);
+        self.overlay.touched.insert(session.sid);
+        self.overlay
+            .sessions
+            .insert((org.id, step.session_id.clone()), session);
+        self.overlay.orgs.insert(step.org_id.clone(), org);
+        Ok(Ok(Written::Step {
+            seq,
+            trace_id,
+            step_index: step.step_index,
+            hash,
+            created_at,
+            session_created: new_session.is_some(),
+        }))
+    }
+
+    /// Applies the time rules (`docs/FORMAT.md` 5.4) to a step about to be
+    /// logged at `logged_at`: a writer's `created_at` must lie within the
+    /// session's clock skew of it and not before the session's previous
+    /// step (refused otherwise); the server's own `created_at` is moved to
+    /// `logged_at` (or the previous step's time) if it would break either
+    /// rule (a clock step back, a long queue). Returns whether it moved.
+    fn settle_time(
+        &self,
+        step: &mut Step,
+        session: &SessionState,
+        given: bool,
+        logged_at: Timestamp,
+    ) -> Result<bool, Refusal> {
+        let max_micros = session.max_clock_skew_s.saturating_mul(1_000_000);
+        let skew = step.created_at.as_micros().abs_diff(logged_at.as_micros());
+        let regressed = session.last_created.filter(|last| step.created_at < *last);
+        if !given {
+            if skew <= max_micros && regressed.is_none() {
+                return Ok(false);
+            }
+            step.created_at = logged_at.max(session.last_created.unwrap_or(logged_at));
+            return Ok(true);
+        }
+        if skew > max_micros {
+            return Err(Refusal::ClockSkew {
+                session_id: step.session_id.clone(),
+                created_at: step.created_at,
+                logged_at,
+                skew_s: skew / 1_000_000,
+                max_s: session.max_clock_skew_s,
+            });
+        }
+        if let Some(previous) = regressed {
+            return Err(Refusal::TimeRegression {
+                session_id: step.session_id.clone(),
+                created_at: step.created_at,
+                previous,
+            });
+        }
+        Ok(false)
+    }
+
+    /// Links to Cairn's own records must name one: `corrects` and `parent`
+    /// a step, `audit_event` an audit event, of this org. (Tool calls,
+    /// policy decisions and approval requests are other systems' ids.)
+    pub(super) fn check_links(&mut self, org: Option<i64>, links: &Links) -> Outcome<()> {
+        for (link, id, wanted, expected) in [
+            ("corrects", &links.corrects, "step", "a step"),
+            ("parent", &links.parent, "step", "a step"),
+            (
+                "audit_event",
+                &links.audit_event,
+                "audit-event",
+                "an audit event",
+            ),
+        ] {
+            let Some(id) = id else { continue };
+            let found = match org {
+                Some(org) => self.tx.record_type(org, id)?,
+                None => None,
+            };
+            if found.as_deref() != Some(wanted) {
+                return Ok(Err(Refusal::UnknownLink {
+                    link: link.to_owned(),
+                    id: id.clone(),
+                    expected: expected.to_owned(),
+                }));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// The key `key_id` registered in `org` for `agent`, or why not.
+    pub(super) fn registered_key(
+        &mut self,
+        org: Option<i64>,
+        key_id: &str,
+        agent: &str,
+    ) -> Outcome<AgentKey> {
+        let key = match org {
+            Some(org) => self.agent_key(org, key_id)?,
+            None => None,
+        };
+        Ok(match key {
+            None => Err(Refusal::BadSignature(format!(
+                "key {key_id} is not registered"
+            ))),
+            Some(key) if key.agent_id != agent => Err(Refusal::BadSignature(format!(
+                "key {key_id} is registered for agent {}, not {agent}",
+                key.agent_id
+            ))),
+            Some(key) if key.revoked => Err(Refusal::BadSignature(format!(
+                "key {key_id} was revoked; it signs nothing from then on"
+            ))),
+            Some(key) => Ok(key),
+        })
+    }
+
+    pub(super) fn check_signature(
+        &mut self,
+        org: Option<i64>,
+        step: &Step,
+        digest: &Hash,
+        sig: &AgentSignature,
+    ) -> Outcome<()> {
+        let key = match self.registered_key(org, &sig.key_id, &step.agent_id)? {
+            Ok(key) => key,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if !verify_agent_signature(&key.key, digest, &sig.signature) {
+            return Ok(Err(Refusal::BadSignature(
+                "the signature does not verify over the step's digest".into(),
+            )));
+        }
+        Ok(Ok(()))
+    }
+}

@@ -1,0 +1,550 @@
+//! Exporting bundles (`docs/FORMAT.md` section 10), in two phases so that
+//! a server can refuse before it answers: [`plan_export`] decides
+//! everything (the entries, the signed selection of a partial bundle, the
+//! consistency proof) and can fail; [`write_export`] streams the lines.
+//!
+//! What a partial bundle selects is computed from the log itself (session
+//! starts, the chains walked from the log, the records of each session
+//! found by the log's own indexes), never from counts kept in derived
+//! tables, because the server signs it.
+
+use crate::{LedgerStore, StoreError, StoredCheckpoint};
+use cairn_core::Hash;
+use cairn_core::Timestamp;
+use cairn_core::bundle::{
+    BundleHeader, checkpoint_line, consistency_line, encode_entry, end_line, selection_line,
+};
+use cairn_core::commit::genesis_hash;
+use cairn_core::detail::DetailLevel;
+use cairn_core::log::{LogEntry, LogRecord, OpRecord, log_origin};
+use cairn_core::selection::{Scope, Selection, SessionClaim};
+use std::io::Write;
+
+/// What to export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportScope {
+    /// The whole org log up to the checkpoint.
+    All,
+    /// One session.
+    Session(String),
+    /// Every session of one agent.
+    Agent(String),
+    /// Every session started in `[since, until)`.
+    Range {
+        /// Inclusive start.
+        since: Timestamp,
+        /// Exclusive end.
+        until: Timestamp,
+    },
+}
+
+impl ExportScope {
+    /// The selection scope of a partial export (`None` for the whole log).
+    pub fn selection_scope(&self) -> Option<Scope> {
+        match self {
+            ExportScope::All => None,
+            ExportScope::Session(id) => Some(Scope::Session(id.clone())),
+            ExportScope::Agent(agent) => Some(Scope::Agent(agent.clone())),
+            ExportScope::Range { since, until } => Some(Scope::Range {
+                since: *since,
+                until: *until,
+            }),
+        }
+    }
+}
+
+/// How to export.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// The detail level steps are shown at (`full` if `None`).
+    pub level: Option<DetailLevel>,
+    /// Include the consistency proof from this earlier log size to the
+    /// bundle's checkpoint, so that a verifier holding a checkpoint of that
+    /// size can check the bundle's against it.
+    pub since_size: Option<u64>,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSummary {
+    /// Entries written.
+    pub entries: u64,
+    /// Sessions included.
+    pub sessions: u64,
+    /// The checkpoint the bundle is proven against.
+    pub checkpoint_size: u64,
+}
+
+/// Why an export could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Writing the bundle failed.
+    #[error("writing the bundle: {0}")]
+    Write(#[from] std::io::Error),
+    /// Nothing matches the scope.
+    #[error("nothing to export: {0}")]
+    Empty(String),
+    /// The detail level cannot be applied to this scope.
+    #[error("{0}")]
+    Level(String),
+    /// A `full` export of a session without recorded consent.
+    #[error(
+        "session {0} has no recorded consent to full-detail sharing; export it at level detailed or generic"
+    )]
+    Consent(String),
+    /// A step the export shows was erased after the checkpoint: its
+    /// erasure record is not covered yet. Sign a checkpoint of at least
+    /// `needed` entries and export again.
+    #[error(
+        "a step of this export was erased after the checkpoint (size {have}); a checkpoint of at least {needed} entries covers the erasure record: export again"
+    )]
+    Stale {
+        /// The checkpoint size used.
+        have: u64,
+        /// The size that covers the erasure.
+        needed: u64,
+    },
+    /// A step was erased while the bundle was written: the bundle was left
+    /// without its end line (so it does not verify).
+    #[error("a step of this export was erased while it was written; export again")]
+    Changed,
+    /// A partial export of an org mirrored from another server's log: its
+    /// selection would need that server's signature.
+    #[error(
+        "org {0} is a mirror of another server's log: export it whole (--all), or ask that server for a partial export"
+    )]
+    Mirror(String),
+    /// The consistency proof asked for cannot be made.
+    #[error("{0}")]
+    Since(String),
+}
+
+/// Everything an export will write, decided before the first byte.
+#[derive(Debug, Clone)]
+pub struct ExportPlan {
+    org_id: String,
+    header: BundleHeader,
+    checkpoint: StoredCheckpoint,
+    level: DetailLevel,
+    consistency: Option<(u64, Vec<Hash>)>,
+    /// A partial bundle's signed selection and the seqs of its entries.
+    partial: Option<(Selection, String, Vec<u64>)>,
+    sessions: u64,
+}
+
+impl ExportPlan {
+    /// The signed selection of a partial export.
+    pub fn selection(&self) -> Option<&Selection> {
+        self.partial.as_ref().map(|(s, _, _)| s)
+    }
+
+    /// The checkpoint the bundle is proven against.
+    pub fn checkpoint(&self) -> &StoredCheckpoint {
+        &self.checkpoint
+    }
+}
+
+/// The sessions a scope names, from the session registry (candidates: a
+/// partial export confirms each against its `session-start` record).
+pub fn sessions_in_scope(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+) -> Result<Vec<String>, StoreError> {
+    Ok(match scope {
+        ExportScope::Session(id) => vec![id.clone()],
+        ExportScope::Agent(agent) => store
+            .list_sessions(org_id, Some(agent), usize::MAX)?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+        ExportScope::Range { since, until } => store
+            .list_sessions(org_id, None, usize::MAX)?
+            .into_iter()
+            .filter(|s| s.started_at >= *since && s.started_at < *until)
+            .map(|s| s.session_id)
+            .collect(),
+        ExportScope::All => store
+            .list_sessions(org_id, None, usize::MAX)?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+    })
+}
+
+/// Seed 004: a `full` view of sessions needs the consent recorded on each.
+/// Returns the first session of the scope without it.
+pub fn first_without_consent(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+) -> Result<Option<String>, StoreError> {
+    for id in sessions_in_scope(store, org_id, scope)? {
+        if let Some(info) = store.session(org_id, &id)?
+            && !info.header.full_consent
+        {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// Decides an export of `scope` against `checkpoint`: checks the level and
+/// consent, computes and signs a partial bundle's selection from the log,
+/// and the consistency proof asked for. Fails with [`ExportError::Stale`]
+/// when a step it would show was erased after the checkpoint (sign a newer
+/// one and plan again).
+pub fn plan_export(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    options: ExportOptions,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+) -> Result<ExportPlan, ExportError> {
+    let level = options.level.unwrap_or(DetailLevel::Full);
+    if options.level == Some(DetailLevel::Full)
+        && let Some(session) = first_without_consent(store, org_id, scope)?
+    {
+        return Err(ExportError::Consent(session));
+    }
+    let size = checkpoint.size;
+    let consistency = match options.since_size {
+        None | Some(0) => None,
+        Some(old) if old == size => None,
+        Some(old) if old > size => {
+            return Err(ExportError::Since(format!(
+                "the log's checkpoint has {size} entries, fewer than the {old} to prove consistency from"
+            )));
+        }
+        Some(old) => Some((old, store.consistency_proof(org_id, old, size)?)),
+    };
+    let (server_name, server_key) = store.log_signer(org_id)?;
+    let header = BundleHeader {
+        server_name: server_name.clone(),
+        org_id: org_id.to_owned(),
+        server_key: server_key.to_string(),
+        complete_log: *scope == ExportScope::All,
+        exported_at,
+    };
+    let Some(selection_scope) = scope.selection_scope() else {
+        if level < DetailLevel::Full {
+            return Err(ExportError::Level(format!(
+                "a bundle of the whole log carries every record whole; export sessions, an agent or a time range at level {level}"
+            )));
+        }
+        if let Some(needed) = erased_after(store, org_id, size, None)? {
+            return Err(ExportError::Stale { have: size, needed });
+        }
+        return Ok(ExportPlan {
+            org_id: org_id.to_owned(),
+            header,
+            checkpoint: checkpoint.clone(),
+            level,
+            consistency,
+            partial: None,
+            sessions: 0,
+        });
+    };
+    if server_key != *store.server_key() {
+        return Err(ExportError::Mirror(org_id.to_owned()));
+    }
+    let mut claims = Vec::new();
+    let mut seqs = Vec::new();
+    let mut records: Vec<(u64, String)> = Vec::new();
+    let mut agents: Vec<String> = Vec::new();
+    let mut predecessors: Vec<Hash> = Vec::new();
+    let mut selected: Vec<(u64, String)> = Vec::new();
+    for id in sessions_in_scope(store, org_id, scope)? {
+        let Some(info) = store.session(org_id, &id)? else {
+            continue;
+        };
+        if info.start_seq >= size || !selection_scope.selects(&info.header) {
+            continue;
+        }
+        selected.push((info.start_seq, id.clone()));
+        let mut steps = 0;
+        let mut head = genesis_hash(&info.header);
+        store.read_session(org_id, &id, &mut |step| {
+            if step.seq < size {
+                steps += 1;
+                head = step.record.hash;
+                seqs.push(step.seq);
+            }
+            true
+        })?;
+        claims.push((
+            info.start_seq,
+            SessionClaim {
+                session_id: id.clone(),
+                steps,
+                head,
+            },
+        ));
+        if level == DetailLevel::Full
+            && let Some(needed) = erased_after(store, org_id, size, Some(&id))?
+        {
+            return Err(ExportError::Stale { have: size, needed });
+        }
+        for (seq, record) in store.session_records(org_id, &id)? {
+            if seq >= size {
+                continue;
+            }
+            let wanted = match &record {
+                OpRecord::SessionStart(_) | OpRecord::Seal(_) | OpRecord::Erasure(_) => true,
+                OpRecord::Review(_) | OpRecord::AuditEvent(_) => level == DetailLevel::Full,
+                OpRecord::SignedTrace(t) => level >= t.trace.level,
+                OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) => false,
+            };
+            if wanted {
+                records.push((seq, record.entry_type().to_owned()));
+            }
+        }
+        if !agents.contains(&info.header.agent_id) {
+            agents.push(info.header.agent_id.clone());
+        }
+        predecessors.extend(info.header.predecessor);
+    }
+    if claims.is_empty() {
+        return Err(ExportError::Empty(format!(
+            "{scope:?} matches no session started before the checkpoint (size {size})"
+        )));
+    }
+    for agent in &agents {
+        for (seq, record) in store.key_records(org_id, Some(agent))? {
+            if seq < size {
+                records.push((seq, record.entry_type().to_owned()));
+            }
+        }
+    }
+    if !predecessors.is_empty() {
+        let mut from = 0;
+        loop {
+            let page = store.op_records(org_id, "seal", from, 1024)?;
+            let Some(&(last, _)) = page.last() else { break };
+            for (seq, record) in page {
+                if let OpRecord::Seal(seal) = record
+                    && seq < size
+                    && predecessors.contains(&seal.final_hash)
+                {
+                    records.push((seq, "seal".into()));
+                }
+            }
+            from = last + 1;
+        }
+    }
+    records.sort_unstable_by_key(|(seq, _)| *seq);
+    records.dedup();
+    claims.sort_unstable_by_key(|(start, _)| *start);
+    let selection = Selection {
+        checkpoint_size: size,
+        scope: selection_scope,
+        level,
+        sessions: claims.into_iter().map(|(_, c)| c).collect(),
+        records,
+    };
+    let note = selection
+        .sign(
+            store.signer(),
+            &log_origin(&server_name, org_id),
+            &checkpoint.root,
+        )
+        .map_err(|e| StoreError::Key(e.to_string()))?;
+    seqs.extend(selection.records.iter().map(|(seq, _)| *seq));
+    seqs.sort_unstable();
+    seqs.dedup();
+    Ok(ExportPlan {
+        org_id: org_id.to_owned(),
+        header,
+        checkpoint: checkpoint.clone(),
+        level,
+        consistency,
+        sessions: selection.sessions.len() as u64,
+        partial: Some((selection, note, seqs)),
+    })
+}
+
+/// The size a checkpoint needs to cover every erasure of a step below
+/// `size` (of one session's steps if given), if the checkpoint of `size`
+/// does not.
+fn erased_after(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    size: u64,
+    session: Option<&str>,
+) -> Result<Option<u64>, StoreError> {
+    let mut needed = None;
+    let mut from = size;
+    loop {
+        let page = store.op_records(org_id, "erasure", from, 256)?;
+        let Some(&(last, _)) = page.last() else { break };
+        for (seq, record) in page {
+            let OpRecord::Erasure(erasure) = record else {
+                continue;
+            };
+            if session.is_some_and(|s| s != erasure.session_id) {
+                continue;
+            }
+            let erased = store.step_by_trace(org_id, &erasure.trace_id)?;
+            if erased.is_some_and(|step| step.seq < size) {
+                needed = Some(seq + 1);
+            }
+        }
+        from = last + 1;
+    }
+    Ok(needed)
+}
+
+fn read_entry(store: &dyn LedgerStore, org_id: &str, seq: u64) -> Result<LogEntry, StoreError> {
+    let mut found = None;
+    store.read_log(org_id, seq, seq + 1, &mut |stored| {
+        found = Some(stored.entry);
+        false
+    })?;
+    match found {
+        Some(Ok(entry)) => Ok(entry),
+        Some(Err(reason)) => Err(StoreError::Corrupt(format!("entry {seq}: {reason}"))),
+        None => Err(StoreError::Corrupt(format!("entry {seq} vanished"))),
+    }
+}
+
+/// Writes a planned bundle. If a step was erased while it was written, the
+/// end line is left out (the bundle then does not verify) and
+/// [`ExportError::Changed`] is returned.
+pub fn write_export(
+    store: &dyn LedgerStore,
+    plan: &ExportPlan,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportSummary, ExportError> {
+    let org_id = &plan.org_id;
+    let size = plan.checkpoint.size;
+    writeln!(out, "{}", plan.header.to_line())?;
+    writeln!(out, "{}", checkpoint_line(&plan.checkpoint.note))?;
+    if let Some((old, proof)) = &plan.consistency {
+        writeln!(out, "{}", consistency_line(*old, proof))?;
+    }
+    let mut written = 0u64;
+    let mut sessions = plan.sessions;
+    match &plan.partial {
+        None => {
+            let mut failure: Option<ExportError> = None;
+            store.read_log(org_id, 0, size, &mut |stored| {
+                let line = match stored.entry {
+                    Ok(entry) => {
+                        if let LogRecord::Op {
+                            record: OpRecord::SessionStart(_),
+                            ..
+                        } = &entry.record
+                        {
+                            sessions += 1;
+                        }
+                        encode_entry(&entry, None)
+                    }
+                    Err(reason) => {
+                        failure = Some(
+                            StoreError::Corrupt(format!("entry {}: {reason}", stored.seq)).into(),
+                        );
+                        return false;
+                    }
+                };
+                if let Err(e) = writeln!(out, "{line}") {
+                    failure = Some(e.into());
+                    return false;
+                }
+                written += 1;
+                if written.is_multiple_of(4096) {
+                    progress(written);
+                }
+                true
+            })?;
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if erased_after(store, org_id, size, None)?.is_some() {
+                return Err(ExportError::Changed);
+            }
+        }
+        Some((selection, note, seqs)) => {
+            writeln!(out, "{}", selection_line(selection, note))?;
+            for &seq in seqs {
+                let mut entry = read_entry(store, org_id, seq)?;
+                if let LogRecord::Step(record) = &mut entry.record
+                    && plan.level < DetailLevel::Full
+                {
+                    record
+                        .redact(plan.level)
+                        .map_err(|e| ExportError::Level(e.to_string()))?;
+                }
+                let proof = store.inclusion_proof(org_id, seq, size)?;
+                writeln!(out, "{}", encode_entry(&entry, Some(&proof)))?;
+                written += 1;
+                if written.is_multiple_of(1024) {
+                    progress(written);
+                }
+            }
+            if plan.level == DetailLevel::Full {
+                for claim in &selection.sessions {
+                    if erased_after(store, org_id, size, Some(&claim.session_id))?.is_some() {
+                        return Err(ExportError::Changed);
+                    }
+                }
+            }
+        }
+    }
+    writeln!(out, "{}", end_line(written))?;
+    out.flush()?;
+    progress(written);
+    Ok(ExportSummary {
+        entries: written,
+        sessions,
+        checkpoint_size: size,
+    })
+}
+
+/// Writes a bundle of `scope` proven against `checkpoint` with every field
+/// shown: [`plan_export`] then [`write_export`].
+pub fn export(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportSummary, ExportError> {
+    export_at(
+        store,
+        org_id,
+        scope,
+        ExportOptions::default(),
+        checkpoint,
+        exported_at,
+        out,
+        progress,
+    )
+}
+
+/// [`export`] with options: a detail level (seed 004: each step shows only
+/// the fields of the level, the others replaced by their commitments, so
+/// the bundle still verifies and reveals nothing it hides; reviews and
+/// audit events, free text, at `full` only; a complete-log bundle has no
+/// lower level) and a consistency proof from an earlier size.
+#[allow(clippy::too_many_arguments)]
+pub fn export_at(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    options: ExportOptions,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportSummary, ExportError> {
+    let plan = plan_export(store, org_id, scope, options, checkpoint, exported_at)?;
+    write_export(store, &plan, out, progress)
+}

@@ -1,0 +1,151 @@
+//! Whole-store operations, over any [`LedgerStore`]: verify a store or a
+//! session (`verify`), export bundles (`export`), import one (`import`),
+//! and the seeds' reads that combine several records (review queue, turn
+//! numbering).
+//!
+//! These stream: memory stays constant in the number of records (plus one
+//! chain state per open session).
+
+use crate::LedgerStore;
+use crate::StoreError;
+use cairn_core::log::OpRecord;
+
+mod export;
+mod import;
+mod verify;
+
+pub use export::{
+    ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,
+    first_without_consent, plan_export, sessions_in_scope, write_export,
+};
+pub use import::{ImportOutcome, import_bundle};
+pub use verify::{StoreVerdict, agent_keys, trusted_checkpoint, verify_org, verify_session};
+
+/// A flagged step in seed 003's review queue, with the reviews recorded
+/// for it so far (oldest first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewItem {
+    /// The flagged step.
+    pub step: crate::StoredStep,
+    /// Its reviews, with their positions in the log.
+    pub reviews: Vec<(u64, cairn_core::log::ReviewRecord)>,
+}
+
+impl ReviewItem {
+    /// `pending` (no review yet), `escalated`, `approved` or `rejected`:
+    /// the latest review decides.
+    pub fn state(&self) -> &'static str {
+        use cairn_core::log::ReviewDecision;
+        match self.reviews.last().map(|(_, r)| r.decision) {
+            None => "pending",
+            Some(ReviewDecision::Escalate) => "escalated",
+            Some(ReviewDecision::Approve) => "approved",
+            Some(ReviewDecision::Reject) => "rejected",
+        }
+    }
+
+    /// Whether it still waits for a decision (pending or escalated).
+    pub fn is_open(&self) -> bool {
+        matches!(self.state(), "pending" | "escalated")
+    }
+}
+
+/// Seed 003's review queue: the org's flagged steps that still wait for a
+/// decision (never reviewed, or escalated), oldest first, at most `limit`;
+/// with `include_resolved`, approved and rejected ones too.
+pub fn review_queue(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    include_resolved: bool,
+    limit: usize,
+) -> Result<Vec<ReviewItem>, StoreError> {
+    let mut reviews: std::collections::HashMap<String, Vec<(u64, cairn_core::log::ReviewRecord)>> =
+        std::collections::HashMap::new();
+    let mut from = 0;
+    loop {
+        let page = store.op_records(org_id, "review", from, 1024)?;
+        let Some(&(last, _)) = page.last() else { break };
+        for (seq, record) in page {
+            if let OpRecord::Review(review) = record {
+                reviews
+                    .entry(review.trace_id.clone())
+                    .or_default()
+                    .push((seq, review));
+            }
+        }
+        from = last + 1;
+    }
+    let mut queue = Vec::new();
+    let mut from = 0;
+    while queue.len() < limit {
+        let page = store.flagged_steps(org_id, from, 1024)?;
+        let Some(last) = page.last().map(|s| s.seq) else {
+            break;
+        };
+        for step in page {
+            let item = ReviewItem {
+                reviews: reviews
+                    .remove(&step.record.step.trace_id)
+                    .unwrap_or_default(),
+                step,
+            };
+            if (include_resolved || item.is_open()) && queue.len() < limit {
+                queue.push(item);
+            }
+        }
+        from = last + 1;
+    }
+    Ok(queue)
+}
+
+/// Seed 002: the steps that record one turn: the thinking text parsed into
+/// phases first (`parseThinking`), then `explicit` steps, all carrying
+/// `turn_id` and numbered within the turn from `first_number`. `template`
+/// gives the org, session, agent, model and caller.
+pub fn turn_steps(
+    template: &crate::NewStep,
+    turn_id: &str,
+    thinking: Option<&str>,
+    explicit: Vec<crate::NewStep>,
+    first_number: u64,
+) -> Vec<crate::NewStep> {
+    let parsed = thinking
+        .map(cairn_core::thinking::parse_thinking)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| crate::NewStep {
+            kind_label: p.phase.to_owned(),
+            content: Some(p.content),
+            ..template.clone()
+        });
+    parsed
+        .chain(explicit)
+        .zip(first_number..)
+        .map(|(step, number)| crate::NewStep {
+            turn_id: Some(turn_id.to_owned()),
+            turn_step: step.turn_step.or(Some(number)),
+            ..step
+        })
+        .collect()
+}
+
+/// The number the next step of a turn takes: one more than the highest
+/// recorded in the session, and at least the number of its steps (0 for a
+/// new turn).
+pub fn next_turn_step(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    session_id: &str,
+    turn_id: &str,
+) -> Result<u64, StoreError> {
+    // Steps recorded without a number still take one.
+    let (mut next, mut count) = (0, 0);
+    store.read_session(org_id, session_id, &mut |s| {
+        if s.record.step.turn_id.as_deref() == Some(turn_id) {
+            count += 1;
+            next = next.max(s.record.step.turn_step.map_or(0, |n| n.saturating_add(1)));
+        }
+        true
+    })?;
+    Ok(next.max(count))
+}
