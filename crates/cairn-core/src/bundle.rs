@@ -230,7 +230,7 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
 /// Decodes an entry line into the entry and its proof (if any), strictly.
 pub fn decode_entry(line: &str) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
     let v = crate::json::from_str(line)?;
-    decode_entry_value(&v)
+    decode_entry_value(&v).map_err(|(_, e)| e)
 }
 
 fn hash_member(v: &Value, key: &str) -> Result<Hash, String> {
@@ -270,7 +270,31 @@ const STEP_MEMBERS: [&str; 12] = [
 ];
 const OP_MEMBERS: [&str; 5] = ["seq", "type", "logged_at", "view", "hash"];
 
-fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
+/// Decodes an entry line; an error says why, with its reason: the line's
+/// form (`malformed-record`), or a derived hash the line states wrongly
+/// (`digest-mismatch`).
+fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), (Reason, String)> {
+    let malformed = |e: String| (Reason::MalformedRecord, e);
+    let (entry, proof) = decode_entry_form(v).map_err(malformed)?;
+    // A session start states its genesis, which derives from its header:
+    // a verifier recomputes the record's hash from the view the header
+    // gives, so the stated genesis must be that one, or it would be shown
+    // unauthenticated.
+    if let LogRecord::Op {
+        record: OpRecord::SessionStart(header),
+        ..
+    } = &entry.record
+        && v["view"]["genesis"].as_str() != Some(&crate::commit::genesis_hash(header).to_hex())
+    {
+        return Err((
+            Reason::DigestMismatch,
+            "the session start's genesis is not the one its header gives".into(),
+        ));
+    }
+    Ok((entry, proof))
+}
+
+fn decode_entry_form(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
     let obj = v.as_object().ok_or("an entry line must be an object")?;
     let seq = obj
         .get("seq")
@@ -567,6 +591,22 @@ impl BundleVerifier {
         self.fail(Location::default(), Reason::MalformedRecord, detail)
     }
 
+    /// A line of the entries part that is not an entry at all (not UTF-8,
+    /// not strict JSON): like any entry line, it counts as a checked record.
+    fn malformed_entry_line(&mut self, detail: String) -> bool {
+        if self.stage == Stage::Entries
+            && let Some(log) = self.log.as_mut()
+        {
+            log.fail(Location::default(), Reason::MalformedRecord, detail);
+            if let Some(mut failure) = log.failure().cloned() {
+                failure.at.line = Some(self.line);
+                self.failure = Some(failure);
+            }
+            return false;
+        }
+        self.malformed(detail)
+    }
+
     /// Feeds the next line as read: a line that is not UTF-8 is a changed
     /// byte and fails verification at that line. (Decoding it lossily
     /// instead could turn a changed byte back into the text it replaced.)
@@ -579,7 +619,7 @@ impl BundleVerifier {
                     return false;
                 }
                 self.line += 1;
-                self.malformed(format!("line {} is not UTF-8 text: {e}", self.line))
+                self.malformed_entry_line(format!("line {} is not UTF-8 text: {e}", self.line))
             }
         }
     }
@@ -597,7 +637,7 @@ impl BundleVerifier {
             Ok(v) => v,
             Err(e) => {
                 let detail = format!("line {} is not strict JSON: {e}", self.line);
-                return self.malformed(detail);
+                return self.malformed_entry_line(detail);
             }
         };
         match self.stage {
@@ -837,14 +877,17 @@ impl BundleVerifier {
         // A line that is not an entry still counts as a checked record.
         let decoded = decode_entry_value(value).and_then(|(entry, proof)| {
             if complete && proof.is_some() {
-                Err("a complete-log bundle carries no proofs".to_owned())
+                Err((
+                    Reason::MalformedRecord,
+                    "a complete-log bundle carries no proofs".to_owned(),
+                ))
             } else {
                 Ok((entry, proof))
             }
         });
         let (entry, proof) = match decoded {
             Ok(decoded) => decoded,
-            Err(e) => {
+            Err((reason, e)) => {
                 let at = Location {
                     seq: value
                         .get("seq")
@@ -852,7 +895,7 @@ impl BundleVerifier {
                         .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
                     ..Location::default()
                 };
-                log.fail(at, Reason::MalformedRecord, e);
+                log.fail(at, reason, e);
                 if let Some(mut failure) = log.failure().cloned() {
                     failure.at.line = Some(self.line);
                     self.failure = Some(failure);

@@ -1573,6 +1573,10 @@ impl LogVerifier {
                         claim.head,
                         head.map_or_else(|| "nothing".into(), |h| h.to_string())
                     );
+                    let at = Location {
+                        step_index: None,
+                        ..at
+                    };
                     self.progress
                         .fail_at_end(at, Reason::SelectionMismatch, detail);
                 }

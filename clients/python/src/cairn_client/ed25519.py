@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["verify"]
+__all__ = ["verify", "verify_strict", "sign", "public_key"]
 
 _P = 2**255 - 19
 _Q = 2**252 + 27742317777372353535851937790883648493
@@ -91,6 +91,96 @@ def _verify_pure(public_key: bytes, message: bytes, signature: bytes) -> bool:
         return False
     h = int.from_bytes(hashlib.sha512(signature[:32] + public_key + message).digest(), "little") % _Q
     return _equal(_mul(s, _G), _add(r, _mul(h, a)))
+
+
+def _encode(point: Point) -> bytes:
+    zinv = _inv(point[2])
+    x, y = point[0] * zinv % _P, point[1] * zinv % _P
+    return (y | ((x & 1) << 255)).to_bytes(32, "little")
+
+
+def _decompress_lenient(data: bytes) -> Point | None:
+    # As curve25519-dalek decompresses: y is read as 255 bits and reduced
+    # mod p, and x = 0 is accepted with either sign bit.
+    if len(data) != 32:
+        return None
+    y = int.from_bytes(data, "little")
+    sign = y >> 255
+    y = (y & ((1 << 255) - 1)) % _P
+    x2 = (y * y - 1) * _inv(_D * y * y + 1) % _P
+    if x2 == 0:
+        return (0, y, 1, 0)
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P != 0:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P != 0:
+        return None
+    if (x & 1) != sign:
+        x = _P - x
+    return (x, y, 1, x * y % _P)
+
+
+def _small_order(point: Point) -> bool:
+    eight = _add(point, point)
+    eight = _add(eight, eight)
+    eight = _add(eight, eight)
+    return _equal(eight, (0, 1, 1, 0))
+
+
+def verify_strict(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """Ed25519 verification as ed25519-dalek's `verify_strict` (FORMAT.md 7.3):
+    `S` must be canonical (below the group order), `R` and the public key
+    must decode and must not be of small order, and `[S]B - [k]A` must encode
+    to exactly the signature's `R` bytes."""
+    if len(public_key) != 32 or len(signature) != 64:
+        return False
+    s = int.from_bytes(signature[32:], "little")
+    if s >= _Q:
+        return False
+    a = _decompress_lenient(public_key)
+    r = _decompress_lenient(signature[:32])
+    if a is None or r is None or _small_order(a) or _small_order(r):
+        return False
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        pass
+    else:
+        try:
+            Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+            return True
+        except (InvalidSignature, ValueError):
+            pass  # decide below: OpenSSL may refuse an encoding dalek accepts
+    h = int.from_bytes(hashlib.sha512(signature[:32] + public_key + message).digest(), "little") % _Q
+    neg_a = ((_P - a[0]) % _P, a[1], a[2], (_P - a[3]) % _P)
+    return _encode(_add(_mul(s, _G), _mul(h, neg_a))) == signature[:32]
+
+
+def _expand(seed: bytes) -> tuple[int, bytes]:
+    digest = hashlib.sha512(seed).digest()
+    scalar = int.from_bytes(digest[:32], "little")
+    scalar &= (1 << 254) - 8
+    scalar |= 1 << 254
+    return scalar, digest[32:]
+
+
+def public_key(seed: bytes) -> bytes:
+    """The Ed25519 public key of a 32-byte private seed (RFC 8032 5.1.5)."""
+    if len(seed) != 32:
+        raise ValueError("an Ed25519 seed is 32 bytes")
+    return _encode(_mul(_expand(seed)[0], _G))
+
+
+def sign(seed: bytes, message: bytes) -> bytes:
+    """The Ed25519 signature of `message` by the 32-byte private `seed`
+    (RFC 8032 5.1.6; deterministic)."""
+    scalar, prefix = _expand(seed)
+    public = _encode(_mul(scalar, _G))
+    r = int.from_bytes(hashlib.sha512(prefix + message).digest(), "little") % _Q
+    big_r = _encode(_mul(r, _G))
+    h = int.from_bytes(hashlib.sha512(big_r + public + message).digest(), "little") % _Q
+    return big_r + ((r + h * scalar) % _Q).to_bytes(32, "little")
 
 
 def verify(public_key: bytes, message: bytes, signature: bytes) -> bool:

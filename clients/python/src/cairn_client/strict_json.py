@@ -1,0 +1,90 @@
+"""Strict JSON reading (docs/FORMAT.md section 2.2, I-JSON as Cairn reads it).
+
+`loads` is `json.loads` with the rules every JSON text read from outside
+must follow: a member name twice in one object, an integer literal beyond
+2^53 - 1, NaN or Infinity, a number too large for a double, a lone surrogate
+escape, or anything after the value but white space is an error. Bytes are
+decoded as UTF-8 strictly (never lossily).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["JSONError", "loads", "MAX_SAFE_INTEGER"]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class JSONError(ValueError):
+    """The text is not strict JSON."""
+
+
+def _object(pairs: list) -> dict:
+    obj: dict = {}
+    for name, value in pairs:
+        if name in obj:
+            raise JSONError(f"member {name!r} appears twice in one object")
+        obj[name] = value
+    return obj
+
+
+def _integer(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:  # more digits than Python converts
+        raise JSONError(f"integer literal {text[:40]}... is beyond 2^53 - 1") from None
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise JSONError(f"integer literal {text} is beyond 2^53 - 1")
+    return value
+
+
+def _double(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JSONError(f"number {text} is out of range")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise JSONError(f"{name} is not JSON")
+
+
+def _check_strings(value: Any) -> None:
+    # json decodes a lone "\ud800" escape into a lone surrogate: not text.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise JSONError("a string holds a lone surrogate") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def loads(data: "str | bytes") -> Any:
+    """Parses one strict JSON text; raises JSONError otherwise."""
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise JSONError(f"not UTF-8: {e}") from None
+    else:
+        text = data
+    try:
+        value = json.loads(text, object_pairs_hook=_object, parse_int=_integer,
+                           parse_float=_double, parse_constant=_constant)
+    except JSONError:
+        raise
+    except RecursionError:
+        raise JSONError("nested too deeply") from None
+    except ValueError as e:
+        raise JSONError(str(e)) from None
+    _check_strings(value)
+    return value

@@ -1,0 +1,1246 @@
+//! The tamper suite: every fault class of `docs/FORMAT.md` section 9, by a
+//! courier (who may add, drop, reorder or alter any line of a bundle) and by
+//! an insider who holds the server key (who may re-sign anything), against
+//! real bundles exported from a real store, with the exact reason and
+//! position each must produce. Each case is also checked through
+//! `cairn verify --bundle` (exit 1, same reason), and written to the shared
+//! corpus (`CAIRN_TAMPER_CORPUS`, default `target/tamper-corpus`) that the
+//! Python and TypeScript verifiers are run on: they must agree on every one.
+#![allow(clippy::unwrap_used, clippy::too_many_lines)]
+
+mod common;
+
+use cairn_core::Hash;
+use cairn_core::bundle::{
+    BundleHeader, BundleVerdict, BundleVerifier, checkpoint_line, consistency_line, decode_entry,
+    encode_entry, end_line, selection_line,
+};
+use cairn_core::commit::{
+    AgentSignature, Field, Openings, agent_key_id, chain_hash, signed_step_message,
+    step_digest,
+};
+use cairn_core::detail::DetailLevel;
+use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
+use cairn_core::log::{LogEntry, LogRecord, OpRecord, org_checkpoint};
+use cairn_core::merkle::{MemoryTree, SubtreeHashes as _, consistency_proof, inclusion_proof};
+use cairn_core::note::NoteSigner;
+use cairn_core::record::Step;
+use cairn_core::selection::{Scope, Selection, Selector};
+use cairn_core::verify::Reason;
+use cairn_store::ops::{ExportOptions, ExportScope, export_at};
+use cairn_store::{
+    Ledger, LedgerStore, NewSession, NewStep, SequencerConfig, SqliteOptions, SqliteStore,
+    WriteRequest, Written,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const ORG: &str = "acme";
+
+/// A store with every kind of record, and what the cases need of it.
+struct World {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    store: Arc<dyn LedgerStore>,
+    server: NoteSigner,
+    agent_key: SigningKey,
+}
+
+fn step(session: &str, agent: &str, kind: &str, content: &str) -> NewStep {
+    NewStep {
+        org_id: ORG.into(),
+        session_id: session.into(),
+        agent_id: agent.into(),
+        kind_label: kind.into(),
+        content: Some(content.into()),
+        caller: "tamper".into(),
+        ..NewStep::default()
+    }
+}
+
+fn write(ledger: &Ledger, request: WriteRequest) -> Written {
+    ledger.write(request).unwrap()
+}
+
+/// Session s1 (analyst): a signed step, a flagged step reviewed, an audit
+/// event, an erased step, sealed; s2 continues it, unsealed; b1 (bob).
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store: Arc<dyn LedgerStore> = Arc::new(
+        SqliteStore::open(
+            &data,
+            SqliteOptions {
+                server_name: "cairn.test".into(),
+                embedding_sample_rate: 0.0,
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    let agent_key = SigningKey::from_bytes(&[7; 32]);
+    let key_id = agent_key_id(&agent_key.verifying_key());
+    write(
+        &ledger,
+        WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "analyst".into(),
+            public_key: agent_key.verifying_key(),
+        },
+    );
+    write(
+        &ledger,
+        WriteRequest::Step(Box::new(step("s1", "analyst", "Observation", "user asks"))),
+    );
+    // A step the agent signs itself (FORMAT.md 7.3).
+    let created_at = cairn_store::now();
+    let seed = [3u8; 32];
+    let mut core = Step::new("signed-1", ORG, "analyst", "s1", 1, "Decision", created_at).unwrap();
+    core.content = Some("approve".into());
+    core.signer_key_id = Some(key_id.clone());
+    let digest = step_digest(&core, &Openings::from_seed(&seed));
+    let mut signed = step("s1", "analyst", "Decision", "approve");
+    signed.trace_id = Some("signed-1".into());
+    signed.created_at = Some(created_at);
+    signed.step_index = Some(1);
+    signed.seed = Some(seed);
+    signed.signature = Some(AgentSignature {
+        key_id,
+        signature: agent_key.sign(&signed_step_message(&digest)).to_bytes(),
+    });
+    write(&ledger, WriteRequest::Step(Box::new(signed)));
+    let mut flagged = step("s1", "analyst", "ToolCall", "rm -rf /tmp/cache");
+    flagged.status = cairn_core::record::Status::Flagged;
+    flagged.trace_id = Some("flagged-1".into());
+    write(&ledger, WriteRequest::Step(Box::new(flagged)));
+    write(
+        &ledger,
+        WriteRequest::Review {
+            org_id: ORG.into(),
+            trace_id: "flagged-1".into(),
+            decision: cairn_core::log::ReviewDecision::Approve,
+            reviewer: "auditor".into(),
+            note: Some("fine".into()),
+        },
+    );
+    // A checkpoint an auditor keeps, mid-way through the log.
+    write(
+        &ledger,
+        WriteRequest::Checkpoint {
+            org_id: ORG.into(),
+        },
+    );
+    write(
+        &ledger,
+        WriteRequest::AuditEvent {
+            org_id: ORG.into(),
+            event_id: Some("event-1".into()),
+            session_id: Some("s1".into()),
+            action: "shell".into(),
+            detail: Some(json!({"exit": 0})),
+        },
+    );
+    let mut personal = step("s1", "analyst", "Observation", "the user lives at 1 Main St");
+    personal.trace_id = Some("personal-1".into());
+    write(&ledger, WriteRequest::Step(Box::new(personal)));
+    write(
+        &ledger,
+        WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: "personal-1".into(),
+            reason: "request".into(),
+            actor: "dpo".into(),
+        },
+    );
+    write(
+        &ledger,
+        WriteRequest::Step(Box::new(step("s1", "analyst", "Reflection", "done"))),
+    );
+    write(
+        &ledger,
+        WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s1".into(),
+            require_reflection: false,
+        },
+    );
+    write(
+        &ledger,
+        WriteRequest::StartSession(NewSession {
+            org_id: ORG.into(),
+            session_id: "s2".into(),
+            agent_id: "analyst".into(),
+            caller: "tamper".into(),
+            profile: cairn_core::record::Profile::Standard,
+            predecessor: None,
+            predecessor_session: Some("s1".into()),
+            full_consent: true,
+        }),
+    );
+    for content in ["next task", "thinking", "answer"] {
+        write(
+            &ledger,
+            WriteRequest::Step(Box::new(step("s2", "analyst", "Reasoning", content))),
+        );
+    }
+    for content in ["bob looks", "bob answers"] {
+        write(
+            &ledger,
+            WriteRequest::Step(Box::new(step("b1", "bob", "Observation", content))),
+        );
+    }
+    ledger.close();
+    let server = cairn_store::load_or_create_server_key(&data, "cairn.test")
+        .unwrap()
+        .signer;
+    World {
+        _dir: dir,
+        data,
+        store,
+        server,
+        agent_key,
+    }
+}
+
+impl World {
+    fn checkpoint(&self) -> cairn_store::StoredCheckpoint {
+        let mut written = self
+            .store
+            .append_batch(&[WriteRequest::Checkpoint {
+                org_id: ORG.into(),
+            }])
+            .unwrap();
+        match written.pop() {
+            Some(Ok(Written::Checkpoint(cp))) => cp,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn export(&self, scope: ExportScope, level: Option<DetailLevel>) -> Vec<String> {
+        let cp = self.checkpoint();
+        let mut out = Vec::new();
+        export_at(
+            self.store.as_ref(),
+            ORG,
+            &scope,
+            ExportOptions {
+                level,
+                since_size: None,
+            },
+            &cp,
+            cairn_store::now(),
+            &mut out,
+            &mut |_| {},
+        )
+        .unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn entries(&self) -> Vec<LogEntry> {
+        let lines = self.export(ExportScope::All, None);
+        lines[2..lines.len() - 1]
+            .iter()
+            .map(|l| decode_entry(l).unwrap().0)
+            .collect()
+    }
+
+    fn header(&self, complete: bool) -> BundleHeader {
+        BundleHeader {
+            server_name: "cairn.test".into(),
+            org_id: ORG.into(),
+            server_key: self.server.verifier().to_string(),
+            complete_log: complete,
+            exported_at: cairn_store::now(),
+        }
+    }
+
+    /// A complete bundle of `entries`, signed by the server key (as an
+    /// insider could).
+    fn signed_complete(&self, entries: &[LogEntry]) -> Vec<String> {
+        let mut tree = MemoryTree::new();
+        entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+        let cp = org_checkpoint("cairn.test", ORG, tree.size(), tree.root_at(tree.size()))
+            .sign(&self.server)
+            .unwrap();
+        let mut lines = vec![self.header(true).to_line(), checkpoint_line(&cp)];
+        lines.extend(entries.iter().map(|e| encode_entry(e, None)));
+        lines.push(end_line(entries.len() as u64));
+        lines
+    }
+
+    /// A partial bundle of `entries` (the whole log) under `selection`,
+    /// signed by the server key, with every listed entry.
+    fn signed_partial(&self, entries: &[LogEntry], selection: &Selection) -> Vec<String> {
+        let mut tree = MemoryTree::new();
+        entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+        let size = selection.checkpoint_size;
+        let root = tree.root_at(size);
+        let cp = org_checkpoint("cairn.test", ORG, size, root)
+            .sign(&self.server)
+            .unwrap();
+        let note = selection
+            .sign(&self.server, &format!("cairn.test/{ORG}"), &root)
+            .unwrap();
+        let mut lines = vec![
+            self.header(false).to_line(),
+            checkpoint_line(&cp),
+            selection_line(selection, &note),
+        ];
+        let sessions: Vec<&str> = selection
+            .sessions
+            .iter()
+            .map(|c| c.session_id.as_str())
+            .collect();
+        let mut count = 0;
+        for e in entries.iter().filter(|e| e.seq < size) {
+            let keep = match &e.record {
+                LogRecord::Step(r) => sessions.contains(&r.step.session_id.as_str()),
+                LogRecord::Op { .. } => selection.records.iter().any(|(s, _)| *s == e.seq),
+            };
+            if keep {
+                let mut e = e.clone();
+                if let LogRecord::Step(r) = &mut e.record {
+                    r.redact(selection.level).unwrap();
+                }
+                let proof = inclusion_proof(&tree, e.seq, size).unwrap();
+                lines.push(encode_entry(&e, Some(&proof)));
+                count += 1;
+            }
+        }
+        lines.push(end_line(count));
+        lines
+    }
+}
+
+/// The selection the published rule gives for `scope` over `entries`.
+fn selection_of(entries: &[LogEntry], scope: Scope, level: DetailLevel) -> Selection {
+    let mut s = Selector::new(scope, level, entries.len() as u64);
+    entries.iter().for_each(|e| s.first_pass(e));
+    entries.iter().for_each(|e| s.second_pass(e));
+    s.finish().unwrap()
+}
+
+/// A step's entry rebuilt after `edit`, with its own digest and chain hash
+/// recomputed (what an insider with the seeds could write).
+fn recompute(entry: &mut LogEntry, head: Hash, edit: impl FnOnce(&mut Step)) {
+    let LogRecord::Step(r) = &mut entry.record else {
+        panic!("not a step")
+    };
+    edit(&mut r.step);
+    r.prev_hash = head;
+    r.digest = r.recompute_digest();
+    r.hash = chain_hash(&head, &r.digest, r.step.step_index, r.step.created_at);
+}
+
+/// Re-chains a whole log after an edit, as an insider holding the server
+/// key would: every step's prev_hash and hash follow its session again,
+/// continued sessions name their predecessor's new final hash, and seals
+/// are recomputed and re-signed. Digests (and so agent signatures) stay.
+fn relink(entries: &mut [LogEntry], server: &NoteSigner) {
+    use cairn_core::commit::{genesis_hash, session_leaf_data};
+    use cairn_core::merkle::{Frontier, leaf_hash};
+    use std::collections::HashMap;
+    let mut heads: HashMap<String, (Hash, Frontier, u64)> = HashMap::new();
+    let mut finals: HashMap<Hash, Hash> = HashMap::new();
+    for e in entries.iter_mut() {
+        match &mut e.record {
+            LogRecord::Step(r) => {
+                let (head, tree, count) = heads.get_mut(&r.step.session_id).unwrap();
+                r.prev_hash = *head;
+                r.hash = chain_hash(head, &r.digest, r.step.step_index, r.step.created_at);
+                *head = r.hash;
+                tree.push(leaf_hash(&session_leaf_data(r.step.step_index, &r.hash)));
+                *count += 1;
+            }
+            LogRecord::Op { record, hash } => {
+                match record {
+                    OpRecord::SessionStart(h) => {
+                        if let Some(p) = h.predecessor {
+                            h.predecessor = Some(finals.get(&p).copied().unwrap_or(p));
+                        }
+                        heads.insert(h.session_id.clone(), (genesis_hash(h), Frontier::new(), 0));
+                    }
+                    OpRecord::Seal(seal) => {
+                        let (head, tree, count) = &heads[&seal.session_id];
+                        finals.insert(seal.final_hash, *head);
+                        let fresh = cairn_core::log::SealRecord {
+                            step_count: *count,
+                            session_root: tree.root(),
+                            final_hash: *head,
+                            note: String::new(),
+                            ..seal.clone()
+                        }
+                        .sign(server, &format!("cairn.test/{ORG}"))
+                        .unwrap();
+                        *seal = fresh;
+                    }
+                    _ => {}
+                }
+                *hash = record.hash();
+            }
+        }
+    }
+}
+
+fn seq_of(entries: &[LogEntry], pick: impl Fn(&LogEntry) -> bool) -> usize {
+    entries.iter().position(pick).unwrap()
+}
+
+fn is_step_of(e: &LogEntry, session: &str, index: u64) -> bool {
+    matches!(&e.record, LogRecord::Step(r) if r.step.session_id == session && r.step.step_index == index)
+}
+
+fn is_op(e: &LogEntry, entry_type: &str) -> bool {
+    matches!(&e.record, LogRecord::Op { record, .. } if record.entry_type() == entry_type)
+}
+
+/// What a case must produce.
+#[derive(Debug, Clone, PartialEq)]
+struct Expected {
+    reason: Reason,
+    line: Option<u64>,
+    seq: Option<u64>,
+    session_id: Option<String>,
+    step_index: Option<u64>,
+}
+
+fn at_line(reason: Reason, line: u64) -> Expected {
+    Expected {
+        reason,
+        line: Some(line),
+        seq: None,
+        session_id: None,
+        step_index: None,
+    }
+}
+
+fn verify_lines(lines: &[String], keys: &[String], trusted: &[String]) -> BundleVerdict {
+    let keys = keys
+        .iter()
+        .map(|k| cairn_core::note::NoteVerifier::parse(k).unwrap())
+        .collect();
+    let mut v = BundleVerifier::new(keys);
+    for t in trusted {
+        v.trust_checkpoint(t.clone());
+    }
+    for line in lines {
+        if !v.push_line(line) {
+            break;
+        }
+    }
+    v.finish()
+}
+
+/// Checks one case with the core verifier (exact reason and position), with
+/// `cairn verify --bundle` (exit 1, same reason and line), and writes it to
+/// the corpus.
+fn case(
+    name: &str,
+    lines: &[String],
+    keys: &[String],
+    trusted: &[String],
+    expected: Option<&Expected>,
+) {
+    let verdict = verify_lines(lines, keys, trusted);
+    let failure = verdict.verdict.failure.clone();
+    match (expected, &failure) {
+        (None, None) => assert!(verdict.verdict.verified, "{name}"),
+        (Some(want), Some(got)) => {
+            assert_eq!(got.reason, want.reason, "{name}: {}", got.detail);
+            if want.line.is_some() {
+                assert_eq!(got.at.line, want.line, "{name}: line; {got:?}");
+            }
+            if want.seq.is_some() {
+                assert_eq!(got.at.seq, want.seq, "{name}: seq; {got:?}");
+            }
+            if want.session_id.is_some() {
+                assert_eq!(got.at.session_id, want.session_id, "{name}: session; {got:?}");
+            }
+            if want.step_index.is_some() {
+                assert_eq!(got.at.step_index, want.step_index, "{name}: step; {got:?}");
+            }
+        }
+        (want, got) => panic!("{name}: expected {want:?}, got {got:?}"),
+    }
+    // The same through the command line.
+    let dir = corpus_dir();
+    let bundle = dir.join(format!("{name}.bundle"));
+    std::fs::write(&bundle, lines.join("\n") + "\n").unwrap();
+    let mut args = vec![
+        "verify".to_owned(),
+        "--json".to_owned(),
+        "--bundle".to_owned(),
+        bundle.display().to_string(),
+    ];
+    for k in keys {
+        args.extend(["--key".to_owned(), k.clone()]);
+    }
+    let trusted_dir = tempfile::tempdir().unwrap();
+    for (i, t) in trusted.iter().enumerate() {
+        let path = trusted_dir.path().join(format!("cp{i}"));
+        std::fs::write(&path, t).unwrap();
+        args.extend(["--checkpoint".to_owned(), path.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = common::cairn_in(trusted_dir.path(), &args, None);
+    let cli: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{name}: {e}: {} {}", run.stdout, run.stderr));
+    assert_eq!(
+        run.code,
+        if expected.is_some() { 1 } else { 0 },
+        "{name}: {cli}"
+    );
+    if let Some(f) = &failure {
+        assert_eq!(cli["brokenReason"], f.reason.as_str(), "{name}");
+        assert_eq!(cli["brokenAt"]["line"], json!(f.at.line), "{name}");
+        assert_eq!(cli["brokenAt"]["seq"], json!(f.at.seq), "{name}");
+    }
+    let at = failure.as_ref().map(|f| &f.at);
+    let record = json!({
+        "bundle": format!("{name}.bundle"),
+        "keys": keys,
+        "trusted_checkpoints": trusted,
+        "expected": {
+            "verified": verdict.verdict.verified,
+            "reason": failure.as_ref().map(|f| f.reason.as_str()),
+            "line": at.and_then(|a| a.line),
+            "seq": at.and_then(|a| a.seq),
+            "session_id": at.and_then(|a| a.session_id.clone()),
+            "step_index": at.and_then(|a| a.step_index),
+            "records_checked": verdict.verdict.records_checked,
+        },
+    });
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_string_pretty(&record).unwrap(),
+    )
+    .unwrap();
+}
+
+fn corpus_dir() -> PathBuf {
+    let dir = std::env::var_os("CAIRN_TAMPER_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tamper-corpus")
+        });
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The entry line of `seq` in a bundle, by position.
+fn line_of(lines: &[String], seq: u64) -> usize {
+    lines
+        .iter()
+        .position(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .and_then(|v| v.get("seq").and_then(Value::as_u64))
+                == Some(seq)
+        })
+        .unwrap()
+}
+
+fn edit_line(lines: &mut [String], index: usize, edit: impl FnOnce(&mut Value)) {
+    let mut v: Value = serde_json::from_str(&lines[index]).unwrap();
+    edit(&mut v);
+    lines[index] = v.to_string();
+}
+
+fn set_end(lines: &mut [String], entries: u64) {
+    let n = lines.len();
+    lines[n - 1] = end_line(entries);
+}
+
+/// Rewrites the end line to the number of entry lines (a courier keeping
+/// the count honest).
+fn fix_end(lines: &mut [String]) {
+    let entries = lines
+        .iter()
+        .filter(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .is_some_and(|v| v.get("seq").is_some())
+        })
+        .count() as u64;
+    set_end(lines, entries);
+}
+
+#[test]
+fn every_fault_class_is_named_by_every_verifier() {
+    let w = world();
+    let key = w.server.verifier().to_string();
+    let pinned = std::slice::from_ref(&key);
+    let entries = w.entries();
+    let n = entries.len() as u64;
+
+    // Genuine bundles of every scope and level verify.
+    let complete = w.export(ExportScope::All, None);
+    case("genuine-complete", &complete, pinned, &[], None);
+    let s1 = w.export(ExportScope::Session("s1".into()), None);
+    case("genuine-s1-full", &s1, pinned, &[], None);
+    let s2 = w.export(ExportScope::Session("s2".into()), Some(DetailLevel::Generic));
+    case("genuine-s2-generic", &s2, &[], &[], None);
+    let analyst = w.export(ExportScope::Agent("analyst".into()), Some(DetailLevel::Detailed));
+    case("genuine-analyst-detailed", &analyst, pinned, &[], None);
+
+    // --- A courier: entries no checkpoint covers.
+    let mut appended = complete.clone();
+    let mut extra = entries[entries.len() - 1].clone();
+    let head = match &extra.record {
+        LogRecord::Step(r) => r.hash,
+        _ => panic!(),
+    };
+    extra.seq = n;
+    recompute(&mut extra, head, |s| {
+        s.step_index += 1;
+        s.content = Some("forged".into());
+    });
+    appended.insert(appended.len() - 1, encode_entry(&extra, None));
+    set_end(&mut appended, n + 1);
+    case(
+        "complete-appended-entry",
+        &appended,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(n),
+            ..at_line(Reason::UncoveredEntry, 2 + n + 1)
+        }),
+    );
+    let older = w
+        .store
+        .checkpoints(ORG)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.size < n - 2)
+        .unwrap();
+    let mut swapped = complete.clone();
+    swapped[1] = checkpoint_line(&older.note);
+    case(
+        "complete-older-checkpoint",
+        &swapped,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(older.size),
+            ..at_line(Reason::UncoveredEntry, 2 + older.size + 1)
+        }),
+    );
+
+    // --- A courier: dropping what a partial bundle holds.
+    let last_s2 = line_of(&s2, seq_of(&entries, |e| is_step_of(e, "s2", 2)) as u64);
+    let mut short = s2.clone();
+    short.remove(last_s2);
+    fix_end(&mut short);
+    case(
+        "partial-unsealed-tail-dropped",
+        &short,
+        &[],
+        &[],
+        Some(&Expected {
+            reason: Reason::MissingRecord,
+            line: None,
+            seq: None,
+            session_id: Some("s2".into()),
+            step_index: Some(2),
+        }),
+    );
+    for (name, entry_type) in [
+        ("partial-erasure-dropped", "erasure"),
+        ("partial-review-dropped", "review"),
+        ("partial-audit-event-dropped", "audit-event"),
+        ("partial-key-registration-dropped", "key-registration"),
+        ("partial-seal-dropped", "seal"),
+    ] {
+        let seq = seq_of(&entries, |e| is_op(e, entry_type)) as u64;
+        let at = line_of(&s1, seq);
+        let mut dropped = s1.clone();
+        dropped.remove(at);
+        fix_end(&mut dropped);
+        // Reported at the line after it, where the gap shows, naming the
+        // listed record's seq (or at the end, for the last record).
+        let expected = if at + 1 < dropped.len() - 1 {
+            Expected {
+                seq: Some(seq),
+                ..at_line(Reason::MissingRecord, at as u64 + 1)
+            }
+        } else {
+            Expected {
+                reason: Reason::MissingRecord,
+                line: None,
+                seq: Some(seq),
+                session_id: None,
+                step_index: None,
+            }
+        };
+        case(name, &dropped, pinned, &[], Some(&expected));
+    }
+    // A whole session dropped from an agent's export.
+    let b_start = seq_of(&entries, |e| matches!(&e.record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s2")) as u64;
+    let mut no_s2: Vec<String> = analyst
+        .iter()
+        .filter(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["fields"]["session_id"] != "s2" && v["seq"].as_u64() != Some(b_start)
+        })
+        .cloned()
+        .collect();
+    fix_end(&mut no_s2);
+    case(
+        "agent-export-session-dropped",
+        &no_s2,
+        pinned,
+        &[],
+        Some(&Expected {
+            reason: Reason::MissingRecord,
+            line: None,
+            seq: Some(b_start),
+            session_id: None,
+            step_index: None,
+        }),
+    );
+    // An entry of another export, with its genuine proof, added.
+    let b1 = w.export(ExportScope::Session("b1".into()), None);
+    let foreign = b1[b1.len() - 2].clone();
+    let foreign_seq: u64 = serde_json::from_str::<Value>(&foreign).unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    let mut added = s2.clone();
+    let insert_at = added.len() - 1;
+    added.insert(insert_at, foreign);
+    fix_end(&mut added);
+    case(
+        "partial-foreign-entry-added",
+        &added,
+        &[],
+        &[],
+        Some(&Expected {
+            seq: Some(foreign_seq),
+            ..at_line(Reason::UnlistedEntry, insert_at as u64 + 1)
+        }),
+    );
+    let mut unselected = s2.clone();
+    unselected.remove(2);
+    case(
+        "partial-selection-removed",
+        &unselected,
+        &[],
+        &[],
+        Some(&at_line(Reason::MissingProof, 3)),
+    );
+    let mut edited = s2.clone();
+    edit_line(&mut edited, 2, |v| {
+        v["selection"]["sessions"][0]["steps"] = json!(2);
+    });
+    case(
+        "partial-selection-edited",
+        &edited,
+        &[],
+        &[],
+        Some(&at_line(Reason::DigestMismatch, 3)),
+    );
+    let mut unproven = s2.clone();
+    edit_line(&mut unproven, 4, |v| {
+        v.as_object_mut().unwrap().remove("proof");
+    });
+    case(
+        "partial-proof-removed",
+        &unproven,
+        &[],
+        &[],
+        Some(&at_line(Reason::MissingProof, 5)),
+    );
+    let mut bent = s2.clone();
+    edit_line(&mut bent, 4, |v| {
+        let p = v["proof"][0].as_str().unwrap().to_owned();
+        v["proof"][0] = json!(format!("{}{}", if p.starts_with('0') { "1" } else { "0" }, &p[1..]));
+    });
+    case(
+        "partial-proof-altered",
+        &bent,
+        &[],
+        &[],
+        Some(&at_line(Reason::InclusionMismatch, 5)),
+    );
+
+    // --- A courier: edits.
+    let content_seq = seq_of(&entries, |e| is_step_of(e, "s1", 0)) as u64;
+    let mut content = complete.clone();
+    let at = line_of(&content, content_seq);
+    edit_line(&mut content, at, |v| v["fields"]["content"] = json!("user asked for less"));
+    case(
+        "complete-content-edited",
+        &content,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(content_seq),
+            ..at_line(Reason::DigestMismatch, at as u64 + 1)
+        }),
+    );
+    let mut hidden = complete.clone();
+    edit_line(&mut hidden, at, |v| {
+        let salt = v["salts"]["content"].clone();
+        let _ = salt;
+        let mut e = decode_entry(&v.to_string()).unwrap().0;
+        let LogRecord::Step(r) = &mut e.record else {
+            panic!()
+        };
+        r.hide(Field::Content).unwrap();
+        *v = serde_json::from_str(&encode_entry(&e, None)).unwrap();
+    });
+    case(
+        "complete-unrecorded-erasure",
+        &hidden,
+        pinned,
+        &[],
+        Some(&Expected {
+            reason: Reason::ErasureMismatch,
+            line: None,
+            seq: Some(content_seq),
+            session_id: Some("s1".into()),
+            step_index: Some(0),
+        }),
+    );
+    let mut dup = complete.clone();
+    dup[at] = dup[at].replacen("{\"digest\"", "{\"digest\":\"x\",\"digest\"", 1);
+    case(
+        "complete-duplicate-member",
+        &dup,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, at as u64 + 1)),
+    );
+    let mut upper = complete.clone();
+    edit_line(&mut upper, at, |v| {
+        v["digest"] = json!(v["digest"].as_str().unwrap().to_uppercase());
+    });
+    case(
+        "complete-uppercase-hex",
+        &upper,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(content_seq),
+            ..at_line(Reason::MalformedRecord, at as u64 + 1)
+        }),
+    );
+    let mut huge = complete.clone();
+    huge[at] = huge[at].replacen("\"seq\":", "\"big\":9007199254740993,\"seq\":", 1);
+    case(
+        "complete-integer-beyond-doubles",
+        &huge,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, at as u64 + 1)),
+    );
+    let mut unknown = complete.clone();
+    edit_line(&mut unknown, at, |v| v["note"] = json!("hello"));
+    case(
+        "complete-unknown-member",
+        &unknown,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, at as u64 + 1)),
+    );
+    let mut late = complete.clone();
+    edit_line(&mut late, at, |v| {
+        v["logged_at"] = json!("2099-01-01T00:00:00.000000Z");
+    });
+    // (A step's created_at is then far from its logged_at: caught at once.)
+    case(
+        "complete-logged-at-edited",
+        &late,
+        pinned,
+        &[],
+        Some(&at_line(Reason::BadTimestamp, at as u64 + 1)),
+    );
+    let mut after_end = complete.clone();
+    after_end.push(complete[2].clone());
+    case(
+        "complete-line-after-end",
+        &after_end,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, after_end.len() as u64)),
+    );
+    let mut wrong_end = complete.clone();
+    set_end(&mut wrong_end, n + 1);
+    case(
+        "complete-end-count",
+        &wrong_end,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, wrong_end.len() as u64)),
+    );
+    let truncated = complete[..complete.len() - 1].to_vec();
+    case(
+        "complete-truncated",
+        &truncated,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MissingRecord, complete.len() as u64)),
+    );
+    let mut v1 = complete.clone();
+    edit_line(&mut v1, 0, |v| v["cairn_bundle"] = json!(1));
+    case(
+        "format-1-header",
+        &v1,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, 1)),
+    );
+    let stranger = NoteSigner::from_seed("cairn.test", &[1; 32]).unwrap();
+    let mut forged_cp = complete.clone();
+    let cp_text = cairn_core::note::Note::parse(
+        serde_json::from_str::<Value>(&complete[1]).unwrap()["checkpoint"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+    .text;
+    forged_cp[1] = checkpoint_line(&stranger.sign(&cp_text).unwrap());
+    case(
+        "checkpoint-by-another-key",
+        &forged_cp,
+        pinned,
+        &[],
+        Some(&at_line(Reason::BadSignature, 2)),
+    );
+    let mut other_origin = complete.clone();
+    edit_line(&mut other_origin, 0, |v| {
+        v["org_id"] = json!("other");
+        v["origin"] = json!("cairn.test/other");
+    });
+    case(
+        "checkpoint-of-another-origin",
+        &other_origin,
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, 2)),
+    );
+
+    // --- An insider holding the key: rewritten history, re-signed.
+    let early = w
+        .store
+        .checkpoints(ORG)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.size > content_seq + 1 && c.size < n)
+        .unwrap()
+        .note;
+    let mut rewritten_entries = entries.clone();
+    let genesis = match &entries[content_seq as usize].record {
+        LogRecord::Step(r) => r.prev_hash,
+        _ => panic!(),
+    };
+    recompute(&mut rewritten_entries[content_seq as usize], genesis, |s| {
+        s.content = Some("rewritten".into());
+    });
+    let new_hash = match &rewritten_entries[content_seq as usize].record {
+        LogRecord::Step(r) => r.hash,
+        _ => panic!(),
+    };
+    let _ = new_hash;
+    relink(&mut rewritten_entries, &w.server);
+    let rewritten = w.signed_complete(&rewritten_entries);
+    case("insider-rewrite-alone-verifies", &rewritten, pinned, &[], None);
+    // On its own it fails only where the signed step no longer matches its
+    // signature or later links; against the auditor's checkpoint it is named.
+    let early_size: u64 = early.lines().nth(1).unwrap().parse().unwrap();
+    let verdict = verify_lines(&rewritten, pinned, std::slice::from_ref(&early));
+    let f = verdict.verdict.failure.unwrap();
+    assert!(
+        matches!(f.reason, Reason::InconsistentCheckpoint | Reason::BadSignature),
+        "{f:?}"
+    );
+    case(
+        "insider-rewrite-vs-trusted-checkpoint",
+        &rewritten,
+        pinned,
+        std::slice::from_ref(&early),
+        Some(&Expected {
+            reason: f.reason,
+            line: f.at.line,
+            seq: f.at.seq,
+            session_id: None,
+            step_index: None,
+        }),
+    );
+    let _ = early_size;
+    // The same rewrite as a partial bundle, with a consistency line from the
+    // auditor's size: the proof cannot lead from the old root.
+    let selection = selection_of(&rewritten_entries, Scope::Session("s2".into()), DetailLevel::Full);
+    let mut partial = w.signed_partial(&rewritten_entries, &selection);
+    let mut tree = MemoryTree::new();
+    rewritten_entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+    partial.insert(
+        2,
+        consistency_line(early_size, &consistency_proof(&tree, early_size, n).unwrap()),
+    );
+    case(
+        "insider-rewrite-partial-consistency",
+        &partial,
+        pinned,
+        std::slice::from_ref(&early),
+        Some(&at_line(Reason::InconsistentCheckpoint, 3)),
+    );
+    let mut no_line = partial.clone();
+    no_line.remove(2);
+    case(
+        "partial-trusted-without-consistency",
+        &no_line,
+        pinned,
+        std::slice::from_ref(&early),
+        Some(&at_line(Reason::MissingProof, 3)),
+    );
+    let latest = w.checkpoint().note;
+    let mut old_bundle = s2.clone();
+    old_bundle[1] = checkpoint_line(&early);
+    case(
+        "bundle-older-than-trusted",
+        &old_bundle,
+        pinned,
+        std::slice::from_ref(&latest),
+        Some(&at_line(Reason::MissingProof, 2)),
+    );
+
+    // --- An insider: records the rules refuse, however well signed.
+    let mut twice = entries.clone();
+    let seal = seq_of(&entries, |e| is_op(e, "seal"));
+    let mut again = entries[seal].clone();
+    again.seq = n;
+    again.logged_at = entries[entries.len() - 1].logged_at;
+    twice.push(again);
+    case(
+        "insider-sealed-twice",
+        &w.signed_complete(&twice),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(n),
+            ..at_line(Reason::DuplicateRecord, 2 + n + 1)
+        }),
+    );
+    // A session start whose stated genesis is not its header's.
+    let start = seq_of(&entries, |e| is_op(e, "session-start"));
+    let mut genesis_bundle = complete.clone();
+    edit_line(&mut genesis_bundle, 2 + start, |v| {
+        let g = v["view"]["genesis"].as_str().unwrap().to_owned();
+        v["view"]["genesis"] = json!(format!("{}{}", if g.starts_with('0') { "1" } else { "0" }, &g[1..]));
+    });
+    case(
+        "genesis-does-not-recompute",
+        &genesis_bundle,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(start as u64),
+            ..at_line(Reason::DigestMismatch, 2 + start as u64 + 1)
+        }),
+    );
+    // A step signed by the agent's key after its revocation.
+    let mut revoked = entries.clone();
+    let reg = seq_of(&entries, |e| is_op(e, "key-registration"));
+    let LogRecord::Op {
+        record: OpRecord::KeyRegistration(k),
+        ..
+    } = &entries[reg].record
+    else {
+        panic!()
+    };
+    let revocation = OpRecord::KeyRevocation(cairn_core::log::KeyRevocation {
+        org_id: ORG.into(),
+        agent_id: "analyst".into(),
+        key_id: k.key_id.clone(),
+        reason: "compromised".into(),
+        revoked_at: entries[reg].logged_at,
+    });
+    revoked.insert(
+        reg + 1,
+        LogEntry {
+            seq: 0,
+            logged_at: entries[reg].logged_at,
+            record: LogRecord::Op {
+                hash: revocation.hash(),
+                record: revocation,
+            },
+        },
+    );
+    for (i, e) in revoked.iter_mut().enumerate() {
+        e.seq = i as u64;
+    }
+    let signed_seq = seq_of(&revoked, |e| {
+        matches!(&e.record, LogRecord::Step(r) if r.signature.is_some())
+    }) as u64;
+    case(
+        "signed-after-revocation",
+        &w.signed_complete(&revoked),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(signed_seq),
+            ..at_line(Reason::BadSignature, 2 + signed_seq + 1)
+        }),
+    );
+    // A key registered for a second agent.
+    let mut rebound = entries.clone();
+    let mut second = entries[reg].clone();
+    if let LogRecord::Op {
+        record: OpRecord::KeyRegistration(k),
+        hash,
+    } = &mut second.record
+    {
+        k.agent_id = "mallory".into();
+        *hash = OpRecord::KeyRegistration(k.clone()).hash();
+    }
+    second.seq = n;
+    second.logged_at = entries[entries.len() - 1].logged_at;
+    rebound.push(second);
+    case(
+        "key-registered-twice",
+        &w.signed_complete(&rebound),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(n),
+            ..at_line(Reason::DuplicateRecord, 2 + n + 1)
+        }),
+    );
+    // Time running backwards in a session, re-signed.
+    let mut backwards = entries.clone();
+    let s2_1 = seq_of(&entries, |e| is_step_of(e, "s2", 1));
+    let s2_0_hash = match &entries[s2_1].record {
+        LogRecord::Step(r) => r.prev_hash,
+        _ => panic!(),
+    };
+    let t0 = match &entries[seq_of(&entries, |e| is_step_of(e, "s2", 0))].record {
+        LogRecord::Step(r) => r.step.created_at,
+        _ => panic!(),
+    };
+    recompute(&mut backwards[s2_1], s2_0_hash, |s| {
+        s.created_at = cairn_core::Timestamp::from_micros(t0.as_micros() - 1).unwrap();
+    });
+    let h = match &backwards[s2_1].record {
+        LogRecord::Step(r) => r.hash,
+        _ => panic!(),
+    };
+    let s2_2 = seq_of(&entries, |e| is_step_of(e, "s2", 2));
+    if let LogRecord::Step(r) = &mut backwards[s2_2].record {
+        r.prev_hash = h;
+        r.hash = chain_hash(&h, &r.digest, r.step.step_index, r.step.created_at);
+    }
+    case(
+        "time-runs-backwards",
+        &w.signed_complete(&backwards),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(s2_1 as u64),
+            ..at_line(Reason::BadTimestamp, 2 + s2_1 as u64 + 1)
+        }),
+    );
+    // A step dated a year from when the server logged it.
+    let mut drifted = entries.clone();
+    let b1_0 = seq_of(&entries, |e| is_step_of(e, "b1", 0));
+    let b1_genesis = match &entries[b1_0].record {
+        LogRecord::Step(r) => r.prev_hash,
+        _ => panic!(),
+    };
+    recompute(&mut drifted[b1_0], b1_genesis, |s| {
+        s.created_at =
+            cairn_core::Timestamp::from_micros(s.created_at.as_micros() - 365 * 86_400_000_000).unwrap();
+    });
+    let h = match &drifted[b1_0].record {
+        LogRecord::Step(r) => r.hash,
+        _ => panic!(),
+    };
+    let b1_1 = seq_of(&entries, |e| is_step_of(e, "b1", 1));
+    if let LogRecord::Step(r) = &mut drifted[b1_1].record {
+        r.prev_hash = h;
+        r.hash = chain_hash(&h, &r.digest, r.step.step_index, r.step.created_at);
+    }
+    case(
+        "created-at-beyond-skew",
+        &w.signed_complete(&drifted),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(b1_0 as u64),
+            ..at_line(Reason::BadTimestamp, 2 + b1_0 as u64 + 1)
+        }),
+    );
+    // A selection that lies about a session's head, or lists one its scope
+    // does not select.
+    let mut lying = selection_of(&entries, Scope::Session("s2".into()), DetailLevel::Full);
+    lying.sessions[0].head = Hash::sha256(b"elsewhere");
+    case(
+        "selection-claims-another-head",
+        &w.signed_partial(&entries, &lying),
+        pinned,
+        &[],
+        Some(&Expected {
+            reason: Reason::SelectionMismatch,
+            line: None,
+            seq: None,
+            session_id: Some("s2".into()),
+            step_index: None,
+        }),
+    );
+    let mut short_claim = selection_of(&entries, Scope::Session("s2".into()), DetailLevel::Full);
+    short_claim.sessions[0].steps = 2;
+    let lines = w.signed_partial(&entries, &short_claim);
+    case(
+        "selection-claims-fewer-steps",
+        &lines,
+        pinned,
+        &[],
+        Some(&Expected {
+            reason: Reason::UnlistedEntry,
+            line: None,
+            seq: Some(s2_2 as u64),
+            session_id: None,
+            step_index: None,
+        }),
+    );
+    // An erasure record naming a step that shows its payload.
+    let mut shown = entries.clone();
+    let personal = seq_of(&entries, |e| matches!(&e.record, LogRecord::Step(r) if r.erased));
+    let stored = w
+        .store
+        .step_by_trace(ORG, "signed-1")
+        .unwrap()
+        .unwrap();
+    let _ = stored;
+    // Put back the erased step's payload from nothing: impossible without
+    // the salt, so instead point the erasure at the signed step.
+    let erasure = seq_of(&entries, |e| is_op(e, "erasure"));
+    if let LogRecord::Op {
+        record: OpRecord::Erasure(e),
+        hash,
+    } = &mut shown[erasure].record
+    {
+        e.step_index = 1;
+        e.trace_id = "signed-1".into();
+        *hash = OpRecord::Erasure(e.clone()).hash();
+    }
+    case(
+        "erasure-names-a-shown-step",
+        &w.signed_complete(&shown),
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(erasure as u64),
+            ..at_line(Reason::ErasureMismatch, 2 + erasure as u64 + 1)
+        }),
+    );
+    let _ = personal;
+    let _ = w.agent_key.verifying_key();
+    let _ = &w.data;
+}
