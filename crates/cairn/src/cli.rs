@@ -349,6 +349,11 @@ struct VerifyArgs {
     /// data directory or the bundle. Repeatable.
     #[arg(long)]
     key: Vec<String>,
+    /// With --bundle (a partial one): a complete bundle of the same log,
+    /// from which the selection is recomputed by the published rule; a
+    /// signed selection that differs is a lie the operator signed.
+    #[arg(long, requires = "bundle")]
+    log: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -1105,7 +1110,100 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
             }
         }
     }
+    if result.verdict.verified
+        && let (Some(log), Some(selection)) = (&args.log, &result.selection)
+    {
+        let recomputed = recompute_selection(args, log, selection, result.checkpoint)?;
+        if recomputed != *selection {
+            let mut verdict = result.verdict.clone();
+            verdict.verified = false;
+            verdict.failure = Some(cairn_core::verify::Failure {
+                at: cairn_core::verify::Location::default(),
+                reason: cairn_core::verify::Reason::SelectionMismatch,
+                detail: format!(
+                    "the bundle's signed selection is not what the log in {} gives for its scope and level: the operator signed a false statement (recomputed: {})",
+                    log.display(),
+                    recomputed.to_value()
+                ),
+            });
+            return report(cli, &verdict, started, extra);
+        }
+        if !cli.json {
+            println!(
+                "the selection is what the complete log in {} gives",
+                log.display()
+            );
+        }
+    }
     report(cli, &result.verdict, started, extra)
+}
+
+/// The selection the published rule gives for `selection`'s scope and
+/// level over the complete bundle at `path`, which must verify and cover
+/// the same checkpoint (its root at the selection's size the same).
+fn recompute_selection(
+    args: &VerifyArgs,
+    path: &std::path::Path,
+    selection: &cairn_core::selection::Selection,
+    checkpoint: Option<(u64, cairn_core::Hash)>,
+) -> Result<cairn_core::selection::Selection> {
+    use cairn_core::selection::Selector;
+    let read = || -> Result<Vec<Vec<u8>>> {
+        let text =
+            std::fs::read(path).map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+        Ok(cairn_core::bundle::bundle_lines(&text)
+            .map(<[u8]>::to_vec)
+            .collect())
+    };
+    let lines = read()?;
+    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    for line in &lines {
+        if !verifier.push_bytes(line) {
+            break;
+        }
+    }
+    let complete = verifier.finish();
+    if !complete.verdict.verified || !complete.header.as_ref().is_some_and(|h| h.complete_log) {
+        return Err(usage(format!(
+            "--log {} is not a complete bundle that verifies",
+            path.display()
+        )));
+    }
+    let mut selector = Selector::new(
+        selection.scope.clone(),
+        selection.level,
+        selection.checkpoint_size,
+    );
+    let mut tree = cairn_core::merkle::Frontier::new();
+    let mut root_at = None;
+    let entries = || {
+        lines.iter().filter_map(|l| {
+            let text = std::str::from_utf8(l).ok()?;
+            cairn_core::bundle::decode_entry(text).ok().map(|(e, _)| e)
+        })
+    };
+    for entry in entries() {
+        if tree.size() < selection.checkpoint_size {
+            tree.push(entry.leaf_hash());
+            if tree.size() == selection.checkpoint_size {
+                root_at = Some(tree.root());
+            }
+        }
+        selector.first_pass(&entry);
+    }
+    if root_at != checkpoint.map(|c| c.1) {
+        return Err(usage(format!(
+            "--log {} is not the log the bundle's checkpoint covers (its root at size {} differs, or it is shorter)",
+            path.display(),
+            selection.checkpoint_size
+        )));
+    }
+    for entry in entries() {
+        selector.second_pass(&entry);
+    }
+    selector
+        .finish()
+        .ok_or_else(|| usage("the log holds no session in the selection's scope"))
 }
 
 fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> Result<Outcome> {

@@ -337,6 +337,30 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
                 .unwrap();
             (max - 1, "missing-record")
         }),
+        ("payload erased without an erasure record", |c| {
+            // The attacker drops the trigger and nulls the payload in the
+            // exact shape an erasure leaves, commitments computed from the
+            // row's seed: no erasure record names the step.
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            let db = std::path::PathBuf::from(c.path().unwrap());
+            let bundle =
+                std::fs::read_to_string(db.parent().unwrap().join("../all.bundle")).unwrap();
+            let hidden = common::erasure_shape(&bundle, seq);
+            c.execute_batch(&format!(
+                "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL,
+                   metadata = NULL, erased = 1, hidden = '{hidden}' WHERE seq = {seq};"
+            ))
+            .unwrap();
+            (seq, "erasure-mismatch")
+        }),
+        ("logged time moved back", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute_batch(&format!(
+                "UPDATE entries SET logged_at = logged_at - 86400000000 WHERE seq = {seq};"
+            ))
+            .unwrap();
+            (seq, "bad-timestamp")
+        }),
         ("whole session deleted", |c| {
             let start: i64 = c
                 .query_row(
@@ -358,6 +382,10 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
             cairn_in(dir.path(), &["verify"], None).code,
             0,
             "{name}: clean store"
+        );
+        assert_eq!(
+            cairn_in(dir.path(), &["export", "--all", "-o", "all.bundle"], None).code,
+            0
         );
         let (seq, reason) = tamper(&attacker(dir.path()));
         expect_broken(dir.path(), &[], seq, reason);

@@ -46,6 +46,12 @@ fn seq_of(cluster: &PgCluster, db: &str, session: &str, index: i64) -> i64 {
         .unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
 
+/// Where a tamper case keeps a complete export of its database, made
+/// before the attack.
+fn bundle_path(db: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("cairn-pg-{}-{db}.bundle", std::process::id()))
+}
+
 #[test]
 fn every_kind_of_psql_tampering_is_caught_at_its_record() {
     let Some(cluster) = PgCluster::start() else {
@@ -132,6 +138,31 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
             );
             (max - 1, "missing-record")
         }),
+        ("payload erased without an erasure record", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 2);
+            let hidden =
+                common::erasure_shape(&std::fs::read_to_string(bundle_path(db)).unwrap(), seq);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL,
+                       metadata = NULL, erased = TRUE, hidden = '{hidden}' WHERE seq = {seq}"
+                ),
+            );
+            (seq, "erasure-mismatch")
+        }),
+        ("logged time moved back", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 2);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE entries SET logged_at = logged_at - 86400000000 WHERE seq = {seq}"
+                ),
+            );
+            (seq, "bad-timestamp")
+        }),
         ("whole session deleted", |c, db| {
             let (ok, out) = c.psql(
                 db,
@@ -161,6 +192,13 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
         };
         populated(target);
         assert_eq!(target.run(&["verify"], None).code, 0, "{name}: clean");
+        let bundle = bundle_path(&db);
+        assert_eq!(
+            target
+                .run(&["export", "--all", "-o", bundle.to_str().unwrap()], None)
+                .code,
+            0
+        );
         // Without replica mode even the superuser is refused.
         let (ok, out) = cluster.psql(&db, "UPDATE entries SET content = 'x'");
         assert!(!ok && out.contains("cairn:"), "{name}: {out}");

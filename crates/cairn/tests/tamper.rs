@@ -16,8 +16,7 @@ use cairn_core::bundle::{
     encode_entry, end_line, selection_line,
 };
 use cairn_core::commit::{
-    AgentSignature, Field, Openings, agent_key_id, chain_hash, signed_step_message,
-    step_digest,
+    AgentSignature, Field, Openings, agent_key_id, chain_hash, signed_step_message, step_digest,
 };
 use cairn_core::detail::DetailLevel;
 use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
@@ -126,12 +125,7 @@ fn world() -> World {
         },
     );
     // A checkpoint an auditor keeps, mid-way through the log.
-    write(
-        &ledger,
-        WriteRequest::Checkpoint {
-            org_id: ORG.into(),
-        },
-    );
+    write(&ledger, WriteRequest::Checkpoint { org_id: ORG.into() });
     write(
         &ledger,
         WriteRequest::AuditEvent {
@@ -142,7 +136,12 @@ fn world() -> World {
             detail: Some(json!({"exit": 0})),
         },
     );
-    let mut personal = step("s1", "analyst", "Observation", "the user lives at 1 Main St");
+    let mut personal = step(
+        "s1",
+        "analyst",
+        "Observation",
+        "the user lives at 1 Main St",
+    );
     personal.trace_id = Some("personal-1".into());
     write(&ledger, WriteRequest::Step(Box::new(personal)));
     write(
@@ -208,9 +207,7 @@ impl World {
     fn checkpoint(&self) -> cairn_store::StoredCheckpoint {
         let mut written = self
             .store
-            .append_batch(&[WriteRequest::Checkpoint {
-                org_id: ORG.into(),
-            }])
+            .append_batch(&[WriteRequest::Checkpoint { org_id: ORG.into() }])
             .unwrap();
         match written.pop() {
             Some(Ok(Written::Checkpoint(cp))) => cp,
@@ -460,7 +457,10 @@ fn case(
                 assert_eq!(got.at.seq, want.seq, "{name}: seq; {got:?}");
             }
             if want.session_id.is_some() {
-                assert_eq!(got.at.session_id, want.session_id, "{name}: session; {got:?}");
+                assert_eq!(
+                    got.at.session_id, want.session_id,
+                    "{name}: session; {got:?}"
+                );
             }
             if want.step_index.is_some() {
                 assert_eq!(got.at.step_index, want.step_index, "{name}: step; {got:?}");
@@ -584,9 +584,15 @@ fn every_fault_class_is_named_by_every_verifier() {
     case("genuine-complete", &complete, pinned, &[], None);
     let s1 = w.export(ExportScope::Session("s1".into()), None);
     case("genuine-s1-full", &s1, pinned, &[], None);
-    let s2 = w.export(ExportScope::Session("s2".into()), Some(DetailLevel::Generic));
+    let s2 = w.export(
+        ExportScope::Session("s2".into()),
+        Some(DetailLevel::Generic),
+    );
     case("genuine-s2-generic", &s2, &[], &[], None);
-    let analyst = w.export(ExportScope::Agent("analyst".into()), Some(DetailLevel::Detailed));
+    let analyst = w.export(
+        ExportScope::Agent("analyst".into()),
+        Some(DetailLevel::Detailed),
+    );
     case("genuine-analyst-detailed", &analyst, pinned, &[], None);
 
     // --- A courier: entries no checkpoint covers.
@@ -682,7 +688,10 @@ fn every_fault_class_is_named_by_every_verifier() {
         case(name, &dropped, pinned, &[], Some(&expected));
     }
     // A whole session dropped from an agent's export.
-    let b_start = seq_of(&entries, |e| matches!(&e.record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s2")) as u64;
+    let b_start = seq_of(
+        &entries,
+        |e| matches!(&e.record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s2"),
+    ) as u64;
     let mut no_s2: Vec<String> = analyst
         .iter()
         .filter(|l| {
@@ -759,7 +768,11 @@ fn every_fault_class_is_named_by_every_verifier() {
     let mut bent = s2.clone();
     edit_line(&mut bent, 4, |v| {
         let p = v["proof"][0].as_str().unwrap().to_owned();
-        v["proof"][0] = json!(format!("{}{}", if p.starts_with('0') { "1" } else { "0" }, &p[1..]));
+        v["proof"][0] = json!(format!(
+            "{}{}",
+            if p.starts_with('0') { "1" } else { "0" },
+            &p[1..]
+        ));
     });
     case(
         "partial-proof-altered",
@@ -773,7 +786,9 @@ fn every_fault_class_is_named_by_every_verifier() {
     let content_seq = seq_of(&entries, |e| is_step_of(e, "s1", 0)) as u64;
     let mut content = complete.clone();
     let at = line_of(&content, content_seq);
-    edit_line(&mut content, at, |v| v["fields"]["content"] = json!("user asked for less"));
+    edit_line(&mut content, at, |v| {
+        v["fields"]["content"] = json!("user asked for less")
+    });
     case(
         "complete-content-edited",
         &content,
@@ -950,14 +965,23 @@ fn every_fault_class_is_named_by_every_verifier() {
     let _ = new_hash;
     relink(&mut rewritten_entries, &w.server);
     let rewritten = w.signed_complete(&rewritten_entries);
-    case("insider-rewrite-alone-verifies", &rewritten, pinned, &[], None);
+    case(
+        "insider-rewrite-alone-verifies",
+        &rewritten,
+        pinned,
+        &[],
+        None,
+    );
     // On its own it fails only where the signed step no longer matches its
     // signature or later links; against the auditor's checkpoint it is named.
     let early_size: u64 = early.lines().nth(1).unwrap().parse().unwrap();
     let verdict = verify_lines(&rewritten, pinned, std::slice::from_ref(&early));
     let f = verdict.verdict.failure.unwrap();
     assert!(
-        matches!(f.reason, Reason::InconsistentCheckpoint | Reason::BadSignature),
+        matches!(
+            f.reason,
+            Reason::InconsistentCheckpoint | Reason::BadSignature
+        ),
         "{f:?}"
     );
     case(
@@ -976,13 +1000,22 @@ fn every_fault_class_is_named_by_every_verifier() {
     let _ = early_size;
     // The same rewrite as a partial bundle, with a consistency line from the
     // auditor's size: the proof cannot lead from the old root.
-    let selection = selection_of(&rewritten_entries, Scope::Session("s2".into()), DetailLevel::Full);
+    let selection = selection_of(
+        &rewritten_entries,
+        Scope::Session("s2".into()),
+        DetailLevel::Full,
+    );
     let mut partial = w.signed_partial(&rewritten_entries, &selection);
     let mut tree = MemoryTree::new();
-    rewritten_entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+    rewritten_entries
+        .iter()
+        .for_each(|e| tree.push(e.leaf_hash()));
     partial.insert(
         2,
-        consistency_line(early_size, &consistency_proof(&tree, early_size, n).unwrap()),
+        consistency_line(
+            early_size,
+            &consistency_proof(&tree, early_size, n).unwrap(),
+        ),
     );
     case(
         "insider-rewrite-partial-consistency",
@@ -1033,7 +1066,11 @@ fn every_fault_class_is_named_by_every_verifier() {
     let mut genesis_bundle = complete.clone();
     edit_line(&mut genesis_bundle, 2 + start, |v| {
         let g = v["view"]["genesis"].as_str().unwrap().to_owned();
-        v["view"]["genesis"] = json!(format!("{}{}", if g.starts_with('0') { "1" } else { "0" }, &g[1..]));
+        v["view"]["genesis"] = json!(format!(
+            "{}{}",
+            if g.starts_with('0') { "1" } else { "0" },
+            &g[1..]
+        ));
     });
     case(
         "genesis-does-not-recompute",
@@ -1076,9 +1113,10 @@ fn every_fault_class_is_named_by_every_verifier() {
     for (i, e) in revoked.iter_mut().enumerate() {
         e.seq = i as u64;
     }
-    let signed_seq = seq_of(&revoked, |e| {
-        matches!(&e.record, LogRecord::Step(r) if r.signature.is_some())
-    }) as u64;
+    let signed_seq = seq_of(
+        &revoked,
+        |e| matches!(&e.record, LogRecord::Step(r) if r.signature.is_some()),
+    ) as u64;
     case(
         "signed-after-revocation",
         &w.signed_complete(&revoked),
@@ -1155,7 +1193,8 @@ fn every_fault_class_is_named_by_every_verifier() {
     };
     recompute(&mut drifted[b1_0], b1_genesis, |s| {
         s.created_at =
-            cairn_core::Timestamp::from_micros(s.created_at.as_micros() - 365 * 86_400_000_000).unwrap();
+            cairn_core::Timestamp::from_micros(s.created_at.as_micros() - 365 * 86_400_000_000)
+                .unwrap();
     });
     let h = match &drifted[b1_0].record {
         LogRecord::Step(r) => r.hash,
@@ -1211,12 +1250,11 @@ fn every_fault_class_is_named_by_every_verifier() {
     );
     // An erasure record naming a step that shows its payload.
     let mut shown = entries.clone();
-    let personal = seq_of(&entries, |e| matches!(&e.record, LogRecord::Step(r) if r.erased));
-    let stored = w
-        .store
-        .step_by_trace(ORG, "signed-1")
-        .unwrap()
-        .unwrap();
+    let personal = seq_of(
+        &entries,
+        |e| matches!(&e.record, LogRecord::Step(r) if r.erased),
+    );
+    let stored = w.store.step_by_trace(ORG, "signed-1").unwrap().unwrap();
     let _ = stored;
     // Put back the erased step's payload from nothing: impossible without
     // the salt, so instead point the erasure at the signed step.
@@ -1243,4 +1281,60 @@ fn every_fault_class_is_named_by_every_verifier() {
     let _ = personal;
     let _ = w.agent_key.verifying_key();
     let _ = &w.data;
+
+    // A selection that omits a session of its scope altogether is consistent
+    // on its own (a lie the operator signed): the complete log disproves it.
+    let mut omitted = selection_of(&entries, Scope::Agent("analyst".into()), DetailLevel::Full);
+    let s2_start = seq_of(
+        &entries,
+        |e| matches!(&e.record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s2"),
+    ) as u64;
+    omitted.sessions.retain(|c| c.session_id != "s2");
+    omitted.records.retain(|(seq, _)| *seq != s2_start);
+    let lie = w.signed_partial(&entries, &omitted);
+    case(
+        "selection-omits-a-session-consistently",
+        &lie,
+        pinned,
+        &[],
+        None,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (lie_path, log_path) = (dir.path().join("lie.bundle"), dir.path().join("log.bundle"));
+    std::fs::write(&lie_path, lie.join("\n") + "\n").unwrap();
+    std::fs::write(&log_path, w.signed_complete(&entries).join("\n") + "\n").unwrap();
+    let run = common::cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--json",
+            "--bundle",
+            lie_path.to_str().unwrap(),
+            "--log",
+            log_path.to_str().unwrap(),
+            "--key",
+            &key,
+        ],
+        None,
+    );
+    let verdict: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], "selection-mismatch", "{verdict}");
+    // The honest selection passes the same check.
+    let honest_path = dir.path().join("honest.bundle");
+    std::fs::write(&honest_path, analyst.join("\n") + "\n").unwrap();
+    let run = common::cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--bundle",
+            honest_path.to_str().unwrap(),
+            "--log",
+            log_path.to_str().unwrap(),
+            "--key",
+            &key,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
 }

@@ -200,3 +200,36 @@ pub fn serve(dir: &Path, url: Option<&str>) -> (Server, Option<String>) {
     std::thread::spawn(move || for _ in lines {});
     (Server { child, addr }, admin)
 }
+
+/// The `hidden` column of a step erased in the exact shape Cairn writes,
+/// computed from its line in a complete bundle (values and salts): what an
+/// attacker who holds the store can compute from the row's seed.
+pub fn erasure_shape(bundle: &str, seq: i64) -> String {
+    use cairn_core::commit::{Field, Opening};
+    let line = bundle
+        .lines()
+        .find(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .and_then(|v| v["seq"].as_i64())
+                == Some(seq)
+        })
+        .expect("the step is in the bundle");
+    let (entry, _) = cairn_core::bundle::decode_entry(line).unwrap();
+    let cairn_core::log::LogRecord::Step(mut record) = entry.record else {
+        panic!("not a step")
+    };
+    let mut hidden = serde_json::Map::new();
+    for field in [
+        Field::Content,
+        Field::InputData,
+        Field::OutputData,
+        Field::Metadata,
+    ] {
+        record.hide(field).unwrap();
+        if let Opening::Hidden(c) = record.openings.get(field) {
+            hidden.insert(field.name().into(), Value::String(c.to_hex()));
+        }
+    }
+    Value::Object(hidden).to_string()
+}
