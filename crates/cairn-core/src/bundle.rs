@@ -227,8 +227,12 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
     line.to_string()
 }
 
+/// A log entry read from a bundle line, with its inclusion proof if the
+/// line carries one.
+pub type ProvenEntry = (LogEntry, Option<Vec<Hash>>);
+
 /// Decodes an entry line into the entry and its proof (if any), strictly.
-pub fn decode_entry(line: &str) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
+pub fn decode_entry(line: &str) -> Result<ProvenEntry, String> {
     let v = crate::json::from_str(line)?;
     decode_entry_value(&v).map_err(|(_, e)| e)
 }
@@ -273,7 +277,7 @@ const OP_MEMBERS: [&str; 5] = ["seq", "type", "logged_at", "view", "hash"];
 /// Decodes an entry line; an error says why, with its reason: the line's
 /// form (`malformed-record`), or a derived hash the line states wrongly
 /// (`digest-mismatch`).
-fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), (Reason, String)> {
+fn decode_entry_value(v: &Value) -> Result<ProvenEntry, (Reason, String)> {
     let malformed = |e: String| (Reason::MalformedRecord, e);
     let (entry, proof) = decode_entry_form(v).map_err(malformed)?;
     // A session start states its genesis, which derives from its header:
@@ -294,7 +298,7 @@ fn decode_entry_value(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), (Reaso
     Ok((entry, proof))
 }
 
-fn decode_entry_form(v: &Value) -> Result<(LogEntry, Option<Vec<Hash>>), String> {
+fn decode_entry_form(v: &Value) -> Result<ProvenEntry, String> {
     let obj = v.as_object().ok_or("an entry line must be an object")?;
     let seq = obj
         .get("seq")
