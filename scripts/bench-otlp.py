@@ -139,7 +139,8 @@ class Payloads:
     def make(self, exporter, counter, nonce):
         buf = bytearray(self.raw)
         unique = nonce.to_bytes(4, "big") + exporter.to_bytes(4, "big") + counter.to_bytes(4, "big")
-        short = exporter.to_bytes(2, "big") + counter.to_bytes(4, "big")
+        # Span ids must not be all zero: the exporter number starts at 1.
+        short = (exporter + 1).to_bytes(2, "big") + counter.to_bytes(4, "big")
         conv = unique.hex()[8:].encode()
         for at in self.trace_at:
             buf[at:at + 12] = unique
@@ -321,7 +322,8 @@ def run(target, payloads, exporters, seconds, drain_seconds):
     nonce = random.getrandbits(31)
     stop_at = [0.0]
     latencies, lock = [], threading.Lock()
-    stats = {"requests": 0, "retries": 0, "errors": 0, "acked_spans": 0}
+    stats = {"requests": 0, "retries": 0, "errors": 0, "acked_spans": 0, "rejected": 0}
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
     peak = [0]
     sampling = [True]
 
@@ -342,7 +344,7 @@ def run(target, payloads, exporters, seconds, drain_seconds):
                 try:
                     conn.request("POST", path, body=body, headers=headers)
                     r = conn.getresponse()
-                    r.read()
+                    answer = r.read()
                     status, retry_after = r.status, r.getheader("Retry-After")
                 except (OSError, http.client.HTTPException):
                     conn.close()
@@ -360,9 +362,16 @@ def run(target, payloads, exporters, seconds, drain_seconds):
                     if time.time() > stop_at[0] + 30:
                         break
                     continue
+                rejected = 0
+                if status == 200 and answer:
+                    try:
+                        rejected = ExportTraceServiceResponse.FromString(answer).partial_success.rejected_spans
+                    except Exception:
+                        pass
                 with lock:
                     if status == 200:
-                        stats["acked_spans"] += SPANS_PER_REQUEST
+                        stats["acked_spans"] += SPANS_PER_REQUEST - rejected
+                        stats["rejected"] += rejected
                     else:
                         stats["errors"] += 1
                 break
@@ -404,6 +413,7 @@ def run(target, payloads, exporters, seconds, drain_seconds):
         "tool": target.name, "spans_persisted": count, "spans_acked": stats["acked_spans"],
         "seconds": round(elapsed, 2), "spans_per_s": round(count / elapsed, 1) if elapsed > 0 else 0,
         "requests": stats["requests"], "retries_429_503": stats["retries"], "errors": stats["errors"],
+        "rejected_spans": stats["rejected"],
         "p50_ms": round(pick(0.5) * 1000, 1), "p99_ms": round(pick(0.99) * 1000, 1),
         "peak_rss_mib": round(peak[0] / 2**20, 1), "replay_verified": checked,
     }

@@ -56,6 +56,11 @@ pub struct DecodeLimits {
     pub max_decompressed_bytes: usize,
     /// Most spans in one request.
     pub max_spans: usize,
+    /// Most message instances (spans, attributes, values, events, ...) in
+    /// one request, counted before decoding: each costs tens to hundreds of
+    /// bytes once decoded but as little as 2 bytes on the wire, so this,
+    /// not the body size, bounds a decoded request's memory.
+    pub max_elements: usize,
 }
 
 impl Default for DecodeLimits {
@@ -63,6 +68,7 @@ impl Default for DecodeLimits {
         DecodeLimits {
             max_decompressed_bytes: 16 * 1024 * 1024,
             max_spans: 10_000,
+            max_elements: 1_000_000,
         }
     }
 }
@@ -109,6 +115,15 @@ pub enum DecodeError {
         "this is a signed complete trace (seed 004), not OTLP: import it with POST /v1/signed-traces"
     )]
     SignedTrace,
+    /// More message instances than [`DecodeLimits::max_elements`] (HTTP
+    /// 400).
+    #[error(
+        "the request holds more than {limit} values (spans, attributes, events, array items): export smaller batches"
+    )]
+    TooManyElements {
+        /// The limit.
+        limit: usize,
+    },
     /// More spans than [`DecodeLimits::max_spans`] (HTTP 400).
     #[error(
         "the request holds {count} spans; the most one request may hold is {limit}: export smaller batches"
@@ -190,6 +205,17 @@ pub fn decode_otlp_with(
             decompressed: false,
         });
     }
+    // Count before allocating: spans and every other message instance.
+    let budget = match encoding {
+        Encoding::Protobuf => protobuf_budget(body, limits)?,
+        Encoding::Json => json_budget(body, limits)?,
+    };
+    if budget.spans > limits.max_spans {
+        return Err(DecodeError::TooManySpans {
+            count: budget.spans,
+            limit: limits.max_spans,
+        });
+    }
     let request = match encoding {
         Encoding::Protobuf => ExportTraceServiceRequest::decode(body)
             .map_err(|e| DecodeError::BadProtobuf(e.to_string()))?,
@@ -209,6 +235,166 @@ pub fn decode_otlp_with(
         });
     }
     Ok(request)
+}
+
+/// What a body holds, counted without decoding it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Budget {
+    spans: usize,
+    elements: usize,
+}
+
+/// The messages of the trace export whose instances are counted, and
+/// which of their fields hold such messages (field number, message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Msg {
+    Request,
+    ResourceSpans,
+    Resource,
+    ScopeSpans,
+    Scope,
+    Span,
+    Event,
+    Link,
+    KeyValue,
+    AnyValue,
+    List,
+    KvList,
+}
+
+impl Msg {
+    fn child(self, field: u32) -> Option<Msg> {
+        use Msg::*;
+        Some(match (self, field) {
+            (Request, 1) => ResourceSpans,
+            (ResourceSpans, 1) => Resource,
+            (ResourceSpans, 2) => ScopeSpans,
+            (Resource, 1) | (Scope, 3) | (Span, 9) | (Event, 3) | (Link, 4) | (KvList, 1) => {
+                KeyValue
+            }
+            (ScopeSpans, 1) => Scope,
+            (ScopeSpans, 2) => Span,
+            (Span, 11) => Event,
+            (Span, 13) => Link,
+            (KeyValue, 2) | (List, 1) => AnyValue,
+            (AnyValue, 5) => List,
+            (AnyValue, 6) => KvList,
+            _ => return None,
+        })
+    }
+}
+
+/// Counts the spans and message instances of a protobuf
+/// `ExportTraceServiceRequest` in one pass with `prost`'s wire primitives,
+/// allocating nothing; stops as soon as a limit is passed. Malformed input
+/// is left for the decoder to report.
+fn protobuf_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeError> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    fn walk(
+        mut buf: &[u8],
+        msg: Msg,
+        depth: u32,
+        budget: &mut Budget,
+        limits: &DecodeLimits,
+    ) -> Result<(), DecodeError> {
+        let malformed = |e: prost::DecodeError| DecodeError::BadProtobuf(e.to_string());
+        while !buf.is_empty() {
+            let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
+            match msg.child(tag) {
+                Some(child) if wire == WireType::LengthDelimited => {
+                    let len = decode_varint(&mut buf).map_err(malformed)?;
+                    let len = usize::try_from(len)
+                        .ok()
+                        .filter(|l| *l <= buf.len())
+                        .ok_or_else(|| DecodeError::BadProtobuf("buffer underflow".into()))?;
+                    let (inner, rest) = buf.split_at(len);
+                    buf = rest;
+                    budget.elements += 1;
+                    if child == Msg::Span {
+                        budget.spans += 1;
+                        if budget.spans > limits.max_spans {
+                            return Ok(());
+                        }
+                    }
+                    if budget.elements > limits.max_elements {
+                        return Err(DecodeError::TooManyElements {
+                            limit: limits.max_elements,
+                        });
+                    }
+                    if depth >= 100 {
+                        return Err(DecodeError::BadProtobuf("nested too deep".into()));
+                    }
+                    walk(inner, child, depth + 1, budget, limits)?;
+                }
+                _ => {
+                    skip_field(wire, tag, &mut buf, DecodeContext::default()).map_err(malformed)?
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut budget = Budget::default();
+    walk(body, Msg::Request, 0, &mut budget, limits)?;
+    Ok(budget)
+}
+
+/// Counts the objects and arrays of an OTLP/JSON body (each message
+/// instance is one) and its spans (objects three levels under
+/// `resourceSpans`, approximated by the `"spans"` arrays' objects), in one
+/// pass over the bytes, allocating nothing.
+fn json_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeError> {
+    let mut budget = Budget::default();
+    let mut in_string = false;
+    let mut escaped = false;
+    // Depth of the innermost open `"spans": [` array, if any.
+    let mut depth = 0usize;
+    let mut spans_at: Option<usize> = None;
+    let mut last_key_spans = false;
+    let mut key_start = 0usize;
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                last_key_spans = &body[key_start..i] == b"spans";
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                key_start = i + 1;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                budget.elements += 1;
+                if b == b'[' && last_key_spans && spans_at.is_none() {
+                    spans_at = Some(depth);
+                } else if b == b'{' && spans_at == Some(depth - 1) {
+                    budget.spans += 1;
+                }
+                if budget.elements > limits.max_elements {
+                    return Err(DecodeError::TooManyElements {
+                        limit: limits.max_elements,
+                    });
+                }
+                last_key_spans = false;
+            }
+            b']' | b'}' => {
+                if spans_at == Some(depth) {
+                    spans_at = None;
+                }
+                depth = depth.saturating_sub(1);
+                last_key_spans = false;
+            }
+            b':' | b' ' | b'\n' | b'\r' | b'\t' => {}
+            _ => last_key_spans = false,
+        }
+    }
+    Ok(budget)
 }
 
 /// Spans in a request.
@@ -362,6 +548,42 @@ mod tests {
         assert_eq!(
             decode_otlp_with("application/x-protobuf", &body, &limits).unwrap_err(),
             DecodeError::TooManySpans { count: 3, limit: 2 }
+        );
+    }
+
+    #[test]
+    fn elements_are_counted_before_decoding() {
+        // 3 MB of empty attributes (2 bytes each on the wire, ~64 bytes
+        // each decoded) are refused before anything is allocated for them.
+        let mut req = request(1);
+        req.resource_spans[0].scope_spans[0].spans[0].attributes =
+            vec![opentelemetry_proto::tonic::common::v1::KeyValue::default(); 1_500_000];
+        let body = req.encode_to_vec();
+        assert_eq!(
+            decode_otlp("application/x-protobuf", &body).unwrap_err(),
+            DecodeError::TooManyElements { limit: 1_000_000 }
+        );
+        let limits = DecodeLimits {
+            max_spans: 3,
+            ..DecodeLimits::default()
+        };
+        let budget = protobuf_budget(&request(3).encode_to_vec(), &limits).unwrap();
+        assert_eq!(budget.spans, 3);
+        assert_eq!(budget.elements, 1 + 1 + 3);
+        // Empty spans: counted, refused past the span limit.
+        let json = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}], "x": "\"spans\": [{{}}]"}}]}}]}}"#,
+            vec!["{}"; 4].join(",")
+        );
+        assert_eq!(json_budget(json.as_bytes(), &limits).unwrap().spans, 4);
+        assert_eq!(
+            decode_otlp_with("application/json", json.as_bytes(), &limits).unwrap_err(),
+            DecodeError::TooManySpans { count: 4, limit: 3 }
+        );
+        let objects = format!("[{}]", vec!["{}"; 1_000_001].join(","));
+        assert_eq!(
+            decode_otlp("application/json", objects.as_bytes()).unwrap_err(),
+            DecodeError::TooManyElements { limit: 1_000_000 }
         );
     }
 

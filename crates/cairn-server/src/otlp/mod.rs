@@ -190,7 +190,9 @@ impl From<DecodeError> for OtlpError {
             }
             DecodeError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             DecodeError::SignedTrace => (StatusCode::BAD_REQUEST, "signed_trace"),
-            DecodeError::TooManySpans { .. } => (StatusCode::BAD_REQUEST, "too_many_spans"),
+            DecodeError::TooManySpans { .. } | DecodeError::TooManyElements { .. } => {
+                (StatusCode::BAD_REQUEST, "too_many_spans")
+            }
             _ => (StatusCode::BAD_REQUEST, "invalid_otlp"),
         };
         OtlpError::new(status, code, e.to_string())
