@@ -201,8 +201,8 @@ pub(super) fn clip(text: &str, max: usize, cut: &mut bool) -> String {
 
 /// Attributes as a JSON object (the last value of a repeated key wins);
 /// keys of cut values are added to `truncated` as `<prefix>.<key>`.
-pub(super) fn attributes_json(
-    attrs: &[KeyValue],
+pub(super) fn attributes_json<'a>(
+    attrs: impl IntoIterator<Item = &'a KeyValue>,
     limits: &MapLimits,
     prefix: &str,
     truncated: &mut Vec<String>,

@@ -573,7 +573,7 @@ mod tests {
         // Empty spans: counted, refused past the span limit.
         let json = format!(
             r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}], "x": "\"spans\": [{{}}]"}}]}}]}}"#,
-            vec!["{}"; 4].join(",")
+            ["{}"; 4].join(",")
         );
         assert_eq!(json_budget(json.as_bytes(), &limits).unwrap().spans, 4);
         assert_eq!(

@@ -761,15 +761,13 @@ fn attach_metadata(b: &mut Builder<'_>, span: &Span, ctx: &Context<'_>, operatio
         let message = clip(&status.message, limits.max_attribute_bytes, &mut false);
         full.insert("status".into(), json!({"code": code, "message": message}));
     }
-    let kept: Vec<KeyValue> = span
+    let kept = span
         .attributes
         .iter()
-        .filter(|kv| !moved(&kv.key, &b.moved))
-        .cloned()
-        .collect();
+        .filter(|kv| !moved(&kv.key, &b.moved));
     full.insert(
         "attributes".into(),
-        attributes_json(&kept, limits, "attributes", &mut truncated),
+        attributes_json(kept, limits, "attributes", &mut truncated),
     );
     if !b.moved.is_empty() {
         full.insert("mapped_attributes".into(), json!(b.moved));
@@ -846,8 +844,12 @@ fn attach_metadata(b: &mut Builder<'_>, span: &Span, ctx: &Context<'_>, operatio
         }
     }
     let count = b.steps.len();
+    let mut full = Some(full);
     for (i, s) in b.steps.iter_mut().enumerate() {
-        let mut otel = if i == 0 { full.clone() } else { base.clone() };
+        let mut otel = match full.take() {
+            Some(full) => full,
+            None => base.clone(),
+        };
         otel.insert("step".into(), json!(i));
         otel.insert("steps".into(), json!(count));
         if i == 0 && !truncated.is_empty() {

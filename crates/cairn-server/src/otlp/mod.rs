@@ -32,7 +32,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use cairn_store::{AppendError, NewStep, Refusal, WriteRequest, Written};
+use cairn_store::{AppendError, NewStep, Refusal, WriteRequest};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -303,6 +303,25 @@ enum Fate {
     Refused,
 }
 
+/// What one export decodes and maps to: each span's steps (or why it
+/// cannot be recorded), from the body as sent.
+fn decode_and_map(
+    bytes: &[u8],
+    content_type: &str,
+    content_encoding: Option<&str>,
+    config: &OtlpConfig,
+    limits: &map::MapLimits,
+) -> Result<Vec<Result<map::SpanSteps, map::Unmappable>>, OtlpError> {
+    let raw = decompress(
+        content_encoding,
+        bytes,
+        config.decode.max_decompressed_bytes,
+    )?;
+    let request = decode_otlp_with(content_type, &raw, &config.decode)?;
+    drop(raw);
+    Ok(map::map_request(&request, limits))
+}
+
 async fn export_traces(
     state: &Arc<AppState>,
     headers: &HeaderMap,
@@ -325,20 +344,18 @@ async fn export_traces(
     let content_type = content_type.unwrap_or("").to_owned();
     let content_encoding = content_encoding(headers);
     let bound = caller.key.agent_id.clone();
-    let work_state = Arc::clone(state);
-    let work_caller = caller.clone();
+    let (work_state, work_caller, work_bytes) = (Arc::clone(state), caller.clone(), bytes.clone());
+    let (work_type, work_encoding) = (content_type.clone(), content_encoding.clone());
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (spans, reasons, submitted) = cpu(state, move || {
-        let raw = decompress(
-            content_encoding.as_deref(),
-            &bytes,
-            config.decode.max_decompressed_bytes,
+    let (mut fates, mut reasons, submitted) = cpu(state, move || {
+        let mapped = decode_and_map(
+            &work_bytes,
+            &work_type,
+            work_encoding.as_deref(),
+            &config,
+            &map_limits,
         )?;
-        let request = decode_otlp_with(&content_type, &raw, &config.decode)?;
-        drop(raw);
-        let mapped = map::map_request(&request, &map_limits);
-        drop(request);
         let mut fates = vec![Fate::Recorded; mapped.len()];
         let mut reasons: Vec<String> = Vec::new();
         for (i, m) in mapped.iter().enumerate() {
@@ -362,6 +379,7 @@ async fn export_traces(
             }
         }
         let plans = map::plan(&mapped, bound.as_deref());
+        drop(mapped);
         let steps: usize = plans.iter().map(|p| p.steps.len()).sum();
         if let Some(e) = saturated(&work_state, steps) {
             return Err(e);
@@ -372,59 +390,68 @@ async fn export_traces(
                 if fates[span] == Fate::Refused {
                     continue;
                 }
+                let id = step.step_id.clone();
                 let new = new_step(&work_caller, &plan.session_id, &plan.agent_id, step);
-                let pending = work_state
-                    .ledger
-                    .submit(WriteRequest::Step(Box::new(new.clone())));
-                submitted.push((span, new, pending));
+                let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
+                submitted.push((span, id, pending));
             }
         }
         Ok((fates, reasons, submitted))
     })
     .await?;
-    let mut fates = spans;
-    let mut reasons = reasons;
-    let mut retry: Vec<(usize, NewStep)> = Vec::new();
+    // Steps refused because their session was opened as another agent (by
+    // an earlier export, before this session's agent span arrived): step
+    // id -> the session's agent.
+    let mut mismatched: std::collections::HashMap<String, String> = Default::default();
     let mut storage_failure = None;
-    for (span, new, pending) in submitted {
+    for (span, id, pending) in submitted {
         match pending.await {
-            Ok(Written::Step { .. }) => {
-                state.metrics.append(started.elapsed());
-            }
-            Ok(_) => {}
+            Ok(_) => state.metrics.append(started.elapsed()),
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
             Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
                 if caller.key.agent_id.is_none() =>
             {
-                // The session was opened as another agent (by an earlier
-                // export): write the step as the session's agent.
-                let mut new = new;
-                new.agent_id = session_agent;
-                retry.push((span, new));
+                mismatched.insert(id, session_agent);
             }
             Err(AppendError::Refused(r)) => {
                 state.metrics.refusal();
                 if fates[span] != Fate::Refused {
                     fates[span] = Fate::Refused;
-                    reasons.push(format!("step {}: {r}", new.trace_id.unwrap_or_default()));
+                    reasons.push(format!("step {id}: {r}"));
                 }
             }
             Err(AppendError::Store(e)) => storage_failure = Some(e),
         }
     }
-    if !retry.is_empty() {
-        let pendings: Vec<_> = retry
-            .into_iter()
-            .map(|(span, new)| {
-                let id = new.trace_id.clone().unwrap_or_default();
-                (
-                    span,
-                    id,
-                    state.ledger.submit(WriteRequest::Step(Box::new(new))),
-                )
-            })
-            .collect();
-        for (span, id, pending) in pendings {
+    if !mismatched.is_empty() && storage_failure.is_none() {
+        // Rare (and cheaper than keeping a copy of every step): derive the
+        // steps again and write these as the session's agent, in order.
+        let work_state = Arc::clone(state);
+        let work_caller = caller.clone();
+        let retried = cpu(state, move || {
+            let mapped = decode_and_map(
+                &bytes,
+                &content_type,
+                content_encoding.as_deref(),
+                &config,
+                &map_limits,
+            )?;
+            let mut pendings = Vec::new();
+            for plan in map::plan(&mapped, None) {
+                for (span, step) in plan.steps {
+                    let Some(agent) = mismatched.get(&step.step_id) else {
+                        continue;
+                    };
+                    let id = step.step_id.clone();
+                    let new = new_step(&work_caller, &plan.session_id, agent, step);
+                    let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
+                    pendings.push((span, id, pending));
+                }
+            }
+            Ok(pendings)
+        })
+        .await?;
+        for (span, id, pending) in retried {
             match pending.await {
                 Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                     state.metrics.append(started.elapsed());
