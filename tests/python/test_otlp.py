@@ -333,6 +333,37 @@ def test_metrics_and_logs_are_answered(otlp_server):
     assert status == 200 and b"cairn_otlp_discarded_items_total 6" in text
 
 
+def test_a_full_queue_answers_429_with_retry_after(cairn_bin, data_dir, tmp_path):
+    """`--otlp-max-backlog 0` refuses every export: the exporter is told to
+    retry, and nothing is written."""
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen([cairn_bin, "serve", "--listen", "127.0.0.1:0", "--otlp-max-backlog", "0"],
+                            env={**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme"},
+                            stdout=log, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        text = ""
+        while "listening on" not in text and time.time() < deadline:
+            time.sleep(0.05)
+            log.seek(0)
+            text = log.read()
+        url = re.search(r"http://[0-9.:]+", text).group(0)
+        key = re.search(r"cairn_[A-Za-z0-9_-]+", text).group(0)
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        body = encode_spans(agent_run("conv-full")).SerializeToString()
+        status, headers, answer = call("POST", f"{url}/v1/traces", key, body,
+                                       {"Content-Type": "application/x-protobuf"})
+        assert status == 429
+        assert headers.get("Retry-After") == "1"
+        assert headers.get("Content-Type") == "application/x-protobuf"
+        status, _, _ = call("GET", f"{url}/v1/sessions/conv-full", key)
+        assert status == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
 def test_a_key_bound_to_an_agent_writes_only_its_spans(otlp_server):
     url, otlp, key = otlp_server
     status, _, body = call("POST", f"{url}/v1/keys", key, json.dumps(

@@ -61,6 +61,9 @@ pub struct OtlpConfig {
     pub max_backlog: usize,
     /// Requests decoded and mapped at once (each holds its decoded body).
     pub decode_permits: usize,
+    /// OTLP requests handled at once, from reading the body to the answer
+    /// (each holds its body); more are answered 429 at once.
+    pub max_requests: usize,
 }
 
 impl Default for OtlpConfig {
@@ -71,6 +74,7 @@ impl Default for OtlpConfig {
             max_attribute_bytes: 16 * 1024,
             max_backlog: 65_536,
             decode_permits: 2,
+            max_requests: 64,
         }
     }
 }
@@ -78,12 +82,14 @@ impl Default for OtlpConfig {
 /// What OTLP ingest keeps between requests.
 pub(crate) struct OtlpState {
     permits: tokio::sync::Semaphore,
+    requests: tokio::sync::Semaphore,
 }
 
 impl OtlpState {
     pub(crate) fn new(config: &OtlpConfig) -> OtlpState {
         OtlpState {
             permits: tokio::sync::Semaphore::new(config.decode_permits.max(1)),
+            requests: tokio::sync::Semaphore::new(config.max_requests.max(1)),
         }
     }
 }
@@ -245,10 +251,20 @@ fn content_encoding(headers: &HeaderMap) -> Option<String> {
         .map(|v| v.to_str().unwrap_or("(not text)").to_owned())
 }
 
+/// A 429 when the sequencer's backlog is full: before reading a request
+/// (`adding` 0: the backlog is at the limit), and before queueing its
+/// steps (they would take it past the limit; a request larger than the
+/// limit still goes through an empty queue). A limit of 0 refuses every
+/// export.
 fn saturated(state: &AppState, adding: usize) -> Option<OtlpError> {
     let backlog = state.ledger.backlog();
     let max = state.config.otlp.max_backlog;
-    (backlog.saturating_add(adding) > max && backlog > 0).then(|| {
+    let full = if adding == 0 {
+        backlog >= max
+    } else {
+        backlog > 0 && backlog.saturating_add(adding) > max
+    };
+    full.then(|| {
         OtlpError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "overloaded",
@@ -333,6 +349,17 @@ async fn export_traces(
     if let Some(e) = saturated(state, 0) {
         return Err(e);
     }
+    let _request = state.otlp.requests.try_acquire().map_err(|_| {
+        OtlpError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "overloaded",
+            format!(
+                "{} OTLP requests are being handled: retry after the delay",
+                state.config.otlp.max_requests
+            ),
+        )
+        .retry_after(1)
+    })?;
     let (caller, bytes) = admit(state, headers, body, encoding, content_type).await?;
     let config = state.config.otlp;
     let limits = state.store.limits();
