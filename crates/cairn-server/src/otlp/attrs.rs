@@ -13,6 +13,10 @@ use serde_json::{Map, Value, json};
 /// with a marker (the store refuses JSON deeper than 64 levels).
 const MAX_DEPTH: usize = 32;
 
+/// Largest JSON text (in a message, argument or result attribute) that is
+/// parsed into JSON; longer text is kept as a string.
+const MAX_JSON_TEXT: usize = 1024 * 1024;
+
 /// A span's attributes, looked up by key (the last value wins, as in a
 /// map).
 #[derive(Clone, Copy)]
@@ -71,7 +75,10 @@ impl<'a> Attrs<'a> {
 /// JSON text (an object or array) as a value, sanitized for the store.
 pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     let t = text.trim_start();
-    if !(t.starts_with('{') || t.starts_with('[')) {
+    // Parsed JSON takes several times its text in memory; text this large
+    // would be cut to a marker by the payload limit anyway, so it stays a
+    // string.
+    if !(t.starts_with('{') || t.starts_with('[')) || text.len() > MAX_JSON_TEXT {
         return None;
     }
     let value: Value = serde_json::from_str(text).ok()?;
@@ -191,8 +198,12 @@ pub(super) fn clip(text: &str, max: usize, cut: &mut bool) -> String {
         return text.to_owned();
     }
     *cut = true;
-    let marker = format!(" …[truncated: {} bytes in all]", text.len());
-    let mut end = max.saturating_sub(marker.len());
+    let mut marker = format!(" …[truncated: {} bytes in all]", text.len());
+    if marker.len() > max {
+        // A limit too small for the marker: the text alone, cut.
+        marker.clear();
+    }
+    let mut end = max - marker.len();
     while end > 0 && !text.is_char_boundary(end) {
         end -= 1;
     }

@@ -671,3 +671,31 @@ fn both_encodings_map_alike() {
     assert!(text.contains("\"startTimeUnixNano\":\"1700000000010000000\""));
     let _ = super::json::decode_request(b"{}").unwrap();
 }
+
+#[test]
+fn large_json_text_stays_text_and_tiny_limits_hold() {
+    // 2 MiB of JSON text in a result: not parsed (it would take several
+    // times that in memory), cut to the payload limit's marker.
+    let big = format!("[{}]", vec!["{}"; 700_000].join(","));
+    let spans = mapped(vec![span(
+        2,
+        0,
+        1,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.call.result", &big),
+        ],
+    )]);
+    let out = spans[0].steps[1].output.as_ref().unwrap();
+    assert_eq!(out["cairn.truncated"], true);
+    // A content limit smaller than the truncation marker still holds.
+    let limits = MapLimits {
+        max_content_bytes: 8,
+        ..MapLimits::default()
+    };
+    let mut long = span(2, 0, 1, vec![s("gen_ai.operation.name", "chat")]);
+    long.name = "chat with a rather long span name".into();
+    let out = map_request(&request(vec![long]), &limits);
+    let content = out[0].as_ref().unwrap().steps[0].content.clone().unwrap();
+    assert!(content.len() <= 8, "{content}");
+}
