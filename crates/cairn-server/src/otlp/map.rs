@@ -878,63 +878,71 @@ pub struct SessionPlan {
 /// (`invoke_agent`, `create_agent`, `AGENT`), else by any span of it, else
 /// the resource's `service.name`, else `otel`.
 pub fn plan(
-    spans: &[Result<SpanSteps, Unmappable>],
+    spans: Vec<Result<SpanSteps, Unmappable>>,
     bound_agent: Option<&str>,
 ) -> Vec<SessionPlan> {
-    let mut order: Vec<&str> = Vec::new();
-    let mut members: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    // Sessions in order of first appearance, with their spans.
+    let mut order: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, s) in spans.iter().enumerate() {
         let Ok(s) = s else { continue };
-        let entry = members.entry(s.session_id.as_str()).or_default();
-        if entry.is_empty() {
-            order.push(&s.session_id);
-        }
-        entry.push(i);
+        let at = *index.entry(s.session_id.as_str()).or_insert_with(|| {
+            order.push((s.session_id.clone(), Vec::new()));
+            order.len() - 1
+        });
+        order[at].1.push(i);
     }
+    drop(index);
+    let agents: Vec<String> = order
+        .iter()
+        .map(|(_, idx)| {
+            if let Some(a) = bound_agent {
+                return a.to_owned();
+            }
+            let of = |i: &usize| spans[*i].as_ref().ok();
+            let named = |want_agent_span: bool| {
+                idx.iter()
+                    .filter_map(of)
+                    .filter(|s| {
+                        s.agent
+                            .as_ref()
+                            .is_some_and(|(_, is)| *is || !want_agent_span)
+                    })
+                    .min_by(|a, b| (a.start, &a.span_hex).cmp(&(b.start, &b.span_hex)))
+                    .and_then(|s| s.agent.as_ref().map(|(a, _)| a.clone()))
+            };
+            named(true)
+                .or_else(|| named(false))
+                .or_else(|| idx.iter().filter_map(of).find_map(|s| s.service.clone()))
+                .unwrap_or_else(|| "otel".to_owned())
+        })
+        .collect();
+    // Move the steps out (no copies), keeping each span's id for ordering.
+    let mut taken: Vec<(String, Vec<MappedStep>)> = spans
+        .into_iter()
+        .map(|s| match s {
+            Ok(s) => (s.span_hex, s.steps),
+            Err(_) => (String::new(), Vec::new()),
+        })
+        .collect();
     order
         .into_iter()
-        .map(|session| {
-            let idx = &members[session];
-            let of = |i: &usize| spans[*i].as_ref().ok();
-            let agent = match bound_agent {
-                Some(a) => a.to_owned(),
-                None => {
-                    let named = |want_agent_span: bool| {
-                        idx.iter()
-                            .filter_map(of)
-                            .filter(|s| {
-                                s.agent
-                                    .as_ref()
-                                    .is_some_and(|(_, is)| *is || !want_agent_span)
-                            })
-                            .min_by(|a, b| (a.start, &a.span_hex).cmp(&(b.start, &b.span_hex)))
-                            .and_then(|s| s.agent.as_ref().map(|(a, _)| a.clone()))
-                    };
-                    named(true)
-                        .or_else(|| named(false))
-                        .or_else(|| idx.iter().filter_map(of).find_map(|s| s.service.clone()))
-                        .unwrap_or_else(|| "otel".to_owned())
-                }
-            };
-            let mut steps: Vec<(usize, MappedStep)> = idx
-                .iter()
-                .filter_map(|i| of(i).map(|s| (*i, s)))
-                .flat_map(|(i, s)| s.steps.iter().map(move |step| (i, step.clone())))
-                .collect();
+        .zip(agents)
+        .map(|((session_id, idx), agent_id)| {
+            let mut steps: Vec<(usize, MappedStep)> = Vec::new();
+            for i in idx {
+                steps.extend(std::mem::take(&mut taken[i].1).into_iter().map(|s| (i, s)));
+            }
             steps.sort_by(|(ia, a), (ib, b)| {
-                let span_a = spans[*ia]
-                    .as_ref()
-                    .map(|s| s.span_hex.as_str())
-                    .unwrap_or("");
-                let span_b = spans[*ib]
-                    .as_ref()
-                    .map(|s| s.span_hex.as_str())
-                    .unwrap_or("");
-                (a.at, span_a, a.position).cmp(&(b.at, span_b, b.position))
+                (a.at, taken[*ia].0.as_str(), a.position).cmp(&(
+                    b.at,
+                    taken[*ib].0.as_str(),
+                    b.position,
+                ))
             });
             SessionPlan {
-                session_id: session.to_owned(),
-                agent_id: agent,
+                session_id,
+                agent_id,
                 steps,
             }
         })

@@ -405,8 +405,7 @@ async fn export_traces(
                 }
             }
         }
-        let plans = map::plan(&mapped, bound.as_deref());
-        drop(mapped);
+        let plans = map::plan(mapped, bound.as_deref());
         let steps: usize = plans.iter().map(|p| p.steps.len()).sum();
         if let Some(e) = saturated(&work_state, steps) {
             return Err(e);
@@ -464,7 +463,7 @@ async fn export_traces(
                 &map_limits,
             )?;
             let mut pendings = Vec::new();
-            for plan in map::plan(&mapped, None) {
+            for plan in map::plan(mapped, None) {
                 for (span, step) in plan.steps {
                     let Some(agent) = mismatched.get(&step.step_id) else {
                         continue;

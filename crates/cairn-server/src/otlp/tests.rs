@@ -266,7 +266,7 @@ fn plan_orders_by_time_and_picks_the_agent() {
     let mut spans = agent_run();
     spans.reverse();
     let mapped: Vec<_> = map_request(&request(spans), &MapLimits::default());
-    let plans = plan(&mapped, None);
+    let plans = plan(mapped.clone(), None);
     assert_eq!(plans.len(), 1);
     let p = &plans[0];
     assert!(p.agent_id.starts_with("Weather-Helper~"));
@@ -285,10 +285,10 @@ fn plan_orders_by_time_and_picks_the_agent() {
         ]
     );
     // A key bound to an agent writes as that agent.
-    assert_eq!(plan(&mapped, Some("bound")).remove(0).agent_id, "bound");
+    assert_eq!(plan(mapped, Some("bound")).remove(0).agent_id, "bound");
     // Without an agent span: the service.
     let no_agent: Vec<_> = map_request(&request(agent_run()[..3].to_vec()), &MapLimits::default());
-    assert_eq!(plan(&no_agent, None)[0].agent_id, "support-bot");
+    assert_eq!(plan(no_agent, None)[0].agent_id, "support-bot");
 }
 
 #[test]
@@ -650,7 +650,7 @@ fn spans_without_ids_are_refused_with_a_reason() {
             .contains("span id must be 8 bytes")
     );
     assert!(out[2].is_ok());
-    assert_eq!(plan(&out, None)[0].steps.len(), 1);
+    assert_eq!(plan(out, None)[0].steps.len(), 1);
 }
 
 /// The same request in protobuf and in OTLP/JSON maps to the same steps.
