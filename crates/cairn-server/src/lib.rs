@@ -16,6 +16,7 @@ mod agent_keys;
 mod error;
 pub mod mcp;
 mod metrics;
+pub mod otlp;
 mod oversight;
 pub mod render;
 mod traces;
@@ -57,6 +58,8 @@ pub struct ServerConfig {
     /// Seed 000's `ENABLED`: when false, every write is refused with 503
     /// `ledger_disabled`; reads, verification and export keep working.
     pub enabled: bool,
+    /// OTLP/HTTP ingest limits (`otlp`).
+    pub otlp: otlp::OtlpConfig,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +69,7 @@ impl Default for ServerConfig {
             max_bundle_bytes: 256 * 1024 * 1024,
             key_cache_ttl: Duration::from_secs(5),
             enabled: true,
+            otlp: otlp::OtlpConfig::default(),
         }
     }
 }
@@ -77,6 +81,7 @@ pub struct AppState {
     metrics: Metrics,
     config: ServerConfig,
     keys: RwLock<HashMap<Hash, (ApiKey, Instant)>>,
+    otlp: otlp::OtlpState,
 }
 
 impl AppState {
@@ -87,6 +92,7 @@ impl AppState {
             ledger,
             store,
             metrics: Metrics::default(),
+            otlp: otlp::OtlpState::new(&config.otlp),
             config,
             keys: RwLock::new(HashMap::new()),
         })
@@ -123,8 +129,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/audit-events", post(oversight::record_event))
         .route("/v1/audit-events/{event_id}", get(oversight::get_event))
         .route("/v1/thinking/parse", post(turns::parse))
-        .route("/v1/traces", post(traces::post))
-        .route("/v1/traces/{trace_id}", get(traces::get))
+        .route("/v1/traces", post(otlp::traces))
+        .route("/v1/metrics", post(otlp::metrics))
+        .route("/v1/logs", post(otlp::logs))
+        .route("/v1/signed-traces", post(traces::post))
+        .route("/v1/signed-traces/{trace_id}", get(traces::get))
         .route("/v1/sql", post(traces::post_sql))
         .route("/v1/sessions/{session_id}/turns", post(turns::record))
         .route(
@@ -192,7 +201,7 @@ async fn mcp_auth(
     }
 }
 
-async fn count_errors(
+pub(crate) async fn count_errors(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -211,10 +220,14 @@ async fn count_errors(
     }
     // axum's own rejections (body too large, bad path) are plain text;
     // give them the JSON shape every other error has.
+    // OTLP answers errors as protobuf `Status` messages: also shaped.
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json")
+                || v.as_bytes().starts_with(b"application/x-protobuf")
+        });
     if status.is_client_error() && !is_json {
         let code = match status {
             StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
@@ -1442,6 +1455,19 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Serves the OTLP/HTTP paths alone (`--otlp-listen`, conventionally port
+/// 4318, where exporters send with `OTEL_EXPORTER_OTLP_ENDPOINT`) until
+/// `shutdown` resolves.
+pub async fn serve_otlp(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, otlp::router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

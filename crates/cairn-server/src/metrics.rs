@@ -22,6 +22,9 @@ pub struct Metrics {
     verifications_failed: AtomicU64,
     requests_4xx: AtomicU64,
     requests_5xx: AtomicU64,
+    otlp_spans_accepted: AtomicU64,
+    otlp_spans_rejected: AtomicU64,
+    otlp_items_discarded: AtomicU64,
 }
 
 impl Metrics {
@@ -51,6 +54,19 @@ impl Metrics {
         } else {
             self.verifications_failed.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Records the spans of an OTLP export: recorded (or already
+    /// recorded) and rejected.
+    pub fn otlp_spans(&self, accepted: u64, rejected: u64) {
+        self.otlp_spans_accepted.fetch_add(accepted, Relaxed);
+        self.otlp_spans_rejected.fetch_add(rejected, Relaxed);
+    }
+
+    /// Records metric data points or log records answered as rejected
+    /// (Cairn records traces only).
+    pub fn otlp_discarded(&self, items: u64) {
+        self.otlp_items_discarded.fetch_add(items, Relaxed);
     }
 
     /// Records an error answer.
@@ -100,6 +116,18 @@ impl Metrics {
             "cairn_http_server_errors_total",
             "Answers with a 5xx status.",
             self.requests_5xx.load(Relaxed),
+        );
+        counter(
+            "cairn_otlp_discarded_items_total",
+            "OTLP metric data points and log records answered as rejected (Cairn records traces only).",
+            self.otlp_items_discarded.load(Relaxed),
+        );
+        let _ = write!(
+            out,
+            "# HELP cairn_otlp_spans_total OTLP spans received, by outcome (accepted: recorded or already recorded).\n# TYPE cairn_otlp_spans_total counter\n\
+             cairn_otlp_spans_total{{result=\"accepted\"}} {}\ncairn_otlp_spans_total{{result=\"rejected\"}} {}\n",
+            self.otlp_spans_accepted.load(Relaxed),
+            self.otlp_spans_rejected.load(Relaxed)
         );
         let _ = write!(
             out,

@@ -49,7 +49,7 @@ pub(crate) async fn import(
     }
 }
 
-/// `POST /v1/traces`: a complete trace in seed 004's format;
+/// `POST /v1/signed-traces`: a complete trace in seed 004's format;
 /// `?session_id=` names the session its components go to (default: the
 /// trace id). Roles: writer, admin.
 pub(crate) async fn post(
@@ -90,7 +90,8 @@ pub(crate) async fn fetch(
     .await
 }
 
-/// `GET /v1/traces/{trace_id}`: the original signed trace, re-verified.
+/// `GET /v1/signed-traces/{trace_id}`: the original signed trace,
+/// re-verified.
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
     caller: Caller,

@@ -95,6 +95,9 @@ pub struct SequencerStats {
     pub requests: std::sync::atomic::AtomicU64,
     /// Batches whose storage write failed.
     pub failed_batches: std::sync::atomic::AtomicU64,
+    /// Requests queued or in the batch being committed: the backlog
+    /// ([`Ledger::backlog`]).
+    pub in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// A store with its sequencer: the handle writers and readers share.
@@ -129,6 +132,15 @@ impl Ledger {
         &self.stats
     }
 
+    /// Requests accepted into the queue and not yet answered (queued or in
+    /// the batch being committed). Edges use it to refuse work (429)
+    /// before queueing more than the sequencer can absorb.
+    pub fn backlog(&self) -> usize {
+        self.stats
+            .in_flight
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Read access to the store.
     pub fn store(&self) -> &dyn LedgerStore {
         self.store.as_ref()
@@ -160,12 +172,15 @@ impl Ledger {
             },
             other => other,
         };
-        if let Some(queue) = &self.queue
-            && let Err(mpsc::SendError(job)) = queue.send(Job { request, reply })
-        {
-            let _ = job
-                .reply
-                .send(Err(AppendError::Store(Arc::new(StoreError::Closed))));
+        let in_flight = &self.stats.in_flight;
+        in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sent = match &self.queue {
+            Some(queue) => queue.send(Job { request, reply }).map_err(|e| e.0.reply),
+            None => Err(reply),
+        };
+        if let Err(reply) = sent {
+            in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = reply.send(Err(AppendError::Store(Arc::new(StoreError::Closed))));
         }
         Pending { rx }
     }
@@ -255,6 +270,7 @@ fn run(
                 }
             }
         }
+        stats.in_flight.fetch_sub(requests.len(), Relaxed);
         if last_maintenance.elapsed() >= config.tick {
             maintain(store);
             last_maintenance = Instant::now();

@@ -108,6 +108,20 @@ enum Command {
         /// (revenue-analysis-q4) so there is something to look at.
         #[arg(long)]
         sample: bool,
+        /// Also serve OTLP/HTTP alone on this address (conventionally
+        /// 127.0.0.1:4318 or 0.0.0.0:4318), so that exporters work with
+        /// OTEL_EXPORTER_OTLP_ENDPOINT=http://host:4318 unchanged. The main
+        /// address serves POST /v1/traces too.
+        #[arg(long, env = "CAIRN_OTLP_LISTEN")]
+        otlp_listen: Option<String>,
+        /// Largest OTLP request body, compressed and once decompressed, in
+        /// bytes.
+        #[arg(long, env = "CAIRN_OTLP_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+        otlp_max_body_bytes: usize,
+        /// Steps the sequencer may hold before OTLP exports are answered
+        /// 429 with Retry-After (exporters retry).
+        #[arg(long, env = "CAIRN_OTLP_MAX_BACKLOG", default_value_t = 65_536)]
+        otlp_max_backlog: usize,
     },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
@@ -418,7 +432,21 @@ pub fn run() -> Result<Outcome> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Demo => crate::demo::run(),
-        Command::Serve { listen, sample } => serve(&cli, listen, *sample),
+        Command::Serve {
+            listen,
+            sample,
+            otlp_listen,
+            otlp_max_body_bytes,
+            otlp_max_backlog,
+        } => {
+            let mut otlp = cairn_server::otlp::OtlpConfig {
+                max_body_bytes: *otlp_max_body_bytes,
+                max_backlog: *otlp_max_backlog,
+                ..cairn_server::otlp::OtlpConfig::default()
+            };
+            otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
+            serve(&cli, listen, *sample, otlp_listen.as_deref(), otlp)
+        }
         Command::Mcp => mcp_stdio(&cli),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Thinking(args) if args.session_is_none() => {
@@ -1374,7 +1402,13 @@ fn import(
     }
 }
 
-fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
+fn serve(
+    cli: &Cli,
+    listen: &str,
+    sample: bool,
+    otlp_listen: Option<&str>,
+    otlp: cairn_server::otlp::OtlpConfig,
+) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -1397,6 +1431,7 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
     };
     let config = cairn_server::ServerConfig {
         enabled: cli.enabled,
+        otlp,
         ..cairn_server::ServerConfig::default()
     };
     if cli.enabled {
@@ -1414,11 +1449,25 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         let address = listener
             .local_addr()
             .context("reading the listening address")?;
+        let otlp_listener = match otlp_listen {
+            Some(otlp_listen) => Some(
+                tokio::net::TcpListener::bind(otlp_listen)
+                    .await
+                    .map_err(|e| usage(format!("cannot listen on {otlp_listen}: {e}")))?,
+            ),
+            None => None,
+        };
         println!(
             "cairn listening on http://{address} ({}, org: {})",
             store_location(cli),
             cli.org
         );
+        if let Some(l) = &otlp_listener {
+            let otlp_address = l.local_addr().context("reading the OTLP address")?;
+            println!(
+                "OTLP/HTTP on http://{otlp_address} (OTEL_EXPORTER_OTLP_ENDPOINT=http://{otlp_address})"
+            );
+        }
         if let Some(session) = sample_session {
             println!(
                 "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""
@@ -1427,9 +1476,14 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
         tracing::info!(%address, "serving");
-        cairn_server::serve(listener, state, shutdown_signal())
-            .await
-            .context("serving HTTP")?;
+        let main = cairn_server::serve(listener, Arc::clone(&state), shutdown_signal());
+        match otlp_listener {
+            Some(l) => {
+                let otlp = cairn_server::serve_otlp(l, state, shutdown_signal());
+                tokio::try_join!(main, otlp).context("serving HTTP")?;
+            }
+            None => main.await.context("serving HTTP")?,
+        }
         Ok::<(), anyhow::Error>(())
     })?;
     // Requests are done; flush what the sequencer still holds.

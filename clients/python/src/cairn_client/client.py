@@ -196,4 +196,4 @@ class CairnClient:
 
     def import_trace(self, trace: JSON, session_id: Optional[str] = None) -> JSON:
         """Imports a complete agent-signed trace in seed 004's format."""
-        return self._json("POST", "/v1/traces", trace, {"session_id": session_id})
+        return self._json("POST", "/v1/signed-traces", trace, {"session_id": session_id})

@@ -1,0 +1,364 @@
+//! The output messages of a model call, from whichever form the
+//! instrumentation recorded them in: the GenAI conventions'
+//! `gen_ai.output.messages` (structured or JSON text), span events,
+//! OpenInference's flattened `llm.output_messages.*`, legacy
+//! `gen_ai.completion.*`, or `output.value`.
+
+use super::attrs::{Attrs, parse_json_text};
+use super::map::MapLimits;
+use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use serde_json::{Value, json};
+
+/// A normalized output message part.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Part {
+    /// Reasoning (thinking) text.
+    Reasoning(String),
+    /// Answer text.
+    Text(String),
+    /// A tool call the model requests.
+    ToolCall {
+        /// The call id, if given.
+        id: Option<String>,
+        /// The tool.
+        name: String,
+        /// Its arguments (JSON text parsed).
+        arguments: Value,
+    },
+}
+
+/// A normalized output message (one choice).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct Message {
+    /// The parts, in order.
+    pub(super) parts: Vec<Part>,
+    /// Why generation stopped (`stop`, `tool_call`, ...).
+    pub(super) finish_reason: Option<String>,
+}
+
+/// Text that opens with `<think>...</think>` (reasoning models that inline
+/// their thinking) split into reasoning and text.
+fn split_think(text: &str, parts: &mut Vec<Part>) {
+    let trimmed = text.trim_start();
+    if let Some(rest) = trimmed.strip_prefix("<think>")
+        && let Some(end) = rest.find("</think>")
+    {
+        let thinking = rest[..end].trim();
+        if !thinking.is_empty() {
+            parts.push(Part::Reasoning(thinking.to_owned()));
+        }
+        let answer = rest[end + "</think>".len()..].trim();
+        if !answer.is_empty() {
+            parts.push(Part::Text(answer.to_owned()));
+        }
+        return;
+    }
+    if !text.trim().is_empty() {
+        parts.push(Part::Text(text.to_owned()));
+    }
+}
+
+fn value_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Tool arguments: JSON text becomes JSON.
+fn arguments(v: Option<&Value>) -> Value {
+    match v {
+        Some(Value::String(s)) => parse_json_text(s).unwrap_or_else(|| json!(s)),
+        Some(other) => other.clone(),
+        None => Value::Null,
+    }
+}
+
+/// Messages in the GenAI JSON schema (`gen_ai.output.messages`):
+/// `[{"role", "parts": [{"type", ...}], "finish_reason"}]`.
+fn genai_messages(v: &Value) -> Vec<Message> {
+    let list: Vec<&Value> = match v {
+        Value::Array(items) => items.iter().collect(),
+        Value::Object(_) => vec![v],
+        Value::String(s) => {
+            let mut parts = Vec::new();
+            split_think(s, &mut parts);
+            return vec![Message {
+                parts,
+                finish_reason: None,
+            }];
+        }
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for m in list {
+        let mut msg = Message {
+            finish_reason: m.get("finish_reason").and_then(value_text),
+            ..Message::default()
+        };
+        if let Some(parts) = m.get("parts").and_then(Value::as_array) {
+            for p in parts {
+                let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
+                match kind {
+                    "reasoning" | "thinking" => {
+                        if let Some(text) = p
+                            .get("content")
+                            .or_else(|| p.get("thinking"))
+                            .or_else(|| p.get("text"))
+                            .and_then(value_text)
+                        {
+                            msg.parts.push(Part::Reasoning(text));
+                        }
+                    }
+                    "text" => {
+                        if let Some(text) = p
+                            .get("content")
+                            .or_else(|| p.get("text"))
+                            .and_then(value_text)
+                        {
+                            split_think(&text, &mut msg.parts);
+                        }
+                    }
+                    "tool_call" => msg.parts.push(Part::ToolCall {
+                        id: p.get("id").and_then(Value::as_str).map(str::to_owned),
+                        name: p.get("name").and_then(value_text).unwrap_or_default(),
+                        arguments: arguments(p.get("arguments")),
+                    }),
+                    _ => {}
+                }
+            }
+        } else if let Some(content) = m.get("content") {
+            // Older shape: {"role", "content", "tool_calls"}.
+            if let Some(text) = value_text(content) {
+                split_think(&text, &mut msg.parts);
+            }
+        }
+        if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+            for c in calls {
+                let function = c.get("function").unwrap_or(c);
+                msg.parts.push(Part::ToolCall {
+                    id: c.get("id").and_then(Value::as_str).map(str::to_owned),
+                    name: function
+                        .get("name")
+                        .and_then(value_text)
+                        .unwrap_or_default(),
+                    arguments: arguments(function.get("arguments")),
+                });
+            }
+        }
+        out.push(msg);
+    }
+    out
+}
+
+/// Flattened indexed attributes (`<prefix><i>.<rest>`) grouped by index,
+/// in index order.
+pub(super) fn indexed<'a>(
+    attrs: Attrs<'a>,
+    prefix: &'a str,
+) -> Vec<Vec<(&'a str, &'a any_value::Value)>> {
+    let mut groups: std::collections::BTreeMap<u32, Vec<(&'a str, &'a any_value::Value)>> =
+        std::collections::BTreeMap::new();
+    for (rest, v) in attrs.with_prefix(prefix) {
+        let Some((index, field)) = rest.split_once('.') else {
+            continue;
+        };
+        let Ok(index) = index.parse::<u32>() else {
+            continue;
+        };
+        groups.entry(index).or_default().push((field, v));
+    }
+    groups.into_values().collect()
+}
+
+fn any_str(v: &any_value::Value) -> Option<&str> {
+    match v {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// OpenInference's flattened output messages
+/// (`llm.output_messages.<i>.message.*`).
+/// One OpenInference tool call: id, function name, arguments.
+type FlatCall<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
+
+fn openinference_messages(attrs: Attrs<'_>) -> Vec<Message> {
+    let mut out = Vec::new();
+    for fields in indexed(attrs, "llm.output_messages.") {
+        let mut msg = Message::default();
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(f, _)| *f == name)
+                .and_then(|(_, v)| any_str(v))
+        };
+        // Ordered content items first (reasoning, text), then plain content.
+        let mut contents: std::collections::BTreeMap<u32, (Option<&str>, Option<&str>)> =
+            std::collections::BTreeMap::new();
+        let mut calls: std::collections::BTreeMap<u32, FlatCall<'_>> =
+            std::collections::BTreeMap::new();
+        for (field, v) in &fields {
+            if let Some(rest) = field.strip_prefix("message.contents.")
+                && let Some((i, name)) = rest.split_once('.')
+                && let Ok(i) = i.parse::<u32>()
+            {
+                let entry = contents.entry(i).or_default();
+                match name {
+                    "message_content.type" => entry.0 = any_str(v),
+                    "message_content.text" => entry.1 = any_str(v),
+                    _ => {}
+                }
+            } else if let Some(rest) = field.strip_prefix("message.tool_calls.")
+                && let Some((i, name)) = rest.split_once('.')
+                && let Ok(i) = i.parse::<u32>()
+            {
+                let entry = calls.entry(i).or_default();
+                match name {
+                    "tool_call.id" => entry.0 = any_str(v),
+                    "tool_call.function.name" => entry.1 = any_str(v),
+                    "tool_call.function.arguments" => entry.2 = any_str(v),
+                    _ => {}
+                }
+            }
+        }
+        for (kind, text) in contents.into_values() {
+            let Some(text) = text else { continue };
+            if kind == Some("reasoning") {
+                msg.parts.push(Part::Reasoning(text.to_owned()));
+            } else {
+                split_think(text, &mut msg.parts);
+            }
+        }
+        if let Some(text) = get("message.content") {
+            split_think(text, &mut msg.parts);
+        }
+        for (id, name, args) in calls.into_values() {
+            msg.parts.push(Part::ToolCall {
+                id: id.map(str::to_owned),
+                name: name.unwrap_or_default().to_owned(),
+                arguments: arguments(args.map(|a| json!(a)).as_ref()),
+            });
+        }
+        if !msg.parts.is_empty() {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+/// Legacy flattened completions (`gen_ai.completion.<i>.content`, ...).
+fn legacy_completions(attrs: Attrs<'_>) -> Vec<Message> {
+    let mut out = Vec::new();
+    for fields in indexed(attrs, "gen_ai.completion.") {
+        let mut msg = Message::default();
+        for (field, v) in &fields {
+            match *field {
+                "content" => {
+                    if let Some(text) = any_str(v) {
+                        split_think(text, &mut msg.parts);
+                    }
+                }
+                "finish_reason" => msg.finish_reason = any_str(v).map(str::to_owned),
+                _ => {}
+            }
+        }
+        if !msg.parts.is_empty() {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+/// Output messages from span events: `gen_ai.client.inference.operation.details`
+/// (with `gen_ai.output.messages`) or `gen_ai.choice` (with `message`).
+fn event_messages(span: &Span, limits: &MapLimits) -> Vec<Message> {
+    let mut out = Vec::new();
+    for e in &span.events {
+        let attrs = Attrs(&e.attributes);
+        match e.name.as_str() {
+            "gen_ai.client.inference.operation.details" => {
+                if let Some(v) = attrs.json("gen_ai.output.messages", limits) {
+                    out.extend(genai_messages(&v));
+                }
+            }
+            "gen_ai.choice" => {
+                if let Some(v) = attrs.json("message", limits) {
+                    let mut msgs = genai_messages(&v);
+                    if let Some(reason) = attrs.str("finish_reason") {
+                        for m in &mut msgs {
+                            m.finish_reason.get_or_insert_with(|| reason.to_owned());
+                        }
+                    }
+                    out.extend(msgs);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The output messages of a model call, from the first source that has
+/// any; and the attribute it came from (kept out of metadata).
+pub(super) fn output_messages(
+    span: &Span,
+    limits: &MapLimits,
+) -> (Vec<Message>, Option<&'static str>) {
+    let attrs = Attrs(&span.attributes);
+    if let Some(v) = attrs.json("gen_ai.output.messages", limits) {
+        return (genai_messages(&v), Some("gen_ai.output.messages"));
+    }
+    let from_events = event_messages(span, limits);
+    if !from_events.is_empty() {
+        return (from_events, None);
+    }
+    let oi = openinference_messages(attrs);
+    if !oi.is_empty() {
+        return (oi, Some("llm.output_messages."));
+    }
+    let legacy = legacy_completions(attrs);
+    if !legacy.is_empty() {
+        return (legacy, Some("gen_ai.completion."));
+    }
+    if let Some(text) = attrs.str("output.value") {
+        let v = parse_json_text(text);
+        let msgs = match &v {
+            Some(v @ (Value::Array(_) | Value::Object(_)))
+                if v.get("parts").is_some() || v.is_array() =>
+            {
+                genai_messages(v)
+            }
+            _ => genai_messages(&json!(text)),
+        };
+        return (msgs, Some("output.value"));
+    }
+    (Vec::new(), None)
+}
+
+/// The text of the last user message of `gen_ai.input.messages` (or of an
+/// OpenInference `input.value`), for an agent invocation's content.
+pub(super) fn last_user_text(input: &Value) -> Option<String> {
+    let list = input.as_array()?;
+    for m in list.iter().rev() {
+        if m.get("role").and_then(Value::as_str) != Some("user") {
+            continue;
+        }
+        if let Some(parts) = m.get("parts").and_then(Value::as_array) {
+            let text: Vec<String> = parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|p| p.get("content").and_then(value_text))
+                .collect();
+            if !text.is_empty() {
+                return Some(text.join("\n"));
+            }
+        }
+        if let Some(text) = m.get("content").and_then(value_text) {
+            return Some(text);
+        }
+    }
+    None
+}

@@ -1,0 +1,701 @@
+//! The mapping from spans to steps, through both encodings: the GenAI
+//! conventions, OpenInference, errors, limits, ordering and agents.
+
+use super::decode_otlp;
+use super::map::{MapLimits, MappedStep, SpanSteps, map_request, plan};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{
+    AnyValue, ArrayValue, KeyValue, KeyValueList, any_value::Value as V,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, span};
+use prost::Message as _;
+use serde_json::{Value, json};
+
+const TRACE: [u8; 16] = [0xab; 16];
+
+fn kv(key: &str, value: V) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..KeyValue::default()
+    }
+}
+
+fn s(key: &str, value: &str) -> KeyValue {
+    kv(key, V::StringValue(value.into()))
+}
+
+fn span(id: u8, start: u64, end: u64, attributes: Vec<KeyValue>) -> Span {
+    Span {
+        trace_id: TRACE.to_vec(),
+        span_id: vec![id; 8],
+        parent_span_id: if id == 1 { vec![] } else { vec![1; 8] },
+        name: format!("span {id}"),
+        kind: 3,
+        start_time_unix_nano: 1_700_000_000_000_000_000 + start * 1_000_000,
+        end_time_unix_nano: 1_700_000_000_000_000_000 + end * 1_000_000,
+        attributes,
+        ..Span::default()
+    }
+}
+
+fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    s("service.name", "support-bot"),
+                    s("deployment.environment", "test"),
+                ],
+                ..Resource::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..ScopeSpans::default()
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+fn mapped(spans: Vec<Span>) -> Vec<SpanSteps> {
+    map_request(&request(spans), &MapLimits::default())
+        .into_iter()
+        .map(|r| r.expect("mappable"))
+        .collect()
+}
+
+fn labels(steps: &[MappedStep]) -> Vec<&'static str> {
+    steps.iter().map(|s| s.kind_label).collect()
+}
+
+/// A small agent run in the GenAI conventions: an agent span, a chat with
+/// reasoning and a tool call, the tool, a final chat.
+fn agent_run() -> Vec<Span> {
+    let conv = s("gen_ai.conversation.id", "conv 42/a");
+    vec![
+        span(
+            2,
+            10,
+            20,
+            vec![
+                conv.clone(),
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.request.model", "gpt-4o"),
+                kv("gen_ai.usage.input_tokens", V::IntValue(100)),
+                kv("gen_ai.usage.output_tokens", V::IntValue(20)),
+                s(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","finish_reason":"tool_call","parts":[
+                        {"type":"reasoning","content":"Need the weather.\nPlan:\n1. get_weather"},
+                        {"type":"tool_call","id":"call_1","name":"get_weather","arguments":{"city":"Paris"}}]}]"#,
+                ),
+            ],
+        ),
+        span(
+            3,
+            20,
+            30,
+            vec![
+                conv.clone(),
+                s("gen_ai.operation.name", "execute_tool"),
+                s("gen_ai.tool.name", "get_weather"),
+                s("gen_ai.tool.call.id", "call_1"),
+                s("gen_ai.tool.call.arguments", r#"{"city":"Paris"}"#),
+                s("gen_ai.tool.call.result", r#"{"forecast":"rain"}"#),
+            ],
+        ),
+        span(
+            4,
+            30,
+            40,
+            vec![
+                conv.clone(),
+                s("gen_ai.operation.name", "chat"),
+                s("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                // Structured (not JSON text) messages.
+                kv(
+                    "gen_ai.output.messages",
+                    V::ArrayValue(ArrayValue {
+                        values: vec![AnyValue {
+                            value: Some(V::KvlistValue(KeyValueList {
+                                values: vec![
+                                    s("role", "assistant"),
+                                    s("finish_reason", "stop"),
+                                    kv(
+                                        "parts",
+                                        V::ArrayValue(ArrayValue {
+                                            values: vec![AnyValue {
+                                                value: Some(V::KvlistValue(KeyValueList {
+                                                    values: vec![
+                                                        s("type", "text"),
+                                                        s("content", "Take an umbrella."),
+                                                    ],
+                                                })),
+                                            }],
+                                        }),
+                                    ),
+                                ],
+                            })),
+                        }],
+                    }),
+                ),
+            ],
+        ),
+        span(
+            1,
+            0,
+            50,
+            vec![
+                conv,
+                s("gen_ai.operation.name", "invoke_agent"),
+                s("gen_ai.agent.name", "Weather Helper"),
+                s(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"text","content":"Umbrella today?"}]}]"#,
+                ),
+                s(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","parts":[{"type":"text","content":"Yes: rain."}]}]"#,
+                ),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn genai_spans_become_steps() {
+    let spans = mapped(agent_run());
+    assert_eq!(labels(&spans[0].steps), ["thinking", "plan", "decision"]);
+    assert_eq!(labels(&spans[1].steps), ["tool_call", "tool_result"]);
+    assert_eq!(labels(&spans[2].steps), ["final_answer"]);
+    assert_eq!(labels(&spans[3].steps), ["observation", "summary"]);
+
+    let chat = &spans[0];
+    let decision = &chat.steps[2];
+    assert_eq!(decision.content.as_deref(), Some("call get_weather"));
+    assert_eq!(decision.tool_call.as_deref(), Some("call_1"));
+    assert_eq!(
+        decision.output.as_ref().unwrap()["tool_calls"][0]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(decision.token_count, Some(120));
+    assert_eq!(decision.duration_ms, Some(10));
+    assert!(
+        chat.steps
+            .iter()
+            .all(|s| s.model.as_deref() == Some("gpt-4o"))
+    );
+    assert_eq!(chat.steps[0].token_count, None, "measures on the last step");
+
+    let tool = &spans[1].steps;
+    assert_eq!(tool[0].input, Some(json!({"city": "Paris"})));
+    assert_eq!(tool[1].output, Some(json!({"forecast": "rain"})));
+    assert_eq!(tool[1].content.as_deref(), Some(r#"{"forecast":"rain"}"#));
+    assert!(
+        tool.iter()
+            .all(|s| s.tool_call.as_deref() == Some("call_1"))
+    );
+
+    assert_eq!(
+        spans[2].steps[0].content.as_deref(),
+        Some("Take an umbrella.")
+    );
+    assert_eq!(
+        spans[2].steps[0].model.as_deref(),
+        Some("gpt-4o-2024-08-06")
+    );
+    let agent = &spans[3].steps;
+    assert_eq!(agent[0].content.as_deref(), Some("Umbrella today?"));
+    assert_eq!(agent[1].content.as_deref(), Some("Yes: rain."));
+
+    // Ids, turn, session, agent.
+    let trace = hex::encode(TRACE);
+    assert_eq!(
+        chat.steps[1].step_id,
+        format!("otel.{trace}.0202020202020202.1")
+    );
+    assert!(chat.steps.iter().all(|s| s.turn_id == trace));
+    assert!(
+        spans[0].session_id.starts_with("conv-42-a~"),
+        "{}",
+        spans[0].session_id
+    );
+    let (agent_id, is_agent_span) = spans[3].agent.clone().unwrap();
+    assert!(
+        agent_id.starts_with("Weather-Helper~") && is_agent_span,
+        "{agent_id}"
+    );
+    assert_eq!(spans[0].service.as_deref(), Some("support-bot"));
+}
+
+#[test]
+fn metadata_keeps_what_is_not_mapped() {
+    let spans = mapped(agent_run());
+    let first = &spans[0].steps[0].metadata["otel"];
+    assert_eq!(first["span_id"], "0202020202020202");
+    assert_eq!(first["parent_span_id"], "0101010101010101");
+    assert_eq!(first["operation"], "chat");
+    assert_eq!(first["kind"], "client");
+    assert_eq!(first["start_time"], "2023-11-14T22:13:20.010000Z");
+    assert_eq!(first["end_time"], "2023-11-14T22:13:20.020000Z");
+    assert_eq!(first["attributes"]["gen_ai.request.model"], "gpt-4o");
+    assert_eq!(first["attributes"]["gen_ai.usage.input_tokens"], 100);
+    assert!(
+        first["attributes"].get("gen_ai.output.messages").is_none(),
+        "moved to the steps"
+    );
+    assert_eq!(
+        first["mapped_attributes"],
+        json!(["gen_ai.output.messages"])
+    );
+    assert_eq!(first["resource"]["service.name"], "support-bot");
+    assert_eq!(first["resource"]["deployment.environment"], "test");
+    assert_eq!(first["step"], 0);
+    assert_eq!(first["steps"], 3);
+    // Later steps carry the span's identity only.
+    let later = &spans[0].steps[1].metadata["otel"];
+    assert_eq!(later["span_id"], "0202020202020202");
+    assert!(later.get("attributes").is_none() && later.get("resource").is_none());
+    assert_eq!(later["step"], 1);
+}
+
+#[test]
+fn plan_orders_by_time_and_picks_the_agent() {
+    let mut spans = agent_run();
+    spans.reverse();
+    let mapped: Vec<_> = map_request(&request(spans), &MapLimits::default());
+    let plans = plan(mapped.clone(), None);
+    assert_eq!(plans.len(), 1);
+    let p = &plans[0];
+    assert!(p.agent_id.starts_with("Weather-Helper~"));
+    let order: Vec<&str> = p.steps.iter().map(|(_, s)| s.kind_label).collect();
+    assert_eq!(
+        order,
+        [
+            "observation",
+            "thinking",
+            "plan",
+            "decision",
+            "tool_call",
+            "tool_result",
+            "final_answer",
+            "summary"
+        ]
+    );
+    // A key bound to an agent writes as that agent.
+    assert_eq!(plan(mapped, Some("bound")).remove(0).agent_id, "bound");
+    // Without an agent span: the service.
+    let no_agent: Vec<_> = map_request(&request(agent_run()[..3].to_vec()), &MapLimits::default());
+    assert_eq!(plan(no_agent, None)[0].agent_id, "support-bot");
+}
+
+#[test]
+fn sessions_fall_back_to_session_id_then_the_trace() {
+    let spans = mapped(vec![
+        span(1, 0, 1, vec![s("session.id", "oi-session")]),
+        span(2, 0, 1, vec![]),
+    ]);
+    assert_eq!(spans[0].session_id, "oi-session");
+    assert_eq!(spans[1].session_id, hex::encode(TRACE));
+    assert_eq!(labels(&spans[1].steps), ["action"]);
+    assert_eq!(spans[1].steps[0].content.as_deref(), Some("span 2"));
+}
+
+#[test]
+fn openinference_spans() {
+    let spans = mapped(vec![
+        span(
+            2,
+            0,
+            5,
+            vec![
+                s("openinference.span.kind", "LLM"),
+                s("llm.model_name", "claude-sonnet"),
+                kv("llm.token_count.prompt", V::IntValue(30)),
+                kv("llm.token_count.completion", V::IntValue(12)),
+                s("llm.input_messages.0.message.role", "user"),
+                s("llm.input_messages.0.message.content", "Add 2 and 3"),
+                s("llm.output_messages.0.message.role", "assistant"),
+                s(
+                    "llm.output_messages.0.message.contents.0.message_content.type",
+                    "reasoning",
+                ),
+                s(
+                    "llm.output_messages.0.message.contents.0.message_content.text",
+                    "Simple sum.",
+                ),
+                s(
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.id",
+                    "t1",
+                ),
+                s(
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+                    "add",
+                ),
+                s(
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments",
+                    r#"{"a":2,"b":3}"#,
+                ),
+            ],
+        ),
+        span(
+            3,
+            5,
+            6,
+            vec![
+                s("openinference.span.kind", "TOOL"),
+                s("tool.name", "add"),
+                s("input.value", r#"{"a":2,"b":3}"#),
+                s("output.value", "5"),
+            ],
+        ),
+        span(4, 6, 7, vec![s("openinference.span.kind", "GUARDRAIL")]),
+        span(
+            5,
+            7,
+            8,
+            vec![
+                s("openinference.span.kind", "RETRIEVER"),
+                s("input.value", "umbrella policy"),
+            ],
+        ),
+        span(6, 8, 9, vec![s("openinference.span.kind", "chain")]),
+        span(
+            7,
+            0,
+            9,
+            vec![
+                s("openinference.span.kind", "AGENT"),
+                s("agent.name", "calc"),
+                s("output.value", "5"),
+            ],
+        ),
+    ]);
+    assert_eq!(labels(&spans[0].steps), ["thinking", "decision"]);
+    assert_eq!(
+        spans[0].steps[0].input.as_ref().unwrap()[0]["message.content"],
+        "Add 2 and 3"
+    );
+    assert_eq!(spans[0].steps[1].token_count, Some(42));
+    assert_eq!(spans[0].steps[1].model.as_deref(), Some("claude-sonnet"));
+    assert_eq!(
+        spans[0].steps[1].output.as_ref().unwrap()["tool_calls"][0]["arguments"],
+        json!({"a": 2, "b": 3})
+    );
+    assert_eq!(labels(&spans[1].steps), ["tool_call", "tool_result"]);
+    assert_eq!(spans[1].steps[1].output, Some(json!("5")));
+    assert_eq!(labels(&spans[2].steps), ["conscience"]);
+    assert_eq!(labels(&spans[3].steps), ["observation"]);
+    assert_eq!(
+        spans[3].steps[0].content.as_deref(),
+        Some("umbrella policy")
+    );
+    assert_eq!(labels(&spans[4].steps), ["action"]);
+    assert_eq!(labels(&spans[5].steps), ["observation", "summary"]);
+    assert_eq!(spans[5].agent, Some(("calc".to_owned(), true)));
+}
+
+#[test]
+fn errors_become_error_steps() {
+    let mut tool = span(
+        2,
+        0,
+        3,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.name", "fetch"),
+            s("gen_ai.tool.call.id", "c9"),
+            s("error.type", "TimeoutError"),
+        ],
+    );
+    tool.status = Some(Status {
+        code: 2,
+        message: "timed out".into(),
+    });
+    tool.events.push(span::Event {
+        time_unix_nano: tool.end_time_unix_nano,
+        name: "exception".into(),
+        attributes: vec![
+            s("exception.type", "TimeoutError"),
+            s("exception.message", "read timed out"),
+            s("exception.stacktrace", "Traceback ..."),
+        ],
+        dropped_attributes_count: 0,
+    });
+    let mut chat = span(
+        3,
+        3,
+        4,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.input.messages", "[]"),
+        ],
+    );
+    chat.status = Some(Status {
+        code: 2,
+        message: String::new(),
+    });
+    let spans = mapped(vec![tool, chat]);
+    assert_eq!(labels(&spans[0].steps), ["tool_call", "error"]);
+    let error = &spans[0].steps[1];
+    assert_eq!(error.content.as_deref(), Some("timed out"));
+    assert_eq!(error.tool_call.as_deref(), Some("c9"));
+    assert_eq!(
+        error.output.as_ref().unwrap()["exception.stacktrace"],
+        "Traceback ..."
+    );
+    assert_eq!(
+        spans[0].steps[0].metadata["otel"]["status"]["code"],
+        "error"
+    );
+    assert_eq!(
+        spans[0].steps[0].metadata["otel"]["events"][0]["name"],
+        "exception"
+    );
+    // A failed model call keeps its input and says what failed.
+    assert_eq!(labels(&spans[1].steps), ["reasoning", "error"]);
+    assert_eq!(
+        spans[1].steps[1].content.as_deref(),
+        Some("the span ended with an error")
+    );
+}
+
+#[test]
+fn think_tags_and_legacy_events() {
+    let mut chat = span(
+        2,
+        0,
+        1,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s(
+                "gen_ai.completion.0.content",
+                "<think>Check the units.</think>42 km",
+            ),
+        ],
+    );
+    let mut choice = span(3, 1, 2, vec![s("gen_ai.operation.name", "chat")]);
+    choice.events.push(span::Event {
+        time_unix_nano: 0,
+        name: "gen_ai.choice".into(),
+        attributes: vec![
+            s("finish_reason", "stop"),
+            s("message", r#"{"role":"assistant","content":"Done."}"#),
+        ],
+        dropped_attributes_count: 0,
+    });
+    chat.attributes.push(s("gen_ai.system", "openai"));
+    let spans = mapped(vec![chat, choice]);
+    assert_eq!(labels(&spans[0].steps), ["thinking", "final_answer"]);
+    assert_eq!(spans[0].steps[1].content.as_deref(), Some("42 km"));
+    assert_eq!(labels(&spans[1].steps), ["final_answer"]);
+    assert_eq!(
+        spans[1].steps[0].output,
+        Some(json!({"finish_reason": "stop"}))
+    );
+}
+
+#[test]
+fn content_capture_off_still_records_the_call() {
+    let spans = mapped(vec![span(
+        2,
+        0,
+        1,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.request.model", "m"),
+        ],
+    )]);
+    assert_eq!(labels(&spans[0].steps), ["reasoning"]);
+    assert_eq!(spans[0].steps[0].content.as_deref(), Some("span 2"));
+}
+
+#[test]
+fn values_are_made_safe_for_the_store() {
+    let mut deep = AnyValue {
+        value: Some(V::StringValue("bottom".into())),
+    };
+    for _ in 0..60 {
+        deep = AnyValue {
+            value: Some(V::ArrayValue(ArrayValue { values: vec![deep] })),
+        };
+    }
+    let limits = MapLimits {
+        max_attribute_bytes: 64,
+        ..MapLimits::default()
+    };
+    let spans: Vec<_> = map_request(
+        &request(vec![span(
+            2,
+            0,
+            1,
+            vec![
+                kv("big", V::IntValue(i64::MAX)),
+                kv("nan", V::DoubleValue(f64::NAN)),
+                kv("bytes", V::BytesValue(vec![1, 2, 3])),
+                kv("deep", deep.value.unwrap()),
+                s("long", &"x".repeat(1000)),
+                s(
+                    "gen_ai.tool.call.arguments",
+                    &format!("{{\"n\": {}}}", u64::MAX),
+                ),
+                s("gen_ai.operation.name", "execute_tool"),
+            ],
+        )]),
+        &limits,
+    )
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let step = &spans[0].steps[0];
+    let attrs = &step.metadata["otel"]["attributes"];
+    assert_eq!(attrs["big"], json!(i64::MAX.to_string()));
+    assert_eq!(attrs["nan"], "NaN");
+    assert_eq!(attrs["bytes"], json!({"base64": "AQID"}));
+    assert!(attrs["long"].as_str().unwrap().len() <= 64);
+    assert!(
+        attrs["long"]
+            .as_str()
+            .unwrap()
+            .contains("truncated: 1000 bytes")
+    );
+    assert_eq!(
+        step.metadata["otel"]["truncated"],
+        json!(["attributes.long"])
+    );
+    assert_eq!(step.input, Some(json!({"n": u64::MAX.to_string()})));
+    // Every step is acceptable to the store's own validation.
+    for s in &spans[0].steps {
+        let mut core = cairn_core::record::Step::new(
+            s.step_id.clone(),
+            "acme",
+            "agent",
+            "session",
+            0,
+            s.kind_label,
+            cairn_core::Timestamp::default(),
+        )
+        .unwrap();
+        core.metadata = Some(s.metadata.clone());
+        core.input = s.input.clone();
+        core.output = s.output.clone();
+        core.validate(&cairn_core::record::Limits::default())
+            .unwrap();
+    }
+}
+
+#[test]
+fn oversized_payloads_are_cut_with_a_marker() {
+    let limits = MapLimits {
+        max_payload_bytes: 4096,
+        max_content_bytes: 100,
+        ..MapLimits::default()
+    };
+    let huge: Vec<Value> = (0..2000).map(|i| json!({"i": i})).collect();
+    let spans: Vec<_> = map_request(
+        &request(vec![span(
+            2,
+            0,
+            1,
+            vec![
+                s("gen_ai.operation.name", "execute_tool"),
+                s("gen_ai.tool.name", &"n".repeat(300)),
+                s("gen_ai.tool.call.result", &Value::Array(huge).to_string()),
+            ],
+        )]),
+        &limits,
+    )
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let steps = &spans[0].steps;
+    assert!(steps[0].content.as_ref().unwrap().len() <= 100);
+    let out = steps[1].output.as_ref().unwrap();
+    assert_eq!(out["cairn.truncated"], true);
+    assert!(out["original_bytes"].as_u64().unwrap() > 4096);
+    let truncated = &steps[0].metadata["otel"]["truncated"];
+    assert!(
+        truncated
+            .as_array()
+            .unwrap()
+            .contains(&json!("step 1 output_data")),
+        "{truncated}"
+    );
+}
+
+#[test]
+fn spans_without_ids_are_refused_with_a_reason() {
+    let mut bad = span(2, 0, 1, vec![]);
+    bad.trace_id = vec![1, 2, 3];
+    let mut zero = span(3, 0, 1, vec![]);
+    zero.span_id = vec![0; 8];
+    let out = map_request(
+        &request(vec![bad, zero, span(4, 0, 1, vec![])]),
+        &MapLimits::default(),
+    );
+    assert!(
+        out[0]
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .contains("trace id must be 16 bytes")
+    );
+    assert!(
+        out[1]
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .contains("span id must be 8 bytes")
+    );
+    assert!(out[2].is_ok());
+    assert_eq!(plan(out, None)[0].steps.len(), 1);
+}
+
+/// The same request in protobuf and in OTLP/JSON maps to the same steps.
+#[test]
+fn both_encodings_map_alike() {
+    let req = request(agent_run());
+    let from_proto = decode_otlp("application/x-protobuf", &req.encode_to_vec()).unwrap();
+    let as_json = serde_json::to_vec(&req).unwrap();
+    let from_json = decode_otlp("application/json", &as_json).unwrap();
+    assert_eq!(from_proto, from_json);
+    assert_eq!(
+        map_request(&from_proto, &MapLimits::default()),
+        map_request(&req, &MapLimits::default())
+    );
+    // Hex ids in the JSON, and 64-bit times as strings.
+    let text = String::from_utf8(as_json).unwrap();
+    assert!(text.contains(&hex::encode(TRACE)));
+    assert!(text.contains("\"startTimeUnixNano\":\"1700000000010000000\""));
+    let _ = super::json::decode_request(b"{}").unwrap();
+}
+
+#[test]
+fn large_json_text_stays_text_and_tiny_limits_hold() {
+    // 2 MiB of JSON text in a result: not parsed (it would take several
+    // times that in memory), cut to the payload limit's marker.
+    let big = format!("[{}]", vec!["{}"; 700_000].join(","));
+    let spans = mapped(vec![span(
+        2,
+        0,
+        1,
+        vec![
+            s("gen_ai.operation.name", "execute_tool"),
+            s("gen_ai.tool.call.result", &big),
+        ],
+    )]);
+    let out = spans[0].steps[1].output.as_ref().unwrap();
+    assert_eq!(out["cairn.truncated"], true);
+    // A content limit smaller than the truncation marker still holds.
+    let limits = MapLimits {
+        max_content_bytes: 8,
+        ..MapLimits::default()
+    };
+    let mut long = span(2, 0, 1, vec![s("gen_ai.operation.name", "chat")]);
+    long.name = "chat with a rather long span name".into();
+    let out = map_request(&request(vec![long]), &limits);
+    let content = out[0].as_ref().unwrap().steps[0].content.clone().unwrap();
+    assert!(content.len() <= 8, "{content}");
+}
