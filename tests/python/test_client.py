@@ -204,12 +204,15 @@ def test_seed_004_signed_trace(server, cairn_bin, data_dir, tmp_path):
     session = imported["session_id"]
     assert session == trace["trace_id"] and len(imported["steps"]) == 4
 
-    # Replayed at each level: generic shows kinds, numbers and hashes only.
+    # Replayed at each level: generic shows kinds, numbers, hashes and the
+    # ids that place a record (its agent too, whose key history a verifier
+    # checks); detailed adds the other identifiers.
     generic = client.replay_decision(session, verify_chain=True, level="generic")
     assert generic["chain_valid"] is True
     assert [s["step_type"] for s in generic["steps"]] == ["THOUGHT_START", "DMA_RESULTS", "CONSCIENCE_RESULT", "ACTION_RESULT"]
     assert generic["steps"][3]["token_count"] == 1847
-    assert generic["steps"][0]["output_data"] is None and generic["steps"][0]["agent_id"] == ""
+    assert generic["steps"][0]["output_data"] is None and generic["steps"][0]["agent_id"] == "e8821136df22"
+    assert "trace_id" in generic["steps"][0]["hidden_fields"] and "agent_id" not in generic["steps"][0]["hidden_fields"]
     detailed = client.replay_decision(session, level="detailed")
     assert detailed["steps"][0]["agent_id"] == "e8821136df22" and detailed["steps"][0]["output_data"] is None
     with pytest.raises(CairnError) as no_consent:

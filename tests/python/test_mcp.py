@@ -117,7 +117,7 @@ async def seed_001_writeback(client, session):
     assert sealed["step_count"] == 4 and len(sealed["merkle_root"]) == 64
     root = await ok(client, "merkle_root", {"session_id": session})
     assert root["merkle_root"] == sealed["merkle_root"]
-    assert root["note"].startswith("cairn-seal/v1\n")
+    assert root["note"].startswith("cairn-seal/v2\n")
     end = await ok(client, "audit_session_end", {"session_id": session})
     assert end["closed"] is True and end["merkle_root"] == sealed["merkle_root"]
     value, is_error = await call(client, "thought_record", {"session_id": session, "type": "analysis", "content": "too late"})
