@@ -141,20 +141,10 @@ def verify_strict(public_key: bytes, message: bytes, signature: bytes) -> bool:
     r = _decompress_lenient(signature[:32])
     if a is None or r is None or _small_order(a) or _small_order(r):
         return False
-    try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    except ImportError:
-        pass
-    else:
-        try:
-            Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
-            return True
-        except (InvalidSignature, ValueError):
-            pass  # decide below: OpenSSL may refuse an encoding dalek accepts
-    h = int.from_bytes(hashlib.sha512(signature[:32] + public_key + message).digest(), "little") % _Q
-    neg_a = ((_P - a[0]) % _P, a[1], a[2], (_P - a[3]) % _P)
-    return _encode(_add(_mul(s, _G), _mul(h, neg_a))) == signature[:32]
+    # What remains is the cofactorless equation with R compared as bytes,
+    # which both `verify` paths decide the same way once the encodings
+    # above are known to be valid.
+    return verify(public_key, message, signature)
 
 
 def _expand(seed: bytes) -> tuple[int, bytes]:
