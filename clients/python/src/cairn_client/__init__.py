@@ -7,7 +7,7 @@
   from the published algorithm (`docs/FORMAT.md`).
 """
 from .client import CairnClient, CairnError
-from .verify import Failure, Verdict, verify_bundle
+from .verify import Failure, Position, Verdict, verify_bundle
 
-__all__ = ["CairnClient", "CairnError", "Failure", "Verdict", "verify_bundle"]
+__all__ = ["CairnClient", "CairnError", "Failure", "Position", "Verdict", "verify_bundle"]
 __version__ = "0.1.0"

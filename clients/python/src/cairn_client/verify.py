@@ -1,71 +1,182 @@
-"""Offline verification of Cairn export bundles, written from docs/FORMAT.md.
+"""Offline verification of Cairn export bundles, written from docs/FORMAT.md
+(format 2) alone.
 
 Nothing here talks to a server: give it a bundle (the file `cairn export`
-or `GET /v1/export` produced) and, ideally, the operator's published server
-key, and it replays the published algorithm: the signed checkpoint, every
-record's hash, every session's chain, seals, agent signatures, signed
-traces, continuity between sessions, and the Merkle log (every leaf folded
-into the root for a complete log, every inclusion proof for a partial one).
-It stops at the first failure and says where and why, with the reason codes
-of the Rust verifier (`digest-mismatch`, `prev-hash-mismatch`, ...).
+or `GET /v1/export` produced), ideally the operator's published server key,
+and any checkpoints you kept, and it replays the published algorithm: strict
+JSON (2.2), the signed checkpoint and trusted checkpoints (10.2), consistency
+lines, a partial bundle's signed selection (10.4), every record (9.2, 9.3),
+erasures and detail levels (8), time (5.4), agent keys (7.3), signed traces
+(7.4), seals (7.2), continuity between sessions, and the Merkle log (every
+leaf folded into the root for a complete bundle, every inclusion proof for a
+partial one). It reads the bundle as a stream, line by line, and stops at the
+first failure, naming the record and the reason with the codes of section
+9.1 (`digest-mismatch`, `prev-hash-mismatch`, ...).
 """
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
-import json
+import io
 import os
+import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, Union
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from . import ed25519
 from .jcs import canonical
+from .strict_json import JSONError, loads as strict_loads
 
-__all__ = ["Failure", "Verdict", "verify_bundle", "FIELDS"]
+__all__ = ["Failure", "Position", "Verdict", "verify_bundle", "FIELDS", "REASONS"]
 
-#: The 22 committed fields of a step, in digest order (FORMAT.md 3.1).
+#: The 22 committed fields of a step, in field order (FORMAT.md 3.1).
 FIELDS = [
     "trace_id", "org_id", "agent_id", "session_id", "step_index", "step_type",
     "step_type_original", "content", "input_data", "output_data", "confidence",
     "duration_ms", "token_count", "model", "metadata", "created_at", "turn_id",
     "turn_step", "task_id", "links", "status", "signer_key_id",
 ]
-_MUST_SHOW = ("step_index", "created_at", "session_id", "step_type", "signer_key_id")
-_STRICT_KINDS = {"plan", "analysis", "decision", "reflection"}
+_PAYLOAD = ("content", "input_data", "output_data", "metadata")
+_NEVER_HIDDEN = frozenset({"org_id", "agent_id", "session_id", "step_index", "step_type",
+                           "step_type_original", "created_at", "status", "signer_key_id"})
+# Never-hidden fields without which a step entry cannot be read at all: a
+# step that hides one is malformed at its line, before any other check (as
+# the Rust verifier does; FORMAT.md does not say which).
+_DECODED = ("step_index", "step_type", "created_at", "status")
+_GENERIC = frozenset(_NEVER_HIDDEN | {"confidence", "duration_ms", "token_count", "turn_step"})
+_DETAILED = frozenset(_GENERIC | {"trace_id", "model", "turn_id", "task_id", "links"})
+#: What each detail level shows (FORMAT.md 8).
+LEVEL_SHOWS = {"generic": _GENERIC, "detailed": _DETAILED, "full": frozenset(FIELDS)}
+_KINDS = frozenset({
+    "observation", "context", "hypothesis", "reasoning", "analysis", "rationale", "conscience",
+    "plan", "decision", "waiting_approval", "tool_call", "tool_result", "action", "error",
+    "correction", "summary", "reflection", "final_answer",
+})
+_STRICT_KINDS = frozenset({"plan", "analysis", "decision", "reflection"})
+_LINKS = frozenset({"approval_request", "audit_event", "corrects", "parent", "policy_decision", "tool_call"})
+_OP_TYPES = ("session-start", "seal", "erasure", "review", "key-registration", "key-revocation",
+             "audit-event", "signed-trace")
+_TRACE_LEVELS = {"generic": 0, "detailed": 1, "full_traces": 2}
+_MAX_PROOF = 128
+
+#: The reason codes of FORMAT.md 9.1.
+REASONS = (
+    "malformed-record", "sequence-gap", "prev-hash-mismatch", "chain-hash-mismatch",
+    "digest-mismatch", "bad-signature", "inclusion-mismatch", "inconsistent-checkpoint",
+    "missing-record", "step-after-seal", "seal-mismatch", "profile-violation",
+    "predecessor-mismatch", "duplicate-record", "uncovered-entry", "unlisted-entry",
+    "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch",
+)
+
+
+# -- verdicts --------------------------------------------------------------
+
+
+@dataclass
+class Position:
+    """Where a record is: its bundle line, its seq, and for a step its
+    session, index and trace id (FORMAT.md 9.6). Names as in `cairn verify
+    --json`'s `brokenAt`."""
+
+    line: Optional[int] = None
+    seq: Optional[int] = None
+    session_id: Optional[str] = None
+    step_index: Optional[int] = None
+    trace_id: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"line": self.line, "seq": self.seq, "session_id": self.session_id,
+                "step_index": self.step_index, "trace_id": self.trace_id}
 
 
 @dataclass
 class Failure:
-    """The first record that did not verify, and why."""
+    """The first record that did not verify, where, and why."""
 
     reason: str
     detail: str
-    seq: Optional[int] = None
-    session_id: Optional[str] = None
-    step_index: Optional[int] = None
-    line: Optional[int] = None
+    at: Position = field(default_factory=Position)
+
+    # Shortcuts kept from the first version of this class.
+    @property
+    def line(self) -> Optional[int]:
+        return self.at.line
+
+    @property
+    def seq(self) -> Optional[int]:
+        return self.at.seq
+
+    @property
+    def session_id(self) -> Optional[str]:
+        return self.at.session_id
+
+    @property
+    def step_index(self) -> Optional[int]:
+        return self.at.step_index
+
+    @property
+    def trace_id(self) -> Optional[str]:
+        return self.at.trace_id
+
+    def to_json(self) -> dict:
+        return {"at": self.at.to_json(), "reason": self.reason, "detail": self.detail}
 
 
 @dataclass
 class Verdict:
-    """The outcome of verifying a bundle."""
+    """The outcome of verifying a bundle (FORMAT.md 9.6)."""
 
     verified: bool
+    #: Entries checked, the failing one included.
     records_checked: int
+    #: The last entry that passed every check.
+    last_valid: Optional[Position] = None
     failure: Optional[Failure] = None
     org_id: Optional[str] = None
+    origin: Optional[str] = None
+    complete_log: Optional[bool] = None
     checkpoint_size: Optional[int] = None
-    #: Whether the key was given by the caller rather than read from the
+    checkpoint_root: Optional[str] = None
+    #: A partial bundle's selection (10.4), once its note verified.
+    selection: Optional[dict] = None
+    #: Whether the keys were given by the caller rather than read from the
     #: bundle's own header.
     key_pinned: bool = False
 
+    @property
+    def reason(self) -> Optional[str]:
+        return self.failure.reason if self.failure else None
+
+    def to_json(self) -> dict:
+        return {
+            "verified": self.verified,
+            "records_checked": self.records_checked,
+            "last_valid": self.last_valid.to_json() if self.last_valid else None,
+            "failure": self.failure.to_json() if self.failure else None,
+            "org_id": self.org_id,
+            "checkpoint_size": self.checkpoint_size,
+            "checkpoint_root": self.checkpoint_root,
+            "key_pinned": self.key_pinned,
+        }
+
 
 class _Fail(Exception):
-    def __init__(self, reason: str, detail: str, seq: Optional[int] = None,
-                 session_id: Optional[str] = None, step_index: Optional[int] = None) -> None:
-        super().__init__(detail)
-        self.failure = Failure(reason, detail, seq, session_id, step_index)
+    """A verification failure; `at` is completed by the driver (line)."""
+
+    def __init__(self, reason: str, detail: str, at: Optional[Position] = None, *,
+                 line_known: bool = False) -> None:
+        super().__init__(f"{reason}: {detail}")
+        assert reason in REASONS, reason
+        self.reason = reason
+        self.detail = detail
+        self.at = at or Position()
+        self.line_known = line_known
+
+
+# -- primitives (FORMAT.md 1, 6) -------------------------------------------
 
 
 def _sha256(data: bytes) -> bytes:
@@ -73,14 +184,19 @@ def _sha256(data: bytes) -> bytes:
 
 
 def _frame(tag: str, *parts: bytes) -> bytes:
-    out = bytes([len(tag)]) + tag.encode()
+    out = [bytes([len(tag)]), tag.encode()]
     for part in parts:
-        out += struct.pack(">I", len(part)) + part
-    return out
+        out.append(struct.pack(">I", len(part)))
+        out.append(part)
+    return b"".join(out)
 
 
 def _h(tag: str, *parts: bytes) -> bytes:
     return _sha256(_frame(tag, *parts))
+
+
+def _u64(n: int) -> bytes:
+    return struct.pack(">Q", n)
 
 
 def _node(left: bytes, right: bytes) -> bytes:
@@ -91,14 +207,29 @@ def _leaf(data: bytes) -> bytes:
     return _sha256(b"\x00" + data)
 
 
-def _hex(value: Any, what: str) -> bytes:
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _b64decode(text: Any) -> Optional[bytes]:
+    """Canonical RFC 4648 base64 (standard alphabet, padding, zero unused
+    bits), or None."""
+    if not isinstance(text, str) or not text.isascii():
+        return None
     try:
-        raw = bytes.fromhex(value)
-    except (TypeError, ValueError):
-        raise _Fail("malformed-record", f"{what} is not hex") from None
-    if len(raw) != 32:
-        raise _Fail("malformed-record", f"{what} is not 32 bytes")
-    return raw
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if base64.b64encode(raw).decode() == text else None
+
+
+_HEX = re.compile(r"[0-9a-f]*")
+
+
+def _hexbytes(text: Any, size: int) -> Optional[bytes]:
+    if not isinstance(text, str) or len(text) != 2 * size or not _HEX.fullmatch(text):
+        return None
+    return bytes.fromhex(text)
 
 
 class _Frontier:
@@ -148,50 +279,412 @@ def _verify_inclusion(leaf_hash: bytes, index: int, size: int, proof: Sequence[b
     return sn == 0 and r == root
 
 
+def _verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: bytes, root2: bytes) -> bool:
+    """RFC 9162 section 2.1.4.2; from size 0 refused (FORMAT.md 6.2)."""
+    if size1 == 0 or size1 > size2:
+        return False
+    if size1 == size2:
+        return not proof and root1 == root2
+    if any(len(p) != 32 for p in proof) or len(root1) != 32 or len(root2) != 32:
+        return False
+    if not proof:
+        return False
+    path = list(proof)
+    if size1 & (size1 - 1) == 0:
+        path.insert(0, root1)
+    fn, sn = size1 - 1, size2 - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = _node(c, fr)
+            sr = _node(c, sr)
+            if not fn & 1:
+                while fn & 1 == 0 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = _node(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return fr == root1 and sr == root2 and sn == 0
+
+
+# -- signed notes (FORMAT.md 7.1) -------------------------------------------
+
+
 @dataclass
 class _Key:
     name: str
     key_id: bytes
     public: bytes
 
+    def vkey(self) -> str:
+        blob = _b64(b"\x01" + self.public)
+        return f"{self.name}+{self.key_id.hex()}+{blob}"
+
+
+def _valid_key_name(name: str) -> bool:
+    return bool(name) and not any(c.isspace() or c == "+" for c in name) and name.isprintable()
+
 
 def _parse_vkey(text: str) -> _Key:
-    parts = text.strip().split("+", 2)
+    """A C2SP vkey `<name>+<hex key id>+<base64(0x01 || key)>`; ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError("a vkey is a string")
+    parts = text.split("+", 2)
     if len(parts) != 3:
         raise ValueError(f"not a vkey: {text!r}")
     name, key_hex, blob = parts
-    raw = base64.b64decode(blob)
-    if len(raw) != 33 or raw[0] != 0x01:
+    if not _valid_key_name(name):
+        raise ValueError(f"not a key name: {name!r}")
+    key_id = _hexbytes(key_hex, 4)
+    raw = _b64decode(blob)
+    if key_id is None:
+        raise ValueError("a vkey's key id is 8 lowercase hex digits")
+    if raw is None or len(raw) != 33 or raw[0] != 0x01:
         raise ValueError("not an Ed25519 vkey")
-    key_id = _sha256(name.encode() + b"\n" + raw)[:4]
-    if key_id.hex() != key_hex.lower():
+    if _sha256(name.encode() + b"\n" + raw)[:4] != key_id:
         raise ValueError("the vkey's key id does not match its key")
     return _Key(name, key_id, raw[1:])
 
 
-def _open_note(note: str, keys: Sequence[_Key]) -> str:
-    """Checks a C2SP signed note (FORMAT.md 7.1) and returns its text."""
+class _NoteMalformed(ValueError):
+    """Not a signed note at all (its form)."""
+
+
+class _NoteUnverified(ValueError):
+    """A signed note that does not verify with the trusted keys."""
+
+
+def _open_note(note: Any, keys: Sequence[_Key]) -> str:
+    """Checks a C2SP signed note and returns its text (ending in a newline).
+    Raises _NoteMalformed for something that is not a signed note, and
+    _NoteUnverified when no trusted key signed it or a trusted key's
+    signature does not verify (both are ValueError)."""
+    if not isinstance(note, str):
+        raise _NoteMalformed("a signed note is a string")
+    if any((ord(c) < 0x20 and c != "\n") for c in note):
+        raise _NoteMalformed("a signed note holds a control character")
     split = note.rfind("\n\n")
     if split < 0:
-        raise ValueError("a signed note has a blank line before its signatures")
-    text = note[: split + 1]
-    verified = False
-    for line in note[split + 2:].splitlines():
+        raise _NoteMalformed("a signed note has a blank line before its signatures")
+    text, block = note[: split + 1], note[split + 2:]
+    if not block or not block.endswith("\n"):
+        raise _NoteMalformed("a signed note ends with its signature lines")
+    signatures = []
+    for line in block[:-1].split("\n"):
         if not line.startswith("\u2014 "):
-            raise ValueError(f"not a signature line: {line!r}")
-        try:
-            name, blob = line[2:].split(" ")
-            raw = base64.b64decode(blob, validate=True)
-        except ValueError:
-            raise ValueError(f"not a signature line: {line!r}") from None
+            raise _NoteMalformed(f"not a signature line: {line!r}")
+        name, sep, blob = line[2:].partition(" ")
+        raw = _b64decode(blob) if sep else None
+        if raw is None or not _valid_key_name(name) or len(raw) < 5:
+            raise _NoteMalformed(f"not a signature line: {line!r}")
+        signatures.append((name, raw))
+    verified = False
+    message = text.encode()
+    for name, raw in signatures:
         for key in keys:
             if key.name == name and raw[:4] == key.key_id:
-                if len(raw) != 68 or not ed25519.verify(key.public, text.encode(), raw[4:]):
-                    raise ValueError(f"the signature by {name} does not verify")
+                if not ed25519.verify_strict(key.public, message, raw[4:]):
+                    raise _NoteUnverified(f"the signature by {name} does not verify")
                 verified = True
     if not verified:
-        raise ValueError("no signature by a trusted key")
+        raise _NoteUnverified("no signature by a trusted key")
     return text
+
+
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+
+
+def _parse_checkpoint(text: str) -> tuple[str, int, bytes]:
+    # C2SP tlog-checkpoint: origin, size, root, then optional extension
+    # lines, which are ignored (the Rust verifier accepts them too).
+    lines = text.split("\n")
+    if len(lines) < 4 or lines[-1] != "" or not _DECIMAL.fullmatch(lines[1]) or any(not x for x in lines[3:-1]):
+        raise ValueError("not a checkpoint (origin, size, root)")
+    root = _b64decode(lines[2])
+    if root is None or len(root) != 32:
+        raise ValueError("a checkpoint's root is the base64 of 32 bytes")
+    size = int(lines[1])
+    if size > 2**63:
+        raise ValueError("checkpoint size out of range")
+    return lines[0], size, root
+
+
+# -- forms (FORMAT.md 2, 5.2, 10.1) ---------------------------------------
+
+
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_IDENT = re.compile(r"[A-Za-z0-9\-_.:@+=~]{1,200}")
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_ts(v: Any) -> bool:
+    if not isinstance(v, str) or len(v) != 27 or not _TIMESTAMP.fullmatch(v):
+        return False
+    try:
+        datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return False
+    return True
+
+
+def _micros(ts: str) -> int:
+    t = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    return (t.toordinal() * 86400 + t.hour * 3600 + t.minute * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+def _is_id(v: Any) -> bool:
+    return isinstance(v, str) and bool(_IDENT.fullmatch(v))
+
+
+def _is_hash(v: Any) -> bool:
+    return _hexbytes(v, 32) is not None
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _members(obj: Any, required: Iterable[str], optional: Iterable[str] = (), what: str = "object") -> dict:
+    if not isinstance(obj, dict):
+        raise _Malformed(f"{what} is not a JSON object")
+    required = tuple(required)
+    allowed = set(required) | set(optional)
+    for name in obj:
+        if name not in allowed:
+            raise _Malformed(f"{what} has an unknown member {name!r}")
+    for name in required:
+        if name not in obj:
+            raise _Malformed(f"{what} lacks member {name!r}")
+    return obj
+
+
+def _need(ok: bool, detail: str) -> None:
+    if not ok:
+        raise _Malformed(detail)
+
+
+# Per type, member -> check of its value (5.2).
+_ANY = lambda v: True  # noqa: E731
+_STR = lambda v: isinstance(v, str)  # noqa: E731
+_VIEWS: dict[str, dict[str, Any]] = {
+    "session-start": {
+        "org_id": _is_id, "session_id": _is_id, "agent_id": _is_id, "started_at": _is_ts,
+        "caller": _is_id, "profile": lambda v: v in ("standard", "strict"),
+        "predecessor": lambda v: v is None or _is_hash(v), "full_consent": lambda v: isinstance(v, bool),
+        "max_clock_skew_s": _is_uint, "genesis": _is_hash,
+    },
+    "seal": {
+        "org_id": _is_id, "session_id": _is_id, "step_count": _is_uint, "session_root": _is_hash,
+        "final_hash": _is_hash, "sealed_at": _is_ts, "note": _STR,
+    },
+    "erasure": {
+        "org_id": _is_id, "session_id": _is_id, "step_index": _is_uint, "trace_id": _is_id,
+        "commitments": lambda v: isinstance(v, dict) and bool(v) and all(
+            k in _PAYLOAD and _is_hash(c) for k, c in v.items()),
+        "reason": _STR, "actor": _STR, "erased_at": _is_ts,
+    },
+    "review": {
+        "org_id": _is_id, "trace_id": _is_id, "session_id": _is_id, "step_index": _is_uint,
+        "decision": lambda v: v in ("approve", "reject", "escalate"), "reviewer": _STR,
+        "note": lambda v: v is None or isinstance(v, str), "reviewed_at": _is_ts,
+    },
+    "key-registration": {
+        "org_id": _is_id, "agent_id": _is_id, "key_id": _is_id,
+        "public_key": lambda v: (lambda raw: raw is not None and len(raw) == 32)(_b64decode(v)),
+        "registered_at": _is_ts,
+    },
+    "key-revocation": {
+        "org_id": _is_id, "agent_id": _is_id, "key_id": _is_id, "reason": _STR, "revoked_at": _is_ts,
+    },
+    "audit-event": {
+        "org_id": _is_id, "event_id": _is_id, "session_id": lambda v: v is None or isinstance(v, str),
+        "action": _STR, "detail": _ANY, "at": _is_ts,
+    },
+    "signed-trace": {"org_id": _is_id, "session_id": _is_id, "trace": lambda v: _is_trace(v)},
+}
+
+
+def _is_trace(trace: Any) -> bool:
+    """The form of a seed-004 complete trace (7.4), as the Rust verifier reads
+    it: the members 7.4 lists are required, `thought_id`, `task_id` and
+    `completed_at` are optional strings, other members are kept as given."""
+    if not isinstance(trace, dict):
+        return False
+    for name in ("trace_id", "agent_id_hash", "started_at", "signature_key_id"):
+        if not isinstance(trace.get(name), str):
+            return False
+    for name in ("thought_id", "task_id", "completed_at"):
+        if trace.get(name) is not None and not isinstance(trace[name], str):
+            return False
+    if trace.get("trace_level") not in _TRACE_LEVELS:
+        return False
+    components = trace.get("components")
+    if not isinstance(components, list) or not components:
+        return False
+    for component in components:
+        if not isinstance(component, dict) or not all(
+                isinstance(component.get(name), str) for name in ("component_type", "event_type", "timestamp")):
+            return False
+    signature = _b64decode(trace.get("signature"))
+    return signature is not None and len(signature) == 64
+
+# Step field -> check of its JSON value (3.1). Only the JSON types are
+# checked here, as the Rust verifier does: the identifier syntax of 2.4, the
+# range of `confidence` and the form of `signer_key_id` are the server's
+# rules at ingest, and a value that breaks them fails the digest anyway.
+_STR_OR_NULL = lambda v: v is None or isinstance(v, str)  # noqa: E731
+_FIELD_CHECKS: dict[str, Any] = {
+    "trace_id": _STR, "org_id": _STR, "agent_id": _STR, "session_id": _STR,
+    "step_index": _is_uint, "step_type": lambda v: v in _KINDS, "step_type_original": _STR,
+    "content": _STR_OR_NULL, "input_data": _ANY, "output_data": _ANY,
+    "confidence": lambda v: v is None or _is_number(v),
+    "duration_ms": lambda v: v is None or _is_uint(v), "token_count": lambda v: v is None or _is_uint(v),
+    "model": _STR_OR_NULL, "metadata": _ANY, "created_at": _is_ts,
+    "turn_id": _STR_OR_NULL, "turn_step": lambda v: v is None or _is_uint(v), "task_id": _STR_OR_NULL,
+    "links": lambda v: isinstance(v, dict) and all(k in _LINKS and isinstance(x, str) for k, x in v.items()),
+    "status": lambda v: v in ("ok", "flagged"),
+    "signer_key_id": _STR_OR_NULL,
+}
+
+
+@dataclass
+class _Entry:
+    line: int
+    seq: int
+    type: str
+    logged_at: str
+    record_hash: bytes  # as recorded: the chain hash of a step, the op hash of a record
+    proof: Optional[list]
+    view: Optional[dict] = None
+    # steps
+    fields: Optional[dict] = None
+    salts: Optional[dict] = None
+    hidden: Optional[dict] = None
+    digest: Optional[bytes] = None
+    prev_hash: Optional[bytes] = None
+    signature: Optional[dict] = None
+
+    def position(self) -> Position:
+        if self.type == "step":
+            return Position(self.line, self.seq, self.fields.get("session_id"),
+                            self.fields.get("step_index"), self.fields.get("trace_id"))
+        session_id = self.view.get("session_id")
+        return Position(self.line, self.seq, session_id if isinstance(session_id, str) else None)
+
+    def leaf(self) -> bytes:
+        return _leaf(_frame("cairn/v2/log-leaf", _u64(self.seq), self.type.encode(),
+                            self.record_hash, self.logged_at.encode()))
+
+
+def _decode_entry(obj: Any, line: int, complete: bool) -> _Entry:
+    """The form of an entry line (10.1): _Malformed otherwise."""
+    _need(isinstance(obj, dict), "an entry line is a JSON object")
+    kind = obj.get("type")
+    if kind == "step":
+        required = ("seq", "type", "logged_at", "fields", "salts", "hidden", "digest", "prev_hash",
+                    "hash", "signature", "has_embedding", "erased")
+    elif kind in _OP_TYPES:
+        required = ("seq", "type", "logged_at", "view", "hash")
+    else:
+        raise _Malformed(f"unknown entry type {kind!r}")
+    _members(obj, required, () if complete else ("proof",), "the entry")
+    _need(_is_uint(obj["seq"]), "seq is a non-negative integer")
+    _need(_is_ts(obj["logged_at"]), "logged_at is a canonical timestamp")
+    record_hash = _hexbytes(obj["hash"], 32)
+    _need(record_hash is not None, "hash is 64 lowercase hex digits")
+    proof = None
+    if "proof" in obj:
+        _need(isinstance(obj["proof"], list) and len(obj["proof"]) <= _MAX_PROOF,
+              f"proof is an array of at most {_MAX_PROOF} hashes")
+        proof = [_hexbytes(p, 32) for p in obj["proof"]]
+        _need(all(p is not None for p in proof), "a proof hash is 64 lowercase hex digits")
+    entry = _Entry(line, obj["seq"], kind, obj["logged_at"], record_hash, proof)
+    if kind != "step":
+        checks = _VIEWS[kind]
+        view = _members(obj["view"], checks, (), f"the {kind} view")
+        for name, check in checks.items():
+            _need(check(view[name]), f"the {kind} view's {name} is not of its type")
+        entry.view = view
+        return entry
+    fields = _members(obj["fields"], (), FIELDS, "fields")
+    salts = _members(obj["salts"], (), FIELDS, "salts")
+    hidden = _members(obj["hidden"], (), FIELDS, "hidden")
+    for name in FIELDS:
+        revealed = name in fields and name in salts and name not in hidden
+        _need(revealed or (name in hidden and name not in fields and name not in salts),
+              f"field {name} must be either revealed with a salt or hidden")
+    for name in _DECODED:
+        _need(name in fields, f"field {name} is never hidden")
+    for name, value in fields.items():
+        _need(_FIELD_CHECKS[name](value), f"field {name} is not of its type")
+    for name, salt in salts.items():
+        _need(_hexbytes(salt, 16) is not None, f"the salt of {name} is 32 lowercase hex digits")
+    for name, commitment in hidden.items():
+        _need(_is_hash(commitment), f"the commitment of {name} is 64 lowercase hex digits")
+    entry.digest = _hexbytes(obj["digest"], 32)
+    entry.prev_hash = _hexbytes(obj["prev_hash"], 32)
+    _need(entry.digest is not None and entry.prev_hash is not None, "digest and prev_hash are 64 lowercase hex digits")
+    signature = obj["signature"]
+    if signature is not None:
+        _members(signature, ("key_id", "signature"), (), "signature")
+        _need(isinstance(signature["key_id"], str), "signature.key_id is a string")
+        raw = _b64decode(signature["signature"])
+        _need(raw is not None and len(raw) == 64, "signature.signature is the base64 of 64 bytes")
+    _need(isinstance(obj["has_embedding"], bool) and isinstance(obj["erased"], bool),
+          "has_embedding and erased are booleans")
+    entry.fields, entry.salts, entry.hidden, entry.signature = fields, salts, hidden, signature
+    return entry
+
+
+def _decode_selection(obj: Any, size: int) -> dict:
+    selection = _members(obj, ("checkpoint_size", "scope", "level", "sessions", "records"), (), "selection")
+    _need(_is_uint(selection["checkpoint_size"]), "checkpoint_size is a non-negative integer")
+    scope = selection["scope"]
+    _need(isinstance(scope, dict), "scope is an object")
+    if "session" in scope:
+        _members(scope, ("session",), (), "scope")
+        _need(_is_id(scope["session"]), "scope.session is an id")
+    elif "agent" in scope:
+        _members(scope, ("agent",), (), "scope")
+        _need(_is_id(scope["agent"]), "scope.agent is an id")
+    else:
+        _members(scope, ("since", "until"), (), "scope")
+        _need(_is_ts(scope["since"]) and _is_ts(scope["until"]), "scope.since and until are timestamps")
+    _need(selection["level"] in LEVEL_SHOWS, "level is generic, detailed or full")
+    _need(isinstance(selection["sessions"], list), "sessions is an array")
+    seen = set()
+    for item in selection["sessions"]:
+        _members(item, ("session_id", "steps", "head"), (), "a selected session")
+        _need(_is_id(item["session_id"]) and _is_uint(item["steps"]) and _is_hash(item["head"]),
+              "a selected session is {session_id, steps, head}")
+        _need(item["session_id"] not in seen, f"session {item['session_id']} is selected twice")
+        seen.add(item["session_id"])
+    _need(isinstance(selection["records"], list), "records is an array")
+    previous = -1
+    for item in selection["records"]:
+        _need(isinstance(item, list) and len(item) == 2 and _is_uint(item[0]) and item[1] in _OP_TYPES,
+              "a selected record is [seq, operational entry type]")
+        _need(item[0] > previous, "selected records are in strictly increasing seq")
+        _need(item[0] < size, "a selected record lies beyond the checkpoint")
+        previous = item[0]
+    return selection
+
+
+# -- the verifier ------------------------------------------------------------
 
 
 @dataclass
@@ -199,336 +692,649 @@ class _Session:
     session_id: str
     agent_id: str
     strict: bool
+    skew_us: int
     head: bytes
     next_index: int = 0
     sealed: bool = False
+    last_created: Optional[str] = None
     tree: _Frontier = field(default_factory=_Frontier)
 
 
+@dataclass
+class _AgentKey:
+    agent_id: str
+    public: bytes
+    registered_seq: int
+    revoked_seq: Optional[int] = None
+
+
+@dataclass
+class _Erased:
+    """A step showing erased payload fields, waiting for its erasure record."""
+
+    position: Position
+    trace_id: Optional[str]
+    commitments: dict
+
+
 class _Verifier:
-    def __init__(self, header: dict, keys: Sequence[_Key], size: int, root: bytes) -> None:
-        self.org_id: str = header["org_id"]
-        self.origin: str = f"{header['server_name']}/{self.org_id}"
-        self.complete: bool = bool(header.get("complete_log"))
-        self.keys = keys
-        self.size, self.root = size, root
+    def __init__(self, keys: Sequence[_Key], trusted: Sequence[str]) -> None:
+        self.pinned = list(keys)
+        self.trusted_notes = list(trusted)
+        self.keys: list[_Key] = []
+        self.line = 0
+        self.phase = "header"
+        self.entry_lines = 0
+        self.checked = 0
+        self.last_valid: Optional[Position] = None
+        self.header: dict = {}
+        self.org_id = ""
+        self.origin = ""
+        self.complete = True
+        self.size = 0
+        self.root = b""
+        self.trusted: list[tuple[int, bytes]] = []  # (size, root), each size below N
+        self.consistency_sizes: set[int] = set()
+        self.last_old_size = 0
+        self.selection: Optional[dict] = None
+        self.level = "full"
+        self.listed_sessions: dict[str, dict] = {}
+        self.records: list = []
+        self.record_index = 0
+        # log state
         self.tree = _Frontier()
         self.last_seq: Optional[int] = None
+        self.last_logged_at: Optional[str] = None
         self.sessions: dict[str, _Session] = {}
-        self.agent_keys: dict[str, tuple[str, bytes]] = {}
-        self.sealed_finals: dict[bytes, Optional[str]] = {}
+        self.finals: dict[bytes, Optional[str]] = {}  # sealed final hash -> the session continuing it
+        self.agent_keys: dict[str, _AgentKey] = {}
+        self.pending: dict[tuple[str, int], _Erased] = {}
 
-    # -- one entry ---------------------------------------------------------
+    # -- lines ---------------------------------------------------------------
 
-    def push(self, entry: dict) -> None:
-        seq = entry.get("seq")
-        kind = entry.get("type")
-        if not isinstance(seq, int) or not isinstance(kind, str):
-            raise _Fail("malformed-record", "an entry needs an integer seq and a type")
-        if kind == "step":
-            record_hash, session_id, index = self._step(entry, seq)
-        else:
-            record_hash, session_id, index = self._op(entry, seq, kind), None, None
-        leaf = _leaf(_frame("cairn/v1/log-leaf", struct.pack(">Q", seq), kind.encode(), record_hash))
-        if self.complete:
-            if seq != self.tree.size:
-                raise _Fail("sequence-gap", f"expected seq {self.tree.size}, found {seq}", seq)
-            self.tree.push(leaf)
-            if self.tree.size == self.size and self.tree.root() != self.root:
-                raise _Fail("inconsistent-checkpoint",
-                            f"log root at size {self.size} is not the checkpoint's", seq)
-        else:
-            if self.last_seq is not None and seq <= self.last_seq:
-                raise _Fail("sequence-gap", f"seq {seq} does not follow seq {self.last_seq}", seq)
-            proof = [_hex(p, "a proof hash") for p in entry.get("proof") or []]
-            if "proof" not in entry:
-                raise _Fail("inclusion-mismatch", f"seq {seq} has no inclusion proof", seq)
-            if not _verify_inclusion(leaf, seq, self.size, proof, self.root):
-                raise _Fail("inclusion-mismatch",
-                            f"inclusion proof of seq {seq} in the checkpoint of size {self.size} fails",
-                            seq, session_id, index)
-            self.last_seq = seq
+    def feed(self, raw: bytes) -> None:
+        self.line += 1
+        if self.phase == "ended":
+            raise _Fail("malformed-record", "a line after the end line")
+        if self.phase == "header":
+            self._header(raw)
+            self.phase = "checkpoint"
+            return
+        if self.phase == "checkpoint":
+            self._checkpoint(self._parse(raw))
+            self.phase = "consistency"
+            return
+        if self.phase in ("consistency", "selection", "entries"):
+            try:
+                obj = strict_loads(raw)
+            except JSONError as e:
+                if self.phase == "entries":
+                    self._count_undecodable(None)
+                raise _Fail("malformed-record", f"line {self.line} is not strict JSON: {e}") from None
+            if self.phase == "consistency":
+                if isinstance(obj, dict) and "consistency" in obj:
+                    self._consistency(obj)
+                    return
+                self.phase = "selection" if not self.complete else "entries"
+                if self.complete and isinstance(obj, dict) and "selection" in obj:
+                    raise _Fail("malformed-record", "a complete bundle has no selection line")
+            if self.phase == "selection":
+                self._selection(obj)
+                self.phase = "entries"
+                return
+            if isinstance(obj, dict) and "end" in obj:
+                self._end(obj)
+                self.phase = "ended"
+                return
+            if isinstance(obj, dict) and ("consistency" in obj or "selection" in obj):
+                raise _Fail("malformed-record", "consistency and selection lines come before the entries")
+            self._entry(obj)
 
-    def _op(self, entry: dict, seq: int, kind: str) -> bytes:
-        view = entry.get("view")
-        if not isinstance(view, dict):
-            raise _Fail("malformed-record", "an operational record needs a view", seq)
-        recorded = _hex(entry.get("hash"), "hash")
-        computed = _h("cairn/v1/op", kind.encode(), canonical(view))
-        if computed != recorded:
-            raise _Fail("digest-mismatch", f"{kind} record hash recomputes to {computed.hex()}", seq,
-                        view.get("session_id"))
-        if view.get("org_id") != self.org_id:
-            raise _Fail("malformed-record", f"record of org {view.get('org_id')!r} in the log of {self.org_id}", seq)
-        session_id = view.get("session_id")
-        if kind == "session-start":
-            self._session_start(view, seq)
-        elif kind == "seal":
-            self._seal(view, seq)
-        elif kind == "key-registration":
-            public = base64.b64decode(view.get("public_key", ""))
-            key_id = "agent-" + _sha256(public).hex()[:12]
-            if len(public) != 32 or key_id != view.get("key_id"):
-                raise _Fail("malformed-record", f"key id {view.get('key_id')} does not match the registered key", seq)
-            self.agent_keys[key_id] = (view.get("agent_id", ""), public)
-        elif kind == "signed-trace":
-            self._signed_trace(view, seq)
-        elif kind not in ("erasure", "review", "audit-event"):
-            raise _Fail("malformed-record", f"unknown record type {kind}", seq, session_id)
-        return recorded
-
-    def _session_start(self, view: dict, seq: int) -> None:
-        header = {k: v for k, v in view.items() if k != "genesis"}
-        genesis = _h("cairn/v1/genesis", canonical(header))
-        session_id = header.get("session_id")
-        if view.get("genesis") != genesis.hex():
-            raise _Fail("malformed-record", "the genesis does not match the header", seq, session_id)
-        if session_id in self.sessions:
-            raise _Fail("malformed-record", f"session {session_id} started twice", seq, session_id)
-        predecessor = header.get("predecessor")
-        if predecessor is not None:
-            final = _hex(predecessor, "predecessor")
-            if final not in self.sealed_finals:
-                raise _Fail("predecessor-mismatch",
-                            f"session {session_id} continues {predecessor}, which is not the final hash of a session sealed before it",
-                            seq, session_id)
-            if self.sealed_finals[final] is not None:
-                raise _Fail("predecessor-mismatch",
-                            f"the session ending in {predecessor} is already continued by {self.sealed_finals[final]}",
-                            seq, session_id)
-            self.sealed_finals[final] = session_id
-        self.sessions[session_id] = _Session(session_id, header.get("agent_id", ""),
-                                             header.get("profile") == "strict", genesis)
-
-    def _seal(self, view: dict, seq: int) -> None:
-        session_id = view.get("session_id")
-        root = _hex(view.get("session_root"), "session_root")
-        final = _hex(view.get("final_hash"), "final_hash")
-        session = self.sessions.get(session_id)
-        if session is None and self.complete:
-            raise _Fail("missing-record", f"seal of unknown session {session_id}", seq, session_id)
-        if session is not None:
-            if session.sealed:
-                raise _Fail("malformed-record", "session sealed twice", seq, session_id)
-            count = view.get("step_count")
-            if count > session.next_index:
-                raise _Fail("missing-record", f"seal covers {count} steps; only {session.next_index} present", seq, session_id)
-            if count < session.next_index:
-                raise _Fail("seal-mismatch", f"seal covers {count} steps; {session.next_index} were recorded before it", seq, session_id)
-            if final != session.head or root != session.tree.root():
-                raise _Fail("seal-mismatch", "seal's root or final hash does not match the session's steps", seq, session_id)
-            session.sealed = True
-        expected = (f"cairn-seal/v1\n{self.origin}\n{session_id}\n{view.get('step_count')}\n"
-                    f"{base64.b64encode(root).decode()}\n{base64.b64encode(final).decode()}\n{view.get('sealed_at')}\n")
+    def _parse(self, raw: bytes) -> Any:
         try:
-            text = _open_note(view.get("note", ""), self.keys)
+            return strict_loads(raw)
+        except JSONError as e:
+            raise _Fail("malformed-record", f"line {self.line} is not strict JSON: {e}") from None
+
+    def _count_undecodable(self, seq: Optional[int]) -> None:
+        self.entry_lines += 1
+        self.checked += 1
+
+    def _header(self, raw: bytes) -> None:
+        header = self._parse(raw)
+        if isinstance(header, dict) and header.get("cairn_bundle") == 1 and not isinstance(header.get("cairn_bundle"), bool):
+            raise _Fail("malformed-record", "this is a format 1 bundle (Cairn 0.1): this verifier reads format 2")
+        try:
+            _members(header, ("cairn_bundle", "server_name", "org_id", "origin", "server_key",
+                              "complete_log", "exported_at"), (), "the header")
+            _need(header["cairn_bundle"] == 2 and _is_uint(header["cairn_bundle"]), "cairn_bundle is 2")
+            _need(isinstance(header["server_name"], str) and _valid_key_name(header["server_name"]),
+                  "server_name is a key name")
+            _need(_is_id(header["org_id"]), "org_id is an id")
+            _need(isinstance(header["origin"], str), "origin is a string")
+            _need(isinstance(header["server_key"], str), "server_key is a string")
+            _need(isinstance(header["complete_log"], bool), "complete_log is a boolean")
+            _need(_is_ts(header["exported_at"]), "exported_at is a canonical timestamp")
+            _need(header["origin"] == f"{header['server_name']}/{header['org_id']}",
+                  "origin is server_name/org_id")
+        except _Malformed as e:
+            raise _Fail("malformed-record", f"line 1 is not a Cairn bundle header: {e}") from None
+        self.header = header
+        self.org_id = header["org_id"]
+        self.origin = header["origin"]
+        self.complete = header["complete_log"]
+
+    def _open(self, note: Any, what: str, at: Optional[Position] = None) -> str:
+        try:
+            return _open_note(note, self.keys)
+        except _NoteMalformed as e:
+            raise _Fail("malformed-record", f"{what}: {e}", at) from None
+        except _NoteUnverified as e:
+            raise _Fail("bad-signature", f"{what}: {e}", at) from None
+
+    def _checkpoint(self, obj: Any) -> None:
+        # The header's key is read when it is needed, for the checkpoint:
+        # a key that is not a vkey fails at line 2, as in the Rust verifier.
+        if self.pinned:
+            self.keys = self.pinned
+        else:
+            try:
+                self.keys = [_parse_vkey(self.header["server_key"])]
+            except ValueError as e:
+                raise _Fail("malformed-record", f"the header's server_key: {e}") from None
+        try:
+            _members(obj, ("checkpoint",), (), "line 2")
+            _need(isinstance(obj["checkpoint"], str), "the checkpoint is a signed note")
+        except _Malformed as e:
+            raise _Fail("malformed-record", f"line 2 holds the checkpoint: {e}") from None
+        text = self._open(obj["checkpoint"], "the checkpoint")
+        try:
+            origin, size, root = _parse_checkpoint(text)
         except ValueError as e:
-            raise _Fail("bad-signature", f"seal: {e}", seq, session_id) from None
-        if text != expected:
-            raise _Fail("bad-signature", "seal note does not state this seal's fields", seq, session_id)
-        self.sealed_finals.setdefault(final, None)
+            raise _Fail("malformed-record", f"the checkpoint: {e}") from None
+        if origin != self.origin:
+            raise _Fail("malformed-record", f"the checkpoint is of {origin}, not of {self.origin}")
+        self.size, self.root = size, root
+        for note in self.trusted_notes:
+            try:
+                t_origin, t_size, t_root = _parse_checkpoint(_open_note(note, self.keys))
+            except ValueError as e:
+                raise _Fail("bad-signature", f"a trusted checkpoint: {e}") from None
+            if t_origin != self.origin:
+                raise _Fail("bad-signature", f"a trusted checkpoint is of {t_origin}, not of {self.origin}")
+            if t_size > size:
+                raise _Fail("missing-proof",
+                            f"a trusted checkpoint of size {t_size} is newer than the bundle's ({size}): export again")
+            if t_size == size and t_root != root:
+                raise _Fail("inconsistent-checkpoint",
+                            f"the trusted checkpoint of size {t_size} has another root than the bundle's")
+            if 0 < t_size < size:
+                self.trusted.append((t_size, t_root))
 
-    def _signed_trace(self, view: dict, seq: int) -> None:
-        trace = view.get("trace") or {}
-        key_id = trace.get("signature_key_id")
-        session_id = view.get("session_id")
-        registered = self.agent_keys.get(key_id)
-        if registered is None:
-            raise _Fail("bad-signature", f"trace signed by {key_id}, which is not registered", seq, session_id)
-        agent, public = registered
-        if agent != trace.get("agent_id_hash"):
-            raise _Fail("bad-signature", f"key {key_id} is registered for agent {agent}, not {trace.get('agent_id_hash')}", seq, session_id)
-        payload = canonical({"components": trace.get("components"), "trace_level": trace.get("trace_level")})
+    def _consistency(self, obj: dict) -> None:
         try:
-            signature = base64.b64decode(trace.get("signature", ""))
-        except ValueError:
-            signature = b""
-        if not ed25519.verify(public, payload, signature):
-            raise _Fail("bad-signature", "the trace's signature does not verify over its components and trace level", seq, session_id)
+            _members(obj, ("consistency",), (), "a consistency line")
+            body = _members(obj["consistency"], ("old_size", "proof"), (), "a consistency line")
+            old_size = body["old_size"]
+            _need(_is_uint(old_size), "old_size is a non-negative integer")
+            _need(isinstance(body["proof"], list), "proof is an array")
+            proof = [_hexbytes(p, 32) for p in body["proof"]]
+            _need(all(p is not None for p in proof), "a proof hash is 64 lowercase hex digits")
+            _need(0 < old_size < self.size, f"old_size {old_size} is not between 0 and {self.size}")
+            _need(old_size > self.last_old_size, "consistency lines go in increasing old_size")
+        except _Malformed as e:
+            raise _Fail("malformed-record", f"line {self.line}: {e}") from None
+        self.last_old_size = old_size
+        self.consistency_sizes.add(old_size)
+        for t_size, t_root in self.trusted:
+            if t_size == old_size and not _verify_consistency(old_size, self.size, proof, t_root, self.root):
+                raise _Fail("inconsistent-checkpoint",
+                            f"the log at the bundle's checkpoint is not consistent with the trusted checkpoint of size {old_size}")
 
-    def _step(self, entry: dict, seq: int) -> tuple[bytes, str, int]:
-        fields = entry.get("fields") or {}
-        salts = entry.get("salts") or {}
-        hidden = entry.get("hidden") or {}
-        session_id = fields.get("session_id")
-        index = fields.get("step_index")
-        where = dict(seq=seq, session_id=session_id, step_index=index)
-        for name in FIELDS:
-            shown, is_hidden = name in fields, name in hidden
-            if shown == is_hidden:
-                raise _Fail("malformed-record", f"field {name} must be either shown with its salt or hidden", **where)
-            if shown and name not in salts:
-                raise _Fail("malformed-record", f"field {name} has no salt", **where)
-        for name in _MUST_SHOW:
-            if name not in fields:
-                raise _Fail("malformed-record", f"{name} must be disclosed", **where)
+    def _selection(self, obj: Any) -> None:
+        for t_size, _root in self.trusted:
+            if t_size not in self.consistency_sizes:
+                raise _Fail("missing-proof",
+                            f"no consistency proof from the trusted checkpoint of size {t_size}: export with --since-size {t_size}")
+        if not isinstance(obj, dict) or "selection" not in obj:
+            raise _Fail("missing-proof", "a partial bundle needs its signed selection here")
+        try:
+            _members(obj, ("selection", "note"), (), "the selection line")
+            selection = _decode_selection(obj["selection"], self.size)
+        except _Malformed as e:
+            raise _Fail("malformed-record", f"the selection: {e}") from None
+        text = self._open(obj["note"], "the selection note")
+        lines = text.split("\n")
+        if len(lines) != 6 or lines[5] != "" or lines[0] != "cairn-selection/v2":
+            raise _Fail("malformed-record", "the selection note is not a cairn-selection/v2 note of five lines")
+        # The other lines are compared as text with what they must say (a
+        # line that is not even a number or base64 simply says something else).
+        if lines[1] != self.origin or lines[2] != str(self.size) or lines[3] != _b64(self.root):
+            raise _Fail("selection-mismatch", "the selection note speaks of another log or checkpoint")
+        if selection["checkpoint_size"] != self.size:
+            raise _Fail("selection-mismatch",
+                        f"the selection is of checkpoint size {selection['checkpoint_size']}, the bundle's is {self.size}")
+        computed = _h("cairn/v2/selection", canonical(selection))
+        if lines[4] != _b64(computed):
+            raise _Fail("digest-mismatch", f"the selection hashes to {computed.hex()}, its note says {lines[4]}")
+        self.selection = selection
+        self.level = selection["level"]
+        self.listed_sessions = {s["session_id"]: s for s in selection["sessions"]}
+        self.records = selection["records"]
+
+    def _end(self, obj: dict) -> None:
+        try:
+            _members(obj, ("end",), (), "the end line")
+            _members(obj["end"], ("entries",), (), "the end line")
+            _need(_is_uint(obj["end"]["entries"]), "entries is a non-negative integer")
+        except _Malformed as e:
+            raise _Fail("malformed-record", str(e)) from None
+        if obj["end"]["entries"] != self.entry_lines:
+            raise _Fail("malformed-record",
+                        f"the end line counts {obj['end']['entries']} entries, {self.entry_lines} were read")
+
+    # -- entries -------------------------------------------------------------
+
+    def _entry(self, obj: Any) -> None:
+        self.entry_lines += 1
+        self.checked += 1
+        stated = obj.get("seq") if isinstance(obj, dict) else None
+        try:
+            entry = _decode_entry(obj, self.line, self.complete)
+        except _Malformed as e:
+            raise _Fail("malformed-record", str(e),
+                        Position(seq=stated if _is_uint(stated) else None)) from None
+        if entry.type == "session-start":
+            # The stated genesis must be the one the header gives (5.2); the
+            # Rust verifier checks it as it reads the record, so it is
+            # reported like a decoding failure (line and seq only).
+            view = entry.view
+            genesis = _h("cairn/v2/genesis", canonical({k: v for k, v in view.items() if k != "genesis"}))
+            if view["genesis"] != genesis.hex():
+                raise _Fail("digest-mismatch",
+                            f"the session start's genesis is not the one its header gives ({genesis.hex()})",
+                            Position(seq=entry.seq))
+        if self.complete:
+            self._complete_entry(entry)
+        else:
+            self._partial_entry(entry)
+        self.last_valid = entry.position()
+
+    def _complete_entry(self, e: _Entry) -> None:
+        expected = self.tree.size
+        if e.seq == expected and expected >= self.size:
+            raise _Fail("uncovered-entry", f"seq {e.seq} lies beyond the checkpoint (size {self.size})", Position(seq=e.seq))
+        if e.seq != expected:
+            at = e.position()
+            at.seq = expected
+            raise _Fail("sequence-gap", f"expected seq {expected}, found {e.seq}", at)
+        self._time(e)
+        self._record(e)
+        self.tree.push(e.leaf())
+        size = self.tree.size
+        if size == self.size and self.tree.root() != self.root:
+            raise _Fail("inconsistent-checkpoint", f"the log's root at size {size} is not the checkpoint's", e.position())
+        for t_size, t_root in self.trusted:
+            if size == t_size and self.tree.root() != t_root:
+                raise _Fail("inconsistent-checkpoint",
+                            f"the log's root at size {size} is not the trusted checkpoint's", e.position())
+
+    def _partial_entry(self, e: _Entry) -> None:
+        at = e.position()
+        if self.last_seq is not None and e.seq <= self.last_seq:
+            raise _Fail("sequence-gap", f"seq {e.seq} does not follow seq {self.last_seq}", at)
+        if self.record_index < len(self.records) and self.records[self.record_index][0] < e.seq:
+            listed = self.records[self.record_index]
+            raise _Fail("missing-record", f"the selection lists a {listed[1]} record at seq {listed[0]}; it is absent",
+                        Position(seq=listed[0]))
+        if e.seq >= self.size:
+            raise _Fail("uncovered-entry", f"seq {e.seq} lies beyond the checkpoint (size {self.size})", at)
+        if e.proof is None:
+            raise _Fail("missing-proof", f"seq {e.seq} has no inclusion proof", at)
+        if not _verify_inclusion(e.leaf(), e.seq, self.size, e.proof, self.root):
+            raise _Fail("inclusion-mismatch",
+                        f"the inclusion proof of seq {e.seq} does not lead to the checkpoint's root", at)
+        if e.type == "step":
+            listed = self.listed_sessions.get(e.fields.get("session_id"))
+            index = e.fields.get("step_index")
+            if listed is None or not isinstance(index, int) or index >= listed["steps"]:
+                raise _Fail("unlisted-entry", "the selection does not list this step", at)
+        else:
+            if self.record_index >= len(self.records) or self.records[self.record_index][0] != e.seq:
+                raise _Fail("unlisted-entry", f"the selection does not list seq {e.seq}", at)
+            if self.records[self.record_index][1] != e.type:
+                raise _Fail("selection-mismatch",
+                            f"the selection lists seq {e.seq} as {self.records[self.record_index][1]}, not {e.type}", at)
+            self.record_index += 1
+            if e.type == "session-start" and e.view["session_id"] in self.listed_sessions:
+                if not self._in_scope(e.view):
+                    raise _Fail("selection-mismatch",
+                                f"session {e.view['session_id']} is listed but its scope does not select it", at)
+        self._time(e)
+        self._record(e)
+        self.last_seq = e.seq
+
+    def _in_scope(self, view: dict) -> bool:
+        scope = self.selection["scope"]
+        if "session" in scope:
+            return view["session_id"] == scope["session"]
+        if "agent" in scope:
+            return view["agent_id"] == scope["agent"]
+        return scope["since"] <= view["started_at"] < scope["until"]
+
+    def _time(self, e: _Entry) -> None:
+        if self.last_logged_at is not None and e.logged_at < self.last_logged_at:
+            raise _Fail("bad-timestamp", f"logged_at {e.logged_at} is before the previous entry's ({self.last_logged_at})",
+                        e.position())
+        self.last_logged_at = e.logged_at
+
+    def _record(self, e: _Entry) -> None:
+        if e.type == "step":
+            self._step(e)
+        else:
+            self._op(e)
+
+    # -- a step (9.2) ----------------------------------------------------------
+
+    def _step(self, e: _Entry) -> None:
+        at = e.position()
+        fields, hidden = e.fields, e.hidden
         if fields.get("org_id") != self.org_id:
-            raise _Fail("malformed-record", f"step of org {fields.get('org_id')!r} in the log of {self.org_id}", **where)
+            raise _Fail("malformed-record", f"a step of org {fields.get('org_id')!r} in the log of {self.org_id}", at)
+        shows = LEVEL_SHOWS[self.level]
+        erased = []
+        for name in FIELDS:
+            if name not in shows:
+                if name not in hidden:
+                    raise _Fail("malformed-record", f"field {name} is shown beyond the {self.level} level", at)
+            elif name in _NEVER_HIDDEN or name not in _PAYLOAD:
+                if name not in fields:
+                    raise _Fail("malformed-record", f"field {name} must be shown at the {self.level} level", at)
+            elif name not in fields:
+                erased.append(name)
+        session_id = fields["session_id"]
         session = self.sessions.get(session_id)
         if session is None:
-            raise _Fail("missing-record", f"session {session_id} has no session-start record", **where)
+            raise _Fail("missing-record", f"session {session_id} was not started before this step", at)
         if session.sealed:
-            raise _Fail("step-after-seal", f"session {session_id} was sealed at {session.next_index} steps", **where)
+            raise _Fail("step-after-seal", f"session {session_id} is sealed", at)
+        index = fields["step_index"]
         if index != session.next_index:
-            raise _Fail("sequence-gap", f"expected step index {session.next_index}, found {index}", **where)
-        prev = _hex(entry.get("prev_hash"), "prev_hash")
-        if prev != session.head:
-            raise _Fail("prev-hash-mismatch", f"prev_hash {prev.hex()} is not the previous chain hash", **where)
+            raise _Fail("sequence-gap", f"expected step index {session.next_index}, found {index}", at)
+        if e.prev_hash != session.head:
+            raise _Fail("prev-hash-mismatch", f"prev_hash {e.prev_hash.hex()} is not the session's head {session.head.hex()}", at)
         commitments = []
         for name in FIELDS:
             if name in fields:
-                salt = bytes.fromhex(salts[name])
-                if len(salt) != 16:
-                    raise _Fail("malformed-record", f"the salt of {name} is not 16 bytes", **where)
-                commitments.append(_h("cairn/v1/field", salt, canonical(fields[name])))
+                commitments.append(_h("cairn/v2/field", bytes.fromhex(e.salts[name]), canonical(fields[name])))
             else:
-                commitments.append(_hex(hidden[name], f"commitment of {name}"))
-        digest = _h("cairn/v1/step", *commitments)
-        recorded = _hex(entry.get("digest"), "digest")
-        if digest != recorded:
-            raise _Fail("digest-mismatch", f"digest recomputed from the fields is {digest.hex()}, recorded {recorded.hex()}", **where)
-        chain = _h("cairn/v1/chain", prev, recorded, struct.pack(">Q", index), fields["created_at"].encode())
-        recorded_hash = _hex(entry.get("hash"), "hash")
-        if chain != recorded_hash:
-            raise _Fail("chain-hash-mismatch", f"chain hash recomputes to {chain.hex()}", **where)
-        if session.strict and fields.get("step_type") not in _STRICT_KINDS:
-            raise _Fail("profile-violation", f"{fields.get('step_type')} is not allowed in a strict session", **where)
-        self._step_signature(entry, fields, recorded, where)
-        session.head = recorded_hash
+                commitments.append(bytes.fromhex(hidden[name]))
+        digest = _h("cairn/v2/step", *commitments)
+        if digest != e.digest:
+            raise _Fail("digest-mismatch",
+                        f"digest recomputed from the fields is {digest.hex()}, recorded {e.digest.hex()}", at)
+        chain = _h("cairn/v2/chain", session.head, e.digest, _u64(index), fields["created_at"].encode())
+        if chain != e.record_hash:
+            raise _Fail("chain-hash-mismatch", f"chain hash recomputes to {chain.hex()}", at)
+        if fields["agent_id"] != session.agent_id:
+            raise _Fail("malformed-record",
+                        f"a step of agent {fields['agent_id']} in a session of agent {session.agent_id}", at)
+        created = fields["created_at"]
+        if session.last_created is not None and created < session.last_created:
+            raise _Fail("bad-timestamp", f"created_at {created} is before the previous step's ({session.last_created})", at)
+        if abs(_micros(created) - _micros(e.logged_at)) > session.skew_us:
+            raise _Fail("bad-timestamp",
+                        f"created_at {created} lies more than {session.skew_us // 1_000_000} s from logged_at {e.logged_at}", at)
+        if session.strict and fields["step_type"] not in _STRICT_KINDS:
+            raise _Fail("profile-violation", f"{fields['step_type']} is not allowed in a strict session", at)
+        self._step_signature(e, at)
+        if erased:
+            self.pending[(session_id, index)] = _Erased(at, fields.get("trace_id"),
+                                                        {name: hidden[name] for name in erased})
+        session.head = e.record_hash
         session.next_index += 1
-        session.tree.push(_leaf(_frame("cairn/v1/session-leaf", struct.pack(">Q", index), recorded_hash)))
-        return recorded_hash, session_id, index
+        session.last_created = created
+        session.tree.push(_leaf(_frame("cairn/v2/session-leaf", _u64(index), e.record_hash)))
 
-    def _step_signature(self, entry: dict, fields: dict, digest: bytes, where: dict) -> None:
-        declared = fields.get("signer_key_id")
-        signature = entry.get("signature")
+    def _step_signature(self, e: _Entry, at: Position) -> None:
+        declared = e.fields["signer_key_id"]
+        signature = e.signature
         if declared is None and signature is None:
             return
         if declared is None:
-            raise _Fail("bad-signature", "a signature on a step that declares no signer", **where)
+            raise _Fail("bad-signature", "a signature on a step that declares no signer", at)
         if signature is None:
-            raise _Fail("bad-signature", f"the step declares signer {declared} but carries no signature", **where)
-        if signature.get("key_id") != declared:
-            raise _Fail("bad-signature", f"the step declares signer {declared}, the signature is by {signature.get('key_id')}", **where)
-        registered = self.agent_keys.get(declared)
-        if registered is None:
-            raise _Fail("bad-signature", f"signing key {declared} is not registered", **where)
-        agent, public = registered
-        if "agent_id" in fields and fields["agent_id"] != agent:
-            raise _Fail("bad-signature", f"key {declared} belongs to agent {agent}", **where)
-        message = _frame("cairn/v1/step-signature", digest)
-        if not ed25519.verify(public, message, base64.b64decode(signature.get("signature", ""))):
-            raise _Fail("bad-signature", f"signature by {declared} does not verify", **where)
+            raise _Fail("bad-signature", f"the step declares signer {declared} but carries no signature", at)
+        if signature["key_id"] != declared:
+            raise _Fail("bad-signature", f"the step declares signer {declared}, the signature is by {signature['key_id']}", at)
+        key = self.agent_keys.get(declared)
+        if key is None:
+            raise _Fail("bad-signature", f"key {declared} was not registered before this step", at)
+        if key.agent_id != e.fields["agent_id"]:
+            raise _Fail("bad-signature", f"key {declared} is registered for agent {key.agent_id}", at)
+        if key.revoked_seq is not None:
+            raise _Fail("bad-signature", f"key {declared} was revoked at seq {key.revoked_seq}", at)
+        message = _frame("cairn/v2/step-signature", e.digest)
+        if not ed25519.verify_strict(key.public, message, _b64decode(signature["signature"])):
+            raise _Fail("bad-signature", f"the signature by {declared} does not verify", at)
+
+    # -- an operational record (9.3) ------------------------------------------
+
+    def _op(self, e: _Entry) -> None:
+        view = e.view
+        at = e.position()
+        computed = _h("cairn/v2/op", e.type.encode(), canonical(view))
+        if computed != e.record_hash:
+            raise _Fail("digest-mismatch", f"the {e.type} record hash recomputes to {computed.hex()}", at)
+        if view["org_id"] != self.org_id:
+            raise _Fail("malformed-record", f"a record of org {view['org_id']!r} in the log of {self.org_id}", at)
+        handler = getattr(self, "_" + e.type.replace("-", "_"))
+        handler(e, at)
+
+    def _session_start(self, e: _Entry, at: Position) -> None:
+        view = e.view
+        session_id = view["session_id"]
+        if session_id in self.sessions:
+            raise _Fail("duplicate-record", f"session {session_id} is started twice", at)
+        predecessor = view["predecessor"]
+        if predecessor is not None:
+            final = bytes.fromhex(predecessor)
+            if final not in self.finals:
+                raise _Fail("predecessor-mismatch",
+                            f"session {session_id} continues {predecessor}, not the final hash of a session sealed before it", at)
+            if self.finals[final] is not None:
+                raise _Fail("predecessor-mismatch",
+                            f"the session ending in {predecessor} is already continued by {self.finals[final]}", at)
+            self.finals[final] = session_id
+        self.sessions[session_id] = _Session(session_id, view["agent_id"], view["profile"] == "strict",
+                                             view["max_clock_skew_s"] * 1_000_000, bytes.fromhex(view["genesis"]))
+
+    def _seal(self, e: _Entry, at: Position) -> None:
+        view = e.view
+        session_id = view["session_id"]
+        session = self.sessions.get(session_id)
+        if session is None and self.complete:
+            raise _Fail("missing-record", f"a seal of session {session_id}, which was never started", at)
+        if session is not None:
+            if session.sealed:
+                raise _Fail("duplicate-record", f"session {session_id} is sealed twice", at)
+            count = view["step_count"]
+            if count > session.next_index:
+                raise _Fail("missing-record", f"the seal counts {count} steps, {session.next_index} were seen", at)
+            if count < session.next_index:
+                raise _Fail("seal-mismatch", f"the seal counts {count} steps, {session.next_index} were recorded before it", at)
+            if view["session_root"] != session.tree.root().hex():
+                raise _Fail("seal-mismatch", "the seal's session root is not the root of the session's steps", at)
+            if view["final_hash"] != session.head.hex():
+                raise _Fail("seal-mismatch", "the seal's final hash is not the session's last chain hash", at)
+        text = self._open(view["note"], "the seal note", at)
+        expected = (f"cairn-seal/v2\n{self.origin}\n{session_id}\n{view['step_count']}\n"
+                    f"{_b64(bytes.fromhex(view['session_root']))}\n{_b64(bytes.fromhex(view['final_hash']))}\n"
+                    f"{view['sealed_at']}\n")
+        if text != expected:
+            raise _Fail("seal-mismatch", "the seal note states other fields than its record", at)
+        if session is not None:
+            session.sealed = True
+        self.finals.setdefault(bytes.fromhex(view["final_hash"]), None)
+
+    def _erasure(self, e: _Entry, at: Position) -> None:
+        view = e.view
+        session = self.sessions.get(view["session_id"])
+        index = view["step_index"]
+        if session is None or index >= session.next_index:
+            raise _Fail("erasure-mismatch", f"the erasure names step {index} of {view['session_id']}, not held", at)
+        if "content" not in LEVEL_SHOWS[self.level]:
+            return
+        key = (view["session_id"], index)
+        waiting = self.pending.get(key)
+        if waiting is None:
+            raise _Fail("erasure-mismatch", f"step {index} of {view['session_id']} shows no erased field (or is matched)", at)
+        if waiting.trace_id != view["trace_id"] or waiting.commitments != view["commitments"]:
+            raise _Fail("erasure-mismatch", f"the erasure does not name step {index} of {view['session_id']} as it is erased", at)
+        del self.pending[key]
+
+    def _review(self, e: _Entry, at: Position) -> None:
+        pass
+
+    def _audit_event(self, e: _Entry, at: Position) -> None:
+        pass
+
+    def _key_registration(self, e: _Entry, at: Position) -> None:
+        view = e.view
+        public = _b64decode(view["public_key"])
+        key_id = "agent-" + _sha256(public).hex()[:12]
+        if view["key_id"] != key_id:
+            raise _Fail("malformed-record", f"key id {view['key_id']} is not its key's ({key_id})", at)
+        if key_id in self.agent_keys:
+            raise _Fail("duplicate-record", f"key {key_id} is registered twice", at)
+        self.agent_keys[key_id] = _AgentKey(view["agent_id"], public, e.seq)
+
+    def _key_revocation(self, e: _Entry, at: Position) -> None:
+        view = e.view
+        key = self.agent_keys.get(view["key_id"])
+        if key is None or key.agent_id != view["agent_id"]:
+            raise _Fail("malformed-record", f"revocation of {view['key_id']}, not registered for {view['agent_id']}", at)
+        if key.revoked_seq is not None:
+            raise _Fail("duplicate-record", f"key {view['key_id']} is revoked twice", at)
+        key.revoked_seq = e.seq
+
+    def _signed_trace(self, e: _Entry, at: Position) -> None:
+        trace = e.view["trace"]
+        key_id = trace["signature_key_id"]
+        key = self.agent_keys.get(key_id)
+        if key is None:
+            raise _Fail("bad-signature", f"the trace is signed by {key_id}, not registered before it", at)
+        if key.agent_id != trace["agent_id_hash"]:
+            raise _Fail("bad-signature", f"key {key_id} is registered for agent {key.agent_id}", at)
+        if key.revoked_seq is not None:
+            raise _Fail("bad-signature", f"key {key_id} was revoked at seq {key.revoked_seq}", at)
+        signature = _b64decode(trace["signature"])
+        message = canonical({"components": trace["components"], "trace_level": trace["trace_level"]})
+        if not ed25519.verify_strict(key.public, message, signature):
+            raise _Fail("bad-signature", "the trace's signature does not verify over its components and level", at)
+
+    # -- the end (9.5) -----------------------------------------------------------
 
     def finish(self) -> None:
-        if self.complete and self.tree.size != self.size:
-            raise _Fail("missing-record", f"the checkpoint covers {self.size} entries; the bundle has {self.tree.size}",
-                        self.tree.size)
+        if self.phase != "ended":
+            raise _Fail("missing-record", "the bundle ends without its end line (truncated)",
+                        Position(line=self.line + 1), line_known=True)
+        if self.complete:
+            if self.tree.size < self.size:
+                raise _Fail("missing-record",
+                            f"the checkpoint covers {self.size} entries; the bundle ends at {self.tree.size}",
+                            Position(seq=self.tree.size), line_known=True)
+            if self.size == 0 and self.root != _sha256(b""):
+                raise _Fail("inconsistent-checkpoint", "the empty log's root is not the checkpoint's",
+                            Position(), line_known=True)
+        else:
+            if self.record_index < len(self.records):
+                listed = self.records[self.record_index]
+                raise _Fail("missing-record", f"the selection lists a {listed[1]} record at seq {listed[0]}; it is absent",
+                            Position(seq=listed[0]), line_known=True)
+            for item in self.selection["sessions"]:
+                session = self.sessions.get(item["session_id"])
+                seen = session.next_index if session else 0
+                if seen < item["steps"]:
+                    raise _Fail("missing-record",
+                                f"session {item['session_id']} claims {item['steps']} steps, {seen} are here",
+                                Position(session_id=item["session_id"], step_index=seen), line_known=True)
+                if session is None or session.head.hex() != item["head"]:
+                    raise _Fail("selection-mismatch",
+                                f"session {item['session_id']} does not end in the claimed head {item['head']}",
+                                Position(session_id=item["session_id"]), line_known=True)
+        if self.pending:
+            waiting = min(self.pending.values(), key=lambda w: w.position.seq)
+            at = Position(None, waiting.position.seq, waiting.position.session_id,
+                          waiting.position.step_index, waiting.position.trace_id)
+            raise _Fail("erasure-mismatch", "an erased step without the erasure record naming it", at, line_known=True)
 
 
-BundleSource = Union[str, bytes, "os.PathLike[str]", Iterable[str]]
+# -- input -------------------------------------------------------------------
 
 
-def _split(text):
-    # Only "\n" (or "\r\n") ends a bundle line, as in Rust's str::lines:
-    # str.splitlines would also split at U+2028, U+0085 and other
-    # separators that JSON carries unescaped inside a record's text.
-    lines = text.split(b"\n" if isinstance(text, bytes) else "\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    cr = b"\r" if isinstance(text, bytes) else "\r"
-    return [line[:-1] if line.endswith(cr) else line for line in lines]
+BundleSource = Union[str, bytes, "os.PathLike[str]", Iterable[Union[str, bytes]]]
 
 
-def _text(line):
-    # Decoded one line at a time, so that a byte that is not UTF-8 fails
-    # verification at its line.
-    if isinstance(line, bytes):
-        try:
-            return line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"not UTF-8 text: {e}") from None
+def _chomp(line: bytes) -> bytes:
+    if line.endswith(b"\n"):
+        line = line[:-1]
+        if line.endswith(b"\r"):
+            line = line[:-1]
     return line
 
 
-def _lines(source: BundleSource) -> Iterable[str]:
+def _raw_lines(source: BundleSource) -> Iterator[bytes]:
+    """The bundle's lines as bytes: only "\\n" ends a line (10.1)."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and os.path.exists(source)):
         with open(source, "rb") as f:
-            source = f.read()
-    if isinstance(source, (str, bytes)):
-        return _split(source)
-    return source
+            for line in f:
+                yield _chomp(line)
+        return
+    if isinstance(source, str):
+        source = source.encode("utf-8", "surrogatepass")
+    if isinstance(source, (bytes, bytearray)):
+        for line in io.BytesIO(bytes(source)):
+            yield _chomp(line)
+        return
+    for line in source:
+        if isinstance(line, str):
+            line = line.encode("utf-8", "surrogatepass")
+        yield _chomp(bytes(line))
 
 
-def verify_bundle(source: BundleSource, keys: Sequence[str] = ()) -> Verdict:
-    """Verifies a Cairn export bundle offline.
+def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
+                  trusted_checkpoints: Sequence[str] = ()) -> Verdict:
+    """Verifies a Cairn export bundle offline (FORMAT.md sections 9 and 10).
 
-    `source` is the bundle's text, bytes, a path, or its lines. `keys` are
-    the server keys to trust, in vkey form (`name+hex+base64`, what `cairn
-    keys` prints); without them the key in the bundle's own header is used,
-    which proves integrity but not who signed.
+    `source` is the bundle's text, bytes, a path, an open binary file, or its
+    lines. `keys` are the server keys to trust, in vkey form (`name+hex+base64`,
+    what `cairn keys` prints); without them the key in the bundle's own header
+    is used, which proves integrity but not who signed. `trusted_checkpoints`
+    are signed checkpoint notes kept earlier (by you or witnesses): the bundle
+    must be consistent with each. A key that is not a vkey raises ValueError.
     """
-    lines = iter(_lines(source))
-    line_number = 0
-    checked = 0
-    verdict = Verdict(False, 0, key_pinned=bool(keys))
-    verifier: Optional[_Verifier] = None
-    ended = False
-    entries = 0
+    pinned = [_parse_vkey(k) for k in keys]
+    verifier = _Verifier(pinned, trusted_checkpoints)
+    verdict = Verdict(False, 0, key_pinned=bool(pinned))
     try:
-        try:
-            first = next(lines)
-        except StopIteration:
-            raise _Fail("malformed-record", "the bundle is empty") from None
-        line_number = 1
-        header = json.loads(_text(first))
-        if header.get("cairn_bundle") != 1 or not isinstance(header.get("org_id"), str):
-            raise _Fail("malformed-record", "line 1 is not a Cairn bundle header")
-        verdict.org_id = header["org_id"]
-        try:
-            trusted = [_parse_vkey(k) for k in keys] or [_parse_vkey(header.get("server_key", ""))]
-        except ValueError as e:
-            raise _Fail("malformed-record", f"server key: {e}") from None
-        line_number = 2
-        note = json.loads(_text(next(lines, "{}"))).get("checkpoint")
-        if not isinstance(note, str):
-            raise _Fail("malformed-record", "line 2 must hold the checkpoint")
-        try:
-            text = _open_note(note, trusted)
-        except ValueError as e:
-            raise _Fail("bad-signature", f"checkpoint: {e}") from None
-        parts = text.split("\n")
-        origin = f"{header.get('server_name')}/{header['org_id']}"
-        if len(parts) < 4 or parts[0] != origin:
-            raise _Fail("bad-signature", f"the checkpoint is not for {origin}")
-        size = int(parts[1])
-        root = base64.b64decode(parts[2])
-        verdict.checkpoint_size = size
-        verifier = _Verifier(header, trusted, size, root)
-        for line in lines:
-            line_number += 1
-            if ended:
-                raise _Fail("malformed-record", "content after the end line")
-            try:
-                value = json.loads(_text(line))
-            except ValueError as e:
-                raise _Fail("malformed-record", f"line {line_number} is not JSON: {e}") from None
-            if "end" in value:
-                ended = True
-                if value["end"].get("entries") != entries:
-                    raise _Fail("missing-record", f"the bundle says {value['end'].get('entries')} entries, {entries} were read")
-                continue
-            entries += 1
-            verifier.push(value)
-            checked += 1
-        if not ended:
-            raise _Fail("missing-record", "the bundle ends without its end line")
+        for raw in _raw_lines(source):
+            verifier.feed(raw)
         verifier.finish()
     except _Fail as failed:
-        failed.failure.line = line_number
-        verdict.failure = failed.failure
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        verdict.failure = Failure("malformed-record", f"line {line_number}: {e}", line=line_number)
-    verdict.records_checked = checked
+        at = failed.at
+        if not failed.line_known:
+            at.line = verifier.line
+        verdict.failure = Failure(failed.reason, failed.detail, at)
+    verdict.records_checked = verifier.checked
+    verdict.last_valid = verifier.last_valid
     verdict.verified = verdict.failure is None
+    if verifier.header:
+        verdict.org_id = verifier.org_id
+        verdict.origin = verifier.origin
+        verdict.complete_log = verifier.complete
+    if verifier.root:
+        verdict.checkpoint_size = verifier.size
+        verdict.checkpoint_root = verifier.root.hex()
+    verdict.selection = verifier.selection
     return verdict
