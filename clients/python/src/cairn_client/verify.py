@@ -768,8 +768,13 @@ class _Verifier:
             try:
                 obj = strict_loads(raw)
             except JSONError as e:
+                # Counted as a checked record in the entries part (9.6); a line
+                # that might still have been a consistency or selection line
+                # (the first one after the checkpoint or the consistency
+                # lines) counts no record, as in the Rust verifier.
                 if self.phase == "entries":
-                    self._count_undecodable(None)
+                    self.entry_lines += 1
+                    self.checked += 1
                 raise _Fail("malformed-record", f"line {self.line} is not strict JSON: {e}") from None
             if self.phase == "consistency":
                 if isinstance(obj, dict) and "consistency" in obj:
@@ -787,6 +792,8 @@ class _Verifier:
                 self.phase = "ended"
                 return
             if isinstance(obj, dict) and ("consistency" in obj or "selection" in obj):
+                # Not an entry line: malformed where it stands, counting no
+                # record (as the Rust verifier does).
                 raise _Fail("malformed-record", "consistency and selection lines come before the entries")
             self._entry(obj)
 
@@ -795,10 +802,6 @@ class _Verifier:
             return strict_loads(raw)
         except JSONError as e:
             raise _Fail("malformed-record", f"line {self.line} is not strict JSON: {e}") from None
-
-    def _count_undecodable(self, seq: Optional[int]) -> None:
-        self.entry_lines += 1
-        self.checked += 1
 
     def _header(self, raw: bytes) -> None:
         header = self._parse(raw)
