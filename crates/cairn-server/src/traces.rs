@@ -119,6 +119,10 @@ pub(crate) async fn sql(
         Ok(r) => Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated})),
         Err(AnalystError::Refused(m)) => Err(ApiError::bad_request("sql_refused", m)),
         Err(AnalystError::Failed(m)) => Err(ApiError::bad_request("sql_failed", m)),
+        Err(e @ AnalystError::TimedOut(_)) => {
+            Err(ApiError::bad_request("sql_timeout", e.to_string()))
+        }
+        Err(AnalystError::TooLarge(m)) => Err(ApiError::bad_request("sql_too_large", m)),
         Err(AnalystError::Store(e)) => Err(e.into()),
         Err(other) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -815,12 +815,32 @@ pub trait LedgerStore: Send + Sync + 'static {
     }
 
     /// Runs an analyst's read-only SQL over one org's views (see
-    /// [`analyst`]): at most `max_rows` rows.
+    /// [`analyst`]): at most `max_rows` rows, the other limits at their
+    /// defaults.
     fn analyst_query(
         &self,
         org_id: &str,
         sql: &str,
         max_rows: usize,
+    ) -> Result<analyst::AnalystResult, analyst::AnalystError> {
+        self.analyst_query_limited(
+            org_id,
+            sql,
+            &analyst::QueryLimits {
+                max_rows,
+                ..analyst::QueryLimits::default()
+            },
+        )
+    }
+
+    /// Runs an analyst's read-only SQL over one org's views (see
+    /// [`analyst`]) within `limits`: rows, time, bytes of each value and of
+    /// the answer.
+    fn analyst_query_limited(
+        &self,
+        org_id: &str,
+        sql: &str,
+        limits: &analyst::QueryLimits,
     ) -> Result<analyst::AnalystResult, analyst::AnalystError>;
 
     /// Stores a new API key. Keys are not ledger records: they can be

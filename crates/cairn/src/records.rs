@@ -498,6 +498,9 @@ pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) ->
         Ok(result) => result,
         Err(AnalystError::Refused(m)) => return Err(usage(format!("refused: {m}"))),
         Err(AnalystError::Failed(m)) => return Err(usage(format!("the query failed: {m}"))),
+        Err(e @ (AnalystError::TimedOut(_) | AnalystError::TooLarge(_))) => {
+            return Err(usage(e.to_string()));
+        }
         Err(e) => return Err(e.into()),
     };
     if cli.json {

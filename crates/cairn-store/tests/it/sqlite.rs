@@ -35,6 +35,14 @@ impl Backend for Sqlite {
     }
 }
 
+/// Analyst SQL: the differential oracle over generated hostile queries,
+/// and the time and size limits.
+#[test]
+fn analyst_sql_oracle_and_limits() {
+    crate::analyst::oracle(&Sqlite::new(), cairn_store::analyst::Dialect::Sqlite, 1500);
+    crate::analyst::limits_hold(&Sqlite::new());
+}
+
 #[test]
 fn conformance_suite() {
     run_all(&Sqlite::new());
