@@ -28,14 +28,16 @@ pub(crate) fn parsed_json(text: &str) -> Value {
 
 /// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
 /// kind, content}]}`; records nothing.
-pub(crate) async fn parse(caller: Caller, body: axum::body::Bytes) -> Result<Json, ApiError> {
+pub(crate) async fn parse(
+    caller: Caller,
+    crate::limits::Body(body): crate::limits::Body,
+) -> Result<Json, ApiError> {
     let _ = caller;
     let v = parse_json(&body)?;
-    let text = v
-        .get("text")
-        .and_then(Value::as_str)
+    crate::members(&v, &["text"])?;
+    let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
-    Ok(axum::Json(parsed_json(text)))
+    Ok(axum::Json(parsed_json(&text)))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
@@ -45,11 +47,12 @@ pub(crate) async fn record(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
+    crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
     let turn_id = text("turn_id")?.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
@@ -77,7 +80,11 @@ pub(crate) async fn record(
                     Some(other) if other != session_id => {
                         return Err(ApiError::bad_request(
                             "invalid_request",
-                            format!("a step of session {other} in a turn of {session_id}"),
+                            format!(
+                                "a step of session {} in a turn of {}",
+                                crate::error::shown(other),
+                                crate::error::shown(&session_id)
+                            ),
                         ));
                     }
                     _ => {}
@@ -175,9 +182,9 @@ async fn session_records(
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
     blocking(state, move |store| {
-        store
-            .session(&org, &session_id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
+        store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })?;
         let mut records = Vec::new();
         let mut seqs = HashMap::new();
         store.read_session(&org, &session_id, &mut |s| {
@@ -221,7 +228,13 @@ pub(crate) async fn turn_of(
     let turn = turns
         .iter()
         .find(|t| t.turn_id == Some(turn_id))
-        .ok_or_else(|| ApiError::not_found(format!("turn {turn_id} in session {session_id}")))?;
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "turn {} in session {}",
+                crate::error::shown(turn_id),
+                crate::error::shown(session_id)
+            ))
+        })?;
     if markdown {
         return Ok(Err(render::turn_markdown(turn)));
     }

@@ -587,10 +587,7 @@ fn check_value(value: &ValueWithSpan) -> Result<(), String> {
 /// A type a cast may name: a simple built-in type.
 fn check_data_type(data_type: &DataType) -> Result<(), String> {
     let text = data_type.to_string().to_lowercase();
-    let base = text
-        .split([' ', '(', '['])
-        .next()
-        .unwrap_or_default();
+    let base = text.split([' ', '(', '[']).next().unwrap_or_default();
     let plain = text
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || " (),[]_".contains(c));

@@ -103,6 +103,9 @@ enum Command {
         /// (revenue-analysis-q4) so there is something to look at.
         #[arg(long)]
         sample: bool,
+        /// Limits: sizes, timeouts, connections, rates, sessions, SQL.
+        #[command(flatten)]
+        limits: Box<crate::serve_config::ServeLimits>,
     },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
@@ -398,7 +401,11 @@ pub fn run() -> Result<Outcome> {
     let cli = Cli::parse();
     match &cli.command {
         Command::Demo => crate::demo::run(),
-        Command::Serve { listen, sample } => serve(&cli, listen, *sample),
+        Command::Serve {
+            listen,
+            sample,
+            limits,
+        } => serve(&cli, listen, *sample, limits),
         Command::Mcp => mcp_stdio(&cli),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Thinking(args) if args.session_is_none() => {
@@ -1163,7 +1170,12 @@ fn import(
     }
 }
 
-fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
+fn serve(
+    cli: &Cli,
+    listen: &str,
+    sample: bool,
+    limits: &crate::serve_config::ServeLimits,
+) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -1184,14 +1196,9 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
     } else {
         None
     };
-    let config = cairn_server::ServerConfig {
-        enabled: cli.enabled,
-        ..cairn_server::ServerConfig::default()
-    };
     if cli.enabled {
         spawn_retention(Arc::clone(&ledger), cli.retention_days);
     }
-    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1203,6 +1210,8 @@ fn serve(cli: &Cli, listen: &str, sample: bool) -> Result<Outcome> {
         let address = listener
             .local_addr()
             .context("reading the listening address")?;
+        let state =
+            cairn_server::AppState::new(Arc::clone(&ledger), limits.config(cli.enabled, &address));
         println!(
             "cairn listening on http://{address} ({}, org: {})",
             store_location(cli),
