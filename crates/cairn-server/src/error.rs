@@ -153,6 +153,12 @@ impl From<Refusal> for ApiError {
             Refusal::BadPredecessor(_) => (StatusCode::BAD_REQUEST, "bad_predecessor"),
             Refusal::DuplicateId { .. } => (StatusCode::CONFLICT, "duplicate_id"),
             Refusal::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            // The refused step's own status and code; the message says
+            // which step it was and that nothing was written.
+            Refusal::StepOfMany { refusal, .. } => {
+                let inner = ApiError::from((**refusal).clone());
+                (inner.status, inner.code)
+            }
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
         ApiError::new(status, code, message)

@@ -68,7 +68,7 @@ pub(crate) async fn record(
     match v.get("steps") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
-            for item in items {
+            for (index, item) in items.iter().enumerate() {
                 let mut item = item.clone();
                 let Some(obj) = item.as_object_mut() else {
                     return Err(ApiError::bad_request(
@@ -92,7 +92,13 @@ pub(crate) async fn record(
                 obj.insert("session_id".into(), json!(session_id));
                 obj.entry("agent_id")
                     .or_insert_with(|| json!(template.agent_id));
-                explicit.push(step_for(&caller, &item)?);
+                explicit.push(step_for(&caller, &item).map_err(|mut e| {
+                    e.message = format!(
+                        "steps[{index}]: {} (nothing of this turn was written)",
+                        e.message
+                    );
+                    e
+                })?);
             }
         }
         Some(_) => {
@@ -141,35 +147,39 @@ pub(crate) async fn record_turn(
         Ok(cairn_store::ops::next_turn_step(store, &org, &sid, &tid)?)
     })
     .await?;
+    let given = explicit.len();
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first);
-    let (accepted, results) = submit_all(state, steps).await;
+    let parsed = steps.len() - given;
+    // A turn is one unit: every step is written, or none is and the
+    // answer names the step refused.
+    let written = match state.ledger.submit(WriteRequest::Steps(steps)).await {
+        Ok(written) => written,
+        Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
+            index,
+            refusal,
+            ..
+        })) => {
+            let mut e = ApiError::from(*refusal);
+            let which = if index < parsed {
+                format!("phase {index} of the thinking text")
+            } else {
+                format!("steps[{}]", index - parsed)
+            };
+            e.message = format!(
+                "{which} was refused, so nothing of this turn was written: {}",
+                e.message
+            );
+            return Err(e);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let results: Vec<Value> = match written {
+        cairn_store::Written::Steps(steps) => steps.iter().map(wire::written_to_json).collect(),
+        other => return Err(crate::unexpected(other)),
+    };
     Ok(json!({
-        "session_id": template.session_id, "turn_id": turn_id, "accepted": accepted, "results": results,
+        "session_id": template.session_id, "turn_id": turn_id, "accepted": results.len(), "results": results,
     }))
-}
-
-/// Submits steps together (the sequencer commits them in one batch) and
-/// reports each outcome.
-pub(crate) async fn submit_all(state: &Arc<AppState>, steps: Vec<NewStep>) -> (usize, Vec<Value>) {
-    let pending: Vec<_> = steps
-        .into_iter()
-        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
-        .collect();
-    let mut accepted = 0;
-    let mut results = Vec::with_capacity(pending.len());
-    for p in pending {
-        results.push(match p.await {
-            Ok(written) => {
-                accepted += 1;
-                crate::wire::written_to_json(&written)
-            }
-            Err(e) => {
-                let e = ApiError::from(e);
-                json!({"error": {"code": e.code, "message": e.message}})
-            }
-        });
-    }
-    (accepted, results)
 }
 
 /// A session's steps, and each one's log position by trace id; 404 for

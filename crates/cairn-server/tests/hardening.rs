@@ -1114,3 +1114,64 @@ fn listing_sessions_verifies_within_a_budget() {
             .all(|s| s["chain_valid"].is_null())
     );
 }
+
+/// A turn is one unit: a bad step (a record rule, a link to nothing, a
+/// malformed member) refuses the whole turn with a 4xx naming it, and
+/// nothing of the turn is written.
+#[test]
+fn a_turn_is_written_whole_or_not_at_all() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let good = |content: &str| json!({"step_type": "plan", "content": content});
+    for (steps, status, code, words) in [
+        (
+            json!([good("a"), {"step_type": "no-such-kind"}, good("c")]),
+            400,
+            "unknown_step_type",
+            "steps[1]",
+        ),
+        (
+            json!([good("a"), {"step_type": "plan", "links": {"corrects": "nothing"}}]),
+            400,
+            "unknown_link",
+            "steps[1]",
+        ),
+        (
+            json!([good("a"), good("b"), {"step_type": "plan", "colour": "red"}]),
+            400,
+            "invalid_request",
+            "steps[2]",
+        ),
+    ] {
+        let r = post(
+            &server,
+            "/v1/sessions/turned/turns",
+            &admin,
+            &json!({"thinking": "[思考] first", "agent_id": "a", "steps": steps}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (status, code),
+            "{}",
+            r.text()
+        );
+        assert!(r.text().contains(words), "{}", r.text());
+        assert!(
+            server.store.session("acme", "turned").unwrap().is_none(),
+            "part of a refused turn was written: {}",
+            r.text()
+        );
+    }
+    let whole = post(
+        &server,
+        "/v1/sessions/turned/turns",
+        &admin,
+        &json!({"thinking": "[思考] first", "agent_id": "a", "steps": [good("a"), good("b")]}),
+    );
+    assert_eq!(whole.status, 201, "{}", whole.text());
+    assert_eq!(whole.json()["accepted"], 3);
+    assert_eq!(
+        get(&server, "/v1/sessions/turned", &admin).json()["step_count"],
+        3
+    );
+}

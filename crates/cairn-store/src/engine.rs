@@ -148,7 +148,7 @@ pub(crate) struct AgentKey {
 
 /// Changes a batch makes to the sequencing state, applied to a backend's
 /// caches only after its transaction commits.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Overlay {
     pub orgs: HashMap<String, OrgState>,
     pub sessions: HashMap<(i64, String), SessionState>,
@@ -287,6 +287,7 @@ pub(crate) struct Engine<'k> {
 pub(crate) fn request_org(request: &WriteRequest) -> &str {
     match request {
         WriteRequest::Step(s) => &s.org_id,
+        WriteRequest::Steps(steps) => steps.first().map_or("", |s| s.org_id.as_str()),
         WriteRequest::Prepared(p) => &p.step.org_id,
         WriteRequest::StartSession(s) => &s.org_id,
         WriteRequest::Seal { org_id, .. }
@@ -669,6 +670,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 Err(refusal) => Err(refusal),
             },
             WriteRequest::Prepared(prepared) => self.append_step(prepared)?,
+            WriteRequest::Steps(steps) => self.append_steps(steps)?,
             WriteRequest::StartSession(new) => self
                 .start_session(new)?
                 .map(|(seq, genesis)| Written::Session { seq, genesis }),
@@ -983,6 +985,67 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             created_at,
             session_created: new_session.is_some(),
         }))
+    }
+
+    /// Appends `steps` all or none: each is prepared, then all are appended
+    /// in a trial over a [`crate::dry_run::DryRun`] of the transaction (reads
+    /// go through, writes are only remembered) with a copy of the overlay;
+    /// only if none is refused are they appended for real, where the same
+    /// checks on the same state cannot refuse them.
+    fn append_steps(&mut self, steps: &[crate::NewStep]) -> Outcome<Written> {
+        let count = steps.len();
+        let many = |index: usize, refusal: Refusal| Refusal::StepOfMany {
+            index,
+            count,
+            refusal: Box::new(refusal),
+        };
+        let Some(first) = steps.first() else {
+            return Ok(Err(Refusal::InvalidRequest("no steps to write".into())));
+        };
+        if let Some(index) = steps.iter().position(|s| s.org_id != first.org_id) {
+            return Ok(Err(many(
+                index,
+                Refusal::InvalidRequest("the steps of one write belong to one org".into()),
+            )));
+        }
+        let mut prepared = Vec::with_capacity(count);
+        for (index, step) in steps.iter().enumerate() {
+            match prepare_step(
+                step.clone(),
+                &self.engine.limits,
+                self.engine.embedding_sample_rate,
+            ) {
+                Ok(p) => prepared.push(p),
+                Err(refusal) => return Ok(Err(many(index, refusal))),
+            }
+        }
+        {
+            let mut dry = crate::dry_run::DryRun::new(&mut *self.tx);
+            let mut trial = BatchRun {
+                engine: self.engine,
+                tx: &mut dry,
+                overlay: self.overlay.clone(),
+            };
+            for (index, p) in prepared.iter().enumerate() {
+                if let Err(refusal) = trial.append_step(p)? {
+                    return Ok(Err(many(index, refusal)));
+                }
+            }
+        }
+        let mut written = Vec::with_capacity(count);
+        for (index, p) in prepared.iter().enumerate() {
+            match self.append_step(p)? {
+                Ok(w) => written.push(w),
+                // The batch's transaction is rolled back: nothing of it is
+                // written.
+                Err(refusal) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "step {index} of an all-or-nothing write passed its trial, then was refused: {refusal}"
+                    )));
+                }
+            }
+        }
+        Ok(Ok(Written::Steps(written)))
     }
 
     /// Links to Cairn's own records must name one: `corrects` and `parent`

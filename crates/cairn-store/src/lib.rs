@@ -22,6 +22,7 @@
 
 pub mod analyst;
 mod auth;
+mod dry_run;
 pub mod embed;
 mod engine;
 mod keys;
@@ -242,6 +243,10 @@ pub fn prepare_step(
 pub enum WriteRequest {
     /// Append a step.
     Step(Box<NewStep>),
+    /// Append several steps of one org as one unit (a seed-002 turn): all
+    /// are written, in order, or none is, and the refusal
+    /// ([`Refusal::StepOfMany`]) names the first step refused.
+    Steps(Vec<NewStep>),
     /// Append a step already prepared with [`prepare_step`] (the
     /// [`Ledger`] does this in the submitting thread).
     Prepared(Box<PreparedStep>),
@@ -341,6 +346,9 @@ pub enum WriteRequest {
 /// What a successful write produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Written {
+    /// The steps of a [`WriteRequest::Steps`], each a [`Written::Step`],
+    /// in order.
+    Steps(Vec<Written>),
     /// A step was appended.
     Step {
         /// Its position in the org log.
@@ -532,6 +540,19 @@ pub enum Refusal {
     /// A field of the request is invalid (empty, too long).
     #[error("{0}")]
     InvalidRequest(String),
+    /// A step of an all-or-nothing write ([`WriteRequest::Steps`]) was
+    /// refused, so none of them was written.
+    #[error(
+        "step {index} (counting from 0) of {count} was refused, so none was written: {refusal}"
+    )]
+    StepOfMany {
+        /// Position of the refused step in the request.
+        index: usize,
+        /// Steps in the request.
+        count: usize,
+        /// Why that step was refused.
+        refusal: Box<Refusal>,
+    },
 }
 
 /// A storage failure (I/O, database, corrupt state). Unlike a [`Refusal`],

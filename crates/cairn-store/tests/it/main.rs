@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod analyst;
+mod atomic;
 mod conformance;
 mod pg;
 mod sqlite;

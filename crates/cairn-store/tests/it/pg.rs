@@ -67,6 +67,19 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::limits_hold(&pg);
 }
 
+/// Several steps written as one unit on PostgreSQL: all or none.
+#[test]
+fn all_or_nothing_writes() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    crate::atomic::all_or_nothing(&Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    });
+}
+
 #[test]
 fn migrations_are_idempotent_and_concurrent_safe() {
     let Some(cluster) = PgCluster::start() else {

@@ -43,6 +43,12 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::limits_hold(&Sqlite::new());
 }
 
+/// Several steps written as one unit: all or none.
+#[test]
+fn all_or_nothing_writes() {
+    crate::atomic::all_or_nothing(&Sqlite::new());
+}
+
 #[test]
 fn conformance_suite() {
     run_all(&Sqlite::new());
