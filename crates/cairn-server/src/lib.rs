@@ -178,20 +178,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::not_found("route") })
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))
-        // Bundles are streamed: their size and time are their own.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        // Bundles are streamed and verified as they arrive: their size and
+        // time are their own.
         .route(
             "/v1/bundles/verify",
             post(verify_bundle)
                 .layer::<_, std::convert::Infallible>(RequestBodyDeadlineLayer::new(
                     limits.bundle_body_timeout,
                 ))
-                .layer(DefaultBodyLimit::max(bundle_limit)),
+                .layer::<_, std::convert::Infallible>(DefaultBodyLimit::max(bundle_limit))
+                .layer::<_, std::convert::Infallible>(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    limits.bundle_body_timeout + limits.request_timeout,
+                )),
         )
         .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            limits.request_timeout,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             count_errors,
@@ -1151,7 +1156,10 @@ async fn search(
             .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 100"))?,
     };
     let org = caller.org().to_owned();
+    // Semantic search scores every embedded step of the org.
+    let permit = limits::expensive(&state, "the search").await?;
     let results = blocking(&state, move |store| {
+        let _permit = permit;
         let query = cairn_store::embed::embed(&text);
         let mut out = Vec::new();
         for (seq, score) in store.semantic_search(&org, &query, limit)? {

@@ -1175,3 +1175,45 @@ fn a_turn_is_written_whole_or_not_at_all() {
         3
     );
 }
+
+/// A bundle upload has its own time: slower than the request timeout of
+/// ordinary routes, it still verifies, while an ordinary body that slow is
+/// cut.
+#[test]
+fn bundle_uploads_have_their_own_time() {
+    let limits = Limits {
+        request_timeout: Duration::from_millis(800),
+        body_timeout: Duration::from_millis(800),
+        bundle_body_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    let bundle = get(&server, "/v1/export?session=s", &admin).body;
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: {}\r\n\r\n",
+        bundle.len()
+    )
+    .unwrap();
+    let parts = 8;
+    for chunk in bundle.chunks(bundle.len().div_ceil(parts)) {
+        stream.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let verdict = parse_response(&bytes);
+    assert_eq!(
+        verdict.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&verdict.body)
+    );
+    assert_eq!(verdict.json()["verified"], true);
+}
