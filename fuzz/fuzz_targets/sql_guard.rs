@@ -3,7 +3,7 @@
 //! Cairn's views and generated CTE names (in both dialects); and run as
 //! the guard runs it, on an embedded store holding two orgs, API keys and
 //! Cairn's own metadata, it answers nothing of the other org, of the keys
-//! or of the catalog.
+//! or of the catalog (unless the statement spelled it out itself).
 #![no_main]
 
 use cairn_store::analyst::{Dialect, QueryLimits, is_allowed_table, prepare, tables_outside_views};
@@ -100,7 +100,9 @@ fuzz_target!(|data: &[u8]| {
         Ok(result) => serde_json::to_string(&result.rows).expect("JSON"),
         Err(e) => e.to_string(),
     };
-    for secret in &world.forbidden {
+    // A secret the statement itself spells out may come back (an echoed
+    // literal, a column name in an error): that is not a leak.
+    for secret in world.forbidden.iter().filter(|s| !sql.contains(s.as_str())) {
         assert!(!text.contains(secret.as_str()), "{sql:?} answered {secret}: {text}");
     }
 });

@@ -367,7 +367,12 @@ fn check(store: &dyn LedgerStore, secrets: &Secrets, dialect: Dialect, sql: &str
     match store.analyst_query_limited(MINE, sql, &limits) {
         Ok(result) => {
             let text = serde_json::to_string(&result.rows).unwrap();
-            for secret in &secrets.forbidden {
+            // What the statement spells out itself may come back.
+            for secret in secrets
+                .forbidden
+                .iter()
+                .filter(|s| !sql.contains(s.as_str()))
+            {
                 assert!(
                     !text.contains(secret.as_str()),
                     "{sql}\nanswered {secret}: {text}"
@@ -376,7 +381,11 @@ fn check(store: &dyn LedgerStore, secrets: &Secrets, dialect: Dialect, sql: &str
         }
         Err(AnalystError::Refused(_)) => {}
         Err(AnalystError::Failed(m)) => {
-            for secret in &secrets.forbidden {
+            for secret in secrets
+                .forbidden
+                .iter()
+                .filter(|s| !sql.contains(s.as_str()))
+            {
                 assert!(
                     !m.contains(secret.as_str()),
                     "{sql}\nfailed with {secret}: {m}"
