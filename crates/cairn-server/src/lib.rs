@@ -247,14 +247,24 @@ async fn mcp_gate(
         Err(e) => return e.into_response(),
     };
     let (parts, body) = request.into_parts();
+    // Whether this request opens a session (an `initialize`).
+    let mut initialize = false;
     let body = if parts.method == axum::http::Method::POST {
         let limit = state.config.max_body_bytes;
         let bytes = match axum::body::to_bytes(body, limit).await {
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
-        if let Err(e) = wire::parse_strict(&bytes) {
-            return ApiError::bad_request("invalid_json", e.0).into_response();
+        match wire::parse_strict(&bytes) {
+            Ok(message) => {
+                let opens =
+                    |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
+                initialize = match &message {
+                    Value::Array(batch) => batch.iter().any(opens),
+                    other => opens(other),
+                };
+            }
+            Err(e) => return ApiError::bad_request("invalid_json", e.0).into_response(),
         }
         axum::body::Body::from(bytes)
     } else {
@@ -287,7 +297,7 @@ async fn mcp_gate(
             }
             response
         }
-        None if method == axum::http::Method::POST => {
+        None if initialize => {
             let reservation = match state.mcp_sessions.reserve(&key, limits).await {
                 Ok(r) => r,
                 Err(e) => return e.into_response(),

@@ -48,10 +48,10 @@ pub(crate) struct ServeLimits {
     #[arg(long, env = "CAIRN_EXPENSIVE_WAIT", default_value = "5", value_parser = seconds)]
     expensive_wait: Duration,
     /// Requests per second per API key (429 past it); 0 turns it off.
-    #[arg(long, env = "CAIRN_RATE_PER_KEY", default_value_t = 500)]
+    #[arg(long, env = "CAIRN_RATE_PER_KEY", default_value_t = 1000)]
     rate_per_key: u32,
     /// Requests a key may make at once above its rate.
-    #[arg(long, env = "CAIRN_RATE_BURST", default_value_t = 1000)]
+    #[arg(long, env = "CAIRN_RATE_BURST", default_value_t = 2000)]
     rate_burst: u32,
     /// MCP sessions one API key may hold open.
     #[arg(long, env = "CAIRN_MCP_SESSIONS_PER_KEY", default_value_t = 16)]
