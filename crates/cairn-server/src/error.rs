@@ -16,7 +16,23 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong, for a person.
     pub message: String,
+    /// When to try again (`Retry-After`), for refusals under load.
+    pub retry_after: Option<std::time::Duration>,
 }
+
+/// Text of the caller's quoted in a message: at most 64 characters, with
+/// control and other invisible characters escaped, so that an error never
+/// echoes a long or strange input whole.
+pub fn shown(text: &str) -> String {
+    let mut out: String = text.chars().take(64).flat_map(char::escape_debug).collect();
+    if text.chars().nth(64).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Longest message an error carries.
+const MAX_MESSAGE: usize = 2048;
 
 impl ApiError {
     /// An error with a status, code and message.
@@ -25,7 +41,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, asking the client to retry after `after`.
+    pub fn retry_after(mut self, after: std::time::Duration) -> ApiError {
+        self.retry_after = Some(after);
+        self
     }
 
     /// 400 with a code.
@@ -51,8 +74,27 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, axum::Json(body)).into_response()
+        let mut message = self.message;
+        if message.len() > MAX_MESSAGE {
+            let mut end = MAX_MESSAGE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str("...");
+        }
+        let body = json!({"error": {"code": self.code, "message": message}});
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(after) = self.retry_after {
+            // Whole seconds, rounded up: at least 1.
+            let seconds = after.as_millis().div_ceil(1000).max(1);
+            if let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string()) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, value);
+            }
+        }
+        response
     }
 }
 
@@ -116,6 +158,12 @@ impl From<Refusal> for ApiError {
             Refusal::UnknownKey { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Refusal::ClockSkew { .. } => (StatusCode::BAD_REQUEST, "clock_skew"),
             Refusal::TimeRegression { .. } => (StatusCode::BAD_REQUEST, "time_regression"),
+            // The refused step's own status and code; the message says
+            // which step it was and that nothing was written.
+            Refusal::StepOfMany { refusal, .. } => {
+                let inner = ApiError::from((**refusal).clone());
+                (inner.status, inner.code)
+            }
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
         ApiError::new(status, code, message)

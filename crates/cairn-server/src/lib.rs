@@ -14,6 +14,7 @@
 
 mod agent_keys;
 mod error;
+mod limits;
 pub mod mcp;
 mod metrics;
 pub mod otlp;
@@ -24,6 +25,7 @@ mod turns;
 pub mod wire;
 
 pub use error::ApiError;
+pub use limits::{AllowedHosts, Limits};
 pub use metrics::Metrics;
 
 use axum::Router;
@@ -40,6 +42,8 @@ use cairn_store::ops::{ExportScope, verify_org, verify_session};
 use cairn_store::{
     ApiKey, Ledger, LedgerStore, NewSession, Role, WriteRequest, Written, token_hash,
 };
+use error::shown;
+use limits::Body;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -60,6 +64,13 @@ pub struct ServerConfig {
     pub enabled: bool,
     /// OTLP/HTTP ingest limits (`otlp`).
     pub otlp: otlp::OtlpConfig,
+    /// Timeouts, connection, concurrency, rate and size limits.
+    pub limits: Limits,
+    /// The `Host` names and browser origins MCP over HTTP answers to.
+    pub allowed_hosts: AllowedHosts,
+    /// A token that `GET /metrics` must present (`Authorization: Bearer`);
+    /// without one, metrics are served to loopback clients only.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +81,9 @@ impl Default for ServerConfig {
             key_cache_ttl: Duration::from_secs(5),
             enabled: true,
             otlp: otlp::OtlpConfig::default(),
+            limits: Limits::default(),
+            allowed_hosts: AllowedHosts::default(),
+            metrics_token: None,
         }
     }
 }
@@ -82,17 +96,35 @@ pub struct AppState {
     config: ServerConfig,
     keys: RwLock<HashMap<Hash, (ApiKey, Instant)>>,
     otlp: otlp::OtlpState,
+    /// Slots for expensive work (see [`Limits::max_expensive`]).
+    expensive: Arc<tokio::sync::Semaphore>,
+    /// Requests per API key (see [`Limits::rate_per_second`]).
+    rate: Option<limits::RateLimiter>,
+    /// MCP's session manager over HTTP.
+    mcp_manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    /// Who opened each MCP session.
+    mcp_sessions: limits::McpSessions,
 }
 
 impl AppState {
     /// State over a ledger.
     pub fn new(ledger: Arc<Ledger>, config: ServerConfig) -> Arc<AppState> {
         let store = ledger.store_arc();
+        let mut manager =
+            rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(config.limits.mcp_session_idle);
+        let manager = Arc::new(manager);
         Arc::new(AppState {
             ledger,
             store,
             metrics: Metrics::default(),
             otlp: otlp::OtlpState::new(&config.otlp),
+            expensive: Arc::new(tokio::sync::Semaphore::new(
+                config.limits.max_expensive.max(1),
+            )),
+            rate: limits::rate_limiter(&config.limits),
+            mcp_sessions: limits::McpSessions::new(Arc::clone(&manager)),
+            mcp_manager: manager,
             config,
             keys: RwLock::new(HashMap::new()),
         })
@@ -109,8 +141,10 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// The router with every route.
 pub fn router(state: Arc<AppState>) -> Router {
+    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
     let body_limit = state.config.max_body_bytes;
     let bundle_limit = state.config.max_bundle_bytes;
+    let limits = state.config.limits.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -148,10 +182,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/proofs/consistency", get(consistency_proof))
         .route("/v1/export", get(export))
         .route(
-            "/v1/bundles/verify",
-            post(verify_bundle).layer(DefaultBodyLimit::max(bundle_limit)),
-        )
-        .route(
             "/v1/agent-keys",
             post(register_agent_key).get(agent_keys::list),
         )
@@ -161,7 +191,27 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/keys/{key_id}", delete(revoke_key))
         .nest_service("/mcp", mcp_service(Arc::clone(&state)))
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        // Bundles are streamed and verified as they arrive: their size and
+        // time are their own.
+        .route(
+            "/v1/bundles/verify",
+            post(verify_bundle)
+                .layer::<_, std::convert::Infallible>(RequestBodyDeadlineLayer::new(
+                    limits.bundle_body_timeout,
+                ))
+                .layer::<_, std::convert::Infallible>(DefaultBodyLimit::max(bundle_limit))
+                .layer::<_, std::convert::Infallible>(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    limits.bundle_body_timeout + limits.request_timeout,
+                )),
+        )
+        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             count_errors,
@@ -172,32 +222,112 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// MCP over Streamable HTTP at `/mcp`, behind the same API keys.
 fn mcp_service(state: Arc<AppState>) -> Router {
     use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService,
     };
     let service_state = Arc::clone(&state);
+    // Hosts and origins are checked by `mcp_gate`, with Cairn's settings
+    // and errors.
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(state.config.max_body_bytes);
     let service = StreamableHttpService::new(
         move || Ok(mcp::CairnMcp::http(Arc::clone(&service_state))),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        Arc::clone(&state.mcp_manager),
+        config,
     );
     Router::new()
         .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(state, mcp_auth))
+        .layer(axum::middleware::from_fn_with_state(state, mcp_gate))
 }
 
-/// Authenticates an MCP request and hands the caller to the tools through
-/// the request's extensions (rmcp passes the request parts on).
-async fn mcp_auth(
+/// The header that names an MCP session.
+const MCP_SESSION: &str = "mcp-session-id";
+
+/// In front of MCP over HTTP: checks `Host` and `Origin`, authenticates
+/// the request and hands the caller to the tools through the request's
+/// extensions (rmcp passes the request parts on), refuses JSON that is
+/// ambiguous (duplicate members, integers beyond 64 bits), and keeps each
+/// session to the key that opened it, within the session limits.
+async fn mcp_gate(
     State(state): State<Arc<AppState>>,
-    mut request: axum::extract::Request,
+    request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match authenticate(&state, request.headers()).await {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
+    if let Err(e) = limits::check_host(&state.config.allowed_hosts, request.headers()) {
+        return e.into_response();
+    }
+    let caller = match authenticate(&state, request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    let (parts, body) = request.into_parts();
+    // Whether this request opens a session (an `initialize`).
+    let mut initialize = false;
+    let body = if parts.method == axum::http::Method::POST {
+        let limit = state.config.max_body_bytes;
+        let bytes = match axum::body::to_bytes(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(e) => return limits::body_error(&e, limit).into_response(),
+        };
+        match wire::parse_strict(&bytes) {
+            Ok(message) => {
+                let opens =
+                    |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
+                initialize = match &message {
+                    Value::Array(batch) => batch.iter().any(opens),
+                    other => opens(other),
+                };
+            }
+            Err(e) => return ApiError::bad_request("invalid_json", e.0).into_response(),
         }
-        Err(e) => e.into_response(),
+        axum::body::Body::from(bytes)
+    } else {
+        body
+    };
+    let mut request = axum::extract::Request::from_parts(parts, body);
+    let method = request.method().clone();
+    let session = request
+        .headers()
+        .get(MCP_SESSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let key = caller.key.id.clone();
+    request.extensions_mut().insert(caller);
+    let limits = &state.config.limits;
+    match session {
+        Some(id) => {
+            // Another key's session answers like one that does not exist.
+            if !state
+                .mcp_sessions
+                .use_session(&id, &key, limits.mcp_session_idle)
+            {
+                return ApiError::not_found(format!("MCP session {}", shown(&id))).into_response();
+            }
+            let response = next.run(request).await;
+            if (method == axum::http::Method::DELETE && response.status().is_success())
+                || response.status() == StatusCode::NOT_FOUND
+            {
+                state.mcp_sessions.forget(&id);
+            }
+            response
+        }
+        None if initialize => {
+            let reservation = match state.mcp_sessions.reserve(&key, limits).await {
+                Ok(r) => r,
+                Err(e) => return e.into_response(),
+            };
+            let response = next.run(request).await;
+            if let Some(id) = response
+                .headers()
+                .get(MCP_SESSION)
+                .and_then(|v| v.to_str().ok())
+            {
+                reservation.confirm(id);
+            }
+            response
+        }
+        None => next.run(request).await,
     }
 }
 
@@ -233,6 +363,9 @@ pub(crate) async fn count_errors(
             StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
             StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
             StatusCode::NOT_FOUND => "not_found",
+            StatusCode::REQUEST_TIMEOUT => "timeout",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::UNAUTHORIZED => "unauthorized",
             _ => "invalid_request",
         };
         let message = status
@@ -240,6 +373,18 @@ pub(crate) async fn count_errors(
             .unwrap_or("invalid request")
             .to_owned();
         return ApiError::new(status, code, message).into_response();
+    }
+    // The request timeout answers 503 with no body.
+    if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
+        return ApiError::new(
+            status,
+            "timeout",
+            format!(
+                "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
+                state.config.limits.request_timeout.as_secs()
+            ),
+        )
+        .into_response();
     }
     response
 }
@@ -277,6 +422,66 @@ impl Caller {
             )))
         }
     }
+
+    /// A key bound to an agent acts only for that agent (its name or its
+    /// hashed id); an unbound key acts for any agent of its org.
+    fn may_act_for(&self, agent: &str) -> Result<(), ApiError> {
+        match &self.key.agent_id {
+            Some(bound)
+                if bound != agent && cairn_core::record::hashed_agent_id(bound) != agent =>
+            {
+                Err(ApiError::forbidden(format!(
+                    "this key is bound to agent {bound} and may not act on agent {}'s records",
+                    shown(agent)
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// For a key bound to an agent: session `session_id` must be that agent's
+/// (404 if there is no such session). Every write that names a session
+/// (seal, audit event, ...) checks this first; an agent never changes, so
+/// the check cannot go stale.
+pub(crate) async fn require_own_session(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: &str,
+) -> Result<(), ApiError> {
+    if caller.key.agent_id.is_none() {
+        return Ok(());
+    }
+    let (org, id) = (caller.org().to_owned(), session_id.to_owned());
+    let agent = blocking(state, move |store| {
+        store
+            .session(&org, &id)?
+            .map(|info| info.header.agent_id)
+            .ok_or_else(|| ApiError::not_found(format!("session {}", shown(&id))))
+    })
+    .await?;
+    caller.may_act_for(&agent)
+}
+
+/// For a key bound to an agent: step `trace_id` must be that agent's (404
+/// if there is no such step).
+pub(crate) async fn require_own_step(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    trace_id: &str,
+) -> Result<(), ApiError> {
+    if caller.key.agent_id.is_none() {
+        return Ok(());
+    }
+    let (org, id) = (caller.org().to_owned(), trace_id.to_owned());
+    let agent = blocking(state, move |store| {
+        store
+            .step_by_trace(&org, &id)?
+            .map(|step| step.record.step.agent_id)
+            .ok_or_else(|| ApiError::not_found(format!("step {}", shown(&id))))
+    })
+    .await?;
+    caller.may_act_for(&agent)
 }
 
 impl FromRequestParts<Arc<AppState>> for Caller {
@@ -330,7 +535,10 @@ pub(crate) async fn authenticate(
             }
         };
         match key {
-            Some(key) if key.revoked_at.is_none() => Ok(Caller { key }),
+            Some(key) if key.revoked_at.is_none() => {
+                limits::check_rate(state, &key.id)?;
+                Ok(Caller { key })
+            }
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -365,10 +573,45 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
+/// A request body as JSON, strictly: a member given twice, or an integer
+/// beyond the 64-bit range (which would silently become a float), is
+/// refused rather than guessed at.
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
-    })
+    wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.0))
+}
+
+/// A request body that must be a JSON object with only these members;
+/// an unknown member is refused, naming it.
+fn members<'a>(
+    body: &'a Value,
+    allowed: &[&str],
+) -> Result<&'a serde_json::Map<String, Value>, ApiError> {
+    let object = body.as_object().ok_or_else(|| {
+        ApiError::bad_request("invalid_request", "the body must be a JSON object")
+    })?;
+    if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "unknown member {}; this body has {}",
+                shown(unknown),
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(object)
+}
+
+/// A request body's optional boolean member; another type is a 400.
+fn optional_bool(body: &Value, key: &str) -> Result<Option<bool>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{key} must be true or false"),
+        )),
+    }
 }
 
 type Json = axum::Json<Value>;
@@ -459,12 +702,40 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
     Ok(axum::Json(json!({"status": "ok"})))
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// Prometheus metrics count every org's traffic: only the operator reads
+/// them, with the metrics token, or from the server's own machine.
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+) -> Response {
+    let allowed = match &state.config.metrics_token {
+        Some(token) => bearer(&headers).is_some_and(|given| {
+            // Compared as hashes: the time taken says nothing of the token.
+            token_hash(given) == token_hash(token)
+        }),
+        None => extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .is_some_and(|peer| peer.0.ip().is_loopback()),
+    };
+    if !allowed {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "metrics count every org's requests and are for the operator: send the metrics token (CAIRN_METRICS_TOKEN) as Authorization: Bearer, or scrape from the server's own machine",
+        )
+        .into_response();
+    }
     let stats = state.ledger.stats();
-    let text = state.metrics.render(
+    let mut text = state.metrics.render(
         stats.batches.load(std::sync::atomic::Ordering::Relaxed),
         stats.requests.load(std::sync::atomic::Ordering::Relaxed),
     );
+    text.push_str(&format!(
+        "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
+        state.mcp_sessions.open(),
+        state.expensive.available_permits()
+    ));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -497,7 +768,7 @@ fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiE
 async fn append_step(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
@@ -526,7 +797,7 @@ async fn append_step(
 async fn append_batch(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
@@ -575,15 +846,27 @@ async fn append_batch(
 async fn start_session(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "start sessions")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
-    let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    let session_id = field("session_id")
+    members(
+        &v,
+        &[
+            "session_id",
+            "agent_id",
+            "hash_agent_id",
+            "profile",
+            "predecessor",
+            "predecessor_session",
+            "full_consent",
+        ],
+    )?;
+    let text = |k: &str| optional_string(&v, k);
+    let session_id = text("session_id")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "session_id is required"))?;
-    let agent_id = match (field("agent_id"), &caller.key.agent_id) {
+    let agent_id = match (text("agent_id")?, &caller.key.agent_id) {
         (Some(a), Some(bound)) if a != *bound => {
             return Err(ApiError::forbidden(format!(
                 "this key may only write as agent {bound}"
@@ -598,24 +881,19 @@ async fn start_session(
             ));
         }
     };
-    let agent_id = match v.get("hash_agent_id") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => agent_id,
-        Some(Value::Bool(true)) => cairn_core::record::hashed_agent_id(&agent_id),
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "hash_agent_id must be a boolean",
-            ));
-        }
+    let agent_id = if optional_bool(&v, "hash_agent_id")?.unwrap_or(false) {
+        cairn_core::record::hashed_agent_id(&agent_id)
+    } else {
+        agent_id
     };
-    let profile = match field("profile").as_deref() {
+    let profile = match text("profile")?.as_deref() {
         None => Profile::Standard,
         Some(p) => Profile::parse(p).ok_or_else(|| {
             ApiError::bad_request("invalid_request", "profile must be standard or strict")
         })?,
     };
     let predecessor =
-        match field("predecessor") {
+        match text("predecessor")? {
             None => None,
             Some(h) => Some(Hash::from_hex(&h).map_err(|e| {
                 ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
@@ -628,11 +906,8 @@ async fn start_session(
         caller: caller.key.id.clone(),
         profile,
         predecessor,
-        predecessor_session: field("predecessor_session"),
-        full_consent: v
-            .get("full_consent")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        predecessor_session: text("predecessor_session")?,
+        full_consent: optional_bool(&v, "full_consent")?.unwrap_or(false),
     });
     let written = state.ledger.submit(request).await?;
     let mut body = wire::written_to_json(&written);
@@ -654,22 +929,52 @@ async fn list_sessions(
             .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
     };
     let agent = q.get("agent_id").cloned();
+    // Verification is on unless `verify=false`, and bounded.
+    let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
     let org = caller.org().to_owned();
+    let budget = state.config.limits.list_verify_steps;
     let rows = blocking(&state, move |store| {
-        let mut rows = Vec::new();
-        for s in store.list_sessions(&org, agent.as_deref(), limit)? {
-            let valid = verify_session(store, &org, &s.session_id)?.is_some_and(|v| v.verified);
-            rows.push(json!({
-                "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
-                "first_step_at": s.first_step_at.map(|t| t.to_string()),
-                "last_step_at": s.last_step_at.map(|t| t.to_string()),
-                "chain_valid": valid, "sealed": s.sealed,
-            }));
-        }
-        Ok(rows)
+        Ok(listed_sessions(store, &org, agent.as_deref(), limit, verify, budget)?
+            .into_iter()
+            .map(|(s, valid)| {
+                json!({
+                    "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                    "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                    "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                    "chain_valid": valid, "sealed": s.sealed,
+                })
+            })
+            .collect::<Vec<_>>())
     })
     .await?;
     Ok(axum::Json(Value::Array(rows)))
+}
+
+/// Sessions of an org, newest first, each with its chain's validity: the
+/// listed sessions are verified in order until `budget` steps were
+/// verified; the rest (and all of them when `verify` is false) get
+/// `None`, so that a listing costs at most `budget` steps of hashing
+/// whatever the org's size.
+pub(crate) fn listed_sessions(
+    store: &dyn LedgerStore,
+    org: &str,
+    agent: Option<&str>,
+    limit: usize,
+    verify: bool,
+    budget: u64,
+) -> Result<Vec<(cairn_store::SessionSummary, Option<bool>)>, ApiError> {
+    let mut spent = 0u64;
+    let mut out = Vec::new();
+    for s in store.list_sessions(org, agent, limit)? {
+        let valid = if verify && spent.saturating_add(s.step_count) <= budget {
+            spent += s.step_count;
+            Some(verify_session(store, org, &s.session_id)?.is_some_and(|v| v.verified))
+        } else {
+            None
+        };
+        out.push((s, valid));
+    }
+    Ok(out)
 }
 
 async fn replay(
@@ -682,10 +987,16 @@ async fn replay(
     let markdown = wants_markdown(q.get("format").map(String::as_str))?;
     let level = level_param(&q)?;
     let org = caller.org().to_owned();
+    let permit = if verify {
+        Some(limits::expensive(&state, "verification").await?)
+    } else {
+        None
+    };
     let (info, mut steps, verdict) = blocking(&state, move |store| {
-        let info = store
-            .session(&org, &session_id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
+        let _permit = permit;
+        let info = store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })?;
         let mut steps = Vec::new();
         store.read_session(&org, &session_id, &mut |s| {
             steps.push(s);
@@ -743,9 +1054,12 @@ async fn verify_one_session(
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
     let started = Instant::now();
+    let permit = limits::expensive(&state, "verification").await?;
     let verdict = blocking(&state, move |store| {
-        verify_session(store, &org, &session_id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))
+        let _permit = permit;
+        verify_session(store, &org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })
     })
     .await?;
     state.metrics.verification(verdict.verified);
@@ -764,7 +1078,9 @@ async fn verify_whole_org(
     let org = caller.org().to_owned();
     let trusted = trusted_param(&q)?;
     let started = Instant::now();
+    let permit = limits::expensive(&state, "verification").await?;
     let result = blocking(&state, move |store| {
+        let _permit = permit;
         let mut external = Vec::new();
         for note in &trusted {
             external.push(
@@ -795,6 +1111,7 @@ async fn seal(
     caller.require(caller.key.role.can_write(), "seal sessions")?;
     Caller::require_enabled(&state)?;
     let require_reflection = query_bool(&q, "require_reflection")?;
+    require_own_session(&state, &caller, &session_id).await?;
     let request = WriteRequest::Seal {
         org_id: caller.org().to_owned(),
         session_id,
@@ -825,9 +1142,9 @@ async fn session_root(
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
     let info = blocking(&state, move |store| {
-        store
-            .session(&org, &session_id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))
+        store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })
     })
     .await?;
     let seal = info.seal.ok_or_else(|| {
@@ -849,7 +1166,7 @@ async fn get_step(
     let step = blocking(&state, move |store| {
         store
             .step_by_trace(&org, &trace_id)?
-            .ok_or_else(|| ApiError::not_found(format!("step {trace_id}")))
+            .ok_or_else(|| ApiError::not_found(format!("step {}", crate::error::shown(&trace_id))))
     })
     .await?;
     Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
@@ -877,7 +1194,10 @@ async fn search(
             .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 100"))?,
     };
     let org = caller.org().to_owned();
+    // Semantic search scores every embedded step of the org.
+    let permit = limits::expensive(&state, "the search").await?;
     let results = blocking(&state, move |store| {
+        let _permit = permit;
         let query = cairn_store::embed::embed(&text);
         let mut out = Vec::new();
         for (seq, score) in store.semantic_search(&org, &query, limit)? {
@@ -904,18 +1224,16 @@ async fn erase_step(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(trace_id): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_admin(), "erase records")?;
     Caller::require_enabled(&state)?;
     let reason = if body.is_empty() {
         String::new()
     } else {
-        parse_json(&body)?
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
+        let v = parse_json(&body)?;
+        members(&v, &["reason"])?;
+        optional_string(&v, "reason")?.unwrap_or_default()
     };
     if reason.is_empty() {
         return Err(ApiError::bad_request(
@@ -923,6 +1241,7 @@ async fn erase_step(
             "reason is required (it is recorded with the erasure)",
         ));
     }
+    require_own_step(&state, &caller, &trace_id).await?;
     let request = WriteRequest::Erase {
         org_id: caller.org().to_owned(),
         trace_id: trace_id.clone(),
@@ -1168,10 +1487,12 @@ async fn export(
     };
     // Everything is decided before the status line, so that an empty or a
     // refused export is a 4xx, not a truncated body.
+    let permit = limits::expensive(&state, "the export").await?;
     let plan = plan_export(&state, &caller, scope, options).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let store = Arc::clone(&state.store);
     tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let mut out = ChannelWriter {
             tx: tx.clone(),
             buffer: Vec::new(),
@@ -1251,12 +1572,17 @@ fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiError> {
         .collect()
 }
 
+/// `POST /v1/bundles/verify`: the body is streamed into the verifier line
+/// by line, so memory stays at one line (at most
+/// [`Limits::max_bundle_line_bytes`]) whatever the bundle's size; a bundle
+/// that fails is not read past its failing line.
 async fn verify_bundle(
     State(state): State<Arc<AppState>>,
     _caller: Caller,
     Query(q): Query<Vec<(String, String)>>,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Result<Json, ApiError> {
+    use http_body_util::BodyExt as _;
     let trusted = trusted_param(&q)?;
     let pinned = q
         .iter()
@@ -1267,27 +1593,91 @@ async fn verify_bundle(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let permit = limits::expensive(&state, "bundle verification").await?;
     let started = Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
+    let max_line = state.config.limits.max_bundle_line_bytes;
+    let max_total = state.config.max_bundle_bytes;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let worker = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);
         for note in trusted {
             verifier.trust_checkpoint(note);
         }
-        for line in cairn_core::bundle::bundle_lines(&body) {
-            if !verifier.push_bytes(line) {
+        let mut line: Vec<u8> = Vec::new();
+        let mut number = 0u64;
+        let too_long = |number: u64| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "line_too_long",
+                format!(
+                    "line {number} of the bundle is longer than {max_line} bytes (CAIRN_MAX_BUNDLE_LINE_BYTES)"
+                ),
+            )
+        };
+        'read: while let Some(chunk) = rx.blocking_recv() {
+            let mut rest = &chunk[..];
+            while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+                number += 1;
+                if line.len() + at > max_line {
+                    return Err(too_long(number));
+                }
+                line.extend_from_slice(&rest[..=at]);
+                let going = verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+                line.clear();
+                rest = &rest[at + 1..];
+                if !going {
+                    break 'read;
+                }
+            }
+            if line.len() + rest.len() > max_line {
+                return Err(too_long(number + 1));
+            }
+            line.extend_from_slice(rest);
+        }
+        if !line.is_empty() {
+            verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+        }
+        Ok(verifier.finish())
+    });
+    let mut body = request.into_body();
+    let mut total = 0usize;
+    let mut read_error = None;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Err(e) => {
+                read_error = Some(limits::body_error(&e, max_total));
                 break;
             }
+            Ok(frame) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                total += data.len();
+                if total > max_total {
+                    read_error = Some(limits::body_too_large(max_total));
+                    break;
+                }
+                // The verifier stopped (a failure, a line too long): the
+                // rest is not read.
+                if tx.send(data).await.is_err() {
+                    break;
+                }
+            }
         }
-        verifier.finish()
-    })
-    .await
-    .map_err(|_| {
+    }
+    drop(tx);
+    let outcome = worker.await.map_err(|_| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "a worker failed",
         )
     })?;
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    let result = outcome?;
     state.metrics.verification(result.verdict.verified);
     let mut v = wire::verdict_to_json(
         &result.verdict,
@@ -1304,15 +1694,14 @@ async fn verify_bundle(
 async fn register_agent_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "register agent keys")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
-    let agent_id = match (
-        v.get("agent_id").and_then(Value::as_str),
-        &caller.key.agent_id,
-    ) {
+    members(&v, &["agent_id", "public_key"])?;
+    let given = optional_string(&v, "agent_id")?;
+    let agent_id = match (given.as_deref(), &caller.key.agent_id) {
         (Some(a), Some(bound)) if a != bound => {
             return Err(ApiError::forbidden(format!(
                 "this key may only act as agent {bound}"
@@ -1327,7 +1716,7 @@ async fn register_agent_key(
             ));
         }
     };
-    let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;
+    let public_key = public_key_param(optional_string(&v, "public_key")?.as_deref())?;
     let request = WriteRequest::RegisterKey {
         org_id: caller.org().to_owned(),
         agent_id: agent_id.clone(),
@@ -1358,13 +1747,13 @@ fn key_json(key: &ApiKey) -> Value {
 async fn create_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let v = parse_json(&body)?;
-    let role = v
-        .get("role")
-        .and_then(Value::as_str)
+    members(&v, &["role", "agent_id", "label"])?;
+    let role = optional_string(&v, "role")?
+        .as_deref()
         .and_then(Role::parse)
         .ok_or_else(|| {
             ApiError::bad_request(
@@ -1372,16 +1761,23 @@ async fn create_key(
                 "role must be writer, reader, auditor or admin",
             )
         })?;
-    let agent = v.get("agent_id").and_then(Value::as_str).map(str::to_owned);
+    // A key bound to an agent mints keys bound to the same agent only:
+    // it cannot create a key that acts for any agent.
+    let agent = match (optional_string(&v, "agent_id")?, &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != *bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key is bound to agent {bound}: it may only create keys bound to {bound}, not to {}",
+                shown(&a)
+            )));
+        }
+        (None, Some(bound)) => Some(bound.clone()),
+        (given, _) => given,
+    };
     if let Some(a) = &agent {
         cairn_core::record::validate_id("agent_id", a)
             .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
     }
-    let label = v
-        .get("label")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let label = optional_string(&v, "label")?.unwrap_or_default();
     let (key, token) = ApiKey::generate(
         caller.org(),
         role,
@@ -1400,8 +1796,12 @@ async fn list_keys(State(state): State<Arc<AppState>>, caller: Caller) -> Result
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let org = caller.org().to_owned();
     let keys = blocking(&state, move |store| Ok(store.api_keys(&org)?)).await?;
+    // A key bound to an agent sees the keys of that agent only.
     Ok(axum::Json(Value::Array(
-        keys.iter().map(key_json).collect(),
+        keys.iter()
+            .filter(|k| caller.key.agent_id.is_none() || k.agent_id == caller.key.agent_id)
+            .map(key_json)
+            .collect(),
     )))
 }
 
@@ -1413,12 +1813,23 @@ async fn revoke_key(
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let org = caller.org().to_owned();
     let id = key_id.clone();
+    // A key bound to an agent revokes keys of that agent only; others
+    // answer as if they did not exist.
+    let bound = caller.key.agent_id.clone();
     let revoked = blocking(&state, move |store| {
+        if bound.is_some()
+            && !store
+                .api_keys(&org)?
+                .iter()
+                .any(|k| k.id == id && k.agent_id == bound)
+        {
+            return Ok(false);
+        }
         Ok(store.revoke_api_key(&org, &id, cairn_store::now())?)
     })
     .await?;
     if !revoked {
-        return Err(ApiError::not_found(format!("key {key_id}")));
+        return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
     }
     if let Ok(mut keys) = state.keys.write() {
         keys.retain(|_, (k, _)| k.id != key_id);
@@ -1454,9 +1865,8 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = state.config.limits.clone();
+    limits::serve(listener, router(state), &limits, shutdown).await
 }
 
 /// Serves the OTLP/HTTP paths alone (`--otlp-listen`, conventionally port
@@ -1467,9 +1877,10 @@ pub async fn serve_otlp(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, otlp::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    // The same accept loop as the main port: header, body and write
+    // timeouts and the connection cap hold here too.
+    let limits = state.config.limits.clone();
+    limits::serve(listener, otlp::router(state), &limits, shutdown).await
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ fn tool_error(e: ApiError) -> ToolResult {
 
 /// Arguments of `log_reasoning_step` (seed 000).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LogStepArgs {
     /// The reasoning session this step belongs to (created on first use).
     pub session_id: String,
@@ -100,6 +101,7 @@ pub struct LogStepArgs {
 
 /// Arguments of `replay_decision` (seed 000).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReplayArgs {
     /// The session to replay.
     pub session_id: String,
@@ -115,6 +117,7 @@ pub struct ReplayArgs {
 
 /// Arguments of `get_session_history` (seed 000).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HistoryArgs {
     /// The agent whose sessions to list.
     pub agent_id: String,
@@ -124,6 +127,7 @@ pub struct HistoryArgs {
 
 /// Arguments of `audit_session_start` (seed 001).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SessionStartArgs {
     /// The session to open.
     pub session_id: String,
@@ -148,6 +152,7 @@ pub struct SessionStartArgs {
 
 /// Arguments of `thought_record` (seed 001).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ThoughtArgs {
     /// The session (opened with audit_session_start).
     pub session_id: String,
@@ -167,6 +172,7 @@ pub struct ThoughtArgs {
 
 /// Arguments naming a session.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SessionArgs {
     /// The session.
     pub session_id: String,
@@ -174,6 +180,7 @@ pub struct SessionArgs {
 
 /// Arguments of `export_session`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExportArgs {
     /// The session.
     pub session_id: String,
@@ -197,6 +204,7 @@ fn level_arg(level: Option<&str>) -> Result<Option<cairn_core::detail::DetailLev
 
 /// Arguments of `get_trace`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TraceArgs {
     /// The step's trace id (returned by log_reasoning_step).
     pub trace_id: String,
@@ -204,6 +212,7 @@ pub struct TraceArgs {
 
 /// Arguments of `get_inclusion_proof`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct InclusionArgs {
     /// Position of the record in the org log (the `seq` of a step).
     pub seq: u64,
@@ -213,6 +222,7 @@ pub struct InclusionArgs {
 
 /// Arguments of `parse_thinking` (seed 002).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ParseArgs {
     /// Raw thinking text: bracket markers (`[思考]` `[計画]` `[承認待ち]`
     /// `[実行]` `[エラー]`) or free text.
@@ -221,6 +231,7 @@ pub struct ParseArgs {
 
 /// Arguments of `record_turn` (seed 002).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TurnArgs {
     /// The session (created on first use).
     pub session_id: String,
@@ -237,6 +248,7 @@ pub struct TurnArgs {
 
 /// Arguments of `get_audit_trail` (seed 002).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TrailArgs {
     /// The session.
     pub session_id: String,
@@ -248,6 +260,7 @@ pub struct TrailArgs {
 
 /// Arguments of `record_audit_event` (seed 001).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AuditEventArgs {
     /// What happened: a tool name, an action.
     pub action: String,
@@ -261,6 +274,7 @@ pub struct AuditEventArgs {
 
 /// Arguments of `review_queue` (seed 003).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct QueueArgs {
     /// Include approved and rejected steps.
     #[serde(default)]
@@ -271,6 +285,7 @@ pub struct QueueArgs {
 
 /// Arguments of `review_step` (seed 003).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReviewArgs {
     /// The flagged step.
     pub trace_id: String,
@@ -282,6 +297,7 @@ pub struct ReviewArgs {
 
 /// Arguments of `erase_step` (seed 003).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct EraseArgs {
     /// The step whose payload to erase.
     pub trace_id: String,
@@ -291,6 +307,7 @@ pub struct EraseArgs {
 
 /// Arguments of `import_trace` (seed 004).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ImportTraceArgs {
     /// The complete trace in seed 004's format (trace_id, agent_id_hash,
     /// started_at, trace_level, components, signature, signature_key_id).
@@ -301,6 +318,7 @@ pub struct ImportTraceArgs {
 
 /// Arguments of `get_signed_trace` (seed 004).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SignedTraceArgs {
     /// The imported trace's id.
     pub trace_id: String,
@@ -308,6 +326,7 @@ pub struct SignedTraceArgs {
 
 /// Arguments of `register_agent_key` (seed 004).
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RegisterKeyArgs {
     /// The agent (for imported traces: their agent_id_hash).
     pub agent_id: String,
@@ -317,6 +336,7 @@ pub struct RegisterKeyArgs {
 
 /// Arguments of `query_sql`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SqlArgs {
     /// One read-only query over the views steps, sessions and records of
     /// your org (the backend's SQL dialect).
@@ -327,6 +347,7 @@ pub struct SqlArgs {
 
 /// Arguments of `get_checkpoint`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoArgs {}
 
 impl CairnMcp {
@@ -497,11 +518,23 @@ impl CairnMcp {
             Ok(level) => level,
             Err(e) => return tool_error(e),
         };
+        let permit = if args.verify_chain {
+            match crate::limits::expensive(&self.state, "verification").await {
+                Ok(permit) => Some(permit),
+                Err(e) => return tool_error(e),
+            }
+        } else {
+            None
+        };
         let result = self
             .store(move |store| {
-                let info = store
-                    .session(&org, &args.session_id)?
-                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                let _permit = permit;
+                let info = store.session(&org, &args.session_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "session {}",
+                        crate::error::shown(&args.session_id)
+                    ))
+                })?;
                 crate::allow_level(
                     &caller,
                     level,
@@ -549,12 +582,13 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let limit = args.limit.unwrap_or(20).clamp(1, 1000);
+        let budget = self.state.config.limits.list_verify_steps;
         let result = self
             .store(move |store| {
                 let mut rows = Vec::new();
-                for s in store.list_sessions(&org, Some(&args.agent_id), limit)? {
-                    let valid =
-                        verify_session(store, &org, &s.session_id)?.is_some_and(|v| v.verified);
+                for (s, valid) in
+                    crate::listed_sessions(store, &org, Some(&args.agent_id), limit, true, budget)?
+                {
                     rows.push(json!({
                         "session_id": s.session_id, "step_count": s.step_count,
                         "first_step_at": s.first_step_at.map(|t| t.to_string()),
@@ -688,10 +722,19 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let state = Arc::clone(&self.state);
+        let permit = match crate::limits::expensive(&self.state, "verification").await {
+            Ok(permit) => permit,
+            Err(e) => return tool_error(e),
+        };
         let result = self
             .store(move |store| {
-                let verdict = verify_session(store, &org, &args.session_id)?
-                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                let _permit = permit;
+                let verdict = verify_session(store, &org, &args.session_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "session {}",
+                        crate::error::shown(&args.session_id)
+                    ))
+                })?;
                 state.metrics.verification(verdict.verified);
                 Ok(json!({
                     "session_id": args.session_id,
@@ -731,9 +774,12 @@ impl CairnMcp {
         let org = caller.org().to_owned();
         let result = self
             .store(move |store| {
-                let info = store
-                    .session(&org, &args.session_id)?
-                    .ok_or_else(|| ApiError::not_found(format!("session {}", args.session_id)))?;
+                let info = store.session(&org, &args.session_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "session {}",
+                        crate::error::shown(&args.session_id)
+                    ))
+                })?;
                 let seal = info.seal.ok_or_else(|| {
                     ApiError::new(
                         axum::http::StatusCode::CONFLICT,
@@ -902,6 +948,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role == Role::Admin, "erase steps")?;
+            crate::require_own_step(&self.state, &caller, &args.trace_id).await?;
             let request = WriteRequest::Erase {
                 org_id: caller.org().to_owned(),
                 trace_id: args.trace_id.clone(),
@@ -1009,9 +1056,9 @@ impl CairnMcp {
         let org = caller.org().to_owned();
         let result = self
             .store(move |store| {
-                let step = store
-                    .step_by_trace(&org, &args.trace_id)?
-                    .ok_or_else(|| ApiError::not_found(format!("step {}", args.trace_id)))?;
+                let step = store.step_by_trace(&org, &args.trace_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!("step {}", crate::error::shown(&args.trace_id)))
+                })?;
                 Ok(crate::wire::step_to_json(step.seq, &step.record))
             })
             .await;
@@ -1088,6 +1135,7 @@ impl CairnMcp {
                 level,
                 since_size: None,
             };
+            let permit = crate::limits::expensive(&self.state, "the export").await?;
             let plan = crate::plan_export(
                 &self.state,
                 &caller,
@@ -1096,6 +1144,7 @@ impl CairnMcp {
             )
             .await?;
             self.store(move |store| {
+                let _permit = permit;
                 let mut out = Vec::new();
                 let summary = cairn_store::ops::write_export(store, &plan, &mut out, &mut |_| {})
                     .map_err(|e| {
@@ -1136,6 +1185,7 @@ impl CairnMcp {
         proof_grade: bool,
     ) -> Result<Value, ApiError> {
         caller.require(caller.key.role.can_write(), "seal sessions")?;
+        crate::require_own_session(&self.state, caller, &session_id).await?;
         if !proof_grade {
             // Closing a session merkle_finalize already sealed returns its
             // seal.
@@ -1143,9 +1193,9 @@ impl CairnMcp {
             let id = session_id.clone();
             let info = self
                 .store(move |store| {
-                    store
-                        .session(&org, &id)?
-                        .ok_or_else(|| ApiError::not_found(format!("session {id}")))
+                    store.session(&org, &id)?.ok_or_else(|| {
+                        ApiError::not_found(format!("session {}", crate::error::shown(&id)))
+                    })
                 })
                 .await?;
             if let Some(seal) = &info.seal {

@@ -28,11 +28,12 @@ pub(crate) async fn review(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(trace_id): Path<String>,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
     let v = parse_json(&body)?;
-    let decision = decision(v.get("decision").and_then(Value::as_str))?;
+    crate::members(&v, &["decision", "note"])?;
+    let decision = decision(crate::optional_string(&v, "decision")?.as_deref())?;
     let note = crate::optional_string(&v, "note")?;
     let body = review_step(&state, &caller, trace_id, decision, note).await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
@@ -48,6 +49,7 @@ pub(crate) async fn review_step(
 ) -> Result<Value, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
     Caller::require_enabled(state)?;
+    crate::require_own_step(state, caller, &trace_id).await?;
     let request = WriteRequest::Review {
         org_id: caller.org().to_owned(),
         trace_id,
@@ -95,10 +97,11 @@ pub(crate) async fn queue(
 pub(crate) async fn record_event(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
     let v = parse_json(&body)?;
+    crate::members(&v, &["event_id", "session_id", "action", "detail"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let action = text("action")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "action is required"))?;
@@ -125,6 +128,10 @@ pub(crate) async fn audit_event(
 ) -> Result<Value, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
     Caller::require_enabled(state)?;
+    // A key bound to an agent records events in its agent's sessions only.
+    if let Some(session) = &session_id {
+        crate::require_own_session(state, caller, session).await?;
+    }
     let request = WriteRequest::AuditEvent {
         org_id: caller.org().to_owned(),
         event_id,
@@ -146,9 +153,9 @@ pub(crate) async fn get_event(
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
     let (seq, event) = blocking(&state, move |store| {
-        store
-            .audit_event(&org, &event_id)?
-            .ok_or_else(|| ApiError::not_found(format!("audit event {event_id}")))
+        store.audit_event(&org, &event_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("audit event {}", crate::error::shown(&event_id)))
+        })
     })
     .await?;
     Ok(axum::Json(wire::audit_event_to_json(seq, &event)))

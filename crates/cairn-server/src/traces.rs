@@ -56,7 +56,7 @@ pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "import traces")?;
     let trace = parse_json(&body)?;
@@ -73,7 +73,10 @@ pub(crate) async fn fetch(
     let org = caller.org().to_owned();
     blocking(state, move |store| {
         let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
-            return Err(ApiError::not_found(format!("trace {trace_id}")));
+            return Err(ApiError::not_found(format!(
+                "trace {}",
+                crate::error::shown(&trace_id)
+            )));
         };
         let keys = cairn_store::ops::agent_keys(store, &org)?;
         let check = keys.check_trace(&record.trace, Some(seq));
@@ -110,13 +113,25 @@ pub(crate) async fn sql(
     use cairn_store::analyst::AnalystError;
     let org = caller.org().to_owned();
     let store = Arc::clone(&state.store);
-    let result = tokio::task::spawn_blocking(move || store.analyst_query(&org, &sql, limit))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let limits = cairn_store::analyst::QueryLimits {
+        max_rows: limit.min(state.config.limits.sql.max_rows),
+        ..state.config.limits.sql.clone()
+    };
+    let permit = crate::limits::expensive(state, "the query").await?;
+    let result = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        store.analyst_query_limited(&org, &sql, &limits)
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     match result {
         Ok(r) => Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated})),
         Err(AnalystError::Refused(m)) => Err(ApiError::bad_request("sql_refused", m)),
         Err(AnalystError::Failed(m)) => Err(ApiError::bad_request("sql_failed", m)),
+        Err(e @ AnalystError::TimedOut(_)) => {
+            Err(ApiError::bad_request("sql_timeout", e.to_string()))
+        }
+        Err(AnalystError::TooLarge(m)) => Err(ApiError::bad_request("sql_too_large", m)),
         Err(AnalystError::Store(e)) => Err(e.into()),
         Err(other) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -131,12 +146,11 @@ pub(crate) async fn sql(
 pub(crate) async fn post_sql(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
     let v = parse_json(&body)?;
-    let text = v
-        .get("sql")
-        .and_then(Value::as_str)
+    crate::members(&v, &["sql", "limit"])?;
+    let text = crate::optional_string(&v, "sql")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "sql (a string) is required"))?;
     let limit = match v.get("limit") {
         None | Some(Value::Null) => cairn_store::analyst::MAX_ROWS,
@@ -150,7 +164,5 @@ pub(crate) async fn post_sql(
                 )
             })? as usize,
     };
-    Ok(axum::Json(
-        sql(&state, &caller, text.to_owned(), limit).await?,
-    ))
+    Ok(axum::Json(sql(&state, &caller, text, limit).await?))
 }

@@ -28,14 +28,16 @@ pub(crate) fn parsed_json(text: &str) -> Value {
 
 /// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
 /// kind, content}]}`; records nothing.
-pub(crate) async fn parse(caller: Caller, body: axum::body::Bytes) -> Result<Json, ApiError> {
+pub(crate) async fn parse(
+    caller: Caller,
+    crate::limits::Body(body): crate::limits::Body,
+) -> Result<Json, ApiError> {
     let _ = caller;
     let v = parse_json(&body)?;
-    let text = v
-        .get("text")
-        .and_then(Value::as_str)
+    crate::members(&v, &["text"])?;
+    let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
-    Ok(axum::Json(parsed_json(text)))
+    Ok(axum::Json(parsed_json(&text)))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
@@ -45,11 +47,12 @@ pub(crate) async fn record(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
-    body: axum::body::Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
+    crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
     let turn_id = text("turn_id")?.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
@@ -65,7 +68,7 @@ pub(crate) async fn record(
     match v.get("steps") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
-            for item in items {
+            for (index, item) in items.iter().enumerate() {
                 let mut item = item.clone();
                 let Some(obj) = item.as_object_mut() else {
                     return Err(ApiError::bad_request(
@@ -77,7 +80,11 @@ pub(crate) async fn record(
                     Some(other) if other != session_id => {
                         return Err(ApiError::bad_request(
                             "invalid_request",
-                            format!("a step of session {other} in a turn of {session_id}"),
+                            format!(
+                                "a step of session {} in a turn of {}",
+                                crate::error::shown(other),
+                                crate::error::shown(&session_id)
+                            ),
                         ));
                     }
                     _ => {}
@@ -85,7 +92,13 @@ pub(crate) async fn record(
                 obj.insert("session_id".into(), json!(session_id));
                 obj.entry("agent_id")
                     .or_insert_with(|| json!(template.agent_id));
-                explicit.push(step_for(&caller, &item)?);
+                explicit.push(step_for(&caller, &item).map_err(|mut e| {
+                    e.message = format!(
+                        "steps[{index}]: {} (nothing of this turn was written)",
+                        e.message
+                    );
+                    e
+                })?);
             }
         }
         Some(_) => {
@@ -134,35 +147,39 @@ pub(crate) async fn record_turn(
         Ok(cairn_store::ops::next_turn_step(store, &org, &sid, &tid)?)
     })
     .await?;
+    let given = explicit.len();
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first);
-    let (accepted, results) = submit_all(state, steps).await;
+    let parsed = steps.len() - given;
+    // A turn is one unit: every step is written, or none is and the
+    // answer names the step refused.
+    let written = match state.ledger.submit(WriteRequest::Steps(steps)).await {
+        Ok(written) => written,
+        Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
+            index,
+            refusal,
+            ..
+        })) => {
+            let mut e = ApiError::from(*refusal);
+            let which = if index < parsed {
+                format!("phase {index} of the thinking text")
+            } else {
+                format!("steps[{}]", index - parsed)
+            };
+            e.message = format!(
+                "{which} was refused, so nothing of this turn was written: {}",
+                e.message
+            );
+            return Err(e);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let results: Vec<Value> = match written {
+        cairn_store::Written::Steps(steps) => steps.iter().map(wire::written_to_json).collect(),
+        other => return Err(crate::unexpected(other)),
+    };
     Ok(json!({
-        "session_id": template.session_id, "turn_id": turn_id, "accepted": accepted, "results": results,
+        "session_id": template.session_id, "turn_id": turn_id, "accepted": results.len(), "results": results,
     }))
-}
-
-/// Submits steps together (the sequencer commits them in one batch) and
-/// reports each outcome.
-pub(crate) async fn submit_all(state: &Arc<AppState>, steps: Vec<NewStep>) -> (usize, Vec<Value>) {
-    let pending: Vec<_> = steps
-        .into_iter()
-        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
-        .collect();
-    let mut accepted = 0;
-    let mut results = Vec::with_capacity(pending.len());
-    for p in pending {
-        results.push(match p.await {
-            Ok(written) => {
-                accepted += 1;
-                crate::wire::written_to_json(&written)
-            }
-            Err(e) => {
-                let e = ApiError::from(e);
-                json!({"error": {"code": e.code, "message": e.message}})
-            }
-        });
-    }
-    (accepted, results)
 }
 
 /// A session's steps, and each one's log position by trace id; 404 for
@@ -175,9 +192,9 @@ async fn session_records(
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
     blocking(state, move |store| {
-        store
-            .session(&org, &session_id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {session_id}")))?;
+        store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })?;
         let mut records = Vec::new();
         let mut seqs = HashMap::new();
         store.read_session(&org, &session_id, &mut |s| {
@@ -221,7 +238,13 @@ pub(crate) async fn turn_of(
     let turn = turns
         .iter()
         .find(|t| t.turn_id == Some(turn_id))
-        .ok_or_else(|| ApiError::not_found(format!("turn {turn_id} in session {session_id}")))?;
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "turn {} in session {}",
+                crate::error::shown(turn_id),
+                crate::error::shown(session_id)
+            ))
+        })?;
     if markdown {
         return Ok(Err(render::turn_markdown(turn)));
     }

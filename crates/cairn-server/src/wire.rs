@@ -335,6 +335,155 @@ pub fn written_to_json(w: &cairn_store::Written) -> Value {
     }
 }
 
+/// Parses JSON strictly: like `serde_json`, but a member given twice in
+/// one object, or an integer literal beyond the 64-bit range (which
+/// `serde_json` would silently turn into a float), is an error that says
+/// so, rather than a guess.
+pub fn parse_strict(bytes: &[u8]) -> Result<Value, InputError> {
+    use serde::de::DeserializeSeed as _;
+    check_integers(bytes)?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = StrictValue
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| InputError(format!("the body is not valid JSON: {e}")))?;
+    Ok(value)
+}
+
+/// Refuses integer literals outside `i64::MIN..=u64::MAX`.
+fn check_integers(bytes: &[u8]) -> Result<(), InputError> {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let token = &bytes[start..i];
+                let integer = !token.iter().any(|c| matches!(c, b'.' | b'e' | b'E'));
+                if integer {
+                    let text = String::from_utf8_lossy(token);
+                    let fits = if token.first() == Some(&b'-') {
+                        text.parse::<i64>().is_ok()
+                    } else {
+                        text.parse::<u64>().is_ok()
+                    };
+                    if !fits && text.bytes().skip(1).all(|c| c.is_ascii_digit()) {
+                        let shown: String = text.chars().take(40).collect();
+                        return Err(InputError(format!(
+                            "the integer {shown}{} at byte {start} is outside the 64-bit range; send it as a string",
+                            if text.len() > 40 { "..." } else { "" }
+                        )));
+                    }
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value whose objects may not repeat a member.
+struct StrictValue;
+
+impl<'de> serde::de::DeserializeSeed<'de> for StrictValue {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number must be finite"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(StrictValue, d)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(StrictValue)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                let shown: String = key.chars().take(64).collect();
+                return Err(serde::de::Error::custom(format!(
+                    "the member {shown:?} is given twice in one object"
+                )));
+            }
+            let value = map.next_value_seed(StrictValue)?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,6 +547,28 @@ mod tests {
         for (value, message) in cases {
             let err = step_from_json(&value, "acme", None, "cli").unwrap_err();
             assert!(err.0.contains(message), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn strict_json_refuses_duplicates_and_huge_integers() {
+        for (text, message) in [
+            (r#"{"a": 1, "a": 2}"#, "given twice"),
+            (r#"{"x": {"b": true, "b": false}}"#, "given twice"),
+            (r#"{"n": 18446744073709551616}"#, "outside the 64-bit range"),
+            (r#"[-9223372036854775809]"#, "outside the 64-bit range"),
+            (r#"{"a": 1} x"#, "not valid JSON"),
+        ] {
+            let err = parse_strict(text.as_bytes()).unwrap_err();
+            assert!(err.0.contains(message), "{text}: {err}");
+        }
+        for text in [
+            r#"{"n": 18446744073709551615, "m": -9223372036854775808, "f": 1e300, "g": 0.5}"#,
+            r#"{"s": "18446744073709551616 \" 99999999999999999999", "a": {"a": 1}}"#,
+            r#"[{"a": 1}, {"a": 2}]"#,
+        ] {
+            let v = parse_strict(text.as_bytes()).unwrap();
+            assert_eq!(v, serde_json::from_str::<Value>(text).unwrap(), "{text}");
         }
     }
 }

@@ -22,6 +22,7 @@
 
 pub mod analyst;
 mod auth;
+mod dry_run;
 pub mod embed;
 mod engine;
 mod keys;
@@ -248,6 +249,10 @@ pub fn prepare_step(
 pub enum WriteRequest {
     /// Append a step.
     Step(Box<NewStep>),
+    /// Append several steps of one org as one unit (a seed-002 turn): all
+    /// are written, in order, or none is, and the refusal
+    /// ([`Refusal::StepOfMany`]) names the first step refused.
+    Steps(Vec<NewStep>),
     /// Append a step already prepared with [`prepare_step`] (the
     /// [`Ledger`] does this in the submitting thread).
     Prepared(Box<PreparedStep>),
@@ -374,6 +379,9 @@ pub enum WriteRequest {
 /// What a successful write produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Written {
+    /// The steps of a [`WriteRequest::Steps`], each a [`Written::Step`],
+    /// in order.
+    Steps(Vec<Written>),
     /// A step was appended.
     Step {
         /// Its position in the org log.
@@ -627,6 +635,19 @@ pub enum Refusal {
         created_at: Timestamp,
         /// The previous step's time.
         previous: Timestamp,
+    },
+    /// A step of an all-or-nothing write ([`WriteRequest::Steps`]) was
+    /// refused, so none of them was written.
+    #[error(
+        "step {index} (counting from 0) of {count} was refused, so none was written: {refusal}"
+    )]
+    StepOfMany {
+        /// Position of the refused step in the request.
+        index: usize,
+        /// Steps in the request.
+        count: usize,
+        /// Why that step was refused.
+        refusal: Box<Refusal>,
     },
 }
 
@@ -952,12 +973,32 @@ pub trait LedgerStore: Send + Sync + 'static {
     }
 
     /// Runs an analyst's read-only SQL over one org's views (see
-    /// [`analyst`]): at most `max_rows` rows.
+    /// [`analyst`]): at most `max_rows` rows, the other limits at their
+    /// defaults.
     fn analyst_query(
         &self,
         org_id: &str,
         sql: &str,
         max_rows: usize,
+    ) -> Result<analyst::AnalystResult, analyst::AnalystError> {
+        self.analyst_query_limited(
+            org_id,
+            sql,
+            &analyst::QueryLimits {
+                max_rows,
+                ..analyst::QueryLimits::default()
+            },
+        )
+    }
+
+    /// Runs an analyst's read-only SQL over one org's views (see
+    /// [`analyst`]) within `limits`: rows, time, bytes of each value and of
+    /// the answer.
+    fn analyst_query_limited(
+        &self,
+        org_id: &str,
+        sql: &str,
+        limits: &analyst::QueryLimits,
     ) -> Result<analyst::AnalystResult, analyst::AnalystError>;
 
     /// Stores a new API key. Keys are not ledger records: they can be

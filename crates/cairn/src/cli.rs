@@ -122,6 +122,9 @@ enum Command {
         /// 429 with Retry-After (exporters retry).
         #[arg(long, env = "CAIRN_OTLP_MAX_BACKLOG", default_value_t = 65_536)]
         otlp_max_backlog: usize,
+        /// Limits: sizes, timeouts, connections, rates, sessions, SQL.
+        #[command(flatten)]
+        limits: Box<crate::serve_config::ServeLimits>,
     },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
@@ -438,6 +441,7 @@ pub fn run() -> Result<Outcome> {
             otlp_listen,
             otlp_max_body_bytes,
             otlp_max_backlog,
+            limits,
         } => {
             let mut otlp = cairn_server::otlp::OtlpConfig {
                 max_body_bytes: *otlp_max_body_bytes,
@@ -445,7 +449,7 @@ pub fn run() -> Result<Outcome> {
                 ..cairn_server::otlp::OtlpConfig::default()
             };
             otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
-            serve(&cli, listen, *sample, otlp_listen.as_deref(), otlp)
+            serve(&cli, listen, *sample, otlp_listen.as_deref(), otlp, limits)
         }
         Command::Mcp => mcp_stdio(&cli),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
@@ -1408,6 +1412,7 @@ fn serve(
     sample: bool,
     otlp_listen: Option<&str>,
     otlp: cairn_server::otlp::OtlpConfig,
+    limits: &crate::serve_config::ServeLimits,
 ) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -1429,15 +1434,9 @@ fn serve(
     } else {
         None
     };
-    let config = cairn_server::ServerConfig {
-        enabled: cli.enabled,
-        otlp,
-        ..cairn_server::ServerConfig::default()
-    };
     if cli.enabled {
         spawn_retention(Arc::clone(&ledger), cli.retention_days);
     }
-    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1457,6 +1456,11 @@ fn serve(
             ),
             None => None,
         };
+        let config = cairn_server::ServerConfig {
+            otlp,
+            ..limits.config(cli.enabled, &address)
+        };
+        let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
         println!(
             "cairn listening on http://{address} ({}, org: {})",
             store_location(cli),

@@ -12,6 +12,7 @@
 mod cli;
 mod demo;
 mod records;
+mod serve_config;
 
 use std::process::ExitCode;
 

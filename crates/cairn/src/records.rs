@@ -234,14 +234,15 @@ pub fn thinking(
         return Err(usage("the thinking text is empty"));
     }
     let ledger = ledger(store);
-    let pending: Vec<_> = steps
-        .into_iter()
-        .map(|s| ledger.submit(WriteRequest::Step(Box::new(s))))
-        .collect();
-    let mut results = Vec::new();
-    for p in pending {
-        results.push(p.wait().map_err(append_error)?);
-    }
+    // A turn is one unit: all its steps, or none.
+    let results = match ledger
+        .submit(WriteRequest::Steps(steps))
+        .wait()
+        .map_err(append_error)?
+    {
+        cairn_store::Written::Steps(results) => results,
+        other => return Err(anyhow::anyhow!("unexpected answer {other:?}")),
+    };
     if cli.json {
         let steps: Vec<Value> = results
             .iter()
@@ -556,6 +557,9 @@ pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) ->
         Ok(result) => result,
         Err(AnalystError::Refused(m)) => return Err(usage(format!("refused: {m}"))),
         Err(AnalystError::Failed(m)) => return Err(usage(format!("the query failed: {m}"))),
+        Err(e @ (AnalystError::TimedOut(_) | AnalystError::TooLarge(_))) => {
+            return Err(usage(e.to_string()));
+        }
         Err(e) => return Err(e.into()),
     };
     if cli.json {

@@ -195,7 +195,7 @@ pub(crate) struct AgentKey {
 
 /// Changes a batch makes to the sequencing state, applied to a backend's
 /// caches only after its transaction commits.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Overlay {
     pub orgs: HashMap<String, OrgState>,
     pub sessions: HashMap<(i64, String), SessionState>,
@@ -347,6 +347,7 @@ pub(crate) struct Engine<'k> {
 pub(crate) fn request_org(request: &WriteRequest) -> &str {
     match request {
         WriteRequest::Step(s) => &s.org_id,
+        WriteRequest::Steps(steps) => steps.first().map_or("", |s| s.org_id.as_str()),
         WriteRequest::Prepared(p) => &p.step.org_id,
         WriteRequest::StartSession(s) => &s.org_id,
         WriteRequest::Seal { org_id, .. }
@@ -639,6 +640,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 Err(refusal) => Err(refusal),
             },
             WriteRequest::Prepared(prepared) => self.append_step(prepared)?,
+            WriteRequest::Steps(steps) => self.append_steps(steps)?,
             WriteRequest::StartSession(new) => self
                 .start_session(new)?
                 .map(|(seq, genesis)| Written::Session { seq, genesis }),

@@ -127,6 +127,68 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok((seq, state))
     }
 
+    /// Appends `steps` all or none: each is prepared, then all are appended
+    /// in a trial over a [`crate::dry_run::DryRun`] of the transaction (reads
+    /// go through, writes are only remembered) with a copy of the overlay;
+    /// only if none is refused are they appended for real, where the same
+    /// checks on the same state cannot refuse them.
+    pub(super) fn append_steps(&mut self, steps: &[crate::NewStep]) -> Outcome<Written> {
+        let count = steps.len();
+        let many = |index: usize, refusal: Refusal| Refusal::StepOfMany {
+            index,
+            count,
+            refusal: Box::new(refusal),
+        };
+        let Some(first) = steps.first() else {
+            return Ok(Err(Refusal::InvalidRequest("no steps to write".into())));
+        };
+        if let Some(index) = steps.iter().position(|s| s.org_id != first.org_id) {
+            return Ok(Err(many(
+                index,
+                Refusal::InvalidRequest("the steps of one write belong to one org".into()),
+            )));
+        }
+        let mut prepared = Vec::with_capacity(count);
+        for (index, step) in steps.iter().enumerate() {
+            match prepare_step(
+                step.clone(),
+                &self.engine.limits,
+                self.engine.embedding_sample_rate,
+            ) {
+                Ok(p) => prepared.push(p),
+                Err(refusal) => return Ok(Err(many(index, refusal))),
+            }
+        }
+        {
+            let mut dry = crate::dry_run::DryRun::new(&mut *self.tx);
+            let mut trial = BatchRun {
+                engine: self.engine,
+                tx: &mut dry,
+                overlay: self.overlay.clone(),
+                now: self.now,
+            };
+            for (index, p) in prepared.iter().enumerate() {
+                if let Err(refusal) = trial.append_step(p)? {
+                    return Ok(Err(many(index, refusal)));
+                }
+            }
+        }
+        let mut written = Vec::with_capacity(count);
+        for (index, p) in prepared.iter().enumerate() {
+            match self.append_step(p)? {
+                Ok(w) => written.push(w),
+                // The batch's transaction is rolled back: nothing of it is
+                // written.
+                Err(refusal) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "step {index} of an all-or-nothing write passed its trial, then was refused: {refusal}"
+                    )));
+                }
+            }
+        }
+        Ok(Ok(Written::Steps(written)))
+    }
+
     pub(super) fn append_step(&mut self, prepared: &PreparedStep) -> Outcome<Written> {
         let mut step = prepared.step.clone();
         let trace_id = step.trace_id.clone();

@@ -5,6 +5,8 @@
 // Fixed, known-good inputs: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod analyst;
+mod atomic;
 mod conformance;
 mod pg;
 mod sqlite;

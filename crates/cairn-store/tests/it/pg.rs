@@ -51,6 +51,35 @@ fn conformance_suite() {
     });
 }
 
+/// Analyst SQL on PostgreSQL: the differential oracle over generated
+/// hostile queries, and the time and size limits.
+#[test]
+fn analyst_sql_oracle_and_limits() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let pg = Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    };
+    crate::analyst::oracle(&pg, cairn_store::analyst::Dialect::Postgres, 400);
+    crate::analyst::limits_hold(&pg);
+}
+
+/// Several steps written as one unit on PostgreSQL: all or none.
+#[test]
+fn all_or_nothing_writes() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    crate::atomic::all_or_nothing(&Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    });
+}
+
 #[test]
 fn migrations_are_idempotent_and_concurrent_safe() {
     let Some(cluster) = PgCluster::start() else {

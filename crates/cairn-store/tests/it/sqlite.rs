@@ -35,6 +35,20 @@ impl Backend for Sqlite {
     }
 }
 
+/// Analyst SQL: the differential oracle over generated hostile queries,
+/// and the time and size limits.
+#[test]
+fn analyst_sql_oracle_and_limits() {
+    crate::analyst::oracle(&Sqlite::new(), cairn_store::analyst::Dialect::Sqlite, 1500);
+    crate::analyst::limits_hold(&Sqlite::new());
+}
+
+/// Several steps written as one unit: all or none.
+#[test]
+fn all_or_nothing_writes() {
+    crate::atomic::all_or_nothing(&Sqlite::new());
+}
+
 #[test]
 fn conformance_suite() {
     run_all(&Sqlite::new());

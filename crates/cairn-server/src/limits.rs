@@ -1,0 +1,613 @@
+//! What one connection, one request, one API key and one MCP session may
+//! cost, with safe defaults (`docs/OPERATIONS.md` lists every one), and
+//! the accept loop that enforces the connection-level ones.
+//!
+//! - Connections: at most [`Limits::max_connections`] at once; a request's
+//!   headers must arrive within [`Limits::header_timeout`] of the
+//!   connection opening or going idle (hyper's header timeout, so this
+//!   also ends idle keep-alive connections); a response the client stops
+//!   reading is abandoned after [`Limits::write_timeout`].
+//! - Bodies: a body that sends nothing for [`Limits::body_idle_timeout`],
+//!   or takes longer than [`Limits::body_timeout`] in all
+//!   ([`Limits::bundle_body_timeout`] for bundle uploads), ends with `408`;
+//!   sizes are capped per route (`ServerConfig`).
+//! - Handlers: [`Limits::request_timeout`] to the response's first byte.
+//! - Expensive work (bundle and org verification, exports, analyst SQL):
+//!   at most [`Limits::max_expensive`] at once; past that a request waits
+//!   briefly, then gets `503 overloaded` with `Retry-After`.
+//! - Keys: [`Limits::rate_per_second`] requests per second per API key
+//!   (GCRA, `governor`) with a burst of [`Limits::rate_burst`]; past that,
+//!   `429 rate_limited` with `Retry-After`.
+//! - MCP sessions: at most [`Limits::mcp_sessions_per_key`] per key and
+//!   [`Limits::mcp_sessions`] in all, ended after
+//!   [`Limits::mcp_session_idle`] without a request, and usable (or
+//!   deletable) only with the key that opened them.
+
+use crate::error::shown;
+use crate::{ApiError, AppState};
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderMap, StatusCode, header};
+use cairn_store::analyst::QueryLimits;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Every limit of the server. The defaults are safe for a server on the
+/// open network; each one is a setting of `cairn serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// A request's headers must arrive within this long of the connection
+    /// opening or of the previous response (idle keep-alive included).
+    pub header_timeout: Duration,
+    /// A request body that sends no byte for this long ends with `408`.
+    pub body_idle_timeout: Duration,
+    /// A request body must be complete within this long (`408`).
+    pub body_timeout: Duration,
+    /// The same for `POST /v1/bundles/verify`, whose bodies are large.
+    pub bundle_body_timeout: Duration,
+    /// A handler must start its response within this long (`503 timeout`).
+    pub request_timeout: Duration,
+    /// A response the client does not read for this long is abandoned and
+    /// its connection closed.
+    pub write_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Expensive operations (bundle and org verification, exports,
+    /// analyst SQL) running at once.
+    pub max_expensive: usize,
+    /// How long an expensive request waits for a free slot before `503`.
+    pub expensive_wait: Duration,
+    /// Longest line of an uploaded bundle, in bytes.
+    pub max_bundle_line_bytes: usize,
+    /// Requests per second per API key; 0 turns the limit off.
+    pub rate_per_second: u32,
+    /// Requests an API key may make at once above its rate.
+    pub rate_burst: u32,
+    /// MCP sessions one API key may hold open.
+    pub mcp_sessions_per_key: usize,
+    /// MCP sessions open in all.
+    pub mcp_sessions: usize,
+    /// An MCP session without a request for this long is ended.
+    pub mcp_session_idle: Duration,
+    /// Analyst SQL: rows, time, bytes of a value and of an answer.
+    pub sql: QueryLimits,
+    /// Listing sessions verifies each listed session's chain until this
+    /// many steps were verified in the request; later sessions get
+    /// `chain_valid: null`.
+    pub list_verify_steps: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            bundle_body_timeout: Duration::from_secs(600),
+            request_timeout: Duration::from_secs(120),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_expensive: 4,
+            expensive_wait: Duration::from_secs(5),
+            max_bundle_line_bytes: 16 * 1024 * 1024,
+            rate_per_second: 1000,
+            rate_burst: 2000,
+            mcp_sessions_per_key: 16,
+            mcp_sessions: 1024,
+            mcp_session_idle: Duration::from_secs(300),
+            sql: QueryLimits::default(),
+            list_verify_steps: 10_000,
+        }
+    }
+}
+
+/// Per-key request rate.
+pub(crate) type RateLimiter = governor::DefaultKeyedRateLimiter<String>;
+
+/// The per-key limiter, if the limit is on.
+pub(crate) fn rate_limiter(limits: &Limits) -> Option<RateLimiter> {
+    let rate = NonZeroU32::new(limits.rate_per_second)?;
+    let burst = NonZeroU32::new(limits.rate_burst.max(limits.rate_per_second)).unwrap_or(rate);
+    Some(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
+/// Counts a request of `key_id` against its rate: `429` with
+/// `Retry-After` past it.
+pub(crate) fn check_rate(state: &AppState, key_id: &str) -> Result<(), ApiError> {
+    use governor::clock::Clock as _;
+    let Some(limiter) = &state.rate else {
+        return Ok(());
+    };
+    let key = key_id.to_owned();
+    match limiter.check_key(&key) {
+        Ok(()) => Ok(()),
+        Err(not_until) => {
+            let wait = not_until.wait_time_from(limiter.clock().now());
+            // Forget keys idle long enough to be back at full burst.
+            if limiter.len() > 10_000 {
+                limiter.retain_recent();
+            }
+            Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "this API key made more than {} requests per second (burst {}): retry after {} ms",
+                    state.config.limits.rate_per_second,
+                    state.config.limits.rate_burst,
+                    wait.as_millis()
+                ),
+            )
+            .retry_after(wait))
+        }
+    }
+}
+
+/// A slot for expensive work, held until the work is done (move it into
+/// the blocking task or the response stream). Waits up to
+/// [`Limits::expensive_wait`], then `503 overloaded`.
+pub(crate) async fn expensive(
+    state: &AppState,
+    what: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    let semaphore = Arc::clone(&state.expensive);
+    let wait = state.config.limits.expensive_wait;
+    match tokio::time::timeout(wait, semaphore.acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            format!(
+                "the server is running as many expensive operations (verification, export, SQL) as it may ({}): {what} was not started; retry shortly",
+                state.config.limits.max_expensive
+            ),
+        )
+        .retry_after(Duration::from_secs(1))),
+    }
+}
+
+/// A request body read whole, within the route's size limit; a body that
+/// is too large is `413 body_too_large`, one that is too slow `408
+/// timeout`.
+pub(crate) struct Body(pub axum::body::Bytes);
+
+impl FromRequest<Arc<AppState>> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Body, ApiError> {
+        match axum::body::Bytes::from_request(request, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(rejection) => Err(body_error(&rejection, state.config.max_body_bytes)),
+        }
+    }
+}
+
+/// The error for a body that could not be read.
+pub(crate) fn body_error(error: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "the request body arrived too slowly (see CAIRN_BODY_IDLE_TIMEOUT and CAIRN_BODY_TIMEOUT)",
+            );
+        }
+        if e.is::<http_body_util::LengthLimitError>() {
+            return body_too_large(limit);
+        }
+        source = e.source();
+    }
+    let text = error.to_string();
+    if text.contains("length limit") {
+        return body_too_large(limit);
+    }
+    ApiError::bad_request(
+        "invalid_request",
+        format!("the request body could not be read: {}", shown(&text)),
+    )
+}
+
+pub(crate) fn body_too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body is larger than {limit} bytes, the most this route accepts"),
+    )
+}
+
+/// Where MCP over HTTP may be reached from: the `Host` names it answers
+/// to and the browser origins it accepts (protection against DNS
+/// rebinding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHosts {
+    /// `host` (any port) or `host:port`; `*` allows every host.
+    pub hosts: Vec<String>,
+    /// `scheme://host[:port]`; `*` allows every origin. Empty: an origin
+    /// is accepted when its host is an allowed host.
+    pub origins: Vec<String>,
+}
+
+impl Default for AllowedHosts {
+    fn default() -> AllowedHosts {
+        AllowedHosts {
+            hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            origins: Vec::new(),
+        }
+    }
+}
+
+impl AllowedHosts {
+    /// Loopback names plus the host of `listen`, unless it is the
+    /// unspecified address (0.0.0.0, ::), whose public names only the
+    /// operator knows.
+    pub fn for_listen(listen: &SocketAddr) -> AllowedHosts {
+        let mut allowed = AllowedHosts::default();
+        let ip = listen.ip();
+        if !ip.is_unspecified() && !ip.is_loopback() {
+            allowed.hosts.push(ip.to_string());
+        }
+        allowed
+    }
+}
+
+/// `(host, port)` of an authority (`example.com:8080`, `[::1]:80`, `::1`).
+fn split_authority(authority: &str) -> (String, Option<&str>) {
+    let authority = authority.trim();
+    if let Some(rest) = authority.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((host, tail)) => (host.to_ascii_lowercase(), tail.strip_prefix(':')),
+            None => (rest.to_ascii_lowercase(), None),
+        };
+    }
+    match authority.rsplit_once(':') {
+        // One colon and digits after it: a port.
+        Some((host, port))
+            if !host.contains(':')
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            (host.to_ascii_lowercase(), Some(port))
+        }
+        _ => (authority.to_ascii_lowercase(), None),
+    }
+}
+
+fn host_matches(authority: &str, allowed: &[String]) -> bool {
+    let (host, port) = split_authority(authority);
+    allowed.iter().any(|entry| {
+        if entry == "*" {
+            return true;
+        }
+        let (h, p) = split_authority(entry);
+        h == host && (p.is_none() || p == port)
+    })
+}
+
+/// Checks the `Host` and `Origin` of a request to `/mcp`.
+pub(crate) fn check_host(allowed: &AllowedHosts, headers: &HeaderMap) -> Result<(), ApiError> {
+    let listed = |v: &[String]| {
+        if v.is_empty() {
+            "(none)".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !host_matches(host, &allowed.hosts) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "host_not_allowed",
+            format!(
+                "MCP over HTTP does not answer to Host {} (protection against DNS rebinding); allowed: {}. Add the name clients use with --allowed-hosts or CAIRN_ALLOWED_HOSTS",
+                shown(host),
+                listed(&allowed.hosts)
+            ),
+        ));
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let accepted = if allowed.origins.is_empty() {
+        origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| host_matches(authority, &allowed.hosts))
+    } else {
+        allowed
+            .origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin.trim_end_matches('/')))
+    };
+    if accepted {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            format!(
+                "MCP over HTTP does not accept requests from Origin {}; allowed: {}. Add it with --allowed-origins or CAIRN_ALLOWED_ORIGINS",
+                shown(origin),
+                if allowed.origins.is_empty() {
+                    format!("origins on the allowed hosts ({})", listed(&allowed.hosts))
+                } else {
+                    listed(&allowed.origins)
+                }
+            ),
+        ))
+    }
+}
+
+/// The MCP sessions open over HTTP: which key opened each, when it was
+/// last used, and how many each key is opening right now.
+pub(crate) struct McpSessions {
+    manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    table: Mutex<SessionTable>,
+}
+
+#[derive(Default)]
+struct SessionTable {
+    /// Session id to (key id, last use).
+    owners: HashMap<String, (String, Instant)>,
+    /// Key id to sessions being opened.
+    pending: HashMap<String, usize>,
+}
+
+impl SessionTable {
+    fn count(&self, key: &str) -> usize {
+        self.owners.values().filter(|(k, _)| k == key).count()
+            + self.pending.get(key).copied().unwrap_or(0)
+    }
+
+    fn total(&self) -> usize {
+        self.owners.len() + self.pending.values().sum::<usize>()
+    }
+}
+
+/// A session being opened; counted until it is confirmed or dropped.
+pub(crate) struct Reservation<'a> {
+    sessions: &'a McpSessions,
+    key: String,
+}
+
+impl Reservation<'_> {
+    /// The session opened: `id` now belongs to the key.
+    pub(crate) fn confirm(self, id: &str) {
+        if let Ok(mut table) = self.sessions.table.lock() {
+            table
+                .owners
+                .insert(id.to_owned(), (self.key.clone(), Instant::now()));
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut table) = self.sessions.table.lock()
+            && let Some(n) = table.pending.get_mut(&self.key)
+        {
+            *n -= 1;
+            if *n == 0 {
+                table.pending.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl McpSessions {
+    pub(crate) fn new(
+        manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    ) -> McpSessions {
+        McpSessions {
+            manager,
+            table: Mutex::new(SessionTable::default()),
+        }
+    }
+
+    /// Forgets sessions that were idle too long (ending them) or that the
+    /// MCP server already ended.
+    async fn sweep(&self, idle: Duration) {
+        let live: std::collections::HashSet<String> = self
+            .manager
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|id| id.to_string())
+            .collect();
+        let expired: Vec<String> = match self.table.lock() {
+            Ok(mut table) => {
+                let expired: Vec<String> = table
+                    .owners
+                    .iter()
+                    .filter(|(_, (_, last))| last.elapsed() > idle)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                table
+                    .owners
+                    .retain(|id, (_, last)| live.contains(id) && last.elapsed() <= idle);
+                expired
+            }
+            Err(_) => Vec::new(),
+        };
+        for id in expired {
+            use rmcp::transport::streamable_http_server::session::SessionManager as _;
+            let _ = self.manager.close_session(&id.as_str().into()).await;
+        }
+    }
+
+    /// Reserves a session for `key`, within the per-key and total limits.
+    pub(crate) async fn reserve(
+        &self,
+        key: &str,
+        limits: &Limits,
+    ) -> Result<Reservation<'_>, ApiError> {
+        self.sweep(limits.mcp_session_idle).await;
+        let mut table = self.table.lock().map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the session table is unusable",
+            )
+        })?;
+        if table.count(key) >= limits.mcp_sessions_per_key {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_sessions",
+                format!(
+                    "this API key has {} MCP sessions open, the most it may (CAIRN_MCP_SESSIONS_PER_KEY): end one (DELETE /mcp with its Mcp-Session-Id) or let one expire ({} s idle)",
+                    limits.mcp_sessions_per_key,
+                    limits.mcp_session_idle.as_secs()
+                ),
+            )
+            .retry_after(limits.mcp_session_idle));
+        }
+        if table.total() >= limits.mcp_sessions {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!(
+                    "the server has {} MCP sessions open, the most it may (CAIRN_MCP_SESSIONS); retry later",
+                    limits.mcp_sessions
+                ),
+            )
+            .retry_after(Duration::from_secs(10)));
+        }
+        *table.pending.entry(key.to_owned()).or_default() += 1;
+        Ok(Reservation {
+            sessions: self,
+            key: key.to_owned(),
+        })
+    }
+
+    /// Whether session `id` was opened by `key` (and is still open); marks
+    /// it used.
+    pub(crate) fn use_session(&self, id: &str, key: &str, idle: Duration) -> bool {
+        match self.table.lock() {
+            Ok(mut table) => match table.owners.get_mut(id) {
+                Some((owner, last)) if owner == key && last.elapsed() <= idle => {
+                    *last = Instant::now();
+                    true
+                }
+                _ => false,
+            },
+            Err(_) => false,
+        }
+    }
+
+    /// Forgets session `id` (ended by its key, or by the MCP server).
+    pub(crate) fn forget(&self, id: &str) {
+        if let Ok(mut table) = self.table.lock() {
+            table.owners.remove(id);
+        }
+    }
+
+    /// Sessions open now.
+    pub(crate) fn open(&self) -> usize {
+        self.table.lock().map(|t| t.owners.len()).unwrap_or(0)
+    }
+}
+
+/// Serves `app` on `listener` within the connection limits until
+/// `shutdown` resolves; then stops accepting, lets requests in flight
+/// finish (at most 30 s) and returns.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    limits: &Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+    let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, a connection reset before
+                    // accept: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.write_timeout));
+        let service =
+            app.clone()
+                .map_request(move |mut request: Request<hyper::body::Incoming>| {
+                    request
+                        .extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    request
+                });
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(Box::pin(stream)), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, %peer, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(Duration::from_secs(30)) => {
+            tracing::warn!("stopping with requests still in flight after 30 s");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_match_with_and_without_ports() {
+        let allowed = vec![
+            "localhost".to_owned(),
+            "::1".to_owned(),
+            "cairn.example:8714".to_owned(),
+        ];
+        for (host, ok) in [
+            ("localhost", true),
+            ("LOCALHOST:8714", true),
+            ("[::1]:8714", true),
+            ("::1", true),
+            ("cairn.example:8714", true),
+            ("cairn.example:9999", false),
+            ("cairn.example", false),
+            ("evil.example", false),
+            ("localhost.evil.example", false),
+            ("", false),
+        ] {
+            assert_eq!(host_matches(host, &allowed), ok, "{host}");
+        }
+        assert!(host_matches("anything", &["*".to_owned()]));
+    }
+}

@@ -1,0 +1,1219 @@
+//! Hostile clients against a real server on a loopback socket: analyst
+//! SQL that tries to leave its org or exhaust memory, streamed and huge
+//! bundles, slow and dribbling clients, too many connections, MCP sessions
+//! used by another key, DNS rebinding, agent-bound keys acting for another
+//! agent, rate limits, ambiguous JSON, and the smaller leaks of issue 12.
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use cairn_server::{AllowedHosts, AppState, Limits, ServerConfig};
+use cairn_store::{ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore};
+use cairn_testkit::http::Reply;
+use serde_json::{Value, json};
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Server {
+    addr: SocketAddr,
+    admin: String,
+    store: Arc<dyn LedgerStore>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A server with `config`, on `bind` (a loopback address by default).
+fn start_on(bind: &str, config: ServerConfig) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+    let admin = cairn_server::bootstrap_admin_key(store.as_ref(), "acme")
+        .unwrap()
+        .unwrap();
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let state = AppState::new(ledger, config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let bind = bind.to_owned();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+            ready_tx.send(listener.local_addr().unwrap()).unwrap();
+            cairn_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    Server {
+        addr: ready_rx.recv().unwrap(),
+        admin,
+        store,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+fn start(config: ServerConfig) -> Server {
+    start_on("127.0.0.1:0", config)
+}
+
+fn config(limits: Limits) -> ServerConfig {
+    ServerConfig {
+        limits,
+        ..ServerConfig::default()
+    }
+}
+
+fn call(server: &Server, method: &str, path: &str, token: &str, body: Option<&[u8]>) -> Reply {
+    cairn_testkit::http::call(server.addr, method, path, Some(token), body)
+}
+
+fn post(server: &Server, path: &str, token: &str, body: &Value) -> Reply {
+    call(
+        server,
+        "POST",
+        path,
+        token,
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+fn get(server: &Server, path: &str, token: &str) -> Reply {
+    call(server, "GET", path, token, None)
+}
+
+fn key_for(server: &Server, org: &str, role: Role, agent: Option<&str>) -> String {
+    let (key, token) = ApiKey::generate(org, role, agent, "test", cairn_store::now()).unwrap();
+    server.store.put_api_key(&key).unwrap();
+    token
+}
+
+fn step(session: &str, agent: &str, kind: &str, content: &str) -> Value {
+    json!({"session_id": session, "agent_id": agent, "step_type": kind, "content": content})
+}
+
+/// A raw HTTP/1.1 exchange: `head` (without the final blank line), then
+/// the body; returns status, headers (lowercase names) and body.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+    fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    }
+    /// The JSON-RPC message of an MCP answer (plain JSON or SSE).
+    fn rpc(&self) -> Value {
+        let text = String::from_utf8_lossy(&self.body);
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            return v;
+        }
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("jsonrpc").is_some())
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {text}"))
+    }
+}
+
+fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Raw {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let request = format!(
+        "{head}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    parse_response(&bytes)
+}
+
+fn parse_response(bytes: &[u8]) -> Raw {
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(bytes)));
+    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = bytes[split + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
+    {
+        let mut decoded = Vec::new();
+        let mut rest = &body[..];
+        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..end]).unwrap().trim(), 16)
+                .unwrap_or(0);
+            rest = &rest[end + 2..];
+            if size == 0 || rest.len() < size {
+                break;
+            }
+            decoded.extend_from_slice(&rest[..size]);
+            rest = &rest[(size + 2).min(rest.len())..];
+        }
+        body = decoded;
+    }
+    Raw {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The server closed the connection (EOF or reset) within `within`.
+fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- item 1, 2
+
+/// The review's exploit and its cousins, over HTTP with a reader key:
+/// nothing of another org, of the keys or of the catalog comes back; and a
+/// query that would build a gigabyte is refused or stopped, not run.
+#[test]
+fn analyst_sql_stays_in_its_org_and_within_its_limits() {
+    let mut limits = Limits::default();
+    limits.sql.max_value_bytes = 1 << 20;
+    limits.sql.time = Duration::from_millis(500);
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let theirs = key_for(&server, "globex", Role::Admin, None);
+    for (token, content) in [(&admin, "acme visible"), (&theirs, "GLOBEX SECRET")] {
+        let r = post(
+            &server,
+            "/v1/steps",
+            token,
+            &step("s", "a", "plan", content),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let secrets = [
+        "GLOBEX",
+        "globex",
+        "CREATE TABLE",
+        "token_hash",
+        "schema_version",
+    ];
+    for sql in [
+        "WITH \"x FROM api_keys --\" AS (SELECT 1) SELECT * FROM \"x FROM api_keys --\"",
+        "WITH \"y UNION SELECT sql, 1 FROM sqlite_master --\" AS (SELECT 1, 2) SELECT * FROM \"y UNION SELECT sql, 1 FROM sqlite_master --\"",
+        "WITH \"z, entries --\" AS (SELECT 1) SELECT content FROM \"z, entries --\"",
+        "SELECT 1 AS \"a\\\"\" FROM api_keys --\" FROM steps",
+        "SELECT * FROM api_keys",
+        "SELECT * FROM sqlite_master",
+    ] {
+        let r = post(&server, "/v1/sql", &reader, &json!({"sql": sql}));
+        let text = r.text();
+        for secret in secrets {
+            assert!(!text.contains(secret), "{sql}: {text}");
+        }
+    }
+    let huge = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "SELECT printf('%.*c', 999999999, 'x')"}),
+    );
+    assert_eq!((huge.status, huge.code().as_str()), (400, "sql_refused"));
+    let doubling = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "WITH RECURSIVE r(s, n) AS (SELECT 'x', 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 40) SELECT length(s) FROM r"}),
+    );
+    assert_eq!(
+        (doubling.status, doubling.code().as_str()),
+        (400, "sql_too_large"),
+        "{}",
+        doubling.text()
+    );
+    let forever = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"}),
+    );
+    assert_eq!(
+        (forever.status, forever.code().as_str()),
+        (400, "sql_timeout"),
+        "{}",
+        forever.text()
+    );
+}
+
+// ------------------------------------------------------------------ item 3
+
+/// Bundles are read as a stream: a valid one sent in tiny chunks verifies;
+/// a line past the line limit, or a body past the size limit, is refused
+/// with a clear error.
+#[test]
+fn bundle_uploads_are_streamed_and_bounded() {
+    let limits = Limits {
+        max_bundle_line_bytes: 64 * 1024,
+        ..Limits::default()
+    };
+    let server = start(ServerConfig {
+        max_bundle_bytes: 512 * 1024,
+        ..config(limits)
+    });
+    let admin = server.admin.clone();
+    for i in 0..5 {
+        let r = post(
+            &server,
+            "/v1/steps",
+            &admin,
+            &step("s", "a", "plan", &format!("step {i}")),
+        );
+        assert_eq!(r.status, 201);
+    }
+    let bundle = get(&server, "/v1/export?session=s", &admin).body;
+    // Chunked, a few bytes at a time.
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    for chunk in bundle.chunks(7) {
+        write!(stream, "{:x}\r\n", chunk.len()).unwrap();
+        stream.write_all(chunk).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let verdict = parse_response(&bytes);
+    assert_eq!(verdict.status, 200);
+    assert_eq!(verdict.json()["verified"], true, "{}", verdict.json());
+
+    let mut long_line = bundle.clone();
+    long_line.extend(std::iter::repeat_n(b'x', 100 * 1024));
+    let r = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        &admin,
+        Some(&long_line),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (413, "line_too_long"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("65536"), "{}", r.text());
+
+    let many_lines: Vec<u8> = std::iter::repeat_n(b"{}\n".as_slice(), 200_000)
+        .flatten()
+        .copied()
+        .collect();
+    let r = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        &admin,
+        Some(&many_lines),
+    );
+    // Verification fails at its first line and the rest is not read; or,
+    // had it been read, it is past the size limit.
+    assert!(
+        r.status == 200 && r.json()["verified"] == false || r.status == 413,
+        "{} {}",
+        r.status,
+        r.text()
+    );
+}
+
+/// Expensive operations share a few slots: with one slot held by a slow
+/// upload, another verification waits briefly, then gets 503 with
+/// Retry-After; cheap requests are still served.
+#[test]
+fn expensive_operations_are_bounded() {
+    let limits = Limits {
+        max_expensive: 1,
+        expensive_wait: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    // A slow upload holds the slot.
+    let mut slow = TcpStream::connect(server.addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Length: 1000000\r\n\r\n{{\"partial"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let busy = get(&server, "/v1/verify", &admin);
+    assert_eq!(
+        (busy.status, busy.code().as_str()),
+        (503, "overloaded"),
+        "{}",
+        busy.text()
+    );
+    let head = raw(
+        server.addr,
+        &format!("GET /v1/verify HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+        b"",
+    );
+    assert_eq!(head.status, 503);
+    assert_eq!(head.header("retry-after"), Some("1"));
+    assert_eq!(get(&server, "/v1/sessions/s", &admin).status, 200);
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(&server, "/v1/verify", &admin).status, 200);
+}
+
+// ------------------------------------------------------------------ item 4
+
+/// Slowloris, dribbled bodies, idle keep-alive connections and too many
+/// connections.
+#[test]
+fn slow_clients_are_cut_off_and_connections_are_bounded() {
+    let limits = Limits {
+        header_timeout: Duration::from_millis(500),
+        body_idle_timeout: Duration::from_millis(400),
+        body_timeout: Duration::from_millis(1500),
+        max_connections: 3,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+
+    // Headers a byte at a time: the connection is closed.
+    let mut loris = TcpStream::connect(server.addr).unwrap();
+    let started = Instant::now();
+    for b in b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " {
+        if loris.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+    }
+    assert!(closed_within(&mut loris, Duration::from_secs(2)));
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // An idle keep-alive connection is closed after the timeout.
+    let mut idle = TcpStream::connect(server.addr).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1024];
+    let n = idle.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    assert!(closed_within(&mut idle, Duration::from_secs(3)));
+
+    // A body that stops: 408.
+    let mut stalled = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stalled,
+        "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: 100\r\n\r\n{{\"session_id\""
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = stalled.read_to_end(&mut bytes);
+    let r = parse_response(&bytes);
+    assert_eq!((r.status, r.code().as_str()), (408, "timeout"));
+
+    // A body dribbled fast enough never to be idle still has a deadline.
+    let mut dribble = TcpStream::connect(server.addr).unwrap();
+    write!(
+        dribble,
+        "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: 1000\r\n\r\n"
+    )
+    .unwrap();
+    let started = Instant::now();
+    dribble
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut peek = [0u8; 16];
+    while started.elapsed() < Duration::from_secs(4) {
+        if dribble.write_all(b" ").is_err() {
+            break;
+        }
+        // Stop writing as soon as the answer is there.
+        match dribble.peek(&mut peek) {
+            Ok(_) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let mut bytes = Vec::new();
+    dribble
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = dribble.read_to_end(&mut bytes);
+    let r = parse_response(&bytes);
+    assert_eq!((r.status, r.code().as_str()), (408, "timeout"));
+
+    // Three connections are served at once; a fourth waits until one ends.
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let s = TcpStream::connect(server.addr).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s
+        })
+        .collect();
+    let mut fourth = TcpStream::connect(server.addr).unwrap();
+    fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    fourth
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(fourth.read(&mut buf).is_err(), "served beyond the limit");
+    drop(held);
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = fourth.read_to_end(&mut bytes);
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "{bytes:?}");
+}
+
+// --------------------------------------------------------------- item 5, 7
+
+fn mcp_initialize(addr: SocketAddr, token: &str, host: &str) -> Raw {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "hardening", "version": "1"}}});
+    raw(
+        addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+        ),
+        body.to_string().as_bytes(),
+    )
+}
+
+fn mcp_call(addr: SocketAddr, token: &str, session: &str, method: &str, body: &Value) -> Raw {
+    raw(
+        addr,
+        &format!(
+            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        body.to_string().as_bytes(),
+    )
+}
+
+/// Opens an MCP session with `token`; returns its id.
+fn mcp_session(addr: SocketAddr, token: &str) -> String {
+    let init = mcp_initialize(addr, token, "localhost");
+    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+    let id = init.header("mcp-session-id").unwrap().to_owned();
+    let done = mcp_call(
+        addr,
+        token,
+        &id,
+        "POST",
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(done.status < 300, "{}", done.status);
+    id
+}
+
+fn mcp_tool(addr: SocketAddr, token: &str, session: &str, name: &str, args: Value) -> Raw {
+    mcp_call(
+        addr,
+        token,
+        session,
+        "POST",
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}),
+    )
+}
+
+/// An MCP session belongs to the key that opened it: another key, of the
+/// same org or another, can neither use nor delete it (404); a key may
+/// hold a few sessions and the server a bounded number; idle sessions end.
+#[test]
+fn mcp_sessions_are_bound_to_their_key_and_bounded() {
+    let limits = Limits {
+        mcp_sessions_per_key: 2,
+        mcp_session_idle: Duration::from_millis(1500),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let colleague = key_for(&server, "acme", Role::Admin, None);
+    let stranger = key_for(&server, "globex", Role::Admin, None);
+    let mine = mcp_session(server.addr, &admin);
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let ok = mcp_call(server.addr, &admin, &mine, "POST", &list);
+    assert_eq!(ok.status, 200);
+    assert!(ok.rpc()["result"]["tools"].is_array());
+    for other in [&colleague, &stranger] {
+        let used = mcp_call(server.addr, other, &mine, "POST", &list);
+        assert_eq!((used.status, used.code().as_str()), (404, "not_found"));
+        let deleted = mcp_call(server.addr, other, &mine, "DELETE", &json!({}));
+        assert_eq!(
+            (deleted.status, deleted.code().as_str()),
+            (404, "not_found")
+        );
+    }
+    assert_eq!(
+        mcp_call(server.addr, &admin, &mine, "POST", &list).status,
+        200
+    );
+
+    // Two per key; the third is refused with Retry-After.
+    let second = mcp_session(server.addr, &admin);
+    let third = mcp_initialize(server.addr, &admin, "localhost");
+    assert_eq!(
+        (third.status, third.code().as_str()),
+        (429, "too_many_sessions")
+    );
+    assert!(third.header("retry-after").is_some());
+    // Other keys are not affected.
+    let _theirs = mcp_session(server.addr, &stranger);
+    // Deleting one makes room.
+    let deleted = mcp_call(server.addr, &admin, &second, "DELETE", &json!({}));
+    assert!(deleted.status < 300, "{}", deleted.status);
+    let _again = mcp_session(server.addr, &admin);
+    // Idle sessions end.
+    std::thread::sleep(Duration::from_millis(2000));
+    let expired = mcp_call(server.addr, &admin, &mine, "POST", &list);
+    assert_eq!(expired.status, 404);
+    let _fresh = mcp_session(server.addr, &admin);
+    let _fresh2 = mcp_session(server.addr, &admin);
+}
+
+/// MCP over the network: hosts other than the allowed ones get a 403 that
+/// names the setting; an allowed name (any port, or the given port) and
+/// matching origins are served.
+#[test]
+fn mcp_hosts_and_origins_are_configurable() {
+    let server = start(ServerConfig {
+        allowed_hosts: AllowedHosts {
+            hosts: vec![
+                "localhost".into(),
+                "cairn.example".into(),
+                "10.1.2.3:8714".into(),
+            ],
+            origins: Vec::new(),
+        },
+        ..ServerConfig::default()
+    });
+    let admin = server.admin.clone();
+    let refused = mcp_initialize(server.addr, &admin, "evil.example");
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (403, "host_not_allowed")
+    );
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("CAIRN_ALLOWED_HOSTS"), "{message}");
+    assert!(message.contains("evil.example"), "{message}");
+    for host in [
+        "cairn.example",
+        "cairn.example:8714",
+        "10.1.2.3:8714",
+        "localhost:1",
+    ] {
+        let init = mcp_initialize(server.addr, &admin, host);
+        assert_eq!(
+            init.status,
+            200,
+            "{host}: {}",
+            String::from_utf8_lossy(&init.body)
+        );
+    }
+    let wrong_port = mcp_initialize(server.addr, &admin, "10.1.2.3:9999");
+    assert_eq!(wrong_port.status, 403);
+    // A browser page from another site: refused; from an allowed host: ok.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "hardening", "version": "1"}}})
+    .to_string();
+    for (origin, status) in [
+        ("http://evil.example", 403),
+        ("https://cairn.example", 200),
+        ("null", 403),
+    ] {
+        let r = raw(
+            server.addr,
+            &format!(
+                "POST /mcp HTTP/1.1\r\nHost: cairn.example\r\nOrigin: {origin}\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+            ),
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, status, "{origin}");
+        if status == 403 {
+            assert_eq!(r.code(), "origin_not_allowed");
+        }
+    }
+    // The default: loopback names only.
+    let plain = start(ServerConfig::default());
+    let r = mcp_initialize(plain.addr, &plain.admin, "cairn.example");
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        mcp_initialize(plain.addr, &plain.admin, "127.0.0.1:8714").status,
+        200
+    );
+}
+
+// ------------------------------------------------------------------ item 6
+
+/// A key bound to an agent acts on its agent's sessions and steps only,
+/// over REST and MCP, and mints keys for that agent only.
+#[test]
+fn bound_keys_act_only_for_their_agent() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for (session, agent) in [("theirs", "bob"), ("mine", "alice")] {
+        let r = post(
+            &server,
+            "/v1/steps",
+            &admin,
+            &step(session, agent, "plan", "x"),
+        );
+        assert_eq!(r.status, 201);
+    }
+    let flagged = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &json!({"session_id": "theirs", "agent_id": "bob", "step_type": "decision", "status": "flagged"}),
+    )
+    .json()["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice = key_for(&server, "acme", Role::Writer, Some("alice"));
+    let alice_admin = key_for(&server, "acme", Role::Admin, Some("alice"));
+    let alice_auditor = key_for(&server, "acme", Role::Auditor, Some("alice"));
+
+    // REST: seal and audit events on another agent's session.
+    let sealed = post(&server, "/v1/sessions/theirs/seal", &alice, &json!({}));
+    assert_eq!(
+        (sealed.status, sealed.code().as_str()),
+        (403, "forbidden"),
+        "{}",
+        sealed.text()
+    );
+    let event = post(
+        &server,
+        "/v1/audit-events",
+        &alice,
+        &json!({"session_id": "theirs", "action": "forged"}),
+    );
+    assert_eq!((event.status, event.code().as_str()), (403, "forbidden"));
+    let erased = post(
+        &server,
+        &format!("/v1/steps/{flagged}/erase"),
+        &alice_admin,
+        &json!({"reason": "x"}),
+    );
+    assert_eq!((erased.status, erased.code().as_str()), (403, "forbidden"));
+    let reviewed = post(
+        &server,
+        &format!("/v1/steps/{flagged}/review"),
+        &alice_auditor,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(
+        (reviewed.status, reviewed.code().as_str()),
+        (403, "forbidden")
+    );
+    // Its own session: fine.
+    let own_event = post(
+        &server,
+        "/v1/audit-events",
+        &alice,
+        &json!({"session_id": "mine", "action": "tool"}),
+    );
+    assert_eq!(own_event.status, 201, "{}", own_event.text());
+    assert_eq!(
+        post(&server, "/v1/sessions/mine/seal", &alice, &json!({})).status,
+        200
+    );
+
+    // Keys: a bound admin mints keys for its agent only.
+    let minted = post(&server, "/v1/keys", &alice_admin, &json!({"role": "admin"}));
+    assert_eq!(minted.status, 201, "{}", minted.text());
+    assert_eq!(minted.json()["agent_id"], "alice");
+    let escalated = post(
+        &server,
+        "/v1/keys",
+        &alice_admin,
+        &json!({"role": "admin", "agent_id": "bob"}),
+    );
+    assert_eq!(
+        (escalated.status, escalated.code().as_str()),
+        (403, "forbidden")
+    );
+    let listed = get(&server, "/v1/keys", &alice_admin).json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k["agent_id"] == "alice"),
+        "{listed}"
+    );
+    let unbound_id = get(&server, "/v1/keys", &admin).json()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let revoked = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{unbound_id}"),
+        &alice_admin,
+        None,
+    );
+    assert_eq!(revoked.status, 404);
+    assert_eq!(get(&server, "/v1/sessions/theirs", &admin).status, 200);
+
+    // MCP: the same tools on another agent's session are refused.
+    let session = mcp_session(server.addr, &alice);
+    for (tool, args) in [
+        ("merkle_finalize", json!({"session_id": "theirs"})),
+        ("audit_session_end", json!({"session_id": "theirs"})),
+        (
+            "record_audit_event",
+            json!({"session_id": "theirs", "action": "forged"}),
+        ),
+        (
+            "thought_record",
+            json!({"session_id": "theirs", "type": "plan", "content": "x"}),
+        ),
+    ] {
+        let r = mcp_tool(server.addr, &alice, &session, tool, args);
+        let rpc = r.rpc();
+        let result = &rpc["result"];
+        assert_eq!(result["isError"], true, "{tool}: {rpc}");
+        assert_eq!(
+            result["structuredContent"]["error"]["code"], "forbidden",
+            "{tool}: {rpc}"
+        );
+    }
+    let info = server.store.session("acme", "theirs").unwrap().unwrap();
+    assert!(info.seal.is_none(), "bob's session was sealed");
+}
+
+// --------------------------------------------------------------- limits
+
+/// Each key has a request rate; past it, 429 with Retry-After, and other
+/// keys are not affected.
+#[test]
+fn each_key_has_a_rate() {
+    let limits = Limits {
+        rate_per_second: 2,
+        rate_burst: 5,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let other = key_for(&server, "acme", Role::Reader, None);
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| get(&server, "/v1/sessions", &admin).status)
+        .collect();
+    assert!(statuses[..5].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let limited = raw(
+        server.addr,
+        &format!("GET /v1/sessions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+        b"",
+    );
+    assert_eq!(
+        (limited.status, limited.code().as_str()),
+        (429, "rate_limited")
+    );
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(get(&server, "/v1/sessions", &other).status, 200);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get(&server, "/v1/sessions", &admin).status, 200);
+}
+
+// ----------------------------------------------------------------- item 10
+
+/// Bodies mean one thing: a wrongly typed member, an unknown member, a
+/// member given twice and an integer beyond 64 bits are refused, naming
+/// what is wrong.
+#[test]
+fn ambiguous_bodies_are_refused() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for (path, body, code, words) in [
+        (
+            "/v1/sessions",
+            r#"{"session_id": "c", "agent_id": "a", "full_consent": "yes"}"#,
+            "invalid_request",
+            "full_consent",
+        ),
+        (
+            "/v1/sessions",
+            r#"{"session_id": "c", "agent_id": "a", "colour": 1}"#,
+            "invalid_request",
+            "colour",
+        ),
+        (
+            "/v1/sessions",
+            r#"{"session_id": "c", "agent_id": "a", "agent_id": "b"}"#,
+            "invalid_json",
+            "twice",
+        ),
+        (
+            "/v1/steps",
+            r#"{"session_id": "c", "agent_id": "a", "step_type": "plan", "token_count": 18446744073709551616}"#,
+            "invalid_json",
+            "64-bit",
+        ),
+        (
+            "/v1/steps",
+            r#"{"session_id": "c", "agent_id": "a", "step_type": "plan", "metadata": {"n": 1, "n": 2}}"#,
+            "invalid_json",
+            "twice",
+        ),
+        (
+            "/v1/keys",
+            r#"{"role": "reader", "admin": true}"#,
+            "invalid_request",
+            "admin",
+        ),
+        (
+            "/v1/sql",
+            r#"{"sql": "SELECT 1", "rows": 5}"#,
+            "invalid_request",
+            "rows",
+        ),
+        (
+            "/v1/audit-events",
+            r#"{"action": "x", "sesion_id": "c"}"#,
+            "invalid_request",
+            "sesion_id",
+        ),
+    ] {
+        let r = call(&server, "POST", path, &admin, Some(body.as_bytes()));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, code),
+            "{body}: {}",
+            r.text()
+        );
+        assert!(r.text().contains(words), "{body}: {}", r.text());
+    }
+    assert!(server.store.session("acme", "c").unwrap().is_none());
+    // MCP tool arguments: unknown members are invalid params; duplicate
+    // members are refused before the MCP server sees them.
+    let session = mcp_session(server.addr, &admin);
+    let r = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "audit_session_start",
+        json!({"session_id": "m", "full_consent": "yes"}),
+    );
+    assert!(
+        r.rpc()["error"].is_object() || r.rpc()["result"]["isError"] == true,
+        "{}",
+        r.rpc()
+    );
+    let duplicate = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 9, "method": "tools/list", "method": "tools/call"}"#,
+    );
+    assert_eq!(
+        (duplicate.status, duplicate.code().as_str()),
+        (400, "invalid_json")
+    );
+}
+
+/// An export whose scope matches nothing is a 404 before any byte of a
+/// bundle; a long or strange id in a path is not echoed whole.
+#[test]
+fn empty_exports_and_long_ids() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    for path in [
+        "/v1/export?agent=nobody",
+        "/v1/export?session=nothing",
+        "/v1/export?since=2001-01-01T00:00:00Z&until=2001-01-02T00:00:00Z",
+    ] {
+        let r = get(&server, path, &admin);
+        assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{path}");
+    }
+    let long = "x".repeat(5000);
+    for path in [
+        format!("/v1/sessions/{long}"),
+        format!("/v1/steps/{long}"),
+        format!("/v1/sessions/{long}/trail"),
+        format!("/v1/audit-events/{long}"),
+    ] {
+        let r = get(&server, &path, &admin);
+        assert_eq!(r.status, 404);
+        assert!(r.body.len() < 300, "{path}: {}", r.text());
+    }
+    let odd = get(&server, "/v1/sessions/a%0Ab%1B%5B31m", &admin);
+    assert_eq!(odd.status, 404);
+    assert!(!odd.text().contains('\u{1b}'), "{}", odd.text());
+}
+
+/// Metrics count every org: they need the operator's token, or a client
+/// on the server's own machine.
+#[test]
+fn metrics_are_for_the_operator() {
+    let open = start(ServerConfig::default());
+    let local = cairn_testkit::http::call(open.addr, "GET", "/metrics", None, None);
+    assert_eq!(local.status, 200, "loopback scrapes work without a token");
+    let server = start(ServerConfig {
+        metrics_token: Some("scrape-me".into()),
+        ..ServerConfig::default()
+    });
+    for (token, status) in [
+        (None, 403),
+        (Some("wrong"), 403),
+        (Some(server.admin.as_str()), 403),
+        (Some("scrape-me"), 200),
+    ] {
+        let r = cairn_testkit::http::call(server.addr, "GET", "/metrics", token, None);
+        assert_eq!(r.status, status, "{token:?}");
+    }
+    // From another address of this machine, without a token: refused.
+    let Some(ip) = local_ip() else {
+        eprintln!("no non-loopback address: skipping the remote case");
+        return;
+    };
+    let remote = start_on(&format!("{ip}:0"), ServerConfig::default());
+    let r = cairn_testkit::http::call(remote.addr, "GET", "/metrics", None, None);
+    assert_eq!((r.status, r.code().as_str()), (403, "forbidden"));
+    assert!(r.text().contains("CAIRN_METRICS_TOKEN"), "{}", r.text());
+}
+
+/// A non-loopback address of this machine, if it has one.
+fn local_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Listing sessions verifies them within a budget of steps; past it,
+/// chain_valid is null, and verify=false skips verification.
+#[test]
+fn listing_sessions_verifies_within_a_budget() {
+    let limits = Limits {
+        list_verify_steps: 5,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    for session in ["one", "two", "three"] {
+        for i in 0..2 {
+            let r = post(
+                &server,
+                "/v1/steps",
+                &admin,
+                &step(session, "a", "plan", &format!("{i}")),
+            );
+            assert_eq!(r.status, 201);
+        }
+    }
+    let listed = get(&server, "/v1/sessions", &admin).json();
+    let valid: Vec<Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["chain_valid"].clone())
+        .collect();
+    assert_eq!(valid, [json!(true), json!(true), Value::Null], "{listed}");
+    let unverified = get(&server, "/v1/sessions?verify=false", &admin).json();
+    assert!(
+        unverified
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["chain_valid"].is_null())
+    );
+}
+
+/// A turn is one unit: a bad step (a record rule, a link to nothing, a
+/// malformed member) refuses the whole turn with a 4xx naming it, and
+/// nothing of the turn is written.
+#[test]
+fn a_turn_is_written_whole_or_not_at_all() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let good = |content: &str| json!({"step_type": "plan", "content": content});
+    for (steps, status, code, words) in [
+        (
+            json!([good("a"), {"step_type": "no-such-kind"}, good("c")]),
+            400,
+            "unknown_step_type",
+            "steps[1]",
+        ),
+        (
+            json!([good("a"), {"step_type": "plan", "links": {"corrects": "nothing"}}]),
+            400,
+            "unknown_link",
+            "steps[1]",
+        ),
+        (
+            json!([good("a"), good("b"), {"step_type": "plan", "colour": "red"}]),
+            400,
+            "invalid_request",
+            "steps[2]",
+        ),
+    ] {
+        let r = post(
+            &server,
+            "/v1/sessions/turned/turns",
+            &admin,
+            &json!({"thinking": "[思考] first", "agent_id": "a", "steps": steps}),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (status, code),
+            "{}",
+            r.text()
+        );
+        assert!(r.text().contains(words), "{}", r.text());
+        assert!(
+            server.store.session("acme", "turned").unwrap().is_none(),
+            "part of a refused turn was written: {}",
+            r.text()
+        );
+    }
+    let whole = post(
+        &server,
+        "/v1/sessions/turned/turns",
+        &admin,
+        &json!({"thinking": "[思考] first", "agent_id": "a", "steps": [good("a"), good("b")]}),
+    );
+    assert_eq!(whole.status, 201, "{}", whole.text());
+    assert_eq!(whole.json()["accepted"], 3);
+    assert_eq!(
+        get(&server, "/v1/sessions/turned", &admin).json()["step_count"],
+        3
+    );
+}
+
+/// A bundle upload has its own time: slower than the request timeout of
+/// ordinary routes, it still verifies, while an ordinary body that slow is
+/// cut.
+#[test]
+fn bundle_uploads_have_their_own_time() {
+    let limits = Limits {
+        request_timeout: Duration::from_millis(800),
+        body_timeout: Duration::from_millis(800),
+        bundle_body_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    let bundle = get(&server, "/v1/export?session=s", &admin).body;
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: {}\r\n\r\n",
+        bundle.len()
+    )
+    .unwrap();
+    let parts = 8;
+    for chunk in bundle.chunks(bundle.len().div_ceil(parts)) {
+        stream.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let verdict = parse_response(&bytes);
+    assert_eq!(
+        verdict.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&verdict.body)
+    );
+    assert_eq!(verdict.json()["verified"], true);
+}

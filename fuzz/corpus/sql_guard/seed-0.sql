@@ -1,0 +1,1 @@
+SELECT step_type, count(*) AS n FROM steps GROUP BY step_type ORDER BY n DESC

@@ -1,0 +1,1 @@
+WITH recent AS (SELECT * FROM sessions WHERE step_count > 2) SELECT r.session_id, s.content FROM recent r JOIN steps s ON s.session_id = r.session_id

@@ -1,0 +1,1 @@
+WITH "x FROM api_keys --" AS (SELECT 1) SELECT * FROM "x FROM api_keys --"

@@ -1,0 +1,1 @@
+SELECT * FROM (WITH entries AS (SELECT 1 AS x) SELECT x FROM entries) t, entries

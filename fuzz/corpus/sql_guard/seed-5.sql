@@ -1,0 +1,1 @@
+SELECT printf('%5.2f', confidence), json_extract(metadata, '$.a') FROM steps WHERE content LIKE '%x%'

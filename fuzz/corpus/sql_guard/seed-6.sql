@@ -1,0 +1,1 @@
+SELECT type, count(*) FROM records GROUP BY type UNION ALL SELECT 'n', count(*) FROM sessions

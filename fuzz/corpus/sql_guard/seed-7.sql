@@ -1,0 +1,1 @@
+SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v(n, s) WHERE EXISTS (SELECT 1 FROM steps)

@@ -1,0 +1,1 @@
+SELECT 1 AS "a\"" FROM api_keys --" FROM steps
