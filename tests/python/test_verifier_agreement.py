@@ -310,20 +310,10 @@ def _compare_all(ledger: Ledger, cases, tmp: pathlib.Path):
 
 
 def known_deviation(name: str, rust: dict, python: dict):
-    """Disagreements where the Python verifier follows FORMAT.md and the Rust
-    reference (as of this writing) does not; each is reported for a fix in
-    crates/. Returns the explanation, or None for any other disagreement."""
-    diff = differences(rust, python)
-    if set(diff) == {"session_id"} and rust.get("session_id") == "" and python.get("session_id") is None:
-        return ("a step whose session_id is hidden: Rust names the session \"\" (a placeholder), "
-                "FORMAT.md 9.6 names the session only as the record states it (null)")
-    if python.get("reason") == "malformed-record" and python.get("detail") == "field links is not of its type" \
-            and name.endswith("field-links-bad5"):
-        return ("`\"links\": null`: Rust reads it as {} (the committed value), so a bundle that shows links as null "
-                "verifies; FORMAT.md 3.1 says links is an object, {} when none")
-    if name.endswith("empty-log-wrong-root") and rust.get("verified") and python.get("reason") == "inconsistent-checkpoint":
-        return ("a checkpoint of size 0 whose root is not SHA-256(\"\"): Rust never compares it (no entry reaches size 0), "
-                "so a signed false checkpoint verifies")
+    """Disagreements where one verifier is known to be wrong, with the
+    explanation; None for any other disagreement. There are none today: a
+    difference found is a bug in one of the two verifiers or a gap in
+    FORMAT.md, to be fixed, not listed here."""
     return None
 
 

@@ -413,7 +413,8 @@ fn decode_step(v: &Value) -> Result<StepRecord, String> {
         .ok_or_else(|| format!("step_type {step_type:?} is not a canonical kind"))?;
     let created_at = Timestamp::parse_canonical(&string("created_at")?)
         .map_err(|_| "created_at is not a canonical timestamp".to_owned())?;
-    let links = match get("links") {
+    // `null` is not an object: links are `{}` when there are none.
+    let links = match fields.get("links") {
         None => Links::default(),
         Some(v) => Links::from_json(v)?,
     };

@@ -272,7 +272,9 @@ pub(super) fn check_seal_note(
 pub(super) fn step_location(seq: Option<u64>, rec: &StepRecord) -> Location {
     Location {
         seq,
-        session_id: Some(rec.step.session_id.clone()),
+        session_id: rec
+            .is_revealed(Field::SessionId)
+            .then(|| rec.step.session_id.clone()),
         step_index: Some(rec.step.step_index),
         trace_id: rec
             .is_revealed(Field::TraceId)

@@ -590,11 +590,16 @@ impl LogVerifier {
             if size == self.tree.size() && self.tree.root() != root {
                 return Err((
                     Reason::InconsistentCheckpoint,
-                    format!(
-                        "log root at size {size} is {}, the signed checkpoint says {root}: the history up to seq {} was rewritten",
-                        self.tree.root(),
-                        size - 1
-                    ),
+                    match size.checked_sub(1) {
+                        Some(last) => format!(
+                            "log root at size {size} is {}, the signed checkpoint says {root}: the history up to seq {last} was rewritten",
+                            self.tree.root()
+                        ),
+                        None => format!(
+                            "the empty log's root is {}, the signed checkpoint of size 0 says {root}",
+                            self.tree.root()
+                        ),
+                    },
                 ));
             }
         }
@@ -625,6 +630,14 @@ impl LogVerifier {
                 self.tree.size()
             );
             self.progress.fail_at_end(at, Reason::MissingRecord, detail);
+        }
+        // A checkpoint no entry brought the tree to (the empty log's, of
+        // size 0) is compared now: a signed false root never verifies.
+        if self.sparse.is_none()
+            && let Err((reason, detail)) = self.check_checkpoints()
+        {
+            self.progress
+                .fail_at_end(Location::default(), reason, detail);
         }
         if let Some(sparse) = &self.sparse {
             if let Some((seq, entry_type)) = sparse.selection.records.get(sparse.next_record) {
