@@ -1,0 +1,39 @@
+//! OTLP/HTTP trace export bodies as `POST /v1/traces` reads them: the first
+//! byte picks the encoding and compression, the rest is the body;
+//! decompressed within a limit, decoded (protobuf or OTLP/JSON) within the
+//! span and element budgets, then mapped to steps and planned into
+//! sessions. Nothing may panic, whatever the bytes.
+#![no_main]
+
+use cairn_server::otlp::map::{MapLimits, map_request, plan};
+use cairn_server::otlp::{DecodeLimits, decode_otlp_with, decompress};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let content_type = if selector & 1 == 0 {
+        "application/x-protobuf"
+    } else {
+        "application/json"
+    };
+    let encoding = match (selector >> 1) % 3 {
+        0 => None,
+        1 => Some("gzip"),
+        _ => Some("deflate"),
+    };
+    let limits = DecodeLimits {
+        max_decompressed_bytes: 1 << 20,
+        ..DecodeLimits::default()
+    };
+    let Ok(body) = decompress(encoding, body, limits.max_decompressed_bytes) else {
+        return;
+    };
+    let Ok(request) = decode_otlp_with(content_type, &body, &limits) else {
+        return;
+    };
+    let spans = map_request(&request, &MapLimits::default());
+    let bound = (selector & 0x80 != 0).then_some("agent-a");
+    let _ = plan(spans, bound);
+});
