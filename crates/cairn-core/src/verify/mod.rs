@@ -34,7 +34,7 @@
 //! (`sequence-gap`), then its `logged_at` (`bad-timestamp`); every leaf is
 //! folded into the log's tree, and whenever the tree reaches the size of an
 //! expected checkpoint its root must match (`inconsistent-checkpoint`). A
-//! partial log is checked against its signed [`Selection`] and each
+//! partial log is checked against its signed [`Selection`](crate::selection::Selection) and each
 //! entry's inclusion proof.
 
 mod chain;
