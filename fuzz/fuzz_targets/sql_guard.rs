@@ -89,6 +89,9 @@ fuzz_target!(|data: &[u8]| {
     if !accepted {
         return;
     }
+    if std::env::var_os("CAIRN_FUZZ_COUNT_ACCEPTED").is_some() {
+        eprintln!("cairn-fuzz: accepted");
+    }
     let world = WORLD.get_or_init(world);
     let limits = QueryLimits {
         max_rows: 100,
