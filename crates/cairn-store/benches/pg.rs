@@ -128,14 +128,14 @@ fn raw_copy(url: &str, connections: usize, batch: usize, total: u64) -> f64 {
                         .copy_in(
                             "COPY raw_entries (id, org, seq, type, record_hash, leaf_hash, sid, step_index,
                              trace_id, agent_id, kind, kind_label, content, confidence, model, created_at, status,
-                             seed, digest, prev_hash, prev_seq) FROM STDIN BINARY",
+                             seed, digest, prev_hash, prev_seq, logged_at) FROM STDIN BINARY",
                         )
                         .unwrap();
                     let types = [
                         Type::INT8, Type::INT8, Type::INT8, Type::TEXT, Type::BYTEA, Type::BYTEA,
                         Type::INT8, Type::INT8, Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT,
                         Type::TEXT, Type::FLOAT8, Type::TEXT, Type::INT8, Type::TEXT, Type::BYTEA,
-                        Type::BYTEA, Type::BYTEA, Type::INT8,
+                        Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8,
                     ];
                     let mut writer = BinaryCopyInWriter::new(sink, &types);
                     for _ in 0..batch.min((per_connection - seq) as usize) {
@@ -145,10 +145,10 @@ fn raw_copy(url: &str, connections: usize, batch: usize, total: u64) -> f64 {
                         let org = c as i64 + 1;
                         writer
                             .write(&[
-                                &((org << 40) | s), &org, &s, &"step", &h, &h, &(s % 16),
+                                &((org << 40) | s), &org, &s, &"step", &h, &h, &(org * 16 + s % 16),
                                 &(s / 16), &format!("0190aaaa-bbbb-7ccc-8ddd-{c:04x}{seq:08x}"),
                                 &"agent", &"reasoning", &"Reasoning", &content(seq), &0.9f64,
-                                &"gpt-4o", &s, &"ok", &h, &h, &h, &(s - 1),
+                                &"gpt-4o", &s, &"ok", &h, &h, &h, &(s - 1), &s,
                             ])
                             .unwrap();
                         seq += 1;

@@ -193,7 +193,6 @@ fn main() {
     );
 
     let dir = verify_dir.unwrap();
-    let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
     let ledger = Ledger::new(
         Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap()),
         SequencerConfig::default(),
@@ -204,6 +203,16 @@ fn main() {
         })
         .unwrap();
     ledger.close();
+    // One sequencing process per data directory: verify through a
+    // read-only open, as `cairn verify` beside a server does.
+    let store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            sequencer: false,
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
     let started = Instant::now();
     let verdict = verify_org(&store, "bench", &[], &[], &mut |_| {}).unwrap();
     let elapsed = started.elapsed();
