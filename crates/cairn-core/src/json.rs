@@ -15,7 +15,25 @@ use std::fmt;
 /// literals beyond ±(2^53 − 1) are errors, as is anything after the value
 /// but white space. Nesting is bounded (serde_json's limit of 128).
 pub fn from_slice(bytes: &[u8]) -> Result<Value, String> {
-    check_integer_literals(bytes)?;
+    from_slice_with(bytes, Integers::DoubleSafe)
+}
+
+/// Which integer literals a strict reading accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Integers {
+    /// ±(2^53 − 1): what every JSON implementation holds exactly (the
+    /// published format's rule).
+    DoubleSafe,
+    /// `i64::MIN..=u64::MAX`: what the server's request bodies take (a
+    /// larger literal would silently become a float in `serde_json`).
+    Bits64,
+}
+
+/// [`from_slice`] with the integer range given: duplicate member names and
+/// integer literals outside `integers` are errors, as is anything after
+/// the value but white space.
+pub fn from_slice_with(bytes: &[u8], integers: Integers) -> Result<Value, String> {
+    check_integer_literals(bytes, integers)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = StrictSeed.deserialize(&mut de).map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
@@ -30,7 +48,7 @@ pub fn from_str(text: &str) -> Result<Value, String> {
 /// Scans the number tokens of a JSON text (outside strings): an integer
 /// literal (no fraction, no exponent) whose magnitude exceeds 2^53 − 1 is
 /// an error. Malformed text is left to the parser.
-fn check_integer_literals(bytes: &[u8]) -> Result<(), String> {
+fn check_integer_literals(bytes: &[u8], integers: Integers) -> Result<(), String> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
@@ -60,17 +78,42 @@ fn check_integer_literals(bytes: &[u8]) -> Result<(), String> {
                 {
                     i += 1;
                 }
-                if integer && !digits.is_empty() && !safe_integer_digits(digits) {
+                if integer && !digits.is_empty() {
                     let literal = String::from_utf8_lossy(&bytes[start..i.min(start + 40)]);
-                    return Err(format!(
-                        "the integer {literal} is beyond ±(2^53 - 1), which JSON numbers (IEEE doubles) do not hold exactly; send it as a string"
-                    ));
+                    match integers {
+                        Integers::DoubleSafe if !safe_integer_digits(digits) => {
+                            return Err(format!(
+                                "the integer {literal} is beyond ±(2^53 - 1), which JSON numbers (IEEE doubles) do not hold exactly; send it as a string"
+                            ));
+                        }
+                        Integers::Bits64
+                            if !fits_64_bits(&bytes[start..digits_start + digits.len()]) =>
+                        {
+                            return Err(format!(
+                                "the integer {literal} at byte {start} is outside the 64-bit range; send it as a string"
+                            ));
+                        }
+                        _ => {}
+                    }
                 }
             }
             _ => i += 1,
         }
     }
     Ok(())
+}
+
+/// Whether an integer literal (optionally negative) is in
+/// `i64::MIN..=u64::MAX`.
+fn fits_64_bits(literal: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(literal) else {
+        return false;
+    };
+    if text.starts_with('-') {
+        text.parse::<i64>().is_ok()
+    } else {
+        text.parse::<u64>().is_ok()
+    }
 }
 
 fn safe_integer_digits(digits: &[u8]) -> bool {
@@ -152,7 +195,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
             if members.contains_key(&name) {
                 let shown: String = name.chars().take(60).collect();
                 return Err(de::Error::custom(format!(
-                    "the member {shown:?} appears twice in one object"
+                    "the member {shown:?} is given twice in one object"
                 )));
             }
             let value = map.next_value_seed(StrictSeed)?;
