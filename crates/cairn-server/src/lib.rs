@@ -812,20 +812,30 @@ async fn append_batch(
             "a batch holds 1 to 10000 steps",
         ));
     }
-    // Submit everything first so the sequencer commits it together.
-    let mut pending = Vec::with_capacity(items.len());
-    for item in items {
-        pending.push(
-            step_for(&caller, item).map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s)))),
-        );
+    // Every item must be a well-formed step before anything is written: a
+    // malformed item is a client bug, and the whole batch is refused with
+    // its position. What the ledger refuses (a sealed session, a clock
+    // skew) is answered per item below.
+    let mut steps = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let step = step_for(&caller, item).map_err(|mut e| {
+            e.message = format!(
+                "step {index} of the batch: {} (nothing in this batch was written)",
+                e.message
+            );
+            e
+        })?;
+        steps.push(step);
     }
+    // Submit everything first so the sequencer commits it together.
+    let pending: Vec<_> = steps
+        .into_iter()
+        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
+        .collect();
     let mut results = Vec::with_capacity(pending.len());
     let mut accepted = 0;
     for p in pending {
-        let outcome = match p {
-            Ok(p) => p.await.map_err(ApiError::from),
-            Err(e) => Err(e),
-        };
+        let outcome = p.await.map_err(ApiError::from);
         results.push(match outcome {
             Ok(w) => {
                 accepted += 1;
@@ -928,7 +938,7 @@ async fn list_sessions(
             .filter(|l| (1..=1000).contains(l))
             .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
     };
-    let agent = q.get("agent_id").cloned();
+    let agent = query_id(&q, "agent_id")?;
     // Verification is on unless `verify=false`, and bounded.
     let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
     let org = caller.org().to_owned();
@@ -1332,6 +1342,20 @@ pub(crate) fn markdown_response(text: String) -> Response {
         .into_response()
 }
 
+/// An id given as a query parameter (a filter or a scope): absent, or a
+/// well-formed id (FORMAT.md's id rule); an empty or malformed one is
+/// refused rather than matching nothing.
+fn query_id(q: &HashMap<String, String>, key: &'static str) -> Result<Option<String>, ApiError> {
+    match q.get(key) {
+        None => Ok(None),
+        Some(value) => {
+            cairn_core::record::validate_id(key, value)
+                .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
+            Ok(Some(value.clone()))
+        }
+    }
+}
+
 fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
@@ -1456,9 +1480,11 @@ async fn export(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_export(), "export bundles")?;
+    let session = query_id(&q, "session")?;
+    let agent = query_id(&q, "agent")?;
     let scope = match (
-        q.get("session"),
-        q.get("agent"),
+        session.as_ref(),
+        agent.as_ref(),
         q.get("since"),
         q.get("until"),
         query_bool(&q, "all")?,
@@ -1676,6 +1702,14 @@ async fn verify_bundle(
     })?;
     if let Some(e) = read_error {
         return Err(e);
+    }
+    // An empty body is a request without its bundle, not a bundle that
+    // fails: say what to send.
+    if total == 0 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "the request body is empty: send the bundle's lines (application/x-ndjson), as `cairn export` wrote them",
+        ));
     }
     let result = outcome?;
     state.metrics.verification(result.verdict.verified);

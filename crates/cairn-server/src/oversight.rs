@@ -86,9 +86,16 @@ pub(crate) async fn queue(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
     let all = crate::query_bool(&q, "all")?;
-    let limit = crate::query_u64(&q, "limit")?
-        .unwrap_or(100)
-        .clamp(1, 10_000) as usize;
+    let limit = match crate::query_u64(&q, "limit")? {
+        None => 100,
+        Some(n @ 1..=10_000) => n as usize,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "limit must be 1 to 10000",
+            ));
+        }
+    };
     Ok(axum::Json(queue_of(&state, &caller, all, limit).await?))
 }
 

@@ -41,7 +41,7 @@ fn unsigned(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, InputErr
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -30,6 +30,16 @@ use std::fmt;
 /// Decodes an OTLP/JSON `ExportTraceServiceRequest`; the error names what
 /// is wrong and where (serde_json's line and column).
 pub(crate) fn decode_request(body: &[u8]) -> Result<ExportTraceServiceRequest, String> {
+    // serde's derived structs also take a JSON array (fields by position);
+    // an export request is an object, so anything else is refused here.
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        _ => {
+            return Err(
+                "an OTLP/JSON export request is a JSON object ({\"resourceSpans\": [...]})".into(),
+            );
+        }
+    }
     let request: Request = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     Ok(request.into_proto())
 }

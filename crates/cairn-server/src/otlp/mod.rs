@@ -695,6 +695,12 @@ fn count_items(signal: Signal, encoding: Encoding, body: &[u8]) -> Result<u64, S
         (signal, Encoding::Json) => {
             let v: Value = serde_json::from_slice(body)
                 .map_err(|e| format!("the body is not OTLP/JSON: {e}"))?;
+            if !v.is_object() {
+                return Err(format!(
+                    "the body is not OTLP/JSON: an export request is a JSON object, not {}",
+                    crate::wire::kind_of(&v)
+                ));
+            }
             let list = |v: &Value, key: &str| -> Vec<Value> {
                 v.get(key)
                     .and_then(Value::as_array)

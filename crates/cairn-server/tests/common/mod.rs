@@ -1,0 +1,232 @@
+//! The harness the server's integration tests share: a real server on a
+//! loopback socket over a temporary embedded store, keys of any role, and
+//! plain and raw HTTP exchanges.
+
+// Each test file uses part of the harness.
+#![allow(dead_code, unused_imports)]
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+pub use cairn_server::{AllowedHosts, AppState, Limits, ServerConfig};
+pub use cairn_store::{
+    ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore,
+};
+pub use cairn_testkit::http::Reply;
+pub use serde_json::{Value, json};
+pub use std::io::{Read as _, Write as _};
+pub use std::net::{SocketAddr, TcpStream};
+pub use std::sync::Arc;
+pub use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub admin: String,
+    pub store: Arc<dyn LedgerStore>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A server with `config`, on `bind` (a loopback address by default).
+pub fn start_on(bind: &str, config: ServerConfig) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+    let admin = cairn_server::bootstrap_admin_key(store.as_ref(), "acme")
+        .unwrap()
+        .unwrap();
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let state = AppState::new(ledger, config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let bind = bind.to_owned();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+            ready_tx.send(listener.local_addr().unwrap()).unwrap();
+            cairn_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    Server {
+        addr: ready_rx.recv().unwrap(),
+        admin,
+        store,
+        stop: Some(stop),
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+pub fn start(config: ServerConfig) -> Server {
+    start_on("127.0.0.1:0", config)
+}
+
+pub fn config(limits: Limits) -> ServerConfig {
+    ServerConfig {
+        limits,
+        ..ServerConfig::default()
+    }
+}
+
+pub fn call(server: &Server, method: &str, path: &str, token: &str, body: Option<&[u8]>) -> Reply {
+    cairn_testkit::http::call(server.addr, method, path, Some(token), body)
+}
+
+pub fn post(server: &Server, path: &str, token: &str, body: &Value) -> Reply {
+    call(
+        server,
+        "POST",
+        path,
+        token,
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+pub fn get(server: &Server, path: &str, token: &str) -> Reply {
+    call(server, "GET", path, token, None)
+}
+
+pub fn key_for(server: &Server, org: &str, role: Role, agent: Option<&str>) -> String {
+    let (key, token) = ApiKey::generate(org, role, agent, "test", cairn_store::now()).unwrap();
+    server.store.put_api_key(&key).unwrap();
+    token
+}
+
+pub fn step(session: &str, agent: &str, kind: &str, content: &str) -> Value {
+    json!({"session_id": session, "agent_id": agent, "step_type": kind, "content": content})
+}
+
+/// A raw HTTP/1.1 exchange: `head` (without the final blank line), then
+/// the body; returns status, headers (lowercase names) and body.
+pub struct Raw {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Raw {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    }
+    /// The JSON-RPC message of an MCP answer (plain JSON or SSE).
+    pub fn rpc(&self) -> Value {
+        let text = String::from_utf8_lossy(&self.body);
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            return v;
+        }
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("jsonrpc").is_some())
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {text}"))
+    }
+}
+
+pub fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Raw {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let request = format!(
+        "{head}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    parse_response(&bytes)
+}
+
+pub fn parse_response(bytes: &[u8]) -> Raw {
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(bytes)));
+    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = bytes[split + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
+    {
+        let mut decoded = Vec::new();
+        let mut rest = &body[..];
+        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..end]).unwrap().trim(), 16)
+                .unwrap_or(0);
+            rest = &rest[end + 2..];
+            if size == 0 || rest.len() < size {
+                break;
+            }
+            decoded.extend_from_slice(&rest[..size]);
+            rest = &rest[(size + 2).min(rest.len())..];
+        }
+        body = decoded;
+    }
+    Raw {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The server closed the connection (EOF or reset) within `within`.
+pub fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
