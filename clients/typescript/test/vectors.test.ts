@@ -133,3 +133,11 @@ test("strict JSON: the rules of FORMAT.md 2.2", () => {
   assert.ok(Object.hasOwn(proto, "__proto__"), "__proto__ is an ordinary member");
   assert.equal(canonicalJson(parseStrictJson('{"b":[1.5e3,-0,1e21,0.1],"a":"\\u000f\\u00e9"}')), '{"a":"\\u000fé","b":[1500,0,1e+21,0.1]}');
 });
+
+test("the verifier imports no Node module (it must run in browsers)", () => {
+  const dist = join(PACKAGE, "dist", "src");
+  for (const name of readdirSync(dist).filter((f) => f.endsWith(".js"))) {
+    const text = readFileSync(join(dist, name), "utf8");
+    assert.doesNotMatch(text, /from\s+["']node:|require\(/, `${name} imports a Node module`);
+  }
+});
