@@ -282,8 +282,8 @@ export class CairnClient {
     return this.json("POST", "/v1/sessions", { body: this.withAgent(input) });
   }
 
-  /** `GET /v1/sessions`: an agent's recent sessions, newest first. */
-  listSessions(options: { agentId?: string; limit?: number; verify?: boolean } = {}): Promise<JsonRecord> {
+  /** `GET /v1/sessions`: an agent's recent sessions, newest first (a list, as seed 000's). */
+  listSessions(options: { agentId?: string; limit?: number; verify?: boolean } = {}): Promise<JsonRecord[]> {
     return this.json("GET", "/v1/sessions", {
       query: { agent_id: options.agentId ?? this.agentId, limit: options.limit, verify: options.verify },
     });
@@ -438,8 +438,8 @@ export class CairnClient {
     return this.json("POST", "/v1/keys", { body: input });
   }
 
-  /** `GET /v1/keys`. */
-  listKeys(): Promise<JsonRecord> {
+  /** `GET /v1/keys`: the org's API keys (never their secrets). */
+  listKeys(): Promise<JsonRecord[]> {
     return this.json("GET", "/v1/keys");
   }
 
