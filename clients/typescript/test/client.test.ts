@@ -149,6 +149,10 @@ describe("CairnClient under Node against cairn serve", () => {
     assert.equal(result.verdict.verified, true, JSON.stringify(result.verdict.failure));
     assert.equal(result.verdict.completeLog, false);
     assert.ok(result.verdict.recordsChecked >= 7, "the session start, six steps and the seal");
+    // The agent filter is applied (the server ignores a misspelt query parameter).
+    const mine = await client.listSessions({ agentId: "analyst" });
+    assert.ok(mine.some((s) => s["session_id"] === "ts-agent-loop"));
+    assert.deepEqual(await client.listSessions({ agentId: "someone-else" }), []);
     const replay = await client.getSession("ts-agent-loop", { verify: true });
     assert.equal(replay["chain_valid"], true);
 
