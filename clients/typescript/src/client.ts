@@ -1,0 +1,495 @@
+// A client of Cairn's REST API over the platform's `fetch` (Node 18+ and
+// browsers): every operation of crates/cairn-server/src/openapi.json, typed
+// inputs, one error type carrying the server's stable error code, and
+// bounded retries on the refusals the server asks callers to retry
+// (429 and 503, with Retry-After).
+
+export type Json = null | boolean | number | string | Json[] | { [name: string]: Json };
+export type JsonRecord = { [name: string]: Json };
+
+export type DetailLevel = "generic" | "detailed" | "full";
+export type Links = Partial<Record<"approval_request" | "audit_event" | "corrects" | "parent" | "policy_decision" | "tool_call", string>>;
+
+/** A step to record (`StepInput` of the OpenAPI document). Unknown members
+ * are refused by the server, so a misspelt name is an error, never a loss. */
+export interface StepInput {
+  session_id: string;
+  /** One of the canonical kinds or an accepted spelling (`Observation`, `ToolCall`, `thinking`, ...). */
+  step_type: string;
+  agent_id?: string;
+  org_id?: string;
+  content?: string;
+  input_data?: Json;
+  output_data?: Json;
+  confidence?: number;
+  duration_ms?: number;
+  token_count?: number;
+  model?: string;
+  metadata?: Json;
+  turn_id?: string;
+  turn_step?: number;
+  task_id?: string;
+  links?: Links;
+  status?: "ok" | "flagged";
+  // For steps an agent signs itself (FORMAT.md 7.3):
+  trace_id?: string;
+  step_index?: number;
+  created_at?: string;
+  seed?: string;
+  signature?: { key_id: string; signature: string };
+  hash_agent_id?: boolean;
+}
+
+export interface StepResult {
+  trace_id: string;
+  step_index: number;
+  current_hash: string;
+  seq: number;
+  [name: string]: Json | undefined;
+}
+
+export interface BatchResult {
+  accepted: number;
+  results: (StepResult | { error: { code: string; message: string; field?: string } })[];
+}
+
+export interface SessionInput {
+  session_id: string;
+  agent_id?: string;
+  profile?: "standard" | "strict";
+  predecessor?: string;
+  predecessor_session?: string;
+  full_consent?: boolean;
+  hash_agent_id?: boolean;
+}
+
+export interface TurnInput {
+  turn_id?: string;
+  agent_id?: string;
+  model?: string;
+  thinking?: string;
+  steps?: Omit<StepInput, "session_id">[];
+}
+
+export interface AuditEventInput {
+  action: string;
+  event_id?: string;
+  session_id?: string;
+  detail?: Json;
+}
+
+export interface ExportOptions {
+  session?: string;
+  agent?: string;
+  since?: string;
+  until?: string;
+  all?: boolean;
+  level?: DetailLevel;
+}
+
+export interface RetryOptions {
+  /** Further attempts after the first (default 3). */
+  retries?: number;
+  /** First backoff when the server gives no Retry-After (default 250 ms), doubled each attempt. */
+  baseDelayMs?: number;
+  /** No single wait is longer than this (default 10 s), whatever Retry-After says. */
+  maxDelayMs?: number;
+}
+
+export interface CairnClientOptions {
+  /** The server's base URL, e.g. `http://127.0.0.1:8714`. */
+  baseUrl: string;
+  /** A Cairn API key (`cairn_...`), sent as a bearer token. */
+  apiKey: string;
+  /** The agent steps and sessions are recorded for when a call names none. */
+  agentId?: string;
+  /** Another fetch (a test double, an instrumented one). */
+  fetch?: typeof fetch;
+  retry?: RetryOptions;
+  /** Per attempt (default 30 s). */
+  timeoutMs?: number;
+}
+
+/** An error answer from the server, or no answer at all (`status` 0). */
+export class CairnError extends Error {
+  override name = "CairnError";
+  constructor(
+    /** The HTTP status, 0 when the server could not be reached. */
+    readonly status: number,
+    /** Cairn's stable error code (`unknown_step_type`, `session_sealed`, `not_found`, ...). */
+    readonly code: string,
+    message: string,
+    /** The input field the error concerns, when there is one. */
+    readonly field?: string,
+    /** Seconds the server asked to wait (Retry-After), when it did. */
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+  }
+}
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+interface RequestOptions {
+  query?: Query;
+  body?: unknown;
+  /** Content type of a body sent as is (a string or bytes). */
+  contentType?: string;
+}
+
+const RETRIED_STATUSES = new Set([429, 503]);
+
+/** Retry-After as seconds or an HTTP date; undefined when absent or unreadable. */
+function retryAfterSeconds(header: string | null): number | undefined {
+  if (header === null) return undefined;
+  const text = header.trim();
+  if (/^[0-9]+$/.test(text)) return Number(text);
+  const date = Date.parse(text);
+  return Number.isNaN(date) ? undefined : Math.max(0, (date - Date.now()) / 1000);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export class CairnClient {
+  readonly baseUrl: string;
+  readonly agentId: string | undefined;
+  private readonly apiKey: string;
+  private readonly fetchImpl: typeof fetch;
+  private readonly retries: number;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly timeoutMs: number;
+
+  constructor(options: CairnClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    this.agentId = options.agentId;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.retries = Math.max(0, options.retry?.retries ?? 3);
+    this.baseDelayMs = options.retry?.baseDelayMs ?? 250;
+    this.maxDelayMs = options.retry?.maxDelayMs ?? 10_000;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+  }
+
+  // -- transport -----------------------------------------------------------
+
+  private url(path: string, query?: Query): string {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query ?? {})) if (value !== undefined) params.set(name, String(value));
+    const text = params.toString();
+    return this.baseUrl + path + (text ? `?${text}` : "");
+  }
+
+  /** One request with retries; resolves to a 2xx response, or throws CairnError. */
+  async request(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}` };
+    let body: BodyInit | undefined;
+    if (options.contentType !== undefined) {
+      headers["Content-Type"] = options.contentType;
+      body = options.body as BodyInit;
+    } else if (options.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+    const url = this.url(path, options.query);
+    for (let attempt = 0; ; attempt++) {
+      let response: Response;
+      try {
+        response = await this.fetchImpl(url, { method, headers, body, signal: AbortSignal.timeout(this.timeoutMs) });
+      } catch (e) {
+        // Only reads are retried after a lost connection: a write may have
+        // been recorded, and a ledger cannot take it back.
+        if (method === "GET" && attempt < this.retries) {
+          await sleep(this.backoff(attempt, undefined));
+          continue;
+        }
+        throw new CairnError(0, "unreachable", `${this.baseUrl}: ${(e as Error).message}`);
+      }
+      if (response.ok) return response;
+      const error = await this.errorOf(response);
+      // 429 and 503 are refusals before any work, so even writes are retried.
+      if (RETRIED_STATUSES.has(response.status) && attempt < this.retries) {
+        await sleep(this.backoff(attempt, error.retryAfter));
+        continue;
+      }
+      throw error;
+    }
+  }
+
+  private backoff(attempt: number, retryAfter: number | undefined): number {
+    const wanted = retryAfter !== undefined ? retryAfter * 1000 : this.baseDelayMs * 2 ** attempt;
+    return Math.min(this.maxDelayMs, wanted);
+  }
+
+  private async errorOf(response: Response): Promise<CairnError> {
+    const retryAfter = retryAfterSeconds(response.headers.get("Retry-After"));
+    const text = await response.text();
+    try {
+      const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown } };
+      const error = parsed.error;
+      if (error && typeof error.code === "string") {
+        return new CairnError(
+          response.status,
+          error.code,
+          typeof error.message === "string" ? error.message : "",
+          typeof error.field === "string" ? error.field : undefined,
+          retryAfter,
+        );
+      }
+    } catch {
+      // Not Cairn's error shape (a proxy's page, say): reported as is below.
+    }
+    return new CairnError(response.status, "http_error", text.slice(0, 500), undefined, retryAfter);
+  }
+
+  private async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.request(method, path, options);
+    if (response.status === 204) return undefined as T;
+    return (await response.json()) as T;
+  }
+
+  private async text(method: string, path: string, options: RequestOptions = {}): Promise<string> {
+    return (await this.request(method, path, options)).text();
+  }
+
+  private withAgent<T extends { agent_id?: string }>(input: T): T {
+    return input.agent_id === undefined && this.agentId !== undefined ? { ...input, agent_id: this.agentId } : input;
+  }
+
+  // -- service ---------------------------------------------------------------
+
+  /** `GET /healthz`. */
+  health(): Promise<JsonRecord> {
+    return this.json("GET", "/healthz");
+  }
+
+  /** `GET /openapi.json`: the API description the server serves. */
+  openapi(): Promise<JsonRecord> {
+    return this.json("GET", "/openapi.json");
+  }
+
+  /** `GET /metrics`: Prometheus text (admin keys). */
+  metrics(): Promise<string> {
+    return this.text("GET", "/metrics");
+  }
+
+  // -- sessions and steps ------------------------------------------------------
+
+  /** `POST /v1/sessions`: opens a session explicitly (strict profile, continuation, consent); returns its genesis. */
+  startSession(input: SessionInput): Promise<JsonRecord> {
+    return this.json("POST", "/v1/sessions", { body: this.withAgent(input) });
+  }
+
+  /** `GET /v1/sessions`: an agent's recent sessions, newest first (a list, as seed 000's). */
+  listSessions(options: { agentId?: string; limit?: number; verify?: boolean } = {}): Promise<JsonRecord[]> {
+    return this.json("GET", "/v1/sessions", {
+      query: { agent_id: options.agentId ?? this.agentId, limit: options.limit, verify: options.verify },
+    });
+  }
+
+  /** `GET /v1/sessions/{id}`: replays a session; with `verify`, every hash is recomputed (`chain_valid`). */
+  getSession(sessionId: string, options: { verify?: boolean; level?: DetailLevel } = {}): Promise<JsonRecord> {
+    return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`, { query: { verify: options.verify, level: options.level } });
+  }
+
+  /** `GET /v1/sessions/{id}?format=markdown`: the session as Markdown. */
+  getSessionMarkdown(sessionId: string, options: { level?: DetailLevel } = {}): Promise<string> {
+    return this.text("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`, { query: { format: "markdown", level: options.level } });
+  }
+
+  /** `GET /v1/sessions/{id}/verify`: the session's chain verdict. */
+  verifySession(sessionId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/verify`);
+  }
+
+  /** `POST /v1/sessions/{id}/seal`: signs the session's Merkle root; nothing can follow. */
+  sealSession(sessionId: string, options: { requireReflection?: boolean } = {}): Promise<JsonRecord> {
+    return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/seal`, {
+      query: { require_reflection: options.requireReflection },
+    });
+  }
+
+  /** `GET /v1/sessions/{id}/root`: the session's Merkle root. */
+  sessionRoot(sessionId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/root`);
+  }
+
+  /** `POST /v1/steps`: records one step. */
+  logStep(step: StepInput): Promise<StepResult> {
+    return this.json("POST", "/v1/steps", { body: this.withAgent(step) });
+  }
+
+  /** `POST /v1/steps/batch`: records many steps in one request; one result or error per step. */
+  logSteps(steps: StepInput[]): Promise<BatchResult> {
+    return this.json("POST", "/v1/steps/batch", { body: steps.map((s) => this.withAgent(s)) });
+  }
+
+  /** `GET /v1/steps/{trace_id}`: one step. */
+  getStep(traceId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/steps/${encodeURIComponent(traceId)}`);
+  }
+
+  /** `POST /v1/sessions/{id}/turns`: a turn (its thinking parsed into steps, or steps given). */
+  recordTurn(sessionId: string, turn: TurnInput): Promise<JsonRecord> {
+    return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/turns`, { body: this.withAgent(turn) });
+  }
+
+  /** `GET /v1/sessions/{id}/turns/{turn_id}`. */
+  getTurn(sessionId: string, turnId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/turns/${encodeURIComponent(turnId)}`, { query: { format: "json" } });
+  }
+
+  /** `GET /v1/sessions/{id}/turns/{turn_id}?format=markdown`. */
+  getTurnMarkdown(sessionId: string, turnId: string): Promise<string> {
+    return this.text("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/turns/${encodeURIComponent(turnId)}`, { query: { format: "markdown" } });
+  }
+
+  /** `GET /v1/sessions/{id}/trail`: the session's turns, steps and reviews. */
+  getTrail(sessionId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/trail`, { query: { format: "json" } });
+  }
+
+  /** `GET /v1/sessions/{id}/trail?format=markdown`. */
+  getTrailMarkdown(sessionId: string): Promise<string> {
+    return this.text("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/trail`, { query: { format: "markdown" } });
+  }
+
+  /** `POST /v1/thinking/parse`: splits a model's thinking text into steps, recording nothing. */
+  parseThinking(text: string): Promise<JsonRecord> {
+    return this.json("POST", "/v1/thinking/parse", { body: { text } });
+  }
+
+  // -- oversight ------------------------------------------------------------------
+
+  /** `POST /v1/steps/{trace_id}/erase`: replaces the payload with its commitments (the chain still verifies). */
+  eraseStep(traceId: string, reason: string): Promise<JsonRecord> {
+    return this.json("POST", `/v1/steps/${encodeURIComponent(traceId)}/erase`, { body: { reason } });
+  }
+
+  /** `POST /v1/steps/{trace_id}/review`: a person's decision on a step. */
+  reviewStep(traceId: string, review: { decision: "approve" | "reject" | "escalate"; note?: string }): Promise<JsonRecord> {
+    return this.json("POST", `/v1/steps/${encodeURIComponent(traceId)}/review`, { body: review });
+  }
+
+  /** `GET /v1/reviews`: flagged steps awaiting review (`all`: every review). */
+  listReviews(options: { all?: boolean; limit?: number } = {}): Promise<JsonRecord> {
+    return this.json("GET", "/v1/reviews", { query: { all: options.all, limit: options.limit } });
+  }
+
+  /** `POST /v1/audit-events`: an application's own audit event, in the log. */
+  recordAuditEvent(event: AuditEventInput): Promise<JsonRecord> {
+    return this.json("POST", "/v1/audit-events", { body: event });
+  }
+
+  /** `GET /v1/audit-events/{event_id}`. */
+  getAuditEvent(eventId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/audit-events/${encodeURIComponent(eventId)}`);
+  }
+
+  /** `GET /v1/search`: steps whose content matches. */
+  search(q: string, options: { limit?: number } = {}): Promise<JsonRecord> {
+    return this.json("GET", "/v1/search", { query: { q, limit: options.limit } });
+  }
+
+  /** `POST /v1/sql`: one read-only query over the views steps, sessions and records. */
+  sql(sql: string, options: { limit?: number } = {}): Promise<JsonRecord> {
+    return this.json("POST", "/v1/sql", { body: options.limit === undefined ? { sql } : { sql, limit: options.limit } });
+  }
+
+  // -- the log, proofs and exports -------------------------------------------------
+
+  /** `GET /v1/verify`: the server verifies the whole org. */
+  verify(): Promise<JsonRecord> {
+    return this.json("GET", "/v1/verify");
+  }
+
+  /** `GET /v1/checkpoint`: the latest signed checkpoint (a C2SP signed note). Keep it. */
+  checkpoint(): Promise<string> {
+    return this.text("GET", "/v1/checkpoint");
+  }
+
+  /** `GET /v1/proofs/inclusion`: the RFC 9162 inclusion proof of the entry at `seq`. */
+  inclusionProof(seq: number, size?: number): Promise<JsonRecord> {
+    return this.json("GET", "/v1/proofs/inclusion", { query: { seq, size } });
+  }
+
+  /** `GET /v1/proofs/consistency`: the RFC 9162 consistency proof between two sizes. */
+  consistencyProof(oldSize: number, newSize?: number): Promise<JsonRecord> {
+    return this.json("GET", "/v1/proofs/consistency", { query: { old: oldSize, new: newSize } });
+  }
+
+  /** `GET /v1/export`: a bundle (JSON Lines) that `verifyBundle` checks offline. */
+  export(options: ExportOptions = {}): Promise<string> {
+    const { session, agent, since, until, all, level } = options;
+    return this.text("GET", "/v1/export", { query: { session, agent, since, until, all: all ? "true" : undefined, level } });
+  }
+
+  /** `POST /v1/bundles/verify`: the server's verdict on a bundle (prefer `verifyBundle`, which trusts no server). */
+  verifyBundleOnServer(bundle: string): Promise<JsonRecord> {
+    return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson" });
+  }
+
+  // -- keys ---------------------------------------------------------------------------
+
+  /** `POST /v1/keys`: a new API key (its secret is shown once). */
+  createKey(input: { role: "writer" | "reader" | "auditor" | "admin"; agent_id?: string; label?: string }): Promise<JsonRecord> {
+    return this.json("POST", "/v1/keys", { body: input });
+  }
+
+  /** `GET /v1/keys`: the org's API keys (never their secrets). */
+  listKeys(): Promise<JsonRecord[]> {
+    return this.json("GET", "/v1/keys");
+  }
+
+  /** `DELETE /v1/keys/{key_id}`. */
+  async deleteKey(keyId: string): Promise<void> {
+    await this.request("DELETE", `/v1/keys/${encodeURIComponent(keyId)}`);
+  }
+
+  /** `POST /v1/agent-keys`: registers an agent's Ed25519 public key (base64 of 32 bytes). */
+  registerAgentKey(publicKey: string, agentId?: string): Promise<JsonRecord> {
+    return this.json("POST", "/v1/agent-keys", { body: this.withAgent({ public_key: publicKey, agent_id: agentId }) });
+  }
+
+  /** `GET /v1/agent-keys`. */
+  listAgentKeys(): Promise<JsonRecord> {
+    return this.json("GET", "/v1/agent-keys");
+  }
+
+  /** `POST /v1/agent-keys/{key_id}/revoke`: from now on the key signs nothing the log accepts. */
+  revokeAgentKey(keyId: string, options: { agent_id?: string; reason?: string } = {}): Promise<JsonRecord> {
+    return this.json("POST", `/v1/agent-keys/${encodeURIComponent(keyId)}/revoke`, { body: this.withAgent({ ...options }) });
+  }
+
+  /** `POST /v1/agent-keys/{key_id}/rotate`: revokes the key and registers a new one in one request. */
+  rotateAgentKey(keyId: string, publicKey: string, agentId?: string): Promise<JsonRecord> {
+    return this.json("POST", `/v1/agent-keys/${encodeURIComponent(keyId)}/rotate`, {
+      body: this.withAgent({ public_key: publicKey, agent_id: agentId }),
+    });
+  }
+
+  // -- signed traces (seed 004) and OTLP ----------------------------------------------
+
+  /** `POST /v1/signed-traces`: imports a complete agent-signed trace. */
+  importSignedTrace(trace: JsonRecord, options: { sessionId?: string } = {}): Promise<JsonRecord> {
+    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId } });
+  }
+
+  /** `GET /v1/signed-traces/{trace_id}`. */
+  getSignedTrace(traceId: string): Promise<JsonRecord> {
+    return this.json("GET", `/v1/signed-traces/${encodeURIComponent(traceId)}`);
+  }
+
+  /** `POST /v1/traces`, `/v1/metrics` or `/v1/logs` with an OTLP/JSON export request. */
+  otlpJson(signal: "traces" | "metrics" | "logs", request: JsonRecord): Promise<JsonRecord> {
+    return this.json("POST", `/v1/${signal}`, { body: request });
+  }
+
+  /** The same with an OTLP protobuf export request; resolves to the protobuf answer's bytes. */
+  async otlpProtobuf(signal: "traces" | "metrics" | "logs", request: Uint8Array): Promise<Uint8Array> {
+    const response = await this.request("POST", `/v1/${signal}`, { body: request, contentType: "application/x-protobuf" });
+    return new Uint8Array(await response.arrayBuffer());
+  }
+}

@@ -1,0 +1,61 @@
+// The verdict of verifying a bundle (FORMAT.md 9.6), in the shape the
+// verifier returns it.
+
+import type { Selection } from "./forms.js";
+
+/** The reason codes of FORMAT.md 9.1. */
+export const REASONS = [
+  "malformed-record", "sequence-gap", "prev-hash-mismatch", "chain-hash-mismatch", "digest-mismatch",
+  "bad-signature", "inclusion-mismatch", "inconsistent-checkpoint", "missing-record", "step-after-seal",
+  "seal-mismatch", "profile-violation", "predecessor-mismatch", "duplicate-record", "uncovered-entry",
+  "unlisted-entry", "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch",
+] as const;
+export type Reason = (typeof REASONS)[number];
+
+/** Where a record is (FORMAT.md 9.6); a member that does not apply is null.
+ * The names are those of `cairn verify --json`'s `brokenAt`. */
+export interface Position {
+  line: number | null;
+  seq: number | null;
+  session_id: string | null;
+  step_index: number | null;
+  trace_id: string | null;
+}
+
+export interface Failure {
+  reason: Reason;
+  /** For a person; not part of what two verifiers must agree on. */
+  detail: string;
+  at: Position;
+}
+
+export interface Verdict {
+  verified: boolean;
+  /** Entries checked, the failing one included (FORMAT.md 9.6). */
+  recordsChecked: number;
+  /** The last entry that passed every check, or null. */
+  lastValid: Position | null;
+  failure?: Failure;
+  orgId?: string;
+  origin?: string;
+  completeLog?: boolean;
+  /** The bundle checkpoint's size (decimal text: it may exceed 2^53). */
+  checkpointSize?: string;
+  checkpointRoot?: string;
+  /** A partial bundle's selection, once its note verified. */
+  selection?: Selection;
+  /** Whether the keys were given by the caller rather than read from the bundle's header. */
+  keyPinned: boolean;
+}
+
+export interface VerifyOptions {
+  /** The server keys to trust, as vkeys (`name+hex+base64`, what `cairn keys`
+   * prints). Without them the bundle header's own key is used, which proves
+   * integrity but not who signed. */
+  keys?: readonly string[];
+  /** Signed checkpoint notes kept earlier (by you or witnesses): the bundle
+   * must be consistent with each. */
+  trustedCheckpoints?: readonly string[];
+}
+
+export type BundleInput = string | Uint8Array | ArrayBuffer;
