@@ -142,7 +142,7 @@ class CairnClient:
 
     def get_session_history(self, agent_id: Optional[str] = None, limit: int = 20) -> List[JSON]:
         """An agent's recent sessions, newest first, with chain validity."""
-        return self._json("GET", "/v1/sessions", query={"agent": agent_id or self.agent_id, "limit": limit})
+        return self._json("GET", "/v1/sessions", query={"agent_id": agent_id or self.agent_id, "limit": limit})
 
     def list_traces(self, agent_id: Optional[str] = None, limit: int = 20) -> List[JSON]:
         """Seed 000's `list_traces`: the same as :meth:`get_session_history`."""
