@@ -175,3 +175,52 @@ def test_http_needs_a_valid_key(server):
                            headers={"Accept": "application/json, text/event-stream"})
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_seed_000_verbatim_over_stdio_with_a_default_agent(cairn_bin, data_dir, mode):
+    """Seed 000's tool inputs exactly as the seed writes them (no agent_id in
+    log_reasoning_step), over stdio with `cairn mcp --agent`; the history's
+    text content is the seed's list, its structured content an object."""
+    params = StdioServerParameters(
+        command=cairn_bin,
+        args=["mcp", "--agent", "analyst-agent"],
+        env={"CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme", "PATH": os.environ.get("PATH", "")},
+    )
+
+    async def run():
+        async with Client(params, mode=mode) as client:
+            step = {
+                "session_id": "analysis-session-42",
+                "step_type": "Reasoning",
+                "content": "The revenue data shows a clear upward trend in Q4, driven primarily by the "
+                           "enterprise segment which grew 23% QoQ.",
+                "input_data": {"query": "SELECT segment, SUM(revenue) FROM orders WHERE quarter = 'Q4' GROUP BY 1"},
+                "output_data": {"enterprise": 4500000, "mid_market": 2100000, "smb": 890000},
+                "confidence": 0.92,
+                "model": "gpt-4o",
+            }
+            written = await ok(client, "log_reasoning_step", step)
+            assert set(written) >= {"trace_id", "step_index", "current_hash"}
+            replay = await ok(client, "replay_decision", {"session_id": "analysis-session-42", "verify_chain": True})
+            assert replay["agent_id"] == "analyst-agent"
+            assert replay["chain_valid"] is True
+            result = await client.call_tool("get_session_history", {"agent_id": "analyst-agent", "limit": 20})
+            assert not result.is_error
+            listed = json.loads(result.content[0].text)
+            assert isinstance(listed, list) and listed[0]["session_id"] == "analysis-session-42"
+            assert result.structured_content == {"sessions": listed}
+            # The default agent also stands in for a history without agent_id.
+            result = await client.call_tool("get_session_history", {})
+            assert json.loads(result.content[0].text) == listed
+    asyncio.run(run())
+
+
+def test_stdio_without_an_agent_says_how_to_name_one(cairn_bin, data_dir):
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, "legacy") as client:
+            result = await client.call_tool(
+                "log_reasoning_step", {"session_id": "s-no-agent", "step_type": "Reasoning", "content": "x"})
+            assert result.is_error
+            assert "--agent" in json.dumps(result.structured_content or result.content[0].text)
+    asyncio.run(run())

@@ -37,6 +37,9 @@ pub struct CairnMcp {
     state: Arc<AppState>,
     /// The caller for stdio, where there is no API key.
     local: Option<Caller>,
+    /// The agent a tool acts for when its arguments name none and the key
+    /// is bound to none (`cairn mcp --agent`, `CAIRN_AGENT`).
+    default_agent: Option<String>,
     tool_router: ToolRouter<CairnMcp>,
 }
 
@@ -119,8 +122,9 @@ pub struct ReplayArgs {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryArgs {
-    /// The agent whose sessions to list.
-    pub agent_id: String,
+    /// The agent whose sessions to list (default: the key's agent, or the
+    /// server's default agent).
+    pub agent_id: Option<String>,
     /// At most this many, newest first (default 20).
     pub limit: Option<usize>,
 }
@@ -356,12 +360,14 @@ impl CairnMcp {
         CairnMcp {
             state,
             local: None,
+            default_agent: None,
             tool_router: Self::tool_router(),
         }
     }
 
-    /// The service for stdio: the local operator, as an admin of `org_id`.
-    pub fn local(state: Arc<AppState>, org_id: &str) -> CairnMcp {
+    /// The service for stdio: the local operator, as an admin of `org_id`,
+    /// acting for `default_agent` where a tool's arguments name no agent.
+    pub fn local(state: Arc<AppState>, org_id: &str, default_agent: Option<String>) -> CairnMcp {
         let key = ApiKey {
             id: "local-stdio".into(),
             org_id: org_id.to_owned(),
@@ -375,6 +381,7 @@ impl CairnMcp {
         CairnMcp {
             state,
             local: Some(Caller { key }),
+            default_agent,
             tool_router: Self::tool_router(),
         }
     }
@@ -403,17 +410,26 @@ impl CairnMcp {
         Ok(self.state.ledger.submit(request).await?)
     }
 
-    fn agent_for(caller: &Caller, given: Option<String>) -> Result<String, ApiError> {
+    /// The agent a tool acts for: the one its arguments name, else the
+    /// key's own agent, else the service's default agent. A key bound to
+    /// an agent acts for no other.
+    fn agent_for(&self, caller: &Caller, given: Option<String>) -> Result<String, ApiError> {
         match (given, &caller.key.agent_id) {
             (Some(a), Some(bound)) if a != *bound => Err(ApiError::forbidden(format!(
                 "this key may only act as agent {bound}"
             ))),
             (Some(a), _) => Ok(a),
             (None, Some(bound)) => Ok(bound.clone()),
-            (None, None) => Err(ApiError::bad_request(
-                "invalid_request",
-                "agent_id is required",
-            )),
+            (None, None) => self.default_agent.clone().ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    if self.local.is_some() {
+                        "agent_id is required: name the agent in the arguments, or start `cairn mcp --agent NAME` (or set CAIRN_AGENT) to give every tool a default agent"
+                    } else {
+                        "agent_id is required: name the agent in the arguments, or use an API key bound to the agent (`cairn admin create-key --agent NAME`)"
+                    },
+                )
+            }),
         }
     }
 
@@ -455,7 +471,7 @@ impl CairnMcp {
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let result = async {
-            let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let agent_id = self.agent_for(&caller, args.agent_id)?;
             let agent_id = if args.hash_agent_id {
                 cairn_core::record::hashed_agent_id(&agent_id)
             } else {
@@ -581,13 +597,17 @@ impl CairnMcp {
     ) -> ToolResult {
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
+        let agent_id = match self.agent_for(&caller, args.agent_id) {
+            Ok(agent) => agent,
+            Err(e) => return tool_error(e),
+        };
         let limit = args.limit.unwrap_or(20).clamp(1, 1000);
         let budget = self.state.config.limits.list_verify_steps;
         let result = self
             .store(move |store| {
                 let mut rows = Vec::new();
                 for (s, valid) in
-                    crate::listed_sessions(store, &org, Some(&args.agent_id), limit, true, budget)?
+                    crate::listed_sessions(store, &org, Some(&agent_id), limit, true, budget)?
                 {
                     rows.push(json!({
                         "session_id": s.session_id, "step_count": s.step_count,
@@ -596,12 +616,21 @@ impl CairnMcp {
                         "chain_valid": valid,
                     }));
                 }
-                // Structured content must be an object: the seed's list is
-                // under "sessions".
-                Ok(json!({"sessions": rows}))
+                Ok(rows)
             })
             .await;
-        run(result).await
+        match result {
+            // Structured content must be an object, so the list is under
+            // "sessions" there; the text content is seed 000's list itself,
+            // which is what a client reading the text gets.
+            Ok(rows) => {
+                let text = Value::Array(rows.clone()).to_string();
+                let mut answer = CallToolResult::structured(json!({"sessions": rows}));
+                answer.content = vec![rmcp::model::ContentBlock::text(text)];
+                Ok(answer)
+            }
+            Err(e) => tool_error(e),
+        }
     }
 
     #[tool(
@@ -615,7 +644,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_write(), "start sessions")?;
-            let agent_id = Self::agent_for(&caller, args.agent_id)?;
+            let agent_id = self.agent_for(&caller, args.agent_id)?;
             let agent_id = if args.hash_agent_id {
                 cairn_core::record::hashed_agent_id(&agent_id)
             } else {
@@ -680,7 +709,7 @@ impl CairnMcp {
             let step = NewStep {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id.clone(),
-                agent_id: Self::agent_for(&caller, Some(agent_id))?,
+                agent_id: self.agent_for(&caller, Some(agent_id))?,
                 kind_label: args.record_type,
                 content: Some(args.content),
                 task_id: args.task_id,
@@ -835,7 +864,7 @@ impl CairnMcp {
             let template = NewStep {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id,
-                agent_id: Self::agent_for(&caller, args.agent_id)?,
+                agent_id: self.agent_for(&caller, args.agent_id)?,
                 kind_label: "thinking".into(),
                 model: args.model,
                 caller: caller.key.id.clone(),
@@ -991,7 +1020,7 @@ impl CairnMcp {
             let public_key = crate::public_key_param(Some(&args.public_key))?;
             let request = WriteRequest::RegisterKey {
                 org_id: caller.org().to_owned(),
-                agent_id: Self::agent_for(&caller, Some(args.agent_id))?,
+                agent_id: self.agent_for(&caller, Some(args.agent_id))?,
                 public_key,
             };
             match self.write(request).await? {

@@ -241,7 +241,12 @@ enum Command {
     Keys,
     /// Serve MCP over stdio (for agents that start Cairn as a subprocess),
     /// acting for --org as its local operator.
-    Mcp,
+    Mcp {
+        /// The agent tools act for when their arguments name none (seed
+        /// 000's calls leave agent_id out).
+        #[arg(long, env = "CAIRN_AGENT")]
+        agent: Option<String>,
+    },
     /// Manage orgs and API keys on the data directory (no server needed).
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -451,7 +456,7 @@ pub fn run() -> Result<Outcome> {
             otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
             serve(&cli, listen, *sample, otlp_listen.as_deref(), otlp, limits)
         }
-        Command::Mcp => mcp_stdio(&cli),
+        Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Thinking(args) if args.session_is_none() => {
             crate::records::thinking(&cli, None, args)
@@ -634,7 +639,7 @@ pub fn run() -> Result<Outcome> {
                         Err(e) => Err(append_error(e)),
                     }
                 }
-                Command::Demo | Command::Serve { .. } | Command::Mcp => {
+                Command::Demo | Command::Serve { .. } | Command::Mcp { .. } => {
                     unreachable!("handled above")
                 }
             }
@@ -1626,7 +1631,7 @@ fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) -> Result<O
     Ok(Outcome::Success)
 }
 
-fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
+fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
     use rmcp::ServiceExt as _;
     // stdout carries the protocol: logs go to stderr only.
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
@@ -1648,7 +1653,7 @@ fn mcp_stdio(cli: &Cli) -> Result<Outcome> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org)
+        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org, agent)
             .serve(rmcp::transport::stdio())
             .await
             .context("starting MCP on stdio")?;
