@@ -224,3 +224,40 @@ def test_stdio_without_an_agent_says_how_to_name_one(cairn_bin, data_dir):
             assert result.is_error
             assert "--agent" in json.dumps(result.structured_content or result.content[0].text)
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_arguments_are_strict_with_one_error_shape(cairn_bin, data_dir, mode):
+    """A misspelt, mistyped or missing argument is a tool error (the model
+    can correct it) in the REST error shape, naming the field; every tool's
+    schema says unknown fields are not allowed."""
+    params = StdioServerParameters(
+        command=cairn_bin,
+        args=["mcp", "--agent", "analyst-agent"],
+        env={"CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme", "PATH": os.environ.get("PATH", "")},
+    )
+
+    async def error_of(client, name, args):
+        result = await client.call_tool(name, args)
+        assert result.is_error, f"{name} {args}: {result}"
+        return result.structured_content["error"]
+
+    async def run():
+        async with Client(params, mode=mode) as client:
+            for tool in (await client.list_tools()).tools:
+                assert tool.input_schema.get("additionalProperties") is False, tool.name
+            error = await error_of(client, "log_reasoning_step",
+                                   {"session_id": "strict-1", "step_type": "Reasoning", "contnet": "lost?"})
+            assert error["code"] == "unknown_field" and error["field"] == "contnet"
+            assert "did you mean content" in error["message"]
+            error = await error_of(client, "replay_decision", {"session_id": "strict-1", "verifyChain": True})
+            assert error["code"] == "unknown_field" and "verify_chain" in error["message"]
+            error = await error_of(client, "log_reasoning_step",
+                                   {"session_id": "strict-1", "step_type": "Reasoning", "confidence": "high"})
+            assert error["code"] == "invalid_argument" and error["field"] == "confidence"
+            error = await error_of(client, "log_reasoning_step", {"step_type": "Reasoning"})
+            assert error["code"] == "missing_field" and error["field"] == "session_id"
+            # Nothing of the refused calls was recorded.
+            replay = await client.call_tool("replay_decision", {"session_id": "strict-1"})
+            assert replay.is_error and replay.structured_content["error"]["code"] == "not_found"
+    asyncio.run(run())

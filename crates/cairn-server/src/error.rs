@@ -1,5 +1,6 @@
 //! Errors as HTTP answers: a status and a JSON body
-//! `{"error": {"code": "<stable code>", "message": "<for people>"}}`.
+//! `{"error": {"code": "<stable code>", "field": "<input field, if any>",
+//! "message": "<for people>"}}`; MCP tool errors carry the same object.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -18,6 +19,9 @@ pub struct ApiError {
     pub message: String,
     /// When to try again (`Retry-After`), for refusals under load.
     pub retry_after: Option<std::time::Duration>,
+    /// The input field the error concerns, where there is one (`content`,
+    /// `links.corrects`, `steps[2].step_type`).
+    pub field: Option<String>,
 }
 
 /// Text of the caller's quoted in a message: at most 64 characters, with
@@ -42,7 +46,24 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            field: None,
         }
+    }
+
+    /// The same error, naming the input field it concerns.
+    pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// The error body every surface answers:
+    /// `{"error": {"code", "field"?, "message"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(field) = &self.field {
+            error["field"] = json!(field);
+        }
+        json!({ "error": error })
     }
 
     /// The same error, asking the client to retry after `after`.
@@ -74,7 +95,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut message = self.message;
+        let mut message = self.message.clone();
         if message.len() > MAX_MESSAGE {
             let mut end = MAX_MESSAGE;
             while !message.is_char_boundary(end) {
@@ -83,7 +104,8 @@ impl IntoResponse for ApiError {
             message.truncate(end);
             message.push_str("...");
         }
-        let body = json!({"error": {"code": self.code, "message": message}});
+        let mut body = self.body();
+        body["error"]["message"] = json!(message);
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(after) = self.retry_after {
             // Whole seconds, rounded up: at least 1.

@@ -14,6 +14,7 @@
 
 mod agent_keys;
 mod error;
+mod input;
 mod limits;
 pub mod mcp;
 mod metrics;
@@ -589,16 +590,7 @@ fn members<'a>(
     let object = body.as_object().ok_or_else(|| {
         ApiError::bad_request("invalid_request", "the body must be a JSON object")
     })?;
-    if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            format!(
-                "unknown member {}; this body has {}",
-                shown(unknown),
-                allowed.join(", ")
-            ),
-        ));
-    }
+    input::refuse_unknown(object, allowed)?;
     Ok(object)
 }
 
@@ -746,6 +738,9 @@ async fn openapi() -> Response {
 /// A step body (seed 000's member names). A key bound to an agent may only
 /// write as that agent, and is the default agent.
 fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiError> {
+    if let Some(object) = value.as_object() {
+        input::refuse_unknown(object, wire::STEP_MEMBERS)?;
+    }
     let step = wire::step_from_json(
         value,
         caller.org(),
@@ -823,6 +818,10 @@ async fn append_batch(
                 "step {index} of the batch: {} (nothing in this batch was written)",
                 e.message
             );
+            e.field = Some(match e.field.take() {
+                Some(field) => format!("[{index}].{field}"),
+                None => format!("[{index}]"),
+            });
             e
         })?;
         steps.push(step);
@@ -930,6 +929,7 @@ async fn list_sessions(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["agent_id", "limit", "verify"])?;
     let limit = match q.get("limit") {
         None => 20,
         Some(l) => l
@@ -993,6 +993,7 @@ async fn replay(
     Path(session_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["format", "verify", "level"])?;
     let verify = query_bool(&q, "verify")?;
     let markdown = wants_markdown(q.get("format").map(String::as_str))?;
     let level = level_param(&q)?;
@@ -1085,6 +1086,7 @@ async fn verify_whole_org(
     caller: Caller,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["checkpoint"])?;
     let org = caller.org().to_owned();
     let trusted = trusted_param(&q)?;
     let started = Instant::now();
@@ -1118,6 +1120,7 @@ async fn seal(
     Path(session_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["require_reflection"])?;
     caller.require(caller.key.role.can_write(), "seal sessions")?;
     Caller::require_enabled(&state)?;
     let require_reflection = query_bool(&q, "require_reflection")?;
@@ -1188,6 +1191,7 @@ async fn search(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["q", "limit"])?;
     let text = q
         .get("q")
         .filter(|t| !t.trim().is_empty())
@@ -1374,6 +1378,7 @@ async fn inclusion_proof(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
     let seq = query_u64(&q, "seq")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
     let cp = current_checkpoint(&state, caller.org()).await?;
@@ -1407,6 +1412,7 @@ async fn consistency_proof(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["old", "new"])?;
     let old = query_u64(&q, "old")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
     let cp = current_checkpoint(&state, caller.org()).await?;
@@ -1479,6 +1485,18 @@ async fn export(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(
+        q.keys(),
+        &[
+            "session",
+            "agent",
+            "since",
+            "until",
+            "all",
+            "since_size",
+            "level",
+        ],
+    )?;
     caller.require(caller.key.role.can_export(), "export bundles")?;
     let session = query_id(&q, "session")?;
     let agent = query_id(&q, "agent")?;
@@ -1608,6 +1626,7 @@ async fn verify_bundle(
     Query(q): Query<Vec<(String, String)>>,
     request: axum::extract::Request,
 ) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["key", "checkpoint"])?;
     use http_body_util::BodyExt as _;
     let trusted = trusted_param(&q)?;
     let pinned = q

@@ -23,7 +23,6 @@ use cairn_core::record::Profile;
 use cairn_store::ops::{ExportScope, verify_session};
 use cairn_store::{ApiKey, LedgerStore, NewSession, NewStep, Role, WriteRequest, Written};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -50,9 +49,40 @@ fn ok(value: Value) -> ToolResult {
 }
 
 fn tool_error(e: ApiError) -> ToolResult {
-    Ok(CallToolResult::structured_error(
-        json!({"error": {"code": e.code, "message": e.message}}),
-    ))
+    Ok(CallToolResult::structured_error(e.body()))
+}
+
+/// A tool's arguments, read with the rules every surface shares
+/// ([`crate::input::typed`]): an unknown, missing or mistyped argument is
+/// a tool error in the one error shape, naming the field (and, for a
+/// misspelling, the nearest known one), which the model can correct,
+/// rather than a protocol error with serde's text. Named `Parameters`
+/// because rmcp's `#[tool]` macro finds the input schema by that name.
+pub struct Parameters<T>(pub Result<T, ApiError>);
+
+impl<T: schemars::JsonSchema> schemars::JsonSchema for Parameters<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+}
+
+impl<S, T: serde::de::DeserializeOwned>
+    rmcp::handler::server::common::FromContextPart<
+        rmcp::handler::server::tool::ToolCallContext<'_, S>,
+    > for Parameters<T>
+{
+    fn from_context_part(
+        context: &mut rmcp::handler::server::tool::ToolCallContext<'_, S>,
+    ) -> Result<Self, ErrorData> {
+        let arguments = context.arguments.take().unwrap_or_default();
+        Ok(Parameters(crate::input::typed(Value::Object(arguments))))
+    }
 }
 
 /// Arguments of `log_reasoning_step` (seed 000).
@@ -469,6 +499,10 @@ impl CairnMcp {
         Parameters(args): Parameters<LogStepArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let agent_id = self.agent_for(&caller, args.agent_id)?;
@@ -528,6 +562,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ReplayArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let level = match level_arg(args.level.as_deref()) {
@@ -595,6 +633,10 @@ impl CairnMcp {
         Parameters(args): Parameters<HistoryArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let agent_id = match self.agent_for(&caller, args.agent_id) {
@@ -641,6 +683,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SessionStartArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_write(), "start sessions")?;
@@ -685,6 +731,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ThoughtArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let org = caller.org().to_owned();
@@ -748,6 +798,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SessionArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let state = Arc::clone(&self.state);
@@ -786,6 +840,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SessionArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = self.finalize(&caller, args.session_id, true).await;
         run(result).await
@@ -799,6 +857,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SessionArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let result = self
@@ -830,6 +892,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SessionArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = self.finalize(&caller, args.session_id, false).await;
         run(result.map(|mut v| {
@@ -847,6 +913,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ParseArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         self.caller(&context)?;
         ok(crate::turns::parsed_json(&args.text))
     }
@@ -859,6 +929,10 @@ impl CairnMcp {
         Parameters(args): Parameters<TurnArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let template = NewStep {
@@ -895,6 +969,10 @@ impl CairnMcp {
         Parameters(args): Parameters<TrailArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let markdown = crate::wants_markdown(args.format.as_deref())?;
@@ -921,6 +999,10 @@ impl CairnMcp {
         Parameters(args): Parameters<AuditEventArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = crate::oversight::audit_event(
             &self.state,
@@ -942,6 +1024,10 @@ impl CairnMcp {
         Parameters(args): Parameters<QueueArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let limit = args.limit.unwrap_or(100).clamp(1, 10_000);
         let result = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
@@ -956,6 +1042,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ReviewArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let decision = crate::oversight::decision(Some(&args.decision))?;
@@ -974,6 +1064,10 @@ impl CairnMcp {
         Parameters(args): Parameters<EraseArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role == Role::Admin, "erase steps")?;
@@ -1003,7 +1097,12 @@ impl CairnMcp {
         Parameters(args): Parameters<HistoryArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
-        self.get_session_history(Parameters(args), context).await
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        self.get_session_history(Parameters(Ok(args)), context)
+            .await
     }
 
     #[tool(
@@ -1014,6 +1113,10 @@ impl CairnMcp {
         Parameters(args): Parameters<RegisterKeyArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_write(), "register agent keys")?;
@@ -1040,6 +1143,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ImportTraceArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = crate::traces::import(&self.state, &caller, args.trace, args.session_id).await;
         run(result).await
@@ -1053,6 +1160,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SignedTraceArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = crate::traces::fetch(&self.state, &caller, args.trace_id).await;
         run(result).await
@@ -1066,6 +1177,10 @@ impl CairnMcp {
         Parameters(args): Parameters<SqlArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let limit = args
             .limit
@@ -1081,6 +1196,10 @@ impl CairnMcp {
         Parameters(args): Parameters<TraceArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let result = self
@@ -1099,9 +1218,12 @@ impl CairnMcp {
     )]
     async fn get_checkpoint(
         &self,
-        Parameters(_): Parameters<NoArgs>,
+        Parameters(args): Parameters<NoArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        if let Err(e) = args {
+            return tool_error(e);
+        }
         let caller = self.caller(&context)?;
         let result = crate::current_checkpoint(&self.state, caller.org())
             .await
@@ -1117,6 +1239,10 @@ impl CairnMcp {
         Parameters(args): Parameters<InclusionArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
@@ -1155,6 +1281,10 @@ impl CairnMcp {
         Parameters(args): Parameters<ExportArgs>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_export(), "export bundles")?;

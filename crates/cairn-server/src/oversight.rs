@@ -85,6 +85,7 @@ pub(crate) async fn queue(
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json, ApiError> {
+    crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;
     let limit = match crate::query_u64(&q, "limit")? {
         None => 100,

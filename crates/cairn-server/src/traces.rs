@@ -58,6 +58,7 @@ pub(crate) async fn post(
     Query(q): Query<HashMap<String, String>>,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
+    crate::input::refuse_unknown_params(q.keys(), &["session_id"])?;
     caller.require(caller.key.role.can_write(), "import traces")?;
     let trace = parse_json(&body)?;
     let body = import(&state, &caller, trace, q.get("session_id").cloned()).await?;

@@ -97,6 +97,10 @@ pub(crate) async fn record(
                         "steps[{index}]: {} (nothing of this turn was written)",
                         e.message
                     );
+                    e.field = Some(match e.field.take() {
+                        Some(field) => format!("steps[{index}].{field}"),
+                        None => format!("steps[{index}]"),
+                    });
                     e
                 })?);
             }
@@ -266,6 +270,7 @@ pub(crate) async fn trail(
     Path(session_id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
     Ok(respond(
         trail_of(&state, &caller, &session_id, markdown).await?,
@@ -280,6 +285,7 @@ pub(crate) async fn turn(
     Path((session_id, turn_id)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
     Ok(respond(
         turn_of(&state, &caller, &session_id, &turn_id, markdown).await?,

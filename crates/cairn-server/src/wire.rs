@@ -52,7 +52,8 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-const STEP_MEMBERS: &[&str] = &[
+/// The members a step object may have (REST, batch, turns).
+pub(crate) const STEP_MEMBERS: &[&str] = &[
     "org_id",
     "session_id",
     "agent_id",

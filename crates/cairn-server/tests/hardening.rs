@@ -706,7 +706,7 @@ fn ambiguous_bodies_are_refused() {
         (
             "/v1/sessions",
             r#"{"session_id": "c", "agent_id": "a", "colour": 1}"#,
-            "invalid_request",
+            "unknown_field",
             "colour",
         ),
         (
@@ -730,20 +730,20 @@ fn ambiguous_bodies_are_refused() {
         (
             "/v1/keys",
             r#"{"role": "reader", "admin": true}"#,
-            "invalid_request",
+            "unknown_field",
             "admin",
         ),
         (
             "/v1/sql",
             r#"{"sql": "SELECT 1", "rows": 5}"#,
-            "invalid_request",
+            "unknown_field",
             "rows",
         ),
         (
             "/v1/audit-events",
             r#"{"action": "x", "sesion_id": "c"}"#,
-            "invalid_request",
-            "sesion_id",
+            "unknown_field",
+            "did you mean session_id?",
         ),
     ] {
         let r = call(&server, "POST", path, &admin, Some(body.as_bytes()));
@@ -920,7 +920,7 @@ fn a_turn_is_written_whole_or_not_at_all() {
         (
             json!([good("a"), good("b"), {"step_type": "plan", "colour": "red"}]),
             400,
-            "invalid_request",
+            "unknown_field",
             "steps[2]",
         ),
     ] {

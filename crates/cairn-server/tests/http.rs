@@ -390,7 +390,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         ("malformed JSON", b"{\"session_id\": ".to_vec(), 400, "invalid_json"),
         ("not an object", b"[1, 2]".to_vec(), 400, "invalid_request"),
         ("wrong type", json!({"session_id": 7, "agent_id": "a", "step_type": "plan"}).to_string().into_bytes(), 400, "invalid_request"),
-        ("unknown member", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "colour": "red"}).to_string().into_bytes(), 400, "invalid_request"),
+        ("unknown member", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "colour": "red"}).to_string().into_bytes(), 400, "unknown_field"),
         ("unknown step type", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "Informational"}).to_string().into_bytes(), 400, "unknown_step_type"),
         ("confidence above 1", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "confidence": 1.2}).to_string().into_bytes(), 400, "confidence_out_of_range"),
         ("confidence below 0", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "confidence": -0.1}).to_string().into_bytes(), 400, "confidence_out_of_range"),
@@ -531,7 +531,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/thinking/parse",
             json!({"txt": "x"}),
             400,
-            "invalid_request",
+            "unknown_field",
         ),
         (
             "continuing an open session",

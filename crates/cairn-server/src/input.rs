@@ -1,0 +1,205 @@
+//! Input rules every surface shares (REST bodies and query strings, MCP
+//! tool arguments): a member nobody defined is an error that names it and
+//! suggests the nearest known one, and an argument of the wrong type or a
+//! missing one is an error that names its field. A ledger cannot be
+//! corrected after the fact, so a misspelt field must never be dropped
+//! silently.
+//!
+//! Every error here is an [`ApiError`] with a stable code (`unknown_field`,
+//! `missing_field`, `invalid_argument`) and its `field`, so REST answers
+//! and MCP tool errors have the one shape
+//! `{"error": {"code", "field", "message"}}`.
+
+use crate::error::{ApiError, shown};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// The known name closest to `name`, if one is close enough to be a
+/// likely misspelling (at most a third of its letters differ, and at most
+/// three), or differs only in case, `-`/`_` or camelCase.
+pub fn nearest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let folded = fold(name);
+    if let Some(same) = known.iter().find(|k| fold(k) == folded) {
+        return Some(same);
+    }
+    let limit = (name.chars().count() / 3).clamp(1, 3);
+    known
+        .iter()
+        .map(|k| (edit_distance(&folded, &fold(k)), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Lowercase, without `_` and `-`: `verifyChain`, `verify-chain` and
+/// `verify_chain` are one name.
+fn fold(name: &str) -> String {
+    name.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Levenshtein distance over characters (names are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// `400 unknown_field` for `name` (at `path`, e.g. `links.` for a nested
+/// object), suggesting the nearest of `known`.
+pub fn unknown_field(path: &str, name: &str, known: &[&str]) -> ApiError {
+    let field = format!("{path}{name}");
+    let message = match nearest(name, known) {
+        Some(suggestion) => format!(
+            "unknown field {}: did you mean {path}{suggestion}?",
+            shown(&field)
+        ),
+        None => format!(
+            "unknown field {}; the known fields are {}.",
+            shown(&field),
+            known.join(", ")
+        ),
+    };
+    ApiError::bad_request("unknown_field", message).with_field(field)
+}
+
+/// Refuses a member of `object` that is not in `known`.
+pub fn refuse_unknown(object: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
+    match object.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(unknown) => Err(unknown_field("", unknown, known)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a query parameter that is not in `known`.
+pub fn refuse_unknown_params<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    known: &[&str],
+) -> Result<(), ApiError> {
+    for name in names {
+        if !known.contains(&name.as_str()) {
+            let mut e = unknown_field("", name, known);
+            e.message = e
+                .message
+                .replace("unknown field", "unknown query parameter");
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Deserializes arguments into `T` (whose serde attributes deny unknown
+/// fields), turning serde's error into the shared shape with the field's
+/// path.
+pub fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        from_serde_message(&path, &inner)
+    })
+}
+
+/// Classifies serde's message (its wording is stable: `unknown field `x`,
+/// expected one of `a`, `b``, `missing field `x``, `invalid type: ...`).
+fn from_serde_message(path: &str, message: &str) -> ApiError {
+    // The path of the object the problem is in: "." at the top.
+    let prefix = if path == "." || path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}.")
+    };
+    let quoted: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    if let Some(rest) = message.strip_prefix("unknown field ")
+        && let Some(name) = quoted.first()
+    {
+        let known: Vec<&str> = if rest.contains("there are no fields") {
+            Vec::new()
+        } else {
+            quoted[1..].to_vec()
+        };
+        // The path of an unknown field ends with the field itself.
+        let parent = path.strip_suffix(name).unwrap_or(path);
+        let parent = if parent == "." { "" } else { parent };
+        return unknown_field(parent, name, &known);
+    }
+    if message.starts_with("missing field ")
+        && let Some(name) = quoted.first()
+    {
+        let field = format!("{prefix}{name}");
+        return ApiError::bad_request("missing_field", format!("{} is required.", shown(&field)))
+            .with_field(field);
+    }
+    let field = if prefix.is_empty() {
+        None
+    } else {
+        Some(path.to_owned())
+    };
+    let shown_message = match &field {
+        Some(f) => format!("{}: {message}", shown(f)),
+        None => format!("the arguments: {message}"),
+    };
+    let error = ApiError::bad_request("invalid_argument", shown_message);
+    match field {
+        Some(f) => error.with_field(f),
+        None => error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Args {
+        session_id: String,
+        content: Option<String>,
+        confidence: Option<f64>,
+        verify_chain: Option<bool>,
+    }
+
+    #[test]
+    fn misspellings_get_the_nearest_name() {
+        let known = ["session_id", "content", "confidence", "verify_chain"];
+        assert_eq!(nearest("contnet", &known), Some("content"));
+        assert_eq!(nearest("verifyChain", &known), Some("verify_chain"));
+        assert_eq!(nearest("Session-Id", &known), Some("session_id"));
+        assert_eq!(nearest("zzz", &known), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn serde_errors_become_the_shared_shape() {
+        let e = typed::<Args>(json!({"session_id": "s", "contnet": "x"})).unwrap_err();
+        assert_eq!(e.code, "unknown_field");
+        assert_eq!(e.field.as_deref(), Some("contnet"));
+        assert!(e.message.contains("did you mean content"), "{}", e.message);
+
+        let e = typed::<Args>(json!({"content": "x"})).unwrap_err();
+        assert_eq!(e.code, "missing_field");
+        assert_eq!(e.field.as_deref(), Some("session_id"));
+
+        let e = typed::<Args>(json!({"session_id": "s", "confidence": "high"})).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert_eq!(e.field.as_deref(), Some("confidence"));
+        assert!(e.message.contains("expected f64"), "{}", e.message);
+
+        let e = typed::<Args>(json!("not an object")).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert_eq!(e.field, None);
+    }
+}
