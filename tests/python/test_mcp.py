@@ -163,18 +163,61 @@ def test_streamable_http(server, cairn_bin, tmp_path, mode):
     asyncio.run(run())
 
 
-def test_http_needs_a_valid_key(server):
+def _messages(error: BaseException) -> str:
+    """Every message in an exception group, flattened."""
+    parts = [str(error)]
+    for sub in getattr(error, "exceptions", None) or []:
+        parts.append(_messages(sub))
+    return " | ".join(parts)
+
+
+@pytest.mark.parametrize("key", ["cairn_000000000000_wrong", None])
+def test_a_bad_key_is_obvious_in_the_sdk(server, key):
+    """With a wrong or missing key the SDK's error says a Cairn API key is
+    needed (not "Server returned an error response"), and the 401 follows
+    the MCP authorization spec's conventions as far as static keys allow."""
     url, _ = server
     async def run():
-        async with http_client(url, "cairn_000000000000_wrong", "legacy") as client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        http = httpx2.AsyncClient(headers=headers, timeout=30)
+        async with Client(streamable_http_client(url + "/mcp", http_client=http), mode="legacy") as client:
             await client.list_tools()
-    with pytest.raises(BaseException):
+    with pytest.raises(BaseException) as raised:
         asyncio.run(run())
-    # The same answer as the REST API gives: 401 with a JSON error body.
-    response = httpx2.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Accept": "application/json, text/event-stream"})
+    assert "Cairn API key" in _messages(raised.value) or "Cairn needs an API key" in _messages(raised.value), \
+        _messages(raised.value)
+
+    headers = {"Accept": "application/json, text/event-stream"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    response = httpx2.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
+    challenge = response.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ") and "resource_metadata=" in challenge
+    assert ('error="invalid_token"' in challenge) == bool(key)
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and "API key" in body["error"]["message"]
+    assert body["error"]["data"]["error"]["code"] == "unauthorized"
+    metadata_url = challenge.split('resource_metadata="')[1].split('"')[0]
+    metadata = httpx2.get(metadata_url).json()
+    assert metadata["resource"].endswith("/mcp")
+    assert metadata["authorization_servers"] == []
+
+
+def test_closing_a_session_is_a_success(server):
+    """DELETE of an MCP session answers 204 (the SDK warns on anything but
+    200 or 204)."""
+    url, key = server
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    opened = httpx2.post(url + "/mcp", headers=headers, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    closed = httpx2.delete(url + "/mcp", headers={**headers, "mcp-session-id": session})
+    assert closed.status_code == 204, closed.text
+    again = httpx2.delete(url + "/mcp", headers={**headers, "mcp-session-id": session})
+    assert again.status_code == 404
 
 
 @pytest.mark.parametrize("mode", MODES)

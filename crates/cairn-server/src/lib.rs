@@ -17,6 +17,7 @@ mod error;
 mod input;
 mod limits;
 pub mod mcp;
+mod mcp_http;
 mod metrics;
 pub mod otlp;
 mod oversight;
@@ -190,7 +191,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agent-keys/{key_id}/rotate", post(agent_keys::rotate))
         .route("/v1/keys", post(create_key).get(list_keys))
         .route("/v1/keys/{key_id}", delete(revoke_key))
-        .nest_service("/mcp", mcp_service(Arc::clone(&state)))
+        .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(mcp_http::protected_resource),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(mcp_http::protected_resource),
+        )
         .fallback(|| async { ApiError::not_found("route") })
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -218,118 +227,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             count_errors,
         ))
         .with_state(state)
-}
-
-/// MCP over Streamable HTTP at `/mcp`, behind the same API keys.
-fn mcp_service(state: Arc<AppState>) -> Router {
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service_state = Arc::clone(&state);
-    // Hosts and origins are checked by `mcp_gate`, with Cairn's settings
-    // and errors.
-    let config = StreamableHttpServerConfig::default()
-        .disable_allowed_hosts()
-        .disable_allowed_origins()
-        .with_max_request_body_bytes(state.config.max_body_bytes);
-    let service = StreamableHttpService::new(
-        move || Ok(mcp::CairnMcp::http(Arc::clone(&service_state))),
-        Arc::clone(&state.mcp_manager),
-        config,
-    );
-    Router::new()
-        .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(state, mcp_gate))
-}
-
-/// The header that names an MCP session.
-const MCP_SESSION: &str = "mcp-session-id";
-
-/// In front of MCP over HTTP: checks `Host` and `Origin`, authenticates
-/// the request and hands the caller to the tools through the request's
-/// extensions (rmcp passes the request parts on), refuses JSON that is
-/// ambiguous (duplicate members, integers beyond 64 bits), and keeps each
-/// session to the key that opened it, within the session limits.
-async fn mcp_gate(
-    State(state): State<Arc<AppState>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    if let Err(e) = limits::check_host(&state.config.allowed_hosts, request.headers()) {
-        return e.into_response();
-    }
-    let caller = match authenticate(&state, request.headers()).await {
-        Ok(caller) => caller,
-        Err(e) => return e.into_response(),
-    };
-    let (parts, body) = request.into_parts();
-    // Whether this request opens a session (an `initialize`).
-    let mut initialize = false;
-    let body = if parts.method == axum::http::Method::POST {
-        let limit = state.config.max_body_bytes;
-        let bytes = match axum::body::to_bytes(body, limit).await {
-            Ok(bytes) => bytes,
-            Err(e) => return limits::body_error(&e, limit).into_response(),
-        };
-        match wire::parse_strict(&bytes) {
-            Ok(message) => {
-                let opens =
-                    |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
-                initialize = match &message {
-                    Value::Array(batch) => batch.iter().any(opens),
-                    other => opens(other),
-                };
-            }
-            Err(e) => return ApiError::bad_request("invalid_json", e.0).into_response(),
-        }
-        axum::body::Body::from(bytes)
-    } else {
-        body
-    };
-    let mut request = axum::extract::Request::from_parts(parts, body);
-    let method = request.method().clone();
-    let session = request
-        .headers()
-        .get(MCP_SESSION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let key = caller.key.id.clone();
-    request.extensions_mut().insert(caller);
-    let limits = &state.config.limits;
-    match session {
-        Some(id) => {
-            // Another key's session answers like one that does not exist.
-            if !state
-                .mcp_sessions
-                .use_session(&id, &key, limits.mcp_session_idle)
-            {
-                return ApiError::not_found(format!("MCP session {}", shown(&id))).into_response();
-            }
-            let response = next.run(request).await;
-            if (method == axum::http::Method::DELETE && response.status().is_success())
-                || response.status() == StatusCode::NOT_FOUND
-            {
-                state.mcp_sessions.forget(&id);
-            }
-            response
-        }
-        None if initialize => {
-            let reservation = match state.mcp_sessions.reserve(&key, limits).await {
-                Ok(r) => r,
-                Err(e) => return e.into_response(),
-            };
-            let response = next.run(request).await;
-            if let Some(id) = response
-                .headers()
-                .get(MCP_SESSION)
-                .and_then(|v| v.to_str().ok())
-            {
-                reservation.confirm(id);
-            }
-            response
-        }
-        None => next.run(request).await,
-    }
 }
 
 pub(crate) async fn count_errors(

@@ -1,0 +1,200 @@
+//! MCP over Streamable HTTP (`/mcp`): the gate in front of rmcp's service
+//! (hosts and origins, API keys, strict JSON, sessions bound to their key
+//! and bounded), and what tells an MCP client that a Cairn API key is
+//! needed: a `401` with `WWW-Authenticate` and a JSON-RPC error body the
+//! SDKs show, and OAuth protected-resource metadata (RFC 9728) that names
+//! no authorization server, since keys are static bearer tokens.
+
+use crate::{ApiError, AppState, authenticate, limits, mcp, shown, wire};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// JSON-RPC error code of an authentication failure (the implementation-
+/// defined server error range).
+const UNAUTHENTICATED: i64 = -32001;
+
+/// The URL the request was addressed to, from its `Host` (the server does
+/// not know its public name; behind a proxy, the proxy's host).
+fn base_url(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or("127.0.0.1:8714");
+    format!("http://{host}")
+}
+
+/// `401` for MCP: `WWW-Authenticate: Bearer` with the resource metadata
+/// URL (RFC 9728, as the MCP authorization spec asks), and a JSON-RPC
+/// error whose message says a Cairn API key is needed; its `data` is the
+/// REST error object.
+fn unauthorized(headers: &HeaderMap, error: &ApiError) -> Response {
+    let given = headers.contains_key(header::AUTHORIZATION);
+    let message = if given {
+        format!(
+            "Cairn refused the API key ({}). Send a valid Cairn API key as Authorization: Bearer cairn_... (an admin creates one with `cairn admin create-key` or POST /v1/keys).",
+            error.message
+        )
+    } else {
+        "Cairn needs an API key: send Authorization: Bearer cairn_... (an admin creates one with `cairn admin create-key` or POST /v1/keys). Cairn does not use OAuth.".to_owned()
+    };
+    let metadata = format!(
+        "{}/.well-known/oauth-protected-resource/mcp",
+        base_url(headers)
+    );
+    let mut challenge = format!("Bearer realm=\"cairn\", resource_metadata=\"{metadata}\"");
+    if given {
+        challenge.push_str(", error=\"invalid_token\", error_description=\"the Cairn API key is unknown or revoked\"");
+    }
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": Value::Null,
+        "error": {"code": UNAUTHENTICATED, "message": message, "data": error.body()},
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    if let Ok(value) = axum::http::HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]`: RFC 9728 metadata
+/// for `/mcp`. It lists no authorization server: Cairn's API keys are
+/// static bearer tokens, so a client has nothing to run an OAuth flow
+/// against and should ask its user for a key.
+pub(crate) async fn protected_resource(headers: HeaderMap) -> Response {
+    let base = base_url(&headers);
+    axum::Json(json!({
+        "resource": format!("{base}/mcp"),
+        "authorization_servers": [],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Cairn (send a Cairn API key: Authorization: Bearer cairn_...)",
+        "resource_documentation": format!("{base}/openapi.json"),
+    }))
+    .into_response()
+}
+
+/// MCP over Streamable HTTP at `/mcp`, behind the same API keys.
+pub(crate) fn service(state: Arc<AppState>) -> Router {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service_state = Arc::clone(&state);
+    // Hosts and origins are checked by `mcp_gate`, with Cairn's settings
+    // and errors.
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_max_request_body_bytes(state.config.max_body_bytes);
+    let service = StreamableHttpService::new(
+        move || Ok(mcp::CairnMcp::http(Arc::clone(&service_state))),
+        Arc::clone(&state.mcp_manager),
+        config,
+    );
+    Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn_with_state(state, mcp_gate))
+}
+
+/// The header that names an MCP session.
+const MCP_SESSION: &str = "mcp-session-id";
+
+/// In front of MCP over HTTP: checks `Host` and `Origin`, authenticates
+/// the request and hands the caller to the tools through the request's
+/// extensions (rmcp passes the request parts on), refuses JSON that is
+/// ambiguous (duplicate members, integers beyond 64 bits), and keeps each
+/// session to the key that opened it, within the session limits.
+async fn mcp_gate(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Err(e) = limits::check_host(&state.config.allowed_hosts, request.headers()) {
+        return e.into_response();
+    }
+    let caller = match authenticate(&state, request.headers()).await {
+        Ok(caller) => caller,
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            return unauthorized(request.headers(), &e);
+        }
+        Err(e) => return e.into_response(),
+    };
+    let (parts, body) = request.into_parts();
+    // Whether this request opens a session (an `initialize`).
+    let mut initialize = false;
+    let body = if parts.method == axum::http::Method::POST {
+        let limit = state.config.max_body_bytes;
+        let bytes = match axum::body::to_bytes(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(e) => return limits::body_error(&e, limit).into_response(),
+        };
+        match wire::parse_strict(&bytes) {
+            Ok(message) => {
+                let opens =
+                    |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
+                initialize = match &message {
+                    Value::Array(batch) => batch.iter().any(opens),
+                    other => opens(other),
+                };
+            }
+            Err(e) => return ApiError::bad_request("invalid_json", e.0).into_response(),
+        }
+        axum::body::Body::from(bytes)
+    } else {
+        body
+    };
+    let mut request = axum::extract::Request::from_parts(parts, body);
+    let method = request.method().clone();
+    let session = request
+        .headers()
+        .get(MCP_SESSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let key = caller.key.id.clone();
+    request.extensions_mut().insert(caller);
+    let limits = &state.config.limits;
+    match session {
+        Some(id) => {
+            // Another key's session answers like one that does not exist.
+            if !state
+                .mcp_sessions
+                .use_session(&id, &key, limits.mcp_session_idle)
+            {
+                return ApiError::not_found(format!("MCP session {}", shown(&id))).into_response();
+            }
+            let mut response = next.run(request).await;
+            let deleted = method == axum::http::Method::DELETE && response.status().is_success();
+            if deleted || response.status() == StatusCode::NOT_FOUND {
+                state.mcp_sessions.forget(&id);
+            }
+            // rmcp answers a session's DELETE with 202; the session is gone
+            // at once, and clients (the Python SDK) expect 200 or 204.
+            if deleted && response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::NO_CONTENT;
+            }
+            response
+        }
+        None if initialize => {
+            let reservation = match state.mcp_sessions.reserve(&key, limits).await {
+                Ok(r) => r,
+                Err(e) => return e.into_response(),
+            };
+            let response = next.run(request).await;
+            if let Some(id) = response
+                .headers()
+                .get(MCP_SESSION)
+                .and_then(|v| v.to_str().ok())
+            {
+                reservation.confirm(id);
+            }
+            response
+        }
+        None => next.run(request).await,
+    }
+}
