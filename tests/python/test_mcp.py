@@ -106,7 +106,17 @@ async def seed_001_writeback(client, session):
     await ok(client, "thought_record", {"session_id": session, "type": "decision", "content": "Choose vendor A: within budget, meets the SLA", "task_id": "t1"})
     # Anything but the four record types is a schema error.
     value, is_error = await call(client, "thought_record", {"session_id": session, "type": "Observation", "content": "x"})
-    assert is_error and value["error"]["code"] == "not_in_strict_profile"
+    assert is_error and value["error"]["code"] == "invalid_argument" and value["error"]["field"] == "type"
+    assert "plan" in value["error"]["message"] and "reflection" in value["error"]["message"]
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    type_schema = tools["thought_record"].input_schema
+    assert "enum" in json.dumps(type_schema) and "reflection" in json.dumps(type_schema)
+    for tool in tools.values():
+        assert "seed 0" not in (tool.description or "").lower(), tool.name
+        assert tool.title or (tool.annotations and tool.annotations.title), tool.name
+        assert tool.annotations is not None and tool.annotations.read_only_hint is not None, tool.name
+    assert tools["replay_decision"].annotations.read_only_hint is True
+    assert tools["erase_step"].annotations.destructive_hint is True
     check = await ok(client, "audit_verify_chain", {"session_id": session})
     assert check["valid"] is True and check["records_checked"] == 3 and check["first_broken_index"] is None
     # Write-back ordering: finalizing before the closing reflection is refused.

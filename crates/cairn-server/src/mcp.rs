@@ -85,7 +85,7 @@ impl<S, T: serde::de::DeserializeOwned>
     }
 }
 
-/// Arguments of `log_reasoning_step` (seed 000).
+/// Arguments of `log_reasoning_step`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogStepArgs {
@@ -93,7 +93,7 @@ pub struct LogStepArgs {
     pub session_id: String,
     /// One of Observation, Hypothesis, ToolCall, ToolResult, Reasoning,
     /// Decision, Action, Error, Correction, Summary, PlanStep, FinalAnswer
-    /// (other seeds' spellings such as plan, analysis, thinking, execute are
+    /// (other spellings such as plan, analysis, thinking, execute are
     /// accepted too).
     pub step_type: String,
     /// The reasoning content, in natural language or structured text.
@@ -127,12 +127,12 @@ pub struct LogStepArgs {
     /// (trace ids of steps).
     pub links: Option<std::collections::BTreeMap<String, String>>,
     /// Record the first 16 hex digits of SHA-256 of the agent id instead of
-    /// the name (seed 004).
+    /// the name (for privacy).
     #[serde(default)]
     pub hash_agent_id: bool,
 }
 
-/// Arguments of `replay_decision` (seed 000).
+/// Arguments of `replay_decision`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayArgs {
@@ -148,7 +148,7 @@ pub struct ReplayArgs {
     pub level: Option<String>,
 }
 
-/// Arguments of `get_session_history` (seed 000).
+/// Arguments of `get_session_history`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryArgs {
@@ -159,7 +159,7 @@ pub struct HistoryArgs {
     pub limit: Option<usize>,
 }
 
-/// Arguments of `audit_session_start` (seed 001).
+/// Arguments of `audit_session_start`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionStartArgs {
@@ -173,10 +173,10 @@ pub struct SessionStartArgs {
     /// The id of the sealed session this one continues; its final hash
     /// enters this session's genesis.
     pub predecessor_session: Option<String>,
-    /// Accept only seed 001's four record types (plan, analysis, decision,
+    /// Accept only the four decision-trail record types (plan, analysis, decision,
     /// reflection). Default true.
     pub strict: Option<bool>,
-    /// Record the hash of the agent id instead of the name (seed 004).
+    /// Record the hash of the agent id instead of the name (for privacy).
     #[serde(default)]
     pub hash_agent_id: bool,
     /// The subject consented to `full` detail exports of this session.
@@ -184,7 +184,7 @@ pub struct SessionStartArgs {
     pub full_consent: bool,
 }
 
-/// Arguments of `thought_record` (seed 001).
+/// Arguments of `thought_record`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThoughtArgs {
@@ -192,7 +192,7 @@ pub struct ThoughtArgs {
     pub session_id: String,
     /// plan, analysis, decision or reflection. A reflection closes a task.
     #[serde(rename = "type")]
-    pub record_type: String,
+    pub record_type: ThoughtType,
     /// What the record holds: the trajectory, what was learned, the choice
     /// and why, or what happened and what remains uncertain.
     pub content: String,
@@ -202,6 +202,34 @@ pub struct ThoughtArgs {
     pub corrects: Option<String>,
     /// An audit event id this record rests on.
     pub audit_event: Option<String>,
+}
+
+/// The four decision-trail record types (any other is refused by the
+/// schema): plan, the start of a phase (the intended trajectory);
+/// analysis, what was learned; decision, the choice, the alternatives and
+/// why; reflection, at task close: what happened, what was proved, what
+/// remains uncertain.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+#[allow(missing_docs)] // The variants are described above, so that the schema is an `enum`.
+pub enum ThoughtType {
+    Plan,
+    Analysis,
+    Decision,
+    Reflection,
+}
+
+impl ThoughtType {
+    /// The step type the record is stored as.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThoughtType::Plan => "plan",
+            ThoughtType::Analysis => "analysis",
+            ThoughtType::Decision => "decision",
+            ThoughtType::Reflection => "reflection",
+        }
+    }
 }
 
 /// Arguments naming a session.
@@ -254,7 +282,7 @@ pub struct InclusionArgs {
     pub size: Option<u64>,
 }
 
-/// Arguments of `parse_thinking` (seed 002).
+/// Arguments of `parse_thinking`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ParseArgs {
@@ -263,7 +291,7 @@ pub struct ParseArgs {
     pub text: String,
 }
 
-/// Arguments of `record_turn` (seed 002).
+/// Arguments of `record_turn`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TurnArgs {
@@ -280,19 +308,19 @@ pub struct TurnArgs {
     pub model: Option<String>,
 }
 
-/// Arguments of `get_audit_trail` (seed 002).
+/// Arguments of `get_audit_trail`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrailArgs {
     /// The session.
     pub session_id: String,
-    /// Only this turn (seed 002's exportMarkdown of one turn).
+    /// Only this turn.
     pub turn_id: Option<String>,
     /// json (default) or markdown.
     pub format: Option<String>,
 }
 
-/// Arguments of `record_audit_event` (seed 001).
+/// Arguments of `record_audit_event`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditEventArgs {
@@ -306,7 +334,7 @@ pub struct AuditEventArgs {
     pub detail: Option<Value>,
 }
 
-/// Arguments of `review_queue` (seed 003).
+/// Arguments of `review_queue`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueArgs {
@@ -317,7 +345,7 @@ pub struct QueueArgs {
     pub limit: Option<usize>,
 }
 
-/// Arguments of `review_step` (seed 003).
+/// Arguments of `review_step`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewArgs {
@@ -329,7 +357,7 @@ pub struct ReviewArgs {
     pub note: Option<String>,
 }
 
-/// Arguments of `erase_step` (seed 003).
+/// Arguments of `erase_step`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EraseArgs {
@@ -339,18 +367,18 @@ pub struct EraseArgs {
     pub reason: String,
 }
 
-/// Arguments of `import_trace` (seed 004).
+/// Arguments of `import_trace`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportTraceArgs {
-    /// The complete trace in seed 004's format (trace_id, agent_id_hash,
+    /// The complete signed trace (trace_id, agent_id_hash,
     /// started_at, trace_level, components, signature, signature_key_id).
     pub trace: Value,
     /// The session its components become steps of (default: the trace id).
     pub session_id: Option<String>,
 }
 
-/// Arguments of `get_signed_trace` (seed 004).
+/// Arguments of `get_signed_trace`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignedTraceArgs {
@@ -358,7 +386,7 @@ pub struct SignedTraceArgs {
     pub trace_id: String,
 }
 
-/// Arguments of `register_agent_key` (seed 004).
+/// Arguments of `register_agent_key`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterKeyArgs {
@@ -492,7 +520,14 @@ async fn run(result: Result<Value, ApiError>) -> ToolResult {
 #[tool_router]
 impl CairnMcp {
     #[tool(
-        description = "Record one reasoning step in the tamper-evident ledger (hash-chained per session). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash."
+        title = "Record a reasoning step",
+        description = "Record one step of your reasoning in the tamper-evident ledger (hash-chained per session; the session is created on first use). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn log_reasoning_step(
         &self,
@@ -555,7 +590,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Replay a reasoning session: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, recomputes every hash and reports chain_valid."
+        title = "Replay a reasoning session",
+        description = "Replay a reasoning session to see how a decision was made: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, every hash is recomputed and chain_valid says whether the session is intact.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn replay_decision(
         &self,
@@ -626,7 +668,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at and chain_valid for each."
+        title = "List an agent's sessions",
+        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at and chain_valid for each. agent_id defaults to your own agent.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_session_history(
         &self,
@@ -676,7 +725,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Open an auditable decision-trail session (seed 001 audit_session_start). Records the session's genesis hash in the org log, so no session starts silently. By default the session is strict: only plan, analysis, decision and reflection records. Call first for a proof-grade task."
+        title = "Open a decision-trail session",
+        description = "Open an auditable decision-trail session before a task whose reasoning must be provable. Records the session's start in the org log, so no session starts silently. By default the session is strict: only plan, analysis, decision and reflection records (thought_record). Call it first.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn audit_session_start(
         &self,
@@ -724,7 +780,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Append a decision-trail record (seed 001 thought_record): type is plan (start of a phase: the intended trajectory), analysis (what was learned), decision (the choice, the alternatives, the why) or reflection (at task close: what happened, what was proved, what remains uncertain). Corrections are new records that name the corrected record in corrects. Returns record_id, content_hash, chain_hash and parent_chain_hash."
+        title = "Record a decision-trail entry",
+        description = "Append an entry to a decision-trail session: type plan (start of a phase: the intended trajectory), analysis (what was learned), decision (the choice, the alternatives, the why) or reflection (at task close: what happened, what was proved, what remains uncertain). A correction is a new record that names the one it corrects; nothing is ever edited.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn thought_record(
         &self,
@@ -760,7 +823,7 @@ impl CairnMcp {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id.clone(),
                 agent_id: self.agent_for(&caller, Some(agent_id))?,
-                kind_label: args.record_type,
+                kind_label: args.record_type.as_str().to_owned(),
                 content: Some(args.content),
                 task_id: args.task_id,
                 links,
@@ -791,7 +854,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Check a session's chain integrity (seed 001 audit_verify_chain): walks the records in order, recomputes every content hash and chain hash, and stops at the first broken record. Returns valid, records_checked and, on failure, first_broken_index and reason. Run it before merkle_finalize."
+        title = "Check a session's integrity",
+        description = "Check that a session is intact: walks its records in order, recomputes every content hash and chain hash, and stops at the first broken record. Returns valid, records_checked and, on failure, first_broken_index and reason. Run it before merkle_finalize.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn audit_verify_chain(
         &self,
@@ -833,7 +903,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Seal a session's Merkle tree (seed 001 merkle_finalize): signs the root over all its records; nothing can be appended afterwards. The closing reflection must be written first: finalizing a session whose last record is not a reflection is refused."
+        title = "Seal a session",
+        description = "Seal a finished session: signs the Merkle root over all its records, after which nothing can be appended. Write the closing reflection first: sealing a session whose last record is not a reflection is refused.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn merkle_finalize(
         &self,
@@ -850,7 +927,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "The Merkle root of a sealed session (seed 001 merkle_root), for pinning: merkle_root, step_count, final_hash and the server's signed seal note."
+        title = "Get a sealed session's root",
+        description = "The Merkle root of a sealed session, to keep as proof: merkle_root, step_count, final_hash and the server's signed seal note.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn merkle_root(
         &self,
@@ -885,7 +969,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Close a session (seed 001 audit_session_end). If merkle_finalize was not called (a task that is not proof-grade), the session is sealed now; its last record should be the closing reflection. Returns the final state."
+        title = "Close a session",
+        description = "Close a decision-trail session. If merkle_finalize was not called, the session is sealed now; its last record should be the closing reflection. Returns the session's final state.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn audit_session_end(
         &self,
@@ -906,7 +997,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Split raw thinking text into structured steps (seed 002 parseThinking): bracket markers [思考] [計画] [承認待ち] [実行] [エラー] first, then numbered or bulleted lines after plan/steps/手順 as plan, lines with error/failed/エラー/失敗 as error, the rest as thinking. Records nothing: use record_turn to record."
+        title = "Split thinking text into steps",
+        description = "Split raw thinking text into structured steps without recording anything: bracket markers [思考] [計画] [承認待ち] [実行] [エラー] first, then numbered or bulleted lines after plan/steps/手順 as plan, lines with error/failed/エラー/失敗 as error, the rest as thinking. Use record_turn to record them.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn parse_thinking(
         &self,
@@ -922,7 +1020,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Record one turn of a session from its raw thinking text (seed 002): the text is parsed into phase steps (thinking, plan, waiting_approval, execute, error), each recorded with the turn id and its number within the turn. Returns turn_id and each step's trace_id and hashes."
+        title = "Record a turn from thinking text",
+        description = "Record one turn of a session from its raw thinking text: the text is split into phase steps (thinking, plan, waiting_approval, execute, error), each recorded with the turn id and its number within the turn. All steps are written or none. Returns turn_id and each step's trace_id and hashes.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn record_turn(
         &self,
@@ -962,7 +1067,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "A session's audit trail across all its turns, in order (seed 002 getAuditTrail), or one turn with turn_id. format=markdown gives seed 002's export: '## Turn <id> (<time>)' then '[思考] ...', '[計画] ...', '[実行] ... (tool_call: ...)' lines."
+        title = "Get a session's audit trail",
+        description = "A session's audit trail across all its turns, in order, or one turn with turn_id. format=markdown gives a readable export: '## Turn <id> (<time>)' then '[思考] ...', '[計画] ...', '[実行] ... (tool_call: ...)' lines.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_audit_trail(
         &self,
@@ -992,7 +1104,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Record an audit event (seed 001): the lower-level per-tool-call record that thought records reference for provenance (thought_record audit_event, log_reasoning_step links.audit_event). Returns event_id and seq."
+        title = "Record an audit event",
+        description = "Record an audit event: the lower-level record of one tool call that reasoning records can point to for provenance (thought_record audit_event, log_reasoning_step links.audit_event). Returns event_id and seq.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn record_audit_event(
         &self,
@@ -1017,7 +1136,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "The review queue (seed 003): flagged steps waiting for a human decision (pending or escalated), oldest first, with their reviews so far; all=true includes approved and rejected ones."
+        title = "List steps awaiting review",
+        description = "The review queue: flagged steps waiting for a human decision (pending or escalated), oldest first, with their reviews so far; all=true includes approved and rejected ones.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn review_queue(
         &self,
@@ -1035,7 +1161,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Review a flagged step (seed 003): decision approve, reject or escalate, with a note. The review is itself a record of the org log, linked by trace_id. Needs an auditor or admin key."
+        title = "Review a flagged step",
+        description = "Record a human review of a flagged step: decision approve, reject or escalate, with a note. The review is itself a record of the org log, linked by trace_id. Needs an auditor or admin key.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn review_step(
         &self,
@@ -1057,7 +1190,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Erase a step's payload (seed 003, e.g. a GDPR request): content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. Needs an admin key."
+        title = "Erase a step's payload",
+        description = "Erase a step's payload (for example on a GDPR request): content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. Irreversible. Needs an admin key.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn erase_step(
         &self,
@@ -1090,7 +1230,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "List an agent's recent sessions (seed 000 list_traces), newest first: session_id, step_count, first_step_at, last_step_at, chain_valid."
+        title = "List an agent's sessions (traces)",
+        description = "List an agent's recent sessions, newest first: session_id, step_count, first_step_at, last_step_at, chain_valid.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn list_traces(
         &self,
@@ -1106,7 +1253,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Register an agent's Ed25519 public key (seed 004); returns its key id (agent- + 12 hex digits). Steps and traces signed with it are verified at ingest and by every verifier."
+        title = "Register an agent's signing key",
+        description = "Register an agent's Ed25519 public key; returns its key id (agent- + 12 hex digits). Steps and traces signed with it are verified when recorded and by every verifier.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn register_agent_key(
         &self,
@@ -1136,7 +1290,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Import a complete agent-signed trace in seed 004's format: the Ed25519 signature over its components and trace level is checked against the registered key of its agent_id_hash; the trace is kept whole (re-verifiable from any export) and each component becomes a step of a new session."
+        title = "Import an agent-signed trace",
+        description = "Import a complete trace the agent signed (trace_id, agent_id_hash, components, signature): the Ed25519 signature over its components and trace level is checked against the registered key of its agent_id_hash; the trace is kept whole (re-verifiable from any export) and each component becomes a step of a new session.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn import_trace(
         &self,
@@ -1153,7 +1314,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "An imported seed-004 trace as it was signed, with its signature checked again against the registered key (signature_valid)."
+        title = "Get an imported signed trace",
+        description = "An imported agent-signed trace exactly as it was signed, with its signature checked again against the registered key (signature_valid).",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_signed_trace(
         &self,
@@ -1170,7 +1338,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Analyst SQL: one read-only query (SELECT, or WITH ... SELECT) over your org's views: steps (seq, trace_id, session_id, agent_id, step_index, step_type, kind, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status, erased, current_hash, prev_hash), sessions (session_id, agent_id, profile, started_at, step_count, sealed) and records (seq, type, view). Anything that writes or reads other tables is refused."
+        title = "Run a read-only SQL query",
+        description = "Analyst SQL: one read-only query (SELECT, or WITH ... SELECT) over your org's views: steps (seq, trace_id, session_id, agent_id, step_index, step_type, kind, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata, created_at, turn_id, turn_step, task_id, links, status, erased, current_hash, prev_hash), sessions (session_id, agent_id, profile, started_at, step_count, sealed) and records (seq, type, view). Anything that writes or reads other tables is refused.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn query_sql(
         &self,
@@ -1190,7 +1365,16 @@ impl CairnMcp {
         run(result).await
     }
 
-    #[tool(description = "One recorded step by its trace id, with its hashes.")]
+    #[tool(
+        title = "Get one recorded step",
+        description = "One recorded step by its trace id, with its hashes.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
     async fn get_trace(
         &self,
         Parameters(args): Parameters<TraceArgs>,
@@ -1214,7 +1398,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "The latest signed checkpoint of the org log (C2SP tlog-checkpoint signed note): size, root and the note. Keep it: it pins the log's history."
+        title = "Get the signed checkpoint",
+        description = "The latest signed checkpoint of the org log (a C2SP signed note): size, root and the note. Keep it: it pins the log's history, and later exports must be consistent with it.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_checkpoint(
         &self,
@@ -1232,7 +1423,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "An RFC 9162 inclusion proof that the record at seq is in the org log of the given size (default: the latest checkpoint's)."
+        title = "Get an inclusion proof",
+        description = "An RFC 9162 inclusion proof that the record at seq is in the org log of the given size (default: the latest checkpoint's).",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_inclusion_proof(
         &self,
@@ -1274,7 +1472,14 @@ impl CairnMcp {
     }
 
     #[tool(
-        description = "Export one session as a self-contained bundle (JSON Lines: header, signed checkpoint, records with inclusion proofs) that anyone can verify offline with `cairn verify --bundle`."
+        title = "Export a session bundle",
+        description = "Export one session as a self-contained bundle (JSON Lines: header, signed checkpoint, records with inclusion proofs) that anyone can verify offline with `cairn verify --bundle`.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn export_session(
         &self,
@@ -1378,6 +1583,6 @@ impl CairnMcp {
 #[tool_handler(
     router = self.tool_router,
     name = "cairn",
-    instructions = "Cairn is a tamper-evident ledger of your reasoning. Record every step with log_reasoning_step (or, for a seed-001 decision trail: audit_session_start, thought_record for plan/analysis/decision, record_audit_event for tool calls they rest on, audit_verify_chain, a closing thought_record of type reflection, merkle_finalize, merkle_root, audit_session_end). Record a whole turn from your raw thinking with record_turn (parse_thinking shows the split first); read a session's turns with get_audit_trail. Flag a step (status flagged) to send it to human review (review_queue, review_step). Replay with replay_decision; list sessions with get_session_history. Records are never edited: correct a step by recording a new one that names it (corrects)."
+    instructions = "Cairn is a tamper-evident ledger of your reasoning. Record every step with log_reasoning_step (or, for a decision trail you must be able to prove: audit_session_start, thought_record for plan/analysis/decision, record_audit_event for tool calls they rest on, audit_verify_chain, a closing thought_record of type reflection, merkle_finalize, merkle_root, audit_session_end). Record a whole turn from your raw thinking with record_turn (parse_thinking shows the split first); read a session's turns with get_audit_trail. Flag a step (status flagged) to send it to human review (review_queue, review_step). Replay with replay_decision; list sessions with get_session_history. Records are never edited: correct a step by recording a new one that names it (corrects)."
 )]
 impl ServerHandler for CairnMcp {}
