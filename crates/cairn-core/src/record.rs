@@ -44,7 +44,7 @@ impl Default for Limits {
 pub enum RecordError {
     /// The step type is not in the vocabulary under any seed's spelling.
     #[error(
-        "unknown step type {label:?}; expected one of the canonical kinds (observation, plan, decision, ...) or a seed spelling such as ToolCall, thinking or execute"
+        "unknown step type {label:?}: a strict decision-trail session takes only plan, analysis, decision and reflection; any other session also takes observation, hypothesis, tool_call, tool_result, reasoning, action, error, correction, summary, final_answer and their other spellings (docs/FORMAT.md lists them)"
     )]
     UnknownKind {
         /// The label as given.

@@ -654,6 +654,9 @@ impl CairnMcp {
                     "sealed": info.seal.is_some(),
                     "steps": steps,
                 });
+                // chain_valid is always there (null when not checked), so
+                // code written against the seed's example can read it.
+                out["chain_valid"] = Value::Null;
                 if args.verify_chain {
                     let verdict = verify_session(store, &org, &args.session_id)?;
                     out["chain_valid"] = json!(verdict.as_ref().is_some_and(|v| v.verified));
@@ -808,9 +811,14 @@ impl CairnMcp {
                         .session(&org, &session_id)?
                         .map(|i| i.header.agent_id)
                         .ok_or_else(|| {
-                            ApiError::not_found(format!(
-                                "session {session_id}: open it with audit_session_start"
-                            ))
+                            ApiError::new(
+                                axum::http::StatusCode::NOT_FOUND,
+                                "not_found",
+                                format!(
+                                    "session {} was never started: open it with audit_session_start first",
+                                    crate::error::shown(&session_id)
+                                ),
+                            )
                         })
                 })
                 .await?;
@@ -889,10 +897,22 @@ impl CairnMcp {
                     ))
                 })?;
                 state.metrics.verification(verdict.verified);
+                // Records of the trail, as merkle_root's step_count counts
+                // them: the steps checked (all of them, or those before the
+                // first broken one); the log records checked (start and
+                // seal included) are reported beside.
+                let steps = store
+                    .session(&org, &args.session_id)?
+                    .map_or(0, |info| info.step_count);
+                let steps_checked = match &verdict.failure {
+                    None => steps,
+                    Some(f) => f.at.step_index.unwrap_or(0).min(steps),
+                };
                 Ok(json!({
                     "session_id": args.session_id,
                     "valid": verdict.verified,
-                    "records_checked": verdict.records_checked,
+                    "records_checked": steps_checked,
+                    "log_records_checked": verdict.records_checked,
                     "first_broken_index": verdict.failure.as_ref().and_then(|f| f.at.step_index),
                     "reason": verdict.failure.as_ref().map(|f| f.reason.as_str()),
                     "detail": verdict.failure.as_ref().map(|f| f.detail.clone()),

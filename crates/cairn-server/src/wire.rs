@@ -205,8 +205,18 @@ pub fn step_from_json(
     })
 }
 
-/// A recorded step as replay output, with seed 000's member names.
+/// A recorded step as replay output, with seed 000's member names; an
+/// optional member the step does not have is left out (as in the seed's
+/// examples), not given as `null`.
 pub fn step_to_json(seq: u64, record: &StepRecord) -> Value {
+    let mut value = step_to_json_with_nulls(seq, record);
+    if let Value::Object(members) = &mut value {
+        members.retain(|_, v| !v.is_null());
+    }
+    value
+}
+
+fn step_to_json_with_nulls(seq: u64, record: &StepRecord) -> Value {
     let s = &record.step;
     let mut links = Map::new();
     for (name, value) in s.links.entries() {
