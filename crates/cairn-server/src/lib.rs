@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod agent_keys;
+mod docs_page;
 mod error;
 mod input;
 mod limits;
@@ -151,6 +152,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/docs", get(docs_page::index))
+        .route("/docs/docs.js", get(docs_page::script))
+        .route("/docs/docs.css", get(docs_page::style))
         .route("/v1/sessions", post(start_session).get(list_sessions))
         .route("/v1/sessions/{session_id}", get(replay))
         .route("/v1/sessions/{session_id}/verify", get(verify_one_session))
