@@ -91,3 +91,16 @@ def test_schemathesis_admin_and_reader(server, tmp_path):
     reader = post(url, admin, "/v1/keys", {"role": "reader", "label": "schemathesis"})["token"]
     run_schemathesis(url, admin, "admin", tmp_path)
     run_schemathesis(url, reader, "reader", tmp_path)
+
+
+def test_the_served_document_is_valid_openapi(server):
+    """The document at /openapi.json is valid OpenAPI 3.1, and it is the
+    committed copy byte for byte (the binary embeds it)."""
+    from openapi_spec_validator import validate
+
+    url, _ = server
+    with urllib.request.urlopen(url + "/openapi.json", timeout=30) as response:
+        served = response.read()
+    validate(json.loads(served))
+    committed = (HERE.parents[1] / "crates" / "cairn-server" / "src" / "openapi.json").read_bytes()
+    assert served == committed
