@@ -196,6 +196,11 @@ pub struct PgOptions {
     pub embedding_sample_rate: f64,
     /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
     pub max_clock_skew_s: u64,
+    /// How long a connection may get no answer from the network before it
+    /// is given up: the TCP connect timeout, TCP keepalive (idle, interval
+    /// and probes within it) and `TCP_USER_TIMEOUT` (data sent and never
+    /// acknowledged). Settings the URL gives itself are kept.
+    pub network_timeout: Duration,
 }
 
 impl PgOptions {
@@ -207,7 +212,30 @@ impl PgOptions {
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
+            network_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// Bounds how long a connection waits on a network that stopped answering
+/// (see [`PgOptions::network_timeout`]). Without it a partition leaves the
+/// writer waiting for the kernel to give up, many minutes, with every
+/// write queued behind it.
+fn bound_network_waits(config: &mut postgres::Config, timeout: Duration) {
+    let timeout = timeout.max(Duration::from_secs(1));
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(timeout);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(timeout);
+    }
+    // Probes start after half the timeout without traffic and three more
+    // fit in the rest, so an idle connection to a vanished peer is found
+    // dead within about the timeout.
+    if config.get_keepalives() && config.get_keepalives_interval().is_none() {
+        config.keepalives_idle(timeout / 2);
+        config.keepalives_interval((timeout / 6).max(Duration::from_secs(1)));
+        config.keepalives_retries(3);
     }
 }
 
@@ -1493,10 +1521,12 @@ impl PgStore {
     /// when the role is a superuser), and checks that the database's logs
     /// are signed with `key`, recording it if this is the first server.
     pub fn open(options: PgOptions, key: ServerKey) -> Result<PgStore, StoreError> {
-        let config: postgres::Config = options.url.parse().map_err(|e| StoreError::Postgres {
-            context: "parsing the database URL".into(),
-            source: e,
-        })?;
+        let mut config: postgres::Config =
+            options.url.parse().map_err(|e| StoreError::Postgres {
+                context: "parsing the database URL".into(),
+                source: e,
+            })?;
+        bound_network_waits(&mut config, options.network_timeout);
         let mut conn = connect(&config)?;
         migrate(&mut conn.client)?;
         install_guard(&mut conn.client)?;
@@ -1554,7 +1584,7 @@ impl PgStore {
         f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut writer = self.writer.lock().map_err(|_| poisoned())?;
-        if writer.as_ref().is_none_or(|c| c.client.is_closed()) {
+        if writer.as_mut().is_none_or(is_dead) {
             *writer = None;
             *writer = Some(connect(&self.config)?);
         }
@@ -1562,7 +1592,15 @@ impl PgStore {
             .as_mut()
             .ok_or_else(|| StoreError::Corrupt("no writer connection".into()))?;
         let mut cache = self.cache.lock().map_err(|_| poisoned())?;
-        f(conn, &mut cache)
+        let out = f(conn, &mut cache);
+        if out.is_err() {
+            // The cache may have been filled inside the failed transaction
+            // from its own uncommitted rows (agent keys registered earlier
+            // in the batch): forget it rather than trust what was rolled
+            // back. It is rebuilt from committed data under the next lock.
+            *cache = Cache::default();
+        }
+        out
     }
 
     /// Runs `f` with a pooled connection.
@@ -1570,10 +1608,24 @@ impl PgStore {
         &self,
         f: impl FnOnce(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
+        let pooled = {
+            let mut pool = self.readers.lock().map_err(|_| poisoned())?;
+            loop {
+                match pool.pop() {
+                    // After an outage every pooled connection is dead: each
+                    // is dropped here, not found out by a failed read.
+                    Some(mut c) => {
+                        if !is_dead(&mut c) {
+                            break Some(c);
+                        }
+                    }
+                    None => break None,
+                }
+            }
+        };
         let mut conn = match pooled {
-            Some(c) if !c.client.is_closed() => c,
-            _ => connect(&self.config)?,
+            Some(c) => c,
+            None => connect(&self.config)?,
         };
         let out = f(&mut conn.db());
         if !conn.client.is_closed()
@@ -1663,6 +1715,17 @@ impl PgStore {
         drop(pg_tx);
         tx.commit().context("committing a checkpoint")
     }
+}
+
+/// Whether a connection is known to be dead, found out without a round
+/// trip: the client notices that the database closed a connection (a
+/// restart) or the network reset it only when it next polls it, so this
+/// polls it once for what has already arrived. A connection cut silently
+/// is not found out here: `CAIRN_DATABASE_TIMEOUT` bounds that one.
+fn is_dead(conn: &mut PgConn) -> bool {
+    use postgres::fallible_iterator::FallibleIterator as _;
+    let _ = conn.client.notifications().iter().next();
+    conn.client.is_closed()
 }
 
 fn connect(config: &postgres::Config) -> Result<PgConn, StoreError> {
