@@ -84,7 +84,7 @@ impl Load {
                     let mut outcomes = Vec::new();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        let session = if n % 2 == 0 {
+                        let session = if n.is_multiple_of(2) {
                             format!("own-{c}")
                         } else {
                             "shared".to_owned()
