@@ -1584,7 +1584,7 @@ impl PgStore {
         f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut writer = self.writer.lock().map_err(|_| poisoned())?;
-        if writer.as_mut().is_none_or(is_dead) {
+        if writer.as_ref().is_none_or(|c| c.client.is_closed()) {
             *writer = None;
             *writer = Some(connect(&self.config)?);
         }
@@ -1604,30 +1604,28 @@ impl PgStore {
     }
 
     /// Runs `f` with a pooled connection.
+    ///
+    /// A pooled connection may have died while idle (the database
+    /// restarted, the network was cut): the client finds out only when it
+    /// next uses it. Reads are idempotent, so a read whose connection turns
+    /// out closed empties the pool (its siblings died the same way) and
+    /// runs once more on a new connection: the first reads after an outage
+    /// succeed instead of each finding one dead connection.
     fn read<T>(
         &self,
-        f: impl FnOnce(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
+        mut f: impl FnMut(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let pooled = {
-            let mut pool = self.readers.lock().map_err(|_| poisoned())?;
-            loop {
-                match pool.pop() {
-                    // After an outage every pooled connection is dead: each
-                    // is dropped here, not found out by a failed read.
-                    Some(mut c) => {
-                        if !is_dead(&mut c) {
-                            break Some(c);
-                        }
-                    }
-                    None => break None,
-                }
-            }
-        };
+        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let mut conn = match pooled {
-            Some(c) => c,
-            None => connect(&self.config)?,
+            Some(c) if !c.client.is_closed() => c,
+            _ => connect(&self.config)?,
         };
-        let out = f(&mut conn.db());
+        let mut out = f(&mut conn.db());
+        if out.is_err() && conn.client.is_closed() {
+            self.readers.lock().map_err(|_| poisoned())?.clear();
+            conn = connect(&self.config)?;
+            out = f(&mut conn.db());
+        }
         if !conn.client.is_closed()
             && let Ok(mut pool) = self.readers.lock()
             && pool.len() < 8
@@ -1667,7 +1665,7 @@ impl PgStore {
     fn with_tree<T>(
         &self,
         org_id: &str,
-        prove: impl FnOnce(
+        mut prove: impl FnMut(
             &PgTree<'_, postgres::Client>,
         ) -> Result<T, cairn_core::merkle::ProofError<StoreError>>,
     ) -> Result<T, StoreError> {
@@ -1690,62 +1688,21 @@ impl PgStore {
         })
     }
 
-    /// Checkpoints one org if it is due, under its lock.
-    fn checkpoint_if_due(
-        &self,
-        conn: &mut PgConn,
-        cache: &mut Cache,
-        name: &str,
-    ) -> Result<(), StoreError> {
-        let mut tx = conn.client.transaction().context("starting a checkpoint")?;
-        let db = Db {
-            client: &mut tx,
-            statements: &mut conn.statements,
-        };
-        let mut pg_tx = PgTx::begin(db, HashSet::from([name.to_owned()]), cache)?;
-        let Some(mut org) = pg_tx.orgs.get(name).cloned() else {
-            return Ok(());
-        };
-        let engine = self.engine();
-        if org.foreign || !engine.due(&org) {
-            return Ok(());
-        }
-        engine.checkpoint(&mut pg_tx, name, &mut org)?;
-        pg_tx.flush()?;
-        drop(pg_tx);
-        tx.commit().context("committing a checkpoint")
-    }
-}
-
-/// Whether a connection is known to be dead, found out without a round
-/// trip: the client notices that the database closed a connection (a
-/// restart) or the network reset it only when it next polls it, so this
-/// polls it once for what has already arrived. A connection cut silently
-/// is not found out here: `CAIRN_DATABASE_TIMEOUT` bounds that one.
-fn is_dead(conn: &mut PgConn) -> bool {
-    use postgres::fallible_iterator::FallibleIterator as _;
-    let _ = conn.client.notifications().iter().next();
-    conn.client.is_closed()
-}
-
-fn connect(config: &postgres::Config) -> Result<PgConn, StoreError> {
-    let client = config.connect(NoTls).context("connecting to PostgreSQL")?;
-    Ok(PgConn {
-        client,
-        statements: HashMap::new(),
-    })
-}
-
-impl LedgerStore for PgStore {
-    fn append_batch(
+    /// One attempt at a batch: `Ok(Err(_))` when BEGIN failed, so that
+    /// nothing of the batch was sent and it may be tried again.
+    #[allow(clippy::type_complexity)]
+    fn append_once(
         &self,
         batch: &[WriteRequest],
-    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
-        let names: HashSet<String> = batch.iter().map(|r| request_org(r).to_owned()).collect();
+        names: HashSet<String>,
+    ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
         self.with_writer(|conn, cache| {
             // Dropping the transaction without commit (an error below) rolls
             // the whole batch back and releases the locks.
-            let mut tx = conn.client.transaction().context("starting a batch")?;
+            let mut tx = match conn.client.transaction() {
+                Ok(tx) => tx,
+                Err(e) => return Ok(Err(e)),
+            };
             let db = Db {
                 client: &mut tx,
                 statements: &mut conn.statements,
@@ -1779,8 +1736,65 @@ impl LedgerStore for PgStore {
             for (org, _) in overlay.keys.keys() {
                 cache.keys.remove(org);
             }
-            Ok(results)
+            Ok(Ok(results))
         })
+    }
+
+    /// Checkpoints one org if it is due, under its lock.
+    fn checkpoint_if_due(
+        &self,
+        conn: &mut PgConn,
+        cache: &mut Cache,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = conn.client.transaction().context("starting a checkpoint")?;
+        let db = Db {
+            client: &mut tx,
+            statements: &mut conn.statements,
+        };
+        let mut pg_tx = PgTx::begin(db, HashSet::from([name.to_owned()]), cache)?;
+        let Some(mut org) = pg_tx.orgs.get(name).cloned() else {
+            return Ok(());
+        };
+        let engine = self.engine();
+        if org.foreign || !engine.due(&org) {
+            return Ok(());
+        }
+        engine.checkpoint(&mut pg_tx, name, &mut org)?;
+        pg_tx.flush()?;
+        drop(pg_tx);
+        tx.commit().context("committing a checkpoint")
+    }
+}
+
+fn connect(config: &postgres::Config) -> Result<PgConn, StoreError> {
+    let client = config.connect(NoTls).context("connecting to PostgreSQL")?;
+    Ok(PgConn {
+        client,
+        statements: HashMap::new(),
+    })
+}
+
+impl LedgerStore for PgStore {
+    fn append_batch(
+        &self,
+        batch: &[WriteRequest],
+    ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
+        let names: HashSet<String> = batch.iter().map(|r| request_org(r).to_owned()).collect();
+        match self.append_once(batch, names.clone())? {
+            Ok(results) => Ok(results),
+            // BEGIN failed, so nothing of the batch was sent. If that was
+            // because the writer connection had died while idle (the
+            // database restarted, the network was reset), the batch is
+            // started once more on a new connection instead of failing.
+            Err(_) => match self.append_once(batch, names)? {
+                Ok(results) => Ok(results),
+                Err(e) => Err(StoreError::Postgres {
+                    context: "starting a batch".into(),
+                    source: e,
+                }),
+            },
+        }
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
