@@ -53,6 +53,7 @@ struct Outcome {
     answered: u64,
     status: u16,
     code: String,
+    message: String,
     /// For a `201`: (session, step index, seq, trace id).
     ack: Option<(String, u64, u64, String)>,
 }
@@ -110,6 +111,7 @@ impl Load {
                             answered,
                             status: reply.status,
                             code: String::new(),
+                            message: String::new(),
                             ack: None,
                         };
                         if reply.status == 201 {
@@ -129,6 +131,7 @@ impl Load {
                                 reply.status
                             );
                             outcome.code = v["error"]["code"].as_str().unwrap().to_owned();
+                            outcome.message = v["error"]["message"].as_str().unwrap().to_owned();
                         }
                         outcomes.push(outcome);
                         if reply.status != 201 {
@@ -200,18 +203,22 @@ fn through_fault(
     off();
     load.enter(RECOVERED);
     // Recovery: the next writes succeed, without a restart.
+    let mut last = String::new();
     let recovered = wait_for(Duration::from_secs(20), || {
-        call(
+        let reply = call(
             server.addr,
             "POST",
             "/v1/steps",
             Some(token),
             Some(json!({"session_id": "probe", "agent_id": "probe", "step_type": "thinking", "content": "back?"}).to_string().as_bytes()),
-        )
-        .status
-            == 201
+        );
+        last = format!("{} {}", reply.status, reply.text());
+        reply.status == 201
     });
-    assert!(recovered, "writes still fail after the fault was removed");
+    assert!(
+        recovered,
+        "writes still fail after the fault was removed: {last}"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_alive(server);
     let outcomes = load.finish();
@@ -238,6 +245,9 @@ fn through_fault(
             .collect::<BTreeSet<_>>(),
         after_failed.len()
     );
+    if let Some(o) = during.first() {
+        eprintln!("for example: {} {}: {}", o.status, o.code, o.message);
+    }
     assert!(before > 0, "no write succeeded before the fault");
     assert!(!during.is_empty(), "no write was made during the fault");
     for o in &during {

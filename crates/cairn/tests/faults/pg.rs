@@ -81,14 +81,17 @@ impl Proxy {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
+                // The mode is read under the lock that a cut or a restore
+                // holds while it changes the mode and closes the sockets,
+                // so no connection slips between the two.
+                let mut sockets = held.lock().unwrap();
                 match m.load(Ordering::SeqCst) {
                     RESET => drop(client),
-                    SILENT => held.lock().unwrap().push(client),
+                    SILENT => sockets.push(client),
                     _ => {
                         let Ok(server) = TcpStream::connect(upstream) else {
                             continue;
                         };
-                        let mut sockets = held.lock().unwrap();
                         sockets.push(client.try_clone().unwrap());
                         sockets.push(server.try_clone().unwrap());
                         let (a, b) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -106,28 +109,29 @@ impl Proxy {
         }
     }
 
-    /// Closes every connection it holds (both sides see them end).
-    fn close_all(&self) {
-        for socket in self.sockets.lock().unwrap().drain(..) {
-            let _ = socket.shutdown(Shutdown::Both);
+    /// Switches to `mode`; with `close`, closes every connection it holds
+    /// (both sides see them end).
+    fn switch(&self, mode: u8, close: bool) {
+        let mut sockets = self.sockets.lock().unwrap();
+        self.mode.store(mode, Ordering::SeqCst);
+        if close {
+            for socket in sockets.drain(..) {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
         }
     }
 
     /// Cuts the network: `RESET` closes every connection and refuses new
     /// ones; `SILENT` answers nothing, on old connections and new ones.
     fn cut(&self, mode: u8) {
-        self.mode.store(mode, Ordering::SeqCst);
-        if mode == RESET {
-            self.close_all();
-        }
+        self.switch(mode, mode == RESET);
     }
 
     /// Heals the network. Connections that lived through the cut are
     /// closed, as a partition's end finds them: the bytes lost in silence
     /// cannot be sent again.
     fn restore(&self) {
-        self.close_all();
-        self.mode.store(PASS, Ordering::SeqCst);
+        self.switch(PASS, true);
     }
 }
 
