@@ -2459,3 +2459,36 @@ impl LedgerStore for PgStore {
         self.key.signer.name()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::bound_network_waits;
+    use std::time::Duration;
+
+    #[test]
+    fn network_waits_are_bounded_unless_the_url_says_otherwise() {
+        let mut config: postgres::Config = "host=db user=cairn".parse().unwrap_or_default();
+        bound_network_waits(&mut config, Duration::from_secs(30));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(30)));
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(30))
+        );
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(15));
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(config.get_keepalives_retries(), Some(3));
+
+        let mut config: postgres::Config =
+            "host=db connect_timeout=3 keepalives=0 tcp_user_timeout=7"
+                .parse()
+                .unwrap_or_default();
+        bound_network_waits(&mut config, Duration::from_secs(30));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
+        assert!(!config.get_keepalives());
+    }
+}
