@@ -196,6 +196,11 @@ pub struct PgOptions {
     pub embedding_sample_rate: f64,
     /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
     pub max_clock_skew_s: u64,
+    /// How long a connection may get no answer from the network before it
+    /// is given up: the TCP connect timeout, TCP keepalive (idle, interval
+    /// and probes within it) and `TCP_USER_TIMEOUT` (data sent and never
+    /// acknowledged). Settings the URL gives itself are kept.
+    pub network_timeout: Duration,
 }
 
 impl PgOptions {
@@ -207,7 +212,30 @@ impl PgOptions {
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
+            network_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// Bounds how long a connection waits on a network that stopped answering
+/// (see [`PgOptions::network_timeout`]). Without it a partition leaves the
+/// writer waiting for the kernel to give up, many minutes, with every
+/// write queued behind it.
+fn bound_network_waits(config: &mut postgres::Config, timeout: Duration) {
+    let timeout = timeout.max(Duration::from_secs(1));
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(timeout);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(timeout);
+    }
+    // Probes start after half the timeout without traffic and three more
+    // fit in the rest, so an idle connection to a vanished peer is found
+    // dead within about the timeout.
+    if config.get_keepalives() && config.get_keepalives_interval().is_none() {
+        config.keepalives_idle(timeout / 2);
+        config.keepalives_interval((timeout / 6).max(Duration::from_secs(1)));
+        config.keepalives_retries(3);
     }
 }
 
@@ -1493,10 +1521,12 @@ impl PgStore {
     /// when the role is a superuser), and checks that the database's logs
     /// are signed with `key`, recording it if this is the first server.
     pub fn open(options: PgOptions, key: ServerKey) -> Result<PgStore, StoreError> {
-        let config: postgres::Config = options.url.parse().map_err(|e| StoreError::Postgres {
-            context: "parsing the database URL".into(),
-            source: e,
-        })?;
+        let mut config: postgres::Config =
+            options.url.parse().map_err(|e| StoreError::Postgres {
+                context: "parsing the database URL".into(),
+                source: e,
+            })?;
+        bound_network_waits(&mut config, options.network_timeout);
         let mut conn = connect(&config)?;
         migrate(&mut conn.client)?;
         install_guard(&mut conn.client)?;
@@ -1562,20 +1592,40 @@ impl PgStore {
             .as_mut()
             .ok_or_else(|| StoreError::Corrupt("no writer connection".into()))?;
         let mut cache = self.cache.lock().map_err(|_| poisoned())?;
-        f(conn, &mut cache)
+        let out = f(conn, &mut cache);
+        if out.is_err() {
+            // The cache may have been filled inside the failed transaction
+            // from its own uncommitted rows (agent keys registered earlier
+            // in the batch): forget it rather than trust what was rolled
+            // back. It is rebuilt from committed data under the next lock.
+            *cache = Cache::default();
+        }
+        out
     }
 
     /// Runs `f` with a pooled connection.
+    ///
+    /// A pooled connection may have died while idle (the database
+    /// restarted, the network was cut): the client finds out only when it
+    /// next uses it. Reads are idempotent, so a read whose connection turns
+    /// out closed empties the pool (its siblings died the same way) and
+    /// runs once more on a new connection: the first reads after an outage
+    /// succeed instead of each finding one dead connection.
     fn read<T>(
         &self,
-        f: impl FnOnce(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
+        mut f: impl FnMut(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let mut conn = match pooled {
             Some(c) if !c.client.is_closed() => c,
             _ => connect(&self.config)?,
         };
-        let out = f(&mut conn.db());
+        let mut out = f(&mut conn.db());
+        if out.is_err() && conn.client.is_closed() {
+            self.readers.lock().map_err(|_| poisoned())?.clear();
+            conn = connect(&self.config)?;
+            out = f(&mut conn.db());
+        }
         if !conn.client.is_closed()
             && let Ok(mut pool) = self.readers.lock()
             && pool.len() < 8
@@ -1615,7 +1665,7 @@ impl PgStore {
     fn with_tree<T>(
         &self,
         org_id: &str,
-        prove: impl FnOnce(
+        mut prove: impl FnMut(
             &PgTree<'_, postgres::Client>,
         ) -> Result<T, cairn_core::merkle::ProofError<StoreError>>,
     ) -> Result<T, StoreError> {
@@ -1635,6 +1685,58 @@ impl PgStore {
                 cairn_core::merkle::ProofError::Read(e) => e,
                 cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
             })
+        })
+    }
+
+    /// One attempt at a batch: `Ok(Err(_))` when BEGIN failed, so that
+    /// nothing of the batch was sent and it may be tried again.
+    #[allow(clippy::type_complexity)]
+    fn append_once(
+        &self,
+        batch: &[WriteRequest],
+        names: HashSet<String>,
+    ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
+        self.with_writer(|conn, cache| {
+            // Dropping the transaction without commit (an error below) rolls
+            // the whole batch back and releases the locks.
+            let mut tx = match conn.client.transaction() {
+                Ok(tx) => tx,
+                Err(e) => return Ok(Err(e)),
+            };
+            let db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
+            // The sessions the batch appends to or seals, one query per org.
+            let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
+            for request in batch {
+                let session = match request {
+                    WriteRequest::Step(s) => &s.session_id,
+                    WriteRequest::Prepared(p) => &p.step.session_id,
+                    WriteRequest::Seal { session_id, .. } => session_id,
+                    _ => continue,
+                };
+                if let Some(org) = pg_tx.orgs.get(request_org(request)) {
+                    wanted.entry(org.id).or_default().push(session.clone());
+                }
+            }
+            for (org, mut ids) in wanted {
+                ids.sort_unstable();
+                ids.dedup();
+                pg_tx.prefetch_sessions(org, &ids)?;
+            }
+            let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
+            pg_tx.flush()?;
+            drop(pg_tx);
+            tx.commit().context("committing a batch")?;
+            for org in overlay.orgs.into_values() {
+                cache.frontiers.insert(org.id, org.frontier);
+            }
+            for (org, _) in overlay.keys.keys() {
+                cache.keys.remove(org);
+            }
+            Ok(Ok(results))
         })
     }
 
@@ -1679,45 +1781,20 @@ impl LedgerStore for PgStore {
         batch: &[WriteRequest],
     ) -> Result<Vec<Result<Written, Refusal>>, StoreError> {
         let names: HashSet<String> = batch.iter().map(|r| request_org(r).to_owned()).collect();
-        self.with_writer(|conn, cache| {
-            // Dropping the transaction without commit (an error below) rolls
-            // the whole batch back and releases the locks.
-            let mut tx = conn.client.transaction().context("starting a batch")?;
-            let db = Db {
-                client: &mut tx,
-                statements: &mut conn.statements,
-            };
-            let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
-            // The sessions the batch appends to or seals, one query per org.
-            let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
-            for request in batch {
-                let session = match request {
-                    WriteRequest::Step(s) => &s.session_id,
-                    WriteRequest::Prepared(p) => &p.step.session_id,
-                    WriteRequest::Seal { session_id, .. } => session_id,
-                    _ => continue,
-                };
-                if let Some(org) = pg_tx.orgs.get(request_org(request)) {
-                    wanted.entry(org.id).or_default().push(session.clone());
-                }
-            }
-            for (org, mut ids) in wanted {
-                ids.sort_unstable();
-                ids.dedup();
-                pg_tx.prefetch_sessions(org, &ids)?;
-            }
-            let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
-            pg_tx.flush()?;
-            drop(pg_tx);
-            tx.commit().context("committing a batch")?;
-            for org in overlay.orgs.into_values() {
-                cache.frontiers.insert(org.id, org.frontier);
-            }
-            for (org, _) in overlay.keys.keys() {
-                cache.keys.remove(org);
-            }
-            Ok(results)
-        })
+        match self.append_once(batch, names.clone())? {
+            Ok(results) => Ok(results),
+            // BEGIN failed, so nothing of the batch was sent. If that was
+            // because the writer connection had died while idle (the
+            // database restarted, the network was reset), the batch is
+            // started once more on a new connection instead of failing.
+            Err(_) => match self.append_once(batch, names)? {
+                Ok(results) => Ok(results),
+                Err(e) => Err(StoreError::Postgres {
+                    context: "starting a batch".into(),
+                    source: e,
+                }),
+            },
+        }
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
@@ -2380,5 +2457,38 @@ impl LedgerStore for PgStore {
 
     fn server_name(&self) -> &str {
         self.key.signer.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bound_network_waits;
+    use std::time::Duration;
+
+    #[test]
+    fn network_waits_are_bounded_unless_the_url_says_otherwise() {
+        let mut config: postgres::Config = "host=db user=cairn".parse().unwrap_or_default();
+        bound_network_waits(&mut config, Duration::from_secs(30));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(30)));
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(30))
+        );
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(15));
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(config.get_keepalives_retries(), Some(3));
+
+        let mut config: postgres::Config =
+            "host=db connect_timeout=3 keepalives=0 tcp_user_timeout=7"
+                .parse()
+                .unwrap_or_default();
+        bound_network_waits(&mut config, Duration::from_secs(30));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
+        assert!(!config.get_keepalives());
     }
 }

@@ -55,7 +55,22 @@ pub fn try_call(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> std::io::Result<Reply> {
+    try_call_within(addr, method, path, token, body, None)
+}
+
+/// [`try_call`] that gives up (an error of kind `WouldBlock` or
+/// `TimedOut`) when the server sends nothing for `patience`: a guard
+/// against a hung server, never a measure of its speed.
+pub fn try_call_within(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    patience: Option<std::time::Duration>,
+) -> std::io::Result<Reply> {
     let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(patience)?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));

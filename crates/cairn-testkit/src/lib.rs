@@ -17,6 +17,8 @@ pub struct PgCluster {
     dir: tempfile::TempDir,
     port: u16,
     as_user: Option<&'static str>,
+    /// `pg_ctl -o`: the server's options, kept for a restart.
+    options: String,
 }
 
 fn find(binary: &str) -> Option<PathBuf> {
@@ -85,7 +87,21 @@ impl PgCluster {
             .local_addr()
             .unwrap()
             .port();
-        let cluster = PgCluster { dir, port, as_user };
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} {}",
+            dir.path().display(),
+            if durable {
+                "-c shared_buffers=256MB -c max_wal_size=2GB"
+            } else {
+                "-c fsync=off -c full_page_writes=off"
+            }
+        );
+        let cluster = PgCluster {
+            dir,
+            port,
+            as_user,
+            options,
+        };
         let data = cluster.data_dir();
         cluster.run(
             &initdb,
@@ -100,29 +116,50 @@ impl PgCluster {
                 "--no-sync",
             ],
         );
-        let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} {}",
-            cluster.dir.path().display(),
-            if durable {
-                "-c shared_buffers=256MB -c max_wal_size=2GB"
-            } else {
-                "-c fsync=off -c full_page_writes=off"
-            }
-        );
-        cluster.run(
-            &pg_ctl,
+        cluster.pg_ctl_start(&pg_ctl);
+        Some(cluster)
+    }
+
+    fn pg_ctl_start(&self, pg_ctl: &Path) {
+        let data = self.data_dir();
+        self.run(
+            pg_ctl,
             &[
                 "-D",
                 data.to_str().unwrap(),
                 "-o",
-                &options,
+                &self.options,
                 "-l",
-                cluster.dir.path().join("log").to_str().unwrap(),
+                self.dir.path().join("log").to_str().unwrap(),
                 "-w",
                 "start",
             ],
         );
-        Some(cluster)
+    }
+
+    /// Stops the cluster the way a crash does (`pg_ctl stop -m
+    /// immediate`): every connection is cut, open transactions are lost,
+    /// and the next start recovers from the WAL.
+    pub fn kill(&self) {
+        let pg_ctl = find("pg_ctl").expect("pg_ctl is on PATH");
+        let data = self.data_dir();
+        self.run(
+            &pg_ctl,
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
+    }
+
+    /// Starts the cluster again, on the same port, after [`PgCluster::kill`].
+    pub fn restart(&self) {
+        let pg_ctl = find("pg_ctl").expect("pg_ctl is on PATH");
+        self.pg_ctl_start(&pg_ctl);
     }
 
     /// The cluster's data directory.

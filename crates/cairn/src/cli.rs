@@ -46,6 +46,12 @@ pub(crate) struct Cli {
     /// on one database must have the same key.
     #[arg(long, global = true, env = "CAIRN_DATABASE_URL")]
     database: Option<String>,
+    /// Seconds after which a PostgreSQL connection that gets no answer from
+    /// the network is given up (TCP connect, keepalive and unacknowledged
+    /// data): a partition then fails writes with 503 and the next batch
+    /// reconnects, instead of waiting for the kernel's minutes.
+    #[arg(long, global = true, env = "CAIRN_DATABASE_TIMEOUT", default_value = "30", value_parser = crate::serve_config::seconds)]
+    database_timeout: std::time::Duration,
     /// The org (tenant) to work in.
     #[arg(long, global = true, env = "CAIRN_ORG", default_value = "default")]
     pub(crate) org: String,
@@ -681,6 +687,7 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
             limits,
             embedding_sample_rate: cli.embedding_sample_rate,
             max_clock_skew_s: cli.max_clock_skew,
+            network_timeout: cli.database_timeout,
             ..PgOptions::new(url.clone())
         };
         let store = PgStore::open(options, key)

@@ -101,7 +101,7 @@ pub(crate) struct ServeLimits {
     metrics_token: Option<String>,
 }
 
-fn seconds(text: &str) -> Result<Duration, String> {
+pub(crate) fn seconds(text: &str) -> Result<Duration, String> {
     text.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)

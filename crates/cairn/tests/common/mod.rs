@@ -163,9 +163,22 @@ impl Drop for Server {
 /// `dir/data` (org `acme`) and, if `url` is given, that database; returns
 /// it and the admin key it printed, if it was the first.
 pub fn serve(dir: &Path, url: Option<&str>) -> (Server, Option<String>) {
+    serve_with(dir, url, &[], &[])
+}
+
+/// [`serve`] with more arguments and environment variables (a fault
+/// injection shim, shorter limits).
+pub fn serve_with(
+    dir: &Path,
+    url: Option<&str>,
+    args: &[&str],
+    envs: &[(&str, &std::ffi::OsStr)],
+) -> (Server, Option<String>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .envs(envs.iter().copied())
         .env("CAIRN_DATA_DIR", dir.join("data"))
         .env_remove("CAIRN_DATABASE_URL")
         .env("CAIRN_ORG", "acme")
