@@ -22,6 +22,15 @@ pub fn nearest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     if let Some(same) = known.iter().find(|k| fold(k) == folded) {
         return Some(same);
     }
+    // A shortened or lengthened name (`agent` for `agent_id`).
+    if folded.chars().count() >= 3
+        && let Some(longer) = known.iter().find(|k| {
+            let k = fold(k);
+            k.starts_with(&folded) || folded.starts_with(&k)
+        })
+    {
+        return Some(longer);
+    }
     let limit = (name.chars().count() / 3).clamp(1, 3);
     known
         .iter()
@@ -91,7 +100,8 @@ pub fn refuse_unknown_params<'a>(
             let mut e = unknown_field("", name, known);
             e.message = e
                 .message
-                .replace("unknown field", "unknown query parameter");
+                .replace("unknown field", "unknown query parameter")
+                .replace("the known fields are", "the known parameters are");
             return Err(e);
         }
     }
@@ -179,6 +189,7 @@ mod tests {
         assert_eq!(nearest("verifyChain", &known), Some("verify_chain"));
         assert_eq!(nearest("Session-Id", &known), Some("session_id"));
         assert_eq!(nearest("zzz", &known), None);
+        assert_eq!(nearest("session", &known), Some("session_id"));
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 

@@ -119,3 +119,47 @@ fn otlp_json_bodies_must_be_objects() {
         }
     }
 }
+
+/// A misspelt member or query parameter is an error naming it and the
+/// nearest known name, on every endpoint: never silently dropped.
+#[test]
+fn misspellings_are_named_with_a_suggestion() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let mut misspelt = step("m1", "agent-1", "observation", "x");
+    misspelt["contnet"] = json!("lost?");
+    misspelt.as_object_mut().unwrap().remove("content");
+    let reply = post(&server, "/v1/steps", &admin, &misspelt);
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], "unknown_field");
+    assert_eq!(error["field"], "contnet");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean content?"),
+        "{error}"
+    );
+    assert_eq!(get(&server, "/v1/sessions/m1", &admin).status, 404);
+
+    for (path, parameter, suggestion) in [
+        ("/v1/sessions?agent=a", "agent", "agent_id"),
+        ("/v1/sessions?limt=5", "limt", "limit"),
+        ("/v1/export?sesion=s", "sesion", "session"),
+        ("/v1/search?q=x&limitt=3", "limitt", "limit"),
+        ("/v1/reviews?al=true", "al", "all"),
+    ] {
+        let reply = get(&server, path, &admin);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.text());
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "unknown_field", "{path}");
+        assert_eq!(error["field"], parameter, "{path}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("unknown query parameter"), "{message}");
+        assert!(
+            message.contains(&format!("did you mean {suggestion}?")),
+            "{message}"
+        );
+    }
+}
