@@ -1568,3 +1568,128 @@ def insider_cases(ledger):
 
 def test_insider_tamperings(ledger, tmp_path):
     _check(_compare_all(ledger, insider_cases(ledger), tmp_path), "insider")
+
+
+# -- rules the TypeScript verifier found Python reading differently ---------------------
+
+
+def _not_a_point() -> bytes:
+    """32 bytes that are no point of the curve."""
+    for y in range(2, 1000):
+        raw = y.to_bytes(32, "little")
+        if not ed25519.is_curve_point(raw):
+            return raw
+    raise AssertionError("no non-point found")
+
+
+def agreement_fix_cases(ledger):
+    """Each rule the Python verifier read differently from the Rust one
+    (found by the TypeScript verifier running beside both), with the reason
+    the Rust verifier gives; the test requires both verifiers to agree."""
+    base = Insider(ledger.bundles["complete"], ledger.server_seed())
+    keys = [ledger.vkey_text]
+    cases = []
+
+    def complete(name, expected, edit=None, after=None, keys=keys, **kw):
+        ins = base.copy()
+        if edit is not None:
+            edit(ins)
+        ins.rehash()
+        if after is not None:
+            after(ins)
+        cases.append((name, ins.complete(**kw), list(keys), [], expected))
+
+    def resign_trace(t):
+        payload = canonical({"components": t["components"], "trace_level": t["trace_level"]})
+        t["signature"] = base64.b64encode(ed25519.sign(SEED_C, payload)).decode()
+
+    def trace(fn, resign=False):
+        def edit(ins):
+            t = _of(ins, "signed-trace")["view"]["trace"]
+            fn(t)
+            if resign:
+                resign_trace(t)
+        return edit
+
+    # (a) 10.1: the genesis is checked before a complete bundle's `proof` is refused.
+    def wrong_genesis_with_proof(ins):
+        e = _of(ins, "session-start", "s2")
+        e["view"]["genesis"] = "00" * 32
+        e["proof"] = []
+    complete("complete-wrong-genesis-and-proof", "digest-mismatch", after=wrong_genesis_with_proof)
+    complete("complete-proof-member", "malformed-record", after=lambda ins: _of(ins, "session-start", "s2").update(proof=[]))
+    # (b) A registered agent key that is no curve point is malformed when read.
+    def key_not_point(ins):
+        view = _of(ins, "key-registration")["view"]
+        raw = _not_a_point()
+        view["public_key"] = base64.b64encode(raw).decode()
+        view["key_id"] = _key_id(raw)
+    complete("agent-key-not-a-point", "malformed-record", key_not_point)
+    # (c) Years 0000 to 9999 (2.3); year 0 is a leap year.
+    complete("audit-event-at-year-0000", None, lambda ins: _of(ins, "audit-event")["view"].update(
+        at="0000-02-29T00:00:00.000000Z"))
+    complete("audit-event-at-0000-02-30", "malformed-record", lambda ins: _of(ins, "audit-event")["view"].update(
+        at="0000-02-30T00:00:00.000000Z"))
+    complete("audit-event-at-9999-12-31", None, lambda ins: _of(ins, "audit-event")["view"].update(
+        at="9999-12-31T23:59:59.999999Z"))
+    complete("step-created-at-year-0000", "bad-timestamp", lambda ins: _of(ins, "step", "s4", 0)["fields"].update(
+        created_at="0000-01-01T00:00:00.000000Z"))
+    # (d) At most 100 signatures on a note; the bound is checked before an
+    # exact repeat is dropped (so 100 distinct and a repeat are too many).
+    def many_signatures(others, repeats=0):
+        note = base.copy().rehash().checkpoint()
+        text, block = note[: note.rfind("\n\n") + 2], note[note.rfind("\n\n") + 2:]
+        lines = [f"\u2014 witness{i} {base64.b64encode(bytes([i]) * 68).decode()}\n" for i in range(others)]
+        return text + block + "".join(lines) + lines[-1] * repeats
+    complete("checkpoint-100-signatures", None, checkpoint=many_signatures(99))
+    complete("checkpoint-100-signatures-and-repeats-below", None, checkpoint=many_signatures(98, repeats=5))
+    complete("checkpoint-100-signatures-and-a-repeat", "malformed-record", checkpoint=many_signatures(99, repeats=1))
+    complete("checkpoint-101-signatures", "malformed-record", checkpoint=many_signatures(100))
+    # (d) Signed traces (7.4): levels, identifiers, RFC 3339 times, event types that name a kind.
+    complete("trace-level-full", None, trace(lambda t: t.update(trace_level="full"), resign=True))
+    complete("trace-level-full-traces", None, trace(lambda t: t.update(trace_level="full_traces"), resign=True))
+    complete("trace-id-not-an-identifier", "malformed-record", trace(lambda t: t.update(trace_id="not an id")))
+    complete("trace-agent-not-an-identifier", "malformed-record", trace(lambda t: t.update(agent_id_hash="a/b")))
+    complete("trace-thought-id-null", None, trace(lambda t: t.update(thought_id=None)))
+    complete("trace-thought-id-not-an-identifier", "malformed-record", trace(lambda t: t.update(thought_id="x y")))
+    complete("trace-started-at-offset", None, trace(lambda t: t.update(started_at="2026-02-08T14:34:56.123+02:00")))
+    complete("trace-started-at-nanoseconds", None, trace(lambda t: t.update(started_at="2026-02-08t12:34:56.123456789z")))
+    complete("trace-started-at-not-rfc3339", "malformed-record", trace(lambda t: t.update(started_at="2026-02-08 12:34")))
+    complete("trace-started-at-before-year-0", "malformed-record", trace(lambda t: t.update(
+        started_at="0000-01-01T00:30:00+01:00")))
+    complete("trace-completed-at-bad-offset", "malformed-record", trace(lambda t: t.update(
+        completed_at="2026-02-08T12:34:58Z+24:00")))
+    complete("trace-component-time-not-rfc3339", "malformed-record", trace(
+        lambda t: t["components"][1].update(timestamp="yesterday"), resign=True))
+    complete("trace-event-type-not-a-kind", "malformed-record", trace(
+        lambda t: t["components"][1].update(event_type="LUNCH_BREAK"), resign=True))
+    complete("trace-event-type-bracketed-japanese", None, trace(
+        lambda t: t["components"][1].update(event_type=" [思考]\u3000"), resign=True))
+    complete("trace-event-type-kind-spelling", None, trace(
+        lambda t: t["components"][1].update(event_type="Tool-Call"), resign=True))
+    # (d) A selection's records lie below its own checkpoint_size (10.4).
+    def selection_smaller(ins, kw):
+        n = len(ins.entries)
+        sel = ins.select({"session": "s2"}, "detailed", n)
+        sel["checkpoint_size"] = sel["records"][-1][0]
+        return {**kw, "selection": sel}
+    ins = base.copy().rehash()
+    cases.append(("partial-selection-record-beyond-its-size",
+                  ins.partial({"session": "s2"}, "detailed", **selection_smaller(ins, {})), keys, [], "malformed-record"))
+    # (d) The header's server key is a curve point (read when no key is pinned).
+    def header_key_not_point(ins):
+        raw = b"\x01" + _not_a_point()
+        key_id = V._sha256(ins.name.encode() + b"\n" + raw)[:4].hex()
+        ins.header["server_key"] = f"{ins.name}+{key_id}+{base64.b64encode(raw).decode()}"
+    complete("header-server-key-not-a-point", "malformed-record", header_key_not_point, keys=[])
+    return cases
+
+
+def test_verifier_agreement_fixes(ledger, tmp_path):
+    cases = agreement_fix_cases(ledger)
+    results = _compare_all(ledger, [case[:4] for case in cases], tmp_path)
+    report = _report(results)
+    assert not report, report
+    for (name, _, _, _, expected), (_, rust, python, _) in zip(cases, results):
+        assert rust["reason"] == expected, (name, rust)
+        assert python["reason"] == expected, (name, python)

@@ -120,6 +120,12 @@ def _decompress_lenient(data: bytes) -> Point | None:
     return (x, y, 1, x * y % _P)
 
 
+def is_curve_point(data: bytes) -> bool:
+    """Whether 32 bytes decode to a point of the curve as curve25519-dalek
+    decompresses them (what the Rust reader requires of a public key)."""
+    return _decompress_lenient(data) is not None
+
+
 def _small_order(point: Point) -> bool:
     eight = _add(point, point)
     eight = _add(eight, eight)

@@ -23,7 +23,6 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from . import ed25519
@@ -55,11 +54,12 @@ _KINDS = frozenset({
     "plan", "decision", "waiting_approval", "tool_call", "tool_result", "action", "error",
     "correction", "summary", "reflection", "final_answer",
 })
+_COMPACT_KINDS = frozenset(k.replace("_", "") for k in _KINDS)
 _STRICT_KINDS = frozenset({"plan", "analysis", "decision", "reflection"})
 _LINKS = frozenset({"approval_request", "audit_event", "corrects", "parent", "policy_decision", "tool_call"})
 _OP_TYPES = ("session-start", "seal", "erasure", "review", "key-registration", "key-revocation",
              "audit-event", "signed-trace")
-_TRACE_LEVELS = {"generic": 0, "detailed": 1, "full_traces": 2}
+_TRACE_LEVELS = {"generic": "generic", "detailed": "detailed", "full": "full", "full_traces": "full"}
 _MAX_PROOF = 128
 
 #: The reason codes of FORMAT.md 9.1.
@@ -348,9 +348,14 @@ def _parse_vkey(text: str) -> _Key:
         raise ValueError("a vkey's key id is 8 lowercase hex digits")
     if raw is None or len(raw) != 33 or raw[0] != 0x01:
         raise ValueError("not an Ed25519 vkey")
+    if not ed25519.is_curve_point(raw[1:]):
+        raise ValueError("a vkey's key is not an Ed25519 point")
     if _sha256(name.encode() + b"\n" + raw)[:4] != key_id:
         raise ValueError("the vkey's key id does not match its key")
     return _Key(name, key_id, raw[1:])
+
+
+_MAX_SIGNATURES = 100
 
 
 class _NoteMalformed(ValueError):
@@ -376,7 +381,8 @@ def _open_note(note: Any, keys: Sequence[_Key]) -> str:
     text, block = note[: split + 1], note[split + 2:]
     if not block or not block.endswith("\n"):
         raise _NoteMalformed("a signed note ends with its signature lines")
-    signatures = []
+    signatures: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
     for line in block[:-1].split("\n"):
         if not line.startswith("\u2014 "):
             raise _NoteMalformed(f"not a signature line: {line!r}")
@@ -384,7 +390,13 @@ def _open_note(note: Any, keys: Sequence[_Key]) -> str:
         raw = _b64decode(blob) if sep else None
         if raw is None or not _valid_key_name(name) or len(raw) < 5:
             raise _NoteMalformed(f"not a signature line: {line!r}")
-        signatures.append((name, raw))
+        # As the reference (and Cairn's Rust reader): the bound is checked
+        # before a repeated line is dropped.
+        if len(signatures) == _MAX_SIGNATURES:
+            raise _NoteMalformed(f"more than {_MAX_SIGNATURES} signatures")
+        if line not in seen:
+            seen.add(line)
+            signatures.append((name, raw))
     verified = False
     message = text.encode()
     for name, raw in signatures:
@@ -419,7 +431,9 @@ def _parse_checkpoint(text: str) -> tuple[str, int, bytes]:
 # -- forms (FORMAT.md 2, 5.2, 10.1) ---------------------------------------
 
 
-_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_TIMESTAMP = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{6})Z")
+_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?"
+                      r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))")
 _IDENT = re.compile(r"[A-Za-z0-9\-_.:@+=~]{1,200}")
 
 
@@ -431,19 +445,63 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+    algorithm, the one Cairn's Rust code uses)."""
+    y = year - 1 if month <= 2 else year
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    return era * 146_097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719_468
+
+
+# Timestamps run from 0000-01-01 to 9999-12-31 (FORMAT.md 2.3), as in the
+# Rust verifier; Python's datetime, which starts at year 1, is not used.
+_MIN_MICROS = _days_from_civil(0, 1, 1) * 86_400_000_000
+_MAX_MICROS = _days_from_civil(10_000, 1, 1) * 86_400_000_000 - 1
+
+
+def _civil_micros(parts: Sequence[str], fraction: str, offset_minutes: int) -> Optional[int]:
+    year, month, day, hour, minute, second = (int(p) for p in parts)
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    days = 29 if month == 2 and leap else 28 if month == 2 else 30 if month in (4, 6, 9, 11) else 31
+    if not (1 <= month <= 12 and 1 <= day <= days and hour <= 23 and minute <= 59 and second <= 59):
+        return None
+    # Digits beyond the sixth are truncated: Cairn records microseconds.
+    micros = int(fraction[:6].ljust(6, "0"))
+    seconds = _days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60
+    result = seconds * 1_000_000 + micros
+    return result if _MIN_MICROS <= result <= _MAX_MICROS else None
+
+
+def _canonical_micros(v: Any) -> Optional[int]:
+    """Microseconds since 1970 of a canonical timestamp, or None."""
+    match = _TIMESTAMP.fullmatch(v) if isinstance(v, str) else None
+    return _civil_micros(match.groups()[:6], match.group(7), 0) if match else None
+
+
 def _is_ts(v: Any) -> bool:
-    if not isinstance(v, str) or len(v) != 27 or not _TIMESTAMP.fullmatch(v):
-        return False
-    try:
-        datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ")
-    except ValueError:
-        return False
-    return True
+    return _canonical_micros(v) is not None
 
 
 def _micros(ts: str) -> int:
-    t = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-    return (t.toordinal() * 86400 + t.hour * 3600 + t.minute * 60 + t.second) * 1_000_000 + t.microsecond
+    micros = _canonical_micros(ts)
+    assert micros is not None, ts
+    return micros
+
+
+def _is_rfc3339(v: Any) -> bool:
+    """An RFC 3339 date-time as FORMAT.md 7.4 reads a signed trace's."""
+    match = _RFC3339.fullmatch(v) if isinstance(v, str) else None
+    if not match:
+        return False
+    offset = 0
+    if match.group(8) is None:
+        hours, minutes = int(match.group(10)), int(match.group(11))
+        if hours > 23 or minutes > 59:
+            return False
+        offset = (hours * 60 + minutes) * (-1 if match.group(9) == "-" else 1)
+    return _civil_micros(match.groups()[:6], match.group(7) or "", offset) is not None
 
 
 def _is_id(v: Any) -> bool:
@@ -504,7 +562,8 @@ _VIEWS: dict[str, dict[str, Any]] = {
     },
     "key-registration": {
         "org_id": _is_id, "agent_id": _is_id, "key_id": _is_id,
-        "public_key": lambda v: (lambda raw: raw is not None and len(raw) == 32)(_b64decode(v)),
+        "public_key": lambda v: (lambda raw: raw is not None and len(raw) == 32 and ed25519.is_curve_point(raw))(
+            _b64decode(v)),
         "registered_at": _is_ts,
     },
     "key-revocation": {
@@ -518,29 +577,64 @@ _VIEWS: dict[str, dict[str, Any]] = {
 }
 
 
+# Unicode White_Space, what Rust's str::trim removes (Python's str.strip
+# also removes U+001C to U+001F).
+_WHITE_SPACE = "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680" + "".join(
+    chr(c) for c in range(0x2000, 0x200B)) + "\u2028\u2029\u202f\u205f\u3000"
+_JAPANESE_KINDS = frozenset({"思考", "計画", "承認待ち", "実行", "エラー"})
+_EXTRA_KIND_WORDS = frozenset({
+    "thought", "thinking", "thoughtstart", "snapshotandcontext", "dmaresults", "idmaresult", "aspdmaresult",
+    "conscienceresult", "planstep", "execute", "actionresult",
+})
+
+
+def _names_a_kind(label: str) -> bool:
+    """Whether a seed-004 `event_type` names a step kind (FORMAT.md 7.4)."""
+    trimmed = label.strip(_WHITE_SPACE)
+    bare = trimmed[1:-1] if len(trimmed) >= 2 and trimmed.startswith("[") and trimmed.endswith("]") else trimmed
+    if bare in _JAPANESE_KINDS:
+        return True
+    key = "".join(c.lower() if "A" <= c <= "Z" else c for c in bare if c not in "_-")
+    return key in _COMPACT_KINDS or key in _EXTRA_KIND_WORDS
+
+
 def _is_trace(trace: Any) -> bool:
     """The form of a seed-004 complete trace (7.4), as the Rust verifier reads
-    it: the members 7.4 lists are required, `thought_id`, `task_id` and
-    `completed_at` are optional strings, other members are kept as given."""
+    it: `null` counts as absent; `trace_id`, `agent_id_hash` and
+    `signature_key_id` are identifiers, `thought_id` and `task_id` optional
+    ones; `trace_level` generic, detailed, full or full_traces; the
+    signature 64 bytes; at least one component, each with a string
+    `component_type`, an `event_type` that names a step kind and an RFC 3339
+    `timestamp`; `started_at` and the optional `completed_at` RFC 3339.
+    Other members are kept as given."""
     if not isinstance(trace, dict):
         return False
-    for name in ("trace_id", "agent_id_hash", "started_at", "signature_key_id"):
-        if not isinstance(trace.get(name), str):
+    for name in ("trace_id", "agent_id_hash", "signature_key_id"):
+        if not _is_id(trace.get(name)):
             return False
-    for name in ("thought_id", "task_id", "completed_at"):
-        if trace.get(name) is not None and not isinstance(trace[name], str):
+    for name in ("thought_id", "task_id"):
+        if trace.get(name) is not None and not _is_id(trace[name]):
             return False
-    if trace.get("trace_level") not in _TRACE_LEVELS:
+    level = trace.get("trace_level")
+    if not isinstance(level, str) or level not in _TRACE_LEVELS:
+        return False
+    signature = _b64decode(trace.get("signature"))
+    if signature is None or len(signature) != 64:
         return False
     components = trace.get("components")
     if not isinstance(components, list) or not components:
         return False
     for component in components:
-        if not isinstance(component, dict) or not all(
-                isinstance(component.get(name), str) for name in ("component_type", "event_type", "timestamp")):
+        if not isinstance(component, dict):
             return False
-    signature = _b64decode(trace.get("signature"))
-    return signature is not None and len(signature) == 64
+        event_type = component.get("event_type")
+        if not isinstance(event_type, str) or not _names_a_kind(event_type):
+            return False
+        if not isinstance(component.get("component_type"), str) or not _is_rfc3339(component.get("timestamp")):
+            return False
+    if not _is_rfc3339(trace.get("started_at")):
+        return False
+    return trace.get("completed_at") is None or _is_rfc3339(trace["completed_at"])
 
 # Step field -> check of its JSON value (3.1). Only the JSON types are
 # checked here, as the Rust verifier does: the identifier syntax of 2.4, the
@@ -590,8 +684,10 @@ class _Entry:
                             self.record_hash, self.logged_at.encode()))
 
 
-def _decode_entry(obj: Any, line: int, complete: bool) -> _Entry:
-    """The form of an entry line (10.1): _Malformed otherwise."""
+def _decode_entry(obj: Any, line: int) -> _Entry:
+    """The form of an entry line (10.1): _Malformed otherwise. A `proof` is
+    read in any bundle: a complete bundle refuses it after the genesis check
+    (10.1, step 4)."""
     _need(isinstance(obj, dict), "an entry line is a JSON object")
     kind = obj.get("type")
     if kind == "step":
@@ -601,7 +697,7 @@ def _decode_entry(obj: Any, line: int, complete: bool) -> _Entry:
         required = ("seq", "type", "logged_at", "view", "hash")
     else:
         raise _Malformed(f"unknown entry type {kind!r}")
-    _members(obj, required, () if complete else ("proof",), "the entry")
+    _members(obj, required, ("proof",), "the entry")
     _need(_is_uint(obj["seq"]), "seq is a non-negative integer")
     _need(_is_ts(obj["logged_at"]), "logged_at is a canonical timestamp")
     record_hash = _hexbytes(obj["hash"], 32)
@@ -650,7 +746,9 @@ def _decode_entry(obj: Any, line: int, complete: bool) -> _Entry:
     return entry
 
 
-def _decode_selection(obj: Any, size: int) -> dict:
+def _decode_selection(obj: Any) -> dict:
+    """A selection's form; its record seqs lie below its own
+    `checkpoint_size` (equality with the bundle's is checked later)."""
     selection = _members(obj, ("checkpoint_size", "scope", "level", "sessions", "records"), (), "selection")
     _need(_is_uint(selection["checkpoint_size"]), "checkpoint_size is a non-negative integer")
     scope = selection["scope"]
@@ -679,7 +777,7 @@ def _decode_selection(obj: Any, size: int) -> dict:
         _need(isinstance(item, list) and len(item) == 2 and _is_uint(item[0]) and item[1] in _OP_TYPES,
               "a selected record is [seq, operational entry type]")
         _need(item[0] > previous, "selected records are in strictly increasing seq")
-        _need(item[0] < size, "a selected record lies beyond the checkpoint")
+        _need(item[0] < selection["checkpoint_size"], "a selected record lies beyond the selection's checkpoint")
         previous = item[0]
     return selection
 
@@ -903,7 +1001,7 @@ class _Verifier:
             raise _Fail("missing-proof", "a partial bundle needs its signed selection here")
         try:
             _members(obj, ("selection", "note"), (), "the selection line")
-            selection = _decode_selection(obj["selection"], self.size)
+            selection = _decode_selection(obj["selection"])
         except _Malformed as e:
             raise _Fail("malformed-record", f"the selection: {e}") from None
         text = self._open(obj["note"], "the selection note")
@@ -943,7 +1041,7 @@ class _Verifier:
         self.checked += 1
         stated = obj.get("seq") if isinstance(obj, dict) else None
         try:
-            entry = _decode_entry(obj, self.line, self.complete)
+            entry = _decode_entry(obj, self.line)
         except _Malformed as e:
             raise _Fail("malformed-record", str(e),
                         Position(seq=stated if _is_uint(stated) else None)) from None
@@ -957,6 +1055,8 @@ class _Verifier:
                 raise _Fail("digest-mismatch",
                             f"the session start's genesis is not the one its header gives ({genesis.hex()})",
                             Position(seq=entry.seq))
+        if self.complete and entry.proof is not None:
+            raise _Fail("malformed-record", "an entry of a complete bundle carries no proof", Position(seq=entry.seq))
         if self.complete:
             self._complete_entry(entry)
         else:
