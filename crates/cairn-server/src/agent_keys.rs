@@ -59,6 +59,7 @@ pub(crate) async fn revoke(
     caller.require(caller.key.role.can_write(), "revoke agent keys")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
+    crate::members(&v, &["agent_id", "reason"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let reason = optional_string(&v, "reason")?.unwrap_or_else(|| "revoked".into());
     let request = WriteRequest::RevokeKey {
@@ -81,6 +82,7 @@ pub(crate) async fn rotate(
     caller.require(caller.key.role.can_write(), "rotate agent keys")?;
     Caller::require_enabled(&state)?;
     let v = parse_json(&body)?;
+    crate::members(&v, &["agent_id", "public_key"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;
     let request = WriteRequest::RotateKey {

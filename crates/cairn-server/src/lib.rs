@@ -484,7 +484,7 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 
 /// A request body that must be a JSON object with only these members;
 /// an unknown member is refused, naming it.
-fn members<'a>(
+pub(crate) fn members<'a>(
     body: &'a Value,
     allowed: &[&str],
 ) -> Result<&'a serde_json::Map<String, Value>, ApiError> {
