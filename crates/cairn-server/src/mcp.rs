@@ -53,7 +53,7 @@ fn tool_error(e: ApiError) -> ToolResult {
 }
 
 /// A tool's arguments, read with the rules every surface shares
-/// ([`crate::input::typed`]): an unknown, missing or mistyped argument is
+/// (`input::typed`): an unknown, missing or mistyped argument is
 /// a tool error in the one error shape, naming the field (and, for a
 /// misspelling, the nearest known one), which the model can correct,
 /// rather than a protocol error with serde's text. Named `Parameters`
