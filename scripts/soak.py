@@ -696,6 +696,8 @@ def run_sampling(server, stats, args):
     have passed, printing a line per sample."""
     rows = []
     started = time.monotonic()
+    print("per interval: err = well-behaved errors, bad = unexpected hostile answers; latency columns are"
+          " the highest p50, p99 and max over the well-behaved operations, then the operation with the highest p99")
     print(f"{'t':>6} {'RSS MiB':>8} {'fds':>5} {'thr':>4} {'req/s':>7} {'err':>4} {'bad':>4}"
           f" {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  slowest p99", flush=True)
     while True:
