@@ -55,7 +55,6 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -512,7 +511,7 @@ class Hostile:
         http = Http(self.port, token, timeout=30)
         try:
             return http.request(method, path, body, headers)[0]
-        except (http_errors()) as e:
+        except (OSError, http.client.HTTPException) as e:   # cut or timed out: a failure
             return f"cut: {type(e).__name__}"
         finally:
             http.close()
@@ -567,10 +566,6 @@ class Hostile:
             return http.request("POST", "/mcp", init, MCP_HEADERS)[0]
         finally:
             http.close()
-
-
-def http_errors():
-    return (OSError, http.client.HTTPException)
 
 
 def status_of(head):

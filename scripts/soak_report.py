@@ -118,6 +118,11 @@ def report(server, orgs, stats, rows, idle, settled, args, tail, hostile_answers
     check("hostile clients got only their 4xx, 429 or 503", not unexpected,
           f"unexpected: {sorted(unexpected)}" if unexpected else f"{sum(stats.count[op] for op in hostile_ops)} requests")
     check("hostile clients ran", set(hostile_answers) <= set(hostile_ops), f"ran: {hostile_ops}")
+    # The hoarder opens a session every 5 s and never closes one: past the
+    # per-key limit (16) it must be refused.
+    hoarded = stats.outcomes["mcp_hoarder"]
+    if sum(hoarded.values()) > 16:
+        check("MCP sessions per key bounded", hoarded.get("429", 0) > 0, f"hoarder answers: {dict(hoarded)}")
     check("the server lived through the load", server.alive() and len(rows) > 0,
           f"{len(rows)} samples" if server.alive() else f"exited {server.proc.returncode}")
 
