@@ -55,6 +55,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -651,6 +652,18 @@ def main():
     server = Server(os.path.abspath(args.cairn), os.path.join(workdir, "data"), workdir)
     orgs = [Org(name, server.create_admin(name)) for name in BUSY_ORGS + [QUIET_ORG]]
     server.start()
+    try:
+        summary = run(server, orgs, workdir, args)
+    finally:
+        if server.alive():     # the run failed early: leave no server behind
+            server.proc.kill()
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(0 if summary["passed"] else 1)
+
+
+def run(server, orgs, workdir, args):
+    """The load, the sampling and the checks; returns the summary."""
     for org in orgs:
         org.make_keys(server.port)
     time.sleep(1.0)
@@ -681,9 +694,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"samples": rows, "summary": summary}, f, indent=1)
-    if not args.keep:
-        subprocess.run(["rm", "-rf", workdir])
-    sys.exit(0 if summary["passed"] else 1)
+    return summary
 
 
 def run_sampling(server, stats, args):
