@@ -85,6 +85,16 @@ export interface ExportOptions {
   until?: string;
   all?: boolean;
   level?: DetailLevel;
+  /** Add a consistency line from this earlier log size (one you trust) to the bundle's checkpoint. */
+  sinceSize?: number;
+}
+
+/** Base64 of a signed checkpoint note, as the verify endpoints take it. */
+function noteParam(note: string): string {
+  const bytes = new TextEncoder().encode(note);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary);
 }
 
 export interface RetryOptions {
@@ -128,7 +138,7 @@ export class CairnError extends Error {
   }
 }
 
-type Query = Record<string, string | number | boolean | undefined>;
+type Query = Record<string, string | number | boolean | readonly string[] | undefined>;
 
 interface RequestOptions {
   query?: Query;
@@ -177,7 +187,12 @@ export class CairnClient {
 
   private url(path: string, query?: Query): string {
     const params = new URLSearchParams();
-    for (const [name, value] of Object.entries(query ?? {})) if (value !== undefined) params.set(name, String(value));
+    for (const [name, value] of Object.entries(query ?? {})) {
+      if (value === undefined) continue;
+      // A repeatable parameter (trusted checkpoints, pinned keys).
+      if (Array.isArray(value)) for (const item of value) params.append(name, String(item));
+      else params.set(name, String(value));
+    }
     const text = params.toString();
     return this.baseUrl + path + (text ? `?${text}` : "");
   }
@@ -400,9 +415,12 @@ export class CairnClient {
 
   // -- the log, proofs and exports -------------------------------------------------
 
-  /** `GET /v1/verify`: the server verifies the whole org. */
-  verify(): Promise<JsonRecord> {
-    return this.json("GET", "/v1/verify");
+  /**
+   * `GET /v1/verify`: the server verifies the whole org; with `trustedCheckpoints`
+   * (signed notes you kept), it also proves the log consistent with each.
+   */
+  verify(trustedCheckpoints: readonly string[] = []): Promise<JsonRecord> {
+    return this.json("GET", "/v1/verify", { query: { checkpoint: trustedCheckpoints.map(noteParam) } });
   }
 
   /** `GET /v1/checkpoint`: the latest signed checkpoint (a C2SP signed note). Keep it. */
@@ -422,13 +440,19 @@ export class CairnClient {
 
   /** `GET /v1/export`: a bundle (JSON Lines) that `verifyBundle` checks offline. */
   export(options: ExportOptions = {}): Promise<string> {
-    const { session, agent, since, until, all, level } = options;
-    return this.text("GET", "/v1/export", { query: { session, agent, since, until, all: all ? "true" : undefined, level } });
+    const { session, agent, since, until, all, level, sinceSize } = options;
+    return this.text("GET", "/v1/export", {
+      query: { session, agent, since, until, all: all ? "true" : undefined, level, since_size: sinceSize },
+    });
   }
 
   /** `POST /v1/bundles/verify`: the server's verdict on a bundle (prefer `verifyBundle`, which trusts no server). */
-  verifyBundleOnServer(bundle: string): Promise<JsonRecord> {
-    return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson" });
+  verifyBundleOnServer(
+    bundle: string,
+    options: { keys?: readonly string[]; trustedCheckpoints?: readonly string[] } = {},
+  ): Promise<JsonRecord> {
+    const query = { key: options.keys ?? [], checkpoint: (options.trustedCheckpoints ?? []).map(noteParam) };
+    return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson", query });
   }
 
   // -- keys ---------------------------------------------------------------------------

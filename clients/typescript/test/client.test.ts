@@ -182,6 +182,22 @@ describe("CairnClient under Node against cairn serve", () => {
     assert.match(await client.checkpoint(), /^[^\n]+\/acme\n[0-9]+\n/);
   });
 
+  test("trusted checkpoints and consistency lines reach the server", async (t) => {
+    if (server === undefined) return missing(t, skipped!);
+    const client = new CairnClient({ baseUrl: server.url, apiKey: server.adminKey, agentId: "analyst" });
+    await client.logStep({ session_id: "ts-trusted", step_type: "Observation", content: "before" });
+    const kept = await client.checkpoint();
+    const keptSize = Number(kept.split("\n")[1]);
+    await client.logStep({ session_id: "ts-trusted", step_type: "Decision", content: "after" });
+    const org = await client.verify([kept]);
+    assert.equal(org["verified"], true, JSON.stringify(org));
+    const bundle = await client.export({ session: "ts-trusted", sinceSize: keptSize });
+    const verdict = await verifyBundle(bundle, { trustedCheckpoints: [kept] });
+    assert.equal(verdict.verified, true, JSON.stringify(verdict.failure));
+    const onServer = await client.verifyBundleOnServer(bundle, { trustedCheckpoints: [kept] });
+    assert.equal(onServer["verified"], true, JSON.stringify(onServer));
+  });
+
   test("errors carry the server's code", async (t) => {
     if (server === undefined) return missing(t, skipped!);
     const client = new CairnClient({ baseUrl: server.url, apiKey: server.adminKey, agentId: "analyst" });
