@@ -136,6 +136,22 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The input field a record rule concerns, where it names one.
+fn record_field(e: &RecordError) -> Option<String> {
+    match e {
+        RecordError::UnknownKind { .. } | RecordError::NotInStrictProfile { .. } => {
+            Some("step_type".into())
+        }
+        RecordError::ConfidenceOutOfRange { .. } => Some("confidence".into()),
+        RecordError::ContentTooLong { .. } => Some("content".into()),
+        RecordError::PayloadTooLarge { field, .. }
+        | RecordError::PayloadTooDeep { field }
+        | RecordError::UnsafeInteger { field }
+        | RecordError::MalformedId { field, .. } => Some((*field).to_owned()),
+        _ => None,
+    }
+}
+
 /// The stable code of a record rule.
 fn record_code(e: &RecordError) -> &'static str {
     match e {
@@ -188,7 +204,18 @@ impl From<Refusal> for ApiError {
             }
             _ => (StatusCode::BAD_REQUEST, "refused"),
         };
-        ApiError::new(status, code, message)
+        let field = match &r {
+            Refusal::Invalid(e) => record_field(e),
+            Refusal::ClockSkew { .. } | Refusal::TimeRegression { .. } => {
+                Some("created_at".to_owned())
+            }
+            _ => None,
+        };
+        let error = ApiError::new(status, code, message);
+        match field {
+            Some(field) => error.with_field(field),
+            None => error,
+        }
     }
 }
 

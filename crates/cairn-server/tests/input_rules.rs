@@ -163,3 +163,31 @@ fn misspellings_are_named_with_a_suggestion() {
         );
     }
 }
+
+/// A refused record names the field the rule concerns.
+#[test]
+fn record_rules_name_their_field() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let mut confident = step("f1", "agent-1", "observation", "x");
+    confident["confidence"] = json!(1.5);
+    for (body, code, field) in [
+        (
+            step("f1", "agent-1", "Daydream", "x"),
+            "unknown_step_type",
+            "step_type",
+        ),
+        (confident, "confidence_out_of_range", "confidence"),
+        (
+            step("f 1", "agent-1", "observation", "x"),
+            "malformed_id",
+            "session_id",
+        ),
+    ] {
+        let reply = post(&server, "/v1/steps", &admin, &body);
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], code, "{error}");
+        assert_eq!(error["field"], field, "{error}");
+    }
+}
