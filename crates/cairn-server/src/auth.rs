@@ -1,0 +1,173 @@
+//! Who is calling: the API key named by `Authorization: Bearer` (hashed,
+//! looked up with a short cache, rate-limited per key), the [`Caller`]
+//! extractor every handler takes, and the checks that a bound key acts only
+//! for its own agent's sessions and steps.
+
+use super::*;
+
+/// The authenticated caller: its key's org, role and agent binding.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub(crate) key: ApiKey,
+}
+
+impl Caller {
+    pub(crate) fn org(&self) -> &str {
+        &self.key.org_id
+    }
+
+    pub(crate) fn require_enabled(state: &AppState) -> Result<(), ApiError> {
+        if state.config.enabled {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_disabled",
+                "the ledger is disabled on this server (CAIRN_ENABLED=false): nothing is recorded",
+            ))
+        }
+    }
+
+    pub(crate) fn require(&self, allowed: bool, what: &str) -> Result<(), ApiError> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "a {} key may not {what}",
+                self.key.role
+            )))
+        }
+    }
+
+    /// A key bound to an agent acts only for that agent (its name or its
+    /// hashed id); an unbound key acts for any agent of its org.
+    pub(crate) fn may_act_for(&self, agent: &str) -> Result<(), ApiError> {
+        match &self.key.agent_id {
+            Some(bound)
+                if bound != agent && cairn_core::record::hashed_agent_id(bound) != agent =>
+            {
+                Err(ApiError::forbidden(format!(
+                    "this key is bound to agent {bound} and may not act on agent {}'s records",
+                    shown(agent)
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// For a key bound to an agent: session `session_id` must be that agent's
+/// (404 if there is no such session). Every write that names a session
+/// (seal, audit event, ...) checks this first; an agent never changes, so
+/// the check cannot go stale.
+pub(crate) async fn require_own_session(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: &str,
+) -> Result<(), ApiError> {
+    if caller.key.agent_id.is_none() {
+        return Ok(());
+    }
+    let (org, id) = (caller.org().to_owned(), session_id.to_owned());
+    let agent = blocking(state, move |store| {
+        store
+            .session(&org, &id)?
+            .map(|info| info.header.agent_id)
+            .ok_or_else(|| ApiError::not_found(format!("session {}", shown(&id))))
+    })
+    .await?;
+    caller.may_act_for(&agent)
+}
+
+/// For a key bound to an agent: step `trace_id` must be that agent's (404
+/// if there is no such step).
+pub(crate) async fn require_own_step(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    trace_id: &str,
+) -> Result<(), ApiError> {
+    if caller.key.agent_id.is_none() {
+        return Ok(());
+    }
+    let (org, id) = (caller.org().to_owned(), trace_id.to_owned());
+    let agent = blocking(state, move |store| {
+        store
+            .step_by_trace(&org, &id)?
+            .map(|step| step.record.step.agent_id)
+            .ok_or_else(|| ApiError::not_found(format!("step {}", shown(&id))))
+    })
+    .await?;
+    caller.may_act_for(&agent)
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Caller, ApiError> {
+        authenticate(state, &parts.headers).await
+    }
+}
+
+/// The caller of a request with these headers: the key named by
+/// `Authorization: Bearer`, if it exists and is not revoked.
+pub(crate) async fn authenticate(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    {
+        let token = bearer(headers).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "an API key is required: Authorization: Bearer cairn_...",
+            )
+        })?;
+        let hash = token_hash(token);
+        let cached = state.keys.read().ok().and_then(|keys| {
+            keys.get(&hash)
+                .filter(|(_, at)| at.elapsed() < state.config.key_cache_ttl)
+                .map(|(key, _)| key.clone())
+        });
+        let key = match cached {
+            Some(key) => Some(key),
+            None => {
+                let store = Arc::clone(&state.store);
+                let found = tokio::task::spawn_blocking(move || store.api_key_by_hash(&hash))
+                    .await
+                    .map_err(|_| {
+                        ApiError::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "internal",
+                            "lookup failed",
+                        )
+                    })??;
+                if let (Some(key), Ok(mut keys)) = (&found, state.keys.write()) {
+                    keys.insert(hash, (key.clone(), Instant::now()));
+                }
+                found
+            }
+        };
+        match key {
+            Some(key) if key.revoked_at.is_none() => {
+                limits::check_rate(state, &key.id)?;
+                Ok(Caller { key })
+            }
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the API key is unknown or revoked",
+            )),
+        }
+    }
+}
+
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}

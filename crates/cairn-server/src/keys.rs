@@ -1,0 +1,175 @@
+//! API keys and agent keys over HTTP: registering an agent's signing key,
+//! creating, listing and revoking API keys, and the bootstrap admin key.
+
+use super::*;
+
+/// Registers an agent's Ed25519 public key, so that it can sign its steps.
+/// A key bound to an agent registers for that agent only.
+pub(crate) async fn register_agent_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "register agent keys")?;
+    Caller::require_enabled(&state)?;
+    let v = parse_json(&body)?;
+    members(&v, &["agent_id", "public_key"])?;
+    let given = optional_string(&v, "agent_id")?;
+    let agent_id = match (given.as_deref(), &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key may only act as agent {bound}"
+            )));
+        }
+        (Some(a), _) => a.to_owned(),
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "agent_id is required",
+            ));
+        }
+    };
+    let public_key = public_key_param(optional_string(&v, "public_key")?.as_deref())?;
+    let request = WriteRequest::RegisterKey {
+        org_id: caller.org().to_owned(),
+        agent_id: agent_id.clone(),
+        public_key,
+    };
+    match state.ledger.submit(request).await? {
+        Written::KeyRegistered { seq, key_id } => Ok((
+            StatusCode::CREATED,
+            axum::Json(json!({"key_id": key_id, "agent_id": agent_id, "seq": seq})),
+        )
+            .into_response()),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+pub(crate) fn key_json(key: &ApiKey) -> Value {
+    json!({
+        "id": key.id, "org_id": key.org_id, "role": key.role.as_str(), "agent_id": key.agent_id,
+        "label": key.label, "created_at": key.created_at.to_string(),
+        "revoked_at": key.revoked_at.map(|t| t.to_string()),
+    })
+}
+
+pub(crate) async fn create_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let v = parse_json(&body)?;
+    members(&v, &["role", "agent_id", "label"])?;
+    let role = optional_string(&v, "role")?
+        .as_deref()
+        .and_then(Role::parse)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                "role must be writer, reader, auditor or admin",
+            )
+        })?;
+    // A key bound to an agent mints keys bound to the same agent only:
+    // it cannot create a key that acts for any agent.
+    let agent = match (optional_string(&v, "agent_id")?, &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != *bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key is bound to agent {bound}: it may only create keys bound to {bound}, not to {}",
+                shown(&a)
+            )));
+        }
+        (None, Some(bound)) => Some(bound.clone()),
+        (given, _) => given,
+    };
+    if let Some(a) = &agent {
+        cairn_core::record::validate_id("agent_id", a)
+            .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
+    }
+    let label = optional_string(&v, "label")?.unwrap_or_default();
+    let (key, token) = ApiKey::generate(
+        caller.org(),
+        role,
+        agent.as_deref(),
+        &label,
+        cairn_store::now(),
+    )?;
+    let stored = key.clone();
+    blocking(&state, move |store| Ok(store.put_api_key(&stored)?)).await?;
+    let mut body = key_json(&key);
+    body["token"] = json!(token);
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+pub(crate) async fn list_keys(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let org = caller.org().to_owned();
+    let keys = blocking(&state, move |store| Ok(store.api_keys(&org)?)).await?;
+    // A key bound to an agent sees the keys of that agent only.
+    Ok(axum::Json(Value::Array(
+        keys.iter()
+            .filter(|k| caller.key.agent_id.is_none() || k.agent_id == caller.key.agent_id)
+            .map(key_json)
+            .collect(),
+    )))
+}
+
+pub(crate) async fn revoke_key(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_admin(), "manage keys")?;
+    let org = caller.org().to_owned();
+    let id = key_id.clone();
+    // A key bound to an agent revokes keys of that agent only; others
+    // answer as if they did not exist.
+    let bound = caller.key.agent_id.clone();
+    let revoked = blocking(&state, move |store| {
+        if bound.is_some()
+            && !store
+                .api_keys(&org)?
+                .iter()
+                .any(|k| k.id == id && k.agent_id == bound)
+        {
+            return Ok(false);
+        }
+        Ok(store.revoke_api_key(&org, &id, cairn_store::now())?)
+    })
+    .await?;
+    if !revoked {
+        return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
+    }
+    if let Ok(mut keys) = state.keys.write() {
+        keys.retain(|_, (k, _)| k.id != key_id);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Creates the first admin key of `org_id` if the org has no key yet, and
+/// returns its token (to print once).
+pub fn bootstrap_admin_key(
+    store: &dyn LedgerStore,
+    org_id: &str,
+) -> Result<Option<String>, cairn_store::StoreError> {
+    if !store.api_keys(org_id)?.is_empty() {
+        return Ok(None);
+    }
+    let (key, token) = ApiKey::generate(
+        org_id,
+        Role::Admin,
+        None,
+        "bootstrap admin",
+        cairn_store::now(),
+    )?;
+    store.put_api_key(&key)?;
+    Ok(Some(token))
+}

@@ -1,0 +1,412 @@
+//! The org log over HTTP: the signed checkpoint, inclusion and consistency
+//! proofs, streamed exports (bundles) and the streamed verification of an
+//! uploaded bundle.
+
+use super::*;
+
+/// The latest checkpoint, signing a new one first if the log grew.
+pub(crate) async fn current_checkpoint(
+    state: &Arc<AppState>,
+    org: &str,
+) -> Result<cairn_store::StoredCheckpoint, ApiError> {
+    let org_owned = org.to_owned();
+    let size = blocking(state, move |store| Ok(store.log_size(&org_owned)?)).await?;
+    if size == 0 {
+        return Err(ApiError::not_found("a log for this org"));
+    }
+    match state
+        .ledger
+        .submit(WriteRequest::Checkpoint {
+            org_id: org.to_owned(),
+        })
+        .await?
+    {
+        Written::Checkpoint(cp) => Ok(cp),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+pub(crate) async fn checkpoint(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        cp.note,
+    )
+        .into_response())
+}
+
+pub(crate) async fn inclusion_proof(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
+    let seq = query_u64(&q, "seq")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let size = query_u64(&q, "size")?.unwrap_or(cp.size);
+    let org = caller.org().to_owned();
+    let (leaf, proof, root) = blocking(&state, move |store| {
+        if seq >= size || size > store.log_size(&org)? {
+            return Err(ApiError::not_found(format!(
+                "entry {seq} in a log of size {size}"
+            )));
+        }
+        let mut leaf = None;
+        store.read_log(&org, seq, seq + 1, &mut |stored| {
+            leaf = Some(stored.leaf);
+            false
+        })?;
+        let proof = store.inclusion_proof(&org, seq, size)?;
+        let root = store.root_at(&org, size)?;
+        Ok((leaf, proof, root))
+    })
+    .await?;
+    Ok(axum::Json(json!({
+        "seq": seq, "size": size, "leaf_hash": leaf.map(|l| l.to_hex()),
+        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(), "root": root.to_hex(),
+        "checkpoint": if size == cp.size { Some(cp.note) } else { None },
+    })))
+}
+
+pub(crate) async fn consistency_proof(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["old", "new"])?;
+    let old = query_u64(&q, "old")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let new = query_u64(&q, "new")?.unwrap_or(cp.size);
+    if old == 0 || old > new {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "need 1 <= old <= new",
+        ));
+    }
+    let org = caller.org().to_owned();
+    let (proof, old_root, new_root) = blocking(&state, move |store| {
+        if new > store.log_size(&org)? {
+            return Err(ApiError::not_found(format!("a log of size {new}")));
+        }
+        Ok((
+            store.consistency_proof(&org, old, new)?,
+            store.root_at(&org, old)?,
+            store.root_at(&org, new)?,
+        ))
+    })
+    .await?;
+    Ok(axum::Json(json!({
+        "old_size": old, "new_size": new, "old_root": old_root.to_hex(), "new_root": new_root.to_hex(),
+        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(),
+    })))
+}
+
+/// Sends written bytes to the response body as they come.
+pub(crate) struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buffer: Vec<u8>,
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= 64 * 1024 {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buffer));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+}
+
+pub(crate) struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl futures_core::Stream for ChannelBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+pub(crate) async fn export(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(
+        q.keys(),
+        &[
+            "session",
+            "agent",
+            "since",
+            "until",
+            "all",
+            "since_size",
+            "level",
+        ],
+    )?;
+    caller.require(caller.key.role.can_export(), "export bundles")?;
+    let session = query_id(&q, "session")?;
+    let agent = query_id(&q, "agent")?;
+    let scope = match (
+        session.as_ref(),
+        agent.as_ref(),
+        q.get("since"),
+        q.get("until"),
+        query_bool(&q, "all")?,
+    ) {
+        (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
+        (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
+        (None, None, Some(since), Some(until), false) => ExportScope::Range {
+            since: cairn_core::Timestamp::parse_rfc3339(since)
+                .map_err(|e| ApiError::bad_request("invalid_request", format!("since: {e}")))?,
+            until: cairn_core::Timestamp::parse_rfc3339(until)
+                .map_err(|e| ApiError::bad_request("invalid_request", format!("until: {e}")))?,
+        },
+        (None, None, None, None, true) => ExportScope::All,
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "give exactly one of session, agent, since and until, or all",
+            ));
+        }
+    };
+    let level = level_param(&q)?;
+    allow_level(&caller, level, None)?;
+    let options = cairn_store::ops::ExportOptions {
+        level,
+        since_size: query_u64(&q, "since_size")?,
+    };
+    // Everything is decided before the status line, so that an empty or a
+    // refused export is a 4xx, not a truncated body.
+    let permit = limits::expensive(&state, "the export").await?;
+    let plan = plan_export(&state, &caller, scope, options).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let store = Arc::clone(&state.store);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut out = ChannelWriter {
+            tx: tx.clone(),
+            buffer: Vec::new(),
+        };
+        if let Err(e) = cairn_store::ops::write_export(store.as_ref(), &plan, &mut out, &mut |_| {})
+        {
+            // The body is cut short; a verifier reports the missing end
+            // line as `missing-record`.
+            tracing::warn!(error = %e, "export failed");
+            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(ChannelBody(rx)),
+    )
+        .into_response())
+}
+
+/// Plans an export of the caller's org against a fresh checkpoint (HTTP and
+/// MCP): the selection of a partial bundle is computed and signed, the
+/// consistency proof asked for made. A step erased between the checkpoint
+/// and the plan makes it sign a newer checkpoint and plan again.
+pub(crate) async fn plan_export(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    scope: ExportScope,
+    options: cairn_store::ops::ExportOptions,
+) -> Result<cairn_store::ops::ExportPlan, ApiError> {
+    use cairn_store::ops::ExportError;
+    let mut attempts = 0;
+    loop {
+        let cp = current_checkpoint(state, caller.org()).await?;
+        let (org, scope_now) = (caller.org().to_owned(), scope.clone());
+        let planned = blocking(state, move |store| {
+            Ok(cairn_store::ops::plan_export(
+                store,
+                &org,
+                &scope_now,
+                options,
+                &cp,
+                cairn_store::now(),
+            ))
+        })
+        .await?;
+        match planned {
+            Ok(plan) => return Ok(plan),
+            Err(ExportError::Stale { .. }) if attempts < 3 => attempts += 1,
+            Err(ExportError::Empty(m)) => return Err(ApiError::not_found(m)),
+            Err(ExportError::Consent(session)) => return Err(consent_required(&session)),
+            Err(ExportError::Store(e)) => return Err(e.into()),
+            Err(e) => return Err(ApiError::bad_request("invalid_request", e.to_string())),
+        }
+    }
+}
+
+/// Trusted checkpoints given with a verification: each `checkpoint`
+/// parameter is a signed checkpoint note, in base64 (standard or URL-safe).
+pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiError> {
+    use base64::Engine as _;
+    q.iter()
+        .filter(|(k, _)| k == "checkpoint")
+        .map(|(_, v)| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(v))
+                .map_err(|_| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        "checkpoint must be a signed checkpoint note in base64",
+                    )
+                })?;
+            String::from_utf8(bytes).map_err(|_| {
+                ApiError::bad_request("invalid_request", "checkpoint is not UTF-8 text")
+            })
+        })
+        .collect()
+}
+
+/// `POST /v1/bundles/verify`: the body is streamed into the verifier line
+/// by line, so memory stays at one line (at most
+/// [`Limits::max_bundle_line_bytes`]) whatever the bundle's size; a bundle
+/// that fails is not read past its failing line.
+pub(crate) async fn verify_bundle(
+    State(state): State<Arc<AppState>>,
+    _caller: Caller,
+    Query(q): Query<Vec<(String, String)>>,
+    request: axum::extract::Request,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["key", "checkpoint"])?;
+    use http_body_util::BodyExt as _;
+    let trusted = trusted_param(&q)?;
+    let pinned = q
+        .iter()
+        .filter(|(k, _)| k == "key")
+        .map(|(_, v)| {
+            cairn_core::note::NoteVerifier::parse(v).map_err(|e| {
+                ApiError::bad_request("invalid_request", format!("key must be a vkey: {e}"))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let permit = limits::expensive(&state, "bundle verification").await?;
+    let started = Instant::now();
+    let max_line = state.config.limits.max_bundle_line_bytes;
+    let max_total = state.config.max_bundle_bytes;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let worker = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);
+        for note in trusted {
+            verifier.trust_checkpoint(note);
+        }
+        let mut line: Vec<u8> = Vec::new();
+        let mut number = 0u64;
+        let too_long = |number: u64| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "line_too_long",
+                format!(
+                    "line {number} of the bundle is longer than {max_line} bytes (CAIRN_MAX_BUNDLE_LINE_BYTES)"
+                ),
+            )
+        };
+        'read: while let Some(chunk) = rx.blocking_recv() {
+            let mut rest = &chunk[..];
+            while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+                number += 1;
+                if line.len() + at > max_line {
+                    return Err(too_long(number));
+                }
+                line.extend_from_slice(&rest[..=at]);
+                let going = verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+                line.clear();
+                rest = &rest[at + 1..];
+                if !going {
+                    break 'read;
+                }
+            }
+            if line.len() + rest.len() > max_line {
+                return Err(too_long(number + 1));
+            }
+            line.extend_from_slice(rest);
+        }
+        if !line.is_empty() {
+            verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+        }
+        Ok(verifier.finish())
+    });
+    let mut body = request.into_body();
+    let mut total = 0usize;
+    let mut read_error = None;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Err(e) => {
+                read_error = Some(limits::body_error(&e, max_total));
+                break;
+            }
+            Ok(frame) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                total += data.len();
+                if total > max_total {
+                    read_error = Some(limits::body_too_large(max_total));
+                    break;
+                }
+                // The verifier stopped (a failure, a line too long): the
+                // rest is not read.
+                if tx.send(data).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(tx);
+    let outcome = worker.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "a worker failed",
+        )
+    })?;
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    // An empty body is a request without its bundle, not a bundle that
+    // fails: say what to send.
+    if total == 0 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "the request body is empty: send the bundle's lines (application/x-ndjson), as `cairn export` wrote them",
+        ));
+    }
+    let result = outcome?;
+    state.metrics.verification(result.verdict.verified);
+    let mut v = wire::verdict_to_json(
+        &result.verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    );
+    v["server_key"] = json!(result.server_key);
+    v["checkpoint_size"] = json!(result.checkpoint.map(|c| c.0));
+    Ok(axum::Json(v))
+}
