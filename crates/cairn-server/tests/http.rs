@@ -4,6 +4,9 @@
 // Fixed, known-good inputs: a failed unwrap is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::*;
+
 use base64::Engine as _;
 use cairn_core::Hash;
 use cairn_core::commit::{
@@ -11,33 +14,6 @@ use cairn_core::commit::{
 };
 use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
 use cairn_core::record::Step;
-use cairn_server::{AppState, ServerConfig};
-use cairn_store::{ApiKey, Ledger, LedgerStore, Role, SequencerConfig, SqliteOptions, SqliteStore};
-use cairn_testkit::http::Reply;
-use serde_json::{Value, json};
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-
-struct Server {
-    addr: SocketAddr,
-    admin: String,
-    store: Arc<dyn LedgerStore>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
 
 fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
@@ -56,42 +32,13 @@ fn start() -> Server {
         max_body_bytes: 256 * 1024,
         ..ServerConfig::default()
     };
-    serve(AppState::new(ledger, config), admin, store, dir)
-}
-
-/// Serves `state` on a free loopback port from a thread of its own.
-fn serve(
-    state: Arc<AppState>,
-    admin: String,
-    store: Arc<dyn LedgerStore>,
-    dir: tempfile::TempDir,
-) -> Server {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            ready_tx.send(listener.local_addr().unwrap()).unwrap();
-            cairn_server::serve(listener, state, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
-    });
-    Server {
-        addr: ready_rx.recv().unwrap(),
+    serve_state(
+        "127.0.0.1:0",
+        AppState::new(ledger, config),
         admin,
         store,
-        stop: Some(stop),
-        thread: Some(thread),
-        _dir: dir,
-    }
+        dir,
+    )
 }
 
 fn call(
@@ -102,26 +49,6 @@ fn call(
     body: Option<&[u8]>,
 ) -> Reply {
     cairn_testkit::http::call(server.addr, method, path, token, body)
-}
-
-fn post(server: &Server, path: &str, token: &str, body: &Value) -> Reply {
-    call(
-        server,
-        "POST",
-        path,
-        Some(token),
-        Some(body.to_string().as_bytes()),
-    )
-}
-
-fn get(server: &Server, path: &str, token: &str) -> Reply {
-    call(server, "GET", path, Some(token), None)
-}
-
-fn key_for(server: &Server, org: &str, role: Role, agent: Option<&str>) -> String {
-    let (key, token) = ApiKey::generate(org, role, agent, "test", cairn_store::now()).unwrap();
-    server.store.put_api_key(&key).unwrap();
-    token
 }
 
 fn step(session: &str, kind: &str, content: &str) -> Value {
@@ -969,7 +896,7 @@ fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
             ..ServerConfig::default()
         },
     );
-    let server = serve(state, admin.clone(), store, dir);
+    let server = serve_state("127.0.0.1:0", state, admin.clone(), store, dir);
     let refused = post(&server, "/v1/steps", &admin, &step("s1", "plan", "x"));
     assert_eq!(
         (refused.status, refused.code().as_str()),

@@ -47,7 +47,18 @@ pub fn start_on(bind: &str, config: ServerConfig) -> Server {
         .unwrap()
         .unwrap();
     let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
-    let state = AppState::new(ledger, config);
+    serve_state(bind, AppState::new(ledger, config), admin, store, dir)
+}
+
+/// Serves `state` (over `store`, kept in `dir`) on `bind` from a thread of
+/// its own; `admin` is the token the tests use.
+pub fn serve_state(
+    bind: &str,
+    state: Arc<AppState>,
+    admin: String,
+    store: Arc<dyn LedgerStore>,
+    dir: tempfile::TempDir,
+) -> Server {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let bind = bind.to_owned();
