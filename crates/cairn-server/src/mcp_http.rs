@@ -18,12 +18,18 @@ use std::sync::Arc;
 const UNAUTHENTICATED: i64 = -32001;
 
 /// The URL the request was addressed to, from its `Host` (the server does
-/// not know its public name; behind a proxy, the proxy's host).
+/// not know its public name; behind a proxy, the proxy's host). A `Host`
+/// that could break out of the quoted `resource_metadata` parameter is
+/// not echoed.
 fn base_url(headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic()))
+        .filter(|h| {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+        })
         .unwrap_or("127.0.0.1:8714");
     format!("http://{host}")
 }
