@@ -102,5 +102,5 @@ def test_the_served_document_is_valid_openapi(server):
     with urllib.request.urlopen(url + "/openapi.json", timeout=30) as response:
         served = response.read()
     validate(json.loads(served))
-    committed = (HERE.parents[1] / "crates" / "cairn-server" / "src" / "openapi.json").read_bytes()
+    committed = (HERE.parents[1] / "docs" / "openapi.json").read_bytes()
     assert served == committed

@@ -1,5 +1,5 @@
 // A client of Cairn's REST API over the platform's `fetch` (Node 18+ and
-// browsers): every operation of crates/cairn-server/src/openapi.json, typed
+// browsers): every operation of docs/openapi.json, typed
 // inputs, one error type carrying the server's stable error code, and
 // bounded retries on the refusals the server asks callers to retry
 // (429 and 503, with Retry-After).

@@ -50,6 +50,22 @@ fn revoked_json(written: Written) -> Result<Json, ApiError> {
 
 /// `POST /v1/agent-keys/{key_id}/revoke`: body `{agent_id, reason}`. From
 /// this record on the key signs nothing the log accepts.
+#[utoipa::path(
+    post,
+    path = "/v1/agent-keys/{key_id}/revoke",
+    operation_id = "agent_keys_revoke",
+    tag = "agent-keys",
+    summary = "Revoke an agent key",
+    description = "Body: agent_id, reason. Appends a key-revocation record: from it on the key signs nothing the log accepts; what it signed before stays valid. Roles: writer, admin (a key bound to an agent: its own keys only).",
+    params(
+        ("key_id" = String, Path, description = "The agent key id (agent- + 12 hex digits)"),
+    ),
+    request_body = crate::api_doc::AgentKeyRevokeInput,
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn revoke(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -73,6 +89,22 @@ pub(crate) async fn revoke(
 
 /// `POST /v1/agent-keys/{key_id}/rotate`: body `{agent_id, public_key}`.
 /// Revokes the key and registers the new one in one step.
+#[utoipa::path(
+    post,
+    path = "/v1/agent-keys/{key_id}/rotate",
+    operation_id = "agent_keys_rotate",
+    tag = "agent-keys",
+    summary = "Rotate an agent key",
+    description = "Body: agent_id, public_key (base64 of 32 bytes). Revokes the key and registers the new one in one step (both records or neither). Roles: writer, admin.",
+    params(
+        ("key_id" = String, Path, description = "The agent key id (agent- + 12 hex digits)"),
+    ),
+    request_body = crate::api_doc::AgentKeyRotateInput,
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn rotate(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -96,6 +128,18 @@ pub(crate) async fn rotate(
 
 /// `GET /v1/agent-keys`: every key record of the org (of the caller's
 /// agent, for a bound key), in log order.
+#[utoipa::path(
+    get,
+    path = "/v1/agent-keys",
+    operation_id = "agent_keys_list",
+    tag = "agent-keys",
+    summary = "The org's agent key records",
+    description = "Every key-registration and key-revocation record of the org (of the caller's agent, for a key bound to one), in log order. Roles: any.",
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     caller: Caller,

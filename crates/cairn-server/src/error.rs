@@ -35,6 +35,74 @@ pub fn shown(text: &str) -> String {
     out
 }
 
+/// Every error code any surface answers with. The OpenAPI document's
+/// `ErrorCode` enum is this list; every error body is checked against it in
+/// debug builds, and a test finds every code literal in the server's source
+/// here, so a new code cannot go undocumented.
+pub const ERROR_CODES: &[&str] = &[
+    "invalid_json",
+    "invalid_request",
+    "unknown_field",
+    "missing_field",
+    "invalid_argument",
+    "unknown_step_type",
+    "confidence_out_of_range",
+    "content_too_long",
+    "payload_too_large",
+    "payload_too_deep",
+    "unsafe_integer",
+    "malformed_id",
+    "not_in_strict_profile",
+    "invalid_record",
+    "refused",
+    "body_too_large",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "session_sealed",
+    "session_exists",
+    "index_conflict",
+    "agent_mismatch",
+    "duplicate_trace_id",
+    "signed_step_incomplete",
+    "bad_signature",
+    "read_only_org",
+    "nothing_to_seal",
+    "not_sealed",
+    "storage_failure",
+    "already_erased",
+    "ledger_disabled",
+    "reflection_required",
+    "rate_limited",
+    "overloaded",
+    "timeout",
+    "too_many_sessions",
+    "line_too_long",
+    "host_not_allowed",
+    "origin_not_allowed",
+    "sql_refused",
+    "sql_failed",
+    "sql_timeout",
+    "sql_too_large",
+    "consent_required",
+    "unknown_link",
+    "bad_predecessor",
+    "duplicate_id",
+    "not_flagged",
+    "unavailable",
+    "key_conflict",
+    "key_revoked",
+    "clock_skew",
+    "time_regression",
+    "invalid_checkpoint",
+    "invalid_otlp",
+    "signed_trace",
+    "too_many_spans",
+    "unsupported_media_type",
+    "internal",
+];
+
 /// Longest message an error carries.
 const MAX_MESSAGE: usize = 2048;
 
@@ -59,6 +127,11 @@ impl ApiError {
     /// The error body every surface answers:
     /// `{"error": {"code", "field"?, "message"}}`.
     pub fn body(&self) -> serde_json::Value {
+        debug_assert!(
+            ERROR_CODES.contains(&self.code),
+            "error code {} is not in ERROR_CODES",
+            self.code
+        );
         let mut error = json!({"code": self.code, "message": self.message});
         if let Some(field) = &self.field {
             error["field"] = json!(field);
@@ -232,5 +305,71 @@ impl From<AppendError> for ApiError {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ERROR_CODES;
+
+    /// The code literal right after `marker` (skipping a `StatusCode::X,`
+    /// and white space), if there is one.
+    fn literal_after(text: &str) -> Option<&str> {
+        let mut rest = text.trim_start();
+        if let Some(after) = rest.strip_prefix("StatusCode::") {
+            let end = after.find(|c: char| !c.is_ascii_alphanumeric() && c != '_')?;
+            rest = after[end..].trim_start().strip_prefix(',')?.trim_start();
+        }
+        let rest = rest.strip_prefix('"')?;
+        let end = rest.find('"')?;
+        let code = &rest[..end];
+        (!code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .then_some(code)
+    }
+
+    /// Every code literal the server's source gives an error (`ApiError`,
+    /// OTLP errors, the refusal and record-error mappings here) is in
+    /// `ERROR_CODES`, and so in the OpenAPI document.
+    #[test]
+    fn every_code_in_the_source_is_listed() {
+        let mut found = 0;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut stack = vec![root];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let mut markers = vec!["ApiError::new(", "OtlpError::new(", "bad_request("];
+                if path.ends_with("error.rs") {
+                    markers.extend(["(StatusCode::", "=> "]);
+                }
+                for marker in markers {
+                    for (at, _) in text.match_indices(marker) {
+                        let start = at + marker.len();
+                        let start = if marker == "(StatusCode::" {
+                            start - "StatusCode::".len()
+                        } else {
+                            start
+                        };
+                        if let Some(code) = literal_after(&text[start..]) {
+                            found += 1;
+                            assert!(
+                                ERROR_CODES.contains(&code),
+                                "{}: error code {code} is not in ERROR_CODES",
+                                path.display()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(found > 60, "the scan found only {found} codes");
     }
 }

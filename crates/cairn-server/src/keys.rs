@@ -5,6 +5,21 @@ use super::*;
 
 /// Registers an agent's Ed25519 public key, so that it can sign its steps.
 /// A key bound to an agent registers for that agent only.
+#[utoipa::path(
+    post,
+    path = "/v1/agent-keys",
+    operation_id = "register_agent_key",
+    tag = "agent-keys",
+    summary = "Register an agent's Ed25519 key",
+    description = "Body: agent_id, public_key (base64 of 32 bytes). Key id: agent- + 12 hex digits of SHA-256 of the key. Roles: writer, admin.",
+    request_body = crate::api_doc::AgentKeyInput,
+    responses(
+        (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn register_agent_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -58,6 +73,21 @@ pub(crate) fn key_json(key: &ApiKey) -> Value {
     })
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/keys",
+    operation_id = "create_key",
+    tag = "keys",
+    summary = "Create an API key",
+    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label. The token is shown once. Roles: admin.",
+    request_body = crate::api_doc::KeyInput,
+    responses(
+        (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn create_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -106,6 +136,20 @@ pub(crate) async fn create_key(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    operation_id = "list_keys",
+    tag = "keys",
+    summary = "List the org's API keys (never their tokens)",
+    description = "Roles: admin.",
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn list_keys(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -122,6 +166,23 @@ pub(crate) async fn list_keys(
     )))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/keys/{key_id}",
+    operation_id = "revoke_key",
+    tag = "keys",
+    summary = "Revoke an API key",
+    description = "Roles: admin.",
+    params(
+        ("key_id" = String, Path, description = "The key's id"),
+    ),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn revoke_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,

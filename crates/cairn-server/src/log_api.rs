@@ -12,7 +12,12 @@ pub(crate) async fn current_checkpoint(
     let org_owned = org.to_owned();
     let size = blocking(state, move |store| Ok(store.log_size(&org_owned)?)).await?;
     if size == 0 {
-        return Err(ApiError::not_found("a log for this org"));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this org's log is empty: nothing has been recorded yet, so there is no \
+             checkpoint, proof or export; record a step first",
+        ));
     }
     match state
         .ledger
@@ -30,6 +35,20 @@ pub(crate) async fn current_checkpoint(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/checkpoint",
+    operation_id = "checkpoint",
+    tag = "checkpoint",
+    summary = "The latest signed checkpoint",
+    description = "C2SP tlog-checkpoint as a signed note; signs a new one first if the log grew.",
+    responses(
+        (status = 200, description = "OK", content_type = "text/plain", body = String),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn checkpoint(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -42,6 +61,23 @@ pub(crate) async fn checkpoint(
         .into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/proofs/inclusion",
+    operation_id = "inclusion_proof",
+    tag = "proofs",
+    summary = "Inclusion proof",
+    params(
+        ("seq" = u64, Query, description = "Entry", minimum = 0),
+        ("size" = Option<u64>, Query, description = "Tree size, default the latest checkpoint's", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn inclusion_proof(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -76,6 +112,23 @@ pub(crate) async fn inclusion_proof(
     })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/proofs/consistency",
+    operation_id = "consistency_proof",
+    tag = "proofs",
+    summary = "Consistency proof",
+    params(
+        ("old" = u64, Query, description = "Old size", minimum = 1),
+        ("new" = Option<u64>, Query, description = "New size, default the latest checkpoint's", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn consistency_proof(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -149,6 +202,29 @@ impl futures_core::Stream for ChannelBody {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/export",
+    operation_id = "export",
+    tag = "export",
+    summary = "Export a bundle (streamed JSON Lines)",
+    description = "Exactly one of session, agent, since+until, all=true. FORMAT.md section 10. Roles: auditor, admin. A scope that matches no session is a 404 before any byte of the bundle.",
+    params(
+        ("session" = Option<crate::api_doc::Id>, Query, description = "One session"),
+        ("agent" = Option<crate::api_doc::Id>, Query, description = "Every session of an agent"),
+        ("since" = Option<String>, Query, description = "RFC 3339"),
+        ("until" = Option<String>, Query, description = "RFC 3339"),
+        ("all" = Option<bool>, Query, description = "true for the whole org log"),
+        ("level" = Option<crate::api_doc::Level>, Query, description = "Seed 004's detail level: generic (kinds, numbers, timings, hashes), detailed (plus identifiers, tool names, models, lists) or full (plus content: needs the session's recorded consent and an auditor or admin key). Hidden fields are replaced by their commitments and listed in hidden_fields; everything still verifies."),
+        ("since_size" = Option<u64>, Query, description = "Add a consistency line from this earlier log size (one the holder trusts) to the bundle's checkpoint.", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/x-ndjson", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn export(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -289,6 +365,25 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
 /// by line, so memory stays at one line (at most
 /// [`Limits::max_bundle_line_bytes`]) whatever the bundle's size; a bundle
 /// that fails is not read past its failing line.
+#[utoipa::path(
+    post,
+    path = "/v1/bundles/verify",
+    operation_id = "verify_bundle",
+    tag = "bundles",
+    summary = "Verify an uploaded bundle",
+    description = "Verifies against the key named in the bundle; compare server_key with the operator's published key. The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
+    params(
+        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
+        ("key" = Option<String>, Query, description = "A server vkey (C2SP form) the bundle's checkpoint must be signed by; repeatable."),
+    ),
+    request_body(content = String, content_type = "application/x-ndjson", description = "A bundle: one JSON object per line (docs/FORMAT.md)"),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn verify_bundle(
     State(state): State<Arc<AppState>>,
     _caller: Caller,

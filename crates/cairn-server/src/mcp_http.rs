@@ -74,6 +74,18 @@ fn unauthorized(headers: &HeaderMap, error: &ApiError) -> Response {
 /// for `/mcp`. It lists no authorization server: Cairn's API keys are
 /// static bearer tokens, so a client has nothing to run an OAuth flow
 /// against and should ask its user for a key.
+#[utoipa::path(
+    get,
+    path = "/.well-known/oauth-protected-resource",
+    operation_id = "mcp_http_protected_resource",
+    tag = "service",
+    summary = "OAuth protected-resource metadata for /mcp (RFC 9728)",
+    description = "Lists no authorization server: Cairn's API keys are static bearer tokens (Authorization: Bearer cairn_...), so an MCP client has no OAuth flow to run and should ask for a key. Named by the resource_metadata parameter of a 401's WWW-Authenticate header on /mcp. No key needed.",
+    security(()),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::ProtectedResource),
+    ),
+)]
 pub(crate) async fn protected_resource(headers: HeaderMap) -> Response {
     let base = base_url(&headers);
     axum::Json(json!({
@@ -84,6 +96,24 @@ pub(crate) async fn protected_resource(headers: HeaderMap) -> Response {
         "resource_documentation": format!("{base}/openapi.json"),
     }))
     .into_response()
+}
+
+/// The same metadata at the path RFC 9728 derives from the resource
+/// `/mcp` (`/.well-known/oauth-protected-resource/mcp`).
+#[utoipa::path(
+    get,
+    path = "/.well-known/oauth-protected-resource/mcp",
+    operation_id = "mcp_http_protected_resource_for_mcp",
+    tag = "service",
+    summary = "OAuth protected-resource metadata for /mcp (RFC 9728)",
+    description = "Lists no authorization server: Cairn's API keys are static bearer tokens (Authorization: Bearer cairn_...), so an MCP client has no OAuth flow to run and should ask for a key. Named by the resource_metadata parameter of a 401's WWW-Authenticate header on /mcp. No key needed.",
+    security(()),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::ProtectedResource),
+    ),
+)]
+pub(crate) async fn protected_resource_for_mcp(headers: HeaderMap) -> Response {
+    protected_resource(headers).await
 }
 
 /// MCP over Streamable HTTP at `/mcp`, behind the same API keys.

@@ -24,6 +24,24 @@ pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
 /// `POST /v1/steps/{trace_id}/review`: `{"decision", "note"}` on a flagged
 /// step, recorded as a `review` record of the org log. Roles: auditor,
 /// admin.
+#[utoipa::path(
+    post,
+    path = "/v1/steps/{trace_id}/review",
+    operation_id = "oversight_review",
+    tag = "steps",
+    summary = "Review a flagged step",
+    description = "Seed 003's human oversight: approve, reject or escalate a step recorded with status flagged, with a note. The review is itself a record of the org log, linked to the step by trace id. Roles: auditor, admin.",
+    params(
+        ("trace_id" = crate::api_doc::Id, Path, description = "The flagged step"),
+    ),
+    request_body = crate::api_doc::ReviewInput,
+    responses(
+        (status = 201, description = "The review record: seq, trace_id, session_id, step_index, decision, reviewer, note, reviewed_at", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn review(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -80,6 +98,24 @@ pub(crate) async fn queue_of(
 
 /// `GET /v1/reviews`: flagged steps waiting for a decision (pending or
 /// escalated), oldest first; `all=true` adds approved and rejected ones.
+#[utoipa::path(
+    get,
+    path = "/v1/reviews",
+    operation_id = "oversight_queue",
+    tag = "reviews",
+    summary = "The review queue",
+    description = "Flagged steps waiting for a decision (never reviewed, or escalated), oldest first, each with its state and reviews so far; all=true includes approved and rejected ones.",
+    params(
+        ("all" = Option<bool>, Query),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000),
+    ),
+    responses(
+        (status = 200, description = "{items: [{state, step, reviews}]}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn queue(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -102,6 +138,21 @@ pub(crate) async fn queue(
 
 /// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",
 /// "detail"?}`, a per-tool-call record that steps can link to.
+#[utoipa::path(
+    post,
+    path = "/v1/audit-events",
+    operation_id = "oversight_record_event",
+    tag = "audit-events",
+    summary = "Record an audit event",
+    description = "Seed 001's per-tool-call record: steps reference it with links.audit_event. The id (a UUIDv7 when absent) is unique in the org, across steps' trace ids too. Roles: writer, admin.",
+    request_body = crate::api_doc::AuditEventInput,
+    responses(
+        (status = 201, description = "{seq, event_id}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn record_event(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -154,6 +205,22 @@ pub(crate) async fn audit_event(
 }
 
 /// `GET /v1/audit-events/{event_id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/audit-events/{event_id}",
+    operation_id = "oversight_get_event",
+    tag = "audit-events",
+    summary = "One audit event",
+    params(
+        ("event_id" = crate::api_doc::Id, Path, description = "The event"),
+    ),
+    responses(
+        (status = 200, description = "{seq, event_id, session_id, action, detail, at}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn get_event(
     State(state): State<Arc<AppState>>,
     caller: Caller,

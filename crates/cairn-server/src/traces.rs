@@ -52,6 +52,24 @@ pub(crate) async fn import(
 /// `POST /v1/signed-traces`: a complete trace in seed 004's format;
 /// `?session_id=` names the session its components go to (default: the
 /// trace id). Roles: writer, admin.
+#[utoipa::path(
+    post,
+    path = "/v1/signed-traces",
+    operation_id = "traces_post",
+    tag = "signed-traces",
+    summary = "Import a signed complete trace (seed 004)",
+    description = "A CompleteTrace in seed 004's format: trace_id, thought_id, task_id, agent_id_hash, started_at, completed_at, trace_level (generic, detailed, full_traces), components (component_type, event_type, timestamp, data), signature (base64 Ed25519 over the RFC 8785 canonical JSON of {components, trace_level}) and signature_key_id, which must be registered (POST /v1/agent-keys) for agent_id_hash. The trace is kept whole as a signed-trace record of the org log and each component becomes a step of a new session. A bad signature is refused (bad_signature). Roles: writer, admin. (This import moved here from POST /v1/traces, which is now the OTLP/HTTP receiver; a signed trace sent there is answered 400 signed_trace.)",
+    params(
+        ("session_id" = Option<crate::api_doc::Id>, Query, description = "The session to create (default: the trace id)"),
+    ),
+    request_body = crate::api_doc::SignedTraceInput,
+    responses(
+        (status = 201, description = "{seq, session_id, steps: [{seq, trace_id}]}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -96,6 +114,22 @@ pub(crate) async fn fetch(
 
 /// `GET /v1/signed-traces/{trace_id}`: the original signed trace,
 /// re-verified.
+#[utoipa::path(
+    get,
+    path = "/v1/signed-traces/{trace_id}",
+    operation_id = "traces_get",
+    tag = "signed-traces",
+    summary = "An imported trace, its signature checked again",
+    params(
+        ("trace_id" = crate::api_doc::Id, Path),
+    ),
+    responses(
+        (status = 200, description = "{seq, session_id, trace_level, signature_key_id, signature_valid, signature_error, trace}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -144,6 +178,21 @@ pub(crate) async fn sql(
 
 /// `POST /v1/sql`: `{"sql", "limit"?}`, a read-only query over the org's
 /// views `steps`, `sessions` and `records`.
+#[utoipa::path(
+    post,
+    path = "/v1/sql",
+    operation_id = "traces_post_sql",
+    tag = "sql",
+    summary = "Analyst SQL (read-only)",
+    description = "One query that reads (SELECT or WITH ... SELECT), in the backend's dialect (SQLite or PostgreSQL), over the org's views: steps (seq, trace_id, session_id, agent_id, step_index, step_type, kind, content, input_data, output_data, confidence, duration_ms, token_count, model, metadata, created_at, created_at_us, turn_id, turn_step, task_id, links, status, erased, has_embedding, current_hash, prev_hash), sessions (session_id, agent_id, profile, started_at, started_at_us, step_count, sealed) and records (seq, type, view). The statement is parsed: anything that writes, other tables, schema-qualified names, table functions and functions outside an allow-list are refused (sql_refused). Runs read-only within CAIRN_SQL_TIMEOUT (default 5 s, else 400 sql_timeout), at most CAIRN_SQL_MAX_ROWS rows (default 10000) and CAIRN_SQL_MAX_ANSWER_BYTES bytes (rows past either are dropped and truncated is true); a value larger than CAIRN_SQL_MAX_VALUE_BYTES fails with 400 sql_too_large. Identifiers and strings must be plain (no quote or backslash inside a name, only double quotes around names).",
+    request_body = crate::api_doc::SqlInput,
+    responses(
+        (status = 200, description = "{columns, rows, truncated}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn post_sql(
     State(state): State<Arc<AppState>>,
     caller: Caller,

@@ -28,6 +28,21 @@ pub(crate) fn parsed_json(text: &str) -> Value {
 
 /// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
 /// kind, content}]}`; records nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/thinking/parse",
+    operation_id = "turns_parse",
+    tag = "thinking",
+    summary = "Parse thinking text into steps",
+    description = "Seed 002's parseThinking: bracket markers first ([思考] [計画] [承認待ち] [実行] [エラー]), then numbered or bulleted lines after a plan keyword (plan, steps, 手順) as plan, lines with error, failed, エラー or 失敗 as error, the rest as thinking. Records nothing.",
+    request_body = crate::api_doc::ThinkingInput,
+    responses(
+        (status = 200, description = "{steps: [{phase, label, kind, content}]}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn parse(
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
@@ -43,6 +58,24 @@ pub(crate) async fn parse(
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
 /// (raw text, parsed into phases) and/or `steps` (step objects), numbered
 /// within the turn after the steps it already has.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/turns",
+    operation_id = "turns_record",
+    tag = "sessions",
+    summary = "Record a turn",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
+    ),
+    request_body = crate::api_doc::TurnInput,
+    responses(
+        (status = 201, description = "{session_id, turn_id, accepted, results}", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn record(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -264,6 +297,24 @@ fn respond(out: Result<Value, String>) -> Response {
 
 /// `GET /v1/sessions/{session_id}/trail`: the audit trail across turns
 /// (JSON, or `format=markdown` for seed 002's export of every turn).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/trail",
+    operation_id = "turns_trail",
+    tag = "sessions",
+    summary = "A session's audit trail across its turns",
+    description = "Seed 002's getAuditTrail: every turn of the session in the order of its first step, each turn's steps by their number within the turn; format=markdown gives the whole session in seed 002's format.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+        ("format" = Option<crate::api_doc::ReplayFormat>, Query, description = "json (default) or markdown (seed 002's export with bracket labels)"),
+    ),
+    responses(
+        (status = 200, description = "{session_id, turns: [{turn_id, started_at, steps}]}", content((serde_json::Value = "application/json"), (String = "text/markdown"))),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn trail(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -279,6 +330,25 @@ pub(crate) async fn trail(
 
 /// `GET /v1/sessions/{session_id}/turns/{turn_id}`: one turn (JSON, or
 /// `format=markdown` for seed 002's `exportMarkdown`).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/turns/{turn_id}",
+    operation_id = "turns_turn",
+    tag = "sessions",
+    summary = "One turn",
+    description = "A turn's steps in order (JSON), or format=markdown for seed 002's exportMarkdown: '## Turn <id> (<time>)' then '[label] content' per step with its tool call, policy decision and approval request.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+        ("turn_id" = crate::api_doc::Id, Path, description = "The turn"),
+        ("format" = Option<crate::api_doc::ReplayFormat>, Query, description = "json (default) or markdown (seed 002's export with bracket labels)"),
+    ),
+    responses(
+        (status = 200, description = "{turn_id, started_at, steps}", content((serde_json::Value = "application/json"), (String = "text/markdown"))),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
 pub(crate) async fn turn(
     State(state): State<Arc<AppState>>,
     caller: Caller,

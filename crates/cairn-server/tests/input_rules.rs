@@ -191,3 +191,225 @@ fn record_rules_name_their_field() {
         assert_eq!(error["field"], field, "{error}");
     }
 }
+
+/// The document and the handlers agree on names: for every operation, each
+/// documented query parameter and body member is accepted as known (never
+/// refused as `unknown_field`), and an undocumented one is refused, naming
+/// it. The handlers read bodies and queries by hand (to refuse duplicates
+/// and 64-bit overflows, and to name every field), so this is what ties
+/// them to the generated document.
+#[test]
+fn documented_names_are_the_accepted_ones() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let doc: Value = serde_json::from_str(cairn_server::openapi_document()).unwrap();
+    let schemas = doc["components"]["schemas"].clone();
+    let resolve = |schema: &Value| -> Value {
+        match schema["$ref"].as_str() {
+            Some(r) => schemas[r.trim_start_matches("#/components/schemas/")].clone(),
+            None => schema.clone(),
+        }
+    };
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        // OTLP ignores unknown fields, as its specification requires.
+        if ["/v1/traces", "/v1/metrics", "/v1/logs"].contains(&path.as_str()) {
+            continue;
+        }
+        let concrete = path
+            .replace("{session_id}", "s1")
+            .replace("{turn_id}", "t1")
+            .replace("{trace_id}", "nope")
+            .replace("{event_id}", "nope")
+            .replace("{key_id}", "nope");
+        for (method, operation) in item.as_object().unwrap() {
+            let method = method.to_uppercase();
+            let send = |query: &str, body: Option<&Value>| {
+                let bytes = body.map(|b| serde_json::to_vec(b).unwrap());
+                call(
+                    &server,
+                    &method,
+                    &format!("{concrete}{query}"),
+                    &admin,
+                    bytes.as_deref(),
+                )
+            };
+            let refused_as_unknown = |reply: &Reply, name: &str| {
+                reply.status == 400
+                    && reply.json()["error"]["code"] == "unknown_field"
+                    && reply.json()["error"]["field"] == name
+            };
+            let params: Vec<String> = operation["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .filter(|p| p["in"] == "query")
+                        .map(|p| p["name"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let body_schema =
+                operation["requestBody"]["content"]["application/json"]["schema"].clone();
+            let body = resolve(&body_schema);
+            let (object, batch) = match body["type"].as_str() {
+                Some("array") => (resolve(&body["items"]), true),
+                _ => (body, false),
+            };
+            let wrap = |member: Value| if batch { json!([member]) } else { member };
+            let default_body = (!body_schema.is_null()).then(|| wrap(json!({})));
+            for name in &params {
+                let reply = send(&format!("?{name}=1"), default_body.as_ref());
+                assert!(
+                    !refused_as_unknown(&reply, name),
+                    "{method} {path}: documented parameter {name} refused: {}",
+                    reply.text()
+                );
+                checked += 1;
+            }
+            if !params.is_empty() {
+                let reply = send("?zz_undocumented=1", default_body.as_ref());
+                assert!(
+                    refused_as_unknown(&reply, "zz_undocumented"),
+                    "{method} {path}: an undocumented parameter was not refused: {} {}",
+                    reply.status,
+                    reply.text()
+                );
+            }
+            let Some(members) = object["properties"].as_object() else {
+                continue;
+            };
+            for name in members.keys() {
+                let reply = send("", Some(&wrap(json!({ name.as_str(): "1" }))));
+                let item_name = if batch {
+                    format!("[0].{name}")
+                } else {
+                    name.clone()
+                };
+                assert!(
+                    !refused_as_unknown(&reply, name) && !refused_as_unknown(&reply, &item_name),
+                    "{method} {path}: documented member {name} refused: {}",
+                    reply.text()
+                );
+                checked += 1;
+            }
+            if object["additionalProperties"] == false {
+                let reply = send("", Some(&wrap(json!({"zz_undocumented": 1}))));
+                let item_name = if batch {
+                    "[0].zz_undocumented"
+                } else {
+                    "zz_undocumented"
+                };
+                assert!(
+                    reply.status == 400
+                        && reply.json()["error"]["code"] == "unknown_field"
+                        && reply.json()["error"]["field"]
+                            .as_str()
+                            .is_some_and(|f| f.ends_with("zz_undocumented")),
+                    "{method} {path}: an undocumented member was not refused as {item_name}: {} {}",
+                    reply.status,
+                    reply.text()
+                );
+            }
+        }
+    }
+    assert!(checked > 80, "only {checked} names checked");
+}
+
+/// An audit event shares the step ids' namespace but is not a step: read,
+/// review or erase it as a step and the answer is 404, never a storage
+/// failure (found by Schemathesis: it used to be a 503).
+#[test]
+fn an_audit_event_id_is_not_a_step() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let event = post(
+        &server,
+        "/v1/audit-events",
+        &admin,
+        &json!({"event_id": "ev-1", "action": "tool call"}),
+    );
+    assert_eq!(event.status, 201, "{}", event.text());
+    let read = get(&server, "/v1/steps/ev-1", &admin);
+    assert_eq!(
+        (read.status, error_code(&read)),
+        (404, "not_found".to_owned()),
+        "{}",
+        read.text()
+    );
+    let erase = post(
+        &server,
+        "/v1/steps/ev-1/erase",
+        &admin,
+        &json!({"reason": "gdpr"}),
+    );
+    assert_eq!(
+        (erase.status, error_code(&erase)),
+        (404, "not_found".to_owned()),
+        "{}",
+        erase.text()
+    );
+    let review = post(
+        &server,
+        "/v1/steps/ev-1/review",
+        &admin,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(
+        (review.status, error_code(&review)),
+        (404, "not_found".to_owned()),
+        "{}",
+        review.text()
+    );
+    // A step of that id cannot be recorded either: the namespace is shared.
+    let mut step = step("s-ev", "agent-1", "observation", "x");
+    step["trace_id"] = json!("ev-1");
+    let clash = post(&server, "/v1/steps", &admin, &step);
+    assert_eq!(clash.status, 409, "{}", clash.text());
+}
+
+/// A batch item whose shape is wrong (an id off its pattern, a confidence
+/// out of range) is malformed: the whole batch is refused, naming the item,
+/// as the document's patterns say; nothing is written. An unknown step type
+/// is answered per item, like every refusal of the ledger.
+#[test]
+fn a_batch_item_of_the_wrong_shape_refuses_the_batch() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for (member, value, code) in [
+        ("agent_id", json!(""), "malformed_id"),
+        ("session_id", json!("has space"), "malformed_id"),
+        ("trace_id", json!("x".repeat(201)), "malformed_id"),
+        ("confidence", json!(1.5), "confidence_out_of_range"),
+    ] {
+        let mut bad = step("shape", "agent-1", "observation", "second");
+        bad[member] = value;
+        let batch = json!([step("shape", "agent-1", "observation", "first"), bad]);
+        let reply = post(&server, "/v1/steps/batch", &admin, &batch);
+        assert_eq!(reply.status, 400, "{member}: {}", reply.text());
+        assert_eq!(error_code(&reply), code, "{}", reply.text());
+        assert_eq!(
+            reply.json()["error"]["field"],
+            format!("[1].{member}"),
+            "{}",
+            reply.text()
+        );
+        assert_eq!(get(&server, "/v1/sessions/shape", &admin).status, 404);
+    }
+}
+
+#[test]
+fn an_unknown_step_type_in_a_batch_is_answered_per_item() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let batch = json!([
+        step("kinds", "agent-1", "observation", "first"),
+        step("kinds", "agent-1", "Bogus", "second")
+    ]);
+    let reply = post(&server, "/v1/steps/batch", &admin, &batch);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["accepted"], 1);
+    assert_eq!(
+        reply.json()["results"][1]["error"]["code"],
+        "unknown_step_type"
+    );
+}

@@ -371,7 +371,7 @@ fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
 static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-         JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2"
+         JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2 AND e.type = 'step'"
     )
 });
 static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {

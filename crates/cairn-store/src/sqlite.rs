@@ -1207,7 +1207,7 @@ impl WriteTx for SqliteTx<'_> {
     ) -> Result<Option<StoredStep>, StoreError> {
         let sql = format!(
             "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-             JOIN sessions s ON s.sid = e.sid WHERE e.org = ?1 AND e.trace_id = ?2"
+             JOIN sessions s ON s.sid = e.sid WHERE e.org = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
         );
         let mut stmt = self.conn.prepare_cached(&sql).context("finding a step")?;
         let mut rows = stmt
@@ -1598,7 +1598,7 @@ impl LedgerStore for SqliteStore {
         self.read(|c| {
             let sql = format!(
                 "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
-                 WHERE o.name = ?1 AND e.trace_id = ?2"
+                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
             );
             let mut stmt = c.prepare_cached(&sql).context("looking up a step")?;
             let mut rows = stmt.query(params![org_id, trace_id]).context("looking up a step")?;

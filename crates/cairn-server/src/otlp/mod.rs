@@ -300,6 +300,20 @@ async fn cpu<T: Send + 'static>(
 }
 
 /// `POST /v1/traces`.
+#[utoipa::path(
+    post,
+    path = "/v1/traces",
+    operation_id = "otlp_traces",
+    tag = "traces",
+    summary = "Export spans (OTLP/HTTP)",
+    description = "OTLP/HTTP traces receiver (docs/OTLP.md): an ExportTraceServiceRequest in binary protobuf (application/x-protobuf) or OTLP/JSON (application/json), optionally Content-Encoding gzip or deflate. Each span (GenAI semantic conventions, OpenInference) becomes hash-chained steps of its session (gen_ai.conversation.id, else session.id, else the trace id); step ids are otel.<trace id>.<span id>.<n>, so an exporter's retry adds nothing. The answer is an ExportTraceServiceResponse in the request's encoding, with partial_success.rejected_spans and error_message when spans were refused. Errors are OTLP Status messages in the request's encoding (JSON: {code, message, error: {code, message}}): 400 invalid_otlp / signed_trace / too_many_spans, 401, 403, 413 body_too_large, 415 unsupported_media_type, 429 overloaded and 503 with Retry-After (retry). Also served alone on --otlp-listen. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportTraceServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
 pub(crate) async fn traces(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -589,6 +603,20 @@ enum Signal {
 /// `POST /v1/metrics`: decoded, counted, and rejected (Cairn records
 /// traces only), so that an exporter configured for every signal gets a
 /// clear answer instead of an error it would retry.
+#[utoipa::path(
+    post,
+    path = "/v1/metrics",
+    operation_id = "otlp_metrics",
+    tag = "metrics",
+    summary = "Export metrics (OTLP/HTTP): answered, not stored",
+    description = "Decoded and answered 200 with every data point rejected in partial_success (Cairn records traces only; set OTEL_METRICS_EXPORTER=none). Counted in /metrics as cairn_otlp_discarded_items_total. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportMetricsServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
 pub(crate) async fn metrics(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -598,6 +626,20 @@ pub(crate) async fn metrics(
 }
 
 /// `POST /v1/logs`: as `/v1/metrics`, for log records.
+#[utoipa::path(
+    post,
+    path = "/v1/logs",
+    operation_id = "otlp_logs",
+    tag = "logs",
+    summary = "Export logs (OTLP/HTTP): answered, not stored",
+    description = "Decoded and answered 200 with every log record rejected in partial_success (Cairn records traces only; set OTEL_LOGS_EXPORTER=none). Counted in /metrics as cairn_otlp_discarded_items_total. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportLogsServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
 pub(crate) async fn logs(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -758,7 +800,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         })
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
-            crate::count_errors,
+            crate::routes::count_errors,
         ))
         .with_state(state)
 }

@@ -1,0 +1,170 @@
+//! The router: every route with its handler's OpenAPI annotation (so the
+//! served document is generated from what is routed), the limits each route
+//! runs under, and the request counter.
+
+use super::*;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
+
+/// The OpenAPI document served at `/openapi.json`, generated from the
+/// routes and their handlers' annotations (`api_doc`). The committed copy
+/// (`docs/openapi.json`) is checked against it by a test.
+pub fn openapi_document() -> &'static str {
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let (_, main) = api_routes().split_for_parts();
+        let (_, bundles) = bundle_routes(&Limits::default(), usize::MAX).split_for_parts();
+        let mut paths = main;
+        paths.merge(bundles);
+        api_doc::document(paths)
+    });
+    &DOCUMENT
+}
+
+/// Every documented route but the bundle upload, which has limits of its
+/// own. A route is added only with its handler's `#[utoipa::path]`, so the
+/// document and the router cannot disagree.
+fn api_routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi))
+        .routes(routes!(docs_page::index))
+        .routes(routes!(docs_page::script))
+        .routes(routes!(docs_page::style))
+        .routes(routes!(start_session, list_sessions))
+        .routes(routes!(replay))
+        .routes(routes!(verify_one_session))
+        .routes(routes!(seal))
+        .routes(routes!(session_root))
+        .routes(routes!(append_step))
+        .routes(routes!(append_batch))
+        .routes(routes!(get_step))
+        .routes(routes!(erase_step))
+        .routes(routes!(oversight::review))
+        .routes(routes!(oversight::queue))
+        .routes(routes!(oversight::record_event))
+        .routes(routes!(oversight::get_event))
+        .routes(routes!(turns::parse))
+        .routes(routes!(otlp::traces))
+        .routes(routes!(otlp::metrics))
+        .routes(routes!(otlp::logs))
+        .routes(routes!(traces::post))
+        .routes(routes!(traces::get))
+        .routes(routes!(traces::post_sql))
+        .routes(routes!(turns::record))
+        .routes(routes!(turns::turn))
+        .routes(routes!(turns::trail))
+        .routes(routes!(verify_whole_org))
+        .routes(routes!(search))
+        .routes(routes!(checkpoint))
+        .routes(routes!(inclusion_proof))
+        .routes(routes!(consistency_proof))
+        .routes(routes!(export))
+        .routes(routes!(register_agent_key, agent_keys::list))
+        .routes(routes!(agent_keys::revoke))
+        .routes(routes!(agent_keys::rotate))
+        .routes(routes!(create_key, list_keys))
+        .routes(routes!(revoke_key))
+        .routes(routes!(mcp_http::protected_resource))
+        .routes(routes!(mcp_http::protected_resource_for_mcp))
+}
+
+/// The bundle upload: streamed and verified as it arrives, so its size and
+/// time limits are its own.
+fn bundle_routes(limits: &Limits, bundle_limit: usize) -> OpenApiRouter<Arc<AppState>> {
+    use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutLayer};
+    OpenApiRouter::new().routes(routes!(verify_bundle).map(|route| {
+        route
+            .layer::<_, std::convert::Infallible>(RequestBodyDeadlineLayer::new(
+                limits.bundle_body_timeout,
+            ))
+            .layer::<_, std::convert::Infallible>(DefaultBodyLimit::max(bundle_limit))
+            .layer::<_, std::convert::Infallible>(TimeoutLayer::with_status_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                limits.bundle_body_timeout + limits.request_timeout,
+            ))
+    }))
+}
+
+/// The router with every route.
+pub fn router(state: Arc<AppState>) -> Router {
+    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
+    let body_limit = state.config.max_body_bytes;
+    let bundle_limit = state.config.max_bundle_bytes;
+    let limits = state.config.limits.clone();
+    let (api, _) = api_routes().split_for_parts();
+    let (bundles, _) = bundle_routes(&limits, bundle_limit).split_for_parts();
+    api.nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .merge(bundles)
+        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_errors,
+        ))
+        .with_state(state)
+}
+
+pub(crate) async fn count_errors(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status();
+    state.metrics.error_status(status.as_u16());
+    let micros = started.elapsed().as_micros() as u64;
+    if status.is_client_error() || status.is_server_error() {
+        tracing::info!(target: "cairn::http", %method, %path, status = status.as_u16(), micros, "request refused");
+    } else {
+        tracing::debug!(target: "cairn::http", %method, %path, status = status.as_u16(), micros, "request");
+    }
+    // axum's own rejections (body too large, bad path) are plain text;
+    // give them the JSON shape every other error has.
+    // OTLP answers errors as protobuf `Status` messages: also shaped.
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json")
+                || v.as_bytes().starts_with(b"application/x-protobuf")
+        });
+    if status.is_client_error() && !is_json {
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::REQUEST_TIMEOUT => "timeout",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            _ => "invalid_request",
+        };
+        let message = status
+            .canonical_reason()
+            .unwrap_or("invalid request")
+            .to_owned();
+        return ApiError::new(status, code, message).into_response();
+    }
+    // The request timeout answers 503 with no body.
+    if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
+        return ApiError::new(
+            status,
+            "timeout",
+            format!(
+                "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
+                state.config.limits.request_timeout.as_secs()
+            ),
+        )
+        .into_response();
+    }
+    response
+}

@@ -1,0 +1,445 @@
+//! Sessions over HTTP: start, list, replay, verify (one session or the
+//! whole org), seal, and a sealed session's root.
+
+use super::*;
+
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    operation_id = "start_session",
+    tag = "sessions",
+    summary = "Start a session",
+    description = "Records the session start (its genesis) in the org log. Body: session_id, agent_id, profile (standard|strict), predecessor (hex final hash of the session this one continues), full_consent. Roles: writer, admin.",
+    request_body = crate::api_doc::SessionInput,
+    responses(
+        (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn start_session(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "start sessions")?;
+    Caller::require_enabled(&state)?;
+    let v = parse_json(&body)?;
+    members(
+        &v,
+        &[
+            "session_id",
+            "agent_id",
+            "hash_agent_id",
+            "profile",
+            "predecessor",
+            "predecessor_session",
+            "full_consent",
+        ],
+    )?;
+    let text = |k: &str| optional_string(&v, k);
+    let session_id = text("session_id")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "session_id is required"))?;
+    let agent_id = match (text("agent_id")?, &caller.key.agent_id) {
+        (Some(a), Some(bound)) if a != *bound => {
+            return Err(ApiError::forbidden(format!(
+                "this key may only write as agent {bound}"
+            )));
+        }
+        (Some(a), _) => a,
+        (None, Some(bound)) => bound.clone(),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "agent_id is required",
+            ));
+        }
+    };
+    let agent_id = if optional_bool(&v, "hash_agent_id")?.unwrap_or(false) {
+        cairn_core::record::hashed_agent_id(&agent_id)
+    } else {
+        agent_id
+    };
+    let profile = match text("profile")?.as_deref() {
+        None => Profile::Standard,
+        Some(p) => Profile::parse(p).ok_or_else(|| {
+            ApiError::bad_request("invalid_request", "profile must be standard or strict")
+        })?,
+    };
+    let predecessor =
+        match text("predecessor")? {
+            None => None,
+            Some(h) => Some(Hash::from_hex(&h).map_err(|e| {
+                ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
+            })?),
+        };
+    let request = WriteRequest::StartSession(NewSession {
+        org_id: caller.org().to_owned(),
+        session_id: session_id.clone(),
+        agent_id,
+        caller: caller.key.id.clone(),
+        profile,
+        predecessor,
+        predecessor_session: text("predecessor_session")?,
+        full_consent: optional_bool(&v, "full_consent")?.unwrap_or(false),
+    });
+    let written = state.ledger.submit(request).await?;
+    let mut body = wire::written_to_json(&written);
+    body["session_id"] = json!(session_id);
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    operation_id = "list_sessions",
+    tag = "sessions",
+    summary = "Session history",
+    description = "Sessions newest first with step_count, first_step_at, last_step_at, chain_valid, sealed. Each listed session's chain is verified until CAIRN_LIST_VERIFY_STEPS steps (default 10000) were verified in the request; later sessions have chain_valid null; verify=false verifies none.",
+    params(
+        ("agent_id" = Option<crate::api_doc::Id>, Query, description = "Only this agent's sessions"),
+        ("limit" = Option<u64>, Query, description = "1 to 1000, default 20", minimum = 1, maximum = 1000),
+        ("verify" = Option<bool>, Query, description = "false: no chain verification (chain_valid null)"),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn list_sessions(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["agent_id", "limit", "verify"])?;
+    let limit = match q.get("limit") {
+        None => 20,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=1000).contains(l))
+            .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
+    };
+    let agent = query_id(&q, "agent_id")?;
+    // Verification is on unless `verify=false`, and bounded.
+    let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
+    let org = caller.org().to_owned();
+    let budget = state.config.limits.list_verify_steps;
+    let rows = blocking(&state, move |store| {
+        Ok(listed_sessions(store, &org, agent.as_deref(), limit, verify, budget)?
+            .into_iter()
+            .map(|(s, valid)| {
+                json!({
+                    "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                    "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                    "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                    "chain_valid": valid, "sealed": s.sealed,
+                })
+            })
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(axum::Json(Value::Array(rows)))
+}
+
+/// Sessions of an org, newest first, each with its chain's validity: the
+/// listed sessions are verified in order until `budget` steps were
+/// verified; the rest (and all of them when `verify` is false) get
+/// `None`, so that a listing costs at most `budget` steps of hashing
+/// whatever the org's size.
+pub(crate) fn listed_sessions(
+    store: &dyn LedgerStore,
+    org: &str,
+    agent: Option<&str>,
+    limit: usize,
+    verify: bool,
+    budget: u64,
+) -> Result<Vec<(cairn_store::SessionSummary, Option<bool>)>, ApiError> {
+    let mut spent = 0u64;
+    let mut out = Vec::new();
+    for s in store.list_sessions(org, agent, limit)? {
+        let valid = if verify && spent.saturating_add(s.step_count) <= budget {
+            spent += s.step_count;
+            Some(verify_session(store, org, &s.session_id)?.is_some_and(|v| v.verified))
+        } else {
+            None
+        };
+        out.push((s, valid));
+    }
+    Ok(out)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}",
+    operation_id = "replay",
+    tag = "sessions",
+    summary = "Replay a session",
+    description = "Steps in order with seed 000's member names. verify=true adds chain_valid and the verdict; format=markdown returns seed 002's Markdown.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+        ("verify" = Option<bool>, Query, description = "true to verify the chain"),
+        ("format" = Option<crate::api_doc::ReplayFormat>, Query, description = "json (default) or markdown"),
+        ("level" = Option<crate::api_doc::Level>, Query, description = "Seed 004's detail level: generic (kinds, numbers, timings, hashes), detailed (plus identifiers, tool names, models, lists) or full (plus content: needs the session's recorded consent and an auditor or admin key). Hidden fields are replaced by their commitments and listed in hidden_fields; everything still verifies."),
+    ),
+    responses(
+        (status = 200, description = "OK", content((serde_json::Value = "application/json"), (String = "text/markdown"))),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn replay(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["format", "verify", "level"])?;
+    let verify = query_bool(&q, "verify")?;
+    let markdown = wants_markdown(q.get("format").map(String::as_str))?;
+    let level = level_param(&q)?;
+    let org = caller.org().to_owned();
+    let permit = if verify {
+        Some(limits::expensive(&state, "verification").await?)
+    } else {
+        None
+    };
+    let (info, mut steps, verdict) = blocking(&state, move |store| {
+        let _permit = permit;
+        let info = store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })?;
+        let mut steps = Vec::new();
+        store.read_session(&org, &session_id, &mut |s| {
+            steps.push(s);
+            true
+        })?;
+        let verdict = if verify {
+            verify_session(store, &org, &session_id)?
+        } else {
+            None
+        };
+        Ok((info, steps, verdict))
+    })
+    .await?;
+    if let Some(v) = &verdict {
+        state.metrics.verification(v.verified);
+    }
+    allow_level(
+        &caller,
+        level,
+        Some((&info.header.session_id, info.header.full_consent)),
+    )?;
+    if let Some(level) = level {
+        for s in &mut steps {
+            s.record.redact(level).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?;
+        }
+    }
+    if markdown {
+        let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+        return Ok(markdown_response(render::markdown(
+            &info.header.session_id,
+            &records,
+        )));
+    }
+    let mut body = json!({
+        "session_id": info.header.session_id,
+        "agent_id": info.header.agent_id,
+        "level": level.map(DetailLevel::as_str),
+        "step_count": steps.len(),
+        "sealed": info.seal.is_some(),
+        "steps": steps.iter().map(|s| wire::step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
+    });
+    if let Some(v) = &verdict {
+        body["chain_valid"] = json!(v.verified);
+        body["verdict"] = wire::verdict_to_json(v, 0, cairn_store::now());
+    }
+    Ok(axum::Json(body).into_response())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/verify",
+    operation_id = "verify_one_session",
+    tag = "sessions",
+    summary = "Verify a session's chain",
+    description = "Verdict: verified, totalChecked, lastValidSequence, brokenAtSequence, brokenReason, durationMs, verifiedAt.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn verify_one_session(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let started = Instant::now();
+    let permit = limits::expensive(&state, "verification").await?;
+    let verdict = blocking(&state, move |store| {
+        let _permit = permit;
+        verify_session(store, &org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })
+    })
+    .await?;
+    state.metrics.verification(verdict.verified);
+    Ok(axum::Json(wire::verdict_to_json(
+        &verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    )))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/verify",
+    operation_id = "verify_whole_org",
+    tag = "verify",
+    summary = "Verify the org",
+    description = "Every chain, every operational record, the Merkle root at every stored checkpoint.",
+    params(
+        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn verify_whole_org(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["checkpoint"])?;
+    let org = caller.org().to_owned();
+    let trusted = trusted_param(&q)?;
+    let started = Instant::now();
+    let permit = limits::expensive(&state, "verification").await?;
+    let result = blocking(&state, move |store| {
+        let _permit = permit;
+        let mut external = Vec::new();
+        for note in &trusted {
+            external.push(
+                cairn_store::ops::trusted_checkpoint(store, &org, note, &[])
+                    .map_err(|m| ApiError::bad_request("invalid_checkpoint", m))?,
+            );
+        }
+        Ok(verify_org(store, &org, &external, &[], &mut |_| {})?)
+    })
+    .await?;
+    state.metrics.verification(result.verdict.verified);
+    let mut body = wire::verdict_to_json(
+        &result.verdict,
+        started.elapsed().as_millis(),
+        cairn_store::now(),
+    );
+    body["log_size"] = json!(result.log_size);
+    body["checkpoints_checked"] = json!(result.checkpoints_checked);
+    Ok(axum::Json(body))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/seal",
+    operation_id = "seal",
+    tag = "sessions",
+    summary = "Seal a session",
+    description = "Signs the Merkle root over the session's steps; nothing can be appended after. Roles: writer, admin.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+        ("require_reflection" = Option<bool>, Query, description = "Refuse unless the last step is a reflection (seed 001's proof-grade merkle_finalize). Strict sessions always require it."),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn seal(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["require_reflection"])?;
+    caller.require(caller.key.role.can_write(), "seal sessions")?;
+    Caller::require_enabled(&state)?;
+    let require_reflection = query_bool(&q, "require_reflection")?;
+    require_own_session(&state, &caller, &session_id).await?;
+    let request = WriteRequest::Seal {
+        org_id: caller.org().to_owned(),
+        session_id,
+        require_reflection,
+    };
+    match state.ledger.submit(request).await? {
+        Written::Sealed { seq, seal } => Ok(axum::Json(seal_json(Some(seq), &seal))),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+pub(crate) fn seal_json(seq: Option<u64>, seal: &cairn_core::log::SealRecord) -> Value {
+    json!({
+        "session_id": seal.session_id, "step_count": seal.step_count,
+        "merkle_root": seal.session_root.to_hex(), "final_hash": seal.final_hash.to_hex(),
+        "sealed_at": seal.sealed_at.to_string(), "note": seal.note, "seq": seq,
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}/root",
+    operation_id = "session_root",
+    tag = "sessions",
+    summary = "A sealed session's Merkle root",
+    description = "409 not_sealed before the seal.",
+    params(
+        ("session_id" = crate::api_doc::Id, Path, description = "The session"),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn session_root(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let info = blocking(&state, move |store| {
+        store.session(&org, &session_id)?.ok_or_else(|| {
+            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+        })
+    })
+    .await?;
+    let seal = info.seal.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_sealed",
+            "the session is not sealed yet: seal it first",
+        )
+    })?;
+    Ok(axum::Json(seal_json(None, &seal)))
+}

@@ -1,0 +1,336 @@
+//! Steps over HTTP: record one or a batch, read one, search, erase a
+//! payload.
+
+use super::*;
+
+/// A step body (seed 000's member names). A key bound to an agent may only
+/// write as that agent, and is the default agent.
+pub(crate) fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiError> {
+    if let Some(object) = value.as_object() {
+        input::refuse_unknown(object, wire::STEP_MEMBERS)?;
+    }
+    let step = wire::step_from_json(
+        value,
+        caller.org(),
+        caller.key.agent_id.as_deref(),
+        &caller.key.id,
+    )
+    .map_err(|e| ApiError::bad_request("invalid_request", e.0))?;
+    if let Some(bound) = &caller.key.agent_id
+        && *bound != step.agent_id
+        && cairn_core::record::hashed_agent_id(bound) != step.agent_id
+    {
+        return Err(ApiError::forbidden(format!(
+            "this key may only write as agent {bound}, not {}",
+            step.agent_id
+        )));
+    }
+    check_shape(&step).map_err(|e| ApiError::from(cairn_store::Refusal::Invalid(e)))?;
+    Ok(step)
+}
+
+/// The rules of a step's shape that the OpenAPI document states as
+/// patterns and ranges (its ids, its confidence), checked before anything
+/// is submitted, so that a batch item breaking one is refused as malformed
+/// (the whole batch, naming the item) rather than answered per item like
+/// what the ledger refuses (a sealed session, a step type the vocabulary or
+/// the session's profile does not have). The engine checks them again.
+fn check_shape(step: &cairn_store::NewStep) -> Result<(), cairn_core::record::RecordError> {
+    use cairn_core::record::{RecordError, validate_id};
+    validate_id("session_id", &step.session_id)?;
+    validate_id("agent_id", &step.agent_id)?;
+    for (field, value) in [
+        ("trace_id", &step.trace_id),
+        ("turn_id", &step.turn_id),
+        ("task_id", &step.task_id),
+    ] {
+        if let Some(value) = value {
+            validate_id(field, value)?;
+        }
+    }
+    if let Some(confidence) = step.confidence
+        && !(0.0..=1.0).contains(&confidence)
+    {
+        return Err(RecordError::ConfidenceOutOfRange { value: confidence });
+    }
+    Ok(())
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/steps",
+    operation_id = "append_step",
+    tag = "steps",
+    summary = "Record a step",
+    description = "Seed 000's log_reasoning_step. A key bound to an agent writes only as that agent. Signed steps carry trace_id, step_index, created_at, seed and signature (FORMAT.md 7.3). Roles: writer, admin.",
+    request_body = crate::api_doc::StepInput,
+    responses(
+        (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn append_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(&state)?;
+    let started = Instant::now();
+    let step = step_for(&caller, &parse_json(&body)?)?;
+    match state
+        .ledger
+        .submit(WriteRequest::Step(Box::new(step)))
+        .await
+    {
+        Ok(written) => {
+            state.metrics.append(started.elapsed());
+            Ok((
+                StatusCode::CREATED,
+                axum::Json(wire::written_to_json(&written)),
+            )
+                .into_response())
+        }
+        Err(e) => {
+            state.metrics.refusal();
+            Err(e.into())
+        }
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/steps/batch",
+    operation_id = "append_batch",
+    tag = "steps",
+    summary = "Record many steps",
+    description = "A JSON array of steps (1 to 10000), group-committed; one result per step, in order. Roles: writer, admin.",
+    request_body = crate::api_doc::StepBatch,
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn append_batch(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Body(body): Body,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_write(), "record steps")?;
+    Caller::require_enabled(&state)?;
+    let started = Instant::now();
+    let value = parse_json(&body)?;
+    let items = value.as_array().ok_or_else(|| {
+        ApiError::bad_request("invalid_request", "a batch is a JSON array of steps")
+    })?;
+    if items.is_empty() || items.len() > 10_000 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "a batch holds 1 to 10000 steps",
+        ));
+    }
+    // Every item must be a well-formed step before anything is written: a
+    // malformed item is a client bug, and the whole batch is refused with
+    // its position. What the ledger refuses (a sealed session, a clock
+    // skew) is answered per item below.
+    let mut steps = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let step = step_for(&caller, item).map_err(|mut e| {
+            e.message = format!(
+                "step {index} of the batch: {} (nothing in this batch was written)",
+                e.message
+            );
+            e.field = Some(match e.field.take() {
+                Some(field) => format!("[{index}].{field}"),
+                None => format!("[{index}]"),
+            });
+            e
+        })?;
+        steps.push(step);
+    }
+    // Submit everything first so the sequencer commits it together.
+    let pending: Vec<_> = steps
+        .into_iter()
+        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
+        .collect();
+    let mut results = Vec::with_capacity(pending.len());
+    let mut accepted = 0;
+    for p in pending {
+        let outcome = p.await.map_err(ApiError::from);
+        results.push(match outcome {
+            Ok(w) => {
+                accepted += 1;
+                state.metrics.append(started.elapsed());
+                wire::written_to_json(&w)
+            }
+            Err(e) => {
+                state.metrics.refusal();
+                // The one error shape, with the field where there is one.
+                e.body()
+            }
+        });
+    }
+    Ok(axum::Json(
+        json!({"accepted": accepted, "results": results}),
+    ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/steps/{trace_id}",
+    operation_id = "get_step",
+    tag = "steps",
+    summary = "One step by trace id",
+    params(
+        ("trace_id" = crate::api_doc::Id, Path, description = "The step's trace id"),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn get_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+) -> Result<Json, ApiError> {
+    let org = caller.org().to_owned();
+    let step = blocking(&state, move |store| {
+        store
+            .step_by_trace(&org, &trace_id)?
+            .ok_or_else(|| ApiError::not_found(format!("step {}", crate::error::shown(&trace_id))))
+    })
+    .await?;
+    Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
+}
+
+/// Semantic search over the embedded steps of the caller's org.
+#[utoipa::path(
+    get,
+    path = "/v1/search",
+    operation_id = "search",
+    tag = "search",
+    summary = "Semantic search over embedded steps",
+    description = "Steps selected by seed 000's sampling rule (decision, action, error, correction and final answer always; others at CAIRN_EMBEDDING_SAMPLE_RATE, default 0.1) are embedded at ingest with Cairn's built-in lexical embedder (hashed words and trigrams). Results best first with a cosine score.",
+    params(
+        ("q" = String, Query, description = "The search text", min_length = 1),
+        ("limit" = Option<u64>, Query, description = "1 to 100, default 10", minimum = 1, maximum = 100),
+    ),
+    responses(
+        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn search(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["q", "limit"])?;
+    let text = q
+        .get("q")
+        .filter(|t| !t.trim().is_empty())
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::bad_request("invalid_request", "q (the search text) is required")
+        })?;
+    let limit = match q.get("limit") {
+        None => 10,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=100).contains(l))
+            .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 100"))?,
+    };
+    let org = caller.org().to_owned();
+    // Semantic search scores every embedded step of the org.
+    let permit = limits::expensive(&state, "the search").await?;
+    let results = blocking(&state, move |store| {
+        let _permit = permit;
+        let query = cairn_store::embed::embed(&text);
+        let mut out = Vec::new();
+        for (seq, score) in store.semantic_search(&org, &query, limit)? {
+            store.read_log(&org, seq, seq + 1, &mut |stored| {
+                if let Ok(entry) = &stored.entry
+                    && let cairn_core::log::LogRecord::Step(record) = &entry.record
+                {
+                    let mut step = wire::step_to_json(seq, record);
+                    step["score"] = json!(score);
+                    out.push(step);
+                }
+                false
+            })?;
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(axum::Json(json!({"results": results})))
+}
+
+/// Erases a step's payload (admin): the values become commitments, every
+/// hash stays, and the erasure is recorded.
+#[utoipa::path(
+    post,
+    path = "/v1/steps/{trace_id}/erase",
+    operation_id = "erase_step",
+    tag = "steps",
+    summary = "Erase a step's payload",
+    description = "GDPR-style erasure: content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. Body: reason. Roles: admin.",
+    params(
+        ("trace_id" = crate::api_doc::Id, Path, description = "The step"),
+    ),
+    request_body = crate::api_doc::EraseInput,
+    responses(
+        (status = 200, description = "Erased", content_type = "application/json", body = serde_json::Value),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn erase_step(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(trace_id): Path<String>,
+    Body(body): Body,
+) -> Result<Json, ApiError> {
+    caller.require(caller.key.role.can_admin(), "erase records")?;
+    Caller::require_enabled(&state)?;
+    let reason = if body.is_empty() {
+        String::new()
+    } else {
+        let v = parse_json(&body)?;
+        members(&v, &["reason"])?;
+        optional_string(&v, "reason")?.unwrap_or_default()
+    };
+    if reason.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "reason is required (it is recorded with the erasure)",
+        ));
+    }
+    require_own_step(&state, &caller, &trace_id).await?;
+    let request = WriteRequest::Erase {
+        org_id: caller.org().to_owned(),
+        trace_id: trace_id.clone(),
+        reason,
+        actor: caller.key.id.clone(),
+    };
+    match state.ledger.submit(request).await? {
+        Written::Erased { seqs } => Ok(axum::Json(
+            json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),
+        )),
+        other => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
