@@ -530,3 +530,136 @@ pub struct OtlpStatus {
     #[schema(required = false, nullable = false)]
     error: Option<JsonObject>,
 }
+
+/// A recorded step as read back (seed 000's member names). Optional members
+/// the step does not have are left out, not given as `null`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct Step {
+    trace_id: String,
+    /// Its position in the org log.
+    seq: u64,
+    org_id: String,
+    agent_id: String,
+    session_id: String,
+    step_index: u64,
+    /// The step type as the caller wrote it.
+    step_type: String,
+    /// The canonical kind.
+    kind: String,
+    #[schema(required = false, nullable = false)]
+    content: Option<String>,
+    /// Any JSON value.
+    #[serde(default)]
+    input_data: Value,
+    /// Any JSON value.
+    #[serde(default)]
+    output_data: Value,
+    #[schema(required = false, nullable = false)]
+    confidence: Option<f64>,
+    #[schema(required = false, nullable = false)]
+    duration_ms: Option<u64>,
+    #[schema(required = false, nullable = false)]
+    token_count: Option<u64>,
+    #[schema(required = false, nullable = false)]
+    model: Option<String>,
+    /// Any JSON value.
+    #[serde(default)]
+    metadata: Value,
+    #[schema(required = false, nullable = false)]
+    turn_id: Option<String>,
+    #[schema(required = false, nullable = false)]
+    turn_step: Option<u64>,
+    #[schema(required = false, nullable = false)]
+    task_id: Option<String>,
+    /// The step's links (only those it has).
+    links: std::collections::BTreeMap<String, String>,
+    status: StepStatus,
+    created_at: String,
+    digest: Hash,
+    prev_hash: Hash,
+    current_hash: Hash,
+    #[schema(required = false, nullable = false)]
+    signature_key_id: Option<String>,
+    has_embedding: bool,
+    erased: bool,
+    /// Fields replaced by their commitments (erased, or below the detail
+    /// level asked for).
+    hidden_fields: Vec<String>,
+}
+
+/// What recording a step produced.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct StepWritten {
+    trace_id: String,
+    step_index: u64,
+    current_hash: Hash,
+    seq: u64,
+    created_at: String,
+    /// This step opened its session.
+    session_created: bool,
+}
+
+/// One result per step of a batch, in order: what was written, or the
+/// ledger's refusal in the one error shape.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct BatchResult {
+    accepted: u64,
+    results: Vec<BatchItem>,
+}
+
+/// One step's result in a batch.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum BatchItem {
+    /// Written.
+    Written(StepWritten),
+    /// Refused.
+    Refused(ErrorBody),
+}
+
+/// A listed session.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct SessionSummary {
+    session_id: String,
+    agent_id: String,
+    step_count: u64,
+    first_step_at: Option<String>,
+    last_step_at: Option<String>,
+    /// Null when the listing's verification budget was spent before this
+    /// session, or with verify=false.
+    chain_valid: Option<bool>,
+    sealed: bool,
+}
+
+/// A verification verdict (seed 003's member names, with where it broke).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(non_snake_case, dead_code)]
+pub struct Verdict {
+    verified: bool,
+    ok: bool,
+    totalChecked: u64,
+    lastValidSequence: Option<u64>,
+    brokenAtSequence: Option<u64>,
+    /// A stable reason code (docs/FORMAT.md).
+    brokenReason: Option<String>,
+    brokenAt: Option<BrokenAt>,
+    detail: Option<String>,
+    durationMs: u64,
+    verifiedAt: String,
+}
+
+/// Where verification stopped.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct BrokenAt {
+    seq: Option<u64>,
+    session_id: Option<String>,
+    step_index: Option<u64>,
+    trace_id: Option<String>,
+    line: Option<u64>,
+}

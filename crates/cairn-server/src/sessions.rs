@@ -103,7 +103,7 @@ pub(crate) async fn start_session(
         ("verify" = Option<bool>, Query, description = "false: no chain verification (chain_valid null)"),
     ),
     responses(
-        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "OK", content_type = "application/json", body = Vec<crate::api_doc::SessionSummary>),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
@@ -274,7 +274,7 @@ pub(crate) async fn replay(
         ("session_id" = crate::api_doc::Id, Path, description = "The session"),
     ),
     responses(
-        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::Verdict),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
@@ -314,7 +314,7 @@ pub(crate) async fn verify_one_session(
         ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
     ),
     responses(
-        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::Verdict),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),

@@ -65,7 +65,7 @@ fn check_shape(step: &cairn_store::NewStep) -> Result<(), cairn_core::record::Re
     description = "Seed 000's log_reasoning_step. A key bound to an agent writes only as that agent. Signed steps carry trace_id, step_index, created_at, seed and signature (FORMAT.md 7.3). Roles: writer, admin.",
     request_body = crate::api_doc::StepInput,
     responses(
-        (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 201, description = "OK", content_type = "application/json", body = crate::api_doc::StepWritten),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
@@ -109,7 +109,7 @@ pub(crate) async fn append_step(
     description = "A JSON array of steps (1 to 10000), group-committed; one result per step, in order. Roles: writer, admin.",
     request_body = crate::api_doc::StepBatch,
     responses(
-        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::BatchResult),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
@@ -189,7 +189,7 @@ pub(crate) async fn append_batch(
         ("trace_id" = crate::api_doc::Id, Path, description = "The step's trace id"),
     ),
     responses(
-        (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "OK", content_type = "application/json", body = crate::api_doc::Step),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
