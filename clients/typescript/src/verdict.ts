@@ -8,7 +8,7 @@ export const REASONS = [
   "malformed-record", "sequence-gap", "prev-hash-mismatch", "chain-hash-mismatch", "digest-mismatch",
   "bad-signature", "inclusion-mismatch", "inconsistent-checkpoint", "missing-record", "step-after-seal",
   "seal-mismatch", "profile-violation", "predecessor-mismatch", "duplicate-record", "uncovered-entry",
-  "unlisted-entry", "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch",
+  "unlisted-entry", "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch", "insufficient-cosignatures",
 ] as const;
 export type Reason = (typeof REASONS)[number];
 

@@ -538,6 +538,7 @@ enum Stage {
 pub struct BundleVerifier {
     pinned: Vec<NoteVerifier>,
     trusted_notes: Vec<String>,
+    witness_policy: Option<crate::witness::WitnessPolicy>,
     trusted: Vec<VerifiedCheckpoint>,
     /// Trusted checkpoints older than the bundle's still needing a
     /// consistency line (partial bundles), by size.
@@ -562,6 +563,7 @@ impl BundleVerifier {
         BundleVerifier {
             pinned,
             trusted_notes: Vec::new(),
+            witness_policy: None,
             trusted: Vec::new(),
             unproven: Vec::new(),
             stage: Stage::Header,
@@ -583,6 +585,13 @@ impl BundleVerifier {
     /// first line.
     pub fn trust_checkpoint(&mut self, note: impl Into<String>) {
         self.trusted_notes.push(note.into());
+    }
+
+    /// Requires the bundle's checkpoint to carry a quorum of valid
+    /// cosignatures by `policy`'s witnesses (`insufficient-cosignatures`
+    /// at the checkpoint line otherwise). Call before the first line.
+    pub fn require_witnesses(&mut self, policy: crate::witness::WitnessPolicy) {
+        self.witness_policy = Some(policy);
     }
 
     fn fail(&mut self, at: Location, reason: Reason, detail: String) -> bool {
@@ -689,6 +698,15 @@ impl BundleVerifier {
             }
             Err(e) => return self.malformed(format!("the bundle's checkpoint: {e}")),
         };
+        if let Some(policy) = &self.witness_policy
+            && let Err(why) = policy.check(&note)
+        {
+            return self.fail(
+                Location::default(),
+                Reason::InsufficientCosignatures,
+                format!("the bundle's checkpoint: {why}"),
+            );
+        }
         let (size, root) = (checkpoint.checkpoint().size, checkpoint.checkpoint().root);
         for trusted in std::mem::take(&mut self.trusted_notes) {
             let cp = match verify_checkpoint(&trusted, &origin, &keys) {

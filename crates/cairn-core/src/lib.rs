@@ -63,6 +63,7 @@ pub mod thinking;
 pub mod time;
 pub mod trace;
 pub mod verify;
+pub mod witness;
 
 /// The Ed25519 implementation Cairn's keys and signatures use, so that
 /// dependents name the same types.

@@ -1005,6 +1005,22 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// revoked.
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
 
+    /// Stores a witness's cosignature line (C2SP `cosignature/v1`, already
+    /// verified by the caller) of an org's checkpoint at `size`. A second
+    /// line of the same witness for the same checkpoint replaces nothing.
+    /// Cosignatures are not ledger records: a verifier checks them itself.
+    fn put_cosignature(
+        &self,
+        org_id: &str,
+        size: u64,
+        witness: &str,
+        line: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The cosignature lines stored for an org's checkpoint at `size`, by
+    /// witness name.
+    fn cosignatures(&self, org_id: &str, size: u64) -> Result<Vec<String>, StoreError>;
+
     /// The key whose token hashes to `token_hash`, revoked or not.
     fn api_key_by_hash(&self, token_hash: &Hash) -> Result<Option<ApiKey>, StoreError>;
 

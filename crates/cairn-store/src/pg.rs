@@ -60,7 +60,7 @@ pub const SCHEMA: &str = include_str!("pg_schema.sql");
 pub const GUARD: &str = include_str!("pg_guard.sql");
 /// The grants of the production role (`cairn_app`), as documented.
 pub const GRANTS: &str = include_str!("pg_grants.sql");
-const SCHEMA_VERSION: &str = "2";
+const SCHEMA_VERSION: &str = "3";
 /// First key of Cairn's advisory locks ("CAIR"), so they cannot collide
 /// with another application's locks on the same database.
 const LOCK_CLASS: i32 = 0x4341_4952;
@@ -107,6 +107,16 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             .context("recording the schema version")?;
         }
         Some(SCHEMA_VERSION) => {}
+        // Version 3 adds the witnesses' cosignatures.
+        Some("2") => {
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS cosignatures (
+                   org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
+                   line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));
+                 UPDATE cairn_meta SET value = '3' WHERE key = 'schema_version';",
+            )
+            .context("adding the cosignatures table (the role needs CREATE on the schema; run this start as the schema owner)")?;
+        }
         Some("1") => {
             return Err(StoreError::Corrupt(
                 "this database holds a format 1 ledger (written by cairn 0.1); this cairn writes format 2, whose hashes differ, and cannot use it. Keep using cairn 0.1 for it, or point this cairn at a new database".into(),
@@ -2326,6 +2336,42 @@ impl LedgerStore for PgStore {
             })();
             Ok(out)
         })?
+    }
+
+    fn put_cosignature(
+        &self,
+        org_id: &str,
+        size: u64,
+        witness: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let size =
+            i64::try_from(size).map_err(|_| StoreError::Corrupt("size beyond 2^63".into()))?;
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO cosignatures (org_name, size, witness, line) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT DO NOTHING",
+                &[&org_id, &size, &witness, &line],
+                "storing a cosignature",
+            )?;
+            Ok(())
+        })
+    }
+
+    fn cosignatures(&self, org_id: &str, size: u64) -> Result<Vec<String>, StoreError> {
+        let size =
+            i64::try_from(size).map_err(|_| StoreError::Corrupt("size beyond 2^63".into()))?;
+        self.read(|db| {
+            Ok(db
+                .query(
+                    "SELECT line FROM cosignatures WHERE org_name = $1 AND size = $2 ORDER BY witness",
+                    &[&org_id, &size],
+                    "reading cosignatures",
+                )?
+                .iter()
+                .map(|row| row.get::<_, String>(0))
+                .collect())
+        })
     }
 
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {

@@ -131,6 +131,16 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (org, size)
 );
 
+-- Witnesses' cosignatures of checkpoints (C2SP cosignature/v1 lines),
+-- verified before they are stored and again by every verifier.
+CREATE TABLE IF NOT EXISTS cosignatures (
+  org_name   TEXT   NOT NULL,
+  size       BIGINT NOT NULL,
+  witness    TEXT   NOT NULL,
+  line       TEXT   NOT NULL,
+  PRIMARY KEY (org_name, size, witness)
+);
+
 -- Append-only, enforced by the database.
 CREATE OR REPLACE FUNCTION cairn_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -143,6 +143,16 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (org, size)
 ) WITHOUT ROWID;
 
+-- Witnesses' cosignatures of checkpoints (C2SP cosignature/v1 lines),
+-- verified before they are stored and again by every verifier.
+CREATE TABLE IF NOT EXISTS cosignatures (
+  org_name   TEXT    NOT NULL,
+  size       INTEGER NOT NULL,
+  witness    TEXT    NOT NULL,
+  line       TEXT    NOT NULL,
+  PRIMARY KEY (org_name, size, witness)
+) WITHOUT ROWID;
+
 -- Append-only, enforced by the database itself.
 CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;

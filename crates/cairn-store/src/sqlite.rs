@@ -2028,6 +2028,41 @@ impl LedgerStore for SqliteStore {
         })
     }
 
+    fn put_cosignature(
+        &self,
+        org_id: &str,
+        size: u64,
+        witness: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let w = self.writer.lock().map_err(|_| poisoned())?;
+        w.conn
+            .execute(
+                "INSERT OR IGNORE INTO cosignatures (org_name, size, witness, line) VALUES (?1, ?2, ?3, ?4)",
+                params![org_id, size as i64, witness, line],
+            )
+            .context("storing a cosignature")?;
+        Ok(())
+    }
+
+    fn cosignatures(&self, org_id: &str, size: u64) -> Result<Vec<String>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT line FROM cosignatures WHERE org_name = ?1 AND size = ?2 ORDER BY witness",
+                )
+                .context("reading cosignatures")?;
+            let rows = stmt
+                .query_map(params![org_id, size as i64], |r| r.get::<_, String>(0))
+                .context("reading cosignatures")?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(row.context("reading cosignatures")?);
+            }
+            Ok(out)
+        })
+    }
+
     fn revoke_api_key(
         &self,
         org_id: &str,

@@ -68,7 +68,7 @@ REASONS = (
     "digest-mismatch", "bad-signature", "inclusion-mismatch", "inconsistent-checkpoint",
     "missing-record", "step-after-seal", "seal-mismatch", "profile-violation",
     "predecessor-mismatch", "duplicate-record", "uncovered-entry", "unlisted-entry",
-    "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch",
+    "missing-proof", "erasure-mismatch", "bad-timestamp", "selection-mismatch", "insufficient-cosignatures",
 )
 
 

@@ -121,11 +121,16 @@ pub enum Reason {
     /// session outside its scope, a head other than the session's verified
     /// last chain hash, a record of another type at a listed position.
     SelectionMismatch,
+    /// The checkpoint that authenticates the verdict lacks valid
+    /// cosignatures by enough of the witness policy's witnesses (given to
+    /// the verifier): no quorum of independent witnesses vouched that it
+    /// extends what they saw before.
+    InsufficientCosignatures,
 }
 
 impl Reason {
     /// Every reason, in the order `docs/FORMAT.md` lists them.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 21] = [
         Reason::SequenceGap,
         Reason::PrevHashMismatch,
         Reason::ChainHashMismatch,
@@ -146,6 +151,7 @@ impl Reason {
         Reason::ErasureMismatch,
         Reason::BadTimestamp,
         Reason::SelectionMismatch,
+        Reason::InsufficientCosignatures,
     ];
 
     /// The stable kebab-case code, e.g. `prev-hash-mismatch`.
@@ -171,6 +177,7 @@ impl Reason {
             Reason::ErasureMismatch => "erasure-mismatch",
             Reason::BadTimestamp => "bad-timestamp",
             Reason::SelectionMismatch => "selection-mismatch",
+            Reason::InsufficientCosignatures => "insufficient-cosignatures",
         }
     }
 
