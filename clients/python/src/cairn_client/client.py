@@ -559,7 +559,7 @@ class _Core:
 
 def _sync(builder: Callable[Concatenate[_Core, P], _Request[T]]) -> Callable[Concatenate["CairnClient", P], T]:
     @functools.wraps(builder)
-    def method(self: "CairnClient", *args: P.args, **kwargs: P.kwargs) -> T:
+    def method(self: "CairnClient", /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._execute(builder(self, *args, **kwargs))
 
     method.__name__ = method.__qualname__ = builder.__name__[len("_op_"):]
@@ -568,7 +568,7 @@ def _sync(builder: Callable[Concatenate[_Core, P], _Request[T]]) -> Callable[Con
 
 def _async(builder: Callable[Concatenate[_Core, P], _Request[T]]) -> Callable[Concatenate["AsyncCairnClient", P], Awaitable[T]]:
     @functools.wraps(builder)
-    async def method(self: "AsyncCairnClient", *args: P.args, **kwargs: P.kwargs) -> T:
+    async def method(self: "AsyncCairnClient", /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._execute(builder(self, *args, **kwargs))
 
     method.__name__ = method.__qualname__ = builder.__name__[len("_op_"):]

@@ -28,8 +28,8 @@ class JSONError(ValueError):
     """The text is not strict JSON."""
 
 
-def _object(pairs: list) -> dict:
-    obj: dict = {}
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
     for name, value in pairs:
         if name in obj:
             raise JSONError(f"member {name!r} appears twice in one object")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Literal, Optional, TypedDict
 
 __all__ = [
-    "JSON", "Role", "DetailLevel", "Decision", "StepResult", "StepError", "BatchResult", "SessionStart",
+    "JSON", "JSONObject", "Role", "DetailLevel", "Decision", "StepResult", "StepError", "BatchResult", "SessionStart",
     "SessionSummary", "Step", "Session", "SessionVerdict", "SessionRoot", "Seal", "Turn", "TurnResult", "Trail",
     "ThinkingStep", "ThinkingParse", "Erasure", "Review", "ReviewItem", "ReviewQueue", "AuditEventResult",
     "AuditEvent", "SearchResult", "SqlResult", "OrgVerdict", "InclusionProof", "ConsistencyProof", "BundleVerdict",
@@ -15,6 +15,8 @@ __all__ = [
 
 #: Any JSON value.
 JSON = Any
+#: A JSON object: member names are strings, values any JSON.
+JSONObject = Dict[str, Any]
 Role = Literal["writer", "reader", "auditor", "admin"]
 DetailLevel = Literal["generic", "detailed", "full"]
 Decision = Literal["approve", "reject", "escalate"]

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 from . import ed25519
 from .jcs import canonical
 from .strict_json import JSONError, loads as strict_loads
+from .types import JSONObject
 
 __all__ = ["Failure", "Position", "Verdict", "verify_bundle", "FIELDS", "REASONS"]
 
@@ -87,7 +88,7 @@ class Position:
     step_index: Optional[int] = None
     trace_id: Optional[str] = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JSONObject:
         return {"line": self.line, "seq": self.seq, "session_id": self.session_id,
                 "step_index": self.step_index, "trace_id": self.trace_id}
 
@@ -121,7 +122,7 @@ class Failure:
     def trace_id(self) -> Optional[str]:
         return self.at.trace_id
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JSONObject:
         return {"at": self.at.to_json(), "reason": self.reason, "detail": self.detail}
 
 
@@ -141,7 +142,7 @@ class Verdict:
     checkpoint_size: Optional[int] = None
     checkpoint_root: Optional[str] = None
     #: A partial bundle's selection (10.4), once its note verified.
-    selection: Optional[dict] = None
+    selection: Optional[JSONObject] = None
     #: Whether the keys were given by the caller rather than read from the
     #: bundle's own header.
     key_pinned: bool = False
@@ -150,7 +151,7 @@ class Verdict:
     def reason(self) -> Optional[str]:
         return self.failure.reason if self.failure else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JSONObject:
         return {
             "verified": self.verified,
             "records_checked": self.records_checked,
@@ -516,7 +517,7 @@ class _Malformed(Exception):
     pass
 
 
-def _members(obj: Any, required: Iterable[str], optional: Iterable[str] = (), what: str = "object") -> dict:
+def _members(obj: Any, required: Iterable[str], optional: Iterable[str] = (), what: str = "object") -> JSONObject:
     if not isinstance(obj, dict):
         raise _Malformed(f"{what} is not a JSON object")
     required = tuple(required)
@@ -533,6 +534,14 @@ def _members(obj: Any, required: Iterable[str], optional: Iterable[str] = (), wh
 def _need(ok: bool, detail: str) -> None:
     if not ok:
         raise _Malformed(detail)
+
+
+def _proof_hashes(items: list[Any]) -> list[bytes]:
+    """A proof's hashes, each 64 lowercase hex digits: _Malformed otherwise."""
+    hashes = [_hexbytes(item, 32) for item in items]
+    proof = [h for h in hashes if h is not None]
+    _need(len(proof) == len(hashes), "a proof hash is 64 lowercase hex digits")
+    return proof
 
 
 # Per type, member -> check of its value (5.2).
@@ -656,32 +665,55 @@ _FIELD_CHECKS: dict[str, Any] = {
 
 
 @dataclass
-class _Entry:
+class _EntryLine:
+    """What every entry line (10.1) has."""
+
     line: int
     seq: int
     type: str
     logged_at: str
     record_hash: bytes  # as recorded: the chain hash of a step, the op hash of a record
-    proof: Optional[list]
-    view: Optional[dict] = None
-    # steps
-    fields: Optional[dict] = None
-    salts: Optional[dict] = None
-    hidden: Optional[dict] = None
-    digest: Optional[bytes] = None
-    prev_hash: Optional[bytes] = None
-    signature: Optional[dict] = None
-
-    def position(self) -> Position:
-        if self.type == "step":
-            return Position(self.line, self.seq, self.fields.get("session_id"),
-                            self.fields.get("step_index"), self.fields.get("trace_id"))
-        session_id = self.view.get("session_id")
-        return Position(self.line, self.seq, session_id if isinstance(session_id, str) else None)
+    proof: Optional[list[bytes]]
 
     def leaf(self) -> bytes:
         return _leaf(_frame("cairn/v2/log-leaf", _u64(self.seq), self.type.encode(),
                             self.record_hash, self.logged_at.encode()))
+
+
+@dataclass
+class _Signature:
+    """A step's agent signature (7.3), decoded."""
+
+    key_id: str
+    raw: bytes
+
+
+@dataclass
+class _StepEntry(_EntryLine):
+    fields: JSONObject
+    salts: JSONObject
+    hidden: JSONObject
+    digest: bytes
+    prev_hash: bytes
+    signature: Optional[_Signature]
+
+    def position(self) -> Position:
+        return Position(self.line, self.seq, self.fields.get("session_id"),
+                        self.fields.get("step_index"), self.fields.get("trace_id"))
+
+
+@dataclass
+class _OpEntry(_EntryLine):
+    """An operational record (5.2): `type` is one of _OP_TYPES."""
+
+    view: JSONObject
+
+    def position(self) -> Position:
+        session_id = self.view.get("session_id")
+        return Position(self.line, self.seq, session_id if isinstance(session_id, str) else None)
+
+
+_Entry = Union[_StepEntry, _OpEntry]
 
 
 def _decode_entry(obj: Any, line: int) -> _Entry:
@@ -690,6 +722,7 @@ def _decode_entry(obj: Any, line: int) -> _Entry:
     (10.1, step 4)."""
     _need(isinstance(obj, dict), "an entry line is a JSON object")
     kind = obj.get("type")
+    required: tuple[str, ...]
     if kind == "step":
         required = ("seq", "type", "logged_at", "fields", "salts", "hidden", "digest", "prev_hash",
                     "hash", "signature", "has_embedding", "erased")
@@ -701,21 +734,19 @@ def _decode_entry(obj: Any, line: int) -> _Entry:
     _need(_is_uint(obj["seq"]), "seq is a non-negative integer")
     _need(_is_ts(obj["logged_at"]), "logged_at is a canonical timestamp")
     record_hash = _hexbytes(obj["hash"], 32)
-    _need(record_hash is not None, "hash is 64 lowercase hex digits")
+    if record_hash is None:
+        raise _Malformed("hash is 64 lowercase hex digits")
     proof = None
     if "proof" in obj:
         _need(isinstance(obj["proof"], list) and len(obj["proof"]) <= _MAX_PROOF,
               f"proof is an array of at most {_MAX_PROOF} hashes")
-        proof = [_hexbytes(p, 32) for p in obj["proof"]]
-        _need(all(p is not None for p in proof), "a proof hash is 64 lowercase hex digits")
-    entry = _Entry(line, obj["seq"], kind, obj["logged_at"], record_hash, proof)
+        proof = _proof_hashes(obj["proof"])
     if kind != "step":
         checks = _VIEWS[kind]
         view = _members(obj["view"], checks, (), f"the {kind} view")
         for name, check in checks.items():
             _need(check(view[name]), f"the {kind} view's {name} is not of its type")
-        entry.view = view
-        return entry
+        return _OpEntry(line, obj["seq"], kind, obj["logged_at"], record_hash, proof, view)
     fields = _members(obj["fields"], (), FIELDS, "fields")
     salts = _members(obj["salts"], (), FIELDS, "salts")
     hidden = _members(obj["hidden"], (), FIELDS, "hidden")
@@ -731,22 +762,25 @@ def _decode_entry(obj: Any, line: int) -> _Entry:
         _need(_hexbytes(salt, 16) is not None, f"the salt of {name} is 32 lowercase hex digits")
     for name, commitment in hidden.items():
         _need(_is_hash(commitment), f"the commitment of {name} is 64 lowercase hex digits")
-    entry.digest = _hexbytes(obj["digest"], 32)
-    entry.prev_hash = _hexbytes(obj["prev_hash"], 32)
-    _need(entry.digest is not None and entry.prev_hash is not None, "digest and prev_hash are 64 lowercase hex digits")
-    signature = obj["signature"]
-    if signature is not None:
-        _members(signature, ("key_id", "signature"), (), "signature")
-        _need(isinstance(signature["key_id"], str), "signature.key_id is a string")
-        raw = _b64decode(signature["signature"])
-        _need(raw is not None and len(raw) == 64, "signature.signature is the base64 of 64 bytes")
+    digest = _hexbytes(obj["digest"], 32)
+    prev_hash = _hexbytes(obj["prev_hash"], 32)
+    if digest is None or prev_hash is None:
+        raise _Malformed("digest and prev_hash are 64 lowercase hex digits")
+    signature = None
+    if obj["signature"] is not None:
+        signed = _members(obj["signature"], ("key_id", "signature"), (), "signature")
+        _need(isinstance(signed["key_id"], str), "signature.key_id is a string")
+        raw = _b64decode(signed["signature"])
+        if raw is None or len(raw) != 64:
+            raise _Malformed("signature.signature is the base64 of 64 bytes")
+        signature = _Signature(signed["key_id"], raw)
     _need(isinstance(obj["has_embedding"], bool) and isinstance(obj["erased"], bool),
           "has_embedding and erased are booleans")
-    entry.fields, entry.salts, entry.hidden, entry.signature = fields, salts, hidden, signature
-    return entry
+    return _StepEntry(line, obj["seq"], kind, obj["logged_at"], record_hash, proof,
+                      fields, salts, hidden, digest, prev_hash, signature)
 
 
-def _decode_selection(obj: Any) -> dict:
+def _decode_selection(obj: Any) -> JSONObject:
     """A selection's form; its record seqs lie below its own
     `checkpoint_size` (equality with the bundle's is checked later)."""
     selection = _members(obj, ("checkpoint_size", "scope", "level", "sessions", "records"), (), "selection")
@@ -764,7 +798,7 @@ def _decode_selection(obj: Any) -> dict:
         _need(_is_ts(scope["since"]) and _is_ts(scope["until"]), "scope.since and until are timestamps")
     _need(selection["level"] in LEVEL_SHOWS, "level is generic, detailed or full")
     _need(isinstance(selection["sessions"], list), "sessions is an array")
-    seen = set()
+    seen: set[str] = set()
     for item in selection["sessions"]:
         _members(item, ("session_id", "steps", "head"), (), "a selected session")
         _need(_is_id(item["session_id"]) and _is_uint(item["steps"]) and _is_hash(item["head"]),
@@ -810,9 +844,10 @@ class _AgentKey:
 class _Erased:
     """A step showing erased payload fields, waiting for its erasure record."""
 
+    seq: int
     position: Position
     trace_id: Optional[str]
-    commitments: dict
+    commitments: JSONObject
 
 
 class _Verifier:
@@ -825,7 +860,7 @@ class _Verifier:
         self.entry_lines = 0
         self.checked = 0
         self.last_valid: Optional[Position] = None
-        self.header: dict = {}
+        self.header: JSONObject = {}
         self.org_id = ""
         self.origin = ""
         self.complete = True
@@ -834,10 +869,10 @@ class _Verifier:
         self.trusted: list[tuple[int, bytes]] = []  # (size, root), each size below N
         self.consistency_sizes: set[int] = set()
         self.last_old_size = 0
-        self.selection: Optional[dict] = None
+        self.selection: Optional[JSONObject] = None
         self.level = "full"
-        self.listed_sessions: dict[str, dict] = {}
-        self.records: list = []
+        self.listed_sessions: dict[str, JSONObject] = {}
+        self.records: list[list[Any]] = []  # the selection's [seq, type] pairs
         self.record_index = 0
         # log state
         self.tree = _Frontier()
@@ -972,15 +1007,14 @@ class _Verifier:
             if 0 < t_size < size:
                 self.trusted.append((t_size, t_root))
 
-    def _consistency(self, obj: dict) -> None:
+    def _consistency(self, obj: JSONObject) -> None:
         try:
             _members(obj, ("consistency",), (), "a consistency line")
             body = _members(obj["consistency"], ("old_size", "proof"), (), "a consistency line")
             old_size = body["old_size"]
             _need(_is_uint(old_size), "old_size is a non-negative integer")
             _need(isinstance(body["proof"], list), "proof is an array")
-            proof = [_hexbytes(p, 32) for p in body["proof"]]
-            _need(all(p is not None for p in proof), "a proof hash is 64 lowercase hex digits")
+            proof = _proof_hashes(body["proof"])
             _need(0 < old_size < self.size, f"old_size {old_size} is not between 0 and {self.size}")
             _need(old_size > self.last_old_size, "consistency lines go in increasing old_size")
         except _Malformed as e:
@@ -1023,7 +1057,7 @@ class _Verifier:
         self.listed_sessions = {s["session_id"]: s for s in selection["sessions"]}
         self.records = selection["records"]
 
-    def _end(self, obj: dict) -> None:
+    def _end(self, obj: JSONObject) -> None:
         try:
             _members(obj, ("end",), (), "the end line")
             _members(obj["end"], ("entries",), (), "the end line")
@@ -1045,7 +1079,7 @@ class _Verifier:
         except _Malformed as e:
             raise _Fail("malformed-record", str(e),
                         Position(seq=stated if _is_uint(stated) else None)) from None
-        if entry.type == "session-start":
+        if isinstance(entry, _OpEntry) and entry.type == "session-start":
             # The stated genesis must be the one the header gives (5.2); the
             # Rust verifier checks it as it reads the record, so it is
             # reported like a decoding failure (line and seq only).
@@ -1097,10 +1131,11 @@ class _Verifier:
         if not _verify_inclusion(e.leaf(), e.seq, self.size, e.proof, self.root):
             raise _Fail("inclusion-mismatch",
                         f"the inclusion proof of seq {e.seq} does not lead to the checkpoint's root", at)
-        if e.type == "step":
-            listed = self.listed_sessions.get(e.fields.get("session_id"))
+        if isinstance(e, _StepEntry):
+            session_id = e.fields.get("session_id")  # a string when shown (_FIELD_CHECKS)
+            session = self.listed_sessions.get(session_id) if isinstance(session_id, str) else None
             index = e.fields.get("step_index")
-            if listed is None or not isinstance(index, int) or index >= listed["steps"]:
+            if session is None or not isinstance(index, int) or index >= session["steps"]:
                 raise _Fail("unlisted-entry", "the selection does not list this step", at)
         else:
             if self.record_index >= len(self.records) or self.records[self.record_index][0] != e.seq:
@@ -1117,13 +1152,16 @@ class _Verifier:
         self._record(e)
         self.last_seq = e.seq
 
-    def _in_scope(self, view: dict) -> bool:
+    def _in_scope(self, view: JSONObject) -> bool:
+        # Only a partial bundle's entries are matched with its scope, and
+        # they come after its selection line.
+        assert self.selection is not None
         scope = self.selection["scope"]
         if "session" in scope:
-            return view["session_id"] == scope["session"]
+            return bool(view["session_id"] == scope["session"])
         if "agent" in scope:
-            return view["agent_id"] == scope["agent"]
-        return scope["since"] <= view["started_at"] < scope["until"]
+            return bool(view["agent_id"] == scope["agent"])
+        return bool(scope["since"] <= view["started_at"] < scope["until"])
 
     def _time(self, e: _Entry) -> None:
         if self.last_logged_at is not None and e.logged_at < self.last_logged_at:
@@ -1132,14 +1170,14 @@ class _Verifier:
         self.last_logged_at = e.logged_at
 
     def _record(self, e: _Entry) -> None:
-        if e.type == "step":
+        if isinstance(e, _StepEntry):
             self._step(e)
         else:
             self._op(e)
 
     # -- a step (9.2) ----------------------------------------------------------
 
-    def _step(self, e: _Entry) -> None:
+    def _step(self, e: _StepEntry) -> None:
         at = e.position()
         fields, hidden = e.fields, e.hidden
         if fields.get("org_id") != self.org_id:
@@ -1192,14 +1230,14 @@ class _Verifier:
             raise _Fail("profile-violation", f"{fields['step_type']} is not allowed in a strict session", at)
         self._step_signature(e, at)
         if erased:
-            self.pending[(session_id, index)] = _Erased(at, fields.get("trace_id"),
-                                                        {name: hidden[name] for name in erased})
+            self.pending[(session_id, index)] = _Erased(e.seq, at, fields.get("trace_id"),
+                                                               {name: hidden[name] for name in erased})
         session.head = e.record_hash
         session.next_index += 1
         session.last_created = created
         session.tree.push(_leaf(_frame("cairn/v2/session-leaf", _u64(index), e.record_hash)))
 
-    def _step_signature(self, e: _Entry, at: Position) -> None:
+    def _step_signature(self, e: _StepEntry, at: Position) -> None:
         declared = e.fields["signer_key_id"]
         signature = e.signature
         if declared is None and signature is None:
@@ -1208,8 +1246,8 @@ class _Verifier:
             raise _Fail("bad-signature", "a signature on a step that declares no signer", at)
         if signature is None:
             raise _Fail("bad-signature", f"the step declares signer {declared} but carries no signature", at)
-        if signature["key_id"] != declared:
-            raise _Fail("bad-signature", f"the step declares signer {declared}, the signature is by {signature['key_id']}", at)
+        if signature.key_id != declared:
+            raise _Fail("bad-signature", f"the step declares signer {declared}, the signature is by {signature.key_id}", at)
         key = self.agent_keys.get(declared)
         if key is None:
             raise _Fail("bad-signature", f"key {declared} was not registered before this step", at)
@@ -1218,12 +1256,12 @@ class _Verifier:
         if key.revoked_seq is not None:
             raise _Fail("bad-signature", f"key {declared} was revoked at seq {key.revoked_seq}", at)
         message = _frame("cairn/v2/step-signature", e.digest)
-        if not ed25519.verify_strict(key.public, message, _b64decode(signature["signature"])):
+        if not ed25519.verify_strict(key.public, message, signature.raw):
             raise _Fail("bad-signature", f"the signature by {declared} does not verify", at)
 
     # -- an operational record (9.3) ------------------------------------------
 
-    def _op(self, e: _Entry) -> None:
+    def _op(self, e: _OpEntry) -> None:
         view = e.view
         at = e.position()
         computed = _h("cairn/v2/op", e.type.encode(), canonical(view))
@@ -1234,7 +1272,7 @@ class _Verifier:
         handler = getattr(self, "_" + e.type.replace("-", "_"))
         handler(e, at)
 
-    def _session_start(self, e: _Entry, at: Position) -> None:
+    def _session_start(self, e: _OpEntry, at: Position) -> None:
         view = e.view
         session_id = view["session_id"]
         if session_id in self.sessions:
@@ -1252,7 +1290,7 @@ class _Verifier:
         self.sessions[session_id] = _Session(session_id, view["agent_id"], view["profile"] == "strict",
                                              view["max_clock_skew_s"] * 1_000_000, bytes.fromhex(view["genesis"]))
 
-    def _seal(self, e: _Entry, at: Position) -> None:
+    def _seal(self, e: _OpEntry, at: Position) -> None:
         view = e.view
         session_id = view["session_id"]
         session = self.sessions.get(session_id)
@@ -1280,7 +1318,7 @@ class _Verifier:
             session.sealed = True
         self.finals.setdefault(bytes.fromhex(view["final_hash"]), None)
 
-    def _erasure(self, e: _Entry, at: Position) -> None:
+    def _erasure(self, e: _OpEntry, at: Position) -> None:
         view = e.view
         session = self.sessions.get(view["session_id"])
         index = view["step_index"]
@@ -1296,15 +1334,16 @@ class _Verifier:
             raise _Fail("erasure-mismatch", f"the erasure does not name step {index} of {view['session_id']} as it is erased", at)
         del self.pending[key]
 
-    def _review(self, e: _Entry, at: Position) -> None:
+    def _review(self, e: _OpEntry, at: Position) -> None:
         pass
 
-    def _audit_event(self, e: _Entry, at: Position) -> None:
+    def _audit_event(self, e: _OpEntry, at: Position) -> None:
         pass
 
-    def _key_registration(self, e: _Entry, at: Position) -> None:
+    def _key_registration(self, e: _OpEntry, at: Position) -> None:
         view = e.view
         public = _b64decode(view["public_key"])
+        assert public is not None  # checked when the entry was read (_VIEWS)
         key_id = "agent-" + _sha256(public).hex()[:12]
         if view["key_id"] != key_id:
             raise _Fail("malformed-record", f"key id {view['key_id']} is not its key's ({key_id})", at)
@@ -1312,7 +1351,7 @@ class _Verifier:
             raise _Fail("duplicate-record", f"key {key_id} is registered twice", at)
         self.agent_keys[key_id] = _AgentKey(view["agent_id"], public, e.seq)
 
-    def _key_revocation(self, e: _Entry, at: Position) -> None:
+    def _key_revocation(self, e: _OpEntry, at: Position) -> None:
         view = e.view
         key = self.agent_keys.get(view["key_id"])
         if key is None or key.agent_id != view["agent_id"]:
@@ -1321,7 +1360,7 @@ class _Verifier:
             raise _Fail("duplicate-record", f"key {view['key_id']} is revoked twice", at)
         key.revoked_seq = e.seq
 
-    def _signed_trace(self, e: _Entry, at: Position) -> None:
+    def _signed_trace(self, e: _OpEntry, at: Position) -> None:
         trace = e.view["trace"]
         key_id = trace["signature_key_id"]
         key = self.agent_keys.get(key_id)
@@ -1332,6 +1371,7 @@ class _Verifier:
         if key.revoked_seq is not None:
             raise _Fail("bad-signature", f"key {key_id} was revoked at seq {key.revoked_seq}", at)
         signature = _b64decode(trace["signature"])
+        assert signature is not None  # checked when the entry was read (_is_trace)
         message = canonical({"components": trace["components"], "trace_level": trace["trace_level"]})
         if not ed25519.verify_strict(key.public, message, signature):
             raise _Fail("bad-signature", "the trace's signature does not verify over its components and level", at)
@@ -1355,6 +1395,8 @@ class _Verifier:
                 listed = self.records[self.record_index]
                 raise _Fail("missing-record", f"the selection lists a {listed[1]} record at seq {listed[0]}; it is absent",
                             Position(seq=listed[0]), line_known=True)
+            # A partial bundle ends only after its selection line.
+            assert self.selection is not None
             for item in self.selection["sessions"]:
                 session = self.sessions.get(item["session_id"])
                 seen = session.next_index if session else 0
@@ -1367,7 +1409,7 @@ class _Verifier:
                                 f"session {item['session_id']} does not end in the claimed head {item['head']}",
                                 Position(session_id=item["session_id"]), line_known=True)
         if self.pending:
-            waiting = min(self.pending.values(), key=lambda w: w.position.seq)
+            waiting = min(self.pending.values(), key=lambda w: w.seq)
             at = Position(None, waiting.position.seq, waiting.position.session_id,
                           waiting.position.step_index, waiting.position.trace_id)
             raise _Fail("erasure-mismatch", "an erased step without the erasure record naming it", at, line_known=True)
@@ -1400,9 +1442,8 @@ def _raw_lines(source: BundleSource) -> Iterator[bytes]:
         for line in io.BytesIO(bytes(source)):
             yield _chomp(line)
         return
-    for line in source:
-        if isinstance(line, str):
-            line = line.encode("utf-8", "surrogatepass")
+    for item in source:
+        line = item.encode("utf-8", "surrogatepass") if isinstance(item, str) else item
         yield _chomp(bytes(line))
 
 
