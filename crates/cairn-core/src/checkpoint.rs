@@ -179,6 +179,18 @@ impl Cosigner {
         })
     }
 
+    /// The cosigner with the same name and key material as a note signer
+    /// (a witness keeps one key file; its cosignature key id differs from
+    /// the note key id by the algorithm byte). Never give a log's own key
+    /// to a witness: C2SP requires distinct keys per cosigner.
+    pub fn from_note_signer(signer: &NoteSigner) -> Cosigner {
+        match Cosigner::from_seed(signer.name(), &signer.seed()) {
+            Ok(c) => c,
+            // The name was validated when the signer was made.
+            Err(_) => unreachable!("note signer names are valid cosigner names"),
+        }
+    }
+
     /// The matching verifier (algorithm `0x04`).
     pub fn verifier(&self) -> NoteVerifier {
         match NoteVerifier::new(&self.name, ALG_COSIGNATURE_V1, self.key.verifying_key()) {

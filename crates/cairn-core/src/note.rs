@@ -245,6 +245,12 @@ impl NoteSigner {
         &self.name
     }
 
+    /// The 32-byte Ed25519 seed (to use the same key material for
+    /// `cosignature/v1`, which has its own key id).
+    pub(crate) fn seed(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
     /// The matching verifier.
     pub fn verifier(&self) -> NoteVerifier {
         NoteVerifier {

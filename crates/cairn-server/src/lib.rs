@@ -33,6 +33,8 @@ mod steps;
 mod traces;
 mod turns;
 pub mod wire;
+pub mod witness;
+pub mod witness_push;
 
 pub use auth::Caller;
 pub(crate) use auth::*;
@@ -445,6 +447,17 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limits = state.config.limits.clone();
     limits::serve(listener, router(state), &limits, shutdown).await
+}
+
+/// Serves a witness (`cairn witness`) until `shutdown` resolves, with the
+/// same accept loop and limits as the API.
+pub async fn serve_witness(
+    listener: tokio::net::TcpListener,
+    witness: Arc<witness::Witness>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let limits = Limits::default();
+    limits::serve(listener, witness::router(witness), &limits, shutdown).await
 }
 
 /// Serves the OTLP/HTTP paths alone (`--otlp-listen`, conventionally port

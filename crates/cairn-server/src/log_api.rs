@@ -54,11 +54,27 @@ pub(crate) async fn checkpoint(
     caller: Caller,
 ) -> Result<Response, ApiError> {
     let cp = current_checkpoint(&state, caller.org()).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        cp.note,
-    )
-        .into_response())
+    let note = cosigned(&state, caller.org(), cp).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], note).into_response())
+}
+
+/// A checkpoint's note with the witnesses' cosignature lines stored for it
+/// (none until the witnesses answered).
+pub(crate) async fn cosigned(
+    state: &Arc<AppState>,
+    org: &str,
+    cp: cairn_store::StoredCheckpoint,
+) -> Result<String, ApiError> {
+    let org = org.to_owned();
+    blocking(state, move |store| {
+        let mut note = cp.note;
+        for line in store.cosignatures(&org, cp.size)? {
+            note.push_str(&line);
+            note.push('\n');
+        }
+        Ok(note)
+    })
+    .await
 }
 
 #[utoipa::path(

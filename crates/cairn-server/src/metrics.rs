@@ -25,6 +25,8 @@ pub struct Metrics {
     otlp_spans_accepted: AtomicU64,
     otlp_spans_rejected: AtomicU64,
     otlp_items_discarded: AtomicU64,
+    witness_cosignatures: AtomicU64,
+    witness_refusals: AtomicU64,
 }
 
 impl Metrics {
@@ -67,6 +69,17 @@ impl Metrics {
     /// (Cairn records traces only).
     pub fn otlp_discarded(&self, items: u64) {
         self.otlp_items_discarded.fetch_add(items, Relaxed);
+    }
+
+    /// Records a witness's answer to a pushed checkpoint: a valid
+    /// cosignature stored, or a refusal (or an answer without a valid
+    /// cosignature).
+    pub fn witness(&self, cosigned: bool) {
+        if cosigned {
+            self.witness_cosignatures.fetch_add(1, Relaxed);
+        } else {
+            self.witness_refusals.fetch_add(1, Relaxed);
+        }
     }
 
     /// Records an error answer.
@@ -128,6 +141,13 @@ impl Metrics {
              cairn_otlp_spans_total{{result=\"accepted\"}} {}\ncairn_otlp_spans_total{{result=\"rejected\"}} {}\n",
             self.otlp_spans_accepted.load(Relaxed),
             self.otlp_spans_rejected.load(Relaxed)
+        );
+        let _ = write!(
+            out,
+            "# HELP cairn_witness_answers_total Checkpoints pushed to witnesses, by answer (refused: the witness did not cosign; alert on it, a refusal can mean the log was rewritten).\n# TYPE cairn_witness_answers_total counter\n\
+             cairn_witness_answers_total{{result=\"cosigned\"}} {}\ncairn_witness_answers_total{{result=\"refused\"}} {}\n",
+            self.witness_cosignatures.load(Relaxed),
+            self.witness_refusals.load(Relaxed)
         );
         let _ = write!(
             out,

@@ -27,7 +27,13 @@ pub const KEY_FILE: &str = "server.key";
 /// (a second server starting on the same directory) got there first; that
 /// process's key is then loaded. No process ever reads a half-written key.
 pub fn load_or_create_server_key(data_dir: &Path, name: &str) -> Result<ServerKey, StoreError> {
-    let path = data_dir.join(KEY_FILE);
+    load_or_create_key(data_dir, KEY_FILE, name)
+}
+
+/// Loads `dir/file`, or creates it with a fresh Ed25519 key named `name`,
+/// as [`load_or_create_server_key`] does (a witness keeps its key this way).
+pub fn load_or_create_key(dir: &Path, file: &str, name: &str) -> Result<ServerKey, StoreError> {
+    let path = dir.join(file);
     if let Some(key) = load(&path)? {
         return Ok(key);
     }
@@ -39,7 +45,7 @@ pub fn load_or_create_server_key(data_dir: &Path, name: &str) -> Result<ServerKe
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce)
         .map_err(|e| StoreError::Key(format!("no entropy source for the server key: {e}")))?;
-    let temp = data_dir.join(format!(".{KEY_FILE}.{}", hex::encode(nonce)));
+    let temp = dir.join(format!(".{file}.{}", hex::encode(nonce)));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

@@ -30,9 +30,10 @@ pub mod ops;
 pub mod pg;
 mod sequencer;
 mod sqlite;
+pub mod witness_state;
 
 pub use auth::{ApiKey, Role, token_hash};
-pub use keys::{ServerKey, load_or_create_server_key};
+pub use keys::{ServerKey, load_or_create_key, load_or_create_server_key};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{SqliteOptions, SqliteStore};
 

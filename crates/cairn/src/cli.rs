@@ -128,10 +128,23 @@ enum Command {
         /// 429 with Retry-After (exporters retry).
         #[arg(long, env = "CAIRN_OTLP_MAX_BACKLOG", default_value_t = 65_536)]
         otlp_max_backlog: usize,
+        /// Get checkpoints cosigned by this witness: `URL=VKEY`, its
+        /// submission URL (http://host:port[/prefix], no `=`) and the
+        /// cosignature key `cairn witness` prints. Every new checkpoint is
+        /// sent to every witness; refusals are logged as errors and counted
+        /// in /metrics. Repeatable (or comma-separated in the environment).
+        #[arg(long = "witness", env = "CAIRN_WITNESSES", value_delimiter = ',')]
+        witnesses: Vec<String>,
+        /// Seconds between two rounds of sending checkpoints to witnesses.
+        #[arg(long, env = "CAIRN_WITNESS_INTERVAL", default_value_t = 5)]
+        witness_interval: u64,
         /// Limits: sizes, timeouts, connections, rates, sessions, SQL.
         #[command(flatten)]
         limits: Box<crate::serve_config::ServeLimits>,
     },
+    /// Run a witness (C2SP tlog-witness): cosign checkpoints of the logs
+    /// given with --log, only when each extends the last one cosigned.
+    Witness(crate::witness_cmd::WitnessArgs),
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
     Demo,
@@ -382,6 +395,16 @@ struct VerifyArgs {
     /// signed selection that differs is a lie the operator signed.
     #[arg(long, requires = "bundle")]
     log: Option<PathBuf>,
+    /// A witness's cosignature key (vkey, as `cairn witness` prints it):
+    /// the checkpoint that authenticates the verdict (the bundle's, or the
+    /// store's latest) must carry valid cosignatures by --witness-quorum
+    /// of the witnesses given (reason insufficient-cosignatures).
+    /// Repeatable.
+    #[arg(long = "witness", conflicts_with = "session")]
+    witness: Vec<String>,
+    /// How many of the --witness keys must have cosigned (default: all).
+    #[arg(long, requires = "witness")]
+    witness_quorum: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -452,6 +475,8 @@ pub fn run() -> Result<Outcome> {
             otlp_listen,
             otlp_max_body_bytes,
             otlp_max_backlog,
+            witnesses,
+            witness_interval,
             limits,
         } => {
             let mut otlp = cairn_server::otlp::OtlpConfig {
@@ -460,8 +485,25 @@ pub fn run() -> Result<Outcome> {
                 ..cairn_server::otlp::OtlpConfig::default()
             };
             otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
-            serve(&cli, listen, *sample, otlp_listen.as_deref(), otlp, limits)
+            let witnesses = witnesses
+                .iter()
+                .map(|spec| cairn_server::witness_push::WitnessTarget::parse(spec).map_err(usage))
+                .collect::<Result<Vec<_>>>()?;
+            let witnessing = (
+                witnesses,
+                std::time::Duration::from_secs((*witness_interval).max(1)),
+            );
+            serve(
+                &cli,
+                listen,
+                *sample,
+                otlp_listen.as_deref(),
+                otlp,
+                limits,
+                witnessing,
+            )
         }
+        Command::Witness(args) => crate::witness_cmd::run(args),
         Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Thinking(args) if args.session_is_none() => {
@@ -645,7 +687,10 @@ pub fn run() -> Result<Outcome> {
                         Err(e) => Err(append_error(e)),
                     }
                 }
-                Command::Demo | Command::Serve { .. } | Command::Mcp { .. } => {
+                Command::Demo
+                | Command::Serve { .. }
+                | Command::Mcp { .. }
+                | Command::Witness(_) => {
                     unreachable!("handled above")
                 }
             }
@@ -1044,14 +1089,34 @@ fn verify_store(cli: &Cli, store: &dyn LedgerStore, args: &VerifyArgs) -> Result
         )));
     }
     let bar = progress_bar(total, "verifying");
-    let verdict = verify_org(store, &cli.org, &external, &keys, &mut |n| {
+    let policy = crate::witness_cmd::policy(&args.witness, args.witness_quorum)?;
+    let mut verdict = verify_org(store, &cli.org, &external, &keys, &mut |n| {
         bar.set_position(n)
     })?;
     bar.finish_and_clear();
-    let extra = json!({
+    let mut extra = json!({
         "org_id": cli.org, "log_size": verdict.log_size,
         "checkpoints_checked": verdict.checkpoints_checked, "checkpoint_size": verdict.checkpoint_size,
     });
+    if let Some(policy) = &policy {
+        let report = cairn_store::ops::apply_witness_policy(store, &cli.org, policy, &mut verdict)?;
+        extra["witnessed"] = json!({
+            "quorum": policy.quorum(), "cosigned": report.cosigned, "uncosigned": report.uncosigned,
+        });
+        if !cli.json {
+            println!(
+                "witnesses ({} of {}): {} checkpoint(s) with a quorum, {} without{}",
+                policy.quorum(),
+                policy.witnesses().len(),
+                report.cosigned.len(),
+                report.uncosigned.len(),
+                match report.uncosigned.first() {
+                    Some(first) => format!(" (sizes {first} and on: {:?})", report.uncosigned),
+                    None => String::new(),
+                }
+            );
+        }
+    }
     if !cli.json && verdict.verdict.verified {
         println!(
             "org {}: {} records, {} checkpoint(s) checked (largest size {})",
@@ -1094,6 +1159,9 @@ fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     let bar = progress_bar(total, "verifying bundle");
     let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    if let Some(policy) = crate::witness_cmd::policy(&args.witness, args.witness_quorum)? {
+        verifier.require_witnesses(policy);
+    }
     for (_, note) in read_checkpoints(args)? {
         verifier.trust_checkpoint(note);
     }
@@ -1425,6 +1493,10 @@ fn serve(
     otlp_listen: Option<&str>,
     otlp: cairn_server::otlp::OtlpConfig,
     limits: &crate::serve_config::ServeLimits,
+    (witnesses, witness_interval): (
+        Vec<cairn_server::witness_push::WitnessTarget>,
+        std::time::Duration,
+    ),
 ) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -1489,6 +1561,15 @@ fn serve(
                 "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""
             );
         }
+        if !witnesses.is_empty() {
+            println!(
+                "sending checkpoints to {} witness(es) every {} s",
+                witnesses.len(),
+                witness_interval.as_secs()
+            );
+            let pusher = cairn_server::witness_push::Pusher::new(Arc::clone(&state), witnesses);
+            tokio::spawn(pusher.run(witness_interval));
+        }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
         tracing::info!(%address, "serving");
@@ -1511,7 +1592,7 @@ fn serve(
     Ok(Outcome::Success)
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

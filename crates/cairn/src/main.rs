@@ -13,6 +13,7 @@ mod cli;
 mod demo;
 mod records;
 mod serve_config;
+mod witness_cmd;
 
 use std::process::ExitCode;
 

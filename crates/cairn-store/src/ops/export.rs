@@ -424,7 +424,14 @@ pub fn write_export(
     let org_id = &plan.org_id;
     let size = plan.checkpoint.size;
     writeln!(out, "{}", plan.header.to_line())?;
-    writeln!(out, "{}", checkpoint_line(&plan.checkpoint.note))?;
+    // The checkpoint with the witnesses' cosignatures stored for it, so a
+    // verifier with a witness policy can check them offline.
+    let mut note = plan.checkpoint.note.clone();
+    for line in store.cosignatures(org_id, size)? {
+        note.push_str(&line);
+        note.push('\n');
+    }
+    writeln!(out, "{}", checkpoint_line(&note))?;
     if let Some((old, proof)) = &plan.consistency {
         writeln!(out, "{}", consistency_line(*old, proof))?;
     }

@@ -19,7 +19,10 @@ pub use export::{
     first_without_consent, plan_export, sessions_in_scope, write_export,
 };
 pub use import::{ImportOutcome, import_bundle};
-pub use verify::{StoreVerdict, agent_keys, trusted_checkpoint, verify_org, verify_session};
+pub use verify::{
+    StoreVerdict, WitnessReport, agent_keys, apply_witness_policy, trusted_checkpoint, verify_org,
+    verify_session,
+};
 
 /// A flagged step in seed 003's review queue, with the reviews recorded
 /// for it so far (oldest first).

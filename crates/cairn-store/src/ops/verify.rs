@@ -249,3 +249,75 @@ pub fn verify_session(
     };
     Ok(Some(verifier.finish(Some(expected))))
 }
+
+/// How an org's stored checkpoints stand against a witness policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WitnessReport {
+    /// Sizes of the stored checkpoints that carry a quorum of valid
+    /// cosignatures.
+    pub cosigned: Vec<u64>,
+    /// Sizes of those that do not.
+    pub uncosigned: Vec<u64>,
+}
+
+/// Applies a witness policy to an org's verified log (`docs/FORMAT.md`
+/// 7.7): the latest stored checkpoint (the one that authenticates the whole
+/// log) must carry valid cosignatures by a quorum of the policy's
+/// witnesses, or the verdict fails with `insufficient-cosignatures` at that
+/// checkpoint's size. Every stored checkpoint is reported either way, so
+/// an auditor sees from which size on the witnesses stopped vouching.
+pub fn apply_witness_policy(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    policy: &cairn_core::witness::WitnessPolicy,
+    verdict: &mut StoreVerdict,
+) -> Result<WitnessReport, StoreError> {
+    let mut report = WitnessReport::default();
+    let mut latest: Option<(u64, Result<(), String>)> = None;
+    for stored in store.checkpoints(org_id)? {
+        let mut note = stored.note.clone();
+        for line in store.cosignatures(org_id, stored.size)? {
+            note.push_str(&line);
+            note.push('\n');
+        }
+        let check = policy.check(&note);
+        if check.is_ok() {
+            report.cosigned.push(stored.size);
+        } else {
+            report.uncosigned.push(stored.size);
+        }
+        if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
+            latest = Some((stored.size, check));
+        }
+    }
+    if !verdict.verdict.verified {
+        return Ok(report);
+    }
+    let failure = match latest {
+        None => Some((
+            0,
+            "the org has no checkpoint for witnesses to have cosigned".to_owned(),
+        )),
+        Some((size, Err(why))) => Some((
+            size,
+            format!(
+                "the latest checkpoint (size {size}): {why}; {} of {} stored checkpoints lack a quorum",
+                report.uncosigned.len(),
+                report.uncosigned.len() + report.cosigned.len()
+            ),
+        )),
+        Some((_, Ok(()))) => None,
+    };
+    if let Some((size, detail)) = failure {
+        verdict.verdict.verified = false;
+        verdict.verdict.failure = Some(Failure {
+            at: Location {
+                seq: Some(size),
+                ..Location::default()
+            },
+            reason: Reason::InsufficientCosignatures,
+            detail,
+        });
+    }
+    Ok(report)
+}

@@ -1,0 +1,191 @@
+//! A witness's state (`cairn witness`): per log origin, the latest
+//! checkpoint it cosigned, in its own small SQLite database
+//! (`witness.db`), and a record of every refused request by a known log
+//! (evidence of misbehaviour, which C2SP allows a witness to keep).
+//!
+//! [`WitnessState::add`] reads the latest checkpoint of an origin, runs the
+//! caller's consistency check and records its result in one `BEGIN
+//! IMMEDIATE` transaction, behind a mutex: two requests can never both pass
+//! the check against the same old state, so the witness never cosigns two
+//! checkpoints that are inconsistent with each other, even under
+//! concurrent requests or two processes on one directory.
+
+use crate::{StoreError, keys};
+use cairn_core::hash::Hash;
+use cairn_core::witness::Witnessed;
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// File name of the witness's database inside its directory.
+pub const WITNESS_DB: &str = "witness.db";
+/// File name of the witness's key inside its directory.
+pub const WITNESS_KEY: &str = "witness.key";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS witnessed (
+  origin     TEXT    PRIMARY KEY,
+  size       INTEGER NOT NULL,
+  root       BLOB    NOT NULL,
+  note       TEXT    NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS refused (
+  id         INTEGER PRIMARY KEY,
+  origin     TEXT    NOT NULL,
+  status     INTEGER NOT NULL,
+  detail     TEXT    NOT NULL,
+  body       TEXT    NOT NULL,
+  at         INTEGER NOT NULL
+);
+";
+
+/// A witness's persistent state.
+pub struct WitnessState {
+    conn: Mutex<Connection>,
+}
+
+fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| StoreError::Io {
+        context: context.to_owned(),
+        source: std::io::Error::other(e),
+    }
+}
+
+impl WitnessState {
+    /// Opens (or creates) `dir/witness.db`, durable on every commit.
+    pub fn open(dir: &Path) -> Result<WitnessState, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            context: format!("creating {}", dir.display()),
+            source,
+        })?;
+        let conn =
+            Connection::open(dir.join(WITNESS_DB)).map_err(sql("opening the witness database"))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(sql("configuring the witness database"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(sql("creating the witness schema"))?;
+        Ok(WitnessState {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The witness's key (`dir/witness.key`, created with `name` on first
+    /// use, mode 0600).
+    pub fn key(dir: &Path, name: &str) -> Result<keys::ServerKey, StoreError> {
+        keys::load_or_create_key(dir, WITNESS_KEY, name)
+    }
+
+    /// The latest checkpoint cosigned for `origin`.
+    pub fn latest(&self, origin: &str) -> Result<Option<(Witnessed, String)>, StoreError> {
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
+        read_latest(&conn, origin)
+    }
+
+    /// Atomically: reads the latest checkpoint cosigned for `origin`, runs
+    /// `check` on it, and if it passes records the checkpoint it returns
+    /// (with its signed `note`) before committing. The outer error is a
+    /// storage failure; the inner one is `check`'s refusal.
+    pub fn add<E>(
+        &self,
+        origin: &str,
+        note: &str,
+        now_micros: i64,
+        check: impl FnOnce(Option<&Witnessed>) -> Result<Witnessed, E>,
+    ) -> Result<Result<Witnessed, E>, StoreError> {
+        let mut conn = self
+            .conn
+            .lock()
+            .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("starting a witness transaction"))?;
+        let latest = read_latest(&tx, origin)?.map(|(w, _)| w);
+        let outcome = check(latest.as_ref());
+        if let Ok(accepted) = &outcome {
+            tx.execute(
+                "INSERT INTO witnessed (origin, size, root, note, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (origin) DO UPDATE SET size = excluded.size, root = excluded.root,
+                   note = excluded.note, updated_at = excluded.updated_at",
+                params![
+                    origin,
+                    i64::try_from(accepted.size).unwrap_or(i64::MAX),
+                    &accepted.root.as_bytes()[..],
+                    note,
+                    now_micros
+                ],
+            )
+            .map_err(sql("recording a cosigned checkpoint"))?;
+        }
+        tx.commit()
+            .map_err(sql("committing a witness transaction"))?;
+        Ok(outcome)
+    }
+
+    /// Records a refused request by a known log (kept as evidence).
+    pub fn record_refusal(
+        &self,
+        origin: &str,
+        status: u16,
+        detail: &str,
+        body: &str,
+        now_micros: i64,
+    ) -> Result<(), StoreError> {
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
+        conn.execute(
+            "INSERT INTO refused (origin, status, detail, body, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![origin, status, detail, body, now_micros],
+        )
+        .map_err(sql("recording a refused checkpoint"))?;
+        Ok(())
+    }
+
+    /// How many requests by known logs were refused (all origins).
+    pub fn refusals(&self) -> Result<u64, StoreError> {
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
+        conn.query_row("SELECT count(*) FROM refused", [], |r| r.get::<_, i64>(0))
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(sql("counting refused checkpoints"))
+    }
+}
+
+fn read_latest(conn: &Connection, origin: &str) -> Result<Option<(Witnessed, String)>, StoreError> {
+    let row = conn
+        .query_row(
+            "SELECT size, root, note FROM witnessed WHERE origin = ?1",
+            [origin],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )
+        .optional()
+        .map_err(sql("reading the witness state"))?;
+    row.map(|(size, root, note)| {
+        let root: [u8; 32] = root
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("witness state of {origin}: bad root")))?;
+        Ok((
+            Witnessed {
+                size: u64::try_from(size).unwrap_or(0),
+                root: Hash(root),
+            },
+            note,
+        ))
+    })
+    .transpose()
+}
