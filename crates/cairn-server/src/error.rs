@@ -39,7 +39,7 @@ pub struct ErrorDetail {
     /// What went wrong and what to do, for a person (or a model).
     pub message: String,
     /// The input field the error concerns, where there is one (content,
-    /// links.corrects, steps[2].step_type).
+    /// links.corrects, `steps[2].step_type`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }
