@@ -24,6 +24,26 @@ pub struct ApiError {
     pub field: Option<String>,
 }
 
+/// The error body every surface answers (REST bodies, MCP tool errors).
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    /// A stable code, e.g. unknown_field, not_found, session_sealed.
+    pub code: String,
+    /// What went wrong and what to do, for a person (or a model).
+    pub message: String,
+    /// The input field the error concerns, where there is one (content,
+    /// links.corrects, `steps[2].step_type`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
 /// Text of the caller's quoted in a message: at most 64 characters, with
 /// control and other invisible characters escaped, so that an error never
 /// echoes a long or strange input whole.
@@ -132,11 +152,18 @@ impl ApiError {
             "error code {} is not in ERROR_CODES",
             self.code
         );
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(field) = &self.field {
-            error["field"] = json!(field);
+        crate::wire::to_json(&self.error_body())
+    }
+
+    /// The error body as its type (see [`ErrorBody`]).
+    pub fn error_body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message.clone(),
+                field: self.field.clone(),
+            },
         }
-        json!({ "error": error })
     }
 
     /// The same error, asking the client to retry after `after`.

@@ -38,7 +38,7 @@ pub mod witness_push;
 
 pub use auth::Caller;
 pub(crate) use auth::*;
-pub use error::ApiError;
+pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};
 pub use metrics::Metrics;

@@ -7,7 +7,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::log::ReviewDecision;
 use cairn_store::{WriteRequest, Written};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -64,7 +66,7 @@ pub(crate) async fn review_step(
     trace_id: String,
     decision: ReviewDecision,
     note: Option<String>,
-) -> Result<Value, ApiError> {
+) -> Result<wire::ReviewOut, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
     Caller::require_enabled(state)?;
     crate::require_own_step(state, caller, &trace_id).await?;
@@ -76,24 +78,33 @@ pub(crate) async fn review_step(
         note,
     };
     match state.ledger.submit(request).await? {
-        Written::Reviewed { seq, review } => Ok(wire::review_to_json(seq, &review)),
+        Written::Reviewed { seq, review } => Ok(wire::review_out(seq, &review)),
         other => Err(crate::unexpected(other)),
     }
 }
 
-/// The review queue as JSON (HTTP and MCP).
+/// The review queue.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReviewQueue {
+    /// Flagged steps, oldest first.
+    pub items: Vec<wire::ReviewItemOut>,
+}
+
+/// The review queue (HTTP and MCP).
 pub(crate) async fn queue_of(
     state: &Arc<AppState>,
     caller: &Caller,
     all: bool,
     limit: usize,
-) -> Result<Value, ApiError> {
+) -> Result<ReviewQueue, ApiError> {
     let org = caller.org().to_owned();
     let items = blocking(state, move |store| {
         Ok(cairn_store::ops::review_queue(store, &org, all, limit)?)
     })
     .await?;
-    Ok(json!({"items": items.iter().map(wire::review_item_to_json).collect::<Vec<_>>()}))
+    Ok(ReviewQueue {
+        items: items.iter().map(wire::review_item_out).collect(),
+    })
 }
 
 /// `GET /v1/reviews`: flagged steps waiting for a decision (pending or
@@ -133,7 +144,9 @@ pub(crate) async fn queue(
             ));
         }
     };
-    Ok(axum::Json(queue_of(&state, &caller, all, limit).await?))
+    Ok(axum::Json(wire::to_json(
+        &queue_of(&state, &caller, all, limit).await?,
+    )))
 }
 
 /// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",
@@ -176,6 +189,15 @@ pub(crate) async fn record_event(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
+/// An audit event just recorded.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct EventRecorded {
+    /// Its position in the org log.
+    pub seq: u64,
+    /// Its id (the one given, or a new one): link steps to it.
+    pub event_id: String,
+}
+
 /// Records an audit event (HTTP and MCP).
 pub(crate) async fn audit_event(
     state: &Arc<AppState>,
@@ -184,7 +206,7 @@ pub(crate) async fn audit_event(
     session_id: Option<String>,
     action: String,
     detail: Option<Value>,
-) -> Result<Value, ApiError> {
+) -> Result<EventRecorded, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
     Caller::require_enabled(state)?;
     // A key bound to an agent records events in its agent's sessions only.
@@ -199,7 +221,7 @@ pub(crate) async fn audit_event(
         detail,
     };
     match state.ledger.submit(request).await? {
-        Written::AuditEvent { seq, event_id } => Ok(json!({"seq": seq, "event_id": event_id})),
+        Written::AuditEvent { seq, event_id } => Ok(EventRecorded { seq, event_id }),
         other => Err(crate::unexpected(other)),
     }
 }

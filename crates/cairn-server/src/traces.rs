@@ -7,9 +7,74 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::log::OpRecord;
 use cairn_store::{WriteRequest, Written};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A signed trace just imported.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TraceImported {
+    /// The trace's position in the org log.
+    pub seq: u64,
+    /// The session its components became steps of.
+    pub session_id: String,
+    /// The steps, one per component, in order.
+    pub steps: Vec<ImportedStep>,
+}
+
+/// A step an imported component became.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ImportedStep {
+    /// Its position in the org log.
+    pub seq: u64,
+    /// Its trace id.
+    pub trace_id: String,
+}
+
+/// An imported trace, with its signature checked again.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SignedTrace {
+    /// The trace's position in the org log.
+    pub seq: u64,
+    /// The session its components became steps of.
+    pub session_id: String,
+    /// The trace level it was signed at.
+    pub trace_level: String,
+    /// The agent key that signed it.
+    pub signature_key_id: String,
+    /// Whether the signature verifies against the registered key.
+    pub signature_valid: bool,
+    /// Why it does not (null when it does).
+    pub signature_error: Option<String>,
+    /// The trace exactly as it was signed.
+    pub trace: serde_json::Map<String, Value>,
+}
+
+/// The answer to analyst SQL.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SqlResult {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// Rows, each a list of values (numbers, strings, booleans, nulls) in
+    /// column order.
+    #[schemars(with = "Vec<Vec<SqlValue>>")]
+    pub rows: Vec<Vec<Value>>,
+    /// Whether more rows existed than were returned.
+    pub truncated: bool,
+}
+
+/// A value of an SQL row (its schema only).
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+#[allow(dead_code)]
+enum SqlValue {
+    Number(f64),
+    Text(String),
+    Boolean(bool),
+    Null(()),
+}
 
 /// Imports a trace (HTTP and MCP).
 pub(crate) async fn import(
@@ -17,7 +82,7 @@ pub(crate) async fn import(
     caller: &Caller,
     trace: Value,
     session_id: Option<String>,
-) -> Result<Value, ApiError> {
+) -> Result<TraceImported, ApiError> {
     caller.require(caller.key.role.can_write(), "import traces")?;
     Caller::require_enabled(state)?;
     if let Some(bound) = &caller.key.agent_id {
@@ -41,10 +106,14 @@ pub(crate) async fn import(
             seq,
             session_id,
             steps,
-        } => Ok(json!({
-            "seq": seq, "session_id": session_id,
-            "steps": steps.iter().map(|(seq, trace_id)| json!({"seq": seq, "trace_id": trace_id})).collect::<Vec<_>>(),
-        })),
+        } => Ok(TraceImported {
+            seq,
+            session_id,
+            steps: steps
+                .into_iter()
+                .map(|(seq, trace_id)| ImportedStep { seq, trace_id })
+                .collect(),
+        }),
         other => Err(crate::unexpected(other)),
     }
 }
@@ -88,7 +157,7 @@ pub(crate) async fn fetch(
     state: &Arc<AppState>,
     caller: &Caller,
     trace_id: String,
-) -> Result<Value, ApiError> {
+) -> Result<SignedTrace, ApiError> {
     let org = caller.org().to_owned();
     blocking(state, move |store| {
         let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
@@ -99,15 +168,28 @@ pub(crate) async fn fetch(
         };
         let keys = cairn_store::ops::agent_keys(store, &org)?;
         let check = keys.check_trace(&record.trace, Some(seq));
-        Ok(json!({
-            "seq": seq,
-            "session_id": record.session_id,
-            "trace_level": record.trace.level_name,
-            "signature_key_id": record.trace.signature_key_id,
-            "signature_valid": check.is_ok(),
-            "signature_error": check.err(),
-            "trace": record.trace.original,
-        }))
+        let trace = match &record.trace.original {
+            Value::Object(members) => members.clone(),
+            other => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!(
+                        "a stored trace is {}, not an object",
+                        crate::wire::kind_of(other)
+                    ),
+                ));
+            }
+        };
+        Ok(SignedTrace {
+            seq,
+            session_id: record.session_id.clone(),
+            trace_level: record.trace.level_name.clone(),
+            signature_key_id: record.trace.signature_key_id.clone(),
+            signature_valid: check.is_ok(),
+            signature_error: check.err(),
+            trace,
+        })
     })
     .await
 }
@@ -135,7 +217,9 @@ pub(crate) async fn get(
     caller: Caller,
     Path(trace_id): Path<String>,
 ) -> Result<Json, ApiError> {
-    Ok(axum::Json(fetch(&state, &caller, trace_id).await?))
+    Ok(axum::Json(crate::wire::to_json(
+        &fetch(&state, &caller, trace_id).await?,
+    )))
 }
 
 /// Runs analyst SQL for the caller's org (HTTP and MCP).
@@ -144,7 +228,7 @@ pub(crate) async fn sql(
     caller: &Caller,
     sql: String,
     limit: usize,
-) -> Result<Value, ApiError> {
+) -> Result<SqlResult, ApiError> {
     use cairn_store::analyst::AnalystError;
     let org = caller.org().to_owned();
     let store = Arc::clone(&state.store);
@@ -160,7 +244,11 @@ pub(crate) async fn sql(
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     match result {
-        Ok(r) => Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated})),
+        Ok(r) => Ok(SqlResult {
+            columns: r.columns,
+            rows: r.rows,
+            truncated: r.truncated,
+        }),
         Err(AnalystError::Refused(m)) => Err(ApiError::bad_request("sql_refused", m)),
         Err(AnalystError::Failed(m)) => Err(ApiError::bad_request("sql_failed", m)),
         Err(e @ AnalystError::TimedOut(_)) => {
@@ -214,5 +302,7 @@ pub(crate) async fn post_sql(
                 )
             })? as usize,
     };
-    Ok(axum::Json(sql(&state, &caller, text, limit).await?))
+    Ok(axum::Json(crate::wire::to_json(
+        &sql(&state, &caller, text, limit).await?,
+    )))
 }

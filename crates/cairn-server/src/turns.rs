@@ -8,22 +8,44 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::commit::StepRecord;
 use cairn_store::{NewStep, WriteRequest};
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The parsed steps of a thinking text as JSON.
-pub(crate) fn parsed_json(text: &str) -> Value {
-    let steps: Vec<Value> = cairn_core::thinking::parse_thinking(text)
+/// The steps a thinking text splits into (nothing recorded).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Parsed {
+    /// The steps, in order.
+    pub steps: Vec<ParsedStep>,
+}
+
+/// One step of a parsed thinking text.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ParsedStep {
+    /// thinking, plan, waiting_approval, execute or error.
+    pub phase: String,
+    /// Its bracket marker, e.g. [思考].
+    pub label: String,
+    /// The canonical kind it is recorded as.
+    pub kind: String,
+    /// Its text, trimmed.
+    pub content: String,
+}
+
+/// The parsed steps of a thinking text.
+pub(crate) fn parsed(text: &str) -> Parsed {
+    let steps = cairn_core::thinking::parse_thinking(text)
         .into_iter()
-        .map(|p| {
-            json!({
-                "phase": p.phase, "label": p.kind.bracket_label(), "kind": p.kind.as_str(),
-                "content": p.content,
-            })
+        .map(|p| ParsedStep {
+            phase: p.phase.to_owned(),
+            label: p.kind.bracket_label().to_owned(),
+            kind: p.kind.as_str().to_owned(),
+            content: p.content,
         })
         .collect();
-    json!({ "steps": steps })
+    Parsed { steps }
 }
 
 /// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
@@ -52,7 +74,7 @@ pub(crate) async fn parse(
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
-    Ok(axum::Json(parsed_json(&text)))
+    Ok(axum::Json(wire::to_json(&parsed(&text))))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
@@ -157,6 +179,19 @@ pub(crate) async fn record(
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
+/// A turn just recorded.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TurnRecorded {
+    /// The session.
+    pub session_id: String,
+    /// The turn.
+    pub turn_id: String,
+    /// How many steps were recorded.
+    pub accepted: usize,
+    /// Each step's position and hashes, in order.
+    pub results: Vec<wire::StepWritten>,
+}
+
 /// Records a turn (HTTP and MCP): the parsed thinking, then `explicit`,
 /// numbered within the turn after the steps it already has.
 pub(crate) async fn record_turn(
@@ -166,7 +201,7 @@ pub(crate) async fn record_turn(
     turn_id: &str,
     thinking: Option<&str>,
     explicit: Vec<NewStep>,
-) -> Result<Value, ApiError> {
+) -> Result<TurnRecorded, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(state)?;
     if thinking.is_none_or(|t| t.trim().is_empty()) && explicit.is_empty() {
@@ -210,13 +245,19 @@ pub(crate) async fn record_turn(
         }
         Err(e) => return Err(e.into()),
     };
-    let results: Vec<Value> = match written {
-        cairn_store::Written::Steps(steps) => steps.iter().map(wire::written_to_json).collect(),
+    let results: Vec<wire::StepWritten> = match written {
+        cairn_store::Written::Steps(steps) => steps
+            .iter()
+            .map(|w| wire::step_written(w).ok_or_else(|| crate::unexpected(w.clone())))
+            .collect::<Result<_, _>>()?,
         other => return Err(crate::unexpected(other)),
     };
-    Ok(json!({
-        "session_id": template.session_id, "turn_id": turn_id, "accepted": results.len(), "results": results,
-    }))
+    Ok(TurnRecorded {
+        session_id: template.session_id.clone(),
+        turn_id: turn_id.to_owned(),
+        accepted: results.len(),
+        results,
+    })
 }
 
 /// A session's steps, and each one's log position by trace id; 404 for
@@ -244,22 +285,34 @@ async fn session_records(
     .await
 }
 
+/// A session's audit trail: its turns, in order.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Trail {
+    /// The session.
+    pub session_id: String,
+    /// Its turns, in the order of their first step.
+    pub turns: Vec<wire::TurnOut>,
+}
+
 /// A session's trail as JSON, or as seed 002's Markdown.
 pub(crate) async fn trail_of(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     markdown: bool,
-) -> Result<Result<Value, String>, ApiError> {
+) -> Result<Result<Trail, String>, ApiError> {
     let (records, seqs) = session_records(state, caller, session_id).await?;
     if markdown {
         return Ok(Err(render::markdown(session_id, &records)));
     }
-    let turns: Vec<Value> = render::turns(&records)
+    let turns = render::turns(&records)
         .iter()
-        .map(|t| wire::turn_to_json(t, &seqs))
+        .map(|t| wire::turn_out(t, &seqs))
         .collect();
-    Ok(Ok(json!({"session_id": session_id, "turns": turns})))
+    Ok(Ok(Trail {
+        session_id: session_id.to_owned(),
+        turns,
+    }))
 }
 
 /// One turn as JSON, or as seed 002's Markdown.
@@ -269,7 +322,7 @@ pub(crate) async fn turn_of(
     session_id: &str,
     turn_id: &str,
     markdown: bool,
-) -> Result<Result<Value, String>, ApiError> {
+) -> Result<Result<wire::TurnOut, String>, ApiError> {
     let (records, seqs) = session_records(state, caller, session_id).await?;
     let turns = render::turns(&records);
     let turn = turns
@@ -285,10 +338,10 @@ pub(crate) async fn turn_of(
     if markdown {
         return Ok(Err(render::turn_markdown(turn)));
     }
-    Ok(Ok(wire::turn_to_json(turn, &seqs)))
+    Ok(Ok(wire::turn_out(turn, &seqs)))
 }
 
-fn respond(out: Result<Value, String>) -> Response {
+fn respond<T: Serialize>(out: Result<T, String>) -> Response {
     match out {
         Ok(json) => axum::Json(json).into_response(),
         Err(markdown) => crate::markdown_response(markdown),

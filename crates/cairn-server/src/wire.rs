@@ -13,6 +13,8 @@ use cairn_core::commit::StepRecord;
 use cairn_core::record::{Links, Status};
 use cairn_core::verify::Verdict;
 use cairn_store::NewStep;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// A step object that cannot be turned into a step.
@@ -208,99 +210,291 @@ pub fn step_from_json(
 /// A recorded step as replay output, with seed 000's member names; an
 /// optional member the step does not have is left out (as in the seed's
 /// examples), not given as `null`.
-pub fn step_to_json(seq: u64, record: &StepRecord) -> Value {
-    let mut value = step_to_json_with_nulls(seq, record);
-    if let Value::Object(members) = &mut value {
-        members.retain(|_, v| !v.is_null());
-    }
-    value
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StepOut {
+    /// The step's trace id.
+    pub trace_id: String,
+    /// Its position in the org log.
+    pub seq: u64,
+    /// The org.
+    pub org_id: String,
+    /// The agent that recorded it (or the hash of its name).
+    pub agent_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Its index in the session, from 0.
+    pub step_index: u64,
+    /// The step type as recorded.
+    pub step_type: String,
+    /// The canonical kind the step type maps to.
+    pub kind: String,
+    /// The reasoning content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Input to the step (any JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub input_data: Option<Value>,
+    /// Output of the step (any JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub output_data: Option<Value>,
+    /// Self-reported confidence, 0.0 to 1.0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// How long the step took, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Tokens used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_count: Option<u64>,
+    /// Model identifier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Additional context (any JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub metadata: Option<Value>,
+    /// The turn it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// Its number within the turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_step: Option<u64>,
+    /// The task it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Cross-references by name (tool_call, policy_decision,
+    /// approval_request, audit_event, corrects, parent).
+    pub links: std::collections::BTreeMap<String, String>,
+    /// ok or flagged.
+    pub status: String,
+    /// When it was recorded (RFC 3339, UTC).
+    pub created_at: String,
+    /// The record's content digest (hex).
+    pub digest: String,
+    /// The chain hash of the step before (hex).
+    pub prev_hash: String,
+    /// The step's chain hash (hex).
+    pub current_hash: String,
+    /// The agent key that signed the step, if it was signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_key_id: Option<String>,
+    /// Whether an embedding is stored with it.
+    pub has_embedding: bool,
+    /// Whether its payload was erased (only commitments remain).
+    pub erased: bool,
+    /// Fields given only as commitments at this detail level.
+    pub hidden_fields: Vec<String>,
 }
 
-fn step_to_json_with_nulls(seq: u64, record: &StepRecord) -> Value {
+/// The schema of a member that holds any JSON value, spelled so that every
+/// client can read it (one `type` per `anyOf` branch, rather than a schema
+/// with no keyword at all).
+pub fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "anyOf": [
+            {"type": "object"}, {"type": "array"}, {"type": "string"},
+            {"type": "number"}, {"type": "boolean"}, {"type": "null"}
+        ]
+    })
+}
+
+/// Serialises one of the answer types below (they have string keys and no
+/// fallible members, so this cannot fail).
+pub fn to_json<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("an answer type serialises to JSON")
+}
+
+/// A recorded step as replay output (see [`StepOut`]).
+pub fn step_out(seq: u64, record: &StepRecord) -> StepOut {
     let s = &record.step;
-    let mut links = Map::new();
-    for (name, value) in s.links.entries() {
-        if let Some(v) = value {
-            links.insert(name.into(), Value::String(v.into()));
-        }
-    }
-    json!({
-        "trace_id": s.trace_id,
-        "seq": seq,
-        "org_id": s.org_id,
-        "agent_id": s.agent_id,
-        "session_id": s.session_id,
-        "step_index": s.step_index,
-        "step_type": s.kind_label,
-        "kind": s.kind.as_str(),
-        "content": s.content,
-        "input_data": s.input,
-        "output_data": s.output,
-        "confidence": s.confidence,
-        "duration_ms": s.duration_ms,
-        "token_count": s.token_count,
-        "model": s.model,
-        "metadata": s.metadata,
-        "turn_id": s.turn_id,
-        "turn_step": s.turn_step,
-        "task_id": s.task_id,
-        "links": links,
-        "status": s.status.as_str(),
-        "created_at": s.created_at.to_string(),
-        "digest": record.digest.to_hex(),
-        "prev_hash": record.prev_hash.to_hex(),
-        "current_hash": record.hash.to_hex(),
-        "signature_key_id": record.signature.as_ref().map(|sig| sig.key_id.clone()),
-        "has_embedding": record.has_embedding,
-        "erased": record.erased,
-        "hidden_fields": cairn_core::commit::FIELDS
+    let links = s
+        .links
+        .entries()
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| (name.to_owned(), v.to_owned())))
+        .collect();
+    StepOut {
+        trace_id: s.trace_id.clone(),
+        seq,
+        org_id: s.org_id.clone(),
+        agent_id: s.agent_id.clone(),
+        session_id: s.session_id.clone(),
+        step_index: s.step_index,
+        step_type: s.kind_label.clone(),
+        kind: s.kind.as_str().to_owned(),
+        content: s.content.clone(),
+        input_data: s.input.clone().filter(|v| !v.is_null()),
+        output_data: s.output.clone().filter(|v| !v.is_null()),
+        confidence: s.confidence,
+        duration_ms: s.duration_ms,
+        token_count: s.token_count,
+        model: s.model.clone(),
+        metadata: s.metadata.clone().filter(|v| !v.is_null()),
+        turn_id: s.turn_id.clone(),
+        turn_step: s.turn_step,
+        task_id: s.task_id.clone(),
+        links,
+        status: s.status.as_str().to_owned(),
+        created_at: s.created_at.to_string(),
+        digest: record.digest.to_hex(),
+        prev_hash: record.prev_hash.to_hex(),
+        current_hash: record.hash.to_hex(),
+        signature_key_id: record.signature.as_ref().map(|sig| sig.key_id.clone()),
+        has_embedding: record.has_embedding,
+        erased: record.erased,
+        hidden_fields: cairn_core::commit::FIELDS
             .into_iter()
             .filter(|f| !record.is_revealed(*f))
-            .map(|f| f.name())
-            .collect::<Vec<_>>(),
-    })
+            .map(|f| f.name().to_owned())
+            .collect(),
+    }
+}
+
+/// A recorded step as replay output, as JSON (see [`StepOut`]).
+pub fn step_to_json(seq: u64, record: &StepRecord) -> Value {
+    to_json(&step_out(seq, record))
 }
 
 /// A verdict with seed 003's member names plus Cairn's location detail.
-pub fn verdict_to_json(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp) -> Value {
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictOut {
+    /// Whether everything checked verifies.
+    pub verified: bool,
+    /// The same as verified (seed 003's other spelling).
+    pub ok: bool,
+    /// Records checked.
+    pub total_checked: u64,
+    /// Position of the last record that verified (null if none).
+    pub last_valid_sequence: Option<u64>,
+    /// Position of the first broken record (null if none).
+    pub broken_at_sequence: Option<u64>,
+    /// Why it is broken (a stable reason code; null if intact).
+    pub broken_reason: Option<String>,
+    /// Where it is broken (null if intact).
+    pub broken_at: Option<BrokenAt>,
+    /// What is wrong, in words (null if intact).
+    pub detail: Option<String>,
+    /// How long the check took, in milliseconds.
+    pub duration_ms: u64,
+    /// When it was checked (RFC 3339, UTC).
+    pub verified_at: String,
+}
+
+/// Where a verification failed: whatever of these is known.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BrokenAt {
+    /// Position in the org log.
+    pub seq: Option<u64>,
+    /// The session.
+    pub session_id: Option<String>,
+    /// The step's index in its session.
+    pub step_index: Option<u64>,
+    /// The step's trace id.
+    pub trace_id: Option<String>,
+    /// The line of the bundle file (bundles only).
+    pub line: Option<u64>,
+}
+
+/// A verdict (see [`VerdictOut`]).
+pub fn verdict_out(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp) -> VerdictOut {
     let failure = verdict.failure.as_ref();
     let position = |loc: &cairn_core::verify::Location| loc.seq.or(loc.step_index);
-    json!({
-        "verified": verdict.verified,
-        "ok": verdict.verified,
-        "totalChecked": verdict.records_checked,
-        "lastValidSequence": verdict.last_valid.as_ref().and_then(position),
-        "brokenAtSequence": failure.and_then(|f| position(&f.at)),
-        "brokenReason": failure.map(|f| f.reason.as_str()),
-        "brokenAt": failure.map(|f| json!({
-            "seq": f.at.seq,
-            "session_id": f.at.session_id,
-            "step_index": f.at.step_index,
-            "trace_id": f.at.trace_id,
-            "line": f.at.line,
-        })),
-        "detail": failure.map(|f| f.detail.clone()),
-        "durationMs": duration_ms,
-        "verifiedAt": verified_at.to_string(),
-    })
+    VerdictOut {
+        verified: verdict.verified,
+        ok: verdict.verified,
+        total_checked: verdict.records_checked,
+        last_valid_sequence: verdict.last_valid.as_ref().and_then(position),
+        broken_at_sequence: failure.and_then(|f| position(&f.at)),
+        broken_reason: failure.map(|f| f.reason.as_str().to_owned()),
+        broken_at: failure.map(|f| BrokenAt {
+            seq: f.at.seq,
+            session_id: f.at.session_id.clone(),
+            step_index: f.at.step_index,
+            trace_id: f.at.trace_id.clone(),
+            line: f.at.line,
+        }),
+        detail: failure.map(|f| f.detail.clone()),
+        duration_ms: u64::try_from(duration_ms).unwrap_or(u64::MAX),
+        verified_at: verified_at.to_string(),
+    }
+}
+
+/// A verdict with seed 003's member names plus Cairn's location detail,
+/// as JSON (see [`VerdictOut`]).
+pub fn verdict_to_json(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp) -> Value {
+    to_json(&verdict_out(verdict, duration_ms, verified_at))
+}
+
+/// A human review of a flagged step.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReviewOut {
+    /// The review's position in the org log.
+    pub seq: u64,
+    /// The reviewed step.
+    pub trace_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// Its index in the session.
+    pub step_index: u64,
+    /// approve, reject or escalate.
+    pub decision: String,
+    /// The key that reviewed.
+    pub reviewer: String,
+    /// The reviewer's note (null if none).
+    pub note: Option<String>,
+    /// When (RFC 3339, UTC).
+    pub reviewed_at: String,
+}
+
+/// A review record (see [`ReviewOut`]).
+pub fn review_out(seq: u64, r: &cairn_core::log::ReviewRecord) -> ReviewOut {
+    ReviewOut {
+        seq,
+        trace_id: r.trace_id.clone(),
+        session_id: r.session_id.clone(),
+        step_index: r.step_index,
+        decision: r.decision.as_str().to_owned(),
+        reviewer: r.reviewer.clone(),
+        note: r.note.clone(),
+        reviewed_at: r.reviewed_at.to_string(),
+    }
 }
 
 /// A review record as JSON.
 pub fn review_to_json(seq: u64, r: &cairn_core::log::ReviewRecord) -> Value {
-    json!({
-        "seq": seq, "trace_id": r.trace_id, "session_id": r.session_id, "step_index": r.step_index,
-        "decision": r.decision.as_str(), "reviewer": r.reviewer, "note": r.note,
-        "reviewed_at": r.reviewed_at.to_string(),
-    })
+    to_json(&review_out(seq, r))
+}
+
+/// A flagged step in the review queue, with its reviews so far.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ReviewItemOut {
+    /// pending, approved, rejected or escalated.
+    pub state: String,
+    /// The flagged step.
+    pub step: StepOut,
+    /// Its reviews, oldest first.
+    pub reviews: Vec<ReviewOut>,
+}
+
+/// A queue item (see [`ReviewItemOut`]).
+pub fn review_item_out(item: &cairn_store::ops::ReviewItem) -> ReviewItemOut {
+    ReviewItemOut {
+        state: item.state().to_owned(),
+        step: step_out(item.step.seq, &item.step.record),
+        reviews: item
+            .reviews
+            .iter()
+            .map(|(seq, r)| review_out(*seq, r))
+            .collect(),
+    }
 }
 
 /// A queue item as JSON.
 pub fn review_item_to_json(item: &cairn_store::ops::ReviewItem) -> Value {
-    json!({
-        "state": item.state(),
-        "step": step_to_json(item.step.seq, &item.step.record),
-        "reviews": item.reviews.iter().map(|(seq, r)| review_to_json(*seq, r)).collect::<Vec<_>>(),
-    })
+    to_json(&review_item_out(item))
 }
 
 /// An audit event as JSON.
@@ -311,36 +505,88 @@ pub fn audit_event_to_json(seq: u64, e: &cairn_core::log::AuditEvent) -> Value {
     })
 }
 
+/// One turn of a session (seed 002).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TurnOut {
+    /// The turn id (null for steps recorded outside a turn).
+    pub turn_id: Option<String>,
+    /// When its first step was recorded (RFC 3339, UTC).
+    pub started_at: Option<String>,
+    /// Its steps, by their number within the turn.
+    pub steps: Vec<StepOut>,
+}
+
+/// A turn (see [`TurnOut`]); `seqs` maps trace ids to log positions.
+pub fn turn_out(
+    turn: &crate::render::Turn<'_>,
+    seqs: &std::collections::HashMap<String, u64>,
+) -> TurnOut {
+    TurnOut {
+        turn_id: turn.turn_id.map(str::to_owned),
+        started_at: turn.steps.first().map(|r| r.step.created_at.to_string()),
+        steps: turn
+            .steps
+            .iter()
+            .map(|r| step_out(seqs.get(&r.step.trace_id).copied().unwrap_or(0), r))
+            .collect(),
+    }
+}
+
 /// A turn (seed 002) as JSON; `seqs` maps trace ids to log positions.
 pub fn turn_to_json(
     turn: &crate::render::Turn<'_>,
     seqs: &std::collections::HashMap<String, u64>,
 ) -> Value {
-    json!({
-        "turn_id": turn.turn_id,
-        "started_at": turn.steps.first().map(|r| r.step.created_at.to_string()),
-        "steps": turn.steps.iter().map(|r| {
-            step_to_json(seqs.get(&r.step.trace_id).copied().unwrap_or(0), r)
-        }).collect::<Vec<_>>(),
-    })
+    to_json(&turn_out(turn, seqs))
 }
 
-/// What a write produced, as the answer to the request that made it: a
-/// step's position and hashes, a session's genesis.
-pub fn written_to_json(w: &cairn_store::Written) -> Value {
-    use cairn_store::Written;
+/// A step just written: its position and hashes.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StepWritten {
+    /// The step's trace id.
+    pub trace_id: String,
+    /// Its index in the session.
+    pub step_index: u64,
+    /// Its chain hash (hex).
+    pub current_hash: String,
+    /// Its position in the org log.
+    pub seq: u64,
+    /// When it was recorded (RFC 3339, UTC).
+    pub created_at: String,
+    /// Whether this step created its session.
+    pub session_created: bool,
+}
+
+/// A written step (see [`StepWritten`]); `None` for other writes.
+pub fn step_written(w: &cairn_store::Written) -> Option<StepWritten> {
     match w {
-        Written::Step {
+        cairn_store::Written::Step {
             seq,
             trace_id,
             step_index,
             hash,
             created_at,
             session_created,
-        } => json!({
-            "trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(),
-            "seq": seq, "created_at": created_at.to_string(), "session_created": session_created,
+        } => Some(StepWritten {
+            trace_id: trace_id.clone(),
+            step_index: *step_index,
+            current_hash: hash.to_hex(),
+            seq: *seq,
+            created_at: created_at.to_string(),
+            session_created: *session_created,
         }),
+        _ => None,
+    }
+}
+
+/// What a write produced, as the answer to the request that made it: a
+/// step's position and hashes, a session's genesis.
+pub fn written_to_json(w: &cairn_store::Written) -> Value {
+    use cairn_store::Written;
+    if let Some(step) = step_written(w) {
+        return to_json(&step);
+    }
+    match w {
         Written::Session { seq, genesis } => json!({"seq": seq, "genesis": genesis.to_hex()}),
         other => json!({"written": format!("{other:?}")}),
     }

@@ -331,7 +331,7 @@ pub struct EraseArgs {
 pub struct ImportTraceArgs {
     /// The complete signed trace (trace_id, agent_id_hash,
     /// started_at, trace_level, components, signature, signature_key_id).
-    pub trace: Value,
+    pub trace: serde_json::Map<String, Value>,
     /// The session its components become steps of (default: the trace id).
     pub session_id: Option<String>,
 }

@@ -19,6 +19,14 @@
 //! and correct them; so are unknown, missing and mistyped arguments
 //! (`unknown_field` with the nearest known name, `missing_field`,
 //! `invalid_argument`, each with its `field`), read by [`Parameters`].
+//!
+//! Every tool lists an `outputSchema` made from its result type (`results`
+//! and the shared answer types of `wire`, `turns`, `oversight`, `traces`),
+//! and answers with that type's JSON, so the schema and the answer cannot
+//! differ; the schema also admits the error body, which is a tool error's
+//! structured content. Input and output schemas are listed in a portable
+//! spelling (no `type` arrays, no keyword-less schemas: see
+//! [`results::portable`]).
 
 use crate::{ApiError, AppState, Caller};
 use cairn_core::record::Profile;
@@ -45,8 +53,10 @@ pub struct CairnMcp {
 
 type ToolResult = Result<CallToolResult, ErrorData>;
 
-fn ok(value: Value) -> ToolResult {
-    Ok(CallToolResult::structured(value))
+/// A structured answer: the result type's JSON as structured content (and,
+/// as rmcp does, as text).
+fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
+    Ok(CallToolResult::structured(crate::wire::to_json(answer)))
 }
 
 fn tool_error(e: ApiError) -> ToolResult {
@@ -54,7 +64,28 @@ fn tool_error(e: ApiError) -> ToolResult {
 }
 
 mod args;
+mod results;
 pub use args::*;
+pub use results::*;
+
+/// The tools, each with its schemas in their portable spelling
+/// ([`results::portable`]); an output schema is always an object.
+fn router() -> ToolRouter<CairnMcp> {
+    let mut router = CairnMcp::tool_router();
+    for route in router.map.values_mut() {
+        let tool = &mut route.attr;
+        let mut input = tool.input_schema.as_ref().clone();
+        results::portable(&mut input);
+        tool.input_schema = Arc::new(input);
+        if let Some(output) = &tool.output_schema {
+            let mut output = output.as_ref().clone();
+            results::portable(&mut output);
+            output.entry("type").or_insert_with(|| json!("object"));
+            tool.output_schema = Some(Arc::new(output));
+        }
+    }
+    router
+}
 
 impl CairnMcp {
     /// The service for HTTP: callers come from each request's API key.
@@ -63,7 +94,7 @@ impl CairnMcp {
             state,
             local: None,
             default_agent: None,
-            tool_router: Self::tool_router(),
+            tool_router: router(),
         }
     }
 
@@ -84,7 +115,7 @@ impl CairnMcp {
             state,
             local: Some(Caller { key }),
             default_agent,
-            tool_router: Self::tool_router(),
+            tool_router: router(),
         }
     }
 
@@ -135,7 +166,7 @@ impl CairnMcp {
         }
     }
 
-    async fn log_step(&self, caller: &Caller, step: NewStep) -> Result<Value, ApiError> {
+    async fn log_step(&self, caller: &Caller, step: NewStep) -> Result<StepLogged, ApiError> {
         caller.require(caller.key.role.can_write(), "record steps")?;
         match self.write(WriteRequest::Step(Box::new(step))).await? {
             Written::Step {
@@ -144,9 +175,12 @@ impl CairnMcp {
                 hash,
                 seq,
                 ..
-            } => Ok(
-                json!({"trace_id": trace_id, "step_index": step_index, "current_hash": hash.to_hex(), "seq": seq}),
-            ),
+            } => Ok(StepLogged {
+                trace_id,
+                step_index,
+                current_hash: hash.to_hex(),
+                seq,
+            }),
             other => Err(unexpected(other)),
         }
     }
@@ -154,9 +188,9 @@ impl CairnMcp {
 
 use crate::unexpected;
 
-async fn run(result: Result<Value, ApiError>) -> ToolResult {
+async fn run<T: serde::Serialize>(result: Result<T, ApiError>) -> ToolResult {
     match result {
-        Ok(v) => ok(v),
+        Ok(answer) => ok(&answer),
         Err(e) => tool_error(e),
     }
 }
@@ -171,7 +205,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<StepLogged>()
     )]
     async fn log_reasoning_step(
         &self,
@@ -241,7 +276,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Replay>()
     )]
     async fn replay_decision(
         &self,
@@ -286,27 +322,29 @@ impl CairnMcp {
                     if let Some(level) = level {
                         redacted = s.record.redact(level);
                     }
-                    steps.push(crate::wire::step_to_json(s.seq, &s.record));
+                    steps.push(crate::wire::step_out(s.seq, &s.record));
                     redacted.is_ok()
                 })?;
                 redacted.map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
-                let mut out = json!({
-                    "session_id": args.session_id,
-                    "agent_id": info.header.agent_id,
-                    "level": level.map(cairn_core::detail::DetailLevel::as_str),
-                    "step_count": steps.len(),
-                    "sealed": info.seal.is_some(),
-                    "steps": steps,
-                });
-                // chain_valid is always there (null when not checked), so
-                // code written against the seed's example can read it.
-                out["chain_valid"] = Value::Null;
+                let mut out = Replay {
+                    session_id: args.session_id.clone(),
+                    agent_id: info.header.agent_id,
+                    level: level.map(|l| l.as_str().to_owned()),
+                    step_count: steps.len(),
+                    sealed: info.seal.is_some(),
+                    steps,
+                    // chain_valid is always there (null when not checked),
+                    // so code written against the seed's example can read
+                    // it.
+                    chain_valid: None,
+                    verdict: None,
+                };
                 if args.verify_chain {
                     let verdict = verify_session(store, &org, &args.session_id)?;
-                    out["chain_valid"] = json!(verdict.as_ref().is_some_and(|v| v.verified));
-                    if let Some(v) = verdict.filter(|v| !v.verified) {
-                        out["verdict"] = crate::wire::verdict_to_json(&v, 0, cairn_store::now());
-                    }
+                    out.chain_valid = Some(verdict.as_ref().is_some_and(|v| v.verified));
+                    out.verdict = verdict
+                        .filter(|v| !v.verified)
+                        .map(|v| crate::wire::verdict_out(&v, 0, cairn_store::now()));
                 }
                 Ok(out)
             })
@@ -322,7 +360,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<History>()
     )]
     async fn get_session_history(
         &self,
@@ -347,12 +386,13 @@ impl CairnMcp {
                 for (s, valid) in
                     crate::listed_sessions(store, &org, Some(&agent_id), limit, true, budget)?
                 {
-                    rows.push(json!({
-                        "session_id": s.session_id, "step_count": s.step_count,
-                        "first_step_at": s.first_step_at.map(|t| t.to_string()),
-                        "last_step_at": s.last_step_at.map(|t| t.to_string()),
-                        "chain_valid": valid,
-                    }));
+                    rows.push(SessionRow {
+                        session_id: s.session_id,
+                        step_count: s.step_count,
+                        first_step_at: s.first_step_at.map(|t| t.to_string()),
+                        last_step_at: s.last_step_at.map(|t| t.to_string()),
+                        chain_valid: valid,
+                    });
                 }
                 Ok(rows)
             })
@@ -362,8 +402,8 @@ impl CairnMcp {
             // "sessions" there; the text content is seed 000's list itself,
             // which is what a client reading the text gets.
             Ok(rows) => {
-                let text = Value::Array(rows.clone()).to_string();
-                let mut answer = CallToolResult::structured(json!({"sessions": rows}));
+                let text = crate::wire::to_json(&rows).to_string();
+                let mut answer = ok(&History { sessions: rows })?;
                 answer.content = vec![rmcp::model::ContentBlock::text(text)];
                 Ok(answer)
             }
@@ -379,7 +419,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<SessionStarted>()
     )]
     async fn audit_session_start(
         &self,
@@ -402,7 +443,9 @@ impl CairnMcp {
             let predecessor = args
                 .predecessor
                 .map(|h| {
-                    cairn_core::Hash::from_hex(&h).map_err(|e| ApiError::bad_request("invalid_request", format!("predecessor: {e}")))
+                    cairn_core::Hash::from_hex(&h).map_err(|e| {
+                        ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
+                    })
                 })
                 .transpose()?;
             let request = WriteRequest::StartSession(NewSession {
@@ -410,15 +453,21 @@ impl CairnMcp {
                 session_id: args.session_id.clone(),
                 agent_id,
                 caller: caller.key.id.clone(),
-                profile: if args.strict.unwrap_or(true) { Profile::Strict } else { Profile::Standard },
+                profile: if args.strict.unwrap_or(true) {
+                    Profile::Strict
+                } else {
+                    Profile::Standard
+                },
                 predecessor,
                 predecessor_session: args.predecessor_session,
                 full_consent: args.full_consent,
             });
             match self.write(request).await? {
-                Written::Session { seq, genesis } => {
-                    Ok(json!({"session_id": args.session_id, "genesis_hash": genesis.to_hex(), "seq": seq}))
-                }
+                Written::Session { seq, genesis } => Ok(SessionStarted {
+                    session_id: args.session_id,
+                    genesis_hash: genesis.to_hex(),
+                    seq,
+                }),
                 other => Err(unexpected(other)),
             }
         }
@@ -434,7 +483,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<ThoughtRecorded>()
     )]
     async fn thought_record(
         &self,
@@ -484,7 +534,7 @@ impl CairnMcp {
             };
             let written = self.log_step(&caller, step).await?;
             let org = caller.org().to_owned();
-            let trace = written["trace_id"].as_str().unwrap_or_default().to_owned();
+            let trace = written.trace_id;
             let record = self
                 .store(move |store| {
                     store
@@ -492,14 +542,14 @@ impl CairnMcp {
                         .ok_or_else(|| ApiError::not_found("the record just written"))
                 })
                 .await?;
-            Ok(json!({
-                "record_id": record.record.step.trace_id,
-                "step_index": record.record.step.step_index,
-                "content_hash": record.record.digest.to_hex(),
-                "chain_hash": record.record.hash.to_hex(),
-                "parent_chain_hash": record.record.prev_hash.to_hex(),
-                "seq": record.seq,
-            }))
+            Ok(ThoughtRecorded {
+                record_id: record.record.step.trace_id,
+                step_index: record.record.step.step_index,
+                content_hash: record.record.digest.to_hex(),
+                chain_hash: record.record.hash.to_hex(),
+                parent_chain_hash: record.record.prev_hash.to_hex(),
+                seq: record.seq,
+            })
         }
         .await;
         run(result).await
@@ -513,7 +563,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<ChainChecked>()
     )]
     async fn audit_verify_chain(
         &self,
@@ -552,15 +603,18 @@ impl CairnMcp {
                     None => steps,
                     Some(f) => f.at.step_index.unwrap_or(0).min(steps),
                 };
-                Ok(json!({
-                    "session_id": args.session_id,
-                    "valid": verdict.verified,
-                    "records_checked": steps_checked,
-                    "log_records_checked": verdict.records_checked,
-                    "first_broken_index": verdict.failure.as_ref().and_then(|f| f.at.step_index),
-                    "reason": verdict.failure.as_ref().map(|f| f.reason.as_str()),
-                    "detail": verdict.failure.as_ref().map(|f| f.detail.clone()),
-                }))
+                Ok(ChainChecked {
+                    session_id: args.session_id,
+                    valid: verdict.verified,
+                    records_checked: steps_checked,
+                    log_records_checked: verdict.records_checked,
+                    first_broken_index: verdict.failure.as_ref().and_then(|f| f.at.step_index),
+                    reason: verdict
+                        .failure
+                        .as_ref()
+                        .map(|f| f.reason.as_str().to_owned()),
+                    detail: verdict.failure.as_ref().map(|f| f.detail.clone()),
+                })
             })
             .await;
         run(result).await
@@ -574,7 +628,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Seal>()
     )]
     async fn merkle_finalize(
         &self,
@@ -598,7 +653,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Seal>()
     )]
     async fn merkle_root(
         &self,
@@ -626,7 +682,7 @@ impl CairnMcp {
                         "the session is not sealed: call merkle_finalize first",
                     )
                 })?;
-                Ok(seal_json(&seal))
+                Ok(Seal::from(&seal))
             })
             .await;
         run(result).await
@@ -640,7 +696,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<SessionClosed>()
     )]
     async fn audit_session_end(
         &self,
@@ -653,11 +710,7 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let result = self.finalize(&caller, args.session_id, false).await;
-        run(result.map(|mut v| {
-            v["closed"] = json!(true);
-            v
-        }))
-        .await
+        run(result.map(|seal| SessionClosed { seal, closed: true })).await
     }
 
     #[tool(
@@ -668,7 +721,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::turns::Parsed>()
     )]
     async fn parse_thinking(
         &self,
@@ -680,7 +734,7 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         self.caller(&context)?;
-        ok(crate::turns::parsed_json(&args.text))
+        ok(&crate::turns::parsed(&args.text))
     }
 
     #[tool(
@@ -691,7 +745,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::turns::TurnRecorded>()
     )]
     async fn record_turn(
         &self,
@@ -738,7 +793,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<AuditTrail>()
     )]
     async fn get_audit_trail(
         &self,
@@ -756,12 +812,13 @@ impl CairnMcp {
                 Some(turn) => {
                     crate::turns::turn_of(&self.state, &caller, &args.session_id, turn, markdown)
                         .await?
+                        .map(AuditTrail::Turn)
                 }
-                None => {
-                    crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown).await?
-                }
+                None => crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown)
+                    .await?
+                    .map(AuditTrail::Trail),
             };
-            Ok(out.unwrap_or_else(|markdown| json!({"markdown": markdown})))
+            Ok(out.unwrap_or_else(|markdown| AuditTrail::Markdown { markdown }))
         }
         .await;
         run(result).await
@@ -775,7 +832,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::oversight::EventRecorded>()
     )]
     async fn record_audit_event(
         &self,
@@ -807,7 +865,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::oversight::ReviewQueue>()
     )]
     async fn review_queue(
         &self,
@@ -832,7 +891,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::wire::ReviewOut>()
     )]
     async fn review_step(
         &self,
@@ -861,7 +921,8 @@ impl CairnMcp {
             destructive_hint = true,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Erased>()
     )]
     async fn erase_step(
         &self,
@@ -883,9 +944,11 @@ impl CairnMcp {
                 actor: caller.key.id.clone(),
             };
             match self.write(request).await? {
-                Written::Erased { seqs } => Ok(
-                    json!({"trace_id": args.trace_id, "erased": true, "erasure_seq": seqs.first()}),
-                ),
+                Written::Erased { seqs } => Ok(Erased {
+                    trace_id: args.trace_id,
+                    erased: true,
+                    erasure_seq: seqs.first().copied(),
+                }),
                 other => Err(unexpected(other)),
             }
         }
@@ -901,7 +964,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<History>()
     )]
     async fn list_traces(
         &self,
@@ -924,7 +988,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<KeyRegistered>()
     )]
     async fn register_agent_key(
         &self,
@@ -945,7 +1010,7 @@ impl CairnMcp {
                 public_key,
             };
             match self.write(request).await? {
-                Written::KeyRegistered { seq, key_id } => Ok(json!({"key_id": key_id, "seq": seq})),
+                Written::KeyRegistered { seq, key_id } => Ok(KeyRegistered { key_id, seq }),
                 other => Err(unexpected(other)),
             }
         }
@@ -961,7 +1026,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = false,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::traces::TraceImported>()
     )]
     async fn import_trace(
         &self,
@@ -973,7 +1039,13 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let result = crate::traces::import(&self.state, &caller, args.trace, args.session_id).await;
+        let result = crate::traces::import(
+            &self.state,
+            &caller,
+            Value::Object(args.trace),
+            args.session_id,
+        )
+        .await;
         run(result).await
     }
 
@@ -985,7 +1057,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::traces::SignedTrace>()
     )]
     async fn get_signed_trace(
         &self,
@@ -1009,7 +1082,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::traces::SqlResult>()
     )]
     async fn query_sql(
         &self,
@@ -1037,7 +1111,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<crate::wire::StepOut>()
     )]
     async fn get_trace(
         &self,
@@ -1055,7 +1130,7 @@ impl CairnMcp {
                 let step = store.step_by_trace(&org, &args.trace_id)?.ok_or_else(|| {
                     ApiError::not_found(format!("step {}", crate::error::shown(&args.trace_id)))
                 })?;
-                Ok(crate::wire::step_to_json(step.seq, &step.record))
+                Ok(crate::wire::step_out(step.seq, &step.record))
             })
             .await;
         run(result).await
@@ -1069,7 +1144,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Checkpoint>()
     )]
     async fn get_checkpoint(
         &self,
@@ -1082,7 +1158,11 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = crate::current_checkpoint(&self.state, caller.org())
             .await
-            .map(|cp| json!({"size": cp.size, "root": cp.root.to_hex(), "note": cp.note}));
+            .map(|cp| Checkpoint {
+                size: cp.size,
+                root: cp.root.to_hex(),
+                note: cp.note,
+            });
         run(result).await
     }
 
@@ -1094,7 +1174,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<InclusionProof>()
     )]
     async fn get_inclusion_proof(
         &self,
@@ -1123,11 +1204,13 @@ impl CairnMcp {
                     leaf = Some(stored.leaf);
                     false
                 })?;
-                Ok(json!({
-                    "seq": seq, "size": size, "leaf_hash": leaf.map(|l| l.to_hex()),
-                    "proof": proof.iter().map(cairn_core::Hash::to_hex).collect::<Vec<_>>(),
-                    "root": store.root_at(&org, size)?.to_hex(),
-                }))
+                Ok(InclusionProof {
+                    seq,
+                    size,
+                    leaf_hash: leaf.map(|l| l.to_hex()),
+                    proof: proof.iter().map(cairn_core::Hash::to_hex).collect(),
+                    root: store.root_at(&org, size)?.to_hex(),
+                })
             })
             .await
         }
@@ -1143,7 +1226,8 @@ impl CairnMcp {
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
-        )
+        ),
+        output_schema = output_schema::<Exported>()
     )]
     async fn export_session(
         &self,
@@ -1182,24 +1266,18 @@ impl CairnMcp {
                         e.to_string(),
                     )
                 })?;
-                Ok(json!({
-                    "session_id": args.session_id, "entries": summary.entries,
-                    "checkpoint_size": summary.checkpoint_size,
-                    "bundle": String::from_utf8_lossy(&out),
-                }))
+                Ok(Exported {
+                    session_id: args.session_id,
+                    entries: summary.entries,
+                    checkpoint_size: summary.checkpoint_size,
+                    bundle: String::from_utf8_lossy(&out).into_owned(),
+                })
             })
             .await
         }
         .await;
         run(result).await
     }
-}
-
-fn seal_json(seal: &cairn_core::log::SealRecord) -> Value {
-    json!({
-        "session_id": seal.session_id, "merkle_root": seal.session_root.to_hex(), "step_count": seal.step_count,
-        "final_hash": seal.final_hash.to_hex(), "sealed_at": seal.sealed_at.to_string(), "note": seal.note,
-    })
 }
 
 impl CairnMcp {
@@ -1211,7 +1289,7 @@ impl CairnMcp {
         caller: &Caller,
         session_id: String,
         proof_grade: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Seal, ApiError> {
         caller.require(caller.key.role.can_write(), "seal sessions")?;
         crate::require_own_session(&self.state, caller, &session_id).await?;
         if !proof_grade {
@@ -1227,7 +1305,7 @@ impl CairnMcp {
                 })
                 .await?;
             if let Some(seal) = &info.seal {
-                return Ok(seal_json(seal));
+                return Ok(Seal::from(seal));
             }
         }
         // The store checks, atomically with the seal, that a proof-grade
@@ -1238,7 +1316,7 @@ impl CairnMcp {
             require_reflection: proof_grade,
         };
         match self.write(request).await? {
-            Written::Sealed { seal, .. } => Ok(seal_json(&seal)),
+            Written::Sealed { seal, .. } => Ok(Seal::from(&seal)),
             other => Err(unexpected(other)),
         }
     }
