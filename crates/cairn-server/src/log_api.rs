@@ -41,7 +41,7 @@ pub(crate) async fn current_checkpoint(
     operation_id = "checkpoint",
     tag = "checkpoint",
     summary = "The latest signed checkpoint",
-    description = "C2SP tlog-checkpoint as a signed note; signs a new one first if the log grew.",
+    description = "C2SP tlog-checkpoint as a signed note; signs a new one first if the log grew. With witnesses configured (cairn serve --witness), the note carries the cosignature lines (C2SP cosignature/v1) the witnesses returned for it so far.",
     responses(
         (status = 200, description = "OK", content_type = "text/plain", body = String),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
@@ -377,6 +377,44 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
         .collect()
 }
 
+/// A witness policy given with a verification: `witness` parameters (each
+/// a cosignature vkey, repeatable) and `quorum` (default: all of them).
+pub(crate) fn witness_policy_param(
+    q: &[(String, String)],
+) -> Result<Option<cairn_core::witness::WitnessPolicy>, ApiError> {
+    let keys = q
+        .iter()
+        .filter(|(k, _)| k == "witness")
+        .map(|(_, v)| {
+            cairn_core::note::NoteVerifier::parse(v).map_err(|e| {
+                ApiError::bad_request("invalid_argument", format!("witness must be a vkey: {e}"))
+                    .with_field("witness")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let quorum = match q.iter().find(|(k, _)| k == "quorum") {
+        Some((_, v)) => Some(v.parse::<usize>().map_err(|_| {
+            ApiError::bad_request("invalid_argument", "quorum must be a positive integer")
+                .with_field("quorum")
+        })?),
+        None => None,
+    };
+    if keys.is_empty() {
+        return match quorum {
+            Some(_) => Err(ApiError::bad_request(
+                "invalid_argument",
+                "quorum needs at least one witness parameter",
+            )
+            .with_field("quorum")),
+            None => Ok(None),
+        };
+    }
+    let quorum = quorum.unwrap_or(keys.len());
+    cairn_core::witness::WitnessPolicy::new(keys, quorum)
+        .map(Some)
+        .map_err(|e| ApiError::bad_request("invalid_argument", e).with_field("witness"))
+}
+
 /// `POST /v1/bundles/verify`: the body is streamed into the verifier line
 /// by line, so memory stays at one line (at most
 /// [`Limits::max_bundle_line_bytes`]) whatever the bundle's size; a bundle
@@ -389,6 +427,8 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
     summary = "Verify an uploaded bundle",
     description = "Verifies against the key named in the bundle; compare server_key with the operator's published key. The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
     params(
+        ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
+        ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
         ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
         ("key" = Option<String>, Query, description = "A server vkey (C2SP form) the bundle's checkpoint must be signed by; repeatable."),
     ),
@@ -406,9 +446,13 @@ pub(crate) async fn verify_bundle(
     Query(q): Query<Vec<(String, String)>>,
     request: axum::extract::Request,
 ) -> Result<Json, ApiError> {
-    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["key", "checkpoint"])?;
+    input::refuse_unknown_params(
+        q.iter().map(|(k, _)| k),
+        &["key", "checkpoint", "witness", "quorum"],
+    )?;
     use http_body_util::BodyExt as _;
     let trusted = trusted_param(&q)?;
+    let policy = witness_policy_param(&q)?;
     let pinned = q
         .iter()
         .filter(|(k, _)| k == "key")
@@ -426,6 +470,9 @@ pub(crate) async fn verify_bundle(
     let worker = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);
+        if let Some(policy) = policy {
+            verifier.require_witnesses(policy);
+        }
         for note in trusted {
             verifier.trust_checkpoint(note);
         }

@@ -311,6 +311,8 @@ pub(crate) async fn verify_one_session(
     summary = "Verify the org",
     description = "Every chain, every operational record, the Merkle root at every stored checkpoint.",
     params(
+        ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
+        ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
         ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
     ),
     responses(
@@ -325,9 +327,13 @@ pub(crate) async fn verify_whole_org(
     caller: Caller,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Json, ApiError> {
-    input::refuse_unknown_params(q.iter().map(|(k, _)| k), &["checkpoint"])?;
+    input::refuse_unknown_params(
+        q.iter().map(|(k, _)| k),
+        &["checkpoint", "witness", "quorum"],
+    )?;
     let org = caller.org().to_owned();
     let trusted = trusted_param(&q)?;
+    let policy = crate::log_api::witness_policy_param(&q)?;
     let started = Instant::now();
     let permit = limits::expensive(&state, "verification").await?;
     let result = blocking(&state, move |store| {
@@ -339,9 +345,18 @@ pub(crate) async fn verify_whole_org(
                     .map_err(|m| ApiError::bad_request("invalid_checkpoint", m))?,
             );
         }
-        Ok(verify_org(store, &org, &external, &[], &mut |_| {})?)
+        let mut verdict = verify_org(store, &org, &external, &[], &mut |_| {})?;
+        let report = match &policy {
+            Some(policy) => Some((
+                policy.quorum(),
+                cairn_store::ops::apply_witness_policy(store, &org, policy, &mut verdict)?,
+            )),
+            None => None,
+        };
+        Ok((verdict, report))
     })
     .await?;
+    let (result, report) = result;
     state.metrics.verification(result.verdict.verified);
     let mut body = wire::verdict_to_json(
         &result.verdict,
@@ -350,6 +365,11 @@ pub(crate) async fn verify_whole_org(
     );
     body["log_size"] = json!(result.log_size);
     body["checkpoints_checked"] = json!(result.checkpoints_checked);
+    if let Some((quorum, report)) = report {
+        body["witnessed"] = json!({
+            "quorum": quorum, "cosigned": report.cosigned, "uncosigned": report.uncosigned,
+        });
+    }
     Ok(axum::Json(body))
 }
 

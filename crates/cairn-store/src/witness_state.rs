@@ -55,10 +55,7 @@ fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
 impl WitnessState {
     /// Opens (or creates) `dir/witness.db`, durable on every commit.
     pub fn open(dir: &Path) -> Result<WitnessState, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-            context: format!("creating {}", dir.display()),
-            source,
-        })?;
+        create_private_dir(dir)?;
         let conn =
             Connection::open(dir.join(WITNESS_DB)).map_err(sql("opening the witness database"))?;
         conn.execute_batch(
@@ -75,6 +72,7 @@ impl WitnessState {
     /// The witness's key (`dir/witness.key`, created with `name` on first
     /// use, mode 0600).
     pub fn key(dir: &Path, name: &str) -> Result<keys::ServerKey, StoreError> {
+        create_private_dir(dir)?;
         keys::load_or_create_key(dir, WITNESS_KEY, name)
     }
 
@@ -158,6 +156,21 @@ impl WitnessState {
             .map(|n| u64::try_from(n).unwrap_or(0))
             .map_err(sql("counting refused checkpoints"))
     }
+}
+
+/// The witness's directory, readable by its owner only.
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|source| StoreError::Io {
+        context: format!("creating {}", dir.display()),
+        source,
+    })
 }
 
 fn read_latest(conn: &Connection, origin: &str) -> Result<Option<(Witnessed, String)>, StoreError> {
