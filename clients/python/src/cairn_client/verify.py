@@ -323,9 +323,10 @@ class _Key:
     name: str
     key_id: bytes
     public: bytes
+    alg: int = 0x01
 
     def vkey(self) -> str:
-        blob = _b64(b"\x01" + self.public)
+        blob = _b64(bytes([self.alg]) + self.public)
         return f"{self.name}+{self.key_id.hex()}+{blob}"
 
 
@@ -333,8 +334,10 @@ def _valid_key_name(name: str) -> bool:
     return bool(name) and not any(c.isspace() or c == "+" for c in name) and name.isprintable()
 
 
-def _parse_vkey(text: str) -> _Key:
-    """A C2SP vkey `<name>+<hex key id>+<base64(0x01 || key)>`; ValueError otherwise."""
+def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
+    """A C2SP vkey `<name>+<hex key id>+<base64(alg || key)>`: an Ed25519
+    note key (alg 0x01) or a cosignature/v1 witness key (alg 0x04);
+    ValueError otherwise."""
     if not isinstance(text, str):
         raise ValueError("a vkey is a string")
     parts = text.split("+", 2)
@@ -347,13 +350,32 @@ def _parse_vkey(text: str) -> _Key:
     raw = _b64decode(blob)
     if key_id is None:
         raise ValueError("a vkey's key id is 8 lowercase hex digits")
-    if raw is None or len(raw) != 33 or raw[0] != 0x01:
-        raise ValueError("not an Ed25519 vkey")
+    if raw is None or len(raw) != 33 or raw[0] != alg:
+        raise ValueError("not an Ed25519 vkey" if alg == 0x01 else "not a cosignature/v1 vkey (algorithm 0x04)")
     if not ed25519.is_curve_point(raw[1:]):
         raise ValueError("a vkey's key is not an Ed25519 point")
     if _sha256(name.encode() + b"\n" + raw)[:4] != key_id:
         raise ValueError("the vkey's key id does not match its key")
-    return _Key(name, key_id, raw[1:])
+    return _Key(name, key_id, raw[1:], alg)
+
+
+def _cosigned_by(note: str, witness: _Key) -> bool:
+    """Whether a (well-formed) signed note carries a valid C2SP
+    cosignature/v1 by `witness` (FORMAT.md 7.7): a line with its name and
+    key id whose 72-byte payload is a big-endian timestamp and an Ed25519
+    signature over `cosignature/v1\\ntime <t>\\n<note text>`."""
+    split = note.rfind("\n\n")
+    text, block = note[: split + 1], note[split + 2:]
+    for line in block.split("\n"):
+        name, _, blob = line[2:].partition(" ")
+        raw = _b64decode(blob)
+        if name != witness.name or raw is None or raw[:4] != witness.key_id or len(raw) != 4 + 8 + 64:
+            continue
+        timestamp = int.from_bytes(raw[4:12], "big")
+        message = f"cosignature/v1\ntime {timestamp}\n{text}".encode()
+        if ed25519.verify_strict(witness.public, message, raw[12:]):
+            return True
+    return False
 
 
 _MAX_SIGNATURES = 100
@@ -851,7 +873,10 @@ class _Erased:
 
 
 class _Verifier:
-    def __init__(self, keys: Sequence[_Key], trusted: Sequence[str]) -> None:
+    def __init__(self, keys: Sequence[_Key], trusted: Sequence[str],
+                 witnesses: Sequence[_Key] = (), quorum: int = 0) -> None:
+        self.witnesses = list(witnesses)
+        self.quorum = quorum
         self.pinned = list(keys)
         self.trusted_notes = list(trusted)
         self.keys: list[_Key] = []
@@ -990,6 +1015,12 @@ class _Verifier:
             raise _Fail("malformed-record", f"the checkpoint: {e}") from None
         if origin != self.origin:
             raise _Fail("malformed-record", f"the checkpoint is of {origin}, not of {self.origin}")
+        if self.witnesses:
+            by = [w.name for w in self.witnesses if _cosigned_by(obj["checkpoint"], w)]
+            if len(by) < self.quorum:
+                raise _Fail("insufficient-cosignatures",
+                            f"the bundle's checkpoint carries {len(by)} valid cosignature(s) of the "
+                            f"{self.quorum} the witness policy needs")
         self.size, self.root = size, root
         for note in self.trusted_notes:
             try:
@@ -1448,7 +1479,8 @@ def _raw_lines(source: BundleSource) -> Iterator[bytes]:
 
 
 def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
-                  trusted_checkpoints: Sequence[str] = ()) -> Verdict:
+                  trusted_checkpoints: Sequence[str] = (), witnesses: Sequence[str] = (),
+                  witness_quorum: Optional[int] = None) -> Verdict:
     """Verifies a Cairn export bundle offline (FORMAT.md sections 9 and 10).
 
     `source` is the bundle's text, bytes, a path, an open binary file, or its
@@ -1456,10 +1488,23 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     what `cairn keys` prints); without them the key in the bundle's own header
     is used, which proves integrity but not who signed. `trusted_checkpoints`
     are signed checkpoint notes kept earlier (by you or witnesses): the bundle
-    must be consistent with each. A key that is not a vkey raises ValueError.
+    must be consistent with each. `witnesses` are witness cosignature keys
+    (vkeys with algorithm 0x04, as `cairn witness` prints them): the
+    bundle's checkpoint must then carry valid cosignatures by
+    `witness_quorum` of them (default: all), or the verdict fails with
+    `insufficient-cosignatures` (FORMAT.md 7.7). A key that is not a vkey,
+    or a quorum outside 1 to the number of witnesses, raises ValueError.
     """
     pinned = [_parse_vkey(k) for k in keys]
-    verifier = _Verifier(pinned, trusted_checkpoints)
+    cosigners = [_parse_vkey(w, 0x04) for w in witnesses]
+    if len({w.name for w in cosigners}) != len(cosigners):
+        raise ValueError("a witness is named twice")
+    quorum = len(cosigners) if witness_quorum is None else witness_quorum
+    if cosigners and not 1 <= quorum <= len(cosigners):
+        raise ValueError(f"the witness quorum must be 1 to {len(cosigners)}, not {quorum}")
+    if not cosigners and witness_quorum is not None:
+        raise ValueError("a witness quorum needs witnesses")
+    verifier = _Verifier(pinned, trusted_checkpoints, cosigners, quorum)
     verdict = Verdict(False, 0, key_pinned=bool(pinned))
     try:
         for raw in _raw_lines(source):
