@@ -30,6 +30,27 @@ pub fn load_or_create_server_key(data_dir: &Path, name: &str) -> Result<ServerKe
     load_or_create_key(data_dir, KEY_FILE, name)
 }
 
+/// Loads the key file at `path` (created, with its directory, if missing),
+/// for a server key kept outside the data directory.
+pub fn load_or_create_key_file(path: &Path, name: &str) -> Result<ServerKey, StoreError> {
+    let (Some(dir), Some(file)) = (path.parent(), path.file_name().and_then(|f| f.to_str())) else {
+        return Err(StoreError::Key(format!(
+            "{} is not a key file path",
+            path.display()
+        )));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        context: format!("creating {}", dir.display()),
+        source,
+    })?;
+    load_or_create_key(dir, file, name)
+}
+
 /// Loads `dir/file`, or creates it with a fresh Ed25519 key named `name`,
 /// as [`load_or_create_server_key`] does (a witness keeps its key this way).
 pub fn load_or_create_key(dir: &Path, file: &str, name: &str) -> Result<ServerKey, StoreError> {

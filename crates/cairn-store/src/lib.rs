@@ -33,7 +33,7 @@ mod sqlite;
 pub mod witness_state;
 
 pub use auth::{ApiKey, Role, token_hash};
-pub use keys::{ServerKey, load_or_create_key, load_or_create_server_key};
+pub use keys::{ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{SqliteOptions, SqliteStore};
 

@@ -78,6 +78,10 @@ pub struct SqliteOptions {
     /// append). Without it the store opens beside a running server for
     /// reading, verifying and exporting, and refuses ledger writes.
     pub sequencer: bool,
+    /// Where the server's signing key is (created there if missing), when
+    /// it is kept outside the data directory so that a copy of the
+    /// directory alone cannot sign; `None`: `server.key` in the directory.
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for SqliteOptions {
@@ -89,6 +93,7 @@ impl Default for SqliteOptions {
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
             sequencer: true,
+            key_file: None,
         }
     }
 }
@@ -288,6 +293,41 @@ fn forbid_structural_changes(conn: &mut Connection) -> Result<(), StoreError> {
     .context("installing the authorizer")
 }
 
+/// The key that signs this store's checkpoints is recorded in `meta` on
+/// first sequencing; a sequencing process with another key (a data
+/// directory copied without its key, a key file lost and recreated) refuses
+/// to start rather than sign checkpoints no verifier would accept.
+fn check_signing_key(
+    tx: &rusqlite::Transaction<'_>,
+    key: &crate::ServerKey,
+    key_file: Option<&Path>,
+    data_dir: &Path,
+) -> Result<(), StoreError> {
+    let ours = key.verifier.to_string();
+    tx.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('server_key', ?1)",
+        [&ours],
+    )
+    .context("recording the server key")?;
+    let recorded: String = tx
+        .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| {
+            r.get(0)
+        })
+        .context("reading the recorded server key")?;
+    if recorded != ours {
+        let from = key_file.map_or_else(
+            || data_dir.join(crate::keys::KEY_FILE).display().to_string(),
+            |f| f.display().to_string(),
+        );
+        return Err(StoreError::Key(format!(
+            "this store's checkpoints are signed by {recorded}, but the key loaded from {from} is {ours}: \
+             give the store's own key (--server-key PATH / CAIRN_SERVER_KEY); a store copied without \
+             its key cannot sign for its log"
+        )));
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`: the directory,
     /// the server key, the database and its schema; then rebuilds the
@@ -299,7 +339,10 @@ impl SqliteStore {
         } else {
             None
         };
-        let key = load_or_create_server_key(data_dir, &options.server_name)?;
+        let key = match &options.key_file {
+            Some(file) => crate::keys::load_or_create_key_file(file, &options.server_name)?,
+            None => load_or_create_server_key(data_dir, &options.server_name)?,
+        };
         let path = data_dir.join(DB_FILE);
         let mut conn = Connection::open(&path).context("opening the database")?;
         restrict_file(&path)?;
@@ -360,6 +403,9 @@ impl SqliteStore {
                     "database schema version {other} is not supported (expected {SCHEMA_VERSION})"
                 )));
             }
+        }
+        if options.sequencer && damaged.is_none() {
+            check_signing_key(&tx, &key, options.key_file.as_deref(), data_dir)?;
         }
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;

@@ -64,6 +64,13 @@ pub(crate) struct Cli {
         default_value = "cairn.local"
     )]
     server_name: String,
+    /// The server's signing key file, kept outside the data directory so
+    /// that a copy of the directory (or access to the database) alone
+    /// cannot sign checkpoints; created there on first use (mode 0600).
+    /// Default: `server.key` in the data directory. A store records the
+    /// key that signs it and refuses to sequence with another.
+    #[arg(long, global = true, env = "CAIRN_SERVER_KEY")]
+    server_key: Option<PathBuf>,
     /// Maximum content length per step, in bytes.
     #[arg(
         long,
@@ -727,7 +734,10 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
     if let Some(url) = &cli.database {
         std::fs::create_dir_all(&cli.data_dir)
             .with_context(|| format!("creating {}", cli.data_dir.display()))?;
-        let key = cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?;
+        let key = match &cli.server_key {
+            Some(file) => cairn_store::load_or_create_key_file(file, &cli.server_name)?,
+            None => cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?,
+        };
         let options = PgOptions {
             limits,
             embedding_sample_rate: cli.embedding_sample_rate,
@@ -745,6 +755,7 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
         embedding_sample_rate: cli.embedding_sample_rate,
         max_clock_skew_s: cli.max_clock_skew,
         sequencer,
+        key_file: cli.server_key.clone(),
         ..SqliteOptions::default()
     };
     match SqliteStore::open(&cli.data_dir, options) {

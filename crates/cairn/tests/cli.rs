@@ -910,3 +910,78 @@ fn erase_and_retention_from_the_command_line() {
             .contains("erased 0 step")
     );
 }
+
+/// A signing key kept outside the data directory (`--server-key`): a copy
+/// of the directory alone cannot sign for the log. A sequencing process
+/// with another key refuses to start; an attacker who also deletes the
+/// recorded key can sign, but only with a key no verifier pinned to the
+/// log's published key accepts.
+#[test]
+fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("keys").join("signing.key");
+    let key_arg = format!("--server-key={}", key_file.display());
+    let log_step = |dir: &Path, extra: &[&str], content: &str| {
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend_from_slice(&[
+            "log",
+            "--session",
+            "s",
+            "--agent",
+            "a",
+            "--type",
+            "observation",
+            "--content",
+            content,
+        ]);
+        cairn_in(dir, &args, None)
+    };
+    let first = log_step(dir.path(), &[&key_arg], "one");
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(key_file.exists());
+    assert!(
+        !dir.path().join("data/server.key").exists(),
+        "the key stays outside the data directory"
+    );
+    let published = json(&cairn_in(dir.path(), &[&key_arg, "--json", "keys"], None))["server_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        cairn_in(dir.path(), &[&key_arg, "checkpoint"], None).code,
+        0
+    );
+
+    // The insider copies the data directory, not the key.
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(copy.path().join("data")).unwrap();
+    for name in ["ledger.db", "ledger.db-wal"] {
+        let from = dir.path().join("data").join(name);
+        if from.exists() {
+            std::fs::copy(&from, copy.path().join("data").join(name)).unwrap();
+        }
+    }
+    let refused = log_step(copy.path(), &[], "two");
+    assert_ne!(refused.code, 0, "a store copied without its key sequenced");
+    assert!(refused.stderr.contains("signed by"), "{}", refused.stderr);
+    // Still readable and verifiable with the published key.
+    let verified = cairn_in(copy.path(), &["verify", "--key", &published], None);
+    assert_eq!(verified.code, 0, "{}{}", verified.stdout, verified.stderr);
+
+    // The insider deletes the recorded key: now a new key signs, and no
+    // checkpoint it makes verifies against the published key.
+    let conn = rusqlite::Connection::open(copy.path().join("data/ledger.db")).unwrap();
+    conn.execute("DELETE FROM meta WHERE key = 'server_key'", [])
+        .unwrap();
+    drop(conn);
+    let forged = log_step(copy.path(), &[], "forged");
+    assert_eq!(forged.code, 0, "{}", forged.stderr);
+    assert_eq!(cairn_in(copy.path(), &["checkpoint"], None).code, 0);
+    let verdict = json(&cairn_in(
+        copy.path(),
+        &["verify", "--json", "--key", &published],
+        None,
+    ));
+    assert_eq!(verdict["verified"], false, "{verdict}");
+    assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
+}
