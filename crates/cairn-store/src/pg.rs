@@ -60,7 +60,7 @@ pub const SCHEMA: &str = include_str!("pg_schema.sql");
 pub const GUARD: &str = include_str!("pg_guard.sql");
 /// The grants of the production role (`cairn_app`), as documented.
 pub const GRANTS: &str = include_str!("pg_grants.sql");
-const SCHEMA_VERSION: &str = "3";
+const SCHEMA_VERSION: &str = "2";
 /// First key of Cairn's advisory locks ("CAIR"), so they cannot collide
 /// with another application's locks on the same database.
 const LOCK_CLASS: i32 = 0x4341_4952;
@@ -76,7 +76,7 @@ const PAGE: i64 = 2_000;
 /// its version. A database already at this version is left untouched, so
 /// a role without DDL privileges (the production role) can start.
 pub fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
-    if schema_version(client)?.as_deref() == Some(SCHEMA_VERSION) {
+    if schema_version(client)?.as_deref() == Some(SCHEMA_VERSION) && has_additions(client)? {
         return Ok(());
     }
     // One migrating server at a time: a session lock taken before the
@@ -106,16 +106,13 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             )
             .context("recording the schema version")?;
         }
-        Some(SCHEMA_VERSION) => {}
-        // Version 3 adds the witnesses' cosignatures.
-        Some("2") => {
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS cosignatures (
-                   org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
-                   line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));
-                 UPDATE cairn_meta SET value = '3' WHERE key = 'schema_version';",
-            )
-            .context("adding the cosignatures table (the role needs CREATE on the schema; run this start as the schema owner)")?;
+        // Tables added within version 2 (the ledger tables and
+        // `cairn_meta` are append-only, so the version row never changes):
+        // created by the first start of the schema owner after an upgrade.
+        Some(SCHEMA_VERSION) => {
+            tx.batch_execute(ADDITIONS).context(
+                "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
+            )?;
         }
         Some("1") => {
             return Err(StoreError::Corrupt(
@@ -129,6 +126,20 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
         }
     }
     tx.commit().context("committing the migration")
+}
+
+/// Tables added after version 2 was first released, without changing the
+/// version row (see `migrate_locked`).
+const ADDITIONS: &str = "CREATE TABLE IF NOT EXISTS cosignatures (
+  org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
+  line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));";
+
+/// Whether the tables of [`ADDITIONS`] exist.
+fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
+    Ok(client
+        .query_one("SELECT to_regclass('cosignatures') IS NOT NULL", &[])
+        .context("checking the schema")?
+        .get(0))
 }
 
 fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, StoreError> {

@@ -107,6 +107,12 @@ fn migrations_are_idempotent_and_concurrent_safe() {
         .unwrap()
         .get(0);
     assert_eq!(version, "2");
+    // A database from before the witnesses' cosignatures gets the table.
+    client.batch_execute("DROP TABLE cosignatures").unwrap();
+    cairn_store::pg::migrate(&mut client).unwrap();
+    client
+        .batch_execute("SELECT count(*) FROM cosignatures")
+        .unwrap();
     assert!(
         cairn_store::pg::install_guard(&mut client).unwrap(),
         "the test cluster's role is a superuser"
