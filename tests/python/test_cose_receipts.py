@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import pathlib
 import struct
 import subprocess
 import urllib.error
@@ -349,3 +350,19 @@ def test_export_receipts_directory(log, cairn_bin, data_dir, tmp_path):
     bad = subprocess.run([cairn_bin, "receipt", "verify", str(files[2]), "--key", log["vkey"],
                           "--leaf", leaves[3].hex()], env=env, capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
+
+
+def test_format_md_example():
+    """docs/FORMAT.md 7.7's example receipt, from the document's hex alone."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "FORMAT.md").read_text(encoding="utf-8")
+    block = text.split("receipt, hex:\n", 1)[1].split("```", 1)[0]
+    receipt = bytes.fromhex("".join(block.split()))
+    public_key = Ed25519PrivateKey.from_private_bytes(b"\x07" * 32).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    kid = hashlib.sha256(b"cairn.test\n\x01" + public_key).digest()[:4]
+    leaves = [hashlib.sha256(b"\x00" + struct.pack(">Q", i)).digest() for i in range(3)]
+    assert verify_inclusion(receipt, public_key, kid, "cairn.test/acme", leaves[1], 1, 3, mth(leaves))
+    assert not verify_inclusion(receipt, public_key, kid, "cairn.test/acme", leaves[2], 1, 3, mth(leaves))

@@ -623,6 +623,26 @@ mod tests {
         assert_eq!((v.tree_size, v.leaf_index, v.root), (7, 4, t.root_at(7)));
     }
 
+    /// The example of `docs/FORMAT.md` (7.7): leaves `leaf_hash(u64be(i))`
+    /// for i in 0..3, the receipt of leaf 1 in the tree of 3, key
+    /// `cairn.test` from the seed `[7; 32]`. Ed25519 is deterministic, so
+    /// the bytes are fixed.
+    #[test]
+    fn published_example() {
+        let s = signer();
+        let bytes = inclusion(&s, &tree(3), 1, 3);
+        assert_eq!(hex::encode(&bytes), EXAMPLE);
+    }
+
+    const EXAMPLE: &str = concat!(
+        "d2845820a401270444c66fc03b0fa1016f636169726e2e746573742f61636d65",
+        "19018b01a119018ca1208158488303018258203e7077fd2f66d689e0cee6a7cf",
+        "5b37bf2dca7c979af356d0a31cbc5c85605c7d5820d81f51781eeb8f46a0e112",
+        "e86ca335896ccc12cee00e6cfcf58a3501129dfc24f65840a614b636be8883f8",
+        "67daaa5610dfc018bf4961d2dc9c314a32839afa9d312a724f1726e3e2b393dc",
+        "17286c0934dfb3c45ef7cfd3094731451beb853ed8041f01",
+    );
+
     #[test]
     fn wrong_leaf_key_root_or_kind_fail() {
         let s = signer();
