@@ -43,6 +43,8 @@ OPERATIONS = {
     ("get", "/v1/checkpoint"): "checkpoint",
     ("get", "/v1/proofs/inclusion"): "inclusion_proof",
     ("get", "/v1/proofs/consistency"): "consistency_proof",
+    ("get", "/v1/receipts/inclusion"): "inclusion_receipt",
+    ("get", "/v1/receipts/consistency"): "consistency_receipt",
     ("get", "/v1/export"): "export",
     ("post", "/v1/bundles/verify"): "verify_bundle_on_server",
     ("post", "/v1/agent-keys"): "register_agent_key",
@@ -166,6 +168,8 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     assert admin.inclusion_proof(1)["proof"]
     size = int(checkpoint.split("\n")[1])
     assert admin.consistency_proof(1, size)["new_size"] == size
+    assert admin.inclusion_receipt(1)[:2] == b"\xd2\x84"  # a tagged COSE_Sign1 (test_cose_receipts.py checks them)
+    assert admin.consistency_receipt(1, size)[:2] == b"\xd2\x84"
     with pytest.raises(CairnError) as writer_export:
         agent.export(session="s1")
     assert writer_export.value.code == "forbidden"  # exports are for auditors and admins
@@ -225,6 +229,8 @@ def test_every_operation_async(server):
             assert verify_bundle(bundle).verified
             assert (await agent.verify())["verified"] is True
             checkpoint = await agent.checkpoint()
+            assert (await agent.inclusion_receipt(0))[:2] == b"\xd2\x84"
+            assert (await agent.consistency_receipt(1))[:2] == b"\xd2\x84"
             assert (await agent.verify_bundle_on_server(bundle, checkpoints=[checkpoint]))["verified"] is True
             with pytest.raises(CairnError) as sealed:
                 await agent.log_reasoning_step(session_id="a1", step_type="Observation")

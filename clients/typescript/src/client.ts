@@ -438,6 +438,24 @@ export class CairnClient {
     return this.json("GET", "/v1/proofs/consistency", { query: { old: oldSize, new: newSize } });
   }
 
+  /**
+   * `GET /v1/receipts/inclusion`: the COSE Receipt (RFC 9942, CBOR bytes) of the
+   * entry at `seq` in the tree of `size` entries (default: the latest checkpoint's).
+   */
+  async inclusionReceipt(seq: number, size?: number): Promise<Uint8Array> {
+    const response = await this.request("GET", "/v1/receipts/inclusion", { query: { seq, size } });
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
+  /**
+   * `GET /v1/receipts/consistency`: the COSE Receipt (RFC 9942, CBOR bytes) of
+   * consistency from size `oldSize` to `newSize` (default: the latest checkpoint's).
+   */
+  async consistencyReceipt(oldSize: number, newSize?: number): Promise<Uint8Array> {
+    const response = await this.request("GET", "/v1/receipts/consistency", { query: { old: oldSize, new: newSize } });
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
   /** `GET /v1/export`: a bundle (JSON Lines) that `verifyBundle` checks offline. */
   export(options: ExportOptions = {}): Promise<string> {
     const { session, agent, since, until, all, level, sinceSize } = options;

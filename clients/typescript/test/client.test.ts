@@ -196,6 +196,12 @@ describe("CairnClient under Node against cairn serve", () => {
     assert.equal(verdict.verified, true, JSON.stringify(verdict.failure));
     const onServer = await client.verifyBundleOnServer(bundle, { trustedCheckpoints: [kept] });
     assert.equal(onServer["verified"], true, JSON.stringify(onServer));
+    // COSE receipts (RFC 9942) arrive as the bytes of a tagged COSE_Sign1
+    // (tests/python/test_cose_receipts.py verifies them with pycose).
+    const inclusion = await client.inclusionReceipt(0, keptSize);
+    assert.deepEqual([...inclusion.subarray(0, 2)], [0xd2, 0x84]);
+    const consistency = await client.consistencyReceipt(keptSize);
+    assert.deepEqual([...consistency.subarray(0, 2)], [0xd2, 0x84]);
   });
 
   test("errors carry the server's code", async (t) => {

@@ -12,7 +12,8 @@
 //! - [`commit`]: per-field salted commitments, the step digest, chain hash
 //!   and genesis; [`log`]: the org log's operational records and leaves.
 //! - [`merkle`]: RFC 9162 trees and proofs; [`note`] and [`checkpoint`]: C2SP
-//!   signed notes, checkpoints and cosignatures.
+//!   signed notes, checkpoints and cosignatures; [`receipt`]: COSE Receipts
+//!   (RFC 9942) of inclusion and consistency for the org log.
 //! - [`detail`]: seed 004's detail levels (which fields each level shows).
 //! - [`trace`]: seed 004's signed complete traces.
 //! - [`thinking`]: seed 002's `parseThinking`.
@@ -57,6 +58,7 @@ pub mod kind;
 pub mod log;
 pub mod merkle;
 pub mod note;
+pub mod receipt;
 pub mod record;
 pub mod selection;
 pub mod thinking;

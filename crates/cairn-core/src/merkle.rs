@@ -248,6 +248,22 @@ pub fn verify_inclusion(
     proof: &[Hash],
     root: &Hash,
 ) -> Result<(), ProofVerifyError> {
+    if inclusion_root(leaf, index, size, proof)? != *root {
+        return Err(ProofVerifyError::RootMismatch);
+    }
+    Ok(())
+}
+
+/// The root an inclusion proof leads to from `leaf` at `index` in a tree of
+/// `size` leaves (RFC 9162 section 2.1.3.2 without the final comparison):
+/// what a verifier checks a signature over when the root is not given, as
+/// in a COSE receipt.
+pub fn inclusion_root(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    proof: &[Hash],
+) -> Result<Hash, ProofVerifyError> {
     if index >= size {
         return Err(ProofVerifyError::BadRequest("leaf index beyond tree size"));
     }
@@ -274,10 +290,7 @@ pub fn verify_inclusion(
     if snode != 0 {
         return Err(ProofVerifyError::WrongLength);
     }
-    if r != *root {
-        return Err(ProofVerifyError::RootMismatch);
-    }
-    Ok(())
+    Ok(r)
 }
 
 /// Verifies a consistency proof (RFC 9162 section 2.1.4.2), with the edge
@@ -290,6 +303,24 @@ pub fn verify_consistency(
     new_root: &Hash,
     proof: &[Hash],
 ) -> Result<(), ProofVerifyError> {
+    if consistency_root(old_size, new_size, old_root, proof)? != *new_root {
+        return Err(ProofVerifyError::RootMismatch);
+    }
+    Ok(())
+}
+
+/// The newer root a consistency proof leads to from `old_root` (RFC 9162
+/// section 2.1.4.2 without the final comparison with the new root): the
+/// proof must reproduce `old_root`, and the root it yields for `new_size`
+/// is returned, for a verifier that checks a signature over it (a COSE
+/// consistency receipt). Equal sizes need an empty proof and yield
+/// `old_root`.
+pub fn consistency_root(
+    old_size: u64,
+    new_size: u64,
+    old_root: &Hash,
+    proof: &[Hash],
+) -> Result<Hash, ProofVerifyError> {
     if old_size == 0 {
         return Err(ProofVerifyError::BadRequest("old size is zero"));
     }
@@ -300,11 +331,7 @@ pub fn verify_consistency(
         if !proof.is_empty() {
             return Err(ProofVerifyError::WrongLength);
         }
-        return if old_root == new_root {
-            Ok(())
-        } else {
-            Err(ProofVerifyError::RootMismatch)
-        };
+        return Ok(*old_root);
     }
     if proof.is_empty() {
         return Err(ProofVerifyError::WrongLength);
@@ -343,10 +370,10 @@ pub fn verify_consistency(
     if snode != 0 {
         return Err(ProofVerifyError::WrongLength);
     }
-    if fr != *old_root || sr != *new_root {
+    if fr != *old_root {
         return Err(ProofVerifyError::RootMismatch);
     }
-    Ok(())
+    Ok(sr)
 }
 
 /// A complete Merkle tree held in memory: every level of complete-subtree

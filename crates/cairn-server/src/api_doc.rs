@@ -519,6 +519,23 @@ impl PartialSchema for Protobuf {
 
 impl ToSchema for Protobuf {}
 
+/// A COSE object (a COSE receipt: a tagged COSE_Sign1), binary CBOR.
+#[derive(serde::Deserialize)]
+pub struct Cose;
+
+impl PartialSchema for Cose {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Binary,
+            )))
+            .into()
+    }
+}
+
+impl ToSchema for Cose {}
+
 /// An OTLP Status message as JSON (google.rpc.Status, with Cairn's error).
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]

@@ -179,6 +179,121 @@ pub(crate) async fn consistency_proof(
     })))
 }
 
+/// The API error of a receipt that could not be made.
+fn receipt_error(e: cairn_store::ops::ReceiptOpError) -> ApiError {
+    use cairn_store::ops::ReceiptOpError;
+    match e {
+        ReceiptOpError::Store(e) => e.into(),
+        ReceiptOpError::OutOfRange(m) => ApiError::not_found(m),
+        ReceiptOpError::Invalid(m) => ApiError::bad_request("invalid_request", m),
+        e @ ReceiptOpError::ForeignLog => {
+            ApiError::new(StatusCode::CONFLICT, "read_only_org", e.to_string())
+        }
+        e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// The receipt's bytes as `application/cose`, or as
+/// `application/scitt-receipt+cose` when the client's Accept names that.
+fn receipt_response(headers: &HeaderMap, receipt: Vec<u8>) -> Response {
+    use cairn_core::receipt::{MEDIA_TYPE_COSE, MEDIA_TYPE_SCITT_RECEIPT};
+    let scitt = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            range
+                .split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(MEDIA_TYPE_SCITT_RECEIPT))
+        });
+    let media_type = if scitt {
+        MEDIA_TYPE_SCITT_RECEIPT
+    } else {
+        MEDIA_TYPE_COSE
+    };
+    ([(header::CONTENT_TYPE, media_type)], receipt).into_response()
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/receipts/inclusion",
+    operation_id = "inclusion_receipt",
+    tag = "proofs",
+    summary = "Inclusion receipt (COSE, RFC 9942)",
+    description = "A COSE Receipt of inclusion (RFC 9942, RFC9162_SHA256 profile) of the entry at seq in the org log's tree of size entries: a tagged COSE_Sign1 signed with the server key (EdDSA), the inclusion proof in the unprotected header (vdp 396, key -1), the payload detached: it is the tree's root, which a verifier recomputes from the entry's leaf hash and the proof. Answered as application/scitt-receipt+cose when Accept asks for it, else application/cose. FORMAT.md, COSE receipts.",
+    params(
+        ("seq" = u64, Query, description = "Entry (its position in the org log)", minimum = 0),
+        ("size" = Option<u64>, Query, description = "Tree size, at most the latest checkpoint's (the default)", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "The receipt (CBOR)", content((crate::api_doc::Cose = "application/cose"), (crate::api_doc::Cose = "application/scitt-receipt+cose"))),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn inclusion_receipt(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
+    let seq = query_u64(&q, "seq")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
+    let size = query_u64(&q, "size")?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let org = caller.org().to_owned();
+    let receipt = blocking(&state, move |store| {
+        cairn_store::ops::Receipts::new(store, &org, &cp)
+            .and_then(|r| r.inclusion(seq, size))
+            .map_err(receipt_error)
+    })
+    .await?;
+    Ok(receipt_response(&headers, receipt))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/receipts/consistency",
+    operation_id = "consistency_receipt",
+    tag = "proofs",
+    summary = "Consistency receipt (COSE, RFC 9942)",
+    description = "A COSE Receipt of consistency (RFC 9942, RFC9162_SHA256 profile) from the org log's tree of old entries to its tree of new entries: the consistency proof in the unprotected header (vdp 396, key -2), signed over the newer tree's root (detached payload), which a verifier recomputes from the older root it holds and the proof. Answered as application/scitt-receipt+cose when Accept asks for it, else application/cose. FORMAT.md, COSE receipts.",
+    params(
+        ("old" = u64, Query, description = "Old size, below new", minimum = 1),
+        ("new" = Option<u64>, Query, description = "New size, at most the latest checkpoint's (the default)", minimum = 2),
+    ),
+    responses(
+        (status = 200, description = "The receipt (CBOR)", content((crate::api_doc::Cose = "application/cose"), (crate::api_doc::Cose = "application/scitt-receipt+cose"))),
+        (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
+        (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
+    ),
+)]
+pub(crate) async fn consistency_receipt(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    input::refuse_unknown_params(q.keys(), &["old", "new"])?;
+    let old = query_u64(&q, "old")?
+        .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
+    let new = query_u64(&q, "new")?;
+    let cp = current_checkpoint(&state, caller.org()).await?;
+    let org = caller.org().to_owned();
+    let receipt = blocking(&state, move |store| {
+        cairn_store::ops::Receipts::new(store, &org, &cp)
+            .and_then(|r| r.consistency(old, new))
+            .map_err(receipt_error)
+    })
+    .await?;
+    Ok(receipt_response(&headers, receipt))
+}
+
 /// Sends written bytes to the response body as they come.
 pub(crate) struct ChannelWriter {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,

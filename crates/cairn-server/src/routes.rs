@@ -59,6 +59,8 @@ fn api_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(checkpoint))
         .routes(routes!(inclusion_proof))
         .routes(routes!(consistency_proof))
+        .routes(routes!(inclusion_receipt))
+        .routes(routes!(consistency_receipt))
         .routes(routes!(export))
         .routes(routes!(register_agent_key, agent_keys::list))
         .routes(routes!(agent_keys::revoke))

@@ -2,12 +2,12 @@
 
 use crate::{Outcome, UsageError};
 use anyhow::{Context as _, Result, anyhow};
-use cairn_core::Timestamp;
 use cairn_core::bundle::BundleVerifier;
 use cairn_core::detail::DetailLevel;
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::verify::Verdict;
+use cairn_core::{Hash, Timestamp};
 use cairn_server::render;
 use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};
 use cairn_store::now;
@@ -265,6 +265,9 @@ enum Command {
     },
     /// Show the server's public key (C2SP vkey form).
     Keys,
+    /// COSE receipts (RFC 9942): verify one offline.
+    #[command(subcommand)]
+    Receipt(ReceiptCommand),
     /// Serve MCP over stdio (for agents that start Cairn as a subprocess),
     /// acting for --org as its local operator.
     Mcp {
@@ -447,6 +450,38 @@ struct ExportArgs {
     /// earlier) to the bundle's checkpoint.
     #[arg(long)]
     since_checkpoint: Option<PathBuf>,
+    /// Also write one COSE inclusion receipt (RFC 9942) per exported
+    /// record into this directory, as `<seq>.cose`, against the bundle's
+    /// checkpoint (created if missing).
+    #[arg(long, value_name = "DIR")]
+    receipts: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ReceiptCommand {
+    /// Verify a COSE receipt (RFC 9942) offline: an inclusion receipt
+    /// against a record's leaf hash, or a consistency receipt against the
+    /// older root. Exit 0 when it verifies, 1 when not.
+    Verify {
+        /// The receipt file (CBOR).
+        file: PathBuf,
+        /// The server key (vkey form, as `cairn keys` prints it).
+        #[arg(long)]
+        key: String,
+        /// An inclusion receipt: the record's RFC 9162 leaf hash (hex).
+        #[arg(
+            long,
+            required_unless_present = "old_root",
+            conflicts_with = "old_root"
+        )]
+        leaf: Option<String>,
+        /// A consistency receipt: the older tree's root (hex).
+        #[arg(long)]
+        old_root: Option<String>,
+        /// The root the receipt must lead to (hex), from a checkpoint.
+        #[arg(long)]
+        root: Option<String>,
+    },
 }
 
 fn parse_level(text: &str) -> Result<DetailLevel, String> {
@@ -513,6 +548,7 @@ pub fn run() -> Result<Outcome> {
         Command::Witness(args) => crate::witness_cmd::run(args),
         Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
+        Command::Receipt(command) => verify_receipt(&cli, command),
         Command::Thinking(args) if args.session_is_none() => {
             crate::records::thinking(&cli, None, args)
         }
@@ -697,7 +733,8 @@ pub fn run() -> Result<Outcome> {
                 Command::Demo
                 | Command::Serve { .. }
                 | Command::Mcp { .. }
-                | Command::Witness(_) => {
+                | Command::Witness(_)
+                | Command::Receipt(_) => {
                     unreachable!("handled above")
                 }
             }
@@ -718,6 +755,7 @@ impl Command {
             | Command::Sql { .. }
             | Command::Search { .. }
             | Command::Keys
+            | Command::Receipt(_)
             | Command::Admin(_)
             | Command::Demo => false,
             Command::Review(command) => command.writes(),
@@ -1379,8 +1417,15 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
     })?;
     drop(sink);
     bar.finish_and_clear();
-    if args.output.is_some() {
-        let message = json!({"entries": summary.entries, "sessions": summary.sessions, "checkpoint_size": summary.checkpoint_size});
+    let receipts = match &args.receipts {
+        Some(dir) => write_receipts(cli, store.as_ref(), &plan, dir)?,
+        None => 0,
+    };
+    if args.output.is_some() || args.receipts.is_some() {
+        let mut message = json!({"entries": summary.entries, "sessions": summary.sessions, "checkpoint_size": summary.checkpoint_size});
+        if args.receipts.is_some() {
+            message["receipts"] = json!(receipts);
+        }
         if cli.json {
             println!("{message}");
         } else {
@@ -1388,9 +1433,99 @@ fn export_bundle(cli: &Cli, store: Arc<dyn LedgerStore>, args: &ExportArgs) -> R
                 "exported {} entries of {} session(s), proven against the checkpoint of size {}",
                 summary.entries, summary.sessions, summary.checkpoint_size
             );
+            if let Some(dir) = &args.receipts {
+                eprintln!(
+                    "wrote {receipts} COSE inclusion receipt(s) to {}",
+                    dir.display()
+                );
+            }
         }
     }
     Ok(Outcome::Success)
+}
+
+/// One COSE inclusion receipt per entry of the export, against its
+/// checkpoint, as `<seq>.cose` in `dir`.
+fn write_receipts(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    plan: &cairn_store::ops::ExportPlan,
+    dir: &std::path::Path,
+) -> Result<u64> {
+    use cairn_store::ops::ReceiptOpError;
+    std::fs::create_dir_all(dir).map_err(|e| usage(format!("creating {}: {e}", dir.display())))?;
+    let receipts = cairn_store::ops::Receipts::new(store, &cli.org, plan.checkpoint()).map_err(
+        |e| match e {
+            ReceiptOpError::Store(e) => anyhow!(e),
+            e => usage(e.to_string()),
+        },
+    )?;
+    let mut written = 0;
+    for seq in plan.entry_seqs() {
+        let receipt = receipts.inclusion(seq, None).map_err(|e| match e {
+            ReceiptOpError::Store(e) => anyhow!(e),
+            e => anyhow!("the receipt of entry {seq}: {e}"),
+        })?;
+        let path = dir.join(format!("{seq}.cose"));
+        std::fs::write(&path, receipt).map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// `cairn receipt verify`: one receipt, offline.
+fn verify_receipt(cli: &Cli, command: &ReceiptCommand) -> Result<Outcome> {
+    use cairn_core::receipt::Receipt;
+    let ReceiptCommand::Verify {
+        file,
+        key,
+        leaf,
+        old_root,
+        root,
+    } = command;
+    let key = NoteVerifier::parse(key).map_err(|e| usage(format!("--key: {e}")))?;
+    let hash =
+        |name: &str, text: &str| Hash::from_hex(text).map_err(|e| usage(format!("--{name}: {e}")));
+    let root = root.as_deref().map(|r| hash("root", r)).transpose()?;
+    let leaf = leaf.as_deref().map(|l| hash("leaf", l)).transpose()?;
+    let old_root = old_root
+        .as_deref()
+        .map(|r| hash("old-root", r))
+        .transpose()?;
+    let bytes =
+        std::fs::read(file).map_err(|e| usage(format!("reading {}: {e}", file.display())))?;
+    let verdict = Receipt::decode(&bytes).and_then(|receipt| match (leaf, old_root) {
+        (Some(leaf), _) => receipt
+            .verify_inclusion(&key, &leaf, root.as_ref())
+            .map(|v| {
+                json!({"verified": true, "kind": "inclusion", "leaf_index": v.leaf_index,
+                       "tree_size": v.tree_size, "root": v.root.to_hex(), "issuer": v.issuer})
+            }),
+        (None, old) => receipt
+            .verify_consistency(&key, &old.unwrap_or_default(), root.as_ref())
+            .map(|v| {
+                json!({"verified": true, "kind": "consistency", "old_size": v.old_size,
+                       "new_size": v.new_size, "root": v.new_root.to_hex(), "issuer": v.issuer})
+            }),
+    });
+    match verdict {
+        Ok(v) => {
+            if cli.json {
+                println!("{v}");
+            } else {
+                println!("receipt verified: {v}");
+            }
+            Ok(Outcome::Success)
+        }
+        Err(e) => {
+            if cli.json {
+                println!("{}", json!({"verified": false, "reason": e.to_string()}));
+            } else {
+                println!("receipt does not verify: {e}");
+            }
+            Ok(Outcome::VerificationFailed)
+        }
+    }
 }
 
 /// Plans an export against a fresh checkpoint when this process may sign

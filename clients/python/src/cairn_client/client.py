@@ -472,6 +472,18 @@ class _Core:
         """`GET /v1/proofs/consistency`: the RFC 9162 consistency proof between two log sizes."""
         return _Request("GET", "/v1/proofs/consistency", _json, "read", query=_query(old=old, new=new))
 
+    def _op_inclusion_receipt(self, seq: int, size: Optional[int] = None) -> _Request[bytes]:
+        """`GET /v1/receipts/inclusion`: the COSE Receipt (RFC 9942, CBOR
+        bytes) of the entry at `seq` in the tree of `size` entries (default:
+        the latest checkpoint's), signed with the server key (FORMAT.md 7.8)."""
+        return _Request("GET", "/v1/receipts/inclusion", _bytes, "read", query=_query(seq=seq, size=size))
+
+    def _op_consistency_receipt(self, old: int, new: Optional[int] = None) -> _Request[bytes]:
+        """`GET /v1/receipts/consistency`: the COSE Receipt (RFC 9942, CBOR
+        bytes) of consistency from log size `old` to `new` (default: the
+        latest checkpoint's), signed over the newer root."""
+        return _Request("GET", "/v1/receipts/consistency", _bytes, "read", query=_query(old=old, new=new))
+
     def _op_export(self, session: Optional[str] = None, agent: Optional[str] = None, all: bool = False,
                    level: Optional[DetailLevel] = None, since: Optional[str] = None, until: Optional[str] = None,
                    since_size: Optional[int] = None) -> _Request[str]:
@@ -650,6 +662,8 @@ class CairnClient(_Core):
     checkpoint = _sync(_Core._op_checkpoint)
     inclusion_proof = _sync(_Core._op_inclusion_proof)
     consistency_proof = _sync(_Core._op_consistency_proof)
+    inclusion_receipt = _sync(_Core._op_inclusion_receipt)
+    consistency_receipt = _sync(_Core._op_consistency_receipt)
     export = _sync(_Core._op_export)
     verify_bundle_on_server = _sync(_Core._op_verify_bundle_on_server)
     create_key = _sync(_Core._op_create_key)
@@ -729,6 +743,8 @@ class AsyncCairnClient(_Core):
     checkpoint = _async(_Core._op_checkpoint)
     inclusion_proof = _async(_Core._op_inclusion_proof)
     consistency_proof = _async(_Core._op_consistency_proof)
+    inclusion_receipt = _async(_Core._op_inclusion_receipt)
+    consistency_receipt = _async(_Core._op_consistency_receipt)
     export = _async(_Core._op_export)
     verify_bundle_on_server = _async(_Core._op_verify_bundle_on_server)
     create_key = _async(_Core._op_create_key)

@@ -146,6 +146,16 @@ impl ExportPlan {
     pub fn checkpoint(&self) -> &StoredCheckpoint {
         &self.checkpoint
     }
+
+    /// The log positions (`seq`) of the entries the bundle holds, in
+    /// order: every one below the checkpoint's size for a complete
+    /// bundle, the selected ones for a partial bundle.
+    pub fn entry_seqs(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match &self.partial {
+            None => Box::new(0..self.checkpoint.size),
+            Some((_, _, seqs)) => Box::new(seqs.iter().copied()),
+        }
+    }
 }
 
 /// The sessions a scope names, from the session registry (candidates: a

@@ -1,5 +1,6 @@
 //! Whole-store operations, over any [`LedgerStore`]: verify a store or a
 //! session (`verify`), export bundles (`export`), import one (`import`),
+//! COSE receipts against a checkpoint (`receipts`),
 //! and the seeds' reads that combine several records (review queue, turn
 //! numbering).
 //!
@@ -12,6 +13,7 @@ use cairn_core::log::OpRecord;
 
 mod export;
 mod import;
+mod receipts;
 mod verify;
 
 pub use export::{
@@ -19,6 +21,7 @@ pub use export::{
     first_without_consent, plan_export, sessions_in_scope, write_export,
 };
 pub use import::{ImportOutcome, import_bundle};
+pub use receipts::{ReceiptOpError, Receipts};
 pub use verify::{
     StoreVerdict, WitnessReport, agent_keys, apply_witness_policy, trusted_checkpoint, verify_org,
     verify_session,
