@@ -226,29 +226,45 @@ pub fn verify_cosignature(note: &str, witness: &NoteVerifier) -> Result<u64, Che
         ALG_COSIGNATURE_V1,
         witness.public_key().as_bytes(),
     );
-    let sig = parsed
+    // Every line with the witness's name and key id is tried: a valid one
+    // counts whatever other lines a relayer added (FORMAT.md 7.7). The
+    // timestamp must be 1 to 2^63 - 1 (C2SP tlog-cosignature).
+    let mut candidates = parsed
         .signatures
         .iter()
-        .find(|s| s.name == witness.name() && s.key_id == expected_id)
+        .filter(|s| s.name == witness.name() && s.key_id == expected_id)
+        .peekable();
+    let first = candidates
+        .peek()
+        .copied()
         .ok_or(NoteError::NoKnownSignature)?;
-    let invalid = || NoteError::InvalidSignature {
-        name: sig.name.clone(),
-        key_id: sig.key_id,
+    let invalid = NoteError::InvalidSignature {
+        name: first.name.clone(),
+        key_id: first.key_id,
     };
-    if sig.signature.len() != 72 {
-        return Err(invalid().into());
+    for sig in candidates {
+        if sig.signature.len() != 72 {
+            continue;
+        }
+        let mut ts = [0u8; 8];
+        ts.copy_from_slice(&sig.signature[..8]);
+        let timestamp = u64::from_be_bytes(ts);
+        if timestamp == 0 || timestamp > i64::MAX as u64 {
+            continue;
+        }
+        let Ok(signature) = ed25519_dalek::Signature::from_slice(&sig.signature[8..]) else {
+            continue;
+        };
+        if witness
+            .public_key()
+            .verify_strict(
+                cosigned_message(&parsed.text, timestamp).as_bytes(),
+                &signature,
+            )
+            .is_ok()
+        {
+            return Ok(timestamp);
+        }
     }
-    let mut ts = [0u8; 8];
-    ts.copy_from_slice(&sig.signature[..8]);
-    let timestamp = u64::from_be_bytes(ts);
-    let signature =
-        ed25519_dalek::Signature::from_slice(&sig.signature[8..]).map_err(|_| invalid())?;
-    witness
-        .public_key()
-        .verify_strict(
-            cosigned_message(&parsed.text, timestamp).as_bytes(),
-            &signature,
-        )
-        .map_err(|_| invalid())?;
-    Ok(timestamp)
+    Err(invalid.into())
 }

@@ -151,6 +151,14 @@ pub fn check_request(
         Checkpoint::parse(&note.text).map_err(|e| WitnessRefusal::BadRequest(e.to_string()))?;
     let keys = log_keys(&checkpoint.origin)
         .ok_or_else(|| WitnessRefusal::UnknownLog(checkpoint.origin.clone()))?;
+    // Sizes are kept as signed 64-bit integers (SQLite, PostgreSQL); a
+    // larger one is refused rather than stored as another size.
+    if checkpoint.size > i64::MAX as u64 {
+        return Err(WitnessRefusal::BadRequest(format!(
+            "checkpoint sizes above 2^63 - 1 are not supported (got {})",
+            checkpoint.size
+        )));
+    }
     note.verify(&keys).map_err(|e| match e {
         NoteError::NoKnownSignature => {
             WitnessRefusal::Forbidden("no signature by a key trusted for this log".into())
@@ -252,6 +260,17 @@ impl WitnessPolicy {
             }
             if witnesses[..i].iter().any(|o| o.name() == w.name()) {
                 return Err(format!("witness {} is named twice", w.name()));
+            }
+            // cosignature/v1 does not sign the witness's name: one key under
+            // two names would count one cosignature twice.
+            if witnesses[..i]
+                .iter()
+                .any(|o| o.public_key() == w.public_key())
+            {
+                return Err(format!(
+                    "witness {} has the key of another witness",
+                    w.name()
+                ));
             }
         }
         Ok(WitnessPolicy { witnesses, quorum })
@@ -427,6 +446,19 @@ mod tests {
             submit(&too_long, Some(&first)).map_err(|e| e.status()),
             Err(400)
         );
+        // 400: a size beyond what the witness can store exactly.
+        let huge = Checkpoint {
+            origin: ORIGIN.into(),
+            size: u64::MAX,
+            root: t.root_at(20),
+            extensions: vec![],
+        }
+        .sign(&signer)
+        .unwrap();
+        assert_eq!(
+            submit(&body(0, &[], &huge), None).map_err(|e| e.status()),
+            Err(400)
+        );
         // 404: an unknown origin.
         let stranger = Checkpoint {
             origin: "other.example/x".into(),
@@ -491,6 +523,24 @@ mod tests {
         let misplaced = format!("{one}{}", w2.cosign(&other_text, 1_700_000_001));
         assert!(policy.check(&misplaced).is_err());
         assert!(WitnessPolicy::new(vec![w1.verifier()], 2).is_err());
+        // One key under two names would count one cosignature twice.
+        let alias = Cosigner::from_seed("w1-alias.example", &[1; 32]).unwrap();
+        assert!(WitnessPolicy::new(vec![w1.verifier(), alias.verifier()], 2).is_err());
+        // A relayer's bad line before a valid one does not hide it; a
+        // timestamp of 0 or beyond 2^63 - 1 never counts.
+        let good = w2.cosign(&text, 1_700_000_001);
+        let blob = good.trim_end().rsplit(' ').next().unwrap().to_owned();
+        let mut bad_bytes = B64.decode(&blob).unwrap();
+        bad_bytes[20] ^= 1;
+        let bad = good.replace(&blob, &B64.encode(&bad_bytes));
+        assert!(policy.check(&format!("{one}{bad}{good}")).is_ok());
+        for timestamp in [0, 1 << 63] {
+            let forged = w2.cosign(&text, timestamp);
+            assert!(
+                policy.check(&format!("{one}{forged}")).is_err(),
+                "{timestamp}"
+            );
+        }
         assert!(WitnessPolicy::new(vec![log_signer().verifier()], 1).is_err());
     }
 

@@ -82,8 +82,10 @@ fn refusal(e: &WitnessRefusal) -> Response {
 
 /// What the witness decided.
 enum Outcome {
-    /// Accepted and recorded: cosign this note text.
-    Cosign(String),
+    /// Accepted and recorded: cosign this note text with this timestamp
+    /// (taken while the state was held, so it is the time of the view the
+    /// cosignature speaks of).
+    Cosign(String, u64),
     /// Refused, with the specification's status.
     Refused(WitnessRefusal),
     /// The state could not be read or written.
@@ -96,22 +98,31 @@ fn decide(witness: &Witness, body: &str) -> Outcome {
             Ok(checked) => checked,
             Err(refused) => return Outcome::Refused(refused),
         };
+    let mut seconds = 1;
     let recorded = witness
         .state
         .add(&checkpoint.origin, &request.note, now_micros(), |latest| {
+            // Whole seconds since the epoch, never 0 (the spec forbids it).
+            seconds = u64::try_from(cairn_store::now().as_micros() / 1_000_000)
+                .unwrap_or(1)
+                .max(1);
             check_consistency(&request, &checkpoint, latest)
         });
     match recorded {
-        Ok(Ok(_)) => Outcome::Cosign(text),
+        Ok(Ok(_)) => Outcome::Cosign(text, seconds),
         Ok(Err(refused)) => {
-            // A known log's refused checkpoint is evidence: keep it.
-            if let Err(e) = witness.state.record_refusal(
-                &checkpoint.origin,
-                refused.status(),
-                &refused.to_string(),
-                body,
-                now_micros(),
-            ) {
+            // A known log's inconsistent checkpoint is evidence: keep what
+            // the log signed (not a 409, which only says the log's view of
+            // the witness is stale, and not what else the request carried).
+            if !matches!(refused, WitnessRefusal::Conflict { .. })
+                && let Err(e) = witness.state.record_refusal(
+                    &checkpoint.origin,
+                    refused.status(),
+                    &refused.to_string(),
+                    &evidence(&request, &text, witness.logs.get(&checkpoint.origin)),
+                    now_micros(),
+                )
+            {
                 tracing::error!(error = %e, "witness state failure");
             }
             tracing::warn!(
@@ -130,6 +141,42 @@ fn decide(witness: &Witness, body: &str) -> Outcome {
     }
 }
 
+/// What a refused request proves: its old size and proof, and the
+/// checkpoint with only the signature lines of the log's trusted keys.
+fn evidence(
+    request: &cairn_core::witness::AddCheckpoint,
+    text: &str,
+    keys: Option<&Vec<NoteVerifier>>,
+) -> String {
+    use base64::Engine as _;
+    let mut out = format!("old {}\n", request.old_size);
+    for hash in &request.proof {
+        out.push_str(&base64::engine::general_purpose::STANDARD.encode(hash.as_bytes()));
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(text);
+    out.push('\n');
+    if let Ok(note) = cairn_core::note::Note::parse(&request.note) {
+        for sig in &note.signatures {
+            let trusted = keys.is_some_and(|keys| {
+                keys.iter()
+                    .any(|k| k.name() == sig.name && k.key_id() == sig.key_id)
+            });
+            if trusted {
+                let mut blob = sig.key_id.to_be_bytes().to_vec();
+                blob.extend_from_slice(&sig.signature);
+                out.push_str(&format!(
+                    "\u{2014} {} {}\n",
+                    sig.name,
+                    base64::engine::general_purpose::STANDARD.encode(blob)
+                ));
+            }
+        }
+    }
+    out
+}
+
 async fn add_checkpoint(State(witness): State<Arc<Witness>>, body: Bytes) -> Response {
     let Ok(body) = String::from_utf8(body.to_vec()) else {
         return refusal(&WitnessRefusal::BadRequest("the body is not UTF-8".into()));
@@ -139,11 +186,7 @@ async fn add_checkpoint(State(witness): State<Arc<Witness>>, body: Bytes) -> Res
         .await
         .unwrap_or(Outcome::Failed);
     match outcome {
-        Outcome::Cosign(text) => {
-            // Whole seconds since the epoch, never 0 (the spec forbids it).
-            let seconds = u64::try_from(cairn_store::now().as_micros() / 1_000_000)
-                .unwrap_or(1)
-                .max(1);
+        Outcome::Cosign(text, seconds) => {
             let line = witness.cosigner.cosign(&text, seconds);
             ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response()
         }

@@ -106,13 +106,16 @@ impl WitnessState {
         let latest = read_latest(&tx, origin)?.map(|(w, _)| w);
         let outcome = check(latest.as_ref());
         if let Ok(accepted) = &outcome {
+            let size = i64::try_from(accepted.size).map_err(|_| {
+                StoreError::Corrupt(format!("size {} beyond 2^63 - 1", accepted.size))
+            })?;
             tx.execute(
                 "INSERT INTO witnessed (origin, size, root, note, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (origin) DO UPDATE SET size = excluded.size, root = excluded.root,
                    note = excluded.note, updated_at = excluded.updated_at",
                 params![
                     origin,
-                    i64::try_from(accepted.size).unwrap_or(i64::MAX),
+                    size,
                     &accepted.root.as_bytes()[..],
                     note,
                     now_micros
@@ -125,7 +128,12 @@ impl WitnessState {
         Ok(outcome)
     }
 
-    /// Records a refused request by a known log (kept as evidence).
+    /// Most refused requests kept; older ones are dropped first.
+    pub const MAX_REFUSALS: i64 = 10_000;
+
+    /// Records a refused request by a known log (kept as evidence): the
+    /// caller passes what the log signed, not whatever else the request
+    /// carried, and only the latest [`Self::MAX_REFUSALS`] are kept.
     pub fn record_refusal(
         &self,
         origin: &str,
@@ -143,6 +151,11 @@ impl WitnessState {
             params![origin, status, detail, body, now_micros],
         )
         .map_err(sql("recording a refused checkpoint"))?;
+        conn.execute(
+            "DELETE FROM refused WHERE id <= (SELECT max(id) FROM refused) - ?1",
+            [Self::MAX_REFUSALS],
+        )
+        .map_err(sql("pruning refused checkpoints"))?;
         Ok(())
     }
 

@@ -75,6 +75,16 @@ pub fn run(args: &WitnessArgs) -> Result<Outcome> {
     let logs = logs(&args.logs)?;
     let key = WitnessState::key(&args.dir, &args.name)
         .with_context(|| format!("loading the witness key in {}", args.dir.display()))?;
+    if key.signer.name() != args.name {
+        eprintln!(
+            "cairn witness: {} holds a key named {}; --name {} is only used when the key is created",
+            args.dir
+                .join(cairn_store::witness_state::WITNESS_KEY)
+                .display(),
+            key.signer.name(),
+            args.name
+        );
+    }
     let cosigner = Cosigner::from_note_signer(&key.signer);
     let state = WitnessState::open(&args.dir)
         .with_context(|| format!("opening the witness state in {}", args.dir.display()))?;

@@ -372,6 +372,8 @@ def _cosigned_by(note: str, witness: _Key) -> bool:
         if name != witness.name or raw is None or raw[:4] != witness.key_id or len(raw) != 4 + 8 + 64:
             continue
         timestamp = int.from_bytes(raw[4:12], "big")
+        if not 0 < timestamp < 2**63:
+            continue
         message = f"cosignature/v1\ntime {timestamp}\n{text}".encode()
         if ed25519.verify_strict(witness.public, message, raw[12:]):
             return True
@@ -1499,6 +1501,10 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     cosigners = [_parse_vkey(w, 0x04) for w in witnesses]
     if len({w.name for w in cosigners}) != len(cosigners):
         raise ValueError("a witness is named twice")
+    # cosignature/v1 does not sign the witness's name: one key under two
+    # names would count one cosignature twice.
+    if len({w.public for w in cosigners}) != len(cosigners):
+        raise ValueError("two witnesses have the same key")
     quorum = len(cosigners) if witness_quorum is None else witness_quorum
     if cosigners and not 1 <= quorum <= len(cosigners):
         raise ValueError(f"the witness quorum must be 1 to {len(cosigners)}, not {quorum}")

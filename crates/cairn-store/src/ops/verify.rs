@@ -294,27 +294,18 @@ pub fn apply_witness_policy(
         return Ok(report);
     }
     let failure = match latest {
-        None => Some((
-            0,
-            "the org has no checkpoint for witnesses to have cosigned".to_owned(),
-        )),
-        Some((size, Err(why))) => Some((
-            size,
-            format!(
-                "the latest checkpoint (size {size}): {why}; {} of {} stored checkpoints lack a quorum",
-                report.uncosigned.len(),
-                report.uncosigned.len() + report.cosigned.len()
-            ),
+        None => Some("the org has no checkpoint for witnesses to have cosigned".to_owned()),
+        Some((size, Err(why))) => Some(format!(
+            "the latest checkpoint (size {size}): {why}; {} of {} stored checkpoints lack a quorum",
+            report.uncosigned.len(),
+            report.uncosigned.len() + report.cosigned.len()
         )),
         Some((_, Ok(()))) => None,
     };
-    if let Some((size, detail)) = failure {
+    if let Some(detail) = failure {
         verdict.verdict.verified = false;
         verdict.verdict.failure = Some(Failure {
-            at: Location {
-                seq: Some(size),
-                ..Location::default()
-            },
+            at: Location::default(),
             reason: Reason::InsufficientCosignatures,
             detail,
         });
