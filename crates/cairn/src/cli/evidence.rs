@@ -1,0 +1,577 @@
+//! Evidence commands: `verify` (a store, a session, a bundle, with trusted
+//! checkpoints, pinned keys and witness policies), `export` (bundles and
+//! COSE receipts), `receipt verify`, `import`.
+
+use super::*;
+
+pub(super) fn describe(verdict: &Verdict) -> String {
+    match &verdict.failure {
+        None => format!("VERIFIED: {} records checked", verdict.records_checked),
+        Some(f) => format!(
+            "TAMPERED: first failing record: {}\n  reason: {} ({})\n  records checked: {}, last valid: {}",
+            f.at,
+            f.reason,
+            f.detail,
+            verdict.records_checked,
+            verdict
+                .last_valid
+                .as_ref()
+                .map_or("none".to_owned(), |l| l.to_string())
+        ),
+    }
+}
+
+pub(super) fn pinned_keys(args: &VerifyArgs) -> Result<Vec<NoteVerifier>> {
+    args.key
+        .iter()
+        .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--key: {e}"))))
+        .collect()
+}
+
+/// The checkpoint files given with `--checkpoint`, read: a file that
+/// cannot be read is an error, never ignored.
+pub(super) fn read_checkpoints(args: &VerifyArgs) -> Result<Vec<(PathBuf, String)>> {
+    args.checkpoint
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|note| (p.clone(), note))
+                .map_err(|e| usage(format!("reading checkpoint {}: {e}", p.display())))
+        })
+        .collect()
+}
+
+pub(super) fn verify_store(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    args: &VerifyArgs,
+) -> Result<Outcome> {
+    let started = Instant::now();
+    if let Some(session) = &args.session {
+        let verdict = verify_session(store, &cli.org, session)?.ok_or_else(|| {
+            usage(format!(
+                "session {session} does not exist in org {}",
+                cli.org
+            ))
+        })?;
+        return report(cli, &verdict, started, json!({"session_id": session}));
+    }
+    let keys = pinned_keys(args)?;
+    let external = read_checkpoints(args)?
+        .iter()
+        .map(|(path, note)| {
+            cairn_store::ops::trusted_checkpoint(store, &cli.org, note, &keys)
+                .map_err(|e| usage(format!("{}: {e}", path.display())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let total = store.log_size(&cli.org)?;
+    if total == 0 && !store.orgs()?.contains(&cli.org) {
+        return Err(usage(format!(
+            "org {} has no records ({})",
+            cli.org,
+            store_location(cli)
+        )));
+    }
+    let bar = progress_bar(total, "verifying");
+    let policy = crate::witness_cmd::policy(&args.witness, args.witness_quorum)?;
+    let mut verdict = verify_org(store, &cli.org, &external, &keys, &mut |n| {
+        bar.set_position(n)
+    })?;
+    bar.finish_and_clear();
+    let mut extra = json!({
+        "org_id": cli.org, "log_size": verdict.log_size,
+        "checkpoints_checked": verdict.checkpoints_checked, "checkpoint_size": verdict.checkpoint_size,
+    });
+    if let Some(policy) = &policy {
+        let report = cairn_store::ops::apply_witness_policy(store, &cli.org, policy, &mut verdict)?;
+        extra["witnessed"] = json!({
+            "quorum": policy.quorum(), "cosigned": report.cosigned, "uncosigned": report.uncosigned,
+        });
+        if !cli.json {
+            println!(
+                "witnesses ({} of {}): {} checkpoint(s) with a quorum, {} without{}",
+                policy.quorum(),
+                policy.witnesses().len(),
+                report.cosigned.len(),
+                report.uncosigned.len(),
+                match report.uncosigned.first() {
+                    Some(first) => format!(" (sizes {first} and on: {:?})", report.uncosigned),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+    if !cli.json && verdict.verdict.verified {
+        println!(
+            "org {}: {} records, {} checkpoint(s) checked (largest size {})",
+            cli.org,
+            verdict.log_size,
+            verdict.checkpoints_checked,
+            verdict
+                .checkpoint_size
+                .map_or("none".into(), |s| s.to_string())
+        );
+    }
+    report(cli, &verdict.verdict, started, extra)
+}
+
+pub(super) fn report(
+    cli: &Cli,
+    verdict: &Verdict,
+    started: Instant,
+    extra: Value,
+) -> Result<Outcome> {
+    if cli.json {
+        let mut v = verdict_to_json(verdict, started.elapsed().as_millis(), now());
+        if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+            obj.extend(more);
+        }
+        println!("{v}");
+    } else {
+        println!("{}", describe(verdict));
+    }
+    Ok(if verdict.verified {
+        Outcome::Success
+    } else {
+        Outcome::VerificationFailed
+    })
+}
+
+pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
+    let started = Instant::now();
+    let path = args
+        .bundle
+        .as_ref()
+        .ok_or_else(|| usage("--bundle is required"))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| usage(format!("opening {}: {e}", path.display())))?;
+    let total = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let bar = progress_bar(total, "verifying bundle");
+    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    if let Some(policy) = crate::witness_cmd::policy(&args.witness, args.witness_quorum)? {
+        verifier.require_witnesses(policy);
+    }
+    for (_, note) in read_checkpoints(args)? {
+        verifier.trust_checkpoint(note);
+    }
+    let mut reader = std::io::BufReader::new(file);
+    let mut line = Vec::new();
+    let mut read = 0u64;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        bar.set_position(read);
+        if !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line)) {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let result = verifier.finish();
+    let extra = json!({
+        "bundle": path.display().to_string(),
+        "server_key": result.server_key,
+        "key_pinned": result.key_pinned,
+        "checkpoint_size": result.checkpoint.map(|c| c.0),
+        "checkpoint_root": result.checkpoint.map(|c| c.1.to_hex()),
+        "trusted_checkpoints": result.trusted_sizes,
+        "selection": result.selection.as_ref().map(|s| s.to_value()),
+    });
+    if !cli.json {
+        if let Some(key) = &result.server_key {
+            println!(
+                "server key {key}{}",
+                if result.key_pinned {
+                    " (pinned)"
+                } else {
+                    " (from the bundle: compare it with the operator's published key, or pass --key)"
+                }
+            );
+        }
+        if let Some((size, root)) = result.checkpoint {
+            println!("checkpoint: size {size}, root {root}");
+        }
+        if let Some(selection) = &result.selection {
+            println!(
+                "selection (signed): {} at level {}: {} session(s), {} other record(s)",
+                selection.scope.to_value(),
+                selection.level,
+                selection.sessions.len(),
+                selection.records.len()
+            );
+        }
+        if result.verdict.verified {
+            for size in &result.trusted_sizes {
+                println!("consistent with the trusted checkpoint of size {size}");
+            }
+        }
+    }
+    if result.verdict.verified
+        && let (Some(log), Some(selection)) = (&args.log, &result.selection)
+    {
+        let recomputed = recompute_selection(args, log, selection, result.checkpoint)?;
+        if recomputed != *selection {
+            let mut verdict = result.verdict.clone();
+            verdict.verified = false;
+            verdict.failure = Some(cairn_core::verify::Failure {
+                at: cairn_core::verify::Location::default(),
+                reason: cairn_core::verify::Reason::SelectionMismatch,
+                detail: format!(
+                    "the bundle's signed selection is not what the log in {} gives for its scope and level: the operator signed a false statement (recomputed: {})",
+                    log.display(),
+                    recomputed.to_value()
+                ),
+            });
+            return report(cli, &verdict, started, extra);
+        }
+        if !cli.json {
+            println!(
+                "the selection is what the complete log in {} gives",
+                log.display()
+            );
+        }
+    }
+    report(cli, &result.verdict, started, extra)
+}
+
+/// The selection the published rule gives for `selection`'s scope and
+/// level over the complete bundle at `path`, which must verify and cover
+/// the same checkpoint (its root at the selection's size the same).
+pub(super) fn recompute_selection(
+    args: &VerifyArgs,
+    path: &std::path::Path,
+    selection: &cairn_core::selection::Selection,
+    checkpoint: Option<(u64, cairn_core::Hash)>,
+) -> Result<cairn_core::selection::Selection> {
+    use cairn_core::selection::Selector;
+    let read = || -> Result<Vec<Vec<u8>>> {
+        let text =
+            std::fs::read(path).map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+        Ok(cairn_core::bundle::bundle_lines(&text)
+            .map(<[u8]>::to_vec)
+            .collect())
+    };
+    let lines = read()?;
+    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
+    for line in &lines {
+        if !verifier.push_bytes(line) {
+            break;
+        }
+    }
+    let complete = verifier.finish();
+    if !complete.verdict.verified || !complete.header.as_ref().is_some_and(|h| h.complete_log) {
+        return Err(usage(format!(
+            "--log {} is not a complete bundle that verifies",
+            path.display()
+        )));
+    }
+    let mut selector = Selector::new(
+        selection.scope.clone(),
+        selection.level,
+        selection.checkpoint_size,
+    );
+    let mut tree = cairn_core::merkle::Frontier::new();
+    let mut root_at = None;
+    let entries = || {
+        lines.iter().filter_map(|l| {
+            let text = std::str::from_utf8(l).ok()?;
+            cairn_core::bundle::decode_entry(text).ok().map(|(e, _)| e)
+        })
+    };
+    for entry in entries() {
+        if tree.size() < selection.checkpoint_size {
+            tree.push(entry.leaf_hash());
+            if tree.size() == selection.checkpoint_size {
+                root_at = Some(tree.root());
+            }
+        }
+        selector.first_pass(&entry);
+    }
+    if root_at != checkpoint.map(|c| c.1) {
+        return Err(usage(format!(
+            "--log {} is not the log the bundle's checkpoint covers (its root at size {} differs, or it is shorter)",
+            path.display(),
+            selection.checkpoint_size
+        )));
+    }
+    for entry in entries() {
+        selector.second_pass(&entry);
+    }
+    selector
+        .finish()
+        .ok_or_else(|| usage("the log holds no session in the selection's scope"))
+}
+
+pub(super) fn export_bundle(
+    cli: &Cli,
+    store: Arc<dyn LedgerStore>,
+    args: &ExportArgs,
+) -> Result<Outcome> {
+    let scope = match (
+        &args.session,
+        &args.agent,
+        &args.since,
+        &args.until,
+        args.all,
+    ) {
+        (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
+        (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
+        (None, None, Some(since), Some(until), false) => ExportScope::Range {
+            since: Timestamp::parse_rfc3339(since).map_err(|e| usage(format!("--since: {e}")))?,
+            until: Timestamp::parse_rfc3339(until).map_err(|e| usage(format!("--until: {e}")))?,
+        },
+        (None, None, None, None, true) => ExportScope::All,
+        _ => {
+            return Err(usage(
+                "choose one of --session, --agent, --since/--until or --all",
+            ));
+        }
+    };
+    let since_size = match &args.since_checkpoint {
+        None => args.since_size,
+        Some(path) => {
+            let note = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+            let cp = cairn_store::ops::trusted_checkpoint(store.as_ref(), &cli.org, &note, &[])
+                .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+            Some(cp.checkpoint().size)
+        }
+    };
+    let options = cairn_store::ops::ExportOptions {
+        level: args.level,
+        since_size,
+    };
+    let plan = plan_cli_export(cli, &store, &scope, options)?;
+    let checkpoint = plan.checkpoint().clone();
+    let bar = progress_bar(checkpoint.size, "exporting");
+    let mut sink: Box<dyn std::io::Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| usage(format!("creating {}: {e}", path.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let summary = cairn_store::ops::write_export(store.as_ref(), &plan, &mut sink, &mut |n| {
+        bar.set_position(n)
+    })?;
+    drop(sink);
+    bar.finish_and_clear();
+    let receipts = match &args.receipts {
+        Some(dir) => write_receipts(cli, store.as_ref(), &plan, dir)?,
+        None => 0,
+    };
+    if args.output.is_some() || args.receipts.is_some() {
+        let mut message = json!({"entries": summary.entries, "sessions": summary.sessions, "checkpoint_size": summary.checkpoint_size});
+        if args.receipts.is_some() {
+            message["receipts"] = json!(receipts);
+        }
+        if cli.json {
+            println!("{message}");
+        } else {
+            eprintln!(
+                "exported {} entries of {} session(s), proven against the checkpoint of size {}",
+                summary.entries, summary.sessions, summary.checkpoint_size
+            );
+            if let Some(dir) = &args.receipts {
+                eprintln!(
+                    "wrote {receipts} COSE inclusion receipt(s) to {}",
+                    dir.display()
+                );
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// One COSE inclusion receipt per entry of the export, against its
+/// checkpoint, as `<seq>.cose` in `dir`.
+pub(super) fn write_receipts(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    plan: &cairn_store::ops::ExportPlan,
+    dir: &std::path::Path,
+) -> Result<u64> {
+    use cairn_store::ops::ReceiptOpError;
+    std::fs::create_dir_all(dir).map_err(|e| usage(format!("creating {}: {e}", dir.display())))?;
+    let receipts = cairn_store::ops::Receipts::new(store, &cli.org, plan.checkpoint()).map_err(
+        |e| match e {
+            ReceiptOpError::Store(e) => anyhow!(e),
+            e => usage(e.to_string()),
+        },
+    )?;
+    let mut written = 0;
+    for seq in plan.entry_seqs() {
+        let receipt = receipts.inclusion(seq, None).map_err(|e| match e {
+            ReceiptOpError::Store(e) => anyhow!(e),
+            e => anyhow!("the receipt of entry {seq}: {e}"),
+        })?;
+        let path = dir.join(format!("{seq}.cose"));
+        std::fs::write(&path, receipt).map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// `cairn receipt verify`: one receipt, offline.
+pub(super) fn verify_receipt(cli: &Cli, command: &ReceiptCommand) -> Result<Outcome> {
+    use cairn_core::receipt::Receipt;
+    let ReceiptCommand::Verify {
+        file,
+        key,
+        leaf,
+        old_root,
+        root,
+    } = command;
+    let key = NoteVerifier::parse(key).map_err(|e| usage(format!("--key: {e}")))?;
+    let hash =
+        |name: &str, text: &str| Hash::from_hex(text).map_err(|e| usage(format!("--{name}: {e}")));
+    let root = root.as_deref().map(|r| hash("root", r)).transpose()?;
+    let leaf = leaf.as_deref().map(|l| hash("leaf", l)).transpose()?;
+    let old_root = old_root
+        .as_deref()
+        .map(|r| hash("old-root", r))
+        .transpose()?;
+    let bytes =
+        std::fs::read(file).map_err(|e| usage(format!("reading {}: {e}", file.display())))?;
+    let verdict = Receipt::decode(&bytes).and_then(|receipt| match (leaf, old_root) {
+        (Some(leaf), _) => receipt
+            .verify_inclusion(&key, &leaf, root.as_ref())
+            .map(|v| {
+                json!({"verified": true, "kind": "inclusion", "leaf_index": v.leaf_index,
+                       "tree_size": v.tree_size, "root": v.root.to_hex(), "issuer": v.issuer})
+            }),
+        (None, old) => receipt
+            .verify_consistency(&key, &old.unwrap_or_default(), root.as_ref())
+            .map(|v| {
+                json!({"verified": true, "kind": "consistency", "old_size": v.old_size,
+                       "new_size": v.new_size, "root": v.new_root.to_hex(), "issuer": v.issuer})
+            }),
+    });
+    match verdict {
+        Ok(v) => {
+            if cli.json {
+                println!("{v}");
+            } else {
+                println!("receipt verified: {v}");
+            }
+            Ok(Outcome::Success)
+        }
+        Err(e) => {
+            if cli.json {
+                println!("{}", json!({"verified": false, "reason": e.to_string()}));
+            } else {
+                println!("receipt does not verify: {e}");
+            }
+            Ok(Outcome::VerificationFailed)
+        }
+    }
+}
+
+/// Plans an export against a fresh checkpoint when this process may sign
+/// one (it sequences the store), else against the latest stored one (a
+/// server is running on the data directory), planning again when a step
+/// was erased after the checkpoint.
+pub(super) fn plan_cli_export(
+    cli: &Cli,
+    store: &Arc<dyn LedgerStore>,
+    scope: &ExportScope,
+    options: cairn_store::ops::ExportOptions,
+) -> Result<cairn_store::ops::ExportPlan> {
+    use cairn_store::ops::ExportError;
+    let mut attempts = 0;
+    loop {
+        let checkpoint = match store.as_ref().append_batch(&[WriteRequest::Checkpoint {
+            org_id: cli.org.clone(),
+        }]) {
+            Ok(mut written) => match written.pop() {
+                Some(Ok(Written::Checkpoint(cp))) => cp,
+                Some(Err(_)) => {
+                    return Err(usage(format!("org {} has no records to export", cli.org)));
+                }
+                other => return Err(anyhow!("unexpected answer {other:?}")),
+            },
+            // Beside a running server: its latest checkpoint.
+            Err(cairn_store::StoreError::ReadOnly(_)) => store
+                .latest_checkpoint(&cli.org)?
+                .ok_or_else(|| usage(format!("org {} has no checkpoint yet", cli.org)))?,
+            Err(e) => return Err(e.into()),
+        };
+        match cairn_store::ops::plan_export(
+            store.as_ref(),
+            &cli.org,
+            scope,
+            options,
+            &checkpoint,
+            now(),
+        ) {
+            Ok(plan) => return Ok(plan),
+            Err(ExportError::Stale { .. }) if attempts < 3 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+            }
+            Err(e @ (ExportError::Store(_) | ExportError::Write(_))) => return Err(e.into()),
+            Err(e) => return Err(usage(e.to_string())),
+        }
+    }
+}
+
+pub(super) fn import(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    path: &std::path::Path,
+    key: Option<&str>,
+) -> Result<Outcome> {
+    let keys = key
+        .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--key: {e}"))))
+        .transpose()?
+        .into_iter()
+        .collect::<Vec<_>>();
+    let path_owned = path.to_path_buf();
+    let open = move || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::BufReader::new(std::fs::File::open(
+            &path_owned,
+        )?)))
+    };
+    if !path.exists() {
+        return Err(usage(format!("{} does not exist", path.display())));
+    }
+    let bar = progress_bar(0, "importing");
+    let outcome =
+        cairn_store::ops::import_bundle(store, &open, &keys, &mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    match outcome {
+        Ok(cairn_store::ops::ImportOutcome::Imported {
+            org_id,
+            entries,
+            mirror,
+        }) => {
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"org_id": org_id, "entries": entries, "mirror": mirror})
+                );
+            } else {
+                println!(
+                    "imported {entries} entries as org {org_id}{}",
+                    if mirror {
+                        " (a read-only mirror, verified with the exporting server's key)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(Outcome::Success)
+        }
+        Ok(cairn_store::ops::ImportOutcome::Rejected(verdict)) => {
+            println!("the bundle does not verify; nothing was imported");
+            report(cli, &verdict.verdict, Instant::now(), json!({}))
+        }
+        Err(cairn_store::ImportError::Store(e)) => Err(anyhow!(e)),
+        Err(e) => Err(usage(e.to_string())),
+    }
+}

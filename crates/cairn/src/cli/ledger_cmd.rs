@@ -1,0 +1,229 @@
+//! Recording and reading from the command line: `log`, `sessions`,
+//! `replay`.
+
+use super::*;
+
+pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome> {
+    let ledger = Ledger::new(store, SequencerConfig::default());
+    if !args.stdin {
+        let mut object = serde_json::Map::new();
+        object.insert("session_id".into(), json!(args.session));
+        object.insert("step_type".into(), json!(args.step_type));
+        object.insert("content".into(), json!(args.content));
+        object.insert("confidence".into(), json!(args.confidence));
+        object.insert("model".into(), json!(args.model));
+        object.insert("turn_id".into(), json!(args.turn));
+        object.insert("turn_step".into(), json!(args.turn_step));
+        object.insert("task_id".into(), json!(args.task));
+        let mut links = serde_json::Map::new();
+        for link in &args.links {
+            let (name, id) = link
+                .split_once('=')
+                .ok_or_else(|| usage(format!("--link {link}: expected name=id")))?;
+            links.insert(name.to_owned(), json!(id));
+        }
+        if !links.is_empty() {
+            object.insert("links".into(), Value::Object(links));
+        }
+        object.insert(
+            "input_data".into(),
+            parse_json_arg("input", &args.input)?.unwrap_or(Value::Null),
+        );
+        object.insert(
+            "output_data".into(),
+            parse_json_arg("output", &args.output)?.unwrap_or(Value::Null),
+        );
+        object.insert(
+            "metadata".into(),
+            parse_json_arg("metadata", &args.metadata)?.unwrap_or(Value::Null),
+        );
+        if args.flagged {
+            object.insert("status".into(), json!("flagged"));
+        }
+        if args.hash_agent_id {
+            object.insert("hash_agent_id".into(), json!(true));
+        }
+        let step = step_from_json(
+            &Value::Object(object),
+            &cli.org,
+            args.agent.as_deref(),
+            "cli",
+        )
+        .map_err(|e| usage(e.0))?;
+        let written = ledger
+            .write(WriteRequest::Step(Box::new(step)))
+            .map_err(append_error)?;
+        if cli.json {
+            println!("{}", cairn_server::wire::written_to_json(&written));
+        } else if let Written::Step {
+            trace_id,
+            step_index,
+            hash,
+            ..
+        } = &written
+        {
+            println!("logged step {step_index} as {trace_id}, hash {hash}");
+        }
+        return Ok(Outcome::Success);
+    }
+    // Many steps: submit them all, then collect the answers, so the
+    // sequencer can group-commit them.
+    let stdin = std::io::stdin();
+    let mut pending = Vec::new();
+    let mut failures = 0usize;
+    let mut out = std::io::stdout().lock();
+    for (number, line) in stdin.lock().lines().enumerate() {
+        let line = line.context("reading stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = serde_json::from_str::<Value>(&line)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|v| {
+                step_from_json(&v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
+            });
+        match parsed {
+            Ok(step) => pending.push((
+                number + 1,
+                ledger.submit(WriteRequest::Step(Box::new(step))),
+            )),
+            Err(e) => {
+                failures += 1;
+                writeln!(out, "{}", json!({"line": number + 1, "error": e}))?;
+            }
+        }
+    }
+    for (line, p) in pending {
+        match p.wait() {
+            Ok(w) => {
+                let mut v = cairn_server::wire::written_to_json(&w);
+                v["line"] = json!(line);
+                writeln!(out, "{v}")?;
+            }
+            Err(e) => {
+                failures += 1;
+                writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
+            }
+        }
+    }
+    if failures > 0 {
+        return Err(usage(format!(
+            "{failures} line(s) were not recorded; see the error lines above"
+        )));
+    }
+    Ok(Outcome::Success)
+}
+
+pub(super) fn sessions(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    agent: Option<&str>,
+    limit: usize,
+) -> Result<Outcome> {
+    let list = store.list_sessions(&cli.org, agent, limit)?;
+    let mut rows = Vec::new();
+    for s in &list {
+        let valid = verify_session(store, &cli.org, &s.session_id)?.is_some_and(|v| v.verified);
+        rows.push((s, valid));
+    }
+    if cli.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(s, valid)| {
+                json!({
+                    "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                    "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                    "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                    "chain_valid": valid, "sealed": s.sealed,
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(v));
+    } else {
+        println!(
+            "{:<32} {:<16} {:>6}  {:<27}  {:<27}  chain",
+            "session", "agent", "steps", "first step", "last step"
+        );
+        for (s, valid) in rows {
+            println!(
+                "{:<32} {:<16} {:>6}  {:<27}  {:<27}  {}{}",
+                s.session_id,
+                s.agent_id,
+                s.step_count,
+                s.first_step_at.map(|t| t.to_string()).unwrap_or_default(),
+                s.last_step_at.map(|t| t.to_string()).unwrap_or_default(),
+                if valid { "valid" } else { "BROKEN" },
+                if s.sealed { ", sealed" } else { "" }
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+pub(super) fn replay(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    session: &str,
+    format: Format,
+    verify: bool,
+    level: Option<DetailLevel>,
+) -> Result<Outcome> {
+    let info = store.session(&cli.org, session)?.ok_or_else(|| {
+        usage(format!(
+            "session {session} does not exist in org {}",
+            cli.org
+        ))
+    })?;
+    if level == Some(DetailLevel::Full) && !info.header.full_consent {
+        return Err(usage(format!(
+            "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"
+        )));
+    }
+    let mut steps = Vec::new();
+    store.read_session(&cli.org, session, &mut |s| {
+        steps.push(s);
+        true
+    })?;
+    if let Some(level) = level {
+        for s in &mut steps {
+            s.record.redact(level)?;
+        }
+    }
+    let verdict = if verify {
+        verify_session(store, &cli.org, session)?
+    } else {
+        None
+    };
+    let format = if cli.json { Format::Json } else { format };
+    match format {
+        Format::Json => {
+            let mut v = json!({
+                "session_id": session,
+                "agent_id": info.header.agent_id,
+                "step_count": steps.len(),
+                "sealed": info.seal.is_some(),
+                "steps": steps.iter().map(|s| step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
+            });
+            if let Some(verdict) = &verdict {
+                v["chain_valid"] = json!(verdict.verified);
+                v["verdict"] = verdict_to_json(verdict, 0, now());
+            }
+            println!("{v}");
+        }
+        Format::Text => {
+            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+            print!("{}", render::text(session, &info.header.agent_id, &records));
+            if let Some(v) = &verdict {
+                println!("{}", describe(v));
+            }
+        }
+        Format::Markdown => {
+            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+            print!("{}", render::markdown(session, &records));
+        }
+    }
+    Ok(match verdict {
+        Some(v) if !v.verified => Outcome::VerificationFailed,
+        _ => Outcome::Success,
+    })
+}

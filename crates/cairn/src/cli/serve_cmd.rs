@@ -1,0 +1,217 @@
+//! `cairn serve`: the HTTP API, MCP, OTLP and witnessing over one
+//! `Ledger`, the sample session, and retention.
+
+use super::*;
+
+pub(super) fn serve(
+    cli: &Cli,
+    listen: &str,
+    sample: bool,
+    otlp_listen: Option<&str>,
+    otlp: cairn_server::otlp::OtlpConfig,
+    limits: &crate::serve_config::ServeLimits,
+    (witnesses, witness_interval): (
+        Vec<cairn_server::witness_push::WitnessTarget>,
+        std::time::Duration,
+    ),
+) -> Result<Outcome> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let store = open_store(cli, true)?;
+    if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
+        println!(
+            "admin API key for org {} (shown once, keep it): {token}",
+            cli.org
+        );
+    }
+    let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
+    let sample_session = if sample && store.list_sessions(&cli.org, None, 1)?.is_empty() {
+        record_sample(&ledger, &cli.org)?;
+        Some(crate::demo::SAMPLE_SESSION)
+    } else {
+        None
+    };
+    if cli.enabled {
+        spawn_retention(Arc::clone(&ledger), cli.retention_days);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
+        let address = listener
+            .local_addr()
+            .context("reading the listening address")?;
+        let otlp_listener = match otlp_listen {
+            Some(otlp_listen) => Some(
+                tokio::net::TcpListener::bind(otlp_listen)
+                    .await
+                    .map_err(|e| usage(format!("cannot listen on {otlp_listen}: {e}")))?,
+            ),
+            None => None,
+        };
+        let config = cairn_server::ServerConfig {
+            otlp,
+            ..limits.config(cli.enabled, &address)
+        };
+        let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
+        println!(
+            "cairn listening on http://{address} ({}, org: {})",
+            store_location(cli),
+            cli.org
+        );
+        if let Some(l) = &otlp_listener {
+            let otlp_address = l.local_addr().context("reading the OTLP address")?;
+            println!(
+                "OTLP/HTTP on http://{otlp_address} (OTEL_EXPORTER_OTLP_ENDPOINT=http://{otlp_address})"
+            );
+        }
+        if let Some(session) = sample_session {
+            println!(
+                "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""
+            );
+        }
+        if !witnesses.is_empty() {
+            println!(
+                "sending checkpoints to {} witness(es) every {} s",
+                witnesses.len(),
+                witness_interval.as_secs()
+            );
+            let pusher = cairn_server::witness_push::Pusher::new(Arc::clone(&state), witnesses);
+            tokio::spawn(pusher.run(witness_interval));
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        tracing::info!(%address, "serving");
+        let main = cairn_server::serve(listener, Arc::clone(&state), shutdown_signal());
+        match otlp_listener {
+            Some(l) => {
+                let otlp = cairn_server::serve_otlp(l, state, shutdown_signal());
+                tokio::try_join!(main, otlp).context("serving HTTP")?;
+            }
+            None => main.await.context("serving HTTP")?,
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    // Requests are done; flush what the sequencer still holds.
+    drop(runtime);
+    if let Ok(ledger) = Arc::try_unwrap(ledger) {
+        ledger.close();
+    }
+    tracing::info!("stopped");
+    Ok(Outcome::Success)
+}
+
+pub(crate) async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Records seed 000's usage example as a sealed session.
+pub(super) fn record_sample(ledger: &Ledger, org: &str) -> Result<()> {
+    for (kind, content, input, confidence) in crate::demo::sample_steps() {
+        let step = cairn_store::NewStep {
+            org_id: org.to_owned(),
+            session_id: crate::demo::SAMPLE_SESSION.to_owned(),
+            agent_id: "analyst".into(),
+            kind_label: kind.to_owned(),
+            content: Some(content.to_owned()),
+            input,
+            confidence,
+            caller: "sample".into(),
+            ..cairn_store::NewStep::default()
+        };
+        ledger
+            .write(WriteRequest::Step(Box::new(step)))
+            .map_err(append_error)?;
+    }
+    let seal = WriteRequest::Seal {
+        org_id: org.to_owned(),
+        session_id: crate::demo::SAMPLE_SESSION.to_owned(),
+        require_reflection: false,
+    };
+    ledger.write(seal).map_err(append_error)?;
+    Ok(())
+}
+
+/// Erases what is older than `days` in `org`; returns how many steps.
+pub(super) fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<usize> {
+    if days == 0 {
+        return Ok(0);
+    }
+    let cutoff =
+        cairn_core::Timestamp::from_micros(now().as_micros() - i64::from(days) * 86_400_000_000)
+            .ok_or_else(|| anyhow!("retention cutoff out of range"))?;
+    retention_before(ledger, org, cutoff)
+}
+
+/// Erases the payload of every session of `org` whose last step is older
+/// than `cutoff`; returns how many steps.
+pub(super) fn retention_before(ledger: &Ledger, org: &str, cutoff: Timestamp) -> Result<usize> {
+    match ledger.write(WriteRequest::Retention {
+        org_id: org.to_owned(),
+        older_than: cutoff,
+    }) {
+        Ok(Written::Erased { seqs }) => Ok(seqs.len()),
+        Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
+        // A read-only mirror keeps its payloads: its owner applies retention.
+        Err(AppendError::Refused(cairn_store::Refusal::ReadOnlyOrg { .. })) => Ok(0),
+        Err(e) => Err(append_error(e)),
+    }
+}
+
+/// Runs retention for every org now and then every hour, on its own thread.
+pub(super) fn spawn_retention(ledger: Arc<Ledger>, days: u32) {
+    if days == 0 {
+        return;
+    }
+    let weak = Arc::downgrade(&ledger);
+    drop(ledger);
+    let _ = std::thread::Builder::new().name("cairn-retention".into()).spawn(move || {
+        loop {
+            let Some(ledger) = weak.upgrade() else { return };
+            let orgs = ledger.store().orgs().unwrap_or_default();
+            for org in orgs {
+                match apply_retention(&ledger, &org, days) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(org = %org, erased = n, days, "retention applied"),
+                    Err(e) => tracing::warn!(org = %org, error = %e, "retention failed; retrying in an hour"),
+                }
+            }
+            drop(ledger);
+            // Sleep in short steps so that shutdown is not held up.
+            for _ in 0..3600 {
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+    });
+}
