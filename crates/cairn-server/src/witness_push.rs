@@ -161,9 +161,12 @@ impl Pusher {
         );
         let stored =
             tokio::task::spawn_blocking(move || store.cosignatures(&org_owned, size)).await;
-        let name_prefix = format!("\u{2014} {} ", target.key.name());
+        // Already cosigned only by a line that verifies with the witness's
+        // current key (a witness that changed its key is asked again).
         if let Ok(Ok(lines)) = &stored
-            && lines.iter().any(|l| l.starts_with(&name_prefix))
+            && lines.iter().any(|line| {
+                verify_cosignature(&format!("{}{line}\n", checkpoint.note), &target.key).is_ok()
+            })
         {
             return PushOutcome::AlreadyCosigned;
         }

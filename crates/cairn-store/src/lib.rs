@@ -1007,8 +1007,9 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn put_api_key(&self, key: &ApiKey) -> Result<(), StoreError>;
 
     /// Stores a witness's cosignature line (C2SP `cosignature/v1`, already
-    /// verified by the caller) of an org's checkpoint at `size`. A second
-    /// line of the same witness for the same checkpoint replaces nothing.
+    /// verified by the caller) of an org's checkpoint at `size`. A later
+    /// line of the same witness for the same checkpoint replaces the earlier
+    /// one (a witness that changed its key cosigns again).
     /// Cosignatures are not ledger records: a verifier checks them itself.
     fn put_cosignature(
         &self,

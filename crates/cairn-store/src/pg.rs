@@ -2361,7 +2361,7 @@ impl LedgerStore for PgStore {
         self.read(|db| {
             db.execute(
                 "INSERT INTO cosignatures (org_name, size, witness, line) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT DO NOTHING",
+                 ON CONFLICT (org_name, size, witness) DO UPDATE SET line = excluded.line",
                 &[&org_id, &size, &witness, &line],
                 "storing a cosignature",
             )?;

@@ -2084,7 +2084,8 @@ impl LedgerStore for SqliteStore {
         let w = self.writer.lock().map_err(|_| poisoned())?;
         w.conn
             .execute(
-                "INSERT OR IGNORE INTO cosignatures (org_name, size, witness, line) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO cosignatures (org_name, size, witness, line) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (org_name, size, witness) DO UPDATE SET line = excluded.line",
                 params![org_id, size as i64, witness, line],
             )
             .context("storing a cosignature")?;

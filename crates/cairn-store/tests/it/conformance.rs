@@ -114,6 +114,7 @@ pub fn run_all(backend: &dyn Backend) {
     exports_verify_offline(backend);
     imports_round_trip(backend);
     api_keys_are_stored_hashed_and_revocable(backend);
+    cosignatures_are_kept_per_checkpoint_and_witness(backend);
     erasure_and_retention_keep_everything_verifiable(backend);
     sampled_steps_are_searchable(backend);
     decision_trail_lifecycle(backend);
@@ -990,6 +991,40 @@ fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {
     };
     assert!(seqs.is_empty(), "a second run finds nothing left to erase");
     assert_verifies(store.as_ref());
+}
+
+/// Witnesses' cosignature lines: kept per org, checkpoint size and witness,
+/// in witness order; a witness's later line replaces its earlier one.
+fn cosignatures_are_kept_per_checkpoint_and_witness(backend: &dyn Backend) {
+    let store = backend.open("cosignatures");
+    assert!(store.cosignatures(ORG, 5).unwrap().is_empty());
+    store
+        .put_cosignature(ORG, 5, "w2.example", "— w2.example BBBB")
+        .unwrap();
+    store
+        .put_cosignature(ORG, 5, "w1.example", "— w1.example AAAA")
+        .unwrap();
+    store
+        .put_cosignature(ORG, 6, "w1.example", "— w1.example CCCC")
+        .unwrap();
+    store
+        .put_cosignature("other", 5, "w1.example", "— w1.example DDDD")
+        .unwrap();
+    assert_eq!(
+        store.cosignatures(ORG, 5).unwrap(),
+        ["— w1.example AAAA", "— w2.example BBBB"]
+    );
+    store
+        .put_cosignature(ORG, 5, "w1.example", "— w1.example EEEE")
+        .unwrap();
+    assert_eq!(
+        store.cosignatures(ORG, 5).unwrap(),
+        ["— w1.example EEEE", "— w2.example BBBB"]
+    );
+    assert_eq!(
+        store.cosignatures("other", 5).unwrap(),
+        ["— w1.example DDDD"]
+    );
 }
 
 fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
