@@ -62,6 +62,7 @@ pub mod receipt;
 pub mod record;
 pub mod selection;
 pub mod thinking;
+pub mod tiles;
 pub mod time;
 pub mod trace;
 pub mod verify;

@@ -300,6 +300,16 @@ pub(crate) struct ChannelWriter {
     buffer: Vec<u8>,
 }
 
+impl ChannelWriter {
+    /// A writer into `tx`, sending chunks of about 64 KiB.
+    pub(crate) fn new(tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>) -> Self {
+        ChannelWriter {
+            tx,
+            buffer: Vec::new(),
+        }
+    }
+}
+
 impl std::io::Write for ChannelWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.buffer.extend_from_slice(data);
@@ -321,6 +331,13 @@ impl std::io::Write for ChannelWriter {
 }
 
 pub(crate) struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl ChannelBody {
+    /// A body streaming what `rx` receives.
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Self {
+        ChannelBody(rx)
+    }
+}
 
 impl futures_core::Stream for ChannelBody {
     type Item = Result<Bytes, std::io::Error>;

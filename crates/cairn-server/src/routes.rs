@@ -57,6 +57,7 @@ fn api_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(verify_whole_org))
         .routes(routes!(search))
         .routes(routes!(checkpoint))
+        .routes(routes!(tlog::checkpoint))
         .routes(routes!(inclusion_proof))
         .routes(routes!(consistency_proof))
         .routes(routes!(inclusion_receipt))
@@ -96,7 +97,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let limits = state.config.limits.clone();
     let (api, _) = api_routes().split_for_parts();
     let (bundles, _) = bundle_routes(&limits, bundle_limit).split_for_parts();
-    api.nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
+    api.merge(tlog::routes())
+        .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
         .fallback(|| async { ApiError::not_found("route") })
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))

@@ -901,6 +901,15 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Root of the log at `size`.
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError>;
 
+    /// The hashes of a C2SP tlog-tiles hash tile of an org's log
+    /// ([`cairn_core::tiles::tile_hashes`]); `NotFound` when the log does
+    /// not yet hold every subtree the tile names.
+    fn hash_tile(
+        &self,
+        org_id: &str,
+        tile: &cairn_core::tiles::Tile,
+    ) -> Result<Vec<Hash>, StoreError>;
+
     /// The record limits steps are validated against.
     fn limits(&self) -> cairn_core::record::Limits;
 

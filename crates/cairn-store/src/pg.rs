@@ -2065,6 +2065,14 @@ impl LedgerStore for PgStore {
         self.with_tree(org_id, |tree| consistency_proof(tree, old_size, new_size))
     }
 
+    fn hash_tile(
+        &self,
+        org_id: &str,
+        tile: &cairn_core::tiles::Tile,
+    ) -> Result<Vec<Hash>, StoreError> {
+        self.with_tree(org_id, |tree| cairn_core::tiles::tile_hashes(tree, tile))
+    }
+
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {

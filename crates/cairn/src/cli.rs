@@ -161,6 +161,10 @@ enum Command {
     /// Run a witness (C2SP tlog-witness): cosign checkpoints of the logs
     /// given with --log, only when each extends the last one cosigned.
     Witness(crate::witness_cmd::WitnessArgs),
+    /// Follow an org log through its C2SP tlog-tiles API (a monitor):
+    /// check every new checkpoint against the last one seen (rollback,
+    /// fork), re-verify every record, and stop at the first problem.
+    Monitor(crate::monitor_cmd::MonitorArgs),
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
     Demo,
@@ -555,6 +559,7 @@ pub fn run() -> Result<Outcome> {
             )
         }
         Command::Witness(args) => crate::witness_cmd::run(args),
+        Command::Monitor(args) => crate::monitor_cmd::run(args),
         Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Receipt(command) => verify_receipt(&cli, command),
@@ -743,6 +748,7 @@ pub fn run() -> Result<Outcome> {
                 | Command::Serve { .. }
                 | Command::Mcp { .. }
                 | Command::Witness(_)
+                | Command::Monitor(_)
                 | Command::Receipt(_) => {
                     unreachable!("handled above")
                 }

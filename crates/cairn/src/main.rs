@@ -11,6 +11,7 @@
 
 mod cli;
 mod demo;
+mod monitor_cmd;
 mod records;
 mod serve_config;
 mod witness_cmd;

@@ -60,6 +60,9 @@ pub struct LogVerifier {
     /// For a partial log: the checkpoint every entry's inclusion proof must
     /// lead to, the selection, and what is still expected.
     sparse: Option<SparseState>,
+    /// A mirror that read a step before its erasure was logged accepts the
+    /// erasure of a step it saw whole ([`LogVerifier::mirroring`]).
+    mirroring: bool,
     progress: Progress,
 }
 
@@ -80,7 +83,54 @@ impl LogVerifier {
             pending_erasures: HashMap::new(),
             pending: Vec::new(),
             sparse: None,
+            mirroring: false,
             progress: Progress::default(),
+        }
+    }
+
+    /// A verifier for a log read while it grows, as a monitor mirrors it
+    /// (FORMAT.md 7.9): a step read whole before its erasure was logged is
+    /// still whole when the erasure record comes, so an erasure naming a
+    /// step that showed its payload is accepted (its commitments cannot be
+    /// compared: the monitor saw the values, not the erased copy). Every
+    /// other rule holds; the caller decides, with
+    /// [`LogVerifier::pending_erasures`], when an erased step's erasure
+    /// record is overdue.
+    pub fn mirroring(
+        server_name: &str,
+        org_id: &str,
+        server_keys: Vec<NoteVerifier>,
+    ) -> LogVerifier {
+        let mut verifier = LogVerifier::new(server_name, org_id, server_keys);
+        verifier.mirroring = true;
+        verifier
+    }
+
+    /// Erased steps seen so far whose erasure record has not come yet:
+    /// their positions, oldest first.
+    pub fn pending_erasures(&self) -> Vec<u64> {
+        let mut seqs: Vec<u64> = self.pending_erasures.values().map(|p| p.seq).collect();
+        seqs.sort_unstable();
+        seqs
+    }
+
+    /// Fails the verification at the erased step at `seq` (one of
+    /// [`LogVerifier::pending_erasures`]): no erasure record names it where
+    /// one must be.
+    pub fn fail_pending_erasure(&mut self, seq: u64, detail: String) {
+        let found = self
+            .pending_erasures
+            .iter()
+            .find(|(_, p)| p.seq == seq)
+            .map(|((session, index), p)| Location {
+                seq: Some(p.seq),
+                session_id: Some(session.clone()),
+                step_index: Some(*index),
+                trace_id: Some(p.trace_id.clone()),
+                line: None,
+            });
+        if let Some(at) = found {
+            self.fail(at, Reason::ErasureMismatch, detail);
         }
     }
 
@@ -569,14 +619,15 @@ impl LogVerifier {
                 }
                 Ok(())
             }
-            None if self.level == DetailLevel::Full => Err((
+            None if self.level == DetailLevel::Full && !self.mirroring => Err((
                 Reason::ErasureMismatch,
                 format!(
                     "the erasure names step {} of session {}, which shows its payload (or was erased already)",
                     erasure.step_index, erasure.session_id
                 ),
             )),
-            // The level hides the payload anyway: nothing to compare.
+            // The level hides the payload anyway, or a mirror read the
+            // step before it was erased: nothing to compare.
             None => Ok(()),
         }
     }

@@ -14,8 +14,8 @@ use cairn_core::merkle::{verify_consistency, verify_inclusion};
 use cairn_core::record::{Profile, RecordError, Step};
 use cairn_store::ops::{ExportScope, ReviewItem, export, export_at, verify_org, verify_session};
 use cairn_store::{
-    AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, WriteRequest,
-    Written,
+    AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, StoreError,
+    WriteRequest, Written,
 };
 use std::sync::Arc;
 
@@ -109,6 +109,7 @@ pub fn run_all(backend: &dyn Backend) {
     seals_close_sessions(backend);
     signed_steps_are_checked(backend);
     proofs_and_checkpoints_verify(backend);
+    hash_tiles_are_the_trees(backend);
     state_survives_reopen(backend);
     listing_and_lookup(backend);
     exports_verify_offline(backend);
@@ -1580,6 +1581,45 @@ fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
     }
     assert!(store.inclusion_proof(ORG, size, size).is_err());
     assert_verifies(store.as_ref());
+}
+
+/// C2SP tlog-tiles hash tiles read from the store are the tree's, at every
+/// level, full and partial, and a tile the log does not hold yet is
+/// `NotFound`.
+fn hash_tiles_are_the_trees(backend: &dyn Backend) {
+    use cairn_core::tiles::{Tile, TileKind, tile_hashes, tiles_of_size};
+    let store = backend.open("tiles");
+    let ledger = ledger(Arc::clone(&store));
+    for i in 0..300 {
+        append(&ledger, step("s", "Reasoning", &format!("r{i}"))).unwrap();
+    }
+    let size = store.log_size(ORG).unwrap();
+    let mut tree = cairn_core::merkle::MemoryTree::new();
+    store
+        .read_log(ORG, 0, size, &mut |e| {
+            tree.push(e.leaf);
+            true
+        })
+        .unwrap();
+    let tiles = tiles_of_size(size);
+    assert!(tiles.iter().any(|t| t.is_full()) && tiles.iter().any(|t| t.level() == 1));
+    for tile in &tiles {
+        assert_eq!(
+            store.hash_tile(ORG, tile).unwrap(),
+            tile_hashes(&tree, tile).unwrap(),
+            "{}",
+            tile.path()
+        );
+    }
+    let beyond = Tile {
+        kind: TileKind::Hashes(0),
+        index: 1,
+        width: size - 256 + 1,
+    };
+    assert!(matches!(
+        store.hash_tile(ORG, &beyond),
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 fn state_survives_reopen(backend: &dyn Backend) {
