@@ -53,6 +53,9 @@ pub struct BundleHeader {
     /// The server's public key in vkey form (a convenience: verifiers
     /// should pin the operator's published key instead).
     pub server_key: String,
+    /// The log's other keys (7.10), in vkey form; written when the log has
+    /// more than one. As convenient, and as untrusted, as `server_key`.
+    pub log_keys: Vec<String>,
     /// Whether the bundle holds the whole log up to the checkpoint.
     pub complete_log: bool,
     /// When the export was made (informative, not signed).
@@ -62,7 +65,7 @@ pub struct BundleHeader {
 impl BundleHeader {
     /// The header line (without newline).
     pub fn to_line(&self) -> String {
-        json!({
+        let mut line = json!({
             "cairn_bundle": BUNDLE_VERSION,
             "server_name": self.server_name,
             "org_id": self.org_id,
@@ -70,8 +73,11 @@ impl BundleHeader {
             "server_key": self.server_key,
             "complete_log": self.complete_log,
             "exported_at": self.exported_at.to_string(),
-        })
-        .to_string()
+        });
+        if !self.log_keys.is_empty() {
+            line["log_keys"] = json!(self.log_keys);
+        }
+        line.to_string()
     }
 
     /// Parses a header line, exactly.
@@ -96,19 +102,31 @@ impl BundleHeader {
             }
             None => return Err("not a cairn bundle: the first line lacks cairn_bundle".into()),
         }
-        exact_members(
-            obj,
-            &[
-                "cairn_bundle",
-                "server_name",
-                "org_id",
-                "origin",
-                "server_key",
-                "complete_log",
-                "exported_at",
-            ],
-            "header",
-        )?;
+        let mut members = vec![
+            "cairn_bundle",
+            "server_name",
+            "org_id",
+            "origin",
+            "server_key",
+            "complete_log",
+            "exported_at",
+        ];
+        if obj.contains_key("log_keys") {
+            members.push("log_keys");
+        }
+        exact_members(obj, &members, "header")?;
+        let log_keys = match obj.get("log_keys") {
+            None => Vec::new(),
+            Some(Value::Array(keys)) => keys
+                .iter()
+                .map(|k| {
+                    k.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| "header.log_keys must be an array of strings".to_owned())
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err("header.log_keys must be an array of strings".into()),
+        };
         let s = |k: &str| {
             obj[k]
                 .as_str()
@@ -119,6 +137,7 @@ impl BundleHeader {
             server_name: s("server_name")?,
             org_id: s("org_id")?,
             server_key: s("server_key")?,
+            log_keys,
             complete_log: obj["complete_log"]
                 .as_bool()
                 .ok_or("header.complete_log must be a boolean")?,
@@ -682,10 +701,14 @@ impl BundleVerifier {
             return false;
         };
         let keys = if self.pinned.is_empty() {
-            match NoteVerifier::parse(&header.server_key) {
-                Ok(key) => vec![key],
-                Err(e) => return self.malformed(format!("server key in the header: {e}")),
+            let mut keys = Vec::with_capacity(1 + header.log_keys.len());
+            for text in std::iter::once(&header.server_key).chain(&header.log_keys) {
+                match NoteVerifier::parse(text) {
+                    Ok(key) => keys.push(key),
+                    Err(e) => return self.malformed(format!("a key in the header: {e}")),
+                }
             }
+            keys
         } else {
             self.pinned.clone()
         };
@@ -768,6 +791,7 @@ impl BundleVerifier {
             }
             let mut log = LogVerifier::new(&header.server_name, &header.org_id, self.keys.clone());
             log.expect_checkpoint(&checkpoint);
+            log.require_checkpoint_keys(checkpoint.note(), checkpoint.checkpoint().size);
             for trusted in &self.trusted {
                 log.expect_checkpoint(trusted);
             }
@@ -805,13 +829,17 @@ impl BundleVerifier {
                 SelectionError::Malformed(d) => self.malformed(d),
             };
         }
-        self.log = Some(LogVerifier::sparse(
+        let mut log = LogVerifier::sparse(
             &header.server_name,
             &header.org_id,
             self.keys.clone(),
             &checkpoint,
             selection.clone(),
-        ));
+        );
+        let size = checkpoint.checkpoint().size;
+        log.require_checkpoint_keys(checkpoint.note(), size);
+        log.require_checkpoint_keys(note, size);
+        self.log = Some(log);
         self.selection = Some(selection);
         self.stage = Stage::Entries;
         true

@@ -15,7 +15,7 @@ use crate::commit::{Field, StepRecord};
 use crate::hash::{Framer, Hash, frame_bytes};
 use crate::jcs;
 use crate::merkle;
-use crate::note::{NoteError, NoteSigner};
+use crate::note::{NoteError, NoteSigner, NoteVerifier};
 use crate::record::{Profile, SessionHeader};
 use crate::time::Timestamp;
 use base64::Engine as _;
@@ -230,6 +230,85 @@ pub struct SignedTraceRecord {
     pub trace: crate::trace::CompleteTrace,
 }
 
+/// What a `log-key` record does to a log key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogKeyAction {
+    /// The key becomes valid after this record.
+    Add,
+    /// The key is valid up to and including this record, never after.
+    Retire,
+}
+
+impl LogKeyAction {
+    /// `add` or `retire`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogKeyAction::Add => "add",
+            LogKeyAction::Retire => "retire",
+        }
+    }
+
+    /// Parses `add` or `retire`.
+    pub fn parse(text: &str) -> Option<LogKeyAction> {
+        match text {
+            "add" => Some(LogKeyAction::Add),
+            "retire" => Some(LogKeyAction::Retire),
+            _ => None,
+        }
+    }
+}
+
+/// A log key added or retired (`docs/FORMAT.md` 7.10): how a server's key
+/// changes without a flag day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogKeyRecord {
+    /// The org.
+    pub org_id: String,
+    /// Added or retired.
+    pub action: LogKeyAction,
+    /// The key (a readable Ed25519 note vkey).
+    pub key: NoteVerifier,
+    /// When.
+    pub at: Timestamp,
+    /// The signed log-key note ([`log_key_note_text`]).
+    pub note: String,
+}
+
+/// The text a `log-key` record's note signs:
+/// `cairn-log-key/v1\n<origin>\n<action>\n<key>\n<at>\n`.
+pub fn log_key_note_text(
+    origin: &str,
+    action: LogKeyAction,
+    key: &NoteVerifier,
+    at: Timestamp,
+) -> String {
+    format!(
+        "cairn-log-key/v1\n{origin}\n{}\n{key}\n{at}\n",
+        action.as_str()
+    )
+}
+
+impl LogKeyRecord {
+    /// A record of `action` on `key`, its note signed by `signer`.
+    pub fn sign(
+        org_id: &str,
+        origin: &str,
+        action: LogKeyAction,
+        key: NoteVerifier,
+        at: Timestamp,
+        signer: &NoteSigner,
+    ) -> Result<LogKeyRecord, NoteError> {
+        let note = signer.sign(&log_key_note_text(origin, action, &key, at))?;
+        Ok(LogKeyRecord {
+            org_id: org_id.to_owned(),
+            action,
+            key,
+            at,
+            note,
+        })
+    }
+}
+
 /// An operational record of the org log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpRecord {
@@ -249,6 +328,8 @@ pub enum OpRecord {
     AuditEvent(AuditEvent),
     /// An imported, agent-signed trace.
     SignedTrace(SignedTraceRecord),
+    /// A log key added or retired.
+    LogKey(LogKeyRecord),
 }
 
 /// A stored operational record that does not parse.
@@ -264,7 +345,7 @@ pub struct OpParseError {
 impl OpRecord {
     /// The entry type written in the leaf: `session-start`, `seal`,
     /// `erasure`, `review`, `key-registration`, `key-revocation`,
-    /// `audit-event` or `signed-trace`.
+    /// `audit-event`, `signed-trace` or `log-key`.
     pub fn entry_type(&self) -> &'static str {
         match self {
             OpRecord::SessionStart(_) => "session-start",
@@ -275,6 +356,7 @@ impl OpRecord {
             OpRecord::KeyRevocation(_) => "key-revocation",
             OpRecord::AuditEvent(_) => "audit-event",
             OpRecord::SignedTrace(_) => "signed-trace",
+            OpRecord::LogKey(_) => "log-key",
         }
     }
 
@@ -289,6 +371,7 @@ impl OpRecord {
             OpRecord::KeyRevocation(r) => &r.org_id,
             OpRecord::AuditEvent(r) => &r.org_id,
             OpRecord::SignedTrace(r) => &r.org_id,
+            OpRecord::LogKey(r) => &r.org_id,
         }
     }
 
@@ -370,6 +453,13 @@ impl OpRecord {
                 "detail": a.detail,
                 "at": a.at.to_string(),
             }),
+            OpRecord::LogKey(k) => json!({
+                "org_id": k.org_id,
+                "action": k.action.as_str(),
+                "key": k.key.to_string(),
+                "at": k.at.to_string(),
+                "note": k.note,
+            }),
         }
     }
 
@@ -428,6 +518,7 @@ impl OpRecord {
             "key-revocation" => &["org_id", "agent_id", "key_id", "reason", "revoked_at"],
             "audit-event" => &["org_id", "event_id", "session_id", "action", "detail", "at"],
             "signed-trace" => &["org_id", "session_id", "trace"],
+            "log-key" => &["org_id", "action", "key", "at", "note"],
             _ => return None,
         })
     }
@@ -595,6 +686,21 @@ impl OpRecord {
                 detail: obj.get("detail").filter(|v| !v.is_null()).cloned(),
                 at: ts("at")?,
             }),
+            "log-key" => {
+                let key = NoteVerifier::parse(&s("key")?)
+                    .map_err(|e| err(&format!("key is not a readable vkey: {e}")))?;
+                if key.alg() != crate::note::ALG_ED25519 {
+                    return Err(err("key must be an Ed25519 log key (algorithm 0x01)"));
+                }
+                OpRecord::LogKey(LogKeyRecord {
+                    org_id: id("org_id")?,
+                    action: LogKeyAction::parse(&s("action")?)
+                        .ok_or_else(|| err("action must be add or retire"))?,
+                    key,
+                    at: ts("at")?,
+                    note: s("note")?,
+                })
+            }
             _ => return Err(err("unknown record type")),
         })
     }

@@ -414,6 +414,9 @@ impl Selector {
             OpRecord::KeyRegistration(k) => self.agents.contains(&k.agent_id),
             OpRecord::KeyRevocation(k) => self.agents.contains(&k.agent_id),
             OpRecord::SignedTrace(t) => self.level >= t.trace.level && mine(&t.session_id),
+            // Every log-key record: a verifier learns the keys' validity
+            // from them (7.10).
+            OpRecord::LogKey(_) => true,
         };
         if wanted {
             self.records

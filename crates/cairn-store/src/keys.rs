@@ -114,6 +114,70 @@ fn load(path: &Path) -> Result<Option<ServerKey>, StoreError> {
     }
 }
 
+/// Prefix of the metadata rows that record a log key's addition.
+pub(crate) const ADDED_PREFIX: &str = "log_key_added:";
+/// Prefix of the metadata rows that record a log key's retirement.
+pub(crate) const RETIRED_PREFIX: &str = "log_key_retired:";
+
+/// The metadata row recording `action` on `key`.
+pub(crate) fn log_key_row(action: cairn_core::log::LogKeyAction, key: &NoteVerifier) -> String {
+    match action {
+        cairn_core::log::LogKeyAction::Add => format!("{ADDED_PREFIX}{key}"),
+        cairn_core::log::LogKeyAction::Retire => format!("{RETIRED_PREFIX}{key}"),
+    }
+}
+
+/// The log keys recorded in a store's metadata: its first key, then the
+/// added ones in the order given (the rows' keys, any order of prefixes).
+pub(crate) fn log_keys_from_meta(
+    first: Option<&str>,
+    rows: &[String],
+) -> Result<Vec<NoteVerifier>, StoreError> {
+    let mut keys: Vec<NoteVerifier> = Vec::new();
+    let added = rows.iter().filter_map(|r| r.strip_prefix(ADDED_PREFIX));
+    for text in first.into_iter().chain(added) {
+        let key = NoteVerifier::parse(text)
+            .map_err(|e| StoreError::Corrupt(format!("a recorded log key {text:?}: {e}")))?;
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// Whether a process whose key is `ours` may sign for a store whose first
+/// key is `first` and whose metadata rows are `rows`: the first key or an
+/// added one, never a retired one. The error says what to do.
+pub(crate) fn check_key_allowed(
+    first: &str,
+    rows: &[String],
+    ours: &NoteVerifier,
+    from: &str,
+) -> Result<(), StoreError> {
+    let text = ours.to_string();
+    if rows
+        .iter()
+        .any(|r| r.strip_prefix(RETIRED_PREFIX) == Some(text.as_str()))
+    {
+        return Err(StoreError::Key(format!(
+            "the key loaded from {from} ({text}) was retired as a log key (`cairn keys retire`): \
+             start with the current key"
+        )));
+    }
+    if first == text
+        || rows
+            .iter()
+            .any(|r| r.strip_prefix(ADDED_PREFIX) == Some(text.as_str()))
+    {
+        return Ok(());
+    }
+    Err(StoreError::Key(format!(
+        "this store's checkpoints are signed by {first}, but the key loaded from {from} is {text}: \
+         give the store's own key (--server-key PATH / CAIRN_SERVER_KEY), or add this one first \
+         with `cairn keys rotate`; a store copied without its key cannot sign for its log"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

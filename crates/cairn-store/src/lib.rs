@@ -325,6 +325,18 @@ pub enum WriteRequest {
         /// The key.
         public_key: VerifyingKey,
     },
+    /// Add or retire a log key (`docs/FORMAT.md` 7.10): a `log-key`
+    /// record whose note is signed by the server's current key. The key
+    /// must be named with the server's name; an `add` of the current key
+    /// itself is refused (another key must vouch for it).
+    LogKey {
+        /// The org.
+        org_id: String,
+        /// Add or retire.
+        action: cairn_core::log::LogKeyAction,
+        /// The key.
+        key: cairn_core::note::NoteVerifier,
+    },
     /// Revoke an agent key: from this record on it signs nothing the log
     /// accepts; what it signed before stays valid.
     RevokeKey {
@@ -458,6 +470,11 @@ pub enum Written {
         seq: u64,
         /// Its id.
         event_id: String,
+    },
+    /// A `log-key` record was written.
+    LogKey {
+        /// Its position.
+        seq: u64,
     },
 }
 
@@ -900,6 +917,23 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// Root of the log at `size`.
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError>;
+
+    /// Every key the org's log may be signed with (`docs/FORMAT.md` 7.10):
+    /// for the server's own orgs, its first key and every key added since
+    /// (retired ones included: they signed older history); for an
+    /// imported log, its server's key. Read from the database on each
+    /// call, so that every server of a fleet sees a rotation at once.
+    fn log_keys(&self, org_id: &str) -> Result<Vec<cairn_core::note::NoteVerifier>, StoreError>;
+
+    /// Records in the store's metadata that `key` was added or retired as
+    /// a log key (after the `log-key` records were written to every org):
+    /// a server may then start with an added key, and refuses to start
+    /// with a retired one.
+    fn record_log_key(
+        &self,
+        action: cairn_core::log::LogKeyAction,
+        key: &cairn_core::note::NoteVerifier,
+    ) -> Result<(), StoreError>;
 
     /// The hashes of a C2SP tlog-tiles hash tile of an org's log
     /// ([`cairn_core::tiles::tile_hashes`]); `NotFound` when the log does

@@ -567,6 +567,19 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
     }
 }
 
+/// The metadata rows recording log keys added and retired, in the order
+/// they were written (`cairn_meta` is append-only).
+fn meta_key_rows<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Vec<String>, StoreError> {
+    db.query(
+        "SELECT key FROM cairn_meta WHERE starts_with(key, 'log_key_') ORDER BY ctid",
+        &[],
+        "reading the log keys",
+    )?
+    .iter()
+    .map(|row| col::<String>(row, 0))
+    .collect()
+}
+
 /// The frontier of a stored tree: one subtree hash per set bit of its size.
 fn frontier_of<C: GenericClient>(tree: &PgTree<'_, C>) -> Result<Frontier, StoreError> {
     let size = tree.size;
@@ -1566,11 +1579,13 @@ impl PgStore {
             )?,
             0,
         )?;
-        if recorded != vkey {
-            return Err(StoreError::Key(format!(
-                "this database's logs are signed by {recorded}, but this server's key is {vkey}: every server on one database must use the same server.key (see docs/OPERATIONS.md)"
-            )));
-        }
+        let rows = meta_key_rows(&mut db)?;
+        crate::keys::check_key_allowed(&recorded, &rows, &key.verifier, "this server's key file")
+            .map_err(|e| {
+                StoreError::Key(format!(
+                    "{e} (every server on one database signs with a log key of the database: see docs/OPERATIONS.md)"
+                ))
+            })?;
         let schema: String = col(
             &db.query_one("SELECT current_schema()", &[], "reading the schema")?,
             0,
@@ -2372,6 +2387,54 @@ impl LedgerStore for PgStore {
                  ON CONFLICT (org_name, size, witness) DO UPDATE SET line = excluded.line",
                 &[&org_id, &size, &witness, &line],
                 "storing a cosignature",
+            )?;
+            Ok(())
+        })
+    }
+
+    fn log_keys(&self, org_id: &str) -> Result<Vec<NoteVerifier>, StoreError> {
+        self.read(|db| {
+            let foreign = db.query(
+                "SELECT g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = $1",
+                &[&org_id],
+                "reading an org's origin",
+            )?;
+            if let Some(row) = foreign.first() {
+                let key: String = col(row, 0)?;
+                return NoteVerifier::parse(&key)
+                    .map(|k| vec![k])
+                    .map_err(|e| StoreError::Corrupt(format!("an imported log's key: {e}")));
+            }
+            let first = db.query(
+                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
+                &[],
+                "reading the server key",
+            )?;
+            let first: Option<String> = match first.first() {
+                Some(row) => Some(col(row, 0)?),
+                None => None,
+            };
+            let rows = meta_key_rows(db)?;
+            let mut keys = crate::keys::log_keys_from_meta(first.as_deref(), &rows)?;
+            if !keys.contains(&self.key.verifier) {
+                keys.push(self.key.verifier.clone());
+            }
+            Ok(keys)
+        })
+    }
+
+    fn record_log_key(
+        &self,
+        action: cairn_core::log::LogKeyAction,
+        key: &NoteVerifier,
+    ) -> Result<(), StoreError> {
+        let row = crate::keys::log_key_row(action, key);
+        let at = crate::now().to_string();
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO cairn_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&row, &at],
+                "recording a log key",
             )?;
             Ok(())
         })

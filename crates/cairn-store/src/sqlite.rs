@@ -314,18 +314,24 @@ fn check_signing_key(
             r.get(0)
         })
         .context("reading the recorded server key")?;
-    if recorded != ours {
-        let from = key_file.map_or_else(
-            || data_dir.join(crate::keys::KEY_FILE).display().to_string(),
-            |f| f.display().to_string(),
-        );
-        return Err(StoreError::Key(format!(
-            "this store's checkpoints are signed by {recorded}, but the key loaded from {from} is {ours}: \
-             give the store's own key (--server-key PATH / CAIRN_SERVER_KEY); a store copied without \
-             its key cannot sign for its log"
-        )));
-    }
-    Ok(())
+    let from = key_file.map_or_else(
+        || data_dir.join(crate::keys::KEY_FILE).display().to_string(),
+        |f| f.display().to_string(),
+    );
+    crate::keys::check_key_allowed(&recorded, &meta_key_rows(tx)?, &key.verifier, &from)
+}
+
+/// The metadata rows recording log keys added and retired.
+fn meta_key_rows(conn: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT key FROM meta WHERE key LIKE 'log\\_key\\_%' ESCAPE '\\' ORDER BY rowid")
+        .context("reading the log keys")?;
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .context("reading the log keys")?
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading the log keys")?;
+    Ok(rows)
 }
 
 impl SqliteStore {
@@ -2097,6 +2103,51 @@ impl LedgerStore for SqliteStore {
                 params![org_id, size as i64, witness, line],
             )
             .context("storing a cosignature")?;
+        Ok(())
+    }
+
+    fn log_keys(&self, org_id: &str) -> Result<Vec<NoteVerifier>, StoreError> {
+        self.read(|c| {
+            let foreign: Option<String> = c
+                .query_row(
+                    "SELECT g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = ?1",
+                    [org_id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .context("reading an org's origin")?;
+            if let Some(key) = foreign {
+                return NoteVerifier::parse(&key)
+                    .map(|k| vec![k])
+                    .map_err(|e| StoreError::Corrupt(format!("an imported log's key: {e}")));
+            }
+            let first: Option<String> = c
+                .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| r.get(0))
+                .optional()
+                .context("reading the server key")?;
+            let mut keys = crate::keys::log_keys_from_meta(first.as_deref(), &meta_key_rows(c)?)?;
+            if !keys.contains(&self.key.verifier) {
+                keys.push(self.key.verifier.clone());
+            }
+            Ok(keys)
+        })
+    }
+
+    fn record_log_key(
+        &self,
+        action: cairn_core::log::LogKeyAction,
+        key: &NoteVerifier,
+    ) -> Result<(), StoreError> {
+        let w = self.writer.lock().map_err(|_| poisoned())?;
+        w.conn
+            .execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES (?1, ?2)",
+                params![
+                    crate::keys::log_key_row(action, key),
+                    crate::now().to_string()
+                ],
+            )
+            .context("recording a log key")?;
         Ok(())
     }
 

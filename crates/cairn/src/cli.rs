@@ -30,6 +30,7 @@ use std::time::Instant;
 /// Exit codes: 0 success (verified), 1 verification failed, 2 usage or
 /// input error, 3 storage or internal failure.
 mod evidence;
+mod keys_cmd;
 mod ledger_cmd;
 mod serve_cmd;
 
@@ -276,8 +277,13 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
-    /// Show the server's public key (C2SP vkey form).
-    Keys,
+    /// Show the server's public key (C2SP vkey form; with --json, every
+    /// log key too), or rotate it.
+    Keys {
+        /// Rotate: add a new key, or retire an old one.
+        #[command(subcommand)]
+        action: Option<keys_cmd::KeysAction>,
+    },
     /// COSE receipts (RFC 9942): verify one offline.
     #[command(subcommand)]
     Receipt(ReceiptCommand),
@@ -681,18 +687,7 @@ pub fn run() -> Result<Outcome> {
                     }
                     Ok(Outcome::Success)
                 }
-                Command::Keys => {
-                    let key = store.server_key().to_string();
-                    if cli.json {
-                        println!(
-                            "{}",
-                            json!({"server_key": key, "name": store.server_name()})
-                        );
-                    } else {
-                        println!("{key}");
-                    }
-                    Ok(Outcome::Success)
-                }
+                Command::Keys { action } => keys_cmd::keys(&cli, store, action.as_ref()),
                 Command::Checkpoint => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let cp = match ledger.write(WriteRequest::Checkpoint {
@@ -769,7 +764,7 @@ impl Command {
             | Command::Trail { .. }
             | Command::Sql { .. }
             | Command::Search { .. }
-            | Command::Keys
+            | Command::Keys { action: None }
             | Command::Receipt(_)
             | Command::Admin(_)
             | Command::Demo => false,

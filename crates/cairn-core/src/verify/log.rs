@@ -4,6 +4,7 @@ use super::chain::{
     ChainState, LogPosition, check_seal_note, erased_fields, erasure_fingerprint, step_location,
 };
 use super::keys::AgentKeys;
+use super::log_keys::KeyValidity;
 use super::{Check, Failure, Location, Progress, Reason, Verdict};
 use crate::checkpoint::VerifiedCheckpoint;
 use crate::detail::DetailLevel;
@@ -43,7 +44,12 @@ struct SparseState {
 pub struct LogVerifier {
     org_id: String,
     origin: String,
+    key_name: String,
     server_keys: Vec<NoteVerifier>,
+    /// The log keys' validity, from its `log-key` records (7.10).
+    key_validity: KeyValidity,
+    /// Checkpoints whose signing key's validity is checked at the end.
+    checkpoint_keys: Vec<(String, u64)>,
     agent_keys: AgentKeys,
     level: DetailLevel,
     tree: Frontier,
@@ -73,7 +79,10 @@ impl LogVerifier {
         LogVerifier {
             org_id: org_id.to_owned(),
             origin: log_origin(server_name, org_id),
+            key_name: server_name.to_owned(),
             server_keys,
+            key_validity: KeyValidity::default(),
+            checkpoint_keys: Vec::new(),
             agent_keys: AgentKeys::new(),
             level: DetailLevel::Full,
             tree: Frontier::new(),
@@ -339,6 +348,15 @@ impl LogVerifier {
         self.tree.root()
     }
 
+    /// Requires the checkpoint `note` of `size` entries (its signature
+    /// already verified with the trusted keys) to be signed by a log key
+    /// valid at that size, with the key history read by the end (7.10):
+    /// checked last in [`LogVerifier::finish`], `bad-signature` with no
+    /// position.
+    pub fn require_checkpoint_keys(&mut self, note: &str, size: u64) {
+        self.checkpoint_keys.push((note.to_owned(), size));
+    }
+
     /// The first failure, once there is one.
     pub fn failure(&self) -> Option<&Failure> {
         self.progress.failure.as_ref()
@@ -554,14 +572,14 @@ impl LogVerifier {
                 Ok(())
             }
             OpRecord::Seal(seal) => {
+                // Only keys valid at this position may sign (7.10).
+                let valid = self.key_validity.valid_at(&self.server_keys, seq);
                 match self.sessions.get_mut(&seal.session_id) {
-                    Some(chain) => chain.check_seal(seal, &self.origin, &self.server_keys)?,
+                    Some(chain) => chain.check_seal(seal, &self.origin, &valid)?,
                     // A partial log carries the seal of a session it does
                     // not include when an included session continues it:
                     // its signature is checked, its steps cannot be.
-                    None if self.sparse.is_some() => {
-                        check_seal_note(seal, &self.origin, &self.server_keys)?
-                    }
+                    None if self.sparse.is_some() => check_seal_note(seal, &self.origin, &valid)?,
                     None => {
                         return Err((
                             Reason::MissingRecord,
@@ -569,9 +587,22 @@ impl LogVerifier {
                         ));
                     }
                 }
+                if let Ok((_, signers)) =
+                    self.key_validity
+                        .open_at(&seal.note, seq, &self.server_keys, "seal note")
+                {
+                    self.key_validity.mark_used(signers, seq);
+                }
                 self.sealed_finals.entry(seal.final_hash).or_insert(None);
                 Ok(())
             }
+            OpRecord::LogKey(record) => self.key_validity.apply(
+                record,
+                seq,
+                &self.origin,
+                &self.key_name,
+                &self.server_keys,
+            ),
             OpRecord::KeyRegistration(reg) => self.agent_keys.register(reg, seq),
             OpRecord::KeyRevocation(rev) => self.agent_keys.revoke(rev, seq),
             OpRecord::SignedTrace(record) => self
@@ -747,6 +778,15 @@ impl LogVerifier {
             self.progress
                 .fail_at_end(at, Reason::ErasureMismatch, detail);
         }
+        for (note, size) in &self.checkpoint_keys {
+            if let Err(detail) = self
+                .key_validity
+                .check_checkpoint(note, *size, &self.server_keys)
+            {
+                self.progress
+                    .fail_at_end(Location::default(), Reason::BadSignature, detail);
+            }
+        }
         self.progress.verdict()
     }
 }
@@ -770,6 +810,6 @@ fn op_session(record: &OpRecord) -> Option<&str> {
         OpRecord::Review(r) => Some(&r.session_id),
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
         OpRecord::SignedTrace(t) => Some(&t.session_id),
-        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) => None,
+        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
     }
 }

@@ -40,6 +40,7 @@
 mod chain;
 mod keys;
 mod log;
+mod log_keys;
 
 pub use chain::SessionVerifier;
 pub use keys::AgentKeys;

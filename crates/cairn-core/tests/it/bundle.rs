@@ -20,6 +20,7 @@ fn header(fx: &Fixture, complete: bool) -> BundleHeader {
         server_name: SERVER.into(),
         org_id: ORG.into(),
         server_key: fx.server.verifier().to_string(),
+        log_keys: Vec::new(),
         complete_log: complete,
         exported_at: Timestamp::from_micros(0).unwrap(),
     }

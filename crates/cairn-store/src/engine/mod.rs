@@ -355,6 +355,7 @@ pub(crate) fn request_org(request: &WriteRequest) -> &str {
         | WriteRequest::AuditEvent { org_id, .. }
         | WriteRequest::ImportTrace { org_id, .. }
         | WriteRequest::RegisterKey { org_id, .. }
+        | WriteRequest::LogKey { org_id, .. }
         | WriteRequest::RevokeKey { org_id, .. }
         | WriteRequest::RotateKey { org_id, .. }
         | WriteRequest::Erase { org_id, .. }
@@ -512,7 +513,7 @@ pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
         OpRecord::Review(r) => Some(&r.session_id),
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
         OpRecord::SignedTrace(t) => Some(&t.session_id),
-        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) => None,
+        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
     }
 }
 
@@ -680,6 +681,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 agent_id,
                 public_key,
             } => self.register_key(org_id, agent_id, *public_key)?,
+            WriteRequest::LogKey {
+                org_id,
+                action,
+                key,
+            } => self.log_key(org_id, *action, key)?,
             WriteRequest::RevokeKey {
                 org_id,
                 agent_id,

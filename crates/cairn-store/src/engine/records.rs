@@ -485,6 +485,51 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(Written::KeyRegistered { seq, key_id }))
     }
 
+    /// Writes a `log-key` record into an existing org's log, its note
+    /// signed by the current key.
+    pub(super) fn log_key(
+        &mut self,
+        org_name: &str,
+        action: cairn_core::log::LogKeyAction,
+        key: &cairn_core::note::NoteVerifier,
+    ) -> Outcome<Written> {
+        let signer = &self.engine.key.signer;
+        if key.name() != signer.name() || key.alg() != cairn_core::note::ALG_ED25519 {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "a log key must be an Ed25519 key named {:?} (the log's origin keeps its name); {key} is not",
+                signer.name()
+            ))));
+        }
+        if action == cairn_core::log::LogKeyAction::Add && *key == signer.verifier() {
+            return Ok(Err(Refusal::InvalidRequest(
+                "a key cannot vouch for itself: add the new key with the current one loaded".into(),
+            )));
+        }
+        let Some(mut org) = self.org(org_name)? else {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "org {org_name} has no log yet"
+            ))));
+        };
+        if org.foreign {
+            return Ok(Err(Refusal::InvalidRequest(format!(
+                "org {org_name} is an imported log: its keys are its own server's"
+            ))));
+        }
+        let origin = log_origin(signer.name(), org_name);
+        let record = cairn_core::log::LogKeyRecord::sign(
+            org_name,
+            &origin,
+            action,
+            key.clone(),
+            self.now,
+            signer,
+        )
+        .map_err(|e| StoreError::Key(e.to_string()))?;
+        let seq = write_op(self.tx, &mut org, &OpRecord::LogKey(record), self.now, None)?;
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(Written::LogKey { seq }))
+    }
+
     fn write_registration(
         &mut self,
         org_name: &str,

@@ -234,10 +234,26 @@ pub fn plan_export(
         Some(old) => Some((old, store.consistency_proof(org_id, old, size)?)),
     };
     let (server_name, server_key) = store.log_signer(org_id)?;
+    // The header names the checkpoint's key and the log's other keys (a
+    // convenience for verifiers that pin nothing).
+    let signed_by = cairn_core::note::Note::parse(&checkpoint.note)
+        .ok()
+        .and_then(|note| {
+            let keys = store.log_keys(org_id).ok()?;
+            note.verify(&keys).ok()?.first().map(|k| (*k).clone())
+        })
+        .unwrap_or_else(|| server_key.clone());
+    let log_keys = store
+        .log_keys(org_id)?
+        .into_iter()
+        .filter(|k| *k != signed_by)
+        .map(|k| k.to_string())
+        .collect();
     let header = BundleHeader {
         server_name: server_name.clone(),
         org_id: org_id.to_owned(),
-        server_key: server_key.to_string(),
+        server_key: signed_by.to_string(),
+        log_keys,
         complete_log: *scope == ExportScope::All,
         exported_at,
     };
@@ -308,7 +324,9 @@ pub fn plan_export(
                 OpRecord::SessionStart(_) | OpRecord::Seal(_) | OpRecord::Erasure(_) => true,
                 OpRecord::Review(_) | OpRecord::AuditEvent(_) => level == DetailLevel::Full,
                 OpRecord::SignedTrace(t) => level >= t.trace.level,
-                OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) => false,
+                OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => {
+                    false
+                }
             };
             if wanted {
                 records.push((seq, record.entry_type().to_owned()));
@@ -329,6 +347,13 @@ pub fn plan_export(
             if seq < size {
                 records.push((seq, record.entry_type().to_owned()));
             }
+        }
+    }
+    // Every log-key record: verifiers learn the log keys' validity from
+    // them (FORMAT.md 7.10, 10.4).
+    for (seq, record) in all_op_records(store, org_id, "log-key")? {
+        if seq < size {
+            records.push((seq, record.entry_type().to_owned()));
         }
     }
     if !predecessors.is_empty() {
@@ -521,6 +546,23 @@ pub fn write_export(
         sessions,
         checkpoint_size: size,
     })
+}
+
+/// Every operational record of one type in an org's log, in order.
+fn all_op_records(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    entry_type: &str,
+) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = store.op_records(org_id, entry_type, from, 1024)?;
+        let Some(&(last, _)) = page.last() else { break };
+        out.extend(page);
+        from = last + 1;
+    }
+    Ok(out)
 }
 
 /// Writes a bundle of `scope` proven against `checkpoint` with every field

@@ -107,6 +107,13 @@ pub fn import_bundle(
             return Some(decode_entry(&line).map(|(entry, _)| entry));
         }
     });
+    let ours = store.server_key().to_string();
+    if !header.log_keys.is_empty() && header.server_key != ours && !header.log_keys.contains(&ours)
+    {
+        return Err(ImportError::Refused(
+            "this bundle's log changed its key (log_keys in its header): importing another server's rotated log is not supported yet; verify it with `cairn verify --bundle` instead".into(),
+        ));
+    }
     let entries_imported = store.import_log(&header.org_id, &header, &note, &mut entries)?;
     let (_, signer) = store.log_signer(&header.org_id)?;
     Ok(ImportOutcome::Imported {

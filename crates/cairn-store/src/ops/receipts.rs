@@ -55,12 +55,9 @@ impl<'a> Receipts<'a> {
         checkpoint: &StoredCheckpoint,
     ) -> Result<Receipts<'a>, ReceiptOpError> {
         let origin = log_origin(store.server_name(), org_id);
-        let checkpoint = verify_checkpoint(
-            &checkpoint.note,
-            &origin,
-            std::slice::from_ref(store.server_key()),
-        )
-        .map_err(|_| ReceiptOpError::ForeignLog)?;
+        let keys = store.log_keys(org_id)?;
+        let checkpoint = verify_checkpoint(&checkpoint.note, &origin, &keys)
+            .map_err(|_| ReceiptOpError::ForeignLog)?;
         if store.signer().verifier() != *store.server_key() {
             return Err(ReceiptOpError::ForeignLog);
         }

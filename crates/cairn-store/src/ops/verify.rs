@@ -39,9 +39,9 @@ pub fn trusted_checkpoint(
     note: &str,
     keys: &[NoteVerifier],
 ) -> Result<VerifiedCheckpoint, String> {
-    let (server_name, own_key) = store.log_signer(org_id).map_err(|e| e.to_string())?;
+    let (server_name, _) = store.log_signer(org_id).map_err(|e| e.to_string())?;
     let keys = if keys.is_empty() {
-        vec![own_key]
+        store.log_keys(org_id).map_err(|e| e.to_string())?
     } else {
         keys.to_vec()
     };
@@ -65,9 +65,9 @@ pub fn verify_org(
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
-    let (server_name, own_key) = store.log_signer(org_id)?;
+    let (server_name, _) = store.log_signer(org_id)?;
     let keys: Vec<NoteVerifier> = if keys.is_empty() {
-        vec![own_key]
+        store.log_keys(org_id)?
     } else {
         keys.to_vec()
     };
@@ -79,6 +79,7 @@ pub fn verify_org(
         match verify_checkpoint(&stored.note, &origin, &keys) {
             Ok(cp) => {
                 verifier.expect_checkpoint(&cp);
+                verifier.require_checkpoint_keys(&stored.note, stored.size);
                 checked += 1;
                 largest = largest.max(Some(cp.checkpoint().size));
             }
@@ -235,14 +236,11 @@ pub fn verify_session(
     store.read_session(org_id, session_id, &mut |step| {
         verifier.push_at(&step.record, step.seq, step.logged_at)
     })?;
-    let (server_name, server_key) = store.log_signer(org_id)?;
+    let (server_name, _) = store.log_signer(org_id)?;
+    let keys = store.log_keys(org_id)?;
     let expected = match &info.seal {
         Some(seal) => {
-            verifier.push_seal(
-                seal,
-                &log_origin(&server_name, org_id),
-                std::slice::from_ref(&server_key),
-            );
+            verifier.push_seal(seal, &log_origin(&server_name, org_id), &keys);
             seal.step_count
         }
         None => info.step_count,

@@ -110,6 +110,7 @@ pub fn run_all(backend: &dyn Backend) {
     signed_steps_are_checked(backend);
     proofs_and_checkpoints_verify(backend);
     hash_tiles_are_the_trees(backend);
+    log_keys_are_added_and_retired(backend);
     state_survives_reopen(backend);
     listing_and_lookup(backend);
     exports_verify_offline(backend);
@@ -1620,6 +1621,57 @@ fn hash_tiles_are_the_trees(backend: &dyn Backend) {
         store.hash_tile(ORG, &beyond),
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// A `log-key` record is written and signed by the current key, the
+/// store's metadata lists the added key, and the log still verifies (the
+/// record checked by the rules of FORMAT.md 7.10); refusals for a key of
+/// another name and for the current key vouching for itself.
+fn log_keys_are_added_and_retired(backend: &dyn Backend) {
+    use cairn_core::log::LogKeyAction;
+    use cairn_core::note::NoteSigner;
+    let store = backend.open("log-keys");
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, step("s", "Reasoning", "before")).unwrap();
+    let new_key = NoteSigner::from_seed(store.server_name(), &[9; 32]).unwrap();
+    let stranger = NoteSigner::from_seed("elsewhere.example", &[9; 32]).unwrap();
+    for (key, why) in [
+        (stranger.verifier(), "another name"),
+        (store.server_key().clone(), "the current key"),
+    ] {
+        let refused = ledger.write(WriteRequest::LogKey {
+            org_id: ORG.into(),
+            action: LogKeyAction::Add,
+            key,
+        });
+        assert!(
+            matches!(
+                refused,
+                Err(AppendError::Refused(Refusal::InvalidRequest(_)))
+            ),
+            "{why}: {refused:?}"
+        );
+    }
+    let Written::LogKey { seq } = ledger
+        .write(WriteRequest::LogKey {
+            org_id: ORG.into(),
+            action: LogKeyAction::Add,
+            key: new_key.verifier(),
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(seq, 2);
+    store
+        .record_log_key(LogKeyAction::Add, &new_key.verifier())
+        .unwrap();
+    let keys = store.log_keys(ORG).unwrap();
+    assert!(keys.contains(&new_key.verifier()) && keys.contains(store.server_key()));
+    let records = store.op_records(ORG, "log-key", 0, 10).unwrap();
+    assert_eq!(records.len(), 1);
+    checkpoint(&ledger);
+    assert_verifies(store.as_ref());
 }
 
 fn state_survives_reopen(backend: &dyn Backend) {
