@@ -183,9 +183,10 @@ impl Cosigner {
     /// (a witness keeps one key file; its cosignature key id differs from
     /// the note key id by the algorithm byte). Never give a log's own key
     /// to a witness: C2SP requires distinct keys per cosigner.
-    pub fn from_note_signer(signer: &NoteSigner) -> Cosigner {
-        match Cosigner::from_seed(signer.name(), &signer.seed()) {
-            Ok(c) => c,
+    /// `None` for a key held elsewhere (a witness's key is a file).
+    pub fn from_note_signer(signer: &NoteSigner) -> Option<Cosigner> {
+        match Cosigner::from_seed(signer.name(), &signer.seed()?) {
+            Ok(c) => Some(c),
             // The name was validated when the signer was made.
             Err(_) => unreachable!("note signer names are valid cosigner names"),
         }

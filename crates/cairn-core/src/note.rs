@@ -53,6 +53,31 @@ pub enum NoteError {
     /// No signature in the note is by a known key.
     #[error("note has no signature by a known key")]
     NoKnownSignature,
+    /// A key held elsewhere ([`RemoteKey`]) did not sign, or returned a
+    /// signature that does not verify with its public key.
+    #[error("the external signer failed: {0}")]
+    Signer(String),
+}
+
+/// A private key held outside this process (an HSM, a KMS, a signing
+/// agent): the implementation does the I/O, the core only asks it to sign.
+/// Every signature it returns is checked against its public key before use.
+pub trait RemoteKey: Send + Sync {
+    /// The Ed25519 public key.
+    fn public_key(&self) -> VerifyingKey;
+    /// The Ed25519 signature (RFC 8032) of `message`.
+    fn sign(&self, message: &[u8]) -> Result<[u8; 64], String>;
+}
+
+/// Where a signer's private key is. (A local key is kept inline: it is
+/// the common case, and signers are few and long-lived.)
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
+enum KeyMaterial {
+    /// In memory, from a key file or a seed.
+    Local(SigningKey),
+    /// Held elsewhere.
+    Remote(std::sync::Arc<dyn RemoteKey>),
 }
 
 fn valid_name(name: &str) -> bool {
@@ -178,12 +203,13 @@ fn parse_key_id(hex_id: &str) -> Result<u32, NoteError> {
     u32::from_str_radix(hex_id, 16).map_err(|_| NoteError::MalformedKey("bad key id".into()))
 }
 
-/// A private Ed25519 key with a name, producing note signature lines.
+/// A private Ed25519 key with a name, producing note signature lines. The
+/// key is in memory or held by a [`RemoteKey`].
 #[derive(Clone)]
 pub struct NoteSigner {
     name: String,
     key_id: u32,
-    key: SigningKey,
+    key: KeyMaterial,
 }
 
 impl NoteSigner {
@@ -197,8 +223,30 @@ impl NoteSigner {
         Ok(NoteSigner {
             name: name.to_owned(),
             key_id: key_id(name, ALG_ED25519, key.verifying_key().as_bytes()),
-            key,
+            key: KeyMaterial::Local(key),
         })
+    }
+
+    /// A signer whose key is held by `remote`.
+    pub fn remote(
+        name: &str,
+        remote: std::sync::Arc<dyn RemoteKey>,
+    ) -> Result<NoteSigner, NoteError> {
+        if !valid_name(name) {
+            return Err(NoteError::BadKeyName(name.to_owned()));
+        }
+        Ok(NoteSigner {
+            name: name.to_owned(),
+            key_id: key_id(name, ALG_ED25519, remote.public_key().as_bytes()),
+            key: KeyMaterial::Remote(remote),
+        })
+    }
+
+    fn public_key(&self) -> VerifyingKey {
+        match &self.key {
+            KeyMaterial::Local(key) => key.verifying_key(),
+            KeyMaterial::Remote(remote) => remote.public_key(),
+        }
     }
 
     /// Parses the private key form `PRIVATE+KEY+name+hexid+base64(0x01 || seed)`.
@@ -228,16 +276,20 @@ impl NoteSigner {
         Ok(signer)
     }
 
-    /// The private key form, for storing in a key file.
-    pub fn to_private_string(&self) -> String {
+    /// The private key form, for storing in a key file (`None` for a key
+    /// held elsewhere).
+    pub fn to_private_string(&self) -> Option<String> {
+        let KeyMaterial::Local(key) = &self.key else {
+            return None;
+        };
         let mut bytes = vec![ALG_ED25519];
-        bytes.extend_from_slice(self.key.as_bytes());
-        format!(
+        bytes.extend_from_slice(key.as_bytes());
+        Some(format!(
             "PRIVATE+KEY+{}+{:08x}+{}",
             self.name,
             self.key_id,
             B64.encode(bytes)
-        )
+        ))
     }
 
     /// The key name.
@@ -247,8 +299,11 @@ impl NoteSigner {
 
     /// The 32-byte Ed25519 seed (to use the same key material for
     /// `cosignature/v1`, which has its own key id).
-    pub(crate) fn seed(&self) -> [u8; 32] {
-        self.key.to_bytes()
+    pub(crate) fn seed(&self) -> Option<[u8; 32]> {
+        match &self.key {
+            KeyMaterial::Local(key) => Some(key.to_bytes()),
+            KeyMaterial::Remote(_) => None,
+        }
     }
 
     /// The matching verifier.
@@ -257,14 +312,30 @@ impl NoteSigner {
             name: self.name.clone(),
             key_id: self.key_id,
             alg: ALG_ED25519,
-            key: self.key.verifying_key(),
+            key: self.public_key(),
         }
     }
 
-    /// Raw Ed25519 signature over arbitrary bytes (used for seals' and
-    /// cosignatures' messages, which have their own layouts).
-    pub fn sign_raw(&self, message: &[u8]) -> [u8; 64] {
-        self.key.sign(message).to_bytes()
+    /// Raw Ed25519 signature over arbitrary bytes (used for messages with
+    /// their own layouts: COSE receipts). A remote key's signature is
+    /// verified before it is returned.
+    pub fn sign_raw(&self, message: &[u8]) -> Result<[u8; 64], NoteError> {
+        match &self.key {
+            KeyMaterial::Local(key) => Ok(key.sign(message).to_bytes()),
+            KeyMaterial::Remote(remote) => {
+                let bytes = remote.sign(message).map_err(NoteError::Signer)?;
+                let signature = ed25519_dalek::Signature::from_bytes(&bytes);
+                remote
+                    .public_key()
+                    .verify_strict(message, &signature)
+                    .map_err(|_| {
+                        NoteError::Signer(
+                            "it returned a signature its public key does not verify".into(),
+                        )
+                    })?;
+                Ok(bytes)
+            }
+        }
     }
 
     /// Signs a note text and returns the complete signed note.
@@ -273,16 +344,16 @@ impl NoteSigner {
         let mut out = String::with_capacity(text.len() + 120);
         out.push_str(text);
         out.push('\n');
-        out.push_str(&self.signature_line(text));
+        out.push_str(&self.signature_line(text)?);
         Ok(out)
     }
 
     /// One signature line (with its newline) over `text`, to append to an
     /// existing signed note.
-    pub fn signature_line(&self, text: &str) -> String {
+    pub fn signature_line(&self, text: &str) -> Result<String, NoteError> {
         let mut blob = self.key_id.to_be_bytes().to_vec();
-        blob.extend_from_slice(&self.sign_raw(text.as_bytes()));
-        format!("{SIG_PREFIX}{} {}\n", self.name, B64.encode(blob))
+        blob.extend_from_slice(&self.sign_raw(text.as_bytes())?);
+        Ok(format!("{SIG_PREFIX}{} {}\n", self.name, B64.encode(blob)))
     }
 }
 

@@ -111,6 +111,9 @@ pub enum ReceiptError {
     /// older root.
     #[error("proof: {0}")]
     Proof(#[from] ProofVerifyError),
+    /// The signer failed (a key held elsewhere).
+    #[error("signing: {0}")]
+    Signer(#[from] crate::note::NoteError),
     /// The root the proof leads to is not the one the caller expected.
     #[error("the proof leads to root {found}, not the expected {expected}")]
     RootMismatch {
@@ -167,7 +170,7 @@ pub fn inclusion_receipt(
     tree_size: u64,
     path: &[Hash],
     root: &Hash,
-    sign: impl FnOnce(&[u8]) -> [u8; 64],
+    sign: impl FnOnce(&[u8]) -> Result<[u8; 64], crate::note::NoteError>,
 ) -> Result<Vec<u8>, ReceiptError> {
     crate::merkle::verify_inclusion(leaf, leaf_index, tree_size, path, root)?;
     build(
@@ -191,7 +194,7 @@ pub fn consistency_receipt(
     path: &[Hash],
     old_root: &Hash,
     new_root: &Hash,
-    sign: impl FnOnce(&[u8]) -> [u8; 64],
+    sign: impl FnOnce(&[u8]) -> Result<[u8; 64], crate::note::NoteError>,
 ) -> Result<Vec<u8>, ReceiptError> {
     if old_size >= new_size {
         return Err(ProofVerifyError::BadRequest("old size must be below new size").into());
@@ -222,7 +225,7 @@ fn build(
     proof_key: i64,
     proof: Vec<u8>,
     root: &Hash,
-    sign: impl FnOnce(&[u8]) -> [u8; 64],
+    sign: impl FnOnce(&[u8]) -> Result<[u8; 64], crate::note::NoteError>,
 ) -> Result<Vec<u8>, ReceiptError> {
     // Labels in the order of RFC 8949's deterministic encoding: 1, 4, 15, 395.
     let protected = HeaderBuilder::new()
@@ -246,11 +249,22 @@ fn build(
             )]),
         )
         .build();
-    CoseSign1Builder::new()
+    let mut failure = None;
+    let receipt = CoseSign1Builder::new()
         .protected(protected)
         .unprotected(unprotected)
-        .create_detached_signature(&root.0, b"", |tbs| sign(tbs).to_vec())
-        .build()
+        .create_detached_signature(&root.0, b"", |tbs| match sign(tbs) {
+            Ok(signature) => signature.to_vec(),
+            Err(e) => {
+                failure = Some(e);
+                Vec::new()
+            }
+        })
+        .build();
+    if let Some(e) = failure {
+        return Err(ReceiptError::Signer(e));
+    }
+    receipt
         .to_tagged_vec()
         .map_err(|e| ReceiptError::Encode(e.to_string()))
 }

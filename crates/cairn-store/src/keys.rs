@@ -62,6 +62,9 @@ pub fn load_or_create_key(dir: &Path, file: &str, name: &str) -> Result<ServerKe
     getrandom::fill(&mut seed)
         .map_err(|e| StoreError::Key(format!("no entropy source for the server key: {e}")))?;
     let signer = NoteSigner::from_seed(name, &seed).map_err(|e| StoreError::Key(e.to_string()))?;
+    let private = signer
+        .to_private_string()
+        .ok_or_else(|| StoreError::Key("a fresh key is in memory".into()))?;
     let io = |context: String| move |source| StoreError::Io { context, source };
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce)
@@ -77,7 +80,7 @@ pub fn load_or_create_key(dir: &Path, file: &str, name: &str) -> Result<ServerKe
     let written = options
         .open(&temp)
         .and_then(|mut file| {
-            file.write_all(format!("{}\n", signer.to_private_string()).as_bytes())?;
+            file.write_all(format!("{private}\n").as_bytes())?;
             file.sync_all()
         })
         .map_err(io(format!("writing {}", temp.display())));

@@ -25,6 +25,7 @@ mod auth;
 mod dry_run;
 pub mod embed;
 mod engine;
+mod external_key;
 mod keys;
 pub mod ops;
 pub mod pg;
@@ -33,6 +34,7 @@ mod sqlite;
 pub mod witness_state;
 
 pub use auth::{ApiKey, Role, token_hash};
+pub use external_key::command_server_key;
 pub use keys::{ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -82,6 +82,9 @@ pub struct SqliteOptions {
     /// it is kept outside the data directory so that a copy of the
     /// directory alone cannot sign; `None`: `server.key` in the directory.
     pub key_file: Option<PathBuf>,
+    /// A key already loaded (one held by an external signer,
+    /// [`crate::command_server_key`]); takes precedence over `key_file`.
+    pub key: Option<ServerKey>,
 }
 
 impl Default for SqliteOptions {
@@ -94,6 +97,7 @@ impl Default for SqliteOptions {
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
             sequencer: true,
             key_file: None,
+            key: None,
         }
     }
 }
@@ -300,8 +304,7 @@ fn forbid_structural_changes(conn: &mut Connection) -> Result<(), StoreError> {
 fn check_signing_key(
     tx: &rusqlite::Transaction<'_>,
     key: &crate::ServerKey,
-    key_file: Option<&Path>,
-    data_dir: &Path,
+    from: &str,
 ) -> Result<(), StoreError> {
     let ours = key.verifier.to_string();
     tx.execute(
@@ -314,11 +317,7 @@ fn check_signing_key(
             r.get(0)
         })
         .context("reading the recorded server key")?;
-    let from = key_file.map_or_else(
-        || data_dir.join(crate::keys::KEY_FILE).display().to_string(),
-        |f| f.display().to_string(),
-    );
-    crate::keys::check_key_allowed(&recorded, &meta_key_rows(tx)?, &key.verifier, &from)
+    crate::keys::check_key_allowed(&recorded, &meta_key_rows(tx)?, &key.verifier, from)
 }
 
 /// The metadata rows recording log keys added and retired.
@@ -345,9 +344,10 @@ impl SqliteStore {
         } else {
             None
         };
-        let key = match &options.key_file {
-            Some(file) => crate::keys::load_or_create_key_file(file, &options.server_name)?,
-            None => load_or_create_server_key(data_dir, &options.server_name)?,
+        let key = match (&options.key, &options.key_file) {
+            (Some(key), _) => key.clone(),
+            (None, Some(file)) => crate::keys::load_or_create_key_file(file, &options.server_name)?,
+            (None, None) => load_or_create_server_key(data_dir, &options.server_name)?,
         };
         let path = data_dir.join(DB_FILE);
         let mut conn = Connection::open(&path).context("opening the database")?;
@@ -411,7 +411,12 @@ impl SqliteStore {
             }
         }
         if options.sequencer && damaged.is_none() {
-            check_signing_key(&tx, &key, options.key_file.as_deref(), data_dir)?;
+            let from = match (&options.key, &options.key_file) {
+                (Some(_), _) => "the server key command".to_owned(),
+                (None, Some(file)) => file.display().to_string(),
+                (None, None) => data_dir.join(crate::keys::KEY_FILE).display().to_string(),
+            };
+            check_signing_key(&tx, &key, &from)?;
         }
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;

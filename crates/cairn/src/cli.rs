@@ -81,6 +81,17 @@ pub(crate) struct Cli {
     /// key that signs it and refuses to sequence with another.
     #[arg(long, global = true, env = "CAIRN_SERVER_KEY")]
     server_key: Option<PathBuf>,
+    /// A command that holds the signing key and signs on request (an HSM
+    /// or KMS client, `ssh signer cairn key-agent --key FILE`), so that the
+    /// key never enters this process: started once with `sh -c`, spoken to
+    /// on stdin and stdout (docs/OPERATIONS.md, "An external signer").
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_SERVER_KEY_COMMAND",
+        conflicts_with = "server_key"
+    )]
+    server_key_command: Option<String>,
     /// Maximum content length per step, in bytes.
     #[arg(
         long,
@@ -166,6 +177,14 @@ enum Command {
     /// check every new checkpoint against the last one seen (rollback,
     /// fork), re-verify every record, and stop at the first problem.
     Monitor(crate::monitor_cmd::MonitorArgs),
+    /// Hold a key file and sign on request, for another machine's
+    /// `--server-key-command` (the line protocol of docs/OPERATIONS.md,
+    /// "An external signer", on stdin and stdout).
+    KeyAgent {
+        /// The key file (a server key, as `cairn` creates them).
+        #[arg(long)]
+        key: PathBuf,
+    },
     /// Record a sample session in memory, verify it, tamper with it, and
     /// show the verdict (no data directory needed).
     Demo,
@@ -566,6 +585,7 @@ pub fn run() -> Result<Outcome> {
         }
         Command::Witness(args) => crate::witness_cmd::run(args),
         Command::Monitor(args) => crate::monitor_cmd::run(args),
+        Command::KeyAgent { key } => keys_cmd::key_agent(key),
         Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
         Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
         Command::Receipt(command) => verify_receipt(&cli, command),
@@ -744,6 +764,7 @@ pub fn run() -> Result<Outcome> {
                 | Command::Mcp { .. }
                 | Command::Witness(_)
                 | Command::Monitor(_)
+                | Command::KeyAgent { .. }
                 | Command::Receipt(_) => {
                     unreachable!("handled above")
                 }
@@ -782,9 +803,12 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
     if let Some(url) = &cli.database {
         std::fs::create_dir_all(&cli.data_dir)
             .with_context(|| format!("creating {}", cli.data_dir.display()))?;
-        let key = match &cli.server_key {
-            Some(file) => cairn_store::load_or_create_key_file(file, &cli.server_name)?,
-            None => cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?,
+        let key = match (&cli.server_key_command, &cli.server_key) {
+            (Some(command), _) => cairn_store::command_server_key(command, &cli.server_name)?,
+            (None, Some(file)) => cairn_store::load_or_create_key_file(file, &cli.server_name)?,
+            (None, None) => {
+                cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?
+            }
         };
         let options = PgOptions {
             limits,
@@ -804,6 +828,11 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
         max_clock_skew_s: cli.max_clock_skew,
         sequencer,
         key_file: cli.server_key.clone(),
+        key: cli
+            .server_key_command
+            .as_deref()
+            .map(|command| cairn_store::command_server_key(command, &cli.server_name))
+            .transpose()?,
         ..SqliteOptions::default()
     };
     match SqliteStore::open(&cli.data_dir, options) {

@@ -85,7 +85,8 @@ pub fn run(args: &WitnessArgs) -> Result<Outcome> {
             args.name
         );
     }
-    let cosigner = Cosigner::from_note_signer(&key.signer);
+    let cosigner = Cosigner::from_note_signer(&key.signer)
+        .ok_or_else(|| anyhow::anyhow!("a witness's key is a key file"))?;
     let state = WitnessState::open(&args.dir)
         .with_context(|| format!("opening the witness state in {}", args.dir.display()))?;
     let witness = Arc::new(cairn_server::witness::Witness {

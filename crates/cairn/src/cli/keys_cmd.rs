@@ -137,3 +137,35 @@ fn apply(
     }
     Ok(())
 }
+
+/// `cairn key-agent --key FILE`: answers `public-key` and `sign <base64>`
+/// lines on stdin, one line each on stdout, until stdin closes. A request
+/// it does not understand is answered `error ...` (which the requester
+/// treats as a failed signature).
+pub(super) fn key_agent(key: &std::path::Path) -> Result<Outcome> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as B64;
+    use std::io::{BufRead as _, Write as _};
+    let loaded = cairn_store::load_or_create_key_file(key, "cairn-key-agent")
+        .with_context(|| format!("loading {}", key.display()))?;
+    let raw = loaded.verifier.public_key().as_bytes().to_vec();
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let line = line.context("reading a request")?;
+        let answer = match line.split_once(' ') {
+            None if line == "public-key" => B64.encode(&raw),
+            Some(("sign", message)) => match B64.decode(message) {
+                Ok(bytes) => match loaded.signer.sign_raw(&bytes) {
+                    Ok(signature) => B64.encode(signature),
+                    Err(e) => format!("error {e}"),
+                },
+                Err(_) => "error the message is not base64".to_owned(),
+            },
+            _ => "error unknown request".to_owned(),
+        };
+        writeln!(stdout, "{answer}").context("answering")?;
+        stdout.flush().context("answering")?;
+    }
+    Ok(Outcome::Success)
+}
