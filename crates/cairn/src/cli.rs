@@ -166,6 +166,20 @@ enum Command {
         /// Seconds between two rounds of sending checkpoints to witnesses.
         #[arg(long, env = "CAIRN_WITNESS_INTERVAL", default_value_t = 5)]
         witness_interval: u64,
+        /// Also be a witness (C2SP tlog-witness) for another log, from this
+        /// process: `ORIGIN=VKEY` as `cairn witness --log`. The witness's
+        /// key and state are in `<data dir>/witness` (its own key, never
+        /// the server's); it listens on --witness-listen. Repeatable (or
+        /// comma-separated in the environment).
+        #[arg(
+            long = "witness-log",
+            env = "CAIRN_WITNESS_LOGS",
+            value_delimiter = ','
+        )]
+        witness_logs: Vec<String>,
+        /// Where the hosted witness listens (with --witness-log).
+        #[arg(long, env = "CAIRN_WITNESS_LISTEN", default_value = "127.0.0.1:8715")]
+        witness_listen: String,
         /// Limits: sizes, timeouts, connections, rates, sessions, SQL.
         #[command(flatten)]
         limits: Box<crate::serve_config::ServeLimits>,
@@ -557,6 +571,8 @@ pub fn run() -> Result<Outcome> {
             otlp_max_backlog,
             witnesses,
             witness_interval,
+            witness_logs,
+            witness_listen,
             limits,
         } => {
             let mut otlp = cairn_server::otlp::OtlpConfig {
@@ -573,6 +589,14 @@ pub fn run() -> Result<Outcome> {
                 witnesses,
                 std::time::Duration::from_secs((*witness_interval).max(1)),
             );
+            let hosted = if witness_logs.is_empty() {
+                None
+            } else {
+                let dir = cli.data_dir.join("witness");
+                let name = format!("{}-witness", cli.server_name);
+                let witness = crate::witness_cmd::build(&dir, &name, witness_logs)?;
+                Some((witness, witness_listen.as_str()))
+            };
             serve(
                 &cli,
                 listen,
@@ -581,6 +605,7 @@ pub fn run() -> Result<Outcome> {
                 otlp,
                 limits,
                 witnessing,
+                hosted,
             )
         }
         Command::Witness(args) => crate::witness_cmd::run(args),

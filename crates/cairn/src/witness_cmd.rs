@@ -64,6 +64,36 @@ fn logs(specs: &[String]) -> Result<HashMap<String, Vec<NoteVerifier>>> {
     Ok(logs)
 }
 
+/// A witness of the logs `specs` (`ORIGIN=VKEY`) with its key and state in
+/// `dir` (the key named `name` when it is created): for `cairn witness`,
+/// and for `cairn serve --witness-log`, which witnesses other logs from
+/// the log server's process.
+pub fn build(
+    dir: &std::path::Path,
+    name: &str,
+    specs: &[String],
+) -> Result<Arc<cairn_server::witness::Witness>> {
+    let logs = logs(specs)?;
+    let key = WitnessState::key(dir, name)
+        .with_context(|| format!("loading the witness key in {}", dir.display()))?;
+    if key.signer.name() != name {
+        eprintln!(
+            "cairn witness: {} holds a key named {}; the name {name} is only used when the key is created",
+            dir.join(cairn_store::witness_state::WITNESS_KEY).display(),
+            key.signer.name(),
+        );
+    }
+    let cosigner = Cosigner::from_note_signer(&key.signer)
+        .ok_or_else(|| anyhow::anyhow!("a witness's key is a key file"))?;
+    let state = WitnessState::open(dir)
+        .with_context(|| format!("opening the witness state in {}", dir.display()))?;
+    Ok(Arc::new(cairn_server::witness::Witness {
+        cosigner,
+        logs,
+        state,
+    }))
+}
+
 /// Runs the witness until interrupted.
 pub fn run(args: &WitnessArgs) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
@@ -72,28 +102,7 @@ pub fn run(args: &WitnessArgs) -> Result<Outcome> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-    let logs = logs(&args.logs)?;
-    let key = WitnessState::key(&args.dir, &args.name)
-        .with_context(|| format!("loading the witness key in {}", args.dir.display()))?;
-    if key.signer.name() != args.name {
-        eprintln!(
-            "cairn witness: {} holds a key named {}; --name {} is only used when the key is created",
-            args.dir
-                .join(cairn_store::witness_state::WITNESS_KEY)
-                .display(),
-            key.signer.name(),
-            args.name
-        );
-    }
-    let cosigner = Cosigner::from_note_signer(&key.signer)
-        .ok_or_else(|| anyhow::anyhow!("a witness's key is a key file"))?;
-    let state = WitnessState::open(&args.dir)
-        .with_context(|| format!("opening the witness state in {}", args.dir.display()))?;
-    let witness = Arc::new(cairn_server::witness::Witness {
-        cosigner,
-        logs,
-        state,
-    });
+    let witness = build(&args.dir, &args.name, &args.logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

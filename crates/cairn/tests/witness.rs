@@ -412,3 +412,61 @@ fn concurrent_requests_never_get_two_inconsistent_cosignatures() {
     let conflicts = answers.iter().filter(|(s, _)| *s == 409).count();
     assert_eq!((accepted, conflicts), (1, 23), "{answers:?}");
 }
+
+/// `cairn serve --witness-log`: one Cairn server witnesses another's log
+/// from its own process (and keeps its witness key apart from its server
+/// key).
+#[test]
+fn one_cairn_server_witnesses_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = Target::embedded(&a_dir);
+    let keys = json(&a.run(&["--json", "keys"], None));
+    let log = format!(
+        "{}/acme={}",
+        keys["name"].as_str().unwrap(),
+        keys["server_key"].as_str().unwrap()
+    );
+    // B's witness key, made beforehand so that A can be told its vkey.
+    let witness_dir = b_dir.join("data/witness");
+    std::fs::create_dir_all(&witness_dir).unwrap();
+    let signer = NoteSigner::from_seed("cairn.local-witness", &[5; 32]).unwrap();
+    std::fs::write(
+        witness_dir.join(cairn_store::witness_state::WITNESS_KEY),
+        format!("{}\n", signer.to_private_string().unwrap()),
+    )
+    .unwrap();
+    let vkey = cairn_core::checkpoint::Cosigner::from_note_signer(&signer)
+        .unwrap()
+        .verifier()
+        .to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let (b, _) = serve_with(
+        &b_dir,
+        None,
+        &["--witness-log", &log, "--witness-listen", &listen],
+        &[],
+    );
+    let target = format!("http://{listen}={vkey}");
+    let (a_server, admin) = serve_with(
+        &a_dir,
+        None,
+        &["--witness", &target, "--witness-interval", "1"],
+        &[],
+    );
+    let admin = admin.unwrap();
+    record(a_server.addr, &admin, "s", 3);
+    let note = cosigned(a_server.addr, &admin, 1);
+    assert!(note.contains("cairn.local-witness"), "{note}");
+    // B's own key is not its witness key.
+    let b_keys = json(&Target::embedded(&b_dir).run(&["--json", "keys"], None));
+    assert_ne!(b_keys["server_key"].as_str().unwrap(), vkey);
+    drop(b);
+}

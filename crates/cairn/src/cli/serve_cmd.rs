@@ -14,6 +14,7 @@ pub(super) fn serve(
         Vec<cairn_server::witness_push::WitnessTarget>,
         std::time::Duration,
     ),
+    hosted_witness: Option<(Arc<cairn_server::witness::Witness>, &str)>,
 ) -> Result<Outcome> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -67,6 +68,21 @@ pub(super) fn serve(
             store_location(cli),
             cli.org
         );
+        let witness_listener = match &hosted_witness {
+            Some((witness, at)) => {
+                let l = tokio::net::TcpListener::bind(at)
+                    .await
+                    .map_err(|e| usage(format!("cannot listen on {at}: {e}")))?;
+                let witness_address = l.local_addr().context("reading the witness address")?;
+                println!("witness vkey: {}", witness.cosigner.verifier());
+                println!(
+                    "witnessing {} log(s) on http://{witness_address}",
+                    witness.logs.len()
+                );
+                Some((l, Arc::clone(witness)))
+            }
+            None => None,
+        };
         if let Some(l) = &otlp_listener {
             let otlp_address = l.local_addr().context("reading the OTLP address")?;
             println!(
@@ -91,13 +107,19 @@ pub(super) fn serve(
         let _ = std::io::stdout().flush();
         tracing::info!(%address, "serving");
         let main = cairn_server::serve(listener, Arc::clone(&state), shutdown_signal());
-        match otlp_listener {
-            Some(l) => {
-                let otlp = cairn_server::serve_otlp(l, state, shutdown_signal());
-                tokio::try_join!(main, otlp).context("serving HTTP")?;
+        let otlp = async {
+            match otlp_listener {
+                Some(l) => cairn_server::serve_otlp(l, state, shutdown_signal()).await,
+                None => Ok(()),
             }
-            None => main.await.context("serving HTTP")?,
-        }
+        };
+        let witness = async {
+            match witness_listener {
+                Some((l, w)) => cairn_server::serve_witness(l, w, shutdown_signal()).await,
+                None => Ok(()),
+            }
+        };
+        tokio::try_join!(main, otlp, witness).context("serving HTTP")?;
         Ok::<(), anyhow::Error>(())
     })?;
     // Requests are done; flush what the sequencer still holds.
