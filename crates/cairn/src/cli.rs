@@ -585,10 +585,7 @@ pub fn run() -> Result<Outcome> {
                 .iter()
                 .map(|spec| cairn_server::witness_push::WitnessTarget::parse(spec).map_err(usage))
                 .collect::<Result<Vec<_>>>()?;
-            let witnessing = (
-                witnesses,
-                std::time::Duration::from_secs((*witness_interval).max(1)),
-            );
+            let interval = std::time::Duration::from_secs((*witness_interval).max(1));
             let hosted = if witness_logs.is_empty() {
                 None
             } else {
@@ -604,8 +601,11 @@ pub fn run() -> Result<Outcome> {
                 otlp_listen.as_deref(),
                 otlp,
                 limits,
-                witnessing,
-                hosted,
+                serve_cmd::Witnessing {
+                    targets: witnesses,
+                    interval,
+                    hosted,
+                },
             )
         }
         Command::Witness(args) => crate::witness_cmd::run(args),

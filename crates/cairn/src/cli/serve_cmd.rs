@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// The witness options of `cairn serve`: the witnesses it sends its
+/// checkpoints to, and the witness it hosts for other logs.
+pub(super) struct Witnessing<'a> {
+    /// Witnesses to get checkpoints cosigned by.
+    pub targets: Vec<cairn_server::witness_push::WitnessTarget>,
+    /// Time between two rounds of sending.
+    pub interval: std::time::Duration,
+    /// A witness of other logs, and where it listens.
+    pub hosted: Option<(Arc<cairn_server::witness::Witness>, &'a str)>,
+}
+
 pub(super) fn serve(
     cli: &Cli,
     listen: &str,
@@ -10,12 +21,13 @@ pub(super) fn serve(
     otlp_listen: Option<&str>,
     otlp: cairn_server::otlp::OtlpConfig,
     limits: &crate::serve_config::ServeLimits,
-    (witnesses, witness_interval): (
-        Vec<cairn_server::witness_push::WitnessTarget>,
-        std::time::Duration,
-    ),
-    hosted_witness: Option<(Arc<cairn_server::witness::Witness>, &str)>,
+    witnessing: Witnessing<'_>,
 ) -> Result<Outcome> {
+    let Witnessing {
+        targets: witnesses,
+        interval: witness_interval,
+        hosted: hosted_witness,
+    } = witnessing;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
