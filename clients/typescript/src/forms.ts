@@ -44,6 +44,7 @@ const LINK_NAMES = new Set(["approval_request", "audit_event", "corrects", "pare
 
 export const OP_TYPES = [
   "session-start", "seal", "erasure", "review", "key-registration", "key-revocation", "audit-event", "signed-trace",
+  "log-key",
 ] as const;
 export type OpType = (typeof OP_TYPES)[number];
 const MAX_PROOF = 128;
@@ -196,6 +197,11 @@ export const VIEW_CHECKS: Readonly<Record<OpType, Readonly<Record<string, Check>
   "key-revocation": { org_id: isId, agent_id: isId, key_id: isId, reason: isString, revoked_at: isCanonicalTimestamp },
   "audit-event": { org_id: isId, event_id: isId, session_id: isStringOrNull, action: isString, detail: ANY, at: isCanonicalTimestamp },
   "signed-trace": { org_id: isId, session_id: isId, trace: isTrace },
+  // `key` must also be a readable Ed25519 vkey: checked (async) as the
+  // entry is read, in verify.ts.
+  "log-key": {
+    org_id: isId, action: (v) => v === "add" || v === "retire", key: isString, at: isCanonicalTimestamp, note: isString,
+  },
 };
 
 // -- step fields (3.1) ---------------------------------------------------------

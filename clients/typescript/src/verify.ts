@@ -6,7 +6,7 @@
 // FORMAT.md 9.1. It uses only WebCrypto (SHA-256, Ed25519) and
 // TextEncoder/TextDecoder, so it runs in Node and in browsers alike.
 
-import { decodeUtf8, equalBytes, fromBase64, fromHex, frame, sha256, taggedHash, toBase64, toHex, u64be, utf8 } from "./bytes.js";
+import { concat, decodeUtf8, equalBytes, fromBase64, fromHex, frame, sha256, taggedHash, toBase64, toHex, u64be, utf8 } from "./bytes.js";
 import { verifyStrict } from "./ed25519.js";
 import {
   decodeEntry, decodeSelection, FIELDS, isId, isUint, LEVEL_SHOWS, Malformed, members, need,
@@ -15,7 +15,7 @@ import {
 } from "./forms.js";
 import { canonicalBytes } from "./jcs.js";
 import { Frontier, leafHash, verifyConsistency, verifyInclusion, emptyRoot } from "./merkle.js";
-import { NoteMalformed, NoteUnverified, openNote, parseCheckpoint, parseVkey, isKeyName, type NoteKey } from "./note.js";
+import { ALG_ED25519, NoteMalformed, NoteUnverified, openNote, parseCheckpoint, parseVkey, isKeyName, type NoteKey } from "./note.js";
 import { isJsonObject, parseStrictJson, StrictJsonError, type JsonObject, type JsonValue } from "./strict-json.js";
 import { canonicalMicros, isCanonicalTimestamp } from "./time.js";
 import type { BundleInput, Failure, Position, Reason, Verdict, VerifyOptions } from "./verdict.js";
@@ -108,6 +108,12 @@ class Verifier {
   finals = new Map<string, string | null>();
   agentKeys = new Map<string, AgentKey>();
   pending = new Map<string, Erased>();
+  /** Log keys (7.10), by vkey text: where each was added, retired, first used. */
+  added = new Map<string, number>();
+  retired = new Map<string, number>();
+  firstUsed = new Map<string, number>();
+  /** The checkpoint's note, and a partial bundle's selection note. */
+  signedNotes: string[] = [];
 
   constructor(readonly pinned: NoteKey[], readonly trustedNotes: readonly string[]) {}
 
@@ -178,7 +184,11 @@ class Verifier {
       throw new Fail("malformed-record", "this is a format 1 bundle (Cairn 0.1): this verifier reads format 2");
     }
     try {
-      const h = members(header, ["cairn_bundle", "server_name", "org_id", "origin", "server_key", "complete_log", "exported_at"], [], "the header");
+      const h = members(header, ["cairn_bundle", "server_name", "org_id", "origin", "server_key", "complete_log", "exported_at"], ["log_keys"], "the header");
+      need(
+        !Object.hasOwn(h, "log_keys") || (Array.isArray(h["log_keys"]) && h["log_keys"].every((k) => typeof k === "string")),
+        "log_keys is an array of strings",
+      );
       need(h["cairn_bundle"] === 2, "cairn_bundle is 2");
       const serverName = h["server_name"];
       need(typeof serverName === "string" && isKeyName(serverName), "server_name is a key name");
@@ -220,12 +230,15 @@ class Verifier {
     if (this.pinned.length > 0) this.keys = this.pinned;
     else {
       try {
-        this.keys = [await parseVkey(this.header!["server_key"])];
+        const texts = [this.header!["server_key"], ...((this.header!["log_keys"] as JsonValue[] | undefined) ?? [])];
+        this.keys = [];
+        for (const text of texts) this.keys.push(await parseVkey(text));
       } catch (e) {
-        throw new Fail("malformed-record", `the header's server_key: ${(e as Error).message}`);
+        throw new Fail("malformed-record", `a key in the header: ${(e as Error).message}`);
       }
     }
     const text = await this.open((obj as JsonObject)["checkpoint"], "the checkpoint");
+    this.signedNotes.push((obj as JsonObject)["checkpoint"] as string);
     let checkpoint;
     try {
       checkpoint = parseCheckpoint(text);
@@ -304,6 +317,7 @@ class Verifier {
       throw e;
     }
     const text = await this.open(obj["note"], "the selection note");
+    this.signedNotes.push(obj["note"] as string);
     const lines = text.split("\n");
     if (lines.length !== 6 || lines[5] !== "" || lines[0] !== "cairn-selection/v2") {
       throw new Fail("malformed-record", "the selection note is not a cairn-selection/v2 note of five lines");
@@ -355,6 +369,18 @@ class Verifier {
     } catch (e) {
       if (e instanceof Malformed) throw new Fail("malformed-record", e.message, statedAt);
       throw e;
+    }
+    if (entry.type === "log-key") {
+      // The key is a readable Ed25519 vkey (5.2), as the record is read.
+      let key: NoteKey | undefined;
+      try {
+        key = await parseVkey(entry.view["key"]);
+      } catch {
+        key = undefined;
+      }
+      if (key === undefined || key.algorithm !== ALG_ED25519) {
+        throw new Fail("malformed-record", "the log-key view's key is not a readable Ed25519 vkey", statedAt);
+      }
     }
     if (entry.type === "session-start") {
       // The stated genesis must be the one the header members give (5.2),
@@ -555,6 +581,7 @@ class Verifier {
       "key-registration": (x, p) => this.keyRegistration(x, p),
       "key-revocation": (x, p) => this.keyRevocation(x, p),
       "signed-trace": (x, p) => this.signedTrace(x, p),
+      "log-key": (x, p) => this.logKey(x, p),
     };
     await handlers[e.type](e, at);
   }
@@ -601,12 +628,13 @@ class Verifier {
       }
       if (view["final_hash"] !== toHex(session.head)) throw new Fail("seal-mismatch", "the seal's final hash is not the session's last chain hash", at);
     }
-    const text = await this.open(view["note"], "the seal note", at);
+    const text = await this.openAt(view["note"], "the seal note", e.seq, at);
     const expected =
       `cairn-seal/v2\n${this.origin}\n${sessionId}\n${count}\n` +
       `${toBase64(fromHex(view["session_root"], 32)!)}\n${toBase64(fromHex(view["final_hash"], 32)!)}\n${String(view["sealed_at"])}\n`;
     if (text !== expected) throw new Fail("seal-mismatch", "the seal note states other fields than its record", at);
     if (session !== undefined) session.sealed = true;
+    await this.markUsed(view["note"] as string, e.seq);
     const final = view["final_hash"] as string;
     if (!this.finals.has(final)) this.finals.set(final, null);
   }
@@ -668,6 +696,80 @@ class Verifier {
 
   // -- the end (9.5) -------------------------------------------------------------
 
+  // -- log keys (7.10) -------------------------------------------------------
+
+  private keyFrom(key: NoteKey): number {
+    const added = this.added.get(vkeyText(key));
+    return added === undefined ? 0 : added + 1;
+  }
+
+  /** The position after the key's retirement, or Infinity. */
+  private keyUntil(key: NoteKey): number {
+    const retired = this.retired.get(vkeyText(key));
+    return retired === undefined ? Infinity : retired + 1;
+  }
+
+  /** The trusted keys valid for a record at `seq`, as far as the log told. */
+  private validAt(seq: number): NoteKey[] {
+    return this.keys.filter((k) => this.keyFrom(k) <= seq && seq < this.keyUntil(k));
+  }
+
+  private async openAt(note: JsonValue | undefined, what: string, seq: number, at: Position): Promise<string> {
+    try {
+      return await openNote(note, this.validAt(seq));
+    } catch (e) {
+      if (e instanceof NoteMalformed) throw new Fail("malformed-record", `${what}: ${e.message}`, at);
+      if (e instanceof NoteUnverified) throw new Fail("bad-signature", `${what}: ${e.message}`, at);
+      throw e;
+    }
+  }
+
+  private async markUsed(note: string, seq: number): Promise<void> {
+    for (const key of await noteSigners(note, this.validAt(seq))) {
+      const text = vkeyText(key);
+      if (!this.firstUsed.has(text)) this.firstUsed.set(text, seq);
+    }
+  }
+
+  private async logKey(e: OpEntry, at: Position): Promise<void> {
+    const view = e.view;
+    const key = await parseVkey(view["key"]);
+    if (key.name !== this.header!["server_name"]) {
+      throw new Fail("malformed-record", `the log-key record names a key of ${key.name}, not of this log`, at);
+    }
+    const text = await this.openAt(view["note"], "the log-key note", e.seq, at);
+    const expected = `cairn-log-key/v1\n${this.origin}\n${String(view["action"])}\n${String(view["key"])}\n${String(view["at"])}\n`;
+    if (text !== expected) throw new Fail("malformed-record", "the log-key note states other fields than its record", at);
+    const vkey = vkeyText(key);
+    const signers = (await noteSigners(view["note"] as string, this.validAt(e.seq))).map(vkeyText);
+    if (view["action"] === "add") {
+      if (this.added.has(vkey)) throw new Fail("bad-signature", `log key ${vkey} was already added`, at);
+      const used = this.firstUsed.get(vkey);
+      if (used !== undefined) throw new Fail("bad-signature", `log key ${vkey} signed at seq ${used}, before its add record`, at);
+      if (signers.every((s) => s === vkey)) {
+        throw new Fail("bad-signature", "a log key's add record must be signed by another valid log key", at);
+      }
+      this.added.set(vkey, e.seq);
+    } else {
+      if (this.retired.has(vkey)) throw new Fail("bad-signature", `log key ${vkey} was already retired`, at);
+      this.retired.set(vkey, e.seq);
+    }
+    for (const s of signers) if (!this.firstUsed.has(s)) this.firstUsed.set(s, e.seq);
+  }
+
+  /** Whether `note` has a valid signature by a trusted key valid for a
+   * checkpoint of `size` entries (7.10). */
+  private async signedForSize(note: string, size: bigint): Promise<boolean> {
+    const n = Number(size);
+    const valid = this.keys.filter((k) => this.keyFrom(k) <= n && n <= this.keyUntil(k));
+    try {
+      await openNote(note, valid);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   async finish(): Promise<void> {
     if (this.phase !== "ended") {
       throw new Fail("missing-record", "the bundle ends without its end line (truncated)", position({ line: this.line + 1 }), true);
@@ -703,7 +805,39 @@ class Verifier {
     if (first !== undefined) {
       throw new Fail("erasure-mismatch", "an erased step without the erasure record naming it", { ...first.at, line: null }, true);
     }
+    for (const note of this.signedNotes) {
+      if (!(await this.signedForSize(note, this.size))) {
+        throw new Fail("bad-signature",
+          `the checkpoint of size ${this.size} (or its selection) is not signed by a log key valid at that size`, position(), true);
+      }
+    }
   }
+}
+
+/** A key's vkey text, `name+hexid+base64(algorithm || key)`. */
+function vkeyText(key: NoteKey): string {
+  return `${key.name}+${toHex(key.keyId)}+${toBase64(concat(Uint8Array.of(key.algorithm), key.publicKey))}`;
+}
+
+/** The keys among `keys` whose signatures on `note` verify (the note
+ * already opened with them). */
+async function noteSigners(note: string, keys: readonly NoteKey[]): Promise<NoteKey[]> {
+  const split = note.lastIndexOf("\n\n");
+  const text = utf8(note.slice(0, split + 1));
+  const signers: NoteKey[] = [];
+  for (const line of note.slice(split + 2, -1).split("\n")) {
+    const body = line.slice(2);
+    const space = body.indexOf(" ");
+    const raw = fromBase64(body.slice(space + 1));
+    if (raw === undefined || raw.length < 5) continue;
+    for (const key of keys) {
+      if (key.name === body.slice(0, space) && equalBytes(key.keyId, raw.subarray(0, 4)) && !signers.includes(key)
+          && (await verifyStrict(key.publicKey, text, raw.subarray(4)))) {
+        signers.push(key);
+      }
+    }
+  }
+  return signers;
 }
 
 function erasedKey(sessionId: string, index: number): string {

@@ -59,7 +59,7 @@ _COMPACT_KINDS = frozenset(k.replace("_", "") for k in _KINDS)
 _STRICT_KINDS = frozenset({"plan", "analysis", "decision", "reflection"})
 _LINKS = frozenset({"approval_request", "audit_event", "corrects", "parent", "policy_decision", "tool_call"})
 _OP_TYPES = ("session-start", "seal", "erasure", "review", "key-registration", "key-revocation",
-             "audit-event", "signed-trace")
+             "audit-event", "signed-trace", "log-key")
 _TRACE_LEVELS = {"generic": "generic", "detailed": "detailed", "full": "full", "full_traces": "full"}
 _MAX_PROOF = 128
 
@@ -359,6 +359,31 @@ def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
     return _Key(name, key_id, raw[1:], alg)
 
 
+def _is_vkey(text: Any) -> bool:
+    """A readable Ed25519 note vkey (7.1)."""
+    try:
+        _parse_vkey(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _note_signers(note: str, keys: Sequence[_Key]) -> list[_Key]:
+    """The keys among `keys` whose signatures on `note` verify (the note
+    already opened with them)."""
+    split = note.rfind("\n\n")
+    text, block = note[: split + 1], note[split + 2:]
+    signers: list[_Key] = []
+    for line in block[:-1].split("\n"):
+        name, _sep, blob = line[2:].partition(" ")
+        raw = _b64decode(blob) or b""
+        for key in keys:
+            if (key.name == name and raw[:4] == key.key_id and key not in signers
+                    and ed25519.verify_strict(key.public, text.encode(), raw[4:])):
+                signers.append(key)
+    return signers
+
+
 def _cosigned_by(note: str, witness: _Key) -> bool:
     """Whether a (well-formed) signed note carries a valid C2SP
     cosignature/v1 by `witness` (FORMAT.md 7.7): a line with its name and
@@ -607,6 +632,10 @@ _VIEWS: dict[str, dict[str, Any]] = {
         "action": _STR, "detail": _ANY, "at": _is_ts,
     },
     "signed-trace": {"org_id": _is_id, "session_id": _is_id, "trace": lambda v: _is_trace(v)},
+    "log-key": {
+        "org_id": _is_id, "action": lambda v: v in ("add", "retire"),
+        "key": lambda v: _is_vkey(v), "at": _is_ts, "note": _STR,
+    },
 }
 
 
@@ -909,6 +938,11 @@ class _Verifier:
         self.finals: dict[bytes, Optional[str]] = {}  # sealed final hash -> the session continuing it
         self.agent_keys: dict[str, _AgentKey] = {}
         self.pending: dict[tuple[str, int], _Erased] = {}
+        # log keys (7.10), by vkey text: where added, retired, first used
+        self.added: dict[str, int] = {}
+        self.retired: dict[str, int] = {}
+        self.first_used: dict[str, int] = {}
+        self.signed_notes: list[str] = []  # the checkpoint's and the selection's notes
 
     # -- lines ---------------------------------------------------------------
 
@@ -969,7 +1003,9 @@ class _Verifier:
             raise _Fail("malformed-record", "this is a format 1 bundle (Cairn 0.1): this verifier reads format 2")
         try:
             _members(header, ("cairn_bundle", "server_name", "org_id", "origin", "server_key",
-                              "complete_log", "exported_at"), (), "the header")
+                              "complete_log", "exported_at"), ("log_keys",), "the header")
+            _need("log_keys" not in header or (isinstance(header["log_keys"], list) and all(
+                isinstance(k, str) for k in header["log_keys"])), "log_keys is an array of strings")
             _need(header["cairn_bundle"] == 2 and _is_uint(header["cairn_bundle"]), "cairn_bundle is 2")
             _need(isinstance(header["server_name"], str) and _valid_key_name(header["server_name"]),
                   "server_name is a key name")
@@ -1002,15 +1038,16 @@ class _Verifier:
             self.keys = self.pinned
         else:
             try:
-                self.keys = [_parse_vkey(self.header["server_key"])]
+                self.keys = [_parse_vkey(k) for k in [self.header["server_key"], *self.header.get("log_keys", [])]]
             except ValueError as e:
-                raise _Fail("malformed-record", f"the header's server_key: {e}") from None
+                raise _Fail("malformed-record", f"a key in the header: {e}") from None
         try:
             _members(obj, ("checkpoint",), (), "line 2")
             _need(isinstance(obj["checkpoint"], str), "the checkpoint is a signed note")
         except _Malformed as e:
             raise _Fail("malformed-record", f"line 2 holds the checkpoint: {e}") from None
         text = self._open(obj["checkpoint"], "the checkpoint")
+        self.signed_notes.append(obj["checkpoint"])
         try:
             origin, size, root = _parse_checkpoint(text)
         except ValueError as e:
@@ -1072,6 +1109,7 @@ class _Verifier:
         except _Malformed as e:
             raise _Fail("malformed-record", f"the selection: {e}") from None
         text = self._open(obj["note"], "the selection note")
+        self.signed_notes.append(obj["note"])
         lines = text.split("\n")
         if len(lines) != 6 or lines[5] != "" or lines[0] != "cairn-selection/v2":
             raise _Fail("malformed-record", "the selection note is not a cairn-selection/v2 note of five lines")
@@ -1341,7 +1379,7 @@ class _Verifier:
                 raise _Fail("seal-mismatch", "the seal's session root is not the root of the session's steps", at)
             if view["final_hash"] != session.head.hex():
                 raise _Fail("seal-mismatch", "the seal's final hash is not the session's last chain hash", at)
-        text = self._open(view["note"], "the seal note", at)
+        text = self._open_at(view["note"], "the seal note", e.seq, at)
         expected = (f"cairn-seal/v2\n{self.origin}\n{session_id}\n{view['step_count']}\n"
                     f"{_b64(bytes.fromhex(view['session_root']))}\n{_b64(bytes.fromhex(view['final_hash']))}\n"
                     f"{view['sealed_at']}\n")
@@ -1349,6 +1387,7 @@ class _Verifier:
             raise _Fail("seal-mismatch", "the seal note states other fields than its record", at)
         if session is not None:
             session.sealed = True
+        self._mark_used(view["note"], e.seq)
         self.finals.setdefault(bytes.fromhex(view["final_hash"]), None)
 
     def _erasure(self, e: _OpEntry, at: Position) -> None:
@@ -1392,6 +1431,69 @@ class _Verifier:
         if key.revoked_seq is not None:
             raise _Fail("duplicate-record", f"key {view['key_id']} is revoked twice", at)
         key.revoked_seq = e.seq
+
+    # -- log keys (7.10) ---------------------------------------------------------
+
+    def _from(self, key: _Key) -> int:
+        added = self.added.get(key.vkey())
+        return 0 if added is None else added + 1
+
+    def _until(self, key: _Key) -> Optional[int]:
+        retired = self.retired.get(key.vkey())
+        return None if retired is None else retired + 1
+
+    def _valid_at(self, seq: int) -> list[_Key]:
+        """The trusted keys valid for a record at `seq`, as far as the log told."""
+        return [k for k in self.keys if self._from(k) <= seq and (self._until(k) is None or seq < (self._until(k) or 0))]
+
+    def _open_at(self, note: Any, what: str, seq: int, at: Position) -> str:
+        try:
+            return _open_note(note, self._valid_at(seq))
+        except _NoteMalformed as e:
+            raise _Fail("malformed-record", f"{what}: {e}", at) from None
+        except _NoteUnverified as e:
+            raise _Fail("bad-signature", f"{what}: {e}", at) from None
+
+    def _mark_used(self, note: str, seq: int) -> None:
+        for key in _note_signers(note, self._valid_at(seq)):
+            self.first_used.setdefault(key.vkey(), seq)
+
+    def _log_key(self, e: _OpEntry, at: Position) -> None:
+        view = e.view
+        key = _parse_vkey(view["key"])
+        if key.name != self.header["server_name"]:
+            raise _Fail("malformed-record", f"the log-key record names a key of {key.name}, not of this log", at)
+        text = self._open_at(view["note"], "the log-key note", e.seq, at)
+        if text != f"cairn-log-key/v1\n{self.origin}\n{view['action']}\n{view['key']}\n{view['at']}\n":
+            raise _Fail("malformed-record", "the log-key note states other fields than its record", at)
+        vkey = key.vkey()
+        signers = [k.vkey() for k in _note_signers(view["note"], self._valid_at(e.seq))]
+        if view["action"] == "add":
+            if vkey in self.added:
+                raise _Fail("bad-signature", f"log key {vkey} was already added", at)
+            if vkey in self.first_used:
+                raise _Fail("bad-signature",
+                            f"log key {vkey} signed at seq {self.first_used[vkey]}, before its add record", at)
+            if all(s == vkey for s in signers):
+                raise _Fail("bad-signature", "a log key's add record must be signed by another valid log key", at)
+            self.added[vkey] = e.seq
+        else:
+            if vkey in self.retired:
+                raise _Fail("bad-signature", f"log key {vkey} was already retired", at)
+            self.retired[vkey] = e.seq
+        for s in signers:
+            self.first_used.setdefault(s, e.seq)
+
+    def _signed_for_size(self, note: str, size: int) -> bool:
+        """Whether `note` has a valid signature by a trusted key valid for a
+        checkpoint of `size` entries (7.10)."""
+        valid = [k for k in self.keys
+                 if self._from(k) <= size and (self._until(k) is None or size <= (self._until(k) or 0))]
+        try:
+            _open_note(note, valid)
+        except ValueError:
+            return False
+        return True
 
     def _signed_trace(self, e: _OpEntry, at: Position) -> None:
         trace = e.view["trace"]
@@ -1446,6 +1548,11 @@ class _Verifier:
             at = Position(None, waiting.position.seq, waiting.position.session_id,
                           waiting.position.step_index, waiting.position.trace_id)
             raise _Fail("erasure-mismatch", "an erased step without the erasure record naming it", at, line_known=True)
+        for note in self.signed_notes:
+            if not self._signed_for_size(note, self.size):
+                raise _Fail("bad-signature",
+                            f"the checkpoint of size {self.size} (or its selection) is not signed by a log key valid at that size",
+                            Position(), line_known=True)
 
 
 # -- input -------------------------------------------------------------------
