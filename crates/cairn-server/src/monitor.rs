@@ -119,8 +119,9 @@ pub struct Monitor {
     last: Option<(String, Checkpoint)>,
     verifier: Option<LogVerifier>,
     /// For each erased step still waiting for its erasure record: the log
-    /// size by which the record must have been logged.
-    erasure_deadlines: BTreeMap<u64, u64>,
+    /// size by which the record must have been logged, and whether it was
+    /// already capped by a checkpoint signed after the step was read.
+    erasure_deadlines: BTreeMap<u64, (u64, bool)>,
 }
 
 impl Monitor {
@@ -167,6 +168,15 @@ impl Monitor {
                     seen: last.root,
                     now: root,
                 });
+            }
+        }
+        // A record tile's stated log size is the server's word: the first
+        // checkpoint signed after the tile was read bounds it (an erasure
+        // logged before the read is below that checkpoint's size).
+        for (deadline, capped) in self.erasure_deadlines.values_mut() {
+            if !*capped {
+                *deadline = (*deadline).min(size);
+                *capped = true;
             }
         }
         let before = self.records_verified();
@@ -326,7 +336,9 @@ impl Monitor {
                 }
             }
             for seq in verifier.pending_erasures() {
-                self.erasure_deadlines.entry(seq).or_insert(served_size);
+                self.erasure_deadlines
+                    .entry(seq)
+                    .or_insert((served_size, false));
             }
             next = first + width;
         }
@@ -337,8 +349,8 @@ impl Monitor {
         let overdue = self
             .erasure_deadlines
             .iter()
-            .find(|(_, deadline)| **deadline <= verifier.size())
-            .map(|(seq, deadline)| (*seq, *deadline));
+            .find(|(_, (deadline, _))| *deadline <= verifier.size())
+            .map(|(seq, (deadline, _))| (*seq, *deadline));
         if let Some((seq, deadline)) = overdue {
             verifier.fail_pending_erasure(
                 seq,
