@@ -343,6 +343,9 @@ impl Monitor {
             next = first + width;
         }
         let verifier = self.verifier.as_mut().expect("set above");
+        // The checkpoint's key must be valid at its size (a key retired
+        // in the log below it may not sign it: FORMAT.md 7.10).
+        verifier.check_checkpoint_keys_now(cp.note(), size);
         let pending = verifier.pending_erasures();
         self.erasure_deadlines
             .retain(|seq, _| pending.contains(seq));

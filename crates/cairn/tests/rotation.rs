@@ -472,4 +472,27 @@ fn cairn_keys_rotate_and_retire_from_the_command_line() {
         1
     );
     assert_eq!(run(&["verify", "--bundle", bundle], None).code, 0);
+
+    // A monitor given both keys follows the rotated log; given only the
+    // old one, it refuses the new key's checkpoint.
+    let (server, admin) = common::serve_with(dir.path(), None, &["--server-key", new_key], &[]);
+    let admin = admin.expect("a store without API keys prints an admin key");
+    let url = format!("http://{}/v1/tlog", server.addr);
+    let monitor = |keys: &[&str]| {
+        let mut args = vec!["monitor", url.as_str(), "--once"];
+        for k in keys {
+            args.extend(["--log-key", k]);
+        }
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"));
+        command.args(&args).env("CAIRN_API_KEY", &admin);
+        command.output().unwrap()
+    };
+    let both = monitor(&[&old, &new]);
+    assert_eq!(
+        both.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&both.stdout)
+    );
+    assert_eq!(monitor(&[&old]).status.code(), Some(1));
 }

@@ -357,6 +357,28 @@ impl LogVerifier {
         self.checkpoint_keys.push((note.to_owned(), size));
     }
 
+    /// Checks now that the checkpoint `note` of `size` entries is signed by
+    /// a log key valid at that size, with the key history read so far (for
+    /// a log that has no end, as a monitor follows it: call once every
+    /// entry below `size` was pushed). Returns false once verification has
+    /// failed.
+    pub fn check_checkpoint_keys_now(&mut self, note: &str, size: u64) -> bool {
+        if self.progress.failure.is_some() {
+            return false;
+        }
+        match self
+            .key_validity
+            .check_checkpoint(note, size, &self.server_keys)
+        {
+            Ok(()) => true,
+            Err(detail) => {
+                self.progress
+                    .fail_at_end(Location::default(), Reason::BadSignature, detail);
+                false
+            }
+        }
+    }
+
     /// The first failure, once there is one.
     pub fn failure(&self) -> Option<&Failure> {
         self.progress.failure.as_ref()
