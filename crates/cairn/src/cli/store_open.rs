@@ -1,0 +1,82 @@
+//! Opening the store a command works on: the embedded store in the data
+//! directory or PostgreSQL, with the server key from the data directory, a
+//! key file or a signer command.
+
+use super::*;
+
+pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerStore>> {
+    let limits = Limits {
+        max_content_bytes: cli.max_content_length,
+        ..Limits::default()
+    };
+    if let Some(url) = &cli.database {
+        std::fs::create_dir_all(&cli.data_dir)
+            .with_context(|| format!("creating {}", cli.data_dir.display()))?;
+        let key = match (&cli.server_key_command, &cli.server_key) {
+            (Some(command), _) => cairn_store::command_server_key(command, &cli.server_name)?,
+            (None, Some(file)) => cairn_store::load_or_create_key_file(file, &cli.server_name)?,
+            (None, None) => {
+                cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?
+            }
+        };
+        let options = PgOptions {
+            limits,
+            embedding_sample_rate: cli.embedding_sample_rate,
+            max_clock_skew_s: cli.max_clock_skew,
+            network_timeout: cli.database_timeout,
+            ..PgOptions::new(url.clone())
+        };
+        let store = PgStore::open(options, key)
+            .with_context(|| format!("opening the PostgreSQL store at {}", redact_password(url)))?;
+        return Ok(Arc::new(store));
+    }
+    let options = SqliteOptions {
+        server_name: cli.server_name.clone(),
+        limits,
+        embedding_sample_rate: cli.embedding_sample_rate,
+        max_clock_skew_s: cli.max_clock_skew,
+        sequencer,
+        key_file: cli.server_key.clone(),
+        key: cli
+            .server_key_command
+            .as_deref()
+            .map(|command| cairn_store::command_server_key(command, &cli.server_name))
+            .transpose()?,
+        ..SqliteOptions::default()
+    };
+    match SqliteStore::open(&cli.data_dir, options) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(cairn_store::StoreError::Busy(m)) => Err(usage(m)),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("opening the store in {}", cli.data_dir.display()))),
+    }
+}
+
+/// A connection URL fit to print: its password, if any, replaced.
+pub(super) fn redact_password(url: &str) -> String {
+    // postgres://user:secret@host/db and key=value forms.
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.split_whitespace()
+        .map(|part| {
+            if part.starts_with("password=") {
+                "password=***"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where the store is, for messages.
+pub(super) fn store_location(cli: &Cli) -> String {
+    match &cli.database {
+        Some(url) => format!("database: {}", redact_password(url)),
+        None => format!("data: {}", cli.data_dir.display()),
+    }
+}
