@@ -125,7 +125,18 @@ pub(crate) async fn authenticate(
                 "an API key is required: Authorization: Bearer cairn_...",
             )
         })?;
-        let hash = token_hash(token);
+        authenticate_hash(state, token_hash(token)).await
+    }
+}
+
+/// The caller whose API key's token hashes to `hash` (the web UI's
+/// sessions keep only that), with the same cache, revocation and rate
+/// limit as a Bearer token.
+pub(crate) async fn authenticate_hash(
+    state: &Arc<AppState>,
+    hash: Hash,
+) -> Result<Caller, ApiError> {
+    {
         let cached = state.keys.read().ok().and_then(|keys| {
             keys.get(&hash)
                 .filter(|(_, at)| at.elapsed() < state.config.key_cache_ttl)

@@ -34,6 +34,7 @@ mod steps;
 mod tlog;
 mod traces;
 mod turns;
+mod ui;
 pub mod wire;
 pub mod witness;
 pub mod witness_push;
@@ -126,6 +127,8 @@ pub struct AppState {
     mcp_manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
     /// Who opened each MCP session.
     mcp_sessions: limits::McpSessions,
+    /// The web UI's signed-in sessions.
+    ui_sessions: ui::UiSessions,
 }
 
 impl AppState {
@@ -149,6 +152,7 @@ impl AppState {
             mcp_manager: manager,
             config,
             keys: RwLock::new(HashMap::new()),
+            ui_sessions: ui::UiSessions::default(),
         })
     }
 

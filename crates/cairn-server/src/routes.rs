@@ -98,6 +98,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let (api, _) = api_routes().split_for_parts();
     let (bundles, _) = bundle_routes(&limits, bundle_limit).split_for_parts();
     api.merge(tlog::routes())
+        .merge(ui::routes())
         .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
         .fallback(|| async { ApiError::not_found("route") })
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
@@ -141,6 +142,8 @@ pub(crate) async fn count_errors(
         .is_some_and(|v| {
             v.as_bytes().starts_with(b"application/json")
                 || v.as_bytes().starts_with(b"application/x-protobuf")
+                // The web UI's own pages (a refused sign-in shows the form).
+                || v.as_bytes().starts_with(b"text/html")
         });
     if status.is_client_error() && !is_json {
         let code = match status {

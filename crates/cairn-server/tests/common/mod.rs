@@ -27,6 +27,13 @@ pub struct Server {
     _dir: tempfile::TempDir,
 }
 
+impl Server {
+    /// The data directory of the server's embedded store.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {

@@ -80,6 +80,7 @@ pub(super) fn serve(
             store_location(cli),
             cli.org
         );
+        println!("web UI: open http://{address}/ and sign in with an API key");
         let witness_listener = match &hosted_witness {
             Some((witness, at)) => {
                 let l = tokio::net::TcpListener::bind(at)

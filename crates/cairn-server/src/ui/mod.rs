@@ -1,0 +1,315 @@
+//! The web UI at `/`: server-rendered HTML (askama templates in
+//! `templates/ui/`, checked at compile time, escaping everything), one
+//! stylesheet, no script and nothing from elsewhere (the
+//! Content-Security-Policy says so).
+//!
+//! Signing in takes an API key once and keeps a server-side session: the
+//! browser holds only an opaque, `HttpOnly`, `SameSite=Strict` cookie; the
+//! key never reaches a URL or the browser's storage. Every page
+//! authenticates again through the same key lookup as the API (so a
+//! revoked key signs its sessions out, and roles are the API's), and every
+//! form that changes something carries the session's CSRF token and must
+//! come from this origin.
+
+use super::*;
+use askama::Template;
+use std::sync::Mutex;
+
+mod pages;
+
+/// The session cookie's name.
+const COOKIE: &str = "cairn_ui";
+/// How long a UI session lasts without a new sign-in.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Most UI sessions held at once; the oldest go first.
+const MAX_SESSIONS: usize = 10_000;
+/// Pages: only this server's stylesheet; forms post only here.
+const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// The UI's signed-in sessions, by the SHA-256 of their cookie value.
+#[derive(Default)]
+pub(crate) struct UiSessions {
+    map: Mutex<HashMap<Hash, UiSession>>,
+}
+
+#[derive(Clone)]
+struct UiSession {
+    /// The API key's token hash: the key is looked up again on each page.
+    token_hash: Hash,
+    csrf: String,
+    expires: Instant,
+}
+
+/// A signed-in browser: the key's caller and the session's CSRF token.
+pub(crate) struct UiUser {
+    caller: Caller,
+    csrf: String,
+}
+
+fn random_hex() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("no entropy: {e}"),
+        )
+    })?;
+    Ok(hex::encode(bytes))
+}
+
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+fn session_key(value: &str) -> Hash {
+    Hash::sha256(value.as_bytes())
+}
+
+/// The signed-in user of a request, or where to send the browser.
+async fn user(state: &Arc<AppState>, headers: &HeaderMap) -> Result<UiUser, Response> {
+    let found = cookie_value(headers).and_then(|value| {
+        let mut map = state.ui_sessions.map.lock().ok()?;
+        let key = session_key(&value);
+        match map.get(&key) {
+            Some(s) if s.expires > Instant::now() => Some(s.clone()),
+            Some(_) => {
+                map.remove(&key);
+                None
+            }
+            None => None,
+        }
+    });
+    let Some(session) = found else {
+        return Err(Redirect::to("/ui/sign-in"));
+    };
+    match auth::authenticate_hash(state, session.token_hash).await {
+        Ok(caller) => Ok(UiUser {
+            caller,
+            csrf: session.csrf,
+        }),
+        // A revoked key ends its sessions; a rate limit is the API's.
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => Err(Redirect::to("/ui/sign-in")),
+        Err(e) => Err(e.into_response()),
+    }
+}
+
+/// `303 See Other` to `to`.
+struct Redirect;
+
+impl Redirect {
+    fn to(to: &'static str) -> Response {
+        (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+    }
+}
+
+/// A form post must come from this origin: browsers send `Origin` (and
+/// `Sec-Fetch-Site`) with every POST, and a page elsewhere cannot make
+/// them say this server.
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::forbidden(
+            "this form may only be sent from Cairn's own pages (cross-site request refused)",
+        )
+    };
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && site != "same-origin"
+        && site != "none"
+    {
+        return Err(refused());
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if origin_host != host {
+            return Err(refused());
+        }
+    }
+    Ok(())
+}
+
+/// An HTML page with the UI's headers.
+fn page(template: &impl Template) -> Response {
+    match template.render() {
+        Ok(html) => {
+            let mut response = html.into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(POLICY),
+            );
+            headers.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            headers.insert(
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            );
+            // Pages hold an org's data: never cached.
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("rendering the page: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+use axum::http::HeaderValue;
+
+/// The UI's routes (HTML pages, not part of the API document).
+pub(crate) fn routes() -> Router<Arc<AppState>> {
+    use axum::routing::{get, post};
+    Router::new()
+        .route("/", get(home))
+        .route("/ui", get(home))
+        .route("/ui/sign-in", get(sign_in_page).post(sign_in))
+        .route("/ui/sign-out", post(sign_out))
+        .route("/ui/sessions", get(pages::sessions))
+        .route("/ui/sessions/{id}", get(pages::session))
+        .route("/ui/assets/ui.css", get(stylesheet))
+}
+
+async fn home(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    match user(&state, &headers).await {
+        Ok(_) => Redirect::to("/ui/sessions"),
+        Err(to_sign_in) => to_sign_in,
+    }
+}
+
+async fn stylesheet() -> Response {
+    let mut response = include_str!("ui.css").into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/css"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+#[derive(Template)]
+#[template(path = "ui/sign_in.html")]
+struct SignIn {
+    error: Option<String>,
+}
+
+async fn sign_in_page() -> Response {
+    page(&SignIn { error: None })
+}
+
+#[derive(serde::Deserialize)]
+struct SignInForm {
+    api_key: String,
+}
+
+async fn sign_in(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<SignInForm>,
+) -> Result<Response, ApiError> {
+    same_origin(&headers)?;
+    let token = form.api_key.trim();
+    let caller = match auth::authenticate_hash(&state, cairn_store::token_hash(token)).await {
+        Ok(caller) => caller,
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            let mut response = page(&SignIn {
+                error: Some("That API key is unknown or revoked.".into()),
+            });
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+            return Ok(response);
+        }
+        Err(e) => return Err(e),
+    };
+    let value = random_hex()?;
+    let session = UiSession {
+        token_hash: caller.key.token_hash,
+        csrf: random_hex()?,
+        expires: Instant::now() + SESSION_TTL,
+    };
+    {
+        let mut map =
+            state.ui_sessions.map.lock().map_err(|_| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "lock")
+            })?;
+        let now = Instant::now();
+        map.retain(|_, s| s.expires > now);
+        if map.len() >= MAX_SESSIONS
+            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k)
+        {
+            map.remove(&oldest);
+        }
+        map.insert(session_key(&value), session);
+    }
+    let secure = headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let cookie = format!(
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
+    );
+    Ok((
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/ui/sessions".to_owned()),
+            (header::SET_COOKIE, cookie),
+        ],
+    )
+        .into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct CsrfForm {
+    csrf: String,
+}
+
+async fn sign_out(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<CsrfForm>,
+) -> Result<Response, ApiError> {
+    same_origin(&headers)?;
+    if let Some(value) = cookie_value(&headers)
+        && let Ok(mut map) = state.ui_sessions.map.lock()
+    {
+        let key = session_key(&value);
+        if map.get(&key).is_some_and(|s| s.csrf != form.csrf) {
+            return Err(ApiError::forbidden(
+                "the form's CSRF token is not this session's: reload the page",
+            ));
+        }
+        map.remove(&key);
+    }
+    let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    Ok((
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/ui/sign-in".to_owned()),
+            (header::SET_COOKIE, cookie),
+        ],
+    )
+        .into_response())
+}

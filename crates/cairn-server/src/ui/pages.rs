@@ -1,0 +1,244 @@
+//! The UI's pages over the store: the session list and a session's
+//! timeline, each with the verdict the API gives.
+
+use super::*;
+
+/// The navigation bar's data.
+struct Nav {
+    org: String,
+    role: String,
+    csrf: String,
+}
+
+impl Nav {
+    fn of(user: &UiUser) -> Nav {
+        Nav {
+            org: user.caller.org().to_owned(),
+            role: user.caller.key.role.to_string(),
+            csrf: user.csrf.clone(),
+        }
+    }
+}
+
+struct SessionRow {
+    session_id: String,
+    agent_id: String,
+    step_count: u64,
+    first_step_at: String,
+    last_step_at: String,
+    sealed: bool,
+    verdict: &'static str,
+    verdict_class: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "ui/sessions.html")]
+struct SessionsPage {
+    org: String,
+    role: String,
+    csrf: String,
+    agent: String,
+    sessions: Vec<SessionRow>,
+}
+
+/// How many sessions a page lists.
+const PAGE: usize = 50;
+
+fn time_text(t: Option<cairn_core::Timestamp>) -> String {
+    t.map_or_else(|| "—".to_owned(), |t| t.to_string())
+}
+
+/// `GET /ui/sessions[?agent=]`.
+pub(super) async fn sessions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let agent = q
+        .get("agent")
+        .map(|a| a.trim().to_owned())
+        .unwrap_or_default();
+    if !agent.is_empty() && cairn_core::record::validate_id("agent", &agent).is_err() {
+        return ApiError::bad_request("invalid_argument", "agent is not an agent id")
+            .with_field("agent")
+            .into_response();
+    }
+    let org = user.caller.org().to_owned();
+    let budget = state.config.limits.list_verify_steps;
+    let filter = (!agent.is_empty()).then(|| agent.clone());
+    let listed = blocking(&state, move |store| {
+        listed_sessions(store, &org, filter.as_deref(), PAGE, true, budget)
+    })
+    .await;
+    let rows = match listed {
+        Ok(rows) => rows,
+        Err(e) => return e.into_response(),
+    };
+    let nav = Nav::of(&user);
+    page(&SessionsPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        agent,
+        sessions: rows
+            .into_iter()
+            .map(|(s, valid)| {
+                let (verdict, verdict_class) = match valid {
+                    Some(true) => ("verified", "good"),
+                    Some(false) => ("tampered", "bad"),
+                    None => ("not checked", "neutral"),
+                };
+                SessionRow {
+                    session_id: s.session_id,
+                    agent_id: s.agent_id,
+                    step_count: s.step_count,
+                    first_step_at: time_text(s.first_step_at),
+                    last_step_at: time_text(s.last_step_at),
+                    sealed: s.sealed,
+                    verdict,
+                    verdict_class,
+                }
+            })
+            .collect(),
+    })
+}
+
+struct StepView {
+    index: u64,
+    seq: u64,
+    kind: &'static str,
+    label: String,
+    created_at: String,
+    model: Option<String>,
+    tokens: Option<u64>,
+    duration_ms: Option<u64>,
+    erased: bool,
+    failing: bool,
+    content: Option<String>,
+    preview: String,
+    input: Option<String>,
+    output: Option<String>,
+    hash: String,
+}
+
+#[derive(Template)]
+#[template(path = "ui/session.html")]
+struct SessionPage {
+    org: String,
+    role: String,
+    csrf: String,
+    session_id: String,
+    agent_id: String,
+    started_at: String,
+    sealed: bool,
+    verdict: String,
+    verdict_class: &'static str,
+    failure: Option<String>,
+    checked: u64,
+    steps: Vec<StepView>,
+}
+
+/// Steps shown on one page (a longer session shows its first ones).
+const MAX_STEPS_SHOWN: usize = 2_000;
+
+fn pretty(value: &Option<Value>) -> Option<String> {
+    value
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
+}
+
+/// `GET /ui/sessions/{id}`.
+pub(super) async fn session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let org = user.caller.org().to_owned();
+    let loaded = blocking(&state, move |store| {
+        let Some(info) = store.session(&org, &id)? else {
+            return Err(ApiError::not_found(format!("session {}", shown(&id))));
+        };
+        let verdict = verify_session(store, &org, &id)?;
+        let mut steps = Vec::new();
+        store.read_session(&org, &id, &mut |stored| {
+            steps.push(stored);
+            steps.len() < MAX_STEPS_SHOWN
+        })?;
+        Ok((info, verdict, steps))
+    })
+    .await;
+    let (info, verdict, stored) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => return e.into_response(),
+    };
+    let failing_index = verdict
+        .as_ref()
+        .and_then(|v| v.failure.as_ref())
+        .and_then(|f| f.at.step_index);
+    let (verdict_text, verdict_class, failure, checked) = match &verdict {
+        Some(v) if v.verified => ("Verified".to_owned(), "good", None, v.records_checked),
+        Some(v) => (
+            "Tampered".to_owned(),
+            "bad",
+            v.failure.as_ref().map(|f| {
+                format!(
+                    "First failing record: {} ({}): {}",
+                    f.at, f.reason, f.detail
+                )
+            }),
+            v.records_checked,
+        ),
+        None => ("Not verified".to_owned(), "neutral", None, 0),
+    };
+    let steps = stored
+        .into_iter()
+        .map(|s| {
+            let step = &s.record.step;
+            let content = step.content.clone();
+            let preview = content
+                .as_deref()
+                .map(|c| c.chars().take(160).collect::<String>() + "…")
+                .unwrap_or_default();
+            StepView {
+                index: step.step_index,
+                seq: s.seq,
+                kind: step.kind.as_str(),
+                label: step.kind_label.clone(),
+                created_at: step.created_at.to_string(),
+                model: step.model.clone(),
+                tokens: step.token_count,
+                duration_ms: step.duration_ms,
+                erased: s.record.erased,
+                failing: failing_index == Some(step.step_index),
+                content,
+                preview,
+                input: pretty(&step.input),
+                output: pretty(&step.output),
+                hash: s.record.hash.to_string(),
+            }
+        })
+        .collect();
+    let nav = Nav::of(&user);
+    page(&SessionPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        session_id: info.header.session_id.clone(),
+        agent_id: info.header.agent_id.clone(),
+        started_at: info.header.started_at.to_string(),
+        sealed: info.seal.is_some(),
+        verdict: verdict_text,
+        verdict_class,
+        failure,
+        checked,
+        steps,
+    })
+}

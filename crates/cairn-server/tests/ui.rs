@@ -1,0 +1,231 @@
+//! The web UI over a real socket: `/` leads to the sign-in page; an API
+//! key signs in once and leaves only an HttpOnly, SameSite=Strict session
+//! cookie; pages list sessions with their verdicts and show a session's
+//! timeline; a tampered store turns the verdict red at the right step;
+//! forms refuse cross-site posts and stale CSRF tokens; revoking the key
+//! signs its sessions out; orgs stay apart. (Browser tests drive the same
+//! pages in Chromium: tests/ui, with Playwright.)
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use common::*;
+
+fn form(server: &Server, path: &str, body: &str, extra: &str) -> Raw {
+    raw(
+        server.addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded{extra}"
+        ),
+        body.as_bytes(),
+    )
+}
+
+fn page(server: &Server, path: &str, cookie: Option<&str>) -> Raw {
+    let cookie = cookie
+        .map(|c| format!("\r\nCookie: {c}"))
+        .unwrap_or_default();
+    raw(
+        server.addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: localhost{cookie}"),
+        b"",
+    )
+}
+
+/// Signs in with `token`; returns the cookie pair (`cairn_ui=...`).
+fn sign_in(server: &Server, token: &str) -> String {
+    let reply = form(
+        server,
+        "/ui/sign-in",
+        &format!("api_key={token}"),
+        "\r\nOrigin: http://localhost",
+    );
+    assert_eq!(
+        reply.status,
+        303,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.header("location"), Some("/ui/sessions"));
+    let cookie = reply.header("set-cookie").unwrap().to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(!cookie.contains(token), "the key never reaches the browser");
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+fn text(reply: &Raw) -> String {
+    String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+fn csrf_of(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+#[test]
+fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    for (kind, content) in [
+        ("observation", "User asked for <b>Q4</b> revenue"),
+        ("decision", "Use the finance API"),
+        ("final_answer", "Revenue grew 12%"),
+    ] {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            &writer,
+            &step("s1", "analyst", kind, content),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+
+    // Not signed in: / and every page lead to the sign-in page.
+    let home = page(&server, "/", None);
+    assert_eq!(
+        (home.status, home.header("location")),
+        (303, Some("/ui/sign-in"))
+    );
+    assert_eq!(page(&server, "/ui/sessions", None).status, 303);
+    let sign_in_page = page(&server, "/ui/sign-in", None);
+    assert_eq!(sign_in_page.status, 200);
+    assert!(
+        sign_in_page
+            .header("content-security-policy")
+            .unwrap()
+            .contains("default-src 'none'")
+    );
+    assert!(text(&sign_in_page).contains("type=\"password\""));
+
+    // A wrong key is refused with the page again; a cross-site post is
+    // refused outright.
+    let wrong = form(&server, "/ui/sign-in", "api_key=cairn_nope_nope", "");
+    assert_eq!(wrong.status, 401);
+    assert!(text(&wrong).contains("unknown or revoked"));
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let cross = form(
+        &server,
+        "/ui/sign-in",
+        &format!("api_key={reader}"),
+        "\r\nOrigin: http://evil.example\r\nSec-Fetch-Site: cross-site",
+    );
+    assert_eq!(cross.status, 403);
+
+    // Signed in: the list, with the verdict; content is escaped.
+    let cookie = sign_in(&server, &reader);
+    let list = page(&server, "/ui/sessions", Some(&cookie));
+    assert_eq!(list.status, 200);
+    assert_eq!(list.header("cache-control"), Some("no-store"));
+    let html = text(&list);
+    assert!(
+        html.contains("s1") && html.contains("analyst") && html.contains("verified"),
+        "{html}"
+    );
+    let session = page(&server, "/ui/sessions/s1", Some(&cookie));
+    let html = text(&session);
+    assert!(html.contains("Verified"), "{html}");
+    assert!(
+        html.contains("&#60;b&#62;Q4&#60;/b&#62;") && !html.contains("<b>Q4</b>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("final_answer") || html.contains("Final"),
+        "{html}"
+    );
+    assert_eq!(
+        page(&server, "/ui/sessions/nope", Some(&cookie)).status,
+        404
+    );
+    assert_eq!(
+        page(&server, "/ui/sessions?agent=a%20b", Some(&cookie)).status,
+        400
+    );
+
+    // Another org's session is not found through this org's UI.
+    let other = key_for(&server, "globex", Role::Writer, None);
+    post(
+        &server,
+        "/v1/steps",
+        &other,
+        &step("g1", "bot", "observation", "secret"),
+    );
+    assert_eq!(page(&server, "/ui/sessions/g1", Some(&cookie)).status, 404);
+    assert!(!text(&page(&server, "/ui/sessions", Some(&cookie))).contains("g1"));
+
+    // Sign-out needs the session's CSRF token.
+    let csrf = csrf_of(&html);
+    let forged = form(
+        &server,
+        "/ui/sign-out",
+        "csrf=0000",
+        &format!("\r\nCookie: {cookie}"),
+    );
+    assert_eq!(forged.status, 403);
+    let out = form(
+        &server,
+        "/ui/sign-out",
+        &format!("csrf={csrf}"),
+        &format!("\r\nCookie: {cookie}"),
+    );
+    assert_eq!(
+        (out.status, out.header("location")),
+        (303, Some("/ui/sign-in"))
+    );
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(page(&server, "/ui/sessions", Some(&cookie)).status, 303);
+}
+
+#[test]
+fn a_tampered_step_turns_the_verdict_red_at_that_step_and_a_revoked_key_signs_out() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for i in 0..3 {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            &admin,
+            &step("s1", "analyst", "observation", &format!("step {i}")),
+        );
+        assert_eq!(reply.status, 201);
+    }
+    let auditor = key_for(&server, "acme", Role::Auditor, None);
+    let cookie = sign_in(&server, &auditor);
+    assert!(text(&page(&server, "/ui/sessions/s1", Some(&cookie))).contains("Verified"));
+    // An insider edits step 1's content in the database (dropping the
+    // trigger that forbids it).
+    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER entries_no_update")
+        .unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE entries SET content = 'edited' WHERE content = 'step 1'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let html = text(&page(&server, "/ui/sessions/s1", Some(&cookie)));
+    assert!(html.contains("Tampered"), "{html}");
+    assert!(html.contains("digest-mismatch"), "{html}");
+    let failing = html.find("id=\"step-1\"").unwrap();
+    let li_start = html[..failing].rfind("<li").unwrap();
+    assert!(
+        html[li_start..failing].contains("failing"),
+        "step 1 is highlighted"
+    );
+    let step0 = html.find("id=\"step-0\"").unwrap();
+    let li0 = html[..step0].rfind("<li").unwrap();
+    assert!(!html[li0..step0].contains("failing"), "step 0 is not");
+    let list = text(&page(&server, "/ui/sessions", Some(&cookie)));
+    assert!(list.contains("tampered"), "{list}");
+    // Revoking the key ends its UI sessions at once.
+    let id = auditor.split('_').nth(1).unwrap();
+    let revoked = call(&server, "DELETE", &format!("/v1/keys/{id}"), &admin, None);
+    assert_eq!(revoked.status, 204, "{}", revoked.text());
+    let after = page(&server, "/ui/sessions", Some(&cookie));
+    assert_eq!(
+        (after.status, after.header("location")),
+        (303, Some("/ui/sign-in"))
+    );
+}
