@@ -143,6 +143,32 @@ fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
         400
     );
 
+    // The bundle page runs the published verifier in the browser: its
+    // page allows this server's scripts, and the modules are served.
+    let verify = page(&server, "/ui/verify", Some(&cookie));
+    assert_eq!(verify.status, 200);
+    assert!(
+        verify
+            .header("content-security-policy")
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert!(text(&verify).contains("/ui/assets/verify-page.js"));
+    let script = page(&server, "/ui/assets/verify-page.js", None);
+    assert_eq!(script.header("content-type"), Some("text/javascript"));
+    assert!(text(&script).contains("verifyBundleStream"));
+    let module = page(&server, "/ui/assets/verifier/verify.js", None);
+    assert_eq!(module.status, 200);
+    assert!(text(&module).contains("export async function verifyBundleStream"));
+    assert_eq!(
+        page(&server, "/ui/assets/verifier/client.js", None).status,
+        404
+    );
+    assert_eq!(
+        page(&server, "/ui/assets/verifier/..%2Fmod.rs", None).status,
+        404
+    );
+
     // Another org's session is not found through this org's UI.
     let other = key_for(&server, "globex", Role::Writer, None);
     post(

@@ -25,6 +25,24 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 const MAX_SESSIONS: usize = 10_000;
 /// Pages: only this server's stylesheet; forms post only here.
 const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+/// Pages that compute in the browser: also this server's scripts.
+const SCRIPT_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// The compiled TypeScript bundle verifier (`scripts/ui-verifier` copies
+/// it from `clients/typescript`; a test there checks the copy), served to
+/// the pages that verify in the browser.
+const VERIFIER: [(&str, &str); 10] = [
+    ("bytes.js", include_str!("verifier/bytes.js")),
+    ("ed25519.js", include_str!("verifier/ed25519.js")),
+    ("forms.js", include_str!("verifier/forms.js")),
+    ("jcs.js", include_str!("verifier/jcs.js")),
+    ("merkle.js", include_str!("verifier/merkle.js")),
+    ("note.js", include_str!("verifier/note.js")),
+    ("strict-json.js", include_str!("verifier/strict-json.js")),
+    ("time.js", include_str!("verifier/time.js")),
+    ("verdict.js", include_str!("verifier/verdict.js")),
+    ("verify.js", include_str!("verifier/verify.js")),
+];
 
 /// The UI's signed-in sessions, by the SHA-256 of their cookie value.
 #[derive(Default)]
@@ -143,6 +161,10 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// An HTML page with the UI's headers.
 fn page(template: &impl Template) -> Response {
+    page_with(template, POLICY)
+}
+
+fn page_with(template: &impl Template, policy: &'static str) -> Response {
     match template.render() {
         Ok(html) => {
             let mut response = html.into_response();
@@ -153,7 +175,7 @@ fn page(template: &impl Template) -> Response {
             );
             headers.insert(
                 header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(POLICY),
+                HeaderValue::from_static(policy),
             );
             headers.insert(
                 header::X_CONTENT_TYPE_OPTIONS,
@@ -188,7 +210,10 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sign-out", post(sign_out))
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/sessions/{id}", get(pages::session))
+        .route("/ui/verify", get(pages::verify))
         .route("/ui/assets/ui.css", get(stylesheet))
+        .route("/ui/assets/verify-page.js", get(verify_page_script))
+        .route("/ui/assets/verifier/{name}", get(verifier_module))
 }
 
 async fn home(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -199,9 +224,25 @@ async fn home(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respons
 }
 
 async fn stylesheet() -> Response {
-    let mut response = include_str!("ui.css").into_response();
+    asset(include_str!("ui.css"), "text/css")
+}
+
+async fn verify_page_script() -> Response {
+    asset(include_str!("verify-page.js"), "text/javascript")
+}
+
+async fn verifier_module(Path(name): Path<String>) -> Response {
+    match VERIFIER.iter().find(|(n, _)| *n == name) {
+        Some((_, source)) => asset(source, "text/javascript"),
+        None => ApiError::not_found(format!("asset {}", shown(&name))).into_response(),
+    }
+}
+
+/// A static asset, revalidated on each use (it changes with the binary).
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = body.into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/css"));
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

@@ -242,3 +242,30 @@ pub(super) async fn session(
         steps,
     })
 }
+
+#[derive(Template)]
+#[template(path = "ui/verify.html")]
+struct VerifyPage {
+    org: String,
+    role: String,
+    csrf: String,
+    server_key: String,
+}
+
+/// `GET /ui/verify`: the page where a bundle is verified in the browser.
+pub(super) async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let nav = Nav::of(&user);
+    page_with(
+        &VerifyPage {
+            org: nav.org,
+            role: nav.role,
+            csrf: nav.csrf,
+            server_key: state.store.server_key().to_string(),
+        },
+        SCRIPT_POLICY,
+    )
+}

@@ -1,0 +1,143 @@
+// C2SP signed notes and checkpoints, FORMAT.md section 7.1: verifier keys
+// (vkeys), the order in which a note is read (malformed), verified (bad
+// signature), and its text read.
+import { equalBytes, fromBase64, fromHex, sha256, concat, utf8 } from "./bytes.js";
+import { isCurvePoint, verifyStrict } from "./ed25519.js";
+/** Algorithm byte of plain Ed25519 note signatures. */
+export const ALG_ED25519 = 0x01;
+/** Algorithm byte of C2SP cosignature/v1 witness keys. Such a key is read,
+ * but it never verifies a note's plain signature. */
+export const ALG_COSIGNATURE_V1 = 0x04;
+// Unicode White_Space, the set Rust's char::is_whitespace uses (JavaScript's
+// \s differs: it lacks U+0085 and has U+FEFF).
+const WHITE_SPACE = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u;
+/** A key name: non-empty, without `+` or white space. */
+export function isKeyName(name) {
+    return name.length > 0 && !name.includes("+") && !WHITE_SPACE.test(name);
+}
+/** The 4-byte key id: SHA-256(name || "\n" || algorithm || key)[:4]. */
+export async function noteKeyId(name, algorithm, publicKey) {
+    return (await sha256(concat(utf8(name), Uint8Array.of(0x0a, algorithm), publicKey))).subarray(0, 4);
+}
+export class VkeyError extends Error {
+    name = "VkeyError";
+}
+/** Reads a vkey, `<name>+<hex key id>+<base64(algorithm || key)>`. */
+export async function parseVkey(text) {
+    if (typeof text !== "string")
+        throw new VkeyError("a vkey is a string");
+    const first = text.indexOf("+");
+    const second = first < 0 ? -1 : text.indexOf("+", first + 1);
+    if (second < 0)
+        throw new VkeyError(`not a vkey (name+id+key): ${JSON.stringify(text)}`);
+    const name = text.slice(0, first);
+    const keyId = fromHex(text.slice(first + 1, second), 4);
+    if (keyId === undefined)
+        throw new VkeyError("a vkey's key id is 8 lowercase hex digits");
+    const raw = fromBase64(text.slice(second + 1));
+    if (raw === undefined || raw.length !== 33)
+        throw new VkeyError("a vkey's key is base64 of an algorithm byte and 32 bytes");
+    const publicKey = raw.slice(1);
+    if (!isCurvePoint(publicKey))
+        throw new VkeyError("a vkey's key is not an Ed25519 point");
+    if (!isKeyName(name))
+        throw new VkeyError(`not a key name: ${JSON.stringify(name)}`);
+    const algorithm = raw[0];
+    if (algorithm !== ALG_ED25519 && algorithm !== ALG_COSIGNATURE_V1) {
+        throw new VkeyError(`unknown key algorithm 0x${algorithm.toString(16).padStart(2, "0")}`);
+    }
+    if (!equalBytes(await noteKeyId(name, algorithm, publicKey), keyId)) {
+        throw new VkeyError(`the vkey's key id does not match its key (${name})`);
+    }
+    return { name, keyId, algorithm, publicKey };
+}
+/** Not a signed note at all (FORMAT.md 7.1, step 1): malformed-record. */
+export class NoteMalformed extends Error {
+    name = "NoteMalformed";
+}
+/** A note no trusted key signed, or whose trusted signature fails (step 2):
+ * bad-signature. */
+export class NoteUnverified extends Error {
+    name = "NoteUnverified";
+}
+const SIGNATURE_PREFIX = "\u2014 ";
+const MAX_SIGNATURES = 100;
+/** Reads and verifies a signed note with the trusted keys, and returns its
+ * text (ending in a newline). Throws NoteMalformed or NoteUnverified. */
+export async function openNote(note, keys) {
+    if (typeof note !== "string")
+        throw new NoteMalformed("a signed note is a string");
+    for (let i = 0; i < note.length; i++) {
+        const c = note.charCodeAt(i);
+        if (c < 0x20 && c !== 0x0a)
+            throw new NoteMalformed("a signed note holds a control character");
+    }
+    const split = note.lastIndexOf("\n\n");
+    if (split < 0)
+        throw new NoteMalformed("a signed note has a blank line before its signatures");
+    const text = note.slice(0, split + 1);
+    const block = note.slice(split + 2);
+    if (block.length === 0 || !block.endsWith("\n"))
+        throw new NoteMalformed("a signed note ends with its signature lines");
+    const signatures = [];
+    for (const line of block.slice(0, -1).split("\n")) {
+        if (!line.startsWith(SIGNATURE_PREFIX))
+            throw new NoteMalformed(`not a signature line: ${JSON.stringify(line)}`);
+        const body = line.slice(SIGNATURE_PREFIX.length);
+        const space = body.indexOf(" ");
+        if (space < 0)
+            throw new NoteMalformed(`not a signature line: ${JSON.stringify(line)}`);
+        const name = body.slice(0, space);
+        const raw = fromBase64(body.slice(space + 1));
+        if (raw === undefined)
+            throw new NoteMalformed("a signature is not canonical base64");
+        if (!isKeyName(name) || raw.length < 5)
+            throw new NoteMalformed(`not a signature line: ${JSON.stringify(line)}`);
+        // As the reference (and Cairn's Rust reader): the bound is checked
+        // before a repeated line is dropped.
+        if (signatures.length === MAX_SIGNATURES)
+            throw new NoteMalformed("more than 100 signatures");
+        if (!signatures.some((s) => s.line === line)) {
+            signatures.push({ name, keyId: raw.subarray(0, 4), signature: raw.subarray(4), line });
+        }
+    }
+    const message = utf8(text);
+    let verified = false;
+    for (const signature of signatures) {
+        const key = keys.find((k) => k.algorithm === ALG_ED25519 && k.name === signature.name && equalBytes(k.keyId, signature.keyId));
+        if (key === undefined)
+            continue; // signatures by unknown keys are ignored
+        if (!(await verifyStrict(key.publicKey, message, signature.signature))) {
+            throw new NoteUnverified(`the signature by ${signature.name} does not verify`);
+        }
+        verified = true;
+    }
+    if (!verified)
+        throw new NoteUnverified("no signature by a trusted key");
+    return text;
+}
+export class CheckpointMalformed extends Error {
+    name = "CheckpointMalformed";
+}
+const DECIMAL = /^(?:0|[1-9][0-9]*)$/;
+/** Reads a checkpoint text (C2SP tlog-checkpoint): origin, size, root, then
+ * extension lines, each non-empty and otherwise ignored. */
+export function parseCheckpoint(text) {
+    if (!text.endsWith("\n"))
+        throw new CheckpointMalformed("a checkpoint ends with a newline");
+    const lines = text.slice(0, -1).split("\n");
+    const [origin, sizeLine, rootLine, ...extensions] = lines;
+    if (!origin)
+        throw new CheckpointMalformed("a checkpoint starts with its origin");
+    if (sizeLine === undefined || !DECIMAL.test(sizeLine))
+        throw new CheckpointMalformed("a checkpoint's size is a decimal number");
+    const size = BigInt(sizeLine);
+    if (size >= 2n ** 64n)
+        throw new CheckpointMalformed("a checkpoint's size is beyond 2^64 - 1");
+    const root = fromBase64(rootLine);
+    if (root === undefined || root.length !== 32)
+        throw new CheckpointMalformed("a checkpoint's root is base64 of 32 bytes");
+    if (extensions.some((line) => line.length === 0))
+        throw new CheckpointMalformed("an empty extension line");
+    return { origin, size, root };
+}
