@@ -41,6 +41,7 @@ OPERATIONS = {
     ("get", "/v1/steps/{trace_id}"): "get_trace",
     ("get", "/v1/verify"): "verify",
     ("get", "/v1/checkpoint"): "checkpoint",
+    ("get", "/v1/tlog/checkpoint"): "tlog_checkpoint",
     ("get", "/v1/proofs/inclusion"): "inclusion_proof",
     ("get", "/v1/proofs/consistency"): "consistency_proof",
     ("get", "/v1/receipts/inclusion"): "inclusion_receipt",

@@ -261,6 +261,16 @@ def test_tiles_make_the_checkpoint_and_its_proofs(log):
     assert [bytes.fromhex(h) for h in json.loads(body)["proof"]] == proof
 
 
+def test_the_python_client_reads_tiles(log):
+    from cairn_client import CairnClient
+    url, key, _ = log
+    client = CairnClient(url, api_key=key)
+    note = client.tlog_checkpoint()
+    assert note.splitlines()[1] == "601"
+    assert client.tlog_tile("tile/0/000") == call(url, key, "/v1/tlog/tile/0/000")[2]
+    assert len(client.tlog_tile("tile/0/002.p/89")) == 89 * 32
+
+
 def test_record_tiles_are_the_leaves_records(log):
     url, key, vkey = log
     _, size, _ = checkpoint(url, key, vkey)

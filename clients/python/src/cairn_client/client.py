@@ -464,6 +464,18 @@ class _Core:
         note). Keep it: a later bundle must be consistent with it."""
         return _Request("GET", "/v1/checkpoint", _text, "read")
 
+    def _op_tlog_checkpoint(self) -> _Request[str]:
+        """`GET /v1/tlog/checkpoint`: the same signed checkpoint at the C2SP
+        tlog-tiles path; hash tiles and entry bundles are under the same
+        prefix (`tlog_tile`)."""
+        return _Request("GET", "/v1/tlog/checkpoint", _text, "read")
+
+    def _op_tlog_tile(self, path: str) -> _Request[bytes]:
+        """`GET /v1/tlog/<path>`: a C2SP tlog-tiles resource of the org's log
+        (`tile/<L>/<N>[.p/<W>]`, `tile/entries/<N>[.p/<W>]`, or Cairn's
+        `records/<N>[.p/<W>]`; FORMAT.md 7.9), as bytes."""
+        return _Request("GET", f"/v1/tlog/{path}", _bytes, "read")
+
     def _op_inclusion_proof(self, seq: int, size: Optional[int] = None) -> _Request[InclusionProof]:
         """`GET /v1/proofs/inclusion`: the RFC 9162 inclusion proof of the entry at `seq`."""
         return _Request("GET", "/v1/proofs/inclusion", _json, "read", query=_query(seq=seq, size=size))
@@ -660,6 +672,8 @@ class CairnClient(_Core):
     record_audit_event = _sync(_Core._op_record_audit_event)
     get_audit_event = _sync(_Core._op_get_audit_event)
     checkpoint = _sync(_Core._op_checkpoint)
+    tlog_checkpoint = _sync(_Core._op_tlog_checkpoint)
+    tlog_tile = _sync(_Core._op_tlog_tile)
     inclusion_proof = _sync(_Core._op_inclusion_proof)
     consistency_proof = _sync(_Core._op_consistency_proof)
     inclusion_receipt = _sync(_Core._op_inclusion_receipt)
@@ -741,6 +755,8 @@ class AsyncCairnClient(_Core):
     record_audit_event = _async(_Core._op_record_audit_event)
     get_audit_event = _async(_Core._op_get_audit_event)
     checkpoint = _async(_Core._op_checkpoint)
+    tlog_checkpoint = _async(_Core._op_tlog_checkpoint)
+    tlog_tile = _async(_Core._op_tlog_tile)
     inclusion_proof = _async(_Core._op_inclusion_proof)
     consistency_proof = _async(_Core._op_consistency_proof)
     inclusion_receipt = _async(_Core._op_inclusion_receipt)
