@@ -137,11 +137,13 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
             "this form may only be sent from Cairn's own pages (cross-site request refused)",
         )
     };
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && site != "same-origin"
-        && site != "none"
-    {
-        return Err(refused());
+    // Browsers that send Sec-Fetch-Site say exactly where the form was.
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return if site == "same-origin" || site == "none" {
+            Ok(())
+        } else {
+            Err(refused())
+        };
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         let host = headers
@@ -183,7 +185,7 @@ fn page_with(template: &impl Template, policy: &'static str) -> Response {
             );
             headers.insert(
                 header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
+                HeaderValue::from_static("same-origin"),
             );
             // Pages hold an org's data: never cached.
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -1,0 +1,186 @@
+// Cairn's web UI in a real browser: Debian's Chromium driven by Playwright
+// (playwright-core, which never downloads a browser), against `cairn serve
+// --sample`. Sign in, list, open a session and see its verdict, verify a
+// bundle in the browser and see a tampered one fail at its line, tamper
+// with the store and see the verdict turn red at the right step, sign out;
+// axe-core finds no serious accessibility violation on any page. A
+// screenshot of each page is saved in target/ui-screenshots.
+//
+// Needs CAIRN_BIN (the cairn binary) and Chromium at /usr/bin/chromium (or
+// CAIRN_CHROMIUM). Under CI=true a missing browser fails the test.
+
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { after, before, test } from "node:test";
+import { chromium } from "playwright-core";
+import { AxeBuilder } from "@axe-core/playwright";
+
+const root = resolve(import.meta.dirname, "..", "..");
+const cairn = process.env.CAIRN_BIN ?? join(root, "target", "debug", "cairn");
+const browserPath = process.env.CAIRN_CHROMIUM ?? "/usr/bin/chromium";
+const shots = join(root, "target", "ui-screenshots");
+const SESSION = "revenue-analysis-q4";
+
+let server;
+let base;
+let admin;
+let browser;
+let dir;
+
+function startServer() {
+  dir = mkdtempSync(join(tmpdir(), "cairn-ui-"));
+  const child = spawn(cairn, ["serve", "--listen", "127.0.0.1:0", "--sample"], {
+    env: { ...process.env, CAIRN_DATA_DIR: join(dir, "data"), CAIRN_ORG: "acme", CAIRN_LOG: "warn" },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  return new Promise((resolveStart, reject) => {
+    let text = "";
+    const timer = setTimeout(() => reject(new Error(`cairn serve did not start: ${text}`)), 30_000);
+    child.stdout.on("data", (chunk) => {
+      text += chunk.toString();
+      const key = text.match(/admin API key[^:]*: (cairn_[A-Za-z0-9_-]+)/);
+      const at = text.match(/listening on (http:\/\/[0-9.:]+)/);
+      if (key && at) {
+        clearTimeout(timer);
+        resolveStart({ child, base: at[1], admin: key[1] });
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`cairn serve exited (${code}): ${text}`)));
+  });
+}
+
+before(async () => {
+  if (!existsSync(browserPath)) {
+    const message = `no Chromium at ${browserPath}: install Debian's chromium (apt-get install chromium) or set CAIRN_CHROMIUM`;
+    if (process.env.CI === "true") throw new Error(message);
+    console.warn(message);
+    return;
+  }
+  mkdirSync(shots, { recursive: true });
+  ({ child: server, base, admin } = await startServer());
+  browser = await chromium.launch({
+    executablePath: browserPath,
+    args: [
+      "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync",
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+});
+
+async function accessible(page, name) {
+  const results = await new AxeBuilder({ page }).analyze();
+  const serious = results.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+  assert.deepEqual(
+    serious.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`),
+    [],
+    `${name}: serious accessibility violations`,
+  );
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+}
+
+async function exportBundle() {
+  const response = await fetch(`${base}/v1/export?all=true`, { headers: { Authorization: `Bearer ${admin}` } });
+  assert.equal(response.status, 200);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+test("sign in, sessions, a verdict, bundles verified in the browser, tampering seen, sign out", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  for (const [width, height, label] of [[1280, 800, "laptop"], [390, 844, "phone"]]) {
+    for (const scheme of ["light", "dark"]) {
+      const context = await browser.newContext({ viewport: { width, height }, colorScheme: scheme });
+      const page = await context.newPage();
+      const errors = [];
+      page.on("pageerror", (e) => errors.push(e.message));
+
+      // The first page is the sign-in page.
+      await page.goto(`${base}/`);
+      await page.waitForURL(/\/ui\/sign-in$/);
+      await accessible(page, "sign-in");
+      await shot(page, `sign-in-${label}-${scheme}`);
+      await page.getByLabel("API key").fill("cairn_not_a_key");
+      await page.getByRole("button", { name: "Sign in" }).click();
+      assert.match(await page.getByRole("alert").textContent(), /unknown or revoked/);
+      await page.getByLabel("API key").fill(admin);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.waitForURL(/\/ui\/sessions$/);
+      const cookies = await context.cookies();
+      assert.ok(cookies.every((c) => !c.value.includes(admin)), "the key is not in a cookie");
+      assert.ok(cookies.some((c) => c.name === "cairn_ui" && c.httpOnly && c.sameSite === "Strict"));
+
+      // The list, with the sample session verified.
+      const row = page.getByRole("row", { name: new RegExp(SESSION) });
+      await row.getByText("verified").waitFor();
+      await accessible(page, "sessions");
+      await shot(page, `sessions-${label}-${scheme}`);
+
+      // The session, verified.
+      await page.getByRole("link", { name: SESSION }).click();
+      await page.getByRole("status").getByText("Verified").waitFor();
+      await accessible(page, "session");
+      await shot(page, `session-${label}-${scheme}`);
+
+      // A bundle verified in the browser; a tampered one fails at its line.
+      const bundle = await exportBundle();
+      await page.getByRole("link", { name: "Verify a bundle" }).click();
+      await accessible(page, "verify");
+      await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "acme.ndjson", mimeType: "application/x-ndjson", buffer: Buffer.from(bundle) });
+      await page.locator("#result").getByText("Verified: acme.ndjson").waitFor();
+      await shot(page, `verify-${label}-${scheme}`);
+      const text = new TextDecoder().decode(bundle);
+      const lines = text.split("\n");
+      const target = lines.findIndex((l) => l.includes("\"type\":\"step\"") && l.includes("\"content\""));
+      assert.ok(target > 0);
+      lines[target] = lines[target].replace(/"content":"([^"])/, "\"content\":\"X");
+      await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "tampered.ndjson", mimeType: "application/x-ndjson", buffer: Buffer.from(lines.join("\n")) });
+      await page.locator("#result").getByText("Tampered: tampered.ndjson").waitFor();
+      assert.match(await page.locator("#failing").textContent(), new RegExp(`line ${target + 1}\\b`));
+      await shot(page, `verify-tampered-${label}-${scheme}`);
+
+      // Sign out: back to the sign-in page, and the session is gone.
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.waitForURL(/\/ui\/sign-in$/);
+      await page.goto(`${base}/ui/sessions`);
+      await page.waitForURL(/\/ui\/sign-in$/);
+      assert.deepEqual(errors, []);
+      await context.close();
+    }
+  }
+});
+
+test("a tampered store turns the verdict red at the step that was changed", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  // An insider edits step 2's content in the database, past its trigger.
+  execFileSync("python3", ["-c", `
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("DROP TRIGGER entries_no_update")
+n = db.execute("UPDATE entries SET content = content || ' (edited)' WHERE step_index = 2 AND sid = (SELECT sid FROM sessions WHERE session_id = ?)", (sys.argv[2],)).rowcount
+db.commit()
+assert n == 1, n
+`, join(dir, "data", "ledger.db"), SESSION]);
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${base}/ui/sign-in`);
+  await page.getByLabel("API key").fill(admin);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(/\/ui\/sessions$/);
+  await page.getByRole("row", { name: new RegExp(SESSION) }).getByText("tampered").waitFor();
+  await page.getByRole("link", { name: SESSION }).click();
+  await page.getByRole("status").getByText("Tampered").waitFor();
+  const failing = page.locator("li.failing");
+  assert.equal(await failing.count(), 1);
+  assert.equal(await failing.getAttribute("id"), "step-2");
+  assert.match(await page.getByRole("status").textContent(), /digest-mismatch/);
+  await shot(page, "session-tampered");
+  await context.close();
+});
