@@ -184,3 +184,55 @@ assert n == 1, n
   await shot(page, "session-tampered");
   await context.close();
 });
+
+async function newKey(role) {
+  const response = await fetch(`${base}/v1/keys`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ role, label: `ui-test-${role}` }),
+  });
+  assert.equal(response.status, 201);
+  return (await response.json()).token;
+}
+
+async function signedIn(token) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${base}/ui/sign-in`);
+  await page.getByLabel("API key").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(/\/ui\/sessions$/);
+  return { context, page };
+}
+
+test("an auditor approves a flagged step; a reader sees the queue but may not decide", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  const response = await fetch(`${base}/v1/steps`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+    body: JSON.stringify({
+      session_id: "payments", agent_id: "treasurer", step_type: "decision", trace_id: "t-wire",
+      content: "Wire $2M to the new vendor", status: "flagged",
+    }),
+  });
+  assert.equal(response.status, 201);
+
+  const reader = await signedIn(await newKey("reader"));
+  await reader.page.getByRole("link", { name: "Review queue" }).click();
+  await reader.page.getByText("Wire $2M to the new vendor").waitFor();
+  assert.equal(await reader.page.getByRole("button", { name: "Approve" }).count(), 0);
+  await reader.page.getByText(/may not review/).waitFor();
+  await accessible(reader.page, "reviews (reader)");
+  await shot(reader.page, "reviews-reader");
+  await reader.context.close();
+
+  const auditor = await signedIn(await newKey("auditor"));
+  await auditor.page.getByRole("link", { name: "Review queue" }).click();
+  await accessible(auditor.page, "reviews (auditor)");
+  await shot(auditor.page, "reviews-auditor");
+  await auditor.page.getByLabel("Note (optional)").fill("checked the contract");
+  await auditor.page.getByRole("button", { name: "Approve" }).click();
+  await auditor.page.getByRole("status").getByText(/approve: recorded at seq/).waitFor();
+  await auditor.page.getByText("Nothing to review").waitFor();
+  await shot(auditor.page, "reviews-approved");
+  await auditor.context.close();
+});

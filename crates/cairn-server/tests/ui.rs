@@ -255,3 +255,63 @@ fn a_tampered_step_turns_the_verdict_red_at_that_step_and_a_revoked_key_signs_ou
         (303, Some("/ui/sign-in"))
     );
 }
+
+#[test]
+fn an_auditor_approves_a_flagged_step_and_a_reader_may_not() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let mut flagged = step("s1", "analyst", "decision", "Wire $2M to the new vendor");
+    flagged["status"] = json!("flagged");
+    flagged["trace_id"] = json!("t-flagged");
+    let reply = post(&server, "/v1/steps", &writer, &flagged);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let queue = text(&page(&server, "/ui/reviews", Some(&reader)));
+    assert!(
+        queue.contains("Wire $2M") && queue.contains("pending"),
+        "{queue}"
+    );
+    assert!(
+        queue.contains("may not review") && !queue.contains("value=\"approve\""),
+        "{queue}"
+    );
+    let csrf = csrf_of(&queue);
+    let refused = form(
+        &server,
+        "/ui/reviews/t-flagged",
+        &format!("csrf={csrf}&decision=approve"),
+        &format!("\r\nCookie: {reader}"),
+    );
+    assert_eq!(refused.status, 403, "{}", text(&refused));
+
+    let auditor = sign_in(&server, &key_for(&server, "acme", Role::Auditor, None));
+    let queue = text(&page(&server, "/ui/reviews", Some(&auditor)));
+    assert!(queue.contains("value=\"approve\""), "{queue}");
+    let csrf = csrf_of(&queue);
+    let stale = form(
+        &server,
+        "/ui/reviews/t-flagged",
+        "csrf=stale&decision=approve",
+        &format!("\r\nCookie: {auditor}"),
+    );
+    assert_eq!(stale.status, 403);
+    let done = form(
+        &server,
+        "/ui/reviews/t-flagged",
+        &format!("csrf={csrf}&decision=approve&note=checked+the+contract"),
+        &format!("\r\nCookie: {auditor}"),
+    );
+    assert_eq!(done.status, 200, "{}", text(&done));
+    let html = text(&done);
+    assert!(html.contains("approve: recorded at seq"), "{html}");
+    assert!(html.contains("Nothing to review"), "{html}");
+    // The decision is a review record in the log, through the API too.
+    let all = get(&server, "/v1/reviews?all=true", &server.admin);
+    assert_eq!(
+        all.json()["items"][0]["state"],
+        "approved",
+        "{}",
+        all.text()
+    );
+}

@@ -213,6 +213,8 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/sessions/{id}", get(pages::session))
         .route("/ui/verify", get(pages::verify))
+        .route("/ui/reviews", get(pages::reviews))
+        .route("/ui/reviews/{trace_id}", post(pages::decide))
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))
         .route("/ui/assets/verifier/{name}", get(verifier_module))

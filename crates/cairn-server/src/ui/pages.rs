@@ -269,3 +269,118 @@ pub(super) async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMa
         SCRIPT_POLICY,
     )
 }
+
+struct ReviewRow {
+    trace_id: String,
+    session_id: String,
+    step_index: u64,
+    label: String,
+    state: &'static str,
+    content: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "ui/reviews.html")]
+struct ReviewsPage {
+    org: String,
+    role: String,
+    csrf: String,
+    can_review: bool,
+    message: Option<String>,
+    items: Vec<ReviewRow>,
+}
+
+/// `GET /ui/reviews`: seed 003's review queue.
+pub(super) async fn reviews(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    reviews_page(&state, &user, None).await
+}
+
+async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<String>) -> Response {
+    let org = user.caller.org().to_owned();
+    let items = match blocking(state, move |store| {
+        Ok(cairn_store::ops::review_queue(store, &org, false, 200)?)
+    })
+    .await
+    {
+        Ok(items) => items,
+        Err(e) => return e.into_response(),
+    };
+    let nav = Nav::of(user);
+    page(&ReviewsPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        can_review: user.caller.key.role.can_review(),
+        message,
+        items: items
+            .iter()
+            .map(|item| {
+                let step = &item.step.record.step;
+                ReviewRow {
+                    trace_id: step.trace_id.clone(),
+                    session_id: step.session_id.clone(),
+                    step_index: step.step_index,
+                    label: step.kind_label.clone(),
+                    state: item.state(),
+                    content: step.content.clone(),
+                }
+            })
+            .collect(),
+    })
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct DecisionForm {
+    csrf: String,
+    decision: String,
+    #[serde(default)]
+    note: String,
+}
+
+/// `POST /ui/reviews/{trace_id}`: approve, reject or escalate a flagged
+/// step, through the same operation as `POST /v1/steps/{id}/review`.
+pub(super) async fn decide(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(trace_id): Path<String>,
+    axum::Form(form): axum::Form<DecisionForm>,
+) -> Response {
+    if let Err(e) = same_origin(&headers) {
+        return e.into_response();
+    }
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    if form.csrf != user.csrf {
+        return ApiError::forbidden("the form's CSRF token is not this session's: reload the page")
+            .into_response();
+    }
+    let Some(decision) = cairn_core::log::ReviewDecision::parse(&form.decision) else {
+        return ApiError::bad_request(
+            "invalid_argument",
+            "decision must be approve, reject or escalate",
+        )
+        .with_field("decision")
+        .into_response();
+    };
+    let note = Some(form.note.trim().to_owned()).filter(|n| !n.is_empty());
+    match crate::oversight::review_step(&state, &user.caller, trace_id.clone(), decision, note)
+        .await
+    {
+        Ok(out) => {
+            let message = format!(
+                "Step {} {}: recorded at seq {}.",
+                shown(&trace_id),
+                decision.as_str(),
+                out.seq
+            );
+            reviews_page(&state, &user, Some(message)).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
