@@ -130,6 +130,13 @@ test("sign in, sessions, a verdict, bundles verified in the browser, tampering s
       await accessible(page, "session");
       await shot(page, `session-${label}-${scheme}`);
 
+      // A step's proof, checked in the browser (SHA-256 and Ed25519).
+      await page.locator("#step-1").getByRole("link", { name: "proof" }).click();
+      await page.getByRole("status").getByText("Proof checked in your browser").waitFor();
+      await accessible(page, "proof");
+      await shot(page, `proof-${label}-${scheme}`);
+      await page.goBack();
+
       // A bundle verified in the browser; a tampered one fails at its line.
       const bundle = await exportBundle();
       await page.getByRole("link", { name: "Verify a bundle" }).click();
@@ -165,8 +172,9 @@ import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 db.execute("DROP TRIGGER entries_no_update")
 n = db.execute("UPDATE entries SET content = content || ' (edited)' WHERE step_index = 2 AND sid = (SELECT sid FROM sessions WHERE session_id = ?)", (sys.argv[2],)).rowcount
+m = db.execute("UPDATE entries SET record_hash = zeroblob(32) WHERE step_index = 3 AND sid = (SELECT sid FROM sessions WHERE session_id = ?)", (sys.argv[2],)).rowcount
 db.commit()
-assert n == 1, n
+assert n == 1 and m == 1, (n, m)
 `, join(dir, "data", "ledger.db"), SESSION]);
   const context = await browser.newContext();
   const page = await context.newPage();
@@ -182,6 +190,11 @@ assert n == 1, n
   assert.equal(await failing.getAttribute("id"), "step-2");
   assert.match(await page.getByRole("status").textContent(), /digest-mismatch/);
   await shot(page, "session-tampered");
+  // The step whose recorded chain hash was replaced: its proof fails in
+  // the browser.
+  await page.locator("#step-3").getByRole("link", { name: "proof" }).click();
+  await page.getByRole("status").getByText("The proof does not verify").waitFor();
+  await shot(page, "proof-tampered");
   await context.close();
 });
 

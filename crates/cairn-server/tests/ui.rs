@@ -143,6 +143,35 @@ fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
         400
     );
 
+    // A step's proof page carries what the browser checks: the signed
+    // checkpoint, the proof and the log's key.
+    let proof = page(&server, "/ui/sessions/s1/steps/1", Some(&cookie));
+    assert_eq!(proof.status, 200);
+    assert!(
+        proof
+            .header("content-security-policy")
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    let html = text(&proof);
+    for needle in [
+        "data-checkpoint=",
+        "data-proof=",
+        "data-keys=\"cairn.local+",
+        "/ui/assets/proof-page.js",
+        "seq 2",
+    ] {
+        assert!(html.contains(needle), "{needle}: {html}");
+    }
+    assert_eq!(
+        page(&server, "/ui/sessions/s1/steps/9", Some(&cookie)).status,
+        404
+    );
+    assert_eq!(
+        page(&server, "/ui/assets/proof-page.js", None).header("content-type"),
+        Some("text/javascript")
+    );
+
     // The bundle page runs the published verifier in the browser: its
     // page allows this server's scripts, and the modules are served.
     let verify = page(&server, "/ui/verify", Some(&cookie));

@@ -212,11 +212,13 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sign-out", post(sign_out))
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/sessions/{id}", get(pages::session))
+        .route("/ui/sessions/{id}/steps/{index}", get(pages::proof))
         .route("/ui/verify", get(pages::verify))
         .route("/ui/reviews", get(pages::reviews))
         .route("/ui/reviews/{trace_id}", post(pages::decide))
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))
+        .route("/ui/assets/proof-page.js", get(proof_page_script))
         .route("/ui/assets/verifier/{name}", get(verifier_module))
 }
 
@@ -233,6 +235,10 @@ async fn stylesheet() -> Response {
 
 async fn verify_page_script() -> Response {
     asset(include_str!("verify-page.js"), "text/javascript")
+}
+
+async fn proof_page_script() -> Response {
+    asset(include_str!("proof-page.js"), "text/javascript")
 }
 
 async fn verifier_module(Path(name): Path<String>) -> Response {

@@ -384,3 +384,114 @@ pub(super) async fn decide(
         Err(e) => e.into_response(),
     }
 }
+
+#[derive(Template)]
+#[template(path = "ui/proof.html")]
+struct ProofPage {
+    org: String,
+    role: String,
+    csrf: String,
+    session_id: String,
+    index: u64,
+    trace_id: String,
+    digest: String,
+    prev_hash: String,
+    chain_hash: String,
+    seq: u64,
+    logged_at: String,
+    size: u64,
+    checkpoint: String,
+    proof: Vec<String>,
+    proof_text: String,
+    origin: String,
+    keys: String,
+    keys_count: usize,
+}
+
+/// `GET /ui/sessions/{id}/steps/{index}`: a step's proof, which the page
+/// checks in the browser against the signed checkpoint.
+pub(super) async fn proof(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, index)): Path<(String, u64)>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let org = user.caller.org().to_owned();
+    let cp = match current_checkpoint(&state, &org).await {
+        Ok(cp) => cp,
+        Err(e) => return e.into_response(),
+    };
+    let size = cp.size;
+    let note = match cosigned(&state, &org, cp).await {
+        Ok(note) => note,
+        Err(e) => return e.into_response(),
+    };
+    let found = blocking(&state, move |store| {
+        let mut found = None;
+        store.read_session(&org, &id, &mut |stored| {
+            if stored.record.step.step_index == index {
+                found = Some(stored);
+                false
+            } else {
+                true
+            }
+        })?;
+        let Some(step) = found else {
+            return Err(ApiError::not_found(format!(
+                "step {index} of session {}",
+                shown(&id)
+            )));
+        };
+        if step.seq >= size {
+            return Err(ApiError::not_found(
+                "the step is newer than the checkpoint: reload",
+            ));
+        }
+        let proof = store.inclusion_proof(&org, step.seq, size)?;
+        let (server_name, _) = store.log_signer(&org)?;
+        let keys = store.log_keys(&org)?;
+        Ok((
+            step,
+            proof,
+            cairn_core::log::log_origin(&server_name, &org),
+            keys,
+        ))
+    })
+    .await;
+    let (step, proof, origin, keys) = match found {
+        Ok(found) => found,
+        Err(e) => return e.into_response(),
+    };
+    let proof: Vec<String> = proof.iter().map(|h| h.to_string()).collect();
+    let nav = Nav::of(&user);
+    page_with(
+        &ProofPage {
+            org: nav.org,
+            role: nav.role,
+            csrf: nav.csrf,
+            session_id: step.record.step.session_id.clone(),
+            index: step.record.step.step_index,
+            trace_id: step.record.step.trace_id.clone(),
+            digest: step.record.digest.to_string(),
+            prev_hash: step.record.prev_hash.to_string(),
+            chain_hash: step.record.hash.to_string(),
+            seq: step.seq,
+            logged_at: step.logged_at.to_string(),
+            size,
+            checkpoint: note,
+            proof_text: proof.join(" "),
+            proof,
+            origin,
+            keys_count: keys.len(),
+            keys: keys
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+        },
+        SCRIPT_POLICY,
+    )
+}
