@@ -295,7 +295,29 @@ fn an_auditor_approves_a_flagged_step_and_a_reader_may_not() {
     let reply = post(&server, "/v1/steps", &writer, &flagged);
     assert_eq!(reply.status, 201, "{}", reply.text());
 
+    let mut correction = step(
+        "s1",
+        "analyst",
+        "correction",
+        "The vendor is not approved yet",
+    );
+    correction["links"] = json!({"corrects": "t-flagged"});
+    correction["turn_id"] = json!("turn-7");
+    correction["turn_step"] = json!(2);
+    let reply = post(&server, "/v1/steps", &writer, &correction);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+
     let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    // The timeline threads the correction to the step it corrects.
+    let timeline = text(&page(&server, "/ui/sessions/s1", Some(&reader)));
+    for needle in [
+        "corrects: <a href=\"#step-0\">#0</a>",
+        "corrected by <a href=\"#step-1\">#1</a>",
+        "flagged for review",
+        "turn turn-7 · phase 2",
+    ] {
+        assert!(timeline.contains(needle), "{needle}: {timeline}");
+    }
     let queue = text(&page(&server, "/ui/reviews", Some(&reader)));
     assert!(
         queue.contains("Wire $2M") && queue.contains("pending"),

@@ -123,6 +123,13 @@ struct StepView {
     input: Option<String>,
     output: Option<String>,
     hash: String,
+    flagged: bool,
+    turn: Option<String>,
+    /// Links: what they are called, their value, and the step they name
+    /// in this session, if any.
+    links: Vec<(&'static str, String, Option<u64>)>,
+    /// Later steps that correct this one.
+    corrected_by: Vec<u64>,
 }
 
 #[derive(Template)]
@@ -139,6 +146,8 @@ struct SessionPage {
     verdict_class: &'static str,
     failure: Option<String>,
     checked: u64,
+    sealed_at: Option<String>,
+    final_hash: Option<String>,
     steps: Vec<StepView>,
 }
 
@@ -198,6 +207,27 @@ pub(super) async fn session(
         ),
         None => ("Not verified".to_owned(), "neutral", None, 0),
     };
+    // Links are threaded within the session by trace id.
+    let index_of: HashMap<String, u64> = stored
+        .iter()
+        .map(|s| (s.record.step.trace_id.clone(), s.record.step.step_index))
+        .collect();
+    let mut corrected_by: HashMap<u64, Vec<u64>> = HashMap::new();
+    for s in &stored {
+        if let Some(target) = s
+            .record
+            .step
+            .links
+            .corrects
+            .as_ref()
+            .and_then(|t| index_of.get(t))
+        {
+            corrected_by
+                .entry(*target)
+                .or_default()
+                .push(s.record.step.step_index);
+        }
+    }
     let steps = stored
         .into_iter()
         .map(|s| {
@@ -223,6 +253,20 @@ pub(super) async fn session(
                 input: pretty(&step.input),
                 output: pretty(&step.output),
                 hash: s.record.hash.to_string(),
+                flagged: step.status == cairn_core::record::Status::Flagged,
+                turn: step.turn_id.as_ref().map(|turn| match step.turn_step {
+                    Some(phase) => format!("turn {turn} · phase {phase}"),
+                    None => format!("turn {turn}"),
+                }),
+                links: step
+                    .links
+                    .entries()
+                    .into_iter()
+                    .filter_map(|(name, value)| {
+                        value.map(|v| (name, v.to_owned(), index_of.get(v).copied()))
+                    })
+                    .collect(),
+                corrected_by: corrected_by.remove(&step.step_index).unwrap_or_default(),
             }
         })
         .collect();
@@ -239,6 +283,8 @@ pub(super) async fn session(
         verdict_class,
         failure,
         checked,
+        sealed_at: info.seal.as_ref().map(|seal| seal.sealed_at.to_string()),
+        final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
         steps,
     })
 }
