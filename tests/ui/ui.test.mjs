@@ -190,6 +190,14 @@ assert n == 1 and m == 1, (n, m)
   assert.equal(await failing.getAttribute("id"), "step-2");
   assert.match(await page.getByRole("status").textContent(), /digest-mismatch/);
   await shot(page, "session-tampered");
+  // The whole log's verdict fails at the same record.
+  await page.getByRole("link", { name: "Log" }).click();
+  await page.getByRole("button", { name: "Verify the whole log" }).click();
+  await page.getByRole("status").getByText("Tampered").waitFor();
+  assert.match(await page.locator("#failing").textContent(), /digest-mismatch/);
+  await accessible(page, "log");
+  await shot(page, "log-tampered");
+  await page.goto(`${base}/ui/sessions/${SESSION}`);
   // The step whose recorded chain hash was replaced: its proof fails in
   // the browser.
   await page.locator("#step-3").getByRole("link", { name: "proof" }).click();

@@ -248,6 +248,11 @@ fn a_tampered_step_turns_the_verdict_red_at_that_step_and_a_revoked_key_signs_ou
     let auditor = key_for(&server, "acme", Role::Auditor, None);
     let cookie = sign_in(&server, &auditor);
     assert!(text(&page(&server, "/ui/sessions/s1", Some(&cookie))).contains("Verified"));
+    let log = text(&page(&server, "/ui/log?verify=true", Some(&cookie)));
+    assert!(
+        log.contains("Verified") && log.contains("Checkpoints"),
+        "{log}"
+    );
     // An insider edits step 1's content in the database (dropping the
     // trigger that forbids it).
     let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
@@ -274,6 +279,15 @@ fn a_tampered_step_turns_the_verdict_red_at_that_step_and_a_revoked_key_signs_ou
     assert!(!html[li0..step0].contains("failing"), "step 0 is not");
     let list = text(&page(&server, "/ui/sessions", Some(&cookie)));
     assert!(list.contains("tampered"), "{list}");
+    let log = text(&page(&server, "/ui/log?verify=true", Some(&cookie)));
+    assert!(
+        log.contains("Tampered") && log.contains("digest-mismatch"),
+        "{log}"
+    );
+    assert!(
+        log.contains("seq 2"),
+        "the org log fails at step 1's entry: {log}"
+    );
     // Revoking the key ends its UI sessions at once.
     let id = auditor.split('_').nth(1).unwrap();
     let revoked = call(&server, "DELETE", &format!("/v1/keys/{id}"), &admin, None);

@@ -215,6 +215,7 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sessions/{id}/steps/{index}", get(pages::proof))
         .route("/ui/verify", get(pages::verify))
         .route("/ui/reviews", get(pages::reviews))
+        .route("/ui/log", get(pages::log))
         .route("/ui/reviews/{trace_id}", post(pages::decide))
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))

@@ -541,3 +541,94 @@ pub(super) async fn proof(
         SCRIPT_POLICY,
     )
 }
+
+#[derive(Template)]
+#[template(path = "ui/log.html")]
+struct LogPage {
+    org: String,
+    role: String,
+    csrf: String,
+    verdict: Option<String>,
+    verdict_class: &'static str,
+    failure: Option<String>,
+    checked: u64,
+    checkpoints: Vec<(u64, String, String)>,
+}
+
+/// Checkpoints listed, newest first.
+const CHECKPOINTS_SHOWN: usize = 100;
+
+/// `GET /ui/log[?verify=true]`: the org's checkpoints, and on request the
+/// verdict of the whole log (under the same limit as `GET /v1/verify`).
+pub(super) async fn log(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let verify = q.get("verify").is_some_and(|v| v == "true");
+    let permit = if verify {
+        match limits::expensive(&state, "verification").await {
+            Ok(permit) => Some(permit),
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
+    };
+    let org = user.caller.org().to_owned();
+    let loaded = blocking(&state, move |store| {
+        let _permit = permit;
+        let checkpoints: Vec<(u64, String, String)> = store
+            .checkpoints(&org)?
+            .into_iter()
+            .rev()
+            .take(CHECKPOINTS_SHOWN)
+            .map(|cp| (cp.size, cp.root.to_string(), cp.created_at.to_string()))
+            .collect();
+        let verdict = if verify {
+            Some(verify_org(store, &org, &[], &[], &mut |_| {})?)
+        } else {
+            None
+        };
+        Ok((checkpoints, verdict))
+    })
+    .await;
+    let (checkpoints, verdict) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => return e.into_response(),
+    };
+    let (text, class, failure, checked) = match &verdict {
+        None => (None, "neutral", None, 0),
+        Some(v) if v.verdict.verified => (
+            Some("Verified".to_owned()),
+            "good",
+            None,
+            v.verdict.records_checked,
+        ),
+        Some(v) => (
+            Some("Tampered".to_owned()),
+            "bad",
+            v.verdict.failure.as_ref().map(|f| {
+                format!(
+                    "First failing record: {} ({}): {}",
+                    f.at, f.reason, f.detail
+                )
+            }),
+            v.verdict.records_checked,
+        ),
+    };
+    let nav = Nav::of(&user);
+    page(&LogPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        verdict: text,
+        verdict_class: class,
+        failure,
+        checked,
+        checkpoints,
+    })
+}
