@@ -257,3 +257,22 @@ test("an auditor approves a flagged step; a reader sees the queue but may not de
   await shot(auditor.page, "reviews-approved");
   await auditor.context.close();
 });
+
+test("an open session's page shows new steps without a reload", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  const { context, page } = await signedIn(admin);
+  const post = (content) => fetch(`${base}/v1/steps`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ session_id: "live", agent_id: "watcher", step_type: "observation", content }),
+  });
+  assert.equal((await post("first")).status, 201);
+  await page.goto(`${base}/ui/sessions/live`);
+  await page.locator("#step-0").waitFor();
+  await page.evaluate(() => { window.cairnMarker = "still here"; });
+  assert.equal((await post("second, while the page is open")).status, 201);
+  await page.locator("#step-1").getByText("second, while the page is open").waitFor({ timeout: 15_000 });
+  assert.equal(await page.evaluate(() => window.cairnMarker), "still here", "the page was not reloaded");
+  await page.getByRole("status").getByText("Verified").waitFor();
+  await accessible(page, "live session");
+  await context.close();
+});

@@ -26,7 +26,7 @@ const MAX_SESSIONS: usize = 10_000;
 /// Pages: only this server's stylesheet; forms post only here.
 const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 /// Pages that compute in the browser: also this server's scripts.
-const SCRIPT_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+const SCRIPT_POLICY: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 /// The compiled TypeScript bundle verifier (`scripts/ui-verifier` copies
 /// it from `clients/typescript`; a test there checks the copy), served to
@@ -220,6 +220,9 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))
         .route("/ui/assets/proof-page.js", get(proof_page_script))
+        .route("/ui/assets/live.js", get(live_script))
+        .route("/ui/assets/icon.svg", get(icon))
+        .route("/favicon.ico", get(icon))
         .route("/ui/assets/verifier/{name}", get(verifier_module))
 }
 
@@ -236,6 +239,14 @@ async fn stylesheet() -> Response {
 
 async fn verify_page_script() -> Response {
     asset(include_str!("verify-page.js"), "text/javascript")
+}
+
+async fn icon() -> Response {
+    asset(include_str!("icon.svg"), "image/svg+xml")
+}
+
+async fn live_script() -> Response {
+    asset(include_str!("live.js"), "text/javascript")
 }
 
 async fn proof_page_script() -> Response {

@@ -271,22 +271,31 @@ pub(super) async fn session(
         })
         .collect();
     let nav = Nav::of(&user);
-    page(&SessionPage {
-        org: nav.org,
-        role: nav.role,
-        csrf: nav.csrf,
-        session_id: info.header.session_id.clone(),
-        agent_id: info.header.agent_id.clone(),
-        started_at: info.header.started_at.to_string(),
-        sealed: info.seal.is_some(),
-        verdict: verdict_text,
-        verdict_class,
-        failure,
-        checked,
-        sealed_at: info.seal.as_ref().map(|seal| seal.sealed_at.to_string()),
-        final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
-        steps,
-    })
+    // An open session's page follows it with a script (live.js).
+    let policy = if info.seal.is_some() {
+        POLICY
+    } else {
+        SCRIPT_POLICY
+    };
+    page_with(
+        &SessionPage {
+            org: nav.org,
+            role: nav.role,
+            csrf: nav.csrf,
+            session_id: info.header.session_id.clone(),
+            agent_id: info.header.agent_id.clone(),
+            started_at: info.header.started_at.to_string(),
+            sealed: info.seal.is_some(),
+            verdict: verdict_text,
+            verdict_class,
+            failure,
+            checked,
+            sealed_at: info.seal.as_ref().map(|seal| seal.sealed_at.to_string()),
+            final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
+            steps,
+        },
+        policy,
+    )
 }
 
 #[derive(Template)]
