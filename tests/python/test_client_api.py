@@ -142,7 +142,13 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     assert replay["chain_valid"] is True and replay["step_count"] == 4
     assert agent.session_markdown("s1").startswith("# Session s1")
     assert agent.get_session_history()[0]["session_id"] == "s1"
-    assert agent.list_traces()[0]["step_count"] == 4
+    agent.log_reasoning_step(session_id="s0", step_type="Observation", content="an older look")
+    assert [s["session_id"] for s in agent.get_session_history(kind="Plan", flagged=True)] == ["s1"]
+    newest = agent.get_session_history(limit=1)
+    older = agent.get_session_history(limit=1, cursor=newest[0]["cursor"])
+    assert [newest[0]["session_id"], older[0]["session_id"]] == ["s0", "s1"]
+    assert agent.get_session_history(since=newest[0]["started_at"], limit=5)[-1]["session_id"] == "s0"
+    assert next(t for t in agent.list_traces() if t["session_id"] == "s1")["step_count"] == 4
     assert agent.verify_session("s1")["verified"] is True
     assert agent.get_trace(first["trace_id"])["kind"] == "observation"
     assert "results" in agent.search("revenue")
@@ -153,7 +159,7 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     review = auditor.review_step(first["trace_id"], "approve", note="fine")
     assert review["decision"] == "approve"
     assert auditor.list_reviews(all=True, limit=5)["items"][0]["state"] == "approved"
-    assert auditor.sql("SELECT count(*) AS n FROM steps", limit=10)["rows"] == [[4]]
+    assert auditor.sql("SELECT count(*) AS n FROM steps", limit=10)["rows"] == [[5]]
     event = admin.record_audit_event("tool-run", event_id="ev-1", session_id="s1", detail={"rows": 3})
     assert admin.get_audit_event("ev-1")["detail"] == {"rows": 3} and event["event_id"] == "ev-1"
     assert admin.erase_step(first["trace_id"], "asked to forget")["erased"] is True

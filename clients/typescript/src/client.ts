@@ -297,10 +297,35 @@ export class CairnClient {
     return this.json("POST", "/v1/sessions", { body: this.withAgent(input) });
   }
 
-  /** `GET /v1/sessions`: an agent's recent sessions, newest first (a list, as seed 000's). */
-  listSessions(options: { agentId?: string; limit?: number; verify?: boolean } = {}): Promise<JsonRecord[]> {
+  /**
+   * `GET /v1/sessions`: an agent's recent sessions, newest first (a list, as seed 000's).
+   * Filters: `kind` (sessions with a step of that kind), `flagged`, `since` and `until`
+   * (RFC 3339 or a date, on the start time). A full page continues with `cursor` set to
+   * the last row's `cursor`.
+   */
+  listSessions(
+    options: {
+      agentId?: string;
+      limit?: number;
+      verify?: boolean;
+      kind?: string;
+      flagged?: boolean;
+      since?: string;
+      until?: string;
+      cursor?: string;
+    } = {},
+  ): Promise<JsonRecord[]> {
     return this.json("GET", "/v1/sessions", {
-      query: { agent_id: options.agentId ?? this.agentId, limit: options.limit, verify: options.verify },
+      query: {
+        agent_id: options.agentId ?? this.agentId,
+        limit: options.limit,
+        verify: options.verify,
+        kind: options.kind,
+        flagged: options.flagged,
+        since: options.since,
+        until: options.until,
+        cursor: options.cursor,
+      },
     });
   }
 

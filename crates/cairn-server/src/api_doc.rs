@@ -651,6 +651,10 @@ pub struct SessionSummary {
     /// session, or with verify=false.
     chain_valid: Option<bool>,
     sealed: bool,
+    /// When the session started (the listing's order).
+    started_at: String,
+    /// Continue a listing after this row (`cursor=`).
+    cursor: String,
 }
 
 /// A verification verdict (seed 003's member names, with where it broke).

@@ -59,11 +59,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use cairn_core::Hash;
+use cairn_core::Timestamp;
 use cairn_core::detail::DetailLevel;
+use cairn_core::kind::StepKind;
 use cairn_core::record::Profile;
 use cairn_store::ops::{ExportScope, verify_org, verify_session};
 use cairn_store::{
-    ApiKey, Ledger, LedgerStore, NewSession, Role, WriteRequest, Written, token_hash,
+    ApiKey, Ledger, LedgerStore, NewSession, Role, SessionCursor, SessionFilter, WriteRequest,
+    Written, token_hash,
 };
 use error::shown;
 use limits::Body;

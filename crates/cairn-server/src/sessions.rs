@@ -96,9 +96,14 @@ pub(crate) async fn start_session(
     operation_id = "list_sessions",
     tag = "sessions",
     summary = "Session history",
-    description = "Sessions newest first with step_count, first_step_at, last_step_at, chain_valid, sealed. Each listed session's chain is verified until CAIRN_LIST_VERIFY_STEPS steps (default 10000) were verified in the request; later sessions have chain_valid null; verify=false verifies none.",
+    description = "Sessions newest first (by start time, then session id) with step_count, first_step_at, last_step_at, chain_valid, sealed, started_at and cursor. Filters combine (AND). Pages are keyset pages: when a page is full, a Link header with rel=\"next\" names the next page (the same query with cursor set to the last row's cursor), and every page costs the same however deep. Each listed session's chain is verified until CAIRN_LIST_VERIFY_STEPS steps (default 10000) were verified in the request; later sessions have chain_valid null; verify=false verifies none.",
     params(
         ("agent_id" = Option<crate::api_doc::Id>, Query, description = "Only this agent's sessions"),
+        ("kind" = Option<String>, Query, description = "Only sessions with at least one step of this kind (any label of the kind, as written or canonical: ToolCall and tool_call are one kind)"),
+        ("flagged" = Option<bool>, Query, description = "true: only sessions with a step recorded as flagged"),
+        ("since" = Option<String>, Query, description = "Only sessions started at or after this time: RFC 3339, or a date (YYYY-MM-DD, its start in UTC)"),
+        ("until" = Option<String>, Query, description = "Only sessions started before this time: RFC 3339, or a date (YYYY-MM-DD: the whole day is included)"),
+        ("cursor" = Option<String>, Query, description = "Continue after this row: the cursor of the last row of the previous page (opaque; percent-encode it)"),
         ("limit" = Option<u64>, Query, description = "1 to 1000, default 20", minimum = 1, maximum = 1000),
         ("verify" = Option<bool>, Query, description = "false: no chain verification (chain_valid null)"),
     ),
@@ -113,8 +118,10 @@ pub(crate) async fn list_sessions(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Query(q): Query<HashMap<String, String>>,
-) -> Result<Json, ApiError> {
-    input::refuse_unknown_params(q.keys(), &["agent_id", "limit", "verify"])?;
+) -> Result<Response, ApiError> {
+    let mut known = LISTING_PARAMS.to_vec();
+    known.extend(["limit", "verify"]);
+    input::refuse_unknown_params(q.keys(), &known)?;
     let limit = match q.get("limit") {
         None => 20,
         Some(l) => l
@@ -123,26 +130,143 @@ pub(crate) async fn list_sessions(
             .filter(|l| (1..=1000).contains(l))
             .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
     };
-    let agent = query_id(&q, "agent_id")?;
+    let filter = listing_filter(&q)?;
     // Verification is on unless `verify=false`, and bounded.
     let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
     let org = caller.org().to_owned();
     let budget = state.config.limits.list_verify_steps;
     let rows = blocking(&state, move |store| {
-        Ok(listed_sessions(store, &org, agent.as_deref(), limit, verify, budget)?
-            .into_iter()
-            .map(|(s, valid)| {
-                json!({
-                    "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
-                    "first_step_at": s.first_step_at.map(|t| t.to_string()),
-                    "last_step_at": s.last_step_at.map(|t| t.to_string()),
-                    "chain_valid": valid, "sealed": s.sealed,
-                })
-            })
-            .collect::<Vec<_>>())
+        listed_sessions(store, &org, &filter, limit, verify, budget)
     })
     .await?;
-    Ok(axum::Json(Value::Array(rows)))
+    let next = (rows.len() == limit)
+        .then(|| {
+            rows.last()
+                .map(|(s, _)| cursor_text(&SessionCursor::after(s)))
+        })
+        .flatten();
+    let body: Vec<Value> = rows
+        .into_iter()
+        .map(|(s, valid)| {
+            json!({
+                "session_id": s.session_id, "agent_id": s.agent_id, "step_count": s.step_count,
+                "first_step_at": s.first_step_at.map(|t| t.to_string()),
+                "last_step_at": s.last_step_at.map(|t| t.to_string()),
+                "started_at": s.started_at.to_string(),
+                "cursor": cursor_text(&SessionCursor::after(&s)),
+                "chain_valid": valid, "sealed": s.sealed,
+            })
+        })
+        .collect();
+    let mut response = axum::Json(Value::Array(body)).into_response();
+    if let Some(next) = next {
+        let mut query: Vec<(String, String)> =
+            q.into_iter().filter(|(k, _)| k != "cursor").collect();
+        query.sort();
+        query.push(("cursor".into(), next));
+        let encoded = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(query)
+            .finish();
+        if let Ok(value) =
+            header::HeaderValue::from_str(&format!("</v1/sessions?{encoded}>; rel=\"next\""))
+        {
+            response.headers_mut().insert(header::LINK, value);
+        }
+    }
+    Ok(response)
+}
+
+/// The query parameters that choose which sessions a listing shows, read
+/// alike by the API (`GET /v1/sessions`) and the web UI's sessions page.
+pub(crate) const LISTING_PARAMS: &[&str] =
+    &["agent_id", "kind", "flagged", "since", "until", "cursor"];
+
+/// Reads [`LISTING_PARAMS`] into a filter; a malformed value is refused
+/// (never read as "no filter").
+pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilter, ApiError> {
+    let kind = match q.get("kind") {
+        None => None,
+        Some(label) => Some(StepKind::parse(label).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "kind {:?} is not a step kind (see FORMAT.md's kinds: observation, plan, tool_call, ...)",
+                    label.chars().take(80).collect::<String>()
+                ),
+            )
+            .with_field("kind")
+        })?),
+    };
+    let after = match q.get("cursor") {
+        None => None,
+        Some(text) => Some(parse_cursor(text).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_request",
+                "cursor is not a cursor of this listing: pass the cursor of the last row of the previous page, or the Link header's next page",
+            )
+            .with_field("cursor")
+        })?),
+    };
+    let started_from = q
+        .get("since")
+        .map(|t| listing_time("since", t, false))
+        .transpose()?;
+    let started_before = q
+        .get("until")
+        .map(|t| listing_time("until", t, true))
+        .transpose()?;
+    Ok(SessionFilter {
+        agent_id: query_id(q, "agent_id")?,
+        started_from,
+        started_before,
+        kind,
+        flagged: query_bool(q, "flagged")?,
+        after,
+    })
+}
+
+/// A time bound of the listing: RFC 3339, or a date in UTC (as `since`,
+/// its start; as `until`, the start of the next day, so that the date is
+/// included).
+fn listing_time(key: &'static str, text: &str, end_of_day: bool) -> Result<Timestamp, ApiError> {
+    if let Ok(t) = Timestamp::parse_rfc3339(text) {
+        return Ok(t);
+    }
+    let date = (text.len() == 10)
+        .then(|| Timestamp::parse_rfc3339(&format!("{text}T00:00:00Z")).ok())
+        .flatten();
+    match date {
+        Some(midnight) if end_of_day => Timestamp::from_micros(
+            midnight.as_micros().saturating_add(86_400_000_000),
+        )
+        .ok_or_else(|| {
+            ApiError::bad_request("invalid_request", format!("{key} is out of range"))
+                .with_field(key)
+        }),
+        Some(midnight) => Ok(midnight),
+        None => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{key} must be an RFC 3339 time (2026-11-25T09:30:00Z) or a date (2026-11-25)"),
+        )
+        .with_field(key)),
+    }
+}
+
+/// A cursor as text: the session's start in microseconds, a dot, its id.
+pub(crate) fn cursor_text(cursor: &SessionCursor) -> String {
+    format!("{}.{}", cursor.started_at.as_micros(), cursor.session_id)
+}
+
+fn parse_cursor(text: &str) -> Option<SessionCursor> {
+    let (micros, session_id) = text.split_once('.')?;
+    if micros.is_empty() || !micros.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    cairn_core::record::validate_id("cursor", session_id).ok()?;
+    Some(SessionCursor {
+        started_at: Timestamp::from_micros(micros.parse().ok()?)?,
+        session_id: session_id.to_owned(),
+    })
 }
 
 /// Sessions of an org, newest first, each with its chain's validity: the
@@ -153,14 +277,14 @@ pub(crate) async fn list_sessions(
 pub(crate) fn listed_sessions(
     store: &dyn LedgerStore,
     org: &str,
-    agent: Option<&str>,
+    filter: &SessionFilter,
     limit: usize,
     verify: bool,
     budget: u64,
 ) -> Result<Vec<(cairn_store::SessionSummary, Option<bool>)>, ApiError> {
     let mut spent = 0u64;
     let mut out = Vec::new();
-    for s in store.list_sessions(org, agent, limit)? {
+    for s in store.list_sessions(org, filter, limit)? {
         let valid = if verify && spent.saturating_add(s.step_count) <= budget {
             spent += s.step_count;
             Some(verify_session(store, org, &s.session_id)?.is_some_and(|v| v.verified))

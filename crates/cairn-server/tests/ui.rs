@@ -139,7 +139,7 @@ fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
         404
     );
     assert_eq!(
-        page(&server, "/ui/sessions?agent=a%20b", Some(&cookie)).status,
+        page(&server, "/ui/sessions?agent_id=a%20b", Some(&cookie)).status,
         400
     );
 
@@ -379,4 +379,57 @@ fn an_auditor_approves_a_flagged_step_and_a_reader_may_not() {
         "{}",
         all.text()
     );
+}
+
+#[test]
+fn the_sessions_page_filters_and_pages_like_the_api() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    for n in 0..53 {
+        let session = format!("s{n:02}");
+        let mut first = step(&session, "analyst", "observation", "looks");
+        if n == 10 {
+            first["status"] = json!("flagged");
+        }
+        assert_eq!(post(&server, "/v1/steps", &writer, &first).status, 201);
+    }
+    let call = step("s20", "analyst", "ToolCall", "search");
+    assert_eq!(post(&server, "/v1/steps", &writer, &call).status, 201);
+    let cookie = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+
+    // 50 a page: the first page links to the rest, which is the last.
+    let first = text(&page(&server, "/ui/sessions", Some(&cookie)));
+    assert!(first.contains(">s52<") && !first.contains(">s02<"));
+    let at = first.find("href=\"/ui/sessions?cursor=").unwrap() + "href=\"".len();
+    let next = first[at..].split('"').next().unwrap().replace("&amp;", "&");
+    let second = page(&server, &next, Some(&cookie));
+    assert_eq!(second.status, 200);
+    let second = text(&second);
+    for id in ["s02", "s01", "s00"] {
+        assert!(
+            second.contains(&format!(">{id}<")),
+            "{id} on the second page"
+        );
+    }
+    assert!(!second.contains(">s03<") && !second.contains("rel=\"next\""));
+    assert!(second.contains("href=\"/ui/sessions\">Newest"));
+
+    // Filters: a kind as written, flagged, a day; empty fields are no filter.
+    let tools = text(&page(
+        &server,
+        "/ui/sessions?agent_id=&kind=ToolCall&since=&until=",
+        Some(&cookie),
+    ));
+    assert!(tools.contains(">s20<") && !tools.contains(">s21<"));
+    let flagged = text(&page(&server, "/ui/sessions?flagged=true", Some(&cookie)));
+    assert!(flagged.contains(">s10<") && !flagged.contains(">s11<"));
+    assert!(flagged.contains("name=\"flagged\" type=\"checkbox\" value=\"true\" checked"));
+    let refused = page(
+        &server,
+        "/ui/sessions?kind=daydream&since=soon",
+        Some(&cookie),
+    );
+    assert_eq!(refused.status, 400);
+    let refused = text(&refused);
+    assert!(refused.contains("role=\"alert\"") && refused.contains("not a step kind"));
 }

@@ -27,6 +27,7 @@ pub mod embed;
 mod engine;
 mod external_key;
 mod keys;
+mod listing;
 pub mod ops;
 pub mod pg;
 mod sequencer;
@@ -43,6 +44,7 @@ use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::commit::{AgentSignature, StepRecord};
 use cairn_core::ed25519_dalek::VerifyingKey;
+use cairn_core::kind::StepKind;
 use cairn_core::log::{LogEntry, SealRecord};
 use cairn_core::record::{Links, Profile, RecordError, SessionHeader, Status};
 
@@ -818,6 +820,61 @@ pub struct SessionSummary {
     pub sealed: bool,
 }
 
+/// Which sessions a listing returns, and from where. Sessions are listed
+/// newest first: by `started_at` descending, then `session_id`
+/// descending, so that a page ends at a [`SessionCursor`] and the next
+/// page starts strictly after it (keyset pagination: every page costs the
+/// same however deep it is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    /// Only this agent's sessions.
+    pub agent_id: Option<String>,
+    /// Only sessions started at or after this time.
+    pub started_from: Option<Timestamp>,
+    /// Only sessions started before this time.
+    pub started_before: Option<Timestamp>,
+    /// Only sessions with at least one step of this kind.
+    pub kind: Option<StepKind>,
+    /// Only sessions with at least one step recorded as flagged.
+    pub flagged: bool,
+    /// Only sessions that come after this one in the listing order.
+    pub after: Option<SessionCursor>,
+}
+
+impl SessionFilter {
+    /// Every session of the org.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// One agent's sessions.
+    pub fn agent(agent_id: Option<&str>) -> Self {
+        Self {
+            agent_id: agent_id.map(str::to_owned),
+            ..Self::default()
+        }
+    }
+}
+
+/// A place in a session listing: the last session of a page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCursor {
+    /// When that session started.
+    pub started_at: Timestamp,
+    /// Its id.
+    pub session_id: String,
+}
+
+impl SessionCursor {
+    /// The cursor after `summary`.
+    pub fn after(summary: &SessionSummary) -> Self {
+        Self {
+            started_at: summary.started_at,
+            session_id: summary.session_id.clone(),
+        }
+    }
+}
+
 /// A step with its position in the org log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredStep {
@@ -892,11 +949,12 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn step_by_trace(&self, org_id: &str, trace_id: &str)
     -> Result<Option<StoredStep>, StoreError>;
 
-    /// Sessions, newest first, optionally of one agent.
+    /// Sessions that pass `filter`, newest first (see [`SessionFilter`]),
+    /// at most `limit`.
     fn list_sessions(
         &self,
         org_id: &str,
-        agent_id: Option<&str>,
+        filter: &SessionFilter,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StoreError>;
 

@@ -34,9 +34,11 @@ use crate::engine::{
     chain_end, json_text, links_text, op_from_view, op_record_id, org_range, request_org, row_id,
 };
 use crate::keys::ServerKey;
+use crate::listing::{self, ListParam};
 use crate::{
-    ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionInfo, SessionSummary,
-    StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written, now,
+    ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionFilter, SessionInfo,
+    SessionSummary, StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
+    now,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -293,6 +295,16 @@ impl<C: GenericClient> Db<'_, C> {
         let statement = self.client.prepare(sql).context("preparing a statement")?;
         self.statements.insert(sql, statement.clone());
         Ok(statement)
+    }
+
+    /// A query built at run time (not kept prepared: its text varies).
+    fn query_built(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+        what: &str,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.client.query(sql, params).context(what)
     }
 
     fn query(
@@ -2007,25 +2019,31 @@ impl LedgerStore for PgStore {
     fn list_sessions(
         &self,
         org_id: &str,
-        agent_id: Option<&str>,
+        filter: &SessionFilter,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(|db| {
-            let rows = db.query(
-                "SELECT s.session_id, s.agent_id, s.started_at, s.org, s.sid,
-                   EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
-                 FROM sessions s JOIN orgs o ON o.org = s.org
-                 WHERE o.name = $1 AND ($2::text IS NULL OR s.agent_id = $2)
-                 ORDER BY s.started_at DESC, s.sid DESC LIMIT $3",
-                &[&org_id, &agent_id, &limit],
-                "listing sessions",
-            )?;
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) =
+                listing::session_listing_query(org, filter, limit, |n| format!("${n}"));
+            let params: Vec<Box<dyn ToSql + Sync>> = params
+                .into_iter()
+                .map(|p| -> Box<dyn ToSql + Sync> {
+                    match p {
+                        ListParam::Int(v) => Box::new(v),
+                        ListParam::Text(v) => Box::new(v),
+                    }
+                })
+                .collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+            let rows = db.query_built(&sql, &refs, "listing sessions")?;
             let mut out = Vec::with_capacity(rows.len());
             for row in &rows {
-                let sid: i64 = col(row, 4)?;
+                let sid: i64 = col(row, 3)?;
                 // Counted from the log (the head row is only a hint).
-                let end = true_end(db, col(row, 3)?, sid)?;
+                let end = true_end(db, org, sid)?;
                 let first = match &end {
                     Some(_) => successor(db, sid, None)?,
                     None => None,
@@ -2037,7 +2055,7 @@ impl LedgerStore for PgStore {
                     first_step_at: first.and_then(|e| Timestamp::from_micros(e.created_at)),
                     last_step_at: end.and_then(|e| Timestamp::from_micros(e.created_at)),
                     started_at: Timestamp::from_micros(col(row, 2)?).unwrap_or_default(),
-                    sealed: col(row, 5)?,
+                    sealed: col(row, 4)?,
                 });
             }
             Ok(out)

@@ -84,7 +84,10 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
-CREATE INDEX IF NOT EXISTS sessions_recent ON sessions (org, started_at, sid);
+-- The session listing (newest first, keyset pages) and its kind filter.
+CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
+CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
+DROP INDEX IF EXISTS sessions_recent;
 
 -- Derived, not ledger (see docs/STORAGE.md): a hint Cairn walks forward
 -- from through `entries_next`; it may only move forward.

@@ -81,6 +81,9 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+-- The session listing (newest first, keyset pages) and its kind filter.
+CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
+CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
 
 -- Orgs imported from another server's bundle: their log is signed by that
 -- server's key, so they are verified with it and are read-only here.

@@ -32,9 +32,10 @@ use crate::engine::{
     json_text, links_text, op_from_view, op_record_id, org_range, row_id,
 };
 use crate::keys::{ServerKey, load_or_create_server_key};
+use crate::listing::{self, ListParam};
 use crate::{
-    DbContext, LedgerStore, Refusal, SessionInfo, SessionSummary, StoreError, StoredCheckpoint,
-    StoredEntry, StoredStep, WriteRequest, Written,
+    DbContext, LedgerStore, Refusal, SessionFilter, SessionInfo, SessionSummary, StoreError,
+    StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -1669,38 +1670,34 @@ impl LedgerStore for SqliteStore {
     fn list_sessions(
         &self,
         org_id: &str,
-        agent_id: Option<&str>,
+        filter: &SessionFilter,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StoreError> {
         self.read(|c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT s.session_id, s.agent_id, s.started_at, s.sid, s.org,
-                        EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
-                     FROM sessions s JOIN orgs o ON o.org = s.org
-                     WHERE o.name = ?1 AND (?2 IS NULL OR s.agent_id = ?2)
-                     ORDER BY s.started_at DESC, s.sid DESC LIMIT ?3",
-                )
-                .context("listing sessions")?;
-            let rows: Vec<(String, String, i64, i64, i64, bool)> = stmt
-                .query_map(
-                    params![org_id, agent_id, limit.min(i64::MAX as usize) as i64],
-                    |r| {
-                        Ok((
-                            r.get(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                            r.get(4)?,
-                            r.get(5)?,
-                        ))
-                    },
-                )
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) =
+                listing::session_listing_query(org, filter, limit, |n| format!("?{n}"));
+            let params: Vec<Box<dyn rusqlite::ToSql>> = params
+                .into_iter()
+                .map(|p| -> Box<dyn rusqlite::ToSql> {
+                    match p {
+                        ListParam::Int(v) => Box::new(v),
+                        ListParam::Text(v) => Box::new(v),
+                    }
+                })
+                .collect();
+            let mut stmt = c.prepare_cached(&sql).context("listing sessions")?;
+            let rows: Vec<(String, String, i64, i64, bool)> = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
                 .context("listing sessions")?
                 .collect::<Result<_, _>>()
                 .context("listing sessions")?;
             let mut out = Vec::with_capacity(rows.len());
-            for (session_id, agent_id, started, sid, org, sealed) in rows {
+            for (session_id, agent_id, started, sid, sealed) in rows {
                 // Counted from the log (the head row is only a hint).
                 let end = true_end(c, org, sid)?;
                 let first = match &end {

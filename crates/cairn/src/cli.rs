@@ -13,8 +13,8 @@ use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};
 use cairn_store::now;
 use cairn_store::ops::{ExportScope, verify_org, verify_session};
 use cairn_store::{
-    AppendError, Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest,
-    Written,
+    AppendError, Ledger, LedgerStore, SequencerConfig, SessionFilter, SqliteOptions, SqliteStore,
+    WriteRequest, Written,
     pg::{PgOptions, PgStore},
 };
 use clap::{Parser, Subcommand, ValueEnum};

@@ -363,11 +363,19 @@ class _Core:
                         query=_query(format="markdown", level=level))
 
     def _op_get_session_history(self, agent_id: Optional[str] = None, limit: int = 20,
-                                verify: Optional[bool] = None) -> _Request[List[SessionSummary]]:
+                                verify: Optional[bool] = None, kind: Optional[str] = None,
+                                flagged: Optional[bool] = None, since: Optional[str] = None,
+                                until: Optional[str] = None,
+                                cursor: Optional[str] = None) -> _Request[List[SessionSummary]]:
         """`GET /v1/sessions`: an agent's recent sessions, newest first, with
-        chain validity (seed 000's `get_session_history`: a list)."""
+        chain validity (seed 000's `get_session_history`: a list). Filters:
+        `kind` (sessions with a step of that kind), `flagged`, `since` and
+        `until` (RFC 3339 or a date, on the start time). A full page
+        continues with `cursor=` the last row's `cursor`."""
         return _Request("GET", "/v1/sessions", _json, "read",
-                        query=_query(agent_id=self._agent(agent_id), limit=limit, verify=verify))
+                        query=_query(agent_id=self._agent(agent_id), limit=limit, verify=verify,
+                                     kind=kind, flagged=flagged, since=since, until=until,
+                                     cursor=cursor))
 
     def _op_list_traces(self, agent_id: Optional[str] = None, limit: int = 20) -> _Request[List[SessionSummary]]:
         """Seed 000's `list_traces`: the same as `get_session_history`."""

@@ -66,6 +66,8 @@ class SessionSummary(TypedDict, total=False):
     first_step_at: str
     last_step_at: str
     sealed: bool
+    started_at: str
+    cursor: str
 
 
 class Step(TypedDict, total=False):

@@ -383,9 +383,14 @@ impl CairnMcp {
         let result = self
             .store(move |store| {
                 let mut rows = Vec::new();
-                for (s, valid) in
-                    crate::listed_sessions(store, &org, Some(&agent_id), limit, true, budget)?
-                {
+                for (s, valid) in crate::listed_sessions(
+                    store,
+                    &org,
+                    &cairn_store::SessionFilter::agent(Some(&agent_id)),
+                    limit,
+                    true,
+                    budget,
+                )? {
                     rows.push(SessionRow {
                         session_id: s.session_id,
                         step_count: s.step_count,

@@ -37,7 +37,21 @@ struct SessionsPage {
     org: String,
     role: String,
     csrf: String,
+    /// The filter as given (empty: not set), to refill the form.
     agent: String,
+    since: String,
+    until: String,
+    flagged: bool,
+    /// Every kind's canonical name, and whether it is the one chosen.
+    kinds: Vec<(&'static str, bool)>,
+    /// A kind given that is not a canonical name (kept in the form).
+    other_kind: Option<String>,
+    /// Whether this page continues from a cursor (not the newest).
+    paged: bool,
+    /// The query of the next page, when this one is full.
+    next: Option<String>,
+    /// The filter was refused.
+    error: Option<String>,
     sessions: Vec<SessionRow>,
 }
 
@@ -48,7 +62,8 @@ fn time_text(t: Option<cairn_core::Timestamp>) -> String {
     t.map_or_else(|| "—".to_owned(), |t| t.to_string())
 }
 
-/// `GET /ui/sessions[?agent=]`.
+/// `GET /ui/sessions`: the API's listing (`GET /v1/sessions`) with the
+/// same filters read by the same code; an empty form field is no filter.
 pub(super) async fn sessions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -58,53 +73,95 @@ pub(super) async fn sessions(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let agent = q
-        .get("agent")
-        .map(|a| a.trim().to_owned())
-        .unwrap_or_default();
-    if !agent.is_empty() && cairn_core::record::validate_id("agent", &agent).is_err() {
-        return ApiError::bad_request("invalid_argument", "agent is not an agent id")
-            .with_field("agent")
-            .into_response();
-    }
+    let given: HashMap<String, String> = q
+        .into_iter()
+        .filter(|(k, _)| crate::LISTING_PARAMS.contains(&k.as_str()))
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let field = |name: &str| given.get(name).cloned().unwrap_or_default();
+    let nav = Nav::of(&user);
+    let mut view = SessionsPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        agent: field("agent_id"),
+        since: field("since"),
+        until: field("until"),
+        flagged: given.get("flagged").is_some_and(|v| v == "true"),
+        kinds: cairn_core::kind::ALL_KINDS
+            .iter()
+            .map(|k| (k.as_str(), field("kind") == k.as_str()))
+            .collect(),
+        other_kind: given
+            .get("kind")
+            .filter(|k| {
+                !cairn_core::kind::ALL_KINDS
+                    .iter()
+                    .any(|c| c.as_str() == k.as_str())
+            })
+            .cloned(),
+        paged: given.contains_key("cursor"),
+        next: None,
+        error: None,
+        sessions: Vec::new(),
+    };
+    let filter = match crate::listing_filter(&given) {
+        Ok(filter) => filter,
+        Err(e) => {
+            view.error = Some(e.message.clone());
+            let mut response = page(&view);
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            return response;
+        }
+    };
     let org = user.caller.org().to_owned();
     let budget = state.config.limits.list_verify_steps;
-    let filter = (!agent.is_empty()).then(|| agent.clone());
     let listed = blocking(&state, move |store| {
-        listed_sessions(store, &org, filter.as_deref(), PAGE, true, budget)
+        listed_sessions(store, &org, &filter, PAGE, true, budget)
     })
     .await;
     let rows = match listed {
         Ok(rows) => rows,
         Err(e) => return e.into_response(),
     };
-    let nav = Nav::of(&user);
-    page(&SessionsPage {
-        org: nav.org,
-        role: nav.role,
-        csrf: nav.csrf,
-        agent,
-        sessions: rows
-            .into_iter()
-            .map(|(s, valid)| {
-                let (verdict, verdict_class) = match valid {
-                    Some(true) => ("verified", "good"),
-                    Some(false) => ("tampered", "bad"),
-                    None => ("not checked", "neutral"),
-                };
-                SessionRow {
-                    session_id: s.session_id,
-                    agent_id: s.agent_id,
-                    step_count: s.step_count,
-                    first_step_at: time_text(s.first_step_at),
-                    last_step_at: time_text(s.last_step_at),
-                    sealed: s.sealed,
-                    verdict,
-                    verdict_class,
-                }
-            })
-            .collect(),
-    })
+    if rows.len() == PAGE
+        && let Some((last, _)) = rows.last()
+    {
+        let mut query: Vec<(String, String)> =
+            given.into_iter().filter(|(k, _)| k != "cursor").collect();
+        query.sort();
+        query.push((
+            "cursor".into(),
+            crate::cursor_text(&cairn_store::SessionCursor::after(last)),
+        ));
+        view.next = Some(
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(query)
+                .finish(),
+        );
+    }
+    view.sessions = rows
+        .into_iter()
+        .map(|(s, valid)| {
+            let (verdict, verdict_class) = match valid {
+                Some(true) => ("verified", "good"),
+                Some(false) => ("tampered", "bad"),
+                None => ("not checked", "neutral"),
+            };
+            SessionRow {
+                session_id: s.session_id,
+                agent_id: s.agent_id,
+                step_count: s.step_count,
+                first_step_at: time_text(s.first_step_at),
+                last_step_at: time_text(s.last_step_at),
+                sealed: s.sealed,
+                verdict,
+                verdict_class,
+            }
+        })
+        .collect();
+    page(&view)
 }
 
 struct StepView {

@@ -8,7 +8,7 @@
 //! found by the log's own indexes), never from counts kept in derived
 //! tables, because the server signs it.
 
-use crate::{LedgerStore, StoreError, StoredCheckpoint};
+use crate::{LedgerStore, SessionFilter, StoreError, StoredCheckpoint};
 use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::bundle::{
@@ -168,18 +168,25 @@ pub fn sessions_in_scope(
     Ok(match scope {
         ExportScope::Session(id) => vec![id.clone()],
         ExportScope::Agent(agent) => store
-            .list_sessions(org_id, Some(agent), usize::MAX)?
+            .list_sessions(org_id, &SessionFilter::agent(Some(agent)), usize::MAX)?
             .into_iter()
             .map(|s| s.session_id)
             .collect(),
         ExportScope::Range { since, until } => store
-            .list_sessions(org_id, None, usize::MAX)?
+            .list_sessions(
+                org_id,
+                &SessionFilter {
+                    started_from: Some(*since),
+                    started_before: Some(*until),
+                    ..SessionFilter::all()
+                },
+                usize::MAX,
+            )?
             .into_iter()
-            .filter(|s| s.started_at >= *since && s.started_at < *until)
             .map(|s| s.session_id)
             .collect(),
         ExportScope::All => store
-            .list_sessions(org_id, None, usize::MAX)?
+            .list_sessions(org_id, &SessionFilter::all(), usize::MAX)?
             .into_iter()
             .map(|s| s.session_id)
             .collect(),

@@ -14,8 +14,8 @@ use cairn_core::merkle::{verify_consistency, verify_inclusion};
 use cairn_core::record::{Profile, RecordError, Step};
 use cairn_store::ops::{ExportScope, ReviewItem, export, export_at, verify_org, verify_session};
 use cairn_store::{
-    AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, StoreError,
-    WriteRequest, Written,
+    AppendError, Ledger, LedgerStore, NewSession, NewStep, Refusal, SequencerConfig, SessionFilter,
+    StoreError, WriteRequest, Written,
 };
 use std::sync::Arc;
 
@@ -113,6 +113,7 @@ pub fn run_all(backend: &dyn Backend) {
     log_keys_are_added_and_retired(backend);
     state_survives_reopen(backend);
     listing_and_lookup(backend);
+    crate::listing::session_listing_filters_and_pages(backend);
     exports_verify_offline(backend);
     imports_round_trip(backend);
     api_keys_are_stored_hashed_and_revocable(backend);
@@ -1735,7 +1736,9 @@ fn listing_and_lookup(backend: &dyn Backend) {
             append(&ledger, s).unwrap();
         }
     }
-    let alpha = store.list_sessions(ORG, Some("alpha"), 10).unwrap();
+    let alpha = store
+        .list_sessions(ORG, &SessionFilter::agent(Some("alpha")), 10)
+        .unwrap();
     assert_eq!(
         alpha
             .iter()
@@ -1748,8 +1751,19 @@ fn listing_and_lookup(backend: &dyn Backend) {
             .iter()
             .all(|s| s.first_step_at <= s.last_step_at && !s.sealed)
     );
-    assert_eq!(store.list_sessions(ORG, None, 2).unwrap().len(), 2);
-    assert!(store.list_sessions("nobody", None, 10).unwrap().is_empty());
+    assert_eq!(
+        store
+            .list_sessions(ORG, &SessionFilter::all(), 2)
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        store
+            .list_sessions("nobody", &SessionFilter::all(), 10)
+            .unwrap()
+            .is_empty()
+    );
     let mut first = None;
     store
         .read_session(ORG, "b1", &mut |s| {

@@ -8,5 +8,6 @@
 mod analyst;
 mod atomic;
 mod conformance;
+mod listing;
 mod pg;
 mod sqlite;

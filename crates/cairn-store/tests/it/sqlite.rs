@@ -179,7 +179,11 @@ fn a_session_head_moved_back_cannot_make_an_index_be_used_twice() {
         .unwrap();
     assert_eq!(info.step_count, 3);
     let listed = store
-        .list_sessions(crate::conformance::ORG, None, 10)
+        .list_sessions(
+            crate::conformance::ORG,
+            &cairn_store::SessionFilter::all(),
+            10,
+        )
         .unwrap();
     assert_eq!(listed[0].step_count, 3);
     let verdict = cairn_store::ops::verify_session(store.as_ref(), crate::conformance::ORG, "s1")

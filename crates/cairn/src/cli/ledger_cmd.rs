@@ -120,7 +120,7 @@ pub(super) fn sessions(
     agent: Option<&str>,
     limit: usize,
 ) -> Result<Outcome> {
-    let list = store.list_sessions(&cli.org, agent, limit)?;
+    let list = store.list_sessions(&cli.org, &SessionFilter::agent(agent), limit)?;
     let mut rows = Vec::new();
     for s in &list {
         let valid = verify_session(store, &cli.org, &s.session_id)?.is_some_and(|v| v.verified);

@@ -42,7 +42,11 @@ pub(super) fn serve(
         );
     }
     let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
-    let sample_session = if sample && store.list_sessions(&cli.org, None, 1)?.is_empty() {
+    let sample_session = if sample
+        && store
+            .list_sessions(&cli.org, &SessionFilter::all(), 1)?
+            .is_empty()
+    {
         record_sample(&ledger, &cli.org)?;
         Some(crate::demo::SAMPLE_SESSION)
     } else {
