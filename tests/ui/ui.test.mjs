@@ -276,3 +276,61 @@ test("an open session's page shows new steps without a reload", { skip: !existsS
   await accessible(page, "live session");
   await context.close();
 });
+
+test("filters, search, the Markdown view, and an export at a level downloaded and verified in the browser", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  const post = (path, body) => fetch(`${base}${path}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  assert.equal((await post("/v1/sessions", { session_id: "exported", agent_id: "broker", full_consent: true })).status, 201);
+  for (const [step_type, content] of [["ToolCall", "quote EURUSD"], ["ToolResult", "1.0832"], ["decision", "hedge the invoice in euros"]]) {
+    assert.equal((await post("/v1/steps", { session_id: "exported", agent_id: "broker", step_type, content })).status, 201);
+  }
+  const { context, page } = await signedIn(admin);
+  await page.setViewportSize({ width: 390, height: 844 });
+
+  // Sessions with a tool call: the form's kind filter.
+  await page.getByLabel("With a step of kind").selectOption("tool_call");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.waitForURL(/kind=tool_call/);
+  await page.getByRole("link", { name: "exported" }).waitFor();
+  await accessible(page, "sessions filtered");
+  await shot(page, "sessions-filtered-phone");
+
+  // Search finds the decision and links to its step.
+  await page.getByRole("link", { name: "Search" }).click();
+  await page.getByLabel("Steps about").fill("hedge invoice euros");
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.getByRole("link", { name: "exported #2" }).waitFor();
+  await accessible(page, "search");
+  await shot(page, "search-phone");
+
+  // The Markdown view (seed 002).
+  await page.goto(`${base}/ui/sessions/exported`);
+  await page.getByRole("link", { name: "Markdown view" }).click();
+  await page.getByText("# Session exported").waitFor();
+  await accessible(page, "markdown");
+  await shot(page, "markdown-phone");
+
+  // Export at the detailed level: downloaded, then verified in the browser.
+  await page.goBack();
+  await page.getByRole("link", { name: "Export…" }).click();
+  assert.equal(await page.getByLabel("A session").inputValue(), "exported");
+  await page.getByLabel("Detail level").selectOption("detailed");
+  await accessible(page, "export");
+  await shot(page, "export-phone");
+  const [download] = await Promise.all([
+    page.waitForEvent("download"),
+    page.getByRole("button", { name: "Download the bundle" }).click(),
+  ]);
+  assert.equal(download.suggestedFilename(), "cairn-exported-detailed.jsonl");
+  const saved = join(dir, "exported.jsonl");
+  await download.saveAs(saved);
+  const bundle = readFileSync(saved, "utf8");
+  assert.ok(!bundle.includes("hedge the invoice"), "detailed hides content");
+  await page.goto(`${base}/ui/verify`);
+  await page.getByLabel(/Drop a bundle/).setInputFiles(saved);
+  await page.locator("#result").getByText("Verified: exported.jsonl").waitFor();
+  await context.close();
+});

@@ -433,3 +433,126 @@ fn the_sessions_page_filters_and_pages_like_the_api() {
     let refused = text(&refused);
     assert!(refused.contains("role=\"alert\"") && refused.contains("not a step kind"));
 }
+
+#[test]
+fn a_timeline_pairs_tool_calls_links_records_and_exports_at_a_level() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let start = post(
+        &server,
+        "/v1/sessions",
+        &writer,
+        &json!({"session_id": "s1", "agent_id": "analyst"}),
+    );
+    assert_eq!(start.status, 201, "{}", start.text());
+    let event = post(
+        &server,
+        "/v1/audit-events",
+        &writer,
+        &json!({"event_id": "ev-7", "session_id": "s1", "action": "sql_query", "detail": {"rows": 3}}),
+    );
+    assert_eq!(event.status, 201, "{}", event.text());
+    let mut call = step("s1", "analyst", "ToolCall", "SELECT sum(total) FROM orders");
+    call["trace_id"] = json!("t-call");
+    call["links"] = json!({"audit_event": "ev-7"});
+    let mut result = step("s1", "analyst", "ToolResult", "12.4M");
+    result["links"] = json!({"tool_call": "t-call"});
+    // A tool call id carried by both steps pairs them too.
+    let mut call2 = step("s1", "analyst", "tool_call", "fetch fx rates");
+    call2["links"] = json!({"tool_call": "call_42"});
+    let mut result2 = step("s1", "analyst", "tool_result", "EUR 1.08");
+    result2["links"] = json!({"tool_call": "call_42", "policy_decision": "t-elsewhere"});
+    let mut reflection = step("s1", "analyst", "reflection", "The query was enough.");
+    reflection["output_data"] = json!({"lessons": ["check fx first"]});
+    let mut elsewhere = step("s2", "analyst", "decision", "approve the budget");
+    elsewhere["trace_id"] = json!("t-elsewhere");
+    for body in [&call, &result, &call2, &result2, &reflection, &elsewhere] {
+        let reply = post(&server, "/v1/steps", &writer, body);
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+    let seal = post(&server, "/v1/sessions/s1/seal", &writer, &json!({}));
+    assert_eq!(seal.status, 200, "{}", seal.text());
+
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let timeline = text(&page(&server, "/ui/sessions/s1", Some(&reader)));
+    for needle in [
+        "result: <a href=\"#step-1\">#1</a>",
+        "result: <a href=\"#step-3\">#3</a>",
+        "tool_call: <a href=\"#step-0\">#0</a>",
+        "audit_event: <a href=\"#event-ev-7\">ev-7</a>",
+        "policy_decision: <a href=\"/ui/records/t-elsewhere\">t-elsewhere</a>",
+        "id=\"event-ev-7\"",
+        "sql_query",
+        "Closing reflection</dt><dd><a href=\"#step-4\">#4</a>",
+        "Merkle root",
+        "&#34;lessons&#34;",
+        "href=\"/ui/sessions/s1/markdown\"",
+    ] {
+        assert!(timeline.contains(needle), "{needle} in {timeline}");
+    }
+    assert!(!timeline.contains("Export…"), "a reader cannot export");
+
+    // A link's id leads to the step elsewhere, or to the audit event.
+    let elsewhere = page(&server, "/ui/records/t-elsewhere", Some(&reader));
+    assert_eq!(
+        (elsewhere.status, elsewhere.header("location")),
+        (303, Some("/ui/sessions/s2#step-0"))
+    );
+    let event_page = page(&server, "/ui/records/ev-7", Some(&reader));
+    assert_eq!(event_page.status, 200);
+    assert!(text(&event_page).contains("&#34;rows&#34;: 3"));
+    let missing = page(&server, "/ui/records/nothing-here", Some(&reader));
+    assert_eq!(missing.status, 404);
+    assert!(
+        text(&missing).contains("role=\"alert\""),
+        "an HTML page, not JSON"
+    );
+
+    // Seed 002's Markdown view.
+    let markdown = text(&page(&server, "/ui/sessions/s1/markdown", Some(&reader)));
+    assert!(markdown.contains("# Session s1") && markdown.contains("SELECT sum(total)"));
+
+    // Search: the API's search, linked to steps.
+    // (Decisions are always embedded; tool steps are sampled.)
+    let found = text(&page(&server, "/ui/search?q=approve+budget", Some(&reader)));
+    assert!(found.contains("href=\"/ui/sessions/s2#step-0\""), "{found}");
+
+    // Export: refused for a reader, a download at a level for an auditor
+    // (a full-level export of a session without consent is refused).
+    let refused = page(
+        &server,
+        "/ui/export/bundle?session=s1&level=detailed",
+        Some(&reader),
+    );
+    assert_eq!(refused.status, 403);
+    let auditor = sign_in(&server, &key_for(&server, "acme", Role::Auditor, None));
+    assert!(text(&page(&server, "/ui/sessions/s1", Some(&auditor))).contains("Export…"));
+    let bundle = page(
+        &server,
+        "/ui/export/bundle?session=s1&agent=&level=generic",
+        Some(&auditor),
+    );
+    assert_eq!(bundle.status, 200, "{}", text(&bundle));
+    assert_eq!(
+        bundle.header("content-disposition"),
+        Some("attachment; filename=\"cairn-s1-generic.jsonl\"")
+    );
+    let lines = text(&bundle);
+    assert!(
+        lines.lines().count() > 6 && !lines.contains("SELECT sum(total)"),
+        "generic hides content"
+    );
+    let no_consent = page(
+        &server,
+        "/ui/export/bundle?session=s1&level=full",
+        Some(&auditor),
+    );
+    assert_eq!(no_consent.status, 403);
+    assert!(text(&no_consent).contains("consent"));
+    let both = page(
+        &server,
+        "/ui/export/bundle?session=s1&all=true",
+        Some(&auditor),
+    );
+    assert_eq!(both.status, 400);
+}

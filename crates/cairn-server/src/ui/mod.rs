@@ -16,6 +16,7 @@ use askama::Template;
 use std::sync::Mutex;
 
 mod pages;
+mod timeline;
 
 /// The session cookie's name.
 const COOKIE: &str = "cairn_ui";
@@ -126,6 +127,39 @@ impl Redirect {
     fn to(to: &'static str) -> Response {
         (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
     }
+
+    fn to_owned(to: String) -> Response {
+        match HeaderValue::from_str(&to) {
+            Ok(location) => (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response(),
+            Err(_) => Redirect::to("/ui/sessions"),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "ui/error.html")]
+struct ErrorPage {
+    org: String,
+    role: String,
+    csrf: String,
+    status: u16,
+    code: String,
+    message: String,
+}
+
+/// An error of a signed-in page, as a page (with the API's code and
+/// message, and its status).
+fn error_page(user: &UiUser, e: ApiError) -> Response {
+    let mut response = page(&ErrorPage {
+        org: user.caller.org().to_owned(),
+        role: user.caller.key.role.to_string(),
+        csrf: user.csrf.clone(),
+        status: e.status.as_u16(),
+        code: e.code.to_string(),
+        message: e.message.clone(),
+    });
+    *response.status_mut() = e.status;
+    response
 }
 
 /// A form post must come from this origin: browsers send `Origin` (and
@@ -211,7 +245,12 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sign-in", get(sign_in_page).post(sign_in))
         .route("/ui/sign-out", post(sign_out))
         .route("/ui/sessions", get(pages::sessions))
-        .route("/ui/sessions/{id}", get(pages::session))
+        .route("/ui/sessions/{id}", get(timeline::session))
+        .route("/ui/sessions/{id}/markdown", get(timeline::markdown))
+        .route("/ui/records/{id}", get(timeline::record))
+        .route("/ui/export", get(pages::export_page))
+        .route("/ui/search", get(pages::search))
+        .route("/ui/export/bundle", get(pages::export_bundle))
         .route("/ui/sessions/{id}/steps/{index}", get(pages::proof))
         .route("/ui/verify", get(pages::verify))
         .route("/ui/reviews", get(pages::reviews))

@@ -4,14 +4,14 @@
 use super::*;
 
 /// The navigation bar's data.
-struct Nav {
-    org: String,
-    role: String,
-    csrf: String,
+pub(super) struct Nav {
+    pub(super) org: String,
+    pub(super) role: String,
+    pub(super) csrf: String,
 }
 
 impl Nav {
-    fn of(user: &UiUser) -> Nav {
+    pub(super) fn of(user: &UiUser) -> Nav {
         Nav {
             org: user.caller.org().to_owned(),
             role: user.caller.key.role.to_string(),
@@ -58,7 +58,7 @@ struct SessionsPage {
 /// How many sessions a page lists.
 const PAGE: usize = 50;
 
-fn time_text(t: Option<cairn_core::Timestamp>) -> String {
+pub(super) fn time_text(t: Option<cairn_core::Timestamp>) -> String {
     t.map_or_else(|| "—".to_owned(), |t| t.to_string())
 }
 
@@ -162,197 +162,6 @@ pub(super) async fn sessions(
         })
         .collect();
     page(&view)
-}
-
-struct StepView {
-    index: u64,
-    seq: u64,
-    kind: &'static str,
-    label: String,
-    created_at: String,
-    model: Option<String>,
-    tokens: Option<u64>,
-    duration_ms: Option<u64>,
-    erased: bool,
-    failing: bool,
-    content: Option<String>,
-    preview: String,
-    input: Option<String>,
-    output: Option<String>,
-    hash: String,
-    flagged: bool,
-    turn: Option<String>,
-    /// Links: what they are called, their value, and the step they name
-    /// in this session, if any.
-    links: Vec<(&'static str, String, Option<u64>)>,
-    /// Later steps that correct this one.
-    corrected_by: Vec<u64>,
-}
-
-#[derive(Template)]
-#[template(path = "ui/session.html")]
-struct SessionPage {
-    org: String,
-    role: String,
-    csrf: String,
-    session_id: String,
-    agent_id: String,
-    started_at: String,
-    sealed: bool,
-    verdict: String,
-    verdict_class: &'static str,
-    failure: Option<String>,
-    checked: u64,
-    sealed_at: Option<String>,
-    final_hash: Option<String>,
-    steps: Vec<StepView>,
-}
-
-/// Steps shown on one page (a longer session shows its first ones).
-const MAX_STEPS_SHOWN: usize = 2_000;
-
-fn pretty(value: &Option<Value>) -> Option<String> {
-    value
-        .as_ref()
-        .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
-}
-
-/// `GET /ui/sessions/{id}`.
-pub(super) async fn session(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
-    let org = user.caller.org().to_owned();
-    let loaded = blocking(&state, move |store| {
-        let Some(info) = store.session(&org, &id)? else {
-            return Err(ApiError::not_found(format!("session {}", shown(&id))));
-        };
-        let verdict = verify_session(store, &org, &id)?;
-        let mut steps = Vec::new();
-        store.read_session(&org, &id, &mut |stored| {
-            steps.push(stored);
-            steps.len() < MAX_STEPS_SHOWN
-        })?;
-        Ok((info, verdict, steps))
-    })
-    .await;
-    let (info, verdict, stored) = match loaded {
-        Ok(loaded) => loaded,
-        Err(e) => return e.into_response(),
-    };
-    let failing_index = verdict
-        .as_ref()
-        .and_then(|v| v.failure.as_ref())
-        .and_then(|f| f.at.step_index);
-    let (verdict_text, verdict_class, failure, checked) = match &verdict {
-        Some(v) if v.verified => ("Verified".to_owned(), "good", None, v.records_checked),
-        Some(v) => (
-            "Tampered".to_owned(),
-            "bad",
-            v.failure.as_ref().map(|f| {
-                format!(
-                    "First failing record: {} ({}): {}",
-                    f.at, f.reason, f.detail
-                )
-            }),
-            v.records_checked,
-        ),
-        None => ("Not verified".to_owned(), "neutral", None, 0),
-    };
-    // Links are threaded within the session by trace id.
-    let index_of: HashMap<String, u64> = stored
-        .iter()
-        .map(|s| (s.record.step.trace_id.clone(), s.record.step.step_index))
-        .collect();
-    let mut corrected_by: HashMap<u64, Vec<u64>> = HashMap::new();
-    for s in &stored {
-        if let Some(target) = s
-            .record
-            .step
-            .links
-            .corrects
-            .as_ref()
-            .and_then(|t| index_of.get(t))
-        {
-            corrected_by
-                .entry(*target)
-                .or_default()
-                .push(s.record.step.step_index);
-        }
-    }
-    let steps = stored
-        .into_iter()
-        .map(|s| {
-            let step = &s.record.step;
-            let content = step.content.clone();
-            let preview = content
-                .as_deref()
-                .map(|c| c.chars().take(160).collect::<String>() + "…")
-                .unwrap_or_default();
-            StepView {
-                index: step.step_index,
-                seq: s.seq,
-                kind: step.kind.as_str(),
-                label: step.kind_label.clone(),
-                created_at: step.created_at.to_string(),
-                model: step.model.clone(),
-                tokens: step.token_count,
-                duration_ms: step.duration_ms,
-                erased: s.record.erased,
-                failing: failing_index == Some(step.step_index),
-                content,
-                preview,
-                input: pretty(&step.input),
-                output: pretty(&step.output),
-                hash: s.record.hash.to_string(),
-                flagged: step.status == cairn_core::record::Status::Flagged,
-                turn: step.turn_id.as_ref().map(|turn| match step.turn_step {
-                    Some(phase) => format!("turn {turn} · phase {phase}"),
-                    None => format!("turn {turn}"),
-                }),
-                links: step
-                    .links
-                    .entries()
-                    .into_iter()
-                    .filter_map(|(name, value)| {
-                        value.map(|v| (name, v.to_owned(), index_of.get(v).copied()))
-                    })
-                    .collect(),
-                corrected_by: corrected_by.remove(&step.step_index).unwrap_or_default(),
-            }
-        })
-        .collect();
-    let nav = Nav::of(&user);
-    // An open session's page follows it with a script (live.js).
-    let policy = if info.seal.is_some() {
-        POLICY
-    } else {
-        SCRIPT_POLICY
-    };
-    page_with(
-        &SessionPage {
-            org: nav.org,
-            role: nav.role,
-            csrf: nav.csrf,
-            session_id: info.header.session_id.clone(),
-            agent_id: info.header.agent_id.clone(),
-            started_at: info.header.started_at.to_string(),
-            sealed: info.seal.is_some(),
-            verdict: verdict_text,
-            verdict_class,
-            failure,
-            checked,
-            sealed_at: info.seal.as_ref().map(|seal| seal.sealed_at.to_string()),
-            final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
-            steps,
-        },
-        policy,
-    )
 }
 
 #[derive(Template)]
@@ -697,4 +506,160 @@ pub(super) async fn log(
         checked,
         checkpoints,
     })
+}
+
+#[derive(Template)]
+#[template(path = "ui/export.html")]
+struct ExportPage {
+    org: String,
+    role: String,
+    csrf: String,
+    can_export: bool,
+    session: String,
+    agent: String,
+}
+
+/// The export form's fields, passed on to `GET /v1/export`'s handler.
+const EXPORT_FIELDS: [&str; 4] = ["session", "agent", "all", "level"];
+
+/// `GET /ui/export[?session=|agent=]`: the export form.
+pub(super) async fn export_page(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let nav = Nav::of(&user);
+    page(&ExportPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        can_export: user.caller.key.role.can_export(),
+        session: q.get("session").cloned().unwrap_or_default(),
+        agent: q.get("agent").cloned().unwrap_or_default(),
+    })
+}
+
+/// `GET /ui/export/bundle`: the bundle, downloaded. The same handler as
+/// `GET /v1/export` decides (roles, scope, level, consent), with the
+/// signed-in key; empty form fields are left out.
+pub(super) async fn export_bundle(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let given: HashMap<String, String> = q
+        .into_iter()
+        .filter(|(k, v)| EXPORT_FIELDS.contains(&k.as_str()) && !v.trim().is_empty())
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .collect();
+    let name = given
+        .get("session")
+        .or_else(|| given.get("agent"))
+        .map_or("org", String::as_str)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+        .collect::<String>();
+    let level = given
+        .get("level")
+        .cloned()
+        .unwrap_or_else(|| "complete".into());
+    match crate::export(State(Arc::clone(&state)), user.caller.clone(), Query(given)).await {
+        Ok(mut response) => {
+            let disposition = format!("attachment; filename=\"cairn-{name}-{level}.jsonl\"");
+            if let Ok(value) = HeaderValue::from_str(&disposition) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_DISPOSITION, value);
+            }
+            response
+        }
+        Err(e) => error_page(&user, e),
+    }
+}
+
+/// One search result.
+struct Hit {
+    session_id: String,
+    step_index: u64,
+    label: String,
+    agent_id: String,
+    score: String,
+    preview: String,
+}
+
+#[derive(Template)]
+#[template(path = "ui/search.html")]
+struct SearchPage {
+    org: String,
+    role: String,
+    csrf: String,
+    q: String,
+    error: Option<String>,
+    hits: Option<Vec<Hit>>,
+}
+
+/// `GET /ui/search[?q=]`: the API's search (`GET /v1/search`, the same
+/// handler), results linked to their steps.
+pub(super) async fn search(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    let nav = Nav::of(&user);
+    let mut view = SearchPage {
+        org: nav.org,
+        role: nav.role,
+        csrf: nav.csrf,
+        q: text.clone(),
+        error: None,
+        hits: None,
+    };
+    if text.is_empty() {
+        return page(&view);
+    }
+    let query = HashMap::from([
+        ("q".to_owned(), text),
+        ("limit".to_owned(), "50".to_owned()),
+    ]);
+    match crate::search(State(Arc::clone(&state)), user.caller.clone(), Query(query)).await {
+        Ok(axum::Json(body)) => {
+            let text_of = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            view.hits = Some(
+                body["results"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| Hit {
+                        session_id: text_of(r, "session_id"),
+                        step_index: r["step_index"].as_u64().unwrap_or_default(),
+                        label: text_of(r, "step_type"),
+                        agent_id: text_of(r, "agent_id"),
+                        score: format!("{:.3}", r["score"].as_f64().unwrap_or_default()),
+                        preview: text_of(r, "content").chars().take(240).collect(),
+                    })
+                    .collect(),
+            );
+            page(&view)
+        }
+        Err(e) => {
+            view.error = Some(e.message.clone());
+            let mut response = page(&view);
+            *response.status_mut() = e.status;
+            response
+        }
+    }
 }

@@ -1,0 +1,444 @@
+//! A session's timeline page, its Markdown view (seed 002), and the page
+//! a link's id resolves to (a step anywhere in the org, or an audit
+//! event).
+
+use super::pages::{Nav, time_text};
+use super::*;
+use cairn_core::kind::StepKind;
+use cairn_core::log::OpRecord;
+use cairn_store::StoredStep;
+
+struct StepView {
+    index: u64,
+    seq: u64,
+    kind: &'static str,
+    label: String,
+    created_at: String,
+    model: Option<String>,
+    tokens: Option<u64>,
+    duration_ms: Option<u64>,
+    confidence: Option<String>,
+    erased: bool,
+    failing: bool,
+    content: Option<String>,
+    preview: String,
+    input: Option<String>,
+    output: Option<String>,
+    hash: String,
+    flagged: bool,
+    turn: Option<String>,
+    /// Links: what they are called, their value, and where they lead
+    /// (a step of this session, an event of this session, or the record
+    /// page that finds the id elsewhere).
+    links: Vec<(&'static str, String, String)>,
+    /// Later steps that correct this one.
+    corrected_by: Vec<u64>,
+    /// Tool results that answer this tool call.
+    results: Vec<u64>,
+    /// Reviews of this step, in log order ("approve by key ...: note").
+    reviews: Vec<String>,
+}
+
+/// An audit event of the session, shown below the timeline.
+struct EventView {
+    event_id: String,
+    action: String,
+    at: String,
+    seq: u64,
+    detail: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "ui/session.html")]
+struct SessionPage {
+    org: String,
+    role: String,
+    csrf: String,
+    session_id: String,
+    agent_id: String,
+    started_at: String,
+    sealed: bool,
+    can_export: bool,
+    verdict: String,
+    verdict_class: &'static str,
+    failure: Option<String>,
+    checked: u64,
+    sealed_at: Option<String>,
+    final_hash: Option<String>,
+    session_root: Option<String>,
+    /// The closing reflection (seed 001): the last step, when it is one.
+    reflection: Option<u64>,
+    /// Steps left out (more than a page shows).
+    more: bool,
+    steps: Vec<StepView>,
+    events: Vec<EventView>,
+    /// Erasures: step, fields, reason, when.
+    erasures: Vec<String>,
+}
+
+/// Steps shown on one page (a longer session shows its first ones).
+const MAX_STEPS_SHOWN: usize = 2_000;
+
+fn pretty(value: &Option<Value>) -> Option<String> {
+    value
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
+}
+
+/// Reads a session, its verdict and its operational records.
+async fn load(
+    state: &Arc<AppState>,
+    org: &str,
+    id: String,
+) -> Result<
+    (
+        cairn_store::SessionInfo,
+        Option<cairn_core::verify::Verdict>,
+        Vec<StoredStep>,
+        Vec<(u64, OpRecord)>,
+        bool,
+    ),
+    ApiError,
+> {
+    let org = org.to_owned();
+    blocking(state, move |store| {
+        let Some(info) = store.session(&org, &id)? else {
+            return Err(ApiError::not_found(format!("session {}", shown(&id))));
+        };
+        let verdict = verify_session(store, &org, &id)?;
+        let mut steps = Vec::new();
+        let mut more = false;
+        store.read_session(&org, &id, &mut |stored| {
+            if steps.len() == MAX_STEPS_SHOWN {
+                more = true;
+                return false;
+            }
+            steps.push(stored);
+            true
+        })?;
+        let records = store.session_records(&org, &id)?;
+        Ok((info, verdict, steps, records, more))
+    })
+    .await
+}
+
+/// `GET /ui/sessions/{id}`.
+pub(super) async fn session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let (info, verdict, stored, records, more) = match load(&state, user.caller.org(), id).await {
+        Ok(loaded) => loaded,
+        Err(e) => return error_page(&user, e),
+    };
+    let failing_index = verdict
+        .as_ref()
+        .and_then(|v| v.failure.as_ref())
+        .and_then(|f| f.at.step_index);
+    let (verdict_text, verdict_class, failure, checked) = match &verdict {
+        Some(v) if v.verified => ("Verified".to_owned(), "good", None, v.records_checked),
+        Some(v) => (
+            "Tampered".to_owned(),
+            "bad",
+            v.failure.as_ref().map(|f| {
+                format!(
+                    "First failing record: {} ({}): {}",
+                    f.at, f.reason, f.detail
+                )
+            }),
+            v.records_checked,
+        ),
+        None => ("Not verified".to_owned(), "neutral", None, 0),
+    };
+    // Links are threaded within the session by trace id.
+    let index_of: HashMap<String, u64> = stored
+        .iter()
+        .map(|s| (s.record.step.trace_id.clone(), s.record.step.step_index))
+        .collect();
+    let mut events = Vec::new();
+    let mut reviews: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut erasures = Vec::new();
+    for (seq, record) in &records {
+        match record {
+            OpRecord::AuditEvent(e) => events.push(EventView {
+                event_id: e.event_id.clone(),
+                action: e.action.clone(),
+                at: e.at.to_string(),
+                seq: *seq,
+                detail: pretty(&e.detail),
+            }),
+            OpRecord::Review(r) => reviews.entry(r.step_index).or_default().push(format!(
+                "{} by {} at {}{}",
+                r.decision.as_str(),
+                r.reviewer,
+                r.reviewed_at,
+                r.note
+                    .as_deref()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            )),
+            OpRecord::Erasure(e) => erasures.push(format!(
+                "#{} erased ({}) by {} at {}: {}",
+                e.step_index,
+                e.commitments
+                    .iter()
+                    .map(|(field, _)| field.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                e.actor,
+                e.erased_at,
+                e.reason
+            )),
+            _ => {}
+        }
+    }
+    let event_ids: std::collections::HashSet<&str> =
+        events.iter().map(|e| e.event_id.as_str()).collect();
+    let link_target = |value: &str| -> String {
+        if let Some(i) = index_of.get(value) {
+            format!("#step-{i}")
+        } else if event_ids.contains(value) {
+            format!("#event-{value}")
+        } else {
+            format!("/ui/records/{}", path_segment(value))
+        }
+    };
+    let mut corrected_by: HashMap<u64, Vec<u64>> = HashMap::new();
+    // A tool result answers the tool call its `tool_call` link names: by
+    // the call's trace id, or by the tool call id both carry.
+    let call_by_tool_id: HashMap<&str, u64> = stored
+        .iter()
+        .filter(|s| s.record.step.kind == StepKind::ToolCall)
+        .filter_map(|s| {
+            let step = &s.record.step;
+            step.links
+                .tool_call
+                .as_deref()
+                .map(|id| (id, step.step_index))
+        })
+        .collect();
+    let mut results: HashMap<u64, Vec<u64>> = HashMap::new();
+    for s in &stored {
+        let step = &s.record.step;
+        if let Some(target) = step.links.corrects.as_ref().and_then(|t| index_of.get(t)) {
+            corrected_by
+                .entry(*target)
+                .or_default()
+                .push(step.step_index);
+        }
+        if step.kind == StepKind::ToolResult
+            && let Some(call) = step.links.tool_call.as_deref().and_then(|id| {
+                index_of
+                    .get(id)
+                    .or_else(|| call_by_tool_id.get(id))
+                    .copied()
+            })
+        {
+            results.entry(call).or_default().push(step.step_index);
+        }
+    }
+    let reflection = stored
+        .last()
+        .filter(|s| s.record.step.kind == StepKind::Reflection)
+        .map(|s| s.record.step.step_index);
+    let steps = stored
+        .iter()
+        .map(|s| {
+            let step = &s.record.step;
+            let content = step.content.clone();
+            let preview = content
+                .as_deref()
+                .map(|c| c.chars().take(160).collect::<String>() + "…")
+                .unwrap_or_default();
+            StepView {
+                index: step.step_index,
+                seq: s.seq,
+                kind: step.kind.as_str(),
+                label: step.kind_label.clone(),
+                created_at: step.created_at.to_string(),
+                model: step.model.clone(),
+                tokens: step.token_count,
+                duration_ms: step.duration_ms,
+                confidence: step.confidence.map(|c| format!("{c:.2}")),
+                erased: s.record.erased,
+                failing: failing_index == Some(step.step_index),
+                content,
+                preview,
+                input: pretty(&step.input),
+                output: pretty(&step.output),
+                hash: s.record.hash.to_string(),
+                flagged: step.status == cairn_core::record::Status::Flagged,
+                turn: step.turn_id.as_ref().map(|turn| match step.turn_step {
+                    Some(phase) => format!("turn {turn} · phase {phase}"),
+                    None => format!("turn {turn}"),
+                }),
+                links: step
+                    .links
+                    .entries()
+                    .into_iter()
+                    .filter_map(|(name, value)| value.map(|v| (name, v.to_owned(), link_target(v))))
+                    .collect(),
+                corrected_by: corrected_by.remove(&step.step_index).unwrap_or_default(),
+                results: results.remove(&step.step_index).unwrap_or_default(),
+                reviews: reviews.remove(&step.step_index).unwrap_or_default(),
+            }
+        })
+        .collect();
+    let nav = Nav::of(&user);
+    // An open session's page follows it with a script (live.js).
+    let policy = if info.seal.is_some() {
+        POLICY
+    } else {
+        SCRIPT_POLICY
+    };
+    page_with(
+        &SessionPage {
+            org: nav.org,
+            role: nav.role,
+            csrf: nav.csrf,
+            session_id: info.header.session_id.clone(),
+            agent_id: info.header.agent_id.clone(),
+            started_at: info.header.started_at.to_string(),
+            sealed: info.seal.is_some(),
+            can_export: user.caller.key.role.can_export(),
+            verdict: verdict_text,
+            verdict_class,
+            failure,
+            checked,
+            sealed_at: info.seal.as_ref().map(|seal| seal.sealed_at.to_string()),
+            final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
+            session_root: info.seal.as_ref().map(|seal| seal.session_root.to_string()),
+            reflection,
+            more,
+            steps,
+            events,
+            erasures,
+        },
+        policy,
+    )
+}
+
+#[derive(Template)]
+#[template(path = "ui/markdown.html")]
+struct MarkdownPage {
+    org: String,
+    role: String,
+    csrf: String,
+    session_id: String,
+    markdown: String,
+}
+
+/// `GET /ui/sessions/{id}/markdown`: seed 002's Markdown export of the
+/// session, as `GET /v1/sessions/{id}?format=markdown` gives it.
+pub(super) async fn markdown(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let org = user.caller.org().to_owned();
+    let loaded = blocking(&state, move |store| {
+        let Some(info) = store.session(&org, &id)? else {
+            return Err(ApiError::not_found(format!("session {}", shown(&id))));
+        };
+        let mut steps = Vec::new();
+        store.read_session(&org, &id, &mut |s| {
+            steps.push(s.record);
+            true
+        })?;
+        Ok(crate::render::markdown(&info.header.session_id, &steps))
+            .map(|text| (info.header.session_id, text))
+    })
+    .await;
+    match loaded {
+        Ok((session_id, markdown)) => {
+            let nav = Nav::of(&user);
+            page(&MarkdownPage {
+                org: nav.org,
+                role: nav.role,
+                csrf: nav.csrf,
+                session_id,
+                markdown,
+            })
+        }
+        Err(e) => error_page(&user, e),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "ui/event.html")]
+struct EventPage {
+    org: String,
+    role: String,
+    csrf: String,
+    event: EventView,
+    session_id: Option<String>,
+}
+
+/// `GET /ui/records/{id}`: where a link's id leads. A step's trace id
+/// goes to the step in its session's timeline; an audit event's id shows
+/// the event; anything else is not in this org's log.
+pub(super) async fn record(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let org = user.caller.org().to_owned();
+    let found = blocking(&state, move |store| {
+        if cairn_core::record::validate_id("id", &id).is_err() {
+            return Err(ApiError::not_found(format!("record {}", shown(&id))));
+        }
+        if let Some(step) = store.step_by_trace(&org, &id)? {
+            return Ok(Err(step));
+        }
+        match store.audit_event(&org, &id)? {
+            Some((seq, event)) => Ok(Ok((seq, event))),
+            None => Err(ApiError::not_found(format!(
+                "record {} (no step or audit event of this org has that id)",
+                shown(&id)
+            ))),
+        }
+    })
+    .await;
+    match found {
+        Ok(Err(step)) => Redirect::to_owned(format!(
+            "/ui/sessions/{}#step-{}",
+            path_segment(&step.record.step.session_id),
+            step.record.step.step_index
+        )),
+        Ok(Ok((seq, event))) => {
+            let nav = Nav::of(&user);
+            page(&EventPage {
+                org: nav.org,
+                role: nav.role,
+                csrf: nav.csrf,
+                session_id: event.session_id.clone(),
+                event: EventView {
+                    event_id: event.event_id.clone(),
+                    action: event.action.clone(),
+                    at: time_text(Some(event.at)),
+                    seq,
+                    detail: pretty(&event.detail),
+                },
+            })
+        }
+        Err(e) => error_page(&user, e),
+    }
+}
+
+/// A value as one URL path segment (percent-encoded).
+fn path_segment(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
