@@ -241,7 +241,7 @@ test("an auditor approves a flagged step; a reader sees the queue but may not de
   await reader.page.getByRole("link", { name: "Review queue" }).click();
   await reader.page.getByText("Wire $2M to the new vendor").waitFor();
   assert.equal(await reader.page.getByRole("button", { name: "Approve" }).count(), 0);
-  await reader.page.getByText(/may not review/).waitFor();
+  await reader.page.locator("#review-t-wire").getByText(/may not review/).waitFor();
   await accessible(reader.page, "reviews (reader)");
   await shot(reader.page, "reviews-reader");
   await reader.context.close();
@@ -250,10 +250,13 @@ test("an auditor approves a flagged step; a reader sees the queue but may not de
   await auditor.page.getByRole("link", { name: "Review queue" }).click();
   await accessible(auditor.page, "reviews (auditor)");
   await shot(auditor.page, "reviews-auditor");
-  await auditor.page.getByLabel("Note (optional)").fill("checked the contract");
-  await auditor.page.getByRole("button", { name: "Approve" }).click();
+  const item = auditor.page.locator("#review-t-wire");
+  await item.getByLabel("Note (optional)").fill("checked the contract");
+  await item.getByRole("button", { name: "Approve" }).click();
   await auditor.page.getByRole("status").getByText(/approve: recorded at seq/).waitFor();
-  await auditor.page.getByText("Nothing to review").waitFor();
+  assert.equal(await auditor.page.locator("#review-t-wire").count(), 0, "the approved step left the queue");
+  // The sample's flagged refund (cairn serve --sample) still waits.
+  await auditor.page.locator("#review-sample-refund-decision").waitFor();
   await shot(auditor.page, "reviews-approved");
   await auditor.context.close();
 });
@@ -288,7 +291,19 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
     assert.equal((await post("/v1/steps", { session_id: "exported", agent_id: "broker", step_type, content })).status, 201);
   }
   const { context, page } = await signedIn(admin);
+  // The second sample (cairn serve --sample): a tool call paired with its
+  // result, an audit event, a flagged decision and its correction, the
+  // closing reflection and the seal.
+  await page.goto(`${base}/ui/sessions/support-refund-1182`);
+  await page.getByRole("status").getByText("Verified").waitFor();
+  await page.locator("#step-2").getByRole("link", { name: "#3" }).click();
+  await page.waitForURL(/#step-3$/);
+  await page.locator("#step-4").getByText("corrected by").waitFor();
+  await page.getByRole("link", { name: "sample-order-lookup" }).first().waitFor();
+  await accessible(page, "support sample");
+  await shot(page, "session-support-sample");
   await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${base}/ui/sessions`);
 
   // Sessions with a tool call: the form's kind filter.
   await page.getByLabel("With a step of kind").selectOption("tool_call");

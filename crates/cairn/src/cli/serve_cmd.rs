@@ -196,6 +196,99 @@ pub(super) fn record_sample(ledger: &Ledger, org: &str) -> Result<()> {
         require_reflection: false,
     };
     ledger.write(seal).map_err(append_error)?;
+    record_support_sample(ledger, org)
+}
+
+/// A second sample: a support agent's refund in one turn (seed 002's
+/// phases), with a tool call and its result, an audit event, a decision
+/// flagged for review (seed 003), its correction, and the closing
+/// reflection before the seal (seed 001). It leaves one item in the
+/// review queue.
+fn record_support_sample(ledger: &Ledger, org: &str) -> Result<()> {
+    use cairn_core::record::{Links, Status};
+    const SESSION: &str = "support-refund-1182";
+    let step = |phase: u64, kind: &str, content: &str| cairn_store::NewStep {
+        org_id: org.to_owned(),
+        session_id: SESSION.to_owned(),
+        agent_id: "support-agent".into(),
+        kind_label: kind.to_owned(),
+        content: Some(content.to_owned()),
+        model: Some("claude-sonnet-4-5".into()),
+        turn_id: Some("turn-1".into()),
+        turn_step: Some(phase),
+        caller: "sample".into(),
+        ..cairn_store::NewStep::default()
+    };
+    let write = |request: WriteRequest| ledger.write(request).map_err(append_error);
+    let mut observe = step(
+        0,
+        "observation",
+        "Customer asks for a refund of order #1182: the blender arrived cracked.",
+    );
+    observe.token_count = Some(212);
+    write(WriteRequest::Step(Box::new(observe)))?;
+    write(WriteRequest::AuditEvent {
+        org_id: org.to_owned(),
+        event_id: Some("sample-order-lookup".into()),
+        session_id: Some(SESSION.to_owned()),
+        action: "orders.lookup".into(),
+        detail: Some(serde_json::json!({"order_id": "1182", "rows": 1, "latency_ms": 38})),
+    })?;
+    let mut think = step(
+        1,
+        "thinking",
+        "Refunds above $200 need a human's approval. Look the order up first.",
+    );
+    think.confidence = Some(0.82);
+    write(WriteRequest::Step(Box::new(think)))?;
+    let mut call = step(2, "ToolCall", "lookup_order");
+    call.trace_id = Some("sample-call-lookup".into());
+    call.input =
+        Some(serde_json::json!({"tool": "lookup_order", "arguments": {"order_id": "1182"}}));
+    call.links = Links {
+        audit_event: Some("sample-order-lookup".into()),
+        ..Links::default()
+    };
+    call.duration_ms = Some(38);
+    write(WriteRequest::Step(Box::new(call)))?;
+    let mut result = step(
+        3,
+        "ToolResult",
+        "Order #1182: $249.00, delivered 2026-11-20, damage photo attached.",
+    );
+    result.output = Some(
+        serde_json::json!({"order_id": "1182", "total": 249.0, "currency": "USD", "status": "delivered", "photos": 1}),
+    );
+    result.links = Links {
+        tool_call: Some("sample-call-lookup".into()),
+        ..Links::default()
+    };
+    write(WriteRequest::Step(Box::new(result)))?;
+    let mut decide = step(4, "decision", "Refund $249.00 as store credit.");
+    decide.trace_id = Some("sample-refund-decision".into());
+    decide.confidence = Some(0.74);
+    decide.status = Status::Flagged;
+    write(WriteRequest::Step(Box::new(decide)))?;
+    let mut correct = step(
+        5,
+        "correction",
+        "Refund to the original card, not store credit: the policy says damaged goods are refunded in kind.",
+    );
+    correct.links = Links {
+        corrects: Some("sample-refund-decision".into()),
+        ..Links::default()
+    };
+    write(WriteRequest::Step(Box::new(correct)))?;
+    write(WriteRequest::Step(Box::new(step(
+        6,
+        "reflection",
+        "Checking the policy before the lookup saved a round trip; the amount is over $200, so the decision waits for a reviewer.",
+    ))))?;
+    write(WriteRequest::Seal {
+        org_id: org.to_owned(),
+        session_id: SESSION.to_owned(),
+        require_reflection: true,
+    })?;
     Ok(())
 }
 
