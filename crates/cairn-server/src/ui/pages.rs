@@ -123,7 +123,7 @@ pub(super) async fn sessions(
     .await;
     let rows = match listed {
         Ok(rows) => rows,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(&user, e),
     };
     if rows.len() == PAGE
         && let Some((last, _)) = rows.last()
@@ -228,7 +228,7 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
     .await
     {
         Ok(items) => items,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(user, e),
     };
     let nav = Nav::of(user);
     page(&ReviewsPage {
@@ -302,7 +302,7 @@ pub(super) async fn decide(
             );
             reviews_page(&state, &user, Some(message)).await
         }
-        Err(e) => e.into_response(),
+        Err(e) => error_page(&user, e),
     }
 }
 
@@ -343,12 +343,12 @@ pub(super) async fn proof(
     let org = user.caller.org().to_owned();
     let cp = match current_checkpoint(&state, &org).await {
         Ok(cp) => cp,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(&user, e),
     };
     let size = cp.size;
     let note = match cosigned(&state, &org, cp).await {
         Ok(note) => note,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(&user, e),
     };
     let found = blocking(&state, move |store| {
         let mut found = None;
@@ -384,7 +384,7 @@ pub(super) async fn proof(
     .await;
     let (step, proof, origin, keys) = match found {
         Ok(found) => found,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(&user, e),
     };
     let proof: Vec<String> = proof.iter().map(|h| h.to_string()).collect();
     let nav = Nav::of(&user);
@@ -448,7 +448,7 @@ pub(super) async fn log(
     let permit = if verify {
         match limits::expensive(&state, "verification").await {
             Ok(permit) => Some(permit),
-            Err(e) => return e.into_response(),
+            Err(e) => return error_page(&user, e),
         }
     } else {
         None
@@ -473,7 +473,7 @@ pub(super) async fn log(
     .await;
     let (checkpoints, verdict) = match loaded {
         Ok(loaded) => loaded,
-        Err(e) => return e.into_response(),
+        Err(e) => return error_page(&user, e),
     };
     let (text, class, failure, checked) = match &verdict {
         None => (None, "neutral", None, 0),
