@@ -104,6 +104,10 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         Ok(())
     }
 
+    fn insert_search_doc(&mut self, _org: i64, _seq: u64, _doc: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
         if let Some(id) = op_record_id(row.op) {
             self.written

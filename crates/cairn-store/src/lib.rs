@@ -26,6 +26,7 @@ mod dry_run;
 pub mod embed;
 mod engine;
 mod external_key;
+pub mod fulltext;
 mod keys;
 mod listing;
 pub mod ops;
@@ -169,6 +170,8 @@ pub struct PreparedStep {
     /// The embedding vector (little-endian f32), if seed 000's sampling
     /// rule selected this step.
     pub embedding: Option<Vec<u8>>,
+    /// The full-text document it is indexed by ([`fulltext::document`]).
+    pub search_doc: Option<String>,
 }
 
 /// Validates a step and computes everything that does not depend on its
@@ -235,6 +238,7 @@ pub fn prepare_step(
         .as_deref()
         .filter(|_| embed::should_embed(step.kind, &step.trace_id, embedding_sample_rate))
         .map(|content| embed::to_bytes(&embed::embed(content)));
+    let search_doc = fulltext::document(&step);
     Ok(PreparedStep {
         step,
         seed,
@@ -246,6 +250,7 @@ pub fn prepare_step(
         signature: input.signature,
         caller: input.caller,
         embedding,
+        search_doc,
     })
 }
 
@@ -856,6 +861,39 @@ impl SessionFilter {
     }
 }
 
+/// Which steps a search returns (every filter given must hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepFilter {
+    /// Only this agent's steps.
+    pub agent_id: Option<String>,
+    /// Only this session's steps.
+    pub session_id: Option<String>,
+    /// Only steps of this kind.
+    pub kind: Option<StepKind>,
+    /// Only steps with this status.
+    pub status: Option<Status>,
+    /// Only steps created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only steps created before this time.
+    pub until: Option<Timestamp>,
+}
+
+impl StepFilter {
+    /// Whether a step passes (for results found another way than by the
+    /// full-text query, which applies the filter in SQL).
+    pub fn admits(&self, step: &cairn_core::record::Step) -> bool {
+        self.agent_id.as_ref().is_none_or(|a| *a == step.agent_id)
+            && self
+                .session_id
+                .as_ref()
+                .is_none_or(|s| *s == step.session_id)
+            && self.kind.is_none_or(|k| k == step.kind)
+            && self.status.is_none_or(|s| s == step.status)
+            && self.since.is_none_or(|t| step.created_at >= t)
+            && self.until.is_none_or(|t| step.created_at < t)
+    }
+}
+
 /// A place in a session listing: the last session of a page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionCursor {
@@ -1018,6 +1056,18 @@ pub trait LedgerStore: Send + Sync + 'static {
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError>;
+
+    /// The `limit` steps of an org that match a full-text `query` and
+    /// pass `filter`, best first, as `(seq, score)` (a higher score is a
+    /// better match; scores compare only within one answer). Erased steps
+    /// are never found.
+    fn full_text_search(
+        &self,
+        org_id: &str,
+        query: &fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError>;
 
     /// Flagged steps of an org (seed 003's review candidates), oldest first,
     /// from log position `from` on, at most `limit`.

@@ -9,7 +9,7 @@
 //! `entries_session_kinds (sid, kind)`, and flagged sessions come from the
 //! small partial index `entries_flagged`.
 
-use crate::SessionFilter;
+use crate::{SessionFilter, StepFilter};
 
 /// A value bound into the listing query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,87 @@ pub(crate) fn session_listing_query(
     sql.push_str(&format!(
         " ORDER BY s.started_at DESC, s.session_id DESC LIMIT {p}"
     ));
+    (sql, params)
+}
+
+/// Which engine a full-text query is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// SQLite FTS5: `steps_fts` (contentless, rowid = the entry's id).
+    Fts5,
+    /// PostgreSQL: `step_search` (id, org, doc tsvector with a GIN index).
+    Postgres,
+}
+
+/// A full-text search's SQL and parameters: `match_text` is the query in
+/// the engine's syntax (`FullTextQuery::to_fts5` / `to_tsquery`). The
+/// columns are `seq, score`, best first.
+pub(crate) fn step_search_query(
+    engine: Engine,
+    org: i64,
+    match_text: String,
+    filter: &StepFilter,
+    limit: usize,
+    placeholder: fn(usize) -> String,
+) -> (String, Vec<ListParam>) {
+    let (low, high) = crate::engine::org_range(org);
+    let mut params = vec![
+        ListParam::Int(org),
+        ListParam::Text(match_text),
+        ListParam::Int(low),
+        ListParam::Int(high),
+    ];
+    let mut bind = |value: ListParam| {
+        params.push(value);
+        placeholder(params.len())
+    };
+    let (org_p, match_p, low_p, high_p) = (
+        placeholder(1),
+        placeholder(2),
+        placeholder(3),
+        placeholder(4),
+    );
+    let mut sql = match engine {
+        Engine::Fts5 => format!(
+            "SELECT e.seq, -bm25(steps_fts) AS score FROM steps_fts JOIN entries e ON e.id = steps_fts.rowid
+             WHERE steps_fts MATCH {match_p} AND steps_fts.rowid >= {low_p} AND steps_fts.rowid < {high_p}
+               AND e.org = {org_p} AND e.type = 'step' AND e.erased = 0"
+        ),
+        Engine::Postgres => format!(
+            "SELECT e.seq, ts_rank_cd(f.doc, q.q)::float8 AS score
+             FROM step_search f JOIN entries e ON e.id = f.id, to_tsquery('english', {match_p}) AS q(q)
+             WHERE f.doc @@ q.q AND f.id >= {low_p} AND f.id < {high_p} AND f.org = {org_p}
+               AND e.org = {org_p} AND e.type = 'step' AND NOT e.erased"
+        ),
+    };
+    if let Some(agent) = &filter.agent_id {
+        let p = bind(ListParam::Text(agent.clone()));
+        sql.push_str(&format!(" AND e.agent_id = {p}"));
+    }
+    if let Some(session) = &filter.session_id {
+        let p = bind(ListParam::Text(session.clone()));
+        sql.push_str(&format!(
+            " AND e.sid = (SELECT s.sid FROM sessions s WHERE s.org = {org_p} AND s.session_id = {p})"
+        ));
+    }
+    if let Some(kind) = filter.kind {
+        let p = bind(ListParam::Text(kind.as_str().to_owned()));
+        sql.push_str(&format!(" AND e.kind = {p}"));
+    }
+    if let Some(status) = filter.status {
+        let p = bind(ListParam::Text(status.as_str().to_owned()));
+        sql.push_str(&format!(" AND e.status = {p}"));
+    }
+    if let Some(since) = filter.since {
+        let p = bind(ListParam::Int(since.as_micros()));
+        sql.push_str(&format!(" AND e.created_at >= {p}"));
+    }
+    if let Some(until) = filter.until {
+        let p = bind(ListParam::Int(until.as_micros()));
+        sql.push_str(&format!(" AND e.created_at < {p}"));
+    }
+    let p = bind(ListParam::Int(i64::try_from(limit).unwrap_or(i64::MAX)));
+    sql.push_str(&format!(" ORDER BY score DESC, e.seq LIMIT {p}"));
     (sql, params)
 }
 

@@ -37,8 +37,8 @@ use crate::keys::ServerKey;
 use crate::listing::{self, ListParam};
 use crate::{
     ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionFilter, SessionInfo,
-    SessionSummary, StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
-    now,
+    SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
+    WriteRequest, Written, now,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -115,6 +115,7 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             tx.batch_execute(ADDITIONS).context(
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
+            index_unindexed_steps(&mut tx)?;
         }
         Some("1") => {
             return Err(StoreError::Corrupt(
@@ -134,14 +135,63 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
 /// version row (see `migrate_locked`).
 const ADDITIONS: &str = "CREATE TABLE IF NOT EXISTS cosignatures (
   org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
-  line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));";
+  line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));
+CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
+CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
+DROP INDEX IF EXISTS sessions_recent;
+CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
+CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);";
 
-/// Whether the tables of [`ADDITIONS`] exist.
+/// Whether the tables and indexes of [`ADDITIONS`] exist.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
-        .query_one("SELECT to_regclass('cosignatures') IS NOT NULL", &[])
+        .query_one(
+            "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
+               AND to_regclass('sessions_listing') IS NOT NULL",
+            &[],
+        )
         .context("checking the schema")?
         .get(0))
+}
+
+/// Indexes for full-text search the steps a database holds from before
+/// the index existed (once, in the migration that creates it).
+fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let rows = tx
+        .query(
+            "SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+             WHERE e.type = 'step' AND NOT e.erased
+               AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)",
+            &[],
+        )
+        .context("indexing steps for full-text search")?;
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
+    let (mut ids, mut orgs, mut docs) = (Vec::new(), Vec::new(), Vec::new());
+    for row in &rows {
+        let payloads = [
+            parse(col(row, 3)?),
+            parse(col(row, 4)?),
+            parse(col(row, 5)?),
+        ];
+        let content: Option<String> = col(row, 2)?;
+        let doc = crate::fulltext::segment(&crate::fulltext::display_text_of(
+            content.as_deref(),
+            [&payloads[0], &payloads[1], &payloads[2]],
+        ));
+        if !doc.is_empty() {
+            ids.push(col::<i64>(row, 0)?);
+            orgs.push(col::<i64>(row, 1)?);
+            docs.push(doc);
+        }
+    }
+    tx.execute(
+        "INSERT INTO step_search (id, org, doc)
+         SELECT t.id, t.org, to_tsvector('english', t.doc)
+         FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
+        &[&ids, &orgs, &docs],
+    )
+    .context("indexing steps for full-text search")?;
+    Ok(())
 }
 
 fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, StoreError> {
@@ -853,6 +903,8 @@ struct Pending {
     entries: Vec<EntryRow>,
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     embeddings: Vec<(i64, i64, Vec<u8>)>,
+    /// Full-text documents: (id, org, document).
+    search: Vec<(i64, i64, String)>,
     heads: Vec<(i64, i64, i64, i64)>,
 }
 
@@ -1039,6 +1091,23 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                  SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::bytea[])",
                 &[&ids, &orgs, &vectors],
                 "storing embeddings",
+            )?;
+        }
+        if !pending.search.is_empty() {
+            let mut ids = Vec::with_capacity(pending.search.len());
+            let mut orgs = Vec::with_capacity(pending.search.len());
+            let mut docs = Vec::with_capacity(pending.search.len());
+            for (id, org, doc) in pending.search {
+                ids.push(id);
+                orgs.push(org);
+                docs.push(doc);
+            }
+            self.db.execute(
+                "INSERT INTO step_search (id, org, doc)
+                 SELECT t.id, t.org, to_tsvector('english', t.doc)
+                 FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
+                &[&ids, &orgs, &docs],
+                "indexing steps for full-text search",
             )?;
         }
         if !pending.heads.is_empty() {
@@ -1244,6 +1313,13 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         self.flush_if_large()
     }
 
+    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
+        self.pending
+            .search
+            .push((row_id(org, seq), org, doc.to_owned()));
+        Ok(())
+    }
+
     fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
         self.pending
             .embeddings
@@ -1347,6 +1423,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             "DELETE FROM embeddings WHERE id = $1",
             &[&id],
             "erasing an embedding",
+        )?;
+        self.db.execute(
+            "DELETE FROM step_search WHERE id = $1",
+            &[&id],
+            "erasing a step from the full-text index",
         )?;
         Ok(())
     }
@@ -2129,6 +2210,42 @@ impl LedgerStore for PgStore {
 
     fn embedding_sample_rate(&self) -> f64 {
         self.embedding_sample_rate
+    }
+
+    fn full_text_search(
+        &self,
+        org_id: &str,
+        query: &crate::fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) = listing::step_search_query(
+                listing::Engine::Postgres,
+                org,
+                query.to_tsquery(),
+                filter,
+                limit,
+                |n| format!("${n}"),
+            );
+            let params: Vec<Box<dyn ToSql + Sync>> = params
+                .into_iter()
+                .map(|p| -> Box<dyn ToSql + Sync> {
+                    match p {
+                        ListParam::Int(v) => Box::new(v),
+                        ListParam::Text(v) => Box::new(v),
+                    }
+                })
+                .collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+            db.query_built(&sql, &refs, "searching the full-text index")?
+                .iter()
+                .map(|row| Ok((u64_of(col::<i64>(row, 0)?), col::<f64>(row, 1)?)))
+                .collect()
+        })
     }
 
     fn semantic_search(

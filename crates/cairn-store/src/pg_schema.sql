@@ -84,6 +84,15 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+-- Full-text search (derived, never evidence; docs/OPERATIONS.md "Search"):
+-- each step's document (fulltext::document) as an English tsvector; an
+-- erasure deletes the step's row in the same transaction.
+CREATE TABLE IF NOT EXISTS step_search (
+  id  BIGINT PRIMARY KEY,
+  org BIGINT NOT NULL,
+  doc tsvector NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
 CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';

@@ -81,6 +81,12 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
+-- Full-text search (derived, never evidence; docs/OPERATIONS.md "Search"):
+-- each step's document (fulltext::document), contentless, rowid = the
+-- entry's id; an erasure deletes the step's row in the same transaction.
+CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
+  doc, tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1
+);
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
 CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';

@@ -34,8 +34,8 @@ use crate::engine::{
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::listing::{self, ListParam};
 use crate::{
-    DbContext, LedgerStore, Refusal, SessionFilter, SessionInfo, SessionSummary, StoreError,
-    StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
+    DbContext, LedgerStore, Refusal, SessionFilter, SessionInfo, SessionSummary, StepFilter,
+    StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -412,6 +412,7 @@ impl SqliteStore {
             }
         }
         if options.sequencer && damaged.is_none() {
+            index_unindexed_steps(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
                 (None, Some(file)) => file.display().to_string(),
@@ -913,6 +914,55 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
     })
 }
 
+/// Builds the full-text index of a store written before it existed (once:
+/// `meta.fulltext` records it), in the opening transaction.
+fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
+    let done: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'fulltext'", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .context("reading the full-text index state")?;
+    if done.is_some() {
+        return Ok(());
+    }
+    let mut read = tx
+        .prepare(
+            "SELECT id, content, input_data, output_data, metadata FROM entries
+             WHERE type = 'step' AND erased = 0",
+        )
+        .context("indexing steps for full-text search")?;
+    let mut rows = read
+        .query([])
+        .context("indexing steps for full-text search")?;
+    let mut insert = tx
+        .prepare("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+        .context("indexing steps for full-text search")?;
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
+    while let Some(row) = rows.next().context("indexing steps for full-text search")? {
+        let id: i64 = row.get(0).context("indexing steps for full-text search")?;
+        let content: Option<String> = row.get(1).context("indexing steps for full-text search")?;
+        let payloads = [
+            parse(row.get(2).context("indexing steps for full-text search")?),
+            parse(row.get(3).context("indexing steps for full-text search")?),
+            parse(row.get(4).context("indexing steps for full-text search")?),
+        ];
+        let text = crate::fulltext::display_text_of(
+            content.as_deref(),
+            [&payloads[0], &payloads[1], &payloads[2]],
+        );
+        let doc = crate::fulltext::segment(&text);
+        if !doc.is_empty() {
+            insert
+                .execute(params![id, doc])
+                .context("indexing steps for full-text search")?;
+        }
+    }
+    tx.execute("INSERT INTO meta (key, value) VALUES ('fulltext', '1')", [])
+        .context("recording the full-text index state")?;
+    Ok(())
+}
+
 fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError> {
     let s = row.step;
     tx.prepare_cached(
@@ -1167,6 +1217,14 @@ impl WriteTx for SqliteTx<'_> {
         insert_step_row(self.conn, row)
     }
 
+    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![row_id(org, seq), doc]))
+            .context("indexing a step for full-text search")?;
+        Ok(())
+    }
+
     fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)")
@@ -1286,11 +1344,16 @@ impl WriteTx for SqliteTx<'_> {
             )
             .and_then(|mut s| s.execute(params![id, hidden]))
             .context("erasing a step")?;
-        // A vector would still carry what the content said.
+        // A vector would still carry what the content said, and the
+        // full-text index its words.
         self.conn
             .prepare_cached("DELETE FROM embeddings WHERE id = ?1")
             .and_then(|mut s| s.execute([id]))
             .context("erasing an embedding")?;
+        self.conn
+            .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .context("erasing a step from the full-text index")?;
         Ok(())
     }
 
@@ -1790,6 +1853,48 @@ impl LedgerStore for SqliteStore {
 
     fn embedding_sample_rate(&self) -> f64 {
         self.embedding_sample_rate
+    }
+
+    fn full_text_search(
+        &self,
+        org_id: &str,
+        query: &crate::fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) = listing::step_search_query(
+                listing::Engine::Fts5,
+                org,
+                query.to_fts5(),
+                filter,
+                limit,
+                |n| format!("?{n}"),
+            );
+            let params: Vec<Box<dyn rusqlite::ToSql>> = params
+                .into_iter()
+                .map(|p| -> Box<dyn rusqlite::ToSql> {
+                    match p {
+                        ListParam::Int(v) => Box::new(v),
+                        ListParam::Text(v) => Box::new(v),
+                    }
+                })
+                .collect();
+            let mut stmt = c
+                .prepare_cached(&sql)
+                .context("searching the full-text index")?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?))
+                })
+                .context("searching the full-text index")?
+                .collect::<Result<Vec<_>, _>>()
+                .context("searching the full-text index")?;
+            Ok(rows)
+        })
     }
 
     fn semantic_search(

@@ -116,7 +116,12 @@ impl Engine<'_> {
                         hidden: hidden_json(&r.openings),
                         prev_seq,
                     })?;
-                    // Vectors are derived: recompute them for embedded steps.
+                    // The index and vectors are derived: recompute them.
+                    if !r.erased
+                        && let Some(doc) = crate::fulltext::document(s)
+                    {
+                        tx.insert_search_doc(org.id, entry.seq, &doc)?;
+                    }
                     if r.has_embedding
                         && let Some(content) = &s.content
                     {

@@ -267,6 +267,8 @@ pub(crate) trait WriteTx {
     fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
     /// Writes a step row.
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
+    /// Indexes a step's full-text document.
+    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError>;
     /// Writes a step's embedding vector.
     fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError>;
     /// Writes an operational record's row (indexed by [`op_record_id`]).

@@ -325,6 +325,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         if let Some(vector) = &prepared.embedding {
             self.tx.insert_embedding(org.id, seq, vector)?;
         }
+        if let Some(doc) = &prepared.search_doc {
+            self.tx.insert_search_doc(org.id, seq, doc)?;
+        }
         push_leaf(self.tx, &mut org, leaf)?;
         org.last_logged = logged_at;
         session.first_seq.get_or_insert(seq);

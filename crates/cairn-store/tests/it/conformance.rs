@@ -114,6 +114,7 @@ pub fn run_all(backend: &dyn Backend) {
     state_survives_reopen(backend);
     listing_and_lookup(backend);
     crate::listing::session_listing_filters_and_pages(backend);
+    crate::search::full_text_search_finds_and_forgets(backend);
     exports_verify_offline(backend);
     imports_round_trip(backend);
     api_keys_are_stored_hashed_and_revocable(backend);

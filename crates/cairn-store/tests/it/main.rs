@@ -10,4 +10,5 @@ mod atomic;
 mod conformance;
 mod listing;
 mod pg;
+mod search;
 mod sqlite;

@@ -1,0 +1,485 @@
+//! Full-text search, the parts both backends share (pure functions): the
+//! text a step is indexed by, the query language and its translation into
+//! SQLite FTS5 and PostgreSQL `tsquery` syntax, and highlighted snippets.
+//!
+//! Both engines tokenize on Unicode word boundaries, lower-case and stem
+//! English (FTS5 `porter unicode61`, PostgreSQL `english`). Neither splits
+//! Chinese or Japanese text into words (they have no spaces), so before
+//! indexing and before querying every run of CJK characters is rewritten
+//! as its overlapping pairs (`実行中` → `実行 行中`): any word of two or more
+//! characters is then a phrase of pairs, and a single character a prefix.
+//!
+//! The query language (documented in docs/OPERATIONS.md, "Search"):
+//! words (all must match), `"a phrase"`, `prefix*`, `-excluded` (a word,
+//! phrase or prefix that must not match). Everything else is a separator:
+//! a user's text never reaches the engines' own syntax.
+
+use cairn_core::record::Step;
+use serde_json::Value;
+
+/// Longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 1024;
+/// Most terms in one query.
+pub const MAX_TERMS: usize = 32;
+
+/// One term of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Term {
+    /// Tokens that must appear in this order, adjacent (a single token is
+    /// a one-token phrase).
+    Phrase(Vec<String>),
+    /// A token prefix.
+    Prefix(String),
+}
+
+/// A parsed full-text query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullTextQuery {
+    /// Terms that must match.
+    pub required: Vec<Term>,
+    /// Terms that must not.
+    pub excluded: Vec<Term>,
+}
+
+/// Why a query was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// Nothing to search for.
+    #[error("the query has no word to search for")]
+    Empty,
+    /// Only exclusions.
+    #[error("the query only excludes: give at least one word that must match")]
+    OnlyExcluded,
+    /// Too long.
+    #[error("the query is longer than {MAX_QUERY_BYTES} bytes or has more than {MAX_TERMS} terms")]
+    TooLong,
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF   // Hiragana, Katakana
+        | 0x3400..=0x4DBF // CJK Extension A
+        | 0x4E00..=0x9FFF // CJK Unified Ideographs
+        | 0xF900..=0xFAFF // CJK Compatibility Ideographs
+        | 0xAC00..=0xD7AF // Hangul syllables
+        | 0xFF66..=0xFF9F // Half-width Katakana
+        | 0x20000..=0x2FFFF)
+}
+
+/// Tokens of `text` as both engines will see them after [`segment`]:
+/// runs of letters and digits (lower-cased), CJK runs as their pairs (a
+/// lone CJK character as itself).
+fn tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut cjk: Vec<char> = Vec::new();
+    let flush_cjk = |cjk: &mut Vec<char>, out: &mut Vec<String>| {
+        match cjk.len() {
+            0 => {}
+            1 => out.push(cjk[0].to_string()),
+            _ => out.extend(cjk.windows(2).map(|w| w.iter().collect::<String>())),
+        }
+        cjk.clear();
+    };
+    for c in text.chars() {
+        if is_cjk(c) {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            cjk.push(c);
+        } else if c.is_alphanumeric() {
+            flush_cjk(&mut cjk, &mut out);
+            word.extend(c.to_lowercase());
+        } else {
+            flush_cjk(&mut cjk, &mut out);
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+        }
+    }
+    flush_cjk(&mut cjk, &mut out);
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// `text` rewritten for the engines: its tokens separated by spaces.
+pub fn segment(text: &str) -> String {
+    tokens(text).join(" ")
+}
+
+/// Every string (and key, and number) of a JSON value, space-separated.
+fn json_words(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push(' ');
+            out.push_str(s);
+        }
+        Value::Number(n) => {
+            out.push(' ');
+            out.push_str(&n.to_string());
+        }
+        Value::Bool(_) | Value::Null => {}
+        Value::Array(items) => items.iter().for_each(|v| json_words(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push(' ');
+                out.push_str(k);
+                json_words(v, out);
+            }
+        }
+    }
+}
+
+/// What a step is found by, readable: its content, then the words of its
+/// input, output and metadata. Empty for an erased step.
+pub fn display_text(step: &Step) -> String {
+    display_text_of(
+        step.content.as_deref(),
+        [&step.input, &step.output, &step.metadata],
+    )
+}
+
+/// [`display_text`] from a step's payload fields.
+pub fn display_text_of(content: Option<&str>, payloads: [&Option<Value>; 3]) -> String {
+    let mut text = content.unwrap_or_default().to_owned();
+    for value in payloads.into_iter().flatten() {
+        let mut words = String::new();
+        json_words(value, &mut words);
+        if !words.trim().is_empty() {
+            if !text.is_empty() {
+                text.push_str(" · ");
+            }
+            text.push_str(words.trim());
+        }
+    }
+    text
+}
+
+/// The document a step is indexed as (None when it has no text).
+pub fn document(step: &Step) -> Option<String> {
+    let doc = segment(&display_text(step));
+    (!doc.is_empty()).then_some(doc)
+}
+
+impl FullTextQuery {
+    /// Parses the query language (see the module documentation).
+    pub fn parse(text: &str) -> Result<FullTextQuery, QueryError> {
+        if text.len() > MAX_QUERY_BYTES {
+            return Err(QueryError::TooLong);
+        }
+        let mut query = FullTextQuery {
+            required: Vec::new(),
+            excluded: Vec::new(),
+        };
+        let mut rest = text.trim_start();
+        while !rest.is_empty() {
+            let (negated, after) = match rest.strip_prefix('-') {
+                Some(after) => (true, after),
+                None => (false, rest),
+            };
+            let (raw, prefix, remaining) = if let Some(quoted) = after.strip_prefix('"') {
+                let end = quoted.find('"').unwrap_or(quoted.len());
+                let remaining = quoted.get(end + 1..).unwrap_or("");
+                (&quoted[..end], false, remaining)
+            } else {
+                let end = after.find(char::is_whitespace).unwrap_or(after.len());
+                let word = &after[..end];
+                let (word, prefix) = match word.strip_suffix('*') {
+                    Some(stem) => (stem, true),
+                    None => (word, false),
+                };
+                (word, prefix, &after[end..])
+            };
+            rest = remaining.trim_start();
+            let mut parts = tokens(raw);
+            if parts.is_empty() {
+                continue;
+            }
+            let term = if prefix && parts.len() == 1 {
+                Term::Prefix(parts.remove(0))
+            } else if parts.len() == 1
+                && parts[0].chars().count() == 1
+                && parts[0].chars().all(is_cjk)
+            {
+                // One CJK character: the pairs that start with it.
+                Term::Prefix(parts.remove(0))
+            } else {
+                Term::Phrase(parts)
+            };
+            if negated {
+                query.excluded.push(term);
+            } else {
+                query.required.push(term);
+            }
+            if query.required.len() + query.excluded.len() > MAX_TERMS {
+                return Err(QueryError::TooLong);
+            }
+        }
+        match (query.required.is_empty(), query.excluded.is_empty()) {
+            (true, true) => Err(QueryError::Empty),
+            (true, false) => Err(QueryError::OnlyExcluded),
+            _ => Ok(query),
+        }
+    }
+
+    /// The query in FTS5's syntax: every token quoted, phrases joined
+    /// with `+`, prefixes with `*`, exclusions with `NOT`.
+    pub fn to_fts5(&self) -> String {
+        fn term(t: &Term) -> String {
+            match t {
+                Term::Phrase(words) => words
+                    .iter()
+                    .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+                Term::Prefix(p) => format!("\"{}\" *", p.replace('"', "\"\"")),
+            }
+        }
+        let required = self
+            .required
+            .iter()
+            .map(|t| format!("({})", term(t)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        self.excluded
+            .iter()
+            .fold(required, |q, t| format!("{q} NOT ({})", term(t)))
+    }
+
+    /// The query in PostgreSQL's `to_tsquery` syntax: every token
+    /// single-quoted (tokens hold only letters and digits), phrases with
+    /// `<->`, prefixes with `:*`, exclusions with `!`.
+    pub fn to_tsquery(&self) -> String {
+        fn term(t: &Term) -> String {
+            match t {
+                Term::Phrase(words) => format!(
+                    "({})",
+                    words
+                        .iter()
+                        .map(|w| format!("'{}'", w.replace('\'', "''")))
+                        .collect::<Vec<_>>()
+                        .join(" <-> ")
+                ),
+                Term::Prefix(p) => format!("'{}':*", p.replace('\'', "''")),
+            }
+        }
+        let mut parts: Vec<String> = self.required.iter().map(term).collect();
+        parts.extend(self.excluded.iter().map(|t| format!("!{}", term(t))));
+        parts.join(" & ")
+    }
+
+    /// The tokens a match is highlighted by: words (and their first
+    /// letters, as the engines stem), prefixes, CJK pairs.
+    fn highlight_terms(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for t in &self.required {
+            match t {
+                Term::Phrase(words) => {
+                    out.extend(words.iter().map(|w| (w.clone(), false)));
+                }
+                Term::Prefix(p) => out.push((p.clone(), true)),
+            }
+        }
+        out
+    }
+}
+
+/// Whether `token` (lower-cased) matches a highlight term: equal, or
+/// starting with a prefix term, or starting with the term's stem (the
+/// term without one English ending, `ing`, `ed`, `es`, `s`, `e` or `ly`,
+/// when three letters or more remain), close to what the engines' English
+/// stemmers match (`pricing` and `priced` with `price`).
+fn token_matches(token: &str, term: &str, prefix: bool) -> bool {
+    if prefix {
+        return token.starts_with(term);
+    }
+    if token == term {
+        return true;
+    }
+    let stem = ["ing", "ed", "es", "s", "e", "ly"]
+        .iter()
+        .find_map(|ending| {
+            term.strip_suffix(ending)
+                .filter(|stem| stem.chars().count() >= 3)
+        })
+        .unwrap_or(term);
+    stem.chars().count() >= 3 && !stem.chars().all(is_cjk) && token.starts_with(stem)
+}
+
+/// A snippet of `text` around the first match of `query`, at most about
+/// `width` characters, with the matches' character ranges within the
+/// snippet (start inclusive, end exclusive, counted in Unicode scalar
+/// values). Without a match, the text's beginning and no ranges.
+pub fn snippet(text: &str, query: &FullTextQuery, width: usize) -> (String, Vec<(usize, usize)>) {
+    let chars: Vec<char> = text.chars().collect();
+    let terms = query.highlight_terms();
+    // Matches over the whole text, in characters.
+    let mut matches: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if is_cjk(c) {
+            let end = (i..chars.len())
+                .find(|&j| !is_cjk(chars[j]))
+                .unwrap_or(chars.len());
+            let run: String = chars[i..end].iter().collect();
+            for (term, _) in &terms {
+                if !term.chars().all(is_cjk) {
+                    continue;
+                }
+                let mut from = 0;
+                while let Some(at) = run[from..].find(term.as_str()) {
+                    let start = i + run[..from + at].chars().count();
+                    matches.push((start, start + term.chars().count()));
+                    from += at + term.len();
+                }
+            }
+            i = end;
+        } else if c.is_alphanumeric() {
+            let end = (i..chars.len())
+                .find(|&j| !chars[j].is_alphanumeric() || is_cjk(chars[j]))
+                .unwrap_or(chars.len());
+            let token: String = chars[i..end]
+                .iter()
+                .flat_map(|c| c.to_lowercase())
+                .collect();
+            if terms
+                .iter()
+                .any(|(term, prefix)| token_matches(&token, term, *prefix))
+            {
+                matches.push((i, end));
+            }
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    matches.sort_unstable();
+    // Pairs of one CJK word overlap: merge them.
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (start, end) in matches {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    let first = merged.first().map_or(0, |m| m.0);
+    let begin = if chars.len() <= width {
+        0
+    } else {
+        first.saturating_sub(width / 4).min(chars.len() - width)
+    };
+    let end = (begin + width).min(chars.len());
+    let mut out: String = chars[begin..end].iter().collect();
+    let mut offset = 0;
+    if begin > 0 {
+        out.insert(0, '…');
+        offset = 1;
+    }
+    if end < chars.len() {
+        out.push('…');
+    }
+    let ranges = merged
+        .into_iter()
+        .filter(|(s, e)| *s >= begin && *e <= end)
+        .map(|(s, e)| (s - begin + offset, e - begin + offset))
+        .collect();
+    (out, ranges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(text: &str) -> FullTextQuery {
+        FullTextQuery::parse(text).unwrap()
+    }
+
+    #[test]
+    fn cjk_runs_become_pairs_and_latin_words_stay_words() {
+        assert_eq!(
+            segment("Querying 注文テーブル now!"),
+            "querying 注文 文テ テー ーブ ブル now"
+        );
+        assert_eq!(segment("[実行] Querying"), "実行 querying");
+        assert_eq!(segment("a 日 b"), "a 日 b");
+    }
+
+    #[test]
+    fn the_query_language_parses_into_terms() {
+        let query = q(r#"pricing "enterprise segment" churn* -smb 実行"#);
+        assert_eq!(
+            query.required,
+            vec![
+                Term::Phrase(vec!["pricing".into()]),
+                Term::Phrase(vec!["enterprise".into(), "segment".into()]),
+                Term::Prefix("churn".into()),
+                Term::Phrase(vec!["実行".into()]),
+            ]
+        );
+        assert_eq!(query.excluded, vec![Term::Phrase(vec!["smb".into()])]);
+        assert_eq!(
+            query.to_fts5(),
+            r#"("pricing") AND ("enterprise" + "segment") AND ("churn" *) AND ("実行") NOT ("smb")"#
+        );
+        assert_eq!(
+            query.to_tsquery(),
+            "('pricing') & ('enterprise' <-> 'segment') & 'churn':* & ('実行') & !('smb')"
+        );
+        assert_eq!(q("日").required, vec![Term::Prefix("日".into())]);
+        assert_eq!(FullTextQuery::parse("  \" \" -- "), Err(QueryError::Empty));
+        assert_eq!(FullTextQuery::parse("-only"), Err(QueryError::OnlyExcluded));
+        assert_eq!(
+            FullTextQuery::parse(&"w ".repeat(40)),
+            Err(QueryError::TooLong)
+        );
+    }
+
+    #[test]
+    fn nothing_a_user_types_escapes_the_engines_syntax() {
+        for hostile in [
+            r#"a" OR "b"#,
+            "x' | 'y",
+            "NEAR(a b)",
+            "col:value",
+            "a) OR (b",
+            "*",
+            "\\'",
+        ] {
+            if let Ok(query) = FullTextQuery::parse(hostile) {
+                for t in query.required.iter().chain(&query.excluded) {
+                    let tokens = match t {
+                        Term::Phrase(w) => w.clone(),
+                        Term::Prefix(p) => vec![p.clone()],
+                    };
+                    assert!(
+                        tokens.iter().all(|w| w.chars().all(char::is_alphanumeric)),
+                        "{hostile}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn snippets_highlight_words_stems_prefixes_and_cjk() {
+        let text =
+            "The pricing change hit SMB accounts; priced plans churned. 注文テーブルを実行中";
+        let (snip, ranges) = snippet(text, &q("price churn* 実行"), 200);
+        let marked: Vec<String> = ranges
+            .iter()
+            .map(|(s, e)| snip.chars().skip(*s).take(e - s).collect())
+            .collect();
+        assert_eq!(marked, vec!["pricing", "priced", "churned", "実行"]);
+        let long = format!("{} needle {}", "hay ".repeat(100), "hay ".repeat(100));
+        let (snip, ranges) = snippet(&long, &q("needle"), 40);
+        assert!(snip.starts_with('…') && snip.ends_with('…'));
+        let (s, e) = ranges[0];
+        assert_eq!(
+            snip.chars().skip(s).take(e - s).collect::<String>(),
+            "needle"
+        );
+    }
+}
