@@ -29,6 +29,7 @@ pub mod otlp;
 mod oversight;
 pub mod render;
 mod routes;
+mod search_api;
 mod sessions;
 mod steps;
 mod tlog;
@@ -49,6 +50,7 @@ pub use metrics::Metrics;
 use keys::*;
 use log_api::*;
 pub use routes::{openapi_document, router};
+use search_api::*;
 use sessions::*;
 use steps::*;
 

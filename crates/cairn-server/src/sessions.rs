@@ -228,7 +228,11 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
 /// A time bound of the listing: RFC 3339, or a date in UTC (as `since`,
 /// its start; as `until`, the start of the next day, so that the date is
 /// included).
-fn listing_time(key: &'static str, text: &str, end_of_day: bool) -> Result<Timestamp, ApiError> {
+pub(crate) fn listing_time(
+    key: &'static str,
+    text: &str,
+    end_of_day: bool,
+) -> Result<Timestamp, ApiError> {
     if let Ok(t) = Timestamp::parse_rfc3339(text) {
         return Ok(t);
     }

@@ -765,10 +765,28 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
         &json!({"decision": "approve"}),
     );
     assert_eq!((review.status, review.code().as_str()), (404, "not_found"));
-    assert_eq!(
-        get(&server, "/v1/search?q=revenue", &other).json(),
-        json!({"results": []})
-    );
+    for mode in ["fulltext", "semantic", "hybrid"] {
+        assert_eq!(
+            get(
+                &server,
+                &format!("/v1/search?q=revenue&mode={mode}"),
+                &other
+            )
+            .json()["results"],
+            json!([]),
+            "{mode}"
+        );
+        assert_ne!(
+            get(
+                &server,
+                &format!("/v1/search?q=revenue&mode={mode}"),
+                &admin
+            )
+            .json()["results"],
+            json!([]),
+            "{mode}"
+        );
+    }
     assert_eq!(
         get(&server, "/v1/keys", &other)
             .json()

@@ -516,6 +516,22 @@ fn a_timeline_pairs_tool_calls_links_records_and_exports_at_a_level() {
     // (Decisions are always embedded; tool steps are sampled.)
     let found = text(&page(&server, "/ui/search?q=approve+budget", Some(&reader)));
     assert!(found.contains("href=\"/ui/sessions/s2#step-0\""), "{found}");
+    assert!(
+        found.contains("<mark>approve</mark>") && found.contains("<mark>budget</mark>"),
+        "{found}"
+    );
+    let words_only = text(&page(
+        &server,
+        "/ui/search?q=%22fx+rates%22&mode=fulltext",
+        Some(&reader),
+    ));
+    assert!(
+        words_only.contains("href=\"/ui/sessions/s1#step-2\""),
+        "every step is in the full-text index: {words_only}"
+    );
+    let refused = page(&server, "/ui/search?q=-only", Some(&reader));
+    assert_eq!(refused.status, 400);
+    assert!(text(&refused).contains("only excludes"));
 
     // Export: refused for a reader, a download at a level for an auditor
     // (a full-level export of a session without consent is refused).

@@ -14,6 +14,10 @@ use cairn_core::kind::StepKind;
 /// Dimensions of a vector.
 pub const DIMENSIONS: usize = 256;
 
+/// The built-in embedder's name, as search results report it: a lexical
+/// word-hash, not a model of meaning.
+pub const EMBEDDER_NAME: &str = "word-hash (built-in, lexical: no embedding model configured)";
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in bytes {

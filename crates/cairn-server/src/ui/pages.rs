@@ -592,7 +592,9 @@ struct Hit {
     label: String,
     agent_id: String,
     score: String,
-    preview: String,
+    matched_by: String,
+    /// The snippet in pieces, each marked or not.
+    snippet: Vec<(String, bool)>,
 }
 
 #[derive(Template)]
@@ -602,12 +604,39 @@ struct SearchPage {
     role: String,
     csrf: String,
     q: String,
+    mode: String,
+    agent: String,
+    kind: String,
+    embedder: Option<String>,
     error: Option<String>,
     hits: Option<Vec<Hit>>,
 }
 
-/// `GET /ui/search[?q=]`: the API's search (`GET /v1/search`, the same
-/// handler), results linked to their steps.
+/// Cuts `snippet` at the `highlights` (character ranges) into pieces.
+fn marked(snippet: &str, highlights: &[Value]) -> Vec<(String, bool)> {
+    let chars: Vec<char> = snippet.chars().collect();
+    let mut pieces: Vec<(String, bool)> = Vec::new();
+    let mut at = 0;
+    for range in highlights {
+        let (Some(start), Some(end)) = (range[0].as_u64(), range[1].as_u64()) else {
+            continue;
+        };
+        let (start, end) = (start as usize, (end as usize).min(chars.len()));
+        if start < at || start >= end {
+            continue;
+        }
+        pieces.push((chars[at..start].iter().collect(), false));
+        pieces.push((chars[start..end].iter().collect(), true));
+        at = end;
+    }
+    pieces.push((chars[at.min(chars.len())..].iter().collect(), false));
+    pieces.retain(|(text, _)| !text.is_empty());
+    pieces
+}
+
+/// `GET /ui/search`: the API's search (the same input reading and the
+/// same operation as `GET /v1/search`), results linked to their steps
+/// with the matches marked.
 pub(super) async fn search(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -617,26 +646,41 @@ pub(super) async fn search(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    let mut given: HashMap<String, String> = q
+        .into_iter()
+        .filter(|(k, _)| crate::SEARCH_PARAMS.contains(&k.as_str()))
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    let field = |name: &str| given.get(name).cloned().unwrap_or_default();
     let nav = Nav::of(&user);
     let mut view = SearchPage {
         org: nav.org,
         role: nav.role,
         csrf: nav.csrf,
-        q: text.clone(),
+        q: field("q"),
+        mode: given
+            .get("mode")
+            .cloned()
+            .unwrap_or_else(|| "hybrid".into()),
+        agent: field("agent_id"),
+        kind: field("kind"),
+        embedder: None,
         error: None,
         hits: None,
     };
-    if text.is_empty() {
+    if view.q.is_empty() {
         return page(&view);
     }
-    let query = HashMap::from([
-        ("q".to_owned(), text),
-        ("limit".to_owned(), "50".to_owned()),
-    ]);
-    match crate::search(State(Arc::clone(&state)), user.caller.clone(), Query(query)).await {
-        Ok(axum::Json(body)) => {
+    given.entry("limit".into()).or_insert_with(|| "50".into());
+    let outcome = match crate::search_input(&given) {
+        Ok(input) => crate::run_search(&state, &user.caller, input).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(body) => {
             let text_of = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            view.embedder = (view.mode != "fulltext").then(|| text_of(&body, "embedder"));
             view.hits = Some(
                 body["results"]
                     .as_array()
@@ -649,7 +693,22 @@ pub(super) async fn search(
                         label: text_of(r, "step_type"),
                         agent_id: text_of(r, "agent_id"),
                         score: format!("{:.3}", r["score"].as_f64().unwrap_or_default()),
-                        preview: text_of(r, "content").chars().take(240).collect(),
+                        matched_by: r["matched_by"]
+                            .as_array()
+                            .map(|m| {
+                                m.iter()
+                                    .filter_map(Value::as_str)
+                                    .collect::<Vec<_>>()
+                                    .join(" + ")
+                            })
+                            .unwrap_or_default(),
+                        snippet: marked(
+                            r["snippet"].as_str().unwrap_or_default(),
+                            r["highlights"]
+                                .as_array()
+                                .map(Vec::as_slice)
+                                .unwrap_or_default(),
+                        ),
                     })
                     .collect(),
             );

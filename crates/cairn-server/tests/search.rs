@@ -1,0 +1,198 @@
+//! `GET /v1/search` over a real socket: full-text, semantic and hybrid
+//! modes, filters, highlighted snippets, Japanese, an erased step gone
+//! from every mode, and malformed searches refused with their field.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use common::*;
+
+fn search(server: &Server, query: &str, token: &str) -> Value {
+    let reply = get(server, &format!("/v1/search?{query}"), token);
+    assert_eq!(reply.status, 200, "{query}: {}", reply.text());
+    reply.json()
+}
+
+fn hits(body: &Value) -> Vec<String> {
+    body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{}#{}", r["session_id"].as_str().unwrap(), r["step_index"]))
+        .collect()
+}
+
+#[test]
+fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let admin = key_for(&server, "acme", Role::Admin, None);
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let mut traces = Vec::new();
+    for (session, agent, kind, content) in [
+        (
+            "pricing",
+            "analyst",
+            "observation",
+            "The pricing change hit SMB accounts hardest.",
+        ),
+        (
+            "pricing",
+            "analyst",
+            "decision",
+            "Raise enterprise prices by 4% next quarter.",
+        ),
+        (
+            "support",
+            "helper",
+            "observation",
+            "Customer Jane Doe asked about her refund.",
+        ),
+        (
+            "support",
+            "helper",
+            "action",
+            "[実行] 注文テーブルを検索しています",
+        ),
+        (
+            "support",
+            "helper",
+            "final_answer",
+            "Refund approved: enterprise customers get refunds within 5 days.",
+        ),
+    ] {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            &writer,
+            &step(session, agent, kind, content),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.text());
+        traces.push(reply.json()["trace_id"].as_str().unwrap().to_owned());
+    }
+
+    // Full text: stems, phrases, prefixes, exclusions, Japanese.
+    let body = search(&server, "q=pricing&mode=fulltext", &reader);
+    assert_eq!(body["mode"], "fulltext");
+    let mut found = hits(&body);
+    found.sort();
+    assert_eq!(found, vec!["pricing#0", "pricing#1"]);
+    assert_eq!(
+        hits(&search(
+            &server,
+            "q=%22enterprise+customers%22&mode=fulltext",
+            &reader
+        )),
+        vec!["support#2"]
+    );
+    assert_eq!(
+        hits(&search(
+            &server,
+            "q=enterprise+-refund&mode=fulltext",
+            &reader
+        )),
+        vec!["pricing#1"]
+    );
+    let japanese = search(&server, "q=%E6%B3%A8%E6%96%87&mode=fulltext", &reader); // 注文
+    assert_eq!(hits(&japanese), vec!["support#1"]);
+    let first = &japanese["results"][0];
+    let snippet: Vec<char> = first["snippet"].as_str().unwrap().chars().collect();
+    let [start, end] = [
+        first["highlights"][0][0].as_u64().unwrap() as usize,
+        first["highlights"][0][1].as_u64().unwrap() as usize,
+    ];
+    assert_eq!(snippet[start..end].iter().collect::<String>(), "注文");
+    assert_eq!(first["matched_by"], json!(["fulltext"]));
+
+    // Highlights mark the stemmed words.
+    let body = search(
+        &server,
+        "q=price&mode=fulltext&session_id=pricing&kind=decision",
+        &reader,
+    );
+    let result = &body["results"][0];
+    let snippet: Vec<char> = result["snippet"].as_str().unwrap().chars().collect();
+    let marked: Vec<String> = result["highlights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            snippet[r[0].as_u64().unwrap() as usize..r[1].as_u64().unwrap() as usize]
+                .iter()
+                .collect()
+        })
+        .collect();
+    assert_eq!(marked, vec!["prices"]);
+
+    // Filters in every mode.
+    for mode in ["fulltext", "semantic", "hybrid"] {
+        let body = search(
+            &server,
+            &format!("q=enterprise&mode={mode}&agent_id=helper"),
+            &reader,
+        );
+        assert!(
+            hits(&body).iter().all(|h| h.starts_with("support#")),
+            "{mode}: {body}"
+        );
+        let flagged = search(
+            &server,
+            &format!("q=enterprise&mode={mode}&status=flagged"),
+            &reader,
+        );
+        assert_eq!(hits(&flagged), Vec::<String>::new(), "{mode}");
+    }
+    // Semantic and hybrid say which embedder ranked them.
+    let hybrid = search(&server, "q=refund+approved", &reader);
+    assert_eq!(hybrid["mode"], "hybrid");
+    assert!(
+        hybrid["embedder"]
+            .as_str()
+            .unwrap()
+            .starts_with("word-hash")
+    );
+    assert_eq!(hits(&hybrid)[0], "support#2");
+    assert!(
+        hybrid["results"][0]["matched_by"].as_array().unwrap().len() == 2,
+        "{hybrid}"
+    );
+
+    // An erased step is gone from every mode.
+    let erase = post(
+        &server,
+        &format!("/v1/steps/{}/erase", traces[4]),
+        &admin,
+        &json!({"reason": "request"}),
+    );
+    assert_eq!(erase.status, 200, "{}", erase.text());
+    for mode in ["fulltext", "semantic", "hybrid"] {
+        let body = search(
+            &server,
+            &format!("q=refund+approved+enterprise&mode={mode}"),
+            &reader,
+        );
+        assert!(
+            !hits(&body).contains(&"support#2".to_owned()),
+            "{mode}: {body}"
+        );
+        assert!(!body.to_string().contains("within 5 days"), "{mode}");
+    }
+
+    // Malformed searches are refused with their field.
+    for (query, field) in [
+        ("q=", "q"),
+        ("q=-only", "q"),
+        ("q=x&mode=fuzzy", "mode"),
+        ("q=x&status=maybe", "status"),
+        ("q=x&kind=daydream", "kind"),
+        ("q=x&since=yesterday", "since"),
+        ("q=x&limit=0", "limit"),
+        ("q=x&agent_id=a%20b", ""),
+    ] {
+        let reply = get(&server, &format!("/v1/search?{query}"), &reader);
+        assert_eq!(reply.status, 400, "{query}: {}", reply.text());
+        if !field.is_empty() {
+            assert_eq!(reply.json()["error"]["field"], field, "{query}");
+        }
+    }
+}
