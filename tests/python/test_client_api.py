@@ -152,6 +152,10 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     assert agent.verify_session("s1")["verified"] is True
     assert agent.get_trace(first["trace_id"])["kind"] == "observation"
     assert "results" in agent.search("revenue")
+    found = agent.search('"Q4 revenue"', mode="fulltext", session_id="s1", kind="Observation")
+    assert [r["step_index"] for r in found["results"]] == [0] and found["mode"] == "fulltext"
+    hit = found["results"][0]
+    assert [hit["snippet"][s:e] for s, e in hit["highlights"]] == ["Q4", "revenue"]
 
     # Oversight: an auditor reads, reviews and queries.
     auditor = CairnClient(url, api_key=admin.create_key("auditor", label="audit")["token"])

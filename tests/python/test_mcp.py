@@ -16,7 +16,7 @@ MODES = ["legacy", "2026-07-28"]
 SEED_000_TOOLS = {"log_reasoning_step", "replay_decision", "get_session_history"}
 SEED_001_TOOLS = {"audit_session_start", "thought_record", "audit_verify_chain", "audit_session_end", "merkle_finalize", "merkle_root"}
 CAIRN_TOOLS = {"get_trace", "get_checkpoint", "get_inclusion_proof", "export_session", "record_audit_event",
-               "parse_thinking", "record_turn", "get_audit_trail", "review_queue", "review_step", "erase_step"}
+               "parse_thinking", "record_turn", "get_audit_trail", "review_queue", "review_step", "erase_step", "search_reasoning"}
 
 
 def stdio_client(cairn_bin, data_dir, mode):
@@ -142,6 +142,9 @@ async def proofs_and_export(client, cairn_bin, tmp_path, written):
     assert checkpoint["size"] >= 4 and checkpoint["note"].count("\n") >= 4
     proof = await ok(client, "get_inclusion_proof", {"seq": trace["seq"]})
     assert proof["size"] == checkpoint["size"] and proof["root"] == checkpoint["root"]
+    found = await ok(client, "search_reasoning", {"query": '"revenue breakdown by segment"', "mode": "fulltext",
+                                                  "session_id": trace["session_id"]})
+    assert trace["trace_id"] in [r["trace_id"] for r in found["results"]], found
     exported = await ok(client, "export_session", {"session_id": trace["session_id"]})
     bundle = tmp_path / "session.bundle"
     bundle.write_text(exported["bundle"])

@@ -106,6 +106,9 @@ async def every_tool(client, agent):
     await call("get_inclusion_proof", {"seq": step["seq"]})
     await call("export_session", {"session_id": session, "level": "generic"})
     await call("query_sql", {"sql": "SELECT step_type, confidence, erased FROM steps", "limit": 10})
+    found = await call("search_reasoning", {"query": "orders", "mode": "fulltext", "agent_id": agent})
+    assert found["results"] and found["results"][0]["highlights"], found
+    await call("search_reasoning", {"query": "query the orders", "session_id": session, "limit": 3})
     private = Ed25519PrivateKey.generate()
     public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     agent_hash = SEED_004_TRACE["agent_id_hash"]

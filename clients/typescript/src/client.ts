@@ -428,9 +428,37 @@ export class CairnClient {
     return this.json("GET", `/v1/audit-events/${encodeURIComponent(eventId)}`);
   }
 
-  /** `GET /v1/search`: steps whose content matches. */
-  search(q: string, options: { limit?: number } = {}): Promise<JsonRecord> {
-    return this.json("GET", "/v1/search", { query: { q, limit: options.limit } });
+  /**
+   * `GET /v1/search`: steps found by words (`mode: "fulltext"`: words, "a phrase", prefix*, -excluded),
+   * by meaning (`"semantic"`) or both (`"hybrid"`, the default), with filters; each result has
+   * `score`, `matched_by`, `snippet` and `highlights` (character ranges of the snippet).
+   */
+  search(
+    q: string,
+    options: {
+      limit?: number;
+      mode?: "fulltext" | "semantic" | "hybrid";
+      agentId?: string;
+      sessionId?: string;
+      kind?: string;
+      status?: "ok" | "flagged";
+      since?: string;
+      until?: string;
+    } = {},
+  ): Promise<JsonRecord> {
+    return this.json("GET", "/v1/search", {
+      query: {
+        q,
+        limit: options.limit,
+        mode: options.mode,
+        agent_id: options.agentId,
+        session_id: options.sessionId,
+        kind: options.kind,
+        status: options.status,
+        since: options.since,
+        until: options.until,
+      },
+    });
   }
 
   /** `POST /v1/sql`: one read-only query over the views steps, sessions and records. */

@@ -51,6 +51,7 @@ use keys::*;
 use log_api::*;
 pub use routes::{openapi_document, router};
 use search_api::*;
+pub use search_api::{SEARCH_PARAMS, search_input};
 use sessions::*;
 use steps::*;
 

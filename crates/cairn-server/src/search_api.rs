@@ -7,56 +7,27 @@
 use super::*;
 use cairn_core::record::Status;
 use cairn_store::StepFilter;
-use cairn_store::fulltext::{FullTextQuery, snippet};
-
-/// How a search ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SearchMode {
-    /// The full-text index only.
-    FullText,
-    /// The embedded steps only.
-    Semantic,
-    /// Both, fused by reciprocal rank.
-    Hybrid,
-}
-
-impl SearchMode {
-    fn parse(text: &str) -> Result<SearchMode, ApiError> {
-        match text {
-            "fulltext" | "full-text" => Ok(SearchMode::FullText),
-            "semantic" => Ok(SearchMode::Semantic),
-            "hybrid" => Ok(SearchMode::Hybrid),
-            other => Err(ApiError::bad_request(
-                "invalid_request",
-                format!(
-                    "mode must be fulltext, semantic or hybrid, not {}",
-                    shown(other)
-                ),
-            )
-            .with_field("mode")),
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            SearchMode::FullText => "fulltext",
-            SearchMode::Semantic => "semantic",
-            SearchMode::Hybrid => "hybrid",
-        }
-    }
-}
+use cairn_store::ops::{SearchError, SearchMode, SearchRequest};
 
 /// A search, read alike from every surface.
-#[derive(Debug, Clone)]
-pub(crate) struct SearchInput {
-    pub text: String,
-    pub mode: SearchMode,
-    pub filter: StepFilter,
-    pub limit: usize,
+pub type SearchInput = SearchRequest;
+
+/// The mode named `text`, or a refusal naming the field.
+pub(crate) fn search_mode(text: &str) -> Result<SearchMode, ApiError> {
+    SearchMode::parse(text).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "mode must be fulltext, semantic or hybrid, not {}",
+                shown(text)
+            ),
+        )
+        .with_field("mode")
+    })
 }
 
 /// The query parameters of `GET /v1/search` (the UI's form uses the same).
-pub(crate) const SEARCH_PARAMS: &[&str] = &[
+pub const SEARCH_PARAMS: &[&str] = &[
     "q",
     "mode",
     "agent_id",
@@ -69,7 +40,7 @@ pub(crate) const SEARCH_PARAMS: &[&str] = &[
 ];
 
 /// Reads [`SEARCH_PARAMS`]; a malformed value is refused with its field.
-pub(crate) fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError> {
+pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError> {
     let text = q
         .get("q")
         .map(|t| t.trim().to_owned())
@@ -91,7 +62,7 @@ pub(crate) fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, A
     };
     let mode = q
         .get("mode")
-        .map(|m| SearchMode::parse(m))
+        .map(|m| search_mode(m))
         .transpose()?
         .unwrap_or(SearchMode::Hybrid);
     let kind = q
@@ -141,152 +112,27 @@ pub(crate) fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, A
     })
 }
 
-/// Reciprocal-rank fusion's constant (the usual 60).
-const RRF_K: f64 = 60.0;
-/// Semantic candidates read per result wanted, before filters.
-const SEMANTIC_OVERFETCH: usize = 10;
-/// Characters of a result's snippet.
-const SNIPPET_CHARS: usize = 240;
-
-/// Runs a search for `caller`'s org: `{mode, embedder, results}`, each
-/// result a step (as `GET /v1/steps/{id}` gives it) with `score`,
-/// `matched_by`, `snippet` and `highlights` (character ranges of the
-/// snippet, start inclusive, end exclusive, in Unicode scalar values).
+/// Runs a search for `caller`'s org (see [`wire::SearchResults`]).
 pub(crate) async fn run_search(
     state: &Arc<AppState>,
     caller: &Caller,
     input: SearchInput,
-) -> Result<Value, ApiError> {
-    // A full-text query is parsed whatever the mode: it also marks the
-    // snippets. Semantic mode accepts any text.
-    let parsed = FullTextQuery::parse(&input.text);
-    let fulltext = match (input.mode, parsed) {
-        (SearchMode::Semantic, parsed) => parsed.ok(),
-        (_, Ok(query)) => Some(query),
-        (_, Err(e)) => {
-            return Err(ApiError::bad_request("invalid_request", e.to_string()).with_field("q"));
-        }
-    };
+) -> Result<wire::SearchResults, ApiError> {
     let org = caller.org().to_owned();
     // Semantic search scores every embedded step of the org.
     let permit = limits::expensive(state, "the search").await?;
     let mode = input.mode;
-    blocking(state, move |store| {
+    let hits = blocking(state, move |store| {
         let _permit = permit;
-        let wanted = input.limit;
-        let pool = (wanted * 3).min(300);
-        // Candidates by seq, with their rank in each list.
-        let mut ranked: Vec<(u64, Vec<&'static str>, f64)> = Vec::new();
-        let mut add = |seq: u64, by: &'static str, rank: usize, score: f64| {
-            let fused = 1.0 / (RRF_K + rank as f64 + 1.0);
-            match ranked.iter_mut().find(|(s, _, _)| *s == seq) {
-                Some(entry) => {
-                    entry.1.push(by);
-                    entry.2 = if mode == SearchMode::Hybrid {
-                        entry.2 + fused
-                    } else {
-                        score
-                    };
-                }
-                None => ranked.push((
-                    seq,
-                    vec![by],
-                    if mode == SearchMode::Hybrid {
-                        fused
-                    } else {
-                        score
-                    },
-                )),
+        cairn_store::ops::search(store, &org, &input).map_err(|e| match e {
+            SearchError::Query(e) => {
+                ApiError::bad_request("invalid_request", e.to_string()).with_field("q")
             }
-        };
-        if mode != SearchMode::Semantic
-            && let Some(query) = &fulltext
-        {
-            let take = if mode == SearchMode::Hybrid {
-                pool
-            } else {
-                wanted
-            };
-            for (rank, (seq, score)) in store
-                .full_text_search(&org, query, &input.filter, take)?
-                .into_iter()
-                .enumerate()
-            {
-                add(seq, "fulltext", rank, score);
-            }
-        }
-        let mut steps: HashMap<u64, cairn_core::commit::StepRecord> = HashMap::new();
-        if mode != SearchMode::FullText {
-            let vector = cairn_store::embed::embed(&input.text);
-            let take = if mode == SearchMode::Hybrid {
-                pool
-            } else {
-                wanted
-            };
-            let mut rank = 0;
-            for (seq, score) in store.semantic_search(&org, &vector, take * SEMANTIC_OVERFETCH)? {
-                if rank == take {
-                    break;
-                }
-                let Some(record) = step_at(store, &org, seq)? else {
-                    continue;
-                };
-                if !input.filter.admits(&record.step) {
-                    continue;
-                }
-                add(seq, "semantic", rank, f64::from(score));
-                steps.insert(seq, record);
-                rank += 1;
-            }
-        }
-        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
-        ranked.truncate(wanted);
-        let mut results = Vec::with_capacity(ranked.len());
-        for (seq, matched_by, score) in ranked {
-            let record = match steps.remove(&seq) {
-                Some(record) => record,
-                None => match step_at(store, &org, seq)? {
-                    Some(record) => record,
-                    None => continue,
-                },
-            };
-            let mut out = wire::step_to_json(seq, &record);
-            let text = cairn_store::fulltext::display_text(&record.step);
-            let (snip, highlights) = match &fulltext {
-                Some(query) => snippet(&text, query, SNIPPET_CHARS),
-                None => (text.chars().take(SNIPPET_CHARS).collect(), Vec::new()),
-            };
-            out["score"] = json!(score);
-            out["matched_by"] = json!(matched_by);
-            out["snippet"] = json!(snip);
-            out["highlights"] = json!(highlights.iter().map(|(s, e)| [s, e]).collect::<Vec<_>>());
-            results.push(out);
-        }
-        Ok(json!({
-            "mode": mode.as_str(),
-            "embedder": cairn_store::embed::EMBEDDER_NAME,
-            "results": results,
-        }))
+            SearchError::Store(e) => e.into(),
+        })
     })
-    .await
-}
-
-/// The step at `seq` of an org's log, if it is one.
-fn step_at(
-    store: &dyn LedgerStore,
-    org: &str,
-    seq: u64,
-) -> Result<Option<cairn_core::commit::StepRecord>, ApiError> {
-    let mut found = None;
-    store.read_log(org, seq, seq + 1, &mut |stored| {
-        if let Ok(entry) = stored.entry
-            && let cairn_core::log::LogRecord::Step(record) = entry.record
-        {
-            found = Some(record);
-        }
-        false
-    })?;
-    Ok(found)
+    .await?;
+    Ok(wire::search_results(mode, hits))
 }
 
 #[utoipa::path(
@@ -321,5 +167,7 @@ pub(crate) async fn search(
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), SEARCH_PARAMS)?;
     let input = search_input(&q)?;
-    Ok(axum::Json(run_search(&state, &caller, input).await?))
+    Ok(axum::Json(wire::to_json(
+        &run_search(&state, &caller, input).await?,
+    )))
 }

@@ -689,3 +689,52 @@ mod tests {
         }
     }
 }
+
+/// A search's answer (`GET /v1/search`, MCP `search_reasoning`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SearchResults {
+    /// The mode that ranked: `fulltext`, `semantic` or `hybrid`.
+    pub mode: String,
+    /// The embedder that ranked by meaning (semantic and hybrid modes).
+    pub embedder: String,
+    /// Hits, best first.
+    pub results: Vec<SearchHitOut>,
+}
+
+/// One hit of a search: the step, and how it was found.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SearchHitOut {
+    /// The step, as `GET /v1/steps/{id}` gives it.
+    #[serde(flatten)]
+    pub step: StepOut,
+    /// Higher is better, comparable only within one answer.
+    pub score: f64,
+    /// Which rankings found it: `fulltext`, `semantic`.
+    pub matched_by: Vec<String>,
+    /// Its text around the first match.
+    pub snippet: String,
+    /// The matches in the snippet: `[start, end)` character ranges
+    /// (Unicode scalar values).
+    pub highlights: Vec<[usize; 2]>,
+}
+
+/// The answer of a search from the store's hits.
+pub fn search_results(
+    mode: cairn_store::ops::SearchMode,
+    hits: Vec<cairn_store::ops::SearchHit>,
+) -> SearchResults {
+    SearchResults {
+        mode: mode.as_str().to_owned(),
+        embedder: cairn_store::embed::EMBEDDER_NAME.to_owned(),
+        results: hits
+            .into_iter()
+            .map(|hit| SearchHitOut {
+                step: step_out(hit.seq, &hit.record),
+                score: hit.score,
+                matched_by: hit.matched_by.iter().map(|m| (*m).to_owned()).collect(),
+                snippet: hit.snippet,
+                highlights: hit.highlights.iter().map(|(s, e)| [*s, *e]).collect(),
+            })
+            .collect(),
+    }
+}

@@ -305,14 +305,10 @@ enum Command {
     /// signature is checked against the registered key, the trace kept
     /// whole, its components recorded as a session's steps.
     ImportTrace(crate::records::ImportTraceArgs),
-    /// Semantic search over the embedded steps of --org, best first.
-    Search {
-        /// The search text.
-        query: String,
-        /// At most this many results.
-        #[arg(long, default_value_t = 10)]
-        limit: usize,
-    },
+    /// Search the steps of --org: by words (full text), by meaning
+    /// (semantic) or both (hybrid, the default), best first, as `GET
+    /// /v1/search` does.
+    Search(SearchArgs),
     /// Show the server's public key (C2SP vkey form; with --json, every
     /// log key too), or rotate it.
     Keys {
@@ -667,41 +663,7 @@ pub fn run() -> Result<Outcome> {
                     import(&cli, store.as_ref(), bundle, key.as_deref())
                 }
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
-                Command::Search { query, limit } => {
-                    let hits = store.semantic_search(
-                        &cli.org,
-                        &cairn_store::embed::embed(query),
-                        *limit,
-                    )?;
-                    let mut rows = Vec::new();
-                    for (seq, score) in hits {
-                        store.read_log(&cli.org, seq, seq + 1, &mut |stored| {
-                            if let Ok(entry) = &stored.entry
-                                && let cairn_core::log::LogRecord::Step(r) = &entry.record
-                            {
-                                let mut v = step_to_json(seq, r);
-                                v["score"] = json!(score);
-                                rows.push(v);
-                            }
-                            false
-                        })?;
-                    }
-                    if cli.json {
-                        println!("{}", Value::Array(rows));
-                    } else {
-                        for r in rows {
-                            println!(
-                                "{:.3}  {} [{}] {}: {}",
-                                r["score"].as_f64().unwrap_or(0.0),
-                                r["session_id"].as_str().unwrap_or(""),
-                                r["step_index"],
-                                r["step_type"].as_str().unwrap_or(""),
-                                r["content"].as_str().unwrap_or("(erased)")
-                            );
-                        }
-                    }
-                    Ok(Outcome::Success)
-                }
+                Command::Search(args) => search(&cli, store.as_ref(), args),
                 Command::Erase { trace_id, reason } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let request = WriteRequest::Erase {
@@ -812,7 +774,7 @@ impl Command {
             | Command::Verify(_)
             | Command::Trail { .. }
             | Command::Sql { .. }
-            | Command::Search { .. }
+            | Command::Search(_)
             | Command::Keys { action: None }
             | Command::Receipt(_)
             | Command::Admin(_)

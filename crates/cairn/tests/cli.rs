@@ -911,6 +911,39 @@ fn erase_and_retention_from_the_command_line() {
     );
 }
 
+#[test]
+fn search_from_the_command_line_reads_the_api_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let found = json(&cairn_in(
+        dir.path(),
+        &["search", "\"orders table\"", "--mode", "fulltext", "--json"],
+        None,
+    ));
+    assert_eq!(found["mode"], "fulltext");
+    let hit = &found["results"][0];
+    assert_eq!(
+        (hit["session_id"].as_str(), hit["step_index"].as_u64()),
+        (Some("revenue-analysis-q4"), Some(1))
+    );
+    assert!(hit["snippet"].as_str().unwrap().contains("orders table"));
+    let text = cairn_in(dir.path(), &["search", "revenue growth"], None);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout.contains("meaning ranked by word-hash"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("revenue-analysis-q4 #"),
+        "{}",
+        text.stdout
+    );
+    let refused = cairn_in(dir.path(), &["search", "x", "--status", "maybe"], None);
+    assert_eq!(refused.code, 2);
+    assert!(refused.stderr.contains("--status"), "{}", refused.stderr);
+}
+
 /// A signing key kept outside the data directory (`--server-key`): a copy
 /// of the directory alone cannot sign for the log. A sequencing process
 /// with another key refuses to start; an attacker who also deletes the

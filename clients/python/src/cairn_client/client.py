@@ -412,9 +412,17 @@ class _Core:
         return _Request("GET", f"/v1/sessions/{_quote(session_id)}/trail", _text, "read",
                         query=_query(format="markdown"))
 
-    def _op_search(self, q: str, limit: Optional[int] = None) -> _Request[SearchResult]:
-        """`GET /v1/search`: steps whose content matches `q`."""
-        return _Request("GET", "/v1/search", _json, "read", query=_query(q=q, limit=limit))
+    def _op_search(self, q: str, limit: Optional[int] = None, mode: Optional[str] = None,
+                   agent_id: Optional[str] = None, session_id: Optional[str] = None,
+                   kind: Optional[str] = None, status: Optional[str] = None,
+                   since: Optional[str] = None, until: Optional[str] = None) -> _Request[SearchResult]:
+        """`GET /v1/search`: steps found by words (`mode="fulltext"`: words,
+        "a phrase", prefix*, -excluded), by meaning (`"semantic"`) or both
+        (`"hybrid"`, the default), filtered; each result has `score`,
+        `matched_by`, `snippet` and `highlights` (character ranges)."""
+        return _Request("GET", "/v1/search", _json, "read",
+                        query=_query(q=q, limit=limit, mode=mode, agent_id=agent_id, session_id=session_id,
+                                     kind=kind, status=status, since=since, until=until))
 
     def _op_sql(self, statement: str, limit: Optional[int] = None) -> _Request[SqlResult]:
         """`POST /v1/sql`: one read-only query over the analyst views

@@ -224,9 +224,19 @@ class AuditEvent(TypedDict, total=False):
     at: str
 
 
+class SearchHit(Step, total=False):
+    """A step found by `GET /v1/search`, and how."""
+    score: float
+    matched_by: List[str]
+    snippet: str
+    highlights: List[List[int]]
+
+
 class SearchResult(TypedDict):
     """`GET /v1/search`."""
-    results: List[Step]
+    mode: str
+    embedder: str
+    results: List[SearchHit]
 
 
 class SqlResult(TypedDict):

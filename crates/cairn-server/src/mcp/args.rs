@@ -369,3 +369,29 @@ pub struct SqlArgs {
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoArgs {}
+
+/// Arguments of `search_reasoning`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// What to look for: words, "a phrase", prefix*, -excluded (full
+    /// text), or any text (semantic).
+    pub query: String,
+    /// fulltext, semantic or hybrid (default).
+    pub mode: Option<String>,
+    /// Only this agent's steps.
+    pub agent_id: Option<String>,
+    /// Only this session's steps.
+    pub session_id: Option<String>,
+    /// Only steps of this kind (any label of it: ToolCall, tool_call).
+    pub kind: Option<String>,
+    /// ok or flagged.
+    pub status: Option<String>,
+    /// Only steps created at or after: RFC 3339 or a date.
+    pub since: Option<String>,
+    /// Only steps created before: RFC 3339 or a date (the whole day
+    /// included).
+    pub until: Option<String>,
+    /// At most this many results, 1 to 100 (default 10).
+    pub limit: Option<u64>,
+}

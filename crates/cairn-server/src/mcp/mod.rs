@@ -1224,6 +1224,52 @@ impl CairnMcp {
     }
 
     #[tool(
+        title = "Search reasoning",
+        description = "Search your org's recorded steps. mode fulltext matches words in content, inputs, outputs and metadata (\"a phrase\", prefix*, -excluded; English stems; Chinese and Japanese too); semantic ranks the embedded steps by meaning (decisions, actions, errors, corrections and final answers always embedded; the answer names the embedder); hybrid (default) fuses both. Filter by agent_id, session_id, kind, status (ok or flagged), since and until (RFC 3339 or a date). Each result is the step with score, matched_by, a snippet and highlights.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<crate::wire::SearchResults>()
+    )]
+    async fn search_reasoning(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        // The same reading of the same parameters as GET /v1/search.
+        let given: std::collections::HashMap<String, String> = [
+            ("q", Some(args.query)),
+            ("mode", args.mode),
+            ("agent_id", args.agent_id),
+            ("session_id", args.session_id),
+            ("kind", args.kind),
+            ("status", args.status),
+            ("since", args.since),
+            ("until", args.until),
+            ("limit", args.limit.map(|l| l.to_string())),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+        .collect();
+        let result = match crate::search_input(&given) {
+            Ok(input) => crate::run_search(&self.state, &caller, input).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(answer) => ok(&answer),
+            Err(e) => tool_error(e),
+        }
+    }
+
+    #[tool(
         title = "Export a session bundle",
         description = "Export one session as a self-contained bundle (JSON Lines: header, signed checkpoint, records with inclusion proofs) that anyone can verify offline with `cairn verify --bundle`.",
         annotations(

@@ -475,7 +475,7 @@ mod tests {
     #[test]
     fn every_tool_lists_a_portable_output_schema() {
         let tools = super::super::router().list_all();
-        assert_eq!(tools.len(), 25);
+        assert_eq!(tools.len(), 26);
         for tool in tools {
             let output = tool.output_schema.as_ref().expect("an output schema");
             assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);

@@ -678,7 +678,8 @@ pub(super) async fn search(
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(body) => {
+        Ok(answer) => {
+            let body = crate::wire::to_json(&answer);
             let text_of = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
             view.embedder = (view.mode != "fulltext").then(|| text_of(&body, "embedder"));
             view.hits = Some(

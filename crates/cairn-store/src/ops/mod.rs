@@ -1,6 +1,6 @@
 //! Whole-store operations, over any [`LedgerStore`]: verify a store or a
 //! session (`verify`), export bundles (`export`), import one (`import`),
-//! COSE receipts against a checkpoint (`receipts`),
+//! COSE receipts against a checkpoint (`receipts`), search (`search`),
 //! and the seeds' reads that combine several records (review queue, turn
 //! numbering).
 //!
@@ -14,6 +14,7 @@ use cairn_core::log::OpRecord;
 mod export;
 mod import;
 mod receipts;
+mod search;
 mod verify;
 
 pub use export::{
@@ -22,6 +23,7 @@ pub use export::{
 };
 pub use import::{ImportOutcome, import_bundle};
 pub use receipts::{ReceiptOpError, Receipts};
+pub use search::{SearchError, SearchHit, SearchMode, SearchRequest, search, step_at};
 pub use verify::{
     StoreVerdict, WitnessReport, agent_keys, apply_witness_policy, trusted_checkpoint, verify_org,
     verify_session,

@@ -227,3 +227,86 @@ pub(super) fn replay(
         _ => Outcome::Success,
     })
 }
+
+/// `cairn search`: the options of `GET /v1/search`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SearchArgs {
+    /// What to look for: words, "a phrase", prefix*, -excluded (full
+    /// text), or any text (semantic).
+    query: String,
+    /// fulltext, semantic or hybrid.
+    #[arg(long, default_value = "hybrid")]
+    mode: String,
+    /// Only this agent's steps.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only this session's steps.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only steps of this kind.
+    #[arg(long)]
+    kind: Option<String>,
+    /// ok or flagged.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only steps created at or after: RFC 3339 or a date.
+    #[arg(long)]
+    since: Option<String>,
+    /// Only steps created before: RFC 3339 or a date (the whole day
+    /// included).
+    #[arg(long)]
+    until: Option<String>,
+    /// At most this many results (1 to 100).
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+}
+
+pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> Result<Outcome> {
+    // The same reading of the same parameters as the API.
+    let given: std::collections::HashMap<String, String> = [
+        ("q", Some(args.query.clone())),
+        ("mode", Some(args.mode.clone())),
+        ("agent_id", args.agent.clone()),
+        ("session_id", args.session.clone()),
+        ("kind", args.kind.clone()),
+        ("status", args.status.clone()),
+        ("since", args.since.clone()),
+        ("until", args.until.clone()),
+        ("limit", Some(args.limit.to_string())),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+    .collect();
+    let request = cairn_server::search_input(&given).map_err(|e| {
+        let field = e
+            .field
+            .as_deref()
+            .map(|f| format!(" (--{f})"))
+            .unwrap_or_default();
+        usage(format!("{}{field}", e.message))
+    })?;
+    let hits = cairn_store::ops::search(store, &cli.org, &request).map_err(|e| match e {
+        cairn_store::ops::SearchError::Query(e) => usage(e.to_string()),
+        cairn_store::ops::SearchError::Store(e) => anyhow!("storage failure: {e}"),
+    })?;
+    let answer = cairn_server::wire::search_results(request.mode, hits);
+    if cli.json {
+        println!("{}", cairn_server::wire::to_json(&answer));
+    } else {
+        if request.mode != cairn_store::ops::SearchMode::FullText {
+            println!("(meaning ranked by {})", answer.embedder);
+        }
+        for hit in &answer.results {
+            println!(
+                "{:.3}  {} #{} {} [{}]: {}",
+                hit.score,
+                hit.step.session_id,
+                hit.step.step_index,
+                hit.step.step_type,
+                hit.matched_by.join("+"),
+                hit.snippet
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,203 @@
+//! Search, the operation every surface runs (the API, MCP, the CLI, the
+//! web UI): full-text (the store's index), semantic (the embedded steps,
+//! nearest first) or hybrid (both, fused by reciprocal rank), filtered,
+//! each hit with a highlighted snippet.
+
+use crate::fulltext::{FullTextQuery, display_text, snippet};
+use crate::{LedgerStore, StepFilter, StoreError};
+use cairn_core::commit::StepRecord;
+use cairn_core::log::LogRecord;
+
+/// How a search ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchMode {
+    /// The full-text index only.
+    FullText,
+    /// The embedded steps only.
+    Semantic,
+    /// Both, fused by reciprocal rank.
+    Hybrid,
+}
+
+impl SearchMode {
+    /// Its name: `fulltext`, `semantic` or `hybrid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::FullText => "fulltext",
+            SearchMode::Semantic => "semantic",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+
+    /// The mode named `text` (`full-text` is accepted for `fulltext`).
+    pub fn parse(text: &str) -> Option<SearchMode> {
+        match text {
+            "fulltext" | "full-text" => Some(SearchMode::FullText),
+            "semantic" => Some(SearchMode::Semantic),
+            "hybrid" => Some(SearchMode::Hybrid),
+            _ => None,
+        }
+    }
+}
+
+/// A search.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// The text: the full-text query language, and what semantic search
+    /// embeds.
+    pub text: String,
+    /// How to rank.
+    pub mode: SearchMode,
+    /// Which steps may be found.
+    pub filter: StepFilter,
+    /// Most hits.
+    pub limit: usize,
+}
+
+/// One hit.
+#[derive(Debug, Clone)]
+pub struct SearchHit {
+    /// The step's position in the org log.
+    pub seq: u64,
+    /// The step.
+    pub record: StepRecord,
+    /// Its score: the engine's (full-text, semantic) or the fused
+    /// reciprocal rank (hybrid); higher is better, comparable only within
+    /// one answer.
+    pub score: f64,
+    /// Which rankings found it: `fulltext`, `semantic`.
+    pub matched_by: Vec<&'static str>,
+    /// A snippet of its text around the first match.
+    pub snippet: String,
+    /// The matches in the snippet: character ranges (start inclusive, end
+    /// exclusive, in Unicode scalar values).
+    pub highlights: Vec<(usize, usize)>,
+}
+
+/// Why a search was refused before it ran.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// The query cannot be parsed (full-text and hybrid modes).
+    #[error(transparent)]
+    Query(#[from] crate::fulltext::QueryError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Reciprocal-rank fusion's constant (the usual 60).
+const RRF_K: f64 = 60.0;
+/// Semantic candidates read per hit wanted, before filters.
+const SEMANTIC_OVERFETCH: usize = 10;
+/// Characters of a hit's snippet.
+const SNIPPET_CHARS: usize = 240;
+
+/// The step at `seq` of an org's log, if it is one.
+pub fn step_at(
+    store: &dyn LedgerStore,
+    org: &str,
+    seq: u64,
+) -> Result<Option<StepRecord>, StoreError> {
+    let mut found = None;
+    store.read_log(org, seq, seq + 1, &mut |stored| {
+        if let Ok(entry) = stored.entry
+            && let LogRecord::Step(record) = entry.record
+        {
+            found = Some(record);
+        }
+        false
+    })?;
+    Ok(found)
+}
+
+/// Runs `request` over an org, best first.
+pub fn search(
+    store: &dyn LedgerStore,
+    org: &str,
+    request: &SearchRequest,
+) -> Result<Vec<SearchHit>, SearchError> {
+    // A full-text query is parsed whatever the mode: it also marks the
+    // snippets. Semantic mode accepts any text.
+    let fulltext = match (request.mode, FullTextQuery::parse(&request.text)) {
+        (SearchMode::Semantic, parsed) => parsed.ok(),
+        (_, parsed) => Some(parsed?),
+    };
+    let mode = request.mode;
+    let wanted = request.limit;
+    let pool = if mode == SearchMode::Hybrid {
+        (wanted * 3).min(300)
+    } else {
+        wanted
+    };
+    let mut ranked: Vec<(u64, Vec<&'static str>, f64)> = Vec::new();
+    let mut add = |seq: u64, by: &'static str, rank: usize, score: f64| {
+        let value = if mode == SearchMode::Hybrid {
+            1.0 / (RRF_K + rank as f64 + 1.0)
+        } else {
+            score
+        };
+        match ranked.iter_mut().find(|(s, _, _)| *s == seq) {
+            Some(entry) => {
+                entry.1.push(by);
+                entry.2 += value;
+            }
+            None => ranked.push((seq, vec![by], value)),
+        }
+    };
+    if mode != SearchMode::Semantic
+        && let Some(query) = &fulltext
+    {
+        for (rank, (seq, score)) in store
+            .full_text_search(org, query, &request.filter, pool)?
+            .into_iter()
+            .enumerate()
+        {
+            add(seq, "fulltext", rank, score);
+        }
+    }
+    let mut steps: std::collections::HashMap<u64, StepRecord> = std::collections::HashMap::new();
+    if mode != SearchMode::FullText {
+        let vector = crate::embed::embed(&request.text);
+        let mut rank = 0;
+        for (seq, score) in store.semantic_search(org, &vector, pool * SEMANTIC_OVERFETCH)? {
+            if rank == pool {
+                break;
+            }
+            let Some(record) = step_at(store, org, seq)? else {
+                continue;
+            };
+            if !request.filter.admits(&record.step) {
+                continue;
+            }
+            add(seq, "semantic", rank, f64::from(score));
+            steps.insert(seq, record);
+            rank += 1;
+        }
+    }
+    ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    ranked.truncate(wanted);
+    let mut hits = Vec::with_capacity(ranked.len());
+    for (seq, matched_by, score) in ranked {
+        let record = match steps.remove(&seq) {
+            Some(record) => record,
+            None => match step_at(store, org, seq)? {
+                Some(record) => record,
+                None => continue,
+            },
+        };
+        let text = display_text(&record.step);
+        let (snippet, highlights) = match &fulltext {
+            Some(query) => snippet(&text, query, SNIPPET_CHARS),
+            None => (text.chars().take(SNIPPET_CHARS).collect(), Vec::new()),
+        };
+        hits.push(SearchHit {
+            seq,
+            record,
+            score,
+            matched_by,
+            snippet,
+            highlights,
+        });
+    }
+    Ok(hits)
+}
