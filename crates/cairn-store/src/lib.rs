@@ -31,6 +31,8 @@ mod keys;
 mod listing;
 pub mod ops;
 pub mod pg;
+#[cfg(feature = "model")]
+pub mod sentence_model;
 mod sequencer;
 mod sqlite;
 pub mod witness_state;
