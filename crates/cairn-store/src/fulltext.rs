@@ -55,8 +55,12 @@ pub enum QueryError {
     TooLong,
 }
 
+/// A letter of a script written without spaces (CJK ideographs, kana,
+/// Hangul). Punctuation in those blocks (`・`, `゛`) is not one: it
+/// separates, as it does in every other script.
 fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
+    c.is_alphanumeric()
+        && matches!(c as u32,
         0x3040..=0x30FF   // Hiragana, Katakana
         | 0x3400..=0x4DBF // CJK Extension A
         | 0x4E00..=0x9FFF // CJK Unified Ideographs
@@ -89,7 +93,9 @@ fn tokens(text: &str) -> Vec<String> {
             cjk.push(c);
         } else if c.is_alphanumeric() {
             flush_cjk(&mut cjk, &mut out);
-            word.extend(c.to_lowercase());
+            // Some lower cases add a combining mark (`İ` is `i` and U+0307):
+            // tokens keep letters and digits only.
+            word.extend(c.to_lowercase().filter(|l| l.is_alphanumeric()));
         } else {
             flush_cjk(&mut cjk, &mut out);
             if !word.is_empty() {
@@ -440,6 +446,10 @@ mod tests {
     #[test]
     fn nothing_a_user_types_escapes_the_engines_syntax() {
         for hostile in [
+            // Found by fuzzing: punctuation inside the kana blocks, and a
+            // capital whose lower case carries a combining mark.
+            "注文・実行 ゛",
+            "iİOR x'?ly",
             r#"a" OR "b"#,
             "x' | 'y",
             "NEAR(a b)",
