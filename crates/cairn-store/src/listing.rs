@@ -113,6 +113,26 @@ pub(crate) fn step_search_query(
         placeholder(3),
         placeholder(4),
     );
+    if *filter == StepFilter::default() {
+        // Without a filter the index answers alone: it holds only steps
+        // (the engine writes a document per step), an erasure deletes the
+        // step's document in its own transaction, and the org's id range
+        // bounds the org. The caller reads each hit back from the log.
+        let sql = match engine {
+            Engine::Fts5 => format!(
+                "SELECT steps_fts.rowid - {low_p} AS seq, -bm25(steps_fts) AS score FROM steps_fts
+                 WHERE steps_fts MATCH {match_p} AND steps_fts.rowid >= {low_p} AND steps_fts.rowid < {high_p}
+                   AND {org_p} IS NOT NULL"
+            ),
+            Engine::Postgres => format!(
+                "SELECT f.id - {low_p} AS seq, ts_rank_cd(f.doc, q.q)::float8 AS score
+                 FROM step_search f, to_tsquery('english', {match_p}) AS q(q)
+                 WHERE f.doc @@ q.q AND f.id >= {low_p} AND f.id < {high_p} AND f.org = {org_p}"
+            ),
+        };
+        let p = bind(ListParam::Int(i64::try_from(limit).unwrap_or(i64::MAX)));
+        return (format!("{sql} ORDER BY score DESC, seq LIMIT {p}"), params);
+    }
     let mut sql = match engine {
         Engine::Fts5 => format!(
             "SELECT e.seq, -bm25(steps_fts) AS score FROM steps_fts JOIN entries e ON e.id = steps_fts.rowid
