@@ -125,6 +125,58 @@ fn migrations_are_idempotent_and_concurrent_safe() {
 
 /// Every forbidden statement fails, even for the superuser that owns the
 /// tables; the two recorded mutations pass in their exact shape.
+/// A database written before the full-text index existed (no
+/// `step_search`, no listing index) gets both, and its steps indexed,
+/// when the schema owner next migrates it.
+#[test]
+fn an_older_database_gets_its_steps_indexed_for_search() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    };
+    let store = backend.open("older");
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    for content in [
+        "the zeppelin schedule slipped",
+        "注文テーブルを検索しています",
+    ] {
+        let step = crate::conformance::step("s1", "Observation", content);
+        ledger
+            .write(cairn_store::WriteRequest::Step(Box::new(step)))
+            .unwrap();
+    }
+    ledger.close();
+    let mut client =
+        postgres::Client::connect(&backend.cluster.url_for("older"), postgres::NoTls).unwrap();
+    client
+        .batch_execute("DROP TABLE step_search; DROP INDEX sessions_listing;")
+        .unwrap();
+    cairn_store::pg::migrate(&mut client).unwrap();
+    let indexed: i64 = client
+        .query_one("SELECT count(*) FROM step_search", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(indexed, 2);
+    let store = backend.open("older");
+    for query in ["zeppelin", "注文"] {
+        let query = cairn_store::fulltext::FullTextQuery::parse(query).unwrap();
+        let hits = store
+            .full_text_search(
+                crate::conformance::ORG,
+                &query,
+                &cairn_store::StepFilter::default(),
+                5,
+            )
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+    }
+}
+
 #[test]
 fn the_database_refuses_to_change_the_ledger() {
     let Some(cluster) = PgCluster::start() else {

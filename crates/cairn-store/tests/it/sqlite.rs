@@ -378,3 +378,40 @@ fn the_server_key_is_created_private() {
         first
     );
 }
+
+/// A store written before the full-text index existed gets its steps
+/// indexed when a sequencing process next opens it (once: `meta.fulltext`).
+#[test]
+fn an_older_store_gets_its_steps_indexed_for_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let append = |store: Arc<dyn LedgerStore>, content: &str| {
+        cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
+            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
+                "s1", "plan", content,
+            ))),
+        )
+    };
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        append(Arc::clone(&store), "the zeppelin schedule slipped").unwrap();
+        append(store, "注文テーブルを検索しています").unwrap();
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.execute_batch("DELETE FROM steps_fts; DELETE FROM meta WHERE key = 'fulltext';")
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(dir.path(), options()).unwrap();
+    for query in ["zeppelin", "注文"] {
+        let query = cairn_store::fulltext::FullTextQuery::parse(query).unwrap();
+        let hits = store
+            .full_text_search(
+                crate::conformance::ORG,
+                &query,
+                &cairn_store::StepFilter::default(),
+                5,
+            )
+            .unwrap();
+        assert_eq!(hits.len(), 1, "{query:?}");
+    }
+}
