@@ -85,6 +85,12 @@ async function accessible(page, name) {
   );
 }
 
+// Nothing wider than the window (no sideways scrolling on a phone).
+async function fitsTheWidth(page, name) {
+  const [scroll, width] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  assert.ok(scroll <= width, `${name}: ${scroll}px wide in a ${width}px window`);
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 }
@@ -122,18 +128,21 @@ test("sign in, sessions, a verdict, bundles verified in the browser, tampering s
       const row = page.getByRole("row", { name: new RegExp(SESSION) });
       await row.getByText("verified").waitFor();
       await accessible(page, "sessions");
+      await fitsTheWidth(page, `sessions (${label})`);
       await shot(page, `sessions-${label}-${scheme}`);
 
       // The session, verified.
       await page.getByRole("link", { name: SESSION }).click();
       await page.getByRole("status").getByText("Verified").waitFor();
       await accessible(page, "session");
+      await fitsTheWidth(page, `session (${label})`);
       await shot(page, `session-${label}-${scheme}`);
 
       // A step's proof, checked in the browser (SHA-256 and Ed25519).
       await page.locator("#step-1").getByRole("link", { name: "proof" }).click();
       await page.getByRole("status").getByText("Proof checked in your browser").waitFor();
       await accessible(page, "proof");
+      await fitsTheWidth(page, `proof (${label})`);
       await shot(page, `proof-${label}-${scheme}`);
       await page.goBack();
 
@@ -141,6 +150,7 @@ test("sign in, sessions, a verdict, bundles verified in the browser, tampering s
       const bundle = await exportBundle();
       await page.getByRole("link", { name: "Verify a bundle" }).click();
       await accessible(page, "verify");
+      await fitsTheWidth(page, `verify (${label})`);
       await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "acme.ndjson", mimeType: "application/x-ndjson", buffer: Buffer.from(bundle) });
       await page.locator("#result").getByText("Verified: acme.ndjson").waitFor();
       await shot(page, `verify-${label}-${scheme}`);
@@ -311,6 +321,7 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
   await page.waitForURL(/kind=tool_call/);
   await page.getByRole("link", { name: "exported" }).waitFor();
   await accessible(page, "sessions filtered");
+  await fitsTheWidth(page, "sessions filtered");
   await shot(page, "sessions-filtered-phone");
 
   // Search finds the decision and links to its step.
@@ -319,6 +330,7 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
   await page.getByRole("button", { name: "Search" }).click();
   await page.getByRole("link", { name: "exported #2" }).waitFor();
   await accessible(page, "search");
+  await fitsTheWidth(page, "search");
   await shot(page, "search-phone");
 
   // The Markdown view (seed 002).
@@ -326,6 +338,7 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
   await page.getByRole("link", { name: "Markdown view" }).click();
   await page.getByText("# Session exported").waitFor();
   await accessible(page, "markdown");
+  await fitsTheWidth(page, "markdown");
   await shot(page, "markdown-phone");
 
   // Export at the detailed level: downloaded, then verified in the browser.
@@ -334,6 +347,7 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
   assert.equal(await page.getByLabel("A session").inputValue(), "exported");
   await page.getByLabel("Detail level").selectOption("detailed");
   await accessible(page, "export");
+  await fitsTheWidth(page, "export");
   await shot(page, "export-phone");
   const [download] = await Promise.all([
     page.waitForEvent("download"),
