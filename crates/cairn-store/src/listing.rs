@@ -20,6 +20,24 @@ pub(crate) enum ListParam {
     Text(String),
 }
 
+impl ListParam {
+    /// As a SQLite parameter.
+    pub(crate) fn into_sqlite(self) -> Box<dyn rusqlite::ToSql> {
+        match self {
+            ListParam::Int(v) => Box::new(v),
+            ListParam::Text(v) => Box::new(v),
+        }
+    }
+
+    /// As a PostgreSQL parameter.
+    pub(crate) fn into_pg(self) -> Box<dyn postgres::types::ToSql + Sync> {
+        match self {
+            ListParam::Int(v) => Box::new(v),
+            ListParam::Text(v) => Box::new(v),
+        }
+    }
+}
+
 /// The listing's SQL and its parameters, in order. `placeholder(n)` writes
 /// the n-th parameter's placeholder (1-based). The columns are
 /// `session_id, agent_id, started_at, sid, sealed`.

@@ -2109,15 +2109,8 @@ impl LedgerStore for PgStore {
             };
             let (sql, params) =
                 listing::session_listing_query(org, filter, limit, |n| format!("${n}"));
-            let params: Vec<Box<dyn ToSql + Sync>> = params
-                .into_iter()
-                .map(|p| -> Box<dyn ToSql + Sync> {
-                    match p {
-                        ListParam::Int(v) => Box::new(v),
-                        ListParam::Text(v) => Box::new(v),
-                    }
-                })
-                .collect();
+            let params: Vec<Box<dyn ToSql + Sync>> =
+                params.into_iter().map(ListParam::into_pg).collect();
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
             let rows = db.query_built(&sql, &refs, "listing sessions")?;
             let mut out = Vec::with_capacity(rows.len());
@@ -2231,15 +2224,8 @@ impl LedgerStore for PgStore {
                 limit,
                 |n| format!("${n}"),
             );
-            let params: Vec<Box<dyn ToSql + Sync>> = params
-                .into_iter()
-                .map(|p| -> Box<dyn ToSql + Sync> {
-                    match p {
-                        ListParam::Int(v) => Box::new(v),
-                        ListParam::Text(v) => Box::new(v),
-                    }
-                })
-                .collect();
+            let params: Vec<Box<dyn ToSql + Sync>> =
+                params.into_iter().map(ListParam::into_pg).collect();
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
             db.query_built(&sql, &refs, "searching the full-text index")?
                 .iter()

@@ -1742,15 +1742,8 @@ impl LedgerStore for SqliteStore {
             };
             let (sql, params) =
                 listing::session_listing_query(org, filter, limit, |n| format!("?{n}"));
-            let params: Vec<Box<dyn rusqlite::ToSql>> = params
-                .into_iter()
-                .map(|p| -> Box<dyn rusqlite::ToSql> {
-                    match p {
-                        ListParam::Int(v) => Box::new(v),
-                        ListParam::Text(v) => Box::new(v),
-                    }
-                })
-                .collect();
+            let params: Vec<Box<dyn rusqlite::ToSql>> =
+                params.into_iter().map(ListParam::into_sqlite).collect();
             let mut stmt = c.prepare_cached(&sql).context("listing sessions")?;
             let rows: Vec<(String, String, i64, i64, bool)> = stmt
                 .query_map(rusqlite::params_from_iter(params.iter()), |r| {
@@ -1874,15 +1867,8 @@ impl LedgerStore for SqliteStore {
                 limit,
                 |n| format!("?{n}"),
             );
-            let params: Vec<Box<dyn rusqlite::ToSql>> = params
-                .into_iter()
-                .map(|p| -> Box<dyn rusqlite::ToSql> {
-                    match p {
-                        ListParam::Int(v) => Box::new(v),
-                        ListParam::Text(v) => Box::new(v),
-                    }
-                })
-                .collect();
+            let params: Vec<Box<dyn rusqlite::ToSql>> =
+                params.into_iter().map(ListParam::into_sqlite).collect();
             let mut stmt = c
                 .prepare_cached(&sql)
                 .context("searching the full-text index")?;

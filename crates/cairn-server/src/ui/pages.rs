@@ -55,6 +55,17 @@ struct SessionsPage {
     sessions: Vec<SessionRow>,
 }
 
+/// A GET form's fields, for the API's parameter reader: only `known`
+/// ones, trimmed; an empty field is no parameter (a form sends every
+/// field, filled or not).
+fn form_fields(q: HashMap<String, String>, known: &[&str]) -> HashMap<String, String> {
+    q.into_iter()
+        .filter(|(k, _)| known.contains(&k.as_str()))
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
 /// How many sessions a page lists.
 const PAGE: usize = 50;
 
@@ -73,12 +84,7 @@ pub(super) async fn sessions(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let given: HashMap<String, String> = q
-        .into_iter()
-        .filter(|(k, _)| crate::LISTING_PARAMS.contains(&k.as_str()))
-        .map(|(k, v)| (k, v.trim().to_owned()))
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
+    let given = form_fields(q, crate::LISTING_PARAMS);
     let field = |name: &str| given.get(name).cloned().unwrap_or_default();
     let nav = Nav::of(&user);
     let mut view = SessionsPage {
@@ -555,11 +561,7 @@ pub(super) async fn export_bundle(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let given: HashMap<String, String> = q
-        .into_iter()
-        .filter(|(k, v)| EXPORT_FIELDS.contains(&k.as_str()) && !v.trim().is_empty())
-        .map(|(k, v)| (k, v.trim().to_owned()))
-        .collect();
+    let given = form_fields(q, &EXPORT_FIELDS);
     let name = given
         .get("session")
         .or_else(|| given.get("agent"))
@@ -646,12 +648,7 @@ pub(super) async fn search(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let mut given: HashMap<String, String> = q
-        .into_iter()
-        .filter(|(k, _)| crate::SEARCH_PARAMS.contains(&k.as_str()))
-        .map(|(k, v)| (k, v.trim().to_owned()))
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
+    let mut given = form_fields(q, crate::SEARCH_PARAMS);
     let field = |name: &str| given.get(name).cloned().unwrap_or_default();
     let nav = Nav::of(&user);
     let mut view = SearchPage {
