@@ -16,6 +16,8 @@ mod agent_keys;
 mod api_doc;
 mod auth;
 mod docs_page;
+pub mod embedding_endpoint;
+pub mod embedding_worker;
 mod error;
 mod input;
 mod keys;
@@ -100,6 +102,11 @@ pub struct ServerConfig {
     /// A token that `GET /metrics` must present (`Authorization: Bearer`);
     /// without one, metrics are served to loopback clients only.
     pub metrics_token: Option<String>,
+    /// What embeds sampled steps (in the background) and semantic queries:
+    /// the built-in word hash unless a model or endpoint is configured.
+    pub embedder: Arc<dyn cairn_store::embed::Embedder>,
+    /// Steps the background embedder takes at once.
+    pub embedding_batch: usize,
 }
 
 impl Default for ServerConfig {
@@ -113,6 +120,8 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             allowed_hosts: AllowedHosts::default(),
             metrics_token: None,
+            embedder: Arc::new(cairn_store::embed::WordHash),
+            embedding_batch: 32,
         }
     }
 }
@@ -135,12 +144,19 @@ pub struct AppState {
     mcp_sessions: limits::McpSessions,
     /// The web UI's signed-in sessions.
     ui_sessions: ui::UiSessions,
+    /// The background embedder (stopped when the state is dropped).
+    embedding: embedding_worker::EmbeddingWorker,
 }
 
 impl AppState {
     /// State over a ledger.
     pub fn new(ledger: Arc<Ledger>, config: ServerConfig) -> Arc<AppState> {
         let store = ledger.store_arc();
+        let embedding = embedding_worker::EmbeddingWorker::start(
+            Arc::clone(&store),
+            Arc::clone(&config.embedder),
+            config.embedding_batch,
+        );
         let mut manager =
             rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
         manager.session_config.keep_alive = Some(config.limits.mcp_session_idle);
@@ -159,12 +175,38 @@ impl AppState {
             config,
             keys: RwLock::new(HashMap::new()),
             ui_sessions: ui::UiSessions::default(),
+            embedding,
         })
     }
 
     /// The server's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The background embedder's counters.
+    pub fn embedding(&self) -> &embedding_worker::EmbeddingStats {
+        self.embedding.stats()
+    }
+}
+
+/// Loads a sentence-transformers model directory as the embedder
+/// (`--embedding-model`); an error names the file and the reason.
+pub fn load_embedding_model(
+    dir: &std::path::Path,
+) -> Result<Arc<dyn cairn_store::embed::Embedder>, String> {
+    #[cfg(feature = "model")]
+    {
+        cairn_store::sentence_model::SentenceModel::load(dir)
+            .map(|model| Arc::new(model) as Arc<dyn cairn_store::embed::Embedder>)
+            .map_err(|e| format!("loading the embedding model in {}: {e}", dir.display()))
+    }
+    #[cfg(not(feature = "model"))]
+    {
+        Err(format!(
+            "this cairn was built without the `model` feature and cannot run {}; use --embedding-endpoint, or rebuild with default features",
+            dir.display()
+        ))
     }
 }
 
@@ -364,6 +406,22 @@ async fn metrics(
         "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
         state.mcp_sessions.open(),
         state.expensive.available_permits()
+    ));
+    let embedding = state.embedding();
+    text.push_str(&format!(
+        "# HELP cairn_embedding_backlog Steps waiting for the background embedder (counted every few seconds).
+# TYPE cairn_embedding_backlog gauge
+cairn_embedding_backlog {}
+         # HELP cairn_embeddings_total Queued steps the background embedder settled (embedded, or dropped as erased).
+# TYPE cairn_embeddings_total counter
+cairn_embeddings_total {}
+         # HELP cairn_embedding_failures_total Rounds of the background embedder that failed (the steps stay queued).
+# TYPE cairn_embedding_failures_total counter
+cairn_embedding_failures_total {}
+",
+        embedding.backlog(),
+        embedding.embedded(),
+        embedding.failures()
     ));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -122,17 +122,24 @@ pub(crate) async fn run_search(
     // Semantic search scores every embedded step of the org.
     let permit = limits::expensive(state, "the search").await?;
     let mode = input.mode;
+    let embedder = Arc::clone(&state.config.embedder);
+    let description = embedder.description().to_owned();
     let hits = blocking(state, move |store| {
         let _permit = permit;
-        cairn_store::ops::search(store, &org, &input).map_err(|e| match e {
+        cairn_store::ops::search(store, embedder.as_ref(), &org, &input).map_err(|e| match e {
             SearchError::Query(e) => {
                 ApiError::bad_request("invalid_request", e.to_string()).with_field("q")
             }
             SearchError::Store(e) => e.into(),
+            SearchError::Embedder(e) => ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                format!("the embedding model could not embed the query ({e}); search with mode=fulltext meanwhile"),
+            ),
         })
     })
     .await?;
-    Ok(wire::search_results(mode, hits))
+    Ok(wire::search_results(mode, &description, hits))
 }
 
 #[utoipa::path(

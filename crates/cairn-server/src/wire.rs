@@ -721,11 +721,12 @@ pub struct SearchHitOut {
 /// The answer of a search from the store's hits.
 pub fn search_results(
     mode: cairn_store::ops::SearchMode,
+    embedder: &str,
     hits: Vec<cairn_store::ops::SearchHit>,
 ) -> SearchResults {
     SearchResults {
         mode: mode.as_str().to_owned(),
-        embedder: cairn_store::embed::EMBEDDER_NAME.to_owned(),
+        embedder: embedder.to_owned(),
         results: hits
             .into_iter()
             .map(|hit| SearchHitOut {

@@ -765,6 +765,7 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
         &json!({"decision": "approve"}),
     );
     assert_eq!((review.status, review.code().as_str()), (404, "not_found"));
+    settle_embeddings(&server);
     for mode in ["fulltext", "semantic", "hybrid"] {
         assert_eq!(
             get(

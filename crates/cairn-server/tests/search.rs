@@ -70,6 +70,9 @@ fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
         assert_eq!(reply.status, 201, "{}", reply.text());
         traces.push(reply.json()["trace_id"].as_str().unwrap().to_owned());
     }
+    // Ingest only queued the sampled steps: the background embedder
+    // embeds them.
+    settle_embeddings(&server);
 
     // Full text: stems, phrases, prefixes, exclusions, Japanese.
     let body = search(&server, "q=pricing&mode=fulltext", &reader);
@@ -195,4 +198,128 @@ fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
             assert_eq!(reply.json()["error"]["field"], field, "{query}");
         }
     }
+}
+
+/// A fake OpenAI-compatible embedding service: the word hash of each
+/// input, under the model name asked for; it counts its requests and
+/// answers 500 while `down` is set.
+fn fake_embedding_service(
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+) -> std::net::SocketAddr {
+    use axum::routing::post;
+    use std::sync::atomic::Ordering::SeqCst;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/embeddings",
+                post(move |axum::Json(body): axum::Json<Value>| {
+                    let requests = Arc::clone(&requests);
+                    let down = Arc::clone(&down);
+                    async move {
+                        requests.fetch_add(1, SeqCst);
+                        if down.load(SeqCst) {
+                            return Err(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+                        }
+                        assert_eq!(body["model"], "fake-minilm");
+                        // Reversed order, with indexes: the client sorts.
+                        let data: Vec<Value> = body["input"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .enumerate()
+                            .rev()
+                            .map(|(i, text)| {
+                                let v = cairn_store::embed::embed(text.as_str().unwrap());
+                                json!({"object": "embedding", "index": i, "embedding": v.to_vec()})
+                            })
+                            .collect();
+                        Ok(axum::Json(json!({"object": "list", "data": data})))
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// `--embedding-endpoint`: steps are embedded in the background by the
+/// service, semantic search embeds the query with it and names it, and
+/// while the service is down ingest still succeeds, the steps wait in the
+/// queue (visible in /metrics) and are embedded once it is back.
+#[test]
+fn an_embedding_service_embeds_in_the_background_and_outages_only_delay_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = fake_embedding_service(Arc::clone(&requests), Arc::clone(&down));
+    let embedder = cairn_server::embedding_endpoint::EndpointEmbedder::connect(
+        cairn_server::embedding_endpoint::EndpointConfig {
+            url: format!("http://{addr}"),
+            model: "fake-minilm".into(),
+            api_key: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(embedder.dimensions(), cairn_store::embed::DIMENSIONS);
+    let server = start(ServerConfig {
+        embedder: Arc::new(embedder),
+        ..ServerConfig::default()
+    });
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    down.store(true, SeqCst);
+    for content in [
+        "Raise enterprise prices by 4% next quarter.",
+        "Refund approved for the customer.",
+    ] {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            &writer,
+            &step("s1", "analyst", "decision", content),
+        );
+        assert_eq!(reply.status, 201, "ingest never waits for the embedder");
+    }
+    // The service is down: the steps wait, and /metrics says so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let metrics = cairn_testkit::http::call(server.addr, "GET", "/metrics", None, None).text();
+        if metrics.contains("cairn_embedding_backlog 2")
+            && !metrics.contains("cairn_embedding_failures_total 0")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A semantic query cannot be embedded either: 503, and full text
+    // still answers.
+    let failed = get(&server, "/v1/search?q=pricing&mode=semantic", &writer);
+    assert_eq!(
+        (failed.status, failed.code().as_str()),
+        (503, "unavailable")
+    );
+    assert_eq!(
+        hits(&search(&server, "q=refund&mode=fulltext", &writer)),
+        ["s1#1"]
+    );
+    down.store(false, SeqCst);
+    settle_embeddings(&server);
+    let body = search(&server, "q=enterprise+prices&mode=semantic", &writer);
+    assert!(
+        body["embedder"]
+            .as_str()
+            .unwrap()
+            .starts_with("fake-minilm (256 dimensions"),
+        "{body}"
+    );
+    assert_eq!(hits(&body)[0], "s1#0", "{body}");
 }

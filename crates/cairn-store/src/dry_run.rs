@@ -100,7 +100,7 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         Ok(())
     }
 
-    fn insert_embedding(&mut self, _org: i64, _seq: u64, _vector: &[u8]) -> Result<(), StoreError> {
+    fn queue_embedding(&mut self, _org: i64, _seq: u64) -> Result<(), StoreError> {
         Ok(())
     }
 

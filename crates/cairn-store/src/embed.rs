@@ -8,15 +8,83 @@
 //! pieces), not a neural model: nothing can be downloaded at run time, and
 //! this keeps search useful and reproducible. Vectors are derived data,
 //! outside the ledger: erasing a step deletes its vector.
+//!
+//! An [`Embedder`] is anything that turns texts into vectors: this word
+//! hash, a sentence-transformers model run in process
+//! (`sentence_model`, feature `model`) or an embedding service (the
+//! server's `--embedding-endpoint`). Each stored vector is tagged with its
+//! embedder's [`Embedder::id`], and semantic search compares a query only
+//! with vectors of the same embedder: after a model change the old vectors
+//! are not found until `cairn reindex` re-embeds them.
 
 use cairn_core::kind::StepKind;
+use cairn_core::record::Step;
 
-/// Dimensions of a vector.
+/// Dimensions of a word-hash vector.
 pub const DIMENSIONS: usize = 256;
 
-/// The built-in embedder's name, as search results report it: a lexical
-/// word-hash, not a model of meaning.
+/// The built-in embedder's description, as search results report it: a
+/// lexical word-hash, not a model of meaning.
 pub const EMBEDDER_NAME: &str = "word-hash (built-in, lexical: no embedding model configured)";
+
+/// The built-in embedder's [`Embedder::id`] (vectors written before
+/// embedders were tagged carry it too).
+pub const WORD_HASH_ID: &str = "word-hash-256";
+
+/// Characters of a step's text that are embedded (models truncate to
+/// their own token limit; this bounds what is sent and tokenized).
+pub const MAX_EMBEDDED_CHARS: usize = 8192;
+
+/// Why texts could not be embedded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct EmbedError(pub String);
+
+/// Turns texts into vectors. Implementations are blocking: callers run
+/// them off the async executor.
+pub trait Embedder: Send + Sync + std::fmt::Debug {
+    /// A stable identifier stored with each vector (a changed model must
+    /// have a different one).
+    fn id(&self) -> &str;
+    /// What search answers and `cairn serve` say ranked by meaning.
+    fn description(&self) -> &str;
+    /// The vectors of `texts`, in order, each L2-normalised.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// The built-in lexical embedder (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WordHash;
+
+impl Embedder for WordHash {
+    fn id(&self) -> &str {
+        WORD_HASH_ID
+    }
+
+    fn description(&self) -> &str {
+        EMBEDDER_NAME
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| embed(t).to_vec()).collect())
+    }
+}
+
+/// The text of a step that is embedded: its content, then the words of
+/// its input, output and metadata (as full-text search reads them), at
+/// most [`MAX_EMBEDDED_CHARS`] characters; `None` if there is none.
+pub fn text_of(step: &Step) -> Option<String> {
+    text_of_parts(crate::fulltext::display_text(step))
+}
+
+/// [`text_of`] from a step's display text.
+pub(crate) fn text_of_parts(text: String) -> Option<String> {
+    let text = match text.char_indices().nth(MAX_EMBEDDED_CHARS) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text,
+    };
+    (!text.trim().is_empty()).then_some(text)
+}
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -77,14 +145,42 @@ pub fn should_embed(kind: StepKind, trace_id: &str, rate: f64) -> bool {
     fraction < rate
 }
 
+/// The text to embed of a queued step, from its stored columns (payloads
+/// as stored JSON); `None` if it was erased or has no text.
+pub(crate) fn pending_text(
+    erased: bool,
+    content: Option<String>,
+    payloads: [Option<String>; 3],
+) -> Option<String> {
+    if erased {
+        return None;
+    }
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
+    let [input, output, metadata] = payloads.map(parse);
+    text_of_parts(crate::fulltext::display_text_of(
+        content.as_deref(),
+        [&input, &output, &metadata],
+    ))
+}
+
+/// Whether `cairn reindex` queues a step: it has a vector, or seed 000's
+/// rule selects it (by its stored kind and trace id) at `rate`.
+pub(crate) fn selected(has_vector: bool, kind: Option<&str>, trace_id: &str, rate: f64) -> bool {
+    has_vector
+        || kind
+            .and_then(StepKind::parse)
+            .is_some_and(|kind| should_embed(kind, trace_id, rate))
+}
+
 /// Vector to bytes (little-endian f32) and back.
-pub fn to_bytes(vector: &[f32; DIMENSIONS]) -> Vec<u8> {
+pub fn to_bytes(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Bytes to a vector; `None` if the length is wrong.
+/// Bytes to a vector; `None` if they are not a whole, non-empty number of
+/// f32s.
 pub fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
-    (bytes.len() == DIMENSIONS * 4).then(|| {
+    (!bytes.is_empty() && bytes.len().is_multiple_of(4)).then(|| {
         bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -108,9 +204,12 @@ impl TopK {
         }
     }
 
-    /// Scores a stored vector (skipped if it does not decode) against
-    /// `query`.
+    /// Scores a stored vector against `query` (skipped if it does not
+    /// decode to a vector of the query's length).
     pub(crate) fn offer(&mut self, seq: u64, query: &[f32], stored: &[u8]) {
+        if stored.len() != query.len() * 4 {
+            return;
+        }
         let Some(vector) = from_bytes(stored) else {
             return;
         };

@@ -169,16 +169,17 @@ pub struct PreparedStep {
     pub signature: Option<AgentSignature>,
     /// Who is writing.
     pub caller: String,
-    /// The embedding vector (little-endian f32), if seed 000's sampling
-    /// rule selected this step.
-    pub embedding: Option<Vec<u8>>,
+    /// Whether seed 000's sampling rule selected this step (and it has
+    /// text): it is queued for the background embedder, never embedded on
+    /// the write path.
+    pub embed: bool,
     /// The full-text document it is indexed by ([`fulltext::document`]).
     pub search_doc: Option<String>,
 }
 
 /// Validates a step and computes everything that does not depend on its
 /// position: trace id, timestamp, seed, salts, all commitments but the
-/// index's, and the embedding if `embedding_sample_rate` selects it.
+/// index's, and whether `embedding_sample_rate` selects it for embedding.
 pub fn prepare_step(
     input: NewStep,
     limits: &cairn_core::record::Limits,
@@ -235,12 +236,9 @@ pub fn prepare_step(
     };
     let openings = cairn_core::commit::Openings::from_seed(&seed);
     let commitments = cairn_core::commit::field_commitments(&step, &openings);
-    let embedding = step
-        .content
-        .as_deref()
-        .filter(|_| embed::should_embed(step.kind, &step.trace_id, embedding_sample_rate))
-        .map(|content| embed::to_bytes(&embed::embed(content)));
     let search_doc = fulltext::document(&step);
+    let embed = search_doc.is_some()
+        && embed::should_embed(step.kind, &step.trace_id, embedding_sample_rate);
     Ok(PreparedStep {
         step,
         seed,
@@ -251,9 +249,19 @@ pub fn prepare_step(
         expected_index: input.step_index,
         signature: input.signature,
         caller: input.caller,
-        embedding,
+        embed,
         search_doc,
     })
+}
+
+/// A step waiting in the embedding queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEmbedding {
+    /// The row's id (org and position; opaque to callers).
+    pub id: i64,
+    /// The text to embed ([`embed::text_of`]); `None` if the step was
+    /// erased or has no text.
+    pub text: Option<String>,
 }
 
 /// One write for the sequencer.
@@ -1050,14 +1058,52 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Seed 000's embedding sample rate (0 to 1) applied at ingest.
     fn embedding_sample_rate(&self) -> f64;
 
-    /// The `limit` embedded steps of an org most similar to `query` (an
-    /// [`embed`] vector), best first, as `(seq, similarity)`.
+    /// The `limit` steps of an org most similar to `query`, among those
+    /// whose vector the embedder `embedder` (an [`embed::Embedder::id`])
+    /// made, best first, as `(seq, similarity)`.
     fn semantic_search(
         &self,
         org_id: &str,
+        embedder: &str,
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError>;
+
+    /// Up to `limit` queued steps to embed, oldest first, each with its
+    /// text (`None` if it was erased or has none: it only leaves the
+    /// queue). On PostgreSQL each is leased to this caller for a while so
+    /// that servers sharing a database do not embed the same step.
+    fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError>;
+
+    /// Stores vectors made by the embedder `embedder` and takes their steps
+    /// off the queue: a step erased meanwhile gets none, every other gets
+    /// its vector (replacing an older one) and `has_embedding` set.
+    fn store_embeddings(
+        &self,
+        embedder: &str,
+        done: &[(PendingEmbedding, Option<Vec<f32>>)],
+    ) -> Result<(), StoreError>;
+
+    /// Gives claimed steps back to the queue at once (the embedder
+    /// failed), instead of when their lease expires.
+    fn release_embeddings(&self, ids: &[i64]) -> Result<(), StoreError>;
+
+    /// Whether this store was opened to read beside the process that
+    /// sequences it (then it writes nothing, derived tables included).
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    /// Steps waiting in the embedding queue.
+    fn embedding_backlog(&self) -> Result<u64, StoreError>;
+
+    /// Queues every step of `org_id` (every org if `None`) that has a
+    /// vector or that seed 000's rule selects at this store's rate, to be
+    /// embedded again (`cairn reindex`); returns how many were queued.
+    fn queue_reindex(&self, org_id: Option<&str>) -> Result<u64, StoreError>;
+
+    /// How many stored vectors each embedder made, by [`embed::Embedder::id`].
+    fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// The `limit` steps of an org that match a full-text `query` and
     /// pass `filter`, best first, as `(seq, score)` (a higher score is a

@@ -36,8 +36,8 @@ use crate::engine::{
 use crate::keys::ServerKey;
 use crate::listing::{self, ListParam};
 use crate::{
-    ApiKey, DbContext, ImportError, LedgerStore, Refusal, Role, SessionFilter, SessionInfo,
-    SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
+    ApiKey, DbContext, ImportError, LedgerStore, PendingEmbedding, Refusal, Role, SessionFilter,
+    SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
     WriteRequest, Written, now,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
@@ -116,6 +116,7 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
             index_unindexed_steps(&mut tx)?;
+            move_untagged_vectors(&mut tx)?;
         }
         Some("1") => {
             return Err(StoreError::Corrupt(
@@ -140,18 +141,40 @@ CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, sessio
 CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
 DROP INDEX IF EXISTS sessions_recent;
 CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
-CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);";
+CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
+CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, embedder TEXT NOT NULL, vector BYTEA NOT NULL);
+CREATE TABLE IF NOT EXISTS embedding_queue (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, claimed_until TIMESTAMPTZ);";
 
 /// Whether the tables and indexes of [`ADDITIONS`] exist.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
-               AND to_regclass('sessions_listing') IS NOT NULL",
+               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('embedding_queue') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?
         .get(0))
+}
+
+/// Moves the vectors of a database written before vectors were tagged with
+/// their embedder (the `embeddings` table, all word-hash) into `vectors`.
+fn move_untagged_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_one("SELECT to_regclass('embeddings') IS NOT NULL", &[])
+        .context("looking for untagged vectors")?
+        .get(0);
+    if old {
+        tx.execute(
+            "INSERT INTO vectors (id, org, embedder, vector)
+             SELECT id, org, $1, vector FROM embeddings ON CONFLICT DO NOTHING",
+            &[&crate::embed::WORD_HASH_ID],
+        )
+        .context("moving untagged vectors")?;
+        tx.execute("DELETE FROM embeddings", &[])
+            .context("moving untagged vectors")?;
+    }
+    Ok(())
 }
 
 /// Indexes for full-text search the steps a database holds from before
@@ -902,7 +925,8 @@ const ENTRY_TYPES: [Type; 38] = [
 struct Pending {
     entries: Vec<EntryRow>,
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
-    embeddings: Vec<(i64, i64, Vec<u8>)>,
+    /// Steps queued for the embedder: (id, org).
+    embed_queue: Vec<(i64, i64)>,
     /// Full-text documents: (id, org, document).
     search: Vec<(i64, i64, String)>,
     heads: Vec<(i64, i64, i64, i64)>,
@@ -1077,20 +1101,13 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 "writing tree nodes",
             )?;
         }
-        if !pending.embeddings.is_empty() {
-            let mut ids = Vec::new();
-            let mut orgs = Vec::new();
-            let mut vectors = Vec::new();
-            for (id, org, vector) in pending.embeddings {
-                ids.push(id);
-                orgs.push(org);
-                vectors.push(vector);
-            }
+        if !pending.embed_queue.is_empty() {
+            let (ids, orgs): (Vec<i64>, Vec<i64>) = pending.embed_queue.into_iter().unzip();
             self.db.execute(
-                "INSERT INTO embeddings (id, org, vector)
-                 SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::bytea[])",
-                &[&ids, &orgs, &vectors],
-                "storing embeddings",
+                "INSERT INTO embedding_queue (id, org)
+                 SELECT * FROM UNNEST($1::int8[], $2::int8[]) ON CONFLICT DO NOTHING",
+                &[&ids, &orgs],
+                "queueing steps for embedding",
             )?;
         }
         if !pending.search.is_empty() {
@@ -1320,10 +1337,8 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(())
     }
 
-    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
-        self.pending
-            .embeddings
-            .push((row_id(org, seq), org, vector.to_vec()));
+    fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
+        self.pending.embed_queue.push((row_id(org, seq), org));
         Ok(())
     }
 
@@ -1419,11 +1434,12 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             "erasing a step",
         )?;
         // A vector would still carry what the content said.
-        self.db.execute(
-            "DELETE FROM embeddings WHERE id = $1",
-            &[&id],
-            "erasing an embedding",
-        )?;
+        for sql in [
+            "DELETE FROM vectors WHERE id = $1",
+            "DELETE FROM embedding_queue WHERE id = $1",
+        ] {
+            self.db.execute(sql, &[&id], "erasing an embedding")?;
+        }
         self.db.execute(
             "DELETE FROM step_search WHERE id = $1",
             &[&id],
@@ -2237,6 +2253,7 @@ impl LedgerStore for PgStore {
     fn semantic_search(
         &self,
         org_id: &str,
+        embedder: &str,
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError> {
@@ -2249,8 +2266,9 @@ impl LedgerStore for PgStore {
             let mut next = lo;
             loop {
                 let rows = db.query(
-                    "SELECT id, vector FROM embeddings WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3",
-                    &[&next, &hi, &PAGE],
+                    "SELECT id, vector FROM vectors WHERE id >= $1 AND id < $2 AND embedder = $4
+                     ORDER BY id LIMIT $3",
+                    &[&next, &hi, &PAGE, &embedder],
                     "searching embeddings",
                 )?;
                 let Some(last) = rows.last() else { break };
@@ -2261,6 +2279,194 @@ impl LedgerStore for PgStore {
                 }
             }
             Ok(best.finish())
+        })
+    }
+
+    fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            // A lease, so that servers sharing the database embed different
+            // steps; a server that dies leaves its lease to expire.
+            let claimed = db.query(
+                "UPDATE embedding_queue SET claimed_until = now() + interval '5 minutes'
+                 WHERE id IN (SELECT id FROM embedding_queue
+                              WHERE claimed_until IS NULL OR claimed_until < now()
+                              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING id",
+                &[&limit],
+                "reading the embedding queue",
+            )?;
+            let mut ids = claimed
+                .iter()
+                .map(|row| col::<i64>(row, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            ids.sort_unstable();
+            let rows = db.query(
+                "SELECT id, erased, content, input_data, output_data, metadata FROM entries
+                 WHERE id = ANY($1) AND type = 'step'",
+                &[&ids],
+                "reading the embedding queue",
+            )?;
+            let mut texts = HashMap::new();
+            for row in &rows {
+                texts.insert(
+                    col::<i64>(row, 0)?,
+                    crate::embed::pending_text(
+                        col(row, 1)?,
+                        col(row, 2)?,
+                        [col(row, 3)?, col(row, 4)?, col(row, 5)?],
+                    ),
+                );
+            }
+            Ok(ids
+                .into_iter()
+                .map(|id| PendingEmbedding {
+                    id,
+                    text: texts.remove(&id).flatten(),
+                })
+                .collect())
+        })
+    }
+
+    fn store_embeddings(
+        &self,
+        embedder: &str,
+        done: &[(PendingEmbedding, Option<Vec<f32>>)],
+    ) -> Result<(), StoreError> {
+        let all: Vec<i64> = done.iter().map(|(p, _)| p.id).collect();
+        let made: HashMap<i64, Vec<u8>> = done
+            .iter()
+            .filter_map(|(p, v)| v.as_ref().map(|v| (p.id, crate::embed::to_bytes(v))))
+            .collect();
+        let mut ids: Vec<i64> = made.keys().copied().collect();
+        ids.sort_unstable();
+        self.read(|db| {
+            db.client
+                .batch_execute("BEGIN")
+                .context("storing embeddings")?;
+            let outcome = (|| {
+                // Shared row locks: an erasure committed before is seen, and
+                // one after waits for this transaction (then drops the
+                // vector).
+                let rows = db.query(
+                    "SELECT id, has_embedding FROM entries
+                     WHERE id = ANY($1) AND type = 'step' AND NOT erased ORDER BY id FOR SHARE",
+                    &[&ids],
+                    "storing embeddings",
+                )?;
+                let (mut live, mut unflagged, mut vectors) = (Vec::new(), Vec::new(), Vec::new());
+                for row in &rows {
+                    let id: i64 = col(row, 0)?;
+                    if !col::<bool>(row, 1)? {
+                        unflagged.push(id);
+                    }
+                    if let Some(vector) = made.get(&id) {
+                        live.push(id);
+                        vectors.push(vector.clone());
+                    }
+                }
+                db.execute(
+                    "UPDATE entries SET has_embedding = TRUE WHERE id = ANY($1)",
+                    &[&unflagged],
+                    "storing embeddings",
+                )?;
+                db.execute(
+                    "INSERT INTO vectors (id, org, embedder, vector)
+                     SELECT id, id >> 40, $2, vector FROM UNNEST($1::int8[], $3::bytea[]) AS t(id, vector)
+                     ON CONFLICT (id) DO UPDATE SET embedder = EXCLUDED.embedder, vector = EXCLUDED.vector",
+                    &[&live, &embedder, &vectors],
+                    "storing embeddings",
+                )?;
+                db.execute(
+                    "DELETE FROM embedding_queue WHERE id = ANY($1)",
+                    &[&all],
+                    "storing embeddings",
+                )?;
+                Ok(())
+            })();
+            let end = if outcome.is_ok() { "COMMIT" } else { "ROLLBACK" };
+            let ended = db.client.batch_execute(end).context("storing embeddings");
+            outcome.and(ended)
+        })
+    }
+
+    fn release_embeddings(&self, ids: &[i64]) -> Result<(), StoreError> {
+        self.read(|db| {
+            db.execute(
+                "UPDATE embedding_queue SET claimed_until = NULL WHERE id = ANY($1)",
+                &[&ids],
+                "releasing queued steps",
+            )?;
+            Ok(())
+        })
+    }
+
+    fn embedding_backlog(&self) -> Result<u64, StoreError> {
+        self.read(|db| {
+            let n: i64 = col(
+                &db.query_one(
+                    "SELECT count(*) FROM embedding_queue",
+                    &[],
+                    "counting the embedding queue",
+                )?,
+                0,
+            )?;
+            Ok(u64_of(n))
+        })
+    }
+
+    fn queue_reindex(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        let rate = self.embedding_sample_rate;
+        self.read(|db| {
+            let org = match org_id {
+                Some(name) => match Self::org_id_of(db, name)? {
+                    Some(org) => Some(org),
+                    None => return Ok(0),
+                },
+                None => None,
+            };
+            let mut queued = 0;
+            let mut next = i64::MIN;
+            loop {
+                let rows = db.query(
+                    "SELECT id, kind, trace_id, has_embedding FROM entries
+                     WHERE type = 'step' AND NOT erased AND id > $1
+                       AND ($2::int8 IS NULL OR org = $2)
+                     ORDER BY id LIMIT $3",
+                    &[&next, &org, &PAGE],
+                    "queueing steps to embed again",
+                )?;
+                let Some(last) = rows.last() else { break };
+                next = col(last, 0)?;
+                let mut ids = Vec::new();
+                for row in &rows {
+                    let kind: Option<String> = col(row, 1)?;
+                    let trace_id: String = col(row, 2)?;
+                    if crate::embed::selected(col(row, 3)?, kind.as_deref(), &trace_id, rate) {
+                        ids.push(col::<i64>(row, 0)?);
+                    }
+                }
+                queued += db.execute(
+                    "INSERT INTO embedding_queue (id, org) SELECT id, id >> 40 FROM UNNEST($1::int8[]) AS t(id)
+                     ON CONFLICT (id) DO UPDATE SET claimed_until = NULL",
+                    &[&ids],
+                    "queueing steps to embed again",
+                )?;
+            }
+            Ok(queued)
+        })
+    }
+
+    fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
+                &[],
+                "counting vectors",
+            )?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, u64_of(col::<i64>(row, 1)?))))
+            .collect()
         })
     }
 

@@ -106,10 +106,19 @@ CREATE TABLE IF NOT EXISTS session_heads (
   last_seq   BIGINT NOT NULL,
   last_index BIGINT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS embeddings (
-  id     BIGINT PRIMARY KEY,
-  org    BIGINT NOT NULL,
-  vector BYTEA  NOT NULL
+-- Derived: each embedded step's vector (little-endian f32s), tagged with
+-- the embedder that made it, and the steps waiting for the background
+-- embedder (leased by the server embedding them until `claimed_until`).
+CREATE TABLE IF NOT EXISTS vectors (
+  id       BIGINT PRIMARY KEY,
+  org      BIGINT NOT NULL,
+  embedder TEXT   NOT NULL,
+  vector   BYTEA  NOT NULL
+);
+CREATE TABLE IF NOT EXISTS embedding_queue (
+  id            BIGINT PRIMARY KEY,
+  org           BIGINT NOT NULL,
+  claimed_until TIMESTAMPTZ
 );
 CREATE TABLE IF NOT EXISTS api_keys (
   id         TEXT PRIMARY KEY,

@@ -126,12 +126,23 @@ CREATE TABLE IF NOT EXISTS api_keys (
   revoked_at INTEGER
 );
 
--- Derived, not part of the ledger: embedding vectors of the steps seed 000's
--- sampling rule selected (id = the step's entry id). Erasure deletes them.
-CREATE TABLE IF NOT EXISTS embeddings (
-  id     INTEGER PRIMARY KEY,
-  org    INTEGER NOT NULL,
-  vector BLOB NOT NULL
+-- Derived, not part of the ledger: the embedding vector of each step seed
+-- 000's sampling rule selected (id = the step's entry id; little-endian
+-- f32s), tagged with the embedder that made it. Erasure deletes it. (The
+-- untagged `embeddings` table of earlier versions is moved here, as
+-- word-hash-256 vectors, when such a store is next opened.)
+CREATE TABLE IF NOT EXISTS vectors (
+  id       INTEGER PRIMARY KEY,
+  org      INTEGER NOT NULL,
+  embedder TEXT NOT NULL,
+  vector   BLOB NOT NULL
+);
+
+-- Derived: steps waiting for the background embedder (queued in the
+-- transaction that writes the step; erasure removes them).
+CREATE TABLE IF NOT EXISTS embedding_queue (
+  id  INTEGER PRIMARY KEY,
+  org INTEGER NOT NULL
 );
 
 -- Complete Merkle subtrees of each org log at levels 4, 8, 12, ...

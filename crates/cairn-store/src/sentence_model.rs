@@ -45,6 +45,7 @@ pub struct SentenceModel {
     tokenizer: Tokenizer,
     device: Device,
     name: String,
+    id: String,
     dimensions: usize,
 }
 
@@ -115,21 +116,24 @@ impl SentenceModel {
         }));
         let device = Device::Cpu;
         let weights = read(&dir.join("model.safetensors"))?;
+        // The vectors' tag: the weights' hash, so that another model (or
+        // another version of it) in a directory of the same name is told
+        // apart and its vectors are not compared with these.
+        let fingerprint = cairn_core::Hash::sha256(&weights).to_hex();
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)?;
         let model = BertModel::load(vb, &config)?;
-        let name = format!(
-            "{} ({} dimensions, in process)",
-            dir.file_name().map_or_else(
-                || dir.display().to_string(),
-                |n| n.to_string_lossy().into_owned()
-            ),
-            config.hidden_size
+        let base = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
         );
+        let name = format!("{base} ({} dimensions, in process)", config.hidden_size);
+        let id = format!("model:{base}:{}:{}", config.hidden_size, &fingerprint[..16]);
         Ok(SentenceModel {
             model,
             tokenizer,
             device,
             name,
+            id,
             dimensions: config.hidden_size,
         })
     }
@@ -173,5 +177,19 @@ impl SentenceModel {
         let norms = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         let unit = mean.broadcast_div(&norms)?;
         Ok(unit.to_vec2::<f32>()?)
+    }
+}
+
+impl crate::embed::Embedder for SentenceModel {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn description(&self) -> &str {
+        &self.name
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
+        SentenceModel::embed(self, texts).map_err(|e| crate::embed::EmbedError(e.to_string()))
     }
 }

@@ -34,8 +34,8 @@ use crate::engine::{
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::listing::{self, ListParam};
 use crate::{
-    DbContext, LedgerStore, Refusal, SessionFilter, SessionInfo, SessionSummary, StepFilter,
-    StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
+    DbContext, LedgerStore, PendingEmbedding, Refusal, SessionFilter, SessionInfo, SessionSummary,
+    StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -412,6 +412,7 @@ impl SqliteStore {
             }
         }
         if options.sequencer && damaged.is_none() {
+            move_untagged_vectors(&tx)?;
             index_unindexed_steps(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
@@ -914,6 +915,29 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
     })
 }
 
+/// Moves the vectors of a store written before vectors were tagged with
+/// their embedder (the `embeddings` table, all word-hash) into `vectors`.
+fn move_untagged_vectors(tx: &Connection) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings')",
+            [],
+            |r| r.get(0),
+        )
+        .context("looking for untagged vectors")?;
+    if old {
+        tx.execute(
+            "INSERT OR IGNORE INTO vectors (id, org, embedder, vector)
+             SELECT id, org, ?1, vector FROM embeddings",
+            [crate::embed::WORD_HASH_ID],
+        )
+        .context("moving untagged vectors")?;
+        tx.execute("DELETE FROM embeddings", [])
+            .context("moving untagged vectors")?;
+    }
+    Ok(())
+}
+
 /// Builds the full-text index of a store written before it existed (once:
 /// `meta.fulltext` records it), in the opening transaction.
 fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
@@ -1225,11 +1249,11 @@ impl WriteTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError> {
+    fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
         self.conn
-            .prepare_cached("INSERT INTO embeddings (id, org, vector) VALUES (?1, ?2, ?3)")
-            .and_then(|mut s| s.execute(params![row_id(org, seq), org, vector]))
-            .context("storing an embedding")?;
+            .prepare_cached("INSERT OR IGNORE INTO embedding_queue (id, org) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![row_id(org, seq), org]))
+            .context("queueing a step for embedding")?;
         Ok(())
     }
 
@@ -1346,10 +1370,15 @@ impl WriteTx for SqliteTx<'_> {
             .context("erasing a step")?;
         // A vector would still carry what the content said, and the
         // full-text index its words.
-        self.conn
-            .prepare_cached("DELETE FROM embeddings WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
-            .context("erasing an embedding")?;
+        for sql in [
+            "DELETE FROM vectors WHERE id = ?1",
+            "DELETE FROM embedding_queue WHERE id = ?1",
+        ] {
+            self.conn
+                .prepare_cached(sql)
+                .and_then(|mut s| s.execute([id]))
+                .context("erasing an embedding")?;
+        }
         self.conn
             .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
             .and_then(|mut s| s.execute([id]))
@@ -1886,6 +1915,7 @@ impl LedgerStore for SqliteStore {
     fn semantic_search(
         &self,
         org_id: &str,
+        embedder: &str,
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError> {
@@ -1895,10 +1925,12 @@ impl LedgerStore for SqliteStore {
             };
             let (lo, hi) = org_range(org);
             let mut stmt = c
-                .prepare_cached("SELECT id, vector FROM embeddings WHERE id >= ?1 AND id < ?2")
+                .prepare_cached(
+                    "SELECT id, vector FROM vectors WHERE id >= ?1 AND id < ?2 AND embedder = ?3",
+                )
                 .context("searching embeddings")?;
             let mut rows = stmt
-                .query(params![lo, hi])
+                .query(params![lo, hi, embedder])
                 .context("searching embeddings")?;
             let mut best = crate::embed::TopK::new(limit);
             while let Some(row) = rows.next().context("searching embeddings")? {
@@ -1907,6 +1939,163 @@ impl LedgerStore for SqliteStore {
                 best.offer((id - lo) as u64, query, &bytes);
             }
             Ok(best.finish())
+        })
+    }
+
+    fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError> {
+        // One process embeds an embedded store: nothing to lease.
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT q.id, e.erased, e.content, e.input_data, e.output_data, e.metadata
+                     FROM embedding_queue q LEFT JOIN entries e ON e.id = q.id
+                     ORDER BY q.id LIMIT ?1",
+                )
+                .context("reading the embedding queue")?;
+            let mut rows = stmt
+                .query([limit.min(i64::MAX as usize) as i64])
+                .context("reading the embedding queue")?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().context("reading the embedding queue")? {
+                let get = |i| -> Result<Option<String>, StoreError> {
+                    row.get(i).context("reading the embedding queue")
+                };
+                let erased: Option<bool> = row.get(1).context("reading the embedding queue")?;
+                out.push(PendingEmbedding {
+                    id: row.get(0).context("reading the embedding queue")?,
+                    text: crate::embed::pending_text(
+                        erased.unwrap_or(true),
+                        get(2)?,
+                        [get(3)?, get(4)?, get(5)?],
+                    ),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn store_embeddings(
+        &self,
+        embedder: &str,
+        done: &[(PendingEmbedding, Option<Vec<f32>>)],
+    ) -> Result<(), StoreError> {
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard.conn.transaction().context("storing embeddings")?;
+        for (pending, vector) in done {
+            tx.prepare_cached("DELETE FROM embedding_queue WHERE id = ?1")
+                .and_then(|mut s| s.execute([pending.id]))
+                .context("storing embeddings")?;
+            let Some(vector) = vector else { continue };
+            // Erasure happens under the same lock: a step erased before
+            // this transaction gets no vector, and one erased after loses it.
+            let state: Option<(bool, bool)> = tx
+                .prepare_cached(
+                    "SELECT erased, has_embedding FROM entries WHERE id = ?1 AND type = 'step'",
+                )
+                .and_then(|mut s| s.query_row([pending.id], |r| Ok((r.get(0)?, r.get(1)?))))
+                .optional()
+                .context("storing embeddings")?;
+            let Some((false, has_embedding)) = state else {
+                continue;
+            };
+            if !has_embedding {
+                tx.prepare_cached("UPDATE entries SET has_embedding = 1 WHERE id = ?1")
+                    .and_then(|mut s| s.execute([pending.id]))
+                    .context("storing embeddings")?;
+            }
+            {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO vectors (id, org, embedder, vector)
+                     VALUES (?1, ?1 >> 40, ?2, ?3)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        pending.id,
+                        embedder,
+                        crate::embed::to_bytes(vector)
+                    ])
+                })
+                .context("storing embeddings")?;
+            }
+        }
+        tx.commit().context("storing embeddings")
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn release_embeddings(&self, _ids: &[i64]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn embedding_backlog(&self) -> Result<u64, StoreError> {
+        self.read(|c| {
+            c.query_row("SELECT count(*) FROM embedding_queue", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n.max(0) as u64)
+            .context("counting the embedding queue")
+        })
+    }
+
+    fn queue_reindex(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        let rate = self.embedding_sample_rate;
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard
+            .conn
+            .transaction()
+            .context("queueing steps to embed again")?;
+        let org = match org_id {
+            Some(name) => match Self::org_id_of(&tx, name)? {
+                Some(org) => Some(org),
+                None => return Ok(0),
+            },
+            None => None,
+        };
+        let mut queued = 0;
+        {
+            let mut read = tx
+                .prepare(
+                    "SELECT id, org, kind, trace_id, has_embedding FROM entries
+                     WHERE type = 'step' AND erased = 0 AND (?1 IS NULL OR org = ?1)",
+                )
+                .context("queueing steps to embed again")?;
+            let mut rows = read.query([org]).context("queueing steps to embed again")?;
+            let mut insert = tx
+                .prepare("INSERT OR IGNORE INTO embedding_queue (id, org) VALUES (?1, ?2)")
+                .context("queueing steps to embed again")?;
+            while let Some(row) = rows.next().context("queueing steps to embed again")? {
+                let kind: Option<String> = row.get(2).context("queueing steps to embed again")?;
+                let trace_id: String = row.get(3).context("queueing steps to embed again")?;
+                let has: bool = row.get(4).context("queueing steps to embed again")?;
+                if crate::embed::selected(has, kind.as_deref(), &trace_id, rate) {
+                    let id: i64 = row.get(0).context("queueing steps to embed again")?;
+                    let org: i64 = row.get(1).context("queueing steps to embed again")?;
+                    queued += insert
+                        .execute(params![id, org])
+                        .context("queueing steps to embed again")?
+                        as u64;
+                }
+            }
+        }
+        tx.commit().context("queueing steps to embed again")?;
+        Ok(queued)
+    }
+
+    fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
+                )
+                .context("counting vectors")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))
+                .context("counting vectors")?
+                .collect::<Result<Vec<_>, _>>()
+                .context("counting vectors")?;
+            Ok(rows)
         })
     }
 

@@ -129,6 +129,9 @@ pub(crate) struct Cli {
     /// (leave created_at out to use the server's time).
     #[arg(long, global = true, env = "CAIRN_MAX_CLOCK_SKEW", default_value_t = cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S)]
     pub(crate) max_clock_skew: u64,
+    /// The embedder of semantic search.
+    #[command(flatten)]
+    pub(crate) embedding: crate::embedding_config::EmbeddingArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -309,6 +312,16 @@ enum Command {
     /// (semantic) or both (hybrid, the default), best first, as `GET
     /// /v1/search` does.
     Search(SearchArgs),
+    /// Embed again every step that has a vector or that seed 000's rule
+    /// selects, with the configured embedder (after changing
+    /// --embedding-model or --embedding-endpoint; until then those steps
+    /// are not found by meaning). Stop the server first on the embedded
+    /// store; on PostgreSQL it runs beside the servers.
+    Reindex {
+        /// Every org, not only --org.
+        #[arg(long)]
+        all_orgs: bool,
+    },
     /// Show the server's public key (C2SP vkey form; with --json, every
     /// log key too), or rotate it.
     Keys {
@@ -620,7 +633,9 @@ pub fn run() -> Result<Outcome> {
             let store = match command {
                 // An export signs a fresh checkpoint when it may, and reads
                 // beside a running server otherwise.
-                Command::Export(_) => open_store(&cli, true).or_else(|e| {
+                // So does a search of the embedded store, which then embeds
+                // what no server is there to embed.
+                Command::Export(_) | Command::Search(_) => open_store(&cli, true).or_else(|e| {
                     if e.downcast_ref::<UsageError>().is_some() {
                         open_store(&cli, false)
                     } else {
@@ -664,6 +679,7 @@ pub fn run() -> Result<Outcome> {
                 }
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
                 Command::Search(args) => search(&cli, store.as_ref(), args),
+                Command::Reindex { all_orgs } => reindex(&cli, store.as_ref(), *all_orgs),
                 Command::Erase { trace_id, reason } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let request = WriteRequest::Erase {
@@ -890,6 +906,8 @@ fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
     let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
     let config = cairn_server::ServerConfig {
         enabled: cli.enabled,
+        embedder: cli.embedding.embedder()?,
+        embedding_batch: cli.embedding.embedding_batch as usize,
         ..cairn_server::ServerConfig::default()
     };
     let state = cairn_server::AppState::new(Arc::clone(&ledger), config);

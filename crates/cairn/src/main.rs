@@ -11,6 +11,7 @@
 
 mod cli;
 mod demo;
+mod embedding_config;
 mod monitor_cmd;
 mod records;
 mod serve_config;

@@ -164,7 +164,7 @@ impl ServeLimits {
             limits,
             allowed_hosts,
             metrics_token: self.metrics_token.clone().filter(|t| !t.is_empty()),
-            otlp: cairn_server::otlp::OtlpConfig::default(),
+            ..cairn_server::ServerConfig::default()
         }
     }
 }

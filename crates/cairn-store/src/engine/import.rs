@@ -111,7 +111,8 @@ impl Engine<'_> {
                         seed: None,
                         salts: Some(salts),
                         signature: r.signature.as_ref().map(|sig| &sig.signature),
-                        has_embedding: r.has_embedding,
+                        // Set again once this store's embedder made one.
+                        has_embedding: false,
                         erased: r.erased,
                         hidden: hidden_json(&r.openings),
                         prev_seq,
@@ -122,11 +123,8 @@ impl Engine<'_> {
                     {
                         tx.insert_search_doc(org.id, entry.seq, &doc)?;
                     }
-                    if r.has_embedding
-                        && let Some(content) = &s.content
-                    {
-                        let vector = crate::embed::to_bytes(&crate::embed::embed(content));
-                        tx.insert_embedding(org.id, entry.seq, &vector)?;
+                    if r.has_embedding && !r.erased {
+                        tx.queue_embedding(org.id, entry.seq)?;
                     }
                     push_leaf(tx, &mut org, leaf)?;
                     org.last_logged = entry.logged_at;

@@ -269,8 +269,8 @@ pub(crate) trait WriteTx {
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
     /// Indexes a step's full-text document.
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError>;
-    /// Writes a step's embedding vector.
-    fn insert_embedding(&mut self, org: i64, seq: u64, vector: &[u8]) -> Result<(), StoreError>;
+    /// Queues a step for the background embedder.
+    fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError>;
     /// Writes an operational record's row (indexed by [`op_record_id`]).
     fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError>;
     /// Writes a completed Merkle subtree at a stored level.

@@ -317,13 +317,14 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             seed: Some(&prepared.seed),
             salts: None,
             signature: prepared.signature.as_ref().map(|sig| &sig.signature),
-            has_embedding: prepared.embedding.is_some(),
+            // Set by the background embedder once the vector exists.
+            has_embedding: false,
             erased: false,
             hidden: None,
             prev_seq: session.last_seq,
         })?;
-        if let Some(vector) = &prepared.embedding {
-            self.tx.insert_embedding(org.id, seq, vector)?;
+        if prepared.embed {
+            self.tx.queue_embedding(org.id, seq)?;
         }
         if let Some(doc) = &prepared.search_doc {
             self.tx.insert_search_doc(org.id, seq, doc)?;

@@ -1,6 +1,7 @@
 //! Whole-store operations, over any [`LedgerStore`]: verify a store or a
 //! session (`verify`), export bundles (`export`), import one (`import`),
-//! COSE receipts against a checkpoint (`receipts`), search (`search`),
+//! COSE receipts against a checkpoint (`receipts`), search (`search`), the
+//! background embedder's rounds (`embedding`),
 //! and the seeds' reads that combine several records (review queue, turn
 //! numbering).
 //!
@@ -11,12 +12,14 @@ use crate::LedgerStore;
 use crate::StoreError;
 use cairn_core::log::OpRecord;
 
+mod embedding;
 mod export;
 mod import;
 mod receipts;
 mod search;
 mod verify;
 
+pub use embedding::{EmbedQueueError, drain_queue, embed_queued};
 pub use export::{
     ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,
     first_without_consent, plan_export, sessions_in_scope, write_export,

@@ -83,6 +83,9 @@ pub enum SearchError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The embedder could not embed the query (semantic and hybrid modes).
+    #[error("the embedder failed: {0}")]
+    Embedder(#[from] crate::embed::EmbedError),
 }
 
 /// Reciprocal-rank fusion's constant (the usual 60).
@@ -110,9 +113,11 @@ pub fn step_at(
     Ok(found)
 }
 
-/// Runs `request` over an org, best first.
+/// Runs `request` over an org, best first; semantic ranking embeds the
+/// text with `embedder` and compares it with the vectors it made.
 pub fn search(
     store: &dyn LedgerStore,
+    embedder: &dyn crate::embed::Embedder,
     org: &str,
     request: &SearchRequest,
 ) -> Result<Vec<SearchHit>, SearchError> {
@@ -157,9 +162,14 @@ pub fn search(
     }
     let mut steps: std::collections::HashMap<u64, StepRecord> = std::collections::HashMap::new();
     if mode != SearchMode::FullText {
-        let vector = crate::embed::embed(&request.text);
+        let vector = embedder
+            .embed(&[request.text.as_str()])?
+            .pop()
+            .unwrap_or_default();
         let mut rank = 0;
-        for (seq, score) in store.semantic_search(org, &vector, pool * SEMANTIC_OVERFETCH)? {
+        for (seq, score) in
+            store.semantic_search(org, embedder.id(), &vector, pool * SEMANTIC_OVERFETCH)?
+        {
             if rank == pool {
                 break;
             }

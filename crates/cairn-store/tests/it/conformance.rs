@@ -749,8 +749,34 @@ fn reviews_form_a_queue(backend: &dyn Backend) {
     assert_verifies(store.as_ref());
 }
 
+/// An embedder that is not the word hash (another "model"), or one whose
+/// service is down.
+#[derive(Debug)]
+struct OtherEmbedder {
+    fails: bool,
+}
+
+impl cairn_store::embed::Embedder for OtherEmbedder {
+    fn id(&self) -> &str {
+        "test-other"
+    }
+    fn description(&self) -> &str {
+        "another embedder"
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, cairn_store::embed::EmbedError> {
+        if self.fails {
+            return Err(cairn_store::embed::EmbedError("down".into()));
+        }
+        cairn_store::embed::WordHash.embed(texts)
+    }
+}
+
+fn drain(store: &dyn LedgerStore, embedder: &dyn cairn_store::embed::Embedder) -> u64 {
+    cairn_store::ops::drain_queue(store, embedder, 7, &mut |_| {}).unwrap()
+}
+
 fn sampled_steps_are_searchable(backend: &dyn Backend) {
-    use cairn_store::embed::embed;
+    use cairn_store::embed::{WORD_HASH_ID, WordHash, embed, should_embed};
     let store = backend.open("search");
     assert!(
         (store.embedding_sample_rate() - 0.1).abs() < 1e-9,
@@ -783,34 +809,94 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
     append(&ledger, step("s1", "Error", "The orders query timed out")).unwrap();
     // Observations are sampled at 10%: of 40, some but not all are embedded.
     // Sampling follows the trace id, so fixed ids make this deterministic.
+    let mut sampled = 0;
     for i in 0..40 {
         let mut s = step("s2", "Observation", &format!("observation number {i}"));
         s.trace_id = Some(format!("observation-{i:02}"));
+        sampled += u64::from(should_embed(
+            cairn_core::kind::StepKind::Observation,
+            s.trace_id.as_deref().unwrap(),
+            0.1,
+        ));
         append(&ledger, s).unwrap();
     }
-    let mut embedded = 0;
-    store
-        .read_session(ORG, "s2", &mut |s| {
-            embedded += usize::from(s.record.has_embedding);
-            true
-        })
-        .unwrap();
-    assert!(
-        (1..40).contains(&embedded),
-        "{embedded} of 40 observations embedded"
-    );
-    let hits = store
-        .semantic_search(ORG, &embed("decision about enterprise pricing"), 3)
-        .unwrap();
-    assert!(hits.len() == 3 && hits[0].1 > hits[1].1, "{hits:?}");
-    let best = store.step_by_trace(ORG, &pricing).unwrap().unwrap();
-    assert_eq!(hits[0].0, best.seq);
+    assert!((1..40).contains(&sampled), "{sampled} of 40 sampled");
+    let embedded_in = |session: &str| {
+        let mut embedded = 0;
+        store
+            .read_session(ORG, session, &mut |s| {
+                embedded += u64::from(s.record.has_embedding);
+                true
+            })
+            .unwrap();
+        embedded
+    };
+    // Ingest only queued them: no vector yet, nothing found by meaning.
+    assert_eq!(store.embedding_backlog().unwrap(), 3 + sampled);
+    assert_eq!(embedded_in("s2"), 0);
+    let query = embed("decision about enterprise pricing");
     assert!(
         store
-            .semantic_search("other-org", &embed("pricing"), 3)
+            .semantic_search(ORG, WORD_HASH_ID, &query, 3)
             .unwrap()
             .is_empty()
     );
+    // A failing embedder leaves the queue as it was.
+    assert!(
+        cairn_store::ops::embed_queued(store.as_ref(), &OtherEmbedder { fails: true }, 8).is_err()
+    );
+    assert_eq!(store.embedding_backlog().unwrap(), 3 + sampled);
+    assert_eq!(drain(store.as_ref(), &WordHash), 3 + sampled);
+    assert_eq!(store.embedding_backlog().unwrap(), 0);
+    assert_eq!(embedded_in("s2"), sampled);
+    assert_eq!(embedded_in("s1"), 3);
+    assert_eq!(
+        store.vectors_by_embedder().unwrap(),
+        [(WORD_HASH_ID.to_owned(), 3 + sampled)]
+    );
+    let hits = store.semantic_search(ORG, WORD_HASH_ID, &query, 3).unwrap();
+    assert!(hits.len() == 3 && hits[0].1 > hits[1].1, "{hits:?}");
+    let best = store.step_by_trace(ORG, &pricing).unwrap().unwrap();
+    assert_eq!(hits[0].0, best.seq);
+    // Vectors of another embedder are not compared with this one's.
+    assert!(
+        store
+            .semantic_search(ORG, "test-other", &query, 3)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .semantic_search("other-org", WORD_HASH_ID, &embed("pricing"), 3)
+            .unwrap()
+            .is_empty()
+    );
+    // A step erased while queued leaves the queue without a vector.
+    let Written::Step {
+        trace_id: queued, ..
+    } = append(
+        &ledger,
+        step("s3", "Decision", "Lower the enterprise price for schools"),
+    )
+    .unwrap()
+    else {
+        panic!()
+    };
+    ledger
+        .write(WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: queued.clone(),
+            reason: "test".into(),
+            actor: "test".into(),
+        })
+        .unwrap();
+    append(
+        &ledger,
+        step("s3", "Decision", "Keep the enterprise price for charities"),
+    )
+    .unwrap();
+    assert_eq!(drain(store.as_ref(), &WordHash), 1);
+    assert_eq!(embedded_in("s3"), 1);
     // Erasure removes the vector with the content.
     ledger
         .write(WriteRequest::Erase {
@@ -821,7 +907,7 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
         })
         .unwrap();
     let hits = store
-        .semantic_search(ORG, &embed("decision about enterprise pricing"), 3)
+        .semantic_search(ORG, WORD_HASH_ID, &query, 10)
         .unwrap();
     assert!(hits.iter().all(|(seq, _)| *seq != best.seq));
     assert!(
@@ -832,6 +918,33 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
             .record
             .has_embedding
     );
+    // Reindexing with another embedder replaces every vector (the flag
+    // stays set) and skips erased steps.
+    let queued_again = store.queue_reindex(Some(ORG)).unwrap();
+    assert_eq!(queued_again, 3 + sampled);
+    assert_eq!(store.queue_reindex(Some("no-such-org")).unwrap(), 0);
+    assert_eq!(
+        drain(store.as_ref(), &OtherEmbedder { fails: false }),
+        3 + sampled
+    );
+    assert_eq!(
+        store.vectors_by_embedder().unwrap(),
+        [("test-other".to_owned(), 3 + sampled)]
+    );
+    assert!(
+        store
+            .semantic_search(ORG, WORD_HASH_ID, &query, 3)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .semantic_search(ORG, "test-other", &query, 50)
+            .unwrap()
+            .len() as u64,
+        3 + sampled
+    );
+    assert_eq!(embedded_in("s2"), sampled);
     assert_verifies(store.as_ref());
 }
 

@@ -150,19 +150,49 @@ fn an_older_database_gets_its_steps_indexed_for_search() {
             .write(cairn_store::WriteRequest::Step(Box::new(step)))
             .unwrap();
     }
+    let decision = crate::conformance::step("s1", "Decision", "retire the airship fleet");
+    ledger
+        .write(cairn_store::WriteRequest::Step(Box::new(decision)))
+        .unwrap();
     ledger.close();
+    cairn_store::ops::drain_queue(
+        store.as_ref(),
+        &cairn_store::embed::WordHash,
+        8,
+        &mut |_| {},
+    )
+    .unwrap();
     let mut client =
         postgres::Client::connect(&backend.cluster.url_for("older"), postgres::NoTls).unwrap();
+    // As written before vectors were tagged with their embedder.
     client
-        .batch_execute("DROP TABLE step_search; DROP INDEX sessions_listing;")
+        .batch_execute(
+            "DROP TABLE step_search; DROP INDEX sessions_listing;
+             CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);
+             INSERT INTO embeddings SELECT id, org, vector FROM vectors;
+             DROP TABLE vectors; DROP TABLE embedding_queue;",
+        )
         .unwrap();
     cairn_store::pg::migrate(&mut client).unwrap();
     let indexed: i64 = client
         .query_one("SELECT count(*) FROM step_search", &[])
         .unwrap()
         .get(0);
-    assert_eq!(indexed, 2);
+    assert_eq!(indexed, 3);
     let store = backend.open("older");
+    assert_eq!(
+        store.vectors_by_embedder().unwrap(),
+        [(cairn_store::embed::WORD_HASH_ID.to_owned(), 1)]
+    );
+    let hits = store
+        .semantic_search(
+            crate::conformance::ORG,
+            cairn_store::embed::WORD_HASH_ID,
+            &cairn_store::embed::embed("airship fleet"),
+            5,
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 1);
     for query in ["zeppelin", "注文"] {
         let query = cairn_store::fulltext::FullTextQuery::parse(query).unwrap();
         let hits = store
@@ -297,4 +327,89 @@ fn the_production_role_has_only_what_it_needs() {
             "{sql}: {err}"
         );
     }
+}
+
+/// The production role runs the whole background-embedding path (queue,
+/// lease, vectors, the flag, search, erasure) with its grants alone.
+#[test]
+fn the_production_role_runs_the_embedding_queue() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("app_embedding");
+    let keys = tempfile::tempdir().unwrap();
+    let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    // The schema owner creates the schema once.
+    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute("DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;")
+        .unwrap();
+    admin
+        .batch_execute(include_str!("../../src/pg_grants.sql"))
+        .unwrap();
+    let app_url = url.replace("user=postgres", "user=cairn_app");
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(PgStore::open(PgOptions::new(app_url), key()).unwrap());
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    let mut traces = Vec::new();
+    for content in ["retire the airship fleet", "lease two more zeppelins"] {
+        let step = crate::conformance::step("s1", "Decision", content);
+        match ledger
+            .write(cairn_store::WriteRequest::Step(Box::new(step)))
+            .unwrap()
+        {
+            cairn_store::Written::Step { trace_id, .. } => traces.push(trace_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(store.embedding_backlog().unwrap(), 2);
+    let embedded = cairn_store::ops::drain_queue(
+        store.as_ref(),
+        &cairn_store::embed::WordHash,
+        8,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(embedded, 2);
+    let query = cairn_store::embed::embed("airship fleet");
+    let hits = store
+        .semantic_search(
+            crate::conformance::ORG,
+            cairn_store::embed::WORD_HASH_ID,
+            &query,
+            5,
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    ledger
+        .write(cairn_store::WriteRequest::Erase {
+            org_id: crate::conformance::ORG.into(),
+            trace_id: traces[0].clone(),
+            reason: "test".into(),
+            actor: "test".into(),
+        })
+        .unwrap();
+    assert_eq!(store.queue_reindex(None).unwrap(), 1);
+    assert_eq!(
+        cairn_store::ops::drain_queue(
+            store.as_ref(),
+            &cairn_store::embed::WordHash,
+            8,
+            &mut |_| {}
+        )
+        .unwrap(),
+        1
+    );
+    let hits = store
+        .semantic_search(
+            crate::conformance::ORG,
+            cairn_store::embed::WORD_HASH_ID,
+            &query,
+            5,
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    ledger.close();
 }

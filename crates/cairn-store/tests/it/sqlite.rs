@@ -380,7 +380,9 @@ fn the_server_key_is_created_private() {
 }
 
 /// A store written before the full-text index existed gets its steps
-/// indexed when a sequencing process next opens it (once: `meta.fulltext`).
+/// indexed when a sequencing process next opens it (once: `meta.fulltext`),
+/// and one written before vectors were tagged with their embedder (the
+/// `embeddings` table) gets them moved into `vectors` as word-hash ones.
 #[test]
 fn an_older_store_gets_its_steps_indexed_for_search() {
     let dir = tempfile::tempdir().unwrap();
@@ -395,13 +397,43 @@ fn an_older_store_gets_its_steps_indexed_for_search() {
         let store: Arc<dyn LedgerStore> =
             Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
         append(Arc::clone(&store), "the zeppelin schedule slipped").unwrap();
-        append(store, "注文テーブルを検索しています").unwrap();
+        append(Arc::clone(&store), "注文テーブルを検索しています").unwrap();
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default())
+            .write(cairn_store::WriteRequest::Step(Box::new(
+                crate::conformance::step("s1", "Decision", "retire the airship fleet"),
+            )))
+            .unwrap();
+        cairn_store::ops::drain_queue(
+            store.as_ref(),
+            &cairn_store::embed::WordHash,
+            8,
+            &mut |_| {},
+        )
+        .unwrap();
     }
     let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
-    conn.execute_batch("DELETE FROM steps_fts; DELETE FROM meta WHERE key = 'fulltext';")
-        .unwrap();
+    conn.execute_batch(
+        "DELETE FROM steps_fts; DELETE FROM meta WHERE key = 'fulltext';
+         CREATE TABLE embeddings (id INTEGER PRIMARY KEY, org INTEGER NOT NULL, vector BLOB NOT NULL);
+         INSERT INTO embeddings SELECT id, org, vector FROM vectors;
+         DROP TABLE vectors; DROP TABLE embedding_queue;",
+    )
+    .unwrap();
     drop(conn);
     let store = SqliteStore::open(dir.path(), options()).unwrap();
+    assert_eq!(
+        store.vectors_by_embedder().unwrap(),
+        [(cairn_store::embed::WORD_HASH_ID.to_owned(), 1)]
+    );
+    let hits = store
+        .semantic_search(
+            crate::conformance::ORG,
+            cairn_store::embed::WORD_HASH_ID,
+            &cairn_store::embed::embed("airship fleet"),
+            5,
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 1);
     for query in ["zeppelin", "注文"] {
         let query = cairn_store::fulltext::FullTextQuery::parse(query).unwrap();
         let hits = store

@@ -285,11 +285,39 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
             .unwrap_or_default();
         usage(format!("{}{field}", e.message))
     })?;
-    let hits = cairn_store::ops::search(store, &cli.org, &request).map_err(|e| match e {
-        cairn_store::ops::SearchError::Query(e) => usage(e.to_string()),
-        cairn_store::ops::SearchError::Store(e) => anyhow!("storage failure: {e}"),
-    })?;
-    let answer = cairn_server::wire::search_results(request.mode, hits);
+    let embedder = if request.mode == cairn_store::ops::SearchMode::FullText {
+        Arc::new(cairn_store::embed::WordHash)
+    } else {
+        let embedder = cli.embedding.embedder()?;
+        let backlog = store.embedding_backlog()?;
+        if backlog > 0 {
+            if cli.database.is_none() && !store.is_read_only() {
+                // No server holds this store, so none will embed its queue.
+                let bar = progress_bar(backlog, "embedding queued steps");
+                cairn_store::ops::drain_queue(
+                    store,
+                    embedder.as_ref(),
+                    cli.embedding.embedding_batch as usize,
+                    &mut |done| bar.set_position(done),
+                )
+                .map_err(|e| anyhow!("{e}"))?;
+                bar.finish_and_clear();
+            } else if !cli.json {
+                println!(
+                    "({backlog} step(s) wait for the server's background embedder and are not found by meaning yet)"
+                );
+            }
+        }
+        embedder
+    };
+    let hits = cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request).map_err(
+        |e| match e {
+            cairn_store::ops::SearchError::Query(e) => usage(e.to_string()),
+            cairn_store::ops::SearchError::Store(e) => anyhow!("storage failure: {e}"),
+            cairn_store::ops::SearchError::Embedder(e) => anyhow!("the embedder failed: {e}"),
+        },
+    )?;
+    let answer = cairn_server::wire::search_results(request.mode, embedder.description(), hits);
     if cli.json {
         println!("{}", cairn_server::wire::to_json(&answer));
     } else {
@@ -307,6 +335,44 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
                 hit.snippet
             );
         }
+    }
+    Ok(Outcome::Success)
+}
+
+/// `cairn reindex`: queue the steps to embed again, then embed them.
+pub(super) fn reindex(cli: &Cli, store: &dyn LedgerStore, all_orgs: bool) -> Result<Outcome> {
+    let embedder = cli.embedding.embedder()?;
+    let queued = store.queue_reindex((!all_orgs).then_some(cli.org.as_str()))?;
+    let backlog = store.embedding_backlog()?;
+    let bar = progress_bar(backlog, "embedding");
+    let settled = cairn_store::ops::drain_queue(
+        store,
+        embedder.as_ref(),
+        cli.embedding.embedding_batch as usize,
+        &mut |done| bar.set_position(done),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    bar.finish_and_clear();
+    let scope = if all_orgs {
+        "every org".to_owned()
+    } else {
+        format!("org {}", cli.org)
+    };
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "queued": queued,
+                "settled": settled,
+                "embedder": embedder.description(),
+                "embedder_id": embedder.id(),
+            })
+        );
+    } else {
+        println!(
+            "queued {queued} step(s) of {scope}; embedded {settled} queued step(s) with {}",
+            embedder.description()
+        );
     }
     Ok(Outcome::Success)
 }

@@ -35,6 +35,8 @@ pub(super) fn serve(
         .with_writer(std::io::stderr)
         .try_init();
     let store = open_store(cli, true)?;
+    // Loaded before anything listens: a bad model stops the start.
+    let embedder = cli.embedding.embedder()?;
     if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
         println!(
             "admin API key for org {} (shown once, keep it): {token}",
@@ -55,6 +57,13 @@ pub(super) fn serve(
     if cli.enabled {
         spawn_retention(Arc::clone(&ledger), cli.retention_days);
     }
+    // Store calls block: made before the async runtime starts.
+    let others: Vec<String> = store
+        .vectors_by_embedder()?
+        .into_iter()
+        .filter(|(id, _)| id != embedder.id())
+        .map(|(id, n)| format!("{n} by {id}"))
+        .collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -76,6 +85,8 @@ pub(super) fn serve(
         };
         let config = cairn_server::ServerConfig {
             otlp,
+            embedder: Arc::clone(&embedder),
+            embedding_batch: cli.embedding.embedding_batch as usize,
             ..limits.config(cli.enabled, &address)
         };
         let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
@@ -85,6 +96,13 @@ pub(super) fn serve(
             cli.org
         );
         println!("web UI: open http://{address}/ and sign in with an API key");
+        println!("semantic search: {}", embedder.description());
+        if !others.is_empty() {
+            println!(
+                "note: stored vectors made by another embedder ({}) are not compared with this one's: run `cairn reindex` (server stopped) to find those steps by meaning again",
+                others.join(", ")
+            );
+        }
         let witness_listener = match &hosted_witness {
             Some((witness, at)) => {
                 let l = tokio::net::TcpListener::bind(at)

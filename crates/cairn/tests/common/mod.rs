@@ -38,6 +38,8 @@ impl<'a> Target<'a> {
             .env("CAIRN_DATA_DIR", self.dir.join("data"))
             .env("CAIRN_ORG", "acme")
             .env_remove("CAIRN_DATABASE_URL")
+            .env_remove("CAIRN_EMBEDDING_MODEL")
+            .env_remove("CAIRN_EMBEDDING_ENDPOINT")
             .current_dir(self.dir);
         if let Some(url) = self.database {
             command.env("CAIRN_DATABASE_URL", url);

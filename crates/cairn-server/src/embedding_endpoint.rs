@@ -1,0 +1,284 @@
+//! An embedder that asks an OpenAI-compatible embedding service
+//! (`POST /v1/embeddings` with `{"model", "input": [texts]}`, answering
+//! `{"data": [{"index", "embedding": [floats]}]}`): Ollama, vLLM, llama.cpp,
+//! text-embeddings-inference, LocalAI, or a TLS-terminating proxy in front
+//! of a hosted service. Plain HTTP only (Cairn carries no TLS stack).
+//! Vectors are L2-normalised here, whatever the service does.
+
+use axum::body::Bytes;
+use cairn_store::embed::{EmbedError, Embedder};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+/// Largest answer read from the service.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// How long one request may take.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The embedding service's settings.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// `http://host:port/path`; a URL without a path means `/v1/embeddings`.
+    pub url: String,
+    /// The `model` field sent.
+    pub model: String,
+    /// Sent as `Authorization: Bearer` if set.
+    pub api_key: Option<String>,
+}
+
+/// The embedder (see the module docs).
+pub struct EndpointEmbedder {
+    config: EndpointConfig,
+    uri: axum::http::Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+    runtime: tokio::runtime::Runtime,
+    id: String,
+    description: String,
+    dimensions: usize,
+}
+
+impl std::fmt::Debug for EndpointEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointEmbedder")
+            .field("url", &self.config.url)
+            .field("model", &self.config.model)
+            .field("dimensions", &self.dimensions)
+            .finish()
+    }
+}
+
+/// The URI requests go to: the URL as given, or `/v1/embeddings` on a URL
+/// with no path.
+pub fn endpoint_uri(url: &str) -> Result<axum::http::Uri, String> {
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "{url}: https is not supported (Cairn carries no TLS stack); point it at a local proxy that adds TLS, or at a service on plain http"
+            ));
+        }
+        _ => return Err(format!("{url}: the URL must start with http://")),
+    }
+    if uri.host().is_none() {
+        return Err(format!("{url}: the URL has no host"));
+    }
+    if matches!(uri.path(), "" | "/") && uri.query().is_none() {
+        return format!("{}/v1/embeddings", url.trim_end_matches('/'))
+            .parse()
+            .map_err(|e| format!("{url}: {e}"));
+    }
+    Ok(uri)
+}
+
+impl EndpointEmbedder {
+    /// Connects to the service and embeds a probe text, to fail at start
+    /// rather than at the first step, and to learn the vectors' length.
+    pub fn connect(config: EndpointConfig) -> Result<EndpointEmbedder, String> {
+        let uri = endpoint_uri(&config.url)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("starting the embedding client: {e}"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = {
+            let _entered = runtime.enter();
+            Client::builder(TokioExecutor::new()).build(connector)
+        };
+        let mut embedder = EndpointEmbedder {
+            id: String::new(),
+            description: String::new(),
+            dimensions: 0,
+            config,
+            uri,
+            client,
+            runtime,
+        };
+        let probe = embedder
+            .request(&["cairn"])
+            .map_err(|e| format!("the embedding service at {}: {e}", embedder.uri))?;
+        let dimensions = probe.first().map_or(0, Vec::len);
+        embedder.dimensions = dimensions;
+        embedder.id = format!("endpoint:{}:{dimensions}", embedder.config.model);
+        embedder.description = format!(
+            "{} ({dimensions} dimensions, at {})",
+            embedder.config.model, embedder.uri
+        );
+        Ok(embedder)
+    }
+
+    /// The length of its vectors.
+    pub fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    fn request(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let body = serde_json::json!({ "model": self.config.model, "input": texts }).to_string();
+        let mut request = axum::http::Request::post(self.uri.clone())
+            .header(axum::http::header::CONTENT_TYPE, "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header(axum::http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| EmbedError(e.to_string()))?;
+        let answer = self.runtime.block_on(async {
+            tokio::time::timeout(TIMEOUT, async {
+                let response = self
+                    .client
+                    .request(request)
+                    .await
+                    .map_err(|e| format!("no answer: {e}"))?;
+                let status = response.status();
+                let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                    .collect()
+                    .await
+                    .map_err(|e| format!("reading the answer: {e}"))?
+                    .to_bytes();
+                Ok::<_, String>((status, bytes))
+            })
+            .await
+            .map_err(|_| format!("no answer within {} s", TIMEOUT.as_secs()))?
+        });
+        let (status, bytes) = answer.map_err(EmbedError)?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
+            return Err(EmbedError(format!("the service answered {status}: {text}")));
+        }
+        parse_answer(&bytes, texts.len(), self.dimensions)
+    }
+}
+
+/// The vectors of an OpenAI-style answer, in input order, normalised;
+/// `dimensions` 0 accepts any (consistent) length.
+pub fn parse_answer(
+    bytes: &[u8],
+    expected: usize,
+    dimensions: usize,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        data: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        index: Option<usize>,
+        embedding: Vec<f32>,
+    }
+    let answer: Answer = serde_json::from_slice(bytes)
+        .map_err(|e| EmbedError(format!("not an embeddings answer: {e}")))?;
+    if answer.data.len() != expected {
+        return Err(EmbedError(format!(
+            "{} vectors for {expected} texts",
+            answer.data.len()
+        )));
+    }
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; expected];
+    for (position, item) in answer.data.into_iter().enumerate() {
+        let index = item.index.unwrap_or(position);
+        let slot = vectors
+            .get_mut(index)
+            .ok_or_else(|| EmbedError(format!("index {index} out of range")))?;
+        if slot.is_some() {
+            return Err(EmbedError(format!("index {index} twice")));
+        }
+        let mut vector = item.embedding;
+        let length = if dimensions == 0 {
+            vector.len()
+        } else {
+            dimensions
+        };
+        if vector.is_empty() || vector.len() != length || vector.iter().any(|x| !x.is_finite()) {
+            return Err(EmbedError(format!(
+                "a vector of {} numbers (expected {length}, all finite)",
+                vector.len()
+            )));
+        }
+        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            vector.iter_mut().for_each(|x| *x /= norm);
+        }
+        *slot = Some(vector);
+    }
+    let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
+    if let Some(first) = vectors.first()
+        && vectors.iter().any(|v| v.len() != first.len())
+    {
+        return Err(EmbedError("vectors of different lengths".into()));
+    }
+    Ok(vectors)
+}
+
+impl Embedder for EndpointEmbedder {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.request(texts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_without_a_path_mean_the_openai_path() {
+        assert_eq!(
+            endpoint_uri("http://localhost:11434").unwrap().to_string(),
+            "http://localhost:11434/v1/embeddings"
+        );
+        assert_eq!(
+            endpoint_uri("http://h:1/api/embed").unwrap().path(),
+            "/api/embed"
+        );
+        assert!(
+            endpoint_uri("https://api.openai.com")
+                .unwrap_err()
+                .contains("TLS")
+        );
+        assert!(endpoint_uri("ftp://x").is_err());
+        assert!(endpoint_uri("not a url").is_err());
+    }
+
+    #[test]
+    fn answers_are_ordered_by_index_normalised_and_checked() {
+        let answer = br#"{"data":[{"index":1,"embedding":[0,2]},{"index":0,"embedding":[3,4]}]}"#;
+        let vectors = parse_answer(answer, 2, 0).unwrap();
+        assert_eq!(vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+        for (bad, why) in [
+            (&br#"{"data":[{"embedding":[1]}]}"#[..], "count"),
+            (
+                br#"{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[1]}]}"#,
+                "twice",
+            ),
+            (
+                br#"{"data":[{"index":5,"embedding":[1]},{"index":0,"embedding":[1]}]}"#,
+                "range",
+            ),
+            (
+                br#"{"data":[{"embedding":[1,2]},{"embedding":[1]}]}"#,
+                "lengths",
+            ),
+            (br#"{"data":[{"embedding":[]},{"embedding":[]}]}"#, "empty"),
+            (br#"{"error":"x"}"#, "shape"),
+        ] {
+            assert!(parse_answer(bad, 2, 0).is_err(), "{why}");
+        }
+        assert!(parse_answer(br#"{"data":[{"embedding":[1,2,3]}]}"#, 1, 2).is_err());
+    }
+}
