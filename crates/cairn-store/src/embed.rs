@@ -190,14 +190,14 @@ pub fn from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
 
 /// The best `limit` matches of a stream of scored steps, in bounded
 /// memory: both backends rank their stored vectors with it.
-pub(crate) struct TopK {
+pub(crate) struct TopK<K = u64> {
     limit: usize,
-    best: Vec<(u64, f32)>,
+    best: Vec<(K, f32)>,
 }
 
-impl TopK {
+impl<K: Copy> TopK<K> {
     /// Keeps the `limit` best.
-    pub(crate) fn new(limit: usize) -> TopK {
+    pub(crate) fn new(limit: usize) -> TopK<K> {
         TopK {
             limit,
             best: Vec::new(),
@@ -206,14 +206,19 @@ impl TopK {
 
     /// Scores a stored vector against `query` (skipped if it does not
     /// decode to a vector of the query's length).
-    pub(crate) fn offer(&mut self, seq: u64, query: &[f32], stored: &[u8]) {
+    pub(crate) fn offer(&mut self, key: K, query: &[f32], stored: &[u8]) {
         if stored.len() != query.len() * 4 {
             return;
         }
         let Some(vector) = from_bytes(stored) else {
             return;
         };
-        self.best.push((seq, similarity(query, &vector)));
+        self.offer_score(key, similarity(query, &vector));
+    }
+
+    /// Offers a scored key.
+    pub(crate) fn offer_score(&mut self, key: K, score: f32) {
+        self.best.push((key, score));
         if self.best.len() > self.limit.saturating_mul(4).max(256) {
             self.trim();
         }
@@ -225,7 +230,7 @@ impl TopK {
     }
 
     /// The best matches, best first.
-    pub(crate) fn finish(mut self) -> Vec<(u64, f32)> {
+    pub(crate) fn finish(mut self) -> Vec<(K, f32)> {
         self.trim();
         self.best
     }

@@ -34,6 +34,7 @@ pub mod pg;
 #[cfg(feature = "model")]
 pub mod sentence_model;
 mod sequencer;
+mod vector_index;
 mod sqlite;
 pub mod witness_state;
 

@@ -143,14 +143,15 @@ DROP INDEX IF EXISTS sessions_recent;
 CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
 CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, embedder TEXT NOT NULL, vector BYTEA NOT NULL);
-CREATE TABLE IF NOT EXISTS embedding_queue (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, claimed_until TIMESTAMPTZ);";
+CREATE TABLE IF NOT EXISTS embedding_queue (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, claimed_until TIMESTAMPTZ);
+CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);";
 
 /// Whether the tables and indexes of [`ADDITIONS`] exist.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
-               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('embedding_queue') IS NOT NULL",
+               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?
@@ -297,6 +298,8 @@ pub struct PgOptions {
     /// and probes within it) and `TCP_USER_TIMEOUT` (data sent and never
     /// acknowledged). Settings the URL gives itself are kept.
     pub network_timeout: Duration,
+    /// Bytes of vectors semantic search may hold in memory (default 1 GiB).
+    pub vector_memory_bytes: usize,
 }
 
 impl PgOptions {
@@ -309,6 +312,7 @@ impl PgOptions {
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
             network_timeout: Duration::from_secs(30),
+            vector_memory_bytes: crate::vector_index::DEFAULT_BUDGET,
         }
     }
 }
@@ -1653,6 +1657,8 @@ pub struct PgStore {
     cache: Mutex<Cache>,
     /// The schema Cairn's tables are in (analyst views name it).
     schema: String,
+    /// Semantic search's vectors in memory.
+    vectors: crate::vector_index::VectorIndex,
 }
 
 fn poisoned() -> StoreError {
@@ -1710,6 +1716,7 @@ impl PgStore {
             writer: Mutex::new(Some(conn)),
             readers: Mutex::new(Vec::new()),
             cache: Mutex::new(Cache::default()),
+            vectors: crate::vector_index::VectorIndex::new(options.vector_memory_bytes),
         })
     }
 
@@ -2262,6 +2269,15 @@ impl LedgerStore for PgStore {
                 return Ok(Vec::new());
             };
             let (lo, hi) = org_range(org);
+            let source = PgVectors(std::cell::RefCell::new(db));
+            let cached = self.vectors.search(&source, org, embedder, query, limit)?;
+            let db = source.0.into_inner();
+            if let Some(hits) = cached {
+                return Ok(hits
+                    .into_iter()
+                    .map(|(id, score)| (u64_of(id - lo), score))
+                    .collect());
+            }
             let mut best = crate::embed::TopK::new(limit);
             let mut next = lo;
             loop {
@@ -2945,5 +2961,51 @@ mod tests {
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
         assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
         assert!(!config.get_keepalives());
+    }
+}
+
+/// The vectors of an org as the in-memory index reads them.
+struct PgVectors<'d, 'c>(std::cell::RefCell<&'d mut Db<'c, postgres::Client>>);
+
+impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
+    fn fingerprint(
+        &self,
+        org: i64,
+        embedder: &str,
+    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
+        let (lo, hi) = org_range(org);
+        let row = self.0.borrow_mut().query_one(
+            "SELECT count(*), max(id), coalesce(sum((id - $2) & 1048575), 0)::int8 FROM vectors
+             WHERE embedder = $1 AND id >= $2 AND id < $3",
+            &[&embedder, &lo, &hi],
+            "counting vectors",
+        )?;
+        Ok(crate::vector_index::Fingerprint {
+            count: u64_of(col::<i64>(&row, 0)?),
+            max_id: col(&row, 1)?,
+            id_sum: col(&row, 2)?,
+        })
+    }
+
+    fn vectors_after(
+        &self,
+        org: i64,
+        embedder: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.0
+            .borrow_mut()
+            .query(
+                "SELECT id, vector FROM vectors WHERE embedder = $1 AND id > $2 AND id >= $3 AND id < $4
+                 ORDER BY id LIMIT $5",
+                &[&embedder, &after, &lo, &hi, &limit],
+                "reading vectors",
+            )?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+            .collect()
     }
 }

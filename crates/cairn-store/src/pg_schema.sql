@@ -120,6 +120,7 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
   org           BIGINT NOT NULL,
   claimed_until TIMESTAMPTZ
 );
+CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS api_keys (
   id         TEXT PRIMARY KEY,
   org_name   TEXT NOT NULL,

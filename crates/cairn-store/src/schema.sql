@@ -138,6 +138,9 @@ CREATE TABLE IF NOT EXISTS vectors (
   vector   BLOB NOT NULL
 );
 
+-- Semantic search counts and follows an org's vectors of one embedder.
+CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
+
 -- Derived: steps waiting for the background embedder (queued in the
 -- transaction that writes the step; erasure removes them).
 CREATE TABLE IF NOT EXISTS embedding_queue (

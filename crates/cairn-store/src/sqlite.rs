@@ -86,6 +86,8 @@ pub struct SqliteOptions {
     /// A key already loaded (one held by an external signer,
     /// [`crate::command_server_key`]); takes precedence over `key_file`.
     pub key: Option<ServerKey>,
+    /// Bytes of vectors semantic search may hold in memory (default 1 GiB).
+    pub vector_memory_bytes: usize,
 }
 
 impl Default for SqliteOptions {
@@ -99,6 +101,7 @@ impl Default for SqliteOptions {
             sequencer: true,
             key_file: None,
             key: None,
+            vector_memory_bytes: crate::vector_index::DEFAULT_BUDGET,
         }
     }
 }
@@ -144,6 +147,8 @@ pub struct SqliteStore {
     _checkpointer: Option<Checkpointer>,
     /// The sequencer's lock on the data directory, held while open.
     _lock: Option<std::fs::File>,
+    /// Semantic search's vectors in memory.
+    vectors: crate::vector_index::VectorIndex,
 }
 
 /// Copies committed WAL frames into the database file in the background,
@@ -457,6 +462,7 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             _checkpointer: checkpointer,
             _lock: lock,
+            vectors: crate::vector_index::VectorIndex::new(options.vector_memory_bytes),
         })
     }
 
@@ -1924,6 +1930,15 @@ impl LedgerStore for SqliteStore {
                 return Ok(Vec::new());
             };
             let (lo, hi) = org_range(org);
+            if let Some(hits) =
+                self.vectors
+                    .search(&SqliteVectors(c), org, embedder, query, limit)?
+            {
+                return Ok(hits
+                    .into_iter()
+                    .map(|(id, score)| ((id - lo) as u64, score))
+                    .collect());
+            }
             let mut stmt = c
                 .prepare_cached(
                     "SELECT id, vector FROM vectors WHERE id >= ?1 AND id < ?2 AND embedder = ?3",
@@ -2594,5 +2609,59 @@ mod tests {
             .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
             .unwrap();
         assert_eq!(entries, 0);
+    }
+}
+
+/// The vectors of an org as the in-memory index reads them.
+struct SqliteVectors<'c>(&'c Connection);
+
+impl crate::vector_index::VectorSource for SqliteVectors<'_> {
+    fn fingerprint(
+        &self,
+        org: i64,
+        embedder: &str,
+    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
+        let (lo, hi) = org_range(org);
+        self.0
+            .prepare_cached(
+                "SELECT count(*), max(id), coalesce(sum((id - ?2) & 1048575), 0) FROM vectors
+                 WHERE embedder = ?1 AND id >= ?2 AND id < ?3",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![embedder, lo, hi], |r| {
+                    Ok(crate::vector_index::Fingerprint {
+                        count: r.get::<_, i64>(0)?.max(0) as u64,
+                        max_id: r.get(1)?,
+                        id_sum: r.get(2)?,
+                    })
+                })
+            })
+            .context("counting vectors")
+    }
+
+    fn vectors_after(
+        &self,
+        org: i64,
+        embedder: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let mut stmt = self
+            .0
+            .prepare_cached(
+                "SELECT id, vector FROM vectors WHERE embedder = ?1 AND id > ?2 AND id >= ?3 AND id < ?4
+                 ORDER BY id LIMIT ?5",
+            )
+            .context("reading vectors")?;
+        let rows = stmt
+            .query_map(
+                params![embedder, after, lo, hi, limit.min(i64::MAX as usize) as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .context("reading vectors")?
+            .collect::<Result<Vec<_>, _>>()
+            .context("reading vectors")?;
+        Ok(rows)
     }
 }

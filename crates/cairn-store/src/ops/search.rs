@@ -176,7 +176,9 @@ pub fn search(
             let Some(record) = step_at(store, org, seq)? else {
                 continue;
             };
-            if !request.filter.admits(&record.step) {
+            // The in-memory graph may still hold a vector erased since it
+            // was built: the record is the authority.
+            if record.erased || !request.filter.admits(&record.step) {
                 continue;
             }
             add(seq, "semantic", rank, f64::from(score));

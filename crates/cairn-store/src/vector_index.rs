@@ -1,0 +1,512 @@
+//! Nearest-neighbour search over an org's stored vectors, in memory.
+//!
+//! The vectors of each (org, embedder) are loaded once and then followed:
+//! every query asks the store for the count and the highest id of those
+//! vectors (an index-only count), reads only the rows past the last id it
+//! holds, and reloads everything when the count says rows went away
+//! (erasure) or arrived out of id order (servers of a fleet commit
+//! batches in any order). Below [`GRAPH_MIN`] vectors a query scores every
+//! vector (exact); from there an HNSW graph (`instant-distance`) is built
+//! in the background over the rows held, and a query takes the graph's
+//! [`GRAPH_EF`] nearest and scores the rows that arrived since the build
+//! exactly; the graph is rebuilt when those exceed a fifth of it. Recall
+//! against exact search is measured in `benches/semantic.rs`
+//! (docs/PERFORMANCE.md).
+//!
+//! Vectors are derived data: what the index holds never decides what a
+//! search returns without the store's say (a hit on a step erased while a
+//! graph held it is dropped when its record is read), and an org whose
+//! vectors do not fit the memory budget is scored straight from the store.
+
+use crate::StoreError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Vectors from which an org gets an HNSW graph (fewer are scored exactly:
+/// 10,000 dot products of 384 floats take about a millisecond).
+pub const GRAPH_MIN: usize = 10_000;
+/// Candidates the graph returns per query (`ef` at search time).
+pub const GRAPH_EF: usize = 256;
+/// The default memory budget: 1 GiB of vectors (about 700,000 of 384
+/// dimensions).
+pub const DEFAULT_BUDGET: usize = 1 << 30;
+/// `ef` while building the graph.
+const GRAPH_EF_CONSTRUCTION: usize = 200;
+
+/// A vector, shared between the rows and the graph.
+#[derive(Clone)]
+struct Point(Arc<[f32]>);
+
+impl instant_distance::Point for Point {
+    fn distance(&self, other: &Self) -> f32 {
+        // Vectors are normalised: 1 - cosine similarity.
+        1.0 - crate::embed::similarity(&self.0, &other.0)
+    }
+}
+
+struct Graph {
+    map: instant_distance::HnswMap<Point, i64>,
+    /// The graph holds `rows[..covers]`.
+    covers: usize,
+}
+
+/// What identifies a set of vectors cheaply: how many, the highest id, and
+/// the sum of their ids relative to the org's first (an index-only query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Fingerprint {
+    /// How many vectors.
+    pub count: u64,
+    /// The highest id.
+    pub max_id: Option<i64>,
+    /// The sum of the low 20 bits of `id - org_range(org).0` (no overflow
+    /// below 2^43 vectors).
+    pub id_sum: i64,
+}
+
+/// What the store tells the index.
+pub(crate) trait VectorSource {
+    /// The fingerprint of the vectors of (org, embedder).
+    fn fingerprint(&self, org: i64, embedder: &str) -> Result<Fingerprint, StoreError>;
+    /// Up to `limit` of its vectors with ids above `after`, in id order.
+    fn vectors_after(
+        &self,
+        org: i64,
+        embedder: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
+}
+
+#[derive(Default)]
+struct OrgVectors {
+    rows: Vec<(i64, Point)>,
+    /// The fingerprint of `rows`.
+    held: Fingerprint,
+    bytes: usize,
+    used: Option<Instant>,
+    graph: Option<Arc<Graph>>,
+    /// A graph is being built.
+    building: bool,
+    /// Bumped by every full reload: a graph built from older rows is not
+    /// installed.
+    generation: u64,
+}
+
+
+/// The in-memory vectors of every (org, embedder) a store has searched,
+/// within a memory budget.
+pub(crate) struct VectorIndex {
+    orgs: Mutex<HashMap<(i64, String), Arc<Mutex<OrgVectors>>>>,
+    budget: usize,
+    /// Vectors from which an org gets a graph ([`GRAPH_MIN`]).
+    graph_min: usize,
+}
+
+impl std::fmt::Debug for VectorIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VectorIndex")
+            .field("budget", &self.budget)
+            .finish()
+    }
+}
+
+const PAGE: usize = 4096;
+/// The bits of each relative id that [`Fingerprint::id_sum`] adds.
+pub(crate) const ID_SUM_MASK: i64 = (1 << 20) - 1;
+
+fn decode(rows: Vec<(i64, Vec<u8>)>, out: &mut Vec<(i64, Point)>) -> usize {
+    let mut bytes = 0;
+    for (id, blob) in rows {
+        if let Some(vector) = crate::embed::from_bytes(&blob) {
+            bytes += blob.len();
+            out.push((id, Point(vector.into())));
+        }
+    }
+    bytes
+}
+
+impl VectorIndex {
+    /// An index holding at most `budget` bytes of vectors.
+    pub(crate) fn new(budget: usize) -> VectorIndex {
+        VectorIndex {
+            orgs: Mutex::new(HashMap::new()),
+            budget,
+            graph_min: GRAPH_MIN,
+        }
+    }
+
+    /// The same with graphs from `graph_min` vectors (tests and benches).
+    #[cfg(test)]
+    fn with_graph_min(budget: usize, graph_min: usize) -> VectorIndex {
+        VectorIndex {
+            graph_min,
+            ..VectorIndex::new(budget)
+        }
+    }
+
+    /// The `limit` nearest vectors of (org, embedder) to `query`, as
+    /// `(id, similarity)`, best first; `None` when they do not fit the
+    /// budget (the caller scores them from the store).
+    pub(crate) fn search(
+        &self,
+        source: &dyn VectorSource,
+        org: i64,
+        embedder: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Option<Vec<(i64, f32)>>, StoreError> {
+        let now = source.fingerprint(org, embedder)?;
+        let wanted = (now.count as usize).saturating_mul(query.len() * 4);
+        if wanted > self.budget {
+            return Ok(None);
+        }
+        let entry = {
+            let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
+            Arc::clone(orgs.entry((org, embedder.to_owned())).or_default())
+        };
+        let mut held = entry.lock().map_err(|_| poisoned())?;
+        if held.held != now {
+            refresh(&mut held, source, org, embedder, now)?;
+        }
+        held.used = Some(Instant::now());
+        maybe_build(&entry, &mut held, self.graph_min);
+        let hits = nearest(&held, query, limit);
+        drop(held);
+        self.evict((org, embedder))?;
+        Ok(Some(hits))
+    }
+
+    /// Drops the least recently used orgs until the budget holds.
+    fn evict(&self, keep: (i64, &str)) -> Result<(), StoreError> {
+        let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
+        loop {
+            let mut total = 0;
+            let mut oldest: Option<((i64, String), Instant)> = None;
+            for (key, entry) in orgs.iter() {
+                let Ok(held) = entry.try_lock() else {
+                    continue;
+                };
+                total += held.bytes;
+                if (key.0, key.1.as_str()) == keep {
+                    continue;
+                }
+                let used = held.used.unwrap_or_else(Instant::now);
+                if oldest.as_ref().is_none_or(|(_, at)| used < *at) {
+                    oldest = Some((key.clone(), used));
+                }
+            }
+            match oldest {
+                Some((key, _)) if total > self.budget => {
+                    orgs.remove(&key);
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Corrupt("the vector index lock was poisoned".into())
+}
+
+/// Reads pages of vectors after `after` until the end.
+fn read_after(
+    source: &dyn VectorSource,
+    org: i64,
+    embedder: &str,
+    after: i64,
+) -> Result<(Vec<(i64, Point)>, usize), StoreError> {
+    let mut rows = Vec::new();
+    let mut bytes = 0;
+    let mut next = after;
+    loop {
+        let page = source.vectors_after(org, embedder, next, PAGE)?;
+        let Some(last) = page.last() else { break };
+        next = last.0;
+        let full = page.len() == PAGE;
+        bytes += decode(page, &mut rows);
+        if !full {
+            break;
+        }
+    }
+    Ok((rows, bytes))
+}
+
+fn fingerprint_of(org: i64, rows: &[(i64, Point)]) -> Fingerprint {
+    let first = crate::engine::org_range(org).0;
+    Fingerprint {
+        count: rows.len() as u64,
+        max_id: rows.last().map(|(id, _)| *id),
+        id_sum: rows
+            .iter()
+            .fold(0i64, |sum, (id, _)| sum.wrapping_add((id - first) & ID_SUM_MASK)),
+    }
+}
+
+/// Brings `held` up to the store's vectors (`now`): the rows past the last
+/// id held, or all of them again.
+fn refresh(
+    held: &mut OrgVectors,
+    source: &dyn VectorSource,
+    org: i64,
+    embedder: &str,
+    now: Fingerprint,
+) -> Result<(), StoreError> {
+    if let Some(after) = held.held.max_id
+        && held.held.count < now.count
+    {
+        let (mut appended, bytes) = read_after(source, org, embedder, after)?;
+        let first = crate::engine::org_range(org).0;
+        let extended = Fingerprint {
+            count: held.held.count + appended.len() as u64,
+            max_id: appended.last().map(|(id, _)| *id).or(held.held.max_id),
+            id_sum: appended
+                .iter()
+                .fold(held.held.id_sum, |sum, (id, _)| sum.wrapping_add((id - first) & ID_SUM_MASK)),
+        };
+        if extended == now {
+            held.rows.append(&mut appended);
+            held.bytes += bytes;
+            held.held = extended;
+            return Ok(());
+        }
+    }
+    // Rows went away, or arrived below the last id held: read them all.
+    let (rows, bytes) = read_after(source, org, embedder, i64::MIN)?;
+    held.held = fingerprint_of(org, &rows);
+    held.rows = rows;
+    held.bytes = bytes;
+    held.graph = None;
+    held.generation += 1;
+    Ok(())
+}
+
+/// Starts building a graph in the background when the rows outside the
+/// current one call for it; the thread installs it unless the rows were
+/// reloaded meanwhile (then the graph may hold vectors since deleted).
+fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min: usize) {
+    let covered = held.graph.as_ref().map_or(0, |g| g.covers);
+    let outside = held.rows.len() - covered;
+    let due = held.rows.len() >= graph_min && outside >= (covered / 5).max(graph_min / 5);
+    if !due || held.building {
+        return;
+    }
+    held.building = true;
+    let rows: Vec<(i64, Point)> = held.rows.clone();
+    let generation = held.generation;
+    let entry = Arc::downgrade(entry);
+    let spawned = std::thread::Builder::new()
+        .name("cairn-hnsw".into())
+        .spawn(move || {
+            let covers = rows.len();
+            let (points, ids): (Vec<Point>, Vec<i64>) =
+                rows.into_iter().map(|(id, point)| (point, id)).unzip();
+            let map = instant_distance::Builder::default()
+                .ef_construction(GRAPH_EF_CONSTRUCTION)
+                .ef_search(GRAPH_EF)
+                .seed(0x00ca_1121)
+                .build(points, ids);
+            // Gone if the index dropped the org meanwhile.
+            if let Some(entry) = entry.upgrade()
+                && let Ok(mut held) = entry.lock()
+            {
+                held.building = false;
+                if held.generation == generation {
+                    held.graph = Some(Arc::new(Graph { map, covers }));
+                }
+            }
+        });
+    if spawned.is_err() {
+        held.building = false;
+    }
+}
+
+/// The nearest rows: the graph's candidates and every row it does not
+/// cover, scored exactly.
+fn nearest(held: &OrgVectors, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
+    let mut best = crate::embed::TopK::<i64>::new(limit);
+    let covered = match &held.graph {
+        Some(graph) => {
+            let mut search = instant_distance::Search::default();
+            let point = Point(query.into());
+            for item in graph.map.search(&point, &mut search) {
+                best.offer_score(*item.value, 1.0 - item.distance);
+            }
+            graph.covers
+        }
+        None => 0,
+    };
+    for (id, point) in &held.rows[covered..] {
+        if point.0.len() == query.len() {
+            best.offer_score(*id, crate::embed::similarity(query, &point.0));
+        }
+    }
+    best.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex as StdMutex;
+
+    /// An org's vectors as a store would hold them.
+    #[derive(Default)]
+    struct Fake {
+        rows: StdMutex<BTreeMap<i64, Vec<u8>>>,
+    }
+
+    const ORG: i64 = 3;
+
+    impl Fake {
+        fn put(&self, seq: i64, vector: &[f32]) {
+            let id = crate::engine::org_range(ORG).0 + seq;
+            self.rows
+                .lock()
+                .unwrap()
+                .insert(id, crate::embed::to_bytes(vector));
+        }
+    }
+
+    impl VectorSource for Fake {
+        fn fingerprint(&self, org: i64, _: &str) -> Result<Fingerprint, StoreError> {
+            let rows = self.rows.lock().unwrap();
+            let first = crate::engine::org_range(org).0;
+            Ok(Fingerprint {
+                count: rows.len() as u64,
+                max_id: rows.keys().next_back().copied(),
+                id_sum: rows
+                    .keys()
+                    .fold(0, |s, id| s + ((id - first) & ID_SUM_MASK)),
+            })
+        }
+
+        fn vectors_after(
+            &self,
+            _: i64,
+            _: &str,
+            after: i64,
+            limit: usize,
+        ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+            let rows = self.rows.lock().unwrap();
+            Ok(rows
+                .range(after.saturating_add(1)..)
+                .take(limit)
+                .map(|(id, v)| (*id, v.clone()))
+                .collect())
+        }
+    }
+
+    /// A deterministic unit vector near one of `clusters` centres.
+    fn vector(i: u64, dims: usize, clusters: u64) -> Vec<f32> {
+        let mut state = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+        };
+        let centre = i % clusters;
+        let mut v: Vec<f32> = (0..dims)
+            .map(|d| {
+                let c = ((centre * 31 + d as u64 * 17) % 13) as f32 / 13.0 - 0.5;
+                c + 0.35 * next()
+            })
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        v
+    }
+
+    fn exact(fake: &Fake, query: &[f32], limit: usize) -> Vec<i64> {
+        let mut all: Vec<(i64, f32)> = fake
+            .rows
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, v)| {
+                (
+                    *id,
+                    crate::embed::similarity(query, &crate::embed::from_bytes(v).unwrap()),
+                )
+            })
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.into_iter().take(limit).map(|(id, _)| id).collect()
+    }
+
+    fn ids(hits: Option<Vec<(i64, f32)>>) -> Vec<i64> {
+        hits.unwrap().into_iter().map(|(id, _)| id).collect()
+    }
+
+    #[test]
+    fn small_sets_are_exact_and_follow_every_change() {
+        let fake = Fake::default();
+        let index = VectorIndex::new(DEFAULT_BUDGET);
+        for i in 0..300 {
+            fake.put(i * 2, &vector(i as u64, 16, 7));
+        }
+        let query = vector(1_000, 16, 7);
+        let search = |index: &VectorIndex| ids(index.search(&fake, ORG, "e", &query, 10).unwrap());
+        assert_eq!(search(&index), exact(&fake, &query, 10));
+        // Appended above the last id: read incrementally.
+        fake.put(10_000, &query);
+        assert_eq!(search(&index)[0], crate::engine::org_range(ORG).0 + 10_000);
+        // Arrived below the last id (another server's batch): found too.
+        let mut close = query.clone();
+        close[0] += 0.01;
+        fake.put(1, &close);
+        assert_eq!(search(&index)[..2], exact(&fake, &query, 2)[..]);
+        // Deleted (erased): gone, even when as many arrive as left.
+        let top = search(&index)[0];
+        fake.rows.lock().unwrap().remove(&top);
+        fake.put(3, &vector(77, 16, 7));
+        assert!(!search(&index).contains(&top));
+        assert_eq!(search(&index), exact(&fake, &query, 10));
+        // Over the budget: the caller scores from the store.
+        let small = VectorIndex::new(1024);
+        assert!(small.search(&fake, ORG, "e", &query, 10).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_graph_finds_nearly_what_exact_search_finds_and_rows_added_since() {
+        let dims = 32;
+        let fake = Fake::default();
+        let index = VectorIndex::with_graph_min(DEFAULT_BUDGET, 2_000);
+        let n = 3_000;
+        for i in 0..n {
+            fake.put(i, &vector(i as u64, dims, 50));
+        }
+        let probe = vector(5, dims, 50);
+        index.search(&fake, ORG, "e", &probe, 10).unwrap();
+        // Wait for the background build.
+        let entry = Arc::clone(index.orgs.lock().unwrap().get(&(ORG, "e".into())).unwrap());
+        let deadline = Instant::now() + std::time::Duration::from_secs(120);
+        let started = Instant::now();
+        while entry.lock().unwrap().graph.is_none() {
+            assert!(Instant::now() < deadline, "the graph was not built");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        eprintln!("graph of {n} built in {:?}", started.elapsed());
+        let started = Instant::now();
+        let (mut found, mut wanted) = (0, 0);
+        for q in 0..100u64 {
+            let query = vector(1_000_000 + q, dims, 50);
+            let truth = exact(&fake, &query, 10);
+            let got = ids(index.search(&fake, ORG, "e", &query, 10).unwrap());
+            wanted += truth.len();
+            found += truth.iter().filter(|id| got.contains(id)).count();
+        }
+        let recall = found as f64 / wanted as f64;
+        eprintln!("100 queries in {:?}, recall {recall}", started.elapsed());
+        assert!(recall >= 0.9, "recall@10 {recall}");
+        // A row added after the build is scored exactly.
+        let query = vector(9_999_999, dims, 50);
+        fake.put(n + 5, &query);
+        assert_eq!(
+            ids(index.search(&fake, ORG, "e", &query, 1).unwrap())[0],
+            crate::engine::org_range(ORG).0 + n + 5
+        );
+    }
+}
