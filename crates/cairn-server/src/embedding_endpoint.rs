@@ -16,7 +16,9 @@ use std::time::Duration;
 /// Largest answer read from the service.
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// How long one request may take.
-const TIMEOUT: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest vector accepted.
+const MAX_DIMENSIONS: usize = 16_384;
 
 /// The embedding service's settings.
 #[derive(Debug, Clone)]
@@ -68,6 +70,11 @@ pub fn endpoint_uri(url: &str) -> Result<axum::http::Uri, String> {
     if uri.host().is_none() {
         return Err(format!("{url}: the URL has no host"));
     }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(
+            "the embedding endpoint URL holds credentials: give the token in CAIRN_EMBEDDING_API_KEY instead".into(),
+        );
+    }
     if matches!(uri.path(), "" | "/") && uri.query().is_none() {
         return format!("{}/v1/embeddings", url.trim_end_matches('/'))
             .parse()
@@ -106,9 +113,10 @@ impl EndpointEmbedder {
         let dimensions = probe.first().map_or(0, Vec::len);
         embedder.dimensions = dimensions;
         embedder.id = format!("endpoint:{}:{dimensions}", embedder.config.model);
+        // Search answers show this to every tenant: no address.
         embedder.description = format!(
-            "{} ({dimensions} dimensions, at {})",
-            embedder.config.model, embedder.uri
+            "{} ({dimensions} dimensions, embedding service)",
+            embedder.config.model
         );
         Ok(embedder)
     }
@@ -194,16 +202,28 @@ pub fn parse_answer(
         } else {
             dimensions
         };
-        if vector.is_empty() || vector.len() != length || vector.iter().any(|x| !x.is_finite()) {
+        if vector.is_empty()
+            || vector.len() != length
+            || vector.len() > MAX_DIMENSIONS
+            || vector.iter().any(|x| !x.is_finite())
+        {
             return Err(EmbedError(format!(
-                "a vector of {} numbers (expected {length}, all finite)",
+                "a vector of {} numbers (expected {length}, at most {MAX_DIMENSIONS}, all finite)",
                 vector.len()
             )));
         }
-        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm > 0.0 {
-            vector.iter_mut().for_each(|x| *x /= norm);
+        // In f64: squares of large f32s overflow f32.
+        let norm = vector
+            .iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt();
+        if norm == 0.0 || !norm.is_finite() {
+            return Err(EmbedError("a vector of zeros".into()));
         }
+        vector
+            .iter_mut()
+            .for_each(|x| *x = (f64::from(*x) / norm) as f32);
         *slot = Some(vector);
     }
     let vectors: Vec<Vec<f32>> = vectors.into_iter().flatten().collect();
@@ -252,6 +272,11 @@ mod tests {
                 .contains("TLS")
         );
         assert!(endpoint_uri("ftp://x").is_err());
+        assert!(
+            endpoint_uri("http://user:secret@h:1/")
+                .unwrap_err()
+                .contains("CAIRN_EMBEDDING_API_KEY")
+        );
         assert!(endpoint_uri("not a url").is_err());
     }
 
@@ -275,10 +300,17 @@ mod tests {
                 "lengths",
             ),
             (br#"{"data":[{"embedding":[]},{"embedding":[]}]}"#, "empty"),
+            (
+                br#"{"data":[{"embedding":[0,0]},{"embedding":[1,0]}]}"#,
+                "zeros",
+            ),
             (br#"{"error":"x"}"#, "shape"),
         ] {
             assert!(parse_answer(bad, 2, 0).is_err(), "{why}");
         }
         assert!(parse_answer(br#"{"data":[{"embedding":[1,2,3]}]}"#, 1, 2).is_err());
+        // Squares beyond f32's range still normalise.
+        let big = parse_answer(br#"{"data":[{"embedding":[3e30,4e30]}]}"#, 1, 0).unwrap();
+        assert!((big[0][0] - 0.6).abs() < 1e-6 && (big[0][1] - 0.8).abs() < 1e-6);
     }
 }

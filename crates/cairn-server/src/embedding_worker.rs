@@ -17,13 +17,17 @@ const IDLE_POLL: Duration = Duration::from_millis(250);
 const COUNT_EVERY: Duration = Duration::from_secs(2);
 /// The longest pause after failures (it doubles from one second).
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often a worker whose embedder is not the store's looks again.
+const OTHER_EMBEDDER_POLL: Duration = Duration::from_secs(5);
 
 /// What the worker reports, read by `/metrics`.
 #[derive(Debug, Default)]
 pub struct EmbeddingStats {
     stop: AtomicBool,
     backlog: AtomicU64,
+    parked: AtomicU64,
     embedded: AtomicU64,
+    refused: AtomicU64,
     failures: AtomicU64,
     wake: (Mutex<bool>, Condvar),
 }
@@ -32,6 +36,16 @@ impl EmbeddingStats {
     /// Steps waiting in the queue, as last counted.
     pub fn backlog(&self) -> u64 {
         self.backlog.load(Relaxed)
+    }
+
+    /// Steps parked (refused alone too often), as last counted.
+    pub fn parked(&self) -> u64 {
+        self.parked.load(Relaxed)
+    }
+
+    /// Steps the embedder refused on their own (each an attempt).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
     }
 
     /// Queue entries settled (embedded, or dropped because erased).
@@ -57,7 +71,7 @@ impl EmbeddingStats {
         }
     }
 
-    /// Wakes the worker now (a step was queued, or it must stop).
+    /// Wakes the worker now (it must stop).
     pub fn wake(&self) {
         let (lock, condvar) = &self.wake;
         if let Ok(mut woken) = lock.lock() {
@@ -109,32 +123,55 @@ impl Drop for EmbeddingWorker {
 }
 
 fn run(store: &dyn LedgerStore, embedder: &dyn Embedder, batch: usize, stats: &EmbeddingStats) {
+    use cairn_store::ops::EmbedQueueError;
     let mut counted: Option<Instant> = None;
     let mut backoff = Duration::from_secs(1);
+    let mut warned_other = false;
+    let count = |stats: &EmbeddingStats| {
+        if let Ok(backlog) = store.embedding_backlog() {
+            stats.backlog.store(backlog.waiting, Relaxed);
+            stats.parked.store(backlog.parked, Relaxed);
+        }
+    };
     while !stats.stop.load(Relaxed) {
         if counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY) {
-            if let Ok(n) = store.embedding_backlog() {
-                stats.backlog.store(n, Relaxed);
-            }
+            count(stats);
             counted = Some(Instant::now());
         }
-        match cairn_store::ops::embed_queued(store, embedder, batch) {
-            Ok(0) => {
+        // A panic in an embedder (a model's bug) must not end the thread
+        // silently: it counts as a failed round.
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cairn_store::ops::embed_queued(store, embedder, batch)
+        }))
+        .unwrap_or_else(|_| {
+            Err(EmbedQueueError::Embedder(cairn_store::embed::EmbedError(
+                "the embedder panicked".into(),
+            )))
+        });
+        match round {
+            Ok(round) if round.settled == 0 && round.refused == 0 => {
                 backoff = Duration::from_secs(1);
                 // Nothing left to claim: count what other servers may
                 // still hold (0 on the embedded store).
-                if let Ok(n) = store.embedding_backlog() {
-                    stats.backlog.store(n, Relaxed);
-                }
+                count(stats);
                 counted = Some(Instant::now());
                 stats.sleep(IDLE_POLL);
             }
-            Ok(settled) => {
+            Ok(round) => {
                 backoff = Duration::from_secs(1);
-                stats.embedded.fetch_add(settled as u64, Relaxed);
-                let _ = stats
-                    .backlog
-                    .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(settled as u64)));
+                warned_other = false;
+                stats.embedded.fetch_add(round.settled as u64, Relaxed);
+                stats.refused.fetch_add(round.refused as u64, Relaxed);
+                let _ = stats.backlog.fetch_update(Relaxed, Relaxed, |n| {
+                    Some(n.saturating_sub(round.settled as u64))
+                });
+            }
+            Err(e @ EmbedQueueError::OtherEmbedder { .. }) => {
+                if !warned_other {
+                    tracing::warn!("{e}");
+                    warned_other = true;
+                }
+                stats.sleep(OTHER_EMBEDDER_POLL);
             }
             Err(e) => {
                 stats.failures.fetch_add(1, Relaxed);

@@ -124,22 +124,29 @@ pub(crate) async fn run_search(
     let mode = input.mode;
     let embedder = Arc::clone(&state.config.embedder);
     let description = embedder.description().to_owned();
-    let hits = blocking(state, move |store| {
+    let answer = blocking(state, move |store| {
         let _permit = permit;
         cairn_store::ops::search(store, embedder.as_ref(), &org, &input).map_err(|e| match e {
             SearchError::Query(e) => {
                 ApiError::bad_request("invalid_request", e.to_string()).with_field("q")
             }
             SearchError::Store(e) => e.into(),
-            SearchError::Embedder(e) => ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                format!("the embedding model could not embed the query ({e}); search with mode=fulltext meanwhile"),
-            ),
+            SearchError::Embedder(e) => {
+                // The service's own words stay in the operator's log.
+                tracing::warn!("embedding a search query failed: {e}");
+                ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the embedder could not embed the query; search with mode=fulltext (or hybrid, which then ranks by words alone) meanwhile",
+                )
+            }
         })
     })
     .await?;
-    Ok(wire::search_results(mode, &description, hits))
+    if let Some(why) = &answer.semantic_unavailable {
+        tracing::warn!("embedding a search query failed, answered by full text alone: {why}");
+    }
+    Ok(wire::search_results(mode, &description, answer))
 }
 
 #[utoipa::path(

@@ -697,6 +697,10 @@ pub struct SearchResults {
     pub mode: String,
     /// The embedder that ranked by meaning (semantic and hybrid modes).
     pub embedder: String,
+    /// True when hybrid mode ranked by words alone because the embedder
+    /// could not embed the query (the service is down); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub semantic_unavailable: bool,
     /// Hits, best first.
     pub results: Vec<SearchHitOut>,
 }
@@ -722,12 +726,14 @@ pub struct SearchHitOut {
 pub fn search_results(
     mode: cairn_store::ops::SearchMode,
     embedder: &str,
-    hits: Vec<cairn_store::ops::SearchHit>,
+    answer: cairn_store::ops::SearchAnswer,
 ) -> SearchResults {
     SearchResults {
         mode: mode.as_str().to_owned(),
         embedder: embedder.to_owned(),
-        results: hits
+        semantic_unavailable: answer.semantic_unavailable.is_some(),
+        results: answer
+            .hits
             .into_iter()
             .map(|hit| SearchHitOut {
                 step: step_out(hit.seq, &hit.record),

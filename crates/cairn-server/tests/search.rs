@@ -318,7 +318,7 @@ fn an_embedding_service_embeds_in_the_background_and_outages_only_delay_it() {
         body["embedder"]
             .as_str()
             .unwrap()
-            .starts_with("fake-minilm (256 dimensions"),
+            .starts_with("fake-minilm (256 dimensions, embedding service"),
         "{body}"
     );
     assert_eq!(hits(&body)[0], "s1#0", "{body}");

@@ -35,6 +35,10 @@ pub const WORD_HASH_ID: &str = "word-hash-256";
 /// their own token limit; this bounds what is sent and tokenized).
 pub const MAX_EMBEDDED_CHARS: usize = 8192;
 
+/// Failed attempts of a step on its own (the embedder refused it while
+/// embedding others) after which it is parked.
+pub const MAX_ATTEMPTS: i64 = 5;
+
 /// Why texts could not be embedded.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]

@@ -34,8 +34,8 @@ pub mod pg;
 #[cfg(feature = "model")]
 pub mod sentence_model;
 mod sequencer;
-mod vector_index;
 mod sqlite;
+mod vector_index;
 pub mod witness_state;
 
 pub use auth::{ApiKey, Role, token_hash};
@@ -253,6 +253,16 @@ pub fn prepare_step(
         embed,
         search_doc,
     })
+}
+
+/// The embedding queue's length.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbeddingBacklog {
+    /// Steps waiting to be embedded.
+    pub waiting: u64,
+    /// Steps the embedder refused [`embed::MAX_ATTEMPTS`] times, left out
+    /// until `cairn reindex`.
+    pub parked: u64,
 }
 
 /// A step waiting in the embedding queue.
@@ -1070,10 +1080,11 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError>;
 
-    /// Up to `limit` queued steps to embed, oldest first, each with its
-    /// text (`None` if it was erased or has none: it only leaves the
-    /// queue). On PostgreSQL each is leased to this caller for a while so
-    /// that servers sharing a database do not embed the same step.
+    /// Up to `limit` queued steps to embed, oldest first across orgs and
+    /// parked ones left out, each with its text (`None` if it was erased or
+    /// has none: it only leaves the queue). On PostgreSQL each is leased to
+    /// this caller for a while so that servers sharing a database do not
+    /// embed the same step.
     fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError>;
 
     /// Stores vectors made by the embedder `embedder` and takes their steps
@@ -1085,9 +1096,11 @@ pub trait LedgerStore: Send + Sync + 'static {
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
     ) -> Result<(), StoreError>;
 
-    /// Gives claimed steps back to the queue at once (the embedder
-    /// failed), instead of when their lease expires.
-    fn release_embeddings(&self, ids: &[i64]) -> Result<(), StoreError>;
+    /// Gives claimed steps back to the queue at once instead of when their
+    /// lease expires; with `failed`, counts a failed attempt of each (the
+    /// embedder refused that step alone): after
+    /// [`embed::MAX_ATTEMPTS`] a step is parked until `cairn reindex`.
+    fn release_embeddings(&self, ids: &[i64], failed: bool) -> Result<(), StoreError>;
 
     /// Whether this store was opened to read beside the process that
     /// sequences it (then it writes nothing, derived tables included).
@@ -1095,8 +1108,8 @@ pub trait LedgerStore: Send + Sync + 'static {
         false
     }
 
-    /// Steps waiting in the embedding queue.
-    fn embedding_backlog(&self) -> Result<u64, StoreError>;
+    /// Steps in the embedding queue: waiting, and parked.
+    fn embedding_backlog(&self) -> Result<EmbeddingBacklog, StoreError>;
 
     /// Queues every step of `org_id` (every org if `None`) that has a
     /// vector or that seed 000's rule selects at this store's rate, to be
@@ -1105,6 +1118,14 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// How many stored vectors each embedder made, by [`embed::Embedder::id`].
     fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// The embedder the store's queue is for (the last `cairn serve` or
+    /// `cairn reindex` chose it), by id; `None` before any chose one.
+    fn chosen_embedder(&self) -> Result<Option<String>, StoreError>;
+
+    /// Makes `id` the store's embedder; returns the one before. Workers of
+    /// another embedder stop taking steps from the queue.
+    fn choose_embedder(&self, id: &str) -> Result<Option<String>, StoreError>;
 
     /// The `limit` steps of an org that match a full-text `query` and
     /// pass `filter`, best first, as `(seq, score)` (a higher score is a

@@ -36,9 +36,9 @@ use crate::engine::{
 use crate::keys::ServerKey;
 use crate::listing::{self, ListParam};
 use crate::{
-    ApiKey, DbContext, ImportError, LedgerStore, PendingEmbedding, Refusal, Role, SessionFilter,
-    SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
-    WriteRequest, Written, now,
+    ApiKey, DbContext, EmbeddingBacklog, ImportError, LedgerStore, PendingEmbedding, Refusal, Role,
+    SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint,
+    StoredEntry, StoredStep, WriteRequest, Written, now,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -55,6 +55,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
+
+mod embedding;
 
 /// The schema, version 2.
 pub const SCHEMA: &str = include_str!("pg_schema.sql");
@@ -116,7 +118,7 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
             index_unindexed_steps(&mut tx)?;
-            move_untagged_vectors(&mut tx)?;
+            embedding::upgrade_vectors(&mut tx)?;
         }
         Some("1") => {
             return Err(StoreError::Corrupt(
@@ -143,39 +145,22 @@ DROP INDEX IF EXISTS sessions_recent;
 CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
 CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, embedder TEXT NOT NULL, vector BYTEA NOT NULL);
-CREATE TABLE IF NOT EXISTS embedding_queue (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, claimed_until TIMESTAMPTZ);
-CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);";
+CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
+CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
+  attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
 
 /// Whether the tables and indexes of [`ADDITIONS`] exist.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
-               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL",
+               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
+               AND to_regclass('embedding_settings') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?
         .get(0))
-}
-
-/// Moves the vectors of a database written before vectors were tagged with
-/// their embedder (the `embeddings` table, all word-hash) into `vectors`.
-fn move_untagged_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
-    let old: bool = tx
-        .query_one("SELECT to_regclass('embeddings') IS NOT NULL", &[])
-        .context("looking for untagged vectors")?
-        .get(0);
-    if old {
-        tx.execute(
-            "INSERT INTO vectors (id, org, embedder, vector)
-             SELECT id, org, $1, vector FROM embeddings ON CONFLICT DO NOTHING",
-            &[&crate::embed::WORD_HASH_ID],
-        )
-        .context("moving untagged vectors")?;
-        tx.execute("DELETE FROM embeddings", &[])
-            .context("moving untagged vectors")?;
-    }
-    Ok(())
 }
 
 /// Indexes for full-text search the steps a database holds from before
@@ -300,6 +285,9 @@ pub struct PgOptions {
     pub network_timeout: Duration,
     /// Bytes of vectors semantic search may hold in memory (default 1 GiB).
     pub vector_memory_bytes: usize,
+    /// Vectors of one org and embedder from which semantic search builds
+    /// an HNSW graph instead of scoring every vector (default 10,000).
+    pub vector_graph_min: usize,
 }
 
 impl PgOptions {
@@ -313,6 +301,7 @@ impl PgOptions {
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
             network_timeout: Duration::from_secs(30),
             vector_memory_bytes: crate::vector_index::DEFAULT_BUDGET,
+            vector_graph_min: crate::vector_index::GRAPH_MIN,
         }
     }
 }
@@ -1678,6 +1667,7 @@ impl PgStore {
         bound_network_waits(&mut config, options.network_timeout);
         let mut conn = connect(&config)?;
         migrate(&mut conn.client)?;
+        embedding::check_embedding_grants(&mut conn.client)?;
         install_guard(&mut conn.client)?;
         let vkey = key.verifier.to_string();
         let mut db = conn.db();
@@ -1716,7 +1706,10 @@ impl PgStore {
             writer: Mutex::new(Some(conn)),
             readers: Mutex::new(Vec::new()),
             cache: Mutex::new(Cache::default()),
-            vectors: crate::vector_index::VectorIndex::new(options.vector_memory_bytes),
+            vectors: crate::vector_index::VectorIndex::new(
+                options.vector_memory_bytes,
+                options.vector_graph_min,
+            ),
         })
     }
 
@@ -2264,84 +2257,11 @@ impl LedgerStore for PgStore {
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError> {
-        self.read(|db| {
-            let Some(org) = Self::org_id_of(db, org_id)? else {
-                return Ok(Vec::new());
-            };
-            let (lo, hi) = org_range(org);
-            let source = PgVectors(std::cell::RefCell::new(db));
-            let cached = self.vectors.search(&source, org, embedder, query, limit)?;
-            let db = source.0.into_inner();
-            if let Some(hits) = cached {
-                return Ok(hits
-                    .into_iter()
-                    .map(|(id, score)| (u64_of(id - lo), score))
-                    .collect());
-            }
-            let mut best = crate::embed::TopK::new(limit);
-            let mut next = lo;
-            loop {
-                let rows = db.query(
-                    "SELECT id, vector FROM vectors WHERE id >= $1 AND id < $2 AND embedder = $4
-                     ORDER BY id LIMIT $3",
-                    &[&next, &hi, &PAGE, &embedder],
-                    "searching embeddings",
-                )?;
-                let Some(last) = rows.last() else { break };
-                next = col::<i64>(last, 0)? + 1;
-                for row in &rows {
-                    let id: i64 = col(row, 0)?;
-                    best.offer(u64_of(id - lo), query, &col::<Vec<u8>>(row, 1)?);
-                }
-            }
-            Ok(best.finish())
-        })
+        self.semantic_search_in(org_id, embedder, query, limit)
     }
 
     fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(|db| {
-            // A lease, so that servers sharing the database embed different
-            // steps; a server that dies leaves its lease to expire.
-            let claimed = db.query(
-                "UPDATE embedding_queue SET claimed_until = now() + interval '5 minutes'
-                 WHERE id IN (SELECT id FROM embedding_queue
-                              WHERE claimed_until IS NULL OR claimed_until < now()
-                              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-                 RETURNING id",
-                &[&limit],
-                "reading the embedding queue",
-            )?;
-            let mut ids = claimed
-                .iter()
-                .map(|row| col::<i64>(row, 0))
-                .collect::<Result<Vec<_>, _>>()?;
-            ids.sort_unstable();
-            let rows = db.query(
-                "SELECT id, erased, content, input_data, output_data, metadata FROM entries
-                 WHERE id = ANY($1) AND type = 'step'",
-                &[&ids],
-                "reading the embedding queue",
-            )?;
-            let mut texts = HashMap::new();
-            for row in &rows {
-                texts.insert(
-                    col::<i64>(row, 0)?,
-                    crate::embed::pending_text(
-                        col(row, 1)?,
-                        col(row, 2)?,
-                        [col(row, 3)?, col(row, 4)?, col(row, 5)?],
-                    ),
-                );
-            }
-            Ok(ids
-                .into_iter()
-                .map(|id| PendingEmbedding {
-                    id,
-                    text: texts.remove(&id).flatten(),
-                })
-                .collect())
-        })
+        self.claim_embeddings_in(limit)
     }
 
     fn store_embeddings(
@@ -2349,141 +2269,31 @@ impl LedgerStore for PgStore {
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
     ) -> Result<(), StoreError> {
-        let all: Vec<i64> = done.iter().map(|(p, _)| p.id).collect();
-        let made: HashMap<i64, Vec<u8>> = done
-            .iter()
-            .filter_map(|(p, v)| v.as_ref().map(|v| (p.id, crate::embed::to_bytes(v))))
-            .collect();
-        let mut ids: Vec<i64> = made.keys().copied().collect();
-        ids.sort_unstable();
-        self.read(|db| {
-            db.client
-                .batch_execute("BEGIN")
-                .context("storing embeddings")?;
-            let outcome = (|| {
-                // Shared row locks: an erasure committed before is seen, and
-                // one after waits for this transaction (then drops the
-                // vector).
-                let rows = db.query(
-                    "SELECT id, has_embedding FROM entries
-                     WHERE id = ANY($1) AND type = 'step' AND NOT erased ORDER BY id FOR SHARE",
-                    &[&ids],
-                    "storing embeddings",
-                )?;
-                let (mut live, mut unflagged, mut vectors) = (Vec::new(), Vec::new(), Vec::new());
-                for row in &rows {
-                    let id: i64 = col(row, 0)?;
-                    if !col::<bool>(row, 1)? {
-                        unflagged.push(id);
-                    }
-                    if let Some(vector) = made.get(&id) {
-                        live.push(id);
-                        vectors.push(vector.clone());
-                    }
-                }
-                db.execute(
-                    "UPDATE entries SET has_embedding = TRUE WHERE id = ANY($1)",
-                    &[&unflagged],
-                    "storing embeddings",
-                )?;
-                db.execute(
-                    "INSERT INTO vectors (id, org, embedder, vector)
-                     SELECT id, id >> 40, $2, vector FROM UNNEST($1::int8[], $3::bytea[]) AS t(id, vector)
-                     ON CONFLICT (id) DO UPDATE SET embedder = EXCLUDED.embedder, vector = EXCLUDED.vector",
-                    &[&live, &embedder, &vectors],
-                    "storing embeddings",
-                )?;
-                db.execute(
-                    "DELETE FROM embedding_queue WHERE id = ANY($1)",
-                    &[&all],
-                    "storing embeddings",
-                )?;
-                Ok(())
-            })();
-            let end = if outcome.is_ok() { "COMMIT" } else { "ROLLBACK" };
-            let ended = db.client.batch_execute(end).context("storing embeddings");
-            outcome.and(ended)
-        })
+        self.store_embeddings_in(embedder, done)
     }
 
-    fn release_embeddings(&self, ids: &[i64]) -> Result<(), StoreError> {
-        self.read(|db| {
-            db.execute(
-                "UPDATE embedding_queue SET claimed_until = NULL WHERE id = ANY($1)",
-                &[&ids],
-                "releasing queued steps",
-            )?;
-            Ok(())
-        })
+    fn release_embeddings(&self, ids: &[i64], failed: bool) -> Result<(), StoreError> {
+        self.release_embeddings_in(ids, failed)
     }
 
-    fn embedding_backlog(&self) -> Result<u64, StoreError> {
-        self.read(|db| {
-            let n: i64 = col(
-                &db.query_one(
-                    "SELECT count(*) FROM embedding_queue",
-                    &[],
-                    "counting the embedding queue",
-                )?,
-                0,
-            )?;
-            Ok(u64_of(n))
-        })
+    fn embedding_backlog(&self) -> Result<EmbeddingBacklog, StoreError> {
+        self.embedding_backlog_in()
     }
 
     fn queue_reindex(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
-        let rate = self.embedding_sample_rate;
-        self.read(|db| {
-            let org = match org_id {
-                Some(name) => match Self::org_id_of(db, name)? {
-                    Some(org) => Some(org),
-                    None => return Ok(0),
-                },
-                None => None,
-            };
-            let mut queued = 0;
-            let mut next = i64::MIN;
-            loop {
-                let rows = db.query(
-                    "SELECT id, kind, trace_id, has_embedding FROM entries
-                     WHERE type = 'step' AND NOT erased AND id > $1
-                       AND ($2::int8 IS NULL OR org = $2)
-                     ORDER BY id LIMIT $3",
-                    &[&next, &org, &PAGE],
-                    "queueing steps to embed again",
-                )?;
-                let Some(last) = rows.last() else { break };
-                next = col(last, 0)?;
-                let mut ids = Vec::new();
-                for row in &rows {
-                    let kind: Option<String> = col(row, 1)?;
-                    let trace_id: String = col(row, 2)?;
-                    if crate::embed::selected(col(row, 3)?, kind.as_deref(), &trace_id, rate) {
-                        ids.push(col::<i64>(row, 0)?);
-                    }
-                }
-                queued += db.execute(
-                    "INSERT INTO embedding_queue (id, org) SELECT id, id >> 40 FROM UNNEST($1::int8[]) AS t(id)
-                     ON CONFLICT (id) DO UPDATE SET claimed_until = NULL",
-                    &[&ids],
-                    "queueing steps to embed again",
-                )?;
-            }
-            Ok(queued)
-        })
+        self.queue_reindex_in(org_id)
     }
 
     fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.read(|db| {
-            db.query(
-                "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
-                &[],
-                "counting vectors",
-            )?
-            .iter()
-            .map(|row| Ok((col(row, 0)?, u64_of(col::<i64>(row, 1)?))))
-            .collect()
-        })
+        self.vectors_by_embedder_in()
+    }
+
+    fn chosen_embedder(&self) -> Result<Option<String>, StoreError> {
+        self.chosen_embedder_in()
+    }
+
+    fn choose_embedder(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.choose_embedder_in(id)
     }
 
     fn flagged_steps(
@@ -2961,51 +2771,5 @@ mod tests {
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
         assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
         assert!(!config.get_keepalives());
-    }
-}
-
-/// The vectors of an org as the in-memory index reads them.
-struct PgVectors<'d, 'c>(std::cell::RefCell<&'d mut Db<'c, postgres::Client>>);
-
-impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
-    fn fingerprint(
-        &self,
-        org: i64,
-        embedder: &str,
-    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
-        let (lo, hi) = org_range(org);
-        let row = self.0.borrow_mut().query_one(
-            "SELECT count(*), max(id), coalesce(sum((id - $2) & 1048575), 0)::int8 FROM vectors
-             WHERE embedder = $1 AND id >= $2 AND id < $3",
-            &[&embedder, &lo, &hi],
-            "counting vectors",
-        )?;
-        Ok(crate::vector_index::Fingerprint {
-            count: u64_of(col::<i64>(&row, 0)?),
-            max_id: col(&row, 1)?,
-            id_sum: col(&row, 2)?,
-        })
-    }
-
-    fn vectors_after(
-        &self,
-        org: i64,
-        embedder: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        let (lo, hi) = org_range(org);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.0
-            .borrow_mut()
-            .query(
-                "SELECT id, vector FROM vectors WHERE embedder = $1 AND id > $2 AND id >= $3 AND id < $4
-                 ORDER BY id LIMIT $5",
-                &[&embedder, &after, &lo, &hi, &limit],
-                "reading vectors",
-            )?
-            .iter()
-            .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
-            .collect()
     }
 }

@@ -116,9 +116,16 @@ CREATE TABLE IF NOT EXISTS vectors (
   vector   BYTEA  NOT NULL
 );
 CREATE TABLE IF NOT EXISTS embedding_queue (
+  n             BIGSERIAL UNIQUE,  -- the queue's order (age), across orgs
   id            BIGINT PRIMARY KEY,
   org           BIGINT NOT NULL,
+  attempts      BIGINT NOT NULL DEFAULT 0,  -- refusals of this step alone; parked at 5
   claimed_until TIMESTAMPTZ
+);
+-- The embedder the queue is for (key 'embedder').
+CREATE TABLE IF NOT EXISTS embedding_settings (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS api_keys (

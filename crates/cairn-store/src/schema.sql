@@ -142,10 +142,21 @@ CREATE TABLE IF NOT EXISTS vectors (
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 
 -- Derived: steps waiting for the background embedder (queued in the
--- transaction that writes the step; erasure removes them).
+-- transaction that writes the step; erasure removes them), taken in the
+-- queue's order `n` across orgs; a step the embedder refused alone
+-- MAX_ATTEMPTS times is parked (left out until `cairn reindex`).
 CREATE TABLE IF NOT EXISTS embedding_queue (
-  id  INTEGER PRIMARY KEY,
-  org INTEGER NOT NULL
+  n        INTEGER PRIMARY KEY,
+  id       INTEGER NOT NULL UNIQUE,
+  org      INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0
+);
+
+-- Derived: the embedder the queue is for (key 'embedder'), chosen by the
+-- last `cairn serve` or `cairn reindex`.
+CREATE TABLE IF NOT EXISTS embedding_settings (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
 );
 
 -- Complete Merkle subtrees of each org log at levels 4, 8, 12, ...

@@ -34,8 +34,9 @@ use crate::engine::{
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::listing::{self, ListParam};
 use crate::{
-    DbContext, LedgerStore, PendingEmbedding, Refusal, SessionFilter, SessionInfo, SessionSummary,
-    StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep, WriteRequest, Written,
+    DbContext, EmbeddingBacklog, LedgerStore, PendingEmbedding, Refusal, SessionFilter,
+    SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
+    WriteRequest, Written,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::merkle::{
@@ -52,6 +53,8 @@ use std::time::Duration;
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
+mod embedding;
+
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: &str = "2";
 /// File name of the lock held by the process that sequences the store.
@@ -88,6 +91,9 @@ pub struct SqliteOptions {
     pub key: Option<ServerKey>,
     /// Bytes of vectors semantic search may hold in memory (default 1 GiB).
     pub vector_memory_bytes: usize,
+    /// Vectors of one org and embedder from which semantic search builds
+    /// an HNSW graph instead of scoring every vector (default 10,000).
+    pub vector_graph_min: usize,
 }
 
 impl Default for SqliteOptions {
@@ -102,6 +108,7 @@ impl Default for SqliteOptions {
             key_file: None,
             key: None,
             vector_memory_bytes: crate::vector_index::DEFAULT_BUDGET,
+            vector_graph_min: crate::vector_index::GRAPH_MIN,
         }
     }
 }
@@ -417,7 +424,7 @@ impl SqliteStore {
             }
         }
         if options.sequencer && damaged.is_none() {
-            move_untagged_vectors(&tx)?;
+            embedding::move_untagged_vectors(&tx)?;
             index_unindexed_steps(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
@@ -462,7 +469,10 @@ impl SqliteStore {
             readers: Mutex::new(Vec::new()),
             _checkpointer: checkpointer,
             _lock: lock,
-            vectors: crate::vector_index::VectorIndex::new(options.vector_memory_bytes),
+            vectors: crate::vector_index::VectorIndex::new(
+                options.vector_memory_bytes,
+                options.vector_graph_min,
+            ),
         })
     }
 
@@ -919,29 +929,6 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
         created_at: Timestamp::from_micros(created).unwrap_or_default(),
         revoked_at: revoked.and_then(Timestamp::from_micros),
     })
-}
-
-/// Moves the vectors of a store written before vectors were tagged with
-/// their embedder (the `embeddings` table, all word-hash) into `vectors`.
-fn move_untagged_vectors(tx: &Connection) -> Result<(), StoreError> {
-    let old: bool = tx
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings')",
-            [],
-            |r| r.get(0),
-        )
-        .context("looking for untagged vectors")?;
-    if old {
-        tx.execute(
-            "INSERT OR IGNORE INTO vectors (id, org, embedder, vector)
-             SELECT id, org, ?1, vector FROM embeddings",
-            [crate::embed::WORD_HASH_ID],
-        )
-        .context("moving untagged vectors")?;
-        tx.execute("DELETE FROM embeddings", [])
-            .context("moving untagged vectors")?;
-    }
-    Ok(())
 }
 
 /// Builds the full-text index of a store written before it existed (once:
@@ -1925,68 +1912,11 @@ impl LedgerStore for SqliteStore {
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError> {
-        self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(Vec::new());
-            };
-            let (lo, hi) = org_range(org);
-            if let Some(hits) =
-                self.vectors
-                    .search(&SqliteVectors(c), org, embedder, query, limit)?
-            {
-                return Ok(hits
-                    .into_iter()
-                    .map(|(id, score)| ((id - lo) as u64, score))
-                    .collect());
-            }
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT id, vector FROM vectors WHERE id >= ?1 AND id < ?2 AND embedder = ?3",
-                )
-                .context("searching embeddings")?;
-            let mut rows = stmt
-                .query(params![lo, hi, embedder])
-                .context("searching embeddings")?;
-            let mut best = crate::embed::TopK::new(limit);
-            while let Some(row) = rows.next().context("searching embeddings")? {
-                let id: i64 = row.get(0).context("searching embeddings")?;
-                let bytes: Vec<u8> = row.get(1).context("searching embeddings")?;
-                best.offer((id - lo) as u64, query, &bytes);
-            }
-            Ok(best.finish())
-        })
+        self.semantic_search_in(org_id, embedder, query, limit)
     }
 
     fn claim_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>, StoreError> {
-        // One process embeds an embedded store: nothing to lease.
-        self.read(|c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT q.id, e.erased, e.content, e.input_data, e.output_data, e.metadata
-                     FROM embedding_queue q LEFT JOIN entries e ON e.id = q.id
-                     ORDER BY q.id LIMIT ?1",
-                )
-                .context("reading the embedding queue")?;
-            let mut rows = stmt
-                .query([limit.min(i64::MAX as usize) as i64])
-                .context("reading the embedding queue")?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().context("reading the embedding queue")? {
-                let get = |i| -> Result<Option<String>, StoreError> {
-                    row.get(i).context("reading the embedding queue")
-                };
-                let erased: Option<bool> = row.get(1).context("reading the embedding queue")?;
-                out.push(PendingEmbedding {
-                    id: row.get(0).context("reading the embedding queue")?,
-                    text: crate::embed::pending_text(
-                        erased.unwrap_or(true),
-                        get(2)?,
-                        [get(3)?, get(4)?, get(5)?],
-                    ),
-                });
-            }
-            Ok(out)
-        })
+        self.claim_embeddings_in(limit)
     }
 
     fn store_embeddings(
@@ -1994,124 +1924,35 @@ impl LedgerStore for SqliteStore {
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
     ) -> Result<(), StoreError> {
-        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
-        let tx = guard.conn.transaction().context("storing embeddings")?;
-        for (pending, vector) in done {
-            tx.prepare_cached("DELETE FROM embedding_queue WHERE id = ?1")
-                .and_then(|mut s| s.execute([pending.id]))
-                .context("storing embeddings")?;
-            let Some(vector) = vector else { continue };
-            // Erasure happens under the same lock: a step erased before
-            // this transaction gets no vector, and one erased after loses it.
-            let state: Option<(bool, bool)> = tx
-                .prepare_cached(
-                    "SELECT erased, has_embedding FROM entries WHERE id = ?1 AND type = 'step'",
-                )
-                .and_then(|mut s| s.query_row([pending.id], |r| Ok((r.get(0)?, r.get(1)?))))
-                .optional()
-                .context("storing embeddings")?;
-            let Some((false, has_embedding)) = state else {
-                continue;
-            };
-            if !has_embedding {
-                tx.prepare_cached("UPDATE entries SET has_embedding = 1 WHERE id = ?1")
-                    .and_then(|mut s| s.execute([pending.id]))
-                    .context("storing embeddings")?;
-            }
-            {
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO vectors (id, org, embedder, vector)
-                     VALUES (?1, ?1 >> 40, ?2, ?3)",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        pending.id,
-                        embedder,
-                        crate::embed::to_bytes(vector)
-                    ])
-                })
-                .context("storing embeddings")?;
-            }
-        }
-        tx.commit().context("storing embeddings")
+        self.store_embeddings_in(embedder, done)
     }
 
     fn is_read_only(&self) -> bool {
         self.read_only
     }
 
-    fn release_embeddings(&self, _ids: &[i64]) -> Result<(), StoreError> {
-        Ok(())
+    fn release_embeddings(&self, ids: &[i64], failed: bool) -> Result<(), StoreError> {
+        self.release_embeddings_in(ids, failed)
     }
 
-    fn embedding_backlog(&self) -> Result<u64, StoreError> {
-        self.read(|c| {
-            c.query_row("SELECT count(*) FROM embedding_queue", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map(|n| n.max(0) as u64)
-            .context("counting the embedding queue")
-        })
+    fn embedding_backlog(&self) -> Result<EmbeddingBacklog, StoreError> {
+        self.embedding_backlog_in()
     }
 
     fn queue_reindex(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
-        let rate = self.embedding_sample_rate;
-        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
-        let tx = guard
-            .conn
-            .transaction()
-            .context("queueing steps to embed again")?;
-        let org = match org_id {
-            Some(name) => match Self::org_id_of(&tx, name)? {
-                Some(org) => Some(org),
-                None => return Ok(0),
-            },
-            None => None,
-        };
-        let mut queued = 0;
-        {
-            let mut read = tx
-                .prepare(
-                    "SELECT id, org, kind, trace_id, has_embedding FROM entries
-                     WHERE type = 'step' AND erased = 0 AND (?1 IS NULL OR org = ?1)",
-                )
-                .context("queueing steps to embed again")?;
-            let mut rows = read.query([org]).context("queueing steps to embed again")?;
-            let mut insert = tx
-                .prepare("INSERT OR IGNORE INTO embedding_queue (id, org) VALUES (?1, ?2)")
-                .context("queueing steps to embed again")?;
-            while let Some(row) = rows.next().context("queueing steps to embed again")? {
-                let kind: Option<String> = row.get(2).context("queueing steps to embed again")?;
-                let trace_id: String = row.get(3).context("queueing steps to embed again")?;
-                let has: bool = row.get(4).context("queueing steps to embed again")?;
-                if crate::embed::selected(has, kind.as_deref(), &trace_id, rate) {
-                    let id: i64 = row.get(0).context("queueing steps to embed again")?;
-                    let org: i64 = row.get(1).context("queueing steps to embed again")?;
-                    queued += insert
-                        .execute(params![id, org])
-                        .context("queueing steps to embed again")?
-                        as u64;
-                }
-            }
-        }
-        tx.commit().context("queueing steps to embed again")?;
-        Ok(queued)
+        self.queue_reindex_in(org_id)
     }
 
     fn vectors_by_embedder(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.read(|c| {
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
-                )
-                .context("counting vectors")?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))
-                .context("counting vectors")?
-                .collect::<Result<Vec<_>, _>>()
-                .context("counting vectors")?;
-            Ok(rows)
-        })
+        self.vectors_by_embedder_in()
+    }
+
+    fn chosen_embedder(&self) -> Result<Option<String>, StoreError> {
+        self.chosen_embedder_in()
+    }
+
+    fn choose_embedder(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.choose_embedder_in(id)
     }
 
     fn flagged_steps(
@@ -2609,59 +2450,5 @@ mod tests {
             .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
             .unwrap();
         assert_eq!(entries, 0);
-    }
-}
-
-/// The vectors of an org as the in-memory index reads them.
-struct SqliteVectors<'c>(&'c Connection);
-
-impl crate::vector_index::VectorSource for SqliteVectors<'_> {
-    fn fingerprint(
-        &self,
-        org: i64,
-        embedder: &str,
-    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
-        let (lo, hi) = org_range(org);
-        self.0
-            .prepare_cached(
-                "SELECT count(*), max(id), coalesce(sum((id - ?2) & 1048575), 0) FROM vectors
-                 WHERE embedder = ?1 AND id >= ?2 AND id < ?3",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![embedder, lo, hi], |r| {
-                    Ok(crate::vector_index::Fingerprint {
-                        count: r.get::<_, i64>(0)?.max(0) as u64,
-                        max_id: r.get(1)?,
-                        id_sum: r.get(2)?,
-                    })
-                })
-            })
-            .context("counting vectors")
-    }
-
-    fn vectors_after(
-        &self,
-        org: i64,
-        embedder: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
-        let (lo, hi) = org_range(org);
-        let mut stmt = self
-            .0
-            .prepare_cached(
-                "SELECT id, vector FROM vectors WHERE embedder = ?1 AND id > ?2 AND id >= ?3 AND id < ?4
-                 ORDER BY id LIMIT ?5",
-            )
-            .context("reading vectors")?;
-        let rows = stmt
-            .query_map(
-                params![embedder, after, lo, hi, limit.min(i64::MAX as usize) as i64],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .context("reading vectors")?
-            .collect::<Result<Vec<_>, _>>()
-            .context("reading vectors")?;
-        Ok(rows)
     }
 }

@@ -93,11 +93,13 @@ struct OrgVectors {
     generation: u64,
 }
 
+/// An org and an embedder id.
+type OrgKey = (i64, String);
 
 /// The in-memory vectors of every (org, embedder) a store has searched,
 /// within a memory budget.
 pub(crate) struct VectorIndex {
-    orgs: Mutex<HashMap<(i64, String), Arc<Mutex<OrgVectors>>>>,
+    orgs: Mutex<HashMap<OrgKey, Arc<Mutex<OrgVectors>>>>,
     budget: usize,
     /// Vectors from which an org gets a graph ([`GRAPH_MIN`]).
     graph_min: usize,
@@ -127,22 +129,22 @@ fn decode(rows: Vec<(i64, Vec<u8>)>, out: &mut Vec<(i64, Point)>) -> usize {
 }
 
 impl VectorIndex {
-    /// An index holding at most `budget` bytes of vectors.
-    pub(crate) fn new(budget: usize) -> VectorIndex {
+    /// An index holding at most `budget` bytes of vectors, with a graph
+    /// for every (org, embedder) of `graph_min` vectors or more.
+    pub(crate) fn new(budget: usize, graph_min: usize) -> VectorIndex {
         VectorIndex {
             orgs: Mutex::new(HashMap::new()),
             budget,
-            graph_min: GRAPH_MIN,
+            graph_min: graph_min.max(1),
         }
     }
 
-    /// The same with graphs from `graph_min` vectors (tests and benches).
-    #[cfg(test)]
-    fn with_graph_min(budget: usize, graph_min: usize) -> VectorIndex {
-        VectorIndex {
-            graph_min,
-            ..VectorIndex::new(budget)
-        }
+    /// How many of the vectors held for (org, embedder) its graph covers
+    /// (0 without a graph, `None` if none are held).
+    pub(crate) fn graph_covers(&self, org: i64, embedder: &str) -> Option<usize> {
+        let orgs = self.orgs.lock().ok()?;
+        let held = orgs.get(&(org, embedder.to_owned()))?.lock().ok()?;
+        Some(held.graph.as_ref().map_or(0, |g| g.covers))
     }
 
     /// The `limit` nearest vectors of (org, embedder) to `query`, as
@@ -182,7 +184,7 @@ impl VectorIndex {
         let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
         loop {
             let mut total = 0;
-            let mut oldest: Option<((i64, String), Instant)> = None;
+            let mut oldest: Option<(OrgKey, Instant)> = None;
             for (key, entry) in orgs.iter() {
                 let Ok(held) = entry.try_lock() else {
                     continue;
@@ -238,9 +240,9 @@ fn fingerprint_of(org: i64, rows: &[(i64, Point)]) -> Fingerprint {
     Fingerprint {
         count: rows.len() as u64,
         max_id: rows.last().map(|(id, _)| *id),
-        id_sum: rows
-            .iter()
-            .fold(0i64, |sum, (id, _)| sum.wrapping_add((id - first) & ID_SUM_MASK)),
+        id_sum: rows.iter().fold(0i64, |sum, (id, _)| {
+            sum.wrapping_add((id - first) & ID_SUM_MASK)
+        }),
     }
 }
 
@@ -261,9 +263,9 @@ fn refresh(
         let extended = Fingerprint {
             count: held.held.count + appended.len() as u64,
             max_id: appended.last().map(|(id, _)| *id).or(held.held.max_id),
-            id_sum: appended
-                .iter()
-                .fold(held.held.id_sum, |sum, (id, _)| sum.wrapping_add((id - first) & ID_SUM_MASK)),
+            id_sum: appended.iter().fold(held.held.id_sum, |sum, (id, _)| {
+                sum.wrapping_add((id - first) & ID_SUM_MASK)
+            }),
         };
         if extended == now {
             held.rows.append(&mut appended);
@@ -443,7 +445,7 @@ mod tests {
     #[test]
     fn small_sets_are_exact_and_follow_every_change() {
         let fake = Fake::default();
-        let index = VectorIndex::new(DEFAULT_BUDGET);
+        let index = VectorIndex::new(DEFAULT_BUDGET, GRAPH_MIN);
         for i in 0..300 {
             fake.put(i * 2, &vector(i as u64, 16, 7));
         }
@@ -465,7 +467,7 @@ mod tests {
         assert!(!search(&index).contains(&top));
         assert_eq!(search(&index), exact(&fake, &query, 10));
         // Over the budget: the caller scores from the store.
-        let small = VectorIndex::new(1024);
+        let small = VectorIndex::new(1024, GRAPH_MIN);
         assert!(small.search(&fake, ORG, "e", &query, 10).unwrap().is_none());
     }
 
@@ -473,7 +475,7 @@ mod tests {
     fn the_graph_finds_nearly_what_exact_search_finds_and_rows_added_since() {
         let dims = 32;
         let fake = Fake::default();
-        let index = VectorIndex::with_graph_min(DEFAULT_BUDGET, 2_000);
+        let index = VectorIndex::new(DEFAULT_BUDGET, 2_000);
         let n = 3_000;
         for i in 0..n {
             fake.put(i, &vector(i as u64, dims, 50));

@@ -30,6 +30,16 @@ pub(crate) struct EmbeddingArgs {
     /// The `model` field sent to --embedding-endpoint.
     #[arg(long, global = true, env = "CAIRN_EMBEDDING_ENDPOINT_MODEL")]
     embedding_endpoint_model: Option<String>,
+    /// Megabytes of vectors semantic search keeps in memory (each org's
+    /// vectors of the current embedder; an org that does not fit is
+    /// scored from the store).
+    #[arg(
+        long,
+        global = true,
+        env = "CAIRN_VECTOR_MEMORY_MB",
+        default_value_t = 1024
+    )]
+    pub(crate) vector_memory_mb: usize,
     /// Steps the background embedder embeds at once.
     #[arg(long, global = true, env = "CAIRN_EMBEDDING_BATCH", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub(crate) embedding_batch: u64,

@@ -253,7 +253,7 @@ pub fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 /// (steps written before the call have their vectors), for at most 20 s.
 pub fn settle_embeddings(server: &Server) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while server.store.embedding_backlog().unwrap() > 0 {
+    while server.store.embedding_backlog().unwrap().waiting > 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "the background embedder did not empty the queue"

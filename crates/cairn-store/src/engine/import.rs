@@ -123,7 +123,17 @@ impl Engine<'_> {
                     {
                         tx.insert_search_doc(org.id, entry.seq, &doc)?;
                     }
-                    if r.has_embedding && !r.erased {
+                    // Queued if the source embedded it or this store's rule
+                    // selects it (a step still queued at export time too).
+                    if !r.erased
+                        && crate::fulltext::document(s).is_some()
+                        && (r.has_embedding
+                            || crate::embed::should_embed(
+                                s.kind,
+                                &s.trace_id,
+                                self.embedding_sample_rate,
+                            ))
+                    {
                         tx.queue_embedding(org.id, entry.seq)?;
                     }
                     push_leaf(tx, &mut org, leaf)?;

@@ -3,67 +3,139 @@
 //! ingest (ingest only queues: it never waits for a model); `cairn
 //! reindex` queues every embedded step again and runs it until the queue
 //! is empty.
+//!
+//! A batch the embedder refuses is tried again one step at a time: if some
+//! steps pass, those refused alone count a failed attempt (after
+//! [`crate::embed::MAX_ATTEMPTS`] a step is parked, so one step a service
+//! cannot take never holds up the rest); if none passes, the embedder is
+//! taken to be down and nothing is counted.
 
 use crate::embed::{EmbedError, Embedder};
-use crate::{LedgerStore, StoreError};
+use crate::{LedgerStore, PendingEmbedding, StoreError};
 
 /// Why a round of embedding stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedQueueError {
-    /// The embedder failed: the steps stay queued (on PostgreSQL, until
-    /// their lease expires) and are tried again.
+    /// The embedder failed on every step of the batch: they stay queued
+    /// and are tried again.
     #[error("the embedder failed: {0}")]
     Embedder(#[from] EmbedError),
+    /// The store's queue is for another embedder (`cairn serve` or `cairn
+    /// reindex` chose it): this one takes nothing.
+    #[error(
+        "the store's embedder is {chosen}, not {ours}: this process leaves the queue to it (restart the servers with one embedder, or run cairn reindex with this one)"
+    )]
+    OtherEmbedder {
+        /// The store's.
+        chosen: String,
+        /// This process's.
+        ours: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+/// What a round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbedRound {
+    /// Queue entries settled (embedded, or dropped as erased or empty).
+    pub settled: usize,
+    /// Steps the embedder refused on their own (an attempt counted).
+    pub refused: usize,
+}
+
 /// Embeds up to `batch` queued steps with `embedder` and stores their
-/// vectors; returns how many queue entries it settled (0: the queue is
-/// empty).
+/// vectors (a round of `settled` 0 and `refused` 0: nothing to take).
 pub fn embed_queued(
     store: &dyn LedgerStore,
     embedder: &dyn Embedder,
     batch: usize,
-) -> Result<usize, EmbedQueueError> {
+) -> Result<EmbedRound, EmbedQueueError> {
+    if let Some(chosen) = store.chosen_embedder()?
+        && chosen != embedder.id()
+    {
+        return Err(EmbedQueueError::OtherEmbedder {
+            chosen,
+            ours: embedder.id().to_owned(),
+        });
+    }
     let pending = store.claim_embeddings(batch.max(1))?;
     if pending.is_empty() {
-        return Ok(0);
+        return Ok(EmbedRound::default());
     }
-    let texts: Vec<&str> = pending.iter().filter_map(|p| p.text.as_deref()).collect();
-    let embedded = embedder.embed(&texts).and_then(|vectors| {
-        if vectors.len() == texts.len() {
-            Ok(vectors)
-        } else {
-            Err(EmbedError(format!(
-                "{} vectors for {} texts",
-                vectors.len(),
-                texts.len()
-            )))
-        }
-    });
-    let mut vectors = match embedded {
-        Ok(vectors) => vectors.into_iter(),
-        Err(e) => {
-            let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
-            store.release_embeddings(&ids)?;
-            return Err(e.into());
-        }
-    };
-    let done: Vec<_> = pending
-        .into_iter()
-        .map(|p| {
-            let vector = p.text.as_ref().and_then(|_| vectors.next());
-            (p, vector)
-        })
-        .collect();
-    store.store_embeddings(embedder.id(), &done)?;
-    Ok(done.len())
+    let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
+    let outcome = embed_and_store(store, embedder, pending);
+    if outcome.is_err() {
+        // Back to the queue now rather than when the lease expires.
+        let _ = store.release_embeddings(&ids, false);
+    }
+    outcome
 }
 
-/// Embeds until the queue is empty; returns how many entries it settled.
-/// `progress` hears the running total after each batch.
+fn embed_and_store(
+    store: &dyn LedgerStore,
+    embedder: &dyn Embedder,
+    pending: Vec<PendingEmbedding>,
+) -> Result<EmbedRound, EmbedQueueError> {
+    let texts: Vec<&str> = pending.iter().filter_map(|p| p.text.as_deref()).collect();
+    let vectors: Vec<Option<Vec<f32>>> = match embed_checked(embedder, &texts) {
+        Ok(vectors) => vectors.into_iter().map(Some).collect(),
+        Err(e) if texts.len() <= 1 => return Err(e.into()),
+        Err(e) => {
+            // One at a time: which of them does the embedder refuse?
+            let single: Vec<Option<Vec<f32>>> = texts
+                .iter()
+                .map(|text| {
+                    embed_checked(embedder, &[text])
+                        .ok()
+                        .and_then(|mut v| v.pop())
+                })
+                .collect();
+            if single.iter().all(Option::is_none) {
+                return Err(e.into());
+            }
+            single
+        }
+    };
+    let mut vectors = vectors.into_iter();
+    let mut done = Vec::with_capacity(pending.len());
+    let mut refused = Vec::new();
+    for p in pending {
+        match p.text {
+            Some(_) => match vectors.next().flatten() {
+                Some(vector) => done.push((p, Some(vector))),
+                None => refused.push(p.id),
+            },
+            None => done.push((p, None)),
+        }
+    }
+    store.store_embeddings(embedder.id(), &done)?;
+    if !refused.is_empty() {
+        store.release_embeddings(&refused, true)?;
+    }
+    Ok(EmbedRound {
+        settled: done.len(),
+        refused: refused.len(),
+    })
+}
+
+/// The embedder's vectors, one per text.
+fn embed_checked(embedder: &dyn Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let vectors = embedder.embed(texts)?;
+    if vectors.len() == texts.len() {
+        Ok(vectors)
+    } else {
+        Err(EmbedError(format!(
+            "{} vectors for {} texts",
+            vectors.len(),
+            texts.len()
+        )))
+    }
+}
+
+/// Embeds until nothing is left to take; returns how many entries it
+/// settled. `progress` hears the running total after each round.
 pub fn drain_queue(
     store: &dyn LedgerStore,
     embedder: &dyn Embedder,
@@ -72,11 +144,11 @@ pub fn drain_queue(
 ) -> Result<u64, EmbedQueueError> {
     let mut total = 0u64;
     loop {
-        let settled = embed_queued(store, embedder, batch)?;
-        if settled == 0 {
+        let round = embed_queued(store, embedder, batch)?;
+        if round.settled == 0 && round.refused == 0 {
             return Ok(total);
         }
-        total += settled as u64;
+        total += round.settled as u64;
         progress(total);
     }
 }

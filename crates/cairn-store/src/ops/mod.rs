@@ -19,14 +19,16 @@ mod receipts;
 mod search;
 mod verify;
 
-pub use embedding::{EmbedQueueError, drain_queue, embed_queued};
+pub use embedding::{EmbedQueueError, EmbedRound, drain_queue, embed_queued};
 pub use export::{
     ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,
     first_without_consent, plan_export, sessions_in_scope, write_export,
 };
 pub use import::{ImportOutcome, import_bundle};
 pub use receipts::{ReceiptOpError, Receipts};
-pub use search::{SearchError, SearchHit, SearchMode, SearchRequest, search, step_at};
+pub use search::{
+    SearchAnswer, SearchError, SearchHit, SearchMode, SearchRequest, search, step_at,
+};
 pub use verify::{
     StoreVerdict, WitnessReport, agent_keys, apply_witness_policy, trusted_checkpoint, verify_org,
     verify_session,

@@ -113,14 +113,26 @@ pub fn step_at(
     Ok(found)
 }
 
+/// A search's answer.
+#[derive(Debug, Clone, Default)]
+pub struct SearchAnswer {
+    /// Hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Set when hybrid mode ranked by full text alone because the embedder
+    /// could not embed the query (why).
+    pub semantic_unavailable: Option<String>,
+}
+
 /// Runs `request` over an org, best first; semantic ranking embeds the
-/// text with `embedder` and compares it with the vectors it made.
+/// text with `embedder` and compares it with the vectors it made. In
+/// hybrid mode an embedder that fails leaves the full-text ranking alone
+/// (and says so); in semantic mode it is an error.
 pub fn search(
     store: &dyn LedgerStore,
     embedder: &dyn crate::embed::Embedder,
     org: &str,
     request: &SearchRequest,
-) -> Result<Vec<SearchHit>, SearchError> {
+) -> Result<SearchAnswer, SearchError> {
     // A full-text query is parsed whatever the mode: it also marks the
     // snippets. Semantic mode accepts any text.
     let fulltext = match (request.mode, FullTextQuery::parse(&request.text)) {
@@ -161,11 +173,20 @@ pub fn search(
         }
     }
     let mut steps: std::collections::HashMap<u64, StepRecord> = std::collections::HashMap::new();
-    if mode != SearchMode::FullText {
-        let vector = embedder
-            .embed(&[request.text.as_str()])?
-            .pop()
-            .unwrap_or_default();
+    let mut semantic_unavailable = None;
+    let vector = match mode {
+        SearchMode::FullText => None,
+        SearchMode::Semantic => Some(embedder.embed(&[request.text.as_str()])?),
+        SearchMode::Hybrid => match embedder.embed(&[request.text.as_str()]) {
+            Ok(vector) => Some(vector),
+            Err(e) => {
+                semantic_unavailable = Some(e.to_string());
+                None
+            }
+        },
+    };
+    if let Some(mut vector) = vector {
+        let vector = vector.pop().unwrap_or_default();
         let mut rank = 0;
         for (seq, score) in
             store.semantic_search(org, embedder.id(), &vector, pool * SEMANTIC_OVERFETCH)?
@@ -211,5 +232,8 @@ pub fn search(
             highlights,
         });
     }
-    Ok(hits)
+    Ok(SearchAnswer {
+        hits,
+        semantic_unavailable,
+    })
 }

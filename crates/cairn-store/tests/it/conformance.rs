@@ -121,6 +121,9 @@ pub fn run_all(backend: &dyn Backend) {
     cosignatures_are_kept_per_checkpoint_and_witness(backend);
     erasure_and_retention_keep_everything_verifiable(backend);
     sampled_steps_are_searchable(backend);
+    a_step_the_embedder_refuses_is_parked_not_blocking(backend);
+    the_queue_is_taken_oldest_first_across_orgs(backend);
+    only_the_stores_embedder_takes_from_the_queue(backend);
     decision_trail_lifecycle(backend);
     links_name_existing_records(backend);
     reviews_form_a_queue(backend);
@@ -832,7 +835,7 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
         embedded
     };
     // Ingest only queued them: no vector yet, nothing found by meaning.
-    assert_eq!(store.embedding_backlog().unwrap(), 3 + sampled);
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 3 + sampled);
     assert_eq!(embedded_in("s2"), 0);
     let query = embed("decision about enterprise pricing");
     assert!(
@@ -845,9 +848,9 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
     assert!(
         cairn_store::ops::embed_queued(store.as_ref(), &OtherEmbedder { fails: true }, 8).is_err()
     );
-    assert_eq!(store.embedding_backlog().unwrap(), 3 + sampled);
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 3 + sampled);
     assert_eq!(drain(store.as_ref(), &WordHash), 3 + sampled);
-    assert_eq!(store.embedding_backlog().unwrap(), 0);
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 0);
     assert_eq!(embedded_in("s2"), sampled);
     assert_eq!(embedded_in("s1"), 3);
     assert_eq!(
@@ -946,6 +949,145 @@ fn sampled_steps_are_searchable(backend: &dyn Backend) {
     );
     assert_eq!(embedded_in("s2"), sampled);
     assert_verifies(store.as_ref());
+}
+
+/// Refuses texts over 2,000 characters, as services with a token limit
+/// and no truncation do.
+#[derive(Debug)]
+struct RefusesLongTexts;
+
+impl cairn_store::embed::Embedder for RefusesLongTexts {
+    fn id(&self) -> &str {
+        cairn_store::embed::WORD_HASH_ID
+    }
+    fn description(&self) -> &str {
+        "refuses long texts"
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, cairn_store::embed::EmbedError> {
+        if texts.iter().any(|t| t.chars().count() > 2_000) {
+            return Err(cairn_store::embed::EmbedError("input too long".into()));
+        }
+        cairn_store::embed::WordHash.embed(texts)
+    }
+}
+
+fn org_step(org: &str, session: &str, content: &str) -> NewStep {
+    NewStep {
+        org_id: org.into(),
+        ..step(session, "Decision", content)
+    }
+}
+
+/// One step the embedder cannot take does not hold up the others (of any
+/// org): refused alone, it counts attempts and is parked after five; the
+/// rest is embedded; `queue_reindex` gives it its attempts back.
+fn a_step_the_embedder_refuses_is_parked_not_blocking(backend: &dyn Backend) {
+    use cairn_store::embed::{MAX_ATTEMPTS, WORD_HASH_ID, embed};
+    let store = backend.open("poison");
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, org_step("evil", "s", &"word ".repeat(1_000))).unwrap();
+    append(&ledger, org_step("victim", "s", "retire the airship fleet")).unwrap();
+    let round = cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 32).unwrap();
+    assert_eq!((round.settled, round.refused), (1, 1));
+    let victim = store
+        .semantic_search("victim", WORD_HASH_ID, &embed("airship fleet"), 5)
+        .unwrap();
+    assert_eq!(victim.len(), 1, "the other org's step was embedded");
+    // Alone in the queue it looks like an outage: nothing is counted.
+    for _ in 0..3 {
+        assert!(cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 32).is_err());
+    }
+    assert_eq!(
+        store.embedding_backlog().unwrap(),
+        cairn_store::EmbeddingBacklog {
+            waiting: 1,
+            parked: 0
+        }
+    );
+    // With company, each round counts one attempt, up to parking.
+    for i in 1..MAX_ATTEMPTS {
+        append(&ledger, org_step("victim", "s", &format!("decision {i}"))).unwrap();
+        cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 32).unwrap();
+    }
+    assert_eq!(
+        store.embedding_backlog().unwrap(),
+        cairn_store::EmbeddingBacklog {
+            waiting: 0,
+            parked: 1
+        }
+    );
+    assert_eq!(
+        cairn_store::ops::drain_queue(store.as_ref(), &RefusesLongTexts, 32, &mut |_| {}).unwrap(),
+        0
+    );
+    // Reindex unparks it (and queues the rest again).
+    store.queue_reindex(Some("evil")).unwrap();
+    assert_eq!(store.embedding_backlog().unwrap().parked, 0);
+    assert_eq!(
+        cairn_store::ops::drain_queue(
+            store.as_ref(),
+            &cairn_store::embed::WordHash,
+            32,
+            &mut |_| {}
+        )
+        .unwrap(),
+        1
+    );
+    ledger.close();
+}
+
+/// The queue is taken in the order steps were queued, whatever their org.
+fn the_queue_is_taken_oldest_first_across_orgs(backend: &dyn Backend) {
+    let store = backend.open("fair");
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, org_step("first", "s", "creates org one")).unwrap();
+    cairn_store::ops::drain_queue(
+        store.as_ref(),
+        &cairn_store::embed::WordHash,
+        8,
+        &mut |_| {},
+    )
+    .unwrap();
+    append(&ledger, org_step("second", "s", "the oldest queued step")).unwrap();
+    for i in 0..3 {
+        append(&ledger, org_step("first", "s", &format!("newer step {i}"))).unwrap();
+    }
+    let claimed = store.claim_embeddings(1).unwrap();
+    assert_eq!(claimed[0].text.as_deref(), Some("the oldest queued step"));
+    store.release_embeddings(&[claimed[0].id], false).unwrap();
+    ledger.close();
+}
+
+/// Once a store's embedder is chosen, a process with another one takes
+/// nothing from the queue (its vectors would be invisible to the
+/// servers' searches).
+fn only_the_stores_embedder_takes_from_the_queue(backend: &dyn Backend) {
+    use cairn_store::embed::WORD_HASH_ID;
+    let store = backend.open("chosen");
+    assert_eq!(store.chosen_embedder().unwrap(), None);
+    assert_eq!(store.choose_embedder("test-other").unwrap(), None);
+    assert_eq!(
+        store.choose_embedder(WORD_HASH_ID).unwrap().as_deref(),
+        Some("test-other")
+    );
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, step("s", "Decision", "a decision")).unwrap();
+    let refused =
+        cairn_store::ops::embed_queued(store.as_ref(), &OtherEmbedder { fails: false }, 8);
+    assert!(
+        matches!(
+            refused,
+            Err(cairn_store::ops::EmbedQueueError::OtherEmbedder { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 1);
+    assert_eq!(drain(store.as_ref(), &cairn_store::embed::WordHash), 1);
+    assert_eq!(
+        store.chosen_embedder().unwrap().as_deref(),
+        Some(WORD_HASH_ID)
+    );
+    ledger.close();
 }
 
 fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Backend) {

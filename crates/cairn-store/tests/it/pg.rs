@@ -364,7 +364,7 @@ fn the_production_role_runs_the_embedding_queue() {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(store.embedding_backlog().unwrap(), 2);
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 2);
     let embedded = cairn_store::ops::drain_queue(
         store.as_ref(),
         &cairn_store::embed::WordHash,
@@ -412,4 +412,137 @@ fn the_production_role_runs_the_embedding_queue() {
         .unwrap();
     assert_eq!(hits.len(), 1);
     ledger.close();
+}
+
+/// The worker never waits for a row the sequencer's batch holds (an
+/// erasure): it skips it, leaves it queued, and cannot deadlock with it.
+#[test]
+fn storing_vectors_skips_rows_an_erasing_batch_holds() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg {
+        cluster,
+        keys: tempfile::tempdir().unwrap(),
+        created: Mutex::new(HashSet::new()),
+    };
+    let store = backend.open("skip_locked");
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    for (session, content) in [("a", "low id step"), ("b", "high id step")] {
+        let step = crate::conformance::step(session, "Decision", content);
+        ledger
+            .write(cairn_store::WriteRequest::Step(Box::new(step)))
+            .unwrap();
+    }
+    let claimed = store.claim_embeddings(32).unwrap();
+    let (low, high) = (claimed[0].id, claimed[1].id);
+    let done: Vec<_> = claimed
+        .into_iter()
+        .map(|p| {
+            let v = cairn_store::embed::embed(p.text.as_deref().unwrap()).to_vec();
+            (p, Some(v))
+        })
+        .collect();
+    // The sequencer's transaction, holding the high row as an erasure does.
+    let mut sequencer =
+        postgres::Client::connect(&backend.cluster.url_for("skip_locked"), postgres::NoTls)
+            .unwrap();
+    sequencer.batch_execute("BEGIN").unwrap();
+    sequencer
+        .execute(
+            "SELECT 1 FROM entries WHERE id = $1 FOR NO KEY UPDATE",
+            &[&high],
+        )
+        .unwrap();
+    let worker_store = Arc::clone(&store);
+    let worker = std::thread::spawn(move || {
+        worker_store.store_embeddings(cairn_store::embed::WORD_HASH_ID, &done)
+    });
+    let stored = worker.join().unwrap();
+    // Then the sequencer takes the low row: no one waits for anyone.
+    sequencer
+        .execute(
+            "SELECT 1 FROM entries WHERE id = $1 FOR NO KEY UPDATE",
+            &[&low],
+        )
+        .unwrap();
+    sequencer.batch_execute("ROLLBACK").unwrap();
+    stored.unwrap();
+    // The low step has its vector; the held one is still queued.
+    assert_eq!(store.embedding_backlog().unwrap().waiting, 1);
+    assert_eq!(
+        cairn_store::ops::drain_queue(
+            store.as_ref(),
+            &cairn_store::embed::WordHash,
+            8,
+            &mut |_| {}
+        )
+        .unwrap(),
+        1
+    );
+    ledger.close();
+}
+
+/// A database upgraded from before the embedding queue: the roles that
+/// could write the old vector table get the new tables in the migration,
+/// and a role without them is refused at start with the fix in the message.
+#[test]
+fn an_upgrade_grants_the_new_embedding_tables() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("upgrade_grants");
+    let keys = tempfile::tempdir().unwrap();
+    let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // As the previous version left it: an `embeddings` table granted to the
+    // production role, none of the new tables.
+    admin
+        .batch_execute(
+            "DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             DROP TABLE vectors, embedding_queue, embedding_settings;
+             CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);",
+        )
+        .unwrap();
+    admin
+        .batch_execute(
+            &cairn_store::pg::GRANTS
+                .replace(
+                    "ON vectors, embedding_queue, api_keys",
+                    "ON embeddings, api_keys",
+                )
+                .replace(
+                    "GRANT SELECT, INSERT, UPDATE ON embedding_settings TO cairn_app;",
+                    "",
+                )
+                .replace(", embedding_queue_n_seq", ""),
+        )
+        .unwrap();
+    let app_url = url.replace("user=postgres", "user=cairn_app");
+    // The production role cannot migrate; the schema owner's next start does.
+    assert!(PgStore::open(PgOptions::new(app_url.clone()), key()).is_err());
+    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(PgStore::open(PgOptions::new(app_url.clone()), key()).unwrap());
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    let step = crate::conformance::step("s", "Decision", "a decision after the upgrade");
+    ledger
+        .write(cairn_store::WriteRequest::Step(Box::new(step)))
+        .unwrap();
+    ledger.close();
+    // A role left without the new grants is refused at start, saying why.
+    admin
+        .batch_execute("CREATE ROLE bare LOGIN; GRANT USAGE ON SCHEMA public TO bare; GRANT SELECT ON ALL TABLES IN SCHEMA public TO bare;")
+        .unwrap();
+    let refused = PgStore::open(
+        PgOptions::new(url.replace("user=postgres", "user=bare")),
+        key(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(refused.contains("embedding tables"), "{refused}");
 }

@@ -289,9 +289,21 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
         Arc::new(cairn_store::embed::WordHash)
     } else {
         let embedder = cli.embedding.embedder()?;
-        let backlog = store.embedding_backlog()?;
+        let backlog = store.embedding_backlog()?.waiting;
+        let chosen = store.chosen_embedder()?;
+        if let Some(chosen) = chosen.as_deref().filter(|c| *c != embedder.id())
+            && !cli.json
+        {
+            println!(
+                "(the store's embedder is {chosen}: this search, with {}, finds only steps that one embedded; give the same embedder settings as the server)",
+                embedder.id()
+            );
+        }
         if backlog > 0 {
-            if cli.database.is_none() && !store.is_read_only() {
+            if cli.database.is_none()
+                && !store.is_read_only()
+                && chosen.as_deref().is_none_or(|c| c == embedder.id())
+            {
                 // No server holds this store, so none will embed its queue.
                 let bar = progress_bar(backlog, "embedding queued steps");
                 cairn_store::ops::drain_queue(
@@ -310,14 +322,19 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
         }
         embedder
     };
-    let hits = cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request).map_err(
+    let answer = cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request).map_err(
         |e| match e {
             cairn_store::ops::SearchError::Query(e) => usage(e.to_string()),
             cairn_store::ops::SearchError::Store(e) => anyhow!("storage failure: {e}"),
             cairn_store::ops::SearchError::Embedder(e) => anyhow!("the embedder failed: {e}"),
         },
     )?;
-    let answer = cairn_server::wire::search_results(request.mode, embedder.description(), hits);
+    if let Some(why) = &answer.semantic_unavailable
+        && !cli.json
+    {
+        println!("(ranked by words alone: the embedder failed: {why})");
+    }
+    let answer = cairn_server::wire::search_results(request.mode, embedder.description(), answer);
     if cli.json {
         println!("{}", cairn_server::wire::to_json(&answer));
     } else {
@@ -342,8 +359,19 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
 /// `cairn reindex`: queue the steps to embed again, then embed them.
 pub(super) fn reindex(cli: &Cli, store: &dyn LedgerStore, all_orgs: bool) -> Result<Outcome> {
     let embedder = cli.embedding.embedder()?;
+    // From now on the queue is for this embedder: servers configured with
+    // another stop taking from it.
+    if let Some(before) = store.choose_embedder(embedder.id())?
+        && before != embedder.id()
+        && !cli.json
+    {
+        println!(
+            "the store's embedder was {before}; it is now {} (restart servers with the same setting)",
+            embedder.id()
+        );
+    }
     let queued = store.queue_reindex((!all_orgs).then_some(cli.org.as_str()))?;
-    let backlog = store.embedding_backlog()?;
+    let backlog = store.embedding_backlog()?.waiting;
     let bar = progress_bar(backlog, "embedding");
     let settled = cairn_store::ops::drain_queue(
         store,

@@ -57,7 +57,12 @@ pub(super) fn serve(
     if cli.enabled {
         spawn_retention(Arc::clone(&ledger), cli.retention_days);
     }
-    // Store calls block: made before the async runtime starts.
+    // Store calls block: made before the async runtime starts. This
+    // server's embedder becomes the store's: servers of a fleet still
+    // configured with another stop taking from the queue.
+    let replaced = store
+        .choose_embedder(embedder.id())?
+        .filter(|before| before != embedder.id());
     let others: Vec<String> = store
         .vectors_by_embedder()?
         .into_iter()
@@ -97,9 +102,17 @@ pub(super) fn serve(
         );
         println!("web UI: open http://{address}/ and sign in with an API key");
         println!("semantic search: {}", embedder.description());
+        if let Some(before) = &replaced {
+            println!("the store's embedder was {before}; it is now {}", embedder.id());
+        }
         if !others.is_empty() {
+            let how = if cli.database.is_some() {
+                "run `cairn reindex` with the same embedder settings (beside the servers)"
+            } else {
+                "stop this server and run `cairn reindex` with the same embedder settings"
+            };
             println!(
-                "note: stored vectors made by another embedder ({}) are not compared with this one's: run `cairn reindex` (server stopped) to find those steps by meaning again",
+                "note: stored vectors made by another embedder ({}) are not compared with this one's: {how} to find those steps by meaning again",
                 others.join(", ")
             );
         }

@@ -1,0 +1,428 @@
+//! The fleet store's side of semantic search: the embedding queue (leased
+//! to the server embedding a batch, so servers sharing the database take
+//! different steps), the tagged vectors, the store's chosen embedder, the
+//! in-memory index's view of an org's vectors, and the upgrade of
+//! databases written before any of it.
+
+use super::{Db, PAGE, PgStore, col, u64_of};
+use crate::embed::MAX_ATTEMPTS;
+use crate::engine::org_range;
+use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};
+use std::collections::{HashMap, HashSet};
+
+impl PgStore {
+    pub(super) fn semantic_search_in(
+        &self,
+        org_id: &str,
+        embedder: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (lo, hi) = org_range(org);
+            let source = PgVectors(std::cell::RefCell::new(db));
+            let cached = self.vectors.search(&source, org, embedder, query, limit)?;
+            let db = source.0.into_inner();
+            if let Some(hits) = cached {
+                return Ok(hits
+                    .into_iter()
+                    .map(|(id, score)| (u64_of(id - lo), score))
+                    .collect());
+            }
+            // Over the memory budget: scored straight from the table.
+            let mut best = crate::embed::TopK::new(limit);
+            let mut next = lo;
+            loop {
+                let rows = db.query(
+                    "SELECT id, vector FROM vectors WHERE id >= $1 AND id < $2 AND embedder = $4
+                     ORDER BY id LIMIT $3",
+                    &[&next, &hi, &PAGE, &embedder],
+                    "searching embeddings",
+                )?;
+                let Some(last) = rows.last() else { break };
+                next = col::<i64>(last, 0)? + 1;
+                for row in &rows {
+                    let id: i64 = col(row, 0)?;
+                    best.offer(u64_of(id - lo), query, &col::<Vec<u8>>(row, 1)?);
+                }
+            }
+            Ok(best.finish())
+        })
+    }
+
+    pub(super) fn claim_embeddings_in(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<PendingEmbedding>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            // A lease of five minutes, so that servers sharing the database
+            // embed different steps; a server that dies leaves its lease
+            // to expire.
+            let claimed = db.query(
+                "UPDATE embedding_queue SET claimed_until = now() + interval '5 minutes'
+                 WHERE id IN (SELECT id FROM embedding_queue
+                              WHERE attempts < $2 AND (claimed_until IS NULL OR claimed_until < now())
+                              ORDER BY n LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING id, n",
+                &[&limit, &MAX_ATTEMPTS],
+                "reading the embedding queue",
+            )?;
+            let mut order = claimed
+                .iter()
+                .map(|row| Ok((col::<i64>(row, 1)?, col::<i64>(row, 0)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            order.sort_unstable();
+            let ids: Vec<i64> = order.iter().map(|(_, id)| *id).collect();
+            let rows = db.query(
+                "SELECT id, erased, content, input_data, output_data, metadata FROM entries
+                 WHERE id = ANY($1) AND type = 'step'",
+                &[&ids],
+                "reading the embedding queue",
+            )?;
+            let mut texts = HashMap::new();
+            for row in &rows {
+                texts.insert(
+                    col::<i64>(row, 0)?,
+                    crate::embed::pending_text(
+                        col(row, 1)?,
+                        col(row, 2)?,
+                        [col(row, 3)?, col(row, 4)?, col(row, 5)?],
+                    ),
+                );
+            }
+            Ok(ids
+                .into_iter()
+                .map(|id| PendingEmbedding {
+                    id,
+                    text: texts.remove(&id).flatten(),
+                })
+                .collect())
+        })
+    }
+
+    pub(super) fn store_embeddings_in(
+        &self,
+        embedder: &str,
+        done: &[(PendingEmbedding, Option<Vec<f32>>)],
+    ) -> Result<(), StoreError> {
+        let all: Vec<i64> = done.iter().map(|(p, _)| p.id).collect();
+        let made: HashMap<i64, Vec<u8>> = done
+            .iter()
+            .filter_map(|(p, v)| v.as_ref().map(|v| (p.id, crate::embed::to_bytes(v))))
+            .collect();
+        self.read(|db| {
+            db.client
+                .batch_execute("BEGIN")
+                .context("storing embeddings")?;
+            let outcome = (|| {
+                // Shared row locks, skipping rows another transaction
+                // holds (an erasure in the sequencer's batch): waiting for
+                // them could deadlock with it. Skipped steps stay queued.
+                let locked = db.query(
+                    "SELECT id, erased, has_embedding FROM entries
+                     WHERE id = ANY($1) AND type = 'step' ORDER BY id FOR SHARE SKIP LOCKED",
+                    &[&all],
+                    "storing embeddings",
+                )?;
+                let mut settled = HashSet::new();
+                let (mut live, mut unflagged, mut vectors) = (Vec::new(), Vec::new(), Vec::new());
+                for row in &locked {
+                    let id: i64 = col(row, 0)?;
+                    settled.insert(id);
+                    if col::<bool>(row, 1)? {
+                        continue;
+                    }
+                    if let Some(vector) = made.get(&id) {
+                        if !col::<bool>(row, 2)? {
+                            unflagged.push(id);
+                        }
+                        live.push(id);
+                        vectors.push(vector.clone());
+                    }
+                }
+                // A queued id with no step row at all only leaves the queue.
+                let skipped: Vec<i64> = all
+                    .iter()
+                    .copied()
+                    .filter(|id| !settled.contains(id))
+                    .collect();
+                let present: HashSet<i64> = db
+                    .query(
+                        "SELECT id FROM entries WHERE id = ANY($1)",
+                        &[&skipped],
+                        "storing embeddings",
+                    )?
+                    .iter()
+                    .map(|row| col(row, 0))
+                    .collect::<Result<_, _>>()?;
+                let (busy, gone): (Vec<i64>, Vec<i64>) =
+                    skipped.into_iter().partition(|id| present.contains(id));
+                settled.extend(gone);
+                let settled: Vec<i64> = settled.into_iter().collect();
+                db.execute(
+                    "UPDATE entries SET has_embedding = TRUE WHERE id = ANY($1)",
+                    &[&unflagged],
+                    "storing embeddings",
+                )?;
+                db.execute(
+                    "INSERT INTO vectors (id, org, embedder, vector)
+                     SELECT id, id >> 40, $2, vector FROM UNNEST($1::int8[], $3::bytea[]) AS t(id, vector)
+                     ON CONFLICT (id) DO UPDATE SET embedder = EXCLUDED.embedder, vector = EXCLUDED.vector",
+                    &[&live, &embedder, &vectors],
+                    "storing embeddings",
+                )?;
+                db.execute(
+                    "DELETE FROM embedding_queue WHERE id = ANY($1)",
+                    &[&settled],
+                    "storing embeddings",
+                )?;
+                db.execute(
+                    "UPDATE embedding_queue SET claimed_until = NULL WHERE id = ANY($1)",
+                    &[&busy],
+                    "storing embeddings",
+                )?;
+                Ok(())
+            })();
+            let end = if outcome.is_ok() { "COMMIT" } else { "ROLLBACK" };
+            let ended = db.client.batch_execute(end).context("storing embeddings");
+            outcome.and(ended)
+        })
+    }
+
+    pub(super) fn release_embeddings_in(
+        &self,
+        ids: &[i64],
+        failed: bool,
+    ) -> Result<(), StoreError> {
+        let counted = i64::from(failed);
+        self.read(|db| {
+            db.execute(
+                "UPDATE embedding_queue SET claimed_until = NULL, attempts = attempts + $2
+                 WHERE id = ANY($1)",
+                &[&ids, &counted],
+                "releasing queued steps",
+            )?;
+            Ok(())
+        })
+    }
+
+    pub(super) fn embedding_backlog_in(&self) -> Result<EmbeddingBacklog, StoreError> {
+        self.read(|db| {
+            let row = db.query_one(
+                "SELECT count(*) FILTER (WHERE attempts < $1), count(*) FILTER (WHERE attempts >= $1)
+                 FROM embedding_queue",
+                &[&MAX_ATTEMPTS],
+                "counting the embedding queue",
+            )?;
+            Ok(EmbeddingBacklog {
+                waiting: u64_of(col(&row, 0)?),
+                parked: u64_of(col(&row, 1)?),
+            })
+        })
+    }
+
+    pub(super) fn queue_reindex_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        let rate = self.embedding_sample_rate;
+        self.read(|db| {
+            let org = match org_id {
+                Some(name) => match Self::org_id_of(db, name)? {
+                    Some(org) => Some(org),
+                    None => return Ok(0),
+                },
+                None => None,
+            };
+            let mut queued = 0;
+            let mut next = i64::MIN;
+            loop {
+                let rows = db.query(
+                    "SELECT id, kind, trace_id, has_embedding FROM entries
+                     WHERE type = 'step' AND NOT erased AND id > $1
+                       AND ($2::int8 IS NULL OR org = $2)
+                     ORDER BY id LIMIT $3",
+                    &[&next, &org, &PAGE],
+                    "queueing steps to embed again",
+                )?;
+                let Some(last) = rows.last() else { break };
+                next = col(last, 0)?;
+                let mut ids = Vec::new();
+                for row in &rows {
+                    let kind: Option<String> = col(row, 1)?;
+                    let trace_id: String = col(row, 2)?;
+                    if crate::embed::selected(col(row, 3)?, kind.as_deref(), &trace_id, rate) {
+                        ids.push(col::<i64>(row, 0)?);
+                    }
+                }
+                // A step already queued keeps its lease (the server holding
+                // it stores it anyway) and gets its attempts back.
+                queued += db.execute(
+                    "INSERT INTO embedding_queue (id, org) SELECT id, id >> 40 FROM UNNEST($1::int8[]) AS t(id)
+                     ON CONFLICT (id) DO UPDATE SET attempts = 0",
+                    &[&ids],
+                    "queueing steps to embed again",
+                )?;
+            }
+            Ok(queued)
+        })
+    }
+
+    pub(super) fn vectors_by_embedder_in(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
+                &[],
+                "counting vectors",
+            )?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, u64_of(col::<i64>(row, 1)?))))
+            .collect()
+        })
+    }
+
+    pub(super) fn chosen_embedder_in(&self) -> Result<Option<String>, StoreError> {
+        self.read(|db| {
+            db.query_opt(
+                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+                &[],
+                "reading the store's embedder",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+        })
+    }
+
+    pub(super) fn choose_embedder_in(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.read(|db| {
+            let before = db
+                .query_opt(
+                    "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+                    &[],
+                    "recording the store's embedder",
+                )?
+                .map(|row| col(&row, 0))
+                .transpose()?;
+            db.execute(
+                "INSERT INTO embedding_settings (key, value) VALUES ('embedder', $1)
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                &[&id],
+                "recording the store's embedder",
+            )?;
+            Ok(before)
+        })
+    }
+}
+
+/// Moves the vectors of a database written before vectors were tagged
+/// with their embedder (the `embeddings` table, all word-hash) into
+/// `vectors` in one statement, and gives the roles that could write the old
+/// table the same rights on the new ones (servers of the old version must
+/// be stopped first: they would keep writing the old table).
+pub(super) fn upgrade_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_one("SELECT to_regclass('embeddings') IS NOT NULL", &[])
+        .context("looking for untagged vectors")?
+        .get(0);
+    if !old {
+        return Ok(());
+    }
+    tx.execute(
+        "WITH moved AS (DELETE FROM embeddings RETURNING id, org, vector)
+         INSERT INTO vectors (id, org, embedder, vector)
+         SELECT id, org, $1, vector FROM moved ON CONFLICT DO NOTHING",
+        &[&crate::embed::WORD_HASH_ID],
+    )
+    .context("moving untagged vectors")?;
+    let grantees: Vec<String> = tx
+        .query(
+            "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
+             WHERE table_name = 'embeddings' AND privilege_type = 'INSERT'
+               AND grantee::text <> current_user",
+            &[],
+        )
+        .context("reading the grants of the old vector table")?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for role in grantees {
+        let role = format!("\"{}\"", role.replace('"', "\"\""));
+        tx.batch_execute(&format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue TO {role};
+             GRANT SELECT, INSERT, UPDATE ON embedding_settings TO {role};
+             GRANT USAGE ON SEQUENCE embedding_queue_n_seq TO {role};"
+        ))
+        .context("granting the new vector tables to the roles of the old one")?;
+    }
+    Ok(())
+}
+
+/// Refuses to start a server whose role cannot use the embedding tables
+/// (grants not updated after an upgrade): otherwise every batch with a
+/// sampled step would fail.
+pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<(), StoreError> {
+    let allowed: bool = client
+        .query_one(
+            "SELECT has_table_privilege('embedding_queue', 'INSERT')
+                AND has_table_privilege('vectors', 'INSERT')
+                AND has_table_privilege('embedding_settings', 'SELECT')
+                AND has_sequence_privilege('embedding_queue_n_seq', 'USAGE')",
+            &[],
+        )
+        .context("checking the role's grants")?
+        .get(0);
+    if allowed {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(
+            "this role cannot write the embedding tables (vectors, embedding_queue, embedding_settings): as the schema owner, apply the grants of docs/OPERATIONS.md (\"The role Cairn runs as\") to it".into(),
+        ))
+    }
+}
+
+/// The vectors of an org as the in-memory index reads them.
+struct PgVectors<'d, 'c>(std::cell::RefCell<&'d mut Db<'c, postgres::Client>>);
+
+impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
+    fn fingerprint(
+        &self,
+        org: i64,
+        embedder: &str,
+    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
+        let (lo, hi) = org_range(org);
+        let row = self.0.borrow_mut().query_one(
+            "SELECT count(*), max(id), coalesce(sum((id - $2) & 1048575), 0)::int8 FROM vectors
+             WHERE embedder = $1 AND id >= $2 AND id < $3",
+            &[&embedder, &lo, &hi],
+            "counting vectors",
+        )?;
+        Ok(crate::vector_index::Fingerprint {
+            count: u64_of(col::<i64>(&row, 0)?),
+            max_id: col(&row, 1)?,
+            id_sum: col(&row, 2)?,
+        })
+    }
+
+    fn vectors_after(
+        &self,
+        org: i64,
+        embedder: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.0
+            .borrow_mut()
+            .query(
+                "SELECT id, vector FROM vectors WHERE embedder = $1 AND id > $2 AND id >= $3 AND id < $4
+                 ORDER BY id LIMIT $5",
+                &[&embedder, &after, &lo, &hi, &limit],
+                "reading vectors",
+            )?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+            .collect()
+    }
+}

@@ -1,0 +1,360 @@
+//! The embedded store's side of semantic search: the embedding queue, the
+//! tagged vectors, the store's chosen embedder, and the in-memory index's
+//! view of an org's vectors. One process sequences an embedded store, so
+//! the queue needs no leases; every write goes through the writer's lock,
+//! which erasure holds too.
+
+use super::{SqliteStore, poisoned};
+use crate::engine::org_range;
+use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+/// Failed attempts after which a step is parked (left out of claims).
+use crate::embed::MAX_ATTEMPTS;
+
+impl SqliteStore {
+    pub(super) fn semantic_search_in(
+        &self,
+        org_id: &str,
+        embedder: &str,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (lo, hi) = org_range(org);
+            if let Some(hits) =
+                self.vectors
+                    .search(&SqliteVectors(c), org, embedder, query, limit)?
+            {
+                return Ok(hits
+                    .into_iter()
+                    .map(|(id, score)| ((id - lo) as u64, score))
+                    .collect());
+            }
+            // Over the memory budget: scored straight from the table.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT id, vector FROM vectors WHERE id >= ?1 AND id < ?2 AND embedder = ?3",
+                )
+                .context("searching embeddings")?;
+            let mut rows = stmt
+                .query(params![lo, hi, embedder])
+                .context("searching embeddings")?;
+            let mut best = crate::embed::TopK::new(limit);
+            while let Some(row) = rows.next().context("searching embeddings")? {
+                let id: i64 = row.get(0).context("searching embeddings")?;
+                let bytes: Vec<u8> = row.get(1).context("searching embeddings")?;
+                best.offer((id - lo) as u64, query, &bytes);
+            }
+            Ok(best.finish())
+        })
+    }
+
+    pub(super) fn claim_embeddings_in(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<PendingEmbedding>, StoreError> {
+        self.read(|c| {
+            // Oldest first across orgs (`n` is the queue's own order), at
+            // most a bounded slice of each payload.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT q.id, e.erased, e.content, e.input_data, e.output_data, e.metadata
+                     FROM embedding_queue q LEFT JOIN entries e ON e.id = q.id
+                     WHERE q.attempts < ?2 ORDER BY q.n LIMIT ?1",
+                )
+                .context("reading the embedding queue")?;
+            let mut rows = stmt
+                .query(params![limit.min(i64::MAX as usize) as i64, MAX_ATTEMPTS])
+                .context("reading the embedding queue")?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().context("reading the embedding queue")? {
+                let get = |i| -> Result<Option<String>, StoreError> {
+                    row.get(i).context("reading the embedding queue")
+                };
+                let erased: Option<bool> = row.get(1).context("reading the embedding queue")?;
+                out.push(PendingEmbedding {
+                    id: row.get(0).context("reading the embedding queue")?,
+                    text: crate::embed::pending_text(
+                        erased.unwrap_or(true),
+                        get(2)?,
+                        [get(3)?, get(4)?, get(5)?],
+                    ),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn store_embeddings_in(
+        &self,
+        embedder: &str,
+        done: &[(PendingEmbedding, Option<Vec<f32>>)],
+    ) -> Result<(), StoreError> {
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard.conn.transaction().context("storing embeddings")?;
+        for (pending, vector) in done {
+            tx.prepare_cached("DELETE FROM embedding_queue WHERE id = ?1")
+                .and_then(|mut s| s.execute([pending.id]))
+                .context("storing embeddings")?;
+            let Some(vector) = vector else { continue };
+            // Erasure happens under the same lock: a step erased before
+            // this transaction gets no vector, and one erased after loses it.
+            let state: Option<(bool, bool)> = tx
+                .prepare_cached(
+                    "SELECT erased, has_embedding FROM entries WHERE id = ?1 AND type = 'step'",
+                )
+                .and_then(|mut s| s.query_row([pending.id], |r| Ok((r.get(0)?, r.get(1)?))))
+                .optional()
+                .context("storing embeddings")?;
+            let Some((false, has_embedding)) = state else {
+                continue;
+            };
+            // The trigger allows the flag only from 0 to 1.
+            if !has_embedding {
+                tx.prepare_cached("UPDATE entries SET has_embedding = 1 WHERE id = ?1")
+                    .and_then(|mut s| s.execute([pending.id]))
+                    .context("storing embeddings")?;
+            }
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO vectors (id, org, embedder, vector)
+                 VALUES (?1, ?1 >> 40, ?2, ?3)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    pending.id,
+                    embedder,
+                    crate::embed::to_bytes(vector)
+                ])
+            })
+            .context("storing embeddings")?;
+        }
+        tx.commit().context("storing embeddings")
+    }
+
+    pub(super) fn release_embeddings_in(
+        &self,
+        ids: &[i64],
+        failed: bool,
+    ) -> Result<(), StoreError> {
+        if !failed {
+            return Ok(());
+        }
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard
+            .conn
+            .transaction()
+            .context("recording failed embeddings")?;
+        for id in ids {
+            tx.prepare_cached("UPDATE embedding_queue SET attempts = attempts + 1 WHERE id = ?1")
+                .and_then(|mut s| s.execute([id]))
+                .context("recording failed embeddings")?;
+        }
+        tx.commit().context("recording failed embeddings")
+    }
+
+    pub(super) fn embedding_backlog_in(&self) -> Result<EmbeddingBacklog, StoreError> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT count(*) FILTER (WHERE attempts < ?1), count(*) FILTER (WHERE attempts >= ?1)
+                 FROM embedding_queue",
+                [MAX_ATTEMPTS],
+                |r| {
+                    Ok(EmbeddingBacklog {
+                        waiting: r.get::<_, i64>(0)?.max(0) as u64,
+                        parked: r.get::<_, i64>(1)?.max(0) as u64,
+                    })
+                },
+            )
+            .context("counting the embedding queue")
+        })
+    }
+
+    pub(super) fn queue_reindex_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        let rate = self.embedding_sample_rate;
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard
+            .conn
+            .transaction()
+            .context("queueing steps to embed again")?;
+        let org = match org_id {
+            Some(name) => match Self::org_id_of(&tx, name)? {
+                Some(org) => Some(org),
+                None => return Ok(0),
+            },
+            None => None,
+        };
+        let mut queued = 0;
+        {
+            let mut read = tx
+                .prepare(
+                    "SELECT id, org, kind, trace_id, has_embedding FROM entries
+                     WHERE type = 'step' AND erased = 0 AND (?1 IS NULL OR org = ?1)",
+                )
+                .context("queueing steps to embed again")?;
+            let mut rows = read.query([org]).context("queueing steps to embed again")?;
+            // Parked steps get their attempts back.
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO embedding_queue (id, org) VALUES (?1, ?2)
+                     ON CONFLICT (id) DO UPDATE SET attempts = 0",
+                )
+                .context("queueing steps to embed again")?;
+            while let Some(row) = rows.next().context("queueing steps to embed again")? {
+                let kind: Option<String> = row.get(2).context("queueing steps to embed again")?;
+                let trace_id: String = row.get(3).context("queueing steps to embed again")?;
+                let has: bool = row.get(4).context("queueing steps to embed again")?;
+                if crate::embed::selected(has, kind.as_deref(), &trace_id, rate) {
+                    let id: i64 = row.get(0).context("queueing steps to embed again")?;
+                    let org: i64 = row.get(1).context("queueing steps to embed again")?;
+                    queued += insert
+                        .execute(params![id, org])
+                        .context("queueing steps to embed again")?
+                        as u64;
+                }
+            }
+        }
+        tx.commit().context("queueing steps to embed again")?;
+        Ok(queued)
+    }
+
+    pub(super) fn vectors_by_embedder_in(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT embedder, count(*) FROM vectors GROUP BY embedder ORDER BY embedder",
+                )
+                .context("counting vectors")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))
+                .context("counting vectors")?
+                .collect::<Result<Vec<_>, _>>()
+                .context("counting vectors")?;
+            Ok(rows)
+        })
+    }
+
+    pub(super) fn chosen_embedder_in(&self) -> Result<Option<String>, StoreError> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .context("reading the store's embedder")
+        })
+    }
+
+    pub(super) fn choose_embedder_in(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard
+            .conn
+            .transaction()
+            .context("recording the store's embedder")?;
+        let before: Option<String> = tx
+            .query_row(
+                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .context("recording the store's embedder")?;
+        tx.execute(
+            "INSERT INTO embedding_settings (key, value) VALUES ('embedder', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [id],
+        )
+        .context("recording the store's embedder")?;
+        tx.commit().context("recording the store's embedder")?;
+        Ok(before)
+    }
+
+    /// How many of an org's vectors of `embedder` semantic search's graph
+    /// covers (0: scored exactly; `None`: not in memory). For benchmarks
+    /// and tests, which wait for the background build.
+    pub fn vector_graph_covers(&self, org_id: &str, embedder: &str) -> Option<usize> {
+        let org = self.read(|c| Self::org_id_of(c, org_id)).ok().flatten()?;
+        self.vectors.graph_covers(org, embedder)
+    }
+}
+
+/// Moves the vectors of a store written before vectors were tagged with
+/// their embedder (the `embeddings` table, all word-hash) into `vectors`.
+pub(super) fn move_untagged_vectors(tx: &Connection) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings')",
+            [],
+            |r| r.get(0),
+        )
+        .context("looking for untagged vectors")?;
+    if old {
+        tx.execute(
+            "INSERT OR IGNORE INTO vectors (id, org, embedder, vector)
+             SELECT id, org, ?1, vector FROM embeddings",
+            [crate::embed::WORD_HASH_ID],
+        )
+        .context("moving untagged vectors")?;
+        tx.execute("DELETE FROM embeddings", [])
+            .context("moving untagged vectors")?;
+    }
+    Ok(())
+}
+
+/// The vectors of an org as the in-memory index reads them.
+struct SqliteVectors<'c>(&'c Connection);
+
+impl crate::vector_index::VectorSource for SqliteVectors<'_> {
+    fn fingerprint(
+        &self,
+        org: i64,
+        embedder: &str,
+    ) -> Result<crate::vector_index::Fingerprint, StoreError> {
+        let (lo, hi) = org_range(org);
+        self.0
+            .prepare_cached(
+                "SELECT count(*), max(id), coalesce(sum((id - ?2) & 1048575), 0) FROM vectors
+                 WHERE embedder = ?1 AND id >= ?2 AND id < ?3",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![embedder, lo, hi], |r| {
+                    Ok(crate::vector_index::Fingerprint {
+                        count: r.get::<_, i64>(0)?.max(0) as u64,
+                        max_id: r.get(1)?,
+                        id_sum: r.get(2)?,
+                    })
+                })
+            })
+            .context("counting vectors")
+    }
+
+    fn vectors_after(
+        &self,
+        org: i64,
+        embedder: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let mut stmt = self
+            .0
+            .prepare_cached(
+                "SELECT id, vector FROM vectors WHERE embedder = ?1 AND id > ?2 AND id >= ?3 AND id < ?4
+                 ORDER BY id LIMIT ?5",
+            )
+            .context("reading vectors")?;
+        let rows = stmt
+            .query_map(
+                params![embedder, after, lo, hi, limit.min(i64::MAX as usize) as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .context("reading vectors")?
+            .collect::<Result<Vec<_>, _>>()
+            .context("reading vectors")?;
+        Ok(rows)
+    }
+}
