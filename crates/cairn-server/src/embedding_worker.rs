@@ -1,7 +1,9 @@
 //! The background embedder. Ingest only queues the steps seed 000's rule
 //! selects (in the step's own transaction); this thread takes them from
 //! the queue in batches, embeds them with the configured embedder and
-//! stores the vectors, so an acknowledgement never waits for a model. The
+//! stores the vectors, so an acknowledgement never waits for a model. It
+//! and the model's parallel loops run at the lowest CPU priority
+//! (`cairn_store::background`), so writers keep the cores they need. The
 //! queue lives in the store, so a backlog survives a restart and costs
 //! disk, not memory; `/metrics` shows it (`cairn_embedding_backlog`).
 
@@ -100,7 +102,11 @@ impl EmbeddingWorker {
         let shared = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("cairn-embedder".into())
-            .spawn(move || run(store.as_ref(), embedder.as_ref(), batch.max(1), &shared))
+            .spawn(move || {
+                cairn_store::background::run_at_low_priority(|| {
+                    run(store.as_ref(), embedder.as_ref(), batch.max(1), &shared)
+                })
+            })
             .map_err(|e| tracing::error!("the background embedder did not start: {e}"))
             .ok();
         EmbeddingWorker { stats, thread }

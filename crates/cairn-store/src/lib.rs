@@ -22,6 +22,7 @@
 
 pub mod analyst;
 mod auth;
+pub mod background;
 mod dry_run;
 pub mod embed;
 mod engine;

@@ -1,11 +1,13 @@
 //! Nearest-neighbour search over an org's stored vectors, in memory.
 //!
 //! The vectors of each (org, embedder) are loaded once and then followed:
-//! every query asks the store for the count and the highest id of those
-//! vectors (an index-only count), reads only the rows past the last id it
-//! holds, and reloads everything when the count says rows went away
-//! (erasure) or arrived out of id order (servers of a fleet commit
-//! batches in any order). Below [`GRAPH_MIN`] vectors a query scores every
+//! a query asks the store for their fingerprint (count, highest id and a
+//! checksum of ids: an index-only query) when vectors were stored through
+//! this store since the last query, or a second has passed (other servers
+//! of a fleet), reads only the rows past the last id it holds, and reloads
+//! everything when the fingerprint says rows went away (erasure) or
+//! arrived out of id order (servers of a fleet commit batches in any
+//! order). Below [`GRAPH_MIN`] vectors a query scores every
 //! vector (exact); from there an HNSW graph (`instant-distance`) is built
 //! in the background over the rows held, and a query takes the graph's
 //! [`GRAPH_EF`] nearest and scores the rows that arrived since the build
@@ -32,7 +34,11 @@ pub const GRAPH_EF: usize = 256;
 /// dimensions).
 pub const DEFAULT_BUDGET: usize = 1 << 30;
 /// `ef` while building the graph.
-const GRAPH_EF_CONSTRUCTION: usize = 200;
+const GRAPH_EF_CONSTRUCTION: usize = 100;
+/// How long a query trusts the vectors it holds before it asks the store
+/// for their fingerprint again (changes made through this store are seen
+/// at once: it invalidates what it holds).
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A vector, shared between the rows and the graph.
 #[derive(Clone)]
@@ -80,6 +86,9 @@ pub(crate) trait VectorSource {
 
 #[derive(Default)]
 struct OrgVectors {
+    /// When the store's fingerprint was last read, and the index's
+    /// generation then.
+    checked: Option<(Instant, u64)>,
     rows: Vec<(i64, Point)>,
     /// The fingerprint of `rows`.
     held: Fingerprint,
@@ -103,6 +112,8 @@ pub(crate) struct VectorIndex {
     budget: usize,
     /// Vectors from which an org gets a graph ([`GRAPH_MIN`]).
     graph_min: usize,
+    /// Bumped whenever vectors are stored or erased through this store.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for VectorIndex {
@@ -136,7 +147,15 @@ impl VectorIndex {
             orgs: Mutex::new(HashMap::new()),
             budget,
             graph_min: graph_min.max(1),
+            changes: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Vectors changed through this store: the next query of every org
+    /// reads the store's fingerprint again.
+    pub(crate) fn invalidate(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// How many of the vectors held for (org, embedder) its graph covers
@@ -158,19 +177,39 @@ impl VectorIndex {
         query: &[f32],
         limit: usize,
     ) -> Result<Option<Vec<(i64, f32)>>, StoreError> {
+        let changes = self.changes.load(std::sync::atomic::Ordering::Acquire);
+        let entry = {
+            let orgs = self.orgs.lock().map_err(|_| poisoned())?;
+            orgs.get(&(org, embedder.to_owned())).cloned()
+        };
+        let fresh = |held: &OrgVectors| {
+            held.checked
+                .is_some_and(|(at, seen)| seen == changes && at.elapsed() < RECHECK_EVERY)
+        };
+        if let Some(entry) = &entry
+            && let Ok(mut held) = entry.lock()
+            && fresh(&held)
+        {
+            held.used = Some(Instant::now());
+            return Ok(Some(nearest(&held, query, limit)));
+        }
         let now = source.fingerprint(org, embedder)?;
         let wanted = (now.count as usize).saturating_mul(query.len() * 4);
         if wanted > self.budget {
             return Ok(None);
         }
-        let entry = {
-            let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
-            Arc::clone(orgs.entry((org, embedder.to_owned())).or_default())
+        let entry = match entry {
+            Some(entry) => entry,
+            None => {
+                let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
+                Arc::clone(orgs.entry((org, embedder.to_owned())).or_default())
+            }
         };
         let mut held = entry.lock().map_err(|_| poisoned())?;
         if held.held != now {
             refresh(&mut held, source, org, embedder, now)?;
         }
+        held.checked = Some((Instant::now(), changes));
         held.used = Some(Instant::now());
         maybe_build(&entry, &mut held, self.graph_min);
         let hits = nearest(&held, query, limit);
@@ -304,11 +343,13 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
             let covers = rows.len();
             let (points, ids): (Vec<Point>, Vec<i64>) =
                 rows.into_iter().map(|(id, point)| (point, id)).unzip();
-            let map = instant_distance::Builder::default()
-                .ef_construction(GRAPH_EF_CONSTRUCTION)
-                .ef_search(GRAPH_EF)
-                .seed(0x00ca_1121)
-                .build(points, ids);
+            let map = crate::background::run_at_low_priority(|| {
+                instant_distance::Builder::default()
+                    .ef_construction(GRAPH_EF_CONSTRUCTION)
+                    .ef_search(GRAPH_EF)
+                    .seed(0x00ca_1121)
+                    .build(points, ids)
+            });
             // Gone if the index dropped the org meanwhile.
             if let Some(entry) = entry.upgrade()
                 && let Ok(mut held) = entry.lock()
@@ -454,18 +495,28 @@ mod tests {
         assert_eq!(search(&index), exact(&fake, &query, 10));
         // Appended above the last id: read incrementally.
         fake.put(10_000, &query);
+        index.invalidate();
         assert_eq!(search(&index)[0], crate::engine::org_range(ORG).0 + 10_000);
         // Arrived below the last id (another server's batch): found too.
         let mut close = query.clone();
         close[0] += 0.01;
         fake.put(1, &close);
+        index.invalidate();
         assert_eq!(search(&index)[..2], exact(&fake, &query, 2)[..]);
         // Deleted (erased): gone, even when as many arrive as left.
         let top = search(&index)[0];
         fake.rows.lock().unwrap().remove(&top);
         fake.put(3, &vector(77, 16, 7));
+        index.invalidate();
         assert!(!search(&index).contains(&top));
         assert_eq!(search(&index), exact(&fake, &query, 10));
+        // Written by another server (no invalidation here): seen within
+        // a second.
+        let first = crate::engine::org_range(ORG).0;
+        fake.rows.lock().unwrap().remove(&(first + 10_000));
+        fake.put(20_000, &query);
+        std::thread::sleep(RECHECK_EVERY + std::time::Duration::from_millis(50));
+        assert_eq!(search(&index)[0], crate::engine::org_range(ORG).0 + 20_000);
         // Over the budget: the caller scores from the store.
         let small = VectorIndex::new(1024, GRAPH_MIN);
         assert!(small.search(&fake, ORG, "e", &query, 10).unwrap().is_none());
@@ -506,6 +557,7 @@ mod tests {
         // A row added after the build is scored exactly.
         let query = vector(9_999_999, dims, 50);
         fake.put(n + 5, &query);
+        index.invalidate();
         assert_eq!(
             ids(index.search(&fake, ORG, "e", &query, 1).unwrap())[0],
             crate::engine::org_range(ORG).0 + n + 5

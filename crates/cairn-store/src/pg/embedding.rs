@@ -190,7 +190,9 @@ impl PgStore {
             let end = if outcome.is_ok() { "COMMIT" } else { "ROLLBACK" };
             let ended = db.client.batch_execute(end).context("storing embeddings");
             outcome.and(ended)
-        })
+        })?;
+        self.vectors.invalidate();
+        Ok(())
     }
 
     pub(super) fn release_embeddings_in(

@@ -132,7 +132,9 @@ impl SqliteStore {
             })
             .context("storing embeddings")?;
         }
-        tx.commit().context("storing embeddings")
+        tx.commit().context("storing embeddings")?;
+        self.vectors.invalidate();
+        Ok(())
     }
 
     pub(super) fn release_embeddings_in(
