@@ -41,7 +41,7 @@ pub(crate) struct EmbeddingArgs {
     )]
     pub(crate) vector_memory_mb: usize,
     /// Steps the background embedder embeds at once.
-    #[arg(long, global = true, env = "CAIRN_EMBEDDING_BATCH", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, global = true, env = "CAIRN_EMBEDDING_BATCH", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub(crate) embedding_batch: u64,
 }
 
