@@ -1,8 +1,8 @@
 //! The background embedder. Ingest only queues the steps seed 000's rule
 //! selects (in the step's own transaction); this thread takes them from
 //! the queue in batches, embeds them with the configured embedder and
-//! stores the vectors, so an acknowledgement never waits for a model. It
-//! and the model's parallel loops run at the lowest CPU priority
+//! stores the vectors, so an acknowledgement never waits for a model. A
+//! model run in process computes at the lowest CPU priority
 //! (`cairn_store::background`), so writers keep the cores they need. The
 //! queue lives in the store, so a backlog survives a restart and costs
 //! disk, not memory; `/metrics` shows it (`cairn_embedding_backlog`).
@@ -103,9 +103,15 @@ impl EmbeddingWorker {
         let thread = std::thread::Builder::new()
             .name("cairn-embedder".into())
             .spawn(move || {
-                cairn_store::background::run_at_low_priority(|| {
-                    run(store.as_ref(), embedder.as_ref(), batch.max(1), &shared)
-                })
+                // The model's work at the lowest priority; the loop and its
+                // store transactions at normal priority (they hold locks
+                // ingest waits for).
+                let embedder: Arc<dyn Embedder> = if embedder.in_process() {
+                    Arc::new(cairn_store::background::LowPriorityEmbedder::new(embedder))
+                } else {
+                    embedder
+                };
+                run(store.as_ref(), embedder.as_ref(), batch.max(1), &shared)
             })
             .map_err(|e| tracing::error!("the background embedder did not start: {e}"))
             .ok();
@@ -161,6 +167,13 @@ fn run(store: &dyn LedgerStore, embedder: &dyn Embedder, batch: usize, stats: &E
                 // still hold (0 on the embedded store).
                 count(stats);
                 counted = Some(Instant::now());
+                stats.sleep(IDLE_POLL);
+            }
+            Ok(round) if round.settled == 0 => {
+                // The store kept them queued (rows held by another
+                // transaction): not a reason to spin.
+                backoff = Duration::from_secs(1);
+                stats.refused.fetch_add(round.refused as u64, Relaxed);
                 stats.sleep(IDLE_POLL);
             }
             Ok(round) => {

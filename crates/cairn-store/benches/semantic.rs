@@ -187,18 +187,15 @@ fn ingest(
     let worker = embedder.clone().map(|embedder| {
         let store = Arc::clone(&store);
         let stop = Arc::clone(&stop);
-        // As the server's worker runs it: at the lowest priority.
+        // As the server's worker runs it: the model at the lowest priority.
+        let embedder = cairn_store::background::LowPriorityEmbedder::new(embedder);
         std::thread::spawn(move || {
-            cairn_store::background::run_at_low_priority(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let round =
-                        cairn_store::ops::embed_queued(store.as_ref(), embedder.as_ref(), 32)
-                            .unwrap();
-                    if round.settled == 0 {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
+            while !stop.load(Ordering::Relaxed) {
+                let round = cairn_store::ops::embed_queued(store.as_ref(), &embedder, 32).unwrap();
+                if round.settled == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
                 }
-            })
+            }
         })
     });
     let started = Instant::now();

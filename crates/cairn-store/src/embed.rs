@@ -54,6 +54,12 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     fn description(&self) -> &str;
     /// The vectors of `texts`, in order, each L2-normalised.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Whether embedding takes this machine's CPU for long (a model run in
+    /// process): the background embedder then runs it at the lowest
+    /// priority.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// The built-in lexical embedder (see the module docs).

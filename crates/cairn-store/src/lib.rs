@@ -1090,12 +1090,15 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// Stores vectors made by the embedder `embedder` and takes their steps
     /// off the queue: a step erased meanwhile gets none, every other gets
-    /// its vector (replacing an older one) and `has_embedding` set.
+    /// its vector (replacing an older one) and `has_embedding` set. Nothing
+    /// is stored (every step stays queued) if the store's chosen embedder is
+    /// another; on PostgreSQL a step whose row another transaction holds
+    /// stays queued. Returns how many left the queue.
     fn store_embeddings(
         &self,
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
-    ) -> Result<(), StoreError>;
+    ) -> Result<usize, StoreError>;
 
     /// Gives claimed steps back to the queue at once instead of when their
     /// lease expires; with `failed`, counts a failed attempt of each (the

@@ -2268,7 +2268,7 @@ impl LedgerStore for PgStore {
         &self,
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         self.store_embeddings_in(embedder, done)
     }
 

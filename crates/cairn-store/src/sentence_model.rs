@@ -192,4 +192,8 @@ impl crate::embed::Embedder for SentenceModel {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
         SentenceModel::embed(self, texts).map_err(|e| crate::embed::EmbedError(e.to_string()))
     }
+
+    fn in_process(&self) -> bool {
+        true
+    }
 }

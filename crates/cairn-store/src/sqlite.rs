@@ -1923,7 +1923,7 @@ impl LedgerStore for SqliteStore {
         &self,
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         self.store_embeddings_in(embedder, done)
     }
 

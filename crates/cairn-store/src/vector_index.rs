@@ -68,6 +68,9 @@ pub(crate) struct Fingerprint {
     /// The sum of the low 20 bits of `id - org_range(org).0` (no overflow
     /// below 2^43 vectors).
     pub id_sum: i64,
+    /// The store's count of `cairn reindex` runs: vectors replaced in
+    /// place under the same ids are seen only through it.
+    pub version: i64,
 }
 
 /// What the store tells the index.
@@ -195,14 +198,18 @@ impl VectorIndex {
         }
         let now = source.fingerprint(org, embedder)?;
         let wanted = (now.count as usize).saturating_mul(query.len() * 4);
-        if wanted > self.budget {
+        let key: OrgKey = (org, embedder.to_owned());
+        if !self.make_room(&key, wanted)? {
+            // Held only if it fits beside the orgs searched lately: an org
+            // that does not is scored from the store (no thrashing).
+            self.orgs.lock().map_err(|_| poisoned())?.remove(&key);
             return Ok(None);
         }
         let entry = match entry {
             Some(entry) => entry,
             None => {
                 let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
-                Arc::clone(orgs.entry((org, embedder.to_owned())).or_default())
+                Arc::clone(orgs.entry(key).or_default())
             }
         };
         let mut held = entry.lock().map_err(|_| poisoned())?;
@@ -212,40 +219,49 @@ impl VectorIndex {
         held.checked = Some((Instant::now(), changes));
         held.used = Some(Instant::now());
         maybe_build(&entry, &mut held, self.graph_min);
-        let hits = nearest(&held, query, limit);
-        drop(held);
-        self.evict((org, embedder))?;
-        Ok(Some(hits))
+        Ok(Some(nearest(&held, query, limit)))
     }
 
-    /// Drops the least recently used orgs until the budget holds.
-    fn evict(&self, keep: (i64, &str)) -> Result<(), StoreError> {
+    /// Whether `wanted` bytes for `key` fit the budget beside the other
+    /// orgs held, after dropping those not searched for [`IDLE_EVICT`]
+    /// (least recently searched first) and not building a graph.
+    fn make_room(&self, key: &OrgKey, wanted: usize) -> Result<bool, StoreError> {
+        if wanted > self.budget {
+            return Ok(false);
+        }
         let mut orgs = self.orgs.lock().map_err(|_| poisoned())?;
-        loop {
-            let mut total = 0;
-            let mut oldest: Option<(OrgKey, Instant)> = None;
-            for (key, entry) in orgs.iter() {
-                let Ok(held) = entry.try_lock() else {
-                    continue;
-                };
-                total += held.bytes;
-                if (key.0, key.1.as_str()) == keep {
-                    continue;
-                }
-                let used = held.used.unwrap_or_else(Instant::now);
-                if oldest.as_ref().is_none_or(|(_, at)| used < *at) {
-                    oldest = Some((key.clone(), used));
-                }
+        let mut others = 0usize;
+        let mut idle: Vec<(Instant, OrgKey, usize)> = Vec::new();
+        for (other, entry) in orgs.iter() {
+            if other == key {
+                continue;
             }
-            match oldest {
-                Some((key, _)) if total > self.budget => {
-                    orgs.remove(&key);
-                }
-                _ => return Ok(()),
+            let Ok(held) = entry.try_lock() else {
+                // In use right now: counted, never dropped.
+                others = others.saturating_add(self.budget / 2);
+                continue;
+            };
+            others = others.saturating_add(held.bytes);
+            let used = held.used.unwrap_or_else(Instant::now);
+            if !held.building && used.elapsed() >= IDLE_EVICT {
+                idle.push((used, other.clone(), held.bytes));
             }
         }
+        idle.sort_by_key(|(used, _, _)| *used);
+        for (_, other, bytes) in idle {
+            if others.saturating_add(wanted) <= self.budget {
+                break;
+            }
+            orgs.remove(&other);
+            others -= bytes;
+        }
+        Ok(others.saturating_add(wanted) <= self.budget)
     }
 }
+
+/// How long an org's vectors stay in memory unsearched before another org
+/// may take their place.
+const IDLE_EVICT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn poisoned() -> StoreError {
     StoreError::Corrupt("the vector index lock was poisoned".into())
@@ -279,6 +295,7 @@ fn fingerprint_of(org: i64, rows: &[(i64, Point)]) -> Fingerprint {
     Fingerprint {
         count: rows.len() as u64,
         max_id: rows.last().map(|(id, _)| *id),
+        version: 0,
         id_sum: rows.iter().fold(0i64, |sum, (id, _)| {
             sum.wrapping_add((id - first) & ID_SUM_MASK)
         }),
@@ -300,6 +317,7 @@ fn refresh(
         let (mut appended, bytes) = read_after(source, org, embedder, after)?;
         let first = crate::engine::org_range(org).0;
         let extended = Fingerprint {
+            version: held.held.version,
             count: held.held.count + appended.len() as u64,
             max_id: appended.last().map(|(id, _)| *id).or(held.held.max_id),
             id_sum: appended.iter().fold(held.held.id_sum, |sum, (id, _)| {
@@ -315,7 +333,10 @@ fn refresh(
     }
     // Rows went away, or arrived below the last id held: read them all.
     let (rows, bytes) = read_after(source, org, embedder, i64::MIN)?;
-    held.held = fingerprint_of(org, &rows);
+    held.held = Fingerprint {
+        version: now.version,
+        ..fingerprint_of(org, &rows)
+    };
     held.rows = rows;
     held.bytes = bytes;
     held.graph = None;
@@ -369,7 +390,16 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
 /// cover, scored exactly.
 fn nearest(held: &OrgVectors, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
     let mut best = crate::embed::TopK::<i64>::new(limit);
-    let covered = match &held.graph {
+    // The graph answers at most GRAPH_EF nearest: more (a filtered search
+    // over-fetches), or a query of another length, is scored exactly.
+    let graph = held.graph.as_ref().filter(|_| {
+        limit <= GRAPH_EF
+            && held
+                .rows
+                .first()
+                .is_some_and(|(_, p)| p.0.len() == query.len())
+    });
+    let covered = match graph {
         Some(graph) => {
             let mut search = instant_distance::Search::default();
             let point = Point(query.into());
@@ -417,6 +447,7 @@ mod tests {
             let rows = self.rows.lock().unwrap();
             let first = crate::engine::org_range(org).0;
             Ok(Fingerprint {
+                version: 0,
                 count: rows.len() as u64,
                 max_id: rows.keys().next_back().copied(),
                 id_sum: rows

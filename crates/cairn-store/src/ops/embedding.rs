@@ -4,11 +4,12 @@
 //! reindex` queues every embedded step again and runs it until the queue
 //! is empty.
 //!
-//! A batch the embedder refuses is tried again one step at a time: if some
-//! steps pass, those refused alone count a failed attempt (after
-//! [`crate::embed::MAX_ATTEMPTS`] a step is parked, so one step a service
-//! cannot take never holds up the rest); if none passes, the embedder is
-//! taken to be down and nothing is counted.
+//! When the embedder refuses a batch, a short probe text tells whether it
+//! is down (then nothing is counted, the steps stay queued and the caller
+//! backs off) or refuses these steps: then each is tried alone, and each
+//! refused alone counts a failed attempt (after
+//! [`crate::embed::MAX_ATTEMPTS`] a step is parked, so a step a service
+//! cannot take never holds up the rest, even alone at the queue's head).
 
 use crate::embed::{EmbedError, Embedder};
 use crate::{LedgerStore, PendingEmbedding, StoreError};
@@ -36,10 +37,15 @@ pub enum EmbedQueueError {
     Store(#[from] StoreError),
 }
 
+/// A text any working embedder embeds.
+const PROBE: &str = "cairn";
+
 /// What a round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EmbedRound {
-    /// Queue entries settled (embedded, or dropped as erased or empty).
+    /// Queue entries settled (embedded, or dropped as erased or empty); 0
+    /// when the store kept them queued (rows another transaction held, or
+    /// the store's embedder changed meanwhile).
     pub settled: usize,
     /// Steps the embedder refused on their own (an attempt counted).
     pub refused: usize,
@@ -81,21 +87,20 @@ fn embed_and_store(
     let texts: Vec<&str> = pending.iter().filter_map(|p| p.text.as_deref()).collect();
     let vectors: Vec<Option<Vec<f32>>> = match embed_checked(embedder, &texts) {
         Ok(vectors) => vectors.into_iter().map(Some).collect(),
-        Err(e) if texts.len() <= 1 => return Err(e.into()),
         Err(e) => {
-            // One at a time: which of them does the embedder refuse?
-            let single: Vec<Option<Vec<f32>>> = texts
+            // Down, or refusing these texts? A down service is asked once
+            // more, not once per step.
+            if embed_checked(embedder, &[PROBE]).is_err() {
+                return Err(e.into());
+            }
+            texts
                 .iter()
                 .map(|text| {
                     embed_checked(embedder, &[text])
                         .ok()
                         .and_then(|mut v| v.pop())
                 })
-                .collect();
-            if single.iter().all(Option::is_none) {
-                return Err(e.into());
-            }
-            single
+                .collect()
         }
     };
     let mut vectors = vectors.into_iter();
@@ -110,12 +115,12 @@ fn embed_and_store(
             None => done.push((p, None)),
         }
     }
-    store.store_embeddings(embedder.id(), &done)?;
+    let settled = store.store_embeddings(embedder.id(), &done)?;
     if !refused.is_empty() {
         store.release_embeddings(&refused, true)?;
     }
     Ok(EmbedRound {
-        settled: done.len(),
+        settled,
         refused: refused.len(),
     })
 }

@@ -108,17 +108,36 @@ impl PgStore {
         &self,
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         let all: Vec<i64> = done.iter().map(|(p, _)| p.id).collect();
         let made: HashMap<i64, Vec<u8>> = done
             .iter()
             .filter_map(|(p, v)| v.as_ref().map(|v| (p.id, crate::embed::to_bytes(v))))
             .collect();
-        self.read(|db| {
+        let stored = self.read(|db| {
             db.client
                 .batch_execute("BEGIN")
                 .context("storing embeddings")?;
             let outcome = (|| {
+                // The chosen embedder, locked against a change until this
+                // commits: a batch embedded before another was chosen is
+                // given back, not stored.
+                let chosen: Option<String> = db
+                    .query_opt(
+                        "SELECT value FROM embedding_settings WHERE key = 'embedder' FOR SHARE",
+                        &[],
+                        "storing embeddings",
+                    )?
+                    .map(|row| col(&row, 0))
+                    .transpose()?;
+                if chosen.is_some_and(|c| c != embedder) {
+                    db.execute(
+                        "UPDATE embedding_queue SET claimed_until = NULL WHERE id = ANY($1)",
+                        &[&all],
+                        "storing embeddings",
+                    )?;
+                    return Ok(0);
+                }
                 // Shared row locks, skipping rows another transaction
                 // holds (an erasure in the sequencer's batch): waiting for
                 // them could deadlock with it. Skipped steps stay queued.
@@ -168,6 +187,16 @@ impl PgStore {
                     &[&unflagged],
                     "storing embeddings",
                 )?;
+                if live.len() > unflagged.len() {
+                    // Vectors replaced under the same ids: every server's
+                    // searches reload them.
+                    db.execute(
+                        "INSERT INTO embedding_settings (key, value) VALUES ('vectors_version', '1')
+                         ON CONFLICT (key) DO UPDATE SET value = (embedding_settings.value::int8 + 1)::text",
+                        &[],
+                        "storing embeddings",
+                    )?;
+                }
                 db.execute(
                     "INSERT INTO vectors (id, org, embedder, vector)
                      SELECT id, id >> 40, $2, vector FROM UNNEST($1::int8[], $3::bytea[]) AS t(id, vector)
@@ -185,14 +214,14 @@ impl PgStore {
                     &[&busy],
                     "storing embeddings",
                 )?;
-                Ok(())
+                Ok(settled.len())
             })();
             let end = if outcome.is_ok() { "COMMIT" } else { "ROLLBACK" };
             let ended = db.client.batch_execute(end).context("storing embeddings");
-            outcome.and(ended)
-        })?;
+            ended.and(outcome)
+        });
         self.vectors.invalidate();
-        Ok(())
+        stored
     }
 
     pub(super) fn release_embeddings_in(
@@ -394,8 +423,9 @@ impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
     ) -> Result<crate::vector_index::Fingerprint, StoreError> {
         let (lo, hi) = org_range(org);
         let row = self.0.borrow_mut().query_one(
-            "SELECT count(*), max(id), coalesce(sum((id - $2) & 1048575), 0)::int8 FROM vectors
-             WHERE embedder = $1 AND id >= $2 AND id < $3",
+            "SELECT count(*), max(id), coalesce(sum((id - $2) & 1048575), 0)::int8,
+               (SELECT coalesce(max(value::int8), 0) FROM embedding_settings WHERE key = 'vectors_version')
+             FROM vectors WHERE embedder = $1 AND id >= $2 AND id < $3",
             &[&embedder, &lo, &hi],
             "counting vectors",
         )?;
@@ -403,6 +433,7 @@ impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
             count: u64_of(col::<i64>(&row, 0)?),
             max_id: col(&row, 1)?,
             id_sum: col(&row, 2)?,
+            version: col(&row, 3)?,
         })
     }
 

@@ -93,9 +93,23 @@ impl SqliteStore {
         &self,
         embedder: &str,
         done: &[(PendingEmbedding, Option<Vec<f32>>)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         let mut guard = self.writer.lock().map_err(|_| poisoned())?;
         let tx = guard.conn.transaction().context("storing embeddings")?;
+        // Chosen under the same lock: a batch embedded before another
+        // embedder was chosen is not stored.
+        let chosen: Option<String> = tx
+            .query_row(
+                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .context("storing embeddings")?;
+        if chosen.is_some_and(|c| c != embedder) {
+            return Ok(0);
+        }
+        let mut replaced = false;
         for (pending, vector) in done {
             tx.prepare_cached("DELETE FROM embedding_queue WHERE id = ?1")
                 .and_then(|mut s| s.execute([pending.id]))
@@ -113,6 +127,7 @@ impl SqliteStore {
             let Some((false, has_embedding)) = state else {
                 continue;
             };
+            replaced |= has_embedding;
             // The trigger allows the flag only from 0 to 1.
             if !has_embedding {
                 tx.prepare_cached("UPDATE entries SET has_embedding = 1 WHERE id = ?1")
@@ -132,9 +147,18 @@ impl SqliteStore {
             })
             .context("storing embeddings")?;
         }
+        if replaced {
+            // Vectors replaced under the same ids: searches reload them.
+            tx.execute(
+                "INSERT INTO embedding_settings (key, value) VALUES ('vectors_version', '1')
+                 ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
+                [],
+            )
+            .context("storing embeddings")?;
+        }
         tx.commit().context("storing embeddings")?;
         self.vectors.invalidate();
-        Ok(())
+        Ok(done.len())
     }
 
     pub(super) fn release_embeddings_in(
@@ -319,8 +343,10 @@ impl crate::vector_index::VectorSource for SqliteVectors<'_> {
         let (lo, hi) = org_range(org);
         self.0
             .prepare_cached(
-                "SELECT count(*), max(id), coalesce(sum((id - ?2) & 1048575), 0) FROM vectors
-                 WHERE embedder = ?1 AND id >= ?2 AND id < ?3",
+                "SELECT count(*), max(id), coalesce(sum((id - ?2) & 1048575), 0),
+                   (SELECT coalesce(max(CAST(value AS INTEGER)), 0) FROM embedding_settings
+                    WHERE key = 'vectors_version')
+                 FROM vectors WHERE embedder = ?1 AND id >= ?2 AND id < ?3",
             )
             .and_then(|mut s| {
                 s.query_row(params![embedder, lo, hi], |r| {
@@ -328,6 +354,7 @@ impl crate::vector_index::VectorSource for SqliteVectors<'_> {
                         count: r.get::<_, i64>(0)?.max(0) as u64,
                         max_id: r.get(1)?,
                         id_sum: r.get(2)?,
+                        version: r.get(3)?,
                     })
                 })
             })

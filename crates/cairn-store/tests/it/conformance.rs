@@ -124,6 +124,7 @@ pub fn run_all(backend: &dyn Backend) {
     a_step_the_embedder_refuses_is_parked_not_blocking(backend);
     the_queue_is_taken_oldest_first_across_orgs(backend);
     only_the_stores_embedder_takes_from_the_queue(backend);
+    vectors_replaced_in_place_are_searched_at_once(backend);
     decision_trail_lifecycle(backend);
     links_name_existing_records(backend);
     reviews_form_a_queue(backend);
@@ -993,9 +994,13 @@ fn a_step_the_embedder_refuses_is_parked_not_blocking(backend: &dyn Backend) {
         .semantic_search("victim", WORD_HASH_ID, &embed("airship fleet"), 5)
         .unwrap();
     assert_eq!(victim.len(), 1, "the other org's step was embedded");
-    // Alone in the queue it looks like an outage: nothing is counted.
+    // A service that is down refuses everything, the probe too: nothing
+    // is counted.
     for _ in 0..3 {
-        assert!(cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 32).is_err());
+        assert!(
+            cairn_store::ops::embed_queued(store.as_ref(), &OtherEmbedder { fails: true }, 32)
+                .is_err()
+        );
     }
     assert_eq!(
         store.embedding_backlog().unwrap(),
@@ -1004,10 +1009,11 @@ fn a_step_the_embedder_refuses_is_parked_not_blocking(backend: &dyn Backend) {
             parked: 0
         }
     );
-    // With company, each round counts one attempt, up to parking.
-    for i in 1..MAX_ATTEMPTS {
-        append(&ledger, org_step("victim", "s", &format!("decision {i}"))).unwrap();
-        cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 32).unwrap();
+    // Refused alone while the service answers the probe: each round counts
+    // an attempt, up to parking, even with nothing else queued.
+    for _ in 1..MAX_ATTEMPTS {
+        let round = cairn_store::ops::embed_queued(store.as_ref(), &RefusesLongTexts, 1).unwrap();
+        assert_eq!((round.settled, round.refused), (0, 1));
     }
     assert_eq!(
         store.embedding_backlog().unwrap(),
@@ -1087,6 +1093,46 @@ fn only_the_stores_embedder_takes_from_the_queue(backend: &dyn Backend) {
         store.chosen_embedder().unwrap().as_deref(),
         Some(WORD_HASH_ID)
     );
+    ledger.close();
+}
+
+/// The same embedder id with other vectors (a service that updated its
+/// model under the same name), after `cairn reindex`.
+#[derive(Debug)]
+struct UpdatedModel;
+
+impl cairn_store::embed::Embedder for UpdatedModel {
+    fn id(&self) -> &str {
+        cairn_store::embed::WORD_HASH_ID
+    }
+    fn description(&self) -> &str {
+        "updated"
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, cairn_store::embed::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|_| cairn_store::embed::embed("airship fleet").to_vec())
+            .collect())
+    }
+}
+
+/// Vectors replaced under the same ids and embedder are what the next
+/// search compares with (the in-memory index reloads them).
+fn vectors_replaced_in_place_are_searched_at_once(backend: &dyn Backend) {
+    use cairn_store::embed::{WORD_HASH_ID, WordHash, embed};
+    let store = backend.open("replaced");
+    let ledger = ledger(Arc::clone(&store));
+    for content in ["retire the airship fleet", "lower prices", "hire a pilot"] {
+        append(&ledger, step("s", "Decision", content)).unwrap();
+    }
+    drain(store.as_ref(), &WordHash);
+    let query = embed("airship fleet");
+    let before = store.semantic_search(ORG, WORD_HASH_ID, &query, 3).unwrap();
+    assert!(before[2].1 < 0.9, "{before:?}");
+    store.queue_reindex(Some(ORG)).unwrap();
+    drain(store.as_ref(), &UpdatedModel);
+    let after = store.semantic_search(ORG, WORD_HASH_ID, &query, 3).unwrap();
+    assert!(after.iter().all(|(_, s)| *s > 0.999), "{after:?}");
     ledger.close();
 }
 
