@@ -560,6 +560,11 @@ fn restrict_file(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// How long `take_lock` waits for a lock held elsewhere, and how often it
+/// tries.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Takes the sequencer's lock on a data directory, or says who holds it:
 /// two processes sequencing one embedded store would each keep their own
 /// idea of the next index.
@@ -577,7 +582,21 @@ fn take_lock(dir: &Path) -> Result<std::fs::File, StoreError> {
         .truncate(false)
         .open(&path)
         .map_err(io)?;
-    match file.try_lock() {
+    // A lock can be held for a moment by no cairn process at all: a child
+    // forked (by any thread of this or the holder's process) between fork
+    // and exec shares the holder's open file, so its lock. Only a lock still
+    // held after a short wait is another process's.
+    let mut waited = std::time::Duration::ZERO;
+    let outcome = loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if waited < LOCK_PATIENCE => {
+                std::thread::sleep(LOCK_RETRY);
+                waited += LOCK_RETRY;
+            }
+            other => break other,
+        }
+    };
+    match outcome {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();

@@ -8,6 +8,7 @@
 mod analyst;
 mod atomic;
 mod conformance;
+mod embedding;
 mod listing;
 mod pg;
 mod search;
