@@ -4,10 +4,11 @@
 //! a query asks the store for their fingerprint (count, highest id and a
 //! checksum of ids: an index-only query) when vectors were stored through
 //! this store since the last query, or a second has passed (other servers
-//! of a fleet), reads only the rows past the last id it holds, and reloads
-//! everything when the fingerprint says rows went away (erasure) or
-//! arrived out of id order (servers of a fleet commit batches in any
-//! order). Below [`GRAPH_MIN`] vectors a query scores every
+//! of a fleet), reads only the rows past the last id it holds when only
+//! those are new, and otherwise every id (index only) to add the rows that
+//! arrived below the last id (servers of a fleet commit batches in any
+//! order) and drop those that went away (erasure), keeping the graph; it
+//! reloads everything only when vectors were replaced in place. Below [`GRAPH_MIN`] vectors a query scores every
 //! vector (exact); from there an HNSW graph (`instant-distance`) is built
 //! in the background over the rows held, and a query takes the graph's
 //! [`GRAPH_EF`] nearest and scores the rows that arrived since the build
@@ -53,8 +54,8 @@ impl instant_distance::Point for Point {
 
 struct Graph {
     map: instant_distance::HnswMap<Point, i64>,
-    /// The graph holds `rows[..covers]`.
-    covers: usize,
+    /// The ids it holds.
+    ids: std::collections::HashSet<i64>,
 }
 
 /// What identifies a set of vectors cheaply: how many, the highest id, and
@@ -77,6 +78,15 @@ pub(crate) struct Fingerprint {
 pub(crate) trait VectorSource {
     /// The fingerprint of the vectors of (org, embedder).
     fn fingerprint(&self, org: i64, embedder: &str) -> Result<Fingerprint, StoreError>;
+    /// Every id of the vectors of (org, embedder), in order (index only).
+    fn vector_ids(&self, org: i64, embedder: &str) -> Result<Vec<i64>, StoreError>;
+    /// The vectors of (org, embedder) with these ids.
+    fn vectors_by_id(
+        &self,
+        org: i64,
+        embedder: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
     /// Up to `limit` of its vectors with ids above `after`, in id order.
     fn vectors_after(
         &self,
@@ -92,7 +102,12 @@ struct OrgVectors {
     /// When the store's fingerprint was last read, and the index's
     /// generation then.
     checked: Option<(Instant, u64)>,
+    /// Every vector held, in id order.
     rows: Vec<(i64, Point)>,
+    /// The rows the graph does not hold (all of them without a graph).
+    tail: Vec<(i64, Point)>,
+    /// Ids the graph holds that are gone from the store (erased).
+    removed: std::collections::HashSet<i64>,
     /// The fingerprint of `rows`.
     held: Fingerprint,
     bytes: usize,
@@ -100,9 +115,35 @@ struct OrgVectors {
     graph: Option<Arc<Graph>>,
     /// A graph is being built.
     building: bool,
-    /// Bumped by every full reload: a graph built from older rows is not
-    /// installed.
+    /// Bumped by every full reload (vectors replaced in place): a graph
+    /// built from older rows is not installed.
     generation: u64,
+}
+
+impl OrgVectors {
+    /// Adds a row (in id order), outside the graph.
+    fn insert(&mut self, id: i64, point: Point) {
+        let at = self.rows.partition_point(|(other, _)| *other < id);
+        if self.rows.get(at).is_some_and(|(other, _)| *other == id) {
+            return;
+        }
+        self.bytes += point.0.len() * 4;
+        self.rows.insert(at, (id, point.clone()));
+        self.tail.push((id, point));
+    }
+
+    /// Drops a row gone from the store.
+    fn remove(&mut self, id: i64) {
+        let at = self.rows.partition_point(|(other, _)| *other < id);
+        if let Some((_, point)) = self.rows.get(at).filter(|(other, _)| *other == id) {
+            self.bytes -= point.0.len() * 4;
+            self.rows.remove(at);
+        }
+        self.tail.retain(|(other, _)| *other != id);
+        if self.graph.as_ref().is_some_and(|g| g.ids.contains(&id)) {
+            self.removed.insert(id);
+        }
+    }
 }
 
 /// An org and an embedder id.
@@ -166,7 +207,7 @@ impl VectorIndex {
     pub(crate) fn graph_covers(&self, org: i64, embedder: &str) -> Option<usize> {
         let orgs = self.orgs.lock().ok()?;
         let held = orgs.get(&(org, embedder.to_owned()))?.lock().ok()?;
-        Some(held.graph.as_ref().map_or(0, |g| g.covers))
+        Some(held.graph.as_ref().map_or(0, |g| g.ids.len()))
     }
 
     /// The `limit` nearest vectors of (org, embedder) to `query`, as
@@ -303,7 +344,10 @@ fn fingerprint_of(org: i64, rows: &[(i64, Point)]) -> Fingerprint {
 }
 
 /// Brings `held` up to the store's vectors (`now`): the rows past the last
-/// id held, or all of them again.
+/// id held when only those are new; otherwise the difference of ids (rows
+/// that arrived below the last id, as servers of a fleet commit in any
+/// order, and rows erased), keeping the graph; everything again only when
+/// vectors were replaced in place (the version moved).
 fn refresh(
     held: &mut OrgVectors,
     source: &dyn VectorSource,
@@ -311,11 +355,12 @@ fn refresh(
     embedder: &str,
     now: Fingerprint,
 ) -> Result<(), StoreError> {
-    if let Some(after) = held.held.max_id
+    let first = crate::engine::org_range(org).0;
+    if now.version == held.held.version
+        && let Some(after) = held.held.max_id
         && held.held.count < now.count
     {
-        let (mut appended, bytes) = read_after(source, org, embedder, after)?;
-        let first = crate::engine::org_range(org).0;
+        let (appended, _) = read_after(source, org, embedder, after)?;
         let extended = Fingerprint {
             version: held.held.version,
             count: held.held.count + appended.len() as u64,
@@ -324,33 +369,71 @@ fn refresh(
                 sum.wrapping_add((id - first) & ID_SUM_MASK)
             }),
         };
+        for (id, point) in appended {
+            held.insert(id, point);
+        }
+        held.held = extended;
         if extended == now {
-            held.rows.append(&mut appended);
-            held.bytes += bytes;
-            held.held = extended;
             return Ok(());
         }
     }
-    // Rows went away, or arrived below the last id held: read them all.
-    let (rows, bytes) = read_after(source, org, embedder, i64::MIN)?;
+    if now.version != held.held.version || held.rows.is_empty() {
+        let (rows, bytes) = read_after(source, org, embedder, i64::MIN)?;
+        held.held = Fingerprint {
+            version: now.version,
+            ..fingerprint_of(org, &rows)
+        };
+        held.tail = rows.clone();
+        held.rows = rows;
+        held.bytes = bytes;
+        held.graph = None;
+        held.removed.clear();
+        held.generation += 1;
+        return Ok(());
+    }
+    // The difference of ids: an index-only read of every id.
+    let ids = source.vector_ids(org, embedder)?;
+    let present: std::collections::HashSet<i64> = ids.iter().copied().collect();
+    let gone: Vec<i64> = held
+        .rows
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !present.contains(id))
+        .collect();
+    for id in gone {
+        held.remove(id);
+    }
+    let missing: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| {
+            held.rows
+                .binary_search_by_key(id, |(other, _)| *other)
+                .is_err()
+        })
+        .collect();
+    for chunk in missing.chunks(PAGE) {
+        let mut fetched = Vec::new();
+        decode(source.vectors_by_id(org, embedder, chunk)?, &mut fetched);
+        for (id, point) in fetched {
+            held.insert(id, point);
+        }
+    }
     held.held = Fingerprint {
         version: now.version,
-        ..fingerprint_of(org, &rows)
+        ..fingerprint_of(org, &held.rows)
     };
-    held.rows = rows;
-    held.bytes = bytes;
-    held.graph = None;
-    held.generation += 1;
     Ok(())
 }
 
 /// Starts building a graph in the background when the rows outside the
-/// current one call for it; the thread installs it unless the rows were
-/// reloaded meanwhile (then the graph may hold vectors since deleted).
+/// current one (or erased from it) call for it; the thread installs it
+/// unless the rows were reloaded meanwhile, with the rows that arrived or
+/// went during the build kept outside it or marked removed.
 fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min: usize) {
-    let covered = held.graph.as_ref().map_or(0, |g| g.covers);
-    let outside = held.rows.len() - covered;
-    let due = held.rows.len() >= graph_min && outside >= (covered / 5).max(graph_min / 5);
+    let covered = held.graph.as_ref().map_or(0, |g| g.ids.len());
+    let stale = held.tail.len() + held.removed.len();
+    let due = held.rows.len() >= graph_min && stale >= (covered / 5).max(graph_min / 5);
     if !due || held.building {
         return;
     }
@@ -361,15 +444,15 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
     let spawned = std::thread::Builder::new()
         .name("cairn-hnsw".into())
         .spawn(move || {
-            let covers = rows.len();
-            let (points, ids): (Vec<Point>, Vec<i64>) =
+            let ids: std::collections::HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
+            let (points, values): (Vec<Point>, Vec<i64>) =
                 rows.into_iter().map(|(id, point)| (point, id)).unzip();
             let map = crate::background::run_at_low_priority(|| {
                 instant_distance::Builder::default()
                     .ef_construction(GRAPH_EF_CONSTRUCTION)
                     .ef_search(GRAPH_EF)
                     .seed(0x00ca_1121)
-                    .build(points, ids)
+                    .build(points, values)
             });
             // Gone if the index dropped the org meanwhile.
             if let Some(entry) = entry.upgrade()
@@ -377,7 +460,23 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
             {
                 held.building = false;
                 if held.generation == generation {
-                    held.graph = Some(Arc::new(Graph { map, covers }));
+                    let held = &mut *held;
+                    held.tail = held
+                        .rows
+                        .iter()
+                        .filter(|(id, _)| !ids.contains(id))
+                        .cloned()
+                        .collect();
+                    held.removed = ids
+                        .iter()
+                        .copied()
+                        .filter(|id| {
+                            held.rows
+                                .binary_search_by_key(id, |(other, _)| *other)
+                                .is_err()
+                        })
+                        .collect();
+                    held.graph = Some(Arc::new(Graph { map, ids }));
                 }
             }
         });
@@ -399,18 +498,20 @@ fn nearest(held: &OrgVectors, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
                 .first()
                 .is_some_and(|(_, p)| p.0.len() == query.len())
     });
-    let covered = match graph {
+    let exact = match graph {
         Some(graph) => {
             let mut search = instant_distance::Search::default();
             let point = Point(query.into());
             for item in graph.map.search(&point, &mut search) {
-                best.offer_score(*item.value, 1.0 - item.distance);
+                if !held.removed.contains(item.value) {
+                    best.offer_score(*item.value, 1.0 - item.distance);
+                }
             }
-            graph.covers
+            &held.tail
         }
-        None => 0,
+        None => &held.rows,
     };
-    for (id, point) in &held.rows[covered..] {
+    for (id, point) in exact {
         if point.0.len() == query.len() {
             best.offer_score(*id, crate::embed::similarity(query, &point.0));
         }
@@ -443,6 +544,23 @@ mod tests {
     }
 
     impl VectorSource for Fake {
+        fn vector_ids(&self, _: i64, _: &str) -> Result<Vec<i64>, StoreError> {
+            Ok(self.rows.lock().unwrap().keys().copied().collect())
+        }
+
+        fn vectors_by_id(
+            &self,
+            _: i64,
+            _: &str,
+            ids: &[i64],
+        ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+            let rows = self.rows.lock().unwrap();
+            Ok(ids
+                .iter()
+                .filter_map(|id| rows.get(id).map(|v| (*id, v.clone())))
+                .collect())
+        }
+
         fn fingerprint(&self, org: i64, _: &str) -> Result<Fingerprint, StoreError> {
             let rows = self.rows.lock().unwrap();
             let first = crate::engine::org_range(org).0;
@@ -559,7 +677,8 @@ mod tests {
         let fake = Fake::default();
         let index = VectorIndex::new(DEFAULT_BUDGET, 2_000);
         let n = 3_000;
-        for i in 0..n {
+        // A gap at 7, filled later as another server's late batch would.
+        for i in (0..n).filter(|i| *i != 7) {
             fake.put(i, &vector(i as u64, dims, 50));
         }
         let probe = vector(5, dims, 50);
@@ -585,6 +704,19 @@ mod tests {
         let recall = found as f64 / wanted as f64;
         eprintln!("100 queries in {:?}, recall {recall}", started.elapsed());
         assert!(recall >= 0.9, "recall@10 {recall}");
+        // A row that arrives below the last id (another server's batch) and
+        // a row erased from the graph: followed without dropping the graph.
+        let first = crate::engine::org_range(ORG).0;
+        let late = vector(8_888_888, dims, 50);
+        fake.rows.lock().unwrap().remove(&(first + 10));
+        fake.put(n + 100, &vector(1, dims, 50));
+        fake.put(7, &late);
+        index.invalidate();
+        let got = ids(index.search(&fake, ORG, "e", &late, 10).unwrap());
+        assert_eq!(got[0], first + 7);
+        assert!(entry.lock().unwrap().graph.is_some(), "the graph was kept");
+        let probe = vector(10, dims, 50);
+        assert!(!ids(index.search(&fake, ORG, "e", &probe, 10).unwrap()).contains(&(first + 10)));
         // A row added after the build is scored exactly.
         let query = vector(9_999_999, dims, 50);
         fake.put(n + 5, &query);

@@ -416,6 +416,39 @@ pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<()
 struct PgVectors<'d, 'c>(std::cell::RefCell<&'d mut Db<'c, postgres::Client>>);
 
 impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
+    fn vector_ids(&self, org: i64, embedder: &str) -> Result<Vec<i64>, StoreError> {
+        let (lo, hi) = org_range(org);
+        self.0
+            .borrow_mut()
+            .query(
+                "SELECT id FROM vectors WHERE embedder = $1 AND id >= $2 AND id < $3 ORDER BY id",
+                &[&embedder, &lo, &hi],
+                "reading vector ids",
+            )?
+            .iter()
+            .map(|row| col(row, 0))
+            .collect()
+    }
+
+    fn vectors_by_id(
+        &self,
+        org: i64,
+        embedder: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        self.0
+            .borrow_mut()
+            .query(
+                "SELECT id, vector FROM vectors WHERE id = ANY($1) AND embedder = $2 AND id >= $3 AND id < $4",
+                &[&ids, &embedder, &lo, &hi],
+                "reading vectors",
+            )?
+            .iter()
+            .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+            .collect()
+    }
+
     fn fingerprint(
         &self,
         org: i64,

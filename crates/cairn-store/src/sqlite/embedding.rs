@@ -335,6 +335,50 @@ pub(super) fn move_untagged_vectors(tx: &Connection) -> Result<(), StoreError> {
 struct SqliteVectors<'c>(&'c Connection);
 
 impl crate::vector_index::VectorSource for SqliteVectors<'_> {
+    fn vector_ids(&self, org: i64, embedder: &str) -> Result<Vec<i64>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let mut stmt = self
+            .0
+            .prepare_cached(
+                "SELECT id FROM vectors WHERE embedder = ?1 AND id >= ?2 AND id < ?3 ORDER BY id",
+            )
+            .context("reading vector ids")?;
+        let ids = stmt
+            .query_map(params![embedder, lo, hi], |r| r.get(0))
+            .context("reading vector ids")?
+            .collect::<Result<Vec<i64>, _>>()
+            .context("reading vector ids")?;
+        Ok(ids)
+    }
+
+    fn vectors_by_id(
+        &self,
+        org: i64,
+        embedder: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let (lo, hi) = org_range(org);
+        let mut stmt = self
+            .0
+            .prepare_cached(
+                "SELECT id, vector FROM vectors WHERE id = ?1 AND embedder = ?2 AND id >= ?3 AND id < ?4",
+            )
+            .context("reading vectors")?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(row) = stmt
+                .query_row(params![id, embedder, lo, hi], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
+                .context("reading vectors")?
+            {
+                out.push(row);
+            }
+        }
+        Ok(out)
+    }
+
     fn fingerprint(
         &self,
         org: i64,
