@@ -22,7 +22,7 @@
 //! vectors do not fit the memory budget is scored straight from the store.
 
 use crate::StoreError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -55,7 +55,7 @@ impl instant_distance::Point for Point {
 struct Graph {
     map: instant_distance::HnswMap<Point, i64>,
     /// The ids it holds.
-    ids: std::collections::HashSet<i64>,
+    ids: HashSet<i64>,
 }
 
 /// What identifies a set of vectors cheaply: how many, the highest id, and
@@ -107,7 +107,7 @@ struct OrgVectors {
     /// The rows the graph does not hold (all of them without a graph).
     tail: Vec<(i64, Point)>,
     /// Ids the graph holds that are gone from the store (erased).
-    removed: std::collections::HashSet<i64>,
+    removed: HashSet<i64>,
     /// The fingerprint of `rows`.
     held: Fingerprint,
     bytes: usize,
@@ -121,6 +121,26 @@ struct OrgVectors {
 }
 
 impl OrgVectors {
+    /// Whether a row with this id is held.
+    fn holds(&self, id: i64) -> bool {
+        self.rows
+            .binary_search_by_key(&id, |(other, _)| *other)
+            .is_ok()
+    }
+
+    /// Installs a graph built over the rows with `ids`: rows that arrived
+    /// during the build stay outside it, rows erased meanwhile are marked.
+    fn install(&mut self, map: instant_distance::HnswMap<Point, i64>, ids: HashSet<i64>) {
+        self.tail = self
+            .rows
+            .iter()
+            .filter(|(id, _)| !ids.contains(id))
+            .cloned()
+            .collect();
+        self.removed = ids.iter().copied().filter(|id| !self.holds(*id)).collect();
+        self.graph = Some(Arc::new(Graph { map, ids }));
+    }
+
     /// Adds a row (in id order), outside the graph.
     fn insert(&mut self, id: i64, point: Point) {
         let at = self.rows.partition_point(|(other, _)| *other < id);
@@ -393,7 +413,7 @@ fn refresh(
     }
     // The difference of ids: an index-only read of every id.
     let ids = source.vector_ids(org, embedder)?;
-    let present: std::collections::HashSet<i64> = ids.iter().copied().collect();
+    let present: HashSet<i64> = ids.iter().copied().collect();
     let gone: Vec<i64> = held
         .rows
         .iter()
@@ -403,15 +423,7 @@ fn refresh(
     for id in gone {
         held.remove(id);
     }
-    let missing: Vec<i64> = ids
-        .iter()
-        .copied()
-        .filter(|id| {
-            held.rows
-                .binary_search_by_key(id, |(other, _)| *other)
-                .is_err()
-        })
-        .collect();
+    let missing: Vec<i64> = ids.iter().copied().filter(|id| !held.holds(*id)).collect();
     for chunk in missing.chunks(PAGE) {
         let mut fetched = Vec::new();
         decode(source.vectors_by_id(org, embedder, chunk)?, &mut fetched);
@@ -444,7 +456,7 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
     let spawned = std::thread::Builder::new()
         .name("cairn-hnsw".into())
         .spawn(move || {
-            let ids: std::collections::HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
+            let ids: HashSet<i64> = rows.iter().map(|(id, _)| *id).collect();
             let (points, values): (Vec<Point>, Vec<i64>) =
                 rows.into_iter().map(|(id, point)| (point, id)).unzip();
             let map = crate::background::run_at_low_priority(|| {
@@ -460,23 +472,7 @@ fn maybe_build(entry: &Arc<Mutex<OrgVectors>>, held: &mut OrgVectors, graph_min:
             {
                 held.building = false;
                 if held.generation == generation {
-                    let held = &mut *held;
-                    held.tail = held
-                        .rows
-                        .iter()
-                        .filter(|(id, _)| !ids.contains(id))
-                        .cloned()
-                        .collect();
-                    held.removed = ids
-                        .iter()
-                        .copied()
-                        .filter(|id| {
-                            held.rows
-                                .binary_search_by_key(id, |(other, _)| *other)
-                                .is_err()
-                        })
-                        .collect();
-                    held.graph = Some(Arc::new(Graph { map, ids }));
+                    held.install(map, ids);
                 }
             }
         });

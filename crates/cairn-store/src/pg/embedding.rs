@@ -314,27 +314,12 @@ impl PgStore {
     }
 
     pub(super) fn chosen_embedder_in(&self) -> Result<Option<String>, StoreError> {
-        self.read(|db| {
-            db.query_opt(
-                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
-                &[],
-                "reading the store's embedder",
-            )?
-            .map(|row| col(&row, 0))
-            .transpose()
-        })
+        self.read(chosen_embedder)
     }
 
     pub(super) fn choose_embedder_in(&self, id: &str) -> Result<Option<String>, StoreError> {
         self.read(|db| {
-            let before = db
-                .query_opt(
-                    "SELECT value FROM embedding_settings WHERE key = 'embedder'",
-                    &[],
-                    "recording the store's embedder",
-                )?
-                .map(|row| col(&row, 0))
-                .transpose()?;
+            let before = chosen_embedder(db)?;
             db.execute(
                 "INSERT INTO embedding_settings (key, value) VALUES ('embedder', $1)
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -344,6 +329,17 @@ impl PgStore {
             Ok(before)
         })
     }
+}
+
+/// The store's chosen embedder, if any.
+fn chosen_embedder(db: &mut Db<'_, postgres::Client>) -> Result<Option<String>, StoreError> {
+    db.query_opt(
+        "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+        &[],
+        "reading the store's embedder",
+    )?
+    .map(|row| col(&row, 0))
+    .transpose()
 }
 
 /// Moves the vectors of a database written before vectors were tagged

@@ -98,14 +98,7 @@ impl SqliteStore {
         let tx = guard.conn.transaction().context("storing embeddings")?;
         // Chosen under the same lock: a batch embedded before another
         // embedder was chosen is not stored.
-        let chosen: Option<String> = tx
-            .query_row(
-                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .context("storing embeddings")?;
+        let chosen = chosen_embedder(&tx)?;
         if chosen.is_some_and(|c| c != embedder) {
             return Ok(0);
         }
@@ -264,15 +257,7 @@ impl SqliteStore {
     }
 
     pub(super) fn chosen_embedder_in(&self) -> Result<Option<String>, StoreError> {
-        self.read(|c| {
-            c.query_row(
-                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .context("reading the store's embedder")
-        })
+        self.read(chosen_embedder)
     }
 
     pub(super) fn choose_embedder_in(&self, id: &str) -> Result<Option<String>, StoreError> {
@@ -281,14 +266,7 @@ impl SqliteStore {
             .conn
             .transaction()
             .context("recording the store's embedder")?;
-        let before: Option<String> = tx
-            .query_row(
-                "SELECT value FROM embedding_settings WHERE key = 'embedder'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .context("recording the store's embedder")?;
+        let before = chosen_embedder(&tx)?;
         tx.execute(
             "INSERT INTO embedding_settings (key, value) VALUES ('embedder', ?1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -306,6 +284,17 @@ impl SqliteStore {
         let org = self.read(|c| Self::org_id_of(c, org_id)).ok().flatten()?;
         self.vectors.graph_covers(org, embedder)
     }
+}
+
+/// The store's chosen embedder, if any.
+fn chosen_embedder(conn: &Connection) -> Result<Option<String>, StoreError> {
+    conn.query_row(
+        "SELECT value FROM embedding_settings WHERE key = 'embedder'",
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+    .context("reading the store's embedder")
 }
 
 /// Moves the vectors of a store written before vectors were tagged with

@@ -20,6 +20,17 @@ struct Pg {
     created: Mutex<HashSet<String>>,
 }
 
+impl Pg {
+    /// A backend over `cluster`, its databases created on first open.
+    fn new(cluster: PgCluster) -> Pg {
+        Pg {
+            cluster,
+            keys: tempfile::tempdir().unwrap(),
+            created: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
 impl Backend for Pg {
     fn open(&self, name: &str) -> Arc<dyn LedgerStore> {
         let db = name.replace('-', "_");
@@ -44,11 +55,7 @@ fn conformance_suite() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
-    run_all(&Pg {
-        cluster,
-        keys: tempfile::tempdir().unwrap(),
-        created: Mutex::new(HashSet::new()),
-    });
+    run_all(&Pg::new(cluster));
 }
 
 /// Analyst SQL on PostgreSQL: the differential oracle over generated
@@ -133,11 +140,7 @@ fn an_older_database_gets_its_steps_indexed_for_search() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
-    let backend = Pg {
-        cluster,
-        keys: tempfile::tempdir().unwrap(),
-        created: Mutex::new(HashSet::new()),
-    };
+    let backend = Pg::new(cluster);
     let store = backend.open("older");
     let ledger =
         cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
@@ -420,11 +423,7 @@ fn storing_vectors_skips_rows_an_erasing_batch_holds() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
-    let backend = Pg {
-        cluster,
-        keys: tempfile::tempdir().unwrap(),
-        created: Mutex::new(HashSet::new()),
-    };
+    let backend = Pg::new(cluster);
     let store = backend.open("skip_locked");
     let ledger =
         cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
