@@ -152,8 +152,16 @@ fn main() {
         "| writers | Cairn steps/s | mean batch | raw rusqlite rows/s, same batch size | ratio |"
     );
     println!("|---|---|---|---|---|");
+    // `CAIRN_BENCH_WRITERS=64` runs only the listed writer counts (and no
+    // verification unless 64 is among them), for quick experiments.
+    let only: Option<Vec<usize>> = std::env::var("CAIRN_BENCH_WRITERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|w| w.trim().parse().ok()).collect());
     let mut verify_dir = None;
     for writers in [1usize, 8, 64] {
+        if only.as_ref().is_some_and(|o| !o.contains(&writers)) {
+            continue;
+        }
         let total = if writers == 1 { steps / 8 } else { steps };
         let dir = tempfile::tempdir().unwrap();
         let result = ingest(dir.path(), writers, 1, total);
@@ -192,7 +200,9 @@ fn main() {
         raw_inserts(raw_dir.path(), 10_000, steps.max(10_000))
     );
 
-    let dir = verify_dir.unwrap();
+    let Some(dir) = verify_dir else {
+        return;
+    };
     let ledger = Ledger::new(
         Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap()),
         SequencerConfig::default(),

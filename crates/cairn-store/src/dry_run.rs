@@ -179,6 +179,13 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         self.tx.latest_checkpoint(org, name)
     }
 
+    fn put_session_kinds(
+        &mut self,
+        _pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn put_session_head(
         &mut self,
         _sid: i64,

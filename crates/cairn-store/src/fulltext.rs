@@ -112,7 +112,108 @@ fn tokens(text: &str) -> Vec<String> {
 
 /// `text` rewritten for the engines: its tokens separated by spaces.
 pub fn segment(text: &str) -> String {
-    tokens(text).join(" ")
+    let mut segmenter = Segmenter::default();
+    segmenter.push(text);
+    segmenter.finish()
+}
+
+/// [`tokens`] written straight into one string, space-separated, without
+/// a string per token: a step's document is built on every append, so
+/// this runs once per step on the write path. Text pushed in several
+/// parts is segmented as if a separator stood between them.
+#[derive(Default)]
+struct Segmenter {
+    out: String,
+    /// Where the current word's separator starts in `out`, if a word is
+    /// open.
+    word: Option<usize>,
+    /// The last CJK character of the open run and whether the run has
+    /// more than one character.
+    cjk: Option<(char, bool)>,
+}
+
+impl Segmenter {
+    fn separate(&mut self) {
+        if !self.out.is_empty() {
+            self.out.push(' ');
+        }
+    }
+
+    fn end_word(&mut self) {
+        // A word whose characters lower-cased to nothing is no token.
+        if let Some(mark) = self.word.take()
+            && self.out.len() == mark + usize::from(mark > 0)
+        {
+            self.out.truncate(mark);
+        }
+    }
+
+    fn end_cjk(&mut self) {
+        if let Some((c, false)) = self.cjk.take() {
+            self.separate();
+            self.out.push(c);
+        }
+    }
+
+    fn start_word(&mut self) {
+        if self.word.is_none() {
+            self.word = Some(self.out.len());
+            self.separate();
+        }
+    }
+
+    fn push(&mut self, text: &str) {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b.is_ascii() {
+                // ASCII: no CJK, and lower-casing is one byte.
+                if b.is_ascii_alphanumeric() {
+                    self.end_cjk();
+                    self.start_word();
+                    self.out.push(char::from(b.to_ascii_lowercase()));
+                } else {
+                    self.end_cjk();
+                    self.end_word();
+                }
+                i += 1;
+                continue;
+            }
+            let Some(c) = text[i..].chars().next() else {
+                break;
+            };
+            i += c.len_utf8();
+            if is_cjk(c) {
+                self.end_word();
+                match self.cjk {
+                    Some((previous, _)) => {
+                        self.separate();
+                        self.out.push(previous);
+                        self.out.push(c);
+                        self.cjk = Some((c, true));
+                    }
+                    None => self.cjk = Some((c, false)),
+                }
+            } else if c.is_alphanumeric() {
+                self.end_cjk();
+                self.start_word();
+                self.out
+                    .extend(c.to_lowercase().filter(|l| l.is_alphanumeric()));
+            } else {
+                self.end_cjk();
+                self.end_word();
+            }
+        }
+        self.end_cjk();
+        self.end_word();
+    }
+
+    fn finish(mut self) -> String {
+        self.end_cjk();
+        self.end_word();
+        self.out
+    }
 }
 
 /// Every string (and key, and number) of a JSON value, space-separated.
@@ -163,10 +264,39 @@ pub fn display_text_of(content: Option<&str>, payloads: [&Option<Value>; 3]) -> 
     text
 }
 
-/// The document a step is indexed as (None when it has no text).
+/// The document a step is indexed as (None when it has no text): the
+/// tokens of [`display_text`], segmented part by part (the separators
+/// between the parts are not letters, so the result is the same as
+/// segmenting the joined text, without building it).
 pub fn document(step: &Step) -> Option<String> {
-    let doc = segment(&display_text(step));
+    let mut segmenter = Segmenter::default();
+    if let Some(content) = &step.content {
+        segmenter.push(content);
+    }
+    for value in [&step.input, &step.output, &step.metadata]
+        .into_iter()
+        .flatten()
+    {
+        segment_json(value, &mut segmenter);
+    }
+    let doc = segmenter.finish();
     (!doc.is_empty()).then_some(doc)
+}
+
+/// [`json_words`] fed to a segmenter.
+fn segment_json(value: &Value, out: &mut Segmenter) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Number(n) => out.push(&n.to_string()),
+        Value::Bool(_) | Value::Null => {}
+        Value::Array(items) => items.iter().for_each(|v| segment_json(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k);
+                segment_json(v, out);
+            }
+        }
+    }
 }
 
 impl FullTextQuery {
@@ -401,6 +531,26 @@ mod tests {
 
     fn q(text: &str) -> FullTextQuery {
         FullTextQuery::parse(text).unwrap()
+    }
+
+    proptest::proptest! {
+        /// The one-pass segmenter writes exactly the tokens of [`tokens`],
+        /// and a step's document is the segmented display text.
+        #[test]
+        fn segmenting_in_one_pass_gives_the_tokens(
+            text in "(\\PC|[a-zA-Z0-9 .,İ日本語ーテ])*",
+            words in proptest::collection::vec("(\\PC|[a-zA-Z0-9 ])*", 0..4),
+        ) {
+            proptest::prop_assert_eq!(segment(&text), tokens(&text).join(" "));
+            let mut step = Step::new(
+                "t", "o", "a", "s", 0, "Reasoning",
+                cairn_core::time::Timestamp::from_micros(0).unwrap(),
+            ).unwrap();
+            step.content = Some(text.clone());
+            step.metadata = Some(serde_json::json!({ "k": words, "n": -1.5e3 }));
+            let joined = tokens(&display_text(&step)).join(" ");
+            proptest::prop_assert_eq!(document(&step), (!joined.is_empty()).then_some(joined));
+        }
     }
 
     #[test]

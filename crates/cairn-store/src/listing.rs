@@ -5,8 +5,8 @@
 //! order come from `sessions_listing (org, started_at, session_id)` (or
 //! `sessions_by_agent` for one agent), a page starts strictly after its
 //! cursor (a row-value comparison, so a deep page costs what the first
-//! does), a kind is checked per candidate session through
-//! `entries_session_kinds (sid, kind)`, and flagged sessions come from the
+//! does), a kind is checked per candidate session in the derived table
+//! `session_kinds (sid, kind)`, and flagged sessions come from the
 //! small partial index `entries_flagged`.
 
 use crate::{SessionFilter, StepFilter};
@@ -78,7 +78,7 @@ pub(crate) fn session_listing_query(
     if let Some(kind) = filter.kind {
         let p = bind(ListParam::Text(kind.as_str().to_owned()));
         sql.push_str(&format!(
-            " AND EXISTS (SELECT 1 FROM entries k WHERE k.sid = s.sid AND k.type = 'step' AND k.kind = {p})"
+            " AND EXISTS (SELECT 1 FROM session_kinds k WHERE k.sid = s.sid AND k.kind = {p})"
         ));
     }
     if filter.flagged {

@@ -119,6 +119,7 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             )?;
             index_unindexed_steps(&mut tx)?;
             embedding::upgrade_vectors(&mut tx)?;
+            record_session_kinds(&mut tx)?;
         }
         Some("1") => {
             return Err(StoreError::Corrupt(
@@ -140,7 +141,7 @@ const ADDITIONS: &str = "CREATE TABLE IF NOT EXISTS cosignatures (
   org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
   line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
-CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
+CREATE TABLE IF NOT EXISTS session_kinds (sid BIGINT NOT NULL, kind TEXT NOT NULL, PRIMARY KEY (sid, kind));
 DROP INDEX IF EXISTS sessions_recent;
 CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
@@ -156,11 +157,50 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
-               AND to_regclass('embedding_settings') IS NOT NULL",
+               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?
         .get(0))
+}
+
+/// Fills `session_kinds` from the log of a database written before it
+/// existed, then drops the index over `entries (sid, kind)` it replaces
+/// (once: the index's presence says it has not run).
+fn record_session_kinds(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_one(
+            "SELECT to_regclass('entries_session_kinds') IS NOT NULL",
+            &[],
+        )
+        .context("checking the schema")?
+        .get(0);
+    if old {
+        tx.batch_execute(
+            "INSERT INTO session_kinds (sid, kind)
+               SELECT DISTINCT sid, kind FROM entries WHERE type = 'step' ON CONFLICT DO NOTHING;
+             DROP INDEX entries_session_kinds;",
+        )
+        .context("recording the kinds of existing sessions")?;
+        // The roles that keep session heads keep this derived table too.
+        let grantees: Vec<String> = tx
+            .query(
+                "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
+                 WHERE table_name = 'session_heads' AND privilege_type = 'INSERT'
+                   AND grantee::text <> current_user",
+                &[],
+            )
+            .context("reading the grants of session_heads")?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for role in grantees {
+            let role = format!("\"{}\"", role.replace('"', "\"\""));
+            tx.batch_execute(&format!("GRANT SELECT, INSERT ON session_kinds TO {role};"))
+                .context("granting session_kinds to the roles of session_heads")?;
+        }
+    }
+    Ok(())
 }
 
 /// Indexes for full-text search the steps a database holds from before
@@ -923,6 +963,8 @@ struct Pending {
     /// Full-text documents: (id, org, document).
     search: Vec<(i64, i64, String)>,
     heads: Vec<(i64, i64, i64, i64)>,
+    /// `(session, kind)` pairs for `session_kinds`.
+    kinds: Vec<(i64, &'static str)>,
 }
 
 /// A batch's transaction, seen by the engine: the orgs it locked, loaded
@@ -1118,6 +1160,20 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                  FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
                 &[&ids, &orgs, &docs],
                 "indexing steps for full-text search",
+            )?;
+        }
+        if !pending.kinds.is_empty() {
+            let mut kinds = pending.kinds;
+            // One order for every writer: concurrent inserts of the same
+            // keys then wait rather than deadlock.
+            kinds.sort_unstable();
+            kinds.dedup();
+            let (sids, names): (Vec<i64>, Vec<&str>) = kinds.into_iter().unzip();
+            self.db.execute(
+                "INSERT INTO session_kinds (sid, kind) SELECT * FROM UNNEST($1::int8[], $2::text[])
+                 ON CONFLICT DO NOTHING",
+                &[&sids, &names],
+                "recording the kinds of sessions",
             )?;
         }
         if !pending.heads.is_empty() {
@@ -1503,6 +1559,16 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         name: &str,
     ) -> Result<Option<StoredCheckpoint>, StoreError> {
         latest_checkpoint(&mut self.db, org, name)
+    }
+
+    fn put_session_kinds(
+        &mut self,
+        pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError> {
+        self.pending
+            .kinds
+            .extend(pairs.iter().map(|(sid, kind)| (*sid, kind.as_str())));
+        Ok(())
     }
 
     fn put_session_head(

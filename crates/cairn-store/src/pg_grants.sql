@@ -9,6 +9,7 @@ GRANT SELECT, INSERT ON cairn_meta TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON cosignatures TO cairn_app;
 GRANT UPDATE (content, input_data, output_data, metadata, erased, hidden, has_embedding) ON entries TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON session_heads TO cairn_app;
+GRANT SELECT, INSERT ON session_kinds TO cairn_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue, api_keys TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON embedding_settings TO cairn_app;
 GRANT SELECT, INSERT, DELETE ON step_search TO cairn_app;

@@ -95,7 +95,15 @@ CREATE TABLE IF NOT EXISTS step_search (
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
-CREATE INDEX IF NOT EXISTS entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
+-- Derived, not evidence: the kinds of step each session holds, for the
+-- listing's kind filter; a row is written the first time a session gets a
+-- step of that kind. (An index over entries (sid, kind) took one page
+-- write per session per batch: 40% of the time of an append.)
+CREATE TABLE IF NOT EXISTS session_kinds (
+  sid  BIGINT NOT NULL,
+  kind TEXT NOT NULL,
+  PRIMARY KEY (sid, kind)
+);
 DROP INDEX IF EXISTS sessions_recent;
 
 -- Derived, not ledger (see docs/STORAGE.md): a hint Cairn walks forward

@@ -426,6 +426,7 @@ impl SqliteStore {
         if options.sequencer && damaged.is_none() {
             embedding::move_untagged_vectors(&tx)?;
             index_unindexed_steps(&tx)?;
+            record_session_kinds(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
                 (None, Some(file)) => file.display().to_string(),
@@ -950,6 +951,28 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
     })
 }
 
+/// Fills `session_kinds` from the log of a store written before it
+/// existed, then drops the index over `entries (sid, kind)` it replaces
+/// (once: the index's presence says it has not run).
+fn record_session_kinds(tx: &Connection) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'entries_session_kinds')",
+            [],
+            |r| r.get(0),
+        )
+        .context("checking the schema")?;
+    if old {
+        tx.execute_batch(
+            "INSERT OR IGNORE INTO session_kinds (sid, kind)
+               SELECT DISTINCT sid, kind FROM entries WHERE type = 'step';
+             DROP INDEX entries_session_kinds;",
+        )
+        .context("recording the kinds of existing sessions")?;
+    }
+    Ok(())
+}
+
 /// Builds the full-text index of a store written before it existed (once:
 /// `meta.fulltext` records it), in the opening transaction.
 fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
@@ -1463,6 +1486,22 @@ impl WriteTx for SqliteTx<'_> {
         name: &str,
     ) -> Result<Option<StoredCheckpoint>, StoreError> {
         latest_checkpoint(self.conn, org, name)
+    }
+
+    fn put_session_kinds(
+        &mut self,
+        pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError> {
+        let mut insert = self
+            .conn
+            .prepare_cached("INSERT OR IGNORE INTO session_kinds (sid, kind) VALUES (?1, ?2)")
+            .context("recording the kinds of sessions")?;
+        for (sid, kind) in pairs {
+            insert
+                .execute(params![sid, kind.as_str()])
+                .context("recording the kinds of sessions")?;
+        }
+        Ok(())
     }
 
     fn put_session_head(

@@ -47,6 +47,8 @@ impl Engine<'_> {
         let mut sids: HashMap<String, i64> = HashMap::new();
         // Per session: (first seq, last seq, last index).
         let mut heads: HashMap<i64, (u64, u64, u64)> = HashMap::new();
+        let mut kinds: std::collections::BTreeSet<(i64, cairn_core::kind::StepKind)> =
+            std::collections::BTreeSet::new();
         let mut count = 0u64;
         for (index, entry) in entries.enumerate() {
             let bad = |reason: String| ImportError::BadEntry {
@@ -98,6 +100,7 @@ impl Engine<'_> {
                         .or_insert((entry.seq, entry.seq, s.step_index));
                     head.1 = entry.seq;
                     head.2 = s.step_index;
+                    kinds.insert((sid, s.kind));
                     tx.insert_step(&StepRow {
                         org: org.id,
                         seq: entry.seq,
@@ -162,6 +165,7 @@ impl Engine<'_> {
                 created_at: now(),
             },
         )?;
+        tx.put_session_kinds(&kinds.into_iter().collect::<Vec<_>>())?;
         for (sid, (first, last, index)) in heads {
             tx.put_session_head(sid, first, last, index)?;
         }

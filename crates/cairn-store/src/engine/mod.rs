@@ -73,6 +73,11 @@ pub(crate) struct SessionState {
     pub last_created: Option<Timestamp>,
     /// Kind of the last step (a strict session's seal needs a reflection).
     pub last_kind: Option<cairn_core::kind::StepKind>,
+    /// Kinds known to be recorded in `session_kinds` for this session (one
+    /// bit per [`StepKind`](cairn_core::kind::StepKind)); empty after a
+    /// load, so the first step of each kind writes its row again (ignored
+    /// if present).
+    pub known_kinds: u32,
 }
 
 impl SessionState {
@@ -91,6 +96,7 @@ impl SessionState {
             last_seq: None,
             last_created: None,
             last_kind: None,
+            known_kinds: 0,
         }
     }
 }
@@ -178,6 +184,7 @@ impl StoredSession {
             last_kind: end
                 .as_ref()
                 .and_then(|e| cairn_core::kind::StepKind::parse(&e.kind)),
+            known_kinds: 0,
             agent_id: self.agent_id,
         })
     }
@@ -202,6 +209,27 @@ pub(crate) struct Overlay {
     pub keys: HashMap<(i64, String), AgentKey>,
     /// Sessions that got steps in this batch (their heads are written).
     touched: HashSet<i64>,
+    /// `(session, kind)` pairs this batch is the first to record.
+    new_kinds: Vec<(i64, cairn_core::kind::StepKind)>,
+}
+
+// One bit per kind in `SessionState::known_kinds`.
+const _: () = assert!(cairn_core::kind::ALL_KINDS.len() <= 32);
+
+impl Overlay {
+    /// Notes that `session` got a step of `kind`; the pair is written to
+    /// `session_kinds` at the end of the batch unless already known.
+    pub(crate) fn note_kind(
+        &mut self,
+        session: &mut SessionState,
+        kind: cairn_core::kind::StepKind,
+    ) {
+        let bit = 1u32 << (kind as u32);
+        if session.known_kinds & bit == 0 {
+            session.known_kinds |= bit;
+            self.new_kinds.push((session.sid, kind));
+        }
+    }
 }
 
 /// Everything one step row holds.
@@ -312,6 +340,12 @@ pub(crate) trait WriteTx {
         org: i64,
         name: &str,
     ) -> Result<Option<StoredCheckpoint>, StoreError>;
+    /// Records that sessions hold steps of these kinds (derived state for
+    /// the listing's kind filter; a pair already recorded is ignored).
+    fn put_session_kinds(
+        &mut self,
+        pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError>;
     /// Records a session's first and last step (derived state).
     fn put_session_head(
         &mut self,
@@ -426,6 +460,9 @@ impl Engine<'_> {
             .collect();
         for (sid, first, last, index) in heads {
             run.tx.put_session_head(sid, first, last, index)?;
+        }
+        if !run.overlay.new_kinds.is_empty() {
+            run.tx.put_session_kinds(&run.overlay.new_kinds)?;
         }
         Ok((results, run.overlay))
     }

@@ -337,6 +337,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         session.head = hash;
         session.last_created = Some(created_at);
         session.last_kind = Some(step.kind);
+        self.overlay.note_kind(&mut session, step.kind);
         self.overlay.touched.insert(session.sid);
         self.overlay
             .sessions

@@ -385,7 +385,7 @@ pub(super) fn upgrade_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), 
     Ok(())
 }
 
-/// Refuses to start a server whose role cannot use the embedding tables
+/// Refuses to start a server whose role cannot use the derived tables (embedding queue and vectors, session kinds)
 /// (grants not updated after an upgrade): otherwise every batch with a
 /// sampled step would fail.
 pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<(), StoreError> {
@@ -394,7 +394,8 @@ pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<()
             "SELECT has_table_privilege('embedding_queue', 'INSERT')
                 AND has_table_privilege('vectors', 'INSERT')
                 AND has_table_privilege('embedding_settings', 'SELECT')
-                AND has_sequence_privilege('embedding_queue_n_seq', 'USAGE')",
+                AND has_sequence_privilege('embedding_queue_n_seq', 'USAGE')
+                AND has_table_privilege('session_kinds', 'INSERT')",
             &[],
         )
         .context("checking the role's grants")?
@@ -403,7 +404,7 @@ pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<()
         Ok(())
     } else {
         Err(StoreError::Corrupt(
-            "this role cannot write the embedding tables (vectors, embedding_queue, embedding_settings): as the schema owner, apply the grants of docs/OPERATIONS.md (\"The role Cairn runs as\") to it".into(),
+            "this role cannot write the derived tables (vectors, embedding_queue, embedding_settings, session_kinds): as the schema owner, apply the grants of docs/OPERATIONS.md (\"The role Cairn runs as\") to it".into(),
         ))
     }
 }

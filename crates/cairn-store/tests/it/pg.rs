@@ -482,8 +482,10 @@ fn storing_vectors_skips_rows_an_erasing_batch_holds() {
     ledger.close();
 }
 
-/// A database upgraded from before the embedding queue: the roles that
-/// could write the old vector table get the new tables in the migration,
+/// A database upgraded from before the embedding queue and `session_kinds`:
+/// the roles that could write the old vector table (and session heads) get
+/// the new tables in the migration, the kinds of existing sessions are
+/// carried over,
 /// and a role without them is refused at start with the fix in the message.
 #[test]
 fn an_upgrade_grants_the_new_embedding_tables() {
@@ -493,14 +495,25 @@ fn an_upgrade_grants_the_new_embedding_tables() {
     let url = cluster.create_database("upgrade_grants");
     let keys = tempfile::tempdir().unwrap();
     let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
-    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+        let ledger = cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default());
+        let step = crate::conformance::step("old", "Decision", "a decision before the upgrade");
+        ledger
+            .write(cairn_store::WriteRequest::Step(Box::new(step)))
+            .unwrap();
+        ledger.close();
+    }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     // As the previous version left it: an `embeddings` table granted to the
-    // production role, none of the new tables.
+    // production role, none of the new tables, the kinds of sessions in an
+    // index over `entries`.
     admin
         .batch_execute(
             "DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-             DROP TABLE vectors, embedding_queue, embedding_settings;
+             DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds;
+             CREATE INDEX entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
              CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);",
         )
         .unwrap();
@@ -515,7 +528,8 @@ fn an_upgrade_grants_the_new_embedding_tables() {
                     "GRANT SELECT, INSERT, UPDATE ON embedding_settings TO cairn_app;",
                     "",
                 )
-                .replace(", embedding_queue_n_seq", ""),
+                .replace(", embedding_queue_n_seq", "")
+                .replace("GRANT SELECT, INSERT ON session_kinds TO cairn_app;", ""),
         )
         .unwrap();
     let app_url = url.replace("user=postgres", "user=cairn_app");
@@ -531,6 +545,20 @@ fn an_upgrade_grants_the_new_embedding_tables() {
         .write(cairn_store::WriteRequest::Step(Box::new(step)))
         .unwrap();
     ledger.close();
+    // The kinds of the sessions written before the upgrade were carried
+    // into `session_kinds`; those written after are recorded there.
+    let filter = cairn_store::SessionFilter {
+        kind: Some(cairn_core::kind::StepKind::Decision),
+        ..cairn_store::SessionFilter::all()
+    };
+    let mut listed: Vec<String> = store
+        .list_sessions(crate::conformance::ORG, &filter, 10)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["old", "s"]);
     // A role left without the new grants is refused at start, saying why.
     admin
         .batch_execute("CREATE ROLE bare LOGIN; GRANT USAGE ON SCHEMA public TO bare; GRANT SELECT ON ALL TABLES IN SCHEMA public TO bare;")
@@ -542,5 +570,5 @@ fn an_upgrade_grants_the_new_embedding_tables() {
     .err()
     .unwrap()
     .to_string();
-    assert!(refused.contains("embedding tables"), "{refused}");
+    assert!(refused.contains("derived tables"), "{refused}");
 }

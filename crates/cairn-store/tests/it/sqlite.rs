@@ -381,8 +381,10 @@ fn the_server_key_is_created_private() {
 
 /// A store written before the full-text index existed gets its steps
 /// indexed when a sequencing process next opens it (once: `meta.fulltext`),
-/// and one written before vectors were tagged with their embedder (the
-/// `embeddings` table) gets them moved into `vectors` as word-hash ones.
+/// one written before vectors were tagged with their embedder (the
+/// `embeddings` table) gets them moved into `vectors` as word-hash ones,
+/// and one that kept the kinds of sessions in an index over `entries` gets
+/// them carried into `session_kinds`.
 #[test]
 fn an_older_store_gets_its_steps_indexed_for_search() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,11 +420,27 @@ fn an_older_store_gets_its_steps_indexed_for_search() {
         "DELETE FROM steps_fts; DELETE FROM meta WHERE key = 'fulltext';
          CREATE TABLE embeddings (id INTEGER PRIMARY KEY, org INTEGER NOT NULL, vector BLOB NOT NULL);
          INSERT INTO embeddings SELECT id, org, vector FROM vectors;
-         DROP TABLE vectors; DROP TABLE embedding_queue;",
+         DROP TABLE vectors; DROP TABLE embedding_queue;
+         DROP TABLE session_kinds;
+         CREATE INDEX entries_session_kinds ON entries (sid, kind) WHERE type = 'step';",
     )
     .unwrap();
     drop(conn);
     let store = SqliteStore::open(dir.path(), options()).unwrap();
+    // The kinds of its sessions were carried into `session_kinds`.
+    for (kind, listed) in [
+        (cairn_core::kind::StepKind::Decision, 1),
+        (cairn_core::kind::StepKind::Reflection, 0),
+    ] {
+        let filter = cairn_store::SessionFilter {
+            kind: Some(kind),
+            ..cairn_store::SessionFilter::all()
+        };
+        let sessions = store
+            .list_sessions(crate::conformance::ORG, &filter, 10)
+            .unwrap();
+        assert_eq!(sessions.len(), listed, "{kind:?}");
+    }
     assert_eq!(store.vectors_by_embedder().unwrap(), before);
     assert_eq!(before[0].0, cairn_store::embed::WORD_HASH_ID);
     let hits = store
