@@ -12,7 +12,10 @@
 //! part carries its length, so no two different part lists frame to the same
 //! bytes. `docs/FORMAT.md` lists every tag.
 
-use sha2::{Digest as _, Sha256};
+/// SHA-256's initial hash value (FIPS 180-4, 5.3.3).
+const SHA256_INITIAL_STATE: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
 
 use std::fmt;
 
@@ -27,8 +30,32 @@ impl Hash {
 
     /// SHA-256 of `bytes`, without framing. Used for the RFC 9162 hashes
     /// and for key ids, whose layouts are fixed by their specifications.
+    ///
+    /// One-shot: whole blocks go to the compression function straight from
+    /// `bytes`, and the padded tail is built on the stack. Most of Cairn's
+    /// hash inputs are one or two blocks (salts, field commitments, tree
+    /// nodes), where the streaming hasher's buffering cost about as much as
+    /// the compression itself (docs/PERFORMANCE.md, "Where verification
+    /// time goes").
     pub fn sha256(bytes: &[u8]) -> Hash {
-        Hash(Sha256::digest(bytes).into())
+        let mut state = SHA256_INITIAL_STATE;
+        let (blocks, tail) = bytes.as_chunks::<64>();
+        if !blocks.is_empty() {
+            sha2::block_api::compress256(&mut state, blocks);
+        }
+        let mut last = [[0u8; 64]; 2];
+        let flat = last.as_flattened_mut();
+        flat[..tail.len()].copy_from_slice(tail);
+        flat[tail.len()] = 0x80;
+        let used = if tail.len() < 56 { 1 } else { 2 };
+        let bits = (bytes.len() as u64).wrapping_mul(8);
+        flat[used * 64 - 8..used * 64].copy_from_slice(&bits.to_be_bytes());
+        sha2::block_api::compress256(&mut state, &last[..used]);
+        let mut out = [0u8; 32];
+        for (chunk, word) in out.chunks_exact_mut(4).zip(state) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+        Hash(out)
     }
 
     /// The raw 32 bytes.
@@ -185,6 +212,32 @@ pub fn decode_lower_hex(text: &str, out: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The one-shot hash is SHA-256, at every length around the block
+        /// and padding boundaries and beyond.
+        #[test]
+        fn one_shot_sha256_is_sha256(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            use sha2::Digest as _;
+            let expected: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+            proptest::prop_assert_eq!(Hash::sha256(&bytes).0, expected);
+        }
+    }
+
+    #[test]
+    fn one_shot_sha256_at_every_boundary() {
+        use sha2::Digest as _;
+        // FIPS 180-2 test vector, then every length up to three blocks.
+        assert_eq!(
+            Hash::sha256(b"abc").to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let data: Vec<u8> = (0..200u8).collect();
+        for n in 0..=data.len() {
+            let expected: [u8; 32] = sha2::Sha256::digest(&data[..n]).into();
+            assert_eq!(Hash::sha256(&data[..n]).0, expected, "length {n}");
+        }
+    }
 
     #[test]
     fn framer_matches_frame_bytes() {
