@@ -12,23 +12,27 @@
 //! the same code serves an in-memory [`MemoryTree`] and a database.
 
 use crate::hash::Hash;
-use sha2::{Digest as _, Sha256};
 
 /// `SHA-256(0x00 || data)`.
 pub fn leaf_hash(data: &[u8]) -> Hash {
-    let mut hasher = Sha256::new();
-    hasher.update([0u8]);
-    hasher.update(data);
-    Hash(hasher.finalize().into())
+    // Log and session leaves are well under this: framed on the stack.
+    let mut framed = [0u8; 256];
+    if data.len() < framed.len() {
+        framed[1..=data.len()].copy_from_slice(data);
+        return Hash::sha256(&framed[..=data.len()]);
+    }
+    let mut framed = Vec::with_capacity(data.len() + 1);
+    framed.push(0);
+    framed.extend_from_slice(data);
+    Hash::sha256(&framed)
 }
 
 /// `SHA-256(0x01 || left || right)`.
 pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
-    let mut hasher = Sha256::new();
-    hasher.update([1u8]);
-    hasher.update(left.0);
-    hasher.update(right.0);
-    Hash(hasher.finalize().into())
+    let mut framed = [1u8; 65];
+    framed[1..33].copy_from_slice(&left.0);
+    framed[33..].copy_from_slice(&right.0);
+    Hash::sha256(&framed)
 }
 
 /// Root of the empty tree, `SHA-256("")`.
@@ -431,6 +435,19 @@ impl SubtreeHashes for MemoryTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leaf_and_node_hashes_are_the_rfc_9162_prefixed_sha256() {
+        for n in [0usize, 1, 54, 55, 254, 255, 256, 1000] {
+            let data = vec![0xabu8; n];
+            let mut framed = vec![0u8];
+            framed.extend_from_slice(&data);
+            assert_eq!(leaf_hash(&data), Hash::sha256(&framed), "length {n}");
+        }
+        let (l, r) = (Hash::sha256(b"l"), Hash::sha256(b"r"));
+        let framed = [&[1u8][..], &l.0, &r.0].concat();
+        assert_eq!(node_hash(&l, &r), Hash::sha256(&framed));
+    }
 
     fn tree(n: u64) -> MemoryTree {
         let mut t = MemoryTree::new();
