@@ -90,6 +90,47 @@ fn ingest(dir: &std::path::Path, writers: usize, in_flight: u64, total: u64) -> 
     }
 }
 
+/// `writers` async tasks on a two-thread runtime (as `cairn serve` runs
+/// its requests), each submitting one step and awaiting its
+/// acknowledgement before the next: a batch's replies wake tasks, not 64
+/// OS threads.
+fn ingest_async(dir: &std::path::Path, writers: usize, total: u64) -> Ingest {
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir, SqliteOptions::default()).unwrap());
+    let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
+    let per_writer = total / writers as u64;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let ledger = Arc::clone(&ledger);
+                tokio::spawn(async move {
+                    for i in 0..per_writer {
+                        ledger
+                            .submit(WriteRequest::Step(Box::new(new_step(w, i))))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    let elapsed = started.elapsed();
+    let batches = ledger.stats().batches.load(Relaxed) as f64;
+    let requests = ledger.stats().requests.load(Relaxed) as f64;
+    Ingest {
+        steps_per_sec: (per_writer * writers as u64) as f64 / elapsed.as_secs_f64(),
+        mean_batch: requests / batches,
+    }
+}
+
 /// Raw rusqlite: the same rows (same columns and sizes as Cairn stores),
 /// `batch` rows per transaction, durable commits, no secondary index.
 fn raw_inserts(dir: &std::path::Path, batch: usize, total: u64) -> f64 {
@@ -179,6 +220,19 @@ fn main() {
             verify_dir = Some(dir);
         }
     }
+    // The same 64 writers as async tasks.
+    let dir = tempfile::tempdir().unwrap();
+    let result = ingest_async(dir.path(), 64, steps);
+    let raw_dir = tempfile::tempdir().unwrap();
+    let batch = result.mean_batch.round().max(1.0) as usize;
+    let raw = raw_inserts(raw_dir.path(), batch, steps);
+    println!(
+        "| 64 async tasks | {:.0} | {:.1} | {:.0} | {:.2}× |",
+        result.steps_per_sec,
+        result.mean_batch,
+        raw,
+        result.steps_per_sec / raw
+    );
     // Writers that keep several steps in flight (a turn's steps, the batch
     // endpoint): batches grow, and so does throughput.
     let in_flight = 64;

@@ -168,16 +168,24 @@ impl Segmenter {
         while i < bytes.len() {
             let b = bytes[i];
             if b.is_ascii() {
-                // ASCII: no CJK, and lower-casing is one byte.
-                if b.is_ascii_alphanumeric() {
+                // ASCII: no CJK, and lower-casing keeps every byte in
+                // place, so a run of letters and digits is copied whole.
+                if self.cjk.is_some() {
                     self.end_cjk();
-                    self.start_word();
-                    self.out.push(char::from(b.to_ascii_lowercase()));
-                } else {
-                    self.end_cjk();
-                    self.end_word();
                 }
-                i += 1;
+                if b.is_ascii_alphanumeric() {
+                    let start = i;
+                    while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                        i += 1;
+                    }
+                    self.start_word();
+                    let from = self.out.len();
+                    self.out.push_str(&text[start..i]);
+                    self.out[from..].make_ascii_lowercase();
+                } else {
+                    self.end_word();
+                    i += 1;
+                }
                 continue;
             }
             let Some(c) = text[i..].chars().next() else {

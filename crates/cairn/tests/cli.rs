@@ -43,6 +43,57 @@ fn demo_verifies_then_catches_the_edited_step() {
     );
 }
 
+/// `cairn log --stdin` keeps a bounded number of steps in flight: an input
+/// longer than its window is recorded whole, and every line is answered,
+/// in input order, refused lines included.
+#[test]
+fn log_stdin_answers_every_line_in_order_past_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = 17_000;
+    let bad = [5, 16_500];
+    let input: Vec<String> = (1..=lines)
+        .map(|n| {
+            if bad.contains(&n) {
+                "{not json".to_owned()
+            } else {
+                serde_json::json!({
+                    "session_id": format!("s{}", n % 10), "agent_id": "a",
+                    "step_type": "Observation", "content": format!("line {n}"),
+                })
+                .to_string()
+            }
+        })
+        .collect();
+    let run = cairn_in(dir.path(), &["log", "--stdin"], Some(&input.join("\n")));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("2 line(s) were not recorded"),
+        "{}",
+        run.stderr
+    );
+    let answers: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Refused lines are answered as they are read; the others in order.
+    let mut numbers: Vec<u64> = answers
+        .iter()
+        .map(|a| a["line"].as_u64().unwrap())
+        .collect();
+    let recorded: Vec<u64> = answers
+        .iter()
+        .filter(|a| a.get("error").is_none())
+        .map(|a| a["line"].as_u64().unwrap())
+        .collect();
+    assert!(recorded.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(recorded.len(), lines - bad.len());
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=lines as u64).collect::<Vec<_>>());
+    let verify = cairn_in(dir.path(), &["verify", "--json"], None);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -66,12 +66,31 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         }
         return Ok(Outcome::Success);
     }
-    // Many steps: submit them all, then collect the answers, so the
-    // sequencer can group-commit them.
+    // Many steps: keep up to STDIN_IN_FLIGHT submitted before waiting for
+    // the oldest, so the sequencer group-commits large batches while
+    // memory stays bounded whatever the input's length. Answers are
+    // printed in input order.
+    const STDIN_IN_FLIGHT: usize = 16_384;
     let stdin = std::io::stdin();
-    let mut pending = Vec::new();
+    let mut pending = std::collections::VecDeque::with_capacity(STDIN_IN_FLIGHT);
     let mut failures = 0usize;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut answer =
+        |line: usize, p: cairn_store::Pending, out: &mut dyn std::io::Write| -> Result<()> {
+            match p.wait() {
+                Ok(w) => {
+                    let mut v = cairn_server::wire::written_to_json(&w);
+                    v["line"] = json!(line);
+                    writeln!(out, "{v}")?;
+                }
+                Err(e) => {
+                    failures += 1;
+                    writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
+                }
+            }
+            Ok(())
+        };
+    let mut refused = 0usize;
     for (number, line) in stdin.lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
@@ -83,29 +102,28 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
                 step_from_json(&v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
             });
         match parsed {
-            Ok(step) => pending.push((
-                number + 1,
-                ledger.submit(WriteRequest::Step(Box::new(step))),
-            )),
+            Ok(step) => {
+                if pending.len() == STDIN_IN_FLIGHT
+                    && let Some((line, p)) = pending.pop_front()
+                {
+                    answer(line, p, &mut out)?;
+                }
+                pending.push_back((
+                    number + 1,
+                    ledger.submit(WriteRequest::Step(Box::new(step))),
+                ));
+            }
             Err(e) => {
-                failures += 1;
+                refused += 1;
                 writeln!(out, "{}", json!({"line": number + 1, "error": e}))?;
             }
         }
     }
     for (line, p) in pending {
-        match p.wait() {
-            Ok(w) => {
-                let mut v = cairn_server::wire::written_to_json(&w);
-                v["line"] = json!(line);
-                writeln!(out, "{v}")?;
-            }
-            Err(e) => {
-                failures += 1;
-                writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
-            }
-        }
+        answer(line, p, &mut out)?;
     }
+    out.flush()?;
+    let failures = failures + refused;
     if failures > 0 {
         return Err(usage(format!(
             "{failures} line(s) were not recorded; see the error lines above"
