@@ -696,6 +696,14 @@ fn load_state(conn: Connection) -> Writer {
     }
 }
 
+/// An org's agent key records in log order, read at start-up. Per org,
+/// so that it is a search of the partial index `entries_key_records`:
+/// over every org at once, SQLite scanned the whole `entries` table in
+/// rowid order to save a sort, making every start linear in the log
+/// (0.4 s at a million steps).
+const ORG_KEY_RECORDS: &str = "SELECT seq, type, view FROM entries
+     WHERE org = ?1 AND type IN ('key-registration', 'key-revocation') ORDER BY id";
+
 fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut orgs = HashMap::new();
     {
@@ -735,25 +743,21 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
         }
     }
     let mut keys = HashMap::new();
-    {
-        let mut stmt = conn
-            .prepare(
-                "SELECT org, seq, type, view FROM entries
-                 WHERE type IN ('key-registration', 'key-revocation') ORDER BY id",
-            )
-            .context("loading agent keys")?;
+    let mut stmt = conn
+        .prepare(ORG_KEY_RECORDS)
+        .context("loading agent keys")?;
+    for org in orgs.values().map(|o| o.id) {
         let rows = stmt
-            .query_map([], |r| {
+            .query_map([org], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
                 ))
             })
             .context("loading agent keys")?;
         for row in rows {
-            let (org, seq, entry_type, view) = row.context("loading an agent key")?;
+            let (seq, entry_type, view) = row.context("loading an agent key")?;
             match op_from_view(seq as u64, &entry_type, &view)? {
                 OpRecord::KeyRegistration(reg) => {
                     keys.insert(
@@ -775,6 +779,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
             }
         }
     }
+    drop(stmt);
     Ok(State {
         orgs,
         sessions: HashMap::new(),
@@ -2508,5 +2513,28 @@ mod tests {
             .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
             .unwrap();
         assert_eq!(entries, 0);
+    }
+
+    /// Start-up reads each org's key records through their partial index,
+    /// never by scanning the log (which made every start linear in it).
+    #[test]
+    fn key_records_load_without_scanning_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let writer = store.writer.lock().unwrap();
+        let mut stmt = writer
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {ORG_KEY_RECORDS}"))
+            .unwrap();
+        let plan: Vec<String> = stmt
+            .query_map([1], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains("entries_key_records")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|step| step == "SCAN entries"), "{plan:?}");
     }
 }

@@ -1434,6 +1434,37 @@ fn signed_steps_are_checked(backend: &dyn Backend) {
         ["key-registration", "key-revocation", "key-registration"]
     );
     assert_verifies(store.as_ref());
+    // After a restart the keys are what the log says: the revoked one
+    // stays revoked, the new one registered to its agent.
+    ledger.close();
+    drop(store);
+    let store = backend.open("signed");
+    let ledger = self::ledger(Arc::clone(&store));
+    let register = |key: &SigningKey, agent: &str| {
+        ledger.write(WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: agent.into(),
+            public_key: key.verifying_key(),
+        })
+    };
+    assert!(matches!(
+        refused(register(&key, "analyst")),
+        Refusal::KeyRevoked { .. }
+    ));
+    assert!(matches!(
+        refused(register(&next, "mallory")),
+        Refusal::KeyConflict { .. }
+    ));
+    assert!(matches!(
+        register(&next, "analyst").unwrap(),
+        Written::KeyRegistered { .. }
+    ));
+    let mut old = make(3, "after restart", &key);
+    old.created_at = Some(cairn_store::now());
+    assert!(matches!(
+        refused(append(&ledger, old)),
+        Refusal::BadSignature(m) if m.contains("revoked")
+    ));
 }
 
 fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
