@@ -206,7 +206,24 @@ pub fn frame_bytes(tag: &str, parts: &[&[u8]]) -> Vec<u8> {
 /// Decodes lowercase hex into exactly `out.len()` bytes; false if `text`
 /// is anything else.
 pub fn decode_lower_hex(text: &str, out: &mut [u8]) -> bool {
-    !text.bytes().any(|b| b.is_ascii_uppercase()) && hex::decode_to_slice(text, out).is_ok()
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let text = text.as_bytes();
+    if text.len() != 2 * out.len() {
+        return false;
+    }
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else {
+            return false;
+        };
+        *byte = high << 4 | low;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -221,6 +238,21 @@ mod tests {
             use sha2::Digest as _;
             let expected: [u8; 32] = sha2::Sha256::digest(&bytes).into();
             proptest::prop_assert_eq!(Hash::sha256(&bytes).0, expected);
+        }
+    }
+
+    #[test]
+    fn lowercase_hex_decodes_and_nothing_else_does() {
+        let mut out = [0u8; 2];
+        assert!(decode_lower_hex("0aff", &mut out));
+        assert_eq!(out, [0x0a, 0xff]);
+        for bad in ["0AFF", "0af", "0afff", "0ag0", "0a f", "", "é0"] {
+            assert!(!decode_lower_hex(bad, &mut out), "{bad}");
+        }
+        for byte in 0..=255u8 {
+            let mut one = [0u8; 1];
+            assert!(decode_lower_hex(&format!("{byte:02x}"), &mut one));
+            assert_eq!(one[0], byte);
         }
     }
 

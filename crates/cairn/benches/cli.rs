@@ -275,13 +275,24 @@ fn main() {
     let mut stdin = lines.join("\n").into_bytes();
     stdin.push(b'\n');
     let input_bytes = stdin.len() as u64;
-    let work = tempfile::tempdir().unwrap();
-    let data = work.path().join("data");
+    let temporary = tempfile::tempdir().unwrap();
+    // `CAIRN_BENCH_KEEP=1` leaves the store, the input and the bundle for
+    // profiling (the path is printed).
+    let work_path = if std::env::var_os("CAIRN_BENCH_KEEP").is_some() {
+        let kept = temporary.keep();
+        println!("kept in {}", kept.display());
+        kept
+    } else {
+        temporary.path().to_path_buf()
+    };
+    std::fs::write(work_path.join("input.jsonl"), &stdin).unwrap();
+    let work = &work_path;
+    let data = work.join("data");
 
     let (logged, answers) = cairn(&data, &["log", "--stdin"], Some(&stdin));
     let answered = answers.iter().filter(|&&b| b == b'\n').count() as u64;
     assert_eq!(answered, steps, "one answer per line");
-    let raw_db = work.path().join("raw.db");
+    let raw_db = work.join("raw.db");
     let raw_logged = raw_inserts(&raw_db, &lines);
 
     let (verified, verdict) = cairn(&data, &["verify", "--json"], None);
@@ -290,7 +301,7 @@ fn main() {
     let records = verdict["recordsChecked"].as_u64().unwrap_or(steps);
     let (raw_read, raw_rows) = raw_read_and_hash(&data.join("ledger.db"), "entries");
 
-    let bundle = work.path().join("bundle.jsonl");
+    let bundle = work.join("bundle.jsonl");
     let (exported, _) = cairn(
         &data,
         &["export", "--all", "-o", bundle.to_str().unwrap()],
@@ -316,7 +327,7 @@ fn main() {
     let store_bytes = dir_bytes(&data);
     let raw_bytes: u64 = ["raw.db", "raw.db-wal"]
         .iter()
-        .filter_map(|f| std::fs::metadata(work.path().join(f)).ok())
+        .filter_map(|f| std::fs::metadata(work.join(f)).ok())
         .map(|m| m.len())
         .sum();
 
