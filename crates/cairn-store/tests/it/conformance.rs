@@ -1505,7 +1505,7 @@ fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
             true
         })
         .unwrap();
-    for seq in [0, 1, 15, 16, 17, 63, size - 1] {
+    for seq in 0..size {
         let proof = store.inclusion_proof(ORG, seq, size).unwrap();
         assert_eq!(
             verify_inclusion(&leaves[seq as usize], seq, size, &proof, &last.root),
