@@ -29,6 +29,7 @@ use std::time::Instant;
 ///
 /// Exit codes: 0 success (verified), 1 verification failed, 2 usage or
 /// input error, 3 storage or internal failure.
+mod bundle_feed;
 mod evidence;
 mod keys_cmd;
 mod ledger_cmd;

@@ -92,6 +92,40 @@ fn log_stdin_answers_every_line_in_order_past_its_window() {
     assert_eq!(numbers, (1..=lines as u64).collect::<Vec<_>>());
     let verify = cairn_in(dir.path(), &["verify", "--json"], None);
     assert_eq!(verify.code, 0, "{}", verify.stdout);
+    // The whole org's bundle (many chunks for `verify --bundle`'s worker
+    // threads) verifies, and a step changed deep inside it is found at its
+    // own line and seq.
+    let bundle = dir.path().join("all.jsonl");
+    let export = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", bundle.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let check = |path: &Path| {
+        let run = cairn_in(
+            dir.path(),
+            &["verify", "--json", "--bundle", path.to_str().unwrap()],
+            None,
+        );
+        (run.code, json(&run))
+    };
+    let (code, verdict) = check(&bundle);
+    assert_eq!(code, 0, "{verdict}");
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let target = lines
+        .iter()
+        .position(|l| l.contains("\"content\":\"line 12345\""))
+        .unwrap();
+    lines[target] = lines[target].replace("line 12345", "line 54321");
+    let tampered = dir.path().join("tampered.jsonl");
+    std::fs::write(&tampered, lines.join("\n") + "\n").unwrap();
+    let seq: serde_json::Value = serde_json::from_str(&lines[target]).unwrap();
+    let (code, verdict) = check(&tampered);
+    assert_eq!(code, 1, "{verdict}");
+    assert_eq!(verdict["brokenAtSequence"], seq["seq"], "{verdict}");
+    assert_eq!(verdict["brokenReason"], "digest-mismatch", "{verdict}");
 }
 
 #[test]

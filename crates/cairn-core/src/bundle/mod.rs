@@ -445,6 +445,94 @@ enum Stage {
     Ended,
 }
 
+/// Why a line is not a JSON value.
+#[derive(Debug)]
+enum LineError {
+    NotUtf8(std::str::Utf8Error),
+    NotJson(String),
+}
+
+/// An entry line decoded, with its step's digest recomputed from its
+/// fields.
+#[derive(Debug)]
+struct PreparedEntry {
+    decoded: Result<ProvenEntry, (Reason, String)>,
+    digest: Option<Hash>,
+    /// The line's `seq`, where a failure is reported if it does not decode.
+    seq: Option<u64>,
+}
+
+/// A line's JSON value, or, for a line with the shape of an entry (a
+/// `seq`, none of the members that end the entries), only its bytes: the
+/// value was decoded into the entry and dropped on the preparing thread
+/// (freeing a JSON tree on another thread costs about as much as building
+/// it). The bytes are parsed again only if the line comes where no entry
+/// may.
+#[derive(Debug)]
+enum Parsed {
+    Value(Value),
+    Entry(Vec<u8>),
+}
+
+/// One bundle line with the work that does not depend on the lines
+/// before it already done: parsed, and, if it has the shape of an entry,
+/// decoded and its step digest recomputed (the costly part of
+/// verification). Prepare lines on as many threads as there are cores and
+/// feed them in order to [`BundleVerifier::push_prepared`].
+#[derive(Debug)]
+pub struct PreparedLine {
+    value: Result<Parsed, LineError>,
+    entry: Option<PreparedEntry>,
+}
+
+impl PreparedLine {
+    /// Prepares one line (without its line end).
+    pub fn new(line: &[u8]) -> PreparedLine {
+        let value = std::str::from_utf8(line)
+            .map_err(LineError::NotUtf8)
+            .and_then(|text| {
+                crate::json::from_str(text).map_err(|e| LineError::NotJson(e.to_string()))
+            });
+        // Only lines with a seq can be entries; the verifier decodes any
+        // other line itself if its stage expects an entry there.
+        let entry_shaped = |v: &Value| {
+            v.get("seq").is_some()
+                && ["end", "consistency", "selection"]
+                    .iter()
+                    .all(|member| v.get(member).is_none())
+        };
+        let (value, entry) = match value {
+            Ok(v) if entry_shaped(&v) => {
+                let decoded = decode_entry_value(&v);
+                let digest = match &decoded {
+                    Ok((
+                        LogEntry {
+                            record: LogRecord::Step(record),
+                            ..
+                        },
+                        _,
+                    )) => Some(record.recompute_digest()),
+                    _ => None,
+                };
+                let seq = v
+                    .get("seq")
+                    .and_then(Value::as_u64)
+                    .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
+                (
+                    Ok(Parsed::Entry(line.to_vec())),
+                    Some(PreparedEntry {
+                        decoded,
+                        digest,
+                        seq,
+                    }),
+                )
+            }
+            other => (other.map(Parsed::Value), None),
+        };
+        PreparedLine { value, entry }
+    }
+}
+
 /// Verifies a bundle fed line by line, in constant memory in the number of
 /// entries (plus one chain state per session, and the erased steps whose
 /// erasure record is still ahead).
@@ -539,34 +627,49 @@ impl BundleVerifier {
     /// instead could turn a changed byte back into the text it replaced.)
     /// Returns false once verification has failed.
     pub fn push_bytes(&mut self, line: &[u8]) -> bool {
-        match std::str::from_utf8(line) {
-            Ok(text) => self.push_line(text),
-            Err(e) => {
-                if self.failure.is_some() {
-                    return false;
-                }
-                self.line += 1;
-                self.malformed_entry_line(format!("line {} is not UTF-8 text: {e}", self.line))
-            }
-        }
+        self.push_prepared(PreparedLine::new(line))
     }
 
     /// Feeds the next line. Returns false once verification has failed.
     pub fn push_line(&mut self, line: &str) -> bool {
+        self.push_bytes(line.as_bytes())
+    }
+
+    /// Feeds the next line, already prepared ([`PreparedLine::new`], which
+    /// may run on other threads, in any order: the verdict is the same as
+    /// feeding the lines with [`BundleVerifier::push_bytes`]). Returns
+    /// false once verification has failed.
+    pub fn push_prepared(&mut self, line: PreparedLine) -> bool {
         if self.failure.is_some() {
             return false;
         }
         self.line += 1;
-        if self.stage == Stage::Ended {
-            return self.malformed("content after the end line".into());
-        }
-        let value = match crate::json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
+        let value = match line.value {
+            Ok(Parsed::Value(value)) => value,
+            Ok(Parsed::Entry(_)) if self.stage == Stage::Entries => {
+                return self.entry_or_end(None, line.entry);
+            }
+            // An entry where the stage expects something else: the stage
+            // needs its value (it parsed once, so it parses again).
+            Ok(Parsed::Entry(bytes)) => match crate::json::from_slice(&bytes) {
+                Ok(value) => value,
+                Err(e) => return self.malformed(e),
+            },
+            Err(LineError::NotUtf8(e)) => {
+                return self
+                    .malformed_entry_line(format!("line {} is not UTF-8 text: {e}", self.line));
+            }
+            Err(LineError::NotJson(e)) => {
+                if self.stage == Stage::Ended {
+                    return self.malformed("content after the end line".into());
+                }
                 let detail = format!("line {} is not strict JSON: {e}", self.line);
                 return self.malformed_entry_line(detail);
             }
         };
+        if self.stage == Stage::Ended {
+            return self.malformed("content after the end line".into());
+        }
         match self.stage {
             Stage::Header => match BundleHeader::from_value(&value) {
                 Ok(header) => {
@@ -577,8 +680,8 @@ impl BundleVerifier {
                 Err(e) => self.malformed(e),
             },
             Stage::Checkpoint => self.open_checkpoint(&value),
-            Stage::Preamble => self.preamble(&value),
-            Stage::Entries => self.entry_or_end(&value),
+            Stage::Preamble => self.preamble(&value, line.entry),
+            Stage::Entries => self.entry_or_end(Some(&value), line.entry),
             Stage::Ended => false,
         }
     }
@@ -660,7 +763,7 @@ impl BundleVerifier {
         true
     }
 
-    fn preamble(&mut self, value: &Value) -> bool {
+    fn preamble(&mut self, value: &Value, prepared: Option<PreparedEntry>) -> bool {
         let Some(header) = self.header.clone() else {
             return false;
         };
@@ -691,7 +794,7 @@ impl BundleVerifier {
             }
             self.log = Some(log);
             self.stage = Stage::Entries;
-            return self.entry_or_end(value);
+            return self.entry_or_end(Some(value), prepared);
         }
         let Some(statement) = value.get("selection") else {
             let detail =
@@ -790,9 +893,14 @@ impl BundleVerifier {
         true
     }
 
-    fn entry_or_end(&mut self, value: &Value) -> bool {
+    /// An entry or the end line: `value` is `None` only for a prepared
+    /// entry whose value was dropped (then it has none of the members
+    /// checked here).
+    fn entry_or_end(&mut self, value: Option<&Value>, prepared: Option<PreparedEntry>) -> bool {
         let complete = self.header.as_ref().is_some_and(|h| h.complete_log);
-        if let Some(end) = value.get("end") {
+        if let Some(value) = value
+            && let Some(end) = value.get("end")
+        {
             let count = value
                 .as_object()
                 .filter(|o| o.len() == 1)
@@ -810,7 +918,7 @@ impl BundleVerifier {
                 None => self.malformed("the end line is {\"end\": {\"entries\": N}}".into()),
             };
         }
-        if value.get("consistency").is_some() || value.get("selection").is_some() {
+        if value.is_some_and(|v| v.get("consistency").is_some() || v.get("selection").is_some()) {
             return self
                 .malformed("consistency and selection lines come before the entries".into());
         }
@@ -820,7 +928,19 @@ impl BundleVerifier {
             return false;
         };
         // A line that is not an entry still counts as a checked record.
-        let decoded = decode_entry_value(value).and_then(|(entry, proof)| {
+        let (decoded, digest, seq) = match (prepared, value) {
+            (Some(prepared), _) => (prepared.decoded, prepared.digest, prepared.seq),
+            (None, Some(value)) => (
+                decode_entry_value(value),
+                None,
+                value
+                    .get("seq")
+                    .and_then(Value::as_u64)
+                    .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
+            ),
+            (None, None) => return false,
+        };
+        let decoded = decoded.and_then(|(entry, proof)| {
             if complete && proof.is_some() {
                 Err((
                     Reason::MalformedRecord,
@@ -834,10 +954,7 @@ impl BundleVerifier {
             Ok(decoded) => decoded,
             Err((reason, e)) => {
                 let at = Location {
-                    seq: value
-                        .get("seq")
-                        .and_then(Value::as_u64)
-                        .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
+                    seq,
                     ..Location::default()
                 };
                 log.fail(at, reason, e);
@@ -863,10 +980,10 @@ impl BundleVerifier {
                 );
                 false
             } else {
-                log.push(&entry)
+                log.push_with_digest(&entry, digest)
             }
         } else {
-            log.push_proven(&entry, proof.as_deref())
+            log.push_proven_with_digest(&entry, proof.as_deref(), digest)
         };
         if !ok && let Some(mut failure) = log.failure().cloned() {
             failure.at.line = Some(self.line);

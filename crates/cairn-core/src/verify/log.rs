@@ -176,11 +176,22 @@ impl LogVerifier {
     /// `None` if the entry carries none). Returns false once verification
     /// has failed.
     pub fn push_proven(&mut self, entry: &LogEntry, proof: Option<&[Hash]>) -> bool {
+        self.push_proven_with_digest(entry, proof, None)
+    }
+
+    /// Like [`LogVerifier::push_proven`], with the step's digest already
+    /// recomputed (see [`LogVerifier::push_with_digest`]).
+    pub fn push_proven_with_digest(
+        &mut self,
+        entry: &LogEntry,
+        proof: Option<&[Hash]>,
+        recomputed: Option<Hash>,
+    ) -> bool {
         if self.progress.failure.is_some() {
             return false;
         }
         let at = entry_location(entry);
-        match self.check_proven(entry, proof) {
+        match self.check_proven(entry, proof, recomputed) {
             Ok(()) => self.progress.record(at, Ok(())),
             // A listed record the bundle skipped: reported where it belongs.
             Err((reason, detail, Some(seq))) => {
@@ -198,6 +209,7 @@ impl LogVerifier {
         &mut self,
         entry: &LogEntry,
         proof: Option<&[Hash]>,
+        recomputed: Option<Hash>,
     ) -> Result<(), (Reason, String, Option<u64>)> {
         let no_loc = |(reason, detail): (Reason, String)| (reason, detail, None);
         let Some(sparse) = &mut self.sparse else {
@@ -321,7 +333,7 @@ impl LogVerifier {
         }
         sparse.last_seq = Some(entry.seq);
         self.check_logged_at(entry).map_err(no_loc)?;
-        self.check_record(entry, None).map_err(no_loc)
+        self.check_record(entry, recomputed).map_err(no_loc)
     }
 
     /// Requires the log's root at `checkpoint`'s size to be its root. Call

@@ -154,23 +154,10 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     for (_, note) in read_checkpoints(args)? {
         verifier.trust_checkpoint(note);
     }
-    let mut reader = std::io::BufReader::new(file);
-    let mut line = Vec::new();
-    let mut read = 0u64;
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        read += n as u64;
-        bar.set_position(read);
-        if !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line)) {
-            break;
-        }
-    }
+    super::bundle_feed::feed_bundle(std::io::BufReader::new(file), &mut verifier, &mut |read| {
+        bar.set_position(read)
+    })
+    .with_context(|| format!("reading {}", path.display()))?;
     bar.finish_and_clear();
     let result = verifier.finish();
     let extra = json!({
