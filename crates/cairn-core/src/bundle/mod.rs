@@ -627,6 +627,9 @@ impl BundleVerifier {
     /// instead could turn a changed byte back into the text it replaced.)
     /// Returns false once verification has failed.
     pub fn push_bytes(&mut self, line: &[u8]) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
         self.push_prepared(PreparedLine::new(line))
     }
 

@@ -9,8 +9,12 @@ use cairn_core::bundle::{BundleVerifier, PreparedLine, trim_line_end};
 use std::io::BufRead;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-/// Lines per chunk handed to a worker.
+/// Lines per chunk handed to a worker ...
 const CHUNK_LINES: usize = 256;
+/// ... or fewer, once the chunk holds this many bytes: memory in flight is
+/// bounded in bytes (a few chunks per worker, each held as read and as
+/// prepared), whatever the size of the lines.
+const CHUNK_BYTES: usize = 1 << 20;
 /// Chunks waiting per worker, each way.
 const CHUNKS_IN_FLIGHT: usize = 2;
 
@@ -54,38 +58,43 @@ pub(super) fn feed_bundle(
             let mut total = 0u64;
             for turn in 0.. {
                 let mut chunk = Vec::with_capacity(CHUNK_LINES);
-                while chunk.len() < CHUNK_LINES {
+                let mut chunk_bytes = 0usize;
+                let mut ended = false;
+                while chunk.len() < CHUNK_LINES && chunk_bytes < CHUNK_BYTES {
                     let mut line = Vec::new();
                     let n = reader
                         .read_until(b'\n', &mut line)
                         .context("reading the bundle")?;
                     if n == 0 {
+                        ended = true;
                         break;
                     }
                     total += n as u64;
+                    chunk_bytes += n;
                     chunk.push(line);
                 }
                 if chunk.is_empty() {
                     return Ok(());
                 }
                 let worker = turn % to_workers.len();
-                let last = chunk.len() < CHUNK_LINES;
                 if to_workers[worker].send((chunk, total)).is_err() {
                     // The verifier stopped (a failure): nothing more to read.
                     return Ok(());
                 }
-                if last {
+                if ended {
                     return Ok(());
                 }
             }
             Ok(())
         });
+        let mut failed = false;
         'turns: for turn in 0.. {
             let Ok((prepared, bytes)) = from_workers[turn % workers].recv() else {
                 break;
             };
             for line in prepared {
                 if !verifier.push_prepared(line) {
+                    failed = true;
                     break 'turns;
                 }
             }
@@ -93,8 +102,11 @@ pub(super) fn feed_bundle(
         }
         // Dropping the receivers stops the workers and the reader.
         drop(from_workers);
-        reader_thread
+        let reading = reader_thread
             .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the bundle reader panicked")))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the bundle reader panicked")));
+        // A read error past the first failing line does not change the
+        // verdict (the reader runs ahead of the verifier).
+        if failed { Ok(()) } else { reading }
     })
 }
