@@ -1979,7 +1979,13 @@ impl PgStore {
 }
 
 fn connect(config: &postgres::Config) -> Result<PgConn, StoreError> {
-    let client = config.connect(NoTls).context("connecting to PostgreSQL")?;
+    let mut client = config.connect(NoTls).context("connecting to PostgreSQL")?;
+    // Statements stay prepared for the connection's life; a generic plan
+    // chosen while the tables were small (a sequential scan of `entries`)
+    // would otherwise be kept as they grow, until the next ANALYZE.
+    client
+        .batch_execute("SET plan_cache_mode = force_custom_plan")
+        .context("configuring the connection")?;
     Ok(PgConn {
         client,
         statements: HashMap::new(),
