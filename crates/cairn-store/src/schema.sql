@@ -87,6 +87,13 @@ CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started
 CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
   doc, tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1
 );
+-- Derived: per org, the log size below which every step is in steps_fts
+-- (documents are indexed in bulk after their batch commits; a sequencing
+-- process that opens the store indexes what a crash left pending).
+CREATE TABLE IF NOT EXISTS fulltext_progress (
+  org           INTEGER PRIMARY KEY,
+  indexed_below INTEGER NOT NULL
+);
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
 -- Derived, not evidence: the kinds of step each session holds, for the

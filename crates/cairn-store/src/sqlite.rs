@@ -54,6 +54,7 @@ use std::time::Duration;
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
 mod embedding;
+mod fulltext_queue;
 
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: &str = "2";
@@ -128,9 +129,19 @@ struct State {
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
     keys: HashMap<(i64, String), AgentKey>,
+    /// Full-text documents on their way to the index (`fulltext_queue`).
+    fulltext: fulltext_queue::FullTextQueue,
 }
 
 impl State {
+    /// Each org's committed log size, by id.
+    fn org_sizes(&self) -> HashMap<i64, u64> {
+        self.orgs
+            .values()
+            .map(|org| (org.id, org.frontier.size()))
+            .collect()
+    }
+
     fn apply(&mut self, overlay: Overlay) {
         self.orgs.extend(overlay.orgs);
         self.sessions.extend(overlay.sessions);
@@ -426,6 +437,7 @@ impl SqliteStore {
         if options.sequencer && damaged.is_none() {
             embedding::move_untagged_vectors(&tx)?;
             index_unindexed_steps(&tx)?;
+            fulltext_queue::catch_up(&tx)?;
             record_session_kinds(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
@@ -818,6 +830,7 @@ fn rebuild(conn: &Connection) -> Result<State, StoreError> {
         orgs,
         sessions: HashMap::new(),
         keys,
+        fulltext: Default::default(),
     })
 }
 
@@ -1012,26 +1025,18 @@ fn record_session_kinds(tx: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Builds the full-text index of a store written before it existed (once:
-/// `meta.fulltext` records it), in the opening transaction.
-fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
-    let done: Option<String> = tx
-        .query_row("SELECT value FROM meta WHERE key = 'fulltext'", [], |r| {
-            r.get(0)
-        })
-        .optional()
-        .context("reading the full-text index state")?;
-    if done.is_some() {
-        return Ok(());
-    }
+/// Indexes for full-text search the steps `select` returns (`id, content,
+/// input_data, output_data, metadata`).
+fn index_steps(
+    tx: &Connection,
+    select: &str,
+    select_params: impl rusqlite::Params,
+) -> Result<(), StoreError> {
     let mut read = tx
-        .prepare(
-            "SELECT id, content, input_data, output_data, metadata FROM entries
-             WHERE type = 'step' AND erased = 0",
-        )
+        .prepare(select)
         .context("indexing steps for full-text search")?;
     let mut rows = read
-        .query([])
+        .query(select_params)
         .context("indexing steps for full-text search")?;
     let mut insert = tx
         .prepare("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
@@ -1056,6 +1061,27 @@ fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
                 .context("indexing steps for full-text search")?;
         }
     }
+    Ok(())
+}
+
+/// Builds the full-text index of a store written before it existed (once:
+/// `meta.fulltext` records it), in the opening transaction.
+fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
+    let done: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'fulltext'", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .context("reading the full-text index state")?;
+    if done.is_some() {
+        return Ok(());
+    }
+    index_steps(
+        tx,
+        "SELECT id, content, input_data, output_data, metadata FROM entries
+         WHERE type = 'step' AND erased = 0",
+        [],
+    )?;
     tx.execute("INSERT INTO meta (key, value) VALUES ('fulltext', '1')", [])
         .context("recording the full-text index state")?;
     Ok(())
@@ -1316,10 +1342,8 @@ impl WriteTx for SqliteTx<'_> {
     }
 
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![row_id(org, seq), doc]))
-            .context("indexing a step for full-text search")?;
+        // Written in bulk after the batch commits (`fulltext_queue`).
+        self.state.fulltext.add(row_id(org, seq), doc);
         Ok(())
     }
 
@@ -1457,6 +1481,7 @@ impl WriteTx for SqliteTx<'_> {
             .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
             .and_then(|mut s| s.execute([id]))
             .context("erasing a step from the full-text index")?;
+        self.state.fulltext.erase(id);
         Ok(())
     }
 
@@ -1627,6 +1652,11 @@ impl LedgerStore for SqliteStore {
         if let Some(reason) = &w.broken {
             return Err(StoreError::Corrupt(reason.clone()));
         }
+        if w.state.fulltext.full() {
+            let sizes = w.state.org_sizes();
+            w.state.fulltext.flush(&w.conn, &sizes)?;
+        }
+        w.state.fulltext.begin_batch();
         // Dropping the transaction without commit (an error below) rolls the
         // whole batch back; the overlay is then discarded too.
         let tx = w.conn.unchecked_transaction().context("starting a batch")?;
@@ -1639,6 +1669,7 @@ impl LedgerStore for SqliteStore {
         )?;
         tx.commit().context("committing a batch")?;
         w.state.apply(overlay);
+        w.state.fulltext.commit_batch();
         Ok(results)
     }
 
@@ -1651,6 +1682,8 @@ impl LedgerStore for SqliteStore {
         if w.broken.is_some() {
             return Ok(());
         }
+        let sizes = w.state.org_sizes();
+        w.state.fulltext.flush(&w.conn, &sizes)?;
         let engine = self.engine();
         let due: Vec<(String, OrgState)> = w
             .state
@@ -1974,6 +2007,8 @@ impl LedgerStore for SqliteStore {
         filter: &StepFilter,
         limit: usize,
     ) -> Result<Vec<(u64, f64)>, StoreError> {
+        // What this process acknowledged is found at once.
+        self.flush_fulltext()?;
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
@@ -2470,6 +2505,9 @@ impl LedgerStore for SqliteStore {
                 "the store is inconsistent; run `cairn verify`".into(),
             ));
         }
+        let sizes = w.state.org_sizes();
+        w.state.fulltext.flush(&w.conn, &sizes)?;
+        w.state.fulltext.begin_batch();
         let tx = w
             .conn
             .unchecked_transaction()
@@ -2485,8 +2523,13 @@ impl LedgerStore for SqliteStore {
             entries,
         )?;
         tx.commit().context("committing the import")?;
+        let mut fulltext = std::mem::take(&mut w.state.fulltext);
+        fulltext.commit_batch();
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
+        w.state.fulltext = fulltext;
+        let sizes = w.state.org_sizes();
+        w.state.fulltext.flush(&w.conn, &sizes)?;
         Ok(count)
     }
 
