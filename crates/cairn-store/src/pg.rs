@@ -183,22 +183,39 @@ fn record_session_kinds(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreE
         )
         .context("recording the kinds of existing sessions")?;
         // The roles that keep session heads keep this derived table too.
-        let grantees: Vec<String> = tx
-            .query(
-                "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
-                 WHERE table_name = 'session_heads' AND privilege_type = 'INSERT'
-                   AND grantee::text <> current_user",
-                &[],
-            )
-            .context("reading the grants of session_heads")?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        for role in grantees {
-            let role = format!("\"{}\"", role.replace('"', "\"\""));
-            tx.batch_execute(&format!("GRANT SELECT, INSERT ON session_kinds TO {role};"))
-                .context("granting session_kinds to the roles of session_heads")?;
-        }
+        grant_to_writers_of(
+            tx,
+            "session_heads",
+            &["GRANT SELECT, INSERT ON session_kinds"],
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs each of `grants` (`GRANT ... ON ...`, without `TO`) for every role,
+/// other than the migrating one, that may INSERT into `table`: an upgrade
+/// gives a new table to the roles that wrote the one it serves beside or
+/// replaces.
+fn grant_to_writers_of(
+    tx: &mut postgres::Transaction<'_>,
+    table: &str,
+    grants: &[&str],
+) -> Result<(), StoreError> {
+    let grantees: Vec<String> = tx
+        .query(
+            "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
+             WHERE table_name = $1 AND privilege_type = 'INSERT' AND grantee::text <> current_user",
+            &[&table],
+        )
+        .context(&format!("reading the grants of {table}"))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for role in grantees {
+        let role = format!("\"{}\"", role.replace('"', "\"\""));
+        let statements: String = grants.iter().map(|g| format!("{g} TO {role};")).collect();
+        tx.batch_execute(&statements)
+            .context(&format!("granting to the roles that write {table}"))?;
     }
     Ok(())
 }
@@ -669,19 +686,11 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             let right = self.subtree(level - 1, 2 * index + 1)?;
             return Ok(node_hash(&left, &right));
         }
-        let mut hashes = rows
+        let hashes = rows
             .iter()
             .map(|row| blob_hash(col(row, 0)?))
             .collect::<Result<Vec<Hash>, StoreError>>()?;
-        while hashes.len() > 1 {
-            hashes = hashes
-                .chunks(2)
-                .map(|pair| node_hash(&pair[0], &pair[1]))
-                .collect();
-        }
-        hashes
-            .pop()
-            .ok_or_else(|| StoreError::Corrupt("empty subtree".into()))
+        crate::engine::fold_perfect(hashes)
     }
 }
 

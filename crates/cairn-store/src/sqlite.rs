@@ -709,19 +709,11 @@ impl SubtreeHashes for DbTree<'_> {
             let right = self.subtree(level - 1, 2 * index + 1)?;
             return Ok(node_hash(&left, &right));
         }
-        let mut hashes = hashes
+        let hashes = hashes
             .into_iter()
             .map(blob_hash)
             .collect::<Result<Vec<Hash>, StoreError>>()?;
-        while hashes.len() > 1 {
-            hashes = hashes
-                .chunks(2)
-                .map(|pair| node_hash(&pair[0], &pair[1]))
-                .collect();
-        }
-        hashes
-            .pop()
-            .ok_or_else(|| StoreError::Corrupt("empty subtree".into()))
+        crate::engine::fold_perfect(hashes)
     }
 }
 

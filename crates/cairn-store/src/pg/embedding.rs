@@ -362,26 +362,15 @@ pub(super) fn upgrade_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), 
         &[&crate::embed::WORD_HASH_ID],
     )
     .context("moving untagged vectors")?;
-    let grantees: Vec<String> = tx
-        .query(
-            "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
-             WHERE table_name = 'embeddings' AND privilege_type = 'INSERT'
-               AND grantee::text <> current_user",
-            &[],
-        )
-        .context("reading the grants of the old vector table")?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    for role in grantees {
-        let role = format!("\"{}\"", role.replace('"', "\"\""));
-        tx.batch_execute(&format!(
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue TO {role};
-             GRANT SELECT, INSERT, UPDATE ON embedding_settings TO {role};
-             GRANT USAGE ON SEQUENCE embedding_queue_n_seq TO {role};"
-        ))
-        .context("granting the new vector tables to the roles of the old one")?;
-    }
+    super::grant_to_writers_of(
+        tx,
+        "embeddings",
+        &[
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue",
+            "GRANT SELECT, INSERT, UPDATE ON embedding_settings",
+            "GRANT USAGE ON SEQUENCE embedding_queue_n_seq",
+        ],
+    )?;
     Ok(())
 }
 
