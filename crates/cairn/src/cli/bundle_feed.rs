@@ -1,5 +1,5 @@
 //! Feeding a bundle to a [`BundleVerifier`] on every core: lines are read
-//! in chunks, prepared ([`PreparedLine::new`]: parsed, decoded, step
+//! in chunks, prepared ([`cairn_core::bundle::PreparedLine::new`]: parsed, decoded, step
 //! digests recomputed) by worker threads, and pushed in order on the
 //! calling thread, so the verdict is the one a sequential read gives.
 //! Memory stays bounded: a few chunks per worker are in flight.
