@@ -134,6 +134,42 @@ pub trait SubtreeHashes {
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, Self::Error>;
 }
 
+/// A [`SubtreeHashes`] that keeps every subtree hash it read: the proofs
+/// of many leaves of one tree (an export's entries) share their upper
+/// subtrees, which are then read once. Holds one hash per distinct subtree
+/// asked for: prove in bounded chunks.
+pub struct MemoSubtrees<'a, T: SubtreeHashes> {
+    inner: &'a T,
+    memo: std::cell::RefCell<std::collections::HashMap<(u32, u64), Hash>>,
+}
+
+impl<'a, T: SubtreeHashes> MemoSubtrees<'a, T> {
+    /// Remembers what `inner` answers.
+    pub fn new(inner: &'a T) -> MemoSubtrees<'a, T> {
+        MemoSubtrees {
+            inner,
+            memo: Default::default(),
+        }
+    }
+}
+
+impl<T: SubtreeHashes> SubtreeHashes for MemoSubtrees<'_, T> {
+    type Error = T::Error;
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, T::Error> {
+        if let Some(hash) = self.memo.borrow().get(&(level, index)) {
+            return Ok(*hash);
+        }
+        let hash = self.inner.subtree(level, index)?;
+        self.memo.borrow_mut().insert((level, index), hash);
+        Ok(hash)
+    }
+}
+
 /// Why a proof cannot be produced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError<E> {
@@ -435,6 +471,18 @@ impl SubtreeHashes for MemoryTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_subtrees_give_the_same_proofs() {
+        let t = tree(1000);
+        let memo = MemoSubtrees::new(&t);
+        for index in (0..1000).step_by(7) {
+            assert_eq!(
+                inclusion_proof(&memo, index, 1000).unwrap(),
+                inclusion_proof(&t, index, 1000).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn leaf_and_node_hashes_are_the_rfc_9162_prefixed_sha256() {

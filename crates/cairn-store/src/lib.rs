@@ -1027,6 +1027,20 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Inclusion proof of entry `seq` in the tree of `size` entries.
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError>;
 
+    /// Inclusion proofs of several entries in the tree of `size` entries,
+    /// in the order of `seqs` (an export's: the backends read the subtrees
+    /// the proofs share once).
+    fn inclusion_proofs(
+        &self,
+        org_id: &str,
+        seqs: &[u64],
+        size: u64,
+    ) -> Result<Vec<Vec<Hash>>, StoreError> {
+        seqs.iter()
+            .map(|&seq| self.inclusion_proof(org_id, seq, size))
+            .collect()
+    }
+
     /// Consistency proof between two sizes of the log.
     fn consistency_proof(
         &self,

@@ -2260,6 +2260,20 @@ impl LedgerStore for PgStore {
         self.with_tree(org_id, |tree| inclusion_proof(tree, seq, size))
     }
 
+    fn inclusion_proofs(
+        &self,
+        org_id: &str,
+        seqs: &[u64],
+        size: u64,
+    ) -> Result<Vec<Vec<Hash>>, StoreError> {
+        self.with_tree(org_id, |tree| {
+            let tree = cairn_core::merkle::MemoSubtrees::new(tree);
+            seqs.iter()
+                .map(|&seq| inclusion_proof(&tree, seq, size))
+                .collect()
+        })
+    }
+
     fn consistency_proof(
         &self,
         org_id: &str,

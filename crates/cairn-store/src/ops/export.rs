@@ -520,20 +520,24 @@ pub fn write_export(
         }
         Some((selection, note, seqs)) => {
             writeln!(out, "{}", selection_line(selection, note))?;
-            for &seq in seqs {
-                let mut entry = read_entry(store, org_id, seq)?;
-                if let LogRecord::Step(record) = &mut entry.record
-                    && plan.level < DetailLevel::Full
-                {
-                    record
-                        .redact(plan.level)
-                        .map_err(|e| ExportError::Level(e.to_string()))?;
-                }
-                let proof = store.inclusion_proof(org_id, seq, size)?;
-                writeln!(out, "{}", encode_entry(&entry, Some(&proof)))?;
-                written += 1;
-                if written.is_multiple_of(1024) {
-                    progress(written);
+            // Proved a chunk at a time: the proofs of one chunk share
+            // their upper subtrees, read once (memory bounded by the chunk).
+            for chunk in seqs.chunks(1024) {
+                let proofs = store.inclusion_proofs(org_id, chunk, size)?;
+                for (&seq, proof) in chunk.iter().zip(proofs) {
+                    let mut entry = read_entry(store, org_id, seq)?;
+                    if let LogRecord::Step(record) = &mut entry.record
+                        && plan.level < DetailLevel::Full
+                    {
+                        record
+                            .redact(plan.level)
+                            .map_err(|e| ExportError::Level(e.to_string()))?;
+                    }
+                    writeln!(out, "{}", encode_entry(&entry, Some(&proof)))?;
+                    written += 1;
+                    if written.is_multiple_of(1024) {
+                        progress(written);
+                    }
                 }
             }
             if plan.level == DetailLevel::Full {
