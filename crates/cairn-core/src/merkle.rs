@@ -170,6 +170,21 @@ impl<T: SubtreeHashes> SubtreeHashes for MemoSubtrees<'_, T> {
     }
 }
 
+/// Inclusion proofs of several leaves in the tree of `size` leaves, in the
+/// order of `indexes`, each subtree the proofs share read once
+/// ([`MemoSubtrees`]).
+pub fn inclusion_proofs<T: SubtreeHashes>(
+    tree: &T,
+    indexes: &[u64],
+    size: u64,
+) -> Result<Vec<Vec<Hash>>, ProofError<T::Error>> {
+    let tree = MemoSubtrees::new(tree);
+    indexes
+        .iter()
+        .map(|&index| inclusion_proof(&tree, index, size))
+        .collect()
+}
+
 /// Why a proof cannot be produced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError<E> {
@@ -475,12 +490,10 @@ mod tests {
     #[test]
     fn remembered_subtrees_give_the_same_proofs() {
         let t = tree(1000);
-        let memo = MemoSubtrees::new(&t);
-        for index in (0..1000).step_by(7) {
-            assert_eq!(
-                inclusion_proof(&memo, index, 1000).unwrap(),
-                inclusion_proof(&t, index, 1000).unwrap()
-            );
+        let indexes: Vec<u64> = (0..1000).step_by(7).collect();
+        let proofs = inclusion_proofs(&t, &indexes, 1000).unwrap();
+        for (index, proof) in indexes.into_iter().zip(proofs) {
+            assert_eq!(proof, inclusion_proof(&t, index, 1000).unwrap());
         }
     }
 

@@ -2267,10 +2267,7 @@ impl LedgerStore for PgStore {
         size: u64,
     ) -> Result<Vec<Vec<Hash>>, StoreError> {
         self.with_tree(org_id, |tree| {
-            let tree = cairn_core::merkle::MemoSubtrees::new(tree);
-            seqs.iter()
-                .map(|&seq| inclusion_proof(&tree, seq, size))
-                .collect()
+            cairn_core::merkle::inclusion_proofs(tree, seqs, size)
         })
     }
 

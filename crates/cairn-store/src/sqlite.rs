@@ -541,6 +541,66 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Runs `work` with the writer, unless this process opened the store to
+    /// read or the store is broken (then there is nothing to maintain).
+    fn with_sound_writer(
+        &self,
+        work: impl FnOnce(&mut Writer) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        if guard.broken.is_some() {
+            return Ok(());
+        }
+        work(&mut guard)
+    }
+
+    /// The periodic work: write pending full-text documents, sign the
+    /// checkpoints that are due.
+    fn maintain_with(&self, w: &mut Writer) -> Result<(), StoreError> {
+        w.flush_fulltext()?;
+        let engine = self.engine();
+        let due: Vec<(String, OrgState)> = w
+            .state
+            .orgs
+            .iter()
+            .filter(|(_, org)| !org.foreign && engine.due(org))
+            .map(|(name, org)| (name.clone(), org.clone()))
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let tx = w
+            .conn
+            .unchecked_transaction()
+            .context("starting a checkpoint")?;
+        let mut sqlite_tx = SqliteTx {
+            conn: &tx,
+            state: &mut w.state,
+        };
+        let mut updated = Vec::new();
+        for (name, mut org) in due {
+            engine.checkpoint(&mut sqlite_tx, &name, &mut org)?;
+            updated.push((name, org));
+        }
+        tx.commit().context("committing checkpoints")?;
+        w.state.orgs.extend(updated);
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// Writes the pending full-text documents, with each org's committed
+    /// size.
+    fn flush_fulltext(&mut self) -> Result<(), StoreError> {
+        let sizes = self.state.org_sizes();
+        self.state.fulltext.flush(&self.conn, &sizes)
+    }
+}
+
 /// Creates the data directory readable by its owner only (it holds every
 /// tenant's content and the hashes of their API keys).
 fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
@@ -1645,8 +1705,7 @@ impl LedgerStore for SqliteStore {
             return Err(StoreError::Corrupt(reason.clone()));
         }
         if w.state.fulltext.full() {
-            let sizes = w.state.org_sizes();
-            w.state.fulltext.flush(&w.conn, &sizes)?;
+            w.flush_fulltext()?;
         }
         w.state.fulltext.begin_batch();
         // Dropping the transaction without commit (an error below) rolls the
@@ -1666,43 +1725,7 @@ impl LedgerStore for SqliteStore {
     }
 
     fn maintain(&self) -> Result<(), StoreError> {
-        if self.read_only {
-            return Ok(());
-        }
-        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
-        let w = &mut *guard;
-        if w.broken.is_some() {
-            return Ok(());
-        }
-        let sizes = w.state.org_sizes();
-        w.state.fulltext.flush(&w.conn, &sizes)?;
-        let engine = self.engine();
-        let due: Vec<(String, OrgState)> = w
-            .state
-            .orgs
-            .iter()
-            .filter(|(_, org)| !org.foreign && engine.due(org))
-            .map(|(name, org)| (name.clone(), org.clone()))
-            .collect();
-        if due.is_empty() {
-            return Ok(());
-        }
-        let tx = w
-            .conn
-            .unchecked_transaction()
-            .context("starting a checkpoint")?;
-        let mut sqlite_tx = SqliteTx {
-            conn: &tx,
-            state: &mut w.state,
-        };
-        let mut updated = Vec::new();
-        for (name, mut org) in due {
-            engine.checkpoint(&mut sqlite_tx, &name, &mut org)?;
-            updated.push((name, org));
-        }
-        tx.commit().context("committing checkpoints")?;
-        w.state.orgs.extend(updated);
-        Ok(())
+        self.with_sound_writer(|w| self.maintain_with(w))
     }
 
     fn orgs(&self) -> Result<Vec<String>, StoreError> {
@@ -1964,10 +1987,7 @@ impl LedgerStore for SqliteStore {
         size: u64,
     ) -> Result<Vec<Vec<Hash>>, StoreError> {
         self.with_tree(org_id, |tree| {
-            let tree = cairn_core::merkle::MemoSubtrees::new(tree);
-            seqs.iter()
-                .map(|&seq| inclusion_proof(&tree, seq, size))
-                .collect()
+            cairn_core::merkle::inclusion_proofs(tree, seqs, size)
         })
     }
 
@@ -2511,8 +2531,7 @@ impl LedgerStore for SqliteStore {
                 "the store is inconsistent; run `cairn verify`".into(),
             ));
         }
-        let sizes = w.state.org_sizes();
-        w.state.fulltext.flush(&w.conn, &sizes)?;
+        w.flush_fulltext()?;
         w.state.fulltext.begin_batch();
         let tx = w
             .conn
@@ -2534,8 +2553,7 @@ impl LedgerStore for SqliteStore {
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
         w.state.fulltext = fulltext;
-        let sizes = w.state.org_sizes();
-        w.state.fulltext.flush(&w.conn, &sizes)?;
+        w.flush_fulltext()?;
         Ok(count)
     }
 

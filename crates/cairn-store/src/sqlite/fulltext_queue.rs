@@ -15,7 +15,7 @@
 //! sequencing one sees a step in full-text search a tick after it was
 //! acknowledged.
 
-use super::{SqliteStore, log_size_of, poisoned};
+use super::{SqliteStore, log_size_of};
 use crate::engine::org_range;
 use crate::{DbContext, StoreError};
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -185,16 +185,7 @@ impl SqliteStore {
     /// process finds every step it acknowledged). Nothing to do in a
     /// process that opened the store to read.
     pub(super) fn flush_fulltext(&self) -> Result<(), StoreError> {
-        if self.read_only {
-            return Ok(());
-        }
-        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
-        let w = &mut *guard;
-        if w.broken.is_some() {
-            return Ok(());
-        }
-        let sizes = w.state.org_sizes();
-        w.state.fulltext.flush(&w.conn, &sizes)
+        self.with_sound_writer(|w| w.flush_fulltext())
     }
 }
 
