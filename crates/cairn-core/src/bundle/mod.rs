@@ -44,7 +44,10 @@ pub const BUNDLE_VERSION: u64 = 2;
 const MAX_PROOF_HASHES: usize = 128;
 
 mod header;
+mod prepared;
 pub use header::BundleHeader;
+pub use prepared::PreparedLine;
+use prepared::{LineError, Parsed, PreparedEntry};
 
 fn exact_members(obj: &Map<String, Value>, members: &[&str], what: &str) -> Result<(), String> {
     if let Some(k) = obj.keys().find(|k| !members.contains(&k.as_str())) {
@@ -443,94 +446,6 @@ enum Stage {
     Preamble,
     Entries,
     Ended,
-}
-
-/// Why a line is not a JSON value.
-#[derive(Debug)]
-enum LineError {
-    NotUtf8(std::str::Utf8Error),
-    NotJson(String),
-}
-
-/// An entry line decoded, with its step's digest recomputed from its
-/// fields.
-#[derive(Debug)]
-struct PreparedEntry {
-    decoded: Result<ProvenEntry, (Reason, String)>,
-    digest: Option<Hash>,
-    /// The line's `seq`, where a failure is reported if it does not decode.
-    seq: Option<u64>,
-}
-
-/// A line's JSON value, or, for a line with the shape of an entry (a
-/// `seq`, none of the members that end the entries), only its bytes: the
-/// value was decoded into the entry and dropped on the preparing thread
-/// (freeing a JSON tree on another thread costs about as much as building
-/// it). The bytes are parsed again only if the line comes where no entry
-/// may.
-#[derive(Debug)]
-enum Parsed {
-    Value(Value),
-    Entry(Vec<u8>),
-}
-
-/// One bundle line with the work that does not depend on the lines
-/// before it already done: parsed, and, if it has the shape of an entry,
-/// decoded and its step digest recomputed (the costly part of
-/// verification). Prepare lines on as many threads as there are cores and
-/// feed them in order to [`BundleVerifier::push_prepared`].
-#[derive(Debug)]
-pub struct PreparedLine {
-    value: Result<Parsed, LineError>,
-    entry: Option<PreparedEntry>,
-}
-
-impl PreparedLine {
-    /// Prepares one line (without its line end).
-    pub fn new(line: &[u8]) -> PreparedLine {
-        let value = std::str::from_utf8(line)
-            .map_err(LineError::NotUtf8)
-            .and_then(|text| {
-                crate::json::from_str(text).map_err(|e| LineError::NotJson(e.to_string()))
-            });
-        // Only lines with a seq can be entries; the verifier decodes any
-        // other line itself if its stage expects an entry there.
-        let entry_shaped = |v: &Value| {
-            v.get("seq").is_some()
-                && ["end", "consistency", "selection"]
-                    .iter()
-                    .all(|member| v.get(member).is_none())
-        };
-        let (value, entry) = match value {
-            Ok(v) if entry_shaped(&v) => {
-                let decoded = decode_entry_value(&v);
-                let digest = match &decoded {
-                    Ok((
-                        LogEntry {
-                            record: LogRecord::Step(record),
-                            ..
-                        },
-                        _,
-                    )) => Some(record.recompute_digest()),
-                    _ => None,
-                };
-                let seq = v
-                    .get("seq")
-                    .and_then(Value::as_u64)
-                    .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
-                (
-                    Ok(Parsed::Entry(line.to_vec())),
-                    Some(PreparedEntry {
-                        decoded,
-                        digest,
-                        seq,
-                    }),
-                )
-            }
-            other => (other.map(Parsed::Value), None),
-        };
-        PreparedLine { value, entry }
-    }
 }
 
 /// Verifies a bundle fed line by line, in constant memory in the number of
