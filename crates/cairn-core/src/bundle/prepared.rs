@@ -41,7 +41,7 @@ pub(super) enum Parsed {
 /// before it already done: parsed, and, if it has the shape of an entry,
 /// decoded and its step digest recomputed (the costly part of
 /// verification). Prepare lines on as many threads as there are cores and
-/// feed them in order to [`BundleVerifier::push_prepared`].
+/// feed them in order to [`super::BundleVerifier::push_prepared`].
 #[derive(Debug)]
 pub struct PreparedLine {
     pub(super) value: Result<Parsed, LineError>,
