@@ -43,7 +43,7 @@ pub use auth::{ApiKey, Role, token_hash};
 pub use external_key::command_server_key;
 pub use keys::{ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};
 
 use cairn_core::Hash;
 use cairn_core::Timestamp;

@@ -81,19 +81,8 @@ CREATE TABLE IF NOT EXISTS sessions (
   UNIQUE (org, session_id)
 );
 CREATE INDEX IF NOT EXISTS sessions_by_agent ON sessions (org, agent_id, started_at);
--- Full-text search (derived, never evidence; docs/OPERATIONS.md "Search"):
--- each step's document (fulltext::document), contentless, rowid = the
--- entry's id; an erasure deletes the step's row in the same transaction.
-CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
-  doc, tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1
-);
--- Derived: per org, the log size below which every step is in steps_fts
--- (documents are indexed in bulk after their batch commits; a sequencing
--- process that opens the store indexes what a crash left pending).
-CREATE TABLE IF NOT EXISTS fulltext_progress (
-  org           INTEGER PRIMARY KEY,
-  indexed_below INTEGER NOT NULL
-);
+-- Full-text search (derived, never evidence; docs/OPERATIONS.md "Search")
+-- lives in its own file, fulltext.db (sqlite/fulltext_index.rs).
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
 -- Derived, not evidence: the kinds of step each session holds, for the

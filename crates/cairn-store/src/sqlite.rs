@@ -54,7 +54,8 @@ use std::time::Duration;
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
 mod embedding;
-mod fulltext_queue;
+mod fulltext_index;
+pub use fulltext_index::FULLTEXT_FILE;
 
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: &str = "2";
@@ -129,8 +130,9 @@ struct State {
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
     keys: HashMap<(i64, String), AgentKey>,
-    /// Full-text documents on their way to the index (`fulltext_queue`).
-    fulltext: fulltext_queue::FullTextQueue,
+    /// The full-text documents and erasures of the batch being written
+    /// (`fulltext_index`).
+    fulltext: fulltext_index::FullTextBatch,
 }
 
 impl State {
@@ -163,6 +165,8 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// Held for its `Drop`, which stops the background thread.
     _checkpointer: Option<Checkpointer>,
+    /// The full-text index and its thread (a sequencing process only).
+    fulltext: Option<fulltext_index::FullTextIndex>,
     /// The sequencer's lock on the data directory, held while open.
     _lock: Option<std::fs::File>,
     /// Semantic search's vectors in memory.
@@ -436,8 +440,7 @@ impl SqliteStore {
         }
         if options.sequencer && damaged.is_none() {
             embedding::move_untagged_vectors(&tx)?;
-            index_unindexed_steps(&tx)?;
-            fulltext_queue::catch_up(&tx)?;
+            fulltext_index::drop_inline_index(&tx)?;
             record_session_kinds(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
@@ -446,6 +449,11 @@ impl SqliteStore {
             };
             check_signing_key(&tx, &key, &from)?;
         }
+        let fulltext = if options.sequencer && damaged.is_none() {
+            Some(fulltext_index::FullTextIndex::open(&path, &tx)?)
+        } else {
+            None
+        };
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
@@ -481,6 +489,7 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             _checkpointer: checkpointer,
+            fulltext,
             _lock: lock,
             vectors: crate::vector_index::VectorIndex::new(
                 options.vector_memory_bytes,
@@ -502,7 +511,13 @@ impl SqliteStore {
         let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let conn = match pooled {
             Some(c) => c,
-            None => open_reader(&self.path)?,
+            None => {
+                let c = open_reader(&self.path)?;
+                // Analyst SQL's connections never see the index: they are
+                // opened apart, without it.
+                fulltext_index::attach(&c, &self.path)?;
+                c
+            }
         };
         let out = f(&conn);
         if let Ok(mut pool) = self.readers.lock()
@@ -558,10 +573,8 @@ impl SqliteStore {
         work(&mut guard)
     }
 
-    /// The periodic work: write pending full-text documents, sign the
-    /// checkpoints that are due.
+    /// The periodic work: sign the checkpoints that are due.
     fn maintain_with(&self, w: &mut Writer) -> Result<(), StoreError> {
-        w.flush_fulltext()?;
         let engine = self.engine();
         let due: Vec<(String, OrgState)> = w
             .state
@@ -589,15 +602,6 @@ impl SqliteStore {
         tx.commit().context("committing checkpoints")?;
         w.state.orgs.extend(updated);
         Ok(())
-    }
-}
-
-impl Writer {
-    /// Writes the pending full-text documents, with each org's committed
-    /// size.
-    fn flush_fulltext(&mut self) -> Result<(), StoreError> {
-        let sizes = self.state.org_sizes();
-        self.state.fulltext.flush(&self.conn, &sizes)
     }
 }
 
@@ -1077,68 +1081,6 @@ fn record_session_kinds(tx: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Indexes for full-text search the steps `select` returns (`id, content,
-/// input_data, output_data, metadata`).
-fn index_steps(
-    tx: &Connection,
-    select: &str,
-    select_params: impl rusqlite::Params,
-) -> Result<(), StoreError> {
-    let mut read = tx
-        .prepare(select)
-        .context("indexing steps for full-text search")?;
-    let mut rows = read
-        .query(select_params)
-        .context("indexing steps for full-text search")?;
-    let mut insert = tx
-        .prepare("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
-        .context("indexing steps for full-text search")?;
-    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
-    while let Some(row) = rows.next().context("indexing steps for full-text search")? {
-        let id: i64 = row.get(0).context("indexing steps for full-text search")?;
-        let content: Option<String> = row.get(1).context("indexing steps for full-text search")?;
-        let payloads = [
-            parse(row.get(2).context("indexing steps for full-text search")?),
-            parse(row.get(3).context("indexing steps for full-text search")?),
-            parse(row.get(4).context("indexing steps for full-text search")?),
-        ];
-        let text = crate::fulltext::display_text_of(
-            content.as_deref(),
-            [&payloads[0], &payloads[1], &payloads[2]],
-        );
-        let doc = crate::fulltext::segment(&text);
-        if !doc.is_empty() {
-            insert
-                .execute(params![id, doc])
-                .context("indexing steps for full-text search")?;
-        }
-    }
-    Ok(())
-}
-
-/// Builds the full-text index of a store written before it existed (once:
-/// `meta.fulltext` records it), in the opening transaction.
-fn index_unindexed_steps(tx: &Connection) -> Result<(), StoreError> {
-    let done: Option<String> = tx
-        .query_row("SELECT value FROM meta WHERE key = 'fulltext'", [], |r| {
-            r.get(0)
-        })
-        .optional()
-        .context("reading the full-text index state")?;
-    if done.is_some() {
-        return Ok(());
-    }
-    index_steps(
-        tx,
-        "SELECT id, content, input_data, output_data, metadata FROM entries
-         WHERE type = 'step' AND erased = 0",
-        [],
-    )?;
-    tx.execute("INSERT INTO meta (key, value) VALUES ('fulltext', '1')", [])
-        .context("recording the full-text index state")?;
-    Ok(())
-}
-
 fn insert_step_row(tx: &Connection, row: &StepRow<'_>) -> Result<(), StoreError> {
     let s = row.step;
     tx.prepare_cached(
@@ -1394,7 +1336,8 @@ impl WriteTx for SqliteTx<'_> {
     }
 
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
-        // Written in bulk after the batch commits (`fulltext_queue`).
+        // Written by the index's thread after the batch commits
+        // (`fulltext_index`).
         self.state.fulltext.add(row_id(org, seq), doc);
         Ok(())
     }
@@ -1529,10 +1472,8 @@ impl WriteTx for SqliteTx<'_> {
                 .and_then(|mut s| s.execute([id]))
                 .context("erasing an embedding")?;
         }
-        self.conn
-            .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
-            .and_then(|mut s| s.execute([id]))
-            .context("erasing a step from the full-text index")?;
+        // Deleted from the index after the batch commits, before it is
+        // acknowledged (`fulltext_index`).
         self.state.fulltext.erase(id);
         Ok(())
     }
@@ -1704,10 +1645,12 @@ impl LedgerStore for SqliteStore {
         if let Some(reason) = &w.broken {
             return Err(StoreError::Corrupt(reason.clone()));
         }
-        if w.state.fulltext.full() {
-            w.flush_fulltext()?;
+        if let Some(index) = &self.fulltext
+            && index.backlogged()
+        {
+            index.flush()?;
         }
-        w.state.fulltext.begin_batch();
+        w.state.fulltext.begin();
         // Dropping the transaction without commit (an error below) rolls the
         // whole batch back; the overlay is then discarded too.
         let tx = w.conn.unchecked_transaction().context("starting a batch")?;
@@ -1719,8 +1662,15 @@ impl LedgerStore for SqliteStore {
             batch,
         )?;
         tx.commit().context("committing a batch")?;
+        let sizes: Vec<(i64, u64)> = overlay
+            .orgs
+            .values()
+            .map(|org| (org.id, org.frontier.size()))
+            .collect();
         w.state.apply(overlay);
-        w.state.fulltext.commit_batch();
+        if let Some(index) = &self.fulltext {
+            index.committed(&mut w.state.fulltext, sizes.into_iter())?;
+        }
         Ok(results)
     }
 
@@ -2039,6 +1989,7 @@ impl LedgerStore for SqliteStore {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
+            fulltext_index::ensure_attached(c, &self.path)?;
             let (sql, params) = listing::step_search_query(
                 listing::Engine::Fts5,
                 org,
@@ -2531,8 +2482,7 @@ impl LedgerStore for SqliteStore {
                 "the store is inconsistent; run `cairn verify`".into(),
             ));
         }
-        w.flush_fulltext()?;
-        w.state.fulltext.begin_batch();
+        w.state.fulltext.begin();
         let tx = w
             .conn
             .unchecked_transaction()
@@ -2549,11 +2499,12 @@ impl LedgerStore for SqliteStore {
         )?;
         tx.commit().context("committing the import")?;
         let mut fulltext = std::mem::take(&mut w.state.fulltext);
-        fulltext.commit_batch();
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
-        w.state.fulltext = fulltext;
-        w.flush_fulltext()?;
+        if let Some(index) = &self.fulltext {
+            index.committed(&mut fulltext, w.state.org_sizes().into_iter())?;
+            index.flush()?;
+        }
         Ok(count)
     }
 

@@ -336,12 +336,14 @@ fn acknowledged_writes_survive_sigkill() {
     }
 }
 
-/// The full-text index is written in bulk after batches commit: a search
-/// in the writing process finds every acknowledged step at once, an
-/// erasure of a step still pending keeps its words out of the index, and
-/// steps a crash left unindexed (below: removed from the index, the
-/// recorded progress moved back) are indexed by the next sequencing open,
-/// without indexing twice those that are.
+/// The full-text index (its own file, written by its own thread) is
+/// written in bulk after batches commit: a search in the writing process
+/// finds every acknowledged step at once, an erasure of a step still
+/// queued keeps its words out of the index, and the next sequencing open
+/// mends what a crash left: steps left unindexed (below: removed from the
+/// index, the recorded progress moved back) are indexed without indexing
+/// twice those that are, an erasure whose deletion was lost is applied, and
+/// a missing or damaged index file is rebuilt from the log.
 #[test]
 fn full_text_documents_are_indexed_in_bulk_and_after_a_crash() {
     use cairn_store::fulltext::FullTextQuery;
@@ -367,7 +369,7 @@ fn full_text_documents_are_indexed_in_bulk_and_after_a_crash() {
             .unwrap(),
         ))
     };
-    {
+    let erased_trace = {
         let store = SqliteStore::open(dir.path(), options()).unwrap();
         let written = store
             .append_batch(&[
@@ -397,24 +399,58 @@ fn full_text_documents_are_indexed_in_bulk_and_after_a_crash() {
                 .unwrap();
         }
         assert_eq!(search(&store, "dirigible"), 5);
-    }
+        trace_id.clone()
+    };
+    let ledger = rusqlite::Connection::open(dir.path().join(cairn_store::DB_FILE)).unwrap();
+    let (size, last_id, erased_id): (i64, i64, i64) = ledger
+        .query_row(
+            "SELECT (SELECT count(*) FROM entries), (SELECT max(id) FROM entries),
+                    (SELECT id FROM entries WHERE trace_id = ?1)",
+            [&erased_trace],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    drop(ledger);
+    let index_file = dir.path().join(cairn_store::FULLTEXT_FILE);
+    let expect_mended = || {
+        let store = SqliteStore::open(dir.path(), options()).unwrap();
+        assert_eq!(search(&store, "dirigible"), 5);
+        assert_eq!(search(&store, "airship"), 1);
+        assert_eq!(search(&store, "zeppelin"), 0);
+    };
     // A crash after the last three were acknowledged and before they were
     // indexed.
-    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
-    let size: i64 = conn
-        .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+    let index = rusqlite::Connection::open(&index_file).unwrap();
+    index
+        .execute_batch(&format!(
+            "DELETE FROM steps_fts WHERE rowid >= {};
+             UPDATE fulltext_progress SET indexed_below = {};",
+            last_id - 2,
+            size - 6
+        ))
         .unwrap();
-    conn.execute_batch(&format!(
-        "DELETE FROM steps_fts WHERE rowid >= (SELECT max(id) FROM entries) - 2;
-         UPDATE fulltext_progress SET indexed_below = {};",
-        size - 6
-    ))
+    drop(index);
+    expect_mended();
+    // A crash after the erasure committed and before its deletion from the
+    // index (the progress recorded before it).
+    let index = rusqlite::Connection::open(&index_file).unwrap();
+    index
+        .execute_batch(&format!(
+            "INSERT INTO steps_fts (rowid, doc) VALUES ({erased_id}, 'the zeppelin departs at noon');
+             UPDATE fulltext_progress SET indexed_below = 0;"
+        ))
+        .unwrap();
+    drop(index);
+    expect_mended();
+    // The index file lost, then damaged: rebuilt from the log.
+    std::fs::remove_file(&index_file).unwrap();
+    expect_mended();
+    std::fs::write(
+        &index_file,
+        b"this is not a database at all, not even close; ".repeat(200),
+    )
     .unwrap();
-    drop(conn);
-    let store = SqliteStore::open(dir.path(), options()).unwrap();
-    assert_eq!(search(&store, "dirigible"), 5);
-    assert_eq!(search(&store, "airship"), 1);
-    assert_eq!(search(&store, "zeppelin"), 0);
+    expect_mended();
 }
 
 /// While the log grows, checkpoints are signed at the configured interval
@@ -475,8 +511,9 @@ fn the_server_key_is_created_private() {
     );
 }
 
-/// A store written before the full-text index existed gets its steps
-/// indexed when a sequencing process next opens it (once: `meta.fulltext`),
+/// A store written before the full-text index existed, or that kept it
+/// inside `ledger.db`, gets its steps indexed in `fulltext.db` when a
+/// sequencing process next opens it (and the old tables dropped),
 /// one written before vectors were tagged with their embedder (the
 /// `embeddings` table) gets them moved into `vectors` as word-hash ones,
 /// and one that kept the kinds of sessions in an index over `entries` gets
@@ -511,9 +548,12 @@ fn an_older_store_gets_its_steps_indexed_for_search() {
         // The decision, and a plan if sampling picked it.
         store.vectors_by_embedder().unwrap()
     };
+    std::fs::remove_file(dir.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
     let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
     conn.execute_batch(
-        "DELETE FROM steps_fts; DELETE FROM meta WHERE key = 'fulltext';
+        "CREATE VIRTUAL TABLE steps_fts USING fts5(doc, content = '', contentless_delete = 1);
+         CREATE TABLE fulltext_progress (org INTEGER PRIMARY KEY, indexed_below INTEGER NOT NULL);
+         INSERT INTO meta (key, value) VALUES ('fulltext', '1'), ('fulltext_progress', '1');
          CREATE TABLE embeddings (id INTEGER PRIMARY KEY, org INTEGER NOT NULL, vector BLOB NOT NULL);
          INSERT INTO embeddings SELECT id, org, vector FROM vectors;
          DROP TABLE vectors; DROP TABLE embedding_queue;
@@ -560,4 +600,18 @@ fn an_older_store_gets_its_steps_indexed_for_search() {
             .unwrap();
         assert_eq!(hits.len(), 1, "{query:?}");
     }
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    let leftovers: i64 = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM sqlite_master WHERE name LIKE 'steps_fts%' OR name = 'fulltext_progress')
+                  + (SELECT count(*) FROM meta WHERE key IN ('fulltext', 'fulltext_progress'))",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        leftovers, 0,
+        "the index's old tables are gone from ledger.db"
+    );
 }

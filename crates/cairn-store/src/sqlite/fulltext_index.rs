@@ -1,0 +1,538 @@
+//! The embedded store's full-text index lives in its own database file
+//! (`fulltext.db`, beside `ledger.db`) and is written by its own thread, so
+//! that the sequencer never tokenizes: FTS5's tokenizer, stemmer and
+//! segment merges were a quarter of the sequencer's time, and SQLite lets
+//! one connection write a file at a time, so an index inside `ledger.db`
+//! could only be written by the sequencer or by stalling it.
+//!
+//! A batch leaves its steps' documents in memory ([`FullTextBatch`]); when
+//! the batch commits they join the index's queue, which the index thread
+//! writes in one transaction every tick (about 250 ms) or sooner when many
+//! are queued. Before this process answers a full-text search it writes
+//! the queue itself ([`FullTextIndex::flush`]), so the server always finds
+//! what it acknowledged.
+//!
+//! The index is derived, never evidence, and mends itself from the log:
+//! each write records, per org, the log size below which every step is
+//! indexed (`fulltext_progress`, in the same transaction as the
+//! documents). A sequencing process that opens the store indexes the steps
+//! at and above it (what a crash left queued) and deletes the steps that
+//! erasure records at and above it name; a missing or unreadable
+//! `fulltext.db` is rebuilt whole from the log. An erasure deletes its
+//! step's document synchronously, after the batch commits and before it is
+//! acknowledged; the queue's documents for that step are dropped first.
+//! Because `fulltext_progress` only moves forward in transactions that
+//! follow that deletion, a deletion lost to a crash is always at or above
+//! the recorded progress, where the next open finds it.
+//!
+//! The file runs with `synchronous = NORMAL` (no fsync per write): a power
+//! loss may roll back its last writes, progress included, never half of
+//! one, and the next open indexes again what was rolled back.
+
+use super::{SqliteStore, log_size_of, restrict_file};
+use crate::engine::org_range;
+use crate::{DbContext, StoreError};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The index's file, beside the ledger's.
+pub const FULLTEXT_FILE: &str = "fulltext.db";
+
+/// The name under which reading connections attach the index's file.
+pub(super) const ATTACHED_AS: &str = "fulltext";
+
+/// How often the index thread writes what is queued.
+const TICK: Duration = Duration::from_millis(250);
+/// Queued documents that wake the index thread before its tick...
+const WAKE_DOCS: usize = 8192;
+/// ... or queued bytes.
+const WAKE_BYTES: usize = 16 << 20;
+/// Queued bytes past which the sequencer writes the queue itself before
+/// its next batch (the index thread fell behind: memory stays bounded and
+/// ingest slows to the index's pace).
+const BACKLOG_BYTES: usize = 64 << 20;
+
+const SCHEMA: &str = "
+CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
+  doc, tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1
+);
+CREATE TABLE IF NOT EXISTS fulltext_progress (
+  org           INTEGER PRIMARY KEY,
+  indexed_below INTEGER NOT NULL
+);";
+
+/// The documents and erasures of the batch being written.
+#[derive(Default)]
+pub(super) struct FullTextBatch {
+    docs: Vec<(i64, String)>,
+    erased: Vec<i64>,
+}
+
+impl FullTextBatch {
+    /// Starts a batch: whatever a failed batch left is forgotten.
+    pub(super) fn begin(&mut self) {
+        self.docs.clear();
+        self.erased.clear();
+    }
+
+    /// A document written by the batch.
+    pub(super) fn add(&mut self, id: i64, doc: &str) {
+        self.docs.push((id, doc.to_owned()));
+    }
+
+    /// A step the batch erased: its document must never be indexed, and
+    /// leaves the index before the batch is acknowledged.
+    pub(super) fn erase(&mut self, id: i64) {
+        self.docs.retain(|(row, _)| *row != id);
+        self.erased.push(id);
+    }
+
+    fn take(&mut self) -> (Vec<(i64, String)>, Vec<i64>) {
+        (
+            std::mem::take(&mut self.docs),
+            std::mem::take(&mut self.erased),
+        )
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    docs: Vec<(i64, String)>,
+    bytes: usize,
+    /// Per org, the committed log size once the queued documents are in.
+    sizes: HashMap<i64, u64>,
+    stop: bool,
+    /// Why the index stopped taking writes (an erasure it could not
+    /// apply): it then answers no search until the next sequencing open
+    /// mends it.
+    failed: Option<String>,
+}
+
+struct Shared {
+    /// The index's writing connection, held for each write, so that writes
+    /// land in the order their documents were queued.
+    conn: Mutex<Connection>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+}
+
+/// The full-text index of a sequencing process: its file, its queue and
+/// the thread that writes it.
+pub(super) struct FullTextIndex {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The index file's path for the ledger at `ledger_path`.
+pub(super) fn index_path(ledger_path: &Path) -> PathBuf {
+    ledger_path.with_file_name(FULLTEXT_FILE)
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
+    m.lock()
+        .map_err(|_| StoreError::Corrupt("the full-text index's lock was poisoned".into()))
+}
+
+fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).context("opening the full-text index")?;
+    restrict_file(path)?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .context("setting the busy timeout")?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = NORMAL;
+         PRAGMA cache_size = -16384;",
+    )
+    .context("configuring the full-text index")?;
+    conn.execute_batch(SCHEMA)
+        .context("creating the full-text index")?;
+    Ok(conn)
+}
+
+impl FullTextIndex {
+    /// Opens (creating or rebuilding if needed) the index of the ledger at
+    /// `ledger_path`, brings it up to the log that `ledger` (the opening
+    /// transaction) holds, and starts its thread.
+    pub(super) fn open(
+        ledger_path: &Path,
+        ledger: &Connection,
+    ) -> Result<FullTextIndex, StoreError> {
+        let path = index_path(ledger_path);
+        let mended = open_index_file(&path).and_then(|mut conn| {
+            catch_up(&mut conn, ledger)?;
+            Ok(conn)
+        });
+        let conn = match mended {
+            Ok(conn) => conn,
+            // Derived data: an index that does not open or read is rebuilt.
+            Err(_) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let file = PathBuf::from(format!("{}{suffix}", path.display()));
+                    if file.exists() {
+                        std::fs::remove_file(&file).map_err(|source| StoreError::Io {
+                            context: format!("removing a damaged {}", file.display()),
+                            source,
+                        })?;
+                    }
+                }
+                let mut conn = open_index_file(&path)?;
+                catch_up(&mut conn, ledger)?;
+                conn
+            }
+        };
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+        });
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("cairn-fulltext".into())
+            .spawn(move || worker.run())
+            .map_err(|source| StoreError::Io {
+                context: "starting the full-text index thread".into(),
+                source,
+            })?;
+        Ok(FullTextIndex {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands over what a committed batch wrote: its erasures leave the
+    /// index now, its documents join the queue. `sizes`: the committed log
+    /// size of each org the batch wrote to.
+    pub(super) fn committed(
+        &self,
+        batch: &mut FullTextBatch,
+        sizes: impl Iterator<Item = (i64, u64)>,
+    ) -> Result<(), StoreError> {
+        let (docs, erased) = batch.take();
+        if !erased.is_empty() {
+            self.erase(&erased)?;
+        }
+        let mut queue = lock(&self.shared.queue)?;
+        queue.bytes += docs.iter().map(|(_, d)| d.len()).sum::<usize>();
+        queue.docs.extend(docs);
+        for (org, size) in sizes {
+            let known = queue.sizes.entry(org).or_insert(size);
+            *known = (*known).max(size);
+        }
+        if queue.docs.len() >= WAKE_DOCS || queue.bytes >= WAKE_BYTES {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Whether the queue has grown past its bound (the sequencer then
+    /// writes it before its next batch).
+    pub(super) fn backlogged(&self) -> bool {
+        lock(&self.shared.queue).is_ok_and(|q| q.bytes >= BACKLOG_BYTES)
+    }
+
+    /// Writes everything queued now (before a search: this process finds
+    /// every step it acknowledged).
+    pub(super) fn flush(&self) -> Result<(), StoreError> {
+        self.shared.flush()
+    }
+
+    fn erase(&self, ids: &[i64]) -> Result<(), StoreError> {
+        let conn = lock(&self.shared.conn)?;
+        let erased: BTreeSet<i64> = ids.iter().copied().collect();
+        {
+            let mut queue = lock(&self.shared.queue)?;
+            queue.docs.retain(|(row, _)| !erased.contains(row));
+            queue.bytes = queue.docs.iter().map(|(_, d)| d.len()).sum();
+        }
+        let deleted = (|| {
+            let tx = conn.unchecked_transaction()?;
+            {
+                let mut delete = tx.prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")?;
+                for id in &erased {
+                    delete.execute([id])?;
+                }
+            }
+            tx.commit()
+        })();
+        if let Err(e) = deleted {
+            // The erased words may still be found: refuse every search and
+            // write nothing more (progress must not pass this erasure,
+            // which the next sequencing open then applies).
+            let reason = format!(
+                "an erasure could not be applied to the full-text index ({e}); restart the server to mend it"
+            );
+            lock(&self.shared.queue)?.failed = Some(reason.clone());
+            return Err(StoreError::Corrupt(reason));
+        }
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn run(&self) {
+        loop {
+            let stop = {
+                let Ok(queue) = self.queue.lock() else { return };
+                let Ok((queue, _)) = self.wake.wait_timeout_while(queue, TICK, |q| {
+                    !q.stop && q.docs.len() < WAKE_DOCS && q.bytes < WAKE_BYTES
+                }) else {
+                    return;
+                };
+                queue.stop
+            };
+            // A failed write keeps its documents queued for the next try
+            // (and `maintain` reports nothing: the next search does).
+            let _ = self.flush();
+            if stop {
+                return;
+            }
+        }
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        let conn = lock(&self.conn)?;
+        let (docs, sizes) = {
+            let mut queue = lock(&self.queue)?;
+            if let Some(reason) = &queue.failed {
+                return Err(StoreError::Corrupt(reason.clone()));
+            }
+            if queue.docs.is_empty() && queue.sizes.is_empty() {
+                return Ok(());
+            }
+            queue.bytes = 0;
+            (
+                std::mem::take(&mut queue.docs),
+                std::mem::take(&mut queue.sizes),
+            )
+        };
+        match write(&conn, &docs, &sizes) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // Put them back in front of what came since, in order.
+                let mut queue = lock(&self.queue)?;
+                let newer = std::mem::replace(&mut queue.docs, docs);
+                queue.docs.extend(newer);
+                queue.bytes = queue.docs.iter().map(|(_, d)| d.len()).sum();
+                for (org, size) in sizes {
+                    queue.sizes.entry(org).or_insert(size);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Writes documents and each org's indexed size in one transaction.
+fn write(
+    conn: &Connection,
+    docs: &[(i64, String)],
+    sizes: &HashMap<i64, u64>,
+) -> Result<(), StoreError> {
+    let tx = conn
+        .unchecked_transaction()
+        .context("starting to index steps for full-text search")?;
+    {
+        let mut insert = tx
+            .prepare_cached("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+            .context("indexing steps for full-text search")?;
+        for (id, doc) in docs {
+            insert
+                .execute(params![id, doc])
+                .context("indexing steps for full-text search")?;
+        }
+        for (org, size) in sizes {
+            mark(&tx, *org, *size)?;
+        }
+    }
+    tx.commit()
+        .context("committing the full-text index's documents")
+}
+
+fn mark(conn: &Connection, org: i64, size: u64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO fulltext_progress (org, indexed_below) VALUES (?1, ?2)
+         ON CONFLICT (org) DO UPDATE SET indexed_below = max(indexed_below, excluded.indexed_below)",
+    )
+    .and_then(|mut s| s.execute(params![org, size as i64]))
+    .context("recording the full-text index's progress")?;
+    Ok(())
+}
+
+/// Brings the index up to the log: per org, deletes the steps that erasure
+/// records at or above its indexed size name, then indexes the steps at or
+/// above it.
+fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<(), StoreError> {
+    let orgs: Vec<i64> = ledger
+        .prepare("SELECT org FROM orgs")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .context("listing orgs")?;
+    for org in orgs {
+        let below: i64 = index
+            .query_row(
+                "SELECT indexed_below FROM fulltext_progress WHERE org = ?1",
+                [org],
+                |r| r.get(0),
+            )
+            .optional()
+            .context("reading the full-text index's progress")?
+            .unwrap_or(0);
+        let size = log_size_of(ledger, org)?;
+        if below as u64 >= size {
+            continue;
+        }
+        let (lo, hi) = org_range(org);
+        let tx = index
+            .transaction()
+            .context("starting to mend the full-text index")?;
+        {
+            let mut erased = ledger
+                .prepare(
+                    "SELECT s.id FROM entries x JOIN entries s
+                       ON s.org = x.org AND s.trace_id = json_extract(x.view, '$.trace_id')
+                     WHERE x.org = ?1 AND x.type = 'erasure' AND x.id >= ?2 AND x.id < ?3",
+                )
+                .context("reading erasures for the full-text index")?;
+            let ids = erased
+                .query_map(params![org, lo + below, hi], |r| r.get::<_, i64>(0))
+                .context("reading erasures for the full-text index")?;
+            let mut delete = tx
+                .prepare("DELETE FROM steps_fts WHERE rowid = ?1")
+                .context("mending the full-text index")?;
+            for id in ids {
+                let id = id.context("reading erasures for the full-text index")?;
+                delete
+                    .execute([id])
+                    .context("mending the full-text index")?;
+            }
+            index_steps(
+                ledger,
+                &tx,
+                "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+                 WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
+                params![lo + below, hi],
+            )?;
+            mark(&tx, org, size)?;
+        }
+        tx.commit().context("mending the full-text index")?;
+    }
+    Ok(())
+}
+
+/// Indexes the steps `select` (run on the ledger) returns (`id, content,
+/// input_data, output_data, metadata`).
+fn index_steps(
+    ledger: &Connection,
+    index: &Connection,
+    select: &str,
+    select_params: impl rusqlite::Params,
+) -> Result<(), StoreError> {
+    let mut read = ledger
+        .prepare(select)
+        .context("reading steps for the full-text index")?;
+    let mut rows = read
+        .query(select_params)
+        .context("reading steps for the full-text index")?;
+    let mut insert = index
+        .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+        .context("indexing steps for full-text search")?;
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
+    let column = "reading steps for the full-text index";
+    while let Some(row) = rows.next().context(column)? {
+        let id: i64 = row.get(0).context(column)?;
+        let content: Option<String> = row.get(1).context(column)?;
+        let payloads = [
+            parse(row.get(2).context(column)?),
+            parse(row.get(3).context(column)?),
+            parse(row.get(4).context(column)?),
+        ];
+        let text = crate::fulltext::display_text_of(
+            content.as_deref(),
+            [&payloads[0], &payloads[1], &payloads[2]],
+        );
+        let doc = crate::fulltext::segment(&text);
+        if !doc.is_empty() {
+            insert
+                .execute(params![id, doc])
+                .context("indexing steps for full-text search")?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes what older versions kept of the index inside `ledger.db` (the
+/// index now lives in its own file, rebuilt from the log).
+pub(super) fn drop_inline_index(tx: &Connection) -> Result<(), StoreError> {
+    tx.execute_batch(
+        "DROP TABLE IF EXISTS steps_fts;
+         DROP TABLE IF EXISTS fulltext_progress;
+         DELETE FROM meta WHERE key IN ('fulltext', 'fulltext_progress');",
+    )
+    .context("moving the full-text index to its own file")
+}
+
+/// Attaches the index's file to a reading connection, if it exists (a
+/// store no sequencing process of this version opened has none yet).
+pub(super) fn attach(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
+    let path = index_path(ledger_path);
+    if path.exists() {
+        conn.execute(
+            &format!("ATTACH DATABASE ?1 AS {ATTACHED_AS}"),
+            [path.to_string_lossy()],
+        )
+        .context("attaching the full-text index")?;
+    }
+    Ok(())
+}
+
+/// Makes sure a reading connection sees the index (a process that opened
+/// the store to read before any sequencing process of this version created
+/// the index's file attached nothing), or says why it cannot.
+pub(super) fn ensure_attached(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
+    let attached: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_database_list WHERE name = ?1)",
+            [ATTACHED_AS],
+            |r| r.get(0),
+        )
+        .context("looking for the full-text index")?;
+    if attached {
+        return Ok(());
+    }
+    attach(conn, ledger_path)?;
+    if index_path(ledger_path).exists() {
+        Ok(())
+    } else {
+        Err(StoreError::Busy(
+            "the full-text index has not been built yet: it is built when the server that sequences this store starts".into(),
+        ))
+    }
+}
+
+impl SqliteStore {
+    /// Writes the queued documents now (before a search, so that this
+    /// process finds every step it acknowledged). Nothing to do in a
+    /// process that opened the store to read.
+    pub(super) fn flush_fulltext(&self) -> Result<(), StoreError> {
+        match &self.fulltext {
+            Some(index) => index.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for FullTextIndex {
+    fn drop(&mut self) {
+        // A clean close indexes what is queued (a crash leaves it to the
+        // next sequencing open).
+        if let Ok(mut queue) = self.shared.queue.lock() {
+            queue.stop = true;
+        }
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
