@@ -134,13 +134,18 @@ pub(crate) fn step_search_query(
     if *filter == StepFilter::default() {
         // Without a filter the index answers alone: it holds only steps
         // (the engine writes a document per step), an erasure deletes the
-        // step's document in its own transaction, and the org's id range
-        // bounds the org. The caller reads each hit back from the log.
+        // step's document (PostgreSQL: in its own transaction; SQLite:
+        // before it is acknowledged, and the log's erased steps, few and
+        // read through a partial index, are left out besides, for an index
+        // file that lags the log), and the org's id range bounds the org.
+        // The caller reads each hit back from the log.
         let sql = match engine {
             Engine::Fts5 => format!(
                 "SELECT steps_fts.rowid - {low_p} AS seq, -bm25(steps_fts) AS score FROM steps_fts
                  WHERE steps_fts MATCH {match_p} AND steps_fts.rowid >= {low_p} AND steps_fts.rowid < {high_p}
-                   AND {org_p} IS NOT NULL"
+                   AND {org_p} IS NOT NULL
+                   AND steps_fts.rowid NOT IN (
+                     SELECT id FROM main.entries WHERE erased = 1 AND id >= {low_p} AND id < {high_p})"
             ),
             Engine::Postgres => format!(
                 "SELECT f.id - {low_p} AS seq, ts_rank_cd(f.doc, q.q)::float8 AS score

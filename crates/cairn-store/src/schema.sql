@@ -67,6 +67,9 @@ CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE 
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
 -- The review queue (seed 003): flagged steps are few, so a partial index.
 CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
+-- Erased steps are few: full-text search leaves them out through this
+-- index whatever the derived index file holds (sqlite/fulltext_index.rs).
+CREATE INDEX IF NOT EXISTS entries_erased ON entries (id) WHERE erased = 1;
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        INTEGER PRIMARY KEY,

@@ -136,14 +136,6 @@ struct State {
 }
 
 impl State {
-    /// Each org's committed log size, by id.
-    fn org_sizes(&self) -> HashMap<i64, u64> {
-        self.orgs
-            .values()
-            .map(|org| (org.id, org.frontier.size()))
-            .collect()
-    }
-
     fn apply(&mut self, overlay: Overlay) {
         self.orgs.extend(overlay.orgs);
         self.sessions.extend(overlay.sessions);
@@ -511,13 +503,9 @@ impl SqliteStore {
         let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let conn = match pooled {
             Some(c) => c,
-            None => {
-                let c = open_reader(&self.path)?;
-                // Analyst SQL's connections never see the index: they are
-                // opened apart, without it.
-                fulltext_index::attach(&c, &self.path)?;
-                c
-            }
+            // The full-text index is attached by the search that needs it
+            // (a damaged index file must not stop every read).
+            None => open_reader(&self.path)?,
         };
         let out = f(&conn);
         if let Ok(mut pool) = self.readers.lock()
@@ -1662,14 +1650,14 @@ impl LedgerStore for SqliteStore {
             batch,
         )?;
         tx.commit().context("committing a batch")?;
-        let sizes: Vec<(i64, u64)> = overlay
+        let sizes: Vec<(i64, u64, Hash)> = overlay
             .orgs
             .values()
-            .map(|org| (org.id, org.frontier.size()))
+            .map(|org| (org.id, org.frontier.size(), org.frontier.root()))
             .collect();
         w.state.apply(overlay);
         if let Some(index) = &self.fulltext {
-            index.committed(&mut w.state.fulltext, sizes.into_iter())?;
+            index.committed(&mut w.state.fulltext, sizes.into_iter());
         }
         Ok(results)
     }
@@ -2502,7 +2490,7 @@ impl LedgerStore for SqliteStore {
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
         if let Some(index) = &self.fulltext {
-            index.committed(&mut fulltext, w.state.org_sizes().into_iter())?;
+            index.committed(&mut fulltext, w.state.org_progress().into_iter());
             index.flush()?;
         }
         Ok(count)

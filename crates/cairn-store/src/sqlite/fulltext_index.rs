@@ -14,26 +14,35 @@
 //!
 //! The index is derived, never evidence, and mends itself from the log:
 //! each write records, per org, the log size below which every step is
-//! indexed (`fulltext_progress`, in the same transaction as the
-//! documents). A sequencing process that opens the store indexes the steps
-//! at and above it (what a crash left queued) and deletes the steps that
-//! erasure records at and above it name; a missing or unreadable
-//! `fulltext.db` is rebuilt whole from the log. An erasure deletes its
-//! step's document synchronously, after the batch commits and before it is
-//! acknowledged; the queue's documents for that step are dropped first.
-//! Because `fulltext_progress` only moves forward in transactions that
-//! follow that deletion, a deletion lost to a crash is always at or above
-//! the recorded progress, where the next open finds it.
+//! indexed and the log's root at that size (`fulltext_progress`, in the
+//! same transaction as the documents). A sequencing process that opens the
+//! store indexes the steps at and above it (what a crash left queued) and
+//! deletes the steps that erasure records at and above it name; an org
+//! whose recorded root is not its log's at that size (the index belongs to
+//! another history: `ledger.db` restored from a backup beside a newer
+//! index) is indexed again from its first step, an org the log lacks is
+//! dropped, and a missing or unreadable `fulltext.db` is rebuilt whole.
+//! An erasure deletes its step's document after the batch commits and
+//! before it is acknowledged; the queue's documents for that step are
+//! dropped first. Because `fulltext_progress` only moves forward in
+//! transactions that follow that deletion, a deletion lost to a crash is
+//! always at or above the recorded progress, where the next open finds it.
+//! Searches never trust the index alone on erasure either: they leave out
+//! every step the log marks erased (`entries.erased`, through a partial
+//! index), so a process reading beside the server, or an index a crash
+//! left behind, never returns an erased step.
 //!
 //! The file runs with `synchronous = NORMAL` (no fsync per write): a power
 //! loss may roll back its last writes, progress included, never half of
 //! one, and the next open indexes again what was rolled back.
 
-use super::{SqliteStore, log_size_of, restrict_file};
+use super::{DbTree, SqliteStore, log_size_of, restrict_file};
 use crate::engine::org_range;
 use crate::{DbContext, StoreError};
+use cairn_core::Hash;
 use rusqlite::{Connection, OptionalExtension as _, params};
 use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -61,8 +70,13 @@ CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
 );
 CREATE TABLE IF NOT EXISTS fulltext_progress (
   org           INTEGER PRIMARY KEY,
-  indexed_below INTEGER NOT NULL
+  indexed_below INTEGER NOT NULL,
+  root          BLOB    NOT NULL  -- the org log's root at indexed_below
 );";
+
+/// Per org: the committed log size once the queued documents are in, and
+/// the log's root at that size.
+type Progress = HashMap<i64, (u64, Hash)>;
 
 /// The documents and erasures of the batch being written.
 #[derive(Default)]
@@ -102,12 +116,13 @@ impl FullTextBatch {
 struct Queue {
     docs: Vec<(i64, String)>,
     bytes: usize,
-    /// Per org, the committed log size once the queued documents are in.
-    sizes: HashMap<i64, u64>,
+    /// Per org, the committed log size and root once the queued
+    /// documents are in.
+    sizes: Progress,
     stop: bool,
     /// Why the index stopped taking writes (an erasure it could not
-    /// apply): it then answers no search until the next sequencing open
-    /// mends it.
+    /// apply): it then takes no more documents and answers no search until
+    /// the next sequencing open mends it.
     failed: Option<String>,
 }
 
@@ -170,7 +185,9 @@ impl FullTextIndex {
             // Derived data: an index that does not open or read is rebuilt.
             Err(_) => {
                 for suffix in ["", "-wal", "-shm"] {
-                    let file = PathBuf::from(format!("{}{suffix}", path.display()));
+                    let mut file = OsString::from(path.as_os_str());
+                    file.push(suffix);
+                    let file = PathBuf::from(file);
                     if file.exists() {
                         std::fs::remove_file(&file).map_err(|source| StoreError::Io {
                             context: format!("removing a damaged {}", file.display()),
@@ -204,27 +221,38 @@ impl FullTextIndex {
 
     /// Hands over what a committed batch wrote: its erasures leave the
     /// index now, its documents join the queue. `sizes`: the committed log
-    /// size of each org the batch wrote to.
+    /// size and root of each org the batch wrote to. The batch is durable
+    /// whatever happens here, so nothing is returned: an erasure the index
+    /// could not apply stops the index (searches say so, and leave out
+    /// erased steps anyway) until the next sequencing open applies it.
     pub(super) fn committed(
         &self,
         batch: &mut FullTextBatch,
-        sizes: impl Iterator<Item = (i64, u64)>,
-    ) -> Result<(), StoreError> {
+        sizes: impl Iterator<Item = (i64, u64, Hash)>,
+    ) {
         let (docs, erased) = batch.take();
         if !erased.is_empty() {
-            self.erase(&erased)?;
+            self.erase(&erased);
         }
-        let mut queue = lock(&self.shared.queue)?;
+        let Ok(mut queue) = self.shared.queue.lock() else {
+            return;
+        };
+        if queue.failed.is_some() {
+            // Never written: the next sequencing open indexes from the
+            // recorded progress.
+            return;
+        }
         queue.bytes += docs.iter().map(|(_, d)| d.len()).sum::<usize>();
         queue.docs.extend(docs);
-        for (org, size) in sizes {
-            let known = queue.sizes.entry(org).or_insert(size);
-            *known = (*known).max(size);
+        for (org, size, root) in sizes {
+            let known = queue.sizes.entry(org).or_insert((size, root));
+            if size >= known.0 {
+                *known = (size, root);
+            }
         }
         if queue.docs.len() >= WAKE_DOCS || queue.bytes >= WAKE_BYTES {
             self.shared.wake.notify_one();
         }
-        Ok(())
     }
 
     /// Whether the queue has grown past its bound (the sequencer then
@@ -239,11 +267,21 @@ impl FullTextIndex {
         self.shared.flush()
     }
 
-    fn erase(&self, ids: &[i64]) -> Result<(), StoreError> {
-        let conn = lock(&self.shared.conn)?;
+    fn erase(&self, ids: &[i64]) {
+        let fail = |reason: String| {
+            if let Ok(mut queue) = self.shared.queue.lock() {
+                queue.failed = Some(reason);
+                queue.docs.clear();
+                queue.bytes = 0;
+                queue.sizes.clear();
+            }
+        };
+        let Ok(conn) = self.shared.conn.lock() else {
+            fail("the full-text index's lock was poisoned".into());
+            return;
+        };
         let erased: BTreeSet<i64> = ids.iter().copied().collect();
-        {
-            let mut queue = lock(&self.shared.queue)?;
+        if let Ok(mut queue) = self.shared.queue.lock() {
             queue.docs.retain(|(row, _)| !erased.contains(row));
             queue.bytes = queue.docs.iter().map(|(_, d)| d.len()).sum();
         }
@@ -258,16 +296,12 @@ impl FullTextIndex {
             tx.commit()
         })();
         if let Err(e) = deleted {
-            // The erased words may still be found: refuse every search and
-            // write nothing more (progress must not pass this erasure,
-            // which the next sequencing open then applies).
-            let reason = format!(
+            // Progress must not pass this erasure (the next sequencing
+            // open applies it): write nothing more, answer no search.
+            fail(format!(
                 "an erasure could not be applied to the full-text index ({e}); restart the server to mend it"
-            );
-            lock(&self.shared.queue)?.failed = Some(reason.clone());
-            return Err(StoreError::Corrupt(reason));
+            ));
         }
-        Ok(())
     }
 }
 
@@ -326,11 +360,7 @@ impl Shared {
 }
 
 /// Writes documents and each org's indexed size in one transaction.
-fn write(
-    conn: &Connection,
-    docs: &[(i64, String)],
-    sizes: &HashMap<i64, u64>,
-) -> Result<(), StoreError> {
+fn write(conn: &Connection, docs: &[(i64, String)], sizes: &Progress) -> Result<(), StoreError> {
     let tx = conn
         .unchecked_transaction()
         .context("starting to index steps for full-text search")?;
@@ -343,44 +373,71 @@ fn write(
                 .execute(params![id, doc])
                 .context("indexing steps for full-text search")?;
         }
-        for (org, size) in sizes {
-            mark(&tx, *org, *size)?;
+        for (org, (size, root)) in sizes {
+            mark(&tx, *org, *size, root)?;
         }
     }
     tx.commit()
         .context("committing the full-text index's documents")
 }
 
-fn mark(conn: &Connection, org: i64, size: u64) -> Result<(), StoreError> {
+fn mark(conn: &Connection, org: i64, size: u64, root: &Hash) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO fulltext_progress (org, indexed_below) VALUES (?1, ?2)
-         ON CONFLICT (org) DO UPDATE SET indexed_below = max(indexed_below, excluded.indexed_below)",
+        "INSERT INTO fulltext_progress (org, indexed_below, root) VALUES (?1, ?2, ?3)
+         ON CONFLICT (org) DO UPDATE SET indexed_below = excluded.indexed_below, root = excluded.root
+         WHERE excluded.indexed_below >= fulltext_progress.indexed_below",
     )
-    .and_then(|mut s| s.execute(params![org, size as i64]))
+    .and_then(|mut s| s.execute(params![org, size as i64, &root.0[..]]))
     .context("recording the full-text index's progress")?;
     Ok(())
 }
 
-/// Brings the index up to the log: per org, deletes the steps that erasure
-/// records at or above its indexed size name, then indexes the steps at or
-/// above it.
+/// Brings the index up to the log: drops the orgs the log lacks; per org,
+/// starts again from its first step if the recorded root is not the log's
+/// at the recorded size, deletes the steps that erasure records at or above
+/// its indexed size name, then indexes the steps at or above it.
 fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<(), StoreError> {
     let orgs: Vec<i64> = ledger
         .prepare("SELECT org FROM orgs")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
         .context("listing orgs")?;
+    let known: Vec<i64> = index
+        .prepare("SELECT org FROM fulltext_progress")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .context("reading the full-text index's progress")?;
+    for org in known.into_iter().filter(|org| !orgs.contains(org)) {
+        forget_org(index, org)?;
+    }
     for org in orgs {
-        let below: i64 = index
+        let recorded: Option<(i64, Vec<u8>)> = index
             .query_row(
-                "SELECT indexed_below FROM fulltext_progress WHERE org = ?1",
+                "SELECT indexed_below, root FROM fulltext_progress WHERE org = ?1",
                 [org],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
-            .context("reading the full-text index's progress")?
-            .unwrap_or(0);
+            .context("reading the full-text index's progress")?;
         let size = log_size_of(ledger, org)?;
-        if below as u64 >= size {
+        let tree = DbTree {
+            conn: ledger,
+            org,
+            size,
+        };
+        let below = match recorded {
+            Some((below, root))
+                if (0..=size as i64).contains(&below)
+                    && root_at(&tree, below as u64)?.0[..] == root[..] =>
+            {
+                below
+            }
+            // Another history, or nothing recorded: whatever the index
+            // holds of the org cannot be trusted.
+            _ => {
+                forget_org(index, org)?;
+                0
+            }
+        };
+        if below as u64 == size {
             continue;
         }
         let (lo, hi) = org_range(org);
@@ -414,10 +471,28 @@ fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<(), StoreErro
                  WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
                 params![lo + below, hi],
             )?;
-            mark(&tx, org, size)?;
+            mark(&tx, org, size, &root_at(&tree, size)?)?;
         }
         tx.commit().context("mending the full-text index")?;
     }
+    Ok(())
+}
+
+/// The org log's root at `size`, from the stored tree.
+fn root_at(tree: &DbTree<'_>, size: u64) -> Result<Hash, StoreError> {
+    cairn_core::merkle::range_hash(tree, 0, size)
+}
+
+/// Deletes an org's documents and progress.
+fn forget_org(index: &Connection, org: i64) -> Result<(), StoreError> {
+    let (lo, hi) = org_range(org);
+    index
+        .execute(
+            "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2",
+            params![lo, hi],
+        )
+        .and_then(|_| index.execute("DELETE FROM fulltext_progress WHERE org = ?1", [org]))
+        .context("dropping an org's documents from the full-text index")?;
     Ok(())
 }
 
@@ -478,9 +553,14 @@ pub(super) fn drop_inline_index(tx: &Connection) -> Result<(), StoreError> {
 pub(super) fn attach(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
     let path = index_path(ledger_path);
     if path.exists() {
+        // The path's own bytes: a data directory's name need not be UTF-8.
+        #[cfg(unix)]
+        let name = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+        #[cfg(not(unix))]
+        let name = path.to_string_lossy().into_owned().into_bytes();
         conn.execute(
-            &format!("ATTACH DATABASE ?1 AS {ATTACHED_AS}"),
-            [path.to_string_lossy()],
+            &format!("ATTACH DATABASE CAST(?1 AS TEXT) AS {ATTACHED_AS}"),
+            [name],
         )
         .context("attaching the full-text index")?;
     }
@@ -520,6 +600,17 @@ impl SqliteStore {
             Some(index) => index.flush(),
             None => Ok(()),
         }
+    }
+}
+
+impl super::State {
+    /// Each org's committed log size and root (what the full-text index
+    /// records as its progress).
+    pub(super) fn org_progress(&self) -> Vec<(i64, u64, Hash)> {
+        self.orgs
+            .values()
+            .map(|org| (org.id, org.frontier.size(), org.frontier.root()))
+            .collect()
     }
 }
 

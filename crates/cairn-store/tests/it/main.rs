@@ -13,3 +13,4 @@ mod listing;
 mod pg;
 mod search;
 mod sqlite;
+mod sqlite_fulltext;
