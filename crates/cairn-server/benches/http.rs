@@ -120,7 +120,12 @@ fn load(
                 let mut steps = 0usize;
                 let mut i = 0usize;
                 let interval = pace.map(|p| Duration::from_secs_f64(1.0 / p));
-                let mut next = Instant::now();
+                // Paced clients start their schedules spread evenly over one
+                // interval: started together, all 64 fired at the same
+                // instant every interval, a burst of 64 requests instead of
+                // a steady rate.
+                let mut next = Instant::now()
+                    + interval.map_or(Duration::ZERO, |i| i * c as u32 / CLIENTS as u32);
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(interval) = interval {
                         let now = Instant::now();
