@@ -989,16 +989,23 @@ struct PgTx<'a, C: GenericClient> {
     cache: &'a mut Cache,
 }
 
+/// The sessions of a batch: registry row, seal, the step the head row
+/// names and whether the log holds a step after it (the head lags: the
+/// walk forward then probes step by step, which is rare; checking here
+/// saves the batch a round trip per session).
 static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis,
    s.max_clock_skew_s, EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal'),
-   h.first_seq, e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+   h.first_seq, e.seq, e.step_index, e.record_hash, e.created_at, e.kind,
+   EXISTS (SELECT 1 FROM entries n WHERE COALESCE(n.prev_seq, -1) = COALESCE(e.seq, -1)
+             AND n.sid = s.sid AND n.type = 'step')
  FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid AND e.type = 'step'
    AND e.step_index = h.last_index
  WHERE s.org = $1 AND s.session_id = ANY($2)";
 
 /// A session from a row of [`SESSIONS_BY_ID`], with the step its head row
-/// names as the end (to be walked forward to the log's real end).
+/// names as the end (to be walked forward to the log's real end if the
+/// last column says the log holds a step after it).
 fn session_from_row(row: &Row) -> Result<(String, StoredSession), StoreError> {
     let seq: Option<i64> = col(row, 8)?;
     let end = match seq {
@@ -1051,8 +1058,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     }
 
     /// Reads the committed state of the sessions `ids` of `org`: their
-    /// rows in one query, then each end checked against the log (one probe
-    /// of the successor index per session, more only if a head row lags).
+    /// rows, each with whether the log holds a step after the one its head
+    /// row names, in one query; a session whose head row lags is then
+    /// walked forward probe by probe.
     fn prefetch_sessions(&mut self, org: i64, ids: &[String]) -> Result<(), StoreError> {
         let rows = self
             .db
@@ -1063,7 +1071,10 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         for row in &rows {
             let (id, mut stored) = session_from_row(row)?;
             let sid = stored.sid;
-            stored.end = chain_end(stored.end.take(), |seq| successor(&mut self.db, sid, seq))?;
+            let lags: bool = col(row, 13)?;
+            if lags {
+                stored.end = chain_end(stored.end.take(), |seq| successor(&mut self.db, sid, seq))?;
+            }
             if stored.end.is_some() && stored.first_seq.is_none() {
                 stored.first_seq = successor(&mut self.db, sid, None)?.map(|e| e.seq);
             }
@@ -1136,65 +1147,74 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             }
             writer.finish().context("writing log entries")?;
         }
-        if !pending.nodes.is_empty() {
-            let (orgs, levels, indexes, hashes) = unzip4(pending.nodes);
-            self.db.execute(
-                "INSERT INTO nodes (org, level, idx, hash)
-                 SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::bytea[])",
-                &[&orgs, &levels, &indexes, &hashes],
-                "writing tree nodes",
-            )?;
+        // Every derived row of the batch in one statement (one round trip
+        // inside the org's lock instead of five; each part inserts nothing
+        // when its arrays are empty).
+        let derived = pending.nodes.len()
+            + pending.embed_queue.len()
+            + pending.search.len()
+            + pending.kinds.len()
+            + pending.heads.len();
+        if derived == 0 {
+            return Ok(());
         }
-        if !pending.embed_queue.is_empty() {
-            let (ids, orgs): (Vec<i64>, Vec<i64>) = pending.embed_queue.into_iter().unzip();
-            self.db.execute(
-                "INSERT INTO embedding_queue (id, org)
-                 SELECT * FROM UNNEST($1::int8[], $2::int8[]) ON CONFLICT DO NOTHING",
-                &[&ids, &orgs],
-                "queueing steps for embedding",
-            )?;
+        let (node_orgs, levels, node_indexes, node_hashes) = unzip4(pending.nodes);
+        let (queued_ids, queued_orgs): (Vec<i64>, Vec<i64>) =
+            pending.embed_queue.into_iter().unzip();
+        let mut search_ids = Vec::with_capacity(pending.search.len());
+        let mut search_orgs = Vec::with_capacity(pending.search.len());
+        let mut docs = Vec::with_capacity(pending.search.len());
+        for (id, org, doc) in pending.search {
+            search_ids.push(id);
+            search_orgs.push(org);
+            docs.push(doc);
         }
-        if !pending.search.is_empty() {
-            let mut ids = Vec::with_capacity(pending.search.len());
-            let mut orgs = Vec::with_capacity(pending.search.len());
-            let mut docs = Vec::with_capacity(pending.search.len());
-            for (id, org, doc) in pending.search {
-                ids.push(id);
-                orgs.push(org);
-                docs.push(doc);
-            }
-            self.db.execute(
-                "INSERT INTO step_search (id, org, doc)
-                 SELECT t.id, t.org, to_tsvector('english', t.doc)
-                 FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
-                &[&ids, &orgs, &docs],
-                "indexing steps for full-text search",
-            )?;
-        }
-        if !pending.kinds.is_empty() {
-            let mut kinds = pending.kinds;
-            // One order for every writer: concurrent inserts of the same
-            // keys then wait rather than deadlock.
-            kinds.sort_unstable();
-            kinds.dedup();
-            let (sids, names): (Vec<i64>, Vec<&str>) = kinds.into_iter().unzip();
-            self.db.execute(
-                "INSERT INTO session_kinds (sid, kind) SELECT * FROM UNNEST($1::int8[], $2::text[])
-                 ON CONFLICT DO NOTHING",
-                &[&sids, &names],
-                "recording the kinds of sessions",
-            )?;
-        }
-        if !pending.heads.is_empty() {
-            let (sids, firsts, lasts, indexes) = unzip4(pending.heads);
-            self.db.execute(
-                "INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
-                 SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::int8[])
-                 ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
-                &[&sids, &firsts, &lasts, &indexes],
-                "recording session heads",
-            )?;
-        }
+        let mut kinds = pending.kinds;
+        // One order for every writer: concurrent inserts of the same keys
+        // then wait rather than deadlock.
+        kinds.sort_unstable();
+        kinds.dedup();
+        let (kind_sids, kind_names): (Vec<i64>, Vec<&str>) = kinds.into_iter().unzip();
+        let (head_sids, firsts, lasts, last_indexes) = unzip4(pending.heads);
+        self.db.execute(
+            "WITH n AS (
+               INSERT INTO nodes (org, level, idx, hash)
+               SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::bytea[])
+             ), q AS (
+               INSERT INTO embedding_queue (id, org)
+               SELECT * FROM UNNEST($5::int8[], $6::int8[]) ON CONFLICT DO NOTHING
+             ), f AS (
+               INSERT INTO step_search (id, org, doc)
+               SELECT t.id, t.org, to_tsvector('english', t.doc)
+               FROM UNNEST($7::int8[], $8::int8[], $9::text[]) AS t(id, org, doc)
+             ), k AS (
+               INSERT INTO session_kinds (sid, kind)
+               SELECT * FROM UNNEST($10::int8[], $11::text[]) ON CONFLICT DO NOTHING
+             ), h AS (
+               INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
+               SELECT * FROM UNNEST($12::int8[], $13::int8[], $14::int8[], $15::int8[])
+               ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index
+             )
+             SELECT 1",
+            &[
+                &node_orgs,
+                &levels,
+                &node_indexes,
+                &node_hashes,
+                &queued_ids,
+                &queued_orgs,
+                &search_ids,
+                &search_orgs,
+                &docs,
+                &kind_sids,
+                &kind_names,
+                &head_sids,
+                &firsts,
+                &lasts,
+                &last_indexes,
+            ],
+            "writing the batch's tree nodes, search documents and session heads",
+        )?;
         Ok(())
     }
 }
