@@ -969,11 +969,53 @@ struct Pending {
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     /// Steps queued for the embedder: (id, org).
     embed_queue: Vec<(i64, i64)>,
-    /// Full-text documents: (id, org, document).
-    search: Vec<(i64, i64, String)>,
+    /// Full-text documents: (id, org, document), the document as its
+    /// `tsvector` text when that was computed before the org's lock.
+    search: Vec<(i64, i64, SearchDoc)>,
     heads: Vec<(i64, i64, i64, i64)>,
     /// `(session, kind)` pairs for `session_kinds`.
     kinds: Vec<(i64, &'static str)>,
+}
+
+/// A step's full-text document on its way to `step_search`.
+enum SearchDoc {
+    /// The document: `to_tsvector` runs in the insert.
+    Text(String),
+    /// `to_tsvector`'s answer for it, as text, computed before the batch
+    /// took its orgs' locks.
+    Vector(String),
+}
+
+/// Computes `to_tsvector('english', doc)` for the documents of a batch's
+/// prepared steps before the batch takes its orgs' locks: stemming every
+/// document was most of the time the derived rows' insert held an org's
+/// lock. Keyed by document (a step prepared inside the batch is
+/// vectorised in the insert).
+fn vectors_before_locking<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    batch: &[WriteRequest],
+) -> Result<HashMap<String, String>, StoreError> {
+    let docs: Vec<&str> = batch
+        .iter()
+        .filter_map(|request| match request {
+            WriteRequest::Prepared(p) => p.search_doc.as_deref(),
+            _ => None,
+        })
+        .collect();
+    if docs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = db.query(
+        "SELECT to_tsvector('english', t.doc)::text
+         FROM UNNEST($1::text[]) WITH ORDINALITY AS t(doc, n) ORDER BY t.n",
+        &[&docs],
+        "preparing full-text documents",
+    )?;
+    let mut vectors = HashMap::with_capacity(docs.len());
+    for (doc, row) in docs.into_iter().zip(&rows) {
+        vectors.insert(doc.to_owned(), col::<String>(row, 0)?);
+    }
+    Ok(vectors)
 }
 
 /// A batch's transaction, seen by the engine: the orgs it locked, loaded
@@ -987,6 +1029,8 @@ struct PgTx<'a, C: GenericClient> {
     sessions: HashMap<(i64, String), Option<SessionState>>,
     pending: Pending,
     cache: &'a mut Cache,
+    /// `tsvector`s computed before locking, by document.
+    vectors: HashMap<String, String>,
 }
 
 /// The sessions of a batch: registry row, seal, the step the head row
@@ -1054,6 +1098,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             sessions: HashMap::new(),
             pending: Pending::default(),
             cache,
+            vectors: HashMap::new(),
         })
     }
 
@@ -1163,11 +1208,21 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             pending.embed_queue.into_iter().unzip();
         let mut search_ids = Vec::with_capacity(pending.search.len());
         let mut search_orgs = Vec::with_capacity(pending.search.len());
-        let mut docs = Vec::with_capacity(pending.search.len());
+        let mut docs: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
+        let mut vectors: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
         for (id, org, doc) in pending.search {
             search_ids.push(id);
             search_orgs.push(org);
-            docs.push(doc);
+            match doc {
+                SearchDoc::Text(text) => {
+                    docs.push(Some(text));
+                    vectors.push(None);
+                }
+                SearchDoc::Vector(vector) => {
+                    docs.push(None);
+                    vectors.push(Some(vector));
+                }
+            }
         }
         let mut kinds = pending.kinds;
         // One order for every writer: concurrent inserts of the same keys
@@ -1185,8 +1240,8 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                SELECT * FROM UNNEST($5::int8[], $6::int8[]) ON CONFLICT DO NOTHING
              ), f AS (
                INSERT INTO step_search (id, org, doc)
-               SELECT t.id, t.org, to_tsvector('english', t.doc)
-               FROM UNNEST($7::int8[], $8::int8[], $9::text[]) AS t(id, org, doc)
+               SELECT t.id, t.org, COALESCE(t.vector::tsvector, to_tsvector('english', t.doc))
+               FROM UNNEST($7::int8[], $8::int8[], $9::text[], $16::text[]) AS t(id, org, doc, vector)
              ), k AS (
                INSERT INTO session_kinds (sid, kind)
                SELECT * FROM UNNEST($10::int8[], $11::text[]) ON CONFLICT DO NOTHING
@@ -1212,6 +1267,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 &firsts,
                 &lasts,
                 &last_indexes,
+                &vectors,
             ],
             "writing the batch's tree nodes, search documents and session heads",
         )?;
@@ -1409,9 +1465,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
-        self.pending
-            .search
-            .push((row_id(org, seq), org, doc.to_owned()));
+        let doc = match self.vectors.get(doc) {
+            Some(vector) => SearchDoc::Vector(vector.clone()),
+            None => SearchDoc::Text(doc.to_owned()),
+        };
+        self.pending.search.push((row_id(org, seq), org, doc));
         Ok(())
     }
 
@@ -1943,11 +2001,15 @@ impl PgStore {
                 Ok(tx) => tx,
                 Err(e) => return Ok(Err(e)),
             };
-            let db = Db {
+            let mut db = Db {
                 client: &mut tx,
                 statements: &mut conn.statements,
             };
+            // Before the locks: computing it under them held the org for
+            // most of a batch's insert.
+            let vectors = vectors_before_locking(&mut db, batch)?;
             let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
+            pg_tx.vectors = vectors;
             // The sessions the batch appends to or seals, one query per org.
             let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
             for request in batch {
