@@ -441,11 +441,6 @@ impl SqliteStore {
             };
             check_signing_key(&tx, &key, &from)?;
         }
-        let fulltext = if options.sequencer && damaged.is_none() {
-            Some(fulltext_index::FullTextIndex::open(&path, &tx)?)
-        } else {
-            None
-        };
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
@@ -469,6 +464,14 @@ impl SqliteStore {
                 broken: None,
                 state: State::default(),
             }
+        };
+        // Only a sound sequencing process keeps the index: an inconsistent
+        // store opens to be read and verified, and its log cannot be
+        // trusted to mend the index from.
+        let fulltext = if options.sequencer && writer.broken.is_none() {
+            Some(fulltext_index::FullTextIndex::open(&path, &writer.conn)?)
+        } else {
+            None
         };
         Ok(SqliteStore {
             path,

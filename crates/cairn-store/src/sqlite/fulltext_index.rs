@@ -169,8 +169,8 @@ fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
 
 impl FullTextIndex {
     /// Opens (creating or rebuilding if needed) the index of the ledger at
-    /// `ledger_path`, brings it up to the log that `ledger` (the opening
-    /// transaction) holds, and starts its thread.
+    /// `ledger_path`, brings it up to the log that `ledger` (the writer's
+    /// connection, before any batch) holds, and starts its thread.
     pub(super) fn open(
         ledger_path: &Path,
         ledger: &Connection,
