@@ -287,9 +287,22 @@ pub fn document(step: &Step) -> Option<String> {
     {
         segment_json(value, &mut segmenter);
     }
-    let doc = segmenter.finish();
+    let mut doc = segmenter.finish();
+    // Bounded: PostgreSQL refuses a tsvector over 1 MB (about 3 bytes per
+    // byte of document at worst), which would fail the whole batch.
+    if doc.len() > MAX_DOCUMENT_BYTES {
+        let mut end = MAX_DOCUMENT_BYTES;
+        while !doc.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = doc[..end].rfind(' ').unwrap_or(0);
+        doc.truncate(cut);
+    }
     (!doc.is_empty()).then_some(doc)
 }
+
+/// Longest full-text document, in bytes (cut at a word boundary).
+pub const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
 /// [`json_words`] fed to a segmenter.
 fn segment_json(value: &Value, out: &mut Segmenter) {
@@ -558,6 +571,30 @@ mod tests {
             step.metadata = Some(serde_json::json!({ "k": words, "n": -1.5e3 }));
             let joined = tokens(&display_text(&step)).join(" ");
             proptest::prop_assert_eq!(document(&step), (!joined.is_empty()).then_some(joined));
+        }
+    }
+
+    /// A document longer than the cap is cut at a word boundary below it,
+    /// also when the cap falls inside a multi-byte character.
+    #[test]
+    fn documents_are_capped_at_a_word_boundary() {
+        let mut step = Step::new(
+            "t",
+            "o",
+            "a",
+            "s",
+            0,
+            "Reasoning",
+            cairn_core::time::Timestamp::from_micros(0).unwrap(),
+        )
+        .unwrap();
+        for filler in ["wörd ", "注文テーブル ", "x "] {
+            let text = filler.repeat(MAX_DOCUMENT_BYTES / filler.len() + 100);
+            step.content = Some(text.clone());
+            let doc = document(&step).unwrap();
+            let full = segment(&text);
+            assert!(doc.len() <= MAX_DOCUMENT_BYTES && doc.len() > MAX_DOCUMENT_BYTES - 64);
+            assert!(full.starts_with(&doc) && full[doc.len()..].starts_with(' '));
         }
     }
 

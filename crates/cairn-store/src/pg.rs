@@ -1249,6 +1249,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
                SELECT * FROM UNNEST($12::int8[], $13::int8[], $14::int8[], $15::int8[])
                ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index
+               WHERE session_heads.first_seq = excluded.first_seq
+                 AND session_heads.last_seq < excluded.last_seq
+                 AND session_heads.last_index < excluded.last_index
              )
              SELECT 1",
             &[
@@ -1595,8 +1598,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             .db
             .query(
                 "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
-                 JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-                 WHERE s.org = $1 AND e.created_at < $2",
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
+                   AND e.type = 'step' AND e.step_index = h.last_index
+                 WHERE s.org = $1 AND (e.id IS NULL OR e.created_at < $2)",
                 &[&org, &older_than.as_micros()],
                 "finding expired sessions",
             )?
@@ -1997,17 +2001,25 @@ impl PgStore {
         self.with_writer(|conn, cache| {
             // Dropping the transaction without commit (an error below) rolls
             // the whole batch back and releases the locks.
+            // Before the transaction and its locks, and never fatal: a
+            // document to_tsvector refuses (or a refused step's) is
+            // vectorised, or fails, in the insert as before.
+            let vectors = vectors_before_locking(
+                &mut Db {
+                    client: &mut conn.client,
+                    statements: &mut conn.statements,
+                },
+                batch,
+            )
+            .unwrap_or_default();
             let mut tx = match conn.client.transaction() {
                 Ok(tx) => tx,
                 Err(e) => return Ok(Err(e)),
             };
-            let mut db = Db {
+            let db = Db {
                 client: &mut tx,
                 statements: &mut conn.statements,
             };
-            // Before the locks: computing it under them held the org for
-            // most of a batch's insert.
-            let vectors = vectors_before_locking(&mut db, batch)?;
             let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
             pg_tx.vectors = vectors;
             // The sessions the batch appends to or seals, one query per org.

@@ -1480,8 +1480,9 @@ impl WriteTx for SqliteTx<'_> {
             .conn
             .prepare_cached(
                 "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
-                 JOIN entries e ON e.id = ((s.org << 40) | h.last_seq)
-                 WHERE s.org = ?1 AND e.created_at < ?2",
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
+                   AND e.type = 'step' AND e.step_index = h.last_index
+                 WHERE s.org = ?1 AND (e.id IS NULL OR e.created_at < ?2)",
             )
             .context("finding expired sessions")?;
         let candidates: Vec<i64> = stmt

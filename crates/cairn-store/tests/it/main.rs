@@ -11,6 +11,7 @@ mod conformance;
 mod embedding;
 mod listing;
 mod pg;
+mod pg_derived;
 mod search;
 mod sqlite;
 mod sqlite_fulltext;

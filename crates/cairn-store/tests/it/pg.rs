@@ -14,15 +14,15 @@ use std::time::Duration;
 
 /// One database per store name in one cluster; each store's server key
 /// lives in its own directory, as a server's data directory would hold it.
-struct Pg {
-    cluster: PgCluster,
+pub(crate) struct Pg {
+    pub(crate) cluster: PgCluster,
     keys: tempfile::TempDir,
     created: Mutex<HashSet<String>>,
 }
 
 impl Pg {
     /// A backend over `cluster`, its databases created on first open.
-    fn new(cluster: PgCluster) -> Pg {
+    pub(crate) fn new(cluster: PgCluster) -> Pg {
         Pg {
             cluster,
             keys: tempfile::tempdir().unwrap(),
