@@ -1563,7 +1563,10 @@ impl WriteTx for SqliteTx<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO session_heads (sid, first_seq, last_seq, last_index) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index",
+                 ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index
+                 WHERE session_heads.first_seq = excluded.first_seq
+                   AND session_heads.last_seq < excluded.last_seq
+                   AND session_heads.last_index < excluded.last_index",
             )
             .and_then(|mut s| s.execute(params![sid, first_seq as i64, last_seq as i64, last_index as i64]))
             .context("recording session heads")?;

@@ -138,6 +138,49 @@ fn plain_sql_cannot_change_the_ledger() {
     }
 }
 
+/// A head moved forward past the log (the trigger allows any forward move)
+/// is ignored when reading and left alone by the next batch's head write:
+/// the session goes on at the log's next index instead of every batch
+/// failing on the trigger.
+#[test]
+fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let append = |store: Arc<dyn LedgerStore>, content: &str| {
+        cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
+            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
+                "s1", "plan", content,
+            ))),
+        )
+    };
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        for i in 0..2 {
+            append(Arc::clone(&store), &format!("p{i}")).unwrap();
+        }
+    }
+    // The trigger lets a head move forward, even past the log.
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.execute(
+        "UPDATE session_heads SET last_index = last_index + 1000, last_seq = last_seq + 1000",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    match append(Arc::clone(&store), "after").unwrap() {
+        cairn_store::Written::Step { step_index, .. } => assert_eq!(step_index, 2),
+        other => panic!("{other:?}"),
+    }
+    let verdict = cairn_store::ops::verify_session(store.as_ref(), crate::conformance::ORG, "s1")
+        .unwrap()
+        .unwrap();
+    assert!(
+        verdict.verified && verdict.records_checked == 3,
+        "{verdict:?}"
+    );
+}
+
 /// `session_heads` is derived: even with its trigger dropped (the file's
 /// holder can) and a head moved back, the sequencer reads the session's
 /// last step from the log itself, so no index is used twice and the log
