@@ -4,7 +4,8 @@
 //! in-memory index's view of an org's vectors, and the upgrade of
 //! databases written before any of it.
 
-use super::{Db, PAGE, PgStore, col, u64_of};
+use super::connection::{Db, col, u64_of};
+use super::{PAGE, PgStore};
 use crate::embed::MAX_ATTEMPTS;
 use crate::engine::org_range;
 use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};

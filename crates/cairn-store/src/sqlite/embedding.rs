@@ -4,7 +4,8 @@
 //! the queue needs no leases; every write goes through the writer's lock,
 //! which erasure holds too.
 
-use super::{SqliteStore, poisoned};
+use super::SqliteStore;
+use super::connection::poisoned;
 use crate::engine::org_range;
 use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};
 use rusqlite::{Connection, OptionalExtension as _, params};

@@ -36,9 +36,12 @@
 //! loss may roll back its last writes, progress included, never half of
 //! one, and the next open indexes again what was rolled back.
 
-use super::{DbTree, SqliteStore, log_size_of, restrict_file};
+use super::SqliteStore;
+use super::connection::restrict_file;
+use super::tree::{DbTree, log_size_of};
 use crate::engine::org_range;
-use crate::{DbContext, StoreError};
+use crate::listing::{self, ListParam};
+use crate::{DbContext, StepFilter, StoreError};
 use cairn_core::Hash;
 use rusqlite::{Connection, OptionalExtension as _, params};
 use std::collections::{BTreeSet, HashMap};
@@ -625,5 +628,45 @@ impl Drop for FullTextIndex {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl SqliteStore {
+    pub(super) fn full_text_search_in(
+        &self,
+        org_id: &str,
+        query: &crate::fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        // What this process acknowledged is found at once.
+        self.flush_fulltext()?;
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            ensure_attached(c, &self.path)?;
+            let (sql, params) = listing::step_search_query(
+                listing::Engine::Fts5,
+                org,
+                query.to_fts5(),
+                filter,
+                limit,
+                |n| format!("?{n}"),
+            );
+            let params: Vec<Box<dyn rusqlite::ToSql>> =
+                params.into_iter().map(ListParam::into_sqlite).collect();
+            let mut stmt = c
+                .prepare_cached(&sql)
+                .context("searching the full-text index")?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?))
+                })
+                .context("searching the full-text index")?
+                .collect::<Result<Vec<_>, _>>()
+                .context("searching the full-text index")?;
+            Ok(rows)
+        })
     }
 }

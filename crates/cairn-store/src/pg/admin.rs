@@ -1,0 +1,213 @@
+//! The PostgreSQL store's tables outside the log: API keys, witness
+//! cosignatures, and the log keys recorded in `cairn_meta` (with the origin
+//! of an imported org's log). None of them is part of the Merkle tree, so
+//! they are kept apart from the log's reads and writes.
+
+use super::PgStore;
+use super::connection::{Db, col};
+use crate::engine::blob_hash;
+use crate::{ApiKey, Role, StoreError};
+use cairn_core::note::NoteVerifier;
+use cairn_core::{Hash, Timestamp};
+use postgres::{GenericClient, Row};
+
+/// The metadata rows recording log keys added and retired, in the order
+/// they were written (`cairn_meta` is append-only).
+pub(super) fn meta_key_rows<C: GenericClient>(
+    db: &mut Db<'_, C>,
+) -> Result<Vec<String>, StoreError> {
+    db.query(
+        "SELECT key FROM cairn_meta WHERE starts_with(key, 'log_key_') ORDER BY ctid",
+        &[],
+        "reading the log keys",
+    )?
+    .iter()
+    .map(|row| col::<String>(row, 0))
+    .collect()
+}
+
+fn api_key_from_row(row: &Row) -> Result<ApiKey, StoreError> {
+    let role: String = col(row, 2)?;
+    let revoked: Option<i64> = col(row, 7)?;
+    Ok(ApiKey {
+        id: col(row, 0)?,
+        org_id: col(row, 1)?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown role {role}")))?,
+        agent_id: col(row, 3)?,
+        token_hash: blob_hash(col(row, 4)?)?,
+        label: col(row, 5)?,
+        created_at: Timestamp::from_micros(col(row, 6)?).unwrap_or_default(),
+        revoked_at: revoked.and_then(Timestamp::from_micros),
+    })
+}
+
+impl PgStore {
+    pub(super) fn put_cosignature_in(
+        &self,
+        org_id: &str,
+        size: u64,
+        witness: &str,
+        line: &str,
+    ) -> Result<(), StoreError> {
+        let size =
+            i64::try_from(size).map_err(|_| StoreError::Corrupt("size beyond 2^63".into()))?;
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO cosignatures (org_name, size, witness, line) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (org_name, size, witness) DO UPDATE SET line = excluded.line",
+                &[&org_id, &size, &witness, &line],
+                "storing a cosignature",
+            )?;
+            Ok(())
+        })
+    }
+
+    pub(super) fn log_keys_in(&self, org_id: &str) -> Result<Vec<NoteVerifier>, StoreError> {
+        self.read(|db| {
+            let foreign = db.query(
+                "SELECT g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = $1",
+                &[&org_id],
+                "reading an org's origin",
+            )?;
+            if let Some(row) = foreign.first() {
+                let key: String = col(row, 0)?;
+                return NoteVerifier::parse(&key)
+                    .map(|k| vec![k])
+                    .map_err(|e| StoreError::Corrupt(format!("an imported log's key: {e}")));
+            }
+            let first = db.query(
+                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
+                &[],
+                "reading the server key",
+            )?;
+            let first: Option<String> = match first.first() {
+                Some(row) => Some(col(row, 0)?),
+                None => None,
+            };
+            let rows = meta_key_rows(db)?;
+            let mut keys = crate::keys::log_keys_from_meta(first.as_deref(), &rows)?;
+            if !keys.contains(&self.key.verifier) {
+                keys.push(self.key.verifier.clone());
+            }
+            Ok(keys)
+        })
+    }
+
+    pub(super) fn record_log_key_in(
+        &self,
+        action: cairn_core::log::LogKeyAction,
+        key: &NoteVerifier,
+    ) -> Result<(), StoreError> {
+        let row = crate::keys::log_key_row(action, key);
+        let at = crate::now().to_string();
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO cairn_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&row, &at],
+                "recording a log key",
+            )?;
+            Ok(())
+        })
+    }
+
+    pub(super) fn cosignatures_in(
+        &self,
+        org_id: &str,
+        size: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let size =
+            i64::try_from(size).map_err(|_| StoreError::Corrupt("size beyond 2^63".into()))?;
+        self.read(|db| {
+            Ok(db
+                .query(
+                    "SELECT line FROM cosignatures WHERE org_name = $1 AND size = $2 ORDER BY witness",
+                    &[&org_id, &size],
+                    "reading cosignatures",
+                )?
+                .iter()
+                .map(|row| row.get::<_, String>(0))
+                .collect())
+        })
+    }
+
+    pub(super) fn put_api_key_in(&self, key: &ApiKey) -> Result<(), StoreError> {
+        self.read(|db| {
+            db.execute(
+                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &key.id,
+                    &key.org_id,
+                    &key.role.as_str(),
+                    &key.agent_id,
+                    &&key.token_hash.0[..],
+                    &key.label,
+                    &key.created_at.as_micros(),
+                    &key.revoked_at.map(Timestamp::as_micros),
+                ],
+                "storing an API key",
+            )?;
+            Ok(())
+        })
+    }
+
+    pub(super) fn api_key_by_hash_in(
+        &self,
+        token_hash: &Hash,
+    ) -> Result<Option<ApiKey>, StoreError> {
+        self.read(|db| {
+            db.query_opt(
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                 FROM api_keys WHERE token_hash = $1",
+                &[&&token_hash.0[..]],
+                "looking up an API key",
+            )?
+            .map(|row| api_key_from_row(&row))
+            .transpose()
+        })
+    }
+
+    pub(super) fn api_keys_in(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                 FROM api_keys WHERE org_name = $1 ORDER BY created_at, id",
+                &[&org_id],
+                "listing API keys",
+            )?
+            .iter()
+            .map(api_key_from_row)
+            .collect()
+        })
+    }
+
+    pub(super) fn revoke_api_key_in(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        at: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.read(|db| {
+            Ok(db.execute(
+                "UPDATE api_keys SET revoked_at = $3 WHERE org_name = $1 AND id = $2 AND revoked_at IS NULL",
+                &[&org_id, &key_id, &at.as_micros()],
+                "revoking an API key",
+            )? > 0)
+        })
+    }
+
+    pub(super) fn log_signer_in(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
+        let origin = self.read(|db| {
+            db.query_opt(
+                "SELECT g.server_name, g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org
+                 WHERE o.name = $1",
+                &[&org_id],
+                "reading an org's origin",
+            )?
+            .map(|row| Ok((col::<String>(&row, 0)?, col::<String>(&row, 1)?)))
+            .transpose()
+        })?;
+        crate::engine::signer_of(&self.key, origin)
+    }
+}

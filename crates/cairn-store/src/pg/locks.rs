@@ -1,0 +1,168 @@
+//! One writer per org across processes: the advisory lock of each org a
+//! batch writes to, taken in a fixed order, and the org's sequencing state
+//! loaded under it from committed data (the process's [`Cache`] of
+//! frontiers and agent keys is only ever a starting point, checked there).
+
+use super::LOCK_CLASS;
+use super::connection::{Db, col, u64_of};
+use super::tree::{PgTree, frontier_of};
+use crate::StoreError;
+use crate::engine::{AgentKey, OrgState, blob_hash, row_id};
+use cairn_core::merkle::{Frontier, leaf_hash};
+use cairn_core::{Hash, Timestamp};
+use postgres::GenericClient;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+/// Leaves another process appended that a batch reads to catch its cached
+/// frontier up; beyond this it rebuilds the frontier from stored subtrees.
+const CATCH_UP_LIMIT: u64 = 1 << 16;
+
+/// What a process remembers between batches. Only ever a cache: a batch
+/// checks it against the database under the org's lock.
+#[derive(Default)]
+pub(super) struct Cache {
+    /// Each org's frontier as of some committed size.
+    pub(super) frontiers: HashMap<i64, Frontier>,
+    /// Registered agent keys of each org, with the number of key records
+    /// they were read from (another server may have added one since: the
+    /// count is checked under the org's lock).
+    pub(super) keys: HashMap<i64, (i64, HashMap<String, AgentKey>)>,
+}
+
+/// The advisory-lock key of an org name (SHA-256 based, so every process
+/// and every version computes the same one).
+fn lock_key(name: &str) -> i32 {
+    let h = Hash::sha256(format!("cairn/org-lock\0{name}").as_bytes()).0;
+    i32::from_be_bytes([h[0], h[1], h[2], h[3]])
+}
+
+/// Takes the locks of `names` in key order, so that two batches can never
+/// wait on each other.
+pub(super) fn lock_orgs<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    names: &HashSet<String>,
+) -> Result<(), StoreError> {
+    let mut keys: Vec<i32> = names.iter().map(|n| lock_key(n)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        db.execute(
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            &[&LOCK_CLASS, &key],
+            "locking an org",
+        )?;
+    }
+    Ok(())
+}
+
+/// Loads a locked org's state from committed data, catching the cached
+/// frontier up with what other processes appended.
+pub(super) fn load_org<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    cache: &mut Cache,
+    name: &str,
+) -> Result<Option<OrgState>, StoreError> {
+    let Some(row) = db.query_opt(
+        "SELECT o.org, EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org),
+           m.id, c.size, c.created_at, c.root, (SELECT logged_at FROM entries WHERE id = m.id)
+         FROM orgs o
+         LEFT JOIN LATERAL (
+           SELECT max(e.id) AS id FROM entries e WHERE e.id >= (o.org << 40) AND e.id < ((o.org + 1) << 40)
+         ) m ON TRUE
+         LEFT JOIN LATERAL (
+           SELECT size, created_at, root FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
+         ) c ON TRUE
+         WHERE o.name = $1",
+        &[&name],
+        "loading an org",
+    )?
+    else {
+        return Ok(None);
+    };
+    let id: i64 = col(&row, 0)?;
+    let foreign: bool = col(&row, 1)?;
+    let max_id: Option<i64> = col(&row, 2)?;
+    let size = max_id.map_or(0, |max| u64_of(max - (id << 40)) + 1);
+    let checkpoint_size: Option<i64> = col(&row, 3)?;
+    let checkpoint_at: Option<i64> = col(&row, 4)?;
+    let checkpoint_root: Option<Vec<u8>> = col(&row, 5)?;
+    let last_logged: Option<i64> = col(&row, 6)?;
+    let signed = checkpoint_size.map_or(0, u64_of);
+    if signed > size {
+        return Err(StoreError::Corrupt(format!(
+            "the log of org {name} holds {size} entries, fewer than its latest signed checkpoint ({signed}): entries were removed"
+        )));
+    }
+    // A cached frontier was folded from checked leaves; otherwise start at
+    // the latest signed checkpoint, whose root the stored subtrees must
+    // give. Either way the leaves after it are folded again from their rows.
+    let cached = cache
+        .frontiers
+        .get(&id)
+        .filter(|f| f.size() <= size && f.size() >= signed && size - f.size() <= CATCH_UP_LIMIT);
+    let mut frontier = match cached {
+        Some(f) => f.clone(),
+        None => {
+            let frontier = frontier_of(&PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org: id,
+                size: signed,
+            })?;
+            if let Some(root) = checkpoint_root
+                && frontier.root() != blob_hash(root)?
+            {
+                return Err(StoreError::Corrupt(format!(
+                    "the stored tree of org {name} does not give the root its latest checkpoint signed (size {signed})"
+                )));
+            }
+            frontier
+        }
+    };
+    if frontier.size() < size {
+        let rows = db.query(
+            "SELECT seq, type, record_hash, logged_at, leaf_hash FROM entries
+             WHERE id >= $1 AND id < $2 ORDER BY id",
+            &[&row_id(id, frontier.size()), &row_id(id, size)],
+            "catching up with the log",
+        )?;
+        for row in &rows {
+            let seq: i64 = col(row, 0)?;
+            let entry_type: String = col(row, 1)?;
+            let record = blob_hash(col(row, 2)?)?;
+            let logged_at = Timestamp::from_micros(col(row, 3)?)
+                .ok_or_else(|| StoreError::Corrupt("a logged time out of range".into()))?;
+            let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
+                u64_of(seq),
+                &entry_type,
+                &record,
+                logged_at,
+            ));
+            if u64_of(seq) != frontier.size() || leaf != blob_hash(col(row, 4)?)? {
+                return Err(StoreError::Corrupt(format!(
+                    "entry {seq} of org {name} does not match its stored leaf or follows a gap"
+                )));
+            }
+            frontier.push(leaf);
+        }
+        if frontier.size() != size {
+            return Err(StoreError::Corrupt(format!(
+                "the log of org {name} has a gap before seq {size}"
+            )));
+        }
+    }
+    cache.frontiers.insert(id, frontier.clone());
+    Ok(Some(OrgState {
+        id,
+        foreign,
+        frontier,
+        checkpoint_size: signed,
+        checkpoint_at: checkpoint_at.and_then(Timestamp::from_micros),
+        last_logged: last_logged
+            .and_then(Timestamp::from_micros)
+            .unwrap_or_default(),
+    }))
+}

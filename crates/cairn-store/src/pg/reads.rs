@@ -1,0 +1,367 @@
+//! The PostgreSQL store's read queries over the log: entries in order
+//! (paged), sessions (one, its steps, a filtered listing), full-text
+//! search, steps by trace id or status, and operational records by type,
+//! session, agent or id. Each runs on a pooled connection; none touches the
+//! writer.
+
+use super::connection::{col, i64_of, u64_of};
+use super::rows::{
+    FLAGGED_STEPS, LOG_PAGE, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row, session_ids,
+    step_from_row, successor, true_end,
+};
+use super::{PAGE, PgStore};
+use crate::engine::{
+    STEP_COLUMN_COUNT, agent_keys_from_views, blob_hash, op_from_view, org_range, row_id,
+};
+use crate::listing::{self, ListParam};
+use crate::{
+    SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredEntry, StoredStep,
+};
+use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::{Hash, Timestamp};
+use postgres::types::ToSql;
+
+impl PgStore {
+    pub(super) fn read_log_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(());
+            };
+            let (lo, hi) = org_range(org);
+            let end = row_id(org, to).min(hi);
+            let mut next = row_id(org, from).max(lo);
+            let n = STEP_COLUMN_COUNT;
+            while next < end {
+                let rows = db.query(&LOG_PAGE, &[&next, &end, &PAGE], "reading the log")?;
+                let Some(last) = rows.last() else {
+                    break;
+                };
+                next = col::<i64>(last, 0)? + lo + 1;
+                for row in &rows {
+                    let seq: i64 = col(row, 0)?;
+                    let leaf: Vec<u8> = col(row, n + 2)?;
+                    let stored = StoredEntry {
+                        seq: u64_of(seq),
+                        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+                        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
+                    };
+                    if !visit(stored) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn session_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Option<SessionInfo>, StoreError> {
+        self.read(|db| {
+            let Some(row) = db.query_opt(
+                "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
+                   (SELECT view FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+                 FROM sessions s JOIN orgs o ON o.org = s.org
+                 JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
+                 WHERE o.name = $1 AND s.session_id = $2",
+                &[&org_id, &session_id],
+                "reading a session",
+            )?
+            else {
+                return Ok(None);
+            };
+            let start_seq: i64 = col(&row, 0)?;
+            let OpRecord::SessionStart(header) =
+                op_from_view(u64_of(start_seq), "session-start", &col::<String>(&row, 2)?)?
+            else {
+                return Err(StoreError::Corrupt(
+                    "session start record has another type".into(),
+                ));
+            };
+            let seal = match col::<Option<String>>(&row, 5)? {
+                None => None,
+                Some(view) => match op_from_view(0, "seal", &view)? {
+                    OpRecord::Seal(seal) => Some(seal),
+                    _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
+                },
+            };
+            let genesis: Vec<u8> = col(&row, 1)?;
+            let (step_count, head) = match true_end(db, col(&row, 3)?, col(&row, 4)?)? {
+                Some(end) => (u64_of(end.index) + 1, blob_hash(end.hash)?),
+                None => (0, blob_hash(genesis)?),
+            };
+            Ok(Some(SessionInfo {
+                header,
+                start_seq: u64_of(start_seq),
+                step_count,
+                head,
+                seal,
+            }))
+        })
+    }
+
+    pub(super) fn read_session_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|db| {
+            let Some(row) = db.query_opt(
+                "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+                 WHERE o.name = $1 AND s.session_id = $2",
+                &[&org_id, &session_id],
+                "reading a session",
+            )?
+            else {
+                return Ok(());
+            };
+            let (org, sid): (i64, i64) = (col(&row, 0)?, col(&row, 1)?);
+            let ids = session_ids(db, org, sid)?;
+            for chunk in ids.chunks(PAGE as usize) {
+                let chunk = chunk.to_vec();
+                for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
+                    if !visit(step_from_row(&row)?) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn step_by_trace_in(
+        &self,
+        org_id: &str,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
+            db.query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "looking up a step")?
+                .map(|row| step_from_row(&row))
+                .transpose()
+        })
+    }
+
+    pub(super) fn list_sessions_in(
+        &self,
+        org_id: &str,
+        filter: &SessionFilter,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) =
+                listing::session_listing_query(org, filter, limit, |n| format!("${n}"));
+            let params: Vec<Box<dyn ToSql + Sync>> =
+                params.into_iter().map(ListParam::into_pg).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+            let rows = db.query_built(&sql, &refs, "listing sessions")?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let sid: i64 = col(row, 3)?;
+                // Counted from the log (the head row is only a hint).
+                let end = true_end(db, org, sid)?;
+                let first = match &end {
+                    Some(_) => successor(db, sid, None)?,
+                    None => None,
+                };
+                out.push(SessionSummary {
+                    session_id: col(row, 0)?,
+                    agent_id: col(row, 1)?,
+                    step_count: end.as_ref().map_or(0, |e| u64_of(e.index) + 1),
+                    first_step_at: first.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    last_step_at: end.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    started_at: Timestamp::from_micros(col(row, 2)?).unwrap_or_default(),
+                    sealed: col(row, 4)?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn full_text_search_in(
+        &self,
+        org_id: &str,
+        query: &crate::fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) = listing::step_search_query(
+                listing::Engine::Postgres,
+                org,
+                query.to_tsquery(),
+                filter,
+                limit,
+                |n| format!("${n}"),
+            );
+            let params: Vec<Box<dyn ToSql + Sync>> =
+                params.into_iter().map(ListParam::into_pg).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+            db.query_built(&sql, &refs, "searching the full-text index")?
+                .iter()
+                .map(|row| Ok((u64_of(col::<i64>(row, 0)?), col::<f64>(row, 1)?)))
+                .collect()
+        })
+    }
+
+    pub(super) fn flagged_steps_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (_, hi) = org_range(org);
+            db.query(
+                &FLAGGED_STEPS,
+                &[&org, &row_id(org, from), &hi, &limit],
+                "listing flagged steps",
+            )?
+            .iter()
+            .map(step_from_row)
+            .collect()
+        })
+    }
+
+    pub(super) fn op_records_in(
+        &self,
+        org_id: &str,
+        entry_type: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            db.query(
+                "SELECT seq, view FROM entries WHERE org = $1 AND type = $2 AND type <> 'step'
+                 AND seq >= $3 ORDER BY id LIMIT $4",
+                &[&org, &entry_type, &i64_of(from), &limit],
+                "listing records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((seq, op_from_view(seq, entry_type, &col::<String>(row, 1)?)?))
+            })
+            .collect()
+        })
+    }
+
+    pub(super) fn session_records_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                 JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                 WHERE o.name = $1 AND s.session_id = $2 ORDER BY e.id",
+                &[&org_id, &session_id],
+                "reading a session's records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((
+                    seq,
+                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
+                ))
+            })
+            .collect()
+        })
+    }
+
+    pub(super) fn key_records_in(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.type IN ('key-registration', 'key-revocation')
+                   AND ($2::text IS NULL OR e.agent_id = $2) ORDER BY e.id",
+                &[&org_id, &agent_id],
+                "reading key records",
+            )?
+            .iter()
+            .map(|row| {
+                let seq = u64_of(col(row, 0)?);
+                Ok((
+                    seq,
+                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
+                ))
+            })
+            .collect()
+        })
+    }
+
+    pub(super) fn op_by_id_in(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<Option<(u64, OpRecord)>, StoreError> {
+        let found = self.read(|db| {
+            db.query_opt(
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.trace_id = $2 AND e.type <> 'step'",
+                &[&org_id, &id],
+                "looking up a record by id",
+            )?
+            .map(|row| {
+                Ok((
+                    u64_of(col(&row, 0)?),
+                    col::<String>(&row, 1)?,
+                    col::<String>(&row, 2)?,
+                ))
+            })
+            .transpose()
+        })?;
+        found
+            .map(|(seq, entry_type, view)| Ok((seq, op_from_view(seq, &entry_type, &view)?)))
+            .transpose()
+    }
+
+    pub(super) fn agent_keys_in(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
+        let views = self.read(|db| {
+            db.query(
+                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = $1 AND e.type = 'key-registration' ORDER BY e.id",
+                &[&org_id],
+                "reading agent keys",
+            )?
+            .iter()
+            .map(|r| Ok((u64_of(col(r, 0)?), col(r, 1)?)))
+            .collect::<Result<Vec<(u64, String)>, StoreError>>()
+        })?;
+        Ok(agent_keys_from_views(views)?
+            .into_iter()
+            .map(|(_, reg)| reg)
+            .collect())
+    }
+}

@@ -1,0 +1,188 @@
+//! Reading the log's rows back: steps and entries decoded from their
+//! columns, the statements that select them, and a session's chain walked
+//! through the successor index (its true end, its step ids). Shared by the
+//! read queries and the batch's transaction.
+
+use super::connection::{Db, col, u64_of};
+use crate::engine::{ChainEnd, RawStep, STEP_COLUMNS, blob_hash, chain_end, op_from_view};
+use crate::{StoreError, StoredStep};
+use cairn_core::Timestamp;
+use cairn_core::log::{LogEntry, LogRecord};
+use postgres::{GenericClient, Row};
+use std::sync::LazyLock;
+
+/// A step from a row selected with [`STEP_COLUMNS`].
+pub(super) fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
+    RawStep {
+        seq: col(row, 0)?,
+        trace_id: col(row, 1)?,
+        agent_id: col(row, 2)?,
+        kind: col(row, 3)?,
+        kind_label: col(row, 4)?,
+        content: col(row, 5)?,
+        input: col(row, 6)?,
+        output: col(row, 7)?,
+        confidence: col(row, 8)?,
+        duration_ms: col(row, 9)?,
+        token_count: col(row, 10)?,
+        model: col(row, 11)?,
+        metadata: col(row, 12)?,
+        created_at: col(row, 13)?,
+        turn_id: col(row, 14)?,
+        turn_step: col(row, 15)?,
+        task_id: col(row, 16)?,
+        links: col(row, 17)?,
+        status: col(row, 18)?,
+        seed: col(row, 19)?,
+        digest: col(row, 20)?,
+        prev_hash: col(row, 21)?,
+        hash: col(row, 22)?,
+        signer_key_id: col(row, 23)?,
+        signature: col(row, 24)?,
+        has_embedding: col(row, 25)?,
+        erased: col(row, 26)?,
+        hidden: col(row, 27)?,
+        step_index: col(row, 28)?,
+        org_id: col(row, 29)?,
+        session_id: col(row, 30)?,
+        salts: col(row, 31)?,
+        logged_at: col(row, 32)?,
+    }
+    .parse()
+}
+
+pub(super) static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2 AND e.type = 'step'"
+    )
+});
+pub(super) static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid
+         WHERE e.org = $1 AND e.status = 'flagged' AND e.id >= $2 AND e.id < $3
+         ORDER BY e.id LIMIT $4"
+    )
+});
+pub(super) static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
+         WHERE e.id >= $1 AND e.id < $2 ORDER BY e.id LIMIT $3"
+    )
+});
+pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 ORDER BY e.id"
+    )
+});
+
+/// The ids of a session's steps, oldest first, found by walking `prev_seq`
+/// back from the session's last step as the log holds it (`$3`, its seq;
+/// `$4`, its index), as the embedded store does (no index on `sid` slows
+/// every insert down). A broken link ends the walk early; verification
+/// then reports the missing index.
+const SESSION_WALK: &str = "WITH RECURSIVE chain (id, prev, n) AS (
+    SELECT e.id, e.prev_seq, 1 FROM entries e
+      WHERE e.id = (($1::bigint << 40) | $3::bigint) AND e.sid = $2
+    UNION ALL
+    SELECT e.id, e.prev_seq, c.n + 1 FROM chain c
+      JOIN entries e ON e.id = (($1::bigint << 40) | c.prev) AND e.sid = $2
+      WHERE c.n <= $4::bigint
+  )
+  SELECT id FROM chain ORDER BY id";
+
+/// The step of session `$2` whose previous step is at `$1` (-1: its first).
+const SUCCESSOR: &str = "SELECT seq, step_index, record_hash, created_at, kind FROM entries
+  WHERE COALESCE(prev_seq, -1) = $1 AND sid = $2 AND type = 'step'";
+
+/// The step a session's head row names, if it is a step of the session.
+const HEAD_HINT: &str = "SELECT e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+  FROM session_heads h JOIN entries e ON e.id = (($1::bigint << 40) | h.last_seq)
+  WHERE h.sid = $2 AND e.sid = $2 AND e.type = 'step' AND e.step_index = h.last_index";
+
+fn chain_end_from_row(row: &Row) -> Result<ChainEnd, StoreError> {
+    Ok(ChainEnd {
+        seq: col(row, 0)?,
+        index: col(row, 1)?,
+        hash: col(row, 2)?,
+        created_at: col(row, 3)?,
+        kind: col(row, 4)?,
+    })
+}
+
+/// The step of session `sid` after the one at `seq` (its first if `None`).
+pub(super) fn successor<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    sid: i64,
+    seq: Option<i64>,
+) -> Result<Option<ChainEnd>, StoreError> {
+    db.query_opt(
+        SUCCESSOR,
+        &[&seq.unwrap_or(-1), &sid],
+        "following a session's chain",
+    )?
+    .map(|row| chain_end_from_row(&row))
+    .transpose()
+}
+
+/// A session's last step as the log holds it: from the step its head row
+/// names, walked forward to the end.
+pub(super) fn true_end<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    sid: i64,
+) -> Result<Option<ChainEnd>, StoreError> {
+    let hint = db
+        .query_opt(HEAD_HINT, &[&org, &sid], "reading a session head")?
+        .map(|row| chain_end_from_row(&row))
+        .transpose()?;
+    chain_end(hint, |seq| successor(db, sid, seq))
+}
+
+/// The ids of a session's steps, oldest first, as the log holds them.
+pub(super) fn session_ids<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    sid: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let Some(end) = true_end(db, org, sid)? else {
+        return Ok(Vec::new());
+    };
+    db.query(
+        SESSION_WALK,
+        &[&org, &sid, &end.seq, &end.index],
+        "walking a session",
+    )?
+    .iter()
+    .map(|r| col(r, 0))
+    .collect()
+}
+
+/// A log entry from a row selected with [`STEP_COLUMNS`] followed by
+/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
+pub(super) fn entry_from_row(row: &Row, n: usize) -> Result<LogEntry, StoreError> {
+    let entry_type: String = col(row, n)?;
+    if entry_type == "step" {
+        let stored = step_from_row(row)?;
+        return Ok(LogEntry {
+            seq: stored.seq,
+            logged_at: stored.logged_at,
+            record: LogRecord::Step(stored.record),
+        });
+    }
+    let seq = u64_of(col(row, 0)?);
+    let view: Option<String> = col(row, n + 1)?;
+    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    Ok(LogEntry {
+        seq,
+        logged_at: Timestamp::from_micros(col(row, n - 1)?)
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
+        record: LogRecord::Op {
+            record: op_from_view(seq, &entry_type, &view)?,
+            hash: blob_hash(col(row, 22)?)?,
+        },
+    })
+}

@@ -1,0 +1,236 @@
+//! The PostgreSQL schema and its upgrades: the DDL, the DDL guard and the
+//! production grants as shipped, `migrate` (run by every server at start,
+//! under an advisory lock, so that exactly one applies a change) and the
+//! one-time upgrades of databases written by earlier versions. Re-exported
+//! from `pg`; nothing here runs after a store is open.
+
+use super::connection::col;
+use super::{LOCK_CLASS, embedding, grant_to_writers_of};
+use crate::{DbContext, StoreError};
+use postgres::GenericClient;
+
+/// The schema, version 2.
+pub const SCHEMA: &str = include_str!("../pg_schema.sql");
+/// The DDL guard (event triggers; needs a superuser).
+pub const GUARD: &str = include_str!("../pg_guard.sql");
+/// The grants of the production role (`cairn_app`), as documented.
+pub const GRANTS: &str = include_str!("../pg_grants.sql");
+const SCHEMA_VERSION: &str = "2";
+
+/// Applies the schema if the database does not have it yet, and checks
+/// its version. A database already at this version is left untouched, so
+/// a role without DDL privileges (the production role) can start.
+pub fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
+    if schema_version(client)?.as_deref() == Some(SCHEMA_VERSION) && has_additions(client)? {
+        return Ok(());
+    }
+    // One migrating server at a time: a session lock taken before the
+    // transaction starts, so that the transaction sees what the previous
+    // holder committed.
+    client
+        .execute("SELECT pg_advisory_lock($1, 0)", &[&LOCK_CLASS])
+        .context("locking the migration")?;
+    let outcome = migrate_locked(client);
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1, 0)", &[&LOCK_CLASS])
+        .context("unlocking the migration");
+    outcome.and(unlocked.map(|_| ()))
+}
+
+fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction().context("starting the migration")?;
+    let version = schema_version(&mut tx)?;
+    match version.as_deref() {
+        None => {
+            tx.batch_execute(SCHEMA).context(
+                "creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)",
+            )?;
+            tx.execute(
+                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', $1)",
+                &[&SCHEMA_VERSION],
+            )
+            .context("recording the schema version")?;
+        }
+        // Tables added within version 2 (the ledger tables and
+        // `cairn_meta` are append-only, so the version row never changes):
+        // created by the first start of the schema owner after an upgrade.
+        Some(SCHEMA_VERSION) => {
+            tx.batch_execute(ADDITIONS).context(
+                "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
+            )?;
+            index_unindexed_steps(&mut tx)?;
+            embedding::upgrade_vectors(&mut tx)?;
+            record_session_kinds(&mut tx)?;
+        }
+        Some("1") => {
+            return Err(StoreError::Corrupt(
+                "this database holds a format 1 ledger (written by cairn 0.1); this cairn writes format 2, whose hashes differ, and cannot use it. Keep using cairn 0.1 for it, or point this cairn at a new database".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(StoreError::Corrupt(format!(
+                "database schema version {other} is not supported (expected {SCHEMA_VERSION})"
+            )));
+        }
+    }
+    tx.commit().context("committing the migration")
+}
+
+/// Tables added after version 2 was first released, without changing the
+/// version row (see `migrate_locked`).
+const ADDITIONS: &str = "CREATE TABLE IF NOT EXISTS cosignatures (
+  org_name TEXT NOT NULL, size BIGINT NOT NULL, witness TEXT NOT NULL,
+  line TEXT NOT NULL, PRIMARY KEY (org_name, size, witness));
+CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
+CREATE TABLE IF NOT EXISTS session_kinds (sid BIGINT NOT NULL, kind TEXT NOT NULL, PRIMARY KEY (sid, kind));
+DROP INDEX IF EXISTS sessions_recent;
+CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
+CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
+CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, embedder TEXT NOT NULL, vector BYTEA NOT NULL);
+CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
+CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
+  attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+
+/// Whether the tables and indexes of [`ADDITIONS`] exist.
+fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
+    Ok(client
+        .query_one(
+            "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
+               AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
+               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL",
+            &[],
+        )
+        .context("checking the schema")?
+        .get(0))
+}
+
+/// Fills `session_kinds` from the log of a database written before it
+/// existed, then drops the index over `entries (sid, kind)` it replaces
+/// (once: the index's presence says it has not run).
+fn record_session_kinds(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let old: bool = tx
+        .query_one(
+            "SELECT to_regclass('entries_session_kinds') IS NOT NULL",
+            &[],
+        )
+        .context("checking the schema")?
+        .get(0);
+    if old {
+        tx.batch_execute(
+            "INSERT INTO session_kinds (sid, kind)
+               SELECT DISTINCT sid, kind FROM entries WHERE type = 'step' ON CONFLICT DO NOTHING;
+             DROP INDEX entries_session_kinds;",
+        )
+        .context("recording the kinds of existing sessions")?;
+        // The roles that keep session heads keep this derived table too.
+        grant_to_writers_of(
+            tx,
+            "session_heads",
+            &["GRANT SELECT, INSERT ON session_kinds"],
+        )?;
+    }
+    Ok(())
+}
+
+/// Indexes for full-text search the steps a database holds from before
+/// the index existed (once, in the migration that creates it).
+fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let rows = tx
+        .query(
+            "SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+             WHERE e.type = 'step' AND NOT e.erased
+               AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)",
+            &[],
+        )
+        .context("indexing steps for full-text search")?;
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
+    let (mut ids, mut orgs, mut docs) = (Vec::new(), Vec::new(), Vec::new());
+    for row in &rows {
+        let payloads = [
+            parse(col(row, 3)?),
+            parse(col(row, 4)?),
+            parse(col(row, 5)?),
+        ];
+        let content: Option<String> = col(row, 2)?;
+        let doc = crate::fulltext::segment(&crate::fulltext::display_text_of(
+            content.as_deref(),
+            [&payloads[0], &payloads[1], &payloads[2]],
+        ));
+        if !doc.is_empty() {
+            ids.push(col::<i64>(row, 0)?);
+            orgs.push(col::<i64>(row, 1)?);
+            docs.push(doc);
+        }
+    }
+    tx.execute(
+        "INSERT INTO step_search (id, org, doc)
+         SELECT t.id, t.org, to_tsvector('english', t.doc)
+         FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
+        &[&ids, &orgs, &docs],
+    )
+    .context("indexing steps for full-text search")?;
+    Ok(())
+}
+
+fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('cairn_meta') IS NOT NULL", &[])
+        .context("looking for the schema")?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(client
+        .query_opt(
+            "SELECT value FROM cairn_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .context("reading the schema version")?
+        .map(|row| row.get(0)))
+}
+
+/// Installs the DDL guard if the connected role is a superuser and it is
+/// not installed yet; returns whether the guard is in place. Serialized
+/// with migrations by the same advisory lock, so that servers starting at
+/// once do not race on its functions.
+pub fn install_guard(client: &mut postgres::Client) -> Result<bool, StoreError> {
+    let present = |client: &mut postgres::Client| -> Result<bool, StoreError> {
+        Ok(client
+            .query_one(
+                "SELECT count(*) = 2 FROM pg_event_trigger
+                 WHERE evtname IN ('cairn_guard_drop', 'cairn_guard_alter')",
+                &[],
+            )
+            .context("looking for the DDL guard")?
+            .get(0))
+    };
+    if present(client)? {
+        return Ok(true);
+    }
+    let superuser: bool = client
+        .query_one(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .context("checking privileges")?
+        .get(0);
+    if !superuser {
+        return Ok(false);
+    }
+    client
+        .execute("SELECT pg_advisory_lock($1, 0)", &[&LOCK_CLASS])
+        .context("locking the guard's installation")?;
+    let outcome = match present(client) {
+        Ok(true) => Ok(true),
+        Ok(false) => client
+            .batch_execute(GUARD)
+            .context("installing the DDL guard")
+            .map(|()| true),
+        Err(e) => Err(e),
+    };
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1, 0)", &[&LOCK_CLASS])
+        .context("unlocking the guard's installation");
+    outcome.and_then(|installed| unlocked.map(|_| installed))
+}

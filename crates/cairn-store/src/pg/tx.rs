@@ -1,0 +1,844 @@
+//! [`PgTx`], a batch's transaction as the engine sees it: the orgs it
+//! locked, the sessions it touches (read ahead, one query per org), and
+//! the rows it writes, held as pending and sent in a few round trips (one
+//! `COPY` for the log entries, one statement for every derived row).
+
+use super::connection::{Db, col, i64_of, u64_of};
+use super::locks::{Cache, load_org, lock_orgs};
+use super::rows::{STEP_BY_TRACE, session_ids, step_from_row, successor, true_end};
+use super::tree::latest_checkpoint;
+use crate::engine::{
+    AgentKey, ChainEnd, OpRow, OrgState, SessionState, StepRow, StoredSession, WriteTx, blob_hash,
+    chain_end, json_text, links_text, op_from_view, op_record_id, row_id,
+};
+use crate::{DbContext, StoreError, StoredCheckpoint, StoredStep, WriteRequest};
+use cairn_core::log::OpRecord;
+use cairn_core::record::SessionHeader;
+use cairn_core::{Hash, Timestamp};
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::Type;
+use postgres::{GenericClient, Row};
+use std::collections::{HashMap, HashSet};
+
+/// Pending entries beyond which a transaction sends them early.
+const FLUSH_ROWS: usize = 4_096;
+
+/// One `entries` row, owned, waiting for the batch's `COPY`.
+#[derive(Default)]
+struct EntryRow {
+    id: i64,
+    org: i64,
+    seq: i64,
+    entry_type: String,
+    logged_at: i64,
+    record_hash: Vec<u8>,
+    leaf_hash: Vec<u8>,
+    view: Option<String>,
+    sid: Option<i64>,
+    step_index: Option<i64>,
+    trace_id: Option<String>,
+    agent_id: Option<String>,
+    kind: Option<String>,
+    kind_label: Option<String>,
+    content: Option<String>,
+    input_data: Option<String>,
+    output_data: Option<String>,
+    confidence: Option<f64>,
+    duration_ms: Option<i64>,
+    token_count: Option<i64>,
+    model: Option<String>,
+    metadata: Option<String>,
+    created_at: Option<i64>,
+    turn_id: Option<String>,
+    turn_step: Option<i64>,
+    task_id: Option<String>,
+    links: Option<String>,
+    status: Option<String>,
+    seed: Option<Vec<u8>>,
+    digest: Option<Vec<u8>>,
+    prev_hash: Option<Vec<u8>>,
+    sig_key_id: Option<String>,
+    signature: Option<Vec<u8>>,
+    has_embedding: bool,
+    erased: bool,
+    hidden: Option<String>,
+    salts: Option<Vec<u8>>,
+    prev_seq: Option<i64>,
+}
+
+const COPY_ENTRIES: &str = "COPY entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index,
+    trace_id, agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count,
+    model, metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
+    signature, has_embedding, erased, hidden, salts, prev_seq) FROM STDIN BINARY";
+
+/// Column types of [`COPY_ENTRIES`], in order.
+const ENTRY_TYPES: [Type; 38] = [
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::FLOAT8,
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BOOL,
+    Type::BOOL,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::INT8,
+];
+
+/// Rows a batch wrote but has not sent yet: they go in a few round trips
+/// (one `COPY` for every log entry) before anything reads them back and
+/// before the commit.
+#[derive(Default)]
+struct Pending {
+    entries: Vec<EntryRow>,
+    nodes: Vec<(i64, i32, i64, Vec<u8>)>,
+    /// Steps queued for the embedder: (id, org).
+    embed_queue: Vec<(i64, i64)>,
+    /// Full-text documents: (id, org, document), the document as its
+    /// `tsvector` text when that was computed before the org's lock.
+    search: Vec<(i64, i64, SearchDoc)>,
+    heads: Vec<(i64, i64, i64, i64)>,
+    /// `(session, kind)` pairs for `session_kinds`.
+    kinds: Vec<(i64, &'static str)>,
+}
+
+/// A step's full-text document on its way to `step_search`.
+enum SearchDoc {
+    /// The document: `to_tsvector` runs in the insert.
+    Text(String),
+    /// `to_tsvector`'s answer for it, as text, computed before the batch
+    /// took its orgs' locks.
+    Vector(String),
+}
+
+/// Computes `to_tsvector('english', doc)` for the documents of a batch's
+/// prepared steps before the batch takes its orgs' locks: stemming every
+/// document was most of the time the derived rows' insert held an org's
+/// lock. Keyed by document (a step prepared inside the batch is
+/// vectorised in the insert).
+pub(super) fn vectors_before_locking<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    batch: &[WriteRequest],
+) -> Result<HashMap<String, String>, StoreError> {
+    let docs: Vec<&str> = batch
+        .iter()
+        .filter_map(|request| match request {
+            WriteRequest::Prepared(p) => p.search_doc.as_deref(),
+            _ => None,
+        })
+        .collect();
+    if docs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = db.query(
+        "SELECT to_tsvector('english', t.doc)::text
+         FROM UNNEST($1::text[]) WITH ORDINALITY AS t(doc, n) ORDER BY t.n",
+        &[&docs],
+        "preparing full-text documents",
+    )?;
+    let mut vectors = HashMap::with_capacity(docs.len());
+    for (doc, row) in docs.into_iter().zip(&rows) {
+        vectors.insert(doc.to_owned(), col::<String>(row, 0)?);
+    }
+    Ok(vectors)
+}
+
+/// A batch's transaction, seen by the engine: the orgs it locked, loaded
+/// from committed data, the sessions it will touch, read in one query per
+/// org, and the rows it writes, sent in bulk.
+pub(super) struct PgTx<'a, C: GenericClient> {
+    db: Db<'a, C>,
+    pub(super) orgs: HashMap<String, OrgState>,
+    locked: HashSet<String>,
+    /// Committed state of sessions read ahead (None: does not exist).
+    sessions: HashMap<(i64, String), Option<SessionState>>,
+    pending: Pending,
+    cache: &'a mut Cache,
+    /// `tsvector`s computed before locking, by document.
+    pub(super) vectors: HashMap<String, String>,
+}
+
+/// The sessions of a batch: registry row, seal, the step the head row
+/// names and whether the log holds a step after it (the head lags: the
+/// walk forward then probes step by step, which is rare; checking here
+/// saves the batch a round trip per session).
+static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis,
+   s.max_clock_skew_s, EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal'),
+   h.first_seq, e.seq, e.step_index, e.record_hash, e.created_at, e.kind,
+   EXISTS (SELECT 1 FROM entries n WHERE COALESCE(n.prev_seq, -1) = COALESCE(e.seq, -1)
+             AND n.sid = s.sid AND n.type = 'step')
+ FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
+ LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid AND e.type = 'step'
+   AND e.step_index = h.last_index
+ WHERE s.org = $1 AND s.session_id = ANY($2)";
+
+/// A session from a row of [`SESSIONS_BY_ID`], with the step its head row
+/// names as the end (to be walked forward to the log's real end if the
+/// last column says the log holds a step after it).
+fn session_from_row(row: &Row) -> Result<(String, StoredSession), StoreError> {
+    let seq: Option<i64> = col(row, 8)?;
+    let end = match seq {
+        Some(seq) => Some(ChainEnd {
+            seq,
+            index: col(row, 9)?,
+            hash: col(row, 10)?,
+            created_at: col(row, 11)?,
+            kind: col(row, 12)?,
+        }),
+        None => None,
+    };
+    Ok((
+        col(row, 0)?,
+        StoredSession {
+            sid: col(row, 1)?,
+            agent_id: col(row, 2)?,
+            profile: col(row, 3)?,
+            genesis: col(row, 4)?,
+            max_clock_skew_s: col(row, 5)?,
+            sealed: col(row, 6)?,
+            first_seq: col(row, 7)?,
+            end,
+        },
+    ))
+}
+
+impl<'a, C: GenericClient> PgTx<'a, C> {
+    /// Locks the orgs `names` for the transaction and loads their state.
+    pub(super) fn begin(
+        mut db: Db<'a, C>,
+        names: HashSet<String>,
+        cache: &'a mut Cache,
+    ) -> Result<PgTx<'a, C>, StoreError> {
+        lock_orgs(&mut db, &names)?;
+        let mut orgs = HashMap::new();
+        for name in &names {
+            if let Some(org) = load_org(&mut db, cache, name)? {
+                orgs.insert(name.clone(), org);
+            }
+        }
+        Ok(PgTx {
+            db,
+            orgs,
+            locked: names,
+            sessions: HashMap::new(),
+            pending: Pending::default(),
+            cache,
+            vectors: HashMap::new(),
+        })
+    }
+
+    /// Reads the committed state of the sessions `ids` of `org`: their
+    /// rows, each with whether the log holds a step after the one its head
+    /// row names, in one query; a session whose head row lags is then
+    /// walked forward probe by probe.
+    pub(super) fn prefetch_sessions(&mut self, org: i64, ids: &[String]) -> Result<(), StoreError> {
+        let rows = self
+            .db
+            .query(SESSIONS_BY_ID, &[&org, &ids], "loading sessions")?;
+        for id in ids {
+            self.sessions.insert((org, id.clone()), None);
+        }
+        for row in &rows {
+            let (id, mut stored) = session_from_row(row)?;
+            let sid = stored.sid;
+            let lags: bool = col(row, 13)?;
+            if lags {
+                stored.end = chain_end(stored.end.take(), |seq| successor(&mut self.db, sid, seq))?;
+            }
+            if stored.end.is_some() && stored.first_seq.is_none() {
+                stored.first_seq = successor(&mut self.db, sid, None)?.map(|e| e.seq);
+            }
+            self.sessions.insert((org, id), Some(stored.into_state()?));
+        }
+        Ok(())
+    }
+
+    /// Bounds the memory a large import holds.
+    fn flush_if_large(&mut self) -> Result<(), StoreError> {
+        if self.pending.entries.len() >= FLUSH_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Sends every pending row.
+    pub(super) fn flush(&mut self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut self.pending);
+        if !pending.entries.is_empty() {
+            let sink = self
+                .db
+                .client
+                .copy_in(COPY_ENTRIES)
+                .context("writing log entries")?;
+            let mut writer = BinaryCopyInWriter::new(sink, &ENTRY_TYPES);
+            for e in &pending.entries {
+                writer
+                    .write(&[
+                        &e.id,
+                        &e.org,
+                        &e.seq,
+                        &e.entry_type,
+                        &e.logged_at,
+                        &e.record_hash,
+                        &e.leaf_hash,
+                        &e.view,
+                        &e.sid,
+                        &e.step_index,
+                        &e.trace_id,
+                        &e.agent_id,
+                        &e.kind,
+                        &e.kind_label,
+                        &e.content,
+                        &e.input_data,
+                        &e.output_data,
+                        &e.confidence,
+                        &e.duration_ms,
+                        &e.token_count,
+                        &e.model,
+                        &e.metadata,
+                        &e.created_at,
+                        &e.turn_id,
+                        &e.turn_step,
+                        &e.task_id,
+                        &e.links,
+                        &e.status,
+                        &e.seed,
+                        &e.digest,
+                        &e.prev_hash,
+                        &e.sig_key_id,
+                        &e.signature,
+                        &e.has_embedding,
+                        &e.erased,
+                        &e.hidden,
+                        &e.salts,
+                        &e.prev_seq,
+                    ])
+                    .context("writing log entries")?;
+            }
+            writer.finish().context("writing log entries")?;
+        }
+        // Every derived row of the batch in one statement (one round trip
+        // inside the org's lock instead of five; each part inserts nothing
+        // when its arrays are empty).
+        let derived = pending.nodes.len()
+            + pending.embed_queue.len()
+            + pending.search.len()
+            + pending.kinds.len()
+            + pending.heads.len();
+        if derived == 0 {
+            return Ok(());
+        }
+        let (node_orgs, levels, node_indexes, node_hashes) = unzip4(pending.nodes);
+        let (queued_ids, queued_orgs): (Vec<i64>, Vec<i64>) =
+            pending.embed_queue.into_iter().unzip();
+        let mut search_ids = Vec::with_capacity(pending.search.len());
+        let mut search_orgs = Vec::with_capacity(pending.search.len());
+        let mut docs: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
+        let mut vectors: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
+        for (id, org, doc) in pending.search {
+            search_ids.push(id);
+            search_orgs.push(org);
+            match doc {
+                SearchDoc::Text(text) => {
+                    docs.push(Some(text));
+                    vectors.push(None);
+                }
+                SearchDoc::Vector(vector) => {
+                    docs.push(None);
+                    vectors.push(Some(vector));
+                }
+            }
+        }
+        let mut kinds = pending.kinds;
+        // One order for every writer: concurrent inserts of the same keys
+        // then wait rather than deadlock.
+        kinds.sort_unstable();
+        kinds.dedup();
+        let (kind_sids, kind_names): (Vec<i64>, Vec<&str>) = kinds.into_iter().unzip();
+        let (head_sids, firsts, lasts, last_indexes) = unzip4(pending.heads);
+        self.db.execute(
+            "WITH n AS (
+               INSERT INTO nodes (org, level, idx, hash)
+               SELECT * FROM UNNEST($1::int8[], $2::int4[], $3::int8[], $4::bytea[])
+             ), q AS (
+               INSERT INTO embedding_queue (id, org)
+               SELECT * FROM UNNEST($5::int8[], $6::int8[]) ON CONFLICT DO NOTHING
+             ), f AS (
+               INSERT INTO step_search (id, org, doc)
+               SELECT t.id, t.org, COALESCE(t.vector::tsvector, to_tsvector('english', t.doc))
+               FROM UNNEST($7::int8[], $8::int8[], $9::text[], $16::text[]) AS t(id, org, doc, vector)
+             ), k AS (
+               INSERT INTO session_kinds (sid, kind)
+               SELECT * FROM UNNEST($10::int8[], $11::text[]) ON CONFLICT DO NOTHING
+             ), h AS (
+               INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
+               SELECT * FROM UNNEST($12::int8[], $13::int8[], $14::int8[], $15::int8[])
+               ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index
+               WHERE session_heads.first_seq = excluded.first_seq
+                 AND session_heads.last_seq < excluded.last_seq
+                 AND session_heads.last_index < excluded.last_index
+             )
+             SELECT 1",
+            &[
+                &node_orgs,
+                &levels,
+                &node_indexes,
+                &node_hashes,
+                &queued_ids,
+                &queued_orgs,
+                &search_ids,
+                &search_orgs,
+                &docs,
+                &kind_sids,
+                &kind_names,
+                &head_sids,
+                &firsts,
+                &lasts,
+                &last_indexes,
+                &vectors,
+            ],
+            "writing the batch's tree nodes, search documents and session heads",
+        )?;
+        Ok(())
+    }
+}
+
+fn unzip4<A, B, C, D>(rows: Vec<(A, B, C, D)>) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D>) {
+    let mut out = (
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+    );
+    for (a, b, c, d) in rows {
+        out.0.push(a);
+        out.1.push(b);
+        out.2.push(c);
+        out.3.push(d);
+    }
+    out
+}
+
+impl<C: GenericClient> WriteTx for PgTx<'_, C> {
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
+        if !self.locked.contains(name) {
+            return Err(StoreError::Corrupt(format!(
+                "internal: org {name} was used without its lock"
+            )));
+        }
+        Ok(self.orgs.get(name).cloned())
+    }
+
+    fn create_org(&mut self, name: &str) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO orgs (name) VALUES ($1) RETURNING org",
+            &[&name],
+            "creating an org",
+        )?;
+        col(&row, 0)
+    }
+
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
+        let key = (org, session_id.to_owned());
+        if !self.sessions.contains_key(&key) {
+            self.prefetch_sessions(org, &[session_id.to_owned()])?;
+        }
+        Ok(self.sessions.get(&key).cloned().flatten())
+    }
+
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
+        let count: i64 = col(
+            &self.db.query_one(
+                "SELECT count(*) FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation')",
+                &[&org],
+                "counting key records",
+            )?,
+            0,
+        )?;
+        let fresh = self.cache.keys.get(&org).is_some_and(|(n, _)| *n == count);
+        if !fresh {
+            let rows = self.db.query(
+                "SELECT seq, type, view FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation') ORDER BY id",
+                &[&org],
+                "loading agent keys",
+            )?;
+            let mut keys: HashMap<String, AgentKey> = HashMap::new();
+            for row in &rows {
+                let seq = u64_of(col(row, 0)?);
+                let entry_type: String = col(row, 1)?;
+                let view: String = col(row, 2)?;
+                match op_from_view(seq, &entry_type, &view)? {
+                    OpRecord::KeyRegistration(reg) => {
+                        keys.insert(
+                            reg.key_id,
+                            AgentKey {
+                                agent_id: reg.agent_id,
+                                key: reg.public_key,
+                                seq,
+                                revoked: false,
+                            },
+                        );
+                    }
+                    OpRecord::KeyRevocation(rev) => {
+                        if let Some(key) = keys.get_mut(&rev.key_id) {
+                            key.revoked = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.cache.keys.insert(org, (count, keys));
+        }
+        Ok(self
+            .cache
+            .keys
+            .get(&org)
+            .and_then(|(_, keys)| keys.get(key_id))
+            .cloned())
+    }
+
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT type FROM entries WHERE org = $1 AND trace_id = $2",
+                &[&org, &id],
+                "looking up a record by id",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = $1 AND e.type = 'seal' AND e.view::jsonb ->> 'final_hash' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a sealed session",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT view::jsonb ->> 'session_id' FROM entries
+                 WHERE org = $1 AND type = 'session-start' AND view::jsonb ->> 'predecessor' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a successor",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE org = $1 AND trace_id = $2)",
+            &[&org, &trace_id],
+            "checking a trace id",
+        )?;
+        col(&row, 0)
+    }
+
+    fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
+        let s = row.step;
+        self.pending.entries.push(EntryRow {
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: "step".into(),
+            logged_at: row.logged_at.as_micros(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: None,
+            sid: Some(row.sid),
+            step_index: Some(i64_of(s.step_index)),
+            trace_id: Some(s.trace_id.clone()),
+            agent_id: Some(s.agent_id.clone()),
+            kind: Some(s.kind.as_str().to_owned()),
+            kind_label: Some(s.kind_label.clone()),
+            content: s.content.clone(),
+            input_data: json_text(&s.input),
+            output_data: json_text(&s.output),
+            confidence: s.confidence,
+            duration_ms: s.duration_ms.map(i64_of),
+            token_count: s.token_count.map(i64_of),
+            model: s.model.clone(),
+            metadata: json_text(&s.metadata),
+            created_at: Some(s.created_at.as_micros()),
+            turn_id: s.turn_id.clone(),
+            turn_step: s.turn_step.map(i64_of),
+            task_id: s.task_id.clone(),
+            links: links_text(&s.links),
+            status: Some(s.status.as_str().to_owned()),
+            seed: row.seed.map(|seed| seed.to_vec()),
+            digest: Some(row.digest.0.to_vec()),
+            prev_hash: Some(row.prev_hash.0.to_vec()),
+            sig_key_id: s.signer_key_id.clone(),
+            signature: row.signature.map(|sig| sig.to_vec()),
+            has_embedding: row.has_embedding,
+            erased: row.erased,
+            hidden: row.hidden.clone(),
+            salts: row.salts.clone(),
+            prev_seq: row.prev_seq.map(i64_of),
+        });
+        self.flush_if_large()
+    }
+
+    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
+        let doc = match self.vectors.get(doc) {
+            Some(vector) => SearchDoc::Vector(vector.clone()),
+            None => SearchDoc::Text(doc.to_owned()),
+        };
+        self.pending.search.push((row_id(org, seq), org, doc));
+        Ok(())
+    }
+
+    fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
+        self.pending.embed_queue.push((row_id(org, seq), org));
+        Ok(())
+    }
+
+    fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
+        self.pending.entries.push(EntryRow {
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: row.op.entry_type().to_owned(),
+            logged_at: row.logged_at.as_micros(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: Some(row.op.to_view().to_string()),
+            trace_id: op_record_id(row.op).map(str::to_owned),
+            sid: row.sid,
+            step_index: row.step_index.map(i64_of),
+            agent_id: row.agent_id.map(str::to_owned),
+            ..EntryRow::default()
+        });
+        self.flush_if_large()
+    }
+
+    fn insert_node(
+        &mut self,
+        org: i64,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<(), StoreError> {
+        self.pending
+            .nodes
+            .push((org, level as i32, i64_of(index), hash.0.to_vec()));
+        Ok(())
+    }
+
+    fn insert_session(
+        &mut self,
+        org: i64,
+        header: &SessionHeader,
+        genesis: &Hash,
+        start_seq: u64,
+    ) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis,
+             max_clock_skew_s)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING sid",
+            &[
+                &org,
+                &header.session_id,
+                &header.agent_id,
+                &header.profile.as_str(),
+                &header.started_at.as_micros(),
+                &i64_of(start_seq),
+                &&genesis.0[..],
+                &i64_of(header.max_clock_skew_s),
+            ],
+            "writing a session",
+        )?;
+        col(&row, 0)
+    }
+
+    fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = $1",
+            &[&row_id(org, seq)],
+            "reading a session's chain",
+        )?;
+        let index: i64 = col(&row, 0)?;
+        let prev: Option<i64> = col(&row, 2)?;
+        Ok((u64_of(index), blob_hash(col(&row, 1)?)?, prev.map(u64_of)))
+    }
+
+    fn step_by_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "finding a step")?
+            .map(|row| step_from_row(&row))
+            .transpose()
+    }
+
+    fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError> {
+        self.flush()?;
+        let id = row_id(org, seq);
+        self.db.execute(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
+             erased = TRUE, hidden = $2, has_embedding = FALSE WHERE id = $1",
+            &[&id, &hidden],
+            "erasing a step",
+        )?;
+        // A vector would still carry what the content said.
+        for sql in [
+            "DELETE FROM vectors WHERE id = $1",
+            "DELETE FROM embedding_queue WHERE id = $1",
+        ] {
+            self.db.execute(sql, &[&id], "erasing an embedding")?;
+        }
+        self.db.execute(
+            "DELETE FROM step_search WHERE id = $1",
+            &[&id],
+            "erasing a step from the full-text index",
+        )?;
+        Ok(())
+    }
+
+    fn expired_sessions(
+        &mut self,
+        org: i64,
+        older_than: Timestamp,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.flush()?;
+        // Candidates by their head rows, confirmed by the log.
+        let candidates: Vec<i64> = self
+            .db
+            .query(
+                "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
+                   AND e.type = 'step' AND e.step_index = h.last_index
+                 WHERE s.org = $1 AND (e.id IS NULL OR e.created_at < $2)",
+                &[&org, &older_than.as_micros()],
+                "finding expired sessions",
+            )?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect::<Result<_, _>>()?;
+        let mut expired = Vec::new();
+        for sid in candidates {
+            if true_end(&mut self.db, org, sid)?
+                .is_some_and(|e| e.created_at < older_than.as_micros())
+            {
+                expired.push(sid);
+            }
+        }
+        Ok(expired)
+    }
+
+    fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
+        self.flush()?;
+        let ids = session_ids(&mut self.db, org, sid)?;
+        let rows = self.db.query(
+            "SELECT trace_id FROM entries WHERE id = ANY($1) AND NOT erased ORDER BY id",
+            &[&ids],
+            "reading an expired session",
+        )?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+
+    fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES ($1, $2, $3, $4, $5)",
+            &[
+                &org,
+                &i64_of(cp.size),
+                &&cp.root.0[..],
+                &cp.note,
+                &cp.created_at.as_micros(),
+            ],
+            "writing a checkpoint",
+        )?;
+        Ok(())
+    }
+
+    fn latest_checkpoint(
+        &mut self,
+        org: i64,
+        name: &str,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        latest_checkpoint(&mut self.db, org, name)
+    }
+
+    fn put_session_kinds(
+        &mut self,
+        pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError> {
+        self.pending
+            .kinds
+            .extend(pairs.iter().map(|(sid, kind)| (*sid, kind.as_str())));
+        Ok(())
+    }
+
+    fn put_session_head(
+        &mut self,
+        sid: i64,
+        first_seq: u64,
+        last_seq: u64,
+        last_index: u64,
+    ) -> Result<(), StoreError> {
+        self.pending
+            .heads
+            .push((sid, i64_of(first_seq), i64_of(last_seq), i64_of(last_index)));
+        Ok(())
+    }
+
+    fn insert_origin(
+        &mut self,
+        org: i64,
+        server_name: &str,
+        server_key: &str,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO org_origins (org, server_name, server_key) VALUES ($1, $2, $3)",
+            &[&org, &server_name, &server_key],
+            "recording the org's origin",
+        )?;
+        Ok(())
+    }
+}

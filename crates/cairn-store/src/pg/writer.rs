@@ -1,0 +1,182 @@
+//! The writer connection and what runs through it, each a [`PgTx`]
+//! under its orgs' locks: one attempt at a batch (`append_batch` tries
+//! again once if BEGIN failed), the checkpoints that are due, and imports.
+//! Separate from the read queries, which run on pooled connections.
+
+use super::PgStore;
+use super::connection::{Db, PgConn, col, connect, poisoned};
+use super::locks::Cache;
+use super::tx::{PgTx, vectors_before_locking};
+use crate::engine::request_org;
+use crate::{DbContext, ImportError, Refusal, StoreError, WriteRequest, Written, now};
+use cairn_core::log::LogEntry;
+use std::collections::{HashMap, HashSet};
+
+impl PgStore {
+    /// Runs `f` with the writer connection, reconnecting if it was lost.
+    fn with_writer<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut writer = self.writer.lock().map_err(|_| poisoned())?;
+        if writer.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *writer = None;
+            *writer = Some(connect(&self.config)?);
+        }
+        let conn = writer
+            .as_mut()
+            .ok_or_else(|| StoreError::Corrupt("no writer connection".into()))?;
+        let mut cache = self.cache.lock().map_err(|_| poisoned())?;
+        let out = f(conn, &mut cache);
+        if out.is_err() {
+            // The cache may have been filled inside the failed transaction
+            // from its own uncommitted rows (agent keys registered earlier
+            // in the batch): forget it rather than trust what was rolled
+            // back. It is rebuilt from committed data under the next lock.
+            *cache = Cache::default();
+        }
+        out
+    }
+
+    /// One attempt at a batch: `Ok(Err(_))` when BEGIN failed, so that
+    /// nothing of the batch was sent and it may be tried again.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn append_once(
+        &self,
+        batch: &[WriteRequest],
+        names: HashSet<String>,
+    ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
+        self.with_writer(|conn, cache| {
+            // Dropping the transaction without commit (an error below) rolls
+            // the whole batch back and releases the locks.
+            // Before the transaction and its locks, and never fatal: a
+            // document to_tsvector refuses (or a refused step's) is
+            // vectorised, or fails, in the insert as before.
+            let vectors = vectors_before_locking(
+                &mut Db {
+                    client: &mut conn.client,
+                    statements: &mut conn.statements,
+                },
+                batch,
+            )
+            .unwrap_or_default();
+            let mut tx = match conn.client.transaction() {
+                Ok(tx) => tx,
+                Err(e) => return Ok(Err(e)),
+            };
+            let db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
+            pg_tx.vectors = vectors;
+            // The sessions the batch appends to or seals, one query per org.
+            let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
+            for request in batch {
+                let session = match request {
+                    WriteRequest::Step(s) => &s.session_id,
+                    WriteRequest::Prepared(p) => &p.step.session_id,
+                    WriteRequest::Seal { session_id, .. } => session_id,
+                    _ => continue,
+                };
+                if let Some(org) = pg_tx.orgs.get(request_org(request)) {
+                    wanted.entry(org.id).or_default().push(session.clone());
+                }
+            }
+            for (org, mut ids) in wanted {
+                ids.sort_unstable();
+                ids.dedup();
+                pg_tx.prefetch_sessions(org, &ids)?;
+            }
+            let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
+            pg_tx.flush()?;
+            drop(pg_tx);
+            tx.commit().context("committing a batch")?;
+            for org in overlay.orgs.into_values() {
+                cache.frontiers.insert(org.id, org.frontier);
+            }
+            for (org, _) in overlay.keys.keys() {
+                cache.keys.remove(org);
+            }
+            Ok(Ok(results))
+        })
+    }
+
+    /// Checkpoints one org if it is due, under its lock.
+    fn checkpoint_if_due(
+        &self,
+        conn: &mut PgConn,
+        cache: &mut Cache,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = conn.client.transaction().context("starting a checkpoint")?;
+        let db = Db {
+            client: &mut tx,
+            statements: &mut conn.statements,
+        };
+        let mut pg_tx = PgTx::begin(db, HashSet::from([name.to_owned()]), cache)?;
+        let Some(mut org) = pg_tx.orgs.get(name).cloned() else {
+            return Ok(());
+        };
+        let engine = self.engine();
+        if org.foreign || !engine.due(&org) {
+            return Ok(());
+        }
+        engine.checkpoint(&mut pg_tx, name, &mut org)?;
+        pg_tx.flush()?;
+        drop(pg_tx);
+        tx.commit().context("committing a checkpoint")
+    }
+
+    pub(super) fn maintain_in(&self) -> Result<(), StoreError> {
+        let horizon = now().as_micros().saturating_sub(
+            i64::try_from(self.checkpoint_interval.as_micros()).unwrap_or(i64::MAX),
+        );
+        // Orgs whose log grew past their last checkpoint, which is old
+        // enough: any process may sign, under the org's lock.
+        let due: Vec<String> = self.read(|db| {
+            db.query(
+                "SELECT o.name FROM orgs o LEFT JOIN LATERAL (
+                   SELECT size, created_at FROM checkpoints c WHERE c.org = o.org ORDER BY size DESC LIMIT 1
+                 ) c ON TRUE
+                 WHERE NOT EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org)
+                   AND COALESCE(c.created_at, 0) <= $1
+                   AND EXISTS (SELECT 1 FROM entries e
+                               WHERE e.id >= (o.org << 40) + COALESCE(c.size, 0) AND e.id < ((o.org + 1) << 40))",
+                &[&horizon],
+                "finding orgs to checkpoint",
+            )?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect()
+        })?;
+        for name in due {
+            self.with_writer(|conn, cache| self.checkpoint_if_due(conn, cache, &name))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn import_log_in(
+        &self,
+        org_id: &str,
+        header: &cairn_core::bundle::BundleHeader,
+        checkpoint_note: &str,
+        entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+    ) -> Result<u64, ImportError> {
+        self.with_writer(|conn, cache| {
+            let mut tx = conn.client.transaction().context("starting the import")?;
+            let db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            let mut pg_tx = PgTx::begin(db, HashSet::from([org_id.to_owned()]), cache)?;
+            let count =
+                self.engine()
+                    .import(&mut pg_tx, org_id, header, checkpoint_note, entries)?;
+            pg_tx.flush()?;
+            drop(pg_tx);
+            tx.commit().context("committing the import")?;
+            Ok(count)
+        })
+    }
+}

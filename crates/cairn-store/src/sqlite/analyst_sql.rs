@@ -1,0 +1,139 @@
+//! Analyst SQL on the embedded store: the connection it runs on (read-only,
+//! reading only the ledger's tables, with bounded values) and the query
+//! loop that enforces its row, size and time limits. Separate because it
+//! is the one path that runs caller-written SQL.
+
+use super::SqliteStore;
+use super::connection::open_reader;
+use crate::analyst::{self, AnalystError, AnalystResult};
+use crate::{DbContext, StoreError};
+use rusqlite::Connection;
+use std::path::Path;
+
+/// The tables analyst SQL reads through its views (see
+/// [`crate::analyst`]); its connection may read no other.
+const ANALYST_TABLES: [&str; 3] = ["entries", "sessions", "session_heads"];
+
+/// A connection for analyst SQL: read-only; its authorizer lets a
+/// statement read the ledger's tables and nothing else (not `api_keys`,
+/// `meta` or `sqlite_master`), run functions and recurse, and refuses every
+/// other action (PRAGMA, ATTACH, writes); no string or blob may be longer
+/// than the value limit (`SQLITE_LIMIT_LENGTH`), so that no function can
+/// build a huge one.
+fn open_analyst(path: &Path, limits: &analyst::QueryLimits) -> Result<Connection, StoreError> {
+    use rusqlite::hooks::{AuthAction, Authorization};
+    let mut c = open_reader(path)?;
+    let length = i32::try_from(limits.max_value_bytes.max(1)).unwrap_or(i32::MAX);
+    c.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, length)
+        .context("setting the length limit")?;
+    c.authorizer(Some(|ctx: rusqlite::hooks::AuthContext<'_>| {
+        match ctx.action {
+            AuthAction::Select | AuthAction::Recursive | AuthAction::Function { .. } => {
+                Authorization::Allow
+            }
+            AuthAction::Read { table_name, .. }
+                if ANALYST_TABLES.contains(&table_name)
+                    && matches!(ctx.database_name, Some("main")) =>
+            {
+                Authorization::Allow
+            }
+            // A recursive CTE's own rows (no database).
+            AuthAction::Read { .. } if ctx.database_name.is_none() => Authorization::Allow,
+            _ => Authorization::Deny,
+        }
+    }))
+    .context("installing the analyst authorizer")?;
+    Ok(c)
+}
+
+/// An analyst query's error as the caller should read it.
+fn analyst_failure(
+    e: rusqlite::Error,
+    limits: &analyst::QueryLimits,
+    deadline: std::time::Instant,
+) -> AnalystError {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::OperationInterrupted) => AnalystError::TimedOut(limits.time),
+        Some(rusqlite::ErrorCode::TooBig) => AnalystError::TooLarge(format!(
+            "a value of the answer would be larger than {} bytes (the limit of one value)",
+            limits.max_value_bytes
+        )),
+        _ if std::time::Instant::now() > deadline => AnalystError::TimedOut(limits.time),
+        _ => AnalystError::Failed(e.to_string()),
+    }
+}
+
+impl SqliteStore {
+    pub(super) fn analyst_query_limited_in(
+        &self,
+        org_id: &str,
+        sql: &str,
+        limits: &analyst::QueryLimits,
+    ) -> Result<AnalystResult, AnalystError> {
+        let org = self.read(|c| Self::org_id_of(c, org_id))?.unwrap_or(0);
+        let statement = analyst::prepare(sql, analyst::Dialect::Sqlite, org, "main")?;
+        // A connection of its own: read-only, reading only the ledger's
+        // tables, with no string longer than the value limit, and a handler
+        // that stops a long query.
+        let mut c = open_analyst(&self.path, limits)?;
+        let deadline = std::time::Instant::now() + limits.time;
+        c.progress_handler(1_000, Some(move || std::time::Instant::now() > deadline))
+            .context("setting the time limit")?;
+        let failed = |e: rusqlite::Error| analyst_failure(e, limits, deadline);
+        let mut stmt = c.prepare(&statement).map_err(failed)?;
+        let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        if columns.len() > analyst::MAX_COLUMNS {
+            return Err(AnalystError::Refused(format!(
+                "an answer has at most {} columns, not {}",
+                analyst::MAX_COLUMNS,
+                columns.len()
+            )));
+        }
+        let mut rows = stmt.query([]).map_err(failed)?;
+        let mut out = Vec::new();
+        let mut truncated = false;
+        let mut answer_bytes = 0usize;
+        while let Some(row) = rows.next().map_err(failed)? {
+            if out.len() == limits.max_rows {
+                truncated = true;
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(AnalystError::TimedOut(limits.time));
+            }
+            let mut values = Vec::with_capacity(columns.len());
+            let mut row_bytes = 0usize;
+            for (i, name) in columns.iter().enumerate() {
+                use rusqlite::types::ValueRef;
+                let value = row.get_ref(i).map_err(failed)?;
+                let size = match value {
+                    ValueRef::Text(t) => t.len(),
+                    ValueRef::Blob(b) => 2 * b.len(),
+                    _ => 8,
+                };
+                if size > limits.max_value_bytes {
+                    return Err(analyst::value_too_large(name, limits));
+                }
+                row_bytes += size;
+                values.push(match value {
+                    ValueRef::Null => serde_json::Value::Null,
+                    ValueRef::Integer(n) => n.into(),
+                    ValueRef::Real(f) => f.into(),
+                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                    ValueRef::Blob(b) => hex::encode(b).into(),
+                });
+            }
+            answer_bytes += row_bytes;
+            if answer_bytes > limits.max_answer_bytes {
+                truncated = true;
+                break;
+            }
+            out.push(values);
+        }
+        Ok(AnalystResult {
+            columns,
+            rows: out,
+            truncated,
+        })
+    }
+}

@@ -1,0 +1,385 @@
+//! The embedded store's read queries over the log: entries in order,
+//! sessions (one, its steps, a filtered listing), steps by trace id or
+//! status, and operational records by type, session, agent or id. Each runs
+//! on a pooled read-only connection; none touches the writer.
+
+use super::SqliteStore;
+use super::rows::{entry_from_row, session_rowids, step_from_row, successor, true_end};
+use crate::engine::{
+    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, op_from_view, org_range,
+    row_id,
+};
+use crate::listing::{self, ListParam};
+use crate::{
+    DbContext, SessionFilter, SessionInfo, SessionSummary, StoreError, StoredEntry, StoredStep,
+};
+use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::{Hash, Timestamp};
+use rusqlite::{OptionalExtension, params};
+
+impl SqliteStore {
+    pub(super) fn read_log_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(());
+            };
+            let sql = format!(
+                "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+                 JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
+                 WHERE e.id >= ?1 AND e.id < ?2 ORDER BY e.id"
+            );
+            let (lo, hi) = org_range(org);
+            let mut stmt = c.prepare(&sql).context("reading the log")?;
+            let mut rows = stmt
+                .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
+                .context("reading the log")?;
+            let n = STEP_COLUMN_COUNT;
+            while let Some(row) = rows.next().context("reading the log")? {
+                let seq: i64 = row.get(0).context("reading the log")?;
+                let leaf: Vec<u8> = row.get(n + 2).context("reading the log")?;
+                let stored = StoredEntry {
+                    seq: seq as u64,
+                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
+                };
+                if !visit(stored) {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn session_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Option<SessionInfo>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
+            let row: Option<(i64, i64, Vec<u8>)> = c
+                .prepare_cached("SELECT sid, start_seq, genesis FROM sessions WHERE org = ?1 AND session_id = ?2")
+                .and_then(|mut s| {
+                    s.query_row(params![org, session_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .context("reading a session")?;
+            let Some((sid, start_seq, genesis)) = row else {
+                return Ok(None);
+            };
+            let view: String = c
+                .query_row("SELECT view FROM entries WHERE id = ?1", params![row_id(org, start_seq as u64)], |r| {
+                    r.get(0)
+                })
+                .context("reading a session start")?;
+            let OpRecord::SessionStart(header) = op_from_view(start_seq as u64, "session-start", &view)? else {
+                return Err(StoreError::Corrupt("session start record has another type".into()));
+            };
+            let last = true_end(c, org, sid)?.map(|e| (e.index, e.hash));
+            let seal_view: Option<String> = c
+                .query_row(
+                    "SELECT view FROM entries WHERE sid = ?1 AND type = 'seal'",
+                    params![sid],
+                    |r| r.get(0),
+                )
+                .optional()
+                .context("reading a seal")?;
+            let seal = match seal_view {
+                None => None,
+                Some(v) => match op_from_view(0, "seal", &v)? {
+                    OpRecord::Seal(s) => Some(s),
+                    _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
+                },
+            };
+            let (step_count, head) = match last {
+                Some((index, hash)) => (index as u64 + 1, blob_hash(hash)?),
+                None => (0, blob_hash(genesis)?),
+            };
+            Ok(Some(SessionInfo {
+                header,
+                start_seq: start_seq as u64,
+                step_count,
+                head,
+                seal,
+            }))
+        })
+    }
+
+    pub(super) fn read_session_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|c| {
+            let session: Option<(i64, i64)> = c
+                .prepare_cached(
+                    "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+                     WHERE o.name = ?1 AND s.session_id = ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![org_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
+                })
+                .context("reading a session")?;
+            let Some((org, sid)) = session else {
+                return Ok(());
+            };
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+                 JOIN sessions s ON s.sid = e.sid WHERE e.id = ?1"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("reading a session")?;
+            for id in session_rowids(c, org, sid)? {
+                let mut rows = stmt.query([id]).context("reading a session")?;
+                if let Some(row) = rows.next().context("reading a session")?
+                    && !visit(step_from_row(row)?)
+                {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn step_by_trace_in(
+        &self,
+        org_id: &str,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.read(|c| {
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
+                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("looking up a step")?;
+            let mut rows = stmt.query(params![org_id, trace_id]).context("looking up a step")?;
+            match rows.next().context("looking up a step")? {
+                Some(row) => Ok(Some(step_from_row(row)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    pub(super) fn list_sessions_in(
+        &self,
+        org_id: &str,
+        filter: &SessionFilter,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (sql, params) =
+                listing::session_listing_query(org, filter, limit, |n| format!("?{n}"));
+            let params: Vec<Box<dyn rusqlite::ToSql>> =
+                params.into_iter().map(ListParam::into_sqlite).collect();
+            let mut stmt = c.prepare_cached(&sql).context("listing sessions")?;
+            let rows: Vec<(String, String, i64, i64, bool)> = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .context("listing sessions")?
+                .collect::<Result<_, _>>()
+                .context("listing sessions")?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (session_id, agent_id, started, sid, sealed) in rows {
+                // Counted from the log (the head row is only a hint).
+                let end = true_end(c, org, sid)?;
+                let first = match &end {
+                    Some(_) => successor(c, sid, None)?,
+                    None => None,
+                };
+                out.push(SessionSummary {
+                    session_id,
+                    agent_id,
+                    step_count: end.as_ref().map_or(0, |e| e.index as u64 + 1),
+                    first_step_at: first.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    last_step_at: end.and_then(|e| Timestamp::from_micros(e.created_at)),
+                    started_at: Timestamp::from_micros(started).unwrap_or_default(),
+                    sealed,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn flagged_steps_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let (_, hi) = org_range(org);
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+                 JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.status = 'flagged' AND e.id >= ?2 AND e.id < ?3
+                 ORDER BY e.id LIMIT ?4"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("listing flagged steps")?;
+            let mut rows = stmt
+                .query(params![
+                    org,
+                    row_id(org, from),
+                    hi,
+                    limit.min(i64::MAX as usize) as i64
+                ])
+                .context("listing flagged steps")?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().context("listing flagged steps")? {
+                out.push(step_from_row(row)?);
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn op_records_in(
+        &self,
+        org_id: &str,
+        entry_type: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, view FROM entries WHERE org = ?1 AND type = ?2 AND type <> 'step'
+                     AND seq >= ?3 ORDER BY id LIMIT ?4",
+                )
+                .context("listing records")?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        org,
+                        entry_type,
+                        from as i64,
+                        limit.min(i64::MAX as usize) as i64
+                    ],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+                )
+                .context("listing records")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, view) = row.context("listing records")?;
+                out.push((seq as u64, op_from_view(seq as u64, entry_type, &view)?));
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn session_records_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                     WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.id",
+                )
+                .context("reading a session's records")?;
+            let rows: Vec<(i64, String, String)> = stmt
+                .query_map(params![org_id, session_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .context("reading a session's records")?
+                .collect::<Result<_, _>>()
+                .context("reading a session's records")?;
+            rows.into_iter()
+                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
+                .collect()
+        })
+    }
+
+    pub(super) fn key_records_in(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                     WHERE o.name = ?1 AND e.type IN ('key-registration', 'key-revocation')
+                       AND (?2 IS NULL OR e.agent_id = ?2) ORDER BY e.id",
+                )
+                .context("reading key records")?;
+            let rows: Vec<(i64, String, String)> = stmt
+                .query_map(params![org_id, agent_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .context("reading key records")?
+                .collect::<Result<_, _>>()
+                .context("reading key records")?;
+            rows.into_iter()
+                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
+                .collect()
+        })
+    }
+
+    pub(super) fn op_by_id_in(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<Option<(u64, OpRecord)>, StoreError> {
+        let found: Option<(i64, String, String)> = self.read(|c| {
+            c.prepare_cached(
+                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type <> 'step'",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![org_id, id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()
+            })
+            .context("looking up a record by id")
+        })?;
+        found
+            .map(|(seq, entry_type, view)| {
+                Ok((seq as u64, op_from_view(seq as u64, &entry_type, &view)?))
+            })
+            .transpose()
+    }
+
+    pub(super) fn agent_keys_in(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
+        let views = self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
+                     WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.id",
+                )
+                .context("reading agent keys")?;
+            let rows = stmt
+                .query_map([org_id], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+                })
+                .context("reading agent keys")?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .context("reading agent keys")
+        })?;
+        Ok(agent_keys_from_views(views)?
+            .into_iter()
+            .map(|(_, reg)| reg)
+            .collect())
+    }
+}

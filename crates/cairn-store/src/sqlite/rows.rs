@@ -1,0 +1,210 @@
+//! Reading the log's rows back: steps and entries decoded from their
+//! columns, and a session's chain walked through the successor index (its
+//! true end, its rowids, its sequencing state). Shared by the read queries
+//! and the writer's transaction.
+
+use crate::engine::{
+    ChainEnd, RawStep, SessionState, StoredSession, blob_hash, chain_end, op_from_view, row_id,
+};
+use crate::{DbContext, StoreError, StoredStep};
+use cairn_core::Timestamp;
+use cairn_core::log::{LogEntry, LogRecord};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The step of session `sid` whose previous step is at `seq` (its first
+/// step when `None`), found by the unique successor index.
+pub(super) fn successor(
+    conn: &Connection,
+    sid: i64,
+    seq: Option<i64>,
+) -> Result<Option<ChainEnd>, StoreError> {
+    conn.prepare_cached(
+        "SELECT seq, step_index, record_hash, created_at, kind FROM entries
+         WHERE COALESCE(prev_seq, -1) = ?1 AND sid = ?2 AND type = 'step'",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![seq.unwrap_or(-1), sid], |r| {
+            Ok(ChainEnd {
+                seq: r.get(0)?,
+                index: r.get(1)?,
+                hash: r.get(2)?,
+                created_at: r.get(3)?,
+                kind: r.get(4)?,
+            })
+        })
+        .optional()
+    })
+    .context("following a session's chain")
+}
+
+/// A session's last step as the log holds it: from the step its head row
+/// names (if that is a step of the session), walked forward to the end.
+pub(super) fn true_end(
+    conn: &Connection,
+    org: i64,
+    sid: i64,
+) -> Result<Option<ChainEnd>, StoreError> {
+    let hint = conn
+        .prepare_cached(
+            "SELECT e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+             FROM session_heads h JOIN entries e ON e.id = ((?1 << 40) | h.last_seq)
+             WHERE h.sid = ?2 AND e.sid = ?2 AND e.type = 'step' AND e.step_index = h.last_index",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![org, sid], |r| {
+                Ok(ChainEnd {
+                    seq: r.get(0)?,
+                    index: r.get(1)?,
+                    hash: r.get(2)?,
+                    created_at: r.get(3)?,
+                    kind: r.get(4)?,
+                })
+            })
+            .optional()
+        })
+        .context("reading a session head")?;
+    chain_end(hint, |seq| successor(conn, sid, seq))
+}
+
+/// A session's sequencing state, read from the log.
+pub(super) fn load_session(
+    conn: &Connection,
+    org: i64,
+    session_id: &str,
+) -> Result<Option<SessionState>, StoreError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT sid, agent_id, profile, genesis, max_clock_skew_s,
+                    EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+             FROM sessions s WHERE org = ?1 AND session_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![org, session_id], |r| {
+                Ok(StoredSession {
+                    sid: r.get(0)?,
+                    agent_id: r.get(1)?,
+                    profile: r.get(2)?,
+                    genesis: r.get(3)?,
+                    max_clock_skew_s: r.get(4)?,
+                    sealed: r.get(5)?,
+                    first_seq: None,
+                    end: None,
+                })
+            })
+            .optional()
+        })
+        .context("loading a session")?;
+    let Some(mut stored) = row else {
+        return Ok(None);
+    };
+    stored.end = true_end(conn, org, stored.sid)?;
+    stored.first_seq = successor(conn, stored.sid, None)?.map(|e| e.seq);
+    stored.into_state().map(Some)
+}
+
+/// The rowids of a session's steps, oldest first: from its last step as
+/// the log holds it ([`true_end`]), back along `prev_seq`. A broken link
+/// ends the walk early; verification then reports the missing index.
+pub(super) fn session_rowids(
+    conn: &Connection,
+    org: i64,
+    sid: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let Some(end) = true_end(conn, org, sid)? else {
+        return Ok(Vec::new());
+    };
+    let mut ids = Vec::with_capacity(end.index as usize + 1);
+    let mut next = Some(end.seq);
+    let mut stmt = conn
+        .prepare_cached("SELECT prev_seq FROM entries WHERE id = ?1 AND sid = ?2")
+        .context("walking a session")?;
+    while let Some(seq) = next {
+        // A session holds index + 1 steps: more links mean a loop.
+        if ids.len() > end.index as usize {
+            break;
+        }
+        let id = row_id(org, seq as u64);
+        let prev: Option<Option<i64>> = stmt
+            .query_row(params![id, sid], |r| r.get(0))
+            .optional()
+            .context("walking a session")?;
+        let Some(prev) = prev else { break };
+        ids.push(id);
+        next = prev;
+    }
+    ids.reverse();
+    Ok(ids)
+}
+
+/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
+pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
+    let read = |e| StoreError::Database {
+        context: "reading a step".into(),
+        source: e,
+    };
+    let raw = (|| {
+        Ok::<_, rusqlite::Error>(RawStep {
+            seq: row.get(0)?,
+            trace_id: row.get(1)?,
+            agent_id: row.get(2)?,
+            kind: row.get(3)?,
+            kind_label: row.get(4)?,
+            content: row.get(5)?,
+            input: row.get(6)?,
+            output: row.get(7)?,
+            confidence: row.get(8)?,
+            duration_ms: row.get(9)?,
+            token_count: row.get(10)?,
+            model: row.get(11)?,
+            metadata: row.get(12)?,
+            created_at: row.get(13)?,
+            turn_id: row.get(14)?,
+            turn_step: row.get(15)?,
+            task_id: row.get(16)?,
+            links: row.get(17)?,
+            status: row.get(18)?,
+            seed: row.get(19)?,
+            digest: row.get(20)?,
+            prev_hash: row.get(21)?,
+            hash: row.get(22)?,
+            signer_key_id: row.get(23)?,
+            signature: row.get(24)?,
+            has_embedding: row.get(25)?,
+            erased: row.get(26)?,
+            hidden: row.get(27)?,
+            step_index: row.get(28)?,
+            org_id: row.get(29)?,
+            session_id: row.get(30)?,
+            salts: row.get(31)?,
+            logged_at: row.get(32)?,
+        })
+    })()
+    .map_err(read)?;
+    raw.parse()
+}
+
+/// A log entry from a row selected with [`STEP_COLUMNS`] followed by
+/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
+pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEntry, StoreError> {
+    let entry_type: String = row.get(n).context("reading the log")?;
+    if entry_type == "step" {
+        let stored = step_from_row(row)?;
+        return Ok(LogEntry {
+            seq: stored.seq,
+            logged_at: stored.logged_at,
+            record: LogRecord::Step(stored.record),
+        });
+    }
+    let seq: i64 = row.get(0).context("reading the log")?;
+    let logged_at: i64 = row.get(n - 1).context("reading the log")?;
+    let view: Option<String> = row.get(n + 1).context("reading the log")?;
+    let hash = blob_hash(row.get(22).context("reading the log")?)?;
+    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    let record = op_from_view(seq as u64, &entry_type, &view)?;
+    Ok(LogEntry {
+        seq: seq as u64,
+        logged_at: Timestamp::from_micros(logged_at)
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
+        record: LogRecord::Op { record, hash },
+    })
+}

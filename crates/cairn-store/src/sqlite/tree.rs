@@ -1,0 +1,188 @@
+//! The embedded store's Merkle tree as stored: subtree hashes read from
+//! `entries` and `nodes` for proofs, roots and frontiers, the log's size,
+//! and its signed checkpoints. The engine writes the tree; this is how it
+//! is read back.
+
+use super::SqliteStore;
+use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
+use crate::{DbContext, StoreError, StoredCheckpoint};
+use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
+use cairn_core::{Hash, Timestamp};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Size of an org's log, from its largest rowid.
+pub(super) fn log_size_of(conn: &Connection, org: i64) -> Result<u64, StoreError> {
+    let (lo, hi) = org_range(org);
+    let max: Option<i64> = conn
+        .prepare_cached("SELECT MAX(id) FROM entries WHERE id >= ?1 AND id < ?2")
+        .and_then(|mut s| s.query_row(params![lo, hi], |r| r.get(0)))
+        .context("reading the log size")?;
+    Ok(max.map_or(0, |id| (id - lo) as u64 + 1))
+}
+
+/// Reads perfect-subtree hashes of one org's log from the tables: a
+/// subtree at level `l` is folded from at most 16 hashes stored at the
+/// level `l - l % 4` below it, read in one range query (as the PostgreSQL
+/// backend does), rather than one point query per leaf or node.
+pub(super) struct DbTree<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) org: i64,
+    pub(super) size: u64,
+}
+
+impl SubtreeHashes for DbTree<'_> {
+    type Error = StoreError;
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
+        let stored = level - level % NODE_STRIDE;
+        let span = 1u64 << (level - stored);
+        let first = index << (level - stored);
+        let hashes: Vec<Vec<u8>> = if stored == 0 {
+            self.conn
+                .prepare_cached(
+                    "SELECT leaf_hash FROM entries WHERE id >= ?1 AND id < ?2 ORDER BY id",
+                )
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![row_id(self.org, first), row_id(self.org, first + span)],
+                        |r| r.get(0),
+                    )?
+                    .collect()
+                })
+                .context("reading leaf hashes")?
+        } else {
+            self.conn
+                .prepare_cached(
+                    "SELECT hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
+                     ORDER BY idx",
+                )
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![self.org, stored, first as i64, (first + span) as i64],
+                        |r| r.get(0),
+                    )?
+                    .collect()
+                })
+                .context("reading tree nodes")?
+        };
+        if hashes.len() as u64 != span {
+            if level == 0 {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf {index} of the log is missing"
+                )));
+            }
+            // A stored node is missing: compute it from below.
+            let left = self.subtree(level - 1, 2 * index)?;
+            let right = self.subtree(level - 1, 2 * index + 1)?;
+            return Ok(node_hash(&left, &right));
+        }
+        let hashes = hashes
+            .into_iter()
+            .map(blob_hash)
+            .collect::<Result<Vec<Hash>, StoreError>>()?;
+        crate::engine::fold_perfect(hashes)
+    }
+}
+
+/// The frontier of a stored tree: one subtree hash per set bit of its size.
+pub(super) fn frontier_of(tree: &DbTree<'_>) -> Result<Frontier, StoreError> {
+    let size = tree.size;
+    let mut peaks = Vec::new();
+    let mut start = 0u64;
+    for level in (0..64u32).rev() {
+        if size & (1 << level) != 0 {
+            peaks.push(tree.subtree(level, start >> level)?);
+            start += 1 << level;
+        }
+    }
+    Frontier::from_parts(size, peaks).ok_or_else(|| StoreError::Corrupt("frontier rebuild".into()))
+}
+
+pub(super) fn latest_checkpoint(
+    conn: &Connection,
+    org: i64,
+    name: &str,
+) -> Result<Option<StoredCheckpoint>, StoreError> {
+    let row: Option<(i64, Vec<u8>, String, i64)> = conn
+        .prepare_cached("SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 ORDER BY size DESC LIMIT 1")
+        .and_then(|mut s| {
+            s.query_row([org], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .context("reading the latest checkpoint")?;
+    row.map(|(size, root, note, created)| {
+        Ok(StoredCheckpoint {
+            org_id: name.to_owned(),
+            size: size as u64,
+            root: blob_hash(root)?,
+            note,
+            created_at: Timestamp::from_micros(created).unwrap_or_default(),
+        })
+    })
+    .transpose()
+}
+
+impl SqliteStore {
+    /// Runs a proof computation over an org's stored tree.
+    pub(super) fn with_tree<T>(
+        &self,
+        org_id: &str,
+        prove: impl FnOnce(&DbTree<'_>) -> Result<T, cairn_core::merkle::ProofError<StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.read(|c| {
+            let org = Self::org_id_of(c, org_id)?
+                .ok_or_else(|| StoreError::NotFound(format!("org {org_id} has no log")))?;
+            let tree = DbTree {
+                conn: c,
+                org,
+                size: log_size_of(c, org)?,
+            };
+            prove(&tree).map_err(|e| match e {
+                cairn_core::merkle::ProofError::Read(e) => e,
+                cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
+            })
+        })
+    }
+
+    pub(super) fn checkpoints_in(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c
+                .prepare("SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 ORDER BY size")
+                .context("listing checkpoints")?;
+            let rows = stmt
+                .query_map([org], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+                })
+                .context("listing checkpoints")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (size, root, note, created) = row.context("listing checkpoints")?;
+                out.push(StoredCheckpoint {
+                    org_id: org_id.to_owned(),
+                    size: size as u64,
+                    root: blob_hash(root)?,
+                    note,
+                    created_at: Timestamp::from_micros(created).unwrap_or_default(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    pub(super) fn root_at_in(&self, org_id: &str, size: u64) -> Result<Hash, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(cairn_core::merkle::empty_root());
+            };
+            let tree = DbTree { conn: c, org, size };
+            range_hash(&tree, 0, size)
+        })
+    }
+}
