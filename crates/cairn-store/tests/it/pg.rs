@@ -331,18 +331,14 @@ fn the_production_role_has_only_what_it_needs() {
     }
 }
 
-/// The production role runs the whole background-embedding path (queue,
-/// lease, vectors, the flag, search, erasure) with its grants alone.
-#[test]
-fn the_production_role_runs_the_embedding_queue() {
-    let Some(cluster) = PgCluster::start() else {
-        return;
-    };
-    let url = cluster.create_database("app_embedding");
-    let keys = tempfile::tempdir().unwrap();
-    let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+/// A database `db` whose schema the owner created, and the URL of the
+/// production role (`cairn_app`, holding only `pg_grants.sql`'s grants)
+/// on it; the server key lives in `keys`.
+pub(crate) fn production_role_url(cluster: &PgCluster, db: &str, keys: &std::path::Path) -> String {
+    let url = cluster.create_database(db);
+    let key = load_or_create_server_key(keys, "cairn.local").unwrap();
     // The schema owner creates the schema once.
-    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
+    drop(PgStore::open(PgOptions::new(url.clone()), key).unwrap());
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     admin
         .batch_execute("DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;")
@@ -350,7 +346,19 @@ fn the_production_role_runs_the_embedding_queue() {
     admin
         .batch_execute(include_str!("../../src/pg_grants.sql"))
         .unwrap();
-    let app_url = url.replace("user=postgres", "user=cairn_app");
+    url.replace("user=postgres", "user=cairn_app")
+}
+
+/// The production role runs the whole background-embedding path (queue,
+/// lease, vectors, the flag, search, erasure) with its grants alone.
+#[test]
+fn the_production_role_runs_the_embedding_queue() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let keys = tempfile::tempdir().unwrap();
+    let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    let app_url = production_role_url(&cluster, "app_embedding", keys.path());
     let store: Arc<dyn LedgerStore> =
         Arc::new(PgStore::open(PgOptions::new(app_url), key()).unwrap());
     let ledger =

@@ -459,22 +459,10 @@ fn the_production_role_writes_batches_without_steps() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
-    let url = cluster.create_database("app_ops");
     let keys = tempfile::tempdir().unwrap();
-    let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
-    drop(PgStore::open(PgOptions::new(url.clone()), key()).unwrap());
-    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    admin
-        .batch_execute("DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;")
-        .unwrap();
-    admin
-        .batch_execute(include_str!("../../src/pg_grants.sql"))
-        .unwrap();
-    let store = PgStore::open(
-        PgOptions::new(url.replace("user=postgres", "user=cairn_app")),
-        key(),
-    )
-    .unwrap();
+    let app_url = crate::pg::production_role_url(&cluster, "app_ops", keys.path());
+    let key = load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    let store = PgStore::open(PgOptions::new(app_url), key).unwrap();
     let org = crate::conformance::ORG;
     let session = |id: &str| {
         WriteRequest::StartSession(cairn_store::NewSession {

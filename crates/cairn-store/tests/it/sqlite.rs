@@ -138,6 +138,24 @@ fn plain_sql_cannot_change_the_ledger() {
     }
 }
 
+/// Appends one plan step to session s1 through a ledger over `store`.
+fn append_plan(
+    store: Arc<dyn LedgerStore>,
+    content: &str,
+) -> Result<cairn_store::Written, cairn_store::AppendError> {
+    cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
+        cairn_store::WriteRequest::Step(Box::new(crate::conformance::step("s1", "plan", content))),
+    )
+}
+
+/// A store in `dir` whose session s1 holds `steps` steps, closed again.
+fn session_of(dir: &std::path::Path, steps: usize) {
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir, options()).unwrap());
+    for i in 0..steps {
+        append_plan(Arc::clone(&store), &format!("p{i}")).unwrap();
+    }
+}
+
 /// A head moved forward past the log (the trigger allows any forward move)
 /// is ignored when reading and left alone by the next batch's head write:
 /// the session goes on at the log's next index instead of every batch
@@ -145,20 +163,7 @@ fn plain_sql_cannot_change_the_ledger() {
 #[test]
 fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let append = |store: Arc<dyn LedgerStore>, content: &str| {
-        cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
-            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
-                "s1", "plan", content,
-            ))),
-        )
-    };
-    {
-        let store: Arc<dyn LedgerStore> =
-            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-        for i in 0..2 {
-            append(Arc::clone(&store), &format!("p{i}")).unwrap();
-        }
-    }
+    session_of(dir.path(), 2);
     // The trigger lets a head move forward, even past the log.
     let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
     conn.execute(
@@ -168,7 +173,7 @@ fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
     .unwrap();
     drop(conn);
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-    match append(Arc::clone(&store), "after").unwrap() {
+    match append_plan(Arc::clone(&store), "after").unwrap() {
         cairn_store::Written::Step { step_index, .. } => assert_eq!(step_index, 2),
         other => panic!("{other:?}"),
     }
@@ -188,20 +193,7 @@ fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
 #[test]
 fn a_session_head_moved_back_cannot_make_an_index_be_used_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let append = |store: Arc<dyn LedgerStore>, content: &str| {
-        cairn_store::Ledger::new(store, cairn_store::SequencerConfig::default()).write(
-            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
-                "s1", "plan", content,
-            ))),
-        )
-    };
-    {
-        let store: Arc<dyn LedgerStore> =
-            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-        for i in 0..3 {
-            append(Arc::clone(&store), &format!("p{i}")).unwrap();
-        }
-    }
+    session_of(dir.path(), 3);
     let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
     assert!(
         conn.execute("UPDATE session_heads SET last_index = 0, last_seq = 1", [])
@@ -237,7 +229,8 @@ fn a_session_head_moved_back_cannot_make_an_index_be_used_twice() {
         "{verdict:?}"
     );
     // The next step takes index 3, not 1.
-    let cairn_store::Written::Step { step_index, .. } = append(Arc::clone(&store), "p3").unwrap()
+    let cairn_store::Written::Step { step_index, .. } =
+        append_plan(Arc::clone(&store), "p3").unwrap()
     else {
         panic!()
     };
