@@ -287,9 +287,16 @@ pub fn document(step: &Step) -> Option<String> {
     {
         segment_json(value, &mut segmenter);
     }
-    let mut doc = segmenter.finish();
-    // Bounded: PostgreSQL refuses a tsvector over 1 MB (about 3 bytes per
-    // byte of document at worst), which would fail the whole batch.
+    let doc = capped(segmenter.finish());
+    (!doc.is_empty()).then_some(doc)
+}
+
+/// A segmented document cut to [`MAX_DOCUMENT_BYTES`] at a word boundary:
+/// PostgreSQL refuses a tsvector over 1 MB (about 3 bytes per byte of
+/// document at worst), which would fail the whole batch. Every path that
+/// indexes a step (ingest, and each backend's rebuild from the log) goes
+/// through it, so a step is found by the same words whichever wrote it.
+pub fn capped(mut doc: String) -> String {
     if doc.len() > MAX_DOCUMENT_BYTES {
         let mut end = MAX_DOCUMENT_BYTES;
         while !doc.is_char_boundary(end) {
@@ -298,7 +305,7 @@ pub fn document(step: &Step) -> Option<String> {
         let cut = doc[..end].rfind(' ').unwrap_or(0);
         doc.truncate(cut);
     }
-    (!doc.is_empty()).then_some(doc)
+    doc
 }
 
 /// Longest full-text document, in bytes (cut at a word boundary).

@@ -59,6 +59,13 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
             index_unindexed_steps(&mut tx)?;
+            // The roles that write the log write its full-text rows too
+            // (a database from before the index has none for them).
+            grant_to_writers_of(
+                &mut tx,
+                "entries",
+                &["GRANT SELECT, INSERT, DELETE ON step_search"],
+            )?;
             embedding::upgrade_vectors(&mut tx)?;
             record_session_kinds(&mut tx)?;
         }
@@ -153,10 +160,11 @@ fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), Store
             parse(col(row, 5)?),
         ];
         let content: Option<String> = col(row, 2)?;
-        let doc = crate::fulltext::segment(&crate::fulltext::display_text_of(
-            content.as_deref(),
-            [&payloads[0], &payloads[1], &payloads[2]],
-        ));
+        let doc =
+            crate::fulltext::capped(crate::fulltext::segment(&crate::fulltext::display_text_of(
+                content.as_deref(),
+                [&payloads[0], &payloads[1], &payloads[2]],
+            )));
         if !doc.is_empty() {
             ids.push(col::<i64>(row, 0)?);
             orgs.push(col::<i64>(row, 1)?);

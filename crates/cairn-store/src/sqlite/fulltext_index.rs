@@ -530,7 +530,7 @@ fn index_steps(
             content.as_deref(),
             [&payloads[0], &payloads[1], &payloads[2]],
         );
-        let doc = crate::fulltext::segment(&text);
+        let doc = crate::fulltext::capped(crate::fulltext::segment(&text));
         if !doc.is_empty() {
             insert
                 .execute(params![id, doc])

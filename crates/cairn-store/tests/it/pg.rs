@@ -514,13 +514,13 @@ fn an_upgrade_grants_the_new_embedding_tables() {
         ledger.close();
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    // As the previous version left it: an `embeddings` table granted to the
-    // production role, none of the new tables, the kinds of sessions in an
-    // index over `entries`.
+    // As a previous version left it: an `embeddings` table granted to the
+    // production role, none of the new tables (not even the full-text
+    // index's), the kinds of sessions in an index over `entries`.
     admin
         .batch_execute(
             "DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-             DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds;
+             DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds, step_search;
              CREATE INDEX entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
              CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);",
         )
@@ -537,7 +537,11 @@ fn an_upgrade_grants_the_new_embedding_tables() {
                     "",
                 )
                 .replace(", embedding_queue_n_seq", "")
-                .replace("GRANT SELECT, INSERT ON session_kinds TO cairn_app;", ""),
+                .replace("GRANT SELECT, INSERT ON session_kinds TO cairn_app;", "")
+                .replace(
+                    "GRANT SELECT, INSERT, DELETE ON step_search TO cairn_app;",
+                    "",
+                ),
         )
         .unwrap();
     let app_url = url.replace("user=postgres", "user=cairn_app");
@@ -567,6 +571,17 @@ fn an_upgrade_grants_the_new_embedding_tables() {
         .collect();
     listed.sort();
     assert_eq!(listed, ["old", "s"]);
+    // Both steps are found: the one from before by the migration's index,
+    // the one after through the production role's new grant.
+    let hits = store
+        .full_text_search(
+            crate::conformance::ORG,
+            &cairn_store::fulltext::FullTextQuery::parse("decision upgrade").unwrap(),
+            &cairn_store::StepFilter::default(),
+            10,
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 2, "{hits:?}");
     // A role left without the new grants is refused at start, saying why.
     admin
         .batch_execute("CREATE ROLE bare LOGIN; GRANT USAGE ON SCHEMA public TO bare; GRANT SELECT ON ALL TABLES IN SCHEMA public TO bare;")
