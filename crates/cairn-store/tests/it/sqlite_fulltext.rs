@@ -123,7 +123,7 @@ fn a_failed_index_deletion_hides_the_step_and_stops_nothing_else() {
     // The next sequencing open applies the deletion and indexes the rest.
     let server = SqliteStore::open(dir.path(), seq_options()).unwrap();
     assert_eq!(hits(&server, "zeppelin"), Vec::<u64>::new());
-    assert_eq!(hits(&server, "w399999").len(), 40);
+    assert_eq!(hits(&server, "w1000").len(), 40);
 }
 
 /// A crash (or a power loss: the file runs with synchronous = NORMAL)
