@@ -1,0 +1,467 @@
+//! What writers send and what they get back: the step, session and other
+//! write requests, their validation and hashing before the queue
+//! ([`prepare_step`]), and the outcome of each write.
+
+use crate::{Refusal, StoredCheckpoint, embed, fulltext};
+use cairn_core::Hash;
+use cairn_core::Timestamp;
+use cairn_core::commit::AgentSignature;
+use cairn_core::ed25519_dalek::VerifyingKey;
+use cairn_core::log::SealRecord;
+use cairn_core::record::{Links, Profile, Status};
+
+/// The current time from the system clock (the core never reads a clock;
+/// this crate and the binary do, through this one function).
+pub fn now() -> Timestamp {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    i64::try_from(micros)
+        .ok()
+        .and_then(Timestamp::from_micros)
+        .unwrap_or_default()
+}
+
+/// A step as a writer submits it: the fields it chooses. The store assigns
+/// the rest (trace id, index, timestamp, seed) unless the writer signs the
+/// step, in which case it must fix them itself (see `docs/FORMAT.md` 7.3).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewStep {
+    /// The org.
+    pub org_id: String,
+    /// The session; created on first use if it does not exist.
+    pub session_id: String,
+    /// The agent writing.
+    pub agent_id: String,
+    /// The kind, in any seed's spelling.
+    pub kind_label: String,
+    /// Reasoning text.
+    pub content: Option<String>,
+    /// Input JSON.
+    pub input: Option<serde_json::Value>,
+    /// Output JSON.
+    pub output: Option<serde_json::Value>,
+    /// Confidence 0..1.
+    pub confidence: Option<f64>,
+    /// Duration in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// Tokens used.
+    pub token_count: Option<u64>,
+    /// Model name.
+    pub model: Option<String>,
+    /// Free-form metadata.
+    pub metadata: Option<serde_json::Value>,
+    /// Turn (seed 002).
+    pub turn_id: Option<String>,
+    /// Position in the turn.
+    pub turn_step: Option<u64>,
+    /// Task (seed 001).
+    pub task_id: Option<String>,
+    /// Cross-references.
+    pub links: Links,
+    /// `ok` or `flagged`.
+    pub status: Status,
+    /// The trace id; a UUIDv7 is generated when absent.
+    pub trace_id: Option<String>,
+    /// The timestamp; the store's clock when absent.
+    pub created_at: Option<Timestamp>,
+    /// The index the writer expects; the append is refused if it is not
+    /// the session's next index.
+    pub step_index: Option<u64>,
+    /// The record seed; drawn by the store when absent.
+    pub seed: Option<[u8; 32]>,
+    /// The agent's signature over the step digest.
+    pub signature: Option<AgentSignature>,
+    /// Who is writing (API key id, `cli`): recorded if this step opens the
+    /// session.
+    pub caller: String,
+}
+
+/// A session to open explicitly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// The org.
+    pub org_id: String,
+    /// The session id.
+    pub session_id: String,
+    /// The agent running it.
+    pub agent_id: String,
+    /// Who opened it.
+    pub caller: String,
+    /// Kind profile.
+    pub profile: Profile,
+    /// Final chain hash of the session this one continues: it must be the
+    /// final hash of a sealed session of the org.
+    pub predecessor: Option<Hash>,
+    /// The session this one continues, by id (it must be sealed); its
+    /// final hash becomes the predecessor hash. If both are given they
+    /// must agree.
+    pub predecessor_session: Option<String>,
+    /// Consent to `full` detail exports.
+    pub full_consent: bool,
+}
+
+/// A step validated and hashed as far as possible before sequencing: all
+/// field commitments but the index's are computed by the submitting thread,
+/// so the single sequencer only commits the index, digests and chains.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedStep {
+    /// The step; `step_index` is provisional until sequenced.
+    pub step: cairn_core::record::Step,
+    /// The record seed.
+    pub seed: [u8; 32],
+    /// Openings derived from the seed.
+    pub openings: cairn_core::commit::Openings,
+    /// Field commitments for the provisional `step_index`.
+    pub commitments: [Hash; cairn_core::commit::FIELD_COUNT],
+    /// Whether the writer chose the trace id (then it must be checked for
+    /// uniqueness).
+    pub trace_id_given: bool,
+    /// Whether the writer chose `created_at` (then it must lie within the
+    /// session's clock skew of the time the server logs it, and not before
+    /// the session's previous step); otherwise it is the server's clock.
+    pub created_at_given: bool,
+    /// The index the writer expects, if it said.
+    pub expected_index: Option<u64>,
+    /// The agent's signature.
+    pub signature: Option<AgentSignature>,
+    /// Who is writing.
+    pub caller: String,
+    /// Whether seed 000's sampling rule selected this step (and it has
+    /// text): it is queued for the background embedder, never embedded on
+    /// the write path.
+    pub embed: bool,
+    /// The full-text document it is indexed by ([`fulltext::document`]).
+    pub search_doc: Option<String>,
+}
+
+/// Validates a step and computes everything that does not depend on its
+/// position: trace id, timestamp, seed, salts, all commitments but the
+/// index's, and whether `embedding_sample_rate` selects it for embedding.
+pub fn prepare_step(
+    input: NewStep,
+    limits: &cairn_core::record::Limits,
+    embedding_sample_rate: f64,
+) -> Result<PreparedStep, Refusal> {
+    if input.signature.is_some()
+        && (input.trace_id.is_none()
+            || input.created_at.is_none()
+            || input.step_index.is_none()
+            || input.seed.is_none())
+    {
+        return Err(Refusal::SignedStepIncomplete);
+    }
+    let trace_id_given = input.trace_id.is_some();
+    let created_at_given = input.created_at.is_some();
+    let trace_id = input
+        .trace_id
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let created_at = input.created_at.unwrap_or_else(now);
+    let mut step = cairn_core::record::Step::new(
+        trace_id,
+        input.org_id,
+        input.agent_id,
+        input.session_id,
+        input.step_index.unwrap_or(0),
+        &input.kind_label,
+        created_at,
+    )?;
+    step.content = input.content;
+    step.input = input.input;
+    step.output = input.output;
+    step.confidence = input.confidence;
+    step.duration_ms = input.duration_ms;
+    step.token_count = input.token_count;
+    step.model = input.model;
+    step.metadata = input.metadata;
+    step.turn_id = input.turn_id;
+    step.turn_step = input.turn_step;
+    step.task_id = input.task_id;
+    step.links = input.links;
+    step.status = input.status;
+    // A signed step declares its signer inside the digest, so that the
+    // signature cannot later be stripped unnoticed.
+    step.signer_key_id = input.signature.as_ref().map(|sig| sig.key_id.clone());
+    step.validate(limits)?;
+    let seed = match input.seed {
+        Some(seed) => seed,
+        None => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed)
+                .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?;
+            seed
+        }
+    };
+    let openings = cairn_core::commit::Openings::from_seed(&seed);
+    let commitments = cairn_core::commit::field_commitments(&step, &openings);
+    let search_doc = fulltext::document(&step);
+    let embed = search_doc.is_some()
+        && embed::should_embed(step.kind, &step.trace_id, embedding_sample_rate);
+    Ok(PreparedStep {
+        step,
+        seed,
+        openings,
+        commitments,
+        trace_id_given,
+        created_at_given,
+        expected_index: input.step_index,
+        signature: input.signature,
+        caller: input.caller,
+        embed,
+        search_doc,
+    })
+}
+
+/// The embedding queue's length.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbeddingBacklog {
+    /// Steps waiting to be embedded.
+    pub waiting: u64,
+    /// Steps the embedder refused [`embed::MAX_ATTEMPTS`] times, left out
+    /// until `cairn reindex`.
+    pub parked: u64,
+}
+
+/// A step waiting in the embedding queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEmbedding {
+    /// The row's id (org and position; opaque to callers).
+    pub id: i64,
+    /// The text to embed ([`embed::text_of`]); `None` if the step was
+    /// erased or has no text.
+    pub text: Option<String>,
+}
+
+/// One write for the sequencer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteRequest {
+    /// Append a step.
+    Step(Box<NewStep>),
+    /// Append several steps of one org as one unit (a seed-002 turn): all
+    /// are written, in order, or none is, and the refusal
+    /// ([`Refusal::StepOfMany`]) names the first step refused.
+    Steps(Vec<NewStep>),
+    /// Append a step already prepared with [`prepare_step`] (the
+    /// [`Ledger`](crate::Ledger) does this in the submitting thread).
+    Prepared(Box<PreparedStep>),
+    /// Open a session.
+    StartSession(NewSession),
+    /// Seal a session: sign its Merkle root; nothing can be appended after.
+    /// A strict session's last step must be a reflection (seed 001: a
+    /// reflection closes the task); `require_reflection` asks the same of
+    /// any session (a proof-grade `merkle_finalize`).
+    Seal {
+        /// The org.
+        org_id: String,
+        /// The session.
+        session_id: String,
+        /// Refuse unless the last step is a reflection.
+        require_reflection: bool,
+    },
+    /// Record a reviewer's decision on a flagged step (seed 003's review
+    /// queue), as a `review` record of the org log.
+    Review {
+        /// The org.
+        org_id: String,
+        /// The reviewed step.
+        trace_id: String,
+        /// Approve, reject or escalate.
+        decision: cairn_core::log::ReviewDecision,
+        /// Who reviewed (an API key id, a local user).
+        reviewer: String,
+        /// The reviewer's note.
+        note: Option<String>,
+    },
+    /// Import a seed-004 complete trace: its signature is checked against
+    /// the registered key of its (hashed) agent, the trace is recorded whole
+    /// as a `signed-trace` record, and each component becomes a step of a
+    /// new session (`session_id`, or the trace id).
+    ImportTrace {
+        /// The org.
+        org_id: String,
+        /// The session to create; the trace id when absent.
+        session_id: Option<String>,
+        /// The trace in seed 004's format.
+        trace: serde_json::Value,
+        /// Who imports it.
+        caller: String,
+    },
+    /// Record a per-tool-call audit event (seed 001) that steps can link to
+    /// (`links.audit_event`).
+    AuditEvent {
+        /// The org.
+        org_id: String,
+        /// The event's id; a UUIDv7 when absent. Unique in the org.
+        event_id: Option<String>,
+        /// The session it belongs to, if any (it must exist).
+        session_id: Option<String>,
+        /// What happened: a tool name, an action.
+        action: String,
+        /// Details (any JSON).
+        detail: Option<serde_json::Value>,
+    },
+    /// Register an agent's Ed25519 public key. A key id belongs to one
+    /// agent for good: registering it again for the same agent returns the
+    /// existing registration, for another agent (or after its revocation)
+    /// is refused.
+    RegisterKey {
+        /// The org.
+        org_id: String,
+        /// The agent.
+        agent_id: String,
+        /// The key.
+        public_key: VerifyingKey,
+    },
+    /// Add or retire a log key (`docs/FORMAT.md` 7.10): a `log-key`
+    /// record whose note is signed by the server's current key. The key
+    /// must be named with the server's name; an `add` of the current key
+    /// itself is refused (another key must vouch for it).
+    LogKey {
+        /// The org.
+        org_id: String,
+        /// Add or retire.
+        action: cairn_core::log::LogKeyAction,
+        /// The key.
+        key: cairn_core::note::NoteVerifier,
+    },
+    /// Revoke an agent key: from this record on it signs nothing the log
+    /// accepts; what it signed before stays valid.
+    RevokeKey {
+        /// The org.
+        org_id: String,
+        /// The agent the key is registered for.
+        agent_id: String,
+        /// The key's id (`agent-` + 12 hex digits).
+        key_id: String,
+        /// Why (recorded).
+        reason: String,
+    },
+    /// Rotate an agent key: revoke `old_key_id` and register `public_key`,
+    /// in one step (both records or neither).
+    RotateKey {
+        /// The org.
+        org_id: String,
+        /// The agent.
+        agent_id: String,
+        /// The key being replaced.
+        old_key_id: String,
+        /// The new key.
+        public_key: VerifyingKey,
+    },
+    /// Sign a checkpoint of the org's log now, if it grew since the last.
+    Checkpoint {
+        /// The org.
+        org_id: String,
+    },
+    /// Erase a step's payload (content, input, output, metadata): the
+    /// values are replaced by their commitments, hashes stay, and an
+    /// `erasure` record is appended (a GDPR request, for example).
+    Erase {
+        /// The org.
+        org_id: String,
+        /// The step.
+        trace_id: String,
+        /// Why (recorded).
+        reason: String,
+        /// Who asked (recorded).
+        actor: String,
+    },
+    /// Retention: erase the payload of every step of every session whose
+    /// last step is older than `older_than`, recording each erasure.
+    Retention {
+        /// The org.
+        org_id: String,
+        /// The cutoff.
+        older_than: Timestamp,
+    },
+}
+
+/// What a successful write produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// The steps of a [`WriteRequest::Steps`], each a [`Written::Step`],
+    /// in order.
+    Steps(Vec<Written>),
+    /// A step was appended.
+    Step {
+        /// Its position in the org log.
+        seq: u64,
+        /// Its trace id.
+        trace_id: String,
+        /// Its index in the session.
+        step_index: u64,
+        /// Its chain hash.
+        hash: Hash,
+        /// Its timestamp.
+        created_at: Timestamp,
+        /// Whether this step opened the session.
+        session_created: bool,
+    },
+    /// A session was opened.
+    Session {
+        /// Position of its `session-start` record.
+        seq: u64,
+        /// Its genesis hash.
+        genesis: Hash,
+    },
+    /// A session was sealed.
+    Sealed {
+        /// Position of the seal record.
+        seq: u64,
+        /// The seal.
+        seal: SealRecord,
+    },
+    /// A key was registered.
+    KeyRegistered {
+        /// Position of the registration.
+        seq: u64,
+        /// Its key id (`agent-` + 12 hex digits).
+        key_id: String,
+    },
+    /// A key was revoked (and, for a rotation, its successor registered).
+    KeyRevoked {
+        /// Position of the revocation.
+        seq: u64,
+        /// The revoked key.
+        key_id: String,
+        /// For a rotation: the new key's registration (position, key id).
+        successor: Option<(u64, String)>,
+    },
+    /// A checkpoint was signed (or the latest one returned, if the log did
+    /// not grow).
+    Checkpoint(StoredCheckpoint),
+    /// Steps were erased: the seqs of the erasure records.
+    Erased {
+        /// One erasure record per erased step.
+        seqs: Vec<u64>,
+    },
+    /// A review was recorded.
+    Reviewed {
+        /// Position of the review record.
+        seq: u64,
+        /// The record.
+        review: cairn_core::log::ReviewRecord,
+    },
+    /// A seed-004 trace was imported.
+    TraceImported {
+        /// Position of its `signed-trace` record.
+        seq: u64,
+        /// The session holding its components.
+        session_id: String,
+        /// Each component's step: position and trace id.
+        steps: Vec<(u64, String)>,
+    },
+    /// An audit event was recorded.
+    AuditEvent {
+        /// Position of the event record.
+        seq: u64,
+        /// Its id.
+        event_id: String,
+    },
+    /// A `log-key` record was written.
+    LogKey {
+        /// Its position.
+        seq: u64,
+    },
+}

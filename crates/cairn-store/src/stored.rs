@@ -1,0 +1,171 @@
+//! What the store hands back to readers: stored checkpoints, sessions,
+//! steps and log entries, and the filters and cursors of listings.
+
+use cairn_core::Hash;
+use cairn_core::Timestamp;
+use cairn_core::commit::StepRecord;
+use cairn_core::kind::StepKind;
+use cairn_core::log::{LogEntry, SealRecord};
+use cairn_core::record::{SessionHeader, Status};
+
+/// A signed checkpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// The org.
+    pub org_id: String,
+    /// Log size it covers.
+    pub size: u64,
+    /// Root hash at that size.
+    pub root: Hash,
+    /// The signed note.
+    pub note: String,
+    /// When it was signed.
+    pub created_at: Timestamp,
+}
+
+/// A session's stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The header the genesis derives from.
+    pub header: SessionHeader,
+    /// Position of its `session-start` record.
+    pub start_seq: u64,
+    /// Steps recorded.
+    pub step_count: u64,
+    /// Chain hash of the last step (the genesis if none).
+    pub head: Hash,
+    /// The seal, if sealed.
+    pub seal: Option<SealRecord>,
+}
+
+/// One line of a session listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    /// The session id.
+    pub session_id: String,
+    /// Its agent.
+    pub agent_id: String,
+    /// Steps recorded.
+    pub step_count: u64,
+    /// Timestamp of the first step.
+    pub first_step_at: Option<Timestamp>,
+    /// Timestamp of the last step.
+    pub last_step_at: Option<Timestamp>,
+    /// When the session started.
+    pub started_at: Timestamp,
+    /// Whether it is sealed.
+    pub sealed: bool,
+}
+
+/// Which sessions a listing returns, and from where. Sessions are listed
+/// newest first: by `started_at` descending, then `session_id`
+/// descending, so that a page ends at a [`SessionCursor`] and the next
+/// page starts strictly after it (keyset pagination: every page costs the
+/// same however deep it is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    /// Only this agent's sessions.
+    pub agent_id: Option<String>,
+    /// Only sessions started at or after this time.
+    pub started_from: Option<Timestamp>,
+    /// Only sessions started before this time.
+    pub started_before: Option<Timestamp>,
+    /// Only sessions with at least one step of this kind.
+    pub kind: Option<StepKind>,
+    /// Only sessions with at least one step recorded as flagged.
+    pub flagged: bool,
+    /// Only sessions that come after this one in the listing order.
+    pub after: Option<SessionCursor>,
+}
+
+impl SessionFilter {
+    /// Every session of the org.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// One agent's sessions.
+    pub fn agent(agent_id: Option<&str>) -> Self {
+        Self {
+            agent_id: agent_id.map(str::to_owned),
+            ..Self::default()
+        }
+    }
+}
+
+/// Which steps a search returns (every filter given must hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepFilter {
+    /// Only this agent's steps.
+    pub agent_id: Option<String>,
+    /// Only this session's steps.
+    pub session_id: Option<String>,
+    /// Only steps of this kind.
+    pub kind: Option<StepKind>,
+    /// Only steps with this status.
+    pub status: Option<Status>,
+    /// Only steps created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only steps created before this time.
+    pub until: Option<Timestamp>,
+}
+
+impl StepFilter {
+    /// Whether a step passes (for results found another way than by the
+    /// full-text query, which applies the filter in SQL).
+    pub fn admits(&self, step: &cairn_core::record::Step) -> bool {
+        self.agent_id.as_ref().is_none_or(|a| *a == step.agent_id)
+            && self
+                .session_id
+                .as_ref()
+                .is_none_or(|s| *s == step.session_id)
+            && self.kind.is_none_or(|k| k == step.kind)
+            && self.status.is_none_or(|s| s == step.status)
+            && self.since.is_none_or(|t| step.created_at >= t)
+            && self.until.is_none_or(|t| step.created_at < t)
+    }
+}
+
+/// A place in a session listing: the last session of a page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCursor {
+    /// When that session started.
+    pub started_at: Timestamp,
+    /// Its id.
+    pub session_id: String,
+}
+
+impl SessionCursor {
+    /// The cursor after `summary`.
+    pub fn after(summary: &SessionSummary) -> Self {
+        Self {
+            started_at: summary.started_at,
+            session_id: summary.session_id.clone(),
+        }
+    }
+}
+
+/// A step with its position in the org log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredStep {
+    /// Position in the org log.
+    pub seq: u64,
+    /// When the server logged it.
+    pub logged_at: Timestamp,
+    /// The record.
+    pub record: StepRecord,
+}
+
+/// One entry of an org log as the store holds it: its position, the leaf
+/// hash stored for it (which proofs are served from), and the record, or
+/// why its row could not be read as one (a verifier reports that as a
+/// malformed record at this position; other readers as corruption).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntry {
+    /// Position in the org log.
+    pub seq: u64,
+    /// The stored leaf hash.
+    pub leaf: Hash,
+    /// The entry.
+    pub entry: Result<LogEntry, String>,
+}
