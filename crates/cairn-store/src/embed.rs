@@ -181,11 +181,9 @@ pub(crate) fn pending_text(
     if erased {
         return None;
     }
-    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
-    let [input, output, metadata] = payloads.map(parse);
-    text_of_parts(crate::fulltext::display_text_of(
+    text_of_parts(crate::fulltext::stored_display_text(
         content.as_deref(),
-        [&input, &output, &metadata],
+        payloads.each_ref().map(Option::as_deref),
     ))
 }
 

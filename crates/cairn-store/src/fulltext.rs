@@ -256,6 +256,20 @@ pub fn display_text(step: &Step) -> String {
     )
 }
 
+/// [`display_text_of`] from a stored step's columns (payloads as the JSON
+/// text the store keeps; a payload that does not parse adds no words).
+pub fn stored_display_text(content: Option<&str>, payloads: [Option<&str>; 3]) -> String {
+    let parse = |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok());
+    let [input, output, metadata] = payloads.map(parse);
+    display_text_of(content, [&input, &output, &metadata])
+}
+
+/// The full-text document of a stored step's columns: what every rebuild
+/// from the log indexes, the same words [`document`] gave at ingest.
+pub fn stored_document(content: Option<&str>, payloads: [Option<&str>; 3]) -> String {
+    capped(segment(&stored_display_text(content, payloads)))
+}
+
 /// [`display_text`] from a step's payload fields.
 pub fn display_text_of(content: Option<&str>, payloads: [&Option<Value>; 3]) -> String {
     let mut text = content.unwrap_or_default().to_owned();

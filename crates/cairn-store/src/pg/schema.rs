@@ -151,20 +151,11 @@ fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), Store
             &[],
         )
         .context("indexing steps for full-text search")?;
-    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
     let (mut ids, mut orgs, mut docs) = (Vec::new(), Vec::new(), Vec::new());
     for row in &rows {
-        let payloads = [
-            parse(col(row, 3)?),
-            parse(col(row, 4)?),
-            parse(col(row, 5)?),
-        ];
-        let content: Option<String> = col(row, 2)?;
-        let doc =
-            crate::fulltext::capped(crate::fulltext::segment(&crate::fulltext::display_text_of(
-                content.as_deref(),
-                [&payloads[0], &payloads[1], &payloads[2]],
-            )));
+        let columns: [Option<String>; 4] = [col(row, 2)?, col(row, 3)?, col(row, 4)?, col(row, 5)?];
+        let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
+        let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
         if !doc.is_empty() {
             ids.push(col::<i64>(row, 0)?);
             orgs.push(col::<i64>(row, 1)?);

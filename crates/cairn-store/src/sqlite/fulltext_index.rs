@@ -516,21 +516,13 @@ fn index_steps(
     let mut insert = index
         .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
         .context("indexing steps for full-text search")?;
-    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str(&t).ok());
     let column = "reading steps for the full-text index";
     while let Some(row) = rows.next().context(column)? {
         let id: i64 = row.get(0).context(column)?;
-        let content: Option<String> = row.get(1).context(column)?;
-        let payloads = [
-            parse(row.get(2).context(column)?),
-            parse(row.get(3).context(column)?),
-            parse(row.get(4).context(column)?),
-        ];
-        let text = crate::fulltext::display_text_of(
-            content.as_deref(),
-            [&payloads[0], &payloads[1], &payloads[2]],
-        );
-        let doc = crate::fulltext::capped(crate::fulltext::segment(&text));
+        let text = |i: usize| row.get::<_, Option<String>>(i).context(column);
+        let columns = [text(1)?, text(2)?, text(3)?, text(4)?];
+        let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
+        let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
         if !doc.is_empty() {
             insert
                 .execute(params![id, doc])
