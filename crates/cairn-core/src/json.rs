@@ -48,19 +48,27 @@ pub fn from_str(text: &str) -> Result<Value, String> {
 /// Scans the number tokens of a JSON text (outside strings): an integer
 /// literal (no fraction, no exponent) whose magnitude exceeds 2^53 − 1 is
 /// an error. Malformed text is left to the parser.
-fn check_integer_literals(bytes: &[u8], integers: Integers) -> Result<(), String> {
+pub(crate) fn check_integer_literals(bytes: &[u8], integers: Integers) -> Result<(), String> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'"' => {
+                // To the closing quote, stepping over escapes (a string is
+                // most of a line's bytes: searched, not walked).
                 i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    if bytes[i] == b'\\' {
-                        i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
+                        Some(at) if bytes[i + at] == b'\\' => i += at + 2,
+                        Some(at) => {
+                            i += at + 1;
+                            break;
+                        }
+                        None => {
+                            i = bytes.len();
+                            break;
+                        }
                     }
-                    i += 1;
                 }
-                i += 1;
             }
             b'-' | b'0'..=b'9' => {
                 let start = i;
@@ -132,7 +140,7 @@ fn safe_integer_digits(digits: &[u8]) -> bool {
 }
 
 /// Deserializes a [`Value`] refusing duplicate member names.
-struct StrictSeed;
+pub(crate) struct StrictSeed;
 
 impl<'de> DeserializeSeed<'de> for StrictSeed {
     type Value = Value;
@@ -230,6 +238,60 @@ mod tests {
         );
         assert!(from_str(r#""9007199254740993""#).is_ok(), "inside a string");
         assert!(from_str(r#"{"s":"a\"b 99999999999999999999"}"#).is_ok());
+    }
+
+    /// The scan as first written (walking strings byte by byte), as the
+    /// reference for the searching one.
+    fn reference_scan(bytes: &[u8]) -> bool {
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'"' => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != b'"' {
+                        if bytes[i] == b'\\' {
+                            i += 1;
+                        }
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let start = i;
+                    i += usize::from(bytes[i] == b'-');
+                    let digits_start = i;
+                    while i < bytes.len() && bytes[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    let digits = &bytes[digits_start..i];
+                    let integer = !matches!(bytes.get(i), Some(b'.' | b'e' | b'E'));
+                    while i < bytes.len()
+                        && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                    {
+                        i += 1;
+                    }
+                    if integer && !digits.is_empty() && !safe_integer_digits(digits) {
+                        return false;
+                    }
+                    let _ = start;
+                }
+                _ => i += 1,
+            }
+        }
+        true
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_literal_scan_skips_strings_as_the_reference_does(
+            text in "[\"\\\\a19 .e-]{0,24}(9007199254740993)?[\"\\\\a1 ]{0,8}"
+        ) {
+            let bytes = text.as_bytes();
+            proptest::prop_assert_eq!(
+                check_integer_literals(bytes, Integers::DoubleSafe).is_ok(),
+                reference_scan(bytes)
+            );
+        }
     }
 
     #[test]

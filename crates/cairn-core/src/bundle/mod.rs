@@ -43,6 +43,7 @@ pub const BUNDLE_VERSION: u64 = 2;
 /// of 2^64 leaves).
 const MAX_PROOF_HASHES: usize = 128;
 
+mod fast;
 mod header;
 mod prepared;
 pub use header::BundleHeader;

@@ -7,6 +7,7 @@ use crate::hash::Hash;
 use crate::log::{LogEntry, LogRecord};
 use crate::verify::Reason;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// Why a line is not a JSON value.
 #[derive(Debug)]
@@ -51,6 +52,37 @@ pub struct PreparedLine {
 impl PreparedLine {
     /// Prepares one line (without its line end).
     pub fn new(line: &[u8]) -> PreparedLine {
+        PreparedLine::prepare(Cow::Borrowed(line))
+    }
+
+    /// Prepares one line as read, with or without its line end (`\n` or
+    /// `\r\n`, see [`super::trim_line_end`]); the line's buffer is kept
+    /// rather than copied.
+    pub fn from_vec(mut line: Vec<u8>) -> PreparedLine {
+        let len = super::trim_line_end(&line).len();
+        line.truncate(len);
+        PreparedLine::prepare(Cow::Owned(line))
+    }
+
+    fn prepare(bytes: Cow<'_, [u8]>) -> PreparedLine {
+        let line = &*bytes;
+        // Most lines are plain step entries: read them without a JSON tree.
+        if let Some(entry) = super::fast::decode_step_line(line) {
+            let (LogEntry { seq, record, .. }, _) = &entry;
+            let digest = match record {
+                LogRecord::Step(record) => Some(record.recompute_digest()),
+                LogRecord::Op { .. } => None,
+            };
+            let seq = Some(*seq).filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
+            return PreparedLine {
+                value: Ok(Parsed::Entry(bytes.into_owned())),
+                entry: Some(PreparedEntry {
+                    decoded: Ok(entry),
+                    digest,
+                    seq,
+                }),
+            };
+        }
         let value = std::str::from_utf8(line)
             .map_err(LineError::NotUtf8)
             .and_then(|text| {
@@ -82,7 +114,7 @@ impl PreparedLine {
                     .and_then(Value::as_u64)
                     .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
                 (
-                    Ok(Parsed::Entry(line.to_vec())),
+                    Ok(Parsed::Entry(bytes.into_owned())),
                     Some(PreparedEntry {
                         decoded,
                         digest,

@@ -1,11 +1,11 @@
 //! Feeding a bundle to a [`BundleVerifier`] on every core: lines are read
-//! in chunks, prepared ([`cairn_core::bundle::PreparedLine::new`]: parsed, decoded, step
+//! in chunks, prepared ([`cairn_core::bundle::PreparedLine::from_vec`]: parsed, decoded, step
 //! digests recomputed) by worker threads, and pushed in order on the
 //! calling thread, so the verdict is the one a sequential read gives.
 //! Memory stays bounded: a few chunks per worker are in flight.
 
 use anyhow::{Context as _, Result};
-use cairn_core::bundle::{BundleVerifier, PreparedLine, trim_line_end};
+use cairn_core::bundle::{BundleVerifier, PreparedLine};
 use std::io::BufRead;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
@@ -41,10 +41,7 @@ pub(super) fn feed_bundle(
             from_workers.push(prepared_rx);
             scope.spawn(move || {
                 for (chunk, bytes) in lines_rx {
-                    let prepared = chunk
-                        .iter()
-                        .map(|line| PreparedLine::new(trim_line_end(line)))
-                        .collect();
+                    let prepared = chunk.into_iter().map(PreparedLine::from_vec).collect();
                     if prepared_tx.send((prepared, bytes)).is_err() {
                         break;
                     }
