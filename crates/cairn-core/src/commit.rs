@@ -226,7 +226,7 @@ pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
         Field::OrgId => jcs::write_str(out, &step.org_id),
         Field::AgentId => jcs::write_str(out, &step.agent_id),
         Field::SessionId => jcs::write_str(out, &step.session_id),
-        Field::StepIndex => jcs::write_u64(out, step.step_index),
+        Field::StepIndex => Assigned::StepIndex(step.step_index).write(out),
         Field::StepType => jcs::write_str(out, step.kind.as_str()),
         Field::StepTypeOriginal => jcs::write_str(out, &step.kind_label),
         Field::Content => opt_str(out, &step.content),
@@ -240,11 +240,7 @@ pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
         Field::TokenCount => opt_u64(out, step.token_count),
         Field::Model => opt_str(out, &step.model),
         Field::Metadata => opt_json(out, &step.metadata),
-        Field::CreatedAt => {
-            out.push(b'"');
-            out.extend_from_slice(&step.created_at.canonical_bytes());
-            out.push(b'"');
-        }
+        Field::CreatedAt => Assigned::CreatedAt(step.created_at).write(out),
         Field::TurnId => opt_str(out, &step.turn_id),
         Field::TurnStep => opt_u64(out, step.turn_step),
         Field::TaskId => opt_str(out, &step.task_id),
@@ -365,17 +361,52 @@ pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT
     })
 }
 
-/// Recommits one field after its value changed (the sequencer assigns
-/// `step_index` after the other 20 commitments were computed elsewhere).
-pub fn recommit_field(
+/// A value the sequencer assigns to a step once it knows the step's
+/// place: its index in the session and, if the writer's clock broke the
+/// time rules, its `created_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assigned {
+    /// The step's `step_index`.
+    StepIndex(u64),
+    /// The step's `created_at`.
+    CreatedAt(Timestamp),
+}
+
+impl Assigned {
+    /// The field the value belongs to.
+    pub fn field(self) -> Field {
+        match self {
+            Assigned::StepIndex(_) => Field::StepIndex,
+            Assigned::CreatedAt(_) => Field::CreatedAt,
+        }
+    }
+
+    /// Appends the value's canonical JSON (what [`write_field_value`]
+    /// writes for its field).
+    fn write(self, out: &mut Vec<u8>) {
+        match self {
+            Assigned::StepIndex(index) => jcs::write_u64(out, index),
+            Assigned::CreatedAt(at) => {
+                out.push(b'"');
+                out.extend_from_slice(&at.canonical_bytes());
+                out.push(b'"');
+            }
+        }
+    }
+}
+
+/// Recommits one field after the sequencer assigned its value (the other
+/// 20 commitments were computed before the step was sequenced, and the
+/// step itself is left as the writer sent it).
+pub fn recommit_assigned(
     commitments: &mut [Hash; FIELD_COUNT],
-    step: &Step,
     openings: &Openings,
-    field: Field,
+    assigned: Assigned,
 ) {
+    let field = assigned.field();
     if let Opening::Revealed(salt) = openings.get(field) {
         let mut value = Vec::with_capacity(32);
-        write_field_value(step, field, &mut value);
+        assigned.write(&mut value);
         commitments[field.position()] = commit_field(salt, &value);
     }
 }

@@ -107,6 +107,8 @@ impl Engine<'_> {
                         logged_at: entry.logged_at,
                         sid,
                         step: s,
+                        step_index: s.step_index,
+                        created_at: s.created_at,
                         hash: &r.hash,
                         leaf: &leaf,
                         digest: &r.digest,

@@ -16,8 +16,9 @@ use crate::{
     WriteRequest, Written, now, prepare_step,
 };
 use cairn_core::commit::{
-    AgentSignature, Field, Opening, Openings, StepRecord, agent_key_id, chain_hash,
-    digest_of_commitments, genesis_hash, recommit_field, session_leaf_data, verify_agent_signature,
+    AgentSignature, Assigned, Field, Opening, Openings, StepRecord, agent_key_id, chain_hash,
+    digest_of_commitments, genesis_hash, recommit_assigned, session_leaf_data,
+    verify_agent_signature,
 };
 use cairn_core::ed25519_dalek::VerifyingKey;
 use cairn_core::log::{
@@ -259,7 +260,11 @@ pub(crate) struct StepRow<'a> {
     pub seq: u64,
     pub logged_at: Timestamp,
     pub sid: i64,
+    /// The step as written; its `step_index` and `created_at` are the
+    /// writer's, the two below the ones it is logged with.
     pub step: &'a Step,
+    pub step_index: u64,
+    pub created_at: Timestamp,
     pub hash: &'a Hash,
     pub leaf: &'a Hash,
     pub digest: &'a Hash,

@@ -190,7 +190,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     pub(super) fn append_step(&mut self, prepared: &PreparedStep) -> Outcome<Written> {
-        let mut step = prepared.step.clone();
+        // The step as the writer sent it: the two values the sequencer may
+        // assign (index, time) are kept beside it, never written into a
+        // copy of the whole step.
+        let step = &prepared.step;
         let trace_id = step.trace_id.clone();
         let org_id = self.org(&step.org_id)?.map(|org| org.id);
         // Generated ids (UUIDv7) are unique; a writer-chosen one is checked
@@ -257,13 +260,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }));
         }
         let mut commitments = prepared.commitments;
-        if step.step_index != session.next_index {
-            step.step_index = session.next_index;
-            recommit_field(
+        let step_index = session.next_index;
+        if step.step_index != step_index {
+            recommit_assigned(
                 &mut commitments,
-                &step,
                 &prepared.openings,
-                Field::StepIndex,
+                Assigned::StepIndex(step_index),
             );
         }
         // The entry is logged at the batch's time (never before the log's
@@ -272,19 +274,22 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             Some(org) => next_logged(&org, self.now),
             None => self.now,
         };
-        match self.settle_time(&mut step, &session, prepared.created_at_given, logged_at) {
-            Ok(true) => recommit_field(
-                &mut commitments,
-                &step,
-                &prepared.openings,
-                Field::CreatedAt,
-            ),
-            Ok(false) => {}
-            Err(refusal) => return Ok(Err(refusal)),
-        }
+        let created_at =
+            match self.settle_time(step, &session, prepared.created_at_given, logged_at) {
+                Ok(Some(moved)) => {
+                    recommit_assigned(
+                        &mut commitments,
+                        &prepared.openings,
+                        Assigned::CreatedAt(moved),
+                    );
+                    moved
+                }
+                Ok(None) => step.created_at,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
         let digest = digest_of_commitments(&commitments);
         if let Some(sig) = &prepared.signature
-            && let Err(refusal) = self.check_signature(org_id, &step, &digest, sig)?
+            && let Err(refusal) = self.check_signature(org_id, step, &digest, sig)?
         {
             return Ok(Err(refusal));
         }
@@ -297,8 +302,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let mut org = self
             .org(&step.org_id)?
             .ok_or_else(|| StoreError::Corrupt("org vanished inside a batch".into()))?;
-        let created_at = step.created_at;
-        let hash = chain_hash(&session.head, &digest, step.step_index, created_at);
+        let hash = chain_hash(&session.head, &digest, step_index, created_at);
         let seq = org.frontier.size();
         let logged_at = next_logged(&org, logged_at);
         let leaf = leaf_hash(&cairn_core::log::log_leaf_data(
@@ -309,7 +313,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             seq,
             logged_at,
             sid: session.sid,
-            step: &step,
+            step,
+            step_index,
+            created_at,
             hash: &hash,
             leaf: &leaf,
             digest: &digest,
@@ -346,7 +352,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(Written::Step {
             seq,
             trace_id,
-            step_index: step.step_index,
+            step_index,
             hash,
             created_at,
             session_created: new_session.is_some(),
@@ -358,23 +364,25 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     /// session's clock skew of it and not before the session's previous
     /// step (refused otherwise); the server's own `created_at` is moved to
     /// `logged_at` (or the previous step's time) if it would break either
-    /// rule (a clock step back, a long queue). Returns whether it moved.
+    /// rule (a clock step back, a long queue). Returns the time it moved to,
+    /// if it moved.
     fn settle_time(
         &self,
-        step: &mut Step,
+        step: &Step,
         session: &SessionState,
         given: bool,
         logged_at: Timestamp,
-    ) -> Result<bool, Refusal> {
+    ) -> Result<Option<Timestamp>, Refusal> {
         let max_micros = session.max_clock_skew_s.saturating_mul(1_000_000);
         let skew = step.created_at.as_micros().abs_diff(logged_at.as_micros());
         let regressed = session.last_created.filter(|last| step.created_at < *last);
         if !given {
             if skew <= max_micros && regressed.is_none() {
-                return Ok(false);
+                return Ok(None);
             }
-            step.created_at = logged_at.max(session.last_created.unwrap_or(logged_at));
-            return Ok(true);
+            return Ok(Some(
+                logged_at.max(session.last_created.unwrap_or(logged_at)),
+            ));
         }
         if skew > max_micros {
             return Err(Refusal::ClockSkew {
@@ -392,7 +400,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 previous,
             });
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Links to Cairn's own records must name one: `corrects` and `parent`
