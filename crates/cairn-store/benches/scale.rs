@@ -192,6 +192,11 @@ struct Growth {
     checkpoints: usize,
     intervals: Vec<f64>,
     leaves: Vec<u64>,
+    /// The sequencer's longest batch write and longest round of
+    /// maintenance (checkpoint signing) in the increment, s: what a gap in
+    /// the cadence waited on.
+    slowest_batch: f64,
+    slowest_maintenance: f64,
 }
 
 /// Writes `sessions` through `ledger`: `WRITERS` threads, each keeping up
@@ -228,6 +233,8 @@ fn grow(ledger: &Ledger, sessions: &[Session], raw_dir: &Path) -> Growth {
     let secs = started.elapsed().as_secs_f64();
     let to = cairn_store::now();
     let peak_mb = vm_mb("VmHWM");
+    let slowest_batch = ledger.stats().slowest_batch_micros.load(Relaxed) as f64 / 1e6;
+    let slowest_maintenance = ledger.stats().slowest_maintenance_micros.load(Relaxed) as f64 / 1e6;
     let batches = (ledger.stats().batches.load(Relaxed) - batches0).max(1) as f64;
     let requests = (ledger.stats().requests.load(Relaxed) - requests0) as f64;
     let cps: Vec<StoredCheckpoint> = ledger
@@ -260,6 +267,8 @@ fn grow(ledger: &Ledger, sessions: &[Session], raw_dir: &Path) -> Growth {
             .map(|w| (w[1].created_at.as_micros() - w[0].created_at.as_micros()) as f64 / 1e6)
             .collect(),
         leaves: cps.windows(2).map(|w| w[1].size - w[0].size).collect(),
+        slowest_batch,
+        slowest_maintenance,
     }
 }
 
@@ -887,7 +896,7 @@ const TABLES: [(&str, &[Cell]); 6] = [
         ],
     ),
     (
-        "open + Ledger::new ms | raw open + last row ms | first write ms | second write ms | org 0 checkpoints while growing | interval median / max s | leaves per checkpoint, median | growth s (with raw baseline) | measurements s",
+        "open + Ledger::new ms | raw open + last row ms | first write ms | second write ms | org 0 checkpoints while growing | interval median / max s | leaves per checkpoint, median | longest batch / maintenance s | growth s (with raw baseline) | measurements s",
         &[
             |r| format!("{:.1}", ms(r.open)),
             |r| format!("{:.2}", ms(r.raw_open)),
@@ -895,6 +904,12 @@ const TABLES: [(&str, &[Cell]); 6] = [
             |r| format!("{:.1}", ms(r.second_write)),
             |r| r.growth.checkpoints.to_string(),
             |r| cadence(&r.growth),
+            |r| {
+                format!(
+                    "{:.2} / {:.2}",
+                    r.growth.slowest_batch, r.growth.slowest_maintenance
+                )
+            },
             |r| format!("{:.1} ({:.1})", r.growth.secs, r.growth.total_secs),
             |r| format!("{:.1}", r.measure_secs),
         ],

@@ -98,6 +98,26 @@ pub struct SequencerStats {
     /// Requests queued or in the batch being committed: the backlog
     /// ([`Ledger::backlog`]).
     pub in_flight: std::sync::atomic::AtomicUsize,
+    /// The longest a batch's write took, in microseconds: every writer in
+    /// it (and every writer queued behind it) waited that long.
+    pub slowest_batch_micros: std::sync::atomic::AtomicU64,
+    /// The longest a round of maintenance (checkpoint signing, retention)
+    /// took on the sequencer, in microseconds: writers wait for it too.
+    pub slowest_maintenance_micros: std::sync::atomic::AtomicU64,
+}
+
+impl SequencerStats {
+    fn note_batch(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.slowest_batch_micros
+            .fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn note_maintenance(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.slowest_maintenance_micros
+            .fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A store with its sequencer: the handle writers and readers share.
@@ -246,7 +266,7 @@ fn sequence(
         let first = match jobs.recv_timeout(config.tick) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                maintain(store);
+                maintain(store, stats);
                 last_maintenance = Instant::now();
                 continue;
             }
@@ -280,7 +300,10 @@ fn sequence(
         last_batch = requests.len();
         stats.batches.fetch_add(1, Relaxed);
         stats.requests.fetch_add(requests.len() as u64, Relaxed);
-        match store.append_batch(&requests) {
+        let started = Instant::now();
+        let written = store.append_batch(&requests);
+        stats.note_batch(started.elapsed());
+        match written {
             Ok(outcomes) => {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
                     let _ = reply.send(outcome.map_err(AppendError::Refused));
@@ -300,15 +323,17 @@ fn sequence(
             let _ = reap.try_send(requests);
         }
         if last_maintenance.elapsed() >= config.tick {
-            maintain(store);
+            maintain(store, stats);
             last_maintenance = Instant::now();
         }
     }
-    maintain(store);
+    maintain(store, stats);
 }
 
-fn maintain(store: &dyn LedgerStore) {
+fn maintain(store: &dyn LedgerStore, stats: &SequencerStats) {
+    let started = Instant::now();
     // A failed checkpoint is retried on the next tick; the records it would
     // cover are already durable.
     let _ = store.maintain();
+    stats.note_maintenance(started.elapsed());
 }
