@@ -17,7 +17,8 @@
 //! of the size Cairn's sequencers reached.
 //!
 //! `cargo bench -p cairn-store --bench pg` (`CAIRN_BENCH_STEPS` sets the
-//! number of steps per run).
+//! number of steps per run, `CAIRN_BENCH_PG_WRITERS` the writer threads
+//! per server, 16 by default).
 
 // Benchmark fixtures: a failed unwrap is a broken benchmark.
 #![allow(clippy::unwrap_used)]
@@ -32,7 +33,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+/// Closed-loop writer threads per server (each waits for its
+/// acknowledgement before it sends again), unless `CAIRN_BENCH_PG_WRITERS`
+/// says otherwise: the number of writers bounds a batch's size.
 const WRITERS_PER_SERVER: usize = 16;
+
+fn writers_per_server() -> usize {
+    std::env::var("CAIRN_BENCH_PG_WRITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(WRITERS_PER_SERVER)
+}
 const CONTENT: &str = "The revenue data shows a clear upward trend in Q4, driven primarily by the enterprise segment which grew 23% QoQ. Mid-market held steady while SMB declined 5%, concentrated in three accounts that churned after the pricing change. ";
 
 fn content(i: u64) -> String {
@@ -57,7 +69,7 @@ fn ingest(url: &str, servers: usize, shared_org: bool, total: u64) -> Run {
             Arc::new(Ledger::new(store, SequencerConfig::default()))
         })
         .collect();
-    let writers = servers * WRITERS_PER_SERVER;
+    let writers = servers * writers_per_server();
     let per_writer = total / writers as u64;
     let started = Instant::now();
     let threads: Vec<_> = (0..writers)
@@ -180,7 +192,8 @@ fn main() {
         return;
     };
     println!(
-        "PostgreSQL ingest, {steps} steps of ~900 bytes, {WRITERS_PER_SERVER} writers per server, fsync on"
+        "PostgreSQL ingest, {steps} steps of ~900 bytes, {} writers per server, fsync on",
+        writers_per_server()
     );
     println!(
         "| servers | orgs | Cairn steps/s | mean batch | raw COPY rows/s, same batches and connections | ratio |"
