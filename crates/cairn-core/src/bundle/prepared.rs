@@ -83,6 +83,13 @@ impl PreparedLine {
                 }),
             };
         }
+        PreparedLine::general(bytes)
+    }
+
+    /// Prepares a line through the general decoder alone (what
+    /// [`PreparedLine::new`] does with every line the fast decoder leaves).
+    pub(super) fn general(bytes: Cow<'_, [u8]>) -> PreparedLine {
+        let line = &*bytes;
         let value = std::str::from_utf8(line)
             .map_err(LineError::NotUtf8)
             .and_then(|text| {
