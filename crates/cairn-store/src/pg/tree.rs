@@ -126,19 +126,13 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
         }
         let base = row_id(self.org, 0);
         let rows = self.db.borrow_mut().query(
-            // One index range scan per range (`OFFSET 0` keeps each
-            // subquery a per-range scan: as a plain join, the planner may
-            // hash-join the whole table against the ranges).
             "SELECT 0, e.id - $2, e.leaf_hash
                FROM unnest($3::int8[], $4::int8[]) AS r(lo, hi)
-               CROSS JOIN LATERAL (SELECT id, leaf_hash FROM entries
-                                    WHERE id >= r.lo AND id < r.hi OFFSET 0) AS e
+               JOIN entries e ON e.id >= r.lo AND e.id < r.hi
              UNION ALL
              SELECT n.level, n.idx, n.hash
                FROM unnest($5::int4[], $6::int8[], $7::int8[]) AS r(level, lo, hi)
-               CROSS JOIN LATERAL (SELECT level, idx, hash FROM nodes
-                                    WHERE org = $1 AND level = r.level
-                                      AND idx >= r.lo AND idx < r.hi OFFSET 0) AS n",
+               JOIN nodes n ON n.org = $1 AND n.level = r.level AND n.idx >= r.lo AND n.idx < r.hi",
             &[
                 &self.org,
                 &base,
