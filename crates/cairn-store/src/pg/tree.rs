@@ -45,7 +45,7 @@ impl<'a, C: GenericClient> PgTree<'a, C> {
     }
 
     /// The stored hashes of a subtree, if every one was fetched ahead.
-    fn fetched_hashes(&self, level: u32, index: u64) -> Option<Vec<Hash>> {
+    fn from_fetched(&self, level: u32, index: u64) -> Option<Vec<Hash>> {
         let (stored, first, end) = Self::stored_range(level, index);
         let fetched = self.fetched.borrow();
         (first..end)
@@ -62,7 +62,7 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
     }
 
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
-        if let Some(hashes) = self.fetched_hashes(level, index) {
+        if let Some(hashes) = self.from_fetched(level, index) {
             return crate::engine::fold_perfect(hashes);
         }
         let (stored, first, end) = Self::stored_range(level, index);
@@ -108,7 +108,7 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
         let (mut leaf_lo, mut leaf_hi) = (Vec::new(), Vec::new());
         let (mut node_level, mut node_lo, mut node_hi) = (Vec::new(), Vec::new(), Vec::new());
         for &(level, index) in subtrees {
-            if self.fetched_hashes(level, index).is_some() {
+            if self.from_fetched(level, index).is_some() {
                 continue;
             }
             let (stored, first, end) = Self::stored_range(level, index);
