@@ -11,6 +11,7 @@ use crate::engine::{AgentKey, OrgState, blob_hash, row_id};
 use cairn_core::merkle::{Frontier, leaf_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::GenericClient;
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 /// Leaves another process appended that a batch reads to catch its cached
@@ -103,11 +104,14 @@ pub(super) fn load_org<C: GenericClient>(
     let mut frontier = match cached {
         Some(f) => f.clone(),
         None => {
-            let tree_db = Db {
-                client: &mut *db.client,
-                statements: &mut *db.statements,
-            };
-            let frontier = frontier_of(&PgTree::new(tree_db, id, signed))?;
+            let frontier = frontier_of(&PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org: id,
+                size: signed,
+            })?;
             if let Some(root) = checkpoint_root
                 && frontier.root() != blob_hash(root)?
             {

@@ -11,47 +11,14 @@ use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Reads perfect-subtree hashes of one org's log: a subtree at level `l`
 /// is folded from at most 16 hashes stored at the level `l - l % 4` below
-/// it, fetched in one round trip, or, for a proof, with every other
-/// subtree the proof needs in one round trip ([`SubtreeHashes::prefetch`]).
+/// it, fetched in one round trip.
 pub(super) struct PgTree<'a, C: GenericClient> {
     pub(super) db: RefCell<Db<'a, C>>,
     pub(super) org: i64,
     pub(super) size: u64,
-    /// Stored hashes fetched ahead, by (stored level, index); level 0 are
-    /// leaf hashes.
-    fetched: RefCell<HashMap<(u32, u64), Hash>>,
-}
-
-impl<'a, C: GenericClient> PgTree<'a, C> {
-    pub(super) fn new(db: Db<'a, C>, org: i64, size: u64) -> PgTree<'a, C> {
-        PgTree {
-            db: RefCell::new(db),
-            org,
-            size,
-            fetched: RefCell::default(),
-        }
-    }
-
-    /// The stored hashes a subtree folds from: its stored level and the
-    /// range of indexes at that level.
-    fn stored_range(level: u32, index: u64) -> (u32, u64, u64) {
-        let stored = level - level % NODE_STRIDE;
-        let first = index << (level - stored);
-        (stored, first, first + (1u64 << (level - stored)))
-    }
-
-    /// The stored hashes of a subtree, if every one was fetched ahead.
-    fn from_fetched(&self, level: u32, index: u64) -> Option<Vec<Hash>> {
-        let (stored, first, end) = Self::stored_range(level, index);
-        let fetched = self.fetched.borrow();
-        (first..end)
-            .map(|i| fetched.get(&(stored, i)).copied())
-            .collect()
-    }
 }
 
 impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
@@ -62,23 +29,26 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
     }
 
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
-        if let Some(hashes) = self.from_fetched(level, index) {
-            return crate::engine::fold_perfect(hashes);
-        }
-        let (stored, first, end) = Self::stored_range(level, index);
-        let span = end - first;
+        let stored = level - level % NODE_STRIDE;
+        let span = 1u64 << (level - stored);
+        let first = index << (level - stored);
         let rows = {
             let mut db = self.db.borrow_mut();
             if stored == 0 {
                 db.query(
                     "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
-                    &[&row_id(self.org, first), &row_id(self.org, end)],
+                    &[&row_id(self.org, first), &row_id(self.org, first + span)],
                     "reading leaf hashes",
                 )?
             } else {
                 db.query(
                     "SELECT hash FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
-                    &[&self.org, &(stored as i32), &i64_of(first), &i64_of(end)],
+                    &[
+                        &self.org,
+                        &(stored as i32),
+                        &i64_of(first),
+                        &i64_of(first + span),
+                    ],
                     "reading tree nodes",
                 )?
             }
@@ -99,63 +69,6 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             .map(|row| blob_hash(col(row, 0)?))
             .collect::<Result<Vec<Hash>, StoreError>>()?;
         crate::engine::fold_perfect(hashes)
-    }
-
-    /// Fetches the stored hashes of every announced subtree not fetched
-    /// yet, leaves and nodes, in one query. A subtree whose stored hashes
-    /// are not all there (a node not written yet) is read as before.
-    fn prefetch(&self, subtrees: &[(u32, u64)]) -> Result<(), StoreError> {
-        let (mut leaf_lo, mut leaf_hi) = (Vec::new(), Vec::new());
-        let (mut node_level, mut node_lo, mut node_hi) = (Vec::new(), Vec::new(), Vec::new());
-        for &(level, index) in subtrees {
-            if self.from_fetched(level, index).is_some() {
-                continue;
-            }
-            let (stored, first, end) = Self::stored_range(level, index);
-            if stored == 0 {
-                leaf_lo.push(row_id(self.org, first));
-                leaf_hi.push(row_id(self.org, end));
-            } else {
-                node_level.push(stored as i32);
-                node_lo.push(i64_of(first));
-                node_hi.push(i64_of(end));
-            }
-        }
-        if leaf_lo.is_empty() && node_lo.is_empty() {
-            return Ok(());
-        }
-        let base = row_id(self.org, 0);
-        let rows = self.db.borrow_mut().query(
-            "SELECT 0, e.id - $2, e.leaf_hash
-               FROM unnest($3::int8[], $4::int8[]) AS r(lo, hi)
-               JOIN entries e ON e.id >= r.lo AND e.id < r.hi
-             UNION ALL
-             SELECT n.level, n.idx, n.hash
-               FROM unnest($5::int4[], $6::int8[], $7::int8[]) AS r(level, lo, hi)
-               JOIN nodes n ON n.org = $1 AND n.level = r.level AND n.idx >= r.lo AND n.idx < r.hi",
-            &[
-                &self.org,
-                &base,
-                &leaf_lo,
-                &leaf_hi,
-                &node_level,
-                &node_lo,
-                &node_hi,
-            ],
-            "reading a proof's tree hashes",
-        )?;
-        let mut fetched = self.fetched.borrow_mut();
-        for row in &rows {
-            let level: i32 = col(row, 0)?;
-            let index: i64 = col(row, 1)?;
-            let (Ok(level), Ok(index)) = (u32::try_from(level), u64::try_from(index)) else {
-                return Err(StoreError::Corrupt(format!(
-                    "a tree hash at level {level}, index {index}"
-                )));
-            };
-            fetched.insert((level, index), blob_hash(col(row, 2)?)?);
-        }
-        Ok(())
     }
 }
 
@@ -226,11 +139,14 @@ impl PgStore {
             let org = Self::org_id_of(db, org_id)?
                 .ok_or_else(|| StoreError::NotFound(format!("org {org_id} has no log")))?;
             let size = Self::log_size_of(db, org)?;
-            let db = Db {
-                client: &mut *db.client,
-                statements: &mut *db.statements,
+            let tree = PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org,
+                size,
             };
-            let tree = PgTree::new(db, org, size);
             prove(&tree).map_err(|e| match e {
                 cairn_core::merkle::ProofError::Read(e) => e,
                 cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
@@ -259,11 +175,14 @@ impl PgStore {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(cairn_core::merkle::empty_root());
             };
-            let db = Db {
-                client: &mut *db.client,
-                statements: &mut *db.statements,
+            let tree = PgTree {
+                db: RefCell::new(Db {
+                    client: &mut *db.client,
+                    statements: &mut *db.statements,
+                }),
+                org,
+                size,
             };
-            let tree = PgTree::new(db, org, size);
             range_hash(&tree, 0, size)
         })
     }
