@@ -6,8 +6,8 @@
 
 use super::connection::{col, i64_of, u64_of};
 use super::rows::{
-    FLAGGED_STEPS, LOG_PAGE, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row, session_ids,
-    step_from_row, successor, true_end,
+    FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row, listed_ends,
+    session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -169,14 +169,18 @@ impl PgStore {
                 params.into_iter().map(ListParam::into_pg).collect();
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
             let rows = db.query_built(&sql, &refs, "listing sessions")?;
+            let sids = rows
+                .iter()
+                .map(|row| col::<i64>(row, 3))
+                .collect::<Result<Vec<i64>, StoreError>>()?;
+            // Counted from the log (the head row is only a hint), for the
+            // whole page at once.
+            let mut ends = listed_ends(db, org, &sids)?;
             let mut out = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let sid: i64 = col(row, 3)?;
-                // Counted from the log (the head row is only a hint).
-                let end = true_end(db, org, sid)?;
-                let first = match &end {
-                    Some(_) => successor(db, sid, None)?,
-                    None => None,
+            for (row, sid) in rows.iter().zip(sids) {
+                let (end, first) = match ends.remove(&sid) {
+                    Some(ListedEnds { last, first }) => (last, first),
+                    None => (None, None),
                 };
                 out.push(SessionSummary {
                     session_id: col(row, 0)?,

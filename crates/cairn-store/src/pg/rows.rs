@@ -142,6 +142,80 @@ pub(super) fn true_end<C: GenericClient>(
     chain_end(hint, |seq| successor(db, sid, seq))
 }
 
+/// For each session of a page of listed sessions, in one round trip: the
+/// step its head row names (if it is a step of the session), whether the
+/// log holds a step after that one (or, with no hint, any step), and its
+/// first step. Same statements as [`HEAD_HINT`] and [`SUCCESSOR`], joined
+/// (`OFFSET 0` keeps each a per-session index lookup: pulled up into one
+/// join, the planner may scan whole tables against the page's sessions).
+const LISTING_ENDS: &str = "SELECT s.sid,
+       h.seq, h.step_index, h.record_hash, h.created_at, h.kind,
+       EXISTS (SELECT 1 FROM entries n
+                WHERE COALESCE(n.prev_seq, -1) = COALESCE(h.seq, -1)
+                  AND n.sid = s.sid AND n.type = 'step') AS lags,
+       f.seq, f.step_index, f.record_hash, f.created_at, f.kind
+  FROM unnest($2::int8[]) AS s(sid)
+  LEFT JOIN LATERAL (
+       SELECT e.seq, e.step_index, e.record_hash, e.created_at, e.kind
+         FROM session_heads hh JOIN entries e ON e.id = (($1::bigint << 40) | hh.last_seq)
+        WHERE hh.sid = s.sid AND e.sid = s.sid AND e.type = 'step'
+          AND e.step_index = hh.last_index OFFSET 0) AS h ON true
+  LEFT JOIN LATERAL (
+       SELECT seq, step_index, record_hash, created_at, kind FROM entries
+        WHERE COALESCE(prev_seq, -1) = -1 AND sid = s.sid AND type = 'step' OFFSET 0) AS f ON true";
+
+/// The ends of a listed session as the log holds them: its last step and
+/// its first.
+pub(super) struct ListedEnds {
+    pub(super) last: Option<ChainEnd>,
+    pub(super) first: Option<ChainEnd>,
+}
+
+/// [`ListedEnds`] of each of `sids`, in one round trip for the sessions
+/// whose head row is current (all but those a crash, an older server or
+/// tampering left behind, which are walked as [`true_end`] walks them).
+pub(super) fn listed_ends<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    org: i64,
+    sids: &[i64],
+) -> Result<std::collections::HashMap<i64, ListedEnds>, StoreError> {
+    let rows = db.query(
+        LISTING_ENDS,
+        &[&org, &sids],
+        "reading listed sessions' ends",
+    )?;
+    let optional_end = |row: &Row, n: usize| -> Result<Option<ChainEnd>, StoreError> {
+        let seq: Option<i64> = col(row, n)?;
+        if seq.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ChainEnd {
+            seq: col(row, n)?,
+            index: col(row, n + 1)?,
+            hash: col(row, n + 2)?,
+            created_at: col(row, n + 3)?,
+            kind: col(row, n + 4)?,
+        }))
+    };
+    let mut ends = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let sid: i64 = col(row, 0)?;
+        let hint = optional_end(row, 1)?;
+        let lags: bool = col(row, 6)?;
+        let last = if lags {
+            chain_end(hint, |seq| successor(db, sid, seq))?
+        } else {
+            hint
+        };
+        let first = match &last {
+            Some(_) => optional_end(row, 7)?,
+            None => None,
+        };
+        ends.insert(sid, ListedEnds { last, first });
+    }
+    Ok(ends)
+}
+
 /// The ids of a session's steps, oldest first, as the log holds them.
 pub(super) fn session_ids<C: GenericClient>(
     db: &mut Db<'_, C>,

@@ -61,7 +61,9 @@ fn step_in(org: &str, session: &str, content: &str) -> WriteRequest {
 
 /// The session read-ahead (the head row says whether it lags): a head moved back, one
 /// naming another session's step, one naming the right step with the wrong
-/// index, and a missing head row are all walked over: no index is reused.
+/// index, and a missing head row are all walked over: no index is reused,
+/// and the session listing (which reads a page's heads in one query)
+/// counts the log's steps, not the head row's.
 #[test]
 fn tampered_heads_never_reuse_an_index() {
     let Some(cluster) = PgCluster::start() else {
@@ -76,6 +78,18 @@ fn tampered_heads_never_reuse_an_index() {
             .remove(0)
             .unwrap();
         index_written(&r)
+    };
+    // What the listing says of s1: its step count, as the log holds it,
+    // and that its first and last times are the log's too.
+    let listed = || -> u64 {
+        let all = store
+            .list_sessions(crate::conformance::ORG, &cairn_store::SessionFilter::all(), 10)
+            .unwrap();
+        let s1 = all.iter().find(|s| s.session_id == "s1").unwrap();
+        let read = store.session(crate::conformance::ORG, "s1").unwrap().unwrap();
+        assert_eq!(s1.step_count, read.step_count);
+        assert!(s1.first_step_at.is_some() && s1.first_step_at <= s1.last_step_at);
+        s1.step_count
     };
     for _ in 0..3 {
         write("s1");
@@ -98,6 +112,7 @@ fn tampered_heads_never_reuse_an_index() {
         &mut admin,
         &format!("UPDATE session_heads SET last_seq = {first}, last_index = 0 WHERE sid = {s1}"),
     );
+    assert_eq!(listed(), 3);
     assert_eq!(write("s1"), 3);
     // Naming s2's last step.
     let other = seq_of(&mut admin, "s2", 1);
@@ -105,6 +120,7 @@ fn tampered_heads_never_reuse_an_index() {
         &mut admin,
         &format!("UPDATE session_heads SET last_seq = {other}, last_index = 1 WHERE sid = {s1}"),
     );
+    assert_eq!(listed(), 4);
     assert_eq!(write("s1"), 4);
     // The right step, the wrong index.
     let last = seq_of(&mut admin, "s1", 4);
@@ -112,12 +128,14 @@ fn tampered_heads_never_reuse_an_index() {
         &mut admin,
         &format!("UPDATE session_heads SET last_seq = {last}, last_index = 2 WHERE sid = {s1}"),
     );
+    assert_eq!(listed(), 5);
     assert_eq!(write("s1"), 5);
     // No head row at all (a lost derived row).
     tamper(
         &mut admin,
         &format!("DELETE FROM session_heads WHERE sid = {s1}"),
     );
+    assert_eq!(listed(), 6);
     assert_eq!(write("s1"), 6);
     assert_eq!(
         store
