@@ -3,10 +3,12 @@
 //! line into the streaming `BundleVerifier`, with the header's server key
 //! (so that real bundles in the seed corpus verify deep) and, when the input
 //! starts with one, a trusted checkpoint. Every line is also decoded on its
-//! own as an entry. Nothing may panic, whatever the bytes.
+//! own as an entry, and the typed decoder of step lines is held to the
+//! general one (`assert_fast_agrees`: whenever it answers, the same to the
+//! bit). Nothing may panic, whatever the bytes.
 #![no_main]
 
-use cairn_core::bundle::{BundleVerifier, bundle_lines, decode_entry};
+use cairn_core::bundle::{BundleVerifier, assert_fast_agrees, bundle_lines, decode_entry};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
         verifier.trust_checkpoint(note);
     }
     for line in bundle_lines(bundle) {
+        assert_fast_agrees(line);
         if let Ok(text) = std::str::from_utf8(line) {
             let _ = decode_entry(text);
         }

@@ -38,6 +38,26 @@ pub(super) fn decode_step_line(line: &[u8]) -> Option<ProvenEntry> {
     Some(entry)
 }
 
+/// For fuzzing (`fuzz/fuzz_targets/bundle_lines.rs`): panics if the typed
+/// decoder answers `line` and the general decoder reads it otherwise
+/// (compared to the bit: `Debug` text as well as equality, since
+/// `-0.0 == 0.0`). Not part of the API.
+#[doc(hidden)]
+pub fn assert_fast_agrees(line: &[u8]) {
+    let Some(fast) = decode_step_line(line) else {
+        return;
+    };
+    let general = crate::json::from_slice(line)
+        .ok()
+        .and_then(|value| super::decode_entry_value(&value).ok());
+    assert_eq!(
+        general.as_ref(),
+        Some(&fast),
+        "the typed decoder read a line the general one reads otherwise"
+    );
+    assert_eq!(format!("{general:?}"), format!("{:?}", Some(&fast)));
+}
+
 /// The error this decoder raises: its text is never shown (the general
 /// decoder re-reads the line and explains).
 fn give_up<E: de::Error>() -> E {

@@ -46,6 +46,8 @@ const MAX_PROOF_HASHES: usize = 128;
 mod fast;
 mod header;
 mod prepared;
+#[doc(hidden)]
+pub use fast::assert_fast_agrees;
 pub use header::BundleHeader;
 pub use prepared::PreparedLine;
 use prepared::{LineError, Parsed, PreparedEntry};
