@@ -232,6 +232,9 @@ fn disk_bytes(dir: &Path) -> u64 {
 struct Embedded {
     dir: PathBuf,
     raw_dir: PathBuf,
+    /// The sequenced store, for its batch timings (weak: closing the
+    /// ledger must close the store and free its directory).
+    store: std::sync::Weak<SqliteStore>,
 }
 
 impl Backend for Embedded {
@@ -245,8 +248,23 @@ impl Backend for Embedded {
     };
 
     fn open_ledger(&mut self) -> Ledger {
-        let store = SqliteStore::open(&self.dir, SqliteOptions::default()).unwrap();
-        Ledger::new(Arc::new(store), SequencerConfig::default())
+        let store = Arc::new(SqliteStore::open(&self.dir, SqliteOptions::default()).unwrap());
+        self.store = Arc::downgrade(&store);
+        Ledger::new(store, SequencerConfig::default())
+    }
+
+    fn batch_parts(&self) -> Option<String> {
+        let store = self.store.upgrade()?;
+        let parts = store.slowest_batch_parts();
+        let s = |slot: &std::sync::atomic::AtomicU64| {
+            slot.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
+        };
+        Some(format!(
+            "index flush {:.2} s, rows {:.2} s, commit {:.2} s",
+            s(&parts.index_flush),
+            s(&parts.rows),
+            s(&parts.commit)
+        ))
     }
 
     fn raw_inserts(&mut self, batch: usize, total: u64) -> f64 {
@@ -292,5 +310,14 @@ fn main() {
     let raw_dir = work.path().join("raw");
     std::fs::create_dir_all(&raw_dir).unwrap();
     eprintln!("scale: milestones {milestones:?} in {}", dir.display());
-    common::run(&mut Embedded { dir, raw_dir }, "scale", &milestones, test);
+    common::run(
+        &mut Embedded {
+            dir,
+            raw_dir,
+            store: std::sync::Weak::new(),
+        },
+        "scale",
+        &milestones,
+        test,
+    );
 }

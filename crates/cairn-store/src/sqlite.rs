@@ -173,6 +173,28 @@ pub struct SqliteStore {
     _lock: Option<std::fs::File>,
     /// Semantic search's vectors in memory.
     vectors: crate::vector_index::VectorIndex,
+    /// The longest each part of a batch took, for diagnosis.
+    slowest: BatchParts,
+}
+
+/// The longest each part of a batch's write has taken since the store
+/// opened, in microseconds ([`SqliteStore::slowest_batch_parts`]).
+#[derive(Debug, Default)]
+pub struct BatchParts {
+    /// Writing the full-text queue from the sequencer, when the index's
+    /// thread fell more than its backlog behind.
+    pub index_flush: std::sync::atomic::AtomicU64,
+    /// The batch's rows: every request through the engine.
+    pub rows: std::sync::atomic::AtomicU64,
+    /// The commit, with its fsync of the WAL.
+    pub commit: std::sync::atomic::AtomicU64,
+}
+
+impl BatchParts {
+    fn note(slot: &std::sync::atomic::AtomicU64, since: std::time::Instant) {
+        let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        slot.fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl SqliteStore {
@@ -259,12 +281,19 @@ impl SqliteStore {
                 options.vector_memory_bytes,
                 options.vector_graph_min,
             ),
+            slowest: BatchParts::default(),
         })
     }
 
     /// Path of the database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The longest each part of a batch's write has taken since the store
+    /// opened: where a stalled batch spent its time (benchmarks print it).
+    pub fn slowest_batch_parts(&self) -> &BatchParts {
+        &self.slowest
     }
 
     /// Runs `f` with a read-only connection from the pool.
@@ -343,11 +372,14 @@ impl LedgerStore for SqliteStore {
         if let Some(index) = &self.fulltext
             && index.backlogged()
         {
+            let started = std::time::Instant::now();
             index.flush()?;
+            BatchParts::note(&self.slowest.index_flush, started);
         }
         w.state.fulltext.begin();
         // Dropping the transaction without commit (an error below) rolls the
         // whole batch back; the overlay is then discarded too.
+        let started = std::time::Instant::now();
         let tx = w.conn.unchecked_transaction().context("starting a batch")?;
         let (results, overlay) = self.engine().run_batch(
             &mut SqliteTx {
@@ -356,7 +388,10 @@ impl LedgerStore for SqliteStore {
             },
             batch,
         )?;
+        BatchParts::note(&self.slowest.rows, started);
+        let started = std::time::Instant::now();
         tx.commit().context("committing a batch")?;
+        BatchParts::note(&self.slowest.commit, started);
         let sizes: Vec<(i64, u64, Hash)> = overlay
             .orgs
             .values()

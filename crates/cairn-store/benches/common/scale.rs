@@ -170,6 +170,10 @@ pub trait Backend {
     fn reader(&mut self) -> Box<dyn LedgerStore>;
     /// Opens (connects) without the store and reads the last row.
     fn raw_last_row(&mut self);
+    /// Where the store's slowest batches spent their time, if it says.
+    fn batch_parts(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Reads org 0's rows at some seqs (see [`RawReads::rows_reader`]).
@@ -631,6 +635,9 @@ pub fn run<B: Backend>(backend: &mut B, name: &str, milestones: &[u64], test: bo
             "{name}: {target}: {} steps written in {:.1} s ({:.0}/s)",
             row.growth.steps, row.growth.secs, row.growth.steps_per_sec
         );
+        if let Some(parts) = backend.batch_parts() {
+            eprintln!("{name}: {target}: longest batch parts: {parts}");
+        }
         ledger.close();
         let started = Instant::now();
         let disk = backend.disk_bytes();
