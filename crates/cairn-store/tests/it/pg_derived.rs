@@ -83,10 +83,17 @@ fn tampered_heads_never_reuse_an_index() {
     // and that its first and last times are the log's too.
     let listed = || -> u64 {
         let all = store
-            .list_sessions(crate::conformance::ORG, &cairn_store::SessionFilter::all(), 10)
+            .list_sessions(
+                crate::conformance::ORG,
+                &cairn_store::SessionFilter::all(),
+                10,
+            )
             .unwrap();
         let s1 = all.iter().find(|s| s.session_id == "s1").unwrap();
-        let read = store.session(crate::conformance::ORG, "s1").unwrap().unwrap();
+        let read = store
+            .session(crate::conformance::ORG, "s1")
+            .unwrap()
+            .unwrap();
         assert_eq!(s1.step_count, read.step_count);
         assert!(s1.first_step_at.is_some() && s1.first_step_at <= s1.last_step_at);
         s1.step_count
