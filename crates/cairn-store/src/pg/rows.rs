@@ -104,13 +104,26 @@ const HEAD_HINT: &str = "SELECT e.seq, e.step_index, e.record_hash, e.created_at
   WHERE h.sid = $2 AND e.sid = $2 AND e.type = 'step' AND e.step_index = h.last_index";
 
 fn chain_end_from_row(row: &Row) -> Result<ChainEnd, StoreError> {
+    chain_end_at(row, 0)
+}
+
+/// A chain end from five columns at `n` (seq, step_index, record_hash,
+/// created_at, kind).
+fn chain_end_at(row: &Row, n: usize) -> Result<ChainEnd, StoreError> {
     Ok(ChainEnd {
-        seq: col(row, 0)?,
-        index: col(row, 1)?,
-        hash: col(row, 2)?,
-        created_at: col(row, 3)?,
-        kind: col(row, 4)?,
+        seq: col(row, n)?,
+        index: col(row, n + 1)?,
+        hash: col(row, n + 2)?,
+        created_at: col(row, n + 3)?,
+        kind: col(row, n + 4)?,
     })
+}
+
+/// [`chain_end_at`], or `None` where an outer join found no step (its seq
+/// column is NULL).
+pub(super) fn optional_chain_end_at(row: &Row, n: usize) -> Result<Option<ChainEnd>, StoreError> {
+    let seq: Option<i64> = col(row, n)?;
+    seq.map(|_| chain_end_at(row, n)).transpose()
 }
 
 /// The step of session `sid` after the one at `seq` (its first if `None`).
@@ -184,23 +197,10 @@ pub(super) fn listed_ends<C: GenericClient>(
         &[&org, &sids],
         "reading listed sessions' ends",
     )?;
-    let optional_end = |row: &Row, n: usize| -> Result<Option<ChainEnd>, StoreError> {
-        let seq: Option<i64> = col(row, n)?;
-        if seq.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(ChainEnd {
-            seq: col(row, n)?,
-            index: col(row, n + 1)?,
-            hash: col(row, n + 2)?,
-            created_at: col(row, n + 3)?,
-            kind: col(row, n + 4)?,
-        }))
-    };
     let mut ends = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let sid: i64 = col(row, 0)?;
-        let hint = optional_end(row, 1)?;
+        let hint = optional_chain_end_at(row, 1)?;
         let lags: bool = col(row, 6)?;
         let last = if lags {
             chain_end(hint, |seq| successor(db, sid, seq))?
@@ -208,7 +208,7 @@ pub(super) fn listed_ends<C: GenericClient>(
             hint
         };
         let first = match &last {
-            Some(_) => optional_end(row, 7)?,
+            Some(_) => optional_chain_end_at(row, 7)?,
             None => None,
         };
         ends.insert(sid, ListedEnds { last, first });

@@ -5,11 +5,13 @@
 
 use super::connection::{Db, col, i64_of, u64_of};
 use super::locks::{Cache, load_org, lock_orgs};
-use super::rows::{STEP_BY_TRACE, session_ids, step_from_row, successor, true_end};
+use super::rows::{
+    STEP_BY_TRACE, optional_chain_end_at, session_ids, step_from_row, successor, true_end,
+};
 use super::tree::latest_checkpoint;
 use crate::engine::{
-    AgentKey, ChainEnd, OpRow, OrgState, SessionState, StepRow, StoredSession, WriteTx, blob_hash,
-    chain_end, json_text, links_text, op_from_view, op_record_id, row_id,
+    AgentKey, OpRow, OrgState, SessionState, StepRow, StoredSession, WriteTx, blob_hash, chain_end,
+    json_text, links_text, op_from_view, op_record_id, row_id,
 };
 use crate::{DbContext, StoreError, StoredCheckpoint, StoredStep, WriteRequest};
 use cairn_core::log::OpRecord;
@@ -204,17 +206,7 @@ static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile
 /// names as the end (to be walked forward to the log's real end if the
 /// last column says the log holds a step after it).
 fn session_from_row(row: &Row) -> Result<(String, StoredSession), StoreError> {
-    let seq: Option<i64> = col(row, 8)?;
-    let end = match seq {
-        Some(seq) => Some(ChainEnd {
-            seq,
-            index: col(row, 9)?,
-            hash: col(row, 10)?,
-            created_at: col(row, 11)?,
-            kind: col(row, 12)?,
-        }),
-        None => None,
-    };
+    let end = optional_chain_end_at(row, 8)?;
     Ok((
         col(row, 0)?,
         StoredSession {

@@ -11,6 +11,17 @@ use cairn_core::Timestamp;
 use cairn_core::log::{LogEntry, LogRecord};
 use rusqlite::{Connection, OptionalExtension, params};
 
+/// A chain end from a row of `seq, step_index, record_hash, created_at,
+/// kind`.
+fn chain_end_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<ChainEnd> {
+    Ok(ChainEnd {
+        seq: r.get(0)?,
+        index: r.get(1)?,
+        hash: r.get(2)?,
+        created_at: r.get(3)?,
+        kind: r.get(4)?,
+    })
+}
 /// The step of session `sid` whose previous step is at `seq` (its first
 /// step when `None`), found by the unique successor index.
 pub(super) fn successor(
@@ -23,16 +34,8 @@ pub(super) fn successor(
          WHERE COALESCE(prev_seq, -1) = ?1 AND sid = ?2 AND type = 'step'",
     )
     .and_then(|mut s| {
-        s.query_row(params![seq.unwrap_or(-1), sid], |r| {
-            Ok(ChainEnd {
-                seq: r.get(0)?,
-                index: r.get(1)?,
-                hash: r.get(2)?,
-                created_at: r.get(3)?,
-                kind: r.get(4)?,
-            })
-        })
-        .optional()
+        s.query_row(params![seq.unwrap_or(-1), sid], chain_end_of)
+            .optional()
     })
     .context("following a session's chain")
 }
@@ -50,18 +53,7 @@ pub(super) fn true_end(
              FROM session_heads h JOIN entries e ON e.id = ((?1 << 40) | h.last_seq)
              WHERE h.sid = ?2 AND e.sid = ?2 AND e.type = 'step' AND e.step_index = h.last_index",
         )
-        .and_then(|mut s| {
-            s.query_row(params![org, sid], |r| {
-                Ok(ChainEnd {
-                    seq: r.get(0)?,
-                    index: r.get(1)?,
-                    hash: r.get(2)?,
-                    created_at: r.get(3)?,
-                    kind: r.get(4)?,
-                })
-            })
-            .optional()
-        })
+        .and_then(|mut s| s.query_row(params![org, sid], chain_end_of).optional())
         .context("reading a session head")?;
     chain_end(hint, |seq| successor(conn, sid, seq))
 }
