@@ -106,18 +106,11 @@ pub struct SequencerStats {
     pub slowest_maintenance_micros: std::sync::atomic::AtomicU64,
 }
 
-impl SequencerStats {
-    fn note_batch(&self, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.slowest_batch_micros
-            .fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn note_maintenance(&self, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.slowest_maintenance_micros
-            .fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
-    }
+/// Keeps in `slot` the longest of the durations noted in it, in
+/// microseconds (the stores' and the sequencer's slowest-part counters).
+pub(crate) fn note_longest(slot: &std::sync::atomic::AtomicU64, took: Duration) {
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    slot.fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A store with its sequencer: the handle writers and readers share.
@@ -302,7 +295,7 @@ fn sequence(
         stats.requests.fetch_add(requests.len() as u64, Relaxed);
         let started = Instant::now();
         let written = store.append_batch(&requests);
-        stats.note_batch(started.elapsed());
+        note_longest(&stats.slowest_batch_micros, started.elapsed());
         match written {
             Ok(outcomes) => {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -335,5 +328,5 @@ fn maintain(store: &dyn LedgerStore, stats: &SequencerStats) {
     // A failed checkpoint is retried on the next tick; the records it would
     // cover are already durable.
     let _ = store.maintain();
-    stats.note_maintenance(started.elapsed());
+    note_longest(&stats.slowest_maintenance_micros, started.elapsed());
 }

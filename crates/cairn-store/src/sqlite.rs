@@ -190,13 +190,6 @@ pub struct BatchParts {
     pub commit: std::sync::atomic::AtomicU64,
 }
 
-impl BatchParts {
-    fn note(slot: &std::sync::atomic::AtomicU64, since: std::time::Instant) {
-        let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
-        slot.fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`: the directory,
     /// the server key, the database and its schema; then rebuilds the
@@ -374,7 +367,7 @@ impl LedgerStore for SqliteStore {
         {
             let started = std::time::Instant::now();
             index.flush()?;
-            BatchParts::note(&self.slowest.index_flush, started);
+            crate::sequencer::note_longest(&self.slowest.index_flush, started.elapsed());
         }
         w.state.fulltext.begin();
         // Dropping the transaction without commit (an error below) rolls the
@@ -388,10 +381,10 @@ impl LedgerStore for SqliteStore {
             },
             batch,
         )?;
-        BatchParts::note(&self.slowest.rows, started);
+        crate::sequencer::note_longest(&self.slowest.rows, started.elapsed());
         let started = std::time::Instant::now();
         tx.commit().context("committing a batch")?;
-        BatchParts::note(&self.slowest.commit, started);
+        crate::sequencer::note_longest(&self.slowest.commit, started.elapsed());
         let sizes: Vec<(i64, u64, Hash)> = overlay
             .orgs
             .values()
