@@ -26,6 +26,28 @@ pub(super) struct PreparedEntry {
     pub(super) seq: Option<u64>,
 }
 
+impl PreparedEntry {
+    /// A decoded entry line, with its step's digest recomputed (if it is
+    /// a step) and its `seq` kept if a failure can be reported at it.
+    fn new(decoded: Result<ProvenEntry, (Reason, String)>, seq: Option<u64>) -> PreparedEntry {
+        let digest = match &decoded {
+            Ok((
+                LogEntry {
+                    record: LogRecord::Step(record),
+                    ..
+                },
+                _,
+            )) => Some(record.recompute_digest()),
+            _ => None,
+        };
+        PreparedEntry {
+            decoded,
+            digest,
+            seq: seq.filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
+        }
+    }
+}
+
 /// A line's JSON value, or, for a line with the shape of an entry (a
 /// `seq`, none of the members that end the entries), only its bytes: the
 /// value was decoded into the entry and dropped on the preparing thread
@@ -68,19 +90,10 @@ impl PreparedLine {
         let line = &*bytes;
         // Most lines are plain step entries: read them without a JSON tree.
         if let Some(entry) = super::fast::decode_step_line(line) {
-            let (LogEntry { seq, record, .. }, _) = &entry;
-            let digest = match record {
-                LogRecord::Step(record) => Some(record.recompute_digest()),
-                LogRecord::Op { .. } => None,
-            };
-            let seq = Some(*seq).filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
+            let seq = Some(entry.0.seq);
             return PreparedLine {
                 value: Ok(Parsed::Entry(bytes.into_owned())),
-                entry: Some(PreparedEntry {
-                    decoded: Ok(entry),
-                    digest,
-                    seq,
-                }),
+                entry: Some(PreparedEntry::new(Ok(entry), seq)),
             };
         }
         PreparedLine::general(bytes)
@@ -106,27 +119,10 @@ impl PreparedLine {
         let (value, entry) = match value {
             Ok(v) if entry_shaped(&v) => {
                 let decoded = decode_entry_value(&v);
-                let digest = match &decoded {
-                    Ok((
-                        LogEntry {
-                            record: LogRecord::Step(record),
-                            ..
-                        },
-                        _,
-                    )) => Some(record.recompute_digest()),
-                    _ => None,
-                };
-                let seq = v
-                    .get("seq")
-                    .and_then(Value::as_u64)
-                    .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER);
+                let seq = v.get("seq").and_then(Value::as_u64);
                 (
                     Ok(Parsed::Entry(bytes.into_owned())),
-                    Some(PreparedEntry {
-                        decoded,
-                        digest,
-                        seq,
-                    }),
+                    Some(PreparedEntry::new(decoded, seq)),
                 )
             }
             other => (other.map(Parsed::Value), None),
