@@ -260,8 +260,9 @@ impl Backend for Embedded {
             slot.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
         };
         Some(format!(
-            "index flush {:.2} s, rows {:.2} s, commit {:.2} s",
+            "index wait {:.2} s (slowest index chunk {:.2} s), rows {:.2} s, commit {:.2} s",
             s(&parts.index_flush),
+            store.slowest_index_chunk_micros() as f64 / 1e6,
             s(&parts.rows),
             s(&parts.commit)
         ))

@@ -181,8 +181,9 @@ pub struct SqliteStore {
 /// opened, in microseconds ([`SqliteStore::slowest_batch_parts`]).
 #[derive(Debug, Default)]
 pub struct BatchParts {
-    /// Writing the full-text queue from the sequencer, when the index's
-    /// thread fell more than its backlog behind.
+    /// Waiting for the full-text index (and writing a chunk of its queue)
+    /// before a batch, when the index's thread fell more than its backlog
+    /// behind.
     pub index_flush: std::sync::atomic::AtomicU64,
     /// The batch's rows: every request through the engine.
     pub rows: std::sync::atomic::AtomicU64,
@@ -289,6 +290,15 @@ impl SqliteStore {
         &self.slowest
     }
 
+    /// The longest one write of the full-text index (a chunk of queued
+    /// batches) has taken since the store opened, in microseconds: what
+    /// bounds a backlogged batch's wait (0 in a process that only reads).
+    pub fn slowest_index_chunk_micros(&self) -> u64 {
+        self.fulltext
+            .as_ref()
+            .map_or(0, |index| index.slowest_chunk_micros())
+    }
+
     /// Runs `f` with a read-only connection from the pool.
     fn read<T>(
         &self,
@@ -362,12 +372,11 @@ impl LedgerStore for SqliteStore {
         if let Some(reason) = &w.broken {
             return Err(StoreError::Corrupt(reason.clone()));
         }
-        if let Some(index) = &self.fulltext
-            && index.backlogged()
-        {
+        if let Some(index) = &self.fulltext {
             let started = std::time::Instant::now();
-            index.flush()?;
-            crate::sequencer::note_longest(&self.slowest.index_flush, started.elapsed());
+            if index.relieve()? {
+                crate::sequencer::note_longest(&self.slowest.index_flush, started.elapsed());
+            }
         }
         w.state.fulltext.begin();
         // Dropping the transaction without commit (an error below) rolls the

@@ -44,11 +44,12 @@ use crate::listing::{self, ListParam};
 use crate::{DbContext, StepFilter, StoreError};
 use cairn_core::Hash;
 use rusqlite::{Connection, OptionalExtension as _, params};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The index's file, beside the ledger's.
 pub const FULLTEXT_FILE: &str = "fulltext.db";
@@ -62,10 +63,17 @@ const TICK: Duration = Duration::from_millis(250);
 const WAKE_DOCS: usize = 8192;
 /// ... or queued bytes.
 const WAKE_BYTES: usize = 16 << 20;
-/// Queued bytes past which the sequencer writes the queue itself before
-/// its next batch (the index thread fell behind: memory stays bounded and
-/// ingest slows to the index's pace).
+/// Queued bytes past which the sequencer, before its next batch, waits for
+/// the index thread's chunk and writes one itself if still past (the index
+/// thread fell behind: memory stays bounded and ingest slows to the
+/// index's pace).
 const BACKLOG_BYTES: usize = 64 << 20;
+/// One write of the index (one transaction) takes whole batches up to
+/// about this many documents...
+const CHUNK_DOCS: usize = 4096;
+/// ... or bytes: what bounds how long an erasure, a search's flush or a
+/// backlogged sequencer waits for the writing connection.
+const CHUNK_BYTES: usize = 4 << 20;
 
 const SCHEMA: &str = "
 CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
@@ -115,13 +123,29 @@ impl FullTextBatch {
     }
 }
 
-#[derive(Default)]
-struct Queue {
+/// What one committed batch left for the index: its documents and, per org
+/// it wrote to, the committed log size and root once they are in.
+struct QueuedBatch {
     docs: Vec<(i64, String)>,
     bytes: usize,
-    /// Per org, the committed log size and root once the queued
-    /// documents are in.
-    sizes: Progress,
+    sizes: Vec<(i64, u64, Hash)>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Committed batches not yet written, oldest first. The index is
+    /// written whole batches at a time, in this order, so that the progress
+    /// recorded with a write (the sizes of its last batches) never passes a
+    /// step whose document is still queued.
+    batches: VecDeque<QueuedBatch>,
+    /// Documents and bytes queued, over every batch.
+    docs: usize,
+    bytes: usize,
+    /// Batches ever queued, and ever written (or dropped when the index
+    /// stopped): a flush writes until `written` reaches what `queued` was
+    /// when it started.
+    queued: u64,
+    written: u64,
     stop: bool,
     /// Why the index stopped taking writes (an erasure it could not
     /// apply): it then takes no more documents and answers no search until
@@ -129,12 +153,60 @@ struct Queue {
     failed: Option<String>,
 }
 
+impl Queue {
+    /// Whether the index thread fell more than the backlog's bound behind.
+    fn backlogged(&self) -> bool {
+        self.bytes >= BACKLOG_BYTES
+    }
+
+    /// Stops the index: what is queued is dropped (the next sequencing
+    /// open indexes it from the recorded progress).
+    fn fail(&mut self, reason: String) {
+        self.failed = Some(reason);
+        self.batches.clear();
+        self.docs = 0;
+        self.bytes = 0;
+        self.written = self.queued;
+    }
+
+    /// Takes the oldest whole batches, up to about a chunk of documents or
+    /// bytes (at least one batch).
+    fn take_chunk(&mut self) -> Vec<QueuedBatch> {
+        let (mut docs, mut bytes) = (0, 0);
+        let mut chunk = Vec::new();
+        while docs < CHUNK_DOCS
+            && bytes < CHUNK_BYTES
+            && let Some(batch) = self.batches.pop_front()
+        {
+            docs += batch.docs.len();
+            bytes += batch.bytes;
+            chunk.push(batch);
+        }
+        self.docs -= docs;
+        self.bytes -= bytes;
+        chunk
+    }
+
+    /// Puts a chunk that could not be written back in front of what came
+    /// since, in order.
+    fn put_back(&mut self, chunk: Vec<QueuedBatch>) {
+        for batch in chunk.into_iter().rev() {
+            self.docs += batch.docs.len();
+            self.bytes += batch.bytes;
+            self.batches.push_front(batch);
+        }
+    }
+}
+
 struct Shared {
     /// The index's writing connection, held for each write, so that writes
-    /// land in the order their documents were queued.
-    conn: Mutex<Connection>,
+    /// land in the order their documents were queued. A fair lock: the
+    /// index thread hands it over between chunks to whoever waits.
+    conn: parking_lot::Mutex<Connection>,
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// The longest chunk write so far, in microseconds (diagnosis).
+    slowest_chunk: AtomicU64,
 }
 
 /// The full-text index of a sequencing process: its file, its queue and
@@ -204,9 +276,10 @@ impl FullTextIndex {
             }
         };
         let shared = Arc::new(Shared {
-            conn: Mutex::new(conn),
+            conn: parking_lot::Mutex::new(conn),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            slowest_chunk: AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -235,33 +308,19 @@ impl FullTextIndex {
     ) {
         let (docs, erased) = batch.take();
         if !erased.is_empty() {
-            self.erase(&erased);
+            self.shared.erase(&erased);
         }
-        let Ok(mut queue) = self.shared.queue.lock() else {
-            return;
-        };
-        if queue.failed.is_some() {
-            // Never written: the next sequencing open indexes from the
-            // recorded progress.
-            return;
-        }
-        queue.bytes += docs.iter().map(|(_, d)| d.len()).sum::<usize>();
-        queue.docs.extend(docs);
-        for (org, size, root) in sizes {
-            let known = queue.sizes.entry(org).or_insert((size, root));
-            if size >= known.0 {
-                *known = (size, root);
-            }
-        }
-        if queue.docs.len() >= WAKE_DOCS || queue.bytes >= WAKE_BYTES {
-            self.shared.wake.notify_one();
-        }
+        self.shared.enqueue(docs, sizes.collect());
     }
 
-    /// Whether the queue has grown past its bound (the sequencer then
-    /// writes it before its next batch).
-    pub(super) fn backlogged(&self) -> bool {
-        lock(&self.shared.queue).is_ok_and(|q| q.bytes >= BACKLOG_BYTES)
+    /// Called by the sequencer before each batch: if the queue has grown
+    /// past its bound (the index thread fell behind), waits for the chunk
+    /// the thread is writing and, if the queue is still past its bound,
+    /// writes its oldest chunk itself. Each batch then waits at most about
+    /// two chunks' writes, memory stays bounded, and ingest slows to the
+    /// index's pace. Returns whether it had to wait.
+    pub(super) fn relieve(&self) -> Result<bool, StoreError> {
+        self.shared.relieve()
     }
 
     /// Writes everything queued now (before a search: this process finds
@@ -270,23 +329,59 @@ impl FullTextIndex {
         self.shared.flush()
     }
 
-    fn erase(&self, ids: &[i64]) {
-        let fail = |reason: String| {
-            if let Ok(mut queue) = self.shared.queue.lock() {
-                queue.failed = Some(reason);
-                queue.docs.clear();
-                queue.bytes = 0;
-                queue.sizes.clear();
-            }
-        };
-        let Ok(conn) = self.shared.conn.lock() else {
-            fail("the full-text index's lock was poisoned".into());
+    /// The longest the index has taken to write one chunk, in microseconds.
+    pub(super) fn slowest_chunk_micros(&self) -> u64 {
+        self.shared.slowest_chunk.load(Ordering::Relaxed)
+    }
+}
+
+impl Shared {
+    /// Queues a committed batch's documents and, per org it wrote to, the
+    /// committed log size and root once they are in.
+    fn enqueue(&self, docs: Vec<(i64, String)>, sizes: Vec<(i64, u64, Hash)>) {
+        let Ok(mut queue) = self.queue.lock() else {
             return;
         };
+        if queue.failed.is_some() {
+            // Never written: the next sequencing open indexes from the
+            // recorded progress.
+            return;
+        }
+        if docs.is_empty() && sizes.is_empty() {
+            return;
+        }
+        let bytes = docs.iter().map(|(_, d)| d.len()).sum::<usize>();
+        queue.docs += docs.len();
+        queue.bytes += bytes;
+        queue.queued += 1;
+        queue.batches.push_back(QueuedBatch { docs, bytes, sizes });
+        if queue.docs >= WAKE_DOCS || queue.bytes >= WAKE_BYTES {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Erased steps: their queued documents are dropped, then they are
+    /// deleted from the index; if that fails, the index stops.
+    fn erase(&self, ids: &[i64]) {
+        let fail = |reason: String| {
+            if let Ok(mut queue) = self.queue.lock() {
+                queue.fail(reason);
+            }
+        };
+        let conn = self.conn.lock();
         let erased: BTreeSet<i64> = ids.iter().copied().collect();
-        if let Ok(mut queue) = self.shared.queue.lock() {
-            queue.docs.retain(|(row, _)| !erased.contains(row));
-            queue.bytes = queue.docs.iter().map(|(_, d)| d.len()).sum();
+        if let Ok(mut queue) = self.queue.lock() {
+            let queue = &mut *queue;
+            for batch in &mut queue.batches {
+                let before = batch.docs.len();
+                batch.docs.retain(|(row, _)| !erased.contains(row));
+                if batch.docs.len() != before {
+                    queue.docs -= before - batch.docs.len();
+                    queue.bytes -= batch.bytes;
+                    batch.bytes = batch.docs.iter().map(|(_, d)| d.len()).sum();
+                    queue.bytes += batch.bytes;
+                }
+            }
         }
         let deleted = (|| {
             let tx = conn.unchecked_transaction()?;
@@ -306,15 +401,13 @@ impl FullTextIndex {
             ));
         }
     }
-}
 
-impl Shared {
     fn run(&self) {
         loop {
             let stop = {
                 let Ok(queue) = self.queue.lock() else { return };
                 let Ok((queue, _)) = self.wake.wait_timeout_while(queue, TICK, |q| {
-                    !q.stop && q.docs.len() < WAKE_DOCS && q.bytes < WAKE_BYTES
+                    !q.stop && q.docs < WAKE_DOCS && q.bytes < WAKE_BYTES
                 }) else {
                     return;
                 };
@@ -329,33 +422,71 @@ impl Shared {
         }
     }
 
+    /// [`FullTextIndex::relieve`].
+    fn relieve(&self) -> Result<bool, StoreError> {
+        if !lock(&self.queue)?.backlogged() {
+            return Ok(false);
+        }
+        let conn = self.conn.lock();
+        if lock(&self.queue)?.backlogged() {
+            self.write_chunk(&conn)?;
+        }
+        Ok(true)
+    }
+
+    /// Writes, a chunk at a time, everything queued when it was called;
+    /// the connection is let go between chunks, so that an erasure or a
+    /// sequencer relieving a backlog never waits for more than a chunk.
     fn flush(&self) -> Result<(), StoreError> {
-        let conn = lock(&self.conn)?;
-        let (docs, sizes) = {
+        let target = lock(&self.queue)?.queued;
+        loop {
+            let conn = self.conn.lock();
+            {
+                let queue = lock(&self.queue)?;
+                if let Some(reason) = &queue.failed {
+                    return Err(StoreError::Corrupt(reason.clone()));
+                }
+                if queue.written >= target {
+                    return Ok(());
+                }
+            }
+            self.write_chunk(&conn)?;
+            parking_lot::MutexGuard::unlock_fair(conn);
+        }
+    }
+
+    /// Writes the oldest chunk of queued batches in one transaction, with
+    /// each org's progress as its last batch in the chunk left it; on
+    /// failure the chunk goes back in front of the queue. `conn`: the held
+    /// writing connection.
+    fn write_chunk(&self, conn: &Connection) -> Result<(), StoreError> {
+        let chunk = {
             let mut queue = lock(&self.queue)?;
             if let Some(reason) = &queue.failed {
                 return Err(StoreError::Corrupt(reason.clone()));
             }
-            if queue.docs.is_empty() && queue.sizes.is_empty() {
-                return Ok(());
-            }
-            queue.bytes = 0;
-            (
-                std::mem::take(&mut queue.docs),
-                std::mem::take(&mut queue.sizes),
-            )
+            queue.take_chunk()
         };
-        match write(&conn, &docs, &sizes) {
-            Ok(()) => Ok(()),
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let mut sizes = Progress::new();
+        for (org, size, root) in chunk.iter().flat_map(|b| &b.sizes) {
+            let known = sizes.entry(*org).or_insert((*size, *root));
+            if *size >= known.0 {
+                *known = (*size, *root);
+            }
+        }
+        let started = Instant::now();
+        let docs = chunk.iter().flat_map(|b| &b.docs);
+        match write(conn, docs, &sizes) {
+            Ok(()) => {
+                crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
+                lock(&self.queue)?.written += chunk.len() as u64;
+                Ok(())
+            }
             Err(e) => {
-                // Put them back in front of what came since, in order.
-                let mut queue = lock(&self.queue)?;
-                let newer = std::mem::replace(&mut queue.docs, docs);
-                queue.docs.extend(newer);
-                queue.bytes = queue.docs.iter().map(|(_, d)| d.len()).sum();
-                for (org, size) in sizes {
-                    queue.sizes.entry(org).or_insert(size);
-                }
+                lock(&self.queue)?.put_back(chunk);
                 Err(e)
             }
         }
@@ -363,7 +494,11 @@ impl Shared {
 }
 
 /// Writes documents and each org's indexed size in one transaction.
-fn write(conn: &Connection, docs: &[(i64, String)], sizes: &Progress) -> Result<(), StoreError> {
+fn write<'a>(
+    conn: &Connection,
+    docs: impl Iterator<Item = &'a (i64, String)>,
+    sizes: &Progress,
+) -> Result<(), StoreError> {
     let tx = conn
         .unchecked_transaction()
         .context("starting to index steps for full-text search")?;
@@ -608,6 +743,10 @@ impl super::State {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "fulltext_index_tests.rs"]
+mod tests;
 
 impl Drop for FullTextIndex {
     fn drop(&mut self) {
