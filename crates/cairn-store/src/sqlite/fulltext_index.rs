@@ -494,11 +494,19 @@ impl Shared {
 }
 
 /// Writes documents and each org's indexed size in one transaction.
+///
+/// The documents go in in rowid order: FTS5 writes its pending terms out
+/// as a new segment whenever a rowid is lower than the one before it, and
+/// a batch's documents interleave the orgs' id ranges, so in the order
+/// they were written nearly every document started a segment of its own
+/// (and the segment merges that follow).
 fn write<'a>(
     conn: &Connection,
     docs: impl Iterator<Item = &'a (i64, String)>,
     sizes: &Progress,
 ) -> Result<(), StoreError> {
+    let mut docs: Vec<&(i64, String)> = docs.collect();
+    docs.sort_unstable_by_key(|(id, _)| *id);
     let tx = conn
         .unchecked_transaction()
         .context("starting to index steps for full-text search")?;

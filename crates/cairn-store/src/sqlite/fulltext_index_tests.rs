@@ -238,3 +238,47 @@ fn a_flush_writes_what_was_queued_when_it_started() {
     assert_eq!(counts(&index).4, 0);
     assert!(matches!(index.flush(), Err(StoreError::Corrupt(reason)) if reason == "stopped"));
 }
+
+/// A write of documents from several orgs (whose id ranges a batch
+/// interleaves) starts one FTS5 segment, not one per change of org: FTS5
+/// writes a segment out whenever a rowid is lower than the one before.
+#[test]
+fn a_write_of_interleaved_orgs_makes_one_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    // Merges off, so that the segments a write made can be counted.
+    index
+        .conn
+        .lock()
+        .execute_batch(
+            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 0);
+             INSERT INTO steps_fts (steps_fts, rank) VALUES ('crisismerge', 100000);",
+        )
+        .unwrap();
+    let mut sizes = [0u64; 10];
+    for _ in 0..4 {
+        let mut docs = Vec::new();
+        for i in 0..500 {
+            let org = i % 10;
+            docs.push((
+                org_range(org as i64 + 1).0 + sizes[org] as i64,
+                format!("org{org} step{}", sizes[org]),
+            ));
+            sizes[org] += 1;
+        }
+        let progress = (0..10).map(|org| {
+            let id = org as i64 + 1;
+            (id, sizes[org], root(id, sizes[org]))
+        });
+        index.enqueue(docs, progress.collect());
+    }
+    index.flush().unwrap();
+    let segments: i64 = index
+        .conn
+        .lock()
+        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(segments, 1, "2,000 documents of 10 orgs in one write");
+}
