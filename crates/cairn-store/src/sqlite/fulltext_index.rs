@@ -7,15 +7,21 @@
 //!
 //! A batch leaves its steps' documents in memory ([`FullTextBatch`]); when
 //! the batch commits they join the index's queue, which the index thread
-//! writes in one transaction every tick (about 250 ms) or sooner when many
-//! are queued. Before this process answers a full-text search it writes
-//! the queue itself ([`FullTextIndex::flush`]), so the server always finds
-//! what it acknowledged.
+//! writes every tick (about 250 ms) or sooner when many are queued, a
+//! chunk of whole batches (about 4,096 documents or 4 MB) per transaction,
+//! handing the writing connection over between chunks. Before this process
+//! answers a full-text search it writes what is queued
+//! ([`FullTextIndex::flush`]), so the server always finds what it
+//! acknowledged. When the thread falls behind (64 MB queued), the sequencer
+//! waits for the chunk being written, and writes one more itself if still
+//! behind, before its next batch ([`FullTextIndex::relieve`]): a batch then
+//! waits for about a chunk's write, never for the whole queue.
 //!
 //! The index is derived, never evidence, and mends itself from the log:
 //! each write records, per org, the log size below which every step is
 //! indexed and the log's root at that size (`fulltext_progress`, in the
-//! same transaction as the documents). A sequencing process that opens the
+//! same transaction as the documents: the sizes its last batch left, since
+//! batches are written whole and in order). A sequencing process that opens the
 //! store indexes the steps at and above it (what a crash left queued) and
 //! deletes the steps that erasure records at and above it name; an org
 //! whose recorded root is not its log's at that size (the index belongs to
