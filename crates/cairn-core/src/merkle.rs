@@ -132,6 +132,15 @@ pub trait SubtreeHashes {
 
     /// The hash of a complete subtree that lies entirely below `size()`.
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, Self::Error>;
+
+    /// Says which subtrees ([`subtree`](Self::subtree) calls, as `(level,
+    /// index)`) are about to be read, so that a store across a network can
+    /// fetch them in one round trip. The proofs call it first; the default
+    /// does nothing, and what is read afterwards must not depend on it.
+    fn prefetch(&self, subtrees: &[(u32, u64)]) -> Result<(), Self::Error> {
+        let _ = subtrees;
+        Ok(())
+    }
 }
 
 /// A [`SubtreeHashes`] that keeps every subtree hash it read: the proofs
@@ -168,6 +177,20 @@ impl<T: SubtreeHashes> SubtreeHashes for MemoSubtrees<'_, T> {
         self.memo.borrow_mut().insert((level, index), hash);
         Ok(hash)
     }
+
+    fn prefetch(&self, subtrees: &[(u32, u64)]) -> Result<(), T::Error> {
+        let memo = self.memo.borrow();
+        let missing: Vec<(u32, u64)> = subtrees
+            .iter()
+            .filter(|s| !memo.contains_key(s))
+            .copied()
+            .collect();
+        drop(memo);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.inner.prefetch(&missing)
+    }
 }
 
 /// Inclusion proofs of several leaves in the tree of `size` leaves, in the
@@ -179,6 +202,17 @@ pub fn inclusion_proofs<T: SubtreeHashes>(
     size: u64,
 ) -> Result<Vec<Vec<Hash>>, ProofError<T::Error>> {
     let tree = MemoSubtrees::new(tree);
+    // Every subtree of every proof, asked for at once (distinct ones).
+    let mut wanted = Vec::new();
+    for &index in indexes {
+        check_inclusion(&tree, index, size)?;
+        for (lo, hi) in inclusion_ranges(index, size) {
+            range_subtrees(lo, hi, &mut wanted);
+        }
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    tree.prefetch(&wanted).map_err(ProofError::Read)?;
     indexes
         .iter()
         .map(|&index| inclusion_proof(&tree, index, size))
@@ -202,6 +236,21 @@ fn split_point(n: u64) -> u64 {
     1 << (63 - (n - 1).leading_zeros())
 }
 
+/// Appends the complete subtrees [`range_hash`] reads for `D[lo:hi]`.
+pub fn range_subtrees(lo: u64, hi: u64, out: &mut Vec<(u32, u64)>) {
+    let n = hi - lo;
+    if n == 0 {
+        return;
+    }
+    if n.is_power_of_two() && lo.is_multiple_of(n) {
+        out.push((n.trailing_zeros(), lo / n));
+        return;
+    }
+    let k = split_point(n);
+    range_subtrees(lo, lo + k, out);
+    range_subtrees(lo + k, hi, out);
+}
+
 /// `MTH(D[lo:hi])` from complete subtrees: O(log n) reads.
 pub fn range_hash<T: SubtreeHashes>(tree: &T, lo: u64, hi: u64) -> Result<Hash, T::Error> {
     let n = hi - lo;
@@ -217,6 +266,56 @@ pub fn range_hash<T: SubtreeHashes>(tree: &T, lo: u64, hi: u64) -> Result<Hash, 
     Ok(node_hash(&left, &right))
 }
 
+fn check_inclusion<T: SubtreeHashes>(
+    tree: &T,
+    index: u64,
+    size: u64,
+) -> Result<(), ProofError<T::Error>> {
+    if index >= size || size > tree.size() {
+        return Err(ProofError::OutOfRange(format!(
+            "leaf {index} in a tree of {size} (log has {})",
+            tree.size()
+        )));
+    }
+    Ok(())
+}
+
+/// The leaf ranges whose hashes form the audit path of leaf `index` in a
+/// tree of `size` leaves, bottom-up (RFC 9162 section 2.1.3.1).
+fn inclusion_ranges(index: u64, size: u64) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    let (mut lo, mut hi, mut m) = (0u64, size, index);
+    while hi - lo > 1 {
+        let k = split_point(hi - lo);
+        if m < k {
+            ranges.push((lo + k, hi));
+            hi = lo + k;
+        } else {
+            ranges.push((lo, lo + k));
+            lo += k;
+            m -= k;
+        }
+    }
+    ranges.reverse();
+    ranges
+}
+
+/// The hashes of `ranges`, their subtrees announced to the tree first.
+fn hashes_of_ranges<T: SubtreeHashes>(
+    tree: &T,
+    ranges: &[(u64, u64)],
+) -> Result<Vec<Hash>, ProofError<T::Error>> {
+    let mut wanted = Vec::new();
+    for &(lo, hi) in ranges {
+        range_subtrees(lo, hi, &mut wanted);
+    }
+    tree.prefetch(&wanted).map_err(ProofError::Read)?;
+    ranges
+        .iter()
+        .map(|&(lo, hi)| range_hash(tree, lo, hi).map_err(ProofError::Read))
+        .collect()
+}
+
 /// The audit path of leaf `index` in the tree of the first `size` leaves
 /// (RFC 9162 section 2.1.3.1), bottom-up.
 pub fn inclusion_proof<T: SubtreeHashes>(
@@ -224,27 +323,33 @@ pub fn inclusion_proof<T: SubtreeHashes>(
     index: u64,
     size: u64,
 ) -> Result<Vec<Hash>, ProofError<T::Error>> {
-    if index >= size || size > tree.size() {
-        return Err(ProofError::OutOfRange(format!(
-            "leaf {index} in a tree of {size} (log has {})",
-            tree.size()
-        )));
-    }
-    let mut proof = Vec::new();
-    let (mut lo, mut hi, mut m) = (0u64, size, index);
-    while hi - lo > 1 {
+    check_inclusion(tree, index, size)?;
+    hashes_of_ranges(tree, &inclusion_ranges(index, size))
+}
+
+/// The leaf ranges whose hashes form the consistency proof between the
+/// trees of `old_size` and `new_size` leaves, bottom-up (RFC 9162 section
+/// 2.1.4.1).
+fn consistency_ranges(old_size: u64, new_size: u64) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    let (mut lo, mut hi, mut m, mut whole) = (0u64, new_size, old_size, true);
+    while m != hi - lo {
         let k = split_point(hi - lo);
-        if m < k {
-            proof.push(range_hash(tree, lo + k, hi).map_err(ProofError::Read)?);
+        if m <= k {
+            ranges.push((lo + k, hi));
             hi = lo + k;
         } else {
-            proof.push(range_hash(tree, lo, lo + k).map_err(ProofError::Read)?);
+            ranges.push((lo, lo + k));
             lo += k;
             m -= k;
+            whole = false;
         }
     }
-    proof.reverse();
-    Ok(proof)
+    if !whole {
+        ranges.push((lo, hi));
+    }
+    ranges.reverse();
+    ranges
 }
 
 /// The consistency proof between the trees of `old_size` and `new_size`
@@ -260,25 +365,7 @@ pub fn consistency_proof<T: SubtreeHashes>(
             tree.size()
         )));
     }
-    let mut proof = Vec::new();
-    let (mut lo, mut hi, mut m, mut whole) = (0u64, new_size, old_size, true);
-    while m != hi - lo {
-        let k = split_point(hi - lo);
-        if m <= k {
-            proof.push(range_hash(tree, lo + k, hi).map_err(ProofError::Read)?);
-            hi = lo + k;
-        } else {
-            proof.push(range_hash(tree, lo, lo + k).map_err(ProofError::Read)?);
-            lo += k;
-            m -= k;
-            whole = false;
-        }
-    }
-    if !whole {
-        proof.push(range_hash(tree, lo, hi).map_err(ProofError::Read)?);
-    }
-    proof.reverse();
-    Ok(proof)
+    hashes_of_ranges(tree, &consistency_ranges(old_size, new_size))
 }
 
 /// Why a proof did not verify.
@@ -486,6 +573,62 @@ impl SubtreeHashes for MemoryTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree that records what it was told to prefetch and what was read.
+    struct Recording<'a> {
+        inner: &'a MemoryTree,
+        announced: std::cell::RefCell<std::collections::HashSet<(u32, u64)>>,
+        unannounced: std::cell::RefCell<Vec<(u32, u64)>>,
+    }
+
+    impl SubtreeHashes for Recording<'_> {
+        type Error = std::convert::Infallible;
+
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+
+        fn subtree(&self, level: u32, index: u64) -> Result<Hash, Self::Error> {
+            if !self.announced.borrow().contains(&(level, index)) {
+                self.unannounced.borrow_mut().push((level, index));
+            }
+            self.inner.subtree(level, index)
+        }
+
+        fn prefetch(&self, subtrees: &[(u32, u64)]) -> Result<(), Self::Error> {
+            self.announced.borrow_mut().extend(subtrees.iter().copied());
+            Ok(())
+        }
+    }
+
+    proptest::proptest! {
+        /// Every subtree a proof reads was announced to `prefetch` first,
+        /// so a store that fetches what is announced answers every read
+        /// from what it fetched.
+        #[test]
+        fn proofs_read_only_what_they_announced(size in 1u64..600, a in 0u64..600, b in 0u64..600) {
+            let t = tree(size);
+            let fresh = || Recording {
+                inner: &t,
+                announced: Default::default(),
+                unannounced: Default::default(),
+            };
+            let (index, old) = (a % size, b % size + 1);
+            let (one, two, many) = (fresh(), fresh(), fresh());
+            proptest::prop_assert_eq!(
+                inclusion_proof(&one, index, size).unwrap(),
+                inclusion_proof(&t, index, size).unwrap()
+            );
+            proptest::prop_assert_eq!(
+                consistency_proof(&two, old, size).unwrap(),
+                consistency_proof(&t, old, size).unwrap()
+            );
+            inclusion_proofs(&many, &[index, old - 1, size - 1], size).unwrap();
+            for recording in [one, two, many] {
+                proptest::prop_assert!(recording.unannounced.borrow().is_empty());
+            }
+        }
+    }
 
     #[test]
     fn remembered_subtrees_give_the_same_proofs() {

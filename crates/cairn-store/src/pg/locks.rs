@@ -11,7 +11,6 @@ use crate::engine::{AgentKey, OrgState, blob_hash, row_id};
 use cairn_core::merkle::{Frontier, leaf_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::GenericClient;
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 /// Leaves another process appended that a batch reads to catch its cached
@@ -104,14 +103,11 @@ pub(super) fn load_org<C: GenericClient>(
     let mut frontier = match cached {
         Some(f) => f.clone(),
         None => {
-            let frontier = frontier_of(&PgTree {
-                db: RefCell::new(Db {
-                    client: &mut *db.client,
-                    statements: &mut *db.statements,
-                }),
-                org: id,
-                size: signed,
-            })?;
+            let tree_db = Db {
+                client: &mut *db.client,
+                statements: &mut *db.statements,
+            };
+            let frontier = frontier_of(&PgTree::new(tree_db, id, signed))?;
             if let Some(root) = checkpoint_root
                 && frontier.root() != blob_hash(root)?
             {

@@ -11,15 +11,71 @@ use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// Reads perfect-subtree hashes of one org's log: a subtree at level `l`
 /// is folded from at most 16 hashes stored at the level `l - l % 4` below
-/// it, fetched in one round trip.
+/// it, fetched in one round trip, or, for a proof, with every other
+/// subtree the proof needs in one round trip ([`SubtreeHashes::prefetch`]).
 pub(super) struct PgTree<'a, C: GenericClient> {
     pub(super) db: RefCell<Db<'a, C>>,
     pub(super) org: i64,
     pub(super) size: u64,
+    /// Stored hashes fetched ahead, by (stored level, index); level 0 are
+    /// leaf hashes.
+    fetched: RefCell<HashMap<(u32, u64), Hash>>,
 }
+
+impl<'a, C: GenericClient> PgTree<'a, C> {
+    pub(super) fn new(db: Db<'a, C>, org: i64, size: u64) -> PgTree<'a, C> {
+        PgTree {
+            db: RefCell::new(db),
+            org,
+            size,
+            fetched: RefCell::default(),
+        }
+    }
+
+    /// The stored hashes a subtree folds from: its stored level and the
+    /// range of indexes at that level.
+    fn stored_range(level: u32, index: u64) -> (u32, u64, u64) {
+        let stored = level - level % NODE_STRIDE;
+        let first = index << (level - stored);
+        (stored, first, first + (1u64 << (level - stored)))
+    }
+
+    /// The stored hashes of a subtree, if every one was fetched ahead.
+    fn fetched_hashes(&self, level: u32, index: u64) -> Option<Vec<Hash>> {
+        let (stored, first, end) = Self::stored_range(level, index);
+        let fetched = self.fetched.borrow();
+        (first..end)
+            .map(|i| fetched.get(&(stored, i)).copied())
+            .collect()
+    }
+}
+
+/// The stored node levels a tree of up to 2^64 leaves can have (4, 8, ...
+/// 60; level 0 is the leaves, in `entries`).
+const NODE_LEVELS: usize = 15;
+
+/// One query for every hash a proof (or a chunk of proofs) reads: the
+/// leaves by id, and the nodes by index, one branch per stored level (with
+/// the level a constant in each, every branch is a lookup of the primary
+/// key by `= ANY`, the plan PostgreSQL keeps whatever the arrays hold; a
+/// join against ranges or `(level, idx)` pairs let it choose scans of the
+/// whole table). `$1` the org, `$2` its first row id, `$3` the leaf ids,
+/// `$4`.. the node indexes at levels 4, 8, ...
+static PREFETCH_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut sql = String::from("SELECT 0, id - $2, leaf_hash FROM entries WHERE id = ANY($3)");
+    for slot in 0..NODE_LEVELS {
+        let level = (slot as u32 + 1) * NODE_STRIDE;
+        sql.push_str(&format!(
+            " UNION ALL SELECT {level}, idx, hash FROM nodes WHERE org = $1 AND level = {level} AND idx = ANY(${})",
+            slot + 4
+        ));
+    }
+    sql
+});
 
 impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
     type Error = StoreError;
@@ -29,26 +85,23 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
     }
 
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
-        let stored = level - level % NODE_STRIDE;
-        let span = 1u64 << (level - stored);
-        let first = index << (level - stored);
+        if let Some(hashes) = self.fetched_hashes(level, index) {
+            return crate::engine::fold_perfect(hashes);
+        }
+        let (stored, first, end) = Self::stored_range(level, index);
+        let span = end - first;
         let rows = {
             let mut db = self.db.borrow_mut();
             if stored == 0 {
                 db.query(
                     "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
-                    &[&row_id(self.org, first), &row_id(self.org, first + span)],
+                    &[&row_id(self.org, first), &row_id(self.org, end)],
                     "reading leaf hashes",
                 )?
             } else {
                 db.query(
                     "SELECT hash FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
-                    &[
-                        &self.org,
-                        &(stored as i32),
-                        &i64_of(first),
-                        &i64_of(first + span),
-                    ],
+                    &[&self.org, &(stored as i32), &i64_of(first), &i64_of(end)],
                     "reading tree nodes",
                 )?
             }
@@ -69,6 +122,60 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             .map(|row| blob_hash(col(row, 0)?))
             .collect::<Result<Vec<Hash>, StoreError>>()?;
         crate::engine::fold_perfect(hashes)
+    }
+
+    /// Fetches the stored hashes of every announced subtree not fetched
+    /// yet, leaves and nodes, in one query. A subtree whose stored hashes
+    /// are not all there (a node not written yet) is read as before.
+    fn prefetch(&self, subtrees: &[(u32, u64)]) -> Result<(), StoreError> {
+        // Leaf ids, and node indexes per stored level (4, 8, ... 60).
+        let mut leaves: Vec<i64> = Vec::new();
+        let mut nodes: Vec<Vec<i64>> = vec![Vec::new(); NODE_LEVELS];
+        for &(level, index) in subtrees {
+            if self.fetched_hashes(level, index).is_some() {
+                continue;
+            }
+            let (stored, first, end) = Self::stored_range(level, index);
+            if stored == 0 {
+                leaves.extend((first..end).map(|i| row_id(self.org, i)));
+            } else {
+                let slot = (stored / NODE_STRIDE) as usize - 1;
+                nodes[slot].extend((first..end).map(i64_of));
+            }
+        }
+        if leaves.is_empty() && nodes.iter().all(Vec::is_empty) {
+            return Ok(());
+        }
+        leaves.sort_unstable();
+        leaves.dedup();
+        for level in &mut nodes {
+            level.sort_unstable();
+            level.dedup();
+        }
+        let base = row_id(self.org, 0);
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&self.org, &base, &leaves];
+        params.extend(
+            nodes
+                .iter()
+                .map(|n| n as &(dyn postgres::types::ToSql + Sync)),
+        );
+        let rows = self.db.borrow_mut().query(
+            PREFETCH_SQL.as_str(),
+            &params,
+            "reading a proof's tree hashes",
+        )?;
+        let mut fetched = self.fetched.borrow_mut();
+        for row in &rows {
+            let level: i32 = col(row, 0)?;
+            let index: i64 = col(row, 1)?;
+            let (Ok(level), Ok(index)) = (u32::try_from(level), u64::try_from(index)) else {
+                return Err(StoreError::Corrupt(format!(
+                    "a tree hash at level {level}, index {index}"
+                )));
+            };
+            fetched.insert((level, index), blob_hash(col(row, 2)?)?);
+        }
+        Ok(())
     }
 }
 
@@ -139,14 +246,11 @@ impl PgStore {
             let org = Self::org_id_of(db, org_id)?
                 .ok_or_else(|| StoreError::NotFound(format!("org {org_id} has no log")))?;
             let size = Self::log_size_of(db, org)?;
-            let tree = PgTree {
-                db: RefCell::new(Db {
-                    client: &mut *db.client,
-                    statements: &mut *db.statements,
-                }),
-                org,
-                size,
+            let db = Db {
+                client: &mut *db.client,
+                statements: &mut *db.statements,
             };
+            let tree = PgTree::new(db, org, size);
             prove(&tree).map_err(|e| match e {
                 cairn_core::merkle::ProofError::Read(e) => e,
                 cairn_core::merkle::ProofError::OutOfRange(m) => StoreError::NotFound(m),
@@ -175,14 +279,11 @@ impl PgStore {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(cairn_core::merkle::empty_root());
             };
-            let tree = PgTree {
-                db: RefCell::new(Db {
-                    client: &mut *db.client,
-                    statements: &mut *db.statements,
-                }),
-                org,
-                size,
+            let db = Db {
+                client: &mut *db.client,
+                statements: &mut *db.statements,
             };
+            let tree = PgTree::new(db, org, size);
             range_hash(&tree, 0, size)
         })
     }
