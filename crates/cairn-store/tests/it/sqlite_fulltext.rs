@@ -349,3 +349,607 @@ fn a_data_directory_whose_name_is_not_utf8_works() {
     let server = SqliteStore::open(&data, seq_options()).unwrap();
     assert_eq!(hits(&server, "zeppelin"), vec![seq]);
 }
+
+// ---------------------------------------------------------------------
+// Attacks (review session) on the chunked index writes.
+// ---------------------------------------------------------------------
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const ATTACK_CHILD_ENV: &str = "CAIRN_FT_ATTACK_CHILD_DIR";
+
+/// A step's unique word, and a content of about `bytes` bytes.
+fn attack_content(writer: usize, i: u64, bytes: usize) -> String {
+    // Unique across runs on the same store.
+    static RUN: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    });
+    let mut c = format!("uw{run}r{writer}x{i} ");
+    let mut k = 0;
+    while c.len() < bytes {
+        c.push_str(&format!("f{} ", (i * 31 + k) % 5000));
+        k += 1;
+    }
+    c
+}
+
+fn unique_word(content: &str) -> &str {
+    content.split(' ').next().unwrap()
+}
+
+/// Heavy ingest through the sequencer (8 writers, documents of 2 to 24
+/// KB), an eraser erasing acknowledged steps, and a searcher checking that
+/// the last step acknowledged before its search is found ("MISS" if not).
+fn attack_ingest(
+    store: Arc<SqliteStore>,
+    stop: Arc<AtomicBool>,
+    out: impl Fn(String) + Send + Sync + 'static,
+) {
+    let out = Arc::new(out);
+    let dyn_store: Arc<dyn LedgerStore> = store.clone();
+    let ledger = Arc::new(cairn_store::Ledger::new(
+        dyn_store,
+        cairn_store::SequencerConfig::default(),
+    ));
+    // (trace, content) acknowledged, for the eraser (i % 4 == 0) and the
+    // searcher (the others).
+    let acked: Arc<std::sync::Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let mut threads = Vec::new();
+    for w in 0..8 {
+        let (ledger, acked, stop, out) = (ledger.clone(), acked.clone(), stop.clone(), out.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let bytes = 2_000 + ((i * 7919 + w as u64 * 104_729) % 22_000) as usize;
+                let content = attack_content(w, i, bytes);
+                let mut s = crate::conformance::step(&format!("w{w}"), "Reasoning", &content);
+                s.agent_id = format!("agent-{w}");
+                if let Ok(Written::Step { trace_id, seq, .. }) =
+                    ledger.write(WriteRequest::Step(Box::new(s)))
+                {
+                    out(format!("ACK {trace_id} {seq} {}", unique_word(&content)));
+                    acked.lock().unwrap().push((trace_id, content, i));
+                }
+                i += 1;
+            }
+        }));
+    }
+    {
+        let (ledger, acked, stop, out) = (ledger.clone(), acked.clone(), stop.clone(), out.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(3));
+                let victim = {
+                    let a = acked.lock().unwrap();
+                    let candidates: Vec<_> = a.iter().filter(|(_, _, i)| i % 4 == 0).collect();
+                    if candidates.is_empty() {
+                        continue;
+                    }
+                    n = n
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    candidates[(n >> 33) % candidates.len()].0.clone()
+                };
+                if let Ok(Written::Erased { seqs }) = ledger.write(erase(&victim)) {
+                    out(format!("ERASED {victim} {seqs:?}"));
+                }
+            }
+        }));
+    }
+    {
+        let (store, acked, stop, out) = (store.clone(), acked.clone(), stop.clone(), out.clone());
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let target = {
+                    let a = acked.lock().unwrap();
+                    a.iter().rev().find(|(_, _, i)| i % 4 != 0).cloned()
+                };
+                let Some((trace, content, _)) = target else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let started = Instant::now();
+                let found = store.full_text_search(
+                    "acme",
+                    &FullTextQuery::parse(unique_word(&content)).unwrap(),
+                    &cairn_store::StepFilter::default(),
+                    5,
+                );
+                let took = started.elapsed();
+                match found {
+                    Ok(hits) if hits.len() == 1 => out(format!("SEARCH {} ms", took.as_millis())),
+                    other => out(format!("MISS {trace} {other:?}")),
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// The child side of `attack_sigkill_mid_ingest_with_erasures`.
+#[test]
+fn attack_child() {
+    let Some(dir) = std::env::var_os(ATTACK_CHILD_ENV) else {
+        return;
+    };
+    let store = Arc::new(SqliteStore::open(Path::new(&dir), seq_options()).unwrap());
+    let out = std::sync::Mutex::new(std::io::stdout());
+    attack_ingest(store, Arc::new(AtomicBool::new(false)), move |line| {
+        use std::io::Write as _;
+        let mut out = out.lock().unwrap();
+        writeln!(out, "{line}").unwrap();
+        out.flush().unwrap();
+    });
+}
+
+/// fulltext.db checked against ledger.db, both read raw. `mended`: after a
+/// sequencing open (progress at the log's size, every step as the ledger
+/// says); otherwise as a crash left it: the recorded progress never passes
+/// a step whose document is missing, nor an erasure whose deletion is not
+/// applied. Returns (progress, log size, steps checked).
+fn check_index_against_ledger(dir: &Path, mended: bool) -> (i64, i64, usize) {
+    let ledger = rusqlite::Connection::open_with_flags(
+        dir.join(cairn_store::DB_FILE),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let index = rusqlite::Connection::open(dir.join(cairn_store::FULLTEXT_FILE)).unwrap();
+    let org: i64 = ledger
+        .query_row("SELECT org FROM orgs WHERE name = 'acme'", [], |r| r.get(0))
+        .unwrap();
+    let size: i64 = ledger
+        .query_row("SELECT count(*) FROM entries WHERE org = ?1", [org], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let progress: i64 = index
+        .query_row(
+            "SELECT indexed_below FROM fulltext_progress WHERE org = ?1",
+            [org],
+            |r| r.get(0),
+        )
+        .unwrap_or(0);
+    assert!(
+        progress <= size,
+        "progress {progress} past the log's size {size}"
+    );
+    if mended {
+        assert_eq!(
+            progress, size,
+            "the open did not bring the index up to the log"
+        );
+    }
+    let mut steps = ledger
+        .prepare(
+            "SELECT s.id, s.seq, s.content, s.erased,
+                    (SELECT min(x.seq) FROM entries x WHERE x.org = s.org AND x.type = 'erasure'
+                       AND json_extract(x.view, '$.trace_id') = s.trace_id)
+             FROM entries s WHERE s.org = ?1 AND s.type = 'step' AND s.seq < ?2",
+        )
+        .unwrap();
+    let rows: Vec<(i64, i64, Option<String>, bool, Option<i64>)> = steps
+        .query_map([org, progress], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let by_rowid = |id: i64| -> bool {
+        index
+            .query_row(
+                "SELECT count(*) FROM steps_fts WHERE rowid = ?1",
+                [id],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            > 0
+    };
+    let by_word = |id: i64, content: &str| -> bool {
+        index
+            .query_row(
+                "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH ?1 AND rowid = ?2",
+                rusqlite::params![format!("\"{}\"", unique_word(content)), id],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    };
+    for (id, seq, content, erased, erasure) in &rows {
+        match (erased, erasure) {
+            (false, _) => assert!(
+                by_word(*id, content.as_deref().unwrap()),
+                "progress {progress} (mended: {mended}) passes step {seq}, not indexed"
+            ),
+            (true, Some(record)) if *record < progress => assert!(
+                !by_rowid(*id),
+                "progress {progress} (mended: {mended}) passes erasure {record} of step {seq}, still indexed"
+            ),
+            (true, None) => panic!("step {seq} erased without a record"),
+            _ => {}
+        }
+    }
+    (progress, size, rows.len())
+}
+
+/// SIGKILL mid-ingest (big documents, so the thread writes in chunks and
+/// the sequencer relieves a backlog), with erasures and searches: at each
+/// kill, fulltext.db as left satisfies the progress invariant, and the
+/// next sequencing open indexes every non-erased step and no erased one.
+/// The child's searches always find the step acknowledged before them.
+#[test]
+fn attack_sigkill_mid_ingest_with_erasures() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    let mut erased_total = 0;
+    for round in 0..8 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite_fulltext::attack_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(ATTACK_CHILD_ENV, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(1500 + rng % 2500));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let lines = reader.join().unwrap();
+        let misses: Vec<_> = lines.iter().filter(|l| l.starts_with("MISS")).collect();
+        assert!(
+            misses.is_empty(),
+            "round {round}: {} misses: {:?}",
+            misses.len(),
+            &misses[..misses.len().min(5)]
+        );
+        let acks = lines.iter().filter(|l| l.starts_with("ACK")).count();
+        let erased = lines.iter().filter(|l| l.starts_with("ERASED")).count();
+        erased_total += erased;
+        let slowest = lines
+            .iter()
+            .filter_map(|l| {
+                l.strip_prefix("SEARCH ")?
+                    .strip_suffix(" ms")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max();
+        let crashed = check_index_against_ledger(dir.path(), false);
+        {
+            let _store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+        }
+        let mended = check_index_against_ledger(dir.path(), true);
+        eprintln!(
+            "round {round}: {acks} acks, {erased} erased, slowest search {slowest:?} ms; at the kill (progress, size, checked) {crashed:?}, mended {mended:?}"
+        );
+    }
+    assert!(erased_total > 0);
+}
+
+/// In one process: searches under continuous ingest find what was
+/// acknowledged before them, and the store is dropped while the index
+/// thread writes (the last owner a searcher thread).
+#[test]
+fn attack_searches_under_ingest_and_drop_while_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path(), seq_options()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let runner = {
+        let (store, stop, lines) = (store.clone(), stop.clone(), lines.clone());
+        std::thread::spawn(move || {
+            attack_ingest(store, stop, move |l| lines.lock().unwrap().push(l));
+        })
+    };
+    std::thread::sleep(Duration::from_secs(12));
+    stop.store(true, Ordering::Relaxed);
+    runner.join().unwrap();
+    let lines = lines.lock().unwrap();
+    let misses: Vec<_> = lines.iter().filter(|l| l.starts_with("MISS")).collect();
+    assert!(
+        misses.is_empty(),
+        "{} misses: {:?}",
+        misses.len(),
+        &misses[..misses.len().min(5)]
+    );
+    let acked: Vec<(String, String)> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut p = l.strip_prefix("ACK ")?.split(' ');
+            Some((p.next()?.to_owned(), p.nth(1)?.to_owned()))
+        })
+        .collect();
+    eprintln!(
+        "{} acks, {} erased, {} searches, slowest index chunk {} ms, slowest index wait {} ms",
+        acked.len(),
+        lines.iter().filter(|l| l.starts_with("ERASED")).count(),
+        lines.iter().filter(|l| l.starts_with("SEARCH")).count(),
+        store.slowest_index_chunk_micros() / 1000,
+        store
+            .slowest_batch_parts()
+            .index_flush
+            .load(Ordering::Relaxed)
+            / 1000,
+    );
+    // Queue more, then drop the store while the thread writes.
+    let more = (0..400)
+        .map(|i| {
+            WriteRequest::Prepared(Box::new(
+                cairn_store::prepare_step(
+                    crate::conformance::step("late", "Reasoning", &attack_content(99, i, 20_000)),
+                    &store.limits(),
+                    0.0,
+                )
+                .unwrap(),
+            ))
+        })
+        .collect::<Vec<_>>();
+    store.append_batch(&more).unwrap();
+    let searcher = {
+        let store = store.clone();
+        std::thread::spawn(move || hits(&store, unique_word(&attack_content(99, 399, 10))).len())
+    };
+    drop(store);
+    assert_eq!(searcher.join().unwrap(), 1);
+    let (progress, size, _) = check_index_against_ledger(dir.path(), false);
+    assert_eq!(progress, size, "a clean close left the queue unwritten");
+}
+
+/// A derived index that cannot be written for a while (here another
+/// connection holds fulltext.db's write lock) must not stop ingest: once
+/// the queue passes the backlog, each batch waits for the busy timeout
+/// (twice) and is then refused.
+#[test]
+fn attack_an_unwritable_index_under_backlog_refuses_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = seq_options();
+    options.limits.max_content_bytes = 4 << 20;
+    let server = SqliteStore::open(dir.path(), options).unwrap();
+    write_step(&server, "the zeppelin departs at noon");
+    let blocker = rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Documents are cut at 256 KB: batches of 20 such steps (5 MB).
+    let words: String = (0..40_000).map(|i| format!("w{i} ")).collect();
+    let mut refused = None;
+    for i in 0..20 {
+        let batch: Vec<WriteRequest> = (0..20)
+            .map(|_| {
+                WriteRequest::Prepared(Box::new(
+                    cairn_store::prepare_step(
+                        crate::conformance::step("s1", "Reasoning", &words),
+                        &server.limits(),
+                        0.0,
+                    )
+                    .unwrap(),
+                ))
+            })
+            .collect();
+        let started = Instant::now();
+        let answer = server.append_batch(&batch);
+        eprintln!("append {i}: {:?} {}", started.elapsed(), answer.is_ok());
+        if let Err(e) = answer {
+            refused = Some((i, started.elapsed(), e));
+            break;
+        }
+    }
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert!(
+        refused.is_none(),
+        "ingest refused because the derived index could not be written: {refused:?}"
+    );
+}
+
+const BULK_CHILD_ENV: &str = "CAIRN_FT_BULK_CHILD_DIR";
+
+/// The child side of `attack_sigkill_with_a_backlog`: big batches straight
+/// to the store (300 steps of 4 to 40 KB, and erasures of earlier steps in
+/// the same batches), no searches: the queue runs past the backlog and the
+/// sequencer relieves it.
+#[test]
+fn attack_bulk_child() {
+    let Some(dir) = std::env::var_os(BULK_CHILD_ENV) else {
+        return;
+    };
+    use std::io::Write as _;
+    let store = SqliteStore::open(Path::new(&dir), seq_options()).unwrap();
+    // Now and then something holds fulltext.db's write lock for 4 s (less
+    // than the busy timeout): the queue runs past the backlog meanwhile.
+    let blocked = Path::new(&dir).join(cairn_store::FULLTEXT_FILE);
+    std::thread::spawn(move || {
+        let blocker = rusqlite::Connection::open(&blocked).unwrap();
+        blocker.busy_timeout(Duration::from_secs(30)).unwrap();
+        loop {
+            std::thread::sleep(Duration::from_millis(1500));
+            blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+            std::thread::sleep(Duration::from_secs(4));
+            blocker.execute_batch("ROLLBACK").unwrap();
+        }
+    });
+    let mut out = std::io::stdout();
+    let mut erasable: Vec<String> = Vec::new();
+    let mut n = 7u64;
+    for i in 0u64.. {
+        let mut batch: Vec<WriteRequest> = (0..300u64)
+            .map(|k| {
+                let j = i * 300 + k;
+                let bytes = 4_000 + ((j * 7919) % 36_000) as usize;
+                WriteRequest::Prepared(Box::new(
+                    cairn_store::prepare_step(
+                        crate::conformance::step(
+                            &format!("b{}", j % 16),
+                            "Reasoning",
+                            &attack_content(7, j, bytes),
+                        ),
+                        &store.limits(),
+                        0.0,
+                    )
+                    .unwrap(),
+                ))
+            })
+            .collect();
+        for _ in 0..if i % 8 == 0 { 6 } else { 0 } {
+            if erasable.is_empty() {
+                break;
+            }
+            n = n
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let victim = erasable.swap_remove((n >> 33) as usize % erasable.len());
+            batch.push(erase(&victim));
+        }
+        let Ok(results) = store.append_batch(&batch) else {
+            continue;
+        };
+        for r in results {
+            if let Ok(Written::Step { trace_id, seq, .. }) = r {
+                if seq % 4 == 0 {
+                    erasable.push(trace_id.clone());
+                }
+                writeln!(out, "ACK {trace_id}").unwrap();
+            }
+        }
+        writeln!(
+            out,
+            "WAIT {} ms CHUNK {} ms",
+            store
+                .slowest_batch_parts()
+                .index_flush
+                .load(Ordering::Relaxed)
+                / 1000,
+            store.slowest_index_chunk_micros() / 1000
+        )
+        .unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// SIGKILL while the index queue is backlogged (chunks written by the
+/// thread and by the sequencer, erasures in the same batches).
+#[test]
+fn attack_sigkill_with_a_backlog() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = 0x0bad_cafe_dead_beefu64;
+    for round in 0..6 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite_fulltext::attack_bulk_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(BULK_CHILD_ENV, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(4000 + rng % 8000));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let lines = reader.join().unwrap();
+        let acks = lines.iter().filter(|l| l.starts_with("ACK")).count();
+        let last_wait = lines.iter().rev().find(|l| l.starts_with("WAIT")).cloned();
+        let crashed = check_index_against_ledger(dir.path(), false);
+        {
+            let _store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+        }
+        let mended = check_index_against_ledger(dir.path(), true);
+        eprintln!(
+            "round {round}: {acks} acks, {last_wait:?}; at the kill (progress, size, checked) {crashed:?}, mended {mended:?}"
+        );
+    }
+}
+
+/// fulltext.db copied (a consistent snapshot: VACUUM INTO) at arbitrary
+/// moments of an ingest with erasures and searches, then put back beside
+/// the final ledger (what a power loss rolling back the index's last
+/// writes leaves): the progress invariant holds, and a sequencing open
+/// indexes every non-erased step and no erased one.
+#[test]
+fn attack_index_snapshots_beside_the_final_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path(), seq_options()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let runner = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || attack_ingest(store, stop, |_| {}))
+    };
+    let index_file = dir.path().join(cairn_store::FULLTEXT_FILE);
+    let mut taken = Vec::new();
+    let copier = rusqlite::Connection::open(&index_file).unwrap();
+    copier.busy_timeout(Duration::from_secs(30)).unwrap();
+    let mut rng = 0x5eed_u64;
+    for i in 0..12 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(100 + rng % 900));
+        let to = snaps.path().join(format!("snap{i}.db"));
+        copier
+            .execute("VACUUM INTO ?1", [to.to_str().unwrap()])
+            .unwrap();
+        taken.push(to);
+    }
+    stop.store(true, Ordering::Relaxed);
+    runner.join().unwrap();
+    drop(copier);
+    drop(store);
+    for (i, snap) in taken.iter().enumerate() {
+        let copy = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with("fulltext.db")
+                || name == std::ffi::OsStr::new("ledger.lock")
+            {
+                continue;
+            }
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), copy.path().join(&name)).unwrap();
+            }
+        }
+        std::fs::copy(snap, copy.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
+        let stale = check_index_against_ledger(copy.path(), false);
+        {
+            let _store = SqliteStore::open(copy.path(), seq_options()).unwrap();
+        }
+        let mended = check_index_against_ledger(copy.path(), true);
+        eprintln!("snapshot {i}: as copied {stale:?}, mended {mended:?}");
+    }
+}
