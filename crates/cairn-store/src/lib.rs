@@ -95,6 +95,17 @@ pub trait LedgerStore: Send + Sync + 'static {
         visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError>;
 
+    /// Streams the log entries at `seqs` (ascending, no repeats) in seq
+    /// order, each as stored, in one read where the backend can (an
+    /// export's chunk of proven entries, scattered over the log); a seq the
+    /// log does not hold is left out. `visit` returns false to stop early.
+    fn read_entries(
+        &self,
+        org_id: &str,
+        seqs: &[u64],
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError>;
+
     /// A session's header, counts, head and seal.
     fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError>;
 

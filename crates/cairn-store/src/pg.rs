@@ -332,6 +332,15 @@ impl LedgerStore for PgStore {
         self.read_log_in(org_id, from, to, visit)
     }
 
+    fn read_entries(
+        &self,
+        org_id: &str,
+        seqs: &[u64],
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_entries_in(org_id, seqs, visit)
+    }
+
     fn session(&self, org_id: &str, session_id: &str) -> Result<Option<SessionInfo>, StoreError> {
         self.session_in(org_id, session_id)
     }

@@ -441,17 +441,29 @@ fn erased_after(
     Ok(needed)
 }
 
-fn read_entry(store: &dyn LedgerStore, org_id: &str, seq: u64) -> Result<LogEntry, StoreError> {
-    let mut found = None;
-    store.read_log(org_id, seq, seq + 1, &mut |stored| {
-        found = Some(stored.entry);
-        false
+/// The entries at `seqs` (ascending), one per seq, in one read where the
+/// backend can; an entry the log no longer holds is an error.
+fn read_entries(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    seqs: &[u64],
+) -> Result<Vec<Result<LogEntry, String>>, StoreError> {
+    let mut entries = Vec::with_capacity(seqs.len());
+    let mut wanted = seqs.iter();
+    let mut vanished = None;
+    store.read_entries(org_id, seqs, &mut |stored| {
+        let expected = wanted.next();
+        if expected != Some(&stored.seq) {
+            vanished = Some(*expected.unwrap_or(&stored.seq));
+            return false;
+        }
+        entries.push(stored.entry);
+        true
     })?;
-    match found {
-        Some(Ok(entry)) => Ok(entry),
-        Some(Err(reason)) => Err(StoreError::Corrupt(format!("entry {seq}: {reason}"))),
-        None => Err(StoreError::Corrupt(format!("entry {seq} vanished"))),
+    if let Some(seq) = vanished.or_else(|| seqs.get(entries.len()).copied()) {
+        return Err(StoreError::Corrupt(format!("entry {seq} vanished")));
     }
+    Ok(entries)
 }
 
 /// Writes a planned bundle. If a step was erased while it was written, the
@@ -524,8 +536,10 @@ pub fn write_export(
             // their upper subtrees, read once (memory bounded by the chunk).
             for chunk in seqs.chunks(1024) {
                 let proofs = store.inclusion_proofs(org_id, chunk, size)?;
-                for (&seq, proof) in chunk.iter().zip(proofs) {
-                    let mut entry = read_entry(store, org_id, seq)?;
+                let entries = read_entries(store, org_id, chunk)?;
+                for ((&seq, proof), entry) in chunk.iter().zip(proofs).zip(entries) {
+                    let mut entry = entry
+                        .map_err(|reason| StoreError::Corrupt(format!("entry {seq}: {reason}")))?;
                     if let LogRecord::Step(record) = &mut entry.record
                         && plan.level < DetailLevel::Full
                     {

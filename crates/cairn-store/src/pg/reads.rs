@@ -6,8 +6,8 @@
 
 use super::connection::{col, i64_of, u64_of};
 use super::rows::{
-    FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row, listed_ends,
-    session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row,
+    listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -54,6 +54,42 @@ impl PgStore {
                     if !visit(stored) {
                         return Ok(());
                     }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    pub(super) fn read_entries_in(
+        &self,
+        org_id: &str,
+        seqs: &[u64],
+        visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(());
+            };
+            let ids: Vec<i64> = seqs
+                .iter()
+                .filter(|&&seq| seq < 1 << 40)
+                .map(|&seq| row_id(org, seq))
+                .collect();
+            let rows = db.query(&ENTRIES_BY_ID, &[&ids], "reading log entries")?;
+            let n = STEP_COLUMN_COUNT;
+            for row in &rows {
+                let seq: i64 = col(row, 0)?;
+                let leaf: Vec<u8> = col(row, n + 2)?;
+                let stored = StoredEntry {
+                    seq: u64_of(seq),
+                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
+                };
+                if !visit(stored) {
+                    break;
                 }
             }
             Ok(())

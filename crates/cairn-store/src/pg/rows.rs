@@ -72,6 +72,14 @@ pub(super) static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
          WHERE e.id >= $1 AND e.id < $2 ORDER BY e.id LIMIT $3"
     )
 });
+/// Log entries by id (`$1`), in id order, with the columns of [`LOG_PAGE`].
+pub(super) static ENTRIES_BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
+         WHERE e.id = ANY($1) ORDER BY e.id"
+    )
+});
 pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org

@@ -1027,6 +1027,37 @@ fn appends_are_sequenced_and_readable(backend: &dyn Backend) {
     assert!(
         matches!(&entries[0].record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s1" && h.caller == "test")
     );
+    // Entries by seq: the ones the log holds, in order, as read_log
+    // reads them; seqs past the log (or past any log) are left out.
+    let mut picked = Vec::new();
+    store
+        .read_entries(ORG, &[0, 2, 7, 1 << 40, u64::MAX], &mut |e| {
+            picked.push((e.seq, e.leaf, e.entry.unwrap()));
+            true
+        })
+        .unwrap();
+    let mut ranged = Vec::new();
+    for seq in [0, 2] {
+        store
+            .read_log(ORG, seq, seq + 1, &mut |e| {
+                ranged.push((e.seq, e.leaf, e.entry.unwrap()));
+                true
+            })
+            .unwrap();
+    }
+    assert_eq!(picked.len(), 2);
+    assert_eq!(format!("{picked:?}"), format!("{ranged:?}"));
+    let mut stopped = 0;
+    store
+        .read_entries(ORG, &[0, 1, 2], &mut |_| {
+            stopped += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!(stopped, 1, "visit returning false stops the read");
+    store
+        .read_entries("other-org", &[0, 1], &mut |_| panic!("another org's log"))
+        .unwrap();
     let mut steps = Vec::new();
     store
         .read_session(ORG, "s1", &mut |s| {
