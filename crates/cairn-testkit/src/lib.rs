@@ -10,6 +10,17 @@
 pub mod http;
 
 use std::path::{Path, PathBuf};
+
+/// The size of a randomized attack campaign (rounds, seconds): `short` in
+/// the test suite (CI), `long` with `CAIRN_TEST_LONG=1` (docs/SECURITY.md
+/// lists the campaigns and what their long runs found).
+pub fn campaign(short: u64, long: u64) -> u64 {
+    if std::env::var_os("CAIRN_TEST_LONG").is_some_and(|v| v == "1") {
+        long
+    } else {
+        short
+    }
+}
 use std::process::Command;
 
 /// A PostgreSQL cluster for one test, stopped when dropped.

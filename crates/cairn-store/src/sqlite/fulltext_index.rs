@@ -13,9 +13,12 @@
 //! answers a full-text search it writes what is queued
 //! ([`FullTextIndex::flush`]), so the server always finds what it
 //! acknowledged. When the thread falls behind (64 MB queued), the sequencer
-//! waits for the chunk being written, and writes one more itself if still
-//! behind, before its next batch ([`FullTextIndex::relieve`]): a batch then
-//! waits for about a chunk's write, never for the whole queue.
+//! waits, before its next batch, for the thread's writes to bring the queue
+//! back under ([`FullTextIndex::relieve`]): a batch then waits for about a
+//! chunk's write, never for the whole queue; a batch larger than a chunk is
+//! written in parts. An index whose writes fail or hang never stops ingest:
+//! past a hard limit (128 MB) the index stops instead, as it does when an
+//! erasure cannot be applied.
 //!
 //! The index is derived, never evidence, and mends itself from the log:
 //! each write records, per org, the log size below which every step is
@@ -70,10 +73,19 @@ const WAKE_DOCS: usize = 8192;
 /// ... or queued bytes.
 const WAKE_BYTES: usize = 16 << 20;
 /// Queued bytes past which the sequencer, before its next batch, waits for
-/// the index thread's chunk and writes one itself if still past (the index
-/// thread fell behind: memory stays bounded and ingest slows to the
-/// index's pace).
+/// the index thread's writes to bring the queue back under (the thread fell
+/// behind: memory stays bounded and ingest slows to the index's pace).
 const BACKLOG_BYTES: usize = 64 << 20;
+/// How long the sequencer waits for one write of the index before it goes
+/// on regardless (a write stuck on a lock, or a slow merge), while the
+/// queue is under [`LIMIT_BYTES`].
+const STUCK_WAIT: Duration = Duration::from_secs(1);
+/// Queued bytes past which the sequencer waits for the write in progress
+/// whatever it takes, and stops the index if writes fail (searches then
+/// say to restart; the next sequencing open indexes what was dropped):
+/// an index that cannot be written never stops ingest, nor takes memory
+/// without bound.
+const LIMIT_BYTES: usize = 2 * BACKLOG_BYTES;
 /// One write of the index (one transaction) takes whole batches up to
 /// about this many documents...
 const CHUNK_DOCS: usize = 4096;
@@ -130,11 +142,14 @@ impl FullTextBatch {
 }
 
 /// What one committed batch left for the index: its documents and, per org
-/// it wrote to, the committed log size and root once they are in.
+/// it wrote to, the committed log size and root once they are in. A batch
+/// larger than a chunk is written in parts: a part carries the batch's
+/// first documents and no sizes, and is not `whole`.
 struct QueuedBatch {
     docs: Vec<(i64, String)>,
     bytes: usize,
     sizes: Vec<(i64, u64, Hash)>,
+    whole: bool,
 }
 
 #[derive(Default)]
@@ -152,6 +167,10 @@ struct Queue {
     /// when it started.
     queued: u64,
     written: u64,
+    /// Writes of the index tried so far, and whether the last one failed
+    /// (a backlogged sequencer waits for the next, and goes on if it fails).
+    attempts: u64,
+    last_write_failed: bool,
     stop: bool,
     /// Why the index stopped taking writes (an erasure it could not
     /// apply): it then takes no more documents and answers no search until
@@ -175,18 +194,42 @@ impl Queue {
         self.written = self.queued;
     }
 
-    /// Takes the oldest whole batches, up to about a chunk of documents or
-    /// bytes (at least one batch).
+    /// Takes the oldest whole batches that fit in a chunk of documents
+    /// and bytes; if the oldest alone does not fit, its first documents as
+    /// a part (at least one document).
     fn take_chunk(&mut self) -> Vec<QueuedBatch> {
         let (mut docs, mut bytes) = (0, 0);
         let mut chunk = Vec::new();
-        while docs < CHUNK_DOCS
-            && bytes < CHUNK_BYTES
-            && let Some(batch) = self.batches.pop_front()
-        {
-            docs += batch.docs.len();
-            bytes += batch.bytes;
-            chunk.push(batch);
+        while let Some(batch) = self.batches.front_mut() {
+            let fits = docs + batch.docs.len() <= CHUNK_DOCS && bytes + batch.bytes <= CHUNK_BYTES;
+            if !fits && !chunk.is_empty() {
+                break;
+            }
+            if fits {
+                docs += batch.docs.len();
+                bytes += batch.bytes;
+                chunk.extend(self.batches.pop_front());
+                continue;
+            }
+            let (mut n, mut part_bytes) = (0, 0);
+            while n < batch.docs.len()
+                && n < CHUNK_DOCS
+                && (n == 0 || part_bytes + batch.docs[n].1.len() <= CHUNK_BYTES)
+            {
+                part_bytes += batch.docs[n].1.len();
+                n += 1;
+            }
+            let part: Vec<(i64, String)> = batch.docs.drain(..n).collect();
+            batch.bytes -= part_bytes;
+            docs += part.len();
+            bytes += part_bytes;
+            chunk.push(QueuedBatch {
+                docs: part,
+                bytes: part_bytes,
+                sizes: Vec::new(),
+                whole: false,
+            });
+            break;
         }
         self.docs -= docs;
         self.bytes -= bytes;
@@ -196,6 +239,10 @@ impl Queue {
     /// Puts a chunk that could not be written back in front of what came
     /// since, in order.
     fn put_back(&mut self, chunk: Vec<QueuedBatch>) {
+        if self.failed.is_some() {
+            // Stopped meanwhile: the next sequencing open indexes them.
+            return;
+        }
         for batch in chunk.into_iter().rev() {
             self.docs += batch.docs.len();
             self.bytes += batch.bytes;
@@ -211,6 +258,10 @@ struct Shared {
     conn: parking_lot::Mutex<Connection>,
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Signalled when a write of the index ends, written or failed.
+    progressed: Condvar,
+    /// [`LIMIT_BYTES`] (tests of races lift it).
+    limit_bytes: usize,
     /// The longest chunk write so far, in microseconds (diagnosis).
     slowest_chunk: AtomicU64,
 }
@@ -285,6 +336,8 @@ impl FullTextIndex {
             conn: parking_lot::Mutex::new(conn),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            progressed: Condvar::new(),
+            limit_bytes: LIMIT_BYTES,
             slowest_chunk: AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
@@ -320,11 +373,12 @@ impl FullTextIndex {
     }
 
     /// Called by the sequencer before each batch: if the queue has grown
-    /// past its bound (the index thread fell behind), waits for the chunk
-    /// the thread is writing and, if the queue is still past its bound,
-    /// writes its oldest chunk itself. Each batch then waits at most about
-    /// two chunks' writes, memory stays bounded, and ingest slows to the
-    /// index's pace. Returns whether it had to wait.
+    /// past its bound (the index thread fell behind), waits for the
+    /// thread's writes to bring it back under, each write a chunk; for no
+    /// longer than [`STUCK_WAIT`] while under [`LIMIT_BYTES`], and past it
+    /// for the write in progress, stopping the index if writes fail. Memory
+    /// stays bounded, ingest slows to the index's pace, and an index that
+    /// cannot be written never stops ingest. Returns whether it waited.
     pub(super) fn relieve(&self) -> Result<bool, StoreError> {
         self.shared.relieve()
     }
@@ -360,7 +414,12 @@ impl Shared {
         queue.docs += docs.len();
         queue.bytes += bytes;
         queue.queued += 1;
-        queue.batches.push_back(QueuedBatch { docs, bytes, sizes });
+        queue.batches.push_back(QueuedBatch {
+            docs,
+            bytes,
+            sizes,
+            whole: true,
+        });
         if queue.docs >= WAKE_DOCS || queue.bytes >= WAKE_BYTES {
             self.wake.notify_one();
         }
@@ -419,25 +478,52 @@ impl Shared {
                 };
                 queue.stop
             };
-            // A failed write keeps its documents queued for the next try
-            // (and `maintain` reports nothing: the next search does).
-            let _ = self.flush();
+            // A failed write keeps its documents queued for the next try,
+            // a tick later (and `maintain` reports nothing: the next search
+            // does).
+            let failed = self.flush().is_err();
             if stop {
                 return;
+            }
+            if failed {
+                std::thread::sleep(TICK);
             }
         }
     }
 
     /// [`FullTextIndex::relieve`].
     fn relieve(&self) -> Result<bool, StoreError> {
-        if !lock(&self.queue)?.backlogged() {
+        let mut queue = lock(&self.queue)?;
+        if !queue.backlogged() {
             return Ok(false);
         }
-        let conn = self.conn.lock();
-        if lock(&self.queue)?.backlogged() {
-            self.write_chunk(&conn)?;
+        let deadline = Instant::now() + STUCK_WAIT;
+        loop {
+            if !queue.backlogged() || queue.failed.is_some() {
+                return Ok(true);
+            }
+            let over_limit = queue.bytes >= self.limit_bytes;
+            if queue.last_write_failed {
+                if over_limit {
+                    let behind = queue.bytes >> 20;
+                    queue.fail(format!(
+                        "the full-text index could not be written and fell {behind} MB behind; restart the server to mend it"
+                    ));
+                }
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= deadline && !over_limit {
+                return Ok(true);
+            }
+            let wait = if over_limit { TICK } else { deadline - now };
+            let attempts = queue.attempts;
+            queue = self
+                .progressed
+                .wait_timeout_while(queue, wait, |q| q.attempts == attempts)
+                .map_err(|_| StoreError::Corrupt("the full-text index's lock was poisoned".into()))?
+                .0;
         }
-        Ok(true)
     }
 
     /// Writes, a chunk at a time, everything queued when it was called;
@@ -485,17 +571,22 @@ impl Shared {
         }
         let started = Instant::now();
         let docs = chunk.iter().flat_map(|b| &b.docs);
-        match write(conn, docs, &sizes) {
+        let written = write(conn, docs, &sizes);
+        let mut queue = lock(&self.queue)?;
+        queue.attempts += 1;
+        queue.last_write_failed = written.is_err();
+        match written {
             Ok(()) => {
                 crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
-                lock(&self.queue)?.written += chunk.len() as u64;
-                Ok(())
+                if queue.failed.is_none() {
+                    queue.written += chunk.iter().filter(|b| b.whole).count() as u64;
+                }
             }
-            Err(e) => {
-                lock(&self.queue)?.put_back(chunk);
-                Err(e)
-            }
+            Err(_) => queue.put_back(chunk),
         }
+        drop(queue);
+        self.progressed.notify_all();
+        written
     }
 }
 

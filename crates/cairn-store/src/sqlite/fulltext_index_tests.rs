@@ -13,6 +13,8 @@ fn shared(dir: &Path) -> Shared {
         conn: parking_lot::Mutex::new(open_index_file(&dir.join(FULLTEXT_FILE)).unwrap()),
         queue: Mutex::new(Queue::default()),
         wake: Condvar::new(),
+        progressed: Condvar::new(),
+        limit_bytes: LIMIT_BYTES,
         slowest_chunk: AtomicU64::new(0),
     }
 }
@@ -174,8 +176,11 @@ fn a_failed_write_leaves_the_queue_as_it_was() {
     assert!(indexed(&index, 1, 12 * 700 - 1));
 }
 
+/// A backlogged sequencer waits for the index's writes (here: one, made
+/// by this test as the thread would) until the queue is back under the
+/// backlog, then goes on; it writes nothing itself.
 #[test]
-fn relieving_a_backlog_writes_one_chunk_not_the_queue() {
+fn relieving_a_backlog_waits_for_the_writes_that_bring_it_under() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
     assert!(
@@ -185,13 +190,103 @@ fn relieving_a_backlog_writes_one_chunk_not_the_queue() {
     // 66 batches of one 1 MiB document: past the 64 MiB backlog.
     queue_batches(&index, 66, 1, 1 << 20);
     assert!(counts(&index).1 >= BACKLOG_BYTES);
-    assert!(index.relieve().unwrap());
+    std::thread::scope(|scope| {
+        let sequencer = scope.spawn(|| index.relieve());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!sequencer.is_finished(), "went on while backlogged");
+        assert_eq!(counts(&index).3, 0, "the sequencer wrote the index itself");
+        index.write_chunk(&index.conn.lock()).unwrap();
+        assert!(sequencer.join().unwrap().unwrap());
+    });
     let (_, bytes, _, written, left) = counts(&index);
-    assert_eq!(written as usize, CHUNK_BYTES.div_ceil(1 << 20));
+    assert!(written >= 1 && written as usize <= CHUNK_BYTES / (1 << 20));
     assert_eq!(left, 66 - written as usize);
     assert!(bytes < BACKLOG_BYTES);
     assert!(!index.relieve().unwrap(), "below the backlog: no wait");
-    assert_eq!(counts(&index).3, written);
+}
+
+/// An index whose writes fail never stops ingest: under the limit the
+/// sequencer goes on at once; past it, the index stops (its queue
+/// dropped, searches told to restart) and ingest goes on.
+#[test]
+fn a_backlog_that_cannot_be_written_stops_the_index_not_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    install_failure_switch(&index);
+    switch_failures(&index, true);
+    queue_batches(&index, 66, 1, 1 << 20);
+    assert!(index.write_chunk(&index.conn.lock()).is_err());
+    let started = Instant::now();
+    assert!(index.relieve().unwrap());
+    assert!(started.elapsed() < STUCK_WAIT, "waited for a failed index");
+    assert!(index.queue.lock().unwrap().failed.is_none());
+    queue_batches(&index, 66, 1, 1 << 20);
+    assert!(counts(&index).1 >= LIMIT_BYTES);
+    assert!(index.relieve().unwrap());
+    let failed = index.queue.lock().unwrap().failed.clone();
+    assert!(
+        failed
+            .as_deref()
+            .is_some_and(|r| r.contains("restart the server")),
+        "{failed:?}"
+    );
+    assert_eq!(counts(&index).1, 0, "the queue is dropped");
+    assert!(!index.relieve().unwrap());
+}
+
+/// A batch larger than a chunk is written in parts of at most a chunk;
+/// only the write of its last part records its progress, a failed part
+/// goes back in front of the rest, and erasing a document of a written
+/// part or of the rest works as for whole batches.
+#[test]
+fn a_batch_larger_than_a_chunk_is_written_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    // One batch of 1,000 documents of 17 KB: 17 MB, about five chunks.
+    let docs: Vec<(i64, String)> = (0..1000u64)
+        .map(|p| (org_range(1).0 + p as i64, doc(p, 17 << 10)))
+        .collect();
+    let order: Vec<i64> = docs.iter().map(|(id, _)| *id).collect();
+    index.enqueue(docs, vec![(1, 1000, root(1, 1000))]);
+    index.conn.lock().busy_timeout(Duration::ZERO).unwrap();
+    let queued_ids = |index: &Shared| -> Vec<i64> {
+        let q = index.queue.lock().unwrap();
+        q.batches
+            .iter()
+            .flat_map(|b| b.docs.iter().map(|(id, _)| *id))
+            .collect()
+    };
+    let blocker = Connection::open(dir.path().join(FULLTEXT_FILE)).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert!(index.write_chunk(&index.conn.lock()).is_err());
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(
+        queued_ids(&index),
+        order,
+        "a failed part goes back in front"
+    );
+    assert_consistent(&index);
+    let before = counts(&index);
+    index.write_chunk(&index.conn.lock()).unwrap();
+    let after = counts(&index);
+    assert!(
+        before.1 - after.1 <= CHUNK_BYTES,
+        "a part of at most a chunk"
+    );
+    assert!(after.0 > 0 && after.0 < 1000);
+    assert_eq!(after.3, 0, "the batch is not written yet");
+    assert!(progress(&index).is_empty(), "a part recorded progress");
+    assert!(present(&index.conn.lock(), 0));
+    assert_consistent(&index);
+    let (lo, _) = org_range(1);
+    index.erase(&[lo, lo + 999]);
+    assert_consistent(&index);
+    index.flush().unwrap();
+    assert_eq!(counts(&index), (0, 0, 1, 1, 0));
+    assert_eq!(progress(&index)[&1].0, 1000);
+    let conn = index.conn.lock();
+    assert!(!present(&conn, 0) && !present(&conn, 999));
+    assert!((1..999).all(|p| present(&conn, p)));
 }
 
 #[test]
@@ -389,7 +484,12 @@ fn check_crash_state(conn: &Connection, ledger: &Model) -> u64 {
 #[test]
 fn attack_sequencer_searcher_failures_and_the_thread_race() {
     let dir = tempfile::tempdir().unwrap();
-    let index = Arc::new(shared(dir.path()));
+    // Races, not the limit past which failing writes stop the index (its
+    // own test): the model sequencer outruns any index.
+    let index = Arc::new(Shared {
+        limit_bytes: usize::MAX,
+        ..shared(dir.path())
+    });
     install_failure_switch(&index);
     let worker = {
         let index = Arc::clone(&index);
@@ -449,7 +549,7 @@ fn attack_sequencer_searcher_failures_and_the_thread_race() {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                let fail = rng % 3 == 0;
+                let fail = rng.is_multiple_of(3);
                 switch_failures(&index, fail);
                 std::thread::sleep(Duration::from_millis(if fail {
                     100 + rng % 700
@@ -471,7 +571,7 @@ fn attack_sequencer_searcher_failures_and_the_thread_race() {
     let mut erasable: Vec<u64> = Vec::new();
     let mut relieved = 0;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(20) {
+    while started.elapsed() < Duration::from_secs(cairn_testkit::campaign(5, 20)) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
@@ -484,7 +584,7 @@ fn attack_sequencer_searcher_failures_and_the_thread_race() {
         let mut batch = FullTextBatch::default();
         batch.begin();
         let steps = 1 + rng % 400;
-        let bytes = if rng % 5 == 0 { 60_000 } else { 600 };
+        let bytes = if rng.is_multiple_of(5) { 60_000 } else { 600 };
         let mut l = ledger.lock().unwrap();
         for _ in 0..steps {
             batch.add(org_range(1).0 + size as i64, &doc(size, bytes));
@@ -642,52 +742,18 @@ fn attack_flush_terminates_under_continuous_ingest() {
     assert_consistent(&index);
 }
 
-/// The stall bound: a backlogged sequencer writes at most one chunk
-/// itself. A chunk is whole batches, so one batch bigger than the backlog
-/// (a sequencer batch of 4096 requests of 16 KB, or an import) is written
-/// whole by the sequencer: it waits for the whole queue.
-#[test]
-fn attack_one_batch_past_the_backlog_is_written_whole_by_the_sequencer() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = shared(dir.path());
-    // One batch: 4096 documents of 17 KB (68 MB).
-    let docs: Vec<(i64, String)> = (0..4096u64)
-        .map(|p| {
-            let mut d = format!("{} ", token(p));
-            let mut k = p;
-            while d.len() < 17 << 10 {
-                k = k.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                d.push_str(&format!("w{} ", (k >> 40) % 50_000));
-            }
-            (org_range(1).0 + p as i64, d)
-        })
-        .collect();
-    index.enqueue(docs, vec![(1, 4096, root(1, 4096))]);
-    assert!(counts(&index).1 >= BACKLOG_BYTES);
-    let started = Instant::now();
-    assert!(index.relieve().unwrap());
-    let took = started.elapsed();
-    let (_, bytes, ..) = counts(&index);
-    eprintln!("relieve took {took:?}");
-    assert!(
-        bytes >= BACKLOG_BYTES - 2 * CHUNK_BYTES,
-        "the sequencer wrote {} MB itself (the whole queue) in {took:?}",
-        (BACKLOG_BYTES.max(68 << 20) - bytes) >> 20
-    );
-}
-
 /// A write that fails at once (disk full, I/O error; here the injected
 /// failure) while more than a wake's worth is queued: the index thread
-/// retries without waiting, a core spinning until the error clears.
+/// tries again a tick later, not in a loop that keeps a core busy.
 #[test]
-fn attack_a_failing_write_makes_the_thread_spin() {
+fn attack_a_failing_write_is_retried_a_tick_later() {
     let dir = tempfile::tempdir().unwrap();
     let index = Arc::new(shared(dir.path()));
     install_failure_switch(&index);
     let attempts = Arc::new(AtomicU64::new(0));
     {
         let attempts = Arc::clone(&attempts);
-        index.conn.lock().rollback_hook(Some(move || {
+        let _previous = index.conn.lock().rollback_hook(Some(move || {
             attempts.fetch_add(1, Ordering::Relaxed);
         }));
     }

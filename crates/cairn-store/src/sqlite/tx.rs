@@ -489,8 +489,10 @@ impl SqliteStore {
         // Rebuild the in-memory state from the tables, as on open.
         w.state = rebuild(&w.conn)?;
         if let Some(index) = &self.fulltext {
+            // Written by the index's thread, in chunks, like any batch's
+            // (the import is committed whatever happens to the index; a
+            // search writes what is queued first).
             index.committed(&mut fulltext, w.state.org_progress().into_iter());
-            index.flush()?;
         }
         Ok(count)
     }

@@ -536,7 +536,9 @@ fn check_index_against_ledger(dir: &Path, mended: bool) -> (i64, i64, usize) {
              FROM entries s WHERE s.org = ?1 AND s.type = 'step' AND s.seq < ?2",
         )
         .unwrap();
-    let rows: Vec<(i64, i64, Option<String>, bool, Option<i64>)> = steps
+    /// id, seq, content, erased, the seq of the erasure naming it.
+    type StepRow = (i64, i64, Option<String>, bool, Option<i64>);
+    let rows: Vec<StepRow> = steps
         .query_map([org, progress], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
@@ -591,7 +593,7 @@ fn attack_sigkill_mid_ingest_with_erasures() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = 0x1234_5678_9abc_def1u64;
     let mut erased_total = 0;
-    for round in 0..8 {
+    for round in 0..cairn_testkit::campaign(2, 8) {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -665,7 +667,7 @@ fn attack_searches_under_ingest_and_drop_while_writing() {
             attack_ingest(store, stop, move |l| lines.lock().unwrap().push(l));
         })
     };
-    std::thread::sleep(Duration::from_secs(12));
+    std::thread::sleep(Duration::from_secs(cairn_testkit::campaign(3, 12)));
     stop.store(true, Ordering::Relaxed);
     runner.join().unwrap();
     let lines = lines.lock().unwrap();
@@ -720,11 +722,11 @@ fn attack_searches_under_ingest_and_drop_while_writing() {
 }
 
 /// A derived index that cannot be written for a while (here another
-/// connection holds fulltext.db's write lock) must not stop ingest: once
-/// the queue passes the backlog, each batch waits for the busy timeout
-/// (twice) and is then refused.
+/// connection holds fulltext.db's write lock) must not stop ingest: past
+/// the backlog a batch waits at most about a second for the stuck write,
+/// then goes on (before the fix: 20 s each, then refused).
 #[test]
-fn attack_an_unwritable_index_under_backlog_refuses_ingest() {
+fn attack_an_unwritable_index_under_backlog_never_stops_ingest() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = seq_options();
     options.limits.max_content_bytes = 4 << 20;
@@ -854,7 +856,7 @@ fn attack_sigkill_with_a_backlog() {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = 0x0bad_cafe_dead_beefu64;
-    for round in 0..6 {
+    for round in 0..cairn_testkit::campaign(1, 6) {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -915,7 +917,7 @@ fn attack_index_snapshots_beside_the_final_ledger() {
     let copier = rusqlite::Connection::open(&index_file).unwrap();
     copier.busy_timeout(Duration::from_secs(30)).unwrap();
     let mut rng = 0x5eed_u64;
-    for i in 0..12 {
+    for i in 0..cairn_testkit::campaign(4, 12) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
