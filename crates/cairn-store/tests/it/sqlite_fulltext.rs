@@ -955,3 +955,210 @@ fn attack_index_snapshots_beside_the_final_ledger() {
         eprintln!("snapshot {i}: as copied {stale:?}, mended {mended:?}");
     }
 }
+
+// ---------------------------------------------------------------------
+// Attacks (second review session): an import's documents are written by
+// the index's thread like any batch's (in parts: more documents and bytes
+// than a chunk); they must be found by the next search, after a clean
+// close, and after a crash right after the import.
+// ---------------------------------------------------------------------
+
+const IMPORT_CHILD_ENV: &str = "CAIRN_FT_IMPORT_CHILD_DIR";
+const IMPORT_BUNDLE_ENV: &str = "CAIRN_FT_IMPORT_BUNDLE";
+
+/// A complete-log bundle of org acme: `steps` steps of about `bytes`
+/// bytes, each starting with a unique word, every 50th erased. Returns the
+/// bundle and, per step, its word and whether it was erased.
+fn bundle_of(steps: u64, bytes: usize) -> (Vec<u8>, Vec<(String, bool)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let source = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    let mut words = Vec::new();
+    let mut traces = Vec::new();
+    for part in 0..steps.div_ceil(500) {
+        let batch: Vec<WriteRequest> = (part * 500..((part + 1) * 500).min(steps))
+            .map(|i| {
+                let content = attack_content(42, i, bytes);
+                words.push(unique_word(&content).to_owned());
+                WriteRequest::Prepared(Box::new(
+                    cairn_store::prepare_step(
+                        crate::conformance::step(&format!("i{}", i % 8), "Reasoning", &content),
+                        &source.limits(),
+                        0.0,
+                    )
+                    .unwrap(),
+                ))
+            })
+            .collect();
+        for r in source.append_batch(&batch).unwrap() {
+            match r.unwrap() {
+                Written::Step { trace_id, .. } => traces.push(trace_id),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let erased: Vec<bool> = (0..steps).map(|i| i % 50 == 7).collect();
+    let erasures: Vec<WriteRequest> = traces
+        .iter()
+        .zip(&erased)
+        .filter(|(_, e)| **e)
+        .map(|(t, _)| erase(t))
+        .collect();
+    for r in source.append_batch(&erasures).unwrap() {
+        r.unwrap();
+    }
+    let cp = match source
+        .append_batch(&[WriteRequest::Checkpoint {
+            org_id: "acme".into(),
+        }])
+        .unwrap()
+        .remove(0)
+        .unwrap()
+    {
+        Written::Checkpoint(cp) => cp,
+        other => panic!("{other:?}"),
+    };
+    let mut bundle = Vec::new();
+    cairn_store::ops::export(
+        &source,
+        "acme",
+        &cairn_store::ops::ExportScope::All,
+        &cp,
+        cairn_core::Timestamp::from_micros(0).unwrap(),
+        &mut bundle,
+        &mut |_| {},
+    )
+    .unwrap();
+    (bundle, words.into_iter().zip(erased).collect())
+}
+
+fn import(store: &SqliteStore, bundle: &[u8]) {
+    let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::Cursor::new(bundle.to_vec())))
+    };
+    match cairn_store::ops::import_bundle(store, &open, &[], &mut |_| {}).unwrap() {
+        cairn_store::ops::ImportOutcome::Imported { .. } => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every imported step is found, no erased one (a sample, the first and
+/// the last, and every erased one).
+fn assert_imported_found(store: &SqliteStore, words: &[(String, bool)], when: &str) {
+    for (i, (word, erased)) in words.iter().enumerate() {
+        if i % 211 == 0 || i + 1 == words.len() || *erased {
+            assert_eq!(
+                hits(store, word).len(),
+                usize::from(!erased),
+                "{when}: imported step {i} (erased: {erased})"
+            );
+        }
+    }
+}
+
+/// 4,600 steps of about 1.1 KB (more documents and more bytes than a
+/// chunk): found by the search that follows the import (whose flush
+/// writes them in parts beside the thread), by a reading process after a
+/// clean close, and fulltext.db holds them with its progress at the log.
+#[test]
+fn attack2_imported_steps_are_found_at_once_and_after_a_close() {
+    let (bundle, words) = bundle_of(4600, 1_100);
+    let dir = tempfile::tempdir().unwrap();
+    let target = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    // Another org's batch queued before the import.
+    let mut other = crate::conformance::step("o1", "Reasoning", "zeppelin of another org");
+    other.org_id = "other".into();
+    let request = WriteRequest::Prepared(Box::new(
+        cairn_store::prepare_step(other, &target.limits(), 0.0).unwrap(),
+    ));
+    target.append_batch(&[request]).unwrap().remove(0).unwrap();
+    import(&target, &bundle);
+    let last = &words.last().unwrap().0;
+    assert_eq!(
+        hits(&target, last).len(),
+        1,
+        "the last imported step, at once"
+    );
+    assert_imported_found(&target, &words, "after the import");
+    drop(target);
+    let (progress, size, _) = check_index_against_ledger(dir.path(), false);
+    assert_eq!(progress, size, "a clean close left the import unwritten");
+    let reader = SqliteStore::open(dir.path(), reader_options()).unwrap();
+    assert_imported_found(&reader, &words, "a reading process");
+}
+
+/// The child side of `attack2_a_crash_right_after_an_import`.
+#[test]
+fn attack2_import_child() {
+    let Some(dir) = std::env::var_os(IMPORT_CHILD_ENV) else {
+        return;
+    };
+    use std::io::Write as _;
+    let bundle = std::fs::read(std::env::var_os(IMPORT_BUNDLE_ENV).unwrap()).unwrap();
+    let store = SqliteStore::open(Path::new(&dir), seq_options()).unwrap();
+    import(&store, &bundle);
+    let mut out = std::io::stdout();
+    writeln!(out, "IMPORTED").unwrap();
+    out.flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// SIGKILL at once or soon after an import returns (the thread writing
+/// its parts): fulltext.db as left never has progress past a missing
+/// imported step, and the next sequencing open indexes the import.
+#[test]
+fn attack2_a_crash_right_after_an_import() {
+    use std::io::BufRead as _;
+    // About 36 MB of documents: nine parts.
+    let (bundle, words) = bundle_of(3000, 12_000);
+    let files = tempfile::tempdir().unwrap();
+    let bundle_path = files.path().join("bundle.jsonl");
+    std::fs::write(&bundle_path, &bundle).unwrap();
+    let mut rng = 0x0123_4567_89ab_cdefu64;
+    for round in 0..cairn_testkit::campaign(4, 20) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite_fulltext::attack2_import_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(IMPORT_CHILD_ENV, dir.path())
+            .env(IMPORT_BUNDLE_ENV, &bundle_path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // (After the harness's "test ... " on the same line.)
+        let imported = lines.any(|l| l.is_ok_and(|l| l.ends_with("IMPORTED")));
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // At once, or while the thread writes the import's parts (its
+        // first write comes a tick after the import).
+        let delay = (round * 170 + rng % 60) % 800;
+        std::thread::sleep(Duration::from_millis(delay));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(imported, "the child did not import");
+        let crashed = check_index_against_ledger(dir.path(), false);
+        let documents: i64 =
+            rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE))
+                .unwrap()
+                .query_row("SELECT count(*) FROM steps_fts", [], |r| r.get(0))
+                .unwrap_or(-1);
+        eprintln!("round {round}: {documents} documents indexed at the kill");
+        {
+            let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+            assert_imported_found(&store, &words, "after the crash");
+        }
+        let mended = check_index_against_ledger(dir.path(), true);
+        eprintln!(
+            "round {round}: killed {delay} ms after the import: at the kill {crashed:?}, mended {mended:?}"
+        );
+    }
+}
