@@ -14,11 +14,14 @@
 //! ([`FullTextIndex::flush`]), so the server always finds what it
 //! acknowledged. When the thread falls behind (64 MB queued), the sequencer
 //! waits, before its next batch, for the thread's writes to bring the queue
-//! back under ([`FullTextIndex::relieve`]): a batch then waits for about a
-//! chunk's write, never for the whole queue; a batch larger than a chunk is
-//! written in parts. An index whose writes fail or hang never stops ingest:
-//! past a hard limit (128 MB) the index stops instead, as it does when an
-//! erasure cannot be applied.
+//! back under ([`FullTextIndex::relieve`]), at most a second while under a
+//! hard limit (128 MB): a batch then waits for a chunk's write or a few,
+//! never for the whole queue; a batch larger than a chunk is written in
+//! parts. The queue counts what it holds (each document's and batch's
+//! overhead besides the text), and a batch without documents joins the
+//! last queued one. An index whose writes fail or hang never stops ingest:
+//! past the limit, after one more try, the index stops instead, as it does
+//! when an erasure cannot be applied.
 //!
 //! The index is derived, never evidence, and mends itself from the log:
 //! each write records, per org, the log size below which every step is
@@ -92,6 +95,25 @@ const CHUNK_DOCS: usize = 4096;
 /// ... or bytes: what bounds how long an erasure, a search's flush or a
 /// backlogged sequencer waits for the writing connection.
 const CHUNK_BYTES: usize = 4 << 20;
+/// What a queued document weighs beyond its text (its id, its `String`,
+/// the allocator's share), so that short documents count what they hold.
+const DOC_OVERHEAD: usize = 64;
+/// What a queued batch weighs beyond its documents, and each org's size
+/// it carries.
+const BATCH_OVERHEAD: usize = 96;
+const SIZE_OVERHEAD: usize = 64;
+
+/// The bytes a queued document counts for.
+fn doc_cost(doc: &str) -> usize {
+    doc.len() + DOC_OVERHEAD
+}
+
+/// The bytes a queued batch (or part) counts for.
+fn batch_cost(docs: &[(i64, String)], sizes: &[(i64, u64, Hash)]) -> usize {
+    BATCH_OVERHEAD
+        + sizes.len() * SIZE_OVERHEAD
+        + docs.iter().map(|(_, d)| doc_cost(d)).sum::<usize>()
+}
 
 const SCHEMA: &str = "
 CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
@@ -214,18 +236,20 @@ impl Queue {
             let (mut n, mut part_bytes) = (0, 0);
             while n < batch.docs.len()
                 && n < CHUNK_DOCS
-                && (n == 0 || part_bytes + batch.docs[n].1.len() <= CHUNK_BYTES)
+                && (n == 0 || part_bytes + doc_cost(&batch.docs[n].1) <= CHUNK_BYTES)
             {
-                part_bytes += batch.docs[n].1.len();
+                part_bytes += doc_cost(&batch.docs[n].1);
                 n += 1;
             }
             let part: Vec<(i64, String)> = batch.docs.drain(..n).collect();
+            // The rest stays queued as the batch; the part counts as one
+            // more batch if it is put back.
             batch.bytes -= part_bytes;
             docs += part.len();
             bytes += part_bytes;
             chunk.push(QueuedBatch {
+                bytes: batch_cost(&part, &[]),
                 docs: part,
-                bytes: part_bytes,
                 sizes: Vec::new(),
                 whole: false,
             });
@@ -410,7 +434,28 @@ impl Shared {
         if docs.is_empty() && sizes.is_empty() {
             return;
         }
-        let bytes = docs.iter().map(|(_, d)| d.len()).sum::<usize>();
+        if docs.is_empty()
+            && let Some(last) = queue.batches.back_mut()
+            && last.whole
+        {
+            // A batch without documents (session starts, seals, reviews,
+            // erasures) only moves progress on: it joins the last queued
+            // batch (its erasures are already applied), so that such
+            // batches never pile up while the index cannot be written.
+            let before = last.sizes.len();
+            for (org, size, root) in sizes {
+                match last.sizes.iter_mut().find(|known| known.0 == org) {
+                    Some(known) if size >= known.1 => *known = (org, size, root),
+                    Some(_) => {}
+                    None => last.sizes.push((org, size, root)),
+                }
+            }
+            let grew = (last.sizes.len() - before) * SIZE_OVERHEAD;
+            last.bytes += grew;
+            queue.bytes += grew;
+            return;
+        }
+        let bytes = batch_cost(&docs, &sizes);
         queue.docs += docs.len();
         queue.bytes += bytes;
         queue.queued += 1;
@@ -443,7 +488,7 @@ impl Shared {
                 if batch.docs.len() != before {
                     queue.docs -= before - batch.docs.len();
                     queue.bytes -= batch.bytes;
-                    batch.bytes = batch.docs.iter().map(|(_, d)| d.len()).sum();
+                    batch.bytes = batch_cost(&batch.docs, &batch.sizes);
                     queue.bytes += batch.bytes;
                 }
             }
@@ -498,12 +543,27 @@ impl Shared {
             return Ok(false);
         }
         let deadline = Instant::now() + STUCK_WAIT;
+        // Past the limit, a failure from before this call is given one
+        // retry (the thread's, a tick later) before the index is stopped.
+        let entered = queue.attempts;
+        let mut retry_awaited = false;
         loop {
             if !queue.backlogged() || queue.failed.is_some() {
                 return Ok(true);
             }
             let over_limit = queue.bytes >= self.limit_bytes;
             if queue.last_write_failed {
+                if over_limit && queue.attempts == entered && !retry_awaited {
+                    retry_awaited = true;
+                    queue = self
+                        .progressed
+                        .wait_timeout_while(queue, 3 * TICK, |q| q.attempts == entered)
+                        .map_err(|_| {
+                            StoreError::Corrupt("the full-text index's lock was poisoned".into())
+                        })?
+                        .0;
+                    continue;
+                }
                 if over_limit {
                     let behind = queue.bytes >> 20;
                     queue.fail(format!(
