@@ -65,6 +65,8 @@ mod analyst_sql;
 mod connection;
 mod embedding;
 mod fulltext_index;
+mod fulltext_mend;
+mod fulltext_queue;
 mod migrate;
 mod reads;
 mod rows;

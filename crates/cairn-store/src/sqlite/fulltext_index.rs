@@ -50,13 +50,13 @@
 
 use super::SqliteStore;
 use super::connection::restrict_file;
-use super::tree::{DbTree, log_size_of};
-use crate::engine::org_range;
+use super::fulltext_mend::catch_up;
+use super::fulltext_queue::{BACKLOG_BYTES, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost};
 use crate::listing::{self, ListParam};
 use crate::{DbContext, StepFilter, StoreError};
 use cairn_core::Hash;
-use rusqlite::{Connection, OptionalExtension as _, params};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use rusqlite::{Connection, params};
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,10 +75,6 @@ const TICK: Duration = Duration::from_millis(250);
 const WAKE_DOCS: usize = 8192;
 /// ... or queued bytes.
 const WAKE_BYTES: usize = 16 << 20;
-/// Queued bytes past which the sequencer, before its next batch, waits for
-/// the index thread's writes to bring the queue back under (the thread fell
-/// behind: memory stays bounded and ingest slows to the index's pace).
-const BACKLOG_BYTES: usize = 64 << 20;
 /// How long the sequencer waits for one write of the index before it goes
 /// on regardless (a write stuck on a lock, or a slow merge), while the
 /// queue is under [`LIMIT_BYTES`].
@@ -89,31 +85,6 @@ const STUCK_WAIT: Duration = Duration::from_secs(1);
 /// an index that cannot be written never stops ingest, nor takes memory
 /// without bound.
 const LIMIT_BYTES: usize = 2 * BACKLOG_BYTES;
-/// One write of the index (one transaction) takes whole batches up to
-/// about this many documents...
-const CHUNK_DOCS: usize = 4096;
-/// ... or bytes: what bounds how long an erasure, a search's flush or a
-/// backlogged sequencer waits for the writing connection.
-const CHUNK_BYTES: usize = 4 << 20;
-/// What a queued document weighs beyond its text (its id, its `String`,
-/// the allocator's share), so that short documents count what they hold.
-const DOC_OVERHEAD: usize = 64;
-/// What a queued batch weighs beyond its documents, and each org's size
-/// it carries.
-const BATCH_OVERHEAD: usize = 96;
-const SIZE_OVERHEAD: usize = 64;
-
-/// The bytes a queued document counts for.
-fn doc_cost(doc: &str) -> usize {
-    doc.len() + DOC_OVERHEAD
-}
-
-/// The bytes a queued batch (or part) counts for.
-fn batch_cost(docs: &[(i64, String)], sizes: &[(i64, u64, Hash)]) -> usize {
-    BATCH_OVERHEAD
-        + sizes.len() * SIZE_OVERHEAD
-        + docs.iter().map(|(_, d)| doc_cost(d)).sum::<usize>()
-}
 
 const SCHEMA: &str = "
 CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
@@ -160,118 +131,6 @@ impl FullTextBatch {
             std::mem::take(&mut self.docs),
             std::mem::take(&mut self.erased),
         )
-    }
-}
-
-/// What one committed batch left for the index: its documents and, per org
-/// it wrote to, the committed log size and root once they are in. A batch
-/// larger than a chunk is written in parts: a part carries the batch's
-/// first documents and no sizes, and is not `whole`.
-struct QueuedBatch {
-    docs: Vec<(i64, String)>,
-    bytes: usize,
-    sizes: Vec<(i64, u64, Hash)>,
-    whole: bool,
-}
-
-#[derive(Default)]
-struct Queue {
-    /// Committed batches not yet written, oldest first. The index is
-    /// written whole batches at a time, in this order, so that the progress
-    /// recorded with a write (the sizes of its last batches) never passes a
-    /// step whose document is still queued.
-    batches: VecDeque<QueuedBatch>,
-    /// Documents and bytes queued, over every batch.
-    docs: usize,
-    bytes: usize,
-    /// Batches ever queued, and ever written (or dropped when the index
-    /// stopped): a flush writes until `written` reaches what `queued` was
-    /// when it started.
-    queued: u64,
-    written: u64,
-    /// Writes of the index tried so far, and whether the last one failed
-    /// (a backlogged sequencer waits for the next, and goes on if it fails).
-    attempts: u64,
-    last_write_failed: bool,
-    stop: bool,
-    /// Why the index stopped taking writes (an erasure it could not
-    /// apply): it then takes no more documents and answers no search until
-    /// the next sequencing open mends it.
-    failed: Option<String>,
-}
-
-impl Queue {
-    /// Whether the index thread fell more than the backlog's bound behind.
-    fn backlogged(&self) -> bool {
-        self.bytes >= BACKLOG_BYTES
-    }
-
-    /// Stops the index: what is queued is dropped (the next sequencing
-    /// open indexes it from the recorded progress).
-    fn fail(&mut self, reason: String) {
-        self.failed = Some(reason);
-        self.batches.clear();
-        self.docs = 0;
-        self.bytes = 0;
-        self.written = self.queued;
-    }
-
-    /// Takes the oldest whole batches that fit in a chunk of documents
-    /// and bytes; if the oldest alone does not fit, its first documents as
-    /// a part (at least one document).
-    fn take_chunk(&mut self) -> Vec<QueuedBatch> {
-        let (mut docs, mut bytes) = (0, 0);
-        let mut chunk = Vec::new();
-        while let Some(batch) = self.batches.front_mut() {
-            let fits = docs + batch.docs.len() <= CHUNK_DOCS && bytes + batch.bytes <= CHUNK_BYTES;
-            if !fits && !chunk.is_empty() {
-                break;
-            }
-            if fits {
-                docs += batch.docs.len();
-                bytes += batch.bytes;
-                chunk.extend(self.batches.pop_front());
-                continue;
-            }
-            let (mut n, mut part_bytes) = (0, 0);
-            while n < batch.docs.len()
-                && n < CHUNK_DOCS
-                && (n == 0 || part_bytes + doc_cost(&batch.docs[n].1) <= CHUNK_BYTES)
-            {
-                part_bytes += doc_cost(&batch.docs[n].1);
-                n += 1;
-            }
-            let part: Vec<(i64, String)> = batch.docs.drain(..n).collect();
-            // The rest stays queued as the batch; the part counts as one
-            // more batch if it is put back.
-            batch.bytes -= part_bytes;
-            docs += part.len();
-            bytes += part_bytes;
-            chunk.push(QueuedBatch {
-                bytes: batch_cost(&part, &[]),
-                docs: part,
-                sizes: Vec::new(),
-                whole: false,
-            });
-            break;
-        }
-        self.docs -= docs;
-        self.bytes -= bytes;
-        chunk
-    }
-
-    /// Puts a chunk that could not be written back in front of what came
-    /// since, in order.
-    fn put_back(&mut self, chunk: Vec<QueuedBatch>) {
-        if self.failed.is_some() {
-            // Stopped meanwhile: the next sequencing open indexes them.
-            return;
-        }
-        for batch in chunk.into_iter().rev() {
-            self.docs += batch.docs.len();
-            self.bytes += batch.bytes;
-            self.batches.push_front(batch);
-        }
     }
 }
 
@@ -684,7 +543,7 @@ fn write<'a>(
         .context("committing the full-text index's documents")
 }
 
-fn mark(conn: &Connection, org: i64, size: u64, root: &Hash) -> Result<(), StoreError> {
+pub(super) fn mark(conn: &Connection, org: i64, size: u64, root: &Hash) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO fulltext_progress (org, indexed_below, root) VALUES (?1, ?2, ?3)
          ON CONFLICT (org) DO UPDATE SET indexed_below = excluded.indexed_below, root = excluded.root
@@ -692,143 +551,6 @@ fn mark(conn: &Connection, org: i64, size: u64, root: &Hash) -> Result<(), Store
     )
     .and_then(|mut s| s.execute(params![org, size as i64, &root.0[..]]))
     .context("recording the full-text index's progress")?;
-    Ok(())
-}
-
-/// Brings the index up to the log: drops the orgs the log lacks; per org,
-/// starts again from its first step if the recorded root is not the log's
-/// at the recorded size, deletes the steps that erasure records at or above
-/// its indexed size name, then indexes the steps at or above it.
-fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<(), StoreError> {
-    let orgs: Vec<i64> = ledger
-        .prepare("SELECT org FROM orgs")
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .context("listing orgs")?;
-    let known: Vec<i64> = index
-        .prepare("SELECT org FROM fulltext_progress")
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .context("reading the full-text index's progress")?;
-    for org in known.into_iter().filter(|org| !orgs.contains(org)) {
-        forget_org(index, org)?;
-    }
-    for org in orgs {
-        let recorded: Option<(i64, Vec<u8>)> = index
-            .query_row(
-                "SELECT indexed_below, root FROM fulltext_progress WHERE org = ?1",
-                [org],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .context("reading the full-text index's progress")?;
-        let size = log_size_of(ledger, org)?;
-        let tree = DbTree {
-            conn: ledger,
-            org,
-            size,
-        };
-        let below = match recorded {
-            Some((below, root))
-                if (0..=size as i64).contains(&below)
-                    && root_at(&tree, below as u64)?.0[..] == root[..] =>
-            {
-                below
-            }
-            // Another history, or nothing recorded: whatever the index
-            // holds of the org cannot be trusted.
-            _ => {
-                forget_org(index, org)?;
-                0
-            }
-        };
-        if below as u64 == size {
-            continue;
-        }
-        let (lo, hi) = org_range(org);
-        let tx = index
-            .transaction()
-            .context("starting to mend the full-text index")?;
-        {
-            let mut erased = ledger
-                .prepare(
-                    "SELECT s.id FROM entries x JOIN entries s
-                       ON s.org = x.org AND s.trace_id = json_extract(x.view, '$.trace_id')
-                     WHERE x.org = ?1 AND x.type = 'erasure' AND x.id >= ?2 AND x.id < ?3",
-                )
-                .context("reading erasures for the full-text index")?;
-            let ids = erased
-                .query_map(params![org, lo + below, hi], |r| r.get::<_, i64>(0))
-                .context("reading erasures for the full-text index")?;
-            let mut delete = tx
-                .prepare("DELETE FROM steps_fts WHERE rowid = ?1")
-                .context("mending the full-text index")?;
-            for id in ids {
-                let id = id.context("reading erasures for the full-text index")?;
-                delete
-                    .execute([id])
-                    .context("mending the full-text index")?;
-            }
-            index_steps(
-                ledger,
-                &tx,
-                "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-                 WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
-                params![lo + below, hi],
-            )?;
-            mark(&tx, org, size, &root_at(&tree, size)?)?;
-        }
-        tx.commit().context("mending the full-text index")?;
-    }
-    Ok(())
-}
-
-/// The org log's root at `size`, from the stored tree.
-fn root_at(tree: &DbTree<'_>, size: u64) -> Result<Hash, StoreError> {
-    cairn_core::merkle::range_hash(tree, 0, size)
-}
-
-/// Deletes an org's documents and progress.
-fn forget_org(index: &Connection, org: i64) -> Result<(), StoreError> {
-    let (lo, hi) = org_range(org);
-    index
-        .execute(
-            "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2",
-            params![lo, hi],
-        )
-        .and_then(|_| index.execute("DELETE FROM fulltext_progress WHERE org = ?1", [org]))
-        .context("dropping an org's documents from the full-text index")?;
-    Ok(())
-}
-
-/// Indexes the steps `select` (run on the ledger) returns (`id, content,
-/// input_data, output_data, metadata`).
-fn index_steps(
-    ledger: &Connection,
-    index: &Connection,
-    select: &str,
-    select_params: impl rusqlite::Params,
-) -> Result<(), StoreError> {
-    let mut read = ledger
-        .prepare(select)
-        .context("reading steps for the full-text index")?;
-    let mut rows = read
-        .query(select_params)
-        .context("reading steps for the full-text index")?;
-    let mut insert = index
-        .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
-        .context("indexing steps for full-text search")?;
-    let column = "reading steps for the full-text index";
-    while let Some(row) = rows.next().context(column)? {
-        let id: i64 = row.get(0).context(column)?;
-        let text = |i: usize| row.get::<_, Option<String>>(i).context(column);
-        let columns = [text(1)?, text(2)?, text(3)?, text(4)?];
-        let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
-        let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
-        if !doc.is_empty() {
-            insert
-                .execute(params![id, doc])
-                .context("indexing steps for full-text search")?;
-        }
-    }
     Ok(())
 }
 

@@ -4,7 +4,10 @@
 //! backlogged sequencer writes one chunk, not the queue; erasure recounts
 //! what is queued; a flush writes everything queued when it started.
 
+use super::super::fulltext_queue::*;
 use super::*;
+use crate::engine::org_range;
+use rusqlite::OptionalExtension as _;
 
 /// An index file in `dir` with an empty queue and no thread: the tests
 /// drive the writes themselves.

@@ -1,0 +1,151 @@
+//! The full-text index's queue: the documents of committed batches waiting
+//! for the index's thread, in order, and how they are taken a chunk at a
+//! time ([`Queue::take_chunk`]) and what they count against the backlog
+//! (see `fulltext_index.rs` for the thread, the sequencer's waits and the
+//! invariants the order keeps).
+
+use cairn_core::Hash;
+use std::collections::VecDeque;
+
+/// Queued bytes past which the sequencer, before its next batch, waits for
+/// the index thread's writes to bring the queue back under (the thread fell
+/// behind: memory stays bounded and ingest slows to the index's pace).
+pub(super) const BACKLOG_BYTES: usize = 64 << 20;
+
+/// One write of the index (one transaction) takes whole batches up to
+/// about this many documents...
+pub(super) const CHUNK_DOCS: usize = 4096;
+/// ... or bytes: what bounds how long an erasure, a search's flush or a
+/// backlogged sequencer waits for the writing connection.
+pub(super) const CHUNK_BYTES: usize = 4 << 20;
+/// What a queued document weighs beyond its text (its id, its `String`,
+/// the allocator's share), so that short documents count what they hold.
+pub(super) const DOC_OVERHEAD: usize = 64;
+/// What a queued batch weighs beyond its documents, and each org's size
+/// it carries.
+pub(super) const BATCH_OVERHEAD: usize = 96;
+pub(super) const SIZE_OVERHEAD: usize = 64;
+
+/// The bytes a queued document counts for.
+pub(super) fn doc_cost(doc: &str) -> usize {
+    doc.len() + DOC_OVERHEAD
+}
+
+/// The bytes a queued batch (or part) counts for.
+pub(super) fn batch_cost(docs: &[(i64, String)], sizes: &[(i64, u64, Hash)]) -> usize {
+    BATCH_OVERHEAD
+        + sizes.len() * SIZE_OVERHEAD
+        + docs.iter().map(|(_, d)| doc_cost(d)).sum::<usize>()
+}
+
+/// What one committed batch left for the index: its documents and, per org
+/// it wrote to, the committed log size and root once they are in. A batch
+/// larger than a chunk is written in parts: a part carries the batch's
+/// first documents and no sizes, and is not `whole`.
+pub(super) struct QueuedBatch {
+    pub(super) docs: Vec<(i64, String)>,
+    pub(super) bytes: usize,
+    pub(super) sizes: Vec<(i64, u64, Hash)>,
+    pub(super) whole: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Queue {
+    /// Committed batches not yet written, oldest first. The index is
+    /// written whole batches at a time, in this order, so that the progress
+    /// recorded with a write (the sizes of its last batches) never passes a
+    /// step whose document is still queued.
+    pub(super) batches: VecDeque<QueuedBatch>,
+    /// Documents and bytes queued, over every batch.
+    pub(super) docs: usize,
+    pub(super) bytes: usize,
+    /// Batches ever queued, and ever written (or dropped when the index
+    /// stopped): a flush writes until `written` reaches what `queued` was
+    /// when it started.
+    pub(super) queued: u64,
+    pub(super) written: u64,
+    /// Writes of the index tried so far, and whether the last one failed
+    /// (a backlogged sequencer waits for the next, and goes on if it fails).
+    pub(super) attempts: u64,
+    pub(super) last_write_failed: bool,
+    pub(super) stop: bool,
+    /// Why the index stopped taking writes (an erasure it could not
+    /// apply): it then takes no more documents and answers no search until
+    /// the next sequencing open mends it.
+    pub(super) failed: Option<String>,
+}
+
+impl Queue {
+    /// Whether the index thread fell more than the backlog's bound behind.
+    pub(super) fn backlogged(&self) -> bool {
+        self.bytes >= BACKLOG_BYTES
+    }
+
+    /// Stops the index: what is queued is dropped (the next sequencing
+    /// open indexes it from the recorded progress).
+    pub(super) fn fail(&mut self, reason: String) {
+        self.failed = Some(reason);
+        self.batches.clear();
+        self.docs = 0;
+        self.bytes = 0;
+        self.written = self.queued;
+    }
+
+    /// Takes the oldest whole batches that fit in a chunk of documents
+    /// and bytes; if the oldest alone does not fit, its first documents as
+    /// a part (at least one document).
+    pub(super) fn take_chunk(&mut self) -> Vec<QueuedBatch> {
+        let (mut docs, mut bytes) = (0, 0);
+        let mut chunk = Vec::new();
+        while let Some(batch) = self.batches.front_mut() {
+            let fits = docs + batch.docs.len() <= CHUNK_DOCS && bytes + batch.bytes <= CHUNK_BYTES;
+            if !fits && !chunk.is_empty() {
+                break;
+            }
+            if fits {
+                docs += batch.docs.len();
+                bytes += batch.bytes;
+                chunk.extend(self.batches.pop_front());
+                continue;
+            }
+            let (mut n, mut part_bytes) = (0, 0);
+            while n < batch.docs.len()
+                && n < CHUNK_DOCS
+                && (n == 0 || part_bytes + doc_cost(&batch.docs[n].1) <= CHUNK_BYTES)
+            {
+                part_bytes += doc_cost(&batch.docs[n].1);
+                n += 1;
+            }
+            let part: Vec<(i64, String)> = batch.docs.drain(..n).collect();
+            // The rest stays queued as the batch; the part counts as one
+            // more batch if it is put back.
+            batch.bytes -= part_bytes;
+            docs += part.len();
+            bytes += part_bytes;
+            chunk.push(QueuedBatch {
+                bytes: batch_cost(&part, &[]),
+                docs: part,
+                sizes: Vec::new(),
+                whole: false,
+            });
+            break;
+        }
+        self.docs -= docs;
+        self.bytes -= bytes;
+        chunk
+    }
+
+    /// Puts a chunk that could not be written back in front of what came
+    /// since, in order.
+    pub(super) fn put_back(&mut self, chunk: Vec<QueuedBatch>) {
+        if self.failed.is_some() {
+            // Stopped meanwhile: the next sequencing open indexes them.
+            return;
+        }
+        for batch in chunk.into_iter().rev() {
+            self.docs += batch.docs.len();
+            self.bytes += batch.bytes;
+            self.batches.push_front(batch);
+        }
+    }
+}
