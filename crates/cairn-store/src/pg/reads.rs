@@ -36,7 +36,6 @@ impl PgStore {
             let (lo, hi) = org_range(org);
             let end = row_id(org, to).min(hi);
             let mut next = row_id(org, from).max(lo);
-            let n = STEP_COLUMN_COUNT;
             while next < end {
                 let rows = db.query(&LOG_PAGE, &[&next, &end, &PAGE], "reading the log")?;
                 let Some(last) = rows.last() else {
@@ -44,14 +43,7 @@ impl PgStore {
                 };
                 next = col::<i64>(last, 0)? + lo + 1;
                 for row in &rows {
-                    let seq: i64 = col(row, 0)?;
-                    let leaf: Vec<u8> = col(row, n + 2)?;
-                    let stored = StoredEntry {
-                        seq: u64_of(seq),
-                        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
-                        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-                    };
-                    if !visit(stored) {
+                    if !visit(stored_entry(row)?) {
                         return Ok(());
                     }
                 }
@@ -79,16 +71,8 @@ impl PgStore {
                 .map(|&seq| row_id(org, seq))
                 .collect();
             let rows = db.query(&ENTRIES_BY_ID, &[&ids], "reading log entries")?;
-            let n = STEP_COLUMN_COUNT;
             for row in &rows {
-                let seq: i64 = col(row, 0)?;
-                let leaf: Vec<u8> = col(row, n + 2)?;
-                let stored = StoredEntry {
-                    seq: u64_of(seq),
-                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
-                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-                };
-                if !visit(stored) {
+                if !visit(stored_entry(row)?) {
                     break;
                 }
             }
@@ -404,4 +388,17 @@ impl PgStore {
             .map(|(_, reg)| reg)
             .collect())
     }
+}
+
+/// A log entry as stored, from a row of [`LOG_PAGE`]'s columns (a row that
+/// does not parse is handed over as such, not as an error).
+fn stored_entry(row: &postgres::Row) -> Result<StoredEntry, StoreError> {
+    let n = STEP_COLUMN_COUNT;
+    let seq: i64 = col(row, 0)?;
+    let leaf: Vec<u8> = col(row, n + 2)?;
+    Ok(StoredEntry {
+        seq: u64_of(seq),
+        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
+    })
 }

@@ -39,16 +39,8 @@ impl SqliteStore {
             let mut rows = stmt
                 .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
                 .context("reading the log")?;
-            let n = STEP_COLUMN_COUNT;
             while let Some(row) = rows.next().context("reading the log")? {
-                let seq: i64 = row.get(0).context("reading the log")?;
-                let leaf: Vec<u8> = row.get(n + 2).context("reading the log")?;
-                let stored = StoredEntry {
-                    seq: seq as u64,
-                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
-                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-                };
-                if !visit(stored) {
+                if !visit(stored_entry(row)?) {
                     break;
                 }
             }
@@ -77,7 +69,6 @@ impl SqliteStore {
                  WHERE e.id = ?1"
             );
             let mut stmt = c.prepare_cached(&sql).context("reading log entries")?;
-            let n = STEP_COLUMN_COUNT;
             for &seq in seqs.iter().filter(|&&seq| seq < 1 << 40) {
                 let mut rows = stmt
                     .query([row_id(org, seq)])
@@ -85,13 +76,7 @@ impl SqliteStore {
                 let Some(row) = rows.next().context("reading log entries")? else {
                     continue;
                 };
-                let leaf: Vec<u8> = row.get(n + 2).context("reading log entries")?;
-                let stored = StoredEntry {
-                    seq,
-                    leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
-                    entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-                };
-                if !visit(stored) {
+                if !visit(stored_entry(row)?) {
                     break;
                 }
             }
@@ -425,4 +410,18 @@ impl SqliteStore {
             .map(|(_, reg)| reg)
             .collect())
     }
+}
+
+/// A log entry as stored, from a row of the log's columns
+/// (`STEP_COLUMNS`, then type, view and leaf hash; a row that does not
+/// parse is handed over as such, not as an error).
+fn stored_entry(row: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
+    let n = STEP_COLUMN_COUNT;
+    let seq: i64 = row.get(0).context("reading the log")?;
+    let leaf: Vec<u8> = row.get(n + 2).context("reading the log")?;
+    Ok(StoredEntry {
+        seq: seq as u64,
+        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
+    })
 }
