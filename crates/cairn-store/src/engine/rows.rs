@@ -43,6 +43,17 @@ pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.
     e.turn_step, e.task_id, e.links, e.status, e.seed, e.digest, e.prev_hash, e.record_hash, e.sig_key_id,
     e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts, e.logged_at";
 
+/// The log's entries with every column a stored entry is read from
+/// (`STEP_COLUMNS`, then type, view and leaf hash), then `filter` (the
+/// WHERE clause and order, in the backend's parameter style): one text
+/// for every backend's log reads.
+pub(crate) fn log_entries_query(filter: &str) -> String {
+    format!(
+        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid {filter}"
+    )
+}
+
 /// How many columns [`STEP_COLUMNS`] selects.
 pub(crate) const STEP_COLUMN_COUNT: usize = 33;
 

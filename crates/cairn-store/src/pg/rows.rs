@@ -4,7 +4,9 @@
 //! read queries and the batch's transaction.
 
 use super::connection::{Db, col, u64_of};
-use crate::engine::{ChainEnd, RawStep, STEP_COLUMNS, blob_hash, chain_end, op_from_view};
+use crate::engine::{
+    ChainEnd, RawStep, STEP_COLUMNS, blob_hash, chain_end, log_entries_query, op_from_view,
+};
 use crate::{StoreError, StoredStep};
 use cairn_core::Timestamp;
 use cairn_core::log::{LogEntry, LogRecord};
@@ -65,21 +67,11 @@ pub(super) static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {
          ORDER BY e.id LIMIT $4"
     )
 });
-pub(super) static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
-         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
-         WHERE e.id >= $1 AND e.id < $2 ORDER BY e.id LIMIT $3"
-    )
-});
+pub(super) static LOG_PAGE: LazyLock<String> =
+    LazyLock::new(|| log_entries_query("WHERE e.id >= $1 AND e.id < $2 ORDER BY e.id LIMIT $3"));
 /// Log entries by id (`$1`), in id order, with the columns of [`LOG_PAGE`].
-pub(super) static ENTRIES_BY_ID: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
-         JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
-         WHERE e.id = ANY($1) ORDER BY e.id"
-    )
-});
+pub(super) static ENTRIES_BY_ID: LazyLock<String> =
+    LazyLock::new(|| log_entries_query("WHERE e.id = ANY($1) ORDER BY e.id"));
 pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org

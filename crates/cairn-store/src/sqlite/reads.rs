@@ -6,8 +6,8 @@
 use super::SqliteStore;
 use super::rows::{entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
-    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, op_from_view, org_range,
-    row_id,
+    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, log_entries_query,
+    op_from_view, org_range, row_id,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -29,11 +29,7 @@ impl SqliteStore {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(());
             };
-            let sql = format!(
-                "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
-                 JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
-                 WHERE e.id >= ?1 AND e.id < ?2 ORDER BY e.id"
-            );
+            let sql = log_entries_query("WHERE e.id >= ?1 AND e.id < ?2 ORDER BY e.id");
             let (lo, hi) = org_range(org);
             let mut stmt = c.prepare_cached(&sql).context("reading the log")?;
             let mut rows = stmt
@@ -63,11 +59,7 @@ impl SqliteStore {
             };
             // In process, a lookup per entry costs what one query of them
             // all would.
-            let sql = format!(
-                "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
-                 JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid
-                 WHERE e.id = ?1"
-            );
+            let sql = log_entries_query("WHERE e.id = ?1");
             let mut stmt = c.prepare_cached(&sql).context("reading log entries")?;
             for &seq in seqs.iter().filter(|&&seq| seq < 1 << 40) {
                 let mut rows = stmt
