@@ -162,8 +162,11 @@ pub(super) fn index_path(ledger_path: &Path) -> PathBuf {
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
-    m.lock()
-        .map_err(|_| StoreError::Corrupt("the full-text index's lock was poisoned".into()))
+    m.lock().map_err(|_| poisoned())
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Corrupt("the full-text index's lock was poisoned".into())
 }
 
 fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
@@ -414,13 +417,7 @@ impl Shared {
             if queue.last_write_failed {
                 if over_limit && queue.attempts == entered && !retry_awaited {
                     retry_awaited = true;
-                    queue = self
-                        .progressed
-                        .wait_timeout_while(queue, 3 * TICK, |q| q.attempts == entered)
-                        .map_err(|_| {
-                            StoreError::Corrupt("the full-text index's lock was poisoned".into())
-                        })?
-                        .0;
+                    queue = self.await_attempt(queue, entered, 3 * TICK)?;
                     continue;
                 }
                 if over_limit {
@@ -437,12 +434,23 @@ impl Shared {
             }
             let wait = if over_limit { TICK } else { deadline - now };
             let attempts = queue.attempts;
-            queue = self
-                .progressed
-                .wait_timeout_while(queue, wait, |q| q.attempts == attempts)
-                .map_err(|_| StoreError::Corrupt("the full-text index's lock was poisoned".into()))?
-                .0;
+            queue = self.await_attempt(queue, attempts, wait)?;
         }
+    }
+
+    /// Waits, for at most `timeout`, for a write of the index to end after
+    /// the `since`-th attempt.
+    fn await_attempt<'a>(
+        &self,
+        queue: MutexGuard<'a, Queue>,
+        since: u64,
+        timeout: Duration,
+    ) -> Result<MutexGuard<'a, Queue>, StoreError> {
+        let (queue, _) = self
+            .progressed
+            .wait_timeout_while(queue, timeout, |q| q.attempts == since)
+            .map_err(|_| poisoned())?;
+        Ok(queue)
     }
 
     /// Writes, a chunk at a time, everything queued when it was called;
