@@ -561,19 +561,33 @@ impl BundleVerifier {
     /// feeding the lines with [`BundleVerifier::push_bytes`]). Returns
     /// false once verification has failed.
     pub fn push_prepared(&mut self, line: PreparedLine) -> bool {
+        self.check_prepared(&line)
+    }
+
+    /// Feeds the next line, already prepared, as
+    /// [`BundleVerifier::push_prepared`] does, but leaves the line to the
+    /// caller: a feeder that prepares lines on other threads can free them
+    /// there, or read the next line into the spent line's buffer
+    /// ([`PreparedLine::into_buffer`]). Returns false once verification
+    /// has failed.
+    pub fn check_prepared(&mut self, line: &PreparedLine) -> bool {
         if self.failure.is_some() {
             return false;
         }
         self.line += 1;
-        let value = match line.value {
+        let parsed_again;
+        let value = match &line.value {
             Ok(Parsed::Value(value)) => value,
             Ok(Parsed::Entry(_)) if self.stage == Stage::Entries => {
-                return self.entry_or_end(None, line.entry);
+                return self.entry_or_end(None, line.entry.as_ref());
             }
             // An entry where the stage expects something else: the stage
             // needs its value (it parsed once, so it parses again).
-            Ok(Parsed::Entry(bytes)) => match crate::json::from_slice(&bytes) {
-                Ok(value) => value,
+            Ok(Parsed::Entry(bytes)) => match crate::json::from_slice(bytes) {
+                Ok(value) => {
+                    parsed_again = value;
+                    &parsed_again
+                }
                 Err(e) => return self.malformed(e),
             },
             Err(LineError::NotUtf8(e)) => {
@@ -592,7 +606,7 @@ impl BundleVerifier {
             return self.malformed("content after the end line".into());
         }
         match self.stage {
-            Stage::Header => match BundleHeader::from_value(&value) {
+            Stage::Header => match BundleHeader::from_value(value) {
                 Ok(header) => {
                     self.header = Some(header);
                     self.stage = Stage::Checkpoint;
@@ -600,9 +614,9 @@ impl BundleVerifier {
                 }
                 Err(e) => self.malformed(e),
             },
-            Stage::Checkpoint => self.open_checkpoint(&value),
-            Stage::Preamble => self.preamble(&value, line.entry),
-            Stage::Entries => self.entry_or_end(Some(&value), line.entry),
+            Stage::Checkpoint => self.open_checkpoint(value),
+            Stage::Preamble => self.preamble(value, line.entry.as_ref()),
+            Stage::Entries => self.entry_or_end(Some(value), line.entry.as_ref()),
             Stage::Ended => false,
         }
     }
@@ -684,7 +698,7 @@ impl BundleVerifier {
         true
     }
 
-    fn preamble(&mut self, value: &Value, prepared: Option<PreparedEntry>) -> bool {
+    fn preamble(&mut self, value: &Value, prepared: Option<&PreparedEntry>) -> bool {
         let Some(header) = self.header.clone() else {
             return false;
         };
@@ -817,7 +831,7 @@ impl BundleVerifier {
     /// An entry or the end line: `value` is `None` only for a prepared
     /// entry whose value was dropped (then it has none of the members
     /// checked here).
-    fn entry_or_end(&mut self, value: Option<&Value>, prepared: Option<PreparedEntry>) -> bool {
+    fn entry_or_end(&mut self, value: Option<&Value>, prepared: Option<&PreparedEntry>) -> bool {
         let complete = self.header.as_ref().is_some_and(|h| h.complete_log);
         if let Some(value) = value
             && let Some(end) = value.get("end")
@@ -849,29 +863,31 @@ impl BundleVerifier {
             return false;
         };
         // A line that is not an entry still counts as a checked record.
+        let decoded_here;
         let (decoded, digest, seq) = match (prepared, value) {
-            (Some(prepared), _) => (prepared.decoded, prepared.digest, prepared.seq),
-            (None, Some(value)) => (
-                decode_entry_value(value),
-                None,
-                value
-                    .get("seq")
-                    .and_then(Value::as_u64)
-                    .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
-            ),
+            (Some(prepared), _) => (&prepared.decoded, prepared.digest, prepared.seq),
+            (None, Some(value)) => {
+                decoded_here = decode_entry_value(value);
+                (
+                    &decoded_here,
+                    None,
+                    value
+                        .get("seq")
+                        .and_then(Value::as_u64)
+                        .filter(|s| *s <= crate::record::MAX_SAFE_INTEGER),
+                )
+            }
             (None, None) => return false,
         };
-        let decoded = decoded.and_then(|(entry, proof)| {
-            if complete && proof.is_some() {
-                Err((
-                    Reason::MalformedRecord,
-                    "a complete-log bundle carries no proofs".to_owned(),
-                ))
-            } else {
-                Ok((entry, proof))
-            }
-        });
-        let (entry, proof) = match decoded {
+        let checked = match decoded {
+            Ok((entry, proof)) if !(complete && proof.is_some()) => Ok((entry, proof)),
+            Ok(_) => Err((
+                Reason::MalformedRecord,
+                "a complete-log bundle carries no proofs".to_owned(),
+            )),
+            Err((reason, e)) => Err((*reason, e.clone())),
+        };
+        let (entry, proof) = match checked {
             Ok(decoded) => decoded,
             Err((reason, e)) => {
                 let at = Location {
@@ -901,10 +917,10 @@ impl BundleVerifier {
                 );
                 false
             } else {
-                log.push_with_digest(&entry, digest)
+                log.push_with_digest(entry, digest)
             }
         } else {
-            log.push_proven_with_digest(&entry, proof.as_deref(), digest)
+            log.push_proven_with_digest(entry, proof.as_deref(), digest)
         };
         if !ok && let Some(mut failure) = log.failure().cloned() {
             failure.at.line = Some(self.line);

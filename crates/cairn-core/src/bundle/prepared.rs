@@ -86,6 +86,20 @@ impl PreparedLine {
         PreparedLine::prepare(Cow::Owned(line))
     }
 
+    /// Frees what the line was decoded into (on the calling thread) and
+    /// gives back the buffer it was read into ([`PreparedLine::from_vec`]),
+    /// emptied, to read another line into; `None` for a line that did not
+    /// keep its buffer.
+    pub fn into_buffer(self) -> Option<Vec<u8>> {
+        match self.value {
+            Ok(Parsed::Entry(mut buffer)) => {
+                buffer.clear();
+                Some(buffer)
+            }
+            _ => None,
+        }
+    }
+
     fn prepare(bytes: Cow<'_, [u8]>) -> PreparedLine {
         let line = &*bytes;
         // Most lines are plain step entries: read them without a JSON tree.
