@@ -146,11 +146,45 @@ impl<'de> DeserializeSeed<'de> for StrictSeed {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(StrictVisitor)
+        deserializer.deserialize_any(StrictVisitor { plain: false })
     }
 }
 
-struct StrictVisitor;
+/// [`StrictSeed`] for a reader that does not scan the text's literals
+/// first ([`check_integer_literals`]): it also refuses every number that
+/// might have been written as an integer literal beyond ±(2^53 − 1) — an
+/// integer beyond it, and any float of that magnitude (a long integer
+/// literal reaches a visitor as a float). Its refusals are never shown: a
+/// reader using it gives up, and the line is read again the general way.
+pub(crate) struct PlainSeed;
+
+impl<'de> DeserializeSeed<'de> for PlainSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(StrictVisitor { plain: true })
+    }
+}
+
+/// Whether a number read by a visitor is certainly not an integer literal
+/// beyond ±(2^53 − 1) (see [`PlainSeed`]).
+pub(crate) fn plainly_safe_f64(v: f64) -> bool {
+    v.abs() < 9_007_199_254_740_992.0
+}
+
+struct StrictVisitor {
+    /// Refuse numbers [`PlainSeed`] refuses.
+    plain: bool,
+}
+
+impl StrictVisitor {
+    fn refuse_unplain<E: de::Error>(&self, safe: bool) -> Result<(), E> {
+        if self.plain && !safe {
+            return Err(E::custom("a number beyond ±(2^53 - 1)"));
+        }
+        Ok(())
+    }
+}
 
 impl<'de> Visitor<'de> for StrictVisitor {
     type Value = Value;
@@ -163,15 +197,18 @@ impl<'de> Visitor<'de> for StrictVisitor {
         Ok(Value::Bool(v))
     }
 
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.refuse_unplain(v.unsigned_abs() <= crate::record::MAX_SAFE_INTEGER)?;
         Ok(Value::Number(v.into()))
     }
 
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.refuse_unplain(v <= crate::record::MAX_SAFE_INTEGER)?;
         Ok(Value::Number(v.into()))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.refuse_unplain(plainly_safe_f64(v))?;
         Number::from_f64(v)
             .map(Value::Number)
             .ok_or_else(|| E::custom("a number that is not finite"))
@@ -191,7 +228,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(StrictSeed)? {
+        let seed = || NestedSeed { plain: self.plain };
+        while let Some(item) = seq.next_element_seed(seed())? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -206,10 +244,23 @@ impl<'de> Visitor<'de> for StrictVisitor {
                     "the member {shown:?} is given twice in one object"
                 )));
             }
-            let value = map.next_value_seed(StrictSeed)?;
+            let value = map.next_value_seed(NestedSeed { plain: self.plain })?;
             members.insert(name, value);
         }
         Ok(Value::Object(members))
+    }
+}
+
+/// The seed of a nested value, read as the outer one is.
+struct NestedSeed {
+    plain: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for NestedSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(StrictVisitor { plain: self.plain })
     }
 }
 

@@ -29,10 +29,12 @@ use std::fmt;
 /// Decodes a step entry line, or `None` if the line is anything but a
 /// plainly well-formed step entry (the general decoder then decides).
 pub(super) fn decode_step_line(line: &[u8]) -> Option<ProvenEntry> {
-    // The same rule the general reading applies before parsing: no
-    // integer literal beyond what a double holds exactly.
-    crate::json::check_integer_literals(line, crate::json::Integers::DoubleSafe).ok()?;
-    let mut de = serde_json::Deserializer::from_slice(line);
+    // The general reading first scans the text for integer literals
+    // beyond what a double holds exactly; this one gives up at any number
+    // that might be one ([`Plain`], [`crate::json::PlainSeed`]) instead.
+    // One check of the whole line is cheaper than one per string.
+    let text = std::str::from_utf8(line).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let entry = de.deserialize_map(LineVisitor).ok()?;
     de.end().ok()?;
     Some(entry)
@@ -77,6 +79,66 @@ fn hash_of<E: de::Error>(text: &str) -> Result<Hash, E> {
     Hash::from_hex(text).map_err(|_| give_up())
 }
 
+/// A number as the general reading takes it, read only if it plainly is
+/// not an integer literal beyond ±(2^53 − 1) (which the general reading
+/// refuses): an integer within that range, or a float of smaller
+/// magnitude (an integer literal too long for 64 bits reaches a visitor
+/// as a float, so any float as large is given up on).
+struct Plain<T>(T);
+
+fn plain<T>(value: Option<Plain<T>>) -> Option<T> {
+    value.map(|Plain(v)| v)
+}
+
+impl<'de> de::Deserialize<'de> for Plain<u64> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let v = u64::deserialize(deserializer)?;
+        if v > crate::record::MAX_SAFE_INTEGER {
+            return Err(give_up());
+        }
+        Ok(Plain(v))
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Plain<f64> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(PlainF64)
+    }
+}
+
+/// Reads a number into an `f64` as `f64`'s own `Deserialize` does (an
+/// integer converted with `as`), giving up where [`Plain`] says.
+struct PlainF64;
+
+impl<'de> Visitor<'de> for PlainF64 {
+    type Value = Plain<f64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a number")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Plain<f64>, E> {
+        if v > crate::record::MAX_SAFE_INTEGER {
+            return Err(give_up());
+        }
+        Ok(Plain(v as f64))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Plain<f64>, E> {
+        if v.unsigned_abs() > crate::record::MAX_SAFE_INTEGER {
+            return Err(give_up());
+        }
+        Ok(Plain(v as f64))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Plain<f64>, E> {
+        if !crate::json::plainly_safe_f64(v) {
+            return Err(give_up());
+        }
+        Ok(Plain(v))
+    }
+}
+
 struct LineVisitor;
 
 impl<'de> Visitor<'de> for LineVisitor {
@@ -103,7 +165,7 @@ impl<'de> Visitor<'de> for LineVisitor {
         // A key with an escape is not borrowable: not plain, given up.
         while let Some(key) = map.next_key::<&'de str>()? {
             match key {
-                "seq" => set_once(&mut seq, map.next_value::<u64>()?)?,
+                "seq" => set_once(&mut seq, map.next_value::<Plain<u64>>()?.0)?,
                 "type" => {
                     if map.next_value::<&'de str>()? != "step" {
                         return Err(give_up());
@@ -394,7 +456,7 @@ impl<'de> DeserializeSeed<'de> for FieldsSeed {
 /// A JSON value read as the general decoder reads it (duplicate members
 /// refused at any depth), `null` as absent.
 fn json_value<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Value>, A::Error> {
-    let value = map.next_value_seed(crate::json::StrictSeed)?;
+    let value = map.next_value_seed(crate::json::PlainSeed)?;
     Ok((!value.is_null()).then_some(value))
 }
 
@@ -421,23 +483,23 @@ impl<'de> Visitor<'de> for FieldsSeed {
                 Field::OrgId => raw.org_id = Some(map.next_value()?),
                 Field::AgentId => raw.agent_id = Some(map.next_value()?),
                 Field::SessionId => raw.session_id = Some(map.next_value()?),
-                Field::StepIndex => raw.step_index = Some(map.next_value()?),
+                Field::StepIndex => raw.step_index = Some(map.next_value::<Plain<u64>>()?.0),
                 Field::StepType => raw.step_type = Some(map.next_value()?),
                 Field::StepTypeOriginal => raw.step_type_original = Some(map.next_value()?),
                 Field::Content => raw.content = map.next_value()?,
                 Field::InputData => raw.input = json_value(&mut map)?,
                 Field::OutputData => raw.output = json_value(&mut map)?,
-                Field::Confidence => raw.confidence = map.next_value()?,
-                Field::DurationMs => raw.duration_ms = map.next_value()?,
-                Field::TokenCount => raw.token_count = map.next_value()?,
+                Field::Confidence => raw.confidence = plain(map.next_value()?),
+                Field::DurationMs => raw.duration_ms = plain(map.next_value()?),
+                Field::TokenCount => raw.token_count = plain(map.next_value()?),
                 Field::Model => raw.model = map.next_value()?,
                 Field::Metadata => raw.metadata = json_value(&mut map)?,
                 Field::CreatedAt => raw.created_at = Some(map.next_value()?),
                 Field::TurnId => raw.turn_id = map.next_value()?,
-                Field::TurnStep => raw.turn_step = map.next_value()?,
+                Field::TurnStep => raw.turn_step = plain(map.next_value()?),
                 Field::TaskId => raw.task_id = map.next_value()?,
                 Field::Links => {
-                    let value = map.next_value_seed(crate::json::StrictSeed)?;
+                    let value = map.next_value_seed(crate::json::PlainSeed)?;
                     raw.links = Some(Links::from_json(&value).map_err(|_| give_up())?);
                 }
                 Field::Status => raw.status = Some(map.next_value()?),
