@@ -252,6 +252,10 @@ enum Command {
         /// Trust only this server key (vkey form) instead of the bundle's.
         #[arg(long)]
         key: Option<String>,
+        /// The longest line read, in bytes; a longer line refuses the
+        /// import, never read into memory whole.
+        #[arg(long, env = "CAIRN_MAX_BUNDLE_LINE_BYTES", default_value_t = cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES)]
+        max_bundle_line_bytes: usize,
     },
     /// Erase a step's payload (content, input, output, metadata): the
     /// values become commitments, every hash stays, the erasure is recorded.
@@ -480,6 +484,10 @@ struct VerifyArgs {
     /// How many of the --witness keys must have cosigned (default: all).
     #[arg(long, requires = "witness")]
     witness_quorum: Option<usize>,
+    /// With --bundle (and --log): the longest line read, in bytes; a
+    /// longer line is an error, never read into memory whole.
+    #[arg(long, env = "CAIRN_MAX_BUNDLE_LINE_BYTES", default_value_t = cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES)]
+    max_bundle_line_bytes: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -675,9 +683,17 @@ pub fn run() -> Result<Outcome> {
                 } => replay(&cli, store.as_ref(), session, *format, *verify, *level),
                 Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
                 Command::Export(args) => export_bundle(&cli, store, args),
-                Command::Import { bundle, key } => {
-                    import(&cli, store.as_ref(), bundle, key.as_deref())
-                }
+                Command::Import {
+                    bundle,
+                    key,
+                    max_bundle_line_bytes,
+                } => import(
+                    &cli,
+                    store.as_ref(),
+                    bundle,
+                    key.as_deref(),
+                    *max_bundle_line_bytes,
+                ),
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
                 Command::Search(args) => search(&cli, store.as_ref(), args),
                 Command::Reindex { all_orgs } => reindex(&cli, store.as_ref(), *all_orgs),

@@ -23,22 +23,33 @@ pub enum ImportOutcome {
 /// Imports a bundle: verifies it completely first (with `keys` pinned, or
 /// the bundle's own key if empty), then streams it into the store as the
 /// log of its org. `open` opens the bundle afresh for each pass, so memory
-/// stays constant.
+/// stays constant; a line longer than `max_line` bytes is refused
+/// ([`super::read_bundle_line`]).
 pub fn import_bundle(
     store: &dyn LedgerStore,
     open: &dyn Fn() -> std::io::Result<Box<dyn std::io::BufRead>>,
     keys: &[NoteVerifier],
+    max_line: usize,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ImportOutcome, crate::ImportError> {
     use crate::ImportError;
     use cairn_core::bundle::{BundleHeader, BundleVerifier, decode_entry};
     let io = |e: std::io::Error| ImportError::Refused(format!("reading the bundle: {e}"));
+    // Reads line `number` (counted from 1) of a pass.
+    let read_line = |reader: &mut dyn std::io::BufRead, line: &mut Vec<u8>, number: u64| {
+        super::read_bundle_line(reader, line, max_line).map_err(|e| match e {
+            super::BundleLineError::Io(e) => io(e),
+            super::BundleLineError::TooLong(max) => ImportError::Refused(format!(
+                "line {number} of the bundle is longer than {max} bytes (CAIRN_MAX_BUNDLE_LINE_BYTES)"
+            )),
+        })
+    };
     let mut verifier = BundleVerifier::new(keys.to_vec());
     let mut reader = open().map_err(io)?;
     let mut line = Vec::new();
-    loop {
+    for number in 1.. {
         line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(io)? == 0
+        if read_line(&mut *reader, &mut line, number)? == 0
             || !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line))
         {
             break;
@@ -53,9 +64,11 @@ pub fn import_bundle(
     // written (the import's transaction is rolled back on an error).
     let mut reader = open().map_err(io)?;
     let again = std::cell::RefCell::new(Some(BundleVerifier::new(keys.to_vec())));
+    let mut number = 0u64;
     let mut next_line = || -> Result<Option<Vec<u8>>, ImportError> {
         let mut line = Vec::new();
-        if reader.read_until(b'\n', &mut line).map_err(io)? == 0 {
+        number += 1;
+        if read_line(&mut *reader, &mut line, number)? == 0 {
             return Ok(None);
         }
         let line = cairn_core::bundle::trim_line_end(&line).to_vec();

@@ -1,5 +1,6 @@
 //! Whole-store operations, over any [`LedgerStore`]: verify a store or a
 //! session (`verify`), export bundles (`export`), import one (`import`),
+//! read a bundle's lines with a bound on each (`bundle_lines`),
 //! COSE receipts against a checkpoint (`receipts`), search (`search`), the
 //! background embedder's rounds (`embedding`),
 //! and the seeds' reads that combine several records (review queue, turn
@@ -12,6 +13,7 @@ use crate::LedgerStore;
 use crate::StoreError;
 use cairn_core::log::OpRecord;
 
+mod bundle_lines;
 mod embedding;
 mod export;
 mod import;
@@ -19,6 +21,7 @@ mod receipts;
 mod search;
 mod verify;
 
+pub use bundle_lines::{BundleLineError, DEFAULT_MAX_BUNDLE_LINE_BYTES, read_bundle_line};
 pub use embedding::{EmbedQueueError, EmbedRound, drain_queue, embed_queued};
 pub use export::{
     ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,

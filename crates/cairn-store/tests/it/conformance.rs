@@ -1921,8 +1921,14 @@ fn imports_round_trip(backend: &dyn Backend) {
     let open_changed = || -> std::io::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(std::io::Cursor::new(changed.clone())))
     };
-    match cairn_store::ops::import_bundle(rejected.as_ref(), &open_changed, &[], &mut |_| {})
-        .unwrap()
+    match cairn_store::ops::import_bundle(
+        rejected.as_ref(),
+        &open_changed,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap()
     {
         cairn_store::ops::ImportOutcome::Rejected(verdict) => assert_eq!(
             verdict.verdict.failure.map(|f| (f.reason, f.at.line)),
@@ -1936,8 +1942,14 @@ fn imports_round_trip(backend: &dyn Backend) {
     let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(std::io::Cursor::new(bundle.clone())))
     };
-    let outcome =
-        cairn_store::ops::import_bundle(target.as_ref(), &open, &[], &mut |_| {}).unwrap();
+    let outcome = cairn_store::ops::import_bundle(
+        target.as_ref(),
+        &open,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap();
     assert!(
         matches!(
             outcome,
@@ -1962,7 +1974,13 @@ fn imports_round_trip(backend: &dyn Backend) {
         Refusal::ReadOnlyOrg { org_id: ORG.into() }
     );
     assert!(matches!(
-        cairn_store::ops::import_bundle(target.as_ref(), &open, &[], &mut |_| {}),
+        cairn_store::ops::import_bundle(
+            target.as_ref(),
+            &open,
+            &[],
+            cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+            &mut |_| {}
+        ),
         Err(cairn_store::ImportError::Refused(_))
     ));
 }

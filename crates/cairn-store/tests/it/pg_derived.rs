@@ -466,7 +466,14 @@ fn chunked_flushes_write_every_derived_row() {
     let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(std::io::Cursor::new(bundle.clone())))
     };
-    cairn_store::ops::import_bundle(target.as_ref(), &open, &[], &mut |_| {}).unwrap();
+    cairn_store::ops::import_bundle(
+        target.as_ref(),
+        &open,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(count(target.as_ref()), 5000);
     assert_eq!(target.session(org, "s3").unwrap().unwrap().step_count, 715);
     let mut admin = admin_of(&backend, "chunked-import");

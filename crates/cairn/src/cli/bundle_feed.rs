@@ -13,6 +13,7 @@
 
 use anyhow::{Context as _, Result};
 use cairn_core::bundle::{BundleVerifier, PreparedLine};
+use cairn_store::ops::{BundleLineError, read_bundle_line};
 use std::io::BufRead;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
@@ -30,9 +31,12 @@ const CHUNKS_IN_FLIGHT: usize = 2;
 const REUSED_BUFFER_BYTES: usize = 64 << 10;
 
 /// Reads `reader` line by line into `verifier` until the end or the first
-/// failure; `read` is told the bytes read so far (for a progress bar).
+/// failure; `read` is told the bytes read so far (for a progress bar). A
+/// line longer than `max_line` bytes is an error (the verdict stands if
+/// verification failed before it).
 pub(super) fn feed_bundle(
     reader: impl BufRead + Send,
+    max_line: usize,
     verifier: &mut BundleVerifier,
     read: &mut dyn FnMut(u64),
 ) -> Result<()> {
@@ -88,6 +92,7 @@ pub(super) fn feed_bundle(
         let reader_thread = scope.spawn(move || -> Result<()> {
             let mut reader = reader;
             let mut total = 0u64;
+            let mut number = 0u64;
             let mut spares: Vec<Vec<u8>> = Vec::new();
             for turn in 0.. {
                 let mut chunk = Vec::with_capacity(CHUNK_LINES);
@@ -100,9 +105,18 @@ pub(super) fn feed_bundle(
                         spares = buffers;
                     }
                     let mut line = spares.pop().unwrap_or_default();
-                    let n = reader
-                        .read_until(b'\n', &mut line)
-                        .context("reading the bundle")?;
+                    number += 1;
+                    let n = match read_bundle_line(&mut reader, &mut line, max_line) {
+                        Ok(n) => n,
+                        Err(BundleLineError::TooLong(max)) => {
+                            return Err(crate::cli::usage(format!(
+                                "line {number} of the bundle is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)"
+                            )));
+                        }
+                        Err(BundleLineError::Io(e)) => {
+                            return Err(e).context("reading the bundle");
+                        }
+                    };
                     if n == 0 {
                         ended = true;
                         break;

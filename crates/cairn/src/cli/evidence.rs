@@ -154,9 +154,12 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     for (_, note) in read_checkpoints(args)? {
         verifier.trust_checkpoint(note);
     }
-    super::bundle_feed::feed_bundle(std::io::BufReader::new(file), &mut verifier, &mut |read| {
-        bar.set_position(read)
-    })
+    super::bundle_feed::feed_bundle(
+        std::io::BufReader::new(file),
+        args.max_bundle_line_bytes,
+        &mut verifier,
+        &mut |read| bar.set_position(read),
+    )
     .with_context(|| format!("reading {}", path.display()))?;
     bar.finish_and_clear();
     let result = verifier.finish();
@@ -229,6 +232,12 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
 /// The selection the published rule gives for `selection`'s scope and
 /// level over the complete bundle at `path`, which must verify and cover
 /// the same checkpoint (its root at the selection's size the same).
+///
+/// The bundle is read twice, line by line (memory flat in its size, each
+/// line bounded by `--max-bundle-line-bytes`): the first pass verifies it,
+/// folds the tree and runs the selector's first pass; the second runs the
+/// selector's second pass. Both fold a hash of every line, and differing
+/// folds (the file changed between the passes) are an error.
 pub(super) fn recompute_selection(
     args: &VerifyArgs,
     path: &std::path::Path,
@@ -236,27 +245,47 @@ pub(super) fn recompute_selection(
     checkpoint: Option<(u64, cairn_core::Hash)>,
 ) -> Result<cairn_core::selection::Selection> {
     use cairn_core::selection::Selector;
-    let read = || -> Result<Vec<Vec<u8>>> {
-        let text =
-            std::fs::read(path).map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
-        Ok(cairn_core::bundle::bundle_lines(&text)
-            .map(<[u8]>::to_vec)
-            .collect())
-    };
-    let lines = read()?;
-    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
-    for line in &lines {
-        if !verifier.push_bytes(line) {
-            break;
+    use cairn_store::ops::{BundleLineError, read_bundle_line};
+    let max_line = args.max_bundle_line_bytes;
+    // Calls `visit` with every line (line end trimmed) until it says stop;
+    // returns the fold of the lines' hashes.
+    let pass = |visit: &mut dyn FnMut(&[u8]) -> bool| -> Result<cairn_core::Hash> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
+        let mut reader = std::io::BufReader::new(file);
+        let mut line = Vec::new();
+        let mut fold = cairn_core::Hash::ZERO;
+        for number in 1u64.. {
+            line.clear();
+            match read_bundle_line(&mut reader, &mut line, max_line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(BundleLineError::TooLong(max)) => {
+                    return Err(usage(format!(
+                        "line {number} of --log {} is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)",
+                        path.display()
+                    )));
+                }
+                Err(BundleLineError::Io(e)) => {
+                    return Err(usage(format!("reading {}: {e}", path.display())));
+                }
+            }
+            let text = cairn_core::bundle::trim_line_end(&line);
+            let mut pair = [0u8; 64];
+            pair[..32].copy_from_slice(&fold.0);
+            pair[32..].copy_from_slice(&cairn_core::Hash::sha256(text).0);
+            fold = cairn_core::Hash::sha256(&pair);
+            if !visit(text) {
+                break;
+            }
         }
-    }
-    let complete = verifier.finish();
-    if !complete.verdict.verified || !complete.header.as_ref().is_some_and(|h| h.complete_log) {
-        return Err(usage(format!(
-            "--log {} is not a complete bundle that verifies",
-            path.display()
-        )));
-    }
+        Ok(fold)
+    };
+    let entry_of = |text: &[u8]| {
+        let text = std::str::from_utf8(text).ok()?;
+        cairn_core::bundle::decode_entry(text).ok().map(|(e, _)| e)
+    };
+    let mut verifier = BundleVerifier::new(pinned_keys(args)?);
     let mut selector = Selector::new(
         selection.scope.clone(),
         selection.level,
@@ -264,20 +293,27 @@ pub(super) fn recompute_selection(
     );
     let mut tree = cairn_core::merkle::Frontier::new();
     let mut root_at = None;
-    let entries = || {
-        lines.iter().filter_map(|l| {
-            let text = std::str::from_utf8(l).ok()?;
-            cairn_core::bundle::decode_entry(text).ok().map(|(e, _)| e)
-        })
-    };
-    for entry in entries() {
-        if tree.size() < selection.checkpoint_size {
-            tree.push(entry.leaf_hash());
-            if tree.size() == selection.checkpoint_size {
-                root_at = Some(tree.root());
-            }
+    let first = pass(&mut |text| {
+        if !verifier.push_bytes(text) {
+            return false;
         }
-        selector.first_pass(&entry);
+        if let Some(entry) = entry_of(text) {
+            if tree.size() < selection.checkpoint_size {
+                tree.push(entry.leaf_hash());
+                if tree.size() == selection.checkpoint_size {
+                    root_at = Some(tree.root());
+                }
+            }
+            selector.first_pass(&entry);
+        }
+        true
+    })?;
+    let complete = verifier.finish();
+    if !complete.verdict.verified || !complete.header.as_ref().is_some_and(|h| h.complete_log) {
+        return Err(usage(format!(
+            "--log {} is not a complete bundle that verifies",
+            path.display()
+        )));
     }
     if root_at != checkpoint.map(|c| c.1) {
         return Err(usage(format!(
@@ -286,8 +322,17 @@ pub(super) fn recompute_selection(
             selection.checkpoint_size
         )));
     }
-    for entry in entries() {
-        selector.second_pass(&entry);
+    let second = pass(&mut |text| {
+        if let Some(entry) = entry_of(text) {
+            selector.second_pass(&entry);
+        }
+        true
+    })?;
+    if second != first {
+        return Err(usage(format!(
+            "--log {} changed while it was read",
+            path.display()
+        )));
     }
     selector
         .finish()
@@ -512,6 +557,7 @@ pub(super) fn import(
     store: &dyn LedgerStore,
     path: &std::path::Path,
     key: Option<&str>,
+    max_line: usize,
 ) -> Result<Outcome> {
     let keys = key
         .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--key: {e}"))))
@@ -528,8 +574,9 @@ pub(super) fn import(
         return Err(usage(format!("{} does not exist", path.display())));
     }
     let bar = progress_bar(0, "importing");
-    let outcome =
-        cairn_store::ops::import_bundle(store, &open, &keys, &mut |n| bar.set_position(n));
+    let outcome = cairn_store::ops::import_bundle(store, &open, &keys, max_line, &mut |n| {
+        bar.set_position(n)
+    });
     bar.finish_and_clear();
     match outcome {
         Ok(cairn_store::ops::ImportOutcome::Imported {

@@ -685,7 +685,15 @@ fn import(store: &SqliteStore, bundle: &[u8]) {
     let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
         Ok(Box::new(std::io::Cursor::new(bundle.to_vec())))
     };
-    match cairn_store::ops::import_bundle(store, &open, &[], &mut |_| {}).unwrap() {
+    match cairn_store::ops::import_bundle(
+        store,
+        &open,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap()
+    {
         cairn_store::ops::ImportOutcome::Imported { .. } => {}
         other => panic!("{other:?}"),
     }
