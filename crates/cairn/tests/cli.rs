@@ -1257,3 +1257,51 @@ fn verify_bundle_memory_stays_flat_after_small_then_large_lines() {
         peak_kb / 1024
     );
 }
+
+/// Review (sixth session's changes): `verify --bundle --log` now opens the
+/// --log path twice (two passes). A log given as a pipe, e.g. a process
+/// substitution decompressing it on the fly (`--log <(zcat all.bundle.gz)`),
+/// verified at 12d4ecb (read once into memory); now the second pass reads
+/// an exhausted pipe and the run fails with exit 2, "--log /dev/fd/63
+/// changed while it was read". (A named FIFO with one writer makes the
+/// second open block forever.)
+#[test]
+fn verify_bundle_log_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let (part, all) = (dir.path().join("part.bundle"), dir.path().join("all.bundle"));
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--session", "revenue-analysis-q4", "-o", part.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let exported = cairn_in(dir.path(), &["export", "--all", "-o", all.to_str().unwrap()], None);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    // From the file itself: verified.
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--bundle", part.to_str().unwrap(), "--log", all.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    // The same bytes through a pipe.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#"exec "$0" verify --bundle "$1" --log <(cat "$2")"#)
+        .arg(env!("CARGO_BIN_EXE_cairn"))
+        .arg(&part)
+        .arg(&all)
+        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env("CAIRN_ORG", "acme")
+        .env_remove("CAIRN_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
