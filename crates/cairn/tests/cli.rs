@@ -1165,15 +1165,13 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
 }
 
-/// Review (sixth session's changes): `cairn verify --bundle` keeps "a few
-/// 1 MiB chunks per core" in flight, "25–37 MB whatever the size"
-/// (docs/PERFORMANCE.md). Line buffers are now reused whenever their
-/// capacity is at most 64 KiB, and a chunk is bounded by the bytes of its
-/// lines, not by the capacity of their buffers: a bundle of many small
-/// step lines (which puts thousands of buffers in circulation) followed by
-/// lines of about 40 KB (which grow every one of them to 64 KiB) keeps
-/// thousands × 64 KiB alive. 12d4ecb: ~36 MB peak; now ~115 MB on 2 cores
-/// (more with more workers, up to 8).
+/// `cairn verify --bundle` keeps a few chunks per core in flight, each
+/// bounded by the capacity of its line buffers (reused buffers may be
+/// larger than their lines), and keeps at most 2 MiB of spare buffers: a
+/// bundle of many small step lines (thousands of buffers in circulation)
+/// followed by lines of about 40 KB stays well under 64 MB. (Found by a
+/// review of the buffer reuse: ~115 MB when chunks counted only the
+/// lines' bytes.)
 #[test]
 fn verify_bundle_memory_stays_flat_after_small_then_large_lines() {
     let dir = tempfile::tempdir().unwrap();
@@ -1258,30 +1256,46 @@ fn verify_bundle_memory_stays_flat_after_small_then_large_lines() {
     );
 }
 
-/// Review (sixth session's changes): `verify --bundle --log` now opens the
-/// --log path twice (two passes). A log given as a pipe, e.g. a process
-/// substitution decompressing it on the fly (`--log <(zcat all.bundle.gz)`),
-/// verified at 12d4ecb (read once into memory); now the second pass reads
-/// an exhausted pipe and the run fails with exit 2, "--log /dev/fd/63
-/// changed while it was read". (A named FIFO with one writer makes the
-/// second open block forever.)
+/// `verify --bundle --log` reads the complete log twice; a log given as a
+/// pipe (`--log <(zcat all.bundle.gz)`) is copied to an unnamed temporary
+/// file first, so it verifies as the file itself does. (Found by a review:
+/// the second pass read an exhausted pipe.)
 #[test]
 fn verify_bundle_log_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());
-    let (part, all) = (dir.path().join("part.bundle"), dir.path().join("all.bundle"));
+    let (part, all) = (
+        dir.path().join("part.bundle"),
+        dir.path().join("all.bundle"),
+    );
     let exported = cairn_in(
         dir.path(),
-        &["export", "--session", "revenue-analysis-q4", "-o", part.to_str().unwrap()],
+        &[
+            "export",
+            "--session",
+            "revenue-analysis-q4",
+            "-o",
+            part.to_str().unwrap(),
+        ],
         None,
     );
     assert_eq!(exported.code, 0, "{}", exported.stderr);
-    let exported = cairn_in(dir.path(), &["export", "--all", "-o", all.to_str().unwrap()], None);
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", all.to_str().unwrap()],
+        None,
+    );
     assert_eq!(exported.code, 0, "{}", exported.stderr);
     // From the file itself: verified.
     let run = cairn_in(
         dir.path(),
-        &["verify", "--bundle", part.to_str().unwrap(), "--log", all.to_str().unwrap()],
+        &[
+            "verify",
+            "--bundle",
+            part.to_str().unwrap(),
+            "--log",
+            all.to_str().unwrap(),
+        ],
         None,
     );
     assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
@@ -1306,20 +1320,21 @@ fn verify_bundle_log_from_a_pipe() {
     );
 }
 
-/// Review (sixth session's changes): `feed_bundle` says "the verdict
-/// stands if verification failed before" a line too long, as the server
-/// gives it (it stops reading at the failing line). But the reader returns
-/// its error before sending the chunk it is filling, so lines before the
-/// long one in the same chunk (up to 255 of them) are never checked: a
-/// bundle failing at line 2 with a long line 4 exits 2 ("line 4 of the
-/// bundle is longer than 600 bytes") instead of the verdict (exit 1,
-/// broken at line 2). The same holds for a read error.
+/// A failure before a line too long (or a read error) is the verdict, as
+/// the server gives it: the lines read before the stop are verified first
+/// (a bundle failing at line 2 with a long line 4 exits 1, broken at line
+/// 2, not 2 for the long line). (Found by a review: the reader returned
+/// its error before sending the chunk it was filling.)
 #[test]
 fn verify_bundle_failure_before_a_long_line_keeps_its_verdict() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());
     let all = dir.path().join("all.bundle");
-    let exported = cairn_in(dir.path(), &["export", "--all", "-o", all.to_str().unwrap()], None);
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", all.to_str().unwrap()],
+        None,
+    );
     assert_eq!(exported.code, 0, "{}", exported.stderr);
     let text = std::fs::read_to_string(&all).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
@@ -1329,7 +1344,11 @@ fn verify_bundle_failure_before_a_long_line_keeps_its_verdict() {
     let broken = dir.path().join("broken.bundle");
     std::fs::write(&broken, lines.join("\n") + "\n").unwrap();
     // Without a line bound: the verdict.
-    let run = cairn_in(dir.path(), &["verify", "--json", "--bundle", broken.to_str().unwrap()], None);
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--json", "--bundle", broken.to_str().unwrap()],
+        None,
+    );
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(json(&run)["brokenAt"]["line"], 2);
     // With one that a later line exceeds: the same verdict.

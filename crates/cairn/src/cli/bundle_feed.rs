@@ -2,7 +2,9 @@
 //! in chunks, prepared ([`cairn_core::bundle::PreparedLine::from_vec`]: parsed, decoded, step
 //! digests recomputed) by worker threads, and checked in order on the
 //! calling thread, so the verdict is the one a sequential read gives.
-//! Memory stays bounded: a few chunks per worker are in flight.
+//! Memory stays bounded: a few chunks per worker are in flight, each
+//! bounded by the capacity of its line buffers (and every line by
+//! `--max-bundle-line-bytes`).
 //!
 //! Every block is freed on the thread that allocated it: checked lines go
 //! back to the worker that prepared them, which frees what it decoded and
@@ -29,6 +31,45 @@ const CHUNKS_IN_FLIGHT: usize = 2;
 /// buffers in circulation stay bounded by the lines in flight, not by the
 /// longest line ever read.
 const REUSED_BUFFER_BYTES: usize = 64 << 10;
+/// The capacity of the buffers kept aside for reuse, at most.
+const SPARE_BYTES: usize = 2 * CHUNK_BYTES;
+
+/// Line buffers given back by the workers, kept for reading into again up
+/// to [`SPARE_BYTES`] of capacity (the rest are freed): the buffers in
+/// circulation stay bounded in bytes whatever the mix of line lengths.
+#[derive(Default)]
+struct Spares {
+    buffers: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Spares {
+    /// Keeps what the workers gave back, as far as the bound allows.
+    fn take_back(&mut self, returned: &Receiver<Vec<Vec<u8>>>) {
+        while let Ok(buffers) = returned.try_recv() {
+            for buffer in buffers {
+                if self.bytes + buffer.capacity() <= SPARE_BYTES {
+                    self.bytes += buffer.capacity();
+                    self.buffers.push(buffer);
+                }
+            }
+        }
+    }
+
+    /// A buffer to read the next line into.
+    fn next(&mut self, returned: &Receiver<Vec<Vec<u8>>>) -> Vec<u8> {
+        if self.buffers.is_empty() {
+            self.take_back(returned);
+        }
+        match self.buffers.pop() {
+            Some(buffer) => {
+                self.bytes -= buffer.capacity();
+                buffer
+            }
+            None => Vec::new(),
+        }
+    }
+}
 
 /// Reads `reader` line by line into `verifier` until the end or the first
 /// failure; `read` is told the bytes read so far (for a progress bar). A
@@ -93,48 +134,50 @@ pub(super) fn feed_bundle(
             let mut reader = reader;
             let mut total = 0u64;
             let mut number = 0u64;
-            let mut spares: Vec<Vec<u8>> = Vec::new();
+            let mut spares = Spares::default();
             for turn in 0.. {
+                spares.take_back(&spare_rx);
                 let mut chunk = Vec::with_capacity(CHUNK_LINES);
+                // Bounded by the buffers' capacity, not the lines' length:
+                // a reused buffer may be larger than the line it holds.
                 let mut chunk_bytes = 0usize;
-                let mut ended = false;
+                // The end of the input, or why reading stopped.
+                let mut stop: Option<Result<()>> = None;
                 while chunk.len() < CHUNK_LINES && chunk_bytes < CHUNK_BYTES {
-                    if spares.is_empty()
-                        && let Ok(buffers) = spare_rx.try_recv()
-                    {
-                        spares = buffers;
-                    }
-                    let mut line = spares.pop().unwrap_or_default();
+                    let mut line = spares.next(&spare_rx);
                     number += 1;
-                    let n = match read_bundle_line(&mut reader, &mut line, max_line) {
-                        Ok(n) => n,
+                    match read_bundle_line(&mut reader, &mut line, max_line) {
+                        Ok(0) => {
+                            stop = Some(Ok(()));
+                            break;
+                        }
+                        Ok(n) => total += n as u64,
                         Err(BundleLineError::TooLong(max)) => {
-                            return Err(crate::cli::usage(format!(
+                            stop = Some(Err(crate::cli::usage(format!(
                                 "line {number} of the bundle is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)"
-                            )));
+                            ))));
+                            break;
                         }
                         Err(BundleLineError::Io(e)) => {
-                            return Err(e).context("reading the bundle");
+                            stop = Some(Err(e).context("reading the bundle"));
+                            break;
                         }
-                    };
-                    if n == 0 {
-                        ended = true;
-                        break;
                     }
-                    total += n as u64;
-                    chunk_bytes += n;
+                    chunk_bytes += line.capacity();
                     chunk.push(line);
                 }
-                if chunk.is_empty() {
-                    return Ok(());
+                // The lines read before a stop are verified first: a
+                // failure among them is the verdict, whatever stopped the
+                // reading after them.
+                if !chunk.is_empty() {
+                    let worker = turn % to_workers.len();
+                    if to_workers[worker].send((chunk, total)).is_err() {
+                        // The verifier stopped (a failure): nothing more to read.
+                        return Ok(());
+                    }
                 }
-                let worker = turn % to_workers.len();
-                if to_workers[worker].send((chunk, total)).is_err() {
-                    // The verifier stopped (a failure): nothing more to read.
-                    return Ok(());
-                }
-                if ended {
-                    return Ok(());
+                if let Some(stop) = stop {
+                    return stop;
                 }
             }
             Ok(())

@@ -234,7 +234,8 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
 /// the same checkpoint (its root at the selection's size the same).
 ///
 /// The bundle is read twice, line by line (memory flat in its size, each
-/// line bounded by `--max-bundle-line-bytes`): the first pass verifies it,
+/// line bounded by `--max-bundle-line-bytes`; a pipe is first copied to an
+/// unnamed temporary file): the first pass verifies it,
 /// folds the tree and runs the selector's first pass; the second runs the
 /// selector's second pass. Both fold a hash of every line, and differing
 /// folds (the file changed between the passes) are an error.
@@ -247,12 +248,33 @@ pub(super) fn recompute_selection(
     use cairn_core::selection::Selector;
     use cairn_store::ops::{BundleLineError, read_bundle_line};
     let max_line = args.max_bundle_line_bytes;
+    let unreadable = |e: std::io::Error| usage(format!("reading {}: {e}", path.display()));
+    // A pipe (`--log <(zcat all.bundle.gz)`) cannot be read twice: it is
+    // copied to an unnamed temporary file first.
+    let spooled = match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => None,
+        _ => {
+            let mut spool = tempfile::tempfile().map_err(unreadable)?;
+            let mut source = std::fs::File::open(path).map_err(unreadable)?;
+            std::io::copy(&mut source, &mut spool).map_err(unreadable)?;
+            Some(spool)
+        }
+    };
+    let open = || -> std::io::Result<std::fs::File> {
+        use std::io::Seek as _;
+        match &spooled {
+            None => std::fs::File::open(path),
+            Some(spool) => {
+                let mut file = spool.try_clone()?;
+                file.seek(std::io::SeekFrom::Start(0))?;
+                Ok(file)
+            }
+        }
+    };
     // Calls `visit` with every line (line end trimmed) until it says stop;
     // returns the fold of the lines' hashes.
     let pass = |visit: &mut dyn FnMut(&[u8]) -> bool| -> Result<cairn_core::Hash> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| usage(format!("reading {}: {e}", path.display())))?;
-        let mut reader = std::io::BufReader::new(file);
+        let mut reader = std::io::BufReader::new(open().map_err(unreadable)?);
         let mut line = Vec::new();
         let mut fold = cairn_core::Hash::ZERO;
         for number in 1u64.. {
@@ -266,9 +288,7 @@ pub(super) fn recompute_selection(
                         path.display()
                     )));
                 }
-                Err(BundleLineError::Io(e)) => {
-                    return Err(usage(format!("reading {}: {e}", path.display())));
-                }
+                Err(BundleLineError::Io(e)) => return Err(unreadable(e)),
             }
             let text = cairn_core::bundle::trim_line_end(&line);
             let mut pair = [0u8; 64];
