@@ -4,6 +4,12 @@
 //! ingest rate (the same steps through the `Ledger`, from 64 threads)
 //! measured in the same run. Everything runs on loopback.
 //!
+//! Each phase starts from a settled store: the full-text index has
+//! written what the previous phase queued (a search flushes it) and a
+//! second has passed, so that a phase measures its own load, not the
+//! previous phase's backlog (the batches of 100 queue hundreds of MB of
+//! documents, which the index thread then tokenizes beside the next phase).
+//!
 //! `cargo bench -p cairn-server --bench http` (`CAIRN_BENCH_SECONDS`
 //! changes the length of each phase).
 
@@ -19,6 +25,16 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Lets the store settle between phases: the full-text index writes what
+/// is queued (a search flushes the queue first), then a second passes.
+fn settle(store: &dyn LedgerStore) {
+    let query = cairn_store::fulltext::FullTextQuery::parse("revenue").unwrap();
+    store
+        .full_text_search("bench", &query, &cairn_store::StepFilter::default(), 1)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+}
 
 const CLIENTS: usize = 64;
 const BATCH: usize = 100;
@@ -257,8 +273,11 @@ fn main() {
     let addr = ready_rx.recv().unwrap();
 
     let direct_rate = direct(&ledger, seconds);
+    settle(store.as_ref());
     let single = load(addr, &token, seconds, 1, None, "single");
+    settle(store.as_ref());
     let batched = load(addr, &token, seconds, BATCH, None, "batched");
+    settle(store.as_ref());
     // Half of the single-step peak, spread evenly over the clients.
     let half = load(
         addr,
