@@ -614,9 +614,7 @@ pub(crate) async fn verify_bundle(
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "line_too_long",
-                format!(
-                    "line {number} of the bundle is longer than {max_line} bytes (CAIRN_MAX_BUNDLE_LINE_BYTES)"
-                ),
+                cairn_store::ops::line_too_long("the bundle", number, max_line),
             )
         };
         'read: while let Some(chunk) = rx.blocking_recv() {

@@ -11,6 +11,15 @@ use std::io::{BufRead, Read as _};
 /// and JSON escapes, stays well under this.
 pub const DEFAULT_MAX_BUNDLE_LINE_BYTES: usize = 16 * 1024 * 1024;
 
+/// What a person is told of a line too long: line `line` (counted from 1)
+/// of `source` (`the bundle`, `--log <path>`), the bound and the setting
+/// that raises it. The CLI and the server word it alike.
+pub fn line_too_long(source: &str, line: u64, max: usize) -> String {
+    format!(
+        "line {line} of {source} is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)"
+    )
+}
+
 /// Why a line was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleLineError {

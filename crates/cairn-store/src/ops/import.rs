@@ -39,9 +39,9 @@ pub fn import_bundle(
     let read_line = |reader: &mut dyn std::io::BufRead, line: &mut Vec<u8>, number: u64| {
         super::read_bundle_line(reader, line, max_line).map_err(|e| match e {
             super::BundleLineError::Io(e) => io(e),
-            super::BundleLineError::TooLong(max) => ImportError::Refused(format!(
-                "line {number} of the bundle is longer than {max} bytes (CAIRN_MAX_BUNDLE_LINE_BYTES)"
-            )),
+            super::BundleLineError::TooLong(max) => {
+                ImportError::Refused(super::line_too_long("the bundle", number, max))
+            }
         })
     };
     let mut verifier = BundleVerifier::new(keys.to_vec());

@@ -21,7 +21,9 @@ mod receipts;
 mod search;
 mod verify;
 
-pub use bundle_lines::{BundleLineError, DEFAULT_MAX_BUNDLE_LINE_BYTES, read_bundle_line};
+pub use bundle_lines::{
+    BundleLineError, DEFAULT_MAX_BUNDLE_LINE_BYTES, line_too_long, read_bundle_line,
+};
 pub use embedding::{EmbedQueueError, EmbedRound, drain_queue, embed_queued};
 pub use export::{
     ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,

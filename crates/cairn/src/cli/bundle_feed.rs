@@ -15,7 +15,7 @@
 
 use anyhow::{Context as _, Result};
 use cairn_core::bundle::{BundleVerifier, PreparedLine};
-use cairn_store::ops::{BundleLineError, read_bundle_line};
+use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
 use std::io::BufRead;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
@@ -153,8 +153,10 @@ pub(super) fn feed_bundle(
                         }
                         Ok(n) => total += n as u64,
                         Err(BundleLineError::TooLong(max)) => {
-                            stop = Some(Err(crate::cli::usage(format!(
-                                "line {number} of the bundle is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)"
+                            stop = Some(Err(crate::cli::usage(line_too_long(
+                                "the bundle",
+                                number,
+                                max,
                             ))));
                             break;
                         }

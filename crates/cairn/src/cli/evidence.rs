@@ -246,7 +246,7 @@ pub(super) fn recompute_selection(
     checkpoint: Option<(u64, cairn_core::Hash)>,
 ) -> Result<cairn_core::selection::Selection> {
     use cairn_core::selection::Selector;
-    use cairn_store::ops::{BundleLineError, read_bundle_line};
+    use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
     let max_line = args.max_bundle_line_bytes;
     let unreadable = |e: std::io::Error| usage(format!("reading {}: {e}", path.display()));
     // A pipe (`--log <(zcat all.bundle.gz)`) cannot be read twice: it is
@@ -283,10 +283,8 @@ pub(super) fn recompute_selection(
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(BundleLineError::TooLong(max)) => {
-                    return Err(usage(format!(
-                        "line {number} of --log {} is longer than {max} bytes (--max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES)",
-                        path.display()
-                    )));
+                    let source = format!("--log {}", path.display());
+                    return Err(usage(line_too_long(&source, number, max)));
                 }
                 Err(BundleLineError::Io(e)) => return Err(unreadable(e)),
             }
