@@ -10,11 +10,101 @@
 mod common;
 
 use common::{Target, cairn_in, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn populated(dir: &Path) -> String {
     common::populated(Target::embedded(dir))
+}
+
+/// The sample data in `dir`, exported twice: one session (a partial
+/// bundle) and the whole org (a complete log).
+fn exported(dir: &Path) -> (PathBuf, PathBuf) {
+    populated(dir);
+    let (part, all) = (dir.join("part.bundle"), dir.join("all.bundle"));
+    let exported = cairn_in(
+        dir,
+        &[
+            "export",
+            "--session",
+            "revenue-analysis-q4",
+            "-o",
+            part.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let exported = cairn_in(dir, &["export", "--all", "-o", all.to_str().unwrap()], None);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    (part, all)
+}
+
+/// A line longer than `--max-bundle-line-bytes` is an input error naming
+/// the line, never read whole: in `verify --bundle`, in `import`, and in
+/// the complete log given with `--log` (read only once the bundle
+/// verifies).
+#[test]
+fn lines_past_the_bound_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (part, all) = exported(dir.path());
+    let elsewhere = tempfile::tempdir().unwrap();
+    // The entries' lines are past 600 bytes.
+    let run = cairn_in(
+        elsewhere.path(),
+        &[
+            "verify",
+            "--bundle",
+            all.to_str().unwrap(),
+            "--max-bundle-line-bytes",
+            "600",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("of the bundle is longer than 600 bytes"),
+        "{}",
+        run.stderr
+    );
+    let run = cairn_in(
+        elsewhere.path(),
+        &[
+            "import",
+            all.to_str().unwrap(),
+            "--max-bundle-line-bytes",
+            "600",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("longer than 600 bytes"),
+        "{}",
+        run.stderr
+    );
+    let endless = dir.path().join("endless.bundle");
+    std::fs::write(&endless, "x".repeat(200_000)).unwrap();
+    let run = cairn_in(
+        elsewhere.path(),
+        &[
+            "verify",
+            "--bundle",
+            part.to_str().unwrap(),
+            "--log",
+            endless.to_str().unwrap(),
+            "--max-bundle-line-bytes",
+            "100000",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("line 1 of --log")
+            && run.stderr.contains("is longer than 100000 bytes"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// `cairn verify --bundle` keeps a few chunks per core in flight, each
@@ -115,29 +205,7 @@ fn verify_bundle_memory_stays_flat_after_small_then_large_lines() {
 #[test]
 fn verify_bundle_log_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    populated(dir.path());
-    let (part, all) = (
-        dir.path().join("part.bundle"),
-        dir.path().join("all.bundle"),
-    );
-    let exported = cairn_in(
-        dir.path(),
-        &[
-            "export",
-            "--session",
-            "revenue-analysis-q4",
-            "-o",
-            part.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert_eq!(exported.code, 0, "{}", exported.stderr);
-    let exported = cairn_in(
-        dir.path(),
-        &["export", "--all", "-o", all.to_str().unwrap()],
-        None,
-    );
-    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let (part, all) = exported(dir.path());
     // From the file itself: verified.
     let run = cairn_in(
         dir.path(),

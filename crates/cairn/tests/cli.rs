@@ -319,67 +319,6 @@ fn record_replay_verify_export_offline() {
         .code,
         0
     );
-    // A line longer than the bound is an input error naming the line,
-    // never read whole (here: the entries' lines, past 600 bytes).
-    let run = cairn_in(
-        elsewhere.path(),
-        &[
-            "verify",
-            "--bundle",
-            all.to_str().unwrap(),
-            "--max-bundle-line-bytes",
-            "600",
-        ],
-        None,
-    );
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("of the bundle is longer than 600 bytes"),
-        "{}",
-        run.stderr
-    );
-    // So it is for an import, and for the complete log given with --log.
-    let run = cairn_in(
-        elsewhere.path(),
-        &[
-            "import",
-            all.to_str().unwrap(),
-            "--max-bundle-line-bytes",
-            "600",
-        ],
-        None,
-    );
-    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains("longer than 600 bytes"),
-        "{}",
-        run.stderr
-    );
-    // The --log file is read only once the bundle verifies.
-    std::fs::write(&bundle, &text).unwrap();
-    let endless = dir.path().join("endless.bundle");
-    std::fs::write(&endless, "x".repeat(200_000)).unwrap();
-    let run = cairn_in(
-        elsewhere.path(),
-        &[
-            "verify",
-            "--bundle",
-            bundle.to_str().unwrap(),
-            "--log",
-            endless.to_str().unwrap(),
-            "--max-bundle-line-bytes",
-            "100000",
-        ],
-        None,
-    );
-    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains("line 1 of --log")
-            && run.stderr.contains("is longer than 100000 bytes"),
-        "{}",
-        run.stderr
-    );
 }
 
 /// Opens the database as an attacker: plain SQL, triggers dropped.
