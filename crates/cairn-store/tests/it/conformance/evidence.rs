@@ -1,0 +1,398 @@
+//! Evidence leaving and entering a backend: exports that verify offline,
+//! imports that round-trip, and analyst SQL that reads one org and
+//! writes nothing.
+
+use super::*;
+
+pub(super) fn exports_verify_offline(backend: &dyn Backend) {
+    let store = backend.open("export");
+    let ledger = ledger(Arc::clone(&store));
+    for i in 0..20 {
+        let mut s = step(&format!("s{}", i % 4), "Reasoning", &format!("r{i}"));
+        s.agent_id = format!("agent-{}", i % 2);
+        append(&ledger, s).unwrap();
+    }
+    ledger
+        .write(WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s0".into(),
+            require_reflection: false,
+        })
+        .unwrap();
+    let cp = checkpoint(&ledger);
+    let now = Timestamp::from_micros(0).unwrap();
+    for scope in [
+        ExportScope::All,
+        ExportScope::Session("s0".into()),
+        ExportScope::Agent("agent-1".into()),
+        ExportScope::Range {
+            since: now,
+            until: Timestamp::parse_rfc3339("9999-12-31T23:59:59Z").unwrap(),
+        },
+    ] {
+        let mut out = Vec::new();
+        let summary = export(store.as_ref(), ORG, &scope, &cp, now, &mut out, &mut |_| {}).unwrap();
+        let verdict = verify_text(store.as_ref(), &String::from_utf8(out).unwrap());
+        assert!(
+            verdict.verdict.verified,
+            "{scope:?}: {:?}",
+            verdict.verdict.failure
+        );
+        assert_eq!(
+            verdict.verdict.records_checked, summary.entries,
+            "{scope:?}"
+        );
+    }
+    // Seed 004's detail levels: a lower-level bundle verifies, shows its
+    // level's fields, and leaves out what it hides.
+    for requested in [
+        Some(DetailLevel::Generic),
+        Some(DetailLevel::Detailed),
+        None,
+    ] {
+        let level = requested.unwrap_or(DetailLevel::Full);
+        let text = bundle_text(
+            store.as_ref(),
+            ExportScope::Session("s1".into()),
+            requested,
+            &cp,
+            now,
+        );
+        let verdict = verify_text(store.as_ref(), &text);
+        assert!(
+            verdict.verdict.verified,
+            "{level}: {:?}",
+            verdict.verdict.failure
+        );
+        assert_eq!(
+            text.contains("\"r1\""),
+            level == DetailLevel::Full,
+            "{level}: content"
+        );
+        // The agent is shown at every level, as its session's header (an
+        // operational record shown whole) names it anyway: hashed agent
+        // ids are for sessions that must not name theirs.
+        let steps: Vec<&str> = text.lines().filter(|l| l.contains("\"fields\":")).collect();
+        assert!(!steps.is_empty());
+        assert!(
+            steps.iter().all(|l| l.contains("\"agent_id\":\"agent-1\"")),
+            "{level}: agent in steps"
+        );
+        // The signed selection states the level.
+        assert_eq!(verdict.selection.as_ref().map(|s| s.level), Some(level));
+    }
+    // `full` as a sharing level needs the session's recorded consent.
+    assert!(matches!(
+        export_at(store.as_ref(), ORG, &ExportScope::Session("s1".into()), cairn_store::ops::ExportOptions { level: Some(DetailLevel::Full), since_size: None }, &cp, now, &mut Vec::new(), &mut |_| {}),
+        Err(cairn_store::ops::ExportError::Consent(session)) if session == "s1"
+    ));
+    assert!(matches!(
+        export_at(
+            store.as_ref(),
+            ORG,
+            &ExportScope::All,
+            cairn_store::ops::ExportOptions {
+                level: Some(DetailLevel::Generic),
+                since_size: None
+            },
+            &cp,
+            now,
+            &mut Vec::new(),
+            &mut |_| {}
+        ),
+        Err(cairn_store::ops::ExportError::Level(_))
+    ));
+    assert!(
+        export(
+            store.as_ref(),
+            ORG,
+            &ExportScope::Session("nope".into()),
+            &cp,
+            now,
+            &mut Vec::new(),
+            &mut |_| {}
+        )
+        .is_err()
+    );
+}
+
+pub(super) fn imports_round_trip(backend: &dyn Backend) {
+    let source = backend.open("import-source");
+    let ledger = ledger(Arc::clone(&source));
+    for i in 0..12 {
+        append(
+            &ledger,
+            step(&format!("s{}", i % 2), "Reasoning", &format!("r{i}")),
+        )
+        .unwrap();
+    }
+    ledger
+        .write(WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s1".into(),
+            require_reflection: false,
+        })
+        .unwrap();
+    let cp = checkpoint(&ledger);
+    let mut bundle = Vec::new();
+    export(
+        source.as_ref(),
+        ORG,
+        &ExportScope::All,
+        &cp,
+        Timestamp::from_micros(0).unwrap(),
+        &mut bundle,
+        &mut |_| {},
+    )
+    .unwrap();
+    // A byte that is not UTF-8 is a change: the bundle is rejected with
+    // its verdict, and nothing is written.
+    let rejected = backend.open("import-rejected");
+    let mut changed = bundle.clone();
+    let third_line = changed
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    let at = third_line + 10;
+    changed[at] = 0xff;
+    let open_changed = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::Cursor::new(changed.clone())))
+    };
+    match cairn_store::ops::import_bundle(
+        rejected.as_ref(),
+        &open_changed,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap()
+    {
+        cairn_store::ops::ImportOutcome::Rejected(verdict) => assert_eq!(
+            verdict.verdict.failure.map(|f| (f.reason, f.at.line)),
+            Some((cairn_core::verify::Reason::MalformedRecord, Some(3)))
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rejected.log_size(ORG).unwrap(), 0);
+
+    let target = backend.open("import-target");
+    let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::Cursor::new(bundle.clone())))
+    };
+    let outcome = cairn_store::ops::import_bundle(
+        target.as_ref(),
+        &open,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            outcome,
+            cairn_store::ops::ImportOutcome::Imported {
+                entries: 15,
+                mirror: true,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(target.root_at(ORG, 15).unwrap(), cp.root);
+    assert_eq!(target.log_signer(ORG).unwrap().1, *source.server_key());
+    assert_eq!(
+        target.latest_checkpoint(ORG).unwrap().map(|c| c.note),
+        Some(cp.note)
+    );
+    assert_verifies(target.as_ref());
+    let target_ledger = Ledger::new(Arc::clone(&target), SequencerConfig::default());
+    assert_eq!(
+        refused(append(&target_ledger, step("s0", "plan", "x"))),
+        Refusal::ReadOnlyOrg { org_id: ORG.into() }
+    );
+    assert!(matches!(
+        cairn_store::ops::import_bundle(
+            target.as_ref(),
+            &open,
+            &[],
+            cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+            &mut |_| {}
+        ),
+        Err(cairn_store::ImportError::Refused(_))
+    ));
+}
+
+/// Analyst SQL: queries read the org's views, in the backend's dialect;
+/// nothing that writes or reaches another org runs.
+pub(super) fn analyst_sql_reads_one_org_and_writes_nothing(backend: &dyn Backend) {
+    use cairn_store::analyst::AnalystError;
+    let store = backend.open("analyst");
+    let ledger = ledger(Arc::clone(&store));
+    for (i, kind) in ["Observation", "Decision", "Decision", "FinalAnswer"]
+        .iter()
+        .enumerate()
+    {
+        let mut s = step("s1", kind, &format!("pricing step {i}"));
+        s.confidence = Some(0.5 + i as f64 / 10.0);
+        append(&ledger, s).unwrap();
+    }
+    let mut other = step("theirs", "Decision", "another org's secret");
+    other.org_id = "globex".into();
+    append(&ledger, other).unwrap();
+    ledger
+        .write(WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s1".into(),
+            require_reflection: false,
+        })
+        .unwrap();
+    let size = store.log_size(ORG).unwrap();
+
+    let result = store
+        .analyst_query(
+            ORG,
+            "SELECT step_type, count(*) AS n, max(confidence) AS top FROM steps GROUP BY step_type ORDER BY step_type",
+            100,
+        )
+        .unwrap();
+    assert_eq!(result.columns, ["step_type", "n", "top"]);
+    assert_eq!(
+        result.rows,
+        vec![
+            vec![
+                serde_json::json!("Decision"),
+                serde_json::json!(2),
+                serde_json::json!(0.7)
+            ],
+            vec![
+                serde_json::json!("FinalAnswer"),
+                serde_json::json!(1),
+                serde_json::json!(0.8)
+            ],
+            vec![
+                serde_json::json!("Observation"),
+                serde_json::json!(1),
+                serde_json::json!(0.5)
+            ],
+        ]
+    );
+    let sessions = store
+        .analyst_query(
+            ORG,
+            "SELECT session_id, step_count, agent_id FROM sessions",
+            100,
+        )
+        .unwrap();
+    assert_eq!(
+        sessions.rows,
+        vec![vec![
+            serde_json::json!("s1"),
+            serde_json::json!(4),
+            serde_json::json!("analyst")
+        ]]
+    );
+    let records = store
+        .analyst_query(
+            ORG,
+            "SELECT type, count(*) FROM records GROUP BY type ORDER BY type",
+            100,
+        )
+        .unwrap();
+    assert_eq!(records.rows.len(), 2, "{:?}", records.rows);
+    let hashes = store
+        .analyst_query(
+            ORG,
+            "SELECT current_hash, created_at FROM steps WHERE step_index = 0",
+            100,
+        )
+        .unwrap();
+    let first = store
+        .step_by_trace(ORG, &{
+            let mut t = String::new();
+            store
+                .read_session(ORG, "s1", &mut |s| {
+                    t = s.record.step.trace_id;
+                    false
+                })
+                .unwrap();
+            t
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        hashes.rows[0][0],
+        serde_json::json!(first.record.hash.to_hex())
+    );
+    assert!(
+        hashes.rows[0][1]
+            .as_str()
+            .unwrap()
+            .starts_with(&first.record.step.created_at.to_string()[..19])
+    );
+    // Another org's rows are not in this org's views, and vice versa.
+    let theirs = store
+        .analyst_query("globex", "SELECT content FROM steps", 100)
+        .unwrap();
+    assert_eq!(
+        theirs.rows,
+        vec![vec![serde_json::json!("another org's secret")]]
+    );
+    let mine = store
+        .analyst_query(
+            ORG,
+            "SELECT count(*) FROM steps WHERE content LIKE '%secret%'",
+            100,
+        )
+        .unwrap();
+    assert_eq!(mine.rows, vec![vec![serde_json::json!(0)]]);
+    // Row limit.
+    let limited = store
+        .analyst_query(ORG, "SELECT seq FROM steps ORDER BY seq", 2)
+        .unwrap();
+    assert!(limited.truncated && limited.rows.len() == 2);
+    // Refused: writes, other tables, other orgs' data by any route.
+    for sql in [
+        "DELETE FROM entries",
+        "UPDATE steps SET content = 'x'",
+        "SELECT * FROM entries",
+        "SELECT * FROM api_keys",
+        "WITH gone AS (DELETE FROM entries RETURNING *) SELECT * FROM gone",
+        "SELECT * FROM steps; DROP TABLE entries",
+    ] {
+        assert!(
+            matches!(
+                store.analyst_query(ORG, sql, 100),
+                Err(AnalystError::Refused(_))
+            ),
+            "{sql}"
+        );
+    }
+    // A CTE named like a real table is the caller's own, never the table,
+    // even from another scope (where the name resolves to nothing).
+    assert!(matches!(
+        store.analyst_query(
+            ORG,
+            "SELECT * FROM (WITH entries AS (SELECT 1 AS x) SELECT x FROM entries) t, entries",
+            100
+        ),
+        Err(AnalystError::Failed(_))
+    ));
+    let own = store
+        .analyst_query(
+            ORG,
+            "WITH entries AS (SELECT content FROM steps) SELECT count(*) FROM entries",
+            100,
+        )
+        .unwrap();
+    assert_eq!(own.rows, vec![vec![serde_json::json!(4)]]);
+    assert!(matches!(
+        store.analyst_query(ORG, "SELECT no_such_column FROM steps", 100),
+        Err(AnalystError::Failed(_))
+    ));
+    assert_eq!(store.log_size(ORG).unwrap(), size, "nothing was written");
+    assert_verifies(store.as_ref());
+}
