@@ -35,7 +35,9 @@ pub enum Integers {
 pub fn from_slice_with(bytes: &[u8], integers: Integers) -> Result<Value, String> {
     check_integer_literals(bytes, integers)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = StrictSeed.deserialize(&mut de).map_err(|e| e.to_string())?;
+    let value = StrictSeed::GENERAL
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
     Ok(value)
 }
@@ -139,45 +141,42 @@ fn safe_integer_digits(digits: &[u8]) -> bool {
     value <= crate::record::MAX_SAFE_INTEGER
 }
 
-/// Deserializes a [`Value`] refusing duplicate member names.
-pub(crate) struct StrictSeed;
+/// Deserializes a [`Value`] refusing duplicate member names (a visitor
+/// that is its own seed, for nested values).
+#[derive(Clone, Copy)]
+pub(crate) struct StrictSeed {
+    /// Refuse numbers [`StrictSeed::PLAIN`] refuses.
+    plain: bool,
+}
+
+impl StrictSeed {
+    /// The general reading (integer literals are checked beforehand, by
+    /// [`check_integer_literals`]).
+    pub(crate) const GENERAL: StrictSeed = StrictSeed { plain: false };
+    /// For a reader that does not scan the text's literals first: it also
+    /// refuses every number that might have been written as an integer
+    /// literal beyond ±(2^53 − 1) — an integer beyond it, and any float of
+    /// that magnitude (a long integer literal reaches a visitor as a
+    /// float). Its refusals are never shown: a reader using it gives up,
+    /// and the line is read again the general way.
+    pub(crate) const PLAIN: StrictSeed = StrictSeed { plain: true };
+}
 
 impl<'de> DeserializeSeed<'de> for StrictSeed {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(StrictVisitor { plain: false })
-    }
-}
-
-/// [`StrictSeed`] for a reader that does not scan the text's literals
-/// first ([`check_integer_literals`]): it also refuses every number that
-/// might have been written as an integer literal beyond ±(2^53 − 1) — an
-/// integer beyond it, and any float of that magnitude (a long integer
-/// literal reaches a visitor as a float). Its refusals are never shown: a
-/// reader using it gives up, and the line is read again the general way.
-pub(crate) struct PlainSeed;
-
-impl<'de> DeserializeSeed<'de> for PlainSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(StrictVisitor { plain: true })
+        deserializer.deserialize_any(self)
     }
 }
 
 /// Whether a number read by a visitor is certainly not an integer literal
-/// beyond ±(2^53 − 1) (see [`PlainSeed`]).
+/// beyond ±(2^53 − 1) (see [`StrictSeed::PLAIN`]).
 pub(crate) fn plainly_safe_f64(v: f64) -> bool {
     v.abs() < 9_007_199_254_740_992.0
 }
 
-struct StrictVisitor {
-    /// Refuse numbers [`PlainSeed`] refuses.
-    plain: bool,
-}
-
-impl StrictVisitor {
+impl StrictSeed {
     fn refuse_unplain<E: de::Error>(&self, safe: bool) -> Result<(), E> {
         if self.plain && !safe {
             return Err(E::custom("a number beyond ±(2^53 - 1)"));
@@ -186,7 +185,7 @@ impl StrictVisitor {
     }
 }
 
-impl<'de> Visitor<'de> for StrictVisitor {
+impl<'de> Visitor<'de> for StrictSeed {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -228,8 +227,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        let seed = || NestedSeed { plain: self.plain };
-        while let Some(item) = seq.next_element_seed(seed())? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -244,23 +242,10 @@ impl<'de> Visitor<'de> for StrictVisitor {
                     "the member {shown:?} is given twice in one object"
                 )));
             }
-            let value = map.next_value_seed(NestedSeed { plain: self.plain })?;
+            let value = map.next_value_seed(self)?;
             members.insert(name, value);
         }
         Ok(Value::Object(members))
-    }
-}
-
-/// The seed of a nested value, read as the outer one is.
-struct NestedSeed {
-    plain: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for NestedSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(StrictVisitor { plain: self.plain })
     }
 }
 

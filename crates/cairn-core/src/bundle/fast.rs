@@ -31,7 +31,7 @@ use std::fmt;
 pub(super) fn decode_step_line(line: &[u8]) -> Option<ProvenEntry> {
     // The general reading first scans the text for integer literals
     // beyond what a double holds exactly; this one gives up at any number
-    // that might be one ([`Plain`], [`crate::json::PlainSeed`]) instead.
+    // that might be one ([`Plain`], [`crate::json::StrictSeed::PLAIN`]) instead.
     // One check of the whole line is cheaper than one per string.
     let text = std::str::from_utf8(line).ok()?;
     let mut de = serde_json::Deserializer::from_str(text);
@@ -456,7 +456,7 @@ impl<'de> DeserializeSeed<'de> for FieldsSeed {
 /// A JSON value read as the general decoder reads it (duplicate members
 /// refused at any depth), `null` as absent.
 fn json_value<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Value>, A::Error> {
-    let value = map.next_value_seed(crate::json::PlainSeed)?;
+    let value = map.next_value_seed(crate::json::StrictSeed::PLAIN)?;
     Ok((!value.is_null()).then_some(value))
 }
 
@@ -499,7 +499,7 @@ impl<'de> Visitor<'de> for FieldsSeed {
                 Field::TurnStep => raw.turn_step = plain(map.next_value()?),
                 Field::TaskId => raw.task_id = map.next_value()?,
                 Field::Links => {
-                    let value = map.next_value_seed(crate::json::PlainSeed)?;
+                    let value = map.next_value_seed(crate::json::StrictSeed::PLAIN)?;
                     raw.links = Some(Links::from_json(&value).map_err(|_| give_up())?);
                 }
                 Field::Status => raw.status = Some(map.next_value()?),
