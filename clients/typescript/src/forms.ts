@@ -198,7 +198,7 @@ export const VIEW_CHECKS: Readonly<Record<OpType, Readonly<Record<string, Check>
   "audit-event": { org_id: isId, event_id: isId, session_id: isStringOrNull, action: isString, detail: ANY, at: isCanonicalTimestamp },
   "signed-trace": { org_id: isId, session_id: isId, trace: isTrace },
   // `key` must also be a readable Ed25519 vkey: checked (async) as the
-  // entry is read, in verify.ts.
+  // entry is read, in verifier.ts.
   "log-key": {
     org_id: isId, action: (v) => v === "add" || v === "retire", key: isString, at: isCanonicalTimestamp, note: isString,
   },

@@ -1,8 +1,9 @@
 // C2SP signed notes and checkpoints, FORMAT.md section 7.1: verifier keys
 // (vkeys), the order in which a note is read (malformed), verified (bad
-// signature), and its text read.
+// signature), and its text read; a key's vkey text and which keys signed a
+// note, for the log keys of 7.10.
 
-import { equalBytes, fromBase64, fromHex, sha256, concat, utf8 } from "./bytes.js";
+import { equalBytes, fromBase64, fromHex, sha256, concat, toBase64, toHex, utf8 } from "./bytes.js";
 import { isCurvePoint, verifyStrict } from "./ed25519.js";
 
 /** Algorithm byte of plain Ed25519 note signatures. */
@@ -154,4 +155,30 @@ export function parseCheckpoint(text: string): Checkpoint {
   if (root === undefined || root.length !== 32) throw new CheckpointMalformed("a checkpoint's root is base64 of 32 bytes");
   if (extensions.some((line) => line.length === 0)) throw new CheckpointMalformed("an empty extension line");
   return { origin, size, root };
+}
+
+/** A key's vkey text, `name+hexid+base64(algorithm || key)`. */
+export function vkeyText(key: NoteKey): string {
+  return `${key.name}+${toHex(key.keyId)}+${toBase64(concat(Uint8Array.of(key.algorithm), key.publicKey))}`;
+}
+
+/** The keys among `keys` whose signatures on `note` verify (the note
+ * already opened with them). */
+export async function noteSigners(note: string, keys: readonly NoteKey[]): Promise<NoteKey[]> {
+  const split = note.lastIndexOf("\n\n");
+  const text = utf8(note.slice(0, split + 1));
+  const signers: NoteKey[] = [];
+  for (const line of note.slice(split + 2, -1).split("\n")) {
+    const body = line.slice(2);
+    const space = body.indexOf(" ");
+    const raw = fromBase64(body.slice(space + 1));
+    if (raw === undefined || raw.length < 5) continue;
+    for (const key of keys) {
+      if (key.name === body.slice(0, space) && equalBytes(key.keyId, raw.subarray(0, 4)) && !signers.includes(key)
+          && (await verifyStrict(key.publicKey, text, raw.subarray(4)))) {
+        signers.push(key);
+      }
+    }
+  }
+  return signers;
 }

@@ -32,16 +32,19 @@ const SCRIPT_POLICY: &str = "default-src 'none'; script-src 'self'; connect-src 
 /// The compiled TypeScript bundle verifier (`scripts/ui-verifier` copies
 /// it from `clients/typescript`; a test there checks the copy), served to
 /// the pages that verify in the browser.
-const VERIFIER: [(&str, &str); 10] = [
+const VERIFIER: [(&str, &str); 13] = [
     ("bytes.js", include_str!("verifier/bytes.js")),
     ("ed25519.js", include_str!("verifier/ed25519.js")),
+    ("fail.js", include_str!("verifier/fail.js")),
     ("forms.js", include_str!("verifier/forms.js")),
     ("jcs.js", include_str!("verifier/jcs.js")),
+    ("lines.js", include_str!("verifier/lines.js")),
     ("merkle.js", include_str!("verifier/merkle.js")),
     ("note.js", include_str!("verifier/note.js")),
     ("strict-json.js", include_str!("verifier/strict-json.js")),
     ("time.js", include_str!("verifier/time.js")),
     ("verdict.js", include_str!("verifier/verdict.js")),
+    ("verifier.js", include_str!("verifier/verifier.js")),
     ("verify.js", include_str!("verifier/verify.js")),
 ];
 

@@ -1,0 +1,35 @@
+// How a check fails: `Fail`, the error the verifier throws with a reason
+// code of FORMAT.md 9.1 and where the record is (the driver fills in the
+// line), `position` to build a Position, and `entryPosition`, an entry's.
+export function position(partial = {}) {
+    return { line: null, seq: null, session_id: null, step_index: null, trace_id: null, ...partial };
+}
+/** A verification failure; the driver fills in the line unless `lineKnown`. */
+export class Fail extends Error {
+    reason;
+    detail;
+    at;
+    lineKnown;
+    constructor(reason, detail, at = position(), lineKnown = false) {
+        super(`${reason}: ${detail}`);
+        this.reason = reason;
+        this.detail = detail;
+        this.at = at;
+        this.lineKnown = lineKnown;
+    }
+}
+export function entryPosition(e) {
+    if (e.type === "step") {
+        const s = e.fields["session_id"];
+        const i = e.fields["step_index"];
+        const t = e.fields["trace_id"];
+        return position({
+            line: e.line, seq: e.seq,
+            session_id: typeof s === "string" ? s : null,
+            step_index: typeof i === "number" ? i : null,
+            trace_id: typeof t === "string" ? t : null,
+        });
+    }
+    const s = e.view["session_id"];
+    return position({ line: e.line, seq: e.seq, session_id: typeof s === "string" ? s : null });
+}
