@@ -137,9 +137,12 @@ def test_pip_install_from_path(installed, tmp_path):
     expected = _pyproject_version()
     assert got["dist_version"] == expected, (got["dist_version"], expected)
     assert got["version"] == expected, f"cairn_client.__version__ {got['version']} != pyproject.toml {expected}"
-    # Every module of the sources is installed.
-    for source in (CLIENT / "src" / "cairn_client").glob("*.py"):
-        assert f"cairn_client/{source.name}" in got["recorded"], source.name
+    # Every module of the sources is installed, subpackages' included
+    # (the verifier is the package cairn_client.verify).
+    sources = CLIENT / "src" / "cairn_client"
+    for source in sources.rglob("*.py"):
+        name = f"cairn_client/{source.relative_to(sources).as_posix()}"
+        assert name in got["recorded"], name
     # It works: an empty bundle (no header, no end line) is refused, offline.
     assert got["verdict"] == [False, "missing-record"], got["verdict"]
 
