@@ -1,0 +1,159 @@
+//! The org log's evidence as tools: `get_checkpoint`,
+//! `get_inclusion_proof` and `export_session` (a bundle anyone can verify
+//! offline). Apart from the service in `mod.rs` so that each group of
+//! tools reads on its own.
+
+use super::{
+    CairnMcp, Checkpoint, ExportArgs, Exported, InclusionArgs, InclusionProof, NoArgs, Parameters,
+    ToolResult, level_arg, output_schema, run, tool_error,
+};
+use crate::ApiError;
+use cairn_store::ops::ExportScope;
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{tool, tool_router};
+
+#[tool_router(router = evidence_router, vis = "pub(super)")]
+impl CairnMcp {
+    #[tool(
+        title = "Get the signed checkpoint",
+        description = "The latest signed checkpoint of the org log (a C2SP signed note): size, root and the note. Keep it: it pins the log's history, and later exports must be consistent with it.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<Checkpoint>()
+    )]
+    async fn get_checkpoint(
+        &self,
+        Parameters(args): Parameters<NoArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        if let Err(e) = args {
+            return tool_error(e);
+        }
+        let caller = self.caller(&context)?;
+        let result = crate::current_checkpoint(&self.state, caller.org())
+            .await
+            .map(|cp| Checkpoint {
+                size: cp.size,
+                root: cp.root.to_hex(),
+                note: cp.note,
+            });
+        run(result).await
+    }
+
+    #[tool(
+        title = "Get an inclusion proof",
+        description = "An RFC 9162 inclusion proof that the record at seq is in the org log of the given size (default: the latest checkpoint's).",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<InclusionProof>()
+    )]
+    async fn get_inclusion_proof(
+        &self,
+        Parameters(args): Parameters<InclusionArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let result = async {
+            let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
+            let size = args.size.unwrap_or(cp.size);
+            let org = caller.org().to_owned();
+            let seq = args.seq;
+            self.store(move |store| {
+                if seq >= size || size > store.log_size(&org)? {
+                    return Err(ApiError::not_found(format!(
+                        "entry {seq} in a log of size {size}"
+                    )));
+                }
+                let proof = store.inclusion_proof(&org, seq, size)?;
+                let mut leaf = None;
+                store.read_log(&org, seq, seq + 1, &mut |stored| {
+                    leaf = Some(stored.leaf);
+                    false
+                })?;
+                Ok(InclusionProof {
+                    seq,
+                    size,
+                    leaf_hash: leaf.map(|l| l.to_hex()),
+                    proof: proof.iter().map(cairn_core::Hash::to_hex).collect(),
+                    root: store.root_at(&org, size)?.to_hex(),
+                })
+            })
+            .await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        title = "Export a session bundle",
+        description = "Export one session as a self-contained bundle (JSON Lines: header, signed checkpoint, records with inclusion proofs) that anyone can verify offline with `cairn verify --bundle`.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<Exported>()
+    )]
+    async fn export_session(
+        &self,
+        Parameters(args): Parameters<ExportArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let result = async {
+            caller.require(caller.key.role.can_export(), "export bundles")?;
+            let level = level_arg(args.level.as_deref())?;
+            crate::allow_level(&caller, level, None)?;
+            let options = cairn_store::ops::ExportOptions {
+                level,
+                since_size: None,
+            };
+            let permit = crate::limits::expensive(&self.state, "the export").await?;
+            let plan = crate::plan_export(
+                &self.state,
+                &caller,
+                ExportScope::Session(args.session_id.clone()),
+                options,
+            )
+            .await?;
+            self.store(move |store| {
+                let _permit = permit;
+                let mut out = Vec::new();
+                let summary = cairn_store::ops::write_export(store, &plan, &mut out, &mut |_| {})
+                    .map_err(|e| {
+                    ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_failure",
+                        e.to_string(),
+                    )
+                })?;
+                Ok(Exported {
+                    session_id: args.session_id,
+                    entries: summary.entries,
+                    checkpoint_size: summary.checkpoint_size,
+                    bundle: String::from_utf8_lossy(&out).into_owned(),
+                })
+            })
+            .await
+        }
+        .await;
+        run(result).await
+    }
+}

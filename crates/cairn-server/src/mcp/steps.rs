@@ -1,0 +1,316 @@
+//! Seed 000's tools, recording and reading single steps:
+//! `log_reasoning_step`, `replay_decision`, `get_session_history`, and
+//! `get_trace` (one step by its trace id) and `search_reasoning` (the same
+//! search as `GET /v1/search`). Apart from the service in `mod.rs` so that
+//! each seed's tools read as one group.
+
+use super::{
+    CairnMcp, History, HistoryArgs, LogStepArgs, Parameters, Replay, ReplayArgs, SearchArgs,
+    SessionRow, StepLogged, ToolResult, TraceArgs, level_arg, ok, output_schema, run, tool_error,
+};
+use crate::ApiError;
+use cairn_store::NewStep;
+use cairn_store::ops::verify_session;
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{tool, tool_router};
+
+#[tool_router(router = steps_router, vis = "pub(super)")]
+impl CairnMcp {
+    #[tool(
+        title = "Record a reasoning step",
+        description = "Record one step of your reasoning in the tamper-evident ledger (hash-chained per session; the session is created on first use). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<StepLogged>()
+    )]
+    async fn log_reasoning_step(
+        &self,
+        Parameters(args): Parameters<LogStepArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let result = async {
+            let agent_id = self.agent_for(&caller, args.agent_id)?;
+            let agent_id = if args.hash_agent_id {
+                cairn_core::record::hashed_agent_id(&agent_id)
+            } else {
+                agent_id
+            };
+            let status = match args.status.as_deref() {
+                None | Some("ok") => cairn_core::record::Status::Ok,
+                Some("flagged") => cairn_core::record::Status::Flagged,
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        format!("status must be ok or flagged, not {other}"),
+                    ));
+                }
+            };
+            let mut links = cairn_core::record::Links::default();
+            for (name, id) in args.links.unwrap_or_default() {
+                links
+                    .set(&name, id)
+                    .map_err(|e| ApiError::bad_request("invalid_request", e))?;
+            }
+            let step = NewStep {
+                org_id: caller.org().to_owned(),
+                session_id: args.session_id,
+                agent_id,
+                kind_label: args.step_type,
+                links,
+                turn_step: args.turn_step,
+                content: args.content,
+                input: args.input_data,
+                output: args.output_data,
+                confidence: args.confidence,
+                duration_ms: args.duration_ms,
+                token_count: args.token_count,
+                model: args.model,
+                metadata: args.metadata,
+                turn_id: args.turn_id,
+                task_id: args.task_id,
+                status,
+                caller: caller.key.id.clone(),
+                ..NewStep::default()
+            };
+            self.log_step(&caller, step).await
+        }
+        .await;
+        run(result).await
+    }
+
+    #[tool(
+        title = "Replay a reasoning session",
+        description = "Replay a reasoning session to see how a decision was made: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, every hash is recomputed and chain_valid says whether the session is intact.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<Replay>()
+    )]
+    async fn replay_decision(
+        &self,
+        Parameters(args): Parameters<ReplayArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let level = match level_arg(args.level.as_deref()) {
+            Ok(level) => level,
+            Err(e) => return tool_error(e),
+        };
+        let permit = if args.verify_chain {
+            match crate::limits::expensive(&self.state, "verification").await {
+                Ok(permit) => Some(permit),
+                Err(e) => return tool_error(e),
+            }
+        } else {
+            None
+        };
+        let result = self
+            .store(move |store| {
+                let _permit = permit;
+                let info = store.session(&org, &args.session_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "session {}",
+                        crate::error::shown(&args.session_id)
+                    ))
+                })?;
+                crate::allow_level(
+                    &caller,
+                    level,
+                    Some((&info.header.session_id, info.header.full_consent)),
+                )?;
+                let mut steps = Vec::new();
+                let mut redacted = Ok(());
+                store.read_session(&org, &args.session_id, &mut |mut s| {
+                    if let Some(level) = level {
+                        redacted = s.record.redact(level);
+                    }
+                    steps.push(crate::wire::step_out(s.seq, &s.record));
+                    redacted.is_ok()
+                })?;
+                redacted.map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+                let mut out = Replay {
+                    session_id: args.session_id.clone(),
+                    agent_id: info.header.agent_id,
+                    level: level.map(|l| l.as_str().to_owned()),
+                    step_count: steps.len(),
+                    sealed: info.seal.is_some(),
+                    steps,
+                    // chain_valid is always there (null when not checked),
+                    // so code written against the seed's example can read
+                    // it.
+                    chain_valid: None,
+                    verdict: None,
+                };
+                if args.verify_chain {
+                    let verdict = verify_session(store, &org, &args.session_id)?;
+                    out.chain_valid = Some(verdict.as_ref().is_some_and(|v| v.verified));
+                    out.verdict = verdict
+                        .filter(|v| !v.verified)
+                        .map(|v| crate::wire::verdict_out(&v, 0, cairn_store::now()));
+                }
+                Ok(out)
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        title = "List an agent's sessions",
+        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at and chain_valid for each. agent_id defaults to your own agent.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<History>()
+    )]
+    pub(super) async fn get_session_history(
+        &self,
+        Parameters(args): Parameters<HistoryArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let agent_id = match self.agent_for(&caller, args.agent_id) {
+            Ok(agent) => agent,
+            Err(e) => return tool_error(e),
+        };
+        let limit = args.limit.unwrap_or(20).clamp(1, 1000);
+        let budget = self.state.config.limits.list_verify_steps;
+        let result = self
+            .store(move |store| {
+                let mut rows = Vec::new();
+                for (s, valid) in crate::listed_sessions(
+                    store,
+                    &org,
+                    &cairn_store::SessionFilter::agent(Some(&agent_id)),
+                    limit,
+                    true,
+                    budget,
+                )? {
+                    rows.push(SessionRow {
+                        session_id: s.session_id,
+                        step_count: s.step_count,
+                        first_step_at: s.first_step_at.map(|t| t.to_string()),
+                        last_step_at: s.last_step_at.map(|t| t.to_string()),
+                        chain_valid: valid,
+                    });
+                }
+                Ok(rows)
+            })
+            .await;
+        match result {
+            // Structured content must be an object, so the list is under
+            // "sessions" there; the text content is seed 000's list itself,
+            // which is what a client reading the text gets.
+            Ok(rows) => {
+                let text = crate::wire::to_json(&rows).to_string();
+                let mut answer = ok(&History { sessions: rows })?;
+                answer.content = vec![rmcp::model::ContentBlock::text(text)];
+                Ok(answer)
+            }
+            Err(e) => tool_error(e),
+        }
+    }
+
+    #[tool(
+        title = "Get one recorded step",
+        description = "One recorded step by its trace id, with its hashes.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<crate::wire::StepOut>()
+    )]
+    async fn get_trace(
+        &self,
+        Parameters(args): Parameters<TraceArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        let org = caller.org().to_owned();
+        let result = self
+            .store(move |store| {
+                let step = store.step_by_trace(&org, &args.trace_id)?.ok_or_else(|| {
+                    ApiError::not_found(format!("step {}", crate::error::shown(&args.trace_id)))
+                })?;
+                Ok(crate::wire::step_out(step.seq, &step.record))
+            })
+            .await;
+        run(result).await
+    }
+
+    #[tool(
+        title = "Search reasoning",
+        description = "Search your org's recorded steps. mode fulltext matches words in content, inputs, outputs and metadata (\"a phrase\", prefix*, -excluded; English stems; Chinese and Japanese too); semantic ranks the embedded steps by meaning (decisions, actions, errors, corrections and final answers always embedded; the answer names the embedder); hybrid (default) fuses both. Filter by agent_id, session_id, kind, status (ok or flagged), since and until (RFC 3339 or a date). Each result is the step with score, matched_by, a snippet and highlights.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<crate::wire::SearchResults>()
+    )]
+    async fn search_reasoning(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let args = match args {
+            Ok(args) => args,
+            Err(e) => return tool_error(e),
+        };
+        let caller = self.caller(&context)?;
+        // The same reading of the same parameters as GET /v1/search.
+        let given: std::collections::HashMap<String, String> = [
+            ("q", Some(args.query)),
+            ("mode", args.mode),
+            ("agent_id", args.agent_id),
+            ("session_id", args.session_id),
+            ("kind", args.kind),
+            ("status", args.status),
+            ("since", args.since),
+            ("until", args.until),
+            ("limit", args.limit.map(|l| l.to_string())),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+        .collect();
+        let result = match crate::search_input(&given) {
+            Ok(input) => crate::run_search(&self.state, &caller, input).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(answer) => ok(&answer),
+            Err(e) => tool_error(e),
+        }
+    }
+}
