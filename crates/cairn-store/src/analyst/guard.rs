@@ -1,0 +1,456 @@
+//! The first look at the caller's query: a walk over its tree that stops
+//! at the first thing a read of the org's views must not contain
+//! (writes, locks, table functions, qualified names, functions off the
+//! allow-list, casts to other types, identifiers and literals that do not
+//! print back exactly). Apart from [`prepare`](super::prepare) because it
+//! is the allow-lists and their checks, read on their own.
+
+use super::shown;
+use sqlparser::ast::{
+    DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName,
+    ObjectNamePart, Query, SetExpr, TableAlias, TableFactor, Value as SqlValue, ValueWithSpan,
+    Visitor,
+};
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+/// The functions a query may call (lowercase names).
+const FUNCTIONS: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "total",
+    "group_concat",
+    "string_agg",
+    "lower",
+    "upper",
+    "length",
+    "char_length",
+    "substr",
+    "substring",
+    "trim",
+    "ltrim",
+    "rtrim",
+    "replace",
+    "instr",
+    "position",
+    "coalesce",
+    "ifnull",
+    "nullif",
+    "abs",
+    "round",
+    "floor",
+    "ceil",
+    "ceiling",
+    "date",
+    "time",
+    "datetime",
+    "strftime",
+    "julianday",
+    "unixepoch",
+    "date_trunc",
+    "to_char",
+    "to_timestamp",
+    "json_extract",
+    "json_array_length",
+    "json_type",
+    "jsonb_array_length",
+    "json_typeof",
+    "printf",
+    "format",
+    "concat",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "ntile",
+    "percent_rank",
+    "cume_dist",
+    "greatest",
+    "least",
+    "sign",
+    "sqrt",
+    "power",
+    "ln",
+    "log",
+    "exp",
+    "mod",
+];
+
+/// Functions whose first argument is a format string (`printf`, `format`):
+/// it must be a literal without `*` and without widths or precisions above
+/// [`MAX_FORMAT_WIDTH`], so that no format builds a huge value.
+const FORMAT_FUNCTIONS: &[&str] = &["printf", "format"];
+/// Largest width or precision a format string may give.
+const MAX_FORMAT_WIDTH: u64 = 1000;
+
+/// The type names a cast may name (the first word of the type, lowercase).
+const TYPES: &[&str] = &[
+    "int",
+    "integer",
+    "bigint",
+    "smallint",
+    "int2",
+    "int4",
+    "int8",
+    "real",
+    "float",
+    "float4",
+    "float8",
+    "double",
+    "numeric",
+    "decimal",
+    "text",
+    "varchar",
+    "char",
+    "character",
+    "boolean",
+    "bool",
+    "date",
+    "time",
+    "timestamp",
+    "timestamptz",
+    "interval",
+    "json",
+    "jsonb",
+    "bytea",
+    "blob",
+    "uuid",
+];
+
+/// Walks a query and stops at the first thing a read of the org's views
+/// must not contain.
+#[derive(Default)]
+pub(super) struct Guard {
+    pub(super) relations: HashSet<String>,
+    pub(super) ctes: HashSet<String>,
+}
+
+fn single_name(name: &ObjectName) -> Result<String, String> {
+    match name.0.as_slice() {
+        [ObjectNamePart::Identifier(ident)] => Ok(ident.value.to_lowercase()),
+        _ => Err(format!(
+            "{}: qualified or computed names are not accepted",
+            shown(&name.to_string())
+        )),
+    }
+}
+
+/// An identifier Cairn passes on: unquoted (letters, digits and `_`, not
+/// starting with a digit) or double-quoted without `"`, backslash or
+/// control characters inside.
+fn check_ident(ident: &Ident) -> Result<(), String> {
+    let v = &ident.value;
+    if v.is_empty() || v.len() > 128 {
+        return Err("an identifier must have 1 to 128 bytes".into());
+    }
+    match ident.quote_style {
+        None => {
+            let mut chars = v.chars();
+            let first_ok = chars.next().is_some_and(|c| c.is_alphabetic() || c == '_');
+            if !first_ok || !chars.all(|c| c.is_alphanumeric() || c == '_') {
+                return Err(format!(
+                    "identifier {}: an unquoted name has letters, digits and _ only",
+                    shown(v)
+                ));
+            }
+            Ok(())
+        }
+        Some('"') => {
+            if v.chars()
+                .any(|c| c == '"' || c == '\\' || c.is_control() || is_separator(c))
+            {
+                return Err(format!(
+                    "identifier \"{}\": a quoted name may not hold quotes, backslashes or control characters",
+                    shown(v)
+                ));
+            }
+            Ok(())
+        }
+        Some(q) => Err(format!(
+            "identifier {q}{}: only double quotes quote a name",
+            shown(v)
+        )),
+    }
+}
+
+/// Line and paragraph separators some tools read as line breaks.
+fn is_separator(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}' | '\u{85}' | '\u{feff}')
+}
+
+/// A literal Cairn passes on: numbers, booleans, NULL and plain
+/// single-quoted strings (`''` for a quote; no backslash before a quote).
+fn check_value(value: &ValueWithSpan) -> Result<(), String> {
+    match &value.value {
+        SqlValue::Number(_, false) | SqlValue::Boolean(_) | SqlValue::Null => Ok(()),
+        SqlValue::SingleQuotedString(s) => {
+            if s.contains("\\'") || s.contains('\0') {
+                Err(format!(
+                    "string {}: a backslash before a quote, or a NUL, is not accepted",
+                    shown(s)
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        SqlValue::Placeholder(p) => Err(format!(
+            "parameter {}: a query takes no parameters",
+            shown(p)
+        )),
+        other => Err(format!(
+            "literal {}: only numbers, booleans, NULL and '...' strings are accepted",
+            shown(&other.to_string())
+        )),
+    }
+}
+
+/// A type a cast may name: a simple built-in type.
+fn check_data_type(data_type: &DataType) -> Result<(), String> {
+    let text = data_type.to_string().to_lowercase();
+    let base = text.split([' ', '(', '[']).next().unwrap_or_default();
+    let plain = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || " (),[]_".contains(c));
+    if plain && TYPES.contains(&base) {
+        Ok(())
+    } else {
+        Err(format!(
+            "type {}: a cast names a built-in type ({})",
+            shown(&text),
+            TYPES.join(", ")
+        ))
+    }
+}
+
+/// A `printf`/`format` string: no `*`, no width or precision above
+/// [`MAX_FORMAT_WIDTH`].
+fn check_format(format: &str) -> Result<(), String> {
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        let mut number = String::new();
+        while let Some(&d) = chars.peek() {
+            chars.next();
+            match d {
+                '0'..='9' => number.push(d),
+                '$' | '.' | '-' | '+' | ' ' | '#' | ',' | '!' | '\'' | 'l' | 'h' | 'q' => {
+                    check_width(&number)?;
+                    number.clear();
+                }
+                '*' => {
+                    return Err(
+                        "a format string may not take its width or precision from an argument (*)"
+                            .into(),
+                    );
+                }
+                _ => break,
+            }
+        }
+        check_width(&number)?;
+    }
+    Ok(())
+}
+
+fn check_width(number: &str) -> Result<(), String> {
+    let digits = number.trim_start_matches('0');
+    if digits.len() > 4 || digits.parse::<u64>().unwrap_or(0) > MAX_FORMAT_WIDTH {
+        return Err(format!(
+            "a format width or precision is at most {MAX_FORMAT_WIDTH}, not {number}"
+        ));
+    }
+    Ok(())
+}
+
+fn check_body(body: &SetExpr) -> Result<(), String> {
+    match body {
+        SetExpr::Select(select) if select.into.is_some() => {
+            Err("SELECT INTO writes a table".into())
+        }
+        SetExpr::Select(_) | SetExpr::Query(_) | SetExpr::Values(_) => Ok(()),
+        SetExpr::SetOperation { left, right, .. } => {
+            check_body(left)?;
+            check_body(right)
+        }
+        SetExpr::Insert(_) | SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Merge(_) => {
+            Err("a statement that changes data is not accepted, not even inside a query".into())
+        }
+        SetExpr::Table(_) => Err("TABLE is not accepted: SELECT from a view".into()),
+    }
+}
+
+impl Visitor for Guard {
+    type Break = String;
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<String> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                if cte.from.is_some() {
+                    return ControlFlow::Break("WITH ... FROM is not accepted".into());
+                }
+                self.ctes.insert(cte.alias.name.value.to_lowercase());
+            }
+        }
+        if !query.locks.is_empty() {
+            return ControlFlow::Break(
+                "FOR UPDATE and FOR SHARE lock rows; a read does not".into(),
+            );
+        }
+        if query.for_clause.is_some()
+            || query.settings.is_some()
+            || query.format_clause.is_some()
+            || !query.pipe_operators.is_empty()
+        {
+            return ControlFlow::Break("this query clause is not accepted".into());
+        }
+        match check_body(&query.body) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<String> {
+        match single_name(relation) {
+            Ok(name) => {
+                self.relations.insert(name);
+                ControlFlow::Continue(())
+            }
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<String> {
+        let alias_types = |alias: &Option<TableAlias>| {
+            alias
+                .as_ref()
+                .is_some_and(|a| a.columns.iter().any(|c| c.data_type.is_some()) || a.at.is_some())
+        };
+        match factor {
+            TableFactor::Table {
+                args: Some(_),
+                name,
+                ..
+            } => ControlFlow::Break(format!(
+                "table function {} is not accepted",
+                shown(&name.to_string())
+            )),
+            TableFactor::Table {
+                alias,
+                with_hints,
+                version,
+                partitions,
+                json_path,
+                sample,
+                index_hints,
+                with_ordinality,
+                ..
+            } => {
+                if !with_hints.is_empty()
+                    || version.is_some()
+                    || !partitions.is_empty()
+                    || json_path.is_some()
+                    || sample.is_some()
+                    || !index_hints.is_empty()
+                    || *with_ordinality
+                    || alias_types(alias)
+                {
+                    ControlFlow::Break("table hints, samples and versions are not accepted".into())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+            TableFactor::Derived { sample, alias, .. } => {
+                if sample.is_some() || alias_types(alias) {
+                    ControlFlow::Break("table samples are not accepted".into())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+            TableFactor::NestedJoin { alias, .. } | TableFactor::UNNEST { alias, .. } => {
+                if alias_types(alias) {
+                    ControlFlow::Break("typed column aliases are not accepted".into())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            }
+            _ => ControlFlow::Break("this kind of FROM item is not accepted".into()),
+        }
+    }
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
+        let checked = match expr {
+            Expr::Function(function) => (|| {
+                let name = single_name(&function.name)?;
+                if !FUNCTIONS.contains(&name.as_str()) {
+                    return Err(format!(
+                        "function {} is not accepted (allowed: {})",
+                        shown(&name),
+                        FUNCTIONS.join(", ")
+                    ));
+                }
+                if !matches!(function.parameters, FunctionArguments::None)
+                    || function.uses_odbc_syntax
+                {
+                    return Err(format!("this form of {name}(...) is not accepted"));
+                }
+                if FORMAT_FUNCTIONS.contains(&name.as_str()) {
+                    let first = match &function.args {
+                        FunctionArguments::List(list) => list.args.first(),
+                        _ => None,
+                    };
+                    match first {
+                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) => {
+                            match &v.value {
+                                SqlValue::SingleQuotedString(f) => check_format(f)?,
+                                _ => {
+                                    return Err(format!(
+                                        "{name} takes a format string literal first"
+                                    ));
+                                }
+                            }
+                        }
+                        _ => return Err(format!("{name} takes a format string literal first")),
+                    }
+                }
+                Ok(())
+            })(),
+            Expr::Cast {
+                data_type, format, ..
+            } => {
+                if format.is_some() {
+                    Err("CAST ... FORMAT is not accepted".into())
+                } else {
+                    check_data_type(data_type)
+                }
+            }
+            Expr::TypedString(typed) => check_data_type(&typed.data_type),
+            Expr::Convert { .. } => Err("CONVERT is not accepted: use CAST".into()),
+            _ => Ok(()),
+        };
+        match checked {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+
+    fn pre_visit_ident(&mut self, ident: &Ident) -> ControlFlow<String> {
+        match check_ident(ident) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+
+    fn pre_visit_value(&mut self, value: &ValueWithSpan) -> ControlFlow<String> {
+        match check_value(value) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+}

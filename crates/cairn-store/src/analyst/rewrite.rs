@@ -1,0 +1,188 @@
+//! The caller's CTEs renamed to generated names (`Rename`) and the second
+//! look at the rewritten statement (`check_rewritten`), with what tests
+//! and fuzzing use to check a prepared statement from outside
+//! ([`tables_outside_views`], [`is_allowed_table`]). Apart from the first
+//! look (`guard`) because this is what makes sure no text of the caller's
+//! becomes a table name.
+
+use super::{Dialect, VIEWS, parse, shown};
+use sqlparser::ast::{
+    Ident, ObjectName, ObjectNamePart, Query, Statement, TableAlias, TableFactor, Visit, Visitor,
+    VisitorMut,
+};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+/// Prefix of the caller's CTE names once renamed.
+pub(super) const CTE_PREFIX: &str = "cairn_cte_";
+
+/// Renames the caller's CTEs and the references to them to generated
+/// names, and writes references to the views in Cairn's spelling (see
+/// [`prepare`](super::prepare)).
+#[derive(Default)]
+pub(super) struct Rename {
+    /// Lowercase CTE name to its generated name.
+    pub(super) names: HashMap<String, String>,
+}
+
+impl Rename {
+    fn generated(&self, name: &Ident) -> Result<Ident, String> {
+        self.names
+            .get(&name.value.to_lowercase())
+            .map(|g| Ident::with_quote('"', g.clone()))
+            .ok_or_else(|| format!("unknown table {}", shown(&name.value)))
+    }
+}
+
+impl VisitorMut for Rename {
+    type Break = String;
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<String> {
+        if let Some(with) = &mut query.with {
+            for cte in &mut with.cte_tables {
+                match self.generated(&cte.alias.name) {
+                    Ok(g) => cte.alias.name = g,
+                    Err(reason) => return ControlFlow::Break(reason),
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<String> {
+        // Columns qualified by a CTE's name still resolve: the renamed
+        // reference keeps the name as its alias.
+        if let TableFactor::Table { name, alias, .. } = factor
+            && let [ObjectNamePart::Identifier(ident)] = name.0.as_slice()
+            && !VIEWS.contains(&ident.value.to_lowercase().as_str())
+            && alias.is_none()
+        {
+            *alias = Some(TableAlias {
+                explicit: true,
+                name: ident.clone(),
+                columns: Vec::new(),
+                at: None,
+            });
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<String> {
+        let [ObjectNamePart::Identifier(ident)] = relation.0.as_mut_slice() else {
+            return ControlFlow::Break(format!(
+                "{}: qualified or computed names are not accepted",
+                shown(&relation.to_string())
+            ));
+        };
+        let lower = ident.value.to_lowercase();
+        if let Some(view) = VIEWS.iter().find(|v| **v == lower) {
+            *ident = Ident::new(*view);
+            return ControlFlow::Continue(());
+        }
+        match self.generated(ident) {
+            Ok(g) => {
+                *ident = g;
+                ControlFlow::Continue(())
+            }
+            Err(reason) => ControlFlow::Break(reason),
+        }
+    }
+}
+
+/// The second look at a rewritten query: its WITH starts with Cairn's
+/// views, every other CTE has a generated name, and every table named
+/// outside Cairn's views is a view or a generated name.
+pub(super) fn check_rewritten(query: &Query, own_views: usize) -> Result<(), String> {
+    let with = query.with.as_ref().ok_or("internal: no views")?;
+    let mut outside = query.clone();
+    if let Some(w) = &mut outside.with {
+        for (i, cte) in w.cte_tables.iter().enumerate() {
+            let name = &cte.alias.name;
+            let ok = if i < own_views {
+                name.quote_style.is_none() && VIEWS.get(i) == Some(&name.value.as_str())
+            } else {
+                is_generated(name)
+            };
+            if !ok {
+                return Err(format!("internal: unexpected CTE {name}"));
+            }
+        }
+        w.cte_tables.drain(..own_views.min(with.cte_tables.len()));
+    }
+    struct Tables;
+    impl Visitor for Tables {
+        type Break = String;
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<String> {
+            if let Some(with) = &query.with
+                && let Some(cte) = with
+                    .cte_tables
+                    .iter()
+                    .find(|c| !is_generated(&c.alias.name))
+            {
+                return ControlFlow::Break(format!("internal: unexpected CTE {}", cte.alias.name));
+            }
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<String> {
+            match relation.0.as_slice() {
+                [ObjectNamePart::Identifier(ident)]
+                    if is_generated(ident)
+                        || (ident.quote_style.is_none()
+                            && VIEWS.contains(&ident.value.as_str())) =>
+                {
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Break(format!("internal: unexpected table {relation}")),
+            }
+        }
+    }
+    match outside.visit(&mut Tables) {
+        ControlFlow::Break(reason) => Err(reason),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// The tables a prepared statement (the output of
+/// [`prepare`](super::prepare)) names outside Cairn's own three views, as
+/// written: what the database resolves by name. For tests and fuzzing:
+/// each must be a view or a generated CTE name (`"cairn_cte_<n>"`).
+pub fn tables_outside_views(prepared: &str, dialect: Dialect) -> Result<Vec<String>, String> {
+    let mut statements = parse(prepared, dialect).map_err(|e| e.to_string())?;
+    let Some(Statement::Query(mut query)) = statements.pop() else {
+        return Err("not a query".into());
+    };
+    let with = query.with.as_mut().ok_or("no views")?;
+    if with.cte_tables.len() < VIEWS.len() {
+        return Err("no views".into());
+    }
+    with.cte_tables.drain(..VIEWS.len());
+    struct Collect(Vec<String>);
+    impl Visitor for Collect {
+        type Break = ();
+        fn pre_visit_relation(&mut self, r: &ObjectName) -> ControlFlow<()> {
+            self.0.push(r.to_string());
+            ControlFlow::Continue(())
+        }
+    }
+    let mut c = Collect(Vec::new());
+    let _ = query.visit(&mut c);
+    Ok(c.0)
+}
+
+/// Whether `table` (as [`tables_outside_views`] writes it) may appear in
+/// a prepared statement: a view or a generated CTE name.
+pub fn is_allowed_table(table: &str) -> bool {
+    VIEWS.contains(&table)
+        || table
+            .strip_prefix("\"cairn_cte_")
+            .and_then(|rest| rest.strip_suffix('"'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn is_generated(ident: &Ident) -> bool {
+    ident.quote_style == Some('"')
+        && ident
+            .value
+            .strip_prefix(CTE_PREFIX)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
