@@ -1,4 +1,10 @@
 //! Command-line parsing and the commands.
+//!
+//! This file holds what the command line accepts (`Cli`, `Command` and the
+//! options of `verify`, `export` and `receipt`) and the helpers every
+//! command shares; `run`, which parses the command line and dispatches
+//! each command, is in `dispatch`, and the commands in the files of `cli/`
+//! (each with its own options where only it reads them).
 
 use crate::{Outcome, UsageError};
 use anyhow::{Context as _, Result, anyhow};
@@ -25,17 +31,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod admin_cmd;
 /// Cairn: a tamper-evident ledger of AI agents' reasoning.
 ///
 /// Exit codes: 0 success (verified), 1 verification failed, 2 usage or
 /// input error, 3 storage or internal failure.
 mod bundle_feed;
+mod dispatch;
 mod evidence;
 mod keys_cmd;
 mod ledger_cmd;
+mod mcp_cmd;
 mod serve_cmd;
 mod store_open;
 
+use admin_cmd::AdminCommand;
+pub use dispatch::run;
 use evidence::*;
 use ledger_cmd::*;
 pub(crate) use serve_cmd::shutdown_signal;
@@ -363,92 +374,11 @@ enum Command {
     },
 }
 
-#[derive(Debug, Subcommand)]
-enum AdminCommand {
-    /// List the orgs that have a log or keys.
-    Orgs,
-    /// Create an API key for --org; the token is printed once. Creating the
-    /// first admin key of a new org creates the org.
-    CreateKey {
-        /// writer, reader, auditor or admin.
-        #[arg(long)]
-        role: String,
-        /// Bind the key to one agent: it may only write as that agent.
-        #[arg(long)]
-        agent: Option<String>,
-        /// A label for people.
-        #[arg(long, default_value = "")]
-        label: String,
-    },
-    /// List the API keys of --org (never their tokens).
-    ListKeys,
-    /// Revoke an API key of --org.
-    RevokeKey {
-        /// The key's id (the middle part of its token).
-        id: String,
-    },
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Format {
     Text,
     Json,
     Markdown,
-}
-
-#[derive(Debug, clap::Args)]
-struct LogArgs {
-    /// Read steps as JSON lines from stdin (seed 000 member names:
-    /// session_id, step_type, content, input_data, output_data, ...).
-    #[arg(long, conflicts_with_all = ["session", "step_type"])]
-    stdin: bool,
-    /// Session id.
-    #[arg(long, required_unless_present = "stdin")]
-    session: Option<String>,
-    /// Agent id (default for --stdin lines without agent_id).
-    #[arg(long, env = "CAIRN_AGENT")]
-    agent: Option<String>,
-    /// Step type, in any seed's spelling (Observation, ToolCall, plan,
-    /// thinking, execute, ...).
-    #[arg(long = "type", id = "step_type", required_unless_present = "stdin")]
-    step_type: Option<String>,
-    /// The reasoning text.
-    #[arg(long)]
-    content: Option<String>,
-    /// Input JSON.
-    #[arg(long)]
-    input: Option<String>,
-    /// Output JSON.
-    #[arg(long)]
-    output: Option<String>,
-    /// Confidence, 0 to 1.
-    #[arg(long)]
-    confidence: Option<f64>,
-    /// Model name.
-    #[arg(long)]
-    model: Option<String>,
-    /// Metadata JSON.
-    #[arg(long)]
-    metadata: Option<String>,
-    /// Turn id.
-    #[arg(long)]
-    turn: Option<String>,
-    /// The step's number within its turn.
-    #[arg(long, requires = "turn")]
-    turn_step: Option<u64>,
-    /// A link, `name=id` (tool_call, policy_decision, approval_request,
-    /// audit_event, corrects, parent). Repeatable.
-    #[arg(long = "link", value_name = "NAME=ID")]
-    links: Vec<String>,
-    /// Task id.
-    #[arg(long)]
-    task: Option<String>,
-    /// Flag the step for review.
-    #[arg(long)]
-    flagged: bool,
-    /// Record the hash of the agent id instead of its name (seed 004).
-    #[arg(long)]
-    hash_agent_id: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -579,223 +509,6 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
     bar
 }
 
-/// Parses the command line and runs the command.
-pub fn run() -> Result<Outcome> {
-    let cli = Cli::parse();
-    match &cli.command {
-        Command::Demo => crate::demo::run(),
-        Command::Serve {
-            listen,
-            sample,
-            otlp_listen,
-            otlp_max_body_bytes,
-            otlp_max_backlog,
-            witnesses,
-            witness_interval,
-            witness_logs,
-            witness_listen,
-            limits,
-        } => {
-            let mut otlp = cairn_server::otlp::OtlpConfig {
-                max_body_bytes: *otlp_max_body_bytes,
-                max_backlog: *otlp_max_backlog,
-                ..cairn_server::otlp::OtlpConfig::default()
-            };
-            otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
-            let witnesses = witnesses
-                .iter()
-                .map(|spec| cairn_server::witness_push::WitnessTarget::parse(spec).map_err(usage))
-                .collect::<Result<Vec<_>>>()?;
-            let interval = std::time::Duration::from_secs((*witness_interval).max(1));
-            let hosted = if witness_logs.is_empty() {
-                None
-            } else {
-                let dir = cli.data_dir.join("witness");
-                let name = format!("{}-witness", cli.server_name);
-                let witness = crate::witness_cmd::build(&dir, &name, witness_logs)?;
-                Some((witness, witness_listen.as_str()))
-            };
-            serve(
-                &cli,
-                listen,
-                *sample,
-                otlp_listen.as_deref(),
-                otlp,
-                limits,
-                serve_cmd::Witnessing {
-                    targets: witnesses,
-                    interval,
-                    hosted,
-                },
-            )
-        }
-        Command::Witness(args) => crate::witness_cmd::run(args),
-        Command::Monitor(args) => crate::monitor_cmd::run(args),
-        Command::KeyAgent { key } => keys_cmd::key_agent(key),
-        Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
-        Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
-        Command::Receipt(command) => verify_receipt(&cli, command),
-        Command::Thinking(args) if args.session_is_none() => {
-            crate::records::thinking(&cli, None, args)
-        }
-        command => {
-            let store = match command {
-                // An export signs a fresh checkpoint when it may, and reads
-                // beside a running server otherwise.
-                // So does a search of the embedded store, which then embeds
-                // what no server is there to embed.
-                Command::Export(_) | Command::Search(_) => open_store(&cli, true).or_else(|e| {
-                    if e.downcast_ref::<UsageError>().is_some() {
-                        open_store(&cli, false)
-                    } else {
-                        Err(e)
-                    }
-                })?,
-                _ => open_store(&cli, command.writes())?,
-            };
-            match command {
-                Command::Log(args) => log(&cli, store, args),
-                Command::Start(args) => crate::records::start(&cli, store, args),
-                Command::Thinking(args) => crate::records::thinking(&cli, Some(store), args),
-                Command::Trail {
-                    session,
-                    turn,
-                    format,
-                } => crate::records::trail(&cli, store.as_ref(), session, turn.as_deref(), *format),
-                Command::Review(command) => crate::records::review(&cli, store, command),
-                Command::AuditEvent(args) => crate::records::audit_event(&cli, store, args),
-                Command::AgentKey(args) => crate::records::agent_key(&cli, store, args),
-                Command::Sql { statement, limit } => crate::records::sql(
-                    &cli,
-                    store.as_ref(),
-                    statement,
-                    (*limit).clamp(1, cairn_store::analyst::MAX_ROWS),
-                ),
-                Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
-                Command::Sessions { agent, limit } => {
-                    sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
-                }
-                Command::Replay {
-                    session,
-                    format,
-                    verify,
-                    level,
-                } => replay(&cli, store.as_ref(), session, *format, *verify, *level),
-                Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
-                Command::Export(args) => export_bundle(&cli, store, args),
-                Command::Import {
-                    bundle,
-                    key,
-                    max_bundle_line_bytes,
-                } => import(
-                    &cli,
-                    store.as_ref(),
-                    bundle,
-                    key.as_deref(),
-                    *max_bundle_line_bytes,
-                ),
-                Command::Admin(command) => admin(&cli, store.as_ref(), command),
-                Command::Search(args) => search(&cli, store.as_ref(), args),
-                Command::Reindex { all_orgs } => reindex(&cli, store.as_ref(), *all_orgs),
-                Command::Erase { trace_id, reason } => {
-                    let ledger = Ledger::new(store, SequencerConfig::default());
-                    let request = WriteRequest::Erase {
-                        org_id: cli.org.clone(),
-                        trace_id: trace_id.clone(),
-                        reason: reason.clone(),
-                        actor: "cli".into(),
-                    };
-                    ledger.write(request).map_err(append_error)?;
-                    println!(
-                        "erased the payload of {trace_id}; its hashes and every chain still verify"
-                    );
-                    Ok(Outcome::Success)
-                }
-                Command::Retention { before } => {
-                    let ledger = Ledger::new(store, SequencerConfig::default());
-                    match before {
-                        Some(text) => {
-                            let cutoff = Timestamp::parse_rfc3339(text)
-                                .map_err(|e| usage(format!("--before: {e}")))?;
-                            let erased = retention_before(&ledger, &cli.org, cutoff)?;
-                            println!("retention (before {cutoff}): erased {erased} step(s)");
-                        }
-                        None => {
-                            let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
-                            println!(
-                                "retention ({} days): erased {erased} step(s)",
-                                cli.retention_days
-                            );
-                        }
-                    }
-                    Ok(Outcome::Success)
-                }
-                Command::Keys { action } => keys_cmd::keys(&cli, store, action.as_ref()),
-                Command::Checkpoint => {
-                    let ledger = Ledger::new(store, SequencerConfig::default());
-                    let cp = match ledger.write(WriteRequest::Checkpoint {
-                        org_id: cli.org.clone(),
-                    }) {
-                        Ok(Written::Checkpoint(cp)) => cp,
-                        Ok(other) => return Err(anyhow!("unexpected answer {other:?}")),
-                        Err(e) => return Err(append_error(e)),
-                    };
-                    if cli.json {
-                        println!(
-                            "{}",
-                            json!({"size": cp.size, "root": cp.root.to_hex(), "note": cp.note})
-                        );
-                    } else {
-                        print!("{}", cp.note);
-                    }
-                    Ok(Outcome::Success)
-                }
-                Command::Seal {
-                    session,
-                    require_reflection,
-                } => {
-                    let ledger = Ledger::new(store, SequencerConfig::default());
-                    let request = WriteRequest::Seal {
-                        org_id: cli.org.clone(),
-                        session_id: session.clone(),
-                        require_reflection: *require_reflection,
-                    };
-                    match ledger.write(request) {
-                        Ok(Written::Sealed { seq, seal }) => {
-                            if cli.json {
-                                println!(
-                                    "{}",
-                                    json!({"seq": seq, "session_id": seal.session_id, "step_count": seal.step_count,
-                                           "merkle_root": seal.session_root.to_hex(), "final_hash": seal.final_hash.to_hex(),
-                                           "note": seal.note})
-                                );
-                            } else {
-                                println!(
-                                    "sealed {} at {} steps, root {}",
-                                    seal.session_id, seal.step_count, seal.session_root
-                                );
-                                print!("{}", seal.note);
-                            }
-                            Ok(Outcome::Success)
-                        }
-                        Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
-                        Err(e) => Err(append_error(e)),
-                    }
-                }
-                Command::Demo
-                | Command::Serve { .. }
-                | Command::Mcp { .. }
-                | Command::Witness(_)
-                | Command::Monitor(_)
-                | Command::KeyAgent { .. }
-                | Command::Receipt(_) => {
-                    unreachable!("handled above")
-                }
-            }
-        }
-    }
-}
-
 impl Command {
     /// Whether the command appends to the ledger: then it must sequence the
     /// store (on the embedded store, hold its lock). Reading commands open
@@ -831,120 +544,6 @@ pub(crate) fn parse_json_arg(name: &str, text: &Option<String>) -> Result<Option
             serde_json::from_str(t).map_err(|e| usage(format!("--{name} is not valid JSON: {e}")))
         })
         .transpose()
-}
-
-fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) -> Result<Outcome> {
-    use cairn_store::{ApiKey, Role};
-    match command {
-        AdminCommand::Orgs => {
-            let mut orgs = store.orgs()?;
-            if !orgs.contains(&cli.org) && !store.api_keys(&cli.org)?.is_empty() {
-                orgs.push(cli.org.clone());
-            }
-            if cli.json {
-                println!("{}", json!(orgs));
-            } else {
-                for org in orgs {
-                    println!("{org}");
-                }
-            }
-        }
-        AdminCommand::CreateKey { role, agent, label } => {
-            cairn_core::record::validate_id("org_id", &cli.org)
-                .map_err(|e| usage(e.to_string()))?;
-            let role = Role::parse(role)
-                .ok_or_else(|| usage("--role must be writer, reader, auditor or admin"))?;
-            if let Some(agent) = agent {
-                cairn_core::record::validate_id("agent_id", agent)
-                    .map_err(|e| usage(e.to_string()))?;
-            }
-            let (key, token) = ApiKey::generate(&cli.org, role, agent.as_deref(), label, now())?;
-            store.put_api_key(&key)?;
-            if cli.json {
-                println!(
-                    "{}",
-                    json!({"id": key.id, "org_id": key.org_id, "role": role.as_str(), "agent_id": key.agent_id, "token": token})
-                );
-            } else {
-                println!("{token}");
-                eprintln!(
-                    "created {role} key {} for org {} (the token above is shown once)",
-                    key.id, cli.org
-                );
-            }
-        }
-        AdminCommand::ListKeys => {
-            let keys = store.api_keys(&cli.org)?;
-            if cli.json {
-                let v: Vec<Value> = keys
-                    .iter()
-                    .map(|k| json!({"id": k.id, "role": k.role.as_str(), "agent_id": k.agent_id, "label": k.label,
-                                    "created_at": k.created_at.to_string(), "revoked_at": k.revoked_at.map(|t| t.to_string())}))
-                    .collect();
-                println!("{}", Value::Array(v));
-            } else {
-                for k in keys {
-                    println!(
-                        "{}  {:<8} {:<16} {:<20} {}",
-                        k.id,
-                        k.role.as_str(),
-                        k.agent_id.as_deref().unwrap_or("-"),
-                        k.label,
-                        if k.revoked_at.is_some() {
-                            "revoked"
-                        } else {
-                            "active"
-                        }
-                    );
-                }
-            }
-        }
-        AdminCommand::RevokeKey { id } => {
-            if !store.revoke_api_key(&cli.org, id, now())? {
-                return Err(usage(format!("org {} has no active key {id}", cli.org)));
-            }
-            println!("revoked {id}");
-        }
-    }
-    Ok(Outcome::Success)
-}
-
-fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
-    use rmcp::ServiceExt as _;
-    // stdout carries the protocol: logs go to stderr only.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
-    let store = open_store(cli, true)?;
-    let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
-    let config = cairn_server::ServerConfig {
-        enabled: cli.enabled,
-        embedder: cli.embedding.embedder()?,
-        embedding_batch: cli.embedding.embedding_batch as usize,
-        ..cairn_server::ServerConfig::default()
-    };
-    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org, agent)
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("starting MCP on stdio")?;
-        service.waiting().await.context("serving MCP on stdio")?;
-        Ok::<(), anyhow::Error>(())
-    })?;
-    drop(runtime);
-    if let Ok(ledger) = Arc::try_unwrap(ledger) {
-        ledger.close();
-    }
-    Ok(Outcome::Success)
 }
 
 fn parse_rate(text: &str) -> std::result::Result<f64, String> {

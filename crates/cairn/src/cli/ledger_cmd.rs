@@ -1,7 +1,62 @@
-//! Recording and reading from the command line: `log`, `sessions`,
-//! `replay`.
+//! Recording and reading from the command line: `log` (with its options),
+//! `sessions`, `replay`.
 
 use super::*;
+
+#[derive(Debug, clap::Args)]
+pub(super) struct LogArgs {
+    /// Read steps as JSON lines from stdin (seed 000 member names:
+    /// session_id, step_type, content, input_data, output_data, ...).
+    #[arg(long, conflicts_with_all = ["session", "step_type"])]
+    stdin: bool,
+    /// Session id.
+    #[arg(long, required_unless_present = "stdin")]
+    session: Option<String>,
+    /// Agent id (default for --stdin lines without agent_id).
+    #[arg(long, env = "CAIRN_AGENT")]
+    agent: Option<String>,
+    /// Step type, in any seed's spelling (Observation, ToolCall, plan,
+    /// thinking, execute, ...).
+    #[arg(long = "type", id = "step_type", required_unless_present = "stdin")]
+    step_type: Option<String>,
+    /// The reasoning text.
+    #[arg(long)]
+    content: Option<String>,
+    /// Input JSON.
+    #[arg(long)]
+    input: Option<String>,
+    /// Output JSON.
+    #[arg(long)]
+    output: Option<String>,
+    /// Confidence, 0 to 1.
+    #[arg(long)]
+    confidence: Option<f64>,
+    /// Model name.
+    #[arg(long)]
+    model: Option<String>,
+    /// Metadata JSON.
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Turn id.
+    #[arg(long)]
+    turn: Option<String>,
+    /// The step's number within its turn.
+    #[arg(long, requires = "turn")]
+    turn_step: Option<u64>,
+    /// A link, `name=id` (tool_call, policy_decision, approval_request,
+    /// audit_event, corrects, parent). Repeatable.
+    #[arg(long = "link", value_name = "NAME=ID")]
+    links: Vec<String>,
+    /// Task id.
+    #[arg(long)]
+    task: Option<String>,
+    /// Flag the step for review.
+    #[arg(long)]
+    flagged: bool,
+    /// Record the hash of the agent id instead of its name (seed 004).
+    #[arg(long)]
+    hash_agent_id: bool,
+}
 
 pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Result<Outcome> {
     let ledger = Ledger::new(store, SequencerConfig::default());

@@ -1,0 +1,106 @@
+//! `cairn admin`: orgs and API keys on the data directory, no server
+//! needed.
+
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum AdminCommand {
+    /// List the orgs that have a log or keys.
+    Orgs,
+    /// Create an API key for --org; the token is printed once. Creating the
+    /// first admin key of a new org creates the org.
+    CreateKey {
+        /// writer, reader, auditor or admin.
+        #[arg(long)]
+        role: String,
+        /// Bind the key to one agent: it may only write as that agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// A label for people.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List the API keys of --org (never their tokens).
+    ListKeys,
+    /// Revoke an API key of --org.
+    RevokeKey {
+        /// The key's id (the middle part of its token).
+        id: String,
+    },
+}
+
+pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) -> Result<Outcome> {
+    use cairn_store::{ApiKey, Role};
+    match command {
+        AdminCommand::Orgs => {
+            let mut orgs = store.orgs()?;
+            if !orgs.contains(&cli.org) && !store.api_keys(&cli.org)?.is_empty() {
+                orgs.push(cli.org.clone());
+            }
+            if cli.json {
+                println!("{}", json!(orgs));
+            } else {
+                for org in orgs {
+                    println!("{org}");
+                }
+            }
+        }
+        AdminCommand::CreateKey { role, agent, label } => {
+            cairn_core::record::validate_id("org_id", &cli.org)
+                .map_err(|e| usage(e.to_string()))?;
+            let role = Role::parse(role)
+                .ok_or_else(|| usage("--role must be writer, reader, auditor or admin"))?;
+            if let Some(agent) = agent {
+                cairn_core::record::validate_id("agent_id", agent)
+                    .map_err(|e| usage(e.to_string()))?;
+            }
+            let (key, token) = ApiKey::generate(&cli.org, role, agent.as_deref(), label, now())?;
+            store.put_api_key(&key)?;
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"id": key.id, "org_id": key.org_id, "role": role.as_str(), "agent_id": key.agent_id, "token": token})
+                );
+            } else {
+                println!("{token}");
+                eprintln!(
+                    "created {role} key {} for org {} (the token above is shown once)",
+                    key.id, cli.org
+                );
+            }
+        }
+        AdminCommand::ListKeys => {
+            let keys = store.api_keys(&cli.org)?;
+            if cli.json {
+                let v: Vec<Value> = keys
+                    .iter()
+                    .map(|k| json!({"id": k.id, "role": k.role.as_str(), "agent_id": k.agent_id, "label": k.label,
+                                    "created_at": k.created_at.to_string(), "revoked_at": k.revoked_at.map(|t| t.to_string())}))
+                    .collect();
+                println!("{}", Value::Array(v));
+            } else {
+                for k in keys {
+                    println!(
+                        "{}  {:<8} {:<16} {:<20} {}",
+                        k.id,
+                        k.role.as_str(),
+                        k.agent_id.as_deref().unwrap_or("-"),
+                        k.label,
+                        if k.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        }
+                    );
+                }
+            }
+        }
+        AdminCommand::RevokeKey { id } => {
+            if !store.revoke_api_key(&cli.org, id, now())? {
+                return Err(usage(format!("org {} has no active key {id}", cli.org)));
+            }
+            println!("revoked {id}");
+        }
+    }
+    Ok(Outcome::Success)
+}

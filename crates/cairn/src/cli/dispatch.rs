@@ -1,0 +1,226 @@
+//! `run`: the command line parsed and each command dispatched, opening
+//! the store first (to write, or beside a running server to read) for the
+//! commands that need one; the small commands (`erase`, `retention`,
+//! `checkpoint`, `seal`) are written out here. Apart from the options in
+//! `cli.rs` so that what the command line accepts reads on its own.
+
+use super::admin_cmd::admin;
+use super::mcp_cmd::mcp_stdio;
+use super::*;
+
+/// Parses the command line and runs the command.
+pub fn run() -> Result<Outcome> {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Demo => crate::demo::run(),
+        Command::Serve {
+            listen,
+            sample,
+            otlp_listen,
+            otlp_max_body_bytes,
+            otlp_max_backlog,
+            witnesses,
+            witness_interval,
+            witness_logs,
+            witness_listen,
+            limits,
+        } => {
+            let mut otlp = cairn_server::otlp::OtlpConfig {
+                max_body_bytes: *otlp_max_body_bytes,
+                max_backlog: *otlp_max_backlog,
+                ..cairn_server::otlp::OtlpConfig::default()
+            };
+            otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;
+            let witnesses = witnesses
+                .iter()
+                .map(|spec| cairn_server::witness_push::WitnessTarget::parse(spec).map_err(usage))
+                .collect::<Result<Vec<_>>>()?;
+            let interval = std::time::Duration::from_secs((*witness_interval).max(1));
+            let hosted = if witness_logs.is_empty() {
+                None
+            } else {
+                let dir = cli.data_dir.join("witness");
+                let name = format!("{}-witness", cli.server_name);
+                let witness = crate::witness_cmd::build(&dir, &name, witness_logs)?;
+                Some((witness, witness_listen.as_str()))
+            };
+            serve(
+                &cli,
+                listen,
+                *sample,
+                otlp_listen.as_deref(),
+                otlp,
+                limits,
+                serve_cmd::Witnessing {
+                    targets: witnesses,
+                    interval,
+                    hosted,
+                },
+            )
+        }
+        Command::Witness(args) => crate::witness_cmd::run(args),
+        Command::Monitor(args) => crate::monitor_cmd::run(args),
+        Command::KeyAgent { key } => keys_cmd::key_agent(key),
+        Command::Mcp { agent } => mcp_stdio(&cli, agent.clone()),
+        Command::Verify(args) if args.bundle.is_some() => verify_bundle(&cli, args),
+        Command::Receipt(command) => verify_receipt(&cli, command),
+        Command::Thinking(args) if args.session_is_none() => {
+            crate::records::thinking(&cli, None, args)
+        }
+        command => {
+            let store = match command {
+                // An export signs a fresh checkpoint when it may, and reads
+                // beside a running server otherwise.
+                // So does a search of the embedded store, which then embeds
+                // what no server is there to embed.
+                Command::Export(_) | Command::Search(_) => open_store(&cli, true).or_else(|e| {
+                    if e.downcast_ref::<UsageError>().is_some() {
+                        open_store(&cli, false)
+                    } else {
+                        Err(e)
+                    }
+                })?,
+                _ => open_store(&cli, command.writes())?,
+            };
+            match command {
+                Command::Log(args) => log(&cli, store, args),
+                Command::Start(args) => crate::records::start(&cli, store, args),
+                Command::Thinking(args) => crate::records::thinking(&cli, Some(store), args),
+                Command::Trail {
+                    session,
+                    turn,
+                    format,
+                } => crate::records::trail(&cli, store.as_ref(), session, turn.as_deref(), *format),
+                Command::Review(command) => crate::records::review(&cli, store, command),
+                Command::AuditEvent(args) => crate::records::audit_event(&cli, store, args),
+                Command::AgentKey(args) => crate::records::agent_key(&cli, store, args),
+                Command::Sql { statement, limit } => crate::records::sql(
+                    &cli,
+                    store.as_ref(),
+                    statement,
+                    (*limit).clamp(1, cairn_store::analyst::MAX_ROWS),
+                ),
+                Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
+                Command::Sessions { agent, limit } => {
+                    sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
+                }
+                Command::Replay {
+                    session,
+                    format,
+                    verify,
+                    level,
+                } => replay(&cli, store.as_ref(), session, *format, *verify, *level),
+                Command::Verify(args) => verify_store(&cli, store.as_ref(), args),
+                Command::Export(args) => export_bundle(&cli, store, args),
+                Command::Import {
+                    bundle,
+                    key,
+                    max_bundle_line_bytes,
+                } => import(
+                    &cli,
+                    store.as_ref(),
+                    bundle,
+                    key.as_deref(),
+                    *max_bundle_line_bytes,
+                ),
+                Command::Admin(command) => admin(&cli, store.as_ref(), command),
+                Command::Search(args) => search(&cli, store.as_ref(), args),
+                Command::Reindex { all_orgs } => reindex(&cli, store.as_ref(), *all_orgs),
+                Command::Erase { trace_id, reason } => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let request = WriteRequest::Erase {
+                        org_id: cli.org.clone(),
+                        trace_id: trace_id.clone(),
+                        reason: reason.clone(),
+                        actor: "cli".into(),
+                    };
+                    ledger.write(request).map_err(append_error)?;
+                    println!(
+                        "erased the payload of {trace_id}; its hashes and every chain still verify"
+                    );
+                    Ok(Outcome::Success)
+                }
+                Command::Retention { before } => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    match before {
+                        Some(text) => {
+                            let cutoff = Timestamp::parse_rfc3339(text)
+                                .map_err(|e| usage(format!("--before: {e}")))?;
+                            let erased = retention_before(&ledger, &cli.org, cutoff)?;
+                            println!("retention (before {cutoff}): erased {erased} step(s)");
+                        }
+                        None => {
+                            let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
+                            println!(
+                                "retention ({} days): erased {erased} step(s)",
+                                cli.retention_days
+                            );
+                        }
+                    }
+                    Ok(Outcome::Success)
+                }
+                Command::Keys { action } => keys_cmd::keys(&cli, store, action.as_ref()),
+                Command::Checkpoint => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let cp = match ledger.write(WriteRequest::Checkpoint {
+                        org_id: cli.org.clone(),
+                    }) {
+                        Ok(Written::Checkpoint(cp)) => cp,
+                        Ok(other) => return Err(anyhow!("unexpected answer {other:?}")),
+                        Err(e) => return Err(append_error(e)),
+                    };
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"size": cp.size, "root": cp.root.to_hex(), "note": cp.note})
+                        );
+                    } else {
+                        print!("{}", cp.note);
+                    }
+                    Ok(Outcome::Success)
+                }
+                Command::Seal {
+                    session,
+                    require_reflection,
+                } => {
+                    let ledger = Ledger::new(store, SequencerConfig::default());
+                    let request = WriteRequest::Seal {
+                        org_id: cli.org.clone(),
+                        session_id: session.clone(),
+                        require_reflection: *require_reflection,
+                    };
+                    match ledger.write(request) {
+                        Ok(Written::Sealed { seq, seal }) => {
+                            if cli.json {
+                                println!(
+                                    "{}",
+                                    json!({"seq": seq, "session_id": seal.session_id, "step_count": seal.step_count,
+                                           "merkle_root": seal.session_root.to_hex(), "final_hash": seal.final_hash.to_hex(),
+                                           "note": seal.note})
+                                );
+                            } else {
+                                println!(
+                                    "sealed {} at {} steps, root {}",
+                                    seal.session_id, seal.step_count, seal.session_root
+                                );
+                                print!("{}", seal.note);
+                            }
+                            Ok(Outcome::Success)
+                        }
+                        Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
+                        Err(e) => Err(append_error(e)),
+                    }
+                }
+                Command::Demo
+                | Command::Serve { .. }
+                | Command::Mcp { .. }
+                | Command::Witness(_)
+                | Command::Monitor(_)
+                | Command::KeyAgent { .. }
+                | Command::Receipt(_) => {
+                    unreachable!("handled above")
+                }
+            }
+        }
+    }
+}

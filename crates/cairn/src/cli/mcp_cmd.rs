@@ -1,0 +1,42 @@
+//! `cairn mcp`: the MCP tools over stdio, for agents that start Cairn as a
+//! subprocess, acting for `--org` as its local operator.
+
+use super::*;
+
+pub(super) fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
+    use rmcp::ServiceExt as _;
+    // stdout carries the protocol: logs go to stderr only.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let store = open_store(cli, true)?;
+    let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
+    let config = cairn_server::ServerConfig {
+        enabled: cli.enabled,
+        embedder: cli.embedding.embedder()?,
+        embedding_batch: cli.embedding.embedding_batch as usize,
+        ..cairn_server::ServerConfig::default()
+    };
+    let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org, agent)
+            .serve(rmcp::transport::stdio())
+            .await
+            .context("starting MCP on stdio")?;
+        service.waiting().await.context("serving MCP on stdio")?;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    drop(runtime);
+    if let Ok(ledger) = Arc::try_unwrap(ledger) {
+        ledger.close();
+    }
+    Ok(Outcome::Success)
+}
