@@ -67,6 +67,7 @@ mod embedding;
 mod fulltext_index;
 mod fulltext_mend;
 mod fulltext_queue;
+mod fulltext_search;
 mod migrate;
 mod reads;
 mod rows;

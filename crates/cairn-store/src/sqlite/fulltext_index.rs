@@ -28,8 +28,11 @@
 //! indexed and the log's root at that size (`fulltext_progress`, in the
 //! same transaction as the documents: the sizes its last batch left, since
 //! batches are written whole and in order). A sequencing process that opens the
-//! store indexes the steps at and above it (what a crash left queued) and
-//! deletes the steps that erasure records at and above it name; an org
+//! store deletes the steps that erasure records at and above it name, and
+//! its index thread then indexes the steps at and above it (what a crash
+//! left queued) from the log, a chunk at a time, before anything queued
+//! (the open never waits for that; a search meanwhile waits briefly, then
+//! is told to come back: `StoreError::Busy`); an org
 //! whose recorded root is not its log's at that size (the index belongs to
 //! another history: `ledger.db` restored from a backup beside a newer
 //! index) is indexed again from its first step, an org the log lacks is
@@ -48,12 +51,13 @@
 //! loss may roll back its last writes, progress included, never half of
 //! one, and the next open indexes again what was rolled back.
 
-use super::SqliteStore;
+use super::connection::open_reader;
 use super::connection::restrict_file;
-use super::fulltext_mend::catch_up;
-use super::fulltext_queue::{BACKLOG_BYTES, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost};
-use crate::listing::{self, ListParam};
-use crate::{DbContext, StepFilter, StoreError};
+use super::fulltext_mend::{CATCH_UP_STEPS, index_chunk, plan_catch_up};
+use super::fulltext_queue::{
+    BACKLOG_BYTES, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
+};
+use crate::{DbContext, StoreError};
 use cairn_core::Hash;
 use rusqlite::{Connection, params};
 use std::collections::{BTreeSet, HashMap};
@@ -69,6 +73,9 @@ pub const FULLTEXT_FILE: &str = "fulltext.db";
 /// The name under which reading connections attach the index's file.
 pub(super) const ATTACHED_AS: &str = "fulltext";
 
+/// How long a search waits for the index to catch up with the log after a
+/// sequencing open before it is told to search again later.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
 /// How often the index thread writes what is queued.
 const TICK: Duration = Duration::from_millis(250);
 /// Queued documents that wake the index thread before its tick...
@@ -195,11 +202,11 @@ impl FullTextIndex {
     ) -> Result<FullTextIndex, StoreError> {
         let path = index_path(ledger_path);
         let mended = open_index_file(&path).and_then(|mut conn| {
-            catch_up(&mut conn, ledger)?;
-            Ok(conn)
+            let plan = plan_catch_up(&mut conn, ledger)?;
+            Ok((conn, plan))
         });
-        let conn = match mended {
-            Ok(conn) => conn,
+        let (conn, plan) = match mended {
+            Ok(mended) => mended,
             // Derived data: an index that does not open or read is rebuilt.
             Err(_) => {
                 for suffix in ["", "-wal", "-shm"] {
@@ -214,13 +221,29 @@ impl FullTextIndex {
                     }
                 }
                 let mut conn = open_index_file(&path)?;
-                catch_up(&mut conn, ledger)?;
-                conn
+                let plan = plan_catch_up(&mut conn, ledger)?;
+                (conn, plan)
             }
+        };
+        // The steps to index from the log are indexed by the thread, from
+        // its own reading connection: opening never waits for them.
+        let mut queue = Queue::default();
+        let reader = if plan.is_empty() {
+            None
+        } else {
+            let reader = open_reader(ledger_path)?;
+            queue.catching_up = Some(CatchUp {
+                left: plan.values().map(|(below, size)| size - below).sum(),
+                targets: plan
+                    .into_iter()
+                    .map(|(org, (_, size))| (org, size))
+                    .collect(),
+            });
+            Some(reader)
         };
         let shared = Arc::new(Shared {
             conn: parking_lot::Mutex::new(conn),
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(queue),
             wake: Condvar::new(),
             progressed: Condvar::new(),
             limit_bytes: LIMIT_BYTES,
@@ -229,7 +252,12 @@ impl FullTextIndex {
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("cairn-fulltext".into())
-            .spawn(move || worker.run())
+            .spawn(move || {
+                if let Some(reader) = reader {
+                    worker.catch_up(&reader);
+                }
+                worker.run();
+            })
             .map_err(|source| StoreError::Io {
                 context: "starting the full-text index thread".into(),
                 source,
@@ -374,6 +402,65 @@ impl Shared {
         }
     }
 
+    /// Indexes from the log what [`plan_catch_up`] left (and what the
+    /// queue gave up to it meanwhile, [`Queue::absorb`]), a chunk at a
+    /// time, each chunk its own transaction with its progress, holding the
+    /// index's connection for the chunk only: an erasure waits for at most
+    /// one chunk, and either comes before it (the chunk reads the step as
+    /// erased) or after (and deletes what the chunk wrote). A stop leaves
+    /// the rest to the next sequencing open; a failure stops the index.
+    fn catch_up(&self, ledger: &Connection) {
+        loop {
+            let next = {
+                let Ok(mut queue) = self.queue.lock() else {
+                    return;
+                };
+                if queue.stop || queue.failed.is_some() {
+                    return;
+                }
+                let Some(catch_up) = queue.catching_up.as_mut() else {
+                    return;
+                };
+                let next = catch_up.targets.first_key_value().map(|(o, s)| (*o, *s));
+                if next.is_none() {
+                    // Caught up: the batches queued since are written next,
+                    // in order, by the loop.
+                    queue.catching_up = None;
+                    self.progressed.notify_all();
+                }
+                next
+            };
+            let Some((org, to)) = next else { return };
+            let conn = self.conn.lock();
+            let reached = index_chunk(&conn, ledger, org, to);
+            drop(conn);
+            let Ok(mut queue) = self.queue.lock() else {
+                return;
+            };
+            match reached {
+                Ok(reached) => {
+                    if let Some(catch_up) = queue.catching_up.as_mut() {
+                        catch_up.left = catch_up.left.saturating_sub(CATCH_UP_STEPS);
+                        // The target may have grown meanwhile (absorbed
+                        // batches): only one reached is done.
+                        if catch_up.targets.get(&org).is_some_and(|t| *t <= reached) {
+                            catch_up.targets.remove(&org);
+                        }
+                    }
+                }
+                Err(e) => {
+                    queue.fail(format!(
+                        "the full-text index could not be brought up to date with the log ({e}); restart the server to mend it"
+                    ));
+                    self.progressed.notify_all();
+                    return;
+                }
+            }
+            drop(queue);
+            self.progressed.notify_all();
+        }
+    }
+
     fn run(&self) {
         loop {
             let stop = {
@@ -402,6 +489,11 @@ impl Shared {
     fn relieve(&self) -> Result<bool, StoreError> {
         let mut queue = lock(&self.queue)?;
         if !queue.backlogged() {
+            return Ok(false);
+        }
+        if queue.absorb() {
+            // Catching up with the log: what is queued is read again from
+            // it, nothing to wait for.
             return Ok(false);
         }
         let deadline = Instant::now() + STUCK_WAIT;
@@ -457,6 +549,7 @@ impl Shared {
     /// the connection is let go between chunks, so that an erasure or a
     /// sequencer relieving a backlog never waits for more than a chunk.
     fn flush(&self) -> Result<(), StoreError> {
+        self.await_catch_up()?;
         let target = lock(&self.queue)?.queued;
         loop {
             let conn = self.conn.lock();
@@ -465,12 +558,37 @@ impl Shared {
                 if let Some(reason) = &queue.failed {
                     return Err(StoreError::Corrupt(reason.clone()));
                 }
+                if queue.catching_up.is_some() {
+                    // Only a stop ends a catch-up early: nothing queued is
+                    // written before it is over.
+                    return Err(StoreError::Busy("the full-text index is closing".into()));
+                }
                 if queue.written >= target {
                     return Ok(());
                 }
             }
             self.write_chunk(&conn)?;
             parking_lot::MutexGuard::unlock_fair(conn);
+        }
+    }
+
+    /// Waits, for at most [`CATCH_UP_WAIT`], for a catch-up with the log
+    /// to end (one after a crash is over in moments); a longer one (a
+    /// whole index rebuilt) is said to the caller instead.
+    fn await_catch_up(&self) -> Result<(), StoreError> {
+        let queue = lock(&self.queue)?;
+        let (queue, _) = self
+            .progressed
+            .wait_timeout_while(queue, CATCH_UP_WAIT, |q| {
+                q.catching_up.is_some() && q.failed.is_none() && !q.stop
+            })
+            .map_err(|_| poisoned())?;
+        match &queue.catching_up {
+            Some(catch_up) if queue.failed.is_none() => Err(StoreError::Busy(format!(
+                "the full-text index is being brought up to date with the log (about {} steps to go) since the server started; search again shortly",
+                catch_up.left
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -573,61 +691,6 @@ pub(super) fn drop_inline_index(tx: &Connection) -> Result<(), StoreError> {
     .context("moving the full-text index to its own file")
 }
 
-/// Attaches the index's file to a reading connection, if it exists (a
-/// store no sequencing process of this version opened has none yet).
-pub(super) fn attach(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
-    let path = index_path(ledger_path);
-    if path.exists() {
-        // The path's own bytes: a data directory's name need not be UTF-8.
-        #[cfg(unix)]
-        let name = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
-        #[cfg(not(unix))]
-        let name = path.to_string_lossy().into_owned().into_bytes();
-        conn.execute(
-            &format!("ATTACH DATABASE CAST(?1 AS TEXT) AS {ATTACHED_AS}"),
-            [name],
-        )
-        .context("attaching the full-text index")?;
-    }
-    Ok(())
-}
-
-/// Makes sure a reading connection sees the index (a process that opened
-/// the store to read before any sequencing process of this version created
-/// the index's file attached nothing), or says why it cannot.
-pub(super) fn ensure_attached(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
-    let attached: bool = conn
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM pragma_database_list WHERE name = ?1)",
-            [ATTACHED_AS],
-            |r| r.get(0),
-        )
-        .context("looking for the full-text index")?;
-    if attached {
-        return Ok(());
-    }
-    attach(conn, ledger_path)?;
-    if index_path(ledger_path).exists() {
-        Ok(())
-    } else {
-        Err(StoreError::Busy(
-            "the full-text index has not been built yet: it is built when the server that sequences this store starts".into(),
-        ))
-    }
-}
-
-impl SqliteStore {
-    /// Writes the queued documents now (before a search, so that this
-    /// process finds every step it acknowledged). Nothing to do in a
-    /// process that opened the store to read.
-    pub(super) fn flush_fulltext(&self) -> Result<(), StoreError> {
-        match &self.fulltext {
-            Some(index) => index.flush(),
-            None => Ok(()),
-        }
-    }
-}
-
 impl super::State {
     /// Each org's committed log size and root (what the full-text index
     /// records as its progress).
@@ -654,45 +717,5 @@ impl Drop for FullTextIndex {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-impl SqliteStore {
-    pub(super) fn full_text_search_in(
-        &self,
-        org_id: &str,
-        query: &crate::fulltext::FullTextQuery,
-        filter: &StepFilter,
-        limit: usize,
-    ) -> Result<Vec<(u64, f64)>, StoreError> {
-        // What this process acknowledged is found at once.
-        self.flush_fulltext()?;
-        self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(Vec::new());
-            };
-            ensure_attached(c, &self.path)?;
-            let (sql, params) = listing::step_search_query(
-                listing::Engine::Fts5,
-                org,
-                query.to_fts5(),
-                filter,
-                limit,
-                |n| format!("?{n}"),
-            );
-            let params: Vec<Box<dyn rusqlite::ToSql>> =
-                params.into_iter().map(ListParam::into_sqlite).collect();
-            let mut stmt = c
-                .prepare_cached(&sql)
-                .context("searching the full-text index")?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?))
-                })
-                .context("searching the full-text index")?
-                .collect::<Result<Vec<_>, _>>()
-                .context("searching the full-text index")?;
-            Ok(rows)
-        })
     }
 }

@@ -208,6 +208,46 @@ fn relieving_a_backlog_waits_for_the_writes_that_bring_it_under() {
     assert!(!index.relieve().unwrap(), "below the backlog: no wait");
 }
 
+/// While the index catches up with the log after a sequencing open, a
+/// backlog is not waited for: its batches join the catch-up (each org's
+/// target grows to the largest size they carry, their documents are let
+/// go, to be read again from the log), and a search is told how far the
+/// index is behind instead of finding a partial index.
+#[test]
+fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
+        targets: [(1, 5)].into_iter().collect(),
+        left: 5,
+    });
+    queue_batches(&index, 66, 1, 1 << 20);
+    assert!(counts(&index).1 >= BACKLOG_BYTES);
+    assert!(
+        !index.relieve().unwrap(),
+        "waited for a backlog while catching up"
+    );
+    let queue = lock(&index.queue).unwrap();
+    assert!(queue.batches.is_empty() && queue.docs == 0 && queue.bytes == 0);
+    assert_eq!(
+        queue.written, queue.queued,
+        "a flush would wait for dropped batches"
+    );
+    let catch_up = queue.catching_up.as_ref().unwrap();
+    assert_eq!(catch_up.targets.get(&1), Some(&66));
+    assert_eq!(catch_up.targets.get(&2), Some(&33));
+    assert_eq!(catch_up.left, 5 + 66 + 33);
+    drop(queue);
+    match index.flush() {
+        Err(StoreError::Busy(message)) => assert!(message.contains("104 steps to go"), "{message}"),
+        other => panic!("a search while catching up: {other:?}"),
+    }
+    assert!(
+        !indexed(&index, 1, 0) && progress(&index).is_empty(),
+        "wrote the index while catching up"
+    );
+}
+
 /// An index whose writes fail never stops ingest: under the limit the
 /// sequencer goes on at once; past it, the index stops (its queue
 /// dropped, searches told to restart) and ingest goes on.

@@ -1,7 +1,9 @@
 //! Mending the full-text index from the log when a sequencing process
-//! opens the store: what a crash left queued is indexed, erasures at or
-//! above the recorded progress applied, an index of another history or of
-//! a dropped org forgotten (the rules are in `fulltext_index.rs`).
+//! opens the store: erasures at or above the recorded progress applied, an
+//! index of another history or of a dropped org forgotten, at open; what a
+//! crash left queued (or a whole missing index) indexed from the log by
+//! the index's thread, a chunk at a time (the rules are in
+//! `fulltext_index.rs`).
 
 use super::fulltext_index::mark;
 use super::tree::{DbTree, log_size_of};
@@ -9,12 +11,21 @@ use crate::engine::org_range;
 use crate::{DbContext, StoreError};
 use cairn_core::Hash;
 use rusqlite::{Connection, OptionalExtension as _, params};
+use std::collections::BTreeMap;
 
-/// Brings the index up to the log: drops the orgs the log lacks; per org,
-/// starts again from its first step if the recorded root is not the log's
-/// at the recorded size, deletes the steps that erasure records at or above
-/// its indexed size name, then indexes the steps at or above it.
-pub(super) fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<(), StoreError> {
+/// Brings the index's bookkeeping up to the log when a sequencing process
+/// opens the store, and says what is left to index: drops the orgs the log
+/// lacks; per org, starts again from its first step if the recorded root
+/// is not the log's at the recorded size, and deletes the steps that
+/// erasure records at or above its indexed size name. Returns, per org
+/// whose log holds steps at or above its indexed size, that size and the
+/// log size to index up to: the index's thread indexes them from the log
+/// ([`index_chunk`]), so that opening the store never waits for it (a
+/// missing `fulltext.db` beside a large log is rebuilt in the background).
+pub(super) fn plan_catch_up(
+    index: &mut Connection,
+    ledger: &Connection,
+) -> Result<BTreeMap<i64, (u64, u64)>, StoreError> {
     let orgs: Vec<i64> = ledger
         .prepare("SELECT org FROM orgs")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
@@ -26,26 +37,16 @@ pub(super) fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<()
     for org in known.into_iter().filter(|org| !orgs.contains(org)) {
         forget_org(index, org)?;
     }
+    let mut targets = BTreeMap::new();
     for org in orgs {
-        let recorded: Option<(i64, Vec<u8>)> = index
-            .query_row(
-                "SELECT indexed_below, root FROM fulltext_progress WHERE org = ?1",
-                [org],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .context("reading the full-text index's progress")?;
         let size = log_size_of(ledger, org)?;
         let tree = DbTree {
             conn: ledger,
             org,
             size,
         };
-        let below = match recorded {
-            Some((below, root))
-                if (0..=size as i64).contains(&below)
-                    && root_at(&tree, below as u64)?.0[..] == root[..] =>
-            {
+        let below = match indexed_below(index, org)? {
+            Some((below, root)) if below <= size && root_at(&tree, below)?.0[..] == root[..] => {
                 below
             }
             // Another history, or nothing recorded: whatever the index
@@ -55,45 +56,114 @@ pub(super) fn catch_up(index: &mut Connection, ledger: &Connection) -> Result<()
                 0
             }
         };
-        if below as u64 == size {
+        if below == size {
             continue;
         }
         let (lo, hi) = org_range(org);
         let tx = index
             .transaction()
             .context("starting to mend the full-text index")?;
-        {
-            let mut erased = ledger
-                .prepare(
-                    "SELECT s.id FROM entries x JOIN entries s
-                       ON s.org = x.org AND s.trace_id = json_extract(x.view, '$.trace_id')
-                     WHERE x.org = ?1 AND x.type = 'erasure' AND x.id >= ?2 AND x.id < ?3",
-                )
-                .context("reading erasures for the full-text index")?;
-            let ids = erased
-                .query_map(params![org, lo + below, hi], |r| r.get::<_, i64>(0))
-                .context("reading erasures for the full-text index")?;
-            let mut delete = tx
-                .prepare("DELETE FROM steps_fts WHERE rowid = ?1")
-                .context("mending the full-text index")?;
-            for id in ids {
-                let id = id.context("reading erasures for the full-text index")?;
-                delete
-                    .execute([id])
-                    .context("mending the full-text index")?;
-            }
-            index_steps(
-                ledger,
-                &tx,
-                "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-                 WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
-                params![lo + below, hi],
-            )?;
-            mark(&tx, org, size, &root_at(&tree, size)?)?;
-        }
+        delete_erased(ledger, &tx, org, lo + below as i64, hi)?;
         tx.commit().context("mending the full-text index")?;
+        targets.insert(org, (below, size));
+    }
+    Ok(targets)
+}
+
+/// Steps indexed from the log in one transaction of the index while it
+/// catches up: what bounds how long an erasure, a search or the
+/// sequencer waits for the index's connection meanwhile.
+pub(super) const CATCH_UP_STEPS: u64 = 4096;
+
+/// Indexes, in one transaction, the next steps of `org` from its recorded
+/// progress up to at most [`CATCH_UP_STEPS`] more and at most `to` (a log
+/// size), and records the progress with the log's root there. Returns the
+/// progress reached. `ledger`: a reading connection to the log, which
+/// holds every step below `to` (they were committed before it was asked).
+pub(super) fn index_chunk(
+    index: &Connection,
+    ledger: &Connection,
+    org: i64,
+    to: u64,
+) -> Result<u64, StoreError> {
+    let below = indexed_below(index, org)?.map_or(0, |(below, _)| below);
+    if below >= to {
+        return Ok(below);
+    }
+    let end = to.min(below + CATCH_UP_STEPS);
+    let (lo, _) = org_range(org);
+    let tree = DbTree {
+        conn: ledger,
+        org,
+        size: end,
+    };
+    let root = root_at(&tree, end)?;
+    let tx = index
+        .unchecked_transaction()
+        .context("starting to mend the full-text index")?;
+    // The progress this chunk records passes the erasure records in it:
+    // their steps' documents (indexed by an earlier chunk, or before) go
+    // in the same transaction, or a crash could keep the progress and
+    // lose the deletion that the erasing batch made meanwhile.
+    delete_erased(ledger, &tx, org, lo + below as i64, lo + end as i64)?;
+    index_steps(
+        ledger,
+        &tx,
+        "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+         WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
+        params![lo + below as i64, lo + end as i64],
+    )?;
+    mark(&tx, org, end, &root)?;
+    tx.commit().context("mending the full-text index")?;
+    Ok(end)
+}
+
+/// Deletes from the index the steps that the org's erasure records with
+/// entry ids in `from..to` name. (`type <> 'step'` lets SQLite read them
+/// through the partial index `entries_ops`: without it, it scanned the
+/// org's whole id range, every step, at each open.)
+fn delete_erased(
+    ledger: &Connection,
+    index: &Connection,
+    org: i64,
+    from: i64,
+    to: i64,
+) -> Result<(), StoreError> {
+    let mut erased = ledger
+        .prepare_cached(
+            "SELECT s.id FROM entries x JOIN entries s
+               ON s.org = x.org AND s.trace_id = json_extract(x.view, '$.trace_id')
+             WHERE x.org = ?1 AND x.type = 'erasure' AND x.type <> 'step'
+               AND x.id >= ?2 AND x.id < ?3",
+        )
+        .context("reading erasures for the full-text index")?;
+    let ids = erased
+        .query_map(params![org, from, to], |r| r.get::<_, i64>(0))
+        .context("reading erasures for the full-text index")?;
+    let mut delete = index
+        .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
+        .context("mending the full-text index")?;
+    for id in ids {
+        let id = id.context("reading erasures for the full-text index")?;
+        delete
+            .execute([id])
+            .context("mending the full-text index")?;
     }
     Ok(())
+}
+
+/// An org's recorded progress: the log size below which every step is
+/// indexed, and the log's root there.
+fn indexed_below(index: &Connection, org: i64) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+    let recorded: Option<(i64, Vec<u8>)> = index
+        .query_row(
+            "SELECT indexed_below, root FROM fulltext_progress WHERE org = ?1",
+            [org],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .context("reading the full-text index's progress")?;
+    Ok(recorded.and_then(|(below, root)| Some((u64::try_from(below).ok()?, root))))
 }
 
 /// The org log's root at `size`, from the stored tree.

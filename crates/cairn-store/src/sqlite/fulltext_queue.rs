@@ -5,7 +5,7 @@
 //! invariants the order keeps).
 
 use cairn_core::Hash;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Queued bytes past which the sequencer, before its next batch, waits for
 /// the index thread's writes to bring the queue back under (the thread fell
@@ -73,6 +73,22 @@ pub(super) struct Queue {
     /// apply): it then takes no more documents and answers no search until
     /// the next sequencing open mends it.
     pub(super) failed: Option<String>,
+    /// While the index's thread catches up with the log after a sequencing
+    /// open (`fulltext_mend::index_chunk`): per org, the log size to index
+    /// up to from the log itself, and how many steps that leaves. Queued
+    /// batches wait behind it (their progress must not pass a step not yet
+    /// indexed); past the backlog's bound they join it instead
+    /// ([`Queue::absorb`]): their steps are in the log, to be read again.
+    pub(super) catching_up: Option<CatchUp>,
+}
+
+/// What is left of a catch-up with the log.
+#[derive(Debug, Default)]
+pub(super) struct CatchUp {
+    /// Per org, the log size to index up to.
+    pub(super) targets: BTreeMap<i64, u64>,
+    /// Steps left to index, about (for the message a search gets).
+    pub(super) left: u64,
 }
 
 impl Queue {
@@ -89,6 +105,28 @@ impl Queue {
         self.docs = 0;
         self.bytes = 0;
         self.written = self.queued;
+    }
+
+    /// While catching up, drops every queued batch into the catch-up: each
+    /// org's target grows to the largest size a batch carries, and the
+    /// documents are let go (the thread reads them again from the log).
+    /// Memory stays bounded however long the catch-up takes, and ingest
+    /// never waits for it. False when not catching up.
+    pub(super) fn absorb(&mut self) -> bool {
+        let Some(catch_up) = self.catching_up.as_mut() else {
+            return false;
+        };
+        for batch in self.batches.drain(..) {
+            catch_up.left += batch.docs.len() as u64;
+            for (org, size, _) in batch.sizes {
+                let target = catch_up.targets.entry(org).or_insert(size);
+                *target = (*target).max(size);
+            }
+        }
+        self.docs = 0;
+        self.bytes = 0;
+        self.written = self.queued;
+        true
     }
 
     /// Takes the oldest whole batches that fit in a chunk of documents

@@ -269,6 +269,148 @@ fn an_index_from_another_history_is_rebuilt() {
     );
 }
 
+/// A sequencing open never waits for the full-text index to catch up
+/// with the log (a missing or stale `fulltext.db` beside a large log would
+/// otherwise keep the server from starting): here the index stopped after
+/// the first of 10,001 steps, and another process holds the index file's
+/// write lock, so the catch-up cannot advance. The open returns, ingest
+/// goes on, a search says how far the index is behind instead of waiting;
+/// once the lock is let go the thread indexes the log and what was
+/// written meanwhile, a step erased while it catches up is not in the
+/// index file, and the next open has nothing left to do.
+#[test]
+fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let index_file = data.join(cairn_store::FULLTEXT_FILE);
+    let saved = tempfile::tempdir().unwrap();
+    let files = |from: &Path, to: &Path| {
+        for suffix in ["", "-wal"] {
+            let (mut src, mut dst) = (from.as_os_str().to_owned(), to.as_os_str().to_owned());
+            src.push(suffix);
+            dst.push(suffix);
+            let _ = std::fs::remove_file(&dst);
+            if Path::new(&src).exists() {
+                std::fs::copy(&src, &dst).unwrap();
+            }
+        }
+        let mut shm = to.as_os_str().to_owned();
+        shm.push("-shm");
+        let _ = std::fs::remove_file(shm);
+    };
+    {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        write_step(&server, "the first step");
+    }
+    files(&index_file, &saved.path().join("fulltext.db"));
+    let (zeppelin, albatross, size) = {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        let (mut zeppelin, mut albatross) = (0, String::new());
+        for batch in 0..20 {
+            let requests: Vec<WriteRequest> = (0..500)
+                .map(|i| {
+                    let content = if batch == 14 && i == 250 {
+                        "the zeppelin departs at noon".to_owned()
+                    } else if batch == 1 && i == 10 {
+                        "the albatross circles twice".to_owned()
+                    } else {
+                        format!("filler step {batch} {i}")
+                    };
+                    WriteRequest::Prepared(Box::new(
+                        cairn_store::prepare_step(
+                            crate::conformance::step("s1", "Reasoning", &content),
+                            &server.limits(),
+                            0.0,
+                        )
+                        .unwrap(),
+                    ))
+                })
+                .collect();
+            for (i, written) in server
+                .append_batch(&requests)
+                .unwrap()
+                .into_iter()
+                .enumerate()
+            {
+                let Ok(Written::Step { seq, trace_id, .. }) = written else {
+                    panic!("{written:?}")
+                };
+                if batch == 14 && i == 250 {
+                    zeppelin = seq;
+                }
+                if batch == 1 && i == 10 {
+                    albatross = trace_id;
+                }
+            }
+        }
+        (zeppelin, albatross, server.log_size("acme").unwrap())
+    };
+    files(&saved.path().join("fulltext.db"), &index_file);
+    let blocker = rusqlite::Connection::open(&index_file).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let server = SqliteStore::open(data, seq_options()).unwrap();
+    let query = |words: &str| {
+        server.full_text_search(
+            "acme",
+            &FullTextQuery::parse(words).unwrap(),
+            &cairn_store::StepFilter::default(),
+            50,
+        )
+    };
+    match query("zeppelin") {
+        Err(cairn_store::StoreError::Busy(message)) => {
+            assert!(message.contains("steps to go"), "{message}");
+        }
+        other => panic!("a search while the index cannot catch up: {other:?}"),
+    }
+    let (dirigible, _) = write_step(&server, "the dirigible lands at dawn");
+    blocker.execute_batch("ROLLBACK").unwrap();
+    // An erasure while the thread catches up (before or after it indexed
+    // the step: both must end with the step's document gone).
+    server
+        .append_batch(&[erase(&albatross)])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let found = loop {
+        match query("zeppelin") {
+            Ok(found) => break found,
+            Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
+            other => panic!("the index never caught up: {other:?}"),
+        }
+    };
+    assert_eq!(
+        found.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        vec![zeppelin]
+    );
+    assert_eq!(hits(&server, "dirigible"), vec![dirigible]);
+    assert!(hits(&server, "albatross").is_empty());
+    drop(server);
+    let index = rusqlite::Connection::open(&index_file).unwrap();
+    let progress: i64 = index
+        .query_row("SELECT indexed_below FROM fulltext_progress", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(
+        progress as u64,
+        size + 2,
+        "the index's progress after a clean close"
+    );
+    let erased: i64 = index
+        .query_row(
+            "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH 'albatross'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        erased, 0,
+        "an erased step's document is left in fulltext.db"
+    );
+}
+
 /// fulltext.db and its -wal / -shm are private, also when
 /// rebuilt, even in a data directory the operator created world-readable.
 #[test]

@@ -141,6 +141,26 @@ fn attack_child() {
     });
 }
 
+/// Opens the store as its sequencing process and waits for the full-text
+/// index to catch up with the log (the open itself never waits for it: a
+/// search meanwhile is told so, `StoreError::Busy`).
+fn open_caught_up(dir: &Path) -> SqliteStore {
+    let store = SqliteStore::open(dir, seq_options()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let searched = store.full_text_search(
+            "acme",
+            &FullTextQuery::parse("anything").unwrap(),
+            &cairn_store::StepFilter::default(),
+            1,
+        );
+        match searched {
+            Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
+            _ => return store,
+        }
+    }
+}
+
 /// fulltext.db checked against ledger.db, both read raw. `mended`: after a
 /// sequencing open (progress at the log's size, every step as the ledger
 /// says); otherwise as a crash left it: the recorded progress never passes
@@ -292,7 +312,7 @@ fn attack_sigkill_mid_ingest_with_erasures() {
             .max();
         let crashed = check_index_against_ledger(dir.path(), false);
         {
-            let _store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+            let _store = open_caught_up(dir.path());
         }
         let mended = check_index_against_ledger(dir.path(), true);
         eprintln!(
@@ -538,7 +558,7 @@ fn attack_sigkill_with_a_backlog() {
         let last_wait = lines.iter().rev().find(|l| l.starts_with("WAIT")).cloned();
         let crashed = check_index_against_ledger(dir.path(), false);
         {
-            let _store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+            let _store = open_caught_up(dir.path());
         }
         let mended = check_index_against_ledger(dir.path(), true);
         eprintln!(
@@ -599,7 +619,7 @@ fn attack_index_snapshots_beside_the_final_ledger() {
         std::fs::copy(snap, copy.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
         let stale = check_index_against_ledger(copy.path(), false);
         {
-            let _store = SqliteStore::open(copy.path(), seq_options()).unwrap();
+            let _store = open_caught_up(copy.path());
         }
         let mended = check_index_against_ledger(copy.path(), true);
         eprintln!("snapshot {i}: as copied {stale:?}, mended {mended:?}");
@@ -811,7 +831,7 @@ fn attack2_a_crash_right_after_an_import() {
                 .unwrap_or(-1);
         eprintln!("round {round}: {documents} documents indexed at the kill");
         {
-            let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+            let store = open_caught_up(dir.path());
             assert_imported_found(&store, &words, "after the crash");
         }
         let mended = check_index_against_ledger(dir.path(), true);

@@ -1,0 +1,107 @@
+//! The full-text index's read side: the file attached to a reading
+//! connection (only searches open it, so a damaged file never stops other
+//! reads), and the search itself, which first writes what this process
+//! queued (or says the index is still catching up with the log). Kept
+//! apart from the index's writing thread and queue (`fulltext_index.rs`).
+
+use super::SqliteStore;
+use super::fulltext_index::{ATTACHED_AS, index_path};
+use crate::listing::{self, ListParam};
+use crate::{DbContext, StepFilter, StoreError};
+use rusqlite::Connection;
+use std::path::Path;
+
+/// Attaches the index's file to a reading connection, if it exists (a
+/// store no sequencing process of this version opened has none yet).
+pub(super) fn attach(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
+    let path = index_path(ledger_path);
+    if path.exists() {
+        // The path's own bytes: a data directory's name need not be UTF-8.
+        #[cfg(unix)]
+        let name = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+        #[cfg(not(unix))]
+        let name = path.to_string_lossy().into_owned().into_bytes();
+        conn.execute(
+            &format!("ATTACH DATABASE CAST(?1 AS TEXT) AS {ATTACHED_AS}"),
+            [name],
+        )
+        .context("attaching the full-text index")?;
+    }
+    Ok(())
+}
+
+/// Makes sure a reading connection sees the index (a process that opened
+/// the store to read before any sequencing process of this version created
+/// the index's file attached nothing), or says why it cannot.
+pub(super) fn ensure_attached(conn: &Connection, ledger_path: &Path) -> Result<(), StoreError> {
+    let attached: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_database_list WHERE name = ?1)",
+            [ATTACHED_AS],
+            |r| r.get(0),
+        )
+        .context("looking for the full-text index")?;
+    if attached {
+        return Ok(());
+    }
+    attach(conn, ledger_path)?;
+    if index_path(ledger_path).exists() {
+        Ok(())
+    } else {
+        Err(StoreError::Busy(
+            "the full-text index has not been built yet: it is built when the server that sequences this store starts".into(),
+        ))
+    }
+}
+
+impl SqliteStore {
+    /// Writes the queued documents now (before a search, so that this
+    /// process finds every step it acknowledged). Nothing to do in a
+    /// process that opened the store to read.
+    pub(super) fn flush_fulltext(&self) -> Result<(), StoreError> {
+        match &self.fulltext {
+            Some(index) => index.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl SqliteStore {
+    pub(super) fn full_text_search_in(
+        &self,
+        org_id: &str,
+        query: &crate::fulltext::FullTextQuery,
+        filter: &StepFilter,
+        limit: usize,
+    ) -> Result<Vec<(u64, f64)>, StoreError> {
+        // What this process acknowledged is found at once.
+        self.flush_fulltext()?;
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            ensure_attached(c, &self.path)?;
+            let (sql, params) = listing::step_search_query(
+                listing::Engine::Fts5,
+                org,
+                query.to_fts5(),
+                filter,
+                limit,
+                |n| format!("?{n}"),
+            );
+            let params: Vec<Box<dyn rusqlite::ToSql>> =
+                params.into_iter().map(ListParam::into_sqlite).collect();
+            let mut stmt = c
+                .prepare_cached(&sql)
+                .context("searching the full-text index")?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?))
+                })
+                .context("searching the full-text index")?
+                .collect::<Result<Vec<_>, _>>()
+                .context("searching the full-text index")?;
+            Ok(rows)
+        })
+    }
+}
