@@ -105,7 +105,8 @@ impl PartialSchema for ErrorCode {
                 "Stable. unknown_field names a member or query parameter no one defined and \
                  suggests the nearest known name; missing_field and invalid_argument name \
                  their field. Refusals under load (429 rate_limited, too_many_sessions; 503 \
-                 overloaded, timeout) carry Retry-After.",
+                 overloaded, timeout) and 503 unavailable (the store is busy for a while, \
+                 e.g. the full-text index catching up after a start) carry Retry-After.",
             ))
             .into()
     }

@@ -97,6 +97,7 @@ pub const ERROR_CODES: &[&str] = &[
     "rate_limited",
     "overloaded",
     "timeout",
+    "unavailable",
     "too_many_sessions",
     "line_too_long",
     "host_not_allowed",
@@ -224,6 +225,13 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
             StoreError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
+            // Not a failure: something the store is doing for a while (the
+            // full-text index catching up with the log after a start).
+            StoreError::Busy(m) => {
+                tracing::warn!(reason = %m, "store busy");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+                    .retry_after(std::time::Duration::from_secs(5))
+            }
             other => {
                 tracing::error!(error = %other, "storage failure");
                 ApiError::new(
@@ -338,6 +346,16 @@ impl From<AppendError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::ERROR_CODES;
+
+    /// A store busy for a while (the full-text index catching up after a
+    /// start) is a 503 to retry, not a storage failure.
+    #[test]
+    fn a_busy_store_is_unavailable_with_retry_after() {
+        let e = super::ApiError::from(cairn_store::StoreError::Busy("catching up".into()));
+        assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!((e.code, e.message.as_str()), ("unavailable", "catching up"));
+        assert_eq!(e.retry_after, Some(std::time::Duration::from_secs(5)));
+    }
 
     /// The code literal right after `marker` (skipping a `StatusCode::X,`
     /// and white space), if there is one.

@@ -8,7 +8,7 @@ the methods send exactly the documented names; a misspelt keyword argument
 is a `TypeError` here, before anything is sent.
 
 Retries (both clients): a refusal the server asks callers to retry (`429`
-`rate_limited`/`too_many_sessions`, `503` `overloaded`/`timeout`, each with
+`rate_limited`/`too_many_sessions`, `503` `overloaded`/`timeout`/`unavailable`, each with
 `Retry-After`) is retried up to `max_retries` times (default 3), waiting
 what `Retry-After` says (or `backoff * 2**attempt` seconds with jitter when
 it says nothing), never longer than `max_delay` (a longer `Retry-After` is
