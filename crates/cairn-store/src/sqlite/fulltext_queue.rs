@@ -140,7 +140,11 @@ impl Queue {
             if !fits && !chunk.is_empty() {
                 break;
             }
-            if fits {
+            // A part (put back after a failed write) was cut to a chunk
+            // already, give or take its own overhead or one document larger
+            // than a chunk: it is taken whole, never cut again, so that only
+            // the oldest batch is ever a part.
+            if fits || !batch.whole {
                 docs += batch.docs.len();
                 bytes += batch.bytes;
                 chunk.extend(self.batches.pop_front());
