@@ -395,13 +395,32 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
         }
         embedder
     };
-    let answer = cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request).map_err(
-        |e| match e {
-            cairn_store::ops::SearchError::Query(e) => usage(e.to_string()),
-            cairn_store::ops::SearchError::Store(e) => anyhow!("storage failure: {e}"),
-            cairn_store::ops::SearchError::Embedder(e) => anyhow!("the embedder failed: {e}"),
-        },
-    )?;
+    // This process sequences the store when no server does: then its own
+    // index thread is bringing the full-text index up to date with the
+    // log (a lost or stale fulltext.db), and there is no server to finish
+    // that later, so the search waits for it rather than failing.
+    let catching_up_here = cli.database.is_none() && !store.is_read_only();
+    let mut told = false;
+    let answer = loop {
+        match cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request) {
+            Err(cairn_store::ops::SearchError::Store(cairn_store::StoreError::Busy(why)))
+                if catching_up_here =>
+            {
+                if !told {
+                    eprintln!("({why}; waiting for it)");
+                    told = true;
+                }
+            }
+            Ok(answer) => break answer,
+            Err(cairn_store::ops::SearchError::Query(e)) => return Err(usage(e.to_string())),
+            Err(cairn_store::ops::SearchError::Store(e)) => {
+                return Err(anyhow!("storage failure: {e}"));
+            }
+            Err(cairn_store::ops::SearchError::Embedder(e)) => {
+                return Err(anyhow!("the embedder failed: {e}"));
+            }
+        }
+    };
     if let Some(why) = &answer.semantic_unavailable
         && !cli.json
     {
