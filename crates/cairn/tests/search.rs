@@ -2,6 +2,7 @@
 //! behind the log (a stale or lost `fulltext.db`): this process's own
 //! index thread brings it up to date in the background, and the search
 //! waits for it, saying so, instead of failing.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
