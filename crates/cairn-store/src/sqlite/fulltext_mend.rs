@@ -6,6 +6,7 @@
 //! `fulltext_index.rs`).
 
 use super::fulltext_index::mark;
+use super::fulltext_queue::CHUNK_BYTES;
 use super::tree::{DbTree, log_size_of};
 use crate::engine::org_range;
 use crate::{DbContext, StoreError};
@@ -71,15 +72,18 @@ pub(super) fn plan_catch_up(
 }
 
 /// Steps indexed from the log in one transaction of the index while it
-/// catches up: what bounds how long an erasure, a search or the
-/// sequencer waits for the index's connection meanwhile.
+/// catches up, at most, and documents' bytes (the queue's chunk,
+/// [`CHUNK_BYTES`]): what bounds how long an erasure, a search, a close or
+/// the sequencer waits for the index's connection meanwhile (documents are
+/// up to 256 KB: 4,096 of them were a gigabyte of text in one transaction).
 pub(super) const CATCH_UP_STEPS: u64 = 4096;
 
 /// Indexes, in one transaction, the next steps of `org` from its recorded
-/// progress up to at most [`CATCH_UP_STEPS`] more and at most `to` (a log
-/// size), and records the progress with the log's root there. Returns the
-/// progress reached. `ledger`: a reading connection to the log, which
-/// holds every step below `to` (they were committed before it was asked).
+/// progress up to at most [`CATCH_UP_STEPS`] more (and about
+/// [`CHUNK_BYTES`] of documents) and at most `to` (a log size), and
+/// records the progress with the log's root there. Returns the progress
+/// reached. `ledger`: a reading connection to the log, which holds every
+/// step below `to` (they were committed before it was asked).
 pub(super) fn index_chunk(
     index: &Connection,
     ledger: &Connection,
@@ -90,30 +94,34 @@ pub(super) fn index_chunk(
     if below >= to {
         return Ok(below);
     }
-    let end = to.min(below + CATCH_UP_STEPS);
     let (lo, _) = org_range(org);
+    let tx = index
+        .unchecked_transaction()
+        .context("starting to mend the full-text index")?;
+    // Where the bytes' bound cut the chunk short: just past the step that
+    // reached it (every step below is indexed or erased).
+    let end = index_steps(
+        ledger,
+        &tx,
+        "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+         WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0 ORDER BY e.id",
+        params![lo + below as i64, lo + to.min(below + CATCH_UP_STEPS) as i64],
+        CHUNK_BYTES,
+    )?
+    .map_or(to.min(below + CATCH_UP_STEPS), |last| (last - lo) as u64 + 1);
+    // The progress this chunk records passes the erasure records in it:
+    // their steps' documents (indexed by an earlier chunk, or before) go
+    // in the same transaction, or a crash could keep the progress and
+    // lose the deletion that the erasing batch made meanwhile. (A step
+    // such a record names was erased in the record's batch, committed
+    // before `to` was asked: this chunk read it as erased.)
+    delete_erased(ledger, &tx, org, lo + below as i64, lo + end as i64)?;
     let tree = DbTree {
         conn: ledger,
         org,
         size: end,
     };
-    let root = root_at(&tree, end)?;
-    let tx = index
-        .unchecked_transaction()
-        .context("starting to mend the full-text index")?;
-    // The progress this chunk records passes the erasure records in it:
-    // their steps' documents (indexed by an earlier chunk, or before) go
-    // in the same transaction, or a crash could keep the progress and
-    // lose the deletion that the erasing batch made meanwhile.
-    delete_erased(ledger, &tx, org, lo + below as i64, lo + end as i64)?;
-    index_steps(
-        ledger,
-        &tx,
-        "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-         WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0",
-        params![lo + below as i64, lo + end as i64],
-    )?;
-    mark(&tx, org, end, &root)?;
+    mark(&tx, org, end, &root_at(&tree, end)?)?;
     tx.commit().context("mending the full-text index")?;
     Ok(end)
 }
@@ -184,14 +192,17 @@ fn forget_org(index: &Connection, org: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Indexes the steps `select` (run on the ledger) returns (`id, content,
-/// input_data, output_data, metadata`).
+/// Indexes the steps `select` (run on the ledger, in id order) returns
+/// (`id, content, input_data, output_data, metadata`), until their
+/// documents reach `max_bytes`: returns the id of the step that reached
+/// it, if one did (the steps after it are left).
 fn index_steps(
     ledger: &Connection,
     index: &Connection,
     select: &str,
     select_params: impl rusqlite::Params,
-) -> Result<(), StoreError> {
+    max_bytes: usize,
+) -> Result<Option<i64>, StoreError> {
     let mut read = ledger
         .prepare(select)
         .context("reading steps for the full-text index")?;
@@ -202,6 +213,7 @@ fn index_steps(
         .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
         .context("indexing steps for full-text search")?;
     let column = "reading steps for the full-text index";
+    let mut bytes = 0;
     while let Some(row) = rows.next().context(column)? {
         let id: i64 = row.get(0).context(column)?;
         let text = |i: usize| row.get::<_, Option<String>>(i).context(column);
@@ -212,7 +224,11 @@ fn index_steps(
             insert
                 .execute(params![id, doc])
                 .context("indexing steps for full-text search")?;
+            bytes += doc.len();
+            if bytes >= max_bytes {
+                return Ok(Some(id));
+            }
         }
     }
-    Ok(())
+    Ok(None)
 }

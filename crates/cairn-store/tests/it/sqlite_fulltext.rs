@@ -493,3 +493,4 @@ fn a_data_directory_whose_name_is_not_utf8_works() {
 }
 
 mod attacks;
+mod catch_up_attacks;
