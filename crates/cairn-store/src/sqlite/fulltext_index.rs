@@ -76,6 +76,10 @@ pub(super) const ATTACHED_AS: &str = "fulltext";
 /// How long a search waits for the index to catch up with the log after a
 /// sequencing open before it is told to search again later.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
+/// How long chunks of a catch-up with the log fail, each tried again a
+/// tick after the last, before the index stops (searches then say to
+/// restart).
+const CATCH_UP_RETRY: Duration = Duration::from_secs(300);
 /// How often the index thread writes what is queued.
 const TICK: Duration = Duration::from_millis(250);
 /// Queued documents that wake the index thread before its tick...
@@ -408,8 +412,10 @@ impl Shared {
     /// index's connection for the chunk only: an erasure waits for at most
     /// one chunk, and either comes before it (the chunk reads the step as
     /// erased) or after (and deletes what the chunk wrote). A stop leaves
-    /// the rest to the next sequencing open; a failure stops the index.
+    /// the rest to the next sequencing open; a failed chunk is tried again
+    /// a tick later, and failures for [`CATCH_UP_RETRY`] stop the index.
     fn catch_up(&self, ledger: &Connection) {
+        let mut failing_since: Option<Instant> = None;
         loop {
             let next = {
                 let Ok(mut queue) = self.queue.lock() else {
@@ -449,13 +455,26 @@ impl Shared {
                     }
                 }
                 Err(e) => {
-                    queue.fail(format!(
-                        "the full-text index could not be brought up to date with the log ({e}); restart the server to mend it"
-                    ));
-                    self.progressed.notify_all();
-                    return;
+                    // The chunk rolled back (its progress with it). As a
+                    // failed write of the queue, tried again a tick later
+                    // (something held the file's lock past the busy
+                    // timeout: a backup tool, `sqlite3`); a stop ends it,
+                    // and failures that last stop the index.
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= CATCH_UP_RETRY {
+                        queue.fail(format!(
+                            "the full-text index could not be brought up to date with the log ({e}); restart the server to mend it"
+                        ));
+                        self.progressed.notify_all();
+                        return;
+                    }
+                    let Ok(_) = self.wake.wait_timeout_while(queue, TICK, |q| !q.stop) else {
+                        return;
+                    };
+                    continue;
                 }
             }
+            failing_since = None;
             drop(queue);
             self.progressed.notify_all();
         }

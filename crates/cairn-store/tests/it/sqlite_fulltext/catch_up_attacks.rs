@@ -517,3 +517,48 @@ fn catch_up_attack_a_chunk_of_big_documents_bounds_erasure_and_close_waits() {
         "an erasure waited {erasure:?}, a close {close:?}, for one catch-up chunk"
     );
 }
+
+/// Something holds fulltext.db's write lock past the 10 s busy timeout
+/// while the index catches up (a backup tool, `sqlite3`): a queued write
+/// that fails so is tried again a tick later; a catch-up chunk that
+/// failed so stopped the index until the server restarts (searches:
+/// "restart the server to mend it"), though nothing was wrong once the
+/// lock was let go.
+#[test]
+fn catch_up_attack_a_lock_held_past_the_busy_timeout_does_not_stop_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path(), big_options()).unwrap();
+        write_step(&store, "the first step");
+    }
+    copy_index(dir.path(), saved.path());
+    {
+        let store = SqliteStore::open(dir.path(), big_options()).unwrap();
+        let batch: Vec<WriteRequest> = (0..2000u64)
+            .map(|n| step_request(&store, "acme", "s1", &content("l", n, false, 200)))
+            .collect();
+        for r in store.append_batch(&batch).unwrap() {
+            r.unwrap();
+        }
+        write_step(&store, "the zeppelin departs at noon");
+    }
+    copy_index(saved.path(), dir.path());
+    let blocker = rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let server = SqliteStore::open(dir.path(), big_options()).unwrap();
+    std::thread::sleep(Duration::from_secs(11));
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        match search_in(&server, "acme", "zeppelin") {
+            Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
+            other => break other,
+        }
+    };
+    assert_eq!(
+        found.map(|f| f.len()).map_err(|e| e.to_string()),
+        Ok(1),
+        "the index after a lock let go"
+    );
+}
