@@ -53,7 +53,7 @@
 
 use super::connection::open_reader;
 use super::connection::restrict_file;
-use super::fulltext_mend::{CATCH_UP_STEPS, index_chunk, plan_catch_up};
+use super::fulltext_mend::{index_chunk, plan_catch_up};
 use super::fulltext_queue::{
     BACKLOG_BYTES, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
 };
@@ -444,9 +444,9 @@ impl Shared {
                 return;
             };
             match reached {
-                Ok(reached) => {
+                Ok((from, reached)) => {
                     if let Some(catch_up) = queue.catching_up.as_mut() {
-                        catch_up.left = catch_up.left.saturating_sub(CATCH_UP_STEPS);
+                        catch_up.left = catch_up.left.saturating_sub(reached - from);
                         // The target may have grown meanwhile (absorbed
                         // batches): only one reached is done.
                         if catch_up.targets.get(&org).is_some_and(|t| *t <= reached) {

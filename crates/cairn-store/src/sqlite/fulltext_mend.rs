@@ -82,17 +82,17 @@ pub(super) const CATCH_UP_STEPS: u64 = 4096;
 /// progress up to at most [`CATCH_UP_STEPS`] more (and about
 /// [`CHUNK_BYTES`] of documents) and at most `to` (a log size), and
 /// records the progress with the log's root there. Returns the progress
-/// reached. `ledger`: a reading connection to the log, which holds every
+/// it started from and the one it reached. `ledger`: a reading connection to the log, which holds every
 /// step below `to` (they were committed before it was asked).
 pub(super) fn index_chunk(
     index: &Connection,
     ledger: &Connection,
     org: i64,
     to: u64,
-) -> Result<u64, StoreError> {
+) -> Result<(u64, u64), StoreError> {
     let below = indexed_below(index, org)?.map_or(0, |(below, _)| below);
     if below >= to {
-        return Ok(below);
+        return Ok((below, below));
     }
     let (lo, _) = org_range(org);
     let tx = index
@@ -105,10 +105,15 @@ pub(super) fn index_chunk(
         &tx,
         "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
          WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0 ORDER BY e.id",
-        params![lo + below as i64, lo + to.min(below + CATCH_UP_STEPS) as i64],
+        params![
+            lo + below as i64,
+            lo + to.min(below + CATCH_UP_STEPS) as i64
+        ],
         CHUNK_BYTES,
     )?
-    .map_or(to.min(below + CATCH_UP_STEPS), |last| (last - lo) as u64 + 1);
+    .map_or(to.min(below + CATCH_UP_STEPS), |last| {
+        (last - lo) as u64 + 1
+    });
     // The progress this chunk records passes the erasure records in it:
     // their steps' documents (indexed by an earlier chunk, or before) go
     // in the same transaction, or a crash could keep the progress and
@@ -123,7 +128,7 @@ pub(super) fn index_chunk(
     };
     mark(&tx, org, end, &root_at(&tree, end)?)?;
     tx.commit().context("mending the full-text index")?;
-    Ok(end)
+    Ok((below, end))
 }
 
 /// Deletes from the index the steps that the org's erasure records with

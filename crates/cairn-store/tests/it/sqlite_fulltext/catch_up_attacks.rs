@@ -5,8 +5,8 @@
 //! around the chunks; close during a catch-up; a locked index file.
 
 use super::*;
-use std::sync::Arc;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "CAIRN_FT_CATCHUP_CHILD_DIR";
@@ -127,7 +127,10 @@ fn check_all_orgs(dir: &Path, mended: bool) -> Vec<(String, i64, i64)> {
             .unwrap_or(0);
         assert!(progress <= size, "{name}: progress {progress} past {size}");
         if mended {
-            assert_eq!(progress, size, "{name}: the settled index is not at the log");
+            assert_eq!(
+                progress, size,
+                "{name}: the settled index is not at the log"
+            );
         }
         let mut steps = ledger
             .prepare(
@@ -224,12 +227,8 @@ fn catch_up_child() {
                     .map(|k| {
                         n += 1;
                         let org = ORGS[((i + k) % 3) as usize];
-                        let c = content(
-                            "c",
-                            n,
-                            n % 3 == 0,
-                            if big { 200_000 } else { 300 },
-                        );
+                        let c =
+                            content("c", n, n.is_multiple_of(3), if big { 200_000 } else { 300 });
                         words.push((org, first_word(&c).to_owned()));
                         step_request(&store, org, &format!("c{}", k % 7), &c)
                     })
@@ -296,7 +295,8 @@ fn catch_up_child() {
         }));
     }
     {
-        let (store, acked, erased, say) = (store.clone(), acked.clone(), erased.clone(), say.clone());
+        let (store, acked, erased, say) =
+            (store.clone(), acked.clone(), erased.clone(), say.clone());
         threads.push(std::thread::spawn(move || {
             let mut k = 0usize;
             loop {
@@ -363,7 +363,7 @@ fn catch_up_attack_sigkill_during_catch_up() {
                 .map(|k| {
                     n += 1;
                     let org = ORGS[((b + k) % 3) as usize];
-                    let c = content("p", n, n % 3 == 0, 300);
+                    let c = content("p", n, n.is_multiple_of(3), 300);
                     step_request(&store, org, &format!("p{}", k % 11), &c)
                 })
                 .collect();
@@ -374,8 +374,10 @@ fn catch_up_attack_sigkill_during_catch_up() {
     }
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut totals = (0, 0, 0, 0);
-    let mut snapshots = 0;
+    // Each round leaves a snapshot of the index as its kill left it, named
+    // by the round: the rounds before this one's are the snapshots taken.
     for round in 0..cairn_testkit::campaign(8, 30) {
+        let snapshots = round as usize;
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
@@ -427,7 +429,11 @@ fn catch_up_attack_sigkill_during_catch_up() {
         );
         let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
         let opened = lines.iter().find(|l| l.contains("OPENED")).cloned();
-        for l in lines.iter().filter(|l| l.starts_with("PICK") || l.starts_with("NOERASE")).take(3) {
+        for l in lines
+            .iter()
+            .filter(|l| l.starts_with("PICK") || l.starts_with("NOERASE"))
+            .take(3)
+        {
             eprintln!("{l}");
         }
         totals.0 += count("ACK");
@@ -435,10 +441,9 @@ fn catch_up_attack_sigkill_during_catch_up() {
         totals.2 += count("BUSY");
         totals.3 += count("FOUND");
         let crashed = check_all_orgs(dir.path(), false);
-        let snap = snaps.path().join(format!("{snapshots}"));
+        let snap = snaps.path().join(format!("{round}"));
         std::fs::create_dir(&snap).unwrap();
         copy_index(dir.path(), &snap);
-        snapshots += 1;
         let mended = if round % 2 == 1 {
             drop(open_settled(dir.path()));
             Some(check_all_orgs(dir.path(), true))
@@ -509,7 +514,10 @@ fn catch_up_attack_a_chunk_of_big_documents_bounds_erasure_and_close_waits() {
     let (opened, erasure) = measure(true);
     let (_, close) = measure(false);
     eprintln!("1,600 steps of 250 KB: open {opened:?}, erasure {erasure:?}, close {close:?}");
-    assert!(opened < Duration::from_secs(2), "the open waited: {opened:?}");
+    assert!(
+        opened < Duration::from_secs(2),
+        "the open waited: {opened:?}"
+    );
     // What a chunk of the queue (4 MB of documents) takes, generously.
     let bound = Duration::from_secs(3);
     assert!(
