@@ -1,0 +1,296 @@
+//! Tampering with the SQLite file directly (triggers dropped first, as an
+//! attacker with file access would), caught by `cairn verify` at the exact
+//! first broken record with the right reason; a history rewritten under a
+//! saved checkpoint, a checkpoint signed by another key, and a store that
+//! contradicts itself opening read-only. (Moved from `cli.rs`.)
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{SEED_000_SESSION, Target, cairn_in, json, populate_with};
+use std::path::Path;
+
+fn populated(dir: &Path) -> String {
+    common::populated(Target::embedded(dir))
+}
+
+fn expect_broken(dir: &Path, extra: &[&str], seq: i64, reason: &str) {
+    common::expect_broken(Target::embedded(dir), extra, seq, reason);
+}
+
+/// Opens the database as an attacker: plain SQL, triggers dropped.
+fn attacker(dir: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(dir.join("data/ledger.db")).unwrap();
+    let triggers: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(!triggers.is_empty());
+    for t in triggers {
+        conn.execute(&format!("DROP TRIGGER {t}"), []).unwrap();
+    }
+    conn
+}
+
+fn seq_of(conn: &rusqlite::Connection, session: &str, index: i64) -> i64 {
+    conn.query_row(
+        "SELECT e.seq FROM entries e JOIN sessions s ON s.sid = e.sid WHERE s.session_id = ?1 AND e.step_index = ?2",
+        rusqlite::params![session, index],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_kind_of_file_tampering_is_caught_at_its_record() {
+    type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
+    let cases: Vec<(&str, Tamper)> = vec![
+        ("content edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute(
+                "UPDATE entries SET content = 'Enterprise grew 2%' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("metadata edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute(
+                "UPDATE entries SET metadata = '{\"tool\":\"none\"}' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("timestamp edited", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 3);
+            c.execute(
+                "UPDATE entries SET created_at = created_at - 3600000000 WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "digest-mismatch")
+        }),
+        ("step reordered", |c| {
+            let (a, b) = (
+                seq_of(c, "revenue-analysis-q4", 1),
+                seq_of(c, "revenue-analysis-q4", 2),
+            );
+            c.execute("UPDATE entries SET seq = -1 WHERE seq = ?1", [a])
+                .unwrap();
+            c.execute("UPDATE entries SET seq = ?1 WHERE seq = ?2", [a, b])
+                .unwrap();
+            c.execute("UPDATE entries SET seq = ?1 WHERE seq = -1", [b])
+                .unwrap();
+            (a, "sequence-gap")
+        }),
+        ("step deleted", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute("DELETE FROM entries WHERE seq = ?1", [seq])
+                .unwrap();
+            (seq, "sequence-gap")
+        }),
+        ("step inserted", |c| {
+            // A copy of step 1 inserted right after it; later entries are
+            // renumbered (rowid and seq) to make room.
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            // The attacker holds the file: indexes that would refuse the
+            // copy (one successor per step) are dropped first.
+            c.execute_batch(&format!(
+                "DROP INDEX entries_next;
+                 UPDATE entries SET id = -(id + 1), seq = seq + 1 WHERE seq > {seq};
+                 UPDATE entries SET id = -id WHERE id < 0;
+                 CREATE TEMP TABLE copy AS SELECT * FROM entries WHERE seq = {seq};
+                 UPDATE copy SET id = id + 1, seq = seq + 1, trace_id = 'forged-trace';
+                 INSERT INTO entries SELECT * FROM copy;"
+            ))
+            .unwrap();
+            (seq + 1, "sequence-gap")
+        }),
+        ("tail truncated", |c| {
+            let max: i64 = c
+                .query_row("SELECT MAX(seq) FROM entries", [], |r| r.get(0))
+                .unwrap();
+            c.execute("DELETE FROM entries WHERE seq >= ?1", [max - 1])
+                .unwrap();
+            (max - 1, "missing-record")
+        }),
+        ("payload erased without an erasure record", |c| {
+            // The attacker drops the trigger and nulls the payload in the
+            // exact shape an erasure leaves, commitments computed from the
+            // row's seed: no erasure record names the step.
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            let db = std::path::PathBuf::from(c.path().unwrap());
+            let bundle =
+                std::fs::read_to_string(db.parent().unwrap().join("../all.bundle")).unwrap();
+            let hidden = common::erasure_shape(&bundle, seq);
+            c.execute_batch(&format!(
+                "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL,
+                   metadata = NULL, erased = 1, hidden = '{hidden}' WHERE seq = {seq};"
+            ))
+            .unwrap();
+            (seq, "erasure-mismatch")
+        }),
+        ("logged time moved back", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute_batch(&format!(
+                "UPDATE entries SET logged_at = logged_at - 86400000000 WHERE seq = {seq};"
+            ))
+            .unwrap();
+            (seq, "bad-timestamp")
+        }),
+        ("whole session deleted", |c| {
+            let start: i64 = c
+                .query_row(
+                    "SELECT start_seq FROM sessions WHERE session_id = 'other'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            c.execute("DELETE FROM entries WHERE seq = ?1 OR sid = (SELECT sid FROM sessions WHERE session_id = 'other')", [start]).unwrap();
+            c.execute("DELETE FROM sessions WHERE session_id = 'other'", [])
+                .unwrap();
+            (start, "sequence-gap")
+        }),
+    ];
+    for (name, tamper) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        populated(dir.path());
+        assert_eq!(
+            cairn_in(dir.path(), &["verify"], None).code,
+            0,
+            "{name}: clean store"
+        );
+        assert_eq!(
+            cairn_in(dir.path(), &["export", "--all", "-o", "all.bundle"], None).code,
+            0
+        );
+        let (seq, reason) = tamper(&attacker(dir.path()));
+        expect_broken(dir.path(), &[], seq, reason);
+        eprintln!("{name}: caught at seq {seq} as {reason}");
+    }
+}
+
+#[test]
+fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    let saved_path = dir.path().join("auditor-checkpoint.txt");
+    std::fs::write(&saved_path, &saved).unwrap();
+    let saved_size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
+
+    // The attacker, holding the data directory and its key, rebuilds the
+    // whole ledger with one step changed: every hash, every checkpoint and
+    // every signature is consistent again.
+    std::fs::remove_file(dir.path().join("data/ledger.db")).unwrap();
+    let rewritten = SEED_000_SESSION.replace("Enterprise grew 23%", "Enterprise grew 32%");
+    populate_with(Target::embedded(dir.path()), &rewritten);
+    assert_eq!(
+        cairn_in(dir.path(), &["verify"], None).code,
+        0,
+        "on its own the rewrite is consistent"
+    );
+
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--json",
+            "--checkpoint",
+            saved_path.to_str().unwrap(),
+        ],
+        None,
+    );
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(
+        verdict["brokenReason"], "inconsistent-checkpoint",
+        "{verdict}"
+    );
+    assert_eq!(verdict["brokenAtSequence"], saved_size - 1);
+    assert!(
+        verdict["detail"].as_str().unwrap().contains("rewritten"),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn a_checkpoint_signed_by_another_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    // Forge a checkpoint for the current log with a different key of the
+    // same name, and slip it into the table.
+    let other = tempfile::tempdir().unwrap();
+    cairn_in(
+        other.path(),
+        &[
+            "log",
+            "--session",
+            "x",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    let stranger_note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+    let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
+    let conn = attacker(dir.path());
+    let forged = stranger_note.replace(
+        "cairn.local/acme\n1\n",
+        &format!("cairn.local/acme\n{}\n", size + 1),
+    );
+    conn.execute(
+        "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, ?1, zeroblob(32), ?2, 0)",
+        rusqlite::params![size + 1, forged],
+    )
+    .unwrap();
+    drop(conn);
+    let run = cairn_in(dir.path(), &["verify", "--json"], None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
+}
+
+#[test]
+fn an_inconsistent_store_opens_read_only_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let conn = attacker(dir.path());
+    let seq = seq_of(&conn, "revenue-analysis-q4", 3);
+    conn.execute("DELETE FROM entries WHERE seq = ?1", [seq])
+        .unwrap();
+    drop(conn);
+    // Reading and verifying still work...
+    assert_eq!(cairn_in(dir.path(), &["replay", "other"], None).code, 0);
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 1);
+    // ...writing is refused with the reason, not a crash.
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "other",
+            "--agent",
+            "helper",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("inconsistent") && run.stderr.contains("cairn verify"),
+        "{}",
+        run.stderr
+    );
+}
