@@ -59,6 +59,51 @@ fn erase(trace_id: &str) -> WriteRequest {
     }
 }
 
+/// Puts the index file `from` (and its WAL) in place of `to`'s, or removes
+/// `to`'s if `from` does not exist; the shared memory is rebuilt on open.
+fn copy_index_file(from: &Path, to: &Path) {
+    for suffix in ["", "-wal"] {
+        let (mut src, mut dst) = (from.as_os_str().to_owned(), to.as_os_str().to_owned());
+        src.push(suffix);
+        dst.push(suffix);
+        let _ = std::fs::remove_file(&dst);
+        if Path::new(&src).exists() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+    let mut shm = to.as_os_str().to_owned();
+    shm.push("-shm");
+    let _ = std::fs::remove_file(shm);
+}
+
+/// Runs this binary's test `name` (a campaign's child side) with `envs`,
+/// kills it (SIGKILL) after `after`, and returns the lines it printed.
+fn child_killed_after(
+    name: &str,
+    envs: &[(&str, &std::ffi::OsStr)],
+    after: std::time::Duration,
+) -> Vec<String> {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .envs(envs.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(after);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap()
+}
+
 /// A deletion from the index that fails (here: another connection holds
 /// fulltext.db's write lock past the 10 s busy timeout): the committed
 /// erasure is acknowledged, no process finds the erased step (a reader
@@ -234,31 +279,16 @@ fn an_index_from_another_history_is_rebuilt() {
     )
     .unwrap();
     let index_file = data.join(cairn_store::FULLTEXT_FILE);
-    let copy = |from: &Path, to: &Path| {
-        for suffix in ["", "-wal"] {
-            let mut src = from.as_os_str().to_owned();
-            src.push(suffix);
-            let mut dst = to.as_os_str().to_owned();
-            dst.push(suffix);
-            let _ = std::fs::remove_file(&dst);
-            if Path::new(&src).exists() {
-                std::fs::copy(&src, &dst).unwrap();
-            }
-        }
-        let mut shm = to.as_os_str().to_owned();
-        shm.push("-shm");
-        let _ = std::fs::remove_file(shm);
-    };
     let saved = backup.path().join("fulltext.db");
     let (fresh_seq, size) = {
         let server = SqliteStore::open(data, seq_options()).unwrap();
         // fulltext.db as this open left it...
-        copy(&index_file, &saved);
+        copy_index_file(&index_file, &saved);
         let (seq, _) = write_step(&server, "the dirigible lands at dawn");
         (seq, server.log_size("acme").unwrap())
     };
     // ... is what a crash before the thread's next write leaves.
-    copy(&saved, &index_file);
+    copy_index_file(&saved, &index_file);
     let server = SqliteStore::open(data, seq_options()).unwrap();
     let stale = hits(&server, "zeppelin");
     let found = hits(&server, "dirigible");
@@ -284,25 +314,11 @@ fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
     let data = dir.path();
     let index_file = data.join(cairn_store::FULLTEXT_FILE);
     let saved = tempfile::tempdir().unwrap();
-    let files = |from: &Path, to: &Path| {
-        for suffix in ["", "-wal"] {
-            let (mut src, mut dst) = (from.as_os_str().to_owned(), to.as_os_str().to_owned());
-            src.push(suffix);
-            dst.push(suffix);
-            let _ = std::fs::remove_file(&dst);
-            if Path::new(&src).exists() {
-                std::fs::copy(&src, &dst).unwrap();
-            }
-        }
-        let mut shm = to.as_os_str().to_owned();
-        shm.push("-shm");
-        let _ = std::fs::remove_file(shm);
-    };
     {
         let server = SqliteStore::open(data, seq_options()).unwrap();
         write_step(&server, "the first step");
     }
-    files(&index_file, &saved.path().join("fulltext.db"));
+    copy_index_file(&index_file, &saved.path().join("fulltext.db"));
     let (zeppelin, albatross, size) = {
         let server = SqliteStore::open(data, seq_options()).unwrap();
         let (mut zeppelin, mut albatross) = (0, String::new());
@@ -345,7 +361,7 @@ fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
         }
         (zeppelin, albatross, server.log_size("acme").unwrap())
     };
-    files(&saved.path().join("fulltext.db"), &index_file);
+    copy_index_file(&saved.path().join("fulltext.db"), &index_file);
     let blocker = rusqlite::Connection::open(&index_file).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let server = SqliteStore::open(data, seq_options()).unwrap();

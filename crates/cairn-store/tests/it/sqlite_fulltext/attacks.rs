@@ -259,38 +259,18 @@ fn check_index_against_ledger(dir: &Path, mended: bool) -> (i64, i64, usize) {
 /// The child's searches always find the step acknowledged before them.
 #[test]
 fn attack_sigkill_mid_ingest_with_erasures() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = 0x1234_5678_9abc_def1u64;
     let mut erased_total = 0;
     for round in 0..cairn_testkit::campaign(2, 8) {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "sqlite_fulltext::attacks::attack_child",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(ATTACK_CHILD_ENV, dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
-        });
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(1500 + rng % 2500));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        let lines = child_killed_after(
+            "sqlite_fulltext::attacks::attack_child",
+            &[(ATTACK_CHILD_ENV, dir.path().as_os_str())],
+            Duration::from_millis(1500 + rng % 2500),
+        );
         let misses: Vec<_> = lines.iter().filter(|l| l.starts_with("MISS")).collect();
         assert!(
             misses.is_empty(),
@@ -523,37 +503,17 @@ fn attack_bulk_child() {
 /// thread and by the sequencer, erasures in the same batches).
 #[test]
 fn attack_sigkill_with_a_backlog() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = 0x0bad_cafe_dead_beefu64;
     for round in 0..cairn_testkit::campaign(1, 6) {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "sqlite_fulltext::attacks::attack_bulk_child",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(BULK_CHILD_ENV, dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
-        });
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(4000 + rng % 8000));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        let lines = child_killed_after(
+            "sqlite_fulltext::attacks::attack_bulk_child",
+            &[(BULK_CHILD_ENV, dir.path().as_os_str())],
+            Duration::from_millis(4000 + rng % 8000),
+        );
         let acks = lines.iter().filter(|l| l.starts_with("ACK")).count();
         let last_wait = lines.iter().rev().find(|l| l.starts_with("WAIT")).cloned();
         let crashed = check_index_against_ledger(dir.path(), false);

@@ -331,15 +331,13 @@ fn catch_up_child() {
     }
 }
 
+/// The index files of data directory `from` put in place of `to`'s (or
+/// `to`'s removed, if `from` has none).
 fn copy_index(from: &Path, to: &Path) {
-    for suffix in ["", "-wal"] {
-        let name = format!("{}{suffix}", cairn_store::FULLTEXT_FILE);
-        let _ = std::fs::remove_file(to.join(&name));
-        if from.join(&name).exists() {
-            std::fs::copy(from.join(&name), to.join(&name)).unwrap();
-        }
-    }
-    let _ = std::fs::remove_file(to.join(format!("{}-shm", cairn_store::FULLTEXT_FILE)));
+    copy_index_file(
+        &from.join(cairn_store::FULLTEXT_FILE),
+        &to.join(cairn_store::FULLTEXT_FILE),
+    );
 }
 
 /// SIGKILL at random moments of a catch-up: before each round the index is
@@ -351,7 +349,6 @@ fn copy_index(from: &Path, to: &Path) {
 /// acknowledged.
 #[test]
 fn catch_up_attack_sigkill_during_catch_up() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let snaps = tempfile::tempdir().unwrap();
     // A log for the catch-up: 3 orgs, 24,000 steps.
@@ -393,30 +390,11 @@ fn catch_up_attack_sigkill_during_catch_up() {
             }
             _ => "as left",
         };
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "sqlite_fulltext::catch_up_attacks::catch_up_child",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
-        });
-        std::thread::sleep(Duration::from_millis(800 + rng % 7000));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        let lines = child_killed_after(
+            "sqlite_fulltext::catch_up_attacks::catch_up_child",
+            &[(CHILD_ENV, dir.path().as_os_str())],
+            Duration::from_millis(800 + rng % 7000),
+        );
         let bad: Vec<_> = lines
             .iter()
             .filter(|l| l.starts_with("MISS") || l.starts_with("LEAK") || l.contains("ERROR"))
