@@ -82,8 +82,9 @@ pub(super) const CATCH_UP_STEPS: u64 = 4096;
 /// progress up to at most [`CATCH_UP_STEPS`] more (and about
 /// [`CHUNK_BYTES`] of documents) and at most `to` (a log size), and
 /// records the progress with the log's root there. Returns the progress
-/// it started from and the one it reached. `ledger`: a reading connection to the log, which holds every
-/// step below `to` (they were committed before it was asked).
+/// it started from and the one it reached. `ledger`: a reading connection
+/// to the log, which holds every step below `to` (they were committed
+/// before it was asked).
 pub(super) fn index_chunk(
     index: &Connection,
     ledger: &Connection,
@@ -98,22 +99,17 @@ pub(super) fn index_chunk(
     let tx = index
         .unchecked_transaction()
         .context("starting to mend the full-text index")?;
+    let last = to.min(below + CATCH_UP_STEPS);
     // Where the bytes' bound cut the chunk short: just past the step that
     // reached it (every step below is indexed or erased).
     let end = index_steps(
         ledger,
         &tx,
-        "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-         WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0 ORDER BY e.id",
-        params![
-            lo + below as i64,
-            lo + to.min(below + CATCH_UP_STEPS) as i64
-        ],
+        lo + below as i64,
+        lo + last as i64,
         CHUNK_BYTES,
     )?
-    .map_or(to.min(below + CATCH_UP_STEPS), |last| {
-        (last - lo) as u64 + 1
-    });
+    .map_or(last, |reached| (reached - lo) as u64 + 1);
     // The progress this chunk records passes the erasure records in it:
     // their steps' documents (indexed by an earlier chunk, or before) go
     // in the same transaction, or a crash could keep the progress and
@@ -197,22 +193,24 @@ fn forget_org(index: &Connection, org: i64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Indexes the steps `select` (run on the ledger, in id order) returns
-/// (`id, content, input_data, output_data, metadata`), until their
-/// documents reach `max_bytes`: returns the id of the step that reached
-/// it, if one did (the steps after it are left).
+/// Indexes the steps (not erased) with entry ids in `from..to`, in id
+/// order, until their documents reach `max_bytes`: returns the id of the
+/// step that reached it, if one did (the steps after it are left).
 fn index_steps(
     ledger: &Connection,
     index: &Connection,
-    select: &str,
-    select_params: impl rusqlite::Params,
+    from: i64,
+    to: i64,
     max_bytes: usize,
 ) -> Result<Option<i64>, StoreError> {
     let mut read = ledger
-        .prepare(select)
+        .prepare(
+            "SELECT e.id, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+             WHERE e.id >= ?1 AND e.id < ?2 AND e.type = 'step' AND e.erased = 0 ORDER BY e.id",
+        )
         .context("reading steps for the full-text index")?;
     let mut rows = read
-        .query(select_params)
+        .query(params![from, to])
         .context("reading steps for the full-text index")?;
     let mut insert = index
         .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
