@@ -324,8 +324,10 @@ impl SqliteStore {
     }
 
     fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
-        conn.query_row("SELECT org FROM orgs WHERE name = ?1", [org], |r| r.get(0))
-            .optional()
+        // Cached: every read looks its org up (a full verification reads
+        // its log a chunk at a time).
+        conn.prepare_cached("SELECT org FROM orgs WHERE name = ?1")
+            .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
             .context("looking up an org")
     }
 }

@@ -264,8 +264,8 @@ impl LogVerifier {
                 .record(entry_location(entry), Err((Reason::MissingProof, detail)));
         }
         let expected = self.tree.size();
-        let mut at = entry_location(entry);
         if entry.seq != expected {
+            let mut at = entry_location(entry);
             let detail = if entry.seq > expected {
                 format!(
                     "expected seq {expected}, found {}: {} record(s) missing",
@@ -297,8 +297,13 @@ impl LogVerifier {
         if outcome.is_ok() {
             self.tree.push(leaf);
         }
-        let outcome = outcome.and_then(|()| self.check_checkpoints());
-        self.progress.record(at, outcome)
+        match outcome.and_then(|()| self.check_checkpoints()) {
+            Ok(()) => {
+                write_entry_location(self.progress.passed(), entry);
+                true
+            }
+            Err(failure) => self.progress.record(entry_location(entry), Err(failure)),
+        }
     }
 
     fn check_logged_at(&mut self, entry: &LogEntry) -> Check {
@@ -453,6 +458,41 @@ fn entry_location(entry: &LogEntry) -> Location {
             session_id: op_session(record).map(str::to_owned),
             ..Location::default()
         },
+    }
+}
+
+/// [`entry_location`] written over `out`, reusing its strings' memory.
+fn write_entry_location(out: &mut Location, entry: &LogEntry) {
+    fn set(slot: &mut Option<String>, value: Option<&str>) {
+        match (slot.as_mut(), value) {
+            (Some(kept), Some(value)) => {
+                kept.clear();
+                kept.push_str(value);
+            }
+            (_, value) => *slot = value.map(str::to_owned),
+        }
+    }
+    out.seq = Some(entry.seq);
+    out.line = None;
+    match &entry.record {
+        LogRecord::Step(rec) => {
+            let session = rec.is_revealed(crate::commit::Field::SessionId);
+            set(
+                &mut out.session_id,
+                session.then_some(rec.step.session_id.as_str()),
+            );
+            out.step_index = Some(rec.step.step_index);
+            let trace = rec.is_revealed(crate::commit::Field::TraceId);
+            set(
+                &mut out.trace_id,
+                trace.then_some(rec.step.trace_id.as_str()),
+            );
+        }
+        LogRecord::Op { record, .. } => {
+            set(&mut out.session_id, op_session(record));
+            out.step_index = None;
+            out.trace_id = None;
+        }
     }
 }
 

@@ -223,6 +223,32 @@ proptest! {
         prop_assert_eq!(verdict.records_checked, chain.len() as u64);
     }
 
+    /// The digest's commitments (framed in place, in a buffer each thread
+    /// keeps) are `commit_field` of each field's canonical value, whatever
+    /// the size of the values committed before them on the thread.
+    #[test]
+    fn commitments_are_each_fields_framed_value(specs in prop::collection::vec(step_spec(), 1..6)) {
+        for rec in build_chain("s1", &specs) {
+            let commitments = cairn_core::commit::field_commitments(&rec.step, &rec.openings);
+            for field in FIELDS {
+                let Opening::Revealed(salt) = rec.openings.get(field) else {
+                    continue;
+                };
+                let mut value = Vec::new();
+                cairn_core::commit::write_field_value(&rec.step, field, &mut value);
+                prop_assert_eq!(
+                    commitments[field.position()],
+                    cairn_core::commit::commit_field(salt, &value),
+                    "{:?}", field
+                );
+            }
+            prop_assert_eq!(
+                cairn_core::commit::digest_of_commitments(&commitments),
+                rec.digest
+            );
+        }
+    }
+
     #[test]
     fn every_field_edit_is_caught_at_its_record(
         specs in prop::collection::vec(step_spec(), 1..10),
@@ -502,6 +528,40 @@ proptest! {
         let verdict = verify_log(&fx, &fx.entries, &[1, n / 2 + 1, n]);
         prop_assert!(verdict.verified, "{:?}", verdict.failure);
         prop_assert_eq!(verdict.records_checked, n as u64);
+    }
+
+    /// The verdict's last valid location is the last entry that passed,
+    /// a step's or an operational record's, whatever came before it (the
+    /// verifier writes it over in place).
+    #[test]
+    fn the_last_valid_location_is_the_last_entry_that_passed(
+        specs in prop::collection::vec(step_spec(), 1..12),
+        upto in any::<prop::sample::Index>(),
+    ) {
+        let fx = build_log(&specs);
+        let k = upto.index(fx.entries.len()) + 1;
+        let verdict = verify_log(&fx, &fx.entries[..k], &[]);
+        prop_assert!(verdict.verified, "{:?}", verdict.failure);
+        let last = &fx.entries[k - 1];
+        let expected = match &last.record {
+            LogRecord::Step(rec) => cairn_core::verify::Location {
+                seq: Some(last.seq),
+                session_id: Some(rec.step.session_id.clone()),
+                step_index: Some(rec.step.step_index),
+                trace_id: Some(rec.step.trace_id.clone()),
+                line: None,
+            },
+            LogRecord::Op { record, .. } => cairn_core::verify::Location {
+                seq: Some(last.seq),
+                session_id: match record {
+                    OpRecord::SessionStart(h) => Some(h.session_id.clone()),
+                    OpRecord::Seal(seal) => Some(seal.session_id.clone()),
+                    _ => None,
+                },
+                ..Default::default()
+            },
+        };
+        prop_assert_eq!(verdict.last_valid, Some(expected));
     }
 
     #[test]

@@ -112,97 +112,7 @@ pub fn verify_org(
         checked += 1;
         largest = largest.max(Some(cp.checkpoint().size));
     }
-    // A three-stage pipeline on scoped threads: read rows, recompute step
-    // digests (the costly part), verify chains and the tree in order. The
-    // bounded channels keep memory constant; dropping a receiver stops the
-    // stages before it. Checked chunks go back to the reading thread to be
-    // freed there: the rows were allocated on it, and glibc's malloc makes
-    // a thread that frees another's blocks take that thread's arena lock
-    // for every block (a third of verification's time went to that lock).
-    const CHUNK: usize = 512;
-    type Chunk = Vec<(crate::StoredEntry, Option<Hash>)>;
-    let mut count = 0u64;
-    let read_result = std::thread::scope(|scope| {
-        let (raw_tx, raw_rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
-        let (hashed_tx, hashed_rx) = std::sync::mpsc::sync_channel::<Chunk>(4);
-        let (checked_tx, checked_rx) = std::sync::mpsc::channel::<Chunk>();
-        let reader = scope.spawn(move || {
-            let mut chunk: Chunk = Vec::with_capacity(CHUNK);
-            store.read_log(org_id, 0, u64::MAX, &mut |entry| {
-                chunk.push((entry, None));
-                if chunk.len() == CHUNK {
-                    // Free what was checked, reusing one chunk's capacity.
-                    let mut next = None;
-                    while let Ok(mut checked) = checked_rx.try_recv() {
-                        checked.clear();
-                        next = Some(checked);
-                    }
-                    let next = next.unwrap_or_else(|| Vec::with_capacity(CHUNK));
-                    let full = std::mem::replace(&mut chunk, next);
-                    if raw_tx.send(full).is_err() {
-                        return false;
-                    }
-                }
-                true
-            })?;
-            if !chunk.is_empty() {
-                let _ = raw_tx.send(chunk);
-            }
-            drop(raw_tx);
-            // The last chunks are freed here too, as they come back.
-            for checked in checked_rx {
-                drop(checked);
-            }
-            Ok::<(), StoreError>(())
-        });
-        scope.spawn(move || {
-            for mut chunk in raw_rx {
-                for (stored, digest) in &mut chunk {
-                    if let Ok(entry) = &stored.entry
-                        && let LogRecord::Step(record) = &entry.record
-                    {
-                        *digest = Some(record.recompute_digest());
-                    }
-                }
-                if hashed_tx.send(chunk).is_err() {
-                    break;
-                }
-            }
-        });
-        'chunks: for chunk in &hashed_rx {
-            for (stored, digest) in &chunk {
-                count += 1;
-                if count.is_multiple_of(4096) {
-                    progress(count);
-                }
-                let ok = match &stored.entry {
-                    Ok(entry) => verifier.push_stored(entry, *digest, stored.leaf),
-                    Err(reason) => {
-                        verifier.fail(
-                            Location {
-                                seq: Some(stored.seq),
-                                ..Location::default()
-                            },
-                            Reason::MalformedRecord,
-                            format!("the row of entry {} is not a record: {reason}", stored.seq),
-                        );
-                        false
-                    }
-                };
-                if !ok {
-                    break 'chunks;
-                }
-            }
-            // If the reader stopped (a read error), the chunk is freed here.
-            let _ = checked_tx.send(chunk);
-        }
-        drop(checked_tx);
-        drop(hashed_rx);
-        reader
-            .join()
-            .unwrap_or_else(|_| Err(StoreError::Corrupt("the reading thread panicked".into())))
-    });
-    read_result?;
+    let count = check_entries(store, org_id, &mut verifier, progress)?;
     progress(count);
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
@@ -211,6 +121,150 @@ pub fn verify_org(
         checkpoints_checked: checked,
         checkpoint_size: largest,
     })
+}
+
+/// Entries per chunk a reader of [`check_entries`] reads at a time.
+const CHUNK: u64 = 512;
+
+/// A chunk of entries with the digest recomputed for each step.
+type Checked = Vec<(crate::StoredEntry, Option<Hash>)>;
+
+/// The entry with its step digest recomputed (the costly part of checking
+/// it: the seed's salts and the digest, about 70 SHA-256 blocks).
+fn with_digest(stored: crate::StoredEntry) -> (crate::StoredEntry, Option<Hash>) {
+    let digest = match &stored.entry {
+        Ok(entry) => match &entry.record {
+            LogRecord::Step(record) => Some(record.recompute_digest()),
+            LogRecord::Op { .. } => None,
+        },
+        Err(_) => None,
+    };
+    (stored, digest)
+}
+
+/// Feeds every entry of an org's log to `verifier` in log order, returning
+/// how many were read.
+///
+/// The log's size when the check starts is cut into chunks of [`CHUNK`]
+/// entries, dealt in turn to one reader per core (at least two): each
+/// reads its chunks with its own connection, decodes them and recomputes
+/// their step digests; this thread takes the chunks in log order and
+/// checks chains and the tree. Whatever the log holds past that size
+/// (appended since, or a size the store misreports) is then read here, in
+/// order, so no entry is left out. Bounded channels keep memory constant;
+/// a reader whose receiver is gone stops. Checked chunks go back to the
+/// reader that built them, to be freed there: glibc's malloc makes a
+/// thread that frees another's blocks take that thread's arena lock for
+/// every block (a third of verification's time once went to that lock).
+fn check_entries(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    verifier: &mut LogVerifier,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64, StoreError> {
+    use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
+    let readers = std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .clamp(2, 8);
+    let size = store.log_size(org_id)?;
+    let chunks = size.div_ceil(CHUNK);
+    let mut count = 0u64;
+    let mut check = |stored: &crate::StoredEntry, digest: Option<Hash>| -> bool {
+        count += 1;
+        if count.is_multiple_of(4096) {
+            progress(count);
+        }
+        match &stored.entry {
+            Ok(entry) => verifier.push_stored(entry, digest, stored.leaf),
+            Err(reason) => {
+                verifier.fail(
+                    Location {
+                        seq: Some(stored.seq),
+                        ..Location::default()
+                    },
+                    Reason::MalformedRecord,
+                    format!("the row of entry {} is not a record: {reason}", stored.seq),
+                );
+                false
+            }
+        }
+    };
+    let finished = std::thread::scope(|scope| {
+        let mut from_readers: Vec<Receiver<Result<Checked, StoreError>>> = Vec::new();
+        let mut to_free: Vec<Sender<Checked>> = Vec::new();
+        let mut handles = Vec::new();
+        for first in 0..readers {
+            let (checked_tx, checked_rx) = sync_channel::<Result<Checked, StoreError>>(4);
+            let (free_tx, free_rx) = channel::<Checked>();
+            from_readers.push(checked_rx);
+            to_free.push(free_tx);
+            handles.push(scope.spawn(move || {
+                let mut n = first as u64;
+                while n < chunks {
+                    // Free what was checked, keeping one chunk's capacity.
+                    let mut chunk = None;
+                    while let Ok(mut done) = free_rx.try_recv() {
+                        done.clear();
+                        chunk = Some(done);
+                    }
+                    let mut chunk = chunk.unwrap_or_else(|| Vec::with_capacity(CHUNK as usize));
+                    let from = n * CHUNK;
+                    let read =
+                        store.read_log(org_id, from, (from + CHUNK).min(size), &mut |stored| {
+                            chunk.push(with_digest(stored));
+                            true
+                        });
+                    let failed = read.is_err();
+                    if checked_tx.send(read.map(|()| chunk)).is_err() || failed {
+                        break;
+                    }
+                    n += readers as u64;
+                }
+                // The last chunks are freed here too, as they come back.
+                drop(checked_tx);
+                for done in free_rx {
+                    drop(done);
+                }
+            }));
+        }
+        let mut outcome: Result<bool, StoreError> = Ok(true);
+        'chunks: for n in 0..chunks {
+            let which = (n % readers as u64) as usize;
+            let chunk = match from_readers[which].recv() {
+                Ok(Ok(chunk)) => chunk,
+                Ok(Err(e)) => {
+                    outcome = Err(e);
+                    break;
+                }
+                Err(_) => {
+                    outcome = Err(StoreError::Corrupt("a reading thread panicked".into()));
+                    break;
+                }
+            };
+            for (stored, digest) in &chunk {
+                if !check(stored, *digest) {
+                    outcome = Ok(false);
+                    break 'chunks;
+                }
+            }
+            let _ = to_free[which].send(chunk);
+        }
+        drop(to_free);
+        drop(from_readers);
+        for handle in handles {
+            if handle.join().is_err() && outcome.is_ok() {
+                outcome = Err(StoreError::Corrupt("a reading thread panicked".into()));
+            }
+        }
+        outcome
+    })?;
+    if finished {
+        store.read_log(org_id, size, u64::MAX, &mut |stored| {
+            let (stored, digest) = with_digest(stored);
+            check(&stored, digest)
+        })?;
+    }
+    Ok(count)
 }
 
 /// The agent keys of an org with their history (registrations and
