@@ -257,6 +257,7 @@ impl FullTextIndex {
         let thread = std::thread::Builder::new()
             .name("cairn-fulltext".into())
             .spawn(move || {
+                let _on_panic = StopsOnPanic(&worker);
                 if let Some(reader) = reader {
                     worker.catch_up(&reader);
                 }
@@ -404,6 +405,25 @@ impl Shared {
                 "an erasure could not be applied to the full-text index ({e}); restart the server to mend it"
             ));
         }
+    }
+
+    /// Marks the index stopped after its thread panicked (see
+    /// [`StopsOnPanic`]).
+    fn stopped_by_panic(&self) {
+        let mut queue = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if queue.failed.is_none() {
+            queue.fail(
+                "the full-text index stopped on an internal error; restart the server to rebuild it"
+                    .into(),
+            );
+        }
+        queue.catching_up = None;
+        drop(queue);
+        self.progressed.notify_all();
+        self.wake.notify_all();
     }
 
     /// Indexes from the log what [`plan_catch_up`] left (and what the
@@ -718,6 +738,20 @@ impl super::State {
             .values()
             .map(|org| (org.id, org.frontier.size(), org.frontier.root()))
             .collect()
+    }
+}
+
+/// Held by the index's thread: if the thread panics (a bug), the index is
+/// marked stopped, so that searches say so instead of waiting for a
+/// catch-up or writes that will never come (`cairn search` would wait
+/// forever), and the sequencer never waits for its writes.
+struct StopsOnPanic<'a>(&'a Shared);
+
+impl Drop for StopsOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stopped_by_panic();
+        }
     }
 }
 

@@ -248,6 +248,35 @@ fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
     );
 }
 
+/// A panic of the index's thread (a bug) stops the index: a search during
+/// a catch-up is told the index stopped instead of waiting for it forever,
+/// and the sequencer does not wait for writes.
+#[test]
+fn a_panic_of_the_index_thread_stops_the_index_instead_of_leaving_searches_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = std::sync::Arc::new(shared(dir.path()));
+    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
+        targets: [(1, 5)].into_iter().collect(),
+        left: 5,
+    });
+    queue_batches(&index, 66, 1, 1 << 20);
+    let worker = std::sync::Arc::clone(&index);
+    let thread = std::thread::spawn(move || {
+        let _on_panic = StopsOnPanic(&worker);
+        panic!("a bug in the index's thread");
+    });
+    assert!(thread.join().is_err());
+    match index.flush() {
+        Err(StoreError::Corrupt(message)) => {
+            assert!(message.contains("internal error"), "{message}")
+        }
+        other => panic!("a search after the thread died: {other:?}"),
+    }
+    let started = Instant::now();
+    assert!(!index.relieve().unwrap(), "waited for a dead thread");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
 /// An index whose writes fail never stops ingest: under the limit the
 /// sequencer goes on at once; past it, the index stops (its queue
 /// dropped, searches told to restart) and ingest goes on.
