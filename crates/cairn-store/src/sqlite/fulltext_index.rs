@@ -53,7 +53,7 @@
 
 use super::connection::open_reader;
 use super::connection::restrict_file;
-use super::fulltext_mend::{index_chunk, plan_catch_up};
+use super::fulltext_mend::{Chunk, index_chunk, plan_catch_up};
 use super::fulltext_queue::{
     BACKLOG_BYTES, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
 };
@@ -105,6 +105,11 @@ CREATE TABLE IF NOT EXISTS fulltext_progress (
   org           INTEGER PRIMARY KEY,
   indexed_below INTEGER NOT NULL,
   root          BLOB    NOT NULL  -- the org log's root at indexed_below
+);
+-- Orgs whose documents are from another history of their log, being
+-- deleted by the index's thread: no search uses them meanwhile.
+CREATE TABLE IF NOT EXISTS fulltext_forgetting (
+  org INTEGER PRIMARY KEY
 );";
 
 /// Per org: the committed log size once the queued documents are in, and
@@ -464,7 +469,8 @@ impl Shared {
                 return;
             };
             match reached {
-                Ok((from, reached)) => {
+                Ok(Chunk::Forgot) => {}
+                Ok(Chunk::Indexed { from, reached }) => {
                     if let Some(catch_up) = queue.catching_up.as_mut() {
                         catch_up.left = catch_up.left.saturating_sub(reached - from);
                         // The target may have grown meanwhile (absorbed

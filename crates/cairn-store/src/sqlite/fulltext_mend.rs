@@ -1,9 +1,10 @@
 //! Mending the full-text index from the log when a sequencing process
-//! opens the store: erasures at or above the recorded progress applied, an
-//! index of another history or of a dropped org forgotten, at open; what a
-//! crash left queued (or a whole missing index) indexed from the log by
-//! the index's thread, a chunk at a time (the rules are in
-//! `fulltext_index.rs`).
+//! opens the store: erasures at or above the recorded progress applied at
+//! open; an org's documents of another history (or of an org the log
+//! lacks) marked to be forgotten at open and deleted by the index's
+//! thread, a chunk at a time; what a crash left queued (or a whole missing
+//! index) indexed from the log by the same thread, a chunk at a time (the
+//! rules are in `fulltext_index.rs`).
 
 use super::fulltext_index::mark;
 use super::fulltext_queue::CHUNK_BYTES;
@@ -12,17 +13,22 @@ use crate::engine::org_range;
 use crate::{DbContext, StoreError};
 use cairn_core::Hash;
 use rusqlite::{Connection, OptionalExtension as _, params};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Brings the index's bookkeeping up to the log when a sequencing process
-/// opens the store, and says what is left to index: drops the orgs the log
-/// lacks; per org, starts again from its first step if the recorded root
-/// is not the log's at the recorded size, and deletes the steps that
-/// erasure records at or above its indexed size name. Returns, per org
-/// whose log holds steps at or above its indexed size, that size and the
-/// log size to index up to: the index's thread indexes them from the log
-/// ([`index_chunk`]), so that opening the store never waits for it (a
-/// missing `fulltext.db` beside a large log is rebuilt in the background).
+/// opens the store, and says what is left to do: an org the log lacks, or
+/// whose recorded root is not the log's at the recorded size (an index of
+/// another history: `ledger.db` restored beside a newer `fulltext.db`), or
+/// with no progress recorded, is marked to be forgotten (its progress
+/// dropped; its documents are deleted by the index's thread before it is
+/// indexed again from its first step: deleting them here made opening a
+/// large store linear in its documents); for the others, the steps that
+/// erasure records at or above the indexed size name are deleted. Returns,
+/// per org to forget or whose log holds steps at or above its indexed
+/// size, that size and the log size to index up to: the index's thread
+/// does the rest ([`index_chunk`]), so that opening the store never waits
+/// for it (a missing `fulltext.db` beside a large log is rebuilt in the
+/// background).
 pub(super) fn plan_catch_up(
     index: &mut Connection,
     ledger: &Connection,
@@ -35,40 +41,105 @@ pub(super) fn plan_catch_up(
         .prepare("SELECT org FROM fulltext_progress")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
         .context("reading the full-text index's progress")?;
-    for org in known.into_iter().filter(|org| !orgs.contains(org)) {
-        forget_org(index, org)?;
-    }
+    // Marked by an earlier open whose thread did not finish forgetting.
+    let mut forgetting: BTreeSet<i64> = index
+        .prepare("SELECT org FROM fulltext_forgetting")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .context("reading the full-text index's progress")?;
+    forgetting.extend(known.into_iter().filter(|org| !orgs.contains(org)));
     let mut targets = BTreeMap::new();
-    for org in orgs {
+    let mut sizes = Vec::with_capacity(orgs.len());
+    for &org in &orgs {
         let size = log_size_of(ledger, org)?;
         let tree = DbTree {
             conn: ledger,
             org,
             size,
         };
-        let below = match indexed_below(index, org)? {
-            Some((below, root)) if below <= size && root_at(&tree, below)?.0[..] == root[..] => {
-                below
+        match indexed_below(index, org)? {
+            Some((below, root))
+                if !forgetting.contains(&org)
+                    && below <= size
+                    && root_at(&tree, below)?.0[..] == root[..] =>
+            {
+                sizes.push((org, below, size));
             }
             // Another history, or nothing recorded: whatever the index
             // holds of the org cannot be trusted.
             _ => {
-                forget_org(index, org)?;
-                0
+                forgetting.insert(org);
+                targets.insert(org, (0, size));
             }
-        };
+        }
+    }
+    let tx = index
+        .transaction()
+        .context("starting to mend the full-text index")?;
+    for &org in &forgetting {
+        mark_forgotten(&tx, org)?;
+        targets.entry(org).or_insert((0, 0));
+    }
+    for (org, below, size) in sizes {
         if below == size {
             continue;
         }
         let (lo, hi) = org_range(org);
-        let tx = index
-            .transaction()
-            .context("starting to mend the full-text index")?;
         delete_erased(ledger, &tx, org, lo + below as i64, hi)?;
-        tx.commit().context("mending the full-text index")?;
         targets.insert(org, (below, size));
     }
+    tx.commit().context("mending the full-text index")?;
     Ok(targets)
+}
+
+/// Documents deleted per transaction while forgetting an org.
+const FORGET_DOCS: usize = 4096;
+
+/// Marks an org's documents to be forgotten and drops its progress, so
+/// that no process trusts them meanwhile ([`forgetting`]).
+fn mark_forgotten(index: &Connection, org: i64) -> Result<(), StoreError> {
+    index
+        .execute(
+            "INSERT OR IGNORE INTO fulltext_forgetting (org) VALUES (?1)",
+            [org],
+        )
+        .and_then(|_| index.execute("DELETE FROM fulltext_progress WHERE org = ?1", [org]))
+        .context("marking an org's documents to be forgotten")?;
+    Ok(())
+}
+
+/// Whether an org's documents are being forgotten (they belong to another
+/// history of its log: no search may use them). `schema`: the name the
+/// index file is known by on `conn` (`main`, or where it is attached).
+pub(super) fn forgetting(conn: &Connection, schema: &str, org: i64) -> Result<bool, StoreError> {
+    // A file no sequencing open of this version touched has no such table.
+    let has_table: bool = conn
+        .query_row(
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM {schema}.sqlite_master
+                 WHERE type = 'table' AND name = 'fulltext_forgetting')"
+            ),
+            [],
+            |r| r.get(0),
+        )
+        .context("reading the full-text index's progress")?;
+    if !has_table {
+        return Ok(false);
+    }
+    conn.prepare_cached(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {schema}.fulltext_forgetting WHERE org = ?1)"
+    ))
+    .and_then(|mut s| s.query_row([org], |r| r.get(0)))
+    .context("reading the full-text index's progress")
+}
+
+/// What one call of [`index_chunk`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Chunk {
+    /// Deleted documents of an org being forgotten (its indexing starts
+    /// once they are all gone).
+    Forgot,
+    /// Indexed steps: the progress it started from and the one it reached.
+    Indexed { from: u64, reached: u64 },
 }
 
 /// Steps indexed from the log in one transaction of the index while it
@@ -81,21 +152,43 @@ pub(super) const CATCH_UP_STEPS: u64 = 4096;
 /// Indexes, in one transaction, the next steps of `org` from its recorded
 /// progress up to at most [`CATCH_UP_STEPS`] more (and about
 /// [`CHUNK_BYTES`] of documents) and at most `to` (a log size), and
-/// records the progress with the log's root there. Returns the progress
-/// it started from and the one it reached. `ledger`: a reading connection
-/// to the log, which holds every step below `to` (they were committed
-/// before it was asked).
+/// records the progress with the log's root there. An org being forgotten
+/// has up to [`FORGET_DOCS`] of its documents deleted instead (and its
+/// mark with the last of them). `ledger`: a reading connection to the log,
+/// which holds every step below `to` (they were committed before it was
+/// asked).
 pub(super) fn index_chunk(
     index: &Connection,
     ledger: &Connection,
     org: i64,
     to: u64,
-) -> Result<(u64, u64), StoreError> {
+) -> Result<Chunk, StoreError> {
+    let (lo, hi) = org_range(org);
+    if forgetting(index, "main", org)? {
+        let tx = index
+            .unchecked_transaction()
+            .context("starting to mend the full-text index")?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM steps_fts WHERE rowid IN
+                   (SELECT rowid FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2 LIMIT ?3)",
+                params![lo, hi, FORGET_DOCS as i64],
+            )
+            .context("forgetting an org's documents in the full-text index")?;
+        if deleted < FORGET_DOCS {
+            tx.execute("DELETE FROM fulltext_forgetting WHERE org = ?1", [org])
+                .context("forgetting an org's documents in the full-text index")?;
+        }
+        tx.commit().context("mending the full-text index")?;
+        return Ok(Chunk::Forgot);
+    }
     let below = indexed_below(index, org)?.map_or(0, |(below, _)| below);
     if below >= to {
-        return Ok((below, below));
+        return Ok(Chunk::Indexed {
+            from: below,
+            reached: below,
+        });
     }
-    let (lo, _) = org_range(org);
     let tx = index
         .unchecked_transaction()
         .context("starting to mend the full-text index")?;
@@ -124,7 +217,10 @@ pub(super) fn index_chunk(
     };
     mark(&tx, org, end, &root_at(&tree, end)?)?;
     tx.commit().context("mending the full-text index")?;
-    Ok((below, end))
+    Ok(Chunk::Indexed {
+        from: below,
+        reached: end,
+    })
 }
 
 /// Deletes from the index the steps that the org's erasure records with
@@ -178,19 +274,6 @@ fn indexed_below(index: &Connection, org: i64) -> Result<Option<(u64, Vec<u8>)>,
 /// The org log's root at `size`, from the stored tree.
 fn root_at(tree: &DbTree<'_>, size: u64) -> Result<Hash, StoreError> {
     cairn_core::merkle::range_hash(tree, 0, size)
-}
-
-/// Deletes an org's documents and progress.
-fn forget_org(index: &Connection, org: i64) -> Result<(), StoreError> {
-    let (lo, hi) = org_range(org);
-    index
-        .execute(
-            "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2",
-            params![lo, hi],
-        )
-        .and_then(|_| index.execute("DELETE FROM fulltext_progress WHERE org = ?1", [org]))
-        .context("dropping an org's documents from the full-text index")?;
-    Ok(())
 }
 
 /// Indexes the steps (not erased) with entry ids in `from..to`, in id

@@ -6,6 +6,7 @@
 
 use super::SqliteStore;
 use super::fulltext_index::{ATTACHED_AS, index_path};
+use super::fulltext_mend::forgetting;
 use crate::listing::{self, ListParam};
 use crate::{DbContext, StepFilter, StoreError};
 use rusqlite::Connection;
@@ -81,6 +82,16 @@ impl SqliteStore {
                 return Ok(Vec::new());
             };
             ensure_attached(c, &self.path)?;
+            // One snapshot of both files: the mark is read with the
+            // documents it speaks for.
+            let snapshot = c
+                .unchecked_transaction()
+                .context("searching the full-text index")?;
+            if forgetting(&snapshot, ATTACHED_AS, org)? {
+                return Err(StoreError::Busy(
+                    "the full-text index is dropping this org's documents of another history of its log (fulltext.db is older or newer than ledger.db) before indexing the log again; search again shortly".into(),
+                ));
+            }
             let (sql, params) = listing::step_search_query(
                 listing::Engine::Fts5,
                 org,

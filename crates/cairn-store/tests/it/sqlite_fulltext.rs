@@ -59,6 +59,26 @@ fn erase(trace_id: &str) -> WriteRequest {
     }
 }
 
+/// Opens the store as its sequencing process and waits for the full-text
+/// index to catch up with the log (the open itself never waits for it: a
+/// search meanwhile is told so, `StoreError::Busy`).
+fn open_caught_up(dir: &Path) -> SqliteStore {
+    let store = SqliteStore::open(dir, seq_options()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let searched = store.full_text_search(
+            "acme",
+            &FullTextQuery::parse("anything").unwrap(),
+            &cairn_store::StepFilter::default(),
+            1,
+        );
+        match searched {
+            Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
+            _ => return store,
+        }
+    }
+}
+
 /// Puts the index file `from` (and its WAL) in place of `to`'s, or removes
 /// `to`'s if `from` does not exist; the shared memory is rebuilt on open.
 fn copy_index_file(from: &Path, to: &Path) {
@@ -166,7 +186,7 @@ fn a_failed_index_deletion_hides_the_step_and_stops_nothing_else() {
     drop(reader);
     drop(server);
     // The next sequencing open applies the deletion and indexes the rest.
-    let server = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    let server = open_caught_up(dir.path());
     assert_eq!(hits(&server, "zeppelin"), Vec::<u64>::new());
     assert_eq!(hits(&server, "w1000").len(), 40);
 }
@@ -289,7 +309,7 @@ fn an_index_from_another_history_is_rebuilt() {
     };
     // ... is what a crash before the thread's next write leaves.
     copy_index_file(&saved, &index_file);
-    let server = SqliteStore::open(data, seq_options()).unwrap();
+    let server = open_caught_up(data);
     let stale = hits(&server, "zeppelin");
     let found = hits(&server, "dirigible");
     assert!(
@@ -297,6 +317,132 @@ fn an_index_from_another_history_is_rebuilt() {
         "(a) a step that is not in this log (seq {future_seq}, log size {size}) is found: {stale:?}; \
          (b) acknowledged step {fresh_seq} is never indexed: {found:?}"
     );
+}
+
+/// An org's documents from another history are deleted by the index's
+/// thread, not by the open (that made opening a large store linear in its
+/// documents), and until they are gone no process uses them: a store
+/// whose index holds another history's documents (here a whole other
+/// store's, 3,000 of them) forgets them and indexes its own log; a mark
+/// left by a stop or a crash mid-way makes another process's search say
+/// so instead of using them, and the next sequencing open finishes the
+/// job.
+#[test]
+fn documents_of_another_history_are_forgotten_in_the_background_and_never_used() {
+    let other = tempfile::tempdir().unwrap();
+    {
+        let server = SqliteStore::open(other.path(), seq_options()).unwrap();
+        let requests: Vec<WriteRequest> = (0..3000)
+            .map(|i| {
+                WriteRequest::Prepared(Box::new(
+                    cairn_store::prepare_step(
+                        crate::conformance::step("s1", "Reasoning", &format!("the quokka {i}")),
+                        &server.limits(),
+                        0.0,
+                    )
+                    .unwrap(),
+                ))
+            })
+            .collect();
+        server.append_batch(&requests).unwrap();
+        assert_eq!(hits(&server, "quokka").len(), 50);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let narwhal = {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        write_step(&server, "the narwhal surfaces").0
+    };
+    let index_file = data.join(cairn_store::FULLTEXT_FILE);
+    let foreign = other.path().join(cairn_store::FULLTEXT_FILE);
+    let documents = |path: &Path| -> (i64, i64) {
+        let index = rusqlite::Connection::open(path).unwrap();
+        let count = |sql: &str| index.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        (
+            count("SELECT count(*) FROM steps_fts"),
+            count("SELECT count(*) FROM fulltext_forgetting"),
+        )
+    };
+    // Another store's index beside this ledger: forgotten, then rebuilt.
+    copy_index_file(&foreign, &index_file);
+    {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let quokkas = loop {
+            match server.full_text_search(
+                "acme",
+                &FullTextQuery::parse("quokka").unwrap(),
+                &cairn_store::StepFilter::default(),
+                50,
+            ) {
+                Ok(found) => break found,
+                Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
+                other => panic!("the index never caught up: {other:?}"),
+            }
+        };
+        assert!(
+            quokkas.is_empty(),
+            "another history's documents: {quokkas:?}"
+        );
+        assert_eq!(hits(&server, "narwhal"), vec![narwhal]);
+    }
+    assert_eq!(documents(&index_file), (1, 0));
+
+    // A mark left mid-way (a stop or a crash while forgetting): the stale
+    // documents are still in the file, and no process may use them.
+    copy_index_file(&foreign, &index_file);
+    {
+        let index = rusqlite::Connection::open(&index_file).unwrap();
+        index
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS fulltext_forgetting (org INTEGER PRIMARY KEY);
+                 INSERT INTO fulltext_forgetting (org) SELECT org FROM fulltext_progress;
+                 DELETE FROM fulltext_progress;",
+            )
+            .unwrap();
+    }
+    let reader = SqliteStore::open(data, reader_options()).unwrap();
+    match reader.full_text_search(
+        "acme",
+        &FullTextQuery::parse("quokka").unwrap(),
+        &cairn_store::StepFilter::default(),
+        50,
+    ) {
+        Err(cairn_store::StoreError::Busy(message)) => {
+            assert!(message.contains("another history"), "{message}")
+        }
+        other => panic!("a reader used documents being forgotten: {other:?}"),
+    }
+    drop(reader);
+    let server = SqliteStore::open(data, seq_options()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while documents(&index_file).1 > 0 || hits_now(&server, "narwhal").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never finished forgetting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(hits(&server, "quokka").is_empty());
+    drop(server);
+    assert_eq!(documents(&index_file), (1, 0));
+    let reader = SqliteStore::open(data, reader_options()).unwrap();
+    assert_eq!(hits(&reader, "narwhal"), vec![narwhal]);
+    assert!(hits(&reader, "quokka").is_empty());
+}
+
+/// A search's hits, or `None` while the index is busy catching up.
+fn hits_now(store: &SqliteStore, words: &str) -> Option<Vec<u64>> {
+    match store.full_text_search(
+        "acme",
+        &FullTextQuery::parse(words).unwrap(),
+        &cairn_store::StepFilter::default(),
+        50,
+    ) {
+        Ok(found) => Some(found.into_iter().map(|(seq, _)| seq).collect()),
+        Err(cairn_store::StoreError::Busy(_)) => None,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// A sequencing open never waits for the full-text index to catch up

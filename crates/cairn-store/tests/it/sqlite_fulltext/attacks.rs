@@ -141,26 +141,6 @@ fn attack_child() {
     });
 }
 
-/// Opens the store as its sequencing process and waits for the full-text
-/// index to catch up with the log (the open itself never waits for it: a
-/// search meanwhile is told so, `StoreError::Busy`).
-fn open_caught_up(dir: &Path) -> SqliteStore {
-    let store = SqliteStore::open(dir, seq_options()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let searched = store.full_text_search(
-            "acme",
-            &FullTextQuery::parse("anything").unwrap(),
-            &cairn_store::StepFilter::default(),
-            1,
-        );
-        match searched {
-            Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
-            _ => return store,
-        }
-    }
-}
-
 /// fulltext.db checked against ledger.db, both read raw. `mended`: after a
 /// sequencing open (progress at the log's size, every step as the ledger
 /// says); otherwise as a crash left it: the recorded progress never passes
