@@ -1,0 +1,446 @@
+//! Hostile clients against the server's limits, on a real loopback socket:
+//! analyst SQL that tries to leave its org or exhaust memory, streamed and
+//! huge bundles (and their own time), expensive operations sharing a few
+//! slots, slow and dribbling clients, too many connections, each key's
+//! rate, and listings verified within a budget. (Moved from `hardening.rs`.)
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use common::*;
+
+// ---------------------------------------------------------------- item 1, 2
+
+/// The review's exploit and its cousins, over HTTP with a reader key:
+/// nothing of another org, of the keys or of the catalog comes back; and a
+/// query that would build a gigabyte is refused or stopped, not run.
+#[test]
+fn analyst_sql_stays_in_its_org_and_within_its_limits() {
+    let mut limits = Limits::default();
+    limits.sql.max_value_bytes = 1 << 20;
+    limits.sql.time = Duration::from_millis(500);
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let theirs = key_for(&server, "globex", Role::Admin, None);
+    for (token, content) in [(&admin, "acme visible"), (&theirs, "GLOBEX SECRET")] {
+        let r = post(
+            &server,
+            "/v1/steps",
+            token,
+            &step("s", "a", "plan", content),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let secrets = [
+        "GLOBEX",
+        "globex",
+        "CREATE TABLE",
+        "token_hash",
+        "schema_version",
+    ];
+    for sql in [
+        "WITH \"x FROM api_keys --\" AS (SELECT 1) SELECT * FROM \"x FROM api_keys --\"",
+        "WITH \"y UNION SELECT sql, 1 FROM sqlite_master --\" AS (SELECT 1, 2) SELECT * FROM \"y UNION SELECT sql, 1 FROM sqlite_master --\"",
+        "WITH \"z, entries --\" AS (SELECT 1) SELECT content FROM \"z, entries --\"",
+        "SELECT 1 AS \"a\\\"\" FROM api_keys --\" FROM steps",
+        "SELECT * FROM api_keys",
+        "SELECT * FROM sqlite_master",
+    ] {
+        let r = post(&server, "/v1/sql", &reader, &json!({"sql": sql}));
+        let text = r.text();
+        for secret in secrets {
+            assert!(!text.contains(secret), "{sql}: {text}");
+        }
+    }
+    let huge = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "SELECT printf('%.*c', 999999999, 'x')"}),
+    );
+    assert_eq!((huge.status, huge.code().as_str()), (400, "sql_refused"));
+    let doubling = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "WITH RECURSIVE r(s, n) AS (SELECT 'x', 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 40) SELECT length(s) FROM r"}),
+    );
+    assert_eq!(
+        (doubling.status, doubling.code().as_str()),
+        (400, "sql_too_large"),
+        "{}",
+        doubling.text()
+    );
+    let forever = post(
+        &server,
+        "/v1/sql",
+        &reader,
+        &json!({"sql": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"}),
+    );
+    assert_eq!(
+        (forever.status, forever.code().as_str()),
+        (400, "sql_timeout"),
+        "{}",
+        forever.text()
+    );
+}
+
+// ------------------------------------------------------------------ item 3
+
+/// Bundles are read as a stream: a valid one sent in tiny chunks verifies;
+/// a line past the line limit, or a body past the size limit, is refused
+/// with a clear error.
+#[test]
+fn bundle_uploads_are_streamed_and_bounded() {
+    let limits = Limits {
+        max_bundle_line_bytes: 64 * 1024,
+        ..Limits::default()
+    };
+    let server = start(ServerConfig {
+        max_bundle_bytes: 512 * 1024,
+        ..config(limits)
+    });
+    let admin = server.admin.clone();
+    for i in 0..5 {
+        let r = post(
+            &server,
+            "/v1/steps",
+            &admin,
+            &step("s", "a", "plan", &format!("step {i}")),
+        );
+        assert_eq!(r.status, 201);
+    }
+    let bundle = get(&server, "/v1/export?session=s", &admin).body;
+    // Chunked, a few bytes at a time.
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    for chunk in bundle.chunks(7) {
+        write!(stream, "{:x}\r\n", chunk.len()).unwrap();
+        stream.write_all(chunk).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let verdict = parse_response(&bytes);
+    assert_eq!(verdict.status, 200);
+    assert_eq!(verdict.json()["verified"], true, "{}", verdict.json());
+
+    let mut long_line = bundle.clone();
+    long_line.extend(std::iter::repeat_n(b'x', 100 * 1024));
+    let r = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        &admin,
+        Some(&long_line),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (413, "line_too_long"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("65536"), "{}", r.text());
+
+    let many_lines: Vec<u8> = std::iter::repeat_n(b"{}\n".as_slice(), 200_000)
+        .flatten()
+        .copied()
+        .collect();
+    let r = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        &admin,
+        Some(&many_lines),
+    );
+    // Verification fails at its first line and the rest is not read; or,
+    // had it been read, it is past the size limit.
+    assert!(
+        r.status == 200 && r.json()["verified"] == false || r.status == 413,
+        "{} {}",
+        r.status,
+        r.text()
+    );
+}
+
+/// Expensive operations share a few slots: with one slot held by a slow
+/// upload, another verification waits briefly, then gets 503 with
+/// Retry-After; cheap requests are still served.
+#[test]
+fn expensive_operations_are_bounded() {
+    let limits = Limits {
+        max_expensive: 1,
+        expensive_wait: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    // A slow upload holds the slot.
+    let mut slow = TcpStream::connect(server.addr).unwrap();
+    write!(
+        slow,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Length: 1000000\r\n\r\n{{\"partial"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let busy = get(&server, "/v1/verify", &admin);
+    assert_eq!(
+        (busy.status, busy.code().as_str()),
+        (503, "overloaded"),
+        "{}",
+        busy.text()
+    );
+    let head = raw(
+        server.addr,
+        &format!("GET /v1/verify HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+        b"",
+    );
+    assert_eq!(head.status, 503);
+    assert_eq!(head.header("retry-after"), Some("1"));
+    assert_eq!(get(&server, "/v1/sessions/s", &admin).status, 200);
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(&server, "/v1/verify", &admin).status, 200);
+}
+
+// ------------------------------------------------------------------ item 4
+
+/// Slowloris, dribbled bodies, idle keep-alive connections and too many
+/// connections.
+#[test]
+fn slow_clients_are_cut_off_and_connections_are_bounded() {
+    let limits = Limits {
+        header_timeout: Duration::from_millis(500),
+        body_idle_timeout: Duration::from_millis(400),
+        body_timeout: Duration::from_millis(1500),
+        max_connections: 3,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+
+    // Headers a byte at a time: the connection is closed.
+    let mut loris = TcpStream::connect(server.addr).unwrap();
+    let started = Instant::now();
+    for b in b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: " {
+        if loris.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+    }
+    assert!(closed_within(&mut loris, Duration::from_secs(2)));
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // An idle keep-alive connection is closed after the timeout.
+    let mut idle = TcpStream::connect(server.addr).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1024];
+    let n = idle.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    assert!(closed_within(&mut idle, Duration::from_secs(3)));
+
+    // A body that stops: 408.
+    let mut stalled = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stalled,
+        "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: 100\r\n\r\n{{\"session_id\""
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = stalled.read_to_end(&mut bytes);
+    let r = parse_response(&bytes);
+    assert_eq!((r.status, r.code().as_str()), (408, "timeout"));
+
+    // A body dribbled fast enough never to be idle still has a deadline.
+    let mut dribble = TcpStream::connect(server.addr).unwrap();
+    write!(
+        dribble,
+        "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: 1000\r\n\r\n"
+    )
+    .unwrap();
+    let started = Instant::now();
+    dribble
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut peek = [0u8; 16];
+    while started.elapsed() < Duration::from_secs(4) {
+        if dribble.write_all(b" ").is_err() {
+            break;
+        }
+        // Stop writing as soon as the answer is there.
+        match dribble.peek(&mut peek) {
+            Ok(_) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let mut bytes = Vec::new();
+    dribble
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = dribble.read_to_end(&mut bytes);
+    let r = parse_response(&bytes);
+    assert_eq!((r.status, r.code().as_str()), (408, "timeout"));
+
+    // Three connections are served at once; a fourth waits until one ends.
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let s = TcpStream::connect(server.addr).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s
+        })
+        .collect();
+    let mut fourth = TcpStream::connect(server.addr).unwrap();
+    fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    fourth
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(fourth.read(&mut buf).is_err(), "served beyond the limit");
+    drop(held);
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = fourth.read_to_end(&mut bytes);
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "{bytes:?}");
+}
+
+// --------------------------------------------------------------- limits
+
+/// Each key has a request rate; past it, 429 with Retry-After, and other
+/// keys are not affected.
+#[test]
+fn each_key_has_a_rate() {
+    let limits = Limits {
+        rate_per_second: 2,
+        rate_burst: 5,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let other = key_for(&server, "acme", Role::Reader, None);
+    let statuses: Vec<u16> = (0..8)
+        .map(|_| get(&server, "/v1/sessions", &admin).status)
+        .collect();
+    assert!(statuses[..5].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let limited = raw(
+        server.addr,
+        &format!("GET /v1/sessions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+        b"",
+    );
+    assert_eq!(
+        (limited.status, limited.code().as_str()),
+        (429, "rate_limited")
+    );
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(get(&server, "/v1/sessions", &other).status, 200);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get(&server, "/v1/sessions", &admin).status, 200);
+}
+
+/// Listing sessions verifies them within a budget of steps; past it,
+/// chain_valid is null, and verify=false skips verification.
+#[test]
+fn listing_sessions_verifies_within_a_budget() {
+    let limits = Limits {
+        list_verify_steps: 5,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    for session in ["one", "two", "three"] {
+        for i in 0..2 {
+            let r = post(
+                &server,
+                "/v1/steps",
+                &admin,
+                &step(session, "a", "plan", &format!("{i}")),
+            );
+            assert_eq!(r.status, 201);
+        }
+    }
+    let listed = get(&server, "/v1/sessions", &admin).json();
+    let valid: Vec<Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["chain_valid"].clone())
+        .collect();
+    assert_eq!(valid, [json!(true), json!(true), Value::Null], "{listed}");
+    let unverified = get(&server, "/v1/sessions?verify=false", &admin).json();
+    assert!(
+        unverified
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["chain_valid"].is_null())
+    );
+}
+
+/// A bundle upload has its own time: slower than the request timeout of
+/// ordinary routes, it still verifies, while an ordinary body that slow is
+/// cut.
+#[test]
+fn bundle_uploads_have_their_own_time() {
+    let limits = Limits {
+        request_timeout: Duration::from_millis(800),
+        body_timeout: Duration::from_millis(800),
+        bundle_body_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &step("s", "a", "plan", "x")).status,
+        201
+    );
+    let bundle = get(&server, "/v1/export?session=s", &admin).body;
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {admin}\r\nContent-Length: {}\r\n\r\n",
+        bundle.len()
+    )
+    .unwrap();
+    let parts = 8;
+    for chunk in bundle.chunks(bundle.len().div_ceil(parts)) {
+        stream.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let verdict = parse_response(&bytes);
+    assert_eq!(
+        verdict.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&verdict.body)
+    );
+    assert_eq!(verdict.json()["verified"], true);
+}

@@ -1,0 +1,232 @@
+//! What the server verifies and what it gives clients to verify, over a
+//! real loopback socket: agent-signed steps checked at ingest, uploaded
+//! bundles checked as bytes, and COSE receipts (inclusion, consistency)
+//! that verify with the server key. (Moved from `http.rs`.)
+
+// Fixed, known-good inputs: a failed unwrap is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod api;
+mod common;
+use api::{call, seed_000, start, step};
+use common::*;
+
+use base64::Engine as _;
+use cairn_core::commit::{
+    AgentSignature, Openings, agent_key_id, signed_step_message, step_digest,
+};
+use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
+use cairn_core::record::Step;
+
+#[test]
+fn signed_steps_are_checked_at_ingest() {
+    let server = start();
+    let admin = server.admin.clone();
+    let key = SigningKey::from_bytes(&[21; 32]);
+    let registered = post(
+        &server,
+        "/v1/agent-keys",
+        &admin,
+        &json!({
+            "agent_id": "analyst",
+            "public_key": base64::engine::general_purpose::STANDARD.encode(key.verifying_key().as_bytes()),
+        }),
+    );
+    assert_eq!(registered.status, 201, "{}", registered.text());
+    let key_id = agent_key_id(&key.verifying_key());
+    assert_eq!(registered.json()["key_id"], key_id);
+    // The agent builds the step, computes its digest and signs it.
+    let signed = |content: &str, signer: &SigningKey| {
+        let created_at = cairn_store::now();
+        let seed = [5u8; 32];
+        let mut core = Step::new(
+            "signed-0", "acme", "analyst", "signed", 0, "Decision", created_at,
+        )
+        .unwrap();
+        core.content = Some(content.to_owned());
+        core.signer_key_id = Some(key_id.clone());
+        let digest = step_digest(&core, &Openings::from_seed(&seed));
+        let sig = AgentSignature {
+            key_id: key_id.clone(),
+            signature: signer.sign(&signed_step_message(&digest)).to_bytes(),
+        };
+        json!({
+            "session_id": "signed", "agent_id": "analyst", "step_type": "Decision", "content": content,
+            "trace_id": "signed-0", "step_index": 0, "created_at": created_at.to_string(), "seed": hex::encode(seed),
+            "signature": {"key_id": sig.key_id, "signature": base64::engine::general_purpose::STANDARD.encode(sig.signature)},
+        })
+    };
+    let forged = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &signed("approve", &SigningKey::from_bytes(&[22; 32])),
+    );
+    assert_eq!(
+        (forged.status, forged.code().as_str()),
+        (400, "bad_signature"),
+        "{}",
+        forged.text()
+    );
+    let mut tampered = signed("approve", &key);
+    tampered["content"] = json!("approve twice");
+    assert_eq!(
+        post(&server, "/v1/steps", &admin, &tampered).code(),
+        "bad_signature"
+    );
+    let good = post(&server, "/v1/steps", &admin, &signed("approve", &key));
+    assert_eq!(good.status, 201, "{}", good.text());
+    let replay = get(&server, "/v1/sessions/signed?verify=true", &admin).json();
+    assert_eq!(replay["chain_valid"], true);
+    assert_eq!(replay["steps"][0]["signature_key_id"], key_id);
+}
+
+/// An uploaded bundle is checked as bytes: a byte that is not UTF-8 fails
+/// at its line, even where reading it lossily would restore the character
+/// it replaced.
+#[test]
+fn uploads_are_checked_as_bytes() {
+    let server = start();
+    let odd = post(
+        &server,
+        "/v1/steps",
+        &server.admin,
+        &step("odd", "plan", "a \u{fffd} b"),
+    );
+    assert_eq!(odd.status, 201, "{}", odd.text());
+    let bundle = get(&server, "/v1/export?session=odd", &server.admin).body;
+    let at = bundle
+        .windows(3)
+        .position(|w| w == "\u{fffd}".as_bytes())
+        .unwrap();
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&server.admin),
+        Some(&bundle),
+    )
+    .json();
+    assert_eq!(checked["verified"], true, "{checked}");
+    let mut swapped = bundle.clone();
+    swapped.splice(at..at + 3, [0xff]);
+    assert_eq!(String::from_utf8_lossy(&swapped).as_bytes(), &bundle[..]);
+    let checked = call(
+        &server,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&server.admin),
+        Some(&swapped),
+    )
+    .json();
+    assert_eq!(checked["brokenReason"], "malformed-record", "{checked}");
+}
+
+#[test]
+fn cose_receipts_verify_with_the_server_key() {
+    use cairn_core::receipt::{
+        MEDIA_TYPE_COSE, MEDIA_TYPE_SCITT_RECEIPT, verify_consistency_receipt,
+        verify_inclusion_receipt,
+    };
+    let server = start();
+    let admin = server.admin.clone();
+    seed_000(&server, &admin, "s1");
+    let note = get(&server, "/v1/checkpoint", &admin).text();
+    let origin = format!("{}/acme", server.store.server_name());
+    let key = server.store.server_key().clone();
+    let cp = cairn_core::checkpoint::verify_checkpoint(&note, &origin, std::slice::from_ref(&key))
+        .unwrap();
+    let (size, root) = (cp.checkpoint().size, cp.checkpoint().root);
+    assert!(size >= 5, "session start and four steps");
+    let mut leaves = Vec::new();
+    server
+        .store
+        .read_log("acme", 0, size, &mut |e| {
+            leaves.push(e.entry.unwrap().leaf_hash());
+            true
+        })
+        .unwrap();
+
+    // Every record's inclusion receipt against the checkpoint, and one
+    // against an older size.
+    for (seq, leaf) in leaves.iter().enumerate() {
+        let reply = get(
+            &server,
+            &format!("/v1/receipts/inclusion?seq={seq}"),
+            &admin,
+        );
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.content_type, MEDIA_TYPE_COSE);
+        let v = verify_inclusion_receipt(&reply.body, &key, leaf, Some(&root)).unwrap();
+        assert_eq!((v.leaf_index, v.tree_size), (seq as u64, size));
+        assert_eq!(v.issuer.as_deref(), Some(origin.as_str()));
+    }
+    let old_root = server.store.root_at("acme", 3).unwrap();
+    let reply = get(&server, "/v1/receipts/inclusion?seq=1&size=3", &admin);
+    verify_inclusion_receipt(&reply.body, &key, &leaves[1], Some(&old_root)).unwrap();
+    // The wrong leaf, or a changed byte, does not verify.
+    assert!(verify_inclusion_receipt(&reply.body, &key, &leaves[2], None).is_err());
+    let mut altered = reply.body.clone();
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    assert!(verify_inclusion_receipt(&altered, &key, &leaves[1], None).is_err());
+
+    // Consistency from size 3 to the checkpoint.
+    let reply = get(&server, "/v1/receipts/consistency?old=3", &admin);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = verify_consistency_receipt(&reply.body, &key, &old_root, Some(&root)).unwrap();
+    assert_eq!((v.old_size, v.new_size), (3, size));
+
+    // Accept picks the SCITT media type.
+    let scitt = raw(
+        server.addr,
+        &format!(
+            "GET /v1/receipts/consistency?old=2&new=4 HTTP/1.1\r\nHost: localhost\r\n\
+             Authorization: Bearer {admin}\r\nAccept: application/json, {MEDIA_TYPE_SCITT_RECEIPT};q=0.9"
+        ),
+        b"",
+    );
+    assert_eq!(scitt.status, 200);
+    assert_eq!(scitt.header("content-type"), Some(MEDIA_TYPE_SCITT_RECEIPT));
+    let root2 = server.store.root_at("acme", 2).unwrap();
+    let root4 = server.store.root_at("acme", 4).unwrap();
+    verify_consistency_receipt(&scitt.body, &key, &root2, Some(&root4)).unwrap();
+
+    // Errors in the shared shape.
+    for (path, status, code) in [
+        ("/v1/receipts/inclusion", 400, "invalid_request"),
+        ("/v1/receipts/inclusion?seq=x", 400, "invalid_request"),
+        ("/v1/receipts/inclusion?seq=999", 404, "not_found"),
+        ("/v1/receipts/inclusion?seq=3&size=3", 404, "not_found"),
+        ("/v1/receipts/inclusion?seq=1&size=999", 404, "not_found"),
+        ("/v1/receipts/inclusion?seq=1&sise=3", 400, "unknown_field"),
+        ("/v1/receipts/consistency?old=0", 400, "invalid_request"),
+        (
+            "/v1/receipts/consistency?old=4&new=4",
+            400,
+            "invalid_request",
+        ),
+        ("/v1/receipts/consistency?old=2&new=999", 404, "not_found"),
+    ] {
+        let reply = get(&server, path, &admin);
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (status, code),
+            "{path}"
+        );
+    }
+    // Another org sees nothing of acme's log.
+    let other = key_for(&server, "globex", Role::Admin, None);
+    assert_eq!(
+        get(&server, "/v1/receipts/inclusion?seq=0", &other).status,
+        404
+    );
+    assert_eq!(
+        get(&server, "/v1/receipts/consistency?old=1", &other).status,
+        404
+    );
+    assert_eq!(
+        call(&server, "GET", "/v1/receipts/inclusion?seq=0", None, None).status,
+        401
+    );
+}
