@@ -1,0 +1,420 @@
+//! `PgTx` as the engine's `WriteTx`: an org and its sessions under the
+//! batch's lock, agent keys (cached per org by their records' count), the
+//! look-ups a batch makes before writing (record ids, seals, successors,
+//! trace ids, chain links, steps by trace id), the rows it queues (steps,
+//! operational records, tree nodes, search documents, embeddings, session
+//! kinds and heads) and the statements it runs at once (sessions, erasure,
+//! expired sessions, checkpoints, origins). Apart from `tx.rs`, which holds
+//! the transaction's state and how its pending rows are sent, because this
+//! is the interface the engine writes through.
+
+use super::{EntryRow, PgTx, SearchDoc};
+use crate::engine::{
+    AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, json_text, links_text,
+    op_from_view, op_record_id, row_id,
+};
+use crate::pg::connection::{col, i64_of, u64_of};
+use crate::pg::rows::{STEP_BY_TRACE, session_ids, step_from_row, true_end};
+use crate::pg::tree::latest_checkpoint;
+use crate::{StoreError, StoredCheckpoint, StoredStep};
+use cairn_core::log::OpRecord;
+use cairn_core::record::SessionHeader;
+use cairn_core::{Hash, Timestamp};
+use postgres::GenericClient;
+use std::collections::HashMap;
+
+impl<C: GenericClient> WriteTx for PgTx<'_, C> {
+    fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
+        if !self.locked.contains(name) {
+            return Err(StoreError::Corrupt(format!(
+                "internal: org {name} was used without its lock"
+            )));
+        }
+        Ok(self.orgs.get(name).cloned())
+    }
+
+    fn create_org(&mut self, name: &str) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO orgs (name) VALUES ($1) RETURNING org",
+            &[&name],
+            "creating an org",
+        )?;
+        col(&row, 0)
+    }
+
+    fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError> {
+        let key = (org, session_id.to_owned());
+        if !self.sessions.contains_key(&key) {
+            self.prefetch_sessions(org, &[session_id.to_owned()])?;
+        }
+        Ok(self.sessions.get(&key).cloned().flatten())
+    }
+
+    fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
+        let count: i64 = col(
+            &self.db.query_one(
+                "SELECT count(*) FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation')",
+                &[&org],
+                "counting key records",
+            )?,
+            0,
+        )?;
+        let fresh = self.cache.keys.get(&org).is_some_and(|(n, _)| *n == count);
+        if !fresh {
+            let rows = self.db.query(
+                "SELECT seq, type, view FROM entries
+                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation') ORDER BY id",
+                &[&org],
+                "loading agent keys",
+            )?;
+            let mut keys: HashMap<String, AgentKey> = HashMap::new();
+            for row in &rows {
+                let seq = u64_of(col(row, 0)?);
+                let entry_type: String = col(row, 1)?;
+                let view: String = col(row, 2)?;
+                match op_from_view(seq, &entry_type, &view)? {
+                    OpRecord::KeyRegistration(reg) => {
+                        keys.insert(
+                            reg.key_id,
+                            AgentKey {
+                                agent_id: reg.agent_id,
+                                key: reg.public_key,
+                                seq,
+                                revoked: false,
+                            },
+                        );
+                    }
+                    OpRecord::KeyRevocation(rev) => {
+                        if let Some(key) = keys.get_mut(&rev.key_id) {
+                            key.revoked = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.cache.keys.insert(org, (count, keys));
+        }
+        Ok(self
+            .cache
+            .keys
+            .get(&org)
+            .and_then(|(_, keys)| keys.get(key_id))
+            .cloned())
+    }
+
+    fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT type FROM entries WHERE org = $1 AND trace_id = $2",
+                &[&org, &id],
+                "looking up a record by id",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn session_sealed_with(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = $1 AND e.type = 'seal' AND e.view::jsonb ->> 'final_hash' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a sealed session",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT view::jsonb ->> 'session_id' FROM entries
+                 WHERE org = $1 AND type = 'session-start' AND view::jsonb ->> 'predecessor' = $2",
+                &[&org, &hash.to_hex()],
+                "looking up a successor",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+    }
+
+    fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE org = $1 AND trace_id = $2)",
+            &[&org, &trace_id],
+            "checking a trace id",
+        )?;
+        col(&row, 0)
+    }
+
+    fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
+        let s = row.step;
+        self.pending.entries.push(EntryRow {
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: "step".into(),
+            logged_at: row.logged_at.as_micros(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: None,
+            sid: Some(row.sid),
+            step_index: Some(i64_of(row.step_index)),
+            trace_id: Some(s.trace_id.clone()),
+            agent_id: Some(s.agent_id.clone()),
+            kind: Some(s.kind.as_str().to_owned()),
+            kind_label: Some(s.kind_label.clone()),
+            content: s.content.clone(),
+            input_data: json_text(&s.input),
+            output_data: json_text(&s.output),
+            confidence: s.confidence,
+            duration_ms: s.duration_ms.map(i64_of),
+            token_count: s.token_count.map(i64_of),
+            model: s.model.clone(),
+            metadata: json_text(&s.metadata),
+            created_at: Some(row.created_at.as_micros()),
+            turn_id: s.turn_id.clone(),
+            turn_step: s.turn_step.map(i64_of),
+            task_id: s.task_id.clone(),
+            links: links_text(&s.links),
+            status: Some(s.status.as_str().to_owned()),
+            seed: row.seed.map(|seed| seed.to_vec()),
+            digest: Some(row.digest.0.to_vec()),
+            prev_hash: Some(row.prev_hash.0.to_vec()),
+            sig_key_id: s.signer_key_id.clone(),
+            signature: row.signature.map(|sig| sig.to_vec()),
+            has_embedding: row.has_embedding,
+            erased: row.erased,
+            hidden: row.hidden.clone(),
+            salts: row.salts.clone(),
+            prev_seq: row.prev_seq.map(i64_of),
+        });
+        self.flush_if_large()
+    }
+
+    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
+        let doc = match self.vectors.get(doc) {
+            Some(vector) => SearchDoc::Vector(vector.clone()),
+            None => SearchDoc::Text(doc.to_owned()),
+        };
+        self.pending.search.push((row_id(org, seq), org, doc));
+        Ok(())
+    }
+
+    fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
+        self.pending.embed_queue.push((row_id(org, seq), org));
+        Ok(())
+    }
+
+    fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
+        self.pending.entries.push(EntryRow {
+            id: row_id(row.org, row.seq),
+            org: row.org,
+            seq: i64_of(row.seq),
+            entry_type: row.op.entry_type().to_owned(),
+            logged_at: row.logged_at.as_micros(),
+            record_hash: row.hash.0.to_vec(),
+            leaf_hash: row.leaf.0.to_vec(),
+            view: Some(row.op.to_view().to_string()),
+            trace_id: op_record_id(row.op).map(str::to_owned),
+            sid: row.sid,
+            step_index: row.step_index.map(i64_of),
+            agent_id: row.agent_id.map(str::to_owned),
+            ..EntryRow::default()
+        });
+        self.flush_if_large()
+    }
+
+    fn insert_node(
+        &mut self,
+        org: i64,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<(), StoreError> {
+        self.pending
+            .nodes
+            .push((org, level as i32, i64_of(index), hash.0.to_vec()));
+        Ok(())
+    }
+
+    fn insert_session(
+        &mut self,
+        org: i64,
+        header: &SessionHeader,
+        genesis: &Hash,
+        start_seq: u64,
+    ) -> Result<i64, StoreError> {
+        let row = self.db.query_one(
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis,
+             max_clock_skew_s)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING sid",
+            &[
+                &org,
+                &header.session_id,
+                &header.agent_id,
+                &header.profile.as_str(),
+                &header.started_at.as_micros(),
+                &i64_of(start_seq),
+                &&genesis.0[..],
+                &i64_of(header.max_clock_skew_s),
+            ],
+            "writing a session",
+        )?;
+        col(&row, 0)
+    }
+
+    fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            "SELECT step_index, record_hash, prev_seq FROM entries WHERE id = $1",
+            &[&row_id(org, seq)],
+            "reading a session's chain",
+        )?;
+        let index: i64 = col(&row, 0)?;
+        let prev: Option<i64> = col(&row, 2)?;
+        Ok((u64_of(index), blob_hash(col(&row, 1)?)?, prev.map(u64_of)))
+    }
+
+    fn step_by_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<StoredStep>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "finding a step")?
+            .map(|row| step_from_row(&row))
+            .transpose()
+    }
+
+    fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError> {
+        self.flush()?;
+        let id = row_id(org, seq);
+        self.db.execute(
+            "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL,
+             erased = TRUE, hidden = $2, has_embedding = FALSE WHERE id = $1",
+            &[&id, &hidden],
+            "erasing a step",
+        )?;
+        // A vector would still carry what the content said.
+        for sql in [
+            "DELETE FROM vectors WHERE id = $1",
+            "DELETE FROM embedding_queue WHERE id = $1",
+        ] {
+            self.db.execute(sql, &[&id], "erasing an embedding")?;
+        }
+        self.db.execute(
+            "DELETE FROM step_search WHERE id = $1",
+            &[&id],
+            "erasing a step from the full-text index",
+        )?;
+        Ok(())
+    }
+
+    fn expired_sessions(
+        &mut self,
+        org: i64,
+        older_than: Timestamp,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.flush()?;
+        // Candidates by their head rows, confirmed by the log.
+        let candidates: Vec<i64> = self
+            .db
+            .query(
+                "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                 LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
+                   AND e.type = 'step' AND e.step_index = h.last_index
+                 WHERE s.org = $1 AND (e.id IS NULL OR e.created_at < $2)",
+                &[&org, &older_than.as_micros()],
+                "finding expired sessions",
+            )?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect::<Result<_, _>>()?;
+        let mut expired = Vec::new();
+        for sid in candidates {
+            if true_end(&mut self.db, org, sid)?
+                .is_some_and(|e| e.created_at < older_than.as_micros())
+            {
+                expired.push(sid);
+            }
+        }
+        Ok(expired)
+    }
+
+    fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
+        self.flush()?;
+        let ids = session_ids(&mut self.db, org, sid)?;
+        let rows = self.db.query(
+            "SELECT trace_id FROM entries WHERE id = ANY($1) AND NOT erased ORDER BY id",
+            &[&ids],
+            "reading an expired session",
+        )?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+
+    fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES ($1, $2, $3, $4, $5)",
+            &[
+                &org,
+                &i64_of(cp.size),
+                &&cp.root.0[..],
+                &cp.note,
+                &cp.created_at.as_micros(),
+            ],
+            "writing a checkpoint",
+        )?;
+        Ok(())
+    }
+
+    fn latest_checkpoint(
+        &mut self,
+        org: i64,
+        name: &str,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        latest_checkpoint(&mut self.db, org, name)
+    }
+
+    fn put_session_kinds(
+        &mut self,
+        pairs: &[(i64, cairn_core::kind::StepKind)],
+    ) -> Result<(), StoreError> {
+        self.pending
+            .kinds
+            .extend(pairs.iter().map(|(sid, kind)| (*sid, kind.as_str())));
+        Ok(())
+    }
+
+    fn put_session_head(
+        &mut self,
+        sid: i64,
+        first_seq: u64,
+        last_seq: u64,
+        last_index: u64,
+    ) -> Result<(), StoreError> {
+        self.pending
+            .heads
+            .push((sid, i64_of(first_seq), i64_of(last_seq), i64_of(last_index)));
+        Ok(())
+    }
+
+    fn insert_origin(
+        &mut self,
+        org: i64,
+        server_name: &str,
+        server_key: &str,
+    ) -> Result<(), StoreError> {
+        self.db.execute(
+            "INSERT INTO org_origins (org, server_name, server_key) VALUES ($1, $2, $3)",
+            &[&org, &server_name, &server_key],
+            "recording the org's origin",
+        )?;
+        Ok(())
+    }
+}
