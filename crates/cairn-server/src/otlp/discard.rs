@@ -1,0 +1,213 @@
+//! `POST /v1/metrics` and `POST /v1/logs`: decoded, their data points or
+//! log records counted, and every one rejected in `partial_success`
+//! (Cairn records traces only), so that an exporter configured for every
+//! signal gets a clear answer instead of an error it would retry. Apart
+//! from `mod.rs`, which holds what every endpoint shares, because nothing
+//! here reaches the ledger.
+
+use super::{
+    Encoding, OtlpError, admit, content_encoding, cpu, decompress, json_ok, protobuf_ok,
+    request_encoding,
+};
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::Message as _;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Which signal a discarding endpoint serves.
+#[derive(Debug, Clone, Copy)]
+enum Signal {
+    Metrics,
+    Logs,
+}
+
+/// `POST /v1/metrics`: decoded, counted, and rejected (Cairn records
+/// traces only), so that an exporter configured for every signal gets a
+/// clear answer instead of an error it would retry.
+#[utoipa::path(
+    post,
+    path = "/v1/metrics",
+    operation_id = "otlp_metrics",
+    tag = "metrics",
+    summary = "Export metrics (OTLP/HTTP): answered, not stored",
+    description = "Decoded and answered 200 with every data point rejected in partial_success (Cairn records traces only; set OTEL_METRICS_EXPORTER=none). Counted in /metrics as cairn_otlp_discarded_items_total. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportMetricsServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
+pub(crate) async fn metrics(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    discard(&state, &headers, body, Signal::Metrics).await
+}
+
+/// `POST /v1/logs`: as `/v1/metrics`, for log records.
+#[utoipa::path(
+    post,
+    path = "/v1/logs",
+    operation_id = "otlp_logs",
+    tag = "logs",
+    summary = "Export logs (OTLP/HTTP): answered, not stored",
+    description = "Decoded and answered 200 with every log record rejected in partial_success (Cairn records traces only; set OTEL_LOGS_EXPORTER=none). Counted in /metrics as cairn_otlp_discarded_items_total. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportLogsServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
+pub(crate) async fn logs(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    discard(&state, &headers, body, Signal::Logs).await
+}
+
+async fn discard(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    signal: Signal,
+) -> Response {
+    let (encoding, content_type) = request_encoding(headers);
+    let result = async {
+        let (_, bytes) = admit(state, headers, body, encoding, content_type.as_deref()).await?;
+        let limit = state.config.otlp.decode.max_decompressed_bytes;
+        let content_encoding = content_encoding(headers);
+        let count = cpu(state, move || {
+            let raw = decompress(content_encoding.as_deref(), &bytes, limit)?;
+            count_items(signal, encoding, &raw).map_err(|detail| {
+                OtlpError::new(StatusCode::BAD_REQUEST, "invalid_otlp", detail)
+            })
+        })
+        .await?;
+        state.metrics.otlp_discarded(count);
+        let (what, variable) = match signal {
+            Signal::Metrics => ("data point", "OTEL_METRICS_EXPORTER"),
+            Signal::Logs => ("log record", "OTEL_LOGS_EXPORTER"),
+        };
+        let message = format!(
+            "{count} {what}{} rejected: Cairn records traces only (set {variable}=none to stop sending them)",
+            if count == 1 { "" } else { "s" }
+        );
+        let rejected = i64::try_from(count).unwrap_or(i64::MAX);
+        Ok::<Response, OtlpError>(match (signal, encoding) {
+            (Signal::Metrics, Encoding::Protobuf) => protobuf_ok(ExportMetricsServiceResponse {
+                partial_success: Some(ExportMetricsPartialSuccess {
+                    rejected_data_points: rejected,
+                    error_message: message,
+                }),
+            }),
+            (Signal::Logs, Encoding::Protobuf) => protobuf_ok(ExportLogsServiceResponse {
+                partial_success: Some(ExportLogsPartialSuccess {
+                    rejected_log_records: rejected,
+                    error_message: message,
+                }),
+            }),
+            (Signal::Metrics, Encoding::Json) => json_ok(Some(
+                json!({"rejectedDataPoints": rejected.to_string(), "errorMessage": message}),
+            )),
+            (Signal::Logs, Encoding::Json) => json_ok(Some(
+                json!({"rejectedLogRecords": rejected.to_string(), "errorMessage": message}),
+            )),
+        })
+    }
+    .await;
+    result.unwrap_or_else(|e| e.into_response(encoding))
+}
+
+/// Data points of a metrics export, or log records of a logs export.
+fn count_items(signal: Signal, encoding: Encoding, body: &[u8]) -> Result<u64, String> {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    match (signal, encoding) {
+        (Signal::Metrics, Encoding::Protobuf) => {
+            let request = ExportMetricsServiceRequest::decode(body).map_err(|e| {
+                format!("the body is not a protobuf ExportMetricsServiceRequest: {e}")
+            })?;
+            Ok(request
+                .resource_metrics
+                .iter()
+                .flat_map(|r| &r.scope_metrics)
+                .flat_map(|s| &s.metrics)
+                .map(|m| match &m.data {
+                    Some(Data::Gauge(g)) => g.data_points.len(),
+                    Some(Data::Sum(s)) => s.data_points.len(),
+                    Some(Data::Histogram(h)) => h.data_points.len(),
+                    Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+                    Some(Data::Summary(s)) => s.data_points.len(),
+                    None => 0,
+                } as u64)
+                .sum())
+        }
+        (Signal::Logs, Encoding::Protobuf) => {
+            let request = ExportLogsServiceRequest::decode(body)
+                .map_err(|e| format!("the body is not a protobuf ExportLogsServiceRequest: {e}"))?;
+            Ok(request
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .map(|s| s.log_records.len() as u64)
+                .sum())
+        }
+        (signal, Encoding::Json) => {
+            let v: Value = serde_json::from_slice(body)
+                .map_err(|e| format!("the body is not OTLP/JSON: {e}"))?;
+            if !v.is_object() {
+                return Err(format!(
+                    "the body is not OTLP/JSON: an export request is a JSON object, not {}",
+                    crate::wire::kind_of(&v)
+                ));
+            }
+            let list = |v: &Value, key: &str| -> Vec<Value> {
+                v.get(key)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let mut count = 0u64;
+            let (outer, inner) = match signal {
+                Signal::Metrics => ("resourceMetrics", "scopeMetrics"),
+                Signal::Logs => ("resourceLogs", "scopeLogs"),
+            };
+            for r in list(&v, outer) {
+                for s in list(&r, inner) {
+                    match signal {
+                        Signal::Logs => count += list(&s, "logRecords").len() as u64,
+                        Signal::Metrics => {
+                            for m in list(&s, "metrics") {
+                                for kind in [
+                                    "gauge",
+                                    "sum",
+                                    "histogram",
+                                    "exponentialHistogram",
+                                    "summary",
+                                ] {
+                                    if let Some(d) = m.get(kind) {
+                                        count += list(d, "dataPoints").len() as u64;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(count)
+        }
+    }
+}

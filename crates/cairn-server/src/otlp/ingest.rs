@@ -1,0 +1,300 @@
+//! `POST /v1/traces`, the one signal Cairn records: the body decoded and
+//! its spans mapped on the CPU-bound pool, each span's steps planned and
+//! submitted in order, the steps of a session opened as another agent
+//! written again as that agent, and the answer with the spans refused.
+//! Apart from `mod.rs`, which holds what every endpoint shares, because
+//! this is the path from a span to the ledger.
+
+use super::{
+    Encoding, OtlpConfig, OtlpError, admit, content_encoding, cpu, decode_otlp_with, decompress,
+    json_ok, map, protobuf_ok, request_encoding, saturated,
+};
+use crate::{AppState, Caller};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use cairn_store::{AppendError, NewStep, Refusal, WriteRequest};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `POST /v1/traces`.
+#[utoipa::path(
+    post,
+    path = "/v1/traces",
+    operation_id = "otlp_traces",
+    tag = "traces",
+    summary = "Export spans (OTLP/HTTP)",
+    description = "OTLP/HTTP traces receiver (docs/OTLP.md): an ExportTraceServiceRequest in binary protobuf (application/x-protobuf) or OTLP/JSON (application/json), optionally Content-Encoding gzip or deflate. Each span (GenAI semantic conventions, OpenInference) becomes hash-chained steps of its session (gen_ai.conversation.id, else session.id, else the trace id); step ids are otel.<trace id>.<span id>.<n>, so an exporter's retry adds nothing. The answer is an ExportTraceServiceResponse in the request's encoding, with partial_success.rejected_spans and error_message when spans were refused. Errors are OTLP Status messages in the request's encoding (JSON: {code, message, error: {code, message}}): 400 invalid_otlp / signed_trace / too_many_spans, 401, 403, 413 body_too_large, 415 unsupported_media_type, 429 overloaded and 503 with Retry-After (retry). Also served alone on --otlp-listen. Roles: writer, admin.",
+    request_body(content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+    responses(
+        (status = 200, description = "ExportTraceServiceResponse in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::JsonObject = "application/json"))),
+        (status = "4XX", description = "An OTLP Status message (google.rpc.Status) in the request's encoding", content((crate::api_doc::Protobuf = "application/x-protobuf"), (crate::api_doc::OtlpStatus = "application/json"))),
+        (status = "5XX", description = "An OTLP Status message; 503 carries Retry-After"),
+    ),
+)]
+pub(crate) async fn traces(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (encoding, content_type) = request_encoding(&headers);
+    match export_traces(&state, &headers, body, encoding, content_type.as_deref()).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(encoding),
+    }
+}
+
+/// A span's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Recorded,
+    Refused,
+}
+
+/// What one export decodes and maps to: each span's steps (or why it
+/// cannot be recorded), from the body as sent.
+fn decode_and_map(
+    bytes: &[u8],
+    content_type: &str,
+    content_encoding: Option<&str>,
+    config: &OtlpConfig,
+    limits: &map::MapLimits,
+) -> Result<Vec<Result<map::SpanSteps, map::Unmappable>>, OtlpError> {
+    let raw = decompress(
+        content_encoding,
+        bytes,
+        config.decode.max_decompressed_bytes,
+    )?;
+    let request = decode_otlp_with(content_type, &raw, &config.decode)?;
+    drop(raw);
+    Ok(map::map_request(&request, limits))
+}
+
+async fn export_traces(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    encoding: Encoding,
+    content_type: Option<&str>,
+) -> Result<Response, OtlpError> {
+    let started = Instant::now();
+    if let Some(e) = saturated(state, 0) {
+        return Err(e);
+    }
+    let _request = state.otlp.requests.try_acquire().map_err(|_| {
+        OtlpError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "overloaded",
+            format!(
+                "{} OTLP requests are being handled: retry after the delay",
+                state.config.otlp.max_requests
+            ),
+        )
+        .retry_after(1)
+    })?;
+    let (caller, bytes) = admit(state, headers, body, encoding, content_type).await?;
+    let config = state.config.otlp;
+    let limits = state.store.limits();
+    let map_limits = map::MapLimits {
+        max_content_bytes: limits.max_content_bytes,
+        max_payload_bytes: limits.max_payload_bytes,
+        max_attribute_bytes: config.max_attribute_bytes,
+    };
+    let content_type = content_type.unwrap_or("").to_owned();
+    let content_encoding = content_encoding(headers);
+    let bound = caller.key.agent_id.clone();
+    let (work_state, work_caller, work_bytes) = (Arc::clone(state), caller.clone(), bytes.clone());
+    let (work_type, work_encoding) = (content_type.clone(), content_encoding.clone());
+    // Decode, map, plan, and submit every step (in order, so that the
+    // sequencer commits each session's steps in plan order).
+    let (mut fates, mut reasons, submitted) = cpu(state, move || {
+        let mapped = decode_and_map(
+            &work_bytes,
+            &work_type,
+            work_encoding.as_deref(),
+            &config,
+            &map_limits,
+        )?;
+        let mut fates = vec![Fate::Recorded; mapped.len()];
+        let mut reasons: Vec<String> = Vec::new();
+        for (i, m) in mapped.iter().enumerate() {
+            match m {
+                Err(u) => {
+                    fates[i] = Fate::Refused;
+                    reasons.push(u.reason.clone());
+                }
+                Ok(s) => {
+                    if let (Some(bound), Some((agent, _))) = (&bound, &s.agent)
+                        && agent != bound
+                        && *agent != cairn_core::record::hashed_agent_id(bound)
+                    {
+                        fates[i] = Fate::Refused;
+                        reasons.push(format!(
+                            "span {}: this key may only write as agent {bound}, not {agent}",
+                            s.span_hex
+                        ));
+                    }
+                }
+            }
+        }
+        let plans = map::plan(mapped, bound.as_deref());
+        let steps: usize = plans.iter().map(|p| p.steps.len()).sum();
+        if let Some(e) = saturated(&work_state, steps) {
+            return Err(e);
+        }
+        let mut submitted = Vec::with_capacity(steps);
+        for plan in plans {
+            for (span, step) in plan.steps {
+                if fates[span] == Fate::Refused {
+                    continue;
+                }
+                let id = step.step_id.clone();
+                let new = new_step(&work_caller, &plan.session_id, &plan.agent_id, step);
+                let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
+                submitted.push((span, id, pending));
+            }
+        }
+        Ok((fates, reasons, submitted))
+    })
+    .await?;
+    // Steps refused because their session was opened as another agent (by
+    // an earlier export, before this session's agent span arrived): step
+    // id -> the session's agent.
+    let mut mismatched: std::collections::HashMap<String, String> = Default::default();
+    let mut storage_failure = None;
+    for (span, id, pending) in submitted {
+        match pending.await {
+            Ok(_) => state.metrics.append(started.elapsed()),
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
+            Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
+                if caller.key.agent_id.is_none() =>
+            {
+                mismatched.insert(id, session_agent);
+            }
+            Err(AppendError::Refused(r)) => {
+                state.metrics.refusal();
+                if fates[span] != Fate::Refused {
+                    fates[span] = Fate::Refused;
+                    reasons.push(format!("step {id}: {r}"));
+                }
+            }
+            Err(AppendError::Store(e)) => storage_failure = Some(e),
+        }
+    }
+    if !mismatched.is_empty() && storage_failure.is_none() {
+        // Rare (and cheaper than keeping a copy of every step): derive the
+        // steps again and write these as the session's agent, in order.
+        let work_state = Arc::clone(state);
+        let work_caller = caller.clone();
+        let retried = cpu(state, move || {
+            let mapped = decode_and_map(
+                &bytes,
+                &content_type,
+                content_encoding.as_deref(),
+                &config,
+                &map_limits,
+            )?;
+            let mut pendings = Vec::new();
+            for plan in map::plan(mapped, None) {
+                for (span, step) in plan.steps {
+                    let Some(agent) = mismatched.get(&step.step_id) else {
+                        continue;
+                    };
+                    let id = step.step_id.clone();
+                    let new = new_step(&work_caller, &plan.session_id, agent, step);
+                    let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
+                    pendings.push((span, id, pending));
+                }
+            }
+            Ok(pendings)
+        })
+        .await?;
+        for (span, id, pending) in retried {
+            match pending.await {
+                Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                    state.metrics.append(started.elapsed());
+                }
+                Err(AppendError::Refused(r)) => {
+                    state.metrics.refusal();
+                    if fates[span] != Fate::Refused {
+                        fates[span] = Fate::Refused;
+                        reasons.push(format!("step {id}: {r}"));
+                    }
+                }
+                Err(AppendError::Store(e)) => storage_failure = Some(e),
+            }
+        }
+    }
+    if let Some(e) = storage_failure {
+        // Nothing is lost by retrying: recorded steps are duplicates then.
+        return Err(OtlpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_failure",
+            format!("storage failed, retry the export: {e}"),
+        )
+        .retry_after(1));
+    }
+    let rejected = fates.iter().filter(|f| **f == Fate::Refused).count();
+    state
+        .metrics
+        .otlp_spans((fates.len() - rejected) as u64, rejected as u64);
+    let partial = (rejected > 0).then(|| ExportTracePartialSuccess {
+        rejected_spans: rejected as i64,
+        error_message: summary(rejected, "span", &reasons),
+    });
+    Ok(match encoding {
+        Encoding::Protobuf => protobuf_ok(ExportTraceServiceResponse {
+            partial_success: partial,
+        }),
+        Encoding::Json => json_ok(partial.map(|p| {
+            json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
+        })),
+    })
+}
+
+/// `N spans rejected: reason; reason; ...` (at most five reasons).
+fn summary(count: usize, what: &str, reasons: &[String]) -> String {
+    let mut text = format!(
+        "{count} {what}{} rejected",
+        if count == 1 { "" } else { "s" }
+    );
+    for (i, r) in reasons.iter().take(5).enumerate() {
+        text.push_str(if i == 0 { ": " } else { "; " });
+        text.push_str(r);
+    }
+    if reasons.len() > 5 {
+        text.push_str(&format!("; and {} more", reasons.len() - 5));
+    }
+    text
+}
+
+/// A planned step as the ledger's input.
+fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::MappedStep) -> NewStep {
+    let links = cairn_core::record::Links {
+        tool_call: step.tool_call,
+        ..Default::default()
+    };
+    NewStep {
+        org_id: caller.org().to_owned(),
+        session_id: session_id.to_owned(),
+        agent_id: agent_id.to_owned(),
+        kind_label: step.kind_label.to_owned(),
+        content: step.content,
+        input: step.input,
+        output: step.output,
+        duration_ms: step.duration_ms,
+        token_count: step.token_count,
+        model: step.model,
+        metadata: Some(step.metadata),
+        turn_id: Some(step.turn_id),
+        links,
+        trace_id: Some(step.step_id),
+        caller: caller.key.id.clone(),
+        ..NewStep::default()
+    }
+}
