@@ -109,7 +109,8 @@ CREATE TABLE IF NOT EXISTS fulltext_progress (
 -- Orgs whose documents are from another history of their log, being
 -- deleted by the index's thread: no search uses them meanwhile.
 CREATE TABLE IF NOT EXISTS fulltext_forgetting (
-  org INTEGER PRIMARY KEY
+  org        INTEGER PRIMARY KEY,
+  next_rowid INTEGER NOT NULL  -- where the thread's next deletion starts
 );";
 
 /// Per org: the committed log size once the queued documents are in, and

@@ -277,6 +277,87 @@ fn a_panic_of_the_index_thread_stops_the_index_instead_of_leaving_searches_waiti
     assert!(started.elapsed() < Duration::from_secs(1));
 }
 
+/// An org being forgotten loses its documents a chunk at a time, each
+/// chunk starting where the last stopped (its cursor kept with the mark),
+/// the mark removed by the chunk that finds none left, and only then is
+/// the org indexed; another org's documents are left alone. (Unit tests
+/// forget 1,000 documents per chunk.)
+#[test]
+fn forgetting_an_org_deletes_its_documents_a_chunk_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    let conn = index.conn.lock();
+    let (lo1, _) = org_range(1);
+    let (lo2, _) = org_range(2);
+    {
+        let mut insert = conn
+            .prepare("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+            .unwrap();
+        for seq in 0..2500i64 {
+            insert
+                .execute(params![lo1 + seq, format!("stale {seq}")])
+                .unwrap();
+        }
+        for seq in 0..10i64 {
+            insert
+                .execute(params![lo2 + seq, format!("kept {seq}")])
+                .unwrap();
+        }
+    }
+    conn.execute(
+        "INSERT INTO fulltext_forgetting (org, next_rowid) VALUES (1, 0)",
+        [],
+    )
+    .unwrap();
+    let ledger = rusqlite::Connection::open_in_memory().unwrap();
+    let left = |org: i64| -> i64 {
+        let (lo, hi) = org_range(org);
+        conn.query_row(
+            "SELECT count(*) FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2",
+            params![lo, hi],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let cursor = || -> Option<i64> {
+        conn.query_row(
+            "SELECT next_rowid FROM fulltext_forgetting WHERE org = 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let chunk = super::super::fulltext_mend::index_chunk(&conn, &ledger, 1, 0).unwrap();
+        seen.push((chunk, left(1), cursor()));
+        if chunk != super::super::fulltext_mend::Chunk::Forgot {
+            break;
+        }
+        assert!(seen.len() < 10, "{seen:?}");
+    }
+    use super::super::fulltext_mend::Chunk::{Forgot, Indexed};
+    assert_eq!(
+        seen,
+        vec![
+            (Forgot, 1500, Some(lo1 + 1000)),
+            (Forgot, 500, Some(lo1 + 2000)),
+            (Forgot, 0, Some(lo1 + 2500)),
+            (Forgot, 0, None),
+            (
+                Indexed {
+                    from: 0,
+                    reached: 0
+                },
+                0,
+                None
+            ),
+        ]
+    );
+    assert_eq!(left(2), 10, "another org's documents");
+}
+
 /// An index whose writes fail never stops ingest: under the limit the
 /// sequencer goes on at once; past it, the index stops (its queue
 /// dropped, searches told to restart) and ingest goes on.

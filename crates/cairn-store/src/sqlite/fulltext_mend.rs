@@ -91,15 +91,18 @@ pub(super) fn plan_catch_up(
     Ok(targets)
 }
 
-/// Documents deleted per transaction while forgetting an org.
-const FORGET_DOCS: usize = 4096;
+/// Documents deleted per transaction while forgetting an org: about
+/// 0.15 s of the index's connection each. Fewer per transaction made FTS5
+/// merge its segments far more often (4,096: 2.2 s for 100,000 documents
+/// against 0.45 s, which is what deleting them all at once takes).
+const FORGET_DOCS: usize = if cfg!(test) { 1000 } else { 32_768 };
 
 /// Marks an org's documents to be forgotten and drops its progress, so
 /// that no process trusts them meanwhile ([`forgetting`]).
 fn mark_forgotten(index: &Connection, org: i64) -> Result<(), StoreError> {
     index
         .execute(
-            "INSERT OR IGNORE INTO fulltext_forgetting (org) VALUES (?1)",
+            "INSERT OR IGNORE INTO fulltext_forgetting (org, next_rowid) VALUES (?1, 0)",
             [org],
         )
         .and_then(|_| index.execute("DELETE FROM fulltext_progress WHERE org = ?1", [org]))
@@ -168,16 +171,47 @@ pub(super) fn index_chunk(
         let tx = index
             .unchecked_transaction()
             .context("starting to mend the full-text index")?;
-        let deleted = tx
-            .execute(
-                "DELETE FROM steps_fts WHERE rowid IN
-                   (SELECT rowid FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2 LIMIT ?3)",
-                params![lo, hi, FORGET_DOCS as i64],
+        let forget = |e| StoreError::Database {
+            context: "forgetting an org's documents in the full-text index".into(),
+            source: e,
+        };
+        // From where the last chunk stopped: each chunk seeks past the
+        // documents already deleted instead of scanning them again.
+        let from: i64 = tx
+            .query_row(
+                "SELECT next_rowid FROM fulltext_forgetting WHERE org = ?1",
+                [org],
+                |r| r.get(0),
             )
-            .context("forgetting an org's documents in the full-text index")?;
-        if deleted < FORGET_DOCS {
-            tx.execute("DELETE FROM fulltext_forgetting WHERE org = ?1", [org])
-                .context("forgetting an org's documents in the full-text index")?;
+            .map_err(forget)?;
+        let rowids: Vec<i64> = tx
+            .prepare_cached(
+                "SELECT rowid FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2
+                 ORDER BY rowid LIMIT ?3",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![from.max(lo), hi, FORGET_DOCS as i64], |r| r.get(0))?
+                    .collect()
+            })
+            .map_err(forget)?;
+        match rowids.last() {
+            Some(&last) => {
+                tx.execute(
+                    "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid <= ?2",
+                    params![from.max(lo), last],
+                )
+                .and_then(|_| {
+                    tx.execute(
+                        "UPDATE fulltext_forgetting SET next_rowid = ?2 WHERE org = ?1",
+                        params![org, last + 1],
+                    )
+                })
+                .map_err(forget)?;
+            }
+            None => {
+                tx.execute("DELETE FROM fulltext_forgetting WHERE org = ?1", [org])
+                    .map_err(forget)?;
+            }
         }
         tx.commit().context("mending the full-text index")?;
         return Ok(Chunk::Forgot);

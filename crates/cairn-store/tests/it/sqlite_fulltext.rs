@@ -395,8 +395,10 @@ fn documents_of_another_history_are_forgotten_in_the_background_and_never_used()
         let index = rusqlite::Connection::open(&index_file).unwrap();
         index
             .execute_batch(
-                "CREATE TABLE IF NOT EXISTS fulltext_forgetting (org INTEGER PRIMARY KEY);
-                 INSERT INTO fulltext_forgetting (org) SELECT org FROM fulltext_progress;
+                "CREATE TABLE IF NOT EXISTS fulltext_forgetting
+                   (org INTEGER PRIMARY KEY, next_rowid INTEGER NOT NULL);
+                 INSERT INTO fulltext_forgetting (org, next_rowid)
+                   SELECT org, 0 FROM fulltext_progress;
                  DELETE FROM fulltext_progress;",
             )
             .unwrap();
