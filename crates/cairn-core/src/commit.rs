@@ -309,8 +309,11 @@ pub fn commit_field(salt: &Salt, canonical_value: &[u8]) -> Hash {
     commit_field_with(&mut scratch, salt, canonical_value)
 }
 
+/// The tag that frames every field commitment.
+const FIELD_TAG: &str = "cairn/v2/field";
+
 fn commit_field_with(scratch: &mut Vec<u8>, salt: &Salt, value: &[u8]) -> Hash {
-    framed_hash(scratch, "cairn/v2/field", &[salt, value])
+    framed_hash(scratch, FIELD_TAG, &[salt, value])
 }
 
 /// How one field of a recorded step is disclosed.
@@ -377,12 +380,11 @@ pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT
 /// written in place after the salt (`frame("cairn/v2/field"; salt,
 /// value)`, as [`commit_field`] frames it, without copying the value).
 fn commitments_in(scratch: &mut Vec<u8>, step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT] {
-    const TAG: &str = "cairn/v2/field";
     FIELDS.map(|field| match openings.get(field) {
         Opening::Revealed(salt) => {
             scratch.clear();
-            scratch.push(TAG.len() as u8);
-            scratch.extend_from_slice(TAG.as_bytes());
+            scratch.push(FIELD_TAG.len() as u8);
+            scratch.extend_from_slice(FIELD_TAG.as_bytes());
             scratch.extend_from_slice(&(salt.len() as u32).to_be_bytes());
             scratch.extend_from_slice(salt);
             let length_at = scratch.len();

@@ -5,7 +5,7 @@
 //! `records`, what only a partial log has (inclusion proofs, the signed
 //! selection) in `sparse`.
 
-use super::chain::{ChainState, step_location};
+use super::chain::ChainState;
 use super::keys::AgentKeys;
 use super::log_keys::KeyValidity;
 use super::{Check, Failure, Location, Progress, Reason, Verdict};
@@ -451,17 +451,14 @@ impl LogVerifier {
 }
 
 fn entry_location(entry: &LogEntry) -> Location {
-    match &entry.record {
-        LogRecord::Step(rec) => step_location(Some(entry.seq), rec),
-        LogRecord::Op { record, .. } => Location {
-            seq: Some(entry.seq),
-            session_id: op_session(record).map(str::to_owned),
-            ..Location::default()
-        },
-    }
+    let mut at = Location::default();
+    write_entry_location(&mut at, entry);
+    at
 }
 
-/// [`entry_location`] written over `out`, reusing its strings' memory.
+/// Where `entry` is, written over `out` (reusing its strings' memory):
+/// a step's seq, index and the session and trace ids it discloses, an
+/// operational record's seq and session.
 fn write_entry_location(out: &mut Location, entry: &LogEntry) {
     fn set(slot: &mut Option<String>, value: Option<&str>) {
         match (slot.as_mut(), value) {
