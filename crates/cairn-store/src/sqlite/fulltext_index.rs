@@ -426,7 +426,6 @@ impl Shared {
                     .into(),
             );
         }
-        queue.catching_up = None;
         drop(queue);
         self.progressed.notify_all();
         self.wake.notify_all();

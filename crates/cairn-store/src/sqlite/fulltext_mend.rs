@@ -167,7 +167,13 @@ pub(super) fn index_chunk(
     to: u64,
 ) -> Result<Chunk, StoreError> {
     let (lo, hi) = org_range(org);
-    if forgetting(index, "main", org)? {
+    // An org being forgotten carries the cursor its deletion reached:
+    // each chunk seeks past the documents already deleted.
+    let cursor: Option<i64> = index
+        .prepare_cached("SELECT next_rowid FROM fulltext_forgetting WHERE org = ?1")
+        .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
+        .context("reading the full-text index's progress")?;
+    if let Some(from) = cursor {
         let tx = index
             .unchecked_transaction()
             .context("starting to mend the full-text index")?;
@@ -175,27 +181,18 @@ pub(super) fn index_chunk(
             context: "forgetting an org's documents in the full-text index".into(),
             source: e,
         };
-        // From where the last chunk stopped: each chunk seeks past the
-        // documents already deleted instead of scanning them again.
-        let from: i64 = tx
-            .query_row(
-                "SELECT next_rowid FROM fulltext_forgetting WHERE org = ?1",
-                [org],
-                |r| r.get(0),
-            )
-            .map_err(forget)?;
-        let rowids: Vec<i64> = tx
+        // The last of the next FORGET_DOCS documents from the cursor.
+        let last: Option<i64> = tx
             .prepare_cached(
-                "SELECT rowid FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2
-                 ORDER BY rowid LIMIT ?3",
+                "SELECT max(rowid) FROM (SELECT rowid FROM steps_fts
+                 WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid LIMIT ?3)",
             )
             .and_then(|mut s| {
-                s.query_map(params![from.max(lo), hi, FORGET_DOCS as i64], |r| r.get(0))?
-                    .collect()
+                s.query_row(params![from.max(lo), hi, FORGET_DOCS as i64], |r| r.get(0))
             })
             .map_err(forget)?;
-        match rowids.last() {
-            Some(&last) => {
+        match last {
+            Some(last) => {
                 tx.execute(
                     "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid <= ?2",
                     params![from.max(lo), last],

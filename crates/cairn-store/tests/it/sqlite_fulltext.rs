@@ -366,23 +366,10 @@ fn documents_of_another_history_are_forgotten_in_the_background_and_never_used()
     // Another store's index beside this ledger: forgotten, then rebuilt.
     copy_index_file(&foreign, &index_file);
     {
-        let server = SqliteStore::open(data, seq_options()).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        let quokkas = loop {
-            match server.full_text_search(
-                "acme",
-                &FullTextQuery::parse("quokka").unwrap(),
-                &cairn_store::StepFilter::default(),
-                50,
-            ) {
-                Ok(found) => break found,
-                Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
-                other => panic!("the index never caught up: {other:?}"),
-            }
-        };
+        let server = open_caught_up(data);
         assert!(
-            quokkas.is_empty(),
-            "another history's documents: {quokkas:?}"
+            hits(&server, "quokka").is_empty(),
+            "another history's documents"
         );
         assert_eq!(hits(&server, "narwhal"), vec![narwhal]);
     }
@@ -416,35 +403,13 @@ fn documents_of_another_history_are_forgotten_in_the_background_and_never_used()
         other => panic!("a reader used documents being forgotten: {other:?}"),
     }
     drop(reader);
-    let server = SqliteStore::open(data, seq_options()).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while documents(&index_file).1 > 0 || hits_now(&server, "narwhal").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never finished forgetting"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let server = open_caught_up(data);
     assert!(hits(&server, "quokka").is_empty());
     drop(server);
     assert_eq!(documents(&index_file), (1, 0));
     let reader = SqliteStore::open(data, reader_options()).unwrap();
     assert_eq!(hits(&reader, "narwhal"), vec![narwhal]);
     assert!(hits(&reader, "quokka").is_empty());
-}
-
-/// A search's hits, or `None` while the index is busy catching up.
-fn hits_now(store: &SqliteStore, words: &str) -> Option<Vec<u64>> {
-    match store.full_text_search(
-        "acme",
-        &FullTextQuery::parse(words).unwrap(),
-        &cairn_store::StepFilter::default(),
-        50,
-    ) {
-        Ok(found) => Some(found.into_iter().map(|(seq, _)| seq).collect()),
-        Err(cairn_store::StoreError::Busy(_)) => None,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// A sequencing open never waits for the full-text index to catch up
