@@ -75,6 +75,11 @@ pub(crate) fn signer_of(
 
 /// A stored 32-byte hash.
 pub(crate) fn blob_hash(bytes: Vec<u8>) -> Result<Hash, StoreError> {
+    hash_of(&bytes)
+}
+
+/// A stored hash from its column's bytes, read in place.
+pub(crate) fn hash_of(bytes: &[u8]) -> Result<Hash, StoreError> {
     let arr: [u8; 32] = bytes
         .try_into()
         .map_err(|_| StoreError::Corrupt("a stored hash is not 32 bytes".into()))?;
@@ -108,7 +113,7 @@ pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpR
 }
 
 /// A step's columns as read from either backend, before parsing.
-pub(crate) struct RawStep {
+pub(crate) struct RawStep<'r> {
     pub seq: i64,
     pub logged_at: i64,
     pub org_id: String,
@@ -116,48 +121,48 @@ pub(crate) struct RawStep {
     pub step_index: i64,
     pub trace_id: String,
     pub agent_id: String,
-    pub kind: String,
+    pub kind: &'r str,
     pub kind_label: String,
     pub content: Option<String>,
-    pub input: Option<String>,
-    pub output: Option<String>,
+    pub input: Option<&'r str>,
+    pub output: Option<&'r str>,
     pub confidence: Option<f64>,
     pub duration_ms: Option<i64>,
     pub token_count: Option<i64>,
     pub model: Option<String>,
-    pub metadata: Option<String>,
+    pub metadata: Option<&'r str>,
     pub created_at: i64,
     pub turn_id: Option<String>,
     pub turn_step: Option<i64>,
     pub task_id: Option<String>,
-    pub links: Option<String>,
-    pub status: String,
-    pub seed: Option<Vec<u8>>,
-    pub salts: Option<Vec<u8>>,
-    pub digest: Vec<u8>,
-    pub prev_hash: Vec<u8>,
-    pub hash: Vec<u8>,
+    pub links: Option<&'r str>,
+    pub status: &'r str,
+    pub seed: Option<&'r [u8]>,
+    pub salts: Option<&'r [u8]>,
+    pub digest: &'r [u8],
+    pub prev_hash: &'r [u8],
+    pub hash: &'r [u8],
     pub signer_key_id: Option<String>,
-    pub signature: Option<Vec<u8>>,
+    pub signature: Option<&'r [u8]>,
     pub has_embedding: bool,
     pub erased: bool,
-    pub hidden: Option<String>,
+    pub hidden: Option<&'r str>,
 }
 
-impl RawStep {
+impl RawStep<'_> {
     /// Parses the columns into a record; a column that does not parse is
     /// corruption (verification then says which record).
     pub fn parse(self) -> Result<StoredStep, StoreError> {
         let corrupt = |what: &str| StoreError::Corrupt(format!("stored step: {what}"));
-        let json = |text: Option<String>| -> Result<Option<serde_json::Value>, StoreError> {
+        let json = |text: Option<&str>| -> Result<Option<serde_json::Value>, StoreError> {
             text.map(|t| {
-                serde_json::from_str(&t).map_err(|_| corrupt("a JSON column does not parse"))
+                serde_json::from_str(t).map_err(|_| corrupt("a JSON column does not parse"))
             })
             .transpose()
         };
         let to_u64 = |v: Option<i64>| v.map(|v| v as u64);
         let kind =
-            cairn_core::kind::StepKind::parse(&self.kind).ok_or_else(|| corrupt("unknown kind"))?;
+            cairn_core::kind::StepKind::parse(self.kind).ok_or_else(|| corrupt("unknown kind"))?;
         let links = match json(self.links)? {
             None => Links::default(),
             Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
@@ -184,7 +189,7 @@ impl RawStep {
             turn_step: to_u64(self.turn_step),
             task_id: self.task_id,
             links,
-            status: Status::parse(&self.status).ok_or_else(|| corrupt("unknown status"))?,
+            status: Status::parse(self.status).ok_or_else(|| corrupt("unknown status"))?,
             signer_key_id: self.signer_key_id.clone(),
         };
         let mut openings = match self.seed {
@@ -241,9 +246,9 @@ impl RawStep {
             record: StepRecord {
                 step,
                 openings,
-                digest: blob_hash(self.digest)?,
-                prev_hash: blob_hash(self.prev_hash)?,
-                hash: blob_hash(self.hash)?,
+                digest: hash_of(self.digest)?,
+                prev_hash: hash_of(self.prev_hash)?,
+                hash: hash_of(self.hash)?,
                 signature,
                 has_embedding: self.has_embedding,
                 erased: self.erased,

@@ -4,9 +4,9 @@
 //! on a pooled read-only connection; none touches the writer.
 
 use super::SqliteStore;
-use super::rows::{entry_from_row, session_rowids, step_from_row, successor, true_end};
+use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
-    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, log_entries_query,
+    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, hash_of, log_entries_query,
     op_from_view, org_range, row_id,
 };
 use crate::listing::{self, ListParam};
@@ -410,10 +410,10 @@ impl SqliteStore {
 fn stored_entry(row: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
     let n = STEP_COLUMN_COUNT;
     let seq: i64 = row.get(0).context("reading the log")?;
-    let leaf: Vec<u8> = row.get(n + 2).context("reading the log")?;
+    let leaf = blob(row, n + 2).context("reading the log")?;
     Ok(StoredEntry {
         seq: seq as u64,
-        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
+        leaf: hash_of(leaf).unwrap_or(Hash::ZERO),
         entry: entry_from_row(row, n).map_err(|e| e.to_string()),
     })
 }

@@ -4,11 +4,12 @@
 //! and the writer's transaction.
 
 use crate::engine::{
-    ChainEnd, RawStep, SessionState, StoredSession, blob_hash, chain_end, op_from_view, row_id,
+    ChainEnd, RawStep, SessionState, StoredSession, chain_end, hash_of, op_from_view, row_id,
 };
 use crate::{DbContext, StoreError, StoredStep};
 use cairn_core::Timestamp;
 use cairn_core::log::{LogEntry, LogRecord};
+use rusqlite::types::{FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// A chain end from a row of `seq, step_index, record_hash, created_at,
@@ -128,6 +129,40 @@ pub(super) fn session_rowids(
     Ok(ids)
 }
 
+/// A column read in place (the row's own bytes, no copy), for columns
+/// that are parsed and never kept; a value of another type fails as
+/// `Row::get` would.
+fn in_place<'r, T>(
+    row: &'r rusqlite::Row<'_>,
+    index: usize,
+    read: impl FnOnce(ValueRef<'r>) -> FromSqlResult<T>,
+) -> rusqlite::Result<T> {
+    let value = row.get_ref(index)?;
+    read(value).map_err(|_| {
+        let name = row.as_ref().column_name(index).unwrap_or("?").to_owned();
+        rusqlite::Error::InvalidColumnType(index, name, value.data_type())
+    })
+}
+
+fn text<'r>(row: &'r rusqlite::Row<'_>, index: usize) -> rusqlite::Result<&'r str> {
+    in_place(row, index, |v| v.as_str())
+}
+
+fn text_or_null<'r>(row: &'r rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<&'r str>> {
+    in_place(row, index, |v| v.as_str_or_null())
+}
+
+pub(super) fn blob<'r>(row: &'r rusqlite::Row<'_>, index: usize) -> rusqlite::Result<&'r [u8]> {
+    in_place(row, index, |v| v.as_blob())
+}
+
+fn blob_or_null<'r>(
+    row: &'r rusqlite::Row<'_>,
+    index: usize,
+) -> rusqlite::Result<Option<&'r [u8]>> {
+    in_place(row, index, |v| v.as_blob_or_null())
+}
+
 /// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
 pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
     let read = |e| StoreError::Database {
@@ -139,35 +174,35 @@ pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, Store
             seq: row.get(0)?,
             trace_id: row.get(1)?,
             agent_id: row.get(2)?,
-            kind: row.get(3)?,
+            kind: text(row, 3)?,
             kind_label: row.get(4)?,
             content: row.get(5)?,
-            input: row.get(6)?,
-            output: row.get(7)?,
+            input: text_or_null(row, 6)?,
+            output: text_or_null(row, 7)?,
             confidence: row.get(8)?,
             duration_ms: row.get(9)?,
             token_count: row.get(10)?,
             model: row.get(11)?,
-            metadata: row.get(12)?,
+            metadata: text_or_null(row, 12)?,
             created_at: row.get(13)?,
             turn_id: row.get(14)?,
             turn_step: row.get(15)?,
             task_id: row.get(16)?,
-            links: row.get(17)?,
-            status: row.get(18)?,
-            seed: row.get(19)?,
-            digest: row.get(20)?,
-            prev_hash: row.get(21)?,
-            hash: row.get(22)?,
+            links: text_or_null(row, 17)?,
+            status: text(row, 18)?,
+            seed: blob_or_null(row, 19)?,
+            digest: blob(row, 20)?,
+            prev_hash: blob(row, 21)?,
+            hash: blob(row, 22)?,
             signer_key_id: row.get(23)?,
-            signature: row.get(24)?,
+            signature: blob_or_null(row, 24)?,
             has_embedding: row.get(25)?,
             erased: row.get(26)?,
-            hidden: row.get(27)?,
+            hidden: text_or_null(row, 27)?,
             step_index: row.get(28)?,
             org_id: row.get(29)?,
             session_id: row.get(30)?,
-            salts: row.get(31)?,
+            salts: blob_or_null(row, 31)?,
             logged_at: row.get(32)?,
         })
     })()
@@ -178,7 +213,7 @@ pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, Store
 /// A log entry from a row selected with [`STEP_COLUMNS`] followed by
 /// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
 pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEntry, StoreError> {
-    let entry_type: String = row.get(n).context("reading the log")?;
+    let entry_type = text(row, n).context("reading the log")?;
     if entry_type == "step" {
         let stored = step_from_row(row)?;
         return Ok(LogEntry {
@@ -189,10 +224,10 @@ pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEnt
     }
     let seq: i64 = row.get(0).context("reading the log")?;
     let logged_at: i64 = row.get(n - 1).context("reading the log")?;
-    let view: Option<String> = row.get(n + 1).context("reading the log")?;
-    let hash = blob_hash(row.get(22).context("reading the log")?)?;
+    let view = text_or_null(row, n + 1).context("reading the log")?;
+    let hash = hash_of(blob(row, 22).context("reading the log")?)?;
     let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
-    let record = op_from_view(seq as u64, &entry_type, &view)?;
+    let record = op_from_view(seq as u64, entry_type, view)?;
     Ok(LogEntry {
         seq: seq as u64,
         logged_at: Timestamp::from_micros(logged_at)
