@@ -11,7 +11,7 @@
 //! chunk of whole batches (about 4,096 documents or 4 MB) per transaction,
 //! handing the writing connection over between chunks. Before this process
 //! answers a full-text search it writes what is queued
-//! ([`FullTextIndex::flush`]), so the server always finds what it
+//! ([`FullTextIndex::flush_for`]), so the server always finds what it
 //! acknowledged. When the thread falls behind (64 MB queued), the sequencer
 //! waits, before its next batch, for the thread's writes to bring the queue
 //! back under ([`FullTextIndex::relieve`]), at most a second while under a
@@ -31,8 +31,10 @@
 //! store deletes the steps that erasure records at and above it name, and
 //! its index thread then indexes the steps at and above it (what a crash
 //! left queued) from the log, a chunk at a time, before anything queued
-//! (the open never waits for that; a search meanwhile waits briefly, then
-//! is told to come back: `StoreError::Busy`); an org
+//! (the open never waits for that; a search of an org being caught up,
+//! or with a batch queued behind the catch-up, waits briefly, then is told
+//! to come back: `StoreError::Busy`, while an org whose documents are all
+//! in is searched at once); an org
 //! whose recorded root is not its log's at that size (the index belongs to
 //! another history: `ledger.db` restored from a backup beside a newer
 //! index) is indexed again from its first step, an org the log lacks is
@@ -308,10 +310,13 @@ impl FullTextIndex {
         self.shared.relieve()
     }
 
-    /// Writes everything queued now (before a search: this process finds
-    /// every step it acknowledged).
-    pub(super) fn flush(&self) -> Result<(), StoreError> {
-        self.shared.flush()
+    /// Writes everything queued now, before a search of `org` (this
+    /// process finds every step it acknowledged). While the index catches
+    /// up with the log, an org whose documents are all in it
+    /// ([`Queue::complete_while_catching_up`]) is searched at once instead
+    /// of waiting for the other orgs.
+    pub(super) fn flush_for(&self, org: i64) -> Result<(), StoreError> {
+        self.shared.flush_org(Some(org))
     }
 
     /// The longest the index has taken to write one chunk, in microseconds.
@@ -594,7 +599,14 @@ impl Shared {
     /// the connection is let go between chunks, so that an erasure or a
     /// sequencer relieving a backlog never waits for more than a chunk.
     fn flush(&self) -> Result<(), StoreError> {
-        self.await_catch_up()?;
+        self.flush_org(None)
+    }
+
+    /// [`Shared::flush`] before a search of `org` ([`FullTextIndex::flush_for`]).
+    fn flush_org(&self, org: Option<i64>) -> Result<(), StoreError> {
+        if self.await_catch_up(org)? {
+            return Ok(());
+        }
         let target = lock(&self.queue)?.queued;
         loop {
             let conn = self.conn.lock();
@@ -619,21 +631,26 @@ impl Shared {
 
     /// Waits, for at most [`CATCH_UP_WAIT`], for a catch-up with the log
     /// to end (one after a crash is over in moments); a longer one (a
-    /// whole index rebuilt) is said to the caller instead.
-    fn await_catch_up(&self) -> Result<(), StoreError> {
+    /// whole index rebuilt) is said to the caller instead. True when the
+    /// catch-up goes on and `org`'s documents are all in the index
+    /// ([`Queue::complete_while_catching_up`]): its search can go ahead,
+    /// with nothing of its own to write.
+    fn await_catch_up(&self, org: Option<i64>) -> Result<bool, StoreError> {
+        let complete = |q: &Queue| org.is_some_and(|org| q.complete_while_catching_up(org));
         let queue = lock(&self.queue)?;
         let (queue, _) = self
             .progressed
             .wait_timeout_while(queue, CATCH_UP_WAIT, |q| {
-                q.catching_up.is_some() && q.failed.is_none() && !q.stop
+                q.catching_up.is_some() && q.failed.is_none() && !q.stop && !complete(q)
             })
             .map_err(|_| poisoned())?;
         match &queue.catching_up {
+            Some(_) if queue.failed.is_none() && complete(&queue) => Ok(true),
             Some(catch_up) if queue.failed.is_none() => Err(StoreError::Busy(format!(
                 "the full-text index is being brought up to date with the log (about {} steps to go) since the server started; search again shortly",
                 catch_up.left
             ))),
-            _ => Ok(()),
+            _ => Ok(false),
         }
     }
 

@@ -248,6 +248,55 @@ fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
     );
 }
 
+/// While the index catches up with one org's log, a search of another
+/// org whose documents are all in the index goes ahead at once; an org
+/// with a batch queued behind the catch-up, or absorbed into it, and the
+/// org being caught up are told to search again, as is a flush of every
+/// org.
+#[test]
+fn while_catching_up_an_org_whose_documents_are_all_in_is_searched_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
+        targets: [(3, 5)].into_iter().collect(),
+        left: 5,
+    });
+    let busy = |org: Option<i64>| {
+        let started = Instant::now();
+        let outcome = index.flush_org(org);
+        (outcome, started.elapsed())
+    };
+    let (outcome, took) = busy(Some(1));
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(
+        took < CATCH_UP_WAIT / 2,
+        "waited {took:?} for another org's catch-up"
+    );
+    for org in [Some(3), None] {
+        match busy(org) {
+            (Err(StoreError::Busy(message)), took) => {
+                assert!(message.contains("5 steps to go"), "{message}");
+                assert!(took >= CATCH_UP_WAIT, "{org:?} told after {took:?}");
+            }
+            other => panic!("a search of {org:?} while it is caught up: {other:?}"),
+        }
+    }
+    // Org 1 (and 2) commit a batch: it waits behind the catch-up, unwritten.
+    queue_batches(&index, 1, 1, 10);
+    for org in [1, 2] {
+        assert!(
+            matches!(index.flush_org(Some(org)), Err(StoreError::Busy(_))),
+            "org {org} searched without its queued documents"
+        );
+    }
+    assert!(!indexed(&index, 1, 0), "wrote the index while catching up");
+    // Absorbed into the catch-up, org 1 is caught up from the log too.
+    assert!(lock(&index.queue).unwrap().absorb());
+    assert!(matches!(index.flush_org(Some(1)), Err(StoreError::Busy(_))));
+    // An org that wrote nothing since the store opened is still complete.
+    assert!(index.flush_org(Some(4)).is_ok());
+}
+
 /// A panic of the index's thread (a bug) stops the index: a search during
 /// a catch-up is told the index stopped instead of waiting for it forever,
 /// and the sequencer does not wait for writes.

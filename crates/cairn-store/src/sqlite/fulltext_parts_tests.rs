@@ -564,7 +564,7 @@ fn attack2_the_retry_sleep_delays_neither_close_nor_a_search() {
         if !stopped {
             switch_failures(&shared, false);
             let started = Instant::now();
-            index.flush().unwrap();
+            index.flush_for(1).unwrap();
             assert!(
                 started.elapsed() < Duration::from_millis(200),
                 "a search's flush waited for the retry: {:?}",

@@ -97,6 +97,21 @@ impl Queue {
         self.bytes >= BACKLOG_BYTES
     }
 
+    /// While a catch-up goes on, whether `org`'s documents are all in the
+    /// index even so: the catch-up is not for it (its progress covered its
+    /// log when the store opened, and none of its batches was absorbed)
+    /// and no queued batch wrote to it (nothing queued is written during a
+    /// catch-up). Its searches need not wait for the other orgs' catch-up.
+    pub(super) fn complete_while_catching_up(&self, org: i64) -> bool {
+        self.catching_up
+            .as_ref()
+            .is_some_and(|catch_up| !catch_up.targets.contains_key(&org))
+            && !self
+                .batches
+                .iter()
+                .any(|batch| batch.sizes.iter().any(|(of, _, _)| *of == org))
+    }
+
     /// Stops the index: what is queued is dropped (the next sequencing
     /// open indexes it from the recorded progress).
     pub(super) fn fail(&mut self, reason: String) {

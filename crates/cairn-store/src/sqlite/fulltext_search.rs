@@ -56,12 +56,12 @@ pub(super) fn ensure_attached(conn: &Connection, ledger_path: &Path) -> Result<(
 }
 
 impl SqliteStore {
-    /// Writes the queued documents now (before a search, so that this
-    /// process finds every step it acknowledged). Nothing to do in a
+    /// Writes the queued documents now (before a search of `org`, so that
+    /// this process finds every step it acknowledged). Nothing to do in a
     /// process that opened the store to read.
-    pub(super) fn flush_fulltext(&self) -> Result<(), StoreError> {
+    pub(super) fn flush_fulltext(&self, org: i64) -> Result<(), StoreError> {
         match &self.fulltext {
-            Some(index) => index.flush(),
+            Some(index) => index.flush_for(org),
             None => Ok(()),
         }
     }
@@ -75,12 +75,12 @@ impl SqliteStore {
         filter: &StepFilter,
         limit: usize,
     ) -> Result<Vec<(u64, f64)>, StoreError> {
+        let Some(org) = self.read(|c| Self::org_id_of(c, org_id))? else {
+            return Ok(Vec::new());
+        };
         // What this process acknowledged is found at once.
-        self.flush_fulltext()?;
+        self.flush_fulltext(org)?;
         self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(Vec::new());
-            };
             ensure_attached(c, &self.path)?;
             // One snapshot of both files: the mark is read with the
             // documents it speaks for.

@@ -36,13 +36,16 @@ fn hits(store: &SqliteStore, words: &str) -> Vec<u64> {
 }
 
 fn write_step(store: &SqliteStore, content: &str) -> (u64, String) {
+    write_step_in(store, crate::conformance::ORG, content)
+}
+
+fn write_step_in(store: &SqliteStore, org: &str, content: &str) -> (u64, String) {
+    let step = cairn_store::NewStep {
+        org_id: org.into(),
+        ..crate::conformance::step("s1", "Reasoning", content)
+    };
     let request = WriteRequest::Prepared(Box::new(
-        cairn_store::prepare_step(
-            crate::conformance::step("s1", "Reasoning", content),
-            &store.limits(),
-            0.0,
-        )
-        .unwrap(),
+        cairn_store::prepare_step(step, &store.limits(), 0.0).unwrap(),
     ));
     match store.append_batch(&[request]).unwrap().remove(0).unwrap() {
         Written::Step { seq, trace_id, .. } => (seq, trace_id),
@@ -60,23 +63,27 @@ fn erase(trace_id: &str) -> WriteRequest {
 }
 
 /// Opens the store as its sequencing process and waits for the full-text
-/// index to catch up with the log (the open itself never waits for it: a
-/// search meanwhile is told so, `StoreError::Busy`).
+/// index to catch up with the log of every org (the open itself never
+/// waits for it: a search of an org not yet caught up is told so,
+/// `StoreError::Busy`).
 fn open_caught_up(dir: &Path) -> SqliteStore {
     let store = SqliteStore::open(dir, seq_options()).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    loop {
-        let searched = store.full_text_search(
-            "acme",
-            &FullTextQuery::parse("anything").unwrap(),
-            &cairn_store::StepFilter::default(),
-            1,
-        );
-        match searched {
-            Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
-            _ => return store,
+    for org in store.orgs().unwrap() {
+        loop {
+            let searched = store.full_text_search(
+                &org,
+                &FullTextQuery::parse("anything").unwrap(),
+                &cairn_store::StepFilter::default(),
+                1,
+            );
+            match searched {
+                Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
+                _ => break,
+            }
         }
     }
+    store
 }
 
 /// Puts the index file `from` (and its WAL) in place of `to`'s, or removes
@@ -537,6 +544,74 @@ fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
     assert_eq!(
         erased, 0,
         "an erased step's document is left in fulltext.db"
+    );
+}
+
+/// While the index catches up with one org's log (its writes held up here
+/// by another connection's lock on the file), a search of another org
+/// whose documents are all in the index is answered at once, and finds
+/// them; the org being caught up is told to search again, and found once
+/// the catch-up ends. (A catch-up of one org once made every org's search
+/// wait 2 s and answer 503.)
+#[test]
+fn another_orgs_catch_up_never_holds_up_a_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let index_file = data.join(cairn_store::FULLTEXT_FILE);
+    let saved = tempfile::tempdir().unwrap();
+    let heron = {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        write_step(&server, "the first step");
+        write_step_in(&server, "beta", "the heron waits").0
+    };
+    copy_index_file(&index_file, &saved.path().join("fulltext.db"));
+    let zeppelin = {
+        let server = SqliteStore::open(data, seq_options()).unwrap();
+        write_step(&server, "the zeppelin departs at noon").0
+    };
+    // The index as it was before acme's last step: acme is caught up from
+    // the log, beta's documents are all in.
+    copy_index_file(&saved.path().join("fulltext.db"), &index_file);
+    let blocker = rusqlite::Connection::open(&index_file).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let server = SqliteStore::open(data, seq_options()).unwrap();
+    let query = |org: &str, words: &str| {
+        server.full_text_search(
+            org,
+            &FullTextQuery::parse(words).unwrap(),
+            &cairn_store::StepFilter::default(),
+            50,
+        )
+    };
+    let started = std::time::Instant::now();
+    let found = query("beta", "heron").unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "beta's search waited {:?} for acme's catch-up",
+        started.elapsed()
+    );
+    assert_eq!(
+        found.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        vec![heron]
+    );
+    match query("acme", "zeppelin") {
+        Err(cairn_store::StoreError::Busy(message)) => {
+            assert!(message.contains("steps to go"), "{message}");
+        }
+        other => panic!("a search of the org being caught up: {other:?}"),
+    }
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let found = loop {
+        match query("acme", "zeppelin") {
+            Ok(found) => break found,
+            Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
+            other => panic!("the index never caught up: {other:?}"),
+        }
+    };
+    assert_eq!(
+        found.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        vec![zeppelin]
     );
 }
 

@@ -78,16 +78,22 @@ fn big_options() -> SqliteOptions {
     options
 }
 
+/// Opens the store and waits until a search of every org is answered (a
+/// search of an org whose documents are all in is answered while other
+/// orgs are still caught up with the log).
 fn open_settled(dir: &Path) -> SqliteStore {
     let store = SqliteStore::open(dir, big_options()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        match search_in(&store, "acme", "anything") {
-            Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
-            Err(e) => panic!("the index did not settle: {e}"),
-            Ok(_) => return store,
+    for org in store.orgs().unwrap() {
+        loop {
+            match search_in(&store, &org, "anything") {
+                Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
+                Err(e) => panic!("the index did not settle: {e}"),
+                Ok(_) => break,
+            }
         }
     }
+    store
 }
 
 /// fulltext.db checked against ledger.db for every org (see
