@@ -31,10 +31,10 @@
 //! store deletes the steps that erasure records at and above it name, and
 //! its index thread then indexes the steps at and above it (what a crash
 //! left queued) from the log, a chunk at a time, before anything queued
-//! (the open never waits for that; a search of an org being caught up,
-//! or with a batch queued behind the catch-up, waits briefly, then is told
-//! to come back: `StoreError::Busy`, while an org whose documents are all
-//! in is searched at once); an org
+//! (the open never waits for that; a search of an org whose own catch-up
+//! is not done, or with a batch queued behind the catch-up, waits briefly
+//! for its documents, then is told to come back: `StoreError::Busy`, while
+//! an org whose documents are all in is searched at once); an org
 //! whose recorded root is not its log's at that size (the index belongs to
 //! another history: `ledger.db` restored from a backup beside a newer
 //! index) is indexed again from its first step, an org the log lacks is

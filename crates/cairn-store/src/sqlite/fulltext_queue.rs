@@ -98,10 +98,13 @@ impl Queue {
     }
 
     /// While a catch-up goes on, whether `org`'s documents are all in the
-    /// index even so: the catch-up is not for it (its progress covered its
-    /// log when the store opened, and none of its batches was absorbed)
-    /// and no queued batch wrote to it (nothing queued is written during a
-    /// catch-up). Its searches need not wait for the other orgs' catch-up.
+    /// index even so: it has no catch-up target (nothing to catch up when
+    /// the store opened, or its own target reached, absorbed batches
+    /// included) and no queued batch wrote to it (nothing queued is
+    /// written during a catch-up; an import queues every org). Its
+    /// searches need not wait for the other orgs' catch-up. Scans the
+    /// queued batches: bounded by the backlog, past which they are
+    /// absorbed.
     pub(super) fn complete_while_catching_up(&self, org: i64) -> bool {
         self.catching_up
             .as_ref()
