@@ -162,30 +162,46 @@ impl Segmenter {
         }
     }
 
+    /// Segments the ASCII run `text` starts with (up to its first other
+    /// byte) and returns the run's length. No CJK there, and lower-casing
+    /// keeps every byte in place, so each word is copied whole and a run
+    /// of separators ends the open word once.
+    fn push_ascii(&mut self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        loop {
+            let separators = i;
+            while i < bytes.len() && bytes[i].is_ascii() && !bytes[i].is_ascii_alphanumeric() {
+                i += 1;
+            }
+            if i > separators {
+                self.end_word();
+            }
+            if i == bytes.len() || !bytes[i].is_ascii() {
+                return i;
+            }
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                i += 1;
+            }
+            self.start_word();
+            let from = self.out.len();
+            self.out.push_str(&text[start..i]);
+            self.out[from..].make_ascii_lowercase();
+        }
+    }
+
     fn push(&mut self, text: &str) {
+        // The document is about as long as the text.
+        self.out.reserve(text.len() + 1);
         let bytes = text.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
-            let b = bytes[i];
-            if b.is_ascii() {
-                // ASCII: no CJK, and lower-casing keeps every byte in
-                // place, so a run of letters and digits is copied whole.
+            if bytes[i].is_ascii() {
                 if self.cjk.is_some() {
                     self.end_cjk();
                 }
-                if b.is_ascii_alphanumeric() {
-                    let start = i;
-                    while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
-                        i += 1;
-                    }
-                    self.start_word();
-                    let from = self.out.len();
-                    self.out.push_str(&text[start..i]);
-                    self.out[from..].make_ascii_lowercase();
-                } else {
-                    self.end_word();
-                    i += 1;
-                }
+                i += self.push_ascii(&text[i..]);
                 continue;
             }
             let Some(c) = text[i..].chars().next() else {
