@@ -57,6 +57,15 @@ fn queue_batches(index: &Shared, batches: u64, per_batch: u64, doc_bytes: usize)
     }
 }
 
+/// Puts the index in a catch-up of `org`'s log up to size 5 (5 steps to
+/// go), as a sequencing open would.
+fn catching_up(index: &Shared, org: i64) {
+    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
+        targets: [(org, 5)].into_iter().collect(),
+        left: 5,
+    });
+}
+
 fn progress(index: &Shared) -> HashMap<i64, (u64, Hash)> {
     let conn = index.conn.lock();
     let mut stmt = conn
@@ -217,10 +226,7 @@ fn relieving_a_backlog_waits_for_the_writes_that_bring_it_under() {
 fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
-    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
-        targets: [(1, 5)].into_iter().collect(),
-        left: 5,
-    });
+    catching_up(&index, 1);
     queue_batches(&index, 66, 1, 1 << 20);
     assert!(counts(&index).1 >= BACKLOG_BYTES);
     assert!(
@@ -257,23 +263,20 @@ fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
 fn while_catching_up_an_org_whose_documents_are_all_in_is_searched_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
-    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
-        targets: [(3, 5)].into_iter().collect(),
-        left: 5,
-    });
-    let busy = |org: Option<i64>| {
+    catching_up(&index, 3);
+    let timed_flush = |org: Option<i64>| {
         let started = Instant::now();
         let outcome = index.flush_org(org);
         (outcome, started.elapsed())
     };
-    let (outcome, took) = busy(Some(1));
+    let (outcome, took) = timed_flush(Some(1));
     assert!(outcome.is_ok(), "{outcome:?}");
     assert!(
         took < CATCH_UP_WAIT / 2,
         "waited {took:?} for another org's catch-up"
     );
     for org in [Some(3), None] {
-        match busy(org) {
+        match timed_flush(org) {
             (Err(StoreError::Busy(message)), took) => {
                 assert!(message.contains("5 steps to go"), "{message}");
                 assert!(took >= CATCH_UP_WAIT, "{org:?} told after {took:?}");
@@ -304,10 +307,7 @@ fn while_catching_up_an_org_whose_documents_are_all_in_is_searched_at_once() {
 fn a_panic_of_the_index_thread_stops_the_index_instead_of_leaving_searches_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let index = std::sync::Arc::new(shared(dir.path()));
-    lock(&index.queue).unwrap().catching_up = Some(CatchUp {
-        targets: [(1, 5)].into_iter().collect(),
-        left: 5,
-    });
+    catching_up(&index, 1);
     queue_batches(&index, 66, 1, 1 << 20);
     let worker = std::sync::Arc::clone(&index);
     let thread = std::thread::spawn(move || {
