@@ -66,6 +66,7 @@ mod connection;
 mod embedding;
 mod fulltext_index;
 mod fulltext_mend;
+mod fulltext_merge;
 mod fulltext_queue;
 mod fulltext_search;
 mod migrate;

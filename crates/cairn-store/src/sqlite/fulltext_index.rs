@@ -56,6 +56,7 @@
 use super::connection::open_reader;
 use super::connection::restrict_file;
 use super::fulltext_mend::{Chunk, index_chunk, plan_catch_up};
+use super::fulltext_merge::{BUSY_TIMEOUT, configure as configure_merges, merge_step};
 use super::fulltext_queue::{
     BACKLOG_BYTES, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
 };
@@ -191,7 +192,7 @@ fn poisoned() -> StoreError {
 fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).context("opening the full-text index")?;
     restrict_file(path)?;
-    conn.busy_timeout(Duration::from_secs(10))
+    conn.busy_timeout(BUSY_TIMEOUT)
         .context("setting the busy timeout")?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
@@ -201,6 +202,7 @@ fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
     .context("configuring the full-text index")?;
     conn.execute_batch(SCHEMA)
         .context("creating the full-text index")?;
+    configure_merges(&conn)?;
     Ok(conn)
 }
 
@@ -512,15 +514,19 @@ impl Shared {
     }
 
     fn run(&self) {
+        // Whether segments may be waiting for an idle merge: at first (an
+        // index written by another process, a catch-up), then after every
+        // write.
+        let mut merge_due = true;
         loop {
-            let stop = {
+            let (stop, attempts) = {
                 let Ok(queue) = self.queue.lock() else { return };
                 let Ok((queue, _)) = self.wake.wait_timeout_while(queue, TICK, |q| {
                     !q.stop && q.docs < WAKE_DOCS && q.bytes < WAKE_BYTES
                 }) else {
                     return;
                 };
-                queue.stop
+                (queue.stop, queue.attempts)
             };
             // A failed write keeps its documents queued for the next try,
             // a tick later (and `maintain` reports nothing: the next search
@@ -531,6 +537,34 @@ impl Shared {
             }
             if failed {
                 std::thread::sleep(TICK);
+                continue;
+            }
+            merge_due |= lock(&self.queue).is_ok_and(|q| q.attempts != attempts);
+            if merge_due {
+                merge_due = self.merge_while_idle();
+            }
+        }
+    }
+
+    /// Merges the index's segments one step at a time for as long as
+    /// nothing is queued ([`fulltext_merge`](super::fulltext_merge)).
+    /// Returns whether merging is still due: a step was cut short by
+    /// documents to write, a stop, or the file's lock held elsewhere.
+    fn merge_while_idle(&self) -> bool {
+        loop {
+            let idle = lock(&self.queue).is_ok_and(|q| {
+                !q.stop && q.failed.is_none() && q.catching_up.is_none() && q.batches.is_empty()
+            });
+            if !idle {
+                return true;
+            }
+            let conn = self.conn.lock();
+            let merged = merge_step(&conn);
+            parking_lot::MutexGuard::unlock_fair(conn);
+            match merged {
+                Ok(true) => {}
+                Ok(false) => return false,
+                Err(_) => return true,
             }
         }
     }

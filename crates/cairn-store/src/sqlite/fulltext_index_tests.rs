@@ -4,6 +4,7 @@
 //! backlogged sequencer writes one chunk, not the queue; erasure recounts
 //! what is queued; a flush writes everything queued when it started.
 
+use super::super::fulltext_merge::{AUTOMERGE, USERMERGE};
 use super::super::fulltext_queue::*;
 use super::*;
 use crate::engine::org_range;
@@ -674,3 +675,91 @@ mod race;
 
 #[path = "fulltext_parts_tests.rs"]
 mod parts;
+
+fn segments(index: &Shared) -> i64 {
+    index
+        .conn
+        .lock()
+        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+/// Writes `writes` transactions of 50 documents each for org 1 (one FTS5
+/// segment each).
+fn write_separately(index: &Shared, writes: u64) {
+    for write in 0..writes {
+        let docs = (0..50)
+            .map(|i| {
+                let position = write * 50 + i;
+                (org_range(1).0 + position as i64, format!("one{position}"))
+            })
+            .collect();
+        let size = (write + 1) * 50;
+        index.enqueue(docs, vec![(1, size, root(1, size))]);
+        index.flush().unwrap();
+    }
+}
+
+/// While documents come, FTS5 merges a level only at 16 segments; once
+/// nothing is queued, the thread merges every level back under 4, and
+/// every document is still found.
+#[test]
+fn segments_written_while_busy_are_merged_once_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    write_separately(&index, 6);
+    assert_eq!(segments(&index), 6, "no merge below 16 segments");
+    assert!(!index.merge_while_idle(), "merged to the end");
+    assert!(segments(&index) < USERMERGE, "{}", segments(&index));
+    assert!((0..300).all(|position| indexed(&index, 1, position)));
+    assert!(
+        !merge_step(&index.conn.lock()).unwrap(),
+        "nothing left to merge"
+    );
+    // The thresholds are the file's own: an index opened again keeps them.
+    let automerge: i64 = index
+        .conn
+        .lock()
+        .query_row(
+            "SELECT v FROM steps_fts_config WHERE k = 'automerge'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(automerge, AUTOMERGE);
+}
+
+/// An idle merge gives way: to queued documents (written first), to a
+/// stop, to a catch-up, and to another holder of the file's lock (without
+/// waiting for it).
+#[test]
+fn idle_merges_give_way_to_documents_stops_and_other_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    write_separately(&index, 5);
+    index.enqueue(
+        vec![(org_range(1).0 + 250, "one250".into())],
+        vec![(1, 251, root(1, 251))],
+    );
+    assert!(index.merge_while_idle(), "documents queued: still due");
+    assert_eq!(segments(&index), 5);
+    index.flush().unwrap();
+    catching_up(&index, 2);
+    assert!(index.merge_while_idle(), "catching up: still due");
+    lock(&index.queue).unwrap().catching_up = None;
+    let other = Connection::open(dir.path().join(FULLTEXT_FILE)).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    assert!(index.merge_while_idle(), "file locked: still due");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    other.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(segments(&index), 6);
+    lock(&index.queue).unwrap().stop = true;
+    assert!(index.merge_while_idle(), "stopping: left to the next open");
+    lock(&index.queue).unwrap().stop = false;
+    assert!(!index.merge_while_idle());
+    assert!(segments(&index) < USERMERGE);
+    assert!((0..251).all(|position| indexed(&index, 1, position)));
+}
