@@ -64,6 +64,7 @@ mod admin;
 mod analyst_sql;
 mod connection;
 mod embedding;
+mod fulltext_file;
 mod fulltext_index;
 mod fulltext_mend;
 mod fulltext_merge;
@@ -75,7 +76,7 @@ mod rows;
 mod state;
 mod tree;
 mod tx;
-pub use fulltext_index::FULLTEXT_FILE;
+pub use fulltext_file::FULLTEXT_FILE;
 
 /// File name of the lock held by the process that sequences the store.
 pub const LOCK_FILE: &str = "ledger.lock";
@@ -221,7 +222,7 @@ impl SqliteStore {
         let damaged = migrate::check_schema(&tx, &path, &options)?;
         if options.sequencer && damaged.is_none() {
             embedding::move_untagged_vectors(&tx)?;
-            fulltext_index::drop_inline_index(&tx)?;
+            fulltext_file::drop_inline_index(&tx)?;
             migrate::record_session_kinds(&tx)?;
             let from = match (&options.key, &options.key_file) {
                 (Some(_), _) => "the server key command".to_owned(),
@@ -295,8 +296,9 @@ impl SqliteStore {
     }
 
     /// The longest one write of the full-text index (a chunk of queued
-    /// batches) has taken since the store opened, in microseconds: what
-    /// bounds a backlogged batch's wait (0 in a process that only reads).
+    /// batches, or a step of an idle merge) has taken since the store
+    /// opened, in microseconds: what bounds a backlogged batch's wait, an
+    /// erasure's or a search's flush (0 in a process that only reads).
     pub fn slowest_index_chunk_micros(&self) -> u64 {
         self.fulltext
             .as_ref()

@@ -9,7 +9,11 @@
 //! the batch commits they join the index's queue, which the index thread
 //! writes every tick (about 250 ms) or sooner when many are queued, a
 //! chunk of whole batches (about 4,096 documents or 4 MB) per transaction,
-//! handing the writing connection over between chunks. Before this process
+//! handing the writing connection over between chunks; when nothing is
+//! queued after a write, it merges FTS5's segments a step at a time
+//! (`fulltext_merge.rs`: while documents come, FTS5 merges only at 16
+//! segments a level). The file, its schema and the transaction that
+//! writes documents are in `fulltext_file.rs`. Before this process
 //! answers a full-text search it writes what is queued
 //! ([`FullTextIndex::flush_for`]), so the server always finds what it
 //! acknowledged. When the thread falls behind (64 MB queued), the sequencer
@@ -54,27 +58,21 @@
 //! one, and the next open indexes again what was rolled back.
 
 use super::connection::open_reader;
-use super::connection::restrict_file;
+use super::fulltext_file::{Progress, index_path, open_index_file, write};
 use super::fulltext_mend::{Chunk, index_chunk, plan_catch_up};
-use super::fulltext_merge::{BUSY_TIMEOUT, configure as configure_merges, merge_step};
+use super::fulltext_merge::merge_step;
 use super::fulltext_queue::{
     BACKLOG_BYTES, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
 };
-use crate::{DbContext, StoreError};
+use crate::StoreError;
 use cairn_core::Hash;
-use rusqlite::{Connection, params};
-use std::collections::{BTreeSet, HashMap};
+use rusqlite::Connection;
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// The index's file, beside the ledger's.
-pub const FULLTEXT_FILE: &str = "fulltext.db";
-
-/// The name under which reading connections attach the index's file.
-pub(super) const ATTACHED_AS: &str = "fulltext";
 
 /// How long a search waits for the index to catch up with the log after a
 /// sequencing open before it is told to search again later.
@@ -85,6 +83,21 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(2);
 const CATCH_UP_RETRY: Duration = Duration::from_secs(300);
 /// How often the index thread writes what is queued.
 const TICK: Duration = Duration::from_millis(250);
+/// The longest the thread waits to try merging again after failed merge
+/// steps (the wait doubles from a tick after each).
+const MERGE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// How an idle merge ended.
+#[derive(Debug, PartialEq)]
+enum IdleMerge {
+    /// Nothing is left to merge.
+    Done,
+    /// Documents were queued, or the index is stopping or catching up:
+    /// merging goes on at the next idle tick.
+    GaveWay,
+    /// A step failed (the file's lock held elsewhere, a write error).
+    Failed,
+}
 /// Queued documents that wake the index thread before its tick...
 const WAKE_DOCS: usize = 8192;
 /// ... or queued bytes.
@@ -99,26 +112,6 @@ const STUCK_WAIT: Duration = Duration::from_secs(1);
 /// an index that cannot be written never stops ingest, nor takes memory
 /// without bound.
 const LIMIT_BYTES: usize = 2 * BACKLOG_BYTES;
-
-const SCHEMA: &str = "
-CREATE VIRTUAL TABLE IF NOT EXISTS steps_fts USING fts5(
-  doc, tokenize = 'porter unicode61 remove_diacritics 2', content = '', contentless_delete = 1
-);
-CREATE TABLE IF NOT EXISTS fulltext_progress (
-  org           INTEGER PRIMARY KEY,
-  indexed_below INTEGER NOT NULL,
-  root          BLOB    NOT NULL  -- the org log's root at indexed_below
-);
--- Orgs whose documents are from another history of their log, being
--- deleted by the index's thread: no search uses them meanwhile.
-CREATE TABLE IF NOT EXISTS fulltext_forgetting (
-  org        INTEGER PRIMARY KEY,
-  next_rowid INTEGER NOT NULL  -- where the thread's next deletion starts
-);";
-
-/// Per org: the committed log size once the queued documents are in, and
-/// the log's root at that size.
-type Progress = HashMap<i64, (u64, Hash)>;
 
 /// The documents and erasures of the batch being written.
 #[derive(Default)]
@@ -165,8 +158,13 @@ struct Shared {
     progressed: Condvar,
     /// [`LIMIT_BYTES`] (tests of races lift it).
     limit_bytes: usize,
-    /// The longest chunk write so far, in microseconds (diagnosis).
+    /// The longest chunk write or idle merge step so far, in
+    /// microseconds (diagnosis).
     slowest_chunk: AtomicU64,
+    /// Whether the index was written since its last idle merge ended (a
+    /// chunk, an erasure, a catch-up's chunk, whoever wrote it): the
+    /// thread then merges once nothing is queued.
+    unmerged: AtomicBool,
 }
 
 /// The full-text index of a sequencing process: its file, its queue and
@@ -176,34 +174,12 @@ pub(super) struct FullTextIndex {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The index file's path for the ledger at `ledger_path`.
-pub(super) fn index_path(ledger_path: &Path) -> PathBuf {
-    ledger_path.with_file_name(FULLTEXT_FILE)
-}
-
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
     m.lock().map_err(|_| poisoned())
 }
 
 fn poisoned() -> StoreError {
     StoreError::Corrupt("the full-text index's lock was poisoned".into())
-}
-
-fn open_index_file(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).context("opening the full-text index")?;
-    restrict_file(path)?;
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .context("setting the busy timeout")?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
-         PRAGMA synchronous = NORMAL;
-         PRAGMA cache_size = -16384;",
-    )
-    .context("configuring the full-text index")?;
-    conn.execute_batch(SCHEMA)
-        .context("creating the full-text index")?;
-    configure_merges(&conn)?;
-    Ok(conn)
 }
 
 impl FullTextIndex {
@@ -262,6 +238,8 @@ impl FullTextIndex {
             progressed: Condvar::new(),
             limit_bytes: LIMIT_BYTES,
             slowest_chunk: AtomicU64::new(0),
+            // The file may hold what another process wrote unmerged.
+            unmerged: AtomicBool::new(true),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -321,7 +299,8 @@ impl FullTextIndex {
         self.shared.flush_org(Some(org))
     }
 
-    /// The longest the index has taken to write one chunk, in microseconds.
+    /// The longest the index has held its writing connection for one
+    /// chunk or one idle merge step, in microseconds.
     pub(super) fn slowest_chunk_micros(&self) -> u64 {
         self.shared.slowest_chunk.load(Ordering::Relaxed)
     }
@@ -411,6 +390,9 @@ impl Shared {
             }
             tx.commit()
         })();
+        if deleted.is_ok() {
+            self.unmerged.store(true, Ordering::Release);
+        }
         if let Err(e) = deleted {
             // Progress must not pass this erasure (the next sequencing
             // open applies it): write nothing more, answer no search.
@@ -475,6 +457,9 @@ impl Shared {
             let Ok(mut queue) = self.queue.lock() else {
                 return;
             };
+            if reached.is_ok() {
+                self.unmerged.store(true, Ordering::Release);
+            }
             match reached {
                 Ok(Chunk::Forgot) => {}
                 Ok(Chunk::Indexed { from, reached }) => {
@@ -514,19 +499,19 @@ impl Shared {
     }
 
     fn run(&self) {
-        // Whether segments may be waiting for an idle merge: at first (an
-        // index written by another process, a catch-up), then after every
-        // write.
-        let mut merge_due = true;
+        // After a failed merge step (the file locked by another program,
+        // or failing), merging waits this long, doubling up to a minute.
+        let mut merge_backoff = TICK;
+        let mut merge_after = Instant::now();
         loop {
-            let (stop, attempts) = {
+            let stop = {
                 let Ok(queue) = self.queue.lock() else { return };
                 let Ok((queue, _)) = self.wake.wait_timeout_while(queue, TICK, |q| {
                     !q.stop && q.docs < WAKE_DOCS && q.bytes < WAKE_BYTES
                 }) else {
                     return;
                 };
-                (queue.stop, queue.attempts)
+                queue.stop
             };
             // A failed write keeps its documents queued for the next try,
             // a tick later (and `maintain` reports nothing: the next search
@@ -539,32 +524,42 @@ impl Shared {
                 std::thread::sleep(TICK);
                 continue;
             }
-            merge_due |= lock(&self.queue).is_ok_and(|q| q.attempts != attempts);
-            if merge_due {
-                merge_due = self.merge_while_idle();
+            if Instant::now() < merge_after || !self.unmerged.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            match self.merge_while_idle() {
+                IdleMerge::Done => merge_backoff = TICK,
+                IdleMerge::GaveWay => self.unmerged.store(true, Ordering::Release),
+                IdleMerge::Failed => {
+                    self.unmerged.store(true, Ordering::Release);
+                    merge_after = Instant::now() + merge_backoff;
+                    merge_backoff = (merge_backoff * 2).min(MERGE_BACKOFF_MAX);
+                }
             }
         }
     }
 
     /// Merges the index's segments one step at a time for as long as
-    /// nothing is queued ([`fulltext_merge`](super::fulltext_merge)).
-    /// Returns whether merging is still due: a step was cut short by
-    /// documents to write, a stop, or the file's lock held elsewhere.
-    fn merge_while_idle(&self) -> bool {
+    /// nothing is queued ([`fulltext_merge`](super::fulltext_merge)),
+    /// giving way between steps to queued documents, a stop or a
+    /// catch-up.
+    fn merge_while_idle(&self) -> IdleMerge {
         loop {
             let idle = lock(&self.queue).is_ok_and(|q| {
                 !q.stop && q.failed.is_none() && q.catching_up.is_none() && q.batches.is_empty()
             });
             if !idle {
-                return true;
+                return IdleMerge::GaveWay;
             }
             let conn = self.conn.lock();
+            let started = Instant::now();
             let merged = merge_step(&conn);
+            crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
             parking_lot::MutexGuard::unlock_fair(conn);
             match merged {
                 Ok(true) => {}
-                Ok(false) => return false,
-                Err(_) => return true,
+                Ok(false) => return IdleMerge::Done,
+                Err(_) => return IdleMerge::Failed,
             }
         }
     }
@@ -719,6 +714,7 @@ impl Shared {
         match written {
             Ok(()) => {
                 crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
+                self.unmerged.store(true, Ordering::Release);
                 if queue.failed.is_none() {
                     queue.written += chunk.iter().filter(|b| b.whole).count() as u64;
                 }
@@ -729,62 +725,6 @@ impl Shared {
         self.progressed.notify_all();
         written
     }
-}
-
-/// Writes documents and each org's indexed size in one transaction.
-///
-/// The documents go in in rowid order: FTS5 writes its pending terms out
-/// as a new segment whenever a rowid is lower than the one before it, and
-/// a batch's documents interleave the orgs' id ranges, so in the order
-/// they were written nearly every document started a segment of its own
-/// (and the segment merges that follow).
-fn write<'a>(
-    conn: &Connection,
-    docs: impl Iterator<Item = &'a (i64, String)>,
-    sizes: &Progress,
-) -> Result<(), StoreError> {
-    let mut docs: Vec<&(i64, String)> = docs.collect();
-    docs.sort_unstable_by_key(|(id, _)| *id);
-    let tx = conn
-        .unchecked_transaction()
-        .context("starting to index steps for full-text search")?;
-    {
-        let mut insert = tx
-            .prepare_cached("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
-            .context("indexing steps for full-text search")?;
-        for (id, doc) in docs {
-            insert
-                .execute(params![id, doc])
-                .context("indexing steps for full-text search")?;
-        }
-        for (org, (size, root)) in sizes {
-            mark(&tx, *org, *size, root)?;
-        }
-    }
-    tx.commit()
-        .context("committing the full-text index's documents")
-}
-
-pub(super) fn mark(conn: &Connection, org: i64, size: u64, root: &Hash) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO fulltext_progress (org, indexed_below, root) VALUES (?1, ?2, ?3)
-         ON CONFLICT (org) DO UPDATE SET indexed_below = excluded.indexed_below, root = excluded.root
-         WHERE excluded.indexed_below >= fulltext_progress.indexed_below",
-    )
-    .and_then(|mut s| s.execute(params![org, size as i64, &root.0[..]]))
-    .context("recording the full-text index's progress")?;
-    Ok(())
-}
-
-/// Removes what older versions kept of the index inside `ledger.db` (the
-/// index now lives in its own file, rebuilt from the log).
-pub(super) fn drop_inline_index(tx: &Connection) -> Result<(), StoreError> {
-    tx.execute_batch(
-        "DROP TABLE IF EXISTS steps_fts;
-         DROP TABLE IF EXISTS fulltext_progress;
-         DELETE FROM meta WHERE key IN ('fulltext', 'fulltext_progress');",
-    )
-    .context("moving the full-text index to its own file")
 }
 
 impl super::State {

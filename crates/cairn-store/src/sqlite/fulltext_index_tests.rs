@@ -4,11 +4,13 @@
 //! backlogged sequencer writes one chunk, not the queue; erasure recounts
 //! what is queued; a flush writes everything queued when it started.
 
-use super::super::fulltext_merge::{AUTOMERGE, USERMERGE};
+use super::super::fulltext_file::{FULLTEXT_FILE, open_index_file};
+use super::super::fulltext_merge::{AUTOMERGE, CRISISMERGE, USERMERGE};
 use super::super::fulltext_queue::*;
 use super::*;
 use crate::engine::org_range;
-use rusqlite::OptionalExtension as _;
+use rusqlite::{OptionalExtension as _, params};
+use std::collections::HashMap;
 
 /// An index file in `dir` with an empty queue and no thread: the tests
 /// drive the writes themselves.
@@ -20,6 +22,7 @@ fn shared(dir: &Path) -> Shared {
         progressed: Condvar::new(),
         limit_bytes: LIMIT_BYTES,
         slowest_chunk: AtomicU64::new(0),
+        unmerged: AtomicBool::new(true),
     }
 }
 
@@ -686,80 +689,178 @@ fn segments(index: &Shared) -> i64 {
         .unwrap()
 }
 
-/// Writes `writes` transactions of 50 documents each for org 1 (one FTS5
-/// segment each).
+/// Writes `writes` transactions of 40 documents each for org 1, each
+/// document with 1,000 words of its own: one FTS5 segment per write, each
+/// of more than FTS5's work unit (64 leaf pages), so that FTS5 merges them
+/// at its default thresholds.
 fn write_separately(index: &Shared, writes: u64) {
+    // One segment per write, however many terms it holds (FTS5 writes its
+    // pending terms out as a segment past 1 MB of them).
+    index
+        .conn
+        .lock()
+        .execute_batch("INSERT INTO steps_fts (steps_fts, rank) VALUES ('hashsize', 16777216)")
+        .unwrap();
     for write in 0..writes {
-        let docs = (0..50)
+        let docs = (0..40)
             .map(|i| {
-                let position = write * 50 + i;
-                (org_range(1).0 + position as i64, format!("one{position}"))
+                let position = write * 40 + i;
+                let words: Vec<String> = (0..1000).map(|w| format!("w{position}x{w}")).collect();
+                (
+                    org_range(1).0 + position as i64,
+                    format!("one{position} {}", words.join(" ")),
+                )
             })
             .collect();
-        let size = (write + 1) * 50;
+        let size = (write + 1) * 40;
         index.enqueue(docs, vec![(1, size, root(1, size))]);
         index.flush().unwrap();
     }
 }
 
-/// While documents come, FTS5 merges a level only at 16 segments; once
-/// nothing is queued, the thread merges every level back under 4, and
-/// every document is still found.
-#[test]
-fn segments_written_while_busy_are_merged_once_idle() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = shared(dir.path());
-    write_separately(&index, 6);
-    assert_eq!(segments(&index), 6, "no merge below 16 segments");
-    assert!(!index.merge_while_idle(), "merged to the end");
-    assert!(segments(&index) < USERMERGE, "{}", segments(&index));
-    assert!((0..300).all(|position| indexed(&index, 1, position)));
-    assert!(
-        !merge_step(&index.conn.lock()).unwrap(),
-        "nothing left to merge"
-    );
-    // The thresholds are the file's own: an index opened again keeps them.
-    let automerge: i64 = index
-        .conn
-        .lock()
-        .query_row(
-            "SELECT v FROM steps_fts_config WHERE k = 'automerge'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(automerge, AUTOMERGE);
+fn setting(conn: &Connection, key: &str) -> Option<i64> {
+    conn.query_row("SELECT v FROM steps_fts_config WHERE k = ?1", [key], |r| {
+        r.get(0)
+    })
+    .optional()
+    .unwrap()
 }
 
-/// An idle merge gives way: to queued documents (written first), to a
-/// stop, to a catch-up, and to another holder of the file's lock (without
-/// waiting for it).
+/// While documents come, FTS5 merges a level only at 16 segments (at its
+/// defaults the same writes are merged); once nothing is queued, the
+/// thread merges every level back under 4, several steps, and every
+/// document is still found. The settings are the file's own.
+#[test]
+fn segments_written_while_busy_are_merged_once_idle() {
+    let defaults_dir = tempfile::tempdir().unwrap();
+    let defaults = shared(defaults_dir.path());
+    defaults
+        .conn
+        .lock()
+        .execute_batch(
+            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 4);
+             INSERT INTO steps_fts (steps_fts, rank) VALUES ('crisismerge', 16);",
+        )
+        .unwrap();
+    write_separately(&defaults, 12);
+    assert!(
+        segments(&defaults) < 12,
+        "FTS5's defaults merge these writes: {}",
+        segments(&defaults)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    write_separately(&index, 12);
+    assert_eq!(segments(&index), 12, "no merge below 16 segments");
+    let mut steps = 0;
+    while merge_step(&index.conn.lock()).unwrap() {
+        steps += 1;
+    }
+    assert!(steps >= 2, "a merge of this size takes steps: {steps}");
+    assert!(segments(&index) < USERMERGE, "{}", segments(&index));
+    assert_eq!(index.merge_while_idle(), IdleMerge::Done);
+    assert!((0..480).all(|position| indexed(&index, 1, position)));
+
+    let reopened = open_index_file(&dir.path().join(FULLTEXT_FILE)).unwrap();
+    assert_eq!(setting(&reopened, "automerge"), Some(AUTOMERGE));
+    assert_eq!(setting(&reopened, "crisismerge"), Some(CRISISMERGE));
+    assert_eq!(setting(&reopened, "usermerge"), Some(USERMERGE));
+}
+
+/// Every write marks the index for an idle merge, whoever made it: the
+/// thread's chunks, a search's flush, an erasure.
+#[test]
+fn every_write_makes_an_idle_merge_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    let due = |index: &Shared| index.unmerged.swap(false, Ordering::AcqRel);
+    assert!(
+        due(&index),
+        "due at first: the file may hold unmerged segments"
+    );
+    assert!(!due(&index));
+    index.enqueue(
+        vec![(org_range(1).0, "one0".into())],
+        vec![(1, 1, root(1, 1))],
+    );
+    index.flush_org(Some(1)).unwrap();
+    assert!(due(&index), "after a search's flush");
+    index.erase(&[org_range(1).0]);
+    assert!(due(&index), "after an erasure");
+    index.flush().unwrap();
+    assert!(!due(&index), "a flush with nothing queued writes nothing");
+}
+
+/// An idle merge gives way between its steps: to queued documents
+/// (written first), to a stop, to a catch-up; and it never waits for
+/// another holder of the file's lock, while the index's writes still do.
 #[test]
 fn idle_merges_give_way_to_documents_stops_and_other_writers() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
     write_separately(&index, 5);
-    index.enqueue(
-        vec![(org_range(1).0 + 250, "one250".into())],
-        vec![(1, 251, root(1, 251))],
+    assert!(
+        merge_step(&index.conn.lock()).unwrap(),
+        "one step of several"
     );
-    assert!(index.merge_while_idle(), "documents queued: still due");
-    assert_eq!(segments(&index), 5);
+    let before = segments(&index);
+    index.enqueue(
+        vec![(org_range(1).0 + 200, "one200".into())],
+        vec![(1, 201, root(1, 201))],
+    );
+    assert_eq!(index.merge_while_idle(), IdleMerge::GaveWay);
+    assert_eq!(segments(&index), before, "nothing merged while queued");
     index.flush().unwrap();
     catching_up(&index, 2);
-    assert!(index.merge_while_idle(), "catching up: still due");
+    assert_eq!(index.merge_while_idle(), IdleMerge::GaveWay);
     lock(&index.queue).unwrap().catching_up = None;
+    lock(&index.queue).unwrap().stop = true;
+    assert_eq!(index.merge_while_idle(), IdleMerge::GaveWay);
+    lock(&index.queue).unwrap().stop = false;
+
     let other = Connection::open(dir.path().join(FULLTEXT_FILE)).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let started = Instant::now();
-    assert!(index.merge_while_idle(), "file locked: still due");
+    assert_eq!(index.merge_while_idle(), IdleMerge::Failed);
     assert!(started.elapsed() < Duration::from_secs(1));
-    other.execute_batch("ROLLBACK").unwrap();
-    assert_eq!(segments(&index), 6);
-    lock(&index.queue).unwrap().stop = true;
-    assert!(index.merge_while_idle(), "stopping: left to the next open");
-    lock(&index.queue).unwrap().stop = false;
-    assert!(!index.merge_while_idle());
+    // The index's own writes wait for the lock as before (the merge left
+    // the connection's busy timeout as it found it).
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        other.execute_batch("ROLLBACK").unwrap();
+    });
+    index.enqueue(
+        vec![(org_range(1).0 + 201, "one201".into())],
+        vec![(1, 202, root(1, 202))],
+    );
+    index.flush().unwrap();
+    release.join().unwrap();
+
+    assert_eq!(index.merge_while_idle(), IdleMerge::Done);
     assert!(segments(&index) < USERMERGE);
-    assert!((0..251).all(|position| indexed(&index, 1, position)));
+    assert!((0..202).all(|position| indexed(&index, 1, position)));
+}
+
+/// Setting the merge thresholds never holds up an open: with the file's
+/// lock held elsewhere, the open goes on with the file's settings, and a
+/// later open writes them.
+#[test]
+fn an_open_never_waits_to_write_the_merge_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FULLTEXT_FILE);
+    let conn = open_index_file(&path).unwrap();
+    conn.execute_batch("INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 4)")
+        .unwrap();
+    drop(conn);
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let opened = open_index_file(&path).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(setting(&opened, "automerge"), Some(4));
+    other.execute_batch("ROLLBACK").unwrap();
+    drop(opened);
+    let opened = open_index_file(&path).unwrap();
+    assert_eq!(setting(&opened, "automerge"), Some(AUTOMERGE));
 }

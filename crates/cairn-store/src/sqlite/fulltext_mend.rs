@@ -6,7 +6,7 @@
 //! index) indexed from the log by the same thread, a chunk at a time (the
 //! rules are in `fulltext_index.rs`).
 
-use super::fulltext_index::mark;
+use super::fulltext_file::mark;
 use super::fulltext_queue::CHUNK_BYTES;
 use super::tree::{DbTree, log_size_of};
 use crate::engine::org_range;

@@ -6,12 +6,14 @@
 //! ingesting, on the same two cores as the sequencer. The index merges
 //! only at 16 segments while documents keep coming ([`AUTOMERGE`]: each
 //! document climbs half as many levels), and its thread brings every level
-//! back under [`USERMERGE`] segments when it has nothing queued, one
-//! bounded step at a time ([`merge_step`]): a busy index writes less, an
-//! idle one is as compact for searches as FTS5's default leaves it.
+//! back under [`USERMERGE`] segments once it has nothing queued, one step
+//! at a time ([`merge_step`]) after every write (a chunk, an erasure, a
+//! catch-up's chunk, a search's flush): a busy index writes less, an idle
+//! one is as compact for searches as FTS5's defaults leave it.
 
+use super::fulltext_file::BUSY_TIMEOUT;
 use crate::{DbContext, StoreError};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::{Connection, params};
 use std::time::Duration;
 
 /// Segments of one level that FTS5 merges on its own while documents are
@@ -23,54 +25,72 @@ pub(super) const USERMERGE: i64 = 4;
 
 /// Segments of level 0 at which FTS5 merges the level whole within the
 /// write (and then each level above that reached as many): four times
-/// [`AUTOMERGE`], FTS5's own ratio. At 16, as its default, every level's
+/// [`AUTOMERGE`], FTS5's own ratio. At 16, its default, every level's
 /// merge would become one such whole merge as soon as it started, a write
 /// of hundreds of megabytes holding the index's connection at ten
-/// million documents; above [`AUTOMERGE`] the incremental merges (each
-/// write merges about as many pages as it wrote, times the levels) keep
-/// level 0 below it.
+/// million documents; above [`AUTOMERGE`] the incremental merges keep
+/// level 0 below it while documents come, and idle steps when they stop.
 pub(super) const CRISISMERGE: i64 = 4 * AUTOMERGE;
 
-/// Leaf pages one idle merge step writes (4 KB each: about 1 MB, some tens
-/// of milliseconds): the longest a search's flush, an erasure or a batch's
-/// documents wait for the index's connection because of a merge.
+/// Leaf pages one idle merge step asks FTS5 to write (4 KB each: about 1
+/// MB). FTS5 checks the budget between terms, so a step writes at least
+/// one term's whole postings in the segments it merges: a common word's
+/// at millions of documents can be tens of megabytes. A search's flush,
+/// an erasure or a backlogged batch waits for the step in progress
+/// (`slowest_index_chunk_micros` counts steps with the chunks).
+#[cfg(not(test))]
 const MERGE_PAGES: i64 = 256;
+/// Small in tests, so that a merge takes several steps.
+#[cfg(test)]
+const MERGE_PAGES: i64 = 2;
 
-/// How long the index's connection waits for the file's lock, outside
-/// idle merges (which never wait: another holder means the file is not
-/// idle).
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Sets the merge thresholds of the index's table (stored in the file, so
-/// an index written by an older version gets them at its next open). Only
-/// reads when they are set already: the open of a sequencing process must
-/// not wait for the file's write lock (another process may hold it).
-pub(super) fn configure(conn: &Connection) -> Result<(), StoreError> {
-    let set = |key: &str, value: i64| -> Result<(), StoreError> {
-        let current: Option<i64> = conn
-            .query_row("SELECT v FROM steps_fts_config WHERE k = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()
-            .context("reading the full-text index's merge settings")?;
-        if current != Some(value) {
-            conn.execute(
-                "INSERT INTO steps_fts (steps_fts, rank) VALUES (?1, ?2)",
-                params![key, value],
-            )
-            .context("configuring the full-text index's merges")?;
-        }
-        Ok(())
-    };
-    set("automerge", AUTOMERGE)?;
-    set("crisismerge", CRISISMERGE)?;
-    set("usermerge", USERMERGE)
+/// Sets the merge thresholds of the index's table, kept in the file (so
+/// that an index written by an older version gets them at its next open).
+/// Never waits for the file's lock and never fails the open: if another
+/// program holds the lock, or the settings cannot be written, the index
+/// keeps what it has (FTS5's defaults at worst: correct, only more merge
+/// work) until a later open. Reads first, and writes only what differs.
+pub(super) fn configure(conn: &Connection) {
+    // Best effort by design (see above): an error leaves the settings as
+    // they were, which every search and write handles.
+    let _ = write_settings(conn);
 }
 
-/// One idle merge step: merges up to [`MERGE_PAGES`] pages of the level
-/// that has [`USERMERGE`] segments or more (or finishes a merge in
-/// progress). Returns whether there was anything to merge. Never waits
-/// for the file's lock: `Err` when someone else holds it.
+fn write_settings(conn: &Connection) -> rusqlite::Result<()> {
+    let wanted = [
+        ("automerge", AUTOMERGE),
+        ("crisismerge", CRISISMERGE),
+        ("usermerge", USERMERGE),
+    ];
+    let set: i64 = conn.query_row(
+        "SELECT count(*) FROM steps_fts_config WHERE (k, v) IN
+           (VALUES ('automerge', ?1), ('crisismerge', ?2), ('usermerge', ?3))",
+        params![AUTOMERGE, CRISISMERGE, USERMERGE],
+        |r| r.get(0),
+    )?;
+    if set == wanted.len() as i64 {
+        return Ok(());
+    }
+    conn.busy_timeout(Duration::ZERO)?;
+    let written = (|| {
+        let tx = conn.unchecked_transaction()?;
+        for (key, value) in wanted {
+            tx.execute(
+                "INSERT INTO steps_fts (steps_fts, rank) VALUES (?1, ?2)",
+                params![key, value],
+            )?;
+        }
+        tx.commit()
+    })();
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    written
+}
+
+/// One idle merge step: merges about [`MERGE_PAGES`] pages of the level
+/// that has [`USERMERGE`] segments or more (or continues a merge in
+/// progress, or rewrites a level that erasures left a tenth tombstones).
+/// Returns whether there was anything to merge. Never waits for the
+/// file's lock: `Err` when someone else holds it.
 pub(super) fn merge_step(conn: &Connection) -> Result<bool, StoreError> {
     let before = conn.total_changes();
     conn.busy_timeout(Duration::ZERO)
@@ -82,7 +102,8 @@ pub(super) fn merge_step(conn: &Connection) -> Result<bool, StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)
         .context("setting the busy timeout")?;
     merged.context("merging the full-text index's segments")?;
-    // FTS5 documents this test: a step with nothing to merge changes at
-    // most one row (its structure record).
+    // FTS5's documented test: the command itself counts one change; a
+    // step that merged anything also rewrote the index's structure record
+    // and pages.
     Ok(conn.total_changes() - before >= 2)
 }

@@ -5,7 +5,7 @@
 //! apart from the index's writing thread and queue (`fulltext_index.rs`).
 
 use super::SqliteStore;
-use super::fulltext_index::{ATTACHED_AS, index_path};
+use super::fulltext_file::{ATTACHED_AS, index_path};
 use super::fulltext_mend::forgetting;
 use crate::listing::{self, ListParam};
 use crate::{DbContext, StepFilter, StoreError};
