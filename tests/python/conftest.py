@@ -1,4 +1,5 @@
-"""Fixtures: the `cairn` binary, a fresh data directory, a running server."""
+"""Fixtures: the `cairn` binary, a fresh data directory, a running server,
+and the ledger the verifier agreement tests take their bundles from."""
 import os
 import pathlib
 import re
@@ -51,3 +52,14 @@ def server(cairn_bin, data_dir, tmp_path):
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def ledger(cairn_bin, tmp_path_factory):
+    """The ledger of the verifier agreement tests (`agreement.py`), built
+    once for both of their modules."""
+    from agreement import Ledger
+
+    ledger = Ledger(cairn_bin, tmp_path_factory.mktemp("agreement"))
+    ledger.build()
+    return ledger

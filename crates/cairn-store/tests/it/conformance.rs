@@ -24,6 +24,7 @@ use cairn_store::{
 };
 use std::sync::Arc;
 
+mod erasure_seals_signatures;
 mod evidence;
 mod log;
 mod records;
@@ -115,8 +116,8 @@ pub fn run_all(backend: &dyn Backend) {
     log::appends_are_sequenced_and_readable(backend);
     log::concurrent_writers_get_gap_free_chains(backend);
     log::refusals_write_nothing(backend);
-    records::seals_close_sessions(backend);
-    records::signed_steps_are_checked(backend);
+    erasure_seals_signatures::seals_close_sessions(backend);
+    erasure_seals_signatures::signed_steps_are_checked(backend);
     log::proofs_and_checkpoints_verify(backend);
     log::hash_tiles_are_the_trees(backend);
     log::log_keys_are_added_and_retired(backend);
@@ -128,7 +129,7 @@ pub fn run_all(backend: &dyn Backend) {
     evidence::imports_round_trip(backend);
     log::api_keys_are_stored_hashed_and_revocable(backend);
     log::cosignatures_are_kept_per_checkpoint_and_witness(backend);
-    records::erasure_and_retention_keep_everything_verifiable(backend);
+    erasure_seals_signatures::erasure_and_retention_keep_everything_verifiable(backend);
     crate::embedding::run_all(backend);
     records::decision_trail_lifecycle(backend);
     records::links_name_existing_records(backend);

@@ -39,7 +39,8 @@ from .constants import FIELDS, LEVEL_SHOWS as LEVEL_SHOWS
 from .verdict import REASONS, Failure, Position, Verdict
 
 # Internals that tests/python/test_client_vectors.py and
-# test_verifier_agreement.py reach as `cairn_client.verify.<name>`.
+# the verifier agreement tests (tests/python/agreement.py) reach as
+# `cairn_client.verify.<name>`.
 from .hashing import _frame as _frame, _h as _h, _sha256 as _sha256, _u64 as _u64
 from .merkle import (
     _Frontier as _Frontier, _leaf as _leaf, _node as _node, _verify_consistency as _verify_consistency,
