@@ -529,7 +529,12 @@ impl Shared {
             }
             match self.merge_while_idle() {
                 IdleMerge::Done => merge_backoff = TICK,
-                IdleMerge::GaveWay => self.unmerged.store(true, Ordering::Release),
+                IdleMerge::GaveWay => {
+                    // Its steps (if any) succeeded: the next failure backs
+                    // off from a tick again.
+                    self.unmerged.store(true, Ordering::Release);
+                    merge_backoff = TICK;
+                }
                 IdleMerge::Failed => {
                     self.unmerged.store(true, Ordering::Release);
                     merge_after = Instant::now() + merge_backoff;
