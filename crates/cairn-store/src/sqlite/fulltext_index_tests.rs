@@ -101,6 +101,17 @@ fn indexed(index: &Shared, org: i64, position: u64) -> bool {
         == 1
 }
 
+/// The FTS5 segments the index holds.
+fn segments(index: &Shared) -> i64 {
+    index
+        .conn
+        .lock()
+        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
 fn counts(index: &Shared) -> (usize, usize, u64, u64, usize) {
     let q = index.queue.lock().unwrap();
     (q.docs, q.bytes, q.queued, q.written, q.batches.len())
@@ -573,14 +584,11 @@ fn a_write_of_interleaved_orgs_makes_one_segment() {
         index.enqueue(docs, progress.collect());
     }
     index.flush().unwrap();
-    let segments: i64 = index
-        .conn
-        .lock()
-        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(segments, 1, "2,000 documents of 10 orgs in one write");
+    assert_eq!(
+        segments(&index),
+        1,
+        "2,000 documents of 10 orgs in one write"
+    );
 }
 
 /// Makes every chunk write fail while switched on (the progress upsert

@@ -5,16 +5,6 @@
 use super::*;
 use crate::sqlite::fulltext_merge::{AUTOMERGE, CRISISMERGE, USERMERGE};
 
-fn segments(index: &Shared) -> i64 {
-    index
-        .conn
-        .lock()
-        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
-            r.get(0)
-        })
-        .unwrap()
-}
-
 /// Writes `writes` transactions of 40 documents each for org 1, each
 /// document with 1,000 words of its own: one FTS5 segment per write, each
 /// of more than FTS5's work unit (64 leaf pages), so that FTS5 merges them
