@@ -70,7 +70,7 @@ use rusqlite::Connection;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -86,18 +86,6 @@ const TICK: Duration = Duration::from_millis(250);
 /// The longest the thread waits to try merging again after failed merge
 /// steps (the wait doubles from a tick after each).
 const MERGE_BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// How an idle merge ended.
-#[derive(Debug, PartialEq)]
-enum IdleMerge {
-    /// Nothing is left to merge.
-    Done,
-    /// Documents were queued, or the index is stopping or catching up:
-    /// merging goes on at the next idle tick.
-    GaveWay,
-    /// A step failed (the file's lock held elsewhere, a write error).
-    Failed,
-}
 /// Queued documents that wake the index thread before its tick...
 const WAKE_DOCS: usize = 8192;
 /// ... or queued bytes.
@@ -112,6 +100,18 @@ const STUCK_WAIT: Duration = Duration::from_secs(1);
 /// an index that cannot be written never stops ingest, nor takes memory
 /// without bound.
 const LIMIT_BYTES: usize = 2 * BACKLOG_BYTES;
+
+/// How an idle merge ended.
+#[derive(Debug, PartialEq)]
+enum IdleMerge {
+    /// Nothing is left to merge.
+    Done,
+    /// Documents were queued, or the index is stopping or catching up:
+    /// merging goes on at the next idle tick.
+    GaveWay,
+    /// A step failed (the file's lock held elsewhere, a write error).
+    Failed,
+}
 
 /// The documents and erasures of the batch being written.
 #[derive(Default)]
@@ -161,10 +161,12 @@ struct Shared {
     /// The longest chunk write or idle merge step so far, in
     /// microseconds (diagnosis).
     slowest_chunk: AtomicU64,
-    /// Whether the index was written since its last idle merge ended (a
-    /// chunk, an erasure, a catch-up's chunk, whoever wrote it): the
-    /// thread then merges once nothing is queued.
-    unmerged: AtomicBool,
+    /// `conn`'s count of changed rows when an idle merge last found
+    /// nothing to merge (`u64::MAX` before the first). Every write of the
+    /// index goes through `conn` (chunks, erasures, a catch-up's chunks, a
+    /// search's flush), so another count means something was written
+    /// since: a merge is due ([`Shared::merge_due`]).
+    merged_at: AtomicU64,
 }
 
 /// The full-text index of a sequencing process: its file, its queue and
@@ -239,7 +241,7 @@ impl FullTextIndex {
             limit_bytes: LIMIT_BYTES,
             slowest_chunk: AtomicU64::new(0),
             // The file may hold what another process wrote unmerged.
-            unmerged: AtomicBool::new(true),
+            merged_at: AtomicU64::new(u64::MAX),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -390,9 +392,6 @@ impl Shared {
             }
             tx.commit()
         })();
-        if deleted.is_ok() {
-            self.unmerged.store(true, Ordering::Release);
-        }
         if let Err(e) = deleted {
             // Progress must not pass this erasure (the next sequencing
             // open applies it): write nothing more, answer no search.
@@ -457,9 +456,6 @@ impl Shared {
             let Ok(mut queue) = self.queue.lock() else {
                 return;
             };
-            if reached.is_ok() {
-                self.unmerged.store(true, Ordering::Release);
-            }
             match reached {
                 Ok(Chunk::Forgot) => {}
                 Ok(Chunk::Indexed { from, reached }) => {
@@ -524,19 +520,14 @@ impl Shared {
                 std::thread::sleep(TICK);
                 continue;
             }
-            if Instant::now() < merge_after || !self.unmerged.swap(false, Ordering::AcqRel) {
+            if Instant::now() < merge_after || !self.merge_due() {
                 continue;
             }
             match self.merge_while_idle() {
-                IdleMerge::Done => merge_backoff = TICK,
-                IdleMerge::GaveWay => {
-                    // Its steps (if any) succeeded: the next failure backs
-                    // off from a tick again.
-                    self.unmerged.store(true, Ordering::Release);
-                    merge_backoff = TICK;
-                }
+                // Its steps (if any) succeeded: the next failure backs off
+                // from a tick again.
+                IdleMerge::Done | IdleMerge::GaveWay => merge_backoff = TICK,
                 IdleMerge::Failed => {
-                    self.unmerged.store(true, Ordering::Release);
                     merge_after = Instant::now() + merge_backoff;
                     merge_backoff = (merge_backoff * 2).min(MERGE_BACKOFF_MAX);
                 }
@@ -544,10 +535,17 @@ impl Shared {
         }
     }
 
+    /// Whether the index was written since an idle merge last found
+    /// nothing to merge (see `merged_at`).
+    fn merge_due(&self) -> bool {
+        self.merged_at.load(Ordering::Acquire) != self.conn.lock().total_changes()
+    }
+
     /// Merges the index's segments one step at a time for as long as
     /// nothing is queued ([`fulltext_merge`](super::fulltext_merge)),
     /// giving way between steps to queued documents, a stop or a
-    /// catch-up.
+    /// catch-up; when nothing is left, notes `conn`'s count of changes
+    /// (no merge is due until the next write).
     fn merge_while_idle(&self) -> IdleMerge {
         loop {
             let idle = lock(&self.queue).is_ok_and(|q| {
@@ -560,6 +558,10 @@ impl Shared {
             let started = Instant::now();
             let merged = merge_step(&conn);
             crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
+            if let Ok(false) = merged {
+                self.merged_at
+                    .store(conn.total_changes(), Ordering::Release);
+            }
             parking_lot::MutexGuard::unlock_fair(conn);
             match merged {
                 Ok(true) => {}
@@ -719,7 +721,6 @@ impl Shared {
         match written {
             Ok(()) => {
                 crate::sequencer::note_longest(&self.slowest_chunk, started.elapsed());
-                self.unmerged.store(true, Ordering::Release);
                 if queue.failed.is_none() {
                     queue.written += chunk.iter().filter(|b| b.whole).count() as u64;
                 }

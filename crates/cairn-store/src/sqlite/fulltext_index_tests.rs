@@ -21,7 +21,7 @@ fn shared(dir: &Path) -> Shared {
         progressed: Condvar::new(),
         limit_bytes: LIMIT_BYTES,
         slowest_chunk: AtomicU64::new(0),
-        unmerged: AtomicBool::new(true),
+        merged_at: AtomicU64::new(u64::MAX),
     }
 }
 

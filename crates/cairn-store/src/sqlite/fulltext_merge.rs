@@ -71,8 +71,7 @@ fn write_settings(conn: &Connection) -> rusqlite::Result<()> {
     if set == wanted.len() as i64 {
         return Ok(());
     }
-    conn.busy_timeout(Duration::ZERO)?;
-    let written = (|| {
+    without_waiting(conn, || {
         let tx = conn.unchecked_transaction()?;
         for (key, value) in wanted {
             tx.execute(
@@ -81,7 +80,18 @@ fn write_settings(conn: &Connection) -> rusqlite::Result<()> {
             )?;
         }
         tx.commit()
-    })();
+    })
+}
+
+/// Runs `write` on `conn` with no busy timeout (`SQLITE_BUSY` at once if
+/// another connection holds the file's write lock), then puts the
+/// index's usual timeout back, whatever `write` returned.
+fn without_waiting<T>(
+    conn: &Connection,
+    write: impl FnOnce() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.busy_timeout(Duration::ZERO)?;
+    let written = write();
     conn.busy_timeout(BUSY_TIMEOUT)?;
     written
 }
@@ -93,15 +103,13 @@ fn write_settings(conn: &Connection) -> rusqlite::Result<()> {
 /// file's lock: `Err` when someone else holds it.
 pub(super) fn merge_step(conn: &Connection) -> Result<bool, StoreError> {
     let before = conn.total_changes();
-    conn.busy_timeout(Duration::ZERO)
-        .context("setting the busy timeout")?;
-    let merged = conn.execute(
-        "INSERT INTO steps_fts (steps_fts, rank) VALUES ('merge', ?1)",
-        [MERGE_PAGES],
-    );
-    conn.busy_timeout(BUSY_TIMEOUT)
-        .context("setting the busy timeout")?;
-    merged.context("merging the full-text index's segments")?;
+    without_waiting(conn, || {
+        conn.execute(
+            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('merge', ?1)",
+            [MERGE_PAGES],
+        )
+    })
+    .context("merging the full-text index's segments")?;
     // FTS5's documented test: the command itself counts one change; a
     // step that merged anything also rewrote the index's structure record
     // and pages.

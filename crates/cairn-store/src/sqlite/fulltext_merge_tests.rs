@@ -76,6 +76,7 @@ fn segments_written_while_busy_are_merged_once_idle() {
     assert!(steps >= 2, "a merge of this size takes steps: {steps}");
     assert!(segments(&index) < USERMERGE, "{}", segments(&index));
     assert_eq!(index.merge_while_idle(), IdleMerge::Done);
+    assert!(!index.merge_due(), "nothing due until the next write");
     assert!((0..480).all(|position| indexed(&index, 1, position)));
 
     let reopened = open_index_file(&dir.path().join(FULLTEXT_FILE)).unwrap();
@@ -84,13 +85,25 @@ fn segments_written_while_busy_are_merged_once_idle() {
     assert_eq!(setting(&reopened, "usermerge"), Some(USERMERGE));
 }
 
+/// Notes the index as merged as of now (what an idle merge that found
+/// nothing to merge records).
+fn merged_now(index: &Shared) {
+    let changes = index.conn.lock().total_changes();
+    index.merged_at.store(changes, Ordering::Release);
+}
+
 /// Every write marks the index for an idle merge, whoever made it: the
 /// thread's chunks, a search's flush, an erasure.
 #[test]
 fn every_write_makes_an_idle_merge_due() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
-    let due = |index: &Shared| index.unmerged.swap(false, Ordering::AcqRel);
+    // Whether a merge is due, then as if a merge had found nothing to do.
+    let due = |index: &Shared| {
+        let due = index.merge_due();
+        merged_now(index);
+        due
+    };
     assert!(
         due(&index),
         "due at first: the file may hold unmerged segments"
@@ -187,7 +200,7 @@ fn an_open_never_waits_to_write_the_merge_settings() {
 fn the_thread_merges_what_a_search_wrote_once_idle() {
     let dir = tempfile::tempdir().unwrap();
     let index = Arc::new(shared(dir.path()));
-    index.unmerged.store(false, Ordering::Release);
+    merged_now(&index);
     index
         .conn
         .lock()
