@@ -21,14 +21,22 @@ fn reader_options() -> SqliteOptions {
     }
 }
 
+/// The best 50 of a search of `org` for `words`, unfiltered.
+fn search(
+    store: &SqliteStore,
+    org: &str,
+    words: &str,
+) -> Result<Vec<(u64, f64)>, cairn_store::StoreError> {
+    store.full_text_search(
+        org,
+        &FullTextQuery::parse(words).unwrap(),
+        &cairn_store::StepFilter::default(),
+        50,
+    )
+}
+
 fn hits(store: &SqliteStore, words: &str) -> Vec<u64> {
-    store
-        .full_text_search(
-            "acme",
-            &FullTextQuery::parse(words).unwrap(),
-            &cairn_store::StepFilter::default(),
-            50,
-        )
+    search(store, "acme", words)
         .unwrap()
         .into_iter()
         .map(|(seq, _)| seq)
@@ -41,13 +49,7 @@ fn hits(store: &SqliteStore, words: &str) -> Vec<u64> {
 fn hits_once_caught_up(store: &SqliteStore, org: &str, words: &str) -> Vec<u64> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let searched = store.full_text_search(
-            org,
-            &FullTextQuery::parse(words).unwrap(),
-            &cairn_store::StepFilter::default(),
-            50,
-        );
-        match searched {
+        match search(store, org, words) {
             Ok(found) => return found.into_iter().map(|(seq, _)| seq).collect(),
             Err(cairn_store::StoreError::Busy(_)) if std::time::Instant::now() < deadline => {}
             other => panic!("the index never caught up: {other:?}"),
@@ -505,15 +507,7 @@ fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
     let blocker = rusqlite::Connection::open(&index_file).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let server = SqliteStore::open(data, seq_options()).unwrap();
-    let query = |words: &str| {
-        server.full_text_search(
-            "acme",
-            &FullTextQuery::parse(words).unwrap(),
-            &cairn_store::StepFilter::default(),
-            50,
-        )
-    };
-    match query("zeppelin") {
+    match search(&server, "acme", "zeppelin") {
         Err(cairn_store::StoreError::Busy(message)) => {
             assert!(message.contains("steps to go"), "{message}");
         }
@@ -587,16 +581,8 @@ fn another_orgs_catch_up_never_holds_up_a_search() {
     let blocker = rusqlite::Connection::open(&index_file).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let server = SqliteStore::open(data, seq_options()).unwrap();
-    let query = |org: &str, words: &str| {
-        server.full_text_search(
-            org,
-            &FullTextQuery::parse(words).unwrap(),
-            &cairn_store::StepFilter::default(),
-            50,
-        )
-    };
     let started = std::time::Instant::now();
-    let found = query("beta", "heron").unwrap();
+    let found = search(&server, "beta", "heron").unwrap();
     assert!(
         started.elapsed() < std::time::Duration::from_secs(1),
         "beta's search waited {:?} for acme's catch-up",
@@ -606,7 +592,7 @@ fn another_orgs_catch_up_never_holds_up_a_search() {
         found.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
         vec![heron]
     );
-    match query("acme", "zeppelin") {
+    match search(&server, "acme", "zeppelin") {
         Err(cairn_store::StoreError::Busy(message)) => {
             assert!(message.contains("steps to go"), "{message}");
         }
