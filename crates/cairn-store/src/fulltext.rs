@@ -2,8 +2,10 @@
 //! text a step is indexed by, the query language and its translation into
 //! SQLite FTS5 and PostgreSQL `tsquery` syntax, and highlighted snippets.
 //!
-//! Both engines tokenize on Unicode word boundaries, lower-case and stem
-//! English (FTS5 `porter unicode61`, PostgreSQL `english`). Neither splits
+//! Both engines see the same tokens (letters and digits, lower-cased)
+//! and stem English: SQLite with FTS5's `porter unicode61`, PostgreSQL
+//! with the lexemes [`lexemes`] computes here (Snowball English, numbers
+//! kept as they are) and stores as a `tsvector`. Neither splits
 //! Chinese or Japanese text into words (they have no spaces), so before
 //! indexing and before querying every run of CJK characters is rewritten
 //! as its overlapping pairs (`実行中` → `実行 行中`): any word of two or more
@@ -16,6 +18,8 @@
 
 use cairn_core::record::Step;
 use serde_json::Value;
+
+pub mod lexemes;
 
 /// Longest query accepted, in bytes.
 pub const MAX_QUERY_BYTES: usize = 1024;
@@ -442,21 +446,26 @@ impl FullTextQuery {
             .fold(required, |q, t| format!("{q} NOT ({})", term(t)))
     }
 
-    /// The query in PostgreSQL's `to_tsquery` syntax: every token
-    /// single-quoted (tokens hold only letters and digits), phrases with
-    /// `<->`, prefixes with `:*`, exclusions with `!`.
+    /// The query as PostgreSQL's `tsquery` text (cast with `::tsquery`,
+    /// never re-analyzed by PostgreSQL): every token as its lexeme
+    /// ([`lexemes::lexeme`], as the documents were indexed), single-quoted
+    /// (lexemes hold only letters and digits), phrases with `<->`,
+    /// prefixes with `:*`, exclusions with `!`.
     pub fn to_tsquery(&self) -> String {
+        fn quoted(token: &str) -> String {
+            format!("'{}'", lexemes::lexeme(token).replace('\'', "''"))
+        }
         fn term(t: &Term) -> String {
             match t {
                 Term::Phrase(words) => format!(
                     "({})",
                     words
                         .iter()
-                        .map(|w| format!("'{}'", w.replace('\'', "''")))
+                        .map(|w| quoted(w))
                         .collect::<Vec<_>>()
                         .join(" <-> ")
                 ),
-                Term::Prefix(p) => format!("'{}':*", p.replace('\'', "''")),
+                Term::Prefix(p) => format!("{}:*", quoted(p)),
             }
         }
         let mut parts: Vec<String> = self.required.iter().map(term).collect();
@@ -664,7 +673,7 @@ mod tests {
         );
         assert_eq!(
             query.to_tsquery(),
-            "('pricing') & ('enterprise' <-> 'segment') & 'churn':* & ('実行') & !('smb')"
+            "('price') & ('enterpris' <-> 'segment') & 'churn':* & ('実行') & !('smb')"
         );
         assert_eq!(q("日").required, vec![Term::Prefix("日".into())]);
         assert_eq!(FullTextQuery::parse("  \" \" -- "), Err(QueryError::Empty));

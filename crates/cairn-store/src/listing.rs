@@ -149,7 +149,7 @@ pub(crate) fn step_search_query(
             ),
             Engine::Postgres => format!(
                 "SELECT f.id - {low_p} AS seq, ts_rank_cd(f.doc, q.q)::float8 AS score
-                 FROM step_search f, to_tsquery('english', {match_p}) AS q(q)
+                 FROM step_search f, CAST({match_p}::text AS tsquery) AS q(q)
                  WHERE f.doc @@ q.q AND f.id >= {low_p} AND f.id < {high_p} AND f.org = {org_p}"
             ),
         };
@@ -164,7 +164,7 @@ pub(crate) fn step_search_query(
         ),
         Engine::Postgres => format!(
             "SELECT e.seq, ts_rank_cd(f.doc, q.q)::float8 AS score
-             FROM step_search f JOIN entries e ON e.id = f.id, to_tsquery('english', {match_p}) AS q(q)
+             FROM step_search f JOIN entries e ON e.id = f.id, CAST({match_p}::text AS tsquery) AS q(q)
              WHERE f.doc @@ q.q AND f.id >= {low_p} AND f.id < {high_p} AND f.org = {org_p}
                AND e.org = {org_p} AND e.type = 'step' AND NOT e.erased"
         ),

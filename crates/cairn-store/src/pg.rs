@@ -67,6 +67,7 @@ mod reads;
 mod rows;
 mod schema;
 mod tree;
+mod tsvector;
 mod tx;
 mod writer;
 

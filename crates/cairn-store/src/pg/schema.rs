@@ -5,6 +5,7 @@
 //! from `pg`; nothing here runs after a store is open.
 
 use super::connection::col;
+use super::tsvector::TsVector;
 use super::{LOCK_CLASS, embedding, grant_to_writers_of};
 use crate::{DbContext, StoreError};
 use postgres::GenericClient;
@@ -46,8 +47,8 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
                 "creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)",
             )?;
             tx.execute(
-                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', $1)",
-                &[&SCHEMA_VERSION],
+                "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', $1), ($2, $3)",
+                &[&SCHEMA_VERSION, &LEXEMES_KEY, &LEXEMES_VERSION],
             )
             .context("recording the schema version")?;
         }
@@ -58,6 +59,7 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             tx.batch_execute(ADDITIONS).context(
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
+            reanalyze_search_documents(&mut tx)?;
             index_unindexed_steps(&mut tx)?;
             // The roles that write the log write its full-text rows too
             // (a database from before the index has none for them).
@@ -105,8 +107,9 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
-               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL",
-            &[],
+               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
+               AND EXISTS (SELECT 1 FROM cairn_meta WHERE key = $1 AND value = $2)",
+            &[&LEXEMES_KEY, &LEXEMES_VERSION],
         )
         .context("checking the schema")?
         .get(0))
@@ -140,36 +143,81 @@ fn record_session_kinds(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreE
     Ok(())
 }
 
-/// Indexes for full-text search the steps a database holds from before
-/// the index existed (once, in the migration that creates it).
+/// The `cairn_meta` row saying which analysis made `step_search`'s
+/// `tsvector`s: absent, PostgreSQL's `to_tsvector('english', ...)` (before
+/// Cairn computed the lexemes itself, see `fulltext::lexemes`), whose
+/// lexemes the queries no longer match (stop words, numbers).
+const LEXEMES_KEY: &str = "search_lexemes";
+/// The analysis of `fulltext::lexemes`.
+const LEXEMES_VERSION: &str = "1";
+
+/// Re-analyzes every full-text document once if `step_search` was
+/// written by PostgreSQL's own analysis (no [`LEXEMES_KEY`] row): its
+/// rows go, [`index_unindexed_steps`] writes them again, and the row says
+/// it is done. Linear in the steps; one transaction with the migration.
+fn reanalyze_search_documents(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let done: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM cairn_meta WHERE key = $1 AND value = $2)",
+            &[&LEXEMES_KEY, &LEXEMES_VERSION],
+        )
+        .context("checking the full-text documents' analysis")?
+        .get(0);
+    if done {
+        return Ok(());
+    }
+    tx.batch_execute("TRUNCATE step_search")
+        .context("re-analyzing the full-text documents")?;
+    index_unindexed_steps(tx)?;
+    tx.execute(
+        "INSERT INTO cairn_meta (key, value) VALUES ($1, $2)",
+        &[&LEXEMES_KEY, &LEXEMES_VERSION],
+    )
+    .context("recording the full-text documents' analysis")?;
+    Ok(())
+}
+
+/// Steps read per query by [`index_unindexed_steps`]: its memory.
+const INDEX_PAGE: i64 = 2_000;
+
+/// Indexes for full-text search the steps `step_search` lacks (a database
+/// from before the index existed, or whose documents are re-analyzed),
+/// a page of steps at a time in id order.
 fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
-    let rows = tx
-        .query(
-            "SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-             WHERE e.type = 'step' AND NOT e.erased
-               AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)",
-            &[],
+    let mut after = i64::MIN;
+    loop {
+        let rows = tx
+            .query(
+                "SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata FROM entries e
+                 WHERE e.id > $1 AND e.type = 'step' AND NOT e.erased
+                   AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)
+                 ORDER BY e.id LIMIT $2",
+                &[&after, &INDEX_PAGE],
+            )
+            .context("indexing steps for full-text search")?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        after = col(last, 0)?;
+        let (mut ids, mut orgs, mut vectors) = (Vec::new(), Vec::new(), Vec::new());
+        for row in &rows {
+            let columns: [Option<String>; 4] =
+                [col(row, 2)?, col(row, 3)?, col(row, 4)?, col(row, 5)?];
+            let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
+            let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
+            if !doc.is_empty() {
+                ids.push(col::<i64>(row, 0)?);
+                orgs.push(col::<i64>(row, 1)?);
+                vectors.push(TsVector::of(&doc));
+            }
+        }
+        tx.execute(
+            "INSERT INTO step_search (id, org, doc)
+             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::tsvector[])",
+            &[&ids, &orgs, &vectors],
         )
         .context("indexing steps for full-text search")?;
-    let (mut ids, mut orgs, mut docs) = (Vec::new(), Vec::new(), Vec::new());
-    for row in &rows {
-        let columns: [Option<String>; 4] = [col(row, 2)?, col(row, 3)?, col(row, 4)?, col(row, 5)?];
-        let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
-        let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
-        if !doc.is_empty() {
-            ids.push(col::<i64>(row, 0)?);
-            orgs.push(col::<i64>(row, 1)?);
-            docs.push(doc);
-        }
     }
-    tx.execute(
-        "INSERT INTO step_search (id, org, doc)
-         SELECT t.id, t.org, to_tsvector('english', t.doc)
-         FROM UNNEST($1::int8[], $2::int8[], $3::text[]) AS t(id, org, doc)",
-        &[&ids, &orgs, &docs],
-    )
-    .context("indexing steps for full-text search")?;
-    Ok(())
 }
 
 fn schema_version(client: &mut impl GenericClient) -> Result<Option<String>, StoreError> {

@@ -10,6 +10,7 @@
 use super::connection::{Db, col};
 use super::locks::{Cache, load_org, lock_orgs};
 use super::rows::{optional_chain_end_at, successor};
+use super::tsvector::TsVector;
 use crate::engine::{OrgState, SessionState, StoredSession, chain_end};
 use crate::{DbContext, StoreError, WriteRequest};
 use postgres::binary_copy::BinaryCopyInWriter;
@@ -121,53 +122,26 @@ struct Pending {
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     /// Steps queued for the embedder: (id, org).
     embed_queue: Vec<(i64, i64)>,
-    /// Full-text documents: (id, org, document), the document as its
-    /// `tsvector` text when that was computed before the org's lock.
-    search: Vec<(i64, i64, SearchDoc)>,
+    /// Full-text documents: (id, org, the document's `tsvector`).
+    search: Vec<(i64, i64, TsVector)>,
     heads: Vec<(i64, i64, i64, i64)>,
     /// `(session, kind)` pairs for `session_kinds`.
     kinds: Vec<(i64, &'static str)>,
 }
 
-/// A step's full-text document on its way to `step_search`.
-enum SearchDoc {
-    /// The document: `to_tsvector` runs in the insert.
-    Text(String),
-    /// `to_tsvector`'s answer for it, as text, computed before the batch
-    /// took its orgs' locks.
-    Vector(String),
-}
-
-/// Computes `to_tsvector('english', doc)` for the documents of a batch's
-/// prepared steps before the batch takes its orgs' locks: stemming every
-/// document was most of the time the derived rows' insert held an org's
-/// lock. Keyed by document (a step prepared inside the batch is
-/// vectorised in the insert).
-pub(super) fn vectors_before_locking<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    batch: &[WriteRequest],
-) -> Result<HashMap<String, String>, StoreError> {
-    let docs: Vec<&str> = batch
+/// The `tsvector`s of a batch's prepared steps' documents, computed
+/// before the batch takes its orgs' locks (analysis is most of a step's
+/// indexing cost; a step prepared inside the batch is analyzed when its
+/// document is written). Keyed by document.
+pub(super) fn vectors_before_locking(batch: &[WriteRequest]) -> HashMap<String, TsVector> {
+    batch
         .iter()
         .filter_map(|request| match request {
             WriteRequest::Prepared(p) => p.search_doc.as_deref(),
             _ => None,
         })
-        .collect();
-    if docs.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let rows = db.query(
-        "SELECT to_tsvector('english', t.doc)::text
-         FROM UNNEST($1::text[]) WITH ORDINALITY AS t(doc, n) ORDER BY t.n",
-        &[&docs],
-        "preparing full-text documents",
-    )?;
-    let mut vectors = HashMap::with_capacity(docs.len());
-    for (doc, row) in docs.into_iter().zip(&rows) {
-        vectors.insert(doc.to_owned(), col::<String>(row, 0)?);
-    }
-    Ok(vectors)
+        .map(|doc| (doc.to_owned(), TsVector::of(doc)))
+        .collect()
 }
 
 /// A batch's transaction, seen by the engine: the orgs it locked, loaded
@@ -182,7 +156,7 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     pending: Pending,
     cache: &'a mut Cache,
     /// `tsvector`s computed before locking, by document.
-    pub(super) vectors: HashMap<String, String>,
+    pub(super) vectors: HashMap<String, TsVector>,
 }
 
 /// The sessions of a batch: registry row, seal, the step the head row
@@ -350,21 +324,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             pending.embed_queue.into_iter().unzip();
         let mut search_ids = Vec::with_capacity(pending.search.len());
         let mut search_orgs = Vec::with_capacity(pending.search.len());
-        let mut docs: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
-        let mut vectors: Vec<Option<String>> = Vec::with_capacity(pending.search.len());
-        for (id, org, doc) in pending.search {
+        let mut vectors = Vec::with_capacity(pending.search.len());
+        for (id, org, vector) in pending.search {
             search_ids.push(id);
             search_orgs.push(org);
-            match doc {
-                SearchDoc::Text(text) => {
-                    docs.push(Some(text));
-                    vectors.push(None);
-                }
-                SearchDoc::Vector(vector) => {
-                    docs.push(None);
-                    vectors.push(Some(vector));
-                }
-            }
+            vectors.push(vector);
         }
         let mut kinds = pending.kinds;
         // One order for every writer: concurrent inserts of the same keys
@@ -382,8 +346,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                SELECT * FROM UNNEST($5::int8[], $6::int8[]) ON CONFLICT DO NOTHING
              ), f AS (
                INSERT INTO step_search (id, org, doc)
-               SELECT t.id, t.org, COALESCE(t.vector::tsvector, to_tsvector('english', t.doc))
-               FROM UNNEST($7::int8[], $8::int8[], $9::text[], $16::text[]) AS t(id, org, doc, vector)
+               SELECT * FROM UNNEST($7::int8[], $8::int8[], $9::tsvector[])
              ), k AS (
                INSERT INTO session_kinds (sid, kind)
                SELECT * FROM UNNEST($10::int8[], $11::text[]) ON CONFLICT DO NOTHING
@@ -405,14 +368,13 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 &queued_orgs,
                 &search_ids,
                 &search_orgs,
-                &docs,
+                &vectors,
                 &kind_sids,
                 &kind_names,
                 &head_sids,
                 &firsts,
                 &lasts,
                 &last_indexes,
-                &vectors,
             ],
             "writing the batch's tree nodes, search documents and session heads",
         )?;

@@ -49,17 +49,8 @@ impl PgStore {
         self.with_writer(|conn, cache| {
             // Dropping the transaction without commit (an error below) rolls
             // the whole batch back and releases the locks.
-            // Before the transaction and its locks, and never fatal: a
-            // document to_tsvector refuses (or a refused step's) is
-            // vectorised, or fails, in the insert as before.
-            let vectors = vectors_before_locking(
-                &mut Db {
-                    client: &mut conn.client,
-                    statements: &mut conn.statements,
-                },
-                batch,
-            )
-            .unwrap_or_default();
+            // Before the transaction and its locks.
+            let vectors = vectors_before_locking(batch);
             let mut tx = match conn.client.transaction() {
                 Ok(tx) => tx,
                 Err(e) => return Ok(Err(e)),

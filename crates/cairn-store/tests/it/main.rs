@@ -12,6 +12,7 @@ mod embedding;
 mod listing;
 mod pg;
 mod pg_derived;
+mod pg_search;
 mod search;
 mod sqlite;
 mod sqlite_fulltext;

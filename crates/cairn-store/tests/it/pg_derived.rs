@@ -17,7 +17,7 @@ use cairn_store::{WriteRequest, Written};
 use cairn_testkit::PgCluster;
 
 /// A superuser connection to the database behind store `name`.
-fn admin_of(backend: &Pg, name: &str) -> postgres::Client {
+pub(crate) fn admin_of(backend: &Pg, name: &str) -> postgres::Client {
     postgres::Client::connect(
         &backend.cluster.url_for(&name.replace('-', "_")),
         postgres::NoTls,
@@ -339,11 +339,12 @@ fn a_valid_huge_step_does_not_fail_other_writers() {
     assert!(results[1].is_ok(), "{:?}", results[1]);
 }
 
-/// a prepared step's precomputed tsvector equals the one
-/// computed in the insert for the same text (duplicates in one batch, CJK,
-/// punctuation, over-long words, mixed Prepared and Step requests).
+/// A prepared step's tsvector, computed before the batch locks its orgs,
+/// equals the one computed when a step of the batch writes its document,
+/// for the same text (duplicates in one batch, CJK, punctuation,
+/// over-long words, mixed Prepared and Step requests).
 #[test]
-fn precomputed_vectors_equal_in_sql_ones() {
+fn precomputed_vectors_equal_in_batch_ones() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };

@@ -8,7 +8,7 @@
 //! the transaction's state and how its pending rows are sent, because this
 //! is the interface the engine writes through.
 
-use super::{EntryRow, PgTx, SearchDoc};
+use super::{EntryRow, PgTx};
 use crate::engine::{
     AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, json_text, links_text,
     op_from_view, op_record_id, row_id,
@@ -16,6 +16,7 @@ use crate::engine::{
 use crate::pg::connection::{col, i64_of, u64_of};
 use crate::pg::rows::{STEP_BY_TRACE, session_ids, step_from_row, true_end};
 use crate::pg::tree::latest_checkpoint;
+use crate::pg::tsvector::TsVector;
 use crate::{StoreError, StoredCheckpoint, StoredStep};
 use cairn_core::log::OpRecord;
 use cairn_core::record::SessionHeader;
@@ -197,11 +198,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
-        let doc = match self.vectors.get(doc) {
-            Some(vector) => SearchDoc::Vector(vector.clone()),
-            None => SearchDoc::Text(doc.to_owned()),
-        };
-        self.pending.search.push((row_id(org, seq), org, doc));
+        let vector = self
+            .vectors
+            .remove(doc)
+            .unwrap_or_else(|| TsVector::of(doc));
+        self.pending.search.push((row_id(org, seq), org, vector));
         Ok(())
     }
 

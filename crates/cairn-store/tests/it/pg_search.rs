@@ -1,0 +1,158 @@
+//! PostgreSQL full-text search with the lexemes Cairn computes itself
+//! (`cairn_store::fulltext::lexemes`): what PostgreSQL stores, that the
+//! stems are PostgreSQL's own English stemmer's, and that a database whose
+//! documents PostgreSQL analyzed is re-analyzed by the next migration.
+
+use crate::conformance::{Backend, ORG, step};
+use crate::pg::Pg;
+use crate::pg_derived::admin_of;
+use cairn_store::fulltext::FullTextQuery;
+use cairn_store::fulltext::lexemes::lexeme;
+use cairn_store::{Ledger, LedgerStore, SequencerConfig, StepFilter, WriteRequest};
+use cairn_testkit::PgCluster;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn write(store: &Arc<dyn LedgerStore>, contents: &[&str]) {
+    let ledger = Ledger::new(Arc::clone(store), SequencerConfig::default());
+    for (i, content) in contents.iter().enumerate() {
+        let step = step(&format!("s{i}"), "Observation", content);
+        ledger.write(WriteRequest::Step(Box::new(step))).unwrap();
+    }
+    ledger.close();
+}
+
+fn hits(store: &dyn LedgerStore, query: &str) -> usize {
+    let query = FullTextQuery::parse(query).unwrap();
+    store
+        .full_text_search(ORG, &query, &StepFilter::default(), 50)
+        .unwrap()
+        .len()
+}
+
+/// What PostgreSQL stores for a step is its document's lexemes at their
+/// positions, as `tsvector` prints them: stems, numbers as written, stop
+/// words kept, repeated words with every position.
+#[test]
+fn the_stored_tsvector_is_the_documents_lexemes() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let store = backend.open("stored-tsvector");
+    write(&store, &["The prices of the price, Q4: apple!"]);
+    let doc: String = admin_of(&backend, "stored-tsvector")
+        .query_one("SELECT doc::text FROM step_search", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(doc, "'appl':7 'of':3 'price':2,5 'q4':6 'the':1,4");
+}
+
+/// Cairn's stems are those of PostgreSQL's `english_stem` (both Snowball
+/// English) for every word of the operations guide, the threat model and
+/// the format that PostgreSQL does not drop as a stop word.
+#[test]
+fn lexemes_are_postgresql_english_stems() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("stems");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let text = concat!(
+        include_str!("../../../../docs/OPERATIONS.md"),
+        include_str!("../../../../docs/SECURITY.md"),
+        include_str!("../../../../docs/FORMAT.md")
+    );
+    let words: Vec<String> = cairn_store::fulltext::segment(text)
+        .split(' ')
+        .filter(|w| !w.is_empty() && !w.chars().any(char::is_numeric))
+        .map(str::to_owned)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(words.len() > 2_000, "{} words", words.len());
+    let rows = client
+        .query(
+            "SELECT w, (ts_lexize('english_stem', w))[1] FROM UNNEST($1::text[]) AS w",
+            &[&words],
+        )
+        .unwrap();
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    for row in rows {
+        let word: String = row.get(0);
+        // None: a stop word (PostgreSQL drops it; Cairn keeps it).
+        if let Some(stem) = row.get::<_, Option<String>>(1) {
+            compared += 1;
+            if lexeme(&word) != stem {
+                differ.push(format!("{word}: {} vs {stem}", lexeme(&word)));
+            }
+        }
+    }
+    assert!(compared > 2_000, "{compared} of {} words", words.len());
+    assert!(differ.is_empty(), "{differ:?}");
+}
+
+/// A database whose `step_search` PostgreSQL's `to_tsvector('english')`
+/// wrote (before Cairn computed lexemes: no `search_lexemes` row) has its
+/// documents re-analyzed by the schema owner's next migration, once:
+/// afterwards a phrase with a stop word finds its step, which the old
+/// rows (stop words dropped) could not.
+#[test]
+fn an_older_databases_documents_are_reanalyzed_once() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let store = backend.open("reanalyzed");
+    write(
+        &store,
+        &["the zeppelin schedule slipped", "retire the airship fleet"],
+    );
+    assert_eq!(hits(store.as_ref(), "\"the zeppelin\""), 1);
+    drop(store);
+    let mut admin = admin_of(&backend, "reanalyzed");
+    // As the previous version wrote it: PostgreSQL's analysis, no row
+    // saying otherwise (cairn_meta refuses deletes, hence the replica
+    // role, which skips ordinary triggers).
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             DELETE FROM cairn_meta WHERE key = 'search_lexemes';
+             SET session_replication_role = DEFAULT;
+             TRUNCATE step_search;
+             INSERT INTO step_search (id, org, doc)
+               SELECT id, org, to_tsvector('english', content) FROM entries WHERE type = 'step';",
+        )
+        .unwrap();
+    let phrase = "SELECT count(*) FROM step_search WHERE doc @@ $$'the' <-> 'zeppelin'$$::tsquery";
+    let found: i64 = admin.query_one(phrase, &[]).unwrap().get(0);
+    assert_eq!(found, 0, "the old rows dropped the stop word");
+    cairn_store::pg::migrate(&mut admin).unwrap();
+    let found: i64 = admin.query_one(phrase, &[]).unwrap().get(0);
+    assert_eq!(found, 1);
+    let (rows, marks): (i64, i64) = {
+        let row = admin
+            .query_one(
+                "SELECT (SELECT count(*) FROM step_search),
+                        (SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes')",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((rows, marks), (2, 1));
+    let store = backend.open("reanalyzed");
+    assert_eq!(hits(store.as_ref(), "\"the zeppelin\""), 1);
+    assert_eq!(hits(store.as_ref(), "\"the airship\" fleet"), 1);
+    // Once: a second migration finds nothing to do.
+    cairn_store::pg::migrate(&mut admin).unwrap();
+    let marks: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(marks, 1);
+}
