@@ -48,6 +48,21 @@ pub(super) fn index_path(ledger_path: &Path) -> PathBuf {
     ledger_path.with_file_name(FULLTEXT_FILE)
 }
 
+/// Whether `error` is SQLite saying another connection holds the lock
+/// (`SQLITE_BUSY` or `SQLITE_LOCKED`), not that the file is damaged.
+pub(super) fn locked_elsewhere(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Database {
+            source: rusqlite::Error::SqliteFailure(failure, _),
+            ..
+        } if matches!(
+            failure.code,
+            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+        )
+    )
+}
+
 /// Opens (creating it if need be) the index's file at `path`, ready to
 /// write.
 pub(super) fn open_index_file(path: &Path) -> Result<Connection, StoreError> {

@@ -58,7 +58,9 @@
 //! one, and the next open indexes again what was rolled back.
 
 use super::connection::open_reader;
-use super::fulltext_file::{Progress, index_path, open_index_file, write};
+use super::fulltext_file::{
+    BUSY_TIMEOUT, Progress, index_path, locked_elsewhere, open_index_file, write,
+};
 use super::fulltext_mend::{Chunk, index_chunk, plan_catch_up};
 use super::fulltext_merge::merge_step;
 use super::fulltext_queue::{
@@ -199,6 +201,16 @@ impl FullTextIndex {
         });
         let (conn, plan) = match mended {
             Ok(mended) => mended,
+            // Another program holds the file's lock past the busy timeout
+            // (an open `sqlite3` shell, a backup tool): the file is not
+            // damaged, and removing it would lose that program's writes.
+            Err(e) if locked_elsewhere(&e) => {
+                return Err(StoreError::Busy(format!(
+                    "the full-text index {} is locked by another program (for more than {} s): close it and start again",
+                    path.display(),
+                    BUSY_TIMEOUT.as_secs()
+                )));
+            }
             // Derived data: an index that does not open or read is rebuilt.
             Err(_) => {
                 for suffix in ["", "-wal", "-shm"] {

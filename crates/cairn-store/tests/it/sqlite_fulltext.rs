@@ -286,6 +286,49 @@ fn a_damaged_index_file_never_stops_other_reads() {
     );
 }
 
+/// An open that must mend the index (here: its progress names another
+/// history, so the org is marked to be forgotten) while another program
+/// holds `fulltext.db`'s write lock past the busy timeout fails with a
+/// clear "busy" error and leaves the file alone: the file is not damaged,
+/// and deleting it would lose the other program's writes. Once the lock
+/// is released, the next open mends the index.
+#[test]
+fn an_index_locked_by_another_program_is_not_mistaken_for_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let zeppelin = {
+        let server = SqliteStore::open(dir.path(), seq_options()).unwrap();
+        write_step(&server, "the zeppelin departs at noon").0
+    };
+    let index_file = dir.path().join(cairn_store::FULLTEXT_FILE);
+    let blocker = rusqlite::Connection::open(&index_file).unwrap();
+    blocker
+        .execute_batch(
+            "UPDATE fulltext_progress SET root = zeroblob(32);
+             BEGIN IMMEDIATE;
+             CREATE TABLE other_programs_work (x);",
+        )
+        .unwrap();
+    match SqliteStore::open(dir.path(), seq_options()) {
+        Err(cairn_store::StoreError::Busy(message)) => {
+            assert!(message.contains("locked by another program"), "{message}")
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("the open mended an index whose lock another program holds"),
+    }
+    blocker.execute_batch("COMMIT").unwrap();
+    let kept: i64 = blocker
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'other_programs_work'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, 1, "the other program's writes were lost");
+    drop(blocker);
+    let server = open_caught_up(dir.path());
+    assert_eq!(hits(&server, "zeppelin"), vec![zeppelin]);
+}
+
 /// fulltext.db is tied to the history it indexes (each org's recorded
 /// progress carries the log's root at that size): after ledger.db is
 /// restored from a backup beside a newer index file, documents of steps
