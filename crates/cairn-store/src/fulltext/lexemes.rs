@@ -19,8 +19,9 @@
 //! - no stop words: `the` and `of` are lexemes, as in the embedded
 //!   store's FTS5 index, so phrases match exactly;
 //! - a lexeme keeps its first 256 positions (`tsvector`'s limit), and a
-//!   token longer than 2,047 bytes is left out (`tsvector`'s longest
-//!   lexeme).
+//!   token longer than 2,046 bytes is left out (the longest lexeme
+//!   `tsvector`'s text form accepts: `tsvectorrecv` would take one byte
+//!   more, but a row `pg_dump` could not restore is a broken backup).
 
 use rust_stemmers::{Algorithm, Stemmer};
 use std::borrow::Cow;
@@ -31,11 +32,14 @@ use std::collections::HashMap;
 const MAX_POSITION: u16 = 16_383;
 /// `tsvector`'s most positions per lexeme.
 const MAX_POSITIONS: usize = 256;
-/// `tsvector`'s longest lexeme, in bytes.
-const MAX_LEXEME_BYTES: usize = 2_047;
-/// Words whose stems a thread remembers (emptied when full): a few MB at
-/// most, and most words of a step are frequent words met before.
+/// The longest lexeme `tsvector`'s text input accepts, in bytes.
+const MAX_LEXEME_BYTES: usize = 2_046;
+/// Words whose stems a thread remembers (emptied when full): most words of
+/// a step are frequent words met before.
 const STEM_CACHE_WORDS: usize = 32_768;
+/// The longest word the cache keeps, in bytes: with [`STEM_CACHE_WORDS`],
+/// under 10 MB per thread whatever the steps hold.
+const STEM_CACHE_WORD_BYTES: usize = 48;
 
 thread_local! {
     static STEMMER: Stemmer = Stemmer::create(Algorithm::English);
@@ -59,6 +63,10 @@ pub fn lexeme(token: &str) -> Cow<'_, str> {
 fn push_lexeme(token: &str, out: &mut String) {
     if token.chars().any(char::is_numeric) {
         out.push_str(token);
+        return;
+    }
+    if token.len() > STEM_CACHE_WORD_BYTES {
+        out.push_str(&lexeme(token));
         return;
     }
     STEMS.with(|stems| {
@@ -195,7 +203,7 @@ mod tests {
     proptest! {
         /// Any text, segmented as a step's document is: the encoding is
         /// one `tsvectorrecv` accepts without sorting (lexemes strictly in
-        /// byte order, without NUL, at most 2,047 bytes; 1 to 256
+        /// byte order, without NUL, at most 2,046 bytes; 1 to 256
         /// positions each, strictly increasing, within 1..=16,383), and
         /// every lexeme is letters and digits.
         #[test]
@@ -271,12 +279,31 @@ mod tests {
             .filter(|(_, p)| p == &[MAX_POSITION])
             .count();
         assert_eq!(late, 20_000 / 2 - 16_382 / 2, "every late token kept");
-        // A token longer than tsvector's longest lexeme is left out.
+        // A token longer than tsvector's longest lexeme is left out; one of
+        // exactly that length is kept.
         let long = "x".repeat(MAX_LEXEME_BYTES + 1);
         let v = decode(&tsvector_binary(&format!("a {long} b")));
         assert_eq!(
             v,
             vec![("a".to_owned(), vec![1]), ("b".to_owned(), vec![3])]
         );
+        let longest = "x".repeat(MAX_LEXEME_BYTES);
+        let v = decode(&tsvector_binary(&longest));
+        assert_eq!(v, vec![(longest, vec![1])]);
+    }
+
+    /// The stem cache keeps short words only, so that its memory is
+    /// bounded whatever words the steps hold; long words stem the same.
+    #[test]
+    fn the_stem_cache_keeps_short_words_only() {
+        let long = format!("{}ing", "z".repeat(STEM_CACHE_WORD_BYTES));
+        let v = decode(&tsvector_binary(&format!("walking {long}")));
+        assert_eq!(v[0].0, "walk");
+        assert_eq!(v[1].0, lexeme(&long));
+        STEMS.with(|stems| {
+            let stems = stems.borrow();
+            assert_eq!(stems.get("walking").map(String::as_str), Some("walk"));
+            assert!(!stems.contains_key(&long));
+        });
     }
 }

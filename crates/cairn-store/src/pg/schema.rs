@@ -145,8 +145,8 @@ fn record_session_kinds(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreE
 
 /// The `cairn_meta` row saying which analysis made `step_search`'s
 /// `tsvector`s: absent, PostgreSQL's `to_tsvector('english', ...)` (before
-/// Cairn computed the lexemes itself, see `fulltext::lexemes`), whose
-/// lexemes the queries no longer match (stop words, numbers).
+/// Cairn computed the lexemes itself, see `fulltext::lexemes`), which
+/// dropped the stop words the queries now hold.
 const LEXEMES_KEY: &str = "search_lexemes";
 /// The analysis of `fulltext::lexemes`.
 const LEXEMES_VERSION: &str = "1";
@@ -177,22 +177,33 @@ fn reanalyze_search_documents(tx: &mut postgres::Transaction<'_>) -> Result<(), 
     Ok(())
 }
 
-/// Steps read per query by [`index_unindexed_steps`]: its memory.
+/// Most steps read per query by [`index_unindexed_steps`].
 const INDEX_PAGE: i64 = 2_000;
+/// Most bytes of text read per query by [`index_unindexed_steps`] (a page
+/// always holds at least one step, whatever its size): its memory.
+const INDEX_PAGE_BYTES: i64 = 32 * 1024 * 1024;
 
 /// Indexes for full-text search the steps `step_search` lacks (a database
 /// from before the index existed, or whose documents are re-analyzed),
-/// a page of steps at a time in id order.
+/// a page of steps at a time in id order, each page at most
+/// [`INDEX_PAGE`] steps and [`INDEX_PAGE_BYTES`] of text past its first.
 fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
     let mut after = i64::MIN;
     loop {
         let rows = tx
             .query(
-                "SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata FROM entries e
-                 WHERE e.id > $1 AND e.type = 'step' AND NOT e.erased
-                   AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)
-                 ORDER BY e.id LIMIT $2",
-                &[&after, &INDEX_PAGE],
+                "SELECT id, org, content, input_data, output_data, metadata FROM (
+                   SELECT e.id, e.org, e.content, e.input_data, e.output_data, e.metadata,
+                     sum(COALESCE(octet_length(e.content), 0) + COALESCE(octet_length(e.input_data), 0)
+                         + COALESCE(octet_length(e.output_data), 0) + COALESCE(octet_length(e.metadata), 0))
+                       OVER (ORDER BY e.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+                   FROM entries e
+                   WHERE e.id > $1 AND e.type = 'step' AND NOT e.erased
+                     AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)
+                   ORDER BY e.id LIMIT $2) page
+                 WHERE COALESCE(before, 0) < $3
+                 ORDER BY id",
+                &[&after, &INDEX_PAGE, &INDEX_PAGE_BYTES],
             )
             .context("indexing steps for full-text search")?;
         let Some(last) = rows.last() else {

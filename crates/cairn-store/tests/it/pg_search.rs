@@ -48,6 +48,36 @@ fn the_stored_tsvector_is_the_documents_lexemes() {
     assert_eq!(doc, "'appl':7 'of':3 'price':2,5 'q4':6 'the':1,4");
 }
 
+/// Every stored `tsvector` survives its text form (what `pg_dump`,
+/// `COPY` and a restore use), the longest lexeme kept included; a longer
+/// word is left out.
+#[test]
+fn stored_tsvectors_survive_a_dump_and_restore() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let store = backend.open("dump-restore");
+    let longest = "k".repeat(2_046);
+    let longer = "l".repeat(2_047);
+    write(
+        &store,
+        &[
+            &format!("blob {longest} attached"),
+            &format!("blob {longer} attached"),
+        ],
+    );
+    let mut admin = admin_of(&backend, "dump-restore");
+    let rows = admin
+        .query(
+            "SELECT doc::text::tsvector = doc, length(doc) FROM step_search ORDER BY id",
+            &[],
+        )
+        .unwrap();
+    let found: Vec<(bool, i32)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(found, vec![(true, 3), (true, 2)]);
+}
+
 /// Cairn's stems are those of PostgreSQL's `english_stem` (both Snowball
 /// English) for every word of the operations guide, the threat model and
 /// the format that PostgreSQL does not drop as a stop word.
