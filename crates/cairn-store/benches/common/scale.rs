@@ -174,6 +174,13 @@ pub trait Backend {
     fn batch_parts(&self) -> Option<String> {
         None
     }
+    /// Does the database's own work after a bulk load now (PostgreSQL's
+    /// vacuum and analyze), so that the measurements see the store at rest
+    /// rather than sharing two cores with it; says what it did, if
+    /// anything.
+    fn settle(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Reads org 0's rows at some seqs (see [`RawReads::rows_reader`]).
@@ -639,6 +646,9 @@ pub fn run<B: Backend>(backend: &mut B, name: &str, milestones: &[u64], test: bo
             eprintln!("{name}: {target}: longest batch parts: {parts}");
         }
         ledger.close();
+        if let Some(waited) = backend.settle() {
+            eprintln!("{name}: {target}: {waited}");
+        }
         let started = Instant::now();
         let disk = backend.disk_bytes();
         {
