@@ -4,10 +4,10 @@
 //! by spaces) becomes its lexemes with their positions, in `tsvector`'s
 //! binary wire format; a query's tokens become the same lexemes.
 //!
-//! PostgreSQL's own parser was most of a batch's database time (about
-//! 150 µs per 900-byte step on these machines, 55% of PostgreSQL's time
-//! in the ingest bench), and it re-tokenized text Cairn had already
-//! tokenized. The rules (docs/OPERATIONS.md, "Search"):
+//! PostgreSQL's own analysis took more of a batch's database time than
+//! every other statement together (about 150 µs of CPU per 900-byte step
+//! on these machines, mostly its parser), and it re-tokenized text Cairn
+//! had already tokenized. The rules (docs/OPERATIONS.md, "Search"):
 //!
 //! - every token of the document is a lexeme, at its position (the
 //!   first token is 1; positions past 16,383, `tsvector`'s largest, all

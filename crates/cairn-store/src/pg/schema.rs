@@ -179,14 +179,16 @@ fn reanalyze_search_documents(tx: &mut postgres::Transaction<'_>) -> Result<(), 
 
 /// Most steps read per query by [`index_unindexed_steps`].
 const INDEX_PAGE: i64 = 2_000;
-/// Most bytes of text read per query by [`index_unindexed_steps`] (a page
-/// always holds at least one step, whatever its size): its memory.
+/// Bytes of text after which a page of [`index_unindexed_steps`] ends: a
+/// page holds the steps whose text before them in the page is under
+/// this, so at most this plus its last step (and always one step,
+/// whatever its size): its memory.
 const INDEX_PAGE_BYTES: i64 = 32 * 1024 * 1024;
 
 /// Indexes for full-text search the steps `step_search` lacks (a database
 /// from before the index existed, or whose documents are re-analyzed),
 /// a page of steps at a time in id order, each page at most
-/// [`INDEX_PAGE`] steps and [`INDEX_PAGE_BYTES`] of text past its first.
+/// [`INDEX_PAGE`] steps and about [`INDEX_PAGE_BYTES`] of text.
 fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
     let mut after = i64::MIN;
     loop {
