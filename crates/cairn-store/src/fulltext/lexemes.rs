@@ -49,7 +49,7 @@ thread_local! {
 /// The lexeme of one token (letters and digits, lower-cased): stemmed
 /// unless it holds a digit.
 pub fn lexeme(token: &str) -> Cow<'_, str> {
-    if token.chars().any(char::is_numeric) {
+    if has_digit(token) {
         return Cow::Borrowed(token);
     }
     STEMMER.with(|stemmer| match stemmer.stem(token) {
@@ -58,14 +58,16 @@ pub fn lexeme(token: &str) -> Cow<'_, str> {
     })
 }
 
-/// Appends [`lexeme`]`(token)` to `out`, from the thread's cache of stems
-/// when the word was met before.
+/// Whether `token` is kept as written rather than stemmed.
+fn has_digit(token: &str) -> bool {
+    token.chars().any(char::is_numeric)
+}
+
+/// Appends [`lexeme`]`(token)` to `out`, from the thread's cache when the
+/// word was met before (the cache keeps short words only: numbers, which
+/// are their own lexemes and rarely repeat, and long words go past it).
 fn push_lexeme(token: &str, out: &mut String) {
-    if token.chars().any(char::is_numeric) {
-        out.push_str(token);
-        return;
-    }
-    if token.len() > STEM_CACHE_WORD_BYTES {
+    if token.len() > STEM_CACHE_WORD_BYTES || has_digit(token) {
         out.push_str(&lexeme(token));
         return;
     }

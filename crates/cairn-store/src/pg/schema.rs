@@ -107,12 +107,12 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
-               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
-               AND EXISTS (SELECT 1 FROM cairn_meta WHERE key = $1 AND value = $2)",
-            &[&LEXEMES_KEY, &LEXEMES_VERSION],
+               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL",
+            &[],
         )
         .context("checking the schema")?
-        .get(0))
+        .get::<_, bool>(0)
+        && lexemes_recorded(client)?)
 }
 
 /// Fills `session_kinds` from the log of a database written before it
@@ -156,14 +156,7 @@ const LEXEMES_VERSION: &str = "1";
 /// rows go, [`index_unindexed_steps`] writes them again, and the row says
 /// it is done. Linear in the steps; one transaction with the migration.
 fn reanalyze_search_documents(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
-    let done: bool = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM cairn_meta WHERE key = $1 AND value = $2)",
-            &[&LEXEMES_KEY, &LEXEMES_VERSION],
-        )
-        .context("checking the full-text documents' analysis")?
-        .get(0);
-    if done {
+    if lexemes_recorded(tx)? {
         return Ok(());
     }
     tx.batch_execute("TRUNCATE step_search")
@@ -175,6 +168,18 @@ fn reanalyze_search_documents(tx: &mut postgres::Transaction<'_>) -> Result<(), 
     )
     .context("recording the full-text documents' analysis")?;
     Ok(())
+}
+
+/// Whether the [`LEXEMES_KEY`] row says `step_search` holds the lexemes
+/// of `fulltext::lexemes`.
+fn lexemes_recorded(client: &mut impl GenericClient) -> Result<bool, StoreError> {
+    Ok(client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM cairn_meta WHERE key = $1 AND value = $2)",
+            &[&LEXEMES_KEY, &LEXEMES_VERSION],
+        )
+        .context("checking the full-text documents' analysis")?
+        .get(0))
 }
 
 /// Most steps read per query by [`index_unindexed_steps`].
