@@ -101,6 +101,17 @@ fn indexed(index: &Shared, org: i64, position: u64) -> bool {
         == 1
 }
 
+/// Sets FTS5 options of the index's file (`automerge`, `hashsize`...).
+fn fts5_set(conn: &Connection, options: &[(&str, i64)]) {
+    for (option, value) in options {
+        conn.execute(
+            "INSERT INTO steps_fts (steps_fts, rank) VALUES (?1, ?2)",
+            rusqlite::params![option, value],
+        )
+        .unwrap();
+    }
+}
+
 /// The FTS5 segments the index holds.
 fn segments(index: &Shared) -> i64 {
     index
@@ -558,14 +569,10 @@ fn a_write_of_interleaved_orgs_makes_one_segment() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
     // Merges off, so that the segments a write made can be counted.
-    index
-        .conn
-        .lock()
-        .execute_batch(
-            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 0);
-             INSERT INTO steps_fts (steps_fts, rank) VALUES ('crisismerge', 100000);",
-        )
-        .unwrap();
+    fts5_set(
+        &index.conn.lock(),
+        &[("automerge", 0), ("crisismerge", 100_000)],
+    );
     let mut sizes = [0u64; 10];
     for _ in 0..4 {
         let mut docs = Vec::new();

@@ -12,11 +12,7 @@ use crate::sqlite::fulltext_merge::{AUTOMERGE, CRISISMERGE, USERMERGE};
 fn write_separately(index: &Shared, writes: u64) {
     // One segment per write, however many terms it holds (FTS5 writes its
     // pending terms out as a segment past 1 MB of them).
-    index
-        .conn
-        .lock()
-        .execute_batch("INSERT INTO steps_fts (steps_fts, rank) VALUES ('hashsize', 16777216)")
-        .unwrap();
+    fts5_set(&index.conn.lock(), &[("hashsize", 16_777_216)]);
     for write in 0..writes {
         let docs = (0..40)
             .map(|i| {
@@ -50,14 +46,10 @@ fn setting(conn: &Connection, key: &str) -> Option<i64> {
 fn segments_written_while_busy_are_merged_once_idle() {
     let defaults_dir = tempfile::tempdir().unwrap();
     let defaults = shared(defaults_dir.path());
-    defaults
-        .conn
-        .lock()
-        .execute_batch(
-            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 4);
-             INSERT INTO steps_fts (steps_fts, rank) VALUES ('crisismerge', 16);",
-        )
-        .unwrap();
+    fts5_set(
+        &defaults.conn.lock(),
+        &[("automerge", 4), ("crisismerge", 16)],
+    );
     write_separately(&defaults, 12);
     assert!(
         segments(&defaults) < 12,
@@ -179,8 +171,7 @@ fn an_open_never_waits_to_write_the_merge_settings() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(FULLTEXT_FILE);
     let conn = open_index_file(&path).unwrap();
-    conn.execute_batch("INSERT INTO steps_fts (steps_fts, rank) VALUES ('automerge', 4)")
-        .unwrap();
+    fts5_set(&conn, &[("automerge", 4)]);
     drop(conn);
     let other = Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -201,11 +192,7 @@ fn the_thread_merges_what_a_search_wrote_once_idle() {
     let dir = tempfile::tempdir().unwrap();
     let index = Arc::new(shared(dir.path()));
     merged_now(&index);
-    index
-        .conn
-        .lock()
-        .execute_batch("INSERT INTO steps_fts (steps_fts, rank) VALUES ('hashsize', 16777216)")
-        .unwrap();
+    fts5_set(&index.conn.lock(), &[("hashsize", 16_777_216)]);
     for write in 0..6u64 {
         let position = write * 10;
         let docs = (0..10)

@@ -155,34 +155,24 @@ fn an_older_databases_documents_are_reanalyzed_once() {
                SELECT id, org, to_tsvector('english', content) FROM entries WHERE type = 'step';",
         )
         .unwrap();
-    let phrase = "SELECT count(*) FROM step_search WHERE doc @@ $$'the' <-> 'zeppelin'$$::tsquery";
-    let found: i64 = admin.query_one(phrase, &[]).unwrap().get(0);
-    assert_eq!(found, 0, "the old rows dropped the stop word");
-    cairn_store::pg::migrate(&mut admin).unwrap();
-    let found: i64 = admin.query_one(phrase, &[]).unwrap().get(0);
-    assert_eq!(found, 1);
-    let (rows, marks): (i64, i64) = {
-        let row = admin
-            .query_one(
-                "SELECT (SELECT count(*) FROM step_search),
-                        (SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes')",
-                &[],
-            )
-            .unwrap();
-        (row.get(0), row.get(1))
+    let count = |admin: &mut postgres::Client, sql: &str| -> i64 {
+        admin.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!((rows, marks), (2, 1));
+    let phrase = "SELECT count(*) FROM step_search WHERE doc @@ $$'the' <-> 'zeppelin'$$::tsquery";
+    assert_eq!(
+        count(&mut admin, phrase),
+        0,
+        "the old rows dropped the stop word"
+    );
+    cairn_store::pg::migrate(&mut admin).unwrap();
+    assert_eq!(count(&mut admin, phrase), 1);
+    let marks = "SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes'";
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM step_search"), 2);
+    assert_eq!(count(&mut admin, marks), 1);
     let store = backend.open("reanalyzed");
     assert_eq!(hits(store.as_ref(), "\"the zeppelin\""), 1);
     assert_eq!(hits(store.as_ref(), "\"the airship\" fleet"), 1);
     // Once: a second migration finds nothing to do.
     cairn_store::pg::migrate(&mut admin).unwrap();
-    let marks: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(marks, 1);
+    assert_eq!(count(&mut admin, marks), 1);
 }

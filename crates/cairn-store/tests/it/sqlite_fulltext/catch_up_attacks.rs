@@ -59,19 +59,6 @@ fn erase_in(org: &str, trace_id: &str) -> WriteRequest {
     }
 }
 
-fn search_in(
-    store: &SqliteStore,
-    org: &str,
-    word: &str,
-) -> Result<Vec<(u64, f64)>, cairn_store::StoreError> {
-    store.full_text_search(
-        org,
-        &FullTextQuery::parse(word).unwrap(),
-        &cairn_store::StepFilter::default(),
-        5,
-    )
-}
-
 fn big_options() -> SqliteOptions {
     let mut options = seq_options();
     options.limits.max_content_bytes = 256 << 10;
@@ -86,7 +73,7 @@ fn open_settled(dir: &Path) -> SqliteStore {
     let deadline = Instant::now() + Duration::from_secs(600);
     for org in store.orgs().unwrap() {
         loop {
-            match search_in(&store, &org, "anything") {
+            match search(&store, &org, "anything") {
                 Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
                 Err(e) => panic!("the index did not settle: {e}"),
                 Ok(_) => break,
@@ -313,7 +300,7 @@ fn catch_up_child() {
                     (!e.is_empty()).then(|| e[k % e.len()].clone())
                 };
                 if let Some((org, word)) = gone {
-                    match search_in(&store, &org, &word) {
+                    match search(&store, &org, &word) {
                         Ok(found) if !found.is_empty() => say(format!("LEAK {org} {word}")),
                         Ok(_) => {}
                         Err(cairn_store::StoreError::Busy(_)) => {}
@@ -322,7 +309,7 @@ fn catch_up_child() {
                 }
                 let last = acked.lock().unwrap().last().cloned();
                 if let Some((org, word)) = last {
-                    match search_in(&store, &org, &word) {
+                    match search(&store, &org, &word) {
                         Ok(found) if found.len() == 1 => say("FOUND".into()),
                         Ok(found) => say(format!("MISS {org} {word} {found:?}")),
                         Err(cairn_store::StoreError::Busy(_)) => say("BUSY".into()),
@@ -543,7 +530,7 @@ fn catch_up_attack_a_lock_held_past_the_busy_timeout_does_not_stop_the_index() {
     blocker.execute_batch("ROLLBACK").unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let found = loop {
-        match search_in(&server, "acme", "zeppelin") {
+        match search(&server, "acme", "zeppelin") {
             Err(cairn_store::StoreError::Busy(_)) if Instant::now() < deadline => {}
             other => break other,
         }
