@@ -61,6 +61,7 @@ use tree::latest_checkpoint;
 mod admin;
 mod analyst_sql;
 mod connection;
+mod copy;
 mod embedding;
 mod locks;
 mod reads;

@@ -7,6 +7,7 @@ use crate::{DbContext, StoreError};
 use postgres::types::{FromSql, ToSql};
 use postgres::{GenericClient, NoTls, Row, Statement};
 use std::collections::HashMap;
+use std::io::Write;
 use std::time::Duration;
 
 /// Bounds how long a connection waits on a network that stopped answering
@@ -104,6 +105,24 @@ impl<C: GenericClient> Db<'_, C> {
     ) -> Result<Row, StoreError> {
         let statement = self.statement(sql)?;
         self.client.query_one(&statement, params).context(what)
+    }
+
+    /// Runs the `COPY ... FROM STDIN` statement `sql` with `data`, all of
+    /// it, sent as one message (see [`super::copy::CopyRows`]).
+    pub(super) fn copy_in(
+        &mut self,
+        sql: &'static str,
+        data: &[u8],
+        what: &str,
+    ) -> Result<u64, StoreError> {
+        let statement = self.statement(sql)?;
+        let mut writer = self.client.copy_in(&statement).context(what)?;
+        // The writer buffers what it is given and sends it at `finish`.
+        writer.write_all(data).map_err(|source| StoreError::Io {
+            context: what.to_owned(),
+            source,
+        })?;
+        writer.finish().context(what)
     }
 
     pub(super) fn execute(

@@ -55,13 +55,23 @@ pub(super) fn lock_orgs<C: GenericClient>(
     Ok(())
 }
 
+/// The entries a batch read under its org's lock to catch its frontier
+/// up: those from `from` to the log's size, each with the session it
+/// concerns, if any.
+pub(super) struct CaughtUp {
+    pub(super) from: u64,
+    pub(super) to: u64,
+    /// `(seq, sid)` of each entry read, in order.
+    pub(super) sessions: Vec<(u64, Option<i64>)>,
+}
+
 /// Loads a locked org's state from committed data, catching the cached
-/// frontier up with what other processes appended.
+/// frontier up with what other processes appended (which it returns).
 pub(super) fn load_org<C: GenericClient>(
     db: &mut Db<'_, C>,
     cache: &mut Cache,
     name: &str,
-) -> Result<Option<OrgState>, StoreError> {
+) -> Result<Option<(OrgState, CaughtUp)>, StoreError> {
     let Some(row) = db.query_opt(
         "SELECT o.org, EXISTS (SELECT 1 FROM org_origins g WHERE g.org = o.org),
            m.id, c.size, c.created_at, c.root, (SELECT logged_at FROM entries WHERE id = m.id)
@@ -118,9 +128,14 @@ pub(super) fn load_org<C: GenericClient>(
             frontier
         }
     };
+    let mut caught_up = CaughtUp {
+        from: frontier.size(),
+        to: size,
+        sessions: Vec::new(),
+    };
     if frontier.size() < size {
         let rows = db.query(
-            "SELECT seq, type, record_hash, logged_at, leaf_hash FROM entries
+            "SELECT seq, type, record_hash, logged_at, leaf_hash, sid FROM entries
              WHERE id >= $1 AND id < $2 ORDER BY id",
             &[&row_id(id, frontier.size()), &row_id(id, size)],
             "catching up with the log",
@@ -143,6 +158,7 @@ pub(super) fn load_org<C: GenericClient>(
                 )));
             }
             frontier.push(leaf);
+            caught_up.sessions.push((u64_of(seq), col(row, 5)?));
         }
         if frontier.size() != size {
             return Err(StoreError::Corrupt(format!(
@@ -151,7 +167,7 @@ pub(super) fn load_org<C: GenericClient>(
         }
     }
     cache.frontiers.insert(id, frontier.clone());
-    Ok(Some(OrgState {
+    let org = OrgState {
         id,
         foreign,
         frontier,
@@ -160,5 +176,6 @@ pub(super) fn load_org<C: GenericClient>(
         last_logged: last_logged
             .and_then(Timestamp::from_micros)
             .unwrap_or_default(),
-    }))
+    };
+    Ok(Some((org, caught_up)))
 }

@@ -7,13 +7,13 @@
 //! ahead, the rows pending and how they are sent; what the engine asks of
 //! it, the `WriteTx` impl, is in `write_tx`.
 
-use super::connection::{Db, col};
-use super::locks::{Cache, load_org, lock_orgs};
+use super::connection::{Db, col, u64_of};
+use super::copy::CopyRows;
+use super::locks::{Cache, CaughtUp, load_org, lock_orgs};
 use super::rows::{optional_chain_end_at, successor};
 use super::tsvector::TsVector;
 use crate::engine::{OrgState, SessionState, StoredSession, chain_end};
-use crate::{DbContext, StoreError, WriteRequest};
-use postgres::binary_copy::BinaryCopyInWriter;
+use crate::{StoreError, WriteRequest};
 use postgres::types::Type;
 use postgres::{GenericClient, Row};
 use std::collections::{HashMap, HashSet};
@@ -66,13 +66,57 @@ struct EntryRow {
     prev_seq: Option<i64>,
 }
 
+impl EntryRow {
+    /// About the bytes of the row in a binary `COPY` (its texts and
+    /// blobs, and a few bytes per column), to size the buffer once.
+    fn approximate_size(&self) -> usize {
+        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+        let blob = |b: &Option<Vec<u8>>| b.as_ref().map_or(0, Vec::len);
+        38 * 12
+            + self.entry_type.len()
+            + self.record_hash.len()
+            + self.leaf_hash.len()
+            + [
+                &self.view,
+                &self.trace_id,
+                &self.agent_id,
+                &self.kind,
+                &self.kind_label,
+                &self.content,
+                &self.input_data,
+                &self.output_data,
+                &self.model,
+                &self.metadata,
+                &self.turn_id,
+                &self.task_id,
+                &self.links,
+                &self.status,
+                &self.sig_key_id,
+                &self.hidden,
+            ]
+            .into_iter()
+            .map(text)
+            .sum::<usize>()
+            + [
+                &self.seed,
+                &self.digest,
+                &self.prev_hash,
+                &self.signature,
+                &self.salts,
+            ]
+            .into_iter()
+            .map(blob)
+            .sum::<usize>()
+    }
+}
+
 const COPY_ENTRIES: &str = "COPY entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index,
     trace_id, agent_id, kind, kind_label, content, input_data, output_data, confidence, duration_ms, token_count,
     model, metadata, created_at, turn_id, turn_step, task_id, links, status, seed, digest, prev_hash, sig_key_id,
     signature, has_embedding, erased, hidden, salts, prev_seq) FROM STDIN BINARY";
 
 /// Column types of [`COPY_ENTRIES`], in order.
-const ENTRY_TYPES: [Type; 38] = [
+static ENTRY_TYPES: [Type; 38] = [
     Type::INT8,
     Type::INT8,
     Type::INT8,
@@ -157,21 +201,91 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     cache: &'a mut Cache,
     /// `tsvector`s computed before locking, by document.
     pub(super) vectors: HashMap<String, TsVector>,
+    /// What each org's state read under the lock caught up with, by org id.
+    caught_up: HashMap<i64, CaughtUp>,
 }
 
-/// The sessions of a batch: registry row, seal, the step the head row
-/// names and whether the log holds a step after it (the head lags: the
-/// walk forward then probes step by step, which is rare; checking here
-/// saves the batch a round trip per session).
-static SESSIONS_BY_ID: &str = "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis,
+/// The query of a batch's sessions: registry row, seal, the step the
+/// head row names and whether the log holds a step after it (the head
+/// lags: the walk forward then probes step by step, which is rare;
+/// checking here saves the batch a round trip per session), then the
+/// columns `$extra` and the org given by `$org`.
+macro_rules! sessions_query {
+    ($extra:literal, $org:literal) => {
+        concat!(
+            "SELECT s.session_id, s.sid, s.agent_id, s.profile, s.genesis,
    s.max_clock_skew_s, EXISTS (SELECT 1 FROM entries x WHERE x.sid = s.sid AND x.type = 'seal'),
    h.first_seq, e.seq, e.step_index, e.record_hash, e.created_at, e.kind,
    EXISTS (SELECT 1 FROM entries n WHERE COALESCE(n.prev_seq, -1) = COALESCE(e.seq, -1)
-             AND n.sid = s.sid AND n.type = 'step')
+             AND n.sid = s.sid AND n.type = 'step')",
+            $extra,
+            "
  FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid AND e.type = 'step'
    AND e.step_index = h.last_index
- WHERE s.org = $1 AND s.session_id = ANY($2)";
+ WHERE s.org = ",
+            $org,
+            " AND s.session_id = ANY($2)"
+        )
+    };
+}
+
+/// A batch's sessions of org `$1` (an id), under its lock.
+static SESSIONS_BY_ID: &str = sessions_query!("", "$1");
+
+/// A batch's sessions of the org named `$1`, read before its lock, with
+/// the org's id and the last id of its log, as one snapshot saw them.
+static SESSIONS_BEFORE_LOCKING: &str = sessions_query!(
+    ", s.org, (SELECT (SELECT max(m.id) FROM entries m
+                  WHERE m.id >= (o.org << 40) AND m.id < ((o.org + 1) << 40))
+         FROM orgs o WHERE o.name = $1)",
+    "(SELECT org FROM orgs WHERE name = $1)"
+);
+
+/// Sessions of one org read before a batch took the org's lock, with the
+/// size of the org's log as that read saw it. Under the lock, a session
+/// none of the entries appended since names is as this read found it:
+/// every record that changes a session's state (its start, a step, its
+/// seal) carries the session's `sid`.
+pub(super) struct EarlySessions {
+    org: i64,
+    size: u64,
+    sessions: Vec<(String, StoredSession)>,
+}
+
+/// Reads the sessions `ids` of the org `name` before the batch locks it
+/// (one statement, so one snapshot). Sessions that do not exist yet, and
+/// any whose head row lags the log, are left to the read under the lock.
+pub(super) fn sessions_before_locking<C: GenericClient>(
+    db: &mut Db<'_, C>,
+    name: &str,
+    ids: &[String],
+) -> Result<Option<EarlySessions>, StoreError> {
+    let rows = db.query(
+        SESSIONS_BEFORE_LOCKING,
+        &[&name, &ids],
+        "loading sessions before locking",
+    )?;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let org: i64 = col(first, 14)?;
+    let last_id: Option<i64> = col(first, 15)?;
+    let size = last_id.map_or(0, |id| u64_of(id - (org << 40)) + 1);
+    let mut sessions = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (id, stored) = session_from_row(row)?;
+        let lags: bool = col(row, 13)?;
+        if !lags && (stored.end.is_none() || stored.first_seq.is_some()) {
+            sessions.push((id, stored));
+        }
+    }
+    Ok(Some(EarlySessions {
+        org,
+        size,
+        sessions,
+    }))
+}
 
 /// A session from a row of [`SESSIONS_BY_ID`], with the step its head row
 /// names as the end (to be walked forward to the log's real end if the
@@ -202,8 +316,10 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     ) -> Result<PgTx<'a, C>, StoreError> {
         lock_orgs(&mut db, &names)?;
         let mut orgs = HashMap::new();
+        let mut caught_up = HashMap::new();
         for name in &names {
-            if let Some(org) = load_org(&mut db, cache, name)? {
+            if let Some((org, caught)) = load_org(&mut db, cache, name)? {
+                caught_up.insert(org.id, caught);
                 orgs.insert(name.clone(), org);
             }
         }
@@ -215,7 +331,35 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             pending: Pending::default(),
             cache,
             vectors: HashMap::new(),
+            caught_up,
         })
+    }
+
+    /// Takes the sessions read before the lock that no entry appended
+    /// since names, as they were read. The others (and any the early read
+    /// did not find) are left to [`PgTx::prefetch_sessions`].
+    pub(super) fn adopt_early_sessions(&mut self, early: EarlySessions) -> Result<(), StoreError> {
+        // The entries appended since the early read must all have been
+        // read under the lock, or nothing read early can be trusted.
+        let Some(caught) = self.caught_up.get(&early.org) else {
+            return Ok(());
+        };
+        if early.size < caught.from || early.size > caught.to {
+            return Ok(());
+        }
+        let touched: HashSet<i64> = caught
+            .sessions
+            .iter()
+            .filter(|(seq, _)| *seq >= early.size)
+            .filter_map(|(_, sid)| *sid)
+            .collect();
+        for (id, stored) in early.sessions {
+            if !touched.contains(&stored.sid) {
+                self.sessions
+                    .insert((early.org, id), Some(stored.into_state()?));
+            }
+        }
+        Ok(())
     }
 
     /// Reads the committed state of the sessions `ids` of `org`: their
@@ -223,10 +367,18 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     /// row names, in one query; a session whose head row lags is then
     /// walked forward probe by probe.
     pub(super) fn prefetch_sessions(&mut self, org: i64, ids: &[String]) -> Result<(), StoreError> {
+        let ids: Vec<String> = ids
+            .iter()
+            .filter(|id| !self.sessions.contains_key(&(org, (*id).clone())))
+            .cloned()
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
         let rows = self
             .db
             .query(SESSIONS_BY_ID, &[&org, &ids], "loading sessions")?;
-        for id in ids {
+        for id in &ids {
             self.sessions.insert((org, id.clone()), None);
         }
         for row in &rows {
@@ -256,57 +408,52 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     pub(super) fn flush(&mut self) -> Result<(), StoreError> {
         let pending = std::mem::take(&mut self.pending);
         if !pending.entries.is_empty() {
-            let sink = self
-                .db
-                .client
-                .copy_in(COPY_ENTRIES)
-                .context("writing log entries")?;
-            let mut writer = BinaryCopyInWriter::new(sink, &ENTRY_TYPES);
+            let bytes: usize = pending.entries.iter().map(EntryRow::approximate_size).sum();
+            let mut rows = CopyRows::new(&ENTRY_TYPES, bytes);
             for e in &pending.entries {
-                writer
-                    .write(&[
-                        &e.id,
-                        &e.org,
-                        &e.seq,
-                        &e.entry_type,
-                        &e.logged_at,
-                        &e.record_hash,
-                        &e.leaf_hash,
-                        &e.view,
-                        &e.sid,
-                        &e.step_index,
-                        &e.trace_id,
-                        &e.agent_id,
-                        &e.kind,
-                        &e.kind_label,
-                        &e.content,
-                        &e.input_data,
-                        &e.output_data,
-                        &e.confidence,
-                        &e.duration_ms,
-                        &e.token_count,
-                        &e.model,
-                        &e.metadata,
-                        &e.created_at,
-                        &e.turn_id,
-                        &e.turn_step,
-                        &e.task_id,
-                        &e.links,
-                        &e.status,
-                        &e.seed,
-                        &e.digest,
-                        &e.prev_hash,
-                        &e.sig_key_id,
-                        &e.signature,
-                        &e.has_embedding,
-                        &e.erased,
-                        &e.hidden,
-                        &e.salts,
-                        &e.prev_seq,
-                    ])
-                    .context("writing log entries")?;
+                rows.push(&[
+                    &e.id,
+                    &e.org,
+                    &e.seq,
+                    &e.entry_type,
+                    &e.logged_at,
+                    &e.record_hash,
+                    &e.leaf_hash,
+                    &e.view,
+                    &e.sid,
+                    &e.step_index,
+                    &e.trace_id,
+                    &e.agent_id,
+                    &e.kind,
+                    &e.kind_label,
+                    &e.content,
+                    &e.input_data,
+                    &e.output_data,
+                    &e.confidence,
+                    &e.duration_ms,
+                    &e.token_count,
+                    &e.model,
+                    &e.metadata,
+                    &e.created_at,
+                    &e.turn_id,
+                    &e.turn_step,
+                    &e.task_id,
+                    &e.links,
+                    &e.status,
+                    &e.seed,
+                    &e.digest,
+                    &e.prev_hash,
+                    &e.sig_key_id,
+                    &e.signature,
+                    &e.has_embedding,
+                    &e.erased,
+                    &e.hidden,
+                    &e.salts,
+                    &e.prev_seq,
+                ])?;
             }
-            writer.finish().context("writing log entries")?;
+            self.db
+                .copy_in(COPY_ENTRIES, &rows.finish(), "writing log entries")?;
         }
         // Every derived row of the batch in one statement (one round trip
         // inside the org's lock instead of five; each part inserts nothing
@@ -396,4 +543,89 @@ fn unzip4<A, B, C, D>(rows: Vec<(A, B, C, D)>) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D
         out.3.push(d);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PgTx, sessions_before_locking};
+    use crate::pg::connection::Db;
+    use crate::pg::{PgOptions, PgStore};
+    use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
+    use cairn_testkit::PgCluster;
+    use std::collections::HashSet;
+
+    const ORG: &str = "early";
+
+    fn step(session: &str) -> WriteRequest {
+        WriteRequest::Step(Box::new(NewStep {
+            org_id: ORG.into(),
+            session_id: session.into(),
+            agent_id: "agent".into(),
+            kind_label: "Observation".into(),
+            content: Some("seen".into()),
+            caller: "test".into(),
+            ..NewStep::default()
+        }))
+    }
+
+    fn write(store: &PgStore, session: &str) {
+        for written in store.append_batch(&[step(session)]).unwrap() {
+            written.unwrap();
+        }
+    }
+
+    /// Two servers on one database: what one read of a batch's sessions
+    /// before taking the org's lock is kept under the lock only for the
+    /// sessions no entry appended in between (by the other server) names.
+    #[test]
+    fn sessions_read_before_the_lock_are_kept_only_if_untouched_since() {
+        let Some(cluster) = PgCluster::start() else {
+            return;
+        };
+        let url = cluster.create_database("early_sessions");
+        let keys = tempfile::tempdir().unwrap();
+        let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+        let first = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
+        let second = PgStore::open(PgOptions::new(url), key()).unwrap();
+        for session in ["touched", "untouched"] {
+            write(&first, session);
+        }
+        let ids = ["absent", "touched", "untouched"].map(String::from);
+
+        let mut guard = first.writer.lock().unwrap();
+        let conn = guard.as_mut().unwrap();
+        let early = sessions_before_locking(&mut conn.db(), ORG, &ids)
+            .unwrap()
+            .unwrap();
+        assert_eq!(early.size, 4, "two session starts and two steps");
+        assert_eq!(early.sessions.len(), 2);
+        // The other server appends to one of them before this one locks.
+        write(&second, "touched");
+
+        let mut cache = first.cache.lock().unwrap();
+        let mut tx = conn.client.transaction().unwrap();
+        let db = Db {
+            client: &mut tx,
+            statements: &mut conn.statements,
+        };
+        let mut pg_tx = PgTx::begin(db, HashSet::from([ORG.to_owned()]), &mut cache).unwrap();
+        let org = pg_tx.orgs[ORG].id;
+        pg_tx.adopt_early_sessions(early).unwrap();
+        let known = |tx: &PgTx<'_, _>, id: &str| tx.sessions.contains_key(&(org, id.to_owned()));
+        assert!(known(&pg_tx, "untouched"));
+        assert!(!known(&pg_tx, "touched"), "a step was appended to it since");
+        assert!(!known(&pg_tx, "absent"));
+
+        // Read under the lock, the touched session continues after the
+        // other server's step.
+        pg_tx.prefetch_sessions(org, &ids).unwrap();
+        let next = |tx: &PgTx<'_, _>, id: &str| {
+            tx.sessions[&(org, id.to_owned())]
+                .as_ref()
+                .map(|s| s.next_index)
+        };
+        assert_eq!(next(&pg_tx, "touched"), Some(2));
+        assert_eq!(next(&pg_tx, "untouched"), Some(1));
+        assert_eq!(next(&pg_tx, "absent"), None);
+    }
 }

@@ -6,11 +6,33 @@
 use super::PgStore;
 use super::connection::{Db, PgConn, col, connect, poisoned};
 use super::locks::Cache;
-use super::tx::{PgTx, vectors_before_locking};
+use super::tx::{PgTx, sessions_before_locking, vectors_before_locking};
 use crate::engine::request_org;
 use crate::{DbContext, ImportError, Refusal, StoreError, WriteRequest, Written, now};
 use cairn_core::log::LogEntry;
 use std::collections::{HashMap, HashSet};
+
+/// The sessions a batch appends to or seals, by org name, each once.
+fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
+    let mut wanted: HashMap<&str, Vec<String>> = HashMap::new();
+    for request in batch {
+        let session = match request {
+            WriteRequest::Step(s) => &s.session_id,
+            WriteRequest::Prepared(p) => &p.step.session_id,
+            WriteRequest::Seal { session_id, .. } => session_id,
+            _ => continue,
+        };
+        wanted
+            .entry(request_org(request))
+            .or_default()
+            .push(session.clone());
+    }
+    for ids in wanted.values_mut() {
+        ids.sort_unstable();
+        ids.dedup();
+    }
+    wanted
+}
 
 impl PgStore {
     /// Runs `f` with the writer connection, reconnecting if it was lost.
@@ -47,10 +69,20 @@ impl PgStore {
         names: HashSet<String>,
     ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
         self.with_writer(|conn, cache| {
+            // Before the transaction and its locks: the documents' lexemes,
+            // and the sessions as the log stands (checked under the lock).
+            let vectors = vectors_before_locking(batch);
+            // A failed early read is only a missed shortcut: the sessions
+            // are then read under the lock, and a lost connection fails
+            // the BEGIN below, which may be tried again.
+            let mut early = Vec::new();
+            for (name, ids) in sessions_of(batch) {
+                if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, &ids) {
+                    early.push(sessions);
+                }
+            }
             // Dropping the transaction without commit (an error below) rolls
             // the whole batch back and releases the locks.
-            // Before the transaction and its locks.
-            let vectors = vectors_before_locking(batch);
             let mut tx = match conn.client.transaction() {
                 Ok(tx) => tx,
                 Err(e) => return Ok(Err(e)),
@@ -61,23 +93,15 @@ impl PgStore {
             };
             let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
             pg_tx.vectors = vectors;
-            // The sessions the batch appends to or seals, one query per org.
-            let mut wanted: HashMap<i64, Vec<String>> = HashMap::new();
-            for request in batch {
-                let session = match request {
-                    WriteRequest::Step(s) => &s.session_id,
-                    WriteRequest::Prepared(p) => &p.step.session_id,
-                    WriteRequest::Seal { session_id, .. } => session_id,
-                    _ => continue,
-                };
-                if let Some(org) = pg_tx.orgs.get(request_org(request)) {
-                    wanted.entry(org.id).or_default().push(session.clone());
-                }
+            for sessions in early {
+                pg_tx.adopt_early_sessions(sessions)?;
             }
-            for (org, mut ids) in wanted {
-                ids.sort_unstable();
-                ids.dedup();
-                pg_tx.prefetch_sessions(org, &ids)?;
+            // The sessions the batch appends to or seals that the early
+            // read did not settle: one query per org.
+            for (name, ids) in sessions_of(batch) {
+                if let Some(org) = pg_tx.orgs.get(name).map(|o| o.id) {
+                    pg_tx.prefetch_sessions(org, &ids)?;
+                }
             }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
             pg_tx.flush()?;
