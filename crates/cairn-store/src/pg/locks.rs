@@ -27,6 +27,11 @@ pub(super) struct Cache {
     /// they were read from (another server may have added one since: the
     /// count is checked under the org's lock).
     pub(super) keys: HashMap<i64, (i64, HashMap<String, AgentKey>)>,
+    /// Orgs another process appended to between this one's last two
+    /// batches: a batch reads their sessions before taking the lock
+    /// (shortening the time it holds it); for an org only this process
+    /// writes that read would be one more round trip and nothing gained.
+    pub(super) shared: HashSet<String>,
 }
 
 /// The advisory-lock key of an org name (SHA-256 based, so every process

@@ -319,6 +319,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         let mut caught_up = HashMap::new();
         for name in &names {
             if let Some((org, caught)) = load_org(&mut db, cache, name)? {
+                if caught.from < caught.to {
+                    cache.shared.insert(name.clone());
+                } else {
+                    cache.shared.remove(name);
+                }
                 caught_up.insert(org.id, caught);
                 orgs.insert(name.clone(), org);
             }
@@ -627,5 +632,15 @@ mod tests {
         assert_eq!(next(&pg_tx, "touched"), Some(2));
         assert_eq!(next(&pg_tx, "untouched"), Some(1));
         assert_eq!(next(&pg_tx, "absent"), None);
+
+        // The org is marked as written by another process, so the next
+        // batch reads early; once only this process writes it, not.
+        drop(pg_tx);
+        drop(tx);
+        assert!(cache.shared.contains(ORG));
+        drop(cache);
+        drop(guard);
+        write(&first, "untouched");
+        assert!(!first.cache.lock().unwrap().shared.contains(ORG));
     }
 }

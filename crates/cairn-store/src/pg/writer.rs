@@ -70,13 +70,17 @@ impl PgStore {
     ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
         self.with_writer(|conn, cache| {
             // Before the transaction and its locks: the documents' lexemes,
-            // and the sessions as the log stands (checked under the lock).
+            // and the sessions of orgs other processes write too, as the
+            // log stands (checked under the lock).
             let vectors = vectors_before_locking(batch);
             // A failed early read is only a missed shortcut: the sessions
             // are then read under the lock, and a lost connection fails
             // the BEGIN below, which may be tried again.
             let mut early = Vec::new();
             for (name, ids) in sessions_of(batch) {
+                if !cache.shared.contains(name) {
+                    continue;
+                }
                 if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, &ids) {
                     early.push(sessions);
                 }
