@@ -729,5 +729,51 @@ fn a_data_directory_whose_name_is_not_utf8_works() {
     assert_eq!(hits(&server, "zeppelin"), vec![seq]);
 }
 
+/// A step of the ledger as the index checks see it: id, seq, content,
+/// erased, and the seq of the erasure record naming it, if any.
+type LedgerStep = (i64, i64, Option<String>, bool, Option<i64>);
+
+/// The steps of `org` below seq `below`, read from ledger.db, each with
+/// the first erasure record naming it (the records are read once, not
+/// searched again for every step: with thousands of steps and hundreds of
+/// erasures that search made the checks most of the campaigns' time).
+fn ledger_steps(ledger: &rusqlite::Connection, org: i64, below: i64) -> Vec<LedgerStep> {
+    let mut erasures: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let mut records = ledger
+        .prepare(
+            "SELECT json_extract(view, '$.trace_id'), seq FROM entries
+             WHERE org = ?1 AND type = 'erasure'",
+        )
+        .unwrap();
+    for row in records
+        .query_map([org], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap()
+    {
+        let (trace_id, seq) = row.unwrap();
+        let first = erasures.entry(trace_id).or_insert(seq);
+        *first = (*first).min(seq);
+    }
+    let mut steps = ledger
+        .prepare(
+            "SELECT id, seq, content, erased, trace_id FROM entries
+             WHERE org = ?1 AND type = 'step' AND seq < ?2",
+        )
+        .unwrap();
+    steps
+        .query_map([org, below], |r| {
+            let trace_id: String = r.get(4)?;
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                erasures.get(&trace_id).copied(),
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 mod attacks;
 mod catch_up_attacks;

@@ -178,23 +178,7 @@ fn check_index_against_ledger(dir: &Path, mended: bool) -> (i64, i64, usize) {
             "the open did not bring the index up to the log"
         );
     }
-    let mut steps = ledger
-        .prepare(
-            "SELECT s.id, s.seq, s.content, s.erased,
-                    (SELECT min(x.seq) FROM entries x WHERE x.org = s.org AND x.type = 'erasure'
-                       AND json_extract(x.view, '$.trace_id') = s.trace_id)
-             FROM entries s WHERE s.org = ?1 AND s.type = 'step' AND s.seq < ?2",
-        )
-        .unwrap();
-    /// id, seq, content, erased, the seq of the erasure naming it.
-    type StepRow = (i64, i64, Option<String>, bool, Option<i64>);
-    let rows: Vec<StepRow> = steps
-        .query_map([org, progress], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let rows = ledger_steps(&ledger, org, progress);
     let by_rowid = |id: i64| -> bool {
         index
             .query_row(

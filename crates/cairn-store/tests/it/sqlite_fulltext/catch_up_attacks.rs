@@ -125,22 +125,7 @@ fn check_all_orgs(dir: &Path, mended: bool) -> Vec<(String, i64, i64)> {
                 "{name}: the settled index is not at the log"
             );
         }
-        let mut steps = ledger
-            .prepare(
-                "SELECT s.id, s.seq, s.content, s.erased,
-                    (SELECT min(x.seq) FROM entries x WHERE x.org = s.org AND x.type = 'erasure'
-                       AND json_extract(x.view, '$.trace_id') = s.trace_id)
-                 FROM entries s WHERE s.org = ?1 AND s.type = 'step'",
-            )
-            .unwrap();
-        type Row = (i64, i64, Option<String>, bool, Option<i64>);
-        let rows: Vec<Row> = steps
-            .query_map([org], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let rows = ledger_steps(&ledger, org, i64::MAX);
         for (id, seq, content, erased, erasure) in rows {
             let in_index = index
                 .query_row(
