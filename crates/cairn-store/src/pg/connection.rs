@@ -48,6 +48,9 @@ impl PgConn {
     }
 }
 
+/// The largest message [`Db::copy_in`] sends.
+const COPY_MESSAGE_BYTES: usize = 1 << 20;
+
 /// Queries through a client (or a transaction), preparing each statement
 /// once per connection.
 pub(super) struct Db<'a, C: GenericClient> {
@@ -107,8 +110,10 @@ impl<C: GenericClient> Db<'_, C> {
         self.client.query_one(&statement, params).context(what)
     }
 
-    /// Runs the `COPY ... FROM STDIN` statement `sql` with `data`, all of
-    /// it, sent as one message (see [`super::copy::CopyRows`]).
+    /// Runs the `COPY ... FROM STDIN` statement `sql` with `data` (see
+    /// [`super::copy::CopyRows`]), sent in messages of at most
+    /// [`COPY_MESSAGE_BYTES`]: one for a usual batch, and never one that
+    /// PostgreSQL refuses (over 1 GB, it closes the connection).
     pub(super) fn copy_in(
         &mut self,
         sql: &'static str,
@@ -117,11 +122,16 @@ impl<C: GenericClient> Db<'_, C> {
     ) -> Result<u64, StoreError> {
         let statement = self.statement(sql)?;
         let mut writer = self.client.copy_in(&statement).context(what)?;
-        // The writer buffers what it is given and sends it at `finish`.
-        writer.write_all(data).map_err(|source| StoreError::Io {
+        let io = |source| StoreError::Io {
             context: what.to_owned(),
             source,
-        })?;
+        };
+        // The writer buffers what it is given and sends it as one message
+        // when flushed.
+        for message in data.chunks(COPY_MESSAGE_BYTES) {
+            writer.write_all(message).map_err(io)?;
+            writer.flush().map_err(io)?;
+        }
         writer.finish().context(what)
     }
 

@@ -23,6 +23,12 @@ mod write_tx;
 /// Pending entries beyond which a transaction sends them early.
 const FLUSH_ROWS: usize = 4_096;
 
+/// Pending entries' bytes (about, as [`EntryRow::approximate_size`]
+/// counts them) beyond which a transaction sends them early: 4,096 steps
+/// near the limits of a step (about 830 KB each) would otherwise be held
+/// twice (the rows and their encoding) and sent as over 3 GB.
+const FLUSH_BYTES: usize = 64 << 20;
+
 /// One `entries` row, owned, waiting for the batch's `COPY`.
 #[derive(Default)]
 struct EntryRow {
@@ -163,6 +169,8 @@ static ENTRY_TYPES: [Type; 38] = [
 #[derive(Default)]
 struct Pending {
     entries: Vec<EntryRow>,
+    /// The entries' approximate size.
+    entry_bytes: usize,
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     /// Steps queued for the embedder: (id, org).
     embed_queue: Vec<(i64, i64)>,
@@ -401,9 +409,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         Ok(())
     }
 
-    /// Bounds the memory a large import holds.
-    fn flush_if_large(&mut self) -> Result<(), StoreError> {
-        if self.pending.entries.len() >= FLUSH_ROWS {
+    /// Queues an entry; bounds the memory a large batch or import holds.
+    fn push_entry(&mut self, row: EntryRow) -> Result<(), StoreError> {
+        self.pending.entry_bytes += row.approximate_size();
+        self.pending.entries.push(row);
+        if self.pending.entries.len() >= FLUSH_ROWS || self.pending.entry_bytes >= FLUSH_BYTES {
             self.flush()?;
         }
         Ok(())

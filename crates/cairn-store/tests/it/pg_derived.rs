@@ -339,6 +339,39 @@ fn a_valid_huge_step_does_not_fail_other_writers() {
     assert!(results[1].is_ok(), "{:?}", results[1]);
 }
 
+/// A batch of steps near every limit of a step (about 830 KB each) is
+/// written whole: its log entries go to PostgreSQL in pieces (every 64 MB
+/// of rows, in messages of at most 1 MB), never as one message, which
+/// PostgreSQL refuses over 1 GB by closing the connection (and failing
+/// every request of the batch). 100 steps here (83 MB: two pieces); the
+/// long run (`CAIRN_TEST_LONG=1`) writes 1,400 (1.1 GB, about five
+/// minutes here, mostly PostgreSQL's).
+#[test]
+fn a_batch_of_huge_steps_is_sent_in_bounded_pieces() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let store = backend.open("huge-batch");
+    let count = cairn_testkit::campaign(100, 1_400);
+    let sessions = 7;
+    let batch: Vec<WriteRequest> = (0..count)
+        .map(|i| prepared(huge_step(&format!("s{}", i % sessions))))
+        .collect();
+    let results = store.append_batch(&batch).unwrap();
+    drop(batch);
+    for (i, written) in results.iter().enumerate() {
+        assert!(written.is_ok(), "step {i}: {written:?}");
+    }
+    let org = crate::conformance::ORG;
+    let mut written = 0;
+    for s in 0..sessions {
+        let session = store.session(org, &format!("s{s}")).unwrap().unwrap();
+        written += session.step_count;
+    }
+    assert_eq!(written, count);
+}
+
 /// A prepared step's tsvector, computed before the batch locks its orgs,
 /// equals the one computed when a step of the batch writes its document,
 /// for the same text (duplicates in one batch, CJK, punctuation,

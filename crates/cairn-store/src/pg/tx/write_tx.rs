@@ -154,7 +154,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
 
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
         let s = row.step;
-        self.pending.entries.push(EntryRow {
+        self.push_entry(EntryRow {
             id: row_id(row.org, row.seq),
             org: row.org,
             seq: i64_of(row.seq),
@@ -193,8 +193,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             hidden: row.hidden.clone(),
             salts: row.salts.clone(),
             prev_seq: row.prev_seq.map(i64_of),
-        });
-        self.flush_if_large()
+        })
     }
 
     fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
@@ -212,7 +211,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
-        self.pending.entries.push(EntryRow {
+        self.push_entry(EntryRow {
             id: row_id(row.org, row.seq),
             org: row.org,
             seq: i64_of(row.seq),
@@ -226,8 +225,7 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             step_index: row.step_index.map(i64_of),
             agent_id: row.agent_id.map(str::to_owned),
             ..EntryRow::default()
-        });
-        self.flush_if_large()
+        })
     }
 
     fn insert_node(
