@@ -589,6 +589,44 @@ mod tests {
         }
     }
 
+    /// The entries another server appended are checked as a batch catches
+    /// its frontier up with them under the lock: each leaf is recomputed
+    /// from its entry, and a stored leaf that is not the entry's fails the
+    /// batch rather than being folded into the tree it signs.
+    #[test]
+    fn entries_another_server_appended_are_checked_when_caught_up() {
+        let Some(cluster) = PgCluster::start() else {
+            return;
+        };
+        let url = cluster.create_database("caught_up");
+        let keys = tempfile::tempdir().unwrap();
+        let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+        let first = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
+        let second = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
+        write(&first, "a");
+        for _ in 0..3 {
+            write(&second, "b");
+        }
+        // Caught up with the other server's entries, then appends after them.
+        write(&first, "a");
+        for _ in 0..2 {
+            write(&second, "b");
+        }
+        let mut attacker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        attacker
+            .batch_execute(
+                "SET session_replication_role = replica;
+                 UPDATE entries SET leaf_hash = sha256(leaf_hash) WHERE id = (SELECT max(id) FROM entries)",
+            )
+            .unwrap();
+        let failed = first.append_batch(&[step("a")]);
+        let message = format!("{failed:?}");
+        assert!(
+            failed.is_err() && message.contains("does not match its stored leaf"),
+            "{message}"
+        );
+    }
+
     /// Two servers on one database: what one read of a batch's sessions
     /// before taking the org's lock is kept under the lock only for the
     /// sessions no entry appended in between (by the other server) names.
