@@ -3,11 +3,11 @@
 //! statement prepared once per connection, with the small row and integer
 //! conversions every query uses. Nothing here knows the ledger's tables.
 
+use super::copy::CopyRows;
 use crate::{DbContext, StoreError};
-use postgres::types::{FromSql, ToSql};
-use postgres::{GenericClient, NoTls, Row, Statement};
+use postgres::types::{FromSql, ToSql, Type};
+use postgres::{CopyInWriter, GenericClient, NoTls, Row, Statement};
 use std::collections::HashMap;
-use std::io::Write;
 use std::time::Duration;
 
 /// Bounds how long a connection waits on a network that stopped answering
@@ -47,9 +47,6 @@ impl PgConn {
         }
     }
 }
-
-/// The largest message [`Db::copy_in`] sends.
-const COPY_MESSAGE_BYTES: usize = 1 << 20;
 
 /// Queries through a client (or a transaction), preparing each statement
 /// once per connection.
@@ -110,29 +107,22 @@ impl<C: GenericClient> Db<'_, C> {
         self.client.query_one(&statement, params).context(what)
     }
 
-    /// Runs the `COPY ... FROM STDIN` statement `sql` with `data` (see
-    /// [`super::copy::CopyRows`]), sent in messages of at most
-    /// [`COPY_MESSAGE_BYTES`]: one for a usual batch, and never one that
-    /// PostgreSQL refuses (over 1 GB, it closes the connection).
+    /// Runs the `COPY ... FROM STDIN BINARY` statement `sql` of columns
+    /// `types` with the rows `encode` pushes, written to the connection as
+    /// they are encoded (see [`CopyRows`]).
     pub(super) fn copy_in(
         &mut self,
         sql: &'static str,
-        data: &[u8],
+        types: &'static [Type],
         what: &str,
+        encode: impl FnOnce(&mut CopyRows<CopyInWriter<'_>>) -> Result<(), StoreError>,
     ) -> Result<u64, StoreError> {
         let statement = self.statement(sql)?;
-        let mut writer = self.client.copy_in(&statement).context(what)?;
-        let io = |source| StoreError::Io {
-            context: what.to_owned(),
-            source,
-        };
-        // The writer buffers what it is given and sends it as one message
-        // when flushed.
-        for message in data.chunks(COPY_MESSAGE_BYTES) {
-            writer.write_all(message).map_err(io)?;
-            writer.flush().map_err(io)?;
-        }
-        writer.finish().context(what)
+        let writer = self.client.copy_in(&statement).context(what)?;
+        let mut rows = CopyRows::new(writer, types);
+        // An error drops the writer unfinished, which aborts the COPY.
+        encode(&mut rows)?;
+        rows.finish()?.finish().context(what)
     }
 
     pub(super) fn execute(

@@ -8,7 +8,6 @@
 //! it, the `WriteTx` impl, is in `write_tx`.
 
 use super::connection::{Db, col, u64_of};
-use super::copy::CopyRows;
 use super::locks::{Cache, CaughtUp, load_org, lock_orgs};
 use super::rows::{optional_chain_end_at, successor};
 use super::tsvector::TsVector;
@@ -26,7 +25,7 @@ const FLUSH_ROWS: usize = 4_096;
 /// Pending entries' bytes (about, as [`EntryRow::approximate_size`]
 /// counts them) beyond which a transaction sends them early: 4,096 steps
 /// near the limits of a step (about 830 KB each) would otherwise be held
-/// twice (the rows and their encoding) and sent as over 3 GB.
+/// in memory at once, over 3 GB.
 const FLUSH_BYTES: usize = 64 << 20;
 
 /// One `entries` row, owned, waiting for the batch's `COPY`.
@@ -74,7 +73,7 @@ struct EntryRow {
 
 impl EntryRow {
     /// About the bytes of the row in a binary `COPY` (its texts and
-    /// blobs, and a few bytes per column), to size the buffer once.
+    /// blobs, and a few bytes per column).
     fn approximate_size(&self) -> usize {
         let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
         let blob = |b: &Option<Vec<u8>>| b.as_ref().map_or(0, Vec::len);
@@ -423,52 +422,53 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     pub(super) fn flush(&mut self) -> Result<(), StoreError> {
         let pending = std::mem::take(&mut self.pending);
         if !pending.entries.is_empty() {
-            let bytes: usize = pending.entries.iter().map(EntryRow::approximate_size).sum();
-            let mut rows = CopyRows::new(&ENTRY_TYPES, bytes);
-            for e in &pending.entries {
-                rows.push(&[
-                    &e.id,
-                    &e.org,
-                    &e.seq,
-                    &e.entry_type,
-                    &e.logged_at,
-                    &e.record_hash,
-                    &e.leaf_hash,
-                    &e.view,
-                    &e.sid,
-                    &e.step_index,
-                    &e.trace_id,
-                    &e.agent_id,
-                    &e.kind,
-                    &e.kind_label,
-                    &e.content,
-                    &e.input_data,
-                    &e.output_data,
-                    &e.confidence,
-                    &e.duration_ms,
-                    &e.token_count,
-                    &e.model,
-                    &e.metadata,
-                    &e.created_at,
-                    &e.turn_id,
-                    &e.turn_step,
-                    &e.task_id,
-                    &e.links,
-                    &e.status,
-                    &e.seed,
-                    &e.digest,
-                    &e.prev_hash,
-                    &e.sig_key_id,
-                    &e.signature,
-                    &e.has_embedding,
-                    &e.erased,
-                    &e.hidden,
-                    &e.salts,
-                    &e.prev_seq,
-                ])?;
-            }
+            let entries = &pending.entries;
             self.db
-                .copy_in(COPY_ENTRIES, &rows.finish(), "writing log entries")?;
+                .copy_in(COPY_ENTRIES, &ENTRY_TYPES, "writing log entries", |rows| {
+                    for e in entries {
+                        rows.push(&[
+                            &e.id,
+                            &e.org,
+                            &e.seq,
+                            &e.entry_type,
+                            &e.logged_at,
+                            &e.record_hash,
+                            &e.leaf_hash,
+                            &e.view,
+                            &e.sid,
+                            &e.step_index,
+                            &e.trace_id,
+                            &e.agent_id,
+                            &e.kind,
+                            &e.kind_label,
+                            &e.content,
+                            &e.input_data,
+                            &e.output_data,
+                            &e.confidence,
+                            &e.duration_ms,
+                            &e.token_count,
+                            &e.model,
+                            &e.metadata,
+                            &e.created_at,
+                            &e.turn_id,
+                            &e.turn_step,
+                            &e.task_id,
+                            &e.links,
+                            &e.status,
+                            &e.seed,
+                            &e.digest,
+                            &e.prev_hash,
+                            &e.sig_key_id,
+                            &e.signature,
+                            &e.has_embedding,
+                            &e.erased,
+                            &e.hidden,
+                            &e.salts,
+                            &e.prev_seq,
+                        ])?;
+                    }
+                    Ok(())
+                })?;
         }
         // Every derived row of the batch in one statement (one round trip
         // inside the org's lock instead of five; each part inserts nothing
