@@ -73,15 +73,16 @@ impl PgStore {
             // and the sessions of orgs other processes write too, as the
             // log stands (checked under the lock).
             let vectors = vectors_before_locking(batch);
+            let wanted = sessions_of(batch);
             // A failed early read is only a missed shortcut: the sessions
             // are then read under the lock, and a lost connection fails
             // the BEGIN below, which may be tried again.
             let mut early = Vec::new();
-            for (name, ids) in sessions_of(batch) {
+            for (&name, ids) in &wanted {
                 if !cache.shared.contains(name) {
                     continue;
                 }
-                if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, &ids) {
+                if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, ids) {
                     early.push(sessions);
                 }
             }
@@ -102,9 +103,9 @@ impl PgStore {
             }
             // The sessions the batch appends to or seals that the early
             // read did not settle: one query per org.
-            for (name, ids) in sessions_of(batch) {
-                if let Some(org) = pg_tx.orgs.get(name).map(|o| o.id) {
-                    pg_tx.prefetch_sessions(org, &ids)?;
+            for (name, ids) in &wanted {
+                if let Some(org) = pg_tx.orgs.get(*name).map(|o| o.id) {
+                    pg_tx.prefetch_sessions(org, ids)?;
                 }
             }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
