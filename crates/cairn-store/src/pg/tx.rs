@@ -562,6 +562,34 @@ mod tests {
         }))
     }
 
+    /// Two servers on one new database of a throwaway cluster, with its
+    /// URL (the cluster lives as long as the value).
+    struct TwoServers {
+        _cluster: PgCluster,
+        _keys: tempfile::TempDir,
+        url: String,
+        first: PgStore,
+        second: PgStore,
+    }
+
+    fn two_servers(db: &str) -> Option<TwoServers> {
+        let cluster = PgCluster::start()?;
+        let url = cluster.create_database(db);
+        let keys = tempfile::tempdir().unwrap();
+        let open = || {
+            let key = load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+            PgStore::open(PgOptions::new(url.clone()), key).unwrap()
+        };
+        let (first, second) = (open(), open());
+        Some(TwoServers {
+            _cluster: cluster,
+            _keys: keys,
+            url,
+            first,
+            second,
+        })
+    }
+
     fn write(store: &PgStore, session: &str) {
         for written in store.append_batch(&[step(session)]).unwrap() {
             written.unwrap();
@@ -574,24 +602,20 @@ mod tests {
     /// batch rather than being folded into the tree it signs.
     #[test]
     fn entries_another_server_appended_are_checked_when_caught_up() {
-        let Some(cluster) = PgCluster::start() else {
+        let Some(servers) = two_servers("caught_up") else {
             return;
         };
-        let url = cluster.create_database("caught_up");
-        let keys = tempfile::tempdir().unwrap();
-        let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
-        let first = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
-        let second = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
-        write(&first, "a");
+        let (url, first, second) = (&servers.url, &servers.first, &servers.second);
+        write(first, "a");
         for _ in 0..3 {
-            write(&second, "b");
+            write(second, "b");
         }
         // Caught up with the other server's entries, then appends after them.
-        write(&first, "a");
+        write(first, "a");
         for _ in 0..2 {
-            write(&second, "b");
+            write(second, "b");
         }
-        let mut attacker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut attacker = postgres::Client::connect(url, postgres::NoTls).unwrap();
         attacker
             .batch_execute(
                 "SET session_replication_role = replica;
@@ -611,16 +635,12 @@ mod tests {
     /// sessions no entry appended in between (by the other server) names.
     #[test]
     fn sessions_read_before_the_lock_are_kept_only_if_untouched_since() {
-        let Some(cluster) = PgCluster::start() else {
+        let Some(servers) = two_servers("early_sessions") else {
             return;
         };
-        let url = cluster.create_database("early_sessions");
-        let keys = tempfile::tempdir().unwrap();
-        let key = || load_or_create_server_key(keys.path(), "cairn.local").unwrap();
-        let first = PgStore::open(PgOptions::new(url.clone()), key()).unwrap();
-        let second = PgStore::open(PgOptions::new(url), key()).unwrap();
+        let (first, second) = (&servers.first, &servers.second);
         for session in ["touched", "untouched"] {
-            write(&first, session);
+            write(first, session);
         }
         let ids = ["absent", "touched", "untouched"].map(String::from);
 
@@ -632,7 +652,7 @@ mod tests {
         assert_eq!(early.size, 4, "two session starts and two steps");
         assert_eq!(early.sessions.len(), 2);
         // The other server appends to one of them before this one locks.
-        write(&second, "touched");
+        write(second, "touched");
 
         let mut cache = first.cache.lock().unwrap();
         let mut tx = conn.client.transaction().unwrap();
@@ -667,7 +687,7 @@ mod tests {
         assert!(cache.shared.contains(ORG));
         drop(cache);
         drop(guard);
-        write(&first, "untouched");
+        write(first, "untouched");
         assert!(!first.cache.lock().unwrap().shared.contains(ORG));
     }
 }
