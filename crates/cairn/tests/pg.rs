@@ -52,15 +52,6 @@ fn bundle_path(db: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("cairn-pg-{}-{db}.bundle", std::process::id()))
 }
 
-/// Removes a tamper case's bundle when the case ends, passed or failed.
-struct RemovedAtEnd(std::path::PathBuf);
-
-impl Drop for RemovedAtEnd {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn every_kind_of_psql_tampering_is_caught_at_its_record() {
     let Some(cluster) = PgCluster::start() else {
@@ -202,7 +193,8 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
         populated(target);
         assert_eq!(target.run(&["verify"], None).code, 0, "{name}: clean");
         let bundle = bundle_path(&db);
-        let _removed = RemovedAtEnd(bundle.clone());
+        // Removed when the case ends, passed or failed.
+        let _removed = tempfile::TempPath::try_from_path(bundle.clone()).unwrap();
         assert_eq!(
             target
                 .run(&["export", "--all", "-o", bundle.to_str().unwrap()], None)
