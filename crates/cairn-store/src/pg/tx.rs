@@ -306,7 +306,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         for name in &names {
             if let Some((org, caught)) = load_org(&mut db, cache, name)? {
                 if caught.from < caught.to {
-                    cache.shared.insert(name.clone());
+                    if !cache.shared.contains(name) {
+                        cache.shared.insert(name.clone());
+                    }
                 } else {
                     cache.shared.remove(name);
                 }
