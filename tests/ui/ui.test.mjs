@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
@@ -72,7 +72,12 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  server?.kill();
+  if (server && server.exitCode === null) {
+    const exited = new Promise((resolveExit) => server.once("exit", resolveExit));
+    server.kill();
+    await exited;
+  }
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 async function accessible(page, name) {

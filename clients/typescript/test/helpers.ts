@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -96,7 +96,12 @@ let scratch: string | undefined;
 
 /** `cairn verify --bundle F --json` on the bytes, in the shape above. */
 export function rustVerdict(bin: string, bundle: Uint8Array, keys: readonly string[], trusted: readonly string[]): Comparable {
-  scratch ??= mkdtempSync(join(tmpdir(), "cairn-ts-verify-"));
+  if (scratch === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), "cairn-ts-verify-"));
+    // Each test file runs in its own process: its scratch directory goes with it.
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+    scratch = dir;
+  }
   const path = join(scratch, "bundle.jsonl");
   writeFileSync(path, bundle);
   const args = ["verify", "--bundle", path, "--json"];
