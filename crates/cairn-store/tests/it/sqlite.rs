@@ -294,9 +294,8 @@ fn crash_child() {
 
 /// Kills a writing child with SIGKILL at random moments, many times, on
 /// the same store: every acknowledged record must be present afterwards and
-/// the store must verify.
-#[test]
-fn acknowledged_writes_survive_sigkill() {
+/// the store must verify. (Run as `campaigns::acknowledged_writes_survive_sigkill`.)
+pub(crate) fn acknowledged_writes_survive_sigkill() {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let rounds = if std::env::var_os("CI").is_some() {

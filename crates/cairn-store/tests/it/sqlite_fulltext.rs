@@ -776,4 +776,4 @@ fn ledger_steps(ledger: &rusqlite::Connection, org: i64, below: i64) -> Vec<Ledg
 }
 
 mod attacks;
-mod catch_up_attacks;
+pub(crate) mod catch_up_attacks;

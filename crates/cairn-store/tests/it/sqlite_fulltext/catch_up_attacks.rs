@@ -324,9 +324,8 @@ fn copy_index(from: &Path, to: &Path) {
 /// progress invariant holds in every org; every other round, a settled
 /// open leaves every kept step indexed and no erased one; the child never
 /// finds an erased step, and once searches answer finds the last step it
-/// acknowledged.
-#[test]
-fn catch_up_attack_sigkill_during_catch_up() {
+/// acknowledged. (Run as `campaigns::catch_up_attack_sigkill_during_catch_up`.)
+pub(crate) fn catch_up_attack_sigkill_during_catch_up() {
     let dir = tempfile::tempdir().unwrap();
     let snaps = tempfile::tempdir().unwrap();
     // A log for the catch-up: 3 orgs, 24,000 steps.
