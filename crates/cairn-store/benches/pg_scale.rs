@@ -20,7 +20,9 @@
 //!   connection, one transaction per batch of the size the sequencer
 //!   reached (the table is dropped afterwards);
 //! - bytes per step (`pg_database_size`: tables, indexes and TOAST, not
-//!   the WAL) against the step's canonical JSON;
+//!   the WAL) against the step's canonical JSON, and after each
+//!   milestone's vacuum the bytes per log entry of each relation (table
+//!   with its TOAST, or index) over 1% of the database;
 //! - `verify_org` of org 0 (records/s, peak RSS) against one plain
 //!   `SELECT` streaming org 0's rows with SHA-256 over each row's bytes
 //!   (its columns' binary wire values);
@@ -281,6 +283,35 @@ impl RawReads for PgRaw {
     }
 }
 
+/// Where the database's bytes go: each relation (a table with its TOAST,
+/// or an index) over 1% of `pg_database_size`, in bytes per log entry,
+/// largest first.
+fn bytes_by_relation(url: &str) -> String {
+    let rows = connect(url)
+        .query(
+            "WITH r AS (
+               SELECT c.relname, c.relkind,
+                      pg_relation_size(c.oid)
+                        + COALESCE(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0) AS bytes
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i'))
+             SELECT relname::text, relkind::text,
+                    bytes::float8 / GREATEST((SELECT count(*) FROM entries), 1)
+             FROM r WHERE bytes * 100 > pg_database_size(current_database())
+             ORDER BY bytes DESC",
+            &[],
+        )
+        .unwrap();
+    rows.iter()
+        .map(|row| {
+            let (name, kind, per): (String, String, f64) = (row.get(0), row.get(1), row.get(2));
+            let what = if kind == "i" { "index" } else { "table" };
+            format!("{name} ({what}) {per:.0}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The store's database on a throwaway cluster (stopped when dropped).
 struct Postgres {
     _cluster: PgCluster,
@@ -322,9 +353,10 @@ impl Backend for Postgres {
         connect(&self.url)
             .batch_execute("VACUUM (ANALYZE)")
             .unwrap();
+        let vacuumed = started.elapsed().as_secs_f64();
         Some(format!(
-            "VACUUM (ANALYZE) before measuring: {:.1} s",
-            started.elapsed().as_secs_f64()
+            "VACUUM (ANALYZE) before measuring: {vacuumed:.1} s; bytes per log entry by relation: {}",
+            bytes_by_relation(&self.url)
         ))
     }
 
