@@ -4,7 +4,8 @@
 //! against raw rusqlite answering the same MATCH over the same documents
 //! in a plain FTS5 table, in the same run. First, the time to segment a
 //! step's text into its document (every write does it) against copying
-//! the same bytes lower-cased.
+//! the same bytes lower-cased, and the document's lexemes as PostgreSQL's
+//! binary `tsvector` (every write to PostgreSQL does it).
 //!
 //! `cargo bench -p cairn-store --bench fulltext` (`CAIRN_BENCH_STEPS` sets
 //! the size, default 1,000,000; `cargo test --benches` runs it once, tiny).
@@ -13,6 +14,7 @@
 #![allow(clippy::unwrap_used)]
 
 use cairn_core::kind::StepKind;
+use cairn_store::fulltext::lexemes::tsvector_binary;
 use cairn_store::fulltext::{FullTextQuery, segment};
 use cairn_store::{
     Ledger, LedgerStore, NewStep, SequencerConfig, SqliteOptions, SqliteStore, StepFilter,
@@ -148,8 +150,10 @@ fn segmenting(count: usize) {
     };
     let segmented = best_of_five(&|text| segment(std::hint::black_box(text)).len());
     let lowered = best_of_five(&|text| std::hint::black_box(text).to_lowercase().len());
+    let tsvector =
+        best_of_five(&|text| tsvector_binary(&segment(std::hint::black_box(text))).len());
     println!(
-        "Segmenting a {}-byte step text: {segmented:.2} µs (copying it lower-cased: {lowered:.2} µs, {:.1}×)",
+        "Segmenting a {}-byte step text: {segmented:.2} µs (copying it lower-cased: {lowered:.2} µs, {:.1}×); with its lexemes as PostgreSQL's binary tsvector: {tsvector:.2} µs",
         texts[0].len(),
         segmented / lowered
     );
