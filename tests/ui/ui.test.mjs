@@ -72,7 +72,9 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  if (server && server.exitCode === null) {
+  // Still running: neither exited nor killed by a signal (a server killed
+  // by one has a null exitCode and would never emit "exit" again).
+  if (server && server.exitCode === null && server.signalCode === null) {
     const exited = new Promise((resolveExit) => server.once("exit", resolveExit));
     server.kill();
     await exited;
