@@ -138,20 +138,18 @@ fn segmenting(count: usize) {
     let texts: Vec<String> = (0..64)
         .map(|i| format!("{i}: {}", prose.repeat(3)))
         .collect();
-    let best_of_five = |f: &dyn Fn(&str) -> usize| {
-        let mut best = Duration::MAX;
-        for _ in 0..5 {
-            let started = Instant::now();
-            let total: usize = (0..count).map(|i| f(&texts[i % texts.len()])).sum();
-            std::hint::black_box(total);
-            best = best.min(started.elapsed());
-        }
-        best.as_secs_f64() * 1e6 / count as f64
+    // µs per text: the median of five passes over `count` texts.
+    let per_text = |f: &dyn Fn(&str) -> usize| {
+        let (time, _) = median(5, || {
+            (0..count)
+                .map(|i| f(std::hint::black_box(&texts[i % texts.len()])))
+                .sum()
+        });
+        time.as_secs_f64() * 1e6 / count as f64
     };
-    let segmented = best_of_five(&|text| segment(std::hint::black_box(text)).len());
-    let lowered = best_of_five(&|text| std::hint::black_box(text).to_lowercase().len());
-    let tsvector =
-        best_of_five(&|text| tsvector_binary(&segment(std::hint::black_box(text))).len());
+    let segmented = per_text(&|text| segment(text).len());
+    let lowered = per_text(&|text| text.to_lowercase().len());
+    let tsvector = per_text(&|text| tsvector_binary(&segment(text)).len());
     println!(
         "Segmenting a {}-byte step text: {segmented:.2} µs (copying it lower-cased: {lowered:.2} µs, {:.1}×); with its lexemes as PostgreSQL's binary tsvector: {tsvector:.2} µs",
         texts[0].len(),
