@@ -164,6 +164,10 @@ pub trait Backend {
     fn raw_inserts(&mut self, batch: usize, total: u64) -> f64;
     /// The bytes the store takes.
     fn disk_bytes(&mut self) -> u64;
+    /// Where those bytes go (by table and index), if the backend says.
+    fn disk_parts(&mut self) -> Option<String> {
+        None
+    }
     /// The raw twin of the measurements' reads.
     fn raw(&mut self) -> Box<dyn RawReads>;
     /// The store opened for reading (not sequenced).
@@ -651,6 +655,9 @@ pub fn run<B: Backend>(backend: &mut B, name: &str, milestones: &[u64], test: bo
         }
         let started = Instant::now();
         let disk = backend.disk_bytes();
+        if let Some(parts) = backend.disk_parts() {
+            eprintln!("{name}: {target}: bytes per log entry by relation: {parts}");
+        }
         {
             let mut raw = backend.raw();
             let store = backend.reader();
