@@ -393,7 +393,7 @@ fn commitments_in(scratch: &mut Vec<u8>, step: &Step, openings: &Openings) -> [H
             let length = u32::try_from(scratch.len() - length_at - 4)
                 .expect("field values are smaller than 4 GiB");
             scratch[length_at..length_at + 4].copy_from_slice(&length.to_be_bytes());
-            Hash::sha256(scratch)
+            Hash::sha256_padding_in_place(scratch)
         }
         Opening::Hidden(commitment) => *commitment,
     })

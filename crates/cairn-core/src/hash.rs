@@ -58,6 +58,30 @@ impl Hash {
         Hash(out)
     }
 
+    /// SHA-256 of the bytes in `scratch`, which this pads in place (the
+    /// buffer's contents are padding-extended afterwards; callers clear
+    /// it before reuse). For hashes framed in a reused buffer (field
+    /// commitments, [`framed_hash`]): [`Hash::sha256`] would copy the tail
+    /// into a zeroed stack block, a library call per hash that cost about
+    /// 3% of a full verification (docs/PERFORMANCE.md, "Where verification
+    /// time goes").
+    pub fn sha256_padding_in_place(scratch: &mut Vec<u8>) -> Hash {
+        let bits = (scratch.len() as u64).wrapping_mul(8);
+        scratch.push(0x80);
+        let padded = (scratch.len() + 8).next_multiple_of(64);
+        scratch.resize(padded - 8, 0);
+        scratch.extend_from_slice(&bits.to_be_bytes());
+        let (blocks, tail) = scratch.as_chunks::<64>();
+        debug_assert!(tail.is_empty());
+        let mut state = SHA256_INITIAL_STATE;
+        sha2::block_api::compress256(&mut state, blocks);
+        let mut out = [0u8; 32];
+        for (chunk, word) in out.chunks_exact_mut(4).zip(state) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+        Hash(out)
+    }
+
     /// The raw 32 bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
@@ -184,7 +208,7 @@ pub fn framed_hash(scratch: &mut Vec<u8>, tag: &str, parts: &[&[u8]]) -> Hash {
         scratch.extend_from_slice(&len.to_be_bytes());
         scratch.extend_from_slice(part);
     }
-    Hash::sha256(scratch)
+    Hash::sha256_padding_in_place(scratch)
 }
 
 /// Writes `frame(tag; parts...)` into a byte vector (rather than hashing
@@ -249,6 +273,20 @@ mod tests {
             use sha2::Digest as _;
             let expected: [u8; 32] = sha2::Sha256::digest(&bytes).into();
             proptest::prop_assert_eq!(Hash::sha256(&bytes).0, expected);
+        }
+
+        /// Padding in the caller's buffer gives the same hash, whatever
+        /// the buffer's spare capacity.
+        #[test]
+        fn in_place_sha256_is_sha256(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            spare in 0usize..80,
+        ) {
+            use sha2::Digest as _;
+            let expected: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+            let mut scratch = Vec::with_capacity(bytes.len() + spare);
+            scratch.extend_from_slice(&bytes);
+            proptest::prop_assert_eq!(Hash::sha256_padding_in_place(&mut scratch).0, expected);
         }
     }
 
