@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         serde_json::from_slice(data).expect("strict JSON that serde_json refuses");
     assert_eq!(value, plain, "strict and plain JSON disagree");
     for agent in [Some("agent"), None] {
-        let Ok(step) = cairn_server::wire::step_from_json(&value, "acme", agent, "fuzz") else {
+        let Ok(step) = cairn_server::wire::step_from_json(value.clone(), "acme", agent, "fuzz") else {
             continue;
         };
         // What the ledger accepts has well-formed ids.
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     // A batch is an array of such objects.
     if let Some(items) = value.as_array() {
         for item in items.iter().take(16) {
-            let _ = cairn_server::wire::step_from_json(item, "acme", None, "fuzz");
+            let _ = cairn_server::wire::step_from_json(item.clone(), "acme", None, "fuzz");
         }
     }
 });

@@ -5,7 +5,7 @@ use super::*;
 
 /// A step body (seed 000's member names). A key bound to an agent may only
 /// write as that agent, and is the default agent.
-pub(crate) fn step_for(caller: &Caller, value: &Value) -> Result<cairn_store::NewStep, ApiError> {
+pub(crate) fn step_for(caller: &Caller, value: Value) -> Result<cairn_store::NewStep, ApiError> {
     if let Some(object) = value.as_object() {
         input::refuse_unknown(object, wire::STEP_MEMBERS)?;
     }
@@ -79,7 +79,7 @@ pub(crate) async fn append_step(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let step = step_for(&caller, &parse_json(&body)?)?;
+    let step = step_for(&caller, parse_json(&body)?)?;
     match state
         .ledger
         .submit(WriteRequest::Step(Box::new(step)))
@@ -123,10 +123,12 @@ pub(crate) async fn append_batch(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let value = parse_json(&body)?;
-    let items = value.as_array().ok_or_else(|| {
-        ApiError::bad_request("invalid_request", "a batch is a JSON array of steps")
-    })?;
+    let Value::Array(items) = parse_json(&body)? else {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "a batch is a JSON array of steps",
+        ));
+    };
     if items.is_empty() || items.len() > 10_000 {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -138,7 +140,7 @@ pub(crate) async fn append_batch(
     // its position. What the ledger refuses (a sealed session, a clock
     // skew) is answered per item below.
     let mut steps = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
+    for (index, item) in items.into_iter().enumerate() {
         let step = step_for(&caller, item).map_err(|mut e| {
             e.message = format!(
                 "step {index} of the batch: {} (nothing in this batch was written)",

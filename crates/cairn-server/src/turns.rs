@@ -118,7 +118,7 @@ pub(crate) async fn record(
             base[k] = json!(value);
         }
     }
-    let template = step_for(&caller, &base)?;
+    let template = step_for(&caller, base)?;
     let mut explicit = Vec::new();
     match v.get("steps") {
         None | Some(Value::Null) => {}
@@ -147,7 +147,7 @@ pub(crate) async fn record(
                 obj.insert("session_id".into(), json!(session_id));
                 obj.entry("agent_id")
                     .or_insert_with(|| json!(template.agent_id));
-                explicit.push(step_for(&caller, &item).map_err(|mut e| {
+                explicit.push(step_for(&caller, item).map_err(|mut e| {
                     e.message = format!(
                         "steps[{index}]: {} (nothing of this turn was written)",
                         e.message

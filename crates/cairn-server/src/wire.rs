@@ -22,19 +22,48 @@ use serde_json::{Map, Value, json};
 #[error("{0}")]
 pub struct InputError(pub String);
 
-fn string(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, InputError> {
-    match obj.get(key) {
+/// A step object's members, each moved out at most once: the step takes
+/// its strings and JSON values from the parsed object instead of copying
+/// them (a step's content is most of its bytes), and finds each member
+/// without a map lookup.
+struct Members([Option<Value>; STEP_MEMBERS.len()]);
+
+impl Members {
+    /// The members of `obj`, all of which must be in [`STEP_MEMBERS`].
+    fn of(obj: Map<String, Value>) -> Result<Members, InputError> {
+        let mut members = Members(Default::default());
+        for (key, value) in obj {
+            let Some(slot) = STEP_MEMBERS.iter().position(|m| *m == key) else {
+                return Err(InputError(format!(
+                    "unknown member {key:?}; a step has {}",
+                    STEP_MEMBERS.join(", ")
+                )));
+            };
+            members.0[slot] = Some(value);
+        }
+        Ok(members)
+    }
+
+    /// Takes member `key` out (None if absent or already taken).
+    fn take(&mut self, key: &str) -> Option<Value> {
+        let slot = STEP_MEMBERS.iter().position(|m| *m == key)?;
+        self.0[slot].take()
+    }
+}
+
+fn string(obj: &mut Members, key: &str) -> Result<Option<String>, InputError> {
+    match obj.take(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(InputError(format!(
             "{key} must be a string, not {}",
-            kind_of(other)
+            kind_of(&other)
         ))),
     }
 }
 
-fn unsigned(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>, InputError> {
-    match obj.get(key) {
+fn unsigned(obj: &mut Members, key: &str) -> Result<Option<u64>, InputError> {
+    match obj.take(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
             .as_u64()
@@ -84,23 +113,23 @@ pub(crate) const STEP_MEMBERS: &[&str] = &[
 /// Builds a step from a seed-000-style object. `defaults` supplies org,
 /// agent and session where the object has none.
 pub fn step_from_json(
-    value: &Value,
+    value: Value,
     org_id: &str,
     default_agent: Option<&str>,
     caller: &str,
 ) -> Result<NewStep, InputError> {
-    let obj = value.as_object().ok_or_else(|| {
-        InputError(format!(
-            "a step must be a JSON object, not {}",
-            kind_of(value)
-        ))
-    })?;
-    if let Some(unknown) = obj.keys().find(|k| !STEP_MEMBERS.contains(&k.as_str())) {
-        return Err(InputError(format!(
-            "unknown member {unknown:?}; a step has {}",
-            STEP_MEMBERS.join(", ")
-        )));
-    }
+    let obj = match value {
+        Value::Object(obj) => obj,
+        other => {
+            return Err(InputError(format!(
+                "a step must be a JSON object, not {}",
+                kind_of(&other)
+            )));
+        }
+    };
+    // The first unknown member in the object's order is named, before
+    // any other error.
+    let obj = &mut Members::of(obj)?;
     if let Some(org) = string(obj, "org_id")?
         && org != org_id
     {
@@ -116,30 +145,30 @@ pub fn step_from_json(
         (None, None) => return Err(InputError("agent_id is required".into())),
     };
     // Seed 004's privacy: the session records a hash of the agent's name.
-    let agent_id = match obj.get("hash_agent_id") {
+    let agent_id = match obj.take("hash_agent_id") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => agent_id,
         Some(Value::Bool(true)) => cairn_core::record::hashed_agent_id(&agent_id),
         Some(_) => return Err(InputError("hash_agent_id must be a boolean".into())),
     };
     let kind_label =
         string(obj, "step_type")?.ok_or_else(|| InputError("step_type is required".into()))?;
-    let confidence = match obj.get("confidence") {
+    let confidence = match obj.take("confidence") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_f64()
                 .ok_or_else(|| InputError("confidence must be a number".into()))?,
         ),
     };
-    let links = match obj.get("links") {
+    let links = match obj.take("links") {
         None | Some(Value::Null) => Links::default(),
-        Some(v) => Links::from_json(v).map_err(InputError)?,
+        Some(v) => Links::from_json(&v).map_err(InputError)?,
     };
     let status = match string(obj, "status")? {
         None => Status::Ok,
         Some(s) => Status::parse(&s)
             .ok_or_else(|| InputError(format!("status must be ok or flagged, not {s:?}")))?,
     };
-    let json_member = |key: &str| obj.get(key).filter(|v| !v.is_null()).cloned();
+    let json_member = |obj: &mut Members, key: &str| obj.take(key).filter(|v| !v.is_null());
     // A signed step fixes what enters its digest (FORMAT.md 7.3).
     let created_at = string(obj, "created_at")?
         .map(|t| {
@@ -159,7 +188,7 @@ pub fn step_from_json(
             Some(seed)
         }
     };
-    let signature = match obj.get("signature") {
+    let signature = match obj.take("signature") {
         None | Some(Value::Null) => None,
         Some(sig) => {
             use base64::Engine as _;
@@ -186,13 +215,13 @@ pub fn step_from_json(
         agent_id,
         kind_label,
         content: string(obj, "content")?,
-        input: json_member("input_data"),
-        output: json_member("output_data"),
+        input: json_member(obj, "input_data"),
+        output: json_member(obj, "output_data"),
         confidence,
         duration_ms: unsigned(obj, "duration_ms")?,
         token_count: unsigned(obj, "token_count")?,
         model: string(obj, "model")?,
-        metadata: json_member("metadata"),
+        metadata: json_member(obj, "metadata"),
         turn_id: string(obj, "turn_id")?,
         turn_step: unsigned(obj, "turn_step")?,
         task_id: string(obj, "task_id")?,
@@ -616,7 +645,7 @@ mod tests {
             "confidence": 0.92,
             "model": "gpt-4o"
         });
-        let step = step_from_json(&v, "acme", Some("analyst-agent"), "cli").unwrap();
+        let step = step_from_json(v, "acme", Some("analyst-agent"), "cli").unwrap();
         assert_eq!(step.session_id, "analysis-session-42");
         assert_eq!(step.agent_id, "analyst-agent");
         assert_eq!(step.kind_label, "Reasoning");
@@ -662,7 +691,7 @@ mod tests {
             ),
         ];
         for (value, message) in cases {
-            let err = step_from_json(&value, "acme", None, "cli").unwrap_err();
+            let err = step_from_json(value.clone(), "acme", None, "cli").unwrap_err();
             assert!(err.0.contains(message), "{value}: {err}");
         }
     }

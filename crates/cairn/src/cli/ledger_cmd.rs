@@ -99,7 +99,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             object.insert("hash_agent_id".into(), json!(true));
         }
         let step = step_from_json(
-            &Value::Object(object),
+            Value::Object(object),
             &cli.org,
             args.agent.as_deref(),
             "cli",
@@ -154,7 +154,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         let parsed = serde_json::from_str::<Value>(&line)
             .map_err(|e| format!("not JSON: {e}"))
             .and_then(|v| {
-                step_from_json(&v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
+                step_from_json(v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
             });
         match parsed {
             Ok(step) => {
