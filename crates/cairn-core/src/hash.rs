@@ -318,7 +318,8 @@ mod tests {
     #[test]
     fn one_shot_sha256_at_every_boundary() {
         use sha2::Digest as _;
-        // FIPS 180-2 test vector, then every length up to three blocks.
+        // FIPS 180-2 test vector, then every length up to three blocks,
+        // one shot and padded in place.
         assert_eq!(
             Hash::sha256(b"abc").to_hex(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -327,6 +328,12 @@ mod tests {
         for n in 0..=data.len() {
             let expected: [u8; 32] = sha2::Sha256::digest(&data[..n]).into();
             assert_eq!(Hash::sha256(&data[..n]).0, expected, "length {n}");
+            let mut scratch = data[..n].to_vec();
+            assert_eq!(
+                Hash::sha256_padding_in_place(&mut scratch).0,
+                expected,
+                "length {n}, padded in place"
+            );
         }
     }
 
