@@ -39,6 +39,33 @@ def test_jcs_vectors():
         assert canonical(given) == expected, name
 
 
+def _string_char_by_char(value: str) -> str:
+    """RFC 8785's string form, one character at a time (the reference the
+    client's one-scan escaping must equal)."""
+    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+    out = ['"']
+    for ch in value:
+        if ch in short:
+            out.append(short[ch])
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out) + '"'
+
+
+def test_jcs_strings_match_the_character_by_character_reference():
+    import random
+
+    rng = random.Random(8785)
+    alphabet = [chr(c) for c in range(0x80)] + ["é", "\u2028", "\u00a0", "😀", "\ufeff", "中"]
+    cases = [chr(c) for c in range(0x3000)] + ["", "plain words", 'quote " and \\ backslash']
+    cases += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(3000)]
+    for text in cases:
+        assert canonical(text) == _string_char_by_char(text).encode("utf-8"), repr(text)
+        assert canonical({text: text}) == ("{" + _string_char_by_char(text) + ":" + _string_char_by_char(text) + "}").encode("utf-8")
+
+
 def test_rfc9162_inclusion_vectors():
     checked = 0
     for path in sorted(vectors("merkle", "testdata", "inclusion").rglob("*.json")):

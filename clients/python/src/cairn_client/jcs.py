@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 __all__ = ["canonical", "number"]
@@ -45,30 +46,21 @@ def number(value: float) -> str:
     return f"{head}e{sign}{abs(exp)}"
 
 
+# What RFC 8785 (ECMAScript's JSON.stringify) escapes in a string: the
+# quote and the backslash, the control characters (backspace, tab, line
+# feed, form feed and carriage return by their short forms, the others as
+# lowercase \u00xx). Everything else is written as it is.
+_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+_ESCAPES = {chr(code): f"\\u{code:04x}" for code in range(0x20)}
+_ESCAPES.update({'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"})
+
+
 def _string(value: str) -> str:
-    out = ['"']
-    for ch in value:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch == "\r":
-            out.append("\\r")
-        elif code < 0x20:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    # Most strings need no escape: one scan in C instead of a Python loop
+    # per character (half of verify_bundle's time before).
+    if _ESCAPED.search(value) is None:
+        return '"' + value + '"'
+    return '"' + _ESCAPED.sub(lambda m: _ESCAPES[m.group()], value) + '"'
 
 
 def _write(value: Any, out: list[str]) -> None:
