@@ -22,6 +22,9 @@ MAX_DEPTH = 127
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
+#: Where a lone surrogate could come from: an escape of U+D800 to U+DFFF
+#: (a match inside an escaped backslash only costs the full check).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class JSONError(ValueError):
@@ -107,5 +110,8 @@ def loads(data: "str | bytes") -> Any:
         raise JSONError("nested too deeply") from None
     except ValueError as e:
         raise JSONError(str(e)) from None
-    _check_strings(value)
+    # A lone surrogate can only come from a \uD800-\uDFFF escape (UTF-8
+    # text cannot hold one): texts without such an escape skip the walk.
+    if _SURROGATE_ESCAPE.search(text):
+        _check_strings(value)
     return value
