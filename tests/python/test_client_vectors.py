@@ -175,6 +175,13 @@ def test_strict_json():
             loads(bad)
     assert loads(b"[" * 127 + b"]" * 127) is not None
     assert loads("9.007199254740993e15") == 9007199254740992.0  # a double, not an integer literal
+    # Lone surrogates, wherever they are and however they are spelled;
+    # a pair is text, and so is an escaped backslash before "ud800".
+    for bad in (b'{"k":[1,{"x":"a\\uDC00b"}]}', b'{"\\udbff":1}', b'["\\uD9aF"]', b'"\\ud83d\\u0041"'):
+        with pytest.raises(JSONError, match="surrogate"):
+            loads(bad)
+    assert loads(b'["\\ud83d\\ude00"]') == ["\U0001f600"]
+    assert loads(b'"\\\\ud800"') == "\\ud800"
 
 
 # -- the worked example of FORMAT.md section 11 -----------------------------------
