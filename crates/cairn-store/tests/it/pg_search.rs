@@ -176,3 +176,71 @@ fn an_older_databases_documents_are_reanalyzed_once() {
     cairn_store::pg::migrate(&mut admin).unwrap();
     assert_eq!(count(&mut admin, marks), 1);
 }
+
+/// Re-indexing reads the steps `step_search` lacks a page at a time, each
+/// page ending past 32 MB of text (`INDEX_PAGE_BYTES`, counted over the
+/// content and payload columns): with steps of about 815 KB (a content
+/// and three payloads near the default limits; the payloads blank, so
+/// that the documents stay small and the test quick), the 48 steps take
+/// two such pages, and every one of them, on either side of the cut, is
+/// indexed and found again.
+#[test]
+fn reindexing_pages_of_large_steps_indexes_every_one() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let store = backend.open("large_steps");
+    const STEPS: usize = 48;
+    let blank = || serde_json::json!(" ".repeat(250_000));
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    for i in 0..STEPS {
+        // A word only this step has, then 64 KB of content.
+        let content = format!("zeppelin{i}x {}", "airship ".repeat(8_000));
+        let mut s = step(&format!("s{i}"), "Observation", &content);
+        s.input = Some(blank());
+        s.output = Some(blank());
+        s.metadata = Some(serde_json::json!({ "notes": " ".repeat(250_000) }));
+        ledger.write(WriteRequest::Step(Box::new(s))).unwrap();
+    }
+    ledger.close();
+    drop(store);
+    let mut admin = admin_of(&backend, "large_steps");
+    let text_bytes: i64 = admin
+        .query_one(
+            "SELECT sum(octet_length(content) + octet_length(input_data)
+                      + octet_length(output_data) + octet_length(metadata))::int8
+             FROM entries WHERE type = 'step'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        text_bytes > 36 << 20,
+        "{text_bytes} bytes: more than one page"
+    );
+    // As a database from before Cairn's lexemes: its documents go and are
+    // written again by the migration, a page at a time.
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             DELETE FROM cairn_meta WHERE key = 'search_lexemes';
+             SET session_replication_role = DEFAULT;
+             TRUNCATE step_search;",
+        )
+        .unwrap();
+    cairn_store::pg::migrate(&mut admin).unwrap();
+    let indexed: i64 = admin
+        .query_one("SELECT count(*) FROM step_search", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(indexed, STEPS as i64);
+    let store = backend.open("large_steps");
+    for i in 0..STEPS {
+        assert_eq!(
+            hits(store.as_ref(), &format!("zeppelin{i}x")),
+            1,
+            "step {i}"
+        );
+    }
+}
