@@ -30,6 +30,26 @@ fn hits(store: &dyn LedgerStore, query: &str) -> usize {
         .len()
 }
 
+/// The one integer `sql` answers.
+fn scalar(admin: &mut postgres::Client, sql: &str) -> i64 {
+    admin.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// Takes a database back to before Cairn computed the lexemes: no
+/// `search_lexemes` row (cairn_meta refuses deletes, hence the replica
+/// role, which skips ordinary triggers) and no documents, which the next
+/// migration then writes again.
+fn forget_search_analysis(admin: &mut postgres::Client) {
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             DELETE FROM cairn_meta WHERE key = 'search_lexemes';
+             SET session_replication_role = DEFAULT;
+             TRUNCATE step_search;",
+        )
+        .unwrap();
+}
+
 /// What PostgreSQL stores for a step is its document's lexemes at their
 /// positions, as `tsvector` prints them: stems, numbers as written, stop
 /// words kept, repeated words with every position.
@@ -143,38 +163,31 @@ fn an_older_databases_documents_are_reanalyzed_once() {
     drop(store);
     let mut admin = admin_of(&backend, "reanalyzed");
     // As the previous version wrote it: PostgreSQL's analysis, no row
-    // saying otherwise (cairn_meta refuses deletes, hence the replica
-    // role, which skips ordinary triggers).
+    // saying otherwise.
+    forget_search_analysis(&mut admin);
     admin
         .batch_execute(
-            "SET session_replication_role = replica;
-             DELETE FROM cairn_meta WHERE key = 'search_lexemes';
-             SET session_replication_role = DEFAULT;
-             TRUNCATE step_search;
-             INSERT INTO step_search (id, org, doc)
+            "INSERT INTO step_search (id, org, doc)
                SELECT id, org, to_tsvector('english', content) FROM entries WHERE type = 'step';",
         )
         .unwrap();
-    let count = |admin: &mut postgres::Client, sql: &str| -> i64 {
-        admin.query_one(sql, &[]).unwrap().get(0)
-    };
     let phrase = "SELECT count(*) FROM step_search WHERE doc @@ $$'the' <-> 'zeppelin'$$::tsquery";
     assert_eq!(
-        count(&mut admin, phrase),
+        scalar(&mut admin, phrase),
         0,
         "the old rows dropped the stop word"
     );
     cairn_store::pg::migrate(&mut admin).unwrap();
-    assert_eq!(count(&mut admin, phrase), 1);
+    assert_eq!(scalar(&mut admin, phrase), 1);
     let marks = "SELECT count(*) FROM cairn_meta WHERE key = 'search_lexemes'";
-    assert_eq!(count(&mut admin, "SELECT count(*) FROM step_search"), 2);
-    assert_eq!(count(&mut admin, marks), 1);
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM step_search"), 2);
+    assert_eq!(scalar(&mut admin, marks), 1);
     let store = backend.open("reanalyzed");
     assert_eq!(hits(store.as_ref(), "\"the zeppelin\""), 1);
     assert_eq!(hits(store.as_ref(), "\"the airship\" fleet"), 1);
     // Once: a second migration finds nothing to do.
     cairn_store::pg::migrate(&mut admin).unwrap();
-    assert_eq!(count(&mut admin, marks), 1);
+    assert_eq!(scalar(&mut admin, marks), 1);
 }
 
 /// Re-indexing reads the steps `step_search` lacks a page at a time, each
@@ -206,35 +219,24 @@ fn reindexing_pages_of_large_steps_indexes_every_one() {
     ledger.close();
     drop(store);
     let mut admin = admin_of(&backend, "large_steps");
-    let text_bytes: i64 = admin
-        .query_one(
-            "SELECT sum(octet_length(content) + octet_length(input_data)
-                      + octet_length(output_data) + octet_length(metadata))::int8
-             FROM entries WHERE type = 'step'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let text_bytes = scalar(
+        &mut admin,
+        "SELECT sum(octet_length(content) + octet_length(input_data)
+                  + octet_length(output_data) + octet_length(metadata))::int8
+         FROM entries WHERE type = 'step'",
+    );
     assert!(
         text_bytes > 36 << 20,
         "{text_bytes} bytes: more than one page"
     );
     // As a database from before Cairn's lexemes: its documents go and are
     // written again by the migration, a page at a time.
-    admin
-        .batch_execute(
-            "SET session_replication_role = replica;
-             DELETE FROM cairn_meta WHERE key = 'search_lexemes';
-             SET session_replication_role = DEFAULT;
-             TRUNCATE step_search;",
-        )
-        .unwrap();
+    forget_search_analysis(&mut admin);
     cairn_store::pg::migrate(&mut admin).unwrap();
-    let indexed: i64 = admin
-        .query_one("SELECT count(*) FROM step_search", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(indexed, STEPS as i64);
+    assert_eq!(
+        scalar(&mut admin, "SELECT count(*) FROM step_search"),
+        STEPS as i64
+    );
     let store = backend.open("large_steps");
     for i in 0..STEPS {
         assert_eq!(
