@@ -305,9 +305,10 @@ pub fn derive_salts(seed: &[u8; 32]) -> [Salt; FIELD_COUNT] {
 /// The commitment to one field value (its canonical bytes). The field's
 /// identity is bound by its position in the digest and by its own salt.
 pub fn commit_field(salt: &Salt, canonical_value: &[u8]) -> Hash {
-    // The frame (39 bytes before the value) and SHA-256's padding, which
-    // the hash appends in this buffer: no reallocation.
-    let mut scratch = Vec::with_capacity((canonical_value.len() + 48).next_multiple_of(64));
+    // Room for the frame (tag, salt, value, each with its length) and
+    // SHA-256's padding, which the hash appends in this buffer.
+    let framed = 1 + FIELD_TAG.len() + 4 + salt.len() + 4 + canonical_value.len();
+    let mut scratch = Vec::with_capacity(crate::hash::sha256_padded_len(framed));
     commit_field_with(&mut scratch, salt, canonical_value)
 }
 
