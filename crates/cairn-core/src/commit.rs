@@ -22,6 +22,9 @@ use crate::record::{SessionHeader, Step};
 use crate::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
 
+mod fields;
+pub use fields::{JsonField, StepFields, write_links};
+
 /// The fields committed in a step digest, in digest order.
 ///
 /// `has_embedding` and the erasure marker are deliberately absent: they
@@ -203,66 +206,7 @@ impl Field {
 /// Appends the canonical (RFC 8785) value of `field` of `step` to `out`.
 /// Absent optional values are `null`.
 pub fn write_field_value(step: &Step, field: Field, out: &mut Vec<u8>) {
-    fn opt_str(out: &mut Vec<u8>, v: &Option<String>) {
-        match v {
-            Some(s) => jcs::write_str(out, s),
-            None => out.extend_from_slice(b"null"),
-        }
-    }
-    fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
-        match v {
-            Some(n) => jcs::write_u64(out, n),
-            None => out.extend_from_slice(b"null"),
-        }
-    }
-    fn opt_json(out: &mut Vec<u8>, v: &Option<serde_json::Value>) {
-        match v {
-            Some(value) => jcs::write_value(out, value),
-            None => out.extend_from_slice(b"null"),
-        }
-    }
-    match field {
-        Field::TraceId => jcs::write_str(out, &step.trace_id),
-        Field::OrgId => jcs::write_str(out, &step.org_id),
-        Field::AgentId => jcs::write_str(out, &step.agent_id),
-        Field::SessionId => jcs::write_str(out, &step.session_id),
-        Field::StepIndex => Assigned::StepIndex(step.step_index).write(out),
-        Field::StepType => jcs::write_str(out, step.kind.as_str()),
-        Field::StepTypeOriginal => jcs::write_str(out, &step.kind_label),
-        Field::Content => opt_str(out, &step.content),
-        Field::InputData => opt_json(out, &step.input),
-        Field::OutputData => opt_json(out, &step.output),
-        Field::Confidence => match step.confidence {
-            Some(c) => jcs::write_f64(out, c),
-            None => out.extend_from_slice(b"null"),
-        },
-        Field::DurationMs => opt_u64(out, step.duration_ms),
-        Field::TokenCount => opt_u64(out, step.token_count),
-        Field::Model => opt_str(out, &step.model),
-        Field::Metadata => opt_json(out, &step.metadata),
-        Field::CreatedAt => Assigned::CreatedAt(step.created_at).write(out),
-        Field::TurnId => opt_str(out, &step.turn_id),
-        Field::TurnStep => opt_u64(out, step.turn_step),
-        Field::TaskId => opt_str(out, &step.task_id),
-        Field::Links => {
-            out.push(b'{');
-            let mut first = true;
-            for (name, value) in step.links.entries() {
-                if let Some(value) = value {
-                    if !first {
-                        out.push(b',');
-                    }
-                    first = false;
-                    jcs::write_str(out, name);
-                    out.push(b':');
-                    jcs::write_str(out, value);
-                }
-            }
-            out.push(b'}');
-        }
-        Field::Status => jcs::write_str(out, step.status.as_str()),
-        Field::SignerKeyId => opt_str(out, &step.signer_key_id),
-    }
+    StepFields::of(step).write(field, out);
 }
 
 /// A per-field salt: 16 bytes.
@@ -349,12 +293,23 @@ impl Openings {
 /// committed from their value in `step`, hidden fields contribute their
 /// stored commitment.
 pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
-    digest_of_commitments(&field_commitments(step, openings))
+    step_digest_of(&StepFields::of(step), openings)
+}
+
+/// [`step_digest`] from borrowed values (see [`StepFields`] for what a
+/// digest from canonical text proves).
+pub fn step_digest_of(fields: &StepFields<'_>, openings: &Openings) -> Hash {
+    digest_of_commitments(&field_commitments_of(fields, openings))
 }
 
 /// The 22 field commitments of a step (revealed fields committed from
 /// their values, hidden ones as given).
 pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT] {
+    field_commitments_of(&StepFields::of(step), openings)
+}
+
+/// [`field_commitments`] from borrowed values.
+pub fn field_commitments_of(fields: &StepFields<'_>, openings: &Openings) -> [Hash; FIELD_COUNT] {
     thread_local! {
         /// The framing buffer of this thread's commitments, kept between
         /// steps: growing one from empty for every long content cost a
@@ -365,7 +320,7 @@ pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT
     /// memory on the thread).
     const KEPT: usize = 64 * 1024;
     let commit = |scratch: &mut Vec<u8>| {
-        let commitments = commitments_in(scratch, step, openings);
+        let commitments = commitments_in(scratch, fields, openings);
         if scratch.capacity() > KEPT {
             *scratch = Vec::new();
         }
@@ -382,7 +337,11 @@ pub fn field_commitments(step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT
 /// [`field_commitments`] framing each field in `scratch`: the value is
 /// written in place after the salt (`frame("cairn/v2/field"; salt,
 /// value)`, as [`commit_field`] frames it, without copying the value).
-fn commitments_in(scratch: &mut Vec<u8>, step: &Step, openings: &Openings) -> [Hash; FIELD_COUNT] {
+fn commitments_in(
+    scratch: &mut Vec<u8>,
+    fields: &StepFields<'_>,
+    openings: &Openings,
+) -> [Hash; FIELD_COUNT] {
     FIELDS.map(|field| match openings.get(field) {
         Opening::Revealed(salt) => {
             scratch.clear();
@@ -392,7 +351,7 @@ fn commitments_in(scratch: &mut Vec<u8>, step: &Step, openings: &Openings) -> [H
             scratch.extend_from_slice(salt);
             let length_at = scratch.len();
             scratch.extend_from_slice(&[0; 4]);
-            write_field_value(step, field, scratch);
+            fields.write(field, scratch);
             let length = u32::try_from(scratch.len() - length_at - 4)
                 .expect("field values are smaller than 4 GiB");
             scratch[length_at..length_at + 4].copy_from_slice(&length.to_be_bytes());

@@ -95,6 +95,25 @@ pub trait LedgerStore: Send + Sync + 'static {
         visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError>;
 
+    /// [`LedgerStore::read_log`] for a verifier of the whole log: each entry
+    /// with, for a step that parses, its digest recomputed from its fields
+    /// (`None` for an operational record or a row that does not parse). A
+    /// step whose digest recomputes from the row's own text (its JSON
+    /// columns as written) may come without its payload (`kind_label`,
+    /// `content`, `input_data`, `output_data`, `confidence`,
+    /// `duration_ms`, `token_count`, `model`, `metadata`, turn, task and
+    /// links blank), which the in-order checks of
+    /// `cairn_core::verify::LogVerifier::push_stored` given the digest do
+    /// not read; any other step comes as [`LedgerStore::read_log`] gives
+    /// it. Nothing but such a verifier may use these records.
+    fn read_log_for_verification(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
+    ) -> Result<(), StoreError>;
+
     /// Streams the log entries at `seqs` (ascending, no repeats) in seq
     /// order, each as stored, in one read where the backend can (an
     /// export's chunk of proven entries, scattered over the log); a seq the

@@ -334,6 +334,16 @@ impl LedgerStore for PgStore {
         self.read_log_in(org_id, from, to, visit)
     }
 
+    fn read_log_for_verification(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_log_for_verification_in(org_id, from, to, visit)
+    }
+
     fn read_entries(
         &self,
         org_id: &str,

@@ -231,6 +231,14 @@ impl LogVerifier {
     /// Like [`LogVerifier::push`], with the step's digest already
     /// recomputed from its fields (`record.recompute_digest()`, the costly
     /// part, done on another thread). For operational records pass `None`.
+    ///
+    /// Given the digest, the checks read none of the step's payload
+    /// (`step_type_original`, `content`, `input_data`, `output_data`,
+    /// `confidence`, `duration_ms`, `token_count`, `model`, `metadata`,
+    /// `turn_id`, `turn_step`, `task_id`, `links`) except to refuse a
+    /// hidden field that holds a value: a caller that recomputed the digest
+    /// from the record's stored form and found it the recorded one may
+    /// leave them blank, as long as no field is hidden.
     pub fn push_with_digest(&mut self, entry: &LogEntry, recomputed: Option<Hash>) -> bool {
         self.push_checked(entry, recomputed, None)
     }

@@ -112,29 +112,31 @@ pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpR
         .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))
 }
 
-/// A step's columns as read from either backend, before parsing.
+/// A step's columns as read from either backend, before parsing: every
+/// value borrowed from the row.
+#[derive(Clone, Copy)]
 pub(crate) struct RawStep<'r> {
     pub seq: i64,
     pub logged_at: i64,
-    pub org_id: String,
-    pub session_id: String,
+    pub org_id: &'r str,
+    pub session_id: &'r str,
     pub step_index: i64,
-    pub trace_id: String,
-    pub agent_id: String,
+    pub trace_id: &'r str,
+    pub agent_id: &'r str,
     pub kind: &'r str,
-    pub kind_label: String,
-    pub content: Option<String>,
+    pub kind_label: &'r str,
+    pub content: Option<&'r str>,
     pub input: Option<&'r str>,
     pub output: Option<&'r str>,
     pub confidence: Option<f64>,
     pub duration_ms: Option<i64>,
     pub token_count: Option<i64>,
-    pub model: Option<String>,
+    pub model: Option<&'r str>,
     pub metadata: Option<&'r str>,
     pub created_at: i64,
-    pub turn_id: Option<String>,
+    pub turn_id: Option<&'r str>,
     pub turn_step: Option<i64>,
-    pub task_id: Option<String>,
+    pub task_id: Option<&'r str>,
     pub links: Option<&'r str>,
     pub status: &'r str,
     pub seed: Option<&'r [u8]>,
@@ -142,25 +144,32 @@ pub(crate) struct RawStep<'r> {
     pub digest: &'r [u8],
     pub prev_hash: &'r [u8],
     pub hash: &'r [u8],
-    pub signer_key_id: Option<String>,
+    pub signer_key_id: Option<&'r str>,
     pub signature: Option<&'r [u8]>,
     pub has_embedding: bool,
     pub erased: bool,
     pub hidden: Option<&'r str>,
 }
 
-impl RawStep<'_> {
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("stored step: {what}"))
+}
+
+/// An integer column of a `u64` field, as stored (two's complement).
+fn to_u64(v: Option<i64>) -> Option<u64> {
+    v.map(|v| v as u64)
+}
+
+impl<'r> RawStep<'r> {
     /// Parses the columns into a record; a column that does not parse is
     /// corruption (verification then says which record).
     pub fn parse(self) -> Result<StoredStep, StoreError> {
-        let corrupt = |what: &str| StoreError::Corrupt(format!("stored step: {what}"));
         let json = |text: Option<&str>| -> Result<Option<serde_json::Value>, StoreError> {
             text.map(|t| {
                 serde_json::from_str(t).map_err(|_| corrupt("a JSON column does not parse"))
             })
             .transpose()
         };
-        let to_u64 = |v: Option<i64>| v.map(|v| v as u64);
         let kind =
             cairn_core::kind::StepKind::parse(self.kind).ok_or_else(|| corrupt("unknown kind"))?;
         let links = match json(self.links)? {
@@ -168,52 +177,31 @@ impl RawStep<'_> {
             Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
         };
         let step = Step {
-            trace_id: self.trace_id,
-            org_id: self.org_id,
-            agent_id: self.agent_id,
-            session_id: self.session_id,
+            trace_id: self.trace_id.to_owned(),
+            org_id: self.org_id.to_owned(),
+            agent_id: self.agent_id.to_owned(),
+            session_id: self.session_id.to_owned(),
             step_index: self.step_index as u64,
             kind,
-            kind_label: self.kind_label,
-            content: self.content,
+            kind_label: self.kind_label.to_owned(),
+            content: self.content.map(str::to_owned),
             input: json(self.input)?,
             output: json(self.output)?,
             confidence: self.confidence,
             duration_ms: to_u64(self.duration_ms),
             token_count: to_u64(self.token_count),
-            model: self.model,
+            model: self.model.map(str::to_owned),
             metadata: json(self.metadata)?,
             created_at: Timestamp::from_micros(self.created_at)
                 .ok_or_else(|| corrupt("timestamp out of range"))?,
-            turn_id: self.turn_id,
+            turn_id: self.turn_id.map(str::to_owned),
             turn_step: to_u64(self.turn_step),
-            task_id: self.task_id,
+            task_id: self.task_id.map(str::to_owned),
             links,
             status: Status::parse(self.status).ok_or_else(|| corrupt("unknown status"))?,
-            signer_key_id: self.signer_key_id.clone(),
+            signer_key_id: self.signer_key_id.map(str::to_owned),
         };
-        let mut openings = match self.seed {
-            Some(seed) => {
-                let seed: [u8; 32] = seed
-                    .try_into()
-                    .map_err(|_| corrupt("seed is not 32 bytes"))?;
-                Openings::from_seed(&seed)
-            }
-            None => {
-                // Imported from a bundle: the salts themselves, no seed.
-                let salts = self
-                    .salts
-                    .ok_or_else(|| corrupt("neither seed nor salts"))?;
-                if salts.len() != 16 * cairn_core::commit::FIELD_COUNT {
-                    return Err(corrupt("salts are not 16 bytes per field"));
-                }
-                Openings(std::array::from_fn(|i| {
-                    let mut salt = [0u8; 16];
-                    salt.copy_from_slice(&salts[16 * i..16 * i + 16]);
-                    Opening::Revealed(salt)
-                }))
-            }
-        };
+        let mut openings = self.revealed_openings()?;
         if let Some(hidden) = json(self.hidden)? {
             let map = hidden
                 .as_object()
@@ -228,11 +216,43 @@ impl RawStep<'_> {
                 openings.0[field.position()] = Opening::Hidden(hash);
             }
         }
+        self.record(step, openings)
+    }
+
+    /// Every field's salt: from the seed, or for a step imported from a
+    /// bundle (no seed) the salts themselves.
+    fn revealed_openings(&self) -> Result<Openings, StoreError> {
+        match self.seed {
+            Some(seed) => {
+                let seed: [u8; 32] = seed
+                    .try_into()
+                    .map_err(|_| corrupt("seed is not 32 bytes"))?;
+                Ok(Openings::from_seed(&seed))
+            }
+            None => {
+                let salts = self
+                    .salts
+                    .ok_or_else(|| corrupt("neither seed nor salts"))?;
+                if salts.len() != 16 * cairn_core::commit::FIELD_COUNT {
+                    return Err(corrupt("salts are not 16 bytes per field"));
+                }
+                Ok(Openings(std::array::from_fn(|i| {
+                    let mut salt = [0u8; 16];
+                    salt.copy_from_slice(&salts[16 * i..16 * i + 16]);
+                    Opening::Revealed(salt)
+                })))
+            }
+        }
+    }
+
+    /// The stored record of `step` with `openings` and the row's hashes,
+    /// signature, flags and log time.
+    fn record(self, step: Step, openings: Openings) -> Result<StoredStep, StoreError> {
         // `sig_key_id` is the declared signer (a committed field); the
         // signature bytes are beside it.
         let signature = match (self.signer_key_id, self.signature) {
             (Some(key_id), Some(bytes)) => Some(AgentSignature {
-                key_id,
+                key_id: key_id.to_owned(),
                 signature: bytes
                     .try_into()
                     .map_err(|_| corrupt("signature is not 64 bytes"))?,
@@ -255,4 +275,153 @@ impl RawStep<'_> {
             },
         })
     }
+
+    /// For a verifier of the log (`LedgerStore::read_log_for_verification`):
+    /// the step with its digest recomputed from its fields. What
+    /// [`RawStep::parse`] gives and its record's `recompute_digest`, except
+    /// that a step whose digest recomputes from the row's own text (its
+    /// JSON columns taken as the canonical JSON they are written as, see
+    /// `StepFields`) comes without its payload: `kind_label`, `content`,
+    /// `input_data`, `output_data`, `confidence`, `duration_ms`,
+    /// `token_count`, `model`, `metadata`, the turn, the task and the links
+    /// are blank in its record. The in-order checks of a log verifier given
+    /// the digest read none of them; nothing else may be given such a
+    /// record. Any other step (one with hidden fields, a column that does
+    /// not parse, a digest that does not recompute this way) is parsed in
+    /// full, so a failure is worded as it always is.
+    pub fn parse_for_verification(self) -> Result<(StoredStep, Hash), StoreError> {
+        if let Some(checked) = self.checked_without_payload() {
+            return Ok(checked);
+        }
+        let stored = self.parse()?;
+        let digest = stored.record.recompute_digest();
+        Ok((stored, digest))
+    }
+
+    /// [`RawStep::parse_for_verification`]'s quick path: `None` unless the
+    /// step has no hidden field, every column it reads parses, and the
+    /// digest recomputed from the row's text is the recorded one.
+    fn checked_without_payload(self) -> Option<(StoredStep, Hash)> {
+        use cairn_core::commit::{
+            JsonField, StepFields, digest_of_commitments, field_commitments_of,
+        };
+        static NO_LINKS: Links = Links {
+            tool_call: None,
+            policy_decision: None,
+            approval_request: None,
+            audit_event: None,
+            corrects: None,
+            parent: None,
+        };
+        if self.hidden.is_some() {
+            return None;
+        }
+        let kind = cairn_core::kind::StepKind::parse(self.kind)?;
+        let status = Status::parse(self.status)?;
+        let created_at = Timestamp::from_micros(self.created_at)?;
+        let openings = self.revealed_openings().ok()?;
+        let text = |t: Option<&'r str>| t.map(JsonField::<serde_json::Value>::CanonicalText);
+        let fields = StepFields {
+            trace_id: self.trace_id,
+            org_id: self.org_id,
+            agent_id: self.agent_id,
+            session_id: self.session_id,
+            step_index: self.step_index as u64,
+            kind,
+            kind_label: self.kind_label,
+            content: self.content,
+            input: text(self.input),
+            output: text(self.output),
+            confidence: self.confidence,
+            duration_ms: to_u64(self.duration_ms),
+            token_count: to_u64(self.token_count),
+            model: self.model,
+            metadata: text(self.metadata),
+            created_at,
+            turn_id: self.turn_id,
+            turn_step: to_u64(self.turn_step),
+            task_id: self.task_id,
+            links: match self.links {
+                Some(links) => JsonField::CanonicalText(links),
+                None => JsonField::Parsed(&NO_LINKS),
+            },
+            status,
+            signer_key_id: self.signer_key_id,
+        };
+        let recorded = hash_of(self.digest).ok()?;
+        let mut commitments = field_commitments_of(&fields, &openings);
+        let mut digest = digest_of_commitments(&commitments);
+        if digest != recorded {
+            // The store writes JSON columns with serde_json, which spells
+            // some values otherwise than RFC 8785 (`1.0` for `1`): commit
+            // those fields from their parsed values, the other 18 stand.
+            self.recommit_json_fields(&openings, &mut commitments)?;
+            digest = digest_of_commitments(&commitments);
+            if digest != recorded {
+                return None;
+            }
+        }
+        let step = Step {
+            trace_id: self.trace_id.to_owned(),
+            org_id: self.org_id.to_owned(),
+            agent_id: self.agent_id.to_owned(),
+            session_id: self.session_id.to_owned(),
+            step_index: self.step_index as u64,
+            kind,
+            kind_label: String::new(),
+            content: None,
+            input: None,
+            output: None,
+            confidence: None,
+            duration_ms: None,
+            token_count: None,
+            model: None,
+            metadata: None,
+            created_at,
+            turn_id: None,
+            turn_step: None,
+            task_id: None,
+            links: Links::default(),
+            status,
+            signer_key_id: self.signer_key_id.map(str::to_owned),
+        };
+        let stored = self.record(step, openings).ok()?;
+        Some((stored, digest))
+    }
+
+    /// Recommits each JSON column whose text is not its value's canonical
+    /// JSON from the parsed value; `None` if one does not parse.
+    fn recommit_json_fields(
+        &self,
+        openings: &Openings,
+        commitments: &mut [Hash; cairn_core::commit::FIELD_COUNT],
+    ) -> Option<()> {
+        let columns = [
+            (Field::InputData, self.input),
+            (Field::OutputData, self.output),
+            (Field::Metadata, self.metadata),
+            (Field::Links, self.links),
+        ];
+        let mut canonical = Vec::new();
+        for (field, text) in columns {
+            let Some(text) = text else { continue };
+            let value: serde_json::Value = serde_json::from_str(text).ok()?;
+            canonical.clear();
+            if field == Field::Links {
+                let links = Links::from_json(&value).ok()?;
+                cairn_core::commit::write_links(&links, &mut canonical);
+            } else {
+                cairn_core::jcs::write_value(&mut canonical, &value);
+            }
+            if canonical != text.as_bytes()
+                && let Opening::Revealed(salt) = openings.get(field)
+            {
+                commitments[field.position()] = cairn_core::commit::commit_field(salt, &canonical);
+            }
+        }
+        Some(())
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@
 use crate::{LedgerStore, StoreError};
 use cairn_core::Hash;
 use cairn_core::checkpoint::{VerifiedCheckpoint, verify_checkpoint};
-use cairn_core::log::{LogRecord, OpRecord, log_origin};
+use cairn_core::log::{OpRecord, log_origin};
 use cairn_core::note::NoteVerifier;
 use cairn_core::verify::{
     AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
@@ -126,21 +126,11 @@ pub fn verify_org(
 /// Entries per chunk a reader of [`check_entries`] reads at a time.
 const CHUNK: u64 = 512;
 
-/// A chunk of entries with the digest recomputed for each step.
+/// A chunk of entries with the digest recomputed for each step (the
+/// costly part of checking it: the seed's salts and the digest, about 70
+/// SHA-256 blocks), as `LedgerStore::read_log_for_verification` reads
+/// them.
 type Checked = Vec<(crate::StoredEntry, Option<Hash>)>;
-
-/// The entry with its step digest recomputed (the costly part of checking
-/// it: the seed's salts and the digest, about 70 SHA-256 blocks).
-fn with_digest(stored: crate::StoredEntry) -> (crate::StoredEntry, Option<Hash>) {
-    let digest = match &stored.entry {
-        Ok(entry) => match &entry.record {
-            LogRecord::Step(record) => Some(record.recompute_digest()),
-            LogRecord::Op { .. } => None,
-        },
-        Err(_) => None,
-    };
-    (stored, digest)
-}
 
 /// Feeds every entry of an org's log to `verifier` in log order, returning
 /// how many were read.
@@ -209,9 +199,10 @@ fn check_entries(
                     }
                     let mut chunk = chunk.unwrap_or_else(|| Vec::with_capacity(CHUNK as usize));
                     let from = n * CHUNK;
+                    let to = (from + CHUNK).min(size);
                     let read =
-                        store.read_log(org_id, from, (from + CHUNK).min(size), &mut |stored| {
-                            chunk.push(with_digest(stored));
+                        store.read_log_for_verification(org_id, from, to, &mut |stored, digest| {
+                            chunk.push((stored, digest));
                             true
                         });
                     let failed = read.is_err();
@@ -259,8 +250,7 @@ fn check_entries(
         outcome
     })?;
     if finished {
-        store.read_log(org_id, size, u64::MAX, &mut |stored| {
-            let (stored, digest) = with_digest(stored);
+        store.read_log_for_verification(org_id, size, u64::MAX, &mut |stored, digest| {
             check(&stored, digest)
         })?;
     }

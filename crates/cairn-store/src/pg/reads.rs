@@ -6,18 +6,18 @@
 
 use super::connection::{col, i64_of, u64_of};
 use super::rows::{
-    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row,
-    listed_ends, session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID,
+    checked_entry_from_row, entry_from_row, listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
-    STEP_COLUMN_COUNT, agent_keys_from_views, blob_hash, op_from_view, org_range, row_id,
+    STEP_COLUMN_COUNT, agent_keys_from_views, blob_hash, hash_of, op_from_view, org_range, row_id,
 };
 use crate::listing::{self, ListParam};
 use crate::{
     SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::types::ToSql;
 
@@ -28,6 +28,34 @@ impl PgStore {
         from: u64,
         to: u64,
         visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_log_as(org_id, from, to, stored_entry, &mut |stored| visit(stored))
+    }
+
+    pub(super) fn read_log_for_verification_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_log_as(org_id, from, to, checked_stored_entry, &mut |(
+            stored,
+            digest,
+        )| {
+            visit(stored, digest)
+        })
+    }
+
+    /// Log entries `from..to` in seq order, a page at a time, each row
+    /// read by `decode`.
+    fn read_log_as<T>(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        decode: fn(&postgres::Row) -> Result<T, StoreError>,
+        visit: &mut dyn FnMut(T) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
@@ -43,7 +71,7 @@ impl PgStore {
                 };
                 next = col::<i64>(last, 0)? + lo + 1;
                 for row in &rows {
-                    if !visit(stored_entry(row)?) {
+                    if !visit(decode(row)?) {
                         return Ok(());
                     }
                 }
@@ -393,12 +421,33 @@ impl PgStore {
 /// A log entry as stored, from a row of [`LOG_PAGE`]'s columns (a row that
 /// does not parse is handed over as such, not as an error).
 fn stored_entry(row: &postgres::Row) -> Result<StoredEntry, StoreError> {
+    let (stored, _) = stored_entry_as(row, |row, n| Ok((entry_from_row(row, n)?, None)))?;
+    Ok(stored)
+}
+
+/// [`stored_entry`] for a verifier of the log: with a step's digest
+/// recomputed, the step possibly without its payload
+/// (`RawStep::parse_for_verification`).
+fn checked_stored_entry(row: &postgres::Row) -> Result<(StoredEntry, Option<Hash>), StoreError> {
+    stored_entry_as(row, checked_entry_from_row)
+}
+
+/// A log entry as stored, its record read by `entry`.
+fn stored_entry_as(
+    row: &postgres::Row,
+    entry: impl FnOnce(&postgres::Row, usize) -> Result<(LogEntry, Option<Hash>), StoreError>,
+) -> Result<(StoredEntry, Option<Hash>), StoreError> {
     let n = STEP_COLUMN_COUNT;
     let seq: i64 = col(row, 0)?;
-    let leaf: Vec<u8> = col(row, n + 2)?;
-    Ok(StoredEntry {
+    let leaf: &[u8] = col(row, n + 2)?;
+    let (entry, digest) = match entry(row, n) {
+        Ok((entry, digest)) => (Ok(entry), digest),
+        Err(e) => (Err(e.to_string()), None),
+    };
+    let stored = StoredEntry {
         seq: u64_of(seq),
-        leaf: blob_hash(leaf).unwrap_or(Hash::ZERO),
-        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-    })
+        leaf: hash_of(leaf).unwrap_or(Hash::ZERO),
+        entry,
+    };
+    Ok((stored, digest))
 }

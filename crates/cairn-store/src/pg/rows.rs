@@ -8,14 +8,19 @@ use crate::engine::{
     ChainEnd, RawStep, STEP_COLUMNS, blob_hash, chain_end, log_entries_query, op_from_view,
 };
 use crate::{StoreError, StoredStep};
-use cairn_core::Timestamp;
 use cairn_core::log::{LogEntry, LogRecord};
+use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::sync::LazyLock;
 
 /// A step from a row selected with [`STEP_COLUMNS`].
 pub(super) fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
-    RawStep {
+    raw_step(row)?.parse()
+}
+
+/// The columns of a row selected with [`STEP_COLUMNS`], borrowed.
+fn raw_step(row: &Row) -> Result<RawStep<'_>, StoreError> {
+    Ok(RawStep {
         seq: col(row, 0)?,
         trace_id: col(row, 1)?,
         agent_id: col(row, 2)?,
@@ -49,8 +54,7 @@ pub(super) fn step_from_row(row: &Row) -> Result<StoredStep, StoreError> {
         session_id: col(row, 30)?,
         salts: col(row, 31)?,
         logged_at: col(row, 32)?,
-    }
-    .parse()
+    })
 }
 
 pub(super) static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
@@ -238,25 +242,50 @@ pub(super) fn session_ids<C: GenericClient>(
 /// A log entry from a row selected with [`STEP_COLUMNS`] followed by
 /// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
 pub(super) fn entry_from_row(row: &Row, n: usize) -> Result<LogEntry, StoreError> {
-    let entry_type: String = col(row, n)?;
+    let (entry, _) = entry_from_row_as(row, n, |raw| Ok((raw.parse()?, None)))?;
+    Ok(entry)
+}
+
+/// [`entry_from_row`] for a verifier of the log: a step with its digest
+/// recomputed, and possibly without its payload
+/// ([`RawStep::parse_for_verification`]).
+pub(super) fn checked_entry_from_row(
+    row: &Row,
+    n: usize,
+) -> Result<(LogEntry, Option<Hash>), StoreError> {
+    entry_from_row_as(row, n, |raw| {
+        let (stored, digest) = raw.parse_for_verification()?;
+        Ok((stored, Some(digest)))
+    })
+}
+
+/// A log entry from its row, a step's columns read by `step`.
+fn entry_from_row_as(
+    row: &Row,
+    n: usize,
+    step: impl FnOnce(RawStep<'_>) -> Result<(StoredStep, Option<Hash>), StoreError>,
+) -> Result<(LogEntry, Option<Hash>), StoreError> {
+    let entry_type: &str = col(row, n)?;
     if entry_type == "step" {
-        let stored = step_from_row(row)?;
-        return Ok(LogEntry {
+        let (stored, digest) = step(raw_step(row)?)?;
+        let entry = LogEntry {
             seq: stored.seq,
             logged_at: stored.logged_at,
             record: LogRecord::Step(stored.record),
-        });
+        };
+        return Ok((entry, digest));
     }
     let seq = u64_of(col(row, 0)?);
-    let view: Option<String> = col(row, n + 1)?;
+    let view: Option<&str> = col(row, n + 1)?;
     let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
-    Ok(LogEntry {
+    let entry = LogEntry {
         seq,
         logged_at: Timestamp::from_micros(col(row, n - 1)?)
             .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
         record: LogRecord::Op {
-            record: op_from_view(seq, &entry_type, &view)?,
+            record: op_from_view(seq, entry_type, view)?,
             hash: blob_hash(col(row, 22)?)?,
         },
-    })
+    };
+    Ok((entry, None))
 }

@@ -4,7 +4,10 @@
 //! on a pooled read-only connection; none touches the writer.
 
 use super::SqliteStore;
-use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
+use super::rows::{
+    blob, checked_entry_from_row, entry_from_row, session_rowids, step_from_row, successor,
+    true_end,
+};
 use crate::engine::{
     STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, hash_of, log_entries_query,
     op_from_view, org_range, row_id,
@@ -13,7 +16,7 @@ use crate::listing::{self, ListParam};
 use crate::{
     DbContext, SessionFilter, SessionInfo, SessionSummary, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{OptionalExtension, params};
 
@@ -24,6 +27,33 @@ impl SqliteStore {
         from: u64,
         to: u64,
         visit: &mut dyn FnMut(StoredEntry) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_log_as(org_id, from, to, stored_entry, &mut |stored| visit(stored))
+    }
+
+    pub(super) fn read_log_for_verification_in(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read_log_as(org_id, from, to, checked_stored_entry, &mut |(
+            stored,
+            digest,
+        )| {
+            visit(stored, digest)
+        })
+    }
+
+    /// Log entries `from..to` in seq order, each row read by `decode`.
+    fn read_log_as<T>(
+        &self,
+        org_id: &str,
+        from: u64,
+        to: u64,
+        decode: fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+        visit: &mut dyn FnMut(T) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
@@ -36,7 +66,7 @@ impl SqliteStore {
                 .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
                 .context("reading the log")?;
             while let Some(row) = rows.next().context("reading the log")? {
-                if !visit(stored_entry(row)?) {
+                if !visit(decode(row)?) {
                     break;
                 }
             }
@@ -408,12 +438,36 @@ impl SqliteStore {
 /// (`STEP_COLUMNS`, then type, view and leaf hash; a row that does not
 /// parse is handed over as such, not as an error).
 fn stored_entry(row: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
+    let (stored, _) = stored_entry_as(row, |row, n| Ok((entry_from_row(row, n)?, None)))?;
+    Ok(stored)
+}
+
+/// [`stored_entry`] for a verifier of the log: with a step's digest
+/// recomputed, the step possibly without its payload
+/// (`RawStep::parse_for_verification`).
+fn checked_stored_entry(
+    row: &rusqlite::Row<'_>,
+) -> Result<(StoredEntry, Option<Hash>), StoreError> {
+    stored_entry_as(row, checked_entry_from_row)
+}
+
+/// A log entry as stored, its record read by `entry` (a row that does not
+/// parse is handed over as such, not as an error).
+fn stored_entry_as(
+    row: &rusqlite::Row<'_>,
+    entry: impl FnOnce(&rusqlite::Row<'_>, usize) -> Result<(LogEntry, Option<Hash>), StoreError>,
+) -> Result<(StoredEntry, Option<Hash>), StoreError> {
     let n = STEP_COLUMN_COUNT;
     let seq: i64 = row.get(0).context("reading the log")?;
     let leaf = blob(row, n + 2).context("reading the log")?;
-    Ok(StoredEntry {
+    let (entry, digest) = match entry(row, n) {
+        Ok((entry, digest)) => (Ok(entry), digest),
+        Err(e) => (Err(e.to_string()), None),
+    };
+    let stored = StoredEntry {
         seq: seq as u64,
         leaf: hash_of(leaf).unwrap_or(Hash::ZERO),
-        entry: entry_from_row(row, n).map_err(|e| e.to_string()),
-    })
+        entry,
+    };
+    Ok((stored, digest))
 }

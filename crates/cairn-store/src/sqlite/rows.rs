@@ -7,8 +7,8 @@ use crate::engine::{
     ChainEnd, RawStep, SessionState, StoredSession, chain_end, hash_of, op_from_view, row_id,
 };
 use crate::{DbContext, StoreError, StoredStep};
-use cairn_core::Timestamp;
 use cairn_core::log::{LogEntry, LogRecord};
+use cairn_core::{Hash, Timestamp};
 use rusqlite::types::{FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -129,18 +129,24 @@ pub(super) fn session_rowids(
     Ok(ids)
 }
 
-/// A column read in place (the row's own bytes, no copy), for columns
-/// that are parsed and never kept; a value of another type fails as
-/// `Row::get` would.
+/// A column read in place (the row's own bytes, no copy); a value of
+/// another type, or text that is not UTF-8, fails as `Row::get` would.
 fn in_place<'r, T>(
     row: &'r rusqlite::Row<'_>,
     index: usize,
     read: impl FnOnce(ValueRef<'r>) -> FromSqlResult<T>,
 ) -> rusqlite::Result<T> {
+    use rusqlite::types::FromSqlError;
     let value = row.get_ref(index)?;
-    read(value).map_err(|_| {
-        let name = row.as_ref().column_name(index).unwrap_or("?").to_owned();
-        rusqlite::Error::InvalidColumnType(index, name, value.data_type())
+    read(value).map_err(|e| match e {
+        FromSqlError::InvalidType => {
+            let name = row.as_ref().column_name(index).unwrap_or("?").to_owned();
+            rusqlite::Error::InvalidColumnType(index, name, value.data_type())
+        }
+        FromSqlError::Utf8Error(e) => rusqlite::Error::Utf8Error(index, e),
+        other => {
+            rusqlite::Error::FromSqlConversionFailure(index, value.data_type(), Box::new(other))
+        }
     })
 }
 
@@ -163,64 +169,91 @@ fn blob_or_null<'r>(
     in_place(row, index, |v| v.as_blob_or_null())
 }
 
-/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
-pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
-    let read = |e| StoreError::Database {
-        context: "reading a step".into(),
-        source: e,
-    };
+/// The columns of a row selected with [`STEP_COLUMNS`], borrowed.
+fn raw_step<'r>(row: &'r rusqlite::Row<'_>) -> Result<RawStep<'r>, StoreError> {
     let raw = (|| {
         Ok::<_, rusqlite::Error>(RawStep {
             seq: row.get(0)?,
-            trace_id: row.get(1)?,
-            agent_id: row.get(2)?,
+            trace_id: text(row, 1)?,
+            agent_id: text(row, 2)?,
             kind: text(row, 3)?,
-            kind_label: row.get(4)?,
-            content: row.get(5)?,
+            kind_label: text(row, 4)?,
+            content: text_or_null(row, 5)?,
             input: text_or_null(row, 6)?,
             output: text_or_null(row, 7)?,
             confidence: row.get(8)?,
             duration_ms: row.get(9)?,
             token_count: row.get(10)?,
-            model: row.get(11)?,
+            model: text_or_null(row, 11)?,
             metadata: text_or_null(row, 12)?,
             created_at: row.get(13)?,
-            turn_id: row.get(14)?,
+            turn_id: text_or_null(row, 14)?,
             turn_step: row.get(15)?,
-            task_id: row.get(16)?,
+            task_id: text_or_null(row, 16)?,
             links: text_or_null(row, 17)?,
             status: text(row, 18)?,
             seed: blob_or_null(row, 19)?,
             digest: blob(row, 20)?,
             prev_hash: blob(row, 21)?,
             hash: blob(row, 22)?,
-            signer_key_id: row.get(23)?,
+            signer_key_id: text_or_null(row, 23)?,
             signature: blob_or_null(row, 24)?,
             has_embedding: row.get(25)?,
             erased: row.get(26)?,
             hidden: text_or_null(row, 27)?,
             step_index: row.get(28)?,
-            org_id: row.get(29)?,
-            session_id: row.get(30)?,
+            org_id: text(row, 29)?,
+            session_id: text(row, 30)?,
             salts: blob_or_null(row, 31)?,
             logged_at: row.get(32)?,
         })
-    })()
-    .map_err(read)?;
-    raw.parse()
+    })();
+    raw.map_err(|e| StoreError::Database {
+        context: "reading a step".into(),
+        source: e,
+    })
+}
+
+/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
+pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
+    raw_step(row)?.parse()
 }
 
 /// A log entry from a row selected with [`STEP_COLUMNS`] followed by
 /// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
 pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEntry, StoreError> {
+    let (entry, _) = entry_from_row_as(row, n, |raw| Ok((raw.parse()?, None)))?;
+    Ok(entry)
+}
+
+/// [`entry_from_row`] for a verifier of the log: a step with its digest
+/// recomputed, and possibly without its payload
+/// ([`RawStep::parse_for_verification`]).
+pub(super) fn checked_entry_from_row(
+    row: &rusqlite::Row<'_>,
+    n: usize,
+) -> Result<(LogEntry, Option<Hash>), StoreError> {
+    entry_from_row_as(row, n, |raw| {
+        let (stored, digest) = raw.parse_for_verification()?;
+        Ok((stored, Some(digest)))
+    })
+}
+
+/// A log entry from its row, a step's columns read by `step`.
+fn entry_from_row_as(
+    row: &rusqlite::Row<'_>,
+    n: usize,
+    step: impl FnOnce(RawStep<'_>) -> Result<(StoredStep, Option<Hash>), StoreError>,
+) -> Result<(LogEntry, Option<Hash>), StoreError> {
     let entry_type = text(row, n).context("reading the log")?;
     if entry_type == "step" {
-        let stored = step_from_row(row)?;
-        return Ok(LogEntry {
+        let (stored, digest) = step(raw_step(row)?)?;
+        let entry = LogEntry {
             seq: stored.seq,
             logged_at: stored.logged_at,
             record: LogRecord::Step(stored.record),
-        });
+        };
+        return Ok((entry, digest));
     }
     let seq: i64 = row.get(0).context("reading the log")?;
     let logged_at: i64 = row.get(n - 1).context("reading the log")?;
@@ -228,10 +261,11 @@ pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEnt
     let hash = hash_of(blob(row, 22).context("reading the log")?)?;
     let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
     let record = op_from_view(seq as u64, entry_type, view)?;
-    Ok(LogEntry {
+    let entry = LogEntry {
         seq: seq as u64,
         logged_at: Timestamp::from_micros(logged_at)
             .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
         record: LogRecord::Op { record, hash },
-    })
+    };
+    Ok((entry, None))
 }
