@@ -5,7 +5,9 @@
 //! starts with one, a trusted checkpoint. Every line is also decoded on its
 //! own as an entry, and the typed decoder of step lines is held to the
 //! general one (`assert_fast_agrees`: whenever it answers, the same to the
-//! bit). Nothing may panic, whatever the bytes.
+//! bit), and a line the canonical-JSON check accepts must be its value's
+//! canonical JSON (what a store verifier relies on to commit stored JSON
+//! text unparsed). Nothing may panic, whatever the bytes.
 #![no_main]
 
 use cairn_core::bundle::{BundleVerifier, assert_fast_agrees, bundle_lines, decode_entry};
@@ -26,6 +28,15 @@ fuzz_target!(|data: &[u8]| {
         assert_fast_agrees(line);
         if let Ok(text) = std::str::from_utf8(line) {
             let _ = decode_entry(text);
+            if cairn_core::jcs::CanonicalJson::new(text).is_some() {
+                let value: serde_json::Value =
+                    serde_json::from_str(text).expect("accepted as canonical JSON, yet not JSON");
+                assert_eq!(
+                    cairn_core::jcs::to_vec(&value),
+                    text.as_bytes(),
+                    "accepted as canonical JSON, yet not its value's"
+                );
+            }
         }
         if !verifier.push_bytes(line) {
             break;

@@ -23,7 +23,7 @@ use crate::time::Timestamp;
 use ed25519_dalek::VerifyingKey;
 
 mod fields;
-pub use fields::{JsonField, StepFields, write_links};
+pub use fields::{JsonValue, StepFields};
 
 /// The fields committed in a step digest, in digest order.
 ///
@@ -296,8 +296,7 @@ pub fn step_digest(step: &Step, openings: &Openings) -> Hash {
     step_digest_of(&StepFields::of(step), openings)
 }
 
-/// [`step_digest`] from borrowed values (see [`StepFields`] for what a
-/// digest from canonical text proves).
+/// [`step_digest`] from borrowed values.
 pub fn step_digest_of(fields: &StepFields<'_>, openings: &Openings) -> Hash {
     digest_of_commitments(&field_commitments_of(fields, openings))
 }

@@ -15,6 +15,9 @@
 
 use serde_json::Value;
 
+mod canonical;
+pub use canonical::CanonicalJson;
+
 /// Canonical bytes of a JSON value.
 pub fn to_vec(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);

@@ -98,8 +98,8 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// [`LedgerStore::read_log`] for a verifier of the whole log: each entry
     /// with, for a step that parses, its digest recomputed from its fields
     /// (`None` for an operational record or a row that does not parse). A
-    /// step whose digest recomputes from the row's own text (its JSON
-    /// columns as written) may come without its payload (`kind_label`,
+    /// step whose recomputed digest is the recorded one, with no field
+    /// hidden, may come without its payload (`kind_label`,
     /// `content`, `input_data`, `output_data`, `confidence`,
     /// `duration_ms`, `token_count`, `model`, `metadata`, turn, task and
     /// links blank), which the in-order checks of

@@ -1,47 +1,27 @@
 //! A step's 22 committed values as one borrowed view: what every field
 //! commitment is computed from, whether the values are a parsed [`Step`]
-//! or the columns of a stored row.
-//!
-//! A row keeps its JSON fields (`input_data`, `output_data`, `metadata`,
-//! `links`) as text. A verifier reading many rows may commit that text as
-//! it is, without parsing it into a value and writing it back out, on the
-//! claim that it is already canonical: if the claim is false the
-//! commitment differs from the recorded one, so a view can only ever be
-//! an accelerator. When the digest it gives matches the recorded digest,
-//! the text is (by SHA-256's collision resistance) exactly the canonical
-//! JSON the step was committed with, and a parse of it gives the same
-//! value; when it does not match, the caller must judge the step from its
-//! parsed values, which words the failure.
+//! or the columns of a stored row borrowed where they are read (a
+//! verifier reading many rows then copies none of their text, and parses
+//! none of their JSON that is already canonical: [`CanonicalJson`]).
 
 use super::{Assigned, Field};
-use crate::jcs;
+use crate::jcs::{self, CanonicalJson};
 use crate::kind::StepKind;
 use crate::record::{Links, Status, Step};
 use crate::time::Timestamp;
 use serde_json::Value;
 
-/// A JSON field's value: parsed, or text its holder claims is already
-/// canonical (RFC 8785), committed byte for byte.
-#[derive(Debug)]
-pub enum JsonField<'a, T> {
+/// A JSON field's value: parsed, or text known to be the canonical JSON
+/// of the value it holds (committed as it is, which is the same).
+#[derive(Debug, Clone, Copy)]
+pub enum JsonValue<'a> {
     /// A parsed value, written canonically.
-    Parsed(&'a T),
-    /// Text committed as it is.
-    CanonicalText(&'a str),
+    Parsed(&'a Value),
+    /// Canonical text.
+    Canonical(CanonicalJson<'a>),
 }
 
-// Both variants are references, whatever `T` is (a derive would ask
-// `T: Copy`).
-impl<T> Clone for JsonField<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for JsonField<'_, T> {}
-
-/// The committed values of one step, borrowed ([`Step`]'s fields, with the
-/// JSON ones possibly as canonical text).
+/// The committed values of one step, borrowed ([`Step`]'s fields).
 #[derive(Debug, Clone, Copy)]
 pub struct StepFields<'a> {
     /// `trace_id`.
@@ -61,9 +41,9 @@ pub struct StepFields<'a> {
     /// `content`.
     pub content: Option<&'a str>,
     /// `input_data`.
-    pub input: Option<JsonField<'a, Value>>,
+    pub input: Option<JsonValue<'a>>,
     /// `output_data`.
-    pub output: Option<JsonField<'a, Value>>,
+    pub output: Option<JsonValue<'a>>,
     /// `confidence`.
     pub confidence: Option<f64>,
     /// `duration_ms`.
@@ -73,7 +53,7 @@ pub struct StepFields<'a> {
     /// `model`.
     pub model: Option<&'a str>,
     /// `metadata`.
-    pub metadata: Option<JsonField<'a, Value>>,
+    pub metadata: Option<JsonValue<'a>>,
     /// `created_at`.
     pub created_at: Timestamp,
     /// `turn_id`.
@@ -83,7 +63,7 @@ pub struct StepFields<'a> {
     /// `task_id`.
     pub task_id: Option<&'a str>,
     /// `links` (never absent: no links is the empty object).
-    pub links: JsonField<'a, Links>,
+    pub links: &'a Links,
     /// `status`.
     pub status: Status,
     /// `signer_key_id`.
@@ -93,7 +73,6 @@ pub struct StepFields<'a> {
 impl<'a> StepFields<'a> {
     /// The values of a parsed step.
     pub fn of(step: &'a Step) -> StepFields<'a> {
-        let json = |v: &'a Option<Value>| v.as_ref().map(JsonField::Parsed);
         StepFields {
             trace_id: &step.trace_id,
             org_id: &step.org_id,
@@ -103,25 +82,25 @@ impl<'a> StepFields<'a> {
             kind: step.kind,
             kind_label: &step.kind_label,
             content: step.content.as_deref(),
-            input: json(&step.input),
-            output: json(&step.output),
+            input: step.input.as_ref().map(JsonValue::Parsed),
+            output: step.output.as_ref().map(JsonValue::Parsed),
             confidence: step.confidence,
             duration_ms: step.duration_ms,
             token_count: step.token_count,
             model: step.model.as_deref(),
-            metadata: json(&step.metadata),
+            metadata: step.metadata.as_ref().map(JsonValue::Parsed),
             created_at: step.created_at,
             turn_id: step.turn_id.as_deref(),
             turn_step: step.turn_step,
             task_id: step.task_id.as_deref(),
-            links: JsonField::Parsed(&step.links),
+            links: &step.links,
             status: step.status,
             signer_key_id: step.signer_key_id.as_deref(),
         }
     }
 
-    /// Appends the canonical (RFC 8785) value of `field` to `out`
-    /// (canonical text as it is). Absent optional values are `null`.
+    /// Appends the canonical (RFC 8785) value of `field` to `out`. Absent
+    /// optional values are `null`.
     pub fn write(&self, field: Field, out: &mut Vec<u8>) {
         fn opt_str(out: &mut Vec<u8>, v: Option<&str>) {
             match v {
@@ -135,10 +114,10 @@ impl<'a> StepFields<'a> {
                 None => out.extend_from_slice(b"null"),
             }
         }
-        fn opt_json(out: &mut Vec<u8>, v: Option<JsonField<'_, Value>>) {
+        fn opt_json(out: &mut Vec<u8>, v: Option<JsonValue<'_>>) {
             match v {
-                Some(JsonField::Parsed(value)) => jcs::write_value(out, value),
-                Some(JsonField::CanonicalText(text)) => out.extend_from_slice(text.as_bytes()),
+                Some(JsonValue::Parsed(value)) => jcs::write_value(out, value),
+                Some(JsonValue::Canonical(text)) => out.extend_from_slice(text.as_str().as_bytes()),
                 None => out.extend_from_slice(b"null"),
             }
         }
@@ -165,10 +144,7 @@ impl<'a> StepFields<'a> {
             Field::TurnId => opt_str(out, self.turn_id),
             Field::TurnStep => opt_u64(out, self.turn_step),
             Field::TaskId => opt_str(out, self.task_id),
-            Field::Links => match self.links {
-                JsonField::Parsed(links) => write_links(links, out),
-                JsonField::CanonicalText(text) => out.extend_from_slice(text.as_bytes()),
-            },
+            Field::Links => write_links(self.links, out),
             Field::Status => jcs::write_str(out, self.status.as_str()),
             Field::SignerKeyId => opt_str(out, self.signer_key_id),
         }
@@ -177,7 +153,7 @@ impl<'a> StepFields<'a> {
 
 /// Appends the links' canonical object: the set links, by name (their
 /// canonical order), as strings.
-pub fn write_links(links: &Links, out: &mut Vec<u8>) {
+fn write_links(links: &Links, out: &mut Vec<u8>) {
     out.push(b'{');
     let mut first = true;
     for (name, value) in links.entries() {

@@ -237,8 +237,8 @@ impl LogVerifier {
     /// `confidence`, `duration_ms`, `token_count`, `model`, `metadata`,
     /// `turn_id`, `turn_step`, `task_id`, `links`) except to refuse a
     /// hidden field that holds a value: a caller that recomputed the digest
-    /// from the record's stored form and found it the recorded one may
-    /// leave them blank, as long as no field is hidden.
+    /// from the record's values and found it the recorded one may leave
+    /// them blank, as long as no field is hidden.
     pub fn push_with_digest(&mut self, entry: &LogEntry, recomputed: Option<Hash>) -> bool {
         self.push_checked(entry, recomputed, None)
     }

@@ -279,16 +279,16 @@ impl<'r> RawStep<'r> {
     /// For a verifier of the log (`LedgerStore::read_log_for_verification`):
     /// the step with its digest recomputed from its fields. What
     /// [`RawStep::parse`] gives and its record's `recompute_digest`, except
-    /// that a step whose digest recomputes from the row's own text (its
-    /// JSON columns taken as the canonical JSON they are written as, see
-    /// `StepFields`) comes without its payload: `kind_label`, `content`,
+    /// that a step whose recomputed digest is the recorded one, with no
+    /// field hidden, comes without its payload: `kind_label`, `content`,
     /// `input_data`, `output_data`, `confidence`, `duration_ms`,
     /// `token_count`, `model`, `metadata`, the turn, the task and the links
-    /// are blank in its record. The in-order checks of a log verifier given
-    /// the digest read none of them; nothing else may be given such a
-    /// record. Any other step (one with hidden fields, a column that does
-    /// not parse, a digest that does not recompute this way) is parsed in
-    /// full, so a failure is worded as it always is.
+    /// are blank in its record (its text was committed where the row holds
+    /// it, never copied). The in-order checks of a log verifier given the
+    /// digest read none of them; nothing else may be given such a record.
+    /// Any other step (one with hidden fields, a column that does not
+    /// parse, a digest that does not recompute) is parsed in full, so a
+    /// failure is worded as it always is.
     pub fn parse_for_verification(self) -> Result<(StoredStep, Hash), StoreError> {
         if let Some(checked) = self.checked_without_payload() {
             return Ok(checked);
@@ -299,20 +299,42 @@ impl<'r> RawStep<'r> {
     }
 
     /// [`RawStep::parse_for_verification`]'s quick path: `None` unless the
-    /// step has no hidden field, every column it reads parses, and the
-    /// digest recomputed from the row's text is the recorded one.
+    /// step has no hidden field, every column parses, and its digest
+    /// recomputes to the recorded one. The digest is computed from exactly
+    /// the values [`RawStep::parse`] would give, only borrowed instead of
+    /// copied: a JSON column's text is committed as it is only if it is
+    /// the canonical JSON of what it parses to (`CanonicalJson`, which
+    /// looks at the text alone), else it is parsed as `parse` parses it.
     fn checked_without_payload(self) -> Option<(StoredStep, Hash)> {
-        use cairn_core::commit::{
-            JsonField, StepFields, digest_of_commitments, field_commitments_of,
-        };
-        static NO_LINKS: Links = Links {
-            tool_call: None,
-            policy_decision: None,
-            approval_request: None,
-            audit_event: None,
-            corrects: None,
-            parent: None,
-        };
+        use cairn_core::commit::{StepFields, step_digest_of};
+        use cairn_core::jcs::CanonicalJson;
+        /// A JSON column as its digest needs it: its text when that is
+        /// already canonical, else its parsed value.
+        enum JsonColumn<'t> {
+            Null,
+            Canonical(CanonicalJson<'t>),
+            Parsed(serde_json::Value),
+        }
+        impl<'t> JsonColumn<'t> {
+            /// `None` if the text does not parse.
+            fn read(text: Option<&'t str>) -> Option<JsonColumn<'t>> {
+                let Some(text) = text else {
+                    return Some(JsonColumn::Null);
+                };
+                Some(match CanonicalJson::new(text) {
+                    Some(canonical) => JsonColumn::Canonical(canonical),
+                    None => JsonColumn::Parsed(serde_json::from_str(text).ok()?),
+                })
+            }
+            fn value(&self) -> Option<cairn_core::commit::JsonValue<'_>> {
+                use cairn_core::commit::JsonValue;
+                match self {
+                    JsonColumn::Null => None,
+                    JsonColumn::Canonical(text) => Some(JsonValue::Canonical(*text)),
+                    JsonColumn::Parsed(value) => Some(JsonValue::Parsed(value)),
+                }
+            }
+        }
         if self.hidden.is_some() {
             return None;
         }
@@ -320,7 +342,15 @@ impl<'r> RawStep<'r> {
         let status = Status::parse(self.status)?;
         let created_at = Timestamp::from_micros(self.created_at)?;
         let openings = self.revealed_openings().ok()?;
-        let text = |t: Option<&'r str>| t.map(JsonField::<serde_json::Value>::CanonicalText);
+        let (input, output) = (
+            JsonColumn::read(self.input)?,
+            JsonColumn::read(self.output)?,
+        );
+        let metadata = JsonColumn::read(self.metadata)?;
+        let links = match self.links {
+            None => Links::default(),
+            Some(text) => Links::from_json(&serde_json::from_str(text).ok()?).ok()?,
+        };
         let fields = StepFields {
             trace_id: self.trace_id,
             org_id: self.org_id,
@@ -330,36 +360,24 @@ impl<'r> RawStep<'r> {
             kind,
             kind_label: self.kind_label,
             content: self.content,
-            input: text(self.input),
-            output: text(self.output),
+            input: input.value(),
+            output: output.value(),
             confidence: self.confidence,
             duration_ms: to_u64(self.duration_ms),
             token_count: to_u64(self.token_count),
             model: self.model,
-            metadata: text(self.metadata),
+            metadata: metadata.value(),
             created_at,
             turn_id: self.turn_id,
             turn_step: to_u64(self.turn_step),
             task_id: self.task_id,
-            links: match self.links {
-                Some(links) => JsonField::CanonicalText(links),
-                None => JsonField::Parsed(&NO_LINKS),
-            },
+            links: &links,
             status,
             signer_key_id: self.signer_key_id,
         };
-        let recorded = hash_of(self.digest).ok()?;
-        let mut commitments = field_commitments_of(&fields, &openings);
-        let mut digest = digest_of_commitments(&commitments);
-        if digest != recorded {
-            // The store writes JSON columns with serde_json, which spells
-            // some values otherwise than RFC 8785 (`1.0` for `1`): commit
-            // those fields from their parsed values, the other 18 stand.
-            self.recommit_json_fields(&openings, &mut commitments)?;
-            digest = digest_of_commitments(&commitments);
-            if digest != recorded {
-                return None;
-            }
+        let digest = step_digest_of(&fields, &openings);
+        if hash_of(self.digest).ok()? != digest {
+            return None;
         }
         let step = Step {
             trace_id: self.trace_id.to_owned(),
@@ -387,39 +405,6 @@ impl<'r> RawStep<'r> {
         };
         let stored = self.record(step, openings).ok()?;
         Some((stored, digest))
-    }
-
-    /// Recommits each JSON column whose text is not its value's canonical
-    /// JSON from the parsed value; `None` if one does not parse.
-    fn recommit_json_fields(
-        &self,
-        openings: &Openings,
-        commitments: &mut [Hash; cairn_core::commit::FIELD_COUNT],
-    ) -> Option<()> {
-        let columns = [
-            (Field::InputData, self.input),
-            (Field::OutputData, self.output),
-            (Field::Metadata, self.metadata),
-            (Field::Links, self.links),
-        ];
-        let mut canonical = Vec::new();
-        for (field, text) in columns {
-            let Some(text) = text else { continue };
-            let value: serde_json::Value = serde_json::from_str(text).ok()?;
-            canonical.clear();
-            if field == Field::Links {
-                let links = Links::from_json(&value).ok()?;
-                cairn_core::commit::write_links(&links, &mut canonical);
-            } else {
-                cairn_core::jcs::write_value(&mut canonical, &value);
-            }
-            if canonical != text.as_bytes()
-                && let Opening::Revealed(salt) = openings.get(field)
-            {
-                commitments[field.position()] = cairn_core::commit::commit_field(salt, &canonical);
-            }
-        }
-        Some(())
     }
 }
 

@@ -146,10 +146,10 @@ fn a_row_as_written_is_checked_without_its_payload() {
 }
 
 #[test]
-fn json_spelled_otherwise_than_canonically_is_recommitted_from_its_value() {
+fn json_spelled_otherwise_than_canonically_is_committed_from_its_value() {
     let mut s = step();
-    // serde_json writes these `1.0` and `100000000000000000000.0`; the
-    // canonical JSON is `1` and `100000000000000000000`.
+    // serde_json writes these `1.0` and `1e20`; the canonical JSON is `1`
+    // and `100000000000000000000`.
     s.input = Some(json!({"temperature": 1.0, "big": 1e20}));
     s.metadata = Some(json!({"\u{e000}": 1, "\u{1f600}": 2}));
     let row = Row::written(s);
@@ -158,11 +158,54 @@ fn json_spelled_otherwise_than_canonically_is_recommitted_from_its_value() {
         Some(r#"{"big":100000000000000000000,"temperature":1}"#)
     );
     let (quick, digest) = agrees_with_full_parse(&row);
-    assert!(
-        quick,
-        "a recommitted field still verifies without the payload"
-    );
+    assert!(quick);
     assert_eq!(digest, row.record.digest);
+}
+
+/// The digest the row would need for `field` to hold `text` as its bytes
+/// (what an attacker who rewrites the row computes if the verifier
+/// committed the stored text as it is).
+fn digest_over_text(row: &Row, field: Field, text: &str) -> Vec<u8> {
+    let record = &row.record;
+    let mut commitments = cairn_core::commit::field_commitments(&record.step, &record.openings);
+    let Opening::Revealed(salt) = record.openings.get(field) else {
+        panic!("{field:?} is revealed");
+    };
+    commitments[field.position()] = cairn_core::commit::commit_field(salt, text.as_bytes());
+    digest_of_commitments(&commitments).0.to_vec()
+}
+
+#[test]
+fn text_a_digest_was_recomputed_over_is_still_read_as_its_value() {
+    // A rewritten row whose digest commits to its JSON columns' bytes:
+    // text that does not parse, or parses to another canonical JSON than
+    // itself, never verifies, on either path.
+    let texts = [
+        (Field::InputData, r#"{"order":1,"order":1000}"#),
+        (Field::InputData, r#"{"order": 42}"#),
+        (Field::InputData, "not json"),
+        (Field::OutputData, r#""\ud800""#),
+        (Field::Metadata, "1.0"),
+        (Field::Links, "null"),
+        (
+            Field::Links,
+            r#"{"parent":"trace-0","tool_call":"call-9","x":"y"}"#,
+        ),
+    ];
+    for (field, text) in texts {
+        let mut row = Row::written(step());
+        let slot = match field {
+            Field::InputData => &mut row.input,
+            Field::OutputData => &mut row.output,
+            Field::Metadata => &mut row.metadata,
+            _ => &mut row.links,
+        };
+        *slot = Some(text.to_owned());
+        row.digest = digest_over_text(&row, field, text);
+        let (quick, digest) = agrees_with_full_parse(&row);
+        assert!(!quick, "{field:?} = {text}");
+        assert_ne!(digest.0.as_slice(), row.digest, "{field:?} = {text}");
+    }
 }
 
 #[test]
