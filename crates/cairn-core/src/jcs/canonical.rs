@@ -8,14 +8,19 @@
 //! the text is exactly what [`super::write_value`] writes for the value
 //! serde_json reads from it, and refuses anything it is not sure of (an
 //! escaped member name, an integer beyond 2^53, nesting deeper than
-//! [`MAX_DEPTH`], white space, a number spelled otherwise), which the
-//! caller then parses. A recorded hash is never what decides: only the
-//! text itself.
+//! [`MAX_DEPTH`], white space, a number spelled otherwise, member names serde_json treats as its own
+//! markers). A recorded hash is never what decides: only the text itself.
 
 use super::{utf16_cmp, write_f64};
 
 /// Containers nested deeper than this are left to the parser.
 pub const MAX_DEPTH: usize = 64;
+
+/// The start of the member names serde_json reads as its own markers when
+/// some crate of the build turns on its `raw_value` or
+/// `arbitrary_precision` feature (`{"$serde_json::private::RawValue":
+/// "1.0"}` reads as the number 1.0, not as an object): left to the parser.
+const SERDE_PRIVATE: &str = "$serde_json";
 
 /// JSON text that is the RFC 8785 canonical form of the value it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +97,10 @@ impl<'a> Reader<'a> {
             let Some((name, escaped)) = self.string() else {
                 return false;
             };
-            if escaped || previous.is_some_and(|p| utf16_cmp(p, name).is_ge()) {
+            if escaped
+                || name.starts_with(SERDE_PRIVATE)
+                || previous.is_some_and(|p| utf16_cmp(p, name).is_ge())
+            {
                 return false;
             }
             previous = Some(name);

@@ -91,6 +91,13 @@ fn anything_else_is_left_to_the_parser() {
         "nul",
         "truex",
         "[1]x",
+        // serde_json's markers (the tests build it with `raw_value`, as
+        // the binaries do): these read as `1`, `"evil"` and `[{...}]`.
+        r#"{"$serde_json::private::RawValue":"1"}"#,
+        r#"{"$serde_json::private::RawValue":"\"evil\""}"#,
+        r#"[{"$serde_json::private::RawValue":"{\"b\":1,\"a\":2}"}]"#,
+        r#"{"$serde_json::private::Number":"1.0"}"#,
+        r#"{"$serde_json":1}"#,
     ] {
         assert!(!accepted(text), "{text:?}");
     }
