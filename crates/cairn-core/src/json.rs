@@ -5,11 +5,21 @@
 //! an IEEE double holds exactly means (JavaScript rounds it, Python keeps
 //! it, Rust keeps what fits in 64 bits). So Cairn refuses both: a member
 //! name twice in one object, or an integer literal beyond ±(2^53 − 1), is
-//! an error (I-JSON, RFC 7493), and every verifier answers the same.
+//! an error (I-JSON, RFC 7493), and every verifier answers the same. A
+//! member name serde_json reserves for itself ([`SERDE_MARKER`]) is an
+//! error too.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::fmt;
+
+/// The start of the member names serde_json reads as its own markers when
+/// a crate of the build turns on its `raw_value` or `arbitrary_precision`
+/// feature (the binaries get `raw_value` through axum):
+/// `{"$serde_json::private::RawValue":"1"}` reads as the number 1. A value
+/// holding one could not be stored and read back as it was sent, so the
+/// strict reading refuses it.
+pub const SERDE_MARKER: &str = "$serde_json::private::";
 
 /// Parses one JSON text strictly: duplicate member names and integer
 /// literals beyond ±(2^53 − 1) are errors, as is anything after the value
@@ -236,14 +246,24 @@ impl<'de> Visitor<'de> for StrictSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut members = Map::new();
         while let Some(name) = map.next_key::<String>()? {
-            if members.contains_key(&name) {
+            if name.starts_with(SERDE_MARKER) {
                 let shown: String = name.chars().take(60).collect();
                 return Err(de::Error::custom(format!(
-                    "the member {shown:?} is given twice in one object"
+                    "the member name {shown:?} is reserved: serde_json reads an object with a member named `{SERDE_MARKER}...` as another value, so the value could not be recorded as sent"
                 )));
             }
-            let value = map.next_value_seed(self)?;
-            members.insert(name, value);
+            // One lookup: the slot is filled once the value is read.
+            match members.entry(name) {
+                serde_json::map::Entry::Occupied(taken) => {
+                    let shown: String = taken.key().chars().take(60).collect();
+                    return Err(de::Error::custom(format!(
+                        "the member {shown:?} is given twice in one object"
+                    )));
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(self)?);
+                }
+            }
         }
         Ok(Value::Object(members))
     }
@@ -252,6 +272,17 @@ impl<'de> Visitor<'de> for StrictSeed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_json_markers_are_refused_at_any_depth() {
+        for text in [
+            r#"{"$serde_json::private::RawValue":"1"}"#,
+            r#"{"a":[{"$serde_json::private::Number":"1.0"}]}"#,
+        ] {
+            assert!(from_str(text).unwrap_err().contains("reserved"), "{text}");
+        }
+        assert_eq!(from_str(r#"{"$serde_json":1}"#).unwrap()["$serde_json"], 1);
+    }
 
     #[test]
     fn duplicate_members_are_refused_at_any_depth() {

@@ -375,6 +375,13 @@ fn ambiguous_bodies_are_refused() {
             "twice",
         ),
         (
+            // serde_json would read this object back as the number 1.
+            "/v1/steps",
+            r#"{"session_id": "c", "agent_id": "a", "step_type": "plan", "metadata": {"$serde_json::private::RawValue": "1"}}"#,
+            "invalid_json",
+            "reserved",
+        ),
+        (
             "/v1/keys",
             r#"{"role": "reader", "admin": true}"#,
             "unknown_field",

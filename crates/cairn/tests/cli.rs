@@ -38,6 +38,46 @@ fn demo_verifies_then_catches_the_edited_step() {
     );
 }
 
+/// `cairn log --stdin` reads each line as a REST body is read: a member
+/// given twice, or a member name serde_json would read as one of its own
+/// markers (a value that could not be recorded as sent), refuses the line
+/// with a message saying so; the other lines are recorded and verify.
+#[test]
+fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","content":"x","content":"y"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","input_data":{"$serde_json::private::RawValue":"1"}}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","input_data":{"$serde_json":1}}"#,
+    ];
+    let run = cairn_in(dir.path(), &["log", "--stdin"], Some(&input.join("\n")));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let answers: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 3, "{}", run.stdout);
+    let error = |line: u64| {
+        let answer = answers.iter().find(|a| a["line"] == line).unwrap();
+        answer["error"].as_str().unwrap_or_default().to_owned()
+    };
+    assert!(error(1).contains("given twice"), "{}", error(1));
+    assert!(error(2).contains("reserved"), "{}", error(2));
+    assert_eq!(error(3), "", "an ordinary `$` name is recorded");
+    let verify = cairn_in(dir.path(), &["verify"], None);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+    let replay = json(&cairn_in(
+        dir.path(),
+        &["replay", "s", "--format", "json"],
+        None,
+    ));
+    assert_eq!(
+        replay["steps"][0]["input_data"]["$serde_json"], 1,
+        "{replay}"
+    );
+}
+
 /// `cairn log --stdin` keeps a bounded number of steps in flight: an input
 /// longer than its window is recorded whole, and every line is answered,
 /// in input order, refused lines included.

@@ -16,10 +16,10 @@ use super::{utf16_cmp, write_f64};
 /// Containers nested deeper than this are left to the parser.
 pub const MAX_DEPTH: usize = 64;
 
-/// The start of the member names serde_json reads as its own markers when
-/// some crate of the build turns on its `raw_value` or
-/// `arbitrary_precision` feature (`{"$serde_json::private::RawValue":
-/// "1.0"}` reads as the number 1.0, not as an object): left to the parser.
+/// Member names left to the parser: a margin around the ones serde_json
+/// reads as its own markers ([`crate::json::SERDE_MARKER`]:
+/// `{"$serde_json::private::RawValue":"1.0"}` reads as the number 1.0,
+/// not as an object).
 const SERDE_PRIVATE: &str = "$serde_json";
 
 /// JSON text that is the RFC 8785 canonical form of the value it holds.

@@ -151,11 +151,15 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         if line.trim().is_empty() {
             continue;
         }
-        let parsed = serde_json::from_str::<Value>(&line)
-            .map_err(|e| format!("not JSON: {e}"))
-            .and_then(|v| {
-                step_from_json(v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
-            });
+        // Read as a REST body is (`wire::parse_strict`): a member given
+        // twice, an integer beyond 64 bits or a member name serde_json
+        // reserves is refused, never read one way here and another there.
+        let parsed =
+            cairn_core::json::from_slice_with(line.as_bytes(), cairn_core::json::Integers::Bits64)
+                .map_err(|e| format!("not JSON: {e}"))
+                .and_then(|v| {
+                    step_from_json(v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
+                });
         match parsed {
             Ok(step) => {
                 if pending.len() == STDIN_IN_FLIGHT
