@@ -88,6 +88,18 @@ pub enum RecordError {
         /// The field name.
         field: &'static str,
     },
+    /// A JSON payload with a member name serde_json reads as one of its own
+    /// markers ([`crate::json::SERDE_MARKER`]): stored, it would read back
+    /// as another value.
+    #[error(
+        "{field} has a member named {name:?}: names starting with `$serde_json::private::` are reserved by the JSON library and would read back as another value; rename the member"
+    )]
+    ReservedMemberName {
+        /// The field name.
+        field: &'static str,
+        /// The member name (its first 60 characters).
+        name: String,
+    },
     /// An identifier that is empty, too long or has characters outside
     /// `A-Z a-z 0-9 - _ . : @ + = ~`.
     #[error(
@@ -127,7 +139,8 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), RecordError> 
 }
 
 /// Checks a JSON payload: nesting at most [`MAX_JSON_DEPTH`], no integer
-/// beyond ±(2^53 − 1), at most `max_bytes` in canonical form.
+/// beyond ±(2^53 − 1), no member name serde_json reserves, at most
+/// `max_bytes` in canonical form.
 pub fn validate_json(
     field: &'static str,
     value: &Value,
@@ -151,7 +164,18 @@ pub fn validate_json(
                 }
             }
             Value::Array(items) => items.iter().try_for_each(|v| walk(field, v, depth + 1)),
-            Value::Object(map) => map.values().try_for_each(|v| walk(field, v, depth + 1)),
+            Value::Object(map) => {
+                if let Some(name) = map
+                    .keys()
+                    .find(|name| name.starts_with(crate::json::SERDE_MARKER))
+                {
+                    return Err(RecordError::ReservedMemberName {
+                        field,
+                        name: name.chars().take(60).collect(),
+                    });
+                }
+                map.values().try_for_each(|v| walk(field, v, depth + 1))
+            }
             _ => Ok(()),
         }
     }
@@ -570,6 +594,18 @@ mod tests {
         );
         s.content = Some("x".repeat(65_536));
         assert_eq!(s.validate(&limits), Ok(()));
+        // A member name serde_json reads as its marker, at any depth.
+        let mut marked = step();
+        marked.output = Some(serde_json::json!({"a": [{"$serde_json::private::RawValue": "1"}]}));
+        assert!(matches!(
+            marked.validate(&limits),
+            Err(RecordError::ReservedMemberName {
+                field: "output_data",
+                ..
+            })
+        ));
+        marked.output = Some(serde_json::json!({"$serde_json": 1}));
+        assert_eq!(marked.validate(&limits), Ok(()));
         let tight = Limits {
             max_content_bytes: 10,
             ..limits

@@ -255,6 +255,7 @@ fn record_field(e: &RecordError) -> Option<String> {
         RecordError::PayloadTooLarge { field, .. }
         | RecordError::PayloadTooDeep { field }
         | RecordError::UnsafeInteger { field }
+        | RecordError::ReservedMemberName { field, .. }
         | RecordError::MalformedId { field, .. } => Some((*field).to_owned()),
         _ => None,
     }
