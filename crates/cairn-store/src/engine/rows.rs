@@ -160,6 +160,37 @@ fn to_u64(v: Option<i64>) -> Option<u64> {
     v.map(|v| v as u64)
 }
 
+/// A JSON column as a verifier's digest needs it: its text when that is
+/// already its value's canonical JSON (committed as it is), else its
+/// parsed value.
+enum JsonColumn<'t> {
+    Null,
+    Canonical(cairn_core::jcs::CanonicalJson<'t>),
+    Parsed(serde_json::Value),
+}
+
+impl<'t> JsonColumn<'t> {
+    /// `None` if the text does not parse.
+    fn read(text: Option<&'t str>) -> Option<JsonColumn<'t>> {
+        let Some(text) = text else {
+            return Some(JsonColumn::Null);
+        };
+        Some(match cairn_core::jcs::CanonicalJson::new(text) {
+            Some(canonical) => JsonColumn::Canonical(canonical),
+            None => JsonColumn::Parsed(serde_json::from_str(text).ok()?),
+        })
+    }
+
+    fn value(&self) -> Option<cairn_core::commit::JsonValue<'_>> {
+        use cairn_core::commit::JsonValue;
+        match self {
+            JsonColumn::Null => None,
+            JsonColumn::Canonical(text) => Some(JsonValue::Canonical(*text)),
+            JsonColumn::Parsed(value) => Some(JsonValue::Parsed(value)),
+        }
+    }
+}
+
 impl<'r> RawStep<'r> {
     /// Parses the columns into a record; a column that does not parse is
     /// corruption (verification then says which record).
@@ -283,8 +314,8 @@ impl<'r> RawStep<'r> {
     /// field hidden, comes without its payload: `kind_label`, `content`,
     /// `input_data`, `output_data`, `confidence`, `duration_ms`,
     /// `token_count`, `model`, `metadata`, the turn, the task and the links
-    /// are blank in its record (its text was committed where the row holds
-    /// it, never copied). The in-order checks of a log verifier given the
+    /// are blank in its record (their text was committed from where the
+    /// row holds it, never copied into a record). The in-order checks of a log verifier given the
     /// digest read none of them; nothing else may be given such a record.
     /// Any other step (one with hidden fields, a column that does not
     /// parse, a digest that does not recompute) is parsed in full, so a
@@ -307,34 +338,6 @@ impl<'r> RawStep<'r> {
     /// looks at the text alone), else it is parsed as `parse` parses it.
     fn checked_without_payload(self) -> Option<(StoredStep, Hash)> {
         use cairn_core::commit::{StepFields, step_digest_of};
-        use cairn_core::jcs::CanonicalJson;
-        /// A JSON column as its digest needs it: its text when that is
-        /// already canonical, else its parsed value.
-        enum JsonColumn<'t> {
-            Null,
-            Canonical(CanonicalJson<'t>),
-            Parsed(serde_json::Value),
-        }
-        impl<'t> JsonColumn<'t> {
-            /// `None` if the text does not parse.
-            fn read(text: Option<&'t str>) -> Option<JsonColumn<'t>> {
-                let Some(text) = text else {
-                    return Some(JsonColumn::Null);
-                };
-                Some(match CanonicalJson::new(text) {
-                    Some(canonical) => JsonColumn::Canonical(canonical),
-                    None => JsonColumn::Parsed(serde_json::from_str(text).ok()?),
-                })
-            }
-            fn value(&self) -> Option<cairn_core::commit::JsonValue<'_>> {
-                use cairn_core::commit::JsonValue;
-                match self {
-                    JsonColumn::Null => None,
-                    JsonColumn::Canonical(text) => Some(JsonValue::Canonical(*text)),
-                    JsonColumn::Parsed(value) => Some(JsonValue::Parsed(value)),
-                }
-            }
-        }
         if self.hidden.is_some() {
             return None;
         }
