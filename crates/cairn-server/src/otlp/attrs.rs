@@ -72,7 +72,8 @@ impl<'a> Attrs<'a> {
     }
 }
 
-/// JSON text (an object or array) as a value, sanitized for the store.
+/// JSON text (an object or array) as a value, sanitized for the store;
+/// `None` (the text is kept as a string) if it is not strict JSON.
 pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     let t = text.trim_start();
     // Parsed JSON takes several times its text in memory; text this large
@@ -81,7 +82,12 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     if !(t.starts_with('{') || t.starts_with('[')) || text.len() > MAX_JSON_TEXT {
         return None;
     }
-    let value: Value = serde_json::from_str(text).ok()?;
+    // Read strictly: text with a member given twice, or a member name
+    // serde_json would read as its own marker (and so as another value),
+    // stays the string it was sent as rather than become a value it was not.
+    let value =
+        cairn_core::json::from_slice_with(text.as_bytes(), cairn_core::json::Integers::Bits64)
+            .ok()?;
     Some(sanitize(value, 0))
 }
 

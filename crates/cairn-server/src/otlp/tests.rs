@@ -699,3 +699,24 @@ fn large_json_text_stays_text_and_tiny_limits_hold() {
     let content = out[0].as_ref().unwrap().steps[0].content.clone().unwrap();
     assert!(content.len() <= 8, "{content}");
 }
+
+/// Attribute text that is JSON becomes a value only when it reads strictly:
+/// a member given twice, or one serde_json would read as its own marker
+/// (and so as another value), keeps the text as it was sent.
+#[test]
+fn json_text_attributes_become_values_only_when_strict() {
+    use super::attrs::parse_json_text;
+    assert_eq!(
+        parse_json_text(r#"{"a":[1,2]}"#),
+        Some(json!({"a": [1, 2]}))
+    );
+    assert_eq!(parse_json_text(r#"{"a":1,"a":2}"#), None);
+    assert_eq!(
+        parse_json_text(r#"{"$serde_json::private::RawValue":"1"}"#),
+        None
+    );
+    assert_eq!(
+        parse_json_text(r#"[{"$serde_json":1}]"#),
+        Some(json!([{"$serde_json": 1}]))
+    );
+}
