@@ -5,9 +5,7 @@
 //! an IEEE double holds exactly means (JavaScript rounds it, Python keeps
 //! it, Rust keeps what fits in 64 bits). So Cairn refuses both: a member
 //! name twice in one object, or an integer literal beyond ±(2^53 − 1), is
-//! an error (I-JSON, RFC 7493), and every verifier answers the same. A
-//! member name serde_json reserves for itself ([`SERDE_MARKER`]) is an
-//! error too.
+//! an error (I-JSON, RFC 7493), and every verifier answers the same.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -17,9 +15,25 @@ use std::fmt;
 /// a crate of the build turns on its `raw_value` or `arbitrary_precision`
 /// feature (the binaries get `raw_value` through axum):
 /// `{"$serde_json::private::RawValue":"1"}` reads as the number 1. A value
-/// holding one could not be stored and read back as it was sent, so the
-/// strict reading refuses it.
+/// holding one could not be stored and read back as it was sent, so
+/// ingest refuses it (`record::validate_json`) and OTLP keeps such text a
+/// string; the strict reading of bundles and bodies (this module) does
+/// not, since it builds objects itself and reads them as sent.
 pub const SERDE_MARKER: &str = "$serde_json::private::";
+
+/// The first member name, at any depth of `value`, that serde_json would
+/// read as its own marker ([`SERDE_MARKER`]).
+pub fn reserved_member_name(value: &Value) -> Option<&str> {
+    match value {
+        Value::Array(items) => items.iter().find_map(reserved_member_name),
+        Value::Object(map) => map
+            .keys()
+            .find(|name| name.starts_with(SERDE_MARKER))
+            .map(String::as_str)
+            .or_else(|| map.values().find_map(reserved_member_name)),
+        _ => None,
+    }
+}
 
 /// Parses one JSON text strictly: duplicate member names and integer
 /// literals beyond ±(2^53 − 1) are errors, as is anything after the value
@@ -246,12 +260,6 @@ impl<'de> Visitor<'de> for StrictSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut members = Map::new();
         while let Some(name) = map.next_key::<String>()? {
-            if name.starts_with(SERDE_MARKER) {
-                let shown: String = name.chars().take(60).collect();
-                return Err(de::Error::custom(format!(
-                    "the member name {shown:?} is reserved: serde_json reads an object with a member named `{SERDE_MARKER}...` as another value, so the value could not be recorded as sent"
-                )));
-            }
             // One lookup: the slot is filled once the value is read.
             match members.entry(name) {
                 serde_json::map::Entry::Occupied(taken) => {
@@ -274,14 +282,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn serde_json_markers_are_refused_at_any_depth() {
-        for text in [
-            r#"{"$serde_json::private::RawValue":"1"}"#,
-            r#"{"a":[{"$serde_json::private::Number":"1.0"}]}"#,
-        ] {
-            assert!(from_str(text).unwrap_err().contains("reserved"), "{text}");
-        }
-        assert_eq!(from_str(r#"{"$serde_json":1}"#).unwrap()["$serde_json"], 1);
+    fn serde_json_markers_are_found_at_any_depth_and_read_as_sent() {
+        let marked = from_str(r#"{"a":[{"$serde_json::private::Number":"1.0"}]}"#).unwrap();
+        assert_eq!(
+            reserved_member_name(&marked),
+            Some("$serde_json::private::Number")
+        );
+        let object = from_str(r#"{"$serde_json::private::RawValue":"1"}"#).unwrap();
+        assert!(
+            object.is_object(),
+            "the strict reading builds the object as sent"
+        );
+        assert_eq!(
+            reserved_member_name(&from_str(r#"{"$serde_json":1}"#).unwrap()),
+            None
+        );
     }
 
     #[test]

@@ -164,22 +164,17 @@ pub fn validate_json(
                 }
             }
             Value::Array(items) => items.iter().try_for_each(|v| walk(field, v, depth + 1)),
-            Value::Object(map) => {
-                if let Some(name) = map
-                    .keys()
-                    .find(|name| name.starts_with(crate::json::SERDE_MARKER))
-                {
-                    return Err(RecordError::ReservedMemberName {
-                        field,
-                        name: name.chars().take(60).collect(),
-                    });
-                }
-                map.values().try_for_each(|v| walk(field, v, depth + 1))
-            }
+            Value::Object(map) => map.values().try_for_each(|v| walk(field, v, depth + 1)),
             _ => Ok(()),
         }
     }
     walk(field, value, 0)?;
+    if let Some(name) = crate::json::reserved_member_name(value) {
+        return Err(RecordError::ReservedMemberName {
+            field,
+            name: name.chars().take(60).collect(),
+        });
+    }
     let len = crate::jcs::to_vec(value).len();
     if len > max_bytes {
         return Err(RecordError::PayloadTooLarge {

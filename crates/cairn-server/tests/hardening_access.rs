@@ -378,7 +378,7 @@ fn ambiguous_bodies_are_refused() {
             // serde_json would read this object back as the number 1.
             "/v1/steps",
             r#"{"session_id": "c", "agent_id": "a", "step_type": "plan", "metadata": {"$serde_json::private::RawValue": "1"}}"#,
-            "invalid_json",
+            "invalid_record",
             "reserved",
         ),
         (

@@ -87,7 +87,8 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     // stays the string it was sent as rather than become a value it was not.
     let value =
         cairn_core::json::from_slice_with(text.as_bytes(), cairn_core::json::Integers::Bits64)
-            .ok()?;
+            .ok()
+            .filter(|value| cairn_core::json::reserved_member_name(value).is_none())?;
     Some(sanitize(value, 0))
 }
 
