@@ -21,6 +21,12 @@ use std::fmt;
 /// not, since it builds objects itself and reads them as sent.
 pub const SERDE_MARKER: &str = "$serde_json::private::";
 
+/// Whether serde_json would read a member of this name as its own marker
+/// ([`SERDE_MARKER`]).
+pub fn is_reserved_member_name(name: &str) -> bool {
+    name.starts_with(SERDE_MARKER)
+}
+
 /// The first member name, at any depth of `value`, that serde_json would
 /// read as its own marker ([`SERDE_MARKER`]).
 pub fn reserved_member_name(value: &Value) -> Option<&str> {
@@ -28,7 +34,7 @@ pub fn reserved_member_name(value: &Value) -> Option<&str> {
         Value::Array(items) => items.iter().find_map(reserved_member_name),
         Value::Object(map) => map
             .keys()
-            .find(|name| name.starts_with(SERDE_MARKER))
+            .find(|name| is_reserved_member_name(name))
             .map(String::as_str)
             .or_else(|| map.values().find_map(reserved_member_name)),
         _ => None,

@@ -146,7 +146,15 @@ pub fn validate_json(
     value: &Value,
     max_bytes: usize,
 ) -> Result<(), RecordError> {
-    fn walk(field: &'static str, value: &Value, depth: usize) -> Result<(), RecordError> {
+    /// Also finds the first member name serde_json reserves, in the order
+    /// `json::reserved_member_name` would (one walk on the append path);
+    /// it is refused only once the rest of the value is known good.
+    fn walk<'v>(
+        field: &'static str,
+        value: &'v Value,
+        depth: usize,
+        reserved: &mut Option<&'v str>,
+    ) -> Result<(), RecordError> {
         if depth > MAX_JSON_DEPTH {
             return Err(RecordError::PayloadTooDeep { field });
         }
@@ -163,13 +171,25 @@ pub fn validate_json(
                     Err(RecordError::UnsafeInteger { field })
                 }
             }
-            Value::Array(items) => items.iter().try_for_each(|v| walk(field, v, depth + 1)),
-            Value::Object(map) => map.values().try_for_each(|v| walk(field, v, depth + 1)),
+            Value::Array(items) => items
+                .iter()
+                .try_for_each(|v| walk(field, v, depth + 1, reserved)),
+            Value::Object(map) => {
+                if reserved.is_none() {
+                    *reserved = map
+                        .keys()
+                        .find(|name| crate::json::is_reserved_member_name(name))
+                        .map(String::as_str);
+                }
+                map.values()
+                    .try_for_each(|v| walk(field, v, depth + 1, reserved))
+            }
             _ => Ok(()),
         }
     }
-    walk(field, value, 0)?;
-    if let Some(name) = crate::json::reserved_member_name(value) {
+    let mut reserved = None;
+    walk(field, value, 0, &mut reserved)?;
+    if let Some(name) = reserved {
         return Err(RecordError::ReservedMemberName {
             field,
             name: name.chars().take(60).collect(),

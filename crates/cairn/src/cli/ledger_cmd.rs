@@ -151,9 +151,9 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         if line.trim().is_empty() {
             continue;
         }
-        // Read as a REST body is (`wire::parse_strict`): a member given
-        // twice, an integer beyond 64 bits or a member name serde_json
-        // reserves is refused, never read one way here and another there.
+        // Read as a REST body is (`wire::parse_strict`'s reading): a member
+        // given twice or an integer beyond 64 bits is refused, never read
+        // one way here and another there.
         let parsed =
             cairn_core::json::from_slice_with(line.as_bytes(), cairn_core::json::Integers::Bits64)
                 .map_err(|e| format!("not JSON: {e}"))
