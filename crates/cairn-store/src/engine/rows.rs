@@ -112,6 +112,15 @@ pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpR
         .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))
 }
 
+/// How a log row's step is read: for whoever reads the record, or for a
+/// verifier of the log ([`RawStep::parse_for_verification`]: with its
+/// digest recomputed, possibly without its payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepReading {
+    Record,
+    Verification,
+}
+
 /// A step's columns as read from either backend, before parsing: every
 /// value borrowed from the row.
 #[derive(Clone, Copy)]
@@ -307,6 +316,18 @@ impl<'r> RawStep<'r> {
         })
     }
 
+    /// The step read as `how` says, with its recomputed digest for a
+    /// verifier.
+    pub fn read(self, how: StepReading) -> Result<(StoredStep, Option<Hash>), StoreError> {
+        match how {
+            StepReading::Record => Ok((self.parse()?, None)),
+            StepReading::Verification => {
+                let (stored, digest) = self.parse_for_verification()?;
+                Ok((stored, Some(digest)))
+            }
+        }
+    }
+
     /// For a verifier of the log (`LedgerStore::read_log_for_verification`):
     /// the step with its digest recomputed from its fields. What
     /// [`RawStep::parse`] gives and its record's `recompute_digest`, except
@@ -315,8 +336,9 @@ impl<'r> RawStep<'r> {
     /// `input_data`, `output_data`, `confidence`, `duration_ms`,
     /// `token_count`, `model`, `metadata`, the turn, the task and the links
     /// are blank in its record (their text was committed from where the
-    /// row holds it, never copied into a record). The in-order checks of a log verifier given the
-    /// digest read none of them; nothing else may be given such a record.
+    /// row holds it, never copied into a record). The in-order checks of a
+    /// log verifier given the digest read none of them; nothing else may be
+    /// given such a record.
     /// Any other step (one with hidden fields, a column that does not
     /// parse, a digest that does not recompute) is parsed in full, so a
     /// failure is worded as it always is.

@@ -6,18 +6,19 @@
 
 use super::connection::{col, i64_of, u64_of};
 use super::rows::{
-    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID,
-    checked_entry_from_row, entry_from_row, listed_ends, session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row,
+    listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
-    STEP_COLUMN_COUNT, agent_keys_from_views, blob_hash, hash_of, op_from_view, org_range, row_id,
+    STEP_COLUMN_COUNT, StepReading, agent_keys_from_views, blob_hash, hash_of, op_from_view,
+    org_range, row_id,
 };
 use crate::listing::{self, ListParam};
 use crate::{
     SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, LogEntry, OpRecord};
+use cairn_core::log::{KeyRegistration, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::types::ToSql;
 
@@ -29,7 +30,9 @@ impl PgStore {
         to: u64,
         visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError> {
-        self.read_log_as(org_id, from, to, stored_entry, &mut |stored| visit(stored))
+        self.read_log_rows(org_id, from, to, StepReading::Record, &mut |stored, _| {
+            visit(stored)
+        })
     }
 
     pub(super) fn read_log_for_verification_in(
@@ -39,23 +42,18 @@ impl PgStore {
         to: u64,
         visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
     ) -> Result<(), StoreError> {
-        self.read_log_as(org_id, from, to, checked_stored_entry, &mut |(
-            stored,
-            digest,
-        )| {
-            visit(stored, digest)
-        })
+        self.read_log_rows(org_id, from, to, StepReading::Verification, visit)
     }
 
-    /// Log entries `from..to` in seq order, a page at a time, each row
-    /// read by `decode`.
-    fn read_log_as<T>(
+    /// Log entries `from..to` in seq order, a page at a time, steps read as
+    /// `how` says.
+    fn read_log_rows(
         &self,
         org_id: &str,
         from: u64,
         to: u64,
-        decode: fn(&postgres::Row) -> Result<T, StoreError>,
-        visit: &mut dyn FnMut(T) -> bool,
+        how: StepReading,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
@@ -71,7 +69,8 @@ impl PgStore {
                 };
                 next = col::<i64>(last, 0)? + lo + 1;
                 for row in &rows {
-                    if !visit(decode(row)?) {
+                    let (stored, digest) = stored_entry(row, how)?;
+                    if !visit(stored, digest) {
                         return Ok(());
                     }
                 }
@@ -100,7 +99,7 @@ impl PgStore {
                 .collect();
             let rows = db.query(&ENTRIES_BY_ID, &[&ids], "reading log entries")?;
             for row in &rows {
-                if !visit(stored_entry(row)?) {
+                if !visit(stored_entry(row, StepReading::Record)?.0) {
                     break;
                 }
             }
@@ -419,28 +418,16 @@ impl PgStore {
 }
 
 /// A log entry as stored, from a row of [`LOG_PAGE`]'s columns (a row that
-/// does not parse is handed over as such, not as an error).
-fn stored_entry(row: &postgres::Row) -> Result<StoredEntry, StoreError> {
-    let (stored, _) = stored_entry_as(row, |row, n| Ok((entry_from_row(row, n)?, None)))?;
-    Ok(stored)
-}
-
-/// [`stored_entry`] for a verifier of the log: with a step's digest
-/// recomputed, the step possibly without its payload
-/// (`RawStep::parse_for_verification`).
-fn checked_stored_entry(row: &postgres::Row) -> Result<(StoredEntry, Option<Hash>), StoreError> {
-    stored_entry_as(row, checked_entry_from_row)
-}
-
-/// A log entry as stored, its record read by `entry`.
-fn stored_entry_as(
+/// does not parse is handed over as such, not as an error), its step read
+/// as `how` says (with the step's recomputed digest for a verifier).
+fn stored_entry(
     row: &postgres::Row,
-    entry: impl FnOnce(&postgres::Row, usize) -> Result<(LogEntry, Option<Hash>), StoreError>,
+    how: StepReading,
 ) -> Result<(StoredEntry, Option<Hash>), StoreError> {
     let n = STEP_COLUMN_COUNT;
     let seq: i64 = col(row, 0)?;
     let leaf: &[u8] = col(row, n + 2)?;
-    let (entry, digest) = match entry(row, n) {
+    let (entry, digest) = match entry_from_row(row, n, how) {
         Ok((entry, digest)) => (Ok(entry), digest),
         Err(e) => (Err(e.to_string()), None),
     };

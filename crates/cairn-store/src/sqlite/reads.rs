@@ -4,19 +4,16 @@
 //! on a pooled read-only connection; none touches the writer.
 
 use super::SqliteStore;
-use super::rows::{
-    blob, checked_entry_from_row, entry_from_row, session_rowids, step_from_row, successor,
-    true_end,
-};
+use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
-    STEP_COLUMN_COUNT, STEP_COLUMNS, agent_keys_from_views, blob_hash, hash_of, log_entries_query,
-    op_from_view, org_range, row_id,
+    STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading, agent_keys_from_views, blob_hash, hash_of,
+    log_entries_query, op_from_view, org_range, row_id,
 };
 use crate::listing::{self, ListParam};
 use crate::{
     DbContext, SessionFilter, SessionInfo, SessionSummary, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, LogEntry, OpRecord};
+use cairn_core::log::{KeyRegistration, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{OptionalExtension, params};
 
@@ -28,7 +25,9 @@ impl SqliteStore {
         to: u64,
         visit: &mut dyn FnMut(StoredEntry) -> bool,
     ) -> Result<(), StoreError> {
-        self.read_log_as(org_id, from, to, stored_entry, &mut |stored| visit(stored))
+        self.read_log_rows(org_id, from, to, StepReading::Record, &mut |stored, _| {
+            visit(stored)
+        })
     }
 
     pub(super) fn read_log_for_verification_in(
@@ -38,22 +37,17 @@ impl SqliteStore {
         to: u64,
         visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
     ) -> Result<(), StoreError> {
-        self.read_log_as(org_id, from, to, checked_stored_entry, &mut |(
-            stored,
-            digest,
-        )| {
-            visit(stored, digest)
-        })
+        self.read_log_rows(org_id, from, to, StepReading::Verification, visit)
     }
 
-    /// Log entries `from..to` in seq order, each row read by `decode`.
-    fn read_log_as<T>(
+    /// Log entries `from..to` in seq order, steps read as `how` says.
+    fn read_log_rows(
         &self,
         org_id: &str,
         from: u64,
         to: u64,
-        decode: fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
-        visit: &mut dyn FnMut(T) -> bool,
+        how: StepReading,
+        visit: &mut dyn FnMut(StoredEntry, Option<Hash>) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
@@ -66,7 +60,8 @@ impl SqliteStore {
                 .query(params![row_id(org, from).max(lo), row_id(org, to).min(hi)])
                 .context("reading the log")?;
             while let Some(row) = rows.next().context("reading the log")? {
-                if !visit(decode(row)?) {
+                let (stored, digest) = stored_entry(row, how)?;
+                if !visit(stored, digest) {
                     break;
                 }
             }
@@ -98,7 +93,7 @@ impl SqliteStore {
                 let Some(row) = rows.next().context("reading log entries")? else {
                     continue;
                 };
-                if !visit(stored_entry(row)?) {
+                if !visit(stored_entry(row, StepReading::Record)?.0) {
                     break;
                 }
             }
@@ -436,31 +431,16 @@ impl SqliteStore {
 
 /// A log entry as stored, from a row of the log's columns
 /// (`STEP_COLUMNS`, then type, view and leaf hash; a row that does not
-/// parse is handed over as such, not as an error).
-fn stored_entry(row: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
-    let (stored, _) = stored_entry_as(row, |row, n| Ok((entry_from_row(row, n)?, None)))?;
-    Ok(stored)
-}
-
-/// [`stored_entry`] for a verifier of the log: with a step's digest
-/// recomputed, the step possibly without its payload
-/// (`RawStep::parse_for_verification`).
-fn checked_stored_entry(
+/// parse is handed over as such, not as an error), its step read as `how`
+/// says (with the step's recomputed digest for a verifier).
+fn stored_entry(
     row: &rusqlite::Row<'_>,
-) -> Result<(StoredEntry, Option<Hash>), StoreError> {
-    stored_entry_as(row, checked_entry_from_row)
-}
-
-/// A log entry as stored, its record read by `entry` (a row that does not
-/// parse is handed over as such, not as an error).
-fn stored_entry_as(
-    row: &rusqlite::Row<'_>,
-    entry: impl FnOnce(&rusqlite::Row<'_>, usize) -> Result<(LogEntry, Option<Hash>), StoreError>,
+    how: StepReading,
 ) -> Result<(StoredEntry, Option<Hash>), StoreError> {
     let n = STEP_COLUMN_COUNT;
     let seq: i64 = row.get(0).context("reading the log")?;
     let leaf = blob(row, n + 2).context("reading the log")?;
-    let (entry, digest) = match entry(row, n) {
+    let (entry, digest) = match entry_from_row(row, n, how) {
         Ok((entry, digest)) => (Ok(entry), digest),
         Err(e) => (Err(e.to_string()), None),
     };

@@ -4,7 +4,8 @@
 //! and the writer's transaction.
 
 use crate::engine::{
-    ChainEnd, RawStep, SessionState, StoredSession, chain_end, hash_of, op_from_view, row_id,
+    ChainEnd, RawStep, SessionState, StepReading, StoredSession, chain_end, hash_of, op_from_view,
+    row_id,
 };
 use crate::{DbContext, StoreError, StoredStep};
 use cairn_core::log::{LogEntry, LogRecord};
@@ -220,34 +221,16 @@ pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, Store
 }
 
 /// A log entry from a row selected with [`STEP_COLUMNS`] followed by
-/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`).
-pub(super) fn entry_from_row(row: &rusqlite::Row<'_>, n: usize) -> Result<LogEntry, StoreError> {
-    let (entry, _) = entry_from_row_as(row, n, |raw| Ok((raw.parse()?, None)))?;
-    Ok(entry)
-}
-
-/// [`entry_from_row`] for a verifier of the log: a step with its digest
-/// recomputed, and possibly without its payload
-/// ([`RawStep::parse_for_verification`]).
-pub(super) fn checked_entry_from_row(
+/// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`), its step read as
+/// `how` says (with the step's recomputed digest for a verifier).
+pub(super) fn entry_from_row(
     row: &rusqlite::Row<'_>,
     n: usize,
-) -> Result<(LogEntry, Option<Hash>), StoreError> {
-    entry_from_row_as(row, n, |raw| {
-        let (stored, digest) = raw.parse_for_verification()?;
-        Ok((stored, Some(digest)))
-    })
-}
-
-/// A log entry from its row, a step's columns read by `step`.
-fn entry_from_row_as(
-    row: &rusqlite::Row<'_>,
-    n: usize,
-    step: impl FnOnce(RawStep<'_>) -> Result<(StoredStep, Option<Hash>), StoreError>,
+    how: StepReading,
 ) -> Result<(LogEntry, Option<Hash>), StoreError> {
     let entry_type = text(row, n).context("reading the log")?;
     if entry_type == "step" {
-        let (stored, digest) = step(raw_step(row)?)?;
+        let (stored, digest) = raw_step(row)?.read(how)?;
         let entry = LogEntry {
             seq: stored.seq,
             logged_at: stored.logged_at,
