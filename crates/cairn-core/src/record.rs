@@ -362,6 +362,19 @@ pub struct Step {
 }
 
 impl Step {
+    /// Blanks what a log verifier given the step's recomputed digest never
+    /// reads (`verify::LogVerifier::push_with_digest`): `step_type_original`,
+    /// `content`, `input_data`, `output_data`, `confidence`, `duration_ms`,
+    /// `token_count`, `model`, `metadata`, the turn, the task and the
+    /// links. A store verifier hands such steps to the in-order checks.
+    pub fn blank_payload(&mut self) {
+        self.kind_label.clear();
+        (self.content, self.input, self.output, self.metadata) = (None, None, None, None);
+        (self.confidence, self.duration_ms, self.token_count) = (None, None, None);
+        (self.model, self.turn_id, self.turn_step, self.task_id) = (None, None, None, None);
+        self.links = Links::default();
+    }
+
     /// A step with the required fields and every optional field empty. The
     /// kind is parsed from `kind_label`; an unknown label is an error.
     pub fn new(

@@ -312,12 +312,7 @@ fn without_payload_if_digest_holds(entry: &LogEntry) -> (LogEntry, Option<cairn_
         && all_revealed
         && let LogRecord::Step(rec) = &mut entry.record
     {
-        let s = &mut rec.step;
-        s.kind_label.clear();
-        (s.content, s.input, s.output, s.metadata) = (None, None, None, None);
-        (s.confidence, s.duration_ms, s.token_count) = (None, None, None);
-        (s.model, s.turn_id, s.turn_step, s.task_id) = (None, None, None, None);
-        s.links = Default::default();
+        rec.step.blank_payload();
     }
     (entry, Some(digest))
 }
