@@ -586,6 +586,17 @@ pub struct StepWritten {
     pub session_created: bool,
 }
 
+/// One answer line of `cairn log --stdin`: the input line's number and
+/// what its step became, written without building a JSON value first.
+#[derive(Debug, Serialize)]
+pub struct LineWritten<'a> {
+    /// The input line's number, from 1.
+    pub line: usize,
+    /// The step written from it.
+    #[serde(flatten)]
+    pub step: &'a StepWritten,
+}
+
 /// A written step (see [`StepWritten`]); `None` for other writes.
 pub fn step_written(w: &cairn_store::Written) -> Option<StepWritten> {
     match w {

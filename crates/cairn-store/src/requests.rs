@@ -186,12 +186,8 @@ pub fn prepare_step(
     step.validate(limits)?;
     let seed = match input.seed {
         Some(seed) => seed,
-        None => {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed)
-                .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?;
-            seed
-        }
+        None => crate::seeds::fresh()
+            .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?,
     };
     let openings = cairn_core::commit::Openings::from_seed(&seed);
     let commitments = cairn_core::commit::field_commitments(&step, &openings);

@@ -123,6 +123,34 @@ fn log_stdin_answers_every_line_in_order_past_its_window() {
         .collect();
     assert!(recorded.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(recorded.len(), lines - bad.len());
+    // A recorded line's answer is the step written (the REST answer's
+    // members) with the line's number.
+    let answer = answers.iter().find(|a| a.get("error").is_none()).unwrap();
+    let mut members: Vec<&str> = answer
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    members.sort_unstable();
+    assert_eq!(
+        members,
+        [
+            "created_at",
+            "current_hash",
+            "line",
+            "seq",
+            "session_created",
+            "step_index",
+            "trace_id"
+        ],
+        "{answer}"
+    );
+    assert_eq!(
+        answer["current_hash"].as_str().unwrap().len(),
+        64,
+        "{answer}"
+    );
     numbers.sort_unstable();
     assert_eq!(numbers, (1..=lines as u64).collect::<Vec<_>>());
     let verify = cairn_in(dir.path(), &["verify", "--json"], None);

@@ -133,11 +133,18 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     let mut answer =
         |line: usize, p: cairn_store::Pending, out: &mut dyn std::io::Write| -> Result<()> {
             match p.wait() {
-                Ok(w) => {
-                    let mut v = cairn_server::wire::written_to_json(&w);
-                    v["line"] = json!(line);
-                    writeln!(out, "{v}")?;
-                }
+                Ok(w) => match cairn_server::wire::step_written(&w) {
+                    Some(step) => {
+                        let written = cairn_server::wire::LineWritten { line, step: &step };
+                        serde_json::to_writer(&mut *out, &written)?;
+                        out.write_all(b"\n")?;
+                    }
+                    None => {
+                        let mut v = cairn_server::wire::written_to_json(&w);
+                        v["line"] = json!(line);
+                        writeln!(out, "{v}")?;
+                    }
+                },
                 Err(e) => {
                     failures += 1;
                     writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
