@@ -34,7 +34,6 @@ mod listing;
 pub mod ops;
 pub mod pg;
 mod requests;
-mod seeds;
 #[cfg(feature = "model")]
 pub mod sentence_model;
 mod sequencer;

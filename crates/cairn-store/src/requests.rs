@@ -186,8 +186,18 @@ pub fn prepare_step(
     step.validate(limits)?;
     let seed = match input.seed {
         Some(seed) => seed,
-        None => crate::seeds::fresh()
-            .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?,
+        None => {
+            // One call per step, on purpose: a user-space block of future
+            // seeds would be handed out twice by a copy of the process (a
+            // fork whose child later gets the parent's id back, a VM or
+            // process snapshot restored twice), and two steps sharing a
+            // seed share every salt (docs/PERFORMANCE.md, seventeenth
+            // session). The kernel's generator is reseeded on VM clones.
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed)
+                .map_err(|e| Refusal::Unavailable(format!("no entropy source: {e}")))?;
+            seed
+        }
     };
     let openings = cairn_core::commit::Openings::from_seed(&seed);
     let commitments = cairn_core::commit::field_commitments(&step, &openings);
