@@ -27,16 +27,24 @@ pub fn is_reserved_member_name(name: &str) -> bool {
     name.starts_with(SERDE_MARKER)
 }
 
+/// The first of an object's own member names (not its values') that
+/// serde_json would read as its own marker ([`SERDE_MARKER`]).
+pub fn reserved_name_of(members: &Map<String, Value>) -> Option<&str> {
+    members
+        .keys()
+        .find(|name| is_reserved_member_name(name))
+        .map(String::as_str)
+}
+
 /// The first member name, at any depth of `value`, that serde_json would
-/// read as its own marker ([`SERDE_MARKER`]).
+/// read as its own marker ([`SERDE_MARKER`]): an object's own names before
+/// those inside its values.
 pub fn reserved_member_name(value: &Value) -> Option<&str> {
     match value {
         Value::Array(items) => items.iter().find_map(reserved_member_name),
-        Value::Object(map) => map
-            .keys()
-            .find(|name| is_reserved_member_name(name))
-            .map(String::as_str)
-            .or_else(|| map.values().find_map(reserved_member_name)),
+        Value::Object(map) => {
+            reserved_name_of(map).or_else(|| map.values().find_map(reserved_member_name))
+        }
         _ => None,
     }
 }

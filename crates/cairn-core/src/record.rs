@@ -176,10 +176,7 @@ pub fn validate_json(
                 .try_for_each(|v| walk(field, v, depth + 1, reserved)),
             Value::Object(map) => {
                 if reserved.is_none() {
-                    *reserved = map
-                        .keys()
-                        .find(|name| crate::json::is_reserved_member_name(name))
-                        .map(String::as_str);
+                    *reserved = crate::json::reserved_name_of(map);
                 }
                 map.values()
                     .try_for_each(|v| walk(field, v, depth + 1, reserved))

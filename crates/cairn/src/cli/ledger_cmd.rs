@@ -133,18 +133,14 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     let mut answer =
         |line: usize, p: cairn_store::Pending, out: &mut dyn std::io::Write| -> Result<()> {
             match p.wait() {
-                Ok(w) => match cairn_server::wire::step_written(&w) {
-                    Some(step) => {
-                        let written = cairn_server::wire::LineWritten { line, step: &step };
-                        serde_json::to_writer(&mut *out, &written)?;
-                        out.write_all(b"\n")?;
-                    }
-                    None => {
-                        let mut v = cairn_server::wire::written_to_json(&w);
-                        v["line"] = json!(line);
-                        writeln!(out, "{v}")?;
-                    }
-                },
+                Ok(w) => {
+                    // A step request is only ever answered with a step.
+                    let step = cairn_server::wire::step_written(&w)
+                        .with_context(|| format!("line {line} was answered with {w:?}"))?;
+                    let written = cairn_server::wire::LineWritten { line, step: &step };
+                    serde_json::to_writer(&mut *out, &written)?;
+                    out.write_all(b"\n")?;
+                }
                 Err(e) => {
                     failures += 1;
                     writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
