@@ -172,6 +172,20 @@ async fn mcp_gate(
         };
         match wire::parse_strict(&bytes) {
             Ok(message) => {
+                // The MCP server reads the body again with serde_json,
+                // which turns an object holding one of its private marker
+                // names into another value: a tool would record what was
+                // not sent.
+                if let Some(name) = cairn_core::json::reserved_member_name(&message) {
+                    return ApiError::bad_request(
+                        "invalid_json",
+                        format!(
+                            "the body has a member named {:?}: names starting with `$serde_json::private::` are reserved by the JSON library and would be read as another value; rename the member",
+                            name.chars().take(60).collect::<String>()
+                        ),
+                    )
+                    .into_response();
+                }
                 let opens =
                     |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
                 initialize = match &message {

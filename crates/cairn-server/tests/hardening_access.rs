@@ -436,6 +436,29 @@ fn ambiguous_bodies_are_refused() {
         (duplicate.status, duplicate.code().as_str()),
         (400, "invalid_json")
     );
+    // A member name serde_json reserves for its own markers: the MCP
+    // server's JSON library would read `{"<marker>": "[1]"}` as `[1]`, so
+    // the step would be stored as another value than the one sent. Refused
+    // before the MCP server reads it, as REST refuses it in a payload.
+    let marker = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "log_reasoning_step", "arguments": {"session_id": "marker", "step_type": "plan", "metadata": {"k": {"$serde_json::private::RawValue": "[1]"}}}}}"#,
+    );
+    assert_eq!(
+        (marker.status, marker.code().as_str()),
+        (400, "invalid_json"),
+        "{}",
+        String::from_utf8_lossy(&marker.body)
+    );
+    let message = marker.json()["error"]["message"].to_string();
+    assert!(
+        message.contains("$serde_json::private::RawValue"),
+        "{message}"
+    );
+    assert!(server.store.session("acme", "marker").unwrap().is_none());
 }
 
 /// An export whose scope matches nothing is a 404 before any byte of a
