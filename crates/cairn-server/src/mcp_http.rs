@@ -5,7 +5,7 @@
 //! SDKs show, and OAuth protected-resource metadata (RFC 9728) that names
 //! no authorization server, since keys are static bearer tokens.
 
-use crate::{ApiError, AppState, authenticate, limits, mcp, shown, wire};
+use crate::{ApiError, AppState, authenticate, limits, mcp, shown};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -170,22 +170,11 @@ async fn mcp_gate(
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
-        match wire::parse_strict(&bytes) {
+        // The MCP server reads the body again with serde_json, which would
+        // take the last of two members with one name and read an object
+        // holding one of its private marker names as another value.
+        match mcp::stdio::check_message(&bytes) {
             Ok(message) => {
-                // The MCP server reads the body again with serde_json,
-                // which turns an object holding one of its private marker
-                // names into another value: a tool would record what was
-                // not sent.
-                if let Some(name) = cairn_core::json::reserved_member_name(&message) {
-                    return ApiError::bad_request(
-                        "invalid_json",
-                        format!(
-                            "the body has a member named {:?}: names starting with `$serde_json::private::` are reserved by the JSON library and would be read as another value; rename the member",
-                            name.chars().take(60).collect::<String>()
-                        ),
-                    )
-                    .into_response();
-                }
                 let opens =
                     |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
                 initialize = match &message {
@@ -193,7 +182,7 @@ async fn mcp_gate(
                     other => opens(other),
                 };
             }
-            Err(e) => return ApiError::bad_request("invalid_json", e.0).into_response(),
+            Err(e) => return ApiError::bad_request("invalid_json", e).into_response(),
         }
         axum::body::Body::from(bytes)
     } else {

@@ -78,6 +78,73 @@ fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
     );
 }
 
+/// `cairn mcp` reads each line as strictly as `/mcp` reads a body, before
+/// the MCP SDK (whose serde_json would keep the last of two members, and
+/// read a reserved marker name as another value) sees it: a refused
+/// request is answered by its id with a JSON-RPC error saying what to
+/// change, and nothing of it is recorded; a line over 16 MiB is answered
+/// with a null id; other lines reach the SDK.
+#[test]
+fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = |id: u32, arguments: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"log_reasoning_step","arguments":{arguments}}}}}"#
+        )
+    };
+    let input = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"cli-test","version":"1"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        call(2, r#"{"session_id":"m","step_type":"plan","agent_id":"a","metadata":{"k":{"$serde_json::private::RawValue":"[1]"}}}"#),
+        call(3, r#"{"session_id":"m","step_type":"plan","agent_id":"a","content":"x","content":"y"}"#),
+        call(4, r#"{"session_id":"m","step_type":"plan","agent_id":"a","token_count":18446744073709551616}"#),
+        "{not json".to_owned(),
+        // Longer than the 16 MiB a line may hold: answered, not buffered.
+        format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{{"p":"{}"}}}}"#,
+            "a".repeat(16 * 1024 * 1024)
+        ),
+    ];
+    let run = cairn_in(dir.path(), &["mcp"], Some(&input.join("\n")));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let answers: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let answer = |id: u32| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id}: {}", run.stdout))
+    };
+    assert_eq!(
+        answer(1)["result"]["serverInfo"]["name"],
+        "cairn",
+        "{}",
+        run.stdout
+    );
+    for (id, words) in [(2, "reserved"), (3, "given twice"), (4, "64-bit")] {
+        let error = &answer(id)["error"];
+        assert_eq!(error["code"], -32600, "{id}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(words),
+            "{id}: {error}"
+        );
+    }
+    let too_long = answers.iter().find(|a| a["id"].is_null()).unwrap();
+    assert!(
+        too_long["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 16777216 bytes"),
+        "{too_long}"
+    );
+    assert_eq!(answers.len(), 5, "the line that is not JSON is dropped");
+    let replay = cairn_in(dir.path(), &["replay", "m"], None);
+    assert_ne!(replay.code, 0, "nothing of a refused request is recorded");
+}
+
 /// `cairn log --stdin` keeps a bounded number of steps in flight: an input
 /// longer than its window is recorded whole, and every line is answered,
 /// in input order, refused lines included.

@@ -9,8 +9,9 @@
 //!
 //! Over Streamable HTTP (`/mcp`) every call is authenticated by the same API
 //! keys as the REST API (a middleware puts the [`Caller`] into the request's
-//! extensions); over stdio (`cairn mcp`) the caller is the local operator of
-//! one org. Both serve the stateless 2026-07-28 revision and the earlier
+//! extensions); over stdio (`cairn mcp`, [`stdio`]) the caller is the local
+//! operator of one org. On both, every message passes
+//! [`stdio::check_message`] before the SDK reads it. Both serve the stateless 2026-07-28 revision and the earlier
 //! revisions with the initialize handshake (rmcp negotiates).
 //!
 //! Domain errors (unknown session, sealed session, invalid step) are tool
@@ -71,6 +72,7 @@ mod args;
 mod evidence;
 mod oversight;
 mod results;
+pub mod stdio;
 mod steps;
 mod traces;
 mod trail;

@@ -4,7 +4,6 @@
 use super::*;
 
 pub(super) fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
-    use rmcp::ServiceExt as _;
     // stdout carries the protocol: logs go to stderr only.
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -26,14 +25,12 @@ pub(super) fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async {
-        let service = cairn_server::mcp::CairnMcp::local(state, &cli.org, agent)
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("starting MCP on stdio")?;
-        service.waiting().await.context("serving MCP on stdio")?;
-        Ok::<(), anyhow::Error>(())
-    })?;
+    // Each line is read as strictly as a `/mcp` body before the SDK reads it.
+    runtime
+        .block_on(cairn_server::mcp::stdio::serve_stdio(
+            cairn_server::mcp::CairnMcp::local(state, &cli.org, agent),
+        ))
+        .context("serving MCP on stdio")?;
     drop(runtime);
     if let Ok(ledger) = Arc::try_unwrap(ledger) {
         ledger.close();
