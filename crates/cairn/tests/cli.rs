@@ -83,7 +83,7 @@ fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
 /// read a reserved marker name as another value) sees it: a refused
 /// request is answered by its id with a JSON-RPC error saying what to
 /// change, and nothing of it is recorded; a line over 16 MiB is answered
-/// with a null id; other lines reach the SDK.
+/// with a null id; other lines (a byte order mark skipped) reach the SDK.
 #[test]
 fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
     let dir = tempfile::tempdir().unwrap();
@@ -99,6 +99,8 @@ fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
         call(3, r#"{"session_id":"m","step_type":"plan","agent_id":"a","content":"x","content":"y"}"#),
         call(4, r#"{"session_id":"m","step_type":"plan","agent_id":"a","token_count":18446744073709551616}"#),
         "{not json".to_owned(),
+        // A byte order mark is skipped, as the SDK skips it.
+        "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}".to_owned(),
         // Longer than the 16 MiB a line may hold: answered, not buffered.
         format!(
             r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{{"p":"{}"}}}}"#,
@@ -140,9 +142,83 @@ fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
             .contains("longer than 16777216 bytes"),
         "{too_long}"
     );
-    assert_eq!(answers.len(), 5, "the line that is not JSON is dropped");
+    assert!(answer(6)["result"].is_object(), "{}", run.stdout);
+    assert_eq!(answers.len(), 6, "the line that is not JSON is dropped");
     let replay = cairn_in(dir.path(), &["replay", "m"], None);
     assert_ne!(replay.code, 0, "nothing of a refused request is recorded");
+}
+
+/// When the MCP handshake fails (a notification before `initialize`),
+/// `cairn mcp` ends at once with every refusal already made written, even
+/// though the client keeps its stdin open (the read of stdin still
+/// pending must not hold the process).
+#[test]
+fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("mcp")
+        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env("CAIRN_ORG", "acme")
+        .env_remove("CAIRN_DATABASE_URL")
+        .env_remove("CAIRN_EMBEDDING_MODEL")
+        .env_remove("CAIRN_EMBEDDING_ENDPOINT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for id in 1..=3 {
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","a":1,"a":2}}"#
+        )
+        .unwrap();
+    }
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cairn mcp still runs 30 s after its handshake failed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_ne!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("serving MCP on stdio"), "{stderr}");
+    let ids: Vec<u64> = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [1, 2, 3], "{stdout}");
 }
 
 /// `cairn log --stdin` keeps a bounded number of steps in flight: an input

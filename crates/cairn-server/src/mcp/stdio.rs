@@ -11,17 +11,22 @@
 //! what to change), or nothing for a notification, whose sender expects
 //! no answer. A line that is not JSON at all is dropped, as the SDK and
 //! the other official SDKs drop it (an answer could start an error storm
-//! with a peer that echoes it). A line longer than [`MAX_LINE_BYTES`] (the
-//! SDK's own limit) is not held in memory: it is answered with an error
-//! whose id is null, since its id was not kept.
+//! with a peer that echoes it). A byte order mark before a line is
+//! skipped, as the SDK skips it. A line longer than [`MAX_LINE_BYTES`]
+//! with its end (the SDK's own limit) is not held in memory: it is
+//! answered with an error whose id is null, since its id was not kept.
+//!
+//! stdin is read on a thread of its own that is never joined, so that
+//! the process ends with the service (a failed handshake) even while the
+//! client keeps stdin open; every answer queued by then is written first.
 
 use super::CairnMcp;
 use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-/// The longest line read (16 MiB, the limit the MCP SDK's stdio reader
-/// has itself).
+/// The longest line read, its end included (16 MiB, the limit the MCP
+/// SDK's stdio reader has itself).
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Checks one MCP message as it arrives, before the MCP SDK reads it:
@@ -50,14 +55,11 @@ enum Line {
 
 /// Reads one line of at most `limit` bytes without holding more than
 /// that in memory; `None` at the end of the input.
-async fn read_line(
-    input: &mut (impl AsyncBufRead + Unpin),
-    limit: usize,
-) -> std::io::Result<Option<Line>> {
+fn read_line(input: &mut impl std::io::BufRead, limit: usize) -> std::io::Result<Option<Line>> {
     let mut line = Vec::new();
     let mut too_long = false;
     loop {
-        let available = input.fill_buf().await?;
+        let available = input.fill_buf()?;
         if available.is_empty() {
             return Ok(match (line.is_empty(), too_long) {
                 (true, false) => None,
@@ -118,41 +120,120 @@ fn judge(line: &[u8]) -> Verdict {
         Ok(_) => return Verdict::Pass,
         Err(problem) => problem,
     };
-    // The request id, read leniently: a request the strict reading refuses
-    // is still answered by its id.
-    let id = match serde_json::from_slice::<Value>(line) {
-        Ok(Value::Object(message)) => match message.get("id") {
-            Some(id) if message.contains_key("method") => id.clone(),
-            // A notification (no id) expects no answer.
-            _ if message.contains_key("method") => {
-                return Verdict::Drop(format!("a notification was refused: {problem}"));
-            }
-            _ => return Verdict::Drop(format!("a message was refused: {problem}")),
-        },
-        Ok(_) => Value::Null,
-        Err(_) => return Verdict::Drop(format!("a line that is not JSON was dropped: {problem}")),
+    // The request's id, so that a refused request is still answered by
+    // it: from the strict reading when only a member name was refused,
+    // else from a lenient one, where it is kept only if it is a string
+    // or an integer the lenient reading did not alter.
+    let (message, lenient) =
+        match cairn_core::json::from_slice_with(line, cairn_core::json::Integers::Bits64) {
+            Ok(message) => (message, false),
+            Err(_) => match serde_json::from_slice::<Value>(line) {
+                Ok(message) => (message, true),
+                Err(_) => {
+                    return Verdict::Drop(format!(
+                        "a line that is not JSON was dropped: {problem}"
+                    ));
+                }
+            },
+        };
+    let Value::Object(message) = message else {
+        return Verdict::Answer(error_line(Value::Null, &problem));
+    };
+    if !message.contains_key("method") {
+        return Verdict::Drop(format!("a message was refused: {problem}"));
+    }
+    let id = match message.get("id") {
+        // A notification (no id) expects no answer.
+        None => return Verdict::Drop(format!("a notification was refused: {problem}")),
+        Some(Value::Number(n)) if lenient && !(n.is_i64() || n.is_u64()) => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        Some(_) => Value::Null,
     };
     Verdict::Answer(error_line(id, &problem))
+}
+
+/// Reads the client's lines until its input ends: each that passes
+/// [`judge`] goes to the SDK through `to_sdk`, each refusal to `answers`.
+/// Stops early once nothing can be answered any more (stdout closed).
+fn gate(
+    max_line: usize,
+    to_sdk: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    answers: &tokio::sync::mpsc::Sender<Vec<u8>>,
+) {
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let line = match read_line(&mut stdin, max_line) {
+            Ok(Some(Line::Text(line))) => line,
+            Ok(Some(Line::TooLong)) => {
+                let problem =
+                    format!("the message is longer than {MAX_LINE_BYTES} bytes with its line end");
+                if answers
+                    .blocking_send(error_line(Value::Null, &problem))
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("reading the MCP client's input: {e}");
+                return;
+            }
+        };
+        // A byte order mark, which the SDK skips too.
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&line);
+        let sent = match judge(line) {
+            Verdict::Pass if !answers.is_closed() => {
+                let mut line = line.to_vec();
+                line.push(b'\n');
+                to_sdk.blocking_send(line)
+            }
+            Verdict::Pass => return,
+            Verdict::Answer(answer) => answers.blocking_send(answer),
+            Verdict::Drop(why) => {
+                tracing::warn!("{why}");
+                Ok(())
+            }
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
 }
 
 /// Serves `server` on this process's standard input and output, every
 /// line of input checked by [`check_message`] before the SDK reads it.
 /// Returns when the client closes its side, once every answer is written.
 pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
-    let max_line = MAX_LINE_BYTES;
+    // The SDK counts the line's end in its limit.
+    let max_line = MAX_LINE_BYTES - 1;
     let other = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
     let (mut to_sdk, sdk_input) = tokio::io::duplex(64 * 1024);
     let (sdk_output, from_sdk) = tokio::io::duplex(64 * 1024);
     // One writer owns stdout, so the SDK's answers and the gate's refusals
     // are written whole lines at a time, never interleaved.
     let (outgoing, mut to_write) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    // Told to finish once the SDK has answered all it will, the writer
+    // writes what is queued and stops, whether or not the gate (which may
+    // be blocked reading stdin) still holds a sender.
+    let (finish, mut finished) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(line) = to_write.recv().await {
+        loop {
+            let line = tokio::select! {
+                line = to_write.recv() => line,
+                _ = &mut finished => {
+                    to_write.close();
+                    to_write.recv().await
+                }
+            };
+            let Some(line) = line else {
+                return Ok::<(), std::io::Error>(());
+            };
             stdout.write_all(&line).await?;
             stdout.flush().await?;
         }
-        Ok::<(), std::io::Error>(())
     });
     let answers = outgoing.clone();
     let forwarder = tokio::spawn(async move {
@@ -166,59 +247,45 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
             }
         }
     });
-    let gate = tokio::spawn(async move {
-        let mut stdin = BufReader::new(tokio::io::stdin());
-        while let Some(line) = read_line(&mut stdin, max_line).await? {
-            let line = match line {
-                Line::Text(line) => line,
-                Line::TooLong => {
-                    let problem = format!("the message is longer than {max_line} bytes");
-                    if outgoing
-                        .send(error_line(Value::Null, &problem))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            match judge(&line) {
-                Verdict::Pass => {
-                    to_sdk.write_all(&line).await?;
-                    to_sdk.write_all(b"\n").await?;
-                }
-                Verdict::Answer(answer) => {
-                    if outgoing.send(answer).await.is_err() {
-                        break;
-                    }
-                }
-                Verdict::Drop(why) => tracing::warn!("{why}"),
-            }
+    // The gate reads stdin on a thread of its own, never joined: a read
+    // still pending when the service ends (its handshake failed while the
+    // client keeps stdin open) must not hold the process, and a runtime
+    // cannot cancel a blocking read.
+    let (to_forward, mut forwarded_in) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let feeder = tokio::spawn(async move {
+        while let Some(line) = forwarded_in.recv().await {
+            to_sdk.write_all(&line).await?;
         }
-        // Dropping `to_sdk` ends the SDK's input, which ends the service.
+        // The gate is done: dropping `to_sdk` ends the SDK's input, which
+        // ends the service.
         Ok::<(), std::io::Error>(())
     });
-    let service = server
-        .serve((sdk_input, sdk_output))
-        .await
-        .map_err(|e| other(&e))?;
-    let served = service.waiting().await.map_err(|e| other(&e));
-    gate.abort();
+    std::thread::Builder::new()
+        .name("cairn-mcp-stdin".into())
+        .spawn(move || gate(max_line, &to_forward, &outgoing))?;
+    // The service ends when its input does, or at once if its handshake
+    // fails; either way the answers already queued are written before
+    // this returns.
+    let served = match server.serve((sdk_input, sdk_output)).await {
+        Ok(service) => service.waiting().await.map(|_| ()).map_err(|e| other(&e)),
+        Err(e) => Err(other(&e)),
+    };
+    feeder.abort();
     let forwarded = forwarder.await.map_err(|e| other(&e))?;
+    let _ = finish.send(());
     writer.await.map_err(|e| other(&e))??;
     forwarded?;
-    served.map(|_| ())
+    served
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    async fn lines(input: &[u8], limit: usize) -> Vec<Option<Vec<u8>>> {
-        let mut input = BufReader::with_capacity(4, input);
+    fn lines(input: &[u8], limit: usize) -> Vec<Option<Vec<u8>>> {
+        let mut input = std::io::BufReader::with_capacity(4, input);
         let mut out = Vec::new();
-        while let Some(line) = read_line(&mut input, limit).await.unwrap() {
+        while let Some(line) = read_line(&mut input, limit).unwrap() {
             out.push(match line {
                 Line::Text(text) => Some(text),
                 Line::TooLong => None,
@@ -229,9 +296,9 @@ mod tests {
 
     /// Lines are cut at `\n` (a `\r` before it dropped), across reads
     /// smaller than a line; one over the limit is reported, not kept.
-    #[tokio::test]
-    async fn lines_are_read_within_the_limit() {
-        let got = lines(b"{\"a\":1}\r\nxyzxyzxyzxyz\n\nlast", 8).await;
+    #[test]
+    fn lines_are_read_within_the_limit() {
+        let got = lines(b"{\"a\":1}\r\nxyzxyzxyzxyz\n\nlast", 8);
         assert_eq!(
             got,
             vec![
@@ -271,6 +338,19 @@ mod tests {
             Verdict::Drop(_)
         ));
         assert!(matches!(judge(b"{not json"), Verdict::Drop(_)));
+        // An id the lenient reading would alter, or that is no string or
+        // number, is answered as null.
+        for line in [
+            br#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping","x":1,"x":1}"#
+                .as_slice(),
+            br#"{"jsonrpc":"2.0","id":{"$serde_json::private::RawValue":"77"},"method":"ping"}"#,
+        ] {
+            let Verdict::Answer(answer) = judge(line) else {
+                panic!("must be answered");
+            };
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(answer["id"], Value::Null, "{answer}");
+        }
         assert!(matches!(
             judge(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
             Verdict::Pass
