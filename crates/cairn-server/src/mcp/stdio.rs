@@ -221,12 +221,11 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         loop {
+            // Queued lines first; the signal is awaited only until it comes.
             let line = tokio::select! {
+                biased;
                 line = to_write.recv() => line,
-                _ = &mut finished => {
-                    to_write.close();
-                    to_write.recv().await
-                }
+                _ = &mut finished => break,
             };
             let Some(line) = line else {
                 return Ok::<(), std::io::Error>(());
@@ -234,6 +233,13 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
             stdout.write_all(&line).await?;
             stdout.flush().await?;
         }
+        // No more lines may be queued; those already queued are written.
+        to_write.close();
+        while let Some(line) = to_write.recv().await {
+            stdout.write_all(&line).await?;
+            stdout.flush().await?;
+        }
+        Ok(())
     });
     let answers = outgoing.clone();
     let forwarder = tokio::spawn(async move {
