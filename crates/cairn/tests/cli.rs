@@ -148,17 +148,12 @@ fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
     assert_ne!(replay.code, 0, "nothing of a refused request is recorded");
 }
 
-/// When the MCP handshake fails (a notification before `initialize`),
-/// `cairn mcp` ends at once with every refusal already made written, even
-/// though the client keeps its stdin open (the read of stdin still
-/// pending must not hold the process).
-#[test]
-fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
-    use std::io::{Read as _, Write as _};
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+/// `cairn mcp` on a store in `dir`, every stream piped (stderr never read
+/// by the tests that use it).
+fn mcp_child(dir: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("mcp")
-        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env("CAIRN_DATA_DIR", dir.join("data"))
         .env("CAIRN_ORG", "acme")
         .env_remove("CAIRN_DATABASE_URL")
         .env_remove("CAIRN_EMBEDDING_MODEL")
@@ -167,7 +162,18 @@ fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// When the MCP handshake fails (a notification before `initialize`),
+/// `cairn mcp` ends at once with every refusal already made written, even
+/// though the client keeps its stdin open (the read of stdin still
+/// pending must not hold the process).
+#[test]
+fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = mcp_child(dir.path());
     let mut stdin = child.stdin.take().unwrap();
     for id in 1..=3 {
         writeln!(
@@ -219,6 +225,60 @@ fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
         })
         .collect();
     assert_eq!(ids, [1, 2, 3], "{stdout}");
+}
+
+/// A client may write all its requests before it reads an answer, as it
+/// may with the MCP SDK alone: refusals never stop `cairn mcp` from
+/// reading stdin, nor does a stderr nobody reads (what it drops is logged
+/// at debug level only). Every request is answered once the client reads.
+#[test]
+fn mcp_stdio_reads_every_request_before_any_answer_is_read() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = mcp_child(dir.path());
+    let requests = 3000;
+    let mut input = String::from(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"cli-test","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+"#,
+    );
+    for id in 1..=requests {
+        input += &format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\",\"a\":1,\"a\":2}}\n\
+             {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\",\"a\":1,\"a\":2}}\n\
+             {{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}}\n",
+            requests + id
+        );
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    let writing = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !writing.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cairn mcp stopped reading stdin while its answers waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    writing.join().unwrap().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let answers: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2 * requests + 1);
+    let refused = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == -32600)
+        .count();
+    assert_eq!(refused, requests);
 }
 
 /// `cairn log --stdin` keeps a bounded number of steps in flight: an input

@@ -18,7 +18,12 @@
 //!
 //! stdin is read on a thread of its own that is never joined, so that
 //! the process ends with the service (a failed handshake) even while the
-//! client keeps stdin open; every answer queued by then is written first.
+//! client keeps stdin open; every answer queued by then is written first,
+//! for as long as the client reads ([`DRAIN`], as the SDK waits for its
+//! own). Refusals never make that thread wait: a client may write all its
+//! requests before reading any answer, as it may with the SDK alone. What
+//! it drops is logged at debug level only, as the SDK logs it, so that a
+//! stderr nobody reads cannot stop it either.
 
 use super::CairnMcp;
 use rmcp::ServiceExt as _;
@@ -158,7 +163,7 @@ fn judge(line: &[u8]) -> Verdict {
 fn gate(
     max_line: usize,
     to_sdk: &tokio::sync::mpsc::Sender<Vec<u8>>,
-    answers: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    answers: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
 ) {
     let mut stdin = std::io::stdin().lock();
     loop {
@@ -167,17 +172,14 @@ fn gate(
             Ok(Some(Line::TooLong)) => {
                 let problem =
                     format!("the message is longer than {MAX_LINE_BYTES} bytes with its line end");
-                if answers
-                    .blocking_send(error_line(Value::Null, &problem))
-                    .is_err()
-                {
+                if answers.send(error_line(Value::Null, &problem)).is_err() {
                     return;
                 }
                 continue;
             }
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!("reading the MCP client's input: {e}");
+                tracing::debug!("reading the MCP client's input: {e}");
                 return;
             }
         };
@@ -187,12 +189,18 @@ fn gate(
             Verdict::Pass if !answers.is_closed() => {
                 let mut line = line.to_vec();
                 line.push(b'\n');
-                to_sdk.blocking_send(line)
+                to_sdk.blocking_send(line).map_err(|_| ())
             }
             Verdict::Pass => return,
-            Verdict::Answer(answer) => answers.blocking_send(answer),
+            // Never waits: a refusal must not stop the reading of stdin
+            // while the client, writing all its requests before it reads
+            // an answer, waits for stdin to take them (the SDK, too, keeps
+            // reading while its answers wait).
+            Verdict::Answer(answer) => answers.send(answer).map_err(|_| ()),
+            // At debug level only, as the SDK logs what it drops: a line
+            // written to a stderr nobody reads would stop this thread.
             Verdict::Drop(why) => {
-                tracing::warn!("{why}");
+                tracing::debug!("{why}");
                 Ok(())
             }
         };
@@ -202,9 +210,15 @@ fn gate(
     }
 }
 
+/// How long answers still queued when the service ends may take to be
+/// written (the SDK gives its own in-flight answers as long): a client
+/// that closed stdin and stopped reading must not hold the process.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves `server` on this process's standard input and output, every
 /// line of input checked by [`check_message`] before the SDK reads it.
-/// Returns when the client closes its side, once every answer is written.
+/// Returns when the client closes its side, once every answer is written
+/// (or [`DRAIN`] later, the rest dropped, if the client stops reading).
 pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
     // The SDK counts the line's end in its limit.
     let max_line = MAX_LINE_BYTES - 1;
@@ -212,43 +226,42 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
     let (mut to_sdk, sdk_input) = tokio::io::duplex(64 * 1024);
     let (sdk_output, from_sdk) = tokio::io::duplex(64 * 1024);
     // One writer owns stdout, so the SDK's answers and the gate's refusals
-    // are written whole lines at a time, never interleaved.
-    let (outgoing, mut to_write) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-    // Told to finish once the SDK has answered all it will, the writer
-    // writes what is queued and stops, whether or not the gate (which may
-    // be blocked reading stdin) still holds a sender.
-    let (finish, mut finished) = tokio::sync::oneshot::channel::<()>();
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        loop {
-            // Queued lines first; the signal is awaited only until it comes.
-            let line = tokio::select! {
-                biased;
-                line = to_write.recv() => line,
-                _ = &mut finished => break,
-            };
-            let Some(line) = line else {
-                return Ok::<(), std::io::Error>(());
-            };
-            stdout.write_all(&line).await?;
-            stdout.flush().await?;
-        }
-        // No more lines may be queued; those already queued are written.
-        to_write.close();
-        while let Some(line) = to_write.recv().await {
-            stdout.write_all(&line).await?;
-            stdout.flush().await?;
-        }
-        Ok(())
-    });
+    // are written whole lines at a time, never interleaved. Unbounded, as
+    // the SDK's own queue of answers is: what waits there is what the
+    // client asked for and has not read yet. The writer is a thread of its
+    // own, never joined, like the gate: a write to a client that stopped
+    // reading cannot be cancelled, and must not hold the process.
+    let (outgoing, mut to_write) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let (written, all_written) = tokio::sync::oneshot::channel::<std::io::Result<()>>();
+    std::thread::Builder::new()
+        .name("cairn-mcp-stdout".into())
+        .spawn(move || {
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            let mut result = Ok(());
+            // An empty line is the end: every line queued before it is
+            // written, and nothing after it (the gate may still be reading).
+            while let Some(line) = to_write.blocking_recv() {
+                if line.is_empty() {
+                    break;
+                }
+                if let Err(e) = stdout.write_all(&line).and_then(|()| stdout.flush()) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            // Closing the channel tells the gate and the forwarder that no
+            // answer can be written any more.
+            drop(to_write);
+            let _ = written.send(result);
+        })?;
     let answers = outgoing.clone();
+    let end = outgoing.clone();
     let forwarder = tokio::spawn(async move {
         let mut from_sdk = BufReader::new(from_sdk);
         loop {
             let mut line = Vec::new();
-            if from_sdk.read_until(b'\n', &mut line).await? == 0
-                || answers.send(line).await.is_err()
-            {
+            if from_sdk.read_until(b'\n', &mut line).await? == 0 || answers.send(line).is_err() {
                 return Ok::<(), std::io::Error>(());
             }
         }
@@ -278,8 +291,16 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
     };
     feeder.abort();
     let forwarded = forwarder.await.map_err(|e| other(&e))?;
-    let _ = finish.send(());
-    writer.await.map_err(|e| other(&e))??;
+    // Every answer the SDK gave is queued: the end goes after them.
+    let _ = end.send(Vec::new());
+    match tokio::time::timeout(DRAIN, all_written).await {
+        Ok(Ok(written)) => written?,
+        Ok(Err(_)) => {}
+        Err(_) => tracing::warn!(
+            "the MCP client read no answer for {} s after the service ended; the answers left were dropped",
+            DRAIN.as_secs()
+        ),
+    }
     forwarded?;
     served
 }
