@@ -170,10 +170,7 @@ async fn mcp_gate(
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
-        // The MCP server reads the body again with serde_json, which would
-        // take the last of two members with one name and read an object
-        // holding one of its private marker names as another value.
-        match mcp::stdio::check_message(&bytes) {
+        match mcp::check_message(&bytes) {
             Ok(message) => {
                 let opens =
                     |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");

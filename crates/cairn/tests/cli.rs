@@ -171,7 +171,7 @@ fn mcp_child(dir: &Path) -> std::process::Child {
 /// pending must not hold the process).
 #[test]
 fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
-    use std::io::{Read as _, Write as _};
+    use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let mut child = mcp_child(dir.path());
     let mut stdin = child.stdin.take().unwrap();
@@ -200,20 +200,12 @@ fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     drop(stdin);
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    // It has ended: its pipes are read to their end.
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    );
     assert_ne!(status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("serving MCP on stdio"), "{stderr}");
     let ids: Vec<u64> = stdout
@@ -233,7 +225,7 @@ fn mcp_stdio_ends_when_its_handshake_fails_though_stdin_stays_open() {
 /// at debug level only). Every request is answered once the client reads.
 #[test]
 fn mcp_stdio_reads_every_request_before_any_answer_is_read() {
-    use std::io::{Read as _, Write as _};
+    use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let mut child = mcp_child(dir.path());
     let requests = 3000;
@@ -261,14 +253,9 @@ fn mcp_stdio_reads_every_request_before_any_answer_is_read() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     writing.join().unwrap().unwrap();
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
     let answers: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

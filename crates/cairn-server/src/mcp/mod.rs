@@ -10,9 +10,10 @@
 //! Over Streamable HTTP (`/mcp`) every call is authenticated by the same API
 //! keys as the REST API (a middleware puts the [`Caller`] into the request's
 //! extensions); over stdio (`cairn mcp`, [`stdio`]) the caller is the local
-//! operator of one org. On both, every message passes
-//! [`stdio::check_message`] before the SDK reads it. Both serve the stateless 2026-07-28 revision and the earlier
-//! revisions with the initialize handshake (rmcp negotiates).
+//! operator of one org. On both, every message passes [`check_message`]
+//! before the SDK reads it. Both serve the stateless 2026-07-28 revision
+//! and the earlier revisions with the initialize handshake (rmcp
+//! negotiates).
 //!
 //! Domain errors (unknown session, sealed session, invalid step) are tool
 //! results with `isError: true` and a JSON body `{"error": {"code",
@@ -43,6 +44,37 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, tool_handler};
 use serde_json::json;
 use std::sync::Arc;
+
+/// Checks one MCP message as it arrives, on either transport, before the
+/// MCP SDK reads it again with serde_json (which would keep the last of
+/// two members with one name, turn an integer beyond 64 bits into a
+/// float, and read an object holding one of its private marker names as
+/// another value): strict JSON and no member name serde_json reserves.
+/// Gives the message, or what is wrong with it.
+pub fn check_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    let message = parse_message(bytes)?;
+    match reserved_problem(&message) {
+        Some(problem) => Err(problem),
+        None => Ok(message),
+    }
+}
+
+/// [`check_message`]'s strict reading.
+fn parse_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    cairn_core::json::from_slice_with(bytes, cairn_core::json::Integers::Bits64)
+        .map_err(|e| format!("the message is not valid JSON: {e}"))
+}
+
+/// [`check_message`]'s refusal of a reserved member name, worded as a
+/// payload's is ([`cairn_core::record::RecordError::ReservedMemberName`]).
+fn reserved_problem(message: &serde_json::Value) -> Option<String> {
+    let name = cairn_core::json::reserved_member_name(message)?;
+    let refusal = cairn_core::record::RecordError::ReservedMemberName {
+        field: "the message",
+        name: name.chars().take(60).collect(),
+    };
+    Some(refusal.to_string())
+}
 
 /// The MCP service over a server state.
 #[derive(Clone)]

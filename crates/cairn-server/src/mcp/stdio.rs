@@ -5,7 +5,7 @@
 //! of two members with one name, turns an integer beyond 64 bits into a
 //! float, and reads an object holding one of its private marker names
 //! (`$serde_json::private::…`) as another value. So every line from the
-//! client passes [`check_message`] first, as every `/mcp` body does: a
+//! client passes [`super::check_message`] first, as every `/mcp` body does: a
 //! line that fails it never reaches the SDK, and the client gets a
 //! JSON-RPC error answering its request (`-32600`, the message saying
 //! what to change), or nothing for a notification, whose sender expects
@@ -25,7 +25,7 @@
 //! it drops is logged at debug level only, as the SDK logs it, so that a
 //! stderr nobody reads cannot stop it either.
 
-use super::CairnMcp;
+use super::{CairnMcp, parse_message, reserved_problem};
 use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -33,22 +33,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 /// The longest line read, its end included (16 MiB, the limit the MCP
 /// SDK's stdio reader has itself).
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-/// Checks one MCP message as it arrives, before the MCP SDK reads it:
-/// strict JSON (no member twice in an object, integers within 64 bits)
-/// and no member name that serde_json reserves. Gives the message, or what
-/// is wrong with it.
-pub fn check_message(bytes: &[u8]) -> Result<Value, String> {
-    let message = cairn_core::json::from_slice_with(bytes, cairn_core::json::Integers::Bits64)
-        .map_err(|e| format!("the message is not valid JSON: {e}"))?;
-    if let Some(name) = cairn_core::json::reserved_member_name(&message) {
-        return Err(format!(
-            "the message has a member named {:?}: names starting with `$serde_json::private::` are reserved by the JSON library and would be read as another value; rename the member",
-            name.chars().take(60).collect::<String>()
-        ));
-    }
-    Ok(message)
-}
 
 /// One line of the client's input.
 enum Line {
@@ -121,26 +105,22 @@ fn judge(line: &[u8]) -> Verdict {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Verdict::Pass;
     }
-    let problem = match check_message(line) {
-        Ok(_) => return Verdict::Pass,
-        Err(problem) => problem,
-    };
     // The request's id, so that a refused request is still answered by
     // it: from the strict reading when only a member name was refused,
     // else from a lenient one, where it is kept only if it is a string
     // or an integer the lenient reading did not alter.
-    let (message, lenient) =
-        match cairn_core::json::from_slice_with(line, cairn_core::json::Integers::Bits64) {
-            Ok(message) => (message, false),
-            Err(_) => match serde_json::from_slice::<Value>(line) {
-                Ok(message) => (message, true),
-                Err(_) => {
-                    return Verdict::Drop(format!(
-                        "a line that is not JSON was dropped: {problem}"
-                    ));
-                }
-            },
-        };
+    let (message, problem, lenient) = match parse_message(line) {
+        Ok(message) => match reserved_problem(&message) {
+            None => return Verdict::Pass,
+            Some(problem) => (message, problem, false),
+        },
+        Err(problem) => match serde_json::from_slice::<Value>(line) {
+            Ok(message) => (message, problem, true),
+            Err(_) => {
+                return Verdict::Drop(format!("a line that is not JSON was dropped: {problem}"));
+            }
+        },
+    };
     let Value::Object(message) = message else {
         return Verdict::Answer(error_line(Value::Null, &problem));
     };
@@ -161,13 +141,13 @@ fn judge(line: &[u8]) -> Verdict {
 /// [`judge`] goes to the SDK through `to_sdk`, each refusal to `answers`.
 /// Stops early once nothing can be answered any more (stdout closed).
 fn gate(
-    max_line: usize,
     to_sdk: &tokio::sync::mpsc::Sender<Vec<u8>>,
     answers: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
 ) {
     let mut stdin = std::io::stdin().lock();
     loop {
-        let line = match read_line(&mut stdin, max_line) {
+        // The SDK counts the line's end in its limit.
+        let line = match read_line(&mut stdin, MAX_LINE_BYTES - 1) {
             Ok(Some(Line::Text(line))) => line,
             Ok(Some(Line::TooLong)) => {
                 let problem =
@@ -213,15 +193,13 @@ fn gate(
 /// How long answers still queued when the service ends may take to be
 /// written (the SDK gives its own in-flight answers as long): a client
 /// that closed stdin and stopped reading must not hold the process.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+pub const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves `server` on this process's standard input and output, every
-/// line of input checked by [`check_message`] before the SDK reads it.
+/// line of input checked by [`super::check_message`] before the SDK reads it.
 /// Returns when the client closes its side, once every answer is written
 /// (or [`DRAIN`] later, the rest dropped, if the client stops reading).
 pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
-    // The SDK counts the line's end in its limit.
-    let max_line = MAX_LINE_BYTES - 1;
     let other = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
     let (mut to_sdk, sdk_input) = tokio::io::duplex(64 * 1024);
     let (sdk_output, from_sdk) = tokio::io::duplex(64 * 1024);
@@ -281,7 +259,7 @@ pub async fn serve_stdio(server: CairnMcp) -> std::io::Result<()> {
     });
     std::thread::Builder::new()
         .name("cairn-mcp-stdin".into())
-        .spawn(move || gate(max_line, &to_forward, &outgoing))?;
+        .spawn(move || gate(&to_forward, &outgoing))?;
     // The service ends when its input does, or at once if its handshake
     // fails; either way the answers already queued are written before
     // this returns.
