@@ -100,9 +100,14 @@ fn benches(c: &mut Criterion) {
     g.bench_function("chain_link_digest_given", |b| {
         b.iter(|| chain_hash(black_box(&genesis), black_box(&record.digest), 0, ts))
     });
+    let payload = json!({"content": step.content, "input": step.input, "output": step.output});
     g.bench_function("jcs_of_payload", |b| {
-        let value = json!({"content": step.content, "input": step.input, "output": step.output});
-        b.iter(|| jcs::to_vec(black_box(&value)))
+        b.iter(|| jcs::to_vec(black_box(&payload)))
+    });
+    // What a size limit needs: the same writer, counting instead of
+    // copying (every append measures each payload).
+    g.bench_function("jcs_length_of_payload", |b| {
+        b.iter(|| jcs::canonical_len(black_box(&payload)))
     });
     g.finish();
 

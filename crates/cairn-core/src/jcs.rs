@@ -18,6 +18,53 @@ use serde_json::Value;
 mod canonical;
 pub use canonical::CanonicalJson;
 
+/// Where the writers below put canonical bytes: a buffer (`Vec<u8>`), or
+/// [`Length`], which only counts them. One writer for both, so that a
+/// measured size is always the size of what is written.
+pub trait Sink {
+    /// Appends one byte.
+    fn push(&mut self, byte: u8);
+    /// Appends bytes.
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+    /// Appends `byte` `count` times.
+    fn push_repeated(&mut self, byte: u8, count: usize);
+    /// Makes room for at least `additional` more bytes, if the sink keeps
+    /// them.
+    fn reserve(&mut self, additional: usize);
+}
+
+impl Sink for Vec<u8> {
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte);
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes);
+    }
+    fn push_repeated(&mut self, byte: u8, count: usize) {
+        self.extend(std::iter::repeat_n(byte, count));
+    }
+    fn reserve(&mut self, additional: usize) {
+        Vec::reserve(self, additional);
+    }
+}
+
+/// A [`Sink`] that counts the bytes written to it and keeps none.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Length(pub usize);
+
+impl Sink for Length {
+    fn push(&mut self, _byte: u8) {
+        self.0 += 1;
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+    fn push_repeated(&mut self, _byte: u8, count: usize) {
+        self.0 += count;
+    }
+    fn reserve(&mut self, _additional: usize) {}
+}
+
 /// Canonical bytes of a JSON value.
 pub fn to_vec(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -25,8 +72,17 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
     out
 }
 
+/// The length of [`to_vec`]`(value)`, without building it (size limits
+/// are checked on every append: a payload near the limit would otherwise
+/// be copied whole only to be measured).
+pub fn canonical_len(value: &Value) -> usize {
+    let mut length = Length(0);
+    write_value(&mut length, value);
+    length.0
+}
+
 /// Appends the canonical form of `value` to `out`.
-pub fn write_value(out: &mut Vec<u8>, value: &Value) {
+pub fn write_value<S: Sink + ?Sized>(out: &mut S, value: &Value) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
@@ -76,7 +132,7 @@ pub fn write_value(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
-fn write_member(out: &mut Vec<u8>, i: usize, key: &str, item: &Value) {
+fn write_member<S: Sink + ?Sized>(out: &mut S, i: usize, key: &str, item: &Value) {
     if i > 0 {
         out.push(b',');
     }
@@ -96,7 +152,7 @@ fn utf16_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 /// Appends a JSON string literal with JCS escaping: `"` and `\` escaped,
 /// control characters as `\b \t \n \f \r` or `\u00xx`, everything else
 /// (including non-ASCII) literal.
-pub fn write_str(out: &mut Vec<u8>, s: &str) {
+pub fn write_str<S: Sink + ?Sized>(out: &mut S, s: &str) {
     out.reserve(s.len() + 2);
     out.push(b'"');
     let bytes = s.as_bytes();
@@ -160,7 +216,7 @@ fn chunk_needs_escape(chunk: &[u8]) -> bool {
 }
 
 /// Appends an unsigned integer as JCS does (as a double).
-pub fn write_u64(out: &mut Vec<u8>, value: u64) {
+pub fn write_u64<S: Sink + ?Sized>(out: &mut S, value: u64) {
     if value <= 1 << 53 {
         write_digits(out, value);
     } else {
@@ -169,7 +225,7 @@ pub fn write_u64(out: &mut Vec<u8>, value: u64) {
 }
 
 /// Appends a signed integer as JCS does (as a double).
-pub fn write_i64(out: &mut Vec<u8>, value: i64) {
+pub fn write_i64<S: Sink + ?Sized>(out: &mut S, value: i64) {
     if value.unsigned_abs() <= 1 << 53 {
         if value < 0 {
             out.push(b'-');
@@ -180,7 +236,7 @@ pub fn write_i64(out: &mut Vec<u8>, value: i64) {
     }
 }
 
-fn write_digits(out: &mut Vec<u8>, mut value: u64) {
+fn write_digits<S: Sink + ?Sized>(out: &mut S, mut value: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -198,7 +254,7 @@ fn write_digits(out: &mut Vec<u8>, mut value: u64) {
 /// (shortest round-trip digits, exponent outside 1e-7..1e21). Non-finite
 /// values are not JSON; they are written as `null` and never reach here from
 /// validated input.
-pub fn write_f64(out: &mut Vec<u8>, value: f64) {
+pub fn write_f64<S: Sink + ?Sized>(out: &mut S, value: f64) {
     if !value.is_finite() {
         out.extend_from_slice(b"null");
         return;
@@ -230,14 +286,14 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
     let n = point - leading as i32 + exponent;
     if k <= n && n <= 21 {
         out.extend_from_slice(digits);
-        out.extend(std::iter::repeat_n(b'0', (n - k) as usize));
+        out.push_repeated(b'0', (n - k) as usize);
     } else if 0 < n && n <= 21 {
         out.extend_from_slice(&digits[..n as usize]);
         out.push(b'.');
         out.extend_from_slice(&digits[n as usize..]);
     } else if -6 < n && n <= 0 {
         out.extend_from_slice(b"0.");
-        out.extend(std::iter::repeat_n(b'0', (-n) as usize));
+        out.push_repeated(b'0', (-n) as usize);
         out.extend_from_slice(digits);
     } else {
         out.push(digits[0]);

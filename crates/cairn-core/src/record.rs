@@ -192,7 +192,7 @@ pub fn validate_json(
             name: name.chars().take(60).collect(),
         });
     }
-    let len = crate::jcs::to_vec(value).len();
+    let len = crate::jcs::canonical_len(value);
     if len > max_bytes {
         return Err(RecordError::PayloadTooLarge {
             field,

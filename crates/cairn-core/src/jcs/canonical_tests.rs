@@ -165,6 +165,13 @@ proptest! {
         prop_assert!(accepted(&text) || holds_long_integer(&value), "{}", text);
     }
 
+    /// The measured length is the written length, for any value (size
+    /// limits are checked with the one and the other is committed).
+    #[test]
+    fn the_measured_length_is_the_written_length(value in any_json()) {
+        prop_assert_eq!(crate::jcs::canonical_len(&value), crate::jcs::to_vec(&value).len());
+    }
+
     /// Any edit of canonical JSON is either still its value's canonical
     /// JSON or refused.
     #[test]

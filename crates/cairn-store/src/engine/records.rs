@@ -73,7 +73,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         caller: &str,
     ) -> Outcome<Written> {
         let invalid = |m: String| Ok(Err(Refusal::InvalidRequest(m)));
-        let size = cairn_core::jcs::to_vec(value).len();
+        let size = cairn_core::jcs::canonical_len(value);
         let most = self.engine.limits.max_content_bytes.saturating_mul(16);
         if size > most {
             return invalid(format!("the trace is {size} bytes; at most {most}"));
