@@ -86,9 +86,20 @@ pub(crate) fn hash_of(bytes: &[u8]) -> Result<Hash, StoreError> {
     Ok(Hash(arr))
 }
 
-/// A JSON column's text.
+/// A JSON column's text: serde_json's compact form, written straight into
+/// the string (`Value`'s `Display`, the same text, goes through `fmt` a
+/// fragment at a time: 1.7% of all of `cairn log --stdin`'s samples, on
+/// the sequencer).
 pub(crate) fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
-    value.as_ref().map(serde_json::Value::to_string)
+    value.as_ref().map(compact_json)
+}
+
+/// `value`'s compact JSON text (`Value`'s `Display` text, written without
+/// `fmt`).
+fn compact_json(value: &serde_json::Value) -> String {
+    // Serializing a `Value` cannot fail (its keys are strings, its numbers
+    // finite); `Display` is the same text should it ever.
+    serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
 }
 
 /// The links column's text (None when there are no links).
@@ -101,7 +112,7 @@ pub(crate) fn links_text(links: &Links) -> Option<String> {
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), serde_json::Value::String(v.to_owned()))))
         .collect();
-    Some(serde_json::Value::Object(map).to_string())
+    Some(compact_json(&serde_json::Value::Object(map)))
 }
 
 /// A parsed operational record from its stored type and view.
