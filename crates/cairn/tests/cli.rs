@@ -151,18 +151,7 @@ fn mcp_stdio_reads_lines_as_strictly_as_http_bodies() {
 /// `cairn mcp` on a store in `dir`, every stream piped (stderr never read
 /// by the tests that use it).
 fn mcp_child(dir: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("mcp")
-        .env("CAIRN_DATA_DIR", dir.join("data"))
-        .env("CAIRN_ORG", "acme")
-        .env_remove("CAIRN_DATABASE_URL")
-        .env_remove("CAIRN_EMBEDDING_MODEL")
-        .env_remove("CAIRN_EMBEDDING_ENDPOINT")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    Target::embedded(dir).spawn(&["mcp"])
 }
 
 /// When the MCP handshake fails (a notification before `initialize`),

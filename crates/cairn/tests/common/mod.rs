@@ -30,8 +30,9 @@ impl<'a> Target<'a> {
         }
     }
 
-    /// Runs `cairn` with `args` (org `acme`), feeding `stdin` if given.
-    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Run {
+    /// `cairn` with `args` (org `acme`), this target's store, no stream
+    /// set yet.
+    fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
         command
             .args(args)
@@ -44,7 +45,24 @@ impl<'a> Target<'a> {
         if let Some(url) = self.database {
             command.env("CAIRN_DATABASE_URL", url);
         }
-        let mut child = command
+        command
+    }
+
+    /// Starts `cairn` with `args` (org `acme`), every stream piped, for a
+    /// test that talks to it while it runs.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cairn runs")
+    }
+
+    /// Runs `cairn` with `args` (org `acme`), feeding `stdin` if given.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut child = self
+            .command(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
