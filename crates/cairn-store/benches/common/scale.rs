@@ -398,7 +398,7 @@ fn canonical_len(record: &cairn_core::commit::StepRecord) -> usize {
             serde_json::from_slice(&scratch).unwrap(),
         );
     }
-    cairn_core::jcs::to_vec(&serde_json::Value::Object(fields)).len()
+    cairn_core::jcs::canonical_len(&serde_json::Value::Object(fields))
 }
 
 /// Times listings of `filter` after the session at `position` (the first

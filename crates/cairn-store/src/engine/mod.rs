@@ -541,7 +541,7 @@ pub(crate) fn hidden_json(openings: &Openings) -> Option<String> {
             Opening::Revealed(_) => None,
         })
         .collect();
-    (!hidden.is_empty()).then(|| serde_json::Value::Object(hidden).to_string())
+    (!hidden.is_empty()).then(|| rows::compact_json(&serde_json::Value::Object(hidden)))
 }
 
 /// Appends one leaf to an org's log state, writing the Merkle nodes it

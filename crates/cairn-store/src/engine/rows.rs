@@ -95,8 +95,8 @@ pub(crate) fn json_text(value: &Option<serde_json::Value>) -> Option<String> {
 }
 
 /// `value`'s compact JSON text (`Value`'s `Display` text, written without
-/// `fmt`).
-fn compact_json(value: &serde_json::Value) -> String {
+/// `fmt`): every JSON column's text.
+pub(crate) fn compact_json(value: &serde_json::Value) -> String {
     // Serializing a `Value` cannot fail (its keys are strings, its numbers
     // finite); `Display` is the same text should it ever.
     serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
