@@ -5,7 +5,7 @@
 //! finite and of unit length.
 #![no_main]
 
-use cairn_server::embedding_endpoint::parse_answer;
+use cairn_wire::embedding_answer::parse_answer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

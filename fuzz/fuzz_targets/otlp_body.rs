@@ -5,8 +5,8 @@
 //! sessions. Nothing may panic, whatever the bytes.
 #![no_main]
 
-use cairn_server::otlp::map::{MapLimits, map_request, plan};
-use cairn_server::otlp::{DecodeLimits, decode_otlp_with, decompress};
+use cairn_wire::otlp::map::{MapLimits, map_request, plan};
+use cairn_wire::otlp::{DecodeLimits, decode_otlp_with, decompress};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(value) = cairn_server::wire::parse_strict(data) else {
+    let Ok(value) = cairn_wire::wire::parse_strict(data) else {
         return;
     };
     // Differential: strict parsing only refuses, never reads differently.
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         serde_json::from_slice(data).expect("strict JSON that serde_json refuses");
     assert_eq!(value, plain, "strict and plain JSON disagree");
     for agent in [Some("agent"), None] {
-        let Ok(step) = cairn_server::wire::step_from_json(value.clone(), "acme", agent, "fuzz") else {
+        let Ok(step) = cairn_wire::wire::step_from_json(value.clone(), "acme", agent, "fuzz") else {
             continue;
         };
         // What the ledger accepts has well-formed ids.
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     // A batch is an array of such objects.
     if let Some(items) = value.as_array() {
         for item in items.iter().take(16) {
-            let _ = cairn_server::wire::step_from_json(item.clone(), "acme", None, "fuzz");
+            let _ = cairn_wire::wire::step_from_json(item.clone(), "acme", None, "fuzz");
         }
     }
 });

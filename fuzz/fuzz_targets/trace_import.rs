@@ -8,7 +8,7 @@ use cairn_core::trace::CompleteTrace;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(value) = cairn_server::wire::parse_strict(data) else {
+    let Ok(value) = cairn_wire::wire::parse_strict(data) else {
         return;
     };
     let Ok(trace) = CompleteTrace::parse(&value) else {

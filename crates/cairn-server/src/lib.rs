@@ -3,8 +3,9 @@
 //! The HTTP API of `cairn serve`: JSON over HTTP/1.1 (axum), every request
 //! scoped to the org of its API key, errors as JSON bodies with stable
 //! codes, `/healthz`, Prometheus `/metrics`, and the OpenAPI document at
-//! `/openapi.json`. It is the only crate that knows wire formats (`wire`);
-//! storage and the integrity core never see JSON bodies.
+//! `/openapi.json`. With `cairn-wire` (whose `wire` and `render` it
+//! re-exports), it is the only crate that knows wire formats; storage and
+//! the integrity core never see JSON bodies.
 //!
 //! Writes go through the [`cairn_store::Ledger`] (validated and hashed in
 //! the request's task, sequenced and group-committed by its thread, answered
@@ -29,7 +30,6 @@ mod metrics;
 pub mod monitor;
 pub mod otlp;
 mod oversight;
-pub mod render;
 mod routes;
 mod search_api;
 mod sessions;
@@ -38,12 +38,15 @@ mod tlog;
 mod traces;
 mod turns;
 mod ui;
-pub mod wire;
 pub mod witness;
 pub mod witness_push;
 
 pub use auth::Caller;
+// The readers and writers of outside bytes live in `cairn-wire` (so that
+// the fuzz targets build them without the server); here under their old
+// names.
 pub(crate) use auth::*;
+pub use cairn_wire::{render, wire};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};

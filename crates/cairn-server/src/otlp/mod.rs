@@ -24,17 +24,14 @@
 //! answer) is in `ingest`, `POST /v1/metrics` and `POST /v1/logs` (counted
 //! and answered, not stored) in `discard`.
 
-mod attrs;
-pub mod decode;
 mod discard;
 mod ingest;
-mod json;
-pub mod map;
-mod messages;
-#[cfg(test)]
-mod tests;
 
-pub use decode::{DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress};
+// Decoding and mapping are `cairn-wire`'s (parsers of outside bytes, fuzzed
+// without the server).
+pub use cairn_wire::otlp::{
+    DecodeError, DecodeLimits, Encoding, decode, decode_otlp, decode_otlp_with, decompress, map,
+};
 // `routes!(otlp::traces)` also names the `__path_` type that utoipa
 // generates beside each handler.
 pub(crate) use discard::{__path_logs, __path_metrics, logs, metrics};

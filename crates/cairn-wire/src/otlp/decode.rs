@@ -1,6 +1,6 @@
 //! OTLP/HTTP request bodies: the content encoding (gzip, deflate), then
 //! binary protobuf (with `prost` and the maintained `opentelemetry-proto`
-//! definitions) or OTLP/JSON (see [`super::json`]) into an
+//! definitions) or OTLP/JSON (`json.rs`) into an
 //! [`ExportTraceServiceRequest`].
 //!
 //! Everything here is a pure function of its inputs: no I/O, no clock, and

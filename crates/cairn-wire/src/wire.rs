@@ -72,7 +72,8 @@ fn unsigned(obj: &mut Members, key: &str) -> Result<Option<u64>, InputError> {
     }
 }
 
-pub(crate) fn kind_of(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for error messages ("a string").
+pub fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -84,7 +85,7 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 }
 
 /// The members a step object may have (REST, batch, turns).
-pub(crate) const STEP_MEMBERS: &[&str] = &[
+pub const STEP_MEMBERS: &[&str] = &[
     "org_id",
     "session_id",
     "agent_id",

@@ -1,0 +1,15 @@
+//! OTLP/HTTP trace bodies: decoding (binary protobuf or OTLP/JSON,
+//! optionally gzip- or deflate-compressed, within budgets: [`decode`]) and
+//! the mapping of spans (GenAI semantic conventions, OpenInference) to
+//! steps ([`map`]). The endpoints that use them are `cairn-server`'s
+//! `otlp` module (`docs/OTLP.md`).
+
+mod attrs;
+pub mod decode;
+mod json;
+pub mod map;
+mod messages;
+#[cfg(test)]
+mod tests;
+
+pub use decode::{DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress};
