@@ -2,7 +2,9 @@
 //!
 //! [`PgCluster`] starts a throwaway PostgreSQL cluster (`initdb` and
 //! `pg_ctl` from PATH, in a temporary directory, on a free loopback port)
-//! and stops it when dropped. Under `CI=true` a missing PostgreSQL is a
+//! and stops it when dropped, or, when the process that started it dies
+//! without dropping it (a test or benchmark killed by a signal), within
+//! about a second of its death. Under `CI=true` a missing PostgreSQL is a
 //! test failure; elsewhere [`PgCluster::start`] says so and returns None.
 // Test support: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used)]
@@ -21,7 +23,8 @@ pub fn campaign(short: u64, long: u64) -> u64 {
         short
     }
 }
-use std::process::Command;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, Stdio};
 
 /// A PostgreSQL cluster for one test, stopped when dropped.
 pub struct PgCluster {
@@ -30,6 +33,9 @@ pub struct PgCluster {
     as_user: Option<&'static str>,
     /// `pg_ctl -o`: the server's options, kept for a restart.
     options: String,
+    /// Stops the cluster and removes its directory once this process is
+    /// gone ([`PgCluster::spawn_watchdog`]); killed by `drop`.
+    watchdog: Option<Child>,
 }
 
 fn find(binary: &str) -> Option<PathBuf> {
@@ -107,12 +113,16 @@ impl PgCluster {
                 "-c fsync=off -c full_page_writes=off"
             }
         );
-        let cluster = PgCluster {
+        let mut cluster = PgCluster {
             dir,
             port,
             as_user,
             options,
+            watchdog: None,
         };
+        // Before initdb: a process killed while the cluster starts leaves
+        // nothing behind either.
+        cluster.watchdog = cluster.spawn_watchdog(&pg_ctl);
         let data = cluster.data_dir();
         cluster.run(
             &initdb,
@@ -129,6 +139,40 @@ impl PgCluster {
         );
         cluster.pg_ctl_start(&pg_ctl);
         Some(cluster)
+    }
+
+    /// A process outside this one that waits for this one to end, then
+    /// stops the cluster (`pg_ctl stop -m immediate`, as its owner) and
+    /// removes its directory. A process killed by a signal runs no
+    /// destructor: without it, every cluster of a killed test or
+    /// benchmark (a bench's holds 256 MB of shared buffers) kept running
+    /// and kept its directory. It polls once a second (`kill -0` of this
+    /// process's id, as the same user), in its own process group so that a
+    /// Ctrl-C sent to the test's group does not stop it first. `None` if
+    /// it could not be started (the cluster is then only stopped by
+    /// `drop`, as before).
+    fn spawn_watchdog(&self, pg_ctl: &Path) -> Option<Child> {
+        const SCRIPT: &str = r#"parent=$1 data=$2 dir=$3; shift 3
+while kill -0 "$parent" 2>/dev/null; do sleep 1; done
+"$@" -D "$data" -m immediate -w stop >/dev/null 2>&1
+rm -rf "$dir""#;
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", SCRIPT, "cairn-pg-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(self.data_dir())
+            .arg(self.dir.path());
+        if let Some(user) = self.as_user {
+            command.args(["runuser", "-u", user, "--"]);
+        }
+        command
+            .arg(pg_ctl)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()
     }
 
     fn pg_ctl_start(&self, pg_ctl: &Path) {
@@ -265,6 +309,11 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
+        // This process stops the cluster itself: the watchdog is not needed.
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
         if let Some(pg_ctl) = find("pg_ctl") {
             let data = self.data_dir();
             let mut command = match self.as_user {
