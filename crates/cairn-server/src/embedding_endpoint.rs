@@ -3,7 +3,9 @@
 //! `{"data": [{"index", "embedding": [floats]}]}`): Ollama, vLLM, llama.cpp,
 //! text-embeddings-inference, LocalAI, or a TLS-terminating proxy in front
 //! of a hosted service. Plain HTTP only (Cairn carries no TLS stack).
-//! Vectors are L2-normalised here, whatever the service does.
+//! The answer is read, checked and L2-normalised (whatever the service
+//! does) by `cairn-wire`'s `embedding_answer`, which the fuzz targets
+//! exercise.
 
 use axum::body::Bytes;
 use cairn_store::embed::{EmbedError, Embedder};

@@ -41,12 +41,13 @@ mod ui;
 pub mod witness;
 pub mod witness_push;
 
-pub use auth::Caller;
 // The readers and writers of outside bytes live in `cairn-wire` (so that
 // the fuzz targets build them without the server); here under their old
 // names.
-pub(crate) use auth::*;
 pub use cairn_wire::{render, wire};
+
+pub use auth::Caller;
+pub(crate) use auth::*;
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};

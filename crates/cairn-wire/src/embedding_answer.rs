@@ -7,7 +7,7 @@
 use cairn_store::embed::EmbedError;
 
 /// The longest vector accepted.
-pub const MAX_DIMENSIONS: usize = 16_384;
+const MAX_DIMENSIONS: usize = 16_384;
 
 /// The vectors of an OpenAI-style answer, in input order, normalised;
 /// `dimensions` 0 accepts any (consistent) length.
