@@ -24,7 +24,7 @@ pub fn campaign(short: u64, long: u64) -> u64 {
     }
 }
 use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 
 /// A PostgreSQL cluster for one test, stopped when dropped.
 pub struct PgCluster {
@@ -34,8 +34,9 @@ pub struct PgCluster {
     /// `pg_ctl -o`: the server's options, kept for a restart.
     options: String,
     /// Stops the cluster and removes its directory once this process is
-    /// gone ([`PgCluster::spawn_watchdog`]); killed by `drop`.
-    watchdog: Option<Child>,
+    /// gone ([`PgCluster::spawn_watchdog`]), with the pipe's writing end
+    /// whose closing tells it so; killed by `drop`.
+    watchdog: Option<(Child, ChildStdin)>,
 }
 
 fn find(binary: &str) -> Option<PathBuf> {
@@ -141,25 +142,33 @@ impl PgCluster {
         Some(cluster)
     }
 
-    /// A process outside this one that waits for this one to end, then
-    /// stops the cluster (`pg_ctl stop -m immediate`, as its owner) and
+    /// A process outside this one that, once this one is gone, stops the
+    /// cluster (`pg_ctl stop -m immediate` as its owner, until `pg_ctl
+    /// status` finds no server, at most ten tries a second apart) and
     /// removes its directory. A process killed by a signal runs no
-    /// destructor: without it, every cluster of a killed test or
-    /// benchmark (a bench's holds 256 MB of shared buffers) kept running
-    /// and kept its directory. It polls once a second (`kill -0` of this
-    /// process's id, as the same user), in its own process group so that a
-    /// Ctrl-C sent to the test's group does not stop it first. `None` if
-    /// it could not be started (the cluster is then only stopped by
-    /// `drop`, as before).
-    fn spawn_watchdog(&self, pg_ctl: &Path) -> Option<Child> {
-        const SCRIPT: &str = r#"parent=$1 data=$2 dir=$3; shift 3
-while kill -0 "$parent" 2>/dev/null; do sleep 1; done
-"$@" -D "$data" -m immediate -w stop >/dev/null 2>&1
+    /// destructor: without it, every cluster of a killed test or benchmark
+    /// (a bench's holds 256 MB of shared buffers) kept running and kept its
+    /// directory. It waits on a pipe whose only writing end this process
+    /// holds (close-on-exec, so no other child inherits it): the kernel
+    /// closes it when this process dies, however it dies, and the
+    /// watchdog's read returns. In its own process group, so that a Ctrl-C
+    /// or a kill of the test's group does not stop it first. `None` if it
+    /// could not be started (only `drop` stops the cluster then, as
+    /// before; under `CI=true` a failure).
+    fn spawn_watchdog(&self, pg_ctl: &Path) -> Option<(Child, ChildStdin)> {
+        const SCRIPT: &str = r#"data=$1 dir=$2; shift 2
+read -r line
+tries=0
+while [ "$tries" -lt 10 ]; do
+  "$@" -D "$data" -m immediate -w stop >/dev/null 2>&1
+  "$@" -D "$data" status >/dev/null 2>&1 || break
+  tries=$((tries + 1))
+  sleep 1
+done
 rm -rf "$dir""#;
         let mut command = Command::new("sh");
         command
             .args(["-c", SCRIPT, "cairn-pg-watchdog"])
-            .arg(std::process::id().to_string())
             .arg(self.data_dir())
             .arg(self.dir.path());
         if let Some(user) = self.as_user {
@@ -167,12 +176,23 @@ rm -rf "$dir""#;
         }
         command
             .arg(pg_ctl)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .ok()
+            .process_group(0);
+        match command.spawn() {
+            Ok(mut child) => {
+                let pipe = child.stdin.take()?;
+                Some((child, pipe))
+            }
+            Err(e) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "could not start the PostgreSQL cluster's watchdog (sh): {e}"
+                );
+                None
+            }
+        }
     }
 
     fn pg_ctl_start(&self, pg_ctl: &Path) {
@@ -309,11 +329,6 @@ rm -rf "$dir""#;
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        // This process stops the cluster itself: the watchdog is not needed.
-        if let Some(mut watchdog) = self.watchdog.take() {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
         if let Some(pg_ctl) = find("pg_ctl") {
             let data = self.data_dir();
             let mut command = match self.as_user {
@@ -327,6 +342,13 @@ impl Drop for PgCluster {
             let _ = command
                 .args(["-D", data.to_str().unwrap_or(""), "-m", "immediate", "stop"])
                 .output();
+        }
+        // Last, so that the cluster is never without one of the two: the
+        // watchdog (waiting in `read`, a shell builtin: no child of its
+        // own) is not needed any more. Then its pipe closes.
+        if let Some((mut watchdog, _pipe)) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
         }
     }
 }
