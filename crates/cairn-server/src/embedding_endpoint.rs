@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-pub use cairn_wire::embedding_answer::parse_answer;
+use cairn_wire::embedding_answer::parse_answer;
 
 /// Largest answer read from the service.
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
