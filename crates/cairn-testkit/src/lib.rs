@@ -70,7 +70,13 @@ impl PgCluster {
         PgCluster::start_with(true)
     }
 
-    fn start_with(durable: bool) -> Option<PgCluster> {
+    /// Whether `initdb` and `pg_ctl` are on PATH; under `CI=true` their
+    /// absence is a test failure, elsewhere it is said and `false`.
+    pub fn available() -> bool {
+        PgCluster::binaries().is_some()
+    }
+
+    fn binaries() -> Option<(PathBuf, PathBuf)> {
         let (Some(initdb), Some(pg_ctl)) = (find("initdb"), find("pg_ctl")) else {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -79,6 +85,11 @@ impl PgCluster {
             eprintln!("PostgreSQL (initdb, pg_ctl) not on PATH: skipping outside CI");
             return None;
         };
+        Some((initdb, pg_ctl))
+    }
+
+    fn start_with(durable: bool) -> Option<PgCluster> {
+        let (initdb, pg_ctl) = PgCluster::binaries()?;
         // initdb refuses to run as root: run the cluster as an unprivileged
         // user that owns the directory.
         let as_user = is_root().then(|| {
@@ -171,11 +182,10 @@ rm -rf "$dir""#;
             .args(["-c", SCRIPT, "cairn-pg-watchdog"])
             .arg(self.data_dir())
             .arg(self.dir.path());
-        if let Some(user) = self.as_user {
-            command.args(["runuser", "-u", user, "--"]);
-        }
+        let stop = self.as_owner(pg_ctl);
         command
-            .arg(pg_ctl)
+            .arg(stop.get_program())
+            .args(stop.get_args())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -248,16 +258,21 @@ rm -rf "$dir""#;
         self.dir.path().join("data")
     }
 
-    fn run(&self, binary: &Path, args: &[&str]) {
-        let mut command = match self.as_user {
+    /// `binary` run as the cluster's owner (through `runuser` when this
+    /// process is root).
+    fn as_owner(&self, binary: &Path) -> Command {
+        match self.as_user {
             Some(user) => {
                 let mut c = Command::new("runuser");
                 c.args(["-u", user, "--"]).arg(binary);
                 c
             }
             None => Command::new(binary),
-        };
-        let out = command.args(args).output().unwrap();
+        }
+    }
+
+    fn run(&self, binary: &Path, args: &[&str]) {
+        let out = self.as_owner(binary).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{} failed: {}{}",
@@ -337,15 +352,8 @@ impl Drop for PgCluster {
     fn drop(&mut self) {
         if let Some(pg_ctl) = find("pg_ctl") {
             let data = self.data_dir();
-            let mut command = match self.as_user {
-                Some(user) => {
-                    let mut c = Command::new("runuser");
-                    c.args(["-u", user, "--"]).arg(pg_ctl);
-                    c
-                }
-                None => Command::new(pg_ctl),
-            };
-            let _ = command
+            let _ = self
+                .as_owner(&pg_ctl)
                 .args(["-D", data.to_str().unwrap_or(""), "-m", "immediate", "stop"])
                 .output();
         }
