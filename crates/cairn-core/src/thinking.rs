@@ -76,9 +76,41 @@ fn marker_at(text: &str) -> Option<(usize, usize)> {
     None
 }
 
+/// A text that splits into more steps than the caller allows
+/// ([`parse_thinking_at_most`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManySteps {
+    /// The most steps that were allowed.
+    pub max: usize,
+}
+
+impl std::fmt::Display for TooManySteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the thinking text splits into more than {} steps (one per phase; a blank line ends each)",
+            self.max
+        )
+    }
+}
+
+impl std::error::Error for TooManySteps {}
+
 /// Splits `text` into steps by the rules of the module docs.
 pub fn parse_thinking(text: &str) -> Vec<ParsedStep> {
-    let mut steps = Vec::new();
+    // No text has more than usize::MAX steps: the limit is never reached.
+    parse_thinking_at_most(text, usize::MAX).unwrap_or_default()
+}
+
+/// [`parse_thinking`], stopping as soon as `text` gives more than `max`
+/// steps: a caller that must bound what one request costs (each step is
+/// recorded) learns it without building them all, and the work and memory
+/// spent are bounded by `max` and the text's length.
+pub fn parse_thinking_at_most(text: &str, max: usize) -> Result<Vec<ParsedStep>, TooManySteps> {
+    let mut steps = Steps {
+        list: Vec::new(),
+        max,
+    };
     // Segments between markers: (the marker's phase, or None before the
     // first marker, and the text up to the next marker).
     let mut segment_start = 0;
@@ -86,7 +118,7 @@ pub fn parse_thinking(text: &str) -> Vec<ParsedStep> {
     let mut i = 0;
     while i < text.len() {
         if let Some((p, len)) = marker_at(&text[i..]) {
-            push_segment(&mut steps, segment_phase, &text[segment_start..i]);
+            push_segment(&mut steps, segment_phase, &text[segment_start..i])?;
             segment_phase = Some(p);
             segment_start = i + len;
             i += len;
@@ -94,27 +126,39 @@ pub fn parse_thinking(text: &str) -> Vec<ParsedStep> {
         }
         i += text[i..].chars().next().map_or(1, char::len_utf8);
     }
-    push_segment(&mut steps, segment_phase, &text[segment_start..]);
-    steps
+    push_segment(&mut steps, segment_phase, &text[segment_start..])?;
+    Ok(steps.list)
 }
 
-fn push_segment(steps: &mut Vec<ParsedStep>, marker: Option<usize>, body: &str) {
+/// The steps parsed so far, and how many there may be.
+struct Steps {
+    list: Vec<ParsedStep>,
+    max: usize,
+}
+
+impl Steps {
+    fn push(&mut self, p: usize, content: &str) -> Result<(), TooManySteps> {
+        if content.is_empty() {
+            return Ok(());
+        }
+        if self.list.len() >= self.max {
+            return Err(TooManySteps { max: self.max });
+        }
+        let (name, kind) = phase(p);
+        self.list.push(ParsedStep {
+            phase: name,
+            kind,
+            content: content.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+fn push_segment(steps: &mut Steps, marker: Option<usize>, body: &str) -> Result<(), TooManySteps> {
     match marker {
-        Some(p) => push(steps, p, body.trim()),
+        Some(p) => steps.push(p, body.trim()),
         None => parse_lines(steps, body),
     }
-}
-
-fn push(steps: &mut Vec<ParsedStep>, p: usize, content: &str) {
-    if content.is_empty() {
-        return;
-    }
-    let (name, kind) = phase(p);
-    steps.push(ParsedStep {
-        phase: name,
-        kind,
-        content: content.to_owned(),
-    });
 }
 
 /// A numbered (`1.`, `12)`) or bulleted (`-`, `*`, `•`, `・`) line.
@@ -146,31 +190,32 @@ fn has_error_word(line: &str) -> bool {
         || line.contains("失敗")
 }
 
-fn parse_lines(steps: &mut Vec<ParsedStep>, body: &str) {
-    let lines: Vec<&str> = body.lines().collect();
+fn parse_lines(steps: &mut Steps, body: &str) -> Result<(), TooManySteps> {
+    // The lines are walked, never collected: a text of blank lines would
+    // otherwise cost 16 bytes of memory for each of its bytes.
+    let mut lines = body.lines();
     let mut current: Option<(usize, Vec<&str>)> = None;
     let mut in_plan = false;
-    let flush = |steps: &mut Vec<ParsedStep>, current: &mut Option<(usize, Vec<&str>)>| {
-        if let Some((p, block)) = current.take() {
-            push(steps, p, block.join("\n").trim());
-        }
+    let flush = |steps: &mut Steps, current: &mut Option<(usize, Vec<&str>)>| match current.take() {
+        Some((p, block)) => steps.push(p, block.join("\n").trim()),
+        None => Ok(()),
     };
-    for (n, line) in lines.iter().enumerate() {
+    while let Some(line) = lines.next() {
         if line.trim().is_empty() {
-            flush(steps, &mut current);
+            flush(steps, &mut current)?;
             continue;
         }
         let p = if in_plan && is_list_item(line) {
             PLAN
         } else if has_plan_keyword(line)
-            && lines[n + 1..]
-                .iter()
+            && lines
+                .clone()
                 .find(|l| !l.trim().is_empty())
-                .is_some_and(|l| is_list_item(l))
+                .is_some_and(is_list_item)
         {
             // A plan starts: its keyword line opens a new step even after
             // another plan.
-            flush(steps, &mut current);
+            flush(steps, &mut current)?;
             in_plan = true;
             PLAN
         } else {
@@ -184,12 +229,12 @@ fn parse_lines(steps: &mut Vec<ParsedStep>, body: &str) {
         match &mut current {
             Some((cp, block)) if *cp == p => block.push(line.trim_end()),
             _ => {
-                flush(steps, &mut current);
+                flush(steps, &mut current)?;
                 current = Some((p, vec![line.trim_end()]));
             }
         }
     }
-    flush(steps, &mut current);
+    flush(steps, &mut current)
 }
 
 /// A step's content on one line for seed 002's Markdown: lines joined by a
@@ -324,6 +369,39 @@ mod tests {
                 proptest::prop_assert_eq!(s.content.trim(), s.content.as_str());
             }
         }
+    }
+
+    proptest::proptest! {
+        /// The bounded parse gives exactly the whole parse when it has at
+        /// most `max` steps, and refuses it otherwise.
+        #[test]
+        fn at_most_is_the_whole_parse_or_a_refusal(
+            text in "(\\PC|\\[思考\\]|\\[計画\\]|\\[plan\\]|\n|1\\. |- |plan|error){0,60}",
+            max in 0usize..12,
+        ) {
+            let whole = parse_thinking(&text);
+            match parse_thinking_at_most(&text, max) {
+                Ok(steps) => proptest::prop_assert_eq!(steps, whole),
+                Err(e) => {
+                    proptest::prop_assert_eq!(e.max, max);
+                    proptest::prop_assert!(whole.len() > max);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_text_of_many_paragraphs_is_refused_past_the_limit() {
+        let text = "x\n\n".repeat(100_001);
+        assert_eq!(
+            parse_thinking_at_most(&text, 100_000),
+            Err(TooManySteps { max: 100_000 })
+        );
+        assert_eq!(
+            parse_thinking_at_most(&text, 100_001).map(|s| s.len()),
+            Ok(100_001)
+        );
+        assert_eq!(parse_thinking_at_most("", 0), Ok(Vec::new()));
     }
 
     #[test]

@@ -129,10 +129,13 @@ pub(crate) async fn append_batch(
             "a batch is a JSON array of steps",
         ));
     };
-    if items.is_empty() || items.len() > 10_000 {
+    if items.is_empty() || items.len() > cairn_store::ops::MAX_STEPS_PER_WRITE {
         return Err(ApiError::bad_request(
             "invalid_request",
-            "a batch holds 1 to 10000 steps",
+            format!(
+                "a batch holds 1 to {} steps",
+                cairn_store::ops::MAX_STEPS_PER_WRITE
+            ),
         ));
     }
     // Every item must be a well-formed step before anything is written: a

@@ -34,18 +34,27 @@ pub struct ParsedStep {
     pub content: String,
 }
 
-/// The parsed steps of a thinking text.
-pub(crate) fn parsed(text: &str) -> Parsed {
-    let steps = cairn_core::thinking::parse_thinking(text)
-        .into_iter()
-        .map(|p| ParsedStep {
-            phase: p.phase.to_owned(),
-            label: p.kind.bracket_label().to_owned(),
-            kind: p.kind.as_str().to_owned(),
-            content: p.content,
-        })
-        .collect();
-    Parsed { steps }
+/// The parsed steps of a thinking text; refused past the steps one turn
+/// may hold ([`cairn_store::ops::MAX_STEPS_PER_WRITE`]), as recording it
+/// would be.
+pub(crate) fn parsed(text: &str) -> Result<Parsed, ApiError> {
+    let steps =
+        cairn_core::thinking::parse_thinking_at_most(text, cairn_store::ops::MAX_STEPS_PER_WRITE)
+            .map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_request",
+                    format!("{e}: a turn holds at most that many steps, so split the text"),
+                )
+            })?
+            .into_iter()
+            .map(|p| ParsedStep {
+                phase: p.phase.to_owned(),
+                label: p.kind.bracket_label().to_owned(),
+                kind: p.kind.as_str().to_owned(),
+                content: p.content,
+            })
+            .collect();
+    Ok(Parsed { steps })
 }
 
 /// `POST /v1/thinking/parse`: `{"text"}` to `{"steps": [{phase, label,
@@ -56,7 +65,7 @@ pub(crate) fn parsed(text: &str) -> Parsed {
     operation_id = "turns_parse",
     tag = "thinking",
     summary = "Parse thinking text into steps",
-    description = "Seed 002's parseThinking: bracket markers first ([思考] [計画] [承認待ち] [実行] [エラー]), then numbered or bulleted lines after a plan keyword (plan, steps, 手順) as plan, lines with error, failed, エラー or 失敗 as error, the rest as thinking. Records nothing.",
+    description = "Seed 002's parseThinking: bracket markers first ([思考] [計画] [承認待ち] [実行] [エラー]), then numbered or bulleted lines after a plan keyword (plan, steps, 手順) as plan, lines with error, failed, エラー or 失敗 as error, the rest as thinking. Records nothing. A text that splits into more than 10000 steps (the most one turn may hold) is refused (400).",
     request_body = crate::api_doc::ThinkingInput,
     responses(
         (status = 200, description = "{steps: [{phase, label, kind, content}]}", content_type = "application/json", body = serde_json::Value),
@@ -74,7 +83,7 @@ pub(crate) async fn parse(
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
-    Ok(axum::Json(wire::to_json(&parsed(&text))))
+    Ok(axum::Json(wire::to_json(&parsed(&text)?)))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
@@ -86,7 +95,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. A turn holds at most 10000 steps, its thinking text's phases and its steps together (400 beyond, nothing written).",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -220,7 +229,8 @@ pub(crate) async fn record_turn(
     })
     .await?;
     let given = explicit.len();
-    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first);
+    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first)
+        .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     let parsed = steps.len() - given;
     // A turn is one unit: every step is written, or none is and the
     // answer names the step refused.

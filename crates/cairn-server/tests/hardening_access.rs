@@ -594,3 +594,60 @@ fn a_turn_is_written_whole_or_not_at_all() {
         3
     );
 }
+
+/// One request cannot ask for unbounded steps: a turn (its thinking text's
+/// phases and its explicit steps together) and a parse of thinking text
+/// hold at most 10,000, over HTTP and MCP alike, refused before anything is
+/// written. (A 300 KB body of blank-line-separated words was once 100,000
+/// steps and most of a gigabyte of the server's memory.)
+#[test]
+fn a_request_cannot_ask_for_unbounded_steps() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let paragraphs = |n: usize| "a thought\n\n".repeat(n);
+    let plan = json!({"step_type": "plan", "content": "p"});
+    for body in [
+        json!({"thinking": paragraphs(10_001), "agent_id": "a"}),
+        json!({"agent_id": "a", "steps": vec![plan.clone(); 10_001]}),
+        json!({"thinking": paragraphs(5_000), "agent_id": "a", "steps": vec![plan.clone(); 5_001]}),
+    ] {
+        let r = post(&server, "/v1/sessions/huge/turns", &admin, &body);
+        assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+        assert!(r.text().contains("at most 10000 steps"), "{}", r.text());
+        assert!(server.store.session("acme", "huge").unwrap().is_none());
+    }
+    let r = post(
+        &server,
+        "/v1/thinking/parse",
+        &admin,
+        &json!({"text": paragraphs(10_001)}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    assert!(r.text().contains("more than 10000 steps"), "{}", r.text());
+    let r = post(
+        &server,
+        "/v1/thinking/parse",
+        &admin,
+        &json!({"text": paragraphs(10_000)}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["steps"].as_array().unwrap().len(), 10_000);
+
+    let session = mcp_session(server.addr, &admin);
+    for (tool, args) in [
+        ("parse_thinking", json!({"text": paragraphs(10_001)})),
+        (
+            "record_turn",
+            json!({"session_id": "huge", "agent_id": "a", "thinking": paragraphs(10_001)}),
+        ),
+    ] {
+        let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
+        let result = &rpc["result"];
+        assert_eq!(result["isError"], true, "{tool}: {rpc}");
+        assert_eq!(
+            result["structuredContent"]["error"]["code"], "invalid_request",
+            "{tool}: {rpc}"
+        );
+    }
+    assert!(server.store.session("acme", "huge").unwrap().is_none());
+}

@@ -193,7 +193,16 @@ pub fn thinking(
 ) -> Result<Outcome> {
     let text = read_input(args.file.as_deref())?;
     let (Some(session), Some(store)) = (&args.session, store) else {
-        let parsed = cairn_core::thinking::parse_thinking(&text);
+        // The same bound as a turn's and the API's parse.
+        let parsed = cairn_core::thinking::parse_thinking_at_most(
+            &text,
+            cairn_store::ops::MAX_STEPS_PER_WRITE,
+        )
+        .map_err(|e| {
+            usage(format!(
+                "{e}: a turn holds at most that many steps, so split the text"
+            ))
+        })?;
         if cli.json {
             let steps: Vec<Value> = parsed
                 .iter()
@@ -229,7 +238,8 @@ pub fn thinking(
         .clone()
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let first = cairn_store::ops::next_turn_step(store.as_ref(), &cli.org, session, &turn)?;
-    let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first);
+    let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first)
+        .map_err(|e| usage(e.to_string()))?;
     if steps.is_empty() {
         return Err(usage("the thinking text is empty"));
     }

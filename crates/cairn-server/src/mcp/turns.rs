@@ -34,7 +34,10 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         self.caller(&context)?;
-        ok(&crate::turns::parsed(&args.text))
+        match crate::turns::parsed(&args.text) {
+            Ok(parsed) => ok(&parsed),
+            Err(e) => tool_error(e),
+        }
     }
 
     #[tool(

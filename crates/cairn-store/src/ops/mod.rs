@@ -116,27 +116,54 @@ pub fn review_queue(
     Ok(queue)
 }
 
+/// The most steps one write of several steps may hold: a batch of
+/// `POST /v1/steps/batch`, and a turn (its thinking text's phases and its
+/// explicit steps together). Each step costs the server a few kilobytes
+/// until it is written (its record, commitments and full-text document),
+/// so a request of a few megabytes that split into hundreds of thousands
+/// of steps would hold gigabytes.
+pub const MAX_STEPS_PER_WRITE: usize = 10_000;
+
+/// A turn that would hold more than [`MAX_STEPS_PER_WRITE`] steps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a turn holds at most {MAX_STEPS_PER_WRITE} steps: its thinking text (one step per phase, a blank line ending each) and its {explicit} steps given as objects come to more; record it as several turns"
+)]
+pub struct TurnTooLarge {
+    /// The explicit steps.
+    pub explicit: usize,
+}
+
 /// Seed 002: the steps that record one turn: the thinking text parsed into
 /// phases first (`parseThinking`), then `explicit` steps, all carrying
 /// `turn_id` and numbered within the turn from `first_number`. `template`
-/// gives the org, session, agent, model and caller.
+/// gives the org, session, agent, model and caller. Refused, before any
+/// step is built, past [`MAX_STEPS_PER_WRITE`] steps.
 pub fn turn_steps(
     template: &crate::NewStep,
     turn_id: &str,
     thinking: Option<&str>,
     explicit: Vec<crate::NewStep>,
     first_number: u64,
-) -> Vec<crate::NewStep> {
-    let parsed = thinking
-        .map(cairn_core::thinking::parse_thinking)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| crate::NewStep {
-            kind_label: p.phase.to_owned(),
-            content: Some(p.content),
-            ..template.clone()
-        });
-    parsed
+) -> Result<Vec<crate::NewStep>, TurnTooLarge> {
+    let too_large = TurnTooLarge {
+        explicit: explicit.len(),
+    };
+    let room = MAX_STEPS_PER_WRITE
+        .checked_sub(explicit.len())
+        .ok_or(too_large.clone())?;
+    let parsed = match thinking {
+        Some(text) => {
+            cairn_core::thinking::parse_thinking_at_most(text, room).map_err(|_| too_large)?
+        }
+        None => Vec::new(),
+    };
+    let parsed = parsed.into_iter().map(|p| crate::NewStep {
+        kind_label: p.phase.to_owned(),
+        content: Some(p.content),
+        ..template.clone()
+    });
+    Ok(parsed
         .chain(explicit)
         .zip(first_number..)
         .map(|(step, number)| crate::NewStep {
@@ -144,7 +171,7 @@ pub fn turn_steps(
             turn_step: step.turn_step.or(Some(number)),
             ..step
         })
-        .collect()
+        .collect())
 }
 
 /// The number the next step of a turn takes: one more than the highest
