@@ -27,6 +27,14 @@ use metadata::attach_metadata;
 pub use sessions::{SessionPlan, plan};
 use steps::{agent_steps, chat_model, chat_steps, chat_tokens, error_step, other_step, tool_steps};
 
+/// The most steps one request may map to. A span maps to a few steps, but
+/// a chat span's reasoning text gives one step per paragraph: without this
+/// bound a request of a few megabytes could ask for millions of steps (each
+/// holding a few kilobytes of the server's memory until it is written).
+/// The spans past it are refused one by one (`partial_success`), never
+/// dropped silently.
+pub const MAX_STEPS_PER_REQUEST: usize = 65_536;
+
 /// How large mapped values may be (the store's record limits, and a cap on
 /// each attribute kept in metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,12 +188,16 @@ pub struct Unmappable {
     pub reason: String,
 }
 
-/// Maps every span of a request, in request order.
+/// Maps every span of a request, in request order. A span whose steps
+/// would take the request past [`MAX_STEPS_PER_REQUEST`] is unmappable
+/// (the spans before it keep their steps; a later, smaller span may still
+/// fit).
 pub fn map_request(
     request: &ExportTraceServiceRequest,
     limits: &MapLimits,
 ) -> Vec<Result<SpanSteps, Unmappable>> {
     let mut out = Vec::new();
+    let mut room = MAX_STEPS_PER_REQUEST;
     for rs in &request.resource_spans {
         let resource_attrs = rs
             .resource
@@ -224,7 +236,11 @@ pub fn map_request(
                     },
                     truncated_resource: &truncated_resource,
                 };
-                out.push(map_span(span, &context, limits));
+                let mapped = map_span(span, &context, limits, room);
+                if let Ok(steps) = &mapped {
+                    room -= steps.steps.len();
+                }
+                out.push(mapped);
             }
         }
     }
@@ -252,6 +268,10 @@ struct Builder<'a> {
     truncated: Vec<String>,
     /// Attributes whose content went into content, input or output.
     moved: Vec<&'static str>,
+    /// The most steps this span may have (what its request has left).
+    room: usize,
+    /// Whether the span asked for more than `room`.
+    over: bool,
 }
 
 /// When a step happened, for ordering: at the span's start or its end.
@@ -270,6 +290,10 @@ impl Builder<'_> {
         (input, output): (Option<Value>, Option<Value>),
         tool_call: Option<String>,
     ) {
+        if self.steps.len() >= self.room {
+            self.over = true;
+            return;
+        }
         let position = self.steps.len() as u32;
         let mut cut = false;
         let content = clip(&content, self.limits.max_content_bytes, &mut cut);
@@ -326,7 +350,12 @@ fn operation(span: &Span, attrs: Attrs<'_>) -> Operation {
         .unwrap_or(Operation::Other)
 }
 
-fn map_span(span: &Span, ctx: &Context<'_>, limits: &MapLimits) -> Result<SpanSteps, Unmappable> {
+fn map_span(
+    span: &Span,
+    ctx: &Context<'_>,
+    limits: &MapLimits,
+    room: usize,
+) -> Result<SpanSteps, Unmappable> {
     let trace_hex = hex::encode(&span.trace_id);
     let span_hex = hex::encode(&span.span_id);
     let unmappable = |reason: String| Unmappable {
@@ -373,6 +402,8 @@ fn map_span(span: &Span, ctx: &Context<'_>, limits: &MapLimits) -> Result<SpanSt
         steps: Vec::new(),
         truncated: Vec::new(),
         moved: Vec::new(),
+        room,
+        over: false,
     };
     let (mut model, mut tokens) = (None, None);
     match operation {
@@ -387,6 +418,11 @@ fn map_span(span: &Span, ctx: &Context<'_>, limits: &MapLimits) -> Result<SpanSt
     }
     if failed {
         error_step(&mut b, span, operation == Operation::Tool);
+    }
+    if b.over {
+        return Err(unmappable(format!(
+            "span {span_hex} of trace {trace_hex}: its steps would take the request past {MAX_STEPS_PER_REQUEST} steps (a reasoning text gives one step per paragraph): export smaller batches"
+        )));
     }
     // Span-level measures on the last step; the model on every step of a
     // model call.

@@ -653,6 +653,51 @@ fn spans_without_ids_are_refused_with_a_reason() {
     assert_eq!(plan(out, None)[0].steps.len(), 1);
 }
 
+/// A chat span whose reasoning text has one paragraph after another.
+fn reasoning_span(id: u8, paragraphs: usize) -> Span {
+    let messages = json!([{"role": "assistant", "parts": [
+        {"type": "reasoning", "content": "a thought\n\n".repeat(paragraphs)}
+    ]}]);
+    span(
+        id,
+        0,
+        1,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.output.messages", &messages.to_string()),
+        ],
+    )
+}
+
+/// One request maps to at most `MAX_STEPS_PER_REQUEST` steps: the span
+/// that would pass it is refused with a reason (its reasoning parsed no
+/// further than the room left), the spans before it keep their steps, and
+/// a later span that fits is still mapped.
+#[test]
+fn a_request_maps_to_a_bounded_number_of_steps() {
+    use super::map::MAX_STEPS_PER_REQUEST;
+    let first = MAX_STEPS_PER_REQUEST - 10;
+    let out = map_request(
+        &request(vec![
+            reasoning_span(2, first),
+            reasoning_span(3, 100),
+            span(4, 0, 1, vec![]),
+        ]),
+        &MapLimits::default(),
+    );
+    let kept = out[0].as_ref().expect("the first span fits").steps.len();
+    assert!(kept >= first && kept <= MAX_STEPS_PER_REQUEST, "{kept}");
+    let refused = out[1].as_ref().expect_err("the second does not");
+    assert!(
+        refused.reason.contains("export smaller batches"),
+        "{}",
+        refused.reason
+    );
+    assert_eq!(out[2].as_ref().expect("the third fits").steps.len(), 1);
+    let total: usize = plan(out, None).iter().map(|p| p.steps.len()).sum();
+    assert!(total <= MAX_STEPS_PER_REQUEST);
+}
+
 /// The same request in protobuf and in OTLP/JSON maps to the same steps.
 #[test]
 fn both_encodings_map_alike() {

@@ -105,7 +105,14 @@ pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
     for m in &messages {
         for p in &m.parts {
             if let Part::Reasoning(text) = p {
-                for parsed in cairn_core::thinking::parse_thinking(text) {
+                // Parsed no further than the span may go: a text of a
+                // million paragraphs costs no more than its room.
+                let room = b.room.saturating_sub(b.steps.len());
+                let Ok(parsed) = cairn_core::thinking::parse_thinking_at_most(text, room) else {
+                    b.over = true;
+                    return;
+                };
+                for parsed in parsed {
                     b.push(
                         At::End,
                         parsed.phase,
