@@ -82,6 +82,14 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             Ok(trace) => trace,
             Err(e) => return invalid(e.to_string()),
         };
+        // Each component becomes a step: the bound of any write of steps.
+        if trace.components.len() > crate::ops::MAX_STEPS_PER_WRITE {
+            return invalid(format!(
+                "a trace holds at most {} components (each becomes a step); this one has {}",
+                crate::ops::MAX_STEPS_PER_WRITE,
+                trace.components.len()
+            ));
+        }
         let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
         let org_id = self.org(org_name)?.map(|org| org.id);
         let key =

@@ -123,6 +123,17 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         refused(ledger.write(import(bad))),
         Refusal::InvalidRequest(_)
     ));
+    // Each component becomes a step: a write's bound of 10,000 steps.
+    let mut huge = seed_004_trace(&key, "trace-5", "generic");
+    // (Small components, so that the trace stays under its byte limit.)
+    let one = serde_json::json!({"component_type": "a", "event_type": "plan",
+        "timestamp": "2026-02-08T12:34:56.123Z"});
+    huge["components"] = serde_json::Value::Array(vec![one; 10_001]);
+    let refusal = refused(ledger.write(import(huge)));
+    assert!(
+        matches!(&refusal, Refusal::InvalidRequest(m) if m.contains("at most 10000 components")),
+        "{refusal:?}"
+    );
     assert_eq!(store.log_size(ORG).unwrap(), size);
 
     // A full-level trace carries its subject's consent.
