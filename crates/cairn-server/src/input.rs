@@ -108,6 +108,57 @@ pub fn refuse_unknown_params<'a>(
     Ok(())
 }
 
+/// How many results a listing returns: its default, and the most it may
+/// be asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct ResultLimit {
+    /// When no limit is given.
+    pub default: usize,
+    /// The largest limit accepted.
+    pub max: usize,
+}
+
+/// Sessions of `GET /v1/sessions` and MCP `get_session_history` and
+/// `list_traces`.
+pub const SESSIONS_LIMIT: ResultLimit = ResultLimit {
+    default: 20,
+    max: 1000,
+};
+
+/// Items of the review queue (`GET /v1/reviews`, MCP `review_queue`).
+pub const REVIEWS_LIMIT: ResultLimit = ResultLimit {
+    default: 100,
+    max: 10_000,
+};
+
+/// Rows of an analyst query (`POST /v1/sql`, MCP `query_sql`).
+pub const SQL_ROWS_LIMIT: ResultLimit = ResultLimit {
+    default: cairn_store::analyst::MAX_ROWS,
+    max: cairn_store::analyst::MAX_ROWS,
+};
+
+/// Reads a `limit` as every surface reads it. `given` is `None` when no
+/// limit was given (the default), `Some(None)` when what was given is not a
+/// non-negative integer. 1 to the maximum is taken; anything else is
+/// refused with the one message, never clamped: a client that asked for
+/// more than it can get must not believe it got everything.
+pub fn result_limit(given: Option<Option<u64>>, limit: ResultLimit) -> Result<usize, ApiError> {
+    match given {
+        None => Ok(limit.default),
+        Some(n) => n
+            .filter(|n| (1..=limit.max as u64).contains(n))
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                let mut e = ApiError::bad_request(
+                    "invalid_request",
+                    format!("limit must be 1 to {}", limit.max),
+                );
+                e.field = Some("limit".into());
+                e
+            }),
+    }
+}
+
 /// Deserializes arguments into `T` (whose serde attributes deny unknown
 /// fields), turning serde's error into the shared shape with the field's
 /// path.

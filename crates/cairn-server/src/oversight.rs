@@ -134,16 +134,10 @@ pub(crate) async fn queue(
 ) -> Result<Json, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;
-    let limit = match crate::query_u64(&q, "limit")? {
-        None => 100,
-        Some(n @ 1..=10_000) => n as usize,
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "limit must be 1 to 10000",
-            ));
-        }
-    };
+    let limit = crate::input::result_limit(
+        q.get("limit").map(|l| l.parse().ok()),
+        crate::input::REVIEWS_LIMIT,
+    )?;
     Ok(axum::Json(wire::to_json(
         &queue_of(&state, &caller, all, limit).await?,
     )))

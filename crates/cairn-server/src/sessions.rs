@@ -122,14 +122,10 @@ pub(crate) async fn list_sessions(
     let mut known = LISTING_PARAMS.to_vec();
     known.extend(["limit", "verify"]);
     input::refuse_unknown_params(q.keys(), &known)?;
-    let limit = match q.get("limit") {
-        None => 20,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=1000).contains(l))
-            .ok_or_else(|| ApiError::bad_request("invalid_request", "limit must be 1 to 1000"))?,
-    };
+    let limit = input::result_limit(
+        q.get("limit").map(|l| l.parse().ok()),
+        input::SESSIONS_LIMIT,
+    )?;
     let filter = listing_filter(&q)?;
     // Verification is on unless `verify=false`, and bounded.
     let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;

@@ -290,18 +290,10 @@ pub(crate) async fn post_sql(
     crate::members(&v, &["sql", "limit"])?;
     let text = crate::optional_string(&v, "sql")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "sql (a string) is required"))?;
-    let limit = match v.get("limit") {
-        None | Some(Value::Null) => cairn_store::analyst::MAX_ROWS,
-        Some(l) => l
-            .as_u64()
-            .filter(|&l| (1..=cairn_store::analyst::MAX_ROWS as u64).contains(&l))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_request",
-                    format!("limit must be 1 to {}", cairn_store::analyst::MAX_ROWS),
-                )
-            })? as usize,
-    };
+    let limit = crate::input::result_limit(
+        v.get("limit").filter(|l| !l.is_null()).map(Value::as_u64),
+        crate::input::SQL_ROWS_LIMIT,
+    )?;
     Ok(axum::Json(crate::wire::to_json(
         &sql(&state, &caller, text, limit).await?,
     )))

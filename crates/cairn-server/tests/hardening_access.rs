@@ -651,3 +651,79 @@ fn a_request_cannot_ask_for_unbounded_steps() {
     }
     assert!(server.store.session("acme", "huge").unwrap().is_none());
 }
+
+/// A `limit` out of range is refused alike over REST and MCP (MCP used to
+/// clamp it silently, so a client asking for 100,000 rows got 10,000 and
+/// no word of it).
+#[test]
+fn limits_out_of_range_are_refused_on_every_surface() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let session = mcp_session(server.addr, &admin);
+    let sql = "select count(*) from steps";
+    for (bad, max) in [(0u64, 1000u64), (1001, 1000), (u64::MAX, 1000)] {
+        let rest = get(&server, &format!("/v1/sessions?limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        assert!(
+            rest.text().contains(&format!("1 to {max}")),
+            "{}",
+            rest.text()
+        );
+        for tool in ["get_session_history", "list_traces"] {
+            let rpc = mcp_tool(
+                server.addr,
+                &admin,
+                &session,
+                tool,
+                json!({"agent_id": "a", "limit": bad}),
+            )
+            .rpc();
+            assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
+            assert_eq!(
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                "{tool} {bad}: {rpc}"
+            );
+        }
+    }
+    for bad in [0u64, 10_001] {
+        let rest = get(&server, &format!("/v1/reviews?limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        let rest = post(
+            &server,
+            "/v1/sql",
+            &admin,
+            &json!({"sql": sql, "limit": bad}),
+        );
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        for (tool, args) in [
+            ("review_queue", json!({"limit": bad})),
+            ("query_sql", json!({"sql": sql, "limit": bad})),
+        ] {
+            let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
+            assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
+            assert_eq!(
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                "{tool} {bad}: {rpc}"
+            );
+        }
+    }
+    // In range, both answer.
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "query_sql",
+        json!({"sql": sql, "limit": 10_000}),
+    )
+    .rpc();
+    assert_ne!(rpc["result"]["isError"], true, "{rpc}");
+}

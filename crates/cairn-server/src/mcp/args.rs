@@ -110,8 +110,9 @@ pub struct HistoryArgs {
     /// The agent whose sessions to list (default: the key's agent, or the
     /// server's default agent).
     pub agent_id: Option<String>,
-    /// At most this many, newest first (default 20).
-    pub limit: Option<usize>,
+    /// At most this many, newest first: 1 to 1000 (default 20).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u64>,
 }
 
 /// Arguments of `audit_session_start`.
@@ -299,8 +300,9 @@ pub struct QueueArgs {
     /// Include approved and rejected steps.
     #[serde(default)]
     pub all: bool,
-    /// At most this many (default 100).
-    pub limit: Option<usize>,
+    /// At most this many: 1 to 10000 (default 100).
+    #[schemars(range(min = 1, max = 10000))]
+    pub limit: Option<u64>,
 }
 
 /// Arguments of `review_step`.
@@ -361,8 +363,9 @@ pub struct SqlArgs {
     /// One read-only query over the views steps, sessions and records of
     /// your org (the backend's SQL dialect).
     pub sql: String,
-    /// At most this many rows (default and maximum 10000).
-    pub limit: Option<usize>,
+    /// At most this many rows: 1 to 10000 (default 10000).
+    #[schemars(range(min = 1, max = 10000))]
+    pub limit: Option<u64>,
 }
 
 /// Arguments of `get_checkpoint`.
@@ -393,5 +396,6 @@ pub struct SearchArgs {
     /// included).
     pub until: Option<String>,
     /// At most this many results, 1 to 100 (default 10).
+    #[schemars(range(min = 1, max = 100))]
     pub limit: Option<u64>,
 }

@@ -34,7 +34,11 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let limit = args.limit.unwrap_or(100).clamp(1, 10_000);
+        let limit =
+            match crate::input::result_limit(args.limit.map(Some), crate::input::REVIEWS_LIMIT) {
+                Ok(limit) => limit,
+                Err(e) => return tool_error(e),
+            };
         let result = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
         run(result).await
     }

@@ -197,7 +197,11 @@ impl CairnMcp {
             Ok(agent) => agent,
             Err(e) => return tool_error(e),
         };
-        let limit = args.limit.unwrap_or(20).clamp(1, 1000);
+        let limit =
+            match crate::input::result_limit(args.limit.map(Some), crate::input::SESSIONS_LIMIT) {
+                Ok(limit) => limit,
+                Err(e) => return tool_error(e),
+            };
         let budget = self.state.config.limits.list_verify_steps;
         let result = self
             .store(move |store| {

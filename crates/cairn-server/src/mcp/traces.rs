@@ -154,10 +154,11 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let limit = args
-            .limit
-            .unwrap_or(cairn_store::analyst::MAX_ROWS)
-            .clamp(1, cairn_store::analyst::MAX_ROWS);
+        let limit =
+            match crate::input::result_limit(args.limit.map(Some), crate::input::SQL_ROWS_LIMIT) {
+                Ok(limit) => limit,
+                Err(e) => return tool_error(e),
+            };
         let result = crate::traces::sql(&self.state, &caller, args.sql, limit).await;
         run(result).await
     }
