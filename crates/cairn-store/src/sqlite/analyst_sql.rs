@@ -59,7 +59,15 @@ fn analyst_failure(
             limits.max_value_bytes
         )),
         _ if std::time::Instant::now() > deadline => AnalystError::TimedOut(limits.time),
-        _ => AnalystError::Failed(e.to_string()),
+        // SQLite's own message without the statement: the statement run is
+        // Cairn's rewriting of the caller's (the views over the ledger's
+        // tables, bounded by the org's internal number and id range),
+        // which would tell a tenant how many orgs came before it.
+        _ => AnalystError::Failed(match e {
+            rusqlite::Error::SqlInputError { msg, .. } => msg,
+            rusqlite::Error::SqliteFailure(_, Some(msg)) => msg,
+            other => other.to_string(),
+        }),
     }
 }
 
