@@ -139,7 +139,7 @@ pub struct AppState {
     keys: RwLock<HashMap<Hash, (ApiKey, Instant)>>,
     otlp: otlp::OtlpState,
     /// Slots for expensive work (see [`Limits::max_expensive`]).
-    expensive: Arc<tokio::sync::Semaphore>,
+    expensive: limits::ExpensiveSlots,
     /// Requests per API key (see [`Limits::rate_per_second`]).
     rate: Option<limits::RateLimiter>,
     /// MCP's session manager over HTTP.
@@ -170,9 +170,7 @@ impl AppState {
             store,
             metrics: Metrics::default(),
             otlp: otlp::OtlpState::new(&config.otlp),
-            expensive: Arc::new(tokio::sync::Semaphore::new(
-                config.limits.max_expensive.max(1),
-            )),
+            expensive: limits::ExpensiveSlots::new(config.limits.max_expensive),
             rate: limits::rate_limiter(&config.limits),
             mcp_sessions: limits::McpSessions::new(Arc::clone(&manager)),
             mcp_manager: manager,
@@ -409,7 +407,7 @@ async fn metrics(
     text.push_str(&format!(
         "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
         state.mcp_sessions.open(),
-        state.expensive.available_permits()
+        state.expensive.available()
     ));
     let embedding = state.embedding();
     text.push_str(&format!(

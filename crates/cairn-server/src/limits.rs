@@ -146,27 +146,96 @@ pub(crate) fn check_rate(state: &AppState, key_id: &str) -> Result<(), ApiError>
     }
 }
 
+/// The slots for expensive work: the server's, and each org's share of
+/// them. One org holds at most half of the server's slots (at least one),
+/// so that one tenant's runaway queries, exports or verifications can keep
+/// every other tenant waiting for at most the other half, never for all.
+pub(crate) struct ExpensiveSlots {
+    server: Arc<tokio::sync::Semaphore>,
+    /// Each org's share, created on its first expensive request; an org's
+    /// entry is dropped again when the map grows past
+    /// [`ExpensiveSlots::ORGS_KEPT`] and nobody of that org holds a slot.
+    orgs: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    per_org: usize,
+}
+
+impl ExpensiveSlots {
+    /// How many orgs' shares are kept before idle ones are dropped.
+    const ORGS_KEPT: usize = 10_000;
+
+    /// `total` slots (at least one), an org holding at most half.
+    pub(crate) fn new(total: usize) -> ExpensiveSlots {
+        let total = total.max(1);
+        ExpensiveSlots {
+            server: Arc::new(tokio::sync::Semaphore::new(total)),
+            orgs: std::sync::Mutex::new(HashMap::new()),
+            per_org: (total / 2).max(1),
+        }
+    }
+
+    /// Free slots of the server (for `/metrics`).
+    pub(crate) fn available(&self) -> usize {
+        self.server.available_permits()
+    }
+
+    fn org_share(&self, org: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut orgs = self
+            .orgs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if orgs.len() >= Self::ORGS_KEPT && !orgs.contains_key(org) {
+            orgs.retain(|_, share| Arc::strong_count(share) > 1);
+        }
+        Arc::clone(
+            orgs.entry(org.to_owned())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_org))),
+        )
+    }
+}
+
 /// A slot for expensive work, held until the work is done (move it into
-/// the blocking task or the response stream). Waits up to
-/// [`Limits::expensive_wait`], then `503 overloaded`.
+/// the blocking task or the response stream).
+pub(crate) struct ExpensiveSlot {
+    _org: tokio::sync::OwnedSemaphorePermit,
+    _server: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A slot for expensive work of `org`: first one of the org's share, then
+/// one of the server's, both within [`Limits::expensive_wait`] in all;
+/// past it, `503 overloaded` saying which was full.
 pub(crate) async fn expensive(
     state: &AppState,
+    org: &str,
     what: &str,
-) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-    let semaphore = Arc::clone(&state.expensive);
-    let wait = state.config.limits.expensive_wait;
-    match tokio::time::timeout(wait, semaphore.acquire_owned()).await {
-        Ok(Ok(permit)) => Ok(permit),
-        _ => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            format!(
-                "the server is running as many expensive operations (verification, export, SQL) as it may ({}): {what} was not started; retry shortly",
-                state.config.limits.max_expensive
-            ),
-        )
-        .retry_after(Duration::from_secs(1))),
-    }
+) -> Result<ExpensiveSlot, ApiError> {
+    let slots = &state.expensive;
+    let deadline = tokio::time::Instant::now() + state.config.limits.expensive_wait;
+    let overloaded = |message: String| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+            .retry_after(Duration::from_secs(1))
+    };
+    let org_share = slots.org_share(org);
+    let Ok(Ok(org_permit)) = tokio::time::timeout_at(deadline, org_share.acquire_owned()).await
+    else {
+        return Err(overloaded(format!(
+            "org {} is running as many expensive operations (verification, export, SQL, search) as one org may ({} of the server's {}): {what} was not started; retry when one of them ends",
+            shown(org),
+            slots.per_org,
+            state.config.limits.max_expensive.max(1)
+        )));
+    };
+    let server = Arc::clone(&slots.server);
+    let Ok(Ok(server_permit)) = tokio::time::timeout_at(deadline, server.acquire_owned()).await
+    else {
+        return Err(overloaded(format!(
+            "the server is running as many expensive operations (verification, export, SQL, search) as it may ({}): {what} was not started; retry shortly",
+            state.config.limits.max_expensive.max(1)
+        )));
+    };
+    Ok(ExpensiveSlot {
+        _org: org_permit,
+        _server: server_permit,
+    })
 }
 
 /// A request body read whole, within the route's size limit; a body that

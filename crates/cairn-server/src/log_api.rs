@@ -424,7 +424,7 @@ pub(crate) async fn export(
     };
     // Everything is decided before the status line, so that an empty or a
     // refused export is a 4xx, not a truncated body.
-    let permit = limits::expensive(&state, "the export").await?;
+    let permit = limits::expensive(&state, caller.org(), "the export").await?;
     let plan = plan_export(&state, &caller, scope, options).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let store = Arc::clone(&state.store);
@@ -574,7 +574,7 @@ pub(crate) fn witness_policy_param(
 )]
 pub(crate) async fn verify_bundle(
     State(state): State<Arc<AppState>>,
-    _caller: Caller,
+    caller: Caller,
     Query(q): Query<Vec<(String, String)>>,
     request: axum::extract::Request,
 ) -> Result<Json, ApiError> {
@@ -594,7 +594,7 @@ pub(crate) async fn verify_bundle(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let permit = limits::expensive(&state, "bundle verification").await?;
+    let permit = limits::expensive(&state, caller.org(), "bundle verification").await?;
     let started = Instant::now();
     let max_line = state.config.limits.max_bundle_line_bytes;
     let max_total = state.config.max_bundle_bytes;

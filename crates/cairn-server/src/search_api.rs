@@ -120,7 +120,7 @@ pub(crate) async fn run_search(
 ) -> Result<wire::SearchResults, ApiError> {
     let org = caller.org().to_owned();
     // Semantic search scores every embedded step of the org.
-    let permit = limits::expensive(state, "the search").await?;
+    let permit = limits::expensive(state, &org, "the search").await?;
     let mode = input.mode;
     let embedder = Arc::clone(&state.config.embedder);
     let description = embedder.description().to_owned();

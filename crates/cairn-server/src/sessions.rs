@@ -328,7 +328,7 @@ pub(crate) async fn replay(
     let level = level_param(&q)?;
     let org = caller.org().to_owned();
     let permit = if verify {
-        Some(limits::expensive(&state, "verification").await?)
+        Some(limits::expensive(&state, &org, "verification").await?)
     } else {
         None
     };
@@ -411,7 +411,7 @@ pub(crate) async fn verify_one_session(
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
     let started = Instant::now();
-    let permit = limits::expensive(&state, "verification").await?;
+    let permit = limits::expensive(&state, &org, "verification").await?;
     let verdict = blocking(&state, move |store| {
         let _permit = permit;
         verify_session(store, &org, &session_id)?.ok_or_else(|| {
@@ -459,7 +459,7 @@ pub(crate) async fn verify_whole_org(
     let trusted = trusted_param(&q)?;
     let policy = crate::log_api::witness_policy_param(&q)?;
     let started = Instant::now();
-    let permit = limits::expensive(&state, "verification").await?;
+    let permit = limits::expensive(&state, &org, "verification").await?;
     let result = blocking(&state, move |store| {
         let _permit = permit;
         let mut external = Vec::new();

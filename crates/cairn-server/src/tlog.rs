@@ -152,7 +152,7 @@ async fn records(
     caller.require(caller.key.role.can_export(), "read record tiles")?;
     let tile = parse_tile(&path, true)?;
     let org = caller.org().to_owned();
-    let permit = limits::expensive(&state, "the record tile").await?;
+    let permit = limits::expensive(&state, &org, "the record tile").await?;
     let (start, end) = {
         let org = org.clone();
         blocking(&state, move |store| {

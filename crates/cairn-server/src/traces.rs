@@ -236,7 +236,7 @@ pub(crate) async fn sql(
         max_rows: limit.min(state.config.limits.sql.max_rows),
         ..state.config.limits.sql.clone()
     };
-    let permit = crate::limits::expensive(state, "the query").await?;
+    let permit = crate::limits::expensive(state, &org, "the query").await?;
     let result = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         store.analyst_query_limited(&org, &sql, &limits)

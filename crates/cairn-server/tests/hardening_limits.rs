@@ -214,6 +214,61 @@ fn expensive_operations_are_bounded() {
     assert_eq!(get(&server, "/v1/verify", &admin).status, 200);
 }
 
+/// One org holds at most half of the expensive slots: a tenant whose
+/// uploads (or runaway queries) hold its share gets 503 for more, naming
+/// its org's share, while another tenant's verification is served at once
+/// (one tenant's ten looping queries once kept every other tenant's
+/// exports and searches at 503).
+#[test]
+fn one_org_cannot_hold_every_expensive_slot() {
+    let limits = Limits {
+        max_expensive: 4,
+        expensive_wait: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let theirs = key_for(&server, "globex", Role::Admin, None);
+    for token in [&admin, &theirs] {
+        assert_eq!(
+            post(&server, "/v1/steps", token, &step("s", "a", "plan", "x")).status,
+            201
+        );
+    }
+    // acme's two slow uploads hold its share (2 of 4).
+    let slow: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut slow = TcpStream::connect(server.addr).unwrap();
+            write!(
+                slow,
+                "POST /v1/bundles/verify HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Length: 1000000\r\n\r\n{{\"partial"
+            )
+            .unwrap();
+            slow
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let busy = get(&server, "/v1/verify", &admin);
+    assert_eq!(
+        (busy.status, busy.code().as_str()),
+        (503, "overloaded"),
+        "{}",
+        busy.text()
+    );
+    assert!(
+        busy.text().contains("as one org may (2 of"),
+        "{}",
+        busy.text()
+    );
+    for _ in 0..3 {
+        let served = get(&server, "/v1/verify", &theirs);
+        assert_eq!(served.status, 200, "{}", served.text());
+    }
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(&server, "/v1/verify", &admin).status, 200);
+}
+
 // ------------------------------------------------------------------ item 4
 
 /// Slowloris, dribbled bodies, idle keep-alive connections and too many

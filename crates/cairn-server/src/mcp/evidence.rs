@@ -125,7 +125,7 @@ impl CairnMcp {
                 level,
                 since_size: None,
             };
-            let permit = crate::limits::expensive(&self.state, "the export").await?;
+            let permit = crate::limits::expensive(&self.state, caller.org(), "the export").await?;
             let plan = crate::plan_export(
                 &self.state,
                 &caller,

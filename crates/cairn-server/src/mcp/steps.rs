@@ -114,7 +114,7 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let permit = if args.verify_chain {
-            match crate::limits::expensive(&self.state, "verification").await {
+            match crate::limits::expensive(&self.state, &org, "verification").await {
                 Ok(permit) => Some(permit),
                 Err(e) => return tool_error(e),
             }

@@ -186,7 +186,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
         let state = Arc::clone(&self.state);
-        let permit = match crate::limits::expensive(&self.state, "verification").await {
+        let permit = match crate::limits::expensive(&self.state, &org, "verification").await {
             Ok(permit) => permit,
             Err(e) => return tool_error(e),
         };

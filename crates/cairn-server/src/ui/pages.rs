@@ -452,7 +452,7 @@ pub(super) async fn log(
     };
     let verify = q.get("verify").is_some_and(|v| v == "true");
     let permit = if verify {
-        match limits::expensive(&state, "verification").await {
+        match limits::expensive(&state, user.caller.org(), "verification").await {
             Ok(permit) => Some(permit),
             Err(e) => return error_page(&user, e),
         }
