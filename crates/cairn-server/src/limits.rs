@@ -420,18 +420,31 @@ pub(crate) struct McpSessions {
     table: Mutex<SessionTable>,
 }
 
+/// Who holds an MCP session: the key that opened it, and the key's org.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Holder {
+    key: String,
+    org: String,
+}
+
 #[derive(Default)]
 struct SessionTable {
-    /// Session id to (key id, last use).
-    owners: HashMap<String, (String, Instant)>,
-    /// Key id to sessions being opened.
-    pending: HashMap<String, usize>,
+    /// Session id to its holder and last use.
+    owners: HashMap<String, (Holder, Instant)>,
+    /// Sessions being opened, by holder.
+    pending: HashMap<Holder, usize>,
 }
 
 impl SessionTable {
-    fn count(&self, key: &str) -> usize {
-        self.owners.values().filter(|(k, _)| k == key).count()
-            + self.pending.get(key).copied().unwrap_or(0)
+    /// Sessions open or being opened whose holder `matches`.
+    fn count(&self, matches: impl Fn(&Holder) -> bool) -> usize {
+        self.owners.values().filter(|(h, _)| matches(h)).count()
+            + self
+                .pending
+                .iter()
+                .filter(|(h, _)| matches(h))
+                .map(|(_, n)| n)
+                .sum::<usize>()
     }
 
     fn total(&self) -> usize {
@@ -442,7 +455,7 @@ impl SessionTable {
 /// A session being opened; counted until it is confirmed or dropped.
 pub(crate) struct Reservation<'a> {
     sessions: &'a McpSessions,
-    key: String,
+    holder: Holder,
 }
 
 impl Reservation<'_> {
@@ -451,7 +464,7 @@ impl Reservation<'_> {
         if let Ok(mut table) = self.sessions.table.lock() {
             table
                 .owners
-                .insert(id.to_owned(), (self.key.clone(), Instant::now()));
+                .insert(id.to_owned(), (self.holder.clone(), Instant::now()));
         }
     }
 }
@@ -459,11 +472,11 @@ impl Reservation<'_> {
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if let Ok(mut table) = self.sessions.table.lock()
-            && let Some(n) = table.pending.get_mut(&self.key)
+            && let Some(n) = table.pending.get_mut(&self.holder)
         {
             *n -= 1;
             if *n == 0 {
-                table.pending.remove(&self.key);
+                table.pending.remove(&self.holder);
             }
         }
     }
@@ -511,10 +524,14 @@ impl McpSessions {
         }
     }
 
-    /// Reserves a session for `key`, within the per-key and total limits.
+    /// Reserves a session for `key` of `org`, within the per-key limit,
+    /// the org's share (half of the total, so that the keys of one org,
+    /// which an admin may create at will, never hold every session) and
+    /// the total.
     pub(crate) async fn reserve(
         &self,
         key: &str,
+        org: &str,
         limits: &Limits,
     ) -> Result<Reservation<'_>, ApiError> {
         self.sweep(limits.mcp_session_idle).await;
@@ -525,13 +542,26 @@ impl McpSessions {
                 "the session table is unusable",
             )
         })?;
-        if table.count(key) >= limits.mcp_sessions_per_key {
+        if table.count(|h| h.key == key) >= limits.mcp_sessions_per_key {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_sessions",
                 format!(
                     "this API key has {} MCP sessions open, the most it may (CAIRN_MCP_SESSIONS_PER_KEY): end one (DELETE /mcp with its Mcp-Session-Id) or let one expire ({} s idle)",
                     limits.mcp_sessions_per_key,
+                    limits.mcp_session_idle.as_secs()
+                ),
+            )
+            .retry_after(limits.mcp_session_idle));
+        }
+        let org_share = (limits.mcp_sessions / 2).max(1);
+        if table.count(|h| h.org == org) >= org_share {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_sessions",
+                format!(
+                    "org {} has {org_share} MCP sessions open, the most one org may (half of CAIRN_MCP_SESSIONS): end some (DELETE /mcp with their Mcp-Session-Id) or let them expire ({} s idle)",
+                    shown(org),
                     limits.mcp_session_idle.as_secs()
                 ),
             )
@@ -548,10 +578,14 @@ impl McpSessions {
             )
             .retry_after(Duration::from_secs(10)));
         }
-        *table.pending.entry(key.to_owned()).or_default() += 1;
+        let holder = Holder {
+            key: key.to_owned(),
+            org: org.to_owned(),
+        };
+        *table.pending.entry(holder.clone()).or_default() += 1;
         Ok(Reservation {
             sessions: self,
-            key: key.to_owned(),
+            holder,
         })
     }
 
@@ -560,7 +594,7 @@ impl McpSessions {
     pub(crate) fn use_session(&self, id: &str, key: &str, idle: Duration) -> bool {
         match self.table.lock() {
             Ok(mut table) => match table.owners.get_mut(id) {
-                Some((owner, last)) if owner == key && last.elapsed() <= idle => {
+                Some((owner, last)) if owner.key == key && last.elapsed() <= idle => {
                     *last = Instant::now();
                     true
                 }

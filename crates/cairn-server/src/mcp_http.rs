@@ -193,6 +193,7 @@ async fn mcp_gate(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let key = caller.key.id.clone();
+    let org = caller.org().to_owned();
     request.extensions_mut().insert(caller);
     let limits = &state.config.limits;
     match session {
@@ -217,7 +218,7 @@ async fn mcp_gate(
             response
         }
         None if initialize => {
-            let reservation = match state.mcp_sessions.reserve(&key, limits).await {
+            let reservation = match state.mcp_sessions.reserve(&key, &org, limits).await {
                 Ok(r) => r,
                 Err(e) => return e.into_response(),
             };

@@ -118,6 +118,40 @@ fn mcp_sessions_are_bound_to_their_key_and_bounded() {
     let _fresh2 = mcp_session(server.addr, &admin);
 }
 
+/// One org's keys hold at most half of the server's MCP sessions: an
+/// admin who creates key after key cannot fill the server and lock every
+/// other tenant out of MCP (a probe once held 1,014 of 1,024 this way).
+#[test]
+fn one_org_cannot_hold_every_mcp_session() {
+    let limits = Limits {
+        mcp_sessions_per_key: 2,
+        mcp_sessions: 6,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let keys: Vec<String> = (0..3)
+        .map(|_| key_for(&server, "acme", Role::Reader, None))
+        .collect();
+    let stranger = key_for(&server, "globex", Role::Reader, None);
+    let _held: Vec<String> = [&keys[0], &keys[0], &keys[1]]
+        .into_iter()
+        .map(|key| mcp_session(server.addr, key))
+        .collect();
+    let refused = mcp_initialize(server.addr, &keys[2], "localhost");
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (429, "too_many_sessions")
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.body).contains("the most one org may"),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert!(refused.header("retry-after").is_some());
+    let _theirs = mcp_session(server.addr, &stranger);
+    let _theirs_too = mcp_session(server.addr, &stranger);
+}
+
 /// MCP over the network: hosts other than the allowed ones get a 403 that
 /// names the setting; an allowed name (any port, or the given port) and
 /// matching origins are served.
