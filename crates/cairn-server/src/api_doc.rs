@@ -270,7 +270,9 @@ pub struct StepInput {
     step_index: Option<u64>,
     /// RFC 3339; for signed steps (the signer's clock).
     created_at: Option<String>,
-    /// The signing seed's name, for signed steps.
+    /// For signed steps: the 32-byte seed the agent drew for this step's
+    /// salts, as 64 hex digits (docs/FORMAT.md 3.2 and 7.3). The server
+    /// keeps it secret as it keeps its own seeds.
     seed: Option<String>,
     signature: Option<StepSignature>,
     /// Record the first 16 hex digits of SHA-256 of agent_id instead of the
