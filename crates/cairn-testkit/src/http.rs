@@ -80,8 +80,14 @@ pub fn try_call_within(
         "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     ));
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
+    // Head and body in one write: a body sent after the head may reach a
+    // server that has already answered a request it did not read the body
+    // of (a GET) and closed the connection; its kernel then resets the
+    // connection for the unread bytes, and the client can lose the answer
+    // (seen as "connection reset by peer" on GET /openapi.json).
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {

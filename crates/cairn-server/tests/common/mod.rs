@@ -182,8 +182,10 @@ pub fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> Raw {
         "{head}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(request.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
+    // One write: see cairn_testkit::http::try_call_within.
+    let mut request = request.into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).unwrap();
     let mut bytes = Vec::new();
     let _ = stream.read_to_end(&mut bytes);
     parse_response(&bytes)
