@@ -32,9 +32,14 @@ impl Caller {
         if allowed {
             Ok(())
         } else {
+            let role = self.key.role.as_str();
+            let article = if role.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
             Err(ApiError::forbidden(format!(
-                "a {} key may not {what}",
-                self.key.role
+                "{article} {role} key may not {what}"
             )))
         }
     }

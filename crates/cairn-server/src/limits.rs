@@ -243,10 +243,35 @@ pub(crate) async fn expensive(
 /// timeout`.
 pub(crate) struct Body(pub axum::body::Bytes);
 
+/// Refuses a body sent with a `Content-Encoding` (other than `identity`):
+/// only the OTLP receiver inflates bodies, and every other route would
+/// otherwise read compressed bytes as JSON and answer with a puzzling
+/// `invalid_json`.
+pub(crate) fn refuse_encoded_body(headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim())
+    {
+        None => Ok(()),
+        Some(encoding) if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") => {
+            Ok(())
+        }
+        Some(encoding) => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "this route reads its body as sent: Content-Encoding {} is not supported (send it uncompressed; only the OTLP receiver, POST /v1/traces, inflates gzip and deflate)",
+                shown(encoding)
+            ),
+        )),
+    }
+}
+
 impl FromRequest<Arc<AppState>> for Body {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Body, ApiError> {
+        refuse_encoded_body(request.headers())?;
         match axum::body::Bytes::from_request(request, state).await {
             Ok(bytes) => Ok(Body(bytes)),
             Err(rejection) => Err(body_error(&rejection, state.config.max_body_bytes)),

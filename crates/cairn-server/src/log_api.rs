@@ -582,6 +582,7 @@ pub(crate) async fn verify_bundle(
         q.iter().map(|(k, _)| k),
         &["key", "checkpoint", "witness", "quorum"],
     )?;
+    crate::limits::refuse_encoded_body(request.headers())?;
     use http_body_util::BodyExt as _;
     let trusted = trusted_param(&q)?;
     let policy = witness_policy_param(&q)?;

@@ -165,6 +165,9 @@ async fn mcp_gate(
     // Whether this request opens a session (an `initialize`).
     let mut initialize = false;
     let body = if parts.method == axum::http::Method::POST {
+        if let Err(e) = limits::refuse_encoded_body(&parts.headers) {
+            return e.into_response();
+        }
         let limit = state.config.max_body_bytes;
         let bytes = match axum::body::to_bytes(body, limit).await {
             Ok(bytes) => bytes,

@@ -761,3 +761,52 @@ fn limits_out_of_range_are_refused_on_every_surface() {
     .rpc();
     assert_ne!(rpc["result"]["isError"], true, "{rpc}");
 }
+
+/// A body sent compressed is refused with 415 on every route but the OTLP
+/// receiver's (which inflates it), instead of being read as JSON and
+/// answered `invalid_json`; `identity` is no encoding.
+#[test]
+fn compressed_bodies_are_refused_where_they_are_not_read() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let step = serde_json::to_vec(&step("s", "a", "plan", "x")).unwrap();
+    for (path, extra) in [
+        ("/v1/steps", ""),
+        ("/v1/bundles/verify", ""),
+        ("/mcp", "\r\nAccept: application/json, text/event-stream"),
+    ] {
+        for encoding in ["gzip", "br", "deflate"] {
+            let r = raw(
+                server.addr,
+                &format!(
+                    "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Encoding: {encoding}{extra}"
+                ),
+                &step,
+            );
+            assert_eq!(r.status, 415, "{path} {encoding}");
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
+        }
+    }
+    let plain = raw(
+        server.addr,
+        &format!(
+            "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Encoding: identity"
+        ),
+        &step,
+    );
+    assert_eq!(plain.status, 201);
+    // Refusals read as English.
+    let auditor = key_for(&server, "acme", Role::Auditor, None);
+    let r = post(&server, "/v1/steps", &auditor, &json!({}));
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("an auditor key may not"), "{}", r.text());
+    let r = get(&server, "/v1/export?session=nothing-here", &admin);
+    assert_eq!(r.status, 404);
+    assert!(
+        r.text()
+            .contains("session \\\"nothing-here\\\" matches no session"),
+        "{}",
+        r.text()
+    );
+}

@@ -38,6 +38,19 @@ pub enum ExportScope {
     },
 }
 
+impl std::fmt::Display for ExportScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportScope::All => f.write_str("the whole log"),
+            ExportScope::Session(id) => write!(f, "session {id:?}"),
+            ExportScope::Agent(id) => write!(f, "agent {id:?}"),
+            ExportScope::Range { since, until } => {
+                write!(f, "the sessions started from {since} until {until}")
+            }
+        }
+    }
+}
+
 impl ExportScope {
     /// The selection scope of a partial export (`None` for the whole log).
     pub fn selection_scope(&self) -> Option<Scope> {
@@ -346,7 +359,7 @@ pub fn plan_export(
     }
     if claims.is_empty() {
         return Err(ExportError::Empty(format!(
-            "{scope:?} matches no session started before the checkpoint (size {size})"
+            "{scope} matches no session started before the checkpoint (size {size})"
         )));
     }
     for agent in &agents {
