@@ -5,7 +5,6 @@
 
 use crate::{ApiError, optional_string};
 use crate::{AppState, Caller, Json, blocking, parse_json, public_key_param};
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use cairn_core::log::OpRecord;
@@ -70,7 +69,7 @@ pub(crate) async fn revoke(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(key_id): Path<String>,
-    body: Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "revoke agent keys")?;
     Caller::require_enabled(&state)?;
@@ -109,7 +108,7 @@ pub(crate) async fn rotate(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(key_id): Path<String>,
-    body: Bytes,
+    crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "rotate agent keys")?;
     Caller::require_enabled(&state)?;

@@ -131,6 +131,13 @@ pub const REVIEWS_LIMIT: ResultLimit = ResultLimit {
     max: 10_000,
 };
 
+/// Results of a search (`GET /v1/search`, MCP `search_reasoning`, the web
+/// UI's search).
+pub const SEARCH_LIMIT: ResultLimit = ResultLimit {
+    default: 10,
+    max: 100,
+};
+
 /// Rows of an analyst query (`POST /v1/sql`, MCP `query_sql`).
 pub const SQL_ROWS_LIMIT: ResultLimit = ResultLimit {
     default: cairn_store::analyst::MAX_ROWS,

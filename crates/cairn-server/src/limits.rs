@@ -260,7 +260,7 @@ pub(crate) fn refuse_encoded_body(headers: &HeaderMap) -> Result<(), ApiError> {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
-                "this route reads its body as sent: Content-Encoding {} is not supported (send it uncompressed; only the OTLP receiver, POST /v1/traces, inflates gzip and deflate)",
+                "this route reads its body as sent: Content-Encoding {} is not supported (send it uncompressed; only the OTLP receiver, POST /v1/traces, /v1/metrics and /v1/logs, inflates gzip and deflate)",
                 shown(encoding)
             ),
         )),
@@ -520,6 +520,10 @@ impl McpSessions {
     /// Forgets sessions that were idle too long (ending them) or that the
     /// MCP server already ended.
     async fn sweep(&self, idle: Duration) {
+        // A session confirmed (or used) after the live list was read is not
+        // in it yet: it is kept, or a burst of `initialize`s could drop each
+        // other's sessions from the table and so escape every limit.
+        let listed_at = Instant::now();
         let live: std::collections::HashSet<String> = self
             .manager
             .sessions
@@ -536,9 +540,9 @@ impl McpSessions {
                     .filter(|(_, (_, last))| last.elapsed() > idle)
                     .map(|(id, _)| id.clone())
                     .collect();
-                table
-                    .owners
-                    .retain(|id, (_, last)| live.contains(id) && last.elapsed() <= idle);
+                table.owners.retain(|id, (_, last)| {
+                    (live.contains(id) || *last >= listed_at) && last.elapsed() <= idle
+                });
                 expired
             }
             Err(_) => Vec::new(),

@@ -49,17 +49,10 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
             ApiError::bad_request("invalid_request", "q (the search text) is required")
                 .with_field("q")
         })?;
-    let limit = match q.get("limit") {
-        None => 10,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=100).contains(l))
-            .ok_or_else(|| {
-                ApiError::bad_request("invalid_request", "limit must be 1 to 100")
-                    .with_field("limit")
-            })?,
-    };
+    let limit = crate::input::result_limit(
+        q.get("limit").map(|l| l.parse().ok()),
+        crate::input::SEARCH_LIMIT,
+    )?;
     let mode = q
         .get("mode")
         .map(|m| search_mode(m))

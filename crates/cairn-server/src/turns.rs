@@ -38,22 +38,26 @@ pub struct ParsedStep {
 /// may hold ([`cairn_store::ops::MAX_STEPS_PER_WRITE`]), as recording it
 /// would be.
 pub(crate) fn parsed(text: &str) -> Result<Parsed, ApiError> {
-    let steps =
-        cairn_core::thinking::parse_thinking_at_most(text, cairn_store::ops::MAX_STEPS_PER_WRITE)
-            .map_err(|e| {
-                ApiError::bad_request(
-                    "invalid_request",
-                    format!("{e}: a turn holds at most that many steps, so split the text"),
-                )
-            })?
-            .into_iter()
-            .map(|p| ParsedStep {
-                phase: p.phase.to_owned(),
-                label: p.kind.bracket_label().to_owned(),
-                kind: p.kind.as_str().to_owned(),
-                content: p.content,
-            })
-            .collect();
+    let steps = cairn_core::thinking::parse_thinking_at_most(
+        text,
+        cairn_store::ops::MAX_STEPS_PER_WRITE,
+    )
+    .map_err(|e| {
+        ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "{e}: one request records at most that many steps of a turn, so split the text"
+            ),
+        )
+    })?
+    .into_iter()
+    .map(|p| ParsedStep {
+        phase: p.phase.to_owned(),
+        label: p.kind.bracket_label().to_owned(),
+        kind: p.kind.as_str().to_owned(),
+        content: p.content,
+    })
+    .collect();
     Ok(Parsed { steps })
 }
 
@@ -65,7 +69,7 @@ pub(crate) fn parsed(text: &str) -> Result<Parsed, ApiError> {
     operation_id = "turns_parse",
     tag = "thinking",
     summary = "Parse thinking text into steps",
-    description = "Seed 002's parseThinking: bracket markers first ([思考] [計画] [承認待ち] [実行] [エラー]), then numbered or bulleted lines after a plan keyword (plan, steps, 手順) as plan, lines with error, failed, エラー or 失敗 as error, the rest as thinking. Records nothing. A text that splits into more than 10000 steps (the most one turn may hold) is refused (400).",
+    description = "Seed 002's parseThinking: bracket markers first ([思考] [計画] [承認待ち] [実行] [エラー]), then numbered or bulleted lines after a plan keyword (plan, steps, 手順) as plan, lines with error, failed, エラー or 失敗 as error, the rest as thinking. Records nothing. A text that splits into more than 10000 steps (the most one request records) is refused (400).",
     request_body = crate::api_doc::ThinkingInput,
     responses(
         (status = 200, description = "{steps: [{phase, label, kind, content}]}", content_type = "application/json", body = serde_json::Value),
@@ -95,7 +99,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. A turn holds at most 10000 steps, its thinking text's phases and its steps together (400 beyond, nothing written).",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -132,6 +136,16 @@ pub(crate) async fn record(
     match v.get("steps") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
+            // Refused before any step is built, as a batch is.
+            if items.len() > cairn_store::ops::MAX_STEPS_PER_WRITE {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    cairn_store::ops::TurnTooLarge {
+                        explicit: items.len(),
+                    }
+                    .to_string(),
+                ));
+            }
             for (index, item) in items.iter().enumerate() {
                 let mut item = item.clone();
                 let Some(obj) = item.as_object_mut() else {

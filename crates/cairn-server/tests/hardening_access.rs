@@ -750,6 +750,26 @@ fn limits_out_of_range_are_refused_on_every_surface() {
             );
         }
     }
+    for bad in [0u64, 101] {
+        let rest = get(&server, &format!("/v1/search?q=x&limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        let rpc = mcp_tool(
+            server.addr,
+            &admin,
+            &session,
+            "search_reasoning",
+            json!({"query": "x", "limit": bad}),
+        )
+        .rpc();
+        assert_eq!(rpc["result"]["isError"], true, "search {bad}: {rpc}");
+        assert_eq!(
+            rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+            "search {bad}: {rpc}"
+        );
+    }
     // In range, both answer.
     let rpc = mcp_tool(
         server.addr,
@@ -773,6 +793,7 @@ fn compressed_bodies_are_refused_where_they_are_not_read() {
     for (path, extra) in [
         ("/v1/steps", ""),
         ("/v1/bundles/verify", ""),
+        ("/v1/agent-keys/agent-000000000000/revoke", ""),
         ("/mcp", "\r\nAccept: application/json, text/event-stream"),
     ] {
         for encoding in ["gzip", "br", "deflate"] {
@@ -809,4 +830,47 @@ fn compressed_bodies_are_refused_where_they_are_not_read() {
         "{}",
         r.text()
     );
+}
+
+/// Over HTTP: an OTLP request whose chat span's reasoning would map to more
+/// steps than a request may (65,536) is answered 200 with that span in
+/// `partial_success.rejected_spans`, saying why; its other spans are
+/// recorded. (Two such spans once made 400,000 steps and 1.2 GB.)
+#[test]
+fn a_request_past_the_step_budget_is_answered_with_partial_success() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let reasoning = json!([{"role": "assistant", "parts": [
+        {"type": "reasoning", "content": "a thought\n\n".repeat(70_000)}
+    ]}])
+    .to_string();
+    let span = |id: &str, attributes: Value| {
+        json!({"traceId": "ab".repeat(16), "spanId": id, "name": "chat m",
+               "startTimeUnixNano": "1700000000000000000",
+               "endTimeUnixNano": "1700000001000000000", "attributes": attributes})
+    };
+    let body = json!({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [
+        span("0102030405060708", json!([
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.output.messages", "value": {"stringValue": reasoning}},
+        ])),
+        span("1112131415161718", json!([])),
+    ]}]}]});
+    let r = post(&server, "/v1/traces", &admin, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer["partialSuccess"]["rejectedSpans"], "1", "{answer}");
+    assert!(
+        answer["partialSuccess"]["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("export smaller batches")),
+        "{answer}"
+    );
+    let session = get(
+        &server,
+        &format!("/v1/sessions/{}", "ab".repeat(16)),
+        &admin,
+    );
+    assert_eq!(session.status, 200, "{}", session.text());
+    assert_eq!(session.json()["step_count"], 1, "{}", session.text());
 }

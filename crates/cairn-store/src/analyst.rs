@@ -113,7 +113,7 @@ pub enum AnalystError {
     #[error("the query failed: {0}")]
     Failed(String),
     /// The query ran longer than its time limit and was stopped.
-    #[error("the query was stopped after its time limit of {0:?}")]
+    #[error("the query was stopped after its time limit of {} ms", .0.as_millis())]
     TimedOut(Duration),
     /// A value of the answer is larger than the limit.
     #[error("{0}")]

@@ -200,7 +200,7 @@ pub fn thinking(
         )
         .map_err(|e| {
             usage(format!(
-                "{e}: a turn holds at most that many steps, so split the text"
+                "{e}: one request records at most that many steps of a turn, so split the text"
             ))
         })?;
         if cli.json {

@@ -117,17 +117,19 @@ pub fn review_queue(
 }
 
 /// The most steps one write of several steps may hold: a batch of
-/// `POST /v1/steps/batch`, and a turn (its thinking text's phases and its
-/// explicit steps together). Each step costs the server a few kilobytes
+/// `POST /v1/steps/batch`, one request of a turn (its thinking text's
+/// phases and its explicit steps together; a turn may grow over several
+/// requests), and a signed trace's components. Each step costs the server a few kilobytes
 /// until it is written (its record, commitments and full-text document),
 /// so a request of a few megabytes that split into hundreds of thousands
 /// of steps would hold gigabytes.
 pub const MAX_STEPS_PER_WRITE: usize = 10_000;
 
-/// A turn that would hold more than [`MAX_STEPS_PER_WRITE`] steps.
+/// One request of a turn that would record more than
+/// [`MAX_STEPS_PER_WRITE`] steps.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a turn holds at most {MAX_STEPS_PER_WRITE} steps: its thinking text (one step per phase, a blank line ending each) and its {explicit} steps given as objects come to more; record it as several turns"
+    "one request records at most {MAX_STEPS_PER_WRITE} steps of a turn: its thinking text (one step per phase, a blank line ending each) and its {explicit} steps given as objects come to more; send them in several requests (with the same turn_id they stay one turn)"
 )]
 pub struct TurnTooLarge {
     /// The explicit steps.
@@ -193,4 +195,30 @@ pub fn next_turn_step(
         true
     })?;
     Ok(next.max(count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One request of a turn records up to [`MAX_STEPS_PER_WRITE`] steps,
+    /// its thinking text's phases and its explicit steps counted together,
+    /// and no more.
+    #[test]
+    fn a_turn_request_holds_up_to_the_limit_and_no_more() {
+        let template = crate::NewStep::default();
+        let half = MAX_STEPS_PER_WRITE / 2;
+        let thinking = "a thought\n\n".repeat(half);
+        let explicit = |n: usize| vec![crate::NewStep::default(); n];
+        let steps = turn_steps(&template, "t", Some(&thinking), explicit(half), 0).unwrap();
+        assert_eq!(steps.len(), MAX_STEPS_PER_WRITE);
+        assert_eq!(steps.last().and_then(|s| s.turn_step), Some(9_999));
+        assert_eq!(
+            turn_steps(&template, "t", Some(&thinking), explicit(half + 1), 0),
+            Err(TurnTooLarge { explicit: half + 1 })
+        );
+        let more = "a thought\n\n".repeat(half + 1);
+        assert!(turn_steps(&template, "t", Some(&more), explicit(half), 0).is_err());
+        assert!(turn_steps(&template, "t", None, explicit(MAX_STEPS_PER_WRITE + 1), 0).is_err());
+    }
 }

@@ -698,6 +698,25 @@ fn a_request_maps_to_a_bounded_number_of_steps() {
     assert!(total <= MAX_STEPS_PER_REQUEST);
 }
 
+/// The budget's edge: a request of exactly `MAX_STEPS_PER_REQUEST` steps is
+/// mapped whole; one step more is refused.
+#[test]
+fn the_step_budget_is_exact() {
+    use super::map::MAX_STEPS_PER_REQUEST;
+    // What a reasoning span adds beyond one step per paragraph.
+    let overhead = mapped(vec![reasoning_span(2, 3)])[0].steps.len() - 3;
+    let exact = reasoning_span(2, MAX_STEPS_PER_REQUEST - overhead);
+    let out = map_request(&request(vec![exact.clone()]), &MapLimits::default());
+    assert_eq!(out[0].as_ref().unwrap().steps.len(), MAX_STEPS_PER_REQUEST);
+    let out = map_request(
+        &request(vec![exact, span(3, 0, 1, vec![])]),
+        &MapLimits::default(),
+    );
+    assert!(out[0].is_ok() && out[1].is_err());
+    let over = reasoning_span(2, MAX_STEPS_PER_REQUEST - overhead + 1);
+    assert!(map_request(&request(vec![over]), &MapLimits::default())[0].is_err());
+}
+
 /// The same request in protobuf and in OTLP/JSON maps to the same steps.
 #[test]
 fn both_encodings_map_alike() {
