@@ -6,7 +6,6 @@
 use crate::{ApiError, optional_string};
 use crate::{AppState, Caller, Json, blocking, parse_json, public_key_param};
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use cairn_core::log::OpRecord;
 use cairn_store::{WriteRequest, Written};
 use serde_json::{Value, json};
@@ -39,11 +38,7 @@ fn revoked_json(written: Written) -> Result<Json, ApiError> {
             "key_id": successor.as_ref().map(|s| &s.1),
             "registered_seq": successor.as_ref().map(|s| s.0),
         }))),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("unexpected {other:?}"),
-        )),
+        other => Err(crate::unexpected(other)),
     }
 }
 

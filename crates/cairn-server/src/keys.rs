@@ -57,11 +57,7 @@ pub(crate) async fn register_agent_key(
             axum::Json(json!({"key_id": key_id, "agent_id": agent_id, "seq": seq})),
         )
             .into_response()),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("unexpected {other:?}"),
-        )),
+        other => Err(crate::unexpected(other)),
     }
 }
 

@@ -336,11 +336,15 @@ fn consent_required(session: &str) -> ApiError {
 }
 
 /// A write produced something its handler did not ask for (a bug).
+/// The error for a ledger answer of another kind than the request's (a
+/// bug): the answer is logged for the operator, never sent (its Debug text
+/// holds hashes and internal fields, and means nothing to a client).
 fn unexpected(w: Written) -> ApiError {
+    tracing::error!("the ledger answered with an unexpected result: {w:?}");
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
-        format!("unexpected {w:?}"),
+        "the ledger answered this request with a result of another kind: an internal error, logged on the server",
     )
 }
 

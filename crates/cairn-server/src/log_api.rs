@@ -27,11 +27,7 @@ pub(crate) async fn current_checkpoint(
         .await?
     {
         Written::Checkpoint(cp) => Ok(cp),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("unexpected {other:?}"),
-        )),
+        other => Err(crate::unexpected(other)),
     }
 }
 

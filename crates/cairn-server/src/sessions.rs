@@ -533,11 +533,7 @@ pub(crate) async fn seal(
     };
     match state.ledger.submit(request).await? {
         Written::Sealed { seq, seal } => Ok(axum::Json(seal_json(Some(seq), &seal))),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("unexpected {other:?}"),
-        )),
+        other => Err(crate::unexpected(other)),
     }
 }
 

@@ -267,10 +267,6 @@ pub(crate) async fn erase_step(
         Written::Erased { seqs } => Ok(axum::Json(
             json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),
         )),
-        other => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("unexpected {other:?}"),
-        )),
+        other => Err(crate::unexpected(other)),
     }
 }
