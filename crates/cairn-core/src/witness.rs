@@ -44,9 +44,17 @@ pub enum WitnessRefusal {
         /// The size of the latest checkpoint cosigned for the origin.
         latest_size: u64,
     },
+    /// 409 (without a size, C2SP's answer to a root mismatch): a checkpoint
+    /// of the size the witness cosigned, with another root. The log forked.
+    #[error("another root at the size the witness cosigned ({size}): the log forked")]
+    Forked {
+        /// The size both checkpoints have.
+        size: u64,
+    },
     /// 422: the checkpoint is not consistent with what the witness
-    /// cosigned before (bad proof, other root at the same size, a size-0
-    /// checkpoint with another root than the empty tree's).
+    /// cosigned before (a proof that does not verify, a proof between two
+    /// trees of the same size that is not empty, a size-0 checkpoint with
+    /// another root than the empty tree's).
     #[error("inconsistent: {0}")]
     Unprocessable(String),
 }
@@ -58,7 +66,7 @@ impl WitnessRefusal {
             WitnessRefusal::BadRequest(_) => 400,
             WitnessRefusal::UnknownLog(_) => 404,
             WitnessRefusal::Forbidden(_) => 403,
-            WitnessRefusal::Conflict { .. } => 409,
+            WitnessRefusal::Conflict { .. } | WitnessRefusal::Forked { .. } => 409,
             WitnessRefusal::Unprocessable(_) => 422,
         }
     }
@@ -196,9 +204,14 @@ pub fn check_consistency(
     match latest {
         Some(seen) if request.old_size > 0 => {
             if request.old_size == checkpoint.size {
-                if !request.proof.is_empty() || seen.root != checkpoint.root {
+                if seen.root != checkpoint.root {
+                    return Err(WitnessRefusal::Forked {
+                        size: checkpoint.size,
+                    });
+                }
+                if !request.proof.is_empty() {
                     return Err(inconsistent(
-                        "another root at the size the witness cosigned: the log forked",
+                        "a proof between two trees of the same size must be empty",
                     ));
                 }
             } else {
@@ -238,12 +251,24 @@ pub struct WitnessPolicy {
     quorum: usize,
 }
 
+/// Most witnesses one policy names: real deployments name a handful, and
+/// every checkpoint checked against a policy is checked against each of
+/// them, so a policy given over HTTP must not make that cost unbounded.
+pub const MAX_WITNESSES: usize = 64;
+
 impl WitnessPolicy {
     /// A policy of `quorum` of `witnesses` (cosignature keys, algorithm
-    /// `0x04`, distinct names). The quorum is 1 to the number of witnesses.
+    /// `0x04`, distinct names, at most [`MAX_WITNESSES`]). The quorum is 1
+    /// to the number of witnesses.
     pub fn new(witnesses: Vec<NoteVerifier>, quorum: usize) -> Result<WitnessPolicy, String> {
         if witnesses.is_empty() {
             return Err("a witness policy names at least one witness".into());
+        }
+        if witnesses.len() > MAX_WITNESSES {
+            return Err(format!(
+                "a witness policy names at most {MAX_WITNESSES} witnesses, not {}",
+                witnesses.len()
+            ));
         }
         if quorum == 0 || quorum > witnesses.len() {
             return Err(format!(
@@ -402,9 +427,14 @@ mod tests {
             Some(&first),
         );
         assert_eq!(refused.map_err(|e| e.status()), Err(422));
-        // 422: another root at the same size (a fork).
+        // 409 without a size: another root at the same size (a fork).
         let fork = submit(&body(10, &[], &signed(&other, 10, &signer)), Some(&first));
-        assert_eq!(fork.map_err(|e| e.status()), Err(422));
+        assert_eq!(fork, Err(WitnessRefusal::Forked { size: 10 }));
+        assert_eq!(fork.map_err(|e| e.status()), Err(409));
+        // 422: the cosigned checkpoint again, with a proof (a tree is
+        // consistent with itself by the empty proof only).
+        let again = submit(&body(10, &proof, &signed(&t, 10, &signer)), Some(&first));
+        assert_eq!(again.map_err(|e| e.status()), Err(422));
         // 422: a non-empty proof from size 0.
         assert_eq!(
             submit(&body(0, &proof, &signed(&t, 20, &signer)), None).map_err(|e| e.status()),

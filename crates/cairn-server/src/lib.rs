@@ -525,15 +525,16 @@ pub async fn serve(
     limits::serve(listener, router(state), &limits, shutdown).await
 }
 
-/// Serves a witness (`cairn witness`) until `shutdown` resolves, with the
-/// same accept loop and limits as the API.
+/// Serves a witness (`cairn witness`, or `cairn serve --witness-log`)
+/// until `shutdown` resolves, with the API's accept loop, connection cap
+/// and timeouts (`limits`: the server's own, or the defaults).
 pub async fn serve_witness(
     listener: tokio::net::TcpListener,
     witness: Arc<witness::Witness>,
+    limits: &Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = Limits::default();
-    limits::serve(listener, witness::router(witness), &limits, shutdown).await
+    limits::serve(listener, witness::router(witness, limits), limits, shutdown).await
 }
 
 /// Serves the OTLP/HTTP paths alone (`--otlp-listen`, conventionally port

@@ -510,6 +510,19 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
 pub(crate) fn witness_policy_param(
     q: &[(String, String)],
 ) -> Result<Option<cairn_core::witness::WitnessPolicy>, ApiError> {
+    // Counted before any key is decoded: each is a curve point to
+    // decompress.
+    let given = q.iter().filter(|(k, _)| k == "witness").count();
+    if given > cairn_core::witness::MAX_WITNESSES {
+        return Err(ApiError::bad_request(
+            "invalid_argument",
+            format!(
+                "at most {} witness parameters, not {given}",
+                cairn_core::witness::MAX_WITNESSES
+            ),
+        )
+        .with_field("witness"));
+    }
     let keys = q
         .iter()
         .filter(|(k, _)| k == "witness")

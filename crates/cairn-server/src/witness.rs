@@ -35,12 +35,22 @@ pub struct Witness {
 }
 
 /// The witness's routes: `POST /add-checkpoint`, and `GET /` with its
-/// cosignature vkey and the origins it witnesses (plain text).
-pub fn router(witness: Arc<Witness>) -> Router {
+/// cosignature vkey and the origins it witnesses (plain text), with the
+/// API's body and handler timeouts (`limits`): a client that sends a
+/// body's length and then nothing gets `408` instead of holding one of
+/// the listener's connections for good.
+pub fn router(witness: Arc<Witness>, limits: &crate::Limits) -> Router {
+    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
     Router::new()
         .route("/add-checkpoint", post(add_checkpoint))
         .route("/", get(about))
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
         .with_state(witness)
 }
 
@@ -111,14 +121,21 @@ fn decide(witness: &Witness, body: &str) -> Outcome {
     match recorded {
         Ok(Ok(_)) => Outcome::Cosign(text, seconds),
         Ok(Err(refused)) => {
-            // A known log's inconsistent checkpoint is evidence: keep what
-            // the log signed (not a 409, which only says the log's view of
-            // the witness is stale, and not what else the request carried).
-            if !matches!(refused, WitnessRefusal::Conflict { .. })
+            // A known log's inconsistent checkpoint may be evidence: keep
+            // what the log signed. Not a stale old size (the log's view of
+            // the witness is only out of date), nor the cosigned checkpoint
+            // itself sent with a proof (nothing the log signed disagrees).
+            let evidential = match refused {
+                WitnessRefusal::Conflict { .. } => false,
+                WitnessRefusal::Unprocessable(_) => request.old_size != checkpoint.size,
+                _ => true,
+            };
+            if evidential
                 && let Err(e) = witness.state.record_refusal(
                     &checkpoint.origin,
                     refused.status(),
                     &refused.to_string(),
+                    &text,
                     &evidence(&request, &text, witness.logs.get(&checkpoint.origin)),
                     now_micros(),
                 )
@@ -177,7 +194,25 @@ fn evidence(
     out
 }
 
-async fn add_checkpoint(State(witness): State<Arc<Witness>>, body: Bytes) -> Response {
+async fn add_checkpoint(
+    State(witness): State<Arc<Witness>>,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    // A body too slow is a 408 and one too large a 413, as on the API's
+    // routes (axum would answer a slow body with a 400); the witness
+    // answers in plain text.
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            let e = crate::limits::body_error(&rejection, MAX_REQUEST_BYTES);
+            return (
+                e.status,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                format!("{}\n", e.message),
+            )
+                .into_response();
+        }
+    };
     let Ok(body) = String::from_utf8(body.to_vec()) else {
         return refusal(&WitnessRefusal::BadRequest("the body is not UTF-8".into()));
     };

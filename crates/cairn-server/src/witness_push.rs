@@ -26,6 +26,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Largest witness answer read: a cosignature line or a size is far less.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// A witness the server sends its checkpoints to.
 #[derive(Debug, Clone)]
 pub struct WitnessTarget {
@@ -220,6 +223,19 @@ impl Pusher {
                         .await;
                 }
                 409 => match answer.trim_end().parse::<u64>() {
+                    // A size beyond this checkpoint is not remembered: the
+                    // answer is unsigned (a faulty witness, or whatever
+                    // answers on a plain-http path, may say anything), and
+                    // remembering it would stop every later push to this
+                    // witness until a restart. The next round asks again
+                    // from the last size known to be sound.
+                    Ok(size) if size > checkpoint.size => {
+                        return PushOutcome::Refused(format!(
+                            "the witness answered that it cosigned size {size}, beyond this log's {}: \
+                             the log was rolled back, or the witness (or what answered for it) is wrong",
+                            checkpoint.size
+                        ));
+                    }
                     Ok(size) => {
                         old = size;
                         self.known.lock().await.insert(key.clone(), size);
@@ -291,14 +307,20 @@ impl Pusher {
             .map_err(|_| "no answer within 10 s".to_owned())?
             .map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
-        let bytes = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
+        // Read at most the limit: a hostile witness's endless answer is
+        // never held whole.
+        let limited = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES);
+        let bytes = tokio::time::timeout(Duration::from_secs(10), limited.collect())
             .await
             .map_err(|_| "the answer did not arrive within 10 s".to_owned())?
-            .map_err(|e| e.to_string())?
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    "the answer is over 64 KiB".to_owned()
+                } else {
+                    e.to_string()
+                }
+            })?
             .to_bytes();
-        if bytes.len() > 64 * 1024 {
-            return Err("the answer is over 64 KiB".into());
-        }
         Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
     }
 }

@@ -499,3 +499,62 @@ fn bundle_uploads_have_their_own_time() {
     );
     assert_eq!(verdict.json()["verified"], true);
 }
+
+/// The witness's listener has the API's timeouts: a client that announces
+/// a body and sends nothing more gets `408` (it held one of the listener's
+/// connections for good before), and the witness still answers others.
+#[test]
+fn a_witness_cuts_off_a_stalled_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let witness = std::sync::Arc::new(cairn_server::witness::Witness {
+        cosigner: cairn_core::checkpoint::Cosigner::from_seed("w.example", &[9; 32]).unwrap(),
+        logs: std::collections::HashMap::new(),
+        state: cairn_store::witness_state::WitnessState::open(dir.path()).unwrap(),
+    });
+    let limits = Limits {
+        body_idle_timeout: Duration::from_millis(300),
+        body_timeout: Duration::from_millis(1000),
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ready_tx.send(listener.local_addr().unwrap()).unwrap();
+            cairn_server::serve_witness(listener, witness, &limits, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let addr = ready_rx.recv().unwrap();
+    let started = Instant::now();
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled
+        .write_all(
+            b"POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: 65536\r\n\r\nold 0\n",
+        )
+        .unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = stalled.read_to_end(&mut bytes);
+    assert_eq!(parse_response(&bytes).status, 408);
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // Both connections' worth of stalled clients cannot keep it from
+    // answering once they are cut off.
+    let about = raw(addr, "GET / HTTP/1.1\r\nHost: w", b"");
+    assert_eq!(about.status, 200);
+    assert!(String::from_utf8_lossy(&about.body).contains("vkey"));
+    let _ = stop.send(());
+    thread.join().unwrap();
+}

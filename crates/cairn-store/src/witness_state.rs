@@ -128,34 +128,73 @@ impl WitnessState {
         Ok(outcome)
     }
 
-    /// Most refused requests kept; older ones are dropped first.
+    /// Most refused requests kept per origin; older ones are dropped
+    /// first.
     pub const MAX_REFUSALS: i64 = 10_000;
 
     /// Records a refused request by a known log (kept as evidence): the
-    /// caller passes what the log signed, not whatever else the request
-    /// carried, and only the latest [`Self::MAX_REFUSALS`] are kept.
+    /// caller passes what the log signed (`body`, which holds the
+    /// checkpoint's text `checkpoint`), not whatever else the request
+    /// carried. One row per origin and checkpoint: the same signed
+    /// checkpoint sent again (with another junk proof, say) is already
+    /// kept, so flooding the witness with it cannot push older evidence
+    /// out. Each origin keeps its latest [`Self::MAX_REFUSALS`], so one
+    /// log's refusals never push out another's.
     pub fn record_refusal(
         &self,
         origin: &str,
         status: u16,
         detail: &str,
+        checkpoint: &str,
         body: &str,
         now_micros: i64,
     ) -> Result<(), StoreError> {
+        let refused = Refused {
+            origin,
+            status,
+            detail,
+            checkpoint,
+            body,
+            now_micros,
+        };
+        self.record_refusal_keeping(&refused, Self::MAX_REFUSALS)
+    }
+
+    fn record_refusal_keeping(&self, refused: &Refused<'_>, keep: i64) -> Result<(), StoreError> {
+        let Refused {
+            origin,
+            status,
+            detail,
+            checkpoint,
+            body,
+            now_micros,
+        } = *refused;
         let conn = self
             .conn
             .lock()
             .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
-        conn.execute(
-            "INSERT INTO refused (origin, status, detail, body, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![origin, status, detail, body, now_micros],
-        )
-        .map_err(sql("recording a refused checkpoint"))?;
-        conn.execute(
-            "DELETE FROM refused WHERE id <= (SELECT max(id) FROM refused) - ?1",
-            [Self::MAX_REFUSALS],
-        )
-        .map_err(sql("pruning refused checkpoints"))?;
+        // The checkpoint's text follows the blank line that ends the
+        // request's proof (`body` is `old N`, proof lines, a blank line,
+        // the checkpoint, its signatures).
+        let kept_checkpoint = format!("\n\n{checkpoint}\n");
+        let inserted = conn
+            .execute(
+                "INSERT INTO refused (origin, status, detail, body, at)
+                 SELECT ?1, ?2, ?3, ?4, ?5
+                 WHERE NOT EXISTS (
+                   SELECT 1 FROM refused WHERE origin = ?1 AND instr(body, ?6) > 0
+                 )",
+                params![origin, status, detail, body, now_micros, kept_checkpoint],
+            )
+            .map_err(sql("recording a refused checkpoint"))?;
+        if inserted > 0 {
+            conn.execute(
+                "DELETE FROM refused WHERE origin = ?1
+                   AND id <= (SELECT max(id) FROM refused WHERE origin = ?1) - ?2",
+                params![origin, keep],
+            )
+            .map_err(sql("pruning refused checkpoints"))?;
+        }
         Ok(())
     }
 
@@ -169,6 +208,17 @@ impl WitnessState {
             .map(|n| u64::try_from(n).unwrap_or(0))
             .map_err(sql("counting refused checkpoints"))
     }
+}
+
+/// A refused request to record.
+#[derive(Clone, Copy)]
+struct Refused<'a> {
+    origin: &'a str,
+    status: u16,
+    detail: &'a str,
+    checkpoint: &'a str,
+    body: &'a str,
+    now_micros: i64,
 }
 
 /// The witness's directory, readable by its owner only.
@@ -214,4 +264,71 @@ fn read_latest(conn: &Connection, origin: &str) -> Result<Option<(Witnessed, Str
         ))
     })
     .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused<'a>(origin: &'a str, checkpoint: &'a str, body: &'a str) -> Refused<'a> {
+        Refused {
+            origin,
+            status: 422,
+            detail: "inconsistent",
+            checkpoint,
+            body,
+            now_micros: 1,
+        }
+    }
+
+    fn rows(state: &WitnessState, origin: &str) -> i64 {
+        let conn = state.conn.lock().unwrap();
+        conn.query_row(
+            "SELECT count(*) FROM refused WHERE origin = ?1",
+            [origin],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    /// One signed checkpoint sent again and again (with other junk
+    /// proofs) is kept once, and one origin's refusals never push out
+    /// another's.
+    #[test]
+    fn refusals_are_kept_once_per_checkpoint_and_pruned_per_origin() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = WitnessState::open(dir.path()).unwrap();
+        let a = "log.example/a\n10\nROOT=\n";
+        for junk in ["x", "y", "z"] {
+            let body = format!("old 5\n{junk}\n\n{a}\n\u{2014} log sig\n");
+            state
+                .record_refusal_keeping(&refused("log.example/a", a, &body), 3)
+                .unwrap();
+        }
+        assert_eq!(rows(&state, "log.example/a"), 1);
+        // The same text inside a longer checkpoint (an extension line
+        // after it) is another checkpoint.
+        let longer = "log.example/a\n10\nROOT=\next\n";
+        let body = format!("old 5\n\n{longer}\n");
+        state
+            .record_refusal_keeping(&refused("log.example/a", longer, &body), 3)
+            .unwrap();
+        assert_eq!(rows(&state, "log.example/a"), 2);
+        // Another origin's evidence, then a flood of the first origin's
+        // distinct checkpoints: the other origin's row stays.
+        let b = "log.example/b\n3\nROOT=\n";
+        state
+            .record_refusal_keeping(&refused("log.example/b", b, &format!("old 0\n\n{b}\n")), 3)
+            .unwrap();
+        for size in 11..20 {
+            let text = format!("log.example/a\n{size}\nROOT=\n");
+            let body = format!("old 5\n\n{text}\n");
+            state
+                .record_refusal_keeping(&refused("log.example/a", &text, &body), 3)
+                .unwrap();
+        }
+        assert_eq!(rows(&state, "log.example/a"), 3);
+        assert_eq!(rows(&state, "log.example/b"), 1);
+        assert_eq!(state.refusals().unwrap(), 4);
+    }
 }

@@ -122,9 +122,14 @@ pub fn run(args: &WitnessArgs) -> Result<Outcome> {
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        cairn_server::serve_witness(listener, witness, crate::cli::shutdown_signal())
-            .await
-            .context("serving the witness")?;
+        cairn_server::serve_witness(
+            listener,
+            witness,
+            &cairn_server::Limits::default(),
+            crate::cli::shutdown_signal(),
+        )
+        .await
+        .context("serving the witness")?;
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(Outcome::Success)

@@ -261,6 +261,20 @@ fn witnesses_cosign_a_growing_log_and_refuse_a_rewritten_one() {
     let http = call(server.addr, "GET", &query, Some(&admin), None).json();
     assert_eq!(http["brokenReason"], "insufficient-cosignatures", "{http}");
     assert_eq!(http["verified"], false, "{http}");
+    // A policy names at most 64 witnesses: each checkpoint checked is
+    // checked against each of them. Counted before any key is decoded.
+    let crowd = format!("/v1/verify?{}", vec!["witness=x"; 65].join("&"));
+    let refused = call(server.addr, "GET", &crowd, Some(&admin), None);
+    assert_eq!(refused.status, 400);
+    let body = refused.json();
+    assert_eq!(body["error"]["code"], "invalid_argument", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 64"),
+        "{body}"
+    );
     let after = dir.path().join("after.ndjson");
     assert_eq!(
         target

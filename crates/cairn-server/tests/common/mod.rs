@@ -47,6 +47,16 @@ impl Drop for Server {
 
 /// A server with `config`, on `bind` (a loopback address by default).
 pub fn start_on(bind: &str, config: ServerConfig) -> Server {
+    start_on_with_state(bind, config).0
+}
+
+/// A loopback server with `config`, and its state (for tests that drive
+/// parts of the server the routes do not reach, like the witness pusher).
+pub fn start_with_state(config: ServerConfig) -> (Server, Arc<AppState>) {
+    start_on_with_state("127.0.0.1:0", config)
+}
+
+fn start_on_with_state(bind: &str, config: ServerConfig) -> (Server, Arc<AppState>) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn LedgerStore> =
         Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
@@ -54,7 +64,9 @@ pub fn start_on(bind: &str, config: ServerConfig) -> Server {
         .unwrap()
         .unwrap();
     let ledger = Arc::new(Ledger::new(Arc::clone(&store), SequencerConfig::default()));
-    serve_state(bind, AppState::new(ledger, config), admin, store, dir)
+    let state = AppState::new(ledger, config);
+    let server = serve_state(bind, Arc::clone(&state), admin, store, dir);
+    (server, state)
 }
 
 /// Serves `state` (over `store`, kept in `dir`) on `bind` from a thread of

@@ -94,6 +94,8 @@ pub(super) fn serve(
             embedding_batch: cli.embedding.embedding_batch as usize,
             ..limits.config(cli.enabled, &address)
         };
+        // The witness listener (--witness-log) has the API's limits.
+        let witness_limits = config.limits.clone();
         let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
         println!(
             "cairn listening on http://{address} ({}, org: {})",
@@ -163,7 +165,9 @@ pub(super) fn serve(
         };
         let witness = async {
             match witness_listener {
-                Some((l, w)) => cairn_server::serve_witness(l, w, shutdown_signal()).await,
+                Some((l, w)) => {
+                    cairn_server::serve_witness(l, w, &witness_limits, shutdown_signal()).await
+                }
                 None => Ok(()),
             }
         };
