@@ -572,3 +572,65 @@ fn a_timeline_pairs_tool_calls_links_records_and_exports_at_a_level() {
     );
     assert_eq!(both.status, 400);
 }
+
+/// A payload indenting makes many times larger (nested arrays of many
+/// small numbers) is shown cut, never rendered whole: the page stays
+/// small, says where it cut, and counts every step of the session.
+#[test]
+fn a_page_of_huge_payloads_is_cut_not_rendered_whole() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let start = post(
+        &server,
+        "/v1/sessions",
+        &writer,
+        &json!({"session_id": "big", "agent_id": "a"}),
+    );
+    assert_eq!(start.status, 201, "{}", start.text());
+    // 60 arrays deep around 40,000 zeros: about 80 KB as sent, over 5 MB
+    // indented (each zero on its own line behind 120 spaces).
+    let zeros = vec![0u8; 40_000];
+    let mut nested = json!(zeros);
+    for _ in 0..60 {
+        nested = json!([nested]);
+    }
+    let steps = 4;
+    for _ in 0..steps {
+        let mut body = step("big", "a", "tool_call", &"word ".repeat(12_000));
+        body["input_data"] = nested.clone();
+        body["output_data"] = nested.clone();
+        let reply = post(&server, "/v1/steps", &writer, &body);
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    }
+    // An event's detail is limited to 64 KiB as sent.
+    let mut rows = json!(vec![0u8; 30_000]);
+    for _ in 0..60 {
+        rows = json!([rows]);
+    }
+    let event = post(
+        &server,
+        "/v1/audit-events",
+        &writer,
+        &json!({"event_id": "ev-big", "session_id": "big", "action": "dump", "detail": {"rows": rows}}),
+    );
+    assert_eq!(event.status, 201, "{}", event.text());
+
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let reply = page(&server, "/ui/sessions/big", Some(&reader));
+    assert_eq!(reply.status, 200);
+    let html = text(&reply);
+    // 4 steps' input and output and one event's detail, each at most 64
+    // KiB shown (escaped, so a little more), plus 4 contents of 60 KB.
+    assert!(html.len() < 1_500_000, "{} bytes", html.len());
+    assert_eq!(
+        html.matches("cut here: the rest is not shown").count(),
+        2 * steps + 1,
+        "every payload says where it was cut"
+    );
+    assert!(html.contains("<dt>Steps</dt><dd>4</dd>"), "the real count");
+    assert!(html.contains("Verified"));
+    // The step's own page of JSON (the API) still holds it whole.
+    let whole = get(&server, "/v1/sessions/big", &writer);
+    assert_eq!(whole.status, 200);
+    assert_eq!(whole.json()["steps"][0]["input_data"], nested);
+}

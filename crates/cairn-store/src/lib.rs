@@ -156,6 +156,15 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Every stored checkpoint of an org's log, oldest first.
     fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError>;
 
+    /// The org's `limit` latest stored checkpoints, newest first: what a
+    /// page of recent checkpoints reads, however many the log has signed
+    /// (about one a second while it grows).
+    fn latest_checkpoints(
+        &self,
+        org_id: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError>;
+
     /// Inclusion proof of entry `seq` in the tree of `size` entries.
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError>;
 

@@ -507,7 +507,15 @@ impl LedgerStore for SqliteStore {
     }
 
     fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
-        self.checkpoints_in(org_id)
+        self.checkpoints_in(org_id, None)
+    }
+
+    fn latest_checkpoints(
+        &self,
+        org_id: &str,
+        limit: u32,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.checkpoints_in(org_id, Some(limit))
     }
 
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {

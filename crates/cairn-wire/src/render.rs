@@ -51,14 +51,21 @@ pub struct Turn<'a> {
 /// steps recorded without a number).
 pub fn turns(steps: &[StepRecord]) -> Vec<Turn<'_>> {
     let mut out: Vec<Turn<'_>> = Vec::new();
+    // Each turn's place in `out`, so that a session of many turns costs
+    // one look-up a step, not a scan of the turns so far.
+    let mut place: std::collections::HashMap<Option<&str>, usize> =
+        std::collections::HashMap::new();
     for r in steps {
         let id = r.step.turn_id.as_deref();
-        match out.iter_mut().find(|t| t.turn_id == id) {
-            Some(turn) => turn.steps.push(r),
-            None => out.push(Turn {
-                turn_id: id,
-                steps: vec![r],
-            }),
+        match place.get(&id) {
+            Some(&at) => out[at].steps.push(r),
+            None => {
+                place.insert(id, out.len());
+                out.push(Turn {
+                    turn_id: id,
+                    steps: vec![r],
+                });
+            }
         }
     }
     for turn in &mut out {

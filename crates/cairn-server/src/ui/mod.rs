@@ -22,8 +22,11 @@ mod timeline;
 const COOKIE: &str = "cairn_ui";
 /// How long a UI session lasts without a new sign-in.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Most UI sessions held at once; the oldest go first.
+/// Most UI sessions held at once; past it, the oldest sign-in of the org
+/// holding the most ends (see `make_room`).
 const MAX_SESSIONS: usize = 10_000;
+/// Most UI sessions one API key holds; past it, its oldest sign-in ends.
+const SESSIONS_PER_KEY: usize = 16;
 /// Pages: only this server's stylesheet; forms post only here.
 const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 /// Pages that compute in the browser: also this server's scripts.
@@ -58,8 +61,49 @@ pub(crate) struct UiSessions {
 struct UiSession {
     /// The API key's token hash: the key is looked up again on each page.
     token_hash: Hash,
+    /// The key's org, which shares [`MAX_SESSIONS`] with the others.
+    org: String,
     csrf: String,
     expires: Instant,
+}
+
+/// Makes room in `map` for a new session of `org`'s key `token_hash`: a
+/// key holds at most [`SESSIONS_PER_KEY`] (its oldest sign-in ends), and
+/// once the map holds `capacity` ([`MAX_SESSIONS`]) the oldest sign-in of the org holding the most
+/// sessions ends. So one tenant signing in over and over (with one key, or
+/// with keys an admin mints) only ever ends its own sessions once it holds
+/// half of them, never the other orgs'.
+fn make_room(map: &mut HashMap<Hash, UiSession>, capacity: usize, org: &str, token_hash: &Hash) {
+    let oldest_where = |map: &HashMap<Hash, UiSession>, keep: &dyn Fn(&UiSession) -> bool| {
+        map.iter()
+            .filter(|(_, s)| keep(s))
+            .min_by_key(|(_, s)| s.expires)
+            .map(|(k, _)| *k)
+    };
+    let of_key = map.values().filter(|s| s.token_hash == *token_hash).count();
+    if of_key >= SESSIONS_PER_KEY
+        && let Some(oldest) = oldest_where(map, &|s| s.token_hash == *token_hash)
+    {
+        map.remove(&oldest);
+    }
+    if map.len() < capacity {
+        return;
+    }
+    let mut per_org: HashMap<&str, usize> = HashMap::new();
+    for s in map.values() {
+        *per_org.entry(s.org.as_str()).or_default() += 1;
+    }
+    // The new session counts for its org: at a tie, its own org gives way.
+    *per_org.entry(org).or_default() += 1;
+    let largest = per_org
+        .into_iter()
+        .max_by_key(|(name, count)| (*count, *name == org))
+        .map(|(name, _)| name.to_owned());
+    if let Some(largest) = largest
+        && let Some(oldest) = oldest_where(map, &|s| s.org == largest)
+    {
+        map.remove(&oldest);
+    }
 }
 
 /// A signed-in browser: the key's caller and the session's CSRF token.
@@ -351,6 +395,7 @@ async fn sign_in(
     let value = random_hex()?;
     let session = UiSession {
         token_hash: caller.key.token_hash,
+        org: caller.org().to_owned(),
         csrf: random_hex()?,
         expires: Instant::now() + SESSION_TTL,
     };
@@ -361,11 +406,7 @@ async fn sign_in(
             })?;
         let now = Instant::now();
         map.retain(|_, s| s.expires > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k)
-        {
-            map.remove(&oldest);
-        }
+        make_room(&mut map, MAX_SESSIONS, &session.org, &session.token_hash);
         map.insert(session_key(&value), session);
     }
     let secure = headers
@@ -417,4 +458,59 @@ async fn sign_out(
         ],
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPACITY: usize = 500;
+
+    fn session(org: &str, key: u16, age: u64) -> UiSession {
+        let mut token_hash = [0u8; 32];
+        token_hash[..2].copy_from_slice(&key.to_be_bytes());
+        UiSession {
+            token_hash: Hash(token_hash),
+            org: org.to_owned(),
+            csrf: String::new(),
+            // Older sign-ins expire sooner.
+            expires: Instant::now() + SESSION_TTL - Duration::from_secs(age),
+        }
+    }
+
+    fn sign_in(map: &mut HashMap<Hash, UiSession>, n: &mut u32, s: UiSession) {
+        make_room(map, CAPACITY, &s.org, &s.token_hash);
+        *n += 1;
+        let mut id = [0u8; 32];
+        id[..4].copy_from_slice(&n.to_be_bytes());
+        map.insert(Hash(id), s);
+    }
+
+    fn count(map: &HashMap<Hash, UiSession>, org: &str) -> usize {
+        map.values().filter(|s| s.org == org).count()
+    }
+
+    /// A tenant signing in over and over, with one key or many, ends its
+    /// own sessions, never pushing another org below an equal share.
+    #[test]
+    fn one_org_signing_in_over_and_over_never_signs_the_others_out() {
+        let mut map = HashMap::new();
+        let mut n = 0;
+        for i in 0..100 {
+            sign_in(&mut map, &mut n, session("victim", i % 8, 10_000));
+        }
+        // One key: at most SESSIONS_PER_KEY of its own.
+        for _ in 0..1_000 {
+            sign_in(&mut map, &mut n, session("hostile", 200, 0));
+        }
+        assert_eq!(count(&map, "hostile"), SESSIONS_PER_KEY);
+        assert_eq!(count(&map, "victim"), 100);
+        // Many keys until the map is full and past it: the hostile org
+        // gives way once it holds the most.
+        for i in 0..(CAPACITY as u16 * 4) {
+            sign_in(&mut map, &mut n, session("hostile", 1_000 + i % 400, 0));
+        }
+        assert_eq!(map.len(), CAPACITY);
+        assert_eq!(count(&map, "victim"), 100);
+    }
 }

@@ -437,7 +437,7 @@ struct LogPage {
 }
 
 /// Checkpoints listed, newest first.
-const CHECKPOINTS_SHOWN: usize = 100;
+const CHECKPOINTS_SHOWN: u32 = 100;
 
 /// `GET /ui/log[?verify=true]`: the org's checkpoints, and on request the
 /// verdict of the whole log (under the same limit as `GET /v1/verify`).
@@ -463,10 +463,8 @@ pub(super) async fn log(
     let loaded = blocking(&state, move |store| {
         let _permit = permit;
         let checkpoints: Vec<(u64, String, String)> = store
-            .checkpoints(&org)?
+            .latest_checkpoints(&org, CHECKPOINTS_SHOWN)?
             .into_iter()
-            .rev()
-            .take(CHECKPOINTS_SHOWN)
             .map(|cp| (cp.size, cp.root.to_string(), cp.created_at.to_string()))
             .collect();
         let verdict = if verify {

@@ -70,6 +70,10 @@ struct SessionPage {
     reflection: Option<u64>,
     /// Steps left out (more than a page shows).
     more: bool,
+    /// The session's steps, shown or not.
+    step_count: u64,
+    /// Audit events left out (more than a page shows).
+    more_events: bool,
     steps: Vec<StepView>,
     events: Vec<EventView>,
     /// Erasures: step, fields, reason, when.
@@ -79,13 +83,144 @@ struct SessionPage {
 /// Steps shown on one page (a longer session shows its first ones).
 const MAX_STEPS_SHOWN: usize = 2_000;
 
-fn pretty(value: &Option<Value>) -> Option<String> {
-    value
-        .as_ref()
-        .map(|v| serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
+/// Audit events of the session shown below its timeline.
+const MAX_EVENTS_SHOWN: usize = 1_000;
+
+/// Bytes of one field shown (a step's content, input or output, an
+/// event's detail); a longer one is cut, with a note saying so.
+const FIELD_SHOWN_BYTES: usize = 64 * 1024;
+
+/// Bytes of such text one page shows in all: past it, later fields are
+/// replaced by a note. Payloads may be nested JSON that indenting makes
+/// many times larger, so the text is bounded as it is written, never
+/// rendered whole first: a page costs a few megabytes whatever the
+/// session holds.
+const PAGE_TEXT_BYTES: usize = 4 * 1024 * 1024;
+
+/// What is left of a page's [`PAGE_TEXT_BYTES`].
+struct TextBudget {
+    left: usize,
 }
 
-/// Reads a session, its verdict and its operational records.
+/// A writer that keeps at most `limit` bytes and then fails, which stops
+/// the serializer writing into it.
+struct AtMost {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for AtMost {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.limit - self.bytes.len();
+        if buf.len() > room {
+            self.bytes.extend_from_slice(&buf[..room]);
+            return Err(std::io::Error::other("the shown text is full"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `bytes` as text, without a character a cut split.
+fn whole_characters(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).unwrap_or_default()
+        }
+    }
+}
+
+const NOT_SHOWN: &str = "(not shown: this page already shows as much text as it holds; \
+                         GET /v1/sessions/{id} and an export hold it whole)";
+
+impl TextBudget {
+    fn new() -> TextBudget {
+        TextBudget {
+            left: PAGE_TEXT_BYTES,
+        }
+    }
+
+    fn limit(&self) -> Option<usize> {
+        (self.left > 0).then(|| self.left.min(FIELD_SHOWN_BYTES))
+    }
+
+    fn spend(&mut self, text: String, cut: bool) -> String {
+        self.left = self.left.saturating_sub(text.len());
+        if cut {
+            text + "\n… (cut here: the rest is not shown on this page; \
+                    GET /v1/sessions/{id} and an export hold it whole)"
+        } else {
+            text
+        }
+    }
+
+    /// `text`, cut to what the page has left.
+    fn text(&mut self, text: &str) -> String {
+        let Some(limit) = self.limit() else {
+            return NOT_SHOWN.to_owned();
+        };
+        let cut = text.len() > limit;
+        let mut end = limit.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.spend(text[..end].to_owned(), cut)
+    }
+
+    /// `value` as indented JSON, cut to what the page has left.
+    fn json(&mut self, value: &Value) -> String {
+        let Some(limit) = self.limit() else {
+            return NOT_SHOWN.to_owned();
+        };
+        let mut out = AtMost {
+            bytes: Vec::new(),
+            limit,
+        };
+        let cut = serde_json::to_writer_pretty(&mut out, value).is_err();
+        self.spend(whole_characters(out.bytes), cut)
+    }
+}
+
+/// A step as the page shows it: its payloads already written as bounded
+/// text and dropped, so that the page never holds a session's payloads
+/// as parsed JSON.
+struct ShownStep {
+    stored: StoredStep,
+    preview: String,
+    input: Option<String>,
+    output: Option<String>,
+}
+
+impl ShownStep {
+    fn of(mut stored: StoredStep, budget: &mut TextBudget) -> ShownStep {
+        let step = &mut stored.record.step;
+        let preview = step
+            .content
+            .as_deref()
+            .map(|c| c.chars().take(160).collect::<String>() + "…")
+            .unwrap_or_default();
+        let input = step.input.take().map(|v| budget.json(&v));
+        let output = step.output.take().map(|v| budget.json(&v));
+        step.content = step.content.take().map(|c| budget.text(&c));
+        ShownStep {
+            stored,
+            preview,
+            input,
+            output,
+        }
+    }
+}
+
+/// Reads a session, its verdict and its operational records (each step
+/// shown within the page's budget of text).
 async fn load(
     state: &Arc<AppState>,
     org: &str,
@@ -94,30 +229,36 @@ async fn load(
     (
         cairn_store::SessionInfo,
         Option<cairn_core::verify::Verdict>,
-        Vec<StoredStep>,
+        Vec<ShownStep>,
         Vec<(u64, OpRecord)>,
         bool,
+        TextBudget,
     ),
     ApiError,
 > {
     let org = org.to_owned();
+    // Verifying a session is expensive work, as it is on the API's routes:
+    // it takes a slot of the org's share.
+    let permit = limits::expensive(state, &org, "verification").await?;
     blocking(state, move |store| {
+        let _permit = permit;
         let Some(info) = store.session(&org, &id)? else {
             return Err(ApiError::not_found(format!("session {}", shown(&id))));
         };
         let verdict = verify_session(store, &org, &id)?;
         let mut steps = Vec::new();
         let mut more = false;
+        let mut budget = TextBudget::new();
         store.read_session(&org, &id, &mut |stored| {
             if steps.len() == MAX_STEPS_SHOWN {
                 more = true;
                 return false;
             }
-            steps.push(stored);
+            steps.push(ShownStep::of(stored, &mut budget));
             true
         })?;
         let records = store.session_records(&org, &id)?;
-        Ok((info, verdict, steps, records, more))
+        Ok((info, verdict, steps, records, more, budget))
     })
     .await
 }
@@ -132,10 +273,11 @@ pub(super) async fn session(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let (info, verdict, stored, records, more) = match load(&state, user.caller.org(), id).await {
-        Ok(loaded) => loaded,
-        Err(e) => return error_page(&user, e),
-    };
+    let (info, verdict, shown_steps, records, more, mut budget) =
+        match load(&state, user.caller.org(), id).await {
+            Ok(loaded) => loaded,
+            Err(e) => return error_page(&user, e),
+        };
     let failing_index = verdict
         .as_ref()
         .and_then(|v| v.failure.as_ref())
@@ -156,6 +298,7 @@ pub(super) async fn session(
         None => ("Not verified".to_owned(), "neutral", None, 0),
     };
     // Links are threaded within the session by trace id.
+    let stored: Vec<&StoredStep> = shown_steps.iter().map(|s| &s.stored).collect();
     let index_of: HashMap<String, u64> = stored
         .iter()
         .map(|s| (s.record.step.trace_id.clone(), s.record.step.step_index))
@@ -163,14 +306,16 @@ pub(super) async fn session(
     let mut events = Vec::new();
     let mut reviews: HashMap<u64, Vec<String>> = HashMap::new();
     let mut erasures = Vec::new();
+    let mut more_events = false;
     for (seq, record) in &records {
         match record {
+            OpRecord::AuditEvent(_) if events.len() == MAX_EVENTS_SHOWN => more_events = true,
             OpRecord::AuditEvent(e) => events.push(EventView {
                 event_id: e.event_id.clone(),
                 action: e.action.clone(),
                 at: e.at.to_string(),
                 seq: *seq,
-                detail: pretty(&e.detail),
+                detail: e.detail.as_ref().map(|d| budget.json(d)),
             }),
             OpRecord::Review(r) => reviews.entry(r.step_index).or_default().push(format!(
                 "{} by {} at {}{}",
@@ -246,15 +391,13 @@ pub(super) async fn session(
         .last()
         .filter(|s| s.record.step.kind == StepKind::Reflection)
         .map(|s| s.record.step.step_index);
-    let steps = stored
-        .iter()
-        .map(|s| {
+    let steps = shown_steps
+        .into_iter()
+        .map(|shown| {
+            let s = &shown.stored;
             let step = &s.record.step;
             let content = step.content.clone();
-            let preview = content
-                .as_deref()
-                .map(|c| c.chars().take(160).collect::<String>() + "…")
-                .unwrap_or_default();
+            let preview = shown.preview;
             StepView {
                 index: step.step_index,
                 seq: s.seq,
@@ -269,8 +412,8 @@ pub(super) async fn session(
                 failing: failing_index == Some(step.step_index),
                 content,
                 preview,
-                input: pretty(&step.input),
-                output: pretty(&step.output),
+                input: shown.input,
+                output: shown.output,
                 hash: s.record.hash.to_string(),
                 flagged: step.status == cairn_core::record::Status::Flagged,
                 turn: step.turn_id.as_ref().map(|turn| match step.turn_step {
@@ -315,6 +458,8 @@ pub(super) async fn session(
             session_root: info.seal.as_ref().map(|seal| seal.session_root.to_string()),
             reflection,
             more,
+            step_count: info.step_count,
+            more_events,
             steps,
             events,
             erasures,
@@ -349,13 +494,33 @@ pub(super) async fn markdown(
         let Some(info) = store.session(&org, &id)? else {
             return Err(ApiError::not_found(format!("session {}", shown(&id))));
         };
+        // The Markdown shows contents, not payloads: those are dropped as
+        // they are read, and the page stops within the text budget.
         let mut steps = Vec::new();
+        let mut text = 0usize;
+        let mut more = false;
         store.read_session(&org, &id, &mut |s| {
-            steps.push(s.record);
+            if steps.len() == MAX_STEPS_SHOWN || text > PAGE_TEXT_BYTES {
+                more = true;
+                return false;
+            }
+            let mut record = s.record;
+            record.step.input = None;
+            record.step.output = None;
+            text += record.step.content.as_ref().map_or(0, String::len);
+            steps.push(record);
             true
         })?;
-        Ok(crate::render::markdown(&info.header.session_id, &steps))
-            .map(|text| (info.header.session_id, text))
+        let mut markdown = crate::render::markdown(&info.header.session_id, &steps);
+        if more {
+            markdown.push_str(&format!(
+                "\n(This page shows the session's first {} of {} steps; \
+                 GET /v1/sessions/{{id}}?format=markdown gives all of them.)\n",
+                steps.len(),
+                info.step_count
+            ));
+        }
+        Ok((info.header.session_id, markdown))
     })
     .await;
     match loaded {
@@ -430,7 +595,7 @@ pub(super) async fn record(
                     action: event.action.clone(),
                     at: time_text(Some(event.at)),
                     seq,
-                    detail: pretty(&event.detail),
+                    detail: event.detail.as_ref().map(|d| TextBudget::new().json(d)),
                 },
             })
         }
@@ -441,4 +606,42 @@ pub(super) async fn record(
 /// A value as one URL path segment (percent-encoded).
 fn path_segment(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields are cut at the field's limit, on a character boundary, and
+    /// once the page's budget is spent later fields are not shown at all.
+    #[test]
+    fn shown_text_is_bounded_per_field_and_per_page() {
+        let mut budget = TextBudget::new();
+        let short = budget.text("short");
+        assert_eq!(short, "short");
+        let long = "é".repeat(FIELD_SHOWN_BYTES);
+        let cut = budget.text(&long);
+        let (shown, note) = cut.split_once("\n… (cut here").unwrap();
+        assert!(shown.len() <= FIELD_SHOWN_BYTES && shown.len() > FIELD_SHOWN_BYTES - 2);
+        assert!(shown.chars().all(|c| c == 'é'), "no split character");
+        assert!(note.contains("not shown on this page"));
+        let mut nested = serde_json::json!(vec![0; 100_000]);
+        for _ in 0..40 {
+            nested = serde_json::json!([nested]);
+        }
+        let json = budget.json(&nested);
+        assert!(json.len() < FIELD_SHOWN_BYTES + 200, "{}", json.len());
+        assert!(json.starts_with("[\n  [\n"));
+        while budget.left > 0 {
+            budget.json(&nested);
+        }
+        assert_eq!(budget.text("anything"), NOT_SHOWN);
+        assert_eq!(budget.json(&serde_json::json!(1)), NOT_SHOWN);
+        // A small value is written whole, as before.
+        let mut fresh = TextBudget::new();
+        assert_eq!(
+            fresh.json(&serde_json::json!({"rows": 3})),
+            "{\n  \"rows\": 3\n}"
+        );
+    }
 }

@@ -258,16 +258,31 @@ impl PgStore {
         })
     }
 
-    pub(super) fn checkpoints_in(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
+    /// Every checkpoint, oldest first; or the `newest` latest, newest
+    /// first.
+    pub(super) fn checkpoints_in(
+        &self,
+        org_id: &str,
+        newest: Option<u32>,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
-            db.query(
-                "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 ORDER BY size",
-                &[&org],
-                "listing checkpoints",
-            )?
+            let rows = match newest {
+                Some(limit) => db.query(
+                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 \
+                     ORDER BY size DESC LIMIT $2",
+                    &[&org, &i64::from(limit)],
+                    "listing the latest checkpoints",
+                )?,
+                None => db.query(
+                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 ORDER BY size",
+                    &[&org],
+                    "listing checkpoints",
+                )?,
+            };
+            rows
             .iter()
             .map(|row| checkpoint_from_row(row, org_id))
             .collect()

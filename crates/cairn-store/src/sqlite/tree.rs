@@ -148,17 +148,35 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn checkpoints_in(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
+    /// Every checkpoint, oldest first; or the `newest` latest, newest
+    /// first.
+    pub(super) fn checkpoints_in(
+        &self,
+        org_id: &str,
+        newest: Option<u32>,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
             let mut stmt = c
-                .prepare("SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 ORDER BY size")
+                .prepare(if newest.is_some() {
+                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 \
+                     ORDER BY size DESC LIMIT ?2"
+                } else {
+                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 \
+                     ORDER BY size LIMIT ?2"
+                })
                 .context("listing checkpoints")?;
+            let limit = newest.map_or(-1, i64::from);
             let rows = stmt
-                .query_map([org], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+                .query_map(rusqlite::params![org, limit], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
                 })
                 .context("listing checkpoints")?;
             let mut out = Vec::new();

@@ -279,6 +279,17 @@ pub(super) fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
     let last = checkpoints.last().unwrap();
     assert_eq!(last.size, size);
     assert_eq!(store.latest_checkpoint(ORG).unwrap().as_ref(), Some(last));
+    // Every checkpoint oldest first; the latest ones newest first, read
+    // without the rest.
+    let all = store.checkpoints(ORG).unwrap();
+    assert_eq!(all.len(), checkpoints.len());
+    let sizes: Vec<u64> = all.iter().map(|c| c.size).collect();
+    assert!(sizes.is_sorted(), "{sizes:?}");
+    let latest = store.latest_checkpoints(ORG, 2).unwrap();
+    let expected: Vec<_> = all.iter().rev().take(2).cloned().collect();
+    assert_eq!(latest, expected);
+    assert_eq!(store.latest_checkpoints(ORG, 100).unwrap().len(), all.len());
+    assert!(store.latest_checkpoints("nobody", 5).unwrap().is_empty());
     let origin = format!("{}/{ORG}", store.server_name());
     for cp in &checkpoints {
         let verified = cairn_core::checkpoint::verify_checkpoint(
