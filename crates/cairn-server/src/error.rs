@@ -100,6 +100,7 @@ pub const ERROR_CODES: &[&str] = &[
     "unavailable",
     "too_many_sessions",
     "line_too_long",
+    "answer_too_large",
     "host_not_allowed",
     "origin_not_allowed",
     "sql_refused",

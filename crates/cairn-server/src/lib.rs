@@ -20,6 +20,7 @@ mod docs_page;
 pub mod embedding_endpoint;
 pub mod embedding_worker;
 mod error;
+mod held;
 mod input;
 mod keys;
 mod limits;

@@ -302,7 +302,7 @@ pub(crate) fn listed_sessions(
     operation_id = "replay",
     tag = "sessions",
     summary = "Replay a session",
-    description = "Steps in order with seed 000's member names. verify=true adds chain_valid and the verdict; format=markdown returns seed 002's Markdown.",
+    description = "Steps in order with seed 000's member names. verify=true adds chain_valid and the verdict; format=markdown returns seed 002's Markdown. The JSON is streamed as the steps are read (step_count follows the steps): a failure after the first byte cuts the body short, so it never parses as a shorter replay.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session"),
         ("verify" = Option<bool>, Query, description = "true to verify the chain"),
@@ -332,24 +332,22 @@ pub(crate) async fn replay(
     } else {
         None
     };
-    let (info, mut steps, verdict) = blocking(&state, move |store| {
-        let _permit = permit;
-        let info = store.session(&org, &session_id)?.ok_or_else(|| {
-            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-        })?;
-        let mut steps = Vec::new();
-        store.read_session(&org, &session_id, &mut |s| {
-            steps.push(s);
-            true
-        })?;
-        let verdict = if verify {
-            verify_session(store, &org, &session_id)?
-        } else {
-            None
-        };
-        Ok((info, steps, verdict))
-    })
-    .await?;
+    let (info, verdict) = {
+        let (org, session_id) = (org.clone(), session_id.clone());
+        blocking(&state, move |store| {
+            let _permit = permit;
+            let info = store.session(&org, &session_id)?.ok_or_else(|| {
+                ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+            })?;
+            let verdict = if verify {
+                verify_session(store, &org, &session_id)?
+            } else {
+                None
+            };
+            Ok((info, verdict))
+        })
+        .await?
+    };
     if let Some(v) = &verdict {
         state.metrics.verification(v.verified);
     }
@@ -358,33 +356,153 @@ pub(crate) async fn replay(
         level,
         Some((&info.header.session_id, info.header.full_consent)),
     )?;
-    if let Some(level) = level {
-        for s in &mut steps {
-            s.record.redact(level).map_err(|e| {
+    if markdown {
+        let records = blocking(&state, move |store| {
+            let mut records = Vec::new();
+            let mut redacted = Ok(());
+            let mut held = crate::held::HeldAnswer::new();
+            let mut too_large = None;
+            store.read_session(&org, &session_id, &mut |mut s| {
+                if let Some(level) = level {
+                    redacted = s.record.redact(level);
+                }
+                // The Markdown shows contents, never payloads: they are
+                // dropped as they are read.
+                s.record.step.input = None;
+                s.record.step.output = None;
+                if let Err(e) = held.hold(&s.record, false) {
+                    too_large = Some(e);
+                    return false;
+                }
+                records.push(s.record);
+                redacted.is_ok()
+            })?;
+            if let Some(e) = too_large {
+                return Err(e);
+            }
+            redacted.map_err(|e| {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             })?;
-        }
-    }
-    if markdown {
-        let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
+            Ok(records)
+        })
+        .await?;
         return Ok(markdown_response(render::markdown(
             &info.header.session_id,
             &records,
         )));
     }
-    let mut body = json!({
-        "session_id": info.header.session_id,
-        "agent_id": info.header.agent_id,
-        "level": level.map(DetailLevel::as_str),
-        "step_count": steps.len(),
-        "sealed": info.seal.is_some(),
-        "steps": steps.iter().map(|s| wire::step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
-    });
+    let mut head = serde_json::Map::new();
+    head.insert("session_id".into(), json!(info.header.session_id));
+    head.insert("agent_id".into(), json!(info.header.agent_id));
+    head.insert("level".into(), json!(level.map(DetailLevel::as_str)));
+    head.insert("sealed".into(), json!(info.seal.is_some()));
+    let mut tail = serde_json::Map::new();
     if let Some(v) = &verdict {
-        body["chain_valid"] = json!(v.verified);
-        body["verdict"] = wire::verdict_to_json(v, 0, cairn_store::now());
+        tail.insert("chain_valid".into(), json!(v.verified));
+        tail.insert(
+            "verdict".into(),
+            wire::verdict_to_json(v, 0, cairn_store::now()),
+        );
     }
-    Ok(axum::Json(body).into_response())
+    let replay = StreamedReplay {
+        org,
+        session_id,
+        level,
+        head,
+        tail,
+    };
+    Ok(replay.stream(&state))
+}
+
+/// A replay's JSON object, streamed: the steps are written one by one as
+/// the store reads them, so its memory is one step's, whatever the session
+/// holds (a session of thousands of large payloads would otherwise be held
+/// whole, many times its size as parsed JSON).
+struct StreamedReplay {
+    org: String,
+    session_id: String,
+    level: Option<DetailLevel>,
+    /// Members before `steps`.
+    head: serde_json::Map<String, Value>,
+    /// Members after it (`step_count` is added, counting what was sent).
+    tail: serde_json::Map<String, Value>,
+}
+
+impl StreamedReplay {
+    /// The response: everything that can fail before the first byte has
+    /// been checked; a failure while streaming cuts the body short, so a
+    /// client sees invalid JSON, never a shorter replay that parses.
+    fn stream(self, state: &Arc<AppState>) -> Response {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let store = Arc::clone(&state.store);
+        tokio::task::spawn_blocking(move || {
+            let mut out = crate::log_api::ChannelWriter::new(tx.clone());
+            if let Err(e) = self.write(store.as_ref(), &mut out) {
+                tracing::warn!(error = %e, "replay failed while streaming");
+                let _ = tx.blocking_send(Err(std::io::Error::other(e)));
+            }
+        });
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::from_stream(crate::log_api::ChannelBody::new(rx)),
+        )
+            .into_response()
+    }
+
+    fn write(
+        self,
+        store: &dyn LedgerStore,
+        out: &mut crate::log_api::ChannelWriter,
+    ) -> Result<(), String> {
+        use std::io::Write as _;
+        let StreamedReplay {
+            org,
+            session_id,
+            level,
+            head,
+            mut tail,
+        } = self;
+        let mut text = serde_json::to_vec(&Value::Object(head)).map_err(|e| e.to_string())?;
+        // `{...}` without its closing brace, then the steps.
+        text.pop();
+        text.extend_from_slice(b",\"steps\":[");
+        out.write_all(&text).map_err(|e| e.to_string())?;
+        let mut count = 0u64;
+        let mut failed = None;
+        store
+            .read_session(&org, &session_id, &mut |mut s| {
+                if let Some(level) = level
+                    && let Err(e) = s.record.redact(level)
+                {
+                    failed = Some(e.to_string());
+                    return false;
+                }
+                let step = wire::step_out(s.seq, &s.record);
+                let written = if count > 0 {
+                    out.write_all(b",")
+                } else {
+                    Ok(())
+                }
+                .and_then(|()| serde_json::to_writer(&mut *out, &step).map_err(Into::into));
+                if let Err(e) = written {
+                    failed = Some(e.to_string());
+                    return false;
+                }
+                count += 1;
+                true
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        tail.insert("step_count".into(), json!(count));
+        let text = serde_json::to_vec(&Value::Object(tail)).map_err(|e| e.to_string())?;
+        // `],` and the tail's members with its closing brace.
+        out.write_all(b"],").map_err(|e| e.to_string())?;
+        out.write_all(text.get(1..).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())
+    }
 }
 
 #[utoipa::path(

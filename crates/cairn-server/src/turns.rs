@@ -299,12 +299,21 @@ async fn session_records(
         })?;
         let mut records = Vec::new();
         let mut seqs = HashMap::new();
+        let mut held = crate::held::HeldAnswer::new();
+        let mut too_large = None;
         store.read_session(&org, &session_id, &mut |s| {
+            if let Err(e) = held.hold(&s.record, true) {
+                too_large = Some(e);
+                return false;
+            }
             seqs.insert(s.record.step.trace_id.clone(), s.seq);
             records.push(s.record);
             true
         })?;
-        Ok((records, seqs))
+        match too_large {
+            Some(e) => Err(e),
+            None => Ok((records, seqs)),
+        }
     })
     .await
 }

@@ -137,13 +137,23 @@ impl CairnMcp {
                 )?;
                 let mut steps = Vec::new();
                 let mut redacted = Ok(());
+                // One tool result is one JSON-RPC message, held whole.
+                let mut held = crate::held::HeldAnswer::new();
+                let mut too_large = None;
                 store.read_session(&org, &args.session_id, &mut |mut s| {
                     if let Some(level) = level {
                         redacted = s.record.redact(level);
                     }
+                    if let Err(e) = held.hold(&s.record, true) {
+                        too_large = Some(e);
+                        return false;
+                    }
                     steps.push(crate::wire::step_out(s.seq, &s.record));
                     redacted.is_ok()
                 })?;
+                if let Some(e) = too_large {
+                    return Err(e);
+                }
                 redacted.map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
                 let mut out = Replay {
                     session_id: args.session_id.clone(),
