@@ -52,11 +52,15 @@ pub enum WitnessRefusal {
         size: u64,
     },
     /// 422: the checkpoint is not consistent with what the witness
-    /// cosigned before (a proof that does not verify, a proof between two
-    /// trees of the same size that is not empty, a size-0 checkpoint with
-    /// another root than the empty tree's).
+    /// cosigned before (a proof that does not verify, a size-0 checkpoint
+    /// with another root than the empty tree's).
     #[error("inconsistent: {0}")]
     Unprocessable(String),
+    /// 422: the checkpoint the witness cosigned, sent again with a proof
+    /// (a tree is consistent with itself by the empty proof only). Nothing
+    /// the log signed disagrees with the witness: not evidence.
+    #[error("a proof between two trees of the same size must be empty")]
+    ProofNotEmpty,
 }
 
 impl WitnessRefusal {
@@ -67,7 +71,7 @@ impl WitnessRefusal {
             WitnessRefusal::UnknownLog(_) => 404,
             WitnessRefusal::Forbidden(_) => 403,
             WitnessRefusal::Conflict { .. } | WitnessRefusal::Forked { .. } => 409,
-            WitnessRefusal::Unprocessable(_) => 422,
+            WitnessRefusal::Unprocessable(_) | WitnessRefusal::ProofNotEmpty => 422,
         }
     }
 }
@@ -210,9 +214,7 @@ pub fn check_consistency(
                     });
                 }
                 if !request.proof.is_empty() {
-                    return Err(inconsistent(
-                        "a proof between two trees of the same size must be empty",
-                    ));
+                    return Err(WitnessRefusal::ProofNotEmpty);
                 }
             } else {
                 verify_consistency(
@@ -434,6 +436,7 @@ mod tests {
         // 422: the cosigned checkpoint again, with a proof (a tree is
         // consistent with itself by the empty proof only).
         let again = submit(&body(10, &proof, &signed(&t, 10, &signer)), Some(&first));
+        assert_eq!(again, Err(WitnessRefusal::ProofNotEmpty));
         assert_eq!(again.map_err(|e| e.status()), Err(422));
         // 422: a non-empty proof from size 0.
         assert_eq!(

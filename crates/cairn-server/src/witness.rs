@@ -125,11 +125,10 @@ fn decide(witness: &Witness, body: &str) -> Outcome {
             // what the log signed. Not a stale old size (the log's view of
             // the witness is only out of date), nor the cosigned checkpoint
             // itself sent with a proof (nothing the log signed disagrees).
-            let evidential = match refused {
-                WitnessRefusal::Conflict { .. } => false,
-                WitnessRefusal::Unprocessable(_) => request.old_size != checkpoint.size,
-                _ => true,
-            };
+            let evidential = !matches!(
+                refused,
+                WitnessRefusal::Conflict { .. } | WitnessRefusal::ProofNotEmpty
+            );
             if evidential
                 && let Err(e) = witness.state.record_refusal(
                     &checkpoint.origin,
@@ -205,10 +204,17 @@ async fn add_checkpoint(
         Ok(body) => body,
         Err(rejection) => {
             let e = crate::limits::body_error(&rejection, MAX_REQUEST_BYTES);
+            let message = match e.status {
+                StatusCode::REQUEST_TIMEOUT => "the request body arrived too slowly".to_owned(),
+                StatusCode::PAYLOAD_TOO_LARGE => {
+                    format!("the request body is over {MAX_REQUEST_BYTES} bytes")
+                }
+                _ => e.message,
+            };
             return (
                 e.status,
                 [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                format!("{}\n", e.message),
+                format!("{message}\n"),
             )
                 .into_response();
         }

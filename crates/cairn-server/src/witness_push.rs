@@ -240,8 +240,14 @@ impl Pusher {
                         old = size;
                         self.known.lock().await.insert(key.clone(), size);
                     }
+                    // C2SP's other 409: a checkpoint of the size the
+                    // witness cosigned, with another root.
                     Err(_) => {
-                        return PushOutcome::Refused(format!("409 without a size: {answer:?}"));
+                        return PushOutcome::Refused(format!(
+                            "409 without a size: the witness cosigned another root at this size \
+                             (a fork), or answered wrongly: {:?}",
+                            answer.chars().take(200).collect::<String>()
+                        ));
                     }
                 },
                 other => {

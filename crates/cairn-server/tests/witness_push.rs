@@ -18,7 +18,12 @@ use tower::ServiceExt as _;
 /// A server with one step recorded in org `acme`, and its state.
 fn server_with_a_step() -> (Server, Arc<AppState>) {
     let (server, state) = start_with_state(ServerConfig::default());
-    let reply = post(&server, "/v1/steps", &server.admin, &step("s", "a", "plan", "go"));
+    let reply = post(
+        &server,
+        "/v1/steps",
+        &server.admin,
+        &step("s", "a", "plan", "go"),
+    );
     assert_eq!(reply.status, 201, "{}", reply.text());
     (server, state)
 }

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS refused (
   body       TEXT    NOT NULL,
   at         INTEGER NOT NULL
 );
+CREATE INDEX IF NOT EXISTS refused_by_origin ON refused (origin, id);
 ";
 
 /// A witness's persistent state.
@@ -133,13 +134,17 @@ impl WitnessState {
     pub const MAX_REFUSALS: i64 = 10_000;
 
     /// Records a refused request by a known log (kept as evidence): the
-    /// caller passes what the log signed (`body`, which holds the
-    /// checkpoint's text `checkpoint`), not whatever else the request
-    /// carried. One row per origin and checkpoint: the same signed
-    /// checkpoint sent again (with another junk proof, say) is already
-    /// kept, so flooding the witness with it cannot push older evidence
-    /// out. Each origin keeps its latest [`Self::MAX_REFUSALS`], so one
-    /// log's refusals never push out another's.
+    /// caller passes what the log signed (`body`: the request's `old` line
+    /// and proof, then the checkpoint's text `checkpoint` and its
+    /// signatures), not whatever else the request carried. One row per
+    /// origin, checkpoint, `old` size and status: the same refusal sent
+    /// again with other junk proofs adds nothing, so flooding the witness
+    /// with one signed checkpoint cannot push older evidence out, and the
+    /// same checkpoint refused for another reason (a fork, after a bad
+    /// proof) is kept as well. Each origin keeps its latest
+    /// [`Self::MAX_REFUSALS`] other than forks (`409`: another root at the
+    /// cosigned size), which are kept for good (only the log can sign
+    /// them), so one log's refusals never push out another's.
     pub fn record_refusal(
         &self,
         origin: &str,
@@ -173,24 +178,36 @@ impl WitnessState {
             .conn
             .lock()
             .map_err(|_| StoreError::Corrupt("the witness state lock is poisoned".into()))?;
-        // The checkpoint's text follows the blank line that ends the
-        // request's proof (`body` is `old N`, proof lines, a blank line,
-        // the checkpoint, its signatures).
+        // `body` is `old N`, proof lines, a blank line, the checkpoint
+        // and its signatures: the checkpoint's text follows the blank line
+        // (a note's text holds none).
+        let old_line = body.split_inclusive('\n').next().unwrap_or_default();
         let kept_checkpoint = format!("\n\n{checkpoint}\n");
         let inserted = conn
             .execute(
                 "INSERT INTO refused (origin, status, detail, body, at)
                  SELECT ?1, ?2, ?3, ?4, ?5
                  WHERE NOT EXISTS (
-                   SELECT 1 FROM refused WHERE origin = ?1 AND instr(body, ?6) > 0
+                   SELECT 1 FROM refused WHERE origin = ?1 AND status = ?2
+                     AND substr(body, 1, length(?7)) = ?7 AND instr(body, ?6) > 0
                  )",
-                params![origin, status, detail, body, now_micros, kept_checkpoint],
+                params![
+                    origin,
+                    status,
+                    detail,
+                    body,
+                    now_micros,
+                    kept_checkpoint,
+                    old_line
+                ],
             )
             .map_err(sql("recording a refused checkpoint"))?;
         if inserted > 0 {
             conn.execute(
-                "DELETE FROM refused WHERE origin = ?1
-                   AND id <= (SELECT max(id) FROM refused WHERE origin = ?1) - ?2",
+                "DELETE FROM refused WHERE id IN (
+                   SELECT id FROM refused WHERE origin = ?1 AND status <> 409
+                   ORDER BY id DESC LIMIT -1 OFFSET ?2
+                 )",
                 params![origin, keep],
             )
             .map_err(sql("pruning refused checkpoints"))?;
@@ -271,9 +288,18 @@ mod tests {
     use super::*;
 
     fn refused<'a>(origin: &'a str, checkpoint: &'a str, body: &'a str) -> Refused<'a> {
+        refused_with(422, origin, checkpoint, body)
+    }
+
+    fn refused_with<'a>(
+        status: u16,
+        origin: &'a str,
+        checkpoint: &'a str,
+        body: &'a str,
+    ) -> Refused<'a> {
         Refused {
             origin,
-            status: 422,
+            status,
             detail: "inconsistent",
             checkpoint,
             body,
@@ -306,6 +332,18 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(rows(&state, "log.example/a"), 1);
+        // The same checkpoint refused for another reason, or from another
+        // old size, is another fact: kept too. A fork (409) is never
+        // pruned.
+        let fork = format!("old 10\n\n{a}\n");
+        state
+            .record_refusal_keeping(&refused_with(409, "log.example/a", a, &fork), 3)
+            .unwrap();
+        let other_old = format!("old 7\nq\n\n{a}\n");
+        state
+            .record_refusal_keeping(&refused("log.example/a", a, &other_old), 3)
+            .unwrap();
+        assert_eq!(rows(&state, "log.example/a"), 3);
         // The same text inside a longer checkpoint (an extension line
         // after it) is another checkpoint.
         let longer = "log.example/a\n10\nROOT=\next\n";
@@ -313,7 +351,7 @@ mod tests {
         state
             .record_refusal_keeping(&refused("log.example/a", longer, &body), 3)
             .unwrap();
-        assert_eq!(rows(&state, "log.example/a"), 2);
+        assert_eq!(rows(&state, "log.example/a"), 4);
         // Another origin's evidence, then a flood of the first origin's
         // distinct checkpoints: the other origin's row stays.
         let b = "log.example/b\n3\nROOT=\n";
@@ -327,8 +365,19 @@ mod tests {
                 .record_refusal_keeping(&refused("log.example/a", &text, &body), 3)
                 .unwrap();
         }
-        assert_eq!(rows(&state, "log.example/a"), 3);
+        // The latest 3 that are not forks, and the fork.
+        assert_eq!(rows(&state, "log.example/a"), 4);
+        let conn = state.conn.lock().unwrap();
+        let forks: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM refused WHERE origin = 'log.example/a' AND status = 409",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        drop(conn);
+        assert_eq!(forks, 1);
         assert_eq!(rows(&state, "log.example/b"), 1);
-        assert_eq!(state.refusals().unwrap(), 4);
+        assert_eq!(state.refusals().unwrap(), 5);
     }
 }
