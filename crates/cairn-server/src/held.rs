@@ -10,9 +10,16 @@ use crate::ApiError;
 use axum::http::StatusCode;
 use cairn_core::commit::StepRecord;
 
-/// Bytes of step text (contents, and payloads as JSON where the answer
-/// holds them) one held answer may hold.
-pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes of steps one held answer may hold, counted as
+/// [`HeldAnswer::hold`] does. Parsed JSON takes several times its text's
+/// size in memory (many times, for arrays of small numbers), so the limit
+/// is well below what a server can hold, and held answers take one of the
+/// org's expensive slots ([`crate::limits::expensive`]) so that only a few
+/// are built at once.
+pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a step costs besides its text: ids, hashes, commitments.
+const PER_STEP_BYTES: usize = 512;
 
 /// The running count of one held answer.
 pub(crate) struct HeldAnswer {
@@ -34,6 +41,14 @@ impl std::io::Write for Count {
     }
 }
 
+/// Drops what a Markdown rendering never shows (input, output and
+/// metadata), before the step is held.
+pub(crate) fn drop_payloads(record: &mut StepRecord) {
+    record.step.input = None;
+    record.step.output = None;
+    record.step.metadata = None;
+}
+
 impl HeldAnswer {
     /// An empty answer, limited to [`MAX_HELD_ANSWER_BYTES`].
     pub(crate) fn new() -> HeldAnswer {
@@ -44,16 +59,18 @@ impl HeldAnswer {
         HeldAnswer { bytes: 0, limit }
     }
 
-    /// Counts `record`: its content, and with `payloads` its input and
-    /// output as JSON. Past the limit, `answer_too_large`.
-    pub(crate) fn hold(&mut self, record: &StepRecord, payloads: bool) -> Result<(), ApiError> {
+    /// Counts `record` as it is held: its content, its input, output and
+    /// metadata as JSON (those still there), and a fixed cost a step. Past
+    /// the limit, `answer_too_large`.
+    pub(crate) fn hold(&mut self, record: &StepRecord) -> Result<(), ApiError> {
         let step = &record.step;
-        let mut count = Count(step.content.as_ref().map_or(0, String::len));
-        if payloads {
-            for value in [&step.input, &step.output].into_iter().flatten() {
-                // Writing into a counter cannot fail.
-                let _ = serde_json::to_writer(&mut count, value);
-            }
+        let mut count = Count(PER_STEP_BYTES + step.content.as_ref().map_or(0, String::len));
+        for value in [&step.input, &step.output, &step.metadata]
+            .into_iter()
+            .flatten()
+        {
+            // Writing into a counter cannot fail.
+            let _ = serde_json::to_writer(&mut count, value);
         }
         self.bytes = self.bytes.saturating_add(count.0);
         if self.bytes > self.limit {
@@ -87,16 +104,22 @@ mod tests {
 
     #[test]
     fn an_answer_is_refused_once_it_passes_its_limit() {
-        let mut held = HeldAnswer::at_most(100);
-        let small = record("0123456789", serde_json::json!([1, 2, 3]));
+        let mut held = HeldAnswer::at_most(3_000);
+        let mut small = record("0123456789", serde_json::json!([1, 2, 3]));
+        small.step.metadata = Some(serde_json::json!({"k": 1}));
         for _ in 0..5 {
-            held.hold(&small, true).unwrap();
+            held.hold(&small).unwrap();
         }
-        assert_eq!(held.bytes, 5 * (10 + 7));
-        // Without payloads only the content counts.
-        held.hold(&small, false).unwrap();
-        assert_eq!(held.bytes, 95);
-        let refused = held.hold(&small, true).unwrap_err();
+        // Content, input, metadata and the fixed cost, each time.
+        assert_eq!(held.bytes, 5 * (10 + 7 + 7 + PER_STEP_BYTES));
+        // Without payloads (a Markdown's steps) the content and the fixed
+        // cost count.
+        drop_payloads(&mut small);
+        let mut markdown = HeldAnswer::at_most(3_000);
+        markdown.hold(&small).unwrap();
+        assert_eq!(markdown.bytes, 10 + PER_STEP_BYTES);
+        // 2,680 + 522 is past 3,000.
+        let refused = held.hold(&small).unwrap_err();
         assert_eq!(
             (refused.status.as_u16(), refused.code),
             (422, "answer_too_large")

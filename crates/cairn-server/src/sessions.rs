@@ -334,8 +334,9 @@ pub(crate) async fn replay(
     };
     let (info, verdict) = {
         let (org, session_id) = (org.clone(), session_id.clone());
+        // The permit stays held here while the work runs (and, for a
+        // Markdown replay, while its steps are read).
         blocking(&state, move |store| {
-            let _permit = permit;
             let info = store.session(&org, &session_id)?.ok_or_else(|| {
                 ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
             })?;
@@ -357,7 +358,14 @@ pub(crate) async fn replay(
         Some((&info.header.session_id, info.header.full_consent)),
     )?;
     if markdown {
+        // Held whole (turns are ordered across the session): one of the
+        // org's expensive slots, unless verification took one.
+        let permit = match permit {
+            Some(permit) => permit,
+            None => limits::expensive(&state, &org, "an answer held whole").await?,
+        };
         let records = blocking(&state, move |store| {
+            let _permit = permit;
             let mut records = Vec::new();
             let mut redacted = Ok(());
             let mut held = crate::held::HeldAnswer::new();
@@ -368,9 +376,8 @@ pub(crate) async fn replay(
                 }
                 // The Markdown shows contents, never payloads: they are
                 // dropped as they are read.
-                s.record.step.input = None;
-                s.record.step.output = None;
-                if let Err(e) = held.hold(&s.record, false) {
+                crate::held::drop_payloads(&mut s.record);
+                if let Err(e) = held.hold(&s.record) {
                     too_large = Some(e);
                     return false;
                 }
@@ -404,104 +411,147 @@ pub(crate) async fn replay(
             wire::verdict_to_json(v, 0, cairn_store::now()),
         );
     }
-    let replay = StreamedReplay {
+    let mut replay = StreamedReplay {
         org,
         session_id,
         level,
-        head,
-        tail,
+        seqs: Vec::new(),
+        sent: 0,
     };
-    Ok(replay.stream(&state))
+    // The positions and the first steps are read before the status line,
+    // so that a store that fails at once answers with its error.
+    let first = replay.start(&state).await?;
+    Ok(replay.stream(&state, head, first, tail))
 }
 
-/// A replay's JSON object, streamed: the steps are written one by one as
-/// the store reads them, so its memory is one step's, whatever the session
-/// holds (a session of thousands of large payloads would otherwise be held
-/// whole, many times its size as parsed JSON).
+/// Steps a replay reads at a time: the store is read without holding a
+/// connection or a read snapshot while the client takes what was sent.
+const REPLAY_BATCH_STEPS: usize = 16;
+
+/// A replay's JSON object, streamed: its steps are read
+/// [`REPLAY_BATCH_STEPS`] at a time and sent as they are read, so the
+/// server holds one batch, whatever the session's length, and a client
+/// that reads slowly holds no worker thread and no store connection,
+/// only its place in the session.
 struct StreamedReplay {
     org: String,
     session_id: String,
     level: Option<DetailLevel>,
-    /// Members before `steps`.
-    head: serde_json::Map<String, Value>,
-    /// Members after it (`step_count` is added, counting what was sent).
-    tail: serde_json::Map<String, Value>,
+    /// The session's steps' log positions, in index order.
+    seqs: Vec<u64>,
+    /// Steps written so far.
+    sent: u64,
 }
 
 impl StreamedReplay {
-    /// The response: everything that can fail before the first byte has
-    /// been checked; a failure while streaming cuts the body short, so a
-    /// client sees invalid JSON, never a shorter replay that parses.
-    fn stream(self, state: &Arc<AppState>) -> Response {
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        let store = Arc::clone(&state.store);
-        tokio::task::spawn_blocking(move || {
-            let mut out = crate::log_api::ChannelWriter::new(tx.clone());
-            if let Err(e) = self.write(store.as_ref(), &mut out) {
-                tracing::warn!(error = %e, "replay failed while streaming");
-                let _ = tx.blocking_send(Err(std::io::Error::other(e)));
+    /// Reads the session's positions and writes its first batch.
+    async fn start(&mut self, state: &Arc<AppState>) -> Result<Vec<u8>, ApiError> {
+        let (org, session_id) = (self.org.clone(), self.session_id.clone());
+        self.seqs = blocking(state, move |store| {
+            store.session_seqs(&org, &session_id)?.ok_or_else(|| {
+                ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
+            })
+        })
+        .await?;
+        self.next_batch(state, 0)
+            .await
+            .map(Option::unwrap_or_default)
+    }
+
+    /// The steps of batch `batch` as JSON array members (each after a comma
+    /// but the very first), or `None` past the last batch.
+    async fn next_batch(
+        &mut self,
+        state: &Arc<AppState>,
+        batch: usize,
+    ) -> Result<Option<Vec<u8>>, ApiError> {
+        let Some(seqs) = self.seqs.chunks(REPLAY_BATCH_STEPS).nth(batch) else {
+            return Ok(None);
+        };
+        let (org, session_id, seqs, level, sent) = (
+            self.org.clone(),
+            self.session_id.clone(),
+            seqs.to_vec(),
+            self.level,
+            self.sent,
+        );
+        let (text, written) = blocking(state, move |store| {
+            let mut text = Vec::new();
+            let mut written = 0u64;
+            for mut s in store.steps_at(&org, &session_id, &seqs)? {
+                if let Some(level) = level {
+                    s.record.redact(level).map_err(|e| {
+                        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                    })?;
+                }
+                if sent + written > 0 {
+                    text.push(b',');
+                }
+                serde_json::to_writer(&mut text, &wire::step_out(s.seq, &s.record)).map_err(
+                    |e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+                )?;
+                written += 1;
             }
+            Ok((text, written))
+        })
+        .await?;
+        self.sent += written;
+        Ok(Some(text))
+    }
+
+    /// The response: `head`'s members, the steps (`first`, then each next
+    /// batch as the client takes the previous ones), `step_count` and
+    /// `tail`'s members. A failure after the status line cuts the body
+    /// short, so a client sees invalid JSON, never a shorter replay that
+    /// parses.
+    fn stream(
+        mut self,
+        state: &Arc<AppState>,
+        head: serde_json::Map<String, Value>,
+        first: Vec<u8>,
+        mut tail: serde_json::Map<String, Value>,
+    ) -> Response {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+        let state = Arc::clone(state);
+        tokio::spawn(async move {
+            // `{...}` without its closing brace, then the steps.
+            let mut opening = serde_json::to_vec(&Value::Object(head)).unwrap_or_default();
+            opening.pop();
+            opening.extend_from_slice(b",\"steps\":[");
+            opening.extend_from_slice(&first);
+            if tx.send(Ok(Bytes::from(opening))).await.is_err() {
+                return;
+            }
+            let mut batch = 1;
+            loop {
+                match self.next_batch(&state, batch).await {
+                    Ok(Some(text)) => {
+                        if tx.send(Ok(Bytes::from(text))).await.is_err() {
+                            // The client went away.
+                            return;
+                        }
+                        batch += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e.message, "a replay failed while streaming");
+                        let _ = tx.send(Err(std::io::Error::other(e.message))).await;
+                        return;
+                    }
+                }
+            }
+            tail.insert("step_count".into(), json!(self.sent));
+            let closing = serde_json::to_vec(&Value::Object(tail)).unwrap_or_default();
+            // `],` and the tail's members with its closing brace.
+            let mut text = b"],".to_vec();
+            text.extend_from_slice(closing.get(1..).unwrap_or_default());
+            let _ = tx.send(Ok(Bytes::from(text))).await;
         });
         (
             [(header::CONTENT_TYPE, "application/json")],
             axum::body::Body::from_stream(crate::log_api::ChannelBody::new(rx)),
         )
             .into_response()
-    }
-
-    fn write(
-        self,
-        store: &dyn LedgerStore,
-        out: &mut crate::log_api::ChannelWriter,
-    ) -> Result<(), String> {
-        use std::io::Write as _;
-        let StreamedReplay {
-            org,
-            session_id,
-            level,
-            head,
-            mut tail,
-        } = self;
-        let mut text = serde_json::to_vec(&Value::Object(head)).map_err(|e| e.to_string())?;
-        // `{...}` without its closing brace, then the steps.
-        text.pop();
-        text.extend_from_slice(b",\"steps\":[");
-        out.write_all(&text).map_err(|e| e.to_string())?;
-        let mut count = 0u64;
-        let mut failed = None;
-        store
-            .read_session(&org, &session_id, &mut |mut s| {
-                if let Some(level) = level
-                    && let Err(e) = s.record.redact(level)
-                {
-                    failed = Some(e.to_string());
-                    return false;
-                }
-                let step = wire::step_out(s.seq, &s.record);
-                let written = if count > 0 {
-                    out.write_all(b",")
-                } else {
-                    Ok(())
-                }
-                .and_then(|()| serde_json::to_writer(&mut *out, &step).map_err(Into::into));
-                if let Err(e) = written {
-                    failed = Some(e.to_string());
-                    return false;
-                }
-                count += 1;
-                true
-            })
-            .map_err(|e| e.to_string())?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        tail.insert("step_count".into(), json!(count));
-        let text = serde_json::to_vec(&Value::Object(tail)).map_err(|e| e.to_string())?;
-        // `],` and the tail's members with its closing brace.
-        out.write_all(b"],").map_err(|e| e.to_string())?;
-        out.write_all(text.get(1..).unwrap_or_default())
-            .map_err(|e| e.to_string())?;
-        out.flush().map_err(|e| e.to_string())
     }
 }
 

@@ -284,16 +284,24 @@ pub(crate) async fn record_turn(
     })
 }
 
-/// A session's steps, and each one's log position by trace id; 404 for
-/// an unknown session.
+/// A session's steps (of one turn, with `turn`), and each one's log
+/// position by trace id; 404 for an unknown session. The answer is held
+/// whole: it takes one of the org's expensive slots, and the steps are
+/// counted as they are read (`held`); for a Markdown answer their
+/// payloads are dropped first.
 async fn session_records(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
+    turn: Option<&str>,
+    markdown: bool,
 ) -> Result<(Vec<StepRecord>, HashMap<String, u64>), ApiError> {
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
+    let turn = turn.map(str::to_owned);
+    let permit = crate::limits::expensive(state, &org, "an answer held whole").await?;
     blocking(state, move |store| {
+        let _permit = permit;
         store.session(&org, &session_id)?.ok_or_else(|| {
             ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
         })?;
@@ -301,8 +309,14 @@ async fn session_records(
         let mut seqs = HashMap::new();
         let mut held = crate::held::HeldAnswer::new();
         let mut too_large = None;
-        store.read_session(&org, &session_id, &mut |s| {
-            if let Err(e) = held.hold(&s.record, true) {
+        store.read_session(&org, &session_id, &mut |mut s| {
+            if turn.is_some() && s.record.step.turn_id != turn {
+                return true;
+            }
+            if markdown {
+                crate::held::drop_payloads(&mut s.record);
+            }
+            if let Err(e) = held.hold(&s.record) {
                 too_large = Some(e);
                 return false;
             }
@@ -334,7 +348,7 @@ pub(crate) async fn trail_of(
     session_id: &str,
     markdown: bool,
 ) -> Result<Result<Trail, String>, ApiError> {
-    let (records, seqs) = session_records(state, caller, session_id).await?;
+    let (records, seqs) = session_records(state, caller, session_id, None, markdown).await?;
     if markdown {
         return Ok(Err(render::markdown(session_id, &records)));
     }
@@ -356,7 +370,8 @@ pub(crate) async fn turn_of(
     turn_id: &str,
     markdown: bool,
 ) -> Result<Result<wire::TurnOut, String>, ApiError> {
-    let (records, seqs) = session_records(state, caller, session_id).await?;
+    let (records, seqs) =
+        session_records(state, caller, session_id, Some(turn_id), markdown).await?;
     let turns = render::turns(&records);
     let turn = turns
         .iter()

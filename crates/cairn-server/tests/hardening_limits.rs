@@ -558,3 +558,64 @@ fn a_witness_cuts_off_a_stalled_body() {
     let _ = stop.send(());
     thread.join().unwrap();
 }
+
+/// A session replay as JSON streams however long the session (in
+/// batches, in order, counted), while answers built whole refuse past
+/// their limit with `answer_too_large` and say what streams instead.
+#[test]
+fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    // 70 steps of 250 KB of input each: 17.5 MB, past the 16 MiB a held
+    // answer may hold.
+    let big = "x".repeat(250_000);
+    for batch in 0..(70 / 5) {
+        let steps: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut s = step("long", "a", "tool_call", &format!("call {}", batch * 5 + i));
+                s["input_data"] = json!({ "blob": big });
+                s["turn_id"] = json!(format!("turn-{}", (batch * 5 + i) / 10));
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let replay = get(&server, "/v1/sessions/long?verify=true", &admin);
+    assert_eq!(replay.status, 200);
+    let body = replay.json();
+    assert_eq!(body["step_count"], 70);
+    assert_eq!(body["chain_valid"], true, "{}", body["verdict"]);
+    let steps = body["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 70);
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["step_index"], i, "in order across batches");
+        assert_eq!(
+            s["input_data"]["blob"].as_str().map(str::len),
+            Some(250_000)
+        );
+    }
+    for path in [
+        "/v1/sessions/long/trail",
+        "/v1/sessions/long/trail?format=markdown",
+    ] {
+        let refused = get(&server, path, &admin);
+        if path.ends_with("markdown") {
+            // Markdown holds contents only: well within the limit.
+            assert_eq!(refused.status, 200, "{path}");
+            continue;
+        }
+        assert_eq!(refused.status, 422, "{path}: {}", refused.text());
+        let error = refused.json();
+        assert_eq!(error["error"]["code"], "answer_too_large");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("GET /v1/sessions/{id}, streamed")
+        );
+    }
+    // One turn of it is small, and answered.
+    let turn = get(&server, "/v1/sessions/long/turns/turn-0", &admin);
+    assert_eq!(turn.status, 200, "{}", turn.text());
+}

@@ -137,6 +137,23 @@ pub trait LedgerStore: Send + Sync + 'static {
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError>;
 
+    /// The log positions of a session's steps in index order (the walk
+    /// [`LedgerStore::read_session`] makes), or `None` for an unknown
+    /// session: a reader that streams a long session to a client fetches
+    /// its steps a few at a time with [`LedgerStore::steps_at`], holding
+    /// no connection or read snapshot while the client reads.
+    fn session_seqs(&self, org_id: &str, session_id: &str) -> Result<Option<Vec<u64>>, StoreError>;
+
+    /// The steps of `session_id` at these log positions (from
+    /// [`LedgerStore::session_seqs`], ascending), in that order; a position
+    /// that holds no step of the session is left out.
+    fn steps_at(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredStep>, StoreError>;
+
     /// A step by trace id.
     fn step_by_trace(&self, org_id: &str, trace_id: &str)
     -> Result<Option<StoredStep>, StoreError>;

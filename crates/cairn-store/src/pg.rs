@@ -366,6 +366,19 @@ impl LedgerStore for PgStore {
         self.read_session_in(org_id, session_id, visit)
     }
 
+    fn session_seqs(&self, org_id: &str, session_id: &str) -> Result<Option<Vec<u64>>, StoreError> {
+        self.session_seqs_in(org_id, session_id)
+    }
+
+    fn steps_at(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.steps_at_in(org_id, session_id, seqs)
+    }
+
     fn step_by_trace(
         &self,
         org_id: &str,

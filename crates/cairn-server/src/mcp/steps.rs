@@ -113,13 +113,12 @@ impl CairnMcp {
             Ok(level) => level,
             Err(e) => return tool_error(e),
         };
-        let permit = if args.verify_chain {
-            match crate::limits::expensive(&self.state, &org, "verification").await {
-                Ok(permit) => Some(permit),
-                Err(e) => return tool_error(e),
-            }
-        } else {
-            None
+        // The answer is held whole (one JSON-RPC message), verified or
+        // not: one of the org's expensive slots.
+        let permit = match crate::limits::expensive(&self.state, &org, "an answer held whole").await
+        {
+            Ok(permit) => permit,
+            Err(e) => return tool_error(e),
         };
         let result = self
             .store(move |store| {
@@ -144,7 +143,7 @@ impl CairnMcp {
                     if let Some(level) = level {
                         redacted = s.record.redact(level);
                     }
-                    if let Err(e) = held.hold(&s.record, true) {
+                    if let Err(e) = held.hold(&s.record) {
                         too_large = Some(e);
                         return false;
                     }

@@ -209,6 +209,8 @@ impl ShownStep {
             .unwrap_or_default();
         let input = step.input.take().map(|v| budget.json(&v));
         let output = step.output.take().map(|v| budget.json(&v));
+        // The page does not show metadata.
+        step.metadata = None;
         step.content = step.content.take().map(|c| budget.text(&c));
         ShownStep {
             stored,
@@ -505,8 +507,7 @@ pub(super) async fn markdown(
                 return false;
             }
             let mut record = s.record;
-            record.step.input = None;
-            record.step.output = None;
+            crate::held::drop_payloads(&mut record);
             text += record.step.content.as_ref().map_or(0, String::len);
             steps.push(record);
             true
@@ -515,7 +516,7 @@ pub(super) async fn markdown(
         if more {
             markdown.push_str(&format!(
                 "\n(This page shows the session's first {} of {} steps; \
-                 GET /v1/sessions/{{id}}?format=markdown gives all of them.)\n",
+                 the API's replay and an export hold all of them.)\n",
                 steps.len(),
                 info.step_count
             ));

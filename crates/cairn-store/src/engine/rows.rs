@@ -31,6 +31,11 @@ pub(crate) fn row_id(org: i64, seq: u64) -> i64 {
     (org << 40) | (seq.min((1 << 40) - 1) as i64)
 }
 
+/// The log position a rowid of [`row_id`] stands for.
+pub(crate) fn seq_of_row(id: i64) -> u64 {
+    (id & ((1 << 40) - 1)) as u64
+}
+
 /// Rowid bounds of an org's log, half-open.
 pub(crate) fn org_range(org: i64) -> (i64, i64) {
     (org << 40, (org + 1) << 40)

@@ -4,7 +4,7 @@
 //! session, agent or id. Each runs on a pooled connection; none touches the
 //! writer.
 
-use super::connection::{col, i64_of, u64_of};
+use super::connection::{Db, col, i64_of, u64_of};
 use super::rows::{
     ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row,
     listed_ends, session_ids, step_from_row, true_end,
@@ -12,7 +12,7 @@ use super::rows::{
 use super::{PAGE, PgStore};
 use crate::engine::{
     STEP_COLUMN_COUNT, StepReading, agent_keys_from_views, blob_hash, hash_of, op_from_view,
-    org_range, row_id,
+    org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -161,27 +161,61 @@ impl PgStore {
         session_id: &str,
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError> {
+        // Steps already given to `visit`: a read retried on a new
+        // connection (`read`) resumes after them instead of giving them
+        // again (a replay would otherwise hold some steps twice).
+        let mut delivered = 0usize;
         self.read(|db| {
-            let Some(row) = db.query_opt(
-                "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
-                 WHERE o.name = $1 AND s.session_id = $2",
-                &[&org_id, &session_id],
-                "reading a session",
-            )?
-            else {
+            let Some((org, sid)) = session_key(db, org_id, session_id)? else {
                 return Ok(());
             };
-            let (org, sid): (i64, i64) = (col(&row, 0)?, col(&row, 1)?);
             let ids = session_ids(db, org, sid)?;
-            for chunk in ids.chunks(PAGE as usize) {
+            for chunk in ids
+                .get(delivered..)
+                .unwrap_or_default()
+                .chunks(SESSION_PAGE)
+            {
                 let chunk = chunk.to_vec();
                 for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
+                    delivered += 1;
                     if !visit(step_from_row(&row)?) {
                         return Ok(());
                     }
                 }
             }
             Ok(())
+        })
+    }
+
+    pub(super) fn session_seqs_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Vec<u64>>, StoreError> {
+        self.read(|db| {
+            let Some((org, sid)) = session_key(db, org_id, session_id)? else {
+                return Ok(None);
+            };
+            let ids = session_ids(db, org, sid)?;
+            Ok(Some(ids.into_iter().map(seq_of_row).collect()))
+        })
+    }
+
+    pub(super) fn steps_at_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.read(|db| {
+            let Some((org, sid)) = session_key(db, org_id, session_id)? else {
+                return Ok(Vec::new());
+            };
+            let ids: Vec<i64> = seqs.iter().map(|&seq| row_id(org, seq)).collect();
+            db.query(&STEPS_BY_ID, &[&ids, &sid], "reading a session")?
+                .iter()
+                .map(step_from_row)
+                .collect()
         })
     }
 
@@ -437,4 +471,26 @@ fn stored_entry(
         entry,
     };
     Ok((stored, digest))
+}
+
+/// Rows of a session read at once: a page is held whole before its steps
+/// are visited, and a step may hold a megabyte of text.
+const SESSION_PAGE: usize = 128;
+
+/// The org and session keys of a session, if it exists.
+fn session_key<C: postgres::GenericClient>(
+    db: &mut Db<'_, C>,
+    org_id: &str,
+    session_id: &str,
+) -> Result<Option<(i64, i64)>, StoreError> {
+    let Some(row) = db.query_opt(
+        "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+         WHERE o.name = $1 AND s.session_id = $2",
+        &[&org_id, &session_id],
+        "reading a session",
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some((col(&row, 0)?, col(&row, 1)?)))
 }

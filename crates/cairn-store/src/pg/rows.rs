@@ -80,7 +80,8 @@ pub(super) static ENTRIES_BY_ID: LazyLock<String> =
 pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-         JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 ORDER BY e.id"
+         JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 AND e.type = 'step'
+         ORDER BY e.id"
     )
 });
 

@@ -7,7 +7,7 @@ use super::SqliteStore;
 use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
     STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading, agent_keys_from_views, blob_hash, hash_of,
-    log_entries_query, op_from_view, org_range, row_id,
+    log_entries_query, op_from_view, org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -165,17 +165,7 @@ impl SqliteStore {
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
-            let session: Option<(i64, i64)> = c
-                .prepare_cached(
-                    "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
-                     WHERE o.name = ?1 AND s.session_id = ?2",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![org_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .optional()
-                })
-                .context("reading a session")?;
-            let Some((org, sid)) = session else {
+            let Some((org, sid)) = session_key(c, org_id, session_id)? else {
                 return Ok(());
             };
             let sql = format!(
@@ -192,6 +182,48 @@ impl SqliteStore {
                 }
             }
             Ok(())
+        })
+    }
+
+    pub(super) fn session_seqs_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+    ) -> Result<Option<Vec<u64>>, StoreError> {
+        self.read(|c| {
+            let Some((org, sid)) = session_key(c, org_id, session_id)? else {
+                return Ok(None);
+            };
+            let ids = session_rowids(c, org, sid)?;
+            Ok(Some(ids.into_iter().map(seq_of_row).collect()))
+        })
+    }
+
+    pub(super) fn steps_at_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.read(|c| {
+            let Some((org, sid)) = session_key(c, org_id, session_id)? else {
+                return Ok(Vec::new());
+            };
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+                 JOIN sessions s ON s.sid = e.sid WHERE e.id = ?1 AND e.sid = ?2 AND e.type = 'step'"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("reading a session")?;
+            let mut steps = Vec::with_capacity(seqs.len());
+            for &seq in seqs {
+                let mut rows = stmt
+                    .query(params![row_id(org, seq), sid])
+                    .context("reading a session")?;
+                if let Some(row) = rows.next().context("reading a session")? {
+                    steps.push(step_from_row(row)?);
+                }
+            }
+            Ok(steps)
         })
     }
 
@@ -450,4 +482,21 @@ fn stored_entry(
         entry,
     };
     Ok((stored, digest))
+}
+
+/// The org and session keys of a session, if it exists.
+fn session_key(
+    c: &rusqlite::Connection,
+    org_id: &str,
+    session_id: &str,
+) -> Result<Option<(i64, i64)>, StoreError> {
+    c.prepare_cached(
+        "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
+         WHERE o.name = ?1 AND s.session_id = ?2",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![org_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+    })
+    .context("reading a session")
 }
