@@ -262,7 +262,13 @@ export class CairnClient {
   private async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
     const response = await this.request(method, path, options);
     if (response.status === 204) return undefined as T;
-    return (await response.json()) as T;
+    try {
+      return (await response.json()) as T;
+    } catch (e) {
+      // A streamed answer (a replay) cut short by the server or the
+      // network: Cairn's error, not a bare parse error.
+      throw new CairnError(0, "unreachable", `${this.baseUrl}: the answer was cut short (${String(e)})`);
+    }
   }
 
   private async text(method: string, path: string, options: RequestOptions = {}): Promise<string> {

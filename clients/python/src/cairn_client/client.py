@@ -37,6 +37,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from http.client import HTTPException
 from typing import (
     Any, Awaitable, Callable, Concatenate, Dict, Generic, List, Literal, Mapping, Optional,
     ParamSpec, Sequence, Tuple, TypeVar, Union, cast,
@@ -206,6 +207,10 @@ class _Core:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise CairnError(0, "unreachable", f"{self.url}: {reason}") from None
+        except HTTPException as e:
+            # A streamed answer (a replay, an export) cut short by the
+            # server or the network: as unreachable, so reads are retried.
+            raise CairnError(0, "unreachable", f"{self.url}: the answer was cut short ({e!r})") from None
 
     @staticmethod
     def _error(status: int, retry_after: Optional[str], raw: bytes) -> CairnError:
