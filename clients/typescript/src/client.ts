@@ -240,7 +240,7 @@ export class CairnClient {
 
   private async errorOf(response: Response): Promise<CairnError> {
     const retryAfter = retryAfterSeconds(response.headers.get("Retry-After"));
-    const text = await response.text();
+    const text = await response.text().catch(() => "");
     try {
       const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown } };
       const error = parsed.error;
@@ -262,17 +262,34 @@ export class CairnClient {
   private async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
     const response = await this.request(method, path, options);
     if (response.status === 204) return undefined as T;
+    const text = await this.body(response, (r) => r.text());
     try {
-      return (await response.json()) as T;
-    } catch (e) {
-      // A streamed answer (a replay) cut short by the server or the
-      // network: Cairn's error, not a bare parse error.
-      throw new CairnError(0, "unreachable", `${this.baseUrl}: the answer was cut short (${String(e)})`);
+      return JSON.parse(text) as T;
+    } catch {
+      // Not JSON (a proxy's page, say): reported as is.
+      throw new CairnError(response.status, "http_error", text.slice(0, 500));
     }
   }
 
   private async text(method: string, path: string, options: RequestOptions = {}): Promise<string> {
-    return (await this.request(method, path, options)).text();
+    return this.body(await this.request(method, path, options), (r) => r.text());
+  }
+
+  private async bytes(method: string, path: string, options: RequestOptions = {}): Promise<Uint8Array> {
+    return new Uint8Array(await this.body(await this.request(method, path, options), (r) => r.arrayBuffer()));
+  }
+
+  /**
+   * Reads a response's body: one cut short by the server or the network (a
+   * streamed replay or export) is Cairn's `unreachable` error, not a bare
+   * fetch error.
+   */
+  private async body<T>(response: Response, read: (r: Response) => Promise<T>): Promise<T> {
+    try {
+      return await read(response);
+    } catch (e) {
+      throw new CairnError(0, "unreachable", `${this.baseUrl}: the answer was cut short (${String(e)})`);
+    }
   }
 
   private withAgent<T extends { agent_id?: string }>(input: T): T {
@@ -502,8 +519,7 @@ export class CairnClient {
    * entry at `seq` in the tree of `size` entries (default: the latest checkpoint's).
    */
   async inclusionReceipt(seq: number, size?: number): Promise<Uint8Array> {
-    const response = await this.request("GET", "/v1/receipts/inclusion", { query: { seq, size } });
-    return new Uint8Array(await response.arrayBuffer());
+    return this.bytes("GET", "/v1/receipts/inclusion", { query: { seq, size } });
   }
 
   /**
@@ -511,8 +527,7 @@ export class CairnClient {
    * consistency from size `oldSize` to `newSize` (default: the latest checkpoint's).
    */
   async consistencyReceipt(oldSize: number, newSize?: number): Promise<Uint8Array> {
-    const response = await this.request("GET", "/v1/receipts/consistency", { query: { old: oldSize, new: newSize } });
-    return new Uint8Array(await response.arrayBuffer());
+    return this.bytes("GET", "/v1/receipts/consistency", { query: { old: oldSize, new: newSize } });
   }
 
   /** `GET /v1/export`: a bundle (JSON Lines) that `verifyBundle` checks offline. */
@@ -590,7 +605,6 @@ export class CairnClient {
 
   /** The same with an OTLP protobuf export request; resolves to the protobuf answer's bytes. */
   async otlpProtobuf(signal: "traces" | "metrics" | "logs", request: Uint8Array): Promise<Uint8Array> {
-    const response = await this.request("POST", `/v1/${signal}`, { body: request, contentType: "application/x-protobuf" });
-    return new Uint8Array(await response.arrayBuffer());
+    return this.bytes("POST", `/v1/${signal}`, { body: request, contentType: "application/x-protobuf" });
   }
 }

@@ -56,10 +56,11 @@ pub enum WitnessRefusal {
     /// with another root than the empty tree's).
     #[error("inconsistent: {0}")]
     Unprocessable(String),
-    /// 422: the checkpoint the witness cosigned, sent again with a proof
-    /// (a tree is consistent with itself by the empty proof only). Nothing
-    /// the log signed disagrees with the witness: not evidence.
-    #[error("a proof between two trees of the same size must be empty")]
+    /// 422: a proof where the empty one is the only one: from size 0, or
+    /// with the checkpoint the witness cosigned sent again (a tree is
+    /// consistent with itself by the empty proof only). Nothing the log
+    /// signed disagrees with the witness: not evidence.
+    #[error("the proof must be empty (from size 0, or between two trees of the same size)")]
     ProofNotEmpty,
 }
 
@@ -234,8 +235,11 @@ pub fn check_consistency(
             }
         }
         _ => {
+            // From size 0 (the witness has cosigned nothing, or only the
+            // empty tree) there is nothing to prove: a proof is the
+            // sender's mistake, nothing the log signed disagrees.
             if !request.proof.is_empty() {
-                return Err(inconsistent("a proof from size 0 must be empty"));
+                return Err(WitnessRefusal::ProofNotEmpty);
             }
         }
     }
@@ -440,8 +444,8 @@ mod tests {
         assert_eq!(again.map_err(|e| e.status()), Err(422));
         // 422: a non-empty proof from size 0.
         assert_eq!(
-            submit(&body(0, &proof, &signed(&t, 20, &signer)), None).map_err(|e| e.status()),
-            Err(422)
+            submit(&body(0, &proof, &signed(&t, 20, &signer)), None),
+            Err(WitnessRefusal::ProofNotEmpty)
         );
         // 422: size 0 with a root other than the empty tree's.
         let zero = Checkpoint {

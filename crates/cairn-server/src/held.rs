@@ -7,7 +7,10 @@
 //! parsed JSON. (`GET /v1/sessions/{id}` as JSON and exports stream.)
 
 use crate::ApiError;
-use axum::http::StatusCode;
+use crate::limits::ExpensiveSlot;
+use axum::body::Bytes;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
 use cairn_core::commit::StepRecord;
 
 /// Bytes of steps one held answer may hold, counted as
@@ -18,8 +21,10 @@ use cairn_core::commit::StepRecord;
 /// are built at once.
 pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
-/// What a step costs besides its text: ids, hashes, commitments.
-const PER_STEP_BYTES: usize = 512;
+/// What a step costs besides its text (ids, hashes, commitments): with
+/// the limit, a held answer holds at most 65,536 steps, as many as one
+/// OTLP request may record.
+const PER_STEP_BYTES: usize = 256;
 
 /// The running count of one held answer.
 pub(crate) struct HeldAnswer {
@@ -39,6 +44,41 @@ impl std::io::Write for Count {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A response of `body` that keeps `slot` until the body has been sent
+/// (or the client went away): a held answer stays in memory while a
+/// client reads it, and only a few may be held at once.
+pub(crate) fn response_holding(
+    body: Vec<u8>,
+    content_type: &'static str,
+    slot: ExpensiveSlot,
+) -> Response {
+    /// The body, sent once, and the slot, dropped with it.
+    struct Holding {
+        body: Option<Bytes>,
+        _slot: ExpensiveSlot,
+    }
+
+    impl futures_core::Stream for Holding {
+        type Item = Result<Bytes, std::convert::Infallible>;
+
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Ready(self.body.take().map(Ok))
+        }
+    }
+
+    (
+        [(header::CONTENT_TYPE, content_type)],
+        axum::body::Body::from_stream(Holding {
+            body: Some(Bytes::from(body)),
+            _slot: slot,
+        }),
+    )
+        .into_response()
 }
 
 /// Drops what a Markdown rendering never shows (input, output and
@@ -104,7 +144,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_refused_once_it_passes_its_limit() {
-        let mut held = HeldAnswer::at_most(3_000);
+        let mut held = HeldAnswer::at_most(1_500);
         let mut small = record("0123456789", serde_json::json!([1, 2, 3]));
         small.step.metadata = Some(serde_json::json!({"k": 1}));
         for _ in 0..5 {
@@ -112,13 +152,14 @@ mod tests {
         }
         // Content, input, metadata and the fixed cost, each time.
         assert_eq!(held.bytes, 5 * (10 + 7 + 7 + PER_STEP_BYTES));
+        assert_eq!(held.bytes, 1_400);
         // Without payloads (a Markdown's steps) the content and the fixed
         // cost count.
         drop_payloads(&mut small);
-        let mut markdown = HeldAnswer::at_most(3_000);
+        let mut markdown = HeldAnswer::at_most(1_500);
         markdown.hold(&small).unwrap();
         assert_eq!(markdown.bytes, 10 + PER_STEP_BYTES);
-        // 2,680 + 522 is past 3,000.
+        // 1,400 + 266 is past 1,500.
         let refused = held.hold(&small).unwrap_err();
         assert_eq!(
             (refused.status.as_u16(), refused.code),

@@ -479,14 +479,6 @@ pub(crate) fn wants_markdown(format: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
-pub(crate) fn markdown_response(text: String) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
-        text,
-    )
-        .into_response()
-}
-
 /// An id given as a query parameter (a filter or a scope): absent, or a
 /// well-formed id (FORMAT.md's id rule); an empty or malformed one is
 /// refused rather than matching nothing.

@@ -218,7 +218,7 @@ pub(crate) async fn expensive(
     let Ok(Ok(org_permit)) = tokio::time::timeout_at(deadline, org_share.acquire_owned()).await
     else {
         return Err(overloaded(format!(
-            "org {} is running as many expensive operations (verification, export, SQL, search) as one org may ({} of the server's {}): {what} was not started; retry when one of them ends",
+            "org {} is running as many expensive operations (verification, export, SQL, search, answers held whole) as one org may ({} of the server's {}): {what} was not started; retry when one of them ends",
             shown(org),
             slots.per_org,
             state.config.limits.max_expensive.max(1)
@@ -228,7 +228,7 @@ pub(crate) async fn expensive(
     let Ok(Ok(server_permit)) = tokio::time::timeout_at(deadline, server.acquire_owned()).await
     else {
         return Err(overloaded(format!(
-            "the server is running as many expensive operations (verification, export, SQL, search) as it may ({}): {what} was not started; retry shortly",
+            "the server is running as many expensive operations (verification, export, SQL, search, answers held whole) as it may ({}): {what} was not started; retry shortly",
             state.config.limits.max_expensive.max(1)
         )));
     };

@@ -332,10 +332,11 @@ pub(crate) async fn replay(
     } else {
         None
     };
-    let (info, verdict) = {
+    let (info, verdict, permit) = {
         let (org, session_id) = (org.clone(), session_id.clone());
-        // The permit stays held here while the work runs (and, for a
-        // Markdown replay, while its steps are read).
+        // The permit goes with the work (a blocking task runs to its end
+        // even if the client goes away) and comes back for a Markdown
+        // replay, which holds its steps next.
         blocking(&state, move |store| {
             let info = store.session(&org, &session_id)?.ok_or_else(|| {
                 ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
@@ -345,7 +346,7 @@ pub(crate) async fn replay(
             } else {
                 None
             };
-            Ok((info, verdict))
+            Ok((info, verdict, permit))
         })
         .await?
     };
@@ -364,8 +365,7 @@ pub(crate) async fn replay(
             Some(permit) => permit,
             None => limits::expensive(&state, &org, "an answer held whole").await?,
         };
-        let records = blocking(&state, move |store| {
-            let _permit = permit;
+        let (records, permit) = blocking(&state, move |store| {
             let mut records = Vec::new();
             let mut redacted = Ok(());
             let mut held = crate::held::HeldAnswer::new();
@@ -390,14 +390,19 @@ pub(crate) async fn replay(
             redacted.map_err(|e| {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             })?;
-            Ok(records)
+            Ok((records, permit))
         })
         .await?;
-        return Ok(markdown_response(render::markdown(
-            &info.header.session_id,
-            &records,
-        )));
+        let markdown = render::markdown(&info.header.session_id, &records);
+        drop(records);
+        return Ok(crate::held::response_holding(
+            markdown.into_bytes(),
+            "text/markdown; charset=utf-8",
+            permit,
+        ));
     }
+    // A streamed replay holds no slot: it holds one batch at a time.
+    drop(permit);
     let mut head = serde_json::Map::new();
     head.insert("session_id".into(), json!(info.header.session_id));
     head.insert("agent_id".into(), json!(info.header.agent_id));
@@ -417,6 +422,7 @@ pub(crate) async fn replay(
         level,
         seqs: Vec::new(),
         sent: 0,
+        batch: REPLAY_BATCH_STEPS,
     };
     // The positions and the first steps are read before the status line,
     // so that a store that fails at once answers with its error.
@@ -424,9 +430,15 @@ pub(crate) async fn replay(
     Ok(replay.stream(&state, head, first, tail))
 }
 
-/// Steps a replay reads at a time: the store is read without holding a
-/// connection or a read snapshot while the client takes what was sent.
+/// Most steps a replay reads at a time: the store is read without
+/// holding a connection or a read snapshot while the client takes what
+/// was sent.
 const REPLAY_BATCH_STEPS: usize = 16;
+
+/// About how many bytes of JSON a replay's batch holds: after a batch of
+/// larger steps, the next reads as many steps as fit this at the size of
+/// those (at least one).
+const REPLAY_BATCH_BYTES: usize = 256 * 1024;
 
 /// A replay's JSON object, streamed: its steps are read
 /// [`REPLAY_BATCH_STEPS`] at a time and sent as they are read, so the
@@ -439,8 +451,11 @@ struct StreamedReplay {
     level: Option<DetailLevel>,
     /// The session's steps' log positions, in index order.
     seqs: Vec<u64>,
-    /// Steps written so far.
+    /// Steps written so far (the next batch starts at this position of
+    /// `seqs`).
     sent: u64,
+    /// Steps the next batch reads.
+    batch: usize,
 }
 
 impl StreamedReplay {
@@ -453,21 +468,19 @@ impl StreamedReplay {
             })
         })
         .await?;
-        self.next_batch(state, 0)
-            .await
-            .map(Option::unwrap_or_default)
+        self.next_batch(state).await.map(Option::unwrap_or_default)
     }
 
-    /// The steps of batch `batch` as JSON array members (each after a comma
-    /// but the very first), or `None` past the last batch.
-    async fn next_batch(
-        &mut self,
-        state: &Arc<AppState>,
-        batch: usize,
-    ) -> Result<Option<Vec<u8>>, ApiError> {
-        let Some(seqs) = self.seqs.chunks(REPLAY_BATCH_STEPS).nth(batch) else {
+    /// The next steps as JSON array members (each after a comma but the
+    /// very first), or `None` once every step was sent. A step the store
+    /// no longer holds at its position fails the replay: a shorter replay
+    /// must never parse.
+    async fn next_batch(&mut self, state: &Arc<AppState>) -> Result<Option<Vec<u8>>, ApiError> {
+        let start = usize::try_from(self.sent).unwrap_or(usize::MAX);
+        let Some(rest) = self.seqs.get(start..).filter(|rest| !rest.is_empty()) else {
             return Ok(None);
         };
+        let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
             self.session_id.clone(),
@@ -475,6 +488,7 @@ impl StreamedReplay {
             self.level,
             self.sent,
         );
+        let wanted = seqs.len() as u64;
         let (text, written) = blocking(state, move |store| {
             let mut text = Vec::new();
             let mut written = 0u64;
@@ -495,7 +509,20 @@ impl StreamedReplay {
             Ok((text, written))
         })
         .await?;
+        if written != wanted {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage_failure",
+                format!(
+                    "{} of the session's steps could not be read at their positions",
+                    wanted - written
+                ),
+            ));
+        }
         self.sent += written;
+        // Steps of this size: as many as fit the batch's bytes next.
+        let per_step = text.len() / (written.max(1) as usize);
+        self.batch = (REPLAY_BATCH_BYTES / per_step.max(1)).clamp(1, REPLAY_BATCH_STEPS);
         Ok(Some(text))
     }
 
@@ -511,7 +538,8 @@ impl StreamedReplay {
         first: Vec<u8>,
         mut tail: serde_json::Map<String, Value>,
     ) -> Response {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+        // One batch waits in the channel while the next is read.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
         let state = Arc::clone(state);
         tokio::spawn(async move {
             // `{...}` without its closing brace, then the steps.
@@ -522,15 +550,13 @@ impl StreamedReplay {
             if tx.send(Ok(Bytes::from(opening))).await.is_err() {
                 return;
             }
-            let mut batch = 1;
             loop {
-                match self.next_batch(&state, batch).await {
+                match self.next_batch(&state).await {
                     Ok(Some(text)) => {
                         if tx.send(Ok(Bytes::from(text))).await.is_err() {
                             // The client went away.
                             return;
                         }
-                        batch += 1;
                     }
                     Ok(None) => break,
                     Err(e) => {

@@ -2,6 +2,7 @@
 //! raw thinking blob), one turn as Markdown or JSON, and a session's audit
 //! trail across its turns.
 
+use crate::limits::ExpensiveSlot;
 use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, render, step_for, wire};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -295,13 +296,14 @@ async fn session_records(
     session_id: &str,
     turn: Option<&str>,
     markdown: bool,
-) -> Result<(Vec<StepRecord>, HashMap<String, u64>), ApiError> {
+) -> Result<(Vec<StepRecord>, HashMap<String, u64>, ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
     let turn = turn.map(str::to_owned);
     let permit = crate::limits::expensive(state, &org, "an answer held whole").await?;
+    // The slot goes with the work and comes back: the answer is held
+    // until it has been sent.
     blocking(state, move |store| {
-        let _permit = permit;
         store.session(&org, &session_id)?.ok_or_else(|| {
             ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
         })?;
@@ -326,7 +328,7 @@ async fn session_records(
         })?;
         match too_large {
             Some(e) => Err(e),
-            None => Ok((records, seqs)),
+            None => Ok((records, seqs, permit)),
         }
     })
     .await
@@ -341,25 +343,36 @@ pub struct Trail {
     pub turns: Vec<wire::TurnOut>,
 }
 
+/// An answer held whole (as JSON, or the Markdown text), and the
+/// expensive slot it keeps until it has been sent.
+pub(crate) struct Held<T> {
+    /// The answer.
+    pub(crate) answer: Result<T, String>,
+    /// Dropped once the answer is sent.
+    pub(crate) slot: ExpensiveSlot,
+}
+
 /// A session's trail as JSON, or as seed 002's Markdown.
 pub(crate) async fn trail_of(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     markdown: bool,
-) -> Result<Result<Trail, String>, ApiError> {
-    let (records, seqs) = session_records(state, caller, session_id, None, markdown).await?;
+) -> Result<Held<Trail>, ApiError> {
+    let (records, seqs, slot) = session_records(state, caller, session_id, None, markdown).await?;
     if markdown {
-        return Ok(Err(render::markdown(session_id, &records)));
+        let answer = Err(render::markdown(session_id, &records));
+        return Ok(Held { answer, slot });
     }
     let turns = render::turns(&records)
         .iter()
         .map(|t| wire::turn_out(t, &seqs))
         .collect();
-    Ok(Ok(Trail {
+    let answer = Ok(Trail {
         session_id: session_id.to_owned(),
         turns,
-    }))
+    });
+    Ok(Held { answer, slot })
 }
 
 /// One turn as JSON, or as seed 002's Markdown.
@@ -369,8 +382,8 @@ pub(crate) async fn turn_of(
     session_id: &str,
     turn_id: &str,
     markdown: bool,
-) -> Result<Result<wire::TurnOut, String>, ApiError> {
-    let (records, seqs) =
+) -> Result<Held<wire::TurnOut>, ApiError> {
+    let (records, seqs, slot) =
         session_records(state, caller, session_id, Some(turn_id), markdown).await?;
     let turns = render::turns(&records);
     let turn = turns
@@ -383,17 +396,26 @@ pub(crate) async fn turn_of(
                 crate::error::shown(session_id)
             ))
         })?;
-    if markdown {
-        return Ok(Err(render::turn_markdown(turn)));
-    }
-    Ok(Ok(wire::turn_out(turn, &seqs)))
+    let answer = if markdown {
+        Err(render::turn_markdown(turn))
+    } else {
+        Ok(wire::turn_out(turn, &seqs))
+    };
+    Ok(Held { answer, slot })
 }
 
-fn respond<T: Serialize>(out: Result<T, String>) -> Response {
-    match out {
-        Ok(json) => axum::Json(json).into_response(),
-        Err(markdown) => crate::markdown_response(markdown),
-    }
+/// The answer, keeping its slot until it has been sent.
+fn respond<T: Serialize>(held: Held<T>) -> Result<Response, ApiError> {
+    let (body, content_type) = match held.answer {
+        Ok(json) => (
+            serde_json::to_vec(&json).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?,
+            "application/json",
+        ),
+        Err(markdown) => (markdown.into_bytes(), "text/markdown; charset=utf-8"),
+    };
+    Ok(crate::held::response_holding(body, content_type, held.slot))
 }
 
 /// `GET /v1/sessions/{session_id}/trail`: the audit trail across turns
@@ -424,9 +446,7 @@ pub(crate) async fn trail(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    Ok(respond(
-        trail_of(&state, &caller, &session_id, markdown).await?,
-    ))
+    respond(trail_of(&state, &caller, &session_id, markdown).await?)
 }
 
 /// `GET /v1/sessions/{session_id}/turns/{turn_id}`: one turn (JSON, or
@@ -458,7 +478,5 @@ pub(crate) async fn turn(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    Ok(respond(
-        turn_of(&state, &caller, &session_id, &turn_id, markdown).await?,
-    ))
+    respond(turn_of(&state, &caller, &session_id, &turn_id, markdown).await?)
 }

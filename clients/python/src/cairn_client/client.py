@@ -37,7 +37,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from http.client import HTTPException
+from http.client import IncompleteRead
 from typing import (
     Any, Awaitable, Callable, Concatenate, Dict, Generic, List, Literal, Mapping, Optional,
     ParamSpec, Sequence, Tuple, TypeVar, Union, cast,
@@ -203,11 +203,15 @@ class _Core:
             with urllib.request.urlopen(http, timeout=self.timeout) as response:
                 return cast(bytes, response.read())
         except urllib.error.HTTPError as e:
-            raise self._error(e.code, e.headers.get("Retry-After") if e.headers else None, e.read()) from None
+            try:
+                raw = e.read()
+            except (IncompleteRead, OSError):
+                raw = b""
+            raise self._error(e.code, e.headers.get("Retry-After") if e.headers else None, raw) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise CairnError(0, "unreachable", f"{self.url}: {reason}") from None
-        except HTTPException as e:
+        except IncompleteRead as e:
             # A streamed answer (a replay, an export) cut short by the
             # server or the network: as unreachable, so reads are retried.
             raise CairnError(0, "unreachable", f"{self.url}: the answer was cut short ({e!r})") from None

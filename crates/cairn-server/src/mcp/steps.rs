@@ -122,7 +122,6 @@ impl CairnMcp {
         };
         let result = self
             .store(move |store| {
-                let _permit = permit;
                 let info = store.session(&org, &args.session_id)?.ok_or_else(|| {
                     ApiError::not_found(format!(
                         "session {}",
@@ -174,10 +173,14 @@ impl CairnMcp {
                         .filter(|v| !v.verified)
                         .map(|v| crate::wire::verdict_out(&v, 0, cairn_store::now()));
                 }
-                Ok(out)
+                Ok((out, permit))
             })
             .await;
-        run(result).await
+        // The slot is kept until the tool's result has been built.
+        match result {
+            Ok((answer, _permit)) => run(Ok(answer)).await,
+            Err(e) => run::<Replay>(Err(e)).await,
+        }
     }
 
     #[tool(

@@ -111,19 +111,35 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             let markdown = crate::wants_markdown(args.format.as_deref())?;
-            let out = match &args.turn_id {
+            let (out, slot) = match &args.turn_id {
                 Some(turn) => {
-                    crate::turns::turn_of(&self.state, &caller, &args.session_id, turn, markdown)
-                        .await?
-                        .map(AuditTrail::Turn)
+                    let held = crate::turns::turn_of(
+                        &self.state,
+                        &caller,
+                        &args.session_id,
+                        turn,
+                        markdown,
+                    )
+                    .await?;
+                    (held.answer.map(AuditTrail::Turn), held.slot)
                 }
-                None => crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown)
-                    .await?
-                    .map(AuditTrail::Trail),
+                None => {
+                    let held =
+                        crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown)
+                            .await?;
+                    (held.answer.map(AuditTrail::Trail), held.slot)
+                }
             };
-            Ok(out.unwrap_or_else(|markdown| AuditTrail::Markdown { markdown }))
+            Ok((
+                out.unwrap_or_else(|markdown| AuditTrail::Markdown { markdown }),
+                slot,
+            ))
         }
         .await;
-        run(result).await
+        // The slot is kept until the tool's result has been built.
+        match result {
+            Ok((answer, _slot)) => run(Ok(answer)).await,
+            Err(e) => run::<AuditTrail>(Err(e)).await,
+        }
     }
 }

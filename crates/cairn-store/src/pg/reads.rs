@@ -161,24 +161,23 @@ impl PgStore {
         session_id: &str,
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError> {
-        // Steps already given to `visit`: a read retried on a new
-        // connection (`read`) resumes after them instead of giving them
-        // again (a replay would otherwise hold some steps twice).
-        let mut delivered = 0usize;
+        // The last step given to `visit` (its seq): a read retried on a new
+        // connection (`read`) resumes after it instead of giving steps
+        // again (a replay would otherwise hold some twice).
+        let mut delivered: Option<u64> = None;
         self.read(|db| {
             let Some((org, sid)) = session_key(db, org_id, session_id)? else {
                 return Ok(());
             };
             let ids = session_ids(db, org, sid)?;
-            for chunk in ids
-                .get(delivered..)
-                .unwrap_or_default()
-                .chunks(SESSION_PAGE)
-            {
+            let resume =
+                delivered.map_or(0, |last| ids.partition_point(|&id| id <= row_id(org, last)));
+            for chunk in ids.get(resume..).unwrap_or_default().chunks(SESSION_PAGE) {
                 let chunk = chunk.to_vec();
                 for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
-                    delivered += 1;
-                    if !visit(step_from_row(&row)?) {
+                    let step = step_from_row(&row)?;
+                    delivered = Some(step.seq);
+                    if !visit(step) {
                         return Ok(());
                     }
                 }
