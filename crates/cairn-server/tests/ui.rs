@@ -629,6 +629,16 @@ fn a_page_of_huge_payloads_is_cut_not_rendered_whole() {
     );
     assert!(html.contains("<dt>Steps</dt><dd>4</dd>"), "the real count");
     assert!(html.contains("Verified"));
+    // What an open session's page polls: its count and seal, without its
+    // steps (the page, which verifies, is fetched only when they change);
+    // another org's reader finds no such session.
+    let polled = page(&server, "/ui/sessions/big/state", Some(&reader));
+    assert_eq!(polled.status, 200);
+    assert_eq!(polled.header("cache-control"), Some("no-store"));
+    assert_eq!(polled.json(), json!({"step_count": 4, "sealed": false}));
+    let stranger = sign_in(&server, &key_for(&server, "globex", Role::Reader, None));
+    let hidden = page(&server, "/ui/sessions/big/state", Some(&stranger));
+    assert_eq!((hidden.status, hidden.code().as_str()), (404, "not_found"));
     // The step's own page of JSON (the API) still holds it whole.
     let whole = get(&server, "/v1/sessions/big", &writer);
     assert_eq!(whole.status, 200);

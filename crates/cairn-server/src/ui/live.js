@@ -1,7 +1,9 @@
-// An open session's page follows it: every few seconds the page is fetched
-// again and, if steps were added, the timeline, the verdict and the step
-// count are replaced in place (no reload: the scroll position stays, and
-// new steps only grow the page below). Stops once the session is sealed.
+// An open session's page follows it: every few seconds it asks the
+// session's state (its step count and whether it is sealed, a cheap read);
+// when that changed, the page is fetched again (which verifies the
+// session) and the timeline, the verdict and the step count are replaced
+// in place (no reload: the scroll position stays, and new steps only grow
+// the page below). Stops once the session is sealed.
 const PERIOD_MS = 3000;
 
 function swap(selector, doc) {
@@ -10,10 +12,20 @@ function swap(selector, doc) {
   if (here && there) here.replaceWith(document.adoptNode(there));
 }
 
+async function changed() {
+  const response = await fetch(`${location.pathname}/state`, { credentials: "same-origin" });
+  if (!response.ok) return false;
+  const state = await response.json();
+  const here = document.querySelector("ol.timeline");
+  return state.sealed || !here || here.dataset.count !== String(state.step_count);
+}
+
 async function poll() {
   try {
-    const response = await fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } });
-    if (response.ok) {
+    const response = (await changed())
+      ? await fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      : null;
+    if (response && response.ok) {
       const doc = new DOMParser().parseFromString(await response.text(), "text/html");
       const here = document.querySelector("ol.timeline");
       const there = doc.querySelector("ol.timeline");

@@ -294,6 +294,7 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/sessions/{id}", get(timeline::session))
         .route("/ui/sessions/{id}/markdown", get(timeline::markdown))
+        .route("/ui/sessions/{id}/state", get(timeline::state))
         .route("/ui/records/{id}", get(timeline::record))
         .route("/ui/export", get(pages::export_page))
         .route("/ui/search", get(pages::search))

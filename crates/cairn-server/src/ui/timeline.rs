@@ -470,6 +470,43 @@ pub(super) async fn session(
     )
 }
 
+/// `GET /ui/sessions/{id}/state`: what an open session's page polls
+/// (`live.js`), `{"step_count": N, "sealed": bool}`, read from the
+/// session's record without its steps: the page itself (which verifies
+/// the session) is fetched again only when the count changed or the
+/// session was sealed.
+pub(super) async fn state(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match user(&state, &headers).await {
+        Ok(user) => user,
+        Err(to) => return to,
+    };
+    let org = user.caller.org().to_owned();
+    let found = blocking(&state, move |store| {
+        store
+            .session(&org, &id)?
+            .ok_or_else(|| ApiError::not_found(format!("session {}", shown(&id))))
+    })
+    .await;
+    match found {
+        Ok(info) => {
+            let mut response = axum::Json(serde_json::json!({
+                "step_count": info.step_count,
+                "sealed": info.seal.is_some(),
+            }))
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
 #[derive(Template)]
 #[template(path = "ui/markdown.html")]
 struct MarkdownPage {
