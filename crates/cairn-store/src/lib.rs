@@ -337,12 +337,30 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The operational records that concern one session (its start, seal,
     /// erasures, reviews, audit events, signed trace), in log order with
-    /// their positions, found in the log by the session's id.
+    /// their positions, found in the log by the session's id. A session
+    /// may hold any number of audit events: a reader that must not hold
+    /// them all uses [`LedgerStore::visit_session_records`].
     fn session_records(
         &self,
         org_id: &str,
         session_id: &str,
-    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError> {
+        let mut records = Vec::new();
+        self.visit_session_records(org_id, session_id, &mut |seq, record| {
+            records.push((seq, record));
+            true
+        })?;
+        Ok(records)
+    }
+
+    /// The same records, given to `visit` one at a time (`visit` returns
+    /// false to stop); the store reads them a page at a time.
+    fn visit_session_records(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        visit: &mut dyn FnMut(u64, cairn_core::log::OpRecord) -> bool,
+    ) -> Result<(), StoreError>;
 
     /// The agent key records (registrations and revocations) of an org, or
     /// of one agent, in log order with their positions.

@@ -654,12 +654,13 @@ impl LedgerStore for SqliteStore {
         self.op_records_in(org_id, entry_type, from, limit)
     }
 
-    fn session_records(
+    fn visit_session_records(
         &self,
         org_id: &str,
         session_id: &str,
-    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
-        self.session_records_in(org_id, session_id)
+        visit: &mut dyn FnMut(u64, cairn_core::log::OpRecord) -> bool,
+    ) -> Result<(), StoreError> {
+        self.session_records_in(org_id, session_id, visit)
     }
 
     fn key_records(

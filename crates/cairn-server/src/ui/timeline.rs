@@ -86,6 +86,10 @@ const MAX_STEPS_SHOWN: usize = 2_000;
 /// Audit events of the session shown below its timeline.
 const MAX_EVENTS_SHOWN: usize = 1_000;
 
+/// Records of the session (audit events, reviews, erasures) a page reads
+/// at most.
+const MAX_RECORDS_READ: usize = 10_000;
+
 /// Bytes of one field shown (a step's content, input or output, an
 /// event's detail); a longer one is cut, with a note saying so.
 const FIELD_SHOWN_BYTES: usize = 64 * 1024;
@@ -232,7 +236,7 @@ async fn load(
         cairn_store::SessionInfo,
         Option<cairn_core::verify::Verdict>,
         Vec<ShownStep>,
-        Vec<(u64, OpRecord)>,
+        (Vec<(u64, OpRecord)>, bool),
         bool,
         TextBudget,
     ),
@@ -259,8 +263,24 @@ async fn load(
             steps.push(ShownStep::of(stored, &mut budget));
             true
         })?;
-        let records = store.session_records(&org, &id)?;
-        Ok((info, verdict, steps, records, more, budget))
+        // The session's records as far as the page shows them: audit
+        // events up to what it lists, and at most MAX_RECORDS_READ read in
+        // all (a session may hold any number of audit events).
+        let mut records = Vec::new();
+        let (mut events, mut read) = (0usize, 0usize);
+        store.visit_session_records(&org, &id, &mut |seq, record| {
+            read += 1;
+            if matches!(record, OpRecord::AuditEvent(_)) {
+                events += 1;
+                if events > MAX_EVENTS_SHOWN {
+                    return read < MAX_RECORDS_READ;
+                }
+            }
+            records.push((seq, record));
+            read < MAX_RECORDS_READ
+        })?;
+        let more_records = events > MAX_EVENTS_SHOWN || read >= MAX_RECORDS_READ;
+        Ok((info, verdict, steps, (records, more_records), more, budget))
     })
     .await
 }
@@ -275,7 +295,7 @@ pub(super) async fn session(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let (info, verdict, shown_steps, records, more, mut budget) =
+    let (info, verdict, shown_steps, (records, more_records), more, mut budget) =
         match load(&state, user.caller.org(), id).await {
             Ok(loaded) => loaded,
             Err(e) => return error_page(&user, e),
@@ -308,7 +328,7 @@ pub(super) async fn session(
     let mut events = Vec::new();
     let mut reviews: HashMap<u64, Vec<String>> = HashMap::new();
     let mut erasures = Vec::new();
-    let mut more_events = false;
+    let mut more_events = more_records;
     for (seq, record) in &records {
         match record {
             OpRecord::AuditEvent(_) if events.len() == MAX_EVENTS_SHOWN => more_events = true,

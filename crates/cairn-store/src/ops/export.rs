@@ -336,9 +336,11 @@ pub fn plan_export(
         {
             return Err(ExportError::Stale { have: size, needed });
         }
-        for (seq, record) in store.session_records(org_id, &id)? {
+        // A session may hold any number of audit events: only the
+        // positions and types of those selected are kept.
+        store.visit_session_records(org_id, &id, &mut |seq, record| {
             if seq >= size {
-                continue;
+                return true;
             }
             let wanted = match &record {
                 OpRecord::SessionStart(_) | OpRecord::Seal(_) | OpRecord::Erasure(_) => true,
@@ -351,7 +353,8 @@ pub fn plan_export(
             if wanted {
                 records.push((seq, record.entry_type().to_owned()));
             }
-        }
+            true
+        })?;
         if !agents.contains(&info.header.agent_id) {
             agents.push(info.header.agent_id.clone());
         }

@@ -359,24 +359,35 @@ impl PgStore {
         &self,
         org_id: &str,
         session_id: &str,
-    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        visit: &mut dyn FnMut(u64, OpRecord) -> bool,
+    ) -> Result<(), StoreError> {
+        // Read a page at a time (a page is held whole); the last record
+        // given to `visit` is where a read retried on a new connection
+        // resumes.
+        let mut after: i64 = -1;
         self.read(|db| {
-            db.query(
-                "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
-                 JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
-                 WHERE o.name = $1 AND s.session_id = $2 ORDER BY e.id",
-                &[&org_id, &session_id],
-                "reading a session's records",
-            )?
-            .iter()
-            .map(|row| {
-                let seq = u64_of(col(row, 0)?);
-                Ok((
-                    seq,
-                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
-                ))
-            })
-            .collect()
+            loop {
+                let rows = db.query(
+                    "SELECT e.id, e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                     WHERE o.name = $1 AND s.session_id = $2 AND e.id > $3
+                     ORDER BY e.id LIMIT 256",
+                    &[&org_id, &session_id, &after],
+                    "reading a session's records",
+                )?;
+                if rows.is_empty() {
+                    return Ok(());
+                }
+                for row in &rows {
+                    let seq = u64_of(col(row, 1)?);
+                    let record =
+                        op_from_view(seq, &col::<String>(row, 2)?, &col::<String>(row, 3)?)?;
+                    after = col(row, 0)?;
+                    if !visit(seq, record) {
+                        return Ok(());
+                    }
+                }
+            }
         })
     }
 

@@ -365,7 +365,8 @@ impl SqliteStore {
         &self,
         org_id: &str,
         session_id: &str,
-    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        visit: &mut dyn FnMut(u64, OpRecord) -> bool,
+    ) -> Result<(), StoreError> {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
@@ -374,16 +375,18 @@ impl SqliteStore {
                      WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.id",
                 )
                 .context("reading a session's records")?;
-            let rows: Vec<(i64, String, String)> = stmt
-                .query_map(params![org_id, session_id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .context("reading a session's records")?
-                .collect::<Result<_, _>>()
+            let mut rows = stmt
+                .query(params![org_id, session_id])
                 .context("reading a session's records")?;
-            rows.into_iter()
-                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
-                .collect()
+            while let Some(row) = rows.next().context("reading a session's records")? {
+                let seq: i64 = row.get(0).context("reading a session's records")?;
+                let kind: String = row.get(1).context("reading a session's records")?;
+                let view: String = row.get(2).context("reading a session's records")?;
+                if !visit(seq as u64, op_from_view(seq as u64, &kind, &view)?) {
+                    break;
+                }
+            }
+            Ok(())
         })
     }
 

@@ -372,6 +372,24 @@ pub(super) fn links_name_existing_records(backend: &dyn Backend) {
     }
     let records = store.op_records(ORG, "audit-event", 0, 10).unwrap();
     assert_eq!(records.len(), 2);
+    // A session's records are read a page at a time (PostgreSQL: 256 a
+    // page), in log order, and a visitor may stop early.
+    for i in 0..300 {
+        ledger
+            .write(event(Some(&format!("many-{i}")), Some("s1")))
+            .unwrap();
+    }
+    let all = store.session_records(ORG, "s1").unwrap();
+    let seqs: Vec<u64> = all.iter().map(|(seq, _)| *seq).collect();
+    assert!(seqs.is_sorted() && seqs.len() == 302, "{}", seqs.len());
+    let mut seen = Vec::new();
+    store
+        .visit_session_records(ORG, "s1", &mut |seq, _| {
+            seen.push(seq);
+            seen.len() < 270
+        })
+        .unwrap();
+    assert_eq!(seen, seqs[..270]);
     assert_verifies(store.as_ref());
 }
 
