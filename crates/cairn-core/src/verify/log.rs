@@ -67,8 +67,8 @@ pub struct LogVerifier {
     /// Erased steps whose erasure record has not been seen yet, by
     /// (session, index).
     pending_erasures: HashMap<(String, u64), PendingErasure>,
-    /// Checkpoints still ahead of the stream, largest size first.
-    pending: Vec<(u64, Hash)>,
+    /// Checkpoints still ahead of the stream: their roots by size.
+    pending: std::collections::BTreeMap<u64, Vec<Hash>>,
     /// For a partial log: the checkpoint every entry's inclusion proof must
     /// lead to, the selection, and what is still expected.
     sparse: Option<SparseState>,
@@ -96,7 +96,7 @@ impl LogVerifier {
             sessions: HashMap::new(),
             sealed_finals: HashMap::new(),
             pending_erasures: HashMap::new(),
-            pending: Vec::new(),
+            pending: std::collections::BTreeMap::new(),
             sparse: None,
             mirroring: false,
             progress: Progress::default(),
@@ -153,9 +153,10 @@ impl LogVerifier {
     /// before streaming past that size; any number of checkpoints (the
     /// latest one, and older ones an auditor or witness saved) may be given.
     pub fn expect_checkpoint(&mut self, checkpoint: &VerifiedCheckpoint) {
+        // Kept by size (a log verified against a year of checkpoints expects
+        // millions: each is filed in log n, never by sorting them all again).
         let cp = checkpoint.checkpoint();
-        self.pending.push((cp.size, cp.root));
-        self.pending.sort_by_key(|cp| std::cmp::Reverse(cp.0));
+        self.pending.entry(cp.size).or_default().push(cp.root);
     }
 
     /// The log's origin line.
@@ -331,12 +332,16 @@ impl LogVerifier {
     }
 
     fn check_checkpoints(&mut self) -> Check {
-        while let Some(&(size, root)) = self.pending.last() {
+        while let Some(entry) = self.pending.first_entry() {
+            let size = *entry.key();
             if size > self.tree.size() {
                 break;
             }
-            self.pending.pop();
-            if size == self.tree.size() && self.tree.root() != root {
+            let roots = entry.remove();
+            if let Some(root) = roots
+                .into_iter()
+                .find(|root| size == self.tree.size() && self.tree.root() != *root)
+            {
                 return Err((
                     Reason::InconsistentCheckpoint,
                     match size.checked_sub(1) {
@@ -367,7 +372,7 @@ impl LogVerifier {
         if self.progress.failure.is_some() {
             return self.progress.verdict();
         }
-        if let Some(&(size, _)) = self.pending.first()
+        if let Some((&size, _)) = self.pending.last_key_value()
             && size > self.tree.size()
         {
             let at = Location {
