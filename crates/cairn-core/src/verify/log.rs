@@ -338,8 +338,10 @@ impl LogVerifier {
                 break;
             }
             let roots = entry.remove();
+            // The last expected of a size is named, as before.
             if let Some(root) = roots
                 .into_iter()
+                .rev()
                 .find(|root| size == self.tree.size() && self.tree.root() != *root)
             {
                 return Err((

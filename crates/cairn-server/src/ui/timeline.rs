@@ -74,6 +74,8 @@ struct SessionPage {
     step_count: u64,
     /// Audit events left out (more than a page shows).
     more_events: bool,
+    /// Records past the first [`MAX_RECORDS_READ`] not read at all.
+    more_records: bool,
     steps: Vec<StepView>,
     events: Vec<EventView>,
     /// Erasures: step, fields, reason, when.
@@ -89,6 +91,14 @@ const MAX_EVENTS_SHOWN: usize = 1_000;
 /// Records of the session (audit events, reviews, erasures) a page reads
 /// at most.
 const MAX_RECORDS_READ: usize = 10_000;
+
+/// What a page's read of the session's records left out.
+struct RecordsLeftOut {
+    /// Audit events past those listed.
+    events: bool,
+    /// Records past the first [`MAX_RECORDS_READ`].
+    records: bool,
+}
 
 /// Bytes of one field shown (a step's content, input or output, an
 /// event's detail); a longer one is cut, with a note saying so.
@@ -236,7 +246,7 @@ async fn load(
         cairn_store::SessionInfo,
         Option<cairn_core::verify::Verdict>,
         Vec<ShownStep>,
-        (Vec<(u64, OpRecord)>, bool),
+        (Vec<(u64, OpRecord)>, RecordsLeftOut),
         bool,
         TextBudget,
     ),
@@ -267,20 +277,27 @@ async fn load(
         // events up to what it lists, and at most MAX_RECORDS_READ read in
         // all (a session may hold any number of audit events).
         let mut records = Vec::new();
-        let (mut events, mut read) = (0usize, 0usize);
+        let (mut events, mut read, mut cut) = (0usize, 0usize, false);
         store.visit_session_records(&org, &id, &mut |seq, record| {
+            if read == MAX_RECORDS_READ {
+                cut = true;
+                return false;
+            }
             read += 1;
             if matches!(record, OpRecord::AuditEvent(_)) {
                 events += 1;
                 if events > MAX_EVENTS_SHOWN {
-                    return read < MAX_RECORDS_READ;
+                    return true;
                 }
             }
             records.push((seq, record));
-            read < MAX_RECORDS_READ
+            true
         })?;
-        let more_records = events > MAX_EVENTS_SHOWN || read >= MAX_RECORDS_READ;
-        Ok((info, verdict, steps, (records, more_records), more, budget))
+        let notes = RecordsLeftOut {
+            events: events > MAX_EVENTS_SHOWN,
+            records: cut,
+        };
+        Ok((info, verdict, steps, (records, notes), more, budget))
     })
     .await
 }
@@ -295,7 +312,7 @@ pub(super) async fn session(
         Ok(user) => user,
         Err(to) => return to,
     };
-    let (info, verdict, shown_steps, (records, more_records), more, mut budget) =
+    let (info, verdict, shown_steps, (records, left_out), more, mut budget) =
         match load(&state, user.caller.org(), id).await {
             Ok(loaded) => loaded,
             Err(e) => return error_page(&user, e),
@@ -328,7 +345,7 @@ pub(super) async fn session(
     let mut events = Vec::new();
     let mut reviews: HashMap<u64, Vec<String>> = HashMap::new();
     let mut erasures = Vec::new();
-    let mut more_events = more_records;
+    let mut more_events = left_out.events;
     for (seq, record) in &records {
         match record {
             OpRecord::AuditEvent(_) if events.len() == MAX_EVENTS_SHOWN => more_events = true,
@@ -482,6 +499,7 @@ pub(super) async fn session(
             more,
             step_count: info.step_count,
             more_events,
+            more_records: left_out.records,
             steps,
             events,
             erasures,

@@ -361,23 +361,30 @@ impl PgStore {
         session_id: &str,
         visit: &mut dyn FnMut(u64, OpRecord) -> bool,
     ) -> Result<(), StoreError> {
-        // Read a page at a time (a page is held whole); the last record
-        // given to `visit` is where a read retried on a new connection
-        // resumes.
+        // The records' ids first (the index on (sid, type) does not give
+        // them in log order), then the records a page at a time (a page is
+        // held whole); the last record given to `visit` is where a read
+        // retried on a new connection resumes.
         let mut after: i64 = -1;
         self.read(|db| {
-            loop {
-                let rows = db.query(
-                    "SELECT e.id, e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+            let ids: Vec<i64> = db
+                .query(
+                    "SELECT e.id FROM sessions s JOIN orgs o ON o.org = s.org
                      JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
-                     WHERE o.name = $1 AND s.session_id = $2 AND e.id > $3
-                     ORDER BY e.id LIMIT 256",
+                     WHERE o.name = $1 AND s.session_id = $2 AND e.id > $3 ORDER BY e.id",
                     &[&org_id, &session_id, &after],
                     "reading a session's records",
+                )?
+                .iter()
+                .map(|row| col(row, 0))
+                .collect::<Result<_, _>>()?;
+            for chunk in ids.chunks(256) {
+                let chunk = chunk.to_vec();
+                let rows = db.query(
+                    "SELECT id, seq, type, view FROM entries WHERE id = ANY($1) ORDER BY id",
+                    &[&chunk],
+                    "reading a session's records",
                 )?;
-                if rows.is_empty() {
-                    return Ok(());
-                }
                 for row in &rows {
                     let seq = u64_of(col(row, 1)?);
                     let record =
@@ -388,6 +395,7 @@ impl PgStore {
                     }
                 }
             }
+            Ok(())
         })
     }
 

@@ -368,20 +368,27 @@ impl SqliteStore {
         visit: &mut dyn FnMut(u64, OpRecord) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
-            let mut stmt = c
+            // The records' ids first (the index on (sid, type) does not
+            // give them in log order, and sorting whole rows would read
+            // every record before the first is visited), then each record.
+            let ids: Vec<i64> = c
                 .prepare_cached(
-                    "SELECT e.seq, e.type, e.view FROM sessions s JOIN orgs o ON o.org = s.org
+                    "SELECT e.id FROM sessions s JOIN orgs o ON o.org = s.org
                      JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
                      WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.id",
                 )
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![org_id, session_id], |r| r.get(0))?
+                        .collect::<Result<_, _>>()
+                })
                 .context("reading a session's records")?;
-            let mut rows = stmt
-                .query(params![org_id, session_id])
+            let mut stmt = c
+                .prepare_cached("SELECT seq, type, view FROM entries WHERE id = ?1")
                 .context("reading a session's records")?;
-            while let Some(row) = rows.next().context("reading a session's records")? {
-                let seq: i64 = row.get(0).context("reading a session's records")?;
-                let kind: String = row.get(1).context("reading a session's records")?;
-                let view: String = row.get(2).context("reading a session's records")?;
+            for id in ids {
+                let (seq, kind, view): (i64, String, String) = stmt
+                    .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .context("reading a session's records")?;
                 if !visit(seq as u64, op_from_view(seq as u64, &kind, &view)?) {
                     break;
                 }
