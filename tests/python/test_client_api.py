@@ -297,7 +297,9 @@ class Stub:
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
+                # A script may announce more than it sends: a body cut short.
+                if "Content-Length" not in headers:
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -395,6 +397,22 @@ def test_async_client_retries(stub):
 
     assert asyncio.run(main()) == [{"session_id": "s"}]
     assert len(s.requests) == 3 and s.requests[0][1] == "/v1/sessions?agent_id=a&limit=20"
+
+
+def test_a_streamed_answer_cut_short_is_unreachable_and_read_again(stub):
+    # A replay is streamed: a server or network failure after the status
+    # line cuts the body short. The client reports it as unreachable, not
+    # as http.client's IncompleteRead, and a read is simply asked again.
+    whole = json.dumps({"session_id": "s", "steps": [], "step_count": 0}).encode()
+    cut = (200, {"Content-Type": "application/json", "Content-Length": str(len(whole) + 100)}, whole)
+    s = stub(cut, (200, {"Content-Type": "application/json"}, whole))
+    replay = CairnClient(s.url, api_key="k", backoff=0.01).replay_decision("s")
+    assert replay["step_count"] == 0 and len(s.requests) == 2
+    s = stub(cut, cut)
+    with pytest.raises(CairnError) as raised:
+        CairnClient(s.url, api_key="k", max_retries=1, backoff=0.01).replay_decision("s")
+    assert raised.value.status == 0 and raised.value.code == "unreachable"
+    assert "cut short" in raised.value.message
 
 
 def test_unreachable_server():

@@ -82,6 +82,23 @@ describe("CairnClient against a scripted fetch", () => {
     assert.equal(writes.calls.length, 1, "a write is never sent twice after a lost connection");
   });
 
+  test("a body cut short is unreachable, and a 200 that is not JSON is http_error", async () => {
+    // A streamed replay whose body errors after the status line.
+    const cut = (): Response => new Response(new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"steps":['));
+        controller.error(new TypeError("terminated"));
+      },
+    }), { status: 200, headers: { "Content-Type": "application/json" } });
+    const { fetch } = scripted([cut, cut]);
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
+    await assert.rejects(client.getSession("s"), (e: unknown) => e instanceof CairnError && e.status === 0 && e.code === "unreachable" && e.message.includes("cut short"));
+    await assert.rejects(client.export({ session: "s" }), (e: unknown) => e instanceof CairnError && e.code === "unreachable");
+    const page = scripted([() => new Response("<html>a proxy</html>", { status: 200 })]);
+    const proxied = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: page.fetch });
+    await assert.rejects(proxied.health(), (e: unknown) => e instanceof CairnError && e.status === 200 && e.code === "http_error");
+  });
+
   test("a non-Cairn error body is still a CairnError", async () => {
     const { fetch } = scripted([() => new Response("<html>bad gateway</html>", { status: 502 })]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
