@@ -114,17 +114,70 @@ impl HeldAnswer {
         }
         self.bytes = self.bytes.saturating_add(count.0);
         if self.bytes > self.limit {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "answer_too_large",
-                format!(
-                    "this answer would hold over {} MiB of the session's steps, and it is built whole \
-                     before it is sent: replay the session as JSON (GET /v1/sessions/{{id}}, streamed) \
-                     or export it (GET /v1/export?session=...)",
-                    self.limit / (1024 * 1024)
-                ),
+            return Err(too_large(
+                self.limit,
+                "replay the session as JSON (GET /v1/sessions/{id}, streamed) or export it \
+                 (GET /v1/export?session=...)",
             ));
         }
+        Ok(())
+    }
+}
+
+/// `answer_too_large` for an answer past `limit` bytes, saying what to do
+/// instead.
+pub(crate) fn too_large(limit: usize, instead: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "answer_too_large",
+        format!(
+            "this answer would hold over {} MiB, and it is built whole before it is sent: {instead}",
+            limit / (1024 * 1024)
+        ),
+    )
+}
+
+/// A writer that keeps at most `limit` bytes: past it, writing fails
+/// (which stops the writer's caller) and [`AtMostBytes::overflowed`] says
+/// so.
+pub(crate) struct AtMostBytes {
+    bytes: Vec<u8>,
+    limit: usize,
+    overflowed: bool,
+}
+
+impl AtMostBytes {
+    /// An empty buffer of at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> AtMostBytes {
+        AtMostBytes {
+            bytes: Vec::new(),
+            limit,
+            overflowed: false,
+        }
+    }
+
+    /// Whether a write went past the limit.
+    pub(crate) fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// What was written.
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+impl std::io::Write for AtMostBytes {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the answer is over its limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -166,5 +219,11 @@ mod tests {
             (422, "answer_too_large")
         );
         assert!(refused.message.contains("GET /v1/sessions/{id}"));
+        // A capped writer refuses past its limit and says so.
+        let mut out = AtMostBytes::new(4);
+        use std::io::Write as _;
+        out.write_all(b"abc").unwrap();
+        assert!(out.write_all(b"de").is_err() && out.overflowed());
+        assert_eq!(out.into_bytes(), b"abc");
     }
 }

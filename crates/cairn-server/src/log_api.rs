@@ -420,8 +420,8 @@ pub(crate) async fn export(
     };
     // Everything is decided before the status line, so that an empty or a
     // refused export is a 4xx, not a truncated body.
-    let permit = limits::expensive(&state, caller.org(), "the export").await?;
-    let plan = plan_export(&state, &caller, scope, options).await?;
+    let permit = Arc::new(limits::expensive(&state, caller.org(), "the export").await?);
+    let plan = plan_export(&state, &caller, scope, options, &permit).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let store = Arc::clone(&state.store);
     tokio::task::spawn_blocking(move || {
@@ -448,19 +448,23 @@ pub(crate) async fn export(
 /// Plans an export of the caller's org against a fresh checkpoint (HTTP and
 /// MCP): the selection of a partial bundle is computed and signed, the
 /// consistency proof asked for made. A step erased between the checkpoint
-/// and the plan makes it sign a newer checkpoint and plan again.
+/// and the plan makes it sign a newer checkpoint and plan again. Each
+/// planning task holds `slot` (the export's): a blocking task runs to its
+/// end even if the client goes away, and must not run outside its slot.
 pub(crate) async fn plan_export(
     state: &Arc<AppState>,
     caller: &Caller,
     scope: ExportScope,
     options: cairn_store::ops::ExportOptions,
+    slot: &Arc<crate::limits::ExpensiveSlot>,
 ) -> Result<cairn_store::ops::ExportPlan, ApiError> {
     use cairn_store::ops::ExportError;
     let mut attempts = 0;
     loop {
         let cp = current_checkpoint(state, caller.org()).await?;
-        let (org, scope_now) = (caller.org().to_owned(), scope.clone());
+        let (org, scope_now, slot) = (caller.org().to_owned(), scope.clone(), Arc::clone(slot));
         let planned = blocking(state, move |store| {
+            let _slot = slot;
             Ok(cairn_store::ops::plan_export(
                 store,
                 &org,
@@ -481,6 +485,10 @@ pub(crate) async fn plan_export(
         }
     }
 }
+
+/// Most log keys one bundle verification may pin (`key=`): a log has a
+/// handful, and each is decoded before the work starts.
+const MAX_PINNED_KEYS: usize = 64;
 
 /// Trusted checkpoints given with a verification: each `checkpoint`
 /// parameter is a signed checkpoint note, in base64 (standard or URL-safe).
@@ -595,6 +603,16 @@ pub(crate) async fn verify_bundle(
     use http_body_util::BodyExt as _;
     let trusted = trusted_param(&q)?;
     let policy = witness_policy_param(&q)?;
+    // Counted before any key is decoded (each is a curve point), as
+    // witnesses are.
+    let keys_given = q.iter().filter(|(k, _)| k == "key").count();
+    if keys_given > MAX_PINNED_KEYS {
+        return Err(ApiError::bad_request(
+            "invalid_argument",
+            format!("at most {MAX_PINNED_KEYS} key parameters, not {keys_given}"),
+        )
+        .with_field("key"));
+    }
     let pinned = q
         .iter()
         .filter(|(k, _)| k == "key")

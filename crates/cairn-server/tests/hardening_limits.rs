@@ -619,3 +619,16 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     let turn = get(&server, "/v1/sessions/long/turns/turn-0", &admin);
     assert_eq!(turn.status, 200, "{}", turn.text());
 }
+
+/// A bundle verification pins at most 64 log keys, counted before any is
+/// decoded (each is a curve point to decompress), as witnesses are.
+#[test]
+fn a_bundle_verification_pins_a_bounded_number_of_keys() {
+    let server = start(ServerConfig::default());
+    let crowd = format!("/v1/bundles/verify?{}", vec!["key=x"; 65].join("&"));
+    let refused = call(&server, "POST", &crowd, &server.admin, Some(b"{}\n"));
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let body = refused.json();
+    assert_eq!(body["error"]["code"], "invalid_argument");
+    assert_eq!(body["error"]["field"], "key");
+}

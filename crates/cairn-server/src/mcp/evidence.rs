@@ -125,25 +125,37 @@ impl CairnMcp {
                 level,
                 since_size: None,
             };
-            let permit = crate::limits::expensive(&self.state, caller.org(), "the export").await?;
+            let permit = std::sync::Arc::new(
+                crate::limits::expensive(&self.state, caller.org(), "the export").await?,
+            );
             let plan = crate::plan_export(
                 &self.state,
                 &caller,
                 ExportScope::Session(args.session_id.clone()),
                 options,
+                &permit,
             )
             .await?;
             self.store(move |store| {
                 let _permit = permit;
-                let mut out = Vec::new();
-                let summary = cairn_store::ops::write_export(store, &plan, &mut out, &mut |_| {})
-                    .map_err(|e| {
+                // One tool result is one JSON-RPC message, held whole: the
+                // bundle is written up to the held-answer limit.
+                let mut out = crate::held::AtMostBytes::new(crate::held::MAX_HELD_ANSWER_BYTES);
+                let written = cairn_store::ops::write_export(store, &plan, &mut out, &mut |_| {});
+                if out.overflowed() {
+                    return Err(crate::held::too_large(
+                        crate::held::MAX_HELD_ANSWER_BYTES,
+                        "export it with GET /v1/export (streamed)",
+                    ));
+                }
+                let summary = written.map_err(|e| {
                     ApiError::new(
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
                         "storage_failure",
                         e.to_string(),
                     )
                 })?;
+                let out = out.into_bytes();
                 Ok(Exported {
                     session_id: args.session_id,
                     entries: summary.entries,

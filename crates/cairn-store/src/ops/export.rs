@@ -302,8 +302,10 @@ pub fn plan_export(
     let mut claims = Vec::new();
     let mut seqs = Vec::new();
     let mut records: Vec<(u64, String)> = Vec::new();
-    let mut agents: Vec<String> = Vec::new();
-    let mut predecessors: Vec<Hash> = Vec::new();
+    // Sets, not lists: a scope of many sessions (an agent's, a time range)
+    // would otherwise be quadratic in its sessions.
+    let mut agents: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut predecessors: std::collections::HashSet<Hash> = std::collections::HashSet::new();
     let mut selected: Vec<(u64, String)> = Vec::new();
     for id in sessions_in_scope(store, org_id, scope)? {
         let Some(info) = store.session(org_id, &id)? else {
@@ -356,7 +358,7 @@ pub fn plan_export(
             true
         })?;
         if !agents.contains(&info.header.agent_id) {
-            agents.push(info.header.agent_id.clone());
+            agents.insert(info.header.agent_id.clone());
         }
         predecessors.extend(info.header.predecessor);
     }
