@@ -322,4 +322,12 @@ fn an_embedding_service_embeds_in_the_background_and_outages_only_delay_it() {
         "{body}"
     );
     assert_eq!(hits(&body)[0], "s1#0", "{body}");
+    // A semantic query is held to the query length too: the whole text
+    // would go to the embedder.
+    let long = format!("/v1/search?mode=semantic&q={}", "a".repeat(1_025));
+    let refused = get(&server, &long, &writer);
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (400, "invalid_request")
+    );
 }

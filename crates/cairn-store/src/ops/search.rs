@@ -134,7 +134,11 @@ pub fn search(
     request: &SearchRequest,
 ) -> Result<SearchAnswer, SearchError> {
     // A full-text query is parsed whatever the mode: it also marks the
-    // snippets. Semantic mode accepts any text.
+    // snippets. Semantic mode accepts any text, within the same length
+    // (the whole text is sent to the embedder).
+    if request.text.len() > crate::fulltext::MAX_QUERY_BYTES {
+        return Err(crate::fulltext::QueryError::TooLong.into());
+    }
     let fulltext = match (request.mode, FullTextQuery::parse(&request.text)) {
         (SearchMode::Semantic, parsed) => parsed.ok(),
         (_, parsed) => Some(parsed?),
