@@ -78,7 +78,7 @@ pub(crate) async fn require_own_session(
         store
             .session(&org, &id)?
             .map(|info| info.header.agent_id)
-            .ok_or_else(|| ApiError::not_found(format!("session {}", shown(&id))))
+            .ok_or_else(|| ApiError::no_session(&id))
     })
     .await?;
     caller.may_act_for(&agent)

@@ -189,6 +189,12 @@ impl ApiError {
         )
     }
 
+    /// 404 for a session this org does not have (or that does not exist:
+    /// the two are not told apart).
+    pub fn no_session(id: &str) -> ApiError {
+        ApiError::not_found(format!("session {}", shown(id)))
+    }
+
     /// 403 for a role that may not do this.
     pub fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)

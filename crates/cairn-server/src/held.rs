@@ -137,9 +137,10 @@ pub(crate) fn too_large(limit: usize, instead: &str) -> ApiError {
     )
 }
 
-/// A writer that keeps at most `limit` bytes: past it, writing fails
-/// (which stops the writer's caller) and [`AtMostBytes::overflowed`] says
-/// so.
+/// A writer that keeps at most `limit` bytes: the write that reaches past
+/// it keeps what fits and fails (which stops the writer's caller), and
+/// [`AtMostBytes::overflowed`] says so. Held answers refuse once it
+/// overflows; a web UI page shows the prefix, cut.
 pub(crate) struct AtMostBytes {
     bytes: Vec<u8>,
     limit: usize,
@@ -169,7 +170,9 @@ impl AtMostBytes {
 
 impl std::io::Write for AtMostBytes {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > self.limit {
+        let room = self.limit.saturating_sub(self.bytes.len());
+        if buf.len() > room {
+            self.bytes.extend_from_slice(&buf[..room]);
             self.overflowed = true;
             return Err(std::io::Error::other("the answer is over its limit"));
         }
@@ -224,6 +227,6 @@ mod tests {
         use std::io::Write as _;
         out.write_all(b"abc").unwrap();
         assert!(out.write_all(b"de").is_err() && out.overflowed());
-        assert_eq!(out.into_bytes(), b"abc");
+        assert_eq!(out.into_bytes(), b"abcd", "what fits is kept");
     }
 }

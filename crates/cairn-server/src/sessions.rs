@@ -338,9 +338,9 @@ pub(crate) async fn replay(
         // even if the client goes away) and comes back for a Markdown
         // replay, which holds its steps next.
         blocking(&state, move |store| {
-            let info = store.session(&org, &session_id)?.ok_or_else(|| {
-                ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-            })?;
+            let info = store
+                .session(&org, &session_id)?
+                .ok_or_else(|| ApiError::no_session(&session_id))?;
             let verdict = if verify {
                 verify_session(store, &org, &session_id)?
             } else {
@@ -463,9 +463,9 @@ impl StreamedReplay {
     async fn start(&mut self, state: &Arc<AppState>) -> Result<Vec<u8>, ApiError> {
         let (org, session_id) = (self.org.clone(), self.session_id.clone());
         self.seqs = blocking(state, move |store| {
-            store.session_seqs(&org, &session_id)?.ok_or_else(|| {
-                ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-            })
+            store
+                .session_seqs(&org, &session_id)?
+                .ok_or_else(|| ApiError::no_session(&session_id))
         })
         .await?;
         self.next_batch(state).await.map(Option::unwrap_or_default)
@@ -608,9 +608,7 @@ pub(crate) async fn verify_one_session(
     let permit = limits::expensive(&state, &org, "verification").await?;
     let verdict = blocking(&state, move |store| {
         let _permit = permit;
-        verify_session(store, &org, &session_id)?.ok_or_else(|| {
-            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-        })
+        verify_session(store, &org, &session_id)?.ok_or_else(|| ApiError::no_session(&session_id))
     })
     .await?;
     state.metrics.verification(verdict.verified);
@@ -763,9 +761,9 @@ pub(crate) async fn session_root(
 ) -> Result<Json, ApiError> {
     let org = caller.org().to_owned();
     let info = blocking(&state, move |store| {
-        store.session(&org, &session_id)?.ok_or_else(|| {
-            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-        })
+        store
+            .session(&org, &session_id)?
+            .ok_or_else(|| ApiError::no_session(&session_id))
     })
     .await?;
     let seal = info.seal.ok_or_else(|| {

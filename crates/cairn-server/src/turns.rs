@@ -304,9 +304,9 @@ async fn session_records(
     // The slot goes with the work and comes back: the answer is held
     // until it has been sent.
     blocking(state, move |store| {
-        store.session(&org, &session_id)?.ok_or_else(|| {
-            ApiError::not_found(format!("session {}", crate::error::shown(&session_id)))
-        })?;
+        store
+            .session(&org, &session_id)?
+            .ok_or_else(|| ApiError::no_session(&session_id))?;
         let mut records = Vec::new();
         let mut seqs = HashMap::new();
         let mut held = crate::held::HeldAnswer::new();

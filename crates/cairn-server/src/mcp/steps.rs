@@ -122,12 +122,9 @@ impl CairnMcp {
         };
         let result = self
             .store(move |store| {
-                let info = store.session(&org, &args.session_id)?.ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "session {}",
-                        crate::error::shown(&args.session_id)
-                    ))
-                })?;
+                let info = store
+                    .session(&org, &args.session_id)?
+                    .ok_or_else(|| ApiError::no_session(&args.session_id))?;
                 crate::allow_level(
                     &caller,
                     level,

@@ -374,9 +374,9 @@ impl CairnMcp {
             let id = session_id.clone();
             let info = self
                 .store(move |store| {
-                    store.session(&org, &id)?.ok_or_else(|| {
-                        ApiError::not_found(format!("session {}", crate::error::shown(&id)))
-                    })
+                    store
+                        .session(&org, &id)?
+                        .ok_or_else(|| ApiError::no_session(&id))
                 })
                 .await?;
             if let Some(seal) = &info.seal {

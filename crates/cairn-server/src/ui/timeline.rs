@@ -116,29 +116,6 @@ struct TextBudget {
     left: usize,
 }
 
-/// A writer that keeps at most `limit` bytes and then fails, which stops
-/// the serializer writing into it.
-struct AtMost {
-    bytes: Vec<u8>,
-    limit: usize,
-}
-
-impl std::io::Write for AtMost {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let room = self.limit - self.bytes.len();
-        if buf.len() > room {
-            self.bytes.extend_from_slice(&buf[..room]);
-            return Err(std::io::Error::other("the shown text is full"));
-        }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// `bytes` as text, without a character a cut split.
 fn whole_characters(bytes: Vec<u8>) -> String {
     match String::from_utf8(bytes) {
@@ -194,12 +171,10 @@ impl TextBudget {
         let Some(limit) = self.limit() else {
             return NOT_SHOWN.to_owned();
         };
-        let mut out = AtMost {
-            bytes: Vec::new(),
-            limit,
-        };
+        // The writer fails once full, which stops the serializer.
+        let mut out = crate::held::AtMostBytes::new(limit);
         let cut = serde_json::to_writer_pretty(&mut out, value).is_err();
-        self.spend(whole_characters(out.bytes), cut)
+        self.spend(whole_characters(out.into_bytes()), cut)
     }
 }
 
@@ -259,7 +234,7 @@ async fn load(
     blocking(state, move |store| {
         let _permit = permit;
         let Some(info) = store.session(&org, &id)? else {
-            return Err(ApiError::not_found(format!("session {}", shown(&id))));
+            return Err(ApiError::no_session(&id));
         };
         let verdict = verify_session(store, &org, &id)?;
         let mut steps = Vec::new();
@@ -526,7 +501,7 @@ pub(super) async fn state(
     let found = blocking(&state, move |store| {
         store
             .session(&org, &id)?
-            .ok_or_else(|| ApiError::not_found(format!("session {}", shown(&id))))
+            .ok_or_else(|| ApiError::no_session(&id))
     })
     .await;
     match found {
@@ -569,7 +544,7 @@ pub(super) async fn markdown(
     let org = user.caller.org().to_owned();
     let loaded = blocking(&state, move |store| {
         let Some(info) = store.session(&org, &id)? else {
-            return Err(ApiError::not_found(format!("session {}", shown(&id))));
+            return Err(ApiError::no_session(&id));
         };
         // The Markdown shows contents, not payloads: those are dropped as
         // they are read, and the page stops within the text budget.

@@ -357,9 +357,7 @@ pub fn plan_export(
             }
             true
         })?;
-        if !agents.contains(&info.header.agent_id) {
-            agents.insert(info.header.agent_id.clone());
-        }
+        agents.insert(info.header.agent_id.clone());
         predecessors.extend(info.header.predecessor);
     }
     if claims.is_empty() {
