@@ -101,6 +101,7 @@ pub const ERROR_CODES: &[&str] = &[
     "too_many_sessions",
     "line_too_long",
     "answer_too_large",
+    "export_too_large",
     "host_not_allowed",
     "origin_not_allowed",
     "sql_refused",

@@ -352,7 +352,7 @@ impl futures_core::Stream for ChannelBody {
     operation_id = "export",
     tag = "export",
     summary = "Export a bundle (streamed JSON Lines)",
-    description = "Exactly one of session, agent, since+until, all=true. FORMAT.md section 10. Roles: auditor, admin. A scope that matches no session is a 404 before any byte of the bundle.",
+    description = "Exactly one of session, agent, since+until, all=true. FORMAT.md section 10. Roles: auditor, admin. A scope that matches no session is a 404 before any byte of the bundle. A partial bundle whose signed selection (every selected session and listed record) would be a line longer than 16 MiB, which verifiers do not read by default, is a 422 export_too_large before any byte: export a narrower scope, a lower level, or the whole log.",
     params(
         ("session" = Option<crate::api_doc::Id>, Query, description = "One session"),
         ("agent" = Option<crate::api_doc::Id>, Query, description = "Every session of an agent"),
@@ -481,6 +481,13 @@ pub(crate) async fn plan_export(
             Err(ExportError::Empty(m)) => return Err(ApiError::not_found(m)),
             Err(ExportError::Consent(session)) => return Err(consent_required(&session)),
             Err(ExportError::Store(e)) => return Err(e.into()),
+            Err(e @ ExportError::TooLarge(_)) => {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "export_too_large",
+                    e.to_string(),
+                ));
+            }
             Err(e) => return Err(ApiError::bad_request("invalid_request", e.to_string())),
         }
     }

@@ -134,6 +134,12 @@ pub enum ExportError {
     /// The consistency proof asked for cannot be made.
     #[error("{0}")]
     Since(String),
+    /// A partial export's signed selection would be a bundle line longer
+    /// than verifiers read by default
+    /// ([`DEFAULT_MAX_BUNDLE_LINE_BYTES`](super::DEFAULT_MAX_BUNDLE_LINE_BYTES)):
+    /// the bundle would be refused by whoever it is given to.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// Everything an export will write, decided before the first byte.
@@ -236,6 +242,30 @@ pub fn plan_export(
     checkpoint: &StoredCheckpoint,
     exported_at: Timestamp,
 ) -> Result<ExportPlan, ExportError> {
+    plan_export_within(
+        store,
+        org_id,
+        scope,
+        options,
+        checkpoint,
+        exported_at,
+        super::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+    )
+}
+
+/// [`plan_export`] with the longest selection line it may plan, in bytes
+/// (line end excluded): past it, [`ExportError::TooLarge`], found while
+/// the selection is gathered (so a session of millions of audit events
+/// is not listed whole first) and confirmed on the signed line itself.
+pub fn plan_export_within(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    scope: &ExportScope,
+    options: ExportOptions,
+    checkpoint: &StoredCheckpoint,
+    exported_at: Timestamp,
+    max_selection_line: usize,
+) -> Result<ExportPlan, ExportError> {
     let level = options.level.unwrap_or(DetailLevel::Full);
     if options.level == Some(DetailLevel::Full)
         && let Some(session) = first_without_consent(store, org_id, scope)?
@@ -307,6 +337,15 @@ pub fn plan_export(
     let mut agents: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut predecessors: std::collections::HashSet<Hash> = std::collections::HashSet::new();
     let mut selected: Vec<(u64, String)> = Vec::new();
+    let mut budget = SelectionBudget {
+        bytes: 0,
+        max: max_selection_line,
+    };
+    let too_large = |scope: &ExportScope| {
+        ExportError::TooLarge(format!(
+            "the signed selection of {scope} would be a bundle line longer than {max_selection_line} bytes, which verifiers do not read by default: export a narrower scope (one session, one agent, a shorter time range), a lower detail level (detailed leaves audit events and reviews out), or the whole log"
+        ))
+    };
     for id in sessions_in_scope(store, org_id, scope)? {
         let Some(info) = store.session(org_id, &id)? else {
             continue;
@@ -325,6 +364,9 @@ pub fn plan_export(
             }
             true
         })?;
+        if !budget.session(&id, steps) {
+            return Err(too_large(scope));
+        }
         claims.push((
             info.start_seq,
             SessionClaim {
@@ -339,7 +381,9 @@ pub fn plan_export(
             return Err(ExportError::Stale { have: size, needed });
         }
         // A session may hold any number of audit events: only the
-        // positions and types of those selected are kept.
+        // positions and types of those selected are kept, and only while
+        // they fit the selection line.
+        let mut fits = true;
         store.visit_session_records(org_id, &id, &mut |seq, record| {
             if seq >= size {
                 return true;
@@ -353,10 +397,14 @@ pub fn plan_export(
                 }
             };
             if wanted {
+                fits = budget.record(seq, record.entry_type());
                 records.push((seq, record.entry_type().to_owned()));
             }
-            true
+            fits
         })?;
+        if !fits {
+            return Err(too_large(scope));
+        }
         agents.insert(info.header.agent_id.clone());
         predecessors.extend(info.header.predecessor);
     }
@@ -368,6 +416,9 @@ pub fn plan_export(
     for agent in &agents {
         for (seq, record) in store.key_records(org_id, Some(agent))? {
             if seq < size {
+                if !budget.record(seq, record.entry_type()) {
+                    return Err(too_large(scope));
+                }
                 records.push((seq, record.entry_type().to_owned()));
             }
         }
@@ -376,6 +427,9 @@ pub fn plan_export(
     // them (FORMAT.md 7.10, 10.4).
     for (seq, record) in all_op_records(store, org_id, "log-key")? {
         if seq < size {
+            if !budget.record(seq, record.entry_type()) {
+                return Err(too_large(scope));
+            }
             records.push((seq, record.entry_type().to_owned()));
         }
     }
@@ -389,6 +443,9 @@ pub fn plan_export(
                     && seq < size
                     && predecessors.contains(&seal.final_hash)
                 {
+                    if !budget.record(seq, "seal") {
+                        return Err(too_large(scope));
+                    }
                     records.push((seq, "seal".into()));
                 }
             }
@@ -412,6 +469,11 @@ pub fn plan_export(
             &checkpoint.root,
         )
         .map_err(|e| StoreError::Key(e.to_string()))?;
+    // The estimate above counted no escapes and no duplicates' removal:
+    // the line as it will be written decides.
+    if selection_line(&selection, &note).len() > max_selection_line {
+        return Err(too_large(scope));
+    }
     seqs.extend(selection.records.iter().map(|(seq, _)| *seq));
     seqs.sort_unstable();
     seqs.dedup();
@@ -424,6 +486,40 @@ pub fn plan_export(
         sessions: selection.sessions.len() as u64,
         partial: Some((selection, note, seqs)),
     })
+}
+
+/// What a selection's JSON takes, counted as it is gathered: each
+/// session's claim and each listed record without escapes (the line's
+/// fixed members and the signed note are left to the final check; a
+/// predecessor's seal also listed with its own session is counted twice,
+/// a few bytes).
+struct SelectionBudget {
+    bytes: usize,
+    max: usize,
+}
+
+impl SelectionBudget {
+    /// Counts a session's claim, `{"head":"<64 hex>","session_id":"<id>","steps":<n>},`;
+    /// false once the selection is past its bound.
+    fn session(&mut self, id: &str, steps: u64) -> bool {
+        self.add(101 + id.len() + decimal_digits(steps))
+    }
+
+    /// Counts a listed record, `[<seq>,"<type>"],`; false once the
+    /// selection is past its bound.
+    fn record(&mut self, seq: u64, entry_type: &str) -> bool {
+        self.add(6 + decimal_digits(seq) + entry_type.len())
+    }
+
+    fn add(&mut self, bytes: usize) -> bool {
+        self.bytes = self.bytes.saturating_add(bytes);
+        self.bytes <= self.max
+    }
+}
+
+/// How many decimal digits `n` is written with.
+fn decimal_digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// The size a checkpoint needs to cover every erasure of a step below

@@ -116,6 +116,68 @@ pub(super) fn exports_verify_offline(backend: &dyn Backend) {
     );
 }
 
+/// A partial export whose signed selection would be a bundle line longer
+/// than verifiers read is refused before a byte is written, whichever
+/// part of the selection makes it long (its sessions or a session's audit
+/// events), and an export exactly at the bound is planned.
+pub(super) fn exports_refuse_a_selection_line_verifiers_would_not_read(backend: &dyn Backend) {
+    use cairn_store::ops::{ExportError, ExportOptions, plan_export_within};
+    let store = backend.open("export-selection-bound");
+    let ledger = ledger(Arc::clone(&store));
+    for i in 0..6 {
+        append(&ledger, step(&format!("s{i}"), "Reasoning", "r")).unwrap();
+    }
+    for i in 0..40 {
+        ledger
+            .write(WriteRequest::AuditEvent {
+                org_id: ORG.into(),
+                event_id: Some(format!("ev-{i}")),
+                session_id: Some("s0".into()),
+                action: "sql_query".into(),
+                detail: None,
+            })
+            .unwrap();
+    }
+    let cp = checkpoint(&ledger);
+    let now = Timestamp::from_micros(0).unwrap();
+    let range = ExportScope::Range {
+        since: now,
+        until: Timestamp::parse_rfc3339("9999-12-31T23:59:59Z").unwrap(),
+    };
+    let options = ExportOptions {
+        level: None,
+        since_size: None,
+    };
+    for scope in [ExportScope::Session("s0".into()), range] {
+        // The selection line the unbounded plan signs, as written.
+        let text = bundle_text(store.as_ref(), scope.clone(), None, &cp, now);
+        let line = text
+            .lines()
+            .find(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .is_ok_and(|v| v.get("selection").is_some())
+            })
+            .expect("a partial bundle has a selection line");
+        let plan = |max| plan_export_within(store.as_ref(), ORG, &scope, options, &cp, now, max);
+        assert!(
+            plan(line.len()).is_ok(),
+            "{scope}: a line of the bound is planned"
+        );
+        match plan(line.len() - 1) {
+            Err(ExportError::TooLarge(message)) => {
+                assert!(message.contains("narrower scope"), "{message}")
+            }
+            other => panic!("{scope}: one byte over the bound: {other:?}"),
+        }
+        // Far below what the sessions and events alone take: refused while
+        // the selection is gathered.
+        assert!(
+            matches!(plan(200), Err(ExportError::TooLarge(_))),
+            "{scope}"
+        );
+    }
+}
+
 pub(super) fn imports_round_trip(backend: &dyn Backend) {
     let source = backend.open("import-source");
     let ledger = ledger(Arc::clone(&source));
