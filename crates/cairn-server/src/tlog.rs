@@ -78,7 +78,15 @@ async fn tile(
 ) -> Result<Response, ApiError> {
     let tile = parse_tile(&path, false)?;
     let org = caller.org().to_owned();
+    // An entry bundle rebuilds each leaf from its whole record (up to 256
+    // records of a few MiB each, parsed): expensive work, in a slot. A
+    // hash tile reads 256 stored hashes and takes none.
+    let slot = match tile.kind {
+        TileKind::Entries => Some(limits::expensive(&state, &org, "the entry bundle").await?),
+        TileKind::Hashes(_) | TileKind::Records => None,
+    };
     let body = blocking(&state, move |store| {
+        let _slot = slot;
         let size = store.log_size(&org)?;
         let Some((start, end)) = tile.leaf_range().filter(|_| tile.within(size)) else {
             return Err(beyond_log(&tile, size));

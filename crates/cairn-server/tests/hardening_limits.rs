@@ -209,9 +209,23 @@ fn expensive_operations_are_bounded() {
     assert_eq!(head.status, 503);
     assert_eq!(head.header("retry-after"), Some("1"));
     assert_eq!(get(&server, "/v1/sessions/s", &admin).status, 200);
+    // An entry bundle rebuilds its leaves from whole records: a slot; a
+    // hash tile reads stored hashes: none.
+    let entries = get(&server, "/v1/tlog/tile/entries/000.p/1", &admin);
+    assert_eq!(
+        (entries.status, entries.code().as_str()),
+        (503, "overloaded"),
+        "{}",
+        entries.text()
+    );
+    assert_eq!(get(&server, "/v1/tlog/tile/0/000.p/1", &admin).status, 200);
     drop(slow);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(get(&server, "/v1/verify", &admin).status, 200);
+    assert_eq!(
+        get(&server, "/v1/tlog/tile/entries/000.p/1", &admin).status,
+        200
+    );
 }
 
 /// One org holds at most half of the expensive slots: a tenant whose
