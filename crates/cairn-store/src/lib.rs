@@ -173,6 +173,17 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Every stored checkpoint of an org's log, oldest first.
     fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError>;
 
+    /// The org's stored checkpoints of `from_size` entries or more,
+    /// smallest first, at most `limit`: what a verifier of the whole log
+    /// reads a page at a time as its entries stream by (a log signs about
+    /// one a second while it grows, so a year holds millions).
+    fn checkpoints_from(
+        &self,
+        org_id: &str,
+        from_size: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError>;
+
     /// The org's `limit` latest stored checkpoints, newest first: what a
     /// page of recent checkpoints reads, however many the log has signed
     /// (about one a second while it grows).

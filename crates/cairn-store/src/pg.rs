@@ -39,6 +39,7 @@
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{Engine, request_org};
 use crate::keys::ServerKey;
+use crate::stored::CheckpointPage;
 use crate::{
     ApiKey, DbContext, EmbeddingBacklog, ImportError, LedgerStore, PendingEmbedding, Refusal,
     SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint,
@@ -404,7 +405,16 @@ impl LedgerStore for PgStore {
     }
 
     fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
-        self.checkpoints_in(org_id, None)
+        self.checkpoints_in(org_id, CheckpointPage::All)
+    }
+
+    fn checkpoints_from(
+        &self,
+        org_id: &str,
+        from_size: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.checkpoints_in(org_id, CheckpointPage::From(from_size, limit))
     }
 
     fn latest_checkpoints(
@@ -412,7 +422,7 @@ impl LedgerStore for PgStore {
         org_id: &str,
         limit: u32,
     ) -> Result<Vec<StoredCheckpoint>, StoreError> {
-        self.checkpoints_in(org_id, Some(limit))
+        self.checkpoints_in(org_id, CheckpointPage::Newest(limit))
     }
 
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {

@@ -36,6 +36,7 @@
 use crate::analyst::{self, AnalystError, AnalystResult};
 use crate::engine::{AgentKey, Engine, OrgState, Overlay, SessionState};
 use crate::keys::{ServerKey, load_or_create_server_key};
+use crate::stored::CheckpointPage;
 use crate::{
     DbContext, EmbeddingBacklog, LedgerStore, PendingEmbedding, Refusal, SessionFilter,
     SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
@@ -520,7 +521,16 @@ impl LedgerStore for SqliteStore {
     }
 
     fn checkpoints(&self, org_id: &str) -> Result<Vec<StoredCheckpoint>, StoreError> {
-        self.checkpoints_in(org_id, None)
+        self.checkpoints_in(org_id, CheckpointPage::All)
+    }
+
+    fn checkpoints_from(
+        &self,
+        org_id: &str,
+        from_size: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        self.checkpoints_in(org_id, CheckpointPage::From(from_size, limit))
     }
 
     fn latest_checkpoints(
@@ -528,7 +538,7 @@ impl LedgerStore for SqliteStore {
         org_id: &str,
         limit: u32,
     ) -> Result<Vec<StoredCheckpoint>, StoreError> {
-        self.checkpoints_in(org_id, Some(limit))
+        self.checkpoints_in(org_id, CheckpointPage::Newest(limit))
     }
 
     fn inclusion_proof(&self, org_id: &str, seq: u64, size: u64) -> Result<Vec<Hash>, StoreError> {

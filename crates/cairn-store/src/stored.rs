@@ -23,6 +23,18 @@ pub struct StoredCheckpoint {
     pub created_at: Timestamp,
 }
 
+/// Which of an org's stored checkpoints a read returns (the backends'
+/// one query, three ways).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CheckpointPage {
+    /// Every one, smallest first.
+    All,
+    /// Those of at least this size, smallest first, at most this many.
+    From(u64, u32),
+    /// The latest this many, newest first.
+    Newest(u32),
+}
+
 /// A session's stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {

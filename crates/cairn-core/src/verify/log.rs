@@ -7,7 +7,7 @@
 
 use super::chain::ChainState;
 use super::keys::AgentKeys;
-use super::log_keys::KeyValidity;
+use super::log_keys::{CheckpointKeys, KeyValidity};
 use super::{Check, Failure, Location, Progress, Reason, Verdict};
 use crate::checkpoint::VerifiedCheckpoint;
 use crate::detail::DetailLevel;
@@ -54,8 +54,9 @@ pub struct LogVerifier {
     server_keys: Vec<NoteVerifier>,
     /// The log keys' validity, from its `log-key` records (7.10).
     key_validity: KeyValidity,
-    /// Checkpoints whose signing key's validity is checked at the end.
-    checkpoint_keys: Vec<(String, u64)>,
+    /// Checkpoints whose signing key's validity is checked (7.10),
+    /// settled as the stream passes them, reported at the end.
+    checkpoint_keys: CheckpointKeys,
     agent_keys: AgentKeys,
     level: DetailLevel,
     tree: Frontier,
@@ -88,7 +89,7 @@ impl LogVerifier {
             key_name: server_name.to_owned(),
             server_keys,
             key_validity: KeyValidity::default(),
-            checkpoint_keys: Vec::new(),
+            checkpoint_keys: CheckpointKeys::default(),
             agent_keys: AgentKeys::new(),
             level: DetailLevel::Full,
             tree: Frontier::new(),
@@ -179,8 +180,11 @@ impl LogVerifier {
     /// valid at that size, with the key history read by the end (7.10):
     /// checked last in [`LogVerifier::finish`], `bad-signature` with no
     /// position.
+    /// What is held does not grow with the checkpoints: each is settled
+    /// once the stream reaches its size, keeping at most one size per set
+    /// of signers whose validity hangs on the rest of the log.
     pub fn require_checkpoint_keys(&mut self, note: &str, size: u64) {
-        self.checkpoint_keys.push((note.to_owned(), size));
+        self.checkpoint_keys.require(note, size, &self.server_keys);
     }
 
     /// Checks now that the checkpoint `note` of `size` entries is signed by
@@ -332,6 +336,8 @@ impl LogVerifier {
     }
 
     fn check_checkpoints(&mut self) -> Check {
+        self.checkpoint_keys
+            .settle(self.tree.size(), &self.key_validity);
         while let Some(entry) = self.pending.first_entry() {
             let size = *entry.key();
             if size > self.tree.size() {
@@ -452,14 +458,12 @@ impl LogVerifier {
             self.progress
                 .fail_at_end(at, Reason::ErasureMismatch, detail);
         }
-        for (note, size) in &self.checkpoint_keys {
-            if let Err(detail) = self
-                .key_validity
-                .check_checkpoint(note, *size, &self.server_keys)
-            {
-                self.progress
-                    .fail_at_end(Location::default(), Reason::BadSignature, detail);
-            }
+        if let Some(size) = self.checkpoint_keys.first_failure(&self.key_validity) {
+            let detail = format!(
+                "the checkpoint of size {size} is not signed by a log key valid at that size (7.10: a key retired or added in the log)"
+            );
+            self.progress
+                .fail_at_end(Location::default(), Reason::BadSignature, detail);
         }
         self.progress.verdict()
     }

@@ -167,3 +167,182 @@ impl KeyValidity {
         }
     }
 }
+
+/// Checkpoints whose signatures must be by a log key valid at their size
+/// (7.10), settled as the stream passes each one, so that what is held
+/// does not grow with the checkpoints (a log signs about one a second
+/// while it grows: a year of them is millions of notes).
+///
+/// When every entry below a checkpoint's size `n` has been seen, a signer
+/// `K` whose `add` was seen (necessarily below `n`) or whose `retire` was
+/// seen below `n - 1` is settled for good: `from_K` and `until_K` can no
+/// longer change in a way that matters for `n` (a later `retire` leaves
+/// `until_K > n`). A signer with no `add` seen yet is valid now
+/// (`from_K = 0`) and stays valid unless an `add` of it comes later, at a
+/// seq at or above `n`, which makes `from_K > n`. So a checkpoint with a
+/// settled valid signer is valid; one with none and no open signer is
+/// invalid; the rest hang only on whether all their open signers are
+/// added later, the same question for every checkpoint of the same open
+/// set, so only the smallest size of each set is kept.
+#[derive(Debug, Default)]
+pub(super) struct CheckpointKeys {
+    /// Not yet reached by the stream: by size, each checkpoint's signers
+    /// (the trusted keys, as vkey text, whose signatures verify).
+    ahead: std::collections::BTreeMap<u64, Vec<Vec<String>>>,
+    /// Reached and valid unless every one of these keys is added later:
+    /// the smallest size of each set.
+    open: HashMap<Vec<String>, u64>,
+    /// The smallest size found signed by no valid key.
+    failed: Option<u64>,
+}
+
+impl CheckpointKeys {
+    /// Requires the checkpoint note of `size` entries to be signed by a
+    /// key of `trusted` valid at that size.
+    pub(super) fn require(&mut self, note: &str, size: u64, trusted: &[NoteVerifier]) {
+        let signers = Note::parse(note)
+            .ok()
+            .and_then(|parsed| {
+                parsed
+                    .verify(trusted)
+                    .ok()
+                    .map(|keys| keys.iter().map(ToString::to_string).collect())
+            })
+            .unwrap_or_default();
+        self.require_signers(size, signers);
+    }
+
+    /// [`CheckpointKeys::require`] given the keys (vkey text) whose
+    /// signatures on the checkpoint verify.
+    fn require_signers(&mut self, size: u64, signers: Vec<String>) {
+        self.ahead.entry(size).or_default().push(signers);
+    }
+
+    /// Settles every checkpoint of at most `reached` entries, once every
+    /// entry below `reached` was seen.
+    pub(super) fn settle(&mut self, reached: u64, validity: &KeyValidity) {
+        while let Some(entry) = self.ahead.first_entry() {
+            let size = *entry.key();
+            if size > reached {
+                break;
+            }
+            for signers in entry.remove() {
+                self.settle_one(size, signers, validity);
+            }
+        }
+    }
+
+    fn settle_one(&mut self, size: u64, signers: Vec<String>, validity: &KeyValidity) {
+        let within = |key: &String| validity.from(key) <= size && size <= validity.until(key);
+        if signers
+            .iter()
+            .any(|key| validity.added.contains_key(key) && within(key))
+        {
+            return;
+        }
+        let mut open: Vec<String> = signers
+            .into_iter()
+            .filter(|key| !validity.added.contains_key(key) && within(key))
+            .collect();
+        if open.is_empty() {
+            self.failed = Some(self.failed.map_or(size, |f| f.min(size)));
+            return;
+        }
+        open.sort_unstable();
+        open.dedup();
+        let smallest = self.open.entry(open).or_insert(size);
+        *smallest = (*smallest).min(size);
+    }
+
+    /// After the last entry: the smallest size of a checkpoint signed by no
+    /// key valid at it, if any.
+    pub(super) fn first_failure(&mut self, validity: &KeyValidity) -> Option<u64> {
+        self.settle(u64::MAX, validity);
+        let added_later = self
+            .open
+            .iter()
+            .filter(|(keys, _)| keys.iter().all(|key| validity.added.contains_key(key)))
+            .map(|(_, size)| *size)
+            .min();
+        self.failed.into_iter().chain(added_later).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Key events `(seq, add or retire, key)` and checkpoints `(size,
+    /// signers, how far the stream had gone when it was required)`.
+    type Events = Vec<(u64, bool, usize)>;
+    type Required = Vec<(u64, Vec<usize>, u64)>;
+
+    /// A log of `len` entries in which keys `k0..k3` are added and retired
+    /// (each at most once, as the verifier's checks of log-key records
+    /// require), and checkpoints signed by sets of them.
+    fn history() -> impl Strategy<Value = (u64, Events, Required)> {
+        (1u64..40).prop_flat_map(|len| {
+            let events = proptest::collection::vec((0..len, any::<bool>(), 0usize..4), 0..6);
+            // (size, signers, how far the stream had gone when it was required)
+            let checkpoints = proptest::collection::vec(
+                (0..=len, proptest::collection::vec(0usize..4, 0..3), 0..=len),
+                0..12,
+            );
+            (Just(len), events, checkpoints)
+        })
+    }
+
+    fn key(i: usize) -> String {
+        format!("k{i}")
+    }
+
+    proptest! {
+        /// Settling each checkpoint as the stream passes it gives the
+        /// verdict of checking every one at the end with the whole key
+        /// history (the rule of 7.10), while keeping one size per signer
+        /// set.
+        #[test]
+        fn settled_as_streamed_is_checked_at_the_end((len, events, checkpoints) in history()) {
+            let mut by_seq: std::collections::BTreeMap<u64, (bool, String)> = Default::default();
+            let mut seen_add = std::collections::HashSet::new();
+            let mut seen_retire = std::collections::HashSet::new();
+            for (seq, add, k) in events {
+                let fresh = if add { seen_add.insert(k) } else { seen_retire.insert(k) };
+                if fresh {
+                    by_seq.entry(seq).or_insert((add, key(k)));
+                }
+            }
+            let mut streamed = CheckpointKeys::default();
+            let mut validity = KeyValidity::default();
+            for pos in 0..=len {
+                // Every entry below `pos` has been seen.
+                for (size, signers, required_at) in &checkpoints {
+                    if *required_at == pos {
+                        streamed.require_signers(*size, signers.iter().map(|i| key(*i)).collect());
+                    }
+                }
+                streamed.settle(pos, &validity);
+                if let Some((add, k)) = by_seq.get(&pos) {
+                    if *add {
+                        validity.added.insert(k.clone(), pos);
+                    } else {
+                        validity.retired.insert(k.clone(), pos);
+                    }
+                }
+            }
+            let expected = checkpoints
+                .iter()
+                .filter(|(size, signers, _)| {
+                    !signers.iter().any(|i| {
+                        let k = key(*i);
+                        validity.from(&k) <= *size && *size <= validity.until(&k)
+                    })
+                })
+                .map(|(size, _, _)| *size)
+                .min();
+            prop_assert_eq!(streamed.first_failure(&validity), expected);
+            prop_assert!(streamed.open.len() <= 16, "one size per signer set");
+        }
+    }
+}

@@ -73,54 +73,109 @@ pub fn verify_org(
     };
     let origin = log_origin(&server_name, org_id);
     let mut verifier = LogVerifier::new(&server_name, org_id, keys.clone());
-    let mut checked = 0;
-    let mut largest = None;
-    for stored in store.checkpoints(org_id)? {
-        match verify_checkpoint(&stored.note, &origin, &keys) {
-            Ok(cp) => {
-                verifier.expect_checkpoint(&cp);
-                verifier.require_checkpoint_keys(&stored.note, stored.size);
-                checked += 1;
-                largest = largest.max(Some(cp.checkpoint().size));
-            }
-            Err(e) => {
-                let failure = Failure {
-                    at: Location::default(),
-                    reason: Reason::BadSignature,
-                    detail: format!(
-                        "the stored checkpoint of size {} does not verify with the log key: {e}",
-                        stored.size
-                    ),
-                };
-                return Ok(StoreVerdict {
-                    org_id: org_id.to_owned(),
-                    verdict: Verdict {
-                        verified: false,
-                        records_checked: 0,
-                        last_valid: None,
-                        failure: Some(failure),
-                    },
-                    log_size: 0,
-                    checkpoints_checked: checked,
-                    checkpoint_size: None,
-                });
-            }
-        }
-    }
+    let mut stored = StoredCheckpoints {
+        store,
+        org_id,
+        origin: &origin,
+        keys: &keys,
+        page: std::collections::VecDeque::new(),
+        next: Some(0),
+        checked: 0,
+        largest: None,
+    };
     for cp in external {
         verifier.expect_checkpoint(cp);
-        checked += 1;
-        largest = largest.max(Some(cp.checkpoint().size));
+        stored.checked += 1;
+        stored.largest = stored.largest.max(Some(cp.checkpoint().size));
     }
-    let count = check_entries(store, org_id, &mut verifier, progress)?;
+    let count = check_entries(store, org_id, &mut verifier, &mut stored, progress)?;
     progress(count);
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
         verdict: verifier.finish(),
         log_size: count,
-        checkpoints_checked: checked,
-        checkpoint_size: largest,
+        checkpoints_checked: stored.checked,
+        checkpoint_size: stored.largest,
     })
+}
+
+/// Stored checkpoints read a page at a time, ahead of the entries that
+/// reach their sizes: a log signs about one a second while it grows, so
+/// a verifier holding them all would grow with the log. Each is verified
+/// with the log keys and handed to the verifier (its root expected at its
+/// size, its signer's validity required) before the stream passes it.
+struct StoredCheckpoints<'a> {
+    store: &'a dyn LedgerStore,
+    org_id: &'a str,
+    origin: &'a str,
+    keys: &'a [NoteVerifier],
+    page: std::collections::VecDeque<crate::StoredCheckpoint>,
+    /// The size the next page starts at (`None` once every one was read).
+    next: Option<u64>,
+    checked: usize,
+    largest: Option<u64>,
+}
+
+/// Stored checkpoints read at a time.
+const CHECKPOINT_PAGE: u32 = 1024;
+
+impl StoredCheckpoints<'_> {
+    /// Hands `verifier` every stored checkpoint of at most `through`
+    /// entries not handed yet. Returns false once a stored checkpoint does
+    /// not verify with the log keys (`bad-signature`, no position: the
+    /// store holds a note its log key did not sign).
+    fn feed_through(
+        &mut self,
+        verifier: &mut LogVerifier,
+        through: u64,
+    ) -> Result<bool, StoreError> {
+        loop {
+            if self.page.is_empty() {
+                let Some(from) = self.next.filter(|from| *from <= through) else {
+                    return Ok(true);
+                };
+                self.page.extend(self.store.checkpoints_from(
+                    self.org_id,
+                    from,
+                    CHECKPOINT_PAGE,
+                )?);
+                self.next = match self.page.back() {
+                    Some(last) if self.page.len() == CHECKPOINT_PAGE as usize => {
+                        last.size.checked_add(1)
+                    }
+                    _ => None,
+                };
+                if self.page.is_empty() {
+                    return Ok(true);
+                }
+            }
+            while let Some(stored) = self.page.front() {
+                if stored.size > through {
+                    return Ok(true);
+                }
+                match verify_checkpoint(&stored.note, self.origin, self.keys) {
+                    Ok(cp) => {
+                        verifier.expect_checkpoint(&cp);
+                        verifier.require_checkpoint_keys(&stored.note, stored.size);
+                        self.checked += 1;
+                        self.largest = self.largest.max(Some(cp.checkpoint().size));
+                    }
+                    Err(e) => {
+                        verifier.fail(
+                            Location::default(),
+                            Reason::BadSignature,
+                            format!(
+                                "the stored checkpoint of size {} does not verify with the log key: {e}",
+                                stored.size
+                            ),
+                        );
+                        return Ok(false);
+                    }
+                }
+                self.page.pop_front();
+            }
+        }
+    }
 }
 
 /// Entries per chunk a reader of [`check_entries`] reads at a time.
@@ -150,6 +205,7 @@ fn check_entries(
     store: &dyn LedgerStore,
     org_id: &str,
     verifier: &mut LogVerifier,
+    checkpoints: &mut StoredCheckpoints<'_>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, StoreError> {
     use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
@@ -159,26 +215,27 @@ fn check_entries(
     let size = store.log_size(org_id)?;
     let chunks = size.div_ceil(CHUNK);
     let mut count = 0u64;
-    let mut check = |stored: &crate::StoredEntry, digest: Option<Hash>| -> bool {
-        count += 1;
-        if count.is_multiple_of(4096) {
-            progress(count);
-        }
-        match &stored.entry {
-            Ok(entry) => verifier.push_stored(entry, digest, stored.leaf),
-            Err(reason) => {
-                verifier.fail(
-                    Location {
-                        seq: Some(stored.seq),
-                        ..Location::default()
-                    },
-                    Reason::MalformedRecord,
-                    format!("the row of entry {} is not a record: {reason}", stored.seq),
-                );
-                false
+    let mut check =
+        |verifier: &mut LogVerifier, stored: &crate::StoredEntry, digest: Option<Hash>| -> bool {
+            count += 1;
+            if count.is_multiple_of(4096) {
+                progress(count);
             }
-        }
-    };
+            match &stored.entry {
+                Ok(entry) => verifier.push_stored(entry, digest, stored.leaf),
+                Err(reason) => {
+                    verifier.fail(
+                        Location {
+                            seq: Some(stored.seq),
+                            ..Location::default()
+                        },
+                        Reason::MalformedRecord,
+                        format!("the row of entry {} is not a record: {reason}", stored.seq),
+                    );
+                    false
+                }
+            }
+        };
     let finished = std::thread::scope(|scope| {
         let mut from_readers: Vec<Receiver<Result<Checked, StoreError>>> = Vec::new();
         let mut to_free: Vec<Sender<Checked>> = Vec::new();
@@ -232,8 +289,21 @@ fn check_entries(
                     break;
                 }
             };
+            // The chunk's checkpoints are expected before its entries
+            // pass them.
+            match checkpoints.feed_through(verifier, ((n + 1) * CHUNK).min(size)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    outcome = Ok(false);
+                    break 'chunks;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'chunks;
+                }
+            }
             for (stored, digest) in &chunk {
-                if !check(stored, *digest) {
+                if !check(verifier, stored, *digest) {
                     outcome = Ok(false);
                     break 'chunks;
                 }
@@ -249,9 +319,11 @@ fn check_entries(
         }
         outcome
     })?;
-    if finished {
+    // Past the size read above (the log grew since): every checkpoint
+    // left first, then the entries.
+    if finished && checkpoints.feed_through(verifier, u64::MAX)? {
         store.read_log_for_verification(org_id, size, u64::MAX, &mut |stored, digest| {
-            check(&stored, digest)
+            check(verifier, &stored, digest)
         })?;
     }
     Ok(count)
@@ -338,20 +410,29 @@ pub fn apply_witness_policy(
 ) -> Result<WitnessReport, StoreError> {
     let mut report = WitnessReport::default();
     let mut latest: Option<(u64, Result<(), String>)> = None;
-    for stored in store.checkpoints(org_id)? {
-        let mut note = stored.note.clone();
-        for line in store.cosignatures(org_id, stored.size)? {
-            note.push_str(&line);
-            note.push('\n');
+    // A page of checkpoints at a time (a log signs millions).
+    let mut from = 0;
+    loop {
+        let page = store.checkpoints_from(org_id, from, CHECKPOINT_PAGE)?;
+        for stored in &page {
+            let mut note = stored.note.clone();
+            for line in store.cosignatures(org_id, stored.size)? {
+                note.push_str(&line);
+                note.push('\n');
+            }
+            let check = policy.check(&note);
+            if check.is_ok() {
+                report.cosigned.push(stored.size);
+            } else {
+                report.uncosigned.push(stored.size);
+            }
+            if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
+                latest = Some((stored.size, check));
+            }
         }
-        let check = policy.check(&note);
-        if check.is_ok() {
-            report.cosigned.push(stored.size);
-        } else {
-            report.uncosigned.push(stored.size);
-        }
-        if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
-            latest = Some((stored.size, check));
+        match page.last() {
+            Some(last) if page.len() == CHECKPOINT_PAGE as usize => from = last.size + 1,
+            _ => break,
         }
     }
     if !verdict.verdict.verified {

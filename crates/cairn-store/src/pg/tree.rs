@@ -6,6 +6,7 @@
 use super::PgStore;
 use super::connection::{Db, col, i64_of, u64_of};
 use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
+use crate::stored::CheckpointPage;
 use crate::{StoreError, StoredCheckpoint};
 use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
@@ -263,20 +264,27 @@ impl PgStore {
     pub(super) fn checkpoints_in(
         &self,
         org_id: &str,
-        newest: Option<u32>,
+        page: CheckpointPage,
     ) -> Result<Vec<StoredCheckpoint>, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
-            let rows = match newest {
-                Some(limit) => db.query(
+            let rows = match page {
+                CheckpointPage::Newest(limit) => db.query(
                     "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 \
                      ORDER BY size DESC LIMIT $2",
                     &[&org, &i64::from(limit)],
                     "listing the latest checkpoints",
                 )?,
-                None => db.query(
+                CheckpointPage::From(from, limit) => db.query(
+                    "SELECT size, root, note, created_at FROM checkpoints \
+                     WHERE org = $1 AND size >= $2 ORDER BY size LIMIT $3",
+                    // Sizes are below 2^40; a larger start selects nothing.
+                    &[&org, &i64::try_from(from).unwrap_or(i64::MAX), &i64::from(limit)],
+                    "listing checkpoints",
+                )?,
+                CheckpointPage::All => db.query(
                     "SELECT size, root, note, created_at FROM checkpoints WHERE org = $1 ORDER BY size",
                     &[&org],
                     "listing checkpoints",

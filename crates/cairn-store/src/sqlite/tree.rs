@@ -5,6 +5,7 @@
 
 use super::SqliteStore;
 use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
+use crate::stored::CheckpointPage;
 use crate::{DbContext, StoreError, StoredCheckpoint};
 use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
@@ -153,24 +154,29 @@ impl SqliteStore {
     pub(super) fn checkpoints_in(
         &self,
         org_id: &str,
-        newest: Option<u32>,
+        page: CheckpointPage,
     ) -> Result<Vec<StoredCheckpoint>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
+            let (sql, from, limit) = match page {
+                CheckpointPage::All => ("ORDER BY size LIMIT ?3", 0, -1),
+                CheckpointPage::From(from, limit) => {
+                    ("ORDER BY size LIMIT ?3", from, i64::from(limit))
+                }
+                CheckpointPage::Newest(limit) => ("ORDER BY size DESC LIMIT ?3", 0, i64::from(limit)),
+            };
             let mut stmt = c
-                .prepare(if newest.is_some() {
-                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 \
-                     ORDER BY size DESC LIMIT ?2"
-                } else {
-                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 \
-                     ORDER BY size LIMIT ?2"
-                })
+                .prepare_cached(&format!(
+                    "SELECT size, root, note, created_at FROM checkpoints WHERE org = ?1 AND size >= ?2 {sql}"
+                ))
                 .context("listing checkpoints")?;
-            let limit = newest.map_or(-1, i64::from);
+            // Sizes are below 2^40 (a row id's share); a larger start
+            // selects nothing.
+            let from = i64::try_from(from).unwrap_or(i64::MAX);
             let rows = stmt
-                .query_map(rusqlite::params![org, limit], |r| {
+                .query_map(rusqlite::params![org, from, limit], |r| {
                     Ok((
                         r.get::<_, i64>(0)?,
                         r.get::<_, Vec<u8>>(1)?,

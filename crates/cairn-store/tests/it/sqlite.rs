@@ -776,3 +776,80 @@ fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
     assert_eq!(failure.at.seq, Some(1000), "{failure:?}");
     assert_eq!(verdict.records_checked, 1001);
 }
+
+/// Verification reads the stored checkpoints a page at a time while the
+/// log streams past them (a log signs about one a second while it grows):
+/// with a checkpoint at every size, more than a page of them and sizes on
+/// the verifier's chunk boundaries, the log verifies, and one signed by
+/// the log key with a false root, past the first page, is still compared
+/// where the stream reaches its size.
+#[test]
+fn stored_checkpoints_are_read_in_pages_and_each_is_compared_at_its_size() {
+    use cairn_core::checkpoint::Checkpoint;
+    use cairn_core::verify::Reason;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let ledger = Arc::new(crate::conformance::ledger(Arc::clone(&store)));
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let ledger = Arc::clone(&ledger);
+            scope.spawn(move || {
+                for i in 0..165 {
+                    crate::conformance::append(
+                        &ledger,
+                        crate::conformance::step(&format!("s{t}"), "plan", &format!("p{i}")),
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let org = crate::conformance::ORG;
+    let size = store.log_size(org).unwrap();
+    assert!(size > 1300, "{size}");
+    let origin = format!("{}/{org}", store.server_name());
+    let signed = |size: u64, root: cairn_core::Hash| {
+        let body = Checkpoint {
+            origin: origin.clone(),
+            size,
+            root,
+            extensions: Vec::new(),
+        };
+        store.signer().sign(&body.to_text()).unwrap()
+    };
+    let conn = rusqlite::Connection::open(dir.path().join(cairn_store::DB_FILE)).unwrap();
+    let org_row: i64 = conn
+        .query_row("SELECT org FROM orgs WHERE name = ?1", [org], |r| r.get(0))
+        .unwrap();
+    let put = |size: u64, root: cairn_core::Hash| {
+        conn.execute(
+            "INSERT OR REPLACE INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, 0)",
+            rusqlite::params![org_row, size as i64, root.0.to_vec(), signed(size, root)],
+        )
+        .unwrap();
+    };
+    for n in 1..=size {
+        put(n, store.root_at(org, n).unwrap());
+    }
+    let verdict = cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    assert_eq!(verdict.checkpoints_checked as u64, size);
+    assert_eq!(verdict.checkpoint_size, Some(size));
+    // A false root at a chunk boundary (entries are read 512 at a time)
+    // and past the first page of checkpoints (1,024): named at the entry
+    // that brings the log to its size.
+    let false_root = store.root_at(org, 1).unwrap();
+    for size in [1024, 1100] {
+        put(size, false_root);
+        let verdict =
+            cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+        let failure = verdict.verdict.failure.expect("a false root fails");
+        assert_eq!(
+            failure.reason,
+            Reason::InconsistentCheckpoint,
+            "{failure:?}"
+        );
+        assert_eq!(failure.at.seq, Some(size - 1), "{failure:?}");
+        put(size, store.root_at(org, size).unwrap());
+    }
+}

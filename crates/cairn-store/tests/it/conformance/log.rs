@@ -305,6 +305,25 @@ pub(super) fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
     assert_eq!(latest, expected);
     assert_eq!(store.latest_checkpoints(ORG, 100).unwrap().len(), all.len());
     assert!(store.latest_checkpoints("nobody", 5).unwrap().is_empty());
+    // Pages from a size on, smallest first, as verification reads them.
+    let mut paged = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = store.checkpoints_from(ORG, from, 2).unwrap();
+        assert!(page.len() <= 2);
+        assert!(page.iter().all(|c| c.size >= from), "{from}");
+        let Some(last) = page.last() else { break };
+        from = last.size + 1;
+        paged.extend(page);
+    }
+    assert_eq!(paged, all);
+    assert_eq!(
+        store.checkpoints_from(ORG, all[1].size, 100).unwrap(),
+        all[1..].to_vec()
+    );
+    assert!(store.checkpoints_from(ORG, size + 1, 5).unwrap().is_empty());
+    assert!(store.checkpoints_from(ORG, u64::MAX, 5).unwrap().is_empty());
+    assert!(store.checkpoints_from("nobody", 0, 5).unwrap().is_empty());
     let origin = format!("{}/{ORG}", store.server_name());
     for cp in &checkpoints {
         let verified = cairn_core::checkpoint::verify_checkpoint(
