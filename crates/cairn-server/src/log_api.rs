@@ -463,15 +463,23 @@ pub(crate) async fn plan_export(
     loop {
         let cp = current_checkpoint(state, caller.org()).await?;
         let (org, scope_now, slot) = (caller.org().to_owned(), scope.clone(), Arc::clone(slot));
+        // A selection line every verifier reads by default, and this
+        // server's own (CAIRN_MAX_BUNDLE_LINE_BYTES) if set lower.
+        let max_line = state
+            .config
+            .limits
+            .max_bundle_line_bytes
+            .min(cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES);
         let planned = blocking(state, move |store| {
             let _slot = slot;
-            Ok(cairn_store::ops::plan_export(
+            Ok(cairn_store::ops::plan_export_within(
                 store,
                 &org,
                 &scope_now,
                 options,
                 &cp,
                 cairn_store::now(),
+                max_line,
             ))
         })
         .await?;

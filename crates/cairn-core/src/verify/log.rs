@@ -344,6 +344,30 @@ impl LogVerifier {
                 break;
             }
             let roots = entry.remove();
+            // A checkpoint the stream has passed cannot be compared any
+            // more: the empty log's root is known, any other is a caller
+            // that expected it too late, and never passes unchecked.
+            if size < self.tree.size() {
+                if let Some(root) = roots
+                    .iter()
+                    .find(|root| size > 0 || **root != crate::merkle::empty_root())
+                {
+                    return Err((
+                        Reason::InconsistentCheckpoint,
+                        if size == 0 {
+                            format!(
+                                "the empty log's root is {}, the signed checkpoint of size 0 says {root}",
+                                crate::merkle::empty_root()
+                            )
+                        } else {
+                            format!(
+                                "the checkpoint of size {size} (root {root}) was given after the log passed that size, so it was not compared"
+                            )
+                        },
+                    ));
+                }
+                continue;
+            }
             // The last expected of a size is named, as before.
             if let Some(root) = roots
                 .into_iter()

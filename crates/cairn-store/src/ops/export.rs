@@ -337,6 +337,9 @@ pub fn plan_export_within(
     let mut agents: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut predecessors: std::collections::HashSet<Hash> = std::collections::HashSet::new();
     let mut selected: Vec<(u64, String)> = Vec::new();
+    // Seals listed with their sessions, so that a predecessor's seal is
+    // counted once.
+    let mut listed_seals: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let mut budget = SelectionBudget {
         bytes: 0,
         max: max_selection_line,
@@ -397,6 +400,9 @@ pub fn plan_export_within(
                 }
             };
             if wanted {
+                if matches!(record, OpRecord::Seal(_)) {
+                    listed_seals.insert(seq);
+                }
                 fits = budget.record(seq, record.entry_type());
                 records.push((seq, record.entry_type().to_owned()));
             }
@@ -443,7 +449,7 @@ pub fn plan_export_within(
                     && seq < size
                     && predecessors.contains(&seal.final_hash)
                 {
-                    if !budget.record(seq, "seal") {
+                    if !listed_seals.contains(&seq) && !budget.record(seq, "seal") {
                         return Err(too_large(scope));
                     }
                     records.push((seq, "seal".into()));
@@ -488,11 +494,10 @@ pub fn plan_export_within(
     })
 }
 
-/// What a selection's JSON takes, counted as it is gathered: each
-/// session's claim and each listed record without escapes (the line's
-/// fixed members and the signed note are left to the final check; a
-/// predecessor's seal also listed with its own session is counted twice,
-/// a few bytes).
+/// What a selection's JSON takes at least, counted as it is gathered:
+/// each session's claim and each listed record once, without escapes
+/// (the line's fixed members and the signed note are left to the final
+/// check).
 struct SelectionBudget {
     bytes: usize,
     max: usize,

@@ -154,6 +154,25 @@ impl StoredCheckpoints<'_> {
                     return Ok(true);
                 }
                 match verify_checkpoint(&stored.note, self.origin, self.keys) {
+                    // The row's size and root columns are derived from the
+                    // note (they order and find it): believed only when
+                    // they are the note's.
+                    Ok(cp)
+                        if cp.checkpoint().size != stored.size
+                            || cp.checkpoint().root != stored.root =>
+                    {
+                        verifier.fail(
+                            Location::default(),
+                            Reason::InconsistentCheckpoint,
+                            format!(
+                                "the stored checkpoint row of size {} holds a note signed for size {} and root {}",
+                                stored.size,
+                                cp.checkpoint().size,
+                                cp.checkpoint().root
+                            ),
+                        );
+                        return Ok(false);
+                    }
                     Ok(cp) => {
                         verifier.expect_checkpoint(&cp);
                         verifier.require_checkpoint_keys(&stored.note, stored.size);

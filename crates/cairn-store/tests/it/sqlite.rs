@@ -852,4 +852,41 @@ fn stored_checkpoints_are_read_in_pages_and_each_is_compared_at_its_size() {
         assert_eq!(failure.at.seq, Some(size - 1), "{failure:?}");
         put(size, store.root_at(org, size).unwrap());
     }
+    // The row's size and root are read from its columns, which only order
+    // and find it: a genuine note of size 100 with a false root, filed in
+    // a row of another size (past the log, so that it would come after
+    // the stream passed 100) or with another root, fails; so does a
+    // signed checkpoint of the empty log with another root.
+    let wrong = |row_size: u64, row_root: cairn_core::Hash, note_size: u64| {
+        conn.execute(
+            "INSERT OR REPLACE INTO checkpoints (org, size, root, note, created_at) VALUES (?1, ?2, ?3, ?4, 0)",
+            rusqlite::params![org_row, row_size as i64, row_root.0.to_vec(), signed(note_size, false_root)],
+        )
+        .unwrap();
+        let verdict =
+            cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+        let failure = verdict.verdict.failure.expect("a false checkpoint fails");
+        assert_eq!(
+            failure.reason,
+            Reason::InconsistentCheckpoint,
+            "{row_size} {note_size}: {failure:?}"
+        );
+        failure.detail
+    };
+    let true_root = store.root_at(org, 100).unwrap();
+    let relabelled = wrong(100, true_root, 100);
+    assert!(
+        relabelled.contains("holds a note signed for size 100"),
+        "{relabelled}"
+    );
+    put(100, true_root);
+    let empty = wrong(0, false_root, 0);
+    put(0, cairn_core::merkle::empty_root());
+    assert!(empty.contains("empty log"), "{empty}");
+    // Rows are never deleted (the store refuses it): this one stays last.
+    let moved = wrong(1 << 30, false_root, 100);
+    assert!(
+        moved.contains("holds a note signed for size 100"),
+        "{moved}"
+    );
 }
