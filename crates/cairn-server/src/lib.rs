@@ -141,6 +141,11 @@ pub struct AppState {
     otlp: otlp::OtlpState,
     /// Slots for expensive work (see [`Limits::max_expensive`]).
     expensive: limits::ExpensiveSlots,
+    /// The streamed replays' buffer, in KiB (see
+    /// [`Limits::replay_buffer_bytes`]).
+    replay_buffer: limits::ExpensiveSlots,
+    /// Replay batches being read at once ([`sessions::REPLAY_READS`]).
+    replay_reads: tokio::sync::Semaphore,
     /// Requests per API key (see [`Limits::rate_per_second`]).
     rate: Option<limits::RateLimiter>,
     /// MCP's session manager over HTTP.
@@ -172,6 +177,10 @@ impl AppState {
             metrics: Metrics::default(),
             otlp: otlp::OtlpState::new(&config.otlp),
             expensive: limits::ExpensiveSlots::new(config.limits.max_expensive),
+            replay_buffer: limits::ExpensiveSlots::new(
+                config.limits.replay_buffer_bytes.div_ceil(1024),
+            ),
+            replay_reads: tokio::sync::Semaphore::new(sessions::REPLAY_READS),
             rate: limits::rate_limiter(&config.limits),
             mcp_sessions: limits::McpSessions::new(Arc::clone(&manager)),
             mcp_manager: manager,

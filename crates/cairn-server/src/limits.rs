@@ -77,6 +77,10 @@ pub struct Limits {
     /// many steps were verified in the request; later sessions get
     /// `chain_valid: null`.
     pub list_verify_steps: u64,
+    /// Bytes that streamed replays (`GET /v1/sessions/{id}` as JSON) may
+    /// hold at once in all: each one's step positions and the batches it
+    /// has read and not yet sent. One org holds at most half.
+    pub replay_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -99,6 +103,7 @@ impl Default for Limits {
             mcp_session_idle: Duration::from_secs(300),
             sql: QueryLimits::default(),
             list_verify_steps: 10_000,
+            replay_buffer_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -200,6 +205,83 @@ pub(crate) struct ExpensiveSlot {
     _server: tokio::sync::OwnedSemaphorePermit,
 }
 
+/// A reservation of `bytes` of the streamed replays' buffer for `org`
+/// (rounded up to whole KiB, the buffer's unit), held until dropped: its
+/// org's share first, then the server's, within
+/// [`Limits::expensive_wait`]; past it, `503 overloaded`. More than one
+/// org's share can never be reserved: `422 answer_too_large`.
+pub(crate) async fn replay_buffer(
+    state: &AppState,
+    org: &str,
+    bytes: usize,
+) -> Result<ExpensiveSlot, ApiError> {
+    let slots = &state.replay_buffer;
+    let units = bytes.div_ceil(1024).max(1);
+    let limit = state.config.limits.replay_buffer_bytes;
+    let (Ok(units), true) = (u32::try_from(units), units <= slots.per_org) else {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "answer_too_large",
+            format!(
+                "this replay would hold {bytes} bytes at once, more than one org's share of the replay buffer ({} of CAIRN_REPLAY_BUFFER_BYTES {limit}): export the session instead (GET /v1/export?session=...), which streams it from the log",
+                slots.per_org * 1024
+            ),
+        ));
+    };
+    take(slots, org, units, state.config.limits.expensive_wait)
+        .await
+        .map_err(|full| {
+            overloaded(match full {
+                Full::Org => format!(
+                    "org {}'s streamed replays hold as much of the replay buffer as one org may (half of CAIRN_REPLAY_BUFFER_BYTES {limit}): retry when one of them ends",
+                    shown(org)
+                ),
+                Full::Server => format!(
+                    "the server's streamed replays hold its whole replay buffer (CAIRN_REPLAY_BUFFER_BYTES {limit}): retry shortly"
+                ),
+            })
+        })
+}
+
+/// Which share of the slots was full.
+enum Full {
+    Org,
+    Server,
+}
+
+/// `503 overloaded` with `Retry-After: 1`.
+fn overloaded(message: String) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+        .retry_after(Duration::from_secs(1))
+}
+
+/// Takes `units` of `org`'s share of `slots`, then of the server's, both
+/// within `wait` in all.
+async fn take(
+    slots: &ExpensiveSlots,
+    org: &str,
+    units: u32,
+    wait: Duration,
+) -> Result<ExpensiveSlot, Full> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let org_share = slots.org_share(org);
+    let Ok(Ok(org_permit)) =
+        tokio::time::timeout_at(deadline, org_share.acquire_many_owned(units)).await
+    else {
+        return Err(Full::Org);
+    };
+    let server = Arc::clone(&slots.server);
+    let Ok(Ok(server_permit)) =
+        tokio::time::timeout_at(deadline, server.acquire_many_owned(units)).await
+    else {
+        return Err(Full::Server);
+    };
+    Ok(ExpensiveSlot {
+        _org: org_permit,
+        _server: server_permit,
+    })
+}
+
 /// A slot for expensive work of `org`: first one of the org's share, then
 /// one of the server's, both within [`Limits::expensive_wait`] in all;
 /// past it, `503 overloaded` saying which was full.
@@ -209,33 +291,21 @@ pub(crate) async fn expensive(
     what: &str,
 ) -> Result<ExpensiveSlot, ApiError> {
     let slots = &state.expensive;
-    let deadline = tokio::time::Instant::now() + state.config.limits.expensive_wait;
-    let overloaded = |message: String| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
-            .retry_after(Duration::from_secs(1))
-    };
-    let org_share = slots.org_share(org);
-    let Ok(Ok(org_permit)) = tokio::time::timeout_at(deadline, org_share.acquire_owned()).await
-    else {
-        return Err(overloaded(format!(
-            "org {} is running as many expensive operations (verification, export, SQL, search, answers held whole) as one org may ({} of the server's {}): {what} was not started; retry when one of them ends",
-            shown(org),
-            slots.per_org,
-            state.config.limits.max_expensive.max(1)
-        )));
-    };
-    let server = Arc::clone(&slots.server);
-    let Ok(Ok(server_permit)) = tokio::time::timeout_at(deadline, server.acquire_owned()).await
-    else {
-        return Err(overloaded(format!(
-            "the server is running as many expensive operations (verification, export, SQL, search, answers held whole) as it may ({}): {what} was not started; retry shortly",
-            state.config.limits.max_expensive.max(1)
-        )));
-    };
-    Ok(ExpensiveSlot {
-        _org: org_permit,
-        _server: server_permit,
-    })
+    let total = state.config.limits.max_expensive.max(1);
+    take(slots, org, 1, state.config.limits.expensive_wait)
+        .await
+        .map_err(|full| {
+            overloaded(match full {
+                Full::Org => format!(
+                    "org {} is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as one org may ({} of the server's {total}): {what} was not started; retry when one of them ends",
+                    shown(org),
+                    slots.per_org,
+                ),
+                Full::Server => format!(
+                    "the server is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as it may ({total}): {what} was not started; retry shortly"
+                ),
+            })
+        })
 }
 
 /// A request body read whole, within the route's size limit; a body that

@@ -401,7 +401,8 @@ pub(crate) async fn replay(
             permit,
         ));
     }
-    // A streamed replay holds no slot: it holds one batch at a time.
+    // A streamed replay holds no slot: it holds a few batches at a time,
+    // counted in the replay buffer.
     drop(permit);
     let mut head = serde_json::Map::new();
     head.insert("session_id".into(), json!(info.header.session_id));
@@ -421,14 +422,21 @@ pub(crate) async fn replay(
         session_id,
         level,
         seqs: Vec::new(),
+        positions: Vec::new(),
         sent: 0,
-        batch: REPLAY_BATCH_STEPS,
+        // One step first: its size decides how many the next batch reads.
+        batch: 1,
     };
     // The positions and the first steps are read before the status line,
-    // so that a store that fails at once answers with its error.
-    let first = replay.start(&state).await?;
+    // so that a store that fails at once (or a full replay buffer)
+    // answers with its error.
+    let first = replay.start(&state, info.step_count).await?;
     Ok(replay.stream(&state, head, first, tail))
 }
+
+/// Replay batches read at once, server-wide (a batch is reserved in the
+/// replay buffer whole only once read; until then these few bound it).
+pub(crate) const REPLAY_READS: usize = 8;
 
 /// Most steps a replay reads at a time: the store is read without
 /// holding a connection or a read snapshot while the client takes what
@@ -442,15 +450,21 @@ const REPLAY_BATCH_BYTES: usize = 256 * 1024;
 
 /// A replay's JSON object, streamed: its steps are read
 /// [`REPLAY_BATCH_STEPS`] at a time and sent as they are read, so the
-/// server holds one batch, whatever the session's length, and a client
+/// server holds a few batches, whatever the session's length, and a client
 /// that reads slowly holds no worker thread and no store connection,
-/// only its place in the session.
+/// only its place in the session. What it holds (its steps' positions,
+/// each batch from before it is read until it has been sent) is reserved
+/// in the server's replay buffer ([`limits::replay_buffer`]), so that many
+/// slow readers of long sessions of large steps cannot add up to more
+/// than `CAIRN_REPLAY_BUFFER_BYTES`.
 struct StreamedReplay {
     org: String,
     session_id: String,
     level: Option<DetailLevel>,
     /// The session's steps' log positions, in index order.
     seqs: Vec<u64>,
+    /// Their reservation in the replay buffer.
+    positions: Vec<limits::ExpensiveSlot>,
     /// Steps written so far (the next batch starts at this position of
     /// `seqs`).
     sent: u64,
@@ -459,8 +473,15 @@ struct StreamedReplay {
 }
 
 impl StreamedReplay {
-    /// Reads the session's positions and writes its first batch.
-    async fn start(&mut self, state: &Arc<AppState>) -> Result<Vec<u8>, ApiError> {
+    /// Reads the session's positions (reserved first, at the `steps` the
+    /// session is said to hold) and writes its first batch.
+    async fn start(&mut self, state: &Arc<AppState>, steps: u64) -> Result<Bytes, ApiError> {
+        let position = std::mem::size_of::<u64>();
+        let reserved = usize::try_from(steps)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(position);
+        self.positions
+            .push(limits::replay_buffer(state, &self.org, reserved).await?);
         let (org, session_id) = (self.org.clone(), self.session_id.clone());
         self.seqs = blocking(state, move |store| {
             store
@@ -468,6 +489,12 @@ impl StreamedReplay {
                 .ok_or_else(|| ApiError::no_session(&session_id))
         })
         .await?;
+        // The log holds more than the registry said: the rest too.
+        let read = self.seqs.len().saturating_mul(position);
+        if read > reserved {
+            self.positions
+                .push(limits::replay_buffer(state, &self.org, read - reserved).await?);
+        }
         self.next_batch(state).await.map(Option::unwrap_or_default)
     }
 
@@ -475,11 +502,24 @@ impl StreamedReplay {
     /// very first), or `None` once every step was sent. A step the store
     /// no longer holds at its position fails the replay: a shorter replay
     /// must never parse.
-    async fn next_batch(&mut self, state: &Arc<AppState>) -> Result<Option<Vec<u8>>, ApiError> {
+    async fn next_batch(&mut self, state: &Arc<AppState>) -> Result<Option<Bytes>, ApiError> {
         let start = usize::try_from(self.sent).unwrap_or(usize::MAX);
         let Some(rest) = self.seqs.get(start..).filter(|rest| !rest.is_empty()) else {
             return Ok(None);
         };
+        // A batch is reserved at its usual size before it is read, and
+        // what a batch of larger steps takes beyond that once read.
+        let mut reserved = vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES).await?];
+        // Until a batch is read its size is a guess (a session's steps may
+        // grow from a few bytes to a MiB each): the batches being read,
+        // and not yet reserved whole, are few at a time.
+        let _reading = state.replay_reads.acquire().await.map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the server is stopping",
+            )
+        })?;
         let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
@@ -519,11 +559,21 @@ impl StreamedReplay {
                 ),
             ));
         }
+        if text.len() > REPLAY_BATCH_BYTES {
+            reserved.push(
+                limits::replay_buffer(state, &self.org, text.len() - REPLAY_BATCH_BYTES).await?,
+            );
+        }
         self.sent += written;
         // Steps of this size: as many as fit the batch's bytes next.
         let per_step = text.len() / (written.max(1) as usize);
         self.batch = (REPLAY_BATCH_BYTES / per_step.max(1)).clamp(1, REPLAY_BATCH_STEPS);
-        Ok(Some(text))
+        // The reservation goes with the bytes and ends when they are gone
+        // (sent, or dropped with a client that left).
+        Ok(Some(Bytes::from_owner(ReservedBatch {
+            text,
+            _reserved: reserved,
+        })))
     }
 
     /// The response: `head`'s members, the steps (`first`, then each next
@@ -535,7 +585,7 @@ impl StreamedReplay {
         mut self,
         state: &Arc<AppState>,
         head: serde_json::Map<String, Value>,
-        first: Vec<u8>,
+        first: Bytes,
         mut tail: serde_json::Map<String, Value>,
     ) -> Response {
         // One batch waits in the channel while the next is read.
@@ -546,14 +596,14 @@ impl StreamedReplay {
             let mut opening = serde_json::to_vec(&Value::Object(head)).unwrap_or_default();
             opening.pop();
             opening.extend_from_slice(b",\"steps\":[");
-            opening.extend_from_slice(&first);
-            if tx.send(Ok(Bytes::from(opening))).await.is_err() {
+            if tx.send(Ok(Bytes::from(opening))).await.is_err() || tx.send(Ok(first)).await.is_err()
+            {
                 return;
             }
             loop {
                 match self.next_batch(&state).await {
                     Ok(Some(text)) => {
-                        if tx.send(Ok(Bytes::from(text))).await.is_err() {
+                        if tx.send(Ok(text)).await.is_err() {
                             // The client went away.
                             return;
                         }
@@ -578,6 +628,19 @@ impl StreamedReplay {
             axum::body::Body::from_stream(crate::log_api::ChannelBody::new(rx)),
         )
             .into_response()
+    }
+}
+
+/// A replay's batch of JSON with its reservation in the replay buffer,
+/// which ends when the last reference to the bytes is dropped.
+struct ReservedBatch {
+    text: Vec<u8>,
+    _reserved: Vec<limits::ExpensiveSlot>,
+}
+
+impl AsRef<[u8]> for ReservedBatch {
+    fn as_ref(&self) -> &[u8] {
+        &self.text
     }
 }
 

@@ -646,3 +646,57 @@ fn a_bundle_verification_pins_a_bounded_number_of_keys() {
     assert_eq!(body["error"]["code"], "invalid_argument");
     assert_eq!(body["error"]["field"], "key");
 }
+
+/// Streamed replays share one buffer: a client that stops reading a long
+/// replay of large steps keeps what its replay reserved (its positions
+/// and a few batches), so one org's slow readers cannot add up past its
+/// share; the next replay waits, then gets 503 `overloaded`, and is
+/// served in full once the slow client has gone.
+#[test]
+fn streamed_replays_share_a_bounded_buffer() {
+    let limits = Limits {
+        replay_buffer_bytes: 2 * 1024 * 1024,
+        expensive_wait: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    // 120 steps of 250 KB of input each: 30 MB, more than loopback's
+    // socket buffers take, so a client that does not read holds the
+    // server's batches.
+    let big = "x".repeat(250_000);
+    for batch in 0..(120 / 5) {
+        let steps: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut s = step("wide", "a", "tool_call", &format!("call {}", batch * 5 + i));
+                s["input_data"] = json!({ "blob": big });
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let mut slow = TcpStream::connect(server.addr).unwrap();
+    write!(
+        slow,
+        "GET /v1/sessions/wide HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\n\r\n"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused = get(&server, "/v1/sessions/wide", &admin);
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (503, "overloaded"),
+        "{}",
+        refused.text()
+    );
+    // Answers that hold nothing of the buffer are still served.
+    assert_eq!(get(&server, "/v1/sessions?limit=5", &admin).status, 200);
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(500));
+    let replay = get(&server, "/v1/sessions/wide", &admin);
+    assert_eq!(replay.status, 200, "{}", replay.text());
+    let body = replay.json();
+    assert_eq!(body["step_count"], 120);
+    assert_eq!(body["steps"].as_array().map(Vec::len), Some(120));
+}

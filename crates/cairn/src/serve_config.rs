@@ -44,6 +44,10 @@ pub(crate) struct ServeLimits {
     /// Expensive operations (verification, export, SQL) run at once.
     #[arg(long, env = "CAIRN_MAX_EXPENSIVE", default_value_t = 4)]
     max_expensive: usize,
+    /// Bytes streamed replays may hold at once (their step positions and
+    /// batches not yet sent); one org at most half.
+    #[arg(long, env = "CAIRN_REPLAY_BUFFER_BYTES", default_value_t = 256 * 1024 * 1024)]
+    replay_buffer_bytes: usize,
     /// Seconds an expensive request waits for a free slot (then 503).
     #[arg(long, env = "CAIRN_EXPENSIVE_WAIT", default_value = "5", value_parser = seconds)]
     expensive_wait: Duration,
@@ -126,6 +130,7 @@ impl ServeLimits {
             max_connections: self.max_connections,
             max_expensive: self.max_expensive,
             expensive_wait: self.expensive_wait,
+            replay_buffer_bytes: self.replay_buffer_bytes,
             max_bundle_line_bytes: self.max_bundle_line_bytes,
             rate_per_second: self.rate_per_key,
             rate_burst: self.rate_burst,
