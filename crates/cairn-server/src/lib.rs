@@ -178,7 +178,7 @@ impl AppState {
             otlp: otlp::OtlpState::new(&config.otlp),
             expensive: limits::ExpensiveSlots::new(config.limits.max_expensive),
             replay_buffer: limits::ExpensiveSlots::new(
-                config.limits.replay_buffer_bytes.div_ceil(1024),
+                limits::replay_buffer_bytes(&config.limits).div_ceil(1024),
             ),
             replay_reads: tokio::sync::Semaphore::new(sessions::REPLAY_READS),
             rate: limits::rate_limiter(&config.limits),

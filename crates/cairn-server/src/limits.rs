@@ -79,7 +79,8 @@ pub struct Limits {
     pub list_verify_steps: u64,
     /// Bytes that streamed replays (`GET /v1/sessions/{id}` as JSON) may
     /// hold at once in all: each one's step positions and the batches it
-    /// has read and not yet sent. One org holds at most half.
+    /// has read and not yet sent. One org holds at most half; at least
+    /// 32 MiB (a smaller value is raised).
     pub replay_buffer_bytes: usize,
 }
 
@@ -205,25 +206,39 @@ pub(crate) struct ExpensiveSlot {
     _server: tokio::sync::OwnedSemaphorePermit,
 }
 
+/// The smallest replay buffer: an org's half leaves room for one
+/// replay's headroom and a few slow readers.
+const MIN_REPLAY_BUFFER_BYTES: usize = 32 * 1024 * 1024;
+
+/// The replay buffer's size: [`Limits::replay_buffer_bytes`], raised to
+/// 32 MiB if set lower.
+pub(crate) fn replay_buffer_bytes(limits: &Limits) -> usize {
+    limits.replay_buffer_bytes.max(MIN_REPLAY_BUFFER_BYTES)
+}
+
 /// A reservation of `bytes` of the streamed replays' buffer for `org`
 /// (rounded up to whole KiB, the buffer's unit), held until dropped: its
 /// org's share first, then the server's, within
-/// [`Limits::expensive_wait`]; past it, `503 overloaded`. More than one
-/// org's share can never be reserved: `422 answer_too_large`.
+/// [`Limits::expensive_wait`]; past it, `503 overloaded`. A reservation
+/// that, with `headroom` more, would pass one org's share can never be
+/// served: `422 answer_too_large` at once.
 pub(crate) async fn replay_buffer(
     state: &AppState,
     org: &str,
     bytes: usize,
+    headroom: usize,
 ) -> Result<ExpensiveSlot, ApiError> {
     let slots = &state.replay_buffer;
     let units = bytes.div_ceil(1024).max(1);
-    let limit = state.config.limits.replay_buffer_bytes;
-    let (Ok(units), true) = (u32::try_from(units), units <= slots.per_org) else {
+    let limit = replay_buffer_bytes(&state.config.limits);
+    let needed = units.saturating_add(headroom.div_ceil(1024));
+    let (Ok(units), true) = (u32::try_from(units), needed <= slots.per_org) else {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "answer_too_large",
             format!(
-                "this replay would hold {bytes} bytes at once, more than one org's share of the replay buffer ({} of CAIRN_REPLAY_BUFFER_BYTES {limit}): export the session instead (GET /v1/export?session=...), which streams it from the log",
+                "this replay would hold {} bytes at once, more than one org's share of the replay buffer ({} of CAIRN_REPLAY_BUFFER_BYTES {limit}): export the session instead (GET /v1/export?session=...), which streams it from the log",
+                bytes.saturating_add(headroom),
                 slots.per_org * 1024
             ),
         ));
@@ -241,6 +256,38 @@ pub(crate) async fn replay_buffer(
                 ),
             })
         })
+}
+
+/// A permit to read one replay batch (at most
+/// [`crate::sessions::REPLAY_READS`] at once in the server), within
+/// [`Limits::expensive_wait`]; past it, `503 overloaded`.
+pub(crate) async fn replay_read(
+    state: &AppState,
+) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+    match tokio::time::timeout(
+        state.config.limits.expensive_wait,
+        state.replay_reads.acquire(),
+    )
+    .await
+    {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(overloaded(
+            "the server is reading as many replay batches as it may at once: retry shortly".into(),
+        )),
+    }
+}
+
+impl ExpensiveSlot {
+    /// Keeps only what `bytes` need of a replay-buffer reservation (whole
+    /// KiB, at least one), giving the rest back.
+    pub(crate) fn shrink_to(&mut self, bytes: usize) {
+        let keep = bytes.div_ceil(1024).max(1);
+        for permit in [&mut self._org, &mut self._server] {
+            if let Some(extra) = permit.num_permits().checked_sub(keep) {
+                drop(permit.split(extra));
+            }
+        }
+    }
 }
 
 /// Which share of the slots was full.

@@ -438,6 +438,12 @@ pub(crate) async fn replay(
 /// replay buffer whole only once read; until then these few bound it).
 pub(crate) const REPLAY_READS: usize = 8;
 
+/// What a replay's batches need of its org's share of the replay buffer
+/// beside its positions (a few batches of steps up to about a MiB
+/// each, in flight): a replay whose positions leave less is refused at
+/// once rather than left to wait on itself.
+const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
+
 /// Most steps a replay reads at a time: the store is read without
 /// holding a connection or a read snapshot while the client takes what
 /// was sent.
@@ -481,7 +487,10 @@ impl StreamedReplay {
             .unwrap_or(usize::MAX)
             .saturating_mul(position);
         self.positions
-            .push(limits::replay_buffer(state, &self.org, reserved).await?);
+            .push(limits::replay_buffer(state, &self.org, reserved, REPLAY_HEADROOM).await?);
+        // Reading the positions holds more than they do once read (on
+        // PostgreSQL, rows): one of the few reads at a time.
+        let reading = limits::replay_read(state).await?;
         let (org, session_id) = (self.org.clone(), self.session_id.clone());
         self.seqs = blocking(state, move |store| {
             store
@@ -489,11 +498,13 @@ impl StreamedReplay {
                 .ok_or_else(|| ApiError::no_session(&session_id))
         })
         .await?;
+        drop(reading);
         // The log holds more than the registry said: the rest too.
         let read = self.seqs.len().saturating_mul(position);
         if read > reserved {
-            self.positions
-                .push(limits::replay_buffer(state, &self.org, read - reserved).await?);
+            self.positions.push(
+                limits::replay_buffer(state, &self.org, read - reserved, REPLAY_HEADROOM).await?,
+            );
         }
         self.next_batch(state).await.map(Option::unwrap_or_default)
     }
@@ -509,17 +520,15 @@ impl StreamedReplay {
         };
         // A batch is reserved at its usual size before it is read, and
         // what a batch of larger steps takes beyond that once read.
-        let mut reserved = vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES).await?];
+        // A batch is reserved at its usual size before it is read; once
+        // read, the reservation is cut to its size, or what a batch of
+        // larger steps takes beyond it is added.
+        let mut reserved =
+            vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?];
         // Until a batch is read its size is a guess (a session's steps may
         // grow from a few bytes to a MiB each): the batches being read,
         // and not yet reserved whole, are few at a time.
-        let _reading = state.replay_reads.acquire().await.map_err(|_| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the server is stopping",
-            )
-        })?;
+        let reading = limits::replay_read(state).await?;
         let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
@@ -549,6 +558,7 @@ impl StreamedReplay {
             Ok((text, written))
         })
         .await?;
+        drop(reading);
         if written != wanted {
             return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -559,10 +569,15 @@ impl StreamedReplay {
                 ),
             ));
         }
-        if text.len() > REPLAY_BATCH_BYTES {
-            reserved.push(
-                limits::replay_buffer(state, &self.org, text.len() - REPLAY_BATCH_BYTES).await?,
-            );
+        match text.len().checked_sub(REPLAY_BATCH_BYTES) {
+            Some(excess) if excess > 0 => {
+                reserved.push(limits::replay_buffer(state, &self.org, excess, 0).await?);
+            }
+            _ => {
+                for slot in &mut reserved {
+                    slot.shrink_to(text.len());
+                }
+            }
         }
         self.sent += written;
         // Steps of this size: as many as fit the batch's bytes next.
@@ -611,6 +626,10 @@ impl StreamedReplay {
                     Ok(None) => break,
                     Err(e) => {
                         tracing::warn!(error = %e.message, "a replay failed while streaming");
+                        // Its reservation ends now, not when a stalled
+                        // client lets the error through.
+                        drop(std::mem::take(&mut self.positions));
+                        drop(std::mem::take(&mut self.seqs));
                         let _ = tx.send(Err(std::io::Error::other(e.message))).await;
                         return;
                     }
