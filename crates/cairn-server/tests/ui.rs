@@ -112,6 +112,33 @@ fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
         "\r\nOrigin: http://evil.example\r\nSec-Fetch-Site: cross-site",
     );
     assert_eq!(cross.status, 403);
+    // A form is read like any body: an encoded one, another media type and
+    // a form that is not this one are refused in the API's error shape.
+    for (body, extra, status, code) in [
+        (
+            format!("api_key={reader}"),
+            "\r\nContent-Encoding: gzip",
+            415,
+            "unsupported_media_type",
+        ),
+        (String::new(), "", 400, "invalid_request"),
+        ("other=1".to_owned(), "", 400, "invalid_request"),
+    ] {
+        let refused = form(&server, "/ui/sign-in", &body, extra);
+        let error: Value = serde_json::from_slice(&refused.body)
+            .unwrap_or_else(|_| panic!("{extra}: {}", text(&refused)));
+        assert_eq!(
+            (refused.status, error["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body} {extra}: {error}"
+        );
+    }
+    let plain = raw(
+        server.addr,
+        "POST /ui/sign-in HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain",
+        b"api_key=x",
+    );
+    assert_eq!(plain.status, 415, "{}", text(&plain));
 
     // Signed in: the list, with the verdict; content is escaped.
     let cookie = sign_in(&server, &reader);

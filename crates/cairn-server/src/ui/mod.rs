@@ -378,7 +378,7 @@ struct SignInForm {
 async fn sign_in(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<SignInForm>,
+    UiForm(form): UiForm<SignInForm>,
 ) -> Result<Response, ApiError> {
     same_origin(&headers)?;
     let token = form.api_key.trim();
@@ -428,6 +428,40 @@ async fn sign_in(
         .into_response())
 }
 
+/// A form as a browser posts it (`application/x-www-form-urlencoded`),
+/// read like every other body: one sent with a `Content-Encoding` is
+/// refused (415), one too large or too slow is 413 or 408, and one that
+/// is not this form is 400 or 415, all in the API's error shape (axum's
+/// own form rejections are plain text).
+pub(super) struct UiForm<T>(pub(super) T);
+
+impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<Arc<AppState>> for UiForm<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &Arc<AppState>,
+    ) -> Result<UiForm<T>, ApiError> {
+        use axum::extract::rejection::FormRejection;
+        limits::refuse_encoded_body(request.headers())?;
+        match axum::Form::<T>::from_request(request, state).await {
+            Ok(axum::Form(form)) => Ok(UiForm(form)),
+            Err(FormRejection::InvalidFormContentType(_)) => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "a web UI form is sent as application/x-www-form-urlencoded",
+            )),
+            Err(FormRejection::BytesRejection(rejection)) => {
+                Err(limits::body_error(&rejection, state.config.max_body_bytes))
+            }
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_request",
+                format!("the form could not be read: {}", rejection.body_text()),
+            )),
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct CsrfForm {
     csrf: String,
@@ -436,7 +470,7 @@ struct CsrfForm {
 async fn sign_out(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<CsrfForm>,
+    UiForm(form): UiForm<CsrfForm>,
 ) -> Result<Response, ApiError> {
     same_origin(&headers)?;
     if let Some(value) = cookie_value(&headers)

@@ -274,7 +274,7 @@ pub(super) async fn decide(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(trace_id): Path<String>,
-    axum::Form(form): axum::Form<DecisionForm>,
+    UiForm(form): UiForm<DecisionForm>,
 ) -> Response {
     if let Err(e) = same_origin(&headers) {
         return e.into_response();
