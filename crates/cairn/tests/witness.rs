@@ -162,6 +162,20 @@ fn witnesses_cosign_a_growing_log_and_refuse_a_rewritten_one() {
             .is_empty(),
         "{verdict}"
     );
+    // Runs of [first size, last size], and how many checkpoints they hold.
+    let runs = verdict["witnessed"]["cosigned"].as_array().unwrap();
+    assert!(
+        runs.iter().all(|run| run
+            .as_array()
+            .is_some_and(|r| r.len() == 2 && r[0].as_u64() <= r[1].as_u64())),
+        "{verdict}"
+    );
+    assert!(
+        verdict["witnessed"]["cosigned_checkpoints"]
+            .as_u64()
+            .is_some_and(|n| n >= runs.len() as u64),
+        "{verdict}"
+    );
     // An export carries the cosigned checkpoint; it verifies offline with
     // the policy, and fails with a witness the checkpoint does not have.
     let bundle = dir.path().join("before.ndjson");

@@ -405,14 +405,40 @@ pub fn verify_session(
     Ok(Some(verifier.finish(Some(expected))))
 }
 
-/// How an org's stored checkpoints stand against a witness policy.
+/// How an org's stored checkpoints stand against a witness policy, as
+/// runs: a log signs about one checkpoint a second while it grows, and
+/// witnesses start or stop vouching from some size on, so the stored
+/// checkpoints fall into a few runs of the same standing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WitnessReport {
-    /// Sizes of the stored checkpoints that carry a quorum of valid
-    /// cosignatures.
-    pub cosigned: Vec<u64>,
-    /// Sizes of those that do not.
-    pub uncosigned: Vec<u64>,
+    /// Runs of stored checkpoints (in size order) that carry a quorum of
+    /// valid cosignatures: each `[first size, last size]`, every stored
+    /// checkpoint between them included.
+    pub cosigned: Vec<[u64; 2]>,
+    /// Runs of those that do not, the same way.
+    pub uncosigned: Vec<[u64; 2]>,
+    /// How many stored checkpoints carry a quorum.
+    pub cosigned_count: u64,
+    /// How many do not.
+    pub uncosigned_count: u64,
+}
+
+impl WitnessReport {
+    /// Files the stored checkpoint of `size` (sizes come in increasing
+    /// order) under its standing, extending its run if the previous one
+    /// had the same.
+    fn file(&mut self, size: u64, cosigned: bool, previous: Option<bool>) {
+        let (runs, count) = if cosigned {
+            (&mut self.cosigned, &mut self.cosigned_count)
+        } else {
+            (&mut self.uncosigned, &mut self.uncosigned_count)
+        };
+        *count += 1;
+        match runs.last_mut() {
+            Some(run) if previous == Some(cosigned) => run[1] = size,
+            _ => runs.push([size, size]),
+        }
+    }
 }
 
 /// Applies a witness policy to an org's verified log (`docs/FORMAT.md`
@@ -429,6 +455,7 @@ pub fn apply_witness_policy(
 ) -> Result<WitnessReport, StoreError> {
     let mut report = WitnessReport::default();
     let mut latest: Option<(u64, Result<(), String>)> = None;
+    let mut previous = None;
     // A page of checkpoints at a time (a log signs millions).
     let mut from = 0;
     loop {
@@ -440,11 +467,8 @@ pub fn apply_witness_policy(
                 note.push('\n');
             }
             let check = policy.check(&note);
-            if check.is_ok() {
-                report.cosigned.push(stored.size);
-            } else {
-                report.uncosigned.push(stored.size);
-            }
+            report.file(stored.size, check.is_ok(), previous);
+            previous = Some(check.is_ok());
             if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
                 latest = Some((stored.size, check));
             }
@@ -461,8 +485,8 @@ pub fn apply_witness_policy(
         None => Some("the org has no checkpoint for witnesses to have cosigned".to_owned()),
         Some((size, Err(why))) => Some(format!(
             "the latest checkpoint (size {size}): {why}; {} of {} stored checkpoints lack a quorum",
-            report.uncosigned.len(),
-            report.uncosigned.len() + report.cosigned.len()
+            report.uncosigned_count,
+            report.uncosigned_count + report.cosigned_count
         )),
         Some((_, Ok(()))) => None,
     };
@@ -475,4 +499,32 @@ pub fn apply_witness_policy(
         });
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WitnessReport;
+
+    /// Stored checkpoints fall into runs of the same standing, in size
+    /// order, counted one by one.
+    #[test]
+    fn a_witness_report_keeps_runs_not_every_size() {
+        let mut report = WitnessReport::default();
+        let mut previous = None;
+        for (size, cosigned) in [
+            (1, false),
+            (2, false),
+            (5, false),
+            (9, true),
+            (12, true),
+            (13, false),
+            (20, true),
+        ] {
+            report.file(size, cosigned, previous);
+            previous = Some(cosigned);
+        }
+        assert_eq!(report.uncosigned, vec![[1, 5], [13, 13]]);
+        assert_eq!(report.cosigned, vec![[9, 12], [20, 20]]);
+        assert_eq!((report.cosigned_count, report.uncosigned_count), (3, 4));
+    }
 }

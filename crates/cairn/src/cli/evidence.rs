@@ -86,17 +86,40 @@ pub(super) fn verify_store(
         let report = cairn_store::ops::apply_witness_policy(store, &cli.org, policy, &mut verdict)?;
         extra["witnessed"] = json!({
             "quorum": policy.quorum(), "cosigned": report.cosigned, "uncosigned": report.uncosigned,
+            "cosigned_checkpoints": report.cosigned_count,
+            "uncosigned_checkpoints": report.uncosigned_count,
         });
         if !cli.json {
+            let runs = |runs: &[[u64; 2]]| {
+                let shown: Vec<String> = runs
+                    .iter()
+                    .take(8)
+                    .map(|[first, last]| {
+                        if first == last {
+                            first.to_string()
+                        } else {
+                            format!("{first}-{last}")
+                        }
+                    })
+                    .collect();
+                let more = runs.len().saturating_sub(shown.len());
+                let more = if more > 0 {
+                    format!(" and {more} more runs")
+                } else {
+                    String::new()
+                };
+                format!("{}{more}", shown.join(", "))
+            };
             println!(
                 "witnesses ({} of {}): {} checkpoint(s) with a quorum, {} without{}",
                 policy.quorum(),
                 policy.witnesses().len(),
-                report.cosigned.len(),
-                report.uncosigned.len(),
-                match report.uncosigned.first() {
-                    Some(first) => format!(" (sizes {first} and on: {:?})", report.uncosigned),
-                    None => String::new(),
+                report.cosigned_count,
+                report.uncosigned_count,
+                if report.uncosigned.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (sizes {})", runs(&report.uncosigned))
                 }
             );
         }
