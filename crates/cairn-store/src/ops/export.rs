@@ -178,38 +178,79 @@ impl ExportPlan {
 }
 
 /// The sessions a scope names, from the session registry (candidates: a
-/// partial export confirms each against its `session-start` record).
-pub fn sessions_in_scope(
-    store: &dyn LedgerStore,
-    org_id: &str,
+/// partial export confirms each against its `session-start` record), read
+/// a page at a time as they are taken: an agent or an org may have
+/// millions.
+pub fn sessions_in_scope<'a>(
+    store: &'a dyn LedgerStore,
+    org_id: &'a str,
     scope: &ExportScope,
-) -> Result<Vec<String>, StoreError> {
-    Ok(match scope {
-        ExportScope::Session(id) => vec![id.clone()],
-        ExportScope::Agent(agent) => store
-            .list_sessions(org_id, &SessionFilter::agent(Some(agent)), usize::MAX)?
-            .into_iter()
-            .map(|s| s.session_id)
-            .collect(),
-        ExportScope::Range { since, until } => store
-            .list_sessions(
-                org_id,
-                &SessionFilter {
-                    started_from: Some(*since),
-                    started_before: Some(*until),
-                    ..SessionFilter::all()
-                },
-                usize::MAX,
-            )?
-            .into_iter()
-            .map(|s| s.session_id)
-            .collect(),
-        ExportScope::All => store
-            .list_sessions(org_id, &SessionFilter::all(), usize::MAX)?
-            .into_iter()
-            .map(|s| s.session_id)
-            .collect(),
-    })
+) -> ScopeSessions<'a> {
+    let (one, filter) = match scope {
+        ExportScope::Session(id) => (Some(id.clone()), None),
+        ExportScope::Agent(agent) => (None, Some(SessionFilter::agent(Some(agent)))),
+        ExportScope::Range { since, until } => (
+            None,
+            Some(SessionFilter {
+                started_from: Some(*since),
+                started_before: Some(*until),
+                ..SessionFilter::all()
+            }),
+        ),
+        ExportScope::All => (None, Some(SessionFilter::all())),
+    };
+    ScopeSessions {
+        store,
+        org_id,
+        one,
+        filter,
+        page: std::collections::VecDeque::new(),
+    }
+}
+
+/// The sessions of a scope, a listing page at a time
+/// ([`sessions_in_scope`]).
+pub struct ScopeSessions<'a> {
+    store: &'a dyn LedgerStore,
+    org_id: &'a str,
+    /// A scope of one session: its id, until taken.
+    one: Option<String>,
+    /// A listed scope's filter, its cursor after the last page read
+    /// (`None` once the listing has ended).
+    filter: Option<SessionFilter>,
+    page: std::collections::VecDeque<String>,
+}
+
+/// Sessions listed at a time.
+const SCOPE_PAGE: usize = 1024;
+
+impl Iterator for ScopeSessions<'_> {
+    type Item = Result<String, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(id) = self.one.take() {
+            return Some(Ok(id));
+        }
+        if self.page.is_empty() {
+            let filter = self.filter.as_mut()?;
+            let listed = match self.store.list_sessions(self.org_id, filter, SCOPE_PAGE) {
+                Ok(listed) => listed,
+                Err(e) => {
+                    self.filter = None;
+                    return Some(Err(e));
+                }
+            };
+            match listed.last() {
+                Some(last) if listed.len() == SCOPE_PAGE => {
+                    filter.after = Some(crate::SessionCursor::after(last));
+                }
+                _ => self.filter = None,
+            }
+            self.page
+                .extend(listed.into_iter().map(|summary| summary.session_id));
+        }
+        self.page.pop_front().map(Ok)
+    }
 }
 
 /// Seed 004: a `full` view of sessions needs the consent recorded on each.
@@ -219,7 +260,8 @@ pub fn first_without_consent(
     org_id: &str,
     scope: &ExportScope,
 ) -> Result<Option<String>, StoreError> {
-    for id in sessions_in_scope(store, org_id, scope)? {
+    for id in sessions_in_scope(store, org_id, scope) {
+        let id = id?;
         if let Some(info) = store.session(org_id, &id)?
             && !info.header.full_consent
         {
@@ -349,7 +391,8 @@ pub fn plan_export_within(
             "the signed selection of {scope} would be a bundle line longer than {max_selection_line} bytes, which verifiers do not read by default: export a narrower scope (one session, one agent, a shorter time range), a lower detail level (detailed leaves audit events and reviews out), or the whole log"
         ))
     };
-    for id in sessions_in_scope(store, org_id, scope)? {
+    for id in sessions_in_scope(store, org_id, scope) {
+        let id = id?;
         let Some(info) = store.session(org_id, &id)? else {
             continue;
         };

@@ -26,8 +26,9 @@ pub use bundle_lines::{
 };
 pub use embedding::{EmbedQueueError, EmbedRound, drain_queue, embed_queued};
 pub use export::{
-    ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, export, export_at,
-    first_without_consent, plan_export, plan_export_within, sessions_in_scope, write_export,
+    ExportError, ExportOptions, ExportPlan, ExportScope, ExportSummary, ScopeSessions, export,
+    export_at, first_without_consent, plan_export, plan_export_within, sessions_in_scope,
+    write_export,
 };
 pub use import::{ImportOutcome, import_bundle};
 pub use receipts::{ReceiptOpError, Receipts};

@@ -890,3 +890,60 @@ fn stored_checkpoints_are_read_in_pages_and_each_is_compared_at_its_size() {
         "{moved}"
     );
 }
+
+/// An export's scope is listed a page at a time (an agent may have
+/// millions of sessions): an agent of more sessions than a page exports
+/// each of them once, and the bundle verifies.
+#[test]
+fn an_agent_of_more_sessions_than_a_listing_page_exports_them_all() {
+    use cairn_store::ops::ExportScope;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let ledger = Arc::new(crate::conformance::ledger(Arc::clone(&store)));
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let ledger = Arc::clone(&ledger);
+            scope.spawn(move || {
+                for i in 0..140 {
+                    crate::conformance::append(
+                        &ledger,
+                        crate::conformance::step(&format!("s{t}-{i}"), "plan", "p"),
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let org = crate::conformance::ORG;
+    let ids: std::collections::HashSet<String> =
+        cairn_store::ops::sessions_in_scope(store.as_ref(), org, &ExportScope::All)
+            .map(Result::unwrap)
+            .collect();
+    assert_eq!(ids.len(), 1120, "each session listed once");
+    let checkpoint =
+        match ledger.write(cairn_store::WriteRequest::Checkpoint { org_id: org.into() }) {
+            Ok(cairn_store::Written::Checkpoint(cp)) => cp,
+            other => panic!("{other:?}"),
+        };
+    let agent = crate::conformance::step("x", "plan", "p").agent_id;
+    let now = cairn_core::Timestamp::from_micros(0).unwrap();
+    let mut bundle = Vec::new();
+    let summary = cairn_store::ops::export(
+        store.as_ref(),
+        org,
+        &ExportScope::Agent(agent),
+        &checkpoint,
+        now,
+        &mut bundle,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.sessions, 1120);
+    let mut verifier = cairn_core::bundle::BundleVerifier::new(vec![store.server_key().clone()]);
+    for line in String::from_utf8(bundle).unwrap().lines() {
+        verifier.push_line(line);
+    }
+    let verdict = verifier.finish();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    assert_eq!(verdict.selection.map(|s| s.sessions.len()), Some(1120));
+}
