@@ -144,8 +144,9 @@ pub struct AppState {
     /// The streamed replays' buffer, in KiB (see
     /// [`Limits::replay_buffer_bytes`]).
     replay_buffer: limits::ExpensiveSlots,
-    /// Replay batches being read at once ([`sessions::REPLAY_READS`]).
-    replay_reads: tokio::sync::Semaphore,
+    /// Replay batches being read at once ([`sessions::REPLAY_READS`],
+    /// one org at most half).
+    replay_reads: limits::ExpensiveSlots,
     /// Requests per API key (see [`Limits::rate_per_second`]).
     rate: Option<limits::RateLimiter>,
     /// MCP's session manager over HTTP.
@@ -180,7 +181,7 @@ impl AppState {
             replay_buffer: limits::ExpensiveSlots::new(
                 limits::replay_buffer_bytes(&config.limits).div_ceil(1024),
             ),
-            replay_reads: tokio::sync::Semaphore::new(sessions::REPLAY_READS),
+            replay_reads: limits::ExpensiveSlots::new(sessions::REPLAY_READS),
             rate: limits::rate_limiter(&config.limits),
             mcp_sessions: limits::McpSessions::new(Arc::clone(&manager)),
             mcp_manager: manager,

@@ -243,7 +243,7 @@ pub(crate) async fn replay_buffer(
             ),
         ));
     };
-    take(slots, org, units, state.config.limits.expensive_wait)
+    take(slots, org, units, Some(state.config.limits.expensive_wait))
         .await
         .map_err(|full| {
             overloaded(match full {
@@ -258,23 +258,28 @@ pub(crate) async fn replay_buffer(
         })
 }
 
-/// A permit to read one replay batch (at most
-/// [`crate::sessions::REPLAY_READS`] at once in the server), within
-/// [`Limits::expensive_wait`]; past it, `503 overloaded`.
+/// A permit to read one replay batch for `org` (at most
+/// [`crate::sessions::REPLAY_READS`] at once in the server, one org at
+/// most half), within `wait` if given; past it, `503 overloaded`.
 pub(crate) async fn replay_read(
     state: &AppState,
-) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
-    match tokio::time::timeout(
-        state.config.limits.expensive_wait,
-        state.replay_reads.acquire(),
-    )
-    .await
-    {
-        Ok(Ok(permit)) => Ok(permit),
-        _ => Err(overloaded(
-            "the server is reading as many replay batches as it may at once: retry shortly".into(),
-        )),
-    }
+    org: &str,
+    wait: Option<Duration>,
+) -> Result<ExpensiveSlot, ApiError> {
+    take(&state.replay_reads, org, 1, wait)
+        .await
+        .map_err(|full| {
+            overloaded(match full {
+                Full::Org => format!(
+                    "org {} is reading as many replay batches at once as one org may: retry shortly",
+                    shown(org)
+                ),
+                Full::Server => {
+                    "the server is reading as many replay batches at once as it may: retry shortly"
+                        .to_owned()
+                }
+            })
+        })
 }
 
 impl ExpensiveSlot {
@@ -303,24 +308,29 @@ fn overloaded(message: String) -> ApiError {
 }
 
 /// Takes `units` of `org`'s share of `slots`, then of the server's, both
-/// within `wait` in all.
+/// within `wait` in all (as long as it takes if `None`).
 async fn take(
     slots: &ExpensiveSlots,
     org: &str,
     units: u32,
-    wait: Duration,
+    wait: Option<Duration>,
 ) -> Result<ExpensiveSlot, Full> {
-    let deadline = tokio::time::Instant::now() + wait;
+    async fn within<T>(
+        deadline: Option<tokio::time::Instant>,
+        acquire: impl std::future::Future<Output = Result<T, tokio::sync::AcquireError>>,
+    ) -> Option<T> {
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, acquire).await.ok()?.ok(),
+            None => acquire.await.ok(),
+        }
+    }
+    let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
     let org_share = slots.org_share(org);
-    let Ok(Ok(org_permit)) =
-        tokio::time::timeout_at(deadline, org_share.acquire_many_owned(units)).await
-    else {
+    let Some(org_permit) = within(deadline, org_share.acquire_many_owned(units)).await else {
         return Err(Full::Org);
     };
     let server = Arc::clone(&slots.server);
-    let Ok(Ok(server_permit)) =
-        tokio::time::timeout_at(deadline, server.acquire_many_owned(units)).await
-    else {
+    let Some(server_permit) = within(deadline, server.acquire_many_owned(units)).await else {
         return Err(Full::Server);
     };
     Ok(ExpensiveSlot {
@@ -339,7 +349,7 @@ pub(crate) async fn expensive(
 ) -> Result<ExpensiveSlot, ApiError> {
     let slots = &state.expensive;
     let total = state.config.limits.max_expensive.max(1);
-    take(slots, org, 1, state.config.limits.expensive_wait)
+    take(slots, org, 1, Some(state.config.limits.expensive_wait))
         .await
         .map_err(|full| {
             overloaded(match full {

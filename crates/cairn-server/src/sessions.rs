@@ -434,14 +434,16 @@ pub(crate) async fn replay(
     Ok(replay.stream(&state, head, first, tail))
 }
 
-/// Replay batches read at once, server-wide (a batch is reserved in the
-/// replay buffer whole only once read; until then these few bound it).
+/// Replay batches read at once, server-wide, one org at most half (a
+/// batch is reserved in the replay buffer whole only once read; until
+/// then these few bound it).
 pub(crate) const REPLAY_READS: usize = 8;
 
 /// What a replay's batches need of its org's share of the replay buffer
-/// beside its positions (a few batches of steps up to about a MiB
-/// each, in flight): a replay whose positions leave less is refused at
-/// once rather than left to wait on itself.
+/// beside its positions (a few batches in flight, each at most 256 KiB
+/// and one step, and a step's JSON at most about 1.2 MiB under the
+/// default input limits): a replay whose positions leave less is refused
+/// at once rather than left to wait on itself.
 const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
 
 /// Most steps a replay reads at a time: the store is read without
@@ -449,9 +451,10 @@ const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
 /// was sent.
 const REPLAY_BATCH_STEPS: usize = 16;
 
-/// About how many bytes of JSON a replay's batch holds: after a batch of
-/// larger steps, the next reads as many steps as fit this at the size of
-/// those (at least one).
+/// How many bytes of JSON a replay's batch holds, and one step more at
+/// most: a batch writes steps until it has this many (at least one), and
+/// after a batch of larger steps the next reads as many as fit this at
+/// the size of those.
 const REPLAY_BATCH_BYTES: usize = 256 * 1024;
 
 /// A replay's JSON object, streamed: its steps are read
@@ -490,7 +493,8 @@ impl StreamedReplay {
             .push(limits::replay_buffer(state, &self.org, reserved, REPLAY_HEADROOM).await?);
         // Reading the positions holds more than they do once read (on
         // PostgreSQL, rows): one of the few reads at a time.
-        let reading = limits::replay_read(state).await?;
+        let wait = Some(state.config.limits.expensive_wait);
+        let reading = limits::replay_read(state, &self.org, wait).await?;
         let (org, session_id) = (self.org.clone(), self.session_id.clone());
         self.seqs = blocking(state, move |store| {
             store
@@ -502,9 +506,10 @@ impl StreamedReplay {
         // The log holds more than the registry said: the rest too.
         let read = self.seqs.len().saturating_mul(position);
         if read > reserved {
-            self.positions.push(
-                limits::replay_buffer(state, &self.org, read - reserved, REPLAY_HEADROOM).await?,
-            );
+            // Checked whole: all the positions, and the room beside them.
+            let headroom = REPLAY_HEADROOM.saturating_add(reserved);
+            self.positions
+                .push(limits::replay_buffer(state, &self.org, read - reserved, headroom).await?);
         }
         self.next_batch(state).await.map(Option::unwrap_or_default)
     }
@@ -518,17 +523,17 @@ impl StreamedReplay {
         let Some(rest) = self.seqs.get(start..).filter(|rest| !rest.is_empty()) else {
             return Ok(None);
         };
-        // A batch is reserved at its usual size before it is read, and
-        // what a batch of larger steps takes beyond that once read.
         // A batch is reserved at its usual size before it is read; once
-        // read, the reservation is cut to its size, or what a batch of
-        // larger steps takes beyond it is added.
+        // read, the reservation is cut to its size, or what its last step
+        // took beyond it is added.
         let mut reserved =
             vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?];
-        // Until a batch is read its size is a guess (a session's steps may
-        // grow from a few bytes to a MiB each): the batches being read,
-        // and not yet reserved whole, are few at a time.
-        let reading = limits::replay_read(state).await?;
+        // The batch being read is held in a read permit (a few at once,
+        // one org at most half) until it is reserved whole: the first
+        // batch, before the status line, waits for one within
+        // CAIRN_EXPENSIVE_WAIT; later ones wait their turn.
+        let wait = (self.sent == 0).then_some(state.config.limits.expensive_wait);
+        let reading = limits::replay_read(state, &self.org, wait).await?;
         let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
@@ -537,17 +542,26 @@ impl StreamedReplay {
             self.level,
             self.sent,
         );
-        let wanted = seqs.len() as u64;
         let (text, written) = blocking(state, move |store| {
             let mut text = Vec::new();
-            let mut written = 0u64;
+            let mut written = 0usize;
+            // Steps are written until the batch's bytes are reached (its
+            // steps may be larger than the last batch's): the rest are
+            // read again by the next batch. Each must be the one at its
+            // position, in order: a missing step fails the replay.
             for mut s in store.steps_at(&org, &session_id, &seqs)? {
+                if text.len() >= REPLAY_BATCH_BYTES {
+                    break;
+                }
+                if seqs.get(written) != Some(&s.seq) {
+                    break;
+                }
                 if let Some(level) = level {
                     s.record.redact(level).map_err(|e| {
                         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
                     })?;
                 }
-                if sent + written > 0 {
+                if sent + written as u64 > 0 {
                     text.push(b',');
                 }
                 serde_json::to_writer(&mut text, &wire::step_out(s.seq, &s.record)).map_err(
@@ -555,20 +569,19 @@ impl StreamedReplay {
                 )?;
                 written += 1;
             }
-            Ok((text, written))
+            if written < seqs.len() && text.len() < REPLAY_BATCH_BYTES {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage_failure",
+                    format!(
+                        "the session's step at log position {} could not be read",
+                        seqs[written]
+                    ),
+                ));
+            }
+            Ok((text, written as u64))
         })
         .await?;
-        drop(reading);
-        if written != wanted {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "storage_failure",
-                format!(
-                    "{} of the session's steps could not be read at their positions",
-                    wanted - written
-                ),
-            ));
-        }
         match text.len().checked_sub(REPLAY_BATCH_BYTES) {
             Some(excess) if excess > 0 => {
                 reserved.push(limits::replay_buffer(state, &self.org, excess, 0).await?);
@@ -579,6 +592,7 @@ impl StreamedReplay {
                 }
             }
         }
+        drop(reading);
         self.sent += written;
         // Steps of this size: as many as fit the batch's bytes next.
         let per_step = text.len() / (written.max(1) as usize);

@@ -679,7 +679,7 @@ fn streamed_replays_share_a_bounded_buffer() {
         let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
         assert_eq!(reply.status, 200, "{}", reply.text());
     }
-    let slow: Vec<TcpStream> = (0..24)
+    let slow: Vec<TcpStream> = (0..32)
         .map(|_| {
             let mut slow = TcpStream::connect(server.addr).unwrap();
             write!(
@@ -723,14 +723,64 @@ fn streamed_replays_share_a_bounded_buffer() {
         (503, Some("overloaded")),
         "{error}"
     );
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("replay buffer")),
+        "{error}"
+    );
     assert_eq!(refused.header("retry-after"), Some("1"));
     // Answers that hold nothing of the buffer are still served.
     assert_eq!(get(&server, "/v1/sessions?limit=5", &admin).status, 200);
     drop(slow);
-    std::thread::sleep(Duration::from_millis(500));
-    let replay = get(&server, "/v1/sessions/wide", &admin);
+    // The slow clients' replays end as their writes fail.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let replay = loop {
+        let replay = get(&server, "/v1/sessions/wide", &admin);
+        if replay.status == 200 || std::time::Instant::now() > deadline {
+            break replay;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(replay.status, 200, "{}", replay.text());
     let body = replay.json();
     assert_eq!(body["step_count"], 120);
     assert_eq!(body["steps"].as_array().map(Vec::len), Some(120));
+}
+
+/// A replay's batch writes steps until it holds about 256 KiB, whatever
+/// the batch before it suggested: after many small steps come large ones,
+/// and every step is still sent once, in order.
+#[test]
+fn a_replay_of_steps_growing_in_size_sends_each_once_in_order() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let big = "y".repeat(200_000);
+    let steps: Vec<Value> = (0..40)
+        .map(|i| {
+            let mut s = step("growing", "a", "tool_call", &format!("call {i}"));
+            if i >= 20 {
+                s["input_data"] = json!({ "blob": big });
+            }
+            s
+        })
+        .collect();
+    for chunk in steps.chunks(5) {
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(chunk));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let replay = get(&server, "/v1/sessions/growing", &admin);
+    assert_eq!(replay.status, 200);
+    let body = replay.json();
+    assert_eq!(body["step_count"], 40);
+    let sent = body["steps"].as_array().unwrap();
+    assert_eq!(sent.len(), 40);
+    for (i, s) in sent.iter().enumerate() {
+        assert_eq!(s["step_index"], i, "in order");
+        assert_eq!(s["content"], format!("call {i}"));
+        assert_eq!(
+            s["input_data"]["blob"].as_str().map(str::len),
+            (i >= 20).then_some(200_000)
+        );
+    }
 }

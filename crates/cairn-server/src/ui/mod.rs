@@ -456,7 +456,10 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<Arc<AppState>> f
             }
             Err(rejection) => Err(ApiError::bad_request(
                 "invalid_request",
-                format!("the form could not be read: {}", rejection.body_text()),
+                format!(
+                    "the form could not be read: {}",
+                    crate::error::shown(&rejection.body_text())
+                ),
             )),
         }
     }

@@ -98,13 +98,13 @@ pub(super) fn verify_store(
                         if first == last {
                             first.to_string()
                         } else {
-                            format!("{first}-{last}")
+                            format!("{first} to {last}")
                         }
                     })
                     .collect();
                 let more = runs.len().saturating_sub(shown.len());
                 let more = if more > 0 {
-                    format!(" and {more} more runs")
+                    format!(" and {more} more run(s)")
                 } else {
                     String::new()
                 };
@@ -119,7 +119,10 @@ pub(super) fn verify_store(
                 if report.uncosigned.is_empty() {
                     String::new()
                 } else {
-                    format!(" (sizes {})", runs(&report.uncosigned))
+                    format!(
+                        " (stored checkpoints of sizes {})",
+                        runs(&report.uncosigned)
+                    )
                 }
             );
         }
