@@ -523,17 +523,19 @@ impl StreamedReplay {
         let Some(rest) = self.seqs.get(start..).filter(|rest| !rest.is_empty()) else {
             return Ok(None);
         };
+        // The batch being read holds a read turn (a few at once, one org
+        // at most half) until it is reserved whole: the first batch,
+        // before the status line, waits for one within
+        // CAIRN_EXPENSIVE_WAIT; later ones wait their turn. The turn comes
+        // first, so that batches waiting for one hold nothing of the
+        // buffer that a turn's holder could be waiting for.
+        let wait = (self.sent == 0).then_some(state.config.limits.expensive_wait);
+        let reading = limits::replay_read(state, &self.org, wait).await?;
         // A batch is reserved at its usual size before it is read; once
         // read, the reservation is cut to its size, or what its last step
         // took beyond it is added.
         let mut reserved =
             vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?];
-        // The batch being read is held in a read permit (a few at once,
-        // one org at most half) until it is reserved whole: the first
-        // batch, before the status line, waits for one within
-        // CAIRN_EXPENSIVE_WAIT; later ones wait their turn.
-        let wait = (self.sent == 0).then_some(state.config.limits.expensive_wait);
-        let reading = limits::replay_read(state, &self.org, wait).await?;
         let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
@@ -630,7 +632,13 @@ impl StreamedReplay {
                 return;
             }
             loop {
-                match self.next_batch(&state).await {
+                // A client that leaves ends the replay even while it waits
+                // for a turn or a reservation.
+                let next = tokio::select! {
+                    next = self.next_batch(&state) => next,
+                    () = tx.closed() => return,
+                };
+                match next {
                     Ok(Some(text)) => {
                         if tx.send(Ok(text)).await.is_err() {
                             // The client went away.
