@@ -100,6 +100,18 @@ pub enum RecordError {
         /// The member name (its first 60 characters).
         name: String,
     },
+    /// A new session named `.` or `..`: valid in a log (FORMAT.md 2.4),
+    /// but a path segment that HTTP clients and browsers resolve away, so
+    /// such a session could never be read back by its id.
+    #[error(
+        "{field} {value:?} cannot name a new session: `.` and `..` are path segments that HTTP clients and browsers resolve away, so the session could never be read back at /v1/sessions/{{id}}; choose another id"
+    )]
+    DotSegmentId {
+        /// The field name.
+        field: &'static str,
+        /// The value given.
+        value: String,
+    },
     /// An identifier that is empty, too long or has characters outside
     /// `A-Z a-z 0-9 - _ . : @ + = ~`.
     #[error(
@@ -565,6 +577,20 @@ impl SessionHeader {
         validate_id("caller", &self.caller)?;
         Ok(())
     }
+
+    /// [`SessionHeader::validate`] for a session being opened now: also
+    /// refuses a session id of `.` or `..`, which no URL path can name.
+    /// An ingest rule only: a log holding such a session still verifies.
+    pub fn validate_new(&self) -> Result<(), RecordError> {
+        self.validate()?;
+        if matches!(self.session_id.as_str(), "." | "..") {
+            return Err(RecordError::DotSegmentId {
+                field: "session_id",
+                value: self.session_id.clone(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Seed 004's hashed agent id: the first 16 hex digits of SHA-256 of the
@@ -579,6 +605,33 @@ pub fn hashed_agent_id(agent: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A new session may not be named `.` or `..` (no URL path names it);
+    /// a header that already has such an id in a log still validates.
+    #[test]
+    fn a_new_session_is_not_named_by_a_dot_segment() {
+        let header = |id: &str| SessionHeader {
+            org_id: "acme".into(),
+            session_id: id.into(),
+            agent_id: "a".into(),
+            started_at: Timestamp::from_micros(0).unwrap(),
+            caller: "k".into(),
+            profile: Profile::Standard,
+            predecessor: None,
+            full_consent: false,
+            max_clock_skew_s: DEFAULT_MAX_CLOCK_SKEW_S,
+        };
+        for id in [".", ".."] {
+            assert!(matches!(
+                header(id).validate_new(),
+                Err(RecordError::DotSegmentId { .. })
+            ));
+            assert!(header(id).validate().is_ok(), "{id} is an id in a log");
+        }
+        for id in ["...", "a.b", ".hidden", "s1"] {
+            assert!(header(id).validate_new().is_ok(), "{id}");
+        }
+    }
 
     fn step() -> Step {
         let ts = Timestamp::from_micros(0).unwrap();

@@ -278,7 +278,7 @@ fn record_code(e: &RecordError) -> &'static str {
         RecordError::PayloadTooLarge { .. } => "payload_too_large",
         RecordError::PayloadTooDeep { .. } => "payload_too_deep",
         RecordError::UnsafeInteger { .. } => "unsafe_integer",
-        RecordError::MalformedId { .. } => "malformed_id",
+        RecordError::MalformedId { .. } | RecordError::DotSegmentId { .. } => "malformed_id",
         RecordError::NotInStrictProfile { .. } => "not_in_strict_profile",
         _ => "invalid_record",
     }

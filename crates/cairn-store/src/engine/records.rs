@@ -174,7 +174,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             full_consent: trace.level == cairn_core::detail::DetailLevel::Full,
             max_clock_skew_s: self.engine.max_clock_skew_s,
         };
-        if let Err(e) = header.validate() {
+        if let Err(e) = header.validate_new() {
             return Ok(Err(e.into()));
         }
         let (_, opened) = self.open_session(&header, genesis_hash(&header))?;

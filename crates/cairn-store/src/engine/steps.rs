@@ -17,7 +17,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             full_consent: req.full_consent,
             max_clock_skew_s: self.engine.max_clock_skew_s,
         };
-        if let Err(e) = header.validate() {
+        if let Err(e) = header.validate_new() {
             return Ok(Err(e.into()));
         }
         let org_id = self.org(&req.org_id)?.map(|org| org.id);
@@ -228,7 +228,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     full_consent: false,
                     max_clock_skew_s: self.engine.max_clock_skew_s,
                 };
-                if let Err(e) = header.validate() {
+                if let Err(e) = header.validate_new() {
                     return Ok(Err(e.into()));
                 }
                 // Not written yet: checked as if opened, opened below.
