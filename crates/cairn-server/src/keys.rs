@@ -208,6 +208,7 @@ pub(crate) async fn revoke_key(
     if let Ok(mut keys) = state.keys.write() {
         keys.retain(|_, (k, _)| k.id != key_id);
     }
+    state.mcp_sessions.end_key(&key_id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -680,6 +680,29 @@ impl McpSessions {
         }
     }
 
+    /// Ends every MCP session `key` opened (the key was revoked: its
+    /// sessions could not be used again, and would count against its
+    /// org's share until they went idle).
+    pub(crate) async fn end_key(&self, key: &str) {
+        let ended: Vec<String> = match self.table.lock() {
+            Ok(mut table) => {
+                let ended = table
+                    .owners
+                    .iter()
+                    .filter(|(_, (holder, _))| holder.key == key)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                table.owners.retain(|_, (holder, _)| holder.key != key);
+                ended
+            }
+            Err(_) => Vec::new(),
+        };
+        for id in ended {
+            use rmcp::transport::streamable_http_server::session::SessionManager as _;
+            let _ = self.manager.close_session(&id.as_str().into()).await;
+        }
+    }
+
     /// Reserves a session for `key` of `org`, within the per-key limit,
     /// the org's share (half of the total, so that the keys of one org,
     /// which an admin may create at will, never hold every session) and

@@ -129,15 +129,21 @@ fn one_org_cannot_hold_every_mcp_session() {
         ..Limits::default()
     };
     let server = start(config(limits));
-    let keys: Vec<String> = (0..3)
-        .map(|_| key_for(&server, "acme", Role::Reader, None))
+    // (id, token) of three reader keys.
+    let keys: Vec<(String, String)> = (0..3)
+        .map(|_| {
+            let (key, token) =
+                ApiKey::generate("acme", Role::Reader, None, "test", cairn_store::now()).unwrap();
+            server.store.put_api_key(&key).unwrap();
+            (key.id, token)
+        })
         .collect();
     let stranger = key_for(&server, "globex", Role::Reader, None);
-    let _held: Vec<String> = [&keys[0], &keys[0], &keys[1]]
+    let _held: Vec<String> = [&keys[0].1, &keys[0].1, &keys[1].1]
         .into_iter()
         .map(|key| mcp_session(server.addr, key))
         .collect();
-    let refused = mcp_initialize(server.addr, &keys[2], "localhost");
+    let refused = mcp_initialize(server.addr, &keys[2].1, "localhost");
     assert_eq!(
         (refused.status, refused.code().as_str()),
         (429, "too_many_sessions")
@@ -150,6 +156,18 @@ fn one_org_cannot_hold_every_mcp_session() {
     assert!(refused.header("retry-after").is_some());
     let _theirs = mcp_session(server.addr, &stranger);
     let _theirs_too = mcp_session(server.addr, &stranger);
+    // A revoked key's sessions end with it, and leave the org's share.
+    let admin = key_for(&server, "acme", Role::Admin, None);
+    let revoked = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{}", keys[0].0),
+        &admin,
+        None,
+    );
+    assert_eq!(revoked.status, 204, "{}", revoked.text());
+    let _after = mcp_session(server.addr, &keys[2].1);
+    let _and_another = mcp_session(server.addr, &keys[2].1);
 }
 
 /// MCP over the network: hosts other than the allowed ones get a 403 that
