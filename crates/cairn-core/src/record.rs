@@ -100,11 +100,11 @@ pub enum RecordError {
         /// The member name (its first 60 characters).
         name: String,
     },
-    /// A new session named `.` or `..`: valid in a log (FORMAT.md 2.4),
-    /// but a path segment that HTTP clients and browsers resolve away, so
-    /// such a session could never be read back by its id.
+    /// A new session, trace or turn id of `.` or `..`: valid in a log
+    /// (FORMAT.md 2.4), but a path segment that HTTP clients and browsers
+    /// resolve away, so what it names could never be read back by it.
     #[error(
-        "{field} {value:?} cannot name a new session: `.` and `..` are path segments that HTTP clients and browsers resolve away, so the session could never be read back at /v1/sessions/{{id}}; choose another id"
+        "{field} {value:?} cannot be used for a new record: `.` and `..` are path segments that HTTP clients and browsers resolve away, so it could never be read back by its id (/v1/sessions/{{id}}, /v1/steps/{{trace_id}}, .../turns/{{turn_id}}); choose another id"
     )]
     DotSegmentId {
         /// The field name.
@@ -148,6 +148,24 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), RecordError> 
             value: value.chars().take(80).collect(),
         })
     }
+}
+
+/// Whether an id is `.` or `..`: a valid id (2.4), but a URL path segment
+/// that clients resolve away, so never given to a new session, trace or
+/// turn (an ingest rule; verifiers accept it).
+pub fn is_dot_segment(id: &str) -> bool {
+    matches!(id, "." | "..")
+}
+
+/// [`RecordError::DotSegmentId`] for an id that [`is_dot_segment`].
+pub fn refuse_dot_segment(field: &'static str, id: &str) -> Result<(), RecordError> {
+    if is_dot_segment(id) {
+        return Err(RecordError::DotSegmentId {
+            field,
+            value: id.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks a JSON payload: nesting at most [`MAX_JSON_DEPTH`], no integer
@@ -583,13 +601,7 @@ impl SessionHeader {
     /// An ingest rule only: a log holding such a session still verifies.
     pub fn validate_new(&self) -> Result<(), RecordError> {
         self.validate()?;
-        if matches!(self.session_id.as_str(), "." | "..") {
-            return Err(RecordError::DotSegmentId {
-                field: "session_id",
-                value: self.session_id.clone(),
-            });
-        }
-        Ok(())
+        refuse_dot_segment("session_id", &self.session_id)
     }
 }
 

@@ -264,7 +264,8 @@ fn record_field(e: &RecordError) -> Option<String> {
         | RecordError::PayloadTooDeep { field }
         | RecordError::UnsafeInteger { field }
         | RecordError::ReservedMemberName { field, .. }
-        | RecordError::MalformedId { field, .. } => Some((*field).to_owned()),
+        | RecordError::MalformedId { field, .. }
+        | RecordError::DotSegmentId { field, .. } => Some((*field).to_owned()),
         _ => None,
     }
 }

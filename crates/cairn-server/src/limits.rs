@@ -585,6 +585,10 @@ struct SessionTable {
     owners: HashMap<String, (Holder, Instant)>,
     /// Sessions being opened, by holder.
     pending: HashMap<Holder, usize>,
+    /// Keys revoked lately, with when: a session such a key was opening
+    /// as it was revoked is confirmed already expired, so that the next
+    /// sweep ends it. Kept a minute, past the key cache's few seconds.
+    revoked: HashMap<String, Instant>,
 }
 
 impl SessionTable {
@@ -614,9 +618,17 @@ impl Reservation<'_> {
     /// The session opened: `id` now belongs to the key.
     pub(crate) fn confirm(self, id: &str) {
         if let Ok(mut table) = self.sessions.table.lock() {
+            let now = Instant::now();
+            // A key revoked while this session was being opened: its
+            // session is born idle past any limit, and ended by the next
+            // sweep.
+            let last = match table.revoked.get(&self.holder.key) {
+                Some(_) => now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now),
+                None => now,
+            };
             table
                 .owners
-                .insert(id.to_owned(), (self.holder.clone(), Instant::now()));
+                .insert(id.to_owned(), (self.holder.clone(), last));
         }
     }
 }
@@ -693,6 +705,10 @@ impl McpSessions {
                     .map(|(id, _)| id.clone())
                     .collect();
                 table.owners.retain(|_, (holder, _)| holder.key != key);
+                table
+                    .revoked
+                    .retain(|_, at| at.elapsed() < Duration::from_secs(60));
+                table.revoked.insert(key.to_owned(), Instant::now());
                 ended
             }
             Err(_) => Vec::new(),

@@ -267,6 +267,8 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         ("malformed id", json!({"session_id": "has space", "agent_id": "analyst", "step_type": "plan"}).to_string().into_bytes(), 400, "malformed_id"),
         ("a session no URL can name", json!({"session_id": "..", "agent_id": "analyst", "step_type": "plan"}).to_string().into_bytes(), 400, "malformed_id"),
         ("a session no URL can name, too", json!({"session_id": ".", "agent_id": "analyst", "step_type": "plan"}).to_string().into_bytes(), 400, "malformed_id"),
+        ("a trace no URL can name", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "trace_id": ".."}).to_string().into_bytes(), 400, "malformed_id"),
+        ("a turn no URL can name", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "turn_id": "."}).to_string().into_bytes(), 400, "malformed_id"),
         ("oversized body", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "metadata": "y".repeat(300_000)}).to_string().into_bytes(), 413, "body_too_large"),
         ("another agent's session", json!({"session_id": "s1", "agent_id": "mallory", "step_type": "plan"}).to_string().into_bytes(), 409, "agent_mismatch"),
         ("stale index", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "step_index": 2}).to_string().into_bytes(), 409, "index_conflict"),

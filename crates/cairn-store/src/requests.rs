@@ -184,6 +184,11 @@ pub fn prepare_step(
     // signature cannot later be stripped unnoticed.
     step.signer_key_id = input.signature.as_ref().map(|sig| sig.key_id.clone());
     step.validate(limits)?;
+    // Ids a URL path names the step or its turn by (an ingest rule).
+    cairn_core::record::refuse_dot_segment("trace_id", &step.trace_id)?;
+    if let Some(turn) = &step.turn_id {
+        cairn_core::record::refuse_dot_segment("turn_id", turn)?;
+    }
     let seed = match input.seed {
         Some(seed) => seed,
         None => {

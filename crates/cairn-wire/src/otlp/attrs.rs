@@ -245,7 +245,9 @@ pub(super) fn attributes_json<'a>(
 /// replaced by `-`, cut to 180 bytes, and `~` plus 12 hex digits of its
 /// SHA-256 appended, so that two different identifiers stay different.
 pub fn id_from(text: &str) -> String {
-    if validate_id("id", text).is_ok() {
+    // `.` and `..` are valid ids but name nothing in a URL path: hashed
+    // like any other text that is not an id.
+    if validate_id("id", text).is_ok() && !cairn_core::record::is_dot_segment(text) {
         return text.to_owned();
     }
     let mut cleaned = String::with_capacity(text.len().min(180));

@@ -784,3 +784,19 @@ fn json_text_attributes_become_values_only_when_strict() {
         Some(json!([{"$serde_json": 1}]))
     );
 }
+
+/// An outside identifier becomes a Cairn id a URL path can name: `.` and
+/// `..` (valid ids, but path segments clients resolve away) are hashed
+/// like text that is not an id, anything else valid is kept.
+#[test]
+fn dot_segments_are_hashed_into_ids_a_path_can_name() {
+    use super::attrs::id_from;
+    for text in [".", ".."] {
+        let id = id_from(text);
+        assert_ne!(id, text);
+        assert!(cairn_core::record::validate_id("id", &id).is_ok(), "{id}");
+        assert!(!cairn_core::record::is_dot_segment(&id), "{id}");
+    }
+    assert_eq!(id_from("..."), "...");
+    assert_eq!(id_from("conv-1"), "conv-1");
+}
