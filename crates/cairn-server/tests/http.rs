@@ -372,6 +372,13 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "malformed_id",
         ),
         (
+            "event no URL can name",
+            "/v1/audit-events",
+            json!({"event_id": "..", "action": "x"}),
+            400,
+            "malformed_id",
+        ),
+        (
             "event of an unknown session",
             "/v1/audit-events",
             json!({"action": "x", "session_id": "nope"}),

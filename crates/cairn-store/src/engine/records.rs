@@ -90,6 +90,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 trace.components.len()
             ));
         }
+        // Its id names it in a URL path (/v1/signed-traces/{trace_id}).
+        if let Err(e) = cairn_core::record::refuse_dot_segment("trace_id", &trace.trace_id) {
+            return Ok(Err(e.into()));
+        }
         let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
         let org_id = self.org(org_name)?.map(|org| org.id);
         let key =
@@ -225,8 +229,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         detail: Option<&serde_json::Value>,
     ) -> Outcome<Written> {
         let event_id = event_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
-        if let Err(e) =
-            validate_id("org_id", org_name).and_then(|()| validate_id("event_id", &event_id))
+        if let Err(e) = validate_id("org_id", org_name)
+            .and_then(|()| validate_id("event_id", &event_id))
+            // Its id names it in a URL path (/v1/audit-events/{event_id}).
+            .and_then(|()| cairn_core::record::refuse_dot_segment("event_id", &event_id))
         {
             return Ok(Err(e.into()));
         }
