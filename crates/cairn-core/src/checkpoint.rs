@@ -119,6 +119,9 @@ impl Checkpoint {
 pub struct VerifiedCheckpoint {
     checkpoint: Checkpoint,
     note: String,
+    /// The keys given to [`verify_checkpoint`] whose signatures verified,
+    /// as vkey text.
+    signers: Vec<String>,
 }
 
 impl VerifiedCheckpoint {
@@ -131,6 +134,13 @@ impl VerifiedCheckpoint {
     pub fn note(&self) -> &str {
         &self.note
     }
+
+    /// The keys it was verified with whose signatures are on it, as vkey
+    /// text (so that a check of their validity needs no second
+    /// verification).
+    pub fn signers(&self) -> &[String] {
+        &self.signers
+    }
 }
 
 /// Verifies a signed checkpoint note: at least one signature by one of
@@ -141,7 +151,7 @@ pub fn verify_checkpoint(
     keys: &[NoteVerifier],
 ) -> Result<VerifiedCheckpoint, CheckpointError> {
     let parsed = Note::parse(note)?;
-    parsed.verify(keys)?;
+    let signers = parsed.verify(keys)?.iter().map(ToString::to_string).collect();
     let checkpoint = Checkpoint::parse(&parsed.text)?;
     if checkpoint.origin != expected_origin {
         return Err(CheckpointError::WrongOrigin {
@@ -152,6 +162,7 @@ pub fn verify_checkpoint(
     Ok(VerifiedCheckpoint {
         checkpoint,
         note: note.to_owned(),
+        signers,
     })
 }
 

@@ -187,6 +187,21 @@ impl LogVerifier {
         self.checkpoint_keys.require(note, size, &self.server_keys);
     }
 
+    /// [`LogVerifier::require_checkpoint_keys`] for a checkpoint verified
+    /// with this verifier's keys, from the signers found then (no second
+    /// signature check): a signer that is not one of this verifier's keys
+    /// is ignored.
+    pub fn require_verified_checkpoint_keys(&mut self, checkpoint: &VerifiedCheckpoint) {
+        let signers = checkpoint
+            .signers()
+            .iter()
+            .filter(|signer| self.server_keys.iter().any(|key| key.to_string() == **signer))
+            .cloned()
+            .collect();
+        self.checkpoint_keys
+            .require_signers(checkpoint.checkpoint().size, signers);
+    }
+
     /// Checks now that the checkpoint `note` of `size` entries is signed by
     /// a log key valid at that size, with the key history read so far (for
     /// a log that has no end, as a monitor follows it: call once every

@@ -214,7 +214,7 @@ impl CheckpointKeys {
 
     /// [`CheckpointKeys::require`] given the keys (vkey text) whose
     /// signatures on the checkpoint verify.
-    fn require_signers(&mut self, size: u64, signers: Vec<String>) {
+    pub(super) fn require_signers(&mut self, size: u64, signers: Vec<String>) {
         self.ahead.entry(size).or_default().push(signers);
     }
 

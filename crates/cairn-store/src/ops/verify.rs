@@ -175,7 +175,7 @@ impl StoredCheckpoints<'_> {
                     }
                     Ok(cp) => {
                         verifier.expect_checkpoint(&cp);
-                        verifier.require_checkpoint_keys(&stored.note, stored.size);
+                        verifier.require_verified_checkpoint_keys(&cp);
                         self.checked += 1;
                         self.largest = self.largest.max(Some(cp.checkpoint().size));
                     }
