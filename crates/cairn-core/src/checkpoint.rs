@@ -151,7 +151,11 @@ pub fn verify_checkpoint(
     keys: &[NoteVerifier],
 ) -> Result<VerifiedCheckpoint, CheckpointError> {
     let parsed = Note::parse(note)?;
-    let signers = parsed.verify(keys)?.iter().map(ToString::to_string).collect();
+    let signers = parsed
+        .verify(keys)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let checkpoint = Checkpoint::parse(&parsed.text)?;
     if checkpoint.origin != expected_origin {
         return Err(CheckpointError::WrongOrigin {

@@ -243,19 +243,16 @@ pub(crate) async fn replay_buffer(
             ),
         ));
     };
-    take(slots, org, units, Some(state.config.limits.expensive_wait))
-        .await
-        .map_err(|full| {
-            overloaded(match full {
-                Full::Org => format!(
-                    "org {}'s streamed replays hold as much of the replay buffer as one org may (half of CAIRN_REPLAY_BUFFER_BYTES {limit}): retry when one of them ends",
-                    shown(org)
-                ),
-                Full::Server => format!(
-                    "the server's streamed replays hold its whole replay buffer (CAIRN_REPLAY_BUFFER_BYTES {limit}): retry shortly"
-                ),
-            })
-        })
+    take(slots, org, units, Some(state.config.limits.expensive_wait), |full| match full {
+        Full::Org => format!(
+            "org {}'s streamed replays hold as much of the replay buffer as one org may (half of CAIRN_REPLAY_BUFFER_BYTES {limit}): retry when one of them ends",
+            shown(org)
+        ),
+        Full::Server => format!(
+            "the server's streamed replays hold its whole replay buffer (CAIRN_REPLAY_BUFFER_BYTES {limit}): retry shortly"
+        ),
+    })
+    .await
 }
 
 /// A permit to read one replay batch for `org` (at most
@@ -266,23 +263,26 @@ pub(crate) async fn replay_read(
     org: &str,
     wait: Option<Duration>,
 ) -> Result<ExpensiveSlot, ApiError> {
-    take(&state.replay_reads, org, 1, wait)
-        .await
-        .map_err(|full| {
-            overloaded(match full {
-                Full::Org => format!(
-                    "org {} is reading as many replay batches at once as one org may: retry shortly",
-                    shown(org)
-                ),
-                Full::Server => {
-                    "the server is reading as many replay batches at once as it may: retry shortly"
-                        .to_owned()
-                }
-            })
-        })
+    take(&state.replay_reads, org, 1, wait, |full| match full {
+        Full::Org => format!(
+            "org {} is reading as many replay batches at once as one org may: retry shortly",
+            shown(org)
+        ),
+        Full::Server => {
+            "the server is reading as many replay batches at once as it may: retry shortly"
+                .to_owned()
+        }
+    })
+    .await
 }
 
 impl ExpensiveSlot {
+    /// Adds `other`'s reservation to this one (of the same slots).
+    pub(crate) fn merge(&mut self, other: ExpensiveSlot) {
+        self._org.merge(other._org);
+        self._server.merge(other._server);
+    }
+
     /// Keeps only what `bytes` need of a replay-buffer reservation (whole
     /// KiB, at least one), giving the rest back.
     pub(crate) fn shrink_to(&mut self, bytes: usize) {
@@ -308,13 +308,15 @@ fn overloaded(message: String) -> ApiError {
 }
 
 /// Takes `units` of `org`'s share of `slots`, then of the server's, both
-/// within `wait` in all (as long as it takes if `None`).
+/// within `wait` in all (as long as it takes if `None`); past it, `503
+/// overloaded` with the message `full` gives for the share that was full.
 async fn take(
     slots: &ExpensiveSlots,
     org: &str,
     units: u32,
     wait: Option<Duration>,
-) -> Result<ExpensiveSlot, Full> {
+    full: impl FnOnce(Full) -> String,
+) -> Result<ExpensiveSlot, ApiError> {
     async fn within<T>(
         deadline: Option<tokio::time::Instant>,
         acquire: impl std::future::Future<Output = Result<T, tokio::sync::AcquireError>>,
@@ -327,11 +329,11 @@ async fn take(
     let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
     let org_share = slots.org_share(org);
     let Some(org_permit) = within(deadline, org_share.acquire_many_owned(units)).await else {
-        return Err(Full::Org);
+        return Err(overloaded(full(Full::Org)));
     };
     let server = Arc::clone(&slots.server);
     let Some(server_permit) = within(deadline, server.acquire_many_owned(units)).await else {
-        return Err(Full::Server);
+        return Err(overloaded(full(Full::Server)));
     };
     Ok(ExpensiveSlot {
         _org: org_permit,
@@ -349,20 +351,17 @@ pub(crate) async fn expensive(
 ) -> Result<ExpensiveSlot, ApiError> {
     let slots = &state.expensive;
     let total = state.config.limits.max_expensive.max(1);
-    take(slots, org, 1, Some(state.config.limits.expensive_wait))
-        .await
-        .map_err(|full| {
-            overloaded(match full {
-                Full::Org => format!(
-                    "org {} is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as one org may ({} of the server's {total}): {what} was not started; retry when one of them ends",
-                    shown(org),
-                    slots.per_org,
-                ),
-                Full::Server => format!(
-                    "the server is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as it may ({total}): {what} was not started; retry shortly"
-                ),
-            })
-        })
+    take(slots, org, 1, Some(state.config.limits.expensive_wait), |full| match full {
+        Full::Org => format!(
+            "org {} is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as one org may ({} of the server's {total}): {what} was not started; retry when one of them ends",
+            shown(org),
+            slots.per_org,
+        ),
+        Full::Server => format!(
+            "the server is running as many expensive operations (verification, export, SQL, search, answers held whole, entry bundles) as it may ({total}): {what} was not started; retry shortly"
+        ),
+    })
+    .await
 }
 
 /// A request body read whole, within the route's size limit; a body that
@@ -586,8 +585,8 @@ struct SessionTable {
     /// Sessions being opened, by holder.
     pending: HashMap<Holder, usize>,
     /// Keys revoked lately, with when: a session such a key was opening
-    /// as it was revoked is confirmed already expired, so that the next
-    /// sweep ends it. Kept a minute, past the key cache's few seconds.
+    /// as it was revoked is ended by the next sweep. Kept a minute, past
+    /// the key cache's few seconds.
     revoked: HashMap<String, Instant>,
 }
 
@@ -618,17 +617,9 @@ impl Reservation<'_> {
     /// The session opened: `id` now belongs to the key.
     pub(crate) fn confirm(self, id: &str) {
         if let Ok(mut table) = self.sessions.table.lock() {
-            let now = Instant::now();
-            // A key revoked while this session was being opened: its
-            // session is born idle past any limit, and ended by the next
-            // sweep.
-            let last = match table.revoked.get(&self.holder.key) {
-                Some(_) => now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now),
-                None => now,
-            };
             table
                 .owners
-                .insert(id.to_owned(), (self.holder.clone(), last));
+                .insert(id.to_owned(), (self.holder.clone(), Instant::now()));
         }
     }
 }
@@ -673,21 +664,32 @@ impl McpSessions {
             .collect();
         let expired: Vec<String> = match self.table.lock() {
             Ok(mut table) => {
-                let expired: Vec<String> = table
-                    .owners
+                let SessionTable {
+                    owners, revoked, ..
+                } = &mut *table;
+                // Idle too long, or opened by a key revoked as it opened.
+                let ended = |holder: &Holder, last: &Instant| {
+                    last.elapsed() > idle || revoked.contains_key(&holder.key)
+                };
+                let expired: Vec<String> = owners
                     .iter()
-                    .filter(|(_, (_, last))| last.elapsed() > idle)
+                    .filter(|(_, (holder, last))| ended(holder, last))
                     .map(|(id, _)| id.clone())
                     .collect();
-                table.owners.retain(|id, (_, last)| {
-                    (live.contains(id) || *last >= listed_at) && last.elapsed() <= idle
+                owners.retain(|id, (holder, last)| {
+                    (live.contains(id) || *last >= listed_at) && !ended(holder, last)
                 });
                 expired
             }
             Err(_) => Vec::new(),
         };
-        for id in expired {
-            use rmcp::transport::streamable_http_server::session::SessionManager as _;
+        self.close(expired).await;
+    }
+
+    /// Ends these sessions in the MCP server.
+    async fn close(&self, ids: Vec<String>) {
+        use rmcp::transport::streamable_http_server::session::SessionManager as _;
+        for id in ids {
             let _ = self.manager.close_session(&id.as_str().into()).await;
         }
     }
@@ -713,10 +715,7 @@ impl McpSessions {
             }
             Err(_) => Vec::new(),
         };
-        for id in ended {
-            use rmcp::transport::streamable_http_server::session::SessionManager as _;
-            let _ = self.manager.close_session(&id.as_str().into()).await;
-        }
+        self.close(ended).await;
     }
 
     /// Reserves a session for `key` of `org`, within the per-key limit,

@@ -422,7 +422,7 @@ pub(crate) async fn replay(
         session_id,
         level,
         seqs: Vec::new(),
-        positions: Vec::new(),
+        positions: None,
         sent: 0,
         // One step first: its size decides how many the next batch reads.
         batch: 1,
@@ -473,7 +473,7 @@ struct StreamedReplay {
     /// The session's steps' log positions, in index order.
     seqs: Vec<u64>,
     /// Their reservation in the replay buffer.
-    positions: Vec<limits::ExpensiveSlot>,
+    positions: Option<limits::ExpensiveSlot>,
     /// Steps written so far (the next batch starts at this position of
     /// `seqs`).
     sent: u64,
@@ -489,8 +489,8 @@ impl StreamedReplay {
         let reserved = usize::try_from(steps)
             .unwrap_or(usize::MAX)
             .saturating_mul(position);
-        self.positions
-            .push(limits::replay_buffer(state, &self.org, reserved, REPLAY_HEADROOM).await?);
+        let mut positions =
+            limits::replay_buffer(state, &self.org, reserved, REPLAY_HEADROOM).await?;
         // Reading the positions holds more than they do once read (on
         // PostgreSQL, rows): one of the few reads at a time.
         let wait = Some(state.config.limits.expensive_wait);
@@ -508,9 +508,10 @@ impl StreamedReplay {
         if read > reserved {
             // Checked whole: all the positions, and the room beside them.
             let headroom = REPLAY_HEADROOM.saturating_add(reserved);
-            self.positions
-                .push(limits::replay_buffer(state, &self.org, read - reserved, headroom).await?);
+            positions
+                .merge(limits::replay_buffer(state, &self.org, read - reserved, headroom).await?);
         }
+        self.positions = Some(positions);
         self.next_batch(state).await.map(Option::unwrap_or_default)
     }
 
@@ -534,8 +535,7 @@ impl StreamedReplay {
         // A batch is reserved at its usual size before it is read; once
         // read, the reservation is cut to its size, or what its last step
         // took beyond it is added.
-        let mut reserved =
-            vec![limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?];
+        let mut reserved = limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?;
         let seqs = &rest[..self.batch.min(rest.len())];
         let (org, session_id, seqs, level, sent) = (
             self.org.clone(),
@@ -586,13 +586,9 @@ impl StreamedReplay {
         .await?;
         match text.len().checked_sub(REPLAY_BATCH_BYTES) {
             Some(excess) if excess > 0 => {
-                reserved.push(limits::replay_buffer(state, &self.org, excess, 0).await?);
+                reserved.merge(limits::replay_buffer(state, &self.org, excess, 0).await?);
             }
-            _ => {
-                for slot in &mut reserved {
-                    slot.shrink_to(text.len());
-                }
-            }
+            _ => reserved.shrink_to(text.len()),
         }
         drop(reading);
         self.sent += written;
@@ -650,7 +646,7 @@ impl StreamedReplay {
                         tracing::warn!(error = %e.message, "a replay failed while streaming");
                         // Its reservation ends now, not when a stalled
                         // client lets the error through.
-                        drop(std::mem::take(&mut self.positions));
+                        drop(self.positions.take());
                         drop(std::mem::take(&mut self.seqs));
                         let _ = tx.send(Err(std::io::Error::other(e.message))).await;
                         return;
@@ -676,7 +672,7 @@ impl StreamedReplay {
 /// which ends when the last reference to the bytes is dropped.
 struct ReservedBatch {
     text: Vec<u8>,
-    _reserved: Vec<limits::ExpensiveSlot>,
+    _reserved: limits::ExpensiveSlot,
 }
 
 impl AsRef<[u8]> for ReservedBatch {

@@ -195,7 +195,11 @@ impl LogVerifier {
         let signers = checkpoint
             .signers()
             .iter()
-            .filter(|signer| self.server_keys.iter().any(|key| key.to_string() == **signer))
+            .filter(|signer| {
+                self.server_keys
+                    .iter()
+                    .any(|key| key.to_string() == **signer)
+            })
             .cloned()
             .collect();
         self.checkpoint_keys
