@@ -782,11 +782,7 @@ pub(crate) async fn verify_whole_org(
     body["log_size"] = json!(result.log_size);
     body["checkpoints_checked"] = json!(result.checkpoints_checked);
     if let Some((quorum, report)) = report {
-        body["witnessed"] = json!({
-            "quorum": quorum, "cosigned": report.cosigned, "uncosigned": report.uncosigned,
-            "cosigned_checkpoints": report.cosigned_count,
-            "uncosigned_checkpoints": report.uncosigned_count,
-        });
+        body["witnessed"] = report.to_json(quorum);
     }
     Ok(axum::Json(body))
 }

@@ -74,12 +74,9 @@ pub fn verify_org(
     let origin = log_origin(&server_name, org_id);
     let mut verifier = LogVerifier::new(&server_name, org_id, keys.clone());
     let mut stored = StoredCheckpoints {
-        store,
-        org_id,
+        pages: CheckpointPages::new(store, org_id).peekable(),
         origin: &origin,
         keys: &keys,
-        page: std::collections::VecDeque::new(),
-        next: Some(0),
         checked: 0,
         largest: None,
     };
@@ -99,101 +96,122 @@ pub fn verify_org(
     })
 }
 
-/// Stored checkpoints read a page at a time, ahead of the entries that
-/// reach their sizes: a log signs about one a second while it grows, so
-/// a verifier holding them all would grow with the log. Each is verified
-/// with the log keys and handed to the verifier (its root expected at its
-/// size, its signer's validity required) before the stream passes it.
-struct StoredCheckpoints<'a> {
+/// An org's stored checkpoints in size order, read a page at a time: a
+/// log signs about one a second while it grows.
+struct CheckpointPages<'a> {
     store: &'a dyn LedgerStore,
     org_id: &'a str,
-    origin: &'a str,
-    keys: &'a [NoteVerifier],
     page: std::collections::VecDeque<crate::StoredCheckpoint>,
     /// The size the next page starts at (`None` once every one was read).
     next: Option<u64>,
-    checked: usize,
-    largest: Option<u64>,
 }
 
 /// Stored checkpoints read at a time.
 const CHECKPOINT_PAGE: u32 = 1024;
 
+impl<'a> CheckpointPages<'a> {
+    fn new(store: &'a dyn LedgerStore, org_id: &'a str) -> Self {
+        CheckpointPages {
+            store,
+            org_id,
+            page: std::collections::VecDeque::new(),
+            next: Some(0),
+        }
+    }
+}
+
+impl Iterator for CheckpointPages<'_> {
+    type Item = Result<crate::StoredCheckpoint, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.page.is_empty() {
+            let from = self.next.take()?;
+            let page = match self
+                .store
+                .checkpoints_from(self.org_id, from, CHECKPOINT_PAGE)
+            {
+                Ok(page) => page,
+                Err(e) => return Some(Err(e)),
+            };
+            self.next = match page.last() {
+                Some(last) if page.len() == CHECKPOINT_PAGE as usize => last.size.checked_add(1),
+                _ => None,
+            };
+            self.page.extend(page);
+        }
+        self.page.pop_front().map(Ok)
+    }
+}
+
+/// The stored checkpoints of a verification, handed to the verifier
+/// ahead of the entries that reach their sizes (so that none is held
+/// longer than a page). Each is verified with the log keys and handed
+/// over (its root expected at its size, its signer's validity required)
+/// before the stream passes it.
+struct StoredCheckpoints<'a> {
+    pages: std::iter::Peekable<CheckpointPages<'a>>,
+    origin: &'a str,
+    keys: &'a [NoteVerifier],
+    checked: usize,
+    largest: Option<u64>,
+}
+
 impl StoredCheckpoints<'_> {
     /// Hands `verifier` every stored checkpoint of at most `through`
     /// entries not handed yet. Returns false once a stored checkpoint does
     /// not verify with the log keys (`bad-signature`, no position: the
-    /// store holds a note its log key did not sign).
+    /// store holds a note its log key did not sign) or its row is not its
+    /// note's.
     fn feed_through(
         &mut self,
         verifier: &mut LogVerifier,
         through: u64,
     ) -> Result<bool, StoreError> {
-        loop {
-            if self.page.is_empty() {
-                let Some(from) = self.next.filter(|from| *from <= through) else {
-                    return Ok(true);
-                };
-                self.page.extend(self.store.checkpoints_from(
-                    self.org_id,
-                    from,
-                    CHECKPOINT_PAGE,
-                )?);
-                self.next = match self.page.back() {
-                    Some(last) if self.page.len() == CHECKPOINT_PAGE as usize => {
-                        last.size.checked_add(1)
-                    }
-                    _ => None,
-                };
-                if self.page.is_empty() {
-                    return Ok(true);
+        while let Some(next) = self
+            .pages
+            .next_if(|next| !matches!(next, Ok(stored) if stored.size > through))
+        {
+            let stored = next?;
+            match verify_checkpoint(&stored.note, self.origin, self.keys) {
+                // The row's size and root columns are derived from the
+                // note (they order and find it): believed only when they
+                // are the note's.
+                Ok(cp)
+                    if cp.checkpoint().size != stored.size
+                        || cp.checkpoint().root != stored.root =>
+                {
+                    verifier.fail(
+                        Location::default(),
+                        Reason::InconsistentCheckpoint,
+                        format!(
+                            "the stored checkpoint row of size {} holds a note signed for size {} and root {}",
+                            stored.size,
+                            cp.checkpoint().size,
+                            cp.checkpoint().root
+                        ),
+                    );
+                    return Ok(false);
                 }
-            }
-            while let Some(stored) = self.page.front() {
-                if stored.size > through {
-                    return Ok(true);
+                Ok(cp) => {
+                    verifier.expect_checkpoint(&cp);
+                    verifier.require_verified_checkpoint_keys(&cp);
+                    self.checked += 1;
+                    self.largest = self.largest.max(Some(cp.checkpoint().size));
                 }
-                match verify_checkpoint(&stored.note, self.origin, self.keys) {
-                    // The row's size and root columns are derived from the
-                    // note (they order and find it): believed only when
-                    // they are the note's.
-                    Ok(cp)
-                        if cp.checkpoint().size != stored.size
-                            || cp.checkpoint().root != stored.root =>
-                    {
-                        verifier.fail(
-                            Location::default(),
-                            Reason::InconsistentCheckpoint,
-                            format!(
-                                "the stored checkpoint row of size {} holds a note signed for size {} and root {}",
-                                stored.size,
-                                cp.checkpoint().size,
-                                cp.checkpoint().root
-                            ),
-                        );
-                        return Ok(false);
-                    }
-                    Ok(cp) => {
-                        verifier.expect_checkpoint(&cp);
-                        verifier.require_verified_checkpoint_keys(&cp);
-                        self.checked += 1;
-                        self.largest = self.largest.max(Some(cp.checkpoint().size));
-                    }
-                    Err(e) => {
-                        verifier.fail(
-                            Location::default(),
-                            Reason::BadSignature,
-                            format!(
-                                "the stored checkpoint of size {} does not verify with the log key: {e}",
-                                stored.size
-                            ),
-                        );
-                        return Ok(false);
-                    }
+                Err(e) => {
+                    verifier.fail(
+                        Location::default(),
+                        Reason::BadSignature,
+                        format!(
+                            "the stored checkpoint of size {} does not verify with the log key: {e}",
+                            stored.size
+                        ),
+                    );
+                    return Ok(false);
                 }
-                self.page.pop_front();
             }
         }
+        Ok(true)
     }
 }
 
@@ -425,19 +443,40 @@ pub struct WitnessReport {
 
 impl WitnessReport {
     /// Files the stored checkpoint of `size` (sizes come in increasing
-    /// order) under its standing, extending its run if the previous one
-    /// had the same.
-    fn file(&mut self, size: u64, cosigned: bool, previous: Option<bool>) {
-        let (runs, count) = if cosigned {
-            (&mut self.cosigned, &mut self.cosigned_count)
+    /// order) under its standing, extending its run if the checkpoint
+    /// before it had the same (its run is the one that ends last).
+    fn file(&mut self, size: u64, cosigned: bool) {
+        let (runs, other, count) = if cosigned {
+            (
+                &mut self.cosigned,
+                &self.uncosigned,
+                &mut self.cosigned_count,
+            )
         } else {
-            (&mut self.uncosigned, &mut self.uncosigned_count)
+            (
+                &mut self.uncosigned,
+                &self.cosigned,
+                &mut self.uncosigned_count,
+            )
         };
         *count += 1;
+        let other_end = other.last().map(|run| run[1]);
         match runs.last_mut() {
-            Some(run) if previous == Some(cosigned) => run[1] = size,
+            Some(run) if other_end.is_none_or(|end| run[1] > end) => run[1] = size,
             _ => runs.push([size, size]),
         }
+    }
+
+    /// The report as a verification answer's `witnessed` member (the
+    /// HTTP API's and `cairn verify --json`'s).
+    pub fn to_json(&self, quorum: usize) -> serde_json::Value {
+        serde_json::json!({
+            "quorum": quorum,
+            "cosigned": self.cosigned,
+            "uncosigned": self.uncosigned,
+            "cosigned_checkpoints": self.cosigned_count,
+            "uncosigned_checkpoints": self.uncosigned_count,
+        })
     }
 }
 
@@ -455,27 +494,17 @@ pub fn apply_witness_policy(
 ) -> Result<WitnessReport, StoreError> {
     let mut report = WitnessReport::default();
     let mut latest: Option<(u64, Result<(), String>)> = None;
-    let mut previous = None;
-    // A page of checkpoints at a time (a log signs millions).
-    let mut from = 0;
-    loop {
-        let page = store.checkpoints_from(org_id, from, CHECKPOINT_PAGE)?;
-        for stored in &page {
-            let mut note = stored.note.clone();
-            for line in store.cosignatures(org_id, stored.size)? {
-                note.push_str(&line);
-                note.push('\n');
-            }
-            let check = policy.check(&note);
-            report.file(stored.size, check.is_ok(), previous);
-            previous = Some(check.is_ok());
-            if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
-                latest = Some((stored.size, check));
-            }
+    for stored in CheckpointPages::new(store, org_id) {
+        let stored = stored?;
+        let mut note = stored.note;
+        for line in store.cosignatures(org_id, stored.size)? {
+            note.push_str(&line);
+            note.push('\n');
         }
-        match page.last() {
-            Some(last) if page.len() == CHECKPOINT_PAGE as usize => from = last.size + 1,
-            _ => break,
+        let check = policy.check(&note);
+        report.file(stored.size, check.is_ok());
+        if latest.as_ref().is_none_or(|(size, _)| stored.size >= *size) {
+            latest = Some((stored.size, check));
         }
     }
     if !verdict.verdict.verified {
@@ -510,7 +539,6 @@ mod tests {
     #[test]
     fn a_witness_report_keeps_runs_not_every_size() {
         let mut report = WitnessReport::default();
-        let mut previous = None;
         for (size, cosigned) in [
             (1, false),
             (2, false),
@@ -520,8 +548,7 @@ mod tests {
             (13, false),
             (20, true),
         ] {
-            report.file(size, cosigned, previous);
-            previous = Some(cosigned);
+            report.file(size, cosigned);
         }
         assert_eq!(report.uncosigned, vec![[1, 5], [13, 13]]);
         assert_eq!(report.cosigned, vec![[9, 12], [20, 20]]);

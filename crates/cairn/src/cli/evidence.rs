@@ -84,11 +84,7 @@ pub(super) fn verify_store(
     });
     if let Some(policy) = &policy {
         let report = cairn_store::ops::apply_witness_policy(store, &cli.org, policy, &mut verdict)?;
-        extra["witnessed"] = json!({
-            "quorum": policy.quorum(), "cosigned": report.cosigned, "uncosigned": report.uncosigned,
-            "cosigned_checkpoints": report.cosigned_count,
-            "uncosigned_checkpoints": report.uncosigned_count,
-        });
+        extra["witnessed"] = report.to_json(policy.quorum());
         if !cli.json {
             let runs = |runs: &[[u64; 2]]| {
                 let shown: Vec<String> = runs
