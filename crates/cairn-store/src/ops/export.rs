@@ -386,7 +386,7 @@ pub fn plan_export_within(
         bytes: 0,
         max: max_selection_line,
     };
-    let too_large = |scope: &ExportScope| {
+    let too_large = || {
         ExportError::TooLarge(format!(
             "the signed selection of {scope} would be a bundle line longer than {max_selection_line} bytes, which verifiers do not read by default: export a narrower scope (one session, one agent, a shorter time range), a lower detail level (detailed leaves audit events and reviews out), or the whole log"
         ))
@@ -411,7 +411,7 @@ pub fn plan_export_within(
             true
         })?;
         if !budget.session(&id, steps) {
-            return Err(too_large(scope));
+            return Err(too_large());
         }
         claims.push((
             info.start_seq,
@@ -446,13 +446,12 @@ pub fn plan_export_within(
                 if matches!(record, OpRecord::Seal(_)) {
                     listed_seals.insert(seq);
                 }
-                fits = budget.record(seq, record.entry_type());
-                records.push((seq, record.entry_type().to_owned()));
+                fits = budget.list(&mut records, seq, record.entry_type());
             }
             fits
         })?;
         if !fits {
-            return Err(too_large(scope));
+            return Err(too_large());
         }
         agents.insert(info.header.agent_id.clone());
         predecessors.extend(info.header.predecessor);
@@ -464,22 +463,16 @@ pub fn plan_export_within(
     }
     for agent in &agents {
         for (seq, record) in store.key_records(org_id, Some(agent))? {
-            if seq < size {
-                if !budget.record(seq, record.entry_type()) {
-                    return Err(too_large(scope));
-                }
-                records.push((seq, record.entry_type().to_owned()));
+            if seq < size && !budget.list(&mut records, seq, record.entry_type()) {
+                return Err(too_large());
             }
         }
     }
     // Every log-key record: verifiers learn the log keys' validity from
     // them (FORMAT.md 7.10, 10.4).
     for (seq, record) in all_op_records(store, org_id, "log-key")? {
-        if seq < size {
-            if !budget.record(seq, record.entry_type()) {
-                return Err(too_large(scope));
-            }
-            records.push((seq, record.entry_type().to_owned()));
+        if seq < size && !budget.list(&mut records, seq, record.entry_type()) {
+            return Err(too_large());
         }
     }
     if !predecessors.is_empty() {
@@ -492,10 +485,10 @@ pub fn plan_export_within(
                     && seq < size
                     && predecessors.contains(&seal.final_hash)
                 {
-                    if !listed_seals.contains(&seq) && !budget.record(seq, "seal") {
-                        return Err(too_large(scope));
+                    // Listed once (with its own session, if selected).
+                    if !listed_seals.contains(&seq) && !budget.list(&mut records, seq, "seal") {
+                        return Err(too_large());
                     }
-                    records.push((seq, "seal".into()));
                 }
             }
             from = last + 1;
@@ -521,7 +514,7 @@ pub fn plan_export_within(
     // The estimate above counted no escapes and no duplicates' removal:
     // the line as it will be written decides.
     if selection_line(&selection, &note).len() > max_selection_line {
-        return Err(too_large(scope));
+        return Err(too_large());
     }
     seqs.extend(selection.records.iter().map(|(seq, _)| *seq));
     seqs.sort_unstable();
@@ -553,9 +546,10 @@ impl SelectionBudget {
         self.add(101 + id.len() + decimal_digits(steps))
     }
 
-    /// Counts a listed record, `[<seq>,"<type>"],`; false once the
-    /// selection is past its bound.
-    fn record(&mut self, seq: u64, entry_type: &str) -> bool {
+    /// Lists a record in `records` and counts it, `[<seq>,"<type>"],`;
+    /// false once the selection is past its bound.
+    fn list(&mut self, records: &mut Vec<(u64, String)>, seq: u64, entry_type: &str) -> bool {
+        records.push((seq, entry_type.to_owned()));
         self.add(6 + decimal_digits(seq) + entry_type.len())
     }
 
