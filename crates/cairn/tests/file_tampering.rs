@@ -44,6 +44,15 @@ fn seq_of(conn: &rusqlite::Connection, session: &str, index: i64) -> i64 {
     .unwrap()
 }
 
+fn session_start(conn: &rusqlite::Connection, session: &str) -> i64 {
+    conn.query_row(
+        "SELECT start_seq FROM sessions WHERE session_id = ?1",
+        [session],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 #[test]
 fn every_kind_of_file_tampering_is_caught_at_its_record() {
     type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
@@ -155,6 +164,47 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
             c.execute("DELETE FROM sessions WHERE session_id = 'other'", [])
                 .unwrap();
             (start, "sequence-gap")
+        }),
+        ("a JSON member repeated, the original value last", |c| {
+            // serde_json keeps a repeated member's last value, SQLite's
+            // json_extract its first: analyst SQL would show the forged
+            // one while the digest recomputed over the original.
+            let seq = seq_of(c, "revenue-analysis-q4", 1);
+            c.execute(
+                "UPDATE entries SET input_data = '{\"sql\":\"DROP TABLE users\",' || substr(input_data, 2) WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a record's view with a member repeated", |c| {
+            let seq = session_start(c, "revenue-analysis-q4");
+            c.execute(
+                "UPDATE entries SET view = '{\"agent_id\":\"mallory\",' || substr(view, 2) WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("the sessions table names another agent", |c| {
+            // Listings and `--agent` filters read the sessions table: a
+            // session moved to another agent left that agent's audit.
+            let seq = session_start(c, "revenue-analysis-q4");
+            c.execute(
+                "UPDATE sessions SET agent_id = 'mallory' WHERE session_id = 'revenue-analysis-q4'",
+                [],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("the sessions table moves a session's start time", |c| {
+            let seq = session_start(c, "revenue-analysis-q4");
+            c.execute(
+                "UPDATE sessions SET started_at = started_at - 86400000000 WHERE session_id = 'revenue-analysis-q4'",
+                [],
+            )
+            .unwrap();
+            (seq, "malformed-record")
         }),
     ];
     for (name, tamper) in cases {

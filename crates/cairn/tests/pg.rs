@@ -68,6 +68,32 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
             );
             (seq, "digest-mismatch")
         }),
+        (
+            "a JSON member repeated, the original value last",
+            |c, db| {
+                let seq = seq_of(c, db, "revenue-analysis-q4", 1);
+                attack(
+                    c,
+                    db,
+                    &format!(
+                        "UPDATE entries SET input_data = '{{\"sql\":\"DROP TABLE users\",' || substr(input_data, 2) WHERE seq = {seq}"
+                    ),
+                );
+                (seq, "malformed-record")
+            },
+        ),
+        ("the sessions table names another agent", |c, db| {
+            let out = attack(
+                c,
+                db,
+                "UPDATE sessions SET agent_id = 'mallory' WHERE session_id = 'revenue-analysis-q4' RETURNING start_seq",
+            );
+            let seq = out
+                .lines()
+                .find_map(|l| l.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{out:?}"));
+            (seq, "malformed-record")
+        }),
         ("metadata edited", |c, db| {
             let seq = seq_of(c, db, "revenue-analysis-q4", 1);
             attack(

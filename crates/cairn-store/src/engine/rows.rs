@@ -10,7 +10,7 @@ pub(crate) fn agent_keys_from_views(
 ) -> Result<Vec<(u64, KeyRegistration)>, StoreError> {
     let mut out = Vec::new();
     for (seq, view) in views {
-        let view: serde_json::Value = serde_json::from_str(&view)
+        let view = stored_json(&view)
             .map_err(|e| StoreError::Corrupt(format!("key registration {seq}: {e}")))?;
         match OpRecord::from_view("key-registration", &view) {
             Ok(OpRecord::KeyRegistration(reg)) => out.push((seq, reg)),
@@ -49,14 +49,88 @@ pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.
     e.signature, e.has_embedding, e.erased, e.hidden, e.step_index, o.name, s.session_id, e.salts, e.logged_at";
 
 /// The log's entries with every column a stored entry is read from
-/// (`STEP_COLUMNS`, then type, view and leaf hash), then `filter` (the
-/// WHERE clause and order, in the backend's parameter style): one text
-/// for every backend's log reads.
+/// (`STEP_COLUMNS`, then type, view and leaf hash, then the entry's org
+/// and its session's row: [`SessionRow`]), then `filter` (the WHERE clause
+/// and order, in the backend's parameter style): one text for every
+/// backend's log reads.
 pub(crate) fn log_entries_query(filter: &str) -> String {
     format!(
-        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash FROM entries e
+        "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash, e.org, s.org, s.agent_id, s.profile,
+           s.started_at, s.start_seq, s.genesis, s.max_clock_skew_s
+         FROM entries e
          JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid {filter}"
     )
+}
+
+/// The row of the `sessions` table that a session-start entry's `sid`
+/// names, read beside the entry (the last columns of
+/// [`log_entries_query`]; `None` where the row is missing).
+pub(crate) struct SessionRow<'r> {
+    /// The entry's own org.
+    pub entry_org: i64,
+    pub org: Option<i64>,
+    pub session_id: Option<&'r str>,
+    pub agent_id: Option<&'r str>,
+    pub profile: Option<&'r str>,
+    pub started_at: Option<i64>,
+    pub start_seq: Option<i64>,
+    pub genesis: Option<&'r [u8]>,
+    pub max_clock_skew_s: Option<i64>,
+}
+
+/// A session-start record read with its session's row: the row must say
+/// exactly what the record says. The `sessions` table is derived, but
+/// listings and filters read it (who ran a session, when it started, in
+/// which org), so a row edited to name another agent would move the
+/// session out of that agent's audit while every hash still held. A row
+/// that disagrees makes the record unreadable (verification then fails at
+/// this record, `malformed-record`).
+pub(crate) fn check_session_row(
+    seq: u64,
+    header: &SessionHeader,
+    row: &SessionRow<'_>,
+) -> Result<(), StoreError> {
+    let skew = i64::try_from(header.max_clock_skew_s).unwrap_or(i64::MAX);
+    let genesis = genesis_hash(header);
+    let disagreement = if row.org.is_none() {
+        Some("has no row in the sessions table".to_owned())
+    } else if row.org != Some(row.entry_org) {
+        Some("has a sessions row in another org".to_owned())
+    } else if row.session_id != Some(header.session_id.as_str()) {
+        Some(format!(
+            "names session {}, its sessions row {:?}",
+            header.session_id,
+            row.session_id.unwrap_or_default()
+        ))
+    } else if row.agent_id != Some(header.agent_id.as_str()) {
+        Some(format!(
+            "names agent {}, its sessions row {:?}",
+            header.agent_id,
+            row.agent_id.unwrap_or_default()
+        ))
+    } else if row.profile != Some(header.profile.as_str()) {
+        Some(format!(
+            "names profile {}, its sessions row {:?}",
+            header.profile.as_str(),
+            row.profile.unwrap_or_default()
+        ))
+    } else if row.started_at != Some(header.started_at.as_micros()) {
+        Some("starts at another time than its sessions row says".to_owned())
+    } else if row.start_seq != i64::try_from(seq).ok() {
+        Some("is not where its sessions row says the session starts".to_owned())
+    } else if row.genesis != Some(&genesis.0[..]) {
+        Some("has another genesis hash than its sessions row".to_owned())
+    } else if row.max_clock_skew_s != Some(skew) {
+        Some("allows another clock skew than its sessions row".to_owned())
+    } else {
+        None
+    };
+    match disagreement {
+        None => Ok(()),
+        Some(what) => Err(StoreError::Corrupt(format!(
+            "record {seq}: the session-start record {what}"
+        ))),
+    }
 }
 
 /// How many columns [`STEP_COLUMNS`] selects.
@@ -120,10 +194,19 @@ pub(crate) fn links_text(links: &Links) -> Option<String> {
     Some(compact_json(&serde_json::Value::Object(map)))
 }
 
+/// A JSON column or record view as stored, read strictly
+/// ([`cairn_core::json::from_str`]): a repeated member name or an integer
+/// literal beyond ±(2^53 − 1) is corruption. Cairn never writes either,
+/// and a lenient reading would let an edited row say two things: serde_json
+/// keeps a repeated member's last value (which the digest would then
+/// commit), SQLite's `json_extract` its first (which analyst SQL shows).
+pub(crate) fn stored_json(text: &str) -> Result<serde_json::Value, String> {
+    cairn_core::json::from_str(text)
+}
+
 /// A parsed operational record from its stored type and view.
 pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpRecord, StoreError> {
-    let view: serde_json::Value = serde_json::from_str(view)
-        .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
+    let view = stored_json(view).map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))?;
     OpRecord::from_view(entry_type, &view)
         .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))
 }
@@ -202,7 +285,7 @@ impl<'t> JsonColumn<'t> {
         };
         Some(match cairn_core::jcs::CanonicalJson::new(text) {
             Some(canonical) => JsonColumn::Canonical(canonical),
-            None => JsonColumn::Parsed(serde_json::from_str(text).ok()?),
+            None => JsonColumn::Parsed(stored_json(text).ok()?),
         })
     }
 
@@ -222,7 +305,7 @@ impl<'r> RawStep<'r> {
     pub fn parse(self) -> Result<StoredStep, StoreError> {
         let json = |text: Option<&str>| -> Result<Option<serde_json::Value>, StoreError> {
             text.map(|t| {
-                serde_json::from_str(t).map_err(|_| corrupt("a JSON column does not parse"))
+                stored_json(t).map_err(|e| corrupt(&format!("a JSON column does not parse: {e}")))
             })
             .transpose()
         };
@@ -390,7 +473,7 @@ impl<'r> RawStep<'r> {
         let metadata = JsonColumn::read(self.metadata)?;
         let links = match self.links {
             None => Links::default(),
-            Some(text) => Links::from_json(&serde_json::from_str(text).ok()?).ok()?,
+            Some(text) => Links::from_json(&stored_json(text).ok()?).ok()?,
         };
         let fields = StepFields {
             trace_id: self.trace_id,

@@ -5,11 +5,11 @@
 
 use super::connection::{Db, col, u64_of};
 use crate::engine::{
-    ChainEnd, RawStep, STEP_COLUMNS, StepReading, blob_hash, chain_end, log_entries_query,
-    op_from_view,
+    ChainEnd, RawStep, STEP_COLUMNS, SessionRow, StepReading, blob_hash, chain_end,
+    check_session_row, log_entries_query, op_from_view,
 };
 use crate::{StoreError, StoredStep};
-use cairn_core::log::{LogEntry, LogRecord};
+use cairn_core::log::{LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::sync::LazyLock;
@@ -262,12 +262,27 @@ pub(super) fn entry_from_row(
     let seq = u64_of(col(row, 0)?);
     let view: Option<&str> = col(row, n + 1)?;
     let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    let record = op_from_view(seq, entry_type, view)?;
+    if let OpRecord::SessionStart(header) = &record {
+        let session = SessionRow {
+            entry_org: col(row, n + 3)?,
+            org: col(row, n + 4)?,
+            session_id: col(row, 30)?,
+            agent_id: col(row, n + 5)?,
+            profile: col(row, n + 6)?,
+            started_at: col(row, n + 7)?,
+            start_seq: col(row, n + 8)?,
+            genesis: col(row, n + 9)?,
+            max_clock_skew_s: col(row, n + 10)?,
+        };
+        check_session_row(seq, header, &session)?;
+    }
     let entry = LogEntry {
         seq,
         logged_at: Timestamp::from_micros(col(row, n - 1)?)
             .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
         record: LogRecord::Op {
-            record: op_from_view(seq, entry_type, view)?,
+            record,
             hash: blob_hash(col(row, 22)?)?,
         },
     };

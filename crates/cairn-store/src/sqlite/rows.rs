@@ -4,11 +4,11 @@
 //! and the writer's transaction.
 
 use crate::engine::{
-    ChainEnd, RawStep, SessionState, StepReading, StoredSession, chain_end, hash_of, op_from_view,
-    row_id,
+    ChainEnd, RawStep, SessionRow, SessionState, StepReading, StoredSession, chain_end,
+    check_session_row, hash_of, op_from_view, row_id,
 };
 use crate::{DbContext, StoreError, StoredStep};
-use cairn_core::log::{LogEntry, LogRecord};
+use cairn_core::log::{LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::types::{FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -170,6 +170,25 @@ fn blob_or_null<'r>(
     in_place(row, index, |v| v.as_blob_or_null())
 }
 
+/// The entry's org and its session's row, the columns of
+/// `log_entries_query` after the leaf hash (at `n + 3` on).
+fn session_row<'r>(row: &'r rusqlite::Row<'_>, n: usize) -> Result<SessionRow<'r>, StoreError> {
+    (|| -> rusqlite::Result<SessionRow<'r>> {
+        Ok(SessionRow {
+            entry_org: row.get(n + 3)?,
+            org: row.get(n + 4)?,
+            session_id: text_or_null(row, 30)?,
+            agent_id: text_or_null(row, n + 5)?,
+            profile: text_or_null(row, n + 6)?,
+            started_at: row.get(n + 7)?,
+            start_seq: row.get(n + 8)?,
+            genesis: blob_or_null(row, n + 9)?,
+            max_clock_skew_s: row.get(n + 10)?,
+        })
+    })()
+    .context("reading a session's row")
+}
+
 /// The columns of a row selected with [`STEP_COLUMNS`], borrowed.
 fn raw_step<'r>(row: &'r rusqlite::Row<'_>) -> Result<RawStep<'r>, StoreError> {
     let raw = (|| {
@@ -244,6 +263,9 @@ pub(super) fn entry_from_row(
     let hash = hash_of(blob(row, 22).context("reading the log")?)?;
     let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
     let record = op_from_view(seq as u64, entry_type, view)?;
+    if let OpRecord::SessionStart(header) = &record {
+        check_session_row(seq as u64, header, &session_row(row, n)?)?;
+    }
     let entry = LogEntry {
         seq: seq as u64,
         logged_at: Timestamp::from_micros(logged_at)
