@@ -88,6 +88,12 @@ pub enum RecordError {
         /// The field name.
         field: &'static str,
     },
+    /// An integer field beyond 2^53 − 1.
+    #[error("{field} is beyond 2^53 - 1 (9007199254740991), which a verifier cannot read exactly")]
+    IntegerTooLarge {
+        /// The field name.
+        field: &'static str,
+    },
     /// A JSON payload with a member name serde_json reads as one of its own
     /// markers ([`crate::json::SERDE_MARKER`]): stored, it would read back
     /// as another value.
@@ -442,6 +448,21 @@ impl Step {
         })
     }
 
+    /// The first integer field beyond 2^53 − 1, if any. A bundle line
+    /// carries these as JSON numbers, which a verifier reads exactly only
+    /// up to 2^53 − 1 (FORMAT.md 2.2): a larger one would make every export
+    /// of the step fail verification for good.
+    pub fn integer_beyond_safe(&self) -> Option<&'static str> {
+        [
+            ("duration_ms", self.duration_ms),
+            ("token_count", self.token_count),
+            ("turn_step", self.turn_step),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.is_some_and(|v| v > MAX_SAFE_INTEGER))
+        .map(|(field, _)| field)
+    }
+
     /// Checks every field against the record rules and `limits`.
     pub fn validate(&self, limits: &Limits) -> Result<(), RecordError> {
         validate_id("trace_id", &self.trace_id)?;
@@ -482,6 +503,9 @@ impl Step {
             && !(0.0..=1.0).contains(&c)
         {
             return Err(RecordError::ConfidenceOutOfRange { value: c });
+        }
+        if let Some(field) = self.integer_beyond_safe() {
+            return Err(RecordError::IntegerTooLarge { field });
         }
         if let Some(content) = &self.content
             && content.len() > limits.max_content_bytes

@@ -263,6 +263,7 @@ fn record_field(e: &RecordError) -> Option<String> {
         RecordError::PayloadTooLarge { field, .. }
         | RecordError::PayloadTooDeep { field }
         | RecordError::UnsafeInteger { field }
+        | RecordError::IntegerTooLarge { field }
         | RecordError::ReservedMemberName { field, .. }
         | RecordError::MalformedId { field, .. }
         | RecordError::DotSegmentId { field, .. } => Some((*field).to_owned()),
@@ -278,7 +279,7 @@ fn record_code(e: &RecordError) -> &'static str {
         RecordError::ContentTooLong { .. } => "content_too_long",
         RecordError::PayloadTooLarge { .. } => "payload_too_large",
         RecordError::PayloadTooDeep { .. } => "payload_too_deep",
-        RecordError::UnsafeInteger { .. } => "unsafe_integer",
+        RecordError::UnsafeInteger { .. } | RecordError::IntegerTooLarge { .. } => "unsafe_integer",
         RecordError::MalformedId { .. } | RecordError::DotSegmentId { .. } => "malformed_id",
         RecordError::NotInStrictProfile { .. } => "not_in_strict_profile",
         _ => "invalid_record",

@@ -413,3 +413,39 @@ fn an_unknown_step_type_in_a_batch_is_answered_per_item() {
         "unknown_step_type"
     );
 }
+
+/// A step's integer fields beyond 2^53 − 1 are refused (400
+/// `unsafe_integer` naming the field): stored, every export of the step
+/// would fail verification for good, since a verifier reads a bundle's
+/// numbers exactly only up to 2^53 − 1. Just below is accepted and its
+/// export verifies.
+#[test]
+fn integer_fields_beyond_two_to_the_53_are_refused() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for (field, value) in [
+        ("duration_ms", json!(9_007_199_254_740_992u64)),
+        ("token_count", json!(u64::MAX)),
+    ] {
+        let mut body = step("big", "agent-1", "observation", "counted");
+        body[field] = value;
+        let reply = post(&server, "/v1/steps", &admin, &body);
+        assert_eq!(reply.status, 400, "{field}: {}", reply.text());
+        assert_eq!(error_code(&reply), "unsafe_integer", "{}", reply.text());
+        assert_eq!(reply.json()["error"]["field"], field, "{}", reply.text());
+    }
+    assert_eq!(get(&server, "/v1/sessions/big", &admin).status, 404);
+    let mut body = step("big", "agent-1", "observation", "counted");
+    body["duration_ms"] = json!(9_007_199_254_740_991u64);
+    body["token_count"] = json!(9_007_199_254_740_991u64);
+    let reply = post(&server, "/v1/steps", &admin, &body);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let bundle = get(&server, "/v1/export?session=big", &admin);
+    assert_eq!(bundle.status, 200, "{}", bundle.text());
+    let mut verifier = cairn_core::bundle::BundleVerifier::new(Vec::new());
+    for line in bundle.text().lines() {
+        verifier.push_line(line);
+    }
+    let result = verifier.finish();
+    assert!(result.verdict.verified, "{:?}", result.verdict);
+}

@@ -800,3 +800,30 @@ fn dot_segments_are_hashed_into_ids_a_path_can_name() {
     assert_eq!(id_from("..."), "...");
     assert_eq!(id_from("conv-1"), "conv-1");
 }
+
+/// A token count beyond 2^53 − 1 (an exporter's sum of two huge counts)
+/// gives the step no `token_count` instead of one no verifier can read;
+/// the attributes stay in the metadata, as strings.
+#[test]
+fn token_counts_beyond_two_to_the_53_are_left_in_the_attributes() {
+    let spans = mapped(vec![span(
+        2,
+        0,
+        5,
+        vec![
+            s("openinference.span.kind", "LLM"),
+            kv("llm.token_count.prompt", V::IntValue(i64::MAX)),
+            kv("llm.token_count.completion", V::IntValue(12)),
+            s("llm.output_messages.0.message.role", "assistant"),
+            s("llm.output_messages.0.message.content", "Done."),
+        ],
+    )]);
+    let last = spans[0].steps.last().unwrap();
+    assert_eq!(last.token_count, None);
+    let attributes = &last.metadata["otel"]["attributes"];
+    assert_eq!(
+        attributes["llm.token_count.prompt"],
+        json!(i64::MAX.to_string()),
+        "{attributes}"
+    );
+}

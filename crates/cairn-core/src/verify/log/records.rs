@@ -27,6 +27,18 @@ impl LogVerifier {
                         ),
                     ));
                 }
+                // A bundle's reading refuses such a number (FORMAT.md
+                // 2.2); a stored step must fail alike, or a store would
+                // verify whose every export fails.
+                if let Some(field) = rec.step.integer_beyond_safe() {
+                    return Err((
+                        Reason::MalformedRecord,
+                        format!(
+                            "step {} of session {}: {field} is beyond 2^53 - 1",
+                            rec.step.step_index, rec.step.session_id
+                        ),
+                    ));
+                }
                 let erased = erased_fields(rec, self.level)?;
                 let Some(chain) = self.sessions.get_mut(&rec.step.session_id) else {
                     return Err((

@@ -74,6 +74,10 @@ pub(super) fn chat_tokens(attrs: Attrs<'_>) -> Option<u64> {
         )
     })
     .and_then(|t| u64::try_from(t).ok())
+    // A step's integers must be read exactly by a verifier (FORMAT.md
+    // 2.2); a larger count is left in the span's attributes, kept in
+    // metadata.
+    .filter(|t| *t <= cairn_core::record::MAX_SAFE_INTEGER)
 }
 
 /// A model call: reasoning parts through `parseThinking`, then a decision
