@@ -99,6 +99,8 @@ pub const ERROR_CODES: &[&str] = &[
     "timeout",
     "unavailable",
     "too_many_sessions",
+    "too_many_streams",
+    "stream_open",
     "line_too_long",
     "answer_too_large",
     "export_too_large",

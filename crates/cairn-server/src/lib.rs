@@ -153,6 +153,8 @@ pub struct AppState {
     mcp_manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
     /// Who opened each MCP session.
     mcp_sessions: limits::McpSessions,
+    /// MCP sessions' GET streams.
+    mcp_streams: Arc<mcp_http::McpStreams>,
     /// The web UI's signed-in sessions.
     ui_sessions: ui::UiSessions,
     /// The background embedder (stopped when the state is dropped).
@@ -184,6 +186,7 @@ impl AppState {
             replay_reads: limits::ExpensiveSlots::new(sessions::REPLAY_READS),
             rate: limits::rate_limiter(&config.limits),
             mcp_sessions: limits::McpSessions::new(Arc::clone(&manager)),
+            mcp_streams: Arc::default(),
             mcp_manager: manager,
             config,
             keys: RwLock::new(HashMap::new()),
@@ -420,8 +423,9 @@ async fn metrics(
         stats.requests.load(std::sync::atomic::Ordering::Relaxed),
     );
     text.push_str(&format!(
-        "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
+        "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_mcp_streams MCP sessions' GET streams open.\n# TYPE cairn_mcp_streams gauge\ncairn_mcp_streams {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
         state.mcp_sessions.open(),
+        state.mcp_streams.open_count(),
         state.expensive.available()
     ));
     let embedding = state.embedding();

@@ -208,7 +208,22 @@ async fn mcp_gate(
             {
                 return ApiError::not_found(format!("MCP session {}", shown(&id))).into_response();
             }
+            // A GET opens the session's stream of server messages, which
+            // holds a connection for as long as the client keeps it.
+            let stream = if method == axum::http::Method::GET {
+                match state.mcp_streams.open(&id, &org, limits.max_connections) {
+                    Ok(guard) => Some(guard),
+                    Err(e) => return e.into_response(),
+                }
+            } else {
+                None
+            };
             let mut response = next.run(request).await;
+            if let Some(guard) = stream
+                && response.status().is_success()
+            {
+                response = guard.hold_until_sent(response);
+            }
             let deleted = method == axum::http::Method::DELETE && response.status().is_success();
             if deleted || response.status() == StatusCode::NOT_FOUND {
                 state.mcp_sessions.forget(&id);
@@ -236,5 +251,142 @@ async fn mcp_gate(
             response
         }
         None => next.run(request).await,
+    }
+}
+
+/// The standalone GET streams of MCP sessions (the server's messages to
+/// its client). Each holds a connection for as long as the client keeps
+/// it, pinged and exempt from the idle timeouts, so they are bounded apart
+/// from sessions: one per session (a second is 409, as the MCP SDKs'
+/// servers answer), at most half of `CAIRN_MAX_CONNECTIONS` in all and a
+/// quarter for one org. Without that, rmcp took 33 streams per session,
+/// and one org's sessions held every connection of the listener.
+#[derive(Default)]
+pub(crate) struct McpStreams {
+    table: std::sync::Mutex<StreamTable>,
+}
+
+#[derive(Default)]
+struct StreamTable {
+    /// Sessions whose stream is open.
+    sessions: std::collections::HashSet<String>,
+    /// Streams open per org.
+    per_org: std::collections::HashMap<String, usize>,
+}
+
+/// An open stream, counted until the response's body is dropped.
+pub(crate) struct StreamGuard {
+    streams: Arc<McpStreams>,
+    session: String,
+    org: String,
+}
+
+/// How long a client refused a stream for the server's or its org's share
+/// is asked to wait.
+const STREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl McpStreams {
+    /// Counts session `session`'s stream (of org `org`), or says why it
+    /// may not open.
+    pub(crate) fn open(
+        self: &Arc<Self>,
+        session: &str,
+        org: &str,
+        max_connections: usize,
+    ) -> Result<StreamGuard, ApiError> {
+        let total = (max_connections / 2).max(1);
+        let org_share = (total / 2).max(1);
+        // A poisoned table is still a set of counts: every change to it is
+        // one insert or removal.
+        let mut table = self
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if table.sessions.contains(session) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "stream_open",
+                format!(
+                    "MCP session {} already has its GET stream open (one per session): read that one, or close it first",
+                    shown(session)
+                ),
+            ));
+        }
+        if table.sessions.len() >= total {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!(
+                    "the server holds {total} MCP GET streams open, the most it may (half of CAIRN_MAX_CONNECTIONS); try again later"
+                ),
+            )
+            .retry_after(STREAM_RETRY));
+        }
+        if table.per_org.get(org).copied().unwrap_or(0) >= org_share {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!(
+                    "org {} holds {org_share} MCP GET streams open, the most one org may (a quarter of CAIRN_MAX_CONNECTIONS): close some, or end sessions not in use (DELETE /mcp)",
+                    shown(org)
+                ),
+            )
+            .retry_after(STREAM_RETRY));
+        }
+        table.sessions.insert(session.to_owned());
+        *table.per_org.entry(org.to_owned()).or_insert(0) += 1;
+        Ok(StreamGuard {
+            streams: Arc::clone(self),
+            session: session.to_owned(),
+            org: org.to_owned(),
+        })
+    }
+
+    /// Streams open now.
+    pub(crate) fn open_count(&self) -> usize {
+        self.table.lock().map(|t| t.sessions.len()).unwrap_or(0)
+    }
+}
+
+impl StreamGuard {
+    /// `response` with its body holding the guard: the stream counts until
+    /// the body is done or dropped (the client left, the session ended).
+    fn hold_until_sent(self, response: Response) -> Response {
+        use futures_core::Stream;
+        use std::pin::Pin;
+        use std::task::{Context, Poll};
+        struct Guarded {
+            inner: axum::body::BodyDataStream,
+            _guard: StreamGuard,
+        }
+        impl Stream for Guarded {
+            type Item = Result<axum::body::Bytes, axum::Error>;
+            fn poll_next(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Self::Item>> {
+                Pin::new(&mut self.inner).poll_next(cx)
+            }
+        }
+        response.map(|body| {
+            axum::body::Body::from_stream(Guarded {
+                inner: body.into_data_stream(),
+                _guard: self,
+            })
+        })
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if let Ok(mut table) = self.streams.table.lock() {
+            table.sessions.remove(&self.session);
+            if let Some(n) = table.per_org.get_mut(&self.org) {
+                *n -= 1;
+                if *n == 0 {
+                    table.per_org.remove(&self.org);
+                }
+            }
+        }
     }
 }

@@ -63,6 +63,106 @@ fn mcp_tool(addr: SocketAddr, token: &str, session: &str, name: &str, args: Valu
     )
 }
 
+/// Opens session `session`'s GET stream and reads its answer's head: the
+/// status and the connection, kept open (a stream's body never ends).
+fn mcp_stream(addr: SocketAddr, token: &str, session: &str) -> (u16, TcpStream) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "{head:?}");
+        head.push(byte[0]);
+    }
+    let status = String::from_utf8_lossy(&head)
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (status, stream)
+}
+
+/// The GET of a session's stream, answered whole (a refusal).
+fn mcp_stream_refused(addr: SocketAddr, token: &str, session: &str) -> Raw {
+    raw(
+        addr,
+        &format!(
+            "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        b"",
+    )
+}
+
+/// MCP sessions' GET streams hold a connection each for as long as the
+/// client keeps them: one per session (409 `stream_open`), at most half
+/// of the connections in all and a quarter for one org (429
+/// `too_many_streams`), so one tenant's sessions cannot hold every
+/// connection of the listener (a hostile probe held 1,023 of 1,024 with
+/// 33 streams per session); a stream counts until its session ends.
+#[test]
+fn mcp_get_streams_are_one_per_session_and_bounded_per_org() {
+    let limits = Limits {
+        max_connections: 16,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    let stranger = key_for(&server, "globex", Role::Admin, None);
+    let sessions: Vec<String> = (0..5).map(|_| mcp_session(server.addr, &admin)).collect();
+    let (status, _first) = mcp_stream(server.addr, &admin, &sessions[0]);
+    assert_eq!(status, 200);
+    let again = mcp_stream_refused(server.addr, &admin, &sessions[0]);
+    assert_eq!(
+        again.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(again.json()["error"]["code"], "stream_open");
+    // Half of 16 connections in all, a quarter (4) for one org.
+    let mut held = Vec::new();
+    for id in &sessions[1..4] {
+        let (status, stream) = mcp_stream(server.addr, &admin, id);
+        assert_eq!(status, 200);
+        held.push(stream);
+    }
+    let over = mcp_stream_refused(server.addr, &admin, &sessions[4]);
+    assert_eq!(over.status, 429, "{}", String::from_utf8_lossy(&over.body));
+    assert_eq!(over.json()["error"]["code"], "too_many_streams");
+    assert!(over.header("retry-after").is_some());
+    // Another org still opens its own.
+    let theirs = mcp_session(server.addr, &stranger);
+    let (status, _theirs) = mcp_stream(server.addr, &stranger, &theirs);
+    assert_eq!(status, 200);
+    // Ending a session ends its stream, which no longer counts.
+    let ended = mcp_call(server.addr, &admin, &sessions[1], "DELETE", &json!(null));
+    assert!(ended.status < 300, "{}", ended.status);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _next) = mcp_stream(server.addr, &admin, &sessions[4]);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 429);
+        assert!(
+            Instant::now() < deadline,
+            "the ended session's stream still counts"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// An MCP session belongs to the key that opened it: another key, of the
 /// same org or another, can neither use nor delete it (404); a key may
 /// hold a few sessions and the server a bounded number; idle sessions end.
