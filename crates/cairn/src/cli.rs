@@ -248,8 +248,9 @@ enum Command {
         #[arg(long, value_parser = parse_level)]
         level: Option<DetailLevel>,
     },
-    /// Verify the whole store (every chain, and the org log against every
-    /// checkpoint), one session, or an export bundle offline.
+    /// Verify an org's whole log (every chain, every record, and the log
+    /// against every checkpoint; every org with --all-orgs), one session,
+    /// or an export bundle offline.
     Verify(VerifyArgs),
     /// Write an export bundle (JSON lines) that verifies offline.
     Export(ExportArgs),
@@ -386,6 +387,10 @@ struct VerifyArgs {
     /// Verify only this session's chain.
     #[arg(long, conflicts_with = "bundle")]
     session: Option<String>,
+    /// Verify every org of the store, each as --org would (without it,
+    /// only --org's log is verified).
+    #[arg(long, conflicts_with_all = ["session", "bundle", "checkpoint"])]
+    all_orgs: bool,
     /// Verify an export bundle offline (no store needed).
     #[arg(long)]
     bundle: Option<PathBuf>,

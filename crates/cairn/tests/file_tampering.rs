@@ -8,6 +8,7 @@
 mod common;
 
 use common::{SEED_000_SESSION, Target, cairn_in, json, populate_with};
+use serde_json::Value;
 use std::path::Path;
 
 fn populated(dir: &Path) -> String {
@@ -342,5 +343,79 @@ fn an_inconsistent_store_opens_read_only_and_says_why() {
         run.stderr.contains("inconsistent") && run.stderr.contains("cairn verify"),
         "{}",
         run.stderr
+    );
+}
+
+/// `cairn verify` verifies one org (`--org`) and says that the store holds
+/// others; `--all-orgs` verifies every one and fails if any fails, naming
+/// it (a review found another org's tampering unreported by a plain
+/// `cairn verify`). Records that no checkpoint covers, as after the stored
+/// checkpoints were deleted, are counted and named.
+#[test]
+fn every_org_is_verified_with_all_orgs_and_an_uncovered_tail_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let other = cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "other-org",
+            "log",
+            "--session",
+            "b",
+            "--agent",
+            "y",
+            "--type",
+            "observation",
+            "--content",
+            "theirs",
+        ],
+        None,
+    );
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    let c = attacker(dir.path());
+    {
+        c.execute(
+            "UPDATE entries SET content = 'forged' WHERE type = 'step'
+             AND org = (SELECT org FROM orgs WHERE name = 'other-org')",
+            [],
+        )
+        .unwrap();
+    }
+    let one = cairn_in(dir.path(), &["verify"], None);
+    assert_eq!(one.code, 0, "{}", one.stdout);
+    assert!(one.stdout.contains("1 other org(s)"), "{}", one.stdout);
+    let all = cairn_in(dir.path(), &["verify", "--all-orgs"], None);
+    assert_eq!(all.code, 1, "{}", all.stdout);
+    assert!(
+        all.stdout.contains("org other-org:\nTAMPERED"),
+        "{}",
+        all.stdout
+    );
+    let all = json(&cairn_in(
+        dir.path(),
+        &["--json", "verify", "--all-orgs"],
+        None,
+    ));
+    assert_eq!(all["verified"], false, "{all}");
+    let orgs = all["orgs"].as_array().unwrap();
+    assert_eq!(orgs.len(), 2, "{all}");
+    let broken: Vec<&Value> = orgs.iter().filter(|o| o["verified"] == false).collect();
+    assert_eq!(broken.len(), 1, "{all}");
+    assert_eq!(broken[0]["org_id"], "other-org");
+    assert_eq!(broken[0]["brokenReason"], "digest-mismatch");
+    // The stored checkpoints deleted: every record is uncovered, said so.
+    c.execute("DELETE FROM checkpoints", []).unwrap();
+    let run = cairn_in(dir.path(), &["verify"], None);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("covered by no checkpoint"),
+        "{}",
+        run.stdout
+    );
+    let verdict = json(&cairn_in(dir.path(), &["--json", "verify"], None));
+    assert_eq!(
+        verdict["uncovered_records"], verdict["log_size"],
+        "{verdict}"
     );
 }

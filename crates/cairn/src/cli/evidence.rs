@@ -56,34 +56,117 @@ pub(super) fn verify_store(
         })?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
-    let keys = pinned_keys(args)?;
-    let external = read_checkpoints(args)?
-        .iter()
-        .map(|(path, note)| {
-            cairn_store::ops::trusted_checkpoint(store, &cli.org, note, &keys)
-                .map_err(|e| usage(format!("{}: {e}", path.display())))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    if args.all_orgs {
+        return verify_every_org(cli, store, args, started);
+    }
     let total = store.log_size(&cli.org)?;
-    if total == 0 && !store.orgs()?.contains(&cli.org) {
+    let orgs = store.orgs()?;
+    if total == 0 && !orgs.contains(&cli.org) {
         return Err(usage(format!(
             "org {} has no records ({})",
             cli.org,
             store_location(cli)
         )));
     }
+    let (verdict, extra) = verify_one_org(cli, store, &cli.org, args)?;
+    let others = orgs.iter().filter(|o| **o != cli.org).count();
+    if !cli.json && others > 0 {
+        println!(
+            "(this store holds {others} other org(s), not verified here: --all-orgs verifies every one)"
+        );
+    }
+    report(cli, &verdict.verdict, started, extra)
+}
+
+/// `cairn verify --all-orgs`: every org of the store in turn, a verdict
+/// each; verified only if every one is.
+fn verify_every_org(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    args: &VerifyArgs,
+    started: Instant,
+) -> Result<Outcome> {
+    let mut all_verified = true;
+    let mut results = Vec::new();
+    let orgs = store.orgs()?;
+    if orgs.is_empty() {
+        return Err(usage(format!(
+            "this store holds no org yet ({})",
+            store_location(cli)
+        )));
+    }
+    for org in &orgs {
+        let (verdict, extra) = verify_one_org(cli, store, org, args)?;
+        all_verified &= verdict.verdict.verified;
+        if !cli.json && !verdict.verdict.verified {
+            println!("org {org}:");
+        }
+        if cli.json {
+            let mut v = verdict_to_json(&verdict.verdict, started.elapsed().as_millis(), now());
+            if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+                obj.extend(more);
+            }
+            results.push(v);
+        } else {
+            println!("{}", describe(&verdict.verdict));
+        }
+    }
+    if cli.json {
+        println!(
+            "{}",
+            json!({"verified": all_verified, "orgs": results, "elapsed_ms": started.elapsed().as_millis()})
+        );
+    } else {
+        println!(
+            "{} org(s): {}",
+            orgs.len(),
+            if all_verified {
+                "all VERIFIED"
+            } else {
+                "TAMPERED (see above)"
+            }
+        );
+    }
+    Ok(if all_verified {
+        Outcome::Success
+    } else {
+        Outcome::VerificationFailed
+    })
+}
+
+/// Verifies org `org`'s whole log as `args` asks; prints its summary line
+/// (unless `--json`) and returns its verdict with the members its JSON
+/// answer adds.
+fn verify_one_org(
+    cli: &Cli,
+    store: &dyn LedgerStore,
+    org: &str,
+    args: &VerifyArgs,
+) -> Result<(cairn_store::ops::StoreVerdict, Value)> {
+    let keys = pinned_keys(args)?;
+    let external = read_checkpoints(args)?
+        .iter()
+        .map(|(path, note)| {
+            cairn_store::ops::trusted_checkpoint(store, org, note, &keys)
+                .map_err(|e| usage(format!("{}: {e}", path.display())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let total = store.log_size(org)?;
     let bar = progress_bar(total, "verifying");
     let policy = crate::witness_cmd::policy(&args.witness, args.witness_quorum)?;
-    let mut verdict = verify_org(store, &cli.org, &external, &keys, &mut |n| {
-        bar.set_position(n)
-    })?;
+    let mut verdict = verify_org(store, org, &external, &keys, &mut |n| bar.set_position(n))?;
     bar.finish_and_clear();
+    // What no checkpoint covers rests on this database alone (SECURITY,
+    // "The operator's database").
+    let covered = verdict.checkpoint_size.unwrap_or(0).min(verdict.log_size);
+    let uncovered = verdict.log_size - covered;
     let mut extra = json!({
-        "org_id": cli.org, "log_size": verdict.log_size,
+        "org_id": org, "log_size": verdict.log_size,
         "checkpoints_checked": verdict.checkpoints_checked, "checkpoint_size": verdict.checkpoint_size,
+        "uncovered_records": uncovered,
     });
     if let Some(policy) = &policy {
-        let report = cairn_store::ops::apply_witness_policy(store, &cli.org, policy, &mut verdict)?;
+        let report = cairn_store::ops::apply_witness_policy(store, org, policy, &mut verdict)?;
         extra["witnessed"] = report.to_json(policy.quorum());
         if !cli.json {
             let runs = |runs: &[[u64; 2]]| {
@@ -126,7 +209,7 @@ pub(super) fn verify_store(
     if !cli.json && verdict.verdict.verified {
         println!(
             "org {}: {} records, {} checkpoint(s) checked (largest size {})",
-            cli.org,
+            org,
             verdict.log_size,
             verdict.checkpoints_checked,
             verdict
@@ -134,7 +217,13 @@ pub(super) fn verify_store(
                 .map_or("none".into(), |s| s.to_string())
         );
     }
-    report(cli, &verdict.verdict, started, extra)
+    if !cli.json && verdict.verdict.verified && uncovered > 0 {
+        println!(
+            "  records {covered} to {} ({uncovered}) are covered by no checkpoint yet: until the next is signed they rest on this database alone, as would records whose stored checkpoints were deleted; a checkpoint kept outside it (--checkpoint) or a witness policy (--witness) is what shows they were not rewritten",
+            verdict.log_size - 1
+        );
+    }
+    Ok((verdict, extra))
 }
 
 pub(super) fn report(
