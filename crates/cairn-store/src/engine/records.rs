@@ -78,6 +78,14 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         if size > most {
             return invalid(format!("the trace is {size} bytes; at most {most}"));
         }
+        // The trace is kept whole in its record, which a verifier reads by
+        // FORMAT.md 2.2's rules: an integer beyond 2^53 − 1 or a member
+        // name serde_json reserves anywhere in it (not only in the
+        // components' data, which become steps) would make the record
+        // unreadable, and the org's verification fail for good.
+        if let Err(e) = cairn_core::record::validate_json("trace", value, usize::MAX) {
+            return Ok(Err(e.into()));
+        }
         let trace = match cairn_core::trace::CompleteTrace::parse(value) {
             Ok(trace) => trace,
             Err(e) => return invalid(e.to_string()),
@@ -141,8 +149,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     .get("selection_confidence")
                     .and_then(serde_json::Value::as_f64),
                 duration_ms: number("execution_time_ms"),
-                token_count: number("tokens_total")
-                    .or_else(|| Some(number("tokens_input")? + number("tokens_output")?)),
+                // A sum beyond 2^53 − 1 is left out, as OTLP leaves it.
+                token_count: number("tokens_total").or_else(|| {
+                    number("tokens_input")?
+                        .checked_add(number("tokens_output")?)
+                        .filter(|t| *t <= cairn_core::record::MAX_SAFE_INTEGER)
+                }),
                 turn_id: trace.thought_id.clone(),
                 turn_step: Some(i as u64),
                 task_id: trace.task_id.clone(),

@@ -134,6 +134,19 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         matches!(&refusal, Refusal::InvalidRequest(m) if m.contains("at most 10000 components")),
         "{refusal:?}"
     );
+    // The trace is kept whole in its record: an integer beyond 2^53 - 1
+    // anywhere in it (here outside the components' data) would leave a
+    // record no verifier reads.
+    let mut unsafe_integer = seed_004_trace(&key, "trace-6", "generic");
+    unsafe_integer["components"][0]["n"] = serde_json::json!(1u64 << 60);
+    let refusal = refused(ledger.write(import(unsafe_integer)));
+    assert!(
+        matches!(
+            &refusal,
+            Refusal::Invalid(cairn_core::record::RecordError::UnsafeInteger { field: "trace" })
+        ),
+        "{refusal:?}"
+    );
     assert_eq!(store.log_size(ORG).unwrap(), size);
 
     // A full-level trace carries its subject's consent.
