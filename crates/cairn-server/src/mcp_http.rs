@@ -211,7 +211,11 @@ async fn mcp_gate(
             // A GET opens the session's stream of server messages, which
             // holds a connection for as long as the client keeps it.
             let stream = if method == axum::http::Method::GET {
-                match state.mcp_streams.open(&id, &org, limits.max_connections) {
+                let resumed = request.headers().contains_key("last-event-id");
+                match state
+                    .mcp_streams
+                    .open(&id, &org, resumed, limits.max_connections)
+                {
                     Ok(guard) => Some(guard),
                     Err(e) => return e.into_response(),
                 }
@@ -254,24 +258,33 @@ async fn mcp_gate(
     }
 }
 
-/// The standalone GET streams of MCP sessions (the server's messages to
-/// its client). Each holds a connection for as long as the client keeps
+/// The GET streams of MCP sessions: each session's standalone stream (the
+/// server's messages to its client) and the streams a client resumes with
+/// `Last-Event-ID` (the rest of a POST's answer after a dropped
+/// connection). Each holds a connection for as long as the client keeps
 /// it, pinged and exempt from the idle timeouts, so they are bounded apart
-/// from sessions: one per session (a second is 409, as the MCP SDKs'
-/// servers answer), at most half of `CAIRN_MAX_CONNECTIONS` in all and a
-/// quarter for one org. Without that, rmcp took 33 streams per session,
-/// and one org's sessions held every connection of the listener.
+/// from sessions: one standalone stream per session (a second is 409, as
+/// the MCP SDKs' servers answer), [`MAX_RESUMED_STREAMS`] resumed ones, at
+/// most half of `CAIRN_MAX_CONNECTIONS` in all and a quarter for one org.
+/// Without that, rmcp took 33 streams per session, and one org's sessions
+/// held every connection of the listener.
 #[derive(Default)]
 pub(crate) struct McpStreams {
     table: std::sync::Mutex<StreamTable>,
 }
 
+/// Resumed streams one session may hold at once.
+pub(crate) const MAX_RESUMED_STREAMS: usize = 4;
+
 #[derive(Default)]
 struct StreamTable {
-    /// Sessions whose stream is open.
-    sessions: std::collections::HashSet<String>,
+    /// Per session: whether its standalone stream is open, and how many
+    /// resumed streams are.
+    sessions: std::collections::HashMap<String, (bool, usize)>,
     /// Streams open per org.
     per_org: std::collections::HashMap<String, usize>,
+    /// Streams open in all.
+    total: usize,
 }
 
 /// An open stream, counted until the response's body is dropped.
@@ -279,6 +292,7 @@ pub(crate) struct StreamGuard {
     streams: Arc<McpStreams>,
     session: String,
     org: String,
+    resumed: bool,
 }
 
 /// How long a client refused a stream for the server's or its org's share
@@ -286,23 +300,28 @@ pub(crate) struct StreamGuard {
 const STREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl McpStreams {
-    /// Counts session `session`'s stream (of org `org`), or says why it
-    /// may not open.
+    /// The table; a poisoned one is still a set of counts (every change to
+    /// it is a few increments or decrements made together).
+    fn table(&self) -> std::sync::MutexGuard<'_, StreamTable> {
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a stream of session `session` (of org `org`; `resumed` if
+    /// the GET names a `Last-Event-ID`), or says why it may not open.
     pub(crate) fn open(
         self: &Arc<Self>,
         session: &str,
         org: &str,
+        resumed: bool,
         max_connections: usize,
     ) -> Result<StreamGuard, ApiError> {
         let total = (max_connections / 2).max(1);
         let org_share = (total / 2).max(1);
-        // A poisoned table is still a set of counts: every change to it is
-        // one insert or removal.
-        let mut table = self
-            .table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if table.sessions.contains(session) {
+        let mut table = self.table();
+        let (standalone, resumes) = table.sessions.get(session).copied().unwrap_or_default();
+        if !resumed && standalone {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "stream_open",
@@ -312,7 +331,17 @@ impl McpStreams {
                 ),
             ));
         }
-        if table.sessions.len() >= total {
+        if resumed && resumes >= MAX_RESUMED_STREAMS {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "stream_open",
+                format!(
+                    "MCP session {} already has {MAX_RESUMED_STREAMS} resumed GET streams open (Last-Event-ID): read those, or close some first",
+                    shown(session)
+                ),
+            ));
+        }
+        if table.total >= total {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",
@@ -333,18 +362,25 @@ impl McpStreams {
             )
             .retry_after(STREAM_RETRY));
         }
-        table.sessions.insert(session.to_owned());
+        let entry = table.sessions.entry(session.to_owned()).or_default();
+        if resumed {
+            entry.1 += 1;
+        } else {
+            entry.0 = true;
+        }
         *table.per_org.entry(org.to_owned()).or_insert(0) += 1;
+        table.total += 1;
         Ok(StreamGuard {
             streams: Arc::clone(self),
             session: session.to_owned(),
             org: org.to_owned(),
+            resumed,
         })
     }
 
     /// Streams open now.
     pub(crate) fn open_count(&self) -> usize {
-        self.table.lock().map(|t| t.sessions.len()).unwrap_or(0)
+        self.table().total
     }
 }
 
@@ -379,14 +415,23 @@ impl StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        if let Ok(mut table) = self.streams.table.lock() {
-            table.sessions.remove(&self.session);
-            if let Some(n) = table.per_org.get_mut(&self.org) {
-                *n -= 1;
-                if *n == 0 {
-                    table.per_org.remove(&self.org);
-                }
+        let mut table = self.streams.table();
+        if let Some(entry) = table.sessions.get_mut(&self.session) {
+            if self.resumed {
+                entry.1 = entry.1.saturating_sub(1);
+            } else {
+                entry.0 = false;
+            }
+            if *entry == (false, 0) {
+                table.sessions.remove(&self.session);
             }
         }
+        if let Some(n) = table.per_org.get_mut(&self.org) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                table.per_org.remove(&self.org);
+            }
+        }
+        table.total = table.total.saturating_sub(1);
     }
 }

@@ -66,6 +66,11 @@ fn mcp_tool(addr: SocketAddr, token: &str, session: &str, name: &str, args: Valu
 /// Opens session `session`'s GET stream and reads its answer's head: the
 /// status and the connection, kept open (a stream's body never ends).
 fn mcp_stream(addr: SocketAddr, token: &str, session: &str) -> (u16, TcpStream) {
+    mcp_stream_with(addr, token, session, "")
+}
+
+/// [`mcp_stream`] with more header lines (each ending in CRLF).
+fn mcp_stream_with(addr: SocketAddr, token: &str, session: &str, more: &str) -> (u16, TcpStream) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -73,7 +78,7 @@ fn mcp_stream(addr: SocketAddr, token: &str, session: &str) -> (u16, TcpStream) 
     stream
         .write_all(
             format!(
-                "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n"
+                "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\n{more}\r\n"
             )
             .as_bytes(),
         )
@@ -130,6 +135,11 @@ fn mcp_get_streams_are_one_per_session_and_bounded_per_org() {
         String::from_utf8_lossy(&again.body)
     );
     assert_eq!(again.json()["error"]["code"], "stream_open");
+    // A client resuming a POST's answer after a dropped connection names
+    // the last event it saw: that GET is not the session's one stream.
+    let (status, _resumed) =
+        mcp_stream_with(server.addr, &admin, &sessions[0], "Last-Event-ID: 0/2\r\n");
+    assert_ne!(status, 409);
     // Half of 16 connections in all, a quarter (4) for one org.
     let mut held = Vec::new();
     for id in &sessions[1..4] {
