@@ -388,7 +388,9 @@ struct VerifyArgs {
     #[arg(long, conflicts_with = "bundle")]
     session: Option<String>,
     /// Verify every org of the store, each as --org would (without it,
-    /// only --org's log is verified).
+    /// only --org's log is verified). --key and --witness then apply to
+    /// every org: a mirrored org signed by another server needs that
+    /// server's key given too.
     #[arg(long, conflicts_with_all = ["session", "bundle", "checkpoint"])]
     all_orgs: bool,
     /// Verify an export bundle offline (no store needed).
