@@ -180,10 +180,38 @@ pub(crate) async fn authenticate_hash(
     }
 }
 
+/// The API key of `Authorization: Bearer <key>`: the scheme's name in any
+/// case (RFC 9110 11.1), the header once (two are ambiguous: neither is
+/// used).
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let (scheme, token) = value.split_once(' ')?;
+    Some(token.trim()).filter(|t| scheme.eq_ignore_ascii_case("bearer") && !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case_from_one_header() {
+        let mut headers = HeaderMap::new();
+        for (value, key) in [
+            ("Bearer cairn_a", Some("cairn_a")),
+            ("bearer cairn_a", Some("cairn_a")),
+            ("BEARER  cairn_a ", Some("cairn_a")),
+            ("Basic cairn_a", None),
+            ("Bearer ", None),
+            ("Bearercairn_a", None),
+        ] {
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            assert_eq!(bearer(&headers), key, "{value}");
+        }
+        headers.append(header::AUTHORIZATION, "Bearer cairn_b".parse().unwrap());
+        assert_eq!(bearer(&headers), None, "two headers");
+    }
 }

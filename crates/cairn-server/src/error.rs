@@ -192,6 +192,12 @@ impl ApiError {
         )
     }
 
+    /// 404 whose message is already a sentence saying what is missing (not
+    /// a name to follow with "not found").
+    pub fn not_found_because(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
     /// 404 for a session this org does not have (or that does not exist:
     /// the two are not told apart).
     pub fn no_session(id: &str) -> ApiError {

@@ -103,8 +103,8 @@ pub(crate) async fn inclusion_proof(
     let org = caller.org().to_owned();
     let (leaf, proof, root) = blocking(&state, move |store| {
         if seq >= size || size > store.log_size(&org)? {
-            return Err(ApiError::not_found(format!(
-                "entry {seq} in a log of size {size}"
+            return Err(ApiError::not_found_because(format!(
+                "entry {seq} is not in a log of size {size}"
             )));
         }
         let mut leaf = None;
@@ -180,7 +180,7 @@ fn receipt_error(e: cairn_store::ops::ReceiptOpError) -> ApiError {
     use cairn_store::ops::ReceiptOpError;
     match e {
         ReceiptOpError::Store(e) => e.into(),
-        ReceiptOpError::OutOfRange(m) => ApiError::not_found(m),
+        ReceiptOpError::OutOfRange(m) => ApiError::not_found_because(m),
         ReceiptOpError::Invalid(m) => ApiError::bad_request("invalid_request", m),
         e @ ReceiptOpError::ForeignLog => {
             ApiError::new(StatusCode::CONFLICT, "read_only_org", e.to_string())
@@ -486,7 +486,7 @@ pub(crate) async fn plan_export(
         match planned {
             Ok(plan) => return Ok(plan),
             Err(ExportError::Stale { .. }) if attempts < 3 => attempts += 1,
-            Err(ExportError::Empty(m)) => return Err(ApiError::not_found(m)),
+            Err(ExportError::Empty(m)) => return Err(ApiError::not_found_because(m)),
             Err(ExportError::Consent(session)) => return Err(consent_required(&session)),
             Err(ExportError::Store(e)) => return Err(e.into()),
             Err(e @ ExportError::TooLarge(_)) => {

@@ -63,7 +63,7 @@ fn parse_tile(path: &str, records: bool) -> Result<Tile, ApiError> {
 }
 
 fn beyond_log(tile: &Tile, size: u64) -> ApiError {
-    ApiError::not_found(format!(
+    ApiError::not_found_because(format!(
         "{}: the log holds {size} entries, fewer than this tile needs",
         tile.path()
     ))

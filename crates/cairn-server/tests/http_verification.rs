@@ -214,6 +214,13 @@ fn cose_receipts_verify_with_the_server_key() {
             (status, code),
             "{path}"
         );
+        // A sentence is not followed by "not found" (it read "entry 999
+        // in a log of size 4 (...) not found").
+        let message = reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(!message.ends_with(") not found"), "{path}: {message}");
     }
     // Another org sees nothing of acme's log.
     let other = key_for(&server, "globex", Role::Admin, None);

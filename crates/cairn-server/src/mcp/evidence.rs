@@ -72,8 +72,8 @@ impl CairnMcp {
             let seq = args.seq;
             self.store(move |store| {
                 if seq >= size || size > store.log_size(&org)? {
-                    return Err(ApiError::not_found(format!(
-                        "entry {seq} in a log of size {size}"
+                    return Err(ApiError::not_found_because(format!(
+                        "entry {seq} is not in a log of size {size}"
                     )));
                 }
                 let proof = store.inclusion_proof(&org, seq, size)?;

@@ -106,7 +106,7 @@ impl<'a> Receipts<'a> {
         let size = size.unwrap_or(cp_size);
         if size == 0 || size > cp_size || seq >= size {
             return Err(ReceiptOpError::OutOfRange(format!(
-                "entry {seq} in a log of size {size} (the checkpoint covers {cp_size})"
+                "entry {seq} is not in a log of size {size} (the checkpoint covers {cp_size})"
             )));
         }
         let mut entry = None;
