@@ -457,6 +457,10 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// The keys of an org, oldest first.
     fn api_keys(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError>;
 
+    /// Every org that has an API key (revoked ones included), by name: an
+    /// org may have keys before its log has a record.
+    fn key_orgs(&self) -> Result<Vec<String>, StoreError>;
+
     /// Revokes a key of an org; false if there is no such key.
     fn revoke_api_key(&self, org_id: &str, key_id: &str, at: Timestamp)
     -> Result<bool, StoreError>;

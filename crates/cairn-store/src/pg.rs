@@ -612,6 +612,10 @@ impl LedgerStore for PgStore {
         self.api_keys_in(org_id)
     }
 
+    fn key_orgs(&self) -> Result<Vec<String>, StoreError> {
+        self.key_orgs_in()
+    }
+
     fn revoke_api_key(
         &self,
         org_id: &str,

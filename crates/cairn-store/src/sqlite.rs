@@ -706,6 +706,10 @@ impl LedgerStore for SqliteStore {
         self.api_keys_in(org_id)
     }
 
+    fn key_orgs(&self) -> Result<Vec<String>, StoreError> {
+        self.key_orgs_in()
+    }
+
     fn put_cosignature(
         &self,
         org_id: &str,

@@ -168,6 +168,19 @@ impl PgStore {
         })
     }
 
+    pub(super) fn key_orgs_in(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT DISTINCT org_name FROM api_keys ORDER BY org_name",
+                &[],
+                "listing orgs with keys",
+            )?
+            .iter()
+            .map(|row| col::<String>(row, 0))
+            .collect()
+        })
+    }
+
     pub(super) fn api_keys_in(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
         self.read(|db| {
             db.query(

@@ -86,6 +86,20 @@ impl SqliteStore {
         })
     }
 
+    pub(super) fn key_orgs_in(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached("SELECT DISTINCT org_name FROM api_keys ORDER BY org_name")
+                .context("listing orgs with keys")?;
+            let names = stmt
+                .query_map([], |r| r.get(0))
+                .context("listing orgs with keys")?
+                .collect::<Result<Vec<String>, _>>()
+                .context("listing orgs with keys")?;
+            Ok(names)
+        })
+    }
+
     pub(super) fn api_keys_in(&self, org_id: &str) -> Result<Vec<crate::ApiKey>, StoreError> {
         self.read(|c| {
             let mut stmt = c

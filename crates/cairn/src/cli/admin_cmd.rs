@@ -34,9 +34,9 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
     match command {
         AdminCommand::Orgs => {
             let mut orgs = store.orgs()?;
-            if !orgs.contains(&cli.org) && !store.api_keys(&cli.org)?.is_empty() {
-                orgs.push(cli.org.clone());
-            }
+            orgs.extend(store.key_orgs()?);
+            orgs.sort();
+            orgs.dedup();
             if cli.json {
                 println!("{}", json!(orgs));
             } else {

@@ -627,6 +627,10 @@ pub(super) fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
     );
     assert_eq!(store.api_keys(ORG).unwrap().len(), 2);
     assert!(store.api_keys("other").unwrap().is_empty());
+    // An org with keys and no log yet is listed once.
+    let (late, _) = ApiKey::generate("b-late", Role::Reader, None, "", now).unwrap();
+    store.put_api_key(&late).unwrap();
+    assert_eq!(store.key_orgs().unwrap(), [ORG, "b-late"]);
     assert!(
         !store.revoke_api_key("other", &writer.id, now).unwrap(),
         "keys of another org cannot be revoked"
