@@ -178,7 +178,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// An integer of at most 2^53 in magnitude without leading zeros (not
+    /// An integer of at most 2^53 − 1 in magnitude (what the strict
+    /// reading of `crate::json` accepts) without leading zeros (not
     /// `-0`), or any other number spelled exactly as [`write_f64`] spells
     /// its value.
     fn number(&mut self) -> bool {
@@ -193,11 +194,13 @@ impl<'a> Reader<'a> {
             return canonical_digits
                 && literal != "-0"
                 && digits.len() <= 16
-                && digits.parse::<u64>().is_ok_and(|v| v <= 1 << 53);
+                && digits
+                    .parse::<u64>()
+                    .is_ok_and(|v| v <= crate::record::MAX_SAFE_INTEGER);
         }
         // serde_json reads any other number as a double (correctly
         // rounded, like `str::parse`), and it is written in ECMAScript's
-        // form; an integer literal beyond 2^53 is left to the parser.
+        // form; an integer literal beyond 2^53 − 1 is left to the parser.
         if !literal.contains(['.', 'e', 'E']) {
             return false;
         }
