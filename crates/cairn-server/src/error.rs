@@ -125,6 +125,7 @@ pub const ERROR_CODES: &[&str] = &[
     "signed_trace",
     "too_many_spans",
     "unsupported_media_type",
+    "not_acceptable",
     "internal",
 ];
 

@@ -116,6 +116,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// The longest plain-text rejection kept as an error's message.
+const REJECTION_TEXT_BYTES: usize = 1024;
+
+/// Around every route: counts answers by status for `/metrics`, logs
+/// refusals, and gives the rejections of axum and rmcp (plain text) and
+/// the request timeout's empty 503 the one JSON error shape.
 pub(crate) async fn count_errors(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
@@ -153,12 +159,26 @@ pub(crate) async fn count_errors(
             StatusCode::REQUEST_TIMEOUT => "timeout",
             StatusCode::FORBIDDEN => "forbidden",
             StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::NOT_ACCEPTABLE => "not_acceptable",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
             _ => "invalid_request",
         };
-        let message = status
-            .canonical_reason()
-            .unwrap_or("invalid request")
-            .to_owned();
+        // The rejection's own text says what to fix (axum: "Invalid URL:
+        // Cannot parse `abc` to a `u64`"; rmcp: "Not Acceptable: Client
+        // must accept both application/json and text/event-stream"); a
+        // short one is kept as the message.
+        let reason = status.canonical_reason().unwrap_or("invalid request");
+        let text = axum::body::to_bytes(response.into_body(), REJECTION_TEXT_BYTES)
+            .await
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes.to_vec()).ok())
+            .map(|text| text.trim().to_owned())
+            .filter(|text| !text.is_empty() && !text.contains('\n'));
+        let message = match text {
+            Some(text) if text.starts_with(reason) => text,
+            Some(text) => format!("{reason}: {text}"),
+            None => reason.to_owned(),
+        };
         return ApiError::new(status, code, message).into_response();
     }
     // The request timeout answers 503 with no body.

@@ -1002,3 +1002,45 @@ fn a_request_past_the_step_budget_is_answered_with_partial_success() {
     assert_eq!(session.status, 200, "{}", session.text());
     assert_eq!(session.json()["step_count"], 1, "{}", session.text());
 }
+
+/// The rejections axum and rmcp answer in plain text keep what they say
+/// in the one error shape (a probe found every one answered "Bad Request"
+/// or "Not Acceptable" with code `invalid_request`): a path that does not
+/// parse names why, an MCP request that does not accept event streams is
+/// 406 `not_acceptable` saying what to accept.
+#[test]
+fn plain_text_rejections_keep_their_reason() {
+    let server = start(config(Limits::default()));
+    let admin = server.admin.clone();
+    let reply = get(&server, "/v1/sessions/%ff", &admin);
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(message, "Bad Request");
+    assert!(message.starts_with("Bad Request: "), "{message}");
+    let session = mcp_session(server.addr, &admin);
+    let refused = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    );
+    assert_eq!(
+        refused.status,
+        406,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    let body = refused.json();
+    assert_eq!(body["error"]["code"], "not_acceptable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/event-stream"),
+        "{body}"
+    );
+}

@@ -531,7 +531,7 @@ pub(super) fn export_bundle(
             println!("{message}");
         } else {
             eprintln!(
-                "exported {} entries of {} session(s), proven against the checkpoint of size {}",
+                "exported {} entries of {} session(s) under the checkpoint of size {} (not verified here: `cairn verify --bundle` checks the file)",
                 summary.entries, summary.sessions, summary.checkpoint_size
             );
             if let Some(dir) = &args.receipts {
