@@ -84,6 +84,10 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Number of entries in an org's log (0 for an unknown org).
     fn log_size(&self, org_id: &str) -> Result<u64, StoreError>;
 
+    /// Rows of the org's `sessions` table that no session-start entry of
+    /// its log names (0 in a store nobody edited).
+    fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError>;
+
     /// Streams log entries `from..to` (clamped to the log) in seq order,
     /// each as stored (a row that does not parse is handed over as such,
     /// not as an error). `visit` returns false to stop early.

@@ -325,6 +325,18 @@ impl LedgerStore for PgStore {
         })
     }
 
+    fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(0);
+            };
+            static ORPHAN_SESSIONS: std::sync::LazyLock<String> =
+                std::sync::LazyLock::new(|| crate::engine::orphan_sessions_query("$1"));
+            let row = db.query_one(&ORPHAN_SESSIONS, &[&org], "counting sessions rows")?;
+            Ok(connection::u64_of(connection::col(&row, 0)?))
+        })
+    }
+
     fn read_log(
         &self,
         org_id: &str,

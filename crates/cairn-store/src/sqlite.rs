@@ -441,6 +441,19 @@ impl LedgerStore for SqliteStore {
         })
     }
 
+    fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(0);
+            };
+            let n: i64 = c
+                .prepare_cached(&crate::engine::orphan_sessions_query("?1"))
+                .and_then(|mut s| s.query_row([org], |r| r.get(0)))
+                .context("counting sessions rows")?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
     fn read_log(
         &self,
         org_id: &str,

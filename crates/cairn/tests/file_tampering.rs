@@ -419,3 +419,31 @@ fn every_org_is_verified_with_all_orgs_and_an_uncovered_tail_is_named() {
         "{verdict}"
     );
 }
+
+/// A row added to the sessions table (a session no record of the log
+/// started, which listings and `--agent` filters would show) fails
+/// verification at the end, naming the table.
+#[test]
+fn a_session_row_no_record_names_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    attacker(dir.path())
+        .execute(
+            "INSERT INTO sessions (org, session_id, agent_id, profile, started_at, start_seq, genesis, max_clock_skew_s)
+             SELECT org, 'fake', 'mallory', profile, started_at, start_seq, genesis, max_clock_skew_s
+             FROM sessions WHERE session_id = 'revenue-analysis-q4'",
+            [],
+        )
+        .unwrap();
+    let run = cairn_in(dir.path(), &["--json", "verify"], None);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let verdict = json(&run);
+    assert_eq!(verdict["brokenReason"], "malformed-record", "{verdict}");
+    assert!(
+        verdict["detail"]
+            .as_str()
+            .unwrap()
+            .contains("sessions table"),
+        "{verdict}"
+    );
+}

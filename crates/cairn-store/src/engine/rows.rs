@@ -78,6 +78,19 @@ pub(crate) struct SessionRow<'r> {
     pub max_clock_skew_s: Option<i64>,
 }
 
+/// How many rows of org `$org`'s `sessions` table no session-start entry
+/// of its log names (at the row's `start_seq`, with the row's `sid`), with
+/// `org` the backend's placeholder for the org's number. Verification
+/// checks each session-start record against its row; this finds the rows
+/// no record checks (a fake session a listing would show).
+pub(crate) fn orphan_sessions_query(org: &str) -> String {
+    format!(
+        "SELECT count(*) FROM sessions s WHERE s.org = {org} AND NOT EXISTS (
+           SELECT 1 FROM entries e WHERE e.id = ((s.org << 40) | s.start_seq)
+             AND e.type = 'session-start' AND e.sid = s.sid)"
+    )
+}
+
 /// A session-start record read with its session's row: the row must say
 /// exactly what the record says. The `sessions` table is derived, but
 /// listings and filters read it (who ran a session, when it started, in

@@ -148,6 +148,9 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         "{refusal:?}"
     );
     assert_eq!(store.log_size(ORG).unwrap(), size);
+    // Every sessions row is named by its session-start record.
+    assert_eq!(store.orphan_sessions(ORG).unwrap(), 0);
+    assert_eq!(store.orphan_sessions("nobody").unwrap(), 0);
 
     // A full-level trace carries its subject's consent.
     let Written::TraceImported { .. } = ledger
