@@ -120,8 +120,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 const REJECTION_TEXT_BYTES: usize = 1024;
 
 /// Around every route: counts answers by status for `/metrics`, logs
-/// refusals, and gives the rejections of axum and rmcp (plain text) and
-/// the request timeout's empty 503 the one JSON error shape.
+/// refusals, gives the rejections of axum and rmcp (plain text) and the
+/// request timeout's empty 503 the one JSON error shape, and marks every
+/// answer that names no caching of its own `Cache-Control: no-store`.
 pub(crate) async fn count_errors(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
@@ -180,6 +181,15 @@ pub(crate) async fn count_errors(
             None => reason.to_owned(),
         };
         return ApiError::new(status, code, message).into_response();
+    }
+    let mut response = response;
+    // Answers hold an org's data (exports, replays, searches): never
+    // cached unless the route says otherwise (tiles, static assets).
+    if !response.headers().contains_key(header::CACHE_CONTROL) {
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-store"),
+        );
     }
     // The request timeout answers 503 with no body.
     if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {

@@ -442,6 +442,17 @@ fn integer_fields_beyond_two_to_the_53_are_refused() {
     assert_eq!(reply.status, 201, "{}", reply.text());
     let bundle = get(&server, "/v1/export?session=big", &admin);
     assert_eq!(bundle.status, 200, "{}", bundle.text());
+    // An org's records are never cached on the way (a probe found exports
+    // without Cache-Control while pages had no-store).
+    let head = raw(
+        server.addr,
+        &format!(
+            "GET /v1/export?session=big HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"
+        ),
+        b"",
+    );
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("cache-control"), Some("no-store"));
     let mut verifier = cairn_core::bundle::BundleVerifier::new(Vec::new());
     for line in bundle.text().lines() {
         verifier.push_line(line);

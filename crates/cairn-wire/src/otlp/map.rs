@@ -350,14 +350,27 @@ fn operation(span: &Span, attrs: Attrs<'_>) -> Operation {
         .unwrap_or(Operation::Other)
 }
 
+/// An id's bytes in hex, for messages: at most its first 32 bytes (a
+/// valid trace or span id is 16 or 8), so that a refusal naming a span
+/// whose id is megabytes long does not repeat it (a probe's 15 MB request
+/// was answered with 31 MB).
+fn id_hex(id: &[u8]) -> String {
+    const SHOWN: usize = 32;
+    if id.len() <= SHOWN {
+        hex::encode(id)
+    } else {
+        format!("{}... ({} bytes)", hex::encode(&id[..SHOWN]), id.len())
+    }
+}
+
 fn map_span(
     span: &Span,
     ctx: &Context<'_>,
     limits: &MapLimits,
     room: usize,
 ) -> Result<SpanSteps, Unmappable> {
-    let trace_hex = hex::encode(&span.trace_id);
-    let span_hex = hex::encode(&span.span_id);
+    let trace_hex = id_hex(&span.trace_id);
+    let span_hex = id_hex(&span.span_id);
     let unmappable = |reason: String| Unmappable {
         trace_hex: trace_hex.clone(),
         span_hex: span_hex.clone(),

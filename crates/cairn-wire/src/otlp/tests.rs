@@ -827,3 +827,22 @@ fn token_counts_beyond_two_to_the_53_are_left_in_the_attributes() {
         "{attributes}"
     );
 }
+
+/// A refusal names a span by at most 32 bytes of its ids, however long
+/// they are (a probe's 15 MB request of 3 MiB span ids was answered with
+/// 31 MB of hex).
+#[test]
+fn a_refusal_does_not_repeat_a_long_id() {
+    let mut bad = span(2, 0, 1, vec![]);
+    bad.trace_id = vec![1, 2, 3];
+    bad.span_id = vec![7; 1 << 20];
+    let out = map_request(&request(vec![bad]), &MapLimits::default());
+    let refusal = out[0].as_ref().unwrap_err();
+    assert!(refusal.reason.len() < 200, "{}", refusal.reason.len());
+    assert!(
+        refusal.reason.contains("(1048576 bytes)"),
+        "{}",
+        refusal.reason
+    );
+    assert!(refusal.span_hex.len() < 100);
+}
