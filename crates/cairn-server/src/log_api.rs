@@ -3,6 +3,7 @@
 //! uploaded bundle.
 
 use super::*;
+use crate::input::StrictQuery;
 
 /// The latest checkpoint, signing a new one first if the log grew.
 pub(crate) async fn current_checkpoint(
@@ -93,7 +94,7 @@ pub(crate) async fn cosigned(
 pub(crate) async fn inclusion_proof(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
     let seq = query_u64(&q, "seq")?
@@ -144,7 +145,7 @@ pub(crate) async fn inclusion_proof(
 pub(crate) async fn consistency_proof(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), &["old", "new"])?;
     let old = query_u64(&q, "old")?
@@ -234,7 +235,7 @@ pub(crate) async fn inclusion_receipt(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
     let seq = query_u64(&q, "seq")?
@@ -273,7 +274,7 @@ pub(crate) async fn consistency_receipt(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(q.keys(), &["old", "new"])?;
     let old = query_u64(&q, "old")?
@@ -372,7 +373,7 @@ impl futures_core::Stream for ChannelBody {
 pub(crate) async fn export(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(
         q.keys(),

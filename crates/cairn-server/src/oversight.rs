@@ -1,8 +1,9 @@
 //! Human oversight and provenance over HTTP: seed 003's review queue and
 //! review decisions, and seed 001's audit events.
 
+use crate::input::StrictQuery;
 use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, wire};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::log::ReviewDecision;
@@ -10,7 +11,6 @@ use cairn_store::{WriteRequest, Written};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Parses `approve`, `reject` or `escalate`.
@@ -130,7 +130,7 @@ pub(crate) async fn queue_of(
 pub(crate) async fn queue(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;

@@ -5,6 +5,7 @@
 //! reciprocal rank), each result with a highlighted snippet.
 
 use super::*;
+use crate::input::StrictQuery;
 use cairn_core::record::Status;
 use cairn_store::StepFilter;
 use cairn_store::ops::{SearchError, SearchMode, SearchRequest};
@@ -170,7 +171,7 @@ pub(crate) async fn run_search(
 pub(crate) async fn search(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), SEARCH_PARAMS)?;
     let input = search_input(&q)?;

@@ -2,6 +2,7 @@
 //! whole org), seal, and a sealed session's root.
 
 use super::*;
+use crate::input::StrictQuery;
 
 #[utoipa::path(
     post,
@@ -117,7 +118,7 @@ pub(crate) async fn start_session(
 pub(crate) async fn list_sessions(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     let mut known = LISTING_PARAMS.to_vec();
     known.extend(["limit", "verify"]);
@@ -320,7 +321,7 @@ pub(crate) async fn replay(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(q.keys(), &["format", "verify", "level"])?;
     let verify = query_bool(&q, "verify")?;
@@ -809,7 +810,7 @@ pub(crate) async fn seal(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), &["require_reflection"])?;
     caller.require(caller.key.role.can_write(), "seal sessions")?;

@@ -1,8 +1,9 @@
 //! Seed 004 over HTTP: importing an agent-signed complete trace, and
 //! reading it back with its signature checked again.
 
+use crate::input::StrictQuery;
 use crate::{ApiError, AppState, Caller, Json, blocking, parse_json};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::log::OpRecord;
@@ -10,7 +11,6 @@ use cairn_store::{WriteRequest, Written};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A signed trace just imported.
@@ -142,7 +142,7 @@ pub(crate) async fn import(
 pub(crate) async fn post(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["session_id"])?;

@@ -2,9 +2,10 @@
 //! raw thinking blob), one turn as Markdown or JSON, and a session's audit
 //! trail across its turns.
 
+use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
 use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, render, step_for, wire};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::commit::StepRecord;
@@ -442,7 +443,7 @@ pub(crate) async fn trail(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(session_id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
@@ -474,7 +475,7 @@ pub(crate) async fn turn(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path((session_id, turn_id)): Path<(String, String)>,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;

@@ -460,3 +460,30 @@ fn integer_fields_beyond_two_to_the_53_are_refused() {
     let result = verifier.finish();
     assert!(result.verdict.verified, "{:?}", result.verdict);
 }
+
+/// A query parameter given twice is refused, naming it, as a JSON body's
+/// repeated member is (a probe found `?session=a&session=b` exported `b`
+/// and `limit=1&limit=2` accepted).
+#[test]
+fn a_query_parameter_given_twice_is_refused() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for path in [
+        "/v1/export?session=a&session=b",
+        "/v1/sessions?limit=1&limit=2",
+        "/v1/search?q=x&q=y",
+    ] {
+        let reply = get(&server, path, &admin);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.text());
+        assert_eq!(error_code(&reply), "invalid_request", "{path}");
+        assert!(
+            reply.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("given twice"),
+            "{path}: {}",
+            reply.text()
+        );
+    }
+    assert_eq!(get(&server, "/v1/sessions?limit=1", &admin).status, 200);
+}

@@ -2,6 +2,7 @@
 //! timeline, each with the verdict the API gives.
 
 use super::*;
+use crate::input::StrictQuery;
 
 /// The navigation bar's data.
 pub(super) struct Nav {
@@ -78,7 +79,7 @@ pub(super) fn time_text(t: Option<cairn_core::Timestamp>) -> String {
 pub(super) async fn sessions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -444,7 +445,7 @@ const CHECKPOINTS_SHOWN: u32 = 100;
 pub(super) async fn log(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -530,7 +531,7 @@ const EXPORT_FIELDS: [&str; 4] = ["session", "agent", "all", "level"];
 pub(super) async fn export_page(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -553,7 +554,7 @@ pub(super) async fn export_page(
 pub(super) async fn export_bundle(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -571,7 +572,13 @@ pub(super) async fn export_bundle(
         .get("level")
         .cloned()
         .unwrap_or_else(|| "complete".into());
-    match crate::export(State(Arc::clone(&state)), user.caller.clone(), Query(given)).await {
+    match crate::export(
+        State(Arc::clone(&state)),
+        user.caller.clone(),
+        StrictQuery(given),
+    )
+    .await
+    {
         Ok(mut response) => {
             let disposition = format!("attachment; filename=\"cairn-{name}-{level}.jsonl\"");
             if let Ok(value) = HeaderValue::from_str(&disposition) {
@@ -640,7 +647,7 @@ fn marked(snippet: &str, highlights: &[Value]) -> Vec<(String, bool)> {
 pub(super) async fn search(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    StrictQuery(q): StrictQuery,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
