@@ -223,6 +223,46 @@ fn from_serde_message(path: &str, message: &str) -> ApiError {
     }
 }
 
+/// A request's query string as name → value, with a name given twice
+/// refused (400 `invalid_request` naming it): `Query<HashMap>` kept the
+/// last of two `session=` silently, where a JSON body's repeated member
+/// is refused.
+pub(crate) struct StrictQuery(pub(crate) std::collections::HashMap<String, String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StrictQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<StrictQuery, ApiError> {
+        let axum::extract::Query(pairs) =
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map_err(
+                |e| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        format!("the query string does not parse: {e}"),
+                    )
+                },
+            )?;
+        let mut map = std::collections::HashMap::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            if map.contains_key(&name) {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!(
+                        "query parameter {} is given twice: give it once",
+                        shown(&name)
+                    ),
+                )
+                .with_field(name));
+            }
+            map.insert(name, value);
+        }
+        Ok(StrictQuery(map))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -270,45 +310,5 @@ mod tests {
         let e = typed::<Args>(json!("not an object")).unwrap_err();
         assert_eq!(e.code, "invalid_argument");
         assert_eq!(e.field, None);
-    }
-}
-
-/// A request's query string as name → value, with a name given twice
-/// refused (400 `invalid_request` naming it): `Query<HashMap>` kept the
-/// last of two `session=` silently, where a JSON body's repeated member
-/// is refused.
-pub(crate) struct StrictQuery(pub(crate) std::collections::HashMap<String, String>);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StrictQuery {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _: &S,
-    ) -> Result<StrictQuery, ApiError> {
-        let axum::extract::Query(pairs) =
-            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map_err(
-                |e| {
-                    ApiError::bad_request(
-                        "invalid_request",
-                        format!("the query string does not parse: {e}"),
-                    )
-                },
-            )?;
-        let mut map = std::collections::HashMap::with_capacity(pairs.len());
-        for (name, value) in pairs {
-            if map.contains_key(&name) {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    format!(
-                        "query parameter {} is given twice: give it once",
-                        shown(&name)
-                    ),
-                )
-                .with_field(name));
-            }
-            map.insert(name, value);
-        }
-        Ok(StrictQuery(map))
     }
 }
