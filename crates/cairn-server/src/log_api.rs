@@ -557,6 +557,15 @@ pub(crate) fn witness_policy_param(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // One quorum: two would leave which one counts to the reader (a proxy
+    // and the server could differ on a security policy).
+    if q.iter().filter(|(k, _)| k == "quorum").count() > 1 {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "query parameter \"quorum\" is given twice: give it once",
+        )
+        .with_field("quorum"));
+    }
     let quorum = match q.iter().find(|(k, _)| k == "quorum") {
         Some((_, v)) => Some(v.parse::<usize>().map_err(|_| {
             ApiError::bad_request("invalid_argument", "quorum must be a positive integer")

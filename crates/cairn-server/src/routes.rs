@@ -169,7 +169,9 @@ pub(crate) async fn count_errors(
         // must accept both application/json and text/event-stream"); a
         // short one is kept as the message.
         let reason = status.canonical_reason().unwrap_or("invalid request");
-        let text = axum::body::to_bytes(response.into_body(), REJECTION_TEXT_BYTES)
+        let (parts, body) = response.into_parts();
+        let headers = parts.headers;
+        let text = axum::body::to_bytes(body, REJECTION_TEXT_BYTES)
             .await
             .ok()
             .and_then(|bytes| String::from_utf8(bytes.to_vec()).ok())
@@ -180,28 +182,40 @@ pub(crate) async fn count_errors(
             Some(text) => format!("{reason}: {text}"),
             None => reason.to_owned(),
         };
-        return ApiError::new(status, code, message).into_response();
+        let mut shaped = ApiError::new(status, code, message).into_response();
+        // What the refusal's headers tell the client stays (405's Allow).
+        for name in [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
+            if let Some(value) = headers.get(&name) {
+                shaped.headers_mut().insert(name, value.clone());
+            }
+        }
+        return no_store(shaped);
     }
-    let mut response = response;
-    // Answers hold an org's data (exports, replays, searches): never
-    // cached unless the route says otherwise (tiles, static assets).
+    // The request timeout answers 503 with no body.
+    if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
+        return no_store(
+            ApiError::new(
+                status,
+                "timeout",
+                format!(
+                    "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
+                    state.config.limits.request_timeout.as_secs()
+                ),
+            )
+            .into_response(),
+        );
+    }
+    no_store(response)
+}
+
+/// Answers hold an org's data (exports, replays, searches): never cached
+/// unless the route says otherwise (tiles, static assets).
+fn no_store(mut response: Response) -> Response {
     if !response.headers().contains_key(header::CACHE_CONTROL) {
         response.headers_mut().insert(
             header::CACHE_CONTROL,
             axum::http::HeaderValue::from_static("no-store"),
         );
-    }
-    // The request timeout answers 503 with no body.
-    if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
-        return ApiError::new(
-            status,
-            "timeout",
-            format!(
-                "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
-                state.config.limits.request_timeout.as_secs()
-            ),
-        )
-        .into_response();
     }
     response
 }

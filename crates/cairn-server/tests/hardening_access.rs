@@ -1020,6 +1020,15 @@ fn plain_text_rejections_keep_their_reason() {
         .to_owned();
     assert_ne!(message, "Bad Request");
     assert!(message.starts_with("Bad Request: "), "{message}");
+    // A method the route lacks: 405 in the error shape, its Allow kept.
+    let method = raw(
+        server.addr,
+        &format!("DELETE /v1/steps HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+        b"",
+    );
+    assert_eq!(method.status, 405);
+    assert!(method.header("allow").is_some_and(|a| a.contains("POST")));
+    assert_eq!(method.header("cache-control"), Some("no-store"));
     let session = mcp_session(server.addr, &admin);
     let refused = raw(
         server.addr,

@@ -472,6 +472,8 @@ fn a_query_parameter_given_twice_is_refused() {
         "/v1/export?session=a&session=b",
         "/v1/sessions?limit=1&limit=2",
         "/v1/search?q=x&q=y",
+        // A witness policy's one quorum (witness itself repeats).
+        "/v1/verify?quorum=1&quorum=2",
     ] {
         let reply = get(&server, path, &admin);
         assert_eq!(reply.status, 400, "{path}: {}", reply.text());

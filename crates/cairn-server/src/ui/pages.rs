@@ -79,7 +79,7 @@ pub(super) fn time_text(t: Option<cairn_core::Timestamp>) -> String {
 pub(super) async fn sessions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    StrictQuery(q): StrictQuery,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -445,7 +445,7 @@ const CHECKPOINTS_SHOWN: u32 = 100;
 pub(super) async fn log(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    StrictQuery(q): StrictQuery,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -531,7 +531,7 @@ const EXPORT_FIELDS: [&str; 4] = ["session", "agent", "all", "level"];
 pub(super) async fn export_page(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    StrictQuery(q): StrictQuery,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -554,7 +554,7 @@ pub(super) async fn export_page(
 pub(super) async fn export_bundle(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    StrictQuery(q): StrictQuery,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
@@ -647,7 +647,7 @@ fn marked(snippet: &str, highlights: &[Value]) -> Vec<(String, bool)> {
 pub(super) async fn search(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    StrictQuery(q): StrictQuery,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,

@@ -87,22 +87,27 @@ pub fn verify_org(
     }
     let count = check_entries(store, org_id, &mut verifier, &mut stored, progress)?;
     progress(count);
+    let mut verdict = verifier.finish();
     // Each session-start record was read with its sessions row; a row no
     // record names is a session listings would show that the log never
-    // started.
-    let orphans = store.orphan_sessions(org_id)?;
-    if orphans > 0 {
-        verifier.fail(
-            Location::default(),
-            Reason::MalformedRecord,
-            format!(
-                "the sessions table holds {orphans} session(s) of this org that no session-start record of its log names"
-            ),
-        );
+    // started. Checked once the log verifies, so that a failure of the log
+    // itself (a truncated tail, say) is the one reported.
+    if verdict.verified {
+        let orphans = store.orphan_sessions(org_id)?;
+        if orphans > 0 {
+            verdict.verified = false;
+            verdict.failure = Some(cairn_core::verify::Failure {
+                at: Location::default(),
+                reason: Reason::MalformedRecord,
+                detail: format!(
+                    "the sessions table holds {orphans} session(s) of this org that no session-start record of its log names"
+                ),
+            });
+        }
     }
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
-        verdict: verifier.finish(),
+        verdict,
         log_size: count,
         checkpoints_checked: stored.checked,
         checkpoint_size: stored.largest,
