@@ -219,7 +219,8 @@ class Cairn(Target):
 
     def start(self, workdir):
         self.data = os.path.join(workdir, "cairn-data")
-        log = open(os.path.join(workdir, "cairn.log"), "w+")
+        # Appending: the child shares the offset this side seeks to read.
+        log = open(os.path.join(workdir, "cairn.log"), "a+")
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"],
             env={**os.environ, "CAIRN_DATA_DIR": self.data, "CAIRN_ORG": "bench", "CAIRN_LOG": "warn",

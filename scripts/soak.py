@@ -212,7 +212,11 @@ class Server:
         return out.strip()
 
     def start(self):
-        log = open(self.log_path, "w+")
+        # Appending (emptied first): the child shares the offset this side
+        # seeks to read, and a write between the seek and the read would
+        # otherwise land at offset 0, over the first lines.
+        open(self.log_path, "w").close()
+        log = open(self.log_path, "a+")
         self.proc = subprocess.Popen([self.cairn, "serve", "--listen", "127.0.0.1:0"], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60

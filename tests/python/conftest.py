@@ -27,7 +27,10 @@ def data_dir(tmp_path) -> pathlib.Path:
 @pytest.fixture
 def server(cairn_bin, data_dir, tmp_path):
     """`cairn serve` on a free loopback port; yields (url, admin key)."""
-    log = open(tmp_path / "serve.log", "w+")
+    # Appending (O_APPEND): the child shares this file's offset, and a
+    # write made between our seek(0) and read() would land at offset 0,
+    # over the first lines (the admin key).
+    log = open(tmp_path / "serve.log", "a+")
     proc = subprocess.Popen(
         [cairn_bin, "serve", "--listen", "127.0.0.1:0"],
         env={**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme"},

@@ -40,7 +40,10 @@ def sql(url, key, statement):
 def test_refused_huge_sql_answers_leave_no_memory_behind(cairn_bin, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     env.update(CAIRN_DATA_DIR=str(tmp_path / "data"), CAIRN_ORG="acme")
-    log = open(tmp_path / "serve.log", "w+")
+    # Appending (O_APPEND): the child shares this file's offset, and a
+    # write made between our seek(0) and read() would land at offset 0,
+    # over the first lines (the admin key).
+    log = open(tmp_path / "serve.log", "a+")
     proc = subprocess.Popen([cairn_bin, "serve", "--listen", "127.0.0.1:0"], env=env,
                             stdout=log, stderr=subprocess.DEVNULL)
     try:

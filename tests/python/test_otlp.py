@@ -31,7 +31,10 @@ from opentelemetry.trace import Status, StatusCode
 @pytest.fixture
 def otlp_server(cairn_bin, data_dir, tmp_path):
     """`cairn serve` with `--otlp-listen`; yields (url, otlp url, admin key)."""
-    log = open(tmp_path / "serve.log", "w+")
+    # Appending (O_APPEND): the child shares this file's offset, and a
+    # write made between our seek(0) and read() would land at offset 0,
+    # over the first lines (the admin key).
+    log = open(tmp_path / "serve.log", "a+")
     proc = subprocess.Popen(
         [cairn_bin, "serve", "--listen", "127.0.0.1:0", "--otlp-listen", "127.0.0.1:0"],
         env={**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme"},
@@ -336,7 +339,10 @@ def test_metrics_and_logs_are_answered(otlp_server):
 def test_a_full_queue_answers_429_with_retry_after(cairn_bin, data_dir, tmp_path):
     """`--otlp-max-backlog 0` refuses every export: the exporter is told to
     retry, and nothing is written."""
-    log = open(tmp_path / "serve.log", "w+")
+    # Appending (O_APPEND): the child shares this file's offset, and a
+    # write made between our seek(0) and read() would land at offset 0,
+    # over the first lines (the admin key).
+    log = open(tmp_path / "serve.log", "a+")
     proc = subprocess.Popen([cairn_bin, "serve", "--listen", "127.0.0.1:0", "--otlp-max-backlog", "0"],
                             env={**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme"},
                             stdout=log, stderr=subprocess.DEVNULL)

@@ -16,7 +16,9 @@ from cairn_client import CairnClient, verify_bundle
 
 
 def _start(cmd, env, log_path, ready):
-    log = open(log_path, "w+")
+    # Appending (O_APPEND): the child shares this file's offset (see
+    # conftest.py).
+    log = open(log_path, "a+")
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.DEVNULL)
     deadline = time.time() + 20
     while time.time() < deadline:
