@@ -275,3 +275,55 @@ pub fn settle_embeddings(server: &Server) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+// MCP over Streamable HTTP, raw: `initialize`, a session, a call, a tool.
+
+pub fn mcp_initialize(addr: SocketAddr, token: &str, host: &str) -> Raw {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "hardening", "version": "1"}}});
+    raw(
+        addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+        ),
+        body.to_string().as_bytes(),
+    )
+}
+
+pub fn mcp_call(addr: SocketAddr, token: &str, session: &str, method: &str, body: &Value) -> Raw {
+    raw(
+        addr,
+        &format!(
+            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        body.to_string().as_bytes(),
+    )
+}
+
+/// Opens an MCP session with `token`; returns its id.
+pub fn mcp_session(addr: SocketAddr, token: &str) -> String {
+    let init = mcp_initialize(addr, token, "localhost");
+    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+    let id = init.header("mcp-session-id").unwrap().to_owned();
+    let done = mcp_call(
+        addr,
+        token,
+        &id,
+        "POST",
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(done.status < 300, "{}", done.status);
+    id
+}
+
+pub fn mcp_tool(addr: SocketAddr, token: &str, session: &str, name: &str, args: Value) -> Raw {
+    mcp_call(
+        addr,
+        token,
+        session,
+        "POST",
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}),
+    )
+}

@@ -97,11 +97,7 @@ fn verify_every_org(
             println!("org {org}:");
         }
         if cli.json {
-            let mut v = verdict_to_json(&verdict.verdict, started.elapsed().as_millis(), now());
-            if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
-                obj.extend(more);
-            }
-            results.push(v);
+            results.push(verdict_json(&verdict.verdict, started, extra));
         } else {
             println!("{}", describe(&verdict.verdict));
         }
@@ -222,6 +218,15 @@ fn verify_one_org(
     Ok((verdict, extra))
 }
 
+/// A verdict's JSON answer with the members `extra` adds.
+fn verdict_json(verdict: &Verdict, started: Instant, extra: Value) -> Value {
+    let mut v = verdict_to_json(verdict, started.elapsed().as_millis(), now());
+    if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    v
+}
+
 pub(super) fn report(
     cli: &Cli,
     verdict: &Verdict,
@@ -229,11 +234,7 @@ pub(super) fn report(
     extra: Value,
 ) -> Result<Outcome> {
     if cli.json {
-        let mut v = verdict_to_json(verdict, started.elapsed().as_millis(), now());
-        if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
-            obj.extend(more);
-        }
-        println!("{v}");
+        println!("{}", verdict_json(verdict, started, extra));
     } else {
         println!("{}", describe(verdict));
     }
