@@ -226,6 +226,106 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
     }
 }
 
+/// The columns readers find rows by (a step's kind and erased flag, an
+/// operational record's session, agent and id) are compared with the
+/// record they stand beside: an edit that would hide a seal from its
+/// session, a step from a kind filter, or serve one audit event for
+/// another is caught at its record.
+#[test]
+fn lookup_columns_that_disagree_with_their_record_are_caught() {
+    type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
+    fn record_seq(c: &rusqlite::Connection, entry_type: &str) -> i64 {
+        c.query_row(
+            "SELECT seq FROM entries WHERE type = ?1 ORDER BY seq LIMIT 1",
+            [entry_type],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+    let cases: Vec<(&str, Tamper)> = vec![
+        (
+            "a step's kind respelled as the parser would still read it",
+            |c| {
+                let seq = seq_of(c, "revenue-analysis-q4", 1);
+                c.execute(
+                    "UPDATE entries SET kind = '[' || upper(kind) || ']' WHERE seq = ?1",
+                    [seq],
+                )
+                .unwrap();
+                (seq, "malformed-record")
+            },
+        ),
+        ("a step marked erased that shows its content", |c| {
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute("UPDATE entries SET erased = 1 WHERE seq = ?1", [seq])
+                .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a seal moved out of its session", |c| {
+            let seq = record_seq(c, "seal");
+            c.execute("UPDATE entries SET sid = NULL WHERE seq = ?1", [seq])
+                .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("an audit event moved out of its session", |c| {
+            let seq = record_seq(c, "audit-event");
+            c.execute(
+                "UPDATE entries SET sid = (SELECT sid FROM sessions WHERE session_id = 'other') WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("an audit event's id changed", |c| {
+            let seq = record_seq(c, "audit-event");
+            c.execute(
+                "UPDATE entries SET trace_id = 'another-event' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("an audit event of no session given one", |c| {
+            // Records that name no session must not be found by one.
+            let seq = record_seq(c, "audit-event") + 1;
+            c.execute(
+                "UPDATE entries SET sid = (SELECT sid FROM sessions WHERE session_id = 'other') WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+    ];
+    for (name, tamper) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        populated(dir.path());
+        for args in [
+            &[
+                "audit-event",
+                "--action",
+                "export",
+                "--id",
+                "event-1",
+                "--session",
+                "revenue-analysis-q4",
+            ][..],
+            &["audit-event", "--action", "login", "--id", "event-2"],
+            &["seal", "other"],
+        ] {
+            let run = cairn_in(dir.path(), args, None);
+            assert_eq!(run.code, 0, "{name}: {args:?}: {}", run.stderr);
+        }
+        assert_eq!(
+            cairn_in(dir.path(), &["verify"], None).code,
+            0,
+            "{name}: clean store"
+        );
+        let (seq, reason) = tamper(&attacker(dir.path()));
+        expect_broken(dir.path(), &[], seq, reason);
+        eprintln!("{name}: caught at seq {seq} as {reason}");
+    }
+}
+
 #[test]
 fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

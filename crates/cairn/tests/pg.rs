@@ -94,6 +94,40 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
                 .unwrap_or_else(|| panic!("{out:?}"));
             (seq, "malformed-record")
         }),
+        (
+            "a step's kind respelled as the parser would still read it",
+            |c, db| {
+                let seq = seq_of(c, db, "revenue-analysis-q4", 1);
+                attack(
+                    c,
+                    db,
+                    &format!(
+                        "UPDATE entries SET kind = '[' || upper(kind) || ']' WHERE seq = {seq}"
+                    ),
+                );
+                (seq, "malformed-record")
+            },
+        ),
+        (
+            "a step's row joined to a session of another org",
+            |c, db| {
+                // The session id the digest commits is read through the join:
+                // a same-named session of another org keeps every hash.
+                let seq = seq_of(c, db, "revenue-analysis-q4", 2);
+                attack(
+                c,
+                db,
+                &format!(
+                    "INSERT INTO orgs (org, name) VALUES (9999, 'elsewhere');
+                     INSERT INTO sessions (sid, org, session_id, agent_id, profile, started_at, start_seq, genesis, max_clock_skew_s)
+                       SELECT 999999, 9999, session_id, agent_id, profile, started_at, start_seq, genesis, max_clock_skew_s
+                       FROM sessions WHERE session_id = 'revenue-analysis-q4';
+                     UPDATE entries SET sid = 999999 WHERE seq = {seq}"
+                ),
+            );
+                (seq, "malformed-record")
+            },
+        ),
         ("metadata edited", |c, db| {
             let seq = seq_of(c, db, "revenue-analysis-q4", 1);
             attack(

@@ -78,7 +78,18 @@ impl Engine<'_> {
                             sids.insert(h.session_id.clone(), sid);
                             Some(sid)
                         }
-                        other => op_session(other).and_then(|s| sids.get(s).copied()),
+                        other => match op_session(other) {
+                            None => None,
+                            // Cairn writes no record of a session its log
+                            // has not started; a store row could not name
+                            // one (verification requires the link).
+                            Some(s) => Some(*sids.get(s).ok_or_else(|| {
+                                bad(format!(
+                                    "a {} record names session {s}, which the log has not started",
+                                    other.entry_type()
+                                ))
+                            })?),
+                        },
                     };
                     write_op(tx, &mut org, record, entry.logged_at, sid)?;
                 }

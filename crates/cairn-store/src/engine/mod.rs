@@ -584,7 +584,7 @@ pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
 
 /// The step an erasure or review names, and the agent a key record is
 /// for: written beside the record so the log can be searched by them.
-fn op_target(op: &OpRecord) -> (Option<u64>, Option<&str>) {
+pub(crate) fn op_target(op: &OpRecord) -> (Option<u64>, Option<&str>) {
     match op {
         OpRecord::Erasure(e) => (Some(e.step_index), None),
         OpRecord::Review(r) => (Some(r.step_index), None),

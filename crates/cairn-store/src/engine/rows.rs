@@ -146,6 +146,88 @@ pub(crate) fn check_session_row(
     }
 }
 
+/// The columns an operational record's row is found by (its session's
+/// row through `sid`, its agent, step index and id), read beside the
+/// record: each must say what the record says. Readers look records up by
+/// them (a session's seal and oversight records by `sid`, an agent's key
+/// records by `agent_id`, an audit event by `trace_id`), so an edited
+/// column would hide a seal, a revocation or an erasure from a session's
+/// reads and exports, or serve one record for another, while every hash
+/// still held. A row that disagrees makes the record unreadable
+/// (`malformed-record`).
+pub(crate) struct OpColumns<'r> {
+    /// The entry's own org.
+    pub entry_org: i64,
+    /// The org and session id of the `sessions` row `sid` names (`None`
+    /// when `sid` is NULL or names no row).
+    pub session_org: Option<i64>,
+    pub session_id: Option<&'r str>,
+    pub agent_id: Option<&'r str>,
+    pub step_index: Option<i64>,
+    pub trace_id: Option<&'r str>,
+}
+
+/// Checks an operational record against its row's lookup columns
+/// ([`OpColumns`]).
+pub(crate) fn check_op_columns(
+    seq: u64,
+    record: &OpRecord,
+    row: &OpColumns<'_>,
+) -> Result<(), StoreError> {
+    let (step_index, agent_id) = op_target(record);
+    let disagreement = match op_session(record) {
+        Some(name) if row.session_org != Some(row.entry_org) || row.session_id != Some(name) => {
+            Some(format!(
+                "names session {name}, its row's session {:?}",
+                row.session_id.unwrap_or_default()
+            ))
+        }
+        None if row.session_org.is_some() => Some(format!(
+            "names no session, its row session {:?}",
+            row.session_id.unwrap_or_default()
+        )),
+        _ if row.agent_id != agent_id => Some(format!(
+            "names agent {:?}, its row {:?}",
+            agent_id.unwrap_or_default(),
+            row.agent_id.unwrap_or_default()
+        )),
+        _ if row.step_index != step_index.and_then(|i| i64::try_from(i).ok()) => {
+            Some("names another step index than its row".to_owned())
+        }
+        _ if row.trace_id != op_record_id(record) => Some(format!(
+            "has id {:?}, its row {:?}",
+            op_record_id(record).unwrap_or_default(),
+            row.trace_id.unwrap_or_default()
+        )),
+        _ => None,
+    };
+    match disagreement {
+        None => Ok(()),
+        Some(what) => Err(StoreError::Corrupt(format!(
+            "record {seq}: the {} record {what}",
+            record.entry_type()
+        ))),
+    }
+}
+
+/// A step's row must join the `sessions` row of its own org: the session
+/// id the digest commits is read through that join, so a `sid` pointing at
+/// a same-named session of another org would keep every hash while moving
+/// the step out of its session's reads.
+pub(crate) fn check_step_session(
+    seq: u64,
+    entry_org: i64,
+    session_org: Option<i64>,
+) -> Result<(), StoreError> {
+    if session_org == Some(entry_org) {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "record {seq}: the step's sessions row is missing or in another org"
+        )))
+    }
+}
+
 /// How many columns [`STEP_COLUMNS`] selects.
 pub(crate) const STEP_COLUMN_COUNT: usize = 33;
 
@@ -322,8 +404,7 @@ impl<'r> RawStep<'r> {
             })
             .transpose()
         };
-        let kind =
-            cairn_core::kind::StepKind::parse(self.kind).ok_or_else(|| corrupt("unknown kind"))?;
+        let kind = self.kind()?;
         let links = match json(self.links)? {
             None => Links::default(),
             Some(v) => Links::from_json(&v).map_err(|e| corrupt(&e))?,
@@ -353,6 +434,12 @@ impl<'r> RawStep<'r> {
             status: Status::parse(self.status).ok_or_else(|| corrupt("unknown status"))?,
             signer_key_id: self.signer_key_id.map(str::to_owned),
         };
+        if self.erased && self.hidden.is_none() {
+            // An erasure hides fields; a step marked erased that shows
+            // every field would be left out of search and refused a real
+            // erasure while its content stayed in place.
+            return Err(corrupt("marked erased but hides no field"));
+        }
         let mut openings = self.revealed_openings()?;
         if let Some(hidden) = json(self.hidden)? {
             let map = hidden
@@ -369,6 +456,17 @@ impl<'r> RawStep<'r> {
             }
         }
         self.record(step, openings)
+    }
+
+    /// The kind column, which must be the kind's own name: the digest
+    /// commits the parsed kind, but readers filter on the column's text
+    /// (`kind = 'tool_call'` in searches and analyst SQL), so another
+    /// spelling the parser accepts (`[Tool-Call]`) would hide the step from
+    /// them while every hash held.
+    fn kind(&self) -> Result<cairn_core::kind::StepKind, StoreError> {
+        cairn_core::kind::StepKind::parse(self.kind)
+            .filter(|k| k.as_str() == self.kind)
+            .ok_or_else(|| corrupt("the kind column is not a kind's name"))
     }
 
     /// Every field's salt: from the seed, or for a step imported from a
@@ -472,10 +570,10 @@ impl<'r> RawStep<'r> {
     /// looks at the text alone), else it is parsed as `parse` parses it.
     fn checked_without_payload(self) -> Option<(StoredStep, Hash)> {
         use cairn_core::commit::{StepFields, step_digest_of};
-        if self.hidden.is_some() {
+        if self.hidden.is_some() || self.erased {
             return None;
         }
-        let kind = cairn_core::kind::StepKind::parse(self.kind)?;
+        let kind = self.kind().ok()?;
         let status = Status::parse(self.status)?;
         let created_at = Timestamp::from_micros(self.created_at)?;
         let openings = self.revealed_openings().ok()?;

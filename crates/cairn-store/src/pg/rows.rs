@@ -5,8 +5,8 @@
 
 use super::connection::{Db, col, u64_of};
 use crate::engine::{
-    ChainEnd, RawStep, STEP_COLUMNS, SessionRow, StepReading, blob_hash, chain_end,
-    check_session_row, log_entries_query, op_from_view,
+    ChainEnd, OpColumns, RawStep, STEP_COLUMNS, SessionRow, StepReading, blob_hash, chain_end,
+    check_op_columns, check_session_row, check_step_session, log_entries_query, op_from_view,
 };
 use crate::{StoreError, StoredStep};
 use cairn_core::log::{LogEntry, LogRecord, OpRecord};
@@ -252,6 +252,7 @@ pub(super) fn entry_from_row(
     let entry_type: &str = col(row, n)?;
     if entry_type == "step" {
         let (stored, digest) = raw_step(row)?.read(how)?;
+        check_step_session(stored.seq, col(row, n + 3)?, col(row, n + 4)?)?;
         let entry = LogEntry {
             seq: stored.seq,
             logged_at: stored.logged_at,
@@ -277,6 +278,16 @@ pub(super) fn entry_from_row(
         };
         check_session_row(seq, header, &session)?;
     }
+    let step_index: Option<i64> = col(row, 28)?;
+    let columns = OpColumns {
+        entry_org: col(row, n + 3)?,
+        session_org: col(row, n + 4)?,
+        session_id: col(row, 30)?,
+        agent_id: col(row, 2)?,
+        step_index,
+        trace_id: col(row, 1)?,
+    };
+    check_op_columns(seq, &record, &columns)?;
     let entry = LogEntry {
         seq,
         logged_at: Timestamp::from_micros(col(row, n - 1)?)

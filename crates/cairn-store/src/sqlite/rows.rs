@@ -4,8 +4,8 @@
 //! and the writer's transaction.
 
 use crate::engine::{
-    ChainEnd, RawStep, SessionRow, SessionState, StepReading, StoredSession, chain_end,
-    check_session_row, hash_of, op_from_view, row_id,
+    ChainEnd, OpColumns, RawStep, SessionRow, SessionState, StepReading, StoredSession, chain_end,
+    check_op_columns, check_session_row, check_step_session, hash_of, op_from_view, row_id,
 };
 use crate::{DbContext, StoreError, StoredStep};
 use cairn_core::log::{LogEntry, LogRecord, OpRecord};
@@ -250,6 +250,9 @@ pub(super) fn entry_from_row(
     let entry_type = text(row, n).context("reading the log")?;
     if entry_type == "step" {
         let (stored, digest) = raw_step(row)?.read(how)?;
+        let entry_org: i64 = row.get(n + 3).context("reading the log")?;
+        let session_org: Option<i64> = row.get(n + 4).context("reading the log")?;
+        check_step_session(stored.seq, entry_org, session_org)?;
         let entry = LogEntry {
             seq: stored.seq,
             logged_at: stored.logged_at,
@@ -266,6 +269,18 @@ pub(super) fn entry_from_row(
     if let OpRecord::SessionStart(header) = &record {
         check_session_row(seq as u64, header, &session_row(row, n)?)?;
     }
+    let columns = (|| {
+        Ok::<_, rusqlite::Error>(OpColumns {
+            entry_org: row.get(n + 3)?,
+            session_org: row.get(n + 4)?,
+            session_id: text_or_null(row, 30)?,
+            agent_id: text_or_null(row, 2)?,
+            step_index: row.get(28)?,
+            trace_id: text_or_null(row, 1)?,
+        })
+    })()
+    .context("reading the log")?;
+    check_op_columns(seq as u64, &record, &columns)?;
     let entry = LogEntry {
         seq: seq as u64,
         logged_at: Timestamp::from_micros(logged_at)
