@@ -77,6 +77,18 @@ impl Default for QueryLimits {
     }
 }
 
+impl QueryLimits {
+    /// The largest value of an answer of `columns` columns: the value
+    /// limit, but no more than an equal share of the answer limit (never
+    /// under 2 MiB, about the largest value a request can store), so that
+    /// one row of many huge columns cannot make the server hold many times
+    /// the answer limit before the answer's size is even checked.
+    pub fn value_limit(&self, columns: usize) -> usize {
+        let share = (self.max_answer_bytes / columns.max(1)).max(2 * 1024 * 1024);
+        self.max_value_bytes.min(share)
+    }
+}
+
 /// The views a query may read.
 pub const VIEWS: [&str; 3] = ["steps", "sessions", "records"];
 
@@ -124,11 +136,10 @@ pub enum AnalystError {
 }
 
 /// The error for a value of column `column` larger than the limit.
-pub(crate) fn value_too_large(column: &str, limits: &QueryLimits) -> AnalystError {
+pub(crate) fn value_too_large(column: &str, limit: usize) -> AnalystError {
     AnalystError::TooLarge(format!(
-        "a value of column {} is larger than {} bytes (the limit of one value)",
+        "a value of column {} is larger than {limit} bytes (the limit of one value in an answer of this many columns)",
         shown(column),
-        limits.max_value_bytes
     ))
 }
 
@@ -248,6 +259,18 @@ pub fn prepare(
     Ok(out)
 }
 
+/// What ends each view's query so that the caller's conditions run only on
+/// the rows the view gives, never inside it: neither SQLite nor PostgreSQL
+/// flattens a subquery with a LIMIT into the query around it or pushes that
+/// query's conditions into it (either would change what a LIMIT returns).
+/// Without it a planner may evaluate a caller's condition on another org's
+/// rows before the view's org filter (a join driven from `sessions`), and a
+/// condition that fails (`CAST(session_id AS int)`) would name the value
+/// it failed on in its error: another org's session ids. The cost is that
+/// a caller's condition cannot use an index: a query reads its org's whole
+/// view.
+const FENCE: &str = "LIMIT 9223372036854775807";
+
 /// The three views of one org, as a WITH clause of the dialect.
 fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError> {
     let (lo, hi) = crate::engine::org_range(org);
@@ -274,16 +297,16 @@ fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError>
              e.turn_step, e.task_id, e.links, e.status, e.erased, e.has_embedding,
              {hex_hash} AS current_hash, {hex_prev} AS prev_hash
            FROM \"{s}\".entries e JOIN \"{s}\".sessions s ON s.sid = e.sid
-           WHERE e.id >= {lo} AND e.id < {hi} AND e.type = 'step'),
+           WHERE e.id >= {lo} AND e.id < {hi} AND e.type = 'step' AND s.org = {org} {FENCE}),
          sessions AS (
            SELECT s.session_id, s.agent_id, s.profile, {started} AS started_at,
              s.started_at AS started_at_us, COALESCE(h.last_index + 1, 0) AS step_count,
              EXISTS (SELECT 1 FROM \"{s}\".entries x WHERE x.sid = s.sid AND x.type = 'seal') AS sealed
            FROM \"{s}\".sessions s LEFT JOIN \"{s}\".session_heads h ON h.sid = s.sid
-           WHERE s.org = {org}),
+           WHERE s.org = {org} {FENCE}),
          records AS (
            SELECT e.seq, e.type, e.view FROM \"{s}\".entries e
-           WHERE e.id >= {lo} AND e.id < {hi} AND e.type <> 'step')
+           WHERE e.id >= {lo} AND e.id < {hi} AND e.type <> 'step' {FENCE})
          SELECT 1"
     );
     let parsed = parse(&definitions, dialect)

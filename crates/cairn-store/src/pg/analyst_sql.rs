@@ -81,7 +81,7 @@ impl PgStore {
                 // bigger than the limit ever reaches this process; rows
                 // are fetched in small chunks and stop at the answer's
                 // limit.
-                let max = limits.max_value_bytes;
+                let max = limits.value_limit(columns.len());
                 let (select, names) = if columns.is_empty() {
                     ("1".to_owned(), String::new())
                 } else {
@@ -108,7 +108,20 @@ impl PgStore {
                 let mut truncated = false;
                 let mut answer_bytes = 0usize;
                 const CHUNK: i32 = 64;
+                // PostgreSQL starts `statement_timeout` again at each fetch
+                // of the portal: the time left is set before each, so that
+                // the query as a whole stops at its limit.
+                let deadline = std::time::Instant::now() + limits.time;
                 'fetch: loop {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(AnalystError::TimedOut(limits.time));
+                    }
+                    tx.batch_execute(&format!(
+                        "SET LOCAL statement_timeout = {}",
+                        left.as_millis().max(1)
+                    ))
+                    .map_err(failed)?;
                     let mut fetched = 0;
                     let mut chunk = tx.query_portal_raw(&portal, CHUNK).map_err(failed)?;
                     while let Some(row) = chunk.next().map_err(failed)? {
@@ -121,7 +134,7 @@ impl PgStore {
                         for (i, (name, ty)) in columns.iter().enumerate() {
                             let too_big: Option<bool> = row.try_get(2 * i + 1).map_err(failed)?;
                             if too_big == Some(true) {
-                                return Err(analyst::value_too_large(name, limits));
+                                return Err(analyst::value_too_large(name, max));
                             }
                             let text: Option<&str> = row.try_get(2 * i).map_err(failed)?;
                             answer_bytes += text.map_or(8, str::len);

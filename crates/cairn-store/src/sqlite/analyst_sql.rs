@@ -50,13 +50,13 @@ fn open_analyst(path: &Path, limits: &analyst::QueryLimits) -> Result<Connection
 fn analyst_failure(
     e: rusqlite::Error,
     limits: &analyst::QueryLimits,
+    value_limit: usize,
     deadline: std::time::Instant,
 ) -> AnalystError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::OperationInterrupted) => AnalystError::TimedOut(limits.time),
         Some(rusqlite::ErrorCode::TooBig) => AnalystError::TooLarge(format!(
-            "a value of the answer would be larger than {} bytes (the limit of one value)",
-            limits.max_value_bytes
+            "a value of the answer would be larger than {value_limit} bytes (the limit of one value in an answer of this many columns)"
         )),
         _ if std::time::Instant::now() > deadline => AnalystError::TimedOut(limits.time),
         // SQLite's own message without the statement: the statement run is
@@ -87,7 +87,9 @@ impl SqliteStore {
         let deadline = std::time::Instant::now() + limits.time;
         c.progress_handler(1_000, Some(move || std::time::Instant::now() > deadline))
             .context("setting the time limit")?;
-        let failed = |e: rusqlite::Error| analyst_failure(e, limits, deadline);
+        // The value limit shrinks once the answer's columns are known.
+        let value_limit = std::cell::Cell::new(limits.max_value_bytes);
+        let failed = |e: rusqlite::Error| analyst_failure(e, limits, value_limit.get(), deadline);
         let mut stmt = c.prepare(&statement).map_err(failed)?;
         let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
         if columns.len() > analyst::MAX_COLUMNS {
@@ -97,6 +99,16 @@ impl SqliteStore {
                 columns.len()
             )));
         }
+        // No function may build a value past this answer's share (SQLite
+        // holds a row's values whole before handing it over).
+        value_limit.set(limits.value_limit(columns.len()));
+        let value_limit = value_limit.get();
+        c.set_limit(
+            rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+            i32::try_from(value_limit.max(1)).unwrap_or(i32::MAX),
+        )
+        .context("setting the length limit")
+        .map_err(AnalystError::from)?;
         let mut rows = stmt.query([]).map_err(failed)?;
         let mut out = Vec::new();
         let mut truncated = false;
@@ -109,20 +121,29 @@ impl SqliteStore {
             if std::time::Instant::now() > deadline {
                 return Err(AnalystError::TimedOut(limits.time));
             }
-            let mut values = Vec::with_capacity(columns.len());
+            // Sizes first (read in place), so that a row past the answer's
+            // limit is never copied.
             let mut row_bytes = 0usize;
             for (i, name) in columns.iter().enumerate() {
                 use rusqlite::types::ValueRef;
-                let value = row.get_ref(i).map_err(failed)?;
-                let size = match value {
+                let size = match row.get_ref(i).map_err(failed)? {
                     ValueRef::Text(t) => t.len(),
                     ValueRef::Blob(b) => 2 * b.len(),
                     _ => 8,
                 };
-                if size > limits.max_value_bytes {
-                    return Err(analyst::value_too_large(name, limits));
+                if size > value_limit {
+                    return Err(analyst::value_too_large(name, value_limit));
                 }
                 row_bytes += size;
+            }
+            if answer_bytes + row_bytes > limits.max_answer_bytes {
+                truncated = true;
+                break;
+            }
+            let mut values = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                use rusqlite::types::ValueRef;
+                let value = row.get_ref(i).map_err(failed)?;
                 values.push(match value {
                     ValueRef::Null => serde_json::Value::Null,
                     ValueRef::Integer(n) => n.into(),
@@ -132,10 +153,6 @@ impl SqliteStore {
                 });
             }
             answer_bytes += row_bytes;
-            if answer_bytes > limits.max_answer_bytes {
-                truncated = true;
-                break;
-            }
             out.push(values);
         }
         Ok(AnalystResult {

@@ -34,6 +34,10 @@ mod records;
 pub trait Backend {
     /// Opens the store `name`.
     fn open(&self, name: &str) -> Arc<dyn LedgerStore>;
+    /// Gathers the planner's statistics of the store `name` (as a
+    /// production database's autovacuum would) and makes its planner
+    /// prefer plans that scan whole tables, for stores opened after.
+    fn analyze(&self, _name: &str) {}
 }
 
 pub const ORG: &str = "acme";
