@@ -271,6 +271,9 @@ test("an auditor approves a flagged step; a reader sees the queue but may not de
   await item.getByLabel("Note (optional)").fill("checked the contract");
   await item.getByRole("button", { name: "Approve" }).click();
   await auditor.page.getByRole("status").getByText(/approve: recorded at seq/).waitFor();
+  // Post/redirect/get: the decision's page is a plain GET, so a reload
+  // cannot post the decision again.
+  assert.match(auditor.page.url(), /\/ui\/reviews\?recorded=\d+&decision=approve$/);
   assert.equal(await auditor.page.locator("#review-t-wire").count(), 0, "the approved step left the queue");
   // The sample's flagged refund (cairn serve --sample) still waits.
   await auditor.page.locator("#review-sample-refund-decision").waitFor();

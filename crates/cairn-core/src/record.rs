@@ -13,6 +13,12 @@ use serde_json::Value;
 /// Longest identifier accepted (org, agent, session, trace, turn, task and
 /// link ids).
 pub const MAX_ID_LEN: usize = 200;
+
+/// The longest step type label accepted, in bytes. The parser ignores case,
+/// white space, `_`, `-` and brackets, so without a bound a label of two
+/// million underscores around `reasoning` would be kept (and shown on
+/// every page of its step) as written.
+pub const MAX_KIND_LABEL_LEN: usize = 64;
 /// Deepest nesting accepted in a JSON payload field.
 pub const MAX_JSON_DEPTH: usize = 64;
 /// Largest integer magnitude a JSON payload may carry: beyond it an IEEE
@@ -49,6 +55,15 @@ pub enum RecordError {
     UnknownKind {
         /// The label as given.
         label: String,
+    },
+    /// A step type label longer than [`MAX_KIND_LABEL_LEN`] (a label is
+    /// kept as written and shown wherever the step is).
+    #[error(
+        "the step type is {len} bytes; a step type is at most {MAX_KIND_LABEL_LEN} bytes (a name of the vocabulary, as docs/FORMAT.md lists them)"
+    )]
+    KindLabelTooLong {
+        /// Length of the label in bytes.
+        len: usize,
     },
     /// Confidence outside `0.0..=1.0` (or not a number).
     #[error("confidence {value} is outside 0.0..=1.0")]
@@ -419,6 +434,11 @@ impl Step {
         kind_label: &str,
         created_at: Timestamp,
     ) -> Result<Step, RecordError> {
+        if kind_label.len() > MAX_KIND_LABEL_LEN {
+            return Err(RecordError::KindLabelTooLong {
+                len: kind_label.len(),
+            });
+        }
         let kind = StepKind::parse(kind_label).ok_or_else(|| RecordError::UnknownKind {
             label: kind_label.chars().take(80).collect(),
         })?;
@@ -493,6 +513,11 @@ impl Step {
             if let Some(value) = value {
                 validate_id(link_field_name(name), value)?;
             }
+        }
+        if self.kind_label.len() > MAX_KIND_LABEL_LEN {
+            return Err(RecordError::KindLabelTooLong {
+                len: self.kind_label.len(),
+            });
         }
         if StepKind::parse(&self.kind_label) != Some(self.kind) {
             return Err(RecordError::UnknownKind {
@@ -679,6 +704,26 @@ mod tests {
         assert_eq!(step().validate(&Limits::default()), Ok(()));
         assert_eq!(step().kind, StepKind::ToolCall);
         assert_eq!(step().kind_label, "ToolCall");
+    }
+
+    #[test]
+    fn a_step_type_label_is_bounded() {
+        let ts = Timestamp::from_micros(0).unwrap();
+        let long = format!("reasoning{}", "_".repeat(MAX_KIND_LABEL_LEN));
+        assert_eq!(StepKind::parse(&long), Some(StepKind::Reasoning));
+        assert_eq!(
+            Step::new("t", "o", "a", "s", 0, &long, ts),
+            Err(RecordError::KindLabelTooLong { len: long.len() })
+        );
+        let mut s = step();
+        s.kind_label = long.clone();
+        s.kind = StepKind::Reasoning;
+        assert_eq!(
+            s.validate(&Limits::default()),
+            Err(RecordError::KindLabelTooLong { len: long.len() })
+        );
+        let longest = format!("reasoning{}", "_".repeat(MAX_KIND_LABEL_LEN - 9));
+        assert!(Step::new("t", "o", "a", "s", 0, &longest, ts).is_ok());
     }
 
     #[test]

@@ -264,9 +264,9 @@ impl From<StoreError> for ApiError {
 /// The input field a record rule concerns, where it names one.
 fn record_field(e: &RecordError) -> Option<String> {
     match e {
-        RecordError::UnknownKind { .. } | RecordError::NotInStrictProfile { .. } => {
-            Some("step_type".into())
-        }
+        RecordError::UnknownKind { .. }
+        | RecordError::KindLabelTooLong { .. }
+        | RecordError::NotInStrictProfile { .. } => Some("step_type".into()),
         RecordError::ConfidenceOutOfRange { .. } => Some("confidence".into()),
         RecordError::ContentTooLong { .. } => Some("content".into()),
         RecordError::PayloadTooLarge { field, .. }
@@ -283,7 +283,9 @@ fn record_field(e: &RecordError) -> Option<String> {
 /// The stable code of a record rule.
 fn record_code(e: &RecordError) -> &'static str {
     match e {
-        RecordError::UnknownKind { .. } => "unknown_step_type",
+        RecordError::UnknownKind { .. } | RecordError::KindLabelTooLong { .. } => {
+            "unknown_step_type"
+        }
         RecordError::ConfidenceOutOfRange { .. } => "confidence_out_of_range",
         RecordError::ContentTooLong { .. } => "content_too_long",
         RecordError::PayloadTooLarge { .. } => "payload_too_large",

@@ -98,7 +98,11 @@ pub(crate) async fn queue_of(
     limit: usize,
 ) -> Result<ReviewQueue, ApiError> {
     let org = caller.org().to_owned();
+    // The queue reads the org's review records and pages of flagged steps
+    // (`all` reads every one): a slot of the org's share.
+    let permit = crate::limits::expensive(state, &org, "review queue").await?;
     let items = blocking(state, move |store| {
+        let _permit = permit;
         Ok(cairn_store::ops::review_queue(store, &org, all, limit)?)
     })
     .await?;

@@ -394,8 +394,14 @@ fn an_auditor_approves_a_flagged_step_and_a_reader_may_not() {
         &format!("csrf={csrf}&decision=approve&note=checked+the+contract"),
         &format!("\r\nCookie: {auditor}"),
     );
-    assert_eq!(done.status, 200, "{}", text(&done));
-    let html = text(&done);
+    // Post/redirect/get: a reload shows the queue, it does not decide again.
+    assert_eq!(done.status, 303, "{}", text(&done));
+    let location = done.header("location").unwrap().to_owned();
+    assert!(
+        location.starts_with("/ui/reviews?recorded=") && location.ends_with("&decision=approve"),
+        "{location}"
+    );
+    let html = text(&page(&server, &location, Some(&auditor)));
     assert!(html.contains("approve: recorded at seq"), "{html}");
     assert!(html.contains("Nothing to review"), "{html}");
     // The decision is a review record in the log, through the API too.

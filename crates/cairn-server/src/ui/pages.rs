@@ -219,17 +219,39 @@ struct ReviewsPage {
 }
 
 /// `GET /ui/reviews`: seed 003's review queue.
-pub(super) async fn reviews(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// After a decision (`?recorded=SEQ&decision=D`, where a decision's form redirects,
+/// so that reloading the page does not post it again) the page says where
+/// it was recorded.
+pub(super) async fn reviews(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
         Err(to) => return to,
     };
-    reviews_page(&state, &user, None).await
+    let decision = q
+        .get("decision")
+        .and_then(|d| cairn_core::log::ReviewDecision::parse(d))
+        .map_or("decision", |d| d.as_str());
+    let message = q
+        .get("recorded")
+        .and_then(|seq| seq.parse::<u64>().ok())
+        .map(|seq| format!("{decision}: recorded at seq {seq}."));
+    reviews_page(&state, &user, message).await
 }
 
 async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<String>) -> Response {
     let org = user.caller.org().to_owned();
+    // The queue reads the org's review records and pages of flagged steps:
+    // a slot of the org's share, as the API's queue takes.
+    let permit = match limits::expensive(state, &org, "review queue").await {
+        Ok(permit) => permit,
+        Err(e) => return error_page(user, e),
+    };
     let items = match blocking(state, move |store| {
+        let _permit = permit;
         Ok(cairn_store::ops::review_queue(store, &org, false, 200)?)
     })
     .await
@@ -237,6 +259,9 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
         Ok(items) => items,
         Err(e) => return error_page(user, e),
     };
+    // Each step's content as a preview, the page's text bounded as the
+    // session page's is (the session page shows the step whole).
+    let mut budget = super::timeline::TextBudget::new();
     let nav = Nav::of(user);
     page(&ReviewsPage {
         org: nav.org,
@@ -254,11 +279,20 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
                     step_index: step.step_index,
                     label: step.kind_label.clone(),
                     state: item.state(),
-                    content: step.content.clone(),
+                    content: step.content.as_deref().map(|c| budget.text(preview(c))),
                 }
             })
             .collect(),
     })
+}
+
+/// The first 2,000 characters of a step's content, the review queue's
+/// preview of it.
+fn preview(content: &str) -> &str {
+    match content.char_indices().nth(2000) {
+        Some((end, _)) => &content[..end],
+        None => content,
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -300,15 +334,13 @@ pub(super) async fn decide(
     match crate::oversight::review_step(&state, &user.caller, trace_id.clone(), decision, note)
         .await
     {
-        Ok(out) => {
-            let message = format!(
-                "Step {} {}: recorded at seq {}.",
-                shown(&trace_id),
-                decision.as_str(),
-                out.seq
-            );
-            reviews_page(&state, &user, Some(message)).await
-        }
+        // See Other: a reload or the back button then shows the queue
+        // again instead of posting the decision a second time.
+        Ok(out) => Redirect::to_owned(format!(
+            "/ui/reviews?recorded={}&decision={}",
+            out.seq,
+            decision.as_str()
+        )),
         Err(e) => error_page(&user, e),
     }
 }

@@ -112,7 +112,7 @@ const FIELD_SHOWN_BYTES: usize = 64 * 1024;
 const PAGE_TEXT_BYTES: usize = 4 * 1024 * 1024;
 
 /// What is left of a page's [`PAGE_TEXT_BYTES`].
-struct TextBudget {
+pub(super) struct TextBudget {
     left: usize,
 }
 
@@ -133,7 +133,7 @@ const NOT_SHOWN: &str = "(not shown: this page already shows as much text as it 
                          GET /v1/sessions/{id} and an export hold it whole)";
 
 impl TextBudget {
-    fn new() -> TextBudget {
+    pub(super) fn new() -> TextBudget {
         TextBudget {
             left: PAGE_TEXT_BYTES,
         }
@@ -154,7 +154,7 @@ impl TextBudget {
     }
 
     /// `text`, cut to what the page has left.
-    fn text(&mut self, text: &str) -> String {
+    pub(super) fn text(&mut self, text: &str) -> String {
         let Some(limit) = self.limit() else {
             return NOT_SHOWN.to_owned();
         };
