@@ -148,6 +148,74 @@ pub(crate) fn log_keys_from_meta(
     Ok(keys)
 }
 
+/// The query of every `log-key` record of the store's own orgs (not of
+/// imported ones), as `(seq, view)`: the same text for both backends.
+pub(crate) const LOG_KEY_RECORDS: &str = "SELECT e.seq, e.view FROM entries e
+     WHERE e.type = 'log-key' AND e.org IN (SELECT org FROM orgs)
+       AND e.org NOT IN (SELECT org FROM org_origins)";
+
+/// The log keys an unpinned verification trusts: `recorded` (the store's
+/// first key and the keys its metadata says were added) kept only where
+/// the log vouches for them, plus this process's own key.
+///
+/// The metadata is the operator's database: a row naming a key of the
+/// editor's own (`log_key_added:…`) would otherwise make every signature
+/// of that key count, valid from the first entry (FORMAT.md 7.10: a
+/// trusted key with no `add` record is valid from 0). So a key counts when
+/// it is this process's key, the store's first key, or added by a
+/// `log-key add` record (of any of the store's orgs) whose note a counted
+/// key signed; repeated until nothing more is vouched for. The records
+/// vouch for nothing else: each is checked again where it stands when the
+/// log is verified.
+pub(crate) fn vouched_log_keys(
+    own: &NoteVerifier,
+    recorded: Vec<NoteVerifier>,
+    adds: &[(u64, String)],
+) -> Result<Vec<NoteVerifier>, StoreError> {
+    use cairn_core::log::{LogKeyAction, OpRecord};
+    let mut trusted: Vec<NoteVerifier> = recorded.iter().take(1).cloned().collect();
+    if !trusted.contains(own) {
+        trusted.push(own.clone());
+    }
+    let mut pending = Vec::new();
+    for (seq, view) in adds {
+        if let OpRecord::LogKey(record) = crate::engine::op_from_view(*seq, "log-key", view)?
+            && record.action == LogKeyAction::Add
+        {
+            pending.push(record);
+        }
+    }
+    loop {
+        let before = trusted.len();
+        pending.retain(|record| {
+            if trusted.contains(&record.key) {
+                return false;
+            }
+            let signed = cairn_core::note::Note::parse(&record.note)
+                .is_ok_and(|note| note.verify(&trusted).is_ok());
+            if signed {
+                trusted.push(record.key.clone());
+            }
+            !signed
+        });
+        if trusted.len() == before {
+            break;
+        }
+    }
+    // The recorded order first (the first key, then additions), then any
+    // key only the log or this process names.
+    let mut keys: Vec<NoteVerifier> = recorded
+        .into_iter()
+        .filter(|k| trusted.contains(k))
+        .collect();
+    for key in trusted {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
 /// Whether a process whose key is `ours` may sign for a store whose first
 /// key is `first` and whose metadata rows are `rows`: the first key or an
 /// added one, never a retired one. The error says what to do.

@@ -410,6 +410,61 @@ fn a_checkpoint_signed_by_another_key_is_refused() {
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
 }
 
+/// A key named only by the database's metadata vouches for nothing: its
+/// checkpoints fail verification as any stranger's do. (It was trusted,
+/// valid from the first entry, by every verification not given `--key`.)
+#[test]
+fn a_log_key_recorded_only_in_the_metadata_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    let other = tempfile::tempdir().unwrap();
+    let run = cairn_in(
+        other.path(),
+        &[
+            "log",
+            "--session",
+            "x",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let stranger_note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+    let stranger_key = cairn_in(other.path(), &["keys"], None).stdout;
+    let stranger_key = stranger_key
+        .lines()
+        .find(|l| l.starts_with("cairn.local+"))
+        .unwrap_or_else(|| panic!("{stranger_key}"))
+        .trim()
+        .to_owned();
+    let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
+    let forged = stranger_note.replace(
+        "cairn.local/acme\n1\n",
+        &format!("cairn.local/acme\n{}\n", size + 1),
+    );
+    let conn = attacker(dir.path());
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, '')",
+        [format!("log_key_added:{stranger_key}")],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, ?1, zeroblob(32), ?2, 0)",
+        rusqlite::params![size + 1, forged],
+    )
+    .unwrap();
+    drop(conn);
+    let run = cairn_in(dir.path(), &["verify", "--json"], None);
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{verdict}");
+    assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
+}
+
 #[test]
 fn an_inconsistent_store_opens_read_only_and_says_why() {
     let dir = tempfile::tempdir().unwrap();

@@ -86,11 +86,13 @@ impl PgStore {
                 None => None,
             };
             let rows = meta_key_rows(db)?;
-            let mut keys = crate::keys::log_keys_from_meta(first.as_deref(), &rows)?;
-            if !keys.contains(&self.key.verifier) {
-                keys.push(self.key.verifier.clone());
-            }
-            Ok(keys)
+            let recorded = crate::keys::log_keys_from_meta(first.as_deref(), &rows)?;
+            let adds = db
+                .query(crate::keys::LOG_KEY_RECORDS, &[], "reading the log-key records")?
+                .iter()
+                .map(|row| Ok((super::connection::u64_of(col(row, 0)?), col::<String>(row, 1)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            crate::keys::vouched_log_keys(&self.key.verifier, recorded, &adds)
         })
     }
 
