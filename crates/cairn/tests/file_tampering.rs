@@ -369,54 +369,9 @@ fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
     );
 }
 
-#[test]
-fn a_checkpoint_signed_by_another_key_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let saved = populated(dir.path());
-    // Forge a checkpoint for the current log with a different key of the
-    // same name, and slip it into the table.
-    let other = tempfile::tempdir().unwrap();
-    cairn_in(
-        other.path(),
-        &[
-            "log",
-            "--session",
-            "x",
-            "--agent",
-            "a",
-            "--type",
-            "plan",
-            "--content",
-            "x",
-        ],
-        None,
-    );
-    let stranger_note = cairn_in(other.path(), &["checkpoint"], None).stdout;
-    let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
-    let conn = attacker(dir.path());
-    let forged = stranger_note.replace(
-        "cairn.local/acme\n1\n",
-        &format!("cairn.local/acme\n{}\n", size + 1),
-    );
-    conn.execute(
-        "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, ?1, zeroblob(32), ?2, 0)",
-        rusqlite::params![size + 1, forged],
-    )
-    .unwrap();
-    drop(conn);
-    let run = cairn_in(dir.path(), &["verify", "--json"], None);
-    let verdict = json(&run);
-    assert_eq!(run.code, 1, "{verdict}");
-    assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
-}
-
-/// A key named only by the database's metadata vouches for nothing: its
-/// checkpoints fail verification as any stranger's do. (It was trusted,
-/// valid from the first entry, by every verification not given `--key`.)
-#[test]
-fn a_log_key_recorded_only_in_the_metadata_is_not_trusted() {
-    let dir = tempfile::tempdir().unwrap();
-    let saved = populated(dir.path());
+/// A checkpoint of org acme one entry past `saved`'s size, signed by
+/// another store's key of the same name, and that key (vkey).
+fn stranger_checkpoint(saved: &str) -> (i64, String, String) {
     let other = tempfile::tempdir().unwrap();
     let run = cairn_in(
         other.path(),
@@ -434,35 +389,62 @@ fn a_log_key_recorded_only_in_the_metadata_is_not_trusted() {
         None,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let stranger_note = cairn_in(other.path(), &["checkpoint"], None).stdout;
-    let stranger_key = cairn_in(other.path(), &["keys"], None).stdout;
-    let stranger_key = stranger_key
+    let note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+    let keys = cairn_in(other.path(), &["keys"], None).stdout;
+    let vkey = keys
         .lines()
         .find(|l| l.starts_with("cairn.local+"))
-        .unwrap_or_else(|| panic!("{stranger_key}"))
+        .unwrap_or_else(|| panic!("{keys}"))
         .trim()
         .to_owned();
     let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
-    let forged = stranger_note.replace(
+    let forged = note.replace(
         "cairn.local/acme\n1\n",
         &format!("cairn.local/acme\n{}\n", size + 1),
     );
-    let conn = attacker(dir.path());
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES (?1, '')",
-        [format!("log_key_added:{stranger_key}")],
-    )
-    .unwrap();
+    (size + 1, forged, vkey)
+}
+
+/// Slips a stored checkpoint into the table and expects verification to
+/// fail on its signature.
+fn expect_bad_signature(dir: &Path, conn: rusqlite::Connection, size: i64, note: &str) {
     conn.execute(
         "INSERT INTO checkpoints (org, size, root, note, created_at) VALUES (1, ?1, zeroblob(32), ?2, 0)",
-        rusqlite::params![size + 1, forged],
+        rusqlite::params![size, note],
     )
     .unwrap();
     drop(conn);
-    let run = cairn_in(dir.path(), &["verify", "--json"], None);
+    let run = cairn_in(dir, &["verify", "--json"], None);
     let verdict = json(&run);
     assert_eq!(run.code, 1, "{verdict}");
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
+}
+
+#[test]
+fn a_checkpoint_signed_by_another_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    // Forge a checkpoint for the current log with a different key of the
+    // same name, and slip it into the table.
+    let (size, forged, _) = stranger_checkpoint(&saved);
+    expect_bad_signature(dir.path(), attacker(dir.path()), size, &forged);
+}
+
+/// A key named only by the database's metadata vouches for nothing: its
+/// checkpoints fail verification as any stranger's do. (It was trusted,
+/// valid from the first entry, by every verification not given `--key`.)
+#[test]
+fn a_log_key_recorded_only_in_the_metadata_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = populated(dir.path());
+    let (size, forged, vkey) = stranger_checkpoint(&saved);
+    let conn = attacker(dir.path());
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, '')",
+        [format!("log_key_added:{vkey}")],
+    )
+    .unwrap();
+    expect_bad_signature(dir.path(), conn, size, &forged);
 }
 
 #[test]
