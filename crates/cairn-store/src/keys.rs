@@ -149,54 +149,75 @@ pub(crate) fn log_keys_from_meta(
 }
 
 /// The query of every `log-key` record of the store's own orgs (not of
-/// imported ones), as `(seq, view)`: the same text for both backends.
-pub(crate) const LOG_KEY_RECORDS: &str = "SELECT e.seq, e.view FROM entries e
-     WHERE e.type = 'log-key' AND e.org IN (SELECT org FROM orgs)
+/// imported ones), as `(seq, view, org name)`: the same text for both
+/// backends (`type <> 'step'` lets it use the partial index `entries_ops`).
+pub(crate) const LOG_KEY_RECORDS: &str = "SELECT e.seq, e.view, o.name FROM entries e
+     JOIN orgs o ON o.org = e.org
+     WHERE e.type = 'log-key' AND e.type <> 'step'
        AND e.org NOT IN (SELECT org FROM org_origins)";
 
-/// The log keys an unpinned verification trusts: `recorded` (the store's
-/// first key and the keys its metadata says were added) kept only where
-/// the log vouches for them, plus this process's own key.
+/// The log keys an unpinned verification trusts: the process's own key,
+/// the store's first key (its `server_key` row), and the keys the log
+/// vouches for.
 ///
 /// The metadata is the operator's database: a row naming a key of the
 /// editor's own (`log_key_added:…`) would otherwise make every signature
 /// of that key count, valid from the first entry (FORMAT.md 7.10: a
-/// trusted key with no `add` record is valid from 0). So a key counts when
-/// it is this process's key, the store's first key, or added by a
-/// `log-key add` record (of any of the store's orgs) whose note a counted
-/// key signed; repeated until nothing more is vouched for. The records
-/// vouch for nothing else: each is checked again where it stands when the
-/// log is verified.
+/// trusted key with no `add` record is valid from 0). So an added key
+/// counts only when a `log-key add` record of one of the store's own orgs
+/// adds it, the record names the org its row is in, its note states
+/// exactly that addition (`log_key_note_text` with that org's origin, as
+/// FORMAT 7.10 requires, so that no other note a key signed, a checkpoint
+/// say, can stand for it), and a key that counts signed the note; repeated
+/// until nothing more is vouched for. A record that does not parse vouches
+/// for nothing (its org's verification reports it). The records vouch for
+/// nothing else: each is checked again where it stands when its log is
+/// verified.
 pub(crate) fn vouched_log_keys(
     own: &NoteVerifier,
-    recorded: Vec<NoteVerifier>,
-    adds: &[(u64, String)],
+    first: Option<&str>,
+    added_rows: &[String],
+    adds: &[(u64, String, String)],
 ) -> Result<Vec<NoteVerifier>, StoreError> {
-    use cairn_core::log::{LogKeyAction, OpRecord};
-    let mut trusted: Vec<NoteVerifier> = recorded.iter().take(1).cloned().collect();
+    use cairn_core::log::{LogKeyAction, OpRecord, log_key_note_text, log_origin};
+    let recorded = log_keys_from_meta(first, added_rows)?;
+    let mut trusted: Vec<NoteVerifier> = Vec::new();
+    if let Some(first) = first {
+        trusted.push(
+            NoteVerifier::parse(first)
+                .map_err(|e| StoreError::Corrupt(format!("the store's first key: {e}")))?,
+        );
+    }
     if !trusted.contains(own) {
         trusted.push(own.clone());
     }
     let mut pending = Vec::new();
-    for (seq, view) in adds {
-        if let OpRecord::LogKey(record) = crate::engine::op_from_view(*seq, "log-key", view)?
+    for (seq, view, org) in adds {
+        if let Ok(OpRecord::LogKey(record)) = crate::engine::op_from_view(*seq, "log-key", view)
             && record.action == LogKeyAction::Add
+            && record.org_id == *org
         {
-            pending.push(record);
+            let stated = log_key_note_text(
+                &log_origin(record.key.name(), org),
+                LogKeyAction::Add,
+                &record.key,
+                record.at,
+            );
+            pending.push((record, stated));
         }
     }
     loop {
         let before = trusted.len();
-        pending.retain(|record| {
+        pending.retain(|(record, stated)| {
             if trusted.contains(&record.key) {
                 return false;
             }
-            let signed = cairn_core::note::Note::parse(&record.note)
-                .is_ok_and(|note| note.verify(&trusted).is_ok());
-            if signed {
+            let vouched = cairn_core::note::Note::parse(&record.note)
+                .is_ok_and(|note| note.text == *stated && note.verify(&trusted).is_ok());
+            if vouched {
                 trusted.push(record.key.clone());
             }
-            !signed
+            !vouched
         });
         if trusted.len() == before {
             break;

@@ -369,27 +369,36 @@ fn a_rewritten_history_is_caught_by_a_saved_checkpoint() {
     );
 }
 
-/// A checkpoint of org acme one entry past `saved`'s size, signed by
-/// another store's key of the same name, and that key (vkey).
+/// A checkpoint of org acme one entry past `saved`'s size, signed (and
+/// validly so) by another store's key of the same name, and that key
+/// (vkey): the other store logs steps until its own log has that size.
 fn stranger_checkpoint(saved: &str) -> (i64, String, String) {
+    let target: i64 = saved.lines().nth(1).unwrap().parse::<i64>().unwrap() + 1;
     let other = tempfile::tempdir().unwrap();
-    let run = cairn_in(
-        other.path(),
-        &[
-            "log",
-            "--session",
-            "x",
-            "--agent",
-            "a",
-            "--type",
-            "plan",
-            "--content",
-            "x",
-        ],
-        None,
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+    let note = loop {
+        let run = cairn_in(
+            other.path(),
+            &[
+                "log",
+                "--session",
+                "x",
+                "--agent",
+                "a",
+                "--type",
+                "plan",
+                "--content",
+                "x",
+            ],
+            None,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let note = cairn_in(other.path(), &["checkpoint"], None).stdout;
+        let size: i64 = note.lines().nth(1).unwrap().parse().unwrap();
+        assert!(size <= target, "{note}");
+        if size == target {
+            break note;
+        }
+    };
     let keys = cairn_in(other.path(), &["keys"], None).stdout;
     let vkey = keys
         .lines()
@@ -397,12 +406,7 @@ fn stranger_checkpoint(saved: &str) -> (i64, String, String) {
         .unwrap_or_else(|| panic!("{keys}"))
         .trim()
         .to_owned();
-    let size: i64 = saved.lines().nth(1).unwrap().parse().unwrap();
-    let forged = note.replace(
-        "cairn.local/acme\n1\n",
-        &format!("cairn.local/acme\n{}\n", size + 1),
-    );
-    (size + 1, forged, vkey)
+    (target, note, vkey)
 }
 
 /// Slips a stored checkpoint into the table and expects verification to
@@ -438,13 +442,30 @@ fn a_log_key_recorded_only_in_the_metadata_is_not_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let saved = populated(dir.path());
     let (size, forged, vkey) = stranger_checkpoint(&saved);
-    let conn = attacker(dir.path());
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES (?1, '')",
-        [format!("log_key_added:{vkey}")],
-    )
-    .unwrap();
-    expect_bad_signature(dir.path(), conn, size, &forged);
+    // With its own key row, and with the store's first-key row deleted (so
+    // that the added row would be read as the store's first key).
+    for drop_first in [false, true] {
+        let copy = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(copy.path().join("data")).unwrap();
+        for file in std::fs::read_dir(dir.path().join("data")).unwrap() {
+            let file = file.unwrap();
+            if file.file_type().unwrap().is_file() {
+                std::fs::copy(file.path(), copy.path().join("data").join(file.file_name()))
+                    .unwrap();
+            }
+        }
+        let conn = attacker(copy.path());
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, '')",
+            [format!("log_key_added:{vkey}")],
+        )
+        .unwrap();
+        if drop_first {
+            conn.execute("DELETE FROM meta WHERE key = 'server_key'", [])
+                .unwrap();
+        }
+        expect_bad_signature(copy.path(), conn, size, &forged);
+    }
 }
 
 #[test]

@@ -86,13 +86,18 @@ impl PgStore {
                 None => None,
             };
             let rows = meta_key_rows(db)?;
-            let recorded = crate::keys::log_keys_from_meta(first.as_deref(), &rows)?;
             let adds = db
                 .query(crate::keys::LOG_KEY_RECORDS, &[], "reading the log-key records")?
                 .iter()
-                .map(|row| Ok((super::connection::u64_of(col(row, 0)?), col::<String>(row, 1)?)))
+                .map(|row| {
+                    Ok((
+                        super::connection::u64_of(col(row, 0)?),
+                        col::<String>(row, 1)?,
+                        col::<String>(row, 2)?,
+                    ))
+                })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            crate::keys::vouched_log_keys(&self.key.verifier, recorded, &adds)
+            crate::keys::vouched_log_keys(&self.key.verifier, first.as_deref(), &rows, &adds)
         })
     }
 

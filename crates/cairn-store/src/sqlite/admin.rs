@@ -192,15 +192,16 @@ impl SqliteStore {
                 .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| r.get(0))
                 .optional()
                 .context("reading the server key")?;
-            let recorded = crate::keys::log_keys_from_meta(first.as_deref(), &meta_key_rows(c)?)?;
             let adds = c
                 .prepare_cached(crate::keys::LOG_KEY_RECORDS)
                 .and_then(|mut stmt| {
-                    stmt.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)))?
-                        .collect::<Result<Vec<_>, _>>()
+                    stmt.query_map([], |r| {
+                        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+                    })?
+                    .collect::<Result<Vec<_>, _>>()
                 })
                 .context("reading the log-key records")?;
-            crate::keys::vouched_log_keys(&self.key.verifier, recorded, &adds)
+            crate::keys::vouched_log_keys(&self.key.verifier, first.as_deref(), &meta_key_rows(c)?, &adds)
         })
     }
 

@@ -99,6 +99,7 @@ fn apply(
     let orgs = store.orgs()?;
     let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
     let mut written = 0;
+    let mut held = 0;
     for org in &orgs {
         // An imported log keeps its own server's keys.
         let (_, signer) = store.log_signer(org)?;
@@ -110,6 +111,7 @@ fn apply(
             .into_iter()
             .any(|(_, record)| matches!(record, OpRecord::LogKey(r) if r.action == action && r.key == *key));
         if done {
+            held += 1;
             continue;
         }
         match ledger.write(WriteRequest::LogKey {
@@ -119,6 +121,7 @@ fn apply(
         }) {
             Ok(Written::LogKey { seq }) => {
                 written += 1;
+                held += 1;
                 if !cli.json {
                     println!("{org}: log-key {} at seq {seq}", action.as_str());
                 }
@@ -128,6 +131,15 @@ fn apply(
         }
     }
     ledger.close();
+    // A verifier trusts an added key only where a log's add record vouches
+    // for it (SECURITY, "Which keys an unpinned verification trusts"): an
+    // addition no log holds would leave every later signature of the key
+    // unverifiable without --key.
+    if action == LogKeyAction::Add && held == 0 {
+        return Err(usage(
+            "no org of this store has a log of its own yet, so no log could record the new key: record a first step (cairn log), then add the key",
+        ));
+    }
     store.record_log_key(action, key)?;
     if cli.json {
         println!(
