@@ -287,3 +287,44 @@ fn verify_bundle_failure_before_a_long_line_keeps_its_verdict() {
     assert_eq!(run.code, 1, "{} {}", run.stdout, run.stderr);
     assert_eq!(json(&run)["brokenAt"]["line"], 2);
 }
+
+/// A step line's `erased` flag is outside its digest: a courier can set it
+/// on a step that hides nothing and the bundle still verifies, but import
+/// refuses it, naming the step, since no reading of the store would accept
+/// the row (an erased step hides a field).
+#[test]
+fn import_refuses_a_step_said_erased_that_hides_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, all) = exported(dir.path());
+    let text = std::fs::read_to_string(&all).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("\"erased\":false") && l.contains("\"step_index\":1"))
+        .unwrap();
+    let edited: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                l.replace("\"erased\":false", "\"erased\":true")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    let courier = dir.path().join("courier.bundle");
+    std::fs::write(&courier, edited.join("\n") + "\n").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run = cairn_in(
+        elsewhere.path(),
+        &["import", courier.to_str().unwrap()],
+        None,
+    );
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("says it was erased but hides no field"),
+        "{} {}",
+        run.stdout,
+        run.stderr
+    );
+}

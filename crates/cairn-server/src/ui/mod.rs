@@ -167,6 +167,21 @@ async fn user(state: &Arc<AppState>, headers: &HeaderMap) -> Result<UiUser, Resp
     }
 }
 
+/// A step type label as pages show it: at most 64 bytes, as a server now
+/// accepts (labels stored before that rule, or imported, may be longer;
+/// the parser ignores underscores and brackets, so one can be megabytes).
+fn label_shown(label: &str) -> String {
+    const SHOWN: usize = cairn_core::record::MAX_KIND_LABEL_LEN;
+    if label.len() <= SHOWN {
+        return label.to_owned();
+    }
+    let mut end = SHOWN;
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &label[..end])
+}
+
 /// `303 See Other` to `to`.
 struct Redirect;
 

@@ -277,7 +277,7 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
                     trace_id: step.trace_id.clone(),
                     session_id: step.session_id.clone(),
                     step_index: step.step_index,
-                    label: step.kind_label.clone(),
+                    label: label_shown(&step.kind_label),
                     state: item.state(),
                     content: step.content.as_deref().map(|c| budget.text(preview(c))),
                 }
@@ -389,16 +389,24 @@ pub(super) async fn proof(
         Ok(note) => note,
         Err(e) => return error_page(&user, e),
     };
+    // Finding the step walks the session's positions: a slot of the org's
+    // share, as every read of a whole session takes.
+    let permit = match limits::expensive(&state, &org, "proof").await {
+        Ok(permit) => permit,
+        Err(e) => return error_page(&user, e),
+    };
     let found = blocking(&state, move |store| {
-        let mut found = None;
-        store.read_session(&org, &id, &mut |stored| {
-            if stored.record.step.step_index == index {
-                found = Some(stored);
-                false
-            } else {
-                true
-            }
-        })?;
+        let _permit = permit;
+        // The step's position from the session's positions (8 bytes a
+        // step), then that one step: no other step is read.
+        let seqs = store.session_seqs(&org, &id)?.unwrap_or_default();
+        let found = match usize::try_from(index).ok().and_then(|i| seqs.get(i)) {
+            Some(&seq) => store
+                .steps_at(&org, &id, &[seq])?
+                .into_iter()
+                .find(|s| s.record.step.step_index == index),
+            None => None,
+        };
         let Some(step) = found else {
             return Err(ApiError::not_found(format!(
                 "step {index} of session {}",

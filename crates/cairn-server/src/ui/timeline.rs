@@ -416,7 +416,7 @@ pub(super) async fn session(
                 index: step.step_index,
                 seq: s.seq,
                 kind: step.kind.as_str(),
-                label: step.kind_label.clone(),
+                label: label_shown(&step.kind_label),
                 created_at: step.created_at.to_string(),
                 model: step.model.clone(),
                 tokens: step.token_count,
@@ -542,7 +542,14 @@ pub(super) async fn markdown(
         Err(to) => return to,
     };
     let org = user.caller.org().to_owned();
+    // A whole session read: a slot of the org's share, as the API's
+    // Markdown answer takes.
+    let permit = match limits::expensive(&state, &org, "markdown").await {
+        Ok(permit) => permit,
+        Err(e) => return error_page(&user, e),
+    };
     let loaded = blocking(&state, move |store| {
+        let _permit = permit;
         let Some(info) = store.session(&org, &id)? else {
             return Err(ApiError::no_session(&id));
         };

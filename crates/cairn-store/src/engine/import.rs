@@ -105,6 +105,15 @@ impl Engine<'_> {
                                 .copy_from_slice(salt);
                         }
                     }
+                    // The `erased` flag is outside the digest: a bundle line
+                    // saying so of a step that hides nothing would leave a
+                    // row no reading accepts.
+                    if r.erased && !r.openings.0.iter().any(|o| matches!(o, Opening::Hidden(_))) {
+                        return Err(bad(format!(
+                            "step {} of session {} says it was erased but hides no field",
+                            s.step_index, s.session_id
+                        )));
+                    }
                     let prev_seq = heads.get(&sid).map(|h| h.1);
                     let head = heads
                         .entry(sid)

@@ -306,6 +306,46 @@ pub(crate) fn op_from_view(seq: u64, entry_type: &str, view: &str) -> Result<OpR
         .map_err(|e| StoreError::Corrupt(format!("record {seq}: {e}")))
 }
 
+/// What an operational record was looked up by, through its row's
+/// columns (`sid`, `agent_id`, `trace_id`) rather than its hashed view.
+#[derive(Clone, Copy)]
+pub(crate) enum LookedUpBy<'a> {
+    /// A session's records, found by the session's `sid`.
+    Session(&'a str),
+    /// Key records, found by `agent_id` when an agent is asked for.
+    Agent(Option<&'a str>),
+    /// A record found by its id (`trace_id`).
+    Id(&'a str),
+}
+
+/// A record found by a lookup column, parsed and required to say what it
+/// was looked up by: a row whose column was edited to bring another
+/// record into a session's, an agent's or an id's answer fails the read
+/// (`Corrupt`) instead of being served. (A record whose column was edited
+/// to take it out of an answer is not found by the lookup: verification
+/// of the org catches that, [`check_op_columns`].)
+pub(crate) fn op_looked_up(
+    seq: u64,
+    entry_type: &str,
+    view: &str,
+    by: LookedUpBy<'_>,
+) -> Result<OpRecord, StoreError> {
+    let record = op_from_view(seq, entry_type, view)?;
+    let matches = match by {
+        LookedUpBy::Session(session) => op_session(&record) == Some(session),
+        LookedUpBy::Agent(None) => true,
+        LookedUpBy::Agent(Some(agent)) => op_target(&record).1 == Some(agent),
+        LookedUpBy::Id(id) => op_record_id(&record) == Some(id),
+    };
+    if matches {
+        Ok(record)
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "record {seq}: its row's lookup columns name another session, agent or id than the record (an edited row; cairn verify names it)"
+        )))
+    }
+}
+
 /// How a log row's step is read: for whoever reads the record, or for a
 /// verifier of the log ([`RawStep::parse_for_verification`]: with its
 /// digest recomputed, possibly without its payload).

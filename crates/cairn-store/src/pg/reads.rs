@@ -11,8 +11,8 @@ use super::rows::{
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
-    STEP_COLUMN_COUNT, StepReading, agent_keys_from_views, blob_hash, hash_of, op_from_view,
-    org_range, row_id, seq_of_row,
+    LookedUpBy, STEP_COLUMN_COUNT, StepReading, agent_keys_from_views, blob_hash, hash_of,
+    op_from_view, op_looked_up, org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -387,8 +387,9 @@ impl PgStore {
                 )?;
                 for row in &rows {
                     let seq = u64_of(col(row, 1)?);
-                    let record =
-                        op_from_view(seq, &col::<String>(row, 2)?, &col::<String>(row, 3)?)?;
+                    let (entry_type, view) = (col::<String>(row, 2)?, col::<String>(row, 3)?);
+                    let by = LookedUpBy::Session(session_id);
+                    let record = op_looked_up(seq, &entry_type, &view, by)?;
                     after = col(row, 0)?;
                     if !visit(seq, record) {
                         return Ok(());
@@ -417,7 +418,12 @@ impl PgStore {
                 let seq = u64_of(col(row, 0)?);
                 Ok((
                     seq,
-                    op_from_view(seq, &col::<String>(row, 1)?, &col::<String>(row, 2)?)?,
+                    op_looked_up(
+                        seq,
+                        &col::<String>(row, 1)?,
+                        &col::<String>(row, 2)?,
+                        LookedUpBy::Agent(agent_id),
+                    )?,
                 ))
             })
             .collect()
@@ -446,7 +452,12 @@ impl PgStore {
             .transpose()
         })?;
         found
-            .map(|(seq, entry_type, view)| Ok((seq, op_from_view(seq, &entry_type, &view)?)))
+            .map(|(seq, entry_type, view)| {
+                Ok((
+                    seq,
+                    op_looked_up(seq, &entry_type, &view, LookedUpBy::Id(id))?,
+                ))
+            })
             .transpose()
     }
 

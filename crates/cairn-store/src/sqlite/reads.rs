@@ -6,8 +6,8 @@
 use super::SqliteStore;
 use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
-    STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading, agent_keys_from_views, blob_hash, hash_of,
-    log_entries_query, op_from_view, org_range, row_id, seq_of_row,
+    LookedUpBy, STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading, agent_keys_from_views, blob_hash,
+    hash_of, log_entries_query, op_from_view, op_looked_up, org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -389,7 +389,9 @@ impl SqliteStore {
                 let (seq, kind, view): (i64, String, String) = stmt
                     .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .context("reading a session's records")?;
-                if !visit(seq as u64, op_from_view(seq as u64, &kind, &view)?) {
+                let record =
+                    op_looked_up(seq as u64, &kind, &view, LookedUpBy::Session(session_id))?;
+                if !visit(seq as u64, record) {
                     break;
                 }
             }
@@ -418,7 +420,10 @@ impl SqliteStore {
                 .collect::<Result<_, _>>()
                 .context("reading key records")?;
             rows.into_iter()
-                .map(|(seq, t, view)| Ok((seq as u64, op_from_view(seq as u64, &t, &view)?)))
+                .map(|(seq, t, view)| {
+                    let by = LookedUpBy::Agent(agent_id);
+                    Ok((seq as u64, op_looked_up(seq as u64, &t, &view, by)?))
+                })
                 .collect()
         })
     }
@@ -443,7 +448,11 @@ impl SqliteStore {
         })?;
         found
             .map(|(seq, entry_type, view)| {
-                Ok((seq as u64, op_from_view(seq as u64, &entry_type, &view)?))
+                let by = LookedUpBy::Id(id);
+                Ok((
+                    seq as u64,
+                    op_looked_up(seq as u64, &entry_type, &view, by)?,
+                ))
             })
             .transpose()
     }

@@ -306,3 +306,33 @@ proptest! {
         prop_assert_eq!(digest, row.record.digest);
     }
 }
+
+/// A record found through a lookup column must name what it was looked up
+/// by: an edited `sid` or `trace_id` cannot bring it into another
+/// session's records or serve it for another id.
+#[test]
+fn a_record_looked_up_by_a_column_must_name_what_it_was_found_by() {
+    let event = OpRecord::AuditEvent(cairn_core::log::AuditEvent {
+        org_id: "acme".into(),
+        event_id: "event-1".into(),
+        session_id: Some("s1".into()),
+        action: "export".into(),
+        detail: None,
+        at: Timestamp::from_micros(1_700_000_000_000_000).unwrap(),
+    });
+    let view = event.to_view().to_string();
+    let found = |by| op_looked_up(9, "audit-event", &view, by);
+    assert!(found(LookedUpBy::Session("s1")).is_ok());
+    assert!(found(LookedUpBy::Id("event-1")).is_ok());
+    assert!(found(LookedUpBy::Agent(None)).is_ok());
+    for by in [
+        LookedUpBy::Session("s2"),
+        LookedUpBy::Id("event-2"),
+        LookedUpBy::Agent(Some("analyst")),
+    ] {
+        assert!(
+            matches!(found(by), Err(StoreError::Corrupt(m)) if m.starts_with("record 9:")),
+            "a record of session s1 and id event-1 served for another"
+        );
+    }
+}
