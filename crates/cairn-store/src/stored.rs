@@ -180,4 +180,8 @@ pub struct StoredEntry {
     pub leaf: Hash,
     /// The entry.
     pub entry: Result<LogEntry, String>,
+    /// For a step, the row's session number and the position of the step
+    /// before it in its session (`sid`, `prev_seq`): the columns readers
+    /// walk a session by, which verification checks against the log.
+    pub chain_link: Option<(i64, Option<u64>)>,
 }

@@ -276,6 +276,18 @@ fn lookup_columns_that_disagree_with_their_record_are_caught() {
             .unwrap();
             (seq, "malformed-record")
         }),
+        ("a step's predecessor column pointed nowhere", |c| {
+            // With the session's head row gone, readers walking the
+            // session by `prev_seq` stop before this step: replays,
+            // listings and session exports showed a shorter session.
+            let seq = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute_batch(&format!(
+                "UPDATE entries SET prev_seq = 999999 WHERE seq = {seq};
+                 DELETE FROM session_heads WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4');"
+            ))
+            .unwrap();
+            (seq, "malformed-record")
+        }),
         ("an audit event's id changed", |c| {
             let seq = record_seq(c, "audit-event");
             c.execute(

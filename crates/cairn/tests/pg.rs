@@ -128,6 +128,15 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
                 (seq, "malformed-record")
             },
         ),
+        ("a step's predecessor column pointed elsewhere", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 2);
+            attack(
+                c,
+                db,
+                &format!("UPDATE entries SET prev_seq = 999999 WHERE seq = {seq}"),
+            );
+            (seq, "malformed-record")
+        }),
         ("metadata edited", |c, db| {
             let seq = seq_of(c, db, "revenue-analysis-q4", 1);
             attack(

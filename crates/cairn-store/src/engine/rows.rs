@@ -50,17 +50,22 @@ pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.
 
 /// The log's entries with every column a stored entry is read from
 /// (`STEP_COLUMNS`, then type, view and leaf hash, then the entry's org
-/// and its session's row: [`SessionRow`]), then `filter` (the WHERE clause
-/// and order, in the backend's parameter style): one text for every
-/// backend's log reads.
+/// and its session's row: [`SessionRow`], then the entry's `sid` and
+/// `prev_seq`: [`CHAIN_LINK_COLUMN`]), then `filter` (the WHERE clause and
+/// order, in the backend's parameter style): one text for every backend's
+/// log reads.
 pub(crate) fn log_entries_query(filter: &str) -> String {
     format!(
         "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash, e.org, s.org, s.agent_id, s.profile,
-           s.started_at, s.start_seq, s.genesis, s.max_clock_skew_s
+           s.started_at, s.start_seq, s.genesis, s.max_clock_skew_s, e.sid, e.prev_seq
          FROM entries e
          JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid {filter}"
     )
 }
+
+/// Where a row of [`log_entries_query`] holds its `sid` (then `prev_seq`
+/// after it), counted from [`STEP_COLUMN_COUNT`].
+pub(crate) const CHAIN_LINK_COLUMN: usize = 11;
 
 /// The row of the `sessions` table that a session-start entry's `sid`
 /// names, read beside the entry (the last columns of

@@ -14,6 +14,7 @@ use cairn_core::note::NoteVerifier;
 use cairn_core::verify::{
     AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
 };
+use std::collections::HashMap;
 
 /// The outcome of verifying an org's log in a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,27 +271,70 @@ fn check_entries(
     let size = store.log_size(org_id)?;
     let chunks = size.div_ceil(CHUNK);
     let mut count = 0u64;
-    let mut check =
-        |verifier: &mut LogVerifier, stored: &crate::StoredEntry, digest: Option<Hash>| -> bool {
-            count += 1;
-            if count.is_multiple_of(4096) {
-                progress(count);
-            }
-            match &stored.entry {
-                Ok(entry) => verifier.push_stored(entry, digest, stored.leaf),
-                Err(reason) => {
-                    verifier.fail(
+    // Per session (by its row number), the position of its last step: each
+    // step's `prev_seq` column must name it (the first step's none).
+    // Readers walk a session by that column (replays, listings, session
+    // verification and exports), so a link edited to point nowhere would
+    // show a shorter session while every hash held. Checked after the
+    // verifier accepted the step, so that a deleted or moved step is
+    // reported as the log's own failure first.
+    let mut last_step: HashMap<i64, u64> = HashMap::new();
+    let mut check = |verifier: &mut LogVerifier,
+                     stored: &crate::StoredEntry,
+                     digest: Option<Hash>|
+     -> bool {
+        count += 1;
+        if count.is_multiple_of(4096) {
+            progress(count);
+        }
+        match &stored.entry {
+            Ok(entry) => {
+                if !verifier.push_stored(entry, digest, stored.leaf) {
+                    return false;
+                }
+                let Some((sid, prev_seq)) = stored.chain_link else {
+                    return true;
+                };
+                let expected = last_step.insert(sid, stored.seq);
+                if prev_seq == expected {
+                    return true;
+                }
+                let (session_id, step_index) = match &entry.record {
+                    cairn_core::log::LogRecord::Step(r) => {
+                        (Some(r.step.session_id.clone()), Some(r.step.step_index))
+                    }
+                    _ => (None, None),
+                };
+                verifier.fail(
                         Location {
                             seq: Some(stored.seq),
+                            session_id,
+                            step_index,
                             ..Location::default()
                         },
                         Reason::MalformedRecord,
-                        format!("the row of entry {} is not a record: {reason}", stored.seq),
+                        format!(
+                            "the row of entry {} names {} as its session's previous step, where the log holds {}: readers walking the session by that column would not see all of it",
+                            stored.seq,
+                            prev_seq.map_or("none".to_owned(), |p| p.to_string()),
+                            expected.map_or("none".to_owned(), |p| p.to_string()),
+                        ),
                     );
-                    false
-                }
+                false
             }
-        };
+            Err(reason) => {
+                verifier.fail(
+                    Location {
+                        seq: Some(stored.seq),
+                        ..Location::default()
+                    },
+                    Reason::MalformedRecord,
+                    format!("the row of entry {} is not a record: {reason}", stored.seq),
+                );
+                false
+            }
+        }
+    };
     let finished = std::thread::scope(|scope| {
         let mut from_readers: Vec<Receiver<Result<Checked, StoreError>>> = Vec::new();
         let mut to_free: Vec<Sender<Checked>> = Vec::new();

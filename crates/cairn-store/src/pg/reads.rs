@@ -11,14 +11,14 @@ use super::rows::{
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
-    LookedUpBy, STEP_COLUMN_COUNT, StepReading, agent_keys_from_views, blob_hash, hash_of,
-    op_from_view, op_looked_up, org_range, row_id, seq_of_row,
+    CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, StepReading, agent_keys_from_views,
+    blob_hash, hash_of, op_from_view, op_looked_up, org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
     SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::types::ToSql;
 
@@ -494,9 +494,20 @@ fn stored_entry(
         Ok((entry, digest)) => (Ok(entry), digest),
         Err(e) => (Err(e.to_string()), None),
     };
+    let link = n + CHAIN_LINK_COLUMN;
+    let sid: Option<i64> = col(row, link)?;
+    let prev: Option<i64> = col(row, link + 1)?;
+    let is_step = matches!(
+        &entry,
+        Ok(LogEntry {
+            record: LogRecord::Step(_),
+            ..
+        })
+    );
     let stored = StoredEntry {
         seq: u64_of(seq),
         leaf: hash_of(leaf).unwrap_or(Hash::ZERO),
+        chain_link: is_step.then(|| (sid.unwrap_or(-1), prev.map(u64_of))),
         entry,
     };
     Ok((stored, digest))

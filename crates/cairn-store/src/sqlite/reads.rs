@@ -6,14 +6,15 @@
 use super::SqliteStore;
 use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor, true_end};
 use crate::engine::{
-    LookedUpBy, STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading, agent_keys_from_views, blob_hash,
-    hash_of, log_entries_query, op_from_view, op_looked_up, org_range, row_id, seq_of_row,
+    CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading,
+    agent_keys_from_views, blob_hash, hash_of, log_entries_query, op_from_view, op_looked_up,
+    org_range, row_id, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
     DbContext, SessionFilter, SessionInfo, SessionSummary, StoreError, StoredEntry, StoredStep,
 };
-use cairn_core::log::{KeyRegistration, OpRecord};
+use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{OptionalExtension, params};
 
@@ -495,9 +496,20 @@ fn stored_entry(
         Ok((entry, digest)) => (Ok(entry), digest),
         Err(e) => (Err(e.to_string()), None),
     };
+    let link = n + CHAIN_LINK_COLUMN;
+    let sid: Option<i64> = row.get(link).context("reading the log")?;
+    let prev: Option<i64> = row.get(link + 1).context("reading the log")?;
+    let is_step = matches!(
+        &entry,
+        Ok(LogEntry {
+            record: LogRecord::Step(_),
+            ..
+        })
+    );
     let stored = StoredEntry {
         seq: seq as u64,
         leaf: hash_of(leaf).unwrap_or(Hash::ZERO),
+        chain_link: is_step.then(|| (sid.unwrap_or(-1), prev.map(|p| p as u64))),
         entry,
     };
     Ok((stored, digest))
