@@ -54,8 +54,8 @@ pub use requests::{
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};
 pub use stored::{
-    SessionCursor, SessionFilter, SessionInfo, SessionSummary, StepFilter, StoredCheckpoint,
-    StoredEntry, StoredStep,
+    SessionCursor, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
+    StepFilter, StoredCheckpoint, StoredEntry, StoredStep,
 };
 
 use cairn_core::Hash;
@@ -87,6 +87,24 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Rows of the org's `sessions` table that no session-start entry of
     /// its log names (0 in a store nobody edited).
     fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError>;
+
+    /// Up to `limit` `session_heads` rows of the org's sessions whose
+    /// session number is above `after`, by session number.
+    fn session_heads_page(
+        &self,
+        org_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<SessionHeadRow>, StoreError>;
+
+    /// Up to `limit` `session_kinds` rows of the org's sessions after
+    /// `after` (session number, kind), in that order.
+    fn session_kinds_page(
+        &self,
+        org_id: &str,
+        after: (i64, &str),
+        limit: u32,
+    ) -> Result<Vec<SessionKindRow>, StoreError>;
 
     /// Streams log entries `from..to` (clamped to the log) in seq order,
     /// each as stored (a row that does not parse is handed over as such,

@@ -337,6 +337,24 @@ impl LedgerStore for PgStore {
         })
     }
 
+    fn session_heads_page(
+        &self,
+        org_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<crate::SessionHeadRow>, StoreError> {
+        self.session_heads_page_in(org_id, after, limit)
+    }
+
+    fn session_kinds_page(
+        &self,
+        org_id: &str,
+        after: (i64, &str),
+        limit: u32,
+    ) -> Result<Vec<crate::SessionKindRow>, StoreError> {
+        self.session_kinds_page_in(org_id, after, limit)
+    }
+
     fn read_log(
         &self,
         org_id: &str,

@@ -185,3 +185,33 @@ pub struct StoredEntry {
     /// walk a session by, which verification checks against the log.
     pub chain_link: Option<(i64, Option<u64>)>,
 }
+
+/// A `session_heads` row of one of an org's sessions (derived state that
+/// readers start a session's walk from and analyst SQL counts steps by),
+/// as verification compares it with the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionHeadRow {
+    /// The session's row number.
+    pub sid: i64,
+    /// The session's id, from its `sessions` row.
+    pub session_id: String,
+    /// Where its first step is in the org log, as the row says.
+    pub first_seq: i64,
+    /// Where its last step is, as the row says.
+    pub last_seq: i64,
+    /// Its last step's index, as the row says.
+    pub last_index: i64,
+}
+
+/// A `session_kinds` row of one of an org's sessions (derived state that
+/// session listings filter by kind with), as verification compares it
+/// with the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionKindRow {
+    /// The session's row number.
+    pub sid: i64,
+    /// The session's id, from its `sessions` row.
+    pub session_id: String,
+    /// The kind the row says the session has a step of.
+    pub kind: String,
+}

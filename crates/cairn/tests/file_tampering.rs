@@ -45,6 +45,15 @@ fn seq_of(conn: &rusqlite::Connection, session: &str, index: i64) -> i64 {
     .unwrap()
 }
 
+fn last_step(conn: &rusqlite::Connection, session: &str) -> i64 {
+    conn.query_row(
+        "SELECT max(e.seq) FROM entries e JOIN sessions s ON s.sid = e.sid WHERE s.session_id = ?1 AND e.type = 'step'",
+        [session],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 fn session_start(conn: &rusqlite::Connection, session: &str) -> i64 {
     conn.query_row(
         "SELECT start_seq FROM sessions WHERE session_id = ?1",
@@ -230,7 +239,9 @@ fn every_kind_of_file_tampering_is_caught_at_its_record() {
 /// operational record's session, agent and id) are compared with the
 /// record they stand beside: an edit that would hide a seal from its
 /// session, a step from a kind filter, or serve one audit event for
-/// another is caught at its record.
+/// another is caught at its record. The per-session tables derived from
+/// the log (head rows, kind rows) are compared with it too, an edit
+/// caught at the session's last step.
 #[test]
 fn lookup_columns_that_disagree_with_their_record_are_caught() {
     type Tamper = fn(&rusqlite::Connection) -> (i64, &'static str);
@@ -285,6 +296,55 @@ fn lookup_columns_that_disagree_with_their_record_are_caught() {
                 "UPDATE entries SET prev_seq = 999999 WHERE seq = {seq};
                  DELETE FROM session_heads WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4');"
             ))
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a session's head row deleted", |c| {
+            // Retention found expired sessions by their head rows, and
+            // analyst SQL counts a session's steps by it.
+            let seq = last_step(c, "revenue-analysis-q4");
+            c.execute_batch(
+                "DELETE FROM session_heads WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4');",
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a session's head row moved back a step", |c| {
+            let seq = last_step(c, "revenue-analysis-q4");
+            let before = seq_of(c, "revenue-analysis-q4", 2);
+            c.execute(
+                "UPDATE session_heads SET last_seq = ?1, last_index = 2 WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4')",
+                [before],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a kind row added to a session", |c| {
+            // A kind filter would list the session as holding a
+            // correction it never made.
+            let seq = last_step(c, "revenue-analysis-q4");
+            c.execute(
+                "INSERT INTO session_kinds (sid, kind) SELECT sid, 'correction' FROM sessions WHERE session_id = 'revenue-analysis-q4'",
+                [],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a kind row removed from a session", |c| {
+            let seq = last_step(c, "revenue-analysis-q4");
+            c.execute(
+                "DELETE FROM session_kinds WHERE kind = 'final_answer' AND sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4')",
+                [],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
+        ("a kind row respelled", |c| {
+            let seq = last_step(c, "other");
+            c.execute(
+                "UPDATE session_kinds SET kind = 'Reasoning' WHERE kind = 'reasoning' AND sid = (SELECT sid FROM sessions WHERE session_id = 'other')",
+                [],
+            )
             .unwrap();
             (seq, "malformed-record")
         }),

@@ -137,6 +137,30 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
             );
             (seq, "malformed-record")
         }),
+        ("a session's head row moved back a step", |c, db| {
+            // Retention and analyst SQL read the head row.
+            let seq = seq_of(c, db, "revenue-analysis-q4", 3);
+            let before = seq_of(c, db, "revenue-analysis-q4", 2);
+            attack(
+                c,
+                db,
+                &format!(
+                    "UPDATE session_heads SET last_seq = {before}, last_index = 2
+                     WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4')"
+                ),
+            );
+            (seq, "malformed-record")
+        }),
+        ("a kind row added to a session", |c, db| {
+            let seq = seq_of(c, db, "revenue-analysis-q4", 3);
+            attack(
+                c,
+                db,
+                "INSERT INTO session_kinds (sid, kind)
+                 SELECT sid, 'correction' FROM sessions WHERE session_id = 'revenue-analysis-q4'",
+            );
+            (seq, "malformed-record")
+        }),
         ("metadata edited", |c, db| {
             let seq = seq_of(c, db, "revenue-analysis-q4", 1);
             attack(

@@ -96,6 +96,27 @@ pub(crate) fn orphan_sessions_query(org: &str) -> String {
     )
 }
 
+/// A page of org `{org}`'s `session_heads` rows after session number
+/// `{after}` (at most `{limit}`), with the backend's placeholders.
+pub(crate) fn session_heads_page_query(org: &str, after: &str, limit: &str) -> String {
+    format!(
+        "SELECT h.sid, s.session_id, h.first_seq, h.last_seq, h.last_index
+         FROM session_heads h JOIN sessions s ON s.sid = h.sid
+         WHERE s.org = {org} AND h.sid > {after} ORDER BY h.sid LIMIT {limit}"
+    )
+}
+
+/// A page of org `{org}`'s `session_kinds` rows after (`{sid}`,
+/// `{kind}`) (at most `{limit}`), with the backend's placeholders.
+pub(crate) fn session_kinds_page_query(org: &str, sid: &str, kind: &str, limit: &str) -> String {
+    format!(
+        "SELECT k.sid, s.session_id, k.kind
+         FROM session_kinds k JOIN sessions s ON s.sid = k.sid
+         WHERE s.org = {org} AND (k.sid > {sid} OR (k.sid = {sid} AND k.kind > {kind}))
+         ORDER BY k.sid, k.kind LIMIT {limit}"
+    )
+}
+
 /// A session-start record read with its session's row: the row must say
 /// exactly what the record says. The `sessions` table is derived, but
 /// listings and filters read it (who ran a session, when it started, in

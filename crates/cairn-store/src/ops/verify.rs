@@ -14,7 +14,10 @@ use cairn_core::note::NoteVerifier;
 use cairn_core::verify::{
     AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
 };
+use derived::SessionTally;
 use std::collections::HashMap;
+
+mod derived;
 
 /// The outcome of verifying an org's log in a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +89,15 @@ pub fn verify_org(
         stored.checked += 1;
         stored.largest = stored.largest.max(Some(cp.checkpoint().size));
     }
-    let count = check_entries(store, org_id, &mut verifier, &mut stored, progress)?;
+    let mut tallies = HashMap::new();
+    let count = check_entries(
+        store,
+        org_id,
+        &mut verifier,
+        &mut stored,
+        &mut tallies,
+        progress,
+    )?;
     progress(count);
     let mut verdict = verifier.finish();
     // Each session-start record was read with its sessions row; a row no
@@ -105,6 +116,12 @@ pub fn verify_org(
                 ),
             });
         }
+    }
+    if verdict.verified
+        && let Some(failure) = derived::check_session_index(store, org_id, count, &tallies)?
+    {
+        verdict.verified = false;
+        verdict.failure = Some(failure);
     }
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
@@ -262,6 +279,7 @@ fn check_entries(
     org_id: &str,
     verifier: &mut LogVerifier,
     checkpoints: &mut StoredCheckpoints<'_>,
+    tallies: &mut HashMap<i64, SessionTally>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, StoreError> {
     use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
@@ -271,14 +289,14 @@ fn check_entries(
     let size = store.log_size(org_id)?;
     let chunks = size.div_ceil(CHUNK);
     let mut count = 0u64;
-    // Per session (by its row number), the position of its last step: each
-    // step's `prev_seq` column must name it (the first step's none).
-    // Readers walk a session by that column (replays, listings, session
-    // verification and exports), so a link edited to point nowhere would
-    // show a shorter session while every hash held. Checked after the
-    // verifier accepted the step, so that a deleted or moved step is
-    // reported as the log's own failure first.
-    let mut last_step: HashMap<i64, u64> = HashMap::new();
+    // Per session (by its row number), its steps so far (`tallies`): each
+    // step's `prev_seq` column must name the last one (the first step's
+    // none). Readers walk a session by that column (replays, listings,
+    // session verification and exports), so a link edited to point
+    // nowhere would show a shorter session while every hash held. Checked
+    // after the verifier accepted the step, so that a deleted or moved
+    // step is reported as the log's own failure first. The tallies are
+    // compared with the derived per-session tables at the end.
     let mut check = |verifier: &mut LogVerifier,
                      stored: &crate::StoredEntry,
                      digest: Option<Hash>|
@@ -292,19 +310,27 @@ fn check_entries(
                 if !verifier.push_stored(entry, digest, stored.leaf) {
                     return false;
                 }
-                let Some((sid, prev_seq)) = stored.chain_link else {
+                let (Some((sid, prev_seq)), cairn_core::log::LogRecord::Step(r)) =
+                    (stored.chain_link, &entry.record)
+                else {
                     return true;
                 };
-                let expected = last_step.insert(sid, stored.seq);
+                let (index, kind) = (r.step.step_index, r.step.kind);
+                let expected = match tallies.entry(sid) {
+                    std::collections::hash_map::Entry::Occupied(mut tally) => {
+                        let last = tally.get().last_seq;
+                        tally.get_mut().push(stored.seq, index, kind);
+                        Some(last)
+                    }
+                    std::collections::hash_map::Entry::Vacant(tally) => {
+                        tally.insert(SessionTally::first(stored.seq, index, kind));
+                        None
+                    }
+                };
                 if prev_seq == expected {
                     return true;
                 }
-                let (session_id, step_index) = match &entry.record {
-                    cairn_core::log::LogRecord::Step(r) => {
-                        (Some(r.step.session_id.clone()), Some(r.step.step_index))
-                    }
-                    _ => (None, None),
-                };
+                let (session_id, step_index) = (Some(r.step.session_id.clone()), Some(index));
                 verifier.fail(
                         Location {
                             seq: Some(stored.seq),

@@ -313,7 +313,7 @@ impl WriteTx for SqliteTx<'_> {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT s.sid FROM sessions s JOIN session_heads h ON h.sid = s.sid
+                "SELECT s.sid FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
                  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
                    AND e.type = 'step' AND e.step_index = h.last_index
                  WHERE s.org = ?1 AND (e.id IS NULL OR e.created_at < ?2)",

@@ -194,17 +194,18 @@ fn a_head_moved_ahead_neither_wedges_the_session_nor_fails_its_batch() {
 
 /// Retention takes its candidates from the head rows only when the row
 /// names a step of the session: a head moved forward (allowed to the
-/// production role) onto a later record with no `created_at` does not hide
-/// an expired session from retention.
+/// production role) onto a later record with no `created_at`, or deleted
+/// (by whoever can bypass the triggers), does not hide an expired session
+/// from retention.
 #[test]
-fn a_head_moved_ahead_does_not_hide_a_session_from_retention() {
+fn a_head_moved_ahead_or_deleted_does_not_hide_a_session_from_retention() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
     let backend = Pg::new(cluster);
     let store = backend.open("heads-retention");
     let org = crate::conformance::ORG;
-    for session in ["old", "control"] {
+    for session in ["old", "gone", "control"] {
         for _ in 0..2 {
             store
                 .append_batch(&[step_in(org, session, "personal data")])
@@ -241,6 +242,12 @@ fn a_head_moved_ahead_does_not_hide_a_session_from_retention() {
             &[&old, &start],
         )
         .unwrap();
+    let gone = sid_of(&mut admin, "gone");
+    admin
+        .batch_execute(&format!(
+            "SET session_replication_role = replica; DELETE FROM session_heads WHERE sid = {gone}; SET session_replication_role = origin;"
+        ))
+        .unwrap();
     let cutoff =
         cairn_core::Timestamp::from_micros(cairn_store::now().as_micros() + 3_600_000_000).unwrap();
     store
@@ -266,6 +273,11 @@ fn a_head_moved_ahead_does_not_hide_a_session_from_retention() {
         unerased(&mut admin, "old"),
         0,
         "an expired session escaped retention through its head row"
+    );
+    assert_eq!(
+        unerased(&mut admin, "gone"),
+        0,
+        "an expired session escaped retention by its head row's deletion"
     );
 }
 

@@ -246,6 +246,44 @@ fn a_session_head_moved_back_cannot_make_an_index_be_used_twice() {
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
 }
 
+/// Retention finds an expired session whose head row was deleted (by the
+/// file's holder, triggers dropped): the row is a hint, the log decides;
+/// and verification names the missing row.
+#[test]
+fn a_deleted_head_row_neither_hides_a_session_from_retention_nor_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    session_of(dir.path(), 2);
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER session_heads_no_delete;
+         DELETE FROM session_heads;",
+    )
+    .unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let org = crate::conformance::ORG;
+    let verdict = cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+    let failure = verdict.verdict.failure.expect("a missing head row fails");
+    assert!(failure.detail.contains("no head row"), "{}", failure.detail);
+    let cutoff =
+        cairn_core::Timestamp::from_micros(cairn_store::now().as_micros() + 3_600_000_000).unwrap();
+    store
+        .append_batch(&[cairn_store::WriteRequest::Retention {
+            org_id: org.into(),
+            older_than: cutoff,
+        }])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    let unerased: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM entries WHERE type = 'step' AND erased = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(unerased, 0, "the expired session escaped retention");
+}
+
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";
 
 /// The child side of `acknowledged_writes_survive_sigkill`: many writers
@@ -654,6 +692,21 @@ fn an_older_store_gets_its_steps_indexed_for_search() {
 /// Appends `per_writer` steps from each of `writers` threads (session
 /// `w{n}` each) through one sequencer.
 fn append_many(store: &Arc<dyn LedgerStore>, writers: usize, per_writer: usize) {
+    append_varied(store, writers, per_writer, false);
+}
+
+/// [`append_many`], each writer's steps of session `w{n}`; `varied`
+/// steps cycle through kinds and every other one starts or grows a new
+/// session (so that sessions get new kinds, and new sessions appear,
+/// while a verification runs).
+fn append_varied(store: &Arc<dyn LedgerStore>, writers: usize, per_writer: usize, varied: bool) {
+    const KINDS: [&str; 5] = [
+        "plan",
+        "decision",
+        "tool_call",
+        "observation",
+        "final_answer",
+    ];
     let ledger = Arc::new(cairn_store::Ledger::new(
         Arc::clone(store),
         cairn_store::SequencerConfig::default(),
@@ -663,7 +716,12 @@ fn append_many(store: &Arc<dyn LedgerStore>, writers: usize, per_writer: usize) 
             let ledger = Arc::clone(&ledger);
             std::thread::spawn(move || {
                 for i in 0..per_writer {
-                    let step = crate::conformance::step(&format!("w{w}"), "plan", &format!("{i}"));
+                    let (session, kind) = match varied {
+                        false => (format!("w{w}"), "plan"),
+                        true if i % 2 == 0 => (format!("w{w}"), KINDS[(i / 2) % KINDS.len()]),
+                        true => (format!("n{w}-{}", i / 10), KINDS[(i / 7) % KINDS.len()]),
+                    };
+                    let step = crate::conformance::step(&session, kind, &format!("{i}"));
                     ledger
                         .write(cairn_store::WriteRequest::Step(Box::new(step)))
                         .unwrap();
@@ -680,7 +738,8 @@ fn append_many(store: &Arc<dyn LedgerStore>, writers: usize, per_writer: usize) 
 /// checks them in log order (`ops::verify`): a log of many chunks verifies
 /// whole; a change in a late chunk and a hole wider than a chunk are each
 /// found at the first entry they touch; entries appended while a
-/// verification runs never make it fail.
+/// verification runs (new kinds, new sessions: derived rows past what it
+/// read) never make it fail.
 #[test]
 fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
     use cairn_core::verify::Reason;
@@ -701,7 +760,7 @@ fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
     // Entries appended meanwhile: every verification still holds.
     let appending = {
         let store = Arc::clone(&store);
-        std::thread::spawn(move || append_many(&store, 4, 300))
+        std::thread::spawn(move || append_varied(&store, 4, 300, true))
     };
     let mut checked = Vec::new();
     while !appending.is_finished() || checked.is_empty() {
