@@ -62,6 +62,7 @@ use tx::SqliteTx;
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
 mod admin;
+mod analyst_functions;
 mod analyst_sql;
 mod connection;
 mod embedding;

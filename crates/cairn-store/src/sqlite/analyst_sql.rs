@@ -19,13 +19,16 @@ const ANALYST_TABLES: [&str; 3] = ["entries", "sessions", "session_heads"];
 /// `meta` or `sqlite_master`), run functions and recurse, and refuses every
 /// other action (PRAGMA, ATTACH, writes); no string or blob may be longer
 /// than the value limit (`SQLITE_LIMIT_LENGTH`), so that no function can
-/// build a huge one.
+/// build a huge one; and the built-ins whose one call could outlast the
+/// time limit are replaced (`analyst_functions`).
 fn open_analyst(path: &Path, limits: &analyst::QueryLimits) -> Result<Connection, StoreError> {
     use rusqlite::hooks::{AuthAction, Authorization};
     let mut c = open_reader(path)?;
     let length = i32::try_from(limits.max_value_bytes.max(1)).unwrap_or(i32::MAX);
     c.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, length)
         .context("setting the length limit")?;
+    super::analyst_functions::install(&c, limits.max_value_bytes.max(1))
+        .context("installing the analyst functions")?;
     c.authorizer(Some(|ctx: rusqlite::hooks::AuthContext<'_>| {
         match ctx.action {
             AuthAction::Select | AuthAction::Recursive | AuthAction::Function { .. } => {

@@ -577,3 +577,54 @@ pub fn limits_hold(backend: &dyn Backend) {
         ));
     }
 }
+
+/// One call of a text function cannot outlast the time limit on SQLite
+/// (whose time limit is checked between calls): `LIKE`, `GLOB` and `trim`
+/// with a long pattern on a long value are refused at once with a message
+/// saying why, and `instr` and `replace` find a long needle in linear
+/// time. Each of these ran for tens of seconds to hours in one call.
+pub fn one_call_is_bounded(backend: &dyn Backend) {
+    let store = backend.open("analyst-one-call");
+    two_orgs(&store);
+    let value = |c: char, doublings: u32| {
+        format!(
+            "(WITH RECURSIVE r(s, n) AS (SELECT '{c}', 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < {doublings}) SELECT s FROM r WHERE n = {doublings})"
+        )
+    };
+    let (mb, needle) = (value('a', 20), value('a', 14));
+    for sql in [
+        format!("SELECT {mb} LIKE '%' || {needle} || 'b%'"),
+        format!("SELECT {mb} GLOB '*' || {needle} || 'b*'"),
+        format!("SELECT trim({}, {needle} || 'b')", value('b', 20)),
+    ] {
+        match store.analyst_query_limited(MINE, &sql, &QueryLimits::default()) {
+            Err(AnalystError::Failed(m)) => {
+                assert!(m.contains("more work than one call may take"), "{m}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    for (sql, expected) in [
+        (format!("SELECT instr({mb}, {needle} || 'b')"), 0),
+        (
+            format!("SELECT length(replace({mb}, {needle} || 'b', 'x'))"),
+            1 << 20,
+        ),
+        // Short patterns still work as SQLite's own.
+        (format!("SELECT {mb} LIKE '%aab%'"), 0),
+        (format!("SELECT {mb} LIKE 'aaa%'"), 1),
+        (
+            "SELECT count(*) FROM steps WHERE content LIKE '%secret%'".to_owned(),
+            0,
+        ),
+    ] {
+        let answer = store
+            .analyst_query_limited(MINE, &sql, &QueryLimits::default())
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(
+            answer.rows,
+            vec![vec![serde_json::json!(expected)]],
+            "{sql}"
+        );
+    }
+}

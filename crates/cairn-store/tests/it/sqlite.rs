@@ -41,6 +41,7 @@ impl Backend for Sqlite {
 fn analyst_sql_oracle_and_limits() {
     crate::analyst::oracle(&Sqlite::new(), cairn_store::analyst::Dialect::Sqlite, 1500);
     crate::analyst::limits_hold(&Sqlite::new());
+    crate::analyst::one_call_is_bounded(&Sqlite::new());
 }
 
 /// Several steps written as one unit: all or none.
