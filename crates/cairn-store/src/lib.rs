@@ -98,13 +98,24 @@ pub trait LedgerStore: Send + Sync + 'static {
     ) -> Result<Vec<SessionHeadRow>, StoreError>;
 
     /// Up to `limit` `session_kinds` rows of the org's sessions after
-    /// `after` (session number, kind), in that order.
+    /// `after` (session number, kind), in that order; `None` while the
+    /// store's kind rows are not built (a store of an earlier version not
+    /// yet opened by this one's sequencer).
     fn session_kinds_page(
         &self,
         org_id: &str,
         after: (i64, &str),
         limit: u32,
-    ) -> Result<Vec<SessionKindRow>, StoreError>;
+    ) -> Result<Option<Vec<SessionKindRow>>, StoreError>;
+
+    /// How many `session_heads` and `session_kinds` rows name a session
+    /// number past every session's (0 in a store nobody edited).
+    fn unattached_session_rows(&self) -> Result<u64, StoreError>;
+
+    /// Writes the `session_kinds` rows the log's steps call for and the
+    /// table lacks (of one org, or of all): a server of an earlier version
+    /// writing beside this one's schema writes none. Returns how many.
+    fn restore_session_kinds(&self, org_id: Option<&str>) -> Result<u64, StoreError>;
 
     /// Streams log entries `from..to` (clamped to the log) in seq order,
     /// each as stored (a row that does not parse is handed over as such,

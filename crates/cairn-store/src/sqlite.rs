@@ -65,6 +65,7 @@ mod admin;
 mod analyst_functions;
 mod analyst_sql;
 mod connection;
+mod derived;
 mod embedding;
 mod fulltext_file;
 mod fulltext_index;
@@ -469,8 +470,16 @@ impl LedgerStore for SqliteStore {
         org_id: &str,
         after: (i64, &str),
         limit: u32,
-    ) -> Result<Vec<crate::SessionKindRow>, StoreError> {
+    ) -> Result<Option<Vec<crate::SessionKindRow>>, StoreError> {
         self.session_kinds_page_in(org_id, after, limit)
+    }
+
+    fn unattached_session_rows(&self) -> Result<u64, StoreError> {
+        self.unattached_session_rows_in()
+    }
+
+    fn restore_session_kinds(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        self.restore_session_kinds_in(org_id)
     }
 
     fn read_log(

@@ -195,12 +195,13 @@ pub struct SessionHeadRow {
     pub sid: i64,
     /// The session's id, from its `sessions` row.
     pub session_id: String,
-    /// Where its first step is in the org log, as the row says.
-    pub first_seq: i64,
+    /// Where its first step is in the org log, as the row says (`None`
+    /// where the column does not hold an integer: SQLite keeps any type).
+    pub first_seq: Option<i64>,
     /// Where its last step is, as the row says.
-    pub last_seq: i64,
+    pub last_seq: Option<i64>,
     /// Its last step's index, as the row says.
-    pub last_index: i64,
+    pub last_index: Option<i64>,
 }
 
 /// A `session_kinds` row of one of an org's sessions (derived state that
@@ -212,6 +213,7 @@ pub struct SessionKindRow {
     pub sid: i64,
     /// The session's id, from its `sessions` row.
     pub session_id: String,
-    /// The kind the row says the session has a step of.
-    pub kind: String,
+    /// The kind the row says the session has a step of (`None` where the
+    /// column does not hold UTF-8 text).
+    pub kind: Option<String>,
 }

@@ -338,6 +338,12 @@ enum Command {
         /// Every org, not only --org.
         #[arg(long)]
         all_orgs: bool,
+        /// Instead, restore the rows behind the listing's kind filter
+        /// from the log (which a server of an earlier version writing
+        /// beside this version's schema leaves out; `cairn verify` names
+        /// them).
+        #[arg(long)]
+        kinds: bool,
     },
     /// Show the server's public key (C2SP vkey form; with --json, every
     /// log key too), or rotate it.

@@ -319,6 +319,17 @@ fn lookup_columns_that_disagree_with_their_record_are_caught() {
             .unwrap();
             (seq, "malformed-record")
         }),
+        ("a head row given a fraction (SQLite keeps any type)", |c| {
+            // The trigger lets a head move forward by half a step; analyst
+            // SQL then counted 4.5 steps. A verdict, not a read error.
+            let seq = last_step(c, "revenue-analysis-q4");
+            c.execute(
+                "UPDATE session_heads SET last_seq = last_seq + 0.5, last_index = last_index + 0.5 WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4')",
+                [],
+            )
+            .unwrap();
+            (seq, "malformed-record")
+        }),
         ("a kind row added to a session", |c| {
             // A kind filter would list the session as holding a
             // correction it never made.
@@ -676,4 +687,63 @@ fn a_session_row_no_record_names_is_caught() {
             .contains("sessions table"),
         "{verdict}"
     );
+}
+
+/// Derived rows outside any session's reach: a kind row planted for the
+/// next session number (which that session would inherit) fails the
+/// verification of every org; kind rows an earlier server left out are
+/// named with the command that restores them, which does; and a store of
+/// an earlier version whose kind rows are not built yet verifies without
+/// them instead of failing to read them.
+#[test]
+fn kind_rows_planted_missing_or_not_yet_built() {
+    let verdict = |dir: &Path| {
+        let run = cairn_in(dir, &["verify", "--json"], None);
+        (run.code, json(&run))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let conn = attacker(dir.path());
+    conn.execute(
+        "INSERT INTO session_kinds (sid, kind) SELECT max(sid) + 1, 'final_answer' FROM sessions",
+        [],
+    )
+    .unwrap();
+    let (code, v) = verdict(dir.path());
+    assert_eq!(
+        (code, &v["brokenReason"]),
+        (1, &Value::from("malformed-record")),
+        "{v}"
+    );
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the next session would inherit"),
+        "{v}"
+    );
+    conn.execute("DELETE FROM session_kinds", []).unwrap();
+    let (code, v) = verdict(dir.path());
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cairn reindex --kinds"),
+        "{v}"
+    );
+    let run = cairn_in(dir.path(), &["reindex", "--kinds", "--json"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json(&run)["kind_rows_restored"], 5, "{}", run.stdout);
+    let (code, v) = verdict(dir.path());
+    assert_eq!(code, 0, "{v}");
+    // An earlier version's store: no kind table yet, the index it replaced
+    // still there. Verification (which does not migrate) checks the rest.
+    conn.execute_batch(
+        "DROP TABLE session_kinds;
+         CREATE INDEX entries_session_kinds ON entries (sid, kind);",
+    )
+    .unwrap();
+    let (code, v) = verdict(dir.path());
+    assert_eq!(code, 0, "{v}");
 }

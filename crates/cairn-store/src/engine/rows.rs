@@ -97,25 +97,44 @@ pub(crate) fn orphan_sessions_query(org: &str) -> String {
 }
 
 /// A page of org `{org}`'s `session_heads` rows after session number
-/// `{after}` (at most `{limit}`), with the backend's placeholders.
+/// `{after}` (at most `{limit}`), with the backend's placeholders. Driven
+/// by the heads' key from `{after}` (`+s.org` keeps SQLite off the
+/// sessions' org index, which would read every session of the org for
+/// each page and sort them): linear in the rows over all pages.
 pub(crate) fn session_heads_page_query(org: &str, after: &str, limit: &str) -> String {
     format!(
         "SELECT h.sid, s.session_id, h.first_seq, h.last_seq, h.last_index
          FROM session_heads h JOIN sessions s ON s.sid = h.sid
-         WHERE s.org = {org} AND h.sid > {after} ORDER BY h.sid LIMIT {limit}"
+         WHERE +s.org = {org} AND h.sid > {after} AND s.sid > {after}
+         ORDER BY h.sid LIMIT {limit}"
     )
 }
 
 /// A page of org `{org}`'s `session_kinds` rows after (`{sid}`,
-/// `{kind}`) (at most `{limit}`), with the backend's placeholders.
+/// `{kind}`) (at most `{limit}`), with the backend's placeholders; by the
+/// kind rows' key, as [`session_heads_page_query`].
 pub(crate) fn session_kinds_page_query(org: &str, sid: &str, kind: &str, limit: &str) -> String {
     format!(
         "SELECT k.sid, s.session_id, k.kind
          FROM session_kinds k JOIN sessions s ON s.sid = k.sid
-         WHERE s.org = {org} AND (k.sid > {sid} OR (k.sid = {sid} AND k.kind > {kind}))
+         WHERE +s.org = {org} AND (k.sid, k.kind) > ({sid}, {kind}) AND s.sid >= {sid}
          ORDER BY k.sid, k.kind LIMIT {limit}"
     )
 }
+
+/// How many `session_heads` and `session_kinds` rows name a session
+/// number past every session's: rows planted for a session not created
+/// yet, which the next session would inherit (a kind it never had, a
+/// head that stops its own from being written).
+/// `session_kinds` is left out of a store of an earlier version that has
+/// none yet (`UNATTACHED_HEAD_ROWS`).
+pub(crate) const UNATTACHED_SESSION_ROWS: &str = "SELECT
+    (SELECT count(*) FROM session_heads WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))
+  + (SELECT count(*) FROM session_kinds WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))";
+
+/// [`UNATTACHED_SESSION_ROWS`] of `session_heads` alone.
+pub(crate) const UNATTACHED_HEAD_ROWS: &str = "SELECT
+    (SELECT count(*) FROM session_heads WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))";
 
 /// A session-start record read with its session's row: the row must say
 /// exactly what the record says. The `sessions` table is derived, but

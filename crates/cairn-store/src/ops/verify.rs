@@ -118,7 +118,7 @@ pub fn verify_org(
         }
     }
     if verdict.verified
-        && let Some(failure) = derived::check_session_index(store, org_id, count, &tallies)?
+        && let Some(failure) = derived::check_session_index(store, org_id, count, &mut tallies)?
     {
         verdict.verified = false;
         verdict.failure = Some(failure);
@@ -316,17 +316,10 @@ fn check_entries(
                     return true;
                 };
                 let (index, kind) = (r.step.step_index, r.step.kind);
-                let expected = match tallies.entry(sid) {
-                    std::collections::hash_map::Entry::Occupied(mut tally) => {
-                        let last = tally.get().last_seq;
-                        tally.get_mut().push(stored.seq, index, kind);
-                        Some(last)
-                    }
-                    std::collections::hash_map::Entry::Vacant(tally) => {
-                        tally.insert(SessionTally::first(stored.seq, index, kind));
-                        None
-                    }
-                };
+                let expected = tallies
+                    .entry(sid)
+                    .or_default()
+                    .push(stored.seq, index, kind);
                 if prev_seq == expected {
                     return true;
                 }

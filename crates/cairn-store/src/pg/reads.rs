@@ -16,72 +16,13 @@ use crate::engine::{
 };
 use crate::listing::{self, ListParam};
 use crate::{
-    SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary, StepFilter,
-    StoreError, StoredEntry, StoredStep,
+    SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredEntry, StoredStep,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::types::ToSql;
 
 impl PgStore {
-    pub(super) fn session_heads_page_in(
-        &self,
-        org_id: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<SessionHeadRow>, StoreError> {
-        static QUERY: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| crate::engine::session_heads_page_query("$1", "$2", "$3"));
-        self.read(|db| {
-            let Some(org) = Self::org_id_of(db, org_id)? else {
-                return Ok(Vec::new());
-            };
-            db.query(
-                &QUERY,
-                &[&org, &after, &i64::from(limit)],
-                "reading session heads",
-            )?
-            .iter()
-            .map(|row| {
-                Ok(SessionHeadRow {
-                    sid: col(row, 0)?,
-                    session_id: col(row, 1)?,
-                    first_seq: col(row, 2)?,
-                    last_seq: col(row, 3)?,
-                    last_index: col(row, 4)?,
-                })
-            })
-            .collect()
-        })
-    }
-
-    pub(super) fn session_kinds_page_in(
-        &self,
-        org_id: &str,
-        after: (i64, &str),
-        limit: u32,
-    ) -> Result<Vec<SessionKindRow>, StoreError> {
-        static QUERY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            crate::engine::session_kinds_page_query("$1", "$2", "$3", "$4")
-        });
-        self.read(|db| {
-            let Some(org) = Self::org_id_of(db, org_id)? else {
-                return Ok(Vec::new());
-            };
-            let params: [&(dyn ToSql + Sync); 4] = [&org, &after.0, &after.1, &i64::from(limit)];
-            db.query(&QUERY, &params, "reading session kinds")?
-                .iter()
-                .map(|row| {
-                    Ok(SessionKindRow {
-                        sid: col(row, 0)?,
-                        session_id: col(row, 1)?,
-                        kind: col(row, 2)?,
-                    })
-                })
-                .collect()
-        })
-    }
-
     pub(super) fn read_log_in(
         &self,
         org_id: &str,

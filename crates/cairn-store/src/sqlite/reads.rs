@@ -12,69 +12,13 @@ use crate::engine::{
 };
 use crate::listing::{self, ListParam};
 use crate::{
-    DbContext, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
-    StoreError, StoredEntry, StoredStep,
+    DbContext, SessionFilter, SessionInfo, SessionSummary, StoreError, StoredEntry, StoredStep,
 };
 use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
-    pub(super) fn session_heads_page_in(
-        &self,
-        org_id: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<SessionHeadRow>, StoreError> {
-        static QUERY: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| crate::engine::session_heads_page_query("?1", "?2", "?3"));
-        self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(Vec::new());
-            };
-            let mut stmt = c.prepare_cached(&QUERY).context("reading session heads")?;
-            stmt.query_map(params![org, after, limit], |r| {
-                Ok(SessionHeadRow {
-                    sid: r.get(0)?,
-                    session_id: r.get(1)?,
-                    first_seq: r.get(2)?,
-                    last_seq: r.get(3)?,
-                    last_index: r.get(4)?,
-                })
-            })
-            .context("reading session heads")?
-            .collect::<Result<_, _>>()
-            .context("reading session heads")
-        })
-    }
-
-    pub(super) fn session_kinds_page_in(
-        &self,
-        org_id: &str,
-        after: (i64, &str),
-        limit: u32,
-    ) -> Result<Vec<SessionKindRow>, StoreError> {
-        static QUERY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            crate::engine::session_kinds_page_query("?1", "?2", "?3", "?4")
-        });
-        self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(Vec::new());
-            };
-            let mut stmt = c.prepare_cached(&QUERY).context("reading session kinds")?;
-            stmt.query_map(params![org, after.0, after.1, limit], |r| {
-                Ok(SessionKindRow {
-                    sid: r.get(0)?,
-                    session_id: r.get(1)?,
-                    kind: r.get(2)?,
-                })
-            })
-            .context("reading session kinds")?
-            .collect::<Result<_, _>>()
-            .context("reading session kinds")
-        })
-    }
-
     pub(super) fn read_log_in(
         &self,
         org_id: &str,

@@ -309,14 +309,17 @@ impl WriteTx for SqliteTx<'_> {
         older_than: Timestamp,
     ) -> Result<Vec<i64>, StoreError> {
         // Candidates by their head rows, confirmed by the log: a head moved
-        // back must not make an active session look expired.
+        // back must not make an active session look expired, and a session
+        // whose head row is missing is a candidate if it has a first step.
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT s.sid FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
                  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
                    AND e.type = 'step' AND e.step_index = h.last_index
-                 WHERE s.org = ?1 AND (e.id IS NULL OR e.created_at < ?2)",
+                 WHERE s.org = ?1 AND (e.id IS NULL OR e.created_at < ?2)
+                   AND (h.sid IS NOT NULL OR EXISTS (SELECT 1 FROM entries f
+                     WHERE COALESCE(f.prev_seq, -1) = -1 AND f.sid = s.sid AND f.type = 'step'))",
             )
             .context("finding expired sessions")?;
         let candidates: Vec<i64> = stmt

@@ -125,7 +125,14 @@ pub fn run() -> Result<Outcome> {
                 ),
                 Command::Admin(command) => admin(&cli, store.as_ref(), command),
                 Command::Search(args) => search(&cli, store.as_ref(), args),
-                Command::Reindex { all_orgs } => reindex(&cli, store.as_ref(), *all_orgs),
+                Command::Reindex {
+                    all_orgs,
+                    kinds: true,
+                } => restore_kinds(&cli, store.as_ref(), *all_orgs),
+                Command::Reindex {
+                    all_orgs,
+                    kinds: false,
+                } => reindex(&cli, store.as_ref(), *all_orgs),
                 Command::Erase { trace_id, reason } => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let request = WriteRequest::Erase {

@@ -503,3 +503,20 @@ pub(super) fn reindex(cli: &Cli, store: &dyn LedgerStore, all_orgs: bool) -> Res
     }
     Ok(Outcome::Success)
 }
+
+/// `cairn reindex --kinds`: the kind rows the log's steps call for and
+/// the table lacks, written.
+pub(super) fn restore_kinds(cli: &Cli, store: &dyn LedgerStore, all_orgs: bool) -> Result<Outcome> {
+    let restored = store.restore_session_kinds((!all_orgs).then_some(cli.org.as_str()))?;
+    if cli.json {
+        println!("{}", serde_json::json!({ "kind_rows_restored": restored }));
+    } else {
+        let scope = if all_orgs {
+            "every org".to_owned()
+        } else {
+            format!("org {}", cli.org)
+        };
+        println!("restored {restored} kind row(s) of the sessions of {scope}");
+    }
+    Ok(Outcome::Success)
+}

@@ -321,14 +321,17 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         older_than: Timestamp,
     ) -> Result<Vec<i64>, StoreError> {
         self.flush()?;
-        // Candidates by their head rows, confirmed by the log.
+        // Candidates by their head rows, confirmed by the log (a session
+        // whose head row is missing is one if it has a first step).
         let candidates: Vec<i64> = self
             .db
             .query(
                 "SELECT s.sid FROM sessions s LEFT JOIN session_heads h ON h.sid = s.sid
                  LEFT JOIN entries e ON e.id = ((s.org << 40) | h.last_seq) AND e.sid = s.sid
                    AND e.type = 'step' AND e.step_index = h.last_index
-                 WHERE s.org = $1 AND (e.id IS NULL OR e.created_at < $2)",
+                 WHERE s.org = $1 AND (e.id IS NULL OR e.created_at < $2)
+                   AND (h.sid IS NOT NULL OR EXISTS (SELECT 1 FROM entries f
+                     WHERE COALESCE(f.prev_seq, -1) = -1 AND f.sid = s.sid AND f.type = 'step'))",
                 &[&org, &older_than.as_micros()],
                 "finding expired sessions",
             )?

@@ -1,0 +1,144 @@
+//! The embedded store's reads of its derived per-session tables for
+//! verification (`session_heads`, `session_kinds`, page by page, each
+//! value as stored whatever its type), and the restoring of kind rows
+//! from the log.
+
+use super::SqliteStore;
+use super::connection::poisoned;
+use crate::{DbContext, SessionHeadRow, SessionKindRow, StoreError};
+use rusqlite::params;
+use rusqlite::types::ValueRef;
+
+/// An integer column, `None` for any other type (SQLite keeps what it is
+/// given in a column of any declared type).
+fn integer(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<i64>> {
+    Ok(match row.get_ref(i)? {
+        ValueRef::Integer(n) => Some(n),
+        _ => None,
+    })
+}
+
+/// A text column as UTF-8, `None` for any other type or bytes.
+fn text(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match row.get_ref(i)? {
+        ValueRef::Text(t) => std::str::from_utf8(t).ok().map(str::to_owned),
+        _ => None,
+    })
+}
+
+impl SqliteStore {
+    pub(super) fn session_heads_page_in(
+        &self,
+        org_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<SessionHeadRow>, StoreError> {
+        static QUERY: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::engine::session_heads_page_query("?1", "?2", "?3"));
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c.prepare_cached(&QUERY).context("reading session heads")?;
+            stmt.query_map(params![org, after, limit], |r| {
+                Ok(SessionHeadRow {
+                    sid: r.get(0)?,
+                    session_id: text(r, 1)?.unwrap_or_default(),
+                    first_seq: integer(r, 2)?,
+                    last_seq: integer(r, 3)?,
+                    last_index: integer(r, 4)?,
+                })
+            })
+            .context("reading session heads")?
+            .collect::<Result<_, _>>()
+            .context("reading session heads")
+        })
+    }
+
+    pub(super) fn session_kinds_page_in(
+        &self,
+        org_id: &str,
+        after: (i64, &str),
+        limit: u32,
+    ) -> Result<Option<Vec<SessionKindRow>>, StoreError> {
+        static QUERY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            crate::engine::session_kinds_page_query("?1", "?2", "?3", "?4")
+        });
+        self.read(|c| {
+            // Built once a sequencer of this version filled the table and
+            // dropped the index it replaces.
+            let built: bool = c
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_kinds')
+                       AND NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'entries_session_kinds')",
+                    [],
+                    |r| r.get(0),
+                )
+                .context("checking the schema")?;
+            if !built {
+                return Ok(None);
+            }
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Some(Vec::new()));
+            };
+            let mut stmt = c.prepare_cached(&QUERY).context("reading session kinds")?;
+            stmt.query_map(params![org, after.0, after.1, limit], |r| {
+                Ok(SessionKindRow {
+                    sid: r.get(0)?,
+                    session_id: text(r, 1)?.unwrap_or_default(),
+                    kind: text(r, 2)?,
+                })
+            })
+            .context("reading session kinds")?
+            .collect::<Result<_, _>>()
+            .context("reading session kinds")
+            .map(Some)
+        })
+    }
+
+    pub(super) fn unattached_session_rows_in(&self) -> Result<u64, StoreError> {
+        self.read(|c| {
+            let kinds: bool = c
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_kinds')",
+                    [],
+                    |r| r.get(0),
+                )
+                .context("checking the schema")?;
+            let query = match kinds {
+                true => crate::engine::UNATTACHED_SESSION_ROWS,
+                false => crate::engine::UNATTACHED_HEAD_ROWS,
+            };
+            let n: i64 = c
+                .query_row(query, [], |r| r.get(0))
+                .context("counting derived rows")?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    pub(super) fn restore_session_kinds_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = guard
+            .conn
+            .transaction()
+            .context("restoring the kinds of sessions")?;
+        let org = match org_id {
+            Some(name) => match Self::org_id_of(&tx, name)? {
+                Some(org) => Some(org),
+                None => return Ok(0),
+            },
+            None => None,
+        };
+        let added = tx
+            .execute(
+                "INSERT OR IGNORE INTO session_kinds (sid, kind)
+                 SELECT DISTINCT sid, kind FROM entries
+                 WHERE type = 'step' AND sid IS NOT NULL AND kind IS NOT NULL
+                   AND (?1 IS NULL OR org = ?1)",
+                [org],
+            )
+            .context("restoring the kinds of sessions")?;
+        tx.commit().context("restoring the kinds of sessions")?;
+        Ok(added as u64)
+    }
+}
