@@ -32,9 +32,13 @@ use std::time::Duration;
 
 mod guard;
 mod rewrite;
+mod time_checks;
 use guard::Guard;
+pub use guard::{MAX_EXPRESSIONS, MAX_FUNCTION_ARGUMENTS, MAX_LIST_EXPRESSIONS};
 use rewrite::{CTE_PREFIX, Rename, check_rewritten};
 pub use rewrite::{is_allowed_table, tables_outside_views};
+pub use time_checks::TIME_CHECK_FUNCTION;
+use time_checks::TimeChecks;
 
 /// At most this many rows are returned (the default of
 /// [`QueryLimits::max_rows`], and the largest a caller may ask for).
@@ -143,10 +147,30 @@ pub(crate) fn value_too_large(column: &str, limit: usize) -> AnalystError {
     ))
 }
 
+/// How deep a caller's statement may nest (sqlparser's default).
+const CALLER_DEPTH: usize = 50;
+/// How deep a prepared statement may nest: the caller's, with a `CASE`
+/// around each call (`time_checks`) and Cairn's views around it.
+const PREPARED_DEPTH: usize = 2 * CALLER_DEPTH + 10;
+
 fn parse(sql: &str, dialect: Dialect) -> Result<Vec<Statement>, sqlparser::parser::ParserError> {
+    parse_nested(sql, dialect, CALLER_DEPTH)
+}
+
+fn parse_nested(
+    sql: &str,
+    dialect: Dialect,
+    depth: usize,
+) -> Result<Vec<Statement>, sqlparser::parser::ParserError> {
+    let parser = |d: &dyn sqlparser::dialect::Dialect| {
+        Parser::new(d)
+            .with_recursion_limit(depth)
+            .try_with_sql(sql)?
+            .parse_statements()
+    };
     match dialect {
-        Dialect::Sqlite => Parser::parse_sql(&sqlparser::dialect::SQLiteDialect {}, sql),
-        Dialect::Postgres => Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, sql),
+        Dialect::Sqlite => parser(&sqlparser::dialect::SQLiteDialect {}),
+        Dialect::Postgres => parser(&sqlparser::dialect::PostgreSqlDialect {}),
     }
 }
 
@@ -232,6 +256,12 @@ pub fn prepare(
     if let ControlFlow::Break(reason) = VisitMut::visit(query.as_mut(), &mut rename) {
         return refuse(reason);
     }
+    // Neither database checks its time limit inside one row's
+    // expressions: each scalar call checks it first.
+    let mut checks = TimeChecks {
+        schema: (dialect == Dialect::Postgres).then_some(schema),
+    };
+    let _ = VisitMut::visit(query.as_mut(), &mut checks);
     let ours = views(dialect, org, schema)?;
     let own_views = ours.cte_tables.len();
     match &mut query.with {
@@ -245,7 +275,7 @@ pub fn prepare(
     // What the database will read is what was checked: the printed
     // statement parses back to the same tree, and every table in it, past
     // Cairn's views, is a view or a generated name.
-    match parse(&out, dialect) {
+    match parse_nested(&out, dialect, PREPARED_DEPTH) {
         Ok(again) if again.len() == 1 && again[0] == statement => {}
         _ => {
             return refuse(
@@ -355,6 +385,104 @@ mod tests {
                 "{with_own_cte}"
             );
             assert!(!with_own_cte.contains("recent AS ("), "{with_own_cte}");
+        }
+    }
+
+    /// Every scalar call, in any clause, is preceded by the time check;
+    /// aggregate and window calls are not. The caller cannot call the
+    /// check itself.
+    #[test]
+    fn every_scalar_call_is_checked_for_time() {
+        let sql = "SELECT upper(content), max(length(content), 3), count(*), row_number() OVER (ORDER BY seq), trim(model) FROM steps WHERE instr(content, 'x') > 0 GROUP BY seq HAVING sum(abs(seq)) > 0";
+        let ours = prepare(sql, Dialect::Sqlite, 7, "main").unwrap();
+        let checks = ours.matches("CASE WHEN cairn_time_check() THEN ").count();
+        // upper, max (scalar), length, trim, instr, abs: six calls.
+        assert_eq!(checks, 6, "{ours}");
+        for call in [
+            "CASE WHEN cairn_time_check() THEN upper(content) END",
+            "CASE WHEN cairn_time_check() THEN instr(content, 'x') END",
+            "count(*)",
+            "sum(CASE WHEN cairn_time_check() THEN abs(seq) END)",
+        ] {
+            assert!(ours.contains(call), "{call} in {ours}");
+        }
+        // PostgreSQL's check is the function in Cairn's schema.
+        let theirs = prepare(sql, Dialect::Postgres, 7, "main").unwrap();
+        assert_eq!(
+            theirs
+                .matches("CASE WHEN \"main\".cairn_time_check() THEN ")
+                .count(),
+            6,
+            "{theirs}"
+        );
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            assert!(
+                refused("SELECT cairn_time_check() FROM steps", dialect).contains("not accepted"),
+                "{dialect:?}"
+            );
+            // A statement nested as deep as the parser takes is still
+            // passed on once its calls are wrapped.
+            let nested = format!(
+                "SELECT {}content{} FROM steps",
+                "upper(".repeat(46),
+                ")".repeat(46)
+            );
+            let out = prepare(&nested, dialect, 7, "main").unwrap();
+            assert_eq!(out.matches("cairn_time_check()").count(), 46, "{out}");
+        }
+    }
+
+    /// The bounds on one row's work: expressions per statement, arguments
+    /// per call, computed items per list; both dialects alike.
+    #[test]
+    fn one_rows_work_is_bounded() {
+        let many = vec!["length(content)"; MAX_EXPRESSIONS / 2 + 1].join(" + ");
+        let args = |n: usize| vec!["content"; n].join(", ");
+        let list = |n: usize| vec!["model"; n].join(", ");
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for (sql, why) in [
+                (
+                    format!("SELECT {many} FROM steps"),
+                    "at most 1000 expressions",
+                ),
+                (
+                    format!("SELECT coalesce({}) FROM steps", args(9)),
+                    "at most 8 arguments",
+                ),
+                (
+                    format!("SELECT content IN ({}) FROM steps", list(33)),
+                    "IN list holds at most 32",
+                ),
+                (
+                    format!(
+                        "SELECT (content, {}) = (content, {}) FROM steps",
+                        list(32),
+                        list(32)
+                    ),
+                    "row value holds at most 32",
+                ),
+                (
+                    format!(
+                        "SELECT CASE content {} END FROM steps",
+                        vec!["WHEN model THEN 1"; 33].join(" ")
+                    ),
+                    "CASE x WHEN",
+                ),
+            ] {
+                let reason = refused(&sql, dialect);
+                assert!(reason.contains(why), "{dialect:?} {why}: {reason}");
+            }
+            for sql in [
+                format!("SELECT coalesce({}) FROM steps", args(8)),
+                format!("SELECT content IN ({}) FROM steps", list(32)),
+                // Literals are not counted in a list.
+                format!(
+                    "SELECT content IN ({}) FROM steps",
+                    vec!["'a'"; 200].join(", ")
+                ),
+            ] {
+                prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
         }
     }
 

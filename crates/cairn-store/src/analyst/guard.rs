@@ -89,6 +89,22 @@ const FORMAT_FUNCTIONS: &[&str] = &["printf", "format"];
 /// Largest width or precision a format string may give.
 const MAX_FORMAT_WIDTH: u64 = 1000;
 
+/// Most expressions (every operator, call, name and literal counts) a
+/// statement may hold. On SQLite the expressions of one row run between
+/// two checks of the time limit, apart from the check before each call
+/// (`time_checks`): each may read a whole value (a column of up to the
+/// value limit is copied each time it is named), so their number bounds
+/// how far one row can overrun the limit.
+pub const MAX_EXPRESSIONS: usize = 1000;
+/// Most arguments a call may take (SQLite copies each argument of a
+/// variadic call such as `max (a, b, ...)` or `json_extract`, whose paths
+/// each build an answer, before the call starts).
+pub const MAX_FUNCTION_ARGUMENTS: usize = 8;
+/// Most items that are not literals in one list (an `IN (...)` list, a
+/// row value, the `WHEN` values of `CASE x WHEN ...`): SQLite compares
+/// them one after another inside one step.
+pub const MAX_LIST_EXPRESSIONS: usize = 32;
+
 /// The type names a cast may name (the first word of the type, lowercase).
 const TYPES: &[&str] = &[
     "int",
@@ -129,6 +145,22 @@ const TYPES: &[&str] = &[
 pub(super) struct Guard {
     pub(super) relations: HashSet<String>,
     pub(super) ctes: HashSet<String>,
+    /// Expressions seen so far.
+    expressions: usize,
+}
+
+/// Refuses a list of more than [`MAX_LIST_EXPRESSIONS`] items that are
+/// not literals.
+fn check_list<'a>(what: &str, items: impl Iterator<Item = &'a Expr>) -> Result<(), String> {
+    let computed = items
+        .filter(|e| !matches!(e, Expr::Value(_) | Expr::TypedString(_)))
+        .count();
+    if computed > MAX_LIST_EXPRESSIONS {
+        return Err(format!(
+            "{what} holds at most {MAX_LIST_EXPRESSIONS} items that are not literals, not {computed}: join with a CTE instead"
+        ));
+    }
+    Ok(())
 }
 
 fn single_name(name: &ObjectName) -> Result<String, String> {
@@ -385,6 +417,12 @@ impl Visitor for Guard {
     }
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
+        self.expressions += 1;
+        if self.expressions > MAX_EXPRESSIONS {
+            return ControlFlow::Break(format!(
+                "a statement holds at most {MAX_EXPRESSIONS} expressions (operators, calls, names and literals)"
+            ));
+        }
         let checked = match expr {
             Expr::Function(function) => (|| {
                 let name = single_name(&function.name)?;
@@ -399,6 +437,14 @@ impl Visitor for Guard {
                     || function.uses_odbc_syntax
                 {
                     return Err(format!("this form of {name}(...) is not accepted"));
+                }
+                if let FunctionArguments::List(list) = &function.args
+                    && list.args.len() > MAX_FUNCTION_ARGUMENTS
+                {
+                    return Err(format!(
+                        "{name}(...) takes at most {MAX_FUNCTION_ARGUMENTS} arguments here, not {}",
+                        list.args.len()
+                    ));
                 }
                 if FORMAT_FUNCTIONS.contains(&name.as_str()) {
                     let first = match &function.args {
@@ -432,6 +478,13 @@ impl Visitor for Guard {
             }
             Expr::TypedString(typed) => check_data_type(&typed.data_type),
             Expr::Convert { .. } => Err("CONVERT is not accepted: use CAST".into()),
+            Expr::InList { list, .. } => check_list("an IN list", list.iter()),
+            Expr::Tuple(items) => check_list("a row value", items.iter()),
+            Expr::Case {
+                operand: Some(_),
+                conditions,
+                ..
+            } => check_list("CASE x WHEN ...", conditions.iter().map(|c| &c.condition)),
             _ => Ok(()),
         };
         match checked {

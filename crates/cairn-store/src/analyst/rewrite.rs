@@ -5,7 +5,7 @@
 //! look (`guard`) because this is what makes sure no text of the caller's
 //! becomes a table name.
 
-use super::{Dialect, VIEWS, parse, shown};
+use super::{Dialect, PREPARED_DEPTH, VIEWS, parse_nested, shown};
 use sqlparser::ast::{
     Ident, ObjectName, ObjectNamePart, Query, Statement, TableAlias, TableFactor, Visit, Visitor,
     VisitorMut,
@@ -147,7 +147,8 @@ pub(super) fn check_rewritten(query: &Query, own_views: usize) -> Result<(), Str
 /// written: what the database resolves by name. For tests and fuzzing:
 /// each must be a view or a generated CTE name (`"cairn_cte_<n>"`).
 pub fn tables_outside_views(prepared: &str, dialect: Dialect) -> Result<Vec<String>, String> {
-    let mut statements = parse(prepared, dialect).map_err(|e| e.to_string())?;
+    let mut statements =
+        parse_nested(prepared, dialect, PREPARED_DEPTH).map_err(|e| e.to_string())?;
     let Some(Statement::Query(mut query)) = statements.pop() else {
         return Err("not a query".into());
     };

@@ -99,15 +99,20 @@ CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, 
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
   attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
-CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION cairn_time_check() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  RETURN true;
+END $$;";
 
-/// Whether the tables and indexes of [`ADDITIONS`] exist.
+/// Whether the tables, indexes and functions of [`ADDITIONS`] exist.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
-               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL",
+               AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
+               AND to_regprocedure('cairn_time_check()') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?

@@ -21,19 +21,30 @@
 //!   text in linear time).
 //!
 //! A call with a number among its arguments (short, once SQLite turns it
-//! into text) is always computed by the built-in, so that the number's
-//! text is SQLite's own.
+//! into text) is computed by the built-in, so that the number's text is
+//! SQLite's own; `replace` with a number to put in turns the number into
+//! SQLite's text first and still searches in linear time.
+//!
+//! Every replacement, and [`TIME_CHECK_FUNCTION`] (which the analyst
+//! statement calls before each scalar call, see
+//! `crate::analyst::time_checks`), fails once the query's deadline has
+//! passed: one row's expressions run between two checks of SQLite's
+//! progress handler.
 
+use crate::analyst::TIME_CHECK_FUNCTION;
 use rusqlite::functions::{Context, FunctionFlags};
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// The most work one call of `LIKE`, `GLOB`, `trim (X, Y)` and
 /// `unhex (X, Y)` may take, as the product of its two arguments' lengths
-/// in bytes: about half a second of SQLite's matching on this kind of
-/// machine (2.5 ns a step, measured on a 1 MB value).
-pub(super) const WORK_PER_CALL: u64 = 256 * 1024 * 1024;
+/// in bytes: about a quarter of a second of SQLite's matching on this
+/// kind of machine at worst (at 256 Mi one call took 0.7-1.4 s), which
+/// still lets a 2 MiB value, about the largest a step stores, be matched
+/// with a 32-byte pattern.
+pub(super) const WORK_PER_CALL: u64 = 64 * 1024 * 1024;
 
 /// A function's answer, any SQLite type, text kept as bytes (SQLite's text
 /// need not be UTF-8).
@@ -167,9 +178,38 @@ fn replace(x: &[u8], y: &[u8], z: &[u8], cap: usize) -> Vec<u8> {
     out
 }
 
-/// Registers the replacements on `conn`; `cap` is the connection's
-/// length limit (no answer is built past it).
-pub(super) fn install(conn: &Connection, cap: usize) -> rusqlite::Result<()> {
+/// The error of a call made after the query's deadline (read as the time
+/// limit by the caller, which compares the clock with the deadline).
+fn past(deadline: Instant) -> rusqlite::Result<()> {
+    if Instant::now() > deadline {
+        return Err(rusqlite::Error::UserFunctionError(
+            "the query ran past its time limit".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// SQLite's text for a number (as `sqlite3_value_text` writes it).
+fn text_of_number(builtins: &Builtins, value: ValueRef<'_>) -> rusqlite::Result<Vec<u8>> {
+    let conn = builtins
+        .lock()
+        .map_err(|_| rusqlite::Error::UserFunctionError("a function's connection failed".into()))?;
+    let mut stmt = conn.prepare_cached("SELECT CAST(? AS TEXT)")?;
+    stmt.query_row([Arg(value)], |row| Ok(row.get_ref(0)?.as_bytes()?.to_vec()))
+}
+
+/// Registers the replacements and [`TIME_CHECK_FUNCTION`] on `conn`;
+/// `cap` is the connection's length limit (no answer is built past it),
+/// `deadline` the query's (every call after it fails).
+pub(super) fn install(conn: &Connection, cap: usize, deadline: Instant) -> rusqlite::Result<()> {
+    // Not deterministic: SQLite must call it each time, never once for
+    // the statement.
+    conn.create_scalar_function(
+        TIME_CHECK_FUNCTION,
+        0,
+        FunctionFlags::SQLITE_UTF8,
+        move |_| past(deadline).map(|()| 1),
+    )?;
     let private = Connection::open_in_memory()?;
     private.set_limit(
         rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
@@ -180,6 +220,7 @@ pub(super) fn install(conn: &Connection, cap: usize) -> rusqlite::Result<()> {
 
     let b = Arc::clone(&builtins);
     conn.create_scalar_function("instr", 2, flags, move |ctx| {
+        past(deadline)?;
         let (x, y) = (ctx.get_raw(0), ctx.get_raw(1));
         if matches!(x, ValueRef::Null) || matches!(y, ValueRef::Null) {
             return Ok(Answer::Null);
@@ -195,6 +236,7 @@ pub(super) fn install(conn: &Connection, cap: usize) -> rusqlite::Result<()> {
 
     let b = Arc::clone(&builtins);
     conn.create_scalar_function("replace", 3, flags, move |ctx| {
+        past(deadline)?;
         let (x, y, z) = (ctx.get_raw(0), ctx.get_raw(1), ctx.get_raw(2));
         // SQLite's order: X, then Y, then an empty Y (by its first byte:
         // this test reads text up to a NUL) answers X before Z is read.
@@ -206,7 +248,9 @@ pub(super) fn install(conn: &Connection, cap: usize) -> rusqlite::Result<()> {
             (Some(x), Some(y)) => match (z, bytes_of(z)) {
                 (ValueRef::Null, _) => Ok(Answer::Null),
                 (_, Some(z)) => Ok(Answer::Text(replace(x, y, z, cap))),
-                (_, None) => builtin(&b, "replace", ctx),
+                // A number to put in: SQLite's text for it (the built-in
+                // searches in time of the product of X's and Y's lengths).
+                (z, None) => Ok(Answer::Text(replace(x, y, &text_of_number(&b, z)?, cap))),
             },
             _ => builtin(&b, "replace", ctx),
         }
@@ -226,6 +270,7 @@ pub(super) fn install(conn: &Connection, cap: usize) -> rusqlite::Result<()> {
     for (name, arity, value, pattern) in bounded {
         let b = Arc::clone(&builtins);
         conn.create_scalar_function(name, arity, flags, move |ctx| {
+            past(deadline)?;
             let (n, m) = (length_of(ctx.get_raw(value)), length_of(ctx.get_raw(pattern)));
             if n.saturating_mul(m) > WORK_PER_CALL {
                 return Err(rusqlite::Error::UserFunctionError(
@@ -293,7 +338,12 @@ mod tests {
         replaced
             .set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, 1 << 20)
             .unwrap();
-        install(&replaced, 1 << 20).unwrap();
+        install(
+            &replaced,
+            1 << 20,
+            Instant::now() + std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
         (replaced, Connection::open_in_memory().unwrap())
     }
 
@@ -370,6 +420,27 @@ mod tests {
         assert_eq!(ask("SELECT trim('xxhixx', 'x')"), "Text(hi)");
     }
 
+    /// Past the deadline, every replacement and the time check fail.
+    #[test]
+    fn calls_after_the_deadline_fail() {
+        let conn = Connection::open_in_memory().unwrap();
+        install(&conn, 1 << 20, Instant::now()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        for sql in [
+            "SELECT cairn_time_check()",
+            "SELECT instr('abc', 'b')",
+            "SELECT replace('abc', 'b', 'x')",
+            "SELECT 'abc' LIKE 'a%'",
+            "SELECT trim('xax', 'x')",
+        ] {
+            let e = conn
+                .query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("past its time limit"), "{sql}: {e}");
+        }
+    }
+
     /// The calls that took minutes take milliseconds, or fail at once
     /// with a message that says why.
     #[test]
@@ -391,6 +462,16 @@ mod tests {
             )
             .unwrap();
         assert_eq!(replaced_len, 1_000_000);
+        // A number to put in: the same linear search (the built-in took
+        // time of the product of the two lengths).
+        let with_number: i64 = replaced
+            .query_row(
+                "SELECT length(replace(printf('%.*c', 1000000, 'a'), printf('%.*c', 200000, 'a'), 2.5))",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(with_number, 5 * 3);
         for sql in [
             "SELECT printf('%.*c', 1000000, 'a') LIKE '%' || printf('%.*c', 20000, 'a') || 'b%'",
             "SELECT printf('%.*c', 1000000, 'a') GLOB '*' || printf('%.*c', 20000, 'a') || 'b*'",

@@ -21,13 +21,23 @@ const ANALYST_TABLES: [&str; 3] = ["entries", "sessions", "session_heads"];
 /// than the value limit (`SQLITE_LIMIT_LENGTH`), so that no function can
 /// build a huge one; and the built-ins whose one call could outlast the
 /// time limit are replaced (`analyst_functions`).
-fn open_analyst(path: &Path, limits: &analyst::QueryLimits) -> Result<Connection, StoreError> {
+fn open_analyst(
+    path: &Path,
+    limits: &analyst::QueryLimits,
+    deadline: std::time::Instant,
+) -> Result<Connection, StoreError> {
     use rusqlite::hooks::{AuthAction, Authorization};
     let mut c = open_reader(path)?;
     let length = i32::try_from(limits.max_value_bytes.max(1)).unwrap_or(i32::MAX);
     c.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, length)
         .context("setting the length limit")?;
-    super::analyst_functions::install(&c, limits.max_value_bytes.max(1))
+    // The guard refuses more arguments; SQLite refuses them too.
+    c.set_limit(
+        rusqlite::limits::Limit::SQLITE_LIMIT_FUNCTION_ARG,
+        i32::try_from(analyst::MAX_FUNCTION_ARGUMENTS).unwrap_or(8),
+    )
+    .context("setting the argument limit")?;
+    super::analyst_functions::install(&c, limits.max_value_bytes.max(1), deadline)
         .context("installing the analyst functions")?;
     c.authorizer(Some(|ctx: rusqlite::hooks::AuthContext<'_>| {
         match ctx.action {
@@ -86,8 +96,8 @@ impl SqliteStore {
         // A connection of its own: read-only, reading only the ledger's
         // tables, with no string longer than the value limit, and a handler
         // that stops a long query.
-        let mut c = open_analyst(&self.path, limits)?;
         let deadline = std::time::Instant::now() + limits.time;
+        let mut c = open_analyst(&self.path, limits, deadline)?;
         c.progress_handler(1_000, Some(move || std::time::Instant::now() > deadline))
             .context("setting the time limit")?;
         // The value limit shrinks once the answer's columns are known.

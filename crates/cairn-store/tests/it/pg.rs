@@ -87,6 +87,7 @@ fn analyst_sql_oracle_and_limits() {
     };
     crate::analyst::oracle(&pg, cairn_store::analyst::Dialect::Postgres, 400);
     crate::analyst::limits_hold(&pg);
+    crate::analyst::one_row_of_many_calls_stops_at_the_time_limit(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.
