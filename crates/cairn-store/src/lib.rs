@@ -62,6 +62,27 @@ use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::log::LogEntry;
 
+/// The orgs a maintenance command (`cairn reindex`) covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OrgScope {
+    /// Every org of the store.
+    Every,
+    /// The named org, by its internal number.
+    One(i64),
+    /// The named org does not exist: nothing to do.
+    Unknown,
+}
+
+impl OrgScope {
+    /// The org number a query filters on (`None`: every org).
+    pub(crate) fn number(self) -> Option<i64> {
+        match self {
+            OrgScope::One(org) => Some(org),
+            OrgScope::Every | OrgScope::Unknown => None,
+        }
+    }
+}
+
 /// Where records live. Implementations sequence natively (see the crate
 /// docs); every method's contract is checked by the conformance suite.
 pub trait LedgerStore: Send + Sync + 'static {

@@ -34,7 +34,7 @@
 //! `analyst_sql`, `embedding` and `fulltext_index`.
 
 use crate::analyst::{self, AnalystError, AnalystResult};
-use crate::engine::{AgentKey, Engine, OrgState, Overlay, SessionState};
+use crate::engine::{AgentKey, OrgState, Overlay, SessionState};
 use crate::keys::{ServerKey, load_or_create_server_key};
 use crate::stored::CheckpointPage;
 use crate::{
@@ -48,10 +48,10 @@ use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::{Hash, Timestamp};
 use connection::{
-    Checkpointer, configure, create_private_dir, forbid_structural_changes, open_reader, poisoned,
+    Checkpointer, configure, create_private_dir, forbid_structural_changes, poisoned,
     restrict_file, take_lock,
 };
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -61,6 +61,7 @@ use tx::SqliteTx;
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "ledger.db";
+mod access;
 mod admin;
 mod analyst_functions;
 mod analyst_sql;
@@ -306,65 +307,6 @@ impl SqliteStore {
         self.fulltext
             .as_ref()
             .map_or(0, |index| index.slowest_chunk_micros())
-    }
-
-    /// Runs `f` with a read-only connection from the pool.
-    fn read<T>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
-        let conn = match pooled {
-            Some(c) => c,
-            // The full-text index is attached by the search that needs it
-            // (a damaged index file must not stop every read).
-            None => open_reader(&self.path)?,
-        };
-        let out = f(&conn);
-        if let Ok(mut pool) = self.readers.lock()
-            && pool.len() < 8
-        {
-            pool.push(conn);
-        }
-        out
-    }
-
-    fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
-        // Cached: every read looks its org up (a full verification reads
-        // its log a chunk at a time).
-        conn.prepare_cached("SELECT org FROM orgs WHERE name = ?1")
-            .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
-            .context("looking up an org")
-    }
-}
-
-impl SqliteStore {
-    /// Runs `work` with the writer, unless this process opened the store to
-    /// read or the store is broken (then there is nothing to maintain).
-    fn with_sound_writer(
-        &self,
-        work: impl FnOnce(&mut Writer) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        if self.read_only {
-            return Ok(());
-        }
-        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
-        if guard.broken.is_some() {
-            return Ok(());
-        }
-        work(&mut guard)
-    }
-}
-
-impl SqliteStore {
-    fn engine(&self) -> Engine<'_> {
-        Engine {
-            key: &self.key,
-            limits: self.limits,
-            embedding_sample_rate: self.embedding_sample_rate,
-            checkpoint_interval: self.checkpoint_interval,
-            max_clock_skew_s: self.max_clock_skew_s,
-        }
     }
 }
 

@@ -122,6 +122,31 @@ pub(crate) fn session_kinds_page_query(org: &str, sid: &str, kind: &str, limit: 
     )
 }
 
+/// The state of a store's `session_kinds` table (a store of an earlier
+/// version has none, and gets it filled by the first sequencer of this
+/// one, which then drops the index over `entries (sid, kind)` it
+/// replaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KindRows {
+    /// No table.
+    Absent,
+    /// The table exists but is not filled yet (the old index is there).
+    Filling,
+    /// Filled: one row per kind of every session.
+    Built,
+}
+
+impl KindRows {
+    /// The state from whether the table and the old index exist.
+    pub(crate) fn of(table: bool, old_index: bool) -> KindRows {
+        match (table, old_index) {
+            (false, _) => KindRows::Absent,
+            (true, true) => KindRows::Filling,
+            (true, false) => KindRows::Built,
+        }
+    }
+}
+
 /// How many `session_heads` and `session_kinds` rows name a session
 /// number past every session's: rows planted for a session not created
 /// yet, which the next session would inherit (a kind it never had, a

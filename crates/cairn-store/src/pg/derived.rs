@@ -3,9 +3,21 @@
 //! restoring of kind rows from the log.
 
 use super::PgStore;
-use super::connection::{col, u64_of};
-use crate::{SessionHeadRow, SessionKindRow, StoreError};
+use super::connection::{Db, col, u64_of};
+use crate::engine::KindRows;
+use crate::{OrgScope, SessionHeadRow, SessionKindRow, StoreError};
+use postgres::GenericClient;
 use postgres::types::ToSql;
+
+/// The state of the store's `session_kinds` table.
+fn kind_rows<C: GenericClient>(db: &mut Db<'_, C>) -> Result<KindRows, StoreError> {
+    let row = db.query_one(
+        "SELECT to_regclass('session_kinds') IS NOT NULL, to_regclass('entries_session_kinds') IS NOT NULL",
+        &[],
+        "checking the schema",
+    )?;
+    Ok(KindRows::of(col(&row, 0)?, col(&row, 1)?))
+}
 
 impl PgStore {
     pub(super) fn session_heads_page_in(
@@ -49,18 +61,7 @@ impl PgStore {
             crate::engine::session_kinds_page_query("$1", "$2", "$3", "$4")
         });
         self.read(|db| {
-            // Built once a server of this version filled the table and
-            // dropped the index it replaces.
-            let built: bool = col(
-                &db.query_one(
-                    "SELECT to_regclass('session_kinds') IS NOT NULL
-                       AND to_regclass('entries_session_kinds') IS NULL",
-                    &[],
-                    "checking the schema",
-                )?,
-                0,
-            )?;
-            if !built {
+            if kind_rows(db)? != KindRows::Built {
                 return Ok(None);
             }
             let Some(org) = Self::org_id_of(db, org_id)? else {
@@ -83,17 +84,10 @@ impl PgStore {
 
     pub(super) fn unattached_session_rows_in(&self) -> Result<u64, StoreError> {
         self.read(|db| {
-            let kinds: bool = col(
-                &db.query_one(
-                    "SELECT to_regclass('session_kinds') IS NOT NULL",
-                    &[],
-                    "checking the schema",
-                )?,
-                0,
-            )?;
-            let query = match kinds {
-                true => crate::engine::UNATTACHED_SESSION_ROWS,
-                false => crate::engine::UNATTACHED_HEAD_ROWS,
+            // Rows planted in a table not filled yet count too.
+            let query = match kind_rows(db)? {
+                KindRows::Absent => crate::engine::UNATTACHED_HEAD_ROWS,
+                KindRows::Filling | KindRows::Built => crate::engine::UNATTACHED_SESSION_ROWS,
             };
             let row = db.query_one(query, &[], "counting derived rows")?;
             Ok(u64_of(col(&row, 0)?))
@@ -102,20 +96,17 @@ impl PgStore {
 
     pub(super) fn restore_session_kinds_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
         self.read(|db| {
-            let org = match org_id {
-                Some(name) => match Self::org_id_of(db, name)? {
-                    Some(org) => Some(org),
-                    None => return Ok(0),
-                },
-                None => None,
-            };
+            let scope = Self::org_scope(db, org_id)?;
+            if scope == OrgScope::Unknown {
+                return Ok(0);
+            }
             db.execute(
                 "INSERT INTO session_kinds (sid, kind)
                  SELECT DISTINCT sid, kind FROM entries
                  WHERE type = 'step' AND sid IS NOT NULL AND kind IS NOT NULL
                    AND ($1::int8 IS NULL OR org = $1)
                  ON CONFLICT DO NOTHING",
-                &[&org],
+                &[&scope.number()],
                 "restoring the kinds of sessions",
             )
         })

@@ -8,7 +8,7 @@ use super::connection::{Db, col, u64_of};
 use super::{PAGE, PgStore};
 use crate::embed::MAX_ATTEMPTS;
 use crate::engine::org_range;
-use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};
+use crate::{DbContext, EmbeddingBacklog, OrgScope, PendingEmbedding, StoreError};
 use std::collections::{HashMap, HashSet};
 
 impl PgStore {
@@ -260,13 +260,11 @@ impl PgStore {
     pub(super) fn queue_reindex_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
         let rate = self.embedding_sample_rate;
         self.read(|db| {
-            let org = match org_id {
-                Some(name) => match Self::org_id_of(db, name)? {
-                    Some(org) => Some(org),
-                    None => return Ok(0),
-                },
-                None => None,
-            };
+            let scope = Self::org_scope(db, org_id)?;
+            if scope == OrgScope::Unknown {
+                return Ok(0);
+            }
+            let org = scope.number();
             let mut queued = 0;
             let mut next = i64::MIN;
             loop {

@@ -5,7 +5,8 @@
 
 use super::SqliteStore;
 use super::connection::poisoned;
-use crate::{DbContext, SessionHeadRow, SessionKindRow, StoreError};
+use crate::engine::KindRows;
+use crate::{DbContext, OrgScope, SessionHeadRow, SessionKindRow, StoreError};
 use rusqlite::params;
 use rusqlite::types::ValueRef;
 
@@ -24,6 +25,19 @@ fn text(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
         ValueRef::Text(t) => std::str::from_utf8(t).ok().map(str::to_owned),
         _ => None,
     })
+}
+
+/// The state of the store's `session_kinds` table.
+fn kind_rows(c: &rusqlite::Connection) -> Result<KindRows, StoreError> {
+    let (table, old_index) = c
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_kinds'),
+                    EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'entries_session_kinds')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .context("checking the schema")?;
+    Ok(KindRows::of(table, old_index))
 }
 
 impl SqliteStore {
@@ -65,17 +79,7 @@ impl SqliteStore {
             crate::engine::session_kinds_page_query("?1", "?2", "?3", "?4")
         });
         self.read(|c| {
-            // Built once a sequencer of this version filled the table and
-            // dropped the index it replaces.
-            let built: bool = c
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_kinds')
-                       AND NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'entries_session_kinds')",
-                    [],
-                    |r| r.get(0),
-                )
-                .context("checking the schema")?;
-            if !built {
+            if kind_rows(c)? != KindRows::Built {
                 return Ok(None);
             }
             let Some(org) = Self::org_id_of(c, org_id)? else {
@@ -98,16 +102,10 @@ impl SqliteStore {
 
     pub(super) fn unattached_session_rows_in(&self) -> Result<u64, StoreError> {
         self.read(|c| {
-            let kinds: bool = c
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_kinds')",
-                    [],
-                    |r| r.get(0),
-                )
-                .context("checking the schema")?;
-            let query = match kinds {
-                true => crate::engine::UNATTACHED_SESSION_ROWS,
-                false => crate::engine::UNATTACHED_HEAD_ROWS,
+            // Rows planted in a table not filled yet count too.
+            let query = match kind_rows(c)? {
+                KindRows::Absent => crate::engine::UNATTACHED_HEAD_ROWS,
+                KindRows::Filling | KindRows::Built => crate::engine::UNATTACHED_SESSION_ROWS,
             };
             let n: i64 = c
                 .query_row(query, [], |r| r.get(0))
@@ -122,20 +120,17 @@ impl SqliteStore {
             .conn
             .transaction()
             .context("restoring the kinds of sessions")?;
-        let org = match org_id {
-            Some(name) => match Self::org_id_of(&tx, name)? {
-                Some(org) => Some(org),
-                None => return Ok(0),
-            },
-            None => None,
-        };
+        let scope = Self::org_scope(&tx, org_id)?;
+        if scope == OrgScope::Unknown {
+            return Ok(0);
+        }
         let added = tx
             .execute(
                 "INSERT OR IGNORE INTO session_kinds (sid, kind)
                  SELECT DISTINCT sid, kind FROM entries
                  WHERE type = 'step' AND sid IS NOT NULL AND kind IS NOT NULL
                    AND (?1 IS NULL OR org = ?1)",
-                [org],
+                [scope.number()],
             )
             .context("restoring the kinds of sessions")?;
         tx.commit().context("restoring the kinds of sessions")?;

@@ -7,7 +7,7 @@
 use super::SqliteStore;
 use super::connection::poisoned;
 use crate::engine::org_range;
-use crate::{DbContext, EmbeddingBacklog, PendingEmbedding, StoreError};
+use crate::{DbContext, EmbeddingBacklog, OrgScope, PendingEmbedding, StoreError};
 use rusqlite::{Connection, OptionalExtension as _, params};
 
 /// Failed attempts after which a step is parked (left out of claims).
@@ -200,13 +200,11 @@ impl SqliteStore {
             .conn
             .transaction()
             .context("queueing steps to embed again")?;
-        let org = match org_id {
-            Some(name) => match Self::org_id_of(&tx, name)? {
-                Some(org) => Some(org),
-                None => return Ok(0),
-            },
-            None => None,
-        };
+        let scope = Self::org_scope(&tx, org_id)?;
+        if scope == OrgScope::Unknown {
+            return Ok(0);
+        }
+        let org = scope.number();
         let mut queued = 0;
         {
             let mut read = tx

@@ -32,3 +32,4 @@ mod pg_search;
 mod search;
 mod sqlite;
 mod sqlite_fulltext;
+mod sqlite_verify;

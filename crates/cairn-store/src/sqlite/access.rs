@@ -1,0 +1,80 @@
+//! How the embedded store's code reaches what it works with: a pooled
+//! read-only connection, the writer while the store is sound, an org's
+//! internal number (and the scope of a maintenance command), and the
+//! engine's settings. Apart from `sqlite.rs`, which is the store's
+//! configuration, opening and trait implementation.
+
+use super::connection::{open_reader, poisoned};
+use super::{SqliteStore, Writer};
+use crate::engine::Engine;
+use crate::{DbContext, OrgScope, StoreError};
+use rusqlite::{Connection, OptionalExtension};
+
+impl SqliteStore {
+    /// Runs `f` with a read-only connection from the pool.
+    pub(super) fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
+        let conn = match pooled {
+            Some(c) => c,
+            // The full-text index is attached by the search that needs it
+            // (a damaged index file must not stop every read).
+            None => open_reader(&self.path)?,
+        };
+        let out = f(&conn);
+        if let Ok(mut pool) = self.readers.lock()
+            && pool.len() < 8
+        {
+            pool.push(conn);
+        }
+        out
+    }
+
+    pub(super) fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
+        // Cached: every read looks its org up (a full verification reads
+        // its log a chunk at a time).
+        conn.prepare_cached("SELECT org FROM orgs WHERE name = ?1")
+            .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
+            .context("looking up an org")
+    }
+
+    /// Runs `work` with the writer, unless this process opened the store to
+    /// read or the store is broken (then there is nothing to maintain).
+    pub(super) fn with_sound_writer(
+        &self,
+        work: impl FnOnce(&mut Writer) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut guard = self.writer.lock().map_err(|_| poisoned())?;
+        if guard.broken.is_some() {
+            return Ok(());
+        }
+        work(&mut guard)
+    }
+
+    pub(super) fn engine(&self) -> Engine<'_> {
+        Engine {
+            key: &self.key,
+            limits: self.limits,
+            embedding_sample_rate: self.embedding_sample_rate,
+            checkpoint_interval: self.checkpoint_interval,
+            max_clock_skew_s: self.max_clock_skew_s,
+        }
+    }
+
+    /// The orgs a maintenance command covers: every org, or the named one
+    /// (unknown: nothing to do).
+    pub(super) fn org_scope(
+        conn: &Connection,
+        org_id: Option<&str>,
+    ) -> Result<OrgScope, StoreError> {
+        Ok(match org_id {
+            None => OrgScope::Every,
+            Some(name) => Self::org_id_of(conn, name)?.map_or(OrgScope::Unknown, OrgScope::One),
+        })
+    }
+}
