@@ -31,14 +31,16 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 mod guard;
+mod pg_bounds;
 mod rewrite;
 mod time_checks;
 use guard::Guard;
 pub use guard::{MAX_EXPRESSIONS, MAX_FUNCTION_ARGUMENTS, MAX_LIST_EXPRESSIONS};
-use rewrite::{CTE_PREFIX, Rename, check_rewritten};
+use pg_bounds::PgBounds;
+use rewrite::{CTE_PREFIX, Fences, Rename, check_rewritten};
 pub use rewrite::{is_allowed_table, tables_outside_views};
 pub use time_checks::TIME_CHECK_FUNCTION;
-use time_checks::TimeChecks;
+use time_checks::{KeepNames, TimeChecks};
 
 /// At most this many rows are returned (the default of
 /// [`QueryLimits::max_rows`], and the largest a caller may ask for).
@@ -255,6 +257,16 @@ pub fn prepare(
     }
     if let ControlFlow::Break(reason) = VisitMut::visit(query.as_mut(), &mut rename) {
         return refuse(reason);
+    }
+    // No nested query is merged into the one around it (which would copy
+    // its expressions into every place that names its columns).
+    let _ = VisitMut::visit(query.as_mut(), &mut Fences);
+    // The result columns whose calls are rewritten below keep their
+    // names.
+    let _ = VisitMut::visit(query.as_mut(), &mut KeepNames { dialect });
+    // PostgreSQL's searches that never check for interrupts are bounded.
+    if dialect == Dialect::Postgres {
+        let _ = VisitMut::visit(query.as_mut(), &mut PgBounds { schema });
     }
     // Neither database checks its time limit inside one row's
     // expressions: each scalar call checks it first.
@@ -483,6 +495,88 @@ mod tests {
             ] {
                 prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
+        }
+    }
+
+    /// Every CTE and subquery in FROM is fenced against merging (a
+    /// caller's LIMIT gets OFFSET 0); subqueries in expressions and a
+    /// recursive CTE's own query are left as written.
+    #[test]
+    fn nested_queries_are_fenced_against_merging() {
+        let fenced = "LIMIT 9223372036854775807 OFFSET 0";
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let out = prepare(
+                "WITH a AS (SELECT seq FROM steps), b AS (SELECT seq FROM a LIMIT 5) SELECT * FROM (SELECT seq FROM b) x WHERE EXISTS (SELECT 1 FROM steps) AND seq IN (SELECT seq FROM a)",
+                dialect,
+                7,
+                "main",
+            )
+            .unwrap();
+            assert_eq!(out.matches(fenced).count(), 2, "{out}");
+            assert!(out.contains("LIMIT 5 OFFSET 0"), "{out}");
+            assert!(out.contains("(SELECT 1 FROM steps)"), "{out}");
+            let recursive = prepare(
+                "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3), s AS (SELECT n FROM r) SELECT n FROM s",
+                dialect,
+                7,
+                "main",
+            )
+            .unwrap();
+            assert_eq!(recursive.matches(fenced).count(), 1, "{recursive}");
+            assert!(recursive.contains("n < 3)"), "{recursive}");
+        }
+    }
+
+    /// Literals are not counted, a row of literals is a literal, and a
+    /// result column's alias named in WHERE costs its expression.
+    #[test]
+    fn literals_are_free_and_aliases_cost_their_expression() {
+        let numbers: Vec<String> = (0..2000).map(|n| n.to_string()).collect();
+        let rows = vec!["(1, 'a')"; 40].join(", ");
+        let term = vec!["length(content)"; 20].join(" + ");
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for sql in [
+                format!(
+                    "SELECT seq FROM steps WHERE seq IN ({})",
+                    numbers.join(", ")
+                ),
+                format!("SELECT seq FROM steps WHERE (seq, kind) IN ({rows})"),
+            ] {
+                prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{dialect:?}: {e}"));
+            }
+            let copies = vec!["d > 0"; 40].join(" AND ");
+            let reason = refused(
+                &format!("SELECT {term} AS d FROM steps WHERE {copies}"),
+                dialect,
+            );
+            assert!(reason.contains("alias named in WHERE"), "{reason}");
+        }
+    }
+
+    /// A result column the wrapping would rename gets its old name as an
+    /// alias: the expression's text on SQLite, PostgreSQL's derived name.
+    #[test]
+    fn wrapped_result_columns_keep_their_names() {
+        let sql = "SELECT upper(content), content LIKE 'x%', kind AS k, s.kind, (lower(content)), CAST(length(content) AS TEXT) FROM steps s";
+        let ours = prepare(sql, Dialect::Sqlite, 7, "main").unwrap();
+        for name in [
+            "AS \"upper(content)\"",
+            "AS \"content LIKE 'x%'\"",
+            "AS k",
+            "s.kind,",
+            "AS \"(lower(content))\"",
+            "AS \"CAST(length(content) AS TEXT)\"",
+        ] {
+            assert!(ours.contains(name), "{name} in {ours}");
+        }
+        let theirs = prepare(sql, Dialect::Postgres, 7, "main").unwrap();
+        for name in [
+            "AS \"upper\"",
+            "AS \"?column?\"",
+            "AS \"lower\"",
+            "AS \"length\"",
+        ] {
+            assert!(theirs.contains(name), "{name} in {theirs}");
         }
     }
 

@@ -14,3 +14,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue, api_keys TO ca
 GRANT SELECT, INSERT, UPDATE ON embedding_settings TO cairn_app;
 GRANT SELECT, INSERT, DELETE ON step_search TO cairn_app;
 GRANT USAGE ON SEQUENCE orgs_org_seq, sessions_sid_seq, embedding_queue_n_seq TO cairn_app;
+-- Analyst SQL calls these (see pg_schema.sql).
+GRANT EXECUTE ON FUNCTION cairn_time_check(), cairn_too_much_work(text, bigint, bigint),
+  cairn_like(text, text), cairn_like(text, text, text), cairn_ilike(text, text), cairn_ilike(text, text, text),
+  cairn_position(text, text), cairn_replace(text, text, text),
+  cairn_btrim(text, text), cairn_ltrim(text, text), cairn_rtrim(text, text) TO cairn_app;

@@ -178,17 +178,6 @@ CREATE TABLE IF NOT EXISTS cosignatures (
   PRIMARY KEY (org_name, size, witness)
 );
 
--- Analyst SQL calls this before each call of a scalar function (see
--- analyst/time_checks.rs): PostgreSQL acts on statement_timeout only where
--- it checks for interrupts, which running a PL/pgSQL statement does and a
--- built-in such as upper() does not, so one row of many calls on large
--- values would otherwise run far past the limit. VOLATILE: called each
--- time, never folded into a constant.
-CREATE OR REPLACE FUNCTION cairn_time_check() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-  RETURN true;
-END $$;
-
 -- Append-only, enforced by the database.
 CREATE OR REPLACE FUNCTION cairn_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -21,12 +21,21 @@
 //! types, collations and affinities, and `NULL` answers); the check
 //! answers true or fails. Aggregate and window calls are not wrapped: they
 //! run once per row of their input, and both databases check the time
-//! between rows.
+//! between rows. Pattern and JSON operators (`LIKE`, `GLOB`, `->`, `~~`,
+//! ...) are calls too and are wrapped the same way.
+//!
+//! A result column without an alias would be named after the wrapped
+//! text (SQLite names it by its text, PostgreSQL `case`), so such a column
+//! gets the name the database gave it before as an alias: its printed
+//! text on SQLite, and on PostgreSQL the name PostgreSQL derives (a
+//! call's function name, `?column?` for an operator).
 
+use super::Dialect;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    CaseWhen, Expr, Function, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
-    ObjectNamePart, Value, VisitorMut,
+    BinaryOperator, CaseWhen, Expr, Function, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, TrimWhereField, Value, Visit, Visitor,
+    VisitorMut,
 };
 use std::ops::ControlFlow;
 
@@ -86,6 +95,165 @@ fn checked(expr: Expr, schema: Option<&str>) -> Expr {
     }
 }
 
+/// Whether `expr` gets a time check in front (see the module
+/// documentation).
+fn wrapped(expr: &Expr) -> bool {
+    match expr {
+        Expr::Function(function) => !aggregates(function),
+        // The special forms of scalar calls, and pattern matches (SQLite's
+        // are functions of the analyst connection, which check the time
+        // themselves too).
+        Expr::Trim { .. }
+        | Expr::Substring { .. }
+        | Expr::Position { .. }
+        | Expr::Overlay { .. }
+        | Expr::Ceil { .. }
+        | Expr::Floor { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::SimilarTo { .. }
+        | Expr::RLike { .. } => true,
+        // Operators that call a function: JSON paths, pattern matches.
+        Expr::BinaryOp { op, .. } => matches!(
+            op,
+            BinaryOperator::Arrow
+                | BinaryOperator::LongArrow
+                | BinaryOperator::HashArrow
+                | BinaryOperator::HashLongArrow
+                | BinaryOperator::Match
+                | BinaryOperator::Regexp
+                | BinaryOperator::Glob
+                | BinaryOperator::PGLikeMatch
+                | BinaryOperator::PGILikeMatch
+                | BinaryOperator::PGNotLikeMatch
+                | BinaryOperator::PGNotILikeMatch
+                | BinaryOperator::PGRegexMatch
+                | BinaryOperator::PGRegexIMatch
+                | BinaryOperator::PGRegexNotMatch
+                | BinaryOperator::PGRegexNotIMatch
+                | BinaryOperator::PGStartsWith
+        ),
+        _ => false,
+    }
+}
+
+/// Whether `expr` or anything in it (subqueries included) gets a check.
+fn holds_wrapped(expr: &Expr) -> bool {
+    struct Find;
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if wrapped(expr) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+    }
+    expr.visit(&mut Find).is_break()
+}
+
+/// The name PostgreSQL gives a result column of expression `expr` when it
+/// is a strong one (`FigureColname`: a column's, a call's), `None` when
+/// PostgreSQL would fall back to a weaker one (`?column?`, `case`, a
+/// cast's type name).
+fn pg_column_name(expr: &Expr) -> Option<String> {
+    let folded = |ident: &Ident| match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    };
+    match expr {
+        Expr::Identifier(ident) => Some(folded(ident)),
+        Expr::CompoundIdentifier(parts) => parts.last().map(folded),
+        Expr::Function(function) => match function.name.0.last() {
+            Some(ObjectNamePart::Identifier(ident)) => Some(folded(ident)),
+            _ => None,
+        },
+        Expr::Nested(inner)
+        | Expr::Cast { expr: inner, .. }
+        | Expr::Collate { expr: inner, .. } => pg_column_name(inner),
+        Expr::Case { else_result, .. } => else_result.as_deref().and_then(pg_column_name),
+        Expr::Trim { trim_where, .. } => Some(
+            match trim_where {
+                Some(TrimWhereField::Leading) => "ltrim",
+                Some(TrimWhereField::Trailing) => "rtrim",
+                _ => "btrim",
+            }
+            .into(),
+        ),
+        Expr::Substring { .. } => Some("substring".into()),
+        Expr::Position { .. } => Some("position".into()),
+        Expr::Overlay { .. } => Some("overlay".into()),
+        Expr::Ceil { .. } => Some("ceil".into()),
+        Expr::Floor { .. } => Some("floor".into()),
+        Expr::Exists { .. } => Some("exists".into()),
+        _ => None,
+    }
+}
+
+/// The alias that keeps an unnamed result column's name once the calls
+/// in it are wrapped, if it needs one.
+fn kept_name(expr: &Expr, dialect: Dialect) -> Option<String> {
+    if !holds_wrapped(expr) {
+        return None;
+    }
+    match dialect {
+        // SQLite names the column by the expression's text.
+        Dialect::Sqlite => Some(expr.to_string()),
+        Dialect::Postgres => pg_column_name(expr).or_else(|| {
+            // No strong name: PostgreSQL said `?column?` (or a weaker
+            // name that the wrapping does not change) unless the
+            // expression itself, through parentheses, is now a CASE.
+            let mut top = expr;
+            while let Expr::Nested(inner) = top {
+                top = inner;
+            }
+            wrapped(top).then(|| "?column?".to_owned())
+        }),
+    }
+}
+
+/// Names the unnamed result columns of `body` that the wrapping would
+/// rename (see [`kept_name`]).
+fn keep_names(body: &mut SetExpr, dialect: Dialect) {
+    match body {
+        SetExpr::Select(select) => {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(expr) = item
+                    && let Some(name) = kept_name(expr, dialect)
+                {
+                    let expr = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+                    *item = SelectItem::ExprWithAlias {
+                        expr,
+                        alias: Ident::with_quote('"', name),
+                    };
+                }
+            }
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            keep_names(left, dialect);
+            keep_names(right, dialect);
+        }
+        _ => {}
+    }
+}
+
+/// Gives every unnamed result column the wrapping would rename its name
+/// as an alias (see [`kept_name`]); run before any rewriting of calls, on
+/// the text as the caller wrote it.
+pub(super) struct KeepNames {
+    pub(super) dialect: Dialect,
+}
+
+impl VisitorMut for KeepNames {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        keep_names(&mut query.body, self.dialect);
+        ControlFlow::Continue(())
+    }
+}
+
 /// Puts a time check before every scalar call of a query (see the module
 /// documentation), naming the function in `schema` if given
 /// (PostgreSQL: the schema of Cairn's tables).
@@ -97,24 +265,7 @@ impl VisitorMut for TimeChecks<'_> {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        let wrap = match expr {
-            Expr::Function(function) => !aggregates(function),
-            // The special forms of scalar calls.
-            Expr::Trim { .. }
-            | Expr::Substring { .. }
-            | Expr::Position { .. }
-            | Expr::Overlay { .. }
-            | Expr::Ceil { .. }
-            | Expr::Floor { .. }
-            // Pattern matches (SQLite's are functions of the analyst
-            // connection, which check the time themselves too).
-            | Expr::Like { .. }
-            | Expr::ILike { .. }
-            | Expr::SimilarTo { .. }
-            | Expr::RLike { .. } => true,
-            _ => false,
-        };
-        if wrap {
+        if wrapped(expr) {
             let call = std::mem::replace(expr, Expr::Value(Value::Null.into()));
             *expr = checked(call, self.schema);
         }

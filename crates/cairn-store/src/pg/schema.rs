@@ -16,6 +16,9 @@ pub const SCHEMA: &str = include_str!("../pg_schema.sql");
 pub const GUARD: &str = include_str!("../pg_guard.sql");
 /// The grants of the production role (`cairn_app`), as documented.
 pub const GRANTS: &str = include_str!("../pg_grants.sql");
+/// The functions analyst SQL calls, created or replaced by every
+/// migration.
+const ANALYST_FUNCTIONS: &str = include_str!("../pg_analyst.sql");
 const SCHEMA_VERSION: &str = "2";
 
 /// Applies the schema if the database does not have it yet, and checks
@@ -46,6 +49,8 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             tx.batch_execute(SCHEMA).context(
                 "creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)",
             )?;
+            tx.batch_execute(ANALYST_FUNCTIONS)
+                .context("creating analyst SQL's functions")?;
             tx.execute(
                 "INSERT INTO cairn_meta (key, value) VALUES ('schema_version', $1), ($2, $3)",
                 &[&SCHEMA_VERSION, &LEXEMES_KEY, &LEXEMES_VERSION],
@@ -59,6 +64,8 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             tx.batch_execute(ADDITIONS).context(
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
             )?;
+            tx.batch_execute(ANALYST_FUNCTIONS)
+                .context("creating analyst SQL's functions")?;
             reanalyze_search_documents(&mut tx)?;
             index_unindexed_steps(&mut tx)?;
             // The roles that write the log write its full-text rows too
@@ -99,20 +106,19 @@ CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, 
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
   attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
-CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE OR REPLACE FUNCTION cairn_time_check() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-  RETURN true;
-END $$;";
+CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
 
-/// Whether the tables, indexes and functions of [`ADDITIONS`] exist.
+/// Whether the tables and indexes of [`ADDITIONS`] and the functions of
+/// [`ANALYST_FUNCTIONS`] exist as this version makes them.
 fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
-               AND to_regprocedure('cairn_time_check()') IS NOT NULL",
+               AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_time_check()')
+                             AND provolatile = 's' AND proparallel = 's')
+               AND to_regprocedure('cairn_rtrim(text, text)') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?

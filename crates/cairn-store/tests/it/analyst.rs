@@ -655,3 +655,161 @@ pub fn one_row_of_many_calls_stops_at_the_time_limit(backend: &dyn Backend) {
     // machine; without the checks, about forty times the limit.
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
+
+/// A chain of CTEs each naming the previous one's column three times is
+/// computed once per level and row, not merged into 3^n copies of the
+/// first expression in one row (ten levels took 17 s and 6.4 GB on
+/// SQLite, and ran PostgreSQL out of memory, between two checks of the
+/// time limit); the same through subqueries in `FROM`.
+pub fn merged_queries_cannot_multiply_one_rows_work(backend: &dyn Backend, dialect: Dialect) {
+    let store = backend.open("analyst-merged");
+    two_orgs(&store);
+    // A 1 MB value, once (an aggregate), then one more character ('0')
+    // or five ('false') each level.
+    let (base, text, grows) = match dialect {
+        Dialect::Sqlite => (
+            "max(replace(printf('%.1000c', 'a'), 'a', printf('%.1000c', 'a')))",
+            "(c < c) || c",
+            1,
+        ),
+        Dialect::Postgres => (
+            "max(replace(format('%1000s', ''), ' ', format('%1000s', '')))",
+            "(c < c)::text || c",
+            5,
+        ),
+    };
+    let levels = 9;
+    let mut ctes = vec![format!("b0 AS (SELECT {base} AS c FROM steps)")];
+    for level in 1..=levels {
+        ctes.push(format!(
+            "b{level} AS (SELECT {text} AS c FROM b{})",
+            level - 1
+        ));
+    }
+    let chain = format!("WITH {} SELECT length(c) FROM b{levels}", ctes.join(", "));
+    let mut nested = format!("SELECT {base} AS c FROM steps");
+    for _ in 1..=levels {
+        nested = format!("SELECT {text} AS c FROM ({nested}) t");
+    }
+    let nested = format!("SELECT length(c) FROM ({nested}) t");
+    let limits = QueryLimits {
+        time: Duration::from_millis(500),
+        ..QueryLimits::default()
+    };
+    for sql in [chain, nested] {
+        let started = std::time::Instant::now();
+        let answer = store.analyst_query_limited(MINE, &sql, &limits);
+        let took = started.elapsed();
+        match answer {
+            Ok(a) => assert_eq!(
+                a.rows,
+                vec![vec![serde_json::json!(1_000_000 + grows * levels)]],
+                "{sql}"
+            ),
+            Err(AnalystError::TimedOut(_)) => {}
+            Err(e) => panic!("{sql}: {e:?}"),
+        }
+        // Unmerged, well under a second; merged, 6 s and 2 GB.
+        assert!(took < Duration::from_secs(3), "{took:?}: {sql}");
+    }
+}
+
+/// A result column without an alias keeps the name the database gave it
+/// before its calls were wrapped in time checks: its text on SQLite, the
+/// function's name (or `?column?`) on PostgreSQL; an outer query can
+/// still name it.
+pub fn wrapped_calls_keep_their_names(backend: &dyn Backend, dialect: Dialect) {
+    let store = backend.open("analyst-names");
+    two_orgs(&store);
+    let sql = "SELECT upper(content), content LIKE 'x%', (lower(content)), kind AS k, length(content) + 1 FROM steps";
+    let answer = store
+        .analyst_query_limited(MINE, sql, &QueryLimits::default())
+        .unwrap();
+    let expected: &[&str] = match dialect {
+        Dialect::Sqlite => &[
+            "upper(content)",
+            "content LIKE 'x%'",
+            "(lower(content))",
+            "k",
+            "length(content) + 1",
+        ],
+        Dialect::Postgres => &["upper", "?column?", "lower", "k", "?column?"],
+    };
+    assert_eq!(answer.columns, expected);
+    let outer = match dialect {
+        Dialect::Sqlite => {
+            "SELECT \"upper(content)\" FROM (SELECT upper(content) FROM steps) LIMIT 1"
+        }
+        Dialect::Postgres => "SELECT x.upper FROM (SELECT upper(content) FROM steps) x LIMIT 1",
+    };
+    let answer = store
+        .analyst_query_limited(MINE, outer, &QueryLimits::default())
+        .unwrap();
+    assert_ne!(
+        answer.rows[0][0],
+        serde_json::json!("upper(content)"),
+        "the outer query read its own text, not the column"
+    );
+}
+
+/// PostgreSQL's searches whose one call costs the product of the two
+/// lengths (`LIKE`, `ILIKE`, `~~`, `position`, `replace`, `trim` with a
+/// set) never check for interrupts: past the work bound they are refused
+/// at once with a message saying why (one `position` ran 64 s past a 5 s
+/// limit), and within it they answer as the built-ins do.
+pub fn pg_searches_are_bounded(backend: &dyn Backend) {
+    let store = backend.open("analyst-pg-searches");
+    two_orgs(&store);
+    let value = |c: char, doublings: u32| {
+        format!(
+            "(WITH RECURSIVE r(s, n) AS (SELECT '{c}'::text, 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < {doublings}) SELECT s FROM r WHERE n = {doublings})"
+        )
+    };
+    let (mb, needle) = (value('a', 20), value('a', 14));
+    for sql in [
+        format!("SELECT {mb} LIKE '%' || {needle} || 'b%'"),
+        format!("SELECT {mb} NOT ILIKE '%' || {needle} || 'b%'"),
+        format!("SELECT {mb} ~~ ('%' || {needle} || 'b%')"),
+        format!("SELECT position({needle} || 'b' IN {mb})"),
+        format!("SELECT replace({mb}, {needle} || 'b', 'x')"),
+        format!("SELECT ltrim({}, {needle} || 'b')", value('b', 20)),
+        format!("SELECT trim(both {needle} || 'b' FROM {})", value('b', 20)),
+    ] {
+        let started = std::time::Instant::now();
+        match store.analyst_query_limited(MINE, &sql, &QueryLimits::default()) {
+            Err(AnalystError::TooLarge(m) | AnalystError::Failed(m)) => {
+                assert!(m.contains("more work than one call may take"), "{sql}: {m}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3), "{sql}");
+    }
+    for (sql, expected) in [
+        ("SELECT 'abc' LIKE 'a%'", serde_json::json!(true)),
+        ("SELECT 'abc' NOT LIKE 'a%'", serde_json::json!(false)),
+        ("SELECT 'ABC' ILIKE 'a%'", serde_json::json!(true)),
+        (
+            "SELECT 'a_c' LIKE 'a#_c' ESCAPE '#'",
+            serde_json::json!(true),
+        ),
+        ("SELECT 'abc' !~~* 'A%'", serde_json::json!(false)),
+        ("SELECT position('b' IN 'abc')", serde_json::json!(2)),
+        ("SELECT replace('aaa', 'a', 'b')", serde_json::json!("bbb")),
+        ("SELECT trim(both 'x' FROM 'xxaxx')", serde_json::json!("a")),
+        (
+            "SELECT trim(leading 'x' FROM 'xxaxx')",
+            serde_json::json!("axx"),
+        ),
+        ("SELECT rtrim('xxaxx', 'x')", serde_json::json!("xxa")),
+        ("SELECT NULL LIKE 'a'", serde_json::Value::Null),
+        (
+            "SELECT count(*) FROM steps WHERE content LIKE '%secret%'",
+            serde_json::json!(0),
+        ),
+    ] {
+        let answer = store
+            .analyst_query_limited(MINE, sql, &QueryLimits::default())
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(answer.rows, vec![vec![expected]], "{sql}");
+    }
+}

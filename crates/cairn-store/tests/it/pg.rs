@@ -88,6 +88,12 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::oracle(&pg, cairn_store::analyst::Dialect::Postgres, 400);
     crate::analyst::limits_hold(&pg);
     crate::analyst::one_row_of_many_calls_stops_at_the_time_limit(&pg);
+    crate::analyst::merged_queries_cannot_multiply_one_rows_work(
+        &pg,
+        cairn_store::analyst::Dialect::Postgres,
+    );
+    crate::analyst::wrapped_calls_keep_their_names(&pg, cairn_store::analyst::Dialect::Postgres);
+    crate::analyst::pg_searches_are_bounded(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.

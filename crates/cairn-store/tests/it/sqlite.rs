@@ -42,6 +42,14 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::oracle(&Sqlite::new(), cairn_store::analyst::Dialect::Sqlite, 1500);
     crate::analyst::limits_hold(&Sqlite::new());
     crate::analyst::one_row_of_many_calls_stops_at_the_time_limit(&Sqlite::new());
+    crate::analyst::merged_queries_cannot_multiply_one_rows_work(
+        &Sqlite::new(),
+        cairn_store::analyst::Dialect::Sqlite,
+    );
+    crate::analyst::wrapped_calls_keep_their_names(
+        &Sqlite::new(),
+        cairn_store::analyst::Dialect::Sqlite,
+    );
     crate::analyst::one_call_is_bounded(&Sqlite::new());
 }
 

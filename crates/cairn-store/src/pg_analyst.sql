@@ -1,0 +1,49 @@
+-- The functions analyst SQL calls (crates/cairn-store/src/analyst/),
+-- created or replaced by every migration of the schema owner (so that a
+-- change reaches databases created earlier).
+
+-- Analyst SQL calls this before each call of a scalar function (see
+-- analyst/time_checks.rs): PostgreSQL acts on statement_timeout only where
+-- it checks for interrupts, which running a PL/pgSQL statement does and a
+-- built-in such as upper() does not, so one row of many calls on large
+-- values would otherwise run far past the limit. STABLE, not IMMUTABLE:
+-- never folded into a constant, so called each time; not VOLATILE, which
+-- would keep the planner from hash joins, parallel scans and inlining
+-- CTEs around it; COST 1 as the cheap call it is.
+CREATE OR REPLACE FUNCTION cairn_time_check() RETURNS boolean LANGUAGE plpgsql STABLE PARALLEL SAFE COST 1 AS $$
+BEGIN
+  RETURN true;
+END $$;
+
+-- Analyst SQL's searches whose one call costs the product of its two
+-- lengths (see analyst/pg_bounds.rs): PostgreSQL's LIKE, ILIKE,
+-- position, replace and trim with a set never check for interrupts, so
+-- one call on megabytes ran for minutes past statement_timeout. Analyst
+-- SQL calls these instead: the built-in while the product of the two
+-- lengths in bytes is at most 64 Mi, an error past it. SQL functions
+-- without a SET clause, so that the planner inlines them (no per-row
+-- call when the arguments are columns).
+CREATE OR REPLACE FUNCTION cairn_too_much_work(what text, n bigint, m bigint) RETURNS boolean
+  LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+  RAISE EXCEPTION '% on a value of % bytes with a pattern of % bytes is more work than one call may take in analyst SQL (the product of the two lengths is at most 67108864)', what, n, m
+    USING ERRCODE = 'program_limit_exceeded';
+END $$;
+CREATE OR REPLACE FUNCTION cairn_like(v text, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE', octet_length(v), octet_length(p)) ELSE v LIKE p END $$;
+CREATE OR REPLACE FUNCTION cairn_like(v text, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE', octet_length(v), octet_length(p)) ELSE v LIKE p ESCAPE e END $$;
+CREATE OR REPLACE FUNCTION cairn_ilike(v text, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE', octet_length(v), octet_length(p)) ELSE v ILIKE p END $$;
+CREATE OR REPLACE FUNCTION cairn_ilike(v text, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE', octet_length(v), octet_length(p)) ELSE v ILIKE p ESCAPE e END $$;
+CREATE OR REPLACE FUNCTION cairn_position(p text, v text) RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('position', octet_length(v), octet_length(p))::int ELSE position(p IN v) END $$;
+CREATE OR REPLACE FUNCTION cairn_replace(v text, p text, r text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('replace', octet_length(v), octet_length(p))::text ELSE replace(v, p, r) END $$;
+CREATE OR REPLACE FUNCTION cairn_btrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('trim', octet_length(v), octet_length(s))::text ELSE btrim(v, s) END $$;
+CREATE OR REPLACE FUNCTION cairn_ltrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim', octet_length(v), octet_length(s))::text ELSE ltrim(v, s) END $$;
+CREATE OR REPLACE FUNCTION cairn_rtrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim', octet_length(v), octet_length(s))::text ELSE rtrim(v, s) END $$;
