@@ -580,6 +580,36 @@ mod tests {
         }
     }
 
+    /// The names PostgreSQL reads as the session's role, schema or
+    /// database are refused unquoted (they named the database's role).
+    #[test]
+    fn session_names_are_not_columns() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for name in [
+                "current_user",
+                "CURRENT_ROLE",
+                "session_user",
+                "user",
+                "current_schema",
+                "current_catalog",
+            ] {
+                let reason = refused(&format!("SELECT {name} FROM steps"), dialect);
+                assert!(
+                    reason.contains("names the database session")
+                        || reason.contains("not accepted"),
+                    "{dialect:?} {name}: {reason}"
+                );
+            }
+            prepare(
+                "WITH t(\"user\") AS (SELECT agent_id FROM steps) SELECT \"user\" FROM t",
+                dialect,
+                7,
+                "main",
+            )
+            .unwrap_or_else(|e| panic!("{dialect:?}: {e}"));
+        }
+    }
+
     /// A CTE declared in one scope cannot make a same-named reference in
     /// another scope reach the real table: every CTE and every reference to
     /// one is renamed to a name no table has.

@@ -262,6 +262,19 @@ fn single_name(name: &ObjectName) -> Result<String, String> {
     }
 }
 
+/// Unquoted names PostgreSQL reads as the session's values (its role,
+/// schema, database) rather than as columns: the database's own names,
+/// which a tenant has no business reading.
+const SESSION_NAMES: &[&str] = &[
+    "user",
+    "current_user",
+    "current_role",
+    "session_user",
+    "system_user",
+    "current_schema",
+    "current_catalog",
+];
+
 /// An identifier Cairn passes on: unquoted (letters, digits and `_`, not
 /// starting with a digit) or double-quoted without `"`, backslash or
 /// control characters inside.
@@ -271,6 +284,9 @@ fn check_ident(ident: &Ident) -> Result<(), String> {
         return Err("an identifier must have 1 to 128 bytes".into());
     }
     match ident.quote_style {
+        None if SESSION_NAMES.contains(&v.to_lowercase().as_str()) => Err(format!(
+            "{v} names the database session, not a column; quote it (\"{v}\") to name a column"
+        )),
         None => {
             let mut chars = v.chars();
             let first_ok = chars.next().is_some_and(|c| c.is_alphabetic() || c == '_');
