@@ -527,12 +527,12 @@ mod tests {
         }
     }
 
-    /// Literals are not counted, a row of literals is a literal, and a
-    /// result column's alias named in WHERE costs its expression.
+    /// Literals are not counted, and a result column's alias named in
+    /// WHERE costs its expression.
     #[test]
     fn literals_are_free_and_aliases_cost_their_expression() {
         let numbers: Vec<String> = (0..2000).map(|n| n.to_string()).collect();
-        let rows = vec!["(1, 'a')"; 40].join(", ");
+        let rows = vec!["(1, 'a')"; 30].join(", ");
         let term = vec!["length(content)"; 20].join(" + ");
         for dialect in [Dialect::Sqlite, Dialect::Postgres] {
             for sql in [
@@ -608,6 +608,44 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{dialect:?}: {e}"));
         }
+    }
+
+    /// What the second review found: VALUES subqueries run unfenced, a
+    /// CTE name is declared once, rows of literals count as items,
+    /// GROUP BY positions and ORDER BY aliases cost their expression, and
+    /// the `~~` forms, LIKE ANY and containment operators are refused.
+    #[test]
+    fn second_review_shapes() {
+        let term = vec!["length(content)"; 20].join(" + ");
+        let rows = vec!["(1, 'a')"; 33].join(", ");
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for sql in [
+                "SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v",
+                "WITH x(a) AS (VALUES (1), (2)) SELECT a FROM x",
+            ] {
+                let out = prepare(sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+                assert!(!out.contains("OFFSET 0"), "{out}");
+            }
+            for (sql, why) in [
+                ("WITH b AS (SELECT 1 AS x FROM steps WHERE EXISTS (WITH b AS (SELECT 2 AS x) SELECT x FROM b)) SELECT x FROM b".to_owned(), "of its own name"),
+                (format!("SELECT seq FROM steps WHERE (seq, kind) IN ({rows})"), "IN list holds at most 32"),
+                (format!("SELECT {term} FROM steps GROUP BY {}", vec!["1"; 40].join(", ")), "at most 1000"),
+                (format!("SELECT {term} AS x FROM steps ORDER BY {}", vec!["x"; 40].join(", ")), "at most 1000"),
+                ("SELECT content ~~ 'a%' FROM steps".to_owned(), "write LIKE"),
+                ("SELECT links @> '[1]' FROM steps".to_owned(), "containment"),
+            ] {
+                let reason = refused(&sql, dialect);
+                assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+            }
+        }
+        let out = prepare(
+            "SELECT \"position\"(content, 'x') FROM steps",
+            Dialect::Postgres,
+            7,
+            "main",
+        )
+        .unwrap();
+        assert!(out.contains("cairn_position('x', content)"), "{out}");
     }
 
     /// A CTE declared in one scope cannot make a same-named reference in

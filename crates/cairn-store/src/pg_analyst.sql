@@ -22,7 +22,9 @@ END $$;
 -- SQL calls these instead: the built-in while the product of the two
 -- lengths in bytes is at most 64 Mi, an error past it. SQL functions
 -- without a SET clause, so that the planner inlines them (no per-row
--- call when the arguments are columns).
+-- call when the arguments are columns). cairn_too_much_work is called
+-- with its exact argument types, so that no function of another schema
+-- on the search path matches better.
 CREATE OR REPLACE FUNCTION cairn_too_much_work(what text, n bigint, m bigint) RETURNS boolean
   LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 BEGIN
@@ -30,20 +32,20 @@ BEGIN
     USING ERRCODE = 'program_limit_exceeded';
 END $$;
 CREATE OR REPLACE FUNCTION cairn_like(v text, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE', octet_length(v), octet_length(p)) ELSE v LIKE p END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p END $$;
 CREATE OR REPLACE FUNCTION cairn_like(v text, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE', octet_length(v), octet_length(p)) ELSE v LIKE p ESCAPE e END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p ESCAPE e END $$;
 CREATE OR REPLACE FUNCTION cairn_ilike(v text, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE', octet_length(v), octet_length(p)) ELSE v ILIKE p END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v ILIKE p END $$;
 CREATE OR REPLACE FUNCTION cairn_ilike(v text, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE', octet_length(v), octet_length(p)) ELSE v ILIKE p ESCAPE e END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v ILIKE p ESCAPE e END $$;
 CREATE OR REPLACE FUNCTION cairn_position(p text, v text) RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('position', octet_length(v), octet_length(p))::int ELSE position(p IN v) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('position'::text, octet_length(v)::bigint, octet_length(p)::bigint)::int ELSE position(p IN v) END $$;
 CREATE OR REPLACE FUNCTION cairn_replace(v text, p text, r text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('replace', octet_length(v), octet_length(p))::text ELSE replace(v, p, r) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('replace'::text, octet_length(v)::bigint, octet_length(p)::bigint)::text ELSE replace(v, p, r) END $$;
 CREATE OR REPLACE FUNCTION cairn_btrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('trim', octet_length(v), octet_length(s))::text ELSE btrim(v, s) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('trim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE btrim(v, s) END $$;
 CREATE OR REPLACE FUNCTION cairn_ltrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim', octet_length(v), octet_length(s))::text ELSE ltrim(v, s) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE ltrim(v, s) END $$;
 CREATE OR REPLACE FUNCTION cairn_rtrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim', octet_length(v), octet_length(s))::text ELSE rtrim(v, s) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE rtrim(v, s) END $$;

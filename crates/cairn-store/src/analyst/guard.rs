@@ -7,9 +7,9 @@
 
 use super::shown;
 use sqlparser::ast::{
-    DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName,
-    ObjectNamePart, Query, Select, SelectItem, SetExpr, TableAlias, TableFactor, Value as SqlValue,
-    ValueWithSpan, Visit, Visitor,
+    BinaryOperator, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr,
+    Ident, ObjectName, ObjectNamePart, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr,
+    TableAlias, TableFactor, Value as SqlValue, ValueWithSpan, Visit, Visitor,
 };
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -158,12 +158,13 @@ pub(super) struct Guard {
 }
 
 /// Whether `expr` is a literal: a value, a typed string, a negated or
-/// parenthesized literal, a row of literals.
+/// parenthesized literal. A row of literals is not: PostgreSQL compares a
+/// row with a list of rows as one comparison per row, each with its own
+/// copy of the left side (3,000 rows of literals took 12 GB).
 fn is_literal(expr: &Expr) -> bool {
     match expr {
         Expr::Value(_) | Expr::TypedString(_) => true,
         Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => is_literal(expr),
-        Expr::Tuple(items) => items.iter().all(is_literal),
         _ => false,
     }
 }
@@ -186,26 +187,32 @@ fn computed_expressions<V: Visit + ?Sized>(node: &V) -> usize {
     count.0
 }
 
-/// What naming result columns by their alias outside the select list
-/// costs: SQLite reads a name in `WHERE`, `HAVING`, `GROUP BY` or a
-/// join's `ON` that is a result column's alias as a copy of that column's
-/// expression, so each such name costs the expressions it stands for (a
-/// 30-term alias named 30 times in `WHERE` ran 33 s in one row). Counted
-/// for both databases alike; a name that is also a column of the input is
-/// counted too (the count errs high).
-fn alias_copies(select: &Select) -> usize {
-    let aliases: HashMap<String, usize> = select
+/// What naming result columns outside the select list costs: SQLite
+/// reads a name in `WHERE`, `HAVING`, `GROUP BY`, `ORDER BY` or a join's
+/// `ON` that is a result column's alias, and a `GROUP BY` or `ORDER BY`
+/// position (`GROUP BY 1`), as a copy of that column's expression, so
+/// each costs the expressions it stands for (a 30-term alias named 30
+/// times in `WHERE` ran 33 s in one row; `GROUP BY 1, 1, ...` 300 times,
+/// 34 s). Counted for both databases alike; a name that is also a column
+/// of the input is counted too, and an alias given twice costs its larger
+/// expression (the count errs high).
+fn alias_copies(select: &Select, order_by: Option<&OrderBy>) -> usize {
+    let sizes: Vec<usize> = select
         .projection
         .iter()
-        .filter_map(|item| match item {
-            SelectItem::ExprWithAlias { expr, alias } => {
-                Some((alias.value.to_lowercase(), computed_expressions(expr)))
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => {
+                computed_expressions(expr)
             }
-            _ => None,
+            _ => 1,
         })
         .collect();
-    if aliases.is_empty() {
-        return 0;
+    let mut aliases: HashMap<String, usize> = HashMap::new();
+    for (item, size) in select.projection.iter().zip(&sizes) {
+        if let SelectItem::ExprWithAlias { alias, .. } = item {
+            let entry = aliases.entry(alias.value.to_lowercase()).or_default();
+            *entry = (*entry).max(*size);
+        }
     }
     struct Names<'a>(&'a HashMap<String, usize>, usize);
     impl Visitor for Names<'_> {
@@ -224,7 +231,61 @@ fn alias_copies(select: &Select) -> usize {
     let _ = select.having.visit(&mut names);
     let _ = select.group_by.visit(&mut names);
     let _ = select.from.visit(&mut names);
-    names.1
+    if let Some(order_by) = order_by {
+        let _ = order_by.visit(&mut names);
+    }
+    // Positions: a number names the result column at that place.
+    let position = |expr: &Expr| match expr {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => n
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| sizes.get(i).copied()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut positions = 0usize;
+    if let GroupByExpr::Expressions(exprs, _) = &select.group_by {
+        positions = exprs
+            .iter()
+            .filter_map(position)
+            .fold(positions, usize::saturating_add);
+    }
+    if let Some(OrderBy {
+        kind: OrderByKind::Expressions(exprs),
+        ..
+    }) = order_by
+    {
+        positions = exprs
+            .iter()
+            .filter_map(|o| position(&o.expr))
+            .fold(positions, usize::saturating_add);
+    }
+    names.1.saturating_add(positions)
+}
+
+/// Whether `query` declares a CTE named `name` anywhere inside it.
+fn declares(query: &Query, name: &str) -> bool {
+    struct Find<'a>(&'a str);
+    impl Visitor for Find<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            match &query.with {
+                Some(with)
+                    if with
+                        .cte_tables
+                        .iter()
+                        .any(|c| c.alias.name.value.eq_ignore_ascii_case(self.0)) =>
+                {
+                    ControlFlow::Break(())
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    query.visit(&mut Find(name)).is_break()
 }
 
 /// The selects of a query body (through set operations).
@@ -237,6 +298,33 @@ fn selects(body: &SetExpr) -> Vec<&Select> {
             all
         }
         _ => Vec::new(),
+    }
+}
+
+/// Refuses the operators whose one use can cost the product of its
+/// operands' sizes without the database checking its time limit
+/// (PostgreSQL's array and JSON containment: `@>` on 100,000 elements ran
+/// 37 s past a 2 s limit, `?&` 134 s), and PostgreSQL's `~~` forms of
+/// `LIKE`, which sqlparser groups differently from PostgreSQL.
+fn check_operator(op: &BinaryOperator) -> Result<(), String> {
+    match op {
+        BinaryOperator::PGLikeMatch
+        | BinaryOperator::PGILikeMatch
+        | BinaryOperator::PGNotLikeMatch
+        | BinaryOperator::PGNotILikeMatch => Err(format!(
+            "operator {op} is not accepted: write LIKE or ILIKE"
+        )),
+        BinaryOperator::AtArrow
+        | BinaryOperator::ArrowAt
+        | BinaryOperator::PGOverlap
+        | BinaryOperator::Question
+        | BinaryOperator::QuestionAnd
+        | BinaryOperator::QuestionPipe
+        | BinaryOperator::AtQuestion
+        | BinaryOperator::AtAt => Err(format!(
+            "operator {op} is not accepted: containment and search operators can take too long in one call"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -427,8 +515,16 @@ impl Visitor for Guard {
     type Break = String;
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<String> {
-        for select in selects(&query.body) {
-            self.expressions = self.expressions.saturating_add(alias_copies(select));
+        for (i, select) in selects(&query.body).into_iter().enumerate() {
+            // The query's ORDER BY names the first select's columns.
+            let order_by = if i == 0 {
+                query.order_by.as_ref()
+            } else {
+                None
+            };
+            self.expressions = self
+                .expressions
+                .saturating_add(alias_copies(select, order_by));
         }
         if self.expressions > MAX_EXPRESSIONS {
             return ControlFlow::Break(too_many_expressions());
@@ -437,6 +533,15 @@ impl Visitor for Guard {
             for cte in &with.cte_tables {
                 if cte.from.is_some() {
                     return ControlFlow::Break("WITH ... FROM is not accepted".into());
+                }
+                // A CTE that declares its own name again inside it would
+                // look recursive after renaming (every declaration of a
+                // name gets the same generated name), and go unfenced.
+                if declares(&cte.query, &cte.alias.name.value) {
+                    return ControlFlow::Break(format!(
+                        "the CTE {} declares a CTE of its own name inside it; give each its own name",
+                        shown(&cte.alias.name.value)
+                    ));
                 }
                 self.ctes.insert(cte.alias.name.value.to_lowercase());
             }
@@ -589,6 +694,12 @@ impl Visitor for Guard {
             }
             Expr::TypedString(typed) => check_data_type(&typed.data_type),
             Expr::Convert { .. } => Err("CONVERT is not accepted: use CAST".into()),
+            Expr::Like { any: true, .. } | Expr::ILike { any: true, .. } => {
+                Err("LIKE ANY and ILIKE ANY are not accepted: join LIKEs with OR".into())
+            }
+            Expr::BinaryOp { op, .. }
+            | Expr::AnyOp { compare_op: op, .. }
+            | Expr::AllOp { compare_op: op, .. } => check_operator(op),
             Expr::InList { list, .. } => check_list("an IN list", list.iter()),
             Expr::Tuple(items) => check_list("a row value", items.iter()),
             Expr::Case {

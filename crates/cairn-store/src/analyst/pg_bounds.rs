@@ -1,6 +1,7 @@
 //! PostgreSQL's searches whose one call costs the product of its two
-//! lengths, bounded: `LIKE`, `ILIKE` (and `~~`, `~~*` and their
-//! negations), `position`, `replace` and `trim` with a set of characters
+//! lengths, bounded: `LIKE`, `ILIKE` (their `~~` operator forms and
+//! `LIKE ANY` are refused by the guard), `position`, `replace` and `trim`
+//! with a set of characters
 //! are written as calls of Cairn's functions (`pg_analyst.sql`), which run
 //! the built-in while the product of the two lengths in bytes is at most
 //! 64 Mi and fail past it.
@@ -16,9 +17,8 @@
 //! `LIKE` over a million rows does not become a million function calls.
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, ObjectNamePart, TrimWhereField, UnaryOperator,
-    VisitorMut,
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, ObjectNamePart, TrimWhereField, UnaryOperator, VisitorMut,
 };
 use std::ops::ControlFlow;
 
@@ -104,16 +104,6 @@ impl PgBounds<'_> {
                 pattern,
                 escape_char,
             } => like("cairn_ilike", *negated, expr, pattern, escape_char),
-            Expr::BinaryOp { left, op, right } => {
-                let (name, negated) = match op {
-                    BinaryOperator::PGLikeMatch => ("cairn_like", false),
-                    BinaryOperator::PGNotLikeMatch => ("cairn_like", true),
-                    BinaryOperator::PGILikeMatch => ("cairn_ilike", false),
-                    BinaryOperator::PGNotILikeMatch => ("cairn_ilike", true),
-                    _ => return None,
-                };
-                like(name, negated, left, right, &None)
-            }
             Expr::Position { expr, r#in } => call(
                 s,
                 "cairn_position",
@@ -147,6 +137,13 @@ impl PgBounds<'_> {
                     [ObjectNamePart::Identifier(ident)] => ident.value.to_lowercase(),
                     _ => return None,
                 };
+                if name == "position" {
+                    // position(string, substring), the call the syntax
+                    // `position(substring IN string)` stands for.
+                    let mut args = plain_args(function, 2)?;
+                    args.reverse();
+                    return Some(call(s, "cairn_position", args));
+                }
                 let (bounded, arity) = match name.as_str() {
                     "replace" => ("cairn_replace", 3),
                     "btrim" | "trim" => ("cairn_btrim", 2),

@@ -7,8 +7,8 @@
 
 use super::{Dialect, PREPARED_DEPTH, VIEWS, parse_nested, shown};
 use sqlparser::ast::{
-    Expr, Ident, LimitClause, ObjectName, ObjectNamePart, Offset, OffsetRows, Query, Statement,
-    TableAlias, TableFactor, Value, Visit, Visitor, VisitorMut,
+    Expr, Ident, LimitClause, ObjectName, ObjectNamePart, Offset, OffsetRows, Query, SetExpr,
+    Statement, TableAlias, TableFactor, Value, Visit, Visitor, VisitorMut,
 };
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -108,9 +108,20 @@ const FENCE_LIMIT: &str = "9223372036854775807";
 /// there, and neither merges it).
 pub(super) struct Fences;
 
+/// Whether a query body is or ends in `VALUES` (SQLite takes no `LIMIT`
+/// after it; no database merges a `VALUES` list, which has no `FROM`).
+fn ends_in_values(body: &SetExpr) -> bool {
+    match body {
+        SetExpr::Values(_) => true,
+        SetExpr::SetOperation { right, .. } => ends_in_values(right),
+        SetExpr::Query(query) => ends_in_values(&query.body),
+        _ => false,
+    }
+}
+
 /// Fences `query` (see [`Fences`]).
 fn fence_query(query: &mut Query) {
-    if query.fetch.is_some() {
+    if query.fetch.is_some() || ends_in_values(&query.body) {
         return;
     }
     match &mut query.limit_clause {
