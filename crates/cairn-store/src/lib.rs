@@ -74,6 +74,18 @@ pub(crate) enum OrgScope {
 }
 
 impl OrgScope {
+    /// The scope of `org_id` (`None`: every org), the named org's number
+    /// looked up with `number_of`.
+    pub(crate) fn of(
+        org_id: Option<&str>,
+        number_of: impl FnOnce(&str) -> Result<Option<i64>, StoreError>,
+    ) -> Result<OrgScope, StoreError> {
+        Ok(match org_id {
+            None => OrgScope::Every,
+            Some(name) => number_of(name)?.map_or(OrgScope::Unknown, OrgScope::One),
+        })
+    }
+
     /// The org number a query filters on (`None`: every org).
     pub(crate) fn number(self) -> Option<i64> {
         match self {

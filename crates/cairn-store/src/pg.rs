@@ -41,8 +41,8 @@ use crate::engine::{Engine, request_org};
 use crate::keys::ServerKey;
 use crate::stored::CheckpointPage;
 use crate::{
-    ApiKey, DbContext, EmbeddingBacklog, ImportError, LedgerStore, OrgScope, PendingEmbedding,
-    Refusal, SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint,
+    ApiKey, DbContext, EmbeddingBacklog, ImportError, LedgerStore, PendingEmbedding, Refusal,
+    SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint,
     StoredEntry, StoredStep, WriteRequest, Written,
 };
 use admin::meta_key_rows;
@@ -281,18 +281,6 @@ impl PgStore {
         )?
         .map(|row| col(&row, 0))
         .transpose()
-    }
-
-    /// The orgs a maintenance command covers: every org, or the named one
-    /// (unknown: nothing to do).
-    fn org_scope<C: GenericClient>(
-        db: &mut Db<'_, C>,
-        org_id: Option<&str>,
-    ) -> Result<OrgScope, StoreError> {
-        Ok(match org_id {
-            None => OrgScope::Every,
-            Some(name) => Self::org_id_of(db, name)?.map_or(OrgScope::Unknown, OrgScope::One),
-        })
     }
 }
 

@@ -16,35 +16,12 @@
 //! that PostgreSQL inlines when their arguments are columns, so a
 //! `LIKE` over a million rows does not become a million function calls.
 
+use super::time_checks;
 use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart, TrimWhereField, UnaryOperator, VisitorMut,
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, ObjectNamePart,
+    TrimWhereField, UnaryOperator, VisitorMut,
 };
 use std::ops::ControlFlow;
-
-/// A call of Cairn's function `name` in `schema` on `args`.
-fn call(schema: &str, name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName(vec![
-            ObjectNamePart::Identifier(Ident::with_quote('"', schema)),
-            ObjectNamePart::Identifier(Ident::new(name)),
-        ]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                .collect(),
-            clauses: Vec::new(),
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: Vec::new(),
-    })
-}
 
 /// `NOT <expr>` when `negated`.
 fn negate(expr: Expr, negated: bool) -> Expr {
@@ -83,11 +60,11 @@ pub(super) struct PgBounds<'a> {
 impl PgBounds<'_> {
     /// The bounded form of `expr`, if it is one of the searches.
     fn bounded(&self, expr: &Expr) -> Option<Expr> {
-        let s = self.schema;
+        let call = |name: &str, args: Vec<Expr>| time_checks::call(Some(self.schema), name, args);
         let like = |name: &str, negated: bool, e: &Expr, p: &Expr, escape: &Option<Box<Expr>>| {
             let mut args = vec![e.clone(), p.clone()];
             args.extend(escape.as_deref().cloned());
-            negate(call(s, name, args), negated)
+            negate(call(name, args), negated)
         };
         Some(match expr {
             Expr::Like {
@@ -104,11 +81,9 @@ impl PgBounds<'_> {
                 pattern,
                 escape_char,
             } => like("cairn_ilike", *negated, expr, pattern, escape_char),
-            Expr::Position { expr, r#in } => call(
-                s,
-                "cairn_position",
-                vec![(**expr).clone(), (**r#in).clone()],
-            ),
+            Expr::Position { expr, r#in } => {
+                call("cairn_position", vec![(**expr).clone(), (**r#in).clone()])
+            }
             Expr::Trim {
                 expr,
                 trim_where,
@@ -120,14 +95,14 @@ impl PgBounds<'_> {
                     Some(TrimWhereField::Trailing) => "cairn_rtrim",
                     _ => "cairn_btrim",
                 };
-                call(s, name, vec![(**expr).clone(), (**what).clone()])
+                call(name, vec![(**expr).clone(), (**what).clone()])
             }
             Expr::Trim {
                 expr,
                 trim_where: None,
                 trim_what: None,
                 trim_characters: Some(set),
-            } if set.len() == 1 => call(s, "cairn_btrim", vec![(**expr).clone(), set[0].clone()]),
+            } if set.len() == 1 => call("cairn_btrim", vec![(**expr).clone(), set[0].clone()]),
             Expr::Function(function)
                 if function.over.is_none()
                     && function.filter.is_none()
@@ -142,7 +117,7 @@ impl PgBounds<'_> {
                     // `position(substring IN string)` stands for.
                     let mut args = plain_args(function, 2)?;
                     args.reverse();
-                    return Some(call(s, "cairn_position", args));
+                    return Some(call("cairn_position", args));
                 }
                 let (bounded, arity) = match name.as_str() {
                     "replace" => ("cairn_replace", 3),
@@ -151,7 +126,7 @@ impl PgBounds<'_> {
                     "rtrim" => ("cairn_rtrim", 2),
                     _ => return None,
                 };
-                call(s, bounded, plain_args(function, arity)?)
+                call(bounded, plain_args(function, arity)?)
             }
             _ => return None,
         })

@@ -21,8 +21,8 @@
 //! types, collations and affinities, and `NULL` answers); the check
 //! answers true or fails. Aggregate and window calls are not wrapped: they
 //! run once per row of their input, and both databases check the time
-//! between rows. Pattern and JSON operators (`LIKE`, `GLOB`, `->`, `~~`,
-//! ...) are calls too and are wrapped the same way.
+//! between rows. Pattern and JSON operators (`LIKE`, `GLOB`, `->`,
+//! `~`, ...) are calls too and are wrapped the same way.
 //!
 //! A result column without an alias would be named after the wrapped
 //! text (SQLite names it by its text, PostgreSQL `case`), so such a column
@@ -33,15 +33,15 @@
 use super::Dialect;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    BinaryOperator, CaseWhen, Expr, Function, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, TrimWhereField, Value, Visit, Visitor,
-    VisitorMut,
+    BinaryOperator, CaseWhen, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr,
+    TrimWhereField, Value, Visit, Visitor, VisitorMut,
 };
 use std::ops::ControlFlow;
 
 /// The function that fails once the query's time is up (registered on
 /// SQLite's analyst connection; in Cairn's schema on PostgreSQL, see
-/// `pg_schema.sql`; not on the allow-list, so a caller cannot name it).
+/// `pg_analyst.sql`; not on the allow-list, so a caller cannot name it).
 pub const TIME_CHECK_FUNCTION: &str = "cairn_time_check";
 
 /// Functions that aggregate the rows of a group (with one argument for
@@ -62,33 +62,41 @@ fn aggregates(function: &Function) -> bool {
         || (matches!(name.as_str(), "min" | "max") && arguments <= 1)
 }
 
-/// `CASE WHEN [<schema>.]cairn_time_check() THEN <expr> END`.
-fn checked(expr: Expr, schema: Option<&str>) -> Expr {
-    let mut name: Vec<ObjectNamePart> = schema
+/// A plain call of Cairn's function `name` (in `schema` if given) on
+/// `args`.
+pub(super) fn call(schema: Option<&str>, name: &str, args: Vec<Expr>) -> Expr {
+    let mut parts: Vec<ObjectNamePart> = schema
         .map(|s| ObjectNamePart::Identifier(Ident::with_quote('"', s)))
         .into_iter()
         .collect();
-    name.push(ObjectNamePart::Identifier(Ident::new(TIME_CHECK_FUNCTION)));
-    let check = Expr::Function(Function {
-        name: ObjectName(name),
+    parts.push(ObjectNamePart::Identifier(Ident::new(name)));
+    Expr::Function(Function {
+        name: ObjectName(parts),
         uses_odbc_syntax: false,
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: Vec::new(),
+            args: args
+                .into_iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                .collect(),
             clauses: Vec::new(),
         }),
         filter: None,
         null_treatment: None,
         over: None,
         within_group: Vec::new(),
-    });
+    })
+}
+
+/// `CASE WHEN [<schema>.]cairn_time_check() THEN <expr> END`.
+fn checked(expr: Expr, schema: Option<&str>) -> Expr {
     Expr::Case {
         case_token: AttachedToken::empty(),
         end_token: AttachedToken::empty(),
         operand: None,
         conditions: vec![CaseWhen {
-            condition: check,
+            condition: call(schema, TIME_CHECK_FUNCTION, Vec::new()),
             result: expr,
         }],
         else_result: None,
@@ -113,7 +121,8 @@ fn wrapped(expr: &Expr) -> bool {
         | Expr::ILike { .. }
         | Expr::SimilarTo { .. }
         | Expr::RLike { .. } => true,
-        // Operators that call a function: JSON paths, pattern matches.
+        // Operators that call a function: JSON paths, pattern matches (the
+        // `~~` forms of LIKE are refused by the guard).
         Expr::BinaryOp { op, .. } => matches!(
             op,
             BinaryOperator::Arrow
@@ -123,10 +132,6 @@ fn wrapped(expr: &Expr) -> bool {
                 | BinaryOperator::Match
                 | BinaryOperator::Regexp
                 | BinaryOperator::Glob
-                | BinaryOperator::PGLikeMatch
-                | BinaryOperator::PGILikeMatch
-                | BinaryOperator::PGNotLikeMatch
-                | BinaryOperator::PGNotILikeMatch
                 | BinaryOperator::PGRegexMatch
                 | BinaryOperator::PGRegexIMatch
                 | BinaryOperator::PGRegexNotMatch

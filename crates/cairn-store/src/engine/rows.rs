@@ -145,6 +145,16 @@ impl KindRows {
             (true, false) => KindRows::Built,
         }
     }
+
+    /// The query that counts the derived rows planted for a session number
+    /// no session has yet (kind rows too once the table exists, filled or
+    /// not).
+    pub(crate) fn unattached_query(self) -> &'static str {
+        match self {
+            KindRows::Absent => UNATTACHED_HEAD_ROWS,
+            KindRows::Filling | KindRows::Built => UNATTACHED_SESSION_ROWS,
+        }
+    }
 }
 
 /// How many `session_heads` and `session_kinds` rows name a session
@@ -153,12 +163,12 @@ impl KindRows {
 /// head that stops its own from being written).
 /// `session_kinds` is left out of a store of an earlier version that has
 /// none yet (`UNATTACHED_HEAD_ROWS`).
-pub(crate) const UNATTACHED_SESSION_ROWS: &str = "SELECT
+const UNATTACHED_SESSION_ROWS: &str = "SELECT
     (SELECT count(*) FROM session_heads WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))
   + (SELECT count(*) FROM session_kinds WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))";
 
 /// [`UNATTACHED_SESSION_ROWS`] of `session_heads` alone.
-pub(crate) const UNATTACHED_HEAD_ROWS: &str = "SELECT
+const UNATTACHED_HEAD_ROWS: &str = "SELECT
     (SELECT count(*) FROM session_heads WHERE sid > (SELECT coalesce(max(sid), -1) FROM sessions))";
 
 /// A session-start record read with its session's row: the row must say

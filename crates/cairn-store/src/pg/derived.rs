@@ -84,11 +84,7 @@ impl PgStore {
 
     pub(super) fn unattached_session_rows_in(&self) -> Result<u64, StoreError> {
         self.read(|db| {
-            // Rows planted in a table not filled yet count too.
-            let query = match kind_rows(db)? {
-                KindRows::Absent => crate::engine::UNATTACHED_HEAD_ROWS,
-                KindRows::Filling | KindRows::Built => crate::engine::UNATTACHED_SESSION_ROWS,
-            };
+            let query = kind_rows(db)?.unattached_query();
             let row = db.query_one(query, &[], "counting derived rows")?;
             Ok(u64_of(col(&row, 0)?))
         })
@@ -96,7 +92,7 @@ impl PgStore {
 
     pub(super) fn restore_session_kinds_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
         self.read(|db| {
-            let scope = Self::org_scope(db, org_id)?;
+            let scope = OrgScope::of(org_id, |name| Self::org_id_of(db, name))?;
             if scope == OrgScope::Unknown {
                 return Ok(0);
             }

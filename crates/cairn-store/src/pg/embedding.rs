@@ -260,7 +260,7 @@ impl PgStore {
     pub(super) fn queue_reindex_in(&self, org_id: Option<&str>) -> Result<u64, StoreError> {
         let rate = self.embedding_sample_rate;
         self.read(|db| {
-            let scope = Self::org_scope(db, org_id)?;
+            let scope = OrgScope::of(org_id, |name| Self::org_id_of(db, name))?;
             if scope == OrgScope::Unknown {
                 return Ok(0);
             }

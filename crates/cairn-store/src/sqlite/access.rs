@@ -1,13 +1,13 @@
 //! How the embedded store's code reaches what it works with: a pooled
 //! read-only connection, the writer while the store is sound, an org's
-//! internal number (and the scope of a maintenance command), and the
+//! internal number, and the
 //! engine's settings. Apart from `sqlite.rs`, which is the store's
 //! configuration, opening and trait implementation.
 
 use super::connection::{open_reader, poisoned};
 use super::{SqliteStore, Writer};
 use crate::engine::Engine;
-use crate::{DbContext, OrgScope, StoreError};
+use crate::{DbContext, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 
 impl SqliteStore {
@@ -64,17 +64,5 @@ impl SqliteStore {
             checkpoint_interval: self.checkpoint_interval,
             max_clock_skew_s: self.max_clock_skew_s,
         }
-    }
-
-    /// The orgs a maintenance command covers: every org, or the named one
-    /// (unknown: nothing to do).
-    pub(super) fn org_scope(
-        conn: &Connection,
-        org_id: Option<&str>,
-    ) -> Result<OrgScope, StoreError> {
-        Ok(match org_id {
-            None => OrgScope::Every,
-            Some(name) => Self::org_id_of(conn, name)?.map_or(OrgScope::Unknown, OrgScope::One),
-        })
     }
 }

@@ -92,17 +92,22 @@ impl ToSql for Arg<'_> {
 /// The private connection the built-ins run on.
 type Builtins = Arc<Mutex<Connection>>;
 
+/// Runs `sql` (one value) on the private connection.
+fn run(builtins: &Builtins, sql: &str, args: &[Arg<'_>]) -> rusqlite::Result<Answer> {
+    let conn = builtins
+        .lock()
+        .map_err(|_| rusqlite::Error::UserFunctionError("a function's connection failed".into()))?;
+    let mut stmt = conn.prepare_cached(sql)?;
+    stmt.query_row(params_from_iter(args), |row| {
+        Ok(Answer::from(row.get_ref(0)?))
+    })
+}
+
 /// Runs the built-in `name` on the call's arguments as they came.
 fn builtin(builtins: &Builtins, name: &str, ctx: &Context<'_>) -> rusqlite::Result<Answer> {
     let args: Vec<Arg<'_>> = (0..ctx.len()).map(|i| Arg(ctx.get_raw(i))).collect();
     let placeholders = vec!["?"; args.len()].join(", ");
-    let conn = builtins
-        .lock()
-        .map_err(|_| rusqlite::Error::UserFunctionError("a function's connection failed".into()))?;
-    let mut stmt = conn.prepare_cached(&format!("SELECT {name}({placeholders})"))?;
-    stmt.query_row(params_from_iter(args), |row| {
-        Ok(Answer::from(row.get_ref(0)?))
-    })
+    run(builtins, &format!("SELECT {name}({placeholders})"), &args)
 }
 
 /// The bytes SQLite's `sqlite3_value_text` would give for a text or blob
@@ -191,11 +196,12 @@ fn past(deadline: Instant) -> rusqlite::Result<()> {
 
 /// SQLite's text for a number (as `sqlite3_value_text` writes it).
 fn text_of_number(builtins: &Builtins, value: ValueRef<'_>) -> rusqlite::Result<Vec<u8>> {
-    let conn = builtins
-        .lock()
-        .map_err(|_| rusqlite::Error::UserFunctionError("a function's connection failed".into()))?;
-    let mut stmt = conn.prepare_cached("SELECT CAST(? AS TEXT)")?;
-    stmt.query_row([Arg(value)], |row| Ok(row.get_ref(0)?.as_bytes()?.to_vec()))
+    match run(builtins, "SELECT CAST(? AS TEXT)", &[Arg(value)])? {
+        Answer::Text(text) => Ok(text),
+        _ => Err(rusqlite::Error::UserFunctionError(
+            "a number's text could not be read".into(),
+        )),
+    }
 }
 
 /// Registers the replacements and [`TIME_CHECK_FUNCTION`] on `conn`;

@@ -102,11 +102,7 @@ impl SqliteStore {
 
     pub(super) fn unattached_session_rows_in(&self) -> Result<u64, StoreError> {
         self.read(|c| {
-            // Rows planted in a table not filled yet count too.
-            let query = match kind_rows(c)? {
-                KindRows::Absent => crate::engine::UNATTACHED_HEAD_ROWS,
-                KindRows::Filling | KindRows::Built => crate::engine::UNATTACHED_SESSION_ROWS,
-            };
+            let query = kind_rows(c)?.unattached_query();
             let n: i64 = c
                 .query_row(query, [], |r| r.get(0))
                 .context("counting derived rows")?;
@@ -120,7 +116,7 @@ impl SqliteStore {
             .conn
             .transaction()
             .context("restoring the kinds of sessions")?;
-        let scope = Self::org_scope(&tx, org_id)?;
+        let scope = OrgScope::of(org_id, |name| Self::org_id_of(&tx, name))?;
         if scope == OrgScope::Unknown {
             return Ok(0);
         }

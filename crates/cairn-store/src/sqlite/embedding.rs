@@ -200,7 +200,7 @@ impl SqliteStore {
             .conn
             .transaction()
             .context("queueing steps to embed again")?;
-        let scope = Self::org_scope(&tx, org_id)?;
+        let scope = OrgScope::of(org_id, |name| Self::org_id_of(&tx, name))?;
         if scope == OrgScope::Unknown {
             return Ok(0);
         }

@@ -203,7 +203,7 @@ pub(super) fn check_session_index(
 }
 
 /// What reading the kind rows found.
-struct KindRows {
+struct KindsRead {
     /// Whether the store's kind rows are built at all.
     built: bool,
     /// A row that can never be right (not a kind's own name).
@@ -215,11 +215,11 @@ fn read_kinds(
     store: &dyn LedgerStore,
     org_id: &str,
     tallies: &mut HashMap<i64, SessionTally>,
-) -> Result<KindRows, StoreError> {
+) -> Result<KindsRead, StoreError> {
     let mut after: (i64, String) = (i64::MIN, String::new());
     loop {
         let Some(page) = store.session_kinds_page(org_id, (after.0, &after.1), PAGE)? else {
-            return Ok(KindRows {
+            return Ok(KindsRead {
                 built: false,
                 failure: None,
             });
@@ -238,7 +238,7 @@ fn read_kinds(
                         "session {name}'s kind rows hold {said:?}, which is not a kind's own name: kind filters read that row"
                     )
                 })?;
-                return Ok(KindRows {
+                return Ok(KindsRead {
                     built: true,
                     failure: Some(failure),
                 });
@@ -255,7 +255,7 @@ fn read_kinds(
                 after = (last.sid, last.kind.clone().unwrap_or_default())
             }
             _ => {
-                return Ok(KindRows {
+                return Ok(KindsRead {
                     built: true,
                     failure: None,
                 });
@@ -337,6 +337,38 @@ fn kind_names(bits: u32) -> String {
         .join(", ")
 }
 
+/// The step at `seq` as its row's chain link and the log say: its
+/// session's number and the position of its step before (`None` without
+/// a link), its session's id, index and kind.
+struct StepAt {
+    sid: Option<i64>,
+    prev: Option<u64>,
+    session_id: String,
+    index: u64,
+    kind: StepKind,
+}
+
+/// Reads the step at `seq` (`None` for an entry that is no readable
+/// step).
+fn step_at(store: &dyn LedgerStore, org_id: &str, seq: u64) -> Result<Option<StepAt>, StoreError> {
+    let mut found = None;
+    store.read_entries(org_id, &[seq], &mut |stored| {
+        if let Ok(entry) = &stored.entry
+            && let LogRecord::Step(r) = &entry.record
+        {
+            found = Some(StepAt {
+                sid: stored.chain_link.map(|(sid, _)| sid),
+                prev: stored.chain_link.and_then(|(_, prev)| prev),
+                session_id: r.step.session_id.clone(),
+                index: r.step.step_index,
+                kind: r.step.kind,
+            });
+        }
+        false
+    })?;
+    Ok(found)
+}
+
 /// Whether the entry at `seq` (past what verification read) is a step of
 /// `head`'s session at index `index`.
 fn names_step_of(
@@ -346,14 +378,9 @@ fn names_step_of(
     seq: u64,
     index: u64,
 ) -> Result<bool, StoreError> {
-    let mut found = false;
-    store.read_entries(org_id, &[seq], &mut |stored| {
-        found = stored.chain_link.is_some_and(|(sid, _)| sid == head.sid)
-            && matches!(&stored.entry, Ok(entry) if matches!(&entry.record,
-                LogRecord::Step(r) if r.step.session_id == head.session_id && r.step.step_index == index));
-        false
-    })?;
-    Ok(found)
+    Ok(step_at(store, org_id, seq)?.is_some_and(|s| {
+        s.sid == Some(head.sid) && s.session_id == head.session_id && s.index == index
+    }))
 }
 
 /// The kinds (as bits) of session `sid`'s steps at or after `end`, walked
@@ -369,16 +396,10 @@ fn kinds_appended(
     let mut next = Some(head);
     while let Some(seq) = next.filter(|seq| *seq >= end) {
         next = None;
-        store.read_entries(org_id, &[seq], &mut |stored| {
-            if let (Some((row_sid, prev)), Ok(entry)) = (stored.chain_link, &stored.entry)
-                && let LogRecord::Step(r) = &entry.record
-                && row_sid == sid
-            {
-                kinds |= kind_bit(r.step.kind);
-                next = prev.filter(|prev| *prev < seq);
-            }
-            false
-        })?;
+        if let Some(step) = step_at(store, org_id, seq)?.filter(|s| s.sid == Some(sid)) {
+            kinds |= kind_bit(step.kind);
+            next = step.prev.filter(|prev| *prev < seq);
+        }
     }
     Ok(kinds)
 }
@@ -386,14 +407,7 @@ fn kinds_appended(
 /// The id of the session whose step is at `seq` (for a message about a
 /// session no derived row named).
 fn session_id_at(store: &dyn LedgerStore, org_id: &str, seq: u64) -> Result<String, StoreError> {
-    let mut name = String::new();
-    store.read_entries(org_id, &[seq], &mut |stored| {
-        if let Ok(entry) = &stored.entry
-            && let LogRecord::Step(r) = &entry.record
-        {
-            name = r.step.session_id.clone();
-        }
-        false
-    })?;
-    Ok(name)
+    Ok(step_at(store, org_id, seq)?
+        .map(|s| s.session_id)
+        .unwrap_or_default())
 }
