@@ -648,6 +648,40 @@ mod tests {
         assert!(out.contains("cairn_position('x', content)"), "{out}");
     }
 
+    /// PostgreSQL copies the left side of BETWEEN into two comparisons,
+    /// and that of IN into one for each item that is not a literal: nested,
+    /// they grow exponentially while the query is read (22 nested BETWEENs
+    /// ran out of memory under 100 written expressions). Each copy counts.
+    #[test]
+    fn copied_left_sides_count() {
+        fn nest(depth: usize, wrap: impl Fn(&str) -> String) -> String {
+            (0..depth).fold("seq".to_owned(), |inner, _| wrap(&inner))
+        }
+        let between = |depth| nest(depth, |x| format!("(({x}) BETWEEN 0 AND 5)"));
+        let columns = |depth| nest(depth, |x| format!("(({x}) IN (seq, duration_ms, 1, 2))"));
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for accepted in [between(8), columns(5)] {
+                let sql = format!("SELECT {accepted} FROM steps");
+                prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            for shape in [between(9), between(22), columns(6), columns(12)] {
+                let sql = format!("SELECT seq FROM steps WHERE {shape}");
+                let reason = refused(&sql, dialect);
+                assert!(reason.contains("BETWEEN counts twice"), "{reason}");
+            }
+            // A list of literals is one comparison: no copies.
+            let literals = (0..200)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "SELECT seq FROM steps WHERE {}",
+                nest(10, |x| format!("(({x}) IN ({literals}))"))
+            );
+            prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
     /// A CTE declared in one scope cannot make a same-named reference in
     /// another scope reach the real table: every CTE and every reference to
     /// one is renamed to a name no table has.

@@ -49,3 +49,27 @@ CREATE OR REPLACE FUNCTION cairn_ltrim(v text, s text) RETURNS text LANGUAGE sql
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE ltrim(v, s) END $$;
 CREATE OR REPLACE FUNCTION cairn_rtrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE rtrim(v, s) END $$;
+
+-- The same searches on char(n) (LIKE keeps its trailing spaces, as
+-- PostgreSQL's own LIKE on char(n) does) and on bytea (LIKE, position
+-- and trim; PostgreSQL has no ILIKE or replace on bytea).
+CREATE OR REPLACE FUNCTION cairn_like(v bpchar, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p END $$;
+CREATE OR REPLACE FUNCTION cairn_like(v bpchar, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p ESCAPE e END $$;
+CREATE OR REPLACE FUNCTION cairn_ilike(v bpchar, p text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v ILIKE p END $$;
+CREATE OR REPLACE FUNCTION cairn_ilike(v bpchar, p text, e text) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v ILIKE p ESCAPE e END $$;
+CREATE OR REPLACE FUNCTION cairn_like(v bytea, p bytea) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p END $$;
+CREATE OR REPLACE FUNCTION cairn_like(v bytea, p bytea, e bytea) RETURNS boolean LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('LIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v LIKE p ESCAPE e END $$;
+CREATE OR REPLACE FUNCTION cairn_position(p bytea, v bytea) RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('position'::text, octet_length(v)::bigint, octet_length(p)::bigint)::int ELSE position(p IN v) END $$;
+CREATE OR REPLACE FUNCTION cairn_btrim(v bytea, s bytea) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('trim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text::bytea ELSE btrim(v, s) END $$;
+CREATE OR REPLACE FUNCTION cairn_ltrim(v bytea, s bytea) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text::bytea ELSE ltrim(v, s) END $$;
+CREATE OR REPLACE FUNCTION cairn_rtrim(v bytea, s bytea) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text::bytea ELSE rtrim(v, s) END $$;

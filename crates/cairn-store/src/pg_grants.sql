@@ -18,4 +18,7 @@ GRANT USAGE ON SEQUENCE orgs_org_seq, sessions_sid_seq, embedding_queue_n_seq TO
 GRANT EXECUTE ON FUNCTION cairn_time_check(), cairn_too_much_work(text, bigint, bigint),
   cairn_like(text, text), cairn_like(text, text, text), cairn_ilike(text, text), cairn_ilike(text, text, text),
   cairn_position(text, text), cairn_replace(text, text, text),
-  cairn_btrim(text, text), cairn_ltrim(text, text), cairn_rtrim(text, text) TO cairn_app;
+  cairn_btrim(text, text), cairn_ltrim(text, text), cairn_rtrim(text, text),
+  cairn_like(bpchar, text), cairn_like(bpchar, text, text), cairn_ilike(bpchar, text), cairn_ilike(bpchar, text, text),
+  cairn_like(bytea, bytea), cairn_like(bytea, bytea, bytea), cairn_position(bytea, bytea),
+  cairn_btrim(bytea, bytea), cairn_ltrim(bytea, bytea), cairn_rtrim(bytea, bytea) TO cairn_app;

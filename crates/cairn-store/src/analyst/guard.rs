@@ -91,7 +91,9 @@ const MAX_FORMAT_WIDTH: u64 = 1000;
 
 /// Most expressions (every operator, call and name counts; literals do
 /// not) a statement may hold, a result column's alias named in `WHERE`,
-/// `HAVING`, `GROUP BY` or `ON` counting as its expression. On SQLite the expressions of one row run between
+/// `HAVING`, `GROUP BY` or `ON` counting as its expression, and the
+/// left side of `BETWEEN` and `IN` as often as PostgreSQL copies it
+/// (`Sizes`). On SQLite the expressions of one row run between
 /// two checks of the time limit, apart from the check before each call
 /// (`time_checks`): each may read a whole value (a column of up to the
 /// value limit is copied each time it is named), so their number bounds
@@ -143,7 +145,7 @@ const TYPES: &[&str] = &[
 /// The refusal of a statement past [`MAX_EXPRESSIONS`].
 fn too_many_expressions() -> String {
     format!(
-        "a statement holds at most {MAX_EXPRESSIONS} expressions (operators, calls and names; a result column's alias named in WHERE, HAVING, GROUP BY or ON counts as its expression)"
+        "a statement holds at most {MAX_EXPRESSIONS} expressions (operators, calls and names; a result column's alias named in WHERE, HAVING, GROUP BY or ON counts as its expression; the left side of BETWEEN counts twice, and that of IN once for each item that is not a literal)"
     )
 }
 
@@ -153,8 +155,10 @@ fn too_many_expressions() -> String {
 pub(super) struct Guard {
     pub(super) relations: HashSet<String>,
     pub(super) ctes: HashSet<String>,
-    /// Expressions seen so far.
+    /// The size of the expressions seen so far (see [`Sizes`]).
     expressions: usize,
+    /// The sizes of the expressions being walked.
+    sizes: Sizes,
 }
 
 /// Whether `expr` is a literal: a value, a typed string, a negated or
@@ -169,22 +173,88 @@ fn is_literal(expr: &Expr) -> bool {
     }
 }
 
-/// The expressions of `node` that are not literals (what
-/// [`MAX_EXPRESSIONS`] counts).
-fn computed_expressions<V: Visit + ?Sized>(node: &V) -> usize {
-    struct Count(usize);
-    impl Visitor for Count {
-        type Break = ();
-        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-            if !is_literal(expr) {
-                self.0 += 1;
-            }
-            ControlFlow::Continue(())
-        }
+/// Whether `expr` counts towards [`MAX_EXPRESSIONS`]: literals do not,
+/// nor do parentheses (neither database keeps them).
+fn counts(expr: &Expr) -> bool {
+    !is_literal(expr) && !matches!(expr, Expr::Nested(_))
+}
+
+/// The sizes of expressions as the databases build them, found after
+/// each expression's parts (post-order): an expression that is not a
+/// literal counts one, plus its parts, plus the copies PostgreSQL makes
+/// of a part while it reads the query. PostgreSQL writes
+/// `x BETWEEN a AND b` as `x >= a AND x <= b`, and `x IN (a, b, ...)` as
+/// one comparison `x = item` for each item that is not a literal (the
+/// literals share one comparison): each comparison holds its own copy of
+/// `x`, so nesting them grows the query exponentially before any row is
+/// read (22 nested BETWEENs ran out of memory; nested IN lists of column
+/// names grow 32 times a level). Counted for both databases alike.
+#[derive(Default)]
+struct Sizes {
+    /// One frame for each expression being walked: the sizes of its
+    /// parts found so far, in the order they appear.
+    frames: Vec<Vec<usize>>,
+    /// The sizes of the outermost expressions walked, summed.
+    total: usize,
+}
+
+impl Sizes {
+    /// Starts an expression (before its parts are walked).
+    fn enter(&mut self) {
+        self.frames.push(Vec::new());
     }
-    let mut count = Count(0);
-    let _ = node.visit(&mut count);
-    count.0
+
+    /// Ends `expr` (after its parts): hands its size to the expression
+    /// around it and answers what the copies of its parts add.
+    fn leave(&mut self, expr: &Expr) -> usize {
+        let parts = self.frames.pop().unwrap_or_default();
+        let own = usize::from(counts(expr));
+        let copies = copied_parts(expr, &parts);
+        let size = parts
+            .iter()
+            .fold(own, |sum, part| sum.saturating_add(*part))
+            .saturating_add(copies);
+        match self.frames.last_mut() {
+            Some(around) => around.push(size),
+            None => self.total = self.total.saturating_add(size),
+        }
+        copies
+    }
+}
+
+impl Visitor for Sizes {
+    type Break = ();
+    fn pre_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
+        self.enter();
+        ControlFlow::Continue(())
+    }
+    fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        self.leave(expr);
+        ControlFlow::Continue(())
+    }
+}
+
+/// What PostgreSQL's copies of `expr`'s left side add to its size
+/// (`parts` are its parts' sizes; the left side is the first).
+fn copied_parts(expr: &Expr, parts: &[usize]) -> usize {
+    let left = parts.first().copied().unwrap_or(0);
+    match expr {
+        Expr::Between { .. } => left,
+        Expr::InList { list, .. } => {
+            let computed = list.iter().filter(|item| !is_literal(item)).count();
+            let comparisons = computed + usize::from(computed < list.len());
+            comparisons.saturating_sub(1).saturating_mul(left)
+        }
+        _ => 0,
+    }
+}
+
+/// The size of `node`'s expressions (what [`MAX_EXPRESSIONS`] counts):
+/// those that are not literals, with the copies [`Sizes`] describes.
+fn expression_size<V: Visit + ?Sized>(node: &V) -> usize {
+    let mut sizes = Sizes::default();
+    let _ = node.visit(&mut sizes);
+    sizes.total
 }
 
 /// What naming result columns outside the select list costs: SQLite
@@ -202,7 +272,7 @@ fn alias_copies(select: &Select, order_by: Option<&OrderBy>) -> usize {
         .iter()
         .map(|item| match item {
             SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => {
-                computed_expressions(expr)
+                expression_size(expr)
             }
             _ => 1,
         })
@@ -633,7 +703,8 @@ impl Visitor for Guard {
     }
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
-        if !is_literal(expr) {
+        self.sizes.enter();
+        if counts(expr) {
             self.expressions += 1;
         }
         if self.expressions > MAX_EXPRESSIONS {
@@ -713,6 +784,14 @@ impl Visitor for Guard {
             Ok(()) => ControlFlow::Continue(()),
             Err(reason) => ControlFlow::Break(reason),
         }
+    }
+
+    fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
+        self.expressions = self.expressions.saturating_add(self.sizes.leave(expr));
+        if self.expressions > MAX_EXPRESSIONS {
+            return ControlFlow::Break(too_many_expressions());
+        }
+        ControlFlow::Continue(())
     }
 
     fn pre_visit_ident(&mut self, ident: &Ident) -> ControlFlow<String> {

@@ -714,6 +714,44 @@ pub fn merged_queries_cannot_multiply_one_rows_work(backend: &dyn Backend, diale
     }
 }
 
+/// Nested BETWEEN and IN lists, which PostgreSQL copies the left side of
+/// (22 nested BETWEENs ran it out of memory before reading a row): a
+/// nesting within the expression limit answers what its flat form
+/// answers, a deeper one is refused before the database sees it.
+pub fn copied_left_sides_are_bounded(backend: &dyn Backend) {
+    let store = backend.open("analyst-copies");
+    two_orgs(&store);
+    let nest = |depth: usize| {
+        (1..depth).fold("seq BETWEEN 0 AND 1".to_owned(), |inner, _| {
+            format!("({inner}) BETWEEN true AND true")
+        })
+    };
+    let count = |condition: &str| {
+        let sql = format!("SELECT count(*) FROM steps WHERE {condition}");
+        store
+            .analyst_query_limited(MINE, &sql, &QueryLimits::default())
+            .map(|answer| answer.rows)
+    };
+    let flat = count("seq BETWEEN 0 AND 1").unwrap();
+    assert_ne!(flat, vec![vec![serde_json::json!(0)]]);
+    assert_eq!(count(&nest(8)).unwrap(), flat);
+    let columns = "seq IN (seq, duration_ms, 0, 1)";
+    assert_eq!(
+        count(&format!("({columns}) IN (true)")).unwrap(),
+        count(columns).unwrap()
+    );
+    for deep in [nest(9), nest(22)] {
+        let started = std::time::Instant::now();
+        match count(&deep) {
+            Err(AnalystError::Refused(reason)) => {
+                assert!(reason.contains("BETWEEN counts twice"), "{reason}")
+            }
+            other => panic!("{deep}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
+
 /// A result column without an alias keeps the name the database gave it
 /// before its calls were wrapped in time checks: its text on SQLite, the
 /// function's name (or `?column?`) on PostgreSQL; an outer query can
@@ -772,6 +810,8 @@ pub fn pg_searches_are_bounded(backend: &dyn Backend) {
         format!("SELECT replace({mb}, {needle} || 'b', 'x')"),
         format!("SELECT ltrim({}, {needle} || 'b')", value('b', 20)),
         format!("SELECT trim(both {needle} || 'b' FROM {})", value('b', 20)),
+        format!("SELECT position(CAST({needle} || 'b' AS bytea) IN CAST({mb} AS bytea))"),
+        format!("SELECT CAST({mb} AS bytea) LIKE CAST('%' || {needle} || 'b%' AS bytea)"),
     ] {
         let started = std::time::Instant::now();
         match store.analyst_query_limited(MINE, &sql, &QueryLimits::default()) {
@@ -800,6 +840,28 @@ pub fn pg_searches_are_bounded(backend: &dyn Backend) {
         ),
         ("SELECT rtrim('xxaxx', 'x')", serde_json::json!("xxa")),
         ("SELECT NULL LIKE 'a'", serde_json::Value::Null),
+        // char(n) keeps its trailing spaces for LIKE, as PostgreSQL's
+        // own LIKE on char(n) does; bytea has LIKE, position and trim.
+        (
+            "SELECT CAST('ab' AS char(4)) LIKE 'ab'",
+            serde_json::json!(false),
+        ),
+        (
+            "SELECT CAST('ab' AS char(4)) ILIKE 'AB  '",
+            serde_json::json!(true),
+        ),
+        (
+            "SELECT CAST('abc' AS bytea) LIKE CAST('a%' AS bytea)",
+            serde_json::json!(true),
+        ),
+        (
+            "SELECT position(CAST('b' AS bytea) IN CAST('abc' AS bytea))",
+            serde_json::json!(2),
+        ),
+        (
+            "SELECT length(ltrim(CAST('xxa' AS bytea), CAST('x' AS bytea)))",
+            serde_json::json!(1),
+        ),
         (
             "SELECT count(*) FROM steps WHERE content LIKE '%secret%'",
             serde_json::json!(0),

@@ -88,6 +88,7 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::oracle(&pg, cairn_store::analyst::Dialect::Postgres, 400);
     crate::analyst::limits_hold(&pg);
     crate::analyst::one_row_of_many_calls_stops_at_the_time_limit(&pg);
+    crate::analyst::copied_left_sides_are_bounded(&pg);
     crate::analyst::merged_queries_cannot_multiply_one_rows_work(
         &pg,
         cairn_store::analyst::Dialect::Postgres,

@@ -42,6 +42,7 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst::oracle(&Sqlite::new(), cairn_store::analyst::Dialect::Sqlite, 1500);
     crate::analyst::limits_hold(&Sqlite::new());
     crate::analyst::one_row_of_many_calls_stops_at_the_time_limit(&Sqlite::new());
+    crate::analyst::copied_left_sides_are_bounded(&Sqlite::new());
     crate::analyst::merged_queries_cannot_multiply_one_rows_work(
         &Sqlite::new(),
         cairn_store::analyst::Dialect::Sqlite,
