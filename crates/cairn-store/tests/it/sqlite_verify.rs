@@ -154,6 +154,51 @@ fn a_deleted_head_row_neither_hides_a_session_from_retention_nor_verifies() {
     assert_eq!(unerased, 0, "the expired session escaped retention");
 }
 
+/// Verification reads the head rows a page at a time: with the table's
+/// key removed (the file's holder can rebuild it), a second head row of
+/// the session that ends a page is still read and reported, not passed
+/// over between two pages (an exact copy, so that it fails only for
+/// being a second row).
+#[test]
+fn a_second_head_row_at_a_page_boundary_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    // More sessions than a page holds (4,096), one step each.
+    let requests: Vec<_> = (0..4_100)
+        .map(|i| {
+            cairn_store::WriteRequest::Step(Box::new(crate::conformance::step(
+                &format!("s{i:05}"),
+                "plan",
+                "p",
+            )))
+        })
+        .collect();
+    for chunk in requests.chunks(500) {
+        for written in store.append_batch(chunk).unwrap() {
+            written.unwrap();
+        }
+    }
+    let org = crate::conformance::ORG;
+    let verdict = cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE heads_copy AS SELECT * FROM session_heads;
+         DROP TABLE session_heads;
+         ALTER TABLE heads_copy RENAME TO session_heads;
+         INSERT INTO session_heads
+           SELECT * FROM session_heads ORDER BY sid LIMIT 1 OFFSET 4095;",
+    )
+    .unwrap();
+    let verdict = cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+    let failure = verdict.verdict.failure.expect("a second head row fails");
+    assert!(
+        failure.detail.contains("more than one head row"),
+        "{}",
+        failure.detail
+    );
+}
+
 /// Appends `per_writer` steps from each of `writers` threads (session
 /// `w{n}` each) through one sequencer.
 fn append_many(store: &Arc<dyn LedgerStore>, writers: usize, per_writer: usize) {

@@ -9,7 +9,7 @@
 //! added or removed, changed answers while every hash held. Verification
 //! tallies each session's steps as the log holds them ([`SessionTally`])
 //! and then reads both tables page by page: every row must say what the
-//! log says, and no row may name a session number past every session's
+//! log says, a session has one head row at most, and no row may name a session number past every session's
 //! (the next session would inherit it).
 //!
 //! Steps appended while verification ran are past what it read (`end`).
@@ -271,11 +271,33 @@ fn read_heads(
     end: u64,
     tallies: &mut HashMap<i64, SessionTally>,
 ) -> Result<Option<Failure>, StoreError> {
+    // Each page after the first starts again at the last session of the
+    // page before (read again, and passed over once): with the table's
+    // key removed, a second row of that session would otherwise fall
+    // between the two pages unread.
     let mut after = i64::MIN;
+    let mut read_again: Option<i64> = None;
     loop {
         let page = store.session_heads_page(org_id, after, PAGE)?;
         for head in &page {
             let tally = tallies.entry(head.sid).or_default();
+            if tally.head_seen {
+                if read_again.take() == Some(head.sid) {
+                    continue;
+                }
+                let tally = *tally;
+                return Ok(Some(fail(
+                    store,
+                    org_id,
+                    &tally,
+                    Some(&head.session_id),
+                    |name| {
+                        format!(
+                            "session {name} has more than one head row: replays, retention and analyst SQL would read either"
+                        )
+                    },
+                )?));
+            }
             let (first, last, index) = (
                 head.first_seq.and_then(|n| u64::try_from(n).ok()),
                 head.last_seq.and_then(|n| u64::try_from(n).ok()),
@@ -321,7 +343,10 @@ fn read_heads(
             tally.grown_to = last.filter(|last| *last >= end);
         }
         match page.last() {
-            Some(last) if page.len() == PAGE as usize => after = last.sid,
+            Some(last) if page.len() == PAGE as usize => {
+                after = last.sid.saturating_sub(1);
+                read_again = Some(last.sid);
+            }
             _ => return Ok(None),
         }
     }
