@@ -677,3 +677,67 @@ fn a_page_of_huge_payloads_is_cut_not_rendered_whole() {
     assert_eq!(whole.status, 200);
     assert_eq!(whole.json()["steps"][0]["input_data"], nested);
 }
+
+/// A session longer than a page is shown a page of 2,000 steps at a time
+/// (`?from=N`): each page links to the pages around it, the closing
+/// reflection is named on the page that holds it, and links to a step
+/// from elsewhere (a record id, a search hit, a review) land on the page
+/// that shows it. A start that is not a number is an HTML error page.
+#[test]
+fn a_long_session_is_shown_a_page_at_a_time() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let total = 2_003;
+    for first in (0..total).step_by(500) {
+        let steps: Vec<Value> = (first..(first + 500).min(total))
+            .map(|i| {
+                let kind = if i == total - 1 { "reflection" } else { "plan" };
+                let mut s = step("long", "a", kind, &format!("step {i}"));
+                s["trace_id"] = json!(format!("long-{i}"));
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &writer, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let first = text(&page(&server, "/ui/sessions/long", Some(&reader)));
+    assert!(first.contains("id=\"step-0\"") && first.contains("id=\"step-1999\""));
+    assert!(!first.contains("id=\"step-2000\""));
+    assert!(first.contains("Steps #0 to #1999 of 2003"), "{first}");
+    assert!(first.contains("href=\"?from=2000\" rel=\"next\""));
+    assert!(!first.contains("rel=\"prev\""));
+    assert!(
+        !first.contains("Closing reflection"),
+        "not this page's last step"
+    );
+    assert!(first.contains("Verified"));
+    for path in [
+        "/ui/sessions/long?from=2000",
+        "/ui/sessions/long?from=99999",
+    ] {
+        let last = text(&page(&server, path, Some(&reader)));
+        assert!(last.contains("id=\"step-2000\"") && last.contains("id=\"step-2002\""));
+        assert!(!last.contains("id=\"step-1999\""));
+        assert!(last.contains("Steps #2000 to #2002 of 2003"), "{last}");
+        assert!(last.contains("href=\"?from=0\" rel=\"prev\""));
+        assert!(!last.contains("rel=\"next\""));
+        assert!(last.contains("Closing reflection</dt><dd><a href=\"#step-2002\""));
+    }
+    let bad = page(&server, "/ui/sessions/long?from=two", Some(&reader));
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.header("content-type").unwrap().starts_with("text/html"),
+        "a page, not JSON"
+    );
+    assert!(text(&bad).contains("the index of the first step to show"));
+    // A record id resolves to the page showing the step.
+    let found = page(&server, "/ui/records/long-2001", Some(&reader));
+    assert_eq!(found.status, 303);
+    assert_eq!(
+        found.header("location"),
+        Some("/ui/sessions/long?from=2000#step-2001")
+    );
+    let found = page(&server, "/ui/records/long-5", Some(&reader));
+    assert_eq!(found.header("location"), Some("/ui/sessions/long#step-5"));
+}

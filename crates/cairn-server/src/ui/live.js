@@ -23,7 +23,7 @@ async function changed() {
 async function poll() {
   try {
     const response = (await changed())
-      ? await fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      ? await fetch(location.pathname + location.search, { credentials: "same-origin", headers: { Accept: "text/html" } })
       : null;
     if (response && response.ok) {
       const doc = new DOMParser().parseFromString(await response.text(), "text/html");

@@ -1,6 +1,7 @@
 //! The UI's pages over the store: the session list and a session's
 //! timeline, each with the verdict the API gives.
 
+use super::timeline::step_href;
 use super::*;
 use crate::input::StrictQuery;
 
@@ -202,6 +203,8 @@ struct ReviewRow {
     trace_id: String,
     session_id: String,
     step_index: u64,
+    /// Where the step is shown in its session's timeline.
+    href: String,
     label: String,
     state: &'static str,
     content: Option<String>,
@@ -277,6 +280,7 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
                     trace_id: step.trace_id.clone(),
                     session_id: step.session_id.clone(),
                     step_index: step.step_index,
+                    href: step_href(&step.session_id, step.step_index),
                     label: label_shown(&step.kind_label),
                     state: item.state(),
                     content: step.content.as_deref().map(|c| budget.text(preview(c))),
@@ -353,6 +357,8 @@ struct ProofPage {
     csrf: String,
     session_id: String,
     index: u64,
+    /// Where the step is shown in its session's timeline.
+    href: String,
     trace_id: String,
     digest: String,
     prev_hash: String,
@@ -442,6 +448,7 @@ pub(super) async fn proof(
             csrf: nav.csrf,
             session_id: step.record.step.session_id.clone(),
             index: step.record.step.step_index,
+            href: step_href(&step.record.step.session_id, step.record.step.step_index),
             trace_id: step.record.step.trace_id.clone(),
             digest: step.record.digest.to_string(),
             prev_hash: step.record.prev_hash.to_string(),
@@ -636,6 +643,8 @@ pub(super) async fn export_bundle(
 struct Hit {
     session_id: String,
     step_index: u64,
+    /// Where the step is shown in its session's timeline.
+    href: String,
     label: String,
     agent_id: String,
     score: String,
@@ -733,6 +742,10 @@ pub(super) async fn search(
                     .map(|r| Hit {
                         session_id: text_of(r, "session_id"),
                         step_index: r["step_index"].as_u64().unwrap_or_default(),
+                        href: step_href(
+                            &text_of(r, "session_id"),
+                            r["step_index"].as_u64().unwrap_or_default(),
+                        ),
                         label: text_of(r, "step_type"),
                         agent_id: text_of(r, "agent_id"),
                         score: format!("{:.3}", r["score"].as_f64().unwrap_or_default()),

@@ -66,10 +66,15 @@ struct SessionPage {
     sealed_at: Option<String>,
     final_hash: Option<String>,
     session_root: Option<String>,
-    /// The closing reflection (seed 001): the last step, when it is one.
+    /// The closing reflection (seed 001): the last step, when it is one
+    /// (shown on the page holding the session's last step).
     reflection: Option<u64>,
-    /// Steps left out (more than a page shows).
-    more: bool,
+    /// The shown steps' page when it does not show the whole session:
+    /// the first and last index shown, and where the pages before and
+    /// after it start.
+    pages: Option<Pager>,
+    /// Where the first failing record is shown, when it is a step.
+    failing_href: Option<String>,
     /// The session's steps, shown or not.
     step_count: u64,
     /// Audit events left out (more than a page shows).
@@ -82,8 +87,38 @@ struct SessionPage {
     erasures: Vec<String>,
 }
 
-/// Steps shown on one page (a longer session shows its first ones).
+/// Steps shown on one page: a longer session is shown a page at a time
+/// (`?from=N`, pages starting at multiples of this).
 const MAX_STEPS_SHOWN: usize = 2_000;
+
+/// Steps read from the store at once while a page is built (each is
+/// written as bounded text before the next are read).
+const STEPS_READ_AT_ONCE: usize = 32;
+
+/// Where a page of a long session's steps stands among its pages.
+struct Pager {
+    /// The first and last step index shown.
+    first: u64,
+    last: u64,
+    /// Where the page before starts, if there is one.
+    earlier: Option<u64>,
+    /// Where the page after starts, if there is one.
+    later: Option<u64>,
+}
+
+/// The link to step `index` of session `session_id` in the web UI: the
+/// page of the session's timeline that shows it, at its anchor.
+pub(crate) fn step_href(session_id: &str, index: u64) -> String {
+    let start = index - index % MAX_STEPS_SHOWN as u64;
+    let page = match start {
+        0 => String::new(),
+        start => format!("?from={start}"),
+    };
+    format!(
+        "/ui/sessions/{}{page}#step-{index}",
+        path_segment(session_id)
+    )
+}
 
 /// Audit events of the session shown below its timeline.
 const MAX_EVENTS_SHOWN: usize = 1_000;
@@ -216,13 +251,13 @@ async fn load(
     state: &Arc<AppState>,
     org: &str,
     id: String,
+    from: u64,
 ) -> Result<
     (
         cairn_store::SessionInfo,
         Option<cairn_core::verify::Verdict>,
-        Vec<ShownStep>,
+        (u64, Vec<ShownStep>),
         (Vec<(u64, OpRecord)>, RecordsLeftOut),
-        bool,
         TextBudget,
     ),
     ApiError,
@@ -237,17 +272,21 @@ async fn load(
             return Err(ApiError::no_session(&id));
         };
         let verdict = verify_session(store, &org, &id)?;
-        let mut steps = Vec::new();
-        let mut more = false;
+        // The page's steps, read a few at a time by their log positions
+        // (a start past the end shows the last page).
+        let seqs = store
+            .session_seqs(&org, &id)?
+            .ok_or_else(|| ApiError::no_session(&id))?;
+        let last_page = seqs.len().saturating_sub(1) / MAX_STEPS_SHOWN * MAX_STEPS_SHOWN;
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(last_page);
+        let end = start.saturating_add(MAX_STEPS_SHOWN).min(seqs.len());
+        let mut steps = Vec::with_capacity(end - start);
         let mut budget = TextBudget::new();
-        store.read_session(&org, &id, &mut |stored| {
-            if steps.len() == MAX_STEPS_SHOWN {
-                more = true;
-                return false;
+        for chunk in seqs[start..end].chunks(STEPS_READ_AT_ONCE) {
+            for stored in store.steps_at(&org, &id, chunk)? {
+                steps.push(ShownStep::of(stored, &mut budget));
             }
-            steps.push(ShownStep::of(stored, &mut budget));
-            true
-        })?;
+        }
         // The session's records as far as the page shows them: audit
         // events up to what it lists, and at most MAX_RECORDS_READ read in
         // all (a session may hold any number of audit events).
@@ -272,7 +311,13 @@ async fn load(
             events: events > MAX_EVENTS_SHOWN,
             records: cut,
         };
-        Ok((info, verdict, steps, (records, notes), more, budget))
+        Ok((
+            info,
+            verdict,
+            (start as u64, steps),
+            (records, notes),
+            budget,
+        ))
     })
     .await
 }
@@ -282,13 +327,27 @@ pub(super) async fn session(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
         Err(to) => return to,
     };
-    let (info, verdict, shown_steps, (records, left_out), more, mut budget) =
-        match load(&state, user.caller.org(), id).await {
+    let from = match q.get("from").map(|from| from.parse::<u64>()) {
+        None => 0,
+        Some(Ok(from)) => from,
+        Some(Err(_)) => {
+            return error_page(
+                &user,
+                ApiError::bad_request(
+                    "invalid_request",
+                    "from: the index of the first step to show (0, 2000, 4000, ...)",
+                ),
+            );
+        }
+    };
+    let (info, verdict, (start, shown_steps), (records, left_out), mut budget) =
+        match load(&state, user.caller.org(), id, from).await {
             Ok(loaded) => loaded,
             Err(e) => return error_page(&user, e),
         };
@@ -401,10 +460,18 @@ pub(super) async fn session(
             results.entry(call).or_default().push(step.step_index);
         }
     }
+    let shown_to_end = start + shown_steps.len() as u64 >= info.step_count;
     let reflection = stored
         .last()
-        .filter(|s| s.record.step.kind == StepKind::Reflection)
+        .filter(|s| shown_to_end && s.record.step.kind == StepKind::Reflection)
         .map(|s| s.record.step.step_index);
+    let pages = (start > 0 || !shown_to_end).then(|| Pager {
+        first: start,
+        last: (start + shown_steps.len() as u64).saturating_sub(1),
+        earlier: (start > 0).then(|| start.saturating_sub(MAX_STEPS_SHOWN as u64)),
+        later: (!shown_to_end).then(|| start + shown_steps.len() as u64),
+    });
+    let failing_href = failing_index.map(|i| step_href(&info.header.session_id, i));
     let steps = shown_steps
         .into_iter()
         .map(|shown| {
@@ -471,7 +538,8 @@ pub(super) async fn session(
             final_hash: info.seal.as_ref().map(|seal| seal.final_hash.to_string()),
             session_root: info.seal.as_ref().map(|seal| seal.session_root.to_string()),
             reflection,
-            more,
+            pages,
+            failing_href,
             step_count: info.step_count,
             more_events,
             more_records: left_out.records,
@@ -636,10 +704,9 @@ pub(super) async fn record(
     })
     .await;
     match found {
-        Ok(Err(step)) => Redirect::to_owned(format!(
-            "/ui/sessions/{}#step-{}",
-            path_segment(&step.record.step.session_id),
-            step.record.step.step_index
+        Ok(Err(step)) => Redirect::to_owned(step_href(
+            &step.record.step.session_id,
+            step.record.step.step_index,
         )),
         Ok(Ok((seq, event))) => {
             let nav = Nav::of(&user);
