@@ -712,8 +712,14 @@ fn a_long_session_is_shown_a_page_at_a_time() {
         "not this page's last step"
     );
     assert!(first.contains("Verified"));
+    let unaligned = text(&page(&server, "/ui/sessions/long?from=1", Some(&reader)));
+    assert!(
+        unaligned.contains("Steps #0 to #1999 of 2003"),
+        "pages start at multiples"
+    );
     for path in [
         "/ui/sessions/long?from=2000",
+        "/ui/sessions/long?from=2001",
         "/ui/sessions/long?from=99999",
     ] {
         let last = text(&page(&server, path, Some(&reader)));
@@ -740,4 +746,48 @@ fn a_long_session_is_shown_a_page_at_a_time() {
     );
     let found = page(&server, "/ui/records/long-5", Some(&reader));
     assert_eq!(found.header("location"), Some("/ui/sessions/long#step-5"));
+    // A step's row deleted by the database's holder: the pages still
+    // cover the indices in order (each "later" link moves forward) and
+    // the verdict links to the page of the first failing step.
+    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
+    conn.execute_batch(
+        "DROP TRIGGER entries_no_delete;
+         DELETE FROM entries WHERE trace_id = 'long-1999';",
+    )
+    .unwrap();
+    let mut from = 0u64;
+    let mut pages = 0;
+    loop {
+        let html = text(&page(
+            &server,
+            &format!("/ui/sessions/long?from={from}"),
+            Some(&reader),
+        ));
+        assert!(html.contains("Tampered"), "{html}");
+        assert!(
+            html.contains("Show the step</a>"),
+            "the failing step is linked"
+        );
+        pages += 1;
+        match html
+            .split("href=\"?from=")
+            .nth(1)
+            .filter(|_| html.contains("rel=\"next\""))
+        {
+            Some(_) => {
+                let next = html
+                    .split("rel=\"next\"")
+                    .next()
+                    .and_then(|before| before.rsplit("?from=").next())
+                    .and_then(|n| n.split('"').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap();
+                assert!(next > from, "{next} after {from}");
+                from = next;
+            }
+            None => break,
+        }
+        assert!(pages < 5, "the pages loop");
+    }
+    assert_eq!(pages, 2);
 }

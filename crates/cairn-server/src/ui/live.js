@@ -3,7 +3,9 @@
 // when that changed, the page is fetched again (which verifies the
 // session) and the timeline, the verdict and the step count are replaced
 // in place (no reload: the scroll position stays, and new steps only grow
-// the page below). Stops once the session is sealed.
+// the page below; once the page's steps are complete, the links to the
+// later page appear instead). A page before the last only shows the new
+// count. Stops once the session is sealed.
 const PERIOD_MS = 3000;
 
 function swap(selector, doc) {
@@ -17,6 +19,12 @@ async function changed() {
   if (!response.ok) return false;
   const state = await response.json();
   const here = document.querySelector("ol.timeline");
+  if (!state.sealed && here && document.querySelector("a[rel=next]")) {
+    // A page before the last one: new steps land on a later page, so
+    // only the count changes here (no refetch, no verification).
+    document.getElementById("live").textContent = `${state.step_count} steps; later pages hold the new ones`;
+    return false;
+  }
   return state.sealed || !here || here.dataset.count !== String(state.step_count);
 }
 
@@ -33,6 +41,8 @@ async function poll() {
         swap("ol.timeline", doc);
         swap("section.verdict", doc);
         swap("dl.facts", doc);
+        swap("#pager-top", doc);
+        swap("#pager-bottom", doc);
         document.getElementById("live").textContent = `${there.dataset.count} steps; updated ${new Date().toLocaleTimeString()}`;
       }
       if (doc.querySelector("[data-sealed='true']")) {

@@ -92,8 +92,83 @@ struct SessionPage {
 const MAX_STEPS_SHOWN: usize = 2_000;
 
 /// Steps read from the store at once while a page is built (each is
-/// written as bounded text before the next are read).
-const STEPS_READ_AT_ONCE: usize = 32;
+/// written as bounded text before the next are read; a parsed payload can
+/// take many times its size in memory).
+const STEPS_READ_AT_ONCE: usize = 4;
+
+/// A page of a session's steps: those whose index is in
+/// `start..start + MAX_STEPS_SHOWN`.
+struct StepsPage {
+    /// The first index the page covers (a multiple of [`MAX_STEPS_SHOWN`]).
+    start: u64,
+    steps: Vec<ShownStep>,
+    /// Whether the page holds the session's last step.
+    to_end: bool,
+}
+
+/// Reads the page of session `id`'s steps that covers index `from`
+/// (rounded down to a page's start; past the last step, the last page).
+/// Pages are cut by step index, so that a link to step N always finds it
+/// on page N / [`MAX_STEPS_SHOWN`]; the steps are found by their log
+/// positions (`session_seqs`), where a step's index is its position in a
+/// session nobody edited, and otherwise found by a binary search over the
+/// positions (indices rise along the walk).
+fn steps_page(
+    store: &dyn cairn_store::LedgerStore,
+    org: &str,
+    id: &str,
+    from: u64,
+    budget: &mut TextBudget,
+) -> Result<StepsPage, ApiError> {
+    let seqs = store
+        .session_seqs(org, id)?
+        .ok_or_else(|| ApiError::no_session(id))?;
+    let index_at = |position: usize| -> Result<Option<u64>, ApiError> {
+        Ok(store
+            .steps_at(org, id, &seqs[position..=position])?
+            .first()
+            .map(|s| s.record.step.step_index))
+    };
+    // The first position whose step's index is at least `index`.
+    let position_of = |index: u64| -> Result<usize, ApiError> {
+        let at = usize::try_from(index).unwrap_or(usize::MAX);
+        if at < seqs.len()
+            && index_at(at)? == Some(index)
+            && (at == 0 || index_at(at - 1)? == Some(index - 1))
+        {
+            return Ok(at);
+        }
+        let (mut low, mut high) = (0, seqs.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match index_at(middle)? {
+                Some(i) if i < index => low = middle + 1,
+                _ => high = middle,
+            }
+        }
+        Ok(low)
+    };
+    let page = MAX_STEPS_SHOWN as u64;
+    let last_index = match seqs.len() {
+        0 => 0,
+        n => index_at(n - 1)?.unwrap_or(0),
+    };
+    let start = from.min(last_index) / page * page;
+    let first = position_of(start)?;
+    let end = position_of(start.saturating_add(page))?
+        .clamp(first, first.saturating_add(MAX_STEPS_SHOWN).min(seqs.len()));
+    let mut steps = Vec::with_capacity(end - first);
+    for chunk in seqs[first..end].chunks(STEPS_READ_AT_ONCE) {
+        for stored in store.steps_at(org, id, chunk)? {
+            steps.push(ShownStep::of(stored, budget));
+        }
+    }
+    Ok(StepsPage {
+        start,
+        steps,
+        to_end: end >= seqs.len(),
+    })
+}
 
 /// Where a page of a long session's steps stands among its pages.
 struct Pager {
@@ -256,7 +331,7 @@ async fn load(
     (
         cairn_store::SessionInfo,
         Option<cairn_core::verify::Verdict>,
-        (u64, Vec<ShownStep>),
+        StepsPage,
         (Vec<(u64, OpRecord)>, RecordsLeftOut),
         TextBudget,
     ),
@@ -272,21 +347,8 @@ async fn load(
             return Err(ApiError::no_session(&id));
         };
         let verdict = verify_session(store, &org, &id)?;
-        // The page's steps, read a few at a time by their log positions
-        // (a start past the end shows the last page).
-        let seqs = store
-            .session_seqs(&org, &id)?
-            .ok_or_else(|| ApiError::no_session(&id))?;
-        let last_page = seqs.len().saturating_sub(1) / MAX_STEPS_SHOWN * MAX_STEPS_SHOWN;
-        let start = usize::try_from(from).unwrap_or(usize::MAX).min(last_page);
-        let end = start.saturating_add(MAX_STEPS_SHOWN).min(seqs.len());
-        let mut steps = Vec::with_capacity(end - start);
         let mut budget = TextBudget::new();
-        for chunk in seqs[start..end].chunks(STEPS_READ_AT_ONCE) {
-            for stored in store.steps_at(&org, &id, chunk)? {
-                steps.push(ShownStep::of(stored, &mut budget));
-            }
-        }
+        let steps = steps_page(store, &org, &id, from, &mut budget)?;
         // The session's records as far as the page shows them: audit
         // events up to what it lists, and at most MAX_RECORDS_READ read in
         // all (a session may hold any number of audit events).
@@ -311,13 +373,7 @@ async fn load(
             events: events > MAX_EVENTS_SHOWN,
             records: cut,
         };
-        Ok((
-            info,
-            verdict,
-            (start as u64, steps),
-            (records, notes),
-            budget,
-        ))
+        Ok((info, verdict, steps, (records, notes), budget))
     })
     .await
 }
@@ -346,7 +402,7 @@ pub(super) async fn session(
             );
         }
     };
-    let (info, verdict, (start, shown_steps), (records, left_out), mut budget) =
+    let (info, verdict, shown_page, (records, left_out), mut budget) =
         match load(&state, user.caller.org(), id, from).await {
             Ok(loaded) => loaded,
             Err(e) => return error_page(&user, e),
@@ -371,7 +427,7 @@ pub(super) async fn session(
         None => ("Not verified".to_owned(), "neutral", None, 0),
     };
     // Links are threaded within the session by trace id.
-    let stored: Vec<&StoredStep> = shown_steps.iter().map(|s| &s.stored).collect();
+    let stored: Vec<&StoredStep> = shown_page.steps.iter().map(|s| &s.stored).collect();
     let index_of: HashMap<String, u64> = stored
         .iter()
         .map(|s| (s.record.step.trace_id.clone(), s.record.step.step_index))
@@ -460,19 +516,20 @@ pub(super) async fn session(
             results.entry(call).or_default().push(step.step_index);
         }
     }
-    let shown_to_end = start + shown_steps.len() as u64 >= info.step_count;
+    let (start, to_end) = (shown_page.start, shown_page.to_end);
     let reflection = stored
         .last()
-        .filter(|s| shown_to_end && s.record.step.kind == StepKind::Reflection)
+        .filter(|s| to_end && s.record.step.kind == StepKind::Reflection)
         .map(|s| s.record.step.step_index);
-    let pages = (start > 0 || !shown_to_end).then(|| Pager {
-        first: start,
-        last: (start + shown_steps.len() as u64).saturating_sub(1),
+    let pages = (start > 0 || !to_end).then(|| Pager {
+        first: stored.first().map_or(start, |s| s.record.step.step_index),
+        last: stored.last().map_or(start, |s| s.record.step.step_index),
         earlier: (start > 0).then(|| start.saturating_sub(MAX_STEPS_SHOWN as u64)),
-        later: (!shown_to_end).then(|| start + shown_steps.len() as u64),
+        later: (!to_end).then(|| start + MAX_STEPS_SHOWN as u64),
     });
     let failing_href = failing_index.map(|i| step_href(&info.header.session_id, i));
-    let steps = shown_steps
+    let steps = shown_page
+        .steps
         .into_iter()
         .map(|shown| {
             let s = &shown.stored;
