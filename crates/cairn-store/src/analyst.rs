@@ -682,6 +682,78 @@ mod tests {
         }
     }
 
+    /// What PostgreSQL copies or multiplies while it plans, before it
+    /// checks its time limit: NOT MATERIALIZED CTEs (copied into each
+    /// place naming them), grouping sets, many tables, and IN lists of
+    /// literals whose left side may be a row or an array (one comparison
+    /// per literal, each with its own copy of the left side).
+    #[test]
+    fn planning_cannot_multiply_the_query() {
+        let chain = |materialized: &str| {
+            let mut ctes = vec![format!("c0 AS {materialized}(SELECT seq FROM steps)")];
+            // (SQLite's dialect does not parse the MATERIALIZED forms.)
+            for i in 1..4 {
+                ctes.push(format!(
+                    "c{i} AS {materialized}(SELECT a.seq FROM c{} a, c{} b)",
+                    i - 1,
+                    i - 1
+                ));
+            }
+            format!("WITH {} SELECT count(*) FROM c3", ctes.join(", "))
+        };
+        let tables = |n: usize| {
+            format!(
+                "SELECT count(*) FROM {}",
+                (0..n)
+                    .map(|i| format!("steps t{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let rows = |depth: usize, literals: usize| {
+            let nulls = vec!["NULL"; literals].join(", ");
+            let nested = (0..depth).fold("(seq, 1)".to_owned(), |inner, _| {
+                format!("CASE WHEN {inner} IN ({nulls}) THEN (seq, 1) END")
+            });
+            format!("SELECT count(*) FROM steps WHERE {nested} IS NULL")
+        };
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for sql in [chain(""), tables(64), rows(3, 2)] {
+                prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            for (sql, why) in [
+                (tables(65), "at most 64 tables"),
+                (rows(18, 2), "at most 1000"),
+                (rows(3, 40), "at most 1000"),
+            ] {
+                let reason = refused(&sql, dialect);
+                assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+            }
+        }
+        // SQLite's dialect reads ROLLUP and CUBE as calls (refused too).
+        for sql in [
+            "SELECT count(*) FROM steps GROUP BY ROLLUP (kind, agent_id)",
+            "SELECT count(*) FROM steps GROUP BY CUBE (kind, agent_id)",
+            "SELECT count(*) FROM steps GROUP BY GROUPING SETS ((kind), (agent_id))",
+        ] {
+            refused(sql, Dialect::Sqlite);
+            let reason = refused(sql, Dialect::Postgres);
+            assert!(
+                reason.contains("ROLLUP, CUBE and GROUPING SETS"),
+                "{reason}"
+            );
+        }
+        prepare(&chain("MATERIALIZED "), Dialect::Postgres, 7, "main").unwrap();
+        let reason = refused(&chain("NOT MATERIALIZED "), Dialect::Postgres);
+        assert!(reason.contains("NOT MATERIALIZED"), "{reason}");
+        // A scalar left side compares with its literals once.
+        let kinds = vec!["'a'"; 600].join(", ");
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let sql = format!("SELECT count(*) FROM steps WHERE lower(kind) IN ({kinds})");
+            prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
     /// A CTE declared in one scope cannot make a same-named reference in
     /// another scope reach the real table: every CTE and every reference to
     /// one is renamed to a name no table has.

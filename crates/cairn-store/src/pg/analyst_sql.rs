@@ -54,6 +54,23 @@ impl PgStore {
         let failed = |e: postgres::Error| pg_analyst_failure(&e, limits);
         self.read(|db| {
             let out = (|| {
+                // PostgreSQL starts `statement_timeout` again at each
+                // message that parses, plans or fetches (each prepare, the
+                // bind, each fetch of the portal): the time left is set
+                // before each, so that the query as a whole stops at its
+                // limit.
+                let deadline = std::time::Instant::now() + limits.time;
+                let time_left = |tx: &mut postgres::Transaction<'_>| {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(AnalystError::TimedOut(limits.time));
+                    }
+                    tx.batch_execute(&format!(
+                        "SET LOCAL statement_timeout = {}",
+                        left.as_millis().max(1)
+                    ))
+                    .map_err(failed)
+                };
                 let mut tx = db.client.transaction().map_err(failed)?;
                 // Strings are read as the guard read them (no backslash
                 // escapes), whatever the server's configuration; no JIT
@@ -105,25 +122,16 @@ impl PgStore {
                     "SELECT {select} FROM ({statement}) AS cairn_q{names} LIMIT {}",
                     limits.max_rows + 1
                 );
-                let portal = tx.bind(limited.as_str(), &[]).map_err(failed)?;
+                time_left(&mut tx)?;
+                let limited = tx.prepare(&limited).map_err(failed)?;
+                time_left(&mut tx)?;
+                let portal = tx.bind(&limited, &[]).map_err(failed)?;
                 let mut rows = Vec::new();
                 let mut truncated = false;
                 let mut answer_bytes = 0usize;
                 const CHUNK: i32 = 64;
-                // PostgreSQL starts `statement_timeout` again at each fetch
-                // of the portal: the time left is set before each, so that
-                // the query as a whole stops at its limit.
-                let deadline = std::time::Instant::now() + limits.time;
                 'fetch: loop {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(AnalystError::TimedOut(limits.time));
-                    }
-                    tx.batch_execute(&format!(
-                        "SET LOCAL statement_timeout = {}",
-                        left.as_millis().max(1)
-                    ))
-                    .map_err(failed)?;
+                    time_left(&mut tx)?;
                     let mut fetched = 0;
                     let mut chunk = tx.query_portal_raw(&portal, CHUNK).map_err(failed)?;
                     while let Some(row) = chunk.next().map_err(failed)? {
