@@ -204,10 +204,62 @@ pub fn prepare(
     org: i64,
     schema: &str,
 ) -> Result<String, AnalystError> {
+    // sqlparser builds left-deep chains (`1 + 1 + ...`, `SELECT 1 UNION
+    // SELECT 1 ...`) in a loop, past its recursion limit, but cloning,
+    // printing, comparing and dropping a tree recurse once per link: a
+    // statement of a few thousand links overflowed a blocking thread's
+    // 2 MiB stack and aborted the server. The tree lives and dies on a
+    // thread of its own with a stack for the deepest chain the token
+    // bound lets through.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("cairn-analyst-prepare".into())
+            .stack_size(PREPARE_STACK_BYTES)
+            .spawn_scoped(scope, || prepare_here(sql, dialect, org, schema))
+            .map_err(|e| AnalystError::Failed(format!("no thread to read the statement: {e}")))?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(AnalystError::Refused(
+                    "the statement could not be read".into(),
+                ))
+            })
+    })
+}
+
+/// Stack of the thread that reads a statement ([`prepare`]): at most
+/// [`MAX_TOKENS`] tokens make a chain of a few thousand links, a few
+/// kilobytes of stack each at most.
+const PREPARE_STACK_BYTES: usize = 256 << 20;
+
+/// Most tokens (words, names, literals, operators, punctuation) a
+/// statement may hold: bounds how deep its tree can be.
+pub const MAX_TOKENS: usize = 16_384;
+
+/// [`prepare`], on the thread it runs on.
+fn prepare_here(
+    sql: &str,
+    dialect: Dialect,
+    org: i64,
+    schema: &str,
+) -> Result<String, AnalystError> {
     let refuse = |m: String| Err(AnalystError::Refused(m));
     if sql.len() > MAX_SQL_BYTES {
         return refuse(format!(
             "the statement is longer than {MAX_SQL_BYTES} bytes"
+        ));
+    }
+    let tokens = sqlparser::tokenizer::Tokenizer::new(&sqlparser::dialect::GenericDialect {}, sql)
+        .tokenize()
+        .map(|tokens| {
+            tokens
+                .iter()
+                .filter(|t| !matches!(t, sqlparser::tokenizer::Token::Whitespace(_)))
+                .count()
+        })
+        .unwrap_or(0);
+    if tokens > MAX_TOKENS {
+        return refuse(format!(
+            "the statement holds more than {MAX_TOKENS} tokens ({tokens}): join with a CTE instead of listing values"
         ));
     }
     let mut statements = match parse(sql, dialect) {
@@ -624,7 +676,7 @@ mod tests {
                 "WITH x(a) AS (VALUES (1), (2)) SELECT a FROM x",
             ] {
                 let out = prepare(sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
-                assert!(!out.contains("OFFSET 0"), "{out}");
+                assert!(out.contains("AS cairn_values LIMIT"), "{out}");
             }
             for (sql, why) in [
                 ("WITH b AS (SELECT 1 AS x FROM steps WHERE EXISTS (WITH b AS (SELECT 2 AS x) SELECT x FROM b)) SELECT x FROM b".to_owned(), "of its own name"),
@@ -752,6 +804,95 @@ mod tests {
             let sql = format!("SELECT count(*) FROM steps WHERE lower(kind) IN ({kinds})");
             prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// Left-deep chains (`1 + 1 + ...`, `SELECT 1 UNION SELECT 1 ...`),
+    /// which sqlparser builds past its recursion limit, are read on a
+    /// thread whose stack holds them and bounded by their tokens: a few
+    /// thousand links overflowed a 2 MiB stack and aborted the process
+    /// while the tree was cloned, printed or dropped.
+    #[test]
+    fn deep_chains_cannot_overflow_the_stack() {
+        let arms = vec!["SELECT 1"; 4_000].join(" UNION ");
+        let sums = format!("SELECT {} FROM steps", vec!["1"; 30_000].join("+"));
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            // Accepted or refused, never a crash.
+            let _ = prepare(&arms, dialect, 7, "main");
+            assert!(refused(&sums, dialect).contains("tokens"));
+        }
+    }
+
+    /// A subquery or CTE that ends in VALUES (which SQLite takes no LIMIT
+    /// after) is fenced inside a wrapper, and so is LATERAL (VALUES ...):
+    /// unfenced, PostgreSQL merged them and copied their expressions; each
+    /// `||` is checked for time as a call is.
+    #[test]
+    fn values_and_concatenations_are_fenced_and_checked() {
+        for (dialect, sql) in [
+            (
+                Dialect::Sqlite,
+                "SELECT x FROM (SELECT content AS x FROM steps UNION ALL VALUES (NULL)) t",
+            ),
+            (
+                Dialect::Postgres,
+                "SELECT x FROM (SELECT content AS x FROM steps UNION ALL VALUES (NULL)) t",
+            ),
+            (
+                Dialect::Postgres,
+                "SELECT t.x FROM steps s, LATERAL (VALUES (s.content || s.content)) AS t(x)",
+            ),
+            (
+                Dialect::Sqlite,
+                "WITH c AS (SELECT content AS x FROM steps UNION ALL VALUES (NULL)) SELECT x FROM c",
+            ),
+        ] {
+            let out = prepare(sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert!(
+                out.contains("AS cairn_values LIMIT 9223372036854775807 OFFSET 0"),
+                "{out}"
+            );
+        }
+        let out = prepare(
+            "SELECT content || content FROM steps",
+            Dialect::Sqlite,
+            7,
+            "main",
+        )
+        .unwrap();
+        assert!(
+            out.contains("CASE WHEN cairn_time_check() THEN content || content END"),
+            "{out}"
+        );
+    }
+
+    /// PostgreSQL reads `t.f` as the call `f(t)` when `t` has no column
+    /// `f`: a qualified name may not end in a function of a whole row,
+    /// nor a field access name one.
+    #[test]
+    fn qualified_names_cannot_call_functions_of_the_row() {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for (sql, why) in [
+                ("SELECT s.to_jsonb FROM steps s", "the function to_jsonb"),
+                (
+                    "SELECT s.row_to_json FROM steps s",
+                    "the function row_to_json",
+                ),
+                (
+                    "SELECT length(s.pg_column_size) FROM steps s",
+                    "the function pg_column_size",
+                ),
+                (
+                    "SELECT s.seq.x FROM steps s",
+                    "a qualified name is table.column",
+                ),
+            ] {
+                let reason = refused(sql, dialect);
+                assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+            }
+            prepare("SELECT s.content, s.seq FROM steps s", dialect, 7, "main").unwrap();
+        }
+        let reason = refused("SELECT (s).to_jsonb FROM steps s", Dialect::Postgres);
+        assert!(reason.contains("(x).field"), "{reason}");
     }
 
     /// A CTE declared in one scope cannot make a same-named reference in
