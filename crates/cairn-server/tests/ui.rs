@@ -730,6 +730,15 @@ fn a_long_session_is_shown_a_page_at_a_time() {
         assert!(!last.contains("rel=\"next\""));
         assert!(last.contains("Closing reflection</dt><dd><a href=\"#step-2002\""));
     }
+    // A step index that is not a number, and a GET of a decision's
+    // address, are pages too (they were JSON).
+    let bad = page(&server, "/ui/sessions/long/steps/abc", Some(&reader));
+    assert_eq!(bad.status, 400);
+    assert!(bad.header("content-type").unwrap().starts_with("text/html"));
+    assert!(text(&bad).contains("a step index is a number"));
+    let decision = page(&server, "/ui/reviews/long-5", Some(&reader));
+    assert_eq!(decision.status, 303);
+    assert_eq!(decision.header("location"), Some("/ui/reviews"));
     let bad = page(&server, "/ui/sessions/long?from=two", Some(&reader));
     assert_eq!(bad.status, 400);
     assert!(

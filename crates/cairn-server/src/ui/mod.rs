@@ -318,7 +318,10 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/verify", get(pages::verify))
         .route("/ui/reviews", get(pages::reviews))
         .route("/ui/log", get(pages::log))
-        .route("/ui/reviews/{trace_id}", post(pages::decide))
+        .route(
+            "/ui/reviews/{trace_id}",
+            post(pages::decide).get(|| async { Redirect::to("/ui/reviews") }),
+        )
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))
         .route("/ui/assets/proof-page.js", get(proof_page_script))

@@ -379,11 +379,24 @@ struct ProofPage {
 pub(super) async fn proof(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, index)): Path<(String, u64)>,
+    Path((id, index)): Path<(String, String)>,
 ) -> Response {
     let user = match user(&state, &headers).await {
         Ok(user) => user,
         Err(to) => return to,
+    };
+    // Parsed here, not by the route, so that a bad one is a page too.
+    let Ok(index) = index.parse::<u64>() else {
+        return error_page(
+            &user,
+            ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "step {}: a step index is a number (0, 1, 2, ...)",
+                    shown(&index)
+                ),
+            ),
+        );
     };
     let org = user.caller.org().to_owned();
     let cp = match current_checkpoint(&state, &org).await {
