@@ -801,8 +801,16 @@ mod tests {
         // A scalar left side compares with its literals once.
         let kinds = vec!["'a'"; 600].join(", ");
         for dialect in [Dialect::Sqlite, Dialect::Postgres] {
-            let sql = format!("SELECT count(*) FROM steps WHERE lower(kind) IN ({kinds})");
-            prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{e}"));
+            for left in [
+                "lower(kind)",
+                "kind || '/' || step_type",
+                "metadata ->> 'tool'",
+                "json_extract(metadata, '$.tool')",
+                "substring(content FROM 1 FOR 3)",
+            ] {
+                let sql = format!("SELECT count(*) FROM steps WHERE {left} IN ({kinds})");
+                prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
         }
     }
 

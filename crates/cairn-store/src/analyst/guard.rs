@@ -395,6 +395,7 @@ const SCALAR_FUNCTIONS: &[&str] = &[
     "date_trunc",
     "to_char",
     "to_timestamp",
+    "json_extract",
     "json_array_length",
     "json_type",
     "jsonb_array_length",
@@ -420,9 +421,12 @@ const SCALAR_FUNCTIONS: &[&str] = &[
 /// Whether `expr`'s value is never a row or an array (what PostgreSQL
 /// needs to compare it with a list of literals in one comparison): a name
 /// (a column; a whole row named alone costs one name a copy), a literal,
-/// a cast to a type that is not an array, a comparison, a test, or
-/// arithmetic of such values, a call of [`SCALAR_FUNCTIONS`]. Errs
-/// towards "may be".
+/// a cast to a type that is not an array, a comparison, a test, a JSON
+/// path, arithmetic or concatenation of such values, a call of
+/// [`SCALAR_FUNCTIONS`] or of the special forms (`SUBSTRING`, `TRIM`,
+/// `POSITION`, `EXTRACT`, `CEIL`, `FLOOR`). Errs towards "may be" (a
+/// name is taken as scalar: copies of a name cost one each, and nothing
+/// nests inside one).
 fn scalar(expr: &Expr) -> bool {
     match expr {
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) => true,
@@ -438,13 +442,25 @@ fn scalar(expr: &Expr) -> bool {
             | BinaryOperator::GtEq
             | BinaryOperator::And
             | BinaryOperator::Or => true,
+            // JSON paths answer json, jsonb or text.
+            BinaryOperator::Arrow
+            | BinaryOperator::LongArrow
+            | BinaryOperator::HashArrow
+            | BinaryOperator::HashLongArrow => true,
             BinaryOperator::Plus
             | BinaryOperator::Minus
             | BinaryOperator::Multiply
             | BinaryOperator::Divide
-            | BinaryOperator::Modulo => scalar(left) && scalar(right),
+            | BinaryOperator::Modulo
+            | BinaryOperator::StringConcat => scalar(left) && scalar(right),
             _ => false,
         },
+        Expr::Substring { .. }
+        | Expr::Trim { .. }
+        | Expr::Position { .. }
+        | Expr::Extract { .. }
+        | Expr::Ceil { .. }
+        | Expr::Floor { .. } => true,
         Expr::IsNull(_)
         | Expr::IsNotNull(_)
         | Expr::IsTrue(_)
