@@ -903,6 +903,37 @@ mod tests {
         assert!(reason.contains("(x).field"), "{reason}");
     }
 
+    /// A table's name alone is its whole row on PostgreSQL (every column
+    /// copied, uncounted): refused as an expression, as is `t.*` outside
+    /// the select list; `ARRAY[...]` counts as a list.
+    #[test]
+    fn whole_rows_are_not_values() {
+        let items = vec!["seq"; 33].join(", ");
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            for (sql, why) in [
+                (
+                    "WITH d AS (SELECT content FROM steps) SELECT d IS NOT NULL FROM d",
+                    "names a table here",
+                ),
+                ("SELECT CAST(s AS text) FROM steps s", "names a table here"),
+                (
+                    "SELECT count(*) FROM steps s GROUP BY s",
+                    "names a table here",
+                ),
+                ("SELECT count(s.*) FROM steps s", "takes the whole row"),
+            ] {
+                let reason = refused(sql, dialect);
+                assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+            }
+            prepare("SELECT s.*, seq FROM steps s", dialect, 7, "main").unwrap();
+        }
+        let reason = refused(
+            &format!("SELECT ARRAY[{items}] FROM steps"),
+            Dialect::Postgres,
+        );
+        assert!(reason.contains("ARRAY[...] holds at most 32"), "{reason}");
+    }
+
     /// A CTE declared in one scope cannot make a same-named reference in
     /// another scope reach the real table: every CTE and every reference to
     /// one is renamed to a name no table has.
