@@ -823,10 +823,14 @@ mod tests {
     fn deep_chains_cannot_overflow_the_stack() {
         let arms = vec!["SELECT 1"; 4_000].join(" UNION ");
         let sums = format!("SELECT {} FROM steps", vec!["1"; 30_000].join("+"));
+        // As deep as the token bound lets a chain be: read whole, refused
+        // by the expression count, its tree dropped on the reading thread.
+        let deepest = format!("SELECT {} FROM steps", vec!["seq"; 8_000].join("+"));
         for dialect in [Dialect::Sqlite, Dialect::Postgres] {
             // Accepted or refused, never a crash.
             let _ = prepare(&arms, dialect, 7, "main");
             assert!(refused(&sums, dialect).contains("tokens"));
+            assert!(refused(&deepest, dialect).contains("at most 1000 expressions"));
         }
     }
 
