@@ -152,9 +152,13 @@ pub(crate) fn value_too_large(column: &str, limit: usize) -> AnalystError {
 
 /// How deep a caller's statement may nest (sqlparser's default).
 const CALLER_DEPTH: usize = 50;
-/// How deep a prepared statement may nest: the caller's, with a `CASE`
-/// around each call (`time_checks`) and Cairn's views around it.
-const PREPARED_DEPTH: usize = 2 * CALLER_DEPTH + 10;
+/// How deep a prepared statement may nest: the caller's, with Cairn's
+/// views around it, and a `CASE` and on PostgreSQL a bound around each
+/// checked call or operator (`time_checks`): two levels more for each,
+/// and a chain (`a || b || c ...`, which sqlparser reads in a loop
+/// whatever its length) nests each link inside the next once wrapped.
+/// The statement is read on a thread whose stack holds this depth.
+const PREPARED_DEPTH: usize = 2 * CALLER_DEPTH + 3 * guard::MAX_EXPRESSIONS + 10;
 
 fn parse(sql: &str, dialect: Dialect) -> Result<Vec<Statement>, sqlparser::parser::ParserError> {
     parse_nested(sql, dialect, CALLER_DEPTH)

@@ -41,8 +41,24 @@ CREATE OR REPLACE FUNCTION cairn_ilike(v text, p text, e text) RETURNS boolean L
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('ILIKE'::text, octet_length(v)::bigint, octet_length(p)::bigint) ELSE v ILIKE p ESCAPE e END $$;
 CREATE OR REPLACE FUNCTION cairn_position(p text, v text) RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('position'::text, octet_length(v)::bigint, octet_length(p)::bigint)::int ELSE position(p IN v) END $$;
+-- replace's answer is bounded too: a longer replacement can build far
+-- more than its arguments (a 16 MiB value of 'a' with 'a' replaced by
+-- itself: 256 TiB, built up to PostgreSQL's 1 GB limit before any check).
+-- When the worst case passes 64 MiB, the occurrences are counted (one
+-- more pass, a value no longer than v) and the exact length decides.
+CREATE OR REPLACE FUNCTION cairn_too_long(what text, n bigint) RETURNS boolean
+  LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+  RAISE EXCEPTION '% would build a value of % bytes, more than one call may build in analyst SQL (67108864)', what, n
+    USING ERRCODE = 'program_limit_exceeded';
+END $$;
 CREATE OR REPLACE FUNCTION cairn_replace(v text, p text, r text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
-$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('replace'::text, octet_length(v)::bigint, octet_length(p)::bigint)::text ELSE replace(v, p, r) END $$;
+$$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(p) > 67108864 THEN cairn_too_much_work('replace'::text, octet_length(v)::bigint, octet_length(p)::bigint)::text
+  WHEN octet_length(r) > octet_length(p)
+    AND octet_length(v)::bigint / greatest(octet_length(p), 1) * octet_length(r) > 67108864
+    AND octet_length(v)::bigint + (octet_length(v)::bigint - octet_length(replace(v, p, ''))) / greatest(octet_length(p), 1) * (octet_length(r) - octet_length(p)) > 67108864
+    THEN cairn_too_long('replace'::text, octet_length(v)::bigint + (octet_length(v)::bigint - octet_length(replace(v, p, ''))) / greatest(octet_length(p), 1) * (octet_length(r) - octet_length(p)))::text
+  ELSE replace(v, p, r) END $$;
 CREATE OR REPLACE FUNCTION cairn_btrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('trim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text ELSE btrim(v, s) END $$;
 CREATE OR REPLACE FUNCTION cairn_ltrim(v text, s text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS
@@ -73,3 +89,27 @@ CREATE OR REPLACE FUNCTION cairn_ltrim(v bytea, s bytea) RETURNS bytea LANGUAGE 
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('ltrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text::bytea ELSE ltrim(v, s) END $$;
 CREATE OR REPLACE FUNCTION cairn_rtrim(v bytea, s bytea) RETURNS bytea LANGUAGE sql STABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN octet_length(v)::bigint * octet_length(s) > 67108864 THEN cairn_too_much_work('rtrim'::text, octet_length(v)::bigint, octet_length(s)::bigint)::text::bytea ELSE rtrim(v, s) END $$;
+
+-- Analyst SQL passes every value a call or operator builds that can be
+-- longer than its arguments (||, concat, format, replace, upper, lower,
+-- to_char, overlay, string_agg: analyst/time_checks.rs, BUILDERS) through
+-- this check against the limit of one value (cairn.max_value_bytes, set
+-- for the query's transaction; 16 MiB if unset), as SQLite's
+-- SQLITE_LIMIT_LENGTH refuses to build one: without it a value doubled
+-- in a recursive CTE or through a chain of CTEs reached PostgreSQL's
+-- 1 GB limit (a backend of several GB) within the time limit. A value
+-- can still be built up to one call's growth past the limit (eight
+-- concat arguments) before the check refuses it. PL/pgSQL, so that
+-- running it also checks for interrupts.
+CREATE OR REPLACE FUNCTION cairn_bounded(v anyelement) RETURNS anyelement
+  LANGUAGE plpgsql STABLE PARALLEL SAFE COST 1 AS $$
+DECLARE
+  limit_bytes bigint := coalesce(nullif(current_setting('cairn.max_value_bytes', true), '')::bigint, 16777216);
+BEGIN
+  -- pg_column_size counts a value's 4-byte header.
+  IF pg_column_size(v) - 4 > limit_bytes THEN
+    RAISE EXCEPTION 'a value of % bytes was built, more than the limit of one value in analyst SQL (% bytes)', pg_column_size(v) - 4, limit_bytes
+      USING ERRCODE = 'program_limit_exceeded';
+  END IF;
+  RETURN v;
+END $$;

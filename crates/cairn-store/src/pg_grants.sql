@@ -21,4 +21,5 @@ GRANT EXECUTE ON FUNCTION cairn_time_check(), cairn_too_much_work(text, bigint, 
   cairn_btrim(text, text), cairn_ltrim(text, text), cairn_rtrim(text, text),
   cairn_like(bpchar, text), cairn_like(bpchar, text, text), cairn_ilike(bpchar, text), cairn_ilike(bpchar, text, text),
   cairn_like(bytea, bytea), cairn_like(bytea, bytea, bytea), cairn_position(bytea, bytea),
-  cairn_btrim(bytea, bytea), cairn_ltrim(bytea, bytea), cairn_rtrim(bytea, bytea) TO cairn_app;
+  cairn_btrim(bytea, bytea), cairn_ltrim(bytea, bytea), cairn_rtrim(bytea, bytea),
+  cairn_too_long(text, bigint), cairn_bounded(anyelement) TO cairn_app;

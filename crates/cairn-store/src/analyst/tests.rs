@@ -63,6 +63,22 @@ fn every_scalar_call_is_checked_for_time() {
         6,
         "{theirs}"
     );
+    // On PostgreSQL what can build a longer value than its arguments is
+    // bounded too, string_agg (an aggregate) included; SQLite's length
+    // limit refuses to build one at all.
+    let builders = "SELECT upper(content) || 'x', string_agg(model, ','), replace(content, 'a', 'bb'), length(content) FROM steps";
+    let theirs = prepare(builders, Dialect::Postgres, 7, "main").unwrap();
+    for bounded in [
+        "\"main\".cairn_bounded(upper(content))",
+        "\"main\".cairn_bounded(CASE WHEN \"main\".cairn_time_check() THEN \"main\".cairn_bounded(upper(content)) END || 'x')",
+        "CASE WHEN \"main\".cairn_time_check() THEN \"main\".cairn_bounded(string_agg(model, ',')) END",
+        "\"main\".cairn_bounded(\"main\".cairn_replace(content, 'a', 'bb'))",
+    ] {
+        assert!(theirs.contains(bounded), "{bounded} in {theirs}");
+    }
+    assert_eq!(theirs.matches("cairn_bounded").count(), 4, "{theirs}");
+    let ours = prepare(builders, Dialect::Sqlite, 7, "main").unwrap();
+    assert!(!ours.contains("cairn_bounded"), "{ours}");
     for dialect in [Dialect::Sqlite, Dialect::Postgres] {
         assert!(
             refused("SELECT cairn_time_check() FROM steps", dialect).contains("not accepted"),
@@ -414,6 +430,13 @@ fn deep_chains_cannot_overflow_the_stack() {
         let _ = prepare(&arms, dialect, 7, "main");
         assert!(refused(&sums, dialect).contains("tokens"));
         assert!(refused(&deepest, dialect).contains("at most 1000 expressions"));
+        // The longest chain of checked operators the expression bound
+        // takes, each link nested in the next once wrapped (a CASE, and
+        // on PostgreSQL a bound too): passed on, not refused as a
+        // statement that cannot be reproduced.
+        let links = format!("SELECT content{} FROM steps", " || 'a'".repeat(998));
+        let out = prepare(&links, dialect, 7, "main").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.matches("cairn_time_check()").count(), 998);
     }
 }
 

@@ -24,6 +24,16 @@
 //! between rows. Pattern and JSON operators (`LIKE`, `GLOB`, `->`,
 //! `~`, ...) are calls too and are wrapped the same way.
 //!
+//! On PostgreSQL every value a call or operator builds that can be longer
+//! than its arguments ([`BUILDERS`], `||`, `OVERLAY`; `string_agg`, an
+//! aggregate, too) is also passed through [`BOUND_FUNCTION`] inside the
+//! check, `CASE WHEN cairn_time_check() THEN cairn_bounded(f(...)) END`,
+//! which fails once the value is longer than the limit of one value: so no
+//! chain of them (a recursive CTE doubling a value, CTEs each
+//! concatenating the previous one's column with itself) can grow a value
+//! past the limit by more than one call's growth, as SQLite's
+//! `SQLITE_LIMIT_LENGTH` refuses to build one at all.
+//!
 //! A result column without an alias would be named after the wrapped
 //! text (SQLite names it by its text, PostgreSQL `case`), so such a column
 //! gets the name the database gave it before as an alias: its printed
@@ -43,6 +53,44 @@ use std::ops::ControlFlow;
 /// SQLite's analyst connection; in Cairn's schema on PostgreSQL, see
 /// `pg_analyst.sql`; not on the allow-list, so a caller cannot name it).
 pub const TIME_CHECK_FUNCTION: &str = "cairn_time_check";
+
+/// On PostgreSQL, the function that fails when the value it is given is
+/// longer than the limit of one value, and returns it otherwise (in
+/// `pg_analyst.sql`; the limit is the transaction's
+/// `cairn.max_value_bytes`).
+pub const BOUND_FUNCTION: &str = "cairn_bounded";
+
+/// The functions of the allow-list whose answer can be longer than their
+/// arguments together, or than the longest of them (lowercase; PostgreSQL
+/// names, `cairn_replace` being `replace` as `pg_bounds` writes it). A
+/// function added to the allow-list that can build a value longer than
+/// its arguments belongs here.
+const BUILDERS: &[&str] = &[
+    "concat",
+    "format",
+    "replace",
+    "cairn_replace",
+    "upper",
+    "lower",
+    "to_char",
+    "string_agg",
+];
+
+/// Whether `expr` builds a value that PostgreSQL passes through
+/// [`BOUND_FUNCTION`] (see the module documentation).
+fn builds(expr: &Expr) -> bool {
+    match expr {
+        Expr::Function(function) => match function.name.0.last() {
+            Some(ObjectNamePart::Identifier(ident)) => {
+                BUILDERS.contains(&ident.value.to_lowercase().as_str())
+            }
+            _ => false,
+        },
+        Expr::Overlay { .. } => true,
+        Expr::BinaryOp { op, .. } => matches!(op, BinaryOperator::StringConcat),
+        _ => false,
+    }
+}
 
 /// Functions that aggregate the rows of a group (with one argument for
 /// `min` and `max`, which with two or more are scalar).
@@ -103,9 +151,15 @@ fn checked(expr: Expr, schema: Option<&str>) -> Expr {
     }
 }
 
-/// Whether `expr` gets a time check in front (see the module
-/// documentation).
-fn wrapped(expr: &Expr) -> bool {
+/// Whether `expr` gets a time check in front in `dialect` (see the
+/// module documentation).
+fn wrapped(expr: &Expr, dialect: Dialect) -> bool {
+    (dialect == Dialect::Postgres && builds(expr)) || checked_call(expr)
+}
+
+/// Whether `expr` is a scalar call or an operator that calls a function
+/// (a time check in front in both dialects).
+fn checked_call(expr: &Expr) -> bool {
     match expr {
         Expr::Function(function) => !aggregates(function),
         // The special forms of scalar calls, and pattern matches (SQLite's
@@ -147,20 +201,21 @@ fn wrapped(expr: &Expr) -> bool {
     }
 }
 
-/// Whether `expr` or anything in it (subqueries included) gets a check.
-fn holds_wrapped(expr: &Expr) -> bool {
-    struct Find;
+/// Whether `expr` or anything in it (subqueries included) gets a check
+/// in `dialect`.
+fn holds_wrapped(expr: &Expr, dialect: Dialect) -> bool {
+    struct Find(Dialect);
     impl Visitor for Find {
         type Break = ();
         fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-            if wrapped(expr) {
+            if wrapped(expr, self.0) {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             }
         }
     }
-    expr.visit(&mut Find).is_break()
+    expr.visit(&mut Find(dialect)).is_break()
 }
 
 /// The name PostgreSQL gives a result column of expression `expr` when it
@@ -204,7 +259,7 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
 /// The alias that keeps an unnamed result column's name once the calls
 /// in it are wrapped, if it needs one.
 fn kept_name(expr: &Expr, dialect: Dialect) -> Option<String> {
-    if !holds_wrapped(expr) {
+    if !holds_wrapped(expr, dialect) {
         return None;
     }
     match dialect {
@@ -218,7 +273,7 @@ fn kept_name(expr: &Expr, dialect: Dialect) -> Option<String> {
             while let Expr::Nested(inner) = top {
                 top = inner;
             }
-            wrapped(top).then(|| "?column?".to_owned())
+            wrapped(top, dialect).then(|| "?column?".to_owned())
         }),
     }
 }
@@ -264,9 +319,10 @@ impl VisitorMut for KeepNames {
     }
 }
 
-/// Puts a time check before every scalar call of a query (see the module
-/// documentation), naming the function in `schema` if given
-/// (PostgreSQL: the schema of Cairn's tables).
+/// Puts a time check before every scalar call of a query and, on
+/// PostgreSQL, a bound on every value built (see the module
+/// documentation), naming Cairn's functions in `schema` if given
+/// (PostgreSQL: the schema of Cairn's tables; SQLite: none).
 pub(super) struct TimeChecks<'a> {
     pub(super) schema: Option<&'a str>,
 }
@@ -275,8 +331,15 @@ impl VisitorMut for TimeChecks<'_> {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        if wrapped(expr) {
-            let call = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+        let dialect = match self.schema {
+            Some(_) => Dialect::Postgres,
+            None => Dialect::Sqlite,
+        };
+        if wrapped(expr, dialect) {
+            let mut call = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+            if dialect == Dialect::Postgres && builds(&call) {
+                call = self::call(self.schema, BOUND_FUNCTION, vec![call]);
+            }
             *expr = checked(call, self.schema);
         }
         ControlFlow::Continue(())

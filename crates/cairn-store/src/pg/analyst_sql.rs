@@ -75,10 +75,13 @@ impl PgStore {
                 // Strings are read as the guard read them (no backslash
                 // escapes), whatever the server's configuration; no JIT
                 // (the bounded functions' costs made PostgreSQL compile
-                // plans it then ran in less time than compiling took).
+                // plans it then ran in less time than compiling took);
+                // the limit of one value for `cairn_bounded`, which every
+                // value the query builds passes through (time_checks.rs).
                 tx.batch_execute(&format!(
-                    "SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL standard_conforming_strings = on; SET LOCAL jit = off",
-                    limits.time.as_millis().max(1)
+                    "SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL standard_conforming_strings = on; SET LOCAL jit = off; SET LOCAL cairn.max_value_bytes = {}",
+                    limits.time.as_millis().max(1),
+                    limits.max_value_bytes.max(1)
                 ))
                 .map_err(failed)?;
                 // Column names and types from the prepared statement.

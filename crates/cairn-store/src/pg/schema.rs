@@ -118,7 +118,8 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
                AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_time_check()')
                              AND provolatile = 's' AND proparallel = 's')
-               AND to_regprocedure('cairn_rtrim(bytea, bytea)') IS NOT NULL",
+               AND to_regprocedure('cairn_rtrim(bytea, bytea)') IS NOT NULL
+               AND to_regprocedure('cairn_bounded(anyelement)') IS NOT NULL",
             &[],
         )
         .context("checking the schema")?

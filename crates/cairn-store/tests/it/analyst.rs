@@ -873,3 +873,110 @@ pub fn pg_searches_are_bounded(backend: &dyn Backend) {
         assert_eq!(answer.rows, vec![vec![expected]], "{sql}");
     }
 }
+
+/// PostgreSQL builds values without a length limit of its own short of
+/// 1 GB: every value a call or operator builds that can be longer than
+/// its arguments is checked against the limit of one value as it is
+/// built, so no chain of them (a recursive CTE doubling a value, CTEs
+/// each concatenating the previous one's value eight times) grows past it,
+/// and `replace` refuses at once a call that would build more than its
+/// bound. Values up to the limit are built as before, and the columns
+/// keep their names.
+pub fn pg_values_are_bounded_as_built(backend: &dyn Backend) {
+    let store = backend.open("analyst-pg-built");
+    two_orgs(&store);
+    let limits = QueryLimits {
+        max_value_bytes: 1 << 20,
+        ..QueryLimits::default()
+    };
+    let value = |c: char, doublings: u32| {
+        format!(
+            "(WITH RECURSIVE r(s, n) AS (SELECT '{c}'::text, 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < {doublings}) SELECT s FROM r WHERE n = {doublings})"
+        )
+    };
+    // Exactly the limit is built; one byte more is not.
+    for (sql, expected) in [
+        (format!("SELECT length({})", value('x', 20)), 1 << 20),
+        (
+            format!("SELECT length(concat({}, 'y'))", value('x', 19)),
+            (1 << 19) + 1,
+        ),
+    ] {
+        let answer = store
+            .analyst_query_limited(MINE, &sql, &limits)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(
+            answer.rows,
+            vec![vec![serde_json::json!(expected)]],
+            "{sql}"
+        );
+    }
+    let eight = |c: &str| [c; 8].join(", ");
+    for sql in [
+        format!("SELECT length({} || 'y')", value('x', 20)),
+        // Doubling up to PostgreSQL's own 1 GB limit within the time
+        // limit, before; stopped at the first value past 1 MiB now.
+        "WITH RECURSIVE r(s, n) AS (SELECT 'x'::text, 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 40) SELECT length(s) FROM r WHERE n = 40".to_owned(),
+        format!(
+            "WITH a AS (SELECT {} AS c), b AS (SELECT concat({}) AS c FROM a), d AS (SELECT concat({}) AS c FROM b), e AS (SELECT concat({}) AS c FROM d) SELECT length(c) FROM e",
+            value('x', 12),
+            eight("c"),
+            eight("c"),
+            eight("c")
+        ),
+        format!(
+            "SELECT length(string_agg(v, '')) FROM (SELECT {} AS v) x, steps",
+            value('x', 18)
+        ),
+        format!("SELECT length(upper(format('%s%s%s', {0}, {0}, {0})))", value('x', 19)),
+    ] {
+        let started = std::time::Instant::now();
+        match store.analyst_query_limited(MINE, &sql, &limits) {
+            Err(AnalystError::TooLarge(m)) => {
+                assert!(m.contains("was built") && m.contains("1048576"), "{sql}: {m}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3), "{sql}");
+    }
+    // replace: a replacement longer than its pattern is refused when the
+    // answer would pass 64 MiB, before it is built; a long value with few
+    // occurrences is replaced.
+    let mb = value('a', 20);
+    match store.analyst_query_limited(
+        MINE,
+        &format!(
+            "SELECT length(replace({mb}, 'a', repeat_me)) FROM (SELECT {} AS repeat_me) x",
+            value('b', 7)
+        ),
+        &QueryLimits::default(),
+    ) {
+        Err(AnalystError::TooLarge(m)) => {
+            assert!(m.contains("would build a value of 134217728 bytes"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let answer = store
+        .analyst_query_limited(
+            MINE,
+            &format!(
+                "SELECT length(replace({mb} || 'z', 'z', x)) FROM (SELECT {} AS x) y",
+                value('b', 10)
+            ),
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(answer.rows, vec![vec![serde_json::json!((1 << 20) + 1024)]]);
+    // Names as before the bounds.
+    let answer = store
+        .analyst_query_limited(
+            MINE,
+            "SELECT string_agg(kind, ','), content || 'x', upper(content), concat(kind, 'y') FROM steps GROUP BY content, kind",
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        answer.columns,
+        ["string_agg", "?column?", "upper", "concat"]
+    );
+}

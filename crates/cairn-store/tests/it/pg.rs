@@ -95,6 +95,7 @@ fn analyst_sql_oracle_and_limits() {
     );
     crate::analyst::wrapped_calls_keep_their_names(&pg, cairn_store::analyst::Dialect::Postgres);
     crate::analyst::pg_searches_are_bounded(&pg);
+    crate::analyst::pg_values_are_bounded_as_built(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.
