@@ -298,6 +298,49 @@ pub(super) struct Guard {
     row_names: Option<HashSet<String>>,
     /// The sizes of the expressions being walked.
     sizes: Sizes,
+    /// The row values (by address in the tree being walked) that are a
+    /// side of a comparison, `IN` or `BETWEEN`, the only places a row
+    /// value is accepted (see [`compared_rows`]).
+    compared_rows: HashSet<usize>,
+}
+
+/// The row values `(a, b)` that `expr` compares (its direct operands, if
+/// it is a comparison, an `IN` or a `BETWEEN`), by address. A row value
+/// anywhere else is a value of its own, as long as its items together,
+/// which PostgreSQL builds without checking its length: `(r, r)` in each
+/// of a chain of CTEs doubles a value at each level, and 32 items
+/// multiply it by 32.
+fn compared_rows(expr: &Expr) -> Vec<usize> {
+    let operands: Vec<&Expr> = match expr {
+        Expr::BinaryOp { left, op, right } if is_comparison(op) => vec![left, right],
+        Expr::AnyOp { left, .. } | Expr::AllOp { left, .. } => vec![left],
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => vec![a, b],
+        Expr::InList { expr, list, .. } => std::iter::once(&**expr).chain(list).collect(),
+        Expr::InSubquery { expr, .. } => vec![expr],
+        Expr::Between {
+            expr, low, high, ..
+        } => vec![expr, low, high],
+        _ => Vec::new(),
+    };
+    operands
+        .into_iter()
+        .filter(|e| matches!(e, Expr::Tuple(_)))
+        .map(|e| e as *const Expr as usize)
+        .collect()
+}
+
+/// Whether `op` compares its two sides.
+fn is_comparison(op: &BinaryOperator) -> bool {
+    matches!(
+        op,
+        BinaryOperator::Eq
+            | BinaryOperator::NotEq
+            | BinaryOperator::Lt
+            | BinaryOperator::LtEq
+            | BinaryOperator::Gt
+            | BinaryOperator::GtEq
+            | BinaryOperator::Spaceship
+    )
 }
 
 /// Whether `query` declares a CTE named `name` anywhere inside it.
@@ -476,6 +519,20 @@ fn check_data_type(data_type: &DataType) -> Result<(), String> {
     let plain = text
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || " (),[]_".contains(c));
+    // char(n) pads every value to n characters, a literal's while the
+    // query is planned, before any time limit (160 comparisons of
+    // CHAR(10485760) 'a': 3.2 GB).
+    let padded = matches!(base, "char" | "character") && !text.contains("varying");
+    let length = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .max();
+    if padded && length.is_some_and(|n| n > MAX_FORMAT_WIDTH) {
+        return Err(format!(
+            "type {}: char(n) takes a length of at most {MAX_FORMAT_WIDTH} (it pads every value to it): use varchar or text",
+            shown(&text)
+        ));
+    }
     if plain && TYPES.contains(&base) {
         Ok(())
     } else {
@@ -598,6 +655,21 @@ impl Visitor for Guard {
                         shown(&cte.alias.name.value)
                     ));
                 }
+                // A recursive UNION (not UNION ALL) keeps every row it has
+                // produced in a hash table in memory, whatever work_mem
+                // (60 rows of 16 MiB: 1 GB).
+                if with.recursive
+                    && let SetExpr::SetOperation {
+                        op: sqlparser::ast::SetOperator::Union,
+                        set_quantifier,
+                        ..
+                    } = cte.query.body.as_ref()
+                    && !matches!(set_quantifier, sqlparser::ast::SetQuantifier::All)
+                {
+                    return ControlFlow::Break(
+                        "a recursive CTE takes UNION ALL, not UNION (which keeps every row it produced in memory): end the recursion with a condition".into(),
+                    );
+                }
                 self.ctes.insert(cte.alias.name.value.to_lowercase());
             }
         }
@@ -695,6 +767,7 @@ impl Visitor for Guard {
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
         self.sizes.enter();
+        self.compared_rows.extend(compared_rows(expr));
         if counts(expr) {
             self.expressions += 1;
         }
@@ -739,6 +812,19 @@ impl Visitor for Guard {
                     return Err(format!(
                         "{name}(table.*) is not accepted: it takes the whole row; name the columns"
                     ));
+                }
+                // PostgreSQL's to_char sets aside 8 to 12 bytes of answer,
+                // and more to parse it, for each character of its format
+                // (a 16 MiB format: 469 MB for one call).
+                if name == "to_char"
+                    && let FunctionArguments::List(list) = &function.args
+                    && !matches!(
+                        list.args.get(1),
+                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))))
+                            if matches!(v.value, SqlValue::SingleQuotedString(_))
+                    )
+                {
+                    return Err("to_char takes a format string literal second".into());
                 }
                 if FORMAT_FUNCTIONS.contains(&name.as_str()) {
                     let first = match &function.args {
@@ -812,6 +898,9 @@ impl Visitor for Guard {
             | Expr::AnyOp { compare_op: op, .. }
             | Expr::AllOp { compare_op: op, .. } => check_operator(op),
             Expr::InList { list, .. } => check_list("an IN list", list.iter()),
+            Expr::Tuple(_) if !self.compared_rows.contains(&(expr as *const Expr as usize)) => Err(
+                "a row value (a, b, ...) is accepted only as a side of a comparison, IN or BETWEEN: select its items as columns".into(),
+            ),
             Expr::Tuple(items) => check_list("a row value", items.iter()),
             Expr::Case {
                 operand: Some(_),

@@ -363,23 +363,38 @@ fn planning_cannot_multiply_the_query() {
     };
     let rows = |depth: usize, literals: usize| {
         let nulls = vec!["NULL"; literals].join(", ");
-        let nested = (0..depth).fold("(seq, 1)".to_owned(), |inner, _| {
-            format!("CASE WHEN {inner} IN ({nulls}) THEN (seq, 1) END")
+        let nested = (0..depth).fold("ARRAY[seq, 1]".to_owned(), |inner, _| {
+            format!("CASE WHEN {inner} IN ({nulls}) THEN ARRAY[seq, 1] END")
         });
         format!("SELECT count(*) FROM steps WHERE {nested} IS NULL")
     };
+    // Arrays (PostgreSQL's) compared with IN lists, each copied per
+    // literal, nested.
+    prepare(&rows(3, 2), Dialect::Postgres, 7, "main").unwrap();
+    for sql in [rows(18, 2), rows(3, 40)] {
+        let reason = refused(&sql, Dialect::Postgres);
+        assert!(reason.contains("at most 1000"), "{sql}: {reason}");
+    }
     for dialect in [Dialect::Sqlite, Dialect::Postgres] {
-        for sql in [chain(""), tables(64), rows(3, 2)] {
+        for sql in [chain(""), tables(64)] {
             prepare(&sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
-        for (sql, why) in [
-            (tables(65), "at most 64 tables"),
-            (rows(18, 2), "at most 1000"),
-            (rows(3, 40), "at most 1000"),
+        // A row value is compared, never a value of its own (which could
+        // be nested so, or grow as its items together).
+        let compared = "SELECT count(*) FROM steps WHERE (seq, 1) IN ((seq, 1), (2, 2)) AND (seq, 1) = (1, seq) AND (seq, 1) IN (SELECT seq, 1 FROM steps)";
+        prepare(compared, dialect, 7, "main").unwrap_or_else(|e| panic!("{compared}: {e}"));
+        for sql in [
+            "SELECT count(*) FROM steps WHERE CASE WHEN (seq, 1) IN (NULL, NULL) THEN (seq, 1) END IS NULL",
+            "SELECT (seq, 1) FROM steps",
+            "SELECT count(*) FROM steps WHERE ((seq, 1)) = (1, 1)",
         ] {
-            let reason = refused(&sql, dialect);
-            assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+            assert!(refused(sql, dialect).contains("row value"), "{sql}");
         }
+        let reason = refused(&tables(65), dialect);
+        assert!(
+            reason.contains("at most 64 tables"),
+            "{dialect:?}: {reason}"
+        );
     }
     // SQLite's dialect reads ROLLUP and CUBE as calls (refused too).
     for sql in [
@@ -742,4 +757,65 @@ fn identifiers_and_literals_that_do_not_round_trip_are_refused() {
             prepare(sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
     }
+}
+
+/// What builds large values before the time limit can act is refused:
+/// `char(n)` past 1,000 (PostgreSQL pads a literal to n while planning),
+/// a `to_char` format that is not a literal (8 to 12 bytes set aside per
+/// character of it), a recursive `UNION` (every row kept in memory).
+#[test]
+fn padding_formats_and_recursive_unions_are_refused() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        for (sql, why) in [
+            (
+                "SELECT 1 WHERE CHAR(10485760) 'a' = CHAR(10485760) 'a'",
+                "char(n) takes a length of at most 1000",
+            ),
+            (
+                "SELECT CAST(content AS character(1001)) FROM steps",
+                "char(n) takes a length of at most 1000",
+            ),
+            (
+                "SELECT to_char(seq, content) FROM steps",
+                "to_char takes a format string literal",
+            ),
+            (
+                "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 9) SELECT n FROM r",
+                "takes UNION ALL",
+            ),
+        ] {
+            let reason = refused(sql, dialect);
+            assert!(reason.contains(why), "{dialect:?} {sql}: {reason}");
+        }
+        for sql in [
+            "SELECT CAST(content AS char(1000)), CAST(content AS varchar(100000)), CAST(content AS character varying(5000)) FROM steps",
+            "SELECT to_char(seq, 'FM999') FROM steps",
+            "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 9) SELECT n FROM r",
+            "WITH r AS (SELECT 1 AS n UNION SELECT 2) SELECT n FROM r",
+        ] {
+            prepare(sql, dialect, 7, "main").unwrap_or_else(|e| panic!("{dialect:?} {sql}: {e}"));
+        }
+    }
+    // On PostgreSQL a cast of anything but a literal is checked for time
+    // and bounded; literals are cast once while planning.
+    let out = prepare(
+        "SELECT CAST(content AS jsonb), CAST('7' AS int) FROM steps",
+        Dialect::Postgres,
+        7,
+        "main",
+    )
+    .unwrap();
+    assert!(
+        out.contains("CASE WHEN \"main\".cairn_time_check() THEN \"main\".cairn_bounded(CAST(content AS JSONB)) END"),
+        "{out}"
+    );
+    assert!(out.contains("CAST('7' AS INT)"), "{out}");
+    let out = prepare(
+        "SELECT CAST(content AS TEXT) FROM steps",
+        Dialect::Sqlite,
+        7,
+        "main",
+    )
+    .unwrap();
+    assert!(!out.contains("cairn_time_check"), "{out}");
 }

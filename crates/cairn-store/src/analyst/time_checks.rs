@@ -25,9 +25,9 @@
 //! `~`, ...) are calls too and are wrapped the same way.
 //!
 //! On PostgreSQL every value a call or operator builds that can be longer
-//! than its arguments ([`BUILDERS`], `||`, `OVERLAY`; `string_agg`, an
-//! aggregate, too) is also passed through [`BOUND_FUNCTION`] inside the
-//! check, `CASE WHEN cairn_time_check() THEN cairn_bounded(f(...)) END`,
+//! than its arguments ([`BUILDERS`], `||`, `OVERLAY`, `ARRAY[...]`, a cast
+//! of anything but a literal; `string_agg`, an aggregate, too) is also
+//! passed through [`BOUND_FUNCTION`] inside the check, `CASE WHEN cairn_time_check() THEN cairn_bounded(f(...)) END`,
 //! which fails once the value is longer than the limit of one value: so no
 //! chain of them (a recursive CTE doubling a value, CTEs each
 //! concatenating the previous one's column with itself) can grow a value
@@ -41,11 +41,12 @@
 //! call's function name, `?column?` for an operator).
 
 use super::Dialect;
+use super::sizes::is_literal;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    BinaryOperator, CaseWhen, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem, SetExpr,
-    TrimWhereField, Value, Visit, Visitor, VisitorMut,
+    BinaryOperator, CaseWhen, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem,
+    SetExpr, TrimWhereField, Value, Visit, Visitor, VisitorMut,
 };
 use std::ops::ControlFlow;
 
@@ -86,7 +87,10 @@ fn builds(expr: &Expr) -> bool {
             }
             _ => false,
         },
-        Expr::Overlay { .. } => true,
+        // An array (of up to 32 computed items, the guard's bound) is as
+        // long as its items together.
+        Expr::Overlay { .. } | Expr::Array(_) => true,
+        Expr::Cast { .. } => costly_cast(expr),
         Expr::BinaryOp { op, .. } => matches!(op, BinaryOperator::StringConcat),
         _ => false,
     }
@@ -155,6 +159,18 @@ fn checked(expr: Expr, schema: Option<&str>) -> Expr {
 /// module documentation).
 fn wrapped(expr: &Expr, dialect: Dialect) -> bool {
     (dialect == Dialect::Postgres && builds(expr)) || checked_call(expr)
+}
+
+/// Whether `expr` is a cast of something other than a literal. On
+/// PostgreSQL a cast can read a whole value without checking for
+/// interrupts (`jsonb` parses it: 200 of them in one row ran 20 s on
+/// 8 MiB) and build a longer one (`bytea` to text doubles it, a number
+/// prints as up to 147 KB of digits). Not on SQLite, where a `CASE`
+/// around a cast would drop the cast's type affinity (`CAST(x AS TEXT) =
+/// 5` compares as text only with it) and where a cast copies a value at
+/// most; nor of a literal, which PostgreSQL casts once while planning.
+fn costly_cast(expr: &Expr) -> bool {
+    matches!(expr, Expr::Cast { expr, .. } if !is_literal(expr))
 }
 
 /// Whether `expr` is a scalar call or an operator that calls a function
@@ -252,8 +268,38 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
         Expr::Ceil { .. } => Some("ceil".into()),
         Expr::Floor { .. } => Some("floor".into()),
         Expr::Exists { .. } => Some("exists".into()),
+        Expr::Array(_) => Some("array".into()),
         _ => None,
     }
+}
+
+/// The name PostgreSQL gives a cast to `data_type` whose operand has no
+/// strong name: the type's internal name (`int4` for `integer`, `float8`
+/// for `double precision`, `bpchar` for `char(3)`).
+fn pg_type_name(data_type: &DataType) -> String {
+    let written = data_type.to_string().to_lowercase();
+    let base = written.split(['(', '[']).next().unwrap_or_default().trim();
+    let precision = written
+        .split_once('(')
+        .and_then(|(_, rest)| rest.trim_end_matches(')').trim().parse::<u32>().ok());
+    match base {
+        "int" | "integer" | "int4" => "int4",
+        "bigint" | "int8" => "int8",
+        "smallint" | "int2" => "int2",
+        "real" | "float4" => "float4",
+        "float" if precision.is_some_and(|p| p <= 24) => "float4",
+        "float" | "float8" | "double" | "double precision" => "float8",
+        "decimal" | "numeric" => "numeric",
+        "character varying" | "varchar" => "varchar",
+        "char" | "character" | "bpchar" => "bpchar",
+        "boolean" | "bool" => "bool",
+        "timestamp with time zone" | "timestamptz" => "timestamptz",
+        "timestamp" | "timestamp without time zone" => "timestamp",
+        "time with time zone" | "timetz" => "timetz",
+        "time" | "time without time zone" => "time",
+        other => other,
+    }
+    .to_owned()
 }
 
 /// The alias that keeps an unnamed result column's name once the calls
@@ -266,14 +312,18 @@ fn kept_name(expr: &Expr, dialect: Dialect) -> Option<String> {
         // SQLite names the column by the expression's text.
         Dialect::Sqlite => Some(expr.to_string()),
         Dialect::Postgres => pg_column_name(expr).or_else(|| {
-            // No strong name: PostgreSQL said `?column?` (or a weaker
-            // name that the wrapping does not change) unless the
-            // expression itself, through parentheses, is now a CASE.
+            // No strong name: PostgreSQL said `?column?`, a cast's type
+            // name or a weaker name that the wrapping does not change,
+            // unless the expression itself, through parentheses and
+            // COLLATE, is now a CASE.
             let mut top = expr;
-            while let Expr::Nested(inner) = top {
+            while let Expr::Nested(inner) | Expr::Collate { expr: inner, .. } = top {
                 top = inner;
             }
-            wrapped(top, dialect).then(|| "?column?".to_owned())
+            wrapped(top, dialect).then(|| match top {
+                Expr::Cast { data_type, .. } => pg_type_name(data_type),
+                _ => "?column?".to_owned(),
+            })
         }),
     }
 }

@@ -980,3 +980,80 @@ pub fn pg_values_are_bounded_as_built(backend: &dyn Backend) {
         ["string_agg", "?column?", "upper", "concat"]
     );
 }
+
+/// On PostgreSQL a cast can read a whole value without checking for
+/// interrupts (`jsonb` parses it: about 0.1 s for 8 MiB), so a cast of
+/// anything but a literal is checked for time as a call is; an array is
+/// as long as its items together, so it is bounded as it is built; and a
+/// row value is accepted only where it is compared. The columns keep the
+/// names PostgreSQL gave them.
+pub fn pg_casts_arrays_and_rows_are_bounded(backend: &dyn Backend) {
+    let store = backend.open("analyst-pg-casts");
+    two_orgs(&store);
+    let casts = vec!["CAST(v AS jsonb) IS NULL"; 200].join(" OR ");
+    let sql = format!(
+        "WITH RECURSIVE r(s, n) AS (SELECT 'a'::text, 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 23), big(v) AS (SELECT '\"' || s || '\"' FROM r WHERE n = 23) SELECT {casts} FROM big"
+    );
+    let limits = QueryLimits {
+        time: Duration::from_millis(500),
+        ..QueryLimits::default()
+    };
+    let started = std::time::Instant::now();
+    let answer = store.analyst_query_limited(MINE, &sql, &limits);
+    let took = started.elapsed();
+    assert!(
+        matches!(answer, Err(AnalystError::TimedOut(_))),
+        "{answer:?}"
+    );
+    // Unchecked, about 20 s.
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    let items = vec!["c"; 32].join(", ");
+    let arrays = format!(
+        "WITH a AS (SELECT content AS c FROM steps LIMIT 1), b AS (SELECT ARRAY[{items}] AS c FROM a), d AS (SELECT ARRAY[{items}] AS c FROM b), e AS (SELECT ARRAY[{items}] AS c FROM d), f AS (SELECT ARRAY[{items}] AS c FROM e) SELECT c IS NULL FROM f"
+    );
+    // Casts that grow a value, in a recursion: an array of eight copies
+    // printed as text, bytea printed as hex (each doubled the value at
+    // every step, 324 MB in 3.8 s).
+    for sql in [
+        arrays,
+        "WITH RECURSIVE r(n, x) AS (SELECT 0, 'a' UNION ALL SELECT n + 1, CAST(ARRAY[x, x, x, x, x, x, x, x] AS text) FROM r WHERE n < 12) SELECT n, length(x) AS l FROM r WHERE n = 12".to_owned(),
+        "WITH RECURSIVE r(n, x) AS (SELECT 0, 'a'::text UNION ALL SELECT n + 1, substring(CAST(CAST(x AS bytea) AS text) FROM 2) FROM r WHERE n < 40) SELECT length(x) FROM r WHERE n = 40".to_owned(),
+    ] {
+        let started = std::time::Instant::now();
+        match store.analyst_query_limited(MINE, &sql, &QueryLimits::default()) {
+            Err(AnalystError::TooLarge(m)) => assert!(m.contains("was built"), "{m}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3), "{sql}");
+    }
+    for sql in [
+        "SELECT (content, content) FROM steps",
+        "WITH a AS (SELECT content AS c FROM steps) SELECT count(*) FROM a GROUP BY (c, c)",
+    ] {
+        match store.analyst_query_limited(MINE, sql, &QueryLimits::default()) {
+            Err(AnalystError::Refused(m)) => assert!(m.contains("row value"), "{m}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    let answer = store
+        .analyst_query_limited(
+            MINE,
+            "SELECT count(*) FROM steps WHERE (kind, seq) = (kind, seq) AND (kind, 1) IN ((kind, 1), ('x', 2)) AND (seq, kind) IN (SELECT seq, kind FROM steps)",
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(answer.rows, vec![vec![serde_json::json!(6)]]);
+    let answer = store
+        .analyst_query_limited(
+            MINE,
+            "SELECT CAST(seq + 1 AS integer), CAST(content AS text), (seq + 1)::float, CAST(seq AS double precision), ARRAY[content], CAST(content || 'x' AS varchar(9)), CAST('7' AS int), CAST(seq + 1 AS float(10)) FROM steps LIMIT 1",
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        answer.columns,
+        [
+            "int4", "content", "float8", "seq", "array", "varchar", "int4", "float4"
+        ]
+    );
+}
