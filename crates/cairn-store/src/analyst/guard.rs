@@ -6,7 +6,7 @@
 //! is the allow-lists and their checks, read on their own.
 
 use super::shown;
-use super::sizes::{Sizes, alias_copies, counts, is_literal};
+use super::sizes::{Sizes, alias_copies, counts, is_comparison, is_literal};
 use sqlparser::ast::{
     BinaryOperator, CteAsMaterialized, DataType, Expr, FunctionArg, FunctionArgExpr,
     FunctionArguments, GroupByExpr, Ident, ObjectName, ObjectNamePart, Query, Select, SetExpr,
@@ -327,20 +327,6 @@ fn compared_rows(expr: &Expr) -> Vec<usize> {
         .filter(|e| matches!(e, Expr::Tuple(_)))
         .map(|e| e as *const Expr as usize)
         .collect()
-}
-
-/// Whether `op` compares its two sides.
-fn is_comparison(op: &BinaryOperator) -> bool {
-    matches!(
-        op,
-        BinaryOperator::Eq
-            | BinaryOperator::NotEq
-            | BinaryOperator::Lt
-            | BinaryOperator::LtEq
-            | BinaryOperator::Gt
-            | BinaryOperator::GtEq
-            | BinaryOperator::Spaceship
-    )
 }
 
 /// Whether `query` declares a CTE named `name` anywhere inside it.

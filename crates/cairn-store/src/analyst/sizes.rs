@@ -142,14 +142,8 @@ fn scalar(expr: &Expr) -> bool {
         Expr::Nested(inner) | Expr::UnaryOp { expr: inner, .. } => scalar(inner),
         Expr::Cast { data_type, .. } => !data_type.to_string().contains('['),
         Expr::BinaryOp { op, left, right } => match op {
-            BinaryOperator::Eq
-            | BinaryOperator::NotEq
-            | BinaryOperator::Lt
-            | BinaryOperator::LtEq
-            | BinaryOperator::Gt
-            | BinaryOperator::GtEq
-            | BinaryOperator::And
-            | BinaryOperator::Or => true,
+            _ if is_comparison(op) => true,
+            BinaryOperator::And | BinaryOperator::Or => true,
             // JSON paths answer json, jsonb or text.
             BinaryOperator::Arrow
             | BinaryOperator::LongArrow
@@ -279,4 +273,18 @@ pub(super) fn alias_copies(select: &Select, order_by: Option<&OrderBy>) -> usize
             .fold(positions, usize::saturating_add);
     }
     names.1.saturating_add(positions)
+}
+
+/// Whether `op` compares its two sides.
+pub(super) fn is_comparison(op: &BinaryOperator) -> bool {
+    matches!(
+        op,
+        BinaryOperator::Eq
+            | BinaryOperator::NotEq
+            | BinaryOperator::Lt
+            | BinaryOperator::LtEq
+            | BinaryOperator::Gt
+            | BinaryOperator::GtEq
+            | BinaryOperator::Spaceship
+    )
 }
