@@ -799,12 +799,17 @@ fn padding_formats_and_recursive_unions_are_refused() {
     // On PostgreSQL a cast of anything but a literal is checked for time
     // and bounded; literals are cast once while planning.
     let out = prepare(
-        "SELECT CAST(content AS jsonb), CAST('7' AS int) FROM steps",
+        "SELECT CAST(content AS jsonb), CAST('7' AS int), CAST(content AS int) FROM steps",
         Dialect::Postgres,
         7,
         "main",
     )
     .unwrap();
+    // A cast to a fixed-size type is checked for time only.
+    assert!(
+        out.contains("CASE WHEN \"main\".cairn_time_check() THEN CAST(content AS INT) END"),
+        "{out}"
+    );
     assert!(
         out.contains("CASE WHEN \"main\".cairn_time_check() THEN \"main\".cairn_bounded(CAST(content AS JSONB)) END"),
         "{out}"

@@ -26,8 +26,10 @@
 //!
 //! On PostgreSQL every value a call or operator builds that can be longer
 //! than its arguments ([`BUILDERS`], `||`, `OVERLAY`, `ARRAY[...]`, a cast
-//! of anything but a literal; `string_agg`, an aggregate, too) is also
-//! passed through [`BOUND_FUNCTION`] inside the check, `CASE WHEN cairn_time_check() THEN cairn_bounded(f(...)) END`,
+//! of anything but a literal to text, binary, JSON or an array;
+//! `string_agg`, an aggregate, too) is also passed through
+//! [`BOUND_FUNCTION`] inside the check (and every cast of anything but a
+//! literal gets the check), `CASE WHEN cairn_time_check() THEN cairn_bounded(f(...)) END`,
 //! which fails once the value is longer than the limit of one value: so no
 //! chain of them (a recursive CTE doubling a value, CTEs each
 //! concatenating the previous one's column with itself) can grow a value
@@ -90,7 +92,10 @@ fn builds(expr: &Expr) -> bool {
         // An array (of up to 32 computed items, the guard's bound) is as
         // long as its items together.
         Expr::Overlay { .. } | Expr::Array(_) => true,
-        Expr::Cast { .. } => costly_cast(expr),
+        // A cast to a type of variable length (text printed from an
+        // array, bytea or a number); a fixed-size answer is as long as
+        // its type.
+        Expr::Cast { data_type, .. } => costly_cast(expr) && variable_length(data_type),
         Expr::BinaryOp { op, .. } => matches!(op, BinaryOperator::StringConcat),
         _ => false,
     }
@@ -158,7 +163,7 @@ fn checked(expr: Expr, schema: Option<&str>) -> Expr {
 /// Whether `expr` gets a time check in front in `dialect` (see the
 /// module documentation).
 fn wrapped(expr: &Expr, dialect: Dialect) -> bool {
-    (dialect == Dialect::Postgres && builds(expr)) || checked_call(expr)
+    (dialect == Dialect::Postgres && (builds(expr) || costly_cast(expr))) || checked_call(expr)
 }
 
 /// Whether `expr` is a cast of something other than a literal. On
@@ -271,6 +276,25 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
         Expr::Array(_) => Some("array".into()),
         _ => None,
     }
+}
+
+/// Whether values of `data_type` can be of any length (text, binary,
+/// JSON, arrays), as opposed to numbers, truth values and times.
+fn variable_length(data_type: &DataType) -> bool {
+    let written = data_type.to_string().to_lowercase();
+    written.contains('[')
+        || matches!(
+            written.split([' ', '(']).next().unwrap_or_default(),
+            "text"
+                | "varchar"
+                | "char"
+                | "character"
+                | "bpchar"
+                | "json"
+                | "jsonb"
+                | "bytea"
+                | "blob"
+        )
 }
 
 /// The name PostgreSQL gives a cast to `data_type` whose operand has no
