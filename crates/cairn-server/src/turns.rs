@@ -28,7 +28,7 @@ pub struct Parsed {
 pub struct ParsedStep {
     /// thinking, plan, waiting_approval, execute or error.
     pub phase: String,
-    /// Its bracket marker, e.g. [思考].
+    /// Its bracket marker, e.g. `[思考]`.
     pub label: String,
     /// The canonical kind it is recorded as.
     pub kind: String,

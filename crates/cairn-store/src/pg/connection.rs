@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// Bounds how long a connection waits on a network that stopped answering
-/// (see [`PgOptions::network_timeout`]). Without it a partition leaves the
+/// (see [`PgOptions::network_timeout`](super::PgOptions::network_timeout)). Without it a partition leaves the
 /// writer waiting for the kernel to give up, many minutes, with every
 /// write queued behind it.
 pub(super) fn bound_network_waits(config: &mut postgres::Config, timeout: Duration) {

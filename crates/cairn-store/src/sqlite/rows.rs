@@ -189,7 +189,7 @@ fn session_row<'r>(row: &'r rusqlite::Row<'_>, n: usize) -> Result<SessionRow<'r
     .context("reading a session's row")
 }
 
-/// The columns of a row selected with [`STEP_COLUMNS`], borrowed.
+/// The columns of a row selected with [`STEP_COLUMNS`](crate::engine::STEP_COLUMNS), borrowed.
 fn raw_step<'r>(row: &'r rusqlite::Row<'_>) -> Result<RawStep<'r>, StoreError> {
     let raw = (|| {
         Ok::<_, rusqlite::Error>(RawStep {
@@ -234,12 +234,12 @@ fn raw_step<'r>(row: &'r rusqlite::Row<'_>) -> Result<RawStep<'r>, StoreError> {
     })
 }
 
-/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`].
+/// Builds a [`StoredStep`] from a row selected with [`STEP_COLUMNS`](crate::engine::STEP_COLUMNS).
 pub(super) fn step_from_row(row: &rusqlite::Row<'_>) -> Result<StoredStep, StoreError> {
     raw_step(row)?.parse()
 }
 
-/// A log entry from a row selected with [`STEP_COLUMNS`] followed by
+/// A log entry from a row selected with [`STEP_COLUMNS`](crate::engine::STEP_COLUMNS) followed by
 /// `type, view, leaf_hash` (at `n`, `n + 1`, `n + 2`), its step read as
 /// `how` says (with the step's recomputed digest for a verifier).
 pub(super) fn entry_from_row(
