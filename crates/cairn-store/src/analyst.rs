@@ -329,6 +329,7 @@ fn prepare_here(
     // expressions: each scalar call checks it first.
     let mut checks = TimeChecks {
         schema: (dialect == Dialect::Postgres).then_some(schema),
+        cast_arrays: Default::default(),
     };
     let _ = VisitMut::visit(query.as_mut(), &mut checks);
     let ours = views(dialect, org, schema)?;

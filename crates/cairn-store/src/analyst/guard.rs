@@ -312,7 +312,11 @@ pub(super) struct Guard {
 /// multiply it by 32.
 fn compared_rows(expr: &Expr) -> Vec<usize> {
     let operands: Vec<&Expr> = match expr {
-        Expr::BinaryOp { left, op, right } if is_comparison(op) => vec![left, right],
+        Expr::BinaryOp { left, op, right }
+            if is_comparison(op) || matches!(op, BinaryOperator::Overlaps) =>
+        {
+            vec![left, right]
+        }
         Expr::AnyOp { left, .. } | Expr::AllOp { left, .. } => vec![left],
         Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => vec![a, b],
         Expr::InList { expr, list, .. } => std::iter::once(&**expr).chain(list).collect(),
@@ -327,6 +331,41 @@ fn compared_rows(expr: &Expr) -> Vec<usize> {
         .filter(|e| matches!(e, Expr::Tuple(_)))
         .map(|e| e as *const Expr as usize)
         .collect()
+}
+
+/// Whether `expr` is a string literal, in parentheses or cast.
+fn string_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Value(v) => matches!(v.value, SqlValue::SingleQuotedString(_)),
+        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => string_literal(inner),
+        _ => false,
+    }
+}
+
+/// A query body without the parentheses around it (`((SELECT ... UNION
+/// SELECT ...))`).
+fn unparenthesized(body: &SetExpr) -> &SetExpr {
+    match body {
+        SetExpr::Query(query) if query.with.is_none() => unparenthesized(&query.body),
+        other => other,
+    }
+}
+
+/// Whether `query` reads a table named `name` anywhere inside it.
+fn names_relation(query: &Query, name: &str) -> bool {
+    struct Find<'a>(&'a str);
+    impl Visitor for Find<'_> {
+        type Break = ();
+        fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
+            match relation.0.as_slice() {
+                [ObjectNamePart::Identifier(ident)] if ident.value.eq_ignore_ascii_case(self.0) => {
+                    ControlFlow::Break(())
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    query.visit(&mut Find(name)).is_break()
 }
 
 /// Whether `query` declares a CTE named `name` anywhere inside it.
@@ -387,7 +426,51 @@ fn check_operator(op: &BinaryOperator) -> Result<(), String> {
         | BinaryOperator::AtAt => Err(format!(
             "operator {op} is not accepted: containment and search operators can take too long in one call"
         )),
-        _ => Ok(()),
+        // An allow-list: any other operator (geometric, OPERATOR(schema.op),
+        // which names any operator of the database) is refused.
+        BinaryOperator::Plus
+        | BinaryOperator::Minus
+        | BinaryOperator::Multiply
+        | BinaryOperator::Divide
+        | BinaryOperator::Modulo
+        | BinaryOperator::StringConcat
+        | BinaryOperator::Gt
+        | BinaryOperator::Lt
+        | BinaryOperator::GtEq
+        | BinaryOperator::LtEq
+        | BinaryOperator::Spaceship
+        | BinaryOperator::Eq
+        | BinaryOperator::NotEq
+        | BinaryOperator::And
+        | BinaryOperator::Or
+        | BinaryOperator::Xor
+        | BinaryOperator::BitwiseOr
+        | BinaryOperator::BitwiseAnd
+        | BinaryOperator::BitwiseXor
+        | BinaryOperator::PGBitwiseXor
+        | BinaryOperator::PGBitwiseShiftLeft
+        | BinaryOperator::PGBitwiseShiftRight
+        | BinaryOperator::PGExp
+        | BinaryOperator::DuckIntegerDivide
+        | BinaryOperator::MyIntegerDivide
+        | BinaryOperator::Match
+        | BinaryOperator::Regexp
+        | BinaryOperator::Glob
+        | BinaryOperator::PGRegexMatch
+        | BinaryOperator::PGRegexIMatch
+        | BinaryOperator::PGRegexNotMatch
+        | BinaryOperator::PGRegexNotIMatch
+        | BinaryOperator::PGStartsWith
+        | BinaryOperator::Arrow
+        | BinaryOperator::LongArrow
+        | BinaryOperator::HashArrow
+        | BinaryOperator::HashLongArrow
+        | BinaryOperator::HashMinus
+        | BinaryOperator::Overlaps => Ok(()),
+        _ => Err(format!(
+            "operator {} is not accepted",
+            shown(&op.to_string())
+        )),
     }
 }
 
@@ -509,6 +592,14 @@ fn check_data_type(data_type: &DataType) -> Result<(), String> {
     // query is planned, before any time limit (160 comparisons of
     // CHAR(10485760) 'a': 3.2 GB).
     let padded = matches!(base, "char" | "character") && !text.contains("varying");
+    // An array of them pads each item (a literal array of 31,000 items
+    // of char(1000) folds to 30 MB while planning).
+    if padded && text.contains('[') {
+        return Err(format!(
+            "type {}: an array of char(n) is not accepted: use varchar[] or text[]",
+            shown(&text)
+        ));
+    }
     let length = text
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse::<u64>().ok())
@@ -649,8 +740,9 @@ impl Visitor for Guard {
                         op: sqlparser::ast::SetOperator::Union,
                         set_quantifier,
                         ..
-                    } = cte.query.body.as_ref()
+                    } = unparenthesized(&cte.query.body)
                     && !matches!(set_quantifier, sqlparser::ast::SetQuantifier::All)
+                    && names_relation(&cte.query, &cte.alias.name.value)
                 {
                     return ControlFlow::Break(
                         "a recursive CTE takes UNION ALL, not UNION (which keeps every row it produced in memory): end the recursion with a condition".into(),
@@ -802,15 +894,16 @@ impl Visitor for Guard {
                 // PostgreSQL's to_char sets aside 8 to 12 bytes of answer,
                 // and more to parse it, for each character of its format
                 // (a 16 MiB format: 469 MB for one call).
-                if name == "to_char"
+                // to_timestamp's format the same way.
+                if matches!(name.as_str(), "to_char" | "to_timestamp")
                     && let FunctionArguments::List(list) = &function.args
+                    && let Some(format) = list.args.get(1)
                     && !matches!(
-                        list.args.get(1),
-                        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))))
-                            if matches!(v.value, SqlValue::SingleQuotedString(_))
+                        format,
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if string_literal(e)
                     )
                 {
-                    return Err("to_char takes a format string literal second".into());
+                    return Err(format!("{name} takes a format string literal second"));
                 }
                 if FORMAT_FUNCTIONS.contains(&name.as_str()) {
                     let first = match &function.args {

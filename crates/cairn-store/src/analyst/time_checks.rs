@@ -46,7 +46,7 @@ use super::Dialect;
 use super::sizes::is_literal;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    BinaryOperator, CaseWhen, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    BinaryOperator, CaseWhen, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SelectItem,
     SetExpr, TrimWhereField, Value, Visit, Visitor, VisitorMut,
 };
@@ -91,7 +91,12 @@ fn builds(expr: &Expr) -> bool {
         },
         // An array (of up to 32 computed items, the guard's bound) is as
         // long as its items together.
-        Expr::Overlay { .. } | Expr::Array(_) => true,
+        Expr::Overlay { .. } => true,
+        // `[...]` inside `ARRAY[[...]]` is part of its syntax; an empty
+        // array or one of literals is as long as the statement's text.
+        Expr::Array(array) => {
+            array.named && !array.elem.is_empty() && !array.elem.iter().all(is_literal)
+        }
         // A cast to a type of variable length (text printed from an
         // array, bytea or a number); a fixed-size answer is as long as
         // its type.
@@ -163,7 +168,29 @@ fn checked(expr: Expr, schema: Option<&str>) -> Expr {
 /// Whether `expr` gets a time check in front in `dialect` (see the
 /// module documentation).
 fn wrapped(expr: &Expr, dialect: Dialect) -> bool {
-    (dialect == Dialect::Postgres && (builds(expr) || costly_cast(expr))) || checked_call(expr)
+    (dialect == Dialect::Postgres && (builds(expr) || costly_cast(expr) || costly_operator(expr)))
+        || checked_call(expr)
+}
+
+/// Whether `expr` is an operator whose one application can cost far more
+/// than copying its operands on PostgreSQL, checked for time there:
+/// numeric `*`, `/`, `%` and `^` grow with the square of their digits
+/// (330 `^` on a number of 65,000 digits: 57 s past a 5 s limit), and
+/// `jsonb - x` and `#-` rebuild the whole value (20 of them on 8 MiB:
+/// 1.7 GB in 3.5 s). SQLite's arithmetic is on machine numbers.
+fn costly_operator(expr: &Expr) -> bool {
+    matches!(
+        expr,
+        Expr::BinaryOp {
+            op: BinaryOperator::Minus
+                | BinaryOperator::Multiply
+                | BinaryOperator::Divide
+                | BinaryOperator::Modulo
+                | BinaryOperator::PGExp
+                | BinaryOperator::HashMinus,
+            ..
+        }
+    )
 }
 
 /// Whether `expr` is a cast of something other than a literal. On
@@ -274,6 +301,32 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
         Expr::Floor { .. } => Some("floor".into()),
         Expr::Exists { .. } => Some("exists".into()),
         Expr::Array(_) => Some("array".into()),
+        Expr::Extract { .. } => Some("extract".into()),
+        Expr::AtTimeZone { .. } => Some("timezone".into()),
+        // A subscript keeps its value's name.
+        Expr::CompoundFieldAccess { root, access_chain }
+            if access_chain
+                .iter()
+                .all(|a| matches!(a, sqlparser::ast::AccessExpr::Subscript(_))) =>
+        {
+            pg_column_name(root)
+        }
+        // A scalar subquery is named after its first column, whatever
+        // the strength of that name.
+        Expr::Subquery(query) => match query.body.as_ref() {
+            SetExpr::Select(select) => match select.projection.first() {
+                Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
+                Some(SelectItem::UnnamedExpr(e)) => {
+                    Some(pg_column_name(e).unwrap_or_else(|| match e {
+                        Expr::Cast { data_type, .. } => pg_type_name(data_type),
+                        Expr::Case { .. } => "case".into(),
+                        _ => "?column?".into(),
+                    }))
+                }
+                _ => None,
+            },
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -302,11 +355,26 @@ fn variable_length(data_type: &DataType) -> bool {
 /// for `double precision`, `bpchar` for `char(3)`).
 fn pg_type_name(data_type: &DataType) -> String {
     let written = data_type.to_string().to_lowercase();
-    let base = written.split(['(', '[']).next().unwrap_or_default().trim();
+    // The words without their modifiers (`timestamp(3) with time zone`,
+    // `varchar(9)[]`).
+    let mut words = String::new();
+    let mut depth = 0usize;
+    for c in written.chars() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => words.push(c),
+            _ => {}
+        }
+    }
+    let base = words.split_whitespace().collect::<Vec<_>>().join(" ");
     let precision = written
         .split_once('(')
-        .and_then(|(_, rest)| rest.trim_end_matches(')').trim().parse::<u32>().ok());
-    match base {
+        .and_then(|(_, rest)| rest.split(')').next()?.trim().parse::<u32>().ok());
+    if base.starts_with("interval") {
+        return "interval".into();
+    }
+    match base.as_str() {
         "int" | "integer" | "int4" => "int4",
         "bigint" | "int8" => "int8",
         "smallint" | "int2" => "int2",
@@ -314,7 +382,7 @@ fn pg_type_name(data_type: &DataType) -> String {
         "float" if precision.is_some_and(|p| p <= 24) => "float4",
         "float" | "float8" | "double" | "double precision" => "float8",
         "decimal" | "numeric" => "numeric",
-        "character varying" | "varchar" => "varchar",
+        "character varying" | "char varying" | "varchar" => "varchar",
         "char" | "character" | "bpchar" => "bpchar",
         "boolean" | "bool" => "bool",
         "timestamp with time zone" | "timestamptz" => "timestamptz",
@@ -399,22 +467,56 @@ impl VisitorMut for KeepNames {
 /// (PostgreSQL: the schema of Cairn's tables; SQLite: none).
 pub(super) struct TimeChecks<'a> {
     pub(super) schema: Option<&'a str>,
+    /// The arrays (by address) that are the direct operand of a cast,
+    /// left as written: PostgreSQL types the items of `ARRAY[...]::T[]`
+    /// from the cast, which must stay right on it; the cast is checked.
+    pub(super) cast_arrays: std::collections::HashSet<usize>,
 }
 
 impl VisitorMut for TimeChecks<'_> {
     type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Cast { expr: operand, .. } = expr
+            && let Expr::Array(_) = operand.as_ref()
+        {
+            self.cast_arrays.insert(&**operand as *const Expr as usize);
+        }
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let dialect = match self.schema {
             Some(_) => Dialect::Postgres,
             None => Dialect::Sqlite,
         };
+        if self.cast_arrays.contains(&(&*expr as *const Expr as usize)) {
+            return ControlFlow::Continue(());
+        }
         if wrapped(expr, dialect) {
             let mut call = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+            // The type a cast gives, with its modifier (varchar(100),
+            // numeric(10, 2)), which a function's answer loses: the
+            // checked cast is cast again to it.
+            let cast_to = match &call {
+                Expr::Cast { data_type, .. } if dialect == Dialect::Postgres => {
+                    Some(data_type.clone())
+                }
+                _ => None,
+            };
             if dialect == Dialect::Postgres && builds(&call) {
                 call = self::call(self.schema, BOUND_FUNCTION, vec![call]);
             }
             *expr = checked(call, self.schema);
+            if let Some(data_type) = cast_to {
+                let checked = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+                *expr = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(checked),
+                    data_type,
+                    format: None,
+                };
+            }
         }
         ControlFlow::Continue(())
     }

@@ -1007,6 +1007,18 @@ pub fn pg_casts_arrays_and_rows_are_bounded(backend: &dyn Backend) {
     );
     // Unchecked, about 20 s.
     assert!(took < Duration::from_secs(4), "{took:?}");
+    // Numeric arithmetic costs the square of the digits (each `^` of a
+    // number of 65,000 digits about 0.17 s), checked for time too.
+    let powers = vec!["n ^ 2"; 40].join(" + ");
+    let sql =
+        format!("WITH a AS (SELECT '1e65000'::numeric - 1 AS n) SELECT ({powers}) > 0 FROM a");
+    let started = std::time::Instant::now();
+    let answer = store.analyst_query_limited(MINE, &sql, &limits);
+    assert!(
+        matches!(answer, Err(AnalystError::TimedOut(_))),
+        "{answer:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4), "{sql}");
     let items = vec!["c"; 32].join(", ");
     let arrays = format!(
         "WITH a AS (SELECT content AS c FROM steps LIMIT 1), b AS (SELECT ARRAY[{items}] AS c FROM a), d AS (SELECT ARRAY[{items}] AS c FROM b), e AS (SELECT ARRAY[{items}] AS c FROM d), f AS (SELECT ARRAY[{items}] AS c FROM e) SELECT c IS NULL FROM f"
@@ -1056,4 +1068,96 @@ pub fn pg_casts_arrays_and_rows_are_bounded(backend: &dyn Backend) {
             "int4", "content", "float8", "seq", "array", "varchar", "int4", "float4"
         ]
     );
+}
+
+/// What the checks and bounds wrap on PostgreSQL keeps the query's
+/// meaning: a cast keeps its type modifier (a recursive CTE's column
+/// must keep one type), `ARRAY[...]::T[]` types its items from the cast,
+/// nested and empty arrays stay arrays, and the columns keep the names
+/// PostgreSQL gives them.
+pub fn pg_wrapping_keeps_queries_as_written(backend: &dyn Backend) {
+    let store = backend.open("analyst-pg-as-written");
+    two_orgs(&store);
+    for (sql, expected) in [
+        (
+            "WITH RECURSIVE t(n, path) AS (SELECT 1, CAST('a' AS varchar(100)) UNION ALL SELECT n + 1, CAST(path || 'x' AS varchar(100)) FROM t WHERE n < 3) SELECT path FROM t ORDER BY n DESC LIMIT 1",
+            serde_json::json!("axx"),
+        ),
+        (
+            "WITH RECURSIVE t(n, v) AS (SELECT 1, CAST(1 AS numeric(10, 2)) UNION ALL SELECT n + 1, CAST(v * 2 AS numeric(10, 2)) FROM t WHERE n < 3) SELECT v FROM t ORDER BY n DESC LIMIT 1",
+            serde_json::json!(4.0),
+        ),
+        (
+            "WITH RECURSIVE t(n, p) AS (SELECT 1, ARRAY[]::bigint[] UNION ALL SELECT n + 1, p || CAST(n AS bigint) FROM t WHERE n < 4) SELECT CAST(p AS text) FROM t ORDER BY n DESC LIMIT 1",
+            serde_json::json!("{1,2,3}"),
+        ),
+        (
+            "SELECT CAST(ARRAY[kind, seq]::text[] AS text) FROM steps ORDER BY seq LIMIT 1",
+            serde_json::json!("{observation,1}"),
+        ),
+        (
+            "SELECT CAST(ARRAY[[1, 2], [3, seq]] AS text) FROM steps ORDER BY seq LIMIT 1",
+            serde_json::json!("{{1,2},{3,1}}"),
+        ),
+        (
+            "SELECT CAST(CAST(ARRAY[] AS text[]) AS text)",
+            serde_json::json!("{}"),
+        ),
+        (
+            "SELECT count(*) FROM steps WHERE (CAST(created_at AS timestamp), CAST(created_at AS timestamp)) OVERLAPS (CAST(created_at AS timestamp), CAST(created_at AS timestamp) + interval '1 day')",
+            serde_json::json!(6),
+        ),
+        (
+            "WITH RECURSIVE kinds AS (SELECT kind FROM steps UNION SELECT 'x'), r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 2) SELECT count(*) FROM kinds, r",
+            serde_json::json!(8),
+        ),
+        (
+            "SELECT to_char(CAST(created_at AS timestamp), 'YYYY'::text) = to_char(CAST(created_at AS timestamp), ('YYYY')) FROM steps LIMIT 1",
+            serde_json::json!(true),
+        ),
+    ] {
+        let answer = store
+            .analyst_query_limited(MINE, sql, &QueryLimits::default())
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        assert_eq!(answer.rows, vec![vec![expected]], "{sql}");
+    }
+    let answer = store
+        .analyst_query_limited(
+            MINE,
+            "SELECT EXTRACT(epoch FROM CAST(created_at AS timestamp))::bigint, (SELECT max(seq) FROM steps)::text, (ARRAY[seq, 2])[1], CAST(kind AS char varying), CAST(created_at AS timestamp(3) with time zone), seq * 2, (CAST(created_at AS timestamp) AT TIME ZONE 'UTC')::date FROM steps LIMIT 1",
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        answer.columns,
+        [
+            "extract",
+            "max",
+            "array",
+            "kind",
+            "created_at",
+            "?column?",
+            "timezone"
+        ]
+    );
+    for (sql, why) in [
+        (
+            "SELECT content OPERATOR(pg_catalog.||) content FROM steps",
+            "is not accepted",
+        ),
+        (
+            "WITH RECURSIVE r(n) AS ((SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 5)) SELECT n FROM r",
+            "takes UNION ALL",
+        ),
+        (
+            "SELECT to_timestamp(content, content) FROM steps",
+            "to_timestamp takes a format string literal",
+        ),
+        ("SELECT CAST('{a}' AS char(10)[])", "an array of char(n)"),
+    ] {
+        match store.analyst_query_limited(MINE, sql, &QueryLimits::default()) {
+            Err(AnalystError::Refused(m)) => assert!(m.contains(why), "{sql}: {m}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
 }
