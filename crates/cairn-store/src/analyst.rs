@@ -30,6 +30,7 @@ use sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
+mod checks;
 mod guard;
 mod pg_bounds;
 mod rewrite;
