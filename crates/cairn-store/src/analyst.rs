@@ -305,6 +305,10 @@ fn prepare_here(
     // rewritten to a view or to one of those names: a name can then only
     // resolve to one of Cairn's views or to one of the caller's CTEs, never
     // to a real table, whatever scope it is written in.
+    // The result columns whose calls are rewritten below keep their
+    // names, taken from the statement as the caller wrote it (before the
+    // renaming and the fences, whose text SQLite would put in a name).
+    let _ = VisitMut::visit(query.as_mut(), &mut KeepNames { dialect });
     let mut rename = Rename::default();
     let mut ctes: Vec<&String> = guard.ctes.iter().collect();
     ctes.sort();
@@ -319,9 +323,6 @@ fn prepare_here(
     // No nested query is merged into the one around it (which would copy
     // its expressions into every place that names its columns).
     let _ = VisitMut::visit(query.as_mut(), &mut Fences);
-    // The result columns whose calls are rewritten below keep their
-    // names.
-    let _ = VisitMut::visit(query.as_mut(), &mut KeepNames { dialect });
     // PostgreSQL's searches that never check for interrupts are bounded.
     if dialect == Dialect::Postgres {
         let _ = VisitMut::visit(query.as_mut(), &mut PgBounds { schema });

@@ -110,6 +110,14 @@ fn builds(expr: &Expr) -> bool {
 /// `min` and `max`, which with two or more are scalar).
 const AGGREGATES: &[&str] = &["count", "sum", "avg", "total", "group_concat", "string_agg"];
 
+/// Whether `function` only passes one of its arguments on (not wrapped).
+fn passes_on(function: &Function) -> bool {
+    matches!(
+        function.name.to_string().to_lowercase().as_str(),
+        "coalesce" | "nullif" | "greatest" | "least" | "ifnull"
+    )
+}
+
 /// Whether `function` is an aggregate or window call (not wrapped).
 fn aggregates(function: &Function) -> bool {
     if function.over.is_some() || function.filter.is_some() || !function.within_group.is_empty() {
@@ -209,7 +217,10 @@ fn costly_cast(expr: &Expr) -> bool {
 /// (a time check in front in both dialects).
 fn checked_call(expr: &Expr) -> bool {
     match expr {
-        Expr::Function(function) => !aggregates(function),
+        // coalesce, nullif, greatest and least only pass a value on (and
+        // keep its type modifier on PostgreSQL, which a CASE around them
+        // would drop: a recursive CTE's varchar(3) column then failed).
+        Expr::Function(function) => !aggregates(function) && !passes_on(function),
         // The special forms of scalar calls, and pattern matches (SQLite's
         // are functions of the analyst connection, which check the time
         // themselves too).
@@ -266,15 +277,20 @@ fn holds_wrapped(expr: &Expr, dialect: Dialect) -> bool {
     expr.visit(&mut Find(dialect)).is_break()
 }
 
+/// An identifier as PostgreSQL reads it: quoted as written, otherwise
+/// its ASCII letters lowercased (PostgreSQL folds no other letter).
+fn folded(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_ascii_lowercase(),
+    }
+}
+
 /// The name PostgreSQL gives a result column of expression `expr` when it
 /// is a strong one (`FigureColname`: a column's, a call's), `None` when
 /// PostgreSQL would fall back to a weaker one (`?column?`, `case`, a
 /// cast's type name).
 fn pg_column_name(expr: &Expr) -> Option<String> {
-    let folded = |ident: &Ident| match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_lowercase(),
-    };
     match expr {
         Expr::Identifier(ident) => Some(folded(ident)),
         Expr::CompoundIdentifier(parts) => parts.last().map(folded),
@@ -294,12 +310,15 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
             }
             .into(),
         ),
+        Expr::Substring {
+            shorthand: true, ..
+        } => Some("substr".into()),
         Expr::Substring { .. } => Some("substring".into()),
         Expr::Position { .. } => Some("position".into()),
         Expr::Overlay { .. } => Some("overlay".into()),
         Expr::Ceil { .. } => Some("ceil".into()),
         Expr::Floor { .. } => Some("floor".into()),
-        Expr::Exists { .. } => Some("exists".into()),
+        Expr::Exists { negated: false, .. } => Some("exists".into()),
         Expr::Array(_) => Some("array".into()),
         Expr::Extract { .. } => Some("extract".into()),
         Expr::AtTimeZone { .. } => Some("timezone".into()),
@@ -313,22 +332,43 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
         }
         // A scalar subquery is named after its first column, whatever
         // the strength of that name.
-        Expr::Subquery(query) => match query.body.as_ref() {
-            SetExpr::Select(select) => match select.projection.first() {
-                Some(SelectItem::ExprWithAlias { alias, .. }) => Some(alias.value.clone()),
-                Some(SelectItem::UnnamedExpr(e)) => {
-                    Some(pg_column_name(e).unwrap_or_else(|| match e {
-                        Expr::Cast { data_type, .. } => pg_type_name(data_type),
-                        Expr::Case { .. } => "case".into(),
-                        _ => "?column?".into(),
-                    }))
-                }
+        Expr::Subquery(query) => {
+            first_select(&query.body).and_then(|select| match select.projection.first() {
+                Some(SelectItem::ExprWithAlias { alias, .. }) => Some(folded(alias)),
+                Some(SelectItem::UnnamedExpr(e)) => Some(pg_any_name(e)),
                 _ => None,
-            },
-            _ => None,
-        },
+            })
+        }
         _ => None,
     }
+}
+
+/// The select that names a query body's columns: the first branch of a
+/// set operation, through parentheses.
+fn first_select(body: &SetExpr) -> Option<&sqlparser::ast::Select> {
+    match body {
+        SetExpr::Select(select) => Some(select),
+        SetExpr::SetOperation { left, .. } => first_select(left),
+        SetExpr::Query(query) => first_select(&query.body),
+        _ => None,
+    }
+}
+
+/// The name PostgreSQL gives a result column of expression `expr`,
+/// strong or weak: [`pg_column_name`], else (through parentheses) a
+/// cast's type name, `case`, or `?column?`.
+fn pg_any_name(expr: &Expr) -> String {
+    pg_column_name(expr).unwrap_or_else(|| {
+        let mut top = expr;
+        while let Expr::Nested(inner) | Expr::Collate { expr: inner, .. } = top {
+            top = inner;
+        }
+        match top {
+            Expr::Cast { data_type, .. } => pg_type_name(data_type),
+            Expr::Case { .. } => "case".into(),
+            _ => "?column?".into(),
+        }
+    })
 }
 
 /// Whether values of `data_type` can be of any length (text, binary,
@@ -336,6 +376,7 @@ fn pg_column_name(expr: &Expr) -> Option<String> {
 fn variable_length(data_type: &DataType) -> bool {
     let written = data_type.to_string().to_lowercase();
     written.contains('[')
+        || matches!(data_type, DataType::Array(_))
         || matches!(
             written.split([' ', '(']).next().unwrap_or_default(),
             "text"
@@ -368,6 +409,8 @@ fn pg_type_name(data_type: &DataType) -> String {
         }
     }
     let base = words.split_whitespace().collect::<Vec<_>>().join(" ");
+    // `int ARRAY` is `int[]`, named by its items' type.
+    let base = base.strip_suffix(" array").unwrap_or(&base).to_owned();
     let precision = written
         .split_once('(')
         .and_then(|(_, rest)| rest.split(')').next()?.trim().parse::<u32>().ok());
@@ -477,10 +520,22 @@ impl VisitorMut for TimeChecks<'_> {
     type Break = ();
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        if let Expr::Cast { expr: operand, .. } = expr
-            && let Expr::Array(_) = operand.as_ref()
-        {
-            self.cast_arrays.insert(&**operand as *const Expr as usize);
+        // PostgreSQL types the items of an array right under a cast from
+        // the cast, through parentheses and into the arrays inside it.
+        fn typed_by_cast(expr: &Expr, arrays: &mut std::collections::HashSet<usize>) {
+            match expr {
+                Expr::Nested(inner) => typed_by_cast(inner, arrays),
+                Expr::Array(array) => {
+                    arrays.insert(expr as *const Expr as usize);
+                    for item in &array.elem {
+                        typed_by_cast(item, arrays);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Expr::Cast { expr: operand, .. } = expr {
+            typed_by_cast(operand, &mut self.cast_arrays);
         }
         ControlFlow::Continue(())
     }

@@ -1115,6 +1115,14 @@ pub fn pg_wrapping_keeps_queries_as_written(backend: &dyn Backend) {
             "SELECT to_char(CAST(created_at AS timestamp), 'YYYY'::text) = to_char(CAST(created_at AS timestamp), ('YYYY')) FROM steps LIMIT 1",
             serde_json::json!(true),
         ),
+        (
+            "WITH RECURSIVE r(v, n) AS (SELECT CAST('abc' AS varchar(3)), 1 UNION ALL SELECT greatest(coalesce(v, v), v), n + 1 FROM r WHERE n < 3) SELECT v FROM r ORDER BY n DESC LIMIT 1",
+            serde_json::json!("abc"),
+        ),
+        (
+            "SELECT CAST((ARRAY[seq, '1.5'])::numeric[] AS text) || CAST(ARRAY[ARRAY[seq, '2.5']]::numeric[] AS text) FROM steps ORDER BY seq LIMIT 1",
+            serde_json::json!("{1,1.5}{{1,2.5}}"),
+        ),
     ] {
         let answer = store
             .analyst_query_limited(MINE, sql, &QueryLimits::default())
@@ -1124,7 +1132,7 @@ pub fn pg_wrapping_keeps_queries_as_written(backend: &dyn Backend) {
     let answer = store
         .analyst_query_limited(
             MINE,
-            "SELECT EXTRACT(epoch FROM CAST(created_at AS timestamp))::bigint, (SELECT max(seq) FROM steps)::text, (ARRAY[seq, 2])[1], CAST(kind AS char varying), CAST(created_at AS timestamp(3) with time zone), seq * 2, (CAST(created_at AS timestamp) AT TIME ZONE 'UTC')::date FROM steps LIMIT 1",
+            "SELECT EXTRACT(epoch FROM CAST(created_at AS timestamp))::bigint, (SELECT max(seq) FROM steps)::text, (ARRAY[seq, 2])[1], CAST(kind AS char varying), CAST(created_at AS timestamp(3) with time zone), seq * 2, (CAST(created_at AS timestamp) AT TIME ZONE 'UTC')::date, substr(content, 1, 5), NOT EXISTS (SELECT 1 FROM steps WHERE upper(content) = 'A'), (SELECT upper(content) AS U FROM steps LIMIT 1), CAST('{' || seq || '}' AS int ARRAY) FROM steps LIMIT 1",
             &QueryLimits::default(),
         )
         .unwrap();
@@ -1137,7 +1145,11 @@ pub fn pg_wrapping_keeps_queries_as_written(backend: &dyn Backend) {
             "kind",
             "created_at",
             "?column?",
-            "timezone"
+            "timezone",
+            "substr",
+            "?column?",
+            "u",
+            "int4",
         ]
     );
     for (sql, why) in [
