@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod analyst;
+mod analyst_pg;
 mod atomic;
 
 /// The two longest SIGKILL campaigns (about 95 and 40 s of the suite's

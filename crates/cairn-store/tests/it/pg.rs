@@ -94,10 +94,10 @@ fn analyst_sql_oracle_and_limits() {
         cairn_store::analyst::Dialect::Postgres,
     );
     crate::analyst::wrapped_calls_keep_their_names(&pg, cairn_store::analyst::Dialect::Postgres);
-    crate::analyst::pg_searches_are_bounded(&pg);
-    crate::analyst::pg_values_are_bounded_as_built(&pg);
-    crate::analyst::pg_casts_arrays_and_rows_are_bounded(&pg);
-    crate::analyst::pg_wrapping_keeps_queries_as_written(&pg);
+    crate::analyst_pg::pg_searches_are_bounded(&pg);
+    crate::analyst_pg::pg_values_are_bounded_as_built(&pg);
+    crate::analyst_pg::pg_casts_arrays_and_rows_are_bounded(&pg);
+    crate::analyst_pg::pg_wrapping_keeps_queries_as_written(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.
