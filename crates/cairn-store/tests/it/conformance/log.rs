@@ -295,11 +295,25 @@ pub(super) fn proofs_and_checkpoints_verify(backend: &dyn Backend) {
     // Every checkpoint oldest first; the latest ones newest first, read
     // without the rest.
     let all = store.checkpoints(ORG).unwrap();
-    let mut distinct: Vec<u64> = checkpoints.iter().map(|c| c.size).collect();
-    distinct.dedup();
-    assert_eq!(all.len(), distinct.len(), "one stored checkpoint a size");
+    // A batch may also sign one when the last is older than the store's
+    // interval (a slow machine takes longer than that between the explicit
+    // ones), so the stored sizes hold every explicit one, each size once.
     let sizes: Vec<u64> = all.iter().map(|c| c.size).collect();
-    assert!(sizes.is_sorted(), "{sizes:?}");
+    assert!(
+        sizes.windows(2).all(|w| w[0] < w[1]),
+        "one stored checkpoint a size, oldest first: {sizes:?}"
+    );
+    for explicit in &checkpoints {
+        assert!(
+            sizes.contains(&explicit.size),
+            "{} in {sizes:?}",
+            explicit.size
+        );
+    }
+    assert!(
+        checkpoints.windows(2).any(|w| w[0].size == w[1].size),
+        "the test asks twice at one size"
+    );
     let latest = store.latest_checkpoints(ORG, 2).unwrap();
     let expected: Vec<_> = all.iter().rev().take(2).cloned().collect();
     assert_eq!(latest, expected);
