@@ -287,6 +287,20 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Root of the log at `size`.
     fn root_at(&self, org_id: &str, size: u64) -> Result<Hash, StoreError>;
 
+    /// The stored subtree hashes of an org's log at `level` (a multiple of
+    /// the stride the store keeps, 4), from subtree `from_index` on, at
+    /// most `limit`, as `(index, hash bytes)` in index order: what proofs
+    /// and roots are computed from, which verification compares with its
+    /// own fold of the leaves. The bytes are as stored (a hash that is not
+    /// 32 bytes is the verdict's to name, not a read error).
+    fn tree_nodes_from(
+        &self,
+        org_id: &str,
+        level: u32,
+        from_index: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+
     /// Every key the org's log may be signed with (`docs/FORMAT.md` 7.10):
     /// for the server's own orgs, its first key and every key added since
     /// (retired ones included: they signed older history); for an

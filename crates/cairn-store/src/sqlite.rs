@@ -560,6 +560,16 @@ impl LedgerStore for SqliteStore {
         self.root_at_in(org_id, size)
     }
 
+    fn tree_nodes_from(
+        &self,
+        org_id: &str,
+        level: u32,
+        from_index: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        self.tree_nodes_in(org_id, level, from_index, limit)
+    }
+
     fn limits(&self) -> Limits {
         self.limits
     }

@@ -747,3 +747,23 @@ fn kind_rows_planted_missing_or_not_yet_built() {
     let (code, v) = verdict(dir.path());
     assert_eq!(code, 0, "{v}");
 }
+
+/// The stored subtree hashes (`nodes`), which proofs, receipts and the
+/// roots of sizes no checkpoint signed are computed from, are compared
+/// with verification's own fold of the leaves: an edited row, or one that
+/// is not a hash, fails at the entry that closes its subtree; a missing
+/// row is computed from below by every reader and is no failure.
+#[test]
+fn stored_tree_nodes_are_compared_with_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    common::log_many(Target::embedded(dir.path()), 300);
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
+    for (name, sql, seq) in common::node_tamperings(false) {
+        let copy = tempfile::tempdir().unwrap();
+        common::copy_dir(&dir.path().join("data"), &copy.path().join("data"));
+        let changed = attacker(copy.path()).execute(&sql, []).unwrap();
+        assert_eq!(changed, 1, "{name}");
+        common::expect_node_verdict(Target::embedded(copy.path()), name, seq);
+    }
+}

@@ -19,7 +19,6 @@ use cairn_testkit::http::call;
 use serde_json::json;
 use std::io::{BufRead as _, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -152,20 +151,6 @@ fn erase(server: SocketAddr, admin: &str, trace_id: &str) {
 fn log_size(server: SocketAddr, admin: &str) -> u64 {
     let note = call(server, "GET", "/v1/tlog/checkpoint", Some(admin), None).text();
     note.lines().nth(1).unwrap().parse().unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        let target = to.join(entry.file_name());
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).unwrap();
-        }
-    }
 }
 
 /// Every hash tile of the current checkpoint, fetched over HTTP, leads to

@@ -303,6 +303,32 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
     }
 }
 
+/// The stored subtree hashes are compared with the log on PostgreSQL too
+/// (as `file_tampering::stored_tree_nodes_are_compared_with_the_log`): an
+/// edited row or one that is not a hash fails at the entry closing its
+/// subtree; a deleted one is computed from below and fails nothing.
+#[test]
+fn stored_tree_nodes_are_compared_with_the_log() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    for (i, (name, sql, seq)) in common::node_tamperings(true).into_iter().enumerate() {
+        let db = format!("nodes_{i}");
+        let url = cluster.create_database(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target {
+            dir: dir.path(),
+            database: Some(&url),
+        };
+        populated(target);
+        common::log_many(target, 300);
+        assert_eq!(target.run(&["verify"], None).code, 0, "{name}: clean");
+        let out = attack(&cluster, &db, &format!("{sql} RETURNING 'changed'"));
+        assert_eq!(out.matches("changed").count(), 1, "{name}: {out}");
+        common::expect_node_verdict(target, name, seq);
+    }
+}
+
 /// What a client got acknowledged: trace id -> (session, index).
 type Acked = Arc<Mutex<HashMap<String, (String, u64)>>>;
 

@@ -16,7 +16,7 @@
 mod common;
 
 use cairn_testkit::http::{Reply, call};
-use common::{Server, Target, json, serve};
+use common::{Server, Target, copy_dir, json, serve};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -468,12 +468,4 @@ fn seq_of(c: &rusqlite::Connection, index: i64) -> i64 {
         |r| r.get(0),
     )
     .unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
 }

@@ -264,7 +264,7 @@ impl LogVerifier {
     /// from the record's values and found it the recorded one may leave
     /// them blank, as long as no field is hidden.
     pub fn push_with_digest(&mut self, entry: &LogEntry, recomputed: Option<Hash>) -> bool {
-        self.push_checked(entry, recomputed, None)
+        self.push_checked(entry, recomputed, None, &mut |_, _, _| {})
     }
 
     /// Like [`LogVerifier::push_with_digest`], for an entry read from a
@@ -277,7 +277,25 @@ impl LogVerifier {
         recomputed: Option<Hash>,
         stored_leaf: Hash,
     ) -> bool {
-        self.push_checked(entry, recomputed, Some(stored_leaf))
+        self.push_checked(entry, recomputed, Some(stored_leaf), &mut |_, _, _| {})
+    }
+
+    /// Like [`LogVerifier::push_stored`], and reports every complete
+    /// subtree of the log the entry closes as `(level, index, hash)`,
+    /// lowest first (as [`Frontier::push_with`]), as the entry joins the
+    /// tree: a store compares them with the subtree hashes it keeps to
+    /// serve proofs from. Nothing is reported for an entry whose own checks
+    /// fail; one that joins the tree can still fail at a checkpoint it
+    /// reaches, so a caller uses what was reported only when this returns
+    /// true.
+    pub fn push_stored_reporting(
+        &mut self,
+        entry: &LogEntry,
+        recomputed: Option<Hash>,
+        stored_leaf: Hash,
+        completed: &mut dyn FnMut(u32, u64, &Hash),
+    ) -> bool {
+        self.push_checked(entry, recomputed, Some(stored_leaf), completed)
     }
 
     fn push_checked(
@@ -285,6 +303,7 @@ impl LogVerifier {
         entry: &LogEntry,
         recomputed: Option<Hash>,
         stored_leaf: Option<Hash>,
+        completed: &mut dyn FnMut(u32, u64, &Hash),
     ) -> bool {
         if self.progress.failure.is_some() {
             return false;
@@ -327,7 +346,8 @@ impl LogVerifier {
                 _ => Ok(()),
             });
         if outcome.is_ok() {
-            self.tree.push(leaf);
+            self.tree
+                .push_with(leaf, |level, index, hash| completed(level, index, hash));
         }
         match outcome.and_then(|()| self.check_checkpoints()) {
             Ok(()) => {
@@ -512,7 +532,10 @@ impl LogVerifier {
     }
 }
 
-fn entry_location(entry: &LogEntry) -> Location {
+/// Where `entry` is, as a verdict names it: its seq, and for a step its
+/// index and the session and trace ids it discloses (an operational
+/// record: its session).
+pub fn entry_location(entry: &LogEntry) -> Location {
     let mut at = Location::default();
     write_entry_location(&mut at, entry);
     at

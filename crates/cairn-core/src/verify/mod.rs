@@ -44,7 +44,7 @@ mod log_keys;
 
 pub use chain::SessionVerifier;
 pub use keys::AgentKeys;
-pub use log::LogVerifier;
+pub use log::{LogVerifier, entry_location};
 
 use std::fmt;
 

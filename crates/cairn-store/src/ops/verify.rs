@@ -15,9 +15,11 @@ use cairn_core::verify::{
     AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
 };
 use derived::SessionTally;
+use nodes::StoredNodes;
 use std::collections::HashMap;
 
 mod derived;
+mod nodes;
 
 /// The outcome of verifying an org's log in a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +291,11 @@ fn check_entries(
     let size = store.log_size(org_id)?;
     let chunks = size.div_ceil(CHUNK);
     let mut count = 0u64;
+    // The stored subtree hashes, compared as the fold closes each subtree;
+    // a failed read of them ends the check with that error.
+    let mut nodes = StoredNodes::new(store, org_id, size);
+    let mut node_error: Option<StoreError> = None;
+    let mut closed: Vec<(u32, u64, Hash)> = Vec::new();
     // Per session (by its row number), its steps so far (`tallies`): each
     // step's `prev_seq` column must name the last one (the first step's
     // none). Readers walk a session by that column (replays, listings,
@@ -307,8 +314,31 @@ fn check_entries(
         }
         match &stored.entry {
             Ok(entry) => {
-                if !verifier.push_stored(entry, digest, stored.leaf) {
+                closed.clear();
+                if !verifier.push_stored_reporting(
+                    entry,
+                    digest,
+                    stored.leaf,
+                    &mut |level, index, hash| closed.push((level, index, *hash)),
+                ) {
                     return false;
+                }
+                for (level, index, hash) in &closed {
+                    match nodes.check(*level, *index, hash) {
+                        Ok(None) => {}
+                        Ok(Some(detail)) => {
+                            verifier.fail(
+                                cairn_core::verify::entry_location(entry),
+                                Reason::InclusionMismatch,
+                                detail,
+                            );
+                            return false;
+                        }
+                        Err(e) => {
+                            node_error = Some(e);
+                            return false;
+                        }
+                    }
                 }
                 let (Some((sid, prev_seq)), cairn_core::log::LogRecord::Step(r)) =
                     (stored.chain_link, &entry.record)
@@ -443,6 +473,9 @@ fn check_entries(
         store.read_log_for_verification(org_id, size, u64::MAX, &mut |stored, digest| {
             check(verifier, &stored, digest)
         })?;
+    }
+    if let Some(e) = node_error {
+        return Err(e);
     }
     Ok(count)
 }

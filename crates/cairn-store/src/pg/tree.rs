@@ -310,4 +310,37 @@ impl PgStore {
             range_hash(&tree, 0, size)
         })
     }
+
+    pub(super) fn tree_nodes_in(
+        &self,
+        org_id: &str,
+        level: u32,
+        from_index: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let level = i32::try_from(level).unwrap_or(i32::MAX);
+            let rows = db.query(
+                "SELECT idx, hash FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 \
+                 ORDER BY idx LIMIT $4",
+                // Indexes are below 2^40; a larger start selects nothing.
+                &[
+                    &org,
+                    &level,
+                    &i64::try_from(from_index).unwrap_or(i64::MAX),
+                    &i64::from(limit),
+                ],
+                "reading tree nodes",
+            )?;
+            rows.iter()
+                .map(|row| {
+                    let idx: i64 = col(row, 0)?;
+                    Ok((u64::try_from(idx).unwrap_or(u64::MAX), col(row, 1)?))
+                })
+                .collect()
+        })
+    }
 }

@@ -209,4 +209,32 @@ impl SqliteStore {
             range_hash(&tree, 0, size)
         })
     }
+
+    pub(super) fn tree_nodes_in(
+        &self,
+        org_id: &str,
+        level: u32,
+        from_index: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            // Indexes are below 2^40; a larger start selects nothing.
+            let from = i64::try_from(from_index).unwrap_or(i64::MAX);
+            c.prepare_cached(
+                "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3
+                 ORDER BY idx LIMIT ?4",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![org, level, from, limit], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })?
+                .map(|row| row.map(|(idx, hash)| (u64::try_from(idx).unwrap_or(u64::MAX), hash)))
+                .collect()
+            })
+            .context("reading tree nodes")
+        })
+    }
 }

@@ -166,6 +166,82 @@ pub fn populate_with(target: Target<'_>, analyst_session: &str) -> String {
     run.stdout
 }
 
+/// Logs `count` more steps of the helper's session in one `log --stdin`
+/// (a log long enough to hold stored subtrees: one every 16 leaves).
+pub fn log_many(target: Target<'_>, count: usize) {
+    let lines: String = (0..count)
+        .map(|i| {
+            format!(
+                "{{\"session_id\":\"other\",\"step_type\":\"thinking\",\"content\":\"bulk note {i}\"}}\n"
+            )
+        })
+        .collect();
+    let run = target.run(&["log", "--stdin", "--agent", "helper"], Some(&lines));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// Tamperings of the stored subtree hashes (`nodes`) of a log of more
+/// than 256 entries, in the SQL of SQLite or PostgreSQL: (name, statement,
+/// the seq verification must fail at with `inclusion-mismatch`, or `None`
+/// when it must still verify).
+pub fn node_tamperings(postgres: bool) -> [(&'static str, String, Option<i64>); 4] {
+    let (zero, short) = if postgres {
+        ("decode(repeat('00', 32), 'hex')", "'\\x0102'::bytea")
+    } else {
+        ("zeroblob(32)", "x'0102'")
+    };
+    [
+        (
+            "level 4, first subtree, edited",
+            format!("UPDATE nodes SET hash = {zero} WHERE level = 4 AND idx = 0"),
+            Some(15),
+        ),
+        (
+            "level 4, fourth subtree, not a hash",
+            format!("UPDATE nodes SET hash = {short} WHERE level = 4 AND idx = 3"),
+            Some(63),
+        ),
+        (
+            "level 8, first subtree, another subtree's hash",
+            "UPDATE nodes SET hash = (SELECT hash FROM nodes WHERE level = 4 AND idx = 1) WHERE level = 8 AND idx = 0".into(),
+            Some(255),
+        ),
+        (
+            "level 4, a row deleted",
+            "DELETE FROM nodes WHERE level = 4 AND idx = 2".into(),
+            None,
+        ),
+    ]
+}
+
+/// After one of [`node_tamperings`]: the verdict it must give.
+pub fn expect_node_verdict(target: Target<'_>, name: &str, seq: Option<i64>) {
+    let Some(seq) = seq else {
+        let run = target.run(&["verify"], None);
+        assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+        return;
+    };
+    expect_broken(target, &[], seq, "inclusion-mismatch");
+    let run = target.run(&["verify", "--json"], None);
+    let detail = json(&run)["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("stored tree node"), "{name}: {detail}");
+}
+
+/// Copies a directory and everything in it (a data directory, say).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
 /// A running `cairn serve`, killed when dropped.
 pub struct Server {
     pub child: Child,

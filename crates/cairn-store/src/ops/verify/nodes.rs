@@ -1,0 +1,131 @@
+//! The stored subtree hashes (`nodes`) compared with verification's own
+//! fold of the leaves: proofs, receipts' inclusion paths and the roots of
+//! sizes no checkpoint signed are computed from them, so a row edited by
+//! someone with the database would have the server hand out proofs that
+//! fail while `cairn verify` said the store was sound.
+//!
+//! Each subtree the verification closes at a stored level is compared
+//! with its row, read a page at a time per level in index order (memory
+//! flat in the log's size: one page per level). Only subtrees inside the
+//! log's size when the verification started are compared: their rows were
+//! committed with the entries that closed them, before that size was read,
+//! so an append running beside the verification cannot make a row look
+//! missing or wrong. A missing row is not a failure: readers compute a
+//! subtree they do not find from the level below (`DbTree::subtree`).
+
+use crate::engine::NODE_STRIDE;
+use crate::{LedgerStore, StoreError};
+use cairn_core::Hash;
+use std::collections::VecDeque;
+
+/// Rows read at a time, per level.
+const PAGE: u32 = 1024;
+
+/// One level's rows, read ahead in index order.
+#[derive(Default)]
+struct LevelRows {
+    page: VecDeque<(u64, Vec<u8>)>,
+    /// The index the next page starts at; `None` once the level's rows
+    /// (as far as they were read) are exhausted.
+    next: Option<u64>,
+    started: bool,
+}
+
+/// The stored subtree hashes of one org, compared as the verification
+/// closes each subtree.
+pub(super) struct StoredNodes<'a> {
+    store: &'a dyn LedgerStore,
+    org_id: &'a str,
+    /// Subtrees lying wholly within this many leaves are compared.
+    within: u64,
+    /// By stored level: `levels[k]` holds level `(k + 1) * NODE_STRIDE`.
+    levels: Vec<LevelRows>,
+}
+
+impl<'a> StoredNodes<'a> {
+    pub(super) fn new(store: &'a dyn LedgerStore, org_id: &'a str, within: u64) -> Self {
+        StoredNodes {
+            store,
+            org_id,
+            within,
+            levels: Vec::new(),
+        }
+    }
+
+    /// Compares the subtree `(level, index)` the verification computed as
+    /// `hash` with its stored row, if the store keeps one: `Some(detail)`
+    /// when the row says otherwise.
+    pub(super) fn check(
+        &mut self,
+        level: u32,
+        index: u64,
+        hash: &Hash,
+    ) -> Result<Option<String>, StoreError> {
+        if level == 0 || !level.is_multiple_of(NODE_STRIDE) {
+            return Ok(None);
+        }
+        // The subtree's end, as a leaf count (levels stay below 64 and
+        // indexes below 2^40, so this cannot overflow a u128).
+        let end = (u128::from(index) + 1) << level;
+        if end > u128::from(self.within) {
+            return Ok(None);
+        }
+        let slot = (level / NODE_STRIDE - 1) as usize;
+        if self.levels.len() <= slot {
+            self.levels.resize_with(slot + 1, LevelRows::default);
+        }
+        let rows = &mut self.levels[slot];
+        loop {
+            // Rows below the index were compared or belong to no subtree
+            // this verification closes (a repeated or out-of-order index).
+            while rows.page.front().is_some_and(|(i, _)| *i < index) {
+                rows.page.pop_front();
+            }
+            if !rows.page.is_empty() {
+                break;
+            }
+            let from = if rows.started {
+                match rows.next {
+                    Some(from) => from.max(index),
+                    None => return Ok(None),
+                }
+            } else {
+                rows.started = true;
+                index
+            };
+            let page = self.store.tree_nodes_from(self.org_id, level, from, PAGE)?;
+            rows.next = match page.last() {
+                Some((last, _)) if page.len() == PAGE as usize => last.checked_add(1),
+                _ => None,
+            };
+            if page.is_empty() {
+                return Ok(None);
+            }
+            rows.page.extend(page);
+        }
+        match rows.page.front() {
+            Some((i, stored)) if *i == index => {
+                let detail = if stored.as_slice() == hash.as_bytes() {
+                    None
+                } else {
+                    Some(format!(
+                        "the stored tree node at level {level}, index {index} (which proofs and roots are computed from) is {}, the log's is {hash}",
+                        shown(stored)
+                    ))
+                };
+                rows.page.pop_front();
+                Ok(detail)
+            }
+            // No row for this subtree: readers compute it from below.
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A stored hash as a person reads it: hex, or what it is instead.
+fn shown(stored: &[u8]) -> String {
+    match <[u8; 32]>::try_from(stored) {
+        Ok(bytes) => Hash(bytes).to_string(),
+        Err(_) => format!("{} bytes, not a hash", stored.len()),
+    }
+}
