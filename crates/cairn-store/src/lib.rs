@@ -55,7 +55,7 @@ pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStat
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};
 pub use stored::{
     SessionCursor, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
-    StepFilter, StoredCheckpoint, StoredEntry, StoredStep,
+    StepFilter, StoredCheckpoint, StoredEntry, StoredNode, StoredStep,
 };
 
 use cairn_core::Hash;
@@ -289,17 +289,19 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The stored subtree hashes of an org's log at `level` (a multiple of
     /// the stride the store keeps, 4), from subtree `from_index` on, at
-    /// most `limit`, as `(index, hash bytes)` in index order: what proofs
-    /// and roots are computed from, which verification compares with its
-    /// own fold of the leaves. The bytes are as stored (a hash that is not
-    /// 32 bytes is the verdict's to name, not a read error).
+    /// most `limit` indexes, in index order: what proofs and roots are
+    /// computed from, which verification compares with its own fold of
+    /// the leaves. Each index comes once, with the smallest and the largest
+    /// hash stored for it (the same one unless the table's key was removed
+    /// and the index holds several rows). The bytes are as stored (a hash
+    /// that is not 32 bytes is the verdict's to name, not a read error).
     fn tree_nodes_from(
         &self,
         org_id: &str,
         level: u32,
         from_index: u64,
         limit: u32,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+    ) -> Result<Vec<StoredNode>, StoreError>;
 
     /// Every key the org's log may be signed with (`docs/FORMAT.md` 7.10):
     /// for the server's own orgs, its first key and every key added since

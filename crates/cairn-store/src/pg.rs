@@ -506,7 +506,7 @@ impl LedgerStore for PgStore {
         level: u32,
         from_index: u64,
         limit: u32,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    ) -> Result<Vec<crate::StoredNode>, StoreError> {
         self.tree_nodes_in(org_id, level, from_index, limit)
     }
 

@@ -8,6 +8,19 @@ use cairn_core::kind::StepKind;
 use cairn_core::log::{LogEntry, SealRecord};
 use cairn_core::record::{SessionHeader, Status};
 
+/// One stored subtree hash of an org's log, as verification reads it
+/// ([`crate::LedgerStore::tree_nodes_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredNode {
+    /// The subtree's index at its level.
+    pub index: u64,
+    /// The smallest hash stored for it, as stored.
+    pub lowest: Vec<u8>,
+    /// The largest: the same as `lowest` unless the index holds several
+    /// rows (the table's key removed).
+    pub highest: Vec<u8>,
+}
+
 /// A signed checkpoint as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCheckpoint {

@@ -7,7 +7,7 @@ use super::PgStore;
 use super::connection::{Db, col, i64_of, u64_of};
 use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
 use crate::stored::CheckpointPage;
-use crate::{StoreError, StoredCheckpoint};
+use crate::{StoreError, StoredCheckpoint, StoredNode};
 use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
@@ -317,15 +317,18 @@ impl PgStore {
         level: u32,
         from_index: u64,
         limit: u32,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    ) -> Result<Vec<StoredNode>, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
             let level = i32::try_from(level).unwrap_or(i32::MAX);
             let rows = db.query(
-                "SELECT idx, hash FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 \
-                 ORDER BY idx LIMIT $4",
+                // bytea has no min() or max(): its hex orders as its bytes.
+                "SELECT idx, decode(min(encode(hash, 'hex')), 'hex'), \
+                        decode(max(encode(hash, 'hex')), 'hex') FROM nodes \
+                 WHERE org = $1 AND level = $2 AND idx >= $3 \
+                 GROUP BY idx ORDER BY idx LIMIT $4",
                 // Indexes are below 2^40; a larger start selects nothing.
                 &[
                     &org,
@@ -337,8 +340,11 @@ impl PgStore {
             )?;
             rows.iter()
                 .map(|row| {
-                    let idx: i64 = col(row, 0)?;
-                    Ok((u64::try_from(idx).unwrap_or(u64::MAX), col(row, 1)?))
+                    Ok(StoredNode {
+                        index: u64_of(col(row, 0)?),
+                        lowest: col(row, 1)?,
+                        highest: col(row, 2)?,
+                    })
                 })
                 .collect()
         })

@@ -6,9 +6,10 @@
 use super::SqliteStore;
 use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
 use crate::stored::CheckpointPage;
-use crate::{DbContext, StoreError, StoredCheckpoint};
+use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode};
 use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Size of an org's log, from its largest rowid.
@@ -216,22 +217,35 @@ impl SqliteStore {
         level: u32,
         from_index: u64,
         limit: u32,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    ) -> Result<Vec<StoredNode>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
             // Indexes are below 2^40; a larger start selects nothing.
             let from = i64::try_from(from_index).unwrap_or(i64::MAX);
+            // SQLite keeps any type in any column: only integer indexes
+            // are read (they alone order as the fold closes subtrees, and
+            // readers find rows by integer ranges); a hash of another type
+            // is read as bytes or as no bytes, so that verification names
+            // it instead of failing to read it.
             c.prepare_cached(
-                "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3
-                 ORDER BY idx LIMIT ?4",
+                "SELECT idx, min(hash), max(hash) FROM nodes
+                 WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND typeof(idx) = 'integer'
+                 GROUP BY idx ORDER BY idx LIMIT ?4",
             )
             .and_then(|mut s| {
+                let bytes = |v: ValueRef<'_>| match v {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => b.to_vec(),
+                    _ => Vec::new(),
+                };
                 s.query_map(params![org, level, from, limit], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    Ok(StoredNode {
+                        index: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(u64::MAX),
+                        lowest: bytes(r.get_ref(1)?),
+                        highest: bytes(r.get_ref(2)?),
+                    })
                 })?
-                .map(|row| row.map(|(idx, hash)| (u64::try_from(idx).unwrap_or(u64::MAX), hash)))
                 .collect()
             })
             .context("reading tree nodes")

@@ -181,16 +181,32 @@ pub fn log_many(target: Target<'_>, count: usize) {
 }
 
 /// Tamperings of the stored subtree hashes (`nodes`) of a log of more
-/// than 256 entries, in the SQL of SQLite or PostgreSQL: (name, statement,
-/// the seq verification must fail at with `inclusion-mismatch`, or `None`
-/// when it must still verify).
-pub fn node_tamperings(postgres: bool) -> [(&'static str, String, Option<i64>); 4] {
-    let (zero, short) = if postgres {
-        ("decode(repeat('00', 32), 'hex')", "'\\x0102'::bytea")
+/// than 256 entries, as SQL statements of SQLite or PostgreSQL run by an
+/// attacker with the triggers off: (name, statements, the seq
+/// verification must fail at with `inclusion-mismatch`, or `None` when it
+/// must still verify).
+pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, Option<i64>)> {
+    let (zero, short, ones) = if postgres {
+        (
+            "decode(repeat('00', 32), 'hex')",
+            "'\\x0102'::bytea",
+            "decode(repeat('ff', 32), 'hex')",
+        )
     } else {
-        ("zeroblob(32)", "x'0102'")
+        (
+            "zeroblob(32)",
+            "x'0102'",
+            "x'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'",
+        )
     };
-    [
+    // The table's key removed, as a superuser may (SQLite: the table
+    // copied without it).
+    let unkeyed = if postgres {
+        "ALTER TABLE nodes DROP CONSTRAINT nodes_pkey;"
+    } else {
+        "CREATE TABLE unkeyed AS SELECT * FROM nodes; DROP TABLE nodes; ALTER TABLE unkeyed RENAME TO nodes;"
+    };
+    let mut cases = vec![
         (
             "level 4, first subtree, edited",
             format!("UPDATE nodes SET hash = {zero} WHERE level = 4 AND idx = 0"),
@@ -207,12 +223,35 @@ pub fn node_tamperings(postgres: bool) -> [(&'static str, String, Option<i64>); 
             Some(255),
         ),
         (
+            "level 4, a second row for a subtree, the key removed",
+            format!(
+                "{unkeyed} INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, {ones} FROM nodes WHERE level = 4 AND idx = 5"
+            ),
+            Some(95),
+        ),
+        (
             "level 4, a row deleted",
             "DELETE FROM nodes WHERE level = 4 AND idx = 2".into(),
             None,
         ),
-    ]
+    ];
+    if !postgres {
+        // SQLite keeps any type in any column: a row whose index is not an
+        // integer must not hide the rows after it from the comparison.
+        cases.push((
+            "level 4, a fractional index before an edited row",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1.5, hash FROM nodes WHERE level = 4 AND idx = 1;
+             UPDATE nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 2"
+                .into(),
+            Some(47),
+        ));
+    }
+    cases
 }
+
+/// What the `nodes` table holds, to tell that a tampering changed it.
+pub const NODES_DIGEST_SQL: &str =
+    "SELECT count(*) || ':' || coalesce(sum(length(hash) * (idx + 1)), 0) FROM nodes";
 
 /// After one of [`node_tamperings`]: the verdict it must give.
 pub fn expect_node_verdict(target: Target<'_>, name: &str, seq: Option<i64>) {

@@ -14,7 +14,7 @@
 //! subtree they do not find from the level below (`DbTree::subtree`).
 
 use crate::engine::NODE_STRIDE;
-use crate::{LedgerStore, StoreError};
+use crate::{LedgerStore, StoreError, StoredNode};
 use cairn_core::Hash;
 use std::collections::VecDeque;
 
@@ -24,7 +24,7 @@ const PAGE: u32 = 1024;
 /// One level's rows, read ahead in index order.
 #[derive(Default)]
 struct LevelRows {
-    page: VecDeque<(u64, Vec<u8>)>,
+    page: VecDeque<StoredNode>,
     /// The index the next page starts at; `None` once the level's rows
     /// (as far as they were read) are exhausted.
     next: Option<u64>,
@@ -78,7 +78,7 @@ impl<'a> StoredNodes<'a> {
         loop {
             // Rows below the index were compared or belong to no subtree
             // this verification closes (a repeated or out-of-order index).
-            while rows.page.front().is_some_and(|(i, _)| *i < index) {
+            while rows.page.front().is_some_and(|node| node.index < index) {
                 rows.page.pop_front();
             }
             if !rows.page.is_empty() {
@@ -95,7 +95,7 @@ impl<'a> StoredNodes<'a> {
             };
             let page = self.store.tree_nodes_from(self.org_id, level, from, PAGE)?;
             rows.next = match page.last() {
-                Some((last, _)) if page.len() == PAGE as usize => last.checked_add(1),
+                Some(last) if page.len() == PAGE as usize => last.index.checked_add(1),
                 _ => None,
             };
             if page.is_empty() {
@@ -104,15 +104,16 @@ impl<'a> StoredNodes<'a> {
             rows.page.extend(page);
         }
         match rows.page.front() {
-            Some((i, stored)) if *i == index => {
-                let detail = if stored.as_slice() == hash.as_bytes() {
-                    None
-                } else {
-                    Some(format!(
-                        "the stored tree node at level {level}, index {index} (which proofs and roots are computed from) is {}, the log's is {hash}",
-                        shown(stored)
-                    ))
-                };
+            Some(node) if node.index == index => {
+                let detail = [&node.lowest, &node.highest]
+                    .into_iter()
+                    .find(|stored| stored.as_slice() != hash.as_bytes())
+                    .map(|stored| {
+                        format!(
+                            "the stored tree node at level {level}, index {index} (which proofs and roots are computed from) is {}, the log's is {hash}",
+                            shown(stored)
+                        )
+                    });
                 rows.page.pop_front();
                 Ok(detail)
             }
