@@ -121,6 +121,13 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// its log names (0 in a store nobody edited).
     fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError>;
 
+    /// Org numbers whose entries the store holds while its `orgs` table
+    /// does not name them (empty in a store nobody edited): a deleted org
+    /// row would hide that org's whole log from [`LedgerStore::orgs`], and
+    /// so from `verify --all-orgs`. At least one such org is named when
+    /// there are any (not necessarily all).
+    fn unlisted_log_orgs(&self) -> Result<Vec<i64>, StoreError>;
+
     /// Up to `limit` `session_heads` rows of the org's sessions whose
     /// session number is above `after`, by session number.
     fn session_heads_page(

@@ -338,6 +338,19 @@ impl LedgerStore for PgStore {
         })
     }
 
+    fn unlisted_log_orgs(&self) -> Result<Vec<i64>, StoreError> {
+        self.read(|db| {
+            db.query(
+                crate::engine::UNLISTED_LOG_ORGS,
+                &[],
+                "looking for entries of orgs the orgs table does not name",
+            )?
+            .iter()
+            .map(|r| connection::col(r, 0))
+            .collect()
+        })
+    }
+
     fn session_heads_page(
         &self,
         org_id: &str,

@@ -398,6 +398,14 @@ impl LedgerStore for SqliteStore {
         })
     }
 
+    fn unlisted_log_orgs(&self) -> Result<Vec<i64>, StoreError> {
+        self.read(|c| {
+            c.prepare_cached(crate::engine::UNLISTED_LOG_ORGS)
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .context("looking for entries of orgs the orgs table does not name")
+        })
+    }
+
     fn session_heads_page(
         &self,
         org_id: &str,

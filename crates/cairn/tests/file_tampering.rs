@@ -777,3 +777,71 @@ fn stored_tree_nodes_are_compared_with_the_log() {
         common::expect_node_verdict(Target::embedded(copy.path()), name, seq);
     }
 }
+
+/// An org's row deleted from the `orgs` table hides its whole log from
+/// every listing of orgs, and so from `verify --all-orgs`, while the log
+/// is still in the store: whichever org it is (the first, one between
+/// others, the last), `--all-orgs` fails and names its number.
+#[test]
+fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    for org in ["beta", "gamma"] {
+        let run = cairn_in(
+            dir.path(),
+            &[
+                "--org",
+                org,
+                "log",
+                "--session",
+                "b",
+                "--agent",
+                "y",
+                "--type",
+                "observation",
+                "--content",
+                "theirs",
+            ],
+            None,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let all = cairn_in(dir.path(), &["verify", "--all-orgs"], None);
+    assert_eq!(all.code, 0, "{}", all.stdout);
+    for org in ["acme", "beta", "gamma"] {
+        let copy = tempfile::tempdir().unwrap();
+        common::copy_dir(&dir.path().join("data"), &copy.path().join("data"));
+        let conn = attacker(copy.path());
+        let number: i64 = conn
+            .query_row("SELECT org FROM orgs WHERE name = ?1", [org], |r| r.get(0))
+            .unwrap();
+        conn.execute("DELETE FROM orgs WHERE name = ?1", [org])
+            .unwrap();
+        drop(conn);
+        let run = cairn_in(copy.path(), &["verify", "--all-orgs"], None);
+        assert_eq!(run.code, 1, "{org}: {}", run.stdout);
+        assert!(
+            run.stdout.contains(&format!(
+                "org number(s) {number} that the orgs table does not name"
+            )),
+            "{org}: {}",
+            run.stdout
+        );
+        let verdict = json(&cairn_in(
+            copy.path(),
+            &["--json", "verify", "--all-orgs"],
+            None,
+        ));
+        assert_eq!(verdict["verified"], false, "{org}: {verdict}");
+        assert_eq!(
+            verdict["unlisted_org_numbers"],
+            serde_json::json!([number]),
+            "{org}: {verdict}"
+        );
+        assert_eq!(
+            verdict["orgs"].as_array().unwrap().len(),
+            2,
+            "{org}: {verdict}"
+        );
+    }
+}

@@ -41,6 +41,21 @@ pub(crate) fn org_range(org: i64) -> (i64, i64) {
     (org << 40, (org + 1) << 40)
 }
 
+/// Whether the stored node indexes read for a range are exactly `first`,
+/// `first + 1`, ... `first + span - 1`, in order: only then are their
+/// hashes the range's (a planted index or a repeated one beside a missing
+/// one would otherwise be folded in).
+pub(crate) fn one_row_per_index(indexes: impl Iterator<Item = i64>, first: u64, span: u64) -> bool {
+    let mut expected = first;
+    for idx in indexes {
+        if u64::try_from(idx).ok() != Some(expected) {
+            return false;
+        }
+        expected += 1;
+    }
+    expected == first + span
+}
+
 /// The 33 columns a step is read from into a [`RawStep`] (`e` entries,
 /// `o` orgs, `s` sessions).
 pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,
@@ -95,6 +110,22 @@ pub(crate) fn orphan_sessions_query(org: &str) -> String {
              AND e.type = 'session-start' AND e.sid = s.sid)"
     )
 }
+
+/// Org numbers whose log holds entries but which the `orgs` table does
+/// not name (none in a store nobody edited): an org's row deleted hides
+/// its whole log from `orgs()`, and so from listings and `verify
+/// --all-orgs`. The first entry of the table and the first entry after
+/// each named org's range are looked up (a seek each): any unnamed org
+/// with entries makes at least one of them an entry of an unnamed org (the
+/// lowest such org after a named one, or below every named one).
+pub(crate) const UNLISTED_LOG_ORGS: &str = "SELECT DISTINCT n FROM (
+       SELECT (SELECT min(id) FROM entries) >> 40 AS n
+       UNION ALL
+       SELECT (SELECT e.id FROM entries e WHERE e.id >= ((o.org + 1) << 40) ORDER BY e.id LIMIT 1) >> 40
+       FROM orgs o
+     ) AS firsts
+     WHERE n IS NOT NULL AND n NOT IN (SELECT org FROM orgs)
+     ORDER BY n";
 
 /// A page of org `{org}`'s `session_heads` rows after session number
 /// `{after}` (at most `{limit}`), with the backend's placeholders. Driven

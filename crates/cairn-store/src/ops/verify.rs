@@ -125,6 +125,16 @@ pub fn verify_org(
         verdict.verified = false;
         verdict.failure = Some(failure);
     }
+    if verdict.verified
+        && let Some(detail) = nodes::planted_past_end(store, org_id, count)?
+    {
+        verdict.verified = false;
+        verdict.failure = Some(cairn_core::verify::Failure {
+            at: Location::default(),
+            reason: Reason::InclusionMismatch,
+            detail,
+        });
+    }
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
         verdict,

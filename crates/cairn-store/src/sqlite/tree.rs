@@ -57,19 +57,31 @@ impl SubtreeHashes for DbTree<'_> {
                 })
                 .context("reading leaf hashes")?
         } else {
-            self.conn
+            // Only integer indexes (SQLite keeps any type: a fractional
+            // index lies inside the range), and only one row for each
+            // index of the range, in order: anything else (a row missing
+            // while another was planted, a repeated index once the key was
+            // removed) is computed from below, as verification compares.
+            let rows: Vec<(i64, Vec<u8>)> = self
+                .conn
                 .prepare_cached(
-                    "SELECT hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
+                    "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
+                       AND typeof(idx) = 'integer'
                      ORDER BY idx",
                 )
                 .and_then(|mut s| {
                     s.query_map(
                         params![self.org, stored, first as i64, (first + span) as i64],
-                        |r| r.get(0),
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )?
                     .collect()
                 })
-                .context("reading tree nodes")?
+                .context("reading tree nodes")?;
+            if crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, span) {
+                rows.into_iter().map(|(_, hash)| hash).collect()
+            } else {
+                Vec::new()
+            }
         };
         if hashes.len() as u64 != span {
             if level == 0 {
@@ -225,10 +237,9 @@ impl SqliteStore {
             // Indexes are below 2^40; a larger start selects nothing.
             let from = i64::try_from(from_index).unwrap_or(i64::MAX);
             // SQLite keeps any type in any column: only integer indexes
-            // are read (they alone order as the fold closes subtrees, and
-            // readers find rows by integer ranges); a hash of another type
-            // is read as bytes or as no bytes, so that verification names
-            // it instead of failing to read it.
+            // are read (as `DbTree` reads them); a hash of another type
+            // (which readers fail to read) is read as no bytes, so that
+            // verification names it instead of failing to read it.
             c.prepare_cached(
                 "SELECT idx, min(hash), max(hash) FROM nodes
                  WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND typeof(idx) = 'integer'
@@ -236,7 +247,8 @@ impl SqliteStore {
             )
             .and_then(|mut s| {
                 let bytes = |v: ValueRef<'_>| match v {
-                    ValueRef::Blob(b) | ValueRef::Text(b) => b.to_vec(),
+                    ValueRef::Blob(b) => b.to_vec(),
+                    // Readers take only a blob for a hash.
                     _ => Vec::new(),
                 };
                 s.query_map(params![org, level, from, limit], |r| {

@@ -102,11 +102,28 @@ fn verify_every_org(
             println!("{}", describe(&verdict.verdict));
         }
     }
+    // An org whose row was deleted is in no list above, while its log is
+    // still in the store: named, and the store is not verified.
+    let unlisted = store.unlisted_log_orgs()?;
+    if !unlisted.is_empty() {
+        all_verified = false;
+        if !cli.json {
+            println!(
+                "TAMPERED: the log holds records of org number(s) {} that the orgs table does not name (a deleted org row hides that org's whole log)",
+                unlisted
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
     if cli.json {
-        println!(
-            "{}",
-            json!({"verified": all_verified, "orgs": results, "elapsed_ms": started.elapsed().as_millis()})
-        );
+        let mut answer = json!({"verified": all_verified, "orgs": results, "elapsed_ms": started.elapsed().as_millis()});
+        if !unlisted.is_empty() {
+            answer["unlisted_org_numbers"] = json!(unlisted);
+        }
+        println!("{answer}");
     } else {
         println!(
             "{} org(s): {}",

@@ -180,12 +180,22 @@ pub fn log_many(target: Target<'_>, count: usize) {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
+/// What verification must say after a tampering of the stored tree.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeVerdict {
+    /// Verified, and a session's export (its proofs computed from the
+    /// stored tree) verifies too.
+    Verifies,
+    /// `inclusion-mismatch` at this seq.
+    BrokenAt(i64),
+    /// `inclusion-mismatch` at no entry (found after the log).
+    BrokenAtEnd,
+}
+
 /// Tamperings of the stored subtree hashes (`nodes`) of a log of more
 /// than 256 entries, as SQL statements of SQLite or PostgreSQL run by an
-/// attacker with the triggers off: (name, statements, the seq
-/// verification must fail at with `inclusion-mismatch`, or `None` when it
-/// must still verify).
-pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, Option<i64>)> {
+/// attacker with the triggers off: (name, statements, the verdict).
+pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict)> {
     let (zero, short, ones) = if postgres {
         (
             "decode(repeat('00', 32), 'hex')",
@@ -208,42 +218,67 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, Option<i64>
     };
     let mut cases = vec![
         (
+            "level 4, a row deleted and the next one repeated in its place, the key removed",
+            format!(
+                "{unkeyed} DELETE FROM nodes WHERE level = 4 AND idx = 5;
+                 INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, hash FROM nodes WHERE level = 4 AND idx = 6"
+            ),
+            NodeVerdict::Verifies,
+        ),
+        (
+            "level 4, a row planted past the log's end",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1000, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::BrokenAtEnd,
+        ),
+        (
             "level 4, first subtree, edited",
             format!("UPDATE nodes SET hash = {zero} WHERE level = 4 AND idx = 0"),
-            Some(15),
+            NodeVerdict::BrokenAt(15),
         ),
         (
             "level 4, fourth subtree, not a hash",
             format!("UPDATE nodes SET hash = {short} WHERE level = 4 AND idx = 3"),
-            Some(63),
+            NodeVerdict::BrokenAt(63),
         ),
         (
             "level 8, first subtree, another subtree's hash",
             "UPDATE nodes SET hash = (SELECT hash FROM nodes WHERE level = 4 AND idx = 1) WHERE level = 8 AND idx = 0".into(),
-            Some(255),
+            NodeVerdict::BrokenAt(255),
         ),
         (
             "level 4, a second row for a subtree, the key removed",
             format!(
                 "{unkeyed} INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, {ones} FROM nodes WHERE level = 4 AND idx = 5"
             ),
-            Some(95),
+            NodeVerdict::BrokenAt(95),
         ),
         (
             "level 4, a row deleted",
             "DELETE FROM nodes WHERE level = 4 AND idx = 2".into(),
-            None,
+            NodeVerdict::Verifies,
         ),
     ];
     if !postgres {
         // SQLite keeps any type in any column: a row whose index is not an
         // integer must not hide the rows after it from the comparison.
         cases.push((
+            "level 4, a row deleted and a fractional index planted in its place",
+            "DELETE FROM nodes WHERE level = 4 AND idx = 5;
+             INSERT INTO nodes (org, level, idx, hash) VALUES (1, 4, 5.5, zeroblob(32))"
+                .into(),
+            NodeVerdict::Verifies,
+        ));
+        cases.push((
+            "level 4, the right bytes as text",
+            "UPDATE nodes SET hash = CAST(hash AS TEXT) WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::BrokenAt(15),
+        ));
+        cases.push((
             "level 4, a fractional index before an edited row",
             "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1.5, hash FROM nodes WHERE level = 4 AND idx = 1;
              UPDATE nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 2"
                 .into(),
-            Some(47),
+            NodeVerdict::BrokenAt(47),
         ));
     }
     cases
@@ -254,16 +289,34 @@ pub const NODES_DIGEST_SQL: &str =
     "SELECT count(*) || ':' || coalesce(sum(length(hash) * (idx + 1)), 0) FROM nodes";
 
 /// After one of [`node_tamperings`]: the verdict it must give.
-pub fn expect_node_verdict(target: Target<'_>, name: &str, seq: Option<i64>) {
-    let Some(seq) = seq else {
-        let run = target.run(&["verify"], None);
-        assert_eq!(run.code, 0, "{name}: {}", run.stderr);
-        return;
+pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict) {
+    let seq = match verdict {
+        NodeVerdict::Verifies => {
+            let run = target.run(&["verify"], None);
+            assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+            // Proofs are computed from the stored tree: a session's export
+            // carries one per entry.
+            let bundle = target.dir.join("session.bundle");
+            let bundle = bundle.to_str().unwrap();
+            let run = target.run(&["export", "--session", "other", "-o", bundle], None);
+            assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+            let run = target.run(&["verify", "--bundle", bundle], None);
+            assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+            return;
+        }
+        NodeVerdict::BrokenAt(seq) => Value::from(seq),
+        NodeVerdict::BrokenAtEnd => Value::Null,
     };
-    expect_broken(target, &[], seq, "inclusion-mismatch");
     let run = target.run(&["verify", "--json"], None);
-    let detail = json(&run)["detail"].as_str().unwrap().to_owned();
-    assert!(detail.contains("stored tree node"), "{name}: {detail}");
+    let verdict = json(&run);
+    assert_eq!(run.code, 1, "{name}: {verdict}");
+    assert_eq!(
+        verdict["brokenReason"], "inclusion-mismatch",
+        "{name}: {verdict}"
+    );
+    assert_eq!(verdict["brokenAtSequence"], seq, "{name}: {verdict}");
+    let detail = verdict["detail"].as_str().unwrap();
+    assert!(detail.contains("stored tree"), "{name}: {detail}");
 }
 
 /// Copies a directory and everything in it (a data directory, say).

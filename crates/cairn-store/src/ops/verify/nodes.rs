@@ -123,6 +123,39 @@ impl<'a> StoredNodes<'a> {
     }
 }
 
+/// A stored subtree hash past the log's end, if the store holds one: the
+/// append that completes that subtree would be refused (its row is taken),
+/// so the org could no longer grow past it. `count` is the number of
+/// entries verification read; the log's size is read again after the rows,
+/// so that a row an append wrote meanwhile (committed with its entries) is
+/// inside it. Levels 4 to 40 (a log holds fewer than 2^40 entries).
+pub(super) fn planted_past_end(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    count: u64,
+) -> Result<Option<String>, StoreError> {
+    let mut found = Vec::new();
+    for level in (NODE_STRIDE..=40).step_by(NODE_STRIDE as usize) {
+        // The first subtree that ends past `count` entries.
+        let first_past = count >> level;
+        if let Some(node) = store.tree_nodes_from(org_id, level, first_past, 1)?.pop() {
+            found.push((level, node.index));
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let size = store.log_size(org_id)?;
+    Ok(found
+        .into_iter()
+        .find(|&(level, index)| (u128::from(index) + 1) << level > u128::from(size))
+        .map(|(level, index)| {
+            format!(
+                "the stored tree holds a node at level {level}, index {index}, past the log's end (size {size}): the append that completes that subtree would be refused"
+            )
+        }))
+}
+
 /// A stored hash as a person reads it: hex, or what it is instead.
 fn shown(stored: &[u8]) -> String {
     match <[u8; 32]>::try_from(stored) {
