@@ -338,6 +338,48 @@ fn stored_tree_nodes_are_compared_with_the_log() {
     }
 }
 
+/// An org's row deleted hides its log from every listing of orgs;
+/// `verify --all-orgs` names it (as
+/// `file_tampering::an_org_hidden_by_deleting_its_row_fails_all_orgs`).
+#[test]
+fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("hidden_org");
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target {
+        dir: dir.path(),
+        database: Some(&url),
+    };
+    for org in ["acme", "beta", "gamma"] {
+        let run = target.run(
+            &["--org", org, "log", "--stdin", "--agent", "a"],
+            Some("{\"session_id\":\"s\",\"step_type\":\"plan\",\"content\":\"x\"}\n"),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    assert_eq!(target.run(&["verify", "--all-orgs"], None).code, 0);
+    let out = attack(
+        &cluster,
+        "hidden_org",
+        "DELETE FROM orgs WHERE name = 'beta' RETURNING org",
+    );
+    let number: i64 = out
+        .lines()
+        .find_map(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out:?}"));
+    let run = target.run(&["--json", "verify", "--all-orgs"], None);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let verdict = json(&run);
+    assert_eq!(
+        verdict["unlisted_org_numbers"],
+        json!([number]),
+        "{verdict}"
+    );
+    assert_eq!(verdict["orgs"].as_array().unwrap().len(), 2, "{verdict}");
+}
+
 /// What a client got acknowledged: trace id -> (session, index).
 type Acked = Arc<Mutex<HashMap<String, (String, u64)>>>;
 
