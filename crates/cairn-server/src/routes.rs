@@ -100,7 +100,17 @@ pub fn router(state: Arc<AppState>) -> Router {
     api.merge(tlog::routes())
         .merge(ui::routes())
         .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
-        .fallback(|| async { ApiError::not_found("route") })
+        .fallback(|uri: axum::http::Uri| async move {
+            if is_ui(uri.path()) {
+                crate::ui::plain_error_page(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    "there is no page at this address",
+                )
+            } else {
+                ApiError::not_found("route").into_response()
+            }
+        })
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(TimeoutLayer::with_status_code(
@@ -121,7 +131,8 @@ const REJECTION_TEXT_BYTES: usize = 1024;
 
 /// Around every route: counts answers by status for `/metrics`, logs
 /// refusals, gives the rejections of axum and rmcp (plain text) and the
-/// request timeout's empty 503 the one JSON error shape, and marks every
+/// request timeout's empty 503 the one JSON error shape (a page for the
+/// web UI's addresses), and marks every
 /// answer that names no caching of its own `Cache-Control: no-store`.
 pub(crate) async fn count_errors(
     State(state): State<Arc<AppState>>,
@@ -182,7 +193,11 @@ pub(crate) async fn count_errors(
             Some(text) => format!("{reason}: {text}"),
             None => reason.to_owned(),
         };
-        let mut shaped = ApiError::new(status, code, message).into_response();
+        let mut shaped = if is_ui(&path) {
+            crate::ui::plain_error_page(status, code, &message)
+        } else {
+            ApiError::new(status, code, message).into_response()
+        };
         // What the refusal's headers tell the client stays (405's Allow).
         for name in [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
             if let Some(value) = headers.get(&name) {
@@ -193,19 +208,23 @@ pub(crate) async fn count_errors(
     }
     // The request timeout answers 503 with no body.
     if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
-        return no_store(
-            ApiError::new(
-                status,
-                "timeout",
-                format!(
-                    "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
-                    state.config.limits.request_timeout.as_secs()
-                ),
-            )
-            .into_response(),
+        let message = format!(
+            "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
+            state.config.limits.request_timeout.as_secs()
         );
+        return no_store(if is_ui(&path) {
+            crate::ui::plain_error_page(status, "timeout", &message)
+        } else {
+            ApiError::new(status, "timeout", message).into_response()
+        });
     }
     no_store(response)
+}
+
+/// Whether `path` is one of the web UI's addresses, whose errors a
+/// browser shows: answered as pages, not as the API's JSON.
+fn is_ui(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
 }
 
 /// Answers hold an org's data (exports, replays, searches): never cached

@@ -800,3 +800,54 @@ fn a_long_session_is_shown_a_page_at_a_time() {
     }
     assert_eq!(pages, 2);
 }
+
+/// What the router answers for a web UI address before any page runs (an
+/// address with no page, a method the page lacks) is a page a browser
+/// shows, in the API's codes; the API's own addresses keep the JSON
+/// shape.
+#[test]
+fn refusals_at_ui_addresses_are_pages() {
+    let server = start(ServerConfig::default());
+    let missing = page(&server, "/ui/no-such-page", None);
+    assert_eq!(missing.status, 404);
+    assert!(
+        missing
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/html"),
+        "{:?}",
+        missing.header("content-type")
+    );
+    let html = text(&missing);
+    assert!(
+        html.contains("there is no page at this address")
+            && html.contains("<code>not_found</code>"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("Sign out"),
+        "no signed-in navigation: {html}"
+    );
+    let wrong_method = raw(
+        server.addr,
+        "PUT /ui/sessions HTTP/1.1\r\nHost: localhost",
+        b"",
+    );
+    assert_eq!(wrong_method.status, 405);
+    assert!(
+        wrong_method
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(wrong_method.header("allow").unwrap().contains("GET"));
+    assert!(text(&wrong_method).contains("method_not_allowed"));
+    let api = raw(
+        server.addr,
+        "GET /v1/no-such-route HTTP/1.1\r\nHost: localhost",
+        b"",
+    );
+    assert_eq!(api.status, 404);
+    let error: Value = serde_json::from_slice(&api.body).unwrap();
+    assert_eq!(error["error"]["code"], "not_found");
+}

@@ -224,6 +224,27 @@ fn error_page(user: &UiUser, e: ApiError) -> Response {
     response
 }
 
+#[derive(Template)]
+#[template(path = "ui/plain_error.html")]
+struct PlainErrorPage<'a> {
+    status: u16,
+    code: &'a str,
+    message: &'a str,
+}
+
+/// An error of a web UI address answered before any page ran (the request
+/// timeout, a method or body the route refuses), as a page without the
+/// signed-in navigation: a browser shows it instead of the API's JSON.
+pub(crate) fn plain_error_page(status: StatusCode, code: &str, message: &str) -> Response {
+    let mut response = page(&PlainErrorPage {
+        status: status.as_u16(),
+        code,
+        message,
+    });
+    *response.status_mut() = status;
+    response
+}
+
 /// A form post must come from this origin: browsers send `Origin` (and
 /// `Sec-Fetch-Site`) with every POST, and a page elsewhere cannot make
 /// them say this server.
