@@ -121,12 +121,21 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// its log names (0 in a store nobody edited).
     fn orphan_sessions(&self, org_id: &str) -> Result<u64, StoreError>;
 
-    /// Org numbers whose entries the store holds while its `orgs` table
-    /// does not name them (empty in a store nobody edited): a deleted org
-    /// row would hide that org's whole log from [`LedgerStore::orgs`], and
-    /// so from `verify --all-orgs`. At least one such org is named when
-    /// there are any (not necessarily all).
+    /// Org numbers whose entries, tree nodes or checkpoints the store
+    /// holds while its `orgs` table does not name them (empty in a store
+    /// nobody edited): a deleted org row would hide that org's whole log
+    /// from [`LedgerStore::orgs`], and so from `verify --all-orgs`, and
+    /// rows planted for an org not created yet would refuse its first
+    /// appends. At least one such org is named when there are any.
     fn unlisted_log_orgs(&self) -> Result<Vec<i64>, StoreError>;
+
+    /// A stored subtree row of the org that no reader can use as one, if
+    /// the store holds any, described for a person: a null hash or one
+    /// that is not 32 bytes, and on SQLite (which keeps any type in any
+    /// column) a level or index that is not an integer (a whole-number
+    /// real index still takes the integer's key). Readers compute such a
+    /// subtree from below; verification names the row.
+    fn tree_node_anomaly(&self, org_id: &str) -> Result<Option<String>, StoreError>;
 
     /// Up to `limit` `session_heads` rows of the org's sessions whose
     /// session number is above `after`, by session number.
@@ -298,10 +307,9 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// the stride the store keeps, 4), from subtree `from_index` on, at
     /// most `limit` indexes, in index order: what proofs and roots are
     /// computed from, which verification compares with its own fold of
-    /// the leaves. Each index comes once, with the smallest and the largest
-    /// hash stored for it (the same one unless the table's key was removed
-    /// and the index holds several rows). The bytes are as stored (a hash
-    /// that is not 32 bytes is the verdict's to name, not a read error).
+    /// the leaves. Each index comes once, with its number of rows and its
+    /// hash as stored (a hash that is not 32 bytes, or no hash, is the
+    /// verdict's to name, not a read error).
     fn tree_nodes_from(
         &self,
         org_id: &str,

@@ -523,6 +523,10 @@ impl LedgerStore for PgStore {
         self.tree_nodes_in(org_id, level, from_index, limit)
     }
 
+    fn tree_node_anomaly(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        self.tree_node_anomaly_in(org_id)
+    }
+
     fn limits(&self) -> Limits {
         self.limits
     }

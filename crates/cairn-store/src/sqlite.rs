@@ -400,9 +400,21 @@ impl LedgerStore for SqliteStore {
 
     fn unlisted_log_orgs(&self) -> Result<Vec<i64>, StoreError> {
         self.read(|c| {
-            c.prepare_cached(crate::engine::UNLISTED_LOG_ORGS)
-                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-                .context("looking for entries of orgs the orgs table does not name")
+            // An org number that is not an integer (SQLite keeps any type)
+            // is no org's and takes no org's key: left out.
+            let numbers: Vec<Option<i64>> = c
+                .prepare_cached(crate::engine::UNLISTED_LOG_ORGS)
+                .and_then(|mut s| {
+                    s.query_map([], |r| {
+                        Ok(match r.get_ref(0)? {
+                            rusqlite::types::ValueRef::Integer(n) => Some(n),
+                            _ => None,
+                        })
+                    })?
+                    .collect()
+                })
+                .context("looking for entries of orgs the orgs table does not name")?;
+            Ok(numbers.into_iter().flatten().collect())
         })
     }
 
@@ -576,6 +588,10 @@ impl LedgerStore for SqliteStore {
         limit: u32,
     ) -> Result<Vec<crate::StoredNode>, StoreError> {
         self.tree_nodes_in(org_id, level, from_index, limit)
+    }
+
+    fn tree_node_anomaly(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        self.tree_node_anomaly_in(org_id)
     }
 
     fn limits(&self) -> Limits {

@@ -14,11 +14,13 @@ use cairn_core::record::{SessionHeader, Status};
 pub struct StoredNode {
     /// The subtree's index at its level.
     pub index: u64,
-    /// The smallest hash stored for it, as stored.
-    pub lowest: Vec<u8>,
-    /// The largest: the same as `lowest` unless the index holds several
-    /// rows (the table's key removed).
-    pub highest: Vec<u8>,
+    /// How many rows the store holds for it (one, unless the table's key
+    /// was removed).
+    pub rows: u64,
+    /// The hash stored for it, as stored (`None` for a null, or, on
+    /// SQLite, a value that is not a blob); of one of its rows when there
+    /// are several.
+    pub hash: Option<Vec<u8>>,
 }
 
 /// A signed checkpoint as stored.

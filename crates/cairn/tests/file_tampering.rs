@@ -844,4 +844,32 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
             "{org}: {verdict}"
         );
     }
+    // Rows planted for an org not created yet (its first appends would be
+    // refused on the taken key), and a name given twice once its key is
+    // removed (one org's log would stand for the other's).
+    for (what, sql, member, expected) in [
+        (
+            "a tree node of an org not created yet",
+            "INSERT INTO nodes (org, level, idx, hash) VALUES (99, 4, 0, zeroblob(32))",
+            "unlisted_org_numbers",
+            serde_json::json!([99]),
+        ),
+        (
+            "a name given twice",
+            "CREATE TABLE orgs_copy (org INTEGER PRIMARY KEY, name TEXT NOT NULL);
+             INSERT INTO orgs_copy SELECT * FROM orgs; DROP TABLE orgs; ALTER TABLE orgs_copy RENAME TO orgs;
+             UPDATE orgs SET name = 'acme' WHERE name = 'gamma'",
+            "repeated_org_names",
+            serde_json::json!(["acme"]),
+        ),
+    ] {
+        let copy = tempfile::tempdir().unwrap();
+        common::copy_dir(&dir.path().join("data"), &copy.path().join("data"));
+        attacker(copy.path()).execute_batch(sql).unwrap();
+        let run = cairn_in(copy.path(), &["--json", "verify", "--all-orgs"], None);
+        assert_eq!(run.code, 1, "{what}: {}", run.stdout);
+        let verdict = json(&run);
+        assert_eq!(verdict["verified"], false, "{what}: {verdict}");
+        assert_eq!(verdict[member], expected, "{what}: {verdict}");
+    }
 }

@@ -111,18 +111,25 @@ pub(crate) fn orphan_sessions_query(org: &str) -> String {
     )
 }
 
-/// Org numbers whose log holds entries but which the `orgs` table does
-/// not name (none in a store nobody edited): an org's row deleted hides
+/// Org numbers whose log holds entries (or tree nodes, checkpoints) but
+/// which the `orgs` table does not name (none in a store nobody edited): an org's row deleted hides
 /// its whole log from `orgs()`, and so from listings and `verify
 /// --all-orgs`. The first entry of the table and the first entry after
 /// each named org's range are looked up (a seek each): any unnamed org
 /// with entries makes at least one of them an entry of an unnamed org (the
 /// lowest such org after a named one, or below every named one).
+/// Tree nodes and checkpoints carry their org number: each table is read
+/// (a scan of its key) for numbers no org row names, which would refuse
+/// the first appends or checkpoints of the org that gets that number.
 pub(crate) const UNLISTED_LOG_ORGS: &str = "SELECT DISTINCT n FROM (
        SELECT (SELECT min(id) FROM entries) >> 40 AS n
        UNION ALL
        SELECT (SELECT e.id FROM entries e WHERE e.id >= ((o.org + 1) << 40) ORDER BY e.id LIMIT 1) >> 40
        FROM orgs o
+       UNION ALL
+       SELECT DISTINCT org FROM nodes
+       UNION ALL
+       SELECT DISTINCT org FROM checkpoints
      ) AS firsts
      WHERE n IS NOT NULL AND n NOT IN (SELECT org FROM orgs)
      ORDER BY n";

@@ -126,7 +126,10 @@ pub fn verify_org(
         verdict.failure = Some(failure);
     }
     if verdict.verified
-        && let Some(detail) = nodes::planted_past_end(store, org_id, count)?
+        && let Some(detail) = match store.tree_node_anomaly(org_id)? {
+            Some(detail) => Some(detail),
+            None => nodes::planted_past_end(store, org_id, count)?,
+        }
     {
         verdict.verified = false;
         verdict.failure = Some(cairn_core::verify::Failure {

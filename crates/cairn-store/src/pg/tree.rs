@@ -12,7 +12,7 @@ use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Reads perfect-subtree hashes of one org's log: a subtree at level `l`
 /// is folded from at most 16 hashes stored at the level `l - l % 4` below
@@ -113,7 +113,17 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
                     .iter()
                     .map(|row| col::<i64>(row, 1))
                     .collect::<Result<Vec<i64>, StoreError>>()?;
-                if crate::engine::one_row_per_index(indexes.into_iter(), first, span) {
+                // A hash that is not 32 bytes (or none, the column's
+                // constraint dropped) is no hash either.
+                let hashes = rows
+                    .iter()
+                    .map(|row| col::<Option<Vec<u8>>>(row, 0))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                if crate::engine::one_row_per_index(indexes.into_iter(), first, span)
+                    && hashes
+                        .iter()
+                        .all(|h| h.as_ref().is_some_and(|h| h.len() == 32))
+                {
                     rows
                 } else {
                     Vec::new()
@@ -179,6 +189,10 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             "reading a proof's tree hashes",
         )?;
         let mut fetched = self.fetched.borrow_mut();
+        // A node read twice with different hashes (the key removed), or
+        // whose hash is not 32 bytes, is left out: `subtree` then reads
+        // its range, and computes it from below.
+        let mut unusable = HashSet::new();
         for row in &rows {
             let level: i32 = col(row, 0)?;
             let index: i64 = col(row, 1)?;
@@ -187,7 +201,25 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
                     "a tree hash at level {level}, index {index}"
                 )));
             };
-            fetched.insert((level, index), blob_hash(col(row, 2)?)?);
+            let key = (level, index);
+            let hash = col::<Option<Vec<u8>>>(row, 2)?
+                .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+                .map(Hash);
+            match hash {
+                Some(hash) if !unusable.contains(&key) => {
+                    if fetched
+                        .insert(key, hash)
+                        .is_some_and(|before| before != hash)
+                    {
+                        fetched.remove(&key);
+                        unusable.insert(key);
+                    }
+                }
+                _ => {
+                    fetched.remove(&key);
+                    unusable.insert(key);
+                }
+            }
         }
         Ok(())
     }
@@ -337,9 +369,8 @@ impl PgStore {
             };
             let level = i32::try_from(level).unwrap_or(i32::MAX);
             let rows = db.query(
-                // bytea has no min() or max(): its hex orders as its bytes.
-                "SELECT idx, decode(min(encode(hash, 'hex')), 'hex'), \
-                        decode(max(encode(hash, 'hex')), 'hex') FROM nodes \
+                // bytea has no min(): its hex orders as its bytes.
+                "SELECT idx, count(*), decode(min(encode(hash, 'hex')), 'hex') FROM nodes \
                  WHERE org = $1 AND level = $2 AND idx >= $3 \
                  GROUP BY idx ORDER BY idx LIMIT $4",
                 // Indexes are below 2^40; a larger start selects nothing.
@@ -355,11 +386,34 @@ impl PgStore {
                 .map(|row| {
                     Ok(StoredNode {
                         index: u64_of(col(row, 0)?),
-                        lowest: col(row, 1)?,
-                        highest: col(row, 2)?,
+                        rows: u64_of(col(row, 1)?),
+                        hash: col(row, 2)?,
                     })
                 })
                 .collect()
+        })
+    }
+
+    pub(super) fn tree_node_anomaly_in(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
+            let row = db.query_opt(
+                "SELECT level, idx, length(hash) FROM nodes \
+                 WHERE org = $1 AND (hash IS NULL OR length(hash) <> 32) LIMIT 1",
+                &[&org],
+                "reading tree nodes",
+            )?;
+            row.map(|row| {
+                let (level, idx, length): (i32, i64, Option<i32>) =
+                    (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
+                Ok(format!(
+                    "the stored tree holds a row at level {level}, index {idx} whose hash is {}: no reader can use it",
+                    length.map_or("null".to_owned(), |n| format!("{n} bytes"))
+                ))
+            })
+            .transpose()
         })
     }
 }

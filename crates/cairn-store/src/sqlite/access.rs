@@ -8,7 +8,7 @@ use super::connection::{open_reader, poisoned};
 use super::{SqliteStore, Writer};
 use crate::engine::Engine;
 use crate::{DbContext, StoreError};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 impl SqliteStore {
     /// Runs `f` with a read-only connection from the pool.
@@ -35,9 +35,20 @@ impl SqliteStore {
     pub(super) fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
         // Cached: every read looks its org up (a full verification reads
         // its log a chunk at a time).
-        conn.prepare_cached("SELECT org FROM orgs WHERE name = ?1")
-            .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
-            .context("looking up an org")
+        let numbers: Vec<i64> = conn
+            .prepare_cached("SELECT org FROM orgs WHERE name = ?1 LIMIT 2")
+            .and_then(|mut s| s.query_map([org], |r| r.get(0))?.collect())
+            .context("looking up an org")?;
+        match numbers[..] {
+            [] => Ok(None),
+            [number] => Ok(Some(number)),
+            // The name's key removed and a second org given it: one of
+            // the two logs would be read for the other (PostgreSQL's
+            // lookup refuses the same way).
+            _ => Err(StoreError::Corrupt(format!(
+                "the orgs table names org {org} more than once"
+            ))),
+        }
     }
 
     /// Runs `work` with the writer, unless this process opened the store to

@@ -62,7 +62,7 @@ impl SubtreeHashes for DbTree<'_> {
             // index of the range, in order: anything else (a row missing
             // while another was planted, a repeated index once the key was
             // removed) is computed from below, as verification compares.
-            let rows: Vec<(i64, Vec<u8>)> = self
+            let rows: Vec<(i64, Option<Vec<u8>>)> = self
                 .conn
                 .prepare_cached(
                     "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
@@ -72,13 +72,18 @@ impl SubtreeHashes for DbTree<'_> {
                 .and_then(|mut s| {
                     s.query_map(
                         params![self.org, stored, first as i64, (first + span) as i64],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
+                        |r| Ok((r.get(0)?, blob_of(r.get_ref(1)?))),
                     )?
                     .collect()
                 })
                 .context("reading tree nodes")?;
-            if crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, span) {
-                rows.into_iter().map(|(_, hash)| hash).collect()
+            // A hash that is not a 32-byte blob is no hash either.
+            if crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, span)
+                && rows
+                    .iter()
+                    .all(|(_, hash)| hash.as_ref().is_some_and(|h| h.len() == 32))
+            {
+                rows.into_iter().filter_map(|(_, hash)| hash).collect()
             } else {
                 Vec::new()
             }
@@ -236,31 +241,61 @@ impl SqliteStore {
             };
             // Indexes are below 2^40; a larger start selects nothing.
             let from = i64::try_from(from_index).unwrap_or(i64::MAX);
-            // SQLite keeps any type in any column: only integer indexes
-            // are read (as `DbTree` reads them); a hash of another type
-            // (which readers fail to read) is read as no bytes, so that
+            // Integer indexes only, as `DbTree` reads them (a row of any
+            // other type is `tree_node_anomaly`'s); a hash that is not a
+            // blob (which readers do not fold) is read as none, so that
             // verification names it instead of failing to read it.
             c.prepare_cached(
-                "SELECT idx, min(hash), max(hash) FROM nodes
+                "SELECT idx, count(*), min(hash) FROM nodes
                  WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND typeof(idx) = 'integer'
                  GROUP BY idx ORDER BY idx LIMIT ?4",
             )
             .and_then(|mut s| {
-                let bytes = |v: ValueRef<'_>| match v {
-                    ValueRef::Blob(b) => b.to_vec(),
-                    // Readers take only a blob for a hash.
-                    _ => Vec::new(),
-                };
                 s.query_map(params![org, level, from, limit], |r| {
                     Ok(StoredNode {
                         index: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(u64::MAX),
-                        lowest: bytes(r.get_ref(1)?),
-                        highest: bytes(r.get_ref(2)?),
+                        rows: u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+                        hash: blob_of(r.get_ref(2)?),
                     })
                 })?
                 .collect()
             })
             .context("reading tree nodes")
         })
+    }
+
+    pub(super) fn tree_node_anomaly_in(&self, org_id: &str) -> Result<Option<String>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
+            c.prepare_cached(
+                "SELECT quote(level), quote(idx), typeof(hash), length(hash) FROM nodes
+                 WHERE org = ?1 AND (typeof(level) != 'integer' OR typeof(idx) != 'integer'
+                   OR typeof(hash) != 'blob' OR length(hash) != 32)
+                 LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([org], |r| {
+                    Ok(format!(
+                        "the stored tree holds a row at level {}, index {} whose hash is {} ({} bytes): no reader can use it",
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<i64>>(3)?.unwrap_or(0),
+                    ))
+                })
+                .optional()
+            })
+            .context("reading tree nodes")
+        })
+    }
+}
+
+/// A stored hash's bytes if it is a blob (readers take nothing else).
+fn blob_of(value: ValueRef<'_>) -> Option<Vec<u8>> {
+    match value {
+        ValueRef::Blob(b) => Some(b.to_vec()),
+        _ => None,
     }
 }

@@ -90,7 +90,29 @@ fn verify_every_org(
     let mut results = Vec::new();
     // An empty store (a fresh server's) verifies: nothing in it is false.
     let orgs = store.orgs()?;
-    for org in &orgs {
+    // A name the orgs table gives twice (its key removed) would stand for
+    // one of two logs and hide the other: named, and neither verified.
+    let mut seen = std::collections::HashSet::new();
+    let repeated: std::collections::BTreeSet<&String> =
+        orgs.iter().filter(|org| !seen.insert(*org)).collect();
+    if !repeated.is_empty() {
+        all_verified = false;
+        if !cli.json {
+            println!(
+                "TAMPERED: the orgs table names {} more than once (one of the logs would stand for the other)",
+                repeated
+                    .iter()
+                    .map(|o| o.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let mut once = std::collections::HashSet::new();
+    for org in orgs
+        .iter()
+        .filter(|org| !repeated.contains(org) && once.insert(*org))
+    {
         let (verdict, extra) = verify_one_org(cli, store, org, args)?;
         all_verified &= verdict.verdict.verified;
         if !cli.json && !verdict.verdict.verified {
@@ -109,7 +131,7 @@ fn verify_every_org(
         all_verified = false;
         if !cli.json {
             println!(
-                "TAMPERED: the log holds records of org number(s) {} that the orgs table does not name (a deleted org row hides that org's whole log)",
+                "TAMPERED: the store holds records, tree nodes or checkpoints of org number(s) {} that the orgs table does not name (a deleted org row hides that org's whole log)",
                 unlisted
                     .iter()
                     .map(i64::to_string)
@@ -122,6 +144,9 @@ fn verify_every_org(
         let mut answer = json!({"verified": all_verified, "orgs": results, "elapsed_ms": started.elapsed().as_millis()});
         if !unlisted.is_empty() {
             answer["unlisted_org_numbers"] = json!(unlisted);
+        }
+        if !repeated.is_empty() {
+            answer["repeated_org_names"] = json!(repeated);
         }
         println!("{answer}");
     } else {

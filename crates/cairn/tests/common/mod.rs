@@ -209,10 +209,10 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
             "x'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff'",
         )
     };
-    // The table's key removed, as a superuser may (SQLite: the table
-    // copied without it).
+    // The table's key and its hash's NOT NULL removed, as a superuser may
+    // (SQLite: the table copied without them).
     let unkeyed = if postgres {
-        "ALTER TABLE nodes DROP CONSTRAINT nodes_pkey;"
+        "ALTER TABLE nodes DROP CONSTRAINT nodes_pkey; ALTER TABLE nodes ALTER COLUMN hash DROP NOT NULL;"
     } else {
         "CREATE TABLE unkeyed AS SELECT * FROM nodes; DROP TABLE nodes; ALTER TABLE unkeyed RENAME TO nodes;"
     };
@@ -223,7 +223,21 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
                 "{unkeyed} DELETE FROM nodes WHERE level = 4 AND idx = 5;
                  INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, hash FROM nodes WHERE level = 4 AND idx = 6"
             ),
-            NodeVerdict::Verifies,
+            // Readers compute the range from below; verification names
+            // the repeated index.
+            NodeVerdict::BrokenAt(111),
+        ),
+        (
+            "level 4, a null hash beside the row, the key removed",
+            format!(
+                "{unkeyed} INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, NULL FROM nodes WHERE level = 4 AND idx = 5"
+            ),
+            NodeVerdict::BrokenAt(95),
+        ),
+        (
+            "level 4, a null hash",
+            format!("{unkeyed} UPDATE nodes SET hash = NULL WHERE level = 4 AND idx = 3"),
+            NodeVerdict::BrokenAt(63),
         ),
         (
             "level 4, a row planted past the log's end",
@@ -266,7 +280,18 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
             "DELETE FROM nodes WHERE level = 4 AND idx = 5;
              INSERT INTO nodes (org, level, idx, hash) VALUES (1, 4, 5.5, zeroblob(32))"
                 .into(),
-            NodeVerdict::Verifies,
+            // Readers compute the range from below; verification names the
+            // row no reader can use, after the log.
+            NodeVerdict::BrokenAtEnd,
+        ));
+        cases.push((
+            "level 4, a whole-number real index past the log's end (it takes the integer's key)",
+            "CREATE TABLE loose (org INTEGER NOT NULL, level INTEGER NOT NULL, idx NOT NULL, hash BLOB NOT NULL,
+               PRIMARY KEY (org, level, idx)) WITHOUT ROWID;
+             INSERT INTO loose SELECT * FROM nodes; DROP TABLE nodes; ALTER TABLE loose RENAME TO nodes;
+             INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1000.0, hash FROM nodes WHERE level = 4 AND idx = 0"
+                .into(),
+            NodeVerdict::BrokenAtEnd,
         ));
         cases.push((
             "level 4, the right bytes as text",

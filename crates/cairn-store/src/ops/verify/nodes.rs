@@ -105,15 +105,19 @@ impl<'a> StoredNodes<'a> {
         }
         match rows.page.front() {
             Some(node) if node.index == index => {
-                let detail = [&node.lowest, &node.highest]
-                    .into_iter()
-                    .find(|stored| stored.as_slice() != hash.as_bytes())
-                    .map(|stored| {
-                        format!(
-                            "the stored tree node at level {level}, index {index} (which proofs and roots are computed from) is {}, the log's is {hash}",
-                            shown(stored)
-                        )
-                    });
+                let detail = if node.rows != 1 {
+                    Some(format!(
+                        "the stored tree holds {} rows for the node at level {level}, index {index} (the table's key removed): readers would not know which to use",
+                        node.rows
+                    ))
+                } else if node.hash.as_deref() != Some(hash.as_bytes().as_slice()) {
+                    Some(format!(
+                        "the stored tree node at level {level}, index {index} (which proofs and roots are computed from) is {}, the log's is {hash}",
+                        shown(node.hash.as_deref())
+                    ))
+                } else {
+                    None
+                };
                 rows.page.pop_front();
                 Ok(detail)
             }
@@ -157,9 +161,10 @@ pub(super) fn planted_past_end(
 }
 
 /// A stored hash as a person reads it: hex, or what it is instead.
-fn shown(stored: &[u8]) -> String {
-    match <[u8; 32]>::try_from(stored) {
-        Ok(bytes) => Hash(bytes).to_string(),
-        Err(_) => format!("{} bytes, not a hash", stored.len()),
+fn shown(stored: Option<&[u8]>) -> String {
+    match stored.map(<[u8; 32]>::try_from) {
+        Some(Ok(bytes)) => Hash(bytes).to_string(),
+        Some(Err(_)) => format!("{} bytes, not a hash", stored.map_or(0, <[u8]>::len)),
+        None => "no hash (a null, or not a blob)".to_owned(),
     }
 }
