@@ -274,13 +274,20 @@ impl PgStore {
         db: &mut Db<'_, C>,
         name: &str,
     ) -> Result<Option<i64>, StoreError> {
-        db.query_opt(
-            "SELECT org FROM orgs WHERE name = $1",
+        let rows = db.query(
+            "SELECT org FROM orgs WHERE name = $1 LIMIT 2",
             &[&name],
             "looking up an org",
-        )?
-        .map(|row| col(&row, 0))
-        .transpose()
+        )?;
+        match &rows[..] {
+            [] => Ok(None),
+            [row] => col(row, 0).map(Some),
+            // The name's key removed and a second org given it: one of
+            // the two logs would be read for the other.
+            _ => Err(StoreError::Corrupt(format!(
+                "the orgs table names org {name} more than once"
+            ))),
+        }
     }
 }
 

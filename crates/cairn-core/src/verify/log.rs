@@ -60,6 +60,9 @@ pub struct LogVerifier {
     agent_keys: AgentKeys,
     level: DetailLevel,
     tree: Frontier,
+    /// The subtrees the entry being checked closed (kept to reuse its
+    /// memory), for the store's checks.
+    closed: Vec<(u32, u64, Hash)>,
     last_logged: Option<Timestamp>,
     sessions: HashMap<String, ChainState>,
     /// Final hashes of the sessions sealed so far, with the session that
@@ -93,6 +96,7 @@ impl LogVerifier {
             agent_keys: AgentKeys::new(),
             level: DetailLevel::Full,
             tree: Frontier::new(),
+            closed: Vec::new(),
             last_logged: None,
             sessions: HashMap::new(),
             sealed_finals: HashMap::new(),
@@ -264,7 +268,7 @@ impl LogVerifier {
     /// from the record's values and found it the recorded one may leave
     /// them blank, as long as no field is hidden.
     pub fn push_with_digest(&mut self, entry: &LogEntry, recomputed: Option<Hash>) -> bool {
-        self.push_checked(entry, recomputed, None, &mut |_, _, _| {})
+        self.push_checked(entry, recomputed, None, None)
     }
 
     /// Like [`LogVerifier::push_with_digest`], for an entry read from a
@@ -277,25 +281,25 @@ impl LogVerifier {
         recomputed: Option<Hash>,
         stored_leaf: Hash,
     ) -> bool {
-        self.push_checked(entry, recomputed, Some(stored_leaf), &mut |_, _, _| {})
+        self.push_checked(entry, recomputed, Some(stored_leaf), None)
     }
 
-    /// Like [`LogVerifier::push_stored`], and reports every complete
-    /// subtree of the log the entry closes as `(level, index, hash)`,
-    /// lowest first (as [`Frontier::push_with`]), as the entry joins the
-    /// tree: a store compares them with the subtree hashes it keeps to
-    /// serve proofs from. Nothing is reported for an entry whose own checks
-    /// fail; one that joins the tree can still fail at a checkpoint it
-    /// reaches, so a caller uses what was reported only when this returns
-    /// true.
-    pub fn push_stored_reporting(
+    /// Like [`LogVerifier::push_stored`], with the store's own checks of
+    /// the entry (`store_checks`: its stored subtree hashes, the columns
+    /// readers walk it by) run as part of it, after the entry's checks and
+    /// the checkpoints it reaches (9.4): a failure they return fails the
+    /// entry at its position, so the verdict counts it once and names the
+    /// entry before it as the last valid one. They are given every
+    /// complete subtree of the log the entry closes as `(level, index,
+    /// hash)`, lowest first (as [`Frontier::push_with`]).
+    pub fn push_stored_with_checks(
         &mut self,
         entry: &LogEntry,
         recomputed: Option<Hash>,
         stored_leaf: Hash,
-        completed: &mut dyn FnMut(u32, u64, &Hash),
+        store_checks: &mut StoreChecks<'_>,
     ) -> bool {
-        self.push_checked(entry, recomputed, Some(stored_leaf), completed)
+        self.push_checked(entry, recomputed, Some(stored_leaf), Some(store_checks))
     }
 
     fn push_checked(
@@ -303,7 +307,7 @@ impl LogVerifier {
         entry: &LogEntry,
         recomputed: Option<Hash>,
         stored_leaf: Option<Hash>,
-        completed: &mut dyn FnMut(u32, u64, &Hash),
+        store_checks: Option<&mut StoreChecks<'_>>,
     ) -> bool {
         if self.progress.failure.is_some() {
             return false;
@@ -345,11 +349,25 @@ impl LogVerifier {
                 )),
                 _ => Ok(()),
             });
+        self.closed.clear();
         if outcome.is_ok() {
-            self.tree
-                .push_with(leaf, |level, index, hash| completed(level, index, hash));
+            match store_checks {
+                Some(_) => {
+                    let closed = &mut self.closed;
+                    self.tree.push_with(leaf, |level, index, hash| {
+                        closed.push((level, index, *hash))
+                    });
+                }
+                None => self.tree.push(leaf),
+            }
         }
-        match outcome.and_then(|()| self.check_checkpoints()) {
+        let checked = outcome
+            .and_then(|()| self.check_checkpoints())
+            .and_then(|()| match store_checks {
+                Some(checks) => checks(&self.closed),
+                None => Ok(()),
+            });
+        match checked {
             Ok(()) => {
                 write_entry_location(self.progress.passed(), entry);
                 true
@@ -531,6 +549,10 @@ impl LogVerifier {
         self.progress.verdict()
     }
 }
+
+/// A store's own checks of an entry, given the subtrees it closes as
+/// `(level, index, hash)` ([`LogVerifier::push_stored_with_checks`]).
+pub type StoreChecks<'a> = dyn FnMut(&[(u32, u64, Hash)]) -> Result<(), (Reason, String)> + 'a;
 
 /// Where `entry` is, as a verdict names it: its seq, and for a step its
 /// index and the session and trace ids it discloses (an operational

@@ -44,7 +44,7 @@ mod log_keys;
 
 pub use chain::SessionVerifier;
 pub use keys::AgentKeys;
-pub use log::{LogVerifier, entry_location};
+pub use log::{LogVerifier, StoreChecks, entry_location};
 
 use std::fmt;
 

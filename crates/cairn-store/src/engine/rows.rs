@@ -117,7 +117,9 @@ pub(crate) fn orphan_sessions_query(org: &str) -> String {
 /// --all-orgs`. The first entry of the table and the first entry after
 /// each named org's range are looked up (a seek each): any unnamed org
 /// with entries makes at least one of them an entry of an unnamed org (the
-/// lowest such org after a named one, or below every named one).
+/// lowest such org after a named one, or below every named one). Org
+/// numbers whose range does not fit a row id (below 0, from 2^23 - 1)
+/// hold no entries and are not shifted (PostgreSQL refuses the overflow).
 /// Tree nodes and checkpoints carry their org number: each table is read
 /// (a scan of its key) for numbers no org row names, which would refuse
 /// the first appends or checkpoints of the org that gets that number.
@@ -125,13 +127,13 @@ pub(crate) const UNLISTED_LOG_ORGS: &str = "SELECT DISTINCT n FROM (
        SELECT (SELECT min(id) FROM entries) >> 40 AS n
        UNION ALL
        SELECT (SELECT e.id FROM entries e WHERE e.id >= ((o.org + 1) << 40) ORDER BY e.id LIMIT 1) >> 40
-       FROM orgs o
+       FROM orgs o WHERE o.org >= 0 AND o.org < 8388607
        UNION ALL
        SELECT DISTINCT org FROM nodes
        UNION ALL
        SELECT DISTINCT org FROM checkpoints
      ) AS firsts
-     WHERE n IS NOT NULL AND n NOT IN (SELECT org FROM orgs)
+     WHERE n IS NOT NULL AND NOT EXISTS (SELECT 1 FROM orgs o WHERE o.org = n)
      ORDER BY n";
 
 /// A page of org `{org}`'s `session_heads` rows after session number

@@ -128,7 +128,7 @@ pub fn verify_org(
     if verdict.verified
         && let Some(detail) = match store.tree_node_anomaly(org_id)? {
             Some(detail) => Some(detail),
-            None => nodes::planted_past_end(store, org_id, count)?,
+            None => nodes::planted_past_end(store, org_id)?,
         }
     {
         verdict.verified = false;
@@ -308,7 +308,6 @@ fn check_entries(
     // a failed read of them ends the check with that error.
     let mut nodes = StoredNodes::new(store, org_id, size);
     let mut node_error: Option<StoreError> = None;
-    let mut closed: Vec<(u32, u64, Hash)> = Vec::new();
     // Per session (by its row number), its steps so far (`tallies`): each
     // step's `prev_seq` column must name the last one (the first step's
     // none). Readers walk a session by that column (replays, listings,
@@ -327,62 +326,50 @@ fn check_entries(
         }
         match &stored.entry {
             Ok(entry) => {
-                closed.clear();
-                if !verifier.push_stored_reporting(
-                    entry,
-                    digest,
-                    stored.leaf,
-                    &mut |level, index, hash| closed.push((level, index, *hash)),
-                ) {
-                    return false;
-                }
-                for (level, index, hash) in &closed {
-                    match nodes.check(*level, *index, hash) {
-                        Ok(None) => {}
-                        Ok(Some(detail)) => {
-                            verifier.fail(
-                                cairn_core::verify::entry_location(entry),
-                                Reason::InclusionMismatch,
-                                detail,
+                // The store's own checks of the entry run inside the
+                // verifier's, so that a failure counts the entry once.
+                let mut store_checks =
+                    |closed: &[(u32, u64, Hash)]| -> Result<(), (Reason, String)> {
+                        if let (Some((sid, prev_seq)), cairn_core::log::LogRecord::Step(r)) =
+                            (stored.chain_link, &entry.record)
+                        {
+                            let expected = tallies.entry(sid).or_default().push(
+                                stored.seq,
+                                r.step.step_index,
+                                r.step.kind,
                             );
-                            return false;
+                            if prev_seq != expected {
+                                return Err((
+                                    Reason::MalformedRecord,
+                                    format!(
+                                        "the row of entry {} names {} as its session's previous step, where the log holds {}: readers walking the session by that column would not see all of it",
+                                        stored.seq,
+                                        prev_seq.map_or("none".to_owned(), |p| p.to_string()),
+                                        expected.map_or("none".to_owned(), |p| p.to_string()),
+                                    ),
+                                ));
+                            }
                         }
-                        Err(e) => {
-                            node_error = Some(e);
-                            return false;
+                        for (level, index, hash) in closed {
+                            match nodes.check(*level, *index, hash) {
+                                Ok(None) => {}
+                                Ok(Some(detail)) => {
+                                    return Err((Reason::InclusionMismatch, detail));
+                                }
+                                // The verdict is dropped: the read's error is
+                                // the answer.
+                                Err(e) => {
+                                    node_error = Some(e);
+                                    return Err((
+                                        Reason::InclusionMismatch,
+                                        "reading tree nodes failed".into(),
+                                    ));
+                                }
+                            }
                         }
-                    }
-                }
-                let (Some((sid, prev_seq)), cairn_core::log::LogRecord::Step(r)) =
-                    (stored.chain_link, &entry.record)
-                else {
-                    return true;
-                };
-                let (index, kind) = (r.step.step_index, r.step.kind);
-                let expected = tallies
-                    .entry(sid)
-                    .or_default()
-                    .push(stored.seq, index, kind);
-                if prev_seq == expected {
-                    return true;
-                }
-                let (session_id, step_index) = (Some(r.step.session_id.clone()), Some(index));
-                verifier.fail(
-                        Location {
-                            seq: Some(stored.seq),
-                            session_id,
-                            step_index,
-                            ..Location::default()
-                        },
-                        Reason::MalformedRecord,
-                        format!(
-                            "the row of entry {} names {} as its session's previous step, where the log holds {}: readers walking the session by that column would not see all of it",
-                            stored.seq,
-                            prev_seq.map_or("none".to_owned(), |p| p.to_string()),
-                            expected.map_or("none".to_owned(), |p| p.to_string()),
-                        ),
-                    );
-                false
+                        Ok(())
+                    };
+                verifier.push_stored_with_checks(entry, digest, stored.leaf, &mut store_checks)
             }
             Err(reason) => {
                 verifier.fail(

@@ -189,10 +189,11 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             "reading a proof's tree hashes",
         )?;
         let mut fetched = self.fetched.borrow_mut();
-        // A node read twice with different hashes (the key removed), or
-        // whose hash is not 32 bytes, is left out: `subtree` then reads
-        // its range, and computes it from below.
+        // A node read twice (the key removed), or whose hash is not 32
+        // bytes, is left out: `subtree` then reads its range, and computes
+        // it from below.
         let mut unusable = HashSet::new();
+        let mut read = HashSet::new();
         for row in &rows {
             let level: i32 = col(row, 0)?;
             let index: i64 = col(row, 1)?;
@@ -205,15 +206,10 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             let hash = col::<Option<Vec<u8>>>(row, 2)?
                 .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
                 .map(Hash);
+            // One row per node, as `subtree` requires of a range.
             match hash {
-                Some(hash) if !unusable.contains(&key) => {
-                    if fetched
-                        .insert(key, hash)
-                        .is_some_and(|before| before != hash)
-                    {
-                        fetched.remove(&key);
-                        unusable.insert(key);
-                    }
+                Some(hash) if !unusable.contains(&key) && read.insert(key) => {
+                    fetched.insert(key, hash);
                 }
                 _ => {
                     fetched.remove(&key);

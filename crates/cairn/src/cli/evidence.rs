@@ -108,11 +108,7 @@ fn verify_every_org(
             );
         }
     }
-    let mut once = std::collections::HashSet::new();
-    for org in orgs
-        .iter()
-        .filter(|org| !repeated.contains(org) && once.insert(*org))
-    {
+    for org in orgs.iter().filter(|org| !repeated.contains(org)) {
         let (verdict, extra) = verify_one_org(cli, store, org, args)?;
         all_verified &= verdict.verdict.verified;
         if !cli.json && !verdict.verdict.verified {
@@ -152,7 +148,7 @@ fn verify_every_org(
     } else {
         println!(
             "{} org(s): {}",
-            orgs.len(),
+            seen.len(),
             if all_verified {
                 "all VERIFIED"
             } else {

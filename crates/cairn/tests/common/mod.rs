@@ -342,6 +342,12 @@ pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict)
     assert_eq!(verdict["brokenAtSequence"], seq, "{name}: {verdict}");
     let detail = verdict["detail"].as_str().unwrap();
     assert!(detail.contains("stored tree"), "{name}: {detail}");
+    // Failed at an entry: that entry counted once, the one before it the
+    // last valid (FORMAT 9.6).
+    if let Some(seq) = seq.as_i64() {
+        assert_eq!(verdict["totalChecked"], seq + 1, "{name}: {verdict}");
+        assert_eq!(verdict["lastValidSequence"], seq - 1, "{name}: {verdict}");
+    }
 }
 
 /// Copies a directory and everything in it (a data directory, say).

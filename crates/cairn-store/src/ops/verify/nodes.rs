@@ -129,20 +129,22 @@ impl<'a> StoredNodes<'a> {
 
 /// A stored subtree hash past the log's end, if the store holds one: the
 /// append that completes that subtree would be refused (its row is taken),
-/// so the org could no longer grow past it. `count` is the number of
-/// entries verification read; the log's size is read again after the rows,
-/// so that a row an append wrote meanwhile (committed with its entries) is
-/// inside it. Levels 4 to 40 (a log holds fewer than 2^40 entries).
+/// so the org could no longer grow past it. The log's size is read before
+/// the rows and again after them: a row an append wrote meanwhile
+/// (committed with its entries) lies inside the second size, and up to
+/// [`PAST_END_ROWS`] rows per level past the first size are looked at, so
+/// that such rows cannot hide a planted one behind them. Levels 4 to 40 (a
+/// log holds fewer than 2^40 entries).
 pub(super) fn planted_past_end(
     store: &dyn LedgerStore,
     org_id: &str,
-    count: u64,
 ) -> Result<Option<String>, StoreError> {
+    let before = store.log_size(org_id)?;
     let mut found = Vec::new();
     for level in (NODE_STRIDE..=40).step_by(NODE_STRIDE as usize) {
-        // The first subtree that ends past `count` entries.
-        let first_past = count >> level;
-        if let Some(node) = store.tree_nodes_from(org_id, level, first_past, 1)?.pop() {
+        // The first subtree that ends past `before` entries.
+        let first_past = before >> level;
+        for node in store.tree_nodes_from(org_id, level, first_past, PAST_END_ROWS)? {
             found.push((level, node.index));
         }
     }
@@ -159,6 +161,9 @@ pub(super) fn planted_past_end(
             )
         }))
 }
+
+/// Rows past the log's size read per level by [`planted_past_end`].
+const PAST_END_ROWS: u32 = 64;
 
 /// A stored hash as a person reads it: hex, or what it is instead.
 fn shown(stored: Option<&[u8]>) -> String {
