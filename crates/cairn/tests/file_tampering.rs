@@ -54,6 +54,28 @@ fn last_step(conn: &rusqlite::Connection, session: &str) -> i64 {
     .unwrap()
 }
 
+/// Logs one step of session `b` into `org` of the store in `dir`.
+fn log_to_org(dir: &Path, org: &str) {
+    let run = cairn_in(
+        dir,
+        &[
+            "--org",
+            org,
+            "log",
+            "--session",
+            "b",
+            "--agent",
+            "y",
+            "--type",
+            "observation",
+            "--content",
+            "theirs",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
 fn session_start(conn: &rusqlite::Connection, session: &str) -> i64 {
     conn.query_row(
         "SELECT start_seq FROM sessions WHERE session_id = ?1",
@@ -596,24 +618,7 @@ fn an_inconsistent_store_opens_read_only_and_says_why() {
 fn every_org_is_verified_with_all_orgs_and_an_uncovered_tail_is_named() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());
-    let other = cairn_in(
-        dir.path(),
-        &[
-            "--org",
-            "other-org",
-            "log",
-            "--session",
-            "b",
-            "--agent",
-            "y",
-            "--type",
-            "observation",
-            "--content",
-            "theirs",
-        ],
-        None,
-    );
-    assert_eq!(other.code, 0, "{}", other.stderr);
+    log_to_org(dir.path(), "other-org");
     let c = attacker(dir.path());
     {
         c.execute(
@@ -787,24 +792,7 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());
     for org in ["beta", "gamma"] {
-        let run = cairn_in(
-            dir.path(),
-            &[
-                "--org",
-                org,
-                "log",
-                "--session",
-                "b",
-                "--agent",
-                "y",
-                "--type",
-                "observation",
-                "--content",
-                "theirs",
-            ],
-            None,
-        );
-        assert_eq!(run.code, 0, "{}", run.stderr);
+        log_to_org(dir.path(), org);
     }
     let all = cairn_in(dir.path(), &["verify", "--all-orgs"], None);
     assert_eq!(all.code, 0, "{}", all.stdout);

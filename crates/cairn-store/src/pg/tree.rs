@@ -192,7 +192,6 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
         // A node read twice (the key removed), or whose hash is not 32
         // bytes, is left out: `subtree` then reads its range, and computes
         // it from below.
-        let mut unusable = HashSet::new();
         let mut read = HashSet::new();
         for row in &rows {
             let level: i32 = col(row, 0)?;
@@ -206,14 +205,15 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
             let hash = col::<Option<Vec<u8>>>(row, 2)?
                 .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
                 .map(Hash);
-            // One row per node, as `subtree` requires of a range.
+            // One row per node, as `subtree` requires of a range: a second
+            // row (whatever the first held) takes the node out for good.
             match hash {
-                Some(hash) if !unusable.contains(&key) && read.insert(key) => {
+                Some(hash) if read.insert(key) => {
                     fetched.insert(key, hash);
                 }
                 _ => {
+                    read.insert(key);
                     fetched.remove(&key);
-                    unusable.insert(key);
                 }
             }
         }

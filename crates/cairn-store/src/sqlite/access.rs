@@ -35,17 +35,22 @@ impl SqliteStore {
     pub(super) fn org_id_of(conn: &Connection, org: &str) -> Result<Option<i64>, StoreError> {
         // Cached: every read looks its org up (a full verification reads
         // its log a chunk at a time).
-        let numbers: Vec<i64> = conn
+        // Two rows at most, read without collecting them: every read
+        // looks its org up.
+        let (first, second): (Option<i64>, Option<i64>) = conn
             .prepare_cached("SELECT org FROM orgs WHERE name = ?1 LIMIT 2")
-            .and_then(|mut s| s.query_map([org], |r| r.get(0))?.collect())
+            .and_then(|mut s| {
+                let mut rows = s.query_map([org], |r| r.get(0))?;
+                Ok((rows.next().transpose()?, rows.next().transpose()?))
+            })
             .context("looking up an org")?;
-        match numbers[..] {
-            [] => Ok(None),
-            [number] => Ok(Some(number)),
+        match (first, second) {
+            (None, _) => Ok(None),
+            (Some(number), None) => Ok(Some(number)),
             // The name's key removed and a second org given it: one of
             // the two logs would be read for the other (PostgreSQL's
             // lookup refuses the same way).
-            _ => Err(StoreError::Corrupt(format!(
+            (Some(_), Some(_)) => Err(StoreError::Corrupt(format!(
                 "the orgs table names org {org} more than once"
             ))),
         }

@@ -22,13 +22,20 @@ use std::collections::VecDeque;
 const PAGE: u32 = 1024;
 
 /// One level's rows, read ahead in index order.
-#[derive(Default)]
 struct LevelRows {
     page: VecDeque<StoredNode>,
-    /// The index the next page starts at; `None` once the level's rows
-    /// (as far as they were read) are exhausted.
+    /// The index the next page starts at (at the least: never below the
+    /// subtree asked for); `None` once the level's rows are exhausted.
     next: Option<u64>,
-    started: bool,
+}
+
+impl Default for LevelRows {
+    fn default() -> Self {
+        LevelRows {
+            page: VecDeque::new(),
+            next: Some(0),
+        }
+    }
 }
 
 /// The stored subtree hashes of one org, compared as the verification
@@ -84,14 +91,8 @@ impl<'a> StoredNodes<'a> {
             if !rows.page.is_empty() {
                 break;
             }
-            let from = if rows.started {
-                match rows.next {
-                    Some(from) => from.max(index),
-                    None => return Ok(None),
-                }
-            } else {
-                rows.started = true;
-                index
+            let Some(from) = rows.next.map(|next| next.max(index)) else {
+                return Ok(None);
             };
             let page = self.store.tree_nodes_from(self.org_id, level, from, PAGE)?;
             rows.next = match page.last() {
