@@ -756,8 +756,9 @@ fn kind_rows_planted_missing_or_not_yet_built() {
 /// The stored subtree hashes (`nodes`), which proofs, receipts and the
 /// roots of sizes no checkpoint signed are computed from, are compared
 /// with verification's own fold of the leaves: an edited row, or one that
-/// is not a hash, fails at the entry that closes its subtree; a missing
-/// row is computed from below by every reader and is no failure.
+/// is not a hash, fails at the entry that closes its subtree, and so does
+/// a missing one, which every reader computes from below (its proofs still
+/// verify).
 #[test]
 fn stored_tree_nodes_are_compared_with_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -859,5 +860,17 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
         let verdict = json(&run);
         assert_eq!(verdict["verified"], false, "{what}: {verdict}");
         assert_eq!(verdict[member], expected, "{what}: {verdict}");
+        if member == "repeated_org_names" {
+            // Verifying that one org alone says so too: a verdict, not a
+            // store error.
+            let run = cairn_in(copy.path(), &["--json", "--org", "acme", "verify"], None);
+            assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
+            let verdict = json(&run);
+            assert_eq!(verdict["verified"], false, "{what}: {verdict}");
+            assert_eq!(verdict[member], expected, "{what}: {verdict}");
+            let run = cairn_in(copy.path(), &["--org", "acme", "verify"], None);
+            assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
+            assert!(run.stdout.contains("TAMPERED"), "{what}: {}", run.stdout);
+        }
     }
 }

@@ -305,8 +305,8 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
 
 /// The stored subtree hashes are compared with the log on PostgreSQL too
 /// (as `file_tampering::stored_tree_nodes_are_compared_with_the_log`): an
-/// edited row or one that is not a hash fails at the entry closing its
-/// subtree; a deleted one is computed from below and fails nothing.
+/// edited, missing or unusable row fails at the entry closing its subtree,
+/// and readers compute a missing one from below (its proofs still verify).
 #[test]
 fn stored_tree_nodes_are_compared_with_the_log() {
     let Some(cluster) = PgCluster::start() else {

@@ -35,8 +35,10 @@ mod import;
 mod records;
 mod rows;
 mod steps;
+mod stored_tree;
 
 pub(crate) use rows::*;
+pub(crate) use stored_tree::{fold_perfect, one_row_per_index, stored_subtree};
 
 /// Merkle subtrees are stored at levels that are multiples of this, so a
 /// proof reads at most 16 stored hashes per subtree it needs.
@@ -100,27 +102,6 @@ impl SessionState {
             known_kinds: 0,
         }
     }
-}
-
-/// The root of a perfect subtree from its hashes at one level, in order
-/// (a power of two of them): how both backends fold a subtree from the
-/// hashes stored below it.
-pub(crate) fn fold_perfect(mut hashes: Vec<Hash>) -> Result<Hash, StoreError> {
-    if !hashes.len().is_power_of_two() {
-        return Err(StoreError::Corrupt(format!(
-            "{} hashes do not make a perfect subtree",
-            hashes.len()
-        )));
-    }
-    while hashes.len() > 1 {
-        hashes = hashes
-            .chunks_exact(2)
-            .map(|pair| cairn_core::merkle::node_hash(&pair[0], &pair[1]))
-            .collect();
-    }
-    hashes
-        .pop()
-        .ok_or_else(|| StoreError::Corrupt("empty subtree".into()))
 }
 
 /// A session's last step as the log holds it.

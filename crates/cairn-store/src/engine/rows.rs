@@ -41,21 +41,6 @@ pub(crate) fn org_range(org: i64) -> (i64, i64) {
     (org << 40, (org + 1) << 40)
 }
 
-/// Whether the stored node indexes read for a range are exactly `first`,
-/// `first + 1`, ... `first + span - 1`, in order: only then are their
-/// hashes the range's (a planted index or a repeated one beside a missing
-/// one would otherwise be folded in).
-pub(crate) fn one_row_per_index(indexes: impl Iterator<Item = i64>, first: u64, span: u64) -> bool {
-    let mut expected = first;
-    for idx in indexes {
-        if u64::try_from(idx).ok() != Some(expected) {
-            return false;
-        }
-        expected += 1;
-    }
-    expected == first + span
-}
-
 /// The 33 columns a step is read from into a [`RawStep`] (`e` entries,
 /// `o` orgs, `s` sessions).
 pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.kind_label, e.content, e.input_data,

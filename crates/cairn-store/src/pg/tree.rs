@@ -8,7 +8,7 @@ use super::connection::{Db, col, i64_of, u64_of};
 use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
 use crate::stored::CheckpointPage;
 use crate::{StoreError, StoredCheckpoint, StoredNode};
-use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
+use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
 use std::cell::RefCell;
@@ -43,6 +43,57 @@ impl<'a, C: GenericClient> PgTree<'a, C> {
         let stored = level - level % NODE_STRIDE;
         let first = index << (level - stored);
         (stored, first, first + (1u64 << (level - stored)))
+    }
+
+    /// The `count` hashes stored at `level` from index `first` (level 0:
+    /// the leaves'), or `None` unless there is exactly one usable hash for
+    /// each (`engine::stored_subtree` then computes them from below).
+    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Option<Vec<Hash>>, StoreError> {
+        let end = first.saturating_add(count);
+        let mut db = self.db.borrow_mut();
+        if level == 0 {
+            let rows = db.query(
+                "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
+                &[&row_id(self.org, first), &row_id(self.org, end)],
+                "reading leaf hashes",
+            )?;
+            if rows.len() as u64 != count {
+                return Ok(None);
+            }
+            return rows
+                .iter()
+                .map(|row| blob_hash(col(row, 0)?))
+                .collect::<Result<_, _>>()
+                .map(Some);
+        }
+        let (Ok(from), Ok(to)) = (i64::try_from(first), i64::try_from(end)) else {
+            return Ok(None);
+        };
+        let rows = db.query(
+            "SELECT hash, idx FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
+            &[&self.org, &(level as i32), &from, &to],
+            "reading tree nodes",
+        )?;
+        // One row for each index of the range, in order: anything else (a
+        // row missing while another index is repeated, the key removed) is
+        // computed from below, as verification compares.
+        let indexes = rows
+            .iter()
+            .map(|row| col::<i64>(row, 1))
+            .collect::<Result<Vec<i64>, StoreError>>()?;
+        if !crate::engine::one_row_per_index(indexes.into_iter(), first, count) {
+            return Ok(None);
+        }
+        // A hash that is not 32 bytes (or none, the column's constraint
+        // dropped) is no hash either.
+        rows.iter()
+            .map(|row| {
+                Ok(col::<Option<Vec<u8>>>(row, 0)?
+                    .and_then(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
+                    .map(Hash))
+            })
+            .collect::<Result<Vec<Option<Hash>>, StoreError>>()
+            .map(|hashes| hashes.into_iter().collect())
     }
 
     /// The stored hashes of a subtree, if every one was fetched ahead.
@@ -89,63 +140,11 @@ impl<C: GenericClient> SubtreeHashes for PgTree<'_, C> {
         if let Some(hashes) = self.fetched_hashes(level, index) {
             return crate::engine::fold_perfect(hashes);
         }
-        let (stored, first, end) = Self::stored_range(level, index);
-        let span = end - first;
-        let rows = {
-            let mut db = self.db.borrow_mut();
-            if stored == 0 {
-                db.query(
-                    "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
-                    &[&row_id(self.org, first), &row_id(self.org, end)],
-                    "reading leaf hashes",
-                )?
-            } else {
-                let rows = db.query(
-                    "SELECT hash, idx FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
-                    &[&self.org, &(stored as i32), &i64_of(first), &i64_of(end)],
-                    "reading tree nodes",
-                )?;
-                // One row for each index of the range, in order: anything
-                // else (a row missing while another index is repeated, the
-                // key removed) is computed from below, as verification
-                // compares.
-                let indexes = rows
-                    .iter()
-                    .map(|row| col::<i64>(row, 1))
-                    .collect::<Result<Vec<i64>, StoreError>>()?;
-                // A hash that is not 32 bytes (or none, the column's
-                // constraint dropped) is no hash either.
-                let hashes = rows
-                    .iter()
-                    .map(|row| col::<Option<Vec<u8>>>(row, 0))
-                    .collect::<Result<Vec<_>, StoreError>>()?;
-                if crate::engine::one_row_per_index(indexes.into_iter(), first, span)
-                    && hashes
-                        .iter()
-                        .all(|h| h.as_ref().is_some_and(|h| h.len() == 32))
-                {
-                    rows
-                } else {
-                    Vec::new()
-                }
-            }
-        };
-        if rows.len() as u64 != span {
-            if level == 0 {
-                return Err(StoreError::Corrupt(format!(
-                    "leaf {index} of the log is missing"
-                )));
-            }
-            // A stored node is missing: compute it from below.
-            let left = self.subtree(level - 1, 2 * index)?;
-            let right = self.subtree(level - 1, 2 * index + 1)?;
-            return Ok(node_hash(&left, &right));
-        }
-        let hashes = rows
-            .iter()
-            .map(|row| blob_hash(col(row, 0)?))
-            .collect::<Result<Vec<Hash>, StoreError>>()?;
-        crate::engine::fold_perfect(hashes)
+        crate::engine::stored_subtree(
+            &mut |l, first, count| self.stored(l, first, count),
+            level,
+            index,
+        )
     }
 
     /// Fetches the stored hashes of every announced subtree not fetched

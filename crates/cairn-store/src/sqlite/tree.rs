@@ -4,10 +4,10 @@
 //! is read back.
 
 use super::SqliteStore;
-use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
+use crate::engine::{blob_hash, org_range, row_id};
 use crate::stored::CheckpointPage;
 use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode};
-use cairn_core::merkle::{Frontier, SubtreeHashes, node_hash, range_hash};
+use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -40,70 +40,76 @@ impl SubtreeHashes for DbTree<'_> {
     }
 
     fn subtree(&self, level: u32, index: u64) -> Result<Hash, StoreError> {
-        let stored = level - level % NODE_STRIDE;
-        let span = 1u64 << (level - stored);
-        let first = index << (level - stored);
-        let hashes: Vec<Vec<u8>> = if stored == 0 {
-            self.conn
+        crate::engine::stored_subtree(
+            &mut |l, first, count| self.stored(l, first, count),
+            level,
+            index,
+        )
+    }
+}
+
+impl DbTree<'_> {
+    /// The `count` hashes stored at `level` from index `first` (level 0:
+    /// the leaves'), or `None` unless there is exactly one usable hash for
+    /// each (`engine::stored_subtree` then computes them from below).
+    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Option<Vec<Hash>>, StoreError> {
+        let end = first.saturating_add(count);
+        if level == 0 {
+            let hashes: Vec<Vec<u8>> = self
+                .conn
                 .prepare_cached(
                     "SELECT leaf_hash FROM entries WHERE id >= ?1 AND id < ?2 ORDER BY id",
                 )
                 .and_then(|mut s| {
                     s.query_map(
-                        params![row_id(self.org, first), row_id(self.org, first + span)],
+                        params![row_id(self.org, first), row_id(self.org, end)],
                         |r| r.get(0),
                     )?
                     .collect()
                 })
-                .context("reading leaf hashes")?
-        } else {
-            // Only integer indexes (SQLite keeps any type: a fractional
-            // index lies inside the range), and only one row for each
-            // index of the range, in order: anything else (a row missing
-            // while another was planted, a repeated index once the key was
-            // removed) is computed from below, as verification compares.
-            let rows: Vec<(i64, Option<Vec<u8>>)> = self
-                .conn
-                .prepare_cached(
-                    "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
-                       AND typeof(idx) = 'integer'
-                     ORDER BY idx",
-                )
-                .and_then(|mut s| {
-                    s.query_map(
-                        params![self.org, stored, first as i64, (first + span) as i64],
-                        |r| Ok((r.get(0)?, blob_of(r.get_ref(1)?))),
-                    )?
-                    .collect()
-                })
-                .context("reading tree nodes")?;
-            // A hash that is not a 32-byte blob is no hash either.
-            if crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, span)
-                && rows
-                    .iter()
-                    .all(|(_, hash)| hash.as_ref().is_some_and(|h| h.len() == 32))
-            {
-                rows.into_iter().filter_map(|(_, hash)| hash).collect()
-            } else {
-                Vec::new()
+                .context("reading leaf hashes")?;
+            if hashes.len() as u64 != count {
+                return Ok(None);
             }
-        };
-        if hashes.len() as u64 != span {
-            if level == 0 {
-                return Err(StoreError::Corrupt(format!(
-                    "leaf {index} of the log is missing"
-                )));
-            }
-            // A stored node is missing: compute it from below.
-            let left = self.subtree(level - 1, 2 * index)?;
-            let right = self.subtree(level - 1, 2 * index + 1)?;
-            return Ok(node_hash(&left, &right));
+            return hashes
+                .into_iter()
+                .map(blob_hash)
+                .collect::<Result<_, _>>()
+                .map(Some);
         }
-        let hashes = hashes
+        // Only integer indexes (SQLite keeps any type: a fractional index
+        // lies inside the range), and only one row for each index of the
+        // range, in order: anything else (a row missing while another was
+        // planted, a repeated index once the key was removed) is computed
+        // from below, as verification compares.
+        let (Ok(from), Ok(to)) = (i64::try_from(first), i64::try_from(end)) else {
+            return Ok(None);
+        };
+        let rows: Vec<(i64, Option<Vec<u8>>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
+                   AND typeof(idx) = 'integer'
+                 ORDER BY idx",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![self.org, level, from, to], |r| {
+                    Ok((r.get(0)?, blob_of(r.get_ref(1)?)))
+                })?
+                .collect()
+            })
+            .context("reading tree nodes")?;
+        if !crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, count) {
+            return Ok(None);
+        }
+        // A hash that is not a 32-byte blob is no hash either.
+        Ok(rows
             .into_iter()
-            .map(blob_hash)
-            .collect::<Result<Vec<Hash>, StoreError>>()?;
-        crate::engine::fold_perfect(hashes)
+            .map(|(_, hash)| {
+                hash.and_then(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
+                    .map(Hash)
+            })
+            .collect())
     }
 }
 

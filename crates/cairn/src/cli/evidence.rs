@@ -59,8 +59,24 @@ pub(super) fn verify_store(
     if args.all_orgs {
         return verify_every_org(cli, store, args, started);
     }
-    let total = store.log_size(&cli.org)?;
     let orgs = store.orgs()?;
+    // A name the orgs table gives twice stands for one of two logs: a
+    // verdict that says so, not a store error (as `--all-orgs` does).
+    if orgs.iter().filter(|org| **org == cli.org).count() > 1 {
+        if cli.json {
+            println!(
+                "{}",
+                json!({"verified": false, "org_id": cli.org, "repeated_org_names": [cli.org], "elapsed_ms": started.elapsed().as_millis()})
+            );
+        } else {
+            println!(
+                "TAMPERED: the orgs table names {} more than once (one of the logs would stand for the other)",
+                cli.org
+            );
+        }
+        return Ok(Outcome::VerificationFailed);
+    }
+    let total = store.log_size(&cli.org)?;
     if total == 0 && !orgs.contains(&cli.org) {
         return Err(usage(format!(
             "org {} has no records ({})",

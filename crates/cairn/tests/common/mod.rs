@@ -183,13 +183,14 @@ pub fn log_many(target: Target<'_>, count: usize) {
 /// What verification must say after a tampering of the stored tree.
 #[derive(Clone, Copy, Debug)]
 pub enum NodeVerdict {
-    /// Verified, and a session's export (its proofs computed from the
-    /// stored tree) verifies too.
-    Verifies,
     /// `inclusion-mismatch` at this seq.
-    BrokenAt(i64),
+    AtEntry(i64),
+    /// `inclusion-mismatch` at this seq, while readers, which compute what
+    /// they cannot use from below, still give right proofs: a session's
+    /// export (a proof per entry, from the stored tree) verifies.
+    ProofsHoldAtEntry(i64),
     /// `inclusion-mismatch` at no entry (found after the log).
-    BrokenAtEnd,
+    AfterTheLog,
 }
 
 /// Tamperings of the stored subtree hashes (`nodes`) of a log of more
@@ -224,52 +225,62 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
                  INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, hash FROM nodes WHERE level = 4 AND idx = 6"
             ),
             // Readers compute the range from below; verification names
-            // the repeated index.
-            NodeVerdict::BrokenAt(111),
+            // the missing row first.
+            NodeVerdict::ProofsHoldAtEntry(95),
         ),
         (
             "level 4, a null hash beside the row, the key removed",
             format!(
                 "{unkeyed} INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, NULL FROM nodes WHERE level = 4 AND idx = 5"
             ),
-            NodeVerdict::BrokenAt(95),
+            NodeVerdict::ProofsHoldAtEntry(95),
         ),
         (
             "level 4, a null hash",
             format!("{unkeyed} UPDATE nodes SET hash = NULL WHERE level = 4 AND idx = 3"),
-            NodeVerdict::BrokenAt(63),
+            NodeVerdict::AtEntry(63),
         ),
         (
             "level 4, a row planted past the log's end",
             "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1000, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
-            NodeVerdict::BrokenAtEnd,
+            NodeVerdict::AfterTheLog,
         ),
         (
             "level 4, first subtree, edited",
             format!("UPDATE nodes SET hash = {zero} WHERE level = 4 AND idx = 0"),
-            NodeVerdict::BrokenAt(15),
+            NodeVerdict::AtEntry(15),
         ),
         (
             "level 4, fourth subtree, not a hash",
             format!("UPDATE nodes SET hash = {short} WHERE level = 4 AND idx = 3"),
-            NodeVerdict::BrokenAt(63),
+            NodeVerdict::AtEntry(63),
         ),
         (
             "level 8, first subtree, another subtree's hash",
             "UPDATE nodes SET hash = (SELECT hash FROM nodes WHERE level = 4 AND idx = 1) WHERE level = 8 AND idx = 0".into(),
-            NodeVerdict::BrokenAt(255),
+            NodeVerdict::AtEntry(255),
         ),
         (
             "level 4, a second row for a subtree, the key removed",
             format!(
                 "{unkeyed} INSERT INTO nodes (org, level, idx, hash) SELECT org, level, idx, {ones} FROM nodes WHERE level = 4 AND idx = 5"
             ),
-            NodeVerdict::BrokenAt(95),
+            NodeVerdict::ProofsHoldAtEntry(95),
         ),
         (
             "level 4, a row deleted",
             "DELETE FROM nodes WHERE level = 4 AND idx = 2".into(),
-            NodeVerdict::Verifies,
+            NodeVerdict::ProofsHoldAtEntry(47),
+        ),
+        (
+            "level 8, a row deleted",
+            "DELETE FROM nodes WHERE level = 8 AND idx = 0".into(),
+            NodeVerdict::ProofsHoldAtEntry(255),
+        ),
+        (
+            "every row deleted",
+            "DELETE FROM nodes".into(),
+            NodeVerdict::ProofsHoldAtEntry(15),
         ),
     ];
     if !postgres {
@@ -281,8 +292,9 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
              INSERT INTO nodes (org, level, idx, hash) VALUES (1, 4, 5.5, zeroblob(32))"
                 .into(),
             // Readers compute the range from below; verification names the
-            // row no reader can use, after the log.
-            NodeVerdict::BrokenAtEnd,
+            // missing row (and would name the one no reader can use after
+            // the log).
+            NodeVerdict::ProofsHoldAtEntry(95),
         ));
         cases.push((
             "level 4, a whole-number real index past the log's end (it takes the integer's key)",
@@ -291,19 +303,19 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
              INSERT INTO loose SELECT * FROM nodes; DROP TABLE nodes; ALTER TABLE loose RENAME TO nodes;
              INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1000.0, hash FROM nodes WHERE level = 4 AND idx = 0"
                 .into(),
-            NodeVerdict::BrokenAtEnd,
+            NodeVerdict::AfterTheLog,
         ));
         cases.push((
             "level 4, the right bytes as text",
             "UPDATE nodes SET hash = CAST(hash AS TEXT) WHERE level = 4 AND idx = 0".into(),
-            NodeVerdict::BrokenAt(15),
+            NodeVerdict::AtEntry(15),
         ));
         cases.push((
             "level 4, a fractional index before an edited row",
             "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, 1.5, hash FROM nodes WHERE level = 4 AND idx = 1;
              UPDATE nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 2"
                 .into(),
-            NodeVerdict::BrokenAt(47),
+            NodeVerdict::AtEntry(47),
         ));
     }
     cases
@@ -316,9 +328,7 @@ pub const NODES_DIGEST_SQL: &str =
 /// After one of [`node_tamperings`]: the verdict it must give.
 pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict) {
     let seq = match verdict {
-        NodeVerdict::Verifies => {
-            let run = target.run(&["verify"], None);
-            assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+        NodeVerdict::ProofsHoldAtEntry(seq) => {
             // Proofs are computed from the stored tree: a session's export
             // carries one per entry.
             let bundle = target.dir.join("session.bundle");
@@ -327,10 +337,10 @@ pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict)
             assert_eq!(run.code, 0, "{name}: {}", run.stderr);
             let run = target.run(&["verify", "--bundle", bundle], None);
             assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
-            return;
+            Value::from(seq)
         }
-        NodeVerdict::BrokenAt(seq) => Value::from(seq),
-        NodeVerdict::BrokenAtEnd => Value::Null,
+        NodeVerdict::AtEntry(seq) => Value::from(seq),
+        NodeVerdict::AfterTheLog => Value::Null,
     };
     let run = target.run(&["verify", "--json"], None);
     let verdict = json(&run);

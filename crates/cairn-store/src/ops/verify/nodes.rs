@@ -10,8 +10,11 @@
 //! log's size when the verification started are compared: their rows were
 //! committed with the entries that closed them, before that size was read,
 //! so an append running beside the verification cannot make a row look
-//! missing or wrong. A missing row is not a failure: readers compute a
-//! subtree they do not find from the level below (`DbTree::subtree`).
+//! missing or wrong. A missing row is a failure too: every append writes
+//! the rows of the subtrees it completes, so only someone with the
+//! database removes one, and readers would then compute each proof over
+//! it from the level below (`engine::stored_subtree`): right, but slower
+//! the more rows are gone, up to reading the whole log for one proof.
 
 use crate::engine::NODE_STRIDE;
 use crate::{LedgerStore, StoreError, StoredNode};
@@ -60,8 +63,8 @@ impl<'a> StoredNodes<'a> {
     }
 
     /// Compares the subtree `(level, index)` the verification computed as
-    /// `hash` with its stored row, if the store keeps one: `Some(detail)`
-    /// when the row says otherwise.
+    /// `hash` with its stored row: `Some(detail)` when there is no row,
+    /// more than one, or one that says otherwise.
     pub(super) fn check(
         &mut self,
         level: u32,
@@ -92,7 +95,7 @@ impl<'a> StoredNodes<'a> {
                 break;
             }
             let Some(from) = rows.next.map(|next| next.max(index)) else {
-                return Ok(None);
+                break;
             };
             let page = self.store.tree_nodes_from(self.org_id, level, from, PAGE)?;
             rows.next = match page.last() {
@@ -100,7 +103,7 @@ impl<'a> StoredNodes<'a> {
                 _ => None,
             };
             if page.is_empty() {
-                return Ok(None);
+                break;
             }
             rows.page.extend(page);
         }
@@ -122,8 +125,10 @@ impl<'a> StoredNodes<'a> {
                 rows.page.pop_front();
                 Ok(detail)
             }
-            // No row for this subtree: readers compute it from below.
-            _ => Ok(None),
+            _ => Ok(Some(format!(
+                "the stored tree has no row for the node at level {level}, index {index}, which the append of its last leaf wrote: it was removed (readers compute it from below, reading up to {} leaves for a proof over it)",
+                1u64 << level
+            ))),
         }
     }
 }
