@@ -126,6 +126,15 @@ impl LogVerifier {
         verifier
     }
 
+    /// From here on, accepts an erasure naming a step that was read whole,
+    /// as [`LogVerifier::mirroring`] does: for entries appended while a
+    /// store's verification ran, whose erasures may name steps it read
+    /// before they were erased (the next verification, reading both after
+    /// the erasure, compares them).
+    pub fn mirror_from_here(&mut self) {
+        self.mirroring = true;
+    }
+
     /// Erased steps seen so far whose erasure record has not come yet:
     /// their positions, oldest first.
     pub fn pending_erasures(&self) -> Vec<u64> {

@@ -468,8 +468,11 @@ fn check_entries(
         outcome
     })?;
     // Past the size read above (the log grew since): every checkpoint
-    // left first, then the entries.
+    // left first, then the entries. A step read above may have been erased
+    // since, its erasure record among these: it is accepted as a mirror
+    // accepts one (the step was read whole, before the erasure).
     if finished && checkpoints.feed_through(verifier, u64::MAX)? {
+        verifier.mirror_from_here();
         store.read_log_for_verification(org_id, size, u64::MAX, &mut |stored, digest| {
             check(verifier, &stored, digest)
         })?;
@@ -511,20 +514,38 @@ pub fn verify_session(
         return Ok(None);
     };
     let keys = agent_keys(store, org_id)?;
-    let mut verifier = SessionVerifier::new(&info.header, keys);
-    let mut erasures = Vec::new();
     // Only the erasures are kept (a session may hold any number of audit
     // events).
-    store.visit_session_records(org_id, session_id, &mut |seq, record| {
-        if let OpRecord::Erasure(erasure) = record {
-            erasures.push((seq, erasure));
+    let erasures_of = || -> Result<Vec<_>, StoreError> {
+        let mut erasures = Vec::new();
+        store.visit_session_records(org_id, session_id, &mut |seq, record| {
+            if let OpRecord::Erasure(erasure) = record {
+                erasures.push((seq, erasure));
+            }
+            true
+        })?;
+        Ok(erasures)
+    };
+    // The erasure records are read before the steps: a step erased in
+    // between would show erased with no record for it. So they are read
+    // again after, and the steps checked again if one came meanwhile
+    // (erasures are rare: a few tries settle it).
+    let mut erasures = erasures_of()?;
+    let mut verifier;
+    let mut tries = 0;
+    loop {
+        verifier = SessionVerifier::new(&info.header, keys.clone());
+        let seen = erasures.len();
+        verifier.expect_erasures(erasures);
+        store.read_session(org_id, session_id, &mut |step| {
+            verifier.push_at(&step.record, step.seq, step.logged_at)
+        })?;
+        tries += 1;
+        erasures = erasures_of()?;
+        if erasures.len() == seen || tries == 4 {
+            break;
         }
-        true
-    })?;
-    verifier.expect_erasures(erasures);
-    store.read_session(org_id, session_id, &mut |step| {
-        verifier.push_at(&step.record, step.seq, step.logged_at)
-    })?;
+    }
     let (server_name, _) = store.log_signer(org_id)?;
     let keys = store.log_keys(org_id)?;
     let expected = match &info.seal {

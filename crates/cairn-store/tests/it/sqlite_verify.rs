@@ -267,18 +267,56 @@ fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
         (size, size)
     );
 
-    // Entries appended meanwhile: every verification still holds.
+    // Entries appended meanwhile, and early steps erased meanwhile (a
+    // verification may read a step whole and then its erasure record past
+    // the size it started with): every verification still holds.
+    let early: Vec<String> = {
+        let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+        conn.prepare("SELECT trace_id FROM entries WHERE type = 'step' ORDER BY id LIMIT 60")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
     let appending = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || append_varied(&store, 4, 300, true))
     };
+    let erasing = {
+        let ledger =
+            cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+        std::thread::spawn(move || {
+            for trace_id in early {
+                std::thread::sleep(std::time::Duration::from_millis(15));
+                ledger
+                    .write(cairn_store::WriteRequest::Erase {
+                        org_id: crate::conformance::ORG.into(),
+                        trace_id,
+                        reason: "test".into(),
+                        actor: "test".into(),
+                    })
+                    .unwrap();
+            }
+        })
+    };
     let mut checked = Vec::new();
-    while !appending.is_finished() || checked.is_empty() {
+    while !appending.is_finished() || !erasing.is_finished() || checked.is_empty() {
         let verdict = verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
         assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
         checked.push(verdict.log_size);
+        // A session's own verification reads its erasures and its steps
+        // apart: one erased in between is read again, not failed.
+        for w in 0..8 {
+            let session = format!("w{w}");
+            let verdict = cairn_store::ops::verify_session(store.as_ref(), org, &session)
+                .unwrap()
+                .unwrap();
+            assert!(verdict.verified, "{session}: {:?}", verdict.failure);
+        }
     }
     appending.join().unwrap();
+    erasing.join().unwrap();
     assert!(checked.iter().all(|&n| n >= size), "{checked:?}");
     let size = store.log_size(org).unwrap();
     drop(store);
