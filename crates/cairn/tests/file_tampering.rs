@@ -784,6 +784,36 @@ fn stored_tree_nodes_are_compared_with_the_log() {
     }
 }
 
+/// A missing subtree row is reported after the log, so it hides no
+/// failure of the log itself: a record edited further on is the verdict.
+#[test]
+fn a_missing_tree_row_hides_no_later_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    common::log_many(Target::embedded(dir.path()), 300);
+    let conn = attacker(dir.path());
+    conn.execute_batch("DELETE FROM nodes WHERE level = 4 AND idx = 0")
+        .unwrap();
+    let forged: i64 = conn
+        .query_row(
+            "SELECT max(seq) FROM entries WHERE type = 'step' AND content LIKE 'bulk note%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    conn.execute(
+        "UPDATE entries SET content = 'FORGED' WHERE seq = ?1",
+        [forged],
+    )
+    .unwrap();
+    drop(conn);
+    let run = cairn_in(dir.path(), &["--json", "verify"], None);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let verdict = json(&run);
+    assert_eq!(verdict["brokenReason"], "digest-mismatch", "{verdict}");
+    assert_eq!(verdict["brokenAtSequence"], forged, "{verdict}");
+}
+
 /// An org's row deleted from the `orgs` table hides its whole log from
 /// every listing of orgs, and so from `verify --all-orgs`, while the log
 /// is still in the store: whichever org it is (the first, one between
@@ -862,15 +892,21 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
         assert_eq!(verdict[member], expected, "{what}: {verdict}");
         if member == "repeated_org_names" {
             // Verifying that one org alone says so too: a verdict, not a
-            // store error.
-            let run = cairn_in(copy.path(), &["--json", "--org", "acme", "verify"], None);
-            assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
-            let verdict = json(&run);
-            assert_eq!(verdict["verified"], false, "{what}: {verdict}");
-            assert_eq!(verdict[member], expected, "{what}: {verdict}");
-            let run = cairn_in(copy.path(), &["--org", "acme", "verify"], None);
-            assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
-            assert!(run.stdout.contains("TAMPERED"), "{what}: {}", run.stdout);
+            // store error, in the shape of every other verdict, whether
+            // the org or one of its sessions is verified.
+            for session in [None, Some("b")] {
+                let mut args = vec!["--json", "--org", "acme", "verify"];
+                args.extend(session.iter().flat_map(|s| ["--session", *s]));
+                let run = cairn_in(copy.path(), &args, None);
+                assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
+                let verdict = json(&run);
+                assert_eq!(verdict["verified"], false, "{what}: {verdict}");
+                assert_eq!(verdict["brokenReason"], "malformed-record", "{what}: {verdict}");
+                assert_eq!(verdict[member], expected, "{what}: {verdict}");
+                let run = cairn_in(copy.path(), &args[1..], None);
+                assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
+                assert!(run.stdout.contains("TAMPERED"), "{what}: {}", run.stdout);
+            }
         }
     }
 }

@@ -38,7 +38,7 @@ mod steps;
 mod stored_tree;
 
 pub(crate) use rows::*;
-pub(crate) use stored_tree::{fold_perfect, one_row_per_index, stored_subtree};
+pub(crate) use stored_tree::{by_index, fold_perfect, stored_subtree};
 
 /// Merkle subtrees are stored at levels that are multiples of this, so a
 /// proof reads at most 16 stored hashes per subtree it needs.

@@ -41,31 +41,49 @@ pub(crate) fn fold_perfect(mut hashes: Vec<Hash>) -> Result<Hash, StoreError> {
         .ok_or_else(|| StoreError::Corrupt("empty subtree".into()))
 }
 
-/// Whether the stored node indexes read for a range are exactly `first`,
-/// `first + 1`, ... `first + span - 1`, in order: only then are their
-/// hashes the range's (a planted index or a repeated one beside a missing
-/// one would otherwise be folded in).
-pub(crate) fn one_row_per_index(indexes: impl Iterator<Item = i64>, first: u64, span: u64) -> bool {
-    let mut expected = first;
-    for idx in indexes {
-        if u64::try_from(idx).ok() != Some(expected) {
-            return false;
-        }
-        expected += 1;
+/// The hashes of a range of `count` indexes from `first` as the rows read
+/// for it give them, `(index, hash)` in any order: one per index, `None`
+/// where there is no row, more than one, or one whose hash is not a
+/// 32-byte blob (such a row is no answer: verification names it, readers
+/// compute that subtree from below).
+pub(crate) fn by_index(
+    rows: impl Iterator<Item = (i64, Option<Vec<u8>>)>,
+    first: u64,
+    count: u64,
+) -> Vec<Option<Hash>> {
+    let mut hashes: Vec<Option<Hash>> = vec![None; count as usize];
+    let mut seen = vec![false; count as usize];
+    for (index, hash) in rows {
+        let Some(at) = u64::try_from(index)
+            .ok()
+            .and_then(|i| i.checked_sub(first))
+            .filter(|&at| at < count)
+        else {
+            continue;
+        };
+        let at = at as usize;
+        hashes[at] = if seen[at] {
+            None
+        } else {
+            hash.and_then(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
+                .map(Hash)
+        };
+        seen[at] = true;
     }
-    expected == first + span
+    hashes
 }
 
-/// A backend's read of stored hashes: `read(level, first, count)` gives
-/// the `count` hashes stored at `level` (0: the leaves' hashes; else a
-/// multiple of [`NODE_STRIDE`]) from index `first`, or `None` unless the
-/// store holds exactly one usable 32-byte hash for each of them.
+/// A backend's read of stored hashes: `read(level, first, count)` gives,
+/// for each of the `count` indexes from `first` at `level` (0: the
+/// leaves' hashes; else a multiple of [`NODE_STRIDE`]), its stored hash, or
+/// `None` unless the store holds exactly one usable hash for it
+/// ([`by_index`]).
 pub(crate) type ReadStored<'r> =
-    dyn FnMut(u32, u64, u64) -> Result<Option<Vec<Hash>>, StoreError> + 'r;
+    dyn FnMut(u32, u64, u64) -> Result<Vec<Option<Hash>>, StoreError> + 'r;
 
 /// The hash of subtree `index` at `level`: folded from the at most 16
-/// hashes stored at the level `level - level % 4` below it, or, where those
-/// are not all there, computed from further down.
+/// hashes stored at the level `level - level % 4` below it, each of which
+/// is not there computed from further down.
 pub(crate) fn stored_subtree(
     read: &mut ReadStored<'_>,
     level: u32,
@@ -81,46 +99,55 @@ pub(crate) fn stored_subtree(
 }
 
 /// The `count` subtree hashes at stored level `level` from index `first`:
-/// as stored, or each folded from the 16 below it.
+/// as stored, and each one that is not folded from the 16 below it, read
+/// for a run of such indexes at a time (at most [`RECOMPUTE_CHUNK`] hashes
+/// a read), so the cost follows what is missing, not the range.
 fn hashes_at(
     read: &mut ReadStored<'_>,
     level: u32,
     first: u64,
     count: u64,
 ) -> Result<Vec<Hash>, StoreError> {
-    if let Some(hashes) = read(level, first, count)? {
-        return Ok(hashes);
-    }
-    if level == 0 {
+    let mut found = read(level, first, count)?;
+    if found.len() as u64 != count {
         return Err(StoreError::Corrupt(format!(
-            "the log's leaf hashes {first} to {} are not all stored",
-            first + count - 1
+            "{} stored hashes read for {count} indexes",
+            found.len()
         )));
     }
     // Indexes at this level whose hashes below fit one read.
-    let piece = RECOMPUTE_CHUNK >> NODE_STRIDE;
-    if count > piece {
-        // Damage is usually local: each piece is read at this level again
-        // before going further down.
-        let mut hashes = Vec::with_capacity(count as usize);
-        let mut start = first;
-        while start < first + count {
-            let n = piece.min(first + count - start);
-            hashes.extend(hashes_at(read, level, start, n)?);
-            start += n;
+    let piece = (RECOMPUTE_CHUNK >> NODE_STRIDE) as usize;
+    let mut at = 0;
+    while at < found.len() {
+        if found[at].is_some() {
+            at += 1;
+            continue;
         }
-        return Ok(hashes);
+        let index = first + at as u64;
+        if level == 0 {
+            return Err(StoreError::Corrupt(format!(
+                "the log's leaf hash {index} is not stored (a missing entry, or a hash that is not 32 bytes)"
+            )));
+        }
+        let mut end = at + 1;
+        while end < found.len() && end - at < piece && found[end].is_none() {
+            end += 1;
+        }
+        let below = hashes_at(
+            read,
+            level - NODE_STRIDE,
+            index << NODE_STRIDE,
+            ((end - at) as u64) << NODE_STRIDE,
+        )?;
+        for (slot, group) in found[at..end]
+            .iter_mut()
+            .zip(below.chunks_exact(1 << NODE_STRIDE))
+        {
+            *slot = Some(fold_perfect(group.to_vec())?);
+        }
+        at = end;
     }
-    let below = hashes_at(
-        read,
-        level - NODE_STRIDE,
-        first << NODE_STRIDE,
-        count << NODE_STRIDE,
-    )?;
-    below
-        .chunks_exact(1 << NODE_STRIDE)
-        .map(|group| fold_perfect(group.to_vec()))
-        .collect()
+    Ok(found.into_iter().flatten().collect())
 }
 
 #[cfg(test)]
@@ -158,7 +185,7 @@ mod tests {
             )
         }
 
-        fn read(&mut self, level: u32, first: u64, count: u64) -> Option<Vec<Hash>> {
+        fn read(&mut self, level: u32, first: u64, count: u64) -> Vec<Option<Hash>> {
             self.reads.push((level, first, count));
             (first..first + count)
                 .map(|i| self.rows.get(&(level, i)).copied())
@@ -197,13 +224,22 @@ mod tests {
             let leaves: u64 = bare.reads.iter().filter(|r| r.0 == 0).map(|r| r.2).sum();
             assert_eq!(leaves, 1 << level, "level {level}: every leaf read once");
         }
-        // One row gone: the range holding it is read one stored level
-        // down, in one query.
+        // One row gone: only its own 16 are read one stored level down.
         let expected_11 = full.subtree(11, 37).unwrap();
         let (mut one, _) = Stored::new(size);
         one.rows.remove(&(8, 300));
         assert_eq!(one.subtree(11, 37).unwrap(), expected_11);
-        assert_eq!(one.reads, vec![(8, 296, 8), (4, 296 << 4, 8 << 4)]);
+        assert_eq!(one.reads, vec![(8, 296, 8), (4, 300 << 4, 16)]);
+        // One row of every 16 gone at each level: a read per missing row
+        // (each of 16 below), never the whole range.
+        let (mut sparse, _) = Stored::new(size);
+        sparse
+            .rows
+            .retain(|&(level, index), _| level == 0 || index % 16 != 3);
+        sparse.reads.clear();
+        assert_eq!(sparse.subtree(18, 0).unwrap(), frontier.root());
+        let rows_read: u64 = sparse.reads.iter().map(|r| r.2).sum();
+        assert!(rows_read < 1 << 14, "{rows_read} rows read");
         // A missing leaf is an error, never a guess.
         let (mut torn, _) = Stored::new(size);
         torn.rows.remove(&(0, 70_000));
@@ -214,12 +250,24 @@ mod tests {
     }
 
     #[test]
-    fn folding_needs_a_power_of_two_and_indexes_in_order() {
+    fn folding_needs_a_power_of_two_and_rows_one_usable_per_index() {
         assert!(fold_perfect(vec![Hash([1; 32]); 3]).is_err());
         assert!(fold_perfect(Vec::new()).is_err());
-        assert!(one_row_per_index([4, 5, 6].into_iter(), 4, 3));
-        assert!(!one_row_per_index([4, 6, 6].into_iter(), 4, 3));
-        assert!(!one_row_per_index([4, 5].into_iter(), 4, 3));
-        assert!(!one_row_per_index([4, 5, 6, 7].into_iter(), 4, 3));
+        let h = |b: u8| Some(vec![b; 32]);
+        let rows = vec![
+            (6, h(6)),
+            (4, h(4)),
+            (5, h(5)),
+            (5, h(5)),
+            (7, Some(vec![1, 2])),
+            (9, h(9)),
+            (-1, h(0)),
+            (3, h(3)),
+        ];
+        assert_eq!(
+            by_index(rows.into_iter(), 4, 5),
+            vec![Some(Hash([4; 32])), None, Some(Hash([6; 32])), None, None]
+        );
+        assert_eq!(by_index(std::iter::once((4, None)), 4, 1), vec![None]);
     }
 }

@@ -92,7 +92,7 @@ pub fn verify_org(
         stored.largest = stored.largest.max(Some(cp.checkpoint().size));
     }
     let mut tallies = HashMap::new();
-    let count = check_entries(
+    let (count, missing_node) = check_entries(
         store,
         org_id,
         &mut verifier,
@@ -125,10 +125,16 @@ pub fn verify_org(
         verdict.verified = false;
         verdict.failure = Some(failure);
     }
+    // A subtree row missing inside the log is reported here, after the
+    // log, so that it does not hide a failure of the log itself (readers
+    // compute such a subtree from below: the answers stay right).
     if verdict.verified
-        && let Some(detail) = match store.tree_node_anomaly(org_id)? {
+        && let Some(detail) = match missing_node {
             Some(detail) => Some(detail),
-            None => nodes::planted_past_end(store, org_id)?,
+            None => match store.tree_node_anomaly(org_id)? {
+                Some(detail) => Some(detail),
+                None => nodes::planted_past_end(store, org_id)?,
+            },
         }
     {
         verdict.verified = false;
@@ -296,7 +302,7 @@ fn check_entries(
     checkpoints: &mut StoredCheckpoints<'_>,
     tallies: &mut HashMap<i64, SessionTally>,
     progress: &mut dyn FnMut(u64),
-) -> Result<u64, StoreError> {
+) -> Result<(u64, Option<String>), StoreError> {
     use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
     let readers = std::thread::available_parallelism()
         .map_or(2, usize::from)
@@ -480,7 +486,7 @@ fn check_entries(
     if let Some(e) = node_error {
         return Err(e);
     }
-    Ok(count)
+    Ok((count, nodes.missing_row()))
 }
 
 /// The agent keys of an org with their history (registrations and

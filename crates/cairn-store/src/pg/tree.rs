@@ -45,55 +45,38 @@ impl<'a, C: GenericClient> PgTree<'a, C> {
         (stored, first, first + (1u64 << (level - stored)))
     }
 
-    /// The `count` hashes stored at `level` from index `first` (level 0:
-    /// the leaves'), or `None` unless there is exactly one usable hash for
-    /// each (`engine::stored_subtree` then computes them from below).
-    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Option<Vec<Hash>>, StoreError> {
+    /// The hash stored for each of the `count` indexes at `level` from
+    /// `first` (level 0: the leaves'), `None` where there is not exactly
+    /// one usable one (`engine::stored_subtree` then computes it from
+    /// below).
+    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Vec<Option<Hash>>, StoreError> {
         let end = first.saturating_add(count);
-        let mut db = self.db.borrow_mut();
-        if level == 0 {
-            let rows = db.query(
-                "SELECT leaf_hash FROM entries WHERE id >= $1 AND id < $2 ORDER BY id",
-                &[&row_id(self.org, first), &row_id(self.org, end)],
-                "reading leaf hashes",
-            )?;
-            if rows.len() as u64 != count {
-                return Ok(None);
-            }
-            return rows
-                .iter()
-                .map(|row| blob_hash(col(row, 0)?))
-                .collect::<Result<_, _>>()
-                .map(Some);
-        }
         let (Ok(from), Ok(to)) = (i64::try_from(first), i64::try_from(end)) else {
-            return Ok(None);
+            return Ok(vec![None; count as usize]);
         };
-        let rows = db.query(
-            "SELECT hash, idx FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4 ORDER BY idx",
-            &[&self.org, &(level as i32), &from, &to],
-            "reading tree nodes",
-        )?;
-        // One row for each index of the range, in order: anything else (a
-        // row missing while another index is repeated, the key removed) is
-        // computed from below, as verification compares.
-        let indexes = rows
+        let mut db = self.db.borrow_mut();
+        let rows = if level == 0 {
+            db.query(
+                "SELECT leaf_hash, id - $3 FROM entries WHERE id >= $1 AND id < $2",
+                &[
+                    &row_id(self.org, first),
+                    &row_id(self.org, end),
+                    &row_id(self.org, 0),
+                ],
+                "reading leaf hashes",
+            )?
+        } else {
+            db.query(
+                "SELECT hash, idx FROM nodes WHERE org = $1 AND level = $2 AND idx >= $3 AND idx < $4",
+                &[&self.org, &(level as i32), &from, &to],
+                "reading tree nodes",
+            )?
+        };
+        let rows = rows
             .iter()
-            .map(|row| col::<i64>(row, 1))
-            .collect::<Result<Vec<i64>, StoreError>>()?;
-        if !crate::engine::one_row_per_index(indexes.into_iter(), first, count) {
-            return Ok(None);
-        }
-        // A hash that is not 32 bytes (or none, the column's constraint
-        // dropped) is no hash either.
-        rows.iter()
-            .map(|row| {
-                Ok(col::<Option<Vec<u8>>>(row, 0)?
-                    .and_then(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
-                    .map(Hash))
-            })
-            .collect::<Result<Vec<Option<Hash>>, StoreError>>()
-            .map(|hashes| hashes.into_iter().collect())
+            .map(|row| Ok((col::<i64>(row, 1)?, col::<Option<Vec<u8>>>(row, 0)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(crate::engine::by_index(rows.into_iter(), first, count))
     }
 
     /// The stored hashes of a subtree, if every one was fetched ahead.

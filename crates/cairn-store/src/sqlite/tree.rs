@@ -49,67 +49,48 @@ impl SubtreeHashes for DbTree<'_> {
 }
 
 impl DbTree<'_> {
-    /// The `count` hashes stored at `level` from index `first` (level 0:
-    /// the leaves'), or `None` unless there is exactly one usable hash for
-    /// each (`engine::stored_subtree` then computes them from below).
-    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Option<Vec<Hash>>, StoreError> {
+    /// The hash stored for each of the `count` indexes at `level` from
+    /// `first` (level 0: the leaves'), `None` where there is not exactly
+    /// one usable one (`engine::stored_subtree` then computes it from
+    /// below).
+    fn stored(&self, level: u32, first: u64, count: u64) -> Result<Vec<Option<Hash>>, StoreError> {
         let end = first.saturating_add(count);
-        if level == 0 {
-            let hashes: Vec<Vec<u8>> = self
-                .conn
-                .prepare_cached(
-                    "SELECT leaf_hash FROM entries WHERE id >= ?1 AND id < ?2 ORDER BY id",
-                )
+        let (Ok(from), Ok(to)) = (i64::try_from(first), i64::try_from(end)) else {
+            return Ok(vec![None; count as usize]);
+        };
+        let rows: Vec<(i64, Option<Vec<u8>>)> = if level == 0 {
+            self.conn
+                .prepare_cached("SELECT id, leaf_hash FROM entries WHERE id >= ?1 AND id < ?2")
                 .and_then(|mut s| {
                     s.query_map(
                         params![row_id(self.org, first), row_id(self.org, end)],
-                        |r| r.get(0),
+                        |r| {
+                            Ok((
+                                r.get::<_, i64>(0)? - row_id(self.org, 0),
+                                blob_of(r.get_ref(1)?),
+                            ))
+                        },
                     )?
                     .collect()
                 })
-                .context("reading leaf hashes")?;
-            if hashes.len() as u64 != count {
-                return Ok(None);
-            }
-            return hashes
-                .into_iter()
-                .map(blob_hash)
-                .collect::<Result<_, _>>()
-                .map(Some);
-        }
-        // Only integer indexes (SQLite keeps any type: a fractional index
-        // lies inside the range), and only one row for each index of the
-        // range, in order: anything else (a row missing while another was
-        // planted, a repeated index once the key was removed) is computed
-        // from below, as verification compares.
-        let (Ok(from), Ok(to)) = (i64::try_from(first), i64::try_from(end)) else {
-            return Ok(None);
+                .context("reading leaf hashes")?
+        } else {
+            // Only integer indexes: SQLite keeps any type, and a
+            // fractional index lies inside the range.
+            self.conn
+                .prepare_cached(
+                    "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
+                       AND typeof(idx) = 'integer'",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![self.org, level, from, to], |r| {
+                        Ok((r.get(0)?, blob_of(r.get_ref(1)?)))
+                    })?
+                    .collect()
+                })
+                .context("reading tree nodes")?
         };
-        let rows: Vec<(i64, Option<Vec<u8>>)> = self
-            .conn
-            .prepare_cached(
-                "SELECT idx, hash FROM nodes WHERE org = ?1 AND level = ?2 AND idx >= ?3 AND idx < ?4
-                   AND typeof(idx) = 'integer'
-                 ORDER BY idx",
-            )
-            .and_then(|mut s| {
-                s.query_map(params![self.org, level, from, to], |r| {
-                    Ok((r.get(0)?, blob_of(r.get_ref(1)?)))
-                })?
-                .collect()
-            })
-            .context("reading tree nodes")?;
-        if !crate::engine::one_row_per_index(rows.iter().map(|(idx, _)| *idx), first, count) {
-            return Ok(None);
-        }
-        // A hash that is not a 32-byte blob is no hash either.
-        Ok(rows
-            .into_iter()
-            .map(|(_, hash)| {
-                hash.and_then(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
-                    .map(Hash)
-            })
-            .collect())
+        Ok(crate::engine::by_index(rows.into_iter(), first, count))
     }
 }
 

@@ -47,6 +47,29 @@ pub(super) fn verify_store(
     args: &VerifyArgs,
 ) -> Result<Outcome> {
     let started = Instant::now();
+    // A name the orgs table gives twice stands for one of two logs: a
+    // verdict that says so (as `--all-orgs` gives), not a store error.
+    if !args.all_orgs && store.orgs()?.iter().filter(|org| **org == cli.org).count() > 1 {
+        let verdict = Verdict {
+            verified: false,
+            records_checked: 0,
+            last_valid: None,
+            failure: Some(cairn_core::verify::Failure {
+                at: Default::default(),
+                reason: cairn_core::verify::Reason::MalformedRecord,
+                detail: format!(
+                    "the orgs table names org {} more than once: one of the logs would stand for the other",
+                    cli.org
+                ),
+            }),
+        };
+        return report(
+            cli,
+            &verdict,
+            started,
+            json!({"org_id": cli.org, "repeated_org_names": [cli.org]}),
+        );
+    }
     if let Some(session) = &args.session {
         let verdict = verify_session(store, &cli.org, session)?.ok_or_else(|| {
             usage(format!(
@@ -60,22 +83,6 @@ pub(super) fn verify_store(
         return verify_every_org(cli, store, args, started);
     }
     let orgs = store.orgs()?;
-    // A name the orgs table gives twice stands for one of two logs: a
-    // verdict that says so, not a store error (as `--all-orgs` does).
-    if orgs.iter().filter(|org| **org == cli.org).count() > 1 {
-        if cli.json {
-            println!(
-                "{}",
-                json!({"verified": false, "org_id": cli.org, "repeated_org_names": [cli.org], "elapsed_ms": started.elapsed().as_millis()})
-            );
-        } else {
-            println!(
-                "TAMPERED: the orgs table names {} more than once (one of the logs would stand for the other)",
-                cli.org
-            );
-        }
-        return Ok(Outcome::VerificationFailed);
-    }
     let total = store.log_size(&cli.org)?;
     if total == 0 && !orgs.contains(&cli.org) {
         return Err(usage(format!(

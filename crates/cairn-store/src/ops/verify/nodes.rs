@@ -10,11 +10,11 @@
 //! log's size when the verification started are compared: their rows were
 //! committed with the entries that closed them, before that size was read,
 //! so an append running beside the verification cannot make a row look
-//! missing or wrong. A missing row is a failure too: every append writes
-//! the rows of the subtrees it completes, so only someone with the
-//! database removes one, and readers would then compute each proof over
-//! it from the level below (`engine::stored_subtree`): right, but slower
-//! the more rows are gone, up to reading the whole log for one proof.
+//! missing or wrong. A missing row is a failure too, reported after the
+//! log (so that it hides no failure of the log itself): every append
+//! writes the rows of the subtrees it completes, so only someone with the
+//! database removes one, and readers then compute each proof over it from
+//! the level below (`engine::stored_subtree`): right, but slower.
 
 use crate::engine::NODE_STRIDE;
 use crate::{LedgerStore, StoreError, StoredNode};
@@ -50,6 +50,8 @@ pub(super) struct StoredNodes<'a> {
     within: u64,
     /// By stored level: `levels[k]` holds level `(k + 1) * NODE_STRIDE`.
     levels: Vec<LevelRows>,
+    /// The first subtree found with no row, as (level, index).
+    missing: Option<(u32, u64)>,
 }
 
 impl<'a> StoredNodes<'a> {
@@ -59,12 +61,25 @@ impl<'a> StoredNodes<'a> {
             org_id,
             within,
             levels: Vec::new(),
+            missing: None,
         }
     }
 
+    /// What verification reports after the log if a subtree had no row.
+    pub(super) fn missing_row(&self) -> Option<String> {
+        self.missing.map(|(level, index)| {
+            format!(
+                "the stored tree has no row for the node at level {level}, index {index} (leaves {} to {}), which the append of its last leaf wrote: it was removed; readers compute such subtrees from the stored level below, right but slower",
+                index << level,
+                ((index + 1) << level) - 1
+            )
+        })
+    }
+
     /// Compares the subtree `(level, index)` the verification computed as
-    /// `hash` with its stored row: `Some(detail)` when there is no row,
-    /// more than one, or one that says otherwise.
+    /// `hash` with its stored row: `Some(detail)` when there is more than
+    /// one, or one that says otherwise; a missing one is noted for
+    /// [`StoredNodes::missing_row`].
     pub(super) fn check(
         &mut self,
         level: u32,
@@ -125,10 +140,10 @@ impl<'a> StoredNodes<'a> {
                 rows.page.pop_front();
                 Ok(detail)
             }
-            _ => Ok(Some(format!(
-                "the stored tree has no row for the node at level {level}, index {index}, which the append of its last leaf wrote: it was removed (readers compute it from below, reading up to {} leaves for a proof over it)",
-                1u64 << level
-            ))),
+            _ => {
+                self.missing.get_or_insert((level, index));
+                Ok(None)
+            }
         }
     }
 }
