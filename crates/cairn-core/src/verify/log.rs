@@ -79,6 +79,10 @@ pub struct LogVerifier {
     /// A mirror that read a step before its erasure was logged accepts the
     /// erasure of a step it saw whole ([`LogVerifier::mirroring`]).
     mirroring: bool,
+    /// Past a store's starting size ([`LogVerifier::mirror_from_here`]):
+    /// the steps read since, whose erasures get no leniency (they were
+    /// read after any erasure that names them had committed).
+    tail_steps: Option<std::collections::HashSet<(String, u64)>>,
     progress: Progress,
 }
 
@@ -104,6 +108,7 @@ impl LogVerifier {
             pending: std::collections::BTreeMap::new(),
             sparse: None,
             mirroring: false,
+            tail_steps: None,
             progress: Progress::default(),
         }
     }
@@ -126,13 +131,14 @@ impl LogVerifier {
         verifier
     }
 
-    /// From here on, accepts an erasure naming a step that was read whole,
-    /// as [`LogVerifier::mirroring`] does: for entries appended while a
-    /// store's verification ran, whose erasures may name steps it read
-    /// before they were erased (the next verification, reading both after
-    /// the erasure, compares them).
+    /// From here on (entries appended while a store's verification ran),
+    /// accepts an erasure naming a step read whole *before* this point, as
+    /// [`LogVerifier::mirroring`] does: that step may have been read before
+    /// the erasure committed (the next verification, reading both after
+    /// it, compares them). A step read after this point was read after any
+    /// erasure naming it, so its erasure is checked as always.
     pub fn mirror_from_here(&mut self) {
-        self.mirroring = true;
+        self.tail_steps.get_or_insert_with(Default::default);
     }
 
     /// Erased steps seen so far whose erasure record has not come yet:

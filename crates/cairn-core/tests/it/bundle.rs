@@ -529,6 +529,38 @@ fn erased_payloads_need_their_erasure_records() {
         (f.reason, f.at.seq),
         (Reason::ErasureMismatch, Some(fx.entries.len() as u64))
     );
+    // A store's verification reads entries appended while it ran after
+    // `mirror_from_here`: an erasure there naming a step read whole before
+    // that point is accepted (it may have committed after the read), one
+    // naming a step read after it is not (read after the erasure).
+    let tail_verdict = |split: usize| {
+        let mut verifier =
+            cairn_core::verify::LogVerifier::new(SERVER, ORG, vec![fx.server.verifier()]);
+        for (i, e) in shown.iter().enumerate() {
+            if i == split {
+                verifier.mirror_from_here();
+            }
+            if !verifier.push(e) {
+                break;
+            }
+        }
+        verifier.finish()
+    };
+    let steps_end = fx.entries.len();
+    let read_before = tail_verdict(steps_end);
+    assert!(read_before.verified, "{:?}", read_before.failure);
+    let first_step = shown
+        .iter()
+        .position(|e| matches!(e.record, LogRecord::Step(_)))
+        .unwrap();
+    let read_after = tail_verdict(first_step);
+    let f = read_after
+        .failure
+        .expect("a step read in the tail gets no leniency");
+    assert_eq!(
+        (f.reason, f.at.seq),
+        (Reason::ErasureMismatch, Some(steps_end as u64))
+    );
 }
 
 proptest! {

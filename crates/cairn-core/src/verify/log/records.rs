@@ -54,6 +54,9 @@ impl LogVerifier {
                     logged_at: Some(entry.logged_at),
                 };
                 chain.check_step(rec, &self.agent_keys, recomputed, at)?;
+                if let Some(tail) = &mut self.tail_steps {
+                    tail.insert((rec.step.session_id.clone(), rec.step.step_index));
+                }
                 if !erased.is_empty() {
                     self.pending_erasures.insert(
                         (rec.step.session_id.clone(), rec.step.step_index),
@@ -207,13 +210,21 @@ impl LogVerifier {
                 }
                 Ok(())
             }
-            None if self.level == DetailLevel::Full && !self.mirroring => Err((
-                Reason::ErasureMismatch,
-                format!(
-                    "the erasure names step {} of session {}, which shows its payload (or was erased already)",
-                    erasure.step_index, erasure.session_id
-                ),
-            )),
+            None if self.level == DetailLevel::Full
+                && !self.mirroring
+                && self
+                    .tail_steps
+                    .as_ref()
+                    .is_none_or(|tail| tail.contains(&key)) =>
+            {
+                Err((
+                    Reason::ErasureMismatch,
+                    format!(
+                        "the erasure names step {} of session {}, which shows its payload (or was erased already)",
+                        erasure.step_index, erasure.session_id
+                    ),
+                ))
+            }
             // The level hides the payload anyway, or a mirror read the
             // step before it was erased: nothing to compare.
             None => Ok(()),
