@@ -260,6 +260,33 @@ pub struct Verdict {
     pub failure: Option<Failure>,
 }
 
+impl Verdict {
+    /// A verdict that failed before any record was checked, at no
+    /// position (a store whose tables contradict each other, say).
+    pub fn failed_before_records(reason: Reason, detail: String) -> Verdict {
+        let mut verdict = Verdict {
+            verified: true,
+            records_checked: 0,
+            last_valid: None,
+            failure: None,
+        };
+        verdict.fail_after_records(reason, detail);
+        verdict
+    }
+
+    /// Records a failure found once the records were checked (a derived
+    /// table, a witness policy), at no position: the verdict no longer
+    /// verifies, and what it counted stays.
+    pub fn fail_after_records(&mut self, reason: Reason, detail: String) {
+        self.verified = false;
+        self.failure = Some(Failure {
+            at: Location::default(),
+            reason,
+            detail,
+        });
+    }
+}
+
 type Check = Result<(), (Reason, String)>;
 
 /// Why a signed note fails: one that is not a signed note at all is

@@ -6,11 +6,13 @@
 //!
 //! Every append writes the rows of the subtrees it completes, so a missing
 //! row means the table was tampered with, and verification says so
-//! (FORMAT 9.4, step 6). Readers still answer right: each missing range is
-//! read again one stored level down, in one query for up to
-//! [`RECOMPUTE_CHUNK`] hashes, so a tree whose every `nodes` row was
-//! deleted costs about one query per 65,536 leaves a proof's subtrees
-//! cover (a full read of the log for the largest), never one per node.
+//! (FORMAT 9.4, step 6). Readers still answer right: each index with no
+//! usable row is folded from the 16 hashes one stored level down, read for
+//! a run of such indexes in one query of up to [`RECOMPUTE_CHUNK`] hashes,
+//! so a deleted row costs one more query of 16 rows, and a tree whose
+//! every `nodes` row was deleted about one query per 65,536 leaves a
+//! proof's subtrees cover (a full read of the log for the largest), never
+//! one per node.
 
 use super::NODE_STRIDE;
 use crate::StoreError;
@@ -156,8 +158,8 @@ mod tests {
     use cairn_core::merkle::{Frontier, leaf_hash};
     use std::collections::HashMap;
 
-    /// A stored tree of `size` leaves as the engine writes it, minus the
-    /// rows `missing` says, with the reads it answered counted.
+    /// A stored tree as the engine writes it (rows may then be removed),
+    /// with the reads it answered recorded.
     struct Stored {
         rows: HashMap<(u32, u64), Hash>,
         reads: Vec<(u32, u64, u64)>,

@@ -11,9 +11,7 @@ use cairn_core::Hash;
 use cairn_core::checkpoint::{VerifiedCheckpoint, verify_checkpoint};
 use cairn_core::log::{OpRecord, log_origin};
 use cairn_core::note::NoteVerifier;
-use cairn_core::verify::{
-    AgentKeys, Failure, Location, LogVerifier, Reason, SessionVerifier, Verdict,
-};
+use cairn_core::verify::{AgentKeys, Location, LogVerifier, Reason, SessionVerifier, Verdict};
 use derived::SessionTally;
 use nodes::StoredNodes;
 use std::collections::HashMap;
@@ -109,14 +107,12 @@ pub fn verify_org(
     if verdict.verified {
         let orphans = store.orphan_sessions(org_id)?;
         if orphans > 0 {
-            verdict.verified = false;
-            verdict.failure = Some(cairn_core::verify::Failure {
-                at: Location::default(),
-                reason: Reason::MalformedRecord,
-                detail: format!(
+            verdict.fail_after_records(
+                Reason::MalformedRecord,
+                format!(
                     "the sessions table holds {orphans} session(s) of this org that no session-start record of its log names"
                 ),
-            });
+            );
         }
     }
     if verdict.verified
@@ -137,12 +133,7 @@ pub fn verify_org(
             },
         }
     {
-        verdict.verified = false;
-        verdict.failure = Some(cairn_core::verify::Failure {
-            at: Location::default(),
-            reason: Reason::InclusionMismatch,
-            detail,
-        });
+        verdict.fail_after_records(Reason::InclusionMismatch, detail);
     }
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
@@ -475,8 +466,9 @@ fn check_entries(
     })?;
     // Past the size read above (the log grew since): every checkpoint
     // left first, then the entries. A step read above may have been erased
-    // since, its erasure record among these: it is accepted as a mirror
-    // accepts one (the step was read whole, before the erasure).
+    // since, its erasure record among these: an erasure of a step read
+    // above is accepted as a mirror accepts one; a step read from here on
+    // was read after any erasure of it, so its own is checked as always.
     if finished && checkpoints.feed_through(verifier, u64::MAX)? {
         verifier.mirror_from_here();
         store.read_log_for_verification(org_id, size, u64::MAX, &mut |stored, digest| {
@@ -676,12 +668,9 @@ pub fn apply_witness_policy(
         Some((_, Ok(()))) => None,
     };
     if let Some(detail) = failure {
-        verdict.verdict.verified = false;
-        verdict.verdict.failure = Some(Failure {
-            at: Location::default(),
-            reason: Reason::InsufficientCosignatures,
-            detail,
-        });
+        verdict
+            .verdict
+            .fail_after_records(Reason::InsufficientCosignatures, detail);
     }
     Ok(report)
 }

@@ -47,22 +47,20 @@ pub(super) fn verify_store(
     args: &VerifyArgs,
 ) -> Result<Outcome> {
     let started = Instant::now();
+    if args.all_orgs {
+        return verify_every_org(cli, store, args, started);
+    }
     // A name the orgs table gives twice stands for one of two logs: a
     // verdict that says so (as `--all-orgs` gives), not a store error.
-    if !args.all_orgs && store.orgs()?.iter().filter(|org| **org == cli.org).count() > 1 {
-        let verdict = Verdict {
-            verified: false,
-            records_checked: 0,
-            last_valid: None,
-            failure: Some(cairn_core::verify::Failure {
-                at: Default::default(),
-                reason: cairn_core::verify::Reason::MalformedRecord,
-                detail: format!(
-                    "the orgs table names org {} more than once: one of the logs would stand for the other",
-                    cli.org
-                ),
-            }),
-        };
+    let orgs = store.orgs()?;
+    if orgs.iter().filter(|org| **org == cli.org).count() > 1 {
+        let verdict = Verdict::failed_before_records(
+            cairn_core::verify::Reason::MalformedRecord,
+            format!(
+                "the orgs table names org {} more than once: one of the logs would stand for the other",
+                cli.org
+            ),
+        );
         return report(
             cli,
             &verdict,
@@ -79,10 +77,6 @@ pub(super) fn verify_store(
         })?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
-    if args.all_orgs {
-        return verify_every_org(cli, store, args, started);
-    }
-    let orgs = store.orgs()?;
     let total = store.log_size(&cli.org)?;
     if total == 0 && !orgs.contains(&cli.org) {
         return Err(usage(format!(
