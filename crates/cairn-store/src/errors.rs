@@ -231,6 +231,11 @@ pub enum StoreError {
     /// parse); verification says more.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The orgs table gives one org name to two orgs (its unique key
+    /// removed): one log would be read for the other. Verification turns
+    /// it into a failed verdict; everything else refuses.
+    #[error("corrupt store: the orgs table names org {0} more than once")]
+    RepeatedOrgName(String),
     /// The server key file is invalid.
     #[error("server key: {0}")]
     Key(String),

@@ -284,9 +284,7 @@ impl PgStore {
             [row] => col(row, 0).map(Some),
             // The name's key removed and a second org given it: one of
             // the two logs would be read for the other.
-            _ => Err(StoreError::Corrupt(format!(
-                "the orgs table names org {name} more than once"
-            ))),
+            _ => Err(StoreError::RepeatedOrgName(name.to_owned())),
         }
     }
 }

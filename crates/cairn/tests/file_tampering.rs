@@ -907,6 +907,27 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
                 assert_eq!(run.code, 1, "{what}: {} {}", run.stdout, run.stderr);
                 assert!(run.stdout.contains("TAMPERED"), "{what}: {}", run.stdout);
             }
+            // The server gives the same verdict (one shared operation), for
+            // the org and for a session, where it gave a storage error.
+            let (server, admin) = common::serve(copy.path(), None);
+            let admin = admin.expect("a store without API keys prints an admin key");
+            for path in ["/v1/verify", "/v1/sessions/b/verify"] {
+                let reply =
+                    cairn_testkit::http::call(server.addr, "GET", path, Some(&admin), None);
+                assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.text());
+                let verdict = reply.json();
+                assert_eq!(verdict["verified"], false, "{what}: {path}: {verdict}");
+                assert_eq!(
+                    verdict["brokenReason"], "malformed-record",
+                    "{what}: {path}: {verdict}"
+                );
+                assert!(
+                    verdict["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("names org acme more than once")),
+                    "{what}: {path}: {verdict}"
+                );
+            }
         }
     }
 }

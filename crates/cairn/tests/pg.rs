@@ -378,6 +378,30 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
         "{verdict}"
     );
     assert_eq!(verdict["orgs"].as_array().unwrap().len(), 2, "{verdict}");
+    // A name given twice (its unique key dropped): the org's verification
+    // and a session's, by the CLI and by the server, are one verdict.
+    attack(
+        &cluster,
+        "hidden_org",
+        "ALTER TABLE orgs DROP CONSTRAINT orgs_name_key; UPDATE orgs SET name = 'acme' WHERE name = 'gamma'",
+    );
+    for args in [
+        &["--json", "--org", "acme", "verify"][..],
+        &["--json", "--org", "acme", "verify", "--session", "s"][..],
+    ] {
+        let run = target.run(args, None);
+        assert_eq!(run.code, 1, "{args:?}: {} {}", run.stdout, run.stderr);
+        let verdict = json(&run);
+        assert_eq!(verdict["brokenReason"], "malformed-record", "{verdict}");
+        assert_eq!(verdict["repeated_org_names"], json!(["acme"]), "{verdict}");
+    }
+    let (server, admin) = serve(dir.path(), Some(&url));
+    let admin = admin.expect("a database without API keys prints an admin key");
+    for path in ["/v1/verify", "/v1/sessions/s/verify"] {
+        let reply = cairn_testkit::http::call(server.addr, "GET", path, Some(&admin), None);
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        assert_eq!(reply.json()["brokenReason"], "malformed-record", "{path}");
+    }
 }
 
 /// What a client got acknowledged: trace id -> (session, index).

@@ -56,13 +56,47 @@ pub fn trusted_checkpoint(
     })
 }
 
+/// The verdict on an org whose name the orgs table gives to two orgs
+/// (its unique key removed): one of the two logs would be read, and
+/// vouched for, in the other's place, so neither is verified. Every
+/// surface gives this same verdict (SECURITY.md, "The operator's database").
+pub fn repeated_org_name_verdict(org_id: &str) -> Verdict {
+    Verdict::failed_before_records(
+        Reason::MalformedRecord,
+        format!(
+            "the orgs table names org {org_id} more than once: one of the logs would stand for the other"
+        ),
+    )
+}
+
 /// Verifies an org's whole log: every session chain, every operational
 /// record, the stored leaf of every entry, and the Merkle root at the size
 /// of every stored checkpoint and of every checkpoint in `external` (ones
 /// an auditor or witness kept, checked with [`trusted_checkpoint`]).
 /// Signatures are checked against `keys` (the store's own server key if
-/// empty). `progress` is called with the number of entries checked.
+/// empty). `progress` is called with the number of entries checked. An
+/// org name the orgs table gives twice is a failed verdict
+/// ([`repeated_org_name_verdict`]), not an error.
 pub fn verify_org(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    external: &[VerifiedCheckpoint],
+    keys: &[NoteVerifier],
+    progress: &mut dyn FnMut(u64),
+) -> Result<StoreVerdict, StoreError> {
+    match verify_org_log(store, org_id, external, keys, progress) {
+        Err(StoreError::RepeatedOrgName(name)) if name == org_id => Ok(StoreVerdict {
+            org_id: org_id.to_owned(),
+            verdict: repeated_org_name_verdict(org_id),
+            log_size: 0,
+            checkpoints_checked: 0,
+            checkpoint_size: None,
+        }),
+        other => other,
+    }
+}
+
+fn verify_org_log(
     store: &dyn LedgerStore,
     org_id: &str,
     external: &[VerifiedCheckpoint],
@@ -502,12 +536,31 @@ pub fn agent_keys(store: &dyn LedgerStore, org_id: &str) -> Result<AgentKeys, St
 /// seal, its erasures, and the agent keys of the org. `Ok(None)` if the
 /// session does not exist. Only an org verification proves that no record
 /// was removed from the log; this proves the session's chain, seal and
-/// erasures, and that nothing follows the last step found.
+/// erasures, and that nothing follows the last step found. An org name
+/// the orgs table gives twice is a failed verdict
+/// ([`repeated_org_name_verdict`]) whatever the session.
 pub fn verify_session(
     store: &dyn LedgerStore,
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<Verdict>, StoreError> {
+    match verify_session_chain(store, org_id, session_id) {
+        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
+            Ok(Some(repeated_org_name_verdict(org_id)))
+        }
+        other => other,
+    }
+}
+
+fn verify_session_chain(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    session_id: &str,
+) -> Result<Option<Verdict>, StoreError> {
+    // The org's name looked up alone first, by the lookup that refuses a
+    // name given twice: the session, key and record reads below select
+    // by name and would read both orgs' rows.
+    store.log_size(org_id)?;
     let Some(info) = store.session(org_id, session_id)? else {
         return Ok(None);
     };

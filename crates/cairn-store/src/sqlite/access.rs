@@ -50,9 +50,7 @@ impl SqliteStore {
             // The name's key removed and a second org given it: one of
             // the two logs would be read for the other (PostgreSQL's
             // lookup refuses the same way).
-            (Some(_), Some(_)) => Err(StoreError::Corrupt(format!(
-                "the orgs table names org {org} more than once"
-            ))),
+            (Some(_), Some(_)) => Err(StoreError::RepeatedOrgName(org.to_owned())),
         }
     }
 

@@ -51,16 +51,11 @@ pub(super) fn verify_store(
         return verify_every_org(cli, store, args, started);
     }
     // A name the orgs table gives twice stands for one of two logs: a
-    // verdict that says so (as `--all-orgs` gives), not a store error.
+    // verdict that says so (as `--all-orgs` and the server give), not a
+    // store error.
     let orgs = store.orgs()?;
     if orgs.iter().filter(|org| **org == cli.org).count() > 1 {
-        let verdict = Verdict::failed_before_records(
-            cairn_core::verify::Reason::MalformedRecord,
-            format!(
-                "the orgs table names org {} more than once: one of the logs would stand for the other",
-                cli.org
-            ),
-        );
+        let verdict = cairn_store::ops::repeated_org_name_verdict(&cli.org);
         return report(
             cli,
             &verdict,
@@ -105,6 +100,7 @@ fn verify_every_org(
 ) -> Result<Outcome> {
     let mut all_verified = true;
     let mut results = Vec::new();
+    let mut checked_orgs = 0;
     // An empty store (a fresh server's) verifies: nothing in it is false.
     let orgs = store.orgs()?;
     // A name the orgs table gives twice (its key removed) would stand for
@@ -128,6 +124,7 @@ fn verify_every_org(
     for org in orgs.iter().filter(|org| !repeated.contains(org)) {
         let (verdict, extra) = verify_one_org(cli, store, org, args)?;
         all_verified &= verdict.verdict.verified;
+        checked_orgs += 1;
         if !cli.json && !verdict.verdict.verified {
             println!("org {org}:");
         }
@@ -163,9 +160,11 @@ fn verify_every_org(
         }
         println!("{answer}");
     } else {
+        // The orgs verified one by one (as many as the JSON answer's
+        // `orgs`); a repeated name was reported above and verified as
+        // neither of its orgs.
         println!(
-            "{} org(s): {}",
-            seen.len(),
+            "{checked_orgs} org(s) checked: {}",
             if all_verified {
                 "all VERIFIED"
             } else {
