@@ -44,6 +44,18 @@ pub(crate) use stored_tree::{by_index, fold_perfect, stored_subtree};
 /// proof reads at most 16 stored hashes per subtree it needs.
 pub(crate) const NODE_STRIDE: u32 = 4;
 
+/// The highest stored level: an org's log holds fewer than 2^40 entries
+/// (its rows' ids are `(org << 40) | seq`).
+pub(crate) const MAX_NODE_LEVEL: u32 = 40;
+
+/// How verification names a stored subtree row at a position no append
+/// writes (both backends word it alike).
+pub(crate) fn misplaced_node(level: &str, index: &str) -> String {
+    format!(
+        "the stored tree holds a row at level {level}, index {index}, where no append writes one (levels {NODE_STRIDE} to {MAX_NODE_LEVEL} in steps of {NODE_STRIDE}, indexes from 0): someone with the database planted it"
+    )
+}
+
 /// An org's sequencing state: the next seq is the frontier's size.
 #[derive(Debug, Clone)]
 pub(crate) struct OrgState {

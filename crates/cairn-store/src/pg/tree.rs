@@ -5,7 +5,7 @@
 
 use super::PgStore;
 use super::connection::{Db, col, i64_of, u64_of};
-use crate::engine::{NODE_STRIDE, blob_hash, org_range, row_id};
+use crate::engine::{MAX_NODE_LEVEL, NODE_STRIDE, blob_hash, misplaced_node, org_range, row_id};
 use crate::stored::CheckpointPage;
 use crate::{StoreError, StoredCheckpoint, StoredNode};
 use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
@@ -377,19 +377,27 @@ impl PgStore {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(None);
             };
+            // A row no reader can use: not a 32-byte hash, or at a
+            // position no append writes (a level other than 4, 8, ... 40,
+            // a negative index).
+            let (stride, top) = (NODE_STRIDE as i32, MAX_NODE_LEVEL as i32);
             let row = db.query_opt(
                 "SELECT level, idx, length(hash) FROM nodes \
-                 WHERE org = $1 AND (hash IS NULL OR length(hash) <> 32) LIMIT 1",
-                &[&org],
+                 WHERE org = $1 AND (hash IS NULL OR length(hash) <> 32 \
+                   OR level < $2 OR level > $3 OR level % $2 <> 0 OR idx < 0) LIMIT 1",
+                &[&org, &stride, &top],
                 "reading tree nodes",
             )?;
             row.map(|row| {
                 let (level, idx, length): (i32, i64, Option<i32>) =
                     (col(&row, 0)?, col(&row, 1)?, col(&row, 2)?);
-                Ok(format!(
-                    "the stored tree holds a row at level {level}, index {idx} whose hash is {}: no reader can use it",
-                    length.map_or("null".to_owned(), |n| format!("{n} bytes"))
-                ))
+                Ok(match length {
+                    Some(32) => misplaced_node(&level.to_string(), &idx.to_string()),
+                    _ => format!(
+                        "the stored tree holds a row at level {level}, index {idx} whose hash is {}: no reader can use it",
+                        length.map_or("null".to_owned(), |n| format!("{n} bytes"))
+                    ),
+                })
             })
             .transpose()
         })

@@ -4,7 +4,7 @@
 //! is read back.
 
 use super::SqliteStore;
-use crate::engine::{blob_hash, org_range, row_id};
+use crate::engine::{MAX_NODE_LEVEL, NODE_STRIDE, blob_hash, misplaced_node, org_range, row_id};
 use crate::stored::CheckpointPage;
 use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode};
 use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
@@ -256,21 +256,31 @@ impl SqliteStore {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(None);
             };
+            // A row no reader can use: not a 32-byte hash, or at a
+            // position no append writes (a level other than 4, 8, ... 40,
+            // a negative index).
             c.prepare_cached(
-                "SELECT quote(level), quote(idx), typeof(hash), length(hash) FROM nodes
+                "SELECT quote(level), quote(idx), typeof(hash), length(hash),
+                   typeof(level) = 'integer' AND typeof(idx) = 'integer'
+                     AND typeof(hash) = 'blob' AND length(hash) = 32
+                 FROM nodes
                  WHERE org = ?1 AND (typeof(level) != 'integer' OR typeof(idx) != 'integer'
-                   OR typeof(hash) != 'blob' OR length(hash) != 32)
+                   OR typeof(hash) != 'blob' OR length(hash) != 32
+                   OR level < ?2 OR level > ?3 OR level % ?2 != 0 OR idx < 0)
                  LIMIT 1",
             )
             .and_then(|mut s| {
-                s.query_row([org], |r| {
-                    Ok(format!(
-                        "the stored tree holds a row at level {}, index {} whose hash is {} ({} bytes): no reader can use it",
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<i64>>(3)?.unwrap_or(0),
-                    ))
+                s.query_row(params![org, NODE_STRIDE, MAX_NODE_LEVEL], |r| {
+                    let (level, idx) = (r.get::<_, String>(0)?, r.get::<_, String>(1)?);
+                    Ok(if r.get::<_, bool>(4)? {
+                        misplaced_node(&level, &idx)
+                    } else {
+                        format!(
+                            "the stored tree holds a row at level {level}, index {idx} whose hash is {} ({} bytes): no reader can use it",
+                            r.get::<_, String>(2)?,
+                            r.get::<_, Option<i64>>(3)?.unwrap_or(0),
+                        )
+                    })
                 })
                 .optional()
             })

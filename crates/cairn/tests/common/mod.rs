@@ -285,6 +285,28 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
             "DELETE FROM nodes".into(),
             NodeVerdict::ProofsHoldAfterTheLog,
         ),
+        // Rows where no append writes one: readers never use them, so
+        // only the scan after the log can name them.
+        (
+            "level 4, a row planted at index -1",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 4, -1, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::ProofsHoldAfterTheLog,
+        ),
+        (
+            "a row planted at level 5",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 5, 0, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::ProofsHoldAfterTheLog,
+        ),
+        (
+            "a row planted at level 0",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 0, 0, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::ProofsHoldAfterTheLog,
+        ),
+        (
+            "a row planted at level 44",
+            "INSERT INTO nodes (org, level, idx, hash) SELECT org, 44, 0, hash FROM nodes WHERE level = 4 AND idx = 0".into(),
+            NodeVerdict::ProofsHoldAfterTheLog,
+        ),
     ];
     if !postgres {
         // SQLite keeps any type in any column: a row whose index is not an

@@ -16,7 +16,7 @@
 //! database removes one, and readers then compute each proof over it from
 //! the level below (`engine::stored_subtree`): right, but slower.
 
-use crate::engine::NODE_STRIDE;
+use crate::engine::{MAX_NODE_LEVEL, NODE_STRIDE};
 use crate::{LedgerStore, StoreError, StoredNode};
 use cairn_core::Hash;
 use std::collections::VecDeque;
@@ -162,7 +162,7 @@ pub(super) fn planted_past_end(
 ) -> Result<Option<String>, StoreError> {
     let before = store.log_size(org_id)?;
     let mut found = Vec::new();
-    for level in (NODE_STRIDE..=40).step_by(NODE_STRIDE as usize) {
+    for level in (NODE_STRIDE..=MAX_NODE_LEVEL).step_by(NODE_STRIDE as usize) {
         // The first subtree that ends past `before` entries.
         let first_past = before >> level;
         for node in store.tree_nodes_from(org_id, level, first_past, PAST_END_ROWS)? {
