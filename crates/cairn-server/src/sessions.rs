@@ -726,7 +726,7 @@ pub(crate) async fn verify_one_session(
     operation_id = "verify_whole_org",
     tag = "verify",
     summary = "Verify the org",
-    description = "Every chain, every operational record, the Merkle root at every stored checkpoint. With a witness policy the answer adds `witnessed`: `quorum`, `cosigned` and `uncosigned` (runs of stored checkpoints in size order with that standing, each `[first size, last size]`), `cosigned_checkpoints` and `uncosigned_checkpoints` (how many).",
+    description = "Every chain, every operational record, the Merkle root at every stored checkpoint. The answer adds `log_size` (the log's size, also when verification stopped at a failure: `totalChecked` says how far it got) and `checkpoints_checked`. With a witness policy the answer adds `witnessed`: `quorum`, `cosigned` and `uncosigned` (runs of stored checkpoints in size order with that standing, each `[first size, last size]`), `cosigned_checkpoints` and `uncosigned_checkpoints` (how many).",
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),

@@ -796,7 +796,7 @@ fn a_missing_tree_row_hides_no_later_failure() {
         .unwrap();
     let forged: i64 = conn
         .query_row(
-            "SELECT max(seq) FROM entries WHERE type = 'step' AND content LIKE 'bulk note%'",
+            "SELECT min(seq) FROM entries WHERE type = 'step' AND content LIKE 'bulk note%'",
             [],
             |r| r.get(0),
         )
@@ -806,12 +806,21 @@ fn a_missing_tree_row_hides_no_later_failure() {
         [forged],
     )
     .unwrap();
+    let entries: i64 = conn
+        .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+        .unwrap();
     drop(conn);
     let run = cairn_in(dir.path(), &["--json", "verify"], None);
     assert_eq!(run.code, 1, "{}", run.stdout);
     let verdict = json(&run);
     assert_eq!(verdict["brokenReason"], "digest-mismatch", "{verdict}");
     assert_eq!(verdict["brokenAtSequence"], forged, "{verdict}");
+    // The log's size, not how far verification read before it stopped.
+    assert_eq!(verdict["log_size"], entries, "{verdict}");
+    assert!(
+        verdict["totalChecked"].as_i64().unwrap() < entries,
+        "{verdict}"
+    );
 }
 
 /// An org's row deleted from the `orgs` table hides its whole log from

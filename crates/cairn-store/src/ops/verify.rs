@@ -26,7 +26,9 @@ pub struct StoreVerdict {
     pub org_id: String,
     /// The verdict.
     pub verdict: Verdict,
-    /// Entries read from the log.
+    /// The log's size: the entries read, when it verified; when it
+    /// failed, the size read after verification stopped (the verdict's
+    /// `records_checked` says how far it got).
     pub log_size: u64,
     /// Checkpoints checked against the log (stored and supplied).
     pub checkpoints_checked: usize,
@@ -169,10 +171,17 @@ fn verify_org_log(
     {
         verdict.fail_after_records(Reason::InclusionMismatch, detail);
     }
+    // A failure stops the reading where it is found: the log's size is
+    // then read on its own (a size of 16 beside a 40,000-entry log read
+    // as if the log were that short).
+    let log_size = match verdict.failure {
+        Some(_) => count.max(store.log_size(org_id)?),
+        None => count,
+    };
     Ok(StoreVerdict {
         org_id: org_id.to_owned(),
         verdict,
-        log_size: count,
+        log_size,
         checkpoints_checked: stored.checked,
         checkpoint_size: stored.largest,
     })

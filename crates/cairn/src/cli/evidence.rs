@@ -203,7 +203,8 @@ fn verify_one_org(
     bar.finish_and_clear();
     // What no checkpoint covers rests on this database alone (SECURITY,
     // "The operator's database").
-    // (Counted of a verified log only: a failure stops the count early.)
+    // (Given for a verified log only: a failed one's checkpoints were
+    // checked only as far as verification got.)
     let covered = verdict.checkpoint_size.unwrap_or(0).min(verdict.log_size);
     let uncovered = verdict.log_size - covered;
     let mut extra = json!({
