@@ -917,12 +917,18 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
                 assert!(run.stdout.contains("TAMPERED"), "{what}: {}", run.stdout);
             }
             // The server gives the same verdict (one shared operation), for
-            // the org and for a session, where it gave a storage error.
+            // the org (with a witness policy too, whose checkpoints are
+            // the org's) and for a session, where it gave a storage error.
             let (server, admin) = common::serve(copy.path(), None);
             let admin = admin.expect("a store without API keys prints an admin key");
-            for path in ["/v1/verify", "/v1/sessions/b/verify"] {
+            let witness = "cairn-witness.local%2B97965466%2BBGpt9aQTeAX3NWDeML3I7%2B6IBxp%2Fw3FZ9I8L9W1avPze";
+            for path in [
+                "/v1/verify".to_owned(),
+                format!("/v1/verify?witness={witness}"),
+                "/v1/sessions/b/verify".to_owned(),
+            ] {
                 let reply =
-                    cairn_testkit::http::call(server.addr, "GET", path, Some(&admin), None);
+                    cairn_testkit::http::call(server.addr, "GET", &path, Some(&admin), None);
                 assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.text());
                 let verdict = reply.json();
                 assert_eq!(verdict["verified"], false, "{what}: {path}: {verdict}");
@@ -935,6 +941,34 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
                         .as_str()
                         .is_some_and(|d| d.contains("names org acme more than once")),
                     "{what}: {path}: {verdict}"
+                );
+            }
+            drop(server);
+            // MCP's chain check: the verdict, no step of either org counted.
+            let input = [
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"audit_verify_chain","arguments":{"session_id":"b"}}}"#,
+            ];
+            let run = cairn_in(copy.path(), &["mcp"], Some(&input.join("\n")));
+            let answer: Value = run
+                .stdout
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .find(|a| a["id"] == 2)
+                .unwrap_or_else(|| panic!("{what}: {} {}", run.stdout, run.stderr));
+            let checked = &answer["result"]["structuredContent"];
+            assert_eq!(checked["valid"], false, "{what}: {answer}");
+            assert_eq!(checked["reason"], "malformed-record", "{what}: {answer}");
+            // What only reads the org (a replay, a listing, verifying or
+            // not) refuses it, naming the cause.
+            for args in [&["replay", "b", "--verify"][..], &["sessions"][..]] {
+                let run = cairn_in(copy.path(), args, None);
+                assert_ne!(run.code, 0, "{what}: {args:?}: {}", run.stdout);
+                assert!(
+                    run.stderr.contains("names org acme more than once"),
+                    "{what}: {args:?}: {}",
+                    run.stderr
                 );
             }
         }

@@ -71,6 +71,23 @@ pub fn repeated_org_name_verdict(org_id: &str) -> Verdict {
     )
 }
 
+/// The failed verdict of `org_id` if the orgs table gives its name to two
+/// orgs ([`repeated_org_name_verdict`]), looked up alone; `None` for any
+/// other org. A surface that reads the org before verifying it (trusted
+/// checkpoints, a page of its checkpoints) asks this first.
+pub fn repeated_org_name(
+    store: &dyn LedgerStore,
+    org_id: &str,
+) -> Result<Option<Verdict>, StoreError> {
+    match store.log_size(org_id) {
+        Ok(_) => Ok(None),
+        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
+            Ok(Some(repeated_org_name_verdict(org_id)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Verifies an org's whole log: every session chain, every operational
 /// record, the stored leaf of every entry, and the Merkle root at the size
 /// of every stored checkpoint and of every checkpoint in `external` (ones
@@ -105,6 +122,8 @@ fn verify_org_log(
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
+    // The name looked up alone first (it refuses a name given twice).
+    store.log_size(org_id)?;
     let (server_name, _) = store.log_signer(org_id)?;
     let keys: Vec<NoteVerifier> = if keys.is_empty() {
         store.log_keys(org_id)?
@@ -697,6 +716,24 @@ impl WitnessReport {
 /// checkpoint's size. Every stored checkpoint is reported either way, so
 /// an auditor sees from which size on the witnesses stopped vouching.
 pub fn apply_witness_policy(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    policy: &cairn_core::witness::WitnessPolicy,
+    verdict: &mut StoreVerdict,
+) -> Result<WitnessReport, StoreError> {
+    match witness_report(store, org_id, policy, verdict) {
+        // An org name given twice (it failed the verdict already, unless
+        // it was given meanwhile): its checkpoints cannot be told from the
+        // other org's, and no report is made.
+        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
+            verdict.verdict = repeated_org_name_verdict(org_id);
+            Ok(WitnessReport::default())
+        }
+        other => other,
+    }
+}
+
+fn witness_report(
     store: &dyn LedgerStore,
     org_id: &str,
     policy: &cairn_core::witness::WitnessPolicy,

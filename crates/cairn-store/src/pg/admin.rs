@@ -65,11 +65,14 @@ impl PgStore {
 
     pub(super) fn log_keys_in(&self, org_id: &str) -> Result<Vec<NoteVerifier>, StoreError> {
         self.read(|db| {
-            let foreign = db.query(
-                "SELECT g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = $1",
-                &[&org_id],
-                "reading an org's origin",
-            )?;
+            let foreign = match Self::org_id_of(db, org_id)? {
+                Some(org) => db.query(
+                    "SELECT g.server_key FROM org_origins g WHERE g.org = $1",
+                    &[&org],
+                    "reading an org's origin",
+                )?,
+                None => Vec::new(),
+            };
             if let Some(row) = foreign.first() {
                 let key: String = col(row, 0)?;
                 return NoteVerifier::parse(&key)
@@ -87,7 +90,11 @@ impl PgStore {
             };
             let rows = meta_key_rows(db)?;
             let adds = db
-                .query(crate::keys::LOG_KEY_RECORDS, &[], "reading the log-key records")?
+                .query(
+                    crate::keys::LOG_KEY_RECORDS,
+                    &[],
+                    "reading the log-key records",
+                )?
                 .iter()
                 .map(|row| {
                     Ok((
@@ -219,10 +226,12 @@ impl PgStore {
 
     pub(super) fn log_signer_in(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
         let origin = self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
             db.query_opt(
-                "SELECT g.server_name, g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org
-                 WHERE o.name = $1",
-                &[&org_id],
+                "SELECT g.server_name, g.server_key FROM org_origins g WHERE g.org = $1",
+                &[&org],
                 "reading an org's origin",
             )?
             .map(|row| Ok((col::<String>(&row, 0)?, col::<String>(&row, 1)?)))

@@ -113,13 +113,16 @@ impl PgStore {
         session_id: &str,
     ) -> Result<Option<SessionInfo>, StoreError> {
         self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
             let Some(row) = db.query_opt(
                 "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
                    (SELECT view FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
-                 FROM sessions s JOIN orgs o ON o.org = s.org
+                 FROM sessions s
                  JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
-                 WHERE o.name = $1 AND s.session_id = $2",
-                &[&org_id, &session_id],
+                 WHERE s.org = $1 AND s.session_id = $2",
+                &[&org, &session_id],
                 "reading a session",
             )?
             else {
@@ -367,12 +370,15 @@ impl PgStore {
         // retried on a new connection resumes.
         let mut after: i64 = -1;
         self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(());
+            };
             let ids: Vec<i64> = db
                 .query(
-                    "SELECT e.id FROM sessions s JOIN orgs o ON o.org = s.org
+                    "SELECT e.id FROM sessions s
                      JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
-                     WHERE o.name = $1 AND s.session_id = $2 AND e.id > $3 ORDER BY e.id",
-                    &[&org_id, &session_id, &after],
+                     WHERE s.org = $1 AND s.session_id = $2 AND e.id > $3 ORDER BY e.id",
+                    &[&org, &session_id, &after],
                     "reading a session's records",
                 )?
                 .iter()
@@ -406,11 +412,14 @@ impl PgStore {
         agent_id: Option<&str>,
     ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
         self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
             db.query(
-                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = $1 AND e.type IN ('key-registration', 'key-revocation')
+                "SELECT e.seq, e.type, e.view FROM entries e
+                 WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
                    AND ($2::text IS NULL OR e.agent_id = $2) ORDER BY e.id",
-                &[&org_id, &agent_id],
+                &[&org, &agent_id],
                 "reading key records",
             )?
             .iter()
@@ -436,10 +445,13 @@ impl PgStore {
         id: &str,
     ) -> Result<Option<(u64, OpRecord)>, StoreError> {
         let found = self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
             db.query_opt(
-                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = $1 AND e.trace_id = $2 AND e.type <> 'step'",
-                &[&org_id, &id],
+                "SELECT e.seq, e.type, e.view FROM entries e
+                 WHERE e.org = $1 AND e.trace_id = $2 AND e.type <> 'step'",
+                &[&org, &id],
                 "looking up a record by id",
             )?
             .map(|row| {
@@ -463,10 +475,13 @@ impl PgStore {
 
     pub(super) fn agent_keys_in(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
         let views = self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
             db.query(
-                "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = $1 AND e.type = 'key-registration' ORDER BY e.id",
-                &[&org_id],
+                "SELECT e.seq, e.view FROM entries e
+                 WHERE e.org = $1 AND e.type = 'key-registration' ORDER BY e.id",
+                &[&org],
                 "reading agent keys",
             )?
             .iter()
@@ -523,10 +538,12 @@ fn session_key<C: postgres::GenericClient>(
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<(i64, i64)>, StoreError> {
+    let Some(org) = PgStore::org_id_of(db, org_id)? else {
+        return Ok(None);
+    };
     let Some(row) = db.query_opt(
-        "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
-         WHERE o.name = $1 AND s.session_id = $2",
-        &[&org_id, &session_id],
+        "SELECT s.org, s.sid FROM sessions s WHERE s.org = $1 AND s.session_id = $2",
+        &[&org, &session_id],
         "reading a session",
     )?
     else {

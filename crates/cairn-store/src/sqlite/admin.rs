@@ -175,33 +175,47 @@ impl SqliteStore {
 
     pub(super) fn log_keys_in(&self, org_id: &str) -> Result<Vec<NoteVerifier>, StoreError> {
         self.read(|c| {
-            let foreign: Option<String> = c
-                .query_row(
-                    "SELECT g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = ?1",
-                    [org_id],
-                    |r| r.get(0),
-                )
-                .optional()
-                .context("reading an org's origin")?;
+            let foreign: Option<String> = match Self::org_id_of(c, org_id)? {
+                Some(org) => c
+                    .query_row(
+                        "SELECT server_key FROM org_origins WHERE org = ?1",
+                        [org],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .context("reading an org's origin")?,
+                None => None,
+            };
             if let Some(key) = foreign {
                 return NoteVerifier::parse(&key)
                     .map(|k| vec![k])
                     .map_err(|e| StoreError::Corrupt(format!("an imported log's key: {e}")));
             }
             let first: Option<String> = c
-                .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| r.get(0))
+                .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .context("reading the server key")?;
             let adds = c
                 .prepare_cached(crate::keys::LOG_KEY_RECORDS)
                 .and_then(|mut stmt| {
                     stmt.query_map([], |r| {
-                        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+                        Ok((
+                            r.get::<_, i64>(0)? as u64,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, String>(2)?,
+                        ))
                     })?
                     .collect::<Result<Vec<_>, _>>()
                 })
                 .context("reading the log-key records")?;
-            crate::keys::vouched_log_keys(&self.key.verifier, first.as_deref(), &meta_key_rows(c)?, &adds)
+            crate::keys::vouched_log_keys(
+                &self.key.verifier,
+                first.as_deref(),
+                &meta_key_rows(c)?,
+                &adds,
+            )
         })
     }
 
@@ -225,9 +239,12 @@ impl SqliteStore {
 
     pub(super) fn log_signer_in(&self, org_id: &str) -> Result<(String, NoteVerifier), StoreError> {
         let origin: Option<(String, String)> = self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
             c.query_row(
-                "SELECT g.server_name, g.server_key FROM org_origins g JOIN orgs o ON o.org = g.org WHERE o.name = ?1",
-                [org_id],
+                "SELECT server_name, server_key FROM org_origins WHERE org = ?1",
+                [org],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()

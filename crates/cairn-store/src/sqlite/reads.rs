@@ -234,12 +234,15 @@ impl SqliteStore {
         trace_id: &str,
     ) -> Result<Option<StoredStep>, StoreError> {
         self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
             let sql = format!(
                 "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
-                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
+                 WHERE e.org = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
             );
             let mut stmt = c.prepare_cached(&sql).context("looking up a step")?;
-            let mut rows = stmt.query(params![org_id, trace_id]).context("looking up a step")?;
+            let mut rows = stmt.query(params![org, trace_id]).context("looking up a step")?;
             match rows.next().context("looking up a step")? {
                 Some(row) => Ok(Some(step_from_row(row)?)),
                 None => Ok(None),
@@ -369,17 +372,20 @@ impl SqliteStore {
         visit: &mut dyn FnMut(u64, OpRecord) -> bool,
     ) -> Result<(), StoreError> {
         self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(());
+            };
             // The records' ids first (the index on (sid, type) does not
             // give them in log order, and sorting whole rows would read
             // every record before the first is visited), then each record.
             let ids: Vec<i64> = c
                 .prepare_cached(
-                    "SELECT e.id FROM sessions s JOIN orgs o ON o.org = s.org
+                    "SELECT e.id FROM sessions s
                      JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
-                     WHERE o.name = ?1 AND s.session_id = ?2 ORDER BY e.id",
+                     WHERE s.org = ?1 AND s.session_id = ?2 ORDER BY e.id",
                 )
                 .and_then(|mut stmt| {
-                    stmt.query_map(params![org_id, session_id], |r| r.get(0))?
+                    stmt.query_map(params![org, session_id], |r| r.get(0))?
                         .collect::<Result<_, _>>()
                 })
                 .context("reading a session's records")?;
@@ -406,15 +412,18 @@ impl SqliteStore {
         agent_id: Option<&str>,
     ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
         self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                     WHERE o.name = ?1 AND e.type IN ('key-registration', 'key-revocation')
+                    "SELECT e.seq, e.type, e.view FROM entries e
+                     WHERE e.org = ?1 AND e.type IN ('key-registration', 'key-revocation')
                        AND (?2 IS NULL OR e.agent_id = ?2) ORDER BY e.id",
                 )
                 .context("reading key records")?;
             let rows: Vec<(i64, String, String)> = stmt
-                .query_map(params![org_id, agent_id], |r| {
+                .query_map(params![org, agent_id], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
                 .context("reading key records")?
@@ -435,15 +444,16 @@ impl SqliteStore {
         id: &str,
     ) -> Result<Option<(u64, OpRecord)>, StoreError> {
         let found: Option<(i64, String, String)> = self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
             c.prepare_cached(
-                "SELECT e.seq, e.type, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                 WHERE o.name = ?1 AND e.trace_id = ?2 AND e.type <> 'step'",
+                "SELECT e.seq, e.type, e.view FROM entries e
+                 WHERE e.org = ?1 AND e.trace_id = ?2 AND e.type <> 'step'",
             )
             .and_then(|mut s| {
-                s.query_row(params![org_id, id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .optional()
+                s.query_row(params![org, id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
             })
             .context("looking up a record by id")
         })?;
@@ -460,14 +470,20 @@ impl SqliteStore {
 
     pub(super) fn agent_keys_in(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
         let views = self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT e.seq, e.view FROM entries e JOIN orgs o ON o.org = e.org
-                     WHERE o.name = ?1 AND e.type = 'key-registration' ORDER BY e.id",
+                    // The partial index's own condition, so that SQLite
+                    // uses it (it would scan the whole log otherwise).
+                    "SELECT e.seq, e.view FROM entries e
+                     WHERE e.org = ?1 AND e.type IN ('key-registration', 'key-revocation')
+                       AND e.type = 'key-registration' ORDER BY e.id",
                 )
                 .context("reading agent keys")?;
             let rows = stmt
-                .query_map([org_id], |r| {
+                .query_map([org], |r| {
                     Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
                 })
                 .context("reading agent keys")?;
@@ -521,13 +537,13 @@ fn session_key(
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<(i64, i64)>, StoreError> {
-    c.prepare_cached(
-        "SELECT s.org, s.sid FROM sessions s JOIN orgs o ON o.org = s.org
-         WHERE o.name = ?1 AND s.session_id = ?2",
-    )
-    .and_then(|mut s| {
-        s.query_row(params![org_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-    })
-    .context("reading a session")
+    let Some(org) = SqliteStore::org_id_of(c, org_id)? else {
+        return Ok(None);
+    };
+    c.prepare_cached("SELECT s.org, s.sid FROM sessions s WHERE s.org = ?1 AND s.session_id = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![org, session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .context("reading a session")
 }

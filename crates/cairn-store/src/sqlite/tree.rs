@@ -261,8 +261,8 @@ impl SqliteStore {
             // a negative index).
             c.prepare_cached(
                 "SELECT quote(level), quote(idx), typeof(hash), length(hash),
-                   typeof(level) = 'integer' AND typeof(idx) = 'integer'
-                     AND typeof(hash) = 'blob' AND length(hash) = 32
+                   typeof(level) = 'integer' AND typeof(idx) = 'integer',
+                   typeof(hash) = 'blob' AND length(hash) = 32
                  FROM nodes
                  WHERE org = ?1 AND (typeof(level) != 'integer' OR typeof(idx) != 'integer'
                    OR typeof(hash) != 'blob' OR length(hash) != 32
@@ -272,8 +272,13 @@ impl SqliteStore {
             .and_then(|mut s| {
                 s.query_row(params![org, NODE_STRIDE, MAX_NODE_LEVEL], |r| {
                     let (level, idx) = (r.get::<_, String>(0)?, r.get::<_, String>(1)?);
-                    Ok(if r.get::<_, bool>(4)? {
+                    let (whole_numbers, hash) = (r.get::<_, bool>(4)?, r.get::<_, bool>(5)?);
+                    Ok(if whole_numbers && hash {
                         misplaced_node(&level, &idx)
+                    } else if hash {
+                        format!(
+                            "the stored tree holds a row at level {level}, index {idx}: a level and index that are not both integers, which no reader can use"
+                        )
                     } else {
                         format!(
                             "the stored tree holds a row at level {level}, index {idx} whose hash is {} ({} bytes): no reader can use it",
