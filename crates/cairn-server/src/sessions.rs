@@ -10,7 +10,7 @@ use crate::input::StrictQuery;
     operation_id = "start_session",
     tag = "sessions",
     summary = "Start a session",
-    description = "Records the session start (its genesis) in the org log. Body: session_id, agent_id, profile (standard|strict), predecessor (hex final hash of the session this one continues), full_consent. Roles: writer, admin.",
+    description = "Records the session start (its genesis) in the org log. Body: session_id, agent_id, profile (standard|strict), predecessor (hex final hash of the session this one continues), full_consent. Roles: writer, admin. A sealed session is continued once; a key bound to an agent continues only that agent's sessions (400 bad_predecessor).",
     request_body = crate::api_doc::SessionInput,
     responses(
         (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
@@ -83,6 +83,7 @@ pub(crate) async fn start_session(
         profile,
         predecessor,
         predecessor_session: text("predecessor_session")?,
+        bound_agent: caller.key.agent_id.clone(),
         full_consent: optional_bool(&v, "full_consent")?.unwrap_or(false),
     });
     let written = state.ledger.submit(request).await?;

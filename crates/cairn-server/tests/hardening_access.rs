@@ -149,6 +149,63 @@ fn bound_keys_act_only_for_their_agent() {
     }
     let info = server.store.session("acme", "theirs").unwrap().unwrap();
     assert!(info.seal.is_none(), "bob's session was sealed");
+
+    // Continuing another agent's sealed session (each is continued once:
+    // it would take bob's continuation), by id or by final hash, over
+    // REST and MCP, is refused; its own, and bob's by bob, are not.
+    assert_eq!(
+        post(&server, "/v1/sessions/theirs/seal", &admin, &json!({})).status,
+        200
+    );
+    let head = server
+        .store
+        .session("acme", "theirs")
+        .unwrap()
+        .unwrap()
+        .head
+        .to_hex();
+    for body in [
+        json!({"session_id": "taken", "predecessor_session": "theirs"}),
+        json!({"session_id": "taken", "predecessor": head}),
+    ] {
+        let r = post(&server, "/v1/sessions", &alice, &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "bad_predecessor"),
+            "{body}: {}",
+            r.text()
+        );
+        assert!(r.text().contains("bound to agent alice"), "{}", r.text());
+    }
+    let r = mcp_tool(
+        server.addr,
+        &alice,
+        &session,
+        "audit_session_start",
+        json!({"session_id": "taken", "predecessor_session": "theirs"}),
+    );
+    let rpc = r.rpc();
+    assert_eq!(rpc["result"]["isError"], true, "{rpc}");
+    assert_eq!(
+        rpc["result"]["structuredContent"]["error"]["code"], "bad_predecessor",
+        "{rpc}"
+    );
+    assert!(server.store.session("acme", "taken").unwrap().is_none());
+    let own = post(
+        &server,
+        "/v1/sessions",
+        &alice,
+        &json!({"session_id": "mine-next", "predecessor_session": "mine"}),
+    );
+    assert_eq!(own.status, 201, "{}", own.text());
+    let bob = key_for(&server, "acme", Role::Writer, Some("bob"));
+    let continued = post(
+        &server,
+        "/v1/sessions",
+        &bob,
+        &json!({"session_id": "theirs-next", "predecessor": head}),
+    );
+    assert_eq!(continued.status, 201, "{}", continued.text());
 }
 
 // ----------------------------------------------------------------- item 10

@@ -98,6 +98,10 @@ pub struct NewSession {
     /// final hash becomes the predecessor hash. If both are given they
     /// must agree.
     pub predecessor_session: Option<String>,
+    /// The agent the caller's key is bound to, if it is: such a key may
+    /// continue only that agent's sealed sessions (a sealed session is
+    /// continued once, so another agent's would be taken from it).
+    pub bound_agent: Option<String>,
     /// Consent to `full` detail exports.
     pub full_consent: bool,
 }

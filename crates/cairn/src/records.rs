@@ -164,6 +164,7 @@ pub fn start(cli: &Cli, store: Arc<dyn LedgerStore>, args: &StartArgs) -> Result
         },
         predecessor,
         predecessor_session: args.predecessor_session.clone(),
+        bound_agent: None,
         full_consent: args.full_consent,
     });
     match ledger(store).write(request).map_err(append_error)? {

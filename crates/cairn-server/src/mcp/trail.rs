@@ -68,6 +68,7 @@ impl CairnMcp {
                 },
                 predecessor,
                 predecessor_session: args.predecessor_session,
+                bound_agent: caller.key.agent_id.clone(),
                 full_consent: args.full_consent,
             });
             match self.write(request).await? {

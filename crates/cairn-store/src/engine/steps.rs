@@ -86,15 +86,24 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                         predecessor.head
                     ));
                 }
+                if let Some(refusal) = other_agents(req, id, &predecessor.agent_id) {
+                    return Ok(Err(refusal));
+                }
                 Ok(Ok(Some(predecessor.head)))
             }
             (None, Some(hash)) => {
                 let found = match org {
-                    Some(org) => self.tx.session_sealed_with(org, &hash)?,
+                    Some(org) => match self.tx.session_sealed_with(org, &hash)? {
+                        Some(id) => self.session(org, &id)?.map(|state| (id, state.agent_id)),
+                        None => None,
+                    },
                     None => None,
                 };
                 match found {
-                    Some(_) => Ok(Ok(Some(hash))),
+                    Some((id, agent)) => match other_agents(req, &id, &agent) {
+                        Some(refusal) => Ok(Err(refusal)),
+                        None => Ok(Ok(Some(hash))),
+                    },
                     None => bad(format!(
                         "no sealed session of org {} ends with {hash}",
                         req.org_id
@@ -477,4 +486,16 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         }
         Ok(Ok(()))
     }
+}
+
+/// A key bound to an agent continuing another agent's session: refused
+/// (each sealed session is continued once, so it would take that agent's
+/// continuation).
+fn other_agents(req: &NewSession, predecessor: &str, agent: &str) -> Option<Refusal> {
+    let bound = req.bound_agent.as_deref()?;
+    (bound != agent).then(|| {
+        Refusal::BadPredecessor(format!(
+            "session {predecessor} is agent {agent}'s: this key is bound to agent {bound} and may continue only that agent's sessions"
+        ))
+    })
 }

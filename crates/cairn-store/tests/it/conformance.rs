@@ -152,6 +152,7 @@ fn session(id: &str, profile: Profile) -> NewSession {
         profile,
         predecessor: None,
         predecessor_session: None,
+        bound_agent: None,
         full_consent: false,
     }
 }

@@ -221,6 +221,7 @@ fn a_head_moved_ahead_or_deleted_does_not_hide_a_session_from_retention() {
             profile: Default::default(),
             predecessor: None,
             predecessor_session: None,
+            bound_agent: None,
             full_consent: false,
         })])
         .unwrap()
@@ -551,6 +552,7 @@ fn the_production_role_writes_batches_without_steps() {
             profile: Default::default(),
             predecessor: None,
             predecessor_session: None,
+            bound_agent: None,
             full_consent: false,
         })
     };

@@ -166,6 +166,7 @@ pub fn world() -> World {
             profile: cairn_core::record::Profile::Standard,
             predecessor: None,
             predecessor_session: Some("s1".into()),
+            bound_agent: None,
             full_consent: true,
         }),
     );

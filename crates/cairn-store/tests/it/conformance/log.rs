@@ -248,6 +248,7 @@ pub(super) fn refusals_write_nothing(backend: &dyn Backend) {
         profile: Profile::Strict,
         predecessor: None,
         predecessor_session: None,
+        bound_agent: None,
         full_consent: false,
     };
     assert!(matches!(
