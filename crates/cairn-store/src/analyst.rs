@@ -37,6 +37,8 @@ mod rewrite;
 mod sizes;
 mod time_checks;
 use guard::Guard;
+#[cfg(test)]
+use guard::WILDCARD_COLUMNS;
 pub use guard::{MAX_EXPRESSIONS, MAX_FUNCTION_ARGUMENTS, MAX_LIST_EXPRESSIONS};
 use pg_bounds::PgBounds;
 use rewrite::{CTE_PREFIX, Fences, Rename, check_rewritten};
@@ -210,6 +212,21 @@ pub fn prepare(
     org: i64,
     schema: &str,
 ) -> Result<String, AnalystError> {
+    prepare_counted(sql, dialect, org, schema).map(|prepared| prepared.0)
+}
+
+/// [`prepare`], with the number of columns its SELECTs list together (a
+/// `*` counted as about a view's): the backends share the answer's size
+/// among these, not only among the answer's own columns, when they bound
+/// each value ([`QueryLimits::value_limit`]), since the database holds a
+/// row of every nested query at once.
+pub fn prepare_counted(
+    sql: &str,
+    dialect: Dialect,
+    org: i64,
+    schema: &str,
+) -> Result<(String, usize), AnalystError> {
+    let held = std::sync::atomic::AtomicUsize::new(0);
     // sqlparser builds left-deep chains (`1 + 1 + ...`, `SELECT 1 UNION
     // SELECT 1 ...`) in a loop, past its recursion limit, but cloning,
     // printing, comparing and dropping a tree recurse once per link: a
@@ -221,7 +238,7 @@ pub fn prepare(
         std::thread::Builder::new()
             .name("cairn-analyst-prepare".into())
             .stack_size(PREPARE_STACK_BYTES)
-            .spawn_scoped(scope, || prepare_here(sql, dialect, org, schema))
+            .spawn_scoped(scope, || prepare_here(sql, dialect, org, schema, &held))
             .map_err(|e| AnalystError::Failed(format!("no thread to read the statement: {e}")))?
             .join()
             .unwrap_or_else(|_| {
@@ -230,6 +247,7 @@ pub fn prepare(
                 ))
             })
     })
+    .map(|sql| (sql, held.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// Stack of the thread that reads a statement ([`prepare`]): at most
@@ -247,6 +265,7 @@ fn prepare_here(
     dialect: Dialect,
     org: i64,
     schema: &str,
+    held: &std::sync::atomic::AtomicUsize,
 ) -> Result<String, AnalystError> {
     let refuse = |m: String| Err(AnalystError::Refused(m));
     if sql.len() > MAX_SQL_BYTES {
@@ -287,6 +306,7 @@ fn prepare_here(
     if let ControlFlow::Break(reason) = query.visit(&mut guard) {
         return refuse(reason);
     }
+    held.store(guard.held_columns, std::sync::atomic::Ordering::Relaxed);
     for name in &guard.ctes {
         if VIEWS.contains(&name.as_str()) {
             return refuse(format!(

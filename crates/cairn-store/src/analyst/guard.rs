@@ -16,7 +16,7 @@ use super::shown;
 use super::sizes::{Sizes, alias_copies, counts, is_comparison, is_literal};
 use sqlparser::ast::{
     BinaryOperator, CteAsMaterialized, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
-    GroupByExpr, Ident, ObjectName, ObjectNamePart, Query, Select, SetExpr, TableAlias,
+    GroupByExpr, Ident, ObjectName, ObjectNamePart, Query, Select, SelectItem, SetExpr, TableAlias,
     TableFactor, Value as SqlValue, ValueWithSpan, Visit, Visitor,
 };
 use std::collections::HashSet;
@@ -181,7 +181,25 @@ pub(super) struct Guard {
     /// side of a comparison, `IN` or `BETWEEN`, the only places a row
     /// value is accepted (see [`compared_rows`]).
     compared_rows: HashSet<usize>,
+    /// The columns the statement's queries list, together (a `*` counts
+    /// [`WILDCARD_COLUMNS`]; of a UNION's arms, the widest): the most
+    /// values the database may hold at once, a row of each nested query
+    /// (see [`MAX_HELD_COLUMNS`]).
+    pub(super) held_columns: usize,
 }
+
+/// What a `*` or `t.*` counts towards [`Guard::held_columns`]: about the
+/// widest of Cairn's views (`steps` has 26 columns).
+pub(super) const WILDCARD_COLUMNS: usize = 32;
+
+/// The most columns the SELECTs of one statement may list together. A
+/// database holds the current row of every nested query while it
+/// computes the one around it, each value up to the answer's value limit,
+/// which is the answer's size shared among these columns (never under 2
+/// MiB): so no statement makes the database hold more than about 200 MiB
+/// of values at once (a subquery of 32 computed 15 MiB columns under an
+/// answer of one column held 953 MB; three nested, 3.8 GB).
+pub(super) const MAX_HELD_COLUMNS: usize = 100;
 
 /// The row values `(a, b)` that `expr` compares (its direct operands, if
 /// it is a comparison, an `IN` or a `BETWEEN`), by address. A row value
@@ -309,6 +327,9 @@ impl Visitor for Guard {
         if self.row_names.is_none() {
             self.row_names = Some(row_names(query));
         }
+        // The arms of a UNION, INTERSECT or EXCEPT give their rows in turn:
+        // the widest counts.
+        let mut widest_arm = 0usize;
         for (i, select) in selects(&query.body).into_iter().enumerate() {
             match &select.group_by {
                 GroupByExpr::Expressions(_, modifiers) if modifiers.is_empty() => {}
@@ -328,9 +349,25 @@ impl Visitor for Guard {
             self.expressions = self
                 .expressions
                 .saturating_add(alias_copies(select, order_by));
+            let listed: usize = select
+                .projection
+                .iter()
+                .map(|item| match item {
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => WILDCARD_COLUMNS,
+                    _ => 1,
+                })
+                .sum();
+            widest_arm = widest_arm.max(listed);
         }
+        self.held_columns = self.held_columns.saturating_add(widest_arm);
         if self.expressions > MAX_EXPRESSIONS {
             return ControlFlow::Break(too_many_expressions());
+        }
+        if self.held_columns > MAX_HELD_COLUMNS {
+            return ControlFlow::Break(format!(
+                "the SELECTs of a statement list at most {MAX_HELD_COLUMNS} columns together (a * counts {WILDCARD_COLUMNS}), not {}: the database holds a row of each nested query at once; select only the columns you need",
+                self.held_columns
+            ));
         }
         if let Some(with) = &query.with {
             for cte in &with.cte_tables {

@@ -824,3 +824,43 @@ fn padding_formats_and_recursive_unions_are_refused() {
     .unwrap();
     assert!(!out.contains("cairn_time_check"), "{out}");
 }
+
+/// The columns a statement's SELECTs list together bound the values the
+/// database holds at once (a row of each nested query): they are counted
+/// (a `*` as about a view's columns), shared into the value limit, and
+/// refused past [`MAX_HELD_COLUMNS`] (a hostile review: 32 computed 15
+/// MiB columns in a subquery under an answer of one column held 953 MB,
+/// three nested 3.8 GB).
+#[test]
+fn the_columns_of_nested_queries_are_counted() {
+    let columns = |n: usize| {
+        (0..n)
+            .map(|i| format!("content || '{i}' AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let one = format!(
+            "SELECT length(c0) FROM (SELECT {} FROM steps) t",
+            columns(32)
+        );
+        let (_, held) = prepare_counted(&one, dialect, 1, "main").unwrap();
+        assert_eq!(held, 33);
+        let limits = QueryLimits::default();
+        assert_eq!(limits.value_limit(held), 2 * 1024 * 1024);
+        let star = "SELECT * FROM (SELECT * FROM steps) t";
+        assert_eq!(
+            prepare_counted(star, dialect, 1, "main").unwrap().1,
+            2 * WILDCARD_COLUMNS
+        );
+        let nested = format!(
+            "SELECT length(c0) FROM (SELECT {0} FROM (SELECT {0} FROM (SELECT {0} FROM (SELECT {0} FROM steps) a) b) c) d",
+            columns(30)
+        );
+        let refused = prepare_counted(&nested, dialect, 1, "main").unwrap_err();
+        assert!(
+            refused.to_string().contains("at most 100 columns together"),
+            "{refused}"
+        );
+    }
+}

@@ -50,7 +50,8 @@ impl PgStore {
     ) -> Result<AnalystResult, AnalystError> {
         use postgres::fallible_iterator::FallibleIterator as _;
         let org = self.read(|db| Self::org_id_of(db, org_id))?.unwrap_or(0);
-        let statement = analyst::prepare(sql, analyst::Dialect::Postgres, org, &self.schema)?;
+        let (statement, held_columns) =
+            analyst::prepare_counted(sql, analyst::Dialect::Postgres, org, &self.schema)?;
         let failed = |e: postgres::Error| pg_analyst_failure(&e, limits);
         self.read(|db| {
             let out = (|| {
@@ -103,7 +104,7 @@ impl PgStore {
                 // bigger than the limit ever reaches this process; rows
                 // are fetched in small chunks and stop at the answer's
                 // limit.
-                let max = limits.value_limit(columns.len());
+                let max = limits.value_limit(columns.len().max(held_columns));
                 let (select, names) = if columns.is_empty() {
                     ("1".to_owned(), String::new())
                 } else {

@@ -92,7 +92,8 @@ impl SqliteStore {
         limits: &analyst::QueryLimits,
     ) -> Result<AnalystResult, AnalystError> {
         let org = self.read(|c| Self::org_id_of(c, org_id))?.unwrap_or(0);
-        let statement = analyst::prepare(sql, analyst::Dialect::Sqlite, org, "main")?;
+        let (statement, held_columns) =
+            analyst::prepare_counted(sql, analyst::Dialect::Sqlite, org, "main")?;
         // A connection of its own: read-only, reading only the ledger's
         // tables, with no string longer than the value limit, and a handler
         // that stops a long query.
@@ -114,7 +115,7 @@ impl SqliteStore {
         }
         // No function may build a value past this answer's share (SQLite
         // holds a row's values whole before handing it over).
-        value_limit.set(limits.value_limit(columns.len()));
+        value_limit.set(limits.value_limit(columns.len().max(held_columns)));
         let value_limit = value_limit.get();
         c.set_limit(
             rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,

@@ -638,7 +638,9 @@ pub fn one_row_of_many_calls_stops_at_the_time_limit(backend: &dyn Backend) {
     two_orgs(&store);
     let calls = vec!["length(upper(upper(upper(upper(v))))) / 1024"; 100].join(" + ");
     let sql = format!(
-        "WITH RECURSIVE r(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 23), big(v) AS (SELECT s FROM r WHERE n = 23) SELECT {calls} FROM big"
+        // A 4 MiB value, in a statement whose queries list two columns
+        // together (each value's limit is the answer's shared among them).
+        "WITH RECURSIVE r(v) AS (SELECT 'a' UNION ALL SELECT v || v FROM r WHERE length(v) < 4194304) SELECT {calls} FROM r WHERE length(v) = 4194304"
     );
     let limits = QueryLimits {
         time: Duration::from_millis(500),
