@@ -107,12 +107,29 @@ impl SqliteStore {
                 .context("searching the full-text index")?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, f64>(1)?))
+                    Ok(r.get::<_, i64>(0)? as u64)
                 })
                 .context("searching the full-text index")?
                 .collect::<Result<Vec<_>, _>>()
                 .context("searching the full-text index")?;
-            Ok(rows)
+            // The hits in BM25's order, scored by rank alone: one index
+            // holds every org's documents, and BM25's value weighs each
+            // word by how many documents of the whole index hold it, so
+            // the value would tell a tenant what other orgs wrote (a
+            // hostile probe: a word in another org's steps moved a score
+            // from 1.4 to 1e-6). SECURITY says what the order still
+            // depends on.
+            Ok(rows
+                .into_iter()
+                .enumerate()
+                .map(|(rank, seq)| (seq, rank_score(rank)))
+                .collect())
         })
     }
+}
+
+/// The score of the hit at `rank` (0 the best) of an answer: higher is
+/// better, and nothing but the rank.
+fn rank_score(rank: usize) -> f64 {
+    1.0 / (rank as f64 + 1.0)
 }

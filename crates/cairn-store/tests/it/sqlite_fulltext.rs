@@ -777,3 +777,35 @@ fn ledger_steps(ledger: &rusqlite::Connection, org: i64, below: i64) -> Vec<Ledg
 
 mod attacks;
 pub(crate) mod catch_up_attacks;
+
+/// One index holds every org's documents, and BM25 weighs a word by how
+/// many documents of the whole index hold it: the score an org sees must
+/// not move with what another org writes (a hostile probe read a word of
+/// another tenant's steps from it). Scores are ranks.
+#[test]
+fn another_orgs_documents_never_move_a_score() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    write_step_in(&store, "acme", "draft term sheet for project nightingale");
+    write_step_in(&store, "acme", "nightingale nightingale and the falcon");
+    let scores = |store: &SqliteStore| -> Vec<(Vec<u64>, Vec<f64>)> {
+        ["nightingale", "falcon", "term sheet"]
+            .iter()
+            .map(|words| {
+                let hits = search(store, "acme", words).unwrap();
+                (
+                    hits.iter().map(|(seq, _)| *seq).collect(),
+                    hits.iter().map(|(_, score)| *score).collect(),
+                )
+            })
+            .collect()
+    };
+    let before = scores(&store);
+    assert_eq!(before[0].0.len(), 2, "{before:?}");
+    for i in 0..40 {
+        write_step_in(&store, "beta", &format!("nightingale sighted {i}"));
+        write_step_in(&store, "beta", &format!("an unrelated note {i}"));
+    }
+    assert_eq!(hits_once_caught_up(&store, "beta", "nightingale").len(), 40);
+    assert_eq!(scores(&store), before);
+}
