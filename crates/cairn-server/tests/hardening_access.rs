@@ -206,6 +206,51 @@ fn bound_keys_act_only_for_their_agent() {
         &json!({"session_id": "theirs-next", "predecessor": head}),
     );
     assert_eq!(continued.status, 201, "{}", continued.text());
+    // Its own session under its name's hash (hash_agent_id) is its own.
+    let hashed = post(
+        &server,
+        "/v1/sessions",
+        &bob,
+        &json!({"session_id": "hashed", "hash_agent_id": true}),
+    );
+    assert_eq!(hashed.status, 201, "{}", hashed.text());
+    let stepped = post(
+        &server,
+        "/v1/steps",
+        &bob,
+        &json!({"session_id": "hashed", "step_type": "plan", "content": "x", "hash_agent_id": true}),
+    );
+    assert_eq!(stepped.status, 201, "{}", stepped.text());
+    let sealed = post(&server, "/v1/sessions/hashed/seal", &bob, &json!({}));
+    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    let next = post(
+        &server,
+        "/v1/sessions",
+        &bob,
+        &json!({"session_id": "hashed-next", "predecessor_session": "hashed", "hash_agent_id": true}),
+    );
+    assert_eq!(next.status, 201, "{}", next.text());
+    let stepped = post(
+        &server,
+        "/v1/steps",
+        &bob,
+        &json!({"session_id": "hashed-next", "step_type": "plan", "content": "y", "hash_agent_id": true}),
+    );
+    assert_eq!(stepped.status, 201, "{}", stepped.text());
+    let sealed = post(&server, "/v1/sessions/hashed-next/seal", &bob, &json!({}));
+    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    let taken = post(
+        &server,
+        "/v1/sessions",
+        &alice,
+        &json!({"session_id": "hashed-taken", "predecessor_session": "hashed-next"}),
+    );
+    assert_eq!(taken.status, 400, "{}", taken.text());
+    assert!(
+        taken.text().contains("bound to agent alice"),
+        "{}",
+        taken.text()
+    );
 }
 
 // ----------------------------------------------------------------- item 10

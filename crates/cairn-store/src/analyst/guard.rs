@@ -186,6 +186,9 @@ pub(super) struct Guard {
     /// values the database may hold at once, a row of each nested query
     /// (see [`MAX_HELD_COLUMNS`]).
     pub(super) held_columns: usize,
+    /// The subqueries of `EXISTS` (by address in the tree being walked):
+    /// their columns are never computed, so they hold nothing.
+    exists_queries: HashSet<usize>,
 }
 
 /// What a `*` or `t.*` counts towards [`Guard::held_columns`]: about the
@@ -359,7 +362,12 @@ impl Visitor for Guard {
                 .sum();
             widest_arm = widest_arm.max(listed);
         }
-        self.held_columns = self.held_columns.saturating_add(widest_arm);
+        if !self
+            .exists_queries
+            .contains(&(std::ptr::from_ref::<Query>(query) as usize))
+        {
+            self.held_columns = self.held_columns.saturating_add(widest_arm);
+        }
         if self.expressions > MAX_EXPRESSIONS {
             return ControlFlow::Break(too_many_expressions());
         }
@@ -506,6 +514,11 @@ impl Visitor for Guard {
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
         self.sizes.enter();
         self.compared_rows.extend(compared_rows(expr));
+        // An EXISTS computes none of its subquery's columns.
+        if let Expr::Exists { subquery, .. } = expr {
+            self.exists_queries
+                .insert(std::ptr::from_ref::<Query>(subquery) as usize);
+        }
         if counts(expr) {
             self.expressions += 1;
         }

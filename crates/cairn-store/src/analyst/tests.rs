@@ -857,6 +857,12 @@ fn the_columns_of_nested_queries_are_counted() {
             "SELECT length(c0) FROM (SELECT {0} FROM (SELECT {0} FROM (SELECT {0} FROM (SELECT {0} FROM steps) a) b) c) d",
             columns(30)
         );
+        // An EXISTS computes none of its subquery's columns.
+        let exists = "SELECT * FROM steps s WHERE EXISTS (SELECT * FROM sessions t WHERE t.session_id = s.session_id) AND NOT EXISTS (SELECT * FROM records r WHERE r.seq = s.seq) AND EXISTS (SELECT * FROM steps x WHERE x.session_id = s.session_id AND x.seq > s.seq)";
+        assert_eq!(
+            prepare_counted(exists, dialect, 1, "main").unwrap().1,
+            WILDCARD_COLUMNS
+        );
         let refused = prepare_counted(&nested, dialect, 1, "main").unwrap_err();
         assert!(
             refused.to_string().contains("at most 100 columns together"),

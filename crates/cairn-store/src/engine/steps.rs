@@ -493,7 +493,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
 /// continuation).
 fn other_agents(req: &NewSession, predecessor: &str, agent: &str) -> Option<Refusal> {
     let bound = req.bound_agent.as_deref()?;
-    (bound != agent).then(|| {
+    // Its own sessions: under its name, or under its name's hash (a
+    // session started with `hash_agent_id`).
+    let own = bound == agent || cairn_core::record::hashed_agent_id(bound) == agent;
+    (!own).then(|| {
         Refusal::BadPredecessor(format!(
             "session {predecessor} is agent {agent}'s: this key is bound to agent {bound} and may continue only that agent's sessions"
         ))

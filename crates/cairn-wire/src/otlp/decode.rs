@@ -375,7 +375,9 @@ fn json_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeError
                 budget.elements += 1;
                 if b == b'[' && last_key_spans && spans_at.is_none() {
                     spans_at = Some(depth);
-                } else if b == b'{' && spans_at == Some(depth - 1) {
+                } else if spans_at == Some(depth - 1) {
+                    // A span written as an object, or as an array (which
+                    // the decoder reads as a span of default fields).
                     budget.spans += 1;
                 }
                 if budget.elements > limits.max_elements {
@@ -606,6 +608,17 @@ mod tests {
         assert_eq!(
             decode_otlp("application/json", nulls.as_bytes()).unwrap_err(),
             DecodeError::TooManyElements { limit: 1_000_000 }
+        );
+        // Spans written as arrays are spans (999,990 `[]` took 305 MB to
+        // decode before the span limit refused them).
+        let arrays = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+            ["[]"; 4].join(",")
+        );
+        assert_eq!(json_budget(arrays.as_bytes(), &limits).unwrap().spans, 4);
+        assert_eq!(
+            decode_otlp_with("application/json", arrays.as_bytes(), &limits).unwrap_err(),
+            DecodeError::TooManySpans { count: 4, limit: 3 }
         );
         // Strings holding n's are not nulls.
         let text = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"nnn","value":{"stringValue":"null"}}]}}]}"#;
