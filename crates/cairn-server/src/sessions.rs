@@ -759,13 +759,6 @@ pub(crate) async fn verify_whole_org(
         // An org name given twice is the verdict before a trusted
         // checkpoint can be read against the org (it would be refused).
         if let Some(verdict) = cairn_store::ops::repeated_org_name(store, &org)? {
-            let verdict = cairn_store::ops::StoreVerdict {
-                org_id: org.clone(),
-                verdict,
-                log_size: 0,
-                checkpoints_checked: 0,
-                checkpoint_size: None,
-            };
             let report = policy.as_ref().map(|p| (p.quorum(), Default::default()));
             return Ok((verdict, report));
         }

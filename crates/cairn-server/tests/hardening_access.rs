@@ -206,39 +206,29 @@ fn bound_keys_act_only_for_their_agent() {
         &json!({"session_id": "theirs-next", "predecessor": head}),
     );
     assert_eq!(continued.status, 201, "{}", continued.text());
-    // Its own session under its name's hash (hash_agent_id) is its own.
-    let hashed = post(
-        &server,
-        "/v1/sessions",
-        &bob,
-        &json!({"session_id": "hashed", "hash_agent_id": true}),
-    );
-    assert_eq!(hashed.status, 201, "{}", hashed.text());
-    let stepped = post(
-        &server,
-        "/v1/steps",
-        &bob,
-        &json!({"session_id": "hashed", "step_type": "plan", "content": "x", "hash_agent_id": true}),
-    );
-    assert_eq!(stepped.status, 201, "{}", stepped.text());
-    let sealed = post(&server, "/v1/sessions/hashed/seal", &bob, &json!({}));
-    assert_eq!(sealed.status, 200, "{}", sealed.text());
-    let next = post(
-        &server,
-        "/v1/sessions",
-        &bob,
-        &json!({"session_id": "hashed-next", "predecessor_session": "hashed", "hash_agent_id": true}),
-    );
-    assert_eq!(next.status, 201, "{}", next.text());
-    let stepped = post(
-        &server,
-        "/v1/steps",
-        &bob,
-        &json!({"session_id": "hashed-next", "step_type": "plan", "content": "y", "hash_agent_id": true}),
-    );
-    assert_eq!(stepped.status, 201, "{}", stepped.text());
-    let sealed = post(&server, "/v1/sessions/hashed-next/seal", &bob, &json!({}));
-    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    // Its own session under its name's hash (hash_agent_id) is its own:
+    // started (continuing `predecessor`), given a step and sealed by bob.
+    let hashed_session = |id: &str, predecessor: Option<&str>| {
+        let mut body = json!({"session_id": id, "hash_agent_id": true});
+        if let Some(p) = predecessor {
+            body["predecessor_session"] = json!(p);
+        }
+        let started = post(&server, "/v1/sessions", &bob, &body);
+        assert_eq!(started.status, 201, "{id}: {}", started.text());
+        let step =
+            json!({"session_id": id, "step_type": "plan", "content": id, "hash_agent_id": true});
+        let stepped = post(&server, "/v1/steps", &bob, &step);
+        assert_eq!(stepped.status, 201, "{id}: {}", stepped.text());
+        let sealed = post(
+            &server,
+            &format!("/v1/sessions/{id}/seal"),
+            &bob,
+            &json!({}),
+        );
+        assert_eq!(sealed.status, 200, "{id}: {}", sealed.text());
+    };
+    hashed_session("hashed", None);
+    hashed_session("hashed-next", Some("hashed"));
     let taken = post(
         &server,
         "/v1/sessions",

@@ -226,7 +226,6 @@ pub fn prepare_counted(
     org: i64,
     schema: &str,
 ) -> Result<(String, usize), AnalystError> {
-    let held = std::sync::atomic::AtomicUsize::new(0);
     // sqlparser builds left-deep chains (`1 + 1 + ...`, `SELECT 1 UNION
     // SELECT 1 ...`) in a loop, past its recursion limit, but cloning,
     // printing, comparing and dropping a tree recurse once per link: a
@@ -238,7 +237,7 @@ pub fn prepare_counted(
         std::thread::Builder::new()
             .name("cairn-analyst-prepare".into())
             .stack_size(PREPARE_STACK_BYTES)
-            .spawn_scoped(scope, || prepare_here(sql, dialect, org, schema, &held))
+            .spawn_scoped(scope, || prepare_here(sql, dialect, org, schema))
             .map_err(|e| AnalystError::Failed(format!("no thread to read the statement: {e}")))?
             .join()
             .unwrap_or_else(|_| {
@@ -247,7 +246,6 @@ pub fn prepare_counted(
                 ))
             })
     })
-    .map(|sql| (sql, held.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// Stack of the thread that reads a statement ([`prepare`]): at most
@@ -265,8 +263,7 @@ fn prepare_here(
     dialect: Dialect,
     org: i64,
     schema: &str,
-    held: &std::sync::atomic::AtomicUsize,
-) -> Result<String, AnalystError> {
+) -> Result<(String, usize), AnalystError> {
     let refuse = |m: String| Err(AnalystError::Refused(m));
     if sql.len() > MAX_SQL_BYTES {
         return refuse(format!(
@@ -306,7 +303,7 @@ fn prepare_here(
     if let ControlFlow::Break(reason) = query.visit(&mut guard) {
         return refuse(reason);
     }
-    held.store(guard.held_columns, std::sync::atomic::Ordering::Relaxed);
+    let held_columns = guard.held_columns;
     for name in &guard.ctes {
         if VIEWS.contains(&name.as_str()) {
             return refuse(format!(
@@ -378,7 +375,7 @@ fn prepare_here(
     if let Statement::Query(query) = &statement {
         check_rewritten(query, own_views).map_err(AnalystError::Refused)?;
     }
-    Ok(out)
+    Ok((out, held_columns))
 }
 
 /// What ends each view's query so that the caller's conditions run only on

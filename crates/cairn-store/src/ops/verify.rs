@@ -71,19 +71,37 @@ pub fn repeated_org_name_verdict(org_id: &str) -> Verdict {
     )
 }
 
+impl StoreVerdict {
+    /// The verdict on an org whose name the orgs table gives twice
+    /// ([`repeated_org_name_verdict`]): nothing of its log was read.
+    pub fn repeated_org_name(org_id: &str) -> StoreVerdict {
+        StoreVerdict {
+            org_id: org_id.to_owned(),
+            verdict: repeated_org_name_verdict(org_id),
+            log_size: 0,
+            checkpoints_checked: 0,
+            checkpoint_size: None,
+        }
+    }
+}
+
+/// Whether `e` is the store's refusal of `org_id` as a name the orgs
+/// table gives twice.
+fn names_repeated(e: &StoreError, org_id: &str) -> bool {
+    matches!(e, StoreError::RepeatedOrgName(name) if name == org_id)
+}
+
 /// The failed verdict of `org_id` if the orgs table gives its name to two
-/// orgs ([`repeated_org_name_verdict`]), looked up alone; `None` for any
-/// other org. A surface that reads the org before verifying it (trusted
-/// checkpoints, a page of its checkpoints) asks this first.
+/// orgs ([`StoreVerdict::repeated_org_name`]), looked up alone; `None` for
+/// any other org. A surface that reads the org before verifying it
+/// (trusted checkpoints) asks this first.
 pub fn repeated_org_name(
     store: &dyn LedgerStore,
     org_id: &str,
-) -> Result<Option<Verdict>, StoreError> {
+) -> Result<Option<StoreVerdict>, StoreError> {
     match store.log_size(org_id) {
         Ok(_) => Ok(None),
-        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
-            Ok(Some(repeated_org_name_verdict(org_id)))
-        }
+        Err(e) if names_repeated(&e, org_id) => Ok(Some(StoreVerdict::repeated_org_name(org_id))),
         Err(e) => Err(e),
     }
 }
@@ -104,13 +122,7 @@ pub fn verify_org(
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
     match verify_org_log(store, org_id, external, keys, progress) {
-        Err(StoreError::RepeatedOrgName(name)) if name == org_id => Ok(StoreVerdict {
-            org_id: org_id.to_owned(),
-            verdict: repeated_org_name_verdict(org_id),
-            log_size: 0,
-            checkpoints_checked: 0,
-            checkpoint_size: None,
-        }),
+        Err(e) if names_repeated(&e, org_id) => Ok(StoreVerdict::repeated_org_name(org_id)),
         other => other,
     }
 }
@@ -122,8 +134,8 @@ fn verify_org_log(
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
-    // The name looked up alone first (it refuses a name given twice).
-    store.log_size(org_id)?;
+    // Its first read (as every read) looks the name up alone, which
+    // refuses a name given twice.
     let (server_name, _) = store.log_signer(org_id)?;
     let keys: Vec<NoteVerifier> = if keys.is_empty() {
         store.log_keys(org_id)?
@@ -573,9 +585,7 @@ pub fn verify_session(
     session_id: &str,
 ) -> Result<Option<Verdict>, StoreError> {
     match verify_session_chain(store, org_id, session_id) {
-        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
-            Ok(Some(repeated_org_name_verdict(org_id)))
-        }
+        Err(e) if names_repeated(&e, org_id) => Ok(Some(repeated_org_name_verdict(org_id))),
         other => other,
     }
 }
@@ -585,10 +595,6 @@ fn verify_session_chain(
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<Verdict>, StoreError> {
-    // The org's name looked up alone first, by the lookup that refuses a
-    // name given twice: the session, key and record reads below select
-    // by name and would read both orgs' rows.
-    store.log_size(org_id)?;
     let Some(info) = store.session(org_id, session_id)? else {
         return Ok(None);
     };
@@ -725,7 +731,7 @@ pub fn apply_witness_policy(
         // An org name given twice (it failed the verdict already, unless
         // it was given meanwhile): its checkpoints cannot be told from the
         // other org's, and no report is made.
-        Err(StoreError::RepeatedOrgName(name)) if name == org_id => {
+        Err(e) if names_repeated(&e, org_id) => {
             verdict.verdict = repeated_org_name_verdict(org_id);
             Ok(WitnessReport::default())
         }
