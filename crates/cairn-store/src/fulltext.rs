@@ -305,6 +305,17 @@ pub fn stored_display_text(content: Option<&str>, payloads: [Option<&str>; 3]) -
     display_text_of(content, [&input, &output, &metadata])
 }
 
+/// The SQLite FTS5 table of org `org`'s documents, as an SQL identifier
+/// (quoted; `org` is the orgs table's number, never a caller's text). One
+/// table per org, so that what ranks an org's hits (BM25's count of
+/// documents, their average length, how many hold each word) is the
+/// org's own: in one table of every org's documents, the order of an
+/// org's hits moved with what other orgs wrote, which let a tenant learn
+/// of other tenants' text one query at a time.
+pub(crate) fn fts5_table(org: i64) -> String {
+    format!("\"steps_fts_{org}\"")
+}
+
 /// The full-text document of a stored step's columns: what every rebuild
 /// from the log indexes, the same words [`document`] gave at ingest.
 pub fn stored_document(content: Option<&str>, payloads: [Option<&str>; 3]) -> String {

@@ -97,7 +97,8 @@ pub(crate) fn session_listing_query(
 /// Which engine a full-text query is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Engine {
-    /// SQLite FTS5: `steps_fts` (contentless, rowid = the entry's id).
+    /// SQLite FTS5: the org's table (`fulltext::fts5_table`: contentless,
+    /// rowid = the entry's id).
     Fts5,
     /// PostgreSQL: `step_search` (id, org, doc tsvector with a GIN index).
     Postgres,
@@ -131,6 +132,7 @@ pub(crate) fn step_search_query(
         placeholder(3),
         placeholder(4),
     );
+    let fts = crate::fulltext::fts5_table(org);
     if *filter == StepFilter::default() {
         // Without a filter the index answers alone: it holds only steps
         // (the engine writes a document per step), an erasure deletes the
@@ -141,10 +143,10 @@ pub(crate) fn step_search_query(
         // The caller reads each hit back from the log.
         let sql = match engine {
             Engine::Fts5 => format!(
-                "SELECT steps_fts.rowid - {low_p} AS seq, -bm25(steps_fts) AS score FROM steps_fts
-                 WHERE steps_fts MATCH {match_p} AND steps_fts.rowid >= {low_p} AND steps_fts.rowid < {high_p}
+                "SELECT {fts}.rowid - {low_p} AS seq, -bm25({fts}) AS score FROM {fts}
+                 WHERE {fts} MATCH {match_p} AND {fts}.rowid >= {low_p} AND {fts}.rowid < {high_p}
                    AND {org_p} IS NOT NULL
-                   AND steps_fts.rowid NOT IN (
+                   AND {fts}.rowid NOT IN (
                      SELECT id FROM main.entries WHERE erased = 1 AND id >= {low_p} AND id < {high_p})"
             ),
             Engine::Postgres => format!(
@@ -158,8 +160,8 @@ pub(crate) fn step_search_query(
     }
     let mut sql = match engine {
         Engine::Fts5 => format!(
-            "SELECT e.seq, -bm25(steps_fts) AS score FROM steps_fts JOIN entries e ON e.id = steps_fts.rowid
-             WHERE steps_fts MATCH {match_p} AND steps_fts.rowid >= {low_p} AND steps_fts.rowid < {high_p}
+            "SELECT e.seq, -bm25({fts}) AS score FROM {fts} JOIN entries e ON e.id = {fts}.rowid
+             WHERE {fts} MATCH {match_p} AND {fts}.rowid >= {low_p} AND {fts}.rowid < {high_p}
                AND e.org = {org_p} AND e.type = 'step' AND e.erased = 0"
         ),
         Engine::Postgres => format!(

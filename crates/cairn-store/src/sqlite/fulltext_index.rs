@@ -59,14 +59,15 @@
 
 use super::connection::open_reader;
 use super::fulltext_file::{
-    BUSY_TIMEOUT, Progress, index_path, locked_elsewhere, open_index_file, write,
+    BUSY_TIMEOUT, Progress, delete_documents, index_path, locked_elsewhere, open_index_file, write,
+    write_transaction,
 };
 use super::fulltext_mend::{Chunk, index_chunk, plan_catch_up};
 use super::fulltext_merge::merge_step;
 use super::fulltext_queue::{
     BACKLOG_BYTES, CHUNK_BYTES, CHUNK_DOCS, CatchUp, Queue, QueuedBatch, SIZE_OVERHEAD, batch_cost,
 };
-use crate::StoreError;
+use crate::{DbContext, StoreError};
 use cairn_core::Hash;
 use rusqlite::Connection;
 use std::collections::BTreeSet;
@@ -399,14 +400,11 @@ impl Shared {
             }
         }
         let deleted = (|| {
-            let tx = conn.unchecked_transaction()?;
-            {
-                let mut delete = tx.prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")?;
-                for id in &erased {
-                    delete.execute([id])?;
-                }
-            }
+            let tx =
+                write_transaction(&conn).context("deleting erased steps' full-text documents")?;
+            delete_documents(&tx, erased.iter().copied())?;
             tx.commit()
+                .context("deleting erased steps' full-text documents")
         })();
         if let Err(e) = deleted {
             // Progress must not pass this erasure (the next sequencing

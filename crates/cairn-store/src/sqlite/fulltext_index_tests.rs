@@ -4,7 +4,9 @@
 //! backlogged sequencer writes one chunk, not the queue; erasure recounts
 //! what is queued; a flush writes everything queued when it started.
 
-use super::super::fulltext_file::{FULLTEXT_FILE, open_index_file};
+use super::super::fulltext_file::{
+    FULLTEXT_FILE, ensure_table, has_table, insert_documents, open_index_file, table,
+};
 use super::super::fulltext_queue::*;
 use super::*;
 use crate::engine::org_range;
@@ -89,37 +91,44 @@ fn progress(index: &Shared) -> HashMap<i64, (u64, Hash)> {
 /// Whether org `org`'s document at log position `position` is indexed.
 fn indexed(index: &Shared, org: i64, position: u64) -> bool {
     let word = format!("{}{position}", if org == 1 { "one" } else { "two" });
-    index
-        .conn
-        .lock()
-        .query_row(
-            "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH ?1 AND rowid = ?2",
-            params![word, org_range(org).0 + position as i64],
-            |r| r.get::<_, i64>(0),
-        )
-        .unwrap()
+    let conn = index.conn.lock();
+    let t = table(org);
+    if !has_table(&conn, "main", org).unwrap() {
+        return false;
+    }
+    conn.query_row(
+        &format!("SELECT count(*) FROM {t} WHERE {t} MATCH ?1 AND rowid = ?2"),
+        params![word, org_range(org).0 + position as i64],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
         == 1
 }
 
-/// Sets FTS5 options of the index's file (`automerge`, `hashsize`...).
+/// Sets FTS5 options of org 1's table (`automerge`, `hashsize`...),
+/// creating it if need be.
 fn fts5_set(conn: &Connection, options: &[(&str, i64)]) {
+    ensure_table(conn, 1).unwrap();
+    let t = table(1);
     for (option, value) in options {
         conn.execute(
-            "INSERT INTO steps_fts (steps_fts, rank) VALUES (?1, ?2)",
+            &format!("INSERT INTO {t} ({t}, rank) VALUES (?1, ?2)"),
             rusqlite::params![option, value],
         )
         .unwrap();
     }
 }
 
-/// The FTS5 segments the index holds.
+/// The FTS5 segments org 1's table holds.
 fn segments(index: &Shared) -> i64 {
     index
         .conn
         .lock()
-        .query_row("SELECT count(DISTINCT segid) FROM steps_fts_idx", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT count(DISTINCT segid) FROM \"steps_fts_1_idx\"",
+            [],
+            |r| r.get(0),
+        )
         .unwrap()
 }
 
@@ -364,18 +373,14 @@ fn forgetting_an_org_deletes_its_documents_a_chunk_at_a_time() {
     let (lo1, _) = org_range(1);
     let (lo2, _) = org_range(2);
     {
-        let mut insert = conn
-            .prepare("INSERT INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
-            .unwrap();
-        for seq in 0..2500i64 {
-            insert
-                .execute(params![lo1 + seq, format!("stale {seq}")])
-                .unwrap();
-        }
-        for seq in 0..10i64 {
-            insert
-                .execute(params![lo2 + seq, format!("kept {seq}")])
-                .unwrap();
+        let stale: Vec<(i64, String)> = (0..2500i64)
+            .map(|seq| (lo1 + seq, format!("stale {seq}")))
+            .collect();
+        let kept: Vec<(i64, String)> = (0..10i64)
+            .map(|seq| (lo2 + seq, format!("kept {seq}")))
+            .collect();
+        for docs in [stale, kept] {
+            insert_documents(&conn, docs.iter().map(|(id, doc)| (*id, doc.as_str()))).unwrap();
         }
     }
     conn.execute(
@@ -387,7 +392,10 @@ fn forgetting_an_org_deletes_its_documents_a_chunk_at_a_time() {
     let left = |org: i64| -> i64 {
         let (lo, hi) = org_range(org);
         conn.query_row(
-            "SELECT count(*) FROM steps_fts WHERE rowid >= ?1 AND rowid < ?2",
+            &format!(
+                "SELECT count(*) FROM {} WHERE rowid >= ?1 AND rowid < ?2",
+                table(org)
+            ),
             params![lo, hi],
             |r| r.get(0),
         )
@@ -644,8 +652,12 @@ fn doc(position: u64, bytes: usize) -> String {
 }
 
 fn present(conn: &Connection, position: u64) -> bool {
+    let t = table(1);
+    if !has_table(conn, "main", 1).unwrap() {
+        return false;
+    }
     conn.query_row(
-        "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH ?1 AND rowid = ?2",
+        &format!("SELECT count(*) FROM {t} WHERE {t} MATCH ?1 AND rowid = ?2"),
         params![token(position), org_range(1).0 + position as i64],
         |r| r.get::<_, i64>(0),
     )

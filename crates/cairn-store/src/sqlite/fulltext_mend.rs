@@ -6,7 +6,9 @@
 //! index) indexed from the log by the same thread, a chunk at a time (the
 //! rules are in `fulltext_index.rs`).
 
-use super::fulltext_file::mark;
+use super::fulltext_file::{
+    delete_documents, ensure_table, has_table, mark, org_of, table, write_transaction,
+};
 use super::fulltext_queue::CHUNK_BYTES;
 use super::tree::{DbTree, log_size_of};
 use crate::engine::org_range;
@@ -72,6 +74,8 @@ pub(super) fn plan_catch_up(
             }
         }
     }
+    // Deferred: an open with nothing to mend takes no lock (a file whose
+    // lock another program holds is mended by a later open).
     let tx = index
         .transaction()
         .context("starting to mend the full-text index")?;
@@ -174,27 +178,31 @@ pub(super) fn index_chunk(
         .and_then(|mut s| s.query_row([org], |r| r.get(0)).optional())
         .context("reading the full-text index's progress")?;
     if let Some(from) = cursor {
-        let tx = index
-            .unchecked_transaction()
-            .context("starting to mend the full-text index")?;
+        let tx = write_transaction(index).context("starting to mend the full-text index")?;
+        let table = table(org);
+        let indexed = has_table(&tx, "main", org)?;
         let forget = |e| StoreError::Database {
             context: "forgetting an org's documents in the full-text index".into(),
             source: e,
         };
-        // The last of the next FORGET_DOCS documents from the cursor.
-        let last: Option<i64> = tx
-            .prepare_cached(
-                "SELECT max(rowid) FROM (SELECT rowid FROM steps_fts
-                 WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid LIMIT ?3)",
-            )
+        // The last of the next FORGET_DOCS documents from the cursor (an
+        // org with no table has none).
+        let last: Option<i64> = if indexed {
+            tx.prepare_cached(&format!(
+                "SELECT max(rowid) FROM (SELECT rowid FROM {table}
+                 WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid LIMIT ?3)"
+            ))
             .and_then(|mut s| {
                 s.query_row(params![from.max(lo), hi, FORGET_DOCS as i64], |r| r.get(0))
             })
-            .map_err(forget)?;
+            .map_err(forget)?
+        } else {
+            None
+        };
         match last {
             Some(last) => {
                 tx.execute(
-                    "DELETE FROM steps_fts WHERE rowid >= ?1 AND rowid <= ?2",
+                    &format!("DELETE FROM {table} WHERE rowid >= ?1 AND rowid <= ?2"),
                     params![from.max(lo), last],
                 )
                 .and_then(|_| {
@@ -220,9 +228,7 @@ pub(super) fn index_chunk(
             reached: below,
         });
     }
-    let tx = index
-        .unchecked_transaction()
-        .context("starting to mend the full-text index")?;
+    let tx = write_transaction(index).context("starting to mend the full-text index")?;
     let last = to.min(below + CATCH_UP_STEPS);
     // Where the bytes' bound cut the chunk short: just past the step that
     // reached it (every step below is indexed or erased).
@@ -275,17 +281,10 @@ fn delete_erased(
         .context("reading erasures for the full-text index")?;
     let ids = erased
         .query_map(params![org, from, to], |r| r.get::<_, i64>(0))
+        .context("reading erasures for the full-text index")?
+        .collect::<Result<Vec<i64>, _>>()
         .context("reading erasures for the full-text index")?;
-    let mut delete = index
-        .prepare_cached("DELETE FROM steps_fts WHERE rowid = ?1")
-        .context("mending the full-text index")?;
-    for id in ids {
-        let id = id.context("reading erasures for the full-text index")?;
-        delete
-            .execute([id])
-            .context("mending the full-text index")?;
-    }
-    Ok(())
+    delete_documents(index, ids)
 }
 
 /// An org's recorded progress: the log size below which every step is
@@ -326,8 +325,14 @@ fn index_steps(
     let mut rows = read
         .query(params![from, to])
         .context("reading steps for the full-text index")?;
+    // `from..to` is one org's range of ids.
+    let org = org_of(from);
+    ensure_table(index, org)?;
     let mut insert = index
-        .prepare("INSERT OR REPLACE INTO steps_fts (rowid, doc) VALUES (?1, ?2)")
+        .prepare(&format!(
+            "INSERT OR REPLACE INTO {} (rowid, doc) VALUES (?1, ?2)",
+            table(org)
+        ))
         .context("indexing steps for full-text search")?;
     let column = "reading steps for the full-text index";
     let mut bytes = 0;

@@ -11,7 +11,7 @@
 //! catch-up's chunk, a search's flush): a busy index writes less, an idle
 //! one is as compact for searches as FTS5's defaults leave it.
 
-use super::fulltext_file::BUSY_TIMEOUT;
+use super::fulltext_file::{BUSY_TIMEOUT, orgs_with_tables, table};
 use crate::{DbContext, StoreError};
 use rusqlite::{Connection, params};
 use std::time::Duration;
@@ -44,43 +44,55 @@ const MERGE_PAGES: i64 = 256;
 #[cfg(test)]
 const MERGE_PAGES: i64 = 2;
 
-/// Sets the merge thresholds of the index's table, kept in the file (so
-/// that an index written by an older version gets them at its next open).
+/// Sets the merge thresholds of org `org`'s table of documents, kept in
+/// the file (so that a table written by an older version gets them at the
+/// next open).
 /// Never waits for the file's lock and never fails the open: if another
 /// program holds the lock, or the settings cannot be written, the index
 /// keeps what it has (FTS5's defaults at worst: correct, only more merge
 /// work) until a later open. Reads first, and writes only what differs.
-pub(super) fn configure(conn: &Connection) {
+pub(super) fn configure(conn: &Connection, org: i64) {
     // Best effort by design (see above): an error leaves the settings as
     // they were, which every search and write handles.
-    let _ = write_settings(conn);
+    let _ = write_settings(conn, org);
 }
 
-fn write_settings(conn: &Connection) -> rusqlite::Result<()> {
-    let wanted = [
-        ("automerge", AUTOMERGE),
-        ("crisismerge", CRISISMERGE),
-        ("usermerge", USERMERGE),
-    ];
+fn write_settings(conn: &Connection, org: i64) -> rusqlite::Result<()> {
+    // The shadow table of settings: the table's name with `_config`.
+    let config = format!("{}_config\"", table(org).trim_end_matches('"'));
     let set: i64 = conn.query_row(
-        "SELECT count(*) FROM steps_fts_config WHERE (k, v) IN
-           (VALUES ('automerge', ?1), ('crisismerge', ?2), ('usermerge', ?3))",
+        &format!(
+            "SELECT count(*) FROM {config} WHERE (k, v) IN
+               (VALUES ('automerge', ?1), ('crisismerge', ?2), ('usermerge', ?3))"
+        ),
         params![AUTOMERGE, CRISISMERGE, USERMERGE],
         |r| r.get(0),
     )?;
-    if set == wanted.len() as i64 {
+    if set == 3 {
         return Ok(());
     }
     without_waiting(conn, || {
         let tx = conn.unchecked_transaction()?;
-        for (key, value) in wanted {
-            tx.execute(
-                "INSERT INTO steps_fts (steps_fts, rank) VALUES (?1, ?2)",
-                params![key, value],
-            )?;
-        }
+        set_thresholds(&tx, org)?;
         tx.commit()
     })
+}
+
+/// Writes the thresholds into org `org`'s table (within the caller's
+/// transaction: a table just created gets them with its first documents).
+pub(super) fn set_thresholds(conn: &Connection, org: i64) -> rusqlite::Result<()> {
+    let table = table(org);
+    for (key, value) in [
+        ("automerge", AUTOMERGE),
+        ("crisismerge", CRISISMERGE),
+        ("usermerge", USERMERGE),
+    ] {
+        conn.execute(
+            &format!("INSERT INTO {table} ({table}, rank) VALUES (?1, ?2)"),
+            params![key, value],
+        )?;
+    }
+    Ok(())
 }
 
 /// Runs `write` on `conn` with no busy timeout (`SQLITE_BUSY` at once if
@@ -98,20 +110,27 @@ fn without_waiting<T>(
 
 /// One idle merge step: merges about [`MERGE_PAGES`] pages of the level
 /// that has [`USERMERGE`] segments or more (or continues a merge in
-/// progress, or rewrites a level that erasures left a tenth tombstones).
-/// Returns whether there was anything to merge. Never waits for the
-/// file's lock: `Err` when someone else holds it.
+/// progress, or rewrites a level that erasures left a tenth tombstones)
+/// in the first org's table (by number) that has anything to merge.
+/// Returns whether one had. Never waits for the file's lock: `Err` when
+/// someone else holds it.
 pub(super) fn merge_step(conn: &Connection) -> Result<bool, StoreError> {
-    let before = conn.total_changes();
-    without_waiting(conn, || {
-        conn.execute(
-            "INSERT INTO steps_fts (steps_fts, rank) VALUES ('merge', ?1)",
-            [MERGE_PAGES],
-        )
-    })
-    .context("merging the full-text index's segments")?;
-    // FTS5's documented test: the command itself counts one change; a
-    // step that merged anything also rewrote the index's structure record
-    // and pages.
-    Ok(conn.total_changes() - before >= 2)
+    for org in orgs_with_tables(conn)? {
+        let table = table(org);
+        let before = conn.total_changes();
+        without_waiting(conn, || {
+            conn.execute(
+                &format!("INSERT INTO {table} ({table}, rank) VALUES ('merge', ?1)"),
+                [MERGE_PAGES],
+            )
+        })
+        .context("merging the full-text index's segments")?;
+        // FTS5's documented test: the command itself counts one change; a
+        // step that merged anything also rewrote the index's structure
+        // record and pages.
+        if conn.total_changes() - before >= 2 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

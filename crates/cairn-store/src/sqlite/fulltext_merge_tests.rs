@@ -31,9 +31,11 @@ fn write_separately(index: &Shared, writes: u64) {
 }
 
 fn setting(conn: &Connection, key: &str) -> Option<i64> {
-    conn.query_row("SELECT v FROM steps_fts_config WHERE k = ?1", [key], |r| {
-        r.get(0)
-    })
+    conn.query_row(
+        "SELECT v FROM \"steps_fts_1_config\" WHERE k = ?1",
+        [key],
+        |r| r.get(0),
+    )
     .optional()
     .unwrap()
 }

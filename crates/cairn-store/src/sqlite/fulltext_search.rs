@@ -5,7 +5,7 @@
 //! apart from the index's writing thread and queue (`fulltext_index.rs`).
 
 use super::SqliteStore;
-use super::fulltext_file::{ATTACHED_AS, index_path};
+use super::fulltext_file::{ATTACHED_AS, has_table, index_path};
 use super::fulltext_mend::forgetting;
 use crate::listing::{self, ListParam};
 use crate::{DbContext, StepFilter, StoreError};
@@ -92,6 +92,10 @@ impl SqliteStore {
                     "the full-text index is dropping this org's documents of another history of its log (fulltext.db is older or newer than ledger.db) before indexing the log again; search again shortly".into(),
                 ));
             }
+            // An org none of whose steps was indexed yet has no table.
+            if !has_table(&snapshot, ATTACHED_AS, org)? {
+                return Ok(Vec::new());
+            }
             let (sql, params) = listing::step_search_query(
                 listing::Engine::Fts5,
                 org,
@@ -112,13 +116,8 @@ impl SqliteStore {
                 .context("searching the full-text index")?
                 .collect::<Result<Vec<_>, _>>()
                 .context("searching the full-text index")?;
-            // The hits in BM25's order, scored by rank alone: one index
-            // holds every org's documents, and BM25's value weighs each
-            // word by how many documents of the whole index hold it, so
-            // the value would tell a tenant what other orgs wrote (a
-            // hostile probe: a word in another org's steps moved a score
-            // from 1.4 to 1e-6). SECURITY says what the order still
-            // depends on.
+            // The hits in BM25's order over the org's own table, scored by
+            // rank alone (OPERATIONS, "Search": what a score means).
             Ok(rows
                 .into_iter()
                 .enumerate()

@@ -361,8 +361,9 @@ fn full_text_documents_are_indexed_in_bulk_and_after_a_crash() {
     let index = rusqlite::Connection::open(&index_file).unwrap();
     index
         .execute_batch(&format!(
-            "DELETE FROM steps_fts WHERE rowid >= {};
+            "DELETE FROM \"steps_fts_{}\" WHERE rowid >= {};
              UPDATE fulltext_progress SET indexed_below = {};",
+            last_id >> 40,
             last_id - 2,
             size - 6
         ))
@@ -374,8 +375,9 @@ fn full_text_documents_are_indexed_in_bulk_and_after_a_crash() {
     let index = rusqlite::Connection::open(&index_file).unwrap();
     index
         .execute_batch(&format!(
-            "INSERT INTO steps_fts (rowid, doc) VALUES ({erased_id}, 'the zeppelin departs at noon');
-             UPDATE fulltext_progress SET indexed_below = 0;"
+            "INSERT INTO \"steps_fts_{}\" (rowid, doc) VALUES ({erased_id}, 'the zeppelin departs at noon');
+             UPDATE fulltext_progress SET indexed_below = 0;",
+            erased_id >> 40
         ))
         .unwrap();
     drop(index);

@@ -10,6 +10,60 @@ use cairn_store::fulltext::FullTextQuery;
 use cairn_store::{LedgerStore, SqliteOptions, SqliteStore, WriteRequest, Written};
 use std::path::Path;
 
+/// How many documents of org `org` (its number) in the index file
+/// `index` match `condition` (SQL over the org's table, named `{t}`),
+/// with `params`; 0 when the org has no table (none of its steps was
+/// indexed yet).
+pub(crate) fn count_documents(
+    index: &rusqlite::Connection,
+    org: i64,
+    condition: &str,
+    params: impl rusqlite::Params,
+) -> i64 {
+    let name = format!("steps_fts_{org}");
+    let exists: bool = index
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1)",
+            [&name],
+            |r| r.get(0),
+        )
+        .unwrap();
+    if !exists {
+        return 0;
+    }
+    let t = format!("\"{name}\"");
+    let sql = format!(
+        "SELECT count(*) FROM {t} WHERE {}",
+        condition.replace("{t}", &t)
+    );
+    index.query_row(&sql, params, |r| r.get(0)).unwrap()
+}
+
+/// Every org's documents in the index file `index`.
+pub(crate) fn all_documents(index: &rusqlite::Connection) -> i64 {
+    let orgs: Vec<i64> = index
+        .prepare(
+            "SELECT substr(name, 11) FROM sqlite_schema WHERE type = 'table'
+               AND name GLOB 'steps_fts_[0-9]*' AND sql LIKE 'CREATE VIRTUAL TABLE%'",
+        )
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|name| name.unwrap().parse().unwrap())
+        .collect();
+    orgs.into_iter()
+        .map(|org| count_documents(index, org, "1", []))
+        .sum()
+}
+
+/// The number `ledger.db` in `dir` gives org `name`.
+pub(crate) fn org_number(dir: &Path, name: &str) -> i64 {
+    rusqlite::Connection::open(dir.join("ledger.db"))
+        .unwrap()
+        .query_row("SELECT org FROM orgs WHERE name = ?1", [name], |r| r.get(0))
+        .unwrap()
+}
+
 fn seq_options() -> SqliteOptions {
     crate::sqlite::options()
 }
@@ -431,7 +485,7 @@ fn documents_of_another_history_are_forgotten_in_the_background_and_never_used()
         let index = rusqlite::Connection::open(path).unwrap();
         let count = |sql: &str| index.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
         (
-            count("SELECT count(*) FROM steps_fts"),
+            all_documents(&index),
             count("SELECT count(*) FROM fulltext_forgetting"),
         )
     };
@@ -583,13 +637,12 @@ fn opening_never_waits_for_the_index_to_catch_up_with_the_log() {
         size + 2,
         "the index's progress after a clean close"
     );
-    let erased: i64 = index
-        .query_row(
-            "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH 'albatross'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let erased = count_documents(
+        &index,
+        org_number(dir.path(), "acme"),
+        "{t} MATCH 'albatross'",
+        [],
+    );
     assert_eq!(
         erased, 0,
         "an erased step's document is left in fulltext.db"
@@ -696,10 +749,11 @@ fn analyst_sql_cannot_read_the_index() {
     hits(&server, "zeppelin");
     let path = dir.path().join(cairn_store::FULLTEXT_FILE);
     for sql in [
-        "SELECT * FROM fulltext.steps_fts_data".to_owned(),
-        "SELECT * FROM steps_fts_data".to_owned(),
+        "SELECT * FROM fulltext.\"steps_fts_1_data\"".to_owned(),
+        "SELECT * FROM \"steps_fts_1_data\"".to_owned(),
+        "SELECT * FROM steps_fts_1".to_owned(),
         format!("ATTACH DATABASE '{}' AS f", path.display()),
-        "SELECT rowid FROM steps_fts WHERE steps_fts MATCH 'zeppelin'".to_owned(),
+        "SELECT rowid FROM steps_fts_1 WHERE steps_fts_1 MATCH 'zeppelin'".to_owned(),
     ] {
         assert!(server.analyst_query("acme", &sql, 10).is_err(), "{sql}");
     }
@@ -778,10 +832,10 @@ fn ledger_steps(ledger: &rusqlite::Connection, org: i64, below: i64) -> Vec<Ledg
 mod attacks;
 pub(crate) mod catch_up_attacks;
 
-/// One index holds every org's documents, and BM25 weighs a word by how
-/// many documents of the whole index hold it: the score an org sees must
-/// not move with what another org writes (a hostile probe read a word of
-/// another tenant's steps from it). Scores are ranks.
+/// BM25 weighs a word by how many documents hold it: the score an org
+/// sees must not move with what another org writes (a hostile probe read
+/// a word of another tenant's steps from it, when one table held every
+/// org's documents). Scores are ranks.
 #[test]
 fn another_orgs_documents_never_move_a_score() {
     let dir = tempfile::tempdir().unwrap();
@@ -808,4 +862,79 @@ fn another_orgs_documents_never_move_a_score() {
     }
     assert_eq!(hits_once_caught_up(&store, "beta", "nightingale").len(), 40);
     assert_eq!(scores(&store), before);
+}
+
+/// BM25 normalizes a hit's weight by its document's length against the
+/// average document's: with one table for every org, another org's 40
+/// long steps made a long hit of one's own outrank a short one it had
+/// ranked below (a second review flipped two one-word hits that way).
+/// Each org's documents are in a table of their own: the order holds.
+#[test]
+fn another_orgs_documents_never_move_the_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    // Twice in 30 words, and once in 3.
+    let filler: Vec<String> = (0..28).map(|i| format!("filler{i}")).collect();
+    let (long, _) = write_step_in(
+        &store,
+        "acme",
+        &format!("osprey {} osprey", filler.join(" ")),
+    );
+    let (short, _) = write_step_in(&store, "acme", "osprey over water");
+    let order = |store: &SqliteStore| -> Vec<u64> {
+        search(store, "acme", "osprey")
+            .unwrap()
+            .into_iter()
+            .map(|(seq, _)| seq)
+            .collect()
+    };
+    assert_eq!(order(&store), vec![short, long]);
+    let words: Vec<String> = (0..300).map(|i| format!("word{i}")).collect();
+    for _ in 0..40 {
+        write_step_in(&store, "beta", &words.join(" "));
+    }
+    assert_eq!(hits_once_caught_up(&store, "beta", "word7").len(), 40);
+    assert_eq!(order(&store), vec![short, long]);
+}
+
+/// A `fulltext.db` of a version with one table for every org: the first
+/// open drops it with every org's progress, and each org is indexed
+/// again from its log into a table of its own (its stale documents, here
+/// one naming a word no step holds, are never found).
+#[test]
+fn an_index_with_one_table_for_every_org_is_rebuilt_per_org() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+        write_step_in(&store, "acme", "the kestrel hovers");
+        write_step_in(&store, "beta", "the kestrel dives");
+    }
+    let index_file = dir.path().join(cairn_store::FULLTEXT_FILE);
+    let acme = org_number(dir.path(), "acme");
+    {
+        let index = rusqlite::Connection::open(&index_file).unwrap();
+        index
+            .execute_batch(&format!(
+                "DROP TABLE \"steps_fts_{acme}\";
+                 CREATE VIRTUAL TABLE steps_fts USING fts5(doc, content = '', contentless_delete = 1);
+                 INSERT INTO steps_fts (rowid, doc) VALUES ({}, 'a stale wyvern');",
+                acme << 40
+            ))
+            .unwrap();
+    }
+    let store = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    assert_eq!(hits_once_caught_up(&store, "acme", "kestrel").len(), 1);
+    assert_eq!(hits_once_caught_up(&store, "beta", "kestrel").len(), 1);
+    assert!(hits(&store, "wyvern").is_empty());
+    drop(store);
+    let index = rusqlite::Connection::open(&index_file).unwrap();
+    let shared: i64 = index
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'steps_fts'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(shared, 0, "the shared table is left");
+    assert_eq!(count_documents(&index, acme, "1", []), 1);
 }

@@ -179,25 +179,14 @@ fn check_index_against_ledger(dir: &Path, mended: bool) -> (i64, i64, usize) {
         );
     }
     let rows = ledger_steps(&ledger, org, progress);
-    let by_rowid = |id: i64| -> bool {
-        index
-            .query_row(
-                "SELECT count(*) FROM steps_fts WHERE rowid = ?1",
-                [id],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            > 0
-    };
+    let by_rowid = |id: i64| -> bool { count_documents(&index, org, "rowid = ?1", [id]) > 0 };
     let by_word = |id: i64, content: &str| -> bool {
-        index
-            .query_row(
-                "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH ?1 AND rowid = ?2",
-                rusqlite::params![format!("\"{}\"", unique_word(content)), id],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 1
+        count_documents(
+            &index,
+            org,
+            "{t} MATCH ?1 AND rowid = ?2",
+            rusqlite::params![format!("\"{}\"", unique_word(content)), id],
+        ) == 1
     };
     for (id, seq, content, erased, erasure) in &rows {
         match (erased, erasure) {
@@ -748,11 +737,9 @@ fn attack2_a_crash_right_after_an_import() {
         child.wait().unwrap();
         assert!(imported, "the child did not import");
         let crashed = check_index_against_ledger(dir.path(), false);
-        let documents: i64 =
-            rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE))
-                .unwrap()
-                .query_row("SELECT count(*) FROM steps_fts", [], |r| r.get(0))
-                .unwrap_or(-1);
+        let documents = all_documents(
+            &rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE)).unwrap(),
+        );
         eprintln!("round {round}: {documents} documents indexed at the kill");
         {
             let store = open_caught_up(dir.path());

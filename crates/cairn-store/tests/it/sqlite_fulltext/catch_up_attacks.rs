@@ -127,24 +127,16 @@ fn check_all_orgs(dir: &Path, mended: bool) -> Vec<(String, i64, i64)> {
         }
         let rows = ledger_steps(&ledger, org, i64::MAX);
         for (id, seq, content, erased, erasure) in rows {
-            let in_index = index
-                .query_row(
-                    "SELECT count(*) FROM steps_fts WHERE rowid = ?1",
-                    [id],
-                    |r| r.get::<_, i64>(0),
-                )
-                .unwrap()
-                > 0;
+            let in_index = count_documents(&index, org, "rowid = ?1", [id]) > 0;
             match (erased, erasure) {
                 (false, _) if seq < progress => {
                     let word = first_word(content.as_deref().unwrap());
-                    let found: i64 = index
-                        .query_row(
-                            "SELECT count(*) FROM steps_fts WHERE steps_fts MATCH ?1 AND rowid = ?2",
-                            rusqlite::params![format!("\"{word}\""), id],
-                            |r| r.get(0),
-                        )
-                        .unwrap();
+                    let found = count_documents(
+                        &index,
+                        org,
+                        "{t} MATCH ?1 AND rowid = ?2",
+                        rusqlite::params![format!("\"{word}\""), id],
+                    );
                     assert_eq!(
                         found, 1,
                         "{name}: progress {progress} (mended {mended}) passes step {seq}, not indexed"
