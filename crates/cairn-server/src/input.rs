@@ -96,6 +96,16 @@ pub fn refuse_unknown_params<'a>(
     known: &[&str],
 ) -> Result<(), ApiError> {
     for name in names {
+        if known.is_empty() {
+            return Err(ApiError::bad_request(
+                "unknown_field",
+                format!(
+                    "unknown query parameter {}; this route takes no query parameters",
+                    shown(name)
+                ),
+            )
+            .with_field(name.clone()));
+        }
         if !known.contains(&name.as_str()) {
             let mut e = unknown_field("", name, known);
             e.message = e

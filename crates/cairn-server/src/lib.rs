@@ -379,6 +379,10 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
     Ok(axum::Json(json!({"status": "ok"})))
 }
 
+/// Headers a proxy adds to name the client it forwards for: a loopback
+/// request carrying one came through a proxy, not from the operator.
+const FORWARDING_HEADERS: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
+
 /// Prometheus metrics count every org's traffic: only the operator reads
 /// them, with the metrics token, or from the server's own machine.
 #[utoipa::path(
@@ -387,7 +391,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
     operation_id = "metrics",
     tag = "service",
     summary = "Prometheus metrics",
-    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered; others get 403.",
+    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered, and not a request a proxy forwarded (one carrying Forwarded, X-Forwarded-For or X-Real-IP); others get 403.",
     security(()),
     responses(
         (status = 200, description = "OK", content_type = "text/plain", body = String),
@@ -405,9 +409,17 @@ async fn metrics(
             // Compared as hashes: the time taken says nothing of the token.
             token_hash(given) == token_hash(token)
         }),
-        None => extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .is_some_and(|peer| peer.0.ip().is_loopback()),
+        // A loopback peer whose request a proxy forwarded (it names the
+        // client it came from) is not the server's own machine: behind a
+        // reverse proxy on the same host every client would look local.
+        None => {
+            extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .is_some_and(|peer| peer.0.ip().is_loopback())
+                && !FORWARDING_HEADERS
+                    .iter()
+                    .any(|name| headers.contains_key(*name))
+        }
     };
     if !allowed {
         return ApiError::new(

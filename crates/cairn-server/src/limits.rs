@@ -364,6 +364,20 @@ pub(crate) async fn expensive(
     .await
 }
 
+/// A slot for expensive work of `org` if one is free now (of its org's
+/// share and of the server's), else `None`: for work that is left out
+/// rather than waited for, as a session listing's chain verification
+/// ([`crate::sessions::listing_slot`]).
+pub(crate) fn expensive_now(state: &AppState, org: &str) -> Option<ExpensiveSlot> {
+    let slots = &state.expensive;
+    let org_permit = slots.org_share(org).try_acquire_owned().ok()?;
+    let server_permit = Arc::clone(&slots.server).try_acquire_owned().ok()?;
+    Some(ExpensiveSlot {
+        _org: org_permit,
+        _server: server_permit,
+    })
+}
+
 /// A request body read whole, within the route's size limit; a body that
 /// is too large is `413 body_too_large`, one that is too slow `408
 /// timeout`.

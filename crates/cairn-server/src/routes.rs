@@ -97,6 +97,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     let limits = state.config.limits.clone();
     let (api, _) = api_routes().split_for_parts();
     let (bundles, _) = bundle_routes(&limits, bundle_limit).split_for_parts();
+    // After routing (a router's layer wraps each route), so the matched
+    // route's template names its documented parameters.
+    let api = api.layer(axum::middleware::from_fn(refuse_undocumented_params));
+    let bundles = bundles.layer(axum::middleware::from_fn(refuse_undocumented_params));
     api.merge(tlog::routes())
         .merge(ui::routes())
         .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
@@ -124,6 +128,76 @@ pub fn router(state: Arc<AppState>) -> Router {
             count_errors,
         ))
         .with_state(state)
+}
+
+/// The query parameters of every documented operation, by method
+/// (lowercase) and route template, read from the served OpenAPI document:
+/// what the document lists is exactly what a route accepts.
+fn documented_query_params() -> &'static HashMap<(String, String), Vec<String>> {
+    static PARAMS: std::sync::LazyLock<HashMap<(String, String), Vec<String>>> =
+        std::sync::LazyLock::new(|| {
+            let mut params = HashMap::new();
+            let document: Value = serde_json::from_str(openapi_document()).unwrap_or(Value::Null);
+            let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+                return params;
+            };
+            for (path, item) in paths {
+                let Some(item) = item.as_object() else {
+                    continue;
+                };
+                for (method, operation) in item {
+                    let names = operation
+                        .get("parameters")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter(|p| p.get("in").and_then(Value::as_str) == Some("query"))
+                        .filter_map(|p| p.get("name").and_then(Value::as_str))
+                        .map(str::to_owned)
+                        .collect();
+                    params.insert((method.clone(), path.clone()), names);
+                }
+            }
+            params
+        });
+    &PARAMS
+}
+
+/// Refuses a query parameter the matched route's OpenAPI operation does
+/// not list (400 `unknown_field` naming it), so that every documented
+/// route treats a misspelt or unsupported parameter alike: some handlers
+/// checked their own lists and others ignored what they did not read.
+/// A query string that does not parse is left to the handler, and the
+/// OTLP receiver's routes are left alone (its errors have OTLP's own
+/// shape, and exporters send no query parameters).
+async fn refuse_undocumented_params(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (Some(route), Some(_)) = (
+        request.extensions().get::<axum::extract::MatchedPath>(),
+        request.uri().query(),
+    ) else {
+        return next.run(request).await;
+    };
+    if ["/v1/traces", "/v1/metrics", "/v1/logs"].contains(&route.as_str()) {
+        return next.run(request).await;
+    }
+    let method = match *request.method() {
+        axum::http::Method::HEAD => "get".to_owned(),
+        ref other => other.as_str().to_ascii_lowercase(),
+    };
+    if let Some(known) = documented_query_params().get(&(method, route.as_str().to_owned())) {
+        if let Ok(axum::extract::Query(pairs)) =
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(request.uri())
+        {
+            let known: Vec<&str> = known.iter().map(String::as_str).collect();
+            if let Err(e) = input::refuse_unknown_params(pairs.iter().map(|(n, _)| n), &known) {
+                return e.into_response();
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// The longest plain-text rejection kept as an error's message.

@@ -133,8 +133,12 @@ pub(crate) async fn list_sessions(
     let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
     let org = caller.org().to_owned();
     let budget = state.config.limits.list_verify_steps;
+    let slot = listing_slot(&state, &org, verify);
+    let verify = slot.is_some();
     let rows = blocking(&state, move |store| {
-        listed_sessions(store, &org, &filter, limit, verify, budget)
+        let rows = listed_sessions(store, &org, &filter, limit, verify, budget);
+        drop(slot);
+        rows
     })
     .await?;
     let next = (rows.len() == limit)
@@ -172,6 +176,21 @@ pub(crate) async fn list_sessions(
         }
     }
     Ok(response)
+}
+
+/// The expensive slot a session listing's chain verification runs under,
+/// taken only if one is free at once (`None` when `verify` is false): a
+/// listing never waits for a slot or fails for want of one, it lists the
+/// sessions unverified (`chain_valid` null) instead. Verification of up
+/// to [`crate::limits::Limits::list_verify_steps`] steps per listing
+/// would otherwise let one tenant's many listings slow every other
+/// tenant's work, outside the limits every other verification keeps.
+pub(crate) fn listing_slot(
+    state: &AppState,
+    org: &str,
+    verify: bool,
+) -> Option<limits::ExpensiveSlot> {
+    verify.then(|| limits::expensive_now(state, org)).flatten()
 }
 
 /// The query parameters that choose which sessions a listing shows, read

@@ -411,6 +411,17 @@ fn metrics_are_for_the_operator() {
     let open = start(ServerConfig::default());
     let local = cairn_testkit::http::call(open.addr, "GET", "/metrics", None, None);
     assert_eq!(local.status, 200, "loopback scrapes work without a token");
+    // A request a same-machine proxy forwarded comes from loopback too, but
+    // names the client it came from: refused without a token.
+    for header in [
+        "X-Forwarded-For: 203.0.113.9",
+        "Forwarded: for=203.0.113.9",
+        "X-Real-IP: 203.0.113.9",
+    ] {
+        let r = raw_get(open.addr, "/metrics", header);
+        assert!(r.starts_with("HTTP/1.1 403"), "{header}: {r}");
+        assert!(r.contains("CAIRN_METRICS_TOKEN"), "{header}: {r}");
+    }
     let server = start(ServerConfig {
         metrics_token: Some("scrape-me".into()),
         ..ServerConfig::default()
@@ -433,6 +444,21 @@ fn metrics_are_for_the_operator() {
     let r = cairn_testkit::http::call(remote.addr, "GET", "/metrics", None, None);
     assert_eq!((r.status, r.code().as_str()), (403, "forbidden"));
     assert!(r.text().contains("CAIRN_METRICS_TOKEN"), "{}", r.text());
+}
+
+/// The whole answer to a GET of `path` on `addr` with one extra header
+/// line, as text.
+fn raw_get(addr: std::net::SocketAddr, path: &str, header: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{header}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
 }
 
 /// A non-loopback address of this machine, if it has one.

@@ -209,6 +209,17 @@ fn expensive_operations_are_bounded() {
     assert_eq!(head.status, 503);
     assert_eq!(head.header("retry-after"), Some("1"));
     assert_eq!(get(&server, "/v1/sessions/s", &admin).status, 200);
+    // A listing verifies chains only in a free slot: with none, it lists
+    // them unverified at once (it verified up to 10,000 steps outside the
+    // slots), on the API, MCP and the web UI alike.
+    let listed = get(&server, "/v1/sessions", &admin);
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(
+        listed.json()[0]["chain_valid"],
+        Value::Null,
+        "{}",
+        listed.text()
+    );
     // An entry bundle rebuilds its leaves from whole records: a slot; a
     // hash tile reads stored hashes: none.
     let entries = get(&server, "/v1/tlog/tile/entries/000.p/1", &admin);
@@ -226,6 +237,8 @@ fn expensive_operations_are_bounded() {
         get(&server, "/v1/tlog/tile/entries/000.p/1", &admin).status,
         200
     );
+    let listed = get(&server, "/v1/sessions", &admin);
+    assert_eq!(listed.json()[0]["chain_valid"], true, "{}", listed.text());
 }
 
 /// One org holds at most half of the expensive slots: a tenant whose

@@ -212,15 +212,18 @@ impl CairnMcp {
                 Err(e) => return tool_error(e),
             };
         let budget = self.state.config.limits.list_verify_steps;
+        let slot = crate::sessions::listing_slot(&self.state, &org, true);
+        let verify = slot.is_some();
         let result = self
             .store(move |store| {
+                let _slot = slot;
                 let mut rows = Vec::new();
                 for (s, valid) in crate::listed_sessions(
                     store,
                     &org,
                     &cairn_store::SessionFilter::agent(Some(&agent_id)),
                     limit,
-                    true,
+                    verify,
                     budget,
                 )? {
                     rows.push(SessionRow {

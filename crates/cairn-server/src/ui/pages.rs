@@ -125,8 +125,12 @@ pub(super) async fn sessions(
     };
     let org = user.caller.org().to_owned();
     let budget = state.config.limits.list_verify_steps;
+    let slot = crate::sessions::listing_slot(&state, &org, true);
+    let verify = slot.is_some();
     let listed = blocking(&state, move |store| {
-        listed_sessions(store, &org, &filter, PAGE, true, budget)
+        let rows = listed_sessions(store, &org, &filter, PAGE, verify, budget);
+        drop(slot);
+        rows
     })
     .await;
     let rows = match listed {
