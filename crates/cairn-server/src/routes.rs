@@ -187,14 +187,13 @@ async fn refuse_undocumented_params(
         axum::http::Method::HEAD => "get".to_owned(),
         ref other => other.as_str().to_ascii_lowercase(),
     };
-    if let Some(known) = documented_query_params().get(&(method, route.as_str().to_owned())) {
-        if let Ok(axum::extract::Query(pairs)) =
+    if let Some(known) = documented_query_params().get(&(method, route.as_str().to_owned()))
+        && let Ok(axum::extract::Query(pairs)) =
             axum::extract::Query::<Vec<(String, String)>>::try_from_uri(request.uri())
-        {
-            let known: Vec<&str> = known.iter().map(String::as_str).collect();
-            if let Err(e) = input::refuse_unknown_params(pairs.iter().map(|(n, _)| n), &known) {
-                return e.into_response();
-            }
+    {
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        if let Err(e) = input::refuse_unknown_params(pairs.iter().map(|(n, _)| n), &known) {
+            return e.into_response();
         }
     }
     next.run(request).await

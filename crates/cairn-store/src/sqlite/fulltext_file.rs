@@ -180,7 +180,7 @@ pub(super) fn write<'a>(
 ) -> Result<(), StoreError> {
     let mut docs: Vec<&(i64, String)> = docs.collect();
     docs.sort_unstable_by_key(|(id, _)| *id);
-    let tx = write_transaction(&conn).context("starting to index steps for full-text search")?;
+    let tx = write_transaction(conn).context("starting to index steps for full-text search")?;
     {
         // Sorted by id, so each org's documents come together.
         for org_docs in docs.chunk_by(|a, b| org_of(a.0) == org_of(b.0)) {
