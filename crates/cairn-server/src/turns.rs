@@ -125,7 +125,7 @@ pub(crate) async fn record(
     crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
-    let turn_id = text("turn_id")?.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let turn_id = text("turn_id")?.unwrap_or_else(cairn_store::new_id);
     // The template: the session, agent and model every parsed step gets.
     let mut base = json!({"session_id": session_id, "step_type": "thinking"});
     for k in ["agent_id", "model"] {

@@ -49,7 +49,7 @@ pub use external_key::command_server_key;
 pub use keys::{ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key};
 pub use requests::{
     EmbeddingBacklog, NewSession, NewStep, PendingEmbedding, PreparedStep, WriteRequest, Written,
-    now, prepare_step,
+    new_id, now, prepare_step,
 };
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};

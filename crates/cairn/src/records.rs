@@ -234,10 +234,7 @@ pub fn thinking(
         caller: "cli".into(),
         ..NewStep::default()
     };
-    let turn = args
-        .turn
-        .clone()
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let turn = args.turn.clone().unwrap_or_else(cairn_store::new_id);
     let first = cairn_store::ops::next_turn_step(store.as_ref(), &cli.org, session, &turn)?;
     let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first)
         .map_err(|e| usage(e.to_string()))?;

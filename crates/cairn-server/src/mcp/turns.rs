@@ -71,9 +71,7 @@ impl CairnMcp {
                 caller: caller.key.id.clone(),
                 ..NewStep::default()
             };
-            let turn_id = args
-                .turn_id
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+            let turn_id = args.turn_id.unwrap_or_else(cairn_store::new_id);
             crate::turns::record_turn(
                 &self.state,
                 &caller,

@@ -240,7 +240,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         action: &str,
         detail: Option<&serde_json::Value>,
     ) -> Outcome<Written> {
-        let event_id = event_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_owned);
+        let event_id = event_id.map_or_else(crate::requests::new_id, str::to_owned);
         if let Err(e) = validate_id("org_id", org_name)
             .and_then(|()| validate_id("event_id", &event_id))
             // Its id names it in a URL path (/v1/audit-events/{event_id}).
