@@ -90,12 +90,13 @@ pub fn refuse_unknown(object: &Map<String, Value>, known: &[&str]) -> Result<(),
     }
 }
 
-/// Refuses a query parameter that is not in `known`.
+/// Refuses a query parameter that is not in `known`. An empty name
+/// (`?=1`, `?&`) names nothing and is let through.
 pub fn refuse_unknown_params<'a>(
     names: impl IntoIterator<Item = &'a String>,
     known: &[&str],
 ) -> Result<(), ApiError> {
-    for name in names {
+    for name in names.into_iter().filter(|name| !name.is_empty()) {
         if known.is_empty() {
             return Err(ApiError::bad_request(
                 "unknown_field",

@@ -379,9 +379,27 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
     Ok(axum::Json(json!({"status": "ok"})))
 }
 
-/// Headers a proxy adds to name the client it forwards for: a loopback
-/// request carrying one came through a proxy, not from the operator.
-const FORWARDING_HEADERS: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
+/// Whether a request carries a header that proxies add to what they
+/// forward (`Forwarded`, `Via`, any `X-Forwarded-*`, or one naming the
+/// client: `X-Real-IP`, `X-Client-IP`, `True-Client-IP`,
+/// `CF-Connecting-IP`): a loopback request carrying one came through a
+/// proxy, not from the operator's own machine. (A proxy set up as
+/// OPERATIONS says adds `X-Forwarded-Proto` alone.)
+fn forwarded_by_a_proxy(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("x-forwarded-")
+            || [
+                "forwarded",
+                "via",
+                "x-real-ip",
+                "x-client-ip",
+                "true-client-ip",
+                "cf-connecting-ip",
+            ]
+            .contains(&name)
+    })
+}
 
 /// Prometheus metrics count every org's traffic: only the operator reads
 /// them, with the metrics token, or from the server's own machine.
@@ -391,7 +409,7 @@ const FORWARDING_HEADERS: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-i
     operation_id = "metrics",
     tag = "service",
     summary = "Prometheus metrics",
-    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered, and not a request a proxy forwarded (one carrying Forwarded, X-Forwarded-For or X-Real-IP); others get 403.",
+    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered, and not a request a proxy forwarded (one carrying Forwarded, Via, any X-Forwarded-* header, X-Real-IP, X-Client-IP, True-Client-IP or CF-Connecting-IP); others get 403.",
     security(()),
     responses(
         (status = 200, description = "OK", content_type = "text/plain", body = String),
@@ -416,9 +434,7 @@ async fn metrics(
             extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
                 .is_some_and(|peer| peer.0.ip().is_loopback())
-                && !FORWARDING_HEADERS
-                    .iter()
-                    .any(|name| headers.contains_key(*name))
+                && !forwarded_by_a_proxy(&headers)
         }
     };
     if !allowed {

@@ -163,13 +163,16 @@ fn documented_query_params() -> &'static HashMap<(String, String), Vec<String>> 
     &PARAMS
 }
 
-/// Refuses a query parameter the matched route's OpenAPI operation does
-/// not list (400 `unknown_field` naming it), so that every documented
-/// route treats a misspelt or unsupported parameter alike: some handlers
-/// checked their own lists and others ignored what they did not read.
-/// A query string that does not parse is left to the handler, and the
+/// Refuses a query parameter the matched `/v1/` route's OpenAPI
+/// operation does not list (400 `unknown_field` naming it), so that every
+/// API route treats a misspelt or unsupported parameter alike: some
+/// handlers checked their own lists and others ignored what they did not
+/// read. A query string that does not parse is left to the handler; the
 /// OTLP receiver's routes are left alone (its errors have OTLP's own
-/// shape, and exporters send no query parameters).
+/// shape, and exporters send no query parameters), and so are the
+/// service's routes outside `/v1/` (`/healthz`, `/metrics`,
+/// `/openapi.json`, `/docs`, `/.well-known/...`), which probes, scrapers
+/// and caches call with parameters of their own.
 async fn refuse_undocumented_params(
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -180,7 +183,9 @@ async fn refuse_undocumented_params(
     ) else {
         return next.run(request).await;
     };
-    if ["/v1/traces", "/v1/metrics", "/v1/logs"].contains(&route.as_str()) {
+    if !route.as_str().starts_with("/v1/")
+        || ["/v1/traces", "/v1/metrics", "/v1/logs"].contains(&route.as_str())
+    {
         return next.run(request).await;
     }
     let method = match *request.method() {

@@ -417,6 +417,10 @@ fn metrics_are_for_the_operator() {
         "X-Forwarded-For: 203.0.113.9",
         "Forwarded: for=203.0.113.9",
         "X-Real-IP: 203.0.113.9",
+        "X-Forwarded-Proto: https",
+        "x-forwarded-host: cairn.example",
+        "Via: 1.1 proxy",
+        "CF-Connecting-IP: 203.0.113.9",
     ] {
         let r = raw_get(open.addr, "/metrics", header);
         assert!(r.starts_with("HTTP/1.1 403"), "{header}: {r}");

@@ -258,8 +258,10 @@ pub struct SessionRow {
     pub first_step_at: Option<String>,
     /// When its last step was recorded (null if it has none).
     pub last_step_at: Option<String>,
-    /// Whether its chain verifies (null when the listing's verification
-    /// budget was spent before it).
+    /// Whether its chain verifies (null when not checked: the listing's
+    /// verification budget was spent before it, or the server's slots
+    /// for expensive work were all busy; replay with verify_chain=true
+    /// for a verdict).
     pub chain_valid: Option<bool>,
 }
 

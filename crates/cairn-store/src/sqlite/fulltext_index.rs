@@ -242,7 +242,10 @@ impl FullTextIndex {
         } else {
             let reader = open_reader(ledger_path)?;
             queue.catching_up = Some(CatchUp {
-                left: plan.values().map(|(below, size)| size - below).sum(),
+                left: plan
+                    .iter()
+                    .map(|(org, (below, size))| (*org, size - below))
+                    .collect(),
                 targets: plan
                     .into_iter()
                     .map(|(org, (_, size))| (org, size))
@@ -443,6 +446,9 @@ impl Shared {
     /// a tick later, and failures for [`CATCH_UP_RETRY`] stop the index.
     fn catch_up(&self, ledger: &Connection) {
         let mut failing_since: Option<Instant> = None;
+        // The orgs take turns, a chunk each, so that a small org's search
+        // waits for a few chunks, not for every larger org before it.
+        let mut last_org: Option<i64> = None;
         loop {
             let next = {
                 let Ok(mut queue) = self.queue.lock() else {
@@ -454,7 +460,13 @@ impl Shared {
                 let Some(catch_up) = queue.catching_up.as_mut() else {
                     return;
                 };
-                let next = catch_up.targets.first_key_value().map(|(o, s)| (*o, *s));
+                let after = last_org.map_or(i64::MIN, |org| org.saturating_add(1));
+                let next = catch_up
+                    .targets
+                    .range(after..)
+                    .next()
+                    .or_else(|| catch_up.targets.first_key_value())
+                    .map(|(o, s)| (*o, *s));
                 if next.is_none() {
                     // Caught up: the batches queued since are written next,
                     // in order, by the loop.
@@ -464,6 +476,7 @@ impl Shared {
                 next
             };
             let Some((org, to)) = next else { return };
+            last_org = Some(org);
             let conn = self.conn.lock();
             let reached = index_chunk(&conn, ledger, org, to);
             drop(conn);
@@ -474,7 +487,9 @@ impl Shared {
                 Ok(Chunk::Forgot) => {}
                 Ok(Chunk::Indexed { from, reached }) => {
                     if let Some(catch_up) = queue.catching_up.as_mut() {
-                        catch_up.left = catch_up.left.saturating_sub(reached - from);
+                        if let Some(left) = catch_up.left.get_mut(&org) {
+                            *left = left.saturating_sub(reached - from);
+                        }
                         // The target may have grown meanwhile (absorbed
                         // batches): only one reached is done.
                         if catch_up.targets.get(&org).is_some_and(|t| *t <= reached) {
@@ -698,7 +713,7 @@ impl Shared {
             Some(_) if queue.failed.is_none() && complete(&queue) => Ok(true),
             Some(catch_up) if queue.failed.is_none() => Err(StoreError::Busy(format!(
                 "the full-text index is being brought up to date with the log (about {} steps to go) since the server started; search again shortly",
-                catch_up.left
+                catch_up.left_for(org)
             ))),
             _ => Ok(false),
         }

@@ -67,7 +67,7 @@ fn queue_batches(index: &Shared, batches: u64, per_batch: u64, doc_bytes: usize)
 fn catching_up(index: &Shared, org: i64) {
     lock(&index.queue).unwrap().catching_up = Some(CatchUp {
         targets: [(org, 5)].into_iter().collect(),
-        left: 5,
+        left: [(org, 5)].into_iter().collect(),
     });
 }
 
@@ -276,11 +276,21 @@ fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
     let catch_up = queue.catching_up.as_ref().unwrap();
     assert_eq!(catch_up.targets.get(&1), Some(&66));
     assert_eq!(catch_up.targets.get(&2), Some(&33));
-    assert_eq!(catch_up.left, 5 + 66 + 33);
+    assert_eq!(catch_up.left_for(None), 5 + 66 + 33);
     drop(queue);
     match index.flush() {
         Err(StoreError::Busy(message)) => assert!(message.contains("104 steps to go"), "{message}"),
         other => panic!("a search while catching up: {other:?}"),
+    }
+    // An org's search is told its own count alone.
+    for (org, left) in [(1, 71), (2, 33)] {
+        match index.flush_org(Some(org)) {
+            Err(StoreError::Busy(message)) => assert!(
+                message.contains(&format!("about {left} steps to go")),
+                "{message}"
+            ),
+            other => panic!("a search while catching up: {other:?}"),
+        }
     }
     assert!(
         !indexed(&index, 1, 0) && progress(&index).is_empty(),

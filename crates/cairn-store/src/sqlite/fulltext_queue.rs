@@ -4,6 +4,7 @@
 //! (see `fulltext_index.rs` for the thread, the sequencer's waits and the
 //! invariants the order keeps).
 
+use super::fulltext_file::org_of;
 use cairn_core::Hash;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -87,8 +88,19 @@ pub(super) struct Queue {
 pub(super) struct CatchUp {
     /// Per org, the log size to index up to.
     pub(super) targets: BTreeMap<i64, u64>,
-    /// Steps left to index, about (for the message a search gets).
-    pub(super) left: u64,
+    /// Per org, steps left to index, about (for the message an org's
+    /// search gets: its own count, never the other orgs').
+    pub(super) left: BTreeMap<i64, u64>,
+}
+
+impl CatchUp {
+    /// Steps left to index for `org`, or for every org if `None`.
+    pub(super) fn left_for(&self, org: Option<i64>) -> u64 {
+        match org {
+            Some(org) => self.left.get(&org).copied().unwrap_or(0),
+            None => self.left.values().sum(),
+        }
+    }
 }
 
 impl Queue {
@@ -135,7 +147,9 @@ impl Queue {
             return false;
         };
         for batch in self.batches.drain(..) {
-            catch_up.left += batch.docs.len() as u64;
+            for (id, _) in &batch.docs {
+                *catch_up.left.entry(org_of(*id)).or_insert(0) += 1;
+            }
             for (org, size, _) in batch.sizes {
                 let target = catch_up.targets.entry(org).or_insert(size);
                 *target = (*target).max(size);
