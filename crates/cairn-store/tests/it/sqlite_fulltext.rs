@@ -938,3 +938,75 @@ fn an_index_with_one_table_for_every_org_is_rebuilt_per_org() {
     assert_eq!(shared, 0, "the shared table is left");
     assert_eq!(count_documents(&index, acme, "1", []), 1);
 }
+
+/// While the index is rebuilt from the log, the orgs take turns a chunk
+/// at a time: a small org is searchable while a large org numbered before
+/// it is still being indexed (it waited for all of it), and its search
+/// meanwhile is told its own steps left, never the other org's.
+#[test]
+fn a_small_org_is_searchable_before_a_large_org_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (heron, large) = {
+        let server = SqliteStore::open(dir.path(), seq_options()).unwrap();
+        for chunk in 0..40 {
+            let requests: Vec<WriteRequest> = (0..1000)
+                .map(|i| {
+                    WriteRequest::Prepared(Box::new(
+                        cairn_store::prepare_step(
+                            crate::conformance::step(
+                                "s1",
+                                "Reasoning",
+                                &format!("the albatross glides {chunk} {i}"),
+                            ),
+                            &server.limits(),
+                            0.0,
+                        )
+                        .unwrap(),
+                    ))
+                })
+                .collect();
+            server.append_batch(&requests).unwrap();
+        }
+        let heron = write_step_in(&server, "beta", "the heron waits").0;
+        (heron, server.log_size("acme").unwrap())
+    };
+    assert!(large > 40_000);
+    std::fs::remove_file(dir.path().join(cairn_store::FULLTEXT_FILE)).unwrap();
+    let server = SqliteStore::open(dir.path(), seq_options()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let found = loop {
+        match search(&server, "beta", "heron") {
+            Ok(found) => break found,
+            Err(cairn_store::StoreError::Busy(message)) => {
+                let left: u64 = message
+                    .split("about ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{message}"));
+                assert!(left <= 10, "beta was told of other orgs' steps: {message}");
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "beta never caught up");
+    };
+    // Where acme's rebuild stood when beta was found (its chunks take far
+    // longer than this read).
+    let acme_indexed: i64 = rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE))
+        .unwrap()
+        .query_row(
+            "SELECT coalesce(max(indexed_below), 0) FROM fulltext_progress WHERE org = ?1",
+            [org_number(dir.path(), "acme")],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        (acme_indexed as u64) < large,
+        "beta was searchable only once acme's {large} steps were indexed"
+    );
+    assert_eq!(
+        found.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>(),
+        vec![heron]
+    );
+    assert_eq!(hits_once_caught_up(&server, "acme", "albatross").len(), 50);
+}
