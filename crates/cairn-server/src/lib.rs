@@ -380,22 +380,27 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Result<Json, ApiError> {
 }
 
 /// Whether a request carries a header that proxies add to what they
-/// forward (`Forwarded`, `Via`, any `X-Forwarded-*`, or one naming the
-/// client: `X-Real-IP`, `X-Client-IP`, `True-Client-IP`,
-/// `CF-Connecting-IP`): a loopback request carrying one came through a
+/// forward (any name holding `forwarded`, `Via`, `CDN-Loop`, or one
+/// naming the client: `X-Real-IP`, any `...client-ip`/`...clientip`,
+/// `CF-Connecting-IP`, `X-Envoy-External-Address`,
+/// `X-Appengine-User-IP`): a loopback request carrying one came through a
 /// proxy, not from the operator's own machine. (A proxy set up as
-/// OPERATIONS says adds `X-Forwarded-Proto` alone.)
+/// OPERATIONS says adds `X-Forwarded-Proto` alone; one that adds nothing
+/// is told apart only by the metrics token.)
 fn forwarded_by_a_proxy(headers: &HeaderMap) -> bool {
     headers.keys().any(|name| {
+        // Header names arrive lower-cased.
         let name = name.as_str();
-        name.starts_with("x-forwarded-")
+        name.contains("forwarded")
+            || name.ends_with("client-ip")
+            || name.ends_with("clientip")
+            || name.ends_with("connecting-ip")
             || [
-                "forwarded",
                 "via",
                 "x-real-ip",
-                "x-client-ip",
-                "true-client-ip",
-                "cf-connecting-ip",
+                "x-envoy-external-address",
+                "x-appengine-user-ip",
+                "cdn-loop",
             ]
             .contains(&name)
     })
@@ -409,7 +414,7 @@ fn forwarded_by_a_proxy(headers: &HeaderMap) -> bool {
     operation_id = "metrics",
     tag = "service",
     summary = "Prometheus metrics",
-    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered, and not a request a proxy forwarded (one carrying Forwarded, Via, any X-Forwarded-* header, X-Real-IP, X-Client-IP, True-Client-IP or CF-Connecting-IP); others get 403.",
+    description = "Counts every org's requests, so it is for the operator: with CAIRN_METRICS_TOKEN set, send it as Authorization: Bearer; without, only clients on the server's own machine (loopback) are answered, and not a request a proxy forwarded (one carrying Forwarded, Via, CDN-Loop, any header named ...forwarded..., X-Real-IP, ...Client-IP, CF-Connecting-IP, X-Envoy-External-Address or X-Appengine-User-IP); others get 403.",
     security(()),
     responses(
         (status = 200, description = "OK", content_type = "text/plain", body = String),
@@ -433,7 +438,8 @@ async fn metrics(
         None => {
             extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .is_some_and(|peer| peer.0.ip().is_loopback())
+                // `::ffff:127.0.0.1` on a dual-stack listener is loopback.
+                .is_some_and(|peer| peer.0.ip().to_canonical().is_loopback())
                 && !forwarded_by_a_proxy(&headers)
         }
     };

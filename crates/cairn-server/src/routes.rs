@@ -169,7 +169,9 @@ fn documented_query_params() -> &'static HashMap<(String, String), Vec<String>> 
 /// handlers checked their own lists and others ignored what they did not
 /// read. A query string that does not parse is left to the handler; the
 /// OTLP receiver's routes are left alone (its errors have OTLP's own
-/// shape, and exporters send no query parameters), and so are the
+/// shape, and exporters send no query parameters), as is the C2SP
+/// tlog-tiles API under `/v1/tlog/` (read as static files: a monitor or
+/// cache may add its own parameters to every address), and so are the
 /// service's routes outside `/v1/` (`/healthz`, `/metrics`,
 /// `/openapi.json`, `/docs`, `/.well-known/...`), which probes, scrapers
 /// and caches call with parameters of their own.
@@ -184,6 +186,7 @@ async fn refuse_undocumented_params(
         return next.run(request).await;
     };
     if !route.as_str().starts_with("/v1/")
+        || route.as_str().starts_with("/v1/tlog/")
         || ["/v1/traces", "/v1/metrics", "/v1/logs"].contains(&route.as_str())
     {
         return next.run(request).await;

@@ -411,6 +411,12 @@ fn metrics_are_for_the_operator() {
     let open = start(ServerConfig::default());
     let local = cairn_testkit::http::call(open.addr, "GET", "/metrics", None, None);
     assert_eq!(local.status, 200, "loopback scrapes work without a token");
+    // On a dual-stack listener a local IPv4 scrape comes from
+    // ::ffff:127.0.0.1: loopback too.
+    let dual = start_on("[::]:0", ServerConfig::default());
+    let ipv4 = std::net::SocketAddr::from(([127, 0, 0, 1], dual.addr.port()));
+    let r = cairn_testkit::http::call(ipv4, "GET", "/metrics", None, None);
+    assert_eq!(r.status, 200, "{}", r.text());
     // A request a same-machine proxy forwarded comes from loopback too, but
     // names the client it came from: refused without a token.
     for header in [
@@ -421,6 +427,12 @@ fn metrics_are_for_the_operator() {
         "x-forwarded-host: cairn.example",
         "Via: 1.1 proxy",
         "CF-Connecting-IP: 203.0.113.9",
+        "X-Forwarded: for=203.0.113.9",
+        "X-Cluster-Client-IP: 203.0.113.9",
+        "Fastly-Client-IP: 203.0.113.9",
+        "X-Azure-ClientIP: 203.0.113.9",
+        "X-Envoy-External-Address: 203.0.113.9",
+        "CDN-Loop: cloudflare",
     ] {
         let r = raw_get(open.addr, "/metrics", header);
         assert!(r.starts_with("HTTP/1.1 403"), "{header}: {r}");

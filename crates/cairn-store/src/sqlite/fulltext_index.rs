@@ -343,6 +343,25 @@ impl Shared {
         if docs.is_empty() && sizes.is_empty() {
             return;
         }
+        if queue.catching_up.is_some() {
+            // Nothing queued is written before a catch-up ends: the batch
+            // joins the catch-up at once (its orgs' targets grow to its
+            // sizes, its documents are read again from the log in their
+            // org's turn), so an org that writes or erases during a
+            // rebuild is searchable again after a chunk of its own, not
+            // after every other org's catch-up (a review: a small org's
+            // first write made it wait for a 450,000-step org, told
+            // "about 0 steps to go").
+            queue.queued += 1;
+            queue.batches.push_back(QueuedBatch {
+                docs,
+                bytes: 0,
+                sizes,
+                whole: true,
+            });
+            queue.absorb();
+            return;
+        }
         if docs.is_empty()
             && let Some(last) = queue.batches.back_mut()
             && last.whole

@@ -251,18 +251,19 @@ fn relieving_a_backlog_waits_for_the_writes_that_bring_it_under() {
     assert!(!index.relieve().unwrap(), "below the backlog: no wait");
 }
 
-/// While the index catches up with the log after a sequencing open, a
-/// backlog is not waited for: its batches join the catch-up (each org's
-/// target grows to the largest size they carry, their documents are let
-/// go, to be read again from the log), and a search is told how far the
-/// index is behind instead of finding a partial index.
+/// While the index catches up with the log after a sequencing open,
+/// batches join the catch-up as they come (each org's target grows to the
+/// largest size they carry, their documents are let go, to be read again
+/// from the log): nothing is queued, no backlog is waited for, and a
+/// search is told how far its org is behind instead of finding a partial
+/// index.
 #[test]
-fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
+fn while_catching_up_batches_join_the_catch_up_and_searches_are_told() {
     let dir = tempfile::tempdir().unwrap();
     let index = shared(dir.path());
     catching_up(&index, 1);
     queue_batches(&index, 66, 1, 1 << 20);
-    assert!(counts(&index).1 >= BACKLOG_BYTES);
+    assert_eq!(counts(&index).1, 0, "queued while catching up");
     assert!(
         !index.relieve().unwrap(),
         "waited for a backlog while catching up"
@@ -300,9 +301,8 @@ fn while_catching_up_a_backlog_joins_the_catch_up_and_searches_are_told() {
 
 /// While the index catches up with one org's log, a search of another
 /// org whose documents are all in the index goes ahead at once; an org
-/// with a batch queued behind the catch-up, or absorbed into it, and the
-/// org being caught up are told to search again, as is a flush of every
-/// org.
+/// whose batch joined the catch-up, and the org being caught up, are told
+/// to search again (their own steps left), as is a flush of every org.
 #[test]
 fn while_catching_up_an_org_whose_documents_are_all_in_is_searched_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,18 +328,27 @@ fn while_catching_up_an_org_whose_documents_are_all_in_is_searched_at_once() {
             other => panic!("a search of {org:?} while it is caught up: {other:?}"),
         }
     }
-    // Org 1 (and 2) commit a batch: it waits behind the catch-up, unwritten.
+    // Org 1 (and 2) commit a batch: it joins the catch-up, unwritten.
     queue_batches(&index, 1, 1, 10);
     for org in [1, 2] {
+        match index.flush_org(Some(org)) {
+            Err(StoreError::Busy(message)) => {
+                assert!(message.contains("about 1 steps to go"), "{message}")
+            }
+            other => panic!("org {org} searched without its documents: {other:?}"),
+        }
         assert!(
-            matches!(index.flush_org(Some(org)), Err(StoreError::Busy(_))),
-            "org {org} searched without its queued documents"
+            lock(&index.queue)
+                .unwrap()
+                .catching_up
+                .as_ref()
+                .unwrap()
+                .targets
+                .contains_key(&org),
+            "org {org}'s batch did not join the catch-up"
         );
     }
     assert!(!indexed(&index, 1, 0), "wrote the index while catching up");
-    // Absorbed into the catch-up, org 1 is caught up from the log too.
-    assert!(lock(&index.queue).unwrap().absorb());
-    assert!(matches!(index.flush_org(Some(1)), Err(StoreError::Busy(_))));
     // An org that wrote nothing since the store opened is still complete.
     assert!(index.flush_org(Some(4)).is_ok());
 }

@@ -1008,5 +1008,22 @@ fn a_small_org_is_searchable_before_a_large_org_is_rebuilt() {
         found.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>(),
         vec![heron]
     );
+    // beta writes during acme's rebuild: searchable again after a chunk of
+    // its own, its new step found (it waited for all of acme, told "about
+    // 0 steps to go").
+    let egret = write_step_in(&server, "beta", "the egret lands").0;
+    assert_eq!(hits_once_caught_up(&server, "beta", "egret"), vec![egret]);
+    let acme_indexed: i64 = rusqlite::Connection::open(dir.path().join(cairn_store::FULLTEXT_FILE))
+        .unwrap()
+        .query_row(
+            "SELECT coalesce(max(indexed_below), 0) FROM fulltext_progress WHERE org = ?1",
+            [org_number(dir.path(), "acme")],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        (acme_indexed as u64) < large,
+        "beta's write was searchable only once acme's {large} steps were indexed"
+    );
     assert_eq!(hits_once_caught_up(&server, "acme", "albatross").len(), 50);
 }
