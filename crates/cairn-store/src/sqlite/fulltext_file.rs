@@ -38,12 +38,9 @@ CREATE TABLE IF NOT EXISTS fulltext_forgetting (
   next_rowid INTEGER NOT NULL  -- where the thread's next deletion starts
 );";
 
-/// The name of org `org`'s table of documents
-/// ([`crate::fulltext::fts5_table`]); rowids are the entries' ids, as in
-/// the log.
-pub(super) fn table(org: i64) -> String {
-    crate::fulltext::fts5_table(org)
-}
+/// The name of org `org`'s table of documents (rowids are the entries'
+/// ids, as in the log).
+pub(super) use crate::fulltext::fts5_table as table;
 
 /// The org whose table holds the document of the entry with id `id`
 /// (the id's high bits, as `engine::org_range` lays them out).

@@ -32,6 +32,13 @@ pub(super) const USERMERGE: i64 = 4;
 /// level 0 below it while documents come, and idle steps when they stop.
 pub(super) const CRISISMERGE: i64 = 4 * AUTOMERGE;
 
+/// The thresholds each org's table is given, by FTS5's option names.
+const THRESHOLDS: [(&str, i64); 3] = [
+    ("automerge", AUTOMERGE),
+    ("crisismerge", CRISISMERGE),
+    ("usermerge", USERMERGE),
+];
+
 /// Leaf pages one idle merge step asks FTS5 to write (4 KB each: about 1
 /// MB). FTS5 checks the budget between terms, so a step writes at least
 /// one term's whole postings in the segments it merges: a common word's
@@ -60,15 +67,16 @@ pub(super) fn configure(conn: &Connection, org: i64) {
 fn write_settings(conn: &Connection, org: i64) -> rusqlite::Result<()> {
     // The shadow table of settings: the table's name with `_config`.
     let config = format!("{}_config\"", table(org).trim_end_matches('"'));
-    let set: i64 = conn.query_row(
-        &format!(
-            "SELECT count(*) FROM {config} WHERE (k, v) IN
-               (VALUES ('automerge', ?1), ('crisismerge', ?2), ('usermerge', ?3))"
-        ),
-        params![AUTOMERGE, CRISISMERGE, USERMERGE],
-        |r| r.get(0),
-    )?;
-    if set == 3 {
+    let mut set = 0;
+    for (key, value) in THRESHOLDS {
+        let kept: bool = conn.query_row(
+            &format!("SELECT EXISTS (SELECT 1 FROM {config} WHERE k = ?1 AND v = ?2)"),
+            params![key, value],
+            |r| r.get(0),
+        )?;
+        set += usize::from(kept);
+    }
+    if set == THRESHOLDS.len() {
         return Ok(());
     }
     without_waiting(conn, || {
@@ -82,11 +90,7 @@ fn write_settings(conn: &Connection, org: i64) -> rusqlite::Result<()> {
 /// transaction: a table just created gets them with its first documents).
 pub(super) fn set_thresholds(conn: &Connection, org: i64) -> rusqlite::Result<()> {
     let table = table(org);
-    for (key, value) in [
-        ("automerge", AUTOMERGE),
-        ("crisismerge", CRISISMERGE),
-        ("usermerge", USERMERGE),
-    ] {
+    for (key, value) in THRESHOLDS {
         conn.execute(
             &format!("INSERT INTO {table} ({table}, rank) VALUES (?1, ?2)"),
             params![key, value],
