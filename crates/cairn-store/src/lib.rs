@@ -55,7 +55,7 @@ pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStat
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};
 pub use stored::{
     SessionCursor, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
-    StepFilter, StoredCheckpoint, StoredEntry, StoredNode, StoredStep,
+    StepFilter, StoredCheckpoint, StoredEntry, StoredNode, StoredStep, TreeRowsRewritten,
 };
 
 use cairn_core::Hash;
@@ -136,6 +136,23 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// real index still takes the integer's key). Readers compute such a
     /// subtree from below; verification names the row.
     fn tree_node_anomaly(&self, org_id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Makes the org's stored subtree rows (`nodes`) the log's: `rebuilt`
+    /// holds (level, index, hash) of every subtree at a stored level that a
+    /// verification of the log folded ([`ops::repair_tree`]). In one
+    /// transaction, under the org's write lock (so no append of the org
+    /// runs beside it): rows no reader can use (see
+    /// [`LedgerStore::tree_node_anomaly`]) or lying past the log's end are
+    /// removed, rows of `rebuilt`'s subtrees that differ are replaced,
+    /// missing ones written; other rows (subtrees appended since the
+    /// verification read the log) are left. The append-only triggers of
+    /// `nodes` are lifted for the transaction only (on PostgreSQL that
+    /// takes the table's owner).
+    fn rewrite_tree_nodes(
+        &self,
+        org_id: &str,
+        rebuilt: &[(u32, u64, Hash)],
+    ) -> Result<TreeRowsRewritten, StoreError>;
 
     /// Up to `limit` `session_heads` rows of the org's sessions whose
     /// session number is above `after`, by session number.

@@ -594,6 +594,14 @@ impl LedgerStore for SqliteStore {
         self.tree_node_anomaly_in(org_id)
     }
 
+    fn rewrite_tree_nodes(
+        &self,
+        org_id: &str,
+        rebuilt: &[(u32, u64, Hash)],
+    ) -> Result<crate::TreeRowsRewritten, StoreError> {
+        self.rewrite_tree_nodes_in(org_id, rebuilt)
+    }
+
     fn limits(&self) -> Limits {
         self.limits
     }

@@ -23,6 +23,19 @@ pub struct StoredNode {
     pub hash: Option<Vec<u8>>,
 }
 
+/// What [`crate::LedgerStore::rewrite_tree_nodes`] changed in an org's
+/// stored subtree rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeRowsRewritten {
+    /// Rows no reader can use, removed: a hash that is not 32 bytes, a
+    /// level or index no append writes, or a subtree past the log's end.
+    pub unusable: u64,
+    /// Rows whose hash was not the log's, replaced.
+    pub replaced: u64,
+    /// Rows that were missing, written.
+    pub missing: u64,
+}
+
 /// A signed checkpoint as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCheckpoint {

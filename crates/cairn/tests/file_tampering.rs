@@ -758,7 +758,8 @@ fn kind_rows_planted_missing_or_not_yet_built() {
 /// with verification's own fold of the leaves: an edited row, or one that
 /// is not a hash, fails at the entry that closes its subtree, and so does
 /// a missing one, which every reader computes from below (its proofs still
-/// verify).
+/// verify). `cairn admin repair-tree` then makes the rows the log's again:
+/// the very rows the appends wrote.
 #[test]
 fn stored_tree_nodes_are_compared_with_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -779,8 +780,9 @@ fn stored_tree_nodes_are_compared_with_the_log() {
             before != digest() || sql.starts_with("UPDATE"),
             "{name}: nothing changed"
         );
-        drop(conn);
         common::expect_node_verdict(Target::embedded(copy.path()), name, seq);
+        common::expect_tree_repaired(Target::embedded(copy.path()), name);
+        assert_eq!(before, digest(), "{name}: the rows after the repair");
     }
 }
 
@@ -821,6 +823,21 @@ fn a_missing_tree_row_hides_no_later_failure() {
         verdict["totalChecked"].as_i64().unwrap() < entries,
         "{verdict}"
     );
+    // Nor does the repair of the tree rebuild anything from such a log.
+    let run = cairn_in(dir.path(), &["--json", "admin", "repair-tree"], None);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let answer = json(&run);
+    assert_eq!(answer["repaired"], false, "{answer}");
+    assert_eq!(answer["brokenAtSequence"], forged, "{answer}");
+    let conn = rusqlite::Connection::open(dir.path().join("data/ledger.db")).unwrap();
+    let rows: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM nodes WHERE level = 4 AND idx = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 0, "nothing written");
 }
 
 /// An org's row deleted from the `orgs` table hides its whole log from

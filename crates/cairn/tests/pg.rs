@@ -306,7 +306,8 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
 /// The stored subtree hashes are compared with the log on PostgreSQL too
 /// (as `file_tampering::stored_tree_nodes_are_compared_with_the_log`): an
 /// edited, missing or unusable row fails at the entry closing its subtree,
-/// and readers compute a missing one from below (its proofs still verify).
+/// and readers compute a missing one from below (its proofs still verify);
+/// `cairn admin repair-tree` restores the rows the appends wrote.
 #[test]
 fn stored_tree_nodes_are_compared_with_the_log() {
     let Some(cluster) = PgCluster::start() else {
@@ -335,6 +336,8 @@ fn stored_tree_nodes_are_compared_with_the_log() {
             "{name}: nothing changed"
         );
         common::expect_node_verdict(target, name, seq);
+        common::expect_tree_repaired(target, name);
+        assert_eq!(before, digest(), "{name}: the rows after the repair");
     }
 }
 

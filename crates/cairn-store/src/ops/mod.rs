@@ -36,8 +36,8 @@ pub use search::{
     SearchAnswer, SearchError, SearchHit, SearchMode, SearchRequest, search, step_at,
 };
 pub use verify::{
-    StoreVerdict, WitnessReport, agent_keys, apply_witness_policy, repeated_org_name,
-    repeated_org_name_verdict, trusted_checkpoint, verify_org, verify_session,
+    StoreVerdict, TreeRepair, WitnessReport, agent_keys, apply_witness_policy, repair_tree,
+    repeated_org_name, repeated_org_name_verdict, trusted_checkpoint, verify_org, verify_session,
 };
 
 /// A flagged step in seed 003's review queue, with the reviews recorded

@@ -18,6 +18,13 @@ use std::collections::HashMap;
 
 mod derived;
 mod nodes;
+mod repair;
+
+pub use repair::{TreeRepair, repair_tree};
+
+/// Every subtree at a stored level a verification folded, as (level,
+/// index, hash): what `cairn admin repair-tree` writes.
+type RebuiltNodes = Vec<(u32, u64, Hash)>;
 
 /// The outcome of verifying an org's log in a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,19 +128,25 @@ pub fn verify_org(
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
 ) -> Result<StoreVerdict, StoreError> {
-    match verify_org_log(store, org_id, external, keys, progress) {
+    match verify_org_log(store, org_id, external, keys, progress, false) {
         Err(e) if names_repeated(&e, org_id) => Ok(StoreVerdict::repeated_org_name(org_id)),
-        other => other,
+        other => other.map(|(verdict, _)| verdict),
     }
 }
 
+/// [`verify_org`]'s work. With `rebuild_tree`, the stored subtree rows are
+/// not compared: the verdict covers the log's records and checkpoints only
+/// (the derived tables are not checked), and when they verify it comes
+/// with every stored-level subtree the fold closed, which `cairn admin
+/// repair-tree` writes in place of the rows.
 fn verify_org_log(
     store: &dyn LedgerStore,
     org_id: &str,
     external: &[VerifiedCheckpoint],
     keys: &[NoteVerifier],
     progress: &mut dyn FnMut(u64),
-) -> Result<StoreVerdict, StoreError> {
+    rebuild_tree: bool,
+) -> Result<(StoreVerdict, Option<RebuiltNodes>), StoreError> {
     // Its first read (as every read) looks the name up alone, which
     // refuses a name given twice.
     let (server_name, _) = store.log_signer(org_id)?;
@@ -157,21 +170,24 @@ fn verify_org_log(
         stored.largest = stored.largest.max(Some(cp.checkpoint().size));
     }
     let mut tallies = HashMap::new();
-    let (count, missing_node) = check_entries(
+    let (count, missing_node, rebuilt) = check_entries(
         store,
         org_id,
         &mut verifier,
         &mut stored,
         &mut tallies,
         progress,
+        rebuild_tree,
     )?;
     progress(count);
     let mut verdict = verifier.finish();
+    // The rebuilt subtrees stand only on a log whose records verified.
+    let rebuilt = rebuilt.filter(|_| verdict.verified);
     // Each session-start record was read with its sessions row; a row no
     // record names is a session listings would show that the log never
     // started. Checked once the log verifies, so that a failure of the log
     // itself (a truncated tail, say) is the one reported.
-    if verdict.verified {
+    if verdict.verified && !rebuild_tree {
         let orphans = store.orphan_sessions(org_id)?;
         if orphans > 0 {
             verdict.fail_after_records(
@@ -183,6 +199,7 @@ fn verify_org_log(
         }
     }
     if verdict.verified
+        && !rebuild_tree
         && let Some(failure) = derived::check_session_index(store, org_id, count, &mut tallies)?
     {
         verdict.verified = false;
@@ -192,6 +209,7 @@ fn verify_org_log(
     // log, so that it does not hide a failure of the log itself (readers
     // compute such a subtree from below: the answers stay right).
     if verdict.verified
+        && !rebuild_tree
         && let Some(detail) = match missing_node {
             Some(detail) => Some(detail),
             None => match store.tree_node_anomaly(org_id)? {
@@ -209,13 +227,14 @@ fn verify_org_log(
         Some(_) => count.max(store.log_size(org_id)?),
         None => count,
     };
-    Ok(StoreVerdict {
+    let verdict = StoreVerdict {
         org_id: org_id.to_owned(),
         verdict,
         log_size,
         checkpoints_checked: stored.checked,
         checkpoint_size: stored.largest,
-    })
+    };
+    Ok((verdict, rebuilt))
 }
 
 /// An org's stored checkpoints in size order, read a page at a time: a
@@ -367,7 +386,8 @@ fn check_entries(
     checkpoints: &mut StoredCheckpoints<'_>,
     tallies: &mut HashMap<i64, SessionTally>,
     progress: &mut dyn FnMut(u64),
-) -> Result<(u64, Option<String>), StoreError> {
+    rebuild_tree: bool,
+) -> Result<(u64, Option<String>, Option<RebuiltNodes>), StoreError> {
     use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
     let readers = std::thread::available_parallelism()
         .map_or(2, usize::from)
@@ -378,6 +398,9 @@ fn check_entries(
     // The stored subtree hashes, compared as the fold closes each subtree;
     // a failed read of them ends the check with that error.
     let mut nodes = StoredNodes::new(store, org_id, size);
+    if rebuild_tree {
+        nodes = nodes.rebuilding();
+    }
     let mut node_error: Option<StoreError> = None;
     // Per session (by its row number), its steps so far (`tallies`): each
     // step's `prev_seq` column must name the last one (the first step's
@@ -552,7 +575,8 @@ fn check_entries(
     if let Some(e) = node_error {
         return Err(e);
     }
-    Ok((count, nodes.missing_row()))
+    let missing = nodes.missing_row();
+    Ok((count, missing, nodes.into_rebuilt()))
 }
 
 /// The agent keys of an org with their history (registrations and

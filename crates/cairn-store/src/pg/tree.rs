@@ -7,7 +7,7 @@ use super::PgStore;
 use super::connection::{Db, col, i64_of, u64_of};
 use crate::engine::{MAX_NODE_LEVEL, NODE_STRIDE, blob_hash, misplaced_node, org_range, row_id};
 use crate::stored::CheckpointPage;
-use crate::{StoreError, StoredCheckpoint, StoredNode};
+use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode};
 use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::{GenericClient, Row};
@@ -400,6 +400,86 @@ impl PgStore {
                 })
             })
             .transpose()
+        })
+    }
+}
+
+/// Rebuilt subtrees sent per statement by `rewrite_tree_nodes_in` (three
+/// arrays of this many elements: about 3 MB).
+const REWRITE_CHUNK: usize = 65_536;
+
+impl PgStore {
+    pub(super) fn rewrite_tree_nodes_in(
+        &self,
+        org_id: &str,
+        rebuilt: &[(u32, u64, Hash)],
+    ) -> Result<crate::TreeRowsRewritten, StoreError> {
+        const WHAT: &str = "repairing the stored tree";
+        self.with_writer(|conn, _cache| {
+            let mut tx = conn.client.transaction().context(WHAT)?;
+            let mut db = Db {
+                client: &mut tx,
+                statements: &mut conn.statements,
+            };
+            // The org's lock, as its appends take it: none of them runs
+            // until the rows are rewritten.
+            super::locks::lock_orgs(&mut db, &HashSet::from([org_id.to_owned()]))?;
+            let Some(org) = Self::org_id_of(&mut db, org_id)? else {
+                return Ok(crate::TreeRowsRewritten::default());
+            };
+            let size = i64_of(Self::log_size_of(&mut db, org)?);
+            // The append-only triggers, off for this transaction only (the
+            // DDL guard refuses to alter them, from any role): what a
+            // superuser may do, so the repair needs one (or a role granted
+            // SET on the parameter, and DELETE on `nodes`).
+            db.execute(
+                "SET LOCAL session_replication_role = replica",
+                &[],
+                "switching the append-only triggers off for the repair's transaction (run the repair as a PostgreSQL superuser)",
+            )?;
+            let (stride, top) = (NODE_STRIDE as i32, MAX_NODE_LEVEL as i32);
+            let mut rewritten = crate::TreeRowsRewritten {
+                unusable: db.execute(
+                    "DELETE FROM nodes WHERE org = $1 AND (hash IS NULL OR length(hash) <> 32
+                       OR level < $2 OR level > $3 OR level % $2 <> 0 OR idx < 0
+                       OR idx >= ($4::bigint >> level))",
+                    &[&org, &stride, &top, &size],
+                    WHAT,
+                )?,
+                ..crate::TreeRowsRewritten::default()
+            };
+            for chunk in rebuilt.chunks(REWRITE_CHUNK) {
+                let levels: Vec<i32> = chunk.iter().map(|(l, _, _)| *l as i32).collect();
+                let indexes: Vec<i64> = chunk.iter().map(|(_, i, _)| i64_of(*i)).collect();
+                let hashes: Vec<&[u8]> = chunk.iter().map(|(_, _, h)| &h.0[..]).collect();
+                let replaced = db.query_one(
+                    "WITH gone AS (
+                       DELETE FROM nodes n
+                        USING unnest($2::int[], $3::bigint[], $4::bytea[]) AS r(level, idx, hash)
+                        WHERE n.org = $1 AND n.level = r.level AND n.idx = r.idx
+                          AND (n.hash IS DISTINCT FROM r.hash
+                               OR (SELECT count(*) FROM nodes m
+                                    WHERE m.org = $1 AND m.level = r.level AND m.idx = r.idx) > 1)
+                        RETURNING n.level, n.idx)
+                     SELECT count(*) FROM (SELECT DISTINCT level, idx FROM gone) AS keys",
+                    &[&org, &levels, &indexes, &hashes],
+                    WHAT,
+                )?;
+                let replaced = u64_of(col(&replaced, 0)?);
+                let written = db.execute(
+                    "INSERT INTO nodes (org, level, idx, hash)
+                     SELECT $1, r.level, r.idx, r.hash
+                       FROM unnest($2::int[], $3::bigint[], $4::bytea[]) AS r(level, idx, hash)
+                      WHERE NOT EXISTS (SELECT 1 FROM nodes n
+                                         WHERE n.org = $1 AND n.level = r.level AND n.idx = r.idx)",
+                    &[&org, &levels, &indexes, &hashes],
+                    WHAT,
+                )?;
+                rewritten.replaced += replaced;
+                rewritten.missing += written.saturating_sub(replaced);
+            }
+            tx.commit().context(WHAT)?;
+            Ok(rewritten)
         })
     }
 }

@@ -36,7 +36,7 @@ fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
 
 impl PgStore {
     /// Runs `f` with the writer connection, reconnecting if it was lost.
-    fn with_writer<T, E: From<StoreError>>(
+    pub(super) fn with_writer<T, E: From<StoreError>>(
         &self,
         f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
     ) -> Result<T, E> {

@@ -6,7 +6,7 @@
 use super::SqliteStore;
 use crate::engine::{MAX_NODE_LEVEL, NODE_STRIDE, blob_hash, misplaced_node, org_range, row_id};
 use crate::stored::CheckpointPage;
-use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode};
+use crate::{DbContext, StoreError, StoredCheckpoint, StoredNode, TreeRowsRewritten};
 use cairn_core::merkle::{Frontier, SubtreeHashes, range_hash};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::types::ValueRef;
@@ -299,5 +299,91 @@ fn blob_of(value: ValueRef<'_>) -> Option<Vec<u8>> {
     match value {
         ValueRef::Blob(b) => Some(b.to_vec()),
         _ => None,
+    }
+}
+
+impl SqliteStore {
+    pub(super) fn rewrite_tree_nodes_in(
+        &self,
+        org_id: &str,
+        rebuilt: &[(u32, u64, Hash)],
+    ) -> Result<TreeRowsRewritten, StoreError> {
+        const WHAT: &str = "repairing the stored tree";
+        // This process is the store's only writer (the data directory's
+        // lock), and holding the writer keeps the sequencer's batches out
+        // until the rows are rewritten. The rows are rewritten on a
+        // connection of their own: Cairn's connections refuse DROP, and
+        // the append-only triggers are dropped for the transaction. A
+        // store whose state could not be loaded is repaired too: its rows
+        // may be why.
+        let _writer = self
+            .writer
+            .lock()
+            .map_err(|_| super::connection::poisoned())?;
+        let conn = Connection::open(&self.path).context(WHAT)?;
+        super::connection::configure(&conn)?;
+        let tx = conn.unchecked_transaction().context(WHAT)?;
+        let Some(org) = Self::org_id_of(&tx, org_id)? else {
+            return Ok(TreeRowsRewritten::default());
+        };
+        let size = i64::try_from(log_size_of(&tx, org)?).unwrap_or(i64::MAX);
+        // The append-only triggers of `nodes`, lifted for this
+        // transaction: a rollback (any error below) restores them.
+        let triggers: Vec<(String, String)> = tx
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes' AND sql IS NOT NULL")
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .context(WHAT)?;
+        for (name, _) in &triggers {
+            tx.execute_batch(&format!("DROP TRIGGER \"{}\"", name.replace('"', "\"\"")))
+                .context(WHAT)?;
+        }
+        let mut rewritten = TreeRowsRewritten {
+            // What no reader can use (as `tree_node_anomaly` finds it),
+            // and subtrees ending past the log.
+            unusable: tx
+                .execute(
+                    "DELETE FROM nodes WHERE org = ?1 AND (
+                       typeof(level) != 'integer' OR typeof(idx) != 'integer'
+                       OR typeof(hash) != 'blob' OR length(hash) != 32
+                       OR level < ?2 OR level > ?3 OR level % ?2 != 0 OR idx < 0
+                       OR idx >= (?4 >> level))",
+                    params![org, NODE_STRIDE, MAX_NODE_LEVEL, size],
+                )
+                .context(WHAT)? as u64,
+            ..TreeRowsRewritten::default()
+        };
+        {
+            // A key held by more than one row (the table rebuilt without
+            // its key) is rewritten as one.
+            let mut differing = tx
+                .prepare(
+                    "DELETE FROM nodes WHERE org = ?1 AND level = ?2 AND idx = ?3 AND (hash IS NOT ?4
+                       OR (SELECT count(*) FROM nodes WHERE org = ?1 AND level = ?2 AND idx = ?3) > 1)",
+                )
+                .context(WHAT)?;
+            let mut missing = tx
+                .prepare(
+                    "INSERT INTO nodes (org, level, idx, hash) SELECT ?1, ?2, ?3, ?4
+                     WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE org = ?1 AND level = ?2 AND idx = ?3)",
+                )
+                .context(WHAT)?;
+            for (level, index, hash) in rebuilt {
+                let index = i64::try_from(*index).unwrap_or(i64::MAX);
+                let row = params![org, level, index, &hash.0[..]];
+                let removed = differing.execute(row).context(WHAT)?;
+                if missing.execute(row).context(WHAT)? > 0 {
+                    if removed > 0 {
+                        rewritten.replaced += 1;
+                    } else {
+                        rewritten.missing += 1;
+                    }
+                }
+            }
+        }
+        for (_, sql) in &triggers {
+            tx.execute_batch(sql).context(WHAT)?;
+        }
+        tx.commit().context(WHAT)?;
+        Ok(rewritten)
     }
 }

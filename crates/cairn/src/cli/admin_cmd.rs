@@ -1,5 +1,5 @@
 //! `cairn admin`: orgs and API keys on the data directory, no server
-//! needed.
+//! needed, and the repair of an org's stored tree rows.
 
 use super::*;
 
@@ -27,6 +27,14 @@ pub(super) enum AdminCommand {
         /// The key's id (the middle part of its token).
         id: String,
     },
+    /// Rebuild --org's stored Merkle subtree rows (the `nodes` table, which
+    /// proofs and roots are computed from) from its log, when `cairn
+    /// verify` names one missing, wrong, unusable or past the log's end.
+    /// The log's records and checkpoints are verified first; if they do
+    /// not verify nothing is written. Then the org is verified as `cairn
+    /// verify` does. On the embedded store stop `cairn serve` first; on
+    /// PostgreSQL run it as the owner of the tables, beside the servers.
+    RepairTree,
 }
 
 pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) -> Result<Outcome> {
@@ -101,6 +109,52 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
             }
             println!("revoked {id}");
         }
+        AdminCommand::RepairTree => return repair_tree(cli, store),
     }
     Ok(Outcome::Success)
+}
+
+/// `cairn admin repair-tree`: see [`AdminCommand::RepairTree`].
+fn repair_tree(cli: &Cli, store: &dyn LedgerStore) -> Result<Outcome> {
+    let started = Instant::now();
+    let org = cli.org.as_str();
+    if !store.orgs()?.iter().any(|name| name == org) {
+        return Err(usage(format!("org {org} has no log in this store")));
+    }
+    let total = store.log_size(org)?;
+    let bar = progress_bar(total, "verifying the records");
+    let repair = cairn_store::ops::repair_tree(store, org, &mut |n| bar.set_position(n))?;
+    bar.finish_and_clear();
+    let Some(rewritten) = repair.rewritten else {
+        if !cli.json {
+            eprintln!(
+                "org {org}: the log's records or checkpoints do not verify, so its tree rows were not rebuilt from them (nothing was written):"
+            );
+        }
+        return report(
+            cli,
+            &repair.records.verdict,
+            started,
+            json!({"org_id": org, "log_size": repair.records.log_size, "repaired": false}),
+        );
+    };
+    if !cli.json {
+        println!(
+            "org {org}: tree rows rebuilt from {} verified records: {} missing written, {} differing replaced, {} unusable or past the log's end removed",
+            repair.records.log_size, rewritten.missing, rewritten.replaced, rewritten.unusable
+        );
+    }
+    let bar = progress_bar(total, "verifying");
+    let after = verify_org(store, org, &[], &[], &mut |n| bar.set_position(n))?;
+    bar.finish_and_clear();
+    report(
+        cli,
+        &after.verdict,
+        started,
+        json!({
+            "org_id": org, "log_size": after.log_size, "repaired": true,
+            "missing_written": rewritten.missing, "replaced": rewritten.replaced,
+            "unusable_removed": rewritten.unusable,
+        }),
+    )
 }

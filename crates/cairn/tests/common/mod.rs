@@ -387,6 +387,37 @@ pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict)
     }
 }
 
+/// After one of [`node_tamperings`] and its verdict: `cairn admin
+/// repair-tree` rebuilds the rows from the log, the org verifies again, and
+/// a session's proofs (computed from the rows) verify.
+pub fn expect_tree_repaired(target: Target<'_>, name: &str) {
+    let run = target.run(&["--json", "admin", "repair-tree"], None);
+    let answer = json(&run);
+    assert_eq!(run.code, 0, "{name}: {answer} {}", run.stderr);
+    assert_eq!(answer["repaired"], true, "{name}: {answer}");
+    assert_eq!(answer["verified"], true, "{name}: {answer}");
+    let changed = ["missing_written", "replaced", "unusable_removed"]
+        .iter()
+        .map(|k| answer[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(changed > 0, "{name}: nothing repaired: {answer}");
+    let run = target.run(&["verify", "--json"], None);
+    assert_eq!(run.code, 0, "{name}: after the repair: {}", run.stdout);
+    let bundle = target.dir.join("repaired.bundle");
+    let bundle = bundle.to_str().unwrap();
+    let run = target.run(&["export", "--session", "other", "-o", bundle], None);
+    assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+    let run = target.run(&["verify", "--bundle", bundle], None);
+    assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+    // A second run finds nothing to change.
+    let run = target.run(&["--json", "admin", "repair-tree"], None);
+    let again = json(&run);
+    assert_eq!(run.code, 0, "{name}: {again}");
+    for k in ["missing_written", "replaced", "unusable_removed"] {
+        assert_eq!(again[k], 0, "{name}: {again}");
+    }
+}
+
 /// Copies a directory and everything in it (a data directory, say).
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -52,6 +52,10 @@ pub(super) struct StoredNodes<'a> {
     levels: Vec<LevelRows>,
     /// The first subtree found with no row, as (level, index).
     missing: Option<(u32, u64)>,
+    /// When the org's stored tree is being rebuilt (`cairn admin
+    /// repair-tree`): every stored-level subtree the fold closed, as
+    /// (level, index, hash), instead of comparing the rows.
+    rebuilt: Option<Vec<(u32, u64, Hash)>>,
 }
 
 impl<'a> StoredNodes<'a> {
@@ -62,7 +66,21 @@ impl<'a> StoredNodes<'a> {
             within,
             levels: Vec::new(),
             missing: None,
+            rebuilt: None,
         }
+    }
+
+    /// Collects the subtrees the fold closes instead of comparing them
+    /// with their rows: what [`StoredNodes::into_rebuilt`] returns.
+    pub(super) fn rebuilding(mut self) -> Self {
+        self.rebuilt = Some(Vec::new());
+        self
+    }
+
+    /// The stored-level subtrees the fold closed, in the order it closed
+    /// them (`None` unless [`StoredNodes::rebuilding`]).
+    pub(super) fn into_rebuilt(self) -> Option<Vec<(u32, u64, Hash)>> {
+        self.rebuilt
     }
 
     /// What verification reports after the log if a subtree had no row.
@@ -93,6 +111,10 @@ impl<'a> StoredNodes<'a> {
         // indexes below 2^40, so this cannot overflow a u128).
         let end = (u128::from(index) + 1) << level;
         if end > u128::from(self.within) {
+            return Ok(None);
+        }
+        if let Some(rebuilt) = &mut self.rebuilt {
+            rebuilt.push((level, index, *hash));
             return Ok(None);
         }
         let slot = (level / NODE_STRIDE - 1) as usize;
