@@ -364,6 +364,20 @@ pub(crate) async fn expensive(
     .await
 }
 
+/// A slot of `slots` for `org`, of its share and of the server's, waited
+/// for as long as it takes (OTLP decoding waits its turn; a refusal there
+/// would make exporters send the whole batch again). Fails only when the
+/// slots are closed.
+pub(crate) async fn slot_in_turn(
+    slots: &ExpensiveSlots,
+    org: &str,
+) -> Result<ExpensiveSlot, ApiError> {
+    take(slots, org, 1, None, |_| {
+        "the server is shutting down".to_owned()
+    })
+    .await
+}
+
 /// A slot for expensive work of `org` if one is free now (of its org's
 /// share and of the server's), else `None`: for work that is left out
 /// rather than waited for, as a session listing's chain verification

@@ -87,10 +87,11 @@ async fn discard(
 ) -> Response {
     let (encoding, content_type) = request_encoding(headers);
     let result = async {
-        let (_, bytes) = admit(state, headers, body, encoding, content_type.as_deref()).await?;
+        let (caller, bytes) =
+            admit(state, headers, body, encoding, content_type.as_deref()).await?;
         let limit = state.config.otlp.decode.max_decompressed_bytes;
         let content_encoding = content_encoding(headers);
-        let count = cpu(state, move || {
+        let count = cpu(state, caller.org(), move || {
             let raw = decompress(content_encoding.as_deref(), &bytes, limit)?;
             count_items(signal, encoding, &raw).map_err(|detail| {
                 OtlpError::new(StatusCode::BAD_REQUEST, "invalid_otlp", detail)

@@ -112,7 +112,7 @@ async fn export_traces(
     let (work_type, work_encoding) = (content_type.clone(), content_encoding.clone());
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (mut fates, mut reasons, submitted) = cpu(state, move || {
+    let (mut fates, mut reasons, submitted, _held) = cpu(state, caller.org(), move || {
         let mapped = decode_and_map(
             &work_bytes,
             &work_type,
@@ -147,6 +147,13 @@ async fn export_traces(
         if let Some(e) = saturated(&work_state, steps) {
             return Err(e);
         }
+        let bytes = plans
+            .iter()
+            .flat_map(|p| &p.steps)
+            .filter(|(span, _)| fates[*span] != Fate::Refused)
+            .map(|(_, step)| step.counted_bytes())
+            .sum();
+        let held = work_state.otlp.hold(bytes)?;
         let mut submitted = Vec::with_capacity(steps);
         for plan in plans {
             for (span, step) in plan.steps {
@@ -159,7 +166,7 @@ async fn export_traces(
                 submitted.push((span, id, pending));
             }
         }
-        Ok((fates, reasons, submitted))
+        Ok((fates, reasons, submitted, held))
     })
     .await?;
     // Steps refused because their session was opened as another agent (by
@@ -191,7 +198,7 @@ async fn export_traces(
         // steps again and write these as the session's agent, in order.
         let work_state = Arc::clone(state);
         let work_caller = caller.clone();
-        let retried = cpu(state, move || {
+        let retried = cpu(state, caller.org(), move || {
             let mapped = decode_and_map(
                 &bytes,
                 &content_type,

@@ -57,7 +57,8 @@ pub struct OtlpConfig {
     /// Steps the sequencer may hold (queued or committing) before OTLP
     /// requests are answered 429: the backpressure threshold.
     pub max_backlog: usize,
-    /// Requests decoded and mapped at once (each holds its decoded body).
+    /// Requests decoded and mapped at once (each holds its decoded body);
+    /// one org's at most half of them (at least one).
     pub decode_permits: usize,
     /// OTLP requests handled at once, from reading the body to the answer
     /// (each holds its body); more are answered 429 at once.
@@ -77,18 +78,75 @@ impl Default for OtlpConfig {
     }
 }
 
+/// The most bytes of mapped steps (as `MappedStep::counted_bytes` counts
+/// them) that OTLP requests may hold submitted and not yet written; a
+/// request that would take them past it is answered 429 (unless none are
+/// held: one request's steps, at most 64 MiB, always go through).
+pub const MAX_HELD_STEP_BYTES: usize = 256 * 1024 * 1024;
+
 /// What OTLP ingest keeps between requests.
 pub(crate) struct OtlpState {
-    permits: tokio::sync::Semaphore,
+    /// The decode slots: the server's, and each org's share (half).
+    decode: crate::limits::ExpensiveSlots,
     requests: tokio::sync::Semaphore,
+    /// Bytes of steps submitted by OTLP requests and not yet written.
+    held_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl OtlpState {
     pub(crate) fn new(config: &OtlpConfig) -> OtlpState {
         OtlpState {
-            permits: tokio::sync::Semaphore::new(config.decode_permits.max(1)),
+            decode: crate::limits::ExpensiveSlots::new(config.decode_permits),
             requests: tokio::sync::Semaphore::new(config.max_requests.max(1)),
+            held_bytes: Arc::default(),
         }
+    }
+
+    /// Counts `bytes` of steps as held until the guard is dropped, or
+    /// answers 429 if that would take what requests hold past
+    /// [`MAX_HELD_STEP_BYTES`] (when some are held).
+    fn hold(&self, bytes: usize) -> Result<HeldBytes, OtlpError> {
+        use std::sync::atomic::Ordering;
+        let held = &self.held_bytes;
+        let mut now = held.load(Ordering::Relaxed);
+        loop {
+            if now > 0 && now.saturating_add(bytes) > MAX_HELD_STEP_BYTES {
+                return Err(OtlpError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "overloaded",
+                    format!(
+                        "OTLP requests hold {} MiB of steps not yet written (limit {} MiB): retry after the delay",
+                        now >> 20,
+                        MAX_HELD_STEP_BYTES >> 20
+                    ),
+                )
+                .retry_after(1));
+            }
+            match held.compare_exchange_weak(now, now + bytes, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    return Ok(HeldBytes {
+                        held: Arc::clone(held),
+                        bytes,
+                    });
+                }
+                Err(current) => now = current,
+            }
+        }
+    }
+}
+
+/// Bytes of steps an OTLP request submitted, counted as held until it has
+/// its answers.
+struct HeldBytes {
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -275,19 +333,23 @@ fn saturated(state: &AppState, adding: usize) -> Option<OtlpError> {
 }
 
 /// Runs CPU-bound work (decoding, mapping, hashing) on the blocking pool,
-/// holding one of the decode permits (which bound the memory of decoded
-/// bodies).
+/// holding one of the decode slots (which bound the memory of decoded
+/// bodies) of `org`'s share and the server's: one org's requests, however
+/// slow, leave the other half of the slots to other orgs.
 async fn cpu<T: Send + 'static>(
     state: &Arc<AppState>,
+    org: &str,
     work: impl FnOnce() -> Result<T, OtlpError> + Send + 'static,
 ) -> Result<T, OtlpError> {
-    let _permit = state.otlp.permits.acquire().await.map_err(|_| {
-        OtlpError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "shutting down",
-        )
-    })?;
+    let _slot = crate::limits::slot_in_turn(&state.otlp.decode, org)
+        .await
+        .map_err(|_| {
+            OtlpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "shutting down",
+            )
+        })?;
     tokio::task::spawn_blocking(work).await.map_err(|_| {
         OtlpError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -336,4 +398,59 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
             crate::routes::count_errors,
         ))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The bytes of steps OTLP requests hold are bounded: one request
+    /// alone goes through whatever its size, a second that would pass
+    /// the limit is answered 429, and what a finished request held is
+    /// given back.
+    #[test]
+    fn held_step_bytes_are_bounded() {
+        let state = OtlpState::new(&OtlpConfig::default());
+        let alone = state
+            .hold(MAX_HELD_STEP_BYTES + 10)
+            .expect("alone, any size");
+        let refused = state.hold(1).err().expect("past the limit");
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.retry_after, Some(1));
+        drop(alone);
+        let a = state.hold(MAX_HELD_STEP_BYTES / 2).unwrap();
+        let b = state.hold(MAX_HELD_STEP_BYTES / 2).unwrap();
+        assert!(state.hold(1).is_err());
+        drop(a);
+        let c = state.hold(1).expect("room again");
+        drop((b, c));
+        assert_eq!(
+            state.held_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
+
+    /// One org holds at most half of the decode slots: its slow requests
+    /// leave the rest to other orgs, who are not kept waiting.
+    #[tokio::test]
+    async fn one_org_takes_at_most_half_of_the_decode_slots() {
+        let state = OtlpState::new(&OtlpConfig::default());
+        let first = crate::limits::slot_in_turn(&state.decode, "noisy")
+            .await
+            .unwrap();
+        let second = tokio::time::timeout(
+            Duration::from_millis(200),
+            crate::limits::slot_in_turn(&state.decode, "noisy"),
+        )
+        .await;
+        assert!(second.is_err(), "the noisy org waits for its own share");
+        let other = tokio::time::timeout(
+            Duration::from_millis(200),
+            crate::limits::slot_in_turn(&state.decode, "quiet"),
+        )
+        .await;
+        assert!(matches!(other, Ok(Ok(_))), "another org is served at once");
+        drop(first);
+    }
 }

@@ -276,7 +276,7 @@ pub(super) fn rfc3339(nanos: u64) -> Option<String> {
 }
 
 /// A rough upper bound of a value's JSON size, without serializing it.
-fn approx_size(v: &Value) -> usize {
+pub(super) fn approx_size(v: &Value) -> usize {
     match v {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 24,

@@ -24,19 +24,34 @@ pub enum Encoding {
 }
 
 impl Encoding {
-    /// The encoding a `Content-Type` names, ignoring parameters and case;
-    /// `None` for any other media type.
+    /// The encoding a `Content-Type` names, ignoring case and parameters
+    /// but a JSON body's `charset` (which must be UTF-8 if given: the body
+    /// is read as UTF-8); `None` for any other media type or charset.
     pub fn from_content_type(content_type: &str) -> Option<Encoding> {
-        let mime = content_type.split(';').next().unwrap_or("").trim();
-        if mime.eq_ignore_ascii_case("application/x-protobuf")
-            || mime.eq_ignore_ascii_case("application/protobuf")
-        {
+        let mut parts = content_type.split(';');
+        let mime = parts.next().unwrap_or("").trim();
+        // A body is read as UTF-8 (JSON) or bytes (protobuf): a charset
+        // other than UTF-8 is one it would misread.
+        let other_charset = parts.any(|param| {
+            let (name, value) = param.split_once('=').unwrap_or((param, ""));
+            name.trim().eq_ignore_ascii_case("charset")
+                && !value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        });
+        if other_charset && !Self::is_protobuf(mime) {
+            return None;
+        }
+        if Self::is_protobuf(mime) {
             Some(Encoding::Protobuf)
         } else if mime.eq_ignore_ascii_case("application/json") {
             Some(Encoding::Json)
         } else {
             None
         }
+    }
+
+    fn is_protobuf(mime: &str) -> bool {
+        mime.eq_ignore_ascii_case("application/x-protobuf")
+            || mime.eq_ignore_ascii_case("application/protobuf")
     }
 
     /// The `Content-Type` of a response in this encoding.

@@ -13,10 +13,9 @@
 //! in `sessions`.
 
 pub use super::attrs::id_from;
-use super::attrs::{Attrs, attributes_json, clip};
+use super::attrs::{Attrs, approx_size, attributes_json, clip, fit};
 use cairn_core::record::validate_id;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
@@ -34,6 +33,29 @@ use steps::{agent_steps, chat_model, chat_steps, chat_tokens, error_step, other_
 /// The spans past it are refused one by one (`partial_success`), never
 /// dropped silently.
 pub const MAX_STEPS_PER_REQUEST: usize = 65_536;
+
+/// The most bytes a request's steps may hold in all (their content and the
+/// JSON of their input, output and metadata, and [`STEP_OVERHEAD_BYTES`]
+/// each): a span's data is its own, but what every span of a resource or
+/// scope repeats (see [`MAX_SHARED_METADATA_BYTES`]) would otherwise
+/// multiply a small body many times over in memory and on disk. The
+/// spans past it are refused one by one (`partial_success`).
+pub const MAX_STEP_BYTES_PER_REQUEST: usize = 64 * 1024 * 1024;
+
+/// What a step is counted as beyond its content and payloads, against
+/// [`MAX_STEP_BYTES_PER_REQUEST`]: its row's ids, hashes and times.
+pub const STEP_OVERHEAD_BYTES: usize = 512;
+
+/// The most bytes of JSON the resource's attributes, and each scope, may
+/// take in a span's metadata (the first step of every span of the resource
+/// or scope repeats them); past it they are replaced by a marker holding
+/// the start of their JSON (`{"cairn.truncated": true, ...}`), named in
+/// `metadata.otel.truncated`. Made once per resource and scope, so that
+/// their size is not paid again for every span.
+pub const MAX_SHARED_METADATA_BYTES: usize = 16 * 1024;
+
+/// The most bytes of a resource's or scope's schema URL kept.
+const MAX_SCHEMA_URL_BYTES: usize = 1024;
 
 /// How large mapped values may be (the store's record limits, and a cap on
 /// each attribute kept in metadata).
@@ -198,6 +220,7 @@ pub fn map_request(
 ) -> Vec<Result<SpanSteps, Unmappable>> {
     let mut out = Vec::new();
     let mut room = MAX_STEPS_PER_REQUEST;
+    let mut bytes_left = MAX_STEP_BYTES_PER_REQUEST;
     for rs in &request.resource_spans {
         let resource_attrs = rs
             .resource
@@ -206,37 +229,64 @@ pub fn map_request(
             .unwrap_or(&[]);
         let mut truncated_resource = Vec::new();
         let resource = attributes_json(resource_attrs, limits, "resource", &mut truncated_resource);
+        let resource = shared(resource, "resource", &mut truncated_resource);
         let service = Attrs(resource_attrs).str("service.name").map(id_from);
+        // Looked up once: a resource may hold many attributes, and every
+        // span without a session of its own falls back to it.
+        let resource_session = Attrs(resource_attrs)
+            .str("gen_ai.conversation.id")
+            .or_else(|| Attrs(resource_attrs).str("session.id"));
         for ss in &rs.scope_spans {
+            let mut truncated_shared = truncated_resource.clone();
             let scope = ss.scope.as_ref().map(|s| {
                 let mut obj = Map::new();
                 obj.insert("name".into(), json!(s.name));
                 if !s.version.is_empty() {
                     obj.insert("version".into(), json!(s.version));
                 }
+                let mut truncated_scope = Vec::new();
                 if !s.attributes.is_empty() {
-                    let mut ignored = Vec::new();
                     obj.insert(
                         "attributes".into(),
-                        attributes_json(&s.attributes, limits, "scope", &mut ignored),
+                        attributes_json(&s.attributes, limits, "scope", &mut truncated_scope),
                     );
                 }
-                Value::Object(obj)
+                let scope = shared(Value::Object(obj), "scope", &mut truncated_scope);
+                truncated_shared.extend(truncated_scope);
+                scope
             });
+            let schema_url = if ss.schema_url.is_empty() {
+                &rs.schema_url
+            } else {
+                &ss.schema_url
+            };
+            let schema_url = clip(schema_url, MAX_SCHEMA_URL_BYTES, &mut false);
             for span in &ss.spans {
                 let context = Context {
                     resource: &resource,
-                    resource_attrs,
+                    resource_session,
                     scope: scope.as_ref(),
                     service: service.as_deref(),
-                    schema_url: if ss.schema_url.is_empty() {
-                        &rs.schema_url
-                    } else {
-                        &ss.schema_url
-                    },
-                    truncated_resource: &truncated_resource,
+                    schema_url: &schema_url,
+                    truncated_shared: &truncated_shared,
                 };
-                let mapped = map_span(span, &context, limits, room);
+                let mapped = map_span(span, &context, limits, room).and_then(|steps| {
+                    let bytes: usize = steps.steps.iter().map(MappedStep::counted_bytes).sum();
+                    if bytes > bytes_left {
+                        return Err(Unmappable {
+                            reason: format!(
+                                "span {} of trace {}: its steps would take the request past {} MiB of step data: export smaller batches",
+                                steps.span_hex,
+                                steps.trace_hex,
+                                MAX_STEP_BYTES_PER_REQUEST >> 20
+                            ),
+                            trace_hex: steps.trace_hex,
+                            span_hex: steps.span_hex,
+                        });
+                    }
+                    bytes_left -= bytes;
+                    Ok(steps)
+                });
                 if let Ok(steps) = &mapped {
                     room -= steps.steps.len();
                 }
@@ -247,13 +297,41 @@ pub fn map_request(
     out
 }
 
+/// A piece of metadata every span of a group repeats (the resource's
+/// attributes, a scope), cut to [`MAX_SHARED_METADATA_BYTES`]; when it is
+/// cut, `truncated` names it alone (not each attribute cut inside it).
+fn shared(value: Value, name: &str, truncated: &mut Vec<String>) -> Value {
+    let mut cut = false;
+    let value = fit(value, MAX_SHARED_METADATA_BYTES, || cut = true);
+    if cut {
+        truncated.clear();
+        truncated.push(name.to_owned());
+    }
+    value
+}
+
+impl MappedStep {
+    /// What the step counts against [`MAX_STEP_BYTES_PER_REQUEST`]: its
+    /// content, the JSON of its payloads (estimated from above), and
+    /// [`STEP_OVERHEAD_BYTES`].
+    pub fn counted_bytes(&self) -> usize {
+        STEP_OVERHEAD_BYTES
+            + self.content.as_ref().map_or(0, String::len)
+            + self.input.as_ref().map_or(0, approx_size)
+            + self.output.as_ref().map_or(0, approx_size)
+            + approx_size(&self.metadata)
+    }
+}
+
 struct Context<'a> {
     resource: &'a Value,
-    resource_attrs: &'a [KeyValue],
+    /// The resource's `gen_ai.conversation.id`, else its `session.id`.
+    resource_session: Option<&'a str>,
     scope: Option<&'a Value>,
     service: Option<&'a str>,
     schema_url: &'a str,
-    truncated_resource: &'a [String],
+    /// What was cut in the resource's attributes and the scope.
+    truncated_shared: &'a [String],
 }
 
 /// Builder for one span's steps.
@@ -387,13 +465,11 @@ fn map_span(
         )));
     }
     let attrs = Attrs(&span.attributes);
-    let resource = Attrs(ctx.resource_attrs);
     let operation = operation(span, attrs);
     let session_id = attrs
         .str("gen_ai.conversation.id")
         .or_else(|| attrs.str("session.id"))
-        .or_else(|| resource.str("gen_ai.conversation.id"))
-        .or_else(|| resource.str("session.id"))
+        .or(ctx.resource_session)
         .map_or_else(|| trace_hex.clone(), id_from);
     let agent = attrs
         .str("gen_ai.agent.id")

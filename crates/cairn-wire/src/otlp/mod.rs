@@ -4,6 +4,8 @@
 //! steps ([`map`]). The endpoints that use them are `cairn-server`'s
 //! `otlp` module (`docs/OTLP.md`).
 
+#[cfg(test)]
+mod amplification_tests;
 mod attrs;
 pub mod decode;
 mod json;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 const TRACE: [u8; 16] = [0xab; 16];
 
-fn kv(key: &str, value: V) -> KeyValue {
+pub(super) fn kv(key: &str, value: V) -> KeyValue {
     KeyValue {
         key: key.into(),
         value: Some(AnyValue { value: Some(value) }),
@@ -22,11 +22,11 @@ fn kv(key: &str, value: V) -> KeyValue {
     }
 }
 
-fn s(key: &str, value: &str) -> KeyValue {
+pub(super) fn s(key: &str, value: &str) -> KeyValue {
     kv(key, V::StringValue(value.into()))
 }
 
-fn span(id: u8, start: u64, end: u64, attributes: Vec<KeyValue>) -> Span {
+pub(super) fn span(id: u8, start: u64, end: u64, attributes: Vec<KeyValue>) -> Span {
     Span {
         trace_id: TRACE.to_vec(),
         span_id: vec![id; 8],
@@ -40,7 +40,7 @@ fn span(id: u8, start: u64, end: u64, attributes: Vec<KeyValue>) -> Span {
     }
 }
 
-fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+pub(super) fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
@@ -654,7 +654,7 @@ fn spans_without_ids_are_refused_with_a_reason() {
 }
 
 /// A chat span whose reasoning text has one paragraph after another.
-fn reasoning_span(id: u8, paragraphs: usize) -> Span {
+pub(super) fn reasoning_span(id: u8, paragraphs: usize) -> Span {
     let messages = json!([{"role": "assistant", "parts": [
         {"type": "reasoning", "content": "a thought\n\n".repeat(paragraphs)}
     ]}]);

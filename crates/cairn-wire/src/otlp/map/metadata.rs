@@ -9,6 +9,9 @@ use crate::otlp::attrs::{attributes_json, clip, fit, rfc3339};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
+/// The most bytes of the span's name on its steps after the first.
+const REPEATED_NAME_BYTES: usize = 128;
+
 /// Attributes whose content is moved into a step's content, input or
 /// output (and so not repeated in its metadata).
 fn moved(key: &str, moved_prefixes: &[&str]) -> bool {
@@ -52,7 +55,13 @@ pub(super) fn attach_metadata(
             json!(hex::encode(&span.parent_span_id)),
         );
     }
-    base.insert("name".into(), json!(clip(&span.name, 1024, &mut false)));
+    // The name whole (up to 1 KiB) on the first step, its start on the
+    // others: a reasoning text of thousands of paragraphs repeats it on
+    // every one.
+    base.insert(
+        "name".into(),
+        json!(clip(&span.name, REPEATED_NAME_BYTES, &mut false)),
+    );
     base.insert("operation".into(), json!(operation.as_str()));
     if let Some(t) = rfc3339(span.start_time_unix_nano) {
         base.insert("start_time".into(), json!(t));
@@ -61,6 +70,7 @@ pub(super) fn attach_metadata(
         base.insert("end_time".into(), json!(t));
     }
     let mut full = base.clone();
+    full.insert("name".into(), json!(clip(&span.name, 1024, &mut false)));
     full.insert("kind".into(), json!(span_kind(span.kind)));
     if let Some(status) = &span.status
         && (status.code != 0 || !status.message.is_empty())
@@ -85,7 +95,7 @@ pub(super) fn attach_metadata(
         full.insert("mapped_attributes".into(), json!(b.moved));
     }
     full.insert("resource".into(), ctx.resource.clone());
-    truncated.extend(ctx.truncated_resource.iter().cloned());
+    truncated.extend(ctx.truncated_shared.iter().cloned());
     if let Some(scope) = ctx.scope {
         full.insert("scope".into(), scope.clone());
     }
