@@ -170,16 +170,7 @@ pub fn step_from_json(
             .ok_or_else(|| InputError(format!("status must be ok or flagged, not {s:?}")))?,
     };
     let json_member = |obj: &mut Members, key: &str| obj.take(key).filter(|v| !v.is_null());
-    // A signed step fixes what enters its digest (FORMAT.md 7.3).
-    let created_at = string(obj, "created_at")?
-        .map(|t| {
-            Timestamp::parse_canonical(&t).map_err(|e| {
-                InputError(format!(
-                    "created_at: {e} (a signed step gives the canonical form)"
-                ))
-            })
-        })
-        .transpose()?;
+    let created_at = string(obj, "created_at")?;
     let seed = match string(obj, "seed")? {
         None => None,
         Some(hex_seed) => {
@@ -210,6 +201,22 @@ pub fn step_from_json(
             })
         }
     };
+    // Any RFC 3339 spelling is converted to the canonical form (offsets
+    // applied, digits past the sixth dropped: FORMAT.md 2.3), but a signed
+    // step fixes what enters its digest (FORMAT.md 7.3): its agent hashed
+    // the canonical text, so only that is taken.
+    let created_at = created_at
+        .map(|t| match signature {
+            Some(_) => Timestamp::parse_canonical(&t).map_err(|e| {
+                InputError(format!(
+                    "created_at: {e} (a signed step gives the canonical form its agent hashed)"
+                ))
+            }),
+            None => {
+                Timestamp::parse_rfc3339(&t).map_err(|e| InputError(format!("created_at: {e}")))
+            }
+        })
+        .transpose()?;
     Ok(NewStep {
         org_id: org_id.to_owned(),
         session_id,
@@ -706,6 +713,42 @@ mod tests {
             let err = step_from_json(value.clone(), "acme", None, "cli").unwrap_err();
             assert!(err.0.contains(message), "{value}: {err}");
         }
+    }
+
+    /// A writer's `created_at` in any RFC 3339 spelling is converted to
+    /// the canonical form (FORMAT.md 2.3); a signed step's must already
+    /// be canonical, since its agent hashed that text.
+    #[test]
+    fn created_at_is_converted_unless_signed() {
+        let step = |created_at: &str, signed: bool| {
+            let mut v = json!({"session_id": "s", "step_type": "plan", "agent_id": "a", "created_at": created_at});
+            if signed {
+                v["signature"] = json!({"key_id": "k", "signature": "A".repeat(86) + "=="});
+            }
+            step_from_json(v, "acme", None, "cli").map(|s| s.created_at.map(|t| t.to_string()))
+        };
+        for (given, canonical) in [
+            ("2026-01-15T10:30:05Z", "2026-01-15T10:30:05.000000Z"),
+            (
+                "2026-01-15T10:30:05.1234567Z",
+                "2026-01-15T10:30:05.123456Z",
+            ),
+            ("2026-01-15t10:30:05.5+01:00", "2026-01-15T09:30:05.500000Z"),
+            ("2026-01-15T10:30:05.000000Z", "2026-01-15T10:30:05.000000Z"),
+        ] {
+            assert_eq!(
+                step(given, false).unwrap().as_deref(),
+                Some(canonical),
+                "{given}"
+            );
+        }
+        assert!(step("2026-01-15 10:30:05Z", false).is_err());
+        let err = step("2026-01-15T10:30:05Z", true).unwrap_err();
+        assert!(
+            err.0.contains("signed step gives the canonical form"),
+            "{err}"
+        );
+        assert!(step("2026-01-15T10:30:05.000000Z", true).is_ok());
     }
 
     #[test]
