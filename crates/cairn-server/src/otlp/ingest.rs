@@ -112,7 +112,7 @@ async fn export_traces(
     let (work_type, work_encoding) = (content_type.clone(), content_encoding.clone());
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (mut fates, mut reasons, submitted, _held) = cpu(state, caller.org(), move || {
+    let (mut fates, mut reasons, submitted, held) = cpu(state, caller.org(), move || {
         let mapped = decode_and_map(
             &work_bytes,
             &work_type,
@@ -174,9 +174,30 @@ async fn export_traces(
     // id -> the session's agent.
     let mut mismatched: std::collections::HashMap<String, String> = Default::default();
     let mut storage_failure = None;
-    for (span, id, pending) in submitted {
-        match pending.await {
-            Ok(_) => state.metrics.append(started.elapsed()),
+    // The answers are awaited by a task of their own, which holds the
+    // request's count of held bytes until every step is written or
+    // refused: a client that hangs up does not give back room its steps
+    // still take in the sequencer's queue.
+    let answers = tokio::spawn(async move {
+        let _held = held;
+        let mut answers = Vec::with_capacity(submitted.len());
+        for (span, id, pending) in submitted {
+            let answer = pending.await;
+            answers.push((span, id, answer, started.elapsed()));
+        }
+        answers
+    })
+    .await
+    .map_err(|_| {
+        OtlpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "a worker failed",
+        )
+    })?;
+    for (span, id, answer, elapsed) in answers {
+        match answer {
+            Ok(_) => state.metrics.append(elapsed),
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
             Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
                 if caller.key.agent_id.is_none() =>
