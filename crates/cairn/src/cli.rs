@@ -536,8 +536,11 @@ impl Command {
             | Command::Search(_)
             | Command::Keys { action: None }
             | Command::Receipt(_)
-            | Command::Admin(_)
             | Command::Demo => false,
+            // Keys are read and written beside a running server; the tree
+            // repair rewrites rows the sequencer writes, so it takes the
+            // data directory's lock as every write does.
+            Command::Admin(command) => matches!(command, admin_cmd::AdminCommand::RepairTree),
             Command::Review(command) => command.writes(),
             _ => true,
         }

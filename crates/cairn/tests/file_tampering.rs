@@ -786,6 +786,44 @@ fn stored_tree_nodes_are_compared_with_the_log() {
     }
 }
 
+/// The repair rewrites rows the sequencer writes: beside a running
+/// server (which holds the data directory's lock) it is refused and
+/// writes nothing; once the server has stopped it runs.
+#[test]
+fn the_tree_repair_refuses_to_run_beside_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    common::log_many(Target::embedded(dir.path()), 300);
+    let conn = attacker(dir.path());
+    conn.execute_batch("DELETE FROM nodes WHERE level = 4 AND idx = 2")
+        .unwrap();
+    drop(conn);
+    let (server, _) = common::serve(dir.path(), None);
+    let run = cairn_in(dir.path(), &["--json", "admin", "repair-tree"], None);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("in use by another cairn process"),
+        "{}",
+        run.stderr
+    );
+    drop(server);
+    let missing = || -> i64 {
+        rusqlite::Connection::open(dir.path().join("data/ledger.db"))
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM nodes WHERE level = 4 AND idx = 2",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(missing(), 0, "nothing written beside the server");
+    let run = cairn_in(dir.path(), &["--json", "admin", "repair-tree"], None);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(json(&run)["missing_written"], 1, "{}", run.stdout);
+    assert_eq!(missing(), 1);
+}
+
 /// A missing subtree row is reported after the log, so it hides no
 /// failure of the log itself: a record edited further on is the verdict.
 #[test]

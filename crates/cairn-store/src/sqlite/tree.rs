@@ -309,6 +309,11 @@ impl SqliteStore {
         rebuilt: &[(u32, u64, Hash)],
     ) -> Result<TreeRowsRewritten, StoreError> {
         const WHAT: &str = "repairing the stored tree";
+        if self.read_only {
+            return Err(StoreError::ReadOnly(
+                "the stored tree is rewritten by the process that sequences the store: stop `cairn serve` and run the repair alone".into(),
+            ));
+        }
         // This process is the store's only writer (the data directory's
         // lock), and holding the writer keeps the sequencer's batches out
         // until the rows are rewritten. The rows are rewritten on a
@@ -330,7 +335,7 @@ impl SqliteStore {
         // The append-only triggers of `nodes`, lifted for this
         // transaction: a rollback (any error below) restores them.
         let triggers: Vec<(String, String)> = tx
-            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes' AND sql IS NOT NULL")
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND lower(tbl_name) = 'nodes' AND sql IS NOT NULL")
             .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
             .context(WHAT)?;
         for (name, _) in &triggers {
