@@ -268,10 +268,11 @@ pub struct StepInput {
     status: Option<StepStatus>,
     trace_id: Option<Id>,
     step_index: Option<u64>,
-    /// The writer's time, RFC 3339 (any offset, any number of fraction
-    /// digits: recorded as UTC microseconds, `2026-01-15T10:30:00.000000Z`);
-    /// a signed step gives exactly that canonical form, which its agent
-    /// hashed. Left out: the server's time.
+    /// The writer's time, RFC 3339 (any offset, zero to nine fraction
+    /// digits, no leap second `:60`: recorded as UTC microseconds,
+    /// `2026-01-15T10:30:00.000000Z`); a signed step gives exactly that
+    /// canonical form, which its agent hashed. Left out: the server's
+    /// time.
     created_at: Option<String>,
     /// For signed steps: the 32-byte seed the agent drew for this step's
     /// salts, as 64 hex digits (docs/FORMAT.md 3.2 and 7.3). The server

@@ -212,9 +212,11 @@ pub fn step_from_json(
                     "created_at: {e} (a signed step gives the canonical form its agent hashed)"
                 ))
             }),
-            None => {
-                Timestamp::parse_rfc3339(&t).map_err(|e| InputError(format!("created_at: {e}")))
-            }
+            None => Timestamp::parse_rfc3339(&t).map_err(|_| {
+                InputError(format!(
+                    "created_at: {t:?} is not an RFC 3339 date-time such as 2026-01-15T10:30:00.000000Z or 2026-01-15T11:30:00+01:00 (zero to nine fraction digits, no leap second)"
+                ))
+            }),
         })
         .transpose()?;
     Ok(NewStep {

@@ -104,6 +104,7 @@ async fn export_traces(
         max_content_bytes: limits.max_content_bytes,
         max_payload_bytes: limits.max_payload_bytes,
         max_attribute_bytes: config.max_attribute_bytes,
+        ..map::MapLimits::default()
     };
     let content_type = content_type.unwrap_or("").to_owned();
     let content_encoding = content_encoding(headers);
@@ -174,28 +175,7 @@ async fn export_traces(
     // id -> the session's agent.
     let mut mismatched: std::collections::HashMap<String, String> = Default::default();
     let mut storage_failure = None;
-    // The answers are awaited by a task of their own, which holds the
-    // request's count of held bytes until every step is written or
-    // refused: a client that hangs up does not give back room its steps
-    // still take in the sequencer's queue.
-    let answers = tokio::spawn(async move {
-        let _held = held;
-        let mut answers = Vec::with_capacity(submitted.len());
-        for (span, id, pending) in submitted {
-            let answer = pending.await;
-            answers.push((span, id, answer, started.elapsed()));
-        }
-        answers
-    })
-    .await
-    .map_err(|_| {
-        OtlpError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "a worker failed",
-        )
-    })?;
-    for (span, id, answer, elapsed) in answers {
+    for (span, id, answer, elapsed) in answers(submitted, held, started).await? {
         match answer {
             Ok(_) => state.metrics.append(elapsed),
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
@@ -227,25 +207,39 @@ async fn export_traces(
                 &config,
                 &map_limits,
             )?;
-            let mut pendings = Vec::new();
+            let mut again = Vec::new();
             for plan in map::plan(mapped, None) {
                 for (span, step) in plan.steps {
-                    let Some(agent) = mismatched.get(&step.step_id) else {
-                        continue;
-                    };
-                    let id = step.step_id.clone();
-                    let new = new_step(&work_caller, &plan.session_id, agent, step);
-                    let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
-                    pendings.push((span, id, pending));
+                    if let Some(agent) = mismatched.get(&step.step_id) {
+                        again.push((span, plan.session_id.clone(), agent.clone(), step));
+                    }
                 }
             }
-            Ok(pendings)
+            // Bounded as the first submission was.
+            if let Some(e) = saturated(&work_state, again.len()) {
+                return Err(e);
+            }
+            let held = work_state.otlp.hold(
+                again
+                    .iter()
+                    .map(|(_, _, _, step)| step.counted_bytes())
+                    .sum(),
+            )?;
+            let mut pendings = Vec::with_capacity(again.len());
+            for (span, session_id, agent, step) in again {
+                let id = step.step_id.clone();
+                let new = new_step(&work_caller, &session_id, &agent, step);
+                let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
+                pendings.push((span, id, pending));
+            }
+            Ok((pendings, held))
         })
         .await?;
-        for (span, id, pending) in retried {
-            match pending.await {
+        let (retried, held) = retried;
+        for (span, id, answer, elapsed) in answers(retried, held, started).await? {
+            match answer {
                 Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
-                    state.metrics.append(started.elapsed());
+                    state.metrics.append(elapsed);
                 }
                 Err(AppendError::Refused(r)) => {
                     state.metrics.refusal();
@@ -282,6 +276,43 @@ async fn export_traces(
         Encoding::Json => json_ok(partial.map(|p| {
             json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
         })),
+    })
+}
+
+/// A submitted step's answer: its span, its id, the ledger's reply, and
+/// the time since the request started.
+type Answer = (
+    usize,
+    String,
+    Result<cairn_store::Written, AppendError>,
+    std::time::Duration,
+);
+
+/// The answers to `submitted`, each with the time since `started`, awaited
+/// by a task of its own that holds `held` until every step is written or
+/// refused: a client that hangs up (dropping the handler) does not give
+/// back room its steps still take in the sequencer's queue.
+async fn answers(
+    submitted: Vec<(usize, String, cairn_store::Pending)>,
+    held: super::HeldBytes,
+    started: Instant,
+) -> Result<Vec<Answer>, OtlpError> {
+    tokio::spawn(async move {
+        let _held = held;
+        let mut answers = Vec::with_capacity(submitted.len());
+        for (span, id, pending) in submitted {
+            let answer = pending.await;
+            answers.push((span, id, answer, started.elapsed()));
+        }
+        answers
+    })
+    .await
+    .map_err(|_| {
+        OtlpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "a worker failed",
+        )
     })
 }
 

@@ -81,7 +81,7 @@ impl Default for OtlpConfig {
 /// The most bytes of mapped steps (as `MappedStep::counted_bytes` counts
 /// them) that OTLP requests may hold submitted and not yet written; a
 /// request that would take them past it is answered 429 (unless none are
-/// held: one request's steps, at most 64 MiB, always go through).
+/// held: one request's steps, at most 128 MiB, always go through).
 pub const MAX_HELD_STEP_BYTES: usize = 256 * 1024 * 1024;
 
 /// What OTLP ingest keeps between requests.
@@ -138,7 +138,7 @@ impl OtlpState {
 
 /// Bytes of steps an OTLP request submitted, counted as held until it has
 /// its answers.
-struct HeldBytes {
+pub(super) struct HeldBytes {
     held: Arc<std::sync::atomic::AtomicUsize>,
     bytes: usize,
 }

@@ -48,7 +48,8 @@ fn the_resource_and_scope_are_bounded_once_for_every_span() {
         for shared in ["resource", "scope"] {
             let value = &first[shared];
             assert_eq!(value["cairn.truncated"], true, "{shared}: {value}");
-            assert!(value.to_string().len() <= MAX_SHARED_METADATA_BYTES);
+            // The marker every span repeats keeps 1 KiB of the JSON.
+            assert!(value.to_string().len() < 1500, "{shared}: {value}");
         }
         let truncated: Vec<&str> = first["truncated"]
             .as_array()
@@ -77,32 +78,38 @@ fn a_resource_within_the_budget_is_kept_whole() {
 
 /// The request's step data is bounded: spans whose metadata is large
 /// (their own attributes, up to the payload limit each) are mapped until
-/// the next would pass `MAX_STEP_BYTES_PER_REQUEST`; it is refused with a
-/// reason, and a later small span still fits.
+/// the next would pass the request's budget (`MAX_STEP_BYTES_PER_REQUEST`,
+/// 16 MiB here); it is refused with a reason, and a later small span
+/// still fits.
 #[test]
 fn a_request_maps_to_a_bounded_number_of_bytes() {
-    // About 240 KiB of metadata per span: about 270 fit in 64 MiB.
-    let heavy = |id: u8| span(id, 0, 1, big_attributes("a", 15, 16_000));
-    let mut spans: Vec<_> = (1..=250u8).map(heavy).collect();
-    spans.extend((1..=50u8).map(|i| {
-        let mut s = heavy(i);
-        s.span_id = vec![i, 0xee, 0, 0, 0, 0, 0, 1];
-        s
-    }));
-    spans.push(span(251, 0, 1, vec![]));
-    let out = map_request(&request(spans), &MapLimits::default());
+    let limits = MapLimits {
+        max_request_step_bytes: 16 << 20,
+        ..MapLimits::default()
+    };
+    // About 240 KiB of metadata per span: about 60 fit in 16 MiB.
+    let mut spans: Vec<_> = (1..=100u8)
+        .map(|id| span(id, 0, 1, big_attributes("a", 15, 16_000)))
+        .collect();
+    spans.push(span(101, 0, 1, vec![]));
+    let out = map_request(&request(spans), &limits);
     let kept: usize = out
         .iter()
         .filter_map(|r| r.as_ref().ok())
         .flat_map(|s| &s.steps)
         .map(|s| s.counted_bytes())
         .sum();
-    assert!(kept <= MAX_STEP_BYTES_PER_REQUEST, "{kept}");
+    assert!(kept <= limits.max_request_step_bytes, "{kept}");
+    assert!(kept > limits.max_request_step_bytes / 2, "{kept}");
     let refused: Vec<_> = out.iter().filter_map(|r| r.as_ref().err()).collect();
     assert!(
-        !refused.is_empty() && refused.len() < 100,
+        refused.len() > 10 && refused.len() < 60,
         "{}",
         refused.len()
+    );
+    assert_eq!(
+        MAX_STEP_BYTES_PER_REQUEST,
+        MapLimits::default().max_request_step_bytes
     );
     assert!(
         refused[0].reason.contains("MiB of step data")
@@ -137,6 +144,7 @@ fn only_utf8_is_read() {
         ("application/json", Some(Encoding::Json)),
         ("application/json; charset=utf-8", Some(Encoding::Json)),
         ("application/json;charset=\"UTF-8\"", Some(Encoding::Json)),
+        ("application/json; charset=utf8", Some(Encoding::Json)),
         ("Application/JSON; foo=bar", Some(Encoding::Json)),
         ("application/json; charset=utf-16", None),
         ("application/json; charset=latin1", None),
@@ -152,5 +160,60 @@ fn only_utf8_is_read() {
             expected,
             "{content_type}"
         );
+    }
+}
+
+/// A resource of many small parts (thousands of empty strings, arrays
+/// nested in arrays) holds many times its JSON's size in memory: it is cut
+/// by what it holds, not only by its JSON, so that each span's copy stays
+/// small (a hostile review's 15 KB body had held 1.1 GB this way).
+#[test]
+fn a_resource_of_many_small_parts_is_cut_by_its_memory() {
+    use super::map::MAX_SHARED_METADATA_MEMORY;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, any_value::Value as V};
+    let empties = AnyValue {
+        value: Some(V::ArrayValue(ArrayValue {
+            values: vec![
+                AnyValue {
+                    value: Some(V::StringValue(String::new())),
+                };
+                5_000
+            ],
+        })),
+    };
+    let mut nested = AnyValue {
+        value: Some(V::StringValue(String::new())),
+    };
+    for _ in 0..30 {
+        nested = AnyValue {
+            value: Some(V::ArrayValue(ArrayValue {
+                values: vec![nested],
+            })),
+        };
+    }
+    let nested_many = AnyValue {
+        value: Some(V::ArrayValue(ArrayValue {
+            values: vec![nested; 160],
+        })),
+    };
+    for (shape, value) in [("empty strings", empties), ("nested arrays", nested_many)] {
+        let mut req = request((1..=50).map(|i| span(i, 0, 1, vec![])).collect());
+        req.resource_spans[0].resource = Some(Resource {
+            attributes: vec![KeyValue {
+                key: "r".into(),
+                value: Some(value),
+                ..KeyValue::default()
+            }],
+            ..Resource::default()
+        });
+        for spans in map_request(&req, &MapLimits::default()) {
+            let steps = spans.expect("mappable").steps;
+            let resource = &otel(&steps[0].metadata)["resource"];
+            assert_eq!(resource["cairn.truncated"], true, "{shape}: {resource}");
+            assert!(
+                super::attrs::approx_memory(resource) <= MAX_SHARED_METADATA_MEMORY,
+                "{shape}"
+            );
+        }
     }
 }

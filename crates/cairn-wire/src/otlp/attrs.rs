@@ -291,6 +291,24 @@ pub(super) fn approx_size(v: &Value) -> usize {
     }
 }
 
+/// A rough estimate of the memory a value holds in the server: a `Value`
+/// node for each value (32 bytes), the strings' bytes, and each member's
+/// key and map entry. Values of many small parts (empty strings, nested
+/// arrays) hold many times their JSON's size.
+pub(super) fn approx_memory(v: &Value) -> usize {
+    const NODE: usize = 32;
+    const ENTRY: usize = 48;
+    NODE + match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(approx_memory).sum::<usize>(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| ENTRY + k.len() + approx_memory(v))
+            .sum::<usize>(),
+    }
+}
+
 /// `value` if its JSON fits in `max` bytes; otherwise a marker object with
 /// its size and the start of its JSON text (`on_cut` is called).
 pub(super) fn fit(value: Value, max: usize, on_cut: impl FnOnce()) -> Value {
@@ -305,6 +323,12 @@ pub(super) fn fit(value: Value, max: usize, on_cut: impl FnOnce()) -> Value {
         return value;
     }
     on_cut();
+    marker(&text, budget)
+}
+
+/// The marker standing for a value whose JSON text is `text`: its size and
+/// the start of the text, at most `budget / 2` bytes of it.
+pub(super) fn marker(text: &str, budget: usize) -> Value {
     let mut end = (budget / 2).min(text.len());
     while end > 0 && !text.is_char_boundary(end) {
         end -= 1;

@@ -35,7 +35,9 @@ impl Encoding {
         let other_charset = parts.any(|param| {
             let (name, value) = param.split_once('=').unwrap_or((param, ""));
             name.trim().eq_ignore_ascii_case("charset")
-                && !value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+                && !["utf-8", "utf8"]
+                    .iter()
+                    .any(|utf8| value.trim().trim_matches('"').eq_ignore_ascii_case(utf8))
         });
         if other_charset && !Self::is_protobuf(mime) {
             return None;

@@ -13,7 +13,7 @@
 //! in `sessions`.
 
 pub use super::attrs::id_from;
-use super::attrs::{Attrs, approx_size, attributes_json, clip, fit};
+use super::attrs::{Attrs, approx_memory, attributes_json, clip, marker};
 use cairn_core::record::validate_id;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -34,13 +34,13 @@ use steps::{agent_steps, chat_model, chat_steps, chat_tokens, error_step, other_
 /// dropped silently.
 pub const MAX_STEPS_PER_REQUEST: usize = 65_536;
 
-/// The most bytes a request's steps may hold in all (their content and the
-/// JSON of their input, output and metadata, and [`STEP_OVERHEAD_BYTES`]
-/// each): a span's data is its own, but what every span of a resource or
-/// scope repeats (see [`MAX_SHARED_METADATA_BYTES`]) would otherwise
-/// multiply a small body many times over in memory and on disk. The
-/// spans past it are refused one by one (`partial_success`).
-pub const MAX_STEP_BYTES_PER_REQUEST: usize = 64 * 1024 * 1024;
+/// The most bytes a request's steps may hold in all, as
+/// [`MappedStep::counted_bytes`] estimates the server's memory for them (at
+/// least their JSON's size): a span's data is its own, but what every
+/// span of a resource or scope repeats (see [`MAX_SHARED_METADATA_BYTES`])
+/// would otherwise multiply a small body many times over in memory and on
+/// disk. The spans past it are refused one by one (`partial_success`).
+pub const MAX_STEP_BYTES_PER_REQUEST: usize = 128 * 1024 * 1024;
 
 /// What a step is counted as beyond its content and payloads, against
 /// [`MAX_STEP_BYTES_PER_REQUEST`]: its row's ids, hashes and times.
@@ -48,11 +48,18 @@ pub const STEP_OVERHEAD_BYTES: usize = 512;
 
 /// The most bytes of JSON the resource's attributes, and each scope, may
 /// take in a span's metadata (the first step of every span of the resource
-/// or scope repeats them); past it they are replaced by a marker holding
-/// the start of their JSON (`{"cairn.truncated": true, ...}`), named in
-/// `metadata.otel.truncated`. Made once per resource and scope, so that
-/// their size is not paid again for every span.
+/// or scope repeats them), and a quarter of the memory they may hold
+/// ([`MAX_SHARED_METADATA_MEMORY`]); past either they are replaced by a
+/// marker holding the start of their JSON (`{"cairn.truncated": true,
+/// ...}`), named in `metadata.otel.truncated`. Made once per resource and
+/// scope, so that their size is not paid again for every span.
 pub const MAX_SHARED_METADATA_BYTES: usize = 16 * 1024;
+
+/// The most memory (as estimated for the budget of a request) the
+/// resource's attributes, or a scope, may hold in a span's metadata: a
+/// value of many small parts (thousands of empty strings, arrays nested
+/// in arrays) holds many times its JSON's size.
+pub const MAX_SHARED_METADATA_MEMORY: usize = 4 * MAX_SHARED_METADATA_BYTES;
 
 /// The most bytes of a resource's or scope's schema URL kept.
 const MAX_SCHEMA_URL_BYTES: usize = 1024;
@@ -67,6 +74,9 @@ pub struct MapLimits {
     pub max_payload_bytes: usize,
     /// Largest string attribute value kept whole in metadata.
     pub max_attribute_bytes: usize,
+    /// Most step data one request may map to
+    /// ([`MAX_STEP_BYTES_PER_REQUEST`] unless a test sets less).
+    pub max_request_step_bytes: usize,
 }
 
 impl Default for MapLimits {
@@ -76,6 +86,7 @@ impl Default for MapLimits {
             max_content_bytes: record.max_content_bytes,
             max_payload_bytes: record.max_payload_bytes,
             max_attribute_bytes: 16 * 1024,
+            max_request_step_bytes: MAX_STEP_BYTES_PER_REQUEST,
         }
     }
 }
@@ -220,7 +231,7 @@ pub fn map_request(
 ) -> Vec<Result<SpanSteps, Unmappable>> {
     let mut out = Vec::new();
     let mut room = MAX_STEPS_PER_REQUEST;
-    let mut bytes_left = MAX_STEP_BYTES_PER_REQUEST;
+    let mut bytes_left = limits.max_request_step_bytes;
     for rs in &request.resource_spans {
         let resource_attrs = rs
             .resource
@@ -278,7 +289,7 @@ pub fn map_request(
                                 "span {} of trace {}: its steps would take the request past {} MiB of step data: export smaller batches",
                                 steps.span_hex,
                                 steps.trace_hex,
-                                MAX_STEP_BYTES_PER_REQUEST >> 20
+                                limits.max_request_step_bytes >> 20
                             ),
                             trace_hex: steps.trace_hex,
                             span_hex: steps.span_hex,
@@ -298,28 +309,38 @@ pub fn map_request(
 }
 
 /// A piece of metadata every span of a group repeats (the resource's
-/// attributes, a scope), cut to [`MAX_SHARED_METADATA_BYTES`]; when it is
-/// cut, `truncated` names it alone (not each attribute cut inside it).
+/// attributes, a scope), cut past [`MAX_SHARED_METADATA_BYTES`] of JSON or
+/// [`MAX_SHARED_METADATA_MEMORY`] of memory to a marker keeping the first
+/// [`SHARED_MARKER_PREFIX_BYTES`] of its JSON (every span repeats it); when
+/// it is cut, `truncated` names it alone (not each attribute cut inside it).
 fn shared(value: Value, name: &str, truncated: &mut Vec<String>) -> Value {
-    let mut cut = false;
-    let value = fit(value, MAX_SHARED_METADATA_BYTES, || cut = true);
-    if cut {
-        truncated.clear();
-        truncated.push(name.to_owned());
+    // Measured by what it holds first: a value of many small parts holds
+    // many times its JSON's size.
+    let text = value.to_string();
+    if approx_memory(&value) <= MAX_SHARED_METADATA_MEMORY
+        && text.len() <= MAX_SHARED_METADATA_BYTES
+    {
+        return value;
     }
-    value
+    truncated.clear();
+    truncated.push(name.to_owned());
+    marker(&text, SHARED_MARKER_PREFIX_BYTES * 2)
 }
+
+/// The most bytes of a cut shared piece's JSON its marker keeps.
+const SHARED_MARKER_PREFIX_BYTES: usize = 1024;
 
 impl MappedStep {
     /// What the step counts against [`MAX_STEP_BYTES_PER_REQUEST`]: its
-    /// content, the JSON of its payloads (estimated from above), and
+    /// content, the memory its payloads hold as `Value`s (an estimate that
+    /// is at least their JSON's size but for escapes), and
     /// [`STEP_OVERHEAD_BYTES`].
     pub fn counted_bytes(&self) -> usize {
         STEP_OVERHEAD_BYTES
             + self.content.as_ref().map_or(0, String::len)
-            + self.input.as_ref().map_or(0, approx_size)
-            + self.output.as_ref().map_or(0, approx_size)
-            + approx_size(&self.metadata)
+            + self.input.as_ref().map_or(0, approx_memory)
+            + self.output.as_ref().map_or(0, approx_memory)
+            + approx_memory(&self.metadata)
     }
 }
 
