@@ -187,6 +187,56 @@ pub(crate) fn pending_text(
     ))
 }
 
+/// Which queued steps a claim of `limit` takes: orgs take turns, so that
+/// one org's burst of queued steps delays no other org's by more than a
+/// share of each batch. Turn r takes every org's r-th oldest claimable
+/// step; the steps of a turn go in queue order (`n`), and the batch is the
+/// first `limit` of turn 1, then turn 2, and so on. `oldest(org, count)`
+/// gives the org's `count` oldest claimable steps as (n, id), oldest first.
+/// Returns their ids in queue order. Each org is asked once for its oldest step, then, if
+/// the orgs with steps are fewer than `limit`, once more for `limit` steps
+/// (at most `limit` squared rows in all), so that a batch is filled from
+/// the orgs that have more when others run out.
+pub(crate) fn take_turns<E>(
+    orgs: &[i64],
+    limit: usize,
+    mut oldest: impl FnMut(i64, usize) -> Result<Vec<(i64, i64)>, E>,
+) -> Result<Vec<i64>, E> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut heads = Vec::new();
+    for &org in orgs {
+        if let Some(&head) = oldest(org, 1)?.first() {
+            heads.push((org, head));
+        }
+    }
+    // (turn, n, id)
+    let mut taken: Vec<(usize, i64, i64)> = Vec::new();
+    if heads.len() >= limit {
+        taken.extend(heads.iter().map(|&(_, (n, id))| (0, n, id)));
+    } else {
+        for &(org, head) in &heads {
+            let steps = if limit > 1 {
+                oldest(org, limit)?
+            } else {
+                vec![head]
+            };
+            taken.extend(
+                steps
+                    .into_iter()
+                    .enumerate()
+                    .map(|(turn, (n, id))| (turn, n, id)),
+            );
+        }
+    }
+    taken.sort_unstable();
+    taken.truncate(limit);
+    // Handed out in queue order, as before turns were taken.
+    taken.sort_unstable_by_key(|&(_, n, _)| n);
+    Ok(taken.into_iter().map(|(_, _, id)| id).collect())
+}
+
 /// Whether `cairn reindex` queues a step: it has a vector, or seed 000's
 /// rule selects it (by its stored kind and trace id) at `rate`.
 pub(crate) fn selected(has_vector: bool, kind: Option<&str>, trace_id: &str, rate: f64) -> bool {
@@ -262,6 +312,44 @@ impl<K: Copy> TopK<K> {
 
 #[cfg(test)]
 mod tests {
+    /// Orgs take turns: a burst of one org waits behind one step of each
+    /// other org per turn, and within a turn the older step goes first.
+    #[test]
+    fn orgs_take_turns_in_a_claim() {
+        // org 1: n = 1..=100 (a burst); org 2: n = 101, 102; org 3: n = 50.
+        let queue = |org: i64| -> Vec<(i64, i64)> {
+            match org {
+                1 => (1..=100).map(|n| (n, 1000 + n)).collect(),
+                2 => vec![(101, 2101), (102, 2102)],
+                3 => vec![(50, 3050)],
+                _ => vec![],
+            }
+        };
+        let mut asked = 0;
+        let mut claim = |limit| {
+            take_turns(&[1, 2, 3, 4], limit, |org, count| {
+                asked += 1;
+                Ok::<_, ()>(queue(org).into_iter().take(count).collect())
+            })
+            .unwrap()
+        };
+        assert_eq!(claim(3), vec![1001, 3050, 2101]);
+        assert_eq!(claim(2), vec![1001, 3050]);
+        assert_eq!(claim(5), vec![1001, 1002, 3050, 2101, 2102]);
+        assert_eq!(
+            claim(8),
+            vec![1001, 1002, 1003, 1004, 1005, 3050, 2101, 2102]
+        );
+        assert_eq!(claim(0), Vec::<i64>::new());
+        assert!(asked > 0);
+        // No org: nothing, and no division by zero.
+        assert!(
+            take_turns(&[], 8, |_, _| Ok::<_, ()>(vec![]))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     use super::*;
 
     #[test]

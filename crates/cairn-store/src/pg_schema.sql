@@ -130,6 +130,8 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
   attempts      BIGINT NOT NULL DEFAULT 0,  -- refusals of this step alone; parked at 5
   claimed_until TIMESTAMPTZ
 );
+-- Orgs take turns in the queue (embed::take_turns): each org's oldest.
+CREATE INDEX IF NOT EXISTS embedding_queue_org ON embedding_queue (org, n);
 -- The embedder the queue is for (key 'embedder').
 CREATE TABLE IF NOT EXISTS embedding_settings (
   key   TEXT PRIMARY KEY,

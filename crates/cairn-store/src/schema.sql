@@ -158,6 +158,8 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
   org      INTEGER NOT NULL,
   attempts INTEGER NOT NULL DEFAULT 0
 );
+-- Orgs take turns in the queue (embed::take_turns): each org's oldest.
+CREATE INDEX IF NOT EXISTS embedding_queue_org ON embedding_queue (org, n);
 
 -- Derived: the embedder the queue is for (key 'embedder'), chosen by the
 -- last `cairn serve` or `cairn reindex`.

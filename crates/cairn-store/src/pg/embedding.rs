@@ -63,13 +63,46 @@ impl PgStore {
             // A lease of five minutes, so that servers sharing the database
             // embed different steps; a server that dies leaves its lease
             // to expire.
+            // Orgs take turns (`embed::take_turns`), as on SQLite: the
+            // orgs found through the queue's (org, n) index one after the
+            // other, each one's oldest claimable steps.
+            let orgs: Vec<i64> = db
+                .query(
+                    "WITH RECURSIVE orgs(org) AS (
+                       (SELECT org FROM embedding_queue ORDER BY org LIMIT 1)
+                       UNION ALL
+                       SELECT (SELECT q.org FROM embedding_queue q WHERE q.org > o.org
+                                ORDER BY q.org LIMIT 1)
+                         FROM orgs o WHERE o.org IS NOT NULL)
+                     SELECT org FROM orgs WHERE org IS NOT NULL",
+                    &[],
+                    "reading the embedding queue",
+                )?
+                .iter()
+                .map(|row| col(row, 0))
+                .collect::<Result<_, _>>()?;
+            let chosen = crate::embed::take_turns(&orgs, usize::try_from(limit).unwrap_or(0), |org, count| {
+                db.query(
+                    "SELECT n, id FROM embedding_queue
+                      WHERE org = $1 AND attempts < $2 AND (claimed_until IS NULL OR claimed_until < now())
+                      ORDER BY n LIMIT $3",
+                    &[&org, &MAX_ATTEMPTS, &i64::try_from(count).unwrap_or(i64::MAX)],
+                    "reading the embedding queue",
+                )?
+                .iter()
+                .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+                .collect::<Result<Vec<_>, StoreError>>()
+            })?;
+            // Leased only if still claimable: another server may have taken
+            // some meanwhile.
             let claimed = db.query(
                 "UPDATE embedding_queue SET claimed_until = now() + interval '5 minutes'
                  WHERE id IN (SELECT id FROM embedding_queue
-                              WHERE attempts < $2 AND (claimed_until IS NULL OR claimed_until < now())
-                              ORDER BY n LIMIT $1 FOR UPDATE SKIP LOCKED)
+                              WHERE id = ANY($1) AND attempts < $2
+                                AND (claimed_until IS NULL OR claimed_until < now())
+                              FOR UPDATE SKIP LOCKED)
                  RETURNING id, n",
-                &[&limit, &MAX_ATTEMPTS],
+                &[&chosen, &MAX_ATTEMPTS],
                 "reading the embedding queue",
             )?;
             let mut order = claimed

@@ -58,32 +58,59 @@ impl SqliteStore {
         &self,
         limit: usize,
     ) -> Result<Vec<PendingEmbedding>, StoreError> {
+        const WHAT: &str = "reading the embedding queue";
+        let limit = limit.min(i64::MAX as usize);
         self.read(|c| {
-            // Oldest first across orgs (`n` is the queue's own order), at
-            // most a bounded slice of each payload.
-            let mut stmt = c
+            // Orgs take turns (`embed::take_turns`): each org's oldest
+            // queued steps, found through the queue's (org, n) index.
+            let orgs: Vec<i64> = c
                 .prepare_cached(
-                    "SELECT q.id, e.erased, e.content, e.input_data, e.output_data, e.metadata
-                     FROM embedding_queue q LEFT JOIN entries e ON e.id = q.id
-                     WHERE q.attempts < ?2 ORDER BY q.n LIMIT ?1",
+                    "WITH RECURSIVE orgs(org) AS (
+                       SELECT min(org) FROM embedding_queue
+                       UNION ALL
+                       SELECT (SELECT min(org) FROM embedding_queue WHERE org > orgs.org)
+                         FROM orgs WHERE orgs.org IS NOT NULL)
+                     SELECT org FROM orgs WHERE org IS NOT NULL",
                 )
-                .context("reading the embedding queue")?;
-            let mut rows = stmt
-                .query(params![limit.min(i64::MAX as usize) as i64, MAX_ATTEMPTS])
-                .context("reading the embedding queue")?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next().context("reading the embedding queue")? {
-                let get = |i| -> Result<Option<String>, StoreError> {
-                    row.get(i).context("reading the embedding queue")
-                };
-                let erased: Option<bool> = row.get(1).context("reading the embedding queue")?;
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .context(WHAT)?;
+            let mut oldest = c
+                .prepare_cached(
+                    "SELECT n, id FROM embedding_queue WHERE org = ?1 AND attempts < ?2
+                     ORDER BY n LIMIT ?3",
+                )
+                .context(WHAT)?;
+            let chosen = crate::embed::take_turns(&orgs, limit, |org, count| {
+                oldest
+                    .query_map(params![org, MAX_ATTEMPTS, count as i64], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .and_then(|rows| rows.collect())
+                    .context(WHAT)
+            })?;
+            let mut entry = c
+                .prepare_cached(
+                    "SELECT erased, content, input_data, output_data, metadata FROM entries
+                     WHERE id = ?1",
+                )
+                .context(WHAT)?;
+            let mut out = Vec::with_capacity(chosen.len());
+            for id in chosen {
+                let row = entry
+                    .query_row([id], |row| {
+                        Ok((
+                            row.get::<_, Option<bool>>(0)?,
+                            row.get::<_, Option<String>>(1)?,
+                            [row.get(2)?, row.get(3)?, row.get(4)?],
+                        ))
+                    })
+                    .optional()
+                    .context(WHAT)?;
+                // A queued id with no entry only leaves the queue.
+                let (erased, content, payloads) = row.unwrap_or((None, None, [None, None, None]));
                 out.push(PendingEmbedding {
-                    id: row.get(0).context("reading the embedding queue")?,
-                    text: crate::embed::pending_text(
-                        erased.unwrap_or(true),
-                        get(2)?,
-                        [get(3)?, get(4)?, get(5)?],
-                    ),
+                    id,
+                    text: crate::embed::pending_text(erased.unwrap_or(true), content, payloads),
                 });
             }
             Ok(out)

@@ -12,6 +12,7 @@ pub(crate) fn run_all(backend: &dyn Backend) {
     sampled_steps_are_searchable(backend);
     a_step_the_embedder_refuses_is_parked_not_blocking(backend);
     the_queue_is_taken_oldest_first_across_orgs(backend);
+    orgs_take_turns_in_the_queue(backend);
     only_the_stores_embedder_takes_from_the_queue(backend);
     vectors_replaced_in_place_are_searched_at_once(backend);
 }
@@ -324,6 +325,33 @@ fn the_queue_is_taken_oldest_first_across_orgs(backend: &dyn Backend) {
     let claimed = store.claim_embeddings(1).unwrap();
     assert_eq!(claimed[0].text.as_deref(), Some("the oldest queued step"));
     store.release_embeddings(&[claimed[0].id], false).unwrap();
+    ledger.close();
+}
+
+/// Orgs take turns: a burst one org queued first does not keep another
+/// org's step waiting behind it (a batch takes each org's oldest step in
+/// turn), and within each org the queue's order holds.
+fn orgs_take_turns_in_the_queue(backend: &dyn Backend) {
+    let store = backend.open("turns");
+    let ledger = ledger(Arc::clone(&store));
+    for i in 0..40 {
+        append(&ledger, org_step("burst", "s", &format!("burst step {i}"))).unwrap();
+    }
+    append(&ledger, org_step("quiet", "q", "the quiet org's step")).unwrap();
+    let claimed = store.claim_embeddings(4).unwrap();
+    let texts: Vec<_> = claimed.iter().map(|p| p.text.clone().unwrap()).collect();
+    assert_eq!(
+        texts,
+        [
+            "burst step 0",
+            "burst step 1",
+            "burst step 2",
+            "the quiet org's step"
+        ],
+        "{texts:?}"
+    );
+    let ids: Vec<i64> = claimed.iter().map(|p| p.id).collect();
+    store.release_embeddings(&ids, false).unwrap();
     ledger.close();
 }
 
