@@ -86,17 +86,23 @@ async fn export_traces(
     if let Some(e) = saturated(state, 0) {
         return Err(e);
     }
-    let _request = state.otlp.requests.try_acquire().map_err(|_| {
-        OtlpError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "overloaded",
-            format!(
-                "{} OTLP requests are being handled: retry after the delay",
-                state.config.otlp.max_requests
-            ),
-        )
-        .retry_after(1)
-    })?;
+    // Held by the handler and by its blocking work, each of which may
+    // outlive the other (a client that hangs up drops the handler).
+    let request = Arc::new(
+        Arc::clone(&state.otlp.requests)
+            .try_acquire_owned()
+            .map_err(|_| {
+                OtlpError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "overloaded",
+                    format!(
+                        "{} OTLP requests are being handled: retry after the delay",
+                        state.config.otlp.max_requests
+                    ),
+                )
+                .retry_after(1)
+            })?,
+    );
     let (caller, bytes) = admit(state, headers, body, encoding, content_type).await?;
     let config = state.config.otlp;
     let limits = state.store.limits();
@@ -111,9 +117,10 @@ async fn export_traces(
     let bound = caller.key.agent_id.clone();
     let (work_state, work_caller, work_bytes) = (Arc::clone(state), caller.clone(), bytes.clone());
     let (work_type, work_encoding) = (content_type.clone(), content_encoding.clone());
+    let work_request = Arc::clone(&request);
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (mut fates, mut reasons, submitted, held) = cpu(state, caller.org(), move || {
+    let (mut fates, mut reasons, waiting) = cpu(state, caller.org(), move || {
         let mapped = decode_and_map(
             &work_bytes,
             &work_type,
@@ -167,7 +174,8 @@ async fn export_traces(
                 submitted.push((span, id, pending));
             }
         }
-        Ok((fates, reasons, submitted, held))
+        let waiting = await_answers(submitted, held, work_request, started);
+        Ok((fates, reasons, waiting))
     })
     .await?;
     // Steps refused because their session was opened as another agent (by
@@ -175,7 +183,7 @@ async fn export_traces(
     // id -> the session's agent.
     let mut mismatched: std::collections::HashMap<String, String> = Default::default();
     let mut storage_failure = None;
-    for (span, id, answer, elapsed) in answers(submitted, held, started).await? {
+    for (span, id, answer, elapsed) in answers(waiting).await? {
         match answer {
             Ok(_) => state.metrics.append(elapsed),
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
@@ -199,7 +207,8 @@ async fn export_traces(
         // steps again and write these as the session's agent, in order.
         let work_state = Arc::clone(state);
         let work_caller = caller.clone();
-        let retried = cpu(state, caller.org(), move || {
+        let work_request = Arc::clone(&request);
+        let waiting = cpu(state, caller.org(), move || {
             let mapped = decode_and_map(
                 &bytes,
                 &content_type,
@@ -232,11 +241,10 @@ async fn export_traces(
                 let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
                 pendings.push((span, id, pending));
             }
-            Ok((pendings, held))
+            Ok(await_answers(pendings, held, work_request, started))
         })
         .await?;
-        let (retried, held) = retried;
-        for (span, id, answer, elapsed) in answers(retried, held, started).await? {
+        for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
                 Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                     state.metrics.append(elapsed);
@@ -288,17 +296,20 @@ type Answer = (
     std::time::Duration,
 );
 
-/// The answers to `submitted`, each with the time since `started`, awaited
-/// by a task of its own that holds `held` until every step is written or
-/// refused: a client that hangs up (dropping the handler) does not give
-/// back room its steps still take in the sequencer's queue.
-async fn answers(
+/// Starts awaiting the answers to `submitted` (each with the time since
+/// `started`) in a task of its own, which holds `held` and the request's
+/// permit until every step is written or refused: a client that hangs up
+/// (dropping the handler, whenever it does) gives back neither while its
+/// steps still take room in the sequencer's queue. Called from the
+/// blocking work that submitted them, so that no await lies between.
+fn await_answers(
     submitted: Vec<(usize, String, cairn_store::Pending)>,
     held: super::HeldBytes,
+    request: Arc<tokio::sync::OwnedSemaphorePermit>,
     started: Instant,
-) -> Result<Vec<Answer>, OtlpError> {
-    tokio::spawn(async move {
-        let _held = held;
+) -> tokio::task::JoinHandle<Vec<Answer>> {
+    tokio::runtime::Handle::current().spawn(async move {
+        let _held = (held, request);
         let mut answers = Vec::with_capacity(submitted.len());
         for (span, id, pending) in submitted {
             let answer = pending.await;
@@ -306,8 +317,11 @@ async fn answers(
         }
         answers
     })
-    .await
-    .map_err(|_| {
+}
+
+/// The answers [`await_answers`] gathered.
+async fn answers(waiting: tokio::task::JoinHandle<Vec<Answer>>) -> Result<Vec<Answer>, OtlpError> {
+    waiting.await.map_err(|_| {
         OtlpError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

@@ -88,7 +88,7 @@ pub const MAX_HELD_STEP_BYTES: usize = 256 * 1024 * 1024;
 pub(crate) struct OtlpState {
     /// The decode slots: the server's, and each org's share (half).
     decode: crate::limits::ExpensiveSlots,
-    requests: tokio::sync::Semaphore,
+    requests: Arc<tokio::sync::Semaphore>,
     /// Bytes of steps submitted by OTLP requests and not yet written.
     held_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -97,7 +97,7 @@ impl OtlpState {
     pub(crate) fn new(config: &OtlpConfig) -> OtlpState {
         OtlpState {
             decode: crate::limits::ExpensiveSlots::new(config.decode_permits),
-            requests: tokio::sync::Semaphore::new(config.max_requests.max(1)),
+            requests: Arc::new(tokio::sync::Semaphore::new(config.max_requests.max(1))),
             held_bytes: Arc::default(),
         }
     }
@@ -341,7 +341,7 @@ async fn cpu<T: Send + 'static>(
     org: &str,
     work: impl FnOnce() -> Result<T, OtlpError> + Send + 'static,
 ) -> Result<T, OtlpError> {
-    let _slot = crate::limits::slot_in_turn(&state.otlp.decode, org)
+    let slot = crate::limits::slot_in_turn(&state.otlp.decode, org)
         .await
         .map_err(|_| {
             OtlpError::new(
@@ -350,7 +350,15 @@ async fn cpu<T: Send + 'static>(
                 "shutting down",
             )
         })?;
-    tokio::task::spawn_blocking(work).await.map_err(|_| {
+    // The slot goes with the work: a client that hangs up drops this
+    // future, not the work already handed to the blocking pool, and the
+    // slot is given back only when that work ends.
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        work()
+    })
+    .await
+    .map_err(|_| {
         OtlpError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

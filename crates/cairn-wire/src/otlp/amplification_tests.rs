@@ -217,3 +217,44 @@ fn a_resource_of_many_small_parts_is_cut_by_its_memory() {
         }
     }
 }
+
+/// JSON text that would hold far more memory than its size once parsed
+/// (objects of one member nested in one another, a review's 1 MiB tool
+/// arguments that held 390 MB each) stays a string, judged before it is
+/// parsed; ordinary JSON text of the same size is parsed.
+#[test]
+fn json_text_of_many_small_parts_is_not_parsed() {
+    use super::attrs::parse_json_text;
+    let nested = {
+        let mut one = String::from("1");
+        for _ in 0..20 {
+            one = format!("{{\"a\":{one}}}");
+        }
+        format!("[{}]", vec![one; 5_000].join(","))
+    };
+    assert!(nested.len() > 100_000);
+    assert_eq!(parse_json_text(&nested), None);
+    let ordinary = serde_json::to_string(
+        &(0..3_000)
+            .map(|i| serde_json::json!({"name": format!("item {i}"), "value": i, "tags": ["a", "b"]}))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert!(ordinary.len() > 100_000);
+    assert!(parse_json_text(&ordinary).is_some());
+}
+
+/// Within a request's mapping, all the JSON text parsed is bounded too:
+/// once its budget is spent, further text stays a string; the budget
+/// ends with the guard.
+#[test]
+fn a_request_parses_json_text_within_a_budget() {
+    use super::attrs::{ParseBudget, parse_json_text};
+    let text = serde_json::to_string(&vec![serde_json::json!({"k": "v"}); 100]).unwrap();
+    {
+        let _budget = ParseBudget::start(150_000);
+        let parsed = (0..10).filter(|_| parse_json_text(&text).is_some()).count();
+        assert!((1..10).contains(&parsed), "{parsed} of 10 parsed");
+    }
+    assert!((0..10).all(|_| parse_json_text(&text).is_some()));
+}

@@ -17,6 +17,43 @@ const MAX_DEPTH: usize = 32;
 /// parsed into JSON; longer text is kept as a string.
 const MAX_JSON_TEXT: usize = 1024 * 1024;
 
+/// What JSON text may hold in memory once parsed ([`approx_memory`]): this,
+/// or 32 times its text if more. Text of many small parts (objects of one
+/// member nested in one another) holds about a hundred times its size
+/// once parsed; such text is kept as a string, judged before it is parsed
+/// by counting what could open an object, array or value
+/// ([`parsed_memory_bound`]).
+const MAX_PARSED_MEMORY: usize = 256 * 1024;
+
+/// What all the JSON text one request's mapping parses may hold in memory
+/// (as [`approx_memory`] counts it): past it, text stays a string. Each
+/// text is bounded alone; this bounds many of them in one span or request.
+pub(super) const MAX_PARSED_MEMORY_PER_REQUEST: usize = 64 * 1024 * 1024;
+
+thread_local! {
+    /// What the request being mapped on this thread may still parse
+    /// (`None` outside a request's mapping: each text is bounded alone).
+    static PARSE_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// The parse budget of the request being mapped on this thread, from
+/// [`ParseBudget::start`] until the guard is dropped.
+pub(super) struct ParseBudget(());
+
+impl ParseBudget {
+    /// Starts a request's budget of `bytes` on this thread.
+    pub(super) fn start(bytes: usize) -> ParseBudget {
+        PARSE_BUDGET.set(Some(bytes));
+        ParseBudget(())
+    }
+}
+
+impl Drop for ParseBudget {
+    fn drop(&mut self) {
+        PARSE_BUDGET.set(None);
+    }
+}
+
 /// A span's attributes, looked up by key (the last value wins, as in a
 /// map).
 #[derive(Clone, Copy)]
@@ -82,6 +119,13 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     if !(t.starts_with('{') || t.starts_with('[')) || text.len() > MAX_JSON_TEXT {
         return None;
     }
+    let left = PARSE_BUDGET.get();
+    let allowed = MAX_PARSED_MEMORY
+        .max(32 * text.len())
+        .min(left.unwrap_or(usize::MAX));
+    if parsed_memory_bound(text) > allowed {
+        return None;
+    }
     // Read strictly: text with a member given twice, or a member name
     // serde_json would read as its own marker (and so as another value),
     // stays the string it was sent as rather than become a value it was not.
@@ -89,7 +133,32 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
         cairn_core::json::from_slice_with(text.as_bytes(), cairn_core::json::Integers::Bits64)
             .ok()
             .filter(|value| cairn_core::json::reserved_member_name(value).is_none())?;
-    Some(sanitize(value, 0))
+    let value = sanitize(value, 0);
+    let held = approx_memory(&value);
+    if held > allowed {
+        return None;
+    }
+    if let Some(left) = left {
+        PARSE_BUDGET.set(Some(left - held));
+    }
+    Some(value)
+}
+
+/// About what [`approx_memory`] gives for `text` once parsed, from its
+/// bytes alone: every `{` may open an object (a `Value` and a map node),
+/// every `[`, `,` and `:` a value, on top of the text's own bytes (braces
+/// inside strings count too; an object of more than eleven members holds
+/// more map nodes than this counts, which the check after parsing sees).
+fn parsed_memory_bound(text: &str) -> usize {
+    let (mut objects, mut values) = (0usize, 1usize);
+    for b in text.bytes() {
+        match b {
+            b'{' => objects += 1,
+            b'[' | b',' | b':' => values += 1,
+            _ => {}
+        }
+    }
+    text.len() + objects * (32 + 640) + values * 32
 }
 
 /// Makes parsed JSON acceptable to the store: integers beyond ±(2^53 - 1)
@@ -292,20 +361,26 @@ pub(super) fn approx_size(v: &Value) -> usize {
 }
 
 /// A rough estimate of the memory a value holds in the server: a `Value`
-/// node for each value (32 bytes), the strings' bytes, and each member's
-/// key and map entry. Values of many small parts (empty strings, nested
-/// arrays) hold many times their JSON's size.
+/// node for each value (32 bytes), the strings' bytes, and for an object
+/// the B-tree nodes of its map (one of about 640 bytes for every eleven
+/// members, however few) and its keys' bytes. Values of many small parts
+/// (empty strings, nested arrays, objects of one member) hold many times
+/// their JSON's size.
 pub(super) fn approx_memory(v: &Value) -> usize {
     const NODE: usize = 32;
-    const ENTRY: usize = 48;
+    const MAP_NODE: usize = 640;
+    const MAP_NODE_ENTRIES: usize = 11;
     NODE + match v {
         Value::Null | Value::Bool(_) | Value::Number(_) => 0,
         Value::String(s) => s.len(),
         Value::Array(items) => items.iter().map(approx_memory).sum::<usize>(),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| ENTRY + k.len() + approx_memory(v))
-            .sum::<usize>(),
+        Value::Object(map) => {
+            map.len().div_ceil(MAP_NODE_ENTRIES) * MAP_NODE
+                + map
+                    .iter()
+                    .map(|(k, v)| k.len() + approx_memory(v))
+                    .sum::<usize>()
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //! in `sessions`.
 
 pub use super::attrs::id_from;
-use super::attrs::{Attrs, approx_memory, attributes_json, clip, marker};
+use super::attrs::{
+    Attrs, MAX_PARSED_MEMORY_PER_REQUEST, ParseBudget, approx_memory, attributes_json, clip, marker,
+};
 use cairn_core::record::validate_id;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -229,6 +231,7 @@ pub fn map_request(
     request: &ExportTraceServiceRequest,
     limits: &MapLimits,
 ) -> Vec<Result<SpanSteps, Unmappable>> {
+    let _parsing = ParseBudget::start(MAX_PARSED_MEMORY_PER_REQUEST);
     let mut out = Vec::new();
     let mut room = MAX_STEPS_PER_REQUEST;
     let mut bytes_left = limits.max_request_step_bytes;

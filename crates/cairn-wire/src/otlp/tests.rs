@@ -669,6 +669,15 @@ pub(super) fn reasoning_span(id: u8, paragraphs: usize) -> Span {
     )
 }
 
+/// Limits in which only the step budget binds (tiny steps count as
+/// memory too: 65,536 of them pass the default step data budget).
+fn steps_only() -> MapLimits {
+    MapLimits {
+        max_request_step_bytes: usize::MAX,
+        ..MapLimits::default()
+    }
+}
+
 /// One request maps to at most `MAX_STEPS_PER_REQUEST` steps: the span
 /// that would pass it is refused with a reason (its reasoning parsed no
 /// further than the room left), the spans before it keep their steps, and
@@ -683,7 +692,7 @@ fn a_request_maps_to_a_bounded_number_of_steps() {
             reasoning_span(3, 100),
             span(4, 0, 1, vec![]),
         ]),
-        &MapLimits::default(),
+        &steps_only(),
     );
     let kept = out[0].as_ref().expect("the first span fits").steps.len();
     assert!(kept >= first && kept <= MAX_STEPS_PER_REQUEST, "{kept}");
@@ -706,15 +715,12 @@ fn the_step_budget_is_exact() {
     // What a reasoning span adds beyond one step per paragraph.
     let overhead = mapped(vec![reasoning_span(2, 3)])[0].steps.len() - 3;
     let exact = reasoning_span(2, MAX_STEPS_PER_REQUEST - overhead);
-    let out = map_request(&request(vec![exact.clone()]), &MapLimits::default());
+    let out = map_request(&request(vec![exact.clone()]), &steps_only());
     assert_eq!(out[0].as_ref().unwrap().steps.len(), MAX_STEPS_PER_REQUEST);
-    let out = map_request(
-        &request(vec![exact, span(3, 0, 1, vec![])]),
-        &MapLimits::default(),
-    );
+    let out = map_request(&request(vec![exact, span(3, 0, 1, vec![])]), &steps_only());
     assert!(out[0].is_ok() && out[1].is_err());
     let over = reasoning_span(2, MAX_STEPS_PER_REQUEST - overhead + 1);
-    assert!(map_request(&request(vec![over]), &MapLimits::default())[0].is_err());
+    assert!(map_request(&request(vec![over]), &steps_only())[0].is_err());
 }
 
 /// The same request in protobuf and in OTLP/JSON maps to the same steps.
