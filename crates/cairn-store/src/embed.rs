@@ -189,24 +189,32 @@ pub(crate) fn pending_text(
 
 /// Which queued steps a claim of `limit` takes: orgs take turns, so that
 /// one org's burst of queued steps delays no other org's by more than a
-/// share of each batch. Turn r takes every org's r-th oldest claimable
-/// step; the steps of a turn go in queue order (`n`), and the batch is the
-/// first `limit` of turn 1, then turn 2, and so on. `oldest(org, count)`
-/// gives the org's `count` oldest claimable steps as (n, id), oldest first.
-/// Returns their ids in queue order. Each org is asked once for its oldest step, then, if
-/// the orgs with steps are fewer than `limit`, once more for `limit` steps
-/// (at most `limit` squared rows in all), so that a batch is filled from
-/// the orgs that have more when others run out.
+/// share of each batch. The orgs are taken in rotation from position
+/// `turn` ([`next_turn`]: with more orgs than `limit`, each claim serves
+/// the next `limit` of them, and every org is served within about orgs /
+/// `limit` claims); among the orgs a claim serves, turn r takes each
+/// one's r-th oldest claimable step, and the batch is the first `limit` of
+/// turn 1, then turn 2, and so on. `oldest(org, count)` gives the org's
+/// `count` oldest claimable steps as (n, id), oldest first. Returns their
+/// ids in queue order. Each org is asked for its oldest step until `limit`
+/// orgs have one; if fewer than `limit` have, each of those is asked once
+/// more for `limit` steps (at most `limit` squared rows), so that a batch
+/// is filled from the orgs that have more.
 pub(crate) fn take_turns<E>(
     orgs: &[i64],
     limit: usize,
+    turn: usize,
     mut oldest: impl FnMut(i64, usize) -> Result<Vec<(i64, i64)>, E>,
 ) -> Result<Vec<i64>, E> {
-    if limit == 0 {
+    if limit == 0 || orgs.is_empty() {
         return Ok(Vec::new());
     }
+    let first = turn % orgs.len();
     let mut heads = Vec::new();
-    for &org in orgs {
+    for &org in orgs[first..].iter().chain(&orgs[..first]) {
+        if heads.len() == limit {
+            break;
+        }
         if let Some(&head) = oldest(org, 1)?.first() {
             heads.push((org, head));
         }
@@ -235,6 +243,13 @@ pub(crate) fn take_turns<E>(
     // Handed out in queue order, as before turns were taken.
     taken.sort_unstable_by_key(|&(_, n, _)| n);
     Ok(taken.into_iter().map(|(_, _, id)| id).collect())
+}
+
+/// Where this process's next claim starts in the rotation of orgs
+/// ([`take_turns`]): each claim moves it on by what it may take.
+pub(crate) fn next_turn(limit: usize) -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(limit.max(1), std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether `cairn reindex` queues a step: it has a vector, or seed 000's
@@ -327,14 +342,15 @@ mod tests {
         };
         let mut asked = 0;
         let mut claim = |limit| {
-            take_turns(&[1, 2, 3, 4], limit, |org, count| {
+            take_turns(&[1, 2, 3, 4], limit, 0, |org, count| {
                 asked += 1;
                 Ok::<_, ()>(queue(org).into_iter().take(count).collect())
             })
             .unwrap()
         };
         assert_eq!(claim(3), vec![1001, 3050, 2101]);
-        assert_eq!(claim(2), vec![1001, 3050]);
+        // Two of three orgs with steps: the first two in the rotation.
+        assert_eq!(claim(2), vec![1001, 2101]);
         assert_eq!(claim(5), vec![1001, 1002, 3050, 2101, 2102]);
         assert_eq!(
             claim(8),
@@ -344,10 +360,31 @@ mod tests {
         assert!(asked > 0);
         // No org: nothing, and no division by zero.
         assert!(
-            take_turns(&[], 8, |_, _| Ok::<_, ()>(vec![]))
+            take_turns(&[], 8, 3, |_, _| Ok::<_, ()>(vec![]))
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// With more orgs than a claim takes, orgs are served in rotation: an
+    /// org that queued last, behind 39 busy orgs, is served within ten
+    /// claims of four (by age alone it would wait for all of them).
+    #[test]
+    fn with_more_orgs_than_a_claim_orgs_are_served_in_rotation() {
+        let orgs: Vec<i64> = (1..=40).collect();
+        // Org k's steps: n = k * 1000 + i (the last org's are the newest).
+        let oldest = |org: i64, count: usize| -> Result<Vec<(i64, i64)>, ()> {
+            Ok((0..count as i64)
+                .map(|i| (org * 1000 + i, org * 1000 + i))
+                .collect())
+        };
+        let mut served = std::collections::BTreeSet::new();
+        for claim in 0..10 {
+            for id in take_turns(&orgs, 4, claim * 4, oldest).unwrap() {
+                served.insert(id / 1000);
+            }
+        }
+        assert_eq!(served.len(), 40, "{served:?}");
     }
 
     use super::*;

@@ -378,9 +378,9 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(u64, f32)>, StoreError>;
 
-    /// Up to `limit` queued steps to embed, orgs taking turns (each org's
-    /// oldest first: `embed::take_turns`), in queue order, parked ones
-    /// left out, each with its text (`None` if it was erased or
+    /// Up to `limit` queued steps to embed, orgs taking turns in a
+    /// rotation (each org's oldest first: `embed::take_turns`), in queue
+    /// order, parked ones left out, each with its text (`None` if it was erased or
     /// has none: it only leaves the queue). On PostgreSQL each is leased to
     /// this caller for a while so that servers sharing a database do not
     /// embed the same step.

@@ -81,7 +81,7 @@ impl PgStore {
                 .iter()
                 .map(|row| col(row, 0))
                 .collect::<Result<_, _>>()?;
-            let chosen = crate::embed::take_turns(&orgs, usize::try_from(limit).unwrap_or(0), |org, count| {
+            let chosen = crate::embed::take_turns(&orgs, usize::try_from(limit).unwrap_or(0), crate::embed::next_turn(usize::try_from(limit).unwrap_or(0)), |org, count| {
                 db.query(
                     "SELECT n, id FROM embedding_queue
                       WHERE org = $1 AND attempts < $2 AND (claimed_until IS NULL OR claimed_until < now())

@@ -80,14 +80,19 @@ impl SqliteStore {
                      ORDER BY n LIMIT ?3",
                 )
                 .context(WHAT)?;
-            let chosen = crate::embed::take_turns(&orgs, limit, |org, count| {
-                oldest
-                    .query_map(params![org, MAX_ATTEMPTS, count as i64], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
-                    .and_then(|rows| rows.collect())
-                    .context(WHAT)
-            })?;
+            let chosen = crate::embed::take_turns(
+                &orgs,
+                limit,
+                crate::embed::next_turn(limit),
+                |org, count| {
+                    oldest
+                        .query_map(params![org, MAX_ATTEMPTS, count as i64], |r| {
+                            Ok((r.get(0)?, r.get(1)?))
+                        })
+                        .and_then(|rows| rows.collect())
+                        .context(WHAT)
+                },
+            )?;
             let mut entry = c
                 .prepare_cached(
                     "SELECT erased, content, input_data, output_data, metadata FROM entries

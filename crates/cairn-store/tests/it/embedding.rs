@@ -306,7 +306,8 @@ fn a_step_the_embedder_refuses_is_parked_not_blocking(backend: &dyn Backend) {
     ledger.close();
 }
 
-/// The queue is taken in the order steps were queued, whatever their org.
+/// The queue is taken in the order steps were queued within each org and
+/// within each turn, whatever the orgs' numbers.
 fn the_queue_is_taken_oldest_first_across_orgs(backend: &dyn Backend) {
     let store = backend.open("fair");
     let ledger = ledger(Arc::clone(&store));
@@ -322,9 +323,15 @@ fn the_queue_is_taken_oldest_first_across_orgs(backend: &dyn Backend) {
     for i in 0..3 {
         append(&ledger, org_step("first", "s", &format!("newer step {i}"))).unwrap();
     }
-    let claimed = store.claim_embeddings(1).unwrap();
-    assert_eq!(claimed[0].text.as_deref(), Some("the oldest queued step"));
-    store.release_embeddings(&[claimed[0].id], false).unwrap();
+    // Two orgs, a claim of two: each org's oldest, in queue order.
+    let claimed = store.claim_embeddings(2).unwrap();
+    let texts: Vec<_> = claimed.iter().map(|p| p.text.as_deref()).collect();
+    assert_eq!(
+        texts,
+        [Some("the oldest queued step"), Some("newer step 0")]
+    );
+    let ids: Vec<i64> = claimed.iter().map(|p| p.id).collect();
+    store.release_embeddings(&ids, false).unwrap();
     ledger.close();
 }
 
