@@ -304,7 +304,7 @@ fn every_kind_of_psql_tampering_is_caught_at_its_record() {
 }
 
 /// The stored subtree hashes are compared with the log on PostgreSQL too
-/// (as `file_tampering::stored_tree_nodes_are_compared_with_the_log`): an
+/// (as `file_tampering::tree_rows::stored_tree_nodes_are_compared_with_the_log`): an
 /// edited, missing or unusable row fails at the entry closing its subtree,
 /// and readers compute a missing one from below (its proofs still verify);
 /// `cairn admin repair-tree` restores the rows the appends wrote.

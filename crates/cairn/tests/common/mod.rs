@@ -349,18 +349,22 @@ pub fn node_tamperings(postgres: bool) -> Vec<(&'static str, String, NodeVerdict
 pub const NODES_DIGEST_SQL: &str =
     "SELECT count(*) || ':' || coalesce(sum(length(hash) * (idx + 1)), 0) FROM nodes";
 
+/// Session `other`'s export (written to `file` in the target's directory)
+/// verifies: proofs are computed from the stored tree, one per entry.
+fn session_proofs_verify(target: Target<'_>, name: &str, file: &str) {
+    let bundle = target.dir.join(file);
+    let bundle = bundle.to_str().unwrap();
+    let run = target.run(&["export", "--session", "other", "-o", bundle], None);
+    assert_eq!(run.code, 0, "{name}: {}", run.stderr);
+    let run = target.run(&["verify", "--bundle", bundle], None);
+    assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+}
+
 /// After one of [`node_tamperings`]: the verdict it must give.
 pub fn expect_node_verdict(target: Target<'_>, name: &str, verdict: NodeVerdict) {
     let seq = match verdict {
         NodeVerdict::ProofsHoldAtEntry(_) | NodeVerdict::ProofsHoldAfterTheLog => {
-            // Proofs are computed from the stored tree: a session's export
-            // carries one per entry.
-            let bundle = target.dir.join("session.bundle");
-            let bundle = bundle.to_str().unwrap();
-            let run = target.run(&["export", "--session", "other", "-o", bundle], None);
-            assert_eq!(run.code, 0, "{name}: {}", run.stderr);
-            let run = target.run(&["verify", "--bundle", bundle], None);
-            assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+            session_proofs_verify(target, name, "session.bundle");
             match verdict {
                 NodeVerdict::ProofsHoldAtEntry(seq) => Value::from(seq),
                 _ => Value::Null,
@@ -403,12 +407,7 @@ pub fn expect_tree_repaired(target: Target<'_>, name: &str) {
     assert!(changed > 0, "{name}: nothing repaired: {answer}");
     let run = target.run(&["verify", "--json"], None);
     assert_eq!(run.code, 0, "{name}: after the repair: {}", run.stdout);
-    let bundle = target.dir.join("repaired.bundle");
-    let bundle = bundle.to_str().unwrap();
-    let run = target.run(&["export", "--session", "other", "-o", bundle], None);
-    assert_eq!(run.code, 0, "{name}: {}", run.stderr);
-    let run = target.run(&["verify", "--bundle", bundle], None);
-    assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+    session_proofs_verify(target, name, "repaired.bundle");
     // A second run finds nothing to change.
     let run = target.run(&["--json", "admin", "repair-tree"], None);
     let again = json(&run);
