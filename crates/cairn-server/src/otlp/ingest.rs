@@ -130,6 +130,8 @@ async fn export_traces(
         )?;
         let mut fates = vec![Fate::Recorded; mapped.len()];
         let mut reasons: Vec<String> = Vec::new();
+        // What the spans to be written hold, as the mapping counted it.
+        let mut bytes = 0;
         for (i, m) in mapped.iter().enumerate() {
             match m {
                 Err(u) => {
@@ -146,6 +148,8 @@ async fn export_traces(
                             "span {}: this key may only write as agent {bound}, not {agent}",
                             s.span_hex
                         ));
+                    } else {
+                        bytes += s.counted_bytes;
                     }
                 }
             }
@@ -155,12 +159,6 @@ async fn export_traces(
         if let Some(e) = saturated(&work_state, steps) {
             return Err(e);
         }
-        let bytes = plans
-            .iter()
-            .flat_map(|p| &p.steps)
-            .filter(|(span, _)| fates[*span] != Fate::Refused)
-            .map(|(_, step)| step.counted_bytes())
-            .sum();
         let held = work_state.otlp.hold(bytes)?;
         let mut submitted = Vec::with_capacity(steps);
         for plan in plans {

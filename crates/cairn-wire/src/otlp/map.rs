@@ -210,6 +210,9 @@ pub struct SpanSteps {
     pub start: u64,
     /// The steps, in span order.
     pub steps: Vec<MappedStep>,
+    /// What the steps count against the request's step data
+    /// ([`MappedStep::counted_bytes`], summed once by [`map_request`]).
+    pub counted_bytes: usize,
 }
 
 /// A span that cannot be recorded, and why.
@@ -284,8 +287,9 @@ pub fn map_request(
                     schema_url: &schema_url,
                     truncated_shared: &truncated_shared,
                 };
-                let mapped = map_span(span, &context, limits, room).and_then(|steps| {
+                let mapped = map_span(span, &context, limits, room).and_then(|mut steps| {
                     let bytes: usize = steps.steps.iter().map(MappedStep::counted_bytes).sum();
+                    steps.counted_bytes = bytes;
                     if bytes > bytes_left {
                         return Err(Unmappable {
                             reason: format!(
@@ -560,5 +564,6 @@ fn map_span(
         service: ctx.service.map(str::to_owned),
         start: span.start_time_unix_nano,
         steps: b.steps,
+        counted_bytes: 0,
     })
 }
