@@ -38,6 +38,10 @@ pub const MAX_EMBEDDED_CHARS: usize = 8192;
 /// Failed attempts of a step on its own (the embedder refused it while
 /// embedding others) after which it is parked.
 pub const MAX_ATTEMPTS: i64 = 5;
+// The claim queries and the queue's partial index (`schema.sql`,
+// `pg_schema.sql`, `pg::schema::ADDITIONS`) write `attempts < 5` out, so
+// that the databases can match the index to the query.
+const _: () = assert!(MAX_ATTEMPTS == 5, "update the literal 5 in the queue's SQL");
 
 /// Why texts could not be embedded.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -131,7 +131,10 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
   claimed_until TIMESTAMPTZ
 );
 -- Orgs take turns in the queue (embed::take_turns): each org's oldest.
-CREATE INDEX IF NOT EXISTS embedding_queue_org ON embedding_queue (org, n);
+-- Claimable steps only (5 = embed::MAX_ATTEMPTS): claims never read past
+-- parked ones.
+CREATE INDEX IF NOT EXISTS embedding_queue_claimable ON embedding_queue (org, n) WHERE attempts < 5;
+DROP INDEX IF EXISTS embedding_queue_org;
 -- The embedder the queue is for (key 'embedder').
 CREATE TABLE IF NOT EXISTS embedding_settings (
   key   TEXT PRIMARY KEY,

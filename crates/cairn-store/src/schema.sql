@@ -158,8 +158,13 @@ CREATE TABLE IF NOT EXISTS embedding_queue (
   org      INTEGER NOT NULL,
   attempts INTEGER NOT NULL DEFAULT 0
 );
--- Orgs take turns in the queue (embed::take_turns): each org's oldest.
-CREATE INDEX IF NOT EXISTS embedding_queue_org ON embedding_queue (org, n);
+-- Orgs take turns in the queue (embed::take_turns): each org's oldest
+-- claimable steps. Parked steps (5 = embed::MAX_ATTEMPTS) are left out of
+-- the index, so that a claim never reads past them; it replaces the
+-- full (org, n) index of earlier versions.
+CREATE INDEX IF NOT EXISTS embedding_queue_claimable ON embedding_queue (org, n)
+  WHERE attempts < 5;
+DROP INDEX IF EXISTS embedding_queue_org;
 
 -- Derived: the embedder the queue is for (key 'embedder'), chosen by the
 -- last `cairn serve` or `cairn reindex`.

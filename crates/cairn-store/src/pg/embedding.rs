@@ -11,6 +11,24 @@ use crate::engine::org_range;
 use crate::{DbContext, EmbeddingBacklog, OrgScope, PendingEmbedding, StoreError};
 use std::collections::{HashMap, HashSet};
 
+/// The orgs with claimable (not parked) steps queued, found one after the
+/// other through the queue's partial index of them (`attempts < 5`
+/// written out, as the index's, so that any plan can use it: parked rows
+/// are never read).
+const CLAIMABLE_ORGS: &str = "WITH RECURSIVE orgs(org) AS (
+       (SELECT org FROM embedding_queue WHERE attempts < 5 ORDER BY org LIMIT 1)
+       UNION ALL
+       SELECT (SELECT q.org FROM embedding_queue q WHERE q.org > o.org AND q.attempts < 5
+                ORDER BY q.org LIMIT 1)
+         FROM orgs o WHERE o.org IS NOT NULL)
+     SELECT org FROM orgs WHERE org IS NOT NULL";
+
+/// An org's oldest claimable steps not leased to another server (`$1` the
+/// org, `$2` how many), through the same index.
+const OLDEST_CLAIMABLE: &str = "SELECT n, id FROM embedding_queue
+      WHERE org = $1 AND attempts < 5 AND (claimed_until IS NULL OR claimed_until < now())
+      ORDER BY n LIMIT $2";
+
 impl PgStore {
     pub(super) fn semantic_search_in(
         &self,
@@ -67,32 +85,25 @@ impl PgStore {
             // orgs found through the queue's (org, n) index one after the
             // other, each one's oldest claimable steps.
             let orgs: Vec<i64> = db
-                .query(
-                    "WITH RECURSIVE orgs(org) AS (
-                       (SELECT org FROM embedding_queue ORDER BY org LIMIT 1)
-                       UNION ALL
-                       SELECT (SELECT q.org FROM embedding_queue q WHERE q.org > o.org
-                                ORDER BY q.org LIMIT 1)
-                         FROM orgs o WHERE o.org IS NOT NULL)
-                     SELECT org FROM orgs WHERE org IS NOT NULL",
-                    &[],
-                    "reading the embedding queue",
-                )?
+                .query(CLAIMABLE_ORGS, &[], "reading the embedding queue")?
                 .iter()
                 .map(|row| col(row, 0))
                 .collect::<Result<_, _>>()?;
-            let chosen = crate::embed::take_turns(&orgs, usize::try_from(limit).unwrap_or(0), crate::embed::next_turn(usize::try_from(limit).unwrap_or(0)), |org, count| {
-                db.query(
-                    "SELECT n, id FROM embedding_queue
-                      WHERE org = $1 AND attempts < $2 AND (claimed_until IS NULL OR claimed_until < now())
-                      ORDER BY n LIMIT $3",
-                    &[&org, &MAX_ATTEMPTS, &i64::try_from(count).unwrap_or(i64::MAX)],
-                    "reading the embedding queue",
-                )?
-                .iter()
-                .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
-                .collect::<Result<Vec<_>, StoreError>>()
-            })?;
+            let chosen = crate::embed::take_turns(
+                &orgs,
+                usize::try_from(limit).unwrap_or(0),
+                crate::embed::next_turn(usize::try_from(limit).unwrap_or(0)),
+                |org, count| {
+                    db.query(
+                        OLDEST_CLAIMABLE,
+                        &[&org, &i64::try_from(count).unwrap_or(i64::MAX)],
+                        "reading the embedding queue",
+                    )?
+                    .iter()
+                    .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
+                    .collect::<Result<Vec<_>, StoreError>>()
+                },
+            )?;
             // Leased only if still claimable: another server may have taken
             // some meanwhile.
             let claimed = db.query(
@@ -509,5 +520,86 @@ impl crate::vector_index::VectorSource for PgVectors<'_, '_> {
             .iter()
             .map(|row| Ok((col(row, 0)?, col(row, 1)?)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLAIMABLE_ORGS, OLDEST_CLAIMABLE};
+    use crate::load_or_create_server_key;
+    use crate::pg::{PgOptions, PgStore};
+    use cairn_testkit::PgCluster;
+
+    /// A claim reads only claimable rows: an org's parked steps (oldest in
+    /// its queue, so read past on every claim before) are not in the index
+    /// the claim's two queries search. A database of an earlier version
+    /// loses its full (org, n) index at the schema owner's next start.
+    #[test]
+    fn claims_never_read_parked_rows() {
+        let Some(cluster) = PgCluster::start() else {
+            return;
+        };
+        let url = cluster.create_database("parked_rows");
+        let keys = tempfile::tempdir().unwrap();
+        let open = || {
+            let key = load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+            PgStore::open(PgOptions::new(url.clone()), key).unwrap()
+        };
+        let store = open();
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(
+                "INSERT INTO embedding_queue (id, org, attempts) SELECT i, 1, 5 FROM generate_series(1, 20000) i;
+                 INSERT INTO embedding_queue (id, org) VALUES (30000, 1), (30001, 2);
+                 ANALYZE embedding_queue;",
+            )
+            .unwrap();
+        let explain = |admin: &mut postgres::Client,
+                       sql: &str,
+                       params: &[&(dyn postgres::types::ToSql + Sync)]| {
+            let rows = admin.query(&format!("EXPLAIN {sql}"), params).unwrap();
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for plan in [
+            explain(&mut admin, CLAIMABLE_ORGS, &[]),
+            explain(&mut admin, OLDEST_CLAIMABLE, &[&1_i64, &32_i64]),
+        ] {
+            assert!(plan.contains("embedding_queue_claimable"), "{plan}");
+            assert!(!plan.contains("Seq Scan on embedding_queue"), "{plan}");
+        }
+        let mut ids: Vec<i64> = store
+            .claim_embeddings_in(32)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [30000, 30001]);
+        drop(store);
+        // As an earlier version made it.
+        admin
+            .batch_execute("CREATE INDEX embedding_queue_org ON embedding_queue (org, n)")
+            .unwrap();
+        drop(open());
+        let indexes: Vec<String> = admin
+            .query(
+                "SELECT indexname::text FROM pg_indexes WHERE tablename = 'embedding_queue' ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(
+            indexes,
+            [
+                "embedding_queue_claimable",
+                "embedding_queue_n_key",
+                "embedding_queue_pkey"
+            ]
+        );
     }
 }

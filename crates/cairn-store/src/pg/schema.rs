@@ -106,7 +106,8 @@ CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, 
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
   attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
-CREATE INDEX IF NOT EXISTS embedding_queue_org ON embedding_queue (org, n);
+CREATE INDEX IF NOT EXISTS embedding_queue_claimable ON embedding_queue (org, n) WHERE attempts < 5;
+DROP INDEX IF EXISTS embedding_queue_org;
 CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
 
 /// Whether the tables and indexes of [`ADDITIONS`] and the functions of
@@ -117,7 +118,7 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
-               AND to_regclass('embedding_queue_org') IS NOT NULL
+               AND to_regclass('embedding_queue_claimable') IS NOT NULL AND to_regclass('embedding_queue_org') IS NULL
                AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_time_check()')
                              AND provolatile = 's' AND proparallel = 's')
                AND to_regprocedure('cairn_rtrim(bytea, bytea)') IS NOT NULL

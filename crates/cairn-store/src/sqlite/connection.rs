@@ -99,6 +99,12 @@ pub(super) fn forbid_structural_changes(conn: &mut Connection) -> Result<(), Sto
     use rusqlite::hooks::{AuthAction, Authorization};
     conn.authorizer(Some(|ctx: rusqlite::hooks::AuthContext<'_>| {
         match ctx.action {
+            // The one index an upgrade replaces (schema.sql): a derived
+            // table's, holding no evidence.
+            AuthAction::DropIndex {
+                index_name: "embedding_queue_org",
+                table_name: "embedding_queue",
+            } => Authorization::Allow,
             AuthAction::DropTable { .. }
             | AuthAction::DropIndex { .. }
             | AuthAction::DropTrigger { .. }

@@ -13,6 +13,22 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 /// Failed attempts after which a step is parked (left out of claims).
 use crate::embed::MAX_ATTEMPTS;
 
+/// The orgs with claimable (not parked) steps queued, found one after the
+/// other through the queue's partial index of claimable steps
+/// (`attempts < 5` written out, as the index's, so that SQLite matches
+/// them: parked rows are never read).
+const CLAIMABLE_ORGS: &str = "WITH RECURSIVE orgs(org) AS (
+       SELECT min(org) FROM embedding_queue WHERE attempts < 5
+       UNION ALL
+       SELECT (SELECT min(org) FROM embedding_queue WHERE org > orgs.org AND attempts < 5)
+         FROM orgs WHERE orgs.org IS NOT NULL)
+     SELECT org FROM orgs WHERE org IS NOT NULL";
+
+/// An org's oldest claimable steps (`?1` the org, `?2` how many), through
+/// the same index.
+const OLDEST_CLAIMABLE: &str = "SELECT n, id FROM embedding_queue WHERE org = ?1 AND attempts < 5
+     ORDER BY n LIMIT ?2";
+
 impl SqliteStore {
     pub(super) fn semantic_search_in(
         &self,
@@ -62,33 +78,19 @@ impl SqliteStore {
         let limit = limit.min(i64::MAX as usize);
         self.read(|c| {
             // Orgs take turns (`embed::take_turns`): each org's oldest
-            // queued steps, found through the queue's (org, n) index.
+            // claimable steps.
             let orgs: Vec<i64> = c
-                .prepare_cached(
-                    "WITH RECURSIVE orgs(org) AS (
-                       SELECT min(org) FROM embedding_queue
-                       UNION ALL
-                       SELECT (SELECT min(org) FROM embedding_queue WHERE org > orgs.org)
-                         FROM orgs WHERE orgs.org IS NOT NULL)
-                     SELECT org FROM orgs WHERE org IS NOT NULL",
-                )
+                .prepare_cached(CLAIMABLE_ORGS)
                 .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
                 .context(WHAT)?;
-            let mut oldest = c
-                .prepare_cached(
-                    "SELECT n, id FROM embedding_queue WHERE org = ?1 AND attempts < ?2
-                     ORDER BY n LIMIT ?3",
-                )
-                .context(WHAT)?;
+            let mut oldest = c.prepare_cached(OLDEST_CLAIMABLE).context(WHAT)?;
             let chosen = crate::embed::take_turns(
                 &orgs,
                 limit,
                 crate::embed::next_turn(limit),
                 |org, count| {
                     oldest
-                        .query_map(params![org, MAX_ATTEMPTS, count as i64], |r| {
-                            Ok((r.get(0)?, r.get(1)?))
-                        })
+                        .query_map(params![org, count as i64], |r| Ok((r.get(0)?, r.get(1)?)))
                         .and_then(|rows| rows.collect())
                         .context(WHAT)
                 },
@@ -449,5 +451,86 @@ impl crate::vector_index::VectorSource for SqliteVectors<'_> {
             .collect::<Result<Vec<_>, _>>()
             .context("reading vectors")?;
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{SqliteOptions, SqliteStore};
+    use super::{CLAIMABLE_ORGS, OLDEST_CLAIMABLE};
+
+    fn plan(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params, |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// A claim reads only claimable rows: an org's parked steps (oldest in
+    /// its queue, so read past on every claim before) are not in the index
+    /// the claim's two queries search, and neither query scans the queue.
+    /// A store of an earlier version loses its full (org, n) index at the
+    /// next open.
+    #[test]
+    fn claims_never_read_parked_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+            let writer = store.writer.lock().unwrap();
+            // 20,000 parked steps of org 1, then one claimable of each org.
+            writer
+                .conn
+                .execute_batch(
+                    "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < 20000)
+                     INSERT INTO embedding_queue (id, org, attempts) SELECT i, 1, 5 FROM k;
+                     INSERT INTO embedding_queue (id, org) VALUES (30000, 1), (30001, 2);
+                     ANALYZE;",
+                )
+                .unwrap();
+            for (sql, plan) in [
+                (CLAIMABLE_ORGS, plan(&writer.conn, CLAIMABLE_ORGS, [])),
+                (
+                    OLDEST_CLAIMABLE,
+                    plan(&writer.conn, OLDEST_CLAIMABLE, [1, 32]),
+                ),
+            ] {
+                assert!(
+                    plan.iter()
+                        .all(|step| !step.starts_with("SCAN embedding_queue")),
+                    "{sql}: {plan:?}"
+                );
+                assert!(
+                    plan.iter()
+                        .any(|step| step.contains("embedding_queue_claimable")),
+                    "{sql}: {plan:?}"
+                );
+            }
+            let ids: Vec<i64> = store
+                .claim_embeddings_in(32)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.id)
+                .collect();
+            assert_eq!(ids.len(), 2);
+            assert!(ids.contains(&30000) && ids.contains(&30001), "{ids:?}");
+            // As an earlier version made it.
+            writer
+                .conn
+                .execute_batch("CREATE INDEX embedding_queue_org ON embedding_queue (org, n);")
+                .unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let writer = store.writer.lock().unwrap();
+        let indexes: Vec<String> = writer
+            .conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'embedding_queue' AND sql IS NOT NULL ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(indexes, ["embedding_queue_claimable"]);
     }
 }
