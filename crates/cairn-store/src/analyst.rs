@@ -74,6 +74,30 @@ pub struct QueryLimits {
     /// Largest answer (the sum of its values' sizes), in bytes: rows past it
     /// are dropped and `truncated` is set.
     pub max_answer_bytes: usize,
+    /// On SQLite, run each query in a process of its own with these bounds
+    /// (`None`: in the calling process). PostgreSQL runs queries in the
+    /// database's own backends and ignores it.
+    pub worker: Option<WorkerLimits>,
+}
+
+/// A process of its own for each analyst query on SQLite: what the
+/// database's own limits cannot bound (the memory of one row's values and
+/// of sorts, the temporary files sorts spill to, the time one call of a
+/// built-in takes between two progress checks) is bounded by the
+/// operating system, and a query past its time limit is killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerLimits {
+    /// The program to start (the `cairn` binary) and the arguments that
+    /// make it run [`crate::analyst_worker_main`].
+    pub program: std::path::PathBuf,
+    /// Arguments before the request (for `cairn`: `analyst-worker`).
+    pub args: Vec<String>,
+    /// Bytes of heap the process may hold (`RLIMIT_DATA`): past them an
+    /// allocation fails and the query answers `sql_too_large`.
+    pub memory_bytes: u64,
+    /// Bytes any one file the process writes may reach (`RLIMIT_FSIZE`):
+    /// SQLite's temporary files of sorts and materialized queries.
+    pub temp_file_bytes: u64,
 }
 
 impl Default for QueryLimits {
@@ -83,6 +107,7 @@ impl Default for QueryLimits {
             time: TIME_LIMIT,
             max_value_bytes: 16 * 1024 * 1024,
             max_answer_bytes: 16 * 1024 * 1024,
+            worker: None,
         }
     }
 }

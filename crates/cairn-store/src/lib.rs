@@ -52,7 +52,7 @@ pub use requests::{
     new_id, now, prepare_step,
 };
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
-pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore};
+pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore, analyst_worker_main};
 pub use stored::{
     SessionCursor, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
     StepFilter, StoredCheckpoint, StoredEntry, StoredNode, StoredStep, TreeRowsRewritten,

@@ -65,6 +65,7 @@ mod access;
 mod admin;
 mod analyst_functions;
 mod analyst_sql;
+mod analyst_worker;
 mod connection;
 mod derived;
 mod embedding;
@@ -80,6 +81,7 @@ mod rows;
 mod state;
 mod tree;
 mod tx;
+pub use analyst_worker::analyst_worker_main;
 pub use fulltext_file::FULLTEXT_FILE;
 
 /// File name of the lock held by the process that sequences the store.

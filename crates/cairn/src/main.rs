@@ -70,7 +70,19 @@ fn pin_malloc_mmap_threshold() {
     eprintln!("cairn: could not re-execute with {MMAP_THRESHOLD_VAR} set ({error}); continuing");
 }
 
+/// The first argument that makes this binary an analyst SQL worker
+/// (`cairn_store::analyst_worker_main`), started by `cairn serve`
+/// for each analyst query on SQLite: not a command for people.
+pub(crate) const ANALYST_WORKER_COMMAND: &str = "internal-analyst-worker";
+
 fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == ANALYST_WORKER_COMMAND)
+    {
+        let code = cairn_store::analyst_worker_main();
+        return ExitCode::from(u8::try_from(code).unwrap_or(3));
+    }
     pin_malloc_mmap_threshold();
     match cli::run() {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -79,6 +79,20 @@ pub(crate) struct ServeLimits {
     /// Bytes of a whole analyst SQL answer (rows past it are dropped).
     #[arg(long, env = "CAIRN_SQL_MAX_ANSWER_BYTES", default_value_t = 16 * 1024 * 1024)]
     sql_max_answer_bytes: usize,
+    /// On SQLite, run each analyst SQL query in a process of its own,
+    /// bounded by the operating system and killed at its time limit
+    /// (`false`: in the server's process, bounded by SQLite's limits only).
+    #[arg(long, env = "CAIRN_SQL_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    sql_worker: bool,
+    /// Bytes of heap an analyst SQL worker may hold (RLIMIT_DATA).
+    #[arg(long, env = "CAIRN_SQL_WORKER_MEMORY_BYTES", default_value_t = 1024 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(32 * 1024 * 1024..))]
+    sql_worker_memory_bytes: u64,
+    /// Bytes any one temporary file of an analyst SQL worker may reach
+    /// (RLIMIT_FSIZE: the files its sorts spill to).
+    #[arg(long, env = "CAIRN_SQL_WORKER_FILE_BYTES", default_value_t = 1024 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    sql_worker_file_bytes: u64,
     /// Steps a session listing verifies at most (later sessions get
     /// chain_valid null).
     #[arg(long, env = "CAIRN_LIST_VERIFY_STEPS", default_value_t = 10_000)]
@@ -114,6 +128,37 @@ pub(crate) fn seconds(text: &str) -> Result<Duration, String> {
 }
 
 impl ServeLimits {
+    /// The analyst SQL worker: this very binary, run as
+    /// [`crate::ANALYST_WORKER_COMMAND`]. On Linux through
+    /// `/proc/self/exe`, which names the running binary even after a new
+    /// one was installed over its path (the worker then stays the server's
+    /// version, instead of failing to start or running another guard's).
+    fn sql_worker(&self) -> Option<cairn_store::analyst::WorkerLimits> {
+        if !self.sql_worker {
+            return None;
+        }
+        let this_binary = std::path::Path::new("/proc/self/exe");
+        let program = if this_binary.exists() {
+            Ok(this_binary.to_path_buf())
+        } else {
+            std::env::current_exe()
+        };
+        match program {
+            Ok(program) => Some(cairn_store::analyst::WorkerLimits {
+                program,
+                args: vec![crate::ANALYST_WORKER_COMMAND.into()],
+                memory_bytes: self.sql_worker_memory_bytes,
+                temp_file_bytes: self.sql_worker_file_bytes,
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    "analyst SQL runs in the server's process: this binary's path is unknown ({e}); set CAIRN_SQL_WORKER=false to say so"
+                );
+                None
+            }
+        }
+    }
+
     /// The server's configuration for a server listening on `listen`.
     pub(crate) fn config(
         &self,
@@ -142,6 +187,7 @@ impl ServeLimits {
                 time: self.sql_timeout,
                 max_value_bytes: self.sql_max_value_bytes,
                 max_answer_bytes: self.sql_max_answer_bytes,
+                worker: self.sql_worker(),
             },
             list_verify_steps: self.list_verify_steps,
         };

@@ -81,6 +81,8 @@ fn analyst_failure(
 ) -> AnalystError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::OperationInterrupted) => AnalystError::TimedOut(limits.time),
+        // In a worker past its memory bound (`analyst_worker`).
+        Some(rusqlite::ErrorCode::OutOfMemory) => AnalystError::Failed("out of memory".into()),
         Some(rusqlite::ErrorCode::TooBig) => AnalystError::TooLarge(format!(
             "a value of the answer would be larger than {value_limit} bytes (the limit of one value in an answer of this many columns)"
         )),
@@ -104,88 +106,125 @@ impl SqliteStore {
         sql: &str,
         limits: &analyst::QueryLimits,
     ) -> Result<AnalystResult, AnalystError> {
+        let deadline = std::time::Instant::now() + limits.time;
         let org = self.read(|c| Self::org_id_of(c, org_id))?.unwrap_or(0);
         let (statement, held_columns) =
             analyst::prepare_counted(sql, analyst::Dialect::Sqlite, org, "main")?;
-        // A connection of its own: read-only, reading only the ledger's
-        // tables, with no string longer than the value limit, and a handler
-        // that stops a long query.
-        let deadline = std::time::Instant::now() + limits.time;
-        let mut c = open_analyst(&self.path, limits, deadline)?;
-        c.progress_handler(1_000, Some(move || std::time::Instant::now() > deadline))
-            .context("setting the time limit")?;
-        // The value limit shrinks once the answer's columns are known.
-        let value_limit = std::cell::Cell::new(limits.max_value_bytes);
-        let failed = |e: rusqlite::Error| analyst_failure(e, limits, value_limit.get(), deadline);
-        let mut stmt = c.prepare(&statement).map_err(failed)?;
-        let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-        if columns.len() > analyst::MAX_COLUMNS {
-            return Err(AnalystError::Refused(format!(
-                "an answer has at most {} columns, not {}",
-                analyst::MAX_COLUMNS,
-                columns.len()
-            )));
+        match &limits.worker {
+            Some(worker) => super::analyst_worker::run_in_worker(
+                worker,
+                &super::analyst_worker::WorkerRequest {
+                    path: self.path.clone(),
+                    statement,
+                    held_columns,
+                    max_rows: limits.max_rows,
+                    time_ms: u64::try_from(limits.time.as_millis()).unwrap_or(u64::MAX),
+                    time_left_ms: u64::try_from(
+                        deadline
+                            .saturating_duration_since(std::time::Instant::now())
+                            .as_millis(),
+                    )
+                    .unwrap_or(u64::MAX),
+                    max_value_bytes: limits.max_value_bytes,
+                    max_answer_bytes: limits.max_answer_bytes,
+                    memory_bytes: worker.memory_bytes,
+                    temp_file_bytes: worker.temp_file_bytes,
+                },
+                limits,
+                deadline,
+            ),
+            None => run_statement(&self.path, &statement, held_columns, limits, deadline),
         }
-        // No function may build a value past this answer's share (SQLite
-        // holds a row's values whole before handing it over).
-        value_limit.set(limits.value_limit(columns.len().max(held_columns)));
-        let value_limit = value_limit.get();
-        c.set_limit(
-            rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
-            i32::try_from(value_limit.max(1)).unwrap_or(i32::MAX),
-        )
-        .context("setting the length limit")
-        .map_err(AnalystError::from)?;
-        let mut rows = stmt.query([]).map_err(failed)?;
-        let mut out = Vec::new();
-        let mut truncated = false;
-        let mut answer_bytes = 0usize;
-        while let Some(row) = rows.next().map_err(failed)? {
-            if out.len() == limits.max_rows {
-                truncated = true;
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(AnalystError::TimedOut(limits.time));
-            }
-            // Sizes first (read in place), so that a row past the answer's
-            // limit is never copied.
-            let mut row_bytes = 0usize;
-            for (i, name) in columns.iter().enumerate() {
-                use rusqlite::types::ValueRef;
-                let size = match row.get_ref(i).map_err(failed)? {
-                    ValueRef::Text(t) => t.len(),
-                    ValueRef::Blob(b) => 2 * b.len(),
-                    _ => 8,
-                };
-                if size > value_limit {
-                    return Err(analyst::value_too_large(name, value_limit));
-                }
-                row_bytes += size;
-            }
-            if answer_bytes + row_bytes > limits.max_answer_bytes {
-                truncated = true;
-                break;
-            }
-            let mut values = Vec::with_capacity(columns.len());
-            for i in 0..columns.len() {
-                use rusqlite::types::ValueRef;
-                let value = row.get_ref(i).map_err(failed)?;
-                values.push(match value {
-                    ValueRef::Null => serde_json::Value::Null,
-                    ValueRef::Integer(n) => n.into(),
-                    ValueRef::Real(f) => f.into(),
-                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
-                    ValueRef::Blob(b) => hex::encode(b).into(),
-                });
-            }
-            answer_bytes += row_bytes;
-            out.push(values);
-        }
-        Ok(AnalystResult {
-            columns,
-            rows: out,
-            truncated,
-        })
     }
+}
+
+/// Runs a statement the guard has prepared (`analyst::prepare_counted`)
+/// on a connection of its own, within `limits` and by `deadline`: in the
+/// server's process, or in an analyst worker's.
+pub(super) fn run_statement(
+    path: &Path,
+    statement: &str,
+    held_columns: usize,
+    limits: &analyst::QueryLimits,
+    deadline: std::time::Instant,
+) -> Result<AnalystResult, AnalystError> {
+    // A connection of its own: read-only, reading only the ledger's
+    // tables, with no string longer than the value limit, and a handler
+    // that stops a long query.
+    let mut c = open_analyst(path, limits, deadline)?;
+    c.progress_handler(1_000, Some(move || std::time::Instant::now() > deadline))
+        .context("setting the time limit")?;
+    // The value limit shrinks once the answer's columns are known.
+    let value_limit = std::cell::Cell::new(limits.max_value_bytes);
+    let failed = |e: rusqlite::Error| analyst_failure(e, limits, value_limit.get(), deadline);
+    let mut stmt = c.prepare(statement).map_err(failed)?;
+    let columns: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+    if columns.len() > analyst::MAX_COLUMNS {
+        return Err(AnalystError::Refused(format!(
+            "an answer has at most {} columns, not {}",
+            analyst::MAX_COLUMNS,
+            columns.len()
+        )));
+    }
+    // No function may build a value past this answer's share (SQLite
+    // holds a row's values whole before handing it over).
+    value_limit.set(limits.value_limit(columns.len().max(held_columns)));
+    let value_limit = value_limit.get();
+    c.set_limit(
+        rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+        i32::try_from(value_limit.max(1)).unwrap_or(i32::MAX),
+    )
+    .context("setting the length limit")
+    .map_err(AnalystError::from)?;
+    let mut rows = stmt.query([]).map_err(failed)?;
+    let mut out = Vec::new();
+    let mut truncated = false;
+    let mut answer_bytes = 0usize;
+    while let Some(row) = rows.next().map_err(failed)? {
+        if out.len() == limits.max_rows {
+            truncated = true;
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(AnalystError::TimedOut(limits.time));
+        }
+        // Sizes first (read in place), so that a row past the answer's
+        // limit is never copied.
+        let mut row_bytes = 0usize;
+        for (i, name) in columns.iter().enumerate() {
+            use rusqlite::types::ValueRef;
+            let size = match row.get_ref(i).map_err(failed)? {
+                ValueRef::Text(t) => t.len(),
+                ValueRef::Blob(b) => 2 * b.len(),
+                _ => 8,
+            };
+            if size > value_limit {
+                return Err(analyst::value_too_large(name, value_limit));
+            }
+            row_bytes += size;
+        }
+        if answer_bytes + row_bytes > limits.max_answer_bytes {
+            truncated = true;
+            break;
+        }
+        let mut values = Vec::with_capacity(columns.len());
+        for i in 0..columns.len() {
+            use rusqlite::types::ValueRef;
+            let value = row.get_ref(i).map_err(failed)?;
+            values.push(match value {
+                ValueRef::Null => serde_json::Value::Null,
+                ValueRef::Integer(n) => n.into(),
+                ValueRef::Real(f) => f.into(),
+                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                ValueRef::Blob(b) => hex::encode(b).into(),
+            });
+        }
+        answer_bytes += row_bytes;
+        out.push(values);
+    }
+    Ok(AnalystResult {
+        columns,
+        rows: out,
+        truncated,
+    })
 }
