@@ -124,11 +124,14 @@ pub(crate) async fn authenticate(
 ) -> Result<Caller, ApiError> {
     {
         let token = bearer(headers).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "an API key is required: Authorization: Bearer cairn_...",
-            )
+            let message = if headers.contains_key(header::AUTHORIZATION) {
+                // A key sent without the scheme, or two headers: say how
+                // to send it rather than that none was sent.
+                "the Authorization header is not one `Bearer <API key>`: send `Authorization: Bearer cairn_...`"
+            } else {
+                "an API key is required: Authorization: Bearer cairn_..."
+            };
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
         })?;
         authenticate_hash(state, token_hash(token)).await
     }

@@ -115,7 +115,6 @@ pub const ERROR_CODES: &[&str] = &[
     "bad_predecessor",
     "duplicate_id",
     "not_flagged",
-    "unavailable",
     "key_conflict",
     "key_revoked",
     "clock_skew",

@@ -168,7 +168,7 @@ pub(crate) async fn list_keys(
     operation_id = "revoke_key",
     tag = "keys",
     summary = "Revoke an API key",
-    description = "Roles: admin.",
+    description = "Roles: admin. The org's last admin key not bound to an agent is not revoked (409 `refused`: create another admin key first; `cairn admin revoke-key` on the data directory can). A key bound to an agent revokes that agent's keys only.",
     params(
         ("key_id" = String, Path, description = "The key's id"),
     ),
@@ -190,26 +190,66 @@ pub(crate) async fn revoke_key(
     // A key bound to an agent revokes keys of that agent only; others
     // answer as if they did not exist.
     let bound = caller.key.agent_id.clone();
+    if key_id.starts_with("cairn_") {
+        // A whole token (a secret) where its id belongs: not repeated in
+        // the answer, which logs and proxies may keep.
+        return Err(ApiError::not_found(
+            "no key has that id: the path holds what looks like a whole API key (not repeated here); a key's id is what GET /v1/keys lists as `id`",
+        ));
+    }
     let revoked = blocking(&state, move |store| {
-        if bound.is_some()
-            && !store
-                .api_keys(&org)?
-                .iter()
-                .any(|k| k.id == id && k.agent_id == bound)
-        {
-            return Ok(false);
+        let keys = store.api_keys(&org)?;
+        let Some(key) = keys
+            .iter()
+            .find(|k| k.id == id && (bound.is_none() || k.agent_id == bound))
+        else {
+            return Ok(Revoked::Unknown);
+        };
+        // An admin key of the whole org (not bound to an agent), in use.
+        let admin = |k: &&cairn_store::ApiKey| {
+            k.role.can_admin() && k.agent_id.is_none() && k.revoked_at.is_none()
+        };
+        if admin(&key) && keys.iter().filter(admin).count() == 1 {
+            return Ok(Revoked::LastAdmin);
         }
-        Ok(store.revoke_api_key(&org, &id, cairn_store::now())?)
+        Ok(if store.revoke_api_key(&org, &id, cairn_store::now())? {
+            Revoked::Done
+        } else {
+            Revoked::Unknown
+        })
     })
     .await?;
-    if !revoked {
-        return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
+    match revoked {
+        Revoked::Done => {}
+        Revoked::Unknown => {
+            return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
+        }
+        Revoked::LastAdmin => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "refused",
+                format!(
+                    "key {} is the org's last admin key: create another admin key first (POST /v1/keys with role admin), then revoke this one",
+                    shown(&key_id)
+                ),
+            ));
+        }
     }
     if let Ok(mut keys) = state.keys.write() {
         keys.retain(|_, (k, _)| k.id != key_id);
     }
     state.mcp_sessions.end_key(&key_id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// What revoking a key came to.
+enum Revoked {
+    Done,
+    /// No such key in the org (or not of the caller's agent).
+    Unknown,
+    /// The org's last admin key of the whole org in use: refused, so that
+    /// the org is never left without a key that can manage every key.
+    LastAdmin,
 }
 
 /// Creates the first admin key of `org_id` if the org has no key yet, and

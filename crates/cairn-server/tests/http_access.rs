@@ -402,3 +402,80 @@ fn detail_levels_and_consent() {
         200
     );
 }
+
+/// Managing keys does not trap the org: its last admin key of the whole
+/// org cannot be revoked through the API (another can be, and then it
+/// can); a whole token where a key id belongs is not repeated in the
+/// answer; an Authorization header without the Bearer scheme is named.
+#[test]
+fn key_management_cannot_lock_the_org_out() {
+    let server = start();
+    let admin = server.admin.clone();
+    let listed = get(&server, "/v1/keys", &admin).json();
+    let admin_id = listed["keys"]
+        .as_array()
+        .or_else(|| listed.as_array())
+        .and_then(|keys| keys.iter().find(|k| k["role"] == "admin"))
+        .and_then(|k| k["id"].as_str())
+        .unwrap_or_else(|| panic!("an admin key is listed: {listed}"))
+        .to_owned();
+    let last = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{admin_id}"),
+        Some(&admin),
+        None,
+    );
+    assert_eq!(
+        (last.status, last.code().as_str()),
+        (409, "refused"),
+        "{}",
+        last.text()
+    );
+    assert!(last.text().contains("last admin key"), "{}", last.text());
+    // A key bound to an agent is no admin of the whole org.
+    let bound = key_for(&server, "acme", Role::Admin, Some("analyst"));
+    let still_last = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{admin_id}"),
+        Some(&bound),
+        None,
+    );
+    assert_ne!(still_last.status, 204, "{}", still_last.text());
+    let second = key_for(&server, "acme", Role::Admin, None);
+    let revoked = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{admin_id}"),
+        Some(&second),
+        None,
+    );
+    assert_eq!(revoked.status, 204, "{}", revoked.text());
+    // The token itself in the path: not found, and not echoed.
+    let token_path = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{second}"),
+        Some(&second),
+        None,
+    );
+    assert_eq!(token_path.status, 404, "{}", token_path.text());
+    assert!(
+        !token_path.text().contains(&second),
+        "{}",
+        token_path.text()
+    );
+    // A key without its scheme.
+    let mut raw = TcpStream::connect(server.addr).unwrap();
+    raw.write_all(
+        format!("GET /v1/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: {second}\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    raw.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    assert!(text.contains("Bearer"), "{text}");
+    assert!(!text.contains("an API key is required"), "{text}");
+}
