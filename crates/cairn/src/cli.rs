@@ -51,8 +51,8 @@ use evidence::*;
 use ledger_cmd::*;
 pub(crate) use serve_cmd::shutdown_signal;
 use serve_cmd::*;
-pub(crate) use store_open::open_store;
 use store_open::store_location;
+pub(crate) use store_open::{open_store, require_existing_store};
 
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
@@ -543,6 +543,24 @@ impl Command {
             Command::Admin(command) => matches!(command, admin_cmd::AdminCommand::RepairTree),
             Command::Review(command) => command.writes(),
             _ => true,
+        }
+    }
+}
+
+impl Command {
+    /// Whether the command only reads the store (an export and a search
+    /// too, though they may sign a checkpoint or embed what is queued; a
+    /// tree repair has nothing to repair in a new store):
+    /// such a command refuses a data directory without a store rather than
+    /// create one (`require_existing_store`). Creating a key with `admin`
+    /// creates the store and its org, as `log` and `serve` do.
+    pub(crate) fn only_reads(&self) -> bool {
+        match self {
+            Command::Export(_) | Command::Search(_) => true,
+            Command::Admin(command) => {
+                !matches!(command, admin_cmd::AdminCommand::CreateKey { .. })
+            }
+            command => !command.writes(),
         }
     }
 }

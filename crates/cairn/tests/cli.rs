@@ -968,3 +968,54 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
     assert_eq!(verdict["verified"], false, "{verdict}");
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
 }
+
+/// A reading command pointed at a data directory without a store (a
+/// mistyped `CAIRN_DATA_DIR`, a command run from another directory)
+/// refuses, exit 2, naming the directory, and creates nothing: it had
+/// created an empty store with a server key of its own, so `cairn keys`
+/// printed a key no bundle was signed with and `cairn sessions` an empty
+/// table. Writing commands still create the store.
+#[test]
+fn reading_commands_do_not_create_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["keys"][..],
+        &["sessions"],
+        &["replay", "s1"],
+        &["verify"],
+        &["export", "--session", "s1", "--output", "x.bundle"],
+        &["search", "anything"],
+        &["sql", "SELECT 1"],
+        &["admin", "list-keys"],
+        &["admin", "repair-tree"],
+    ] {
+        let run = cairn_in(dir.path(), args, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("no Cairn store in") && run.stderr.contains("data"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !dir.path().join("data").exists(),
+            "{args:?} created the store"
+        );
+    }
+    let logged = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "s1",
+            "--agent",
+            "a",
+            "--type",
+            "Observation",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(logged.code, 0, "{}", logged.stderr);
+    assert_eq!(cairn_in(dir.path(), &["keys"], None).code, 0);
+}

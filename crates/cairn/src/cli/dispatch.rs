@@ -68,6 +68,9 @@ pub fn run() -> Result<Outcome> {
             crate::records::thinking(&cli, None, args)
         }
         command => {
+            if command.only_reads() {
+                require_existing_store(&cli)?;
+            }
             let store = match command {
                 // An export signs a fresh checkpoint when it may, and reads
                 // beside a running server otherwise.

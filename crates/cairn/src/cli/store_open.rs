@@ -54,6 +54,24 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
     }
 }
 
+/// Refuses a reading command on an embedded store that does not exist:
+/// opening it would create an empty store, with a server key of its own,
+/// where the user mistyped the data directory (or ran the command from
+/// another directory), and answer from that (an empty listing, another
+/// key, whose bundles then fail to verify).
+pub(crate) fn require_existing_store(cli: &Cli) -> Result<()> {
+    if cli.database.is_some() || cli.data_dir.join(cairn_store::DB_FILE).exists() {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "no Cairn store in {} (no {}): set --data-dir or CAIRN_DATA_DIR to the data directory `cairn serve` or `cairn log` uses (this command reads; it does not create one)",
+        std::path::absolute(&cli.data_dir)
+            .unwrap_or_else(|_| cli.data_dir.clone())
+            .display(),
+        cairn_store::DB_FILE
+    )))
+}
+
 /// A connection URL fit to print: its password, if any, replaced.
 pub(super) fn redact_password(url: &str) -> String {
     // postgres://user:secret@host/db and key=value forms.
