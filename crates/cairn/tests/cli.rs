@@ -1019,3 +1019,76 @@ fn reading_commands_do_not_create_a_store() {
     assert_eq!(logged.code, 0, "{}", logged.stderr);
     assert_eq!(cairn_in(dir.path(), &["keys"], None).code, 0);
 }
+
+/// A bundle that fails the way a mistake explains keeps its published
+/// verdict (exit 1, the reason) and gets a hint saying what to check: an
+/// empty file, a server's error answer saved as a bundle, a `--key` that
+/// is not the key the bundle names (a `cairn keys` run elsewhere). A real
+/// tampering gets no such hint.
+#[test]
+fn failed_bundles_hint_at_the_likely_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let bundle = dir.path().join("all.bundle");
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", bundle.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let other = tempfile::tempdir().unwrap();
+    populated(other.path());
+    let other_key = cairn_in(other.path(), &["keys"], None)
+        .stdout
+        .trim()
+        .to_owned();
+    let empty = dir.path().join("empty.bundle");
+    std::fs::write(&empty, "").unwrap();
+    let error = dir.path().join("error.bundle");
+    std::fs::write(
+        &error,
+        "{\"error\":{\"code\":\"not_found\",\"message\":\"session nope\"}}\n",
+    )
+    .unwrap();
+    let edited = dir.path().join("edited.bundle");
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    std::fs::write(
+        &edited,
+        text.replacen("\"content\":\"", "\"content\":\"X", 1),
+    )
+    .unwrap();
+    for (file, key, reason, hint) in [
+        (&empty, None, "missing-record", Some("is empty")),
+        (
+            &error,
+            None,
+            "malformed-record",
+            Some("error answer from a Cairn server"),
+        ),
+        (
+            &bundle,
+            Some(other_key.as_str()),
+            "bad-signature",
+            Some("no key given with --key is that key"),
+        ),
+        (&edited, None, "", None),
+    ] {
+        let mut args = vec!["--json", "verify", "--bundle", file.to_str().unwrap()];
+        if let Some(key) = key {
+            args.extend(["--key", key]);
+        }
+        let run = cairn_in(dir.path(), &args, None);
+        assert_eq!(run.code, 1, "{args:?}: {} {}", run.stdout, run.stderr);
+        let verdict = json(&run);
+        if !reason.is_empty() {
+            assert_eq!(verdict["brokenReason"], reason, "{verdict}");
+        }
+        match hint {
+            Some(hint) => assert!(
+                verdict["hint"].as_str().is_some_and(|h| h.contains(hint)),
+                "{args:?}: {verdict}"
+            ),
+            None => assert!(verdict["hint"].is_null(), "{verdict}"),
+        }
+    }
+}

@@ -326,8 +326,12 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     .with_context(|| format!("reading {}", path.display()))?;
     bar.finish_and_clear();
     let result = verifier.finish();
+    let hint = (!result.verdict.verified)
+        .then(|| failure_hint(path, args, &result.verdict, total))
+        .flatten();
     let extra = json!({
         "bundle": path.display().to_string(),
+        "hint": hint,
         "server_key": result.server_key,
         "key_pinned": result.key_pinned,
         "checkpoint_size": result.checkpoint.map(|c| c.0),
@@ -389,7 +393,70 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
             );
         }
     }
-    report(cli, &result.verdict, started, extra)
+    let outcome = report(cli, &result.verdict, started, extra);
+    if let Some(hint) = &hint
+        && !cli.json
+    {
+        println!("  hint: {hint}");
+    }
+    outcome
+}
+
+/// What a user most likely did when a bundle fails in one of the ways a
+/// mistake, not an attack, usually explains: the file is empty or holds a
+/// server's error answer (a failed `curl` saved as a bundle), or the key
+/// given with `--key` is not the one the bundle names. The verdict is
+/// unchanged (the published reasons); this only says what to check.
+fn failure_hint(
+    path: &std::path::Path,
+    args: &VerifyArgs,
+    verdict: &Verdict,
+    size: u64,
+) -> Option<String> {
+    use cairn_core::verify::Reason;
+    let reason = verdict.failure.as_ref()?.reason;
+    if size == 0 {
+        return Some(format!(
+            "{} is empty: the export that wrote it failed or was cut off",
+            path.display()
+        ));
+    }
+    // The first line, no further than a header can be.
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::Read::take(
+            std::io::BufReader::new(std::fs::File::open(path).ok()?),
+            64 * 1024,
+        ),
+        &mut first,
+    )
+    .ok()?;
+    let header: Value = serde_json::from_str(first.trim_end()).ok()?;
+    if reason == Reason::MalformedRecord
+        && let Some(error) = header.get("error")
+    {
+        return Some(format!(
+            "{} holds an error answer from a Cairn server, not a bundle ({}: {}): the export failed; check the session id, the org and the API key used to export",
+            path.display(),
+            error["code"].as_str().unwrap_or("?"),
+            error["message"].as_str().unwrap_or("?"),
+        ));
+    }
+    if reason == Reason::BadSignature && !args.key.is_empty() {
+        // `name+hexid+base64`: the base64 may hold `+` too.
+        let mut parts = header.get("server_key")?.as_str()?.splitn(3, '+');
+        let named_id = format!("{}+{}", parts.next()?, parts.next()?);
+        if !args
+            .key
+            .iter()
+            .any(|k| k.starts_with(&format!("{named_id}+")))
+        {
+            return Some(format!(
+                "the bundle names its server key {named_id}, and no key given with --key is that key: if you ran `cairn keys` for --key, run it where the server's data is (CAIRN_DATA_DIR); if you trust only the keys you gave, this bundle is not from their server"
+            ));
+        }
+    }
+    None
 }
 
 /// The selection the published rule gives for `selection`'s scope and
