@@ -237,3 +237,60 @@ fn cose_receipts_verify_with_the_server_key() {
         401
     );
 }
+
+/// An uploaded bundle verifies under the key it names unless keys are
+/// given; the answer says whether the key was pinned and whether it is
+/// this server's, so that a bundle another server signed is not taken
+/// for one this server vouches for.
+#[test]
+fn uploaded_bundles_say_whose_key_signed_them() {
+    let ours = start();
+    let theirs = start();
+    seed_000(&ours, &ours.admin, "s1");
+    seed_000(&theirs, &theirs.admin, "s1");
+    let their_bundle = get(&theirs, "/v1/export?session=s1", &theirs.admin).body;
+    let our_bundle = get(&ours, "/v1/export?session=s1", &ours.admin).body;
+    let check = |bundle: &[u8], query: &str| {
+        call(
+            &ours,
+            "POST",
+            &format!("/v1/bundles/verify{query}"),
+            Some(&ours.admin),
+            Some(bundle),
+        )
+        .json()
+    };
+    let ours_checked = check(&our_bundle, "");
+    assert_eq!(
+        (
+            &ours_checked["verified"],
+            &ours_checked["key_pinned"],
+            &ours_checked["signed_by_this_server"]
+        ),
+        (&json!(true), &json!(false), &json!(true)),
+        "{ours_checked}"
+    );
+    let theirs_checked = check(&their_bundle, "");
+    assert_eq!(
+        (
+            &theirs_checked["verified"],
+            &theirs_checked["signed_by_this_server"]
+        ),
+        (&json!(true), &json!(false)),
+        "{theirs_checked}"
+    );
+    let their_key = theirs.store.server_key().to_string();
+    let pinned = check(
+        &their_bundle,
+        &format!("?key={}", percent_encode(&their_key)),
+    );
+    assert_eq!(
+        (
+            &pinned["verified"],
+            &pinned["key_pinned"],
+            &pinned["signed_by_this_server"]
+        ),
+        (&json!(true), &json!(true), &json!(false)),
+        "{pinned}"
+    );
+}

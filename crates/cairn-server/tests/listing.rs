@@ -145,7 +145,7 @@ fn the_api_filters_and_pages_sessions() {
 
     // A cursor from a row continues after it.
     let cursor = all[7]["cursor"].as_str().unwrap();
-    let encoded: String = form_encode(cursor);
+    let encoded: String = percent_encode(cursor);
     let rest = api(
         &server,
         &format!("/v1/sessions?cursor={encoded}&limit=1000"),
@@ -184,15 +184,4 @@ fn the_api_filters_and_pages_sessions() {
     let rival_reader = key_for(&server, "rival", Role::Reader, None);
     let (theirs, _) = follow(&server, "/v1/sessions?flagged=false", &rival_reader);
     assert_eq!(theirs, vec!["t1"]);
-}
-
-fn form_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -272,9 +272,13 @@ class ConsistencyProof(TypedDict, total=False):
 
 
 class BundleVerdict(SessionVerdict, total=False):
-    """`POST /v1/bundles/verify`: the fields of `cairn verify --json`."""
+    """`POST /v1/bundles/verify`: the fields of `cairn verify --json`, and
+    whether the key was given by the caller (`key_pinned`) and is this
+    server's (`signed_by_this_server`)."""
     checkpoint_size: int
     server_key: str
+    key_pinned: bool
+    signed_by_this_server: bool
 
 
 class ApiKey(TypedDict, total=False):

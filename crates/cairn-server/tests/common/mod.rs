@@ -327,3 +327,15 @@ pub fn mcp_tool(addr: SocketAddr, token: &str, session: &str, name: &str, args: 
                 "params": {"name": name, "arguments": args}}),
     )
 }
+
+/// Percent-encodes a query or form value (a vkey holds `+` and `/`).
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
