@@ -237,6 +237,16 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::wire::InputError> for ApiError {
+    fn from(e: crate::wire::InputError) -> ApiError {
+        let error = ApiError::bad_request(e.code, e.message);
+        match e.field {
+            Some(field) => error.with_field(field),
+            None => error,
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {

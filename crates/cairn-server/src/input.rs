@@ -82,6 +82,23 @@ pub fn unknown_field(path: &str, name: &str, known: &[&str]) -> ApiError {
     ApiError::bad_request("unknown_field", message).with_field(field)
 }
 
+/// Refuses a member of a step object that no step has, and a link name no
+/// link has (`links.colour`), each suggesting the nearest known name: the
+/// check every surface that reads step objects makes first (REST bodies
+/// and batches, `cairn log --stdin`).
+pub fn refuse_unknown_step_members(object: &Map<String, Value>) -> Result<(), ApiError> {
+    refuse_unknown(object, crate::wire::STEP_MEMBERS)?;
+    if let Some(Value::Object(links)) = object.get("links") {
+        let known = cairn_core::record::Links::default()
+            .entries()
+            .map(|(name, _)| name);
+        if let Some(unknown) = links.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(unknown_field("links.", unknown, &known));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a member of `object` that is not in `known`.
 pub fn refuse_unknown(object: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
     match object.keys().find(|k| !known.contains(&k.as_str())) {

@@ -50,6 +50,7 @@ pub use cairn_wire::{render, wire};
 pub use auth::Caller;
 pub(crate) use auth::*;
 pub use error::{ApiError, ErrorBody, ErrorDetail};
+pub use input::refuse_unknown_step_members;
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};
 pub use metrics::Metrics;
@@ -247,7 +248,7 @@ async fn blocking<T: Send + 'static>(
 /// beyond the 64-bit range (which would silently become a float), is
 /// refused rather than guessed at.
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.0))
+    wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.message))
 }
 
 /// A request body that must be a JSON object with only these members;

@@ -7,7 +7,7 @@ use super::*;
 /// write as that agent, and is the default agent.
 pub(crate) fn step_for(caller: &Caller, value: Value) -> Result<cairn_store::NewStep, ApiError> {
     if let Some(object) = value.as_object() {
-        input::refuse_unknown(object, wire::STEP_MEMBERS)?;
+        input::refuse_unknown_step_members(object)?;
     }
     let step = wire::step_from_json(
         value,
@@ -15,7 +15,7 @@ pub(crate) fn step_for(caller: &Caller, value: Value) -> Result<cairn_store::New
         caller.key.agent_id.as_deref(),
         &caller.key.id,
     )
-    .map_err(|e| ApiError::bad_request("invalid_request", e.0))?;
+    .map_err(ApiError::from)?;
     if let Some(bound) = &caller.key.agent_id
         && *bound != step.agent_id
         && cairn_core::record::hashed_agent_id(bound) != step.agent_id

@@ -258,7 +258,9 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         ("malformed JSON", b"{\"session_id\": ".to_vec(), 400, "invalid_json"),
         ("not an object", b"[1, 2]".to_vec(), 400, "invalid_request"),
-        ("wrong type", json!({"session_id": 7, "agent_id": "a", "step_type": "plan"}).to_string().into_bytes(), 400, "invalid_request"),
+        ("wrong type", json!({"session_id": 7, "agent_id": "a", "step_type": "plan"}).to_string().into_bytes(), 400, "invalid_argument"),
+        ("wrong type of a number", json!({"session_id": "s1", "agent_id": "a", "step_type": "plan", "confidence": "0.9"}).to_string().into_bytes(), 400, "invalid_argument"),
+        ("missing member", json!({"agent_id": "a", "step_type": "plan"}).to_string().into_bytes(), 400, "missing_field"),
         ("unknown member", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "colour": "red"}).to_string().into_bytes(), 400, "unknown_field"),
         ("unknown step type", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "Informational"}).to_string().into_bytes(), 400, "unknown_step_type"),
         ("confidence above 1", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "confidence": 1.2}).to_string().into_bytes(), 400, "confidence_out_of_range"),
@@ -288,6 +290,14 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
                 .is_empty(),
             "{name}"
         );
+        // A member's mistake names the member, as MCP names its argument.
+        if ["invalid_argument", "missing_field", "unknown_field"].contains(&code) {
+            assert!(
+                reply.json()["error"]["field"].is_string(),
+                "{name}: {}",
+                reply.text()
+            );
+        }
     }
     // The seeds' endpoints: each bad request has its code (TRACE is the
     // trace id of s1's first step, which is not flagged).
@@ -334,7 +344,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/steps",
             with_link("colour", "red"),
             400,
-            "invalid_request",
+            "unknown_field",
         ),
         (
             "review of a step that is not flagged",

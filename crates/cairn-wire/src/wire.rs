@@ -17,10 +17,50 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-/// A step object that cannot be turned into a step.
+/// A step object that cannot be turned into a step: the API's error code
+/// and the member concerned, so that every surface answers one mistake
+/// alike (REST as `{"error": {"code", "field", "message"}}`, `cairn log
+/// --stdin` per line).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InputError(pub String);
+#[error("{message}")]
+pub struct InputError {
+    /// The stable error code: `missing_field`, `invalid_argument`,
+    /// `unknown_field`, or `invalid_request` (the body as a whole).
+    pub code: &'static str,
+    /// The member concerned, if one is.
+    pub field: Option<String>,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl InputError {
+    /// Required member `field` is absent (or null).
+    pub fn missing(field: &str) -> InputError {
+        InputError {
+            code: "missing_field",
+            field: Some(field.to_owned()),
+            message: format!("{field} is required"),
+        }
+    }
+
+    /// Member `field` has a value it cannot have.
+    pub fn invalid(field: &str, message: impl Into<String>) -> InputError {
+        InputError {
+            code: "invalid_argument",
+            field: Some(field.to_owned()),
+            message: message.into(),
+        }
+    }
+
+    /// The body as a whole is wrong (not an object, not JSON).
+    pub fn request(message: impl Into<String>) -> InputError {
+        InputError {
+            code: "invalid_request",
+            field: None,
+            message: message.into(),
+        }
+    }
+}
 
 /// A step object's members, each moved out at most once: the step takes
 /// its strings and JSON values from the parsed object instead of copying
@@ -34,10 +74,14 @@ impl Members {
         let mut members = Members(Default::default());
         for (key, value) in obj {
             let Some(slot) = STEP_MEMBERS.iter().position(|m| *m == key) else {
-                return Err(InputError(format!(
-                    "unknown member {key:?}; a step has {}",
-                    STEP_MEMBERS.join(", ")
-                )));
+                return Err(InputError {
+                    code: "unknown_field",
+                    message: format!(
+                        "unknown member {key:?}; a step has {}",
+                        STEP_MEMBERS.join(", ")
+                    ),
+                    field: Some(key),
+                });
             };
             members.0[slot] = Some(value);
         }
@@ -55,20 +99,19 @@ fn string(obj: &mut Members, key: &str) -> Result<Option<String>, InputError> {
     match obj.take(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(InputError(format!(
-            "{key} must be a string, not {}",
-            kind_of(&other)
-        ))),
+        Some(other) => Err(InputError::invalid(
+            key,
+            format!("{key} must be a string, not {}", kind_of(&other)),
+        )),
     }
 }
 
 fn unsigned(obj: &mut Members, key: &str) -> Result<Option<u64>, InputError> {
     match obj.take(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| InputError(format!("{key} must be a non-negative integer"))),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            InputError::invalid(key, format!("{key} must be a non-negative integer"))
+        }),
     }
 }
 
@@ -122,7 +165,7 @@ pub fn step_from_json(
     let obj = match value {
         Value::Object(obj) => obj,
         other => {
-            return Err(InputError(format!(
+            return Err(InputError::request(format!(
                 "a step must be a JSON object, not {}",
                 kind_of(&other)
             )));
@@ -134,40 +177,45 @@ pub fn step_from_json(
     if let Some(org) = string(obj, "org_id")?
         && org != org_id
     {
-        return Err(InputError(format!(
-            "org_id {org:?} is not the org of this request ({org_id})"
-        )));
+        return Err(InputError::invalid(
+            "org_id",
+            format!("org_id {org:?} is not the org of this request ({org_id})"),
+        ));
     }
-    let session_id =
-        string(obj, "session_id")?.ok_or_else(|| InputError("session_id is required".into()))?;
+    let session_id = string(obj, "session_id")?.ok_or_else(|| InputError::missing("session_id"))?;
     let agent_id = match (string(obj, "agent_id")?, default_agent) {
         (Some(a), _) => a,
         (None, Some(a)) => a.to_owned(),
-        (None, None) => return Err(InputError("agent_id is required".into())),
+        (None, None) => return Err(InputError::missing("agent_id")),
     };
     // Seed 004's privacy: the session records a hash of the agent's name.
     let agent_id = match obj.take("hash_agent_id") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => agent_id,
         Some(Value::Bool(true)) => cairn_core::record::hashed_agent_id(&agent_id),
-        Some(_) => return Err(InputError("hash_agent_id must be a boolean".into())),
+        Some(_) => {
+            return Err(InputError::invalid(
+                "hash_agent_id",
+                "hash_agent_id must be a boolean",
+            ));
+        }
     };
-    let kind_label =
-        string(obj, "step_type")?.ok_or_else(|| InputError("step_type is required".into()))?;
+    let kind_label = string(obj, "step_type")?.ok_or_else(|| InputError::missing("step_type"))?;
     let confidence = match obj.take("confidence") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_f64()
-                .ok_or_else(|| InputError("confidence must be a number".into()))?,
+                .ok_or_else(|| InputError::invalid("confidence", "confidence must be a number"))?,
         ),
     };
     let links = match obj.take("links") {
         None | Some(Value::Null) => Links::default(),
-        Some(v) => Links::from_json(&v).map_err(InputError)?,
+        Some(v) => Links::from_json(&v).map_err(|m| InputError::invalid("links", m))?,
     };
     let status = match string(obj, "status")? {
         None => Status::Ok,
-        Some(s) => Status::parse(&s)
-            .ok_or_else(|| InputError(format!("status must be ok or flagged, not {s:?}")))?,
+        Some(s) => Status::parse(&s).ok_or_else(|| {
+            InputError::invalid("status", format!("status must be ok or flagged, not {s:?}"))
+        })?,
     };
     let json_member = |obj: &mut Members, key: &str| obj.take(key).filter(|v| !v.is_null());
     let created_at = string(obj, "created_at")?;
@@ -176,7 +224,7 @@ pub fn step_from_json(
         Some(hex_seed) => {
             let mut seed = [0u8; 32];
             hex::decode_to_slice(&hex_seed, &mut seed)
-                .map_err(|_| InputError("seed must be 64 hex digits".into()))?;
+                .map_err(|_| InputError::invalid("seed", "seed must be 64 hex digits"))?;
             Some(seed)
         }
     };
@@ -187,17 +235,19 @@ pub fn step_from_json(
             let key_id = sig
                 .get("key_id")
                 .and_then(Value::as_str)
-                .ok_or_else(|| InputError("signature.key_id is required".into()))?;
+                .ok_or_else(|| InputError::missing("signature.key_id"))?;
             let bytes = sig
                 .get("signature")
                 .and_then(Value::as_str)
                 .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-                .ok_or_else(|| InputError("signature.signature must be base64".into()))?;
+                .ok_or_else(|| {
+                    InputError::invalid("signature", "signature.signature must be base64")
+                })?;
             Some(cairn_core::commit::AgentSignature {
                 key_id: key_id.to_owned(),
-                signature: bytes
-                    .try_into()
-                    .map_err(|_| InputError("signature.signature must be 64 bytes".into()))?,
+                signature: bytes.try_into().map_err(|_| {
+                    InputError::invalid("signature", "signature.signature must be 64 bytes")
+                })?,
             })
         }
     };
@@ -208,12 +258,15 @@ pub fn step_from_json(
     let created_at = created_at
         .map(|t| match signature {
             Some(_) => Timestamp::parse_canonical(&t).map_err(|e| {
-                InputError(format!(
-                    "created_at: {e} (a signed step gives the canonical form its agent hashed)"
-                ))
+                InputError::invalid(
+                    "created_at",
+                    format!(
+                        "created_at: {e} (a signed step gives the canonical form its agent hashed)"
+                    ),
+                )
             }),
             None => Timestamp::parse_rfc3339(&t).map_err(|_| {
-                InputError(format!(
+                InputError::invalid("created_at", format!(
                     "created_at: {t:?} is not an RFC 3339 date-time such as 2026-01-15T10:30:00.000000Z or 2026-01-15T11:30:00+01:00 (zero to nine fraction digits, no leap second)"
                 ))
             }),
@@ -648,7 +701,7 @@ pub fn written_to_json(w: &cairn_store::Written) -> Value {
 /// so, rather than a guess.
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, InputError> {
     cairn_core::json::from_slice_with(bytes, cairn_core::json::Integers::Bits64)
-        .map_err(|e| InputError(format!("the body is not valid JSON: {e}")))
+        .map_err(|e| InputError::request(format!("the body is not valid JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -713,7 +766,7 @@ mod tests {
         ];
         for (value, message) in cases {
             let err = step_from_json(value.clone(), "acme", None, "cli").unwrap_err();
-            assert!(err.0.contains(message), "{value}: {err}");
+            assert!(err.message.contains(message), "{value}: {err}");
         }
     }
 
@@ -747,7 +800,7 @@ mod tests {
         assert!(step("2026-01-15 10:30:05Z", false).is_err());
         let err = step("2026-01-15T10:30:05Z", true).unwrap_err();
         assert!(
-            err.0.contains("signed step gives the canonical form"),
+            err.message.contains("signed step gives the canonical form"),
             "{err}"
         );
         assert!(step("2026-01-15T10:30:05.000000Z", true).is_ok());
@@ -763,7 +816,7 @@ mod tests {
             (r#"{"a": 1} x"#, "not valid JSON"),
         ] {
             let err = parse_strict(text.as_bytes()).unwrap_err();
-            assert!(err.0.contains(message), "{text}: {err}");
+            assert!(err.message.contains(message), "{text}: {err}");
         }
         for text in [
             r#"{"n": 18446744073709551615, "m": -9223372036854775808, "f": 1e300, "g": 0.5}"#,

@@ -42,6 +42,17 @@ fn demo_verifies_then_catches_the_edited_step() {
 /// given twice, or a member name serde_json would read as one of its own
 /// markers (a value that could not be recorded as sent), refuses the line
 /// with a message saying so; the other lines are recorded and verify.
+/// `cairn log --stdin` of `lines`, some of them refused (exit 2): its
+/// answer lines.
+fn log_stdin_refusing(dir: &Path, lines: &[&str]) -> Vec<serde_json::Value> {
+    let run = cairn_in(dir, &["log", "--stdin"], Some(&lines.join("\n")));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
     let dir = tempfile::tempdir().unwrap();
@@ -50,14 +61,8 @@ fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
         r#"{"session_id":"s","agent_id":"a","step_type":"Observation","input_data":{"$serde_json::private::RawValue":"1"}}"#,
         r#"{"session_id":"s","agent_id":"a","step_type":"Observation","input_data":{"$serde_json":1}}"#,
     ];
-    let run = cairn_in(dir.path(), &["log", "--stdin"], Some(&input.join("\n")));
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    let answers: Vec<serde_json::Value> = run
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(answers.len(), 3, "{}", run.stdout);
+    let answers = log_stdin_refusing(dir.path(), &input);
+    assert_eq!(answers.len(), 3, "{answers:?}");
     let error = |line: u64| {
         let answer = answers.iter().find(|a| a["line"] == line).unwrap();
         answer["error"].as_str().unwrap_or_default().to_owned()
@@ -1091,4 +1096,44 @@ fn failed_bundles_hint_at_the_likely_mistake() {
             None => assert!(verdict["hint"].is_null(), "{verdict}"),
         }
     }
+}
+
+/// `cairn log --stdin` names a refused line's mistake as REST answers the
+/// same body: the code, the member and the message (an unknown member
+/// with its nearest known name, a link name too).
+#[test]
+fn log_stdin_names_mistakes_as_rest_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        r#"{"agent_id":"a","step_type":"Observation"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","contnet":"x"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","confidence":"0.9"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","links":{"tool_cal":"t"}}"#,
+        "not json",
+    ];
+    let answers = log_stdin_refusing(dir.path(), &input);
+    let answer = |line: u64| answers.iter().find(|a| a["line"] == line).unwrap().clone();
+    for (line, code, field) in [
+        (1, "missing_field", Some("session_id")),
+        (2, "unknown_field", Some("contnet")),
+        (3, "invalid_argument", Some("confidence")),
+        (4, "unknown_field", Some("links.tool_cal")),
+        (5, "invalid_json", None),
+    ] {
+        let a = answer(line);
+        assert_eq!(a["code"], code, "{a}");
+        assert_eq!(a["field"].as_str(), field, "{a}");
+    }
+    assert!(
+        answer(2)["error"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean content")
+    );
+    assert!(
+        answer(4)["error"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean links.tool_call")
+    );
 }

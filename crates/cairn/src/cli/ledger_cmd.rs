@@ -104,7 +104,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             args.agent.as_deref(),
             "cli",
         )
-        .map_err(|e| usage(e.0))?;
+        .map_err(|e| usage(e.message))?;
         let written = ledger
             .write(WriteRequest::Step(Box::new(step)))
             .map_err(append_error)?;
@@ -157,11 +157,19 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         // Read as a REST body is (`wire::parse_strict`'s reading): a member
         // given twice or an integer beyond 64 bits is refused, never read
         // one way here and another there.
+        // A refused line names its error as REST answers it (the code, the
+        // member, the message, an unknown member's nearest known name).
+        let refused_as = |code: &str, field: Option<String>, message: String| json!({"line": number + 1, "error": message, "code": code, "field": field});
         let parsed =
             cairn_core::json::from_slice_with(line.as_bytes(), cairn_core::json::Integers::Bits64)
-                .map_err(|e| format!("not JSON: {e}"))
+                .map_err(|e| refused_as("invalid_json", None, format!("not JSON: {e}")))
                 .and_then(|v| {
-                    step_from_json(v, &cli.org, args.agent.as_deref(), "cli").map_err(|e| e.0)
+                    if let Some(object) = v.as_object() {
+                        cairn_server::refuse_unknown_step_members(object)
+                            .map_err(|e| refused_as(e.code, e.field, e.message))?;
+                    }
+                    step_from_json(v, &cli.org, args.agent.as_deref(), "cli")
+                        .map_err(|e| refused_as(e.code, e.field, e.message))
                 });
         match parsed {
             Ok(step) => {
@@ -177,7 +185,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             }
             Err(e) => {
                 refused += 1;
-                writeln!(out, "{}", json!({"line": number + 1, "error": e}))?;
+                writeln!(out, "{e}")?;
             }
         }
     }
