@@ -133,6 +133,20 @@ def test_what_sqlite_cannot_bound_is_bounded_in_the_worker(cairn_bin, tmp_path):
         status, body = server.sql(key, spill)
         assert status == 400 and body["error"]["code"] == "sql_too_large", body
         assert "temporary files" in body["error"]["message"], body
+        # Many temporary files at once, each under the bound (8 CTEs of 10
+        # values of 1 MB, each materialized in a file of its own: 80 MB in
+        # all) are bounded together.
+        ctes = ", ".join(f"a{i} AS (SELECT n, {MEGABYTE} AS v FROM r)" for i in range(8))
+        total = " + ".join(f"(SELECT count(*) FROM a{i}) + (SELECT sum(length(v)) FROM a{i})"
+                           for i in range(8))
+        many = (f"WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 10), "
+                f"{ctes} SELECT {total} AS total")
+        status, body = server.sql(key, many)
+        assert status == 400 and body["error"]["code"] == "sql_too_large", body
+        assert "temporary files" in body["error"]["message"], body
+        # A message quoting the caller's words is not taken for the bound.
+        status, body = server.sql(key, 'SELECT s."out of memory" FROM steps s')
+        assert (status, body["error"]["code"]) == (400, "sql_failed"), body
         # Within the bounds the same sort answers.
         small = spill.replace("i < 100", "i < 10")
         assert server.sql(key, small) == (

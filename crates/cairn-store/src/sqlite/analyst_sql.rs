@@ -72,6 +72,11 @@ fn open_analyst(
     Ok(c)
 }
 
+/// What a query whose allocation failed answers (`sql_too_large`); an
+/// analyst worker (`analyst_worker`) names its memory bound instead.
+pub(super) const OUT_OF_MEMORY: &str =
+    "the query needed more memory than an analyst query may hold";
+
 /// An analyst query's error as the caller should read it.
 fn analyst_failure(
     e: rusqlite::Error,
@@ -81,8 +86,8 @@ fn analyst_failure(
 ) -> AnalystError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::OperationInterrupted) => AnalystError::TimedOut(limits.time),
-        // In a worker past its memory bound (`analyst_worker`).
-        Some(rusqlite::ErrorCode::OutOfMemory) => AnalystError::Failed("out of memory".into()),
+        // An allocation failed (in a worker: past its memory bound).
+        Some(rusqlite::ErrorCode::OutOfMemory) => AnalystError::TooLarge(OUT_OF_MEMORY.into()),
         Some(rusqlite::ErrorCode::TooBig) => AnalystError::TooLarge(format!(
             "a value of the answer would be larger than {value_limit} bytes (the limit of one value in an answer of this many columns)"
         )),
@@ -129,6 +134,7 @@ impl SqliteStore {
                     max_answer_bytes: limits.max_answer_bytes,
                     memory_bytes: worker.memory_bytes,
                     temp_file_bytes: worker.temp_file_bytes,
+                    server_pid: std::process::id(),
                 },
                 limits,
                 deadline,

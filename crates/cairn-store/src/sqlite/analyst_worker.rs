@@ -47,6 +47,8 @@ pub(super) struct WorkerRequest {
     pub memory_bytes: u64,
     /// `WorkerLimits::temp_file_bytes`.
     pub temp_file_bytes: u64,
+    /// The server's process id (the worker ends if its parent is not it).
+    pub server_pid: u32,
 }
 
 /// What a worker answers.
@@ -98,7 +100,19 @@ pub(super) fn run_in_worker(
         })
     };
     let body = serde_json::to_vec(request).map_err(|e| unavailable("writing", e.into()))?;
-    let mut child = Command::new(&worker.program)
+    let mut command = Command::new(&worker.program);
+    // Nothing of the server's environment but where temporary files go
+    // and the allocator's setting (its secrets, such as the metrics
+    // token, are no business of a query); a process group of its own, so
+    // that a Ctrl-C meant for the server does not end queries mid-answer.
+    command.env_clear();
+    for name in WORKER_ENVIRONMENT {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
         .args(&worker.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -125,15 +139,27 @@ pub(super) fn run_in_worker(
         let read = stdout.take(most.saturating_add(1)).read_to_end(&mut out);
         let _ = sender.send(written.and(read).map(|_| out));
     });
-    let waited = deadline.saturating_duration_since(Instant::now()) + GRACE;
-    let out = match receiver.recv_timeout(waited) {
-        Ok(out) => out,
-        Err(_) => {
-            // Past the deadline (the worker may be inside one call SQLite
-            // does not interrupt): the process ends here.
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(AnalystError::TimedOut(limits.time));
+    // Waited for in short turns: between them the worker's temporary
+    // files are measured, all of them together (RLIMIT_FSIZE bounds each
+    // one, and a query may hold many at once).
+    let out = loop {
+        let left = (deadline + GRACE).saturating_duration_since(Instant::now());
+        match receiver.recv_timeout(left.min(TEMP_FILES_CHECKED_EVERY)) {
+            Ok(out) => break out,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
+                if temporary_bytes(child.id()) > worker.temp_file_bytes {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(temp_files_exceeded(worker.temp_file_bytes));
+                }
+            }
+            Err(_) => {
+                // Past the deadline (the worker may be inside one call
+                // SQLite does not interrupt): the process ends here.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(AnalystError::TimedOut(limits.time));
+            }
         }
     };
     if out.as_ref().is_ok_and(|out| out.len() as u64 > most) {
@@ -175,6 +201,42 @@ pub(super) fn run_in_worker(
     }
 }
 
+/// The variables a worker is started with, if the server has them: where
+/// SQLite writes temporary files, and the allocator's threshold `cairn
+/// serve` pins (`main.rs`).
+const WORKER_ENVIRONMENT: [&str; 3] = ["SQLITE_TMPDIR", "TMPDIR", "MALLOC_MMAP_THRESHOLD_"];
+
+/// How often a running worker's temporary files are measured: a query
+/// writing at a few GB/s passes its bound by at most this much writing.
+const TEMP_FILES_CHECKED_EVERY: Duration = Duration::from_millis(20);
+
+/// The bytes of the temporary files process `pid` holds open: SQLite
+/// deletes each as soon as it opens it, so they are the deleted regular
+/// files among its descriptors (`/proc/PID/fd`, whose entries open the
+/// file itself even once it has no name). 0 where `/proc` is not there
+/// (the per-file bound still holds).
+fn temporary_bytes(pid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            std::fs::read_link(entry.path())
+                .is_ok_and(|target| target.to_string_lossy().ends_with(" (deleted)"))
+        })
+        .filter_map(|entry| std::fs::metadata(entry.path()).ok())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum()
+}
+
+fn temp_files_exceeded(bytes: u64) -> AnalystError {
+    AnalystError::TooLarge(format!(
+        "the query's temporary files (its sorts and materialized subqueries) would pass {bytes} bytes"
+    ))
+}
+
 /// The most bytes of JSON an answer within `limits` can take: each value
 /// escaped at most six times its size (`\u00XX`), plus a number's digits
 /// and a separator for every value of every row.
@@ -213,10 +275,7 @@ fn ended_without_answer(status: ExitStatus, worker: &WorkerLimits) -> AnalystErr
     const SIGXCPU: i32 = 24;
     const SIGXFSZ: i32 = 25;
     match status.signal() {
-        Some(SIGXFSZ) => AnalystError::TooLarge(format!(
-            "the query's temporary files (its sorts and materialized subqueries) would pass {} bytes",
-            worker.temp_file_bytes
-        )),
+        Some(SIGXFSZ) => temp_files_exceeded(worker.temp_file_bytes),
         Some(SIGABRT) => memory_exceeded(worker.memory_bytes),
         Some(SIGXCPU) => AnalystError::TimedOut(Duration::ZERO),
         _ => AnalystError::Store(StoreError::Io {
@@ -277,19 +336,18 @@ pub fn analyst_worker_main() -> i32 {
                     truncated: result.truncated,
                 },
                 Err(AnalystError::Refused(message)) => WorkerAnswer::Refused { message },
-                Err(AnalystError::Failed(message)) if is_out_of_memory(&message) => {
-                    WorkerAnswer::TooLarge {
-                        message: memory_exceeded(request.memory_bytes).to_string(),
-                    }
-                }
                 Err(AnalystError::Failed(message)) => WorkerAnswer::Failed { message },
                 Err(AnalystError::TimedOut(_)) => WorkerAnswer::TimedOut,
-                Err(AnalystError::TooLarge(message)) => WorkerAnswer::TooLarge { message },
-                Err(AnalystError::Store(e)) if is_out_of_memory(&e.to_string()) => {
+                // SQLite's allocation failed (its code, never its words,
+                // which may quote the caller's text): past RLIMIT_DATA.
+                Err(AnalystError::TooLarge(message))
+                    if message == super::analyst_sql::OUT_OF_MEMORY =>
+                {
                     WorkerAnswer::TooLarge {
                         message: memory_exceeded(request.memory_bytes).to_string(),
                     }
                 }
+                Err(AnalystError::TooLarge(message)) => WorkerAnswer::TooLarge { message },
                 Err(e) => WorkerAnswer::Unavailable {
                     message: e.to_string(),
                 },
@@ -303,16 +361,13 @@ pub fn analyst_worker_main() -> i32 {
     0
 }
 
-/// SQLite's words for an allocation that failed (`SQLITE_NOMEM`).
-fn is_out_of_memory(message: &str) -> bool {
-    message.contains("out of memory")
-}
-
 /// Sets this process's limits: heap, size of any file written, CPU time
 /// (the query's time and two seconds: the server kills it first), and no
-/// core file.
+/// core file; each no higher than the process may go (a server run under
+/// a lower hard limit, systemd's `LimitDATA=`, keeps that one). And it
+/// ends with the server: killed if the server dies first.
 fn bound_this_process(request: &WorkerRequest) -> std::io::Result<()> {
-    use rustix::process::{Resource, Rlimit, setrlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let cpu_seconds = request.time_left_ms.div_ceil(1000).saturating_add(2);
     for (resource, value) in [
         (Resource::Data, request.memory_bytes),
@@ -320,6 +375,9 @@ fn bound_this_process(request: &WorkerRequest) -> std::io::Result<()> {
         (Resource::Cpu, cpu_seconds),
         (Resource::Core, 0),
     ] {
+        let value = getrlimit(resource)
+            .maximum
+            .map_or(value, |hard| value.min(hard));
         setrlimit(
             resource,
             Rlimit {
@@ -327,6 +385,15 @@ fn bound_this_process(request: &WorkerRequest) -> std::io::Result<()> {
                 maximum: Some(value),
             },
         )?;
+    }
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    // The server may have died before that took effect: then this
+    // process is already another's child.
+    if rustix::process::getppid().map(rustix::process::Pid::as_raw_nonzero)
+        != rustix::process::Pid::from_raw(request.server_pid as i32)
+            .map(rustix::process::Pid::as_raw_nonzero)
+    {
+        return Err(std::io::Error::other("the server has ended"));
     }
     Ok(())
 }
@@ -368,6 +435,7 @@ mod tests {
             max_answer_bytes: limits.max_answer_bytes,
             memory_bytes: worker.memory_bytes,
             temp_file_bytes: worker.temp_file_bytes,
+            server_pid: std::process::id(),
         };
         let started = Instant::now();
         let result = run_in_worker(&worker, &request, &limits, started + time);
