@@ -120,6 +120,48 @@ fn otlp_json_bodies_must_be_objects() {
     }
 }
 
+/// An OTLP/JSON body that held no span because its member names are not
+/// OTLP/JSON's (the proto's snake_case, OTLP before 0.19, a typo at the
+/// top) is still a success, as the OTLP rules have a receiver ignore
+/// unknown members, but a partial one that names them and rejects
+/// nothing; an empty export is a bare success.
+#[test]
+fn otlp_json_bodies_of_misspelt_members_are_named() {
+    let server = start(ServerConfig::default());
+    for (body, named) in [
+        (
+            r#"{"resource_spans":[{"scope_spans":[{"spans":[{"trace_id":"0102030405060708090a0b0c0d0e0f10"}]}]}]}"#,
+            Some("\"resource_spans\", \"scope_spans\""),
+        ),
+        (r#"{"resourceSpanz":[]}"#, Some("\"resourceSpanz\"")),
+        (
+            r#"{"resourceSpans":[{"instrumentationLibrarySpans":[{"spans":[]}]}]}"#,
+            Some("\"instrumentationLibrarySpans\""),
+        ),
+        ("{}", None),
+        (r#"{"resourceSpans":[]}"#, None),
+    ] {
+        let reply = call(
+            &server,
+            "POST",
+            "/v1/traces",
+            &server.admin,
+            Some(body.as_bytes()),
+        );
+        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+        let answer = reply.json();
+        match named {
+            Some(named) => {
+                assert_eq!(answer["partialSuccess"]["rejectedSpans"], "0", "{answer}");
+                let message = answer["partialSuccess"]["errorMessage"].as_str().unwrap();
+                assert!(message.contains(named), "{body}: {message}");
+                assert!(message.contains("resourceSpans, scopeSpans"), "{message}");
+            }
+            None => assert_eq!(answer, json!({}), "{body}"),
+        }
+    }
+}
+
 /// A misspelt member or query parameter is an error naming it and the
 /// nearest known name, on every endpoint: never silently dropped.
 #[test]

@@ -64,16 +64,27 @@ fn decode_and_map(
     content_encoding: Option<&str>,
     config: &OtlpConfig,
     limits: &map::MapLimits,
-) -> Result<Vec<Result<map::SpanSteps, map::Unmappable>>, OtlpError> {
+) -> Result<Mapped, OtlpError> {
     let raw = decompress(
         content_encoding,
         bytes,
         config.decode.max_decompressed_bytes,
     )?;
     let request = decode_otlp_with(content_type, &raw, &config.decode)?;
+    // A JSON body of no span at all: say which misspelt members, if any,
+    // the OTLP/JSON rules made it ignore (answered as a partial success
+    // rejecting nothing), rather than a bare success.
+    let hint = (Encoding::from_content_type(content_type) == Some(Encoding::Json)
+        && cairn_wire::otlp::decode::span_count(&request) == 0)
+        .then(|| cairn_wire::otlp::empty_json_hint(&raw))
+        .flatten();
     drop(raw);
-    Ok(map::map_request(&request, limits))
+    Ok((map::map_request(&request, limits), hint))
 }
+
+/// A request's spans as mapped, and why a JSON body held none
+/// ([`cairn_wire::otlp::empty_json_hint`]).
+type Mapped = (Vec<Result<map::SpanSteps, map::Unmappable>>, Option<String>);
 
 async fn export_traces(
     state: &Arc<AppState>,
@@ -120,8 +131,8 @@ async fn export_traces(
     let work_request = Arc::clone(&request);
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (mut fates, mut reasons, waiting) = cpu(state, caller.org(), move || {
-        let mapped = decode_and_map(
+    let (mut fates, mut reasons, waiting, hint) = cpu(state, caller.org(), move || {
+        let (mapped, hint) = decode_and_map(
             &work_bytes,
             &work_type,
             work_encoding.as_deref(),
@@ -173,7 +184,7 @@ async fn export_traces(
             }
         }
         let waiting = await_answers(submitted, held, work_request, started);
-        Ok((fates, reasons, waiting))
+        Ok((fates, reasons, waiting, hint))
     })
     .await?;
     // Steps refused because their session was opened as another agent (by
@@ -207,7 +218,7 @@ async fn export_traces(
         let work_caller = caller.clone();
         let work_request = Arc::clone(&request);
         let waiting = cpu(state, caller.org(), move || {
-            let mapped = decode_and_map(
+            let (mapped, _) = decode_and_map(
                 &bytes,
                 &content_type,
                 content_encoding.as_deref(),
@@ -271,10 +282,15 @@ async fn export_traces(
     state
         .metrics
         .otlp_spans((fates.len() - rejected) as u64, rejected as u64);
-    let partial = (rejected > 0).then(|| ExportTracePartialSuccess {
-        rejected_spans: rejected as i64,
-        error_message: summary(rejected, "span", &reasons),
-    });
+    let partial = (rejected > 0)
+        .then(|| ExportTracePartialSuccess {
+            rejected_spans: rejected as i64,
+            error_message: summary(rejected, "span", &reasons),
+        })
+        .or(hint.map(|hint| ExportTracePartialSuccess {
+            rejected_spans: 0,
+            error_message: hint,
+        }));
     Ok(match encoding {
         Encoding::Protobuf => protobuf_ok(ExportTraceServiceResponse {
             partial_success: partial,

@@ -254,6 +254,50 @@ pub fn decode_otlp_with(
     Ok(request)
 }
 
+/// Why an OTLP/JSON body that decoded to no span at all likely held some:
+/// member names OTLP/JSON does not have but an exporter might send (the
+/// proto's snake_case field names, OTLP before 0.19's
+/// `instrumentationLibrarySpans`, an unknown member at the top), which the
+/// OTLP/JSON rules make a receiver ignore. `None` for a body with nothing
+/// of the kind (an empty export). Called only for a JSON body with no
+/// span; reads its top-level member names and searches its text.
+pub fn empty_json_hint(body: &[u8]) -> Option<String> {
+    let mut found: Vec<String> =
+        serde_json::from_slice::<std::collections::BTreeMap<String, serde::de::IgnoredAny>>(body)
+            .map(|members| {
+                members
+                    .into_keys()
+                    .filter(|name| name != "resourceSpans")
+                    .map(|name| name.chars().take(64).collect())
+                    .collect()
+            })
+            .unwrap_or_default();
+    for nested in [
+        "scope_spans",
+        "instrumentationLibrarySpans",
+        "instrumentation_library_spans",
+        "ScopeSpans",
+    ] {
+        if memchr::memmem::find(body, format!("\"{nested}\"").as_bytes()).is_some()
+            && !found.iter().any(|f| f == nested)
+        {
+            found.push(nested.to_owned());
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    found.truncate(8);
+    Some(format!(
+        "no span was found in this OTLP/JSON body: it names {}, which OTLP/JSON does not have and a receiver ignores; its members are lowerCamelCase: resourceSpans, scopeSpans, spans (instrumentationLibrarySpans is OTLP before 0.19, which Cairn does not read)",
+        found
+            .iter()
+            .map(|f| format!("{f:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// What a body holds, counted without decoding it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Budget {

@@ -14,4 +14,6 @@ mod messages;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress};
+pub use decode::{
+    DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress, empty_json_hint,
+};
