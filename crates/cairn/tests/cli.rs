@@ -1137,3 +1137,25 @@ fn log_stdin_names_mistakes_as_rest_does() {
             .contains("did you mean links.tool_call")
     );
 }
+
+/// A fresh data directory's admin key is printed only once the server
+/// holds its address: a busy port stops the start before the key (shown
+/// once) is made, and the next start prints it.
+#[test]
+fn a_busy_port_does_not_use_up_the_admin_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = busy.local_addr().unwrap().to_string();
+    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", "--listen", &address])
+        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env_remove("CAIRN_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    assert!(!stdout.contains("admin API key"), "{stdout}");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("cannot listen on"));
+    let (_server, admin) = common::serve(dir.path(), None);
+    assert!(admin.is_some(), "the next start prints the key");
+}

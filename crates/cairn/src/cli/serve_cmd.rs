@@ -37,6 +37,23 @@ pub(super) fn serve(
     let store = open_store(cli, true)?;
     // Loaded before anything listens: a bad model stops the start.
     let embedder = cli.embedding.embedder()?;
+    // Every address bound before a fresh directory's admin key is made
+    // and printed: a busy port must stop the start before the one key
+    // shown once is shown (and lost with the failed start's output).
+    let bind = |at: &str| -> Result<std::net::TcpListener> {
+        let listener = std::net::TcpListener::bind(at)
+            .map_err(|e| usage(format!("cannot listen on {at}: {e}")))?;
+        listener
+            .set_nonblocking(true)
+            .with_context(|| format!("listening on {at}"))?;
+        Ok(listener)
+    };
+    let api_socket = bind(listen)?;
+    let otlp_socket = otlp_listen.map(bind).transpose()?;
+    let witness_socket = hosted_witness
+        .as_ref()
+        .map(|(_, at)| bind(at))
+        .transpose()?;
     if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
         println!(
             "admin API key for org {} (shown once, keep it): {token}",
@@ -74,20 +91,15 @@ pub(super) fn serve(
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| usage(format!("cannot listen on {listen}: {e}")))?;
+        let listener = tokio::net::TcpListener::from_std(api_socket)
+            .with_context(|| format!("listening on {listen}"))?;
         let address = listener
             .local_addr()
             .context("reading the listening address")?;
-        let otlp_listener = match otlp_listen {
-            Some(otlp_listen) => Some(
-                tokio::net::TcpListener::bind(otlp_listen)
-                    .await
-                    .map_err(|e| usage(format!("cannot listen on {otlp_listen}: {e}")))?,
-            ),
-            None => None,
-        };
+        let otlp_listener = otlp_socket
+            .map(tokio::net::TcpListener::from_std)
+            .transpose()
+            .context("listening for OTLP")?;
         let config = cairn_server::ServerConfig {
             otlp,
             embedder: Arc::clone(&embedder),
@@ -118,11 +130,10 @@ pub(super) fn serve(
                 others.join(", ")
             );
         }
-        let witness_listener = match &hosted_witness {
-            Some((witness, at)) => {
-                let l = tokio::net::TcpListener::bind(at)
-                    .await
-                    .map_err(|e| usage(format!("cannot listen on {at}: {e}")))?;
+        let witness_listener = match (&hosted_witness, witness_socket) {
+            (Some((witness, _)), Some(socket)) => {
+                let l = tokio::net::TcpListener::from_std(socket)
+                    .context("listening for the witness")?;
                 let witness_address = l.local_addr().context("reading the witness address")?;
                 println!("witness vkey: {}", witness.cosigner.verifier());
                 println!(
@@ -131,7 +142,7 @@ pub(super) fn serve(
                 );
                 Some((l, Arc::clone(witness)))
             }
-            None => None,
+            _ => None,
         };
         if let Some(l) = &otlp_listener {
             let otlp_address = l.local_addr().context("reading the OTLP address")?;
