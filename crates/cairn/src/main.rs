@@ -88,12 +88,19 @@ fn main() -> ExitCode {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::VerificationFailed) => ExitCode::from(1),
         Err(e) => {
+            let usage = e.downcast_ref::<UsageError>().is_some();
             eprintln!("cairn: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::from(3)
+            // A script that asked for JSON gets its error as JSON too, on
+            // standard output where it reads the rest (the exit code says
+            // which kind).
+            if std::env::args_os().any(|a| a == "--json") {
+                let code = if usage { "usage" } else { "failure" };
+                println!(
+                    "{}",
+                    serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
+                );
             }
+            ExitCode::from(if usage { 2 } else { 3 })
         }
     }
 }

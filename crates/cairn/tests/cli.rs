@@ -1159,3 +1159,36 @@ fn a_busy_port_does_not_use_up_the_admin_key() {
     let (_server, admin) = common::serve(dir.path(), None);
     assert!(admin.is_some(), "the next start prints the key");
 }
+
+/// With `--json`, an error is JSON on standard output too, its kind in
+/// `code` as the exit code gives it.
+#[test]
+fn json_output_covers_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "--json",
+            "log",
+            "--session",
+            "j",
+            "--agent",
+            "a",
+            "--type",
+            "Bogus",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let error = json(&run);
+    assert_eq!(error["error"]["code"], "usage", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bogus"),
+        "{error}"
+    );
+    assert!(run.stderr.contains("Bogus"));
+}
