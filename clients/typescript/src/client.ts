@@ -48,8 +48,10 @@ export interface StepResult {
   [name: string]: Json | undefined;
 }
 
+/** `POST /v1/steps/batch`: 200 however many steps the ledger refused (check `refused`). */
 export interface BatchResult {
   accepted: number;
+  refused: number;
   results: (StepResult | { error: { code: string; message: string; field?: string } })[];
 }
 

@@ -630,7 +630,11 @@ pub struct StepWritten {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]
 pub struct BatchResult {
+    /// Steps written (or already written: a retried step with its trace id).
     accepted: u64,
+    /// Steps the ledger refused (each with its error in `results`): a
+    /// batch answers 200 whatever this is.
+    refused: u64,
     results: Vec<BatchItem>,
 }
 

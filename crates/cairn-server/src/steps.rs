@@ -29,6 +29,55 @@ pub(crate) fn step_for(caller: &Caller, value: Value) -> Result<cairn_store::New
     Ok(step)
 }
 
+/// Records `step` (every surface's one way to append a step): a step the
+/// ledger refuses as a duplicate trace id is looked up, and if the step
+/// recorded under that id is this very step (a retry whose first answer
+/// was lost), it is answered as the first write was
+/// ([`cairn_store::NewStep::recorded_as`]).
+pub(crate) async fn record_step(
+    state: &Arc<AppState>,
+    step: cairn_store::NewStep,
+) -> Result<cairn_store::Written, cairn_store::AppendError> {
+    let retry = step.trace_id.is_some().then(|| step.clone());
+    let answer = state
+        .ledger
+        .submit(WriteRequest::Step(Box::new(step)))
+        .await;
+    match (answer, retry) {
+        (Err(refused), Some(step)) => already_recorded(state, step, refused).await,
+        (answer, _) => answer,
+    }
+}
+
+/// `refused` unless it refused `step` as a duplicate trace id and the
+/// step recorded under that id is `step` itself: then what its write
+/// answered.
+async fn already_recorded(
+    state: &Arc<AppState>,
+    step: cairn_store::NewStep,
+    refused: cairn_store::AppendError,
+) -> Result<cairn_store::Written, cairn_store::AppendError> {
+    use cairn_store::{AppendError, Refusal};
+    if !matches!(
+        refused,
+        AppendError::Refused(Refusal::DuplicateTraceId { .. })
+    ) {
+        return Err(refused);
+    }
+    let store = Arc::clone(&state.store);
+    let recorded = tokio::task::spawn_blocking(move || {
+        let trace_id = step.trace_id.as_deref().unwrap_or_default();
+        store
+            .step_by_trace(&step.org_id, trace_id)
+            .map(|stored| stored.and_then(|stored| step.recorded_as(&stored)))
+    })
+    .await;
+    match recorded {
+        Ok(Ok(Some(written))) => Ok(written),
+        _ => Err(refused),
+    }
+}
+
 /// The rules of a step's shape that the OpenAPI document states as
 /// patterns and ranges (its ids, its confidence), checked before anything
 /// is submitted, so that a batch item breaking one is refused as malformed
@@ -80,11 +129,7 @@ pub(crate) async fn append_step(
     Caller::require_enabled(&state)?;
     let started = Instant::now();
     let step = step_for(&caller, parse_json(&body)?)?;
-    match state
-        .ledger
-        .submit(WriteRequest::Step(Box::new(step)))
-        .await
-    {
+    match record_step(&state, step).await {
         Ok(written) => {
             state.metrics.append(started.elapsed());
             Ok((
@@ -157,15 +202,23 @@ pub(crate) async fn append_batch(
         })?;
         steps.push(step);
     }
-    // Submit everything first so the sequencer commits it together.
+    // Submit everything first so the sequencer commits it together; a
+    // copy of each step that names its trace id, for a retried batch.
     let pending: Vec<_> = steps
         .into_iter()
-        .map(|s| state.ledger.submit(WriteRequest::Step(Box::new(s))))
+        .map(|s| {
+            let retry = s.trace_id.is_some().then(|| s.clone());
+            (retry, state.ledger.submit(WriteRequest::Step(Box::new(s))))
+        })
         .collect();
     let mut results = Vec::with_capacity(pending.len());
     let mut accepted = 0;
-    for p in pending {
-        let outcome = p.await.map_err(ApiError::from);
+    for (retry, p) in pending {
+        let outcome = match (p.await, retry) {
+            (Err(refused), Some(step)) => already_recorded(&state, step, refused).await,
+            (outcome, _) => outcome,
+        }
+        .map_err(ApiError::from);
         results.push(match outcome {
             Ok(w) => {
                 accepted += 1;
@@ -179,8 +232,9 @@ pub(crate) async fn append_batch(
             }
         });
     }
+    let refused = results.len() - accepted;
     Ok(axum::Json(
-        json!({"accepted": accepted, "results": results}),
+        json!({"accepted": accepted, "refused": refused, "results": results}),
     ))
 }
 

@@ -613,3 +613,58 @@ fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
     assert_eq!(get(&server, "/v1/verify", &admin).json()["verified"], true);
     assert_eq!(server.store.log_size("acme").unwrap(), 2);
 }
+
+/// A write retried after its answer was lost is answered as the first one
+/// was, when the step names its trace id and every field is the same:
+/// alone and in a batch (MCP's `log_reasoning_step` takes no trace id); a
+/// different step under a taken trace id is still `duplicate_trace_id`.
+/// Nothing is recorded twice.
+#[test]
+fn a_retried_step_is_answered_as_its_first_write() {
+    let server = start();
+    let admin = server.admin.clone();
+    let mut first = step("r1", "plan", "retry me");
+    first["trace_id"] = json!("retry-1");
+    first["input_data"] = json!({"k": [1, 2.5, "x"]});
+    let once = post(&server, "/v1/steps", &admin, &first);
+    assert_eq!(once.status, 201, "{}", once.text());
+    let again = post(&server, "/v1/steps", &admin, &first);
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.json()["seq"], once.json()["seq"]);
+    assert_eq!(again.json()["current_hash"], once.json()["current_hash"]);
+    let mut changed = first.clone();
+    changed["content"] = json!("another step");
+    let taken = post(&server, "/v1/steps", &admin, &changed);
+    assert_eq!(
+        (taken.status, taken.code().as_str()),
+        (409, "duplicate_trace_id")
+    );
+    // A batch sent twice.
+    let batch: Vec<Value> = (0..3)
+        .map(|i| {
+            let mut s = step("r2", "plan", &format!("batched {i}"));
+            s["trace_id"] = json!(format!("retry-batch-{i}"));
+            s
+        })
+        .collect();
+    let sent = post(&server, "/v1/steps/batch", &admin, &json!(batch)).json();
+    let resent = post(&server, "/v1/steps/batch", &admin, &json!(batch)).json();
+    assert_eq!(
+        (&sent["accepted"], &sent["refused"]),
+        (&json!(3), &json!(0))
+    );
+    // The same answers (but `session_created`, which only the first
+    // write knows).
+    let mut expected = sent["results"].clone();
+    expected[0]["session_created"] = json!(false);
+    assert_eq!(expected, resent["results"], "{resent}");
+    assert_eq!(resent["refused"], 0);
+    // Each step is recorded once.
+    let steps = |session: &str| {
+        get(&server, &format!("/v1/sessions/{session}"), &admin).json()["steps"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((steps("r1"), steps("r2")), (1, 3));
+}

@@ -78,6 +78,52 @@ pub struct NewStep {
     pub caller: String,
 }
 
+impl NewStep {
+    /// What the write of this step answered, if `stored` (the step its
+    /// trace id names) is this very step: a write retried after its answer
+    /// was lost (a timeout, a dropped connection) is answered as the first
+    /// one was, instead of as a duplicate (`duplicate_trace_id`), so that a
+    /// client can retry a step that carries its trace id. Every field the
+    /// writer chose must be the recorded one (the index and time too, when
+    /// it chose them); an erased step's payload is gone, so it never
+    /// matches. The answer is the first one's but for `session_created`,
+    /// false here (whether that write opened the session is not recorded
+    /// with the step).
+    pub fn recorded_as(&self, stored: &crate::StoredStep) -> Option<Written> {
+        let recorded = &stored.record.step;
+        let same = self.trace_id.as_deref() == Some(recorded.trace_id.as_str())
+            && !stored.record.erased
+            && self.org_id == recorded.org_id
+            && self.session_id == recorded.session_id
+            && self.agent_id == recorded.agent_id
+            && self.kind_label == recorded.kind_label
+            && self.content == recorded.content
+            && self.input == recorded.input
+            && self.output == recorded.output
+            && self.confidence.map(f64::to_bits) == recorded.confidence.map(f64::to_bits)
+            && self.duration_ms == recorded.duration_ms
+            && self.token_count == recorded.token_count
+            && self.model == recorded.model
+            && self.metadata == recorded.metadata
+            && self.turn_id == recorded.turn_id
+            && self.turn_step == recorded.turn_step
+            && self.task_id == recorded.task_id
+            && self.links == recorded.links
+            && self.status == recorded.status
+            && self.step_index.is_none_or(|i| i == recorded.step_index)
+            && self.created_at.is_none_or(|t| t == recorded.created_at)
+            && self.signature == stored.record.signature;
+        same.then(|| Written::Step {
+            seq: stored.seq,
+            trace_id: recorded.trace_id.clone(),
+            step_index: recorded.step_index,
+            hash: stored.record.hash,
+            created_at: recorded.created_at,
+            session_created: false,
+        })
+    }
+}
+
 /// A session to open explicitly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewSession {

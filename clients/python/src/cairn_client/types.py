@@ -45,8 +45,10 @@ class StepError(TypedDict):
 
 
 class BatchResult(TypedDict):
-    """`POST /v1/steps/batch`: one result or error per step, in order."""
+    """`POST /v1/steps/batch`: one result or error per step, in order (the
+    answer is 200 however many the ledger refused: check `refused`)."""
     accepted: int
+    refused: int
     results: List[Dict[str, Any]]
 
 

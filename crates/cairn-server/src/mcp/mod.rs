@@ -217,7 +217,8 @@ impl CairnMcp {
 
     async fn log_step(&self, caller: &Caller, step: NewStep) -> Result<StepLogged, ApiError> {
         caller.require(caller.key.role.can_write(), "record steps")?;
-        match self.write(WriteRequest::Step(Box::new(step))).await? {
+        Caller::require_enabled(&self.state)?;
+        match crate::steps::record_step(&self.state, step).await? {
             Written::Step {
                 trace_id,
                 step_index,
