@@ -100,6 +100,18 @@ pub fn load_or_create_key(dir: &Path, file: &str, name: &str) -> Result<ServerKe
     load(&path)?.ok_or_else(|| StoreError::Key(format!("{} vanished", path.display())))
 }
 
+/// A fresh key named `name`, kept in memory only: what a store opened to
+/// be read holds when its key file is not where the command looks (it
+/// signs nothing; see `LedgerStore::holds_server_key`).
+pub fn ephemeral_key(name: &str) -> Result<ServerKey, StoreError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed)
+        .map_err(|e| StoreError::Key(format!("no entropy source for a key: {e}")))?;
+    let signer = NoteSigner::from_seed(name, &seed).map_err(|e| StoreError::Key(e.to_string()))?;
+    let verifier = signer.verifier();
+    Ok(ServerKey { signer, verifier })
+}
+
 fn load(path: &Path) -> Result<Option<ServerKey>, StoreError> {
     match std::fs::read_to_string(path) {
         Ok(text) => {

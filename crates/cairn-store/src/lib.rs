@@ -46,7 +46,9 @@ pub use auth::{ApiKey, Role, token_hash};
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;
-pub use keys::{ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key};
+pub use keys::{
+    KEY_FILE, ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key,
+};
 pub use requests::{
     EmbeddingBacklog, NewSession, NewStep, PendingEmbedding, PreparedStep, WriteRequest, Written,
     new_id, now, prepare_step,
@@ -606,6 +608,14 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// The server key's public half.
     fn server_key(&self) -> &cairn_core::note::NoteVerifier;
+
+    /// Whether the store holds its own server key: an embedded store
+    /// opened to be read where its key file is not holds a key kept in
+    /// memory instead, which must neither be shown as the store's
+    /// (`cairn keys`) nor sign anything given out (an export's selection).
+    fn holds_server_key(&self) -> bool {
+        true
+    }
 
     /// The server key, to sign what the server states (a partial bundle's
     /// selection).

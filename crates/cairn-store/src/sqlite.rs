@@ -168,6 +168,9 @@ impl State {
 pub struct SqliteStore {
     path: PathBuf,
     key: ServerKey,
+    /// Whether `key` is the store's own (not one kept in memory because
+    /// the key file is elsewhere and the store was opened to be read).
+    key_present: bool,
     limits: Limits,
     checkpoint_interval: Duration,
     embedding_sample_rate: f64,
@@ -213,12 +216,30 @@ impl SqliteStore {
         } else {
             None
         };
+        let path = data_dir.join(DB_FILE);
+        // A key is created with its store, never for one that exists: a
+        // store whose key file is not where this command looks keeps it
+        // elsewhere, and a new key would answer for it (`cairn keys`) and
+        // sign nothing its log holds.
+        // Read without it, a store needs no key: it is opened with one kept
+        // in memory, which signs nothing (`holds_server_key`).
+        let key_path = options
+            .key_file
+            .clone()
+            .unwrap_or_else(|| data_dir.join(crate::keys::KEY_FILE));
+        let key_missing = options.key.is_none() && path.exists() && !key_path.exists();
+        if key_missing && options.sequencer {
+            return Err(StoreError::Key(format!(
+                "no server key at {}: this store exists, so its key is kept elsewhere: give it with --server-key PATH (CAIRN_SERVER_KEY) or --server-key-command (a new key would not be the one its log is signed with)",
+                key_path.display()
+            )));
+        }
         let key = match (&options.key, &options.key_file) {
+            _ if key_missing => crate::keys::ephemeral_key(&options.server_name)?,
             (Some(key), _) => key.clone(),
             (None, Some(file)) => crate::keys::load_or_create_key_file(file, &options.server_name)?,
             (None, None) => load_or_create_server_key(data_dir, &options.server_name)?,
         };
-        let path = data_dir.join(DB_FILE);
         let mut conn = Connection::open(&path).context("opening the database")?;
         restrict_file(&path)?;
         configure(&conn)?;
@@ -272,6 +293,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path,
             key,
+            key_present: !key_missing,
             limits: options.limits,
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
@@ -796,6 +818,10 @@ impl LedgerStore for SqliteStore {
 
     fn server_key(&self) -> &NoteVerifier {
         &self.key.verifier
+    }
+
+    fn holds_server_key(&self) -> bool {
+        self.key_present
     }
 
     fn server_name(&self) -> &str {

@@ -57,7 +57,8 @@ pub(crate) use store_open::{open_store, require_existing_store};
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
 pub(crate) struct Cli {
-    /// Data directory of the embedded store (created on first use).
+    /// Data directory of the embedded store (created by the first command
+    /// that writes; a reading command refuses one without a store).
     #[arg(
         long,
         global = true,

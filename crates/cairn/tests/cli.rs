@@ -951,6 +951,30 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
     }
     let refused = log_step(copy.path(), &[], "two");
     assert_ne!(refused.code, 0, "a store copied without its key sequenced");
+    assert!(
+        refused.stderr.contains("no server key"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !copy.path().join("data/server.key").exists(),
+        "no key is made for a store that exists"
+    );
+    // Nor is one shown for it.
+    let shown = cairn_in(copy.path(), &["keys"], None);
+    assert_eq!(shown.code, 2, "{}", shown.stdout);
+    assert!(shown.stderr.contains(&published), "{}", shown.stderr);
+    // With a key of its own, a copy is still refused: it is not the
+    // key its checkpoints are signed with.
+    let stranger = tempfile::tempdir().unwrap();
+    assert_eq!(log_step(stranger.path(), &[], "elsewhere").code, 0);
+    std::fs::copy(
+        stranger.path().join("data/server.key"),
+        copy.path().join("data/server.key"),
+    )
+    .unwrap();
+    let refused = log_step(copy.path(), &[], "two");
+    assert_ne!(refused.code, 0, "a store copied without its key sequenced");
     assert!(refused.stderr.contains("signed by"), "{}", refused.stderr);
     // Still readable and verifiable with the published key.
     let verified = cairn_in(copy.path(), &["verify", "--key", &published], None);

@@ -251,11 +251,11 @@ fn hex_of_base64(text: &str) -> String {
 fn a_monitor_follows_a_growing_log_and_catches_a_rollback_and_a_fork() {
     let dir = tempfile::tempdir().unwrap();
     let target = Target::embedded(dir.path());
-    let keys = json(&target.run(&["--json", "keys"], None));
-    let vkey = keys["server_key"].as_str().unwrap().to_owned();
 
     // A log of 151 entries, then a copy of its data taken while stopped.
     let (server, admin) = serve(dir.path(), None);
+    let keys = json(&target.run(&["--json", "keys"], None));
+    let vkey = keys["server_key"].as_str().unwrap().to_owned();
     let admin = admin.unwrap();
     record(server.addr, &admin, "s0", 150);
     assert_eq!(log_size(server.addr, &admin), 151);

@@ -85,6 +85,35 @@ pub fn run() -> Result<Outcome> {
                 })?,
                 _ => open_store(&cli, command.writes())?,
             };
+            // Opened to be read without its key file: what would show or
+            // sign with the store's key cannot run on a stand-in.
+            if !store.holds_server_key()
+                && matches!(command, Command::Keys { .. } | Command::Export(_))
+            {
+                // (Not the stand-in, which the store lists as its own.)
+                let keys: Vec<String> = store
+                    .log_keys(&cli.org)
+                    .map(|keys| {
+                        keys.iter()
+                            .filter(|k| *k != store.server_key())
+                            .map(ToString::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return Err(usage(format!(
+                    "no server key at {}: give the store's key with --server-key PATH (CAIRN_SERVER_KEY) or --server-key-command; the keys its log for org {} is signed with: {}",
+                    cli.server_key
+                        .clone()
+                        .unwrap_or_else(|| cli.data_dir.join(cairn_store::KEY_FILE))
+                        .display(),
+                    cli.org,
+                    if keys.is_empty() {
+                        "none recorded".to_owned()
+                    } else {
+                        keys.join(", ")
+                    }
+                )));
+            }
             match command {
                 Command::Log(args) => log(&cli, store, args),
                 Command::Start(args) => crate::records::start(&cli, store, args),

@@ -49,6 +49,10 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
     match SqliteStore::open(&cli.data_dir, options) {
         Ok(store) => Ok(Arc::new(store)),
         Err(cairn_store::StoreError::Busy(m)) => Err(usage(m)),
+        // Where the store's key is, is the caller's to say.
+        Err(cairn_store::StoreError::Key(m)) if m.starts_with("no server key") => Err(usage(
+            format!("opening the store in {}: {m}", cli.data_dir.display()),
+        )),
         Err(e) => Err(anyhow::Error::new(e)
             .context(format!("opening the store in {}", cli.data_dir.display()))),
     }
@@ -60,7 +64,24 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
 /// another directory), and answer from that (an empty listing, another
 /// key, whose bundles then fail to verify).
 pub(crate) fn require_existing_store(cli: &Cli) -> Result<()> {
-    if cli.database.is_some() || cli.data_dir.join(cairn_store::DB_FILE).exists() {
+    if cli.database.is_some() {
+        // The log is in the database; the key must be where it was made,
+        // or this command would make one (`cairn keys` printing it).
+        let key_file = cli
+            .server_key
+            .clone()
+            .unwrap_or_else(|| cli.data_dir.join(cairn_store::KEY_FILE));
+        if cli.server_key_command.is_none() && !key_file.exists() {
+            return Err(usage(format!(
+                "no server key at {}: set --data-dir (CAIRN_DATA_DIR) to the directory `cairn serve` keeps it in, or give it with --server-key PATH or --server-key-command (this command reads; it does not create one)",
+                std::path::absolute(&key_file)
+                    .unwrap_or(key_file.clone())
+                    .display()
+            )));
+        }
+        return Ok(());
+    }
+    if cli.data_dir.join(cairn_store::DB_FILE).exists() {
         return Ok(());
     }
     Err(usage(format!(
