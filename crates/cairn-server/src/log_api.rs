@@ -599,7 +599,7 @@ pub(crate) fn witness_policy_param(
     operation_id = "verify_bundle",
     tag = "bundles",
     summary = "Verify an uploaded bundle",
-    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `signed_by_this_server` says whether that key is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
+    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
@@ -747,19 +747,22 @@ pub(crate) async fn verify_bundle(
         started.elapsed().as_millis(),
         cairn_store::now(),
     );
-    // Whether this server vouches for the key: a bundle that verifies
-    // under a key named in itself is authentic under that key, not
-    // necessarily this server's.
-    let signed_by_this_server = match result.server_key.clone() {
-        None => false,
-        Some(key) => {
-            let org = caller.org().to_owned();
-            blocking(&state, move |store| {
-                Ok(store.server_key().to_string() == key
-                    || store.log_keys(&org)?.iter().any(|k| k.to_string() == key))
-            })
-            .await?
-        }
+    // Whether this server signed it: a bundle that verifies under a key
+    // named in itself is authentic under the key whose signature on its
+    // checkpoint verified (`signers`), not under every key it names.
+    let signed_by_this_server = if result.signers.is_empty() {
+        false
+    } else {
+        let org = caller.org().to_owned();
+        let signers = result.signers.clone();
+        blocking(&state, move |store| {
+            let mut ours = store.log_keys(&org)?;
+            ours.push(store.server_key().clone());
+            Ok(signers
+                .iter()
+                .any(|signer| ours.iter().any(|k| k.to_string() == *signer)))
+        })
+        .await?
     };
     v["server_key"] = json!(result.server_key);
     v["key_pinned"] = json!(result.key_pinned);

@@ -280,6 +280,24 @@ fn uploaded_bundles_say_whose_key_signed_them() {
         "{theirs_checked}"
     );
     let their_key = theirs.store.server_key().to_string();
+    // Their bundle whose header names our key first and theirs among its
+    // log keys: it verifies (their key signed it), under their key.
+    let text = String::from_utf8(their_bundle.clone()).unwrap();
+    let (header, rest) = text.split_once('\n').unwrap();
+    let mut header: Value = serde_json::from_str(header).unwrap();
+    header["server_key"] = json!(ours.store.server_key().to_string());
+    header["log_keys"] = json!([their_key.clone()]);
+    let forged = format!("{header}\n{rest}");
+    let forged_checked = check(forged.as_bytes(), "");
+    assert_eq!(
+        (
+            &forged_checked["verified"],
+            &forged_checked["server_key"],
+            &forged_checked["signed_by_this_server"]
+        ),
+        (&json!(true), &json!(their_key), &json!(false)),
+        "{forged_checked}"
+    );
     let pinned = check(
         &their_bundle,
         &format!("?key={}", percent_encode(&their_key)),

@@ -20,8 +20,14 @@ use serde_json::Value;
 pub struct BundleVerdict {
     /// The verdict over every line.
     pub verdict: Verdict,
-    /// The server key the checkpoint was checked with.
+    /// The key whose signature on the bundle's checkpoint verified (the
+    /// first, if several did): the key that vouches for the bundle, which
+    /// may be any of the header's keys, never merely the one the header
+    /// names first. `None` unless the checkpoint verified.
     pub server_key: Option<String>,
+    /// Every key, of those the checkpoint was checked with, whose
+    /// signature on it verified.
+    pub signers: Vec<String>,
     /// Whether that key was supplied by the caller (pinned) rather than
     /// taken from the bundle itself.
     pub key_pinned: bool,
@@ -551,7 +557,15 @@ impl BundleVerifier {
         };
         BundleVerdict {
             verdict,
-            server_key: self.keys.first().map(ToString::to_string),
+            server_key: self
+                .checkpoint
+                .as_ref()
+                .and_then(|c| c.signers().first().cloned()),
+            signers: self
+                .checkpoint
+                .as_ref()
+                .map(|c| c.signers().to_vec())
+                .unwrap_or_default(),
             key_pinned: !self.pinned.is_empty(),
             checkpoint: self
                 .checkpoint
