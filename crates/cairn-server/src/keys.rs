@@ -190,14 +190,20 @@ pub(crate) async fn revoke_key(
     // A key bound to an agent revokes keys of that agent only; others
     // answer as if they did not exist.
     let bound = caller.key.agent_id.clone();
-    if key_id.starts_with("cairn_") {
-        // A whole token (a secret) where its id belongs: not repeated in
-        // the answer, which logs and proxies may keep.
+    // Only what can be a key id is repeated in an answer: anything else
+    // may be a whole token (a secret) pasted where its id belongs, and
+    // answers are kept by logs and proxies.
+    let looks_like_an_id = key_id.len() <= 32 && key_id.chars().all(|c| c.is_ascii_alphanumeric());
+    if !looks_like_an_id {
         return Err(ApiError::not_found(
-            "no key has that id: the path holds what looks like a whole API key (not repeated here); a key's id is what GET /v1/keys lists as `id`",
+            "no key has the id in the path (not repeated here: it is not a key id, and may be a whole API key); a key's id is what GET /v1/keys lists as `id`",
         ));
     }
     let revoked = blocking(&state, move |store| {
+        // One revocation at a time in this server, so that two admins
+        // revoking each other cannot both pass the last-admin check (on a
+        // PostgreSQL fleet, servers check apart: see OPERATIONS).
+        let _one_at_a_time = REVOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
         let keys = store.api_keys(&org)?;
         let Some(key) = keys
             .iter()
@@ -241,6 +247,9 @@ pub(crate) async fn revoke_key(
     state.mcp_sessions.end_key(&key_id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
+
+/// Held while a key revocation checks and revokes.
+static REVOCATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// What revoking a key came to.
 enum Revoked {

@@ -207,6 +207,27 @@ async fn refuse_undocumented_params(
     next.run(request).await
 }
 
+/// A request's path as the log keeps it: a segment that holds an API key
+/// (`cairn_` in any case, percent-encoded or not, or a key's id followed
+/// by `_`: a token pasted where a key id belongs) is replaced, so that no
+/// secret reaches the log.
+fn logged_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            let lower = segment.to_ascii_lowercase();
+            let id_then_secret = lower.len() > 13
+                && lower.as_bytes()[12] == b'_'
+                && lower[..12].bytes().all(|b| b.is_ascii_hexdigit());
+            if lower.contains("cairn_") || lower.contains("cairn%5f") || id_then_secret {
+                "<redacted>"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// The longest plain-text rejection kept as an error's message.
 const REJECTION_TEXT_BYTES: usize = 1024;
 
@@ -221,7 +242,7 @@ pub(crate) async fn count_errors(
     next: axum::middleware::Next,
 ) -> Response {
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    let path = logged_path(request.uri().path());
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status();
@@ -318,4 +339,29 @@ fn no_store(mut response: Response) -> Response {
         );
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_path;
+
+    /// No spelling of a token in a path reaches the log; other paths are
+    /// kept as they are.
+    #[test]
+    fn tokens_in_paths_are_not_logged() {
+        let secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcde";
+        for path in [
+            format!("/v1/keys/cairn_0123456789ab_{secret}"),
+            format!("/v1/keys/%20CAIRN_0123456789ab_{secret}"),
+            format!("/v1/keys/cairn%5F0123456789ab_{secret}"),
+            format!("/v1/keys/0123456789ab_{secret}"),
+        ] {
+            let logged = logged_path(&path);
+            assert!(!logged.contains(secret), "{logged}");
+            assert!(logged.starts_with("/v1/keys/"), "{logged}");
+        }
+        for kept in ["/v1/keys/0123456789ab", "/v1/sessions/s-1/verify", "/"] {
+            assert_eq!(logged_path(kept), kept);
+        }
+    }
 }
