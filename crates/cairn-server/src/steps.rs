@@ -203,11 +203,18 @@ pub(crate) async fn append_batch(
         steps.push(step);
     }
     // Submit everything first so the sequencer commits it together; a
-    // copy of each step that names its trace id, for a retried batch.
+    // copy of each step that names its trace id, for a retried batch
+    // (but for a step that repeats one earlier in this batch: a duplicate
+    // of the batch's own, answered as such).
+    let mut named = std::collections::HashSet::new();
     let pending: Vec<_> = steps
         .into_iter()
         .map(|s| {
-            let retry = s.trace_id.is_some().then(|| s.clone());
+            let retry = s
+                .trace_id
+                .as_ref()
+                .is_some_and(|id| named.insert(id.clone()))
+                .then(|| s.clone());
             (retry, state.ledger.submit(WriteRequest::Step(Box::new(s))))
         })
         .collect();

@@ -666,5 +666,18 @@ fn a_retried_step_is_answered_as_its_first_write() {
             .unwrap()
             .len()
     };
-    assert_eq!((steps("r1"), steps("r2")), (1, 3));
+    // A step repeated within one batch is its duplicate.
+    let mut twice = step("r4", "plan", "twice");
+    twice["trace_id"] = json!("retry-twice");
+    let answer = post(&server, "/v1/steps/batch", &admin, &json!([twice, twice])).json();
+    assert_eq!(
+        (&answer["accepted"], &answer["refused"]),
+        (&json!(1), &json!(1)),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["results"][1]["error"]["code"], "duplicate_trace_id",
+        "{answer}"
+    );
+    assert_eq!((steps("r1"), steps("r2"), steps("r4")), (1, 3, 1));
 }

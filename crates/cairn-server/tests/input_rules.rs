@@ -140,6 +140,16 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
         ),
         ("{}", None),
         (r#"{"resourceSpans":[]}"#, None),
+        // A name in a value (an attribute's key) is no member.
+        (
+            r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"scope_spans","value":{"stringValue":"x"}}]}}]}"#,
+            None,
+        ),
+        // In the body's order, each once.
+        (
+            r#"{"zeta":1,"alpha":2,"zeta":3}"#,
+            Some("\"zeta\", \"alpha\""),
+        ),
     ] {
         let reply = call(
             &server,

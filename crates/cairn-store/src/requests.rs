@@ -84,8 +84,9 @@ impl NewStep {
     /// was lost (a timeout, a dropped connection) is answered as the first
     /// one was, instead of as a duplicate (`duplicate_trace_id`), so that a
     /// client can retry a step that carries its trace id. Every field the
-    /// writer chose must be the recorded one (the index and time too, when
-    /// it chose them); an erased step's payload is gone, so it never
+    /// writer chose must be the recorded one (the index, time and seed
+    /// too, when it chose them; JSON values as sent: `1` is not `1.0`
+    /// here); an erased step's payload is gone, so it never
     /// matches. The answer is the first one's but for `session_created`,
     /// false here (whether that write opened the session is not recorded
     /// with the step).
@@ -112,6 +113,9 @@ impl NewStep {
             && self.status == recorded.status
             && self.step_index.is_none_or(|i| i == recorded.step_index)
             && self.created_at.is_none_or(|t| t == recorded.created_at)
+            && self.seed.is_none_or(|seed| {
+                cairn_core::commit::Openings::from_seed(&seed) == stored.record.openings
+            })
             && self.signature == stored.record.signature;
         same.then(|| Written::Step {
             seq: stored.seq,

@@ -558,6 +558,10 @@ impl Command {
     pub(crate) fn only_reads(&self) -> bool {
         match self {
             Command::Export(_) | Command::Search(_) => true,
+            // Showing the key of a new data directory makes it (a witness
+            // is told a server's key before the server first starts);
+            // `keys` then says so on standard error.
+            Command::Keys { .. } => false,
             Command::Admin(command) => {
                 !matches!(command, admin_cmd::AdminCommand::CreateKey { .. })
             }

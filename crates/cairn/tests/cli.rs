@@ -1008,8 +1008,7 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
 fn reading_commands_do_not_create_a_store() {
     let dir = tempfile::tempdir().unwrap();
     for args in [
-        &["keys"][..],
-        &["sessions"],
+        &["sessions"][..],
         &["replay", "s1"],
         &["verify"],
         &["export", "--session", "s1", "--output", "x.bundle"],
@@ -1046,7 +1045,15 @@ fn reading_commands_do_not_create_a_store() {
         None,
     );
     assert_eq!(logged.code, 0, "{}", logged.stderr);
-    assert_eq!(cairn_in(dir.path(), &["keys"], None).code, 0);
+    let shown = cairn_in(dir.path(), &["keys"], None);
+    assert_eq!(shown.code, 0);
+    assert!(!shown.stderr.contains("held no store"), "{}", shown.stderr);
+    // `keys` makes a new directory's store and key (a witness is told a
+    // server's key before the server first starts), and says so.
+    let fresh = tempfile::tempdir().unwrap();
+    let made = cairn_in(fresh.path(), &["keys"], None);
+    assert_eq!(made.code, 0);
+    assert!(made.stderr.contains("held no store"), "{}", made.stderr);
 }
 
 /// A bundle that fails the way a mistake explains keeps its published
@@ -1086,7 +1093,42 @@ fn failed_bundles_hint_at_the_likely_mistake() {
         text.replacen("\"content\":\"", "\"content\":\"X", 1),
     )
     .unwrap();
+    // A real bundle whose header also holds an `error` member: tampered,
+    // not a saved error answer.
+    let with_error = dir.path().join("with_error.bundle");
+    std::fs::write(
+        &with_error,
+        text.replacen(
+            "{\"cairn_bundle\"",
+            "{\"error\":{\"code\":\"x\",\"message\":\"y\"},\"cairn_bundle\"",
+            1,
+        ),
+    )
+    .unwrap();
+    // An error answer whose words would draw on a terminal.
+    let drawing = dir.path().join("drawing.bundle");
+    std::fs::write(
+        &drawing,
+        "{\"error\":{\"code\":\"x\",\"message\":\"\\u001b[2A\\nVERIFIED\"}}\n",
+    )
+    .unwrap();
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--bundle", drawing.to_str().unwrap()],
+        None,
+    );
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    assert!(run.stdout.contains("\\u{1b}"), "{:?}", run.stdout);
+    // A pipe is not an empty file.
+    let piped = cairn_in(
+        dir.path(),
+        &["--json", "verify", "--bundle", "/dev/stdin"],
+        Some(&std::fs::read_to_string(&edited).unwrap()),
+    );
+    assert_eq!(piped.code, 1, "{}", piped.stderr);
+    assert!(json(&piped)["hint"].is_null(), "{}", piped.stdout);
     for (file, key, reason, hint) in [
+        (&with_error, None, "", None),
         (&empty, None, "missing-record", Some("is empty")),
         (
             &error,
@@ -1134,6 +1176,8 @@ fn log_stdin_names_mistakes_as_rest_does() {
         r#"{"session_id":"s","agent_id":"a","step_type":"Observation","confidence":"0.9"}"#,
         r#"{"session_id":"s","agent_id":"a","step_type":"Observation","links":{"tool_cal":"t"}}"#,
         "not json",
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","confidence":1.5}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","content":"fine"}"#,
     ];
     let answers = log_stdin_refusing(dir.path(), &input);
     let answer = |line: u64| answers.iter().find(|a| a["line"] == line).unwrap().clone();
@@ -1143,6 +1187,7 @@ fn log_stdin_names_mistakes_as_rest_does() {
         (3, "invalid_argument", Some("confidence")),
         (4, "unknown_field", Some("links.tool_cal")),
         (5, "invalid_json", None),
+        (6, "confidence_out_of_range", Some("confidence")),
     ] {
         let a = answer(line);
         assert_eq!(a["code"], code, "{a}");
@@ -1160,6 +1205,12 @@ fn log_stdin_names_mistakes_as_rest_does() {
             .unwrap()
             .contains("did you mean links.tool_call")
     );
+    // Answers come in the order of the lines, refused or recorded.
+    let order: Vec<u64> = answers
+        .iter()
+        .map(|a| a["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, [1, 2, 3, 4, 5, 6, 7]);
 }
 
 /// A fresh data directory's admin key is printed only once the server

@@ -49,16 +49,24 @@ impl CairnMcp {
                 Some("flagged") => cairn_core::record::Status::Flagged,
                 Some(other) => {
                     return Err(ApiError::bad_request(
-                        "invalid_request",
-                        format!("status must be ok or flagged, not {other}"),
-                    ));
+                        "invalid_argument",
+                        format!("status must be ok or flagged, not {other:?}"),
+                    )
+                    .with_field("status"));
                 }
             };
+            // As REST reads a step's links (`input::refuse_unknown_step_members`).
             let mut links = cairn_core::record::Links::default();
             for (name, id) in args.links.unwrap_or_default() {
-                links
-                    .set(&name, id)
-                    .map_err(|e| ApiError::bad_request("invalid_request", e))?;
+                let known = cairn_core::record::Links::default()
+                    .entries()
+                    .map(|(name, _)| name);
+                if !known.contains(&name.as_str()) {
+                    return Err(crate::input::unknown_field("links.", &name, &known));
+                }
+                links.set(&name, id).map_err(|e| {
+                    ApiError::bad_request("invalid_argument", e).with_field("links")
+                })?;
             }
             let step = NewStep {
                 org_id: caller.org().to_owned(),

@@ -260,34 +260,17 @@ pub fn decode_otlp_with(
 /// `instrumentationLibrarySpans`, an unknown member at the top), which the
 /// OTLP/JSON rules make a receiver ignore. `None` for a body with nothing
 /// of the kind (an empty export). Called only for a JSON body with no
-/// span; reads its top-level member names and searches its text.
+/// span; reads the member names of the top level and of each element of
+/// its resource spans (spelt either way), keeping the first eight unknown
+/// ones in the body's order (values skipped unread).
 pub fn empty_json_hint(body: &[u8]) -> Option<String> {
-    let mut found: Vec<String> =
-        serde_json::from_slice::<std::collections::BTreeMap<String, serde::de::IgnoredAny>>(body)
-            .map(|members| {
-                members
-                    .into_keys()
-                    .filter(|name| name != "resourceSpans")
-                    .map(|name| name.chars().take(64).collect())
-                    .collect()
-            })
-            .unwrap_or_default();
-    for nested in [
-        "scope_spans",
-        "instrumentationLibrarySpans",
-        "instrumentation_library_spans",
-        "ScopeSpans",
-    ] {
-        if memchr::memmem::find(body, format!("\"{nested}\"").as_bytes()).is_some()
-            && !found.iter().any(|f| f == nested)
-        {
-            found.push(nested.to_owned());
-        }
-    }
+    let mut found = Vec::new();
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    // A body that stops parsing keeps the names found before.
+    let _ = serde::de::DeserializeSeed::deserialize(UnknownNames::Top(&mut found), &mut reader);
     if found.is_empty() {
         return None;
     }
-    found.truncate(8);
     Some(format!(
         "no span was found in this OTLP/JSON body: it names {}, which OTLP/JSON does not have and a receiver ignores; its members are lowerCamelCase: resourceSpans, scopeSpans, spans (instrumentationLibrarySpans is OTLP before 0.19, which Cairn does not read)",
         found
@@ -296,6 +279,77 @@ pub fn empty_json_hint(body: &[u8]) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// Where [`empty_json_hint`] is reading: the request object, the list of
+/// resource spans, or one of its elements.
+enum UnknownNames<'a> {
+    Top(&'a mut Vec<String>),
+    List(&'a mut Vec<String>),
+    Element(&'a mut Vec<String>),
+}
+
+impl UnknownNames<'_> {
+    /// The members OTLP/JSON has at this level.
+    fn known(&self) -> &'static [&'static str] {
+        match self {
+            UnknownNames::Top(_) => &["resourceSpans"],
+            UnknownNames::List(_) => &[],
+            UnknownNames::Element(_) => &["resource", "scopeSpans", "schemaUrl"],
+        }
+    }
+
+    fn found(&mut self) -> &mut Vec<String> {
+        match self {
+            UnknownNames::Top(f) | UnknownNames::List(f) | UnknownNames::Element(f) => f,
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for UnknownNames<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        match self {
+            UnknownNames::List(_) => d.deserialize_seq(self),
+            _ => d.deserialize_map(self),
+        }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UnknownNames<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an OTLP/JSON object or list")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let top = matches!(self, UnknownNames::Top(_));
+        while let Some(name) = map.next_key::<String>()? {
+            if !self.known().contains(&name.as_str()) {
+                let found = self.found();
+                if found.len() < 8 && !found.contains(&name) {
+                    found.push(name.chars().take(64).collect());
+                }
+            }
+            // The resource spans, spelt as OTLP/JSON or as the proto does.
+            if top && (name == "resourceSpans" || name == "resource_spans") {
+                map.next_value_seed(UnknownNames::List(self.found()))?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(UnknownNames::Element(self.found()))?
+            .is_some()
+        {}
+        Ok(())
+    }
 }
 
 /// What a body holds, counted without decoding it.

@@ -10,7 +10,14 @@ use super::*;
 
 /// Parses the command line and runs the command.
 pub fn run() -> Result<Outcome> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version are printed as asked; a usage mistake is an
+        // error like any other (exit 2, JSON too with --json), in clap's
+        // words.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => return Err(usage(e.render().to_string().trim_end().to_owned())),
+    };
     match &cli.command {
         Command::Demo => crate::demo::run(),
         Command::Serve {
@@ -71,6 +78,7 @@ pub fn run() -> Result<Outcome> {
             if command.only_reads() {
                 require_existing_store(&cli)?;
             }
+            let fresh = cli.database.is_none() && !cli.data_dir.join(cairn_store::DB_FILE).exists();
             let store = match command {
                 // An export signs a fresh checkpoint when it may, and reads
                 // beside a running server otherwise.
@@ -198,7 +206,15 @@ pub fn run() -> Result<Outcome> {
                     }
                     Ok(Outcome::Success)
                 }
-                Command::Keys { action } => keys_cmd::keys(&cli, store, action.as_ref()),
+                Command::Keys { action } => {
+                    if fresh {
+                        eprintln!(
+                            "cairn: note: {} held no store: a new one was made, with a new server key (if you meant a server's key, set --data-dir or CAIRN_DATA_DIR to its data directory)",
+                            cli.data_dir.display()
+                        );
+                    }
+                    keys_cmd::keys(&cli, store, action.as_ref())
+                }
                 Command::Checkpoint => {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let cp = match ledger.write(WriteRequest::Checkpoint {

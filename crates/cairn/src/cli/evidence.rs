@@ -415,7 +415,8 @@ fn failure_hint(
 ) -> Option<String> {
     use cairn_core::verify::Reason;
     let reason = verdict.failure.as_ref()?.reason;
-    if size == 0 {
+    // (A pipe's size says nothing: only a file is empty.)
+    if size == 0 && std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return Some(format!(
             "{} is empty: the export that wrote it failed or was cut off",
             path.display()
@@ -432,14 +433,21 @@ fn failure_hint(
     )
     .ok()?;
     let header: Value = serde_json::from_str(first.trim_end()).ok()?;
+    // Exactly a server's error answer (`{"error": {"code", "message"}}`
+    // and nothing else), its words quoted with every control character
+    // escaped: they come from the file.
     if reason == Reason::MalformedRecord
-        && let Some(error) = header.get("error")
+        && let Some(object) = header.as_object()
+        && object.len() == 1
+        && let Some(error) = object.get("error")
+        && let (Some(code), Some(message)) = (error["code"].as_str(), error["message"].as_str())
     {
+        let shown = |text: &str| format!("{:?}", text.chars().take(200).collect::<String>());
         return Some(format!(
             "{} holds an error answer from a Cairn server, not a bundle ({}: {}): the export failed; check the session id, the org and the API key used to export",
             path.display(),
-            error["code"].as_str().unwrap_or("?"),
-            error["message"].as_str().unwrap_or("?"),
+            shown(code),
+            shown(message),
         ));
     }
     if reason == Reason::BadSignature && !args.key.is_empty() {

@@ -130,25 +130,43 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     let mut pending = std::collections::VecDeque::with_capacity(STDIN_IN_FLIGHT);
     let mut failures = 0usize;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut answer =
-        |line: usize, p: cairn_store::Pending, out: &mut dyn std::io::Write| -> Result<()> {
-            match p.wait() {
-                Ok(w) => {
-                    // A step request is only ever answered with a step.
-                    let step = cairn_server::wire::step_written(&w)
-                        .with_context(|| format!("line {line} was answered with {w:?}"))?;
-                    let written = cairn_server::wire::LineWritten { line, step: &step };
-                    serde_json::to_writer(&mut *out, &written)?;
-                    out.write_all(b"\n")?;
-                }
-                Err(e) => {
-                    failures += 1;
-                    writeln!(out, "{}", json!({"line": line, "error": e.to_string()}))?;
-                }
+    // A line refused before it was submitted waits in the queue with its
+    // answer, so that answers come in input order.
+    let mut answer = |line: usize,
+                      p: std::result::Result<cairn_store::Pending, Value>,
+                      out: &mut dyn std::io::Write|
+     -> Result<()> {
+        let p = match p {
+            Ok(p) => p,
+            Err(refusal) => {
+                failures += 1;
+                writeln!(out, "{refusal}")?;
+                return Ok(());
             }
-            Ok(())
         };
-    let mut refused = 0usize;
+        match p.wait() {
+            Ok(w) => {
+                // A step request is only ever answered with a step.
+                let step = cairn_server::wire::step_written(&w)
+                    .with_context(|| format!("line {line} was answered with {w:?}"))?;
+                let written = cairn_server::wire::LineWritten { line, step: &step };
+                serde_json::to_writer(&mut *out, &written)?;
+                out.write_all(b"\n")?;
+            }
+            Err(e) => {
+                failures += 1;
+                // The ledger's refusal with the code and field REST
+                // gives it.
+                let e = cairn_server::ApiError::from(e);
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"line": line, "error": e.message, "code": e.code, "field": e.field})
+                )?;
+            }
+        }
+        Ok(())
+    };
     for (number, line) in stdin.lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
@@ -171,29 +189,20 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
                     step_from_json(v, &cli.org, args.agent.as_deref(), "cli")
                         .map_err(|e| refused_as(e.code, e.field, e.message))
                 });
-        match parsed {
-            Ok(step) => {
-                if pending.len() == STDIN_IN_FLIGHT
-                    && let Some((line, p)) = pending.pop_front()
-                {
-                    answer(line, p, &mut out)?;
-                }
-                pending.push_back((
-                    number + 1,
-                    ledger.submit(WriteRequest::Step(Box::new(step))),
-                ));
-            }
-            Err(e) => {
-                refused += 1;
-                writeln!(out, "{e}")?;
-            }
+        if pending.len() == STDIN_IN_FLIGHT
+            && let Some((line, p)) = pending.pop_front()
+        {
+            answer(line, p, &mut out)?;
         }
+        pending.push_back((
+            number + 1,
+            parsed.map(|step| ledger.submit(WriteRequest::Step(Box::new(step)))),
+        ));
     }
     for (line, p) in pending {
         answer(line, p, &mut out)?;
     }
     out.flush()?;
-    let failures = failures + refused;
     if failures > 0 {
         return Err(usage(format!(
             "{failures} line(s) were not recorded; see the error lines above"
