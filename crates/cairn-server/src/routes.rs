@@ -111,6 +111,14 @@ pub fn router(state: Arc<AppState>) -> Router {
                     "not_found",
                     "there is no page at this address",
                 )
+            } else if uri.path().len() > 1 && uri.path().ends_with('/') {
+                // What to send instead: the same address without the slash.
+                ApiError::not_found(format!(
+                    "route {} (routes have no trailing slash: {})",
+                    logged_path(uri.path()),
+                    logged_path(uri.path().trim_end_matches('/'))
+                ))
+                .into_response()
             } else {
                 ApiError::not_found("route").into_response()
             }

@@ -563,6 +563,14 @@ fn openapi_document_matches_the_router() {
         );
     }
     assert!(documented.len() >= 20, "{documented:?}");
+    // A trailing slash is named, with the address to use.
+    let slashed = get(&server, "/v1/sessions/", &admin);
+    assert_eq!(slashed.status, 404);
+    assert!(
+        slashed.text().contains("no trailing slash: /v1/sessions)"),
+        "{}",
+        slashed.text()
+    );
 }
 
 #[test]
