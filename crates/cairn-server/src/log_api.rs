@@ -747,20 +747,31 @@ pub(crate) async fn verify_bundle(
         started.elapsed().as_millis(),
         cairn_store::now(),
     );
-    // Whether this server signed it: a bundle that verifies under a key
-    // named in itself is authentic under the key whose signature on its
-    // checkpoint verified (`signers`), not under every key it names.
-    let signed_by_this_server = if result.signers.is_empty() {
+    // Whether this server signed it: a bundle that verifies under keys
+    // named in itself is authentic under the keys whose signatures
+    // verified, not under every key it names: this server vouches for it
+    // only if one of its keys signed the checkpoint and, for a partial
+    // bundle, the selection that says the bundle holds its whole scope (a
+    // review kept this server's checkpoint, dropped a session's last step
+    // and signed a new selection with a key added to the header).
+    let signed_by_this_server = if !result.verdict.verified || result.signers.is_empty() {
         false
     } else {
         let org = caller.org().to_owned();
         let signers = result.signers.clone();
+        let selection_signers = result
+            .selection
+            .is_some()
+            .then(|| result.selection_signers.clone());
         blocking(&state, move |store| {
-            let mut ours = store.log_keys(&org)?;
-            ours.push(store.server_key().clone());
-            Ok(signers
+            let mut ours: Vec<String> = store
+                .log_keys(&org)?
                 .iter()
-                .any(|signer| ours.iter().any(|k| k.to_string() == *signer)))
+                .map(ToString::to_string)
+                .collect();
+            ours.push(store.server_key().to_string());
+            let ours_among = |keys: &[String]| keys.iter().any(|k| ours.contains(k));
+            Ok(ours_among(&signers) && selection_signers.as_deref().is_none_or(ours_among))
         })
         .await?
     };

@@ -203,29 +203,34 @@ pub(crate) async fn append_batch(
         steps.push(step);
     }
     // Submit everything first so the sequencer commits it together; a
-    // copy of each step that names its trace id, for a retried batch
-    // (but for a step that repeats one earlier in this batch: a duplicate
-    // of the batch's own, answered as such).
-    let mut named = std::collections::HashSet::new();
+    // copy of each step that names its trace id, for a retried batch.
     let pending: Vec<_> = steps
         .into_iter()
         .map(|s| {
-            let retry = s
-                .trace_id
-                .as_ref()
-                .is_some_and(|id| named.insert(id.clone()))
-                .then(|| s.clone());
+            let retry = s.trace_id.is_some().then(|| s.clone());
             (retry, state.ledger.submit(WriteRequest::Step(Box::new(s))))
         })
         .collect();
     let mut results = Vec::with_capacity(pending.len());
     let mut accepted = 0;
+    // The trace ids this batch has answered as written (recorded now or
+    // before): a later copy of one in the same batch is its duplicate,
+    // whichever copy matched.
+    let mut answered = std::collections::HashSet::new();
     for (retry, p) in pending {
+        let trace_id = retry.as_ref().and_then(|s| s.trace_id.clone());
         let outcome = match (p.await, retry) {
-            (Err(refused), Some(step)) => already_recorded(&state, step, refused).await,
+            (Err(refused), Some(step))
+                if !answered.contains(step.trace_id.as_deref().unwrap_or_default()) =>
+            {
+                already_recorded(&state, step, refused).await
+            }
             (outcome, _) => outcome,
+        };
+        if let (Ok(_), Some(id)) = (&outcome, trace_id) {
+            answered.insert(id);
         }
-        .map_err(ApiError::from);
+        let outcome = outcome.map_err(ApiError::from);
         results.push(match outcome {
             Ok(w) => {
                 accepted += 1;

@@ -687,5 +687,25 @@ fn a_retried_step_is_answered_as_its_first_write() {
         answer["results"][1]["error"]["code"], "duplicate_trace_id",
         "{answer}"
     );
-    assert_eq!((steps("r1"), steps("r2"), steps("r4")), (1, 3, 1));
+    // A batch whose first copy of a step was refused and whose second was
+    // recorded is answered the same when sent again.
+    let mut bad = step("r5", "plan", "flip");
+    bad["trace_id"] = json!("retry-flip");
+    bad["created_at"] = json!("2001-01-01T00:00:00Z");
+    let mut good = bad.clone();
+    good.as_object_mut().unwrap().remove("created_at");
+    let flip = json!([bad, good]);
+    for _ in 0..2 {
+        let answer = post(&server, "/v1/steps/batch", &admin, &flip).json();
+        assert_eq!(
+            (&answer["accepted"], &answer["refused"]),
+            (&json!(1), &json!(1)),
+            "{answer}"
+        );
+        assert_eq!(answer["results"][1]["trace_id"], "retry-flip", "{answer}");
+    }
+    assert_eq!(
+        (steps("r1"), steps("r2"), steps("r4"), steps("r5")),
+        (1, 3, 1, 1)
+    );
 }

@@ -258,6 +258,10 @@ impl SqliteStore {
             };
             migrate::check_signing_key(&tx, &key, &from)?;
         }
+        // Opened to be read with a key file that is not the store's (one
+        // its log was never signed with): held as a stand-in, as a missing
+        // one is, never shown or used as the store's.
+        let key_is_the_stores = options.sequencer || migrate::key_is_the_stores(&tx, &key)?;
         tx.commit().context("committing the schema")?;
         forbid_structural_changes(&mut conn)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0;")
@@ -293,7 +297,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path,
             key,
-            key_present: !key_missing,
+            key_present: !key_missing && key_is_the_stores,
             limits: options.limits,
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),

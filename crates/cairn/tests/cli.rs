@@ -965,7 +965,8 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
     assert_eq!(shown.code, 2, "{}", shown.stdout);
     assert!(shown.stderr.contains(&published), "{}", shown.stderr);
     // With a key of its own, a copy is still refused: it is not the
-    // key its checkpoints are signed with.
+    // key its checkpoints are signed with; nor is that key shown as the
+    // store's when the copy is read.
     let stranger = tempfile::tempdir().unwrap();
     assert_eq!(log_step(stranger.path(), &[], "elsewhere").code, 0);
     std::fs::copy(
@@ -973,6 +974,13 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
         copy.path().join("data/server.key"),
     )
     .unwrap();
+    let shown = cairn_in(copy.path(), &["keys"], None);
+    assert_eq!(shown.code, 2, "{}", shown.stdout);
+    assert!(
+        shown.stderr.contains("not this store's"),
+        "{}",
+        shown.stderr
+    );
     let refused = log_step(copy.path(), &[], "two");
     assert_ne!(refused.code, 0, "a store copied without its key sequenced");
     assert!(refused.stderr.contains("signed by"), "{}", refused.stderr);

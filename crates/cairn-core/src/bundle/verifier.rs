@@ -28,6 +28,10 @@ pub struct BundleVerdict {
     /// Every key, of those the checkpoint was checked with, whose
     /// signature on it verified.
     pub signers: Vec<String>,
+    /// Every key whose signature on a partial bundle's signed selection
+    /// verified (empty for a complete bundle): who vouches that the
+    /// bundle holds all of its scope.
+    pub selection_signers: Vec<String>,
     /// Whether that key was supplied by the caller (pinned) rather than
     /// taken from the bundle itself.
     pub key_pinned: bool,
@@ -70,6 +74,8 @@ pub struct BundleVerifier {
     checkpoint: Option<VerifiedCheckpoint>,
     last_consistency: u64,
     selection: Option<Selection>,
+    /// The keys whose signatures on the selection verified.
+    selection_signers: Vec<String>,
     log: Option<LogVerifier>,
     line: u64,
     entries: u64,
@@ -93,6 +99,7 @@ impl BundleVerifier {
             checkpoint: None,
             last_consistency: 0,
             selection: None,
+            selection_signers: Vec::new(),
             log: None,
             line: 0,
             entries: 0,
@@ -375,6 +382,14 @@ impl BundleVerifier {
         log.require_checkpoint_keys(note, size);
         self.log = Some(log);
         self.selection = Some(selection);
+        // Which keys signed the selection (it verified: one did).
+        self.selection_signers = crate::note::Note::parse(note)
+            .and_then(|parsed| {
+                parsed
+                    .verify(&self.keys)
+                    .map(|keys| keys.iter().map(ToString::to_string).collect())
+            })
+            .unwrap_or_default();
         self.stage = Stage::Entries;
         true
     }
@@ -573,6 +588,7 @@ impl BundleVerifier {
                 .map(|c| (c.checkpoint().size, c.checkpoint().root)),
             header: self.header,
             selection: self.selection,
+            selection_signers: self.selection_signers,
             trusted_sizes: self.trusted.iter().map(|t| t.checkpoint().size).collect(),
         }
     }

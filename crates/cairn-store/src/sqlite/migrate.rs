@@ -101,6 +101,34 @@ pub(super) fn check_signing_key(
     crate::keys::check_key_allowed(&recorded, &meta_key_rows(tx)?, &key.verifier, from)
 }
 
+/// Whether `key` is this store's (the public key of its recorded first
+/// key or of one added since, whatever name it is loaded under), judged
+/// without recording anything: true for a store that has recorded no key
+/// yet.
+pub(super) fn key_is_the_stores(
+    tx: &rusqlite::Transaction<'_>,
+    key: &crate::ServerKey,
+) -> Result<bool, StoreError> {
+    let recorded: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'server_key'", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .context("reading the recorded server key")?;
+    let Some(first) = recorded else {
+        return Ok(true);
+    };
+    let rows = meta_key_rows(tx)?;
+    let ours = key.verifier.public_key();
+    Ok(std::iter::once(first.as_str())
+        .chain(
+            rows.iter()
+                .filter_map(|r| r.strip_prefix(crate::keys::ADDED_PREFIX)),
+        )
+        .filter_map(|text| cairn_core::note::NoteVerifier::parse(text).ok())
+        .any(|k| k.public_key() == ours))
+}
+
 /// Fills `session_kinds` from the log of a store written before it
 /// existed, then drops the index over `entries (sid, kind)` it replaces
 /// (once: the index's presence says it has not run).

@@ -109,7 +109,7 @@ pub fn run() -> Result<Outcome> {
                     })
                     .unwrap_or_default();
                 return Err(usage(format!(
-                    "no server key at {}: give the store's key with --server-key PATH (CAIRN_SERVER_KEY) or --server-key-command; the keys its log for org {} is signed with: {}",
+                    "the server key at {} is missing or not this store's: give the store's key with --server-key PATH (CAIRN_SERVER_KEY) or --server-key-command; the keys its log for org {} is signed with: {}",
                     cli.server_key
                         .clone()
                         .unwrap_or_else(|| cli.data_dir.join(cairn_store::KEY_FILE))
