@@ -48,11 +48,63 @@ pub struct ErrorDetail {
 /// control and other invisible characters escaped, so that an error never
 /// echoes a long or strange input whole.
 pub fn shown(text: &str) -> String {
+    if holds_a_token(text) {
+        return "<what looks like an API key, not repeated>".into();
+    }
     let mut out: String = text.chars().take(64).flat_map(char::escape_debug).collect();
     if text.chars().nth(64).is_some() {
         out.push_str("...");
     }
     out
+}
+
+/// Whether `text` holds what looks like an API key (`cairn_<id>_<secret>`
+/// in any case, or `<id>_<secret>`), also percent-encoded once or twice:
+/// a secret pasted where an id belongs, which no answer or log repeats.
+pub fn holds_a_token(text: &str) -> bool {
+    let mut decoded = text.to_owned();
+    for _ in 0..3 {
+        let lower = decoded.trim().to_ascii_lowercase();
+        // A key's id, `_` and a secret of at least 20 characters (a
+        // token's is 43): a session id of that shape is unlikely.
+        let id_then_secret = |s: &str| {
+            s.len() >= 33
+                && s.as_bytes()[12] == b'_'
+                && s[..12].bytes().all(|b| b.is_ascii_hexdigit())
+        };
+        if lower.contains("cairn_") || id_then_secret(&lower) {
+            return true;
+        }
+        let next = percent_decoded(&decoded);
+        if next == decoded {
+            return false;
+        }
+        decoded = next;
+    }
+    false
+}
+
+/// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Every error code any surface answers with. The OpenAPI document's

@@ -222,11 +222,7 @@ async fn refuse_undocumented_params(
 fn logged_path(path: &str) -> String {
     path.split('/')
         .map(|segment| {
-            let lower = segment.to_ascii_lowercase();
-            let id_then_secret = lower.len() > 13
-                && lower.as_bytes()[12] == b'_'
-                && lower[..12].bytes().all(|b| b.is_ascii_hexdigit());
-            if lower.contains("cairn_") || lower.contains("cairn%5f") || id_then_secret {
+            if crate::error::holds_a_token(segment) {
                 "<redacted>"
             } else {
                 segment
@@ -363,6 +359,10 @@ mod tests {
             format!("/v1/keys/%20CAIRN_0123456789ab_{secret}"),
             format!("/v1/keys/cairn%5F0123456789ab_{secret}"),
             format!("/v1/keys/0123456789ab_{secret}"),
+            format!("/v1/keys/%200123456789ab_{secret}"),
+            format!("/v1/keys/0123456789ab%5F{secret}"),
+            format!("/v1/keys/c%61irn_0123456789ab_{secret}"),
+            format!("/v1/keys/cairn%255F0123456789ab_{secret}"),
         ] {
             let logged = logged_path(&path);
             assert!(!logged.contains(secret), "{logged}");

@@ -517,6 +517,10 @@ fn key_management_cannot_lock_the_org_out() {
             token_path.text()
         );
     }
+    // Nor does any other route repeat a token pasted for an id.
+    let step_path = get(&server, &format!("/v1/steps/{second}"), &second);
+    assert_eq!(step_path.status, 404, "{}", step_path.text());
+    assert!(!step_path.text().contains(&secret), "{}", step_path.text());
     // A key without its scheme.
     let mut raw = TcpStream::connect(server.addr).unwrap();
     raw.write_all(
