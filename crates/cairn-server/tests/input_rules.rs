@@ -150,6 +150,11 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
             r#"{"zeta":1,"alpha":2,"zeta":3}"#,
             Some("\"zeta\", \"alpha\""),
         ),
+        // A long name once, however many times it comes.
+        (
+            &format!(r#"{{"{0}":1,"{0}":2,"b":3}}"#, "x".repeat(100)),
+            Some(&format!("\"{}\", \"b\"", "x".repeat(64))),
+        ),
     ] {
         let reply = call(
             &server,

@@ -329,8 +329,10 @@ impl<'de> serde::de::Visitor<'de> for UnknownNames<'_> {
         while let Some(name) = map.next_key::<String>()? {
             if !self.known().contains(&name.as_str()) {
                 let found = self.found();
-                if found.len() < 8 && !found.contains(&name) {
-                    found.push(name.chars().take(64).collect());
+                // Kept as shown (64 characters), and compared as kept.
+                let shown: String = name.chars().take(64).collect();
+                if found.len() < 8 && !found.contains(&shown) {
+                    found.push(shown);
                 }
             }
             // The resource spans, spelt as OTLP/JSON or as the proto does.
