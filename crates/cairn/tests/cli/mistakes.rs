@@ -1,0 +1,276 @@
+//! The command line's answers to a user's likely mistakes: a data
+//! directory without a store, a bundle that is not one (or a wrong
+//! `--key`), a misspelt step line, a busy port, errors asked for as JSON.
+
+use super::common::{self, cairn_in, json};
+use super::{log_stdin_refusing, populated};
+
+/// A reading command pointed at a data directory without a store (a
+/// mistyped `CAIRN_DATA_DIR`, a command run from another directory)
+/// refuses, exit 2, naming the directory, and creates nothing: it had
+/// created an empty store with a server key of its own, so `cairn keys`
+/// printed a key no bundle was signed with and `cairn sessions` an empty
+/// table. Writing commands still create the store.
+#[test]
+fn reading_commands_do_not_create_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["sessions"][..],
+        &["replay", "s1"],
+        &["verify"],
+        &["export", "--session", "s1", "--output", "x.bundle"],
+        &["search", "anything"],
+        &["sql", "SELECT 1"],
+        &["admin", "list-keys"],
+        &["admin", "repair-tree"],
+    ] {
+        let run = cairn_in(dir.path(), args, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("no Cairn store in") && run.stderr.contains("data"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !dir.path().join("data").exists(),
+            "{args:?} created the store"
+        );
+    }
+    let logged = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "s1",
+            "--agent",
+            "a",
+            "--type",
+            "Observation",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(logged.code, 0, "{}", logged.stderr);
+    let shown = cairn_in(dir.path(), &["keys"], None);
+    assert_eq!(shown.code, 0);
+    assert!(!shown.stderr.contains("held no store"), "{}", shown.stderr);
+    // `keys` makes a new directory's store and key (a witness is told a
+    // server's key before the server first starts), and says so.
+    let fresh = tempfile::tempdir().unwrap();
+    let made = cairn_in(fresh.path(), &["keys"], None);
+    assert_eq!(made.code, 0);
+    assert!(made.stderr.contains("held no store"), "{}", made.stderr);
+}
+
+/// A bundle that fails the way a mistake explains keeps its published
+/// verdict (exit 1, the reason) and gets a hint saying what to check: an
+/// empty file, a server's error answer saved as a bundle, a `--key` that
+/// is not the key the bundle names (a `cairn keys` run elsewhere). A real
+/// tampering gets no such hint.
+#[test]
+fn failed_bundles_hint_at_the_likely_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let bundle = dir.path().join("all.bundle");
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", bundle.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let other = tempfile::tempdir().unwrap();
+    populated(other.path());
+    let other_key = cairn_in(other.path(), &["keys"], None)
+        .stdout
+        .trim()
+        .to_owned();
+    let empty = dir.path().join("empty.bundle");
+    std::fs::write(&empty, "").unwrap();
+    let error = dir.path().join("error.bundle");
+    std::fs::write(
+        &error,
+        "{\"error\":{\"code\":\"not_found\",\"message\":\"session nope\"}}\n",
+    )
+    .unwrap();
+    let edited = dir.path().join("edited.bundle");
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    std::fs::write(
+        &edited,
+        text.replacen("\"content\":\"", "\"content\":\"X", 1),
+    )
+    .unwrap();
+    // A real bundle whose header also holds an `error` member: tampered,
+    // not a saved error answer.
+    let with_error = dir.path().join("with_error.bundle");
+    std::fs::write(
+        &with_error,
+        text.replacen(
+            "{\"cairn_bundle\"",
+            "{\"error\":{\"code\":\"x\",\"message\":\"y\"},\"cairn_bundle\"",
+            1,
+        ),
+    )
+    .unwrap();
+    // An error answer whose words would draw on a terminal.
+    let drawing = dir.path().join("drawing.bundle");
+    std::fs::write(
+        &drawing,
+        "{\"error\":{\"code\":\"x\",\"message\":\"\\u001b[2A\\nVERIFIED\"}}\n",
+    )
+    .unwrap();
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--bundle", drawing.to_str().unwrap()],
+        None,
+    );
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    assert!(run.stdout.contains("\\u{1b}"), "{:?}", run.stdout);
+    // A pipe is not an empty file.
+    let piped = cairn_in(
+        dir.path(),
+        &["--json", "verify", "--bundle", "/dev/stdin"],
+        Some(&std::fs::read_to_string(&edited).unwrap()),
+    );
+    assert_eq!(piped.code, 1, "{}", piped.stderr);
+    assert!(json(&piped)["hint"].is_null(), "{}", piped.stdout);
+    for (file, key, reason, hint) in [
+        (&with_error, None, "", None),
+        (&empty, None, "missing-record", Some("is empty")),
+        (
+            &error,
+            None,
+            "malformed-record",
+            Some("error answer from a Cairn server"),
+        ),
+        (
+            &bundle,
+            Some(other_key.as_str()),
+            "bad-signature",
+            Some("no key given with --key is that key"),
+        ),
+        (&edited, None, "", None),
+    ] {
+        let mut args = vec!["--json", "verify", "--bundle", file.to_str().unwrap()];
+        if let Some(key) = key {
+            args.extend(["--key", key]);
+        }
+        let run = cairn_in(dir.path(), &args, None);
+        assert_eq!(run.code, 1, "{args:?}: {} {}", run.stdout, run.stderr);
+        let verdict = json(&run);
+        if !reason.is_empty() {
+            assert_eq!(verdict["brokenReason"], reason, "{verdict}");
+        }
+        match hint {
+            Some(hint) => assert!(
+                verdict["hint"].as_str().is_some_and(|h| h.contains(hint)),
+                "{args:?}: {verdict}"
+            ),
+            None => assert!(verdict["hint"].is_null(), "{verdict}"),
+        }
+    }
+}
+
+/// `cairn log --stdin` names a refused line's mistake as REST answers the
+/// same body: the code, the member and the message (an unknown member
+/// with its nearest known name, a link name too).
+#[test]
+fn log_stdin_names_mistakes_as_rest_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        r#"{"agent_id":"a","step_type":"Observation"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","contnet":"x"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","confidence":"0.9"}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","links":{"tool_cal":"t"}}"#,
+        "not json",
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","confidence":1.5}"#,
+        r#"{"session_id":"s","agent_id":"a","step_type":"Observation","content":"fine"}"#,
+    ];
+    let answers = log_stdin_refusing(dir.path(), &input);
+    let answer = |line: u64| answers.iter().find(|a| a["line"] == line).unwrap().clone();
+    for (line, code, field) in [
+        (1, "missing_field", Some("session_id")),
+        (2, "unknown_field", Some("contnet")),
+        (3, "invalid_argument", Some("confidence")),
+        (4, "unknown_field", Some("links.tool_cal")),
+        (5, "invalid_json", None),
+        (6, "confidence_out_of_range", Some("confidence")),
+    ] {
+        let a = answer(line);
+        assert_eq!(a["code"], code, "{a}");
+        assert_eq!(a["field"].as_str(), field, "{a}");
+    }
+    assert!(
+        answer(2)["error"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean content")
+    );
+    assert!(
+        answer(4)["error"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean links.tool_call")
+    );
+    // Answers come in the order of the lines, refused or recorded.
+    let order: Vec<u64> = answers
+        .iter()
+        .map(|a| a["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, [1, 2, 3, 4, 5, 6, 7]);
+}
+
+/// A fresh data directory's admin key is printed only once the server
+/// holds its address: a busy port stops the start before the key (shown
+/// once) is made, and the next start prints it.
+#[test]
+fn a_busy_port_does_not_use_up_the_admin_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = busy.local_addr().unwrap().to_string();
+    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", "--listen", &address])
+        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env_remove("CAIRN_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    assert!(!stdout.contains("admin API key"), "{stdout}");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("cannot listen on"));
+    let (_server, admin) = common::serve(dir.path(), None);
+    assert!(admin.is_some(), "the next start prints the key");
+}
+
+/// With `--json`, an error is JSON on standard output too, its kind in
+/// `code` as the exit code gives it.
+#[test]
+fn json_output_covers_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "--json",
+            "log",
+            "--session",
+            "j",
+            "--agent",
+            "a",
+            "--type",
+            "Bogus",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let error = json(&run);
+    assert_eq!(error["error"]["code"], "usage", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bogus"),
+        "{error}"
+    );
+    assert!(run.stderr.contains("Bogus"));
+}
