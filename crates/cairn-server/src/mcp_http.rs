@@ -138,6 +138,20 @@ pub(crate) fn service(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state, mcp_gate))
 }
 
+/// `400` for a message `mcp::check_message` refused, as a JSON-RPC error
+/// (`-32700` for what is not JSON, else `-32600` answering the request's
+/// id; the MCP transport lets a refused message's 400 carry one), whose
+/// `data` is the REST error object (`invalid_json`), as [`unauthorized`]'s.
+fn refusal(bytes: &[u8], error: ApiError) -> Response {
+    let refused = mcp::refused(bytes);
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": refused.id(),
+        "error": {"code": refused.code(), "message": error.message, "data": error.body()},
+    });
+    (error.status, axum::Json(body)).into_response()
+}
+
 /// The header that names an MCP session.
 const MCP_SESSION: &str = "mcp-session-id";
 
@@ -182,7 +196,7 @@ async fn mcp_gate(
                     other => opens(other),
                 };
             }
-            Err(e) => return ApiError::bad_request("invalid_json", e).into_response(),
+            Err(e) => return refusal(&bytes, ApiError::bad_request("invalid_json", e)),
         }
         axum::body::Body::from(bytes)
     } else {

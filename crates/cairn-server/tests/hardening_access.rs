@@ -341,10 +341,38 @@ fn ambiguous_bodies_are_refused() {
         ),
         br#"{"jsonrpc": "2.0", "id": 9, "method": "tools/list", "method": "tools/call"}"#,
     );
+    // Answered as JSON-RPC (the MCP transport lets a refused message's 400
+    // carry an error answering its id), the REST error in its `data`.
+    let answer = duplicate.json();
+    assert_eq!(duplicate.status, 400);
     assert_eq!(
-        (duplicate.status, duplicate.code().as_str()),
-        (400, "invalid_json")
+        (&answer["jsonrpc"], &answer["id"], &answer["error"]["code"]),
+        (&json!("2.0"), &json!(9), &json!(-32600)),
+        "{answer}"
     );
+    assert_eq!(answer["error"]["data"]["error"]["code"], "invalid_json");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("given twice")),
+        "{answer}"
+    );
+    // What is not JSON at all is JSON-RPC's Parse error, with a null id.
+    let garbled = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 11, "method": "tools/list""#,
+    );
+    let answer = garbled.json();
+    assert_eq!(garbled.status, 400);
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&Value::Null, &json!(-32700)),
+        "{answer}"
+    );
+    assert_eq!(answer["error"]["data"]["error"]["code"], "invalid_json");
     // A member name serde_json reserves for its own markers: the MCP
     // server's JSON library would read `{"<marker>": "[1]"}` as `[1]`, so
     // the step would be stored as another value than the one sent. Refused
@@ -357,10 +385,18 @@ fn ambiguous_bodies_are_refused() {
         br#"{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "log_reasoning_step", "arguments": {"session_id": "marker", "step_type": "plan", "metadata": {"k": {"$serde_json::private::RawValue": "[1]"}}}}}"#,
     );
     assert_eq!(
-        (marker.status, marker.code().as_str()),
-        (400, "invalid_json"),
+        (
+            marker.status,
+            &marker.json()["id"],
+            &marker.json()["error"]["code"]
+        ),
+        (400, &json!(10), &json!(-32600)),
         "{}",
         String::from_utf8_lossy(&marker.body)
+    );
+    assert_eq!(
+        marker.json()["error"]["data"]["error"]["code"],
+        "invalid_json"
     );
     let message = marker.json()["error"]["message"].to_string();
     assert!(

@@ -59,6 +59,75 @@ pub fn check_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
     }
 }
 
+/// What a message [`check_message`] refused is, as far as a JSON-RPC
+/// answer to it needs to know.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Refused {
+    /// Not JSON at all (JSON-RPC's Parse error, `-32700`).
+    NotJson,
+    /// JSON that is not one object: a batch, or a scalar (answered with a
+    /// null id).
+    NotAnObject,
+    /// An object without `method`: a response from the client, which
+    /// expects no answer.
+    NotACall,
+    /// A notification (a method without an id): its sender expects no
+    /// answer.
+    Notification,
+    /// A request, answered by its id (null when the id could not be read
+    /// unaltered).
+    Request(serde_json::Value),
+}
+
+impl Refused {
+    /// The JSON-RPC error code that answers it: `-32700` for what is not
+    /// JSON, `-32600` (Invalid Request) for JSON Cairn will not read.
+    pub(crate) fn code(&self) -> i64 {
+        if *self == Refused::NotJson {
+            -32700
+        } else {
+            -32600
+        }
+    }
+
+    /// The id a JSON-RPC error answering it carries.
+    pub(crate) fn id(&self) -> serde_json::Value {
+        match self {
+            Refused::Request(id) => id.clone(),
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
+/// What the message `bytes`, which [`check_message`] refused, is. Its id
+/// comes from the strict reading when only a member name was refused,
+/// else from a lenient one, where it is kept only if it is a string or an
+/// integer the lenient reading did not alter.
+pub(crate) fn refused(bytes: &[u8]) -> Refused {
+    use serde_json::Value;
+    let (message, lenient) = match parse_message(bytes) {
+        Ok(message) => (message, false),
+        Err(_) => match serde_json::from_slice::<Value>(bytes) {
+            Ok(message) => (message, true),
+            Err(_) => return Refused::NotJson,
+        },
+    };
+    let Value::Object(message) = message else {
+        return Refused::NotAnObject;
+    };
+    if !message.contains_key("method") {
+        return Refused::NotACall;
+    }
+    match message.get("id") {
+        None => Refused::Notification,
+        Some(Value::Number(n)) if lenient && !(n.is_i64() || n.is_u64()) => {
+            Refused::Request(Value::Null)
+        }
+        Some(id @ (Value::String(_) | Value::Number(_))) => Refused::Request(id.clone()),
+        Some(_) => Refused::Request(Value::Null),
+    }
+}
+
 /// [`check_message`]'s strict reading.
 fn parse_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
     cairn_core::json::from_slice_with(bytes, cairn_core::json::Integers::Bits64)

@@ -25,7 +25,7 @@
 //! it drops is logged at debug level only, as the SDK logs it, so that a
 //! stderr nobody reads cannot stop it either.
 
-use super::{CairnMcp, parse_message, reserved_problem};
+use super::{CairnMcp, Refused, check_message, refused};
 use rmcp::ServiceExt as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -105,36 +105,19 @@ fn judge(line: &[u8]) -> Verdict {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Verdict::Pass;
     }
-    // The request's id, so that a refused request is still answered by
-    // it: from the strict reading when only a member name was refused,
-    // else from a lenient one, where it is kept only if it is a string
-    // or an integer the lenient reading did not alter.
-    let (message, problem, lenient) = match parse_message(line) {
-        Ok(message) => match reserved_problem(&message) {
-            None => return Verdict::Pass,
-            Some(problem) => (message, problem, false),
-        },
-        Err(problem) => match serde_json::from_slice::<Value>(line) {
-            Ok(message) => (message, problem, true),
-            Err(_) => {
-                return Verdict::Drop(format!("a line that is not JSON was dropped: {problem}"));
-            }
-        },
+    let problem = match check_message(line) {
+        Ok(_) => return Verdict::Pass,
+        Err(problem) => problem,
     };
-    let Value::Object(message) = message else {
-        return Verdict::Answer(error_line(Value::Null, &problem));
-    };
-    if !message.contains_key("method") {
-        return Verdict::Drop(format!("a message was refused: {problem}"));
-    }
-    let id = match message.get("id") {
+    match refused(line) {
+        Refused::NotJson => {
+            Verdict::Drop(format!("a line that is not JSON was dropped: {problem}"))
+        }
+        Refused::NotACall => Verdict::Drop(format!("a message was refused: {problem}")),
         // A notification (no id) expects no answer.
-        None => return Verdict::Drop(format!("a notification was refused: {problem}")),
-        Some(Value::Number(n)) if lenient && !(n.is_i64() || n.is_u64()) => Value::Null,
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        Some(_) => Value::Null,
-    };
-    Verdict::Answer(error_line(id, &problem))
+        Refused::Notification => Verdict::Drop(format!("a notification was refused: {problem}")),
+        other => Verdict::Answer(error_line(other.id(), &problem)),
+    }
 }
 
 /// Reads the client's lines until its input ends: each that passes
