@@ -2,6 +2,7 @@
 //! creating, listing and revoking API keys, and the bootstrap admin key.
 
 use super::*;
+use cairn_store::KeyRevocation;
 
 /// Registers an agent's Ed25519 public key, so that it can sign its steps.
 /// A key bound to an agent registers for that agent only.
@@ -200,37 +201,23 @@ pub(crate) async fn revoke_key(
         ));
     }
     let revoked = blocking(&state, move |store| {
-        // One revocation at a time in this server, so that two admins
-        // revoking each other cannot both pass the last-admin check (on a
-        // PostgreSQL fleet, servers check apart: see OPERATIONS).
-        let _one_at_a_time = REVOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let keys = store.api_keys(&org)?;
-        let Some(key) = keys
-            .iter()
-            .find(|k| k.id == id && (bound.is_none() || k.agent_id == bound))
-        else {
-            return Ok(Revoked::Unknown);
-        };
-        // An admin key of the whole org (not bound to an agent), in use.
-        let admin = |k: &&cairn_store::ApiKey| {
-            k.role.can_admin() && k.agent_id.is_none() && k.revoked_at.is_none()
-        };
-        if admin(&key) && keys.iter().filter(admin).count() == 1 {
-            return Ok(Revoked::LastAdmin);
-        }
-        Ok(if store.revoke_api_key(&org, &id, cairn_store::now())? {
-            Revoked::Done
-        } else {
-            Revoked::Unknown
-        })
+        // The store checks and revokes in one step, against every writer
+        // (two admins revoking each other, on one server or two of a
+        // PostgreSQL fleet, cannot both pass the last-admin check).
+        Ok(store.revoke_api_key_unless_last_admin(
+            &org,
+            &id,
+            bound.as_deref(),
+            cairn_store::now(),
+        )?)
     })
     .await?;
     match revoked {
-        Revoked::Done => {}
-        Revoked::Unknown => {
+        KeyRevocation::Revoked => {}
+        KeyRevocation::Unknown => {
             return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
         }
-        Revoked::LastAdmin => {
+        KeyRevocation::LastAdmin => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "refused",
@@ -246,19 +233,6 @@ pub(crate) async fn revoke_key(
     }
     state.mcp_sessions.end_key(&key_id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// Held while a key revocation checks and revokes.
-static REVOCATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// What revoking a key came to.
-enum Revoked {
-    Done,
-    /// No such key in the org (or not of the caller's agent).
-    Unknown,
-    /// The org's last admin key of the whole org in use: refused, so that
-    /// the org is never left without a key that can manage every key.
-    LastAdmin,
 }
 
 /// Creates the first admin key of `org_id` if the org has no key yet, and

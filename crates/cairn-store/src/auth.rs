@@ -130,3 +130,45 @@ impl ApiKey {
 pub fn token_hash(token: &str) -> Hash {
     Hash::sha256(token.as_bytes())
 }
+
+/// What [`crate::LedgerStore::revoke_api_key_unless_last_admin`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRevocation {
+    /// The key is revoked now.
+    Revoked,
+    /// No such key in use in the org (or none bound to the agent named).
+    Unknown,
+    /// The org's last admin key in use that is not bound to an agent: not
+    /// revoked, so that the org keeps a key that can manage every key.
+    LastAdmin,
+}
+
+/// The statement that revokes a key unless it is its org's last admin key
+/// in use not bound to an agent, in one statement so that the check and
+/// the revocation are one (`?1` org, `?2` key id, `?3` time, `?4` the agent
+/// the key must be bound to, or NULL).
+pub(crate) const REVOKE_UNLESS_LAST_ADMIN: &str = "UPDATE api_keys SET revoked_at = ?3
+ WHERE org_name = ?1 AND id = ?2 AND revoked_at IS NULL
+   AND (?4 IS NULL OR agent_id = ?4)
+   AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
+        SELECT 1 FROM api_keys other
+         WHERE other.org_name = ?1 AND other.id <> ?2 AND other.role = 'admin'
+           AND other.agent_id IS NULL AND other.revoked_at IS NULL))";
+
+/// [`REVOKE_UNLESS_LAST_ADMIN`] in PostgreSQL's spelling.
+pub(crate) const REVOKE_UNLESS_LAST_ADMIN_PG: &str = "UPDATE api_keys SET revoked_at = $3
+ WHERE org_name = $1 AND id = $2 AND revoked_at IS NULL
+   AND ($4::text IS NULL OR agent_id = $4::text)
+   AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
+        SELECT 1 FROM api_keys other
+         WHERE other.org_name = $1 AND other.id <> $2 AND other.role = 'admin'
+           AND other.agent_id IS NULL AND other.revoked_at IS NULL))";
+
+/// After [`REVOKE_UNLESS_LAST_ADMIN`] changed nothing: whether the key is
+/// there in use (so it was kept as the last admin key) or not at all.
+pub(crate) const KEY_IN_USE: &str = "SELECT count(*) FROM api_keys
+ WHERE org_name = ?1 AND id = ?2 AND revoked_at IS NULL AND (?3 IS NULL OR agent_id = ?3)";
+
+/// [`KEY_IN_USE`] in PostgreSQL's spelling.
+pub(crate) const KEY_IN_USE_PG: &str = "SELECT count(*) FROM api_keys
+ WHERE org_name = $1 AND id = $2 AND revoked_at IS NULL AND ($3::text IS NULL OR agent_id = $3::text)";

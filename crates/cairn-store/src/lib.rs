@@ -42,7 +42,7 @@ mod stored;
 mod vector_index;
 pub mod witness_state;
 
-pub use auth::{ApiKey, Role, token_hash};
+pub use auth::{ApiKey, KeyRevocation, Role, token_hash};
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;
@@ -581,6 +581,19 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Revokes a key of an org; false if there is no such key.
     fn revoke_api_key(&self, org_id: &str, key_id: &str, at: Timestamp)
     -> Result<bool, StoreError>;
+
+    /// Revokes a key of an org (with `agent`, only a key bound to that
+    /// agent) unless it is the org's last admin key in use not bound to an
+    /// agent. The check and the revocation are one, against every writer
+    /// of the store (other servers of a PostgreSQL fleet included), so two
+    /// admins revoking each other cannot both succeed.
+    fn revoke_api_key_unless_last_admin(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        agent: Option<&str>,
+        at: Timestamp,
+    ) -> Result<KeyRevocation, StoreError>;
 
     /// Agent key registrations of an org, in log order.
     fn agent_keys(&self, org_id: &str)

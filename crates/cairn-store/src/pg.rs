@@ -704,6 +704,16 @@ impl LedgerStore for PgStore {
         self.revoke_api_key_in(org_id, key_id, at)
     }
 
+    fn revoke_api_key_unless_last_admin(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        agent: Option<&str>,
+        at: Timestamp,
+    ) -> Result<crate::KeyRevocation, StoreError> {
+        self.revoke_api_key_unless_last_admin_in(org_id, key_id, agent, at)
+    }
+
     fn agent_keys(&self, org_id: &str) -> Result<Vec<KeyRegistration>, StoreError> {
         self.agent_keys_in(org_id)
     }

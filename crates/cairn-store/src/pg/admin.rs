@@ -6,6 +6,7 @@
 use super::PgStore;
 use super::connection::{Db, col};
 use crate::engine::blob_hash;
+use crate::errors::DbContext;
 use crate::{ApiKey, Role, StoreError};
 use cairn_core::note::NoteVerifier;
 use cairn_core::{Hash, Timestamp};
@@ -221,6 +222,61 @@ impl PgStore {
                 &[&org_id, &key_id, &at.as_micros()],
                 "revoking an API key",
             )? > 0)
+        })
+    }
+
+    pub(super) fn revoke_api_key_unless_last_admin_in(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        agent: Option<&str>,
+        at: Timestamp,
+    ) -> Result<crate::KeyRevocation, StoreError> {
+        let context = "revoking an API key";
+        self.read(|db| {
+            db.client.batch_execute("BEGIN").context(context)?;
+            let outcome = (|| {
+                // The org's admin keys in use, locked until this commits: a
+                // second revocation (on any server) waits here, and then
+                // sees this one's (in READ COMMITTED each statement reads
+                // what committed before it began), so two admins revoking
+                // each other cannot both pass the check.
+                db.client
+                    .query(
+                        "SELECT id FROM api_keys WHERE org_name = $1 AND role = 'admin'
+                          AND agent_id IS NULL AND revoked_at IS NULL FOR UPDATE",
+                        &[&org_id],
+                    )
+                    .context(context)?;
+                let changed = db
+                    .client
+                    .execute(
+                        crate::auth::REVOKE_UNLESS_LAST_ADMIN_PG,
+                        &[&org_id, &key_id, &at.as_micros(), &agent],
+                    )
+                    .context(context)?;
+                if changed > 0 {
+                    return Ok(crate::KeyRevocation::Revoked);
+                }
+                let in_use: i64 = db
+                    .client
+                    .query_one(crate::auth::KEY_IN_USE_PG, &[&org_id, &key_id, &agent])
+                    .context(context)?
+                    .try_get(0)
+                    .context(context)?;
+                Ok(if in_use > 0 {
+                    crate::KeyRevocation::LastAdmin
+                } else {
+                    crate::KeyRevocation::Unknown
+                })
+            })();
+            let end = if outcome.is_ok() {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            };
+            let ended = db.client.batch_execute(end).context(context);
+            ended.and(outcome)
         })
     }
 

@@ -133,6 +133,41 @@ impl SqliteStore {
         Ok(changed > 0)
     }
 
+    pub(super) fn revoke_api_key_unless_last_admin_in(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        agent: Option<&str>,
+        at: Timestamp,
+    ) -> Result<crate::KeyRevocation, StoreError> {
+        // One statement holds SQLite's write lock from its check to its
+        // change, against this process's writers and any other process's.
+        let w = self.writer.lock().map_err(|_| poisoned())?;
+        let changed = w
+            .conn
+            .execute(
+                crate::auth::REVOKE_UNLESS_LAST_ADMIN,
+                params![org_id, key_id, at.as_micros(), agent],
+            )
+            .context("revoking an API key")?;
+        if changed > 0 {
+            return Ok(crate::KeyRevocation::Revoked);
+        }
+        let in_use: i64 = w
+            .conn
+            .query_row(
+                crate::auth::KEY_IN_USE,
+                params![org_id, key_id, agent],
+                |r| r.get(0),
+            )
+            .context("revoking an API key")?;
+        Ok(if in_use > 0 {
+            crate::KeyRevocation::LastAdmin
+        } else {
+            crate::KeyRevocation::Unknown
+        })
+    }
+
     pub(super) fn put_cosignature_in(
         &self,
         org_id: &str,

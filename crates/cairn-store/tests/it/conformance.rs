@@ -38,6 +38,12 @@ pub trait Backend {
     /// production database's autovacuum would) and makes its planner
     /// prefer plans that scan whole tables, for stores opened after.
     fn analyze(&self, _name: &str) {}
+    /// A second handle of the store `name`, open beside the first, as a
+    /// second server of a fleet holds one; `None` where the backend has
+    /// one writer per store (SQLite: one process per data directory).
+    fn open_beside(&self, _name: &str) -> Option<Arc<dyn LedgerStore>> {
+        None
+    }
 }
 
 pub const ORG: &str = "acme";
@@ -133,6 +139,7 @@ pub fn run_all(backend: &dyn Backend) {
     evidence::exports_refuse_a_selection_line_verifiers_would_not_read(backend);
     evidence::imports_round_trip(backend);
     log::api_keys_are_stored_hashed_and_revocable(backend);
+    log::last_admin_key_is_kept(backend);
     log::cosignatures_are_kept_per_checkpoint_and_witness(backend);
     erasure_seals_signatures::erasure_and_retention_keep_everything_verifiable(backend);
     crate::embedding::run_all(backend);

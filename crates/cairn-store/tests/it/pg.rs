@@ -49,6 +49,10 @@ impl Backend for Pg {
         Arc::new(PgStore::open(options, key).unwrap())
     }
 
+    fn open_beside(&self, name: &str) -> Option<Arc<dyn LedgerStore>> {
+        Some(self.open(name))
+    }
+
     fn analyze(&self, name: &str) {
         let db = name.replace('-', "_");
         let url = self.cluster.url_for(&db);

@@ -661,3 +661,106 @@ pub(super) fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
     );
     assert!(!store.revoke_api_key(ORG, &writer.id, now).unwrap());
 }
+
+/// The org's last admin key in use not bound to an agent is kept, also
+/// when two admins revoke each other at once through two handles of one
+/// store (two servers of a PostgreSQL fleet, or a server and the CLI on
+/// one data directory; on SQLite, which has one writing process per data
+/// directory, two threads of one handle): exactly one of the two
+/// revocations succeeds.
+pub(super) fn last_admin_key_is_kept(backend: &dyn Backend) {
+    use cairn_store::{ApiKey, KeyRevocation, Role};
+    let first = backend.open("last-admin");
+    let second = backend
+        .open_beside("last-admin")
+        .unwrap_or_else(|| Arc::clone(&first));
+    let now = Timestamp::from_micros(1_800_000_000_000_000).unwrap();
+    let key = |role, agent: Option<&str>| {
+        let (key, _) = ApiKey::generate(ORG, role, agent, "", now).unwrap();
+        first.put_api_key(&key).unwrap();
+        key
+    };
+    // Neither counts as an admin key of the whole org.
+    let bound_admin = key(Role::Admin, Some("analyst"));
+    let writer = key(Role::Writer, Some("analyst"));
+    let mut kept = key(Role::Admin, None);
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &kept.id, None, now)
+            .unwrap(),
+        KeyRevocation::LastAdmin
+    );
+    // A caller bound to an agent reaches that agent's keys only.
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &kept.id, Some("analyst"), now)
+            .unwrap(),
+        KeyRevocation::Unknown
+    );
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &writer.id, Some("other-agent"), now)
+            .unwrap(),
+        KeyRevocation::Unknown
+    );
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin("other", &writer.id, None, now)
+            .unwrap(),
+        KeyRevocation::Unknown
+    );
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &writer.id, Some("analyst"), now)
+            .unwrap(),
+        KeyRevocation::Revoked
+    );
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &writer.id, None, now)
+            .unwrap(),
+        KeyRevocation::Unknown,
+        "a revoked key is not revoked again"
+    );
+    assert_eq!(
+        second
+            .revoke_api_key_unless_last_admin(ORG, &bound_admin.id, None, now)
+            .unwrap(),
+        KeyRevocation::Revoked
+    );
+    // Two admins revoke each other at once, through the two handles.
+    for round in 0..24 {
+        let other = key(Role::Admin, None);
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                barrier.wait();
+                first
+                    .revoke_api_key_unless_last_admin(ORG, &other.id, None, now)
+                    .unwrap()
+            });
+            let b = s.spawn(|| {
+                barrier.wait();
+                second
+                    .revoke_api_key_unless_last_admin(ORG, &kept.id, None, now)
+                    .unwrap()
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let in_use: Vec<ApiKey> = second
+            .api_keys(ORG)
+            .unwrap()
+            .into_iter()
+            .filter(|k| k.role == Role::Admin && k.agent_id.is_none() && k.revoked_at.is_none())
+            .collect();
+        assert_eq!(in_use.len(), 1, "round {round}: {a:?}, {b:?}");
+        let mut outcomes = [a, b];
+        outcomes.sort_by_key(|o| format!("{o:?}"));
+        assert_eq!(
+            outcomes,
+            [KeyRevocation::LastAdmin, KeyRevocation::Revoked],
+            "round {round}"
+        );
+        kept = in_use.into_iter().next().unwrap();
+    }
+}
