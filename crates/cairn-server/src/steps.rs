@@ -57,23 +57,18 @@ async fn already_recorded(
     step: cairn_store::NewStep,
     refused: cairn_store::AppendError,
 ) -> Result<cairn_store::Written, cairn_store::AppendError> {
-    use cairn_store::{AppendError, Refusal};
     if !matches!(
         refused,
-        AppendError::Refused(Refusal::DuplicateTraceId { .. })
+        cairn_store::AppendError::Refused(cairn_store::Refusal::DuplicateTraceId { .. })
     ) {
         return Err(refused);
     }
     let store = Arc::clone(&state.store);
-    let recorded = tokio::task::spawn_blocking(move || {
-        let trace_id = step.trace_id.as_deref().unwrap_or_default();
-        store
-            .step_by_trace(&step.org_id, trace_id)
-            .map(|stored| stored.and_then(|stored| step.recorded_as(&stored)))
-    })
-    .await;
-    match recorded {
-        Ok(Ok(Some(written))) => Ok(written),
+    let answered = refused.clone();
+    let retried =
+        tokio::task::spawn_blocking(move || step.retried(store.as_ref(), &answered)).await;
+    match retried {
+        Ok(Some(written)) => Ok(written),
         _ => Err(refused),
     }
 }

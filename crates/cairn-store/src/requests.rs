@@ -79,6 +79,28 @@ pub struct NewStep {
 }
 
 impl NewStep {
+    /// When `refused` is the ledger's refusal of this step as a duplicate
+    /// trace id: what the first write answered, if the step recorded under
+    /// that id in `store` is this very step ([`Self::recorded_as`]). Every
+    /// surface answers a retry through this (REST, batches, MCP, `cairn
+    /// log --stdin`). A failed lookup answers `None`: the refusal stands.
+    pub fn retried(
+        &self,
+        store: &dyn crate::LedgerStore,
+        refused: &crate::AppendError,
+    ) -> Option<Written> {
+        if !matches!(
+            refused,
+            crate::AppendError::Refused(Refusal::DuplicateTraceId { .. })
+        ) {
+            return None;
+        }
+        let stored = store
+            .step_by_trace(&self.org_id, self.trace_id.as_deref()?)
+            .ok()??;
+        self.recorded_as(&stored)
+    }
+
     /// What the write of this step answered, if `stored` (the step its
     /// trace id names) is this very step: a write retried after its answer
     /// was lost (a timeout, a dropped connection) is answered as the first

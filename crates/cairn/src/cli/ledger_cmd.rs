@@ -132,41 +132,51 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // A line refused before it was submitted waits in the queue with its
     // answer, so that answers come in input order.
-    let mut answer = |line: usize,
-                      p: std::result::Result<cairn_store::Pending, Value>,
-                      out: &mut dyn std::io::Write|
-     -> Result<()> {
-        let p = match p {
-            Ok(p) => p,
-            Err(refusal) => {
-                failures += 1;
-                writeln!(out, "{refusal}")?;
-                return Ok(());
+    // A step that names its trace id is kept with its pending write: if
+    // the ledger refuses it as a duplicate, it may be a re-run of input
+    // recorded before (answered as its first write, as REST answers a
+    // retry: `NewStep::retried`).
+    let store = ledger.store_arc();
+    let mut answer =
+        |line: usize,
+         p: std::result::Result<(cairn_store::Pending, Option<cairn_store::NewStep>), Value>,
+         out: &mut dyn std::io::Write|
+         -> Result<()> {
+            let (p, retry) = match p {
+                Ok(p) => p,
+                Err(refusal) => {
+                    failures += 1;
+                    writeln!(out, "{refusal}")?;
+                    return Ok(());
+                }
+            };
+            let written = match (p.wait(), retry) {
+                (Err(refused), Some(step)) => step.retried(store.as_ref(), &refused).ok_or(refused),
+                (written, _) => written,
+            };
+            match written {
+                Ok(w) => {
+                    // A step request is only ever answered with a step.
+                    let step = cairn_server::wire::step_written(&w)
+                        .with_context(|| format!("line {line} was answered with {w:?}"))?;
+                    let written = cairn_server::wire::LineWritten { line, step: &step };
+                    serde_json::to_writer(&mut *out, &written)?;
+                    out.write_all(b"\n")?;
+                }
+                Err(e) => {
+                    failures += 1;
+                    // The ledger's refusal with the code and field REST
+                    // gives it.
+                    let e = cairn_server::ApiError::from(e);
+                    writeln!(
+                        out,
+                        "{}",
+                        json!({"line": line, "error": e.message, "code": e.code, "field": e.field})
+                    )?;
+                }
             }
+            Ok(())
         };
-        match p.wait() {
-            Ok(w) => {
-                // A step request is only ever answered with a step.
-                let step = cairn_server::wire::step_written(&w)
-                    .with_context(|| format!("line {line} was answered with {w:?}"))?;
-                let written = cairn_server::wire::LineWritten { line, step: &step };
-                serde_json::to_writer(&mut *out, &written)?;
-                out.write_all(b"\n")?;
-            }
-            Err(e) => {
-                failures += 1;
-                // The ledger's refusal with the code and field REST
-                // gives it.
-                let e = cairn_server::ApiError::from(e);
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"line": line, "error": e.message, "code": e.code, "field": e.field})
-                )?;
-            }
-        }
-        Ok(())
-    };
     for (number, line) in stdin.lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
@@ -196,7 +206,10 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         }
         pending.push_back((
             number + 1,
-            parsed.map(|step| ledger.submit(WriteRequest::Step(Box::new(step)))),
+            parsed.map(|step| {
+                let retry = step.trace_id.is_some().then(|| step.clone());
+                (ledger.submit(WriteRequest::Step(Box::new(step))), retry)
+            }),
         ));
     }
     for (line, p) in pending {

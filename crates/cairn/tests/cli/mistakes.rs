@@ -220,6 +220,42 @@ fn log_stdin_names_mistakes_as_rest_does() {
     assert_eq!(order, [1, 2, 3, 4, 5, 6, 7]);
 }
 
+/// `cairn log --stdin` run again over the same input (its first run's
+/// answers lost) answers every step that names its trace id as its first
+/// write did, as REST answers a retry; a different step under a taken
+/// trace id is still refused.
+#[test]
+fn log_stdin_answers_a_rerun_as_its_first_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        r#"{"session_id":"r","agent_id":"a","step_type":"Observation","content":"one","trace_id":"t-1"}"#,
+        r#"{"session_id":"r","agent_id":"a","step_type":"Plan","content":"two","trace_id":"t-2","metadata":{"k":1}}"#,
+    ]
+    .join("\n");
+    let first = cairn_in(dir.path(), &["log", "--stdin"], Some(&input));
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let again = cairn_in(dir.path(), &["log", "--stdin"], Some(&input));
+    assert_eq!(again.code, 0, "{} / {}", again.stdout, again.stderr);
+    // Field for field the first answers, but `session_created`, which is
+    // not recorded with a step (false on a retry, as over REST).
+    assert_eq!(
+        again.stdout,
+        first
+            .stdout
+            .replace(r#""session_created":true"#, r#""session_created":false"#)
+    );
+    assert!(first.stdout.contains(r#""session_created":true"#));
+    let other = r#"{"session_id":"r","agent_id":"a","step_type":"Observation","content":"not one","trace_id":"t-1"}"#;
+    let answers = log_stdin_refusing(dir.path(), &[other]);
+    assert_eq!(answers[0]["code"], "duplicate_trace_id", "{}", answers[0]);
+    let replay = json(&cairn_in(dir.path(), &["--json", "replay", "r"], None));
+    assert_eq!(
+        replay["steps"].as_array().map(Vec::len),
+        Some(2),
+        "{replay}"
+    );
+}
+
 /// A fresh data directory's admin key is printed only once the server
 /// holds its address: a busy port stops the start before the key (shown
 /// once) is made, and the next start prints it.
