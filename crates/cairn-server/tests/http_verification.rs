@@ -312,3 +312,104 @@ fn uploaded_bundles_say_whose_key_signed_them() {
         "{pinned}"
     );
 }
+
+/// This server's own session bundle, its session's last step dropped and
+/// its selection re-signed by a key the courier added to the header's log
+/// keys: whatever the verdict, this server does not vouch for it (its key
+/// signed the checkpoint, not the selection that says what the bundle
+/// holds).
+#[test]
+fn a_selection_re_signed_by_another_key_is_not_vouched_for() {
+    use cairn_core::note::NoteSigner;
+    use cairn_core::selection::Selection;
+    let ours = start();
+    seed_000(&ours, &ours.admin, "s1");
+    let bundle = String::from_utf8(get(&ours, "/v1/export?session=s1", &ours.admin).body).unwrap();
+    let mut lines: Vec<Value> = bundle
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i]["type"] == "step")
+        .collect();
+    assert!(steps.len() >= 2, "{bundle}");
+    let (last, kept) = (steps[steps.len() - 1], steps[steps.len() - 2]);
+    let new_head = cairn_core::Hash::from_hex(lines[kept]["hash"].as_str().unwrap()).unwrap();
+    lines.remove(last);
+    let mallory = NoteSigner::from_seed("mallory.example", &[7; 32]).unwrap();
+    let mallory_key = mallory.verifier().to_string();
+    lines[0]["log_keys"] = json!([ours.store.server_key().to_string(), mallory_key]);
+    let checkpoint_text = lines
+        .iter()
+        .find_map(|l| l["checkpoint"].as_str())
+        .unwrap()
+        .to_owned();
+    let origin = lines[0]["origin"].as_str().unwrap().to_owned();
+    let root_b64 = checkpoint_text.lines().nth(2).unwrap();
+    let root = cairn_core::Hash::from_base64(root_b64).unwrap();
+    for line in &mut lines {
+        if line.get("selection").is_some() {
+            let mut selection = Selection::from_value(&line["selection"]).unwrap();
+            let claim = &mut selection.sessions[0];
+            claim.steps -= 1;
+            claim.head = new_head;
+            line["note"] = json!(selection.sign(&mallory, &origin, &root).unwrap());
+            line["selection"] = selection.to_value();
+        }
+        if let Some(entries) = line["end"]["entries"].as_u64() {
+            line["end"]["entries"] = json!(entries - 1);
+        }
+    }
+    let forged: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let checked = call(
+        &ours,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&ours.admin),
+        Some(forged.as_bytes()),
+    )
+    .json();
+    // Under the keys it names it verifies (the forgery is well made), with
+    // this server's key on the checkpoint: only the selection's signer
+    // tells it apart.
+    assert_eq!(
+        (
+            &checked["verified"],
+            &checked["server_key"],
+            &checked["signed_by_this_server"]
+        ),
+        (
+            &json!(true),
+            &json!(ours.store.server_key().to_string()),
+            &json!(false)
+        ),
+        "{checked}"
+    );
+    // Pinned to this server's key, the forged selection does not verify.
+    let pinned = call(
+        &ours,
+        "POST",
+        &format!(
+            "/v1/bundles/verify?key={}",
+            percent_encode(&ours.store.server_key().to_string())
+        ),
+        Some(&ours.admin),
+        Some(forged.as_bytes()),
+    )
+    .json();
+    assert_eq!(
+        (&pinned["verified"], &pinned["signed_by_this_server"]),
+        (&json!(false), &json!(false)),
+        "{pinned}"
+    );
+    // The untouched bundle is this server's.
+    let genuine = call(
+        &ours,
+        "POST",
+        "/v1/bundles/verify",
+        Some(&ours.admin),
+        Some(bundle.as_bytes()),
+    )
+    .json();
+    assert_eq!(genuine["signed_by_this_server"], json!(true), "{genuine}");
+}
