@@ -170,6 +170,40 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// The server key the database's logs are signed with (as `cairn keys`
+    /// names it), or `None` for a database no server has opened yet: read
+    /// before a key file is made for a command, so that a data directory
+    /// without the fleet's key file gets an error, not a fresh key file
+    /// the database then refuses.
+    pub fn recorded_server_key(options: &PgOptions) -> Result<Option<String>, StoreError> {
+        let mut config: postgres::Config =
+            options.url.parse().map_err(|e| StoreError::Postgres {
+                context: "parsing the database URL".into(),
+                source: e,
+            })?;
+        bound_network_waits(&mut config, options.network_timeout);
+        let mut conn = connect(&config)?;
+        let mut db = conn.db();
+        let exists: bool = col(
+            &db.query_one(
+                "SELECT to_regclass('cairn_meta') IS NOT NULL",
+                &[],
+                "looking for Cairn's tables",
+            )?,
+            0,
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        db.query_opt(
+            "SELECT value FROM cairn_meta WHERE key = 'server_key'",
+            &[],
+            "reading the server key",
+        )?
+        .map(|row| col(&row, 0))
+        .transpose()
+    }
+
     /// Connects, migrates the schema if needed (installing the DDL guard
     /// when the role is a superuser), and checks that the database's logs
     /// are signed with `key`, recording it if this is the first server.

@@ -407,6 +407,82 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
     }
 }
 
+/// A data directory without the key file of a database's servers gets an
+/// error naming the database's key from every command, writing and
+/// reading, and no key file is made there (it would only be refused: the
+/// database's logs are signed with another key).
+#[test]
+fn a_directory_without_the_fleets_key_makes_no_key_file() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("foreign_key_file");
+    let first = tempfile::tempdir().unwrap();
+    let first = Target {
+        dir: first.path(),
+        database: Some(&url),
+    };
+    let run = first.run(
+        &["log", "--stdin", "--agent", "a"],
+        Some("{\"session_id\":\"s\",\"step_type\":\"plan\",\"content\":\"x\"}\n"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let keys = first.run(&["keys"], None);
+    assert_eq!(keys.code, 0, "{}", keys.stderr);
+    let other = tempfile::tempdir().unwrap();
+    let second = Target {
+        dir: other.path(),
+        database: Some(&url),
+    };
+    for args in [
+        &["keys"][..],
+        &[
+            "log",
+            "--session",
+            "s",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--content",
+            "y",
+        ][..],
+        &["verify"][..],
+    ] {
+        let run = second.run(args, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("no server key at"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !other.path().join("data").join("server.key").exists(),
+            "{args:?} made a key file"
+        );
+    }
+    let run = second.run(
+        &[
+            "log",
+            "--session",
+            "s",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--content",
+            "y",
+        ],
+        None,
+    );
+    assert!(
+        run.stderr
+            .contains("the database's logs are signed with cairn.local+"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// What a client got acknowledged: trace id -> (session, index).
 type Acked = Arc<Mutex<HashMap<String, (String, u64)>>>;
 

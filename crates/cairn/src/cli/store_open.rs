@@ -10,6 +10,32 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
         ..Limits::default()
     };
     if let Some(url) = &cli.database {
+        let options = PgOptions {
+            limits,
+            embedding_sample_rate: cli.embedding_sample_rate,
+            max_clock_skew_s: cli.max_clock_skew,
+            network_timeout: cli.database_timeout,
+            vector_memory_bytes: cli.embedding.vector_memory_mb.saturating_mul(1 << 20),
+            ..PgOptions::new(url.clone())
+        };
+        let key_file = match (&cli.server_key_command, &cli.server_key) {
+            (Some(_), _) => None,
+            (None, Some(file)) => Some(file.clone()),
+            (None, None) => Some(cli.data_dir.join(cairn_store::KEY_FILE)),
+        };
+        // A key file is made only for a database no server has opened: for
+        // one that has a key, a missing file is a wrong --data-dir or
+        // --server-key, and a fresh key would only be refused.
+        if let Some(file) = key_file.as_ref().filter(|f| !f.exists())
+            && let Some(recorded) = PgStore::recorded_server_key(&options).with_context(|| {
+                format!("opening the PostgreSQL store at {}", redact_password(url))
+            })?
+        {
+            return Err(usage(format!(
+                "no server key at {}, and the database's logs are signed with {recorded}: give this command that server's key (--data-dir or CAIRN_DATA_DIR where `cairn serve` keeps it, --server-key PATH or --server-key-command); no key file was made",
+                std::path::absolute(file).unwrap_or(file.clone()).display()
+            )));
+        }
         std::fs::create_dir_all(&cli.data_dir)
             .with_context(|| format!("creating {}", cli.data_dir.display()))?;
         let key = match (&cli.server_key_command, &cli.server_key) {
@@ -18,14 +44,6 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
             (None, None) => {
                 cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?
             }
-        };
-        let options = PgOptions {
-            limits,
-            embedding_sample_rate: cli.embedding_sample_rate,
-            max_clock_skew_s: cli.max_clock_skew,
-            network_timeout: cli.database_timeout,
-            vector_memory_bytes: cli.embedding.vector_memory_mb.saturating_mul(1 << 20),
-            ..PgOptions::new(url.clone())
         };
         let store = PgStore::open(options, key)
             .with_context(|| format!("opening the PostgreSQL store at {}", redact_password(url)))?;
