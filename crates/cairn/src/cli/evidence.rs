@@ -415,11 +415,19 @@ fn failure_hint(
 ) -> Option<String> {
     use cairn_core::verify::Reason;
     let reason = verdict.failure.as_ref()?.reason;
+    // The file's name as typed, but with any control character escaped
+    // (a name may hold a terminal's escape sequences).
+    let name = path.display().to_string();
+    let name = if name.chars().any(char::is_control) {
+        format!("{name:?}")
+    } else {
+        name
+    };
     // (A pipe's size says nothing: only a file is empty.)
-    if size == 0 && std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+    let is_file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    if size == 0 && is_file {
         return Some(format!(
-            "{} is empty: the export that wrote it failed or was cut off",
-            path.display()
+            "{name} is empty: the export that wrote it failed or was cut off"
         ));
     }
     // The first line, no further than a header can be.
@@ -434,9 +442,11 @@ fn failure_hint(
     .ok()?;
     let header: Value = serde_json::from_str(first.trim_end()).ok()?;
     // Exactly a server's error answer (`{"error": {"code", "message"}}`
-    // and nothing else), its words quoted with every control character
-    // escaped: they come from the file.
+    // and nothing else, in a file of that one line), its words quoted with
+    // every control character escaped: they come from the file.
     if reason == Reason::MalformedRecord
+        && is_file
+        && size == first.len() as u64
         && let Some(object) = header.as_object()
         && object.len() == 1
         && let Some(error) = object.get("error")
@@ -444,8 +454,7 @@ fn failure_hint(
     {
         let shown = |text: &str| format!("{:?}", text.chars().take(200).collect::<String>());
         return Some(format!(
-            "{} holds an error answer from a Cairn server, not a bundle ({}: {}): the export failed; check the session id, the org and the API key used to export",
-            path.display(),
+            "{name} holds an error answer from a Cairn server, not a bundle ({}: {}): the export failed; check the session id, the org and the API key used to export",
             shown(code),
             shown(message),
         ));

@@ -126,6 +126,23 @@ fn failed_bundles_hint_at_the_likely_mistake() {
     );
     assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
     assert!(run.stdout.contains("\\u{1b}"), "{:?}", run.stdout);
+    // A file name that would draw on a terminal is shown escaped too.
+    let drawn_name = dir.path().join("saved\u{1b}[2A.bundle");
+    std::fs::copy(&error, &drawn_name).unwrap();
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--bundle", drawn_name.to_str().unwrap()],
+        None,
+    );
+    assert!(run.stdout.contains("error answer"), "{:?}", run.stdout);
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    // An error answer's line followed by more lines is not a saved answer.
+    let error_then_more = dir.path().join("error_then_more.bundle");
+    std::fs::write(
+        &error_then_more,
+        format!("{}{text}", std::fs::read_to_string(&error).unwrap()),
+    )
+    .unwrap();
     // A pipe is not an empty file.
     let piped = cairn_in(
         dir.path(),
@@ -150,6 +167,7 @@ fn failed_bundles_hint_at_the_likely_mistake() {
             Some("no key given with --key is that key"),
         ),
         (&edited, None, "", None),
+        (&error_then_more, None, "malformed-record", None),
     ] {
         let mut args = vec!["--json", "verify", "--bundle", file.to_str().unwrap()];
         if let Some(key) = key {
