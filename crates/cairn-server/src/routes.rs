@@ -247,6 +247,10 @@ pub(crate) async fn count_errors(
 ) -> Response {
     let method = request.method().clone();
     let path = logged_path(request.uri().path());
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned());
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status();
@@ -294,11 +298,32 @@ pub(crate) async fn count_errors(
             .and_then(|bytes| String::from_utf8(bytes.to_vec()).ok())
             .map(|text| text.trim().to_owned())
             .filter(|text| !text.is_empty() && !text.contains('\n'));
-        let message = match text {
+        let mut message = match text {
             Some(text) if text.starts_with(reason) => text,
             Some(text) => format!("{reason}: {text}"),
             None => reason.to_owned(),
         };
+        // A 405 says which methods the address takes, as the OpenAPI
+        // document lists them (axum adds `Allow` only after this layer).
+        if status == StatusCode::METHOD_NOT_ALLOWED
+            && let Some(route) = &route
+        {
+            let mut allowed: Vec<String> = documented_query_params()
+                .keys()
+                .filter(|(_, path)| path == route)
+                .map(|(method, _)| method.to_ascii_uppercase())
+                .collect();
+            allowed.sort();
+            if !allowed.is_empty() {
+                // The route, not the path: nothing the client sent is
+                // repeated.
+                message = format!(
+                    "{} is not a method of {route}; it takes {}",
+                    crate::error::shown(method.as_str()),
+                    allowed.join(", ")
+                );
+            }
+        }
         let mut shaped = if is_ui(&path) {
             crate::ui::plain_error_page(status, code, &message)
         } else {

@@ -492,9 +492,11 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
     );
     // Unknown route, wrong method.
     assert_eq!(get(&server, "/v1/nope", &admin).code(), "not_found");
+    let wrong_method = call(&server, "DELETE", "/v1/steps", Some(&admin), None);
+    assert_eq!(wrong_method.code(), "method_not_allowed");
     assert_eq!(
-        call(&server, "DELETE", "/v1/steps", Some(&admin), None).code(),
-        "method_not_allowed"
+        wrong_method.json()["error"]["message"],
+        "DELETE is not a method of /v1/steps; it takes POST"
     );
     // Only the seal was written.
     assert_eq!(server.store.log_size("acme").unwrap(), size_before + 1);
