@@ -749,7 +749,7 @@ fn a_restore_under_the_same_key_stays_writable() {
 #[test]
 fn admin_commands_manage_keys_on_the_data_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let created = json(&cairn_in(
+    let run = cairn_in(
         dir.path(),
         &[
             "--org",
@@ -765,7 +765,20 @@ fn admin_commands_manage_keys_on_the_data_directory() {
             "--json",
         ],
         None,
-    ));
+    );
+    // A new org's first key cannot manage keys: the command says so.
+    assert!(
+        run.stderr.contains("org globex has no admin key"),
+        "{}",
+        run.stderr
+    );
+    let created = json(&run);
+    let admin = cairn_in(
+        dir.path(),
+        &["--org", "globex", "admin", "create-key", "--role", "admin"],
+        None,
+    );
+    assert!(!admin.stderr.contains("no admin key"), "{}", admin.stderr);
     let token = created["token"].as_str().unwrap();
     assert!(token.starts_with(&format!("cairn_{}_", created["id"].as_str().unwrap())));
     assert_eq!(created["org_id"], "globex");

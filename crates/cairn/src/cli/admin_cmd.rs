@@ -76,6 +76,16 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                     key.id, cli.org
                 );
             }
+            // An org whose keys cannot manage keys (a new org given a
+            // reader key, say): say how it gets one that can.
+            let manages =
+                |k: &ApiKey| k.role.can_admin() && k.agent_id.is_none() && k.revoked_at.is_none();
+            if !store.api_keys(&cli.org)?.iter().any(manages) {
+                eprintln!(
+                    "note: org {} has no admin key in use that is not bound to an agent, so no key of it can manage its keys through the API; `cairn admin create-key --org {} --role admin` makes one",
+                    cli.org, cli.org
+                );
+            }
         }
         AdminCommand::ListKeys => {
             let keys = store.api_keys(&cli.org)?;
