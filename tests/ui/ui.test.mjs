@@ -30,10 +30,11 @@ let admin;
 let browser;
 let dir;
 
-function startServer() {
-  dir = mkdtempSync(join(tmpdir(), "cairn-ui-"));
+// A `cairn serve` of its own data directory (`home`), with `extraEnv`.
+function startServer(extraEnv = {}) {
+  const home = mkdtempSync(join(tmpdir(), "cairn-ui-"));
   const child = spawn(cairn, ["serve", "--listen", "127.0.0.1:0", "--sample"], {
-    env: { ...process.env, CAIRN_DATA_DIR: join(dir, "data"), CAIRN_ORG: "acme", CAIRN_LOG: "warn" },
+    env: { ...process.env, CAIRN_DATA_DIR: join(home, "data"), CAIRN_ORG: "acme", CAIRN_LOG: "warn", ...extraEnv },
     stdio: ["ignore", "pipe", "inherit"],
   });
   return new Promise((resolveStart, reject) => {
@@ -45,7 +46,7 @@ function startServer() {
       const at = text.match(/listening on (http:\/\/[0-9.:]+)/);
       if (key && at) {
         clearTimeout(timer);
-        resolveStart({ child, base: at[1], admin: key[1] });
+        resolveStart({ child, base: at[1], admin: key[1], home });
       }
     });
     child.on("exit", (code) => reject(new Error(`cairn serve exited (${code}): ${text}`)));
@@ -60,7 +61,7 @@ before(async () => {
     return;
   }
   mkdirSync(shots, { recursive: true });
-  ({ child: server, base, admin } = await startServer());
+  ({ child: server, base, admin, home: dir } = await startServer());
   browser = await chromium.launch({
     executablePath: browserPath,
     args: [
@@ -372,4 +373,50 @@ test("filters, search, the Markdown view, and an export at a level downloaded an
   await page.getByLabel(/Drop a bundle/).setInputFiles(saved);
   await page.locator("#result").getByText("Verified: exported.jsonl").waitFor();
   await context.close();
+});
+
+// A web app on another origin (a page server of its own) calls the API
+// from the browser when CAIRN_CORS_ORIGINS names its origin: the browser's
+// preflight is answered and the step is recorded. The shared server names
+// no origin: the browser blocks the same call before it is sent.
+test("a page on another origin may call the API only when its origin is allowed", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  const { createServer } = await import("node:http");
+  const pages = createServer((_request, response) => {
+    response.writeHead(200, { "content-type": "text/html" });
+    response.end("<!doctype html><html lang=en><title>another app</title><p>app</p></html>");
+  });
+  await new Promise((resolveListen) => pages.listen(0, "127.0.0.1", resolveListen));
+  const origin = `http://127.0.0.1:${pages.address().port}`;
+  const open = await startServer({ CAIRN_CORS_ORIGINS: origin });
+  const page = await browser.newPage();
+  try {
+    await page.goto(`${origin}/`);
+    const record = (url, key) =>
+      page.evaluate(async ([url, key]) => {
+        try {
+          const response = await fetch(`${url}/v1/steps`, {
+            method: "POST",
+            headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+            body: JSON.stringify({ session_id: "from-another-origin", agent_id: "web", step_type: "observation", content: "hi" }),
+          });
+          return { status: response.status, body: await response.json() };
+        } catch (error) {
+          return { error: String(error) };
+        }
+      }, [url, key]);
+    const allowed = await record(open.base, open.admin);
+    assert.equal(allowed.status, 201, JSON.stringify(allowed));
+    assert.equal(allowed.body.step_index, 0, JSON.stringify(allowed));
+    const blocked = await record(base, admin);
+    assert.ok(blocked.error, JSON.stringify(blocked));
+    const sessions = await fetch(`${base}/v1/sessions/from-another-origin`, { headers: { Authorization: `Bearer ${admin}` } });
+    assert.equal(sessions.status, 404, "the blocked call was never sent");
+  } finally {
+    await page.close();
+    const exited = new Promise((resolveExit) => open.child.once("exit", resolveExit));
+    open.child.kill();
+    await exited;
+    rmSync(open.home, { recursive: true, force: true });
+    pages.close();
+  }
 });

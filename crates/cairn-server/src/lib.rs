@@ -57,7 +57,7 @@ pub use metrics::Metrics;
 
 use keys::*;
 use log_api::*;
-pub use routes::{openapi_document, router};
+pub use routes::{check_cors_origins, openapi_document, router};
 use search_api::*;
 pub use search_api::{SEARCH_PARAMS, search_input};
 use sessions::*;
@@ -108,6 +108,11 @@ pub struct ServerConfig {
     /// A token that `GET /metrics` must present (`Authorization: Bearer`);
     /// without one, metrics are served to loopback clients only.
     pub metrics_token: Option<String>,
+    /// Browser origins (`scheme://host[:port]`, or `*`) whose pages may
+    /// call the API from another origin (CORS): the REST API, the OTLP
+    /// receiver, the tlog tiles and the service routes, never the web UI
+    /// or MCP. Empty (the default): no cross-origin access.
+    pub cors_origins: Vec<String>,
     /// What embeds sampled steps (in the background) and semantic queries:
     /// the built-in word hash unless a model or endpoint is configured.
     pub embedder: Arc<dyn cairn_store::embed::Embedder>,
@@ -126,6 +131,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             allowed_hosts: AllowedHosts::default(),
             metrics_token: None,
+            cors_origins: Vec::new(),
             embedder: Arc::new(cairn_store::embed::WordHash),
             embedding_batch: 32,
         }

@@ -72,6 +72,68 @@ fn api_routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(mcp_http::protected_resource_for_mcp))
 }
 
+/// The CORS layer for `origins` (`None` when there are none): requests
+/// from those origins' pages may send an API key (`Authorization`) and a
+/// JSON, NDJSON or OTLP body, and read `Retry-After` and
+/// `Content-Disposition`; nothing rides on cookies (no credentials mode).
+/// Origins are checked when the server starts ([`check_cors_origins`]).
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderValue, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::HEAD, Method::POST, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::CONTENT_ENCODING,
+                header::ACCEPT,
+            ])
+            .expose_headers([header::RETRY_AFTER, header::CONTENT_DISPOSITION])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// Checks `CAIRN_CORS_ORIGINS`: each is `*` or an origin,
+/// `http(s)://host[:port]` with nothing after it, as a browser sends it
+/// in `Origin`; gives what is wrong with the first that is not.
+pub fn check_cors_origins(origins: &[String]) -> Result<(), String> {
+    for origin in origins {
+        if origin == "*" {
+            continue;
+        }
+        let origin = origin.trim_end_matches('/');
+        let rest = origin
+            .strip_prefix("https://")
+            .or_else(|| origin.strip_prefix("http://"));
+        let well_formed = rest.is_some_and(|host| {
+            !host.is_empty()
+                && !host.contains(['/', '?', '#', '@', ' '])
+                && axum::http::HeaderValue::from_str(origin).is_ok()
+                && origin.parse::<axum::http::Uri>().is_ok()
+        });
+        if !well_formed {
+            return Err(format!(
+                "{origin:?} is not an origin: give scheme://host[:port] as a browser sends it in Origin (https://app.example, http://localhost:5173), or *"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The bundle upload: streamed and verified as it arrives, so its size and
 /// time limits are its own.
 fn bundle_routes(limits: &Limits, bundle_limit: usize) -> OpenApiRouter<Arc<AppState>> {
@@ -101,7 +163,19 @@ pub fn router(state: Arc<AppState>) -> Router {
     // route's template names its documented parameters.
     let api = api.layer(axum::middleware::from_fn(refuse_undocumented_params));
     let bundles = bundles.layer(axum::middleware::from_fn(refuse_undocumented_params));
-    api.merge(tlog::routes())
+    // Cross-origin access, when configured, to these routes only (each
+    // route's layer answers its preflight): never the web UI's pages,
+    // whose forms rely on the browser's same-origin rule, or MCP, which
+    // checks origins itself.
+    let (api, bundles, tiles) = match cors_layer(&state.config.cors_origins) {
+        Some(cors) => (
+            api.layer(cors.clone()),
+            bundles.layer(cors.clone()),
+            tlog::routes().layer(cors),
+        ),
+        None => (api, bundles, tlog::routes()),
+    };
+    api.merge(tiles)
         .merge(ui::routes())
         .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
         .fallback(|uri: axum::http::Uri| async move {
@@ -372,7 +446,33 @@ fn no_store(mut response: Response) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::logged_path;
+    use super::{check_cors_origins, logged_path};
+
+    /// `CAIRN_CORS_ORIGINS` takes origins as browsers send them, or `*`;
+    /// anything else stops the start with what to give instead.
+    #[test]
+    fn cors_origins_are_checked() {
+        let ok =
+            |o: &[&str]| check_cors_origins(&o.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(ok(&["https://app.example", "http://localhost:5173", "*"]).is_ok());
+        assert!(
+            ok(&["https://app.example/"]).is_ok(),
+            "a trailing slash is dropped"
+        );
+        assert!(ok(&[]).is_ok());
+        for bad in [
+            "app.example",
+            "https://",
+            "https://app.example/path",
+            "https://user@app.example",
+            "ftp://app.example",
+            "https://app.example?x=1",
+            "https://app example",
+        ] {
+            let refused = ok(&[bad]).expect_err(bad);
+            assert!(refused.contains("is not an origin"), "{bad}: {refused}");
+        }
+    }
 
     /// No spelling of a token in a path reaches the log; other paths are
     /// kept as they are.

@@ -827,3 +827,97 @@ fn a_request_past_the_step_budget_is_answered_with_partial_success() {
     assert_eq!(session.status, 200, "{}", session.text());
     assert_eq!(session.json()["step_count"], 1, "{}", session.text());
 }
+
+/// Cross-origin access is off unless origins are configured; then only
+/// those origins' pages may call the API (preflights answered, the key
+/// sent as `Authorization`, `Retry-After` readable), never with cookies,
+/// and never the web UI's pages or MCP.
+#[test]
+fn cross_origin_access_is_opt_in_and_api_only() {
+    let app = "https://app.example";
+    let preflight = |addr, path: &str, origin: &str| {
+        raw(
+            addr,
+            &format!(
+                "OPTIONS {path} HTTP/1.1\r\nHost: localhost\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type"
+            ),
+            b"",
+        )
+    };
+    let get_from = |addr, path: &str, origin: &str, token: &str| {
+        raw(
+            addr,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: localhost\r\nOrigin: {origin}\r\nAuthorization: Bearer {token}"
+            ),
+            b"",
+        )
+    };
+    // The default: no CORS headers at all.
+    let closed = start(ServerConfig::default());
+    let answer = preflight(closed.addr, "/v1/steps", app);
+    assert_eq!(answer.header("access-control-allow-origin"), None);
+    let answer = get_from(closed.addr, "/v1/sessions", app, &closed.admin);
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("access-control-allow-origin"), None);
+
+    let open = start(ServerConfig {
+        cors_origins: vec![app.to_owned()],
+        ..ServerConfig::default()
+    });
+    for path in ["/v1/steps", "/v1/traces", "/v1/bundles/verify"] {
+        let answer = preflight(open.addr, path, app);
+        assert!(answer.status < 300, "{path}: {}", answer.status);
+        assert_eq!(
+            answer.header("access-control-allow-origin"),
+            Some(app),
+            "{path}"
+        );
+        let methods = answer.header("access-control-allow-methods").unwrap_or("");
+        assert!(methods.contains("POST"), "{path}: {methods}");
+        let headers = answer
+            .header("access-control-allow-headers")
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        assert!(
+            headers.contains("authorization") && headers.contains("content-type"),
+            "{path}: {headers}"
+        );
+        assert_eq!(answer.header("access-control-allow-credentials"), None);
+    }
+    let answer = get_from(open.addr, "/v1/sessions", app, &open.admin);
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("access-control-allow-origin"), Some(app));
+    assert!(
+        answer
+            .header("access-control-expose-headers")
+            .is_some_and(|h| h.to_ascii_lowercase().contains("retry-after")),
+        "{:?}",
+        answer.headers
+    );
+    assert!(
+        answer
+            .header("vary")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("origin"))
+    );
+    // Errors carry it too, so a page can read why it was refused.
+    let refused = get_from(open.addr, "/v1/sessions", app, "cairn_nope_nope");
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.header("access-control-allow-origin"), Some(app));
+    // Another origin, the web UI and MCP: nothing.
+    let other = get_from(
+        open.addr,
+        "/v1/sessions",
+        "https://evil.example",
+        &open.admin,
+    );
+    assert_eq!(other.header("access-control-allow-origin"), None);
+    let answer = preflight(open.addr, "/v1/steps", "https://evil.example");
+    assert_eq!(answer.header("access-control-allow-origin"), None);
+    for path in ["/ui/", "/ui/sign-in", "/mcp"] {
+        let answer = preflight(open.addr, path, app);
+        assert_eq!(answer.header("access-control-allow-origin"), None, "{path}");
+        let answer = get_from(open.addr, path, app, &open.admin);
+        assert_eq!(answer.header("access-control-allow-origin"), None, "{path}");
+    }
+}

@@ -113,6 +113,11 @@ pub(crate) struct ServeLimits {
     /// host.
     #[arg(long, env = "CAIRN_ALLOWED_ORIGINS", value_delimiter = ',')]
     allowed_origins: Vec<String>,
+    /// Browser origins whose pages may call the REST API, the OTLP
+    /// receiver and the tlog tiles across origins (CORS; comma-separated
+    /// `scheme://host[:port]`, or `*`). Default: none, same origin only.
+    #[arg(long, env = "CAIRN_CORS_ORIGINS", value_delimiter = ',')]
+    cors_origins: Vec<String>,
     /// A token `GET /metrics` must present (Authorization: Bearer). Without
     /// it, metrics are served to clients on the server's own machine only.
     #[arg(long, env = "CAIRN_METRICS_TOKEN", hide_env_values = true)]
@@ -157,6 +162,16 @@ impl ServeLimits {
                 None
             }
         }
+    }
+
+    /// `--cors-origins` as a browser sends an origin: trimmed, lower case,
+    /// without a trailing slash.
+    pub(crate) fn cors_origins(&self) -> Vec<String> {
+        self.cors_origins
+            .iter()
+            .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+            .filter(|o| !o.is_empty())
+            .collect()
     }
 
     /// The server's configuration for a server listening on `listen`.
@@ -215,6 +230,7 @@ impl ServeLimits {
             limits,
             allowed_hosts,
             metrics_token: self.metrics_token.clone().filter(|t| !t.is_empty()),
+            cors_origins: self.cors_origins(),
             ..cairn_server::ServerConfig::default()
         }
     }

@@ -34,6 +34,7 @@ pub(super) fn serve(
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    cairn_server::check_cors_origins(&limits.cors_origins()).map_err(usage)?;
     let store = open_store(cli, true)?;
     // Loaded before anything listens: a bad model stops the start.
     let embedder = cli.embedding.embedder()?;
