@@ -21,6 +21,30 @@ use std::fmt;
 /// not, since it builds objects itself and reads them as sent.
 pub const SERDE_MARKER: &str = "$serde_json::private::";
 
+/// A rough estimate of the memory a value holds in the server: a `Value`
+/// node for each value (32 bytes), the strings' bytes, and for an object
+/// the B-tree nodes of its map (one of about 640 bytes for every eleven
+/// members, however few) and its keys' bytes. Values of many small parts
+/// (empty strings, nested arrays, objects of one member) hold many times
+/// their JSON's size.
+pub fn approx_memory(v: &Value) -> usize {
+    const NODE: usize = 32;
+    const MAP_NODE: usize = 640;
+    const MAP_NODE_ENTRIES: usize = 11;
+    NODE + match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(approx_memory).sum::<usize>(),
+        Value::Object(map) => {
+            map.len().div_ceil(MAP_NODE_ENTRIES) * MAP_NODE
+                + map
+                    .iter()
+                    .map(|(k, v)| k.len() + approx_memory(v))
+                    .sum::<usize>()
+        }
+    }
+}
+
 /// Whether serde_json would read a member of this name as its own marker
 /// ([`SERDE_MARKER`]).
 pub fn is_reserved_member_name(name: &str) -> bool {

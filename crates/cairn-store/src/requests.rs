@@ -79,6 +79,28 @@ pub struct NewStep {
 }
 
 impl NewStep {
+    /// A rough estimate of the memory this step holds (its texts, and its
+    /// JSON values as [`cairn_core::json::approx_memory`] counts them): a
+    /// JSON value of many small parts holds many times its text's size.
+    pub fn approx_memory(&self) -> usize {
+        let value =
+            |v: &Option<serde_json::Value>| v.as_ref().map_or(0, cairn_core::json::approx_memory);
+        let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+        std::mem::size_of::<NewStep>()
+            + self.org_id.len()
+            + self.session_id.len()
+            + self.agent_id.len()
+            + self.kind_label.len()
+            + text(&self.content)
+            + text(&self.model)
+            + text(&self.turn_id)
+            + text(&self.task_id)
+            + text(&self.trace_id)
+            + value(&self.input)
+            + value(&self.output)
+            + value(&self.metadata)
+    }
+
     /// When `refused` is the ledger's refusal of this step as a duplicate
     /// trace id: what the first write answered, if the step recorded under
     /// that id in `store` is this very step ([`Self::recorded_as`]). Every

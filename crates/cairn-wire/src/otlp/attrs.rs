@@ -360,29 +360,7 @@ pub(super) fn approx_size(v: &Value) -> usize {
     }
 }
 
-/// A rough estimate of the memory a value holds in the server: a `Value`
-/// node for each value (32 bytes), the strings' bytes, and for an object
-/// the B-tree nodes of its map (one of about 640 bytes for every eleven
-/// members, however few) and its keys' bytes. Values of many small parts
-/// (empty strings, nested arrays, objects of one member) hold many times
-/// their JSON's size.
-pub(super) fn approx_memory(v: &Value) -> usize {
-    const NODE: usize = 32;
-    const MAP_NODE: usize = 640;
-    const MAP_NODE_ENTRIES: usize = 11;
-    NODE + match v {
-        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
-        Value::String(s) => s.len(),
-        Value::Array(items) => items.iter().map(approx_memory).sum::<usize>(),
-        Value::Object(map) => {
-            map.len().div_ceil(MAP_NODE_ENTRIES) * MAP_NODE
-                + map
-                    .iter()
-                    .map(|(k, v)| k.len() + approx_memory(v))
-                    .sum::<usize>()
-        }
-    }
-}
+pub(super) use cairn_core::json::approx_memory;
 
 /// `value` if its JSON fits in `max` bytes; otherwise a marker object with
 /// its size and the start of its JSON text (`on_cut` is called).

@@ -126,6 +126,12 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     // memory stays bounded whatever the input's length. Answers are
     // printed in input order.
     const STDIN_IN_FLIGHT: usize = 16_384;
+    // The copies kept of steps that name their trace id (to answer a
+    // re-run, below) are bounded apart, by the memory they hold
+    // (`NewStep::approx_memory`): the window is answered from its oldest
+    // end while they pass this.
+    const STDIN_KEPT_BYTES: usize = 64 << 20;
+    let mut kept_bytes = 0usize;
     let stdin = std::io::stdin();
     let mut pending = std::collections::VecDeque::with_capacity(STDIN_IN_FLIGHT);
     let mut failures = 0usize;
@@ -199,20 +205,30 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
                     step_from_json(v, &cli.org, args.agent.as_deref(), "cli")
                         .map_err(|e| refused_as(e.code, e.field, e.message))
                 });
-        if pending.len() == STDIN_IN_FLIGHT
-            && let Some((line, p)) = pending.pop_front()
+        let kept = match &parsed {
+            Ok(step) if step.trace_id.is_some() => step.approx_memory(),
+            _ => 0,
+        };
+        while pending.len() == STDIN_IN_FLIGHT
+            || (kept_bytes + kept > STDIN_KEPT_BYTES && !pending.is_empty())
         {
+            let Some((line, p, bytes)) = pending.pop_front() else {
+                break;
+            };
+            kept_bytes -= bytes;
             answer(line, p, &mut out)?;
         }
+        kept_bytes += kept;
         pending.push_back((
             number + 1,
             parsed.map(|step| {
                 let retry = step.trace_id.is_some().then(|| step.clone());
                 (ledger.submit(WriteRequest::Step(Box::new(step))), retry)
             }),
+            kept,
         ));
     }
-    for (line, p) in pending {
+    for (line, p, _) in pending {
         answer(line, p, &mut out)?;
     }
     out.flush()?;
