@@ -84,6 +84,38 @@ pub fn holds_a_token(text: &str) -> bool {
     false
 }
 
+/// `text` with every word that looks like an API key ([`holds_a_token`],
+/// 20 characters or more: a token, or most of one, as a message quotes a
+/// member name cut to 60 characters) replaced by a marker; if what is left
+/// still holds one, the whole text is replaced.
+pub fn without_tokens(text: &str) -> String {
+    const MARKER: &str = "<what looks like an API key, not repeated>";
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(word) {
+        out.push_str(&rest[..start]);
+        let run = &rest[start..];
+        let end = run.find(|c: char| !word(c)).unwrap_or(run.len());
+        let candidate = &run[..end];
+        if candidate.len() >= 20 && holds_a_token(candidate) {
+            out.push_str(MARKER);
+        } else {
+            out.push_str(candidate);
+        }
+        rest = &run[end..];
+    }
+    out.push_str(rest);
+    // A token split by what is not a word character here (an escape).
+    let tokens_left = out
+        .split(|c: char| !word(c))
+        .any(|w| w.len() >= 20 && holds_a_token(w));
+    if tokens_left {
+        return format!("{MARKER} (the message quoted what was sent)");
+    }
+    out
+}
+
 /// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
 fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
@@ -212,13 +244,15 @@ impl ApiError {
         crate::wire::to_json(&self.error_body())
     }
 
-    /// The error body as its type (see [`ErrorBody`]).
+    /// The error body as its type (see [`ErrorBody`]). Whatever in the
+    /// message or the field looks like an API key is left out: a message
+    /// may quote a member name or a value the caller sent.
     pub fn error_body(&self) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
                 code: self.code.to_owned(),
-                message: self.message.clone(),
-                field: self.field.clone(),
+                message: without_tokens(&self.message),
+                field: self.field.as_deref().map(without_tokens),
             },
         }
     }
@@ -264,7 +298,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut message = self.message.clone();
+        let mut message = without_tokens(&self.message);
         if message.len() > MAX_MESSAGE {
             let mut end = MAX_MESSAGE;
             while !message.is_char_boundary(end) {
@@ -429,6 +463,36 @@ impl From<AppendError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::ERROR_CODES;
+
+    /// A token (or most of one) quoted in a message or named as a field
+    /// is left out of the answer; Cairn's own words about keys stay.
+    #[test]
+    fn answers_leave_tokens_out() {
+        use super::{ApiError, without_tokens};
+        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+        for text in [
+            format!("the member {token:?} is given twice"),
+            format!("unknown field `{}`", &token[..60]),
+            format!("reserved name $serde_json::private::{token}"),
+            format!("in a path: /v1/keys/{}", token.replace('_', "%5F")),
+            format!("bare: {}", &token[6..]),
+        ] {
+            let shown = without_tokens(&text);
+            assert!(!shown.contains(&token[13..40]), "{text} -> {shown}");
+            assert!(shown.contains("not repeated"), "{shown}");
+        }
+        for kept in [
+            "send Authorization: Bearer cairn_... (cairn admin create-key)",
+            "the role cairn_app may not read it",
+            "session abc_def is sealed",
+        ] {
+            assert_eq!(without_tokens(kept), kept);
+        }
+        let e = ApiError::bad_request("unknown_field", format!("unknown field {token}"))
+            .with_field(token);
+        let body = e.body().to_string();
+        assert!(!body.contains(&token[13..40]), "{body}");
+    }
 
     /// A store busy for a while (the full-text index catching up after a
     /// start) is a 503 to retry, not a storage failure.

@@ -144,10 +144,11 @@ pub(crate) fn service(state: Arc<AppState>) -> Router {
 /// `data` is the REST error object (`invalid_json`), as [`unauthorized`]'s.
 fn refusal(bytes: &[u8], error: ApiError) -> Response {
     let refused = mcp::refused(bytes);
+    let data = error.body();
     let body = json!({
         "jsonrpc": "2.0",
         "id": refused.id(),
-        "error": {"code": refused.code(), "message": error.message, "data": error.body()},
+        "error": {"code": refused.code(), "message": data["error"]["message"], "data": data},
     });
     (error.status, axum::Json(body)).into_response()
 }
