@@ -357,6 +357,25 @@ fn ambiguous_bodies_are_refused() {
             .is_some_and(|m| m.contains("given twice")),
         "{answer}"
     );
+    // An id given twice is answered with a null id: either may be another
+    // request's.
+    let two_ids = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "tools/list"}"#,
+    );
+    assert_eq!(
+        (
+            two_ids.status,
+            &two_ids.json()["id"],
+            &two_ids.json()["error"]["code"]
+        ),
+        (400, &Value::Null, &json!(-32600)),
+        "{}",
+        String::from_utf8_lossy(&two_ids.body)
+    );
     // What is not JSON at all is JSON-RPC's Parse error, with a null id.
     let garbled = raw(
         server.addr,

@@ -118,6 +118,11 @@ pub(crate) fn refused(bytes: &[u8]) -> Refused {
     if !message.contains_key("method") {
         return Refused::NotACall;
     }
+    // An id given twice is ambiguous: the lenient reading kept the last,
+    // which may be another request's of the client's.
+    if lenient && top_level_ids(bytes) > 1 {
+        return Refused::Request(Value::Null);
+    }
     match message.get("id") {
         None => Refused::Notification,
         Some(Value::Number(n)) if lenient && !(n.is_i64() || n.is_u64()) => {
@@ -126,6 +131,30 @@ pub(crate) fn refused(bytes: &[u8]) -> Refused {
         Some(id @ (Value::String(_) | Value::Number(_))) => Refused::Request(id.clone()),
         Some(_) => Refused::Request(Value::Null),
     }
+}
+
+/// How many members named `id` the JSON object `bytes` has at its top
+/// level (0 if it is not one).
+fn top_level_ids(bytes: &[u8]) -> usize {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Ids;
+    impl<'de> Visitor<'de> for Ids {
+        type Value = usize;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+            let mut ids = 0;
+            while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                ids += usize::from(name == "id");
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(ids)
+        }
+    }
+    serde_json::Deserializer::from_slice(bytes)
+        .deserialize_map(Ids)
+        .unwrap_or(0)
 }
 
 /// [`check_message`]'s strict reading.
