@@ -200,6 +200,7 @@ pub(crate) async fn revoke_key(
             "no key has the id in the path (not repeated here: it is not a key id, and may be a whole API key); a key's id is what GET /v1/keys lists as `id`",
         ));
     }
+    let caller_org = org.clone();
     let revoked = blocking(&state, move |store| {
         // The store checks and revokes in one step, against every writer
         // (two admins revoking each other, on one server or two of a
@@ -215,6 +216,19 @@ pub(crate) async fn revoke_key(
     match revoked {
         KeyRevocation::Revoked => {}
         KeyRevocation::Unknown => {
+            // A key of this org the store has not in use, which this
+            // server still holds (revoked beside this request, or by this
+            // very request when its commit's answer was lost and the
+            // statement ran again): forgotten all the same. Only this
+            // org's: another org's key answers as if it did not exist.
+            let held = state.keys.write().is_ok_and(|mut keys| {
+                let before = keys.len();
+                keys.retain(|_, (k, _)| !(k.id == key_id && k.org_id == caller_org));
+                keys.len() != before
+            });
+            if held {
+                state.mcp_sessions.end_key(&key_id).await;
+            }
             return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
         }
         KeyRevocation::LastAdmin => {

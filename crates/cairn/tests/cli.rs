@@ -816,6 +816,28 @@ fn admin_commands_manage_keys_on_the_data_directory() {
         .code,
         2
     );
+    // The org's last admin key is kept unless the operator insists.
+    let admin_id = admin.stdout.trim().split('_').nth(1).unwrap().to_owned();
+    let kept = cairn_in(
+        dir.path(),
+        &["--org", "globex", "admin", "revoke-key", &admin_id],
+        None,
+    );
+    assert_eq!(kept.code, 2, "{}", kept.stderr);
+    assert!(kept.stderr.contains("last admin key"), "{}", kept.stderr);
+    let forced = cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "globex",
+            "admin",
+            "revoke-key",
+            &admin_id,
+            "--even-the-last-admin",
+        ],
+        None,
+    );
+    assert_eq!(forced.code, 0, "{}", forced.stderr);
     assert_eq!(
         cairn_in(
             dir.path(),

@@ -22,10 +22,17 @@ pub(super) enum AdminCommand {
     },
     /// List the API keys of --org (never their tokens).
     ListKeys,
-    /// Revoke an API key of --org.
+    /// Revoke an API key of --org. The org's last admin key in use that is
+    /// not bound to an agent is kept (checked with the revocation, against
+    /// a server revoking beside it) unless --even-the-last-admin is given.
     RevokeKey {
         /// The key's id (the middle part of its token).
         id: String,
+        /// Revoke it even if it is the org's last admin key in use: no key
+        /// of the org can then manage keys through the API (`cairn admin
+        /// create-key` still can).
+        #[arg(long)]
+        even_the_last_admin: bool,
     },
     /// Rebuild --org's stored Merkle subtree rows (the `nodes` table, which
     /// proofs and roots are computed from) from its log, when `cairn
@@ -113,11 +120,31 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                 }
             }
         }
-        AdminCommand::RevokeKey { id } => {
-            if !store.revoke_api_key(&cli.org, id, now())? {
-                return Err(usage(format!("org {} has no active key {id}", cli.org)));
+        AdminCommand::RevokeKey {
+            id,
+            even_the_last_admin,
+        } => {
+            let outcome = if *even_the_last_admin {
+                if store.revoke_api_key(&cli.org, id, now())? {
+                    cairn_store::KeyRevocation::Revoked
+                } else {
+                    cairn_store::KeyRevocation::Unknown
+                }
+            } else {
+                store.revoke_api_key_unless_last_admin(&cli.org, id, None, now())?
+            };
+            match outcome {
+                cairn_store::KeyRevocation::Revoked => println!("revoked {id}"),
+                cairn_store::KeyRevocation::Unknown => {
+                    return Err(usage(format!("org {} has no active key {id}", cli.org)));
+                }
+                cairn_store::KeyRevocation::LastAdmin => {
+                    return Err(usage(format!(
+                        "key {id} is org {}'s last admin key in use: create another first (`cairn admin create-key --org {} --role admin`), or give --even-the-last-admin to revoke it anyway",
+                        cli.org, cli.org
+                    )));
+                }
             }
-            println!("revoked {id}");
         }
         AdminCommand::RepairTree => return repair_tree(cli, store),
     }
