@@ -84,10 +84,11 @@ pub fn holds_a_token(text: &str) -> bool {
     false
 }
 
-/// `text` with every word that looks like an API key ([`holds_a_token`],
-/// 20 characters or more: a token, or most of one, as a message quotes a
-/// member name cut to 60 characters) replaced by a marker; if what is left
-/// still holds one, the whole text is replaced.
+/// `text` with every word that looks like an API key ([`token_like`]: a
+/// token, or most of one, as a message quotes a member name cut to 60
+/// characters) replaced by a marker; if what is left still holds one (split
+/// by an escape), the whole text is replaced. Cairn's own words (setting
+/// names such as `CAIRN_ALLOWED_ORIGINS`, `cairn_...`) stay.
 pub fn without_tokens(text: &str) -> String {
     const MARKER: &str = "<what looks like an API key, not repeated>";
     let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%');
@@ -98,7 +99,7 @@ pub fn without_tokens(text: &str) -> String {
         let run = &rest[start..];
         let end = run.find(|c: char| !word(c)).unwrap_or(run.len());
         let candidate = &run[..end];
-        if candidate.len() >= 20 && holds_a_token(candidate) {
+        if token_like(candidate) {
             out.push_str(MARKER);
         } else {
             out.push_str(candidate);
@@ -106,14 +107,44 @@ pub fn without_tokens(text: &str) -> String {
         rest = &run[end..];
     }
     out.push_str(rest);
-    // A token split by what is not a word character here (an escape).
-    let tokens_left = out
-        .split(|c: char| !word(c))
-        .any(|w| w.len() >= 20 && holds_a_token(w));
-    if tokens_left {
+    if out.split(|c: char| !word(c)).any(token_like) {
         return format!("{MARKER} (the message quoted what was sent)");
     }
     out
+}
+
+/// Whether one word (letters, digits, `_`, `-`, `%`) holds a token's
+/// telling part, also percent-encoded up to three times: `cairn_` and a
+/// key id (12 hex digits), or a key id, `_` and 20 or more characters of a
+/// secret, anywhere in the word, in any case.
+fn token_like(word: &str) -> bool {
+    let mut decoded = word.to_owned();
+    for _ in 0..4 {
+        let lower = decoded.to_ascii_lowercase();
+        let bytes = lower.as_bytes();
+        let hex_run = |at: usize| {
+            bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit)
+        };
+        let prefixed = lower.match_indices("cairn_").any(|(at, _)| hex_run(at + 6));
+        let id_then_secret = (0..bytes.len()).any(|at| {
+            hex_run(at)
+                && bytes.get(at + 12) == Some(&b'_')
+                && bytes[at + 13..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
+                    .count()
+                    >= 20
+        });
+        if prefixed || id_then_secret {
+            return true;
+        }
+        let next = percent_decoded(&decoded);
+        if next == decoded {
+            return false;
+        }
+        decoded = next;
+    }
+    false
 }
 
 /// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
@@ -476,6 +507,9 @@ mod tests {
             format!("reserved name $serde_json::private::{token}"),
             format!("in a path: /v1/keys/{}", token.replace('_', "%5F")),
             format!("bare: {}", &token[6..]),
+            format!("prefixed: key-{}", &token[6..]),
+            format!("upper: {}", token.to_ascii_uppercase()),
+            format!("thrice: {}", token.replace('_', "%25255F")),
         ] {
             let shown = without_tokens(&text);
             assert!(!shown.contains(&token[13..40]), "{text} -> {shown}");
@@ -485,6 +519,9 @@ mod tests {
             "send Authorization: Bearer cairn_... (cairn admin create-key)",
             "the role cairn_app may not read it",
             "session abc_def is sealed",
+            "Add it with --allowed-origins or CAIRN_ALLOWED_ORIGINS",
+            "raise CAIRN_MCP_SESSIONS_PER_KEY or CAIRN_MAX_BUNDLE_LINE_BYTES",
+            "the step 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         ] {
             assert_eq!(without_tokens(kept), kept);
         }

@@ -49,7 +49,7 @@ pub use cairn_wire::{render, wire};
 
 pub use auth::Caller;
 pub(crate) use auth::*;
-pub use error::{ApiError, ErrorBody, ErrorDetail};
+pub use error::{ApiError, ErrorBody, ErrorDetail, without_tokens};
 pub use input::refuse_unknown_step_members;
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};

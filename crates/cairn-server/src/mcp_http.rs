@@ -153,6 +153,35 @@ fn refusal(bytes: &[u8], error: ApiError) -> Response {
     (error.status, axum::Json(body)).into_response()
 }
 
+/// `400` with a JSON-RPC "method not found" (`-32601`) for a message (or a
+/// batch holding one) whose method name looks like an API key, which the
+/// MCP SDK's own answer would repeat; `None` for any other message.
+fn method_quoting_a_token(message: &Value) -> Option<Response> {
+    let quotes = |m: &Value| {
+        m.get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|name| crate::error::without_tokens(name) != name)
+    };
+    let quoting = match message {
+        Value::Array(batch) => batch.iter().find(|m| quotes(m)),
+        other => Some(other).filter(|m| quotes(m)),
+    }?;
+    let id = match quoting.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        _ => Value::Null,
+    };
+    let error = ApiError::bad_request(
+        "invalid_request",
+        "no such method (its name is not repeated: it looks like an API key)",
+    );
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": -32601, "message": error.message, "data": error.body()},
+    });
+    Some((error.status, axum::Json(body)).into_response())
+}
+
 /// The header that names an MCP session.
 const MCP_SESSION: &str = "mcp-session-id";
 
@@ -190,6 +219,11 @@ async fn mcp_gate(
         };
         match mcp::check_message(&bytes) {
             Ok(message) => {
+                // The MCP SDK answers an unknown method with its name: one
+                // that looks like an API key is answered here instead.
+                if let Some(answer) = method_quoting_a_token(&message) {
+                    return answer;
+                }
                 let opens =
                     |m: &Value| m.get("method").and_then(Value::as_str) == Some("initialize");
                 initialize = match &message {

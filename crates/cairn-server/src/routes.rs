@@ -107,6 +107,21 @@ fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     )
 }
 
+/// Cross-origin access is for `/v1/` only: the service routes beside the
+/// API (`/metrics`, which trusts callers on the server's own machine,
+/// `/healthz`, `/openapi.json`, `/docs`, `/.well-known/...`) never answer
+/// another origin's page, so their requests reach the CORS layer as if no
+/// page had sent them (without `Origin`, which they do not read).
+async fn same_origin_outside_v1(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !request.uri().path().starts_with("/v1/") {
+        request.headers_mut().remove(header::ORIGIN);
+    }
+    next.run(request).await
+}
+
 /// Checks `CAIRN_CORS_ORIGINS`: each is `*` or an origin,
 /// `http(s)://host[:port]` with nothing after it, as a browser sends it
 /// in `Origin`; gives what is wrong with the first that is not.
@@ -115,20 +130,59 @@ pub fn check_cors_origins(origins: &[String]) -> Result<(), String> {
         if origin == "*" {
             continue;
         }
-        let origin = origin.trim_end_matches('/');
-        let rest = origin
-            .strip_prefix("https://")
-            .or_else(|| origin.strip_prefix("http://"));
-        let well_formed = rest.is_some_and(|host| {
-            !host.is_empty()
-                && !host.contains(['/', '?', '#', '@', ' '])
-                && axum::http::HeaderValue::from_str(origin).is_ok()
-                && origin.parse::<axum::http::Uri>().is_ok()
-        });
-        if !well_formed {
-            return Err(format!(
-                "{origin:?} is not an origin: give scheme://host[:port] as a browser sends it in Origin (https://app.example, http://localhost:5173), or *"
-            ));
+        let given = origin.trim_end_matches('/');
+        let refused = |why: &str| {
+            Err(format!(
+                "{origin:?} is not an origin ({why}): give scheme://host[:port] as a browser sends it in Origin (https://app.example, http://localhost:5173), or *"
+            ))
+        };
+        let (scheme, rest) = match given.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+            _ => return refused("the scheme must be http or https"),
+        };
+        // `host`, `host:port`, `[v6]` or `[v6]:port`.
+        let (host_ok, port) = match rest.strip_prefix('[') {
+            Some(v6) => {
+                let Some((address, after)) = v6.split_once(']') else {
+                    return refused("an IPv6 address must end with ]");
+                };
+                let port = match after {
+                    "" => None,
+                    _ => match after.strip_prefix(':') {
+                        Some(port) => Some(port),
+                        None => return refused("text after the address"),
+                    },
+                };
+                (address.parse::<std::net::Ipv6Addr>().is_ok(), port)
+            }
+            None => {
+                let (host, port) = match rest.rsplit_once(':') {
+                    Some((host, port)) => (host, Some(port)),
+                    None => (rest, None),
+                };
+                let label_ok = |label: &str| {
+                    !label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                };
+                (host.split('.').all(label_ok), port)
+            }
+        };
+        if !host_ok {
+            return refused("the host must be a name, an IPv4 address or [an IPv6 address]");
+        }
+        if let Some(port) = port {
+            let default = if scheme == "https" { 443 } else { 80 };
+            match port.parse::<u16>() {
+                Ok(0) | Err(_) => return refused("the port must be a number from 1 to 65535"),
+                Ok(p) if p == default => {
+                    return refused(
+                        "browsers leave the scheme's default port out: give it without",
+                    );
+                }
+                Ok(_) => {}
+            }
         }
     }
     Ok(())
@@ -169,7 +223,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     // checks origins itself.
     let (api, bundles, tiles) = match cors_layer(&state.config.cors_origins) {
         Some(cors) => (
-            api.layer(cors.clone()),
+            api.layer(cors.clone())
+                .layer(axum::middleware::from_fn(same_origin_outside_v1)),
             bundles.layer(cors.clone()),
             tlog::routes().layer(cors),
         ),
@@ -387,6 +442,10 @@ pub(crate) async fn count_errors(
                 .filter(|(_, path)| path == route)
                 .map(|(method, _)| method.to_ascii_uppercase())
                 .collect();
+            // A GET route answers HEAD too.
+            if allowed.iter().any(|m| m == "GET") {
+                allowed.push("HEAD".into());
+            }
             allowed.sort();
             if !allowed.is_empty() {
                 // The route, not the path: nothing the client sent is
@@ -403,8 +462,17 @@ pub(crate) async fn count_errors(
         } else {
             ApiError::new(status, code, message).into_response()
         };
-        // What the refusal's headers tell the client stays (405's Allow).
-        for name in [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
+        // What the refusal's headers tell the client stays (405's Allow,
+        // and the CORS headers a page on an allowed origin needs to read
+        // the error).
+        for name in [
+            header::ALLOW,
+            header::RETRY_AFTER,
+            header::WWW_AUTHENTICATE,
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            header::VARY,
+        ] {
             if let Some(value) = headers.get(&name) {
                 shaped.headers_mut().insert(name, value.clone());
             }
@@ -460,6 +528,7 @@ mod tests {
             "a trailing slash is dropped"
         );
         assert!(ok(&[]).is_ok());
+        assert!(ok(&["http://[::1]:8080", "https://10.0.0.2:8443"]).is_ok());
         for bad in [
             "app.example",
             "https://",
@@ -468,6 +537,16 @@ mod tests {
             "ftp://app.example",
             "https://app.example?x=1",
             "https://app example",
+            "https://app.example:abc",
+            "https://app.example:99999",
+            "https://app.example:",
+            "https://app.example:443",
+            "http://app.example:80",
+            "http://*.example.com",
+            "https://app.example;x",
+            "https://app.example*",
+            "http://[::1",
+            "http://[nope]",
         ] {
             let refused = ok(&[bad]).expect_err(bad);
             assert!(refused.contains("is not an origin"), "{bad}: {refused}");

@@ -923,6 +923,26 @@ fn cross_origin_access_is_opt_in_and_api_only() {
     let refused = get_from(open.addr, "/v1/sessions", app, "cairn_nope_nope");
     assert_eq!(refused.status, 401);
     assert_eq!(refused.header("access-control-allow-origin"), Some(app));
+    // A refusal axum makes (405) keeps them, reshaped into the JSON shape.
+    let wrong_method = raw(
+        open.addr,
+        &format!(
+            "PUT /v1/sessions HTTP/1.1\r\nHost: localhost\r\nOrigin: {app}\r\nAuthorization: Bearer {}",
+            open.admin
+        ),
+        b"",
+    );
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(
+        wrong_method.header("access-control-allow-origin"),
+        Some(app)
+    );
+    // The service routes beside the API (metrics trust the server's own
+    // machine) never answer another origin.
+    for path in ["/metrics", "/healthz", "/openapi.json", "/docs"] {
+        let answer = get_from(open.addr, path, app, &open.admin);
+        assert_eq!(answer.header("access-control-allow-origin"), None, "{path}");
+    }
     // Another origin, the web UI and MCP: nothing.
     let other = get_from(
         open.addr,
@@ -939,4 +959,78 @@ fn cross_origin_access_is_opt_in_and_api_only() {
         let answer = get_from(open.addr, path, app, &open.admin);
         assert_eq!(answer.header("access-control-allow-origin"), None, "{path}");
     }
+}
+
+/// No error answer quotes what looks like an API key back, on any surface
+/// (a token pasted as a member name, a value, a header, an MCP method);
+/// Cairn's own setting names in messages stay whole.
+#[test]
+fn errors_never_quote_a_token() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let secret = &admin[admin.len() - 30..];
+    let unknown_member = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &json!({
+            "session_id": "s", "agent_id": "a", "step_type": "plan", admin.clone(): 1
+        }),
+    );
+    let otlp_member = call(
+        &server,
+        "POST",
+        "/v1/traces",
+        &admin,
+        Some(format!("{{\"{admin}\": 1}}").as_bytes()),
+    );
+    let otlp_value = call(
+        &server,
+        "POST",
+        "/v1/traces",
+        &admin,
+        Some(format!("{{\"resourceSpans\": \"{admin}\"}}").as_bytes()),
+    );
+    let otlp_header = raw(
+        server.addr,
+        &format!(
+            "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: {admin}"
+        ),
+        b"{}",
+    );
+    let session = mcp_session(server.addr, &admin);
+    let mcp_method = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        format!("{{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"{admin}\"}}").as_bytes(),
+    );
+    assert_eq!(mcp_method.rpc()["error"]["code"], -32601);
+    assert_eq!(mcp_method.rpc()["id"], 3);
+    for (what, status, body) in [
+        ("REST member", unknown_member.status, unknown_member.body),
+        ("OTLP member", otlp_member.status, otlp_member.body),
+        ("OTLP value", otlp_value.status, otlp_value.body),
+        ("OTLP header", otlp_header.status, otlp_header.body),
+        ("MCP method", mcp_method.status, mcp_method.body),
+    ] {
+        let text = String::from_utf8_lossy(&body);
+        assert!(status >= 200, "{what}");
+        assert!(!text.contains(secret), "{what}: {text}");
+    }
+    // An origin MCP refuses names the setting that allows it, whole.
+    let refused = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#,
+    );
+    assert_eq!(refused.status, 403);
+    assert!(
+        String::from_utf8_lossy(&refused.body).contains("CAIRN_ALLOWED_ORIGINS"),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
 }

@@ -285,11 +285,11 @@ async fn export_traces(
     let partial = (rejected > 0)
         .then(|| ExportTracePartialSuccess {
             rejected_spans: rejected as i64,
-            error_message: summary(rejected, "span", &reasons),
+            error_message: crate::error::without_tokens(&summary(rejected, "span", &reasons)),
         })
         .or(hint.map(|hint| ExportTracePartialSuccess {
             rejected_spans: 0,
-            error_message: hint,
+            error_message: crate::error::without_tokens(&hint),
         }));
     Ok(match encoding {
         Encoding::Protobuf => protobuf_ok(ExportTraceServiceResponse {

@@ -208,13 +208,15 @@ impl OtlpError {
     }
 
     fn into_response(self, encoding: Encoding) -> Response {
+        // A message may quote what was sent (a member, a header's value).
+        let message = crate::error::without_tokens(&self.message);
         let mut response = match encoding {
             Encoding::Protobuf => (
                 self.status,
                 [(header::CONTENT_TYPE, encoding.content_type())],
                 Status {
                     code: self.grpc,
-                    message: self.message,
+                    message: message.clone(),
                 }
                 .encode_to_vec(),
             )
@@ -223,8 +225,8 @@ impl OtlpError {
                 self.status,
                 axum::Json(json!({
                     "code": self.grpc,
-                    "message": self.message,
-                    "error": {"code": self.code, "message": self.message},
+                    "message": message,
+                    "error": {"code": self.code, "message": message},
                 })),
             )
                 .into_response(),

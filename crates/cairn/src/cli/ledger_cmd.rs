@@ -126,10 +126,11 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     // memory stays bounded whatever the input's length. Answers are
     // printed in input order.
     const STDIN_IN_FLIGHT: usize = 16_384;
-    // The copies kept of steps that name their trace id (to answer a
-    // re-run, below) are bounded apart, by the memory they hold
-    // (`NewStep::approx_memory`): the window is answered from its oldest
-    // end while they pass this.
+    // The window is bounded by memory too: the steps in flight (queued
+    // for the sequencer, which a slow disk or database holds back) and the
+    // copies kept of those that name their trace id (to answer a re-run,
+    // below), as `NewStep::approx_memory` counts them; the window is
+    // answered from its oldest end while they pass this.
     const STDIN_KEPT_BYTES: usize = 64 << 20;
     let mut kept_bytes = 0usize;
     let stdin = std::io::stdin();
@@ -143,46 +144,48 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     // recorded before (answered as its first write, as REST answers a
     // retry: `NewStep::retried`).
     let store = ledger.store_arc();
-    let mut answer =
-        |line: usize,
-         p: std::result::Result<(cairn_store::Pending, Option<cairn_store::NewStep>), Value>,
-         out: &mut dyn std::io::Write|
-         -> Result<()> {
-            let (p, retry) = match p {
-                Ok(p) => p,
-                Err(refusal) => {
-                    failures += 1;
-                    writeln!(out, "{refusal}")?;
-                    return Ok(());
-                }
-            };
-            let written = match (p.wait(), retry) {
-                (Err(refused), Some(step)) => step.retried(store.as_ref(), &refused).ok_or(refused),
-                (written, _) => written,
-            };
-            match written {
-                Ok(w) => {
-                    // A step request is only ever answered with a step.
-                    let step = cairn_server::wire::step_written(&w)
-                        .with_context(|| format!("line {line} was answered with {w:?}"))?;
-                    let written = cairn_server::wire::LineWritten { line, step: &step };
-                    serde_json::to_writer(&mut *out, &written)?;
-                    out.write_all(b"\n")?;
-                }
-                Err(e) => {
-                    failures += 1;
-                    // The ledger's refusal with the code and field REST
-                    // gives it.
-                    let e = cairn_server::ApiError::from(e);
-                    writeln!(
-                        out,
-                        "{}",
-                        json!({"line": line, "error": e.message, "code": e.code, "field": e.field})
-                    )?;
-                }
+    let mut answer = |line: usize,
+                      p: std::result::Result<
+        (cairn_store::Pending, Option<cairn_store::NewStep>),
+        Value,
+    >,
+                      out: &mut dyn std::io::Write|
+     -> Result<()> {
+        let (p, retry) = match p {
+            Ok(p) => p,
+            Err(refusal) => {
+                failures += 1;
+                writeln!(out, "{refusal}")?;
+                return Ok(());
             }
-            Ok(())
         };
+        let written = match (p.wait(), retry) {
+            (Err(refused), Some(step)) => step.retried(store.as_ref(), &refused).ok_or(refused),
+            (written, _) => written,
+        };
+        match written {
+            Ok(w) => {
+                // A step request is only ever answered with a step.
+                let step = cairn_server::wire::step_written(&w)
+                    .with_context(|| format!("line {line} was answered with {w:?}"))?;
+                let written = cairn_server::wire::LineWritten { line, step: &step };
+                serde_json::to_writer(&mut *out, &written)?;
+                out.write_all(b"\n")?;
+            }
+            Err(e) => {
+                failures += 1;
+                // The ledger's refusal with the code and field REST
+                // gives it.
+                let e = cairn_server::ApiError::from(e);
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"line": line, "error": cairn_server::without_tokens(&e.message), "code": e.code, "field": e.field.as_deref().map(cairn_server::without_tokens)})
+                )?;
+            }
+        }
+        Ok(())
+    };
     for (number, line) in stdin.lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
@@ -193,7 +196,8 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         // one way here and another there.
         // A refused line names its error as REST answers it (the code, the
         // member, the message, an unknown member's nearest known name).
-        let refused_as = |code: &str, field: Option<String>, message: String| json!({"line": number + 1, "error": message, "code": code, "field": field});
+        // As REST answers, without what looks like an API key.
+        let refused_as = |code: &str, field: Option<String>, message: String| json!({"line": number + 1, "error": cairn_server::without_tokens(&message), "code": code, "field": field.as_deref().map(cairn_server::without_tokens)});
         let parsed =
             cairn_core::json::from_slice_with(line.as_bytes(), cairn_core::json::Integers::Bits64)
                 .map_err(|e| refused_as("invalid_json", None, format!("not JSON: {e}")))
@@ -206,8 +210,8 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
                         .map_err(|e| refused_as(e.code, e.field, e.message))
                 });
         let kept = match &parsed {
-            Ok(step) if step.trace_id.is_some() => step.approx_memory(),
-            _ => 0,
+            Ok(step) => step.approx_memory() * (1 + usize::from(step.trace_id.is_some())),
+            Err(_) => 0,
         };
         while pending.len() == STDIN_IN_FLIGHT
             || (kept_bytes + kept > STDIN_KEPT_BYTES && !pending.is_empty())
