@@ -170,12 +170,13 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// The server key the database's logs are signed with (as `cairn keys`
-    /// names it), or `None` for a database no server has opened yet: read
-    /// before a key file is made for a command, so that a data directory
-    /// without the fleet's key file gets an error, not a fresh key file
-    /// the database then refuses.
-    pub fn recorded_server_key(options: &PgOptions) -> Result<Option<String>, StoreError> {
+    /// The keys a server of this database may sign with (the first
+    /// server's and those added with `cairn keys rotate`, none retired), as
+    /// `cairn keys` names them; empty for a database no server has opened
+    /// yet. Read before a key file is made for a command, so that a data
+    /// directory without the fleet's key file gets an error, not a fresh key
+    /// file the database then refuses.
+    pub fn signing_keys(options: &PgOptions) -> Result<Vec<String>, StoreError> {
         let mut config: postgres::Config =
             options.url.parse().map_err(|e| StoreError::Postgres {
                 context: "parsing the database URL".into(),
@@ -193,15 +194,30 @@ impl PgStore {
             0,
         )?;
         if !exists {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        db.query_opt(
-            "SELECT value FROM cairn_meta WHERE key = 'server_key'",
-            &[],
-            "reading the server key",
-        )?
-        .map(|row| col(&row, 0))
-        .transpose()
+        let first: Option<String> = db
+            .query_opt(
+                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
+                &[],
+                "reading the server key",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()?;
+        let rows = meta_key_rows(&mut db)?;
+        let retired = |key: &str| {
+            rows.iter()
+                .any(|r| r.strip_prefix(crate::keys::RETIRED_PREFIX) == Some(key))
+        };
+        let added = rows
+            .iter()
+            .filter_map(|r| r.strip_prefix(crate::keys::ADDED_PREFIX))
+            .map(str::to_owned);
+        Ok(first
+            .into_iter()
+            .chain(added)
+            .filter(|key| !retired(key))
+            .collect())
     }
 
     /// Connects, migrates the schema if needed (installing the DDL guard

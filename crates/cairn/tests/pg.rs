@@ -481,6 +481,38 @@ fn a_directory_without_the_fleets_key_makes_no_key_file() {
         "{}",
         run.stderr
     );
+    // After a rotation and the old key's retirement, the error names the
+    // key in use, not the retired one.
+    let old_key = json(&first.run(&["--json", "keys"], None))["server_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let new_file = first.dir.join("next.key");
+    let rotated = first.run(
+        &["keys", "rotate", "--new-key", new_file.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(rotated.code, 0, "{}", rotated.stderr);
+    let new_key = rotated
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("added log key "))
+        .unwrap()
+        .to_owned();
+    let retired = first.run(
+        &[
+            "--server-key",
+            new_file.to_str().unwrap(),
+            "keys",
+            "retire",
+            &old_key,
+        ],
+        None,
+    );
+    assert_eq!(retired.code, 0, "{}", retired.stderr);
+    let run = second.run(&["keys"], None);
+    assert!(run.stderr.contains(&new_key), "{}", run.stderr);
+    assert!(!run.stderr.contains(&old_key), "{}", run.stderr);
 }
 
 /// What a client got acknowledged: trace id -> (session, index).

@@ -26,15 +26,18 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
         // A key file is made only for a database no server has opened: for
         // one that has a key, a missing file is a wrong --data-dir or
         // --server-key, and a fresh key would only be refused.
-        if let Some(file) = key_file.as_ref().filter(|f| !f.exists())
-            && let Some(recorded) = PgStore::recorded_server_key(&options).with_context(|| {
+        let made = key_file.clone().filter(|f| !f.exists());
+        if let Some(file) = &made {
+            let keys = PgStore::signing_keys(&options).with_context(|| {
                 format!("opening the PostgreSQL store at {}", redact_password(url))
-            })?
-        {
-            return Err(usage(format!(
-                "no server key at {}, and the database's logs are signed with {recorded}: give this command that server's key (--data-dir or CAIRN_DATA_DIR where `cairn serve` keeps it, --server-key PATH or --server-key-command); no key file was made",
-                std::path::absolute(file).unwrap_or(file.clone()).display()
-            )));
+            })?;
+            if !keys.is_empty() {
+                return Err(usage(format!(
+                    "no server key at {}, and the database's logs are signed with {}: give this command that server's key (--data-dir or CAIRN_DATA_DIR where `cairn serve` keeps it, --server-key PATH or --server-key-command); no key file was made",
+                    std::path::absolute(file).unwrap_or(file.clone()).display(),
+                    keys.join(" or ")
+                )));
+            }
         }
         std::fs::create_dir_all(&cli.data_dir)
             .with_context(|| format!("creating {}", cli.data_dir.display()))?;
@@ -45,8 +48,21 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
                 cairn_store::load_or_create_server_key(&cli.data_dir, &cli.server_name)?
             }
         };
-        let store = PgStore::open(options, key)
-            .with_context(|| format!("opening the PostgreSQL store at {}", redact_password(url)))?;
+        let store = match PgStore::open(options, key) {
+            Ok(store) => store,
+            Err(e) => {
+                // Another first server claimed the database between the
+                // check above and this open: the key file this command
+                // made would only be refused from now on.
+                if let (Some(file), cairn_store::StoreError::Key(_)) = (&made, &e) {
+                    let _ = std::fs::remove_file(file);
+                }
+                return Err(anyhow::Error::new(e).context(format!(
+                    "opening the PostgreSQL store at {}",
+                    redact_password(url)
+                )));
+            }
+        };
         return Ok(Arc::new(store));
     }
     let options = SqliteOptions {
