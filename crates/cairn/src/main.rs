@@ -75,6 +75,40 @@ fn pin_malloc_mmap_threshold() {
 /// for each analyst query on SQLite: not a command for people.
 pub(crate) const ANALYST_WORKER_COMMAND: &str = "internal-analyst-worker";
 
+/// The exit code of a command whose reader stopped reading (`cairn
+/// sessions | head`): 128 + SIGPIPE, as a shell reports a tool that
+/// signal ended.
+const CLOSED_STDOUT: u8 = 141;
+
+/// Ends the command quietly when its standard output is a pipe its reader
+/// closed, as SIGPIPE ends other Unix tools: Rust ignores SIGPIPE, so a
+/// `println!` to a closed pipe panics (and a `write!` fails, see
+/// [`closed_stdout`]).
+fn quiet_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(i32::from(CLOSED_STDOUT));
+        }
+        default(info);
+    }));
+}
+
+/// Whether `error` is a write to a pipe its reader closed.
+fn closed_stdout(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     if std::env::args_os()
         .nth(1)
@@ -84,9 +118,11 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(3));
     }
     pin_malloc_mmap_threshold();
+    quiet_when_stdout_closes();
     match cli::run() {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::VerificationFailed) => ExitCode::from(1),
+        Err(e) if closed_stdout(&e) => ExitCode::from(CLOSED_STDOUT),
         Err(e) => {
             let usage = e.downcast_ref::<UsageError>().is_some();
             eprintln!("cairn: {e:#}");

@@ -328,3 +328,30 @@ fn json_output_covers_errors() {
     );
     assert!(run.stderr.contains("Bogus"));
 }
+
+/// A reader that stops reading (`cairn sessions | head`) ends the command
+/// quietly with 141 (128 + SIGPIPE, as other Unix tools end), not with a
+/// panic's backtrace or an error message.
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    for args in [&["sessions"][..], &["export", "--all"][..], &["verify"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .env("CAIRN_DATA_DIR", dir.path().join("data"))
+            .env("CAIRN_ORG", "acme")
+            .env_remove("CAIRN_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before the command writes its first line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
