@@ -45,6 +45,23 @@ pub fn approx_memory(v: &Value) -> usize {
     }
 }
 
+/// About what [`approx_memory`] gives for `text` once parsed, from its
+/// bytes alone: every `{` may open an object (a `Value` and a map node),
+/// every `[`, `,` and `:` a value, on top of the text's own bytes (braces
+/// inside strings count too; an object of more than eleven members holds
+/// more map nodes than this counts, which the check after parsing sees).
+pub fn parsed_memory_bound(text: &[u8]) -> usize {
+    let (mut objects, mut values) = (0usize, 1usize);
+    for &b in text {
+        match b {
+            b'{' => objects += 1,
+            b'[' | b',' | b':' => values += 1,
+            _ => {}
+        }
+    }
+    text.len() + objects * (32 + 640) + values * 32
+}
+
 /// Whether serde_json would read a member of this name as its own marker
 /// ([`SERDE_MARKER`]).
 pub fn is_reserved_member_name(name: &str) -> bool {

@@ -146,6 +146,8 @@ pub struct AppState {
     config: ServerConfig,
     keys: RwLock<HashMap<Hash, (ApiKey, Instant)>>,
     otlp: otlp::OtlpState,
+    /// The memory parsed request bodies hold ([`MAX_HELD_BODY_MEMORY`]).
+    bodies: limits::MemoryBudget,
     /// Slots for expensive work (see [`Limits::max_expensive`]).
     expensive: limits::ExpensiveSlots,
     /// The streamed replays' buffer, in KiB (see
@@ -186,6 +188,7 @@ impl AppState {
             store,
             metrics: Metrics::default(),
             otlp: otlp::OtlpState::new(&config.otlp),
+            bodies: limits::MemoryBudget::new(MAX_HELD_BODY_MEMORY),
             expensive: limits::ExpensiveSlots::new(config.limits.max_expensive),
             replay_buffer: limits::ExpensiveSlots::new(
                 limits::replay_buffer_bytes(&config.limits).div_ceil(1024),
@@ -250,11 +253,40 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
+/// What the parsed JSON bodies of the REST and MCP requests in flight may
+/// hold in memory together, as [`cairn_core::json::parsed_memory_bound`]
+/// counts it before parsing: a body of many small objects holds up to
+/// about a hundred times its size, and a request holds its body's values
+/// until it is answered (a batch's steps wait for the sequencer), so
+/// concurrent bodies at the size limit could otherwise hold gigabytes.
+/// Past it, `503 overloaded` with `Retry-After: 1` (one request alone
+/// always goes through).
+pub const MAX_HELD_BODY_MEMORY: usize = 512 * 1024 * 1024;
+
 /// A request body as JSON, strictly: a member given twice, or an integer
 /// beyond the 64-bit range (which would silently become a float), is
-/// refused rather than guessed at.
-fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.message))
+/// refused rather than guessed at. The memory its values may hold is
+/// counted against [`MAX_HELD_BODY_MEMORY`] until the guard is dropped
+/// (keep it for the request).
+fn parse_json(state: &AppState, body: &Bytes) -> Result<(Value, limits::HeldMemory), ApiError> {
+    let held = hold_body(state, body)?;
+    let value =
+        wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
+    Ok((value, held))
+}
+
+/// Counts what JSON `body` may hold once parsed against
+/// [`MAX_HELD_BODY_MEMORY`], or refuses it (`503 overloaded`).
+fn hold_body(state: &AppState, body: &[u8]) -> Result<limits::HeldMemory, ApiError> {
+    let bound = cairn_core::json::parsed_memory_bound(body);
+    state.bodies.hold(bound).map_err(|now| {
+        limits::overloaded(format!(
+            "requests in flight hold {} MiB of parsed JSON (limit {} MiB), and this body may hold {} MiB once parsed (objects and arrays of few, small members hold up to a hundred times their text): retry after the delay",
+            now >> 20,
+            MAX_HELD_BODY_MEMORY >> 20,
+            bound.div_ceil(1 << 20)
+        ))
+    })
 }
 
 /// A request body that must be a JSON object with only these members;

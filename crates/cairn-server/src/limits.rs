@@ -152,6 +152,70 @@ pub(crate) fn check_rate(state: &AppState, key_id: &str) -> Result<(), ApiError>
     }
 }
 
+/// Memory that requests hold for a while (parsed JSON bodies, OTLP steps
+/// not yet written), counted against a limit: a request that would take
+/// what all hold past it is refused (to retry), unless nothing is held, so
+/// that one request alone always goes through whatever its size.
+pub(crate) struct MemoryBudget {
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub(crate) fn new(limit: usize) -> MemoryBudget {
+        MemoryBudget {
+            held: Arc::default(),
+            limit,
+        }
+    }
+
+    /// Counts `bytes` as held until the guard is dropped; `Err` with what
+    /// all requests hold now when that would pass the limit.
+    pub(crate) fn hold(&self, bytes: usize) -> Result<HeldMemory, usize> {
+        use std::sync::atomic::Ordering;
+        let mut now = self.held.load(Ordering::Relaxed);
+        loop {
+            if now > 0 && now.saturating_add(bytes) > self.limit {
+                return Err(now);
+            }
+            match self.held.compare_exchange_weak(
+                now,
+                now + bytes,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Ok(HeldMemory {
+                        held: Arc::clone(&self.held),
+                        bytes,
+                    });
+                }
+                Err(current) => now = current,
+            }
+        }
+    }
+
+    /// What requests hold now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Memory a request holds, given back when it is dropped.
+pub(crate) struct HeldMemory {
+    held: Arc<std::sync::atomic::AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for HeldMemory {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The slots for expensive work: the server's, and each org's share of
 /// them. One org holds at most half of the server's slots (at least one),
 /// so that one tenant's runaway queries, exports or verifications can keep
@@ -302,7 +366,7 @@ enum Full {
 }
 
 /// `503 overloaded` with `Retry-After: 1`.
-fn overloaded(message: String) -> ApiError {
+pub(crate) fn overloaded(message: String) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
         .retry_after(Duration::from_secs(1))
 }
@@ -911,6 +975,24 @@ pub(crate) async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What requests hold is bounded: one alone goes through whatever its
+    /// size, one that would pass the limit is refused with what is held,
+    /// and what a finished request held is given back.
+    #[test]
+    fn memory_budgets_bound_what_requests_hold() {
+        let budget = MemoryBudget::new(100);
+        let alone = budget.hold(1_000).expect("alone, any size");
+        assert_eq!(budget.hold(1).err(), Some(1_000));
+        drop(alone);
+        let a = budget.hold(60).unwrap();
+        assert_eq!(budget.hold(41).err(), Some(60));
+        let b = budget.hold(40).unwrap();
+        drop(a);
+        assert_eq!(budget.held(), 40);
+        drop(b);
+        assert_eq!(budget.held(), 0);
+    }
 
     #[test]
     fn hosts_match_with_and_without_ports() {

@@ -208,6 +208,9 @@ async fn mcp_gate(
     let (parts, body) = request.into_parts();
     // Whether this request opens a session (an `initialize`).
     let mut initialize = false;
+    // What the body may hold once parsed (here and by the MCP SDK),
+    // counted until the request is answered, as a REST body's is.
+    let mut _body_memory = None;
     let body = if parts.method == axum::http::Method::POST {
         if let Err(e) = limits::refuse_encoded_body(&parts.headers) {
             return e.into_response();
@@ -217,6 +220,10 @@ async fn mcp_gate(
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
+        match crate::hold_body(&state, &bytes) {
+            Ok(held) => _body_memory = Some(held),
+            Err(e) => return e.into_response(),
+        }
         match mcp::check_message(&bytes) {
             Ok(message) => {
                 // The MCP SDK answers an unknown method with its name: one

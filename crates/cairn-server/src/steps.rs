@@ -123,7 +123,8 @@ pub(crate) async fn append_step(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let step = step_for(&caller, parse_json(&body)?)?;
+    let (value, _parsed) = parse_json(&state, &body)?;
+    let step = step_for(&caller, value)?;
     match record_step(&state, step).await {
         Ok(written) => {
             state.metrics.append(started.elapsed());
@@ -163,7 +164,8 @@ pub(crate) async fn append_batch(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let Value::Array(items) = parse_json(&body)? else {
+    let (items, _parsed) = parse_json(&state, &body)?;
+    let Value::Array(items) = items else {
         return Err(ApiError::bad_request(
             "invalid_request",
             "a batch is a JSON array of steps",
@@ -307,7 +309,7 @@ pub(crate) async fn erase_step(
     let reason = if body.is_empty() {
         String::new()
     } else {
-        let v = parse_json(&body)?;
+        let (v, _parsed) = parse_json(&state, &body)?;
         members(&v, &["reason"])?;
         optional_string(&v, "reason")?.unwrap_or_default()
     };

@@ -81,11 +81,12 @@ pub(crate) fn parsed(text: &str) -> Result<Parsed, ApiError> {
     ),
 )]
 pub(crate) async fn parse(
+    State(state): State<Arc<AppState>>,
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
     let _ = caller;
-    let v = parse_json(&body)?;
+    let (v, _parsed) = parse_json(&state, &body)?;
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
@@ -121,7 +122,7 @@ pub(crate) async fn record(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
-    let v = parse_json(&body)?;
+    let (v, _parsed) = parse_json(&state, &body)?;
     crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;

@@ -90,7 +90,7 @@ pub(crate) struct OtlpState {
     decode: crate::limits::ExpensiveSlots,
     requests: Arc<tokio::sync::Semaphore>,
     /// Bytes of steps submitted by OTLP requests and not yet written.
-    held_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    held_bytes: crate::limits::MemoryBudget,
 }
 
 impl OtlpState {
@@ -98,7 +98,7 @@ impl OtlpState {
         OtlpState {
             decode: crate::limits::ExpensiveSlots::new(config.decode_permits),
             requests: Arc::new(tokio::sync::Semaphore::new(config.max_requests.max(1))),
-            held_bytes: Arc::default(),
+            held_bytes: crate::limits::MemoryBudget::new(MAX_HELD_STEP_BYTES),
         }
     }
 
@@ -106,49 +106,24 @@ impl OtlpState {
     /// answers 429 if that would take what requests hold past
     /// [`MAX_HELD_STEP_BYTES`] (when some are held).
     fn hold(&self, bytes: usize) -> Result<HeldBytes, OtlpError> {
-        use std::sync::atomic::Ordering;
-        let held = &self.held_bytes;
-        let mut now = held.load(Ordering::Relaxed);
-        loop {
-            if now > 0 && now.saturating_add(bytes) > MAX_HELD_STEP_BYTES {
-                return Err(OtlpError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "overloaded",
-                    format!(
-                        "OTLP requests hold {} MiB of steps not yet written (limit {} MiB): retry after the delay",
-                        now >> 20,
-                        MAX_HELD_STEP_BYTES >> 20
-                    ),
-                )
-                .retry_after(1));
-            }
-            match held.compare_exchange_weak(now, now + bytes, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    return Ok(HeldBytes {
-                        held: Arc::clone(held),
-                        bytes,
-                    });
-                }
-                Err(current) => now = current,
-            }
-        }
+        self.held_bytes.hold(bytes).map_err(|now| {
+            OtlpError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "overloaded",
+                format!(
+                    "OTLP requests hold {} MiB of steps not yet written (limit {} MiB): retry after the delay",
+                    now >> 20,
+                    MAX_HELD_STEP_BYTES >> 20
+                ),
+            )
+            .retry_after(1)
+        })
     }
 }
 
 /// Bytes of steps an OTLP request submitted, counted as held until it has
 /// its answers.
-pub(super) struct HeldBytes {
-    held: Arc<std::sync::atomic::AtomicUsize>,
-    bytes: usize,
-}
-
-impl Drop for HeldBytes {
-    fn drop(&mut self) {
-        self.held
-            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
-    }
-}
+pub(super) type HeldBytes = crate::limits::HeldMemory;
 
 /// gRPC status codes used in OTLP `Status` messages.
 mod code {
@@ -435,10 +410,7 @@ mod tests {
         drop(a);
         let c = state.hold(1).expect("room again");
         drop((b, c));
-        assert_eq!(
-            state.held_bytes.load(std::sync::atomic::Ordering::Relaxed),
-            0
-        );
+        assert_eq!(state.held_bytes.held(), 0);
     }
 
     /// One org holds at most half of the decode slots: its slow requests

@@ -123,7 +123,7 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
     let allowed = MAX_PARSED_MEMORY
         .max(32 * text.len())
         .min(left.unwrap_or(usize::MAX));
-    if parsed_memory_bound(text) > allowed {
+    if parsed_memory_bound(text.as_bytes()) > allowed {
         return None;
     }
     // Read strictly: text with a member given twice, or a member name
@@ -142,23 +142,6 @@ pub(super) fn parse_json_text(text: &str) -> Option<Value> {
         PARSE_BUDGET.set(Some(left - held));
     }
     Some(value)
-}
-
-/// About what [`approx_memory`] gives for `text` once parsed, from its
-/// bytes alone: every `{` may open an object (a `Value` and a map node),
-/// every `[`, `,` and `:` a value, on top of the text's own bytes (braces
-/// inside strings count too; an object of more than eleven members holds
-/// more map nodes than this counts, which the check after parsing sees).
-fn parsed_memory_bound(text: &str) -> usize {
-    let (mut objects, mut values) = (0usize, 1usize);
-    for b in text.bytes() {
-        match b {
-            b'{' => objects += 1,
-            b'[' | b',' | b':' => values += 1,
-            _ => {}
-        }
-    }
-    text.len() + objects * (32 + 640) + values * 32
 }
 
 /// Makes parsed JSON acceptable to the store: integers beyond ±(2^53 - 1)
@@ -361,6 +344,7 @@ pub(super) fn approx_size(v: &Value) -> usize {
 }
 
 pub(super) use cairn_core::json::approx_memory;
+use cairn_core::json::parsed_memory_bound;
 
 /// `value` if its JSON fits in `max` bytes; otherwise a marker object with
 /// its size and the start of its JSON text (`on_cut` is called).
