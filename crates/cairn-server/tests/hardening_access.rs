@@ -376,6 +376,26 @@ fn ambiguous_bodies_are_refused() {
         "{}",
         String::from_utf8_lossy(&two_ids.body)
     );
+    // JSON nested past the reader's depth is JSON all the same: Invalid
+    // Request, not Parse error.
+    let deep = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18"
+        ),
+        format!(
+            "{{\"jsonrpc\": \"2.0\", \"id\": 4, \"method\": \"tools/list\", \"params\": {}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        (deep.status, &deep.json()["error"]["code"]),
+        (400, &json!(-32600)),
+        "{}",
+        String::from_utf8_lossy(&deep.body)
+    );
     // What is not JSON at all is JSON-RPC's Parse error, with a null id.
     let garbled = raw(
         server.addr,

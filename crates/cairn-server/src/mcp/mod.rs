@@ -65,8 +65,9 @@ pub fn check_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
 pub(crate) enum Refused {
     /// Not JSON at all (JSON-RPC's Parse error, `-32700`).
     NotJson,
-    /// JSON that is not one object: a batch, or a scalar (answered with a
-    /// null id).
+    /// JSON that is not one object (a batch, a scalar), or that could not
+    /// be read whole (nested too deep, a number past a double's range):
+    /// answered with a null id.
     NotAnObject,
     /// An object without `method`: a response from the client, which
     /// expects no answer.
@@ -109,6 +110,15 @@ pub(crate) fn refused(bytes: &[u8]) -> Refused {
         Ok(message) => (message, false),
         Err(_) => match serde_json::from_slice::<Value>(bytes) {
             Ok(message) => (message, true),
+            // JSON the reader will not hold (nested past its depth, a
+            // number past a double's range) is JSON all the same.
+            Err(e)
+                if ["recursion limit exceeded", "number out of range"]
+                    .iter()
+                    .any(|m| e.to_string().starts_with(m)) =>
+            {
+                return Refused::NotAnObject;
+            }
             Err(_) => return Refused::NotJson,
         },
     };
