@@ -308,9 +308,10 @@ fn optional_bool(body: &Value, key: &str) -> Result<Option<bool>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(_) => Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!("{key} must be true or false"),
-        )),
+        )
+        .with_field(key)),
     }
 }
 
@@ -322,9 +323,10 @@ fn optional_string(body: &Value, key: &str) -> Result<Option<String>, ApiError> 
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!("{key} must be a string"),
-        )),
+        )
+        .with_field(key)),
     }
 }
 
@@ -338,9 +340,10 @@ fn public_key_param(
         .and_then(|bytes| cairn_core::ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok())
         .ok_or_else(|| {
             ApiError::bad_request(
-                "invalid_request",
+                "invalid_argument",
                 "public_key must be base64 of a 32-byte Ed25519 public key",
             )
+            .with_field("public_key")
         })
 }
 
@@ -547,9 +550,10 @@ pub(crate) fn query_bool(q: &HashMap<String, String>, key: &str) -> Result<bool,
         None | Some("false" | "0") => Ok(false),
         Some("true" | "1") => Ok(true),
         Some(other) => Err(ApiError::bad_request(
-            "invalid_request",
-            format!("{key} must be true or false, not {other}"),
-        )),
+            "invalid_argument",
+            format!("{key} must be true or false, not {}", shown(other)),
+        )
+        .with_field(key)),
     }
 }
 
@@ -560,9 +564,10 @@ pub(crate) fn wants_markdown(format: Option<&str>) -> Result<bool, ApiError> {
         None | Some("json") => Ok(false),
         Some("markdown") => Ok(true),
         Some(other) => Err(ApiError::bad_request(
-            "invalid_request",
-            format!("format must be json or markdown, not {other}"),
-        )),
+            "invalid_argument",
+            format!("format must be json or markdown, not {}", shown(other)),
+        )
+        .with_field("format")),
     }
 }
 

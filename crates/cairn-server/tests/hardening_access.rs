@@ -256,7 +256,7 @@ fn ambiguous_bodies_are_refused() {
         (
             "/v1/sessions",
             r#"{"session_id": "c", "agent_id": "a", "full_consent": "yes"}"#,
-            "invalid_request",
+            "invalid_argument",
             "full_consent",
         ),
         (

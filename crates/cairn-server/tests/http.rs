@@ -323,7 +323,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/sessions/s1/seal?require_reflection=maybe",
             json!({}),
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             "correction of nothing",
@@ -441,12 +441,23 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             reply.text()
         );
     }
+    // A parameter's value mistyped: invalid_argument naming it, as a
+    // body member's.
+    for (path, field) in [
+        ("/v1/sessions/s1/trail?format=xml", "format"),
+        ("/v1/sessions/s1/turns/t?format=pdf", "format"),
+        ("/v1/reviews?all=maybe", "all"),
+        ("/v1/sessions/s1?verify=yes", "verify"),
+        ("/v1/sessions/s1?format=html", "format"),
+    ] {
+        let reply = get(&server, path, &admin);
+        assert_eq!(
+            (reply.code().as_str(), &reply.json()["error"]["field"]),
+            ("invalid_argument", &json!(field)),
+            "{path}"
+        );
+    }
     for path in [
-        "/v1/sessions/s1/trail?format=xml",
-        "/v1/sessions/s1/turns/t?format=pdf",
-        "/v1/reviews?all=maybe",
-        "/v1/sessions/s1?verify=yes",
-        "/v1/sessions/s1?format=html",
         // `all=false` is not a request for the whole log.
         "/v1/export?all=false",
         "/v1/export?session=s1&all=false&agent=analyst",
