@@ -208,25 +208,31 @@ pub(crate) async fn append_batch(
             (retry, state.ledger.submit(WriteRequest::Step(Box::new(s))))
         })
         .collect();
-    let mut results = Vec::with_capacity(pending.len());
-    let mut accepted = 0;
-    // The trace ids this batch has answered as written (recorded now or
-    // before): a later copy of one in the same batch is its duplicate,
-    // whichever copy matched.
-    let mut answered = std::collections::HashSet::new();
+    let mut outcomes = Vec::with_capacity(pending.len());
     for (retry, p) in pending {
-        let trace_id = retry.as_ref().and_then(|s| s.trace_id.clone());
-        let outcome = match (p.await, retry) {
-            (Err(refused), Some(step))
-                if !answered.contains(step.trace_id.as_deref().unwrap_or_default()) =>
-            {
-                already_recorded(&state, step, refused).await
-            }
-            (outcome, _) => outcome,
-        };
-        if let (Ok(_), Some(id)) = (&outcome, trace_id) {
-            answered.insert(id);
-        }
+        outcomes.push((retry, p.await));
+    }
+    // Steps refused as duplicate trace ids may be a retried batch's: all
+    // looked up in one blocking task, in the batch's order (the trace ids
+    // answered as written, recorded now or before, make a later copy in
+    // the same batch its duplicate, whichever copy matched).
+    let duplicates = outcomes.iter().any(|(retry, outcome)| {
+        retry.is_some()
+            && matches!(
+                outcome,
+                Err(cairn_store::AppendError::Refused(
+                    cairn_store::Refusal::DuplicateTraceId { .. }
+                ))
+            )
+    });
+    let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
+        blocking(&state, move |store| Ok(answer_retries(store, outcomes))).await?
+    } else {
+        outcomes.into_iter().map(|(_, outcome)| outcome).collect()
+    };
+    let mut results = Vec::with_capacity(outcomes.len());
+    let mut accepted = 0;
+    for outcome in outcomes {
         let outcome = outcome.map_err(ApiError::from);
         results.push(match outcome {
             Ok(w) => {
@@ -245,6 +251,39 @@ pub(crate) async fn append_batch(
     Ok(axum::Json(
         json!({"accepted": accepted, "refused": refused, "results": results}),
     ))
+}
+
+/// A batch's outcomes with each step refused as a duplicate trace id
+/// answered as its first write when the step recorded under that id is
+/// this very step (`NewStep::retried`), in the batch's order: once a trace
+/// id has been answered as written, a later copy in the batch stays its
+/// duplicate.
+fn answer_retries(
+    store: &dyn LedgerStore,
+    outcomes: Vec<(
+        Option<cairn_store::NewStep>,
+        Result<cairn_store::Written, cairn_store::AppendError>,
+    )>,
+) -> Vec<Result<cairn_store::Written, cairn_store::AppendError>> {
+    let mut answered = std::collections::HashSet::new();
+    outcomes
+        .into_iter()
+        .map(|(retry, outcome)| {
+            let trace_id = retry.as_ref().and_then(|s| s.trace_id.clone());
+            let outcome = match (outcome, retry) {
+                (Err(refused), Some(step))
+                    if !answered.contains(step.trace_id.as_deref().unwrap_or_default()) =>
+                {
+                    step.retried(store, &refused).ok_or(refused)
+                }
+                (outcome, _) => outcome,
+            };
+            if let (Ok(_), Some(id)) = (&outcome, trace_id) {
+                answered.insert(id);
+            }
+            outcome
+        })
+        .collect()
 }
 
 #[utoipa::path(
