@@ -84,7 +84,7 @@ pub fn holds_a_token(text: &str) -> bool {
     false
 }
 
-/// `text` with every word that looks like an API key ([`token_like`]: a
+/// `text` with every word that looks like an API key (`token_like`: a
 /// token, or most of one, as a message quotes a member name cut to 60
 /// characters) replaced by a marker; if what is left still holds one (split
 /// by an escape), the whole text is replaced. Cairn's own words (setting
