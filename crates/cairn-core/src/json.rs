@@ -46,15 +46,38 @@ pub fn approx_memory(v: &Value) -> usize {
 }
 
 /// About what [`approx_memory`] gives for `text` once parsed, from its
-/// bytes alone: every `{` may open an object (a `Value` and a map node),
-/// every `[`, `,` and `:` a value, on top of the text's own bytes (braces
-/// inside strings count too; an object of more than eleven members holds
-/// more map nodes than this counts, which the check after parsing sees).
+/// bytes alone: outside strings, every `{` that opens an object with a
+/// member holds a `Value` and a map node, an empty one a `Value`, and
+/// every `[`, `,` and `:` a value, on top of the text's own bytes (what is
+/// inside a string counts once, as its bytes; an object of more than
+/// eleven members holds more map nodes than this counts, which a check
+/// after parsing sees).
 pub fn parsed_memory_bound(text: &[u8]) -> usize {
     let (mut objects, mut values) = (0usize, 1usize);
-    for &b in text {
+    let (mut in_string, mut escaped) = (false, false);
+    for (at, &b) in text.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
         match b {
-            b'{' => objects += 1,
+            b'"' => in_string = true,
+            b'{' => {
+                let empty = text[at + 1..]
+                    .iter()
+                    .find(|c| !c.is_ascii_whitespace())
+                    .is_some_and(|c| *c == b'}');
+                if empty {
+                    values += 1;
+                } else {
+                    objects += 1;
+                }
+            }
             b'[' | b',' | b':' => values += 1,
             _ => {}
         }
@@ -335,6 +358,30 @@ impl<'de> Visitor<'de> for StrictSeed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The estimate before parsing counts what may open a value outside
+    /// strings only: braces in text are its bytes, and an empty object
+    /// holds no map node; objects with members are not underestimated.
+    #[test]
+    fn parsed_memory_is_bounded_from_the_text() {
+        let text = format!("{{\"content\": \"{}\"}}", "{".repeat(10_000));
+        let bound = parsed_memory_bound(text.as_bytes());
+        assert!(bound < 2 * text.len() + 1_000, "{bound}");
+        let escaped = br#"{"a": "\"{{{{", "b": "x\\"}"#;
+        assert!(parsed_memory_bound(escaped) < 2_000);
+        let empty = "[{}, {}, {}]";
+        assert!(parsed_memory_bound(empty.as_bytes()) < 400);
+        for text in [
+            r#"[{"":0},{"":0},{"a":[1,2,{"b":{}}]}]"#,
+            r#"{"k": {"x": 1, "y": [true, null]}}"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert!(
+                parsed_memory_bound(text.as_bytes()) >= approx_memory(&value),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn serde_json_markers_are_found_at_any_depth_and_read_as_sent() {

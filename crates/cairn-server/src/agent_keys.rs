@@ -68,7 +68,7 @@ pub(crate) async fn revoke(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "revoke agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["agent_id", "reason"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let reason = optional_string(&v, "reason")?.unwrap_or_else(|| "revoked".into());
@@ -107,7 +107,7 @@ pub(crate) async fn rotate(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "rotate agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["agent_id", "public_key"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;

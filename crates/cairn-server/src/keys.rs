@@ -28,7 +28,7 @@ pub(crate) async fn register_agent_key(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "register agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     members(&v, &["agent_id", "public_key"])?;
     let given = optional_string(&v, "agent_id")?;
     let agent_id = match (given.as_deref(), &caller.key.agent_id) {
@@ -91,7 +91,7 @@ pub(crate) async fn create_key(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_admin(), "manage keys")?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     members(&v, &["role", "agent_id", "label"])?;
     let role = optional_string(&v, "role")?
         .as_deref()

@@ -261,30 +261,41 @@ async fn blocking<T: Send + 'static>(
 /// concurrent bodies at the size limit could otherwise hold gigabytes.
 /// Past it, `503 overloaded` with `Retry-After: 1` (one request alone
 /// always goes through).
-pub const MAX_HELD_BODY_MEMORY: usize = 512 * 1024 * 1024;
+pub const MAX_HELD_BODY_MEMORY: usize = 256 * 1024 * 1024;
 
 /// A request body as JSON, strictly: a member given twice, or an integer
 /// beyond the 64-bit range (which would silently become a float), is
 /// refused rather than guessed at. The memory its values may hold is
 /// counted against [`MAX_HELD_BODY_MEMORY`] until the guard is dropped
 /// (keep it for the request).
-fn parse_json(state: &AppState, body: &Bytes) -> Result<(Value, limits::HeldMemory), ApiError> {
-    let held = hold_body(state, body)?;
+fn parse_json(
+    state: &AppState,
+    org: &str,
+    body: &Bytes,
+) -> Result<(Value, limits::HeldMemory), ApiError> {
+    let held = hold_body(state, org, body)?;
     let value =
         wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
     Ok((value, held))
 }
 
 /// Counts what JSON `body` may hold once parsed against
-/// [`MAX_HELD_BODY_MEMORY`], or refuses it (`503 overloaded`).
-fn hold_body(state: &AppState, body: &[u8]) -> Result<limits::HeldMemory, ApiError> {
-    let bound = cairn_core::json::parsed_memory_bound(body);
-    state.bodies.hold(bound).map_err(|now| {
+/// [`MAX_HELD_BODY_MEMORY`] (an org's requests at most half of it), or
+/// refuses it (`503 overloaded`).
+fn hold_body(state: &AppState, org: &str, body: &[u8]) -> Result<limits::HeldMemory, ApiError> {
+    hold_memory(state, org, cairn_core::json::parsed_memory_bound(body))
+}
+
+/// Counts `bytes` that a request of `org` holds in memory (its parsed
+/// body, the steps it built from it) against [`MAX_HELD_BODY_MEMORY`],
+/// until the guard is dropped, or refuses it (`503 overloaded`).
+fn hold_memory(state: &AppState, org: &str, bytes: usize) -> Result<limits::HeldMemory, ApiError> {
+    state.bodies.hold(Some(org), bytes).map_err(|now| {
         limits::overloaded(format!(
-            "requests in flight hold {} MiB of parsed JSON (limit {} MiB), and this body may hold {} MiB once parsed (objects and arrays of few, small members hold up to a hundred times their text): retry after the delay",
+            "requests in flight hold {} MiB of parsed JSON and the steps made from it (limit {} MiB in all, half for one org), and this request would hold {} MiB more (objects and arrays of few, small members hold many times their text): retry after the delay",
             now >> 20,
             MAX_HELD_BODY_MEMORY >> 20,
-            bound.div_ceil(1 << 20)
+            bytes.div_ceil(1 << 20)
         ))
     })
 }

@@ -153,12 +153,21 @@ pub(crate) fn check_rate(state: &AppState, key_id: &str) -> Result<(), ApiError>
 }
 
 /// Memory that requests hold for a while (parsed JSON bodies, OTLP steps
-/// not yet written), counted against a limit: a request that would take
-/// what all hold past it is refused (to retry), unless nothing is held, so
-/// that one request alone always goes through whatever its size.
+/// not yet written), counted against a limit, and with an org named,
+/// against half of it for that org: a request that would take what all
+/// hold (or its org's share) past it is refused (to retry), unless nothing
+/// is held there, so that one request alone always goes through whatever
+/// its size, and one org's requests leave the other half to other orgs.
 pub(crate) struct MemoryBudget {
-    held: Arc<std::sync::atomic::AtomicUsize>,
+    held: Arc<std::sync::Mutex<Held>>,
     limit: usize,
+}
+
+/// What is held, in all and per org (orgs holding nothing are dropped).
+#[derive(Default)]
+struct Held {
+    total: usize,
+    orgs: HashMap<String, usize>,
 }
 
 impl MemoryBudget {
@@ -170,49 +179,54 @@ impl MemoryBudget {
         }
     }
 
-    /// Counts `bytes` as held until the guard is dropped; `Err` with what
-    /// all requests hold now when that would pass the limit.
-    pub(crate) fn hold(&self, bytes: usize) -> Result<HeldMemory, usize> {
-        use std::sync::atomic::Ordering;
-        let mut now = self.held.load(Ordering::Relaxed);
-        loop {
-            if now > 0 && now.saturating_add(bytes) > self.limit {
-                return Err(now);
-            }
-            match self.held.compare_exchange_weak(
-                now,
-                now + bytes,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Ok(HeldMemory {
-                        held: Arc::clone(&self.held),
-                        bytes,
-                    });
-                }
-                Err(current) => now = current,
-            }
+    /// Counts `bytes` as held (by `org`, if named) until the guard is
+    /// dropped; `Err` with what is held where it would pass its limit.
+    pub(crate) fn hold(&self, org: Option<&str>, bytes: usize) -> Result<HeldMemory, usize> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.total > 0 && held.total.saturating_add(bytes) > self.limit {
+            return Err(held.total);
         }
+        if let Some(org) = org {
+            let of_org = held.orgs.get(org).copied().unwrap_or(0);
+            if of_org > 0 && of_org.saturating_add(bytes) > self.limit / 2 {
+                return Err(of_org);
+            }
+            *held.orgs.entry(org.to_owned()).or_default() += bytes;
+        }
+        held.total += bytes;
+        Ok(HeldMemory {
+            held: Arc::clone(&self.held),
+            org: org.map(str::to_owned),
+            bytes,
+        })
     }
 
     /// What requests hold now.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
-        self.held.load(std::sync::atomic::Ordering::Relaxed)
+        self.held.lock().map(|h| h.total).unwrap_or(0)
     }
 }
 
 /// Memory a request holds, given back when it is dropped.
 pub(crate) struct HeldMemory {
-    held: Arc<std::sync::atomic::AtomicUsize>,
+    held: Arc<std::sync::Mutex<Held>>,
+    org: Option<String>,
     bytes: usize,
 }
 
 impl Drop for HeldMemory {
     fn drop(&mut self) {
-        self.held
-            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.total -= self.bytes;
+        if let Some(org) = &self.org
+            && let Some(of_org) = held.orgs.get_mut(org)
+        {
+            *of_org -= self.bytes;
+            if *of_org == 0 {
+                held.orgs.remove(org);
+            }
+        }
     }
 }
 
@@ -982,15 +996,23 @@ mod tests {
     #[test]
     fn memory_budgets_bound_what_requests_hold() {
         let budget = MemoryBudget::new(100);
-        let alone = budget.hold(1_000).expect("alone, any size");
-        assert_eq!(budget.hold(1).err(), Some(1_000));
+        let alone = budget.hold(None, 1_000).expect("alone, any size");
+        assert_eq!(budget.hold(None, 1).err(), Some(1_000));
         drop(alone);
-        let a = budget.hold(60).unwrap();
-        assert_eq!(budget.hold(41).err(), Some(60));
-        let b = budget.hold(40).unwrap();
+        let a = budget.hold(None, 60).unwrap();
+        assert_eq!(budget.hold(None, 41).err(), Some(60));
+        let b = budget.hold(None, 40).unwrap();
         drop(a);
         assert_eq!(budget.held(), 40);
         drop(b);
+        assert_eq!(budget.held(), 0);
+        // An org holds at most half: its second large body waits, another
+        // org's goes through.
+        let first = budget.hold(Some("greedy"), 45).unwrap();
+        assert_eq!(budget.hold(Some("greedy"), 10).err(), Some(45));
+        let other = budget.hold(Some("other"), 45).unwrap();
+        let small = budget.hold(Some("greedy"), 5).unwrap();
+        drop((first, other, small));
         assert_eq!(budget.held(), 0);
     }
 

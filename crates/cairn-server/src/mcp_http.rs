@@ -220,7 +220,7 @@ async fn mcp_gate(
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
-        match crate::hold_body(&state, &bytes) {
+        match crate::hold_body(&state, caller.org(), &bytes) {
             Ok(held) => _body_memory = Some(held),
             Err(e) => return e.into_response(),
         }
@@ -255,7 +255,7 @@ async fn mcp_gate(
     let org = caller.org().to_owned();
     request.extensions_mut().insert(caller);
     let limits = &state.config.limits;
-    match session {
+    let response = match session {
         Some(id) => {
             // Another key's session answers like one that does not exist.
             if !state
@@ -311,6 +311,12 @@ async fn mcp_gate(
             response
         }
         None => next.run(request).await,
+    };
+    // The body's parsed memory stays counted until the answer is sent: an
+    // event stream's headers come before the tool has run.
+    match _body_memory {
+        Some(held) => holding_until_sent(response, held),
+        None => response,
     }
 }
 
@@ -444,29 +450,34 @@ impl StreamGuard {
     /// `response` with its body holding the guard: the stream counts until
     /// the body is done or dropped (the client left, the session ended).
     fn hold_until_sent(self, response: Response) -> Response {
-        use futures_core::Stream;
-        use std::pin::Pin;
-        use std::task::{Context, Poll};
-        struct Guarded {
-            inner: axum::body::BodyDataStream,
-            _guard: StreamGuard,
-        }
-        impl Stream for Guarded {
-            type Item = Result<axum::body::Bytes, axum::Error>;
-            fn poll_next(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-            ) -> Poll<Option<Self::Item>> {
-                Pin::new(&mut self.inner).poll_next(cx)
-            }
-        }
-        response.map(|body| {
-            axum::body::Body::from_stream(Guarded {
-                inner: body.into_data_stream(),
-                _guard: self,
-            })
-        })
+        holding_until_sent(response, self)
     }
+}
+
+/// `response` with its body holding `guard` until the body is done or
+/// dropped (the client left): what a request holds (a stream's place, its
+/// body's parsed memory) is held for as long as its answer is produced,
+/// which for MCP's event streams is until the tool has finished.
+fn holding_until_sent<G: Send + Sync + Unpin + 'static>(response: Response, guard: G) -> Response {
+    use futures_core::Stream;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    struct Guarded<G> {
+        inner: axum::body::BodyDataStream,
+        _guard: G,
+    }
+    impl<G: Unpin> Stream for Guarded<G> {
+        type Item = Result<axum::body::Bytes, axum::Error>;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            Pin::new(&mut self.inner).poll_next(cx)
+        }
+    }
+    response.map(|body| {
+        axum::body::Body::from_stream(Guarded {
+            inner: body.into_data_stream(),
+            _guard: guard,
+        })
+    })
 }
 
 impl Drop for StreamGuard {

@@ -51,7 +51,7 @@ pub(crate) async fn review(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["decision", "note"])?;
     let decision = decision(crate::optional_string(&v, "decision")?.as_deref())?;
     let note = crate::optional_string(&v, "note")?;
@@ -170,7 +170,7 @@ pub(crate) async fn record_event(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["event_id", "session_id", "action", "detail"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let action = text("action")?

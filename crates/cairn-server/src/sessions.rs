@@ -26,7 +26,7 @@ pub(crate) async fn start_session(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "start sessions")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     members(
         &v,
         &[

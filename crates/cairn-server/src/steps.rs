@@ -123,7 +123,7 @@ pub(crate) async fn append_step(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (value, _parsed) = parse_json(&state, &body)?;
+    let (value, _parsed) = parse_json(&state, caller.org(), &body)?;
     let step = step_for(&caller, value)?;
     match record_step(&state, step).await {
         Ok(written) => {
@@ -164,7 +164,7 @@ pub(crate) async fn append_batch(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (items, _parsed) = parse_json(&state, &body)?;
+    let (items, _parsed) = parse_json(&state, caller.org(), &body)?;
     let Value::Array(items) = items else {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -348,7 +348,7 @@ pub(crate) async fn erase_step(
     let reason = if body.is_empty() {
         String::new()
     } else {
-        let (v, _parsed) = parse_json(&state, &body)?;
+        let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
         members(&v, &["reason"])?;
         optional_string(&v, "reason")?.unwrap_or_default()
     };

@@ -147,7 +147,7 @@ pub(crate) async fn post(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["session_id"])?;
     caller.require(caller.key.role.can_write(), "import traces")?;
-    let (trace, _parsed) = parse_json(&state, &body)?;
+    let (trace, _parsed) = parse_json(&state, caller.org(), &body)?;
     let body = import(&state, &caller, trace, q.get("session_id").cloned()).await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
@@ -286,7 +286,7 @@ pub(crate) async fn post_sql(
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["sql", "limit"])?;
     let text = crate::optional_string(&v, "sql")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "sql (a string) is required"))?;

@@ -86,7 +86,7 @@ pub(crate) async fn parse(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
     let _ = caller;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
@@ -122,7 +122,7 @@ pub(crate) async fn record(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
@@ -248,6 +248,14 @@ pub(crate) async fn record_turn(
     let given = explicit.len();
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+    // The turn's steps (a thinking text's phases are each a step, and
+    // explicit steps are copies of the body's) are held until written:
+    // counted with the parsed bodies, on every surface.
+    let _steps_memory = crate::hold_memory(
+        state,
+        caller.org(),
+        steps.iter().map(NewStep::approx_memory).sum(),
+    )?;
     let parsed = steps.len() - given;
     // A turn is one unit: every step is written, or none is and the
     // answer names the step refused.

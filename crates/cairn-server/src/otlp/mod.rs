@@ -106,7 +106,7 @@ impl OtlpState {
     /// answers 429 if that would take what requests hold past
     /// [`MAX_HELD_STEP_BYTES`] (when some are held).
     fn hold(&self, bytes: usize) -> Result<HeldBytes, OtlpError> {
-        self.held_bytes.hold(bytes).map_err(|now| {
+        self.held_bytes.hold(None, bytes).map_err(|now| {
             OtlpError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "overloaded",
