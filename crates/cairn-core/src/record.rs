@@ -133,6 +133,15 @@ pub enum RecordError {
         /// The value given.
         value: String,
     },
+    /// An identifier that looks like a Cairn API key (a secret pasted where
+    /// an id belongs); the value is not repeated.
+    #[error(
+        "{field} looks like a Cairn API key (cairn_<key id>_<secret>), so it is not recorded: a ledger cannot forget what it records. Choose another id, and revoke that key if it is a real one"
+    )]
+    ApiKeyId {
+        /// The field name.
+        field: &'static str,
+    },
     /// An identifier that is empty, too long or has characters outside
     /// `A-Z a-z 0-9 - _ . : @ + = ~`.
     #[error(
@@ -176,6 +185,73 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), RecordError> 
 /// turn (an ingest rule; verifiers accept it).
 pub fn is_dot_segment(id: &str) -> bool {
     matches!(id, "." | "..")
+}
+
+/// Whether `text` holds what looks like a Cairn API key's telling part,
+/// anywhere in it, in any case, also percent-encoded up to three times:
+/// `cairn_` followed by a key id (12 hex digits), or a key id, `_` and 20
+/// or more characters of a secret. Answers and logs leave such text out,
+/// and ingest refuses it as an id ([`refuse_api_key_id`]).
+pub fn looks_like_an_api_key(text: &str) -> bool {
+    let mut decoded = text.to_owned();
+    for _ in 0..4 {
+        let lower = decoded.to_ascii_lowercase();
+        let bytes = lower.as_bytes();
+        let hex_run = |at: usize| {
+            bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit)
+        };
+        let prefixed = lower.match_indices("cairn_").any(|(at, _)| hex_run(at + 6));
+        let id_then_secret = (0..bytes.len()).any(|at| {
+            hex_run(at)
+                && bytes.get(at + 12) == Some(&b'_')
+                && bytes[at + 13..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
+                    .count()
+                    >= 20
+        });
+        if prefixed || id_then_secret {
+            return true;
+        }
+        let next = percent_decoded(&decoded);
+        if next == decoded {
+            return false;
+        }
+        decoded = next;
+    }
+    false
+}
+
+/// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
+pub fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`RecordError::ApiKeyId`] for an id that [`looks_like_an_api_key`]: an
+/// ingest rule (a log holding such an id still verifies).
+pub fn refuse_api_key_id(field: &'static str, id: &str) -> Result<(), RecordError> {
+    if looks_like_an_api_key(id) {
+        return Err(RecordError::ApiKeyId { field });
+    }
+    Ok(())
 }
 
 /// [`RecordError::DotSegmentId`] for an id that [`is_dot_segment`].
@@ -650,6 +726,8 @@ impl SessionHeader {
     /// An ingest rule only: a log holding such a session still verifies.
     pub fn validate_new(&self) -> Result<(), RecordError> {
         self.validate()?;
+        refuse_api_key_id("session_id", &self.session_id)?;
+        refuse_api_key_id("agent_id", &self.agent_id)?;
         refuse_dot_segment("session_id", &self.session_id)
     }
 }
@@ -666,6 +744,38 @@ pub fn hashed_agent_id(agent: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An API key pasted where an id belongs is refused at ingest, in any
+    /// spelling; ids that only resemble one in part are not.
+    #[test]
+    fn ids_that_look_like_api_keys_are_refused() {
+        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+        for id in [
+            token.to_owned(),
+            token.to_ascii_uppercase(),
+            format!("run-{token}"),
+            token[6..].to_owned(),
+            token.replace('_', "%5F"),
+        ] {
+            assert!(looks_like_an_api_key(&id), "{id}");
+            assert!(matches!(
+                refuse_api_key_id("session_id", &id),
+                Err(RecordError::ApiKeyId {
+                    field: "session_id"
+                })
+            ));
+        }
+        for id in [
+            "cairn_meta",
+            "CAIRN_ALLOWED_ORIGINS",
+            "analysis-session-42",
+            "0123456789ab_short",
+            "otel.0af7651916cd43dd8448eb211c80319c.b7ad6b7169203331.0",
+        ] {
+            assert!(!looks_like_an_api_key(id), "{id}");
+            assert!(refuse_api_key_id("session_id", id).is_ok());
+        }
+    }
 
     /// A new session may not be named `.` or `..` (no URL path names it);
     /// a header that already has such an id in a log still validates.

@@ -114,61 +114,12 @@ pub fn without_tokens(text: &str) -> String {
 }
 
 /// Whether one word (letters, digits, `_`, `-`, `%`) holds a token's
-/// telling part, also percent-encoded up to three times: `cairn_` and a
-/// key id (12 hex digits), or a key id, `_` and 20 or more characters of a
-/// secret, anywhere in the word, in any case.
+/// telling part ([`cairn_core::record::looks_like_an_api_key`]).
 fn token_like(word: &str) -> bool {
-    let mut decoded = word.to_owned();
-    for _ in 0..4 {
-        let lower = decoded.to_ascii_lowercase();
-        let bytes = lower.as_bytes();
-        let hex_run = |at: usize| {
-            bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit)
-        };
-        let prefixed = lower.match_indices("cairn_").any(|(at, _)| hex_run(at + 6));
-        let id_then_secret = (0..bytes.len()).any(|at| {
-            hex_run(at)
-                && bytes.get(at + 12) == Some(&b'_')
-                && bytes[at + 13..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
-                    .count()
-                    >= 20
-        });
-        if prefixed || id_then_secret {
-            return true;
-        }
-        let next = percent_decoded(&decoded);
-        if next == decoded {
-            return false;
-        }
-        decoded = next;
-    }
-    false
+    cairn_core::record::looks_like_an_api_key(word)
 }
 
-/// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use cairn_core::record::percent_decoded;
 
 /// Every error code any surface answers with. The OpenAPI document's
 /// `ErrorCode` enum is this list; every error body is checked against it in
@@ -401,7 +352,8 @@ fn record_field(e: &RecordError) -> Option<String> {
         | RecordError::IntegerTooLarge { field }
         | RecordError::ReservedMemberName { field, .. }
         | RecordError::MalformedId { field, .. }
-        | RecordError::DotSegmentId { field, .. } => Some((*field).to_owned()),
+        | RecordError::DotSegmentId { field, .. }
+        | RecordError::ApiKeyId { field } => Some((*field).to_owned()),
         _ => None,
     }
 }
@@ -417,7 +369,9 @@ fn record_code(e: &RecordError) -> &'static str {
         RecordError::PayloadTooLarge { .. } => "payload_too_large",
         RecordError::PayloadTooDeep { .. } => "payload_too_deep",
         RecordError::UnsafeInteger { .. } | RecordError::IntegerTooLarge { .. } => "unsafe_integer",
-        RecordError::MalformedId { .. } | RecordError::DotSegmentId { .. } => "malformed_id",
+        RecordError::MalformedId { .. }
+        | RecordError::DotSegmentId { .. }
+        | RecordError::ApiKeyId { .. } => "malformed_id",
         RecordError::NotInStrictProfile { .. } => "not_in_strict_profile",
         _ => "invalid_record",
     }

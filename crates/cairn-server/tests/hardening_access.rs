@@ -1039,6 +1039,33 @@ fn errors_never_quote_a_token() {
         assert!(status >= 200, "{what}");
         assert!(!text.contains(secret), "{what}: {text}");
     }
+    // A token pasted as an id is never recorded (the ledger could not
+    // forget it): refused, naming the field, not the value.
+    for field in ["session_id", "agent_id", "trace_id", "turn_id"] {
+        let mut body =
+            json!({"session_id": "s", "agent_id": "a", "step_type": "plan", "content": "x"});
+        body[field] = json!(format!("pasted-{admin}"));
+        let refused = post(&server, "/v1/steps", &admin, &body);
+        assert_eq!(
+            (
+                refused.status,
+                refused.code().as_str(),
+                &refused.json()["error"]["field"]
+            ),
+            (400, "malformed_id", &json!(field)),
+            "{field}: {}",
+            refused.text()
+        );
+        assert!(!refused.text().contains(secret), "{}", refused.text());
+    }
+    let session = post(
+        &server,
+        "/v1/sessions",
+        &admin,
+        &json!({"session_id": admin.clone(), "agent_id": "a"}),
+    );
+    assert_eq!(session.code(), "malformed_id", "{}", session.text());
+    assert!(server.store.session("acme", &admin).unwrap().is_none());
     // An origin MCP refuses names the setting that allows it, whole.
     let refused = raw(
         server.addr,

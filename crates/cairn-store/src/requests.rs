@@ -280,6 +280,19 @@ pub fn prepare_step(
     // signature cannot later be stripped unnoticed.
     step.signer_key_id = input.signature.as_ref().map(|sig| sig.key_id.clone());
     step.validate(limits)?;
+    // No id may be an API key pasted in its place (an ingest rule: the
+    // ledger cannot forget it).
+    for (field, id) in [
+        ("trace_id", Some(&step.trace_id)),
+        ("session_id", Some(&step.session_id)),
+        ("agent_id", Some(&step.agent_id)),
+        ("turn_id", step.turn_id.as_ref()),
+        ("task_id", step.task_id.as_ref()),
+    ] {
+        if let Some(id) = id {
+            cairn_core::record::refuse_api_key_id(field, id)?;
+        }
+    }
     // Ids a URL path names the step or its turn by (an ingest rule).
     cairn_core::record::refuse_dot_segment("trace_id", &step.trace_id)?;
     if let Some(turn) = &step.turn_id {

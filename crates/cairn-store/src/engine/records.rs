@@ -99,7 +99,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             ));
         }
         // Its id names it in a URL path (/v1/signed-traces/{trace_id}).
-        if let Err(e) = cairn_core::record::refuse_dot_segment("trace_id", &trace.trace_id) {
+        if let Err(e) = cairn_core::record::refuse_dot_segment("trace_id", &trace.trace_id)
+            .and_then(|()| cairn_core::record::refuse_api_key_id("trace_id", &trace.trace_id))
+        {
             return Ok(Err(e.into()));
         }
         let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
@@ -245,6 +247,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             .and_then(|()| validate_id("event_id", &event_id))
             // Its id names it in a URL path (/v1/audit-events/{event_id}).
             .and_then(|()| cairn_core::record::refuse_dot_segment("event_id", &event_id))
+            .and_then(|()| cairn_core::record::refuse_api_key_id("event_id", &event_id))
         {
             return Ok(Err(e.into()));
         }
@@ -476,8 +479,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         agent_id: &str,
         public_key: VerifyingKey,
     ) -> Outcome<Written> {
-        if let Err(e) =
-            validate_id("org_id", org_name).and_then(|()| validate_id("agent_id", agent_id))
+        if let Err(e) = validate_id("org_id", org_name)
+            .and_then(|()| validate_id("agent_id", agent_id))
+            .and_then(|()| cairn_core::record::refuse_api_key_id("agent_id", agent_id))
         {
             return Ok(Err(e.into()));
         }

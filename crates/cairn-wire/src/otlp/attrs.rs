@@ -297,6 +297,12 @@ pub(super) fn attributes_json<'a>(
 /// replaced by `-`, cut to 180 bytes, and `~` plus 12 hex digits of its
 /// SHA-256 appended, so that two different identifiers stay different.
 pub fn id_from(text: &str) -> String {
+    // What looks like an API key is never kept, not even in part: its
+    // hash alone names it.
+    if cairn_core::record::looks_like_an_api_key(text) {
+        let digest = cairn_core::Hash::sha256(text.as_bytes()).to_hex();
+        return format!("redacted~{}", &digest[..12]);
+    }
     // `.` and `..` are valid ids but name nothing in a URL path: hashed
     // like any other text that is not an id.
     if validate_id("id", text).is_ok() && !cairn_core::record::is_dot_segment(text) {

@@ -805,6 +805,12 @@ fn dot_segments_are_hashed_into_ids_a_path_can_name() {
     }
     assert_eq!(id_from("..."), "...");
     assert_eq!(id_from("conv-1"), "conv-1");
+    // An API key sent as a conversation id is never kept, even in part.
+    let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+    let id = id_from(token);
+    assert!(id.starts_with("redacted~"), "{id}");
+    assert!(!id.contains("0123456789ab"), "{id}");
+    assert!(cairn_core::record::refuse_api_key_id("session_id", &id).is_ok());
 }
 
 /// A token count beyond 2^53 − 1 (an exporter's sum of two huge counts)
