@@ -72,7 +72,10 @@ pub fn holds_a_token(text: &str) -> bool {
                 && s.as_bytes()[12] == b'_'
                 && s[..12].bytes().all(|b| b.is_ascii_hexdigit())
         };
-        if lower.contains("cairn_") || id_then_secret(&lower) {
+        if lower.contains("cairn_")
+            || id_then_secret(&lower)
+            || cairn_core::record::looks_like_an_api_key(&decoded)
+        {
             return true;
         }
         let next = percent_decoded(&decoded);

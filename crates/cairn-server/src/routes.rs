@@ -376,6 +376,16 @@ pub(crate) async fn count_errors(
 ) -> Response {
     let method = request.method().clone();
     let path = logged_path(request.uri().path());
+    // A page on an allowed origin reads every `/v1/` answer, also those
+    // made outside the routes' CORS layer (an unknown route's 404, the
+    // request timeout's 503).
+    let cors_origin = request
+        .uri()
+        .path()
+        .starts_with("/v1/")
+        .then(|| request.headers().get(header::ORIGIN))
+        .flatten()
+        .and_then(|origin| cors_allowed(&state.config.cors_origins, origin));
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
@@ -477,7 +487,7 @@ pub(crate) async fn count_errors(
                 shaped.headers_mut().insert(name, value.clone());
             }
         }
-        return no_store(shaped);
+        return with_cors(no_store(shaped), cors_origin.as_ref());
     }
     // The request timeout answers 503 with no body.
     if status == StatusCode::SERVICE_UNAVAILABLE && !is_json {
@@ -485,13 +495,47 @@ pub(crate) async fn count_errors(
             "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
             state.config.limits.request_timeout.as_secs()
         );
-        return no_store(if is_ui(&path) {
-            crate::ui::plain_error_page(status, "timeout", &message)
-        } else {
-            ApiError::new(status, "timeout", message).into_response()
-        });
+        return with_cors(
+            no_store(if is_ui(&path) {
+                crate::ui::plain_error_page(status, "timeout", &message)
+            } else {
+                ApiError::new(status, "timeout", message).into_response()
+            }),
+            cors_origin.as_ref(),
+        );
     }
-    no_store(response)
+    with_cors(no_store(response), cors_origin.as_ref())
+}
+
+/// What `Access-Control-Allow-Origin` answers a page of `origin` with:
+/// `*` when `CAIRN_CORS_ORIGINS` holds it, the origin itself when it is
+/// one of them (kept lower case, no trailing slash), else nothing.
+fn cors_allowed(
+    origins: &[String],
+    origin: &axum::http::HeaderValue,
+) -> Option<axum::http::HeaderValue> {
+    if origins.iter().any(|allowed| allowed == "*") {
+        return Some(axum::http::HeaderValue::from_static("*"));
+    }
+    let text = origin.to_str().ok()?;
+    origins
+        .iter()
+        .any(|allowed| allowed == text)
+        .then(|| origin.clone())
+}
+
+/// `response` with the CORS headers a page of `origin` (already allowed)
+/// needs to read it, where the routes' CORS layer did not add them.
+fn with_cors(mut response: Response, origin: Option<&axum::http::HeaderValue>) -> Response {
+    let Some(origin) = origin else {
+        return response;
+    };
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        headers.append(header::VARY, axum::http::HeaderValue::from_static("origin"));
+    }
+    response
 }
 
 /// Whether `path` is one of the web UI's addresses, whose errors a
@@ -567,10 +611,12 @@ mod tests {
             format!("/v1/keys/0123456789ab%5F{secret}"),
             format!("/v1/keys/c%61irn_0123456789ab_{secret}"),
             format!("/v1/keys/cairn%255F0123456789ab_{secret}"),
+            format!("/v1/sessions/x0123456789ab_{secret}"),
+            format!("/v1/sessions/cairn-0123456789ab_{secret}"),
         ] {
             let logged = logged_path(&path);
             assert!(!logged.contains(secret), "{logged}");
-            assert!(logged.starts_with("/v1/keys/"), "{logged}");
+            assert!(logged.starts_with("/v1/"), "{logged}");
         }
         for kept in ["/v1/keys/0123456789ab", "/v1/sessions/s-1/verify", "/"] {
             assert_eq!(logged_path(kept), kept);

@@ -957,6 +957,12 @@ fn cross_origin_access_is_opt_in_and_api_only() {
         wrong_method.header("access-control-allow-origin"),
         Some(app)
     );
+    // So does an answer made outside the routes: an unknown route's 404.
+    let unknown = get_from(open.addr, "/v1/nope", app, &open.admin);
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.header("access-control-allow-origin"), Some(app));
+    let unknown = get_from(open.addr, "/v1/nope", "https://evil.example", &open.admin);
+    assert_eq!(unknown.header("access-control-allow-origin"), None);
     // The service routes beside the API (metrics trust the server's own
     // machine) never answer another origin.
     for path in ["/metrics", "/healthz", "/openapi.json", "/docs"] {
