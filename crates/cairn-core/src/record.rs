@@ -189,9 +189,11 @@ pub fn is_dot_segment(id: &str) -> bool {
 
 /// Whether `text` holds what looks like a Cairn API key's telling part,
 /// anywhere in it, in any case, also percent-encoded up to three times:
-/// `cairn_` followed by a key id (12 hex digits), or a key id, `_` and 20
-/// or more characters of a secret. Answers and logs leave such text out,
-/// and ingest refuses it as an id ([`refuse_api_key_id`]).
+/// `cairn_` followed by a key id (12 hex digits), or a key id, `_` and 40
+/// or more characters of a secret (a token's has 43; fewer would take
+/// ids such as `<uuid>_<a name>`, whose last group is 12 hex digits).
+/// Answers and logs leave such text out, and ingest refuses it as an id
+/// ([`refuse_api_key_id`]).
 pub fn looks_like_an_api_key(text: &str) -> bool {
     let mut decoded = text.to_owned();
     for _ in 0..4 {
@@ -208,7 +210,7 @@ pub fn looks_like_an_api_key(text: &str) -> bool {
                     .iter()
                     .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
                     .count()
-                    >= 20
+                    >= 40
         });
         if prefixed || id_then_secret {
             return true;
@@ -770,6 +772,7 @@ mod tests {
             "CAIRN_ALLOWED_ORIGINS",
             "analysis-session-42",
             "0123456789ab_short",
+            "550e8400-e29b-41d4-a716-446655440000_run-attempt-number-0001",
             "otel.0af7651916cd43dd8448eb211c80319c.b7ad6b7169203331.0",
         ] {
             assert!(!looks_like_an_api_key(id), "{id}");
