@@ -169,6 +169,18 @@ pub struct PgStore {
     vectors: crate::vector_index::VectorIndex,
 }
 
+/// The connection settings `options` name (network waits bounded) and a
+/// first connection with them.
+fn connect_for(options: &PgOptions) -> Result<(postgres::Config, PgConn), StoreError> {
+    let mut config: postgres::Config = options.url.parse().map_err(|e| StoreError::Postgres {
+        context: "parsing the database URL".into(),
+        source: e,
+    })?;
+    bound_network_waits(&mut config, options.network_timeout);
+    let conn = connect(&config)?;
+    Ok((config, conn))
+}
+
 impl PgStore {
     /// The keys a server of this database may sign with (the first
     /// server's and those added with `cairn keys rotate`, none retired), as
@@ -177,13 +189,7 @@ impl PgStore {
     /// directory without the fleet's key file gets an error, not a fresh key
     /// file the database then refuses.
     pub fn signing_keys(options: &PgOptions) -> Result<Vec<String>, StoreError> {
-        let mut config: postgres::Config =
-            options.url.parse().map_err(|e| StoreError::Postgres {
-                context: "parsing the database URL".into(),
-                source: e,
-            })?;
-        bound_network_waits(&mut config, options.network_timeout);
-        let mut conn = connect(&config)?;
+        let (_, mut conn) = connect_for(options)?;
         let mut db = conn.db();
         let exists: bool = col(
             &db.query_one(
@@ -224,13 +230,7 @@ impl PgStore {
     /// when the role is a superuser), and checks that the database's logs
     /// are signed with `key`, recording it if this is the first server.
     pub fn open(options: PgOptions, key: ServerKey) -> Result<PgStore, StoreError> {
-        let mut config: postgres::Config =
-            options.url.parse().map_err(|e| StoreError::Postgres {
-                context: "parsing the database URL".into(),
-                source: e,
-            })?;
-        bound_network_waits(&mut config, options.network_timeout);
-        let mut conn = connect(&config)?;
+        let (config, mut conn) = connect_for(&options)?;
         migrate(&mut conn.client)?;
         embedding::check_embedding_grants(&mut conn.client)?;
         install_guard(&mut conn.client)?;
