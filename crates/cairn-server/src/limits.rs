@@ -23,6 +23,12 @@
 //!   [`Limits::mcp_session_idle`] without a request, and usable (or
 //!   deletable) only with the key that opened them.
 
+mod mcp_sessions;
+mod memory;
+
+pub(crate) use mcp_sessions::McpSessions;
+pub(crate) use memory::{HeldMemory, MemoryBudget, holding_until_sent};
+
 use crate::error::shown;
 use crate::{ApiError, AppState};
 use axum::extract::{FromRequest, Request};
@@ -31,8 +37,8 @@ use cairn_store::analyst::QueryLimits;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Every limit of the server. The defaults are safe for a server on the
 /// open network; each one is a setting of `cairn serve`.
@@ -148,84 +154,6 @@ pub(crate) fn check_rate(state: &AppState, key_id: &str) -> Result<(), ApiError>
                 ),
             )
             .retry_after(wait))
-        }
-    }
-}
-
-/// Memory that requests hold for a while (parsed JSON bodies, OTLP steps
-/// not yet written), counted against a limit, and with an org named,
-/// against half of it for that org: a request that would take what all
-/// hold (or its org's share) past it is refused (to retry), unless nothing
-/// is held there, so that one request alone always goes through whatever
-/// its size, and one org's requests leave the other half to other orgs.
-pub(crate) struct MemoryBudget {
-    held: Arc<std::sync::Mutex<Held>>,
-    limit: usize,
-}
-
-/// What is held, in all and per org (orgs holding nothing are dropped).
-#[derive(Default)]
-struct Held {
-    total: usize,
-    orgs: HashMap<String, usize>,
-}
-
-impl MemoryBudget {
-    /// A budget of `limit` bytes.
-    pub(crate) fn new(limit: usize) -> MemoryBudget {
-        MemoryBudget {
-            held: Arc::default(),
-            limit,
-        }
-    }
-
-    /// Counts `bytes` as held (by `org`, if named) until the guard is
-    /// dropped; `Err` with what is held where it would pass its limit.
-    pub(crate) fn hold(&self, org: Option<&str>, bytes: usize) -> Result<HeldMemory, usize> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.total > 0 && held.total.saturating_add(bytes) > self.limit {
-            return Err(held.total);
-        }
-        if let Some(org) = org {
-            let of_org = held.orgs.get(org).copied().unwrap_or(0);
-            if of_org > 0 && of_org.saturating_add(bytes) > self.limit / 2 {
-                return Err(of_org);
-            }
-            *held.orgs.entry(org.to_owned()).or_default() += bytes;
-        }
-        held.total += bytes;
-        Ok(HeldMemory {
-            held: Arc::clone(&self.held),
-            org: org.map(str::to_owned),
-            bytes,
-        })
-    }
-
-    /// What requests hold now.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
-        self.held.lock().map(|h| h.total).unwrap_or(0)
-    }
-}
-
-/// Memory a request holds, given back when it is dropped.
-pub(crate) struct HeldMemory {
-    held: Arc<std::sync::Mutex<Held>>,
-    org: Option<String>,
-    bytes: usize,
-}
-
-impl Drop for HeldMemory {
-    fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.total -= self.bytes;
-        if let Some(org) = &self.org
-            && let Some(of_org) = held.orgs.get_mut(org)
-        {
-            *of_org -= self.bytes;
-            if *of_org == 0 {
-                held.orgs.remove(org);
-            }
         }
     }
 }
@@ -670,253 +598,6 @@ pub(crate) fn check_host(allowed: &AllowedHosts, headers: &HeaderMap) -> Result<
     }
 }
 
-/// The MCP sessions open over HTTP: which key opened each, when it was
-/// last used, and how many each key is opening right now.
-pub(crate) struct McpSessions {
-    manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
-    table: Mutex<SessionTable>,
-}
-
-/// Who holds an MCP session: the key that opened it, and the key's org.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Holder {
-    key: String,
-    org: String,
-}
-
-#[derive(Default)]
-struct SessionTable {
-    /// Session id to its holder and last use.
-    owners: HashMap<String, (Holder, Instant)>,
-    /// Sessions being opened, by holder.
-    pending: HashMap<Holder, usize>,
-    /// Keys revoked lately, with when: a session such a key was opening
-    /// as it was revoked is ended by the next sweep. Kept a minute, past
-    /// the key cache's few seconds.
-    revoked: HashMap<String, Instant>,
-}
-
-impl SessionTable {
-    /// Sessions open or being opened whose holder `matches`.
-    fn count(&self, matches: impl Fn(&Holder) -> bool) -> usize {
-        self.owners.values().filter(|(h, _)| matches(h)).count()
-            + self
-                .pending
-                .iter()
-                .filter(|(h, _)| matches(h))
-                .map(|(_, n)| n)
-                .sum::<usize>()
-    }
-
-    fn total(&self) -> usize {
-        self.owners.len() + self.pending.values().sum::<usize>()
-    }
-}
-
-/// A session being opened; counted until it is confirmed or dropped.
-pub(crate) struct Reservation<'a> {
-    sessions: &'a McpSessions,
-    holder: Holder,
-}
-
-impl Reservation<'_> {
-    /// The session opened: `id` now belongs to the key.
-    pub(crate) fn confirm(self, id: &str) {
-        if let Ok(mut table) = self.sessions.table.lock() {
-            table
-                .owners
-                .insert(id.to_owned(), (self.holder.clone(), Instant::now()));
-        }
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut table) = self.sessions.table.lock()
-            && let Some(n) = table.pending.get_mut(&self.holder)
-        {
-            *n -= 1;
-            if *n == 0 {
-                table.pending.remove(&self.holder);
-            }
-        }
-    }
-}
-
-impl McpSessions {
-    pub(crate) fn new(
-        manager: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
-    ) -> McpSessions {
-        McpSessions {
-            manager,
-            table: Mutex::new(SessionTable::default()),
-        }
-    }
-
-    /// Forgets sessions that were idle too long (ending them) or that the
-    /// MCP server already ended.
-    async fn sweep(&self, idle: Duration) {
-        // A session confirmed (or used) after the live list was read is not
-        // in it yet: it is kept, or a burst of `initialize`s could drop each
-        // other's sessions from the table and so escape every limit.
-        let listed_at = Instant::now();
-        let live: std::collections::HashSet<String> = self
-            .manager
-            .sessions
-            .read()
-            .await
-            .keys()
-            .map(|id| id.to_string())
-            .collect();
-        let expired: Vec<String> = match self.table.lock() {
-            Ok(mut table) => {
-                let SessionTable {
-                    owners, revoked, ..
-                } = &mut *table;
-                // Idle too long, or opened by a key revoked as it opened.
-                let ended = |holder: &Holder, last: &Instant| {
-                    last.elapsed() > idle || revoked.contains_key(&holder.key)
-                };
-                let expired: Vec<String> = owners
-                    .iter()
-                    .filter(|(_, (holder, last))| ended(holder, last))
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                owners.retain(|id, (holder, last)| {
-                    (live.contains(id) || *last >= listed_at) && !ended(holder, last)
-                });
-                expired
-            }
-            Err(_) => Vec::new(),
-        };
-        self.close(expired).await;
-    }
-
-    /// Ends these sessions in the MCP server.
-    async fn close(&self, ids: Vec<String>) {
-        use rmcp::transport::streamable_http_server::session::SessionManager as _;
-        for id in ids {
-            let _ = self.manager.close_session(&id.as_str().into()).await;
-        }
-    }
-
-    /// Ends every MCP session `key` opened (the key was revoked: its
-    /// sessions could not be used again, and would count against its
-    /// org's share until they went idle).
-    pub(crate) async fn end_key(&self, key: &str) {
-        let ended: Vec<String> = match self.table.lock() {
-            Ok(mut table) => {
-                let ended = table
-                    .owners
-                    .iter()
-                    .filter(|(_, (holder, _))| holder.key == key)
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                table.owners.retain(|_, (holder, _)| holder.key != key);
-                table
-                    .revoked
-                    .retain(|_, at| at.elapsed() < Duration::from_secs(60));
-                table.revoked.insert(key.to_owned(), Instant::now());
-                ended
-            }
-            Err(_) => Vec::new(),
-        };
-        self.close(ended).await;
-    }
-
-    /// Reserves a session for `key` of `org`, within the per-key limit,
-    /// the org's share (half of the total, so that the keys of one org,
-    /// which an admin may create at will, never hold every session) and
-    /// the total.
-    pub(crate) async fn reserve(
-        &self,
-        key: &str,
-        org: &str,
-        limits: &Limits,
-    ) -> Result<Reservation<'_>, ApiError> {
-        self.sweep(limits.mcp_session_idle).await;
-        let mut table = self.table.lock().map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the session table is unusable",
-            )
-        })?;
-        if table.count(|h| h.key == key) >= limits.mcp_sessions_per_key {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_sessions",
-                format!(
-                    "this API key has {} MCP sessions open, the most it may (CAIRN_MCP_SESSIONS_PER_KEY): end one (DELETE /mcp with its Mcp-Session-Id) or let one expire ({} s idle)",
-                    limits.mcp_sessions_per_key,
-                    limits.mcp_session_idle.as_secs()
-                ),
-            )
-            .retry_after(limits.mcp_session_idle));
-        }
-        let org_share = (limits.mcp_sessions / 2).max(1);
-        if table.count(|h| h.org == org) >= org_share {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_sessions",
-                format!(
-                    "org {} has {org_share} MCP sessions open, the most one org may (half of CAIRN_MCP_SESSIONS): end some (DELETE /mcp with their Mcp-Session-Id) or let them expire ({} s idle)",
-                    shown(org),
-                    limits.mcp_session_idle.as_secs()
-                ),
-            )
-            .retry_after(limits.mcp_session_idle));
-        }
-        if table.total() >= limits.mcp_sessions {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                format!(
-                    "the server has {} MCP sessions open, the most it may (CAIRN_MCP_SESSIONS); retry later",
-                    limits.mcp_sessions
-                ),
-            )
-            .retry_after(Duration::from_secs(10)));
-        }
-        let holder = Holder {
-            key: key.to_owned(),
-            org: org.to_owned(),
-        };
-        *table.pending.entry(holder.clone()).or_default() += 1;
-        Ok(Reservation {
-            sessions: self,
-            holder,
-        })
-    }
-
-    /// Whether session `id` was opened by `key` (and is still open); marks
-    /// it used.
-    pub(crate) fn use_session(&self, id: &str, key: &str, idle: Duration) -> bool {
-        match self.table.lock() {
-            Ok(mut table) => match table.owners.get_mut(id) {
-                Some((owner, last)) if owner.key == key && last.elapsed() <= idle => {
-                    *last = Instant::now();
-                    true
-                }
-                _ => false,
-            },
-            Err(_) => false,
-        }
-    }
-
-    /// Forgets session `id` (ended by its key, or by the MCP server).
-    pub(crate) fn forget(&self, id: &str) {
-        if let Ok(mut table) = self.table.lock() {
-            table.owners.remove(id);
-        }
-    }
-
-    /// Sessions open now.
-    pub(crate) fn open(&self) -> usize {
-        self.table.lock().map(|t| t.owners.len()).unwrap_or(0)
-    }
-}
-
 /// Serves `app` on `listener` within the connection limits until
 /// `shutdown` resolves; then stops accepting, lets requests in flight
 /// finish (at most 30 s) and returns.
@@ -989,32 +670,6 @@ pub(crate) async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What requests hold is bounded: one alone goes through whatever its
-    /// size, one that would pass the limit is refused with what is held,
-    /// and what a finished request held is given back.
-    #[test]
-    fn memory_budgets_bound_what_requests_hold() {
-        let budget = MemoryBudget::new(100);
-        let alone = budget.hold(None, 1_000).expect("alone, any size");
-        assert_eq!(budget.hold(None, 1).err(), Some(1_000));
-        drop(alone);
-        let a = budget.hold(None, 60).unwrap();
-        assert_eq!(budget.hold(None, 41).err(), Some(60));
-        let b = budget.hold(None, 40).unwrap();
-        drop(a);
-        assert_eq!(budget.held(), 40);
-        drop(b);
-        assert_eq!(budget.held(), 0);
-        // An org holds at most half: its second large body waits, another
-        // org's goes through.
-        let first = budget.hold(Some("greedy"), 45).unwrap();
-        assert_eq!(budget.hold(Some("greedy"), 10).err(), Some(45));
-        let other = budget.hold(Some("other"), 45).unwrap();
-        let small = budget.hold(Some("greedy"), 5).unwrap();
-        drop((first, other, small));
-        assert_eq!(budget.held(), 0);
-    }
 
     #[test]
     fn hosts_match_with_and_without_ports() {

@@ -315,7 +315,7 @@ async fn mcp_gate(
     // The body's parsed memory stays counted until the answer is sent: an
     // event stream's headers come before the tool has run.
     match _body_memory {
-        Some(held) => holding_until_sent(response, held),
+        Some(held) => crate::limits::holding_until_sent(response, held),
         None => response,
     }
 }
@@ -450,34 +450,8 @@ impl StreamGuard {
     /// `response` with its body holding the guard: the stream counts until
     /// the body is done or dropped (the client left, the session ended).
     fn hold_until_sent(self, response: Response) -> Response {
-        holding_until_sent(response, self)
+        crate::limits::holding_until_sent(response, self)
     }
-}
-
-/// `response` with its body holding `guard` until the body is done or
-/// dropped (the client left): what a request holds (a stream's place, its
-/// body's parsed memory) is held for as long as its answer is produced,
-/// which for MCP's event streams is until the tool has finished.
-fn holding_until_sent<G: Send + Sync + Unpin + 'static>(response: Response, guard: G) -> Response {
-    use futures_core::Stream;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-    struct Guarded<G> {
-        inner: axum::body::BodyDataStream,
-        _guard: G,
-    }
-    impl<G: Unpin> Stream for Guarded<G> {
-        type Item = Result<axum::body::Bytes, axum::Error>;
-        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-            Pin::new(&mut self.inner).poll_next(cx)
-        }
-    }
-    response.map(|body| {
-        axum::body::Body::from_stream(Guarded {
-            inner: body.into_data_stream(),
-            _guard: guard,
-        })
-    })
 }
 
 impl Drop for StreamGuard {

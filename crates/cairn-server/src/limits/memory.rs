@@ -1,0 +1,143 @@
+//! Memory that requests hold while they are served, counted against one
+//! budget per kind (parsed bodies, OTLP steps not yet written).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Memory that requests hold for a while (parsed JSON bodies, OTLP steps
+/// not yet written), counted against a limit, and with an org named,
+/// against half of it for that org: a request that would take what all
+/// hold (or its org's share) past it is refused (to retry), unless nothing
+/// is held there, so that one request alone always goes through whatever
+/// its size, and one org's requests leave the other half to other orgs.
+pub(crate) struct MemoryBudget {
+    held: Arc<std::sync::Mutex<Held>>,
+    limit: usize,
+}
+
+/// What is held, in all and per org (orgs holding nothing are dropped).
+#[derive(Default)]
+struct Held {
+    total: usize,
+    orgs: HashMap<String, usize>,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub(crate) fn new(limit: usize) -> MemoryBudget {
+        MemoryBudget {
+            held: Arc::default(),
+            limit,
+        }
+    }
+
+    /// Counts `bytes` as held (by `org`, if named) until the guard is
+    /// dropped; `Err` with what is held where it would pass its limit.
+    pub(crate) fn hold(&self, org: Option<&str>, bytes: usize) -> Result<HeldMemory, usize> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.total > 0 && held.total.saturating_add(bytes) > self.limit {
+            return Err(held.total);
+        }
+        if let Some(org) = org {
+            let of_org = held.orgs.get(org).copied().unwrap_or(0);
+            if of_org > 0 && of_org.saturating_add(bytes) > self.limit / 2 {
+                return Err(of_org);
+            }
+            *held.orgs.entry(org.to_owned()).or_default() += bytes;
+        }
+        held.total += bytes;
+        Ok(HeldMemory {
+            held: Arc::clone(&self.held),
+            org: org.map(str::to_owned),
+            bytes,
+        })
+    }
+
+    /// What requests hold now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.lock().map(|h| h.total).unwrap_or(0)
+    }
+}
+
+/// Memory a request holds, given back when it is dropped.
+pub(crate) struct HeldMemory {
+    held: Arc<std::sync::Mutex<Held>>,
+    org: Option<String>,
+    bytes: usize,
+}
+
+impl Drop for HeldMemory {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.total -= self.bytes;
+        if let Some(org) = &self.org
+            && let Some(of_org) = held.orgs.get_mut(org)
+        {
+            *of_org -= self.bytes;
+            if *of_org == 0 {
+                held.orgs.remove(org);
+            }
+        }
+    }
+}
+
+/// `response` with its body holding `guard` until the body is done or
+/// dropped (the client left): what a request holds (a stream's place, its
+/// body's parsed memory) is held for as long as its answer is produced,
+/// which for MCP's event streams is until the tool has finished.
+pub(crate) fn holding_until_sent<G: Send + Sync + Unpin + 'static>(
+    response: axum::response::Response,
+    guard: G,
+) -> axum::response::Response {
+    use futures_core::Stream;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    struct Guarded<G> {
+        inner: axum::body::BodyDataStream,
+        _guard: G,
+    }
+    impl<G: Unpin> Stream for Guarded<G> {
+        type Item = Result<axum::body::Bytes, axum::Error>;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            Pin::new(&mut self.inner).poll_next(cx)
+        }
+    }
+    response.map(|body| {
+        axum::body::Body::from_stream(Guarded {
+            inner: body.into_data_stream(),
+            _guard: guard,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What requests hold is bounded: one alone goes through whatever its
+    /// size, one that would pass the limit is refused with what is held,
+    /// and what a finished request held is given back.
+    #[test]
+    fn memory_budgets_bound_what_requests_hold() {
+        let budget = MemoryBudget::new(100);
+        let alone = budget.hold(None, 1_000).expect("alone, any size");
+        assert_eq!(budget.hold(None, 1).err(), Some(1_000));
+        drop(alone);
+        let a = budget.hold(None, 60).unwrap();
+        assert_eq!(budget.hold(None, 41).err(), Some(60));
+        let b = budget.hold(None, 40).unwrap();
+        drop(a);
+        assert_eq!(budget.held(), 40);
+        drop(b);
+        assert_eq!(budget.held(), 0);
+        // An org holds at most half: its second large body waits, another
+        // org's goes through.
+        let first = budget.hold(Some("greedy"), 45).unwrap();
+        assert_eq!(budget.hold(Some("greedy"), 10).err(), Some(45));
+        let other = budget.hold(Some("other"), 45).unwrap();
+        let small = budget.hold(Some("greedy"), 5).unwrap();
+        drop((first, other, small));
+        assert_eq!(budget.held(), 0);
+    }
+}
