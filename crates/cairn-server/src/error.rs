@@ -58,43 +58,23 @@ pub fn shown(text: &str) -> String {
     out
 }
 
-/// Whether `text` holds what looks like an API key (`cairn_<id>_<secret>`
-/// in any case, or `<id>_<secret>`), also percent-encoded once or twice:
-/// a secret pasted where an id belongs, which no answer or log repeats.
+/// Whether `text` holds what looks like an API key anywhere in it: the
+/// one rule for answers, the request log and ingest
+/// ([`cairn_core::record::looks_like_an_api_key`]).
 pub fn holds_a_token(text: &str) -> bool {
-    let mut decoded = text.to_owned();
-    for _ in 0..3 {
-        let lower = decoded.trim().to_ascii_lowercase();
-        // A key's id, `_` and a secret of at least 20 characters (a
-        // token's is 43): a session id of that shape is unlikely.
-        let id_then_secret = |s: &str| {
-            s.len() >= 33
-                && s.as_bytes()[12] == b'_'
-                && s[..12].bytes().all(|b| b.is_ascii_hexdigit())
-        };
-        if lower.contains("cairn_")
-            || id_then_secret(&lower)
-            || cairn_core::record::looks_like_an_api_key(&decoded)
-        {
-            return true;
-        }
-        let next = percent_decoded(&decoded);
-        if next == decoded {
-            return false;
-        }
-        decoded = next;
-    }
-    false
+    cairn_core::record::looks_like_an_api_key(text)
 }
 
-/// `text` with every word that looks like an API key (`token_like`: a
-/// token, or most of one, as a message quotes a member name cut to 60
+/// `text` with every word that looks like an API key ([`holds_a_token`]:
+/// a token, or most of one, as a message quotes a member name cut to 60
 /// characters) replaced by a marker; if what is left still holds one (split
-/// by an escape), the whole text is replaced. Cairn's own words (setting
-/// names such as `CAIRN_ALLOWED_ORIGINS`, `cairn_...`) stay.
+/// by an escape), the whole text is replaced. A word runs over letters,
+/// digits and `_ - % . :`, so a key id and a secret joined by another
+/// separator than `_` are masked together. Cairn's own words (setting names
+/// such as `CAIRN_ALLOWED_ORIGINS`, `cairn_...`) stay.
 pub fn without_tokens(text: &str) -> String {
     const MARKER: &str = "<what looks like an API key, not repeated>";
-    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%');
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '.' | ':');
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find(word) {
@@ -102,7 +82,7 @@ pub fn without_tokens(text: &str) -> String {
         let run = &rest[start..];
         let end = run.find(|c: char| !word(c)).unwrap_or(run.len());
         let candidate = &run[..end];
-        if token_like(candidate) {
+        if holds_a_token(candidate) {
             out.push_str(MARKER);
         } else {
             out.push_str(candidate);
@@ -110,19 +90,11 @@ pub fn without_tokens(text: &str) -> String {
         rest = &run[end..];
     }
     out.push_str(rest);
-    if out.split(|c: char| !word(c)).any(token_like) {
+    if out.split(|c: char| !word(c)).any(holds_a_token) {
         return format!("{MARKER} (the message quoted what was sent)");
     }
     out
 }
-
-/// Whether one word (letters, digits, `_`, `-`, `%`) holds a token's
-/// telling part ([`cairn_core::record::looks_like_an_api_key`]).
-fn token_like(word: &str) -> bool {
-    cairn_core::record::looks_like_an_api_key(word)
-}
-
-use cairn_core::record::percent_decoded;
 
 /// Every error code any surface answers with. The OpenAPI document's
 /// `ErrorCode` enum is this list; every error body is checked against it in
@@ -467,6 +439,8 @@ mod tests {
             format!("prefixed: key-{}", &token[6..]),
             format!("upper: {}", token.to_ascii_uppercase()),
             format!("thrice: {}", token.replace('_', "%25255F")),
+            format!("dotted: cairn_0123456789ab.{}", &token[19..]),
+            format!("colon: cairn_0123456789ab:{}", &token[19..]),
         ] {
             let shown = without_tokens(&text);
             assert!(!shown.contains(&token[13..40]), "{text} -> {shown}");
@@ -481,6 +455,11 @@ mod tests {
             "the step 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         ] {
             assert_eq!(without_tokens(kept), kept);
+        }
+        // Answers, the request log and ingest apply one rule: a word that
+        // merely holds `cairn_`, or a key id and a short name, is shown.
+        for kept in ["my_cairn_test", "0123456789ab_a-name-of-twenty-chars"] {
+            assert_eq!(super::shown(kept), kept);
         }
         let e = ApiError::bad_request("unknown_field", format!("unknown field {token}"))
             .with_field(token);

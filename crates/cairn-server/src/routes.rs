@@ -344,10 +344,10 @@ async fn refuse_undocumented_params(
     next.run(request).await
 }
 
-/// A request's path as the log keeps it: a segment that holds an API key
-/// (`cairn_` in any case, percent-encoded or not, or a key's id followed
-/// by `_`: a token pasted where a key id belongs) is replaced, so that no
-/// secret reaches the log.
+/// A request's path as the log keeps it: a segment that holds what looks
+/// like an API key (`crate::error::holds_a_token`, the rule answers and
+/// ingest use: a token pasted where a key id belongs) is replaced, so that
+/// no secret reaches the log.
 fn logged_path(path: &str) -> String {
     path.split('/')
         .map(|segment| {
