@@ -95,6 +95,14 @@ pub(crate) async fn import(
             )));
         }
     }
+    // The import makes the trace's canonical text (for its signature)
+    // and a step of each component beside the parsed trace: about twice
+    // what the trace holds, counted with the parsed bodies until written.
+    let _made = crate::hold_memory(
+        state,
+        caller.org(),
+        cairn_core::json::approx_memory(&trace).saturating_mul(2),
+    )?;
     let request = WriteRequest::ImportTrace {
         org_id: caller.org().to_owned(),
         session_id,

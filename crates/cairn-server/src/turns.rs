@@ -4,7 +4,7 @@
 
 use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
-use crate::{ApiError, AppState, Caller, Json, blocking, parse_json, render, step_for, wire};
+use crate::{ApiError, AppState, Caller, blocking, parse_json, render, step_for, wire};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -36,10 +36,34 @@ pub struct ParsedStep {
     pub content: String,
 }
 
+/// The parsed steps of a thinking text, held as memory of `org`'s
+/// requests until the answer is sent (REST and MCP alike); refused past
+/// the steps one turn may hold ([`cairn_store::ops::MAX_STEPS_PER_WRITE`]),
+/// as recording it would be, or while requests hold too much.
+pub(crate) fn parsed_answer(
+    state: &AppState,
+    org: &str,
+    text: &str,
+) -> Result<(Parsed, crate::limits::HeldMemory), ApiError> {
+    let parsed = parsed(text)?;
+    // Up to 10,000 small steps from one text: the answer is held three
+    // times over while it is sent (these steps, the JSON value made from
+    // them, its text), each step with its strings' headers and the map of
+    // its four members.
+    const PER_STEP: usize = 4 * 24 + 640;
+    let one_copy: usize = parsed
+        .steps
+        .iter()
+        .map(|s| PER_STEP + s.phase.len() + s.label.len() + s.kind.len() + s.content.len())
+        .sum();
+    let held = crate::hold_memory(state, org, one_copy.saturating_mul(3))?;
+    Ok((parsed, held))
+}
+
 /// The parsed steps of a thinking text; refused past the steps one turn
 /// may hold ([`cairn_store::ops::MAX_STEPS_PER_WRITE`]), as recording it
 /// would be.
-pub(crate) fn parsed(text: &str) -> Result<Parsed, ApiError> {
+fn parsed(text: &str) -> Result<Parsed, ApiError> {
     let steps = cairn_core::thinking::parse_thinking_at_most(
         text,
         cairn_store::ops::MAX_STEPS_PER_WRITE,
@@ -84,13 +108,18 @@ pub(crate) async fn parse(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
-) -> Result<Json, ApiError> {
-    let _ = caller;
+) -> Result<Response, ApiError> {
     let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
-    Ok(axum::Json(wire::to_json(&parsed(&text)?)))
+    drop(v);
+    let (answer, held) = parsed_answer(&state, caller.org(), &text)?;
+    drop(text);
+    // The answer's text is made here (axum writes it as the response is
+    // made), so that what it holds is counted until it is written out.
+    let response = axum::Json(wire::to_json(&answer)).into_response();
+    Ok(crate::limits::holding_until_sent(response, held))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`

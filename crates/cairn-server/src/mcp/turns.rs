@@ -33,9 +33,11 @@ impl CairnMcp {
             Ok(args) => args,
             Err(e) => return tool_error(e),
         };
-        self.caller(&context)?;
-        match crate::turns::parsed(&args.text) {
-            Ok(parsed) => ok(&parsed),
+        let caller = self.caller(&context)?;
+        // Counted while the tool builds its answer (REST counts it until
+        // sent; here the SDK writes it out after the tool returns).
+        match crate::turns::parsed_answer(&self.state, caller.org(), &args.text) {
+            Ok((parsed, _held)) => ok(&parsed),
             Err(e) => tool_error(e),
         }
     }
