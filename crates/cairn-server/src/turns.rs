@@ -271,7 +271,7 @@ pub(crate) async fn record_turn(
         turn_id.to_owned(),
     );
     let first = blocking(state, move |store| {
-        Ok(cairn_store::ops::next_turn_step(store, &org, &sid, &tid)?)
+        Ok(store.next_turn_step(&org, &sid, &tid)?)
     })
     .await?;
     let given = explicit.len();
@@ -324,6 +324,9 @@ pub(crate) async fn record_turn(
     })
 }
 
+/// How many of a turn's steps are read at once.
+const TURN_READ_CHUNK: usize = 256;
+
 /// A session's steps (of one turn, with `turn`), and each one's log
 /// position by trace id; 404 for an unknown session. The answer is held
 /// whole: it takes one of the org's expensive slots, and the steps are
@@ -350,10 +353,7 @@ async fn session_records(
         let mut seqs = HashMap::new();
         let mut held = crate::held::HeldAnswer::new();
         let mut too_large = None;
-        store.read_session(&org, &session_id, &mut |mut s| {
-            if turn.is_some() && s.record.step.turn_id != turn {
-                return true;
-            }
+        let mut keep = |mut s: cairn_store::StoredStep| {
             if markdown {
                 crate::held::drop_payloads(&mut s.record);
             }
@@ -364,7 +364,24 @@ async fn session_records(
             seqs.insert(s.record.step.trace_id.clone(), s.seq);
             records.push(s.record);
             true
-        })?;
+        };
+        match &turn {
+            // One turn: its steps found through the index of turns, read
+            // a few at a time, whatever the length of the session.
+            Some(turn) => {
+                let positions = store
+                    .turn_seqs(&org, &session_id, turn)?
+                    .ok_or_else(|| ApiError::no_session(&session_id))?;
+                'chunks: for chunk in positions.chunks(TURN_READ_CHUNK) {
+                    for step in store.steps_at(&org, &session_id, chunk)? {
+                        if !keep(step) {
+                            break 'chunks;
+                        }
+                    }
+                }
+            }
+            None => store.read_session(&org, &session_id, &mut keep)?,
+        }
         match too_large {
             Some(e) => Err(e),
             None => Ok((records, seqs, permit)),

@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS entries (
   prev_seq      BIGINT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
+-- A session's turns: where a turn's next step is numbered, read without
+-- walking the session (only steps recorded in turns are in it).
+CREATE INDEX IF NOT EXISTS entries_by_turn ON entries (sid, turn_id, turn_step) WHERE turn_id IS NOT NULL AND type = 'step';
 -- The review queue (seed 003): flagged steps are few, so a partial index.
 CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
 CREATE INDEX IF NOT EXISTS entries_ops ON entries (org, type) WHERE type <> 'step';

@@ -65,6 +65,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS entries_one_seal ON entries (sid) WHERE type =
 CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_index) WHERE type = 'erasure';
 CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
+-- A session's turns: where a turn's next step is numbered, read without
+-- walking the session (only steps recorded in turns are in it).
+CREATE INDEX IF NOT EXISTS entries_by_turn ON entries (sid, turn_id, turn_step) WHERE turn_id IS NOT NULL AND type = 'step';
 -- The review queue (seed 003): flagged steps are few, so a partial index.
 CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = 'flagged';
 -- Erased steps are few: full-text search leaves them out through this

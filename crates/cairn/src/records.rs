@@ -235,7 +235,7 @@ pub fn thinking(
         ..NewStep::default()
     };
     let turn = args.turn.clone().unwrap_or_else(cairn_store::new_id);
-    let first = cairn_store::ops::next_turn_step(store.as_ref(), &cli.org, session, &turn)?;
+    let first = store.next_turn_step(&cli.org, session, &turn)?;
     let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first)
         .map_err(|e| usage(e.to_string()))?;
     if steps.is_empty() {
@@ -281,10 +281,22 @@ pub fn trail(
         return Err(usage(format!("session {session} does not exist")));
     }
     let mut steps = Vec::new();
-    store.read_session(&cli.org, session, &mut |s| {
-        steps.push((s.seq, s.record));
-        true
-    })?;
+    match turn {
+        // One turn: its steps through the index of turns, whatever the
+        // length of the session.
+        Some(id) => {
+            let positions = store.turn_seqs(&cli.org, session, id)?.unwrap_or_default();
+            for chunk in positions.chunks(256) {
+                for s in store.steps_at(&cli.org, session, chunk)? {
+                    steps.push((s.seq, s.record));
+                }
+            }
+        }
+        None => store.read_session(&cli.org, session, &mut |s| {
+            steps.push((s.seq, s.record));
+            true
+        })?,
+    }
     let seqs: HashMap<String, u64> = steps
         .iter()
         .map(|(seq, r)| (r.step.trace_id.clone(), *seq))

@@ -177,25 +177,23 @@ pub fn turn_steps(
         .collect())
 }
 
-/// The number the next step of a turn takes: one more than the highest
-/// recorded in the session, and at least the number of its steps (0 for a
-/// new turn).
-pub fn next_turn_step(
-    store: &dyn LedgerStore,
-    org_id: &str,
-    session_id: &str,
-    turn_id: &str,
-) -> Result<u64, StoreError> {
-    // Steps recorded without a number still take one.
-    let (mut next, mut count) = (0, 0);
-    store.read_session(org_id, session_id, &mut |s| {
-        if s.record.step.turn_id.as_deref() == Some(turn_id) {
-            count += 1;
-            next = next.max(s.record.step.turn_step.map_or(0, |n| n.saturating_add(1)));
-        }
-        true
-    })?;
-    Ok(next.max(count))
+/// The number the next step of a turn takes, given the highest
+/// `turn_step` among its steps and how many it has: past both, so that
+/// steps recorded without a number still take one.
+pub fn next_in_turn(highest: Option<u64>, count: u64) -> u64 {
+    highest.map_or(0, |n| n.saturating_add(1)).max(count)
+}
+
+/// [`next_in_turn`] from the columns a backend's index gives: the highest
+/// `turn_step` stored as a non-negative and as a negative `BIGINT` (a step
+/// number past `i64::MAX` is stored as its bits), and the count.
+pub(crate) fn next_in_turn_from_columns(
+    highest_non_negative: Option<i64>,
+    highest_negative: Option<i64>,
+    count: i64,
+) -> u64 {
+    let highest = highest_negative.or(highest_non_negative).map(|n| n as u64);
+    next_in_turn(highest, u64::try_from(count).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -203,6 +203,54 @@ impl PgStore {
         })
     }
 
+    pub(super) fn next_turn_step_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<u64, StoreError> {
+        self.read(|db| {
+            let Some((_, sid)) = session_key(db, org_id, session_id)? else {
+                return Ok(0);
+            };
+            let row = db.query_one(
+                "SELECT MAX(turn_step) FILTER (WHERE turn_step >= 0),
+                   MAX(turn_step) FILTER (WHERE turn_step < 0), COUNT(*)
+                 FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step'",
+                &[&sid, &turn_id],
+                "numbering a turn's steps",
+            )?;
+            Ok(crate::ops::next_in_turn_from_columns(
+                col(&row, 0)?,
+                col(&row, 1)?,
+                col(&row, 2)?,
+            ))
+        })
+    }
+
+    pub(super) fn turn_seqs_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<Option<Vec<u64>>, StoreError> {
+        self.read(|db| {
+            let Some((_, sid)) = session_key(db, org_id, session_id)? else {
+                return Ok(None);
+            };
+            let rows = db.query(
+                "SELECT id FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step' ORDER BY id",
+                &[&sid, &turn_id],
+                "reading a turn",
+            )?;
+            let ids = rows
+                .iter()
+                .map(|row| col::<i64>(row, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(ids.into_iter().map(seq_of_row).collect()))
+        })
+    }
+
     pub(super) fn steps_at_in(
         &self,
         org_id: &str,

@@ -108,7 +108,8 @@ CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMAR
   attempts BIGINT NOT NULL DEFAULT 0, claimed_until TIMESTAMPTZ);
 CREATE INDEX IF NOT EXISTS embedding_queue_claimable ON embedding_queue (org, n) WHERE attempts < 5;
 DROP INDEX IF EXISTS embedding_queue_org;
-CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_by_turn ON entries (sid, turn_id, turn_step) WHERE turn_id IS NOT NULL AND type = 'step';";
 
 /// Whether the tables and indexes of [`ADDITIONS`] and the functions of
 /// [`ANALYST_FUNCTIONS`] exist as this version makes them.
@@ -118,6 +119,7 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
+               AND to_regclass('entries_by_turn') IS NOT NULL
                AND to_regclass('embedding_queue_claimable') IS NOT NULL AND to_regclass('embedding_queue_org') IS NULL
                AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_time_check()')
                              AND provolatile = 's' AND proparallel = 's')

@@ -1,6 +1,6 @@
 //! The seeds' records through every backend: signed traces (seed 004),
 //! decision trails and seals (seed 001), links, the review queue (seed
-//! 003). Erasure and retention, sealing and agent signatures are in
+//! 003), turns (seed 002). Erasure and retention, sealing and agent signatures are in
 //! `erasure_seals_signatures.rs`.
 
 use super::*;
@@ -485,4 +485,73 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     assert_eq!(review_queue(store.as_ref(), ORG, true, 1).unwrap().len(), 1);
     assert_eq!(store.op_records(ORG, "review", 0, 100).unwrap().len(), 3);
     assert_verifies(store.as_ref());
+}
+
+/// Seed 002: a turn's next step is numbered past its highest number and
+/// past its count (a step recorded in a turn without a number takes one),
+/// per session, 0 for a new turn or an unknown session; the backend's
+/// answer (from an index of turns) is the one a walk of the session gives.
+pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
+    let store = backend.open("turns");
+    let ledger = ledger(Arc::clone(&store));
+    let in_turn = |session: &str, turn: &str, number: Option<u64>| {
+        let mut s = step(session, "Reasoning", "a thought");
+        s.turn_id = Some(turn.into());
+        s.turn_step = number;
+        append(&ledger, s).unwrap();
+    };
+    for number in [0, 1, 2] {
+        in_turn("s1", "t1", Some(number));
+    }
+    append(&ledger, step("s1", "Observation", "outside any turn")).unwrap();
+    in_turn("s1", "t1", None);
+    in_turn("s1", "t2", Some(cairn_core::record::MAX_SAFE_INTEGER));
+    in_turn("s2", "t1", Some(50));
+    in_turn("s3", "t3", None);
+    in_turn("s3", "t3", None);
+    let walked = |session: &str, turn: &str| {
+        let (mut highest, mut count) = (None, 0);
+        store
+            .read_session(ORG, session, &mut |s| {
+                if s.record.step.turn_id.as_deref() == Some(turn) {
+                    count += 1;
+                    highest = highest.max(s.record.step.turn_step);
+                }
+                true
+            })
+            .unwrap();
+        cairn_store::ops::next_in_turn(highest, count)
+    };
+    for (session, turn, next) in [
+        ("s1", "t1", 4),
+        ("s1", "t2", 1 << 53),
+        ("s2", "t1", 51),
+        ("s3", "t3", 2),
+        ("s1", "t3", 0),
+        ("unknown", "t1", 0),
+    ] {
+        assert_eq!(
+            store.next_turn_step(ORG, session, turn).unwrap(),
+            next,
+            "{session} {turn}"
+        );
+        assert_eq!(walked(session, turn), next, "{session} {turn}");
+    }
+    // A turn's steps, found through the index, are the walk's, in order.
+    for (session, turn, steps) in [("s1", "t1", 4), ("s3", "t3", 2), ("s1", "t3", 0)] {
+        let mut walked = Vec::new();
+        store
+            .read_session(ORG, session, &mut |s| {
+                if s.record.step.turn_id.as_deref() == Some(turn) {
+                    walked.push(s.seq);
+                }
+                true
+            })
+            .unwrap();
+        let found = store.turn_seqs(ORG, session, turn).unwrap().unwrap();
+        assert_eq!(found, walked, "{session} {turn}");
+        assert_eq!(found.len(), steps, "{session} {turn}");
+    }
+    assert_eq!(store.turn_seqs(ORG, "unknown", "t1").unwrap(), None);
+    assert_eq!(store.next_turn_step("no-such-org", "s1", "t1").unwrap(), 0);
 }
