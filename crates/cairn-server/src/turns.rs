@@ -131,7 +131,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has. turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it). turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -265,17 +265,8 @@ pub(crate) async fn record_turn(
             "a turn needs thinking text or steps",
         ));
     }
-    let (org, sid, tid) = (
-        caller.org().to_owned(),
-        template.session_id.clone(),
-        turn_id.to_owned(),
-    );
-    let first = blocking(state, move |store| {
-        Ok(store.next_turn_step(&org, &sid, &tid)?)
-    })
-    .await?;
     let given = explicit.len();
-    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit, first)
+    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     // The turn's steps (a thinking text's phases are each a step, and
     // explicit steps are copies of the body's) are held until written:
@@ -288,7 +279,9 @@ pub(crate) async fn record_turn(
     let parsed = steps.len() - given;
     // A turn is one unit: every step is written, or none is and the
     // answer names the step refused.
-    let written = match state.ledger.submit(WriteRequest::Steps(steps)).await {
+    // Numbered within the turn as they are sequenced: requests of one turn
+    // at once never share a number.
+    let written = match state.ledger.submit(WriteRequest::Turn(steps)).await {
         Ok(written) => written,
         Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
             index,

@@ -722,3 +722,53 @@ fn a_retried_step_is_answered_as_its_first_write() {
         (1, 3, 1, 1)
     );
 }
+
+/// Seed 002 over HTTP: requests of one turn sent at once are numbered as
+/// they are written, so no two of its steps share a number (the number had
+/// been read before the write, and two requests could take the same ones);
+/// a turn is read back through the index of turns.
+#[test]
+fn requests_of_one_turn_at_once_never_share_a_number() {
+    let server = start();
+    let admin = server.admin.clone();
+    let body = json!({
+        "agent_id": "analyst",
+        "turn_id": "t1",
+        "thinking": "[思考] look at the data\n\n[計画] 1. query\n\n[実行] run it",
+    });
+    let addr = server.addr;
+    let senders: Vec<_> = (0..8)
+        .map(|_| {
+            let (admin, body) = (admin.clone(), body.to_string());
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    let head = format!(
+                        "POST /v1/sessions/s1/turns HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json"
+                    );
+                    let reply = raw(addr, &head, body.as_bytes());
+                    assert_eq!(reply.status, 201, "{}", String::from_utf8_lossy(&reply.body));
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let replay = get(&server, "/v1/sessions/s1", &admin).json();
+    let mut numbers: Vec<u64> = replay["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["turn_step"].as_u64().unwrap())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (0..72).collect::<Vec<u64>>());
+    let turn = get(&server, "/v1/sessions/s1/turns/t1", &admin);
+    assert_eq!(turn.status, 200, "{}", turn.text());
+    assert_eq!(
+        turn.text().matches("look at the data").count(),
+        24,
+        "{}",
+        turn.text()
+    );
+}

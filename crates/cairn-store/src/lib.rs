@@ -245,29 +245,6 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// no connection or read snapshot while the client reads.
     fn session_seqs(&self, org_id: &str, session_id: &str) -> Result<Option<Vec<u64>>, StoreError>;
 
-    /// The number the next step of turn `turn_id` of a session takes: past
-    /// the highest `turn_step` among the turn's steps and past their count
-    /// (steps recorded without a number still take one); 0 for a new turn
-    /// or an unknown session. The backends answer from an index of the
-    /// session's turns (`entries_by_turn`), so a turn costs the same in a
-    /// session of any length; this default reads the whole session.
-    fn next_turn_step(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        turn_id: &str,
-    ) -> Result<u64, StoreError> {
-        let (mut highest, mut count) = (None, 0u64);
-        self.read_session(org_id, session_id, &mut |s| {
-            if s.record.step.turn_id.as_deref() == Some(turn_id) {
-                count += 1;
-                highest = highest.max(s.record.step.turn_step);
-            }
-            true
-        })?;
-        Ok(ops::next_in_turn(highest, count))
-    }
-
     /// The log positions of the steps of turn `turn_id` of a session, in
     /// index order (as [`LedgerStore::read_session`] meets them), or
     /// `None` for an unknown session. The backends answer from the index of

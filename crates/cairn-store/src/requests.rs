@@ -362,6 +362,14 @@ pub enum WriteRequest {
     /// are written, in order, or none is, and the refusal
     /// ([`Refusal::StepOfMany`]) names the first step refused.
     Steps(Vec<NewStep>),
+    /// The steps of one turn of one session (seed 002), all or none as
+    /// [`WriteRequest::Steps`]. Each step without a `turn_step` is
+    /// numbered when it is sequenced: the turn's next number as the log
+    /// then stands (past its highest number and past its count) plus the
+    /// step's position in the request, so that requests of one turn
+    /// written at once, through one server or several on one PostgreSQL
+    /// database, never share a number.
+    Turn(Vec<NewStep>),
     /// Append a step already prepared with [`prepare_step`] (the
     /// [`Ledger`](crate::Ledger) does this in the submitting thread).
     Prepared(Box<PreparedStep>),

@@ -518,15 +518,6 @@ impl LedgerStore for SqliteStore {
         self.session_seqs_in(org_id, session_id)
     }
 
-    fn next_turn_step(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        turn_id: &str,
-    ) -> Result<u64, StoreError> {
-        self.next_turn_step_in(org_id, session_id, turn_id)
-    }
-
     fn turn_seqs(
         &self,
         org_id: &str,

@@ -235,8 +235,7 @@ pub fn thinking(
         ..NewStep::default()
     };
     let turn = args.turn.clone().unwrap_or_else(cairn_store::new_id);
-    let first = store.next_turn_step(&cli.org, session, &turn)?;
-    let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new(), first)
+    let steps = cairn_store::ops::turn_steps(&template, &turn, Some(&text), Vec::new())
         .map_err(|e| usage(e.to_string()))?;
     if steps.is_empty() {
         return Err(usage("the thinking text is empty"));
@@ -244,7 +243,7 @@ pub fn thinking(
     let ledger = ledger(store);
     // A turn is one unit: all its steps, or none.
     let results = match ledger
-        .submit(WriteRequest::Steps(steps))
+        .submit(WriteRequest::Turn(steps))
         .wait()
         .map_err(append_error)?
     {

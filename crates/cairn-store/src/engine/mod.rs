@@ -351,6 +351,11 @@ pub(crate) trait WriteTx {
     -> Result<Vec<i64>, StoreError>;
     /// Trace ids of a session's steps not erased yet, in index order.
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError>;
+    /// The number the next step of turn `turn_id` of session `sid` takes,
+    /// as the log stands in this transaction (this batch's rows included):
+    /// past the highest `turn_step` of the turn's steps and past their
+    /// count.
+    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError>;
     /// Stores a signed checkpoint.
     fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError>;
     /// The latest stored checkpoint of an org.
@@ -402,7 +407,9 @@ pub(crate) struct Engine<'k> {
 pub(crate) fn request_org(request: &WriteRequest) -> &str {
     match request {
         WriteRequest::Step(s) => &s.org_id,
-        WriteRequest::Steps(steps) => steps.first().map_or("", |s| s.org_id.as_str()),
+        WriteRequest::Steps(steps) | WriteRequest::Turn(steps) => {
+            steps.first().map_or("", |s| s.org_id.as_str())
+        }
         WriteRequest::Prepared(p) => &p.step.org_id,
         WriteRequest::StartSession(s) => &s.org_id,
         WriteRequest::Seal { org_id, .. }
@@ -700,6 +707,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             },
             WriteRequest::Prepared(prepared) => self.append_step(prepared)?,
             WriteRequest::Steps(steps) => self.append_steps(steps)?,
+            WriteRequest::Turn(steps) => self.append_turn(steps)?,
             WriteRequest::StartSession(new) => self
                 .start_session(new)?
                 .map(|(seq, genesis)| Written::Session { seq, genesis }),

@@ -198,6 +198,46 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(Written::Steps(written)))
     }
 
+    /// Numbers a turn's unnumbered steps where the turn stands now (its
+    /// next number plus the step's position in the request), then appends
+    /// them all or none ([`Self::append_steps`]). Sequenced requests are
+    /// ordered (on PostgreSQL by the org's lock), so two requests of one
+    /// turn never share a number.
+    pub(super) fn append_turn(&mut self, steps: &[crate::NewStep]) -> Outcome<Written> {
+        let Some(first) = steps.first() else {
+            return self.append_steps(steps);
+        };
+        let Some(turn_id) = first.turn_id.as_deref() else {
+            return Ok(Err(Refusal::InvalidRequest(
+                "the steps of a turn name their turn".into(),
+            )));
+        };
+        if steps
+            .iter()
+            .any(|s| s.session_id != first.session_id || s.turn_id != first.turn_id)
+        {
+            return Ok(Err(Refusal::InvalidRequest(
+                "the steps of one turn belong to one session and one turn".into(),
+            )));
+        }
+        let next = match self.org(&first.org_id)? {
+            Some(org) => match self.session(org.id, &first.session_id)? {
+                Some(session) => self.tx.next_turn_step(session.sid, turn_id)?,
+                None => 0,
+            },
+            None => 0,
+        };
+        let numbered: Vec<crate::NewStep> = steps
+            .iter()
+            .zip(next..)
+            .map(|(step, number)| crate::NewStep {
+                turn_step: step.turn_step.or(Some(number)),
+                ..step.clone()
+            })
+            .collect();
+        self.append_steps(&numbered)
+    }
+
     pub(super) fn append_step(&mut self, prepared: &PreparedStep) -> Outcome<Written> {
         // The step as the writer sent it: the two values the sequencer may
         // assign (index, time) are kept beside it, never written into a

@@ -139,15 +139,15 @@ pub struct TurnTooLarge {
 
 /// Seed 002: the steps that record one turn: the thinking text parsed into
 /// phases first (`parseThinking`), then `explicit` steps, all carrying
-/// `turn_id` and numbered within the turn from `first_number`. `template`
-/// gives the org, session, agent, model and caller. Refused, before any
-/// step is built, past [`MAX_STEPS_PER_WRITE`] steps.
+/// `turn_id`; written as a [`crate::WriteRequest::Turn`], which numbers
+/// those without a `turn_step` within the turn as they are sequenced.
+/// `template` gives the org, session, agent, model and caller. Refused,
+/// before any step is built, past [`MAX_STEPS_PER_WRITE`] steps.
 pub fn turn_steps(
     template: &crate::NewStep,
     turn_id: &str,
     thinking: Option<&str>,
     explicit: Vec<crate::NewStep>,
-    first_number: u64,
 ) -> Result<Vec<crate::NewStep>, TurnTooLarge> {
     let too_large = TurnTooLarge {
         explicit: explicit.len(),
@@ -168,10 +168,8 @@ pub fn turn_steps(
     });
     Ok(parsed
         .chain(explicit)
-        .zip(first_number..)
-        .map(|(step, number)| crate::NewStep {
+        .map(|step| crate::NewStep {
             turn_id: Some(turn_id.to_owned()),
-            turn_step: step.turn_step.or(Some(number)),
             ..step
         })
         .collect())
@@ -209,15 +207,17 @@ mod tests {
         let half = MAX_STEPS_PER_WRITE / 2;
         let thinking = "a thought\n\n".repeat(half);
         let explicit = |n: usize| vec![crate::NewStep::default(); n];
-        let steps = turn_steps(&template, "t", Some(&thinking), explicit(half), 0).unwrap();
+        let steps = turn_steps(&template, "t", Some(&thinking), explicit(half)).unwrap();
         assert_eq!(steps.len(), MAX_STEPS_PER_WRITE);
-        assert_eq!(steps.last().and_then(|s| s.turn_step), Some(9_999));
+        // Numbered when sequenced (`WriteRequest::Turn`).
+        assert!(steps.iter().all(|s| s.turn_id.as_deref() == Some("t")));
+        assert!(steps.iter().all(|s| s.turn_step.is_none()));
         assert_eq!(
-            turn_steps(&template, "t", Some(&thinking), explicit(half + 1), 0),
+            turn_steps(&template, "t", Some(&thinking), explicit(half + 1)),
             Err(TurnTooLarge { explicit: half + 1 })
         );
         let more = "a thought\n\n".repeat(half + 1);
-        assert!(turn_steps(&template, "t", Some(&more), explicit(half), 0).is_err());
-        assert!(turn_steps(&template, "t", None, explicit(MAX_STEPS_PER_WRITE + 1), 0).is_err());
+        assert!(turn_steps(&template, "t", Some(&more), explicit(half)).is_err());
+        assert!(turn_steps(&template, "t", None, explicit(MAX_STEPS_PER_WRITE + 1)).is_err());
     }
 }

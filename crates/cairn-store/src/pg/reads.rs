@@ -203,31 +203,6 @@ impl PgStore {
         })
     }
 
-    pub(super) fn next_turn_step_in(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        turn_id: &str,
-    ) -> Result<u64, StoreError> {
-        self.read(|db| {
-            let Some((_, sid)) = session_key(db, org_id, session_id)? else {
-                return Ok(0);
-            };
-            let row = db.query_one(
-                "SELECT MAX(turn_step) FILTER (WHERE turn_step >= 0),
-                   MAX(turn_step) FILTER (WHERE turn_step < 0), COUNT(*)
-                 FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step'",
-                &[&sid, &turn_id],
-                "numbering a turn's steps",
-            )?;
-            Ok(crate::ops::next_in_turn_from_columns(
-                col(&row, 0)?,
-                col(&row, 1)?,
-                col(&row, 2)?,
-            ))
-        })
-    }
-
     pub(super) fn turn_seqs_in(
         &self,
         org_id: &str,
@@ -581,6 +556,13 @@ fn stored_entry(
 const SESSION_PAGE: usize = 128;
 
 /// The org and session keys of a session, if it exists.
+/// A turn's highest step number (as stored, non-negative and negative)
+/// and its steps, from `entries_by_turn` (`turn_id = $2` implies the
+/// index's `turn_id IS NOT NULL`).
+pub(super) const TURN_POSITION: &str = "SELECT MAX(turn_step) FILTER (WHERE turn_step >= 0),
+   MAX(turn_step) FILTER (WHERE turn_step < 0), COUNT(*)
+ FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step'";
+
 fn session_key<C: postgres::GenericClient>(
     db: &mut Db<'_, C>,
     org_id: &str,

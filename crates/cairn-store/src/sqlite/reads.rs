@@ -200,30 +200,6 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn next_turn_step_in(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        turn_id: &str,
-    ) -> Result<u64, StoreError> {
-        self.read(|c| {
-            let Some((_, sid)) = session_key(c, org_id, session_id)? else {
-                return Ok(0);
-            };
-            c.prepare_cached(TURN_POSITION)
-                .and_then(|mut s| {
-                    s.query_row(params![sid, turn_id], |r| {
-                        Ok(crate::ops::next_in_turn_from_columns(
-                            r.get(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                        ))
-                    })
-                })
-                .context("numbering a turn's steps")
-        })
-    }
-
     pub(super) fn turn_seqs_in(
         &self,
         org_id: &str,

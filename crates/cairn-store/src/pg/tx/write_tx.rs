@@ -349,6 +349,20 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(expired)
     }
 
+    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            crate::pg::reads::TURN_POSITION,
+            &[&sid, &turn_id],
+            "numbering a turn's steps",
+        )?;
+        Ok(crate::ops::next_in_turn_from_columns(
+            col(&row, 0)?,
+            col(&row, 1)?,
+            col(&row, 2)?,
+        ))
+    }
+
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
         self.flush()?;
         let ids = session_ids(&mut self.db, org, sid)?;

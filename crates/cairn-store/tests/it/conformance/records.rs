@@ -487,58 +487,132 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     assert_verifies(store.as_ref());
 }
 
-/// Seed 002: a turn's next step is numbered past its highest number and
-/// past its count (a step recorded in a turn without a number takes one),
-/// per session, 0 for a new turn or an unknown session; the backend's
-/// answer (from an index of turns) is the one a walk of the session gives.
+/// Seed 002: a turn's steps without a number are numbered as they are
+/// sequenced, past the turn's highest number and past its count (a step
+/// recorded in the turn without a number takes one), plus their position
+/// in the request; per session and turn; requests of one turn written at
+/// once (from two handles where the backend has them, as two servers of a
+/// fleet) never share a number. A turn's steps are found through the index
+/// of turns as a walk of the session finds them.
 pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     let store = backend.open("turns");
-    let ledger = ledger(Arc::clone(&store));
+    let ledger = Arc::new(ledger(Arc::clone(&store)));
     let in_turn = |session: &str, turn: &str, number: Option<u64>| {
         let mut s = step(session, "Reasoning", "a thought");
         s.turn_id = Some(turn.into());
         s.turn_step = number;
-        append(&ledger, s).unwrap();
+        s
     };
-    for number in [0, 1, 2] {
-        in_turn("s1", "t1", Some(number));
-    }
-    append(&ledger, step("s1", "Observation", "outside any turn")).unwrap();
-    in_turn("s1", "t1", None);
-    in_turn("s1", "t2", Some(cairn_core::record::MAX_SAFE_INTEGER));
-    in_turn("s2", "t1", Some(50));
-    in_turn("s3", "t3", None);
-    in_turn("s3", "t3", None);
-    let walked = |session: &str, turn: &str| {
-        let (mut highest, mut count) = (None, 0);
+    let turn = |ledger: &Ledger, steps: Vec<NewStep>| match ledger.write(WriteRequest::Turn(steps))
+    {
+        Ok(Written::Steps(written)) => written.len(),
+        other => panic!("{other:?}"),
+    };
+    let numbers = |session: &str, turn: &str| {
+        let mut numbers = Vec::new();
         store
             .read_session(ORG, session, &mut |s| {
                 if s.record.step.turn_id.as_deref() == Some(turn) {
-                    count += 1;
-                    highest = highest.max(s.record.step.turn_step);
+                    numbers.push(s.record.step.turn_step);
                 }
                 true
             })
             .unwrap();
-        cairn_store::ops::next_in_turn(highest, count)
+        numbers
     };
-    for (session, turn, next) in [
-        ("s1", "t1", 4),
-        ("s1", "t2", 1 << 53),
-        ("s2", "t1", 51),
-        ("s3", "t3", 2),
-        ("s1", "t3", 0),
-        ("unknown", "t1", 0),
-    ] {
-        assert_eq!(
-            store.next_turn_step(ORG, session, turn).unwrap(),
-            next,
-            "{session} {turn}"
-        );
-        assert_eq!(walked(session, turn), next, "{session} {turn}");
+    // A new session's turn starts at 0; the next request continues it.
+    turn(
+        &ledger,
+        vec![in_turn("s1", "t1", None), in_turn("s1", "t1", None)],
+    );
+    turn(&ledger, vec![in_turn("s1", "t1", None)]);
+    // A step of the turn written alone, without a number, takes a place.
+    append(&ledger, in_turn("s1", "t1", None)).unwrap();
+    append(&ledger, step("s1", "Observation", "outside any turn")).unwrap();
+    // A number given is kept; the others follow their position.
+    turn(
+        &ledger,
+        vec![
+            in_turn("s1", "t1", None),
+            in_turn("s1", "t1", Some(100)),
+            in_turn("s1", "t1", None),
+        ],
+    );
+    turn(&ledger, vec![in_turn("s1", "t1", None)]);
+    assert_eq!(
+        numbers("s1", "t1"),
+        [
+            Some(0),
+            Some(1),
+            Some(2),
+            None,
+            Some(4),
+            Some(100),
+            Some(6),
+            Some(101)
+        ]
+    );
+    // Per session and turn.
+    turn(&ledger, vec![in_turn("s2", "t1", None)]);
+    turn(
+        &ledger,
+        vec![
+            in_turn("s1", "t2", Some(cairn_core::record::MAX_SAFE_INTEGER - 1)),
+            in_turn("s1", "t2", None),
+        ],
+    );
+    assert_eq!(numbers("s2", "t1"), [Some(0)]);
+    assert_eq!(
+        numbers("s1", "t2"),
+        [Some(cairn_core::record::MAX_SAFE_INTEGER - 1), Some(1)]
+    );
+    // A turn's steps belong to one session and one turn.
+    let mixed = ledger.write(WriteRequest::Turn(vec![
+        in_turn("s1", "t1", None),
+        in_turn("s2", "t1", None),
+    ]));
+    assert!(
+        matches!(mixed, Err(AppendError::Refused(Refusal::InvalidRequest(_)))),
+        "{mixed:?}"
+    );
+    // Requests of one turn at once, from every handle.
+    let handles: Vec<Arc<Ledger>> = std::iter::once(Arc::clone(&ledger))
+        .chain(
+            backend
+                .open_beside("turns")
+                .map(|other| Arc::new(self::ledger(other))),
+        )
+        .collect();
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let ledger = Arc::clone(&handles[w % handles.len()]);
+            let in_turn = move |n: usize| {
+                let mut s = step("s3", "Reasoning", &format!("writer {w} step {n}"));
+                s.turn_id = Some("t3".into());
+                s
+            };
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    match ledger.write(WriteRequest::Turn(vec![in_turn(0), in_turn(1), in_turn(2)]))
+                    {
+                        Ok(Written::Steps(written)) => assert_eq!(written.len(), 3),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
     }
+    let mut concurrent: Vec<u64> = numbers("s3", "t3")
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    concurrent.sort_unstable();
+    assert_eq!(concurrent, (0..120).collect::<Vec<u64>>());
     // A turn's steps, found through the index, are the walk's, in order.
-    for (session, turn, steps) in [("s1", "t1", 4), ("s3", "t3", 2), ("s1", "t3", 0)] {
+    for (session, turn, steps) in [("s1", "t1", 8), ("s3", "t3", 120), ("s1", "t3", 0)] {
         let mut walked = Vec::new();
         store
             .read_session(ORG, session, &mut |s| {
@@ -553,5 +627,5 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
         assert_eq!(found.len(), steps, "{session} {turn}");
     }
     assert_eq!(store.turn_seqs(ORG, "unknown", "t1").unwrap(), None);
-    assert_eq!(store.next_turn_step("no-such-org", "s1", "t1").unwrap(), 0);
+    assert_verifies(store.as_ref());
 }
