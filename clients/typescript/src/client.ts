@@ -551,8 +551,16 @@ export class CairnClient {
 
   // -- keys ---------------------------------------------------------------------------
 
-  /** `POST /v1/keys`: a new API key (its secret is shown once). */
-  createKey(input: { role: "writer" | "reader" | "auditor" | "admin"; agent_id?: string; label?: string }): Promise<JsonRecord> {
+  /**
+   * `POST /v1/keys`: a new API key (its secret is shown once). With
+   * `expires_at` (RFC 3339, in the future) it is refused from then on.
+   */
+  createKey(input: {
+    role: "writer" | "reader" | "auditor" | "admin";
+    agent_id?: string;
+    label?: string;
+    expires_at?: string;
+  }): Promise<JsonRecord> {
     return this.json("POST", "/v1/keys", { body: input });
   }
 

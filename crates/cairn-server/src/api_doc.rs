@@ -345,6 +345,10 @@ pub struct KeyInput {
     /// keys bound to the same agent (the default for it).
     agent_id: Option<Id>,
     label: Option<String>,
+    /// When the key stops working (RFC 3339, in the future); never when
+    /// absent.
+    #[schema(format = DateTime)]
+    expires_at: Option<String>,
 }
 
 /// `POST /v1/agent-keys`.

@@ -170,10 +170,21 @@ pub(crate) async fn authenticate_hash(
             }
         };
         match key {
-            Some(key) if key.revoked_at.is_none() => {
+            Some(key) if key.usable_at(cairn_store::now()) => {
                 limits::check_rate(state, &key.id)?;
                 Ok(Caller { key })
             }
+            Some(ApiKey {
+                revoked_at: None,
+                expires_at: Some(end),
+                ..
+            }) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                format!(
+                    "the API key expired at {end}: use another, or have an admin create one (POST /v1/keys, cairn admin create-key)"
+                ),
+            )),
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",

@@ -62,11 +62,20 @@ pub(crate) async fn register_agent_key(
     }
 }
 
+/// A new key's `expires_at`: an RFC 3339 time after `now`.
+fn expiry(text: &str, now: cairn_core::Timestamp) -> Result<cairn_core::Timestamp, ApiError> {
+    cairn_store::key_expiry(text, now).map_err(|why| {
+        ApiError::bad_request("invalid_argument", format!("expires_at {why}"))
+            .with_field("expires_at")
+    })
+}
+
 pub(crate) fn key_json(key: &ApiKey) -> Value {
     json!({
         "id": key.id, "org_id": key.org_id, "role": key.role.as_str(), "agent_id": key.agent_id,
         "label": key.label, "created_at": key.created_at.to_string(),
         "revoked_at": key.revoked_at.map(|t| t.to_string()),
+        "expires_at": key.expires_at.map(|t| t.to_string()),
     })
 }
 
@@ -76,7 +85,7 @@ pub(crate) fn key_json(key: &ApiKey) -> Value {
     operation_id = "create_key",
     tag = "keys",
     summary = "Create an API key",
-    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label. The token is shown once. Roles: admin.",
+    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label, expires_at (optional: an RFC 3339 time in the future, after which the key is refused as a revoked one is; it stays listed). The token is shown once. Roles: admin.",
     request_body = crate::api_doc::KeyInput,
     responses(
         (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
@@ -92,7 +101,7 @@ pub(crate) async fn create_key(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
-    members(&v, &["role", "agent_id", "label"])?;
+    members(&v, &["role", "agent_id", "label", "expires_at"])?;
     let role = optional_string(&v, "role")?
         .as_deref()
         .and_then(Role::parse)
@@ -119,13 +128,12 @@ pub(crate) async fn create_key(
             .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
     }
     let label = optional_string(&v, "label")?.unwrap_or_default();
-    let (key, token) = ApiKey::generate(
-        caller.org(),
-        role,
-        agent.as_deref(),
-        &label,
-        cairn_store::now(),
-    )?;
+    let now = cairn_store::now();
+    let expires_at = optional_string(&v, "expires_at")?
+        .map(|text| expiry(&text, now))
+        .transpose()?;
+    let (mut key, token) = ApiKey::generate(caller.org(), role, agent.as_deref(), &label, now)?;
+    key.expires_at = expires_at;
     let stored = key.clone();
     blocking(&state, move |store| Ok(store.put_api_key(&stored)?)).await?;
     let mut body = key_json(&key);

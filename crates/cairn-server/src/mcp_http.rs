@@ -54,7 +54,7 @@ fn unauthorized(headers: &HeaderMap, error: &ApiError) -> Response {
     );
     let mut challenge = format!("Bearer realm=\"cairn\", resource_metadata=\"{metadata}\"");
     if given {
-        challenge.push_str(", error=\"invalid_token\", error_description=\"the Cairn API key is unknown or revoked\"");
+        challenge.push_str(", error=\"invalid_token\", error_description=\"the Cairn API key is unknown, revoked or expired\"");
     }
     let body = json!({
         "jsonrpc": "2.0",

@@ -534,3 +534,66 @@ fn key_management_cannot_lock_the_org_out() {
     assert!(text.contains("Bearer"), "{text}");
     assert!(!text.contains("an API key is required"), "{text}");
 }
+
+/// A key made to expire works until its `expires_at`, then is refused as a
+/// revoked key is, saying that it expired (the key cache holds it, so the
+/// end is checked at every request); it stays listed with its end. An
+/// `expires_at` that is not a time, or not in the future, is refused.
+#[test]
+fn keys_made_to_expire_are_refused_from_their_end() {
+    let server = start();
+    let admin = server.admin.clone();
+    let in_micros = |micros: i64| {
+        cairn_core::Timestamp::from_micros(cairn_store::now().as_micros() + micros)
+            .unwrap()
+            .to_string()
+    };
+    for (expires_at, why) in [
+        (json!("tomorrow"), "RFC 3339"),
+        (json!(in_micros(-1_000_000)), "not in the future"),
+        (json!(17), "string"),
+    ] {
+        let refused = post(
+            &server,
+            "/v1/keys",
+            &admin,
+            &json!({"role": "reader", "expires_at": expires_at}),
+        );
+        assert_eq!(refused.status, 400, "{}", refused.text());
+        assert_eq!(
+            refused.json()["error"]["field"],
+            "expires_at",
+            "{}",
+            refused.text()
+        );
+        assert!(refused.text().contains(why), "{}", refused.text());
+    }
+    let end = in_micros(1_500_000);
+    let created = post(
+        &server,
+        "/v1/keys",
+        &admin,
+        &json!({"role": "reader", "label": "short-lived", "expires_at": end}),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(created.json()["expires_at"], end);
+    let token = created.json()["token"].as_str().unwrap().to_owned();
+    assert_eq!(get(&server, "/v1/sessions", &token).status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1_700));
+    let expired = get(&server, "/v1/sessions", &token);
+    assert_eq!(
+        (expired.status, expired.code().as_str()),
+        (401, "unauthorized")
+    );
+    assert!(expired.text().contains("expired"), "{}", expired.text());
+    let listed = get(&server, "/v1/keys", &admin).json();
+    let listed = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["label"] == "short-lived")
+        .cloned()
+        .unwrap();
+    assert_eq!(listed["expires_at"], end);
+    assert!(listed["revoked_at"].is_null());
+}

@@ -103,7 +103,7 @@ fn a_browser_signs_in_sees_sessions_and_verdicts_and_signs_out() {
     // refused outright.
     let wrong = form(&server, "/ui/sign-in", "api_key=cairn_nope_nope", "");
     assert_eq!(wrong.status, 401);
-    assert!(text(&wrong).contains("unknown or revoked"));
+    assert!(text(&wrong).contains("unknown, revoked or expired"));
     let reader = key_for(&server, "acme", Role::Reader, None);
     let cross = form(
         &server,

@@ -90,6 +90,9 @@ pub struct ApiKey {
     pub created_at: Timestamp,
     /// When it was revoked, if it was.
     pub revoked_at: Option<Timestamp>,
+    /// When it stops working, if it was made to expire: from then on it is
+    /// refused as a revoked key is (it stays listed, and can be revoked).
+    pub expires_at: Option<Timestamp>,
 }
 
 impl ApiKey {
@@ -121,9 +124,26 @@ impl ApiKey {
             label: label.to_owned(),
             created_at: now,
             revoked_at: None,
+            expires_at: None,
         };
         Ok((key, token))
     }
+
+    /// Whether the key works at `now`: not revoked, and not expired.
+    pub fn usable_at(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|end| now < end)
+    }
+}
+
+/// A new key's end from its RFC 3339 text: a time after `now`, or why
+/// not (for a person: the API and the CLI quote it).
+pub fn key_expiry(text: &str, now: Timestamp) -> Result<Timestamp, String> {
+    let at = Timestamp::parse_rfc3339(text)
+        .map_err(|e| format!("must be an RFC 3339 time such as 2027-01-31T00:00:00Z: {e}"))?;
+    if at <= now {
+        return Err(format!("({at}) is not in the future (now {now})"));
+    }
+    Ok(at)
 }
 
 /// The stored hash of a token.
@@ -153,7 +173,8 @@ pub(crate) const REVOKE_UNLESS_LAST_ADMIN: &str = "UPDATE api_keys SET revoked_a
    AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
         SELECT 1 FROM api_keys other
          WHERE other.org_name = ?1 AND other.id <> ?2 AND other.role = 'admin'
-           AND other.agent_id IS NULL AND other.revoked_at IS NULL))";
+           AND other.agent_id IS NULL AND other.revoked_at IS NULL
+           AND (other.expires_at IS NULL OR other.expires_at > ?3)))";
 
 /// [`REVOKE_UNLESS_LAST_ADMIN`] in PostgreSQL's spelling.
 pub(crate) const REVOKE_UNLESS_LAST_ADMIN_PG: &str = "UPDATE api_keys SET revoked_at = $3
@@ -162,7 +183,8 @@ pub(crate) const REVOKE_UNLESS_LAST_ADMIN_PG: &str = "UPDATE api_keys SET revoke
    AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
         SELECT 1 FROM api_keys other
          WHERE other.org_name = $1 AND other.id <> $2 AND other.role = 'admin'
-           AND other.agent_id IS NULL AND other.revoked_at IS NULL))";
+           AND other.agent_id IS NULL AND other.revoked_at IS NULL
+           AND (other.expires_at IS NULL OR other.expires_at > $3)))";
 
 /// After [`REVOKE_UNLESS_LAST_ADMIN`] changed nothing: whether the key is
 /// there in use (so it was kept as the last admin key) or not at all.

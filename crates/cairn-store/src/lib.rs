@@ -42,7 +42,7 @@ mod stored;
 mod vector_index;
 pub mod witness_state;
 
-pub use auth::{ApiKey, KeyRevocation, Role, token_hash};
+pub use auth::{ApiKey, KeyRevocation, Role, key_expiry, token_hash};
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;

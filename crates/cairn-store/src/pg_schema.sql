@@ -152,7 +152,8 @@ CREATE TABLE IF NOT EXISTS api_keys (
   token_hash BYTEA NOT NULL UNIQUE,
   label      TEXT NOT NULL,
   created_at BIGINT NOT NULL,
-  revoked_at BIGINT
+  revoked_at BIGINT,
+  expires_at BIGINT                 -- refused from then on (microseconds), if set
 );
 
 CREATE TABLE IF NOT EXISTS org_origins (

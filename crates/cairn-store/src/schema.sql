@@ -133,7 +133,8 @@ CREATE TABLE IF NOT EXISTS api_keys (
   token_hash BLOB NOT NULL UNIQUE,
   label      TEXT NOT NULL,
   created_at INTEGER NOT NULL,
-  revoked_at INTEGER
+  revoked_at INTEGER,
+  expires_at INTEGER                -- refused from then on (microseconds), if set
 );
 
 -- Derived, not part of the ledger: the embedding vector of each step seed

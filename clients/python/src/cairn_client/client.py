@@ -548,11 +548,14 @@ class _Core:
     # -- API keys ------------------------------------------------------------------------
 
     def _op_create_key(self, role: Role, agent_id: Optional[str] = None,
-                       label: Optional[str] = None) -> _Request[NewApiKey]:
-        """`POST /v1/keys`: a new API key (admin key). Its secret, `key`, is
-        shown once. A key bound to `agent_id` records only that agent."""
+                       label: Optional[str] = None,
+                       expires_at: Optional[str] = None) -> _Request[NewApiKey]:
+        """`POST /v1/keys`: a new API key (admin key). Its secret, `token`,
+        is shown once. A key bound to `agent_id` records only that agent; one
+        given `expires_at` (RFC 3339, in the future) is refused from then on."""
         return _Request("POST", "/v1/keys", _json, "write",
-                        body=_body(_present(role=role, agent_id=agent_id, label=label)))
+                        body=_body(_present(role=role, agent_id=agent_id, label=label,
+                                            expires_at=expires_at)))
 
     def _op_list_keys(self) -> _Request[List[ApiKey]]:
         """`GET /v1/keys`: the org's API keys, never their secrets (admin key)."""

@@ -292,6 +292,7 @@ class ApiKey(TypedDict, total=False):
     label: Optional[str]
     created_at: str
     revoked_at: Optional[str]
+    expires_at: Optional[str]
 
 
 class NewApiKey(ApiKey, total=False):

@@ -267,6 +267,7 @@ impl CairnMcp {
             label: "stdio".into(),
             created_at: cairn_store::now(),
             revoked_at: None,
+            expires_at: None,
         };
         CairnMcp {
             state,

@@ -425,7 +425,7 @@ async fn sign_in(
         Ok(caller) => caller,
         Err(e) if e.status == StatusCode::UNAUTHORIZED => {
             let mut response = page(&SignIn {
-                error: Some("That API key is unknown or revoked.".into()),
+                error: Some("That API key is unknown, revoked or expired.".into()),
             });
             *response.status_mut() = StatusCode::UNAUTHORIZED;
             return Ok(response);

@@ -30,6 +30,7 @@ pub(super) fn meta_key_rows<C: GenericClient>(
 fn api_key_from_row(row: &Row) -> Result<ApiKey, StoreError> {
     let role: String = col(row, 2)?;
     let revoked: Option<i64> = col(row, 7)?;
+    let expires: Option<i64> = col(row, 8)?;
     Ok(ApiKey {
         id: col(row, 0)?,
         org_id: col(row, 1)?,
@@ -40,6 +41,7 @@ fn api_key_from_row(row: &Row) -> Result<ApiKey, StoreError> {
         label: col(row, 5)?,
         created_at: Timestamp::from_micros(col(row, 6)?).unwrap_or_default(),
         revoked_at: revoked.and_then(Timestamp::from_micros),
+        expires_at: expires.and_then(Timestamp::from_micros),
     })
 }
 
@@ -149,8 +151,8 @@ impl PgStore {
     pub(super) fn put_api_key_in(&self, key: &ApiKey) -> Result<(), StoreError> {
         self.read(|db| {
             db.execute(
-                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &key.id,
                     &key.org_id,
@@ -160,6 +162,7 @@ impl PgStore {
                     &key.label,
                     &key.created_at.as_micros(),
                     &key.revoked_at.map(Timestamp::as_micros),
+                    &key.expires_at.map(Timestamp::as_micros),
                 ],
                 "storing an API key",
             )?;
@@ -173,7 +176,7 @@ impl PgStore {
     ) -> Result<Option<ApiKey>, StoreError> {
         self.read(|db| {
             db.query_opt(
-                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at, expires_at
                  FROM api_keys WHERE token_hash = $1",
                 &[&&token_hash.0[..]],
                 "looking up an API key",
@@ -199,7 +202,7 @@ impl PgStore {
     pub(super) fn api_keys_in(&self, org_id: &str) -> Result<Vec<ApiKey>, StoreError> {
         self.read(|db| {
             db.query(
-                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at
+                "SELECT id, org_name, role, agent_id, token_hash, label, created_at, revoked_at, expires_at
                  FROM api_keys WHERE org_name = $1 ORDER BY created_at, id",
                 &[&org_id],
                 "listing API keys",

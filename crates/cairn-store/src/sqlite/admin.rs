@@ -25,12 +25,13 @@ pub(super) fn meta_key_rows(conn: &Connection) -> Result<Vec<String>, StoreError
 }
 
 const API_KEY_COLUMNS: &str =
-    "id, org_name, role, agent_id, token_hash, label, created_at, revoked_at";
+    "id, org_name, role, agent_id, token_hash, label, created_at, revoked_at, expires_at";
 
 fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError> {
     let role: String = row.get(2).context("reading an API key")?;
     let created: i64 = row.get(6).context("reading an API key")?;
     let revoked: Option<i64> = row.get(7).context("reading an API key")?;
+    let expires: Option<i64> = row.get(8).context("reading an API key")?;
     Ok(crate::ApiKey {
         id: row.get(0).context("reading an API key")?,
         org_id: row.get(1).context("reading an API key")?,
@@ -41,6 +42,7 @@ fn api_key_from_row(row: &rusqlite::Row<'_>) -> Result<crate::ApiKey, StoreError
         label: row.get(5).context("reading an API key")?,
         created_at: Timestamp::from_micros(created).unwrap_or_default(),
         revoked_at: revoked.and_then(Timestamp::from_micros),
+        expires_at: expires.and_then(Timestamp::from_micros),
     })
 }
 
@@ -49,8 +51,8 @@ impl SqliteStore {
         let w = self.writer.lock().map_err(|_| poisoned())?;
         w.conn
             .execute(
-                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO api_keys (id, org_name, role, agent_id, token_hash, label, created_at, revoked_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     key.id,
                     key.org_id,
@@ -59,7 +61,8 @@ impl SqliteStore {
                     &key.token_hash.0[..],
                     key.label,
                     key.created_at.as_micros(),
-                    key.revoked_at.map(Timestamp::as_micros)
+                    key.revoked_at.map(Timestamp::as_micros),
+                    key.expires_at.map(Timestamp::as_micros)
                 ],
             )
             .context("storing an API key")?;

@@ -61,6 +61,7 @@ pub(super) fn check_schema(
             }
             tx.execute_batch("RELEASE schema_check")
                 .context("checking the schema")?;
+            add_missing_columns(tx)?;
         }
         Some(SCHEMA_VERSION) => {}
         Some("1") => {
@@ -147,6 +148,23 @@ pub(super) fn record_session_kinds(tx: &Connection) -> Result<(), StoreError> {
              DROP INDEX entries_session_kinds;",
         )
         .context("recording the kinds of existing sessions")?;
+    }
+    Ok(())
+}
+
+/// Adds the columns a version-2 store written before them lacks (tables
+/// outside the ledger only): `api_keys.expires_at`.
+fn add_missing_columns(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    let has_expiry: bool = tx
+        .query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info('api_keys') WHERE name = 'expires_at'",
+            [],
+            |r| r.get(0),
+        )
+        .context("checking the API keys' columns")?;
+    if !has_expiry {
+        tx.execute_batch("ALTER TABLE api_keys ADD COLUMN expires_at INTEGER")
+            .context("adding the API keys' expiry")?;
     }
     Ok(())
 }

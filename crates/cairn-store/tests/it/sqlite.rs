@@ -731,3 +731,35 @@ fn an_agent_of_more_sessions_than_a_listing_page_exports_them_all() {
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
     assert_eq!(verdict.selection.map(|s| s.sessions.len()), Some(1120));
 }
+
+/// A store written before keys could expire (its `api_keys` without
+/// `expires_at`) gets the column from its first sequencing open, and its
+/// keys keep working and can be made to expire.
+#[test]
+fn a_store_from_before_key_expiry_gets_the_column() {
+    use cairn_store::{ApiKey, Role, token_hash};
+    let dir = tempfile::tempdir().unwrap();
+    let now = cairn_store::now();
+    let (old, old_token) = ApiKey::generate("acme", Role::Admin, None, "old", now).unwrap();
+    {
+        let store = SqliteStore::open(dir.path(), options()).unwrap();
+        store.put_api_key(&old).unwrap();
+    }
+    {
+        let conn = rusqlite::Connection::open(dir.path().join(cairn_store::DB_FILE)).unwrap();
+        conn.execute_batch("ALTER TABLE api_keys DROP COLUMN expires_at")
+            .unwrap();
+    }
+    let store = SqliteStore::open(dir.path(), options()).unwrap();
+    assert_eq!(
+        store.api_key_by_hash(&token_hash(&old_token)).unwrap(),
+        Some(old)
+    );
+    let (mut expiring, token) = ApiKey::generate("acme", Role::Reader, None, "", now).unwrap();
+    expiring.expires_at = Some(cairn_core::Timestamp::from_micros(now.as_micros() + 1).unwrap());
+    store.put_api_key(&expiring).unwrap();
+    assert_eq!(
+        store.api_key_by_hash(&token_hash(&token)).unwrap(),
+        Some(expiring)
+    );
+}

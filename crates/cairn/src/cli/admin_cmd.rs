@@ -19,6 +19,14 @@ pub(super) enum AdminCommand {
         /// A label for people.
         #[arg(long, default_value = "")]
         label: String,
+        /// Make the key stop working this many days from now (it is then
+        /// refused as a revoked key is, and stays listed).
+        #[arg(long, conflicts_with = "expires_at", value_parser = clap::value_parser!(u32).range(1..=36_500))]
+        expires_in_days: Option<u32>,
+        /// Make the key stop working at this time (RFC 3339, in the
+        /// future, such as 2027-01-31T00:00:00Z).
+        #[arg(long)]
+        expires_at: Option<String>,
     },
     /// List the API keys of --org (never their tokens).
     ListKeys,
@@ -60,7 +68,13 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                 }
             }
         }
-        AdminCommand::CreateKey { role, agent, label } => {
+        AdminCommand::CreateKey {
+            role,
+            agent,
+            label,
+            expires_in_days,
+            expires_at,
+        } => {
             cairn_core::record::validate_id("org_id", &cli.org)
                 .map_err(|e| usage(e.to_string()))?;
             let role = Role::parse(role)
@@ -69,24 +83,45 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                 cairn_core::record::validate_id("agent_id", agent)
                     .map_err(|e| usage(e.to_string()))?;
             }
-            let (key, token) = ApiKey::generate(&cli.org, role, agent.as_deref(), label, now())?;
+            let created = now();
+            let expires = match (expires_in_days, expires_at) {
+                (Some(days), _) => Some(
+                    cairn_core::Timestamp::from_micros(
+                        created.as_micros() + i64::from(*days) * 86_400_000_000,
+                    )
+                    .ok_or_else(|| usage("--expires-in-days is too far ahead"))?,
+                ),
+                (None, Some(text)) => Some(
+                    cairn_store::key_expiry(text, created)
+                        .map_err(|why| usage(format!("--expires-at {why}")))?,
+                ),
+                (None, None) => None,
+            };
+            let (mut key, token) =
+                ApiKey::generate(&cli.org, role, agent.as_deref(), label, created)?;
+            key.expires_at = expires;
             store.put_api_key(&key)?;
             if cli.json {
                 println!(
                     "{}",
-                    json!({"id": key.id, "org_id": key.org_id, "role": role.as_str(), "agent_id": key.agent_id, "token": token})
+                    json!({"id": key.id, "org_id": key.org_id, "role": role.as_str(), "agent_id": key.agent_id, "token": token,
+                           "expires_at": key.expires_at.map(|t| t.to_string())})
                 );
             } else {
                 println!("{token}");
                 eprintln!(
-                    "created {role} key {} for org {} (the token above is shown once)",
-                    key.id, cli.org
+                    "created {role} key {} for org {}{} (the token above is shown once)",
+                    key.id,
+                    cli.org,
+                    key.expires_at
+                        .map(|t| format!(", expiring at {t}"))
+                        .unwrap_or_default()
                 );
             }
             // An org whose keys cannot manage keys (a new org given a
             // reader key, say): say how it gets one that can.
             let manages =
-                |k: &ApiKey| k.role.can_admin() && k.agent_id.is_none() && k.revoked_at.is_none();
+                |k: &ApiKey| k.role.can_admin() && k.agent_id.is_none() && k.usable_at(now());
             if !store.api_keys(&cli.org)?.iter().any(manages) {
                 eprintln!(
                     "note: org {} has no admin key in use that is not bound to an agent, so no key of it can manage its keys through the API; `cairn admin create-key --org {} --role admin` makes one",
@@ -100,7 +135,8 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                 let v: Vec<Value> = keys
                     .iter()
                     .map(|k| json!({"id": k.id, "role": k.role.as_str(), "agent_id": k.agent_id, "label": k.label,
-                                    "created_at": k.created_at.to_string(), "revoked_at": k.revoked_at.map(|t| t.to_string())}))
+                                    "created_at": k.created_at.to_string(), "revoked_at": k.revoked_at.map(|t| t.to_string()),
+                                    "expires_at": k.expires_at.map(|t| t.to_string())}))
                     .collect();
                 println!("{}", Value::Array(v));
             } else {
@@ -112,9 +148,13 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                         k.agent_id.as_deref().unwrap_or("-"),
                         k.label,
                         if k.revoked_at.is_some() {
-                            "revoked"
+                            "revoked".to_owned()
+                        } else if !k.usable_at(now()) {
+                            format!("expired at {}", k.expires_at.unwrap_or_default())
+                        } else if let Some(end) = k.expires_at {
+                            format!("active until {end}")
                         } else {
-                            "active"
+                            "active".to_owned()
                         }
                     );
                 }

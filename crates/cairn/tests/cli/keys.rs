@@ -93,6 +93,47 @@ fn admin_commands_manage_keys_on_the_data_directory() {
         !listed.to_string().contains(token),
         "tokens are never listed"
     );
+    assert!(listed[0]["expires_at"].is_null(), "{listed}");
+    // A key made to expire: its end is kept and listed; an end in the past
+    // is refused.
+    let expiring = json(&cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "globex",
+            "admin",
+            "create-key",
+            "--role",
+            "reader",
+            "--expires-in-days",
+            "30",
+            "--json",
+        ],
+        None,
+    ));
+    let end = expiring["expires_at"].as_str().unwrap().to_owned();
+    let listed = cairn_in(dir.path(), &["--org", "globex", "admin", "list-keys"], None);
+    assert!(
+        listed.stdout.contains(&format!("active until {end}")),
+        "{}",
+        listed.stdout
+    );
+    let past = cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "globex",
+            "admin",
+            "create-key",
+            "--role",
+            "reader",
+            "--expires-at",
+            "2020-01-01T00:00:00Z",
+        ],
+        None,
+    );
+    assert_eq!(past.code, 2, "{}", past.stderr);
+    assert!(past.stderr.contains("not in the future"), "{}", past.stderr);
     assert!(
         cairn_in(dir.path(), &["--org", "globex", "admin", "orgs"], None)
             .stdout

@@ -660,6 +660,27 @@ pub(super) fn api_keys_are_stored_hashed_and_revocable(backend: &dyn Backend) {
         Some(now)
     );
     assert!(!store.revoke_api_key(ORG, &writer.id, now).unwrap());
+    // A key made to expire keeps its end, and is usable until then only.
+    let (mut expiring, expiring_token) =
+        ApiKey::generate(ORG, Role::Reader, None, "a day", now).unwrap();
+    let end = Timestamp::from_micros(now.as_micros() + 86_400_000_000).unwrap();
+    expiring.expires_at = Some(end);
+    store.put_api_key(&expiring).unwrap();
+    let read = store
+        .api_key_by_hash(&token_hash(&expiring_token))
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, expiring);
+    assert!(read.usable_at(now));
+    assert!(!read.usable_at(end));
+    assert_eq!(
+        store
+            .api_keys(ORG)
+            .unwrap()
+            .iter()
+            .find(|k| k.id == expiring.id),
+        Some(&expiring)
+    );
 }
 
 /// The org's last admin key in use not bound to an agent is kept, also
@@ -763,4 +784,14 @@ pub(super) fn last_admin_key_is_kept(backend: &dyn Backend) {
         );
         kept = in_use.into_iter().next().unwrap();
     }
+    // An admin key that has expired does not count as another admin.
+    let (mut expired, _) = ApiKey::generate(ORG, Role::Admin, None, "", now).unwrap();
+    expired.expires_at = Some(now);
+    first.put_api_key(&expired).unwrap();
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &kept.id, None, now)
+            .unwrap(),
+        KeyRevocation::LastAdmin
+    );
 }
