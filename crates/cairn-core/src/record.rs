@@ -187,32 +187,43 @@ pub fn is_dot_segment(id: &str) -> bool {
     matches!(id, "." | "..")
 }
 
-/// Whether `text` holds what looks like a Cairn API key's telling part,
-/// anywhere in it, in any case, also percent-encoded up to three times:
-/// `cairn_` followed by a key id (12 hex digits), or a key id, `_` and 40
-/// or more characters of a secret (a token's has 43; fewer would take
-/// ids such as `<uuid>_<a name>`, whose last group is 12 hex digits).
-/// Answers and logs leave such text out, and ingest refuses it as an id
-/// ([`refuse_api_key_id`]).
+/// Whether `text` holds a whole Cairn API key, anywhere in it, in any
+/// case, also percent-encoded up to three times: `cairn_`, a key id (12
+/// hex digits), `_` and a secret of 43 or more of its characters
+/// (base64url), or a bare key id, `_` and 43 or more of them holding both
+/// upper- and lower-case letters, as random base64url does (a token
+/// pasted without its prefix). Ingest refuses such text as an id
+/// ([`refuse_api_key_id`]); a key id alone (`cairn_202612051200`) or a
+/// UUID followed by a name (its last group is 12 hex digits) is not one.
 pub fn looks_like_an_api_key(text: &str) -> bool {
+    token_in(text, TokenMatch::Whole)
+}
+
+/// Whether `text` may hold an API key or enough of one to matter, by a
+/// broader rule than [`looks_like_an_api_key`], for what Cairn shows and
+/// logs (where leaving a word out costs little): `cairn_` followed by a
+/// key id, or a key id followed by `_`, `.` or `:` and 20 or more of a
+/// secret's characters (most of a token cut to 60 characters in a
+/// message), in any case, percent-encoded up to three times.
+pub fn may_hold_an_api_key(text: &str) -> bool {
+    token_in(text, TokenMatch::Part)
+}
+
+/// How much of a token [`token_in`] looks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TokenMatch {
+    /// A whole token (ingest's rule).
+    Whole,
+    /// A key id with a prefix, or most of a token (answers' and logs').
+    Part,
+}
+
+/// The one decoding loop of the token rules: `text` as sent, then
+/// percent-decoded while that changes it (at most three times).
+fn token_in(text: &str, rule: TokenMatch) -> bool {
     let mut decoded = text.to_owned();
     for _ in 0..4 {
-        let lower = decoded.to_ascii_lowercase();
-        let bytes = lower.as_bytes();
-        let hex_run = |at: usize| {
-            bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit)
-        };
-        let prefixed = lower.match_indices("cairn_").any(|(at, _)| hex_run(at + 6));
-        let id_then_secret = (0..bytes.len()).any(|at| {
-            hex_run(at)
-                && bytes.get(at + 12) == Some(&b'_')
-                && bytes[at + 13..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
-                    .count()
-                    >= 40
-        });
-        if prefixed || id_then_secret {
+        if holds_token(&decoded, rule) {
             return true;
         }
         let next = percent_decoded(&decoded);
@@ -222,6 +233,49 @@ pub fn looks_like_an_api_key(text: &str) -> bool {
         decoded = next;
     }
     false
+}
+
+/// [`token_in`]'s test of one spelling.
+fn holds_token(text: &str, rule: TokenMatch) -> bool {
+    const PREFIX: &[u8] = b"cairn_";
+    const SECRET: usize = 43;
+    let bytes = text.as_bytes();
+    let hex_run =
+        |at: usize| bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit);
+    // The secret's characters (base64url) from `at` on.
+    let secret_run = |at: usize| {
+        bytes[at.min(bytes.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
+            .count()
+    };
+    // Random base64url of 43 characters holds both cases (all but about
+    // one in a billion do); a name of that length rarely does.
+    let mixed_case = |at: usize| {
+        let secret = &bytes[at..at + SECRET];
+        secret.iter().any(u8::is_ascii_uppercase) && secret.iter().any(u8::is_ascii_lowercase)
+    };
+    let prefixed = (0..bytes.len().saturating_sub(PREFIX.len() - 1)).any(|at| {
+        bytes[at..at + PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+            && hex_run(at + 6)
+            && match rule {
+                TokenMatch::Part => true,
+                TokenMatch::Whole => {
+                    bytes.get(at + 18) == Some(&b'_') && secret_run(at + 19) >= SECRET
+                }
+            }
+    });
+    prefixed
+        || (0..bytes.len()).any(|at| {
+            hex_run(at)
+                && match (rule, bytes.get(at + 12)) {
+                    (TokenMatch::Whole, Some(b'_')) => {
+                        secret_run(at + 13) >= SECRET && mixed_case(at + 13)
+                    }
+                    (TokenMatch::Part, Some(b'_' | b'.' | b':')) => secret_run(at + 13) >= 20,
+                    _ => false,
+                }
+        })
 }
 
 /// `text` with each `%XX` replaced by its byte (invalid UTF-8 lossily).
@@ -773,10 +827,42 @@ mod tests {
             "analysis-session-42",
             "0123456789ab_short",
             "550e8400-e29b-41d4-a716-446655440000_run-attempt-number-0001",
+            "550e8400-e29b-41d4-a716-446655440000_customer-support-conversation-summary-2026",
             "otel.0af7651916cd43dd8448eb211c80319c.b7ad6b7169203331.0",
+            // A key id alone is no secret; nor are timestamps or digests.
+            "cairn_0123456789ab",
+            "cairn_202612051200",
+            "cairn_1733356800000",
+            "build_202612051200_3f786850e387550fdab836ed7e6dc881de23001b",
         ] {
             assert!(!looks_like_an_api_key(id), "{id}");
             assert!(refuse_api_key_id("session_id", id).is_ok());
+        }
+    }
+
+    /// What Cairn shows and logs leaves out more: a prefixed key id, and
+    /// most of a token (a message cuts what it quotes to 60 characters),
+    /// also after `.` or `:`; everyday words stay.
+    #[test]
+    fn answers_leave_out_parts_of_tokens() {
+        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+        for text in [
+            token.to_owned(),
+            format!("Authorization: Bearer {}", &token[6..])[..60].to_owned(),
+            "cairn_0123456789ab".to_owned(),
+            format!("0123456789ab.{}", &token[19..]),
+            format!("0123456789ab:{}", &token[19..]),
+            token.replace('_', "%255F"),
+        ] {
+            assert!(may_hold_an_api_key(&text), "{text}");
+        }
+        for text in [
+            "cairn_meta",
+            "CAIRN_ALLOWED_ORIGINS",
+            "my_cairn_test",
+            "0123456789ab_short",
+        ] {
+            assert!(!may_hold_an_api_key(text), "{text}");
         }
     }
 
