@@ -131,7 +131,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it). turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -281,7 +281,11 @@ pub(crate) async fn record_turn(
     // answer names the step refused.
     // Numbered within the turn as they are sequenced: requests of one turn
     // at once never share a number.
-    let written = match state.ledger.submit(WriteRequest::Turn(steps)).await {
+    let request = WriteRequest::Turn {
+        turn_id: turn_id.to_owned(),
+        steps,
+    };
+    let written = match state.ledger.submit(request).await {
         Ok(written) => written,
         Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
             index,

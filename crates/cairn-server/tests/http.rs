@@ -417,6 +417,13 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "invalid_request",
         ),
         (
+            "turn with a step of another turn",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst", "turn_id": "t", "steps": [{"turn_id": "other", "step_type": "plan"}]}),
+            400,
+            "invalid_request",
+        ),
+        (
             "parse without text",
             "/v1/thinking/parse",
             json!({"txt": "x"}),

@@ -169,8 +169,8 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
 
     /// The transaction's answer: a turn is numbered before its trial, so
     /// the steps this dry run remembers never need counting.
-    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError> {
-        self.tx.next_turn_step(sid, turn_id)
+    fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError> {
+        self.tx.turn_highest(sid, turn_id)
     }
 
     fn insert_checkpoint(&mut self, _org: i64, _cp: &StoredCheckpoint) -> Result<(), StoreError> {

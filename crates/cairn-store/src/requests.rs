@@ -363,13 +363,18 @@ pub enum WriteRequest {
     /// ([`Refusal::StepOfMany`]) names the first step refused.
     Steps(Vec<NewStep>),
     /// The steps of one turn of one session (seed 002), all or none as
-    /// [`WriteRequest::Steps`]. Each step without a `turn_step` is
-    /// numbered when it is sequenced: the turn's next number as the log
-    /// then stands (past its highest number and past its count) plus the
-    /// step's position in the request, so that requests of one turn
-    /// written at once, through one server or several on one PostgreSQL
-    /// database, never share a number.
-    Turn(Vec<NewStep>),
+    /// [`WriteRequest::Steps`]; each names `turn_id` (or is given it).
+    /// Each step without a `turn_step` is numbered when it is sequenced:
+    /// past the turn's highest number as the log then stands, in order,
+    /// skipping the numbers the request's other steps give, so that
+    /// requests of one turn written at once, through one server or
+    /// several on one PostgreSQL database, never share a number.
+    Turn {
+        /// The turn.
+        turn_id: String,
+        /// Its steps, of one session.
+        steps: Vec<NewStep>,
+    },
     /// Append a step already prepared with [`prepare_step`] (the
     /// [`Ledger`](crate::Ledger) does this in the submitting thread).
     Prepared(Box<PreparedStep>),

@@ -243,7 +243,10 @@ pub fn thinking(
     let ledger = ledger(store);
     // A turn is one unit: all its steps, or none.
     let results = match ledger
-        .submit(WriteRequest::Turn(steps))
+        .submit(WriteRequest::Turn {
+            turn_id: turn.clone(),
+            steps,
+        })
         .wait()
         .map_err(append_error)?
     {

@@ -351,11 +351,9 @@ pub(crate) trait WriteTx {
     -> Result<Vec<i64>, StoreError>;
     /// Trace ids of a session's steps not erased yet, in index order.
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError>;
-    /// The number the next step of turn `turn_id` of session `sid` takes,
-    /// as the log stands in this transaction (this batch's rows included):
-    /// past the highest `turn_step` of the turn's steps and past their
-    /// count.
-    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError>;
+    /// The highest `turn_step` of turn `turn_id` of session `sid`, as the
+    /// log stands in this transaction (this batch's rows included).
+    fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError>;
     /// Stores a signed checkpoint.
     fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError>;
     /// The latest stored checkpoint of an org.
@@ -407,7 +405,7 @@ pub(crate) struct Engine<'k> {
 pub(crate) fn request_org(request: &WriteRequest) -> &str {
     match request {
         WriteRequest::Step(s) => &s.org_id,
-        WriteRequest::Steps(steps) | WriteRequest::Turn(steps) => {
+        WriteRequest::Steps(steps) | WriteRequest::Turn { steps, .. } => {
             steps.first().map_or("", |s| s.org_id.as_str())
         }
         WriteRequest::Prepared(p) => &p.step.org_id,
@@ -707,7 +705,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             },
             WriteRequest::Prepared(prepared) => self.append_step(prepared)?,
             WriteRequest::Steps(steps) => self.append_steps(steps)?,
-            WriteRequest::Turn(steps) => self.append_turn(steps)?,
+            WriteRequest::Turn { turn_id, steps } => self.append_turn(turn_id, steps)?,
             WriteRequest::StartSession(new) => self
                 .start_session(new)?
                 .map(|(seq, genesis)| Written::Session { seq, genesis }),

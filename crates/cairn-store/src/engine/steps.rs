@@ -198,43 +198,77 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(Ok(Written::Steps(written)))
     }
 
-    /// Numbers a turn's unnumbered steps where the turn stands now (its
-    /// next number plus the step's position in the request), then appends
-    /// them all or none ([`Self::append_steps`]). Sequenced requests are
-    /// ordered (on PostgreSQL by the org's lock), so two requests of one
-    /// turn never share a number.
-    pub(super) fn append_turn(&mut self, steps: &[crate::NewStep]) -> Outcome<Written> {
+    /// Numbers a turn's unnumbered steps where the turn stands now (past
+    /// its highest number, skipping the numbers the request's other steps
+    /// give), then appends them all or none ([`Self::append_steps`]).
+    /// Sequenced requests are ordered (on PostgreSQL by the org's lock), so
+    /// two requests of one turn never share a number.
+    pub(super) fn append_turn(
+        &mut self,
+        turn_id: &str,
+        steps: &[crate::NewStep],
+    ) -> Outcome<Written> {
         let Some(first) = steps.first() else {
             return self.append_steps(steps);
         };
-        let Some(turn_id) = first.turn_id.as_deref() else {
-            return Ok(Err(Refusal::InvalidRequest(
-                "the steps of a turn name their turn".into(),
-            )));
-        };
-        if steps
-            .iter()
-            .any(|s| s.session_id != first.session_id || s.turn_id != first.turn_id)
-        {
-            return Ok(Err(Refusal::InvalidRequest(
-                "the steps of one turn belong to one session and one turn".into(),
-            )));
+        let count = steps.len();
+        let misplaced = steps.iter().position(|s| {
+            s.session_id != first.session_id
+                || s.turn_id.as_deref().is_some_and(|other| other != turn_id)
+        });
+        if let Some(index) = misplaced {
+            let step = &steps[index];
+            let why = if step.session_id != first.session_id {
+                format!(
+                    "a step of session {} in a turn of session {}",
+                    step.session_id, first.session_id
+                )
+            } else {
+                format!(
+                    "a step of turn {} in a request of turn {turn_id}",
+                    step.turn_id.as_deref().unwrap_or_default()
+                )
+            };
+            return Ok(Err(Refusal::StepOfMany {
+                index,
+                count,
+                refusal: Box::new(Refusal::InvalidRequest(why)),
+            }));
         }
-        let next = match self.org(&first.org_id)? {
+        let highest = match self.org(&first.org_id)? {
             Some(org) => match self.session(org.id, &first.session_id)? {
-                Some(session) => self.tx.next_turn_step(session.sid, turn_id)?,
-                None => 0,
+                Some(session) => self.tx.turn_highest(session.sid, turn_id)?,
+                None => None,
             },
-            None => 0,
+            None => None,
         };
-        let numbered: Vec<crate::NewStep> = steps
-            .iter()
-            .zip(next..)
-            .map(|(step, number)| crate::NewStep {
-                turn_step: step.turn_step.or(Some(number)),
+        let given: std::collections::HashSet<u64> =
+            steps.iter().filter_map(|s| s.turn_step).collect();
+        let mut next = highest.map_or(0, |n| n.saturating_add(1));
+        let mut numbered = Vec::with_capacity(count);
+        for step in steps {
+            let turn_step = match step.turn_step {
+                Some(number) => number,
+                None => {
+                    while given.contains(&next) {
+                        next = next.saturating_add(1);
+                    }
+                    if next > cairn_core::record::MAX_SAFE_INTEGER {
+                        return Ok(Err(Refusal::InvalidRequest(format!(
+                            "turn {turn_id} of session {} is numbered up to 2^53 - 1, the largest number a step may hold: record these steps in another turn",
+                            first.session_id
+                        ))));
+                    }
+                    next += 1;
+                    next - 1
+                }
+            };
+            numbered.push(crate::NewStep {
+                turn_id: Some(turn_id.to_owned()),
+                turn_step: Some(turn_step),
                 ..step.clone()
-            })
-            .collect();
+            });
+        }
         self.append_steps(&numbered)
     }
 

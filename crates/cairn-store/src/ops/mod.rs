@@ -138,9 +138,10 @@ pub struct TurnTooLarge {
 }
 
 /// Seed 002: the steps that record one turn: the thinking text parsed into
-/// phases first (`parseThinking`), then `explicit` steps, all carrying
-/// `turn_id`; written as a [`crate::WriteRequest::Turn`], which numbers
-/// those without a `turn_step` within the turn as they are sequenced.
+/// phases first (`parseThinking`), then `explicit` steps, each given
+/// `turn_id` unless it names one (a step naming another turn is refused by
+/// [`crate::WriteRequest::Turn`], which numbers those without a
+/// `turn_step` within the turn as they are sequenced).
 /// `template` gives the org, session, agent, model and caller. Refused,
 /// before any step is built, past [`MAX_STEPS_PER_WRITE`] steps.
 pub fn turn_steps(
@@ -169,29 +170,10 @@ pub fn turn_steps(
     Ok(parsed
         .chain(explicit)
         .map(|step| crate::NewStep {
-            turn_id: Some(turn_id.to_owned()),
+            turn_id: step.turn_id.or_else(|| Some(turn_id.to_owned())),
             ..step
         })
         .collect())
-}
-
-/// The number the next step of a turn takes, given the highest
-/// `turn_step` among its steps and how many it has: past both, so that
-/// steps recorded without a number still take one.
-pub fn next_in_turn(highest: Option<u64>, count: u64) -> u64 {
-    highest.map_or(0, |n| n.saturating_add(1)).max(count)
-}
-
-/// [`next_in_turn`] from the columns a backend's index gives: the highest
-/// `turn_step` stored as a non-negative and as a negative `BIGINT` (a step
-/// number past `i64::MAX` is stored as its bits), and the count.
-pub(crate) fn next_in_turn_from_columns(
-    highest_non_negative: Option<i64>,
-    highest_negative: Option<i64>,
-    count: i64,
-) -> u64 {
-    let highest = highest_negative.or(highest_non_negative).map(|n| n as u64);
-    next_in_turn(highest, u64::try_from(count).unwrap_or(0))
 }
 
 #[cfg(test)]

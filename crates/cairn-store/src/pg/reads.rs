@@ -556,12 +556,10 @@ fn stored_entry(
 const SESSION_PAGE: usize = 128;
 
 /// The org and session keys of a session, if it exists.
-/// A turn's highest step number (as stored, non-negative and negative)
-/// and its steps, from `entries_by_turn` (`turn_id = $2` implies the
-/// index's `turn_id IS NOT NULL`).
-pub(super) const TURN_POSITION: &str = "SELECT MAX(turn_step) FILTER (WHERE turn_step >= 0),
-   MAX(turn_step) FILTER (WHERE turn_step < 0), COUNT(*)
- FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step'";
+/// A turn's highest step number, from `entries_by_turn` (a backward
+/// scan of the turn's part of the index that stops at its first row).
+pub(super) const TURN_HIGHEST: &str = "SELECT MAX(turn_step) FROM entries
+ WHERE sid = $1 AND turn_id = $2 AND type = 'step'";
 
 fn session_key<C: postgres::GenericClient>(
     db: &mut Db<'_, C>,

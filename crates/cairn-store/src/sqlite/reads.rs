@@ -552,12 +552,11 @@ fn stored_entry(
 }
 
 /// The org and session keys of a session, if it exists.
-/// A turn's highest step number (as stored, non-negative and negative)
-/// and its steps, from `entries_by_turn` (`turn_id = ?` implies the
-/// index's `turn_id IS NOT NULL`).
-pub(super) const TURN_POSITION: &str = "SELECT MAX(CASE WHEN turn_step >= 0 THEN turn_step END),
-   MAX(CASE WHEN turn_step < 0 THEN turn_step END), COUNT(*)
- FROM entries WHERE sid = ?1 AND turn_id = ?2 AND type = 'step'";
+/// A turn's highest step number, from `entries_by_turn` (one seek to the
+/// end of the turn's part of the index: `turn_id = ?` implies the index's
+/// `turn_id IS NOT NULL`).
+pub(super) const TURN_HIGHEST: &str = "SELECT MAX(turn_step) FROM entries
+ WHERE sid = ?1 AND turn_id = ?2 AND type = 'step'";
 
 /// The rows of a turn's steps, in log order, from `entries_by_turn`.
 pub(super) const TURN_STEPS: &str =
@@ -582,7 +581,7 @@ fn session_key(
 #[cfg(test)]
 mod tests {
     use super::super::{SqliteOptions, SqliteStore};
-    use super::{TURN_POSITION, TURN_STEPS};
+    use super::{TURN_HIGHEST, TURN_STEPS};
 
     /// A turn is numbered from the index of turns, never by scanning the
     /// log or walking the session (which made every turn linear in its
@@ -592,7 +591,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         let writer = store.writer.lock().unwrap();
-        for query in [TURN_POSITION, TURN_STEPS] {
+        for query in [TURN_HIGHEST, TURN_STEPS] {
             let mut stmt = writer
                 .conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {query}"))

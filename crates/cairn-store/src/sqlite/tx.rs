@@ -337,19 +337,12 @@ impl WriteTx for SqliteTx<'_> {
         Ok(expired)
     }
 
-    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError> {
+    fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError> {
         self.conn
-            .prepare_cached(super::reads::TURN_POSITION)
-            .and_then(|mut s| {
-                s.query_row(params![sid, turn_id], |r| {
-                    Ok(crate::ops::next_in_turn_from_columns(
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                    ))
-                })
-            })
+            .prepare_cached(super::reads::TURN_HIGHEST)
+            .and_then(|mut s| s.query_row(params![sid, turn_id], |r| r.get::<_, Option<i64>>(0)))
             .context("numbering a turn's steps")
+            .map(|highest| highest.map(|n| n as u64))
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {

@@ -349,18 +349,14 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(expired)
     }
 
-    fn next_turn_step(&mut self, sid: i64, turn_id: &str) -> Result<u64, StoreError> {
+    fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError> {
         self.flush()?;
         let row = self.db.query_one(
-            crate::pg::reads::TURN_POSITION,
+            crate::pg::reads::TURN_HIGHEST,
             &[&sid, &turn_id],
             "numbering a turn's steps",
         )?;
-        Ok(crate::ops::next_in_turn_from_columns(
-            col(&row, 0)?,
-            col(&row, 1)?,
-            col(&row, 2)?,
-        ))
+        Ok(col::<Option<i64>>(&row, 0)?.map(|n| n as u64))
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {

@@ -488,12 +488,13 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
 }
 
 /// Seed 002: a turn's steps without a number are numbered as they are
-/// sequenced, past the turn's highest number and past its count (a step
-/// recorded in the turn without a number takes one), plus their position
-/// in the request; per session and turn; requests of one turn written at
-/// once (from two handles where the backend has them, as two servers of a
-/// fleet) never share a number. A turn's steps are found through the index
-/// of turns as a walk of the session finds them.
+/// sequenced, past the turn's highest number, in order, skipping the
+/// numbers the request's other steps give; per session and turn; a step
+/// of another session or turn is refused; a turn numbered up to 2^53 - 1
+/// takes no more unnumbered steps; requests of one turn written at once
+/// (from two handles where the backend has them, as two servers of a
+/// fleet) never share a number. A turn's steps are found through the
+/// index of turns as a walk of the session finds them.
 pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     let store = backend.open("turns");
     let ledger = Arc::new(ledger(Arc::clone(&store)));
@@ -503,8 +504,13 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
         s.turn_step = number;
         s
     };
-    let turn = |ledger: &Ledger, steps: Vec<NewStep>| match ledger.write(WriteRequest::Turn(steps))
-    {
+    let write_turn = |turn: &str, steps: Vec<NewStep>| {
+        ledger.write(WriteRequest::Turn {
+            turn_id: turn.into(),
+            steps,
+        })
+    };
+    let turn = |turn: &str, steps: Vec<NewStep>| match write_turn(turn, steps) {
         Ok(Written::Steps(written)) => written.len(),
         other => panic!("{other:?}"),
     };
@@ -522,23 +528,26 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     };
     // A new session's turn starts at 0; the next request continues it.
     turn(
-        &ledger,
+        "t1",
         vec![in_turn("s1", "t1", None), in_turn("s1", "t1", None)],
     );
-    turn(&ledger, vec![in_turn("s1", "t1", None)]);
-    // A step of the turn written alone, without a number, takes a place.
+    turn("t1", vec![in_turn("s1", "t1", None)]);
+    // A step of the turn written alone, without a number, takes none.
     append(&ledger, in_turn("s1", "t1", None)).unwrap();
     append(&ledger, step("s1", "Observation", "outside any turn")).unwrap();
-    // A number given is kept; the others follow their position.
+    // A number given is kept, and the others go around it.
     turn(
-        &ledger,
+        "t1",
         vec![
             in_turn("s1", "t1", None),
-            in_turn("s1", "t1", Some(100)),
+            in_turn("s1", "t1", Some(4)),
             in_turn("s1", "t1", None),
         ],
     );
-    turn(&ledger, vec![in_turn("s1", "t1", None)]);
+    turn(
+        "t1",
+        vec![in_turn("s1", "t1", Some(100)), in_turn("s1", "t1", None)],
+    );
     assert_eq!(
         numbers("s1", "t1"),
         [
@@ -546,35 +555,42 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
             Some(1),
             Some(2),
             None,
+            Some(3),
             Some(4),
+            Some(5),
             Some(100),
-            Some(6),
-            Some(101)
+            Some(6)
         ]
     );
     // Per session and turn.
-    turn(&ledger, vec![in_turn("s2", "t1", None)]);
-    turn(
-        &ledger,
-        vec![
-            in_turn("s1", "t2", Some(cairn_core::record::MAX_SAFE_INTEGER - 1)),
-            in_turn("s1", "t2", None),
-        ],
-    );
+    turn("t1", vec![in_turn("s2", "t1", None)]);
     assert_eq!(numbers("s2", "t1"), [Some(0)]);
-    assert_eq!(
-        numbers("s1", "t2"),
-        [Some(cairn_core::record::MAX_SAFE_INTEGER - 1), Some(1)]
-    );
-    // A turn's steps belong to one session and one turn.
-    let mixed = ledger.write(WriteRequest::Turn(vec![
-        in_turn("s1", "t1", None),
-        in_turn("s2", "t1", None),
-    ]));
+    // A step of another session or turn is refused, naming it.
+    for (steps, at) in [
+        (
+            vec![in_turn("s1", "t1", None), in_turn("s2", "t1", None)],
+            1,
+        ),
+        (
+            vec![in_turn("s1", "t1", None), in_turn("s1", "t9", None)],
+            1,
+        ),
+    ] {
+        let refused = write_turn("t1", steps);
+        assert!(
+            matches!(&refused, Err(AppendError::Refused(Refusal::StepOfMany { index, .. })) if *index == at),
+            "{refused:?}"
+        );
+    }
+    // The largest number a step may hold ends a turn.
+    let last = cairn_core::record::MAX_SAFE_INTEGER;
+    turn("t2", vec![in_turn("s1", "t2", Some(last))]);
+    let full = write_turn("t2", vec![in_turn("s1", "t2", None)]);
     assert!(
-        matches!(mixed, Err(AppendError::Refused(Refusal::InvalidRequest(_)))),
-        "{mixed:?}"
+        matches!(&full, Err(AppendError::Refused(Refusal::InvalidRequest(why))) if why.contains("2^53")),
+        "{full:?}"
     );
+    assert_eq!(numbers("s1", "t2"), [Some(last)]);
     // Requests of one turn at once, from every handle.
     let handles: Vec<Arc<Ledger>> = std::iter::once(Arc::clone(&ledger))
         .chain(
@@ -593,8 +609,11 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
             };
             std::thread::spawn(move || {
                 for _ in 0..5 {
-                    match ledger.write(WriteRequest::Turn(vec![in_turn(0), in_turn(1), in_turn(2)]))
-                    {
+                    let request = WriteRequest::Turn {
+                        turn_id: "t3".into(),
+                        steps: vec![in_turn(0), in_turn(1), in_turn(2)],
+                    };
+                    match ledger.write(request) {
                         Ok(Written::Steps(written)) => assert_eq!(written.len(), 3),
                         other => panic!("{other:?}"),
                     }
@@ -612,7 +631,7 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     concurrent.sort_unstable();
     assert_eq!(concurrent, (0..120).collect::<Vec<u64>>());
     // A turn's steps, found through the index, are the walk's, in order.
-    for (session, turn, steps) in [("s1", "t1", 8), ("s3", "t3", 120), ("s1", "t3", 0)] {
+    for (session, turn, steps) in [("s1", "t1", 9), ("s3", "t3", 120), ("s1", "t3", 0)] {
         let mut walked = Vec::new();
         store
             .read_session(ORG, session, &mut |s| {
