@@ -290,14 +290,38 @@ fn hold_body(state: &AppState, org: &str, body: &[u8]) -> Result<limits::HeldMem
 /// body, the steps it built from it) against [`MAX_HELD_BODY_MEMORY`],
 /// until the guard is dropped, or refuses it (`503 overloaded`).
 fn hold_memory(state: &AppState, org: &str, bytes: usize) -> Result<limits::HeldMemory, ApiError> {
-    state.bodies.hold(Some(org), bytes).map_err(|now| {
-        limits::overloaded(format!(
-            "requests in flight hold {} MiB of parsed JSON and the steps made from it (limit {} MiB in all, half for one org), and this request would hold {} MiB more (objects and arrays of few, small members hold many times their text): retry after the delay",
-            now >> 20,
-            MAX_HELD_BODY_MEMORY >> 20,
-            bytes.div_ceil(1 << 20)
-        ))
-    })
+    state
+        .bodies
+        .hold(Some(org), bytes)
+        .map_err(|now| memory_refused(now, bytes))
+}
+
+/// Counts `bytes` more that a request builds (steps, an answer): grown on
+/// the request's memory where it has one (so that a request alone always
+/// goes through), else held on its own until the guard returned is
+/// dropped; `503 overloaded` past the limits.
+fn hold_more(
+    state: &AppState,
+    org: &str,
+    memory: Option<&limits::RequestMemory>,
+    bytes: usize,
+) -> Result<Option<limits::HeldMemory>, ApiError> {
+    match memory {
+        Some(memory) => memory
+            .grow(bytes)
+            .map(|()| None)
+            .map_err(|now| memory_refused(now, bytes)),
+        None => hold_memory(state, org, bytes).map(Some),
+    }
+}
+
+fn memory_refused(now: usize, bytes: usize) -> ApiError {
+    limits::overloaded(format!(
+        "requests in flight hold {} MiB of parsed JSON and the steps made from it (limit {} MiB in all, half for one org), and this request would hold {} MiB more (objects and arrays of few, small members hold many times their text): retry after the delay",
+        now >> 20,
+        MAX_HELD_BODY_MEMORY >> 20,
+        bytes.div_ceil(1 << 20)
+    ))
 }
 
 /// A request body that must be a JSON object with only these members;

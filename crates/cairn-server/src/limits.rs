@@ -27,7 +27,7 @@ mod mcp_sessions;
 mod memory;
 
 pub(crate) use mcp_sessions::McpSessions;
-pub(crate) use memory::{HeldMemory, MemoryBudget, holding_until_sent};
+pub(crate) use memory::{HeldMemory, MemoryBudget, RequestMemory, holding_until_sent};
 
 use crate::error::shown;
 use crate::{ApiError, AppState};

@@ -221,7 +221,7 @@ async fn mcp_gate(
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
         match crate::hold_body(&state, caller.org(), &bytes) {
-            Ok(held) => _body_memory = Some(held),
+            Ok(held) => _body_memory = Some(crate::limits::RequestMemory::new(held)),
             Err(e) => return e.into_response(),
         }
         match mcp::check_message(&bytes) {
@@ -254,6 +254,11 @@ async fn mcp_gate(
     let key = caller.key.id.clone();
     let org = caller.org().to_owned();
     request.extensions_mut().insert(caller);
+    // The tool grows what the request holds (the steps it builds) on the
+    // body's count, so that a request alone always goes through.
+    if let Some(memory) = &_body_memory {
+        request.extensions_mut().insert(memory.clone());
+    }
     let limits = &state.config.limits;
     let response = match session {
         Some(id) => {

@@ -164,7 +164,7 @@ pub(crate) async fn append_batch(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (items, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (items, parsed) = parse_json(&state, caller.org(), &body)?;
     let Value::Array(items) = items else {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -180,6 +180,16 @@ pub(crate) async fn append_batch(
             ),
         ));
     }
+    // What the ledger holds for each step while it is written (its
+    // prepared copy, openings and commitments), counted with the body
+    // before any is built.
+    let memory = crate::limits::RequestMemory::new(parsed);
+    crate::hold_more(
+        &state,
+        caller.org(),
+        Some(&memory),
+        items.len() * cairn_store::NewStep::SEQUENCING_MEMORY,
+    )?;
     // Every item must be a well-formed step before anything is written: a
     // malformed item is a client bug, and the whole batch is refused with
     // its position. What the ledger refuses (a sealed session, a clock

@@ -82,6 +82,7 @@ pub(crate) async fn import(
     caller: &Caller,
     trace: Value,
     session_id: Option<String>,
+    memory: Option<&crate::limits::RequestMemory>,
 ) -> Result<TraceImported, ApiError> {
     caller.require(caller.key.role.can_write(), "import traces")?;
     Caller::require_enabled(state)?;
@@ -98,9 +99,10 @@ pub(crate) async fn import(
     // The import makes the trace's canonical text (for its signature)
     // and a step of each component beside the parsed trace: about twice
     // what the trace holds, counted with the parsed bodies until written.
-    let _made = crate::hold_memory(
+    let _made = crate::hold_more(
         state,
         caller.org(),
+        memory,
         cairn_core::json::approx_memory(&trace).saturating_mul(2),
     )?;
     let request = WriteRequest::ImportTrace {
@@ -155,8 +157,16 @@ pub(crate) async fn post(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["session_id"])?;
     caller.require(caller.key.role.can_write(), "import traces")?;
-    let (trace, _parsed) = parse_json(&state, caller.org(), &body)?;
-    let body = import(&state, &caller, trace, q.get("session_id").cloned()).await?;
+    let (trace, parsed) = parse_json(&state, caller.org(), &body)?;
+    let memory = crate::limits::RequestMemory::new(parsed);
+    let body = import(
+        &state,
+        &caller,
+        trace,
+        q.get("session_id").cloned(),
+        Some(&memory),
+    )
+    .await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 

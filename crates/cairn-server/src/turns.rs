@@ -44,7 +44,8 @@ pub(crate) fn parsed_answer(
     state: &AppState,
     org: &str,
     text: &str,
-) -> Result<(Parsed, crate::limits::HeldMemory), ApiError> {
+    memory: Option<&crate::limits::RequestMemory>,
+) -> Result<(Parsed, Option<crate::limits::HeldMemory>), ApiError> {
     let parsed = parsed(text)?;
     // Up to 10,000 small steps from one text: the answer is held three
     // times over while it is sent (these steps, the JSON value made from
@@ -56,7 +57,7 @@ pub(crate) fn parsed_answer(
         .iter()
         .map(|s| PER_STEP + s.phase.len() + s.label.len() + s.kind.len() + s.content.len())
         .sum();
-    let held = crate::hold_memory(state, org, one_copy.saturating_mul(3))?;
+    let held = crate::hold_more(state, org, memory, one_copy.saturating_mul(3))?;
     Ok((parsed, held))
 }
 
@@ -109,17 +110,18 @@ pub(crate) async fn parse(
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
     drop(v);
-    let (answer, held) = parsed_answer(&state, caller.org(), &text)?;
+    let (answer, held) = parsed_answer(&state, caller.org(), &text, Some(&memory))?;
     drop(text);
     // The answer's text is made here (axum writes it as the response is
     // made), so that what it holds is counted until it is written out.
     let response = axum::Json(wire::to_json(&answer)).into_response();
-    Ok(crate::limits::holding_until_sent(response, held))
+    Ok(crate::limits::holding_until_sent(response, (memory, held)))
 }
 
 /// `POST /v1/sessions/{session_id}/turns`: records one turn: `thinking`
@@ -151,7 +153,8 @@ pub(crate) async fn record(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let thinking = text("thinking")?;
@@ -178,6 +181,13 @@ pub(crate) async fn record(
                     .to_string(),
                 ));
             }
+            // The steps built from the items, counted before they are.
+            crate::hold_more(
+                &state,
+                caller.org(),
+                Some(&memory),
+                items.iter().map(cairn_core::json::approx_memory).sum(),
+            )?;
             for (index, item) in items.iter().enumerate() {
                 let mut item = item.clone();
                 let Some(obj) = item.as_object_mut() else {
@@ -229,6 +239,7 @@ pub(crate) async fn record(
         &turn_id,
         thinking.as_deref(),
         explicit,
+        Some(&memory),
     )
     .await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
@@ -256,6 +267,7 @@ pub(crate) async fn record_turn(
     turn_id: &str,
     thinking: Option<&str>,
     explicit: Vec<NewStep>,
+    memory: Option<&crate::limits::RequestMemory>,
 ) -> Result<TurnRecorded, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(state)?;
@@ -269,12 +281,17 @@ pub(crate) async fn record_turn(
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     // The turn's steps (a thinking text's phases are each a step, and
-    // explicit steps are copies of the body's) are held until written:
-    // counted with the parsed bodies, on every surface.
-    let _steps_memory = crate::hold_memory(
+    // explicit steps are copies of the body's) are held until written,
+    // with the sequencer's copies (numbered, prepared): counted with the
+    // request's body, on every surface.
+    let _steps_memory = crate::hold_more(
         state,
         caller.org(),
-        steps.iter().map(NewStep::approx_memory).sum(),
+        memory,
+        steps
+            .iter()
+            .map(|s| s.approx_sequenced_memory() + s.approx_memory())
+            .sum(),
     )?;
     let parsed = steps.len() - given;
     // A turn is one unit: every step is written, or none is and the

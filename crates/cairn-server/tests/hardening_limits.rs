@@ -799,3 +799,6 @@ fn a_replay_of_steps_growing_in_size_sends_each_once_in_order() {
         );
     }
 }
+
+#[path = "hardening_limits/memory.rs"]
+mod memory;

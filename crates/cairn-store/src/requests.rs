@@ -79,6 +79,19 @@ pub struct NewStep {
 }
 
 impl NewStep {
+    /// What the ledger holds for a step beside the step itself while it is
+    /// written: its prepared copy (the record, 22 openings and
+    /// commitments, its full-text document) and the sequencer's copies.
+    /// About 5 KB for a step of a few words, measured by a review.
+    pub const SEQUENCING_MEMORY: usize = 4096;
+
+    /// [`NewStep::approx_memory`] twice (the step and its prepared copy)
+    /// and [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
+    /// ledger holds until it is written.
+    pub fn approx_sequenced_memory(&self) -> usize {
+        2 * self.approx_memory() + Self::SEQUENCING_MEMORY
+    }
+
     /// A rough estimate of the memory this step holds (its texts, and its
     /// JSON values as [`cairn_core::json::approx_memory`] counts them): a
     /// JSON value of many small parts holds many times its text's size.

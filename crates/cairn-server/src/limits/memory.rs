@@ -50,6 +50,7 @@ impl MemoryBudget {
             held: Arc::clone(&self.held),
             org: org.map(str::to_owned),
             bytes,
+            limit: self.limit,
         })
     }
 
@@ -65,6 +66,50 @@ pub(crate) struct HeldMemory {
     held: Arc<std::sync::Mutex<Held>>,
     org: Option<String>,
     bytes: usize,
+    limit: usize,
+}
+
+impl HeldMemory {
+    /// Counts `more` bytes for the same request (what it builds from its
+    /// body: steps, an answer): refused as [`MemoryBudget::hold`] refuses,
+    /// except that what this request already holds does not count as
+    /// another's, so a request alone still always goes through.
+    pub(crate) fn grow(&mut self, more: usize) -> Result<(), usize> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let others = held.total - self.bytes;
+        if others > 0 && held.total.saturating_add(more) > self.limit {
+            return Err(held.total);
+        }
+        if let Some(org) = &self.org {
+            let of_org = held.orgs.get(org).copied().unwrap_or(0);
+            if of_org > self.bytes && of_org.saturating_add(more) > self.limit / 2 {
+                return Err(of_org);
+            }
+            *held.orgs.entry(org.clone()).or_default() += more;
+        }
+        held.total += more;
+        self.bytes += more;
+        Ok(())
+    }
+}
+
+/// What one request holds, shared by the parts of the server that serve
+/// it (an MCP request's body is counted by the HTTP layer, its steps by
+/// the tool): grown as it builds more, given back when the last part
+/// drops it.
+#[derive(Clone)]
+pub(crate) struct RequestMemory(Arc<std::sync::Mutex<HeldMemory>>);
+
+impl RequestMemory {
+    /// The request's memory, starting with what `held` counts.
+    pub(crate) fn new(held: HeldMemory) -> RequestMemory {
+        RequestMemory(Arc::new(std::sync::Mutex::new(held)))
+    }
+
+    /// [`HeldMemory::grow`] for the request.
+    pub(crate) fn grow(&self, more: usize) -> Result<(), usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).grow(more)
+    }
 }
 
 impl Drop for HeldMemory {
@@ -138,6 +183,31 @@ mod tests {
         let other = budget.hold(Some("other"), 45).unwrap();
         let small = budget.hold(Some("greedy"), 5).unwrap();
         drop((first, other, small));
+        assert_eq!(budget.held(), 0);
+        // A request that grows is alone while only it holds memory: it
+        // goes through whatever it adds; beside another, it is refused
+        // past the limit.
+        let mut alone = budget.hold(Some("big"), 40).unwrap();
+        alone.grow(500).expect("alone, any size");
+        assert_eq!(budget.hold(Some("small"), 5).err(), Some(540));
+        drop(alone);
+        let mut first = budget.hold(Some("big"), 30).unwrap();
+        let mut second = budget.hold(Some("small"), 5).unwrap();
+        assert_eq!(second.grow(70).err(), Some(35), "beside another");
+        first.grow(60).expect("alone in its org, within the limit");
+        assert_eq!(first.grow(10).err(), Some(95), "past the limit");
+        second.grow(5).unwrap();
+        drop(first);
+        // Beside another request of its org, past the org's half.
+        let mut third = budget.hold(Some("small"), 1).unwrap();
+        assert_eq!(third.grow(45).err(), Some(11));
+        third.grow(39).unwrap();
+        drop((second, third));
+        assert_eq!(budget.held(), 0);
+        let shared = RequestMemory::new(budget.hold(Some("org"), 10).unwrap());
+        shared.clone().grow(1_000).unwrap();
+        assert_eq!(budget.held(), 1_010);
+        drop(shared);
         assert_eq!(budget.held(), 0);
     }
 }

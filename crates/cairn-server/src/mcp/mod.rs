@@ -289,6 +289,19 @@ impl CairnMcp {
             .ok_or_else(|| ErrorData::invalid_request("an API key is required", None))
     }
 
+    /// What the HTTP request carrying this call holds in memory (its body,
+    /// counted by the HTTP layer), for the tool to grow; none over stdio.
+    fn request_memory(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<crate::limits::RequestMemory> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<crate::limits::RequestMemory>())
+            .cloned()
+    }
+
     async fn store<T: Send + 'static>(
         &self,
         work: impl FnOnce(&dyn LedgerStore) -> Result<T, ApiError> + Send + 'static,

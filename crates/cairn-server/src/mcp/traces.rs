@@ -103,6 +103,7 @@ impl CairnMcp {
             &caller,
             Value::Object(args.trace),
             args.session_id,
+            self.request_memory(&context).as_ref(),
         )
         .await;
         run(result).await

@@ -34,9 +34,10 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        // Counted while the tool builds its answer (REST counts it until
-        // sent; here the SDK writes it out after the tool returns).
-        match crate::turns::parsed_answer(&self.state, caller.org(), &args.text) {
+        // Counted with the request's body, until its answer is sent (over
+        // stdio, while the tool builds it).
+        let memory = self.request_memory(&context);
+        match crate::turns::parsed_answer(&self.state, caller.org(), &args.text, memory.as_ref()) {
             Ok((parsed, _held)) => ok(&parsed),
             Err(e) => tool_error(e),
         }
@@ -81,6 +82,7 @@ impl CairnMcp {
                 &turn_id,
                 Some(&args.thinking),
                 Vec::new(),
+                self.request_memory(&context).as_ref(),
             )
             .await
         }
