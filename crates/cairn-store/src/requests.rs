@@ -247,6 +247,19 @@ pub struct PreparedStep {
     pub search_doc: Option<String>,
 }
 
+/// A link's field name as an error names it.
+fn link_field(name: &str) -> &'static str {
+    match name {
+        "approval_request" => "links.approval_request",
+        "audit_event" => "links.audit_event",
+        "corrects" => "links.corrects",
+        "parent" => "links.parent",
+        "policy_decision" => "links.policy_decision",
+        "tool_call" => "links.tool_call",
+        _ => "links",
+    }
+}
+
 /// Validates a step and computes everything that does not depend on its
 /// position: trace id, timestamp, seed, salts, all commitments but the
 /// index's, and whether `embedding_sample_rate` selects it for embedding.
@@ -305,6 +318,15 @@ pub fn prepare_step(
         if let Some(id) = id {
             cairn_core::record::refuse_api_key_id(field, id)?;
         }
+    }
+    // Nor may a link or the model name, which erasure does not reach.
+    for (name, value) in step.links.entries() {
+        if let Some(value) = value {
+            cairn_core::record::refuse_api_key_id(link_field(name), value)?;
+        }
+    }
+    if let Some(model) = &step.model {
+        cairn_core::record::refuse_api_key_id("model", model)?;
     }
     // Ids a URL path names the step or its turn by (an ingest rule).
     cairn_core::record::refuse_dot_segment("trace_id", &step.trace_id)?;

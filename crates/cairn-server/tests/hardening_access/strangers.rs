@@ -184,10 +184,21 @@ fn errors_never_quote_a_token() {
     }
     // A token pasted as an id is never recorded (the ledger could not
     // forget it): refused, naming the field, not the value.
-    for field in ["session_id", "agent_id", "trace_id", "turn_id"] {
+    for field in [
+        "session_id",
+        "agent_id",
+        "trace_id",
+        "turn_id",
+        "model",
+        "links.tool_call",
+        "links.policy_decision",
+    ] {
         let mut body =
             json!({"session_id": "s", "agent_id": "a", "step_type": "plan", "content": "x"});
-        body[field] = json!(format!("pasted-{admin}"));
+        match field.split_once('.') {
+            Some((_, link)) => body["links"] = json!({link: format!("pasted-{admin}")}),
+            None => body[field] = json!(format!("pasted-{admin}")),
+        }
         let refused = post(&server, "/v1/steps", &admin, &body);
         assert_eq!(
             (
