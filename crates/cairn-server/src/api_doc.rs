@@ -252,16 +252,19 @@ pub struct StepInput {
     output_data: Value,
     #[schema(minimum = 0, maximum = 1)]
     confidence: Option<f64>,
-    #[schema(minimum = 0)]
+    /// At most 2^53 - 1, the largest integer every JSON reader holds exactly.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     duration_ms: Option<u64>,
-    #[schema(minimum = 0)]
+    /// At most 2^53 - 1, the largest integer every JSON reader holds exactly.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     token_count: Option<u64>,
     model: Option<String>,
     /// Any JSON value.
     #[serde(default)]
     metadata: Value,
     turn_id: Option<Id>,
-    #[schema(minimum = 0)]
+    /// At most 2^53 - 1, the largest integer every JSON reader holds exactly.
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     turn_step: Option<u64>,
     task_id: Option<Id>,
     links: Option<StepLinks>,

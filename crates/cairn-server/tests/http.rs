@@ -417,6 +417,20 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "invalid_request",
         ),
         (
+            "turn with a malformed turn id",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst", "turn_id": "a b", "thinking": "x"}),
+            400,
+            "malformed_id",
+        ),
+        (
+            "turn whose thinking holds no phase",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst", "thinking": "[思考]"}),
+            400,
+            "invalid_request",
+        ),
+        (
             "turn with a step of another turn",
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst", "turn_id": "t", "steps": [{"turn_id": "other", "step_type": "plan"}]}),
