@@ -124,7 +124,7 @@ test("sign in, sessions, a verdict, bundles verified in the browser, tampering s
       await shot(page, `sign-in-${label}-${scheme}`);
       await page.getByLabel("API key").fill("cairn_not_a_key");
       await page.getByRole("button", { name: "Sign in" }).click();
-      assert.match(await page.getByRole("alert").textContent(), /unknown or revoked/);
+      assert.match(await page.getByRole("alert").textContent(), /unknown, revoked or expired/);
       await page.getByLabel("API key").fill(admin);
       await page.getByRole("button", { name: "Sign in" }).click();
       await page.waitForURL(/\/ui\/sessions$/);
