@@ -63,7 +63,13 @@ pub(super) fn check_schema(
                 .context("checking the schema")?;
             add_missing_columns(tx)?;
         }
-        Some(SCHEMA_VERSION) => {}
+        Some(SCHEMA_VERSION) => {
+            // Key commands run beside a server, and may be the first
+            // commands of a new version: they need the added columns as
+            // much as the sequencer does. A store that cannot be written
+            // (a read-only copy being verified) is read without them.
+            let _ = add_missing_columns(tx);
+        }
         Some("1") => {
             return Err(StoreError::Corrupt(format!(
                 "{} holds a format 1 ledger (written by cairn 0.1); this cairn writes format 2, whose hashes differ, and cannot open it. Keep using cairn 0.1 for it (its exports verify with cairn 0.1), or start a new data directory",

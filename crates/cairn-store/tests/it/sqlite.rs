@@ -733,8 +733,9 @@ fn an_agent_of_more_sessions_than_a_listing_page_exports_them_all() {
 }
 
 /// A store written before keys could expire (its `api_keys` without
-/// `expires_at`) gets the column from its first sequencing open, and its
-/// keys keep working and can be made to expire.
+/// `expires_at`) gets the column from its first open that can write (a
+/// key command beside a server as well as a sequencing one), and its keys
+/// keep working and can be made to expire.
 #[test]
 fn a_store_from_before_key_expiry_gets_the_column() {
     use cairn_store::{ApiKey, Role, token_hash};
@@ -750,6 +751,20 @@ fn a_store_from_before_key_expiry_gets_the_column() {
         conn.execute_batch("ALTER TABLE api_keys DROP COLUMN expires_at")
             .unwrap();
     }
+    // A key command's open (beside a server, not sequencing) adds it too.
+    let beside = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            sequencer: false,
+            ..options()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        beside.api_key_by_hash(&token_hash(&old_token)).unwrap(),
+        Some(old.clone())
+    );
+    drop(beside);
     let store = SqliteStore::open(dir.path(), options()).unwrap();
     assert_eq!(
         store.api_key_by_hash(&token_hash(&old_token)).unwrap(),
