@@ -187,12 +187,13 @@ pub fn is_dot_segment(id: &str) -> bool {
     matches!(id, "." | "..")
 }
 
-/// Whether `text` holds a whole Cairn API key, anywhere in it, in any
-/// case, also percent-encoded up to three times: `cairn_`, a key id (12
-/// hex digits), `_` and a secret of 43 or more of its characters
-/// (base64url), or a bare key id, `_` and 43 or more of them holding both
-/// upper- and lower-case letters, as random base64url does (a token
-/// pasted without its prefix). Ingest refuses such text as an id
+/// Whether `text` holds a Cairn API key, anywhere in it, in any case,
+/// also percent-encoded up to three times: `cairn_`, a key id (12 hex
+/// digits), `_` and 20 or more of a secret's characters (base64url: a
+/// token cut short too), or a bare key id starting a word, `_` and a run
+/// of exactly 43 such characters holding both upper- and lower-case
+/// letters, as random base64url does (a token pasted without its
+/// prefix). Ingest refuses such text as an id
 /// ([`refuse_api_key_id`]); a key id alone (`cairn_202612051200`) or a
 /// UUID followed by a name (its last group is 12 hex digits) is not one.
 pub fn looks_like_an_api_key(text: &str) -> bool {
@@ -235,33 +236,41 @@ fn token_in(text: &str, rule: TokenMatch) -> bool {
     false
 }
 
-/// [`token_in`]'s test of one spelling.
+/// [`token_in`]'s test of one spelling: linear in its length (each
+/// position looks at a bounded number of bytes after it).
 fn holds_token(text: &str, rule: TokenMatch) -> bool {
     const PREFIX: &[u8] = b"cairn_";
     const SECRET: usize = 43;
     let bytes = text.as_bytes();
+    let secret_byte = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-';
     let hex_run =
         |at: usize| bytes.len() >= at + 12 && bytes[at..at + 12].iter().all(u8::is_ascii_hexdigit);
-    // The secret's characters (base64url) from `at` on.
-    let secret_run = |at: usize| {
+    // Up to `enough` of the secret's characters (base64url) from `at` on.
+    let secret_run = |at: usize, enough: usize| {
         bytes[at.min(bytes.len())..]
             .iter()
-            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
+            .take(enough)
+            .take_while(|b| secret_byte(b))
             .count()
     };
-    // Random base64url of 43 characters holds both cases (all but about
-    // one in a billion do); a name of that length rarely does.
-    let mixed_case = |at: usize| {
-        let secret = &bytes[at..at + SECRET];
-        secret.iter().any(u8::is_ascii_uppercase) && secret.iter().any(u8::is_ascii_lowercase)
+    // A bare token's secret: exactly 43 characters (the run ends there)
+    // holding both cases, as random base64url does (all but about one in
+    // a billion); names of that shape rarely are.
+    let bare_secret = |at: usize| {
+        secret_run(at, SECRET) == SECRET
+            && !bytes.get(at + SECRET).is_some_and(secret_byte)
+            && bytes[at..at + SECRET].iter().any(u8::is_ascii_uppercase)
+            && bytes[at..at + SECRET].iter().any(u8::is_ascii_lowercase)
     };
     let prefixed = (0..bytes.len().saturating_sub(PREFIX.len() - 1)).any(|at| {
         bytes[at..at + PREFIX.len()].eq_ignore_ascii_case(PREFIX)
             && hex_run(at + 6)
             && match rule {
                 TokenMatch::Part => true,
+                // Most of a secret after a prefixed key id: a token cut
+                // short is still refused (what is left would be guessed).
                 TokenMatch::Whole => {
-                    bytes.get(at + 18) == Some(&b'_') && secret_run(at + 19) >= SECRET
+                    bytes.get(at + 18) == Some(&b'_') && secret_run(at + 19, 20) == 20
                 }
             }
     });
@@ -269,10 +278,12 @@ fn holds_token(text: &str, rule: TokenMatch) -> bool {
         || (0..bytes.len()).any(|at| {
             hex_run(at)
                 && match (rule, bytes.get(at + 12)) {
+                    // A bare key id starts a word: not the tail of a longer
+                    // run of letters and digits (a millisecond timestamp).
                     (TokenMatch::Whole, Some(b'_')) => {
-                        secret_run(at + 13) >= SECRET && mixed_case(at + 13)
+                        (at == 0 || !bytes[at - 1].is_ascii_alphanumeric()) && bare_secret(at + 13)
                     }
-                    (TokenMatch::Part, Some(b'_' | b'.' | b':')) => secret_run(at + 13) >= 20,
+                    (TokenMatch::Part, Some(b'_' | b'.' | b':')) => secret_run(at + 13, 20) == 20,
                     _ => false,
                 }
         })
@@ -805,13 +816,16 @@ mod tests {
     /// spelling; ids that only resemble one in part are not.
     #[test]
     fn ids_that_look_like_api_keys_are_refused() {
-        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZ";
         for id in [
             token.to_owned(),
             token.to_ascii_uppercase(),
             format!("run-{token}"),
             token[6..].to_owned(),
             token.replace('_', "%5F"),
+            // Cut short: what is left would be guessed.
+            token[..60].to_owned(),
+            token[..40].to_owned(),
         ] {
             assert!(looks_like_an_api_key(&id), "{id}");
             assert!(matches!(
@@ -834,10 +848,19 @@ mod tests {
             "cairn_202612051200",
             "cairn_1733356800000",
             "build_202612051200_3f786850e387550fdab836ed7e6dc881de23001b",
+            "1733366400000_ResearchAgentSummarizeQuarterlyEarningsReportV2",
+            "202612051200_CustomerSupportAgent-HandlingRefundRequests-v2",
+            "550e8400-e29b-41d4-a716-446655440000_Agent_Research_Summarize_Quarterly_Report_Q3",
+            "run-deadbeefcafe_ExtractInvoiceLineItemsFromScannedPdfDocuments",
         ] {
             assert!(!looks_like_an_api_key(id), "{id}");
             assert!(refuse_api_key_id("session_id", id).is_ok());
         }
+        // Linear in the text: 2 MiB of key-id-like runs (OTLP ids are not
+        // cut before this test) once took minutes.
+        let long = "000000000000_".repeat(160_000);
+        assert!(!looks_like_an_api_key(&long));
+        assert!(may_hold_an_api_key(&long));
     }
 
     /// What Cairn shows and logs leaves out more: a prefixed key id, and
@@ -845,7 +868,7 @@ mod tests {
     /// also after `.` or `:`; everyday words stay.
     #[test]
     fn answers_leave_out_parts_of_tokens() {
-        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZn";
+        let token = "cairn_0123456789ab_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZ";
         for text in [
             token.to_owned(),
             format!("Authorization: Bearer {}", &token[6..])[..60].to_owned(),
