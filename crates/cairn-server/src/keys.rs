@@ -85,7 +85,7 @@ pub(crate) fn key_json(key: &ApiKey) -> Value {
     operation_id = "create_key",
     tag = "keys",
     summary = "Create an API key",
-    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label, expires_at (optional: an RFC 3339 time in the future, after which the key is refused as a revoked one is; it stays listed). The token is shown once. Roles: admin.",
+    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label, expires_at (optional: an RFC 3339 time in the future, after which the key is refused as a revoked one is; it stays listed; a key made by an expiring key expires no later than that key). The token is shown once. Roles: admin.",
     request_body = crate::api_doc::KeyInput,
     responses(
         (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),
@@ -129,9 +129,15 @@ pub(crate) async fn create_key(
     }
     let label = optional_string(&v, "label")?.unwrap_or_default();
     let now = cairn_store::now();
-    let expires_at = optional_string(&v, "expires_at")?
+    let asked = optional_string(&v, "expires_at")?
         .map(|text| expiry(&text, now))
         .transpose()?;
+    // A key that expires makes keys that expire no later than it does:
+    // else a stolen one would outlive its end through the keys it made.
+    let expires_at = match (asked, caller.key.expires_at) {
+        (Some(asked), Some(end)) => Some(asked.min(end)),
+        (asked, end) => asked.or(end),
+    };
     let (mut key, token) = ApiKey::generate(caller.org(), role, agent.as_deref(), &label, now)?;
     key.expires_at = expires_at;
     let stored = key.clone();

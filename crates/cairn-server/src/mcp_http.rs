@@ -185,6 +185,11 @@ fn method_quoting_a_token(message: &Value) -> Option<Response> {
 /// The header that names an MCP session.
 const MCP_SESSION: &str = "mcp-session-id";
 
+/// The most an MCP `initialize` request may hold once parsed (its
+/// parameters, client information and capabilities, are kept with the
+/// session while it lives; a client's are a few KiB).
+const MAX_INITIALIZE_MEMORY: usize = 256 * 1024;
+
 /// In front of MCP over HTTP: checks `Host` and `Origin`, authenticates
 /// the request and hands the caller to the tools through the request's
 /// extensions (rmcp passes the request parts on), refuses JSON that is
@@ -237,6 +242,22 @@ async fn mcp_gate(
                     Value::Array(batch) => batch.iter().any(opens),
                     other => opens(other),
                 };
+                // A session keeps its `initialize` request's parameters for
+                // as long as it lives, beyond what a request's count covers.
+                let kept = cairn_core::json::parsed_memory_bound(&bytes);
+                if initialize && kept > MAX_INITIALIZE_MEMORY {
+                    return refusal(
+                        &bytes,
+                        ApiError::bad_request(
+                            "invalid_request",
+                            format!(
+                                "an initialize request may hold at most {} KiB once parsed (a session keeps its parameters while it lives); this one would hold {} KiB",
+                                MAX_INITIALIZE_MEMORY >> 10,
+                                kept >> 10
+                            ),
+                        ),
+                    );
+                }
             }
             Err(e) => return refusal(&bytes, ApiError::bad_request("invalid_json", e)),
         }

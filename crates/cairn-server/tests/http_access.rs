@@ -596,4 +596,22 @@ fn keys_made_to_expire_are_refused_from_their_end() {
         .unwrap();
     assert_eq!(listed["expires_at"], end);
     assert!(listed["revoked_at"].is_null());
+    // A key that expires makes keys that expire no later than it does.
+    let hour = in_micros(3_600_000_000);
+    let expiring_admin = post(
+        &server,
+        "/v1/keys",
+        &admin,
+        &json!({"role": "admin", "expires_at": hour}),
+    );
+    let expiring_admin = expiring_admin.json()["token"].as_str().unwrap().to_owned();
+    for asked in [json!(null), json!(in_micros(86_400_000_000))] {
+        let mut body = json!({"role": "admin"});
+        if !asked.is_null() {
+            body["expires_at"] = asked;
+        }
+        let made = post(&server, "/v1/keys", &expiring_admin, &body);
+        assert_eq!(made.status, 201, "{}", made.text());
+        assert_eq!(made.json()["expires_at"], hour, "{}", made.text());
+    }
 }

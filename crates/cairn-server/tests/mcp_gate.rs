@@ -352,3 +352,37 @@ fn plain_text_rejections_keep_their_reason() {
         "{body}"
     );
 }
+
+/// A session keeps its `initialize` request's parameters while it lives,
+/// past what the request's memory count covers, so an `initialize` that
+/// would hold more than 256 KiB once parsed is refused (a JSON-RPC error
+/// answering its id) and opens no session; an ordinary one opens.
+#[test]
+fn an_initialize_too_large_to_keep_opens_no_session() {
+    let server = start(config(Limits::default()));
+    let pad: Vec<Value> = (0..20_000).map(|_| json!({"": 0})).collect();
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"experimental": {"x": {"pad": pad}}},
+        "clientInfo": {"name": "hoarder", "version": "1"}}});
+    let refused = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream",
+            server.admin
+        ),
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(
+        refused.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert_eq!(refused.rpc()["id"], 7);
+    assert_eq!(refused.rpc()["error"]["code"], -32600);
+    assert!(refused.header("mcp-session-id").is_none());
+    let opened = mcp_initialize(server.addr, &server.admin, "localhost");
+    assert_eq!(opened.status, 200);
+    assert!(opened.header("mcp-session-id").is_some());
+}

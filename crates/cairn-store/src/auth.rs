@@ -170,7 +170,7 @@ pub enum KeyRevocation {
 pub(crate) const REVOKE_UNLESS_LAST_ADMIN: &str = "UPDATE api_keys SET revoked_at = ?3
  WHERE org_name = ?1 AND id = ?2 AND revoked_at IS NULL
    AND (?4 IS NULL OR agent_id = ?4)
-   AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
+   AND (role <> 'admin' OR agent_id IS NOT NULL OR expires_at <= ?3 OR EXISTS (
         SELECT 1 FROM api_keys other
          WHERE other.org_name = ?1 AND other.id <> ?2 AND other.role = 'admin'
            AND other.agent_id IS NULL AND other.revoked_at IS NULL
@@ -180,7 +180,7 @@ pub(crate) const REVOKE_UNLESS_LAST_ADMIN: &str = "UPDATE api_keys SET revoked_a
 pub(crate) const REVOKE_UNLESS_LAST_ADMIN_PG: &str = "UPDATE api_keys SET revoked_at = $3
  WHERE org_name = $1 AND id = $2 AND revoked_at IS NULL
    AND ($4::text IS NULL OR agent_id = $4::text)
-   AND (role <> 'admin' OR agent_id IS NOT NULL OR EXISTS (
+   AND (role <> 'admin' OR agent_id IS NOT NULL OR expires_at <= $3 OR EXISTS (
         SELECT 1 FROM api_keys other
          WHERE other.org_name = $1 AND other.id <> $2 AND other.role = 'admin'
            AND other.agent_id IS NULL AND other.revoked_at IS NULL

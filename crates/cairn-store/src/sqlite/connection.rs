@@ -105,12 +105,6 @@ pub(super) fn forbid_structural_changes(conn: &mut Connection) -> Result<(), Sto
                 index_name: "embedding_queue_org",
                 table_name: "embedding_queue",
             } => Authorization::Allow,
-            // The one column an upgrade adds (migrate.rs): to the API keys,
-            // which are revocable state, not ledger.
-            AuthAction::AlterTable {
-                database_name: "main",
-                table_name: "api_keys",
-            } => Authorization::Allow,
             AuthAction::DropTable { .. }
             | AuthAction::DropIndex { .. }
             | AuthAction::DropTrigger { .. }

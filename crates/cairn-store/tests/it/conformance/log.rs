@@ -794,4 +794,11 @@ pub(super) fn last_admin_key_is_kept(backend: &dyn Backend) {
             .unwrap(),
         KeyRevocation::LastAdmin
     );
+    // And it can itself be revoked: it is not the key kept in use.
+    assert_eq!(
+        first
+            .revoke_api_key_unless_last_admin(ORG, &expired.id, None, now)
+            .unwrap(),
+        KeyRevocation::Revoked
+    );
 }
