@@ -67,7 +67,8 @@ pub fn holds_a_token(text: &str) -> bool {
     cairn_core::record::may_hold_an_api_key(text)
 }
 
-/// `text` with every word that looks like an API key ([`holds_a_token`]:
+/// `text` with every word that looks like an API key
+/// ([`cairn_core::record::may_hold_an_api_key`]:
 /// a token, or most of one, as a message quotes a member name cut to 60
 /// characters) replaced by a marker; if what is left still holds one (split
 /// by an escape), the whole text is replaced. A word runs over letters,
