@@ -37,18 +37,26 @@ enum TokenMatch {
 }
 
 /// The one decoding loop of the token rules: `text` as sent, then
-/// percent-decoded while that changes it (at most three times).
+/// percent-decoded while that changes it (at most three times). Only text
+/// holding a `%` reads differently decoded, so the ids every appended step
+/// is checked for are read in place, without a copy.
 fn token_in(text: &str, rule: TokenMatch) -> bool {
-    let mut decoded = text.to_owned();
-    for _ in 0..4 {
-        if holds_token(&decoded, rule) {
-            return true;
-        }
-        let next = percent_decoded(&decoded);
-        if next == decoded {
+    if holds_token(text, rule) {
+        return true;
+    }
+    let mut decoded = std::borrow::Cow::Borrowed(text);
+    for _ in 0..3 {
+        if !decoded.contains('%') {
             return false;
         }
-        decoded = next;
+        let next = percent_decoded(&decoded);
+        if next == *decoded {
+            return false;
+        }
+        if holds_token(&next, rule) {
+            return true;
+        }
+        decoded = std::borrow::Cow::Owned(next);
     }
     false
 }
