@@ -349,9 +349,6 @@ pub(crate) async fn record_turn(
     })
 }
 
-/// How many of a turn's steps are read at once.
-const TURN_READ_CHUNK: usize = 256;
-
 /// A session's steps (of one turn, with `turn`), and each one's log
 /// position by trace id; 404 for an unknown session. The answer is held
 /// whole: it takes one of the org's expensive slots, and the steps are
@@ -394,15 +391,8 @@ async fn session_records(
             // One turn: its steps found through the index of turns, read
             // a few at a time, whatever the length of the session.
             Some(turn) => {
-                let positions = store
-                    .turn_seqs(&org, &session_id, turn)?
-                    .ok_or_else(|| ApiError::no_session(&session_id))?;
-                'chunks: for chunk in positions.chunks(TURN_READ_CHUNK) {
-                    for step in store.steps_at(&org, &session_id, chunk)? {
-                        if !keep(step) {
-                            break 'chunks;
-                        }
-                    }
+                if !store.read_turn(&org, &session_id, turn, &mut keep)? {
+                    return Err(ApiError::no_session(&session_id));
                 }
             }
             None => store.read_session(&org, &session_id, &mut keep)?,

@@ -268,6 +268,32 @@ pub trait LedgerStore: Send + Sync + 'static {
         Ok(Some(seqs))
     }
 
+    /// Streams the steps of turn `turn_id` of a session in index order, as
+    /// [`LedgerStore::read_session`] streams a session: found through
+    /// [`LedgerStore::turn_seqs`] and read a few at a time, whatever the
+    /// length of the session. `visit` returns false to stop early; false
+    /// for an unknown session.
+    fn read_turn(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        turn_id: &str,
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<bool, StoreError> {
+        const CHUNK: usize = 256;
+        let Some(positions) = self.turn_seqs(org_id, session_id, turn_id)? else {
+            return Ok(false);
+        };
+        for chunk in positions.chunks(CHUNK) {
+            for step in self.steps_at(org_id, session_id, chunk)? {
+                if !visit(step) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// The steps of `session_id` at these log positions (from
     /// [`LedgerStore::session_seqs`], ascending), in that order; a position
     /// that holds no step of the session is left out.

@@ -287,12 +287,10 @@ pub fn trail(
         // One turn: its steps through the index of turns, whatever the
         // length of the session.
         Some(id) => {
-            let positions = store.turn_seqs(&cli.org, session, id)?.unwrap_or_default();
-            for chunk in positions.chunks(256) {
-                for s in store.steps_at(&cli.org, session, chunk)? {
-                    steps.push((s.seq, s.record));
-                }
-            }
+            store.read_turn(&cli.org, session, id, &mut |s| {
+                steps.push((s.seq, s.record));
+                true
+            })?;
         }
         None => store.read_session(&cli.org, session, &mut |s| {
             steps.push((s.seq, s.record));

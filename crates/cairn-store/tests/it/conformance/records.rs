@@ -643,8 +643,23 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
             .unwrap();
         let found = store.turn_seqs(ORG, session, turn).unwrap().unwrap();
         assert_eq!(found, walked, "{session} {turn}");
+        let mut read = Vec::new();
+        assert!(
+            store
+                .read_turn(ORG, session, turn, &mut |s| {
+                    read.push(s.seq);
+                    true
+                })
+                .unwrap()
+        );
+        assert_eq!(read, walked, "{session} {turn}");
         assert_eq!(found.len(), steps, "{session} {turn}");
     }
     assert_eq!(store.turn_seqs(ORG, "unknown", "t1").unwrap(), None);
+    assert!(
+        !store
+            .read_turn(ORG, "unknown", "t1", &mut |_| true)
+            .unwrap()
+    );
     assert_verifies(store.as_ref());
 }
