@@ -277,11 +277,6 @@ pub(crate) async fn record_turn(
             "a turn needs thinking text or steps",
         ));
     }
-    // The turn's own id is checked as the request's, not as a phase's.
-    cairn_core::record::validate_id("turn_id", turn_id)
-        .and_then(|()| cairn_core::record::refuse_api_key_id("turn_id", turn_id))
-        .and_then(|()| cairn_core::record::refuse_dot_segment("turn_id", turn_id))
-        .map_err(|e| ApiError::from(cairn_store::Refusal::from(e)))?;
     let given = explicit.len();
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
