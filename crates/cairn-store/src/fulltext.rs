@@ -388,6 +388,15 @@ pub fn document(step: &Step) -> Option<String> {
 /// through it, so a step is found by the same words whichever wrote it.
 pub fn capped(mut doc: String) -> String {
     if doc.len() > MAX_DOCUMENT_BYTES {
+        // The cap counts tokens and one space between each, as the
+        // document is read: separators a text spells with several bytes
+        // (runs of punctuation, indentation) cost nothing against it, and
+        // a document cut here holds the same words whichever path built it
+        // (ingest segments part by part, a rebuild from the log the
+        // display text, whose separators differ).
+        doc = single_spaced(&doc);
+    }
+    if doc.len() > MAX_DOCUMENT_BYTES {
         let mut end = MAX_DOCUMENT_BYTES;
         while !doc.is_char_boundary(end) {
             end -= 1;
@@ -397,6 +406,18 @@ pub fn capped(mut doc: String) -> String {
         doc.truncate(cut);
     }
     doc
+}
+
+/// `doc`'s tokens separated by one space each.
+fn single_spaced(doc: &str) -> String {
+    let mut out = String::with_capacity(doc.len());
+    for token in doc.split(' ').filter(|t| !t.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(token);
+    }
+    out
 }
 
 /// Longest full-text document, in bytes (cut at a word boundary).
@@ -758,10 +779,54 @@ mod tests {
             let text = filler.repeat(MAX_DOCUMENT_BYTES / filler.len() + 100);
             step.content = Some(text.clone());
             let doc = document(&step).unwrap();
-            let full = segment(&text);
+            let full = single_spaced(&segment(&text));
             assert!(doc.len() <= MAX_DOCUMENT_BYTES && doc.len() > MAX_DOCUMENT_BYTES - 64);
             assert!(full.starts_with(&doc) && full[doc.len()..].starts_with(' '));
         }
+    }
+
+    /// Separators cost nothing against the cap, and a step's document
+    /// holds the same words whether ingest built it (part by part) or a
+    /// rebuild from the stored columns did (from the display text).
+    #[test]
+    fn documents_over_the_cap_keep_every_word_that_fits() {
+        let mut step = Step::new(
+            "t",
+            "o",
+            "a",
+            "s",
+            0,
+            "Reasoning",
+            cairn_core::time::Timestamp::from_micros(0).unwrap(),
+        )
+        .unwrap();
+        step.input = Some(serde_json::json!("-".repeat(200_000)));
+        step.output = Some(serde_json::json!("-".repeat(100_000)));
+        step.metadata = Some(serde_json::json!("lonely"));
+        assert_eq!(document(&step).as_deref(), Some("lonely"));
+        step.content = Some("c ".repeat(30_000));
+        step.input = Some(serde_json::json!(
+            (0..25_500).map(|i| format!(",w{i:05}")).collect::<Vec<_>>()
+        ));
+        step.output = Some(serde_json::json!({"o": ",".repeat(50_000) + " needle"}));
+        step.metadata = None;
+        let ingested = document(&step).unwrap();
+        let text = |v: &Option<Value>| v.as_ref().map(|v| v.to_string());
+        let rebuilt = stored_document(
+            step.content.as_deref(),
+            [
+                text(&step.input).as_deref(),
+                text(&step.output).as_deref(),
+                None,
+            ],
+        );
+        assert_eq!(ingested, rebuilt);
+        assert!(
+            ingested.ends_with(" w25499 o needle"),
+            "{}",
+            &ingested[ingested.len() - 40..]
+        );
+        assert!(ingested.len() <= MAX_DOCUMENT_BYTES);
     }
 
     #[test]
