@@ -378,7 +378,9 @@ impl From<Refusal> for ApiError {
             Refusal::UnknownLink { .. } => (StatusCode::BAD_REQUEST, "unknown_link"),
             Refusal::BadPredecessor(_) => (StatusCode::BAD_REQUEST, "bad_predecessor"),
             Refusal::DuplicateId { .. } => (StatusCode::CONFLICT, "duplicate_id"),
-            Refusal::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Refusal::InvalidRequest(_) | Refusal::InvalidMember { .. } => {
+                (StatusCode::BAD_REQUEST, "invalid_request")
+            }
             Refusal::KeyConflict { .. } => (StatusCode::CONFLICT, "key_conflict"),
             Refusal::KeyRevoked { .. } => (StatusCode::CONFLICT, "key_revoked"),
             Refusal::UnknownKey { .. } => (StatusCode::NOT_FOUND, "not_found"),
@@ -397,6 +399,7 @@ impl From<Refusal> for ApiError {
             Refusal::ClockSkew { .. } | Refusal::TimeRegression { .. } => {
                 Some("created_at".to_owned())
             }
+            Refusal::InvalidMember { field, .. } => Some((*field).to_owned()),
             _ => None,
         };
         let error = ApiError::new(status, code, message);

@@ -201,11 +201,12 @@ pub(crate) async fn record(
                         return Err(ApiError::bad_request(
                             "invalid_request",
                             format!(
-                                "a step of session {} in a turn of {}",
+                                "steps[{index}]: a step of session {} in a turn of {} (nothing of this turn was written)",
                                 crate::error::shown(other),
                                 crate::error::shown(&session_id)
                             ),
-                        ));
+                        )
+                        .with_field(format!("steps[{index}].session_id")));
                     }
                     _ => {}
                 }
@@ -316,15 +317,25 @@ pub(crate) async fn record_turn(
             ..
         })) => {
             let mut e = ApiError::from(*refusal);
-            let which = if index < parsed {
-                format!("phase {index} of the thinking text")
+            let (which, member) = if index < parsed {
+                (
+                    format!("phase {index} of the thinking text"),
+                    "thinking".to_owned(),
+                )
             } else {
-                format!("steps[{}]", index - parsed)
+                let step = format!("steps[{}]", index - parsed);
+                (step.clone(), step)
             };
             e.message = format!(
                 "{which} was refused, so nothing of this turn was written: {}",
                 e.message
             );
+            // The refused step's member, under the step (a phase of the
+            // thinking text is the `thinking` member itself).
+            e.field = Some(match e.field.take() {
+                Some(field) if index >= parsed => format!("{member}.{field}"),
+                _ => member,
+            });
             return Err(e);
         }
         Err(e) => return Err(e.into()),

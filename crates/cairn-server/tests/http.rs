@@ -462,6 +462,33 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             reply.text()
         );
     }
+    // A turn's refused step is named by its member under the step, by
+    // the server's reading of the body and by the sequencer's alike.
+    for (body, field, code) in [
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, {"session_id": "s2", "step_type": "plan"}]}),
+            "steps[1].session_id",
+            "invalid_request",
+        ),
+        (
+            json!({"agent_id": "analyst", "turn_id": "t", "steps": [{"step_type": "plan", "content": "a"}, {"turn_id": "other", "step_type": "plan"}]}),
+            "steps[1].turn_id",
+            "invalid_request",
+        ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, {"step_type": "plan", "confidence": 7}]}),
+            "steps[1].confidence",
+            "confidence_out_of_range",
+        ),
+    ] {
+        let reply = post(&server, "/v1/sessions/s1/turns", &admin, &body);
+        assert_eq!(
+            (reply.code().as_str(), &reply.json()["error"]["field"]),
+            (code, &json!(field)),
+            "{body}: {}",
+            reply.text()
+        );
+    }
     // A parameter's value mistyped: invalid_argument naming it, as a
     // body member's.
     for (path, field) in [

@@ -138,8 +138,14 @@ impl ApiKey {
 /// A new key's end from its RFC 3339 text: a time after `now`, or why
 /// not (for a person: the API and the CLI quote it).
 pub fn key_expiry(text: &str, now: Timestamp) -> Result<Timestamp, String> {
-    let at = Timestamp::parse_rfc3339(text)
-        .map_err(|e| format!("must be an RFC 3339 time such as 2027-01-31T00:00:00Z: {e}"))?;
+    // The parser's own message speaks of UTC (what a step's timestamp
+    // must be); a key's end may carry any offset, so it is not quoted.
+    let at = Timestamp::parse_rfc3339(text).map_err(|_| {
+        let shown: String = text.chars().take(80).collect();
+        format!(
+            "must be an RFC 3339 time such as 2027-01-31T00:00:00Z or 2027-01-31T09:00:00+09:00, not {shown:?}"
+        )
+    })?;
     if at <= now {
         return Err(format!("({at}) is not in the future (now {now})"));
     }

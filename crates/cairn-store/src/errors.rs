@@ -126,6 +126,17 @@ pub enum Refusal {
     /// A field of the request is invalid (empty, too long).
     #[error("{0}")]
     InvalidRequest(String),
+    /// One member of the request is refused for what the ledger holds
+    /// or what the rest of the request says (a turn's step naming
+    /// another session or turn, a turn numbered to its end): answered
+    /// with that member as the error's field.
+    #[error("{message}")]
+    InvalidMember {
+        /// The member, as the request names it (`session_id`, `turn_id`).
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The key id is registered for another agent: a key speaks for one
     /// agent for good.
     #[error("key {key_id} is registered for agent {agent_id}; a key speaks for one agent only")]

@@ -226,21 +226,27 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         });
         if let Some(index) = misplaced {
             let step = &steps[index];
-            let why = if step.session_id != first.session_id {
-                format!(
-                    "a step of session {} in a turn of session {}",
-                    step.session_id, first.session_id
-                )
+            let refusal = if step.session_id != first.session_id {
+                Refusal::InvalidMember {
+                    field: "session_id",
+                    message: format!(
+                        "a step of session {} in a turn of session {}",
+                        step.session_id, first.session_id
+                    ),
+                }
             } else {
-                format!(
-                    "a step of turn {} in a request of turn {turn_id}",
-                    step.turn_id.as_deref().unwrap_or_default()
-                )
+                Refusal::InvalidMember {
+                    field: "turn_id",
+                    message: format!(
+                        "a step of turn {} in a request of turn {turn_id}",
+                        step.turn_id.as_deref().unwrap_or_default()
+                    ),
+                }
             };
             return Ok(Err(Refusal::StepOfMany {
                 index,
                 count,
-                refusal: Box::new(Refusal::InvalidRequest(why)),
+                refusal: Box::new(refusal),
             }));
         }
         let highest = match self.org(&first.org_id)? {
@@ -262,10 +268,13 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                         next = next.saturating_add(1);
                     }
                     if next > cairn_core::record::MAX_SAFE_INTEGER {
-                        return Ok(Err(Refusal::InvalidRequest(format!(
-                            "turn {turn_id} of session {} is numbered up to 2^53 - 1, the largest number a step may hold: record these steps in another turn",
-                            first.session_id
-                        ))));
+                        return Ok(Err(Refusal::InvalidMember {
+                            field: "turn_id",
+                            message: format!(
+                                "turn {turn_id} of session {} is numbered up to 2^53 - 1, the largest number a step may hold: record these steps in another turn",
+                                first.session_id
+                            ),
+                        }));
                     }
                     next += 1;
                     next - 1

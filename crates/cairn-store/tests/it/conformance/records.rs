@@ -577,8 +577,10 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
         ),
     ] {
         let refused = write_turn("t1", steps);
+        // The refused step is named, and the member that misplaces it.
         assert!(
-            matches!(&refused, Err(AppendError::Refused(Refusal::StepOfMany { index, .. })) if *index == at),
+            matches!(&refused, Err(AppendError::Refused(Refusal::StepOfMany { index, refusal, .. }))
+                if *index == at && matches!(**refusal, Refusal::InvalidMember { field: "session_id" | "turn_id", .. })),
             "{refused:?}"
         );
     }
@@ -587,7 +589,7 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     turn("t2", vec![in_turn("s1", "t2", Some(last))]);
     let full = write_turn("t2", vec![in_turn("s1", "t2", None)]);
     assert!(
-        matches!(&full, Err(AppendError::Refused(Refusal::InvalidRequest(why))) if why.contains("2^53")),
+        matches!(&full, Err(AppendError::Refused(Refusal::InvalidMember { field: "turn_id", message })) if message.contains("2^53")),
         "{full:?}"
     );
     assert_eq!(numbers("s1", "t2"), [Some(last)]);
