@@ -761,11 +761,9 @@ mod tests {
         }
     }
 
-    /// A document longer than the cap is cut at a word boundary below it,
-    /// also when the cap falls inside a multi-byte character.
-    #[test]
-    fn documents_are_capped_at_a_word_boundary() {
-        let mut step = Step::new(
+    /// A step with no text, for tests to fill.
+    fn blank_step() -> Step {
+        Step::new(
             "t",
             "o",
             "a",
@@ -774,7 +772,14 @@ mod tests {
             "Reasoning",
             cairn_core::time::Timestamp::from_micros(0).unwrap(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A document longer than the cap is cut at a word boundary below it,
+    /// also when the cap falls inside a multi-byte character.
+    #[test]
+    fn documents_are_capped_at_a_word_boundary() {
+        let mut step = blank_step();
         for filler in ["wörd ", "注文テーブル ", "x "] {
             let text = filler.repeat(MAX_DOCUMENT_BYTES / filler.len() + 100);
             step.content = Some(text.clone());
@@ -790,16 +795,7 @@ mod tests {
     /// rebuild from the stored columns did (from the display text).
     #[test]
     fn documents_over_the_cap_keep_every_word_that_fits() {
-        let mut step = Step::new(
-            "t",
-            "o",
-            "a",
-            "s",
-            0,
-            "Reasoning",
-            cairn_core::time::Timestamp::from_micros(0).unwrap(),
-        )
-        .unwrap();
+        let mut step = blank_step();
         step.input = Some(serde_json::json!("-".repeat(200_000)));
         step.output = Some(serde_json::json!("-".repeat(100_000)));
         step.metadata = Some(serde_json::json!("lonely"));
