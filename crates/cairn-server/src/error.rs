@@ -400,6 +400,7 @@ impl From<Refusal> for ApiError {
                 Some("created_at".to_owned())
             }
             Refusal::InvalidMember { field, .. } => Some((*field).to_owned()),
+            Refusal::AgentMismatch { .. } => Some("agent_id".to_owned()),
             _ => None,
         };
         let error = ApiError::new(status, code, message);

@@ -193,11 +193,14 @@ pub(crate) async fn record(
                 let Some(obj) = item.as_object_mut() else {
                     return Err(ApiError::bad_request(
                         "invalid_request",
-                        "steps must be step objects",
-                    ));
+                        format!("steps[{index}] is not a step object: steps must be step objects"),
+                    )
+                    .with_field(format!("steps[{index}]")));
                 };
-                match obj.get("session_id").and_then(Value::as_str) {
-                    Some(other) if other != session_id => {
+                match obj.get("session_id") {
+                    None => {}
+                    Some(Value::String(other)) if *other == session_id => {}
+                    Some(Value::String(other)) => {
                         return Err(ApiError::bad_request(
                             "invalid_request",
                             format!(
@@ -208,7 +211,14 @@ pub(crate) async fn record(
                         )
                         .with_field(format!("steps[{index}].session_id")));
                     }
-                    _ => {}
+                    // Read as `/v1/steps` reads it: a string or nothing.
+                    Some(_) => {
+                        return Err(ApiError::bad_request(
+                            "invalid_argument",
+                            format!("steps[{index}]: session_id must be a string (nothing of this turn was written)"),
+                        )
+                        .with_field(format!("steps[{index}].session_id")));
+                    }
                 }
                 obj.insert("session_id".into(), json!(session_id));
                 obj.entry("agent_id")
@@ -227,10 +237,10 @@ pub(crate) async fn record(
             }
         }
         Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "steps must be an array",
-            ));
+            return Err(
+                ApiError::bad_request("invalid_request", "steps must be an array")
+                    .with_field("steps"),
+            );
         }
     }
     let body = record_turn(
@@ -245,6 +255,10 @@ pub(crate) async fn record(
     .await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
+
+/// The members of a turn request that every step built from its
+/// thinking text takes as they are.
+const TURN_MEMBERS: [&str; 4] = ["agent_id", "model", "session_id", "turn_id"];
 
 /// A turn just recorded.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -330,10 +344,13 @@ pub(crate) async fn record_turn(
                 "{which} was refused, so nothing of this turn was written: {}",
                 e.message
             );
-            // The refused step's member, under the step (a phase of the
-            // thinking text is the `thinking` member itself).
+            // The refused step's member, under the step. A phase of the
+            // thinking text is the `thinking` member itself, unless what
+            // was refused is a member of the request every phase takes
+            // (its agent, model, session or turn).
             e.field = Some(match e.field.take() {
                 Some(field) if index >= parsed => format!("{member}.{field}"),
+                Some(field) if TURN_MEMBERS.contains(&field.as_str()) => field,
                 _ => member,
             });
             return Err(e);

@@ -480,6 +480,27 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "steps[1].confidence",
             "confidence_out_of_range",
         ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, 5]}),
+            "steps[1]",
+            "invalid_request",
+        ),
+        (
+            json!({"agent_id": "analyst", "steps": 5}),
+            "steps",
+            "invalid_request",
+        ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"session_id": 12, "step_type": "plan"}]}),
+            "steps[0].session_id",
+            "invalid_argument",
+        ),
+        // A phase refused for a member every phase takes names that member.
+        (
+            json!({"agent_id": "someone-else", "thinking": "[思考] a"}),
+            "agent_id",
+            "agent_mismatch",
+        ),
     ] {
         let reply = post(&server, "/v1/sessions/s1/turns", &admin, &body);
         assert_eq!(
