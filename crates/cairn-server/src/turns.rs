@@ -133,7 +133,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. agent_id and model are also each explicit step's unless it names its own. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -221,8 +221,19 @@ pub(crate) async fn record(
                     }
                 }
                 obj.insert("session_id".into(), json!(session_id));
-                obj.entry("agent_id")
-                    .or_insert_with(|| json!(template.agent_id));
+                // The request's agent and model are each step's unless it
+                // names its own (a member given as null names none).
+                let defaults = [
+                    ("agent_id", Some(json!(template.agent_id))),
+                    ("model", template.model.as_ref().map(|m| json!(m))),
+                ];
+                for (member, value) in defaults {
+                    if let Some(value) = value
+                        && obj.get(member).is_none_or(Value::is_null)
+                    {
+                        obj.insert(member.into(), value);
+                    }
+                }
                 explicit.push(step_for(&caller, item).map_err(|mut e| {
                     e.message = format!(
                         "steps[{index}]: {} (nothing of this turn was written)",

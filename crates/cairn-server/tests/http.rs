@@ -841,3 +841,42 @@ fn requests_of_one_turn_at_once_never_share_a_number() {
         turn.text()
     );
 }
+
+/// A turn request's agent and model are each explicit step's unless the
+/// step names its own; a member given as null names none.
+#[test]
+fn a_turns_agent_and_model_are_its_steps_unless_they_name_their_own() {
+    let server = start();
+    let admin = server.admin.clone();
+    let reply = post(
+        &server,
+        "/v1/sessions/s1/turns",
+        &admin,
+        &json!({"agent_id": "analyst", "model": "m-turn", "turn_id": "t", "steps": [
+            {"step_type": "plan", "content": "a"},
+            {"step_type": "plan", "content": "b", "model": "m-own"},
+            {"step_type": "plan", "content": "c", "agent_id": null, "model": null},
+        ]}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let replay = get(&server, "/v1/sessions/s1", &admin).json();
+    let models: Vec<(&str, &str)> = replay["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["agent_id"].as_str().unwrap(),
+                s["model"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        models,
+        [
+            ("analyst", "m-turn"),
+            ("analyst", "m-own"),
+            ("analyst", "m-turn")
+        ]
+    );
+}
