@@ -401,6 +401,7 @@ impl From<Refusal> for ApiError {
             }
             Refusal::InvalidMember { field, .. } => Some((*field).to_owned()),
             Refusal::AgentMismatch { .. } => Some("agent_id".to_owned()),
+            Refusal::UnknownLink { link, .. } => Some(format!("links.{link}")),
             _ => None,
         };
         let error = ApiError::new(status, code, message);

@@ -495,6 +495,11 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "steps[0].session_id",
             "invalid_argument",
         ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "links": {"corrects": "no-such-trace"}}]}),
+            "steps[0].links.corrects",
+            "unknown_link",
+        ),
         // A phase refused for a member every phase takes names that member.
         (
             json!({"agent_id": "someone-else", "thinking": "[思考] a"}),
@@ -510,6 +515,18 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             reply.text()
         );
     }
+    let unknown = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &with_link("corrects", "no-such-trace"),
+    );
+    assert_eq!(
+        unknown.json()["error"]["field"],
+        json!("links.corrects"),
+        "{}",
+        unknown.text()
+    );
     // A parameter's value mistyped: invalid_argument naming it, as a
     // body member's.
     for (path, field) in [
