@@ -44,6 +44,7 @@ mod ledger_cmd;
 mod mcp_cmd;
 mod serve_cmd;
 mod store_open;
+mod transfer_cmd;
 
 use admin_cmd::AdminCommand;
 pub use dispatch::run;
@@ -53,6 +54,7 @@ pub(crate) use serve_cmd::shutdown_signal;
 use serve_cmd::*;
 use store_open::store_location;
 pub(crate) use store_open::{open_store, require_existing_store};
+use transfer_cmd::*;
 
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
