@@ -225,10 +225,15 @@ async fn mcp_gate(
             Ok(bytes) => bytes,
             Err(e) => return limits::body_error(&e, limit).into_response(),
         };
-        match crate::hold_body(&state, caller.org(), &bytes) {
-            Ok(held) => _body_memory = Some(crate::limits::RequestMemory::new(held)),
+        // What the parsed body may hold, as the budget counted it.
+        let parsed = match crate::hold_body(&state, caller.org(), &bytes) {
+            Ok(held) => {
+                let parsed = held.bytes();
+                _body_memory = Some(crate::limits::RequestMemory::new(held));
+                parsed
+            }
             Err(e) => return e.into_response(),
-        }
+        };
         match mcp::check_message(&bytes) {
             Ok(message) => {
                 // The MCP SDK answers an unknown method with its name: one
@@ -244,8 +249,7 @@ async fn mcp_gate(
                 };
                 // A session keeps its `initialize` request's parameters for
                 // as long as it lives, beyond what a request's count covers.
-                let kept = cairn_core::json::parsed_memory_bound(&bytes);
-                if initialize && kept > MAX_INITIALIZE_MEMORY {
+                if initialize && parsed > MAX_INITIALIZE_MEMORY {
                     return refusal(
                         &bytes,
                         ApiError::bad_request(
@@ -253,7 +257,7 @@ async fn mcp_gate(
                             format!(
                                 "an initialize request may hold at most {} KiB once parsed (a session keeps its parameters while it lives); this one would hold {} KiB",
                                 MAX_INITIALIZE_MEMORY >> 10,
-                                kept >> 10
+                                parsed >> 10
                             ),
                         ),
                     );

@@ -70,6 +70,11 @@ pub(crate) struct HeldMemory {
 }
 
 impl HeldMemory {
+    /// The bytes counted for the request so far.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Counts `more` bytes for the same request (what it builds from its
     /// body: steps, an answer): refused as [`MemoryBudget::hold`] refuses,
     /// except that what this request already holds does not count as
