@@ -15,7 +15,7 @@ mod validation;
 pub use tokens::{looks_like_an_api_key, may_hold_an_api_key, percent_decoded, refuse_api_key_id};
 pub use validation::{
     Limits, MAX_ID_LEN, MAX_JSON_DEPTH, MAX_KIND_LABEL_LEN, MAX_SAFE_INTEGER, RecordError,
-    is_dot_segment, refuse_dot_segment, validate_id, validate_json,
+    is_dot_segment, refuse_dot_segment, validate_id, validate_json, validate_path_id,
 };
 
 /// Whether a step is in good standing or flagged for human review (seed

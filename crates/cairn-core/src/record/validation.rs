@@ -193,6 +193,16 @@ pub fn refuse_dot_segment(field: &'static str, id: &str) -> Result<(), RecordErr
     Ok(())
 }
 
+/// An id a URL path names its record by (a turn, an audit event): a
+/// valid id ([`validate_id`]), neither `.` nor `..`
+/// ([`refuse_dot_segment`]), and not an API key pasted in its place
+/// ([`super::refuse_api_key_id`]).
+pub fn validate_path_id(field: &'static str, id: &str) -> Result<(), RecordError> {
+    validate_id(field, id)?;
+    refuse_dot_segment(field, id)?;
+    super::refuse_api_key_id(field, id)
+}
+
 /// Checks a JSON payload: nesting at most [`MAX_JSON_DEPTH`], no integer
 /// beyond ±(2^53 − 1), no member name serde_json reserves, at most
 /// `max_bytes` in canonical form.

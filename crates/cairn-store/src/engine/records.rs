@@ -244,10 +244,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     ) -> Outcome<Written> {
         let event_id = event_id.map_or_else(crate::requests::new_id, str::to_owned);
         if let Err(e) = validate_id("org_id", org_name)
-            .and_then(|()| validate_id("event_id", &event_id))
             // Its id names it in a URL path (/v1/audit-events/{event_id}).
-            .and_then(|()| cairn_core::record::refuse_dot_segment("event_id", &event_id))
-            .and_then(|()| cairn_core::record::refuse_api_key_id("event_id", &event_id))
+            .and_then(|()| cairn_core::record::validate_path_id("event_id", &event_id))
         {
             return Ok(Err(e.into()));
         }

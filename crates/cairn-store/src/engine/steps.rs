@@ -213,10 +213,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         };
         // The turn's own id is refused as the request's, on every surface,
         // before any of its steps (each of which names it) is looked at.
-        if let Err(e) = cairn_core::record::validate_id("turn_id", turn_id)
-            .and_then(|()| cairn_core::record::refuse_api_key_id("turn_id", turn_id))
-            .and_then(|()| cairn_core::record::refuse_dot_segment("turn_id", turn_id))
-        {
+        if let Err(e) = cairn_core::record::validate_path_id("turn_id", turn_id) {
             return Ok(Err(e.into()));
         }
         let count = steps.len();
