@@ -127,6 +127,7 @@ pub const ERROR_CODES: &[&str] = &[
     "session_sealed",
     "session_exists",
     "index_conflict",
+    "turn_step_taken",
     "agent_mismatch",
     "duplicate_trace_id",
     "signed_step_incomplete",
@@ -364,6 +365,7 @@ impl From<Refusal> for ApiError {
             Refusal::UnknownSession { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Refusal::SessionExists { .. } => (StatusCode::CONFLICT, "session_exists"),
             Refusal::IndexConflict { .. } => (StatusCode::CONFLICT, "index_conflict"),
+            Refusal::TurnStepTaken { .. } => (StatusCode::CONFLICT, "turn_step_taken"),
             Refusal::AgentMismatch { .. } => (StatusCode::CONFLICT, "agent_mismatch"),
             Refusal::DuplicateTraceId { .. } => (StatusCode::CONFLICT, "duplicate_trace_id"),
             Refusal::SignedStepIncomplete => (StatusCode::BAD_REQUEST, "signed_step_incomplete"),
@@ -401,6 +403,8 @@ impl From<Refusal> for ApiError {
             }
             Refusal::InvalidMember { field, .. } => Some((*field).to_owned()),
             Refusal::AgentMismatch { .. } => Some("agent_id".to_owned()),
+            Refusal::DuplicateTraceId { .. } => Some("trace_id".to_owned()),
+            Refusal::TurnStepTaken { .. } => Some("turn_step".to_owned()),
             Refusal::UnknownLink { link, .. } => Some(format!("links.{link}")),
             _ => None,
         };

@@ -133,7 +133,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. agent_id and model are also each explicit step's unless it names its own. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it, and a number another step of the turn holds is refused, 409 turn_step_taken; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. agent_id and model are also each explicit step's unless it names its own. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -204,7 +204,7 @@ pub(crate) async fn record(
                         return Err(ApiError::bad_request(
                             "invalid_request",
                             format!(
-                                "steps[{index}]: a step of session {} in a turn of {} (nothing of this turn was written)",
+                                "steps[{index}]: a step of session {} in a turn of session {} (nothing of this turn was written)",
                                 crate::error::shown(other),
                                 crate::error::shown(&session_id)
                             ),
@@ -300,8 +300,9 @@ pub(crate) async fn record_turn(
     if thinking.is_none_or(|t| t.trim().is_empty()) && explicit.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",
-            "a turn needs thinking text or steps",
-        ));
+            "a turn needs thinking text, or steps where the request takes them (POST /v1/sessions/{session_id}/turns)",
+        )
+        .with_field("thinking"));
     }
     let given = explicit.len();
     let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
@@ -309,8 +310,9 @@ pub(crate) async fn record_turn(
     if steps.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",
-            "a turn needs thinking text or steps: this thinking text holds no phase with text",
-        ));
+            "this thinking text holds no phase with text: a turn needs thinking text, or steps where the request takes them",
+        )
+        .with_field("thinking"));
     }
     // The turn's steps (a thinking text's phases are each a step, and
     // explicit steps are copies of the body's) are held until written,
@@ -351,10 +353,7 @@ pub(crate) async fn record_turn(
                 let step = format!("steps[{}]", index - parsed);
                 (step.clone(), step)
             };
-            e.message = format!(
-                "{which} was refused, so nothing of this turn was written: {}",
-                e.message
-            );
+            e.message = format!("{which}: {} (nothing of this turn was written)", e.message);
             // The refused step's member, under the step. A phase of the
             // thinking text is the `thinking` member itself, unless what
             // was refused is a member of the request every phase takes

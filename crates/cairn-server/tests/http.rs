@@ -500,6 +500,16 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "steps[0].links.corrects",
             "unknown_link",
         ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "trace_id": "twice"}, {"step_type": "plan", "trace_id": "twice"}]}),
+            "steps[1].trace_id",
+            "duplicate_trace_id",
+        ),
+        (
+            json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "turn_step": 5}, {"step_type": "plan", "turn_step": 5}]}),
+            "steps[1].turn_step",
+            "turn_step_taken",
+        ),
         // A phase refused for a member every phase takes names that member.
         (
             json!({"agent_id": "someone-else", "thinking": "[思考] a"}),

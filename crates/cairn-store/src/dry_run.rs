@@ -9,13 +9,16 @@ use crate::engine::{AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, o
 use crate::{StoreError, StoredCheckpoint, StoredStep};
 use cairn_core::record::SessionHeader;
 use cairn_core::{Hash, Timestamp};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// See the module docs.
 pub(crate) struct DryRun<'t, T: WriteTx + ?Sized> {
     tx: &'t mut T,
     /// `(org, id)` of records the trial wrote, to their entry type.
     written: HashMap<(i64, String), String>,
+    /// `(sid, turn_id, turn_step)` of the numbered turn steps the trial
+    /// wrote.
+    turn_steps: HashSet<(i64, String, u64)>,
     /// Ids handed out for orgs and sessions the trial created (negative:
     /// no real row has them).
     next_id: i64,
@@ -26,6 +29,7 @@ impl<'t, T: WriteTx + ?Sized> DryRun<'t, T> {
         DryRun {
             tx,
             written: HashMap::new(),
+            turn_steps: HashSet::new(),
             next_id: -1,
         }
     }
@@ -97,6 +101,10 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError> {
         self.written
             .insert((row.org, row.step.trace_id.clone()), "step".into());
+        if let (Some(turn_id), Some(turn_step)) = (&row.step.turn_id, row.step.turn_step) {
+            self.turn_steps
+                .insert((row.sid, turn_id.clone(), turn_step));
+        }
         Ok(())
     }
 
@@ -171,6 +179,24 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
     /// the steps this dry run remembers never need counting.
     fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError> {
         self.tx.turn_highest(sid, turn_id)
+    }
+
+    fn turn_step_taken(
+        &mut self,
+        sid: i64,
+        turn_id: &str,
+        turn_step: u64,
+    ) -> Result<bool, StoreError> {
+        if self
+            .turn_steps
+            .contains(&(sid, turn_id.to_owned(), turn_step))
+        {
+            return Ok(true);
+        }
+        if sid < 0 {
+            return Ok(false);
+        }
+        self.tx.turn_step_taken(sid, turn_id, turn_step)
     }
 
     fn insert_checkpoint(&mut self, _org: i64, _cp: &StoredCheckpoint) -> Result<(), StoreError> {

@@ -38,6 +38,20 @@ pub enum Refusal {
         /// The index the writer gave.
         given: u64,
     },
+    /// A step gives a `turn_step` that another step of its turn (stored,
+    /// or earlier in the same write) already holds: a number names one
+    /// step of a turn.
+    #[error(
+        "turn_step {turn_step} of turn {turn_id} in session {session_id} is already another step's: leave turn_step out to number the step after the turn's last"
+    )]
+    TurnStepTaken {
+        /// The session.
+        session_id: String,
+        /// The turn.
+        turn_id: String,
+        /// The number given.
+        turn_step: u64,
+    },
     /// The step's agent is not the session's agent.
     #[error("session {session_id} belongs to agent {session_agent}, not {step_agent}")]
     AgentMismatch {

@@ -229,6 +229,10 @@ pub struct PreparedStep {
     /// Whether the writer chose the trace id (then it must be checked for
     /// uniqueness).
     pub trace_id_given: bool,
+    /// Whether the writer chose `turn_step` (then no other step of the
+    /// turn may hold it); a number the sequencer assigns is past the
+    /// turn's highest and needs no check.
+    pub turn_step_given: bool,
     /// Whether the writer chose `created_at` (then it must lie within the
     /// session's clock skew of the time the server logs it, and not before
     /// the session's previous step); otherwise it is the server's clock.
@@ -359,6 +363,7 @@ pub fn prepare_step(
         openings,
         commitments,
         trace_id_given,
+        turn_step_given: input.turn_step.is_some(),
         created_at_given,
         expected_index: input.step_index,
         signature: input.signature,

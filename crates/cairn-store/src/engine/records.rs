@@ -166,7 +166,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 ..crate::NewStep::default()
             };
             match prepare_step(step, &self.engine.limits, self.engine.embedding_sample_rate) {
-                Ok(p) => prepared.push(p),
+                // The components number a new session's turn 0, 1, ...:
+                // no number is taken twice.
+                Ok(mut p) => {
+                    p.turn_step_given = false;
+                    prepared.push(p)
+                }
                 Err(refusal) => return Ok(Err(refusal)),
             }
             if let Some(org) = org_id

@@ -142,6 +142,17 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     /// only if none is refused are they appended for real, where the same
     /// checks on the same state cannot refuse them.
     pub(super) fn append_steps(&mut self, steps: &[crate::NewStep]) -> Outcome<Written> {
+        self.append_numbered_steps(steps, None)
+    }
+
+    /// [`Self::append_steps`], where `given` (if any) says which steps'
+    /// `turn_step` the writer chose: the others were numbered by
+    /// [`Self::append_turn`] past the turn's highest, so they need no check.
+    fn append_numbered_steps(
+        &mut self,
+        steps: &[crate::NewStep],
+        given: Option<&[bool]>,
+    ) -> Outcome<Written> {
         let count = steps.len();
         let many = |index: usize, refusal: Refusal| Refusal::StepOfMany {
             index,
@@ -164,7 +175,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 &self.engine.limits,
                 self.engine.embedding_sample_rate,
             ) {
-                Ok(p) => prepared.push(p),
+                Ok(mut p) => {
+                    if let Some(given) = given {
+                        p.turn_step_given = given.get(index).copied().unwrap_or(true);
+                    }
+                    prepared.push(p)
+                }
                 Err(refusal) => return Ok(Err(many(index, refusal))),
             }
         }
@@ -257,6 +273,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             steps.iter().filter_map(|s| s.turn_step).collect();
         let mut next = highest.map_or(0, |n| n.saturating_add(1));
         let mut numbered = Vec::with_capacity(count);
+        let chosen: Vec<bool> = steps.iter().map(|s| s.turn_step.is_some()).collect();
         for step in steps {
             let turn_step = match step.turn_step {
                 Some(number) => number,
@@ -283,7 +300,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 ..step.clone()
             });
         }
-        self.append_steps(&numbered)
+        self.append_numbered_steps(&numbered, Some(&chosen))
     }
 
     pub(super) fn append_step(&mut self, prepared: &PreparedStep) -> Outcome<Written> {
@@ -354,6 +371,20 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             return Ok(Err(Refusal::IndexConflict {
                 expected: session.next_index,
                 given,
+            }));
+        }
+        // A number the writer gave names one step of its turn. (A new
+        // session holds no turn yet; numbers the sequencer assigns lie past
+        // the turn's highest.)
+        if prepared.turn_step_given
+            && new_session.is_none()
+            && let (Some(turn_id), Some(turn_step)) = (&step.turn_id, step.turn_step)
+            && self.tx.turn_step_taken(session.sid, turn_id, turn_step)?
+        {
+            return Ok(Err(Refusal::TurnStepTaken {
+                session_id: step.session_id.clone(),
+                turn_id: turn_id.clone(),
+                turn_step,
             }));
         }
         let mut commitments = prepared.commitments;

@@ -345,6 +345,18 @@ impl WriteTx for SqliteTx<'_> {
             .map(|highest| highest.map(|n| n as u64))
     }
 
+    fn turn_step_taken(
+        &mut self,
+        sid: i64,
+        turn_id: &str,
+        turn_step: u64,
+    ) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached(super::reads::TURN_STEP_TAKEN)
+            .and_then(|mut s| s.query_row(params![sid, turn_id, turn_step as i64], |r| r.get(0)))
+            .context("checking a turn's step number")
+    }
+
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
         let ids = session_rowids(self.conn, org, sid)?;
         let mut stmt = self

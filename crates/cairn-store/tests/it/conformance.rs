@@ -148,6 +148,7 @@ pub fn run_all(backend: &dyn Backend) {
     records::reviews_form_a_queue(backend);
     records::signed_traces_import_and_verify(backend);
     records::turns_are_numbered_per_session(backend);
+    records::a_turn_step_names_one_step(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
 }
 

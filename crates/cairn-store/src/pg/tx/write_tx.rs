@@ -359,6 +359,21 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(col::<Option<i64>>(&row, 0)?.map(|n| n as u64))
     }
 
+    fn turn_step_taken(
+        &mut self,
+        sid: i64,
+        turn_id: &str,
+        turn_step: u64,
+    ) -> Result<bool, StoreError> {
+        self.flush()?;
+        let row = self.db.query_one(
+            crate::pg::reads::TURN_STEP_TAKEN,
+            &[&sid, &turn_id, &(turn_step as i64)],
+            "checking a turn's step number",
+        )?;
+        col::<bool>(&row, 0)
+    }
+
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {
         self.flush()?;
         let ids = session_ids(&mut self.db, org, sid)?;

@@ -665,3 +665,98 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
     );
     assert_verifies(store.as_ref());
 }
+
+/// A `turn_step` a writer gives names one step of its turn: a number held
+/// by a stored step, or by an earlier step of the same write, is refused
+/// (409 `turn_step_taken`), in a turn, a batch of steps or a lone step,
+/// and nothing of the write is kept. Numbers the sequencer assigns go
+/// around the numbers given.
+pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
+    let store = backend.open("turn-steps");
+    let ledger = ledger(Arc::clone(&store));
+    let in_turn = |session: &str, turn: &str, number: Option<u64>| {
+        let mut s = step(session, "Reasoning", "a thought");
+        s.turn_id = Some(turn.into());
+        s.turn_step = number;
+        s
+    };
+    let write_turn = |steps: Vec<NewStep>| {
+        ledger.write(WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps,
+        })
+    };
+    let taken_at = |result: Result<Written, AppendError>, at: Option<usize>, number: u64| {
+        let refusal = match (refused(result), at) {
+            (Refusal::StepOfMany { index, refusal, .. }, Some(at)) => {
+                assert_eq!(index, at);
+                *refusal
+            }
+            (refusal, None) => refusal,
+            (other, _) => panic!("expected step {at:?} refused, got {other:?}"),
+        };
+        assert!(
+            matches!(&refusal, Refusal::TurnStepTaken { session_id, turn_id, turn_step }
+                if session_id == "s" && turn_id == "t" && *turn_step == number),
+            "{refusal:?}"
+        );
+    };
+    let numbers = || {
+        let mut numbers = Vec::new();
+        store
+            .read_session(ORG, "s", &mut |s| {
+                numbers.push(s.record.step.turn_step);
+                true
+            })
+            .unwrap();
+        numbers
+    };
+    // Twice in one turn request of a new session: nothing is written,
+    // not even the session.
+    taken_at(
+        write_turn(vec![in_turn("s", "t", Some(3)), in_turn("s", "t", Some(3))]),
+        Some(1),
+        3,
+    );
+    assert!(store.session(ORG, "s").unwrap().is_none());
+    write_turn(vec![
+        in_turn("s", "t", Some(1)),
+        in_turn("s", "t", None),
+        in_turn("s", "t", None),
+    ])
+    .unwrap();
+    assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // Against the stored turn, from every kind of write.
+    taken_at(
+        write_turn(vec![in_turn("s", "t", None), in_turn("s", "t", Some(0))]),
+        Some(1),
+        0,
+    );
+    taken_at(append(&ledger, in_turn("s", "t", Some(2))), None, 2);
+    taken_at(
+        ledger.write(WriteRequest::Steps(vec![
+            in_turn("s", "t", Some(7)),
+            in_turn("s", "t", Some(7)),
+        ])),
+        Some(1),
+        7,
+    );
+    assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // Free numbers are taken as given; another turn or session has its own.
+    append(&ledger, in_turn("s", "t", Some(7))).unwrap();
+    append(&ledger, in_turn("s", "u", Some(7))).unwrap();
+    append(&ledger, in_turn("s2", "t", Some(7))).unwrap();
+    write_turn(vec![in_turn("s", "t", None), in_turn("s", "t", Some(4))]).unwrap();
+    assert_eq!(
+        numbers(),
+        [
+            Some(1),
+            Some(0),
+            Some(2),
+            Some(7),
+            Some(7),
+            Some(8),
+            Some(4)
+        ]
+    );
+}
