@@ -16,6 +16,7 @@ use askama::Template;
 use std::sync::Mutex;
 
 mod pages;
+mod text_budget;
 mod timeline;
 
 /// The session cookie's name.

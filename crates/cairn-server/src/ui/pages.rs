@@ -268,7 +268,7 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
     };
     // Each step's content as a preview, the page's text bounded as the
     // session page's is (the session page shows the step whole).
-    let mut budget = super::timeline::TextBudget::new();
+    let mut budget = super::text_budget::TextBudget::new();
     let nav = Nav::of(user);
     page(&ReviewsPage {
         org: nav.org,
