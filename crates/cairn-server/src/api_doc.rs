@@ -263,11 +263,11 @@ pub struct StepInput {
     #[serde(default)]
     metadata: Value,
     turn_id: Option<Id>,
-    /// The step's number within its turn (with `turn_id`): at most
-    /// 2^53 - 1, the largest integer every JSON reader holds exactly. A
-    /// number names one step of the turn: one another step of the turn
-    /// holds (stored, or earlier in the same request) is refused, 409
-    /// `turn_step_taken`.
+    /// The step's number within its turn: at most 2^53 - 1, the largest
+    /// integer every JSON reader holds exactly. Only with `turn_id` (400
+    /// `invalid_request` without). A number names one step of the turn:
+    /// one another step of the turn holds (stored, or earlier in the same
+    /// request) is refused, 409 `turn_step_taken`.
     #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     turn_step: Option<u64>,
     task_id: Option<Id>,

@@ -260,7 +260,7 @@ pub(crate) async fn record(
         &template,
         &turn_id,
         thinking.as_deref(),
-        explicit,
+        Some(explicit),
         Some(&memory),
     )
     .await?;
@@ -284,23 +284,32 @@ pub struct TurnRecorded {
     pub results: Vec<wire::StepWritten>,
 }
 
-/// Records a turn (HTTP and MCP): the parsed thinking, then `explicit`,
-/// numbered within the turn after the steps it already has.
+/// Records a turn (HTTP and MCP): the parsed thinking, then `explicit`
+/// (`None` where the surface takes no steps), numbered within the turn
+/// after the steps it already has.
 pub(crate) async fn record_turn(
     state: &Arc<AppState>,
     caller: &Caller,
     template: &NewStep,
     turn_id: &str,
     thinking: Option<&str>,
-    explicit: Vec<NewStep>,
+    explicit: Option<Vec<NewStep>>,
     memory: Option<&crate::limits::RequestMemory>,
 ) -> Result<TurnRecorded, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(state)?;
+    // Whether this surface takes steps besides the thinking text (REST
+    // does, MCP `record_turn` does not): said so when neither is given.
+    let explicit_possible = explicit.is_some();
+    let explicit = explicit.unwrap_or_default();
     if thinking.is_none_or(|t| t.trim().is_empty()) && explicit.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",
-            "a turn needs thinking text, or steps where the request takes them (POST /v1/sessions/{session_id}/turns)",
+            if explicit_possible {
+                "a turn needs thinking text or steps"
+            } else {
+                "a turn needs thinking text"
+            },
         )
         .with_field("thinking"));
     }
@@ -310,7 +319,7 @@ pub(crate) async fn record_turn(
     if steps.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",
-            "this thinking text holds no phase with text: a turn needs thinking text, or steps where the request takes them",
+            "this thinking text holds no phase with text, so the turn would record nothing",
         )
         .with_field("thinking"));
     }

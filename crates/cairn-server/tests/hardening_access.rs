@@ -676,6 +676,21 @@ fn a_request_cannot_ask_for_unbounded_steps() {
         );
     }
     assert!(server.store.session("acme", "huge").unwrap().is_none());
+    // An empty turn is told what the tool takes (MCP's takes no steps).
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "record_turn",
+        json!({"session_id": "empty", "agent_id": "a", "thinking": " "}),
+    )
+    .rpc();
+    let error = &rpc["result"]["structuredContent"]["error"];
+    assert_eq!(
+        (error["message"].as_str(), error["field"].as_str()),
+        (Some("a turn needs thinking text"), Some("thinking")),
+        "{rpc}"
+    );
 }
 
 /// A `limit` out of range is refused alike over REST and MCP (MCP used to

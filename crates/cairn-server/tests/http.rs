@@ -274,6 +274,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         ("oversized body", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "metadata": "y".repeat(300_000)}).to_string().into_bytes(), 413, "body_too_large"),
         ("another agent's session", json!({"session_id": "s1", "agent_id": "mallory", "step_type": "plan"}).to_string().into_bytes(), 409, "agent_mismatch"),
         ("stale index", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "step_index": 2}).to_string().into_bytes(), 409, "index_conflict"),
+        ("a turn's number without its turn", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "turn_step": 1}).to_string().into_bytes(), 400, "invalid_request"),
     ];
     for (name, body, status, code) in cases {
         let reply = call(&server, "POST", "/v1/steps", Some(&admin), Some(&body));
@@ -488,6 +489,11 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         (
             json!({"agent_id": "analyst", "steps": 5}),
             "steps",
+            "invalid_request",
+        ),
+        (
+            json!({"agent_id": "analyst"}),
+            "thinking",
             "invalid_request",
         ),
         (

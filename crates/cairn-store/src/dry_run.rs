@@ -181,22 +181,19 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         self.tx.turn_highest(sid, turn_id)
     }
 
-    fn turn_step_taken(
+    fn turn_steps_taken(
         &mut self,
         sid: i64,
         turn_id: &str,
-        turn_step: u64,
-    ) -> Result<bool, StoreError> {
-        if self
-            .turn_steps
-            .contains(&(sid, turn_id.to_owned(), turn_step))
-        {
-            return Ok(true);
+        numbers: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        let (mut taken, rest): (Vec<u64>, Vec<u64>) = numbers
+            .iter()
+            .partition(|&&n| self.turn_steps.contains(&(sid, turn_id.to_owned(), n)));
+        if sid >= 0 && !rest.is_empty() {
+            taken.extend(self.tx.turn_steps_taken(sid, turn_id, &rest)?);
         }
-        if sid < 0 {
-            return Ok(false);
-        }
-        self.tx.turn_step_taken(sid, turn_id, turn_step)
+        Ok(taken)
     }
 
     fn insert_checkpoint(&mut self, _org: i64, _cp: &StoredCheckpoint) -> Result<(), StoreError> {

@@ -42,7 +42,7 @@ pub enum Refusal {
     /// or earlier in the same write) already holds: a number names one
     /// step of a turn.
     #[error(
-        "turn_step {turn_step} of turn {turn_id} in session {session_id} is already another step's: leave turn_step out to number the step after the turn's last"
+        "turn_step {turn_step} of turn {turn_id} in session {session_id} is already another step's (stored, or earlier in this write): give each step of a turn its own number, or leave turn_step out (a turn request then numbers the step; elsewhere it takes none)"
     )]
     TurnStepTaken {
         /// The session.

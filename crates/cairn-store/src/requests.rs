@@ -280,6 +280,16 @@ pub fn prepare_step(
     {
         return Err(Refusal::SignedStepIncomplete);
     }
+    // A number within no turn numbers nothing: a writer that gives one
+    // means a turn it forgot to name.
+    if input.turn_step.is_some() && input.turn_id.is_none() {
+        return Err(Refusal::InvalidMember {
+            field: "turn_step",
+            message:
+                "turn_step numbers a step within its turn: give turn_id too, or leave turn_step out"
+                    .into(),
+        });
+    }
     let trace_id_given = input.trace_id.is_some();
     let created_at_given = input.created_at.is_some();
     let trace_id = input.trace_id.unwrap_or_else(new_id);

@@ -71,8 +71,8 @@ pub struct LogStepArgs {
     pub metadata: Option<Value>,
     /// The turn this step belongs to.
     pub turn_id: Option<String>,
-    /// The step's number within its turn; a number another step of the
-    /// turn holds is refused (`turn_step_taken`).
+    /// The step's number within its turn (only with `turn_id`); a number
+    /// another step of the turn holds is refused (`turn_step_taken`).
     pub turn_step: Option<u64>,
     /// The task this step belongs to.
     pub task_id: Option<String>,

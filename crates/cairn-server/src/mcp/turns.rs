@@ -81,7 +81,7 @@ impl CairnMcp {
                 &template,
                 &turn_id,
                 Some(&args.thinking),
-                Vec::new(),
+                None,
                 self.request_memory(&context).as_ref(),
             )
             .await

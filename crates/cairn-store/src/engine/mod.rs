@@ -354,14 +354,14 @@ pub(crate) trait WriteTx {
     /// The highest `turn_step` of turn `turn_id` of session `sid`, as the
     /// log stands in this transaction (this batch's rows included).
     fn turn_highest(&mut self, sid: i64, turn_id: &str) -> Result<Option<u64>, StoreError>;
-    /// Whether a step of turn `turn_id` of session `sid` holds `turn_step`
-    /// (written by this batch or before).
-    fn turn_step_taken(
+    /// Which of `numbers` a step of turn `turn_id` of session `sid` holds
+    /// (written by this batch or before), in one query.
+    fn turn_steps_taken(
         &mut self,
         sid: i64,
         turn_id: &str,
-        turn_step: u64,
-    ) -> Result<bool, StoreError>;
+        numbers: &[u64],
+    ) -> Result<Vec<u64>, StoreError>;
     /// Stores a signed checkpoint.
     fn insert_checkpoint(&mut self, org: i64, cp: &StoredCheckpoint) -> Result<(), StoreError>;
     /// The latest stored checkpoint of an org.

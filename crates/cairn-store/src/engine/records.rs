@@ -158,7 +158,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                         .filter(|t| *t <= cairn_core::record::MAX_SAFE_INTEGER)
                 }),
                 turn_id: trace.thought_id.clone(),
-                turn_step: Some(i as u64),
+                // Numbered within the trace's thought, when it names one.
+                turn_step: trace.thought_id.as_ref().map(|_| i as u64),
                 task_id: trace.task_id.clone(),
                 trace_id: Some(format!("{}.{i}", trace.trace_id)),
                 step_index: Some(i as u64),

@@ -184,6 +184,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 Err(refusal) => return Ok(Err(many(index, refusal))),
             }
         }
+        // The numbers the writer gave, checked together (one query per
+        // turn, not one per step); the refusal is the trial's at its step.
+        let taken = self.first_turn_step_taken(&mut prepared)?;
         {
             let mut dry = crate::dry_run::DryRun::new(&mut *self.tx);
             let mut trial = BatchRun {
@@ -193,6 +196,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 now: self.now,
             };
             for (index, p) in prepared.iter().enumerate() {
+                if let Some((at, refusal)) = &taken
+                    && *at == index
+                {
+                    return Ok(Err(many(index, refusal.clone())));
+                }
                 if let Err(refusal) = trial.append_step(p)? {
                     return Ok(Err(many(index, refusal)));
                 }
@@ -212,6 +220,64 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }
         }
         Ok(Ok(Written::Steps(written)))
+    }
+
+    /// The first of `prepared` whose writer-given `turn_step` another step
+    /// of its turn holds (stored, or earlier in this write), with its
+    /// refusal. Each turn's numbers are looked up in one query; every step
+    /// is then marked checked, so that [`Self::append_step`] does not look
+    /// again one step at a time (on PostgreSQL each look would flush the
+    /// write's rows).
+    fn first_turn_step_taken(
+        &mut self,
+        prepared: &mut [PreparedStep],
+    ) -> Result<Option<(usize, Refusal)>, StoreError> {
+        type TurnKey = (String, String, String);
+        let mut turns: std::collections::BTreeMap<TurnKey, Vec<(usize, u64)>> =
+            std::collections::BTreeMap::new();
+        let mut first: Option<usize> = None;
+        for (index, p) in prepared.iter_mut().enumerate() {
+            if !std::mem::take(&mut p.turn_step_given) {
+                continue;
+            }
+            let (Some(turn_id), Some(number)) = (&p.step.turn_id, p.step.turn_step) else {
+                continue;
+            };
+            let key = (
+                p.step.org_id.clone(),
+                p.step.session_id.clone(),
+                turn_id.clone(),
+            );
+            let numbers = turns.entry(key).or_default();
+            if numbers.iter().any(|&(_, n)| n == number) {
+                first = Some(first.map_or(index, |f| f.min(index)));
+            }
+            numbers.push((index, number));
+        }
+        for ((org_id, session_id, turn_id), numbers) in &turns {
+            let Some(org) = self.org(org_id)? else {
+                continue;
+            };
+            let Some(session) = self.session(org.id, session_id)? else {
+                continue;
+            };
+            let wanted: Vec<u64> = numbers.iter().map(|&(_, n)| n).collect();
+            let held = self.tx.turn_steps_taken(session.sid, turn_id, &wanted)?;
+            if let Some(&(index, _)) = numbers.iter().find(|(_, n)| held.contains(n)) {
+                first = Some(first.map_or(index, |f| f.min(index)));
+            }
+        }
+        Ok(first.map(|index| {
+            let step = &prepared[index].step;
+            (
+                index,
+                Refusal::TurnStepTaken {
+                    session_id: step.session_id.clone(),
+                    turn_id: step.turn_id.clone().unwrap_or_default(),
+                    turn_step: step.turn_step.unwrap_or_default(),
+                },
+            )
+        }))
     }
 
     /// Numbers a turn's unnumbered steps where the turn stands now (past
@@ -379,7 +445,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         if prepared.turn_step_given
             && new_session.is_none()
             && let (Some(turn_id), Some(turn_step)) = (&step.turn_id, step.turn_step)
-            && self.tx.turn_step_taken(session.sid, turn_id, turn_step)?
+            && !self
+                .tx
+                .turn_steps_taken(session.sid, turn_id, &[turn_step])?
+                .is_empty()
         {
             return Ok(Err(Refusal::TurnStepTaken {
                 session_id: step.session_id.clone(),

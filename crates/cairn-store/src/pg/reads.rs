@@ -561,9 +561,10 @@ const SESSION_PAGE: usize = 128;
 pub(super) const TURN_HIGHEST: &str = "SELECT MAX(turn_step) FROM entries
  WHERE sid = $1 AND turn_id = $2 AND type = 'step'";
 
-/// Whether a step of a turn holds a number, from `entries_by_turn`.
-pub(super) const TURN_STEP_TAKEN: &str = "SELECT EXISTS (SELECT 1 FROM entries
- WHERE sid = $1 AND turn_id = $2 AND turn_step = $3 AND type = 'step')";
+/// Which of some numbers (an array) the steps of a turn hold, from
+/// `entries_by_turn`: one query for a whole write's numbers.
+pub(super) const TURN_STEPS_TAKEN: &str = "SELECT DISTINCT turn_step FROM entries
+ WHERE sid = $1 AND turn_id = $2 AND type = 'step' AND turn_step = ANY($3)";
 
 fn session_key<C: postgres::GenericClient>(
     db: &mut Db<'_, C>,

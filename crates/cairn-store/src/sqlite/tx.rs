@@ -345,16 +345,27 @@ impl WriteTx for SqliteTx<'_> {
             .map(|highest| highest.map(|n| n as u64))
     }
 
-    fn turn_step_taken(
+    fn turn_steps_taken(
         &mut self,
         sid: i64,
         turn_id: &str,
-        turn_step: u64,
-    ) -> Result<bool, StoreError> {
-        self.conn
+        numbers: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
+        // In process: a seek each, no round trip to save.
+        let mut stmt = self
+            .conn
             .prepare_cached(super::reads::TURN_STEP_TAKEN)
-            .and_then(|mut s| s.query_row(params![sid, turn_id, turn_step as i64], |r| r.get(0)))
-            .context("checking a turn's step number")
+            .context("checking a turn's step numbers")?;
+        let mut taken = Vec::new();
+        for &number in numbers {
+            let held: bool = stmt
+                .query_row(params![sid, turn_id, number as i64], |r| r.get(0))
+                .context("checking a turn's step numbers")?;
+            if held {
+                taken.push(number);
+            }
+        }
+        Ok(taken)
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {

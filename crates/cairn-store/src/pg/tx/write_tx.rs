@@ -359,19 +359,22 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(col::<Option<i64>>(&row, 0)?.map(|n| n as u64))
     }
 
-    fn turn_step_taken(
+    fn turn_steps_taken(
         &mut self,
         sid: i64,
         turn_id: &str,
-        turn_step: u64,
-    ) -> Result<bool, StoreError> {
+        numbers: &[u64],
+    ) -> Result<Vec<u64>, StoreError> {
         self.flush()?;
-        let row = self.db.query_one(
-            crate::pg::reads::TURN_STEP_TAKEN,
-            &[&sid, &turn_id, &(turn_step as i64)],
-            "checking a turn's step number",
+        let numbers: Vec<i64> = numbers.iter().map(|&n| n as i64).collect();
+        let rows = self.db.query(
+            crate::pg::reads::TURN_STEPS_TAKEN,
+            &[&sid, &turn_id, &numbers],
+            "checking a turn's step numbers",
         )?;
-        col::<bool>(&row, 0)
+        rows.iter()
+            .map(|row| col::<i64>(row, 0).map(|n| n as u64))
+            .collect()
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {

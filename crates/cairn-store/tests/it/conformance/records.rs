@@ -742,6 +742,19 @@ pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
         7,
     );
     assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // A number within no turn is refused, as a turn it forgot to name.
+    let mut loose = step("s", "Reasoning", "a thought");
+    loose.turn_step = Some(9);
+    assert!(
+        matches!(
+            refused(append(&ledger, loose)),
+            Refusal::InvalidMember {
+                field: "turn_step",
+                ..
+            }
+        ),
+        "a turn_step without a turn_id"
+    );
     // Free numbers are taken as given; another turn or session has its own.
     append(&ledger, in_turn("s", "t", Some(7))).unwrap();
     append(&ledger, in_turn("s", "u", Some(7))).unwrap();
