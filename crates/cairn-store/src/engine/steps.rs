@@ -185,7 +185,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }
         }
         // The numbers the writer gave, checked together (one query per
-        // turn, not one per step); the refusal is the trial's at its step.
+        // turn, not one per step); the refusal is the trial's, at its step.
         let taken = self.first_turn_step_taken(&mut prepared)?;
         {
             let mut dry = crate::dry_run::DryRun::new(&mut *self.tx);
@@ -196,13 +196,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 now: self.now,
             };
             for (index, p) in prepared.iter().enumerate() {
+                if let Err(refusal) = trial.append_step(p)? {
+                    return Ok(Err(many(index, refusal)));
+                }
+                // After the step's own checks, as a lone step's: a retried
+                // step is a duplicate trace id before its number is taken.
                 if let Some((at, refusal)) = &taken
                     && *at == index
                 {
                     return Ok(Err(many(index, refusal.clone())));
-                }
-                if let Err(refusal) = trial.append_step(p)? {
-                    return Ok(Err(many(index, refusal)));
                 }
             }
         }

@@ -189,6 +189,15 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     pub(super) vectors: HashMap<String, TsVector>,
     /// What each org's state read under the lock caught up with, by org id.
     caught_up: HashMap<i64, CaughtUp>,
+    /// The writer-chosen record ids of the batch looked up at its start
+    /// ([`PgTx::prefetch_trace_ids`]), `(org, id)` to whether the log held
+    /// one then: a batch of steps that name their ids (OTLP spans, clients
+    /// that retry) asks once, instead of sending its pending rows and
+    /// asking once per step.
+    ids_looked_up: HashMap<(i64, String), bool>,
+    /// The ids the batch has written since, while `ids_looked_up` holds
+    /// any: taken whatever the look-up said.
+    ids_written: HashSet<(i64, String)>,
 }
 
 /// The query of a batch's sessions: registry row, seal, the step the
@@ -325,7 +334,49 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             cache,
             vectors: HashMap::new(),
             caught_up,
+            ids_looked_up: HashMap::new(),
+            ids_written: HashSet::new(),
         })
+    }
+
+    /// Looks up which of `ids` (record ids a batch's requests chose) org
+    /// `org`'s log holds, in one query; [`crate::engine::WriteTx::trace_id_taken`] then
+    /// answers for them from memory.
+    pub(super) fn prefetch_trace_ids(
+        &mut self,
+        org: i64,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let rows = self.db.query(
+            "SELECT trace_id FROM entries WHERE org = $1 AND trace_id = ANY($2)",
+            &[&org, &ids],
+            "looking up a batch's record ids",
+        )?;
+        let mut taken = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            taken.insert(col::<String>(row, 0)?);
+        }
+        for id in ids {
+            let held = taken.contains(id);
+            self.ids_looked_up.insert((org, id.clone()), held);
+        }
+        Ok(())
+    }
+
+    /// What [`PgTx::prefetch_trace_ids`] and the batch's own writes say of
+    /// record id `id` of `org`, if they say anything.
+    pub(super) fn trace_id_known(&self, org: i64, id: &str) -> Option<bool> {
+        if self.ids_looked_up.is_empty() {
+            return None;
+        }
+        let key = (org, id.to_owned());
+        if self.ids_written.contains(&key) {
+            return Some(true);
+        }
+        self.ids_looked_up.get(&key).copied()
     }
 
     /// Takes the sessions read before the lock that no entry appended
@@ -391,6 +442,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
 
     /// Queues an entry; bounds the memory a large batch or import holds.
     fn push_entry(&mut self, row: EntryRow) -> Result<(), StoreError> {
+        if !self.ids_looked_up.is_empty()
+            && let Some(id) = &row.trace_id
+        {
+            self.ids_written.insert((row.org, id.clone()));
+        }
         self.pending.entry_bytes += row.approximate_size();
         self.pending.entries.push(row);
         if self.pending.entries.len() >= FLUSH_ROWS || self.pending.entry_bytes >= FLUSH_BYTES {

@@ -34,6 +34,34 @@ fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
     wanted
 }
 
+/// The record ids a batch's steps choose, by org name (looked up
+/// together under the lock: [`PgTx::prefetch_trace_ids`]).
+fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
+    let mut wanted: HashMap<&str, Vec<String>> = HashMap::new();
+    for request in batch {
+        let mut add = |id: &String| {
+            wanted
+                .entry(request_org(request))
+                .or_default()
+                .push(id.clone())
+        };
+        match request {
+            WriteRequest::Step(s) => s.trace_id.iter().for_each(&mut add),
+            WriteRequest::Prepared(p) if p.trace_id_given => add(&p.step.trace_id),
+            WriteRequest::Steps(steps) | WriteRequest::Turn { steps, .. } => steps
+                .iter()
+                .filter_map(|s| s.trace_id.as_ref())
+                .for_each(&mut add),
+            _ => {}
+        }
+    }
+    for ids in wanted.values_mut() {
+        ids.sort_unstable();
+        ids.dedup();
+    }
+    wanted
+}
+
 impl PgStore {
     /// Runs `f` with the writer connection, reconnecting if it was lost.
     pub(super) fn with_writer<T, E: From<StoreError>>(
@@ -106,6 +134,12 @@ impl PgStore {
             for (name, ids) in &wanted {
                 if let Some(org) = pg_tx.orgs.get(*name).map(|o| o.id) {
                     pg_tx.prefetch_sessions(org, ids)?;
+                }
+            }
+            // The record ids its steps choose: one query per org.
+            for (name, ids) in &trace_ids_of(batch) {
+                if let Some(org) = pg_tx.orgs.get(*name).map(|o| o.id) {
+                    pg_tx.prefetch_trace_ids(org, ids)?;
                 }
             }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;

@@ -149,6 +149,7 @@ pub fn run_all(backend: &dyn Backend) {
     records::signed_traces_import_and_verify(backend);
     records::turns_are_numbered_per_session(backend);
     records::a_turn_step_names_one_step(backend);
+    log::ids_chosen_within_one_batch_are_checked_in_order(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
 }
 

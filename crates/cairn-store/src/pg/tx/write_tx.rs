@@ -143,6 +143,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
+        if let Some(taken) = self.trace_id_known(org, trace_id) {
+            return Ok(taken);
+        }
         self.flush()?;
         let row = self.db.query_one(
             "SELECT EXISTS (SELECT 1 FROM entries WHERE org = $1 AND trace_id = $2)",

@@ -8,7 +8,7 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 impl Shared {
-    /// [`FullTextIndex::relieve`].
+    /// [`super::FullTextIndex::relieve`].
     pub(super) fn relieve(&self) -> Result<bool, StoreError> {
         let mut queue = lock(&self.queue)?;
         if !queue.backlogged() {
@@ -75,7 +75,7 @@ impl Shared {
         self.flush_org(None)
     }
 
-    /// [`Shared::flush`] before a search of `org` ([`FullTextIndex::flush_for`]).
+    /// [`Shared::flush`] before a search of `org` ([`super::FullTextIndex::flush_for`]).
     pub(super) fn flush_org(&self, org: Option<i64>) -> Result<(), StoreError> {
         if self.await_catch_up(org)? {
             return Ok(());

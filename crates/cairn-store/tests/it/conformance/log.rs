@@ -802,3 +802,72 @@ pub(super) fn last_admin_key_is_kept(backend: &dyn Backend) {
         KeyRevocation::Revoked
     );
 }
+
+/// The record ids the steps of one batch choose (looked up together at
+/// the batch's start on PostgreSQL) are taken by what the log held before,
+/// by what the batch wrote before them (a step, an audit event) and by an
+/// earlier step of the same write; ids the batch did not write stay free.
+pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Backend) {
+    let store = backend.open("batch-ids");
+    let mut old = step("s1", "plan", "before the batch");
+    old.trace_id = Some("old".into());
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, old).unwrap();
+    let named = |id: &str| {
+        let mut s = step("s1", "plan", id);
+        s.trace_id = Some(id.into());
+        s
+    };
+    let batch = vec![
+        WriteRequest::Step(Box::new(named("a"))),
+        WriteRequest::Step(Box::new(named("a"))),
+        WriteRequest::Step(Box::new(named("old"))),
+        WriteRequest::AuditEvent {
+            org_id: ORG.into(),
+            event_id: Some("ev".into()),
+            session_id: None,
+            action: "sql_query".into(),
+            detail: None,
+        },
+        WriteRequest::Step(Box::new(named("ev"))),
+        WriteRequest::Steps(vec![named("b"), named("b")]),
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![named("c"), named("a")],
+        },
+        WriteRequest::Steps(vec![named("b"), named("c")]),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    let duplicate = |result: &Result<Written, Refusal>, at: Option<usize>, id: &str| {
+        let refusal = match (result, at) {
+            (Err(Refusal::StepOfMany { index, refusal, .. }), Some(at)) if *index == at => {
+                (**refusal).clone()
+            }
+            (Err(refusal), None) => refusal.clone(),
+            (other, _) => panic!("expected {id} refused at {at:?}, got {other:?}"),
+        };
+        assert_eq!(
+            refusal,
+            Refusal::DuplicateTraceId {
+                trace_id: id.into()
+            }
+        );
+    };
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    duplicate(&results[1], None, "a");
+    duplicate(&results[2], None, "old");
+    assert!(results[3].is_ok(), "{:?}", results[3]);
+    duplicate(&results[4], None, "ev");
+    duplicate(&results[5], Some(1), "b");
+    duplicate(&results[6], Some(1), "a");
+    // Neither refused write kept anything: b and c are free.
+    assert!(results[7].is_ok(), "{:?}", results[7]);
+    let mut written = Vec::new();
+    store
+        .read_session(ORG, "s1", &mut |s| {
+            written.push(s.record.step.trace_id.clone());
+            true
+        })
+        .unwrap();
+    assert_eq!(written, ["old", "a", "b", "c"]);
+}
