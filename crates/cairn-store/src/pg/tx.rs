@@ -198,6 +198,18 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     /// The ids the batch has written since, while `ids_looked_up` holds
     /// any: taken whatever the look-up said.
     ids_written: HashSet<(i64, String)>,
+    /// The turn numbers the batch's steps give, looked up the same way
+    /// ([`PgTx::prefetch_turn_steps`]): `(sid, turn_id, turn_step)` to
+    /// whether a stored step held it then.
+    turns_looked_up: HashMap<(i64, String, i64), bool>,
+    /// Whether the batch's steps give turn numbers: then the numbers it
+    /// writes and the sessions it opens are kept track of.
+    turns_tracked: bool,
+    /// The turn numbers the batch has written, while `turns_tracked`.
+    turns_written: HashSet<(i64, String, i64)>,
+    /// The sessions the batch opened, while `turns_tracked`: they hold no
+    /// step but the batch's own.
+    sessions_opened: HashSet<i64>,
 }
 
 /// The query of a batch's sessions: registry row, seal, the step the
@@ -336,7 +348,84 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             caught_up,
             ids_looked_up: HashMap::new(),
             ids_written: HashSet::new(),
+            turns_looked_up: HashMap::new(),
+            turns_tracked: false,
+            turns_written: HashSet::new(),
+            sessions_opened: HashSet::new(),
         })
+    }
+
+    /// Notes a session this batch opened (its turns hold only what the
+    /// batch writes).
+    pub(super) fn session_created(&mut self, sid: i64) {
+        if self.turns_tracked {
+            self.sessions_opened.insert(sid);
+        }
+    }
+
+    /// Looks up which of `wanted` (`(session, turn_id, turn_step)` the
+    /// batch's steps give, in org `org`) a stored step of an existing
+    /// session holds, in one query: a probe of `entries_by_turn` each;
+    /// [`crate::engine::WriteTx::turn_steps_taken`] then answers for them
+    /// from memory.
+    pub(super) fn prefetch_turn_steps(
+        &mut self,
+        org: i64,
+        wanted: &[(String, String, u64)],
+    ) -> Result<(), StoreError> {
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        self.turns_tracked = true;
+        let (mut sids, mut turns, mut numbers) = (Vec::new(), Vec::new(), Vec::new());
+        for (session_id, turn_id, number) in wanted {
+            // A session the batch opens holds no step yet.
+            if let Some(Some(session)) = self.sessions.get(&(org, session_id.clone())) {
+                sids.push(session.sid);
+                turns.push(turn_id.clone());
+                numbers.push(*number as i64);
+            }
+        }
+        if sids.is_empty() {
+            return Ok(());
+        }
+        let rows = self.db.query(
+            "SELECT w.sid, w.turn_id, w.n FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS w(sid, turn_id, n)
+             WHERE EXISTS (SELECT 1 FROM entries e
+               WHERE e.sid = w.sid AND e.turn_id = w.turn_id AND e.turn_step = w.n AND e.type = 'step')",
+            &[&sids, &turns, &numbers],
+            "looking up a batch's turn numbers",
+        )?;
+        let mut held = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            held.insert((
+                col::<i64>(row, 0)?,
+                col::<String>(row, 1)?,
+                col::<i64>(row, 2)?,
+            ));
+        }
+        for ((sid, turn_id), number) in sids.into_iter().zip(turns).zip(numbers) {
+            let key = (sid, turn_id, number);
+            let taken = held.contains(&key);
+            self.turns_looked_up.insert(key, taken);
+        }
+        Ok(())
+    }
+
+    /// What [`PgTx::prefetch_turn_steps`] and the batch's own writes say
+    /// of number `number` of turn `turn_id` of session `sid`, if anything.
+    pub(super) fn turn_step_known(&self, sid: i64, turn_id: &str, number: u64) -> Option<bool> {
+        if !self.turns_tracked {
+            return None;
+        }
+        let key = (sid, turn_id.to_owned(), number as i64);
+        if self.turns_written.contains(&key) {
+            return Some(true);
+        }
+        if self.sessions_opened.contains(&sid) {
+            return Some(false);
+        }
+        self.turns_looked_up.get(&key).copied()
     }
 
     /// Looks up which of `ids` (record ids a batch's requests chose) org
@@ -446,6 +535,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             && let Some(id) = &row.trace_id
         {
             self.ids_written.insert((row.org, id.clone()));
+        }
+        if self.turns_tracked
+            && let (Some(sid), Some(turn_id), Some(number)) = (row.sid, &row.turn_id, row.turn_step)
+        {
+            self.turns_written.insert((sid, turn_id.clone(), number));
         }
         self.pending.entry_bytes += row.approximate_size();
         self.pending.entries.push(row);

@@ -62,6 +62,46 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
     wanted
 }
 
+/// The turn numbers a batch's steps give, `(session, turn_id,
+/// turn_step)` by org name (looked up together under the lock:
+/// [`PgTx::prefetch_turn_steps`]).
+fn turn_steps_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<(String, String, u64)>> {
+    let mut wanted: HashMap<&str, Vec<(String, String, u64)>> = HashMap::new();
+    let numbered =
+        |s: &crate::NewStep| Some((s.session_id.clone(), s.turn_id.clone()?, s.turn_step?));
+    for request in batch {
+        let given: Vec<(String, String, u64)> = match request {
+            WriteRequest::Step(s) => numbered(s).into_iter().collect(),
+            WriteRequest::Prepared(p) if p.turn_step_given => p
+                .step
+                .turn_id
+                .clone()
+                .zip(p.step.turn_step)
+                .map(|(turn, n)| (p.step.session_id.clone(), turn, n))
+                .into_iter()
+                .collect(),
+            WriteRequest::Steps(steps) => steps.iter().filter_map(numbered).collect(),
+            // A turn's steps take its id when the sequencer numbers them.
+            WriteRequest::Turn { turn_id, steps } => steps
+                .iter()
+                .filter_map(|s| Some((s.session_id.clone(), turn_id.clone(), s.turn_step?)))
+                .collect(),
+            _ => continue,
+        };
+        if !given.is_empty() {
+            wanted
+                .entry(request_org(request))
+                .or_default()
+                .extend(given);
+        }
+    }
+    for numbers in wanted.values_mut() {
+        numbers.sort_unstable();
+        numbers.dedup();
+    }
+    wanted
+}
+
 impl PgStore {
     /// Runs `f` with the writer connection, reconnecting if it was lost.
     pub(super) fn with_writer<T, E: From<StoreError>>(
@@ -136,10 +176,16 @@ impl PgStore {
                     pg_tx.prefetch_sessions(org, ids)?;
                 }
             }
-            // The record ids its steps choose: one query per org.
+            // The record ids and turn numbers its steps choose: a query
+            // each per org.
             for (name, ids) in &trace_ids_of(batch) {
                 if let Some(org) = pg_tx.orgs.get(*name).map(|o| o.id) {
                     pg_tx.prefetch_trace_ids(org, ids)?;
+                }
+            }
+            for (name, numbers) in &turn_steps_of(batch) {
+                if let Some(org) = pg_tx.orgs.get(*name).map(|o| o.id) {
+                    pg_tx.prefetch_turn_steps(org, numbers)?;
                 }
             }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;

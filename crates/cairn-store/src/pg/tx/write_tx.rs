@@ -267,7 +267,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             ],
             "writing a session",
         )?;
-        col(&row, 0)
+        let sid = col(&row, 0)?;
+        self.session_created(sid);
+        Ok(sid)
     }
 
     fn chain_link(&mut self, org: i64, seq: u64) -> Result<(u64, Hash, Option<u64>), StoreError> {
@@ -368,16 +370,28 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         turn_id: &str,
         numbers: &[u64],
     ) -> Result<Vec<u64>, StoreError> {
+        let mut taken = Vec::new();
+        let mut unknown = Vec::new();
+        for &number in numbers {
+            match self.turn_step_known(sid, turn_id, number) {
+                Some(true) => taken.push(number),
+                Some(false) => {}
+                None => unknown.push(number as i64),
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(taken);
+        }
         self.flush()?;
-        let numbers: Vec<i64> = numbers.iter().map(|&n| n as i64).collect();
         let rows = self.db.query(
             crate::pg::reads::TURN_STEPS_TAKEN,
-            &[&sid, &turn_id, &numbers],
+            &[&sid, &turn_id, &unknown],
             "checking a turn's step numbers",
         )?;
-        rows.iter()
-            .map(|row| col::<i64>(row, 0).map(|n| n as u64))
-            .collect()
+        for row in &rows {
+            taken.push(col::<i64>(row, 0)? as u64);
+        }
+        Ok(taken)
     }
 
     fn unerased_steps(&mut self, org: i64, sid: i64) -> Result<Vec<String>, StoreError> {

@@ -772,4 +772,46 @@ pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
             Some(4)
         ]
     );
+    // One batch of many requests (looked up together on PostgreSQL): a
+    // session it opens, a stored turn, and the numbers it wrote before.
+    let lone = |session: &str, number: u64| {
+        WriteRequest::Step(Box::new(in_turn(session, "t", Some(number))))
+    };
+    let batch = vec![
+        lone("n", 1),
+        lone("n", 1),
+        lone("s", 1),
+        lone("s", 20),
+        lone("s", 20),
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![in_turn("n", "t", None), in_turn("n", "t", Some(1))],
+        },
+        lone("n", 2),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    for (i, result) in results.into_iter().enumerate() {
+        match (i, result) {
+            (0 | 3 | 6, Ok(_)) => {}
+            (1 | 2 | 4 | 5, Err(refusal)) => {
+                let refusal = match refusal {
+                    Refusal::StepOfMany {
+                        index: 1, refusal, ..
+                    } if i == 5 => *refusal,
+                    refusal => refusal,
+                };
+                let (session, number) = match i {
+                    2 => ("s", 1),
+                    4 => ("s", 20),
+                    _ => ("n", 1),
+                };
+                assert!(
+                    matches!(&refusal, Refusal::TurnStepTaken { session_id, turn_step, .. }
+                        if session_id == session && *turn_step == number),
+                    "request {i}: {refusal:?}"
+                );
+            }
+            (i, other) => panic!("request {i}: {other:?}"),
+        }
+    }
 }
