@@ -376,6 +376,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         if wanted.is_empty() {
             return Ok(());
         }
+        self.flush()?;
         self.turns_tracked = true;
         let (mut sids, mut turns, mut numbers) = (Vec::new(), Vec::new(), Vec::new());
         for (session_id, turn_id, number) in wanted {
@@ -439,6 +440,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         if ids.is_empty() {
             return Ok(());
         }
+        // What memory answers from then on is this query's answer and
+        // what is written after it: nothing may be pending before it.
+        self.flush()?;
         let rows = self.db.query(
             "SELECT trace_id FROM entries WHERE org = $1 AND trace_id = ANY($2)",
             &[&org, &ids],
