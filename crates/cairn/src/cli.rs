@@ -572,9 +572,19 @@ impl Command {
     }
 }
 
+/// An input the API would refuse, with the API's code and field.
+pub(crate) fn refused(e: cairn_server::ApiError) -> anyhow::Error {
+    crate::RefusedError {
+        code: e.code,
+        field: e.field,
+        message: e.message,
+    }
+    .into()
+}
+
 pub(crate) fn append_error(e: AppendError) -> anyhow::Error {
     match e {
-        AppendError::Refused(r) => usage(r.to_string()),
+        AppendError::Refused(r) => refused(cairn_server::ApiError::from(r)),
         AppendError::Store(e) => anyhow!("storage failure: {e}"),
     }
 }

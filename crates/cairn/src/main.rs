@@ -24,6 +24,20 @@ use std::process::ExitCode;
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// The ledger refused what the command asked (exit code 2, as a usage
+/// error): `--json` gives its stable code as `refusal` and the member at
+/// fault as `field`, as the HTTP API and `cairn log --stdin` do.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RefusedError {
+    /// The API's error code (`turn_step_taken`, `agent_mismatch`).
+    pub code: &'static str,
+    /// The member at fault, where there is one.
+    pub field: Option<String>,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
 /// How a command ended.
 pub enum Outcome {
     /// Exit 0.
@@ -124,17 +138,22 @@ fn main() -> ExitCode {
         Ok(Outcome::VerificationFailed) => ExitCode::from(1),
         Err(e) if closed_stdout(&e) => ExitCode::from(CLOSED_STDOUT),
         Err(e) => {
-            let usage = e.downcast_ref::<UsageError>().is_some();
+            let refused = e.downcast_ref::<RefusedError>();
+            let usage = e.downcast_ref::<UsageError>().is_some() || refused.is_some();
             eprintln!("cairn: {e:#}");
             // A script that asked for JSON gets its error as JSON too, on
             // standard output where it reads the rest (the exit code says
             // which kind).
             if std::env::args_os().any(|a| a == "--json") {
                 let code = if usage { "usage" } else { "failure" };
-                println!(
-                    "{}",
-                    serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
-                );
+                let mut error = serde_json::json!({"code": code, "message": format!("{e:#}")});
+                if let Some(refused) = refused {
+                    error["refusal"] = refused.code.into();
+                    if let Some(field) = &refused.field {
+                        error["field"] = field.as_str().into();
+                    }
+                }
+                println!("{}", serde_json::json!({ "error": error }));
             }
             ExitCode::from(if usage { 2 } else { 3 })
         }

@@ -327,6 +327,75 @@ fn json_output_covers_errors() {
         "{error}"
     );
     assert!(run.stderr.contains("Bogus"));
+    // What the input rules or the ledger refused carries the API's code
+    // and member too, as `log --stdin`'s answers and the HTTP API do.
+    assert_eq!(
+        (&error["error"]["refusal"], &error["error"]["field"]),
+        (
+            &serde_json::json!("unknown_step_type"),
+            &serde_json::json!("step_type")
+        ),
+        "{error}"
+    );
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "--json",
+            "log",
+            "--session",
+            "j",
+            "--agent",
+            "a",
+            "--type",
+            "plan",
+            "--confidence",
+            "7",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let error = json(&run);
+    assert_eq!(
+        (
+            &error["error"]["code"],
+            &error["error"]["refusal"],
+            &error["error"]["field"]
+        ),
+        (
+            &serde_json::json!("usage"),
+            &serde_json::json!("confidence_out_of_range"),
+            &serde_json::json!("confidence")
+        ),
+        "{error}"
+    ); // A refusal of the ledger itself: a session of another agent.
+    let log_as = |agent: &str| {
+        cairn_in(
+            dir.path(),
+            &[
+                "--json",
+                "log",
+                "--session",
+                "k",
+                "--agent",
+                agent,
+                "--type",
+                "plan",
+            ],
+            None,
+        )
+    };
+    assert_eq!(log_as("a").code, 0);
+    let run = log_as("b");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let error = json(&run);
+    assert_eq!(
+        (&error["error"]["refusal"], &error["error"]["field"]),
+        (
+            &serde_json::json!("agent_mismatch"),
+            &serde_json::json!("agent_id")
+        ),
+        "{error}"
+    );
 }
 
 /// A reader that stops reading (`cairn sessions | head`) ends the command
