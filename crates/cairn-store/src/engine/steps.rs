@@ -199,8 +199,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 if let Err(refusal) = trial.append_step(p)? {
                     return Ok(Err(many(index, refusal)));
                 }
-                // After the step's own checks, as a lone step's: a retried
-                // step is a duplicate trace id before its number is taken.
+                // After the step's own checks, as a lone step's (a retried
+                // step is a duplicate trace id before its number is taken).
                 if let Some((at, refusal)) = &taken
                     && *at == index
                 {
@@ -441,23 +441,6 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 given,
             }));
         }
-        // A number the writer gave names one step of its turn. (A new
-        // session holds no turn yet; numbers the sequencer assigns lie past
-        // the turn's highest.)
-        if prepared.turn_step_given
-            && new_session.is_none()
-            && let (Some(turn_id), Some(turn_step)) = (&step.turn_id, step.turn_step)
-            && !self
-                .tx
-                .turn_steps_taken(session.sid, turn_id, &[turn_step])?
-                .is_empty()
-        {
-            return Ok(Err(Refusal::TurnStepTaken {
-                session_id: step.session_id.clone(),
-                turn_id: turn_id.clone(),
-                turn_step,
-            }));
-        }
         let mut commitments = prepared.commitments;
         let step_index = session.next_index;
         if step.step_index != step_index {
@@ -494,6 +477,24 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         }
         if let Err(refusal) = self.check_links(org_id, &step.links)? {
             return Ok(Err(refusal));
+        }
+        // A number the writer gave names one step of its turn: checked
+        // after every other check of the step, as a write of many steps
+        // checks it, so both answer alike. (A new session holds no turn
+        // yet; numbers the sequencer assigns lie past the turn's highest.)
+        if prepared.turn_step_given
+            && new_session.is_none()
+            && let (Some(turn_id), Some(turn_step)) = (&step.turn_id, step.turn_step)
+            && !self
+                .tx
+                .turn_steps_taken(session.sid, turn_id, &[turn_step])?
+                .is_empty()
+        {
+            return Ok(Err(Refusal::TurnStepTaken {
+                session_id: step.session_id.clone(),
+                turn_id: turn_id.clone(),
+                turn_step,
+            }));
         }
         if let Some(header) = &new_session {
             session = self.open_session(header, session.head)?.1;

@@ -742,6 +742,19 @@ pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
         7,
     );
     assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // The number is checked after the step's other checks, alike for a
+    // lone step and a turn's: a taken number with a link to nothing is
+    // the link's refusal on both.
+    let mut linked = in_turn("s", "t", Some(0));
+    linked.links.parent = Some("no-such-step".into());
+    assert!(matches!(
+        refused(append(&ledger, linked.clone())),
+        Refusal::UnknownLink { .. }
+    ));
+    assert!(matches!(
+        refused(write_turn(vec![linked])),
+        Refusal::StepOfMany { refusal, .. } if matches!(*refusal, Refusal::UnknownLink { .. })
+    ));
     // A number within no turn is refused, as a turn it forgot to name.
     let mut loose = step("s", "Reasoning", "a thought");
     loose.turn_step = Some(9);
