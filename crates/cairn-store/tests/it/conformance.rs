@@ -6,7 +6,8 @@
 //! This file holds the kit every check shares (steps, sessions, appends,
 //! checkpoints, bundles) and [`run_all`]; the checks are grouped by what
 //! they cover: the log itself (`log`), the seeds' records (`records`),
-//! evidence leaving and entering a store (`evidence`).
+//! the ids and turn numbers writers choose (`chosen_ids`), evidence
+//! leaving and entering a store (`evidence`).
 
 use cairn_core::Timestamp;
 use cairn_core::commit::{
@@ -24,6 +25,7 @@ use cairn_store::{
 };
 use std::sync::Arc;
 
+mod chosen_ids;
 mod erasure_seals_signatures;
 mod evidence;
 mod log;
@@ -148,8 +150,8 @@ pub fn run_all(backend: &dyn Backend) {
     records::reviews_form_a_queue(backend);
     records::signed_traces_import_and_verify(backend);
     records::turns_are_numbered_per_session(backend);
-    records::a_turn_step_names_one_step(backend);
-    log::ids_chosen_within_one_batch_are_checked_in_order(backend);
+    chosen_ids::a_turn_step_names_one_step(backend);
+    chosen_ids::ids_chosen_within_one_batch_are_checked_in_order(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
 }
 

@@ -1,0 +1,238 @@
+//! What a writer chooses for its steps and the ledger must keep unique:
+//! record ids (`trace_id`) in an org, numbers (`turn_step`) in a turn;
+//! checked alike for a lone step, a batch and a turn, and within one
+//! sequencer batch (where PostgreSQL looks them up together).
+
+use super::*;
+
+/// The record ids the steps of one batch choose (looked up together at
+/// the batch's start on PostgreSQL) are taken by what the log held before,
+/// by what the batch wrote before them (a step, an audit event) and by an
+/// earlier step of the same write; ids the batch did not write stay free.
+pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Backend) {
+    let store = backend.open("batch-ids");
+    let mut old = step("s1", "plan", "before the batch");
+    old.trace_id = Some("old".into());
+    let ledger = ledger(Arc::clone(&store));
+    append(&ledger, old).unwrap();
+    let named = |id: &str| {
+        let mut s = step("s1", "plan", id);
+        s.trace_id = Some(id.into());
+        s
+    };
+    let batch = vec![
+        WriteRequest::Step(Box::new(named("a"))),
+        WriteRequest::Step(Box::new(named("a"))),
+        WriteRequest::Step(Box::new(named("old"))),
+        WriteRequest::AuditEvent {
+            org_id: ORG.into(),
+            event_id: Some("ev".into()),
+            session_id: None,
+            action: "sql_query".into(),
+            detail: None,
+        },
+        WriteRequest::Step(Box::new(named("ev"))),
+        WriteRequest::Steps(vec![named("b"), named("b")]),
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![named("c"), named("a")],
+        },
+        WriteRequest::Steps(vec![named("b"), named("c")]),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    let duplicate = |result: &Result<Written, Refusal>, at: Option<usize>, id: &str| {
+        let refusal = match (result, at) {
+            (Err(Refusal::StepOfMany { index, refusal, .. }), Some(at)) if *index == at => {
+                (**refusal).clone()
+            }
+            (Err(refusal), None) => refusal.clone(),
+            (other, _) => panic!("expected {id} refused at {at:?}, got {other:?}"),
+        };
+        assert_eq!(
+            refusal,
+            Refusal::DuplicateTraceId {
+                trace_id: id.into()
+            }
+        );
+    };
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    duplicate(&results[1], None, "a");
+    duplicate(&results[2], None, "old");
+    assert!(results[3].is_ok(), "{:?}", results[3]);
+    duplicate(&results[4], None, "ev");
+    duplicate(&results[5], Some(1), "b");
+    duplicate(&results[6], Some(1), "a");
+    // Neither refused write kept anything: b and c are free.
+    assert!(results[7].is_ok(), "{:?}", results[7]);
+    let mut written = Vec::new();
+    store
+        .read_session(ORG, "s1", &mut |s| {
+            written.push(s.record.step.trace_id.clone());
+            true
+        })
+        .unwrap();
+    assert_eq!(written, ["old", "a", "b", "c"]);
+}
+
+/// A `turn_step` a writer gives names one step of its turn: a number held
+/// by a stored step, or by an earlier step of the same write, is refused
+/// (409 `turn_step_taken`), in a turn, a batch of steps or a lone step,
+/// and nothing of the write is kept. Numbers the sequencer assigns go
+/// around the numbers given.
+pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
+    let store = backend.open("turn-steps");
+    let ledger = ledger(Arc::clone(&store));
+    let in_turn = |session: &str, turn: &str, number: Option<u64>| {
+        let mut s = step(session, "Reasoning", "a thought");
+        s.turn_id = Some(turn.into());
+        s.turn_step = number;
+        s
+    };
+    let write_turn = |steps: Vec<NewStep>| {
+        ledger.write(WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps,
+        })
+    };
+    let taken_at = |result: Result<Written, AppendError>, at: Option<usize>, number: u64| {
+        let refusal = match (refused(result), at) {
+            (Refusal::StepOfMany { index, refusal, .. }, Some(at)) => {
+                assert_eq!(index, at);
+                *refusal
+            }
+            (refusal, None) => refusal,
+            (other, _) => panic!("expected step {at:?} refused, got {other:?}"),
+        };
+        assert!(
+            matches!(&refusal, Refusal::TurnStepTaken { session_id, turn_id, turn_step }
+                if session_id == "s" && turn_id == "t" && *turn_step == number),
+            "{refusal:?}"
+        );
+    };
+    let numbers = || {
+        let mut numbers = Vec::new();
+        store
+            .read_session(ORG, "s", &mut |s| {
+                numbers.push(s.record.step.turn_step);
+                true
+            })
+            .unwrap();
+        numbers
+    };
+    // Twice in one turn request of a new session: nothing is written,
+    // not even the session.
+    taken_at(
+        write_turn(vec![in_turn("s", "t", Some(3)), in_turn("s", "t", Some(3))]),
+        Some(1),
+        3,
+    );
+    assert!(store.session(ORG, "s").unwrap().is_none());
+    write_turn(vec![
+        in_turn("s", "t", Some(1)),
+        in_turn("s", "t", None),
+        in_turn("s", "t", None),
+    ])
+    .unwrap();
+    assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // Against the stored turn, from every kind of write.
+    taken_at(
+        write_turn(vec![in_turn("s", "t", None), in_turn("s", "t", Some(0))]),
+        Some(1),
+        0,
+    );
+    taken_at(append(&ledger, in_turn("s", "t", Some(2))), None, 2);
+    taken_at(
+        ledger.write(WriteRequest::Steps(vec![
+            in_turn("s", "t", Some(7)),
+            in_turn("s", "t", Some(7)),
+        ])),
+        Some(1),
+        7,
+    );
+    assert_eq!(numbers(), [Some(1), Some(0), Some(2)]);
+    // The number is checked after the step's other checks, alike for a
+    // lone step and a turn's: a taken number with a link to nothing is
+    // the link's refusal on both.
+    let mut linked = in_turn("s", "t", Some(0));
+    linked.links.parent = Some("no-such-step".into());
+    assert!(matches!(
+        refused(append(&ledger, linked.clone())),
+        Refusal::UnknownLink { .. }
+    ));
+    assert!(matches!(
+        refused(write_turn(vec![linked])),
+        Refusal::StepOfMany { refusal, .. } if matches!(*refusal, Refusal::UnknownLink { .. })
+    ));
+    // A number within no turn is refused, as a turn it forgot to name.
+    let mut loose = step("s", "Reasoning", "a thought");
+    loose.turn_step = Some(9);
+    assert!(
+        matches!(
+            refused(append(&ledger, loose)),
+            Refusal::InvalidMember {
+                field: "turn_step",
+                ..
+            }
+        ),
+        "a turn_step without a turn_id"
+    );
+    // Free numbers are taken as given; another turn or session has its own.
+    append(&ledger, in_turn("s", "t", Some(7))).unwrap();
+    append(&ledger, in_turn("s", "u", Some(7))).unwrap();
+    append(&ledger, in_turn("s2", "t", Some(7))).unwrap();
+    write_turn(vec![in_turn("s", "t", None), in_turn("s", "t", Some(4))]).unwrap();
+    assert_eq!(
+        numbers(),
+        [
+            Some(1),
+            Some(0),
+            Some(2),
+            Some(7),
+            Some(7),
+            Some(8),
+            Some(4)
+        ]
+    );
+    // One batch of many requests (looked up together on PostgreSQL): a
+    // session it opens, a stored turn, and the numbers it wrote before.
+    let lone = |session: &str, number: u64| {
+        WriteRequest::Step(Box::new(in_turn(session, "t", Some(number))))
+    };
+    let batch = vec![
+        lone("n", 1),
+        lone("n", 1),
+        lone("s", 1),
+        lone("s", 20),
+        lone("s", 20),
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![in_turn("n", "t", None), in_turn("n", "t", Some(1))],
+        },
+        lone("n", 2),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    for (i, result) in results.into_iter().enumerate() {
+        match (i, result) {
+            (0 | 3 | 6, Ok(_)) => {}
+            (1 | 2 | 4 | 5, Err(refusal)) => {
+                let refusal = match refusal {
+                    Refusal::StepOfMany {
+                        index: 1, refusal, ..
+                    } if i == 5 => *refusal,
+                    refusal => refusal,
+                };
+                let (session, number) = match i {
+                    2 => ("s", 1),
+                    4 => ("s", 20),
+                    _ => ("n", 1),
+                };
+                assert!(
+                    matches!(&refusal, Refusal::TurnStepTaken { session_id, turn_step, .. }
+                        if session_id == session && *turn_step == number),
+                    "request {i}: {refusal:?}"
+                );
+            }
+            (i, other) => panic!("request {i}: {other:?}"),
+        }
+    }
+}
