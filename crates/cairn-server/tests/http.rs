@@ -762,8 +762,9 @@ fn a_retried_step_is_answered_as_its_first_write() {
         (taken.status, taken.code().as_str()),
         (409, "duplicate_trace_id")
     );
-    // A batch sent twice.
-    let batch: Vec<Value> = (0..3)
+    // A batch sent twice (more steps than one read of recorded steps
+    // takes, so that the retry reads them in several).
+    let batch: Vec<Value> = (0..150)
         .map(|i| {
             let mut s = step("r2", "plan", &format!("batched {i}"));
             s["trace_id"] = json!(format!("retry-batch-{i}"));
@@ -774,7 +775,7 @@ fn a_retried_step_is_answered_as_its_first_write() {
     let resent = post(&server, "/v1/steps/batch", &admin, &json!(batch)).json();
     assert_eq!(
         (&sent["accepted"], &sent["refused"]),
-        (&json!(3), &json!(0))
+        (&json!(150), &json!(0))
     );
     // The same answers (but `session_created`, which only the first
     // write knows).
@@ -782,6 +783,19 @@ fn a_retried_step_is_answered_as_its_first_write() {
     expected[0]["session_created"] = json!(false);
     assert_eq!(expected, resent["results"], "{resent}");
     assert_eq!(resent["refused"], 0);
+    // A step changed under its trace id is a duplicate, in any chunk.
+    let mut changed = batch.clone();
+    changed[130]["content"] = json!("something else");
+    let answer = post(&server, "/v1/steps/batch", &admin, &json!(changed)).json();
+    assert_eq!(
+        (&answer["accepted"], &answer["refused"]),
+        (&json!(149), &json!(1)),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["results"][130]["error"]["code"], "duplicate_trace_id",
+        "{answer}"
+    );
     // Each step is recorded once.
     let steps = |session: &str| {
         get(&server, &format!("/v1/sessions/{session}"), &admin).json()["steps"]
@@ -821,7 +835,7 @@ fn a_retried_step_is_answered_as_its_first_write() {
     }
     assert_eq!(
         (steps("r1"), steps("r2"), steps("r4"), steps("r5")),
-        (1, 3, 1, 1)
+        (1, 150, 1, 1)
     );
 }
 

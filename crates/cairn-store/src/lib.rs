@@ -308,6 +308,21 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn step_by_trace(&self, org_id: &str, trace_id: &str)
     -> Result<Option<StoredStep>, StoreError>;
 
+    /// The steps of these trace ids that exist, in any order: what a
+    /// retried batch is compared with. One look-up each unless a backend
+    /// does better (PostgreSQL: one query, not two round trips a step).
+    fn steps_by_trace(
+        &self,
+        org_id: &str,
+        trace_ids: &[String],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        let mut found = Vec::new();
+        for trace_id in trace_ids {
+            found.extend(self.step_by_trace(org_id, trace_id)?);
+        }
+        Ok(found)
+    }
+
     /// Sessions that pass `filter`, newest first (see [`SessionFilter`]),
     /// at most `limit`.
     fn list_sessions(

@@ -504,6 +504,14 @@ impl LedgerStore for PgStore {
         self.step_by_trace_in(org_id, trace_id)
     }
 
+    fn steps_by_trace(
+        &self,
+        org_id: &str,
+        trace_ids: &[String],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.steps_by_trace_in(org_id, trace_ids)
+    }
+
     fn list_sessions(
         &self,
         org_id: &str,

@@ -6,8 +6,8 @@
 
 use super::connection::{Db, col, i64_of, u64_of};
 use super::rows::{
-    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, entry_from_row,
-    listed_ends, session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, STEPS_BY_TRACE,
+    entry_from_row, listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -256,6 +256,25 @@ impl PgStore {
             db.query_opt(&STEP_BY_TRACE, &[&org, &trace_id], "looking up a step")?
                 .map(|row| step_from_row(&row))
                 .transpose()
+        })
+    }
+
+    pub(super) fn steps_by_trace_in(
+        &self,
+        org_id: &str,
+        trace_ids: &[String],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        if trace_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(Vec::new());
+            };
+            db.query(&STEPS_BY_TRACE, &[&org, &trace_ids], "looking up steps")?
+                .iter()
+                .map(step_from_row)
+                .collect()
         })
     }
 

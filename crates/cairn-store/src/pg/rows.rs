@@ -64,6 +64,13 @@ pub(super) static STEP_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
          JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = $2 AND e.type = 'step'"
     )
 });
+/// [`STEP_BY_TRACE`] for an array of trace ids.
+pub(super) static STEPS_BY_TRACE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
+         JOIN sessions s ON s.sid = e.sid WHERE e.org = $1 AND e.trace_id = ANY($2) AND e.type = 'step'"
+    )
+});
 pub(super) static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org

@@ -72,6 +72,23 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
         })
         .unwrap();
     assert_eq!(written, ["old", "a", "b", "c"]);
+    // What a retried batch compares itself with: the steps of the ids
+    // that exist (an audit event's id names no step).
+    let ids = ["c", "nope", "a", "ev"].map(String::from);
+    let mut found: Vec<String> = store
+        .steps_by_trace(ORG, &ids)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.record.step.trace_id)
+        .collect();
+    found.sort();
+    assert_eq!(found, ["a", "c"]);
+    assert!(
+        store
+            .steps_by_trace("no-such-org", &ids)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A `turn_step` a writer gives names one step of its turn: a number held
