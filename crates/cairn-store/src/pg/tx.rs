@@ -189,15 +189,16 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     pub(super) vectors: HashMap<String, TsVector>,
     /// What each org's state read under the lock caught up with, by org id.
     caught_up: HashMap<i64, CaughtUp>,
-    /// The writer-chosen record ids of the batch looked up at its start
-    /// ([`PgTx::prefetch_trace_ids`]), `(org, id)` to whether the log held
-    /// one then: a batch of steps that name their ids (OTLP spans, clients
-    /// that retry) asks once, instead of sending its pending rows and
-    /// asking once per step.
-    ids_looked_up: HashMap<(i64, String), bool>,
-    /// The ids the batch has written since, while `ids_looked_up` holds
-    /// any: taken whatever the look-up said.
-    ids_written: HashSet<(i64, String)>,
+    /// The record ids the batch's steps choose or link to, looked up at
+    /// its start ([`PgTx::prefetch_trace_ids`]), `(org, id)` to the entry
+    /// type of the record the log held with that id then (`None`: none):
+    /// a batch of steps that name their ids (OTLP spans, clients that
+    /// retry) or their parents asks once, instead of sending its pending
+    /// rows and asking once per step.
+    ids_looked_up: HashMap<(i64, String), Option<String>>,
+    /// The ids the batch has written since (to their entry type), while
+    /// `ids_looked_up` holds any: whatever the look-up said.
+    ids_written: HashMap<(i64, String), String>,
     /// The turn numbers the batch's steps give, looked up the same way
     /// ([`PgTx::prefetch_turn_steps`]): `(sid, turn_id, turn_step)` to
     /// whether a stored step held it then.
@@ -347,7 +348,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             vectors: HashMap::new(),
             caught_up,
             ids_looked_up: HashMap::new(),
-            ids_written: HashSet::new(),
+            ids_written: HashMap::new(),
             turns_looked_up: HashMap::new(),
             turns_tracked: false,
             turns_written: HashSet::new(),
@@ -429,9 +430,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         self.turns_looked_up.get(&key).copied()
     }
 
-    /// Looks up which of `ids` (record ids a batch's requests chose) org
-    /// `org`'s log holds, in one query; [`crate::engine::WriteTx::trace_id_taken`] then
-    /// answers for them from memory.
+    /// Looks up which of `ids` (record ids a batch's steps choose or link
+    /// to) org `org`'s log holds, and as what, in one query;
+    /// [`crate::engine::WriteTx::trace_id_taken`] and
+    /// [`crate::engine::WriteTx::record_type`] then answer for them from
+    /// memory.
     pub(super) fn prefetch_trace_ids(
         &mut self,
         org: i64,
@@ -444,32 +447,33 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         // what is written after it: nothing may be pending before it.
         self.flush()?;
         let rows = self.db.query(
-            "SELECT trace_id FROM entries WHERE org = $1 AND trace_id = ANY($2)",
+            "SELECT trace_id, type FROM entries WHERE org = $1 AND trace_id = ANY($2)",
             &[&org, &ids],
             "looking up a batch's record ids",
         )?;
-        let mut taken = HashSet::with_capacity(rows.len());
+        let mut held = HashMap::with_capacity(rows.len());
         for row in &rows {
-            taken.insert(col::<String>(row, 0)?);
+            held.insert(col::<String>(row, 0)?, col::<String>(row, 1)?);
         }
         for id in ids {
-            let held = taken.contains(id);
-            self.ids_looked_up.insert((org, id.clone()), held);
+            let kind = held.get(id).cloned();
+            self.ids_looked_up.insert((org, id.clone()), kind);
         }
         Ok(())
     }
 
     /// What [`PgTx::prefetch_trace_ids`] and the batch's own writes say of
-    /// record id `id` of `org`, if they say anything.
-    pub(super) fn trace_id_known(&self, org: i64, id: &str) -> Option<bool> {
+    /// record id `id` of `org` (the entry type of its record, or `None`
+    /// when there is none), if they say anything.
+    pub(super) fn record_known(&self, org: i64, id: &str) -> Option<Option<String>> {
         if self.ids_looked_up.is_empty() {
             return None;
         }
         let key = (org, id.to_owned());
-        if self.ids_written.contains(&key) {
-            return Some(true);
+        if let Some(kind) = self.ids_written.get(&key) {
+            return Some(Some(kind.clone()));
         }
-        self.ids_looked_up.get(&key).copied()
+        self.ids_looked_up.get(&key).cloned()
     }
 
     /// Takes the sessions read before the lock that no entry appended
@@ -538,7 +542,8 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         if !self.ids_looked_up.is_empty()
             && let Some(id) = &row.trace_id
         {
-            self.ids_written.insert((row.org, id.clone()));
+            self.ids_written
+                .insert((row.org, id.clone()), row.entry_type.clone());
         }
         if self.turns_tracked
             && let (Some(sid), Some(turn_id), Some(number)) = (row.sid, &row.turn_id, row.turn_step)

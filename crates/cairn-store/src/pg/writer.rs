@@ -34,25 +34,38 @@ fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
     wanted
 }
 
-/// The record ids a batch's steps choose, by org name (looked up
-/// together under the lock: [`PgTx::prefetch_trace_ids`]).
+/// The record ids a batch's steps choose or link to (`corrects`,
+/// `parent`, `audit_event`: the links the sequencer checks), by org name
+/// (looked up together under the lock: [`PgTx::prefetch_trace_ids`]).
 fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
+    fn step_ids<'a>(
+        chosen: Option<&'a String>,
+        links: &'a cairn_core::record::Links,
+    ) -> impl Iterator<Item = &'a String> {
+        chosen.into_iter().chain(
+            [&links.corrects, &links.parent, &links.audit_event]
+                .into_iter()
+                .flatten(),
+        )
+    }
     let mut wanted: HashMap<&str, Vec<String>> = HashMap::new();
     for request in batch {
-        let mut add = |id: &String| {
+        let ids: Vec<&String> = match request {
+            WriteRequest::Step(s) => step_ids(s.trace_id.as_ref(), &s.links).collect(),
+            WriteRequest::Prepared(p) => {
+                step_ids(p.trace_id_given.then_some(&p.step.trace_id), &p.step.links).collect()
+            }
+            WriteRequest::Steps(steps) | WriteRequest::Turn { steps, .. } => steps
+                .iter()
+                .flat_map(|s| step_ids(s.trace_id.as_ref(), &s.links))
+                .collect(),
+            _ => continue,
+        };
+        if !ids.is_empty() {
             wanted
                 .entry(request_org(request))
                 .or_default()
-                .push(id.clone())
-        };
-        match request {
-            WriteRequest::Step(s) => s.trace_id.iter().for_each(&mut add),
-            WriteRequest::Prepared(p) if p.trace_id_given => add(&p.step.trace_id),
-            WriteRequest::Steps(steps) | WriteRequest::Turn { steps, .. } => steps
-                .iter()
-                .filter_map(|s| s.trace_id.as_ref())
-                .for_each(&mut add),
-            _ => {}
+                .extend(ids.into_iter().cloned());
         }
     }
     for ids in wanted.values_mut() {

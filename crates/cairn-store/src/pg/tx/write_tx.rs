@@ -105,6 +105,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
+        if let Some(kind) = self.record_known(org, id) {
+            return Ok(kind);
+        }
         self.flush()?;
         self.db
             .query_opt(
@@ -143,8 +146,8 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
-        if let Some(taken) = self.trace_id_known(org, trace_id) {
-            return Ok(taken);
+        if let Some(kind) = self.record_known(org, trace_id) {
+            return Ok(kind.is_some());
         }
         self.flush()?;
         let row = self.db.query_one(

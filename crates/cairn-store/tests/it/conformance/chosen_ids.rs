@@ -39,6 +39,28 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
         },
         WriteRequest::Steps(vec![named("b"), named("c")]),
     ];
+    // Links the sequencer checks, to records stored before the batch or
+    // written by it, of the right type or not.
+    let linked = |link: &str, to: &str| {
+        let mut s = step("s2", "plan", link);
+        match link {
+            "parent" => s.links.parent = Some(to.into()),
+            _ => s.links.audit_event = Some(to.into()),
+        }
+        WriteRequest::Step(Box::new(s))
+    };
+    let batch = [
+        batch,
+        vec![
+            linked("parent", "old"),
+            linked("parent", "a"),
+            linked("audit_event", "ev"),
+            linked("parent", "ev"),
+            linked("parent", "nowhere"),
+            linked("audit_event", "a"),
+        ],
+    ]
+    .concat();
     let results = store.append_batch(&batch).unwrap();
     let duplicate = |result: &Result<Written, Refusal>, at: Option<usize>, id: &str| {
         let refusal = match (result, at) {
@@ -64,6 +86,20 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
     duplicate(&results[6], Some(1), "a");
     // Neither refused write kept anything: b and c are free.
     assert!(results[7].is_ok(), "{:?}", results[7]);
+    for (i, expected) in [
+        (8, None),
+        (9, None),
+        (10, None),
+        (11, Some("parent")),
+        (12, Some("parent")),
+        (13, Some("audit_event")),
+    ] {
+        match (&results[i], expected) {
+            (Ok(_), None) => {}
+            (Err(Refusal::UnknownLink { link, .. }), Some(name)) if link == name => {}
+            (other, _) => panic!("request {i}: {other:?}"),
+        }
+    }
     let mut written = Vec::new();
     store
         .read_session(ORG, "s1", &mut |s| {
