@@ -264,8 +264,10 @@ pub(crate) async fn append_batch(
 }
 
 /// Recorded steps a retried batch reads at once: bounds what it holds
-/// (steps of the largest size the input limits allow).
-const RETRY_LOOKUP_CHUNK: usize = 64;
+/// beside its own steps, uncounted by the memory budget (16 steps of the
+/// largest size the input limits allow: about 13 MB, twice that while
+/// PostgreSQL's rows are decoded).
+const RETRY_LOOKUP_CHUNK: usize = 16;
 
 /// A batch's outcomes with each step refused as a duplicate trace id
 /// answered as its first write when the step recorded under that id is

@@ -61,6 +61,11 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
                 .collect(),
             _ => continue,
         };
+        // Only well-formed ids: a malformed one (a NUL byte, which
+        // PostgreSQL refuses in text) would fail the whole batch's query,
+        // every org's request with it, where its step alone is refused.
+        // An id not looked up is asked for, if ever, the slow way.
+        let ids: Vec<&String> = ids.into_iter().filter(|id| well_formed(id)).collect();
         if !ids.is_empty() {
             wanted
                 .entry(request_org(request))
@@ -73,6 +78,14 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
         ids.dedup();
     }
     wanted
+}
+
+/// Whether `id` is an id every record may hold ([`validate_id`]): what
+/// the look-ups ahead of a batch send to the database.
+///
+/// [`validate_id`]: cairn_core::record::validate_id
+fn well_formed(id: &str) -> bool {
+    cairn_core::record::validate_id("id", id).is_ok()
 }
 
 /// The turn numbers a batch's steps give, `(session, turn_id,
@@ -101,6 +114,11 @@ fn turn_steps_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<(String, String, u
                 .collect(),
             _ => continue,
         };
+        // Only well-formed ids, as in `trace_ids_of`.
+        let given: Vec<(String, String, u64)> = given
+            .into_iter()
+            .filter(|(session, turn, _)| well_formed(session) && well_formed(turn))
+            .collect();
         if !given.is_empty() {
             wanted
                 .entry(request_org(request))

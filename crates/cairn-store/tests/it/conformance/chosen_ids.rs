@@ -125,6 +125,30 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
             .unwrap()
             .is_empty()
     );
+    // A malformed id (a NUL byte, which PostgreSQL refuses in text) fails
+    // its own request, never the batch's look-ups and with them every
+    // request of the batch. (The lone step puts s1 among the sessions
+    // read ahead, whose turn numbers are looked up.)
+    let mut bad_link = step("s1", "plan", "x");
+    bad_link.links.parent = Some("a\0".into());
+    let mut bad_turn = step("s1", "plan", "y");
+    bad_turn.turn_step = Some(1);
+    let batch = vec![
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![bad_link],
+        },
+        WriteRequest::Turn {
+            turn_id: "t\0".into(),
+            steps: vec![bad_turn],
+        },
+        WriteRequest::Step(Box::new(named("fine"))),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    assert!(
+        results[0].is_err() && results[1].is_err() && results[2].is_ok(),
+        "{results:?}"
+    );
 }
 
 /// A `turn_step` a writer gives names one step of its turn: a number held
