@@ -230,46 +230,51 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     /// is then marked checked, so that [`Self::append_step`] does not look
     /// again one step at a time (on PostgreSQL each look would flush the
     /// write's rows).
+    /// The steps of one write are of one org (checked before).
     fn first_turn_step_taken(
         &mut self,
         prepared: &mut [PreparedStep],
     ) -> Result<Option<(usize, Refusal)>, StoreError> {
-        type TurnKey = (String, String, String);
-        let mut turns: std::collections::BTreeMap<TurnKey, Vec<(usize, u64)>> =
+        let given: Vec<usize> = prepared
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(index, p)| std::mem::take(&mut p.turn_step_given).then_some(index))
+            .collect();
+        let prepared: &[PreparedStep] = prepared;
+        // (session, turn) to its given numbers, each with its step.
+        let mut turns: std::collections::BTreeMap<(&str, &str), Vec<(usize, u64)>> =
             std::collections::BTreeMap::new();
-        let mut first: Option<usize> = None;
-        for (index, p) in prepared.iter_mut().enumerate() {
-            if !std::mem::take(&mut p.turn_step_given) {
-                continue;
-            }
+        let mut taken: Vec<usize> = Vec::new();
+        for index in given {
+            let p = &prepared[index];
             let (Some(turn_id), Some(number)) = (&p.step.turn_id, p.step.turn_step) else {
                 continue;
             };
-            let key = (
-                p.step.org_id.clone(),
-                p.step.session_id.clone(),
-                turn_id.clone(),
-            );
-            let numbers = turns.entry(key).or_default();
+            let numbers = turns.entry((&p.step.session_id, turn_id)).or_default();
             if numbers.iter().any(|&(_, n)| n == number) {
-                first = Some(first.map_or(index, |f| f.min(index)));
+                taken.push(index);
             }
             numbers.push((index, number));
         }
-        for ((org_id, session_id, turn_id), numbers) in &turns {
-            let Some(org) = self.org(org_id)? else {
-                continue;
-            };
+        let org = match prepared.first() {
+            Some(p) if !turns.is_empty() => self.org(&p.step.org_id)?,
+            _ => None,
+        };
+        for ((session_id, turn_id), numbers) in &turns {
+            let Some(org) = &org else { break };
             let Some(session) = self.session(org.id, session_id)? else {
                 continue;
             };
             let wanted: Vec<u64> = numbers.iter().map(|&(_, n)| n).collect();
             let held = self.tx.turn_steps_taken(session.sid, turn_id, &wanted)?;
-            if let Some(&(index, _)) = numbers.iter().find(|(_, n)| held.contains(n)) {
-                first = Some(first.map_or(index, |f| f.min(index)));
-            }
+            taken.extend(
+                numbers
+                    .iter()
+                    .find(|(_, n)| held.contains(n))
+                    .map(|&(index, _)| index),
+            );
         }
-        Ok(first.map(|index| {
+        Ok(taken.into_iter().min().map(|index| {
             let step = &prepared[index].step;
             (
                 index,

@@ -12,31 +12,47 @@ use crate::{DbContext, ImportError, Refusal, StoreError, WriteRequest, Written, 
 use cairn_core::log::LogEntry;
 use std::collections::{HashMap, HashSet};
 
-/// The sessions a batch appends to or seals, by org name, each once.
-fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
-    let mut wanted: HashMap<&str, Vec<String>> = HashMap::new();
+/// What `each` draws from a batch's requests, by org name, each once
+/// (sorted).
+fn by_org<T: Ord>(
+    batch: &[WriteRequest],
+    each: impl Fn(&WriteRequest) -> Vec<T>,
+) -> HashMap<&str, Vec<T>> {
+    let mut wanted: HashMap<&str, Vec<T>> = HashMap::new();
     for request in batch {
-        let session = match request {
-            WriteRequest::Step(s) => &s.session_id,
-            WriteRequest::Prepared(p) => &p.step.session_id,
-            WriteRequest::Seal { session_id, .. } => session_id,
-            _ => continue,
-        };
-        wanted
-            .entry(request_org(request))
-            .or_default()
-            .push(session.clone());
+        let found = each(request);
+        if !found.is_empty() {
+            wanted
+                .entry(request_org(request))
+                .or_default()
+                .extend(found);
+        }
     }
-    for ids in wanted.values_mut() {
-        ids.sort_unstable();
-        ids.dedup();
+    for found in wanted.values_mut() {
+        found.sort_unstable();
+        found.dedup();
     }
     wanted
+}
+
+/// The sessions a batch appends to or seals, by org name, each once.
+fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
+    by_org(batch, |request| match request {
+        WriteRequest::Step(s) => vec![s.session_id.clone()],
+        WriteRequest::Prepared(p) => vec![p.step.session_id.clone()],
+        WriteRequest::Seal { session_id, .. } => vec![session_id.clone()],
+        _ => Vec::new(),
+    })
 }
 
 /// The record ids a batch's steps choose or link to (`corrects`,
 /// `parent`, `audit_event`: the links the sequencer checks), by org name
 /// (looked up together under the lock: [`PgTx::prefetch_trace_ids`]).
+///
+/// Only well-formed ids ([`well_formed`]): a malformed one (a NUL byte,
+/// which PostgreSQL refuses in text) would fail the whole batch's query,
+/// every org's request with it, where its step alone is refused. An id not
+/// looked up is asked for, if ever, the slow way.
 fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
     fn step_ids<'a>(
         chosen: Option<&'a String>,
@@ -48,8 +64,7 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
                 .flatten(),
         )
     }
-    let mut wanted: HashMap<&str, Vec<String>> = HashMap::new();
-    for request in batch {
+    by_org(batch, |request| {
         let ids: Vec<&String> = match request {
             WriteRequest::Step(s) => step_ids(s.trace_id.as_ref(), &s.links).collect(),
             WriteRequest::Prepared(p) => {
@@ -59,25 +74,13 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
                 .iter()
                 .flat_map(|s| step_ids(s.trace_id.as_ref(), &s.links))
                 .collect(),
-            _ => continue,
+            _ => Vec::new(),
         };
-        // Only well-formed ids: a malformed one (a NUL byte, which
-        // PostgreSQL refuses in text) would fail the whole batch's query,
-        // every org's request with it, where its step alone is refused.
-        // An id not looked up is asked for, if ever, the slow way.
-        let ids: Vec<&String> = ids.into_iter().filter(|id| well_formed(id)).collect();
-        if !ids.is_empty() {
-            wanted
-                .entry(request_org(request))
-                .or_default()
-                .extend(ids.into_iter().cloned());
-        }
-    }
-    for ids in wanted.values_mut() {
-        ids.sort_unstable();
-        ids.dedup();
-    }
-    wanted
+        ids.into_iter()
+            .filter(|id| well_formed(id))
+            .cloned()
+            .collect()
+    })
 }
 
 /// Whether `id` is an id every record may hold ([`validate_id`]): what
@@ -88,49 +91,27 @@ fn well_formed(id: &str) -> bool {
     cairn_core::record::validate_id("id", id).is_ok()
 }
 
-/// The turn numbers a batch's steps give, `(session, turn_id,
+/// The turn numbers a batch's lone steps give, `(session, turn_id,
 /// turn_step)` by org name (looked up together under the lock:
-/// [`PgTx::prefetch_turn_steps`]).
+/// [`PgTx::prefetch_turn_steps`], for the sessions read ahead, which are
+/// lone steps'; a turn or a write of many steps looks its numbers up in
+/// one query per turn). Only well-formed ids, as in [`trace_ids_of`].
 fn turn_steps_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<(String, String, u64)>> {
-    let mut wanted: HashMap<&str, Vec<(String, String, u64)>> = HashMap::new();
-    let numbered =
-        |s: &crate::NewStep| Some((s.session_id.clone(), s.turn_id.clone()?, s.turn_step?));
-    for request in batch {
-        let given: Vec<(String, String, u64)> = match request {
-            WriteRequest::Step(s) => numbered(s).into_iter().collect(),
-            WriteRequest::Prepared(p) if p.turn_step_given => p
-                .step
-                .turn_id
-                .clone()
-                .zip(p.step.turn_step)
-                .map(|(turn, n)| (p.step.session_id.clone(), turn, n))
-                .into_iter()
-                .collect(),
-            WriteRequest::Steps(steps) => steps.iter().filter_map(numbered).collect(),
-            // A turn's steps take its id when the sequencer numbers them.
-            WriteRequest::Turn { turn_id, steps } => steps
-                .iter()
-                .filter_map(|s| Some((s.session_id.clone(), turn_id.clone(), s.turn_step?)))
-                .collect(),
-            _ => continue,
+    by_org(batch, |request| {
+        let (session, turn, number) = match request {
+            WriteRequest::Step(s) => (&s.session_id, &s.turn_id, s.turn_step),
+            WriteRequest::Prepared(p) if p.turn_step_given => {
+                (&p.step.session_id, &p.step.turn_id, p.step.turn_step)
+            }
+            _ => return Vec::new(),
         };
-        // Only well-formed ids, as in `trace_ids_of`.
-        let given: Vec<(String, String, u64)> = given
-            .into_iter()
-            .filter(|(session, turn, _)| well_formed(session) && well_formed(turn))
-            .collect();
-        if !given.is_empty() {
-            wanted
-                .entry(request_org(request))
-                .or_default()
-                .extend(given);
+        match (turn, number) {
+            (Some(turn), Some(number)) if well_formed(session) && well_formed(turn) => {
+                vec![(session.clone(), turn.clone(), number)]
+            }
+            _ => Vec::new(),
         }
-    }
-    for numbers in wanted.values_mut() {
-        numbers.sort_unstable();
-        numbers.dedup();
-    }
-    wanted
+    })
 }
 
 impl PgStore {
