@@ -104,11 +104,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             args.agent.as_deref(),
             "cli",
         )
-        .map_err(|e| crate::RefusedError {
-            code: e.code,
-            field: e.field,
-            message: e.message,
-        })?;
+        .map_err(|e| refused(e.into()))?;
         let written = ledger
             .write(WriteRequest::Step(Box::new(step)))
             .map_err(append_error)?;

@@ -302,20 +302,13 @@ fn a_busy_port_does_not_use_up_the_admin_key() {
 fn json_output_covers_errors() {
     let dir = tempfile::tempdir().unwrap();
     populated(dir.path());
-    let run = cairn_in(
-        dir.path(),
-        &[
-            "--json",
-            "log",
-            "--session",
-            "j",
-            "--agent",
-            "a",
-            "--type",
-            "Bogus",
-        ],
-        None,
-    );
+    // `cairn --json log` of a step of `session` by `agent`, with `more`.
+    let log = |session: &str, agent: &str, more: &[&str]| {
+        let mut args = vec!["--json", "log", "--session", session, "--agent", agent];
+        args.extend_from_slice(more);
+        cairn_in(dir.path(), &args, None)
+    };
+    let run = log("j", "a", &["--type", "Bogus"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     let error = json(&run);
     assert_eq!(error["error"]["code"], "usage", "{error}");
@@ -337,22 +330,7 @@ fn json_output_covers_errors() {
         ),
         "{error}"
     );
-    let run = cairn_in(
-        dir.path(),
-        &[
-            "--json",
-            "log",
-            "--session",
-            "j",
-            "--agent",
-            "a",
-            "--type",
-            "plan",
-            "--confidence",
-            "7",
-        ],
-        None,
-    );
+    let run = log("j", "a", &["--type", "plan", "--confidence", "7"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     let error = json(&run);
     assert_eq!(
@@ -367,25 +345,10 @@ fn json_output_covers_errors() {
             &serde_json::json!("confidence")
         ),
         "{error}"
-    ); // A refusal of the ledger itself: a session of another agent.
-    let log_as = |agent: &str| {
-        cairn_in(
-            dir.path(),
-            &[
-                "--json",
-                "log",
-                "--session",
-                "k",
-                "--agent",
-                agent,
-                "--type",
-                "plan",
-            ],
-            None,
-        )
-    };
-    assert_eq!(log_as("a").code, 0);
-    let run = log_as("b");
+    );
+    // A refusal of the ledger itself: a session of another agent.
+    assert_eq!(log("k", "a", &["--type", "plan"]).code, 0);
+    let run = log("k", "b", &["--type", "plan"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     let error = json(&run);
     assert_eq!(
