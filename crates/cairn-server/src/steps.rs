@@ -236,7 +236,14 @@ pub(crate) async fn append_batch(
             )
     });
     let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
-        blocking(&state, move |store| Ok(answer_retries(store, outcomes))).await?
+        blocking(&state, move |store| {
+            Ok(cairn_store::answer_retries(
+                store,
+                outcomes,
+                cairn_store::RepeatedIds::StayDuplicates,
+            ))
+        })
+        .await?
     } else {
         outcomes.into_iter().map(|(_, outcome)| outcome).collect()
     };
@@ -261,86 +268,6 @@ pub(crate) async fn append_batch(
     Ok(axum::Json(
         json!({"accepted": accepted, "refused": refused, "results": results}),
     ))
-}
-
-/// Recorded steps a retried batch reads at once: bounds what it holds
-/// beside its own steps, uncounted by the memory budget (16 steps of the
-/// largest size the input limits allow: about 13 MB, twice that while
-/// PostgreSQL's rows are decoded).
-const RETRY_LOOKUP_CHUNK: usize = 16;
-
-/// A batch's outcomes with each step refused as a duplicate trace id
-/// answered as its first write when the step recorded under that id is
-/// this very step (`NewStep::retried`), in the batch's order: once a trace
-/// id has been answered as written, a later copy in the batch stays its
-/// duplicate.
-/// The recorded steps are read [`RETRY_LOOKUP_CHUNK`] at a time, in one
-/// query each where the store allows (`LedgerStore::steps_by_trace`).
-fn answer_retries(
-    store: &dyn LedgerStore,
-    outcomes: Vec<(
-        Option<cairn_store::NewStep>,
-        Result<cairn_store::Written, cairn_store::AppendError>,
-    )>,
-) -> Vec<Result<cairn_store::Written, cairn_store::AppendError>> {
-    // Which outcomes may be retries: refused as a duplicate trace id.
-    let candidates: Vec<Option<String>> = outcomes
-        .iter()
-        .map(|(retry, outcome)| {
-            let duplicate = matches!(
-                outcome,
-                Err(cairn_store::AppendError::Refused(
-                    cairn_store::Refusal::DuplicateTraceId { .. }
-                ))
-            );
-            retry
-                .as_ref()
-                .and_then(|s| s.trace_id.clone())
-                .filter(|_| duplicate)
-        })
-        .collect();
-    let mut recorded: HashMap<String, cairn_store::StoredStep> = HashMap::new();
-    let mut read_until = 0;
-    let mut answered = std::collections::HashSet::new();
-    outcomes
-        .into_iter()
-        .enumerate()
-        .map(|(index, (retry, outcome))| {
-            let trace_id = retry.as_ref().and_then(|s| s.trace_id.clone());
-            let outcome = match (outcome, retry, &candidates[index]) {
-                (Err(refused), Some(step), Some(id)) if !answered.contains(id) => {
-                    if index >= read_until {
-                        // The next chunk of candidates, from this one on
-                        // (the previous chunk's steps are let go).
-                        let chunk: Vec<(usize, &String)> = candidates[index..]
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(offset, id)| Some((index + offset, id.as_ref()?)))
-                            .take(RETRY_LOOKUP_CHUNK)
-                            .collect();
-                        read_until = chunk.last().map_or(index, |&(last, _)| last) + 1;
-                        let ids: Vec<String> = chunk.iter().map(|(_, id)| (*id).clone()).collect();
-                        // A failed read answers nothing: the refusals stand.
-                        recorded = store
-                            .steps_by_trace(&step.org_id, &ids)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|s| (s.record.step.trace_id.clone(), s))
-                            .collect();
-                    }
-                    recorded
-                        .get(id)
-                        .and_then(|stored| step.recorded_as(stored))
-                        .ok_or(refused)
-                }
-                (outcome, _, _) => outcome,
-            };
-            if let (Ok(_), Some(id)) = (&outcome, trace_id) {
-                answered.insert(id);
-            }
-            outcome
-        })
-        .collect()
 }
 
 #[utoipa::path(

@@ -34,6 +34,7 @@ mod listing;
 pub mod ops;
 pub mod pg;
 mod requests;
+mod retries;
 #[cfg(feature = "model")]
 pub mod sentence_model;
 mod sequencer;
@@ -53,6 +54,7 @@ pub use requests::{
     EmbeddingBacklog, NewSession, NewStep, PendingEmbedding, PreparedStep, WriteRequest, Written,
     new_id, now, prepare_step,
 };
+pub use retries::{RETRY_LOOKUP_CHUNK, RepeatedIds, answer_retries};
 pub use sequencer::{AppendError, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore, analyst_worker_main};
 pub use stored::{

@@ -248,6 +248,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         action: &str,
         detail: Option<&serde_json::Value>,
     ) -> Outcome<Written> {
+        // A generated id (UUIDv7) is unique, as a step's is: only a chosen
+        // one is looked up below.
+        let chosen = event_id.is_some();
         let event_id = event_id.map_or_else(crate::requests::new_id, str::to_owned);
         if let Err(e) = validate_id("org_id", org_name)
             // Its id names it in a URL path (/v1/audit-events/{event_id}).
@@ -283,7 +286,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             };
             sid = Some(found.sid);
         }
-        if let Some(org) = org_id
+        if chosen
+            && let Some(org) = org_id
             && self.tx.record_type(org, &event_id)?.is_some()
         {
             return Ok(Err(Refusal::DuplicateId { id: event_id }));

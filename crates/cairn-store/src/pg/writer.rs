@@ -45,8 +45,9 @@ fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
     })
 }
 
-/// The record ids a batch's steps choose or link to (`corrects`,
-/// `parent`, `audit_event`: the links the sequencer checks), by org name
+/// The record ids a batch's steps and audit events choose, and those its
+/// steps link to (`corrects`, `parent`, `audit_event`: the links the
+/// sequencer checks), by org name
 /// (looked up together under the lock: [`PgTx::prefetch_trace_ids`]).
 ///
 /// Only well-formed ids ([`well_formed`]): a malformed one (a NUL byte,
@@ -74,6 +75,9 @@ fn trace_ids_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
                 .iter()
                 .flat_map(|s| step_ids(s.trace_id.as_ref(), &s.links))
                 .collect(),
+            WriteRequest::AuditEvent {
+                event_id: Some(id), ..
+            } => vec![id],
             _ => Vec::new(),
         };
         ids.into_iter()

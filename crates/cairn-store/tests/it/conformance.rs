@@ -152,6 +152,7 @@ pub fn run_all(backend: &dyn Backend) {
     records::turns_are_numbered_per_session(backend);
     chosen_ids::a_turn_step_names_one_step(backend);
     chosen_ids::ids_chosen_within_one_batch_are_checked_in_order(backend);
+    chosen_ids::retried_writes_are_answered_as_their_first(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
 }
 

@@ -132,6 +132,17 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     // below), as `NewStep::approx_memory` counts them; the window is
     // answered from its oldest end while they pass this.
     const STDIN_KEPT_BYTES: usize = 64 << 20;
+    // Lines answered together once the window is full: their duplicate
+    // trace ids are compared with the recorded steps in chunks.
+    const ANSWERED_AT_ONCE: usize = 256;
+    // A line in flight: its number, its write (or the refusal it met
+    // before it was submitted) with the copy kept to answer a re-run, and
+    // the bytes it counts against STDIN_KEPT_BYTES.
+    type InFlight = (
+        usize,
+        std::result::Result<(cairn_store::Pending, Option<cairn_store::NewStep>), Value>,
+        usize,
+    );
     let mut kept_bytes = 0usize;
     let stdin = std::io::stdin();
     let mut pending = std::collections::VecDeque::with_capacity(STDIN_IN_FLIGHT);
@@ -142,46 +153,63 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
     // A step that names its trace id is kept with its pending write: if
     // the ledger refuses it as a duplicate, it may be a re-run of input
     // recorded before (answered as its first write, as REST answers a
-    // retry: `NewStep::retried`).
+    // retry: `cairn_store::answer_retries`).
     let store = ledger.store_arc();
-    let mut answer = |line: usize,
-                      p: std::result::Result<
-        (cairn_store::Pending, Option<cairn_store::NewStep>),
-        Value,
-    >,
-                      out: &mut dyn std::io::Write|
+    // Answers the `count` oldest lines in flight, in input order. Their
+    // outcomes are awaited first, so that the lines refused as duplicate
+    // trace ids are compared with their recorded steps a chunk at a time
+    // (`answer_retries`), each line as a request of its own.
+    let mut answer_oldest = |pending: &mut std::collections::VecDeque<InFlight>,
+                             count: usize,
+                             kept_bytes: &mut usize,
+                             out: &mut dyn std::io::Write|
      -> Result<()> {
-        let (p, retry) = match p {
-            Ok(p) => p,
-            Err(refusal) => {
+        let oldest: Vec<InFlight> = pending.drain(..count.min(pending.len())).collect();
+        let mut outcomes = Vec::with_capacity(oldest.len());
+        let mut refused_early = Vec::with_capacity(oldest.len());
+        for (line, p, bytes) in oldest {
+            *kept_bytes -= bytes;
+            refused_early.push(match p {
+                Ok((p, retry)) => {
+                    outcomes.push((retry, p.wait()));
+                    (line, None)
+                }
+                Err(refusal) => (line, Some(refusal)),
+            });
+        }
+        let mut answers = cairn_store::answer_retries(
+            store.as_ref(),
+            outcomes,
+            cairn_store::RepeatedIds::AnswerEach,
+        )
+        .into_iter();
+        for (line, refusal) in refused_early {
+            if let Some(refusal) = refusal {
                 failures += 1;
                 writeln!(out, "{refusal}")?;
-                return Ok(());
+                continue;
             }
-        };
-        let written = match (p.wait(), retry) {
-            (Err(refused), Some(step)) => step.retried(store.as_ref(), &refused).ok_or(refused),
-            (written, _) => written,
-        };
-        match written {
-            Ok(w) => {
-                // A step request is only ever answered with a step.
-                let step = cairn_server::wire::step_written(&w)
-                    .with_context(|| format!("line {line} was answered with {w:?}"))?;
-                let written = cairn_server::wire::LineWritten { line, step: &step };
-                serde_json::to_writer(&mut *out, &written)?;
-                out.write_all(b"\n")?;
-            }
-            Err(e) => {
-                failures += 1;
-                // The ledger's refusal with the code and field REST
-                // gives it.
-                let e = cairn_server::ApiError::from(e);
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"line": line, "error": cairn_server::without_tokens(&e.message), "code": e.code, "field": e.field.as_deref().map(cairn_server::without_tokens)})
-                )?;
+            let written = answers.next().context("a line in flight lost its answer")?;
+            match written {
+                Ok(w) => {
+                    // A step request is only ever answered with a step.
+                    let step = cairn_server::wire::step_written(&w)
+                        .with_context(|| format!("line {line} was answered with {w:?}"))?;
+                    let written = cairn_server::wire::LineWritten { line, step: &step };
+                    serde_json::to_writer(&mut *out, &written)?;
+                    out.write_all(b"\n")?;
+                }
+                Err(e) => {
+                    failures += 1;
+                    // The ledger's refusal with the code and field REST
+                    // gives it.
+                    let e = cairn_server::ApiError::from(e);
+                    writeln!(
+                        out,
+                        "{}",
+                        json!({"line": line, "error": cairn_server::without_tokens(&e.message), "code": e.code, "field": e.field.as_deref().map(cairn_server::without_tokens)})
+                    )?;
+                }
             }
         }
         Ok(())
@@ -216,11 +244,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         while pending.len() == STDIN_IN_FLIGHT
             || (kept_bytes + kept > STDIN_KEPT_BYTES && !pending.is_empty())
         {
-            let Some((line, p, bytes)) = pending.pop_front() else {
-                break;
-            };
-            kept_bytes -= bytes;
-            answer(line, p, &mut out)?;
+            answer_oldest(&mut pending, ANSWERED_AT_ONCE, &mut kept_bytes, &mut out)?;
         }
         kept_bytes += kept;
         pending.push_back((
@@ -232,8 +256,8 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             kept,
         ));
     }
-    for (line, p, _) in pending {
-        answer(line, p, &mut out)?;
+    while !pending.is_empty() {
+        answer_oldest(&mut pending, ANSWERED_AT_ONCE, &mut kept_bytes, &mut out)?;
     }
     out.flush()?;
     if failures > 0 {

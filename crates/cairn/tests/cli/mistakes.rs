@@ -272,6 +272,40 @@ fn log_stdin_answers_a_rerun_as_its_first_run() {
         Some(2),
         "{replay}"
     );
+    // A longer input, answered together in several look-ups, in order,
+    // each line as a request of its own: its repeated line is answered as
+    // the first copy (as on the first run), a changed line is refused, a
+    // line refused before it was written keeps its place.
+    let line = |i: usize, content: &str| {
+        format!(
+            r#"{{"session_id":"long","agent_id":"a","step_type":"Observation","content":"{content}","trace_id":"long-{i}"}}"#
+        )
+    };
+    let mut input: Vec<String> = (0..600).map(|i| line(i, "same")).collect();
+    input.push(line(7, "same"));
+    let first = cairn_in(dir.path(), &["log", "--stdin"], Some(&input.join("\n")));
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let first: Vec<&str> = first.stdout.lines().collect();
+    assert_eq!(first.len(), 601);
+    assert_eq!(first[600], first[7].replace(r#""line":8"#, r#""line":601"#));
+    input[450] = line(450, "changed");
+    input[300] = "not json".into();
+    let again = cairn_in(dir.path(), &["log", "--stdin"], Some(&input.join("\n")));
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    let again: Vec<&str> = again.stdout.lines().collect();
+    assert_eq!(again.len(), 601);
+    for (i, (then, now)) in first.iter().zip(&again).enumerate() {
+        let answer: serde_json::Value = serde_json::from_str(now).unwrap();
+        assert_eq!(answer["line"], i + 1, "{now}");
+        match i {
+            300 => assert_eq!(answer["code"], "invalid_json", "{now}"),
+            450 => assert_eq!(answer["code"], "duplicate_trace_id", "{now}"),
+            _ => assert_eq!(
+                *now,
+                then.replace(r#""session_created":true"#, r#""session_created":false"#)
+            ),
+        }
+    }
 }
 
 /// A fresh data directory's admin key is printed only once the server

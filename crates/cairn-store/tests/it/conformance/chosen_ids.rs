@@ -59,6 +59,17 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
             linked("parent", "nowhere"),
             linked("audit_event", "a"),
         ],
+        // Audit events choosing ids held before the batch, written by it
+        // and free.
+        ["ev", "old", "fresh"]
+            .map(|id| WriteRequest::AuditEvent {
+                org_id: ORG.into(),
+                event_id: Some(id.into()),
+                session_id: None,
+                action: "sql_query".into(),
+                detail: None,
+            })
+            .to_vec(),
     ]
     .concat();
     let results = store.append_batch(&batch).unwrap();
@@ -100,6 +111,14 @@ pub(super) fn ids_chosen_within_one_batch_are_checked_in_order(backend: &dyn Bac
             (other, _) => panic!("request {i}: {other:?}"),
         }
     }
+    for (i, id) in [(14, "ev"), (15, "old")] {
+        assert_eq!(
+            results[i].as_ref().err(),
+            Some(&Refusal::DuplicateId { id: id.into() }),
+            "request {i}"
+        );
+    }
+    assert!(results[16].is_ok(), "{:?}", results[16]);
     let mut written = Vec::new();
     store
         .read_session(ORG, "s1", &mut |s| {
@@ -312,4 +331,112 @@ pub(super) fn a_turn_step_names_one_step(backend: &dyn Backend) {
             (i, other) => panic!("request {i}: {other:?}"),
         }
     }
+}
+
+/// Steps refused as duplicate trace ids that are the recorded steps
+/// themselves are answered as their first writes (`answer_retries`),
+/// across several chunks of look-ups; a changed step, an erased one and
+/// one never recorded stay refused; a repeated id within the writes stays
+/// a duplicate in one request and is answered as the first in writes of
+/// their own.
+pub(super) fn retried_writes_are_answered_as_their_first(backend: &dyn Backend) {
+    use cairn_store::{RETRY_LOOKUP_CHUNK, RepeatedIds, answer_retries};
+    let store = backend.open("retries");
+    let ledger = ledger(Arc::clone(&store));
+    let count = RETRY_LOOKUP_CHUNK * 3 + 5;
+    let named = |i: usize| {
+        let mut s = step(&format!("s{}", i % 3), "plan", &format!("step {i}"));
+        s.trace_id = Some(format!("id-{i}"));
+        s
+    };
+    let mut first = Vec::new();
+    for i in 0..count {
+        first.push(append(&ledger, named(i)).unwrap());
+    }
+    let changed = RETRY_LOOKUP_CHUNK * 2 + 3;
+    let erased = RETRY_LOOKUP_CHUNK + 1;
+    store
+        .append_batch(&[WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: format!("id-{erased}"),
+            reason: "test".into(),
+            actor: "test".into(),
+        }])
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    // The writes again, a changed one, and a repeat of the first id.
+    let mut again: Vec<NewStep> = (0..count).map(named).collect();
+    again[changed].content = Some("not the same".into());
+    again.push(named(0));
+    let outcomes = || {
+        again
+            .iter()
+            .map(|s| (Some(s.clone()), append(&ledger, s.clone())))
+            .collect::<Vec<_>>()
+    };
+    let refused_as_duplicate = |outcome: &Result<Written, AppendError>| {
+        matches!(
+            outcome,
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+        )
+    };
+    for repeats in [RepeatedIds::StayDuplicates, RepeatedIds::AnswerEach] {
+        let answers = answer_retries(store.as_ref(), outcomes(), repeats);
+        assert_eq!(answers.len(), count + 1);
+        for (i, answer) in answers[..count].iter().enumerate() {
+            if i == changed || i == erased {
+                assert!(refused_as_duplicate(answer), "{i}: {answer:?}");
+                continue;
+            }
+            let Ok(Written::Step {
+                seq,
+                hash,
+                step_index,
+                session_created,
+                ..
+            }) = answer
+            else {
+                panic!("{i}: {answer:?}");
+            };
+            let Written::Step {
+                seq: first_seq,
+                hash: first_hash,
+                step_index: first_index,
+                ..
+            } = &first[i]
+            else {
+                panic!("{:?}", first[i]);
+            };
+            assert_eq!(
+                (seq, hash, step_index),
+                (first_seq, first_hash, first_index)
+            );
+            assert!(!session_created);
+        }
+        match repeats {
+            RepeatedIds::StayDuplicates => {
+                assert!(
+                    refused_as_duplicate(&answers[count]),
+                    "{:?}",
+                    answers[count]
+                );
+            }
+            RepeatedIds::AnswerEach => {
+                assert_eq!(answers[count].as_ref().ok(), answers[0].as_ref().ok());
+            }
+        }
+    }
+    // A step never recorded, refused for another reason, passes as it was.
+    let mut other = named(count + 1);
+    other.session_id = "s\0".into();
+    let refused = append(&ledger, other.clone());
+    assert!(refused.is_err());
+    let answers = answer_retries(
+        store.as_ref(),
+        vec![(Some(other), refused), (None, Ok(first[0].clone()))],
+        RepeatedIds::StayDuplicates,
+    );
+    assert!(answers[0].is_err());
+    assert_eq!(answers[1].as_ref().ok(), Some(&first[0]));
 }
