@@ -66,6 +66,8 @@ mod copy;
 mod derived;
 mod embedding;
 mod locks;
+#[cfg(test)]
+mod plan_tests;
 mod reads;
 mod rows;
 mod schema;

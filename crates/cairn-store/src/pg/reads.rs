@@ -581,12 +581,13 @@ pub(super) const TURN_HIGHEST: &str = "SELECT MAX(turn_step) FROM entries
  WHERE sid = $1 AND turn_id = $2 AND type = 'step'";
 
 /// Which of some numbers (an array) the steps of a turn hold: one probe
-/// of `entries_by_turn` on all three columns per number (a plain `turn_step
-/// = ANY(...)` was planned, with the statistics a batch's own rows leave
+/// of `entries_by_turn` on all three columns per number, LATERAL with
+/// LIMIT 1 so that no statistics can make it a join (a plain `turn_step =
+/// ANY(...)` was planned, with the statistics a batch's own rows leave
 /// stale, as a scan of the whole turn per query).
 pub(super) const TURN_STEPS_TAKEN: &str = "SELECT n FROM unnest($3::bigint[]) AS n
- WHERE EXISTS (SELECT 1 FROM entries
-   WHERE sid = $1 AND turn_id = $2 AND turn_step = n AND type = 'step')";
+ CROSS JOIN LATERAL (SELECT 1 FROM entries
+   WHERE sid = $1 AND turn_id = $2 AND turn_step = n AND type = 'step' LIMIT 1) held";
 
 fn session_key<C: postgres::GenericClient>(
     db: &mut Db<'_, C>,

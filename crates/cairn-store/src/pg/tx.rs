@@ -9,7 +9,7 @@
 
 use super::connection::{Db, col, u64_of};
 use super::locks::{Cache, CaughtUp, load_org, lock_orgs};
-use super::rows::{optional_chain_end_at, successor};
+use super::rows::{TRACE_IDS_HELD, TURN_NUMBERS_HELD, optional_chain_end_at, successor};
 use super::tsvector::TsVector;
 use crate::engine::{OrgState, SessionState, StoredSession, chain_end};
 use crate::{StoreError, WriteRequest};
@@ -392,9 +392,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             return Ok(());
         }
         let rows = self.db.query(
-            "SELECT w.sid, w.turn_id, w.n FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS w(sid, turn_id, n)
-             WHERE EXISTS (SELECT 1 FROM entries e
-               WHERE e.sid = w.sid AND e.turn_id = w.turn_id AND e.turn_step = w.n AND e.type = 'step')",
+            TURN_NUMBERS_HELD,
             &[&sids, &turns, &numbers],
             "looking up a batch's turn numbers",
         )?;
@@ -447,7 +445,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         // what is written after it: nothing may be pending before it.
         self.flush()?;
         let rows = self.db.query(
-            "SELECT trace_id, type FROM entries WHERE org = $1 AND trace_id = ANY($2)",
+            &TRACE_IDS_HELD,
             &[&org, &ids],
             "looking up a batch's record ids",
         )?;

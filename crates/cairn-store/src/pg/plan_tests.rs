@@ -1,0 +1,106 @@
+//! The plans of the look-ups by lists of keys: each key one probe of its
+//! index, whatever the statistics say, both on a table just loaded (before
+//! autovacuum analyzes it) and once it is analyzed.
+
+use super::reads::TURN_STEPS_TAKEN;
+use super::rows::{STEPS_BY_TRACE, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
+use crate::pg::{PgOptions, PgStore};
+use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
+use cairn_testkit::PgCluster;
+use postgres::types::ToSql;
+
+#[test]
+fn lookups_by_lists_of_keys_probe_their_indexes() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("plans");
+    let keys = tempfile::tempdir().unwrap();
+    let key = load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    let store = PgStore::open(PgOptions::new(url.clone()), key).unwrap();
+    // 20,000 steps in 20 sessions, each naming its id and its number in
+    // its session's one turn.
+    for chunk in 0..10 {
+        let batch: Vec<WriteRequest> = (0..2_000)
+            .map(|i| {
+                let n = chunk * 2_000 + i;
+                WriteRequest::Step(Box::new(NewStep {
+                    org_id: "org".into(),
+                    session_id: format!("s{}", n % 20),
+                    agent_id: "agent".into(),
+                    kind_label: "Observation".into(),
+                    content: Some(format!("step {n}")),
+                    trace_id: Some(format!("t-{n}")),
+                    turn_id: Some(format!("turn-{}", n % 20)),
+                    turn_step: Some(n),
+                    caller: "test".into(),
+                    ..NewStep::default()
+                }))
+            })
+            .collect();
+        for written in store.append_batch(&batch).unwrap() {
+            written.unwrap();
+        }
+    }
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let org: i64 = admin
+        .query_one("SELECT org FROM orgs WHERE name = 'org'", &[])
+        .unwrap()
+        .get(0);
+    let sid: i64 = admin
+        .query_one("SELECT sid FROM sessions WHERE session_id = 's3'", &[])
+        .unwrap()
+        .get(0);
+    // As a large batch asks: 500 keys, most of them held.
+    let ids: Vec<String> = (0..500).map(|i| format!("t-{}", i * 40)).collect();
+    let sids = vec![sid; 500];
+    let turns = vec!["turn-3".to_owned(); 500];
+    let numbers: Vec<i64> = (0..500).map(|i| i * 20 + 3).collect();
+    let turn = "turn-3".to_owned();
+    let lookups: [(&str, &str, Vec<&(dyn ToSql + Sync)>); 4] = [
+        ("STEPS_BY_TRACE", &STEPS_BY_TRACE, vec![&org, &ids]),
+        ("TRACE_IDS_HELD", &TRACE_IDS_HELD, vec![&org, &ids]),
+        (
+            "TURN_NUMBERS_HELD",
+            TURN_NUMBERS_HELD,
+            vec![&sids, &turns, &numbers],
+        ),
+        (
+            "TURN_STEPS_TAKEN",
+            TURN_STEPS_TAKEN,
+            vec![&sid, &turn, &numbers],
+        ),
+    ];
+    for statistics in ["as loaded", "analyzed"] {
+        if statistics == "analyzed" {
+            admin.batch_execute("ANALYZE").unwrap();
+        }
+        for (name, sql, params) in &lookups {
+            let plan = admin
+                .query(&format!("EXPLAIN {sql}"), params)
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let index = if name.starts_with("TURN") {
+                "entries_by_turn"
+            } else {
+                "entries_by_trace"
+            };
+            assert!(
+                plan.contains(&format!("Index Scan using {index}"))
+                    || plan.contains(&format!("Index Only Scan using {index}")),
+                "{name}, {statistics}: {plan}"
+            );
+            for scan in ["Seq Scan on entries", "Bitmap Heap Scan on entries"] {
+                assert!(!plan.contains(scan), "{name}, {statistics}: {plan}");
+            }
+        }
+    }
+    // And they answer: every key asked is held.
+    let held = admin.query(TURN_STEPS_TAKEN, &lookups[3].2).unwrap().len();
+    assert_eq!(held, 500);
+    let found = store.steps_by_trace("org", &ids).unwrap().len();
+    assert_eq!(found, 500);
+}
