@@ -244,7 +244,16 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         while pending.len() == STDIN_IN_FLIGHT
             || (kept_bytes + kept > STDIN_KEPT_BYTES && !pending.is_empty())
         {
-            answer_oldest(&mut pending, ANSWERED_AT_ONCE, &mut kept_bytes, &mut out)?;
+            // A window full by count answers a group at once; one full by
+            // memory (lines of large steps: a few hundred may fill it)
+            // answers a chunk, so that the steps still in flight keep the
+            // sequencer busy while it waits.
+            let count = if pending.len() == STDIN_IN_FLIGHT {
+                ANSWERED_AT_ONCE
+            } else {
+                cairn_store::RETRY_LOOKUP_CHUNK
+            };
+            answer_oldest(&mut pending, count, &mut kept_bytes, &mut out)?;
         }
         kept_bytes += kept;
         pending.push_back((
