@@ -1,0 +1,266 @@
+//! What one request may ask for, on every surface: at most so many steps,
+//! limits in range, compressed bodies only where they are read, and a
+//! partial answer past the step budget.
+
+use super::*;
+
+/// One request cannot ask for unbounded steps: a turn (its thinking text's
+/// phases and its explicit steps together) and a parse of thinking text
+/// hold at most 10,000, over HTTP and MCP alike, refused before anything is
+/// written. (A 300 KB body of blank-line-separated words was once 100,000
+/// steps and most of a gigabyte of the server's memory.)
+#[test]
+fn a_request_cannot_ask_for_unbounded_steps() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let paragraphs = |n: usize| "a thought\n\n".repeat(n);
+    let plan = json!({"step_type": "plan", "content": "p"});
+    for body in [
+        json!({"thinking": paragraphs(10_001), "agent_id": "a"}),
+        json!({"agent_id": "a", "steps": vec![plan.clone(); 10_001]}),
+        json!({"thinking": paragraphs(5_000), "agent_id": "a", "steps": vec![plan.clone(); 5_001]}),
+    ] {
+        let r = post(&server, "/v1/sessions/huge/turns", &admin, &body);
+        assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+        assert!(r.text().contains("at most 10000 steps"), "{}", r.text());
+        assert!(server.store.session("acme", "huge").unwrap().is_none());
+    }
+    let r = post(
+        &server,
+        "/v1/thinking/parse",
+        &admin,
+        &json!({"text": paragraphs(10_001)}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_request"));
+    assert!(r.text().contains("more than 10000 steps"), "{}", r.text());
+    let r = post(
+        &server,
+        "/v1/thinking/parse",
+        &admin,
+        &json!({"text": paragraphs(10_000)}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["steps"].as_array().unwrap().len(), 10_000);
+
+    let session = mcp_session(server.addr, &admin);
+    for (tool, args) in [
+        ("parse_thinking", json!({"text": paragraphs(10_001)})),
+        (
+            "record_turn",
+            json!({"session_id": "huge", "agent_id": "a", "thinking": paragraphs(10_001)}),
+        ),
+    ] {
+        let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
+        let result = &rpc["result"];
+        assert_eq!(result["isError"], true, "{tool}: {rpc}");
+        assert_eq!(
+            result["structuredContent"]["error"]["code"], "invalid_request",
+            "{tool}: {rpc}"
+        );
+    }
+    assert!(server.store.session("acme", "huge").unwrap().is_none());
+    // An empty turn is told what the tool takes (MCP's takes no steps).
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "record_turn",
+        json!({"session_id": "empty", "agent_id": "a", "thinking": " "}),
+    )
+    .rpc();
+    let error = &rpc["result"]["structuredContent"]["error"];
+    assert_eq!(
+        (error["message"].as_str(), error["field"].as_str()),
+        (Some("a turn needs thinking text"), Some("thinking")),
+        "{rpc}"
+    );
+}
+
+/// A `limit` out of range is refused alike over REST and MCP (MCP used to
+/// clamp it silently, so a client asking for 100,000 rows got 10,000 and
+/// no word of it).
+#[test]
+fn limits_out_of_range_are_refused_on_every_surface() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let session = mcp_session(server.addr, &admin);
+    let sql = "select count(*) from steps";
+    for (bad, max) in [(0u64, 1000u64), (1001, 1000), (u64::MAX, 1000)] {
+        let rest = get(&server, &format!("/v1/sessions?limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        assert!(
+            rest.text().contains(&format!("1 to {max}")),
+            "{}",
+            rest.text()
+        );
+        for tool in ["get_session_history", "list_traces"] {
+            let rpc = mcp_tool(
+                server.addr,
+                &admin,
+                &session,
+                tool,
+                json!({"agent_id": "a", "limit": bad}),
+            )
+            .rpc();
+            assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
+            assert_eq!(
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                "{tool} {bad}: {rpc}"
+            );
+        }
+    }
+    for bad in [0u64, 10_001] {
+        let rest = get(&server, &format!("/v1/reviews?limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        let rest = post(
+            &server,
+            "/v1/sql",
+            &admin,
+            &json!({"sql": sql, "limit": bad}),
+        );
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        for (tool, args) in [
+            ("review_queue", json!({"limit": bad})),
+            ("query_sql", json!({"sql": sql, "limit": bad})),
+        ] {
+            let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
+            assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
+            assert_eq!(
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                "{tool} {bad}: {rpc}"
+            );
+        }
+    }
+    for bad in [0u64, 101] {
+        let rest = get(&server, &format!("/v1/search?q=x&limit={bad}"), &admin);
+        assert_eq!(
+            (rest.status, rest.code().as_str()),
+            (400, "invalid_request")
+        );
+        let rpc = mcp_tool(
+            server.addr,
+            &admin,
+            &session,
+            "search_reasoning",
+            json!({"query": "x", "limit": bad}),
+        )
+        .rpc();
+        assert_eq!(rpc["result"]["isError"], true, "search {bad}: {rpc}");
+        assert_eq!(
+            rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+            "search {bad}: {rpc}"
+        );
+    }
+    // In range, both answer.
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "query_sql",
+        json!({"sql": sql, "limit": 10_000}),
+    )
+    .rpc();
+    assert_ne!(rpc["result"]["isError"], true, "{rpc}");
+}
+
+/// A body sent compressed is refused with 415 on every route but the OTLP
+/// receiver's (which inflates it), instead of being read as JSON and
+/// answered `invalid_json`; `identity` is no encoding.
+#[test]
+fn compressed_bodies_are_refused_where_they_are_not_read() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let step = serde_json::to_vec(&step("s", "a", "plan", "x")).unwrap();
+    for (path, extra) in [
+        ("/v1/steps", ""),
+        ("/v1/bundles/verify", ""),
+        ("/v1/agent-keys/agent-000000000000/revoke", ""),
+        ("/mcp", "\r\nAccept: application/json, text/event-stream"),
+    ] {
+        for encoding in ["gzip", "br", "deflate"] {
+            let r = raw(
+                server.addr,
+                &format!(
+                    "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Encoding: {encoding}{extra}"
+                ),
+                &step,
+            );
+            assert_eq!(r.status, 415, "{path} {encoding}");
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
+        }
+    }
+    let plain = raw(
+        server.addr,
+        &format!(
+            "POST /v1/steps HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Encoding: identity"
+        ),
+        &step,
+    );
+    assert_eq!(plain.status, 201);
+    // Refusals read as English.
+    let auditor = key_for(&server, "acme", Role::Auditor, None);
+    let r = post(&server, "/v1/steps", &auditor, &json!({}));
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("an auditor key may not"), "{}", r.text());
+    let r = get(&server, "/v1/export?session=nothing-here", &admin);
+    assert_eq!(r.status, 404);
+    assert!(
+        r.text()
+            .contains("session \\\"nothing-here\\\" matches no session"),
+        "{}",
+        r.text()
+    );
+}
+
+/// Over HTTP: an OTLP request whose chat span's reasoning would map to more
+/// steps than a request may (65,536) is answered 200 with that span in
+/// `partial_success.rejected_spans`, saying why; its other spans are
+/// recorded. (Two such spans once made 400,000 steps and 1.2 GB.)
+#[test]
+fn a_request_past_the_step_budget_is_answered_with_partial_success() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let reasoning = json!([{"role": "assistant", "parts": [
+        {"type": "reasoning", "content": "a thought\n\n".repeat(70_000)}
+    ]}])
+    .to_string();
+    let span = |id: &str, attributes: Value| {
+        json!({"traceId": "ab".repeat(16), "spanId": id, "name": "chat m",
+               "startTimeUnixNano": "1700000000000000000",
+               "endTimeUnixNano": "1700000001000000000", "attributes": attributes})
+    };
+    let body = json!({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [
+        span("0102030405060708", json!([
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.output.messages", "value": {"stringValue": reasoning}},
+        ])),
+        span("1112131415161718", json!([])),
+    ]}]}]});
+    let r = post(&server, "/v1/traces", &admin, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer["partialSuccess"]["rejectedSpans"], "1", "{answer}");
+    assert!(
+        answer["partialSuccess"]["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("export smaller batches")),
+        "{answer}"
+    );
+    let session = get(
+        &server,
+        &format!("/v1/sessions/{}", "ab".repeat(16)),
+        &admin,
+    );
+    assert_eq!(session.status, 200, "{}", session.text());
+    assert_eq!(session.json()["step_count"], 1, "{}", session.text());
+}
