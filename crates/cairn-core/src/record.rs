@@ -296,6 +296,11 @@ impl Step {
         if let Some(field) = self.integer_beyond_safe() {
             return Err(RecordError::IntegerTooLarge { field });
         }
+        for (field, text) in [("content", &self.content), ("model", &self.model)] {
+            if text.as_deref().is_some_and(|t| t.contains('\0')) {
+                return Err(RecordError::NulCharacter { field });
+            }
+        }
         if let Some(content) = &self.content
             && content.len() > limits.max_content_bytes
         {
@@ -317,7 +322,9 @@ impl Step {
     }
 }
 
-fn link_field_name(name: &str) -> &'static str {
+/// The input field of link `name` (`links.parent`, ...), as refusals
+/// name it.
+pub fn link_field_name(name: &str) -> &'static str {
     match name {
         "approval_request" => "links.approval_request",
         "audit_event" => "links.audit_event",

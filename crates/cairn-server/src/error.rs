@@ -112,6 +112,7 @@ pub const ERROR_CODES: &[&str] = &[
     "unknown_step_type",
     "confidence_out_of_range",
     "content_too_long",
+    "nul_character",
     "payload_too_large",
     "payload_too_deep",
     "unsafe_integer",
@@ -294,8 +295,26 @@ impl From<crate::wire::InputError> for ApiError {
     }
 }
 
+/// A request whose text or numbers the database refused (a NUL byte a
+/// rule missed: `StoreError::is_data_exception`), answered as the bad
+/// request it is.
+fn refused_data(e: &StoreError) -> Option<ApiError> {
+    e.is_data_exception().then(|| {
+        tracing::warn!(error = %e, "request refused by the database");
+        ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "the database cannot take what this request holds (such as the NUL character, U+0000, in a name or text): {e}"
+            ),
+        )
+    })
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
+        if let Some(refused) = refused_data(&e) {
+            return refused;
+        }
         match e {
             StoreError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
             // Not a failure: something the store is doing for a while (the
@@ -325,7 +344,8 @@ fn record_field(e: &RecordError) -> Option<String> {
         | RecordError::NotInStrictProfile { .. } => Some("step_type".into()),
         RecordError::ConfidenceOutOfRange { .. } => Some("confidence".into()),
         RecordError::ContentTooLong { .. } => Some("content".into()),
-        RecordError::PayloadTooLarge { field, .. }
+        RecordError::NulCharacter { field }
+        | RecordError::PayloadTooLarge { field, .. }
         | RecordError::PayloadTooDeep { field }
         | RecordError::UnsafeInteger { field }
         | RecordError::IntegerTooLarge { field }
@@ -345,6 +365,7 @@ fn record_code(e: &RecordError) -> &'static str {
         }
         RecordError::ConfidenceOutOfRange { .. } => "confidence_out_of_range",
         RecordError::ContentTooLong { .. } => "content_too_long",
+        RecordError::NulCharacter { .. } => "nul_character",
         RecordError::PayloadTooLarge { .. } => "payload_too_large",
         RecordError::PayloadTooDeep { .. } => "payload_too_deep",
         RecordError::UnsafeInteger { .. } | RecordError::IntegerTooLarge { .. } => "unsafe_integer",
@@ -421,6 +442,9 @@ impl From<AppendError> for ApiError {
         match e {
             AppendError::Refused(r) => r.into(),
             AppendError::Store(e) => {
+                if let Some(refused) = refused_data(&e) {
+                    return refused;
+                }
                 tracing::error!(error = %e, "storage failure");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -280,6 +280,42 @@ pub enum StoreError {
     ReadOnly(String),
 }
 
+impl StoreError {
+    /// Whether PostgreSQL refused the text or number a statement was given
+    /// (class 22, data exception: a NUL byte in text, a value out of
+    /// range): the request's fault, answered as a bad request, not as a
+    /// storage failure.
+    pub fn is_data_exception(&self) -> bool {
+        match self {
+            StoreError::Postgres { source, .. } => source
+                .as_db_error()
+                .is_some_and(|e| e.code().code().starts_with("22")),
+            _ => false,
+        }
+    }
+
+    /// Whether the database refused a statement over the data it was
+    /// given (PostgreSQL's classes 22, data exception, such as a NUL byte
+    /// in text; 23, integrity constraint violation; 54, program limit
+    /// exceeded; SQLite's constraint and too-big errors), which one
+    /// request of a batch can cause, rather than failing itself (a lost
+    /// connection, a full disk, a lock): the sequencer then tries the
+    /// batch's parts on their own ([`crate::Ledger`]), so that one
+    /// request's bytes fail no one else's write.
+    pub fn is_refused_data(&self) -> bool {
+        match self {
+            StoreError::Postgres { source, .. } => source
+                .as_db_error()
+                .is_some_and(|e| matches!(&e.code().code()[..2], "22" | "23" | "54")),
+            StoreError::Database { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ConstraintViolation | rusqlite::ErrorCode::TooBig)
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// A helper to attach context to database errors.
 pub(crate) trait DbContext<T> {
     fn context(self, what: &str) -> Result<T, StoreError>;

@@ -12,6 +12,7 @@ use crate::{LedgerStore, Refusal, StoreError, WriteRequest, Written};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -95,6 +96,9 @@ pub struct SequencerStats {
     pub requests: std::sync::atomic::AtomicU64,
     /// Batches whose storage write failed.
     pub failed_batches: std::sync::atomic::AtomicU64,
+    /// Batches the database refused over one request's data, tried again
+    /// in halves so that the others' writes go through.
+    pub isolated_batches: std::sync::atomic::AtomicU64,
     /// Requests queued or in the batch being committed: the backlog
     /// ([`Ledger::backlog`]).
     pub in_flight: std::sync::atomic::AtomicUsize,
@@ -294,21 +298,10 @@ fn sequence(
         stats.batches.fetch_add(1, Relaxed);
         stats.requests.fetch_add(requests.len() as u64, Relaxed);
         let started = Instant::now();
-        let written = store.append_batch(&requests);
+        let written = append_isolating(store, &requests, stats);
         note_longest(&stats.slowest_batch_micros, started.elapsed());
-        match written {
-            Ok(outcomes) => {
-                for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                    let _ = reply.send(outcome.map_err(AppendError::Refused));
-                }
-            }
-            Err(e) => {
-                stats.failed_batches.fetch_add(1, Relaxed);
-                let e = Arc::new(e);
-                for reply in replies {
-                    let _ = reply.send(Err(AppendError::Store(Arc::clone(&e))));
-                }
-            }
+        for (reply, outcome) in replies.into_iter().zip(written) {
+            let _ = reply.send(outcome);
         }
         stats.in_flight.fetch_sub(requests.len(), Relaxed);
         if let Some(reap) = reap {
@@ -321,6 +314,42 @@ fn sequence(
         }
     }
     maintain(store, stats);
+}
+
+/// Appends `requests` as one batch. When the database refuses the batch
+/// over the data one of its requests carries
+/// ([`StoreError::is_refused_data`]: text PostgreSQL cannot hold, a
+/// constraint), each half is tried on its own, down to the request at
+/// fault, which alone is answered with the failure: the others' writes
+/// (other orgs' included) go through, in their order. Any other failure
+/// (a lost connection, a full disk) fails the whole batch, as nothing of
+/// it was written.
+fn append_isolating(
+    store: &dyn LedgerStore,
+    requests: &[WriteRequest],
+    stats: &SequencerStats,
+) -> Vec<Result<Written, AppendError>> {
+    match store.append_batch(requests) {
+        Ok(outcomes) => outcomes
+            .into_iter()
+            .map(|outcome| outcome.map_err(AppendError::Refused))
+            .collect(),
+        Err(e) if requests.len() > 1 && e.is_refused_data() => {
+            stats.isolated_batches.fetch_add(1, Relaxed);
+            let (first, second) = requests.split_at(requests.len() / 2);
+            let mut outcomes = append_isolating(store, first, stats);
+            outcomes.extend(append_isolating(store, second, stats));
+            outcomes
+        }
+        Err(e) => {
+            stats.failed_batches.fetch_add(1, Relaxed);
+            let e = Arc::new(e);
+            requests
+                .iter()
+                .map(|_| Err(AppendError::Store(Arc::clone(&e))))
+                .collect()
+        }
+    }
 }
 
 fn maintain(store: &dyn LedgerStore, stats: &SequencerStats) {

@@ -66,6 +66,17 @@ pub enum RecordError {
         /// The value given.
         value: f64,
     },
+    /// Free text (`content`, `model`) holding the NUL character, which
+    /// PostgreSQL cannot store in text (a JSON value may hold it: it is
+    /// stored escaped). Refused on every backend, so that a step one
+    /// store takes the other takes too.
+    #[error(
+        "{field} holds the NUL character (U+0000), which a ledger on PostgreSQL cannot store in text; remove it (a JSON value in input_data, output_data or metadata may hold it, escaped)"
+    )]
+    NulCharacter {
+        /// The field name.
+        field: &'static str,
+    },
     /// Content longer than the configured maximum.
     #[error("content is {len} bytes; the maximum is {max}")]
     ContentTooLong {

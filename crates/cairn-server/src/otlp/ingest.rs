@@ -360,6 +360,17 @@ fn summary(count: usize, what: &str, reasons: &[String]) -> String {
     text
 }
 
+/// `text` with each NUL character (U+0000) replaced by U+FFFD: a span's
+/// text is kept, where a step's own would be refused (the ledger's text
+/// columns cannot hold NUL on PostgreSQL; a JSON value holds it escaped).
+fn without_nul(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    }
+}
+
 /// A planned step as the ledger's input.
 fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::MappedStep) -> NewStep {
     let links = cairn_core::record::Links {
@@ -371,12 +382,12 @@ fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::Mapped
         session_id: session_id.to_owned(),
         agent_id: agent_id.to_owned(),
         kind_label: step.kind_label.to_owned(),
-        content: step.content,
+        content: step.content.map(without_nul),
         input: step.input,
         output: step.output,
         duration_ms: step.duration_ms,
         token_count: step.token_count,
-        model: step.model,
+        model: step.model.map(without_nul),
         metadata: Some(step.metadata),
         turn_id: Some(step.turn_id),
         links,

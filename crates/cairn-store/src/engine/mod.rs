@@ -32,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 mod import;
+mod nul_keys;
 mod records;
 mod rows;
 mod steps;
@@ -684,6 +685,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     fn apply(&mut self, request: &WriteRequest) -> Result<Result<Written, Refusal>, StoreError> {
+        if let Some(refusal) = request.key_with_nul() {
+            return Ok(Err(refusal));
+        }
         let org_name = request_org(request);
         if let Some(org) = self.org(org_name)?
             && org.foreign

@@ -35,13 +35,22 @@ fn by_org<T: Ord>(
     wanted
 }
 
-/// The sessions a batch appends to or seals, by org name, each once.
+/// The sessions a batch appends to or seals, by org name, each once;
+/// only well-formed ids, as in [`trace_ids_of`] (a malformed one is
+/// refused with its own request).
 fn sessions_of(batch: &[WriteRequest]) -> HashMap<&str, Vec<String>> {
-    by_org(batch, |request| match request {
-        WriteRequest::Step(s) => vec![s.session_id.clone()],
-        WriteRequest::Prepared(p) => vec![p.step.session_id.clone()],
-        WriteRequest::Seal { session_id, .. } => vec![session_id.clone()],
-        _ => Vec::new(),
+    by_org(batch, |request| {
+        let session = match request {
+            WriteRequest::Step(s) => &s.session_id,
+            WriteRequest::Prepared(p) => &p.step.session_id,
+            WriteRequest::Seal { session_id, .. } => session_id,
+            _ => return Vec::new(),
+        };
+        if well_formed(session) {
+            vec![session.clone()]
+        } else {
+            Vec::new()
+        }
     })
 }
 

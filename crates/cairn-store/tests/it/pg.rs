@@ -625,3 +625,98 @@ fn an_upgrade_grants_the_new_embedding_tables() {
     .to_string();
     assert!(refused.contains("derived tables"), "{refused}");
 }
+
+/// A request the database refuses over its own data (here a trigger
+/// planted by the test refuses one step's content, as PostgreSQL refuses
+/// a NUL byte in text) fails alone: the sequencer tries the batch's
+/// halves on their own, so every other request of the batch, other orgs'
+/// included, is written, in order, and the log verifies.
+#[test]
+fn a_request_the_database_refuses_fails_alone() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let pg = Pg::new(cluster);
+    let store = pg.open("poisoned");
+    let mut admin =
+        postgres::Client::connect(&pg.cluster.url_for("poisoned"), postgres::NoTls).unwrap();
+    let guards: Vec<String> = admin
+        .query("SELECT evtname::text FROM pg_event_trigger", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for guard in &guards {
+        admin
+            .batch_execute(&format!("ALTER EVENT TRIGGER {guard} DISABLE"))
+            .unwrap();
+    }
+    admin
+        .batch_execute(
+            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF NEW.content = 'poison' THEN
+                 RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22021';
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER poison BEFORE INSERT ON entries FOR EACH ROW EXECUTE FUNCTION poison();",
+        )
+        .unwrap();
+    let ledger = crate::conformance::ledger(Arc::clone(&store));
+    let pending: Vec<_> = (0..300)
+        .map(|i| {
+            let mut s = crate::conformance::step(
+                &format!("s{}", i % 7),
+                "observation",
+                if i == 211 { "poison" } else { "honest" },
+            );
+            if i % 2 == 1 {
+                s.org_id = "other".into();
+            }
+            ledger.submit(cairn_store::WriteRequest::Step(Box::new(s)))
+        })
+        .collect();
+    let outcomes: Vec<_> = pending.into_iter().map(|p| p.wait()).collect();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match (i, outcome) {
+            (211, Err(cairn_store::AppendError::Store(e))) => {
+                assert!(e.is_data_exception(), "{e}");
+            }
+            (211, other) => panic!("the poisoned step: {other:?}"),
+            (_, Ok(_)) => {}
+            (i, other) => panic!("step {i}: {other:?}"),
+        }
+    }
+    assert!(
+        ledger
+            .stats()
+            .isolated_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0,
+        "the poisoned step was never in a batch with others"
+    );
+    for org in [crate::conformance::ORG, "other"] {
+        let verdict =
+            cairn_store::ops::verify_org(store.as_ref(), org, &[], &[], &mut |_| {}).unwrap();
+        assert!(
+            verdict.verdict.verified,
+            "{org}: {:?}",
+            verdict.verdict.failure
+        );
+    }
+    // Every honest step of each org was written: 150 and 149.
+    let steps = |org: &str| {
+        let mut count = 0;
+        for session in 0..7 {
+            store
+                .read_session(org, &format!("s{session}"), &mut |_| {
+                    count += 1;
+                    true
+                })
+                .unwrap();
+        }
+        count
+    };
+    assert_eq!((steps(crate::conformance::ORG), steps("other")), (150, 149));
+}

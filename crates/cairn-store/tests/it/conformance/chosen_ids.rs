@@ -440,3 +440,113 @@ pub(super) fn retried_writes_are_answered_as_their_first(backend: &dyn Backend) 
     assert!(answers[0].is_err());
     assert_eq!(answers[1].as_ref().ok(), Some(&first[0]));
 }
+
+/// Text no store can hold (the NUL character, which PostgreSQL refuses in
+/// text) is refused with its request, never failing the batch it is in:
+/// in a step's content or model, and in any name a request looks up (a
+/// session, a step, a predecessor, an audit event's session, a turn's
+/// session), before the look-up. The batch's honest requests are written.
+pub(super) fn text_with_nul_is_refused_with_its_request(backend: &dyn Backend) {
+    use cairn_core::log::ReviewDecision;
+    use cairn_core::record::RecordError;
+    let store = backend.open("nul-text");
+    let ledger = ledger(Arc::clone(&store));
+    let mut honest = step("s1", "plan", "honest");
+    honest.trace_id = Some("honest".into());
+    append(&ledger, honest.clone()).unwrap();
+    let mut nul_content = step("s1", "plan", "a\0b");
+    nul_content.trace_id = Some("nul-content".into());
+    let mut nul_model = step("s1", "plan", "fine");
+    nul_model.model = Some("m\0".into());
+    let in_turn = step("s\0", "plan", "fine");
+    let open = NewSession {
+        org_id: ORG.into(),
+        session_id: "next".into(),
+        agent_id: "analyst".into(),
+        caller: "test".into(),
+        profile: Profile::Standard,
+        predecessor: None,
+        predecessor_session: Some("s\0".into()),
+        bound_agent: None,
+        full_consent: false,
+    };
+    let batch = vec![
+        WriteRequest::Step(Box::new(nul_content)),
+        WriteRequest::Step(Box::new(nul_model)),
+        WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: vec![step("s1", "plan", "fine"), in_turn],
+        },
+        WriteRequest::Steps(vec![step("s\0", "plan", "fine")]),
+        WriteRequest::StartSession(open),
+        WriteRequest::Seal {
+            org_id: ORG.into(),
+            session_id: "s\0".into(),
+            require_reflection: false,
+        },
+        WriteRequest::AuditEvent {
+            org_id: ORG.into(),
+            event_id: None,
+            session_id: Some("s\0".into()),
+            action: "sql_query".into(),
+            detail: None,
+        },
+        WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: "t\0".into(),
+            reason: "test".into(),
+            actor: "test".into(),
+        },
+        WriteRequest::Review {
+            org_id: ORG.into(),
+            trace_id: "t\0".into(),
+            decision: ReviewDecision::Approve,
+            reviewer: "test".into(),
+            note: None,
+        },
+        WriteRequest::Step(Box::new(step("s1", "plan", "after"))),
+    ];
+    let results = store.append_batch(&batch).unwrap();
+    let invalid = |result: &Result<Written, Refusal>| match result {
+        Err(Refusal::Invalid(e)) => e.clone(),
+        Err(Refusal::StepOfMany { refusal, .. }) => match &**refusal {
+            Refusal::Invalid(e) => e.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        invalid(&results[0]),
+        RecordError::NulCharacter { field: "content" }
+    );
+    assert_eq!(
+        invalid(&results[1]),
+        RecordError::NulCharacter { field: "model" }
+    );
+    for (i, field) in [
+        (2, "session_id"),
+        (3, "session_id"),
+        (4, "predecessor_session"),
+        (5, "session_id"),
+        (6, "session_id"),
+        (7, "trace_id"),
+        (8, "trace_id"),
+    ] {
+        match invalid(&results[i]) {
+            RecordError::MalformedId { field: named, .. } => assert_eq!(named, field, "{i}"),
+            other => panic!("{i}: {other:?}"),
+        }
+    }
+    assert!(results[9].is_ok(), "{:?}", results[9]);
+    // Nothing of the refused requests was written.
+    assert!(store.session(ORG, "next").unwrap().is_none());
+    let mut written = Vec::new();
+    store
+        .read_session(ORG, "s1", &mut |s| {
+            written.push(s.record.step.content.clone().unwrap_or_default());
+            true
+        })
+        .unwrap();
+    assert_eq!(written, ["honest", "after"]);
+    assert_verifies(store.as_ref());
+}
