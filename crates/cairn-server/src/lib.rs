@@ -529,10 +529,7 @@ async fn metrics(
         .into_response();
     }
     let stats = state.ledger.stats();
-    let mut text = state.metrics.render(
-        stats.batches.load(std::sync::atomic::Ordering::Relaxed),
-        stats.requests.load(std::sync::atomic::Ordering::Relaxed),
-    );
+    let mut text = state.metrics.render(stats);
     text.push_str(&format!(
         "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_mcp_streams MCP sessions' GET streams open.\n# TYPE cairn_mcp_streams gauge\ncairn_mcp_streams {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
         state.mcp_sessions.open(),

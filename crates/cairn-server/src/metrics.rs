@@ -92,7 +92,9 @@ impl Metrics {
     }
 
     /// The exposition text, with the sequencer's batch counters.
-    pub fn render(&self, batches: u64, batched_requests: u64) -> String {
+    pub fn render(&self, sequencer: &cairn_store::SequencerStats) -> String {
+        let batches = sequencer.batches.load(Relaxed);
+        let batched_requests = sequencer.requests.load(Relaxed);
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, value: u64| {
             let _ = write!(
@@ -119,6 +121,16 @@ impl Metrics {
             "cairn_sequencer_requests_total",
             "Requests committed by the sequencer (divide by batches for the mean batch size).",
             batched_requests,
+        );
+        counter(
+            "cairn_sequencer_failed_batches_total",
+            "Batches whose storage write failed (every request of the batch answered 503).",
+            sequencer.failed_batches.load(Relaxed),
+        );
+        counter(
+            "cairn_sequencer_isolated_batches_total",
+            "Batches the database refused over one request's data, tried again in halves so that the others' writes go through (each split counts once).",
+            sequencer.isolated_batches.load(Relaxed),
         );
         counter(
             "cairn_http_client_errors_total",

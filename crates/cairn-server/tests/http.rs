@@ -247,6 +247,8 @@ fn every_endpoint_works() {
     assert!(metrics.contains("cairn_appends_total 6"), "{metrics}");
     assert!(metrics.contains("cairn_append_refusals_total 1"));
     assert!(metrics.contains("cairn_append_latency_seconds_count 6"));
+    assert!(metrics.contains("cairn_sequencer_failed_batches_total 0"));
+    assert!(metrics.contains("cairn_sequencer_isolated_batches_total 0"));
     assert!(metrics.contains("cairn_verifications_total{result=\"verified\"}"));
 }
 

@@ -298,12 +298,13 @@ fn sequence(
         stats.batches.fetch_add(1, Relaxed);
         stats.requests.fetch_add(requests.len() as u64, Relaxed);
         let started = Instant::now();
-        let written = append_isolating(store, &requests, stats);
+        let count = requests.len();
+        let (written, requests) = append_isolating(store, requests, stats);
         note_longest(&stats.slowest_batch_micros, started.elapsed());
         for (reply, outcome) in replies.into_iter().zip(written) {
             let _ = reply.send(outcome);
         }
-        stats.in_flight.fetch_sub(requests.len(), Relaxed);
+        stats.in_flight.fetch_sub(count, Relaxed);
         if let Some(reap) = reap {
             // Full or gone: the batch is freed here, as it would have been.
             let _ = reap.try_send(requests);
@@ -316,40 +317,88 @@ fn sequence(
     maintain(store, stats);
 }
 
-/// Appends `requests` as one batch. When the database refuses the batch
-/// over the data one of its requests carries
+/// Appends `requests` as one batch, answering each in their order (and
+/// giving the requests back, to be freed off this thread). When the
+/// database refuses the batch over the data one of its requests carries
 /// ([`StoreError::is_refused_data`]: text PostgreSQL cannot hold, a
-/// constraint), each half is tried on its own, down to the request at
-/// fault, which alone is answered with the failure: the others' writes
-/// (other orgs' included) go through, in their order. Any other failure
-/// (a lost connection, a full disk) fails the whole batch, as nothing of
-/// it was written.
+/// constraint), its parts are tried on their own: each org's requests,
+/// in their order, when it holds several orgs (so that the request at
+/// fault costs every other org one transaction), else its two halves;
+/// down to the request at fault, which alone is answered with the
+/// failure. Any other failure (a lost connection, a full disk) fails the
+/// whole batch, as nothing of it was written.
 fn append_isolating(
     store: &dyn LedgerStore,
-    requests: &[WriteRequest],
+    requests: Vec<WriteRequest>,
     stats: &SequencerStats,
-) -> Vec<Result<Written, AppendError>> {
-    match store.append_batch(requests) {
-        Ok(outcomes) => outcomes
-            .into_iter()
-            .map(|outcome| outcome.map_err(AppendError::Refused))
-            .collect(),
-        Err(e) if requests.len() > 1 && e.is_refused_data() => {
-            stats.isolated_batches.fetch_add(1, Relaxed);
-            let (first, second) = requests.split_at(requests.len() / 2);
-            let mut outcomes = append_isolating(store, first, stats);
-            outcomes.extend(append_isolating(store, second, stats));
-            outcomes
+) -> (Vec<Result<Written, AppendError>>, Vec<WriteRequest>) {
+    let error = match store.append_batch(&requests) {
+        Ok(outcomes) => {
+            let answers = outcomes
+                .into_iter()
+                .map(|outcome| outcome.map_err(AppendError::Refused))
+                .collect();
+            return (answers, requests);
         }
-        Err(e) => {
-            stats.failed_batches.fetch_add(1, Relaxed);
-            let e = Arc::new(e);
-            requests
-                .iter()
-                .map(|_| Err(AppendError::Store(Arc::clone(&e))))
-                .collect()
-        }
+        Err(e) => e,
+    };
+    if requests.len() < 2 || !error.is_refused_data() {
+        stats.failed_batches.fetch_add(1, Relaxed);
+        let error = Arc::new(error);
+        let answers = requests
+            .iter()
+            .map(|_| Err(AppendError::Store(Arc::clone(&error))))
+            .collect();
+        return (answers, requests);
     }
+    stats.isolated_batches.fetch_add(1, Relaxed);
+    // Which part each request goes to: its org's, numbered by first
+    // appearance, or its half.
+    let mut orgs: Vec<&str> = Vec::new();
+    let mut part_of = Vec::with_capacity(requests.len());
+    for request in &requests {
+        let org = crate::engine::request_org(request);
+        let part = match orgs.iter().position(|o| *o == org) {
+            Some(part) => part,
+            None => {
+                orgs.push(org);
+                orgs.len() - 1
+            }
+        };
+        part_of.push(part);
+    }
+    let count = requests.len();
+    if orgs.len() == 1 {
+        part_of = (0..count).map(|i| usize::from(i >= count / 2)).collect();
+    }
+    let parts_count = orgs.len().max(2);
+    let mut parts: Vec<(Vec<usize>, Vec<WriteRequest>)> =
+        (0..parts_count).map(|_| (Vec::new(), Vec::new())).collect();
+    for (position, request) in requests.into_iter().enumerate() {
+        let (positions, part) = &mut parts[part_of[position]];
+        positions.push(position);
+        part.push(request);
+    }
+    let mut answers: Vec<Option<Result<Written, AppendError>>> = (0..count).map(|_| None).collect();
+    let mut back = Vec::with_capacity(count);
+    for (positions, part) in parts {
+        let (part_answers, part) = append_isolating(store, part, stats);
+        for (position, answer) in positions.into_iter().zip(part_answers) {
+            answers[position] = Some(answer);
+        }
+        back.extend(part);
+    }
+    let answers = answers
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| {
+                Err(AppendError::Store(Arc::new(StoreError::Corrupt(
+                    "a request of a batch tried in parts was left unanswered".into(),
+                ))))
+            })
+        })
+        .collect();
+    (answers, back)
 }
 
 fn maintain(store: &dyn LedgerStore, stats: &SequencerStats) {
