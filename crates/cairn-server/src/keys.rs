@@ -128,6 +128,9 @@ pub(crate) async fn create_key(
             .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
     }
     let label = optional_string(&v, "label")?.unwrap_or_default();
+    if let Some(why) = cairn_store::key_label_refused(&label) {
+        return Err(ApiError::bad_request("invalid_request", why).with_field("label"));
+    }
     let now = cairn_store::now();
     let asked = optional_string(&v, "expires_at")?
         .map(|text| expiry(&text, now))

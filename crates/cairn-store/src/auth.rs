@@ -135,6 +135,26 @@ impl ApiKey {
     }
 }
 
+/// The most bytes a key's label holds: it is listed with every key.
+pub const MAX_KEY_LABEL_BYTES: usize = 256;
+
+/// Why a new key's label is refused, if it is: longer than
+/// [`MAX_KEY_LABEL_BYTES`], or holding a control character (a NUL, which
+/// PostgreSQL cannot store in text; a line break, which would split the
+/// CLI's listing). For a person: the API and the CLI quote it.
+pub fn key_label_refused(label: &str) -> Option<String> {
+    if label.len() > MAX_KEY_LABEL_BYTES {
+        Some(format!(
+            "the label is {} bytes; a key's label is at most {MAX_KEY_LABEL_BYTES}",
+            label.len()
+        ))
+    } else if label.chars().any(char::is_control) {
+        Some("the label holds a control character (such as NUL or a line break); a key's label is one line of text".into())
+    } else {
+        None
+    }
+}
+
 /// A new key's end from its RFC 3339 text: a time after `now`, or why
 /// not (for a person: the API and the CLI quote it).
 pub fn key_expiry(text: &str, now: Timestamp) -> Result<Timestamp, String> {

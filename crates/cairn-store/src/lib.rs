@@ -43,7 +43,9 @@ mod stored;
 mod vector_index;
 pub mod witness_state;
 
-pub use auth::{ApiKey, KeyRevocation, Role, key_expiry, token_hash};
+pub use auth::{
+    ApiKey, KeyRevocation, MAX_KEY_LABEL_BYTES, Role, key_expiry, key_label_refused, token_hash,
+};
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;

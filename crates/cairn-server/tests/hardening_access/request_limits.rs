@@ -264,3 +264,31 @@ fn a_request_past_the_step_budget_is_answered_with_partial_success() {
     assert_eq!(session.status, 200, "{}", session.text());
     assert_eq!(session.json()["step_count"], 1, "{}", session.text());
 }
+
+/// A key's label is one line of at most 256 bytes: it is listed with
+/// every key (a review stored a 1.5 MB one, and a NUL that PostgreSQL
+/// refuses and SQLite kept).
+#[test]
+fn a_key_label_is_one_short_line() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for label in ["x".repeat(257), "a\nb".into(), "a\u{0}b".into()] {
+        let reply = post(
+            &server,
+            "/v1/keys",
+            &admin,
+            &json!({"role": "reader", "label": label}),
+        );
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "invalid_request", "{error}");
+        assert_eq!(error["field"], "label", "{error}");
+    }
+    let reply = post(
+        &server,
+        "/v1/keys",
+        &admin,
+        &json!({"role": "reader", "label": "é".repeat(128)}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+}

@@ -83,6 +83,9 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
                 cairn_core::record::validate_id("agent_id", agent)
                     .map_err(|e| usage(e.to_string()))?;
             }
+            if let Some(why) = cairn_store::key_label_refused(label) {
+                return Err(usage(format!("--label: {why}")));
+            }
             let created = now();
             let expires = match (expires_in_days, expires_at) {
                 (Some(days), _) => Some(
