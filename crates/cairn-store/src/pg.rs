@@ -326,6 +326,11 @@ impl PgStore {
         db: &mut Db<'_, C>,
         name: &str,
     ) -> Result<Option<i64>, StoreError> {
+        // A NUL (which PostgreSQL refuses in text) names no org: missing,
+        // as on the embedded store (`reads::storable`).
+        if !reads::storable(name) {
+            return Ok(None);
+        }
         let rows = db.query(
             "SELECT org FROM orgs WHERE name = $1 LIMIT 2",
             &[&name],

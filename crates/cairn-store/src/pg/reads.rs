@@ -112,6 +112,9 @@ impl PgStore {
         org_id: &str,
         session_id: &str,
     ) -> Result<Option<SessionInfo>, StoreError> {
+        if !storable(session_id) {
+            return Ok(None);
+        }
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(None);
@@ -213,6 +216,10 @@ impl PgStore {
             let Some((_, sid)) = session_key(db, org_id, session_id)? else {
                 return Ok(None);
             };
+            if !storable(turn_id) {
+                // The session holds no such turn.
+                return Ok(Some(Vec::new()));
+            }
             let rows = db.query(
                 "SELECT id FROM entries WHERE sid = $1 AND turn_id = $2 AND type = 'step' ORDER BY id",
                 &[&sid, &turn_id],
@@ -249,6 +256,9 @@ impl PgStore {
         org_id: &str,
         trace_id: &str,
     ) -> Result<Option<StoredStep>, StoreError> {
+        if !storable(trace_id) {
+            return Ok(None);
+        }
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(None);
@@ -264,6 +274,11 @@ impl PgStore {
         org_id: &str,
         trace_ids: &[String],
     ) -> Result<Vec<StoredStep>, StoreError> {
+        let trace_ids: Vec<&str> = trace_ids
+            .iter()
+            .map(String::as_str)
+            .filter(|id| storable(id))
+            .collect();
         if trace_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -406,6 +421,9 @@ impl PgStore {
         session_id: &str,
         visit: &mut dyn FnMut(u64, OpRecord) -> bool,
     ) -> Result<(), StoreError> {
+        if !storable(session_id) {
+            return Ok(());
+        }
         // The records' ids first (the index on (sid, type) does not give
         // them in log order), then the records a page at a time (a page is
         // held whole); the last record given to `visit` is where a read
@@ -486,6 +504,9 @@ impl PgStore {
         org_id: &str,
         id: &str,
     ) -> Result<Option<(u64, OpRecord)>, StoreError> {
+        if !storable(id) {
+            return Ok(None);
+        }
         let found = self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(None);
@@ -589,11 +610,22 @@ pub(super) const TURN_STEPS_TAKEN: &str = "SELECT n FROM unnest($3::bigint[]) AS
  CROSS JOIN LATERAL (SELECT 1 FROM entries
    WHERE sid = $1 AND turn_id = $2 AND turn_step = n AND type = 'step' LIMIT 1) held";
 
+/// Whether `name` holds text PostgreSQL can take (no NUL). A name that
+/// does not names nothing stored: a read of it is answered as missing,
+/// as the embedded store answers it, without a query the database would
+/// refuse (and a `400` where SQLite answers `404`).
+pub(super) fn storable(name: &str) -> bool {
+    !name.contains('\0')
+}
+
 fn session_key<C: postgres::GenericClient>(
     db: &mut Db<'_, C>,
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<(i64, i64)>, StoreError> {
+    if !storable(session_id) {
+        return Ok(None);
+    }
     let Some(org) = PgStore::org_id_of(db, org_id)? else {
         return Ok(None);
     };

@@ -549,4 +549,30 @@ pub(super) fn text_with_nul_is_refused_with_its_request(backend: &dyn Backend) {
         .unwrap();
     assert_eq!(written, ["honest", "after"]);
     assert_verifies(store.as_ref());
+    // Reads of such names find nothing, on both backends alike (no query
+    // the database would refuse).
+    assert!(store.session(ORG, "s\0").unwrap().is_none());
+    assert!(store.session("acme\0", "s1").unwrap().is_none());
+    assert!(store.session_seqs(ORG, "s\0").unwrap().is_none());
+    assert_eq!(store.turn_seqs(ORG, "s1", "t\0").unwrap(), Some(Vec::new()));
+    assert!(store.step_by_trace(ORG, "honest\0").unwrap().is_none());
+    assert!(store.op_by_id(ORG, "t\0").unwrap().is_none());
+    let found = store
+        .steps_by_trace(ORG, &["honest".into(), "honest\0".into()])
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    let mut visited = 0;
+    store
+        .read_session(ORG, "s\0", &mut |_| {
+            visited += 1;
+            true
+        })
+        .unwrap();
+    store
+        .visit_session_records(ORG, "s\0", &mut |_, _| {
+            visited += 1;
+            true
+        })
+        .unwrap();
+    assert_eq!(visited, 0);
 }
