@@ -297,7 +297,10 @@ impl From<crate::wire::InputError> for ApiError {
 
 /// A request whose text or numbers the database refused (a NUL byte a
 /// rule missed: `StoreError::is_data_exception`), answered as the bad
-/// request it is.
+/// request it is: a write's the sequencer narrowed to the one request at
+/// fault; a read's from what the request gave (a filter, a query's words;
+/// the names a read looks up by are guarded before, `pg::reads::storable`),
+/// which the reads' parameters are, never the rows they read.
 fn refused_data(e: &StoreError) -> Option<ApiError> {
     e.is_data_exception().then(|| {
         tracing::warn!(error = %e, "request refused by the database");

@@ -124,12 +124,12 @@ impl Metrics {
         );
         counter(
             "cairn_sequencer_failed_batches_total",
-            "Batches whose storage write failed (every request of the batch answered 503).",
+            "Batches, or parts of a batch tried on their own, whose storage write failed (their requests answered with the failure).",
             sequencer.failed_batches.load(Relaxed),
         );
         counter(
             "cairn_sequencer_isolated_batches_total",
-            "Batches the database refused over one request's data, tried again in halves so that the others' writes go through (each split counts once).",
+            "Batches the database refused over one request's data, tried again in parts (each org's requests, then halves) so that the others' writes go through (each split counts once).",
             sequencer.isolated_batches.load(Relaxed),
         );
         counter(

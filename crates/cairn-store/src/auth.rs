@@ -148,7 +148,10 @@ pub fn key_label_refused(label: &str) -> Option<String> {
             "the label is {} bytes; a key's label is at most {MAX_KEY_LABEL_BYTES}",
             label.len()
         ))
-    } else if label.chars().any(char::is_control) {
+    } else if label
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
         Some("the label holds a control character (such as NUL or a line break); a key's label is one line of text".into())
     } else {
         None

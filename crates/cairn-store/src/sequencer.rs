@@ -381,9 +381,26 @@ fn append_isolating(
     }
     let mut answers: Vec<Option<Result<Written, AppendError>>> = (0..count).map(|_| None).collect();
     let mut back = Vec::with_capacity(count);
+    // A part that fails on something other than its data (a lost
+    // connection, a full disk) fails the parts after it untried: each try
+    // would wait on the same failure.
+    let mut failed: Option<Arc<StoreError>> = None;
     for (positions, part) in parts {
-        let (part_answers, part) = append_isolating(store, part, stats);
+        let (part_answers, part) = match &failed {
+            Some(e) => (
+                part.iter()
+                    .map(|_| Err(AppendError::Store(Arc::clone(e))))
+                    .collect(),
+                part,
+            ),
+            None => append_isolating(store, part, stats),
+        };
         for (position, answer) in positions.into_iter().zip(part_answers) {
+            if let Err(AppendError::Store(e)) = &answer
+                && !e.is_refused_data()
+            {
+                failed = Some(Arc::clone(e));
+            }
             answers[position] = Some(answer);
         }
         back.extend(part);

@@ -360,12 +360,14 @@ fn summary(count: usize, what: &str, reasons: &[String]) -> String {
     text
 }
 
-/// `text` with each NUL character (U+0000) replaced by U+FFFD: a span's
+/// `text` with each NUL character (U+0000) replaced by a space: a span's
 /// text is kept, where a step's own would be refused (the ledger's text
 /// columns cannot hold NUL on PostgreSQL; a JSON value holds it escaped).
+/// A space, one byte as NUL is, so that text the mapping cut to its
+/// limits stays within them.
 fn without_nul(text: String) -> String {
     if text.contains('\0') {
-        text.replace('\0', "\u{FFFD}")
+        text.replace('\0', " ")
     } else {
         text
     }

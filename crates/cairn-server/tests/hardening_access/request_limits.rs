@@ -272,7 +272,12 @@ fn a_request_past_the_step_budget_is_answered_with_partial_success() {
 fn a_key_label_is_one_short_line() {
     let server = start(ServerConfig::default());
     let admin = server.admin.clone();
-    for label in ["x".repeat(257), "a\nb".into(), "a\u{0}b".into()] {
+    for label in [
+        "x".repeat(257),
+        "a\nb".into(),
+        "a\u{0}b".into(),
+        "a\u{2028}b".into(),
+    ] {
         let reply = post(
             &server,
             "/v1/keys",

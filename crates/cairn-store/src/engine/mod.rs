@@ -685,9 +685,6 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     fn apply(&mut self, request: &WriteRequest) -> Result<Result<Written, Refusal>, StoreError> {
-        if let Some(refusal) = request.key_with_nul() {
-            return Ok(Err(refusal));
-        }
         let org_name = request_org(request);
         if let Some(org) = self.org(org_name)?
             && org.foreign
@@ -705,6 +702,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     org_id: org_name.to_owned(),
                 }),
             });
+        }
+        // Before any look-up by a name the request gives (the org's is
+        // read with the batch's locks).
+        if let Some(refusal) = request.key_with_nul() {
+            return Ok(Err(refusal));
         }
         Ok(match request {
             WriteRequest::Step(step) => match prepare_step(
