@@ -228,12 +228,10 @@ pub(crate) async fn append_batch(
     // the same batch its duplicate, whichever copy matched).
     let duplicates = outcomes.iter().any(|(retry, outcome)| {
         retry.is_some()
-            && matches!(
-                outcome,
-                Err(cairn_store::AppendError::Refused(
-                    cairn_store::Refusal::DuplicateTraceId { .. }
-                ))
-            )
+            && outcome
+                .as_ref()
+                .err()
+                .is_some_and(cairn_store::may_be_retry)
     });
     let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
         blocking(&state, move |store| {

@@ -286,11 +286,15 @@ impl StoreError {
     /// range): the request's fault, answered as a bad request, not as a
     /// storage failure.
     pub fn is_data_exception(&self) -> bool {
+        self.sqlstate_class() == Some("22")
+    }
+
+    /// The class of PostgreSQL's SQLSTATE (its first two characters) when
+    /// the database refused a statement.
+    fn sqlstate_class(&self) -> Option<&str> {
         match self {
-            StoreError::Postgres { source, .. } => source
-                .as_db_error()
-                .is_some_and(|e| e.code().code().starts_with("22")),
-            _ => false,
+            StoreError::Postgres { source, .. } => source.as_db_error()?.code().code().get(..2),
+            _ => None,
         }
     }
 
@@ -304,9 +308,9 @@ impl StoreError {
     /// request's bytes fail no one else's write.
     pub fn is_refused_data(&self) -> bool {
         match self {
-            StoreError::Postgres { source, .. } => source
-                .as_db_error()
-                .is_some_and(|e| matches!(&e.code().code()[..2], "22" | "23" | "54")),
+            StoreError::Postgres { .. } => {
+                matches!(self.sqlstate_class(), Some("22" | "23" | "54"))
+            }
             StoreError::Database { source, .. } => matches!(
                 source.sqlite_error_code(),
                 Some(rusqlite::ErrorCode::ConstraintViolation | rusqlite::ErrorCode::TooBig)

@@ -116,18 +116,17 @@ impl NewStep {
 
     /// When `refused` is the ledger's refusal of this step as a duplicate
     /// trace id: what the first write answered, if the step recorded under
-    /// that id in `store` is this very step ([`Self::recorded_as`]). Every
-    /// surface answers a retry through this (REST, batches, MCP, `cairn
-    /// log --stdin`). A failed lookup answers `None`: the refusal stands.
+    /// that id in `store` is this very step ([`Self::recorded_as`]). A lone
+    /// write's retry is answered through this (REST, MCP); writes of many
+    /// steps through [`crate::answer_retries`], which reads the recorded
+    /// steps a chunk at a time. A failed lookup answers `None`: the
+    /// refusal stands.
     pub fn retried(
         &self,
         store: &dyn crate::LedgerStore,
         refused: &crate::AppendError,
     ) -> Option<Written> {
-        if !matches!(
-            refused,
-            crate::AppendError::Refused(Refusal::DuplicateTraceId { .. })
-        ) {
+        if !crate::may_be_retry(refused) {
             return None;
         }
         let stored = store

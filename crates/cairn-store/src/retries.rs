@@ -26,6 +26,16 @@ pub enum RepeatedIds {
     AnswerEach,
 }
 
+/// Whether `refused` (the refusal of a step that named its trace id) may
+/// be a retry's: a duplicate trace id, which is compared with the step
+/// recorded under it ([`answer_retries`], [`NewStep::retried`]).
+pub fn may_be_retry(refused: &AppendError) -> bool {
+    matches!(
+        refused,
+        AppendError::Refused(Refusal::DuplicateTraceId { .. })
+    )
+}
+
 /// The outcomes of writes of steps, in their order, with each step refused
 /// as a duplicate trace id answered as its first write when the step
 /// recorded under that id is this very step (each outcome's step is the
@@ -43,14 +53,10 @@ pub fn answer_retries(
     let candidates: Vec<Option<String>> = outcomes
         .iter()
         .map(|(retry, outcome)| {
-            let duplicate = matches!(
-                outcome,
-                Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
-            );
             retry
                 .as_ref()
                 .and_then(|s| s.trace_id.clone())
-                .filter(|_| duplicate)
+                .filter(|_| outcome.as_ref().err().is_some_and(may_be_retry))
         })
         .collect();
     let mut recorded: HashMap<String, StoredStep> = HashMap::new();

@@ -9,6 +9,7 @@
 //! queue before the thread exits, so no accepted request is lost.
 
 use crate::{LedgerStore, Refusal, StoreError, WriteRequest, Written};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -344,29 +345,21 @@ fn append_isolating(
     };
     if requests.len() < 2 || !error.is_refused_data() {
         stats.failed_batches.fetch_add(1, Relaxed);
-        let error = Arc::new(error);
-        let answers = requests
-            .iter()
-            .map(|_| Err(AppendError::Store(Arc::clone(&error))))
-            .collect();
-        return (answers, requests);
+        return (all_failed(&requests, &Arc::new(error)), requests);
     }
     stats.isolated_batches.fetch_add(1, Relaxed);
     // Which part each request goes to: its org's, numbered by first
     // appearance, or its half.
-    let mut orgs: Vec<&str> = Vec::new();
-    let mut part_of = Vec::with_capacity(requests.len());
-    for request in &requests {
-        let org = crate::engine::request_org(request);
-        let part = match orgs.iter().position(|o| *o == org) {
-            Some(part) => part,
-            None => {
-                orgs.push(org);
-                orgs.len() - 1
-            }
-        };
-        part_of.push(part);
-    }
+    let mut orgs: HashMap<&str, usize> = HashMap::new();
+    let mut part_of: Vec<usize> = requests
+        .iter()
+        .map(|request| {
+            let next = orgs.len();
+            *orgs
+                .entry(crate::engine::request_org(request))
+                .or_insert(next)
+        })
+        .collect();
     let count = requests.len();
     if orgs.len() == 1 {
         part_of = (0..count).map(|i| usize::from(i >= count / 2)).collect();
@@ -387,12 +380,7 @@ fn append_isolating(
     let mut failed: Option<Arc<StoreError>> = None;
     for (positions, part) in parts {
         let (part_answers, part) = match &failed {
-            Some(e) => (
-                part.iter()
-                    .map(|_| Err(AppendError::Store(Arc::clone(e))))
-                    .collect(),
-                part,
-            ),
+            Some(e) => (all_failed(&part, e), part),
             None => append_isolating(store, part, stats),
         };
         for (position, answer) in positions.into_iter().zip(part_answers) {
@@ -416,6 +404,17 @@ fn append_isolating(
         })
         .collect();
     (answers, back)
+}
+
+/// Each of `requests` answered with the failure `error`.
+fn all_failed(
+    requests: &[WriteRequest],
+    error: &Arc<StoreError>,
+) -> Vec<Result<Written, AppendError>> {
+    requests
+        .iter()
+        .map(|_| Err(AppendError::Store(Arc::clone(error))))
+        .collect()
 }
 
 fn maintain(store: &dyn LedgerStore, stats: &SequencerStats) {

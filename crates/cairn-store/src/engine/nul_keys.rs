@@ -41,9 +41,9 @@ impl WriteRequest {
             .or_else(|| any(&links))
         }
         match self {
-            WriteRequest::Step(s) => step_keys(s),
-            // Validated whole before the queue (`prepare_step`).
-            WriteRequest::Prepared(_) => None,
+            // Validated whole by `prepare_step` before any look-up: before
+            // the queue, or first thing in the batch.
+            WriteRequest::Step(_) | WriteRequest::Prepared(_) => None,
             WriteRequest::Steps(steps) | WriteRequest::Turn { steps, .. } => {
                 steps.iter().enumerate().find_map(|(index, s)| {
                     step_keys(s).map(|refusal| Refusal::StepOfMany {
