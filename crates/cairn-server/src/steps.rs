@@ -68,8 +68,9 @@ async fn already_recorded(
     let retried =
         tokio::task::spawn_blocking(move || step.retried(store.as_ref(), &answered)).await;
     match retried {
-        Ok(Some(written)) => Ok(written),
-        _ => Err(refused),
+        Ok(Ok(Some(written))) => Ok(written),
+        Ok(Err(failed)) => Err(cairn_store::AppendError::Store(Arc::new(failed))),
+        Ok(Ok(None)) | Err(_) => Err(refused),
     }
 }
 

@@ -119,20 +119,24 @@ impl NewStep {
     /// that id in `store` is this very step ([`Self::recorded_as`]). A lone
     /// write's retry is answered through this (REST, MCP); writes of many
     /// steps through [`crate::answer_retries`], which reads the recorded
-    /// steps a chunk at a time. A failed lookup answers `None`: the
-    /// refusal stands.
+    /// steps a chunk at a time. A failed lookup is the store's failure
+    /// (try again), not the duplicate refusal: that would tell a client
+    /// retrying after a lost answer that its step conflicts with another.
     pub fn retried(
         &self,
         store: &dyn crate::LedgerStore,
         refused: &crate::AppendError,
-    ) -> Option<Written> {
-        if !crate::may_be_retry(refused) {
-            return None;
-        }
-        let stored = store
-            .step_by_trace(&self.org_id, self.trace_id.as_deref()?)
-            .ok()??;
-        self.recorded_as(&stored)
+    ) -> Result<Option<Written>, crate::StoreError> {
+        let Some(trace_id) = self
+            .trace_id
+            .as_deref()
+            .filter(|_| crate::may_be_retry(refused))
+        else {
+            return Ok(None);
+        };
+        Ok(store
+            .step_by_trace(&self.org_id, trace_id)?
+            .and_then(|stored| self.recorded_as(&stored)))
     }
 
     /// What the write of this step answered, if `stored` (the step its

@@ -6,6 +6,7 @@
 
 use crate::{AppendError, LedgerStore, NewStep, Refusal, StoredStep, Written};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// Recorded steps read at once: bounds what a caller holds beside its own
 /// steps, uncounted by the memory budget (16 steps of the largest size the
@@ -43,9 +44,22 @@ pub fn may_be_retry(refused: &AppendError) -> bool {
 ///
 /// The recorded steps are read [`RETRY_LOOKUP_CHUNK`] at a time, in one
 /// query each where the store allows ([`LedgerStore::steps_by_trace`]). A
-/// failed read answers nothing: those refusals stand.
+/// failed read answers the steps it was to compare with the store's
+/// failure (`AppendError::Store`: try again), not with the duplicate
+/// refusals, which would tell a client that retried after a lost answer
+/// that its step conflicts with another.
 pub fn answer_retries(
     store: &dyn LedgerStore,
+    outcomes: Vec<(Option<NewStep>, Result<Written, AppendError>)>,
+    repeats: RepeatedIds,
+) -> Vec<Result<Written, AppendError>> {
+    answer_retries_with(|org, ids| store.steps_by_trace(org, ids), outcomes, repeats)
+}
+
+/// [`answer_retries`] with the recorded steps read through `lookup` (the
+/// org and a chunk of trace ids).
+fn answer_retries_with(
+    mut lookup: impl FnMut(&str, &[String]) -> Result<Vec<StoredStep>, crate::StoreError>,
     outcomes: Vec<(Option<NewStep>, Result<Written, AppendError>)>,
     repeats: RepeatedIds,
 ) -> Vec<Result<Written, AppendError>> {
@@ -59,7 +73,8 @@ pub fn answer_retries(
                 .filter(|_| outcome.as_ref().err().is_some_and(may_be_retry))
         })
         .collect();
-    let mut recorded: HashMap<String, StoredStep> = HashMap::new();
+    let mut recorded: Result<HashMap<String, StoredStep>, Arc<crate::StoreError>> =
+        Ok(HashMap::new());
     let mut read_until = 0;
     let mut answered = HashSet::new();
     outcomes
@@ -80,17 +95,22 @@ pub fn answer_retries(
                             .collect();
                         read_until = chunk.last().map_or(index, |&(last, _)| last) + 1;
                         let ids: Vec<String> = chunk.iter().map(|(_, id)| (*id).clone()).collect();
-                        recorded = store
-                            .steps_by_trace(&step.org_id, &ids)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|s| (s.record.step.trace_id.clone(), s))
-                            .collect();
+                        recorded = lookup(&step.org_id, &ids)
+                            .map(|steps| {
+                                steps
+                                    .into_iter()
+                                    .map(|s| (s.record.step.trace_id.clone(), s))
+                                    .collect()
+                            })
+                            .map_err(Arc::new);
                     }
-                    recorded
-                        .get(id)
-                        .and_then(|stored| step.recorded_as(stored))
-                        .ok_or(refused)
+                    match &recorded {
+                        Ok(recorded) => recorded
+                            .get(id)
+                            .and_then(|stored| step.recorded_as(stored))
+                            .ok_or(refused),
+                        Err(failed) => Err(AppendError::Store(Arc::clone(failed))),
+                    }
                 }
                 (outcome, _, _) => outcome,
             };
@@ -102,4 +122,79 @@ pub fn answer_retries(
             outcome
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RETRY_LOOKUP_CHUNK, RepeatedIds, answer_retries_with};
+    use crate::{AppendError, NewStep, Refusal, StoreError};
+
+    fn duplicate(i: usize) -> (Option<NewStep>, Result<crate::Written, AppendError>) {
+        let id = format!("id-{i}");
+        let step = NewStep {
+            org_id: "org".into(),
+            session_id: "s".into(),
+            trace_id: Some(id.clone()),
+            ..NewStep::default()
+        };
+        (
+            Some(step),
+            Err(AppendError::Refused(Refusal::DuplicateTraceId {
+                trace_id: id,
+            })),
+        )
+    }
+
+    /// A failed read of the recorded steps answers the steps it was to
+    /// compare with the store's failure, chunk by chunk; a chunk read
+    /// that finds nothing leaves their duplicate refusals; other
+    /// outcomes pass as they were.
+    #[test]
+    fn a_failed_read_is_the_stores_failure_not_a_duplicate() {
+        let count = RETRY_LOOKUP_CHUNK + 3;
+        let mut outcomes: Vec<_> = (0..count).map(duplicate).collect();
+        let other = Err(AppendError::Refused(Refusal::InvalidRequest("bad".into())));
+        outcomes.insert(1, (None, other));
+        let mut reads = 0;
+        let answers = answer_retries_with(
+            |org, ids| {
+                assert_eq!(org, "org");
+                reads += 1;
+                // The first chunk's read fails, the second finds nothing.
+                if reads == 1 {
+                    assert_eq!(ids.len(), RETRY_LOOKUP_CHUNK);
+                    Err(StoreError::Corrupt("the read failed".into()))
+                } else {
+                    assert_eq!(ids.len(), 3);
+                    Ok(Vec::new())
+                }
+            },
+            outcomes,
+            RepeatedIds::StayDuplicates,
+        );
+        assert_eq!(reads, 2);
+        assert_eq!(answers.len(), count + 1);
+        assert!(
+            matches!(
+                &answers[1],
+                Err(AppendError::Refused(Refusal::InvalidRequest(_)))
+            ),
+            "{:?}",
+            answers[1]
+        );
+        let failed = answers
+            .iter()
+            .filter(|a| matches!(a, Err(AppendError::Store(e)) if e.to_string().contains("the read failed")))
+            .count();
+        assert_eq!(failed, RETRY_LOOKUP_CHUNK);
+        for answer in &answers[RETRY_LOOKUP_CHUNK + 1..] {
+            assert!(
+                matches!(
+                    answer,
+                    Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+                ),
+                "{answer:?}"
+            );
+        }
+    }
 }
