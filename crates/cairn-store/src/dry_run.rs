@@ -104,7 +104,13 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         Ok(())
     }
 
-    fn insert_search_doc(&mut self, _org: i64, _seq: u64, _doc: &str) -> Result<(), StoreError> {
+    fn insert_search_doc(
+        &mut self,
+        _org: i64,
+        _seq: u64,
+        _doc: &str,
+        _form: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
 

@@ -437,6 +437,15 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Seed 000's embedding sample rate (0 to 1) applied at ingest.
     fn embedding_sample_rate(&self) -> f64;
 
+    /// The store's own form of a step's full-text document, when the store
+    /// indexes a form computed from it: [`Ledger::submit`] computes it on
+    /// the submitting thread, so that the single sequencer does not
+    /// (PostgreSQL: the document's `tsvector`, in its binary format).
+    /// `None` (the default) where the store indexes the text itself.
+    fn search_form(&self, _document: &str) -> Option<Vec<u8>> {
+        None
+    }
+
     /// The `limit` steps of an org most similar to `query`, among those
     /// whose vector the embedder `embedder` (an [`embed::Embedder::id`])
     /// made, best first, as `(seq, similarity)`.

@@ -622,6 +622,10 @@ impl LedgerStore for PgStore {
         self.embedding_sample_rate
     }
 
+    fn search_form(&self, document: &str) -> Option<Vec<u8>> {
+        Some(crate::fulltext::lexemes::tsvector_binary(document))
+    }
+
     fn full_text_search(
         &self,
         org_id: &str,

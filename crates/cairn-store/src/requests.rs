@@ -85,11 +85,19 @@ impl NewStep {
     /// About 5 KB for a step of a few words, measured by a review.
     pub const SEQUENCING_MEMORY: usize = 4096;
 
-    /// [`NewStep::approx_memory`] twice (the step and its prepared copy)
-    /// and [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
+    /// [`NewStep::approx_memory`] twice (the step and its prepared copy),
+    /// its full-text document and the store's form of it (PostgreSQL's
+    /// `tsvector`, about the document's size, at most two and a half
+    /// times it: three times the step's texts, up to a document's
+    /// largest, [`fulltext::MAX_DOCUMENT_BYTES`]), and
+    /// [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
     /// ledger holds until it is written.
     pub fn approx_sequenced_memory(&self) -> usize {
-        2 * self.approx_memory() + Self::SEQUENCING_MEMORY
+        let texts = self
+            .approx_memory()
+            .saturating_sub(std::mem::size_of::<NewStep>())
+            .min(fulltext::MAX_DOCUMENT_BYTES);
+        2 * self.approx_memory() + 3 * texts + Self::SEQUENCING_MEMORY
     }
 
     /// A rough estimate of the memory this step holds (its texts, and its
@@ -252,6 +260,11 @@ pub struct PreparedStep {
     pub embed: bool,
     /// The full-text document it is indexed by ([`fulltext::document`]).
     pub search_doc: Option<String>,
+    /// The store's own form of `search_doc`, computed before sequencing
+    /// ([`crate::LedgerStore::search_form`]); `None` where the store
+    /// indexes the text itself, or when the step was prepared elsewhere
+    /// (the store then computes it as it writes the step).
+    pub search_form: Option<Vec<u8>>,
 }
 
 /// A link's field name as an error names it.
@@ -383,6 +396,7 @@ pub fn prepare_step(
         caller: input.caller,
         embed,
         search_doc,
+        search_form: None,
     })
 }
 

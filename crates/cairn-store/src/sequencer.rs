@@ -182,7 +182,13 @@ impl Ledger {
                 &self.store.limits(),
                 self.store.embedding_sample_rate(),
             ) {
-                Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
+                Ok(mut prepared) => {
+                    prepared.search_form = prepared
+                        .search_doc
+                        .as_deref()
+                        .and_then(|doc| self.store.search_form(doc));
+                    WriteRequest::Prepared(Box::new(prepared))
+                }
                 Err(refusal) => {
                     let _ = reply.send(Err(AppendError::Refused(refusal)));
                     return Pending { rx };

@@ -146,7 +146,7 @@ impl Engine<'_> {
                     if !r.erased
                         && let Some(doc) = crate::fulltext::document(s)
                     {
-                        tx.insert_search_doc(org.id, entry.seq, &doc)?;
+                        tx.insert_search_doc(org.id, entry.seq, &doc, None)?;
                     }
                     // Queued if the source embedded it or this store's rule
                     // selects it (a step still queued at export time too).

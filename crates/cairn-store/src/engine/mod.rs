@@ -315,8 +315,16 @@ pub(crate) trait WriteTx {
     fn successor_of(&mut self, org: i64, hash: &Hash) -> Result<Option<String>, StoreError>;
     /// Writes a step row.
     fn insert_step(&mut self, row: &StepRow<'_>) -> Result<(), StoreError>;
-    /// Indexes a step's full-text document.
-    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError>;
+    /// Indexes a step's full-text document, given with the store's own
+    /// form of it when that was computed before sequencing
+    /// ([`crate::LedgerStore::search_form`]).
+    fn insert_search_doc(
+        &mut self,
+        org: i64,
+        seq: u64,
+        doc: &str,
+        form: Option<&[u8]>,
+    ) -> Result<(), StoreError>;
     /// Queues a step for the background embedder.
     fn queue_embedding(&mut self, org: i64, seq: u64) -> Result<(), StoreError>;
     /// Writes an operational record's row (indexed by [`op_record_id`]).

@@ -538,7 +538,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             self.tx.queue_embedding(org.id, seq)?;
         }
         if let Some(doc) = &prepared.search_doc {
-            self.tx.insert_search_doc(org.id, seq, doc)?;
+            self.tx
+                .insert_search_doc(org.id, seq, doc, prepared.search_form.as_deref())?;
         }
         push_leaf(self.tx, &mut org, leaf)?;
         org.last_logged = logged_at;

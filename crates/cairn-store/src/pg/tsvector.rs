@@ -17,6 +17,12 @@ impl TsVector {
     pub(super) fn of(document: &str) -> TsVector {
         TsVector(tsvector_binary(document))
     }
+
+    /// A `tsvector` already in its binary format, as
+    /// [`tsvector_binary`] gives it.
+    pub(super) fn from_binary(binary: Vec<u8>) -> TsVector {
+        TsVector(binary)
+    }
 }
 
 impl ToSql for TsVector {

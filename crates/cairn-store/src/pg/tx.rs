@@ -11,8 +11,8 @@
 use super::connection::Db;
 use super::locks::{Cache, CaughtUp, load_org, lock_orgs};
 use super::tsvector::TsVector;
+use crate::StoreError;
 use crate::engine::{OrgState, SessionState};
-use crate::{StoreError, WriteRequest};
 use postgres::GenericClient;
 use postgres::types::Type;
 use std::collections::{HashMap, HashSet};
@@ -162,21 +162,6 @@ struct Pending {
     kinds: Vec<(i64, &'static str)>,
 }
 
-/// The `tsvector`s of a batch's prepared steps' documents, computed
-/// before the batch takes its orgs' locks (analysis is most of a step's
-/// indexing cost; a step prepared inside the batch is analyzed when its
-/// document is written). Keyed by document.
-pub(super) fn vectors_before_locking(batch: &[WriteRequest]) -> HashMap<String, TsVector> {
-    batch
-        .iter()
-        .filter_map(|request| match request {
-            WriteRequest::Prepared(p) => p.search_doc.as_deref(),
-            _ => None,
-        })
-        .map(|doc| (doc.to_owned(), TsVector::of(doc)))
-        .collect()
-}
-
 /// A batch's transaction, seen by the engine: the orgs it locked, loaded
 /// from committed data, the sessions it will touch, read in one query per
 /// org, and the rows it writes, sent in bulk.
@@ -188,8 +173,6 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     sessions: HashMap<(i64, String), Option<SessionState>>,
     pending: Pending,
     cache: &'a mut Cache,
-    /// `tsvector`s computed before locking, by document.
-    pub(super) vectors: HashMap<String, TsVector>,
     /// What each org's state read under the lock caught up with, by org id.
     caught_up: HashMap<i64, CaughtUp>,
     /// The record ids the batch's steps choose or link to, looked up at
@@ -246,7 +229,6 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             sessions: HashMap::new(),
             pending: Pending::default(),
             cache,
-            vectors: HashMap::new(),
             caught_up,
             ids_looked_up: HashMap::new(),
             ids_written: HashMap::new(),

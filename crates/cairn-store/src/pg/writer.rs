@@ -6,7 +6,7 @@
 use super::PgStore;
 use super::connection::{Db, PgConn, col, connect, poisoned};
 use super::locks::Cache;
-use super::tx::{PgTx, sessions_before_locking, vectors_before_locking};
+use super::tx::{PgTx, sessions_before_locking};
 use crate::engine::request_org;
 use crate::{DbContext, ImportError, Refusal, StoreError, WriteRequest, Written, now};
 use cairn_core::log::LogEntry;
@@ -162,10 +162,10 @@ impl PgStore {
         names: HashSet<String>,
     ) -> Result<Result<Vec<Result<Written, Refusal>>, postgres::Error>, StoreError> {
         self.with_writer(|conn, cache| {
-            // Before the transaction and its locks: the documents' lexemes,
-            // and the sessions of orgs other processes write too, as the
-            // log stands (checked under the lock).
-            let vectors = vectors_before_locking(batch);
+            // Before the transaction and its locks: the sessions of orgs
+            // other processes write too, as the log stands (checked under
+            // the lock). The documents' lexemes were computed as each step
+            // was submitted (`LedgerStore::search_form`).
             let wanted = sessions_of(batch);
             // A failed early read is only a missed shortcut: the sessions
             // are then read under the lock, and a lost connection fails
@@ -190,7 +190,6 @@ impl PgStore {
                 statements: &mut conn.statements,
             };
             let mut pg_tx = PgTx::begin(db, names, &mut *cache)?;
-            pg_tx.vectors = vectors;
             for sessions in early {
                 pg_tx.adopt_early_sessions(sessions)?;
             }

@@ -160,7 +160,13 @@ impl WriteTx for SqliteTx<'_> {
         insert_step_row(self.conn, row)
     }
 
-    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
+    fn insert_search_doc(
+        &mut self,
+        org: i64,
+        seq: u64,
+        doc: &str,
+        _form: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
         // Written by the index's thread after the batch commits
         // (`fulltext_index`).
         self.state.fulltext.add(row_id(org, seq), doc);

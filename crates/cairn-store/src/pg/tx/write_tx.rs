@@ -202,11 +202,20 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         })
     }
 
-    fn insert_search_doc(&mut self, org: i64, seq: u64, doc: &str) -> Result<(), StoreError> {
-        let vector = self
-            .vectors
-            .remove(doc)
-            .unwrap_or_else(|| TsVector::of(doc));
+    fn insert_search_doc(
+        &mut self,
+        org: i64,
+        seq: u64,
+        doc: &str,
+        form: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        // A form computed on the submitting thread is the same function
+        // of the document (`search_form`); PostgreSQL checks it as any
+        // `tsvector` it receives.
+        let vector = match form {
+            Some(form) => TsVector::from_binary(form.to_vec()),
+            None => TsVector::of(doc),
+        };
         self.pending.search.push((row_id(org, seq), org, vector));
         Ok(())
     }
