@@ -27,9 +27,10 @@
 //! of ledger tables when the migrating role is a superuser.
 //! `docs/OPERATIONS.md` gives the grants for the production role.
 //!
-//! This file holds the store, its options, `open`, the pooled reads and
-//! the `LedgerStore` impl, which mostly dispatches to the submodules:
-//! `schema` (DDL, `migrate`, `install_guard`), `connection` (connecting,
+//! This file holds the store, its options, the pooled reads and the
+//! `LedgerStore` impl, which mostly dispatches to the submodules: `open`
+//! (connecting, migrating, checking the server key), `schema` (DDL,
+//! `migrate`, `install_guard`, grants on upgrade), `connection` (connecting,
 //! `Db`), `locks` (per-org locks, loading an org under its lock), `tx`
 //! (`PgTx`, the engine's `WriteTx`), `writer` (batches, checkpoints,
 //! imports), `tree` (the stored Merkle tree and checkpoints), `rows`
@@ -41,17 +42,16 @@ use crate::engine::{Engine, request_org};
 use crate::keys::ServerKey;
 use crate::stored::CheckpointPage;
 use crate::{
-    ApiKey, DbContext, EmbeddingBacklog, ImportError, LedgerStore, PendingEmbedding, Refusal,
-    SessionFilter, SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint,
-    StoredEntry, StoredStep, WriteRequest, Written,
+    ApiKey, EmbeddingBacklog, ImportError, LedgerStore, PendingEmbedding, Refusal, SessionFilter,
+    SessionInfo, SessionSummary, StepFilter, StoreError, StoredCheckpoint, StoredEntry, StoredStep,
+    WriteRequest, Written,
 };
-use admin::meta_key_rows;
 use cairn_core::log::{KeyRegistration, LogEntry, OpRecord};
 use cairn_core::merkle::{consistency_proof, inclusion_proof};
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
 use cairn_core::{Hash, Timestamp};
-use connection::{Db, PgConn, bound_network_waits, col, connect, poisoned};
+use connection::{Db, PgConn, col, connect, poisoned};
 use locks::Cache;
 use postgres::GenericClient;
 use std::collections::HashSet;
@@ -66,6 +66,7 @@ mod copy;
 mod derived;
 mod embedding;
 mod locks;
+mod open;
 #[cfg(test)]
 mod plan_tests;
 mod reads;
@@ -83,34 +84,6 @@ pub use schema::{GRANTS, GUARD, SCHEMA, install_guard, migrate};
 const LOCK_CLASS: i32 = 0x4341_4952;
 /// Rows fetched per round trip when streaming a log.
 const PAGE: i64 = 2_000;
-
-/// Runs each of `grants` (`GRANT ... ON ...`, without `TO`) for every role,
-/// other than the migrating one, that may INSERT into `table`: an upgrade
-/// gives a new table to the roles that wrote the one it serves beside or
-/// replaces.
-fn grant_to_writers_of(
-    tx: &mut postgres::Transaction<'_>,
-    table: &str,
-    grants: &[&str],
-) -> Result<(), StoreError> {
-    let grantees: Vec<String> = tx
-        .query(
-            "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
-             WHERE table_name = $1 AND privilege_type = 'INSERT' AND grantee::text <> current_user",
-            &[&table],
-        )
-        .context(&format!("reading the grants of {table}"))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    for role in grantees {
-        let role = format!("\"{}\"", role.replace('"', "\"\""));
-        let statements: String = grants.iter().map(|g| format!("{g} TO {role};")).collect();
-        tx.batch_execute(&statements)
-            .context(&format!("granting to the roles that write {table}"))?;
-    }
-    Ok(())
-}
 
 /// Settings of a PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -171,115 +144,7 @@ pub struct PgStore {
     vectors: crate::vector_index::VectorIndex,
 }
 
-/// The connection settings `options` name (network waits bounded) and a
-/// first connection with them.
-fn connect_for(options: &PgOptions) -> Result<(postgres::Config, PgConn), StoreError> {
-    let mut config: postgres::Config = options.url.parse().map_err(|e| StoreError::Postgres {
-        context: "parsing the database URL".into(),
-        source: e,
-    })?;
-    bound_network_waits(&mut config, options.network_timeout);
-    let conn = connect(&config)?;
-    Ok((config, conn))
-}
-
 impl PgStore {
-    /// The keys a server of this database may sign with (the first
-    /// server's and those added with `cairn keys rotate`, none retired), as
-    /// `cairn keys` names them; empty for a database no server has opened
-    /// yet. Read before a key file is made for a command, so that a data
-    /// directory without the fleet's key file gets an error, not a fresh key
-    /// file the database then refuses.
-    pub fn signing_keys(options: &PgOptions) -> Result<Vec<String>, StoreError> {
-        let (_, mut conn) = connect_for(options)?;
-        let mut db = conn.db();
-        let exists: bool = col(
-            &db.query_one(
-                "SELECT to_regclass('cairn_meta') IS NOT NULL",
-                &[],
-                "looking for Cairn's tables",
-            )?,
-            0,
-        )?;
-        if !exists {
-            return Ok(Vec::new());
-        }
-        let first: Option<String> = db
-            .query_opt(
-                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
-                &[],
-                "reading the server key",
-            )?
-            .map(|row| col(&row, 0))
-            .transpose()?;
-        let rows = meta_key_rows(&mut db)?;
-        let retired = |key: &str| {
-            rows.iter()
-                .any(|r| r.strip_prefix(crate::keys::RETIRED_PREFIX) == Some(key))
-        };
-        let added = rows
-            .iter()
-            .filter_map(|r| r.strip_prefix(crate::keys::ADDED_PREFIX))
-            .map(str::to_owned);
-        Ok(first
-            .into_iter()
-            .chain(added)
-            .filter(|key| !retired(key))
-            .collect())
-    }
-
-    /// Connects, migrates the schema if needed (installing the DDL guard
-    /// when the role is a superuser), and checks that the database's logs
-    /// are signed with `key`, recording it if this is the first server.
-    pub fn open(options: PgOptions, key: ServerKey) -> Result<PgStore, StoreError> {
-        let (config, mut conn) = connect_for(&options)?;
-        migrate(&mut conn.client)?;
-        embedding::check_embedding_grants(&mut conn.client)?;
-        install_guard(&mut conn.client)?;
-        let vkey = key.verifier.to_string();
-        let mut db = conn.db();
-        db.execute(
-            "INSERT INTO cairn_meta (key, value) VALUES ('server_key', $1) ON CONFLICT (key) DO NOTHING",
-            &[&vkey],
-            "recording the server key",
-        )?;
-        let recorded: String = col(
-            &db.query_one(
-                "SELECT value FROM cairn_meta WHERE key = 'server_key'",
-                &[],
-                "reading the server key",
-            )?,
-            0,
-        )?;
-        let rows = meta_key_rows(&mut db)?;
-        crate::keys::check_key_allowed(&recorded, &rows, &key.verifier, "this server's key file")
-            .map_err(|e| {
-                StoreError::Key(format!(
-                    "{e} (every server on one database signs with a log key of the database: see docs/OPERATIONS.md)"
-                ))
-            })?;
-        let schema: String = col(
-            &db.query_one("SELECT current_schema()", &[], "reading the schema")?,
-            0,
-        )?;
-        Ok(PgStore {
-            schema,
-            config,
-            key,
-            limits: options.limits,
-            checkpoint_interval: options.checkpoint_interval,
-            embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
-            max_clock_skew_s: options.max_clock_skew_s,
-            writer: Mutex::new(Some(conn)),
-            readers: Mutex::new(Vec::new()),
-            cache: Mutex::new(Cache::default()),
-            vectors: crate::vector_index::VectorIndex::new(
-                options.vector_memory_bytes,
-                options.vector_graph_min,
-            ),
-        })
-    }
-
     fn engine(&self) -> Engine<'_> {
         Engine {
             key: &self.key,

@@ -405,7 +405,7 @@ pub(super) fn upgrade_vectors(tx: &mut postgres::Transaction<'_>) -> Result<(), 
         &[&crate::embed::WORD_HASH_ID],
     )
     .context("moving untagged vectors")?;
-    super::grant_to_writers_of(
+    super::schema::grant_to_writers_of(
         tx,
         "embeddings",
         &[

@@ -6,7 +6,7 @@
 
 use super::connection::col;
 use super::tsvector::TsVector;
-use super::{LOCK_CLASS, embedding, grant_to_writers_of};
+use super::{LOCK_CLASS, embedding};
 use crate::{DbContext, StoreError};
 use postgres::GenericClient;
 
@@ -318,4 +318,32 @@ pub fn install_guard(client: &mut postgres::Client) -> Result<bool, StoreError> 
         .execute("SELECT pg_advisory_unlock($1, 0)", &[&LOCK_CLASS])
         .context("unlocking the guard's installation");
     outcome.and_then(|installed| unlocked.map(|_| installed))
+}
+
+/// Runs each of `grants` (`GRANT ... ON ...`, without `TO`) for every role,
+/// other than the migrating one, that may INSERT into `table`: an upgrade
+/// gives a new table to the roles that wrote the one it serves beside or
+/// replaces.
+pub(super) fn grant_to_writers_of(
+    tx: &mut postgres::Transaction<'_>,
+    table: &str,
+    grants: &[&str],
+) -> Result<(), StoreError> {
+    let grantees: Vec<String> = tx
+        .query(
+            "SELECT DISTINCT grantee::text FROM information_schema.role_table_grants
+             WHERE table_name = $1 AND privilege_type = 'INSERT' AND grantee::text <> current_user",
+            &[&table],
+        )
+        .context(&format!("reading the grants of {table}"))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for role in grantees {
+        let role = format!("\"{}\"", role.replace('"', "\"\""));
+        let statements: String = grants.iter().map(|g| format!("{g} TO {role};")).collect();
+        tx.batch_execute(&statements)
+            .context(&format!("granting to the roles that write {table}"))?;
+    }
+    Ok(())
 }
