@@ -16,6 +16,7 @@ use askama::Template;
 use std::sync::Mutex;
 
 mod pages;
+mod reviews;
 mod text_budget;
 mod timeline;
 
@@ -338,11 +339,11 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/export/bundle", get(pages::export_bundle))
         .route("/ui/sessions/{id}/steps/{index}", get(pages::proof))
         .route("/ui/verify", get(pages::verify))
-        .route("/ui/reviews", get(pages::reviews))
+        .route("/ui/reviews", get(reviews::reviews))
         .route("/ui/log", get(pages::log))
         .route(
             "/ui/reviews/{trace_id}",
-            post(pages::decide).get(|| async { Redirect::to("/ui/reviews") }),
+            post(reviews::decide).get(|| async { Redirect::to("/ui/reviews") }),
         )
         .route("/ui/assets/ui.css", get(stylesheet))
         .route("/ui/assets/verify-page.js", get(verify_page_script))
