@@ -210,6 +210,20 @@ pub(crate) async fn append_batch(
         })?;
         steps.push(step);
     }
+    // Once built, what the ledger makes of each step beside it (its
+    // prepared copy, full-text document and the store's form of it), and
+    // the copy kept of a step that names its trace id.
+    crate::hold_more(
+        &state,
+        caller.org(),
+        Some(&memory),
+        steps
+            .iter()
+            .map(|s| {
+                s.approx_prepared_memory() + s.trace_id.as_ref().map_or(0, |_| s.approx_memory())
+            })
+            .sum(),
+    )?;
     // Submit everything first so the sequencer commits it together; a
     // copy of each step that names its trace id, for a retried batch.
     let pending: Vec<_> = steps

@@ -86,18 +86,26 @@ impl NewStep {
     pub const SEQUENCING_MEMORY: usize = 4096;
 
     /// [`NewStep::approx_memory`] twice (the step and its prepared copy),
-    /// its full-text document and the store's form of it (PostgreSQL's
-    /// `tsvector`, about the document's size, at most two and a half
-    /// times it: three times the step's texts, up to a document's
-    /// largest, [`fulltext::MAX_DOCUMENT_BYTES`]), and
+    /// its full-text document and the store's form of it, and
     /// [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
     /// ledger holds until it is written.
     pub fn approx_sequenced_memory(&self) -> usize {
+        self.approx_memory() + self.approx_prepared_memory() + Self::SEQUENCING_MEMORY
+    }
+
+    /// What the ledger makes of this step once submitted, beside the step
+    /// and [`NewStep::SEQUENCING_MEMORY`]: its prepared copy
+    /// ([`NewStep::approx_memory`]), its full-text document and the
+    /// store's form of it (PostgreSQL's `tsvector`, about the document's
+    /// size, at most two and a half times it): three times the step's
+    /// texts, up to a document's largest,
+    /// [`fulltext::MAX_DOCUMENT_BYTES`].
+    pub fn approx_prepared_memory(&self) -> usize {
         let texts = self
             .approx_memory()
             .saturating_sub(std::mem::size_of::<NewStep>())
             .min(fulltext::MAX_DOCUMENT_BYTES);
-        2 * self.approx_memory() + 3 * texts + Self::SEQUENCING_MEMORY
+        self.approx_memory() + 3 * texts
     }
 
     /// A rough estimate of the memory this step holds (its texts, and its
@@ -708,5 +716,47 @@ mod tests {
             }
         }
         assert!(same_millisecond > 100, "{same_millisecond}");
+    }
+
+    /// What a submitted step is counted beside itself covers what the
+    /// ledger makes of it: its full-text document and PostgreSQL's
+    /// `tsvector` of it, for prose, for words of one letter (the most
+    /// positions per byte) and for text past a document's largest.
+    #[test]
+    fn a_prepared_step_is_counted_at_least_as_held() {
+        use crate::fulltext::lexemes::tsvector_binary;
+        let texts = [
+            "the revenue segment grew in the fourth quarter ".repeat(200),
+            "a b c d e f g h i j k l m n o p ".repeat(4_000),
+            "x".repeat(700_000),
+            "q4 2024 ".repeat(40_000),
+        ];
+        for content in texts {
+            let step = super::NewStep {
+                org_id: "org".into(),
+                session_id: "s".into(),
+                agent_id: "agent".into(),
+                kind_label: "Observation".into(),
+                content: Some(content.clone()),
+                ..super::NewStep::default()
+            };
+            let prepared = super::prepare_step(
+                step.clone(),
+                &cairn_core::record::Limits {
+                    max_content_bytes: 1 << 20,
+                    ..cairn_core::record::Limits::default()
+                },
+                0.0,
+            )
+            .unwrap();
+            let doc = prepared.search_doc.unwrap_or_default();
+            let held = step.approx_memory() + doc.len() + tsvector_binary(&doc).len();
+            assert!(
+                step.approx_prepared_memory() >= held,
+                "{} bytes counted for {held} held ({} of content)",
+                step.approx_prepared_memory(),
+                content.len()
+            );
+        }
     }
 }
