@@ -220,7 +220,9 @@ pub(crate) async fn append_batch(
         steps
             .iter()
             .map(|s| {
-                s.approx_prepared_memory() + s.trace_id.as_ref().map_or(0, |_| s.approx_memory())
+                let step = s.approx_memory();
+                cairn_store::NewStep::prepared_memory_of(step)
+                    + s.trace_id.as_ref().map_or(0, |_| step)
             })
             .sum(),
     )?;

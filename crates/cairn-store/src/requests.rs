@@ -90,7 +90,8 @@ impl NewStep {
     /// [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
     /// ledger holds until it is written.
     pub fn approx_sequenced_memory(&self) -> usize {
-        self.approx_memory() + self.approx_prepared_memory() + Self::SEQUENCING_MEMORY
+        let step = self.approx_memory();
+        step + Self::prepared_memory_of(step) + Self::SEQUENCING_MEMORY
     }
 
     /// What the ledger makes of this step once submitted, beside the step
@@ -101,11 +102,17 @@ impl NewStep {
     /// texts, up to a document's largest,
     /// [`fulltext::MAX_DOCUMENT_BYTES`].
     pub fn approx_prepared_memory(&self) -> usize {
-        let texts = self
-            .approx_memory()
+        Self::prepared_memory_of(self.approx_memory())
+    }
+
+    /// [`NewStep::approx_prepared_memory`] of a step whose
+    /// [`NewStep::approx_memory`] is `step` (a JSON value's count walks
+    /// it: a caller that needs both walks once).
+    pub fn prepared_memory_of(step: usize) -> usize {
+        let texts = step
             .saturating_sub(std::mem::size_of::<NewStep>())
             .min(fulltext::MAX_DOCUMENT_BYTES);
-        self.approx_memory() + 3 * texts
+        step + 3 * texts
     }
 
     /// A rough estimate of the memory this step holds (its texts, and its
