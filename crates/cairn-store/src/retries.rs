@@ -43,17 +43,45 @@ pub fn may_be_retry(refused: &AppendError) -> bool {
 /// copy kept of a write that named its trace id, `None` for the others).
 ///
 /// The recorded steps are read [`RETRY_LOOKUP_CHUNK`] at a time, in one
-/// query each where the store allows ([`LedgerStore::steps_by_trace`]). A
-/// failed read answers the steps it was to compare with the store's
-/// failure (`AppendError::Store`: try again), not with the duplicate
-/// refusals, which would tell a client that retried after a lost answer
-/// that its step conflicts with another.
+/// query each where the store allows ([`LedgerStore::steps_by_trace`]).
+/// When a chunk's read fails, its steps are read one at a time, so that
+/// one unreadable row fails only the step that names it: that step is
+/// answered with the store's failure (`AppendError::Store`: try again),
+/// not with the duplicate refusal, which would tell a client that retried
+/// after a lost answer that its step conflicts with another.
 pub fn answer_retries(
     store: &dyn LedgerStore,
     outcomes: Vec<(Option<NewStep>, Result<Written, AppendError>)>,
     repeats: RepeatedIds,
 ) -> Vec<Result<Written, AppendError>> {
     answer_retries_with(|org, ids| store.steps_by_trace(org, ids), outcomes, repeats)
+}
+
+/// The recorded steps of a chunk of ids, by trace id: read at once, or,
+/// when that read fails, one id at a time, each failed read kept as the
+/// answer for its id.
+type Recorded = HashMap<String, Result<StoredStep, Arc<crate::StoreError>>>;
+
+fn read_chunk(
+    lookup: &mut impl FnMut(&str, &[String]) -> Result<Vec<StoredStep>, crate::StoreError>,
+    org: &str,
+    ids: &[String],
+) -> Recorded {
+    match lookup(org, ids) {
+        Ok(steps) => steps
+            .into_iter()
+            .map(|s| (s.record.step.trace_id.clone(), Ok(s)))
+            .collect(),
+        Err(_) if ids.len() > 1 => ids
+            .iter()
+            .flat_map(|id| read_chunk(lookup, org, std::slice::from_ref(id)))
+            .collect(),
+        Err(failed) => ids
+            .first()
+            .map(|id| (id.clone(), Err(Arc::new(failed))))
+            .into_iter()
+            .collect(),
+    }
 }
 
 /// [`answer_retries`] with the recorded steps read through `lookup` (the
@@ -73,8 +101,7 @@ fn answer_retries_with(
                 .filter(|_| outcome.as_ref().err().is_some_and(may_be_retry))
         })
         .collect();
-    let mut recorded: Result<HashMap<String, StoredStep>, Arc<crate::StoreError>> =
-        Ok(HashMap::new());
+    let mut recorded = Recorded::new();
     let mut read_until = 0;
     let mut answered = HashSet::new();
     outcomes
@@ -95,21 +122,12 @@ fn answer_retries_with(
                             .collect();
                         read_until = chunk.last().map_or(index, |&(last, _)| last) + 1;
                         let ids: Vec<String> = chunk.iter().map(|(_, id)| (*id).clone()).collect();
-                        recorded = lookup(&step.org_id, &ids)
-                            .map(|steps| {
-                                steps
-                                    .into_iter()
-                                    .map(|s| (s.record.step.trace_id.clone(), s))
-                                    .collect()
-                            })
-                            .map_err(Arc::new);
+                        recorded = read_chunk(&mut lookup, &step.org_id, &ids);
                     }
-                    match &recorded {
-                        Ok(recorded) => recorded
-                            .get(id)
-                            .and_then(|stored| step.recorded_as(stored))
-                            .ok_or(refused),
-                        Err(failed) => Err(AppendError::Store(Arc::clone(failed))),
+                    match recorded.get(id) {
+                        Some(Ok(stored)) => step.recorded_as(stored).ok_or(refused),
+                        Some(Err(failed)) => Err(AppendError::Store(Arc::clone(failed))),
+                        None => Err(refused),
                     }
                 }
                 (outcome, _, _) => outcome,
@@ -145,56 +163,60 @@ mod tests {
         )
     }
 
-    /// A failed read of the recorded steps answers the steps it was to
-    /// compare with the store's failure, chunk by chunk; a chunk read
-    /// that finds nothing leaves their duplicate refusals; other
-    /// outcomes pass as they were.
+    /// A chunk whose read fails is read again one id at a time: the one
+    /// step whose recorded row cannot be read is answered with the
+    /// store's failure, the others of its chunk as their rows say (here
+    /// none is recorded: they stay duplicates); other outcomes pass as
+    /// they were.
     #[test]
-    fn a_failed_read_is_the_stores_failure_not_a_duplicate() {
+    fn a_failed_read_fails_only_the_step_it_names() {
         let count = RETRY_LOOKUP_CHUNK + 3;
+        let unreadable = "id-5".to_owned();
         let mut outcomes: Vec<_> = (0..count).map(duplicate).collect();
         let other = Err(AppendError::Refused(Refusal::InvalidRequest("bad".into())));
         outcomes.insert(1, (None, other));
-        let mut reads = 0;
+        let mut reads = Vec::new();
         let answers = answer_retries_with(
             |org, ids| {
                 assert_eq!(org, "org");
-                reads += 1;
-                // The first chunk's read fails, the second finds nothing.
-                if reads == 1 {
-                    assert_eq!(ids.len(), RETRY_LOOKUP_CHUNK);
-                    Err(StoreError::Corrupt("the read failed".into()))
+                reads.push(ids.len());
+                if ids.contains(&unreadable) {
+                    Err(StoreError::Corrupt("the row does not parse".into()))
                 } else {
-                    assert_eq!(ids.len(), 3);
                     Ok(Vec::new())
                 }
             },
             outcomes,
             RepeatedIds::StayDuplicates,
         );
-        assert_eq!(reads, 2);
+        // The first chunk, each of its ids alone, then the second chunk.
+        let mut expected = vec![RETRY_LOOKUP_CHUNK];
+        expected.extend(std::iter::repeat_n(1, RETRY_LOOKUP_CHUNK));
+        expected.push(3);
+        assert_eq!(reads, expected);
         assert_eq!(answers.len(), count + 1);
-        assert!(
-            matches!(
-                &answers[1],
-                Err(AppendError::Refused(Refusal::InvalidRequest(_)))
-            ),
-            "{:?}",
-            answers[1]
-        );
-        let failed = answers
-            .iter()
-            .filter(|a| matches!(a, Err(AppendError::Store(e)) if e.to_string().contains("the read failed")))
-            .count();
-        assert_eq!(failed, RETRY_LOOKUP_CHUNK);
-        for answer in &answers[RETRY_LOOKUP_CHUNK + 1..] {
-            assert!(
-                matches!(
-                    answer,
-                    Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+        for (i, answer) in answers.iter().enumerate() {
+            match i {
+                1 => assert!(
+                    matches!(
+                        answer,
+                        Err(AppendError::Refused(Refusal::InvalidRequest(_)))
+                    ),
+                    "{answer:?}"
                 ),
-                "{answer:?}"
-            );
+                // id-5, after the other outcome inserted at 1.
+                6 => assert!(
+                    matches!(answer, Err(AppendError::Store(e)) if e.to_string().contains("does not parse")),
+                    "{answer:?}"
+                ),
+                _ => assert!(
+                    matches!(
+                        answer,
+                        Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+                    ),
+                    "{i}: {answer:?}"
+                ),
+            }
         }
     }
 }

@@ -18,6 +18,11 @@ impl TsVector {
         TsVector(tsvector_binary(document))
     }
 
+    /// Its size in bytes.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// A `tsvector` already in its binary format, as
     /// [`tsvector_binary`] gives it.
     pub(super) fn from_binary(binary: Vec<u8>) -> TsVector {

@@ -26,7 +26,8 @@ pub(super) use ahead::sessions_before_locking;
 const FLUSH_ROWS: usize = 4_096;
 
 /// Pending entries' bytes (about, as [`EntryRow::approximate_size`]
-/// counts them) beyond which a transaction sends them early: 4,096 steps
+/// counts them, with their documents' `tsvector`s) beyond which a
+/// transaction sends them early: 4,096 steps
 /// near the limits of a step (about 830 KB each) would otherwise be held
 /// in memory at once, over 3 GB.
 const FLUSH_BYTES: usize = 64 << 20;
@@ -150,7 +151,8 @@ static ENTRY_TYPES: [Type; 38] = [
 #[derive(Default)]
 struct Pending {
     entries: Vec<EntryRow>,
-    /// The entries' approximate size.
+    /// The entries' approximate size, with the search documents'
+    /// `tsvector`s.
     entry_bytes: usize,
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     /// Steps queued for the embedder: (id, org).

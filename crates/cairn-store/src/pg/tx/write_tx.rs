@@ -216,6 +216,9 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             Some(form) => TsVector::from_binary(form.to_vec()),
             None => TsVector::of(doc),
         };
+        // Counted with the entries, so that a batch of large documents is
+        // sent early as one of large entries is.
+        self.pending.entry_bytes += vector.len();
         self.pending.search.push((row_id(org, seq), org, vector));
         Ok(())
     }
