@@ -39,14 +39,41 @@ pub(crate) async fn record_step(
     step: cairn_store::NewStep,
 ) -> Result<cairn_store::Written, cairn_store::AppendError> {
     let retry = step.trace_id.is_some().then(|| step.clone());
-    let answer = state
-        .ledger
-        .submit(WriteRequest::Step(Box::new(step)))
-        .await;
+    let answer = match submit_steps(state, vec![step]).await?.pop() {
+        Some(pending) => pending.await,
+        None => Err(closed()),
+    };
     match (answer, retry) {
         (Err(refused), Some(step)) => already_recorded(state, step, refused).await,
         (answer, _) => answer,
     }
+}
+
+/// Submits `steps` to the ledger from the blocking pool, returning their
+/// pending answers in order. Submitting validates and hashes each step,
+/// and on PostgreSQL computes its search document's `tsvector`
+/// (`Ledger::submit`): CPU work that, on one of the runtime's few worker
+/// threads, would hold every other request on that thread for as long as
+/// a large batch takes.
+async fn submit_steps(
+    state: &Arc<AppState>,
+    steps: Vec<cairn_store::NewStep>,
+) -> Result<Vec<cairn_store::Pending>, cairn_store::AppendError> {
+    let ledger = Arc::clone(&state.ledger);
+    tokio::task::spawn_blocking(move || {
+        steps
+            .into_iter()
+            .map(|s| ledger.submit(WriteRequest::Step(Box::new(s))))
+            .collect()
+    })
+    .await
+    .map_err(|_| closed())
+}
+
+/// The answer to a write whose submission's worker was lost (the
+/// runtime shutting down).
+fn closed() -> cairn_store::AppendError {
+    cairn_store::AppendError::Store(Arc::new(cairn_store::StoreError::Closed))
 }
 
 /// `refused` unless it refused `step` as a duplicate trace id and the
@@ -124,8 +151,17 @@ pub(crate) async fn append_step(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (value, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (value, parsed) = parse_json(&state, caller.org(), &body)?;
     let step = step_for(&caller, value)?;
+    // What the ledger makes of the step (its prepared copy, document and
+    // the store's form of it), counted with the body as a batch's are.
+    let memory = crate::limits::RequestMemory::new(parsed);
+    crate::hold_more(
+        &state,
+        caller.org(),
+        Some(&memory),
+        step.approx_prepared_memory(),
+    )?;
     match record_step(&state, step).await {
         Ok(written) => {
             state.metrics.append(started.elapsed());
@@ -228,15 +264,13 @@ pub(crate) async fn append_batch(
     )?;
     // Submit everything first so the sequencer commits it together; a
     // copy of each step that names its trace id, for a retried batch.
-    let pending: Vec<_> = steps
-        .into_iter()
-        .map(|s| {
-            let retry = s.trace_id.is_some().then(|| s.clone());
-            (retry, state.ledger.submit(WriteRequest::Step(Box::new(s))))
-        })
+    let retries: Vec<_> = steps
+        .iter()
+        .map(|s| s.trace_id.is_some().then(|| s.clone()))
         .collect();
+    let pending = submit_steps(&state, steps).await.map_err(ApiError::from)?;
     let mut outcomes = Vec::with_capacity(pending.len());
-    for (retry, p) in pending {
+    for (retry, p) in retries.into_iter().zip(pending) {
         outcomes.push((retry, p.await));
     }
     // Steps refused as duplicate trace ids may be a retried batch's: all

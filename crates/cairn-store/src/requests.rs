@@ -85,34 +85,37 @@ impl NewStep {
     /// About 5 KB for a step of a few words, measured by a review.
     pub const SEQUENCING_MEMORY: usize = 4096;
 
-    /// [`NewStep::approx_memory`] twice (the step and its prepared copy),
-    /// its full-text document and the store's form of it, and
-    /// [`NewStep::SEQUENCING_MEMORY`]: what a step submitted to the
-    /// ledger holds until it is written.
+    /// [`NewStep::approx_memory`] twice (the step and its prepared copy)
+    /// and [`NewStep::SEQUENCING_MEMORY`]: what a step the sequencer
+    /// prepares (a turn's) holds until it is written.
     pub fn approx_sequenced_memory(&self) -> usize {
-        let step = self.approx_memory();
-        step + Self::prepared_memory_of(step) + Self::SEQUENCING_MEMORY
+        2 * self.approx_memory() + Self::SEQUENCING_MEMORY
     }
 
-    /// What the ledger makes of this step once submitted, beside the step
-    /// and [`NewStep::SEQUENCING_MEMORY`]: its prepared copy
+    /// What the ledger makes of this step when it is submitted on its own
+    /// ([`crate::Ledger::submit`]), beside the step and
+    /// [`NewStep::SEQUENCING_MEMORY`]: its prepared copy
     /// ([`NewStep::approx_memory`]), its full-text document and the
-    /// store's form of it (PostgreSQL's `tsvector`, about the document's
-    /// size, at most two and a half times it): three times the step's
-    /// texts, up to a document's largest,
-    /// [`fulltext::MAX_DOCUMENT_BYTES`].
+    /// store's form of it (PostgreSQL's `tsvector`).
     pub fn approx_prepared_memory(&self) -> usize {
         Self::prepared_memory_of(self.approx_memory())
     }
 
     /// [`NewStep::approx_prepared_memory`] of a step whose
     /// [`NewStep::approx_memory`] is `step` (a JSON value's count walks
-    /// it: a caller that needs both walks once).
+    /// it: a caller that needs both walks once). The document is counted
+    /// at two and a half times the step's texts (text without spaces,
+    /// Chinese or Japanese, is indexed as overlapping pairs of
+    /// characters: 2.33 times its bytes), up to a document's largest
+    /// ([`fulltext::MAX_DOCUMENT_BYTES`]), and its `tsvector` at twice the
+    /// document (1.6 times for those pairs, about once for prose).
     pub fn prepared_memory_of(step: usize) -> usize {
-        let texts = step
-            .saturating_sub(std::mem::size_of::<NewStep>())
+        let texts = step.saturating_sub(std::mem::size_of::<NewStep>());
+        let document = texts
+            .saturating_mul(5)
+            .div_ceil(2)
             .min(fulltext::MAX_DOCUMENT_BYTES);
-        step + 3 * texts
+        step + 3 * document
     }
 
     /// A rough estimate of the memory this step holds (its texts, and its
@@ -737,6 +740,22 @@ mod tests {
             "a b c d e f g h i j k l m n o p ".repeat(4_000),
             "x".repeat(700_000),
             "q4 2024 ".repeat(40_000),
+            // Indexed as overlapping pairs of characters.
+            "漢字仮名交じり文の検索語句".repeat(2_000),
+            "한국어문장검색".repeat(3_000),
+            // Ideographs drawn at random: nearly every pair is its own
+            // lexeme, the largest `tsvector` for the text's size.
+            std::iter::repeat_with({
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    char::from_u32(0x4e00 + (x % 20_000) as u32).unwrap_or('字')
+                }
+            })
+            .take(21_800)
+            .collect(),
         ];
         for content in texts {
             let step = super::NewStep {
