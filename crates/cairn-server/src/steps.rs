@@ -49,25 +49,39 @@ pub(crate) async fn record_step(
     }
 }
 
-/// Submits `steps` to the ledger from the blocking pool, returning their
-/// pending answers in order. Submitting validates and hashes each step,
-/// and on PostgreSQL computes its search document's `tsvector`
-/// (`Ledger::submit`): CPU work that, on one of the runtime's few worker
-/// threads, would hold every other request on that thread for as long as
-/// a large batch takes.
+/// Steps whose texts together pass this are submitted from the blocking
+/// pool; below it (about 0.1 ms of work), on the request's own thread,
+/// which a hop to the pool would cost more than it saves.
+const INLINE_SUBMIT_BYTES: usize = 64 * 1024;
+
+/// Submits `steps` to the ledger, returning their pending answers in
+/// order. Submitting validates and hashes each step, and on PostgreSQL
+/// computes its search document's `tsvector` (`Ledger::submit`): CPU work
+/// that, for a large batch or step, would hold one of the runtime's few
+/// worker threads, and every other request on it, for as long as it
+/// takes; such steps are submitted from the blocking pool.
 async fn submit_steps(
     state: &Arc<AppState>,
     steps: Vec<cairn_store::NewStep>,
 ) -> Result<Vec<cairn_store::Pending>, cairn_store::AppendError> {
+    let inline = steps
+        .iter()
+        .map(cairn_store::NewStep::approx_memory)
+        .sum::<usize>()
+        <= INLINE_SUBMIT_BYTES;
     let ledger = Arc::clone(&state.ledger);
-    tokio::task::spawn_blocking(move || {
+    let submit = move || -> Vec<cairn_store::Pending> {
         steps
             .into_iter()
             .map(|s| ledger.submit(WriteRequest::Step(Box::new(s))))
             .collect()
-    })
-    .await
-    .map_err(|_| closed())
+    };
+    if inline {
+        return Ok(submit());
+    }
+    tokio::task::spawn_blocking(submit)
+        .await
+        .map_err(|_| closed())
 }
 
 /// The answer to a write whose submission's worker was lost (the
