@@ -337,9 +337,23 @@ impl CairnMcp {
         }
     }
 
-    async fn log_step(&self, caller: &Caller, step: NewStep) -> Result<StepLogged, ApiError> {
+    /// Records `step` as `record_step` does on REST, with what the ledger
+    /// makes of it counted against the request's memory (`memory`, the
+    /// HTTP layer's count of the body; none over stdio).
+    async fn log_step(
+        &self,
+        caller: &Caller,
+        step: NewStep,
+        memory: Option<&crate::limits::RequestMemory>,
+    ) -> Result<StepLogged, ApiError> {
         caller.require(caller.key.role.can_write(), "record steps")?;
         Caller::require_enabled(&self.state)?;
+        let _held = crate::hold_more(
+            &self.state,
+            caller.org(),
+            memory,
+            step.approx_prepared_memory(),
+        )?;
         match crate::steps::record_step(&self.state, step).await? {
             Written::Step {
                 trace_id,

@@ -89,7 +89,8 @@ impl CairnMcp {
                 caller: caller.key.id.clone(),
                 ..NewStep::default()
             };
-            self.log_step(&caller, step).await
+            self.log_step(&caller, step, self.request_memory(&context).as_ref())
+                .await
         }
         .await;
         run(result).await

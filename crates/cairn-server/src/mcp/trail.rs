@@ -141,7 +141,9 @@ impl CairnMcp {
                 caller: caller.key.id.clone(),
                 ..NewStep::default()
             };
-            let written = self.log_step(&caller, step).await?;
+            let written = self
+                .log_step(&caller, step, self.request_memory(&context).as_ref())
+                .await?;
             let org = caller.org().to_owned();
             let trace = written.trace_id;
             let record = self
