@@ -33,59 +33,126 @@ pub(crate) fn step_for(caller: &Caller, value: Value) -> Result<cairn_store::New
 /// ledger refuses as a duplicate trace id is looked up, and if the step
 /// recorded under that id is this very step (a retry whose first answer
 /// was lost), it is answered as the first write was
-/// ([`cairn_store::NewStep::recorded_as`]).
+/// ([`cairn_store::NewStep::recorded_as`]). What the ledger makes of the
+/// step is counted against `memory` (the request's count; `None`: on its
+/// own, as over MCP's stdio) until it is answered ([`submit_steps`]).
 pub(crate) async fn record_step(
     state: &Arc<AppState>,
+    org: &str,
+    memory: Option<&crate::limits::RequestMemory>,
     step: cairn_store::NewStep,
-) -> Result<cairn_store::Written, cairn_store::AppendError> {
+) -> Result<cairn_store::Written, ApiError> {
     let retry = step.trace_id.is_some().then(|| step.clone());
-    let answer = match submit_steps(state, vec![step]).await?.pop() {
-        Some(pending) => pending.await,
+    let submitted = submit_steps(state, org, memory, vec![step]).await?;
+    let answer = match submitted.pending.into_iter().next() {
+        Some(pending) => pending.answer().await,
         None => Err(closed()),
     };
-    match (answer, retry) {
+    let answer = match (answer, retry) {
         (Err(refused), Some(step)) => already_recorded(state, step, refused).await,
         (answer, _) => answer,
-    }
+    };
+    Ok(answer?)
 }
 
-/// Steps whose texts together pass this are submitted from the blocking
+/// Steps whose texts together pass this are prepared from the blocking
 /// pool; below it (about 0.1 ms of work), on the request's own thread,
 /// which a hop to the pool would cost more than it saves.
 const INLINE_SUBMIT_BYTES: usize = 64 * 1024;
 
-/// Submits `steps` to the ledger, returning their pending answers in
-/// order. Submitting validates and hashes each step, and on PostgreSQL
-/// computes its search document's `tsvector` (`Ledger::submit`): CPU work
-/// that, for a large batch or step, would hold one of the runtime's few
-/// worker threads, and every other request on it, for as long as it
-/// takes; such steps are submitted from the blocking pool.
-async fn submit_steps(
-    state: &Arc<AppState>,
-    steps: Vec<cairn_store::NewStep>,
-) -> Result<Vec<cairn_store::Pending>, cairn_store::AppendError> {
-    let inline = steps
-        .iter()
-        .map(cairn_store::NewStep::approx_memory)
-        .sum::<usize>()
-        <= INLINE_SUBMIT_BYTES;
-    let ledger = Arc::clone(&state.ledger);
-    let submit = move || -> Vec<cairn_store::Pending> {
-        steps
-            .into_iter()
-            .map(|s| ledger.submit(WriteRequest::Step(Box::new(s))))
-            .collect()
-    };
-    if inline {
-        return Ok(submit());
-    }
-    tokio::task::spawn_blocking(submit)
-        .await
-        .map_err(|_| closed())
+/// A step handed to the ledger, or refused before it was queued.
+pub(crate) enum Submitted {
+    /// Queued: its answer comes once it is written or refused.
+    Queued(cairn_store::Pending),
+    /// Refused as it was prepared.
+    Refused(cairn_store::Refusal),
 }
 
-/// The answer to a write whose submission's worker was lost (the
-/// runtime shutting down).
+impl Submitted {
+    /// The step's answer.
+    pub(crate) async fn answer(self) -> Result<cairn_store::Written, cairn_store::AppendError> {
+        match self {
+            Submitted::Queued(pending) => pending.await,
+            Submitted::Refused(refusal) => Err(cairn_store::AppendError::Refused(refusal)),
+        }
+    }
+}
+
+/// Steps submitted together, with the memory their prepared copies hold
+/// (counted on their own when the request has no count).
+pub(crate) struct SubmittedSteps {
+    /// Each step's submission, in order.
+    pub(crate) pending: Vec<Submitted>,
+    /// Held until the answers come, when counted on their own.
+    _held: Option<crate::limits::HeldMemory>,
+}
+
+/// Prepares `steps` (`Ledger::prepare`: validation, hashes and, on
+/// PostgreSQL, the search document's `tsvector`), counts what each
+/// prepared step holds (its copy, its document and the store's form of
+/// it, as allocated, and one more copy of a step that names its trace id,
+/// kept to answer a retry) against `memory` or on its own, then queues
+/// them in order. A large batch or step is prepared from the blocking
+/// pool: that CPU work would otherwise hold one of the runtime's few
+/// worker threads, and every other request on it. Past the memory budget
+/// nothing is queued: `503 overloaded`.
+pub(crate) async fn submit_steps(
+    state: &Arc<AppState>,
+    org: &str,
+    memory: Option<&crate::limits::RequestMemory>,
+    steps: Vec<cairn_store::NewStep>,
+) -> Result<SubmittedSteps, ApiError> {
+    let sizes: Vec<usize> = steps
+        .iter()
+        .map(cairn_store::NewStep::approx_memory)
+        .collect();
+    let inline = sizes.iter().sum::<usize>() <= INLINE_SUBMIT_BYTES;
+    let ledger = Arc::clone(&state.ledger);
+    let prepare = move || -> Vec<(usize, Result<cairn_store::PreparedStep, cairn_store::Refusal>)> {
+        steps
+            .into_iter()
+            .zip(sizes)
+            .map(|(s, size)| {
+                let copies = if s.trace_id.is_some() { 2 } else { 1 };
+                let prepared = ledger.prepare(s);
+                let held = prepared
+                    .as_ref()
+                    .map_or(0, |p| copies * size + p.search_bytes());
+                (held, prepared)
+            })
+            .collect()
+    };
+    let prepared = if inline {
+        prepare()
+    } else {
+        tokio::task::spawn_blocking(prepare).await.map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "a worker preparing the steps failed",
+            )
+        })?
+    };
+    let held = crate::hold_more(
+        state,
+        org,
+        memory,
+        prepared.iter().map(|(bytes, _)| bytes).sum(),
+    )?;
+    let pending = prepared
+        .into_iter()
+        .map(|(_, prepared)| match prepared {
+            Ok(p) => Submitted::Queued(state.ledger.submit(WriteRequest::Prepared(Box::new(p)))),
+            Err(refusal) => Submitted::Refused(refusal),
+        })
+        .collect();
+    Ok(SubmittedSteps {
+        pending,
+        _held: held,
+    })
+}
+
+/// The answer to a write whose submission's worker was lost.
 fn closed() -> cairn_store::AppendError {
     cairn_store::AppendError::Store(Arc::new(cairn_store::StoreError::Closed))
 }
@@ -167,16 +234,8 @@ pub(crate) async fn append_step(
     let started = Instant::now();
     let (value, parsed) = parse_json(&state, caller.org(), &body)?;
     let step = step_for(&caller, value)?;
-    // What the ledger makes of the step (its prepared copy, document and
-    // the store's form of it), counted with the body as a batch's are.
     let memory = crate::limits::RequestMemory::new(parsed);
-    crate::hold_more(
-        &state,
-        caller.org(),
-        Some(&memory),
-        step.approx_prepared_memory(),
-    )?;
-    match record_step(&state, step).await {
+    match record_step(&state, caller.org(), Some(&memory), step).await {
         Ok(written) => {
             state.metrics.append(started.elapsed());
             Ok((
@@ -187,7 +246,7 @@ pub(crate) async fn append_step(
         }
         Err(e) => {
             state.metrics.refusal();
-            Err(e.into())
+            Err(e)
         }
     }
 }
@@ -260,32 +319,17 @@ pub(crate) async fn append_batch(
         })?;
         steps.push(step);
     }
-    // Once built, what the ledger makes of each step beside it (its
-    // prepared copy, full-text document and the store's form of it), and
-    // the copy kept of a step that names its trace id.
-    crate::hold_more(
-        &state,
-        caller.org(),
-        Some(&memory),
-        steps
-            .iter()
-            .map(|s| {
-                let step = s.approx_memory();
-                cairn_store::NewStep::prepared_memory_of(step)
-                    + s.trace_id.as_ref().map_or(0, |_| step)
-            })
-            .sum(),
-    )?;
-    // Submit everything first so the sequencer commits it together; a
-    // copy of each step that names its trace id, for a retried batch.
+    // Submit everything first so the sequencer commits it together (what
+    // the ledger makes of each step counted with the body); a copy of
+    // each step that names its trace id, for a retried batch.
     let retries: Vec<_> = steps
         .iter()
         .map(|s| s.trace_id.is_some().then(|| s.clone()))
         .collect();
-    let pending = submit_steps(&state, steps).await.map_err(ApiError::from)?;
-    let mut outcomes = Vec::with_capacity(pending.len());
-    for (retry, p) in retries.into_iter().zip(pending) {
-        outcomes.push((retry, p.await));
+    let submitted = submit_steps(&state, caller.org(), Some(&memory), steps).await?;
+    let mut outcomes = Vec::with_capacity(submitted.pending.len());
+    for (retry, p) in retries.into_iter().zip(submitted.pending) {
+        outcomes.push((retry, p.answer().await));
     }
     // Steps refused as duplicate trace ids may be a retried batch's: all
     // looked up in one blocking task, in the batch's order (the trace ids

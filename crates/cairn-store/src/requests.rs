@@ -92,32 +92,6 @@ impl NewStep {
         2 * self.approx_memory() + Self::SEQUENCING_MEMORY
     }
 
-    /// What the ledger makes of this step when it is submitted on its own
-    /// ([`crate::Ledger::submit`]), beside the step and
-    /// [`NewStep::SEQUENCING_MEMORY`]: its prepared copy
-    /// ([`NewStep::approx_memory`]), its full-text document and the
-    /// store's form of it (PostgreSQL's `tsvector`).
-    pub fn approx_prepared_memory(&self) -> usize {
-        Self::prepared_memory_of(self.approx_memory())
-    }
-
-    /// [`NewStep::approx_prepared_memory`] of a step whose
-    /// [`NewStep::approx_memory`] is `step` (a JSON value's count walks
-    /// it: a caller that needs both walks once). The document is counted
-    /// at two and a half times the step's texts (text without spaces,
-    /// Chinese or Japanese, is indexed as overlapping pairs of
-    /// characters: 2.33 times its bytes), up to a document's largest
-    /// ([`fulltext::MAX_DOCUMENT_BYTES`]), and its `tsvector` at twice the
-    /// document (1.6 times for those pairs, about once for prose).
-    pub fn prepared_memory_of(step: usize) -> usize {
-        let texts = step.saturating_sub(std::mem::size_of::<NewStep>());
-        let document = texts
-            .saturating_mul(5)
-            .div_ceil(2)
-            .min(fulltext::MAX_DOCUMENT_BYTES);
-        step + 3 * document
-    }
-
     /// A rough estimate of the memory this step holds (its texts, and its
     /// JSON values as [`cairn_core::json::approx_memory`] counts them): a
     /// JSON value of many small parts holds many times its text's size.
@@ -283,6 +257,17 @@ pub struct PreparedStep {
     /// indexes the text itself, or when the step was prepared elsewhere
     /// (the store then computes it as it writes the step).
     pub search_form: Option<Vec<u8>>,
+}
+
+impl PreparedStep {
+    /// The bytes its full-text document and the store's form of it hold
+    /// (as allocated), beside the step itself: with
+    /// [`NewStep::approx_memory`] for the prepared copy, what a submitted
+    /// step holds until it is written.
+    pub fn search_bytes(&self) -> usize {
+        self.search_doc.as_ref().map_or(0, String::capacity)
+            + self.search_form.as_ref().map_or(0, Vec::capacity)
+    }
 }
 
 /// A link's field name as an error names it.
@@ -728,61 +713,31 @@ mod tests {
         assert!(same_millisecond > 100, "{same_millisecond}");
     }
 
-    /// What a submitted step is counted beside itself covers what the
-    /// ledger makes of it: its full-text document and PostgreSQL's
-    /// `tsvector` of it, for prose, for words of one letter (the most
-    /// positions per byte) and for text past a document's largest.
+    /// A document cut to its largest keeps no more than that allocated:
+    /// a prepared step holds its document until it is written, and what
+    /// it holds is counted as allocated (`search_bytes`).
     #[test]
-    fn a_prepared_step_is_counted_at_least_as_held() {
-        use crate::fulltext::lexemes::tsvector_binary;
-        let texts = [
-            "the revenue segment grew in the fourth quarter ".repeat(200),
-            "a b c d e f g h i j k l m n o p ".repeat(4_000),
-            "x".repeat(700_000),
-            "q4 2024 ".repeat(40_000),
-            // Indexed as overlapping pairs of characters.
-            "漢字仮名交じり文の検索語句".repeat(2_000),
-            "한국어문장검색".repeat(3_000),
-            // Ideographs drawn at random: nearly every pair is its own
-            // lexeme, the largest `tsvector` for the text's size.
-            std::iter::repeat_with({
-                let mut x = 0x9e37_79b9_7f4a_7c15u64;
-                move || {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    char::from_u32(0x4e00 + (x % 20_000) as u32).unwrap_or('字')
-                }
-            })
-            .take(21_800)
-            .collect(),
-        ];
-        for content in texts {
-            let step = super::NewStep {
-                org_id: "org".into(),
-                session_id: "s".into(),
-                agent_id: "agent".into(),
-                kind_label: "Observation".into(),
-                content: Some(content.clone()),
-                ..super::NewStep::default()
-            };
-            let prepared = super::prepare_step(
-                step.clone(),
-                &cairn_core::record::Limits {
-                    max_content_bytes: 1 << 20,
-                    ..cairn_core::record::Limits::default()
-                },
-                0.0,
-            )
-            .unwrap();
-            let doc = prepared.search_doc.unwrap_or_default();
-            let held = step.approx_memory() + doc.len() + tsvector_binary(&doc).len();
-            assert!(
-                step.approx_prepared_memory() >= held,
-                "{} bytes counted for {held} held ({} of content)",
-                step.approx_prepared_memory(),
-                content.len()
-            );
-        }
+    fn a_capped_document_gives_back_what_was_cut() {
+        let step = super::NewStep {
+            org_id: "org".into(),
+            session_id: "s".into(),
+            agent_id: "agent".into(),
+            kind_label: "Observation".into(),
+            content: Some("漢字仮名交じり文の検索語句".repeat(20_000)),
+            ..super::NewStep::default()
+        };
+        let limits = cairn_core::record::Limits {
+            max_content_bytes: 1 << 20,
+            ..cairn_core::record::Limits::default()
+        };
+        let prepared = super::prepare_step(step, &limits, 0.0).unwrap();
+        let doc = prepared.search_doc.as_ref().unwrap();
+        assert!(doc.len() > crate::fulltext::MAX_DOCUMENT_BYTES / 2);
+        assert!(
+            doc.capacity() <= crate::fulltext::MAX_DOCUMENT_BYTES,
+            "{} allocated",
+            doc.capacity()
+        );
+        assert_eq!(prepared.search_bytes(), doc.capacity());
     }
 }

@@ -44,9 +44,10 @@ pub fn may_be_retry(refused: &AppendError) -> bool {
 ///
 /// The recorded steps are read [`RETRY_LOOKUP_CHUNK`] at a time, in one
 /// query each where the store allows ([`LedgerStore::steps_by_trace`]).
-/// When a chunk's read fails, its steps are read one at a time, so that
-/// one unreadable row fails only the step that names it: that step is
-/// answered with the store's failure (`AppendError::Store`: try again),
+/// When a chunk's read fails on a row that does not decode, its steps are
+/// read one at a time, so that one unreadable row fails only the step
+/// that names it; any other failure fails the chunk's steps. Such a step
+/// is answered with the store's failure (`AppendError::Store`: try again),
 /// not with the duplicate refusal, which would tell a client that retried
 /// after a lost answer that its step conflicts with another.
 pub fn answer_retries(
@@ -72,15 +73,19 @@ fn read_chunk(
             .into_iter()
             .map(|s| (s.record.step.trace_id.clone(), Ok(s)))
             .collect(),
-        Err(_) if ids.len() > 1 => ids
+        // A row that does not decode fails the read of its chunk: each id
+        // is read alone, so that it fails only its own step. Any other
+        // failure (the database unreachable) would fail each read again.
+        Err(crate::StoreError::Corrupt(_)) if ids.len() > 1 => ids
             .iter()
             .flat_map(|id| read_chunk(lookup, org, std::slice::from_ref(id)))
             .collect(),
-        Err(failed) => ids
-            .first()
-            .map(|id| (id.clone(), Err(Arc::new(failed))))
-            .into_iter()
-            .collect(),
+        Err(failed) => {
+            let failed = Arc::new(failed);
+            ids.iter()
+                .map(|id| (id.clone(), Err(Arc::clone(&failed))))
+                .collect()
+        }
     }
 }
 
@@ -163,11 +168,13 @@ mod tests {
         )
     }
 
-    /// A chunk whose read fails is read again one id at a time: the one
-    /// step whose recorded row cannot be read is answered with the
-    /// store's failure, the others of its chunk as their rows say (here
-    /// none is recorded: they stay duplicates); other outcomes pass as
-    /// they were.
+    /// A chunk whose read fails on a row that does not decode is read
+    /// again one id at a time: the one step whose recorded row cannot be
+    /// read is answered with the store's failure, the others of its chunk
+    /// as their rows say (here none is recorded: they stay duplicates). A
+    /// chunk whose read fails otherwise (the database gone) is not read
+    /// again: its steps are answered with the failure. Other outcomes
+    /// pass as they were.
     #[test]
     fn a_failed_read_fails_only_the_step_it_names() {
         let count = RETRY_LOOKUP_CHUNK + 3;
@@ -182,6 +189,8 @@ mod tests {
                 reads.push(ids.len());
                 if ids.contains(&unreadable) {
                     Err(StoreError::Corrupt("the row does not parse".into()))
+                } else if ids.len() == 3 {
+                    Err(StoreError::Closed)
                 } else {
                     Ok(Vec::new())
                 }
@@ -208,6 +217,11 @@ mod tests {
                 6 => assert!(
                     matches!(answer, Err(AppendError::Store(e)) if e.to_string().contains("does not parse")),
                     "{answer:?}"
+                ),
+                // The second chunk, whose read failed as a whole.
+                i if i > RETRY_LOOKUP_CHUNK => assert!(
+                    matches!(answer, Err(AppendError::Store(e)) if matches!(**e, StoreError::Closed)),
+                    "{i}: {answer:?}"
                 ),
                 _ => assert!(
                     matches!(

@@ -169,6 +169,25 @@ impl Ledger {
         Arc::clone(&self.store)
     }
 
+    /// Validates and hashes a step as [`Ledger::submit`] does with a
+    /// `WriteRequest::Step`, and computes the store's form of its
+    /// full-text document ([`LedgerStore::search_form`]), without queueing
+    /// it: a caller that counts what a prepared step holds before it is
+    /// queued (the server's memory budget) prepares first, then submits
+    /// the `WriteRequest::Prepared`.
+    pub fn prepare(&self, step: crate::NewStep) -> Result<crate::PreparedStep, Refusal> {
+        let mut prepared = crate::prepare_step(
+            step,
+            &self.store.limits(),
+            self.store.embedding_sample_rate(),
+        )?;
+        prepared.search_form = prepared
+            .search_doc
+            .as_deref()
+            .and_then(|doc| self.store.search_form(doc));
+        Ok(prepared)
+    }
+
     /// Queues a write; the returned [`Pending`] resolves once it is durable
     /// or refused.
     pub fn submit(&self, request: WriteRequest) -> Pending {
@@ -177,18 +196,8 @@ impl Ledger {
         // reach the queue, and the sequencer is left with the part of the
         // work that depends on order.
         let request = match request {
-            WriteRequest::Step(step) => match crate::prepare_step(
-                *step,
-                &self.store.limits(),
-                self.store.embedding_sample_rate(),
-            ) {
-                Ok(mut prepared) => {
-                    prepared.search_form = prepared
-                        .search_doc
-                        .as_deref()
-                        .and_then(|doc| self.store.search_form(doc));
-                    WriteRequest::Prepared(Box::new(prepared))
-                }
+            WriteRequest::Step(step) => match self.prepare(*step) {
+                Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
                 Err(refusal) => {
                     let _ = reply.send(Err(AppendError::Refused(refusal)));
                     return Pending { rx };

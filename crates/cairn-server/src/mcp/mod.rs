@@ -348,13 +348,7 @@ impl CairnMcp {
     ) -> Result<StepLogged, ApiError> {
         caller.require(caller.key.role.can_write(), "record steps")?;
         Caller::require_enabled(&self.state)?;
-        let _held = crate::hold_more(
-            &self.state,
-            caller.org(),
-            memory,
-            step.approx_prepared_memory(),
-        )?;
-        match crate::steps::record_step(&self.state, step).await? {
+        match crate::steps::record_step(&self.state, caller.org(), memory, step).await? {
             Written::Step {
                 trace_id,
                 step_index,

@@ -340,6 +340,9 @@ pub fn capped(mut doc: String) -> String {
         let cut = doc[..end].rfind(' ').unwrap_or(0);
         let cut = doc[..cut].trim_end_matches(' ').len();
         doc.truncate(cut);
+        // The document is kept until its step is written: what was cut
+        // (up to several megabytes of a long text's pairs) is given back.
+        doc.shrink_to_fit();
     }
     doc
 }
