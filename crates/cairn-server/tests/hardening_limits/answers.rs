@@ -1,0 +1,219 @@
+//! Answers that stream or stop at their limit: a long session's replay
+//! streamed in order within a bounded buffer, whole answers refused past
+//! their size, and a bundle verification's bounded keys.
+
+use super::common::*;
+
+/// A session replay as JSON streams however long the session (in
+/// batches, in order, counted), while answers built whole refuse past
+/// their limit with `answer_too_large` and say what streams instead.
+#[test]
+fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    // 70 steps of 250 KB of input each: 17.5 MB, past the 16 MiB a held
+    // answer may hold.
+    let big = "x".repeat(250_000);
+    for batch in 0..(70 / 5) {
+        let steps: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut s = step("long", "a", "tool_call", &format!("call {}", batch * 5 + i));
+                s["input_data"] = json!({ "blob": big });
+                s["turn_id"] = json!(format!("turn-{}", (batch * 5 + i) / 10));
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let replay = get(&server, "/v1/sessions/long?verify=true", &admin);
+    assert_eq!(replay.status, 200);
+    let body = replay.json();
+    assert_eq!(body["step_count"], 70);
+    assert_eq!(body["chain_valid"], true, "{}", body["verdict"]);
+    let steps = body["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 70);
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["step_index"], i, "in order across batches");
+        assert_eq!(
+            s["input_data"]["blob"].as_str().map(str::len),
+            Some(250_000)
+        );
+    }
+    for path in [
+        "/v1/sessions/long/trail",
+        "/v1/sessions/long/trail?format=markdown",
+    ] {
+        let refused = get(&server, path, &admin);
+        if path.ends_with("markdown") {
+            // Markdown holds contents only: well within the limit.
+            assert_eq!(refused.status, 200, "{path}");
+            continue;
+        }
+        assert_eq!(refused.status, 422, "{path}: {}", refused.text());
+        let error = refused.json();
+        assert_eq!(error["error"]["code"], "answer_too_large");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("GET /v1/sessions/{id}, streamed")
+        );
+    }
+    // One turn of it is small, and answered.
+    let turn = get(&server, "/v1/sessions/long/turns/turn-0", &admin);
+    assert_eq!(turn.status, 200, "{}", turn.text());
+}
+
+/// A bundle verification pins at most 64 log keys, counted before any is
+/// decoded (each is a curve point to decompress), as witnesses are.
+#[test]
+fn a_bundle_verification_pins_a_bounded_number_of_keys() {
+    let server = start(ServerConfig::default());
+    let crowd = format!("/v1/bundles/verify?{}", vec!["key=x"; 65].join("&"));
+    let refused = call(&server, "POST", &crowd, &server.admin, Some(b"{}\n"));
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let body = refused.json();
+    assert_eq!(body["error"]["code"], "invalid_argument");
+    assert_eq!(body["error"]["field"], "key");
+}
+
+/// Streamed replays share one buffer: a client that stops reading a long
+/// replay of large steps keeps what its replay reserved (its positions
+/// and a few batches), so one org's slow readers cannot add up past its
+/// share; the next replay waits, then gets 503 `overloaded`, and is
+/// served in full once the slow clients have gone. (A buffer set below
+/// its 32 MiB floor is raised to it.)
+#[test]
+fn streamed_replays_share_a_bounded_buffer() {
+    let limits = Limits {
+        // The smallest buffer: an org's half, 16 MiB, holds about sixteen
+        // slow readers of large steps.
+        replay_buffer_bytes: 1024,
+        expensive_wait: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    // 120 steps of 250 KB of input each: 30 MB, more than loopback's
+    // socket buffers take, so a client that does not read holds the
+    // server's batches.
+    let big = "x".repeat(250_000);
+    for batch in 0..(120 / 5) {
+        let steps: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut s = step("wide", "a", "tool_call", &format!("call {}", batch * 5 + i));
+                s["input_data"] = json!({ "blob": big });
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let slow: Vec<TcpStream> = (0..32)
+        .map(|_| {
+            let mut slow = TcpStream::connect(server.addr).unwrap();
+            write!(
+                slow,
+                "GET /v1/sessions/wide HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\n\r\n"
+            )
+            .unwrap();
+            slow
+        })
+        .collect();
+    // Once the slow replays fill what they may hold (its batches queued to
+    // a socket nobody reads), the next one waits and is refused; until
+    // then a replay may still be served whole.
+    // (A replay that starts is left after its status line: one that
+    // started and then found the buffer full is cut short.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let mut probe = TcpStream::connect(server.addr).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            probe,
+            "GET /v1/sessions/wide HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        probe.read_exact(&mut head).unwrap();
+        if !head.starts_with(b"HTTP/1.1 200") {
+            let mut rest = Vec::new();
+            let _ = probe.read_to_end(&mut rest);
+            break parse_response(&[&head[..], &rest].concat());
+        }
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        drop(probe);
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let error: Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(
+        (refused.status, error["error"]["code"].as_str()),
+        (503, Some("overloaded")),
+        "{error}"
+    );
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            // The buffer, or the org's read turns held by batches waiting
+            // for it.
+            .is_some_and(|m| m.contains("replay buffer") || m.contains("replay batches")),
+        "{error}"
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    // Answers that hold nothing of the buffer are still served.
+    assert_eq!(get(&server, "/v1/sessions?limit=5", &admin).status, 200);
+    drop(slow);
+    // The slow clients' replays end as their writes fail.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let replay = loop {
+        let replay = get(&server, "/v1/sessions/wide", &admin);
+        if replay.status == 200 || std::time::Instant::now() > deadline {
+            break replay;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(replay.status, 200, "{}", replay.text());
+    let body = replay.json();
+    assert_eq!(body["step_count"], 120);
+    assert_eq!(body["steps"].as_array().map(Vec::len), Some(120));
+}
+
+/// A replay's batch writes steps until it holds about 256 KiB, whatever
+/// the batch before it suggested: after many small steps come large ones,
+/// and every step is still sent once, in order.
+#[test]
+fn a_replay_of_steps_growing_in_size_sends_each_once_in_order() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let big = "y".repeat(200_000);
+    let steps: Vec<Value> = (0..40)
+        .map(|i| {
+            let mut s = step("growing", "a", "tool_call", &format!("call {i}"));
+            if i >= 20 {
+                s["input_data"] = json!({ "blob": big });
+            }
+            s
+        })
+        .collect();
+    for chunk in steps.chunks(5) {
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(chunk));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let replay = get(&server, "/v1/sessions/growing", &admin);
+    assert_eq!(replay.status, 200);
+    let body = replay.json();
+    assert_eq!(body["step_count"], 40);
+    let sent = body["steps"].as_array().unwrap();
+    assert_eq!(sent.len(), 40);
+    for (i, s) in sent.iter().enumerate() {
+        assert_eq!(s["step_index"], i, "in order");
+        assert_eq!(s["content"], format!("call {i}"));
+        assert_eq!(
+            s["input_data"]["blob"].as_str().map(str::len),
+            (i >= 20).then_some(200_000)
+        );
+    }
+}
