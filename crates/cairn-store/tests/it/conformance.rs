@@ -28,6 +28,7 @@ use std::sync::Arc;
 mod chosen_ids;
 mod erasure_seals_signatures;
 mod evidence;
+mod keys;
 mod log;
 mod records;
 
@@ -140,9 +141,9 @@ pub fn run_all(backend: &dyn Backend) {
     evidence::exports_verify_offline(backend);
     evidence::exports_refuse_a_selection_line_verifiers_would_not_read(backend);
     evidence::imports_round_trip(backend);
-    log::api_keys_are_stored_hashed_and_revocable(backend);
-    log::last_admin_key_is_kept(backend);
-    log::cosignatures_are_kept_per_checkpoint_and_witness(backend);
+    keys::api_keys_are_stored_hashed_and_revocable(backend);
+    keys::last_admin_key_is_kept(backend);
+    keys::cosignatures_are_kept_per_checkpoint_and_witness(backend);
     erasure_seals_signatures::erasure_and_retention_keep_everything_verifiable(backend);
     crate::embedding::run_all(backend);
     records::decision_trail_lifecycle(backend);
