@@ -165,10 +165,7 @@ async fn already_recorded(
     step: cairn_store::NewStep,
     refused: cairn_store::AppendError,
 ) -> Result<cairn_store::Written, cairn_store::AppendError> {
-    if !matches!(
-        refused,
-        cairn_store::AppendError::Refused(cairn_store::Refusal::DuplicateTraceId { .. })
-    ) {
+    if !cairn_store::may_be_retry(&refused) {
         return Err(refused);
     }
     let store = Arc::clone(&state.store);

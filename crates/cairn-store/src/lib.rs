@@ -438,8 +438,9 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn embedding_sample_rate(&self) -> f64;
 
     /// The store's own form of a step's full-text document, when the store
-    /// indexes a form computed from it: [`Ledger::submit`] computes it on
-    /// the submitting thread, so that the single sequencer does not
+    /// indexes a form computed from it: [`Ledger::prepare`] (and so
+    /// [`Ledger::submit`]) computes it on the submitting thread, so that
+    /// the single sequencer does not
     /// (PostgreSQL: the document's `tsvector`, in its binary format).
     /// `None` (the default) where the store indexes the text itself.
     fn search_form(&self, _document: &str) -> Option<Vec<u8>> {

@@ -58,11 +58,13 @@ pub fn answer_retries(
     answer_retries_with(|org, ids| store.steps_by_trace(org, ids), outcomes, repeats)
 }
 
-/// The recorded steps of a chunk of ids, by trace id: read at once, or,
-/// when that read fails, one id at a time, each failed read kept as the
-/// answer for its id.
+/// The recorded steps of a chunk of ids by trace id, or the failed read
+/// that stands for an id's step.
 type Recorded = HashMap<String, Result<StoredStep, Arc<crate::StoreError>>>;
 
+/// Reads the recorded steps of `ids` at once; when that read fails on a
+/// row that does not decode, one id at a time, each failed read kept as
+/// the answer for its id.
 fn read_chunk(
     lookup: &mut impl FnMut(&str, &[String]) -> Result<Vec<StoredStep>, crate::StoreError>,
     org: &str,
