@@ -531,6 +531,12 @@ async fn metrics(
     let stats = state.ledger.stats();
     let mut text = state.metrics.render(stats);
     text.push_str(&format!(
+        "# HELP cairn_sequencer_in_flight Writes queued for the sequencer or in the batch it is committing.\n# TYPE cairn_sequencer_in_flight gauge\ncairn_sequencer_in_flight {}\n# HELP cairn_request_memory_bytes Memory counted for requests in flight and the writes they queued, until written (limit {} in all, half for one org).\n# TYPE cairn_request_memory_bytes gauge\ncairn_request_memory_bytes {}\n",
+        state.ledger.backlog(),
+        MAX_HELD_BODY_MEMORY,
+        state.bodies.held()
+    ));
+    text.push_str(&format!(
         "# HELP cairn_mcp_sessions MCP sessions open over HTTP.\n# TYPE cairn_mcp_sessions gauge\ncairn_mcp_sessions {}\n# HELP cairn_mcp_streams MCP sessions' GET streams open.\n# TYPE cairn_mcp_streams gauge\ncairn_mcp_streams {}\n# HELP cairn_expensive_available Free slots for expensive operations.\n# TYPE cairn_expensive_available gauge\ncairn_expensive_available {}\n",
         state.mcp_sessions.open(),
         state.mcp_streams.open_count(),

@@ -27,7 +27,9 @@ mod mcp_sessions;
 mod memory;
 
 pub(crate) use mcp_sessions::McpSessions;
-pub(crate) use memory::{HeldMemory, MemoryBudget, RequestMemory, holding_until_sent};
+pub(crate) use memory::{
+    HeldMemory, MemoryBudget, RequestMemory, UntilWritten, holding_until_sent,
+};
 
 use crate::error::shown;
 use crate::{ApiError, AppState};

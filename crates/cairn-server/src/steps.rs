@@ -44,7 +44,7 @@ pub(crate) async fn record_step(
 ) -> Result<cairn_store::Written, ApiError> {
     let retry = step.trace_id.is_some().then(|| step.clone());
     let submitted = submit_steps(state, org, memory, vec![step]).await?;
-    let answer = match submitted.pending.into_iter().next() {
+    let answer = match submitted.into_iter().next() {
         Some(pending) => pending.answer().await,
         None => Err(closed()),
     };
@@ -78,30 +78,24 @@ impl Submitted {
     }
 }
 
-/// Steps submitted together, with the memory their prepared copies hold
-/// (counted on their own when the request has no count).
-pub(crate) struct SubmittedSteps {
-    /// Each step's submission, in order.
-    pub(crate) pending: Vec<Submitted>,
-    /// Held until the answers come, when counted on their own.
-    _held: Option<crate::limits::HeldMemory>,
-}
-
 /// Prepares `steps` (`Ledger::prepare`: validation, hashes and, on
 /// PostgreSQL, the search document's `tsvector`), counts what each
 /// prepared step holds (its copy, its document and the store's form of
 /// it, as allocated, and one more copy of a step that names its trace id,
 /// kept to answer a retry) against `memory` or on its own, then queues
-/// them in order. A large batch or step is prepared from the blocking
-/// pool: that CPU work would otherwise hold one of the runtime's few
-/// worker threads, and every other request on it. Past the memory budget
-/// nothing is queued: `503 overloaded`.
+/// them in order. What is counted (and `memory`, the request's whole
+/// count) stays counted until each queued step is written, even if the
+/// caller stops waiting ([`crate::limits::UntilWritten`]). A large batch
+/// or step is prepared from the blocking pool: that CPU work would
+/// otherwise hold one of the runtime's few worker threads, and every other
+/// request on it. Past the memory budget nothing is queued: `503
+/// overloaded`.
 pub(crate) async fn submit_steps(
     state: &Arc<AppState>,
     org: &str,
     memory: Option<&crate::limits::RequestMemory>,
     steps: Vec<cairn_store::NewStep>,
-) -> Result<SubmittedSteps, ApiError> {
+) -> Result<Vec<Submitted>, ApiError> {
     let sizes: Vec<usize> = steps
         .iter()
         .map(cairn_store::NewStep::approx_memory)
@@ -139,17 +133,19 @@ pub(crate) async fn submit_steps(
         memory,
         prepared.iter().map(|(bytes, _)| bytes).sum(),
     )?;
-    let pending = prepared
+    let until_written = crate::limits::UntilWritten::new(memory, held);
+    let submitted = prepared
         .into_iter()
         .map(|(_, prepared)| match prepared {
-            Ok(p) => Submitted::Queued(state.ledger.submit(WriteRequest::Prepared(Box::new(p)))),
+            Ok(p) => Submitted::Queued(
+                state
+                    .ledger
+                    .submit_holding(WriteRequest::Prepared(Box::new(p)), until_written.hold()),
+            ),
             Err(refusal) => Submitted::Refused(refusal),
         })
         .collect();
-    Ok(SubmittedSteps {
-        pending,
-        _held: held,
-    })
+    Ok(submitted)
 }
 
 /// The answer to a write whose submission's worker was lost.
@@ -324,8 +320,8 @@ pub(crate) async fn append_batch(
         .map(|s| s.trace_id.is_some().then(|| s.clone()))
         .collect();
     let submitted = submit_steps(&state, caller.org(), Some(&memory), steps).await?;
-    let mut outcomes = Vec::with_capacity(submitted.pending.len());
-    for (retry, p) in retries.into_iter().zip(submitted.pending) {
+    let mut outcomes = Vec::with_capacity(submitted.len());
+    for (retry, p) in retries.into_iter().zip(submitted) {
         outcomes.push((retry, p.answer().await));
     }
     // Steps refused as duplicate trace ids may be a retried batch's: all

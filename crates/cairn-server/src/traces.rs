@@ -99,7 +99,7 @@ pub(crate) async fn import(
     // The import makes the trace's canonical text (for its signature)
     // and a step of each component beside the parsed trace: about twice
     // what the trace holds, counted with the parsed bodies until written.
-    let _made = crate::hold_more(
+    let made = crate::hold_more(
         state,
         caller.org(),
         memory,
@@ -111,7 +111,13 @@ pub(crate) async fn import(
         trace,
         caller: caller.key.id.clone(),
     };
-    match state.ledger.submit(request).await? {
+    // Counted until written, even if the caller stops waiting.
+    let until_written = crate::limits::UntilWritten::new(memory, made);
+    match state
+        .ledger
+        .submit_holding(request, until_written.hold())
+        .await?
+    {
         Written::TraceImported {
             seq,
             session_id,

@@ -327,7 +327,7 @@ pub(crate) async fn record_turn(
     // explicit steps are copies of the body's) are held until written,
     // with the sequencer's copies (numbered, prepared): counted with the
     // request's body, on every surface.
-    let _steps_memory = crate::hold_more(
+    let steps_memory = crate::hold_more(
         state,
         caller.org(),
         memory,
@@ -345,7 +345,13 @@ pub(crate) async fn record_turn(
         turn_id: turn_id.to_owned(),
         steps,
     };
-    let written = match state.ledger.submit(request).await {
+    // Counted until written, even if the caller stops waiting.
+    let until_written = crate::limits::UntilWritten::new(memory, steps_memory);
+    let written = match state
+        .ledger
+        .submit_holding(request, until_written.hold())
+        .await
+    {
         Ok(written) => written,
         Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
             index,

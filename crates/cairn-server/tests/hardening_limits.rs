@@ -588,5 +588,7 @@ fn a_witness_cuts_off_a_stalled_body() {
 
 #[path = "hardening_limits/answers.rs"]
 mod answers;
+#[path = "hardening_limits/hangups.rs"]
+mod hangups;
 #[path = "hardening_limits/memory.rs"]
 mod memory;

@@ -34,9 +34,16 @@ pub enum AppendError {
 
 type Reply = Result<Written, AppendError>;
 
+/// What a queued write keeps alive until it is answered and its request
+/// freed ([`Ledger::submit_holding`]): a caller's count of the memory the
+/// write holds, say, which must not be given back when the caller stops
+/// waiting (a client that hangs up) while the write is still queued.
+pub type Hold = Box<dyn Send>;
+
 struct Job {
     request: WriteRequest,
     reply: oneshot::Sender<Reply>,
+    hold: Option<Hold>,
 }
 
 /// The answer to one submitted write, available once its batch committed.
@@ -191,6 +198,19 @@ impl Ledger {
     /// Queues a write; the returned [`Pending`] resolves once it is durable
     /// or refused.
     pub fn submit(&self, request: WriteRequest) -> Pending {
+        self.submit_with(request, None)
+    }
+
+    /// [`Ledger::submit`], keeping `hold` alive until the write is
+    /// answered and the sequencer has let go of it (dropped from another
+    /// thread, after the request itself), whether or not anyone still
+    /// waits on the [`Pending`]. A write refused before it is queued drops
+    /// `hold` at once.
+    pub fn submit_holding(&self, request: WriteRequest, hold: Hold) -> Pending {
+        self.submit_with(request, Some(hold))
+    }
+
+    fn submit_with(&self, request: WriteRequest, hold: Option<Hold>) -> Pending {
         let (reply, rx) = oneshot::channel();
         // Validate and hash here, in the caller's thread: refusals never
         // reach the queue, and the sequencer is left with the part of the
@@ -208,7 +228,13 @@ impl Ledger {
         let in_flight = &self.stats.in_flight;
         in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = match &self.queue {
-            Some(queue) => queue.send(Job { request, reply }).map_err(|e| e.0.reply),
+            Some(queue) => queue
+                .send(Job {
+                    request,
+                    reply,
+                    hold,
+                })
+                .map_err(|e| e.0.reply),
             None => Err(reply),
         };
         if let Err(reply) = sent {
@@ -253,10 +279,10 @@ fn run(
     // another thread frees them (if it cannot keep up, or is gone, the
     // sequencer frees them itself).
     std::thread::scope(|scope| {
-        let (reap, reaped) = mpsc::sync_channel::<Vec<WriteRequest>>(8);
+        let (reap, reaped) = mpsc::sync_channel::<Reaped>(8);
         let reaper = std::thread::Builder::new()
             .name("cairn-reaper".into())
-            .spawn_scoped(scope, move || reaped.into_iter().for_each(drop));
+            .spawn_scoped(scope, move || reaped.into_iter().for_each(Reaped::free));
         if reaper.is_err() {
             sequence(store, jobs, config, stats, None);
         } else {
@@ -270,7 +296,7 @@ fn sequence(
     jobs: &mpsc::Receiver<Job>,
     config: SequencerConfig,
     stats: &SequencerStats,
-    reap: Option<&mpsc::SyncSender<Vec<WriteRequest>>>,
+    reap: Option<&mpsc::SyncSender<Reaped>>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut last_maintenance = Instant::now();
@@ -287,6 +313,7 @@ fn sequence(
         };
         let mut requests = vec![first.request];
         let mut replies = vec![first.reply];
+        let mut holds: Vec<Hold> = first.hold.into_iter().collect();
         let linger_until = (last_batch > 1).then(|| Instant::now() + config.linger);
         while requests.len() < config.max_batch {
             let next = match linger_until {
@@ -306,6 +333,7 @@ fn sequence(
                 Some(job) => {
                     requests.push(job.request);
                     replies.push(job.reply);
+                    holds.extend(job.hold);
                 }
                 None => break,
             }
@@ -321,9 +349,18 @@ fn sequence(
             let _ = reply.send(outcome);
         }
         stats.in_flight.fetch_sub(count, Relaxed);
-        if let Some(reap) = reap {
+        let reaped = Reaped { requests, holds };
+        match reap {
             // Full or gone: the batch is freed here, as it would have been.
-            let _ = reap.try_send(requests);
+            Some(reap) => {
+                if let Err(
+                    mpsc::TrySendError::Full(reaped) | mpsc::TrySendError::Disconnected(reaped),
+                ) = reap.try_send(reaped)
+                {
+                    reaped.free();
+                }
+            }
+            None => reaped.free(),
         }
         if last_maintenance.elapsed() >= config.tick {
             maintain(store, stats);
@@ -331,6 +368,23 @@ fn sequence(
         }
     }
     maintain(store, stats);
+}
+
+/// A batch's requests once answered, and what their writers kept alive
+/// until they are freed.
+struct Reaped {
+    requests: Vec<WriteRequest>,
+    holds: Vec<Hold>,
+}
+
+impl Reaped {
+    /// Frees the requests, then lets go of the holds: what a hold counts
+    /// is counted until the memory it stands for is given back.
+    fn free(self) {
+        let Reaped { requests, holds } = self;
+        drop(requests);
+        drop(holds);
+    }
 }
 
 /// Appends `requests` as one batch, answering each in their order (and

@@ -346,6 +346,11 @@ rm -rf "$dir""#;
     pub fn connect(&self) -> postgres::Client {
         postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
     }
+
+    /// A new client as the superuser, on database `dbname`.
+    pub fn connect_to(&self, dbname: &str) -> postgres::Client {
+        postgres::Client::connect(&self.url_for(dbname), postgres::NoTls).unwrap()
+    }
 }
 
 impl Drop for PgCluster {

@@ -54,8 +54,7 @@ impl MemoryBudget {
         })
     }
 
-    /// What requests hold now.
-    #[cfg(test)]
+    /// What requests (and the writes they queued) hold now.
     pub(crate) fn held(&self) -> usize {
         self.held.lock().map(|h| h.total).unwrap_or(0)
     }
@@ -114,6 +113,36 @@ impl RequestMemory {
     /// [`HeldMemory::grow`] for the request.
     pub(crate) fn grow(&self, more: usize) -> Result<(), usize> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).grow(more)
+    }
+}
+
+/// What a write handed to the ledger keeps counted until the ledger has
+/// answered it and let go of it ([`cairn_store::Ledger::submit_holding`]),
+/// even when the request that made it is gone: a client that hangs up
+/// stops waiting, but its queued steps are still written, and still hold
+/// their memory until they are. The request's shared count, or the bytes
+/// counted on their own (a request without a count, as over MCP's stdio).
+#[derive(Clone)]
+pub(crate) struct UntilWritten {
+    // Kept only to be dropped: each gives back its count when the last
+    // clone goes.
+    _request: Option<RequestMemory>,
+    _own: Option<Arc<HeldMemory>>,
+}
+
+impl UntilWritten {
+    /// Keeps `request`'s count, and `own`, until every write given
+    /// [`UntilWritten::hold`] is answered.
+    pub(crate) fn new(request: Option<&RequestMemory>, own: Option<HeldMemory>) -> UntilWritten {
+        UntilWritten {
+            _request: request.cloned(),
+            _own: own.map(Arc::new),
+        }
+    }
+
+    /// A hold for one write ([`cairn_store::Ledger::submit_holding`]).
+    pub(crate) fn hold(&self) -> cairn_store::Hold {
+        Box::new(self.clone())
     }
 }
 

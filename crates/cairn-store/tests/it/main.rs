@@ -26,6 +26,7 @@ mod campaigns {
 }
 mod conformance;
 mod embedding;
+mod holds;
 mod listing;
 mod pg;
 mod pg_derived;

@@ -110,11 +110,23 @@ fn all_or_nothing_writes() {
     let Some(cluster) = PgCluster::start() else {
         return;
     };
-    crate::atomic::all_or_nothing(&Pg {
-        cluster,
-        keys: tempfile::tempdir().unwrap(),
-        created: Mutex::new(HashSet::new()),
-    });
+    let pg = Pg::new(cluster);
+    crate::atomic::all_or_nothing(&pg);
+    // And a write's hold lives while another session's lock keeps it
+    // from being written.
+    let url = pg.cluster.create_database("holds");
+    let locking_url = url.clone();
+    let lock = move || -> Box<dyn FnOnce()> {
+        let mut client = postgres::Client::connect(&locking_url, postgres::NoTls).unwrap();
+        client
+            .batch_execute("BEGIN; LOCK TABLE entries IN EXCLUSIVE MODE")
+            .unwrap();
+        Box::new(move || client.batch_execute("COMMIT").unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = load_or_create_server_key(dir.path(), "cairn.local").unwrap();
+    let store: Arc<dyn LedgerStore> = Arc::new(PgStore::open(PgOptions::new(url), key).unwrap());
+    crate::holds::holds_live_until_their_writes_are_durable(store, Some(&lock));
 }
 
 #[test]
