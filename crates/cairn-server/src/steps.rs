@@ -45,38 +45,19 @@ pub(crate) async fn record_step(
     let retry = step.trace_id.is_some().then(|| step.clone());
     let submitted = submit_steps(state, org, memory, vec![step]).await?;
     let answer = match submitted.into_iter().next() {
-        Some(pending) => pending.answer().await,
+        Some(pending) => pending.await,
         None => Err(closed()),
     };
-    let answer = match (answer, retry) {
+    match (answer, retry) {
         (Err(refused), Some(step)) => already_recorded(state, step, refused).await,
-        (answer, _) => answer,
-    };
-    Ok(answer?)
+        (answer, _) => Ok(answer?),
+    }
 }
 
 /// Steps whose texts together pass this are prepared from the blocking
 /// pool; below it (about 0.1 ms of work), on the request's own thread,
 /// which a hop to the pool would cost more than it saves.
 const INLINE_SUBMIT_BYTES: usize = 64 * 1024;
-
-/// A step handed to the ledger, or refused before it was queued.
-pub(crate) enum Submitted {
-    /// Queued: its answer comes once it is written or refused.
-    Queued(cairn_store::Pending),
-    /// Refused as it was prepared.
-    Refused(cairn_store::Refusal),
-}
-
-impl Submitted {
-    /// The step's answer.
-    pub(crate) async fn answer(self) -> Result<cairn_store::Written, cairn_store::AppendError> {
-        match self {
-            Submitted::Queued(pending) => pending.await,
-            Submitted::Refused(refusal) => Err(cairn_store::AppendError::Refused(refusal)),
-        }
-    }
-}
 
 /// Prepares `steps` (`Ledger::prepare`: validation, hashes and, on
 /// PostgreSQL, the search document's `tsvector`), counts what each
@@ -95,7 +76,7 @@ pub(crate) async fn submit_steps(
     org: &str,
     memory: Option<&crate::limits::RequestMemory>,
     steps: Vec<cairn_store::NewStep>,
-) -> Result<Vec<Submitted>, ApiError> {
+) -> Result<Vec<cairn_store::Pending>, ApiError> {
     let sizes: Vec<usize> = steps
         .iter()
         .map(cairn_store::NewStep::approx_memory)
@@ -137,12 +118,12 @@ pub(crate) async fn submit_steps(
     let submitted = prepared
         .into_iter()
         .map(|(_, prepared)| match prepared {
-            Ok(p) => Submitted::Queued(
-                state
-                    .ledger
-                    .submit_holding(WriteRequest::Prepared(Box::new(p)), until_written.hold()),
-            ),
-            Err(refusal) => Submitted::Refused(refusal),
+            Ok(p) => state
+                .ledger
+                .submit_holding(WriteRequest::Prepared(Box::new(p)), until_written.hold()),
+            Err(refusal) => {
+                cairn_store::Pending::answered(Err(cairn_store::AppendError::Refused(refusal)))
+            }
         })
         .collect();
     Ok(submitted)
@@ -155,23 +136,24 @@ fn closed() -> cairn_store::AppendError {
 
 /// `refused` unless it refused `step` as a duplicate trace id and the
 /// step recorded under that id is `step` itself: then what its write
-/// answered.
+/// answered. A failed read of the recorded step is its failure (`503
+/// storage_failure`), a read that panicked `500 internal` (as for a
+/// batch), never the refusal: that would tell a client retrying after a
+/// lost answer that its step conflicts with another.
 async fn already_recorded(
     state: &Arc<AppState>,
     step: cairn_store::NewStep,
     refused: cairn_store::AppendError,
-) -> Result<cairn_store::Written, cairn_store::AppendError> {
+) -> Result<cairn_store::Written, ApiError> {
     if !cairn_store::may_be_retry(&refused) {
-        return Err(refused);
+        return Err(refused.into());
     }
-    let store = Arc::clone(&state.store);
     let answered = refused.clone();
-    let retried =
-        tokio::task::spawn_blocking(move || step.retried(store.as_ref(), &answered)).await;
+    let retried = blocking(state, move |store| Ok(step.retried(store, &answered))).await?;
     match retried {
-        Ok(Ok(Some(written))) => Ok(written),
-        Ok(Err(failed)) => Err(cairn_store::AppendError::Store(Arc::new(failed))),
-        Ok(Ok(None)) | Err(_) => Err(refused),
+        Ok(Some(written)) => Ok(written),
+        Ok(None) => Err(refused.into()),
+        Err(failed) => Err(cairn_store::AppendError::Store(Arc::new(failed)).into()),
     }
 }
 
@@ -322,7 +304,7 @@ pub(crate) async fn append_batch(
     let submitted = submit_steps(&state, caller.org(), Some(&memory), steps).await?;
     let mut outcomes = Vec::with_capacity(submitted.len());
     for (retry, p) in retries.into_iter().zip(submitted) {
-        outcomes.push((retry, p.answer().await));
+        outcomes.push((retry, p.await));
     }
     // Steps refused as duplicate trace ids may be a retried batch's: all
     // looked up in one blocking task, in the batch's order (the trace ids

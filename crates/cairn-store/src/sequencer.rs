@@ -52,6 +52,15 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// A write answered without being queued: refused as it was prepared,
+    /// by a caller that prepares steps itself ([`Ledger::prepare`]) before
+    /// it submits them.
+    pub fn answered(reply: Reply) -> Pending {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(reply);
+        Pending { rx }
+    }
+
     /// Blocks until the write is durable or refused. Do not call from an
     /// async task; `.await` the `Pending` there instead.
     pub fn wait(self) -> Reply {
@@ -211,20 +220,17 @@ impl Ledger {
     }
 
     fn submit_with(&self, request: WriteRequest, hold: Option<Hold>) -> Pending {
-        let (reply, rx) = oneshot::channel();
         // Validate and hash here, in the caller's thread: refusals never
         // reach the queue, and the sequencer is left with the part of the
         // work that depends on order.
         let request = match request {
             WriteRequest::Step(step) => match self.prepare(*step) {
                 Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
-                Err(refusal) => {
-                    let _ = reply.send(Err(AppendError::Refused(refusal)));
-                    return Pending { rx };
-                }
+                Err(refusal) => return Pending::answered(Err(AppendError::Refused(refusal))),
             },
             other => other,
         };
+        let (reply, rx) = oneshot::channel();
         let in_flight = &self.stats.in_flight;
         in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = match &self.queue {
