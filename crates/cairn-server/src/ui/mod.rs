@@ -169,6 +169,23 @@ async fn user(state: &Arc<AppState>, headers: &HeaderMap) -> Result<UiUser, Resp
     }
 }
 
+/// The signed-in user of a page, as an extractor that runs before the
+/// page's other ones: a request without a live session is sent to the
+/// sign-in page (or given the API's error, a rate limit say) before the
+/// page reads its path or query.
+pub(super) struct SignedIn(pub(super) UiUser);
+
+impl axum::extract::FromRequestParts<Arc<AppState>> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<SignedIn, Response> {
+        user(state, &parts.headers).await.map(SignedIn)
+    }
+}
+
 /// A step type label as pages show it: at most 64 bytes, as a server now
 /// accepts (labels stored before that rule, or imported, may be longer;
 /// the parser ignores underscores and brackets, so one can be megabytes).

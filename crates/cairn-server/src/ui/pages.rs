@@ -80,13 +80,9 @@ pub(super) fn time_text(t: Option<cairn_core::Timestamp>) -> String {
 /// same filters read by the same code; an empty form field is no filter.
 pub(super) async fn sessions(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let given = form_fields(q, crate::LISTING_PARAMS);
     let field = |name: &str| given.get(name).cloned().unwrap_or_default();
     let nav = Nav::of(&user);
@@ -187,11 +183,10 @@ struct VerifyPage {
 }
 
 /// `GET /ui/verify`: the page where a bundle is verified in the browser.
-pub(super) async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
+pub(super) async fn verify(
+    State(state): State<Arc<AppState>>,
+    SignedIn(user): SignedIn,
+) -> Response {
     let nav = Nav::of(&user);
     page_with(
         &VerifyPage {
@@ -233,13 +228,9 @@ struct ProofPage {
 /// checks in the browser against the signed checkpoint.
 pub(super) async fn proof(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Path((id, index)): Path<(String, String)>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     // Parsed here, not by the route, so that a bad one is a page too.
     let Ok(index) = index.parse::<u64>() else {
         return error_page(
@@ -359,13 +350,9 @@ const CHECKPOINTS_SHOWN: u32 = 100;
 /// verdict of the whole log (under the same limit as `GET /v1/verify`).
 pub(super) async fn log(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let verify = q.get("verify").is_some_and(|v| v == "true");
     let permit = if verify {
         match limits::expensive(&state, user.caller.org(), "verification").await {
@@ -450,14 +437,9 @@ const EXPORT_FIELDS: [&str; 4] = ["session", "agent", "all", "level"];
 
 /// `GET /ui/export[?session=|agent=]`: the export form.
 pub(super) async fn export_page(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let nav = Nav::of(&user);
     page(&ExportPage {
         org: nav.org,
@@ -474,13 +456,9 @@ pub(super) async fn export_page(
 /// signed-in key; empty form fields are left out.
 pub(super) async fn export_bundle(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let given = form_fields(q, &EXPORT_FIELDS);
     let name = given
         .get("session")
@@ -569,13 +547,9 @@ fn marked(snippet: &str, highlights: &[Value]) -> Vec<(String, bool)> {
 /// with the matches marked.
 pub(super) async fn search(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let mut given = form_fields(q, crate::SEARCH_PARAMS);
     let field = |name: &str| given.get(name).cloned().unwrap_or_default();
     let nav = Nav::of(&user);

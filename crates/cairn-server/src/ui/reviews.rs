@@ -33,13 +33,9 @@ struct ReviewsPage {
 /// it was recorded.
 pub(super) async fn reviews(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let decision = q
         .get("decision")
         .and_then(|d| cairn_core::log::ReviewDecision::parse(d))

@@ -304,14 +304,10 @@ async fn load(
 /// `GET /ui/sessions/{id}`.
 pub(super) async fn session(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let from = match q.get("from").map(|from| from.parse::<u64>()) {
         None => 0,
         Some(Ok(from)) => from,
@@ -538,13 +534,9 @@ pub(super) async fn session(
 /// session was sealed.
 pub(super) async fn state(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Path(id): Path<String>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let org = user.caller.org().to_owned();
     let found = blocking(&state, move |store| {
         store
@@ -582,13 +574,9 @@ struct MarkdownPage {
 /// session, as `GET /v1/sessions/{id}?format=markdown` gives it.
 pub(super) async fn markdown(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Path(id): Path<String>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let org = user.caller.org().to_owned();
     // A whole session read: a slot of the org's share, as the API's
     // Markdown answer takes.
@@ -659,13 +647,9 @@ struct EventPage {
 /// the event; anything else is not in this org's log.
 pub(super) async fn record(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    SignedIn(user): SignedIn,
     Path(id): Path<String>,
 ) -> Response {
-    let user = match user(&state, &headers).await {
-        Ok(user) => user,
-        Err(to) => return to,
-    };
     let org = user.caller.org().to_owned();
     let found = blocking(&state, move |store| {
         if cairn_core::record::validate_id("id", &id).is_err() {
