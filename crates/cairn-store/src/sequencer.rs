@@ -34,10 +34,11 @@ pub enum AppendError {
 
 type Reply = Result<Written, AppendError>;
 
-/// What a queued write keeps alive until it is answered and its request
-/// freed ([`Ledger::submit_holding`]): a caller's count of the memory the
-/// write holds, say, which must not be given back when the caller stops
-/// waiting (a client that hangs up) while the write is still queued.
+/// What a queued write keeps alive until its batch is committed (or
+/// fails), just before its answer is sent ([`Ledger::submit_holding`]): a
+/// caller's count of the memory the write holds, say, which must not be
+/// given back when the caller stops waiting (a client that hangs up)
+/// while the write is still queued.
 pub type Hold = Box<dyn Send>;
 
 struct Job {
@@ -210,11 +211,15 @@ impl Ledger {
         self.submit_with(request, None)
     }
 
-    /// [`Ledger::submit`], keeping `hold` alive until the write is
-    /// answered and the sequencer has let go of it (dropped from another
-    /// thread, after the request itself), whether or not anyone still
-    /// waits on the [`Pending`]. A write refused before it is queued drops
-    /// `hold` at once.
+    /// [`Ledger::submit`], keeping `hold` alive until the write's batch is
+    /// committed or has failed, whether or not anyone still waits on the
+    /// [`Pending`]. It is dropped just before the answer is sent, so that a
+    /// caller whose hold counts its own memory has given it back (once it
+    /// drops its own share) before its client can see the answer and send
+    /// more; the request itself is freed a little later, off the
+    /// sequencer's thread. A write refused before it is queued drops `hold`
+    /// at once. The sequencer drops holds on its own thread, between a
+    /// commit and its answers: a hold's `Drop` must be cheap.
     pub fn submit_holding(&self, request: WriteRequest, hold: Hold) -> Pending {
         self.submit_with(request, Some(hold))
     }
@@ -285,10 +290,10 @@ fn run(
     // another thread frees them (if it cannot keep up, or is gone, the
     // sequencer frees them itself).
     std::thread::scope(|scope| {
-        let (reap, reaped) = mpsc::sync_channel::<Reaped>(8);
+        let (reap, reaped) = mpsc::sync_channel::<Vec<WriteRequest>>(8);
         let reaper = std::thread::Builder::new()
             .name("cairn-reaper".into())
-            .spawn_scoped(scope, move || reaped.into_iter().for_each(Reaped::free));
+            .spawn_scoped(scope, move || reaped.into_iter().for_each(drop));
         if reaper.is_err() {
             sequence(store, jobs, config, stats, None);
         } else {
@@ -302,7 +307,7 @@ fn sequence(
     jobs: &mpsc::Receiver<Job>,
     config: SequencerConfig,
     stats: &SequencerStats,
-    reap: Option<&mpsc::SyncSender<Reaped>>,
+    reap: Option<&mpsc::SyncSender<Vec<WriteRequest>>>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut last_maintenance = Instant::now();
@@ -351,22 +356,14 @@ fn sequence(
         let count = requests.len();
         let (written, requests) = append_isolating(store, requests, stats);
         note_longest(&stats.slowest_batch_micros, started.elapsed());
+        drop(holds);
         for (reply, outcome) in replies.into_iter().zip(written) {
             let _ = reply.send(outcome);
         }
         stats.in_flight.fetch_sub(count, Relaxed);
-        let reaped = Reaped { requests, holds };
-        match reap {
+        if let Some(reap) = reap {
             // Full or gone: the batch is freed here, as it would have been.
-            Some(reap) => {
-                if let Err(
-                    mpsc::TrySendError::Full(reaped) | mpsc::TrySendError::Disconnected(reaped),
-                ) = reap.try_send(reaped)
-                {
-                    reaped.free();
-                }
-            }
-            None => reaped.free(),
+            let _ = reap.try_send(requests);
         }
         if last_maintenance.elapsed() >= config.tick {
             maintain(store, stats);
@@ -374,23 +371,6 @@ fn sequence(
         }
     }
     maintain(store, stats);
-}
-
-/// A batch's requests once answered, and what their writers kept alive
-/// until they are freed.
-struct Reaped {
-    requests: Vec<WriteRequest>,
-    holds: Vec<Hold>,
-}
-
-impl Reaped {
-    /// Frees the requests, then lets go of the holds: what a hold counts
-    /// is counted until the memory it stands for is given back.
-    fn free(self) {
-        let Reaped { requests, holds } = self;
-        drop(requests);
-        drop(holds);
-    }
 }
 
 /// Appends `requests` as one batch, answering each in their order (and

@@ -1,8 +1,9 @@
 //! What a write keeps alive ([`Ledger::submit_holding`]: the server's
-//! count of the memory the write holds) lives until the write is answered
-//! and durable, whether or not anyone still waits for its answer: a
-//! client that hangs up must not give back memory its queued steps still
-//! hold.
+//! count of the memory the write holds) lives until the write is durable,
+//! whether or not anyone still waits for its answer (a client that hangs
+//! up must not give back memory its queued steps still hold), and is let
+//! go before the answer is sent (a client that sends its next request as
+//! soon as it has the answer must not find its last one still counted).
 
 use crate::conformance::{ORG, step};
 use cairn_store::{Ledger, LedgerStore, SequencerConfig, SqliteOptions, SqliteStore, WriteRequest};
@@ -45,7 +46,7 @@ fn seen_within(seen: &Mutex<Option<bool>>, within: Duration) -> Option<bool> {
 }
 
 /// A queued write whose answer nobody awaits keeps its hold until it is
-/// durable. `stall`, when given, keeps the store from writing until the
+/// durable; an awaited one has let go of it when its answer arrives. `stall`, when given, keeps the store from writing until the
 /// function it returns is called: the hold must live through it. A write
 /// refused before it is queued lets go of its hold at once.
 pub fn holds_live_until_their_writes_are_durable(
@@ -75,6 +76,20 @@ pub fn holds_live_until_their_writes_are_durable(
         seen_within(&seen, Duration::from_secs(20)),
         Some(true),
         "the hold must be let go once its write is durable, and not before"
+    );
+
+    let (answered, seen) = probe(&store, "answered");
+    ledger
+        .submit_holding(
+            WriteRequest::Step(Box::new(step("answered", "plan", "x"))),
+            Box::new(answered),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(true),
+        "a hold must be let go, after the commit, before the answer is sent"
     );
 
     let (refused, seen) = probe(&store, "refused");
