@@ -68,7 +68,8 @@ pub(crate) async fn revoke(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "revoke agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["agent_id", "reason"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let reason = optional_string(&v, "reason")?.unwrap_or_else(|| "revoked".into());
@@ -78,7 +79,7 @@ pub(crate) async fn revoke(
         key_id,
         reason,
     };
-    revoked_json(state.ledger.submit(request).await?)
+    revoked_json(crate::queue_write(&state, &counted, request).await?)
 }
 
 /// `POST /v1/agent-keys/{key_id}/rotate`: body `{agent_id, public_key}`.
@@ -107,7 +108,8 @@ pub(crate) async fn rotate(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "rotate agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["agent_id", "public_key"])?;
     let agent_id = acting_agent(&caller, &v)?;
     let public_key = public_key_param(v.get("public_key").and_then(Value::as_str))?;
@@ -117,7 +119,7 @@ pub(crate) async fn rotate(
         old_key_id: key_id,
         public_key,
     };
-    revoked_json(state.ledger.submit(request).await?)
+    revoked_json(crate::queue_write(&state, &counted, request).await?)
 }
 
 /// `GET /v1/agent-keys`: every key record of the org (of the caller's

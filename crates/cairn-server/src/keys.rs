@@ -28,7 +28,8 @@ pub(crate) async fn register_agent_key(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "register agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     members(&v, &["agent_id", "public_key"])?;
     let given = optional_string(&v, "agent_id")?;
     let agent_id = match (given.as_deref(), &caller.key.agent_id) {
@@ -52,7 +53,7 @@ pub(crate) async fn register_agent_key(
         agent_id: agent_id.clone(),
         public_key,
     };
-    match state.ledger.submit(request).await? {
+    match crate::queue_write(&state, &counted, request).await? {
         Written::KeyRegistered { seq, key_id } => Ok((
             StatusCode::CREATED,
             axum::Json(json!({"key_id": key_id, "agent_id": agent_id, "seq": seq})),

@@ -279,6 +279,23 @@ fn parse_json(
     Ok((value, held))
 }
 
+/// Queues `request` for the ledger, keeping `counted` (the request's
+/// count: its parsed body and what it built) alive until the write is
+/// committed, even if the client hangs up or the request times out
+/// ([`limits::UntilWritten`]): a queued write carries what the request sent
+/// (an audit event's detail, a review's note, a reason, ids) until the
+/// sequencer checks it. Every write a surface queues for a request goes
+/// through here or [`steps::submit_steps`], but two: OTLP's steps, whose
+/// own budget a task of their own holds until they are answered, and a
+/// checkpoint, which carries nothing the request sent.
+fn queue_write(
+    state: &AppState,
+    counted: &limits::UntilWritten,
+    request: WriteRequest,
+) -> cairn_store::Pending {
+    state.ledger.submit_holding(request, counted.hold())
+}
+
 /// Counts what JSON `body` may hold once parsed against
 /// [`MAX_HELD_BODY_MEMORY`] (an org's requests at most half of it), or
 /// refuses it (`503 overloaded`).

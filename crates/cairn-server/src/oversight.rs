@@ -51,21 +51,24 @@ pub(crate) async fn review(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["decision", "note"])?;
     let decision = decision(crate::optional_string(&v, "decision")?.as_deref())?;
     let note = crate::optional_string(&v, "note")?;
-    let body = review_step(&state, &caller, trace_id, decision, note).await?;
+    let body = review_step(&state, &caller, trace_id, decision, note, &counted).await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-/// Records a review (HTTP and MCP).
+/// Records a review (HTTP, MCP and the web UI), `counted` (the request's
+/// memory) kept until it is written.
 pub(crate) async fn review_step(
     state: &Arc<AppState>,
     caller: &Caller,
     trace_id: String,
     decision: ReviewDecision,
     note: Option<String>,
+    counted: &crate::limits::UntilWritten,
 ) -> Result<wire::ReviewOut, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
     Caller::require_enabled(state)?;
@@ -77,7 +80,7 @@ pub(crate) async fn review_step(
         reviewer: caller.key.id.clone(),
         note,
     };
-    match state.ledger.submit(request).await? {
+    match crate::queue_write(state, counted, request).await? {
         Written::Reviewed { seq, review } => Ok(wire::review_out(seq, &review)),
         other => Err(crate::unexpected(other)),
     }
@@ -170,18 +173,20 @@ pub(crate) async fn record_event(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (mut v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["event_id", "session_id", "action", "detail"])?;
     let text = |k: &str| crate::optional_string(&v, k);
     let action = text("action")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "action is required"))?;
+    let (event_id, session_id) = (text("event_id")?, text("session_id")?);
+    // Taken out of the body, not copied: the body's count covers it once.
+    let detail = v
+        .as_object_mut()
+        .and_then(|members| members.remove("detail"))
+        .filter(|d| !d.is_null());
     let body = audit_event(
-        &state,
-        &caller,
-        text("event_id")?,
-        text("session_id")?,
-        action,
-        v.get("detail").filter(|d| !d.is_null()).cloned(),
+        &state, &caller, event_id, session_id, action, detail, &counted,
     )
     .await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
@@ -196,7 +201,8 @@ pub struct EventRecorded {
     pub event_id: String,
 }
 
-/// Records an audit event (HTTP and MCP).
+/// Records an audit event (HTTP and MCP), `counted` (the request's
+/// memory) kept until it is written.
 pub(crate) async fn audit_event(
     state: &Arc<AppState>,
     caller: &Caller,
@@ -204,6 +210,7 @@ pub(crate) async fn audit_event(
     session_id: Option<String>,
     action: String,
     detail: Option<Value>,
+    counted: &crate::limits::UntilWritten,
 ) -> Result<EventRecorded, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
     Caller::require_enabled(state)?;
@@ -218,7 +225,7 @@ pub(crate) async fn audit_event(
         action,
         detail,
     };
-    match state.ledger.submit(request).await? {
+    match crate::queue_write(state, counted, request).await? {
         Written::AuditEvent { seq, event_id } => Ok(EventRecorded { seq, event_id }),
         other => Err(crate::unexpected(other)),
     }

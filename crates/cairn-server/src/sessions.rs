@@ -29,7 +29,8 @@ pub(crate) async fn start_session(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "start sessions")?;
     Caller::require_enabled(&state)?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     members(
         &v,
         &[
@@ -89,7 +90,7 @@ pub(crate) async fn start_session(
         bound_agent: caller.key.agent_id.clone(),
         full_consent: optional_bool(&v, "full_consent")?.unwrap_or(false),
     });
-    let written = state.ledger.submit(request).await?;
+    let written = crate::queue_write(&state, &counted, request).await?;
     let mut body = wire::written_to_json(&written);
     body["session_id"] = json!(session_id);
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
@@ -466,7 +467,9 @@ pub(crate) async fn seal(
         session_id,
         require_reflection,
     };
-    match state.ledger.submit(request).await? {
+    // Nothing is counted: the request has no body.
+    let counted = crate::limits::UntilWritten::nothing();
+    match crate::queue_write(&state, &counted, request).await? {
         Written::Sealed { seq, seal } => Ok(axum::Json(seal_json(Some(seq), &seal))),
         other => Err(crate::unexpected(other)),
     }

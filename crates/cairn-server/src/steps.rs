@@ -411,12 +411,17 @@ pub(crate) async fn erase_step(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_admin(), "erase records")?;
     Caller::require_enabled(&state)?;
-    let reason = if body.is_empty() {
-        String::new()
+    // The body's count is kept until the erasure is written: the reason
+    // rides in the queued write.
+    let (reason, counted) = if body.is_empty() {
+        (String::new(), crate::limits::UntilWritten::nothing())
     } else {
-        let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+        let (v, parsed) = parse_json(&state, caller.org(), &body)?;
         members(&v, &["reason"])?;
-        optional_string(&v, "reason")?.unwrap_or_default()
+        (
+            optional_string(&v, "reason")?.unwrap_or_default(),
+            crate::limits::UntilWritten::new(None, Some(parsed)),
+        )
     };
     if reason.is_empty() {
         return Err(ApiError::bad_request(
@@ -431,7 +436,7 @@ pub(crate) async fn erase_step(
         reason,
         actor: caller.key.id.clone(),
     };
-    match state.ledger.submit(request).await? {
+    match crate::queue_write(&state, &counted, request).await? {
         Written::Erased { seqs } => Ok(axum::Json(
             json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),
         )),

@@ -140,6 +140,12 @@ impl UntilWritten {
         }
     }
 
+    /// Nothing counted: a write whose request has no count of its own (a
+    /// web form's small fields).
+    pub(crate) fn nothing() -> UntilWritten {
+        UntilWritten::new(None, None)
+    }
+
     /// A hold for one write ([`cairn_store::Ledger::submit_holding`]).
     pub(crate) fn hold(&self) -> cairn_store::Hold {
         Box::new(self.clone())

@@ -309,9 +309,21 @@ impl CairnMcp {
         crate::blocking(&self.state, work).await
     }
 
-    async fn write(&self, request: WriteRequest) -> Result<Written, ApiError> {
+    /// What the HTTP request carrying this call holds, kept until a write
+    /// it queues is written ([`crate::queue_write`]); nothing over stdio.
+    fn counted(&self, context: &RequestContext<RoleServer>) -> crate::limits::UntilWritten {
+        crate::limits::UntilWritten::new(self.request_memory(context).as_ref(), None)
+    }
+
+    /// Queues `request` for the call of `context`, its request's memory
+    /// counted until it is written.
+    async fn write(
+        &self,
+        context: &RequestContext<RoleServer>,
+        request: WriteRequest,
+    ) -> Result<Written, ApiError> {
         Caller::require_enabled(&self.state)?;
-        Ok(self.state.ledger.submit(request).await?)
+        Ok(crate::queue_write(&self.state, &self.counted(context), request).await?)
     }
 
     /// The agent a tool acts for: the one its arguments name, else the

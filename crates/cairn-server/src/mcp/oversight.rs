@@ -66,8 +66,16 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             let decision = crate::oversight::decision(Some(&args.decision))?;
-            crate::oversight::review_step(&self.state, &caller, args.trace_id, decision, args.note)
-                .await
+            let counted = self.counted(&context);
+            crate::oversight::review_step(
+                &self.state,
+                &caller,
+                args.trace_id,
+                decision,
+                args.note,
+                &counted,
+            )
+            .await
         }
         .await;
         run(result).await
@@ -103,7 +111,7 @@ impl CairnMcp {
                 reason: args.reason,
                 actor: caller.key.id.clone(),
             };
-            match self.write(request).await? {
+            match self.write(&context, request).await? {
                 Written::Erased { seqs } => Ok(Erased {
                     trace_id: args.trace_id,
                     erased: true,

@@ -68,7 +68,7 @@ impl CairnMcp {
                 agent_id: self.agent_for(&caller, Some(args.agent_id))?,
                 public_key,
             };
-            match self.write(request).await? {
+            match self.write(&context, request).await? {
                 Written::KeyRegistered { seq, key_id } => Ok(KeyRegistered { key_id, seq }),
                 other => Err(unexpected(other)),
             }

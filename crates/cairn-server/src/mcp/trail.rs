@@ -71,7 +71,7 @@ impl CairnMcp {
                 bound_agent: caller.key.agent_id.clone(),
                 full_consent: args.full_consent,
             });
-            match self.write(request).await? {
+            match self.write(&context, request).await? {
                 Written::Session { seq, genesis } => Ok(SessionStarted {
                     session_id: args.session_id,
                     genesis_hash: genesis.to_hex(),
@@ -256,7 +256,9 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let result = self.finalize(&caller, args.session_id, true).await;
+        let result = self
+            .finalize(&context, &caller, args.session_id, true)
+            .await;
         run(result).await
     }
 
@@ -324,7 +326,9 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let result = self.finalize(&caller, args.session_id, false).await;
+        let result = self
+            .finalize(&context, &caller, args.session_id, false)
+            .await;
         run(result.map(|seal| SessionClosed { seal, closed: true })).await
     }
 
@@ -349,6 +353,7 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
+        let counted = self.counted(&context);
         let result = crate::oversight::audit_event(
             &self.state,
             &caller,
@@ -356,6 +361,7 @@ impl CairnMcp {
             args.session_id,
             args.action,
             args.detail,
+            &counted,
         )
         .await;
         run(result).await
@@ -368,6 +374,7 @@ impl CairnMcp {
     /// (audit_session_end after merkle_finalize) returns the seal.
     async fn finalize(
         &self,
+        context: &RequestContext<RoleServer>,
         caller: &Caller,
         session_id: String,
         proof_grade: bool,
@@ -397,7 +404,7 @@ impl CairnMcp {
             session_id,
             require_reflection: proof_grade,
         };
-        match self.write(request).await? {
+        match self.write(context, request).await? {
             Written::Sealed { seal, .. } => Ok(Seal::from(&seal)),
             other => Err(unexpected(other)),
         }

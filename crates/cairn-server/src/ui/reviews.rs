@@ -137,8 +137,25 @@ pub(super) async fn decide(
         .into_response();
     };
     let note = Some(form.note.trim().to_owned()).filter(|n| !n.is_empty());
-    match crate::oversight::review_step(&state, &user.caller, trace_id.clone(), decision, note)
-        .await
+    // The note rides in the queued write: counted until it is written, as
+    // the API's request body is.
+    let counted = match crate::hold_memory(
+        &state,
+        user.caller.org(),
+        note.as_ref().map_or(0, String::len),
+    ) {
+        Ok(held) => crate::limits::UntilWritten::new(None, Some(held)),
+        Err(e) => return error_page(&user, e),
+    };
+    match crate::oversight::review_step(
+        &state,
+        &user.caller,
+        trace_id.clone(),
+        decision,
+        note,
+        &counted,
+    )
+    .await
     {
         // See Other: a reload or the back button then shows the queue
         // again instead of posting the decision a second time.

@@ -50,8 +50,8 @@ fn send_and_hang_up(server: &Server, path: &str, body: &Value, queued: u64) {
 }
 
 /// On PostgreSQL, with the entries table locked by another session so
-/// that nothing is written: a batch, then a turn counted past the whole
-/// budget, each sent by a client that hangs up once it is queued, stay
+/// that nothing is written: a batch, an audit event, then a turn counted
+/// past the whole budget, each sent by a client that hangs up once it is queued, stay
 /// counted until written; a step sent meanwhile is refused `503
 /// overloaded`; once the lock goes, every queued step is written and the
 /// count falls back to nothing.
@@ -117,6 +117,27 @@ fn queued_steps_stay_counted_after_their_client_hangs_up() {
     );
     locker.batch_execute("COMMIT").unwrap();
     written("batched", 500);
+
+    // An audit event whose detail is past what the ledger takes (64 KiB):
+    // refused only once the sequencer gets to it, and counted until then
+    // (an audit event, like a review's note or an erasure's reason, rides
+    // in its queued write as sent).
+    // A step stuck on the lock holds the sequencer; the event waits behind
+    // it (on its own, it would be refused without touching the table).
+    let mut locker = lock();
+    let stuck = step("stuck", "a", "plan", "x");
+    send_and_hang_up(&server, "/v1/steps", &stuck, 1);
+    let detail: Vec<Value> = (0..20_000).map(|_| json!({"a": 0})).collect();
+    let event = json!({"action": "probe", "detail": detail});
+    send_and_hang_up(&server, "/v1/audit-events", &event, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    let counted = gauge(&server, "cairn_request_memory_bytes");
+    assert!(
+        counted >= 1 << 20,
+        "a queued audit event whose client hung up must stay counted, but {counted} bytes are"
+    );
+    locker.batch_execute("COMMIT").unwrap();
+    written("stuck", 1);
 
     // The turn of `a_turn_alone_goes_through_however_much_it_builds`,
     // counted past the whole budget: every other request is refused
