@@ -79,6 +79,9 @@ pub(crate) async fn revoke(
         key_id,
         reason,
     };
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     revoked_json(crate::queue_write(&state, &counted, request).await?)
 }
 
@@ -119,6 +122,9 @@ pub(crate) async fn rotate(
         old_key_id: key_id,
         public_key,
     };
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     revoked_json(crate::queue_write(&state, &counted, request).await?)
 }
 

@@ -53,6 +53,9 @@ pub(crate) async fn register_agent_key(
         agent_id: agent_id.clone(),
         public_key,
     };
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     match crate::queue_write(&state, &counted, request).await? {
         Written::KeyRegistered { seq, key_id } => Ok((
             StatusCode::CREATED,

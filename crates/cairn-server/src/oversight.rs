@@ -56,6 +56,9 @@ pub(crate) async fn review(
     crate::members(&v, &["decision", "note"])?;
     let decision = decision(crate::optional_string(&v, "decision")?.as_deref())?;
     let note = crate::optional_string(&v, "note")?;
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     let body = review_step(&state, &caller, trace_id, decision, note, &counted).await?;
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
@@ -185,6 +188,9 @@ pub(crate) async fn record_event(
         .as_object_mut()
         .and_then(|members| members.remove("detail"))
         .filter(|d| !d.is_null());
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     let body = audit_event(
         &state, &caller, event_id, session_id, action, detail, &counted,
     )

@@ -90,6 +90,9 @@ pub(crate) async fn start_session(
         bound_agent: caller.key.agent_id.clone(),
         full_consent: optional_bool(&v, "full_consent")?.unwrap_or(false),
     });
+    // Only the queued write's copies stay while it waits (what the
+    // request counted covers one copy of what it sent).
+    drop((v, body));
     let written = crate::queue_write(&state, &counted, request).await?;
     let mut body = wire::written_to_json(&written);
     body["session_id"] = json!(session_id);

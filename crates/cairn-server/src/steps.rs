@@ -436,6 +436,8 @@ pub(crate) async fn erase_step(
         reason,
         actor: caller.key.id.clone(),
     };
+    // Only the queued write's copy of the reason stays while it waits.
+    drop(body);
     match crate::queue_write(&state, &counted, request).await? {
         Written::Erased { seqs } => Ok(axum::Json(
             json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),

@@ -113,11 +113,7 @@ pub(crate) async fn import(
     };
     // Counted until written, even if the caller stops waiting.
     let until_written = crate::limits::UntilWritten::new(memory, made);
-    match state
-        .ledger
-        .submit_holding(request, until_written.hold())
-        .await?
-    {
+    match crate::queue_write(state, &until_written, request).await? {
         Written::TraceImported {
             seq,
             session_id,

@@ -347,11 +347,7 @@ pub(crate) async fn record_turn(
     };
     // Counted until written, even if the caller stops waiting.
     let until_written = crate::limits::UntilWritten::new(memory, steps_memory);
-    let written = match state
-        .ledger
-        .submit_holding(request, until_written.hold())
-        .await
-    {
+    let written = match crate::queue_write(state, &until_written, request).await {
         Ok(written) => written,
         Err(cairn_store::AppendError::Refused(cairn_store::Refusal::StepOfMany {
             index,

@@ -233,7 +233,14 @@ impl Ledger {
                 Ok(prepared) => WriteRequest::Prepared(Box::new(prepared)),
                 Err(refusal) => return Pending::answered(Err(AppendError::Refused(refusal))),
             },
-            other => other,
+            other => {
+                if let Some(refusal) =
+                    crate::engine::refused_before_queueing(&other, &self.store.limits())
+                {
+                    return Pending::answered(Err(AppendError::Refused(refusal)));
+                }
+                other
+            }
         };
         let (reply, rx) = oneshot::channel();
         let in_flight = &self.stats.in_flight;

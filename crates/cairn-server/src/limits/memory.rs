@@ -56,7 +56,7 @@ impl MemoryBudget {
 
     /// What requests (and the writes they queued) hold now.
     pub(crate) fn held(&self) -> usize {
-        self.held.lock().map(|h| h.total).unwrap_or(0)
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).total
     }
 }
 

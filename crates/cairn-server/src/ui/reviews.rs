@@ -136,7 +136,13 @@ pub(super) async fn decide(
         .with_field("decision")
         .into_response();
     };
-    let note = Some(form.note.trim().to_owned()).filter(|n| !n.is_empty());
+    // Trimmed in its own buffer when nothing is trimmed: one copy, the
+    // one counted below.
+    let mut note = form.note;
+    if note.trim().len() != note.len() {
+        note = note.trim().to_owned();
+    }
+    let note = Some(note).filter(|n| !n.is_empty());
     // The note rides in the queued write: counted until it is written, as
     // the API's request body is.
     let counted = match crate::hold_memory(

@@ -118,16 +118,30 @@ fn queued_steps_stay_counted_after_their_client_hangs_up() {
     locker.batch_execute("COMMIT").unwrap();
     written("batched", 500);
 
-    // An audit event whose detail is past what the ledger takes (64 KiB):
-    // refused only once the sequencer gets to it, and counted until then
-    // (an audit event, like a review's note or an erasure's reason, rides
-    // in its queued write as sent).
+    // An audit event (whose detail, like a review's note or an erasure's
+    // reason, rides in its queued write as sent) is counted until it is
+    // written.
     // A step stuck on the lock holds the sequencer; the event waits behind
     // it (on its own, it would be refused without touching the table).
     let mut locker = lock();
     let stuck = step("stuck", "a", "plan", "x");
     send_and_hang_up(&server, "/v1/steps", &stuck, 1);
-    let detail: Vec<Value> = (0..20_000).map(|_| json!({"a": 0})).collect();
+    // A detail past what the ledger takes (64 KiB in canonical form) is
+    // refused before it is queued, at once, stuck sequencer or not.
+    let oversized: Vec<Value> = (0..20_000).map(|_| json!({"a": 0})).collect();
+    let refused = post(
+        &server,
+        "/v1/audit-events",
+        &admin,
+        &json!({"action": "probe", "detail": oversized}),
+    );
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (400, "payload_too_large"),
+        "{}",
+        refused.text()
+    );
+    let detail: Vec<Value> = (0..7_000).map(|_| json!({"a": 0})).collect();
     let event = json!({"action": "probe", "detail": detail});
     send_and_hang_up(&server, "/v1/audit-events", &event, 2);
     std::thread::sleep(Duration::from_millis(500));

@@ -34,6 +34,7 @@ use std::time::Duration;
 mod import;
 mod nul_keys;
 mod records;
+pub(crate) use records::refused_before_queueing;
 mod rows;
 mod state;
 mod steps;

@@ -13,16 +13,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         reviewer: &str,
         note: Option<&str>,
     ) -> Outcome<Written> {
-        if reviewer.trim().is_empty() {
-            return Ok(Err(Refusal::InvalidRequest(
-                "a review needs a reviewer".into(),
-            )));
-        }
-        if note.is_some_and(|n| n.len() > self.engine.limits.max_content_bytes) {
-            return Ok(Err(Refusal::InvalidRequest(format!(
-                "the review note is longer than {} bytes",
-                self.engine.limits.max_content_bytes
-            ))));
+        if let Some(refusal) = review_refusal(reviewer, note, &self.engine.limits) {
+            return Ok(Err(refusal));
         }
         let unknown = || {
             Ok(Err(Refusal::UnknownStep {
@@ -258,19 +250,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         {
             return Ok(Err(e.into()));
         }
-        if action.trim().is_empty() || action.len() > 256 {
-            return Ok(Err(Refusal::InvalidRequest(
-                "an audit event needs an action of 1 to 256 bytes".into(),
-            )));
-        }
-        if let Some(detail) = detail
-            && let Err(e) = cairn_core::record::validate_json(
-                "detail",
-                detail,
-                self.engine.limits.max_content_bytes,
-            )
-        {
-            return Ok(Err(e.into()));
+        if let Some(refusal) = audit_event_refusal(action, detail, &self.engine.limits) {
+            return Ok(Err(refusal));
         }
         let org_id = self.org(org_name)?.map(|o| o.id);
         let mut sid = None;
@@ -688,5 +669,66 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             key_id: key_id.to_owned(),
             successor,
         }))
+    }
+}
+
+/// What refuses a review whatever the ledger holds (no reviewer, a note
+/// past the content limit): checked before it is queued
+/// ([`refused_before_queueing`]) and again as it is written.
+fn review_refusal(
+    reviewer: &str,
+    note: Option<&str>,
+    limits: &cairn_core::record::Limits,
+) -> Option<Refusal> {
+    if reviewer.trim().is_empty() {
+        return Some(Refusal::InvalidRequest("a review needs a reviewer".into()));
+    }
+    if note.is_some_and(|n| n.len() > limits.max_content_bytes) {
+        return Some(Refusal::InvalidRequest(format!(
+            "the review note is longer than {} bytes",
+            limits.max_content_bytes
+        )));
+    }
+    None
+}
+
+/// What refuses an audit event whatever the ledger holds (its action's
+/// length, its detail's size in canonical form): checked before it is
+/// queued ([`refused_before_queueing`]) and again as it is written.
+fn audit_event_refusal(
+    action: &str,
+    detail: Option<&serde_json::Value>,
+    limits: &cairn_core::record::Limits,
+) -> Option<Refusal> {
+    if action.trim().is_empty() || action.len() > 256 {
+        return Some(Refusal::InvalidRequest(
+            "an audit event needs an action of 1 to 256 bytes".into(),
+        ));
+    }
+    detail
+        .and_then(|detail| {
+            cairn_core::record::validate_json("detail", detail, limits.max_content_bytes).err()
+        })
+        .map(Refusal::from)
+}
+
+/// The refusal of `request` that depends on nothing the ledger holds, for
+/// the requests that carry what a caller sent as sent (a review's note, an
+/// audit event's detail): [`crate::Ledger::submit`] answers it before
+/// queueing, so that an invalid write never waits in the queue holding
+/// megabytes (a step's rules are checked the same way, by
+/// [`crate::prepare_step`]).
+pub(crate) fn refused_before_queueing(
+    request: &WriteRequest,
+    limits: &cairn_core::record::Limits,
+) -> Option<Refusal> {
+    match request {
+        WriteRequest::Review { reviewer, note, .. } => {
+            review_refusal(reviewer, note.as_deref(), limits)
+        }
+        WriteRequest::AuditEvent { action, detail, .. } => {
+            audit_event_refusal(action, detail.as_ref(), limits)
+        }
+        _ => None,
     }
 }
