@@ -249,6 +249,24 @@ fn erasure_keeps_the_proof_and_is_admin_only() {
         post(&server, &path, &admin, &json!({})).code(),
         "invalid_request"
     );
+    // The reason is recorded in the log: at most the content limit.
+    let long = post(
+        &server,
+        &path,
+        &admin,
+        &json!({"reason": "x".repeat(65_537)}),
+    );
+    assert_eq!(
+        (long.status, long.code().as_str()),
+        (400, "invalid_request"),
+        "{}",
+        long.text()
+    );
+    assert!(
+        long.text().contains("at most 65536 bytes"),
+        "{}",
+        long.text()
+    );
     let erased = post(&server, &path, &admin, &json!({"reason": "GDPR request 7"}));
     assert_eq!(erased.status, 200, "{}", erased.text());
     assert_eq!(

@@ -381,6 +381,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         reason: &str,
         actor: &str,
     ) -> Outcome<u64> {
+        if let Some(refusal) = erasure_refusal(reason, &self.engine.limits) {
+            return Ok(Err(refusal));
+        }
         let unknown = || Refusal::UnknownStep {
             trace_id: trace_id.to_owned(),
         };
@@ -595,10 +598,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         reason: &str,
         successor: Option<VerifyingKey>,
     ) -> Outcome<Written> {
-        if reason.len() > 1024 {
-            return Ok(Err(Refusal::InvalidRequest(
-                "a revocation reason is at most 1024 bytes".into(),
-            )));
+        if let Some(refusal) = revocation_refusal(reason) {
+            return Ok(Err(refusal));
         }
         let unknown = || {
             Ok(Err(Refusal::UnknownKey {
@@ -712,9 +713,27 @@ fn audit_event_refusal(
         .map(Refusal::from)
 }
 
+/// What refuses a key's revocation whatever the ledger holds: a reason
+/// past 1024 bytes.
+fn revocation_refusal(reason: &str) -> Option<Refusal> {
+    (reason.len() > 1024)
+        .then(|| Refusal::InvalidRequest("a revocation reason is at most 1024 bytes".into()))
+}
+
+/// What refuses an erasure whatever the ledger holds: a reason (recorded
+/// in the log with the erasure) past the content limit.
+fn erasure_refusal(reason: &str, limits: &cairn_core::record::Limits) -> Option<Refusal> {
+    (reason.len() > limits.max_content_bytes).then(|| {
+        Refusal::InvalidRequest(format!(
+            "an erasure reason is at most {} bytes",
+            limits.max_content_bytes
+        ))
+    })
+}
+
 /// The refusal of `request` that depends on nothing the ledger holds, for
 /// the requests that carry what a caller sent as sent (a review's note, an
-/// audit event's detail): [`crate::Ledger::submit`] answers it before
+/// audit event's detail, a revocation's or an erasure's reason): [`crate::Ledger::submit`] answers it before
 /// queueing, so that an invalid write never waits in the queue holding
 /// megabytes (a step's rules are checked the same way, by
 /// [`crate::prepare_step`]).
@@ -729,6 +748,8 @@ pub(crate) fn refused_before_queueing(
         WriteRequest::AuditEvent { action, detail, .. } => {
             audit_event_refusal(action, detail.as_ref(), limits)
         }
+        WriteRequest::RevokeKey { reason, .. } => revocation_refusal(reason),
+        WriteRequest::Erase { reason, .. } => erasure_refusal(reason, limits),
         _ => None,
     }
 }
