@@ -601,9 +601,12 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 trace_id,
                 reason,
                 actor,
-            } => self
-                .erase_step(org_id, trace_id, reason, actor)?
-                .map(|seq| Written::Erased { seqs: vec![seq] }),
+            } => match records::erasure_refusal(reason, &self.engine.limits) {
+                Some(refusal) => Err(refusal),
+                None => self
+                    .erase_step(org_id, trace_id, reason, actor)?
+                    .map(|seq| Written::Erased { seqs: vec![seq] }),
+            },
             WriteRequest::Retention { org_id, older_than } => Ok(Written::Erased {
                 seqs: self.retention(org_id, *older_than)?,
             }),

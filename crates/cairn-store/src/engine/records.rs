@@ -250,7 +250,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         {
             return Ok(Err(e.into()));
         }
-        if let Some(refusal) = audit_event_refusal(action, detail, &self.engine.limits) {
+        if let Some(refusal) = audit_event_refusal(None, action, detail, &self.engine.limits) {
             return Ok(Err(refusal));
         }
         let org_id = self.org(org_name)?.map(|o| o.id);
@@ -381,9 +381,6 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         reason: &str,
         actor: &str,
     ) -> Outcome<u64> {
-        if let Some(refusal) = erasure_refusal(reason, &self.engine.limits) {
-            return Ok(Err(refusal));
-        }
         let unknown = || Refusal::UnknownStep {
             trace_id: trace_id.to_owned(),
         };
@@ -697,10 +694,15 @@ fn review_refusal(
 /// length, its detail's size in canonical form): checked before it is
 /// queued ([`refused_before_queueing`]) and again as it is written.
 fn audit_event_refusal(
+    event_id: Option<&str>,
     action: &str,
     detail: Option<&serde_json::Value>,
     limits: &cairn_core::record::Limits,
 ) -> Option<Refusal> {
+    // In the engine's order: a chosen id's shape first.
+    if let Some(Err(e)) = event_id.map(|id| cairn_core::record::validate_path_id("event_id", id)) {
+        return Some(e.into());
+    }
     if action.trim().is_empty() || action.len() > 256 {
         return Some(Refusal::InvalidRequest(
             "an audit event needs an action of 1 to 256 bytes".into(),
@@ -720,9 +722,18 @@ fn revocation_refusal(reason: &str) -> Option<Refusal> {
         .then(|| Refusal::InvalidRequest("a revocation reason is at most 1024 bytes".into()))
 }
 
-/// What refuses an erasure whatever the ledger holds: a reason (recorded
-/// in the log with the erasure) past the content limit.
-fn erasure_refusal(reason: &str, limits: &cairn_core::record::Limits) -> Option<Refusal> {
+/// What refuses a caller's erasure whatever the ledger holds: a reason
+/// (recorded in the log with the erasure) empty or past the content limit.
+/// Retention's erasures, which give their own reason, are not checked.
+pub(crate) fn erasure_refusal(
+    reason: &str,
+    limits: &cairn_core::record::Limits,
+) -> Option<Refusal> {
+    if reason.trim().is_empty() {
+        return Some(Refusal::InvalidRequest(
+            "reason is required (it is recorded with the erasure)".into(),
+        ));
+    }
     (reason.len() > limits.max_content_bytes).then(|| {
         Refusal::InvalidRequest(format!(
             "an erasure reason is at most {} bytes",
@@ -745,9 +756,12 @@ pub(crate) fn refused_before_queueing(
         WriteRequest::Review { reviewer, note, .. } => {
             review_refusal(reviewer, note.as_deref(), limits)
         }
-        WriteRequest::AuditEvent { action, detail, .. } => {
-            audit_event_refusal(action, detail.as_ref(), limits)
-        }
+        WriteRequest::AuditEvent {
+            event_id,
+            action,
+            detail,
+            ..
+        } => audit_event_refusal(event_id.as_deref(), action, detail.as_ref(), limits),
         WriteRequest::RevokeKey { reason, .. } => revocation_refusal(reason),
         WriteRequest::Erase { reason, .. } => erasure_refusal(reason, limits),
         _ => None,

@@ -8,6 +8,7 @@
 mod analyst;
 mod analyst_pg;
 mod atomic;
+mod before_queueing;
 
 /// The two longest SIGKILL campaigns (about 95 and 40 s of the suite's
 /// 200), defined beside their helpers and run from here: libtest starts
