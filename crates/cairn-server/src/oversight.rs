@@ -13,13 +13,15 @@ use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Parses `approve`, `reject` or `escalate`.
+/// Parses `approve`, `reject` or `escalate` (REST, MCP and the web UI's
+/// form alike: 400 `invalid_request`, field `decision`).
 pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
     text.and_then(ReviewDecision::parse).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_request",
             "decision must be approve, reject or escalate",
         )
+        .with_field("decision")
     })
 }
 

@@ -176,6 +176,23 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
         &json!({"decision": "approve"}),
     );
     assert_eq!((review.status, review.code().as_str()), (404, "not_found"));
+    // A decision outside the three, named as the web UI's form names it.
+    let unknown = post(
+        &server,
+        &format!("/v1/steps/{flagged}/review"),
+        &admin,
+        &json!({"decision": "maybe"}),
+    );
+    assert_eq!(
+        (
+            unknown.status,
+            unknown.code().as_str(),
+            unknown.json()["error"]["field"].as_str()
+        ),
+        (400, "invalid_request", Some("decision")),
+        "{}",
+        unknown.text()
+    );
     settle_embeddings(&server);
     for mode in ["fulltext", "semantic", "hybrid"] {
         assert_eq!(

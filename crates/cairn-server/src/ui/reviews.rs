@@ -128,13 +128,10 @@ pub(super) async fn decide(
         return ApiError::forbidden("the form's CSRF token is not this session's: reload the page")
             .into_response();
     }
-    let Some(decision) = cairn_core::log::ReviewDecision::parse(&form.decision) else {
-        return ApiError::bad_request(
-            "invalid_argument",
-            "decision must be approve, reject or escalate",
-        )
-        .with_field("decision")
-        .into_response();
+    // The API's rule and answer.
+    let decision = match crate::oversight::decision(Some(&form.decision)) {
+        Ok(decision) => decision,
+        Err(e) => return e.into_response(),
     };
     // Trimmed in its own buffer when nothing is trimmed: one copy, the
     // one counted below.
