@@ -285,8 +285,8 @@ fn parse_json(
 /// ([`limits::UntilWritten`]): a queued write carries what the request sent
 /// (an audit event's detail, a review's note, a reason, ids) until the
 /// sequencer checks it. Every write a surface queues for a request goes
-/// through here (a batch's steps through [`steps::submit_steps`], which
-/// prepares them first), but two: OTLP's steps, whose own budget a task of
+/// through here (steps once [`steps::submit_steps`] has prepared and
+/// counted them), but two: OTLP's steps, whose own budget a task of
 /// their own holds until they are answered, and a checkpoint, which
 /// carries nothing the request sent. Over MCP's stdio nothing is counted
 /// but steps, turns and trace imports (one local client).

@@ -118,9 +118,7 @@ pub(crate) async fn submit_steps(
     let submitted = prepared
         .into_iter()
         .map(|(_, prepared)| match prepared {
-            Ok(p) => state
-                .ledger
-                .submit_holding(WriteRequest::Prepared(Box::new(p)), until_written.hold()),
+            Ok(p) => crate::queue_write(state, &until_written, WriteRequest::Prepared(Box::new(p))),
             Err(refusal) => {
                 cairn_store::Pending::answered(Err(cairn_store::AppendError::Refused(refusal)))
             }

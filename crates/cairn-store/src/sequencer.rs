@@ -235,7 +235,7 @@ impl Ledger {
             },
             other => {
                 if let Some(refusal) =
-                    crate::engine::refused_before_queueing(&other, &self.store.limits())
+                    crate::engine::refused_before_queueing(&other, || self.store.limits())
                 {
                     return Pending::answered(Err(AppendError::Refused(refusal)));
                 }

@@ -743,27 +743,30 @@ pub(crate) fn erasure_refusal(
 }
 
 /// The refusal of `request` that depends on nothing the ledger holds, for
-/// the requests that carry what a caller sent as sent (a review's note, an
-/// audit event's detail, a revocation's or an erasure's reason): [`crate::Ledger::submit`] answers it before
-/// queueing, so that an invalid write never waits in the queue holding
-/// megabytes (a step's rules are checked the same way, by
-/// [`crate::prepare_step`]).
+/// the requests that carry what a caller sent as sent (a review's note,
+/// an audit event's detail, a revocation's or an erasure's reason):
+/// [`crate::Ledger::submit`] answers it before queueing, so that an
+/// invalid write never waits in the queue holding megabytes (a step's
+/// rules are checked the same way, by [`crate::prepare_step`]).
+///
+/// `limits` is asked for only by the requests it checks: every step a
+/// caller prepared itself passes through here on the append path.
 pub(crate) fn refused_before_queueing(
     request: &WriteRequest,
-    limits: &cairn_core::record::Limits,
+    limits: impl FnOnce() -> cairn_core::record::Limits,
 ) -> Option<Refusal> {
     match request {
         WriteRequest::Review { reviewer, note, .. } => {
-            review_refusal(reviewer, note.as_deref(), limits)
+            review_refusal(reviewer, note.as_deref(), &limits())
         }
         WriteRequest::AuditEvent {
             event_id,
             action,
             detail,
             ..
-        } => audit_event_refusal(event_id.as_deref(), action, detail.as_ref(), limits),
+        } => audit_event_refusal(event_id.as_deref(), action, detail.as_ref(), &limits()),
         WriteRequest::RevokeKey { reason, .. } => revocation_refusal(reason),
-        WriteRequest::Erase { reason, .. } => erasure_refusal(reason, limits),
+        WriteRequest::Erase { reason, .. } => erasure_refusal(reason, &limits()),
         _ => None,
     }
 }
