@@ -68,7 +68,7 @@ pub(crate) async fn revoke(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "revoke agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["agent_id", "reason"])?;
     let agent_id = acting_agent(&caller, &v)?;
@@ -111,7 +111,7 @@ pub(crate) async fn rotate(
 ) -> Result<Json, ApiError> {
     caller.require(caller.key.role.can_write(), "rotate agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["agent_id", "public_key"])?;
     let agent_id = acting_agent(&caller, &v)?;

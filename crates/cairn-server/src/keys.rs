@@ -28,7 +28,7 @@ pub(crate) async fn register_agent_key(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "register agent keys")?;
     Caller::require_enabled(&state)?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     members(&v, &["agent_id", "public_key"])?;
     let given = optional_string(&v, "agent_id")?;
@@ -104,7 +104,7 @@ pub(crate) async fn create_key(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_admin(), "manage keys")?;
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body).await?;
     members(&v, &["role", "agent_id", "label", "expires_at"])?;
     let role = optional_string(&v, "role")?
         .as_deref()

@@ -244,13 +244,7 @@ async fn blocking<T: Send + 'static>(
     let store = Arc::clone(&state.store);
     tokio::task::spawn_blocking(move || work(store.as_ref()))
         .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "a worker failed",
-            )
-        })?
+        .map_err(|_| worker_failed("a worker failed"))?
 }
 
 /// What the parsed JSON bodies of the REST and MCP requests in flight may
@@ -267,16 +261,37 @@ pub const MAX_HELD_BODY_MEMORY: usize = 256 * 1024 * 1024;
 /// beyond the 64-bit range (which would silently become a float), is
 /// refused rather than guessed at. The memory its values may hold is
 /// counted against [`MAX_HELD_BODY_MEMORY`] until the guard is dropped
-/// (keep it for the request).
-fn parse_json(
+/// (keep it for the request). A body past [`INLINE_WORK_BYTES`] is parsed
+/// from the blocking pool, not on one of the runtime's few worker threads
+/// (2 MiB of JSON is milliseconds of CPU, during which every other request
+/// on that thread would wait).
+async fn parse_json(
     state: &AppState,
     org: &str,
     body: &Bytes,
 ) -> Result<(Value, limits::HeldMemory), ApiError> {
     let held = hold_body(state, org, body)?;
-    let value =
-        wire::parse_strict(body).map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
+    let parsed = if body.len() <= INLINE_WORK_BYTES {
+        wire::parse_strict(body)
+    } else {
+        let body = body.clone();
+        tokio::task::spawn_blocking(move || wire::parse_strict(&body))
+            .await
+            .map_err(|_| worker_failed("a worker parsing the request body failed"))?
+    };
+    let value = parsed.map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
     Ok((value, held))
+}
+
+/// Input bytes past which a request's CPU work (parsing its body,
+/// preparing its steps, checking an audit event's detail) is done from
+/// the blocking pool; below it (about 0.1 ms of work) on the request's own
+/// thread, which a hop to the pool would cost more than it saves.
+const INLINE_WORK_BYTES: usize = 64 * 1024;
+
+/// The answer when a blocking-pool task of a request panicked.
+fn worker_failed(what: &str) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", what)
 }
 
 /// Queues `request` for the ledger, keeping `counted` (the request's
@@ -296,6 +311,20 @@ fn queue_write(
     request: WriteRequest,
 ) -> cairn_store::Pending {
     state.ledger.submit_holding(request, counted.hold())
+}
+
+/// [`queue_write`] from the blocking pool: for a request whose checks
+/// before queueing (an audit event's detail in canonical form) are
+/// milliseconds of CPU, which would otherwise hold a runtime worker.
+async fn queue_write_from_pool(
+    state: &AppState,
+    counted: &limits::UntilWritten,
+    request: WriteRequest,
+) -> Result<cairn_store::Pending, ApiError> {
+    let (ledger, hold) = (Arc::clone(&state.ledger), counted.hold());
+    tokio::task::spawn_blocking(move || ledger.submit_holding(request, hold))
+        .await
+        .map_err(|_| worker_failed("a worker queueing the write failed"))
 }
 
 /// Counts what JSON `body` may hold once parsed against

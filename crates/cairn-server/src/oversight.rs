@@ -53,7 +53,7 @@ pub(crate) async fn review(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_review(), "review flagged steps")?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["decision", "note"])?;
     let decision = decision(crate::optional_string(&v, "decision")?.as_deref())?;
@@ -178,7 +178,7 @@ pub(crate) async fn record_event(
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record audit events")?;
-    let (mut v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (mut v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["event_id", "session_id", "action", "detail"])?;
     let text = |k: &str| crate::optional_string(&v, k);
@@ -226,6 +226,11 @@ pub(crate) async fn audit_event(
     if let Some(session) = &session_id {
         crate::require_own_session(state, caller, session).await?;
     }
+    // Checked in canonical form before it is queued: a large detail from
+    // the blocking pool, as a large step is prepared.
+    let large = detail
+        .as_ref()
+        .is_some_and(|d| cairn_core::json::approx_memory(d) > crate::INLINE_WORK_BYTES);
     let request = WriteRequest::AuditEvent {
         org_id: caller.org().to_owned(),
         event_id,
@@ -233,7 +238,12 @@ pub(crate) async fn audit_event(
         action,
         detail,
     };
-    match crate::queue_write(state, counted, request).await? {
+    let pending = if large {
+        crate::queue_write_from_pool(state, counted, request).await?
+    } else {
+        crate::queue_write(state, counted, request)
+    };
+    match pending.await? {
         Written::AuditEvent { seq, event_id } => Ok(EventRecorded { seq, event_id }),
         other => Err(crate::unexpected(other)),
     }

@@ -29,7 +29,7 @@ pub(crate) async fn start_session(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "start sessions")?;
     Caller::require_enabled(&state)?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     members(
         &v,

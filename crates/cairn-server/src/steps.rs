@@ -54,11 +54,6 @@ pub(crate) async fn record_step(
     }
 }
 
-/// Steps whose texts together pass this are prepared from the blocking
-/// pool; below it (about 0.1 ms of work), on the request's own thread,
-/// which a hop to the pool would cost more than it saves.
-const INLINE_SUBMIT_BYTES: usize = 64 * 1024;
-
 /// Prepares `steps` (`Ledger::prepare`: validation, hashes and, on
 /// PostgreSQL, the search document's `tsvector`), counts what each
 /// prepared step holds (its copy, its document and the store's form of
@@ -81,7 +76,7 @@ pub(crate) async fn submit_steps(
         .iter()
         .map(cairn_store::NewStep::approx_memory)
         .collect();
-    let inline = sizes.iter().sum::<usize>() <= INLINE_SUBMIT_BYTES;
+    let inline = sizes.iter().sum::<usize>() <= crate::INLINE_WORK_BYTES;
     let ledger = Arc::clone(&state.ledger);
     let prepare = move || -> Vec<(usize, Result<cairn_store::PreparedStep, cairn_store::Refusal>)> {
         steps
@@ -100,13 +95,9 @@ pub(crate) async fn submit_steps(
     let prepared = if inline {
         prepare()
     } else {
-        tokio::task::spawn_blocking(prepare).await.map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "a worker preparing the steps failed",
-            )
-        })?
+        tokio::task::spawn_blocking(prepare)
+            .await
+            .map_err(|_| crate::worker_failed("a worker preparing the steps failed"))?
     };
     let held = crate::hold_more(
         state,
@@ -205,7 +196,7 @@ pub(crate) async fn append_step(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (value, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (value, parsed) = parse_json(&state, caller.org(), &body).await?;
     let step = step_for(&caller, value)?;
     let memory = crate::limits::RequestMemory::new(parsed);
     match record_step(&state, caller.org(), Some(&memory), step).await {
@@ -247,7 +238,7 @@ pub(crate) async fn append_batch(
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
     let started = Instant::now();
-    let (items, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (items, parsed) = parse_json(&state, caller.org(), &body).await?;
     let Value::Array(items) = items else {
         return Err(ApiError::bad_request(
             "invalid_request",
@@ -414,7 +405,7 @@ pub(crate) async fn erase_step(
     let (reason, counted) = if body.is_empty() {
         (String::new(), crate::limits::UntilWritten::nothing())
     } else {
-        let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+        let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
         members(&v, &["reason"])?;
         (
             optional_string(&v, "reason")?.unwrap_or_default(),

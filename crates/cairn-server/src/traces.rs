@@ -159,7 +159,7 @@ pub(crate) async fn post(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["session_id"])?;
     caller.require(caller.key.role.can_write(), "import traces")?;
-    let (trace, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (trace, parsed) = parse_json(&state, caller.org(), &body).await?;
     let memory = crate::limits::RequestMemory::new(parsed);
     let body = import(
         &state,
@@ -306,7 +306,7 @@ pub(crate) async fn post_sql(
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Json, ApiError> {
-    let (v, _parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, _parsed) = parse_json(&state, caller.org(), &body).await?;
     crate::members(&v, &["sql", "limit"])?;
     let text = crate::optional_string(&v, "sql")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "sql (a string) is required"))?;

@@ -110,7 +110,7 @@ pub(crate) async fn parse(
     caller: Caller,
     crate::limits::Body(body): crate::limits::Body,
 ) -> Result<Response, ApiError> {
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["text"])?;
     let text = crate::optional_string(&v, "text")?
@@ -153,7 +153,7 @@ pub(crate) async fn record(
 ) -> Result<Response, ApiError> {
     caller.require(caller.key.role.can_write(), "record steps")?;
     Caller::require_enabled(&state)?;
-    let (v, parsed) = parse_json(&state, caller.org(), &body)?;
+    let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["thinking", "turn_id", "agent_id", "model", "steps"])?;
     let text = |k: &str| crate::optional_string(&v, k);

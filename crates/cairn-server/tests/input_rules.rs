@@ -610,3 +610,56 @@ fn otlp_text_with_nul_is_kept_without_it() {
     assert!(text.contains("\"model\":\"m 1\""), "{text}");
     assert!(text.contains("\"name\":\"chat\\u0000model\""), "{text}");
 }
+
+/// An audit event's detail is checked in canonical form before it is
+/// queued, from the blocking pool when it holds much memory (as a large
+/// body is parsed there): such a detail is refused, recorded and read
+/// back exactly as a small one.
+#[test]
+fn a_large_audit_detail_is_answered_as_a_small_one() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    // 4,000 small numbers: about 20 KB in canonical form (under the
+    // content limit), past 64 KiB in memory once parsed.
+    let many: Vec<u32> = (0..4_000).collect();
+    for items in [json!([]), json!(many)] {
+        let reserved = json!({"items": items, "$serde_json::private::RawValue": "1"});
+        let refused = post(
+            &server,
+            "/v1/audit-events",
+            &admin,
+            &json!({"action": "x", "detail": reserved}),
+        );
+        assert_eq!(
+            (refused.status, error_code(&refused)),
+            (400, "invalid_record".to_owned()),
+            "{}",
+            refused.text()
+        );
+        assert!(refused.text().contains("reserved"), "{}", refused.text());
+        let event_id = format!("ev-{}", items.as_array().map_or(0, Vec::len));
+        let detail = json!({"items": items, "n": [1, 2.5, -0.0], "ok": true});
+        let event = json!({"event_id": event_id, "action": "x", "detail": detail});
+        let recorded = post(&server, "/v1/audit-events", &admin, &event);
+        assert_eq!(recorded.status, 201, "{}", recorded.text());
+        let read = get(&server, &format!("/v1/audit-events/{event_id}"), &admin);
+        assert_eq!(read.status, 200, "{}", read.text());
+        assert_eq!(read.json()["detail"], detail);
+        let again = post(&server, "/v1/audit-events", &admin, &event);
+        assert_eq!(
+            (again.status, error_code(&again)),
+            (409, "duplicate_id".to_owned()),
+            "{}",
+            again.text()
+        );
+    }
+    assert!(cairn_core::json::approx_memory(&json!(many)) > 64 * 1024);
+    let past_the_limit = json!({"action": "x", "detail": {"pad": "x".repeat(70_000)}});
+    let refused = post(&server, "/v1/audit-events", &admin, &past_the_limit);
+    assert_eq!(
+        (refused.status, error_code(&refused)),
+        (400, "payload_too_large".to_owned()),
+        "{}",
+        refused.text()
+    );
+}
