@@ -1,6 +1,7 @@
 //! Analyst SQL on PostgreSQL only: the bounded searches, the values
 //! bounded as they are built, the casts, arrays and row values, and that
-//! the wrapping keeps a query's meaning and its columns' names.
+//! the wrapping keeps a query's meaning and its columns' names, and JSON
+//! columns holding U+0000.
 
 use crate::analyst::{MINE, two_orgs};
 use crate::conformance::Backend;
@@ -389,4 +390,52 @@ pub fn pg_wrapping_keeps_queries_as_written(backend: &dyn Backend) {
             other => panic!("{sql}: {other:?}"),
         }
     }
+}
+
+/// A JSON string holding U+0000 (`\u0000`) is recorded as written, and
+/// PostgreSQL's `json` and `jsonb` cannot hold it: a cast of such a value
+/// fails the query, and the two ways OPERATIONS gives around it (skip
+/// those rows with `position`, or cast the value with the character
+/// replaced) answer.
+pub fn pg_nul_in_json_columns(backend: &dyn Backend) {
+    use cairn_store::{Ledger, NewStep, SequencerConfig, WriteRequest};
+    let store = backend.open("analyst-pg-nul");
+    let ledger = Ledger::new(std::sync::Arc::clone(&store), SequencerConfig::default());
+    for (session, metadata) in [
+        ("with-nul", serde_json::json!({"a": "x\u{0}y", "b": 1})),
+        ("plain", serde_json::json!({"a": "z", "b": 2})),
+    ] {
+        ledger
+            .write(WriteRequest::Step(Box::new(NewStep {
+                org_id: MINE.into(),
+                session_id: session.into(),
+                agent_id: "agent".into(),
+                kind_label: "Observation".into(),
+                metadata: Some(metadata),
+                caller: "test".into(),
+                ..NewStep::default()
+            })))
+            .unwrap();
+    }
+    let query = |sql: &str| store.analyst_query_limited(MINE, sql, &QueryLimits::default());
+    match query("SELECT CAST(metadata AS jsonb) ->> 'b' FROM steps") {
+        Err(AnalystError::Failed(m)) => assert!(m.contains("Unicode escape"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let skipped = query(
+        "SELECT CAST(metadata AS jsonb) ->> 'b' FROM steps WHERE position('\\u0000' IN metadata) = 0",
+    )
+    .unwrap();
+    assert_eq!(skipped.rows, vec![vec![serde_json::json!("2")]]);
+    let replaced = query(
+        "SELECT CAST(replace(metadata, '\\u0000', '\\ufffd') AS jsonb) ->> 'a' FROM steps ORDER BY seq",
+    )
+    .unwrap();
+    assert_eq!(
+        replaced.rows,
+        vec![
+            vec![serde_json::json!("x\u{fffd}y")],
+            vec![serde_json::json!("z")]
+        ]
+    );
 }

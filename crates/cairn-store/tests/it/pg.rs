@@ -102,6 +102,7 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst_pg::pg_values_are_bounded_as_built(&pg);
     crate::analyst_pg::pg_casts_arrays_and_rows_are_bounded(&pg);
     crate::analyst_pg::pg_wrapping_keeps_queries_as_written(&pg);
+    crate::analyst_pg::pg_nul_in_json_columns(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.
