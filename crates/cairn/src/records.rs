@@ -573,6 +573,7 @@ pub fn import_trace(
 /// Runs analyst SQL and prints the rows (tab-separated, or JSON).
 pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) -> Result<Outcome> {
     use cairn_store::analyst::AnalystError;
+    crate::cli::require_known_org(cli, store)?;
     let result = match store.analyst_query(&cli.org, statement, limit) {
         Ok(result) => result,
         Err(AnalystError::Refused(m)) => return Err(usage(format!("refused: {m}"))),

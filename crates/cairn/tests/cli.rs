@@ -676,11 +676,13 @@ fn import_mirrors_a_verified_bundle_and_refuses_a_bad_one() {
         "{}",
         run.stdout
     );
+    // Nothing of the org is in the store.
+    let listed = cairn_in(fresh.path(), &["sessions", "--json"], None);
+    assert_eq!(listed.code, 2, "{}", listed.stdout);
     assert!(
-        cairn_in(fresh.path(), &["sessions", "--json"], None)
-            .stdout
-            .trim()
-            == "[]"
+        listed.stderr.contains("has no records"),
+        "{}",
+        listed.stderr
     );
 
     // A partial bundle cannot be imported.

@@ -216,6 +216,14 @@ pub fn run() -> Result<Outcome> {
                     keys_cmd::keys(&cli, store, action.as_ref())
                 }
                 Command::Checkpoint => {
+                    require_known_org(&cli, store.as_ref())?;
+                    if store.log_size(&cli.org)? == 0 {
+                        return Err(usage(format!(
+                            "org {} has nothing recorded yet, so there is no checkpoint to sign ({}); record a step first",
+                            cli.org,
+                            store_location(&cli)
+                        )));
+                    }
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     let cp = match ledger.write(WriteRequest::Checkpoint {
                         org_id: cli.org.clone(),

@@ -72,13 +72,8 @@ pub(super) fn verify_store(
         })?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
-    let total = store.log_size(&cli.org)?;
-    if total == 0 && !orgs.contains(&cli.org) {
-        return Err(usage(format!(
-            "org {} has no records ({})",
-            cli.org,
-            store_location(cli)
-        )));
+    if !orgs.contains(&cli.org) {
+        require_known_org(cli, store)?;
     }
     let (verdict, extra) = verify_one_org(cli, store, &cli.org, args)?;
     let others = orgs.iter().filter(|o| **o != cli.org).count();

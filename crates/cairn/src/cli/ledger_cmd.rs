@@ -283,6 +283,7 @@ pub(super) fn sessions(
     agent: Option<&str>,
     limit: usize,
 ) -> Result<Outcome> {
+    require_known_org(cli, store)?;
     let list = store.list_sessions(&cli.org, &SessionFilter::agent(agent), limit)?;
     let mut rows = Vec::new();
     for s in &list {
@@ -448,6 +449,7 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
             .unwrap_or_default();
         usage(format!("{}{field}", e.message))
     })?;
+    require_known_org(cli, store)?;
     let embedder = if request.mode == cairn_store::ops::SearchMode::FullText {
         Arc::new(cairn_store::embed::WordHash)
     } else {

@@ -148,6 +148,21 @@ pub(super) fn redact_password(url: &str) -> String {
         .join(" ")
 }
 
+/// Refuses an org the store does not know (`--org` or `CAIRN_ORG` mistyped,
+/// or the wrong `--data-dir`): every command that reads an org answers
+/// this alike, rather than an empty listing that looks like an empty org.
+/// An org the store knows with nothing recorded yet is not refused.
+pub(crate) fn require_known_org(cli: &Cli, store: &dyn cairn_store::LedgerStore) -> Result<()> {
+    if store.orgs()?.contains(&cli.org) {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "org {} has no records ({}); check --org or CAIRN_ORG",
+        cli.org,
+        store_location(cli)
+    )))
+}
+
 /// Where the store is, for messages.
 pub(super) fn store_location(cli: &Cli) -> String {
     match &cli.database {

@@ -63,6 +63,46 @@ fn reading_commands_do_not_create_a_store() {
     assert!(made.stderr.contains("held no store"), "{}", made.stderr);
 }
 
+/// A command that reads an org the store does not hold (a mistyped
+/// `--org` or `CAIRN_ORG`) refuses, exit 2, naming the org, the store and
+/// what to check, on every such command: `sessions`, `search` and `sql`
+/// answered an empty listing, as if the org were empty, and `checkpoint`
+/// a refusal worded as a missing session.
+#[test]
+fn a_mistyped_org_is_named_by_every_reading_command() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    for args in [
+        &["sessions"][..],
+        &["sessions", "--json"],
+        &["verify"],
+        &["search", "anything"],
+        &["sql", "SELECT 1"],
+        &["checkpoint"],
+    ] {
+        let mut with_org = vec!["--org", "no-such-org"];
+        with_org.extend_from_slice(args);
+        let run = cairn_in(dir.path(), &with_org, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        // Asked for JSON, the error is the JSON answer (the usage code).
+        let said = if args.contains(&"--json") {
+            json(&run)["error"]["message"].as_str().unwrap().to_owned()
+        } else {
+            assert_eq!(run.stdout, "", "{args:?}");
+            run.stderr.clone()
+        };
+        assert!(
+            said.contains("org no-such-org has no records")
+                && said.contains("data")
+                && said.contains("check --org or CAIRN_ORG"),
+            "{args:?}: {said}"
+        );
+        // The org the store holds answers each of them.
+        let known = cairn_in(dir.path(), args, None);
+        assert_eq!(known.code, 0, "{args:?}: {} {}", known.stdout, known.stderr);
+    }
+}
+
 /// A bundle that fails the way a mistake explains keeps its published
 /// verdict (exit 1, the reason) and gets a hint saying what to check: an
 /// empty file, a server's error answer saved as a bundle, a `--key` that
