@@ -271,11 +271,13 @@ async fn parse_json(
     body: &Bytes,
 ) -> Result<(Value, limits::HeldMemory), ApiError> {
     let held = hold_body(state, org, body)?;
-    let parsed = if body.len() <= INLINE_WORK_BYTES {
-        wire::parse_strict(body)
+    let (parsed, held) = if body.len() <= INLINE_WORK_BYTES {
+        (wire::parse_strict(body), held)
     } else {
+        // The count goes with the work: a client that hangs up drops this
+        // handler, not the parse, which holds the value until it ends.
         let body = body.clone();
-        tokio::task::spawn_blocking(move || wire::parse_strict(&body))
+        tokio::task::spawn_blocking(move || (wire::parse_strict(&body), held))
             .await
             .map_err(|_| worker_failed("a worker parsing the request body failed"))?
     };

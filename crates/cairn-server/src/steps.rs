@@ -78,7 +78,11 @@ pub(crate) async fn submit_steps(
         .collect();
     let inline = sizes.iter().sum::<usize>() <= crate::INLINE_WORK_BYTES;
     let ledger = Arc::clone(&state.ledger);
+    // The request's count goes with the work: a client that hangs up
+    // drops this handler, not a preparation running on the pool.
+    let counted = memory.cloned();
     let prepare = move || -> Vec<(usize, Result<cairn_store::PreparedStep, cairn_store::Refusal>)> {
+        let _counted = counted;
         steps
             .into_iter()
             .zip(sizes)
