@@ -50,7 +50,10 @@ pub use cairn_wire::{render, wire};
 pub use auth::Caller;
 pub(crate) use auth::*;
 pub use error::{ApiError, ErrorBody, ErrorDetail, without_tokens};
-pub use input::refuse_unknown_step_members;
+pub use input::{
+    REVIEWS_LIMIT, ResultLimit, SESSIONS_LIMIT, SQL_ROWS_LIMIT, refuse_unknown_step_members,
+    result_limit,
+};
 pub use keys::bootstrap_admin_key;
 pub use limits::{AllowedHosts, Limits};
 pub use metrics::Metrics;

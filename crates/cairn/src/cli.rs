@@ -572,6 +572,12 @@ impl Command {
     }
 }
 
+/// A `--limit` read as the API reads its `limit` (1 to the listing's
+/// maximum, never clamped): refused with the API's code and field.
+pub(crate) fn limit_of(given: usize, limit: cairn_server::ResultLimit) -> Result<usize> {
+    cairn_server::result_limit(Some(u64::try_from(given).ok()), limit).map_err(refused)
+}
+
 /// An input the API would refuse, with the API's code and field.
 pub(crate) fn refused(e: cairn_server::ApiError) -> anyhow::Error {
     crate::RefusedError {

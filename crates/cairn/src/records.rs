@@ -352,7 +352,9 @@ pub fn trail(
 pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -> Result<Outcome> {
     match command {
         ReviewCommand::Queue { all, limit } => {
-            let items = cairn_store::ops::review_queue(store.as_ref(), &cli.org, *all, *limit)?;
+            let limit = crate::cli::limit_of(*limit, cairn_server::REVIEWS_LIMIT)?;
+            crate::cli::require_known_org(cli, store.as_ref())?;
+            let items = cairn_store::ops::review_queue(store.as_ref(), &cli.org, *all, limit)?;
             if cli.json {
                 let items: Vec<Value> = items.iter().map(wire::review_item_to_json).collect();
                 println!("{}", json!({ "items": items }));

@@ -138,12 +138,15 @@ pub fn run() -> Result<Outcome> {
                     &cli,
                     store.as_ref(),
                     statement,
-                    (*limit).clamp(1, cairn_store::analyst::MAX_ROWS),
+                    limit_of(*limit, cairn_server::SQL_ROWS_LIMIT)?,
                 ),
                 Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
-                Command::Sessions { agent, limit } => {
-                    sessions(&cli, store.as_ref(), agent.as_deref(), *limit)
-                }
+                Command::Sessions { agent, limit } => sessions(
+                    &cli,
+                    store.as_ref(),
+                    agent.as_deref(),
+                    limit_of(*limit, cairn_server::SESSIONS_LIMIT)?,
+                ),
                 Command::Replay {
                     session,
                     format,
@@ -188,6 +191,7 @@ pub fn run() -> Result<Outcome> {
                     Ok(Outcome::Success)
                 }
                 Command::Retention { before } => {
+                    require_known_org(&cli, store.as_ref())?;
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     match before {
                         Some(text) => {

@@ -284,7 +284,16 @@ pub(super) fn sessions(
     limit: usize,
 ) -> Result<Outcome> {
     require_known_org(cli, store)?;
-    let list = store.list_sessions(&cli.org, &SessionFilter::agent(agent), limit)?;
+    // One more than shown: whether the listing was cut, said on stderr
+    // (the JSON answer stays an array of sessions).
+    let mut list = store.list_sessions(&cli.org, &SessionFilter::agent(agent), limit + 1)?;
+    if list.len() > limit {
+        list.truncate(limit);
+        eprintln!(
+            "cairn: the {limit} most recent sessions are shown; more exist (--limit up to {}, or --agent)",
+            cairn_server::SESSIONS_LIMIT.max
+        );
+    }
     let mut rows = Vec::new();
     for s in &list {
         let valid = verify_session(store, &cli.org, &s.session_id)?.is_some_and(|v| v.verified);
@@ -441,13 +450,20 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
     .collect();
-    let request = cairn_server::search_input(&given).map_err(|e| {
-        let field = e
-            .field
-            .as_deref()
-            .map(|f| format!(" (--{f})"))
-            .unwrap_or_default();
-        usage(format!("{}{field}", e.message))
+    // Refused with the API's code and field, the message naming the
+    // command line's own argument.
+    let request = cairn_server::search_input(&given).map_err(|mut e| {
+        let argument = match e.field.as_deref() {
+            Some("q") => Some("the QUERY argument".to_owned()),
+            Some("agent_id") => Some("--agent".to_owned()),
+            Some("session_id") => Some("--session".to_owned()),
+            Some(field) => Some(format!("--{field}")),
+            None => None,
+        };
+        if let Some(argument) = argument {
+            e.message = format!("{} ({argument})", e.message);
+        }
+        refused(e)
     })?;
     require_known_org(cli, store)?;
     let embedder = if request.mode == cairn_store::ops::SearchMode::FullText {

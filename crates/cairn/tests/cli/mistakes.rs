@@ -79,6 +79,8 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         &["search", "anything"],
         &["sql", "SELECT 1"],
         &["checkpoint"],
+        &["review", "queue"],
+        &["retention", "--before", "2030-01-01T00:00:00Z"],
     ] {
         let mut with_org = vec!["--org", "no-such-org"];
         with_org.extend_from_slice(args);
@@ -101,6 +103,57 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         let known = cairn_in(dir.path(), args, None);
         assert_eq!(known.code, 0, "{args:?}: {} {}", known.stdout, known.stderr);
     }
+}
+
+/// A `--limit` is read as the API reads its `limit`: 0 or past the
+/// listing's maximum is refused (exit 2, the API's code and field), never
+/// clamped; `review queue --limit 0` said no flagged step waited, and
+/// `sql --limit 99999` took more rows than the API allows. A session
+/// listing cut by its limit says so on stderr.
+#[test]
+fn limits_are_read_as_the_api_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    for args in [
+        &["sessions", "--limit", "0"][..],
+        &["sessions", "--limit", "1001"],
+        &["review", "queue", "--limit", "0"],
+        &["review", "queue", "--limit", "10001"],
+        &["sql", "SELECT 1", "--limit", "0"],
+        &["sql", "SELECT 1", "--limit", "10001"],
+        &["search", "anything", "--limit", "0"],
+    ] {
+        let mut with_json = vec!["--json"];
+        with_json.extend_from_slice(args);
+        let run = cairn_in(dir.path(), &with_json, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        let error = &json(&run)["error"];
+        assert_eq!(
+            (error["refusal"].as_str(), error["field"].as_str()),
+            (Some("invalid_request"), Some("limit")),
+            "{args:?}: {error}"
+        );
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("limit must be 1 to"),
+            "{args:?}: {error}"
+        );
+    }
+    let all = json(&cairn_in(dir.path(), &["--json", "sessions"], None));
+    let sessions = all.as_array().unwrap().len();
+    assert!(sessions >= 2, "{all}");
+    let cut = cairn_in(dir.path(), &["--json", "sessions", "--limit", "1"], None);
+    assert_eq!(cut.code, 0, "{}", cut.stderr);
+    assert_eq!(json(&cut).as_array().unwrap().len(), 1);
+    assert!(cut.stderr.contains("more exist"), "{}", cut.stderr);
+    let whole = cairn_in(
+        dir.path(),
+        &["sessions", "--limit", &sessions.to_string()],
+        None,
+    );
+    assert!(!whole.stderr.contains("more exist"), "{}", whole.stderr);
 }
 
 /// A bundle that fails the way a mistake explains keeps its published
