@@ -145,6 +145,14 @@ fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
         );
         assert_eq!(hits(&flagged), Vec::<String>::new(), "{mode}");
     }
+    // A text unlike every step: no full-text hit, and no semantic hit of
+    // similarity 0 or less (every step, each scored 0, had been listed).
+    let body = search(&server, "q=zzzznotfound&mode=fulltext", &reader);
+    assert_eq!(hits(&body), Vec::<String>::new(), "{body}");
+    let semantic = search(&server, "q=zzzznotfound&mode=semantic", &reader);
+    for hit in semantic["results"].as_array().unwrap() {
+        assert!(hit["score"].as_f64().unwrap() > 0.0, "{semantic}");
+    }
     // Semantic and hybrid say which embedder ranked them.
     let hybrid = search(&server, "q=refund+approved", &reader);
     assert_eq!(hybrid["mode"], "hybrid");

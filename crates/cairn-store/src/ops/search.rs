@@ -198,6 +198,12 @@ pub fn search(
             if rank == pool {
                 break;
             }
+            // A similarity of 0 or less: the step has nothing in common
+            // with the text (with the built-in word-hash embedder, no
+            // word), and is no match.
+            if score <= 0.0 {
+                continue;
+            }
             let Some(record) = step_at(store, org, seq)? else {
                 continue;
             };
