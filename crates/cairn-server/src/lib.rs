@@ -16,6 +16,7 @@
 mod agent_keys;
 mod api_doc;
 mod auth;
+mod cpu;
 mod docs_page;
 pub mod embedding_endpoint;
 pub mod embedding_worker;
@@ -171,6 +172,8 @@ pub struct AppState {
     ui_sessions: ui::UiSessions,
     /// The background embedder (stopped when the state is dropped).
     embedding: embedding_worker::EmbeddingWorker,
+    /// Where a request's long CPU work runs ([`INLINE_WORK_BYTES`]).
+    cpu: cpu::CpuPool,
 }
 
 impl AppState {
@@ -205,6 +208,7 @@ impl AppState {
             keys: RwLock::new(HashMap::new()),
             ui_sessions: ui::UiSessions::default(),
             embedding,
+            cpu: cpu::CpuPool::new(),
         })
     }
 
@@ -265,9 +269,9 @@ pub const MAX_HELD_BODY_MEMORY: usize = 256 * 1024 * 1024;
 /// refused rather than guessed at. The memory its values may hold is
 /// counted against [`MAX_HELD_BODY_MEMORY`] until the guard is dropped
 /// (keep it for the request). A body past [`INLINE_WORK_BYTES`] is parsed
-/// from the blocking pool, not on one of the runtime's few worker threads
-/// (2 MiB of JSON is milliseconds of CPU, during which every other request
-/// on that thread would wait).
+/// on the CPU pool ([`cpu::CpuPool`]), not on one of the runtime's few
+/// worker threads (2 MiB of JSON is milliseconds of CPU, during which
+/// every other request on that thread would wait).
 async fn parse_json(
     state: &AppState,
     org: &str,
@@ -280,18 +284,22 @@ async fn parse_json(
         // The count goes with the work: a client that hangs up drops this
         // handler, not the parse, which holds the value until it ends.
         let body = body.clone();
-        tokio::task::spawn_blocking(move || (wire::parse_strict(&body), held))
-            .await
-            .map_err(|_| worker_failed("a worker parsing the request body failed"))?
+        state
+            .cpu
+            .run("parsing the request body", move || {
+                (wire::parse_strict(&body), held)
+            })
+            .await?
     };
     let value = parsed.map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
     Ok((value, held))
 }
 
 /// Input bytes past which a request's CPU work (parsing its body,
-/// preparing its steps, checking an audit event's detail) is done from
-/// the blocking pool; below it (about 0.1 ms of work) on the request's own
-/// thread, which a hop to the pool would cost more than it saves.
+/// preparing its steps, checking an audit event's detail, splitting a
+/// thinking text) is done on the CPU pool ([`cpu::CpuPool`]); below it
+/// (about 0.1 ms of work) on the request's own thread, which a hop to the
+/// pool would cost more than it saves.
 const INLINE_WORK_BYTES: usize = 64 * 1024;
 
 /// The answer when a blocking-pool task of a request panicked.
@@ -318,18 +326,21 @@ fn queue_write(
     state.ledger.submit_holding(request, counted.hold())
 }
 
-/// [`queue_write`] from the blocking pool: for a request whose checks
-/// before queueing (an audit event's detail in canonical form) are
-/// milliseconds of CPU, which would otherwise hold a runtime worker.
+/// [`queue_write`] from the CPU pool: for a request whose checks before
+/// queueing (an audit event's detail in canonical form) are milliseconds
+/// of CPU, which would otherwise hold a runtime worker.
 async fn queue_write_from_pool(
     state: &AppState,
     counted: &limits::UntilWritten,
     request: WriteRequest,
 ) -> Result<cairn_store::Pending, ApiError> {
     let (ledger, hold) = (Arc::clone(&state.ledger), counted.hold());
-    tokio::task::spawn_blocking(move || ledger.submit_holding(request, hold))
+    state
+        .cpu
+        .run("queueing the write", move || {
+            ledger.submit_holding(request, hold)
+        })
         .await
-        .map_err(|_| worker_failed("a worker queueing the write failed"))
 }
 
 /// Counts what JSON `body` may hold once parsed against

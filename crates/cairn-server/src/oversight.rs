@@ -227,7 +227,7 @@ pub(crate) async fn audit_event(
         crate::require_own_session(state, caller, session).await?;
     }
     // Checked in canonical form before it is queued: a large detail from
-    // the blocking pool, as a large step is prepared.
+    // the CPU pool, as a large step is prepared.
     let large = detail
         .as_ref()
         .is_some_and(|d| cairn_core::json::approx_memory(d) > crate::INLINE_WORK_BYTES);

@@ -62,7 +62,7 @@ pub(crate) async fn record_step(
 /// them in order. What is counted (and `memory`, the request's whole
 /// count) stays counted until each queued step is written, even if the
 /// caller stops waiting ([`crate::limits::UntilWritten`]). A large batch
-/// or step is prepared from the blocking pool: that CPU work would
+/// or step is prepared on the CPU pool (`cpu::CpuPool`): that CPU work would
 /// otherwise hold one of the runtime's few worker threads, and every other
 /// request on it. Past the memory budget nothing is queued: `503
 /// overloaded`.
@@ -99,9 +99,7 @@ pub(crate) async fn submit_steps(
     let prepared = if inline {
         prepare()
     } else {
-        tokio::task::spawn_blocking(prepare)
-            .await
-            .map_err(|_| crate::worker_failed("a worker preparing the steps failed"))?
+        state.cpu.run("preparing the steps", prepare).await?
     };
     let held = crate::hold_more(
         state,

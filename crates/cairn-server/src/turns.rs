@@ -116,11 +116,32 @@ pub(crate) async fn parse(
     let text = crate::optional_string(&v, "text")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
     drop(v);
-    let (answer, held) = parsed_answer(&state, caller.org(), &text, Some(&memory))?;
-    drop(text);
-    // The answer's text is made here (axum writes it as the response is
-    // made), so that what it holds is counted until it is written out.
-    let response = axum::Json(wire::to_json(&answer)).into_response();
+    // The answer's text is made here, so that what it holds is counted
+    // until it is written out; for a long text, on the CPU pool.
+    let large = text.len() > crate::INLINE_WORK_BYTES;
+    let answer = {
+        let (state, org, memory) = (Arc::clone(&state), caller.org().to_owned(), memory.clone());
+        move || -> Result<_, ApiError> {
+            let (answer, held) = parsed_answer(&state, &org, &text, Some(&memory))?;
+            drop(text);
+            let json = serde_json::to_vec(&wire::to_json(&answer))
+                .map_err(|_| crate::worker_failed("writing the parsed steps failed"))?;
+            Ok((json, held))
+        }
+    };
+    let (json, held) = if large {
+        state
+            .cpu
+            .run("splitting the thinking text", answer)
+            .await??
+    } else {
+        answer()?
+    };
+    let response = (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json,
+    )
+        .into_response();
     Ok(crate::limits::holding_until_sent(response, (memory, held)))
 }
 
@@ -314,8 +335,22 @@ pub(crate) async fn record_turn(
         .with_field("thinking"));
     }
     let given = explicit.len();
-    let steps = cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
-        .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+    // A long thinking text is split on the CPU pool, the request's count
+    // kept until it ends.
+    let steps = if thinking.is_some_and(|t| t.len() > crate::INLINE_WORK_BYTES) {
+        let (template, turn_id) = (template.clone(), turn_id.to_owned());
+        let (thinking, counted) = (thinking.map(str::to_owned), memory.cloned());
+        state
+            .cpu
+            .run("splitting the thinking text", move || {
+                let _counted = counted;
+                cairn_store::ops::turn_steps(&template, &turn_id, thinking.as_deref(), explicit)
+            })
+            .await?
+    } else {
+        cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
+    }
+    .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     if steps.is_empty() {
         return Err(ApiError::bad_request(
             "invalid_request",

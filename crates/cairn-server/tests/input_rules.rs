@@ -663,3 +663,55 @@ fn a_large_audit_detail_is_answered_as_a_small_one() {
         refused.text()
     );
 }
+
+/// A thinking text past 64 KiB is split on the server's CPU pool, for
+/// `POST /v1/thinking/parse` and for a turn: the same steps as the core's
+/// parser gives, the same refusal past the steps one request records.
+#[test]
+fn a_long_thinking_text_is_answered_as_a_short_one() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let phases = |n: usize| -> String {
+        (0..n)
+            .map(|i| format!("[思考] thought {i} about the ledger\n[計画] 1. step {i}\n"))
+            .collect()
+    };
+    for n in [2, 2_000] {
+        let text = phases(n);
+        let expected = cairn_core::thinking::parse_thinking_at_most(&text, 10_000).unwrap();
+        let parsed = post(
+            &server,
+            "/v1/thinking/parse",
+            &admin,
+            &json!({"text": text}),
+        );
+        assert_eq!(parsed.status, 200, "{n}: {}", parsed.text());
+        let steps = parsed.json()["steps"].as_array().unwrap().clone();
+        assert_eq!(steps.len(), expected.len(), "{n}");
+        for (got, want) in steps.iter().zip(&expected) {
+            assert_eq!(got["phase"], want.phase, "{n}");
+            assert_eq!(got["content"], want.content.as_str(), "{n}");
+        }
+        let turn = post(
+            &server,
+            &format!("/v1/sessions/long-{n}/turns"),
+            &admin,
+            &json!({"agent_id": "a", "thinking": text}),
+        );
+        assert_eq!(turn.status, 201, "{n}: {}", turn.text());
+        assert_eq!(turn.json()["accepted"], expected.len(), "{n}");
+    }
+    assert!(phases(2_000).len() > 64 * 1024);
+    let too_many = post(
+        &server,
+        "/v1/thinking/parse",
+        &admin,
+        &json!({"text": phases(5_001)}),
+    );
+    assert_eq!(
+        (too_many.status, error_code(&too_many)),
+        (400, "invalid_request".to_owned()),
+        "{}",
+        too_many.text()
+    );
+}
