@@ -143,6 +143,15 @@ impl VerifiedCheckpoint {
     }
 }
 
+/// Whether `note` is a signed checkpoint note at all (a signed note whose
+/// text is a checkpoint), no signature checked: what a checkpoint an
+/// auditor gives to be trusted must be before a verifier can trust it or
+/// find it signed by another key. Anything else is the caller's mistake
+/// (an empty file, an error message saved as a checkpoint), not evidence.
+pub fn checkpoint_note_shape(note: &str) -> Result<(), CheckpointError> {
+    Checkpoint::parse(&Note::parse(note)?.text).map(|_| ())
+}
+
 /// Verifies a signed checkpoint note: at least one signature by one of
 /// `keys`, no invalid signature by a known key, and the expected origin.
 pub fn verify_checkpoint(

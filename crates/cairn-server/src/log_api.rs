@@ -513,18 +513,25 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
     q.iter()
         .filter(|(k, _)| k == "checkpoint")
         .map(|(_, v)| {
+            let refused = |why: String| {
+                ApiError::bad_request(
+                    "invalid_checkpoint",
+                    format!("checkpoint must be a signed checkpoint note in base64: {why}"),
+                )
+                .with_field("checkpoint")
+            };
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(v)
                 .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(v))
-                .map_err(|_| {
-                    ApiError::bad_request(
-                        "invalid_request",
-                        "checkpoint must be a signed checkpoint note in base64",
-                    )
-                })?;
-            String::from_utf8(bytes).map_err(|_| {
-                ApiError::bad_request("invalid_request", "checkpoint is not UTF-8 text")
-            })
+                .map_err(|_| refused("this is not base64".into()))?;
+            let note = String::from_utf8(bytes)
+                .map_err(|_| refused("this decodes to bytes that are not text".into()))?;
+            // Not a checkpoint at all is the caller's mistake (400), as a
+            // store's verification answers; one signed by another key
+            // stays a bundle's verdict.
+            cairn_core::checkpoint::checkpoint_note_shape(&note)
+                .map_err(|e| refused(format!("this decodes to no checkpoint note ({e})")))?;
+            Ok(note)
         })
         .collect()
 }
@@ -603,7 +610,7 @@ pub(crate) fn witness_policy_param(
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
-        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each."),
+        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each; a value that is not a signed checkpoint note at all is refused (400 invalid_checkpoint)."),
         ("key" = Option<String>, Query, description = "A server vkey (C2SP form) the bundle's checkpoint must be signed by; repeatable."),
     ),
     request_body(content = String, content_type = "application/x-ndjson", description = "A bundle: one JSON object per line (docs/FORMAT.md)"),

@@ -122,6 +122,60 @@ fn uploads_are_checked_as_bytes() {
     assert_eq!(checked["brokenReason"], "malformed-record", "{checked}");
 }
 
+/// A trusted checkpoint that is no checkpoint note at all is the
+/// caller's mistake, 400 `invalid_checkpoint` (field `checkpoint`), for an
+/// uploaded bundle as for the store's verification; it had made a good
+/// bundle's verdict `bad-signature`. A real note of this server is taken.
+#[test]
+fn a_trusted_checkpoint_must_be_a_checkpoint_note() {
+    let server = start();
+    let admin = server.admin.clone();
+    seed_000(&server, &admin, "s1");
+    let bundle = get(&server, "/v1/export?session=s1", &admin).body;
+    let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE.encode(text);
+    let note = get(&server, "/v1/checkpoint", &admin).text();
+    for (given, why) in [
+        ("%%%".to_owned(), "not base64"),
+        (b64("hello"), "no checkpoint note"),
+        (b64(""), "no checkpoint note"),
+        (
+            base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe]),
+            "not text",
+        ),
+    ] {
+        for path in ["/v1/bundles/verify", "/v1/verify"] {
+            let (method, body) = if path == "/v1/verify" {
+                ("GET", None)
+            } else {
+                ("POST", Some(&bundle[..]))
+            };
+            let reply = call(
+                &server,
+                method,
+                &format!("{path}?checkpoint={given}"),
+                Some(&admin),
+                body,
+            );
+            assert_eq!(reply.status, 400, "{path} {given}: {}", reply.text());
+            let error = &reply.json()["error"];
+            assert_eq!(
+                (error["code"].as_str(), error["field"].as_str()),
+                (Some("invalid_checkpoint"), Some("checkpoint")),
+                "{path} {given}: {error}"
+            );
+            assert!(error["message"].as_str().unwrap().contains(why), "{error}");
+        }
+    }
+    let trusted = call(
+        &server,
+        "POST",
+        &format!("/v1/bundles/verify?checkpoint={}", b64(&note)),
+        Some(&admin),
+        Some(&bundle),
+    );
+    assert_eq!(trusted.json()["verified"], true, "{}", trusted.text());
+}
+
 #[test]
 fn cose_receipts_verify_with_the_server_key() {
     use cairn_core::receipt::{

@@ -309,7 +309,15 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     if let Some(policy) = crate::witness_cmd::policy(&args.witness, args.witness_quorum)? {
         verifier.require_witnesses(policy);
     }
-    for (_, note) in read_checkpoints(args)? {
+    for (path, note) in read_checkpoints(args)? {
+        // Not a checkpoint at all is an input mistake, as in a store's
+        // verification; one signed by another key stays a verdict.
+        cairn_core::checkpoint::checkpoint_note_shape(&note).map_err(|e| {
+            usage(format!(
+                "{}: not a signed checkpoint note ({e}); give a file `cairn checkpoint` wrote",
+                path.display()
+            ))
+        })?;
         verifier.trust_checkpoint(note);
     }
     super::bundle_feed::feed_bundle(

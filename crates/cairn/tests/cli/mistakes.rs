@@ -280,6 +280,23 @@ fn failed_bundles_hint_at_the_likely_mistake() {
             None => assert!(verdict["hint"].is_null(), "{verdict}"),
         }
     }
+    // A trusted checkpoint file that is no checkpoint at all (empty: a
+    // `cairn checkpoint` that failed into it) is an input mistake, exit 2,
+    // for a bundle as for the store; it had made the good bundle
+    // "TAMPERED" (bad-signature).
+    let no_checkpoint = dir.path().join("empty.checkpoint");
+    std::fs::write(&no_checkpoint, "").unwrap();
+    for mode in [&["--bundle", bundle.to_str().unwrap()][..], &[]] {
+        let mut args = vec!["verify", "--checkpoint", no_checkpoint.to_str().unwrap()];
+        args.extend_from_slice(mode);
+        let run = cairn_in(dir.path(), &args, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("empty.checkpoint"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
 }
 
 /// `cairn log --stdin` names a refused line's mistake as REST answers the
