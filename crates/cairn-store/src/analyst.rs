@@ -415,6 +415,18 @@ fn prepare_here(
 /// view.
 const FENCE: &str = "LIMIT 9223372036854775807";
 
+/// A column of microseconds since the epoch as the API writes times
+/// (RFC 3339 UTC with six fractional digits, as PostgreSQL's `US` gives):
+/// SQLite's `%f` has only milliseconds, so an analyst's `created_at =
+/// '...932320Z'` copied from an answer found nothing. The seconds are
+/// floored (a time before 1970 has a negative remainder in SQLite).
+fn sqlite_time(column: &str) -> String {
+    let fraction = format!("(({column} % 1000000) + 1000000) % 1000000");
+    format!(
+        "strftime('%Y-%m-%dT%H:%M:%S', ({column} - {fraction}) / 1000000, 'unixepoch') || printf('.%06dZ', {fraction})"
+    )
+}
+
 /// The three views of one org, as a WITH clause of the dialect.
 fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError> {
     let (lo, hi) = crate::engine::org_range(org);
@@ -423,8 +435,8 @@ fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError>
         Dialect::Sqlite => (
             "lower(hex(e.record_hash))".to_owned(),
             "lower(hex(e.prev_hash))".to_owned(),
-            "strftime('%Y-%m-%dT%H:%M:%fZ', e.created_at / 1000000.0, 'unixepoch')".to_owned(),
-            "strftime('%Y-%m-%dT%H:%M:%fZ', s.started_at / 1000000.0, 'unixepoch')".to_owned(),
+            sqlite_time("e.created_at"),
+            sqlite_time("s.started_at"),
         ),
         Dialect::Postgres => (
             "encode(e.record_hash, 'hex')".to_owned(),

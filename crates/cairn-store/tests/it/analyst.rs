@@ -791,3 +791,48 @@ pub fn wrapped_calls_keep_their_names(backend: &dyn Backend, dialect: Dialect) {
         "the outer query read its own text, not the column"
     );
 }
+
+/// The views' times are written as the API writes them (RFC 3339 UTC,
+/// six fractional digits) on both databases: a time copied from an answer
+/// finds its step. SQLite's had only milliseconds.
+pub fn times_read_as_the_api_writes_them(backend: &dyn Backend) {
+    let store = backend.open("analyst-times");
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    let Written::Step { trace_id, .. } = ledger
+        .write(WriteRequest::Step(Box::new(step(
+            MINE,
+            "times",
+            "Observation",
+            "t",
+        ))))
+        .unwrap()
+    else {
+        panic!("not a step");
+    };
+    let recorded = store.step_by_trace(MINE, &trace_id).unwrap().unwrap();
+    let created_at = recorded.record.step.created_at.to_string();
+    let query =
+        format!("SELECT created_at, created_at_us FROM steps WHERE created_at = '{created_at}'");
+    let answer = store
+        .analyst_query_limited(MINE, &query, &QueryLimits::default())
+        .unwrap();
+    assert_eq!(
+        answer.rows,
+        vec![vec![
+            serde_json::json!(created_at),
+            serde_json::json!(recorded.record.step.created_at.as_micros())
+        ]]
+    );
+    let started = store
+        .analyst_query_limited(
+            MINE,
+            "SELECT started_at, started_at_us FROM sessions WHERE session_id = 'times'",
+            &QueryLimits::default(),
+        )
+        .unwrap();
+    let us = started.rows[0][1].as_i64().unwrap();
+    assert_eq!(
+        started.rows[0][0],
+        serde_json::json!(cairn_core::Timestamp::from_micros(us).unwrap().to_string())
+    );
+}

@@ -103,6 +103,7 @@ fn analyst_sql_oracle_and_limits() {
     crate::analyst_pg::pg_casts_arrays_and_rows_are_bounded(&pg);
     crate::analyst_pg::pg_wrapping_keeps_queries_as_written(&pg);
     crate::analyst_pg::pg_nul_in_json_columns(&pg);
+    crate::analyst::times_read_as_the_api_writes_them(&pg);
 }
 
 /// Several steps written as one unit on PostgreSQL: all or none.

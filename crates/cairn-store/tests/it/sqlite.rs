@@ -52,6 +52,7 @@ fn analyst_sql_oracle_and_limits() {
         cairn_store::analyst::Dialect::Sqlite,
     );
     crate::analyst::one_call_is_bounded(&Sqlite::new());
+    crate::analyst::times_read_as_the_api_writes_them(&Sqlite::new());
 }
 
 /// Several steps written as one unit: all or none.
