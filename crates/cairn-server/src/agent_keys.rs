@@ -20,10 +20,7 @@ fn acting_agent(caller: &Caller, body: &Value) -> Result<String, ApiError> {
         ))),
         (Some(a), _) => Ok(a),
         (None, Some(bound)) => Ok(bound.clone()),
-        (None, None) => Err(ApiError::bad_request(
-            "invalid_request",
-            "agent_id is required",
-        )),
+        (None, None) => Err(crate::input::missing_field("agent_id")),
     }
 }
 

@@ -99,6 +99,13 @@ pub fn refuse_unknown_step_members(object: &Map<String, Value>) -> Result<(), Ap
     Ok(())
 }
 
+/// A required member that is absent: `missing_field`, naming it, on every
+/// surface (MCP's typed arguments answer it so).
+pub fn missing_field(field: &str) -> ApiError {
+    ApiError::bad_request("missing_field", format!("{} is required.", shown(field)))
+        .with_field(field.to_owned())
+}
+
 /// Refuses a member of `object` that is not in `known`.
 pub fn refuse_unknown(object: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
     match object.keys().find(|k| !known.contains(&k.as_str())) {
@@ -231,9 +238,7 @@ fn from_serde_message(path: &str, message: &str) -> ApiError {
     if message.starts_with("missing field ")
         && let Some(name) = quoted.first()
     {
-        let field = format!("{prefix}{name}");
-        return ApiError::bad_request("missing_field", format!("{} is required.", shown(&field)))
-            .with_field(field);
+        return missing_field(&format!("{prefix}{name}"));
     }
     let field = if prefix.is_empty() {
         None

@@ -41,10 +41,7 @@ pub(crate) async fn register_agent_key(
         (Some(a), _) => a.to_owned(),
         (None, Some(bound)) => bound.clone(),
         (None, None) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "agent_id is required",
-            ));
+            return Err(crate::input::missing_field("agent_id"));
         }
     };
     let public_key = public_key_param(optional_string(&v, "public_key")?.as_deref())?;

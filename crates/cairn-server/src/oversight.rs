@@ -14,9 +14,11 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// Parses `approve`, `reject` or `escalate` (REST, MCP and the web UI's
-/// form alike: 400 `invalid_request`, field `decision`).
+/// form alike: 400 `invalid_request`, field `decision`; absent, 400
+/// `missing_field`, as MCP's typed arguments answer it).
 pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
-    text.and_then(ReviewDecision::parse).ok_or_else(|| {
+    let text = text.ok_or_else(|| crate::input::missing_field("decision"))?;
+    ReviewDecision::parse(text).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_request",
             "decision must be approve, reject or escalate",

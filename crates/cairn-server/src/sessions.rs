@@ -55,10 +55,7 @@ pub(crate) async fn start_session(
         (Some(a), _) => a,
         (None, Some(bound)) => bound.clone(),
         (None, None) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "agent_id is required",
-            ));
+            return Err(crate::input::missing_field("agent_id"));
         }
     };
     let agent_id = if optional_bool(&v, "hash_agent_id")?.unwrap_or(false) {

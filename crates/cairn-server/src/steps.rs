@@ -405,20 +405,20 @@ pub(crate) async fn erase_step(
     // The body's count is kept until the erasure is written: the reason
     // rides in the queued write.
     let (reason, counted) = if body.is_empty() {
-        (String::new(), crate::limits::UntilWritten::nothing())
+        (None, crate::limits::UntilWritten::nothing())
     } else {
         let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
         members(&v, &["reason"])?;
         (
-            optional_string(&v, "reason")?.unwrap_or_default(),
+            optional_string(&v, "reason")?,
             crate::limits::UntilWritten::new(None, Some(parsed)),
         )
     };
-    if reason.is_empty() {
-        return Err(ApiError::bad_request(
-            "invalid_request",
-            "reason is required (it is recorded with the erasure)",
-        ));
+    // Refused as MCP refuses it (a missing member, then the store's rule
+    // for the reason), before the step is looked up.
+    let reason = reason.ok_or_else(|| crate::input::missing_field("reason"))?;
+    if let Some(refusal) = cairn_store::erasure_refusal(&reason, &state.store.limits()) {
+        return Err(refusal.into());
     }
     require_own_step(&state, &caller, &trace_id).await?;
     let request = WriteRequest::Erase {

@@ -369,7 +369,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/steps/TRACE/review",
             json!({"note": "hm"}),
             400,
-            "invalid_request",
+            "missing_field",
         ),
         (
             "event without an action",

@@ -264,6 +264,10 @@ fn erasure_keeps_the_proof_and_is_admin_only() {
     );
     assert_eq!(
         post(&server, &path, &admin, &json!({})).code(),
+        "missing_field"
+    );
+    assert_eq!(
+        post(&server, &path, &admin, &json!({"reason": ""})).code(),
         "invalid_request"
     );
     // The reason is recorded in the log: at most the content limit.

@@ -715,3 +715,77 @@ fn a_long_thinking_text_is_answered_as_a_short_one() {
         too_many.text()
     );
 }
+
+/// The same mistake gets the same code and field on REST and MCP: a
+/// missing member is `missing_field` naming it (MCP's typed arguments
+/// answer so), an empty erasure reason `invalid_request` naming `reason`.
+#[test]
+fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let recorded = post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &json!({"session_id": "m", "agent_id": "a", "step_type": "decision", "content": "x", "status": "flagged"}),
+    );
+    assert_eq!(recorded.status, 201, "{}", recorded.text());
+    let trace = recorded.json()["trace_id"].as_str().unwrap().to_owned();
+    let session = mcp_session(server.addr, &admin);
+    for (path, body, tool, args, code, field) in [
+        (
+            format!("/v1/steps/{trace}/erase"),
+            json!({}),
+            "erase_step",
+            json!({"trace_id": trace}),
+            "missing_field",
+            "reason",
+        ),
+        (
+            format!("/v1/steps/{trace}/erase"),
+            json!({"reason": " "}),
+            "erase_step",
+            json!({"trace_id": trace, "reason": " "}),
+            "invalid_request",
+            "reason",
+        ),
+        (
+            format!("/v1/steps/{trace}/review"),
+            json!({"note": "n"}),
+            "review_step",
+            json!({"trace_id": trace, "note": "n"}),
+            "missing_field",
+            "decision",
+        ),
+        (
+            "/v1/sessions".to_owned(),
+            json!({"session_id": "m2"}),
+            "audit_session_start",
+            json!({"session_id": "m2"}),
+            "missing_field",
+            "agent_id",
+        ),
+        (
+            "/v1/steps".to_owned(),
+            json!({"session_id": "m", "step_type": "plan", "content": "x"}),
+            "log_reasoning_step",
+            json!({"session_id": "m", "step_type": "plan", "content": "x"}),
+            "missing_field",
+            "agent_id",
+        ),
+    ] {
+        let rest = post(&server, &path, &admin, &body);
+        assert_eq!(rest.status, 400, "{path}: {}", rest.text());
+        let rest_error = &rest.json()["error"];
+        let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
+        assert_eq!(rpc["result"]["isError"], true, "{tool}: {rpc}");
+        let mcp_error = &rpc["result"]["structuredContent"]["error"];
+        for error in [rest_error, mcp_error] {
+            assert_eq!(
+                (error["code"].as_str(), error["field"].as_str()),
+                (Some(code), Some(field)),
+                "{path} / {tool}: {error}"
+            );
+        }
+    }
+}

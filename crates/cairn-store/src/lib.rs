@@ -46,6 +46,7 @@ pub mod witness_state;
 pub use auth::{
     ApiKey, KeyRevocation, MAX_KEY_LABEL_BYTES, Role, key_expiry, key_label_refused, token_hash,
 };
+pub use engine::records::erasure_refusal;
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;

@@ -338,13 +338,14 @@ impl CairnMcp {
             (None, Some(bound)) => Ok(bound.clone()),
             (None, None) => self.default_agent.clone().ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_request",
+                    "missing_field",
                     if self.local.is_some() {
                         "agent_id is required: name the agent in the arguments, or start `cairn mcp --agent NAME` (or set CAIRN_AGENT) to give every tool a default agent"
                     } else {
                         "agent_id is required: name the agent in the arguments, or use an API key bound to the agent (`cairn admin create-key --agent NAME`)"
                     },
                 )
+                .with_field("agent_id")
             }),
         }
     }

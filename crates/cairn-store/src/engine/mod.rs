@@ -33,7 +33,7 @@ use std::time::Duration;
 
 mod import;
 mod nul_keys;
-mod records;
+pub(crate) mod records;
 pub(crate) use records::refused_before_queueing;
 mod rows;
 mod state;

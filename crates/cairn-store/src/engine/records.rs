@@ -723,22 +723,22 @@ fn revocation_refusal(reason: &str) -> Option<Refusal> {
 }
 
 /// What refuses a caller's erasure whatever the ledger holds: a reason
-/// (recorded in the log with the erasure) empty or past the content limit.
-/// Retention's erasures, which give their own reason, are not checked.
-pub(crate) fn erasure_refusal(
-    reason: &str,
-    limits: &cairn_core::record::Limits,
-) -> Option<Refusal> {
+/// (recorded in the log with the erasure) empty or past the content limit,
+/// named as the member `reason` on every surface. Retention's erasures,
+/// which give their own reason, are not checked.
+pub fn erasure_refusal(reason: &str, limits: &cairn_core::record::Limits) -> Option<Refusal> {
     if reason.trim().is_empty() {
-        return Some(Refusal::InvalidRequest(
-            "reason is required (it is recorded with the erasure)".into(),
-        ));
+        return Some(Refusal::InvalidMember {
+            field: "reason",
+            message: "reason must not be empty (it is recorded with the erasure)".into(),
+        });
     }
-    (reason.len() > limits.max_content_bytes).then(|| {
-        Refusal::InvalidRequest(format!(
+    (reason.len() > limits.max_content_bytes).then(|| Refusal::InvalidMember {
+        field: "reason",
+        message: format!(
             "an erasure reason is at most {} bytes",
             limits.max_content_bytes
-        ))
+        ),
     })
 }
 

@@ -42,7 +42,7 @@ fn erasure_reasons_are_bounded_for_callers_not_for_retention() {
         reason: reason.into(),
         actor: "admin".into(),
     };
-    assert!(refusal(&ledger, erase("t-old", "  ")).contains("reason is required"));
+    assert!(refusal(&ledger, erase("t-old", "  ")).contains("reason must not be empty"));
     assert!(refusal(&ledger, erase("t-old", "12345")).contains("at most 4 bytes"));
     // An unknown step with a bad reason: the reason's refusal, which says
     // nothing of what the ledger holds.
