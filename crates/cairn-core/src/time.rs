@@ -208,7 +208,9 @@ impl fmt::Debug for Timestamp {
 /// A timestamp that is not valid RFC 3339, or not canonical where the
 /// canonical form is required.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid timestamp {input:?}: expected RFC 3339 UTC such as 2026-01-15T10:30:00.000000Z")]
+#[error(
+    "invalid timestamp {input:?}: expected an RFC 3339 time such as 2026-01-15T10:30:00.000000Z"
+)]
 pub struct TimestampError {
     /// The offending input (truncated to 80 characters).
     pub input: String,

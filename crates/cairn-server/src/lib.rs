@@ -64,6 +64,7 @@ use log_api::*;
 pub use routes::{check_cors_origins, openapi_document, router};
 use search_api::*;
 pub use search_api::{SEARCH_PARAMS, search_input};
+pub use sessions::listing_time;
 use sessions::*;
 use steps::*;
 

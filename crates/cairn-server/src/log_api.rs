@@ -357,8 +357,8 @@ impl futures_core::Stream for ChannelBody {
     params(
         ("session" = Option<crate::api_doc::Id>, Query, description = "One session"),
         ("agent" = Option<crate::api_doc::Id>, Query, description = "Every session of an agent"),
-        ("since" = Option<String>, Query, description = "RFC 3339"),
-        ("until" = Option<String>, Query, description = "RFC 3339"),
+        ("since" = Option<String>, Query, description = "Sessions started at or after: RFC 3339 or a date (its start), with until"),
+        ("until" = Option<String>, Query, description = "Sessions started before: RFC 3339 or a date (that day included), with since"),
         ("all" = Option<bool>, Query, description = "true for the whole org log"),
         ("level" = Option<crate::api_doc::Level>, Query, description = "Seed 004's detail level: generic (kinds, numbers, timings, hashes), detailed (plus identifiers, tool names, models, lists) or full (plus content: needs the session's recorded consent and an auditor or admin key). Hidden fields are replaced by their commitments and listed in hidden_fields; everything still verifies."),
         ("since_size" = Option<u64>, Query, description = "Add a consistency line from this earlier log size (one the holder trusts) to the bundle's checkpoint.", minimum = 1),
@@ -400,12 +400,22 @@ pub(crate) async fn export(
         (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
         (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
         (None, None, Some(since), Some(until), false) => ExportScope::Range {
-            since: cairn_core::Timestamp::parse_rfc3339(since)
-                .map_err(|e| ApiError::bad_request("invalid_request", format!("since: {e}")))?,
-            until: cairn_core::Timestamp::parse_rfc3339(until)
-                .map_err(|e| ApiError::bad_request("invalid_request", format!("until: {e}")))?,
+            since: crate::sessions::listing_time("since", since, false)?,
+            until: crate::sessions::listing_time("until", until, true)?,
         },
         (None, None, None, None, true) => ExportScope::All,
+        (None, None, Some(_), None, false) | (None, None, None, Some(_), false) => {
+            let missing = if q.contains_key("since") {
+                "until"
+            } else {
+                "since"
+            };
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("a time-range export takes since and until together: give {missing} too"),
+            )
+            .with_field(missing));
+        }
         _ => {
             return Err(ApiError::bad_request(
                 "invalid_request",

@@ -246,10 +246,11 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
     })
 }
 
-/// A time bound of the listing: RFC 3339, or a date in UTC (as `since`,
-/// its start; as `until`, the start of the next day, so that the date is
+/// A time bound of a listing, a search or a time-range export (every
+/// surface reads one so): RFC 3339, or a date in UTC (as `since`, its
+/// start; as `until`, the start of the next day, so that the date is
 /// included).
-pub(crate) fn listing_time(
+pub fn listing_time(
     key: &'static str,
     text: &str,
     end_of_day: bool,

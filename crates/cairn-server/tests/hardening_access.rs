@@ -470,9 +470,28 @@ fn empty_exports_and_long_ids() {
         "/v1/export?agent=nobody",
         "/v1/export?session=nothing",
         "/v1/export?since=2001-01-01T00:00:00Z&until=2001-01-02T00:00:00Z",
+        "/v1/export?since=2001-01-01&until=2001-01-01",
     ] {
         let r = get(&server, path, &admin);
         assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{path}");
+    }
+    // A time-range export reads its times as a listing does (a date: that
+    // day, `until` included), and names the bound it lacks.
+    let today = cairn_store::now().to_string()[..10].to_owned();
+    let range = get(
+        &server,
+        &format!("/v1/export?since={today}&until={today}"),
+        &admin,
+    );
+    assert_eq!(range.status, 200, "{}", range.text());
+    for (path, field) in [
+        ("/v1/export?since=2001-01-01", "until"),
+        ("/v1/export?until=2001-01-01", "since"),
+        ("/v1/export?since=soon&until=2001-01-01", "since"),
+    ] {
+        let r = get(&server, path, &admin);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["field"], field, "{path}");
     }
     let long = "x".repeat(5000);
     for path in [

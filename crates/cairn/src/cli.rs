@@ -444,10 +444,11 @@ struct ExportArgs {
     /// Export every session of an agent.
     #[arg(long, conflicts_with_all = ["since", "all"])]
     agent: Option<String>,
-    /// Export sessions started at or after this time (RFC 3339).
+    /// Export sessions started at or after this time (RFC 3339, or a date:
+    /// its start).
     #[arg(long, requires = "until")]
     since: Option<String>,
-    /// ... and before this time.
+    /// ... and before this time (RFC 3339, or a date: that day included).
     #[arg(long, requires = "since")]
     until: Option<String>,
     /// Export the whole org log.

@@ -17,9 +17,11 @@ pub(super) fn export_bundle(
     ) {
         (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
         (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
+        // Read as the API reads them: RFC 3339 or a date (`--until` a
+        // date: that day included).
         (None, None, Some(since), Some(until), false) => ExportScope::Range {
-            since: Timestamp::parse_rfc3339(since).map_err(|e| usage(format!("--since: {e}")))?,
-            until: Timestamp::parse_rfc3339(until).map_err(|e| usage(format!("--until: {e}")))?,
+            since: cairn_server::listing_time("since", since, false).map_err(refused)?,
+            until: cairn_server::listing_time("until", until, true).map_err(refused)?,
         },
         (None, None, None, None, true) => ExportScope::All,
         _ => {
