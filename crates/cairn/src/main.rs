@@ -123,6 +123,29 @@ fn closed_stdout(error: &anyhow::Error) -> bool {
     })
 }
 
+/// An error and its causes, each cause added only if the text so far
+/// does not already say it: errors that print their source in their own
+/// message (the store's, the SQLite driver's) had it said two or three
+/// times ("file is not a database: file is not a database: Error code 26:
+/// file is not a database").
+fn error_message(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        // A cause's own text may carry a prefix ("Error code 26: ...")
+        // before what was already said.
+        let said = |t: &str| !t.is_empty() && message.contains(t);
+        if said(&text) || text.split_once(": ").is_some_and(|(_, rest)| said(rest)) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
 fn main() -> ExitCode {
     if std::env::args_os()
         .nth(1)
@@ -140,13 +163,14 @@ fn main() -> ExitCode {
         Err(e) => {
             let refused = e.downcast_ref::<RefusedError>();
             let usage = e.downcast_ref::<UsageError>().is_some() || refused.is_some();
-            eprintln!("cairn: {e:#}");
+            let message = error_message(&e);
+            eprintln!("cairn: {message}");
             // A script that asked for JSON gets its error as JSON too, on
             // standard output where it reads the rest (the exit code says
             // which kind).
             if std::env::args_os().any(|a| a == "--json") {
                 let code = if usage { "usage" } else { "failure" };
-                let mut error = serde_json::json!({"code": code, "message": format!("{e:#}")});
+                let mut error = serde_json::json!({"code": code, "message": message});
                 if let Some(refused) = refused {
                     error["refusal"] = refused.code.into();
                     if let Some(field) = &refused.field {

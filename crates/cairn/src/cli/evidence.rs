@@ -301,6 +301,12 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         .bundle
         .as_ref()
         .ok_or_else(|| usage("--bundle is required"))?;
+    if path.is_dir() {
+        return Err(usage(format!(
+            "{} is a directory, not a bundle file",
+            path.display()
+        )));
+    }
     let file =
         std::fs::File::open(path).map_err(|e| usage(format!("opening {}: {e}", path.display())))?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -341,6 +341,13 @@ pub(super) fn replay(
     verify: bool,
     level: Option<DetailLevel>,
 ) -> Result<Outcome> {
+    // `--json` asks for JSON: another format asked for too is a
+    // contradiction, said rather than silently dropped.
+    if cli.json && matches!(format, Format::Markdown) {
+        return Err(usage(
+            "--json and --format markdown ask for two formats: give one (--format json is what --json gives)",
+        ));
+    }
     let info = store.session(&cli.org, session)?.ok_or_else(|| {
         usage(format!(
             "session {session} does not exist in org {}",

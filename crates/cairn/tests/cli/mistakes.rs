@@ -576,3 +576,44 @@ fn export_times_are_read_as_the_api_reads_them() {
 fn chrono_free_today() -> String {
     cairn_store::now().to_string()[..10].to_owned()
 }
+
+/// Answers to a few more mistakes: a directory given as a bundle is an
+/// input mistake (exit 2, not a storage failure); `--json` with
+/// `--format markdown` is refused, not silently JSON; a store file that is
+/// not a database is said once, not three times over.
+#[test]
+fn more_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let run = cairn_in(
+        dir.path(),
+        &["verify", "--bundle", dir.path().to_str().unwrap()],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("is a directory"), "{}", run.stderr);
+    let sessions = json(&cairn_in(dir.path(), &["--json", "sessions"], None));
+    let session = sessions[0]["session_id"].as_str().unwrap().to_owned();
+    let run = cairn_in(
+        dir.path(),
+        &["--json", "replay", &session, "--format", "markdown"],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("two formats"), "{}", run.stderr);
+    let broken = tempfile::tempdir().unwrap();
+    populated(broken.path());
+    let data = broken.path().join("data");
+    std::fs::write(data.join("ledger.db"), vec![0x5a; 8192]).unwrap();
+    for side in ["ledger.db-wal", "ledger.db-shm"] {
+        let _ = std::fs::remove_file(data.join(side));
+    }
+    let run = cairn_in(broken.path(), &["sessions"], None);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.matches("not a database").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+}
