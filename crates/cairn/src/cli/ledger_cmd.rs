@@ -104,7 +104,20 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
             args.agent.as_deref(),
             "cli",
         )
-        .map_err(|e| refused(e.into()))?;
+        .map_err(|e| {
+            // The API's code and field, the message naming the flag.
+            let mut e: cairn_server::ApiError = e.into();
+            let flag = match e.field.as_deref() {
+                Some("agent_id") => Some("--agent"),
+                Some("session_id") => Some("--session"),
+                Some("step_type") => Some("--type"),
+                _ => None,
+            };
+            if let Some(flag) = flag {
+                e.message = format!("{} ({flag})", e.message.trim_end_matches('.'));
+            }
+            refused(e)
+        })?;
         let written = ledger
             .write(WriteRequest::Step(Box::new(step)))
             .map_err(append_error)?;
