@@ -382,7 +382,15 @@ fn log_stdin_answers_every_line_in_order_past_its_window() {
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(cairn_in(dir.path(), &["no-such-command"], None).code, 2);
-    let no_agent = cairn_in(dir.path(), &["log", "--session", "s"], None);
+    assert_eq!(
+        cairn_in(dir.path(), &["log", "--session", "s"], None).code,
+        2
+    );
+    let no_agent = cairn_in(
+        dir.path(),
+        &["log", "--session", "s", "--type", "plan"],
+        None,
+    );
     assert_eq!(no_agent.code, 2);
     // The API's words, naming the flag to give.
     assert!(
