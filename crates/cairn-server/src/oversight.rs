@@ -184,8 +184,7 @@ pub(crate) async fn record_event(
     let counted = crate::limits::UntilWritten::new(None, Some(parsed));
     crate::members(&v, &["event_id", "session_id", "action", "detail"])?;
     let text = |k: &str| crate::optional_string(&v, k);
-    let action = text("action")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "action is required"))?;
+    let action = text("action")?.ok_or_else(|| crate::input::missing_field("action"))?;
     let (event_id, session_id) = (text("event_id")?, text("session_id")?);
     // Taken out of the body, not copied: the body's count covers it once.
     let detail = v

@@ -404,8 +404,9 @@ pub(crate) async fn verify_whole_org(
         let mut external = Vec::new();
         for note in &trusted {
             external.push(
-                cairn_store::ops::trusted_checkpoint(store, &org, note, &[])
-                    .map_err(|m| ApiError::bad_request("invalid_checkpoint", m))?,
+                cairn_store::ops::trusted_checkpoint(store, &org, note, &[]).map_err(|m| {
+                    ApiError::bad_request("invalid_checkpoint", m).with_field("checkpoint")
+                })?,
             );
         }
         let mut verdict = verify_org(store, &org, &external, &[], &mut |_| {})?;

@@ -113,8 +113,8 @@ pub(crate) async fn parse(
     let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["text"])?;
-    let text = crate::optional_string(&v, "text")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "text (a string) is required"))?;
+    let text =
+        crate::optional_string(&v, "text")?.ok_or_else(|| crate::input::missing_field("text"))?;
     drop(v);
     // The answer's text is made here, so that what it holds is counted
     // until it is written out; for a long text, on the CPU pool.

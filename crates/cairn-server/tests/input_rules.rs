@@ -692,6 +692,21 @@ fn a_long_thinking_text_is_answered_as_a_short_one() {
             assert_eq!(got["phase"], want.phase, "{n}");
             assert_eq!(got["content"], want.content.as_str(), "{n}");
         }
+        // MCP's parse_thinking: the same steps.
+        let session = mcp_session(server.addr, &admin);
+        let rpc = mcp_tool(
+            server.addr,
+            &admin,
+            &session,
+            "parse_thinking",
+            json!({"text": text}),
+        )
+        .rpc();
+        assert_eq!(
+            rpc["result"]["structuredContent"]["steps"],
+            json!(steps),
+            "{n}"
+        );
         let turn = post(
             &server,
             &format!("/v1/sessions/long-{n}/turns"),
@@ -772,6 +787,30 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
             json!({"session_id": "m", "step_type": "plan", "content": "x"}),
             "missing_field",
             "agent_id",
+        ),
+        (
+            "/v1/audit-events".to_owned(),
+            json!({}),
+            "record_audit_event",
+            json!({}),
+            "missing_field",
+            "action",
+        ),
+        (
+            "/v1/sql".to_owned(),
+            json!({}),
+            "query_sql",
+            json!({}),
+            "missing_field",
+            "sql",
+        ),
+        (
+            "/v1/thinking/parse".to_owned(),
+            json!({}),
+            "parse_thinking",
+            json!({}),
+            "missing_field",
+            "text",
         ),
     ] {
         let rest = post(&server, &path, &admin, &body);

@@ -427,6 +427,16 @@ fn sqlite_time(column: &str) -> String {
     )
 }
 
+/// [`sqlite_time`] on PostgreSQL: whole seconds and microseconds added
+/// apart, each exact (`bigint * interval` goes through a double, which
+/// loses microseconds far from 1970: a review found 9999-12-31T23:59:59.999999
+/// shown as 10000-01-01).
+fn postgres_time(column: &str) -> String {
+    format!(
+        "to_char(timestamp '1970-01-01' + ({column} / 1000000) * interval '1 second' + ({column} % 1000000) * interval '1 microsecond', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    )
+}
+
 /// The three views of one org, as a WITH clause of the dialect.
 fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError> {
     let (lo, hi) = crate::engine::org_range(org);
@@ -441,8 +451,8 @@ fn views(dialect: Dialect, org: i64, schema: &str) -> Result<With, AnalystError>
         Dialect::Postgres => (
             "encode(e.record_hash, 'hex')".to_owned(),
             "encode(e.prev_hash, 'hex')".to_owned(),
-            "to_char(to_timestamp(e.created_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')".to_owned(),
-            "to_char(to_timestamp(s.started_at / 1000000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')".to_owned(),
+            postgres_time("e.created_at"),
+            postgres_time("s.started_at"),
         ),
     };
     let definitions = format!(

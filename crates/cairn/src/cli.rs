@@ -579,6 +579,13 @@ pub(crate) fn limit_of(given: usize, limit: cairn_server::ResultLimit) -> Result
     cairn_server::result_limit(Some(u64::try_from(given).ok()), limit).map_err(refused)
 }
 
+/// [`refused`], its message naming the command line's `flag` for the
+/// API's field.
+pub(crate) fn refused_naming(mut e: cairn_server::ApiError, flag: &str) -> anyhow::Error {
+    e.message = format!("{} ({flag})", e.message.trim_end_matches('.'));
+    refused(e)
+}
+
 /// An input the API would refuse, with the API's code and field.
 pub(crate) fn refused(e: cairn_server::ApiError) -> anyhow::Error {
     crate::RefusedError {

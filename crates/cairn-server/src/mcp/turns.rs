@@ -4,8 +4,8 @@
 //! so that each seed's tools read as one group.
 
 use super::{
-    AuditTrail, CairnMcp, Parameters, ParseArgs, ToolResult, TrailArgs, TurnArgs, ok,
-    output_schema, run, tool_error,
+    AuditTrail, CairnMcp, Parameters, ParseArgs, ToolResult, TrailArgs, TurnArgs, output_schema,
+    run, tool_error,
 };
 use cairn_store::NewStep;
 use rmcp::service::{RequestContext, RoleServer};
@@ -37,8 +37,28 @@ impl CairnMcp {
         // Counted with the request's body, until its answer is sent (over
         // stdio, while the tool builds it).
         let memory = self.request_memory(&context);
-        match crate::turns::parsed_answer(&self.state, caller.org(), &args.text, memory.as_ref()) {
-            Ok((parsed, _held)) => ok(&parsed),
+        // A long text is split, and its answer built, on the CPU pool, as
+        // REST's `/v1/thinking/parse` does.
+        let large = args.text.len() > crate::INLINE_WORK_BYTES;
+        let (state, org, text) = (
+            std::sync::Arc::clone(&self.state),
+            caller.org().to_owned(),
+            args.text,
+        );
+        let answer = move || {
+            crate::turns::parsed_answer(&state, &org, &text, memory.as_ref())
+                .map(|(parsed, held)| (crate::wire::to_json(&parsed), held))
+        };
+        let answered = if large {
+            self.state
+                .cpu
+                .run("splitting the thinking text", answer)
+                .await
+        } else {
+            Ok(answer())
+        };
+        match answered.and_then(|answer| answer) {
+            Ok((value, _held)) => Ok(rmcp::model::CallToolResult::structured(value)),
             Err(e) => tool_error(e),
         }
     }

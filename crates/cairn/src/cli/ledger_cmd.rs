@@ -106,17 +106,17 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         )
         .map_err(|e| {
             // The API's code and field, the message naming the flag.
-            let mut e: cairn_server::ApiError = e.into();
+            let e: cairn_server::ApiError = e.into();
             let flag = match e.field.as_deref() {
                 Some("agent_id") => Some("--agent"),
                 Some("session_id") => Some("--session"),
                 Some("step_type") => Some("--type"),
                 _ => None,
             };
-            if let Some(flag) = flag {
-                e.message = format!("{} ({flag})", e.message.trim_end_matches('.'));
+            match flag {
+                Some(flag) => refused_naming(e, flag),
+                None => refused(e),
             }
-            refused(e)
         })?;
         let written = ledger
             .write(WriteRequest::Step(Box::new(step)))
@@ -472,7 +472,7 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
     .collect();
     // Refused with the API's code and field, the message naming the
     // command line's own argument.
-    let request = cairn_server::search_input(&given).map_err(|mut e| {
+    let request = cairn_server::search_input(&given).map_err(|e| {
         let argument = match e.field.as_deref() {
             Some("q") => Some("the QUERY argument".to_owned()),
             Some("agent_id") => Some("--agent".to_owned()),
@@ -480,10 +480,10 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
             Some(field) => Some(format!("--{field}")),
             None => None,
         };
-        if let Some(argument) = argument {
-            e.message = format!("{} ({argument})", e.message);
+        match argument {
+            Some(argument) => refused_naming(e, &argument),
+            None => refused(e),
         }
-        refused(e)
     })?;
     require_known_org(cli, store)?;
     let embedder = if request.mode == cairn_store::ops::SearchMode::FullText {

@@ -153,7 +153,10 @@ pub(super) fn redact_password(url: &str) -> String {
 /// this alike, rather than an empty listing that looks like an empty org.
 /// An org the store knows with nothing recorded yet is not refused.
 pub(crate) fn require_known_org(cli: &Cli, store: &dyn cairn_store::LedgerStore) -> Result<()> {
-    if store.orgs()?.contains(&cli.org) {
+    // An org is known from its first record, or from an API key made for
+    // it (`admin orgs` lists both): a fresh server's org has a key and no
+    // record yet.
+    if store.orgs()?.contains(&cli.org) || store.key_orgs()?.contains(&cli.org) {
         return Ok(());
     }
     Err(usage(format!(

@@ -20,8 +20,10 @@ pub(super) fn export_bundle(
         // Read as the API reads them: RFC 3339 or a date (`--until` a
         // date: that day included).
         (None, None, Some(since), Some(until), false) => ExportScope::Range {
-            since: cairn_server::listing_time("since", since, false).map_err(refused)?,
-            until: cairn_server::listing_time("until", until, true).map_err(refused)?,
+            since: cairn_server::listing_time("since", since, false)
+                .map_err(|e| refused_naming(e, "--since"))?,
+            until: cairn_server::listing_time("until", until, true)
+                .map_err(|e| refused_naming(e, "--until"))?,
         },
         (None, None, None, None, true) => ExportScope::All,
         _ => {

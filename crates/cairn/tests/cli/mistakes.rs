@@ -103,6 +103,24 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         let known = cairn_in(dir.path(), args, None);
         assert_eq!(known.code, 0, "{args:?}: {} {}", known.stdout, known.stderr);
     }
+    // An org with an API key and nothing recorded yet (a fresh server's)
+    // is known: an empty listing, not "no records; check --org".
+    let key = cairn_in(
+        dir.path(),
+        &["--org", "beta", "admin", "create-key", "--role", "admin"],
+        None,
+    );
+    assert_eq!(key.code, 0, "{}", key.stderr);
+    for args in [
+        &["sessions"][..],
+        &["sql", "SELECT 1"],
+        &["review", "queue"],
+    ] {
+        let mut with_org = vec!["--org", "beta"];
+        with_org.extend_from_slice(args);
+        let run = cairn_in(dir.path(), &with_org, None);
+        assert_eq!(run.code, 0, "{args:?}: {} {}", run.stdout, run.stderr);
+    }
 }
 
 /// A `--limit` is read as the API reads its `limit`: 0 or past the
@@ -566,7 +584,7 @@ fn export_times_are_read_as_the_api_reads_them() {
     );
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(
-        bad.stderr.contains("since must be an RFC 3339 time"),
+        bad.stderr.contains("since must be an RFC 3339 time") && bad.stderr.contains("(--since)"),
         "{}",
         bad.stderr
     );
