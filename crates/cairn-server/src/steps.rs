@@ -42,11 +42,10 @@ pub(crate) async fn record_step(
     memory: Option<&crate::limits::RequestMemory>,
     step: cairn_store::NewStep,
 ) -> Result<cairn_store::Written, ApiError> {
-    let retry = step.trace_id.is_some().then(|| step.clone());
     let submitted = submit_steps(state, org, memory, vec![step]).await?;
-    let answer = match submitted.into_iter().next() {
-        Some(pending) => pending.await,
-        None => Err(closed()),
+    let (answer, retry) = match submitted.into_iter().next() {
+        Some(Submitted { retry, pending }) => (pending.await, retry),
+        None => (Err(closed()), None),
     };
     match (answer, retry) {
         (Err(refused), Some(step)) => already_recorded(state, step, refused).await,
@@ -71,7 +70,7 @@ pub(crate) async fn submit_steps(
     org: &str,
     memory: Option<&crate::limits::RequestMemory>,
     steps: Vec<cairn_store::NewStep>,
-) -> Result<Vec<cairn_store::Pending>, ApiError> {
+) -> Result<Vec<Submitted>, ApiError> {
     let sizes: Vec<usize> = steps
         .iter()
         .map(cairn_store::NewStep::approx_memory)
@@ -81,18 +80,26 @@ pub(crate) async fn submit_steps(
     // The request's count goes with the work: a client that hangs up
     // drops this handler, not a preparation running on the pool.
     let counted = memory.cloned();
-    let prepare = move || -> Vec<(usize, Result<cairn_store::PreparedStep, cairn_store::Refusal>)> {
+    type Prepared = (
+        usize,
+        Option<cairn_store::NewStep>,
+        Result<cairn_store::PreparedStep, cairn_store::Refusal>,
+    );
+    let prepare = move || -> Vec<Prepared> {
         let _counted = counted;
         steps
             .into_iter()
             .zip(sizes)
             .map(|(s, size)| {
-                let copies = if s.trace_id.is_some() { 2 } else { 1 };
+                // A step that names its trace id is kept to answer a
+                // retry, copied here (on the pool for a large one).
+                let retry = s.trace_id.is_some().then(|| s.clone());
+                let copies = if retry.is_some() { 2 } else { 1 };
                 let prepared = ledger.prepare(s);
                 let held = prepared
                     .as_ref()
                     .map_or(0, |p| copies * size + p.search_bytes());
-                (held, prepared)
+                (held, retry, prepared)
             })
             .collect()
     };
@@ -105,19 +112,34 @@ pub(crate) async fn submit_steps(
         state,
         org,
         memory,
-        prepared.iter().map(|(bytes, _)| bytes).sum(),
+        prepared.iter().map(|(bytes, _, _)| bytes).sum(),
     )?;
     let until_written = crate::limits::UntilWritten::new(memory, held);
     let submitted = prepared
         .into_iter()
-        .map(|(_, prepared)| match prepared {
-            Ok(p) => crate::queue_write(state, &until_written, WriteRequest::Prepared(Box::new(p))),
-            Err(refusal) => {
-                cairn_store::Pending::answered(Err(cairn_store::AppendError::Refused(refusal)))
-            }
+        .map(|(_, retry, prepared)| Submitted {
+            retry,
+            pending: match prepared {
+                Ok(p) => {
+                    crate::queue_write(state, &until_written, WriteRequest::Prepared(Box::new(p)))
+                }
+                Err(refusal) => {
+                    cairn_store::Pending::answered(Err(cairn_store::AppendError::Refused(refusal)))
+                }
+            },
         })
         .collect();
     Ok(submitted)
+}
+
+/// A step queued by [`submit_steps`]: its answer to come, and the step
+/// itself if it names its trace id (to answer a retry whose first answer
+/// was lost, [`cairn_store::NewStep::recorded_as`]).
+pub(crate) struct Submitted {
+    /// The step as sent, if it names its trace id.
+    pub(crate) retry: Option<cairn_store::NewStep>,
+    /// Its answer.
+    pub(crate) pending: cairn_store::Pending,
 }
 
 /// The answer to a write whose submission's worker was lost.
@@ -286,16 +308,12 @@ pub(crate) async fn append_batch(
         steps.push(step);
     }
     // Submit everything first so the sequencer commits it together (what
-    // the ledger makes of each step counted with the body); a copy of
-    // each step that names its trace id, for a retried batch.
-    let retries: Vec<_> = steps
-        .iter()
-        .map(|s| s.trace_id.is_some().then(|| s.clone()))
-        .collect();
+    // the ledger makes of each step counted with the body), each step that
+    // names its trace id kept for a retried batch.
     let submitted = submit_steps(&state, caller.org(), Some(&memory), steps).await?;
     let mut outcomes = Vec::with_capacity(submitted.len());
-    for (retry, p) in retries.into_iter().zip(submitted) {
-        outcomes.push((retry, p.await));
+    for Submitted { retry, pending } in submitted {
+        outcomes.push((retry, pending.await));
     }
     // Steps refused as duplicate trace ids may be a retried batch's: all
     // looked up in one blocking task, in the batch's order (the trace ids
