@@ -376,7 +376,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/audit-events",
             json!({"event_id": "e"}),
             400,
-            "invalid_request",
+            "missing_field",
         ),
         (
             "event with a bad id",
