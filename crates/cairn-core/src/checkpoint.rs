@@ -143,13 +143,15 @@ impl VerifiedCheckpoint {
     }
 }
 
-/// Whether `note` is a signed checkpoint note at all (a signed note whose
-/// text is a checkpoint), no signature checked: what a checkpoint an
-/// auditor gives to be trusted must be before a verifier can trust it or
-/// find it signed by another key. Anything else is the caller's mistake
-/// (an empty file, an error message saved as a checkpoint), not evidence.
+/// Whether `note` is a signed note at all (text, a blank line, signature
+/// lines), no signature checked: what a checkpoint an auditor gives to be
+/// trusted must be before a verifier can weigh it. Anything else is the
+/// caller's mistake (an empty file, an error message saved as a
+/// checkpoint), not evidence; a signed note that is not this log's
+/// checkpoint (another key's, another text) is the verifier's to judge
+/// (`bad-signature`, FORMAT 10.2).
 pub fn checkpoint_note_shape(note: &str) -> Result<(), CheckpointError> {
-    Checkpoint::parse(&Note::parse(note)?.text).map(|_| ())
+    Note::parse(note).map(|_| ()).map_err(CheckpointError::from)
 }
 
 /// Verifies a signed checkpoint note: at least one signature by one of

@@ -536,11 +536,11 @@ pub(crate) fn trusted_param(q: &[(String, String)]) -> Result<Vec<String>, ApiEr
                 .map_err(|_| refused("this is not base64".into()))?;
             let note = String::from_utf8(bytes)
                 .map_err(|_| refused("this decodes to bytes that are not text".into()))?;
-            // Not a checkpoint at all is the caller's mistake (400), as a
-            // store's verification answers; one signed by another key
-            // stays a bundle's verdict.
+            // Not a signed note at all is the caller's mistake (400), as a
+            // store's verification answers; a note signed by another key,
+            // or of another text, stays a bundle's verdict.
             cairn_core::checkpoint::checkpoint_note_shape(&note)
-                .map_err(|e| refused(format!("this decodes to no checkpoint note ({e})")))?;
+                .map_err(|e| refused(format!("this decodes to no signed note ({e})")))?;
             Ok(note)
         })
         .collect()
@@ -620,7 +620,7 @@ pub(crate) fn witness_policy_param(
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
-        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each; a value that is not a signed checkpoint note at all is refused (400 invalid_checkpoint)."),
+        ("checkpoint" = Option<String>, Query, description = "A signed checkpoint the caller trusts: the note exactly as `cairn checkpoint` printed it, base64-encoded (standard or URL-safe alphabet); repeatable. Verification fails unless the log is consistent with each; a value that is not a signed note at all is refused (400 invalid_checkpoint)."),
         ("key" = Option<String>, Query, description = "A server vkey (C2SP form) the bundle's checkpoint must be signed by; repeatable."),
     ),
     request_body(content = String, content_type = "application/x-ndjson", description = "A bundle: one JSON object per line (docs/FORMAT.md)"),

@@ -136,8 +136,8 @@ fn a_trusted_checkpoint_must_be_a_checkpoint_note() {
     let note = get(&server, "/v1/checkpoint", &admin).text();
     for (given, why) in [
         ("%%%".to_owned(), "not base64"),
-        (b64("hello"), "no checkpoint note"),
-        (b64(""), "no checkpoint note"),
+        (b64("hello"), "no signed note"),
+        (b64(""), "no signed note"),
         (
             base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe]),
             "not text",

@@ -320,7 +320,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         // verification; one signed by another key stays a verdict.
         cairn_core::checkpoint::checkpoint_note_shape(&note).map_err(|e| {
             usage(format!(
-                "{}: not a signed checkpoint note ({e}); give a file `cairn checkpoint` wrote",
+                "{}: not a signed note ({e}); give a file `cairn checkpoint` wrote",
                 path.display()
             ))
         })?;
