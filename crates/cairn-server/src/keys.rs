@@ -103,15 +103,14 @@ pub(crate) async fn create_key(
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let (v, _parsed) = parse_json(&state, caller.org(), &body).await?;
     members(&v, &["role", "agent_id", "label", "expires_at"])?;
-    let role = optional_string(&v, "role")?
-        .as_deref()
-        .and_then(Role::parse)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                "role must be writer, reader, auditor or admin",
-            )
-        })?;
+    let role = optional_string(&v, "role")?.ok_or_else(|| crate::input::missing_field("role"))?;
+    let role = Role::parse(&role).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_request",
+            "role must be writer, reader, auditor or admin",
+        )
+        .with_field("role")
+    })?;
     // A key bound to an agent mints keys bound to the same agent only:
     // it cannot create a key that acts for any agent.
     let agent = match (optional_string(&v, "agent_id")?, &caller.key.agent_id) {

@@ -456,6 +456,7 @@ fn level_param(q: &HashMap<String, String>) -> Result<Option<DetailLevel>, ApiEr
                     "invalid_request",
                     format!("level must be generic, detailed or full, not {l}"),
                 )
+                .with_field("level")
             })
         })
         .transpose()

@@ -442,6 +442,13 @@ pub(crate) async fn count_errors(
             Some(text) => format!("{reason}: {text}"),
             None => reason.to_owned(),
         };
+        // rmcp's refusal of a request without a session names no way out:
+        // a hand-written client is told the handshake.
+        if path == "/mcp" && status == StatusCode::BAD_REQUEST && message.contains("Session ID") {
+            message.push_str(
+                " (send `initialize` first, without the header, then give the Mcp-Session-Id header its answer carries with every later request)",
+            );
+        }
         // A 405 says which methods the address takes, as the OpenAPI
         // document lists them (axum adds `Allow` only after this layer).
         if status == StatusCode::METHOD_NOT_ALLOWED

@@ -828,3 +828,39 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
         }
     }
 }
+
+/// A few more refusals name their field or the way out: a key without a
+/// role, a replay's unknown level, an MCP request sent before its
+/// session's handshake.
+#[test]
+fn refusals_name_their_field_and_the_way_out() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    for (body, code) in [
+        (json!({}), "missing_field"),
+        (json!({"role": "boss"}), "invalid_request"),
+    ] {
+        let reply = post(&server, "/v1/keys", &admin, &body);
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let error = &reply.json()["error"];
+        assert_eq!(
+            (error["code"].as_str(), error["field"].as_str()),
+            (Some(code), Some("role")),
+            "{error}"
+        );
+    }
+    post(&server, "/v1/steps", &admin, &step("lv", "a", "plan", "x"));
+    let level = get(&server, "/v1/sessions/lv?level=bogus", &admin);
+    assert_eq!(level.status, 400, "{}", level.text());
+    assert_eq!(level.json()["error"]["field"], "level");
+    let no_session = raw(
+        server.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+        ),
+        br#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#,
+    );
+    assert_eq!(no_session.status, 400);
+    let text = String::from_utf8_lossy(&no_session.body).to_string();
+    assert!(text.contains("send `initialize` first"), "{text}");
+}
