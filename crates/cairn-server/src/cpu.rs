@@ -33,6 +33,22 @@ impl CpuPool {
         )
     }
 
+    /// Runs `work` on the pool if `large` (its input past
+    /// [`crate::INLINE_WORK_BYTES`]), else at once on the caller's thread,
+    /// where a hop to the pool would cost more than the work.
+    pub(crate) async fn run_when<T: Send + 'static>(
+        &self,
+        large: bool,
+        what: &str,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        if large {
+            self.run(what, work).await
+        } else {
+            Ok(work())
+        }
+    }
+
     /// Runs `work` on the pool and waits for it. Whatever `work` owns
     /// (a request's memory count with the body it parses) lives until it
     /// ends, even if the caller stops waiting (a client that hangs up).

@@ -279,19 +279,16 @@ async fn parse_json(
     body: &Bytes,
 ) -> Result<(Value, limits::HeldMemory), ApiError> {
     let held = hold_body(state, org, body)?;
-    let (parsed, held) = if body.len() <= INLINE_WORK_BYTES {
-        (wire::parse_strict(body), held)
-    } else {
-        // The count goes with the work: a client that hangs up drops this
-        // handler, not the parse, which holds the value until it ends.
-        let body = body.clone();
-        state
-            .cpu
-            .run("parsing the request body", move || {
-                (wire::parse_strict(&body), held)
-            })
-            .await?
-    };
+    // The count goes with the work: a client that hangs up drops this
+    // handler, not the parse, which holds the value until it ends.
+    let large = body.len() > INLINE_WORK_BYTES;
+    let body = body.clone();
+    let (parsed, held) = state
+        .cpu
+        .run_when(large, "parsing the request body", move || {
+            (wire::parse_strict(&body), held)
+        })
+        .await?;
     let value = parsed.map_err(|e| ApiError::bad_request("invalid_json", e.message))?;
     Ok((value, held))
 }
@@ -327,18 +324,19 @@ fn queue_write(
     state.ledger.submit_holding(request, counted.hold())
 }
 
-/// [`queue_write`] from the CPU pool: for a request whose checks before
-/// queueing (an audit event's detail in canonical form) are milliseconds
-/// of CPU, which would otherwise hold a runtime worker.
-async fn queue_write_from_pool(
+/// [`queue_write`], from the CPU pool when `large`: for a request whose
+/// checks before queueing (an audit event's detail in canonical form) can
+/// be milliseconds of CPU, which would otherwise hold a runtime worker.
+async fn queue_write_when_large(
     state: &AppState,
     counted: &limits::UntilWritten,
     request: WriteRequest,
+    large: bool,
 ) -> Result<cairn_store::Pending, ApiError> {
     let (ledger, hold) = (Arc::clone(&state.ledger), counted.hold());
     state
         .cpu
-        .run("queueing the write", move || {
+        .run_when(large, "queueing the write", move || {
             ledger.submit_holding(request, hold)
         })
         .await

@@ -239,12 +239,10 @@ pub(crate) async fn audit_event(
         action,
         detail,
     };
-    let pending = if large {
-        crate::queue_write_from_pool(state, counted, request).await?
-    } else {
-        crate::queue_write(state, counted, request)
-    };
-    match pending.await? {
+    match crate::queue_write_when_large(state, counted, request, large)
+        .await?
+        .await?
+    {
         Written::AuditEvent { seq, event_id } => Ok(EventRecorded { seq, event_id }),
         other => Err(crate::unexpected(other)),
     }

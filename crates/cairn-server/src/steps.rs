@@ -75,7 +75,7 @@ pub(crate) async fn submit_steps(
         .iter()
         .map(cairn_store::NewStep::approx_memory)
         .collect();
-    let inline = sizes.iter().sum::<usize>() <= crate::INLINE_WORK_BYTES;
+    let large = sizes.iter().sum::<usize>() > crate::INLINE_WORK_BYTES;
     let ledger = Arc::clone(&state.ledger);
     // The request's count goes with the work: a client that hangs up
     // drops this handler, not a preparation running on the pool.
@@ -103,11 +103,10 @@ pub(crate) async fn submit_steps(
             })
             .collect()
     };
-    let prepared = if inline {
-        prepare()
-    } else {
-        state.cpu.run("preparing the steps", prepare).await?
-    };
+    let prepared = state
+        .cpu
+        .run_when(large, "preparing the steps", prepare)
+        .await?;
     let held = crate::hold_more(
         state,
         org,

@@ -61,6 +61,29 @@ pub(crate) fn parsed_answer(
     Ok((parsed, held))
 }
 
+/// [`parsed_answer`] and what `finish` makes of it (the answer's JSON), on
+/// the CPU pool for a text past [`crate::INLINE_WORK_BYTES`] (REST
+/// `/v1/thinking/parse` and MCP `parse_thinking`), the request's count
+/// kept until the work ends.
+pub(crate) async fn parsed_answer_when_large<T: Send + 'static>(
+    state: &Arc<AppState>,
+    org: &str,
+    text: String,
+    memory: Option<crate::limits::RequestMemory>,
+    finish: impl FnOnce(&Parsed) -> T + Send + 'static,
+) -> Result<(T, Option<crate::limits::HeldMemory>), ApiError> {
+    let large = text.len() > crate::INLINE_WORK_BYTES;
+    let (work_state, org) = (Arc::clone(state), org.to_owned());
+    state
+        .cpu
+        .run_when(large, "splitting the thinking text", move || {
+            let (answer, held) = parsed_answer(&work_state, &org, &text, memory.as_ref())?;
+            drop(text);
+            Ok((finish(&answer), held))
+        })
+        .await?
+}
+
 /// The parsed steps of a thinking text; refused past the steps one turn
 /// may hold ([`cairn_store::ops::MAX_STEPS_PER_WRITE`]), as recording it
 /// would be.
@@ -116,27 +139,13 @@ pub(crate) async fn parse(
     let text =
         crate::optional_string(&v, "text")?.ok_or_else(|| crate::input::missing_field("text"))?;
     drop(v);
-    // The answer's text is made here, so that what it holds is counted
-    // until it is written out; for a long text, on the CPU pool.
-    let large = text.len() > crate::INLINE_WORK_BYTES;
-    let answer = {
-        let (state, org, memory) = (Arc::clone(&state), caller.org().to_owned(), memory.clone());
-        move || -> Result<_, ApiError> {
-            let (answer, held) = parsed_answer(&state, &org, &text, Some(&memory))?;
-            drop(text);
-            let json = serde_json::to_vec(&wire::to_json(&answer))
-                .map_err(|_| crate::worker_failed("writing the parsed steps failed"))?;
-            Ok((json, held))
-        }
-    };
-    let (json, held) = if large {
-        state
-            .cpu
-            .run("splitting the thinking text", answer)
-            .await??
-    } else {
-        answer()?
-    };
+    // The answer's text is made with it, so that what it holds is counted
+    // until it is written out.
+    let (json, held) =
+        parsed_answer_when_large(&state, caller.org(), text, Some(memory.clone()), |answer| {
+            serde_json::to_vec(&wire::to_json(answer)).unwrap_or_default()
+        })
+        .await?;
     let response = (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         json,
@@ -348,6 +357,7 @@ pub(crate) async fn record_turn(
             })
             .await?
     } else {
+        // Small: split where it is, without copying the template.
         cairn_store::ops::turn_steps(template, turn_id, thinking, explicit)
     }
     .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;

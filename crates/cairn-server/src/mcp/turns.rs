@@ -37,27 +37,16 @@ impl CairnMcp {
         // Counted with the request's body, until its answer is sent (over
         // stdio, while the tool builds it).
         let memory = self.request_memory(&context);
-        // A long text is split, and its answer built, on the CPU pool, as
-        // REST's `/v1/thinking/parse` does.
-        let large = args.text.len() > crate::INLINE_WORK_BYTES;
-        let (state, org, text) = (
-            std::sync::Arc::clone(&self.state),
-            caller.org().to_owned(),
+        // As REST's `/v1/thinking/parse`: a long text on the CPU pool.
+        let answered = crate::turns::parsed_answer_when_large(
+            &self.state,
+            caller.org(),
             args.text,
-        );
-        let answer = move || {
-            crate::turns::parsed_answer(&state, &org, &text, memory.as_ref())
-                .map(|(parsed, held)| (crate::wire::to_json(&parsed), held))
-        };
-        let answered = if large {
-            self.state
-                .cpu
-                .run("splitting the thinking text", answer)
-                .await
-        } else {
-            Ok(answer())
-        };
-        match answered.and_then(|answer| answer) {
+            memory,
+            crate::wire::to_json,
+        )
+        .await;
+        match answered {
             Ok((value, _held)) => Ok(rmcp::model::CallToolResult::structured(value)),
             Err(e) => tool_error(e),
         }
