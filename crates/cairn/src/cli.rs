@@ -579,6 +579,18 @@ pub(crate) fn limit_of(given: usize, limit: cairn_server::ResultLimit) -> Result
     cairn_server::result_limit(Some(u64::try_from(given).ok()), limit).map_err(refused)
 }
 
+/// The command line's flag for an API member whose flag is named
+/// otherwise (`agent_id` is `--agent`), shared by the commands that take
+/// them.
+pub(crate) fn flag_for_member(member: &str) -> Option<&'static str> {
+    match member {
+        "agent_id" => Some("--agent"),
+        "session_id" => Some("--session"),
+        "step_type" => Some("--type"),
+        _ => None,
+    }
+}
+
 /// [`refused`], its message naming the command line's `flag` for the
 /// API's field.
 pub(crate) fn refused_naming(mut e: cairn_server::ApiError, flag: &str) -> anyhow::Error {

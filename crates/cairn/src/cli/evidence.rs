@@ -72,9 +72,7 @@ pub(super) fn verify_store(
         })?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
-    if !orgs.contains(&cli.org) {
-        require_known_org(cli, store)?;
-    }
+    require_known_org(cli, store)?;
     let (verdict, extra) = verify_one_org(cli, store, &cli.org, args)?;
     let others = orgs.iter().filter(|o| **o != cli.org).count();
     if !cli.json && others > 0 {

@@ -107,13 +107,7 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         .map_err(|e| {
             // The API's code and field, the message naming the flag.
             let e: cairn_server::ApiError = e.into();
-            let flag = match e.field.as_deref() {
-                Some("agent_id") => Some("--agent"),
-                Some("session_id") => Some("--session"),
-                Some("step_type") => Some("--type"),
-                _ => None,
-            };
-            match flag {
+            match e.field.as_deref().and_then(flag_for_member) {
                 Some(flag) => refused_naming(e, flag),
                 None => refused(e),
             }
@@ -473,13 +467,10 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
     // Refused with the API's code and field, the message naming the
     // command line's own argument.
     let request = cairn_server::search_input(&given).map_err(|e| {
-        let argument = match e.field.as_deref() {
-            Some("q") => Some("the QUERY argument".to_owned()),
-            Some("agent_id") => Some("--agent".to_owned()),
-            Some("session_id") => Some("--session".to_owned()),
-            Some(field) => Some(format!("--{field}")),
-            None => None,
-        };
+        let argument = e.field.as_deref().map(|field| match field {
+            "q" => "the QUERY argument".to_owned(),
+            other => flag_for_member(other).map_or_else(|| format!("--{other}"), str::to_owned),
+        });
         match argument {
             Some(argument) => refused_naming(e, &argument),
             None => refused(e),
