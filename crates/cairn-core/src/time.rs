@@ -20,6 +20,9 @@ const MIN_MICROS: i64 = -62_167_219_200_000_000;
 const MAX_MICROS: i64 = 253_402_300_799_999_999;
 
 impl Timestamp {
+    /// The last instant a timestamp can name: 9999-12-31T23:59:59.999999Z.
+    pub const MAX: Timestamp = Timestamp(MAX_MICROS);
+
     /// From microseconds since the Unix epoch; `None` outside years 0..=9999.
     pub fn from_micros(micros: i64) -> Option<Timestamp> {
         (MIN_MICROS..=MAX_MICROS)

@@ -64,8 +64,8 @@ use log_api::*;
 pub use routes::{check_cors_origins, openapi_document, router};
 use search_api::*;
 pub use search_api::{SEARCH_PARAMS, search_input};
-pub use sessions::listing_time;
 use sessions::*;
+pub use sessions::{export_range, listing_time};
 use steps::*;
 
 use axum::Router;
@@ -693,8 +693,9 @@ fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiE
             v.parse::<u64>().map_err(|_| {
                 ApiError::bad_request(
                     "invalid_request",
-                    format!("{key} must be a non-negative integer"),
+                    format!("{key} must be a non-negative integer, not {}", shown(v)),
                 )
+                .with_field(key)
             })
         })
         .transpose()

@@ -399,10 +399,9 @@ pub(crate) async fn export(
     ) {
         (Some(s), None, None, None, false) => ExportScope::Session(s.clone()),
         (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
-        (None, None, Some(since), Some(until), false) => ExportScope::Range {
-            since: crate::sessions::listing_time("since", since, false)?,
-            until: crate::sessions::listing_time("until", until, true)?,
-        },
+        (None, None, Some(since), Some(until), false) => {
+            crate::sessions::export_range(since, until)?
+        }
         (None, None, None, None, true) => ExportScope::All,
         (None, None, Some(_), None, false) | (None, None, None, Some(_), false) => {
             let missing = if q.contains_key("since") {

@@ -249,7 +249,8 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
 /// A time bound of a listing, a search or a time-range export (every
 /// surface reads one so): RFC 3339, or a date in UTC (as `since`, its
 /// start; as `until`, the start of the next day, so that the date is
-/// included).
+/// included; for 9999-12-31, whose next day no timestamp names, the last
+/// instant there is).
 pub fn listing_time(
     key: &'static str,
     text: &str,
@@ -262,13 +263,10 @@ pub fn listing_time(
         .then(|| Timestamp::parse_rfc3339(&format!("{text}T00:00:00Z")).ok())
         .flatten();
     match date {
-        Some(midnight) if end_of_day => Timestamp::from_micros(
+        Some(midnight) if end_of_day => Ok(Timestamp::from_micros(
             midnight.as_micros().saturating_add(86_400_000_000),
         )
-        .ok_or_else(|| {
-            ApiError::bad_request("invalid_request", format!("{key} is out of range"))
-                .with_field(key)
-        }),
+        .unwrap_or(Timestamp::MAX)),
         Some(midnight) => Ok(midnight),
         None => Err(ApiError::bad_request(
             "invalid_request",
@@ -276,6 +274,28 @@ pub fn listing_time(
         )
         .with_field(key)),
     }
+}
+
+/// The scope of a time-range export (REST's `since` and `until`, the
+/// command line's `--since` and `--until`), its bounds read as
+/// [`listing_time`] reads them; refused when the range holds no instant,
+/// rather than answered as an export that found no session.
+pub fn export_range(since: &str, until: &str) -> Result<ExportScope, ApiError> {
+    let from = listing_time("since", since, false)?;
+    let before = listing_time("until", until, true)?;
+    if before <= from {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "until ({until}) is not after since ({since}): the range holds no time; give the earlier time as since"
+            ),
+        )
+        .with_field("until"));
+    }
+    Ok(ExportScope::Range {
+        since: from,
+        until: before,
+    })
 }
 
 /// A cursor as text: the session's start in microseconds, a dot, its id.

@@ -758,6 +758,14 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
         ),
         (
             format!("/v1/steps/{trace}/erase"),
+            json!({"reason": null}),
+            "erase_step",
+            json!({"trace_id": trace, "reason": null}),
+            "missing_field",
+            "reason",
+        ),
+        (
+            format!("/v1/steps/{trace}/erase"),
             json!({"reason": " "}),
             "erase_step",
             json!({"trace_id": trace, "reason": " "}),
@@ -863,4 +871,65 @@ fn refusals_name_their_field_and_the_way_out() {
     assert_eq!(no_session.status, 400);
     let text = String::from_utf8_lossy(&no_session.body).to_string();
     assert!(text.contains("send `initialize` first"), "{text}");
+
+    // A mistyped tool argument is said in REST's words, not serde's.
+    let session = mcp_session(server.addr, &admin);
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "log_reasoning_step",
+        json!({"session_id": "lv", "step_type": "plan", "confidence": "high"}),
+    )
+    .rpc();
+    let error = &rpc["result"]["structuredContent"]["error"];
+    assert_eq!(error["field"], "confidence", "{rpc}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("must be a number") && !m.contains("f64")),
+        "{rpc}"
+    );
+
+    // A query number that is none names its parameter and what was sent.
+    let proof = get(&server, "/v1/proofs/inclusion?seq=abc", &admin);
+    assert_eq!(proof.status, 400, "{}", proof.text());
+    assert_eq!(proof.json()["error"]["field"], "seq", "{}", proof.text());
+    assert!(proof.text().contains("abc"), "{}", proof.text());
+}
+
+/// A time-range export reads its bounds as a listing does, refuses a
+/// range that holds no time (rather than answering that it found no
+/// session), and takes the last date there is as its end.
+#[test]
+fn a_time_range_export_refuses_a_range_that_holds_no_time() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    post(&server, "/v1/steps", &admin, &step("tr", "a", "plan", "x"));
+    for query in [
+        "since=2026-12-05&until=2026-12-01",
+        "since=2026-12-05T10:00:00Z&until=2026-12-05T10:00:00Z",
+    ] {
+        let reply = get(&server, &format!("/v1/export?{query}"), &admin);
+        assert_eq!(reply.status, 400, "{query}: {}", reply.text());
+        let error = &reply.json()["error"];
+        assert_eq!(
+            (error["code"].as_str(), error["field"].as_str()),
+            (Some("invalid_request"), Some("until")),
+            "{query}: {error}"
+        );
+    }
+    let everything = get(
+        &server,
+        "/v1/export?since=2000-01-01&until=9999-12-31",
+        &admin,
+    );
+    assert_eq!(everything.status, 200, "{}", everything.text());
+    assert!(
+        everything.text().contains("\"tr\""),
+        "{}",
+        everything.text()
+    );
+    let listing = get(&server, "/v1/sessions?until=9999-12-31", &admin);
+    assert_eq!(listing.status, 200, "{}", listing.text());
 }

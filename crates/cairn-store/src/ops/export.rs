@@ -45,7 +45,10 @@ impl std::fmt::Display for ExportScope {
             ExportScope::Session(id) => write!(f, "session {id:?}"),
             ExportScope::Agent(id) => write!(f, "agent {id:?}"),
             ExportScope::Range { since, until } => {
-                write!(f, "the sessions started from {since} until {until}")
+                write!(
+                    f,
+                    "the sessions started at or after {since} and before {until}"
+                )
             }
         }
     }

@@ -19,12 +19,15 @@ pub(super) fn export_bundle(
         (None, Some(a), None, None, false) => ExportScope::Agent(a.clone()),
         // Read as the API reads them: RFC 3339 or a date (`--until` a
         // date: that day included).
-        (None, None, Some(since), Some(until), false) => ExportScope::Range {
-            since: cairn_server::listing_time("since", since, false)
-                .map_err(|e| refused_naming(e, "--since"))?,
-            until: cairn_server::listing_time("until", until, true)
-                .map_err(|e| refused_naming(e, "--until"))?,
-        },
+        (None, None, Some(since), Some(until), false) => cairn_server::export_range(since, until)
+            .map_err(|e| {
+            let flag = if e.field.as_deref() == Some("since") {
+                "--since"
+            } else {
+                "--until"
+            };
+            refused_naming(e, flag)
+        })?,
         (None, None, None, None, true) => ExportScope::All,
         _ => {
             return Err(usage(
