@@ -177,9 +177,24 @@ pub fn from_slice_with(bytes: &[u8], integers: Integers) -> Result<Value, String
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = StrictSeed::GENERAL
         .deserialize(&mut de)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
+        .map_err(|e| explained(bytes, e))?;
+    de.end().map_err(|e| explained(bytes, e))?;
     Ok(value)
+}
+
+/// serde's message, with the way out where the cause is one a person
+/// would not see in the text: a byte order mark (which editors on Windows
+/// write and JSON does not allow) or no text at all.
+fn explained(bytes: &[u8], e: serde_json::Error) -> String {
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        format!(
+            "{e} (the text starts with a UTF-8 byte order mark, which JSON does not allow: save it without one)"
+        )
+    } else if bytes.iter().all(u8::is_ascii_whitespace) {
+        format!("{e} (the text is empty)")
+    } else {
+        e.to_string()
+    }
 }
 
 /// [`from_slice`] on text.
@@ -396,6 +411,18 @@ impl<'de> Visitor<'de> for StrictSeed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A byte order mark and an empty text are named in the refusal; other
+    /// mistakes keep serde's message alone.
+    #[test]
+    fn refusals_name_what_a_person_cannot_see() {
+        let bom = from_slice_with(b"\xEF\xBB\xBF{}", Integers::Bits64).unwrap_err();
+        assert!(bom.contains("byte order mark"), "{bom}");
+        let empty = from_slice_with(b" \n", Integers::Bits64).unwrap_err();
+        assert!(empty.contains("the text is empty"), "{empty}");
+        let other = from_slice_with(b"{x}", Integers::Bits64).unwrap_err();
+        assert!(!other.contains('('), "{other}");
+    }
 
     /// The estimate before parsing counts what may open a value outside
     /// strings only: braces in text are its bytes, and an empty object

@@ -245,6 +245,14 @@ fn from_serde_message(path: &str, message: &str) -> ApiError {
     } else {
         Some(path.to_owned())
     };
+    // A required argument given as null is missing, as REST reads a null
+    // member (optional arguments take null as absent and never get here).
+    if message.starts_with("invalid type: null")
+        && let Some(f) = &field
+    {
+        return missing_field(f);
+    }
+    let message = plain_type_message(message);
     let shown_message = match &field {
         Some(f) => format!("{}: {message}", shown(f)),
         None => format!("the arguments: {message}"),
@@ -254,6 +262,30 @@ fn from_serde_message(path: &str, message: &str) -> ApiError {
         Some(f) => error.with_field(f),
         None => error,
     }
+}
+
+/// serde's `invalid type: string "x", expected f64` in the words REST's
+/// refusals use (`must be a number, not string "x"`); other messages as
+/// they are.
+fn plain_type_message(message: &str) -> String {
+    let Some((got, expected)) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|rest| rest.rsplit_once(", expected "))
+    else {
+        return message.to_owned();
+    };
+    let wanted = match expected {
+        "f32" | "f64" => "a number",
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more, in range",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number in range",
+        "a boolean" => "true or false",
+        "a sequence" => "an array",
+        "a map" => "an object",
+        e if e.starts_with("struct ") => "an object",
+        e => e,
+    };
+    format!("must be {wanted}, not {got}")
 }
 
 /// A request's query string as name → value, with a name given twice
@@ -338,7 +370,19 @@ mod tests {
         let e = typed::<Args>(json!({"session_id": "s", "confidence": "high"})).unwrap_err();
         assert_eq!(e.code, "invalid_argument");
         assert_eq!(e.field.as_deref(), Some("confidence"));
-        assert!(e.message.contains("expected f64"), "{}", e.message);
+        assert!(
+            e.message.contains("must be a number, not string \"high\""),
+            "{}",
+            e.message
+        );
+
+        let e = typed::<Args>(json!({"session_id": null})).unwrap_err();
+        assert_eq!(e.code, "missing_field");
+        assert_eq!(e.field.as_deref(), Some("session_id"));
+
+        let e = typed::<Args>(json!({"session_id": "s", "verify_chain": 1})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("verify_chain"));
+        assert!(e.message.contains("must be true or false"), "{}", e.message);
 
         let e = typed::<Args>(json!("not an object")).unwrap_err();
         assert_eq!(e.code, "invalid_argument");

@@ -587,6 +587,11 @@ pub(crate) fn flag_for_member(member: &str) -> Option<&'static str> {
         "agent_id" => Some("--agent"),
         "session_id" => Some("--session"),
         "step_type" => Some("--type"),
+        "turn_id" => Some("--turn"),
+        "turn_step" => Some("--turn-step"),
+        "task_id" => Some("--task"),
+        "input_data" => Some("--input"),
+        "output_data" => Some("--output"),
         _ => None,
     }
 }

@@ -436,6 +436,21 @@ fn usage_errors_exit_2() {
     );
     assert_eq!(bad_json.code, 2);
     assert!(bad_json.stderr.contains("--input is not valid JSON"));
+    // An org without records is said as such; a session the org does not
+    // hold, as a missing session.
+    let empty_org = cairn_in(dir.path(), &["replay", "nope"], None);
+    assert_eq!(empty_org.code, 2);
+    assert!(
+        empty_org.stderr.contains("has no records"),
+        "{}",
+        empty_org.stderr
+    );
+    let logged = cairn_in(
+        dir.path(),
+        &["log", "--session", "s", "--agent", "a", "--type", "plan"],
+        None,
+    );
+    assert_eq!(logged.code, 0, "{}", logged.stderr);
     let missing = cairn_in(dir.path(), &["replay", "nope"], None);
     assert_eq!(missing.code, 2);
     assert!(missing.stderr.contains("session nope does not exist"));

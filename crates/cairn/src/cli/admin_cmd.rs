@@ -134,6 +134,17 @@ pub(super) fn admin(cli: &Cli, store: &dyn LedgerStore, command: &AdminCommand) 
         }
         AdminCommand::ListKeys => {
             let keys = store.api_keys(&cli.org)?;
+            if keys.is_empty() {
+                // Said on stderr (the JSON answer stays an empty array): an
+                // empty listing is as often a mistyped org as an org
+                // without keys.
+                eprintln!(
+                    "cairn: org {} has no API keys ({}); `cairn admin orgs` lists the orgs, `cairn admin create-key --org {} --role admin` makes a key",
+                    cli.org,
+                    store_location(cli),
+                    cli.org
+                );
+            }
             if cli.json {
                 let v: Vec<Value> = keys
                     .iter()

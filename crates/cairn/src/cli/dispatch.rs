@@ -122,6 +122,18 @@ pub fn run() -> Result<Outcome> {
                     }
                 )));
             }
+            // Commands that name a session or a step of the org: an org the
+            // store does not hold is said as such, not as a missing session.
+            if matches!(
+                command,
+                Command::Trail { .. }
+                    | Command::Replay { .. }
+                    | Command::Seal { .. }
+                    | Command::Erase { .. }
+                    | Command::Export(_)
+            ) {
+                require_known_org(&cli, store.as_ref())?;
+            }
             match command {
                 Command::Log(args) => log(&cli, store, args),
                 Command::Start(args) => crate::records::start(&cli, store, args),

@@ -158,10 +158,17 @@ fn verify_every_org(
         // neither of its orgs.
         println!(
             "{checked_orgs} org(s) checked: {}",
-            if all_verified {
-                "all VERIFIED"
+            if !all_verified {
+                "TAMPERED (see above)".to_owned()
+            } else if checked_orgs == 0 {
+                // Verified (nothing in it is false), but an empty store is
+                // as often a wrong --data or --database as a fresh one.
+                format!(
+                    "the store holds no records ({}), so nothing was false",
+                    store_location(cli)
+                )
             } else {
-                "TAMPERED (see above)"
+                "all VERIFIED".to_owned()
             }
         );
     }

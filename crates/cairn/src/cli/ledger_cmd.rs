@@ -98,23 +98,36 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         if args.hash_agent_id {
             object.insert("hash_agent_id".into(), json!(true));
         }
+        // A refusal, the step's or the ledger's, with the API's code and
+        // field, the message naming the flag.
+        let naming_the_flag = |e: cairn_server::ApiError| {
+            let flag = e.field.as_deref().map(|field| match field {
+                "status" => "--flagged".to_owned(),
+                f if f == "links" || f.starts_with("links.") => "--link".to_owned(),
+                other => flag_for_member(other)
+                    .map_or_else(|| format!("--{}", other.replace('_', "-")), str::to_owned),
+            });
+            match flag {
+                Some(flag) => refused_naming(e, &flag),
+                None => refused(e),
+            }
+        };
+        // Read as REST reads a body: a link of an unknown name is the
+        // unknown member `links.<name>`.
+        cairn_server::refuse_unknown_step_members(&object).map_err(naming_the_flag)?;
         let step = step_from_json(
             Value::Object(object),
             &cli.org,
             args.agent.as_deref(),
             "cli",
         )
-        .map_err(|e| {
-            // The API's code and field, the message naming the flag.
-            let e: cairn_server::ApiError = e.into();
-            match e.field.as_deref().and_then(flag_for_member) {
-                Some(flag) => refused_naming(e, flag),
-                None => refused(e),
-            }
-        })?;
+        .map_err(|e| naming_the_flag(e.into()))?;
         let written = ledger
             .write(WriteRequest::Step(Box::new(step)))
-            .map_err(append_error)?;
+            .map_err(|e| match e {
+                AppendError::Refused(r) => naming_the_flag(cairn_server::ApiError::from(r)),
+                other => append_error(other),
+            })?;
         if cli.json {
             println!("{}", cairn_server::wire::written_to_json(&written));
         } else if let Written::Step {
@@ -221,11 +234,13 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         }
         Ok(())
     };
+    let mut steps_read = 0usize;
     for (number, line) in stdin.lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
         if line.trim().is_empty() {
             continue;
         }
+        steps_read += 1;
         // Read as a REST body is (`wire::parse_strict`'s reading): a member
         // given twice or an integer beyond 64 bits is refused, never read
         // one way here and another there.
@@ -276,6 +291,11 @@ pub(super) fn log(cli: &Cli, store: Arc<dyn LedgerStore>, args: &LogArgs) -> Res
         answer_oldest(&mut pending, ANSWERED_AT_ONCE, &mut kept_bytes, &mut out)?;
     }
     out.flush()?;
+    if steps_read == 0 {
+        // Not an error (a pipeline may have nothing to record), but said:
+        // an empty file or a mistyped pipe otherwise looks like success.
+        eprintln!("cairn: stdin held no steps (one JSON object a line); nothing was recorded");
+    }
     if failures > 0 {
         return Err(usage(format!(
             "{failures} line(s) were not recorded; see the error lines above"

@@ -13,6 +13,16 @@ pub(super) fn mcp_stdio(cli: &Cli, agent: Option<String>) -> Result<Outcome> {
         .with_ansi(false)
         .try_init();
     let store = open_store(cli, true)?;
+    // An agent may start a new org with its first step, so an unknown org
+    // is no error; said on stderr (the protocol's log), since a mistyped
+    // one would otherwise answer every read with nothing.
+    if require_known_org(cli, store.as_ref()).is_err() {
+        tracing::warn!(
+            "org {} has no records yet ({}): reads answer nothing until a step is logged; check --org or CAIRN_ORG if that is not expected",
+            cli.org,
+            store_location(cli)
+        );
+    }
     let ledger = Arc::new(Ledger::new(store, SequencerConfig::default()));
     let config = cairn_server::ServerConfig {
         enabled: cli.enabled,

@@ -81,6 +81,7 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         &["checkpoint"],
         &["review", "queue"],
         &["retention", "--before", "2030-01-01T00:00:00Z"],
+        &["export", "--all", "-o", "x.bundle"],
     ] {
         let mut with_org = vec!["--org", "no-such-org"];
         with_org.extend_from_slice(args);
@@ -103,6 +104,35 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         let known = cairn_in(dir.path(), args, None);
         assert_eq!(known.code, 0, "{args:?}: {} {}", known.stdout, known.stderr);
     }
+    // Commands that name a session or a step say the org too, not only
+    // that the session is missing.
+    for args in [
+        &["replay", "s1"][..],
+        &["trail", "s1"],
+        &["seal", "s1"],
+        &["erase", "t1", "--reason", "r"],
+    ] {
+        let mut with_org = vec!["--org", "no-such-org"];
+        with_org.extend_from_slice(args);
+        let run = cairn_in(dir.path(), &with_org, None);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("org no-such-org has no records"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let keys = cairn_in(
+        dir.path(),
+        &["--org", "no-such-org", "admin", "list-keys"],
+        None,
+    );
+    assert_eq!(keys.code, 0, "{}", keys.stderr);
+    assert!(
+        keys.stderr.contains("org no-such-org has no API keys"),
+        "{}",
+        keys.stderr
+    );
     // An org with an API key and nothing recorded yet (a fresh server's)
     // is known: an empty listing, not "no records; check --org".
     let key = cairn_in(
@@ -577,6 +607,34 @@ fn export_times_are_read_as_the_api_reads_them() {
     let half = cairn_in(dir.path(), &["export", "--since", &today], None);
     assert_eq!(half.code, 2, "{}", half.stderr);
     assert!(half.stderr.contains("--until"), "{}", half.stderr);
+    // A range that holds no time is refused, naming --until, rather than
+    // answered as an export that found no session; the last date there is
+    // ends a range.
+    let inverted = cairn_in(
+        dir.path(),
+        &["export", "--since", &today, "--until", "2000-01-01"],
+        None,
+    );
+    assert_eq!(inverted.code, 2, "{}", inverted.stderr);
+    assert!(
+        inverted.stderr.contains("is not after since") && inverted.stderr.contains("(--until)"),
+        "{}",
+        inverted.stderr
+    );
+    let to_the_end = cairn_in(
+        dir.path(),
+        &[
+            "export",
+            "--since",
+            &today,
+            "--until",
+            "9999-12-31",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(to_the_end.code, 0, "{}", to_the_end.stderr);
     let bad = cairn_in(
         dir.path(),
         &["export", "--since", "soon", "--until", &today],
@@ -634,4 +692,45 @@ fn more_mistakes_are_named() {
         "{}",
         run.stderr
     );
+}
+
+/// `cairn log` names the flag of every refused member (the step's and
+/// the ledger's refusals alike) and reads an unknown link as REST does;
+/// `log --stdin` of nothing says that nothing was recorded; `verify
+/// --all-orgs` of an empty store says it held no records.
+#[test]
+fn log_and_verify_name_what_they_were_given() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let base = ["log", "--session", "s9", "--agent", "a", "--type", "plan"];
+    for (extra, field, flag) in [
+        (&["--task", ""][..], "task_id", "(--task)"),
+        (&["--link", "foo=bar"], "links.foo", "(--link)"),
+        (&["--turn", "t 1"], "turn_id", "(--turn)"),
+    ] {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(&base);
+        args.extend_from_slice(extra);
+        let run = cairn_in(dir.path(), &args, None);
+        assert_eq!(run.code, 2, "{extra:?}: {}", run.stderr);
+        let error = &json(&run)["error"];
+        assert_eq!(error["field"], field, "{extra:?}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().ends_with(flag),
+            "{extra:?}: {error}"
+        );
+    }
+    let nothing = cairn_in(dir.path(), &["log", "--stdin"], Some(""));
+    assert_eq!(nothing.code, 0, "{}", nothing.stderr);
+    assert!(
+        nothing.stderr.contains("nothing was recorded"),
+        "{}",
+        nothing.stderr
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let made = cairn_in(empty.path(), &["keys"], None);
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let run = cairn_in(empty.path(), &["verify", "--all-orgs"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("holds no records"), "{}", run.stdout);
 }
