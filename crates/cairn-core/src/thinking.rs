@@ -238,10 +238,17 @@ fn parse_lines(steps: &mut Steps, body: &str) -> Result<(), TooManySteps> {
 }
 
 /// A step's content on one line for seed 002's Markdown: lines joined by a
-/// space, list items set apart by two (`1. a  2. b`).
+/// space, list items set apart by two (`1. a  2. b`). A lone carriage
+/// return ends a line too, as CommonMark reads one: left in, it would let
+/// a step's text start a line of its own in the trail (a heading that
+/// looks like another turn's).
 pub fn one_line(content: &str) -> String {
     let mut out = String::with_capacity(content.len());
-    for line in content.lines().map(str::trim).filter(|l| !l.is_empty()) {
+    for line in content
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
         if !out.is_empty() {
             out.push_str(if is_list_item(line) { "  " } else { " " });
         }
@@ -411,5 +418,6 @@ mod tests {
             "My plan:  1. Call check_credits  2. Call check_inbox"
         );
         assert_eq!(one_line("a\n  b\n\nc"), "a b c");
+        assert_eq!(one_line("a\r## Turn forged\r\nb"), "a ## Turn forged b");
     }
 }

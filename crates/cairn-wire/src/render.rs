@@ -6,8 +6,34 @@
 use cairn_core::commit::StepRecord;
 use std::fmt::Write as _;
 
+/// `text` as a terminal may show it: every control character but line
+/// feeds and tabs (escape sequences, carriage returns, backspaces), and
+/// every bidirectional embedding, override or isolate, written as its
+/// escape (`\u{1b}`). What a step's author wrote is printed by `cairn`
+/// among other steps and verdicts: left in, it could move the cursor,
+/// erase or recolour a line, or reorder the text around it, and show a
+/// reader something the ledger does not hold.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Plain text: one line per step with index, kind, time, hash prefix and
-/// content.
+/// content (on one line, [`cairn_core::thinking::one_line`]).
 pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
     let mut out = format!(
         "session {session_id} (agent {agent_id}), {} steps\n",
@@ -22,9 +48,10 @@ pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
             s.created_at,
             s.kind_label,
             &r.hash.to_hex()[..12],
-            s.content
-                .as_deref()
-                .unwrap_or(if r.erased { "(erased)" } else { "" }),
+            s.content.as_deref().map_or_else(
+                || if r.erased { "(erased)" } else { "" }.to_owned(),
+                cairn_core::thinking::one_line
+            ),
             if s.status == cairn_core::record::Status::Flagged {
                 "  [flagged]"
             } else {
@@ -128,6 +155,20 @@ pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Escape sequences, carriage returns and bidirectional overrides are
+    /// shown, not obeyed; line feeds, tabs and other text pass as they are.
+    #[test]
+    fn terminals_are_shown_the_text_not_its_controls() {
+        assert_eq!(
+            super::terminal_safe("ok\u{1b}[2K\rfake\u{202e}x\n\tdone é"),
+            "ok\\u{1b}[2K\\u{d}fake\\u{202e}x\n\tdone é"
+        );
+        assert!(matches!(
+            super::terminal_safe("plain\ntext"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
     use super::*;
     use cairn_core::Timestamp;
     use cairn_core::commit::StepRecord;

@@ -164,7 +164,9 @@ fn main() -> ExitCode {
             let refused = e.downcast_ref::<RefusedError>();
             let usage = e.downcast_ref::<UsageError>().is_some() || refused.is_some();
             let message = error_message(&e);
-            eprintln!("cairn: {message}");
+            // An error may quote what it read (a bundle's line, a file's
+            // text): shown, not obeyed, by the terminal.
+            eprintln!("cairn: {}", cairn_server::render::terminal_safe(&message));
             // A script that asked for JSON gets its error as JSON too, on
             // standard output where it reads the rest (the exit code says
             // which kind).

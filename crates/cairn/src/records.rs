@@ -215,7 +215,7 @@ pub fn thinking(
                 println!(
                     "{} {}",
                     p.kind.bracket_label(),
-                    cairn_core::thinking::one_line(&p.content)
+                    render::terminal_safe(&cairn_core::thinking::one_line(&p.content))
                 );
             }
         }
@@ -324,10 +324,13 @@ pub fn trail(
         }
         Format::Markdown if turn.is_some() => {
             for t in selected {
-                print!("{}", render::turn_markdown(t));
+                print!("{}", render::terminal_safe(&render::turn_markdown(t)));
             }
         }
-        Format::Markdown => print!("{}", render::markdown(session, &records)),
+        Format::Markdown => print!(
+            "{}",
+            render::terminal_safe(&render::markdown(session, &records))
+        ),
         Format::Text => {
             for t in selected {
                 println!("turn {}", t.turn_id.unwrap_or("(none)"));
@@ -335,11 +338,13 @@ pub fn trail(
                     println!(
                         "  {:>3} {:<16} {}",
                         r.step.turn_step.map_or("-".into(), |n| n.to_string()),
-                        r.step.kind_label,
-                        r.step
-                            .content
-                            .as_deref()
-                            .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
+                        render::terminal_safe(&r.step.kind_label),
+                        render::terminal_safe(
+                            &r.step
+                                .content
+                                .as_deref()
+                                .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
+                        )
                     );
                 }
             }
@@ -369,8 +374,12 @@ pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -
                         s.trace_id,
                         s.session_id,
                         s.step_index,
-                        s.kind_label,
-                        s.content.as_deref().unwrap_or("(erased)")
+                        render::terminal_safe(&s.kind_label),
+                        render::terminal_safe(
+                            &s.content
+                                .as_deref()
+                                .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
+                        )
                     );
                 }
             }
@@ -592,12 +601,17 @@ pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) ->
         );
         return Ok(Outcome::Success);
     }
-    println!("{}", result.columns.join("\t"));
+    // One row a line, cells apart by tabs: a cell's own tabs and line
+    // breaks become spaces, its other control characters escapes.
+    let cell_text =
+        |s: &str| render::terminal_safe(&s.replace(['\t', '\n', '\r'], " ")).into_owned();
+    let columns: Vec<String> = result.columns.iter().map(|c| cell_text(c)).collect();
+    println!("{}", columns.join("\t"));
     for row in &result.rows {
         let cells: Vec<String> = row
             .iter()
             .map(|v| match v {
-                Value::String(s) => s.replace(['\t', '\n'], " "),
+                Value::String(s) => cell_text(s),
                 Value::Null => String::new(),
                 other => other.to_string(),
             })

@@ -419,14 +419,20 @@ pub(super) fn replay(
         }
         Format::Text => {
             let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
-            print!("{}", render::text(session, &info.header.agent_id, &records));
+            print!(
+                "{}",
+                render::terminal_safe(&render::text(session, &info.header.agent_id, &records))
+            );
             if let Some(v) = &verdict {
                 println!("{}", describe(v));
             }
         }
         Format::Markdown => {
             let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
-            print!("{}", render::markdown(session, &records));
+            print!(
+                "{}",
+                render::terminal_safe(&render::markdown(session, &records))
+            );
         }
     }
     Ok(match verdict {
@@ -580,7 +586,7 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
                 hit.step.step_index,
                 hit.step.step_type,
                 hit.matched_by.join("+"),
-                hit.snippet
+                render::terminal_safe(&cairn_core::thinking::one_line(&hit.snippet))
             );
         }
     }
