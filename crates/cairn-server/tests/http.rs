@@ -125,6 +125,12 @@ fn every_endpoint_works() {
         &json!({}),
     );
     assert_eq!(sealed.status, 200, "{}", sealed.text());
+    // The last valid record of a sealed session is its seal, by its seq
+    // in the log (FORMAT 9.6), not by the session's step count.
+    let seal_seq = sealed.json()["seq"].as_u64().expect("the seal's seq");
+    assert!(seal_seq > 4, "{}", sealed.text());
+    let verdict = get(&server, "/v1/sessions/revenue-analysis-q4/verify", &admin).json();
+    assert_eq!(verdict["lastValidSequence"], seal_seq, "{verdict}");
     let root = get(&server, "/v1/sessions/revenue-analysis-q4/root", &admin).json();
     assert_eq!(root["merkle_root"], sealed.json()["merkle_root"]);
     assert_eq!(root["step_count"], 4);

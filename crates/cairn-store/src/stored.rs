@@ -76,6 +76,8 @@ pub struct SessionInfo {
     pub head: Hash,
     /// The seal, if sealed.
     pub seal: Option<SealRecord>,
+    /// The seal record's position in the org log, if sealed.
+    pub seal_seq: Option<u64>,
 }
 
 /// One line of a session listing.

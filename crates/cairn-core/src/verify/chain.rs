@@ -409,13 +409,18 @@ impl SessionVerifier {
     pub fn push_seal(
         &mut self,
         seal: &SealRecord,
+        seq: Option<u64>,
         origin: &str,
         server_keys: &[NoteVerifier],
     ) -> bool {
         if self.progress.failure.is_some() {
             return false;
         }
+        // The seal's own position in the log, where it is known: the
+        // verdict's last valid record is then the seal's `seq`, as for any
+        // other record (without it, the step count stood in for a `seq`).
         let at = Location {
+            seq,
             session_id: Some(seal.session_id.clone()),
             step_index: Some(seal.step_count),
             ..Location::default()

@@ -676,7 +676,12 @@ fn verify_session_chain(
     let keys = store.log_keys(org_id)?;
     let expected = match &info.seal {
         Some(seal) => {
-            verifier.push_seal(seal, &log_origin(&server_name, org_id), &keys);
+            verifier.push_seal(
+                seal,
+                info.seal_seq,
+                &log_origin(&server_name, org_id),
+                &keys,
+            );
             seal.step_count
         }
         None => info.step_count,

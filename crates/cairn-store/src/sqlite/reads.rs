@@ -130,18 +130,19 @@ impl SqliteStore {
                 return Err(StoreError::Corrupt("session start record has another type".into()));
             };
             let last = true_end(c, org, sid)?.map(|e| (e.index, e.hash));
-            let seal_view: Option<String> = c
+            let seal_row: Option<(i64, String)> = c
                 .query_row(
-                    "SELECT view FROM entries WHERE sid = ?1 AND type = 'seal'",
+                    "SELECT id, view FROM entries WHERE sid = ?1 AND type = 'seal'",
                     params![sid],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()
                 .context("reading a seal")?;
-            let seal = match seal_view {
-                None => None,
-                Some(v) => match op_from_view(0, "seal", &v)? {
-                    OpRecord::Seal(s) => Some(s),
+            let (seal, seal_seq) = match seal_row {
+                None => (None, None),
+                Some((id, v)) => match op_from_view(0, "seal", &v)? {
+                    // An entry's id is its org's number above 40 bits of seq.
+                    OpRecord::Seal(s) => (Some(s), Some((id as u64) & ((1 << 40) - 1))),
                     _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
                 },
             };
@@ -155,6 +156,7 @@ impl SqliteStore {
                 step_count,
                 head,
                 seal,
+                seal_seq,
             }))
         })
     }
