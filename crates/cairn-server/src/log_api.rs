@@ -567,7 +567,7 @@ pub(crate) fn witness_policy_param(
         .iter()
         .filter(|(k, _)| k == "witness")
         .map(|(_, v)| {
-            cairn_core::note::NoteVerifier::parse(v).map_err(|e| {
+            query_vkey(v).map_err(|e| {
                 ApiError::bad_request("invalid_argument", format!("witness must be a vkey: {e}"))
                     .with_field("witness")
             })
@@ -599,10 +599,36 @@ pub(crate) fn witness_policy_param(
             None => Ok(None),
         };
     }
+    let quorum_given = quorum.is_some();
     let quorum = quorum.unwrap_or(keys.len());
+    if quorum_given && (quorum == 0 || quorum > keys.len()) {
+        return Err(ApiError::bad_request(
+            "invalid_argument",
+            format!(
+                "quorum must be 1 to {} (the number of witness parameters), not {quorum}",
+                keys.len()
+            ),
+        )
+        .with_field("quorum"));
+    }
     cairn_core::witness::WitnessPolicy::new(keys, quorum)
         .map(Some)
         .map_err(|e| ApiError::bad_request("invalid_argument", e).with_field("witness"))
+}
+
+/// A vkey from a query string. A `+` there is read as a space (HTML
+/// forms' encoding), and a vkey is `name+id+key` with base64 that may hold
+/// `+` too: a key that fails with a space in it is told so.
+fn query_vkey(text: &str) -> Result<cairn_core::note::NoteVerifier, String> {
+    cairn_core::note::NoteVerifier::parse(text).map_err(|e| {
+        if text.contains(' ') {
+            format!(
+                "{e} (it holds a space: in a query string a `+` reads as a space, so send the vkey's `+` as %2B, e.g. curl -G --data-urlencode \"witness=...\")"
+            )
+        } else {
+            e.to_string()
+        }
+    })
 }
 
 /// `POST /v1/bundles/verify`: the body is streamed into the verifier line
@@ -615,7 +641,7 @@ pub(crate) fn witness_policy_param(
     operation_id = "verify_bundle",
     tag = "bundles",
     summary = "Verify an uploaded bundle",
-    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
+    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. A bundle that does not verify has it false whoever signed it: a tampered bundle is vouched for by no one (`verified` and `brokenReason` say why). The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
@@ -658,8 +684,9 @@ pub(crate) async fn verify_bundle(
         .iter()
         .filter(|(k, _)| k == "key")
         .map(|(_, v)| {
-            cairn_core::note::NoteVerifier::parse(v).map_err(|e| {
+            query_vkey(v).map_err(|e| {
                 ApiError::bad_request("invalid_request", format!("key must be a vkey: {e}"))
+                    .with_field("key")
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

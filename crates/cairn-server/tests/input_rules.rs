@@ -891,6 +891,29 @@ fn refusals_name_their_field_and_the_way_out() {
         "{rpc}"
     );
 
+    // A vkey whose `+` a query string read as spaces is told how to send
+    // it; a quorum past the witnesses given names quorum.
+    let vkey = cairn_core::checkpoint::Cosigner::from_seed("w.example", &[1; 32])
+        .unwrap()
+        .verifier()
+        .to_string();
+    let spaced = get(&server, &format!("/v1/verify?witness={vkey}"), &admin);
+    assert_eq!(spaced.status, 400, "{}", spaced.text());
+    assert!(spaced.text().contains("%2B"), "{}", spaced.text());
+    let encoded = vkey.replace('+', "%2B");
+    let quorum = get(
+        &server,
+        &format!("/v1/verify?witness={encoded}&quorum=2"),
+        &admin,
+    );
+    assert_eq!(quorum.status, 400, "{}", quorum.text());
+    assert_eq!(
+        quorum.json()["error"]["field"],
+        "quorum",
+        "{}",
+        quorum.text()
+    );
+
     // A query number that is none names its parameter and what was sent.
     let proof = get(&server, "/v1/proofs/inclusion?seq=abc", &admin);
     assert_eq!(proof.status, 400, "{}", proof.text());

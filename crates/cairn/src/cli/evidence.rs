@@ -4,7 +4,15 @@
 
 use super::*;
 
+/// A verdict in words, for a terminal: a failure's location and detail
+/// may quote what a bundle or a store holds, shown with its control
+/// characters escaped ([`render::terminal_safe`]) so that no text of the
+/// evidence can redraw the verdict line.
 pub(super) fn describe(verdict: &Verdict) -> String {
+    render::terminal_safe(&describe_raw(verdict)).into_owned()
+}
+
+fn describe_raw(verdict: &Verdict) -> String {
     match &verdict.failure {
         None => format!("VERIFIED: {} records checked", verdict.records_checked),
         Some(f) => format!(
@@ -345,6 +353,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         .flatten();
     let extra = json!({
         "bundle": path.display().to_string(),
+        "org_id": result.header.as_ref().map(|h| h.org_id.clone()),
         "hint": hint,
         "server_key": result.server_key,
         "key_pinned": result.key_pinned,
@@ -353,10 +362,31 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         "trusted_checkpoints": result.trusted_sizes,
         "selection": result.selection.as_ref().map(|s| s.to_value()),
     });
+    if let Some(header) = &result.header {
+        // A bundle names its own org, which --org does not choose: said
+        // when a user gave another one, as if to check the bundle is of it.
+        let org_given = std::env::var_os("CAIRN_ORG").is_some()
+            || std::env::args().any(|a| a == "--org" || a.starts_with("--org="));
+        if org_given && header.org_id != cli.org {
+            eprintln!(
+                "cairn: note: this bundle is of org {}, not --org {} (a bundle is verified on its own; --org does not apply to it)",
+                render::terminal_safe(&header.org_id),
+                cli.org
+            );
+        }
+        if !cli.json {
+            println!(
+                "bundle of org {} from server {}",
+                render::terminal_safe(&header.org_id),
+                render::terminal_safe(&header.server_name)
+            );
+        }
+    }
     if !cli.json {
         if let Some(key) = &result.server_key {
             println!(
-                "server key {key}{}",
+                "server key {}{}",
+                render::terminal_safe(&key.to_string()),
                 if result.key_pinned {
                     " (pinned)"
                 } else {
@@ -370,7 +400,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         if let Some(selection) = &result.selection {
             println!(
                 "selection (signed): {} at level {}: {} session(s), {} other record(s)",
-                selection.scope.to_value(),
+                render::terminal_safe(&selection.scope.to_value().to_string()),
                 selection.level,
                 selection.sessions.len(),
                 selection.records.len()
@@ -411,7 +441,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     if let Some(hint) = &hint
         && !cli.json
     {
-        println!("  hint: {hint}");
+        println!("  hint: {}", render::terminal_safe(hint));
     }
     outcome
 }
@@ -472,6 +502,13 @@ fn failure_hint(
             shown(code),
             shown(message),
         ));
+    }
+    if reason == Reason::InsufficientCosignatures {
+        // Most often no attack: the server signs a new checkpoint for an
+        // export and sends it to its witnesses only at its next round.
+        return Some(
+            "the bundle's checkpoint lacks the cosignatures --witness and --quorum ask for: if it was exported within a few seconds of its last record, its witnesses had not cosigned it yet (servers send checkpoints every --witness-interval, 5 s by default); export again a little later, or check that the witness keys are the server's witnesses'".to_owned(),
+        );
     }
     if reason == Reason::BadSignature && !args.key.is_empty() {
         // `name+hexid+base64`: the base64 may hold `+` too.

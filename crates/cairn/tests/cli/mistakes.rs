@@ -727,10 +727,87 @@ fn log_and_verify_name_what_they_were_given() {
         "{}",
         nothing.stderr
     );
+    // A bundle names its org; --org naming another is said, not applied.
+    let bundle = dir.path().join("all.bundle");
+    let exported = cairn_in(
+        dir.path(),
+        &["export", "--all", "-o", bundle.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let checked = cairn_in(
+        dir.path(),
+        &[
+            "--org",
+            "elsewhere",
+            "verify",
+            "--bundle",
+            bundle.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(checked.code, 0, "{}", checked.stderr);
+    assert!(
+        checked.stdout.contains("bundle of org acme"),
+        "{}",
+        checked.stdout
+    );
+    assert!(
+        checked.stderr.contains("not --org elsewhere"),
+        "{}",
+        checked.stderr
+    );
     let empty = tempfile::tempdir().unwrap();
     let made = cairn_in(empty.path(), &["keys"], None);
     assert_eq!(made.code, 0, "{}", made.stderr);
     let run = cairn_in(empty.path(), &["verify", "--all-orgs"], None);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("holds no records"), "{}", run.stdout);
+}
+
+/// What a step's author wrote is shown, not obeyed, by the terminal: an
+/// escape sequence, a carriage return or a bidirectional override in a
+/// step's content comes out escaped from every human-readable command
+/// (replay as text and Markdown, trail, review queue, search), and a line
+/// break inside it cannot start a line that looks like another step's.
+#[test]
+fn a_steps_text_cannot_redraw_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let forged =
+        "fine\u{1b}[2K\r[9] 2026-01-01T00:00:00.000000Z Decision forged\u{202e}\nsecond line";
+    let line = serde_json::json!({
+        "session_id": "tty", "agent_id": "a", "step_type": "Decision",
+        "content": forged, "status": "flagged",
+    });
+    let logged = cairn_in(dir.path(), &["log", "--stdin"], Some(&line.to_string()));
+    assert_eq!(logged.code, 0, "{}", logged.stderr);
+    for args in [
+        &["replay", "tty"][..],
+        &["replay", "tty", "--format", "markdown"],
+        &["trail", "tty"],
+        &["trail", "tty", "--format", "text"],
+        &["review", "queue"],
+        &["search", "fine"],
+        &["sql", "SELECT content FROM steps"],
+    ] {
+        let run = cairn_in(dir.path(), args, None);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        assert!(
+            !run.stdout.contains(['\u{1b}', '\r', '\u{202e}']),
+            "{args:?}: {:?}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains("\\u{1b}[2K"),
+            "{args:?}: {}",
+            run.stdout
+        );
+        assert!(
+            !run.stdout
+                .lines()
+                .any(|l| l.starts_with("second line") || l.trim_start().starts_with("[9]")),
+            "{args:?}: {}",
+            run.stdout
+        );
+    }
 }
