@@ -2,7 +2,8 @@
 //! cost, with safe defaults (`docs/OPERATIONS.md` lists every one), and
 //! the accept loop that enforces the connection-level ones.
 //!
-//! - Connections: at most [`Limits::max_connections`] at once; a request's
+//! - Connections: at most [`Limits::max_connections`] at once, and
+//!   [`Limits::max_connections_per_address`] of one client address; a request's
 //!   headers must arrive within [`Limits::header_timeout`] of the
 //!   connection opening or going idle (hyper's header timeout, so this
 //!   also ends idle keep-alive connections); a response the client stops
@@ -62,6 +63,11 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections one client address may hold at once (an IPv6 address
+    /// counts by its /64); past it, a new connection is answered `503
+    /// overloaded` and closed. 0 turns the limit off (a server behind a
+    /// proxy sees one address for every client).
+    pub max_connections_per_address: usize,
     /// Expensive operations (bundle and org verification, exports,
     /// analyst SQL) running at once.
     pub max_expensive: usize,
@@ -102,6 +108,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(30),
             max_connections: 1024,
+            max_connections_per_address: 256,
             max_expensive: 4,
             expensive_wait: Duration::from_secs(5),
             max_bundle_line_bytes: 16 * 1024 * 1024,
@@ -612,6 +619,7 @@ pub(crate) async fn serve(
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt as _;
     let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let per_address = Arc::new(AddressConnections::new(limits.max_connections_per_address));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -635,6 +643,13 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // One address may not hold every connection: a client that opens
+        // many and dribbles each request (headers or body) would otherwise
+        // leave none for anyone else until its requests' deadlines.
+        let Some(address_slot) = AddressConnections::take(&per_address, peer) else {
+            refuse_busy_address(&stream, limits.max_connections_per_address);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.write_timeout));
@@ -654,6 +669,7 @@ pub(crate) async fn serve(
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _permit = permit;
+            let _address_slot = address_slot;
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, %peer, "connection ended");
             }
@@ -669,9 +685,124 @@ pub(crate) async fn serve(
     Ok(())
 }
 
+/// The connections each client address holds (an IPv6 address by its
+/// /64, the block one host is usually given), against
+/// [`Limits::max_connections_per_address`].
+struct AddressConnections {
+    limit: usize,
+    held: std::sync::Mutex<HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One connection's place in its address's count, given back when the
+/// connection ends.
+struct AddressSlot {
+    connections: Arc<AddressConnections>,
+    address: std::net::IpAddr,
+}
+
+impl AddressConnections {
+    fn new(limit: usize) -> AddressConnections {
+        AddressConnections {
+            limit,
+            held: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The address a connection counts under.
+    fn key(peer: SocketAddr) -> std::net::IpAddr {
+        match peer.ip().to_canonical() {
+            std::net::IpAddr::V6(v6) => {
+                let mut octets = v6.octets();
+                octets[8..].fill(0);
+                std::net::IpAddr::V6(octets.into())
+            }
+            v4 => v4,
+        }
+    }
+
+    /// A place for a connection from `peer`, or `None` if its address
+    /// holds the most it may (always a place when the limit is off).
+    fn take(
+        connections: &Arc<AddressConnections>,
+        peer: SocketAddr,
+    ) -> Option<Option<AddressSlot>> {
+        if connections.limit == 0 {
+            return Some(None);
+        }
+        let address = Self::key(peer);
+        let mut held = connections.held.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(address).or_insert(0);
+        if *count >= connections.limit {
+            return None;
+        }
+        *count += 1;
+        Some(Some(AddressSlot {
+            connections: Arc::clone(connections),
+            address,
+        }))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .connections
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.address);
+            }
+        }
+    }
+}
+
+/// Answers a connection past its address's limit with `503 overloaded`,
+/// as far as the socket takes it at once (never waiting on the client,
+/// who may not read), and closes it.
+fn refuse_busy_address(stream: &tokio::net::TcpStream, limit: usize) {
+    let body = serde_json::json!({"error": {
+        "code": "overloaded",
+        "message": format!("this client address holds {limit} connections to the server, the most one address may (CAIRN_MAX_CONNECTIONS_PER_ADDRESS): reuse them (keep-alive) or close some"),
+    }})
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(response.as_bytes());
+    tracing::debug!("refused a connection past its address's limit");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address holds at most the limit; a connection that ends gives its
+    /// place back; an IPv6 /64 counts as one address; 0 is no limit.
+    #[test]
+    fn each_address_holds_at_most_its_share() {
+        let connections = Arc::new(AddressConnections::new(2));
+        let peer = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let a = AddressConnections::take(&connections, peer("10.0.0.1:1000")).unwrap();
+        let b = AddressConnections::take(&connections, peer("10.0.0.1:1001")).unwrap();
+        assert!(AddressConnections::take(&connections, peer("10.0.0.1:1002")).is_none());
+        assert!(AddressConnections::take(&connections, peer("10.0.0.2:1000")).is_some());
+        drop(a);
+        let c = AddressConnections::take(&connections, peer("10.0.0.1:1003")).unwrap();
+        let v6a = AddressConnections::take(&connections, peer("[2001:db8::1]:1")).unwrap();
+        let v6b = AddressConnections::take(&connections, peer("[2001:db8::ffff]:1")).unwrap();
+        assert!(AddressConnections::take(&connections, peer("[2001:db8::2]:1")).is_none());
+        assert!(AddressConnections::take(&connections, peer("[2001:db8:0:1::1]:1")).is_some());
+        drop((b, c, v6a, v6b));
+        assert!(connections.held.lock().unwrap().is_empty());
+        let off = Arc::new(AddressConnections::new(0));
+        for port in 0..10 {
+            assert!(AddressConnections::take(&off, peer(&format!("10.0.0.1:{port}"))).is_some());
+        }
+    }
 
     #[test]
     fn hosts_match_with_and_without_ports() {

@@ -412,6 +412,79 @@ fn slow_clients_are_cut_off_and_connections_are_bounded() {
     assert!(bytes.starts_with(b"HTTP/1.1 200"), "{bytes:?}");
 }
 
+/// One client address holds at most its share of the connections: past
+/// it a new connection is answered 503 `overloaded` at once and closed,
+/// so that a client opening many and dribbling each request (a review
+/// held all 1,024 with bodies of a byte every 3 s, without a key) cannot
+/// leave none for others; a connection that ends gives its place back.
+#[test]
+fn one_address_cannot_hold_every_connection() {
+    let limits = Limits {
+        max_connections: 16,
+        max_connections_per_address: 2,
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(server.addr).unwrap();
+            // A request whose body never comes: the connection stays held.
+            s.write_all(b"POST /ui/sign-in HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\na")
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut third = TcpStream::connect(server.addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let mut bytes = Vec::new();
+    let _ = third.read_to_end(&mut bytes);
+    let r = parse_response(&bytes);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "overloaded"),
+        "{bytes:?}"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut again = TcpStream::connect(server.addr).unwrap();
+    again
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = again.read_to_end(&mut bytes);
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "{bytes:?}");
+}
+
+/// A cross-site form post to the web UI is refused from its headers,
+/// before its body is read: a body that never comes does not delay the
+/// 403 (and a path that is no trace id is not parsed first).
+#[test]
+fn cross_site_forms_are_refused_before_their_bodies() {
+    let server = start(config(Limits::default()));
+    for path in ["/ui/sign-in", "/ui/sign-out", "/ui/reviews/%FF"] {
+        let mut s = TcpStream::connect(server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\na"
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut bytes = Vec::new();
+        let _ = s.read_to_end(&mut bytes);
+        assert!(started.elapsed() < Duration::from_secs(2), "{path}");
+        let r = parse_response(&bytes);
+        assert_eq!(r.status, 403, "{path}: {bytes:?}");
+    }
+}
+
 // --------------------------------------------------------------- limits
 
 /// Each key has a request rate; past it, 429 with Retry-After, and other

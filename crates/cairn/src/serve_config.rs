@@ -41,6 +41,10 @@ pub(crate) struct ServeLimits {
     /// Connections served at once.
     #[arg(long, env = "CAIRN_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
+    /// Connections one client address (an IPv6 /64) may hold at once; 0
+    /// for no limit (behind a proxy, which shows one address for all).
+    #[arg(long, env = "CAIRN_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 256)]
+    max_connections_per_address: usize,
     /// Expensive operations (verification, export, SQL) run at once.
     #[arg(long, env = "CAIRN_MAX_EXPENSIVE", default_value_t = 4)]
     max_expensive: usize,
@@ -188,6 +192,7 @@ impl ServeLimits {
             request_timeout: self.request_timeout,
             write_timeout: self.write_timeout,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             max_expensive: self.max_expensive,
             expensive_wait: self.expensive_wait,
             replay_buffer_bytes: self.replay_buffer_bytes,

@@ -264,6 +264,24 @@ pub(crate) fn plain_error_page(status: StatusCode, code: &str, message: &str) ->
     response
 }
 
+/// A form post whose headers say it comes from this origin
+/// ([`same_origin`]): an extractor of the request's head, placed before
+/// the path and the form, so that a cross-site post is refused before its
+/// path is parsed or its body read (a body dribbled a byte at a time would
+/// otherwise hold the connection until the body's deadline first).
+pub(super) struct SameOrigin;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SameOrigin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        same_origin(&parts.headers).map(|()| SameOrigin)
+    }
+}
+
 /// A form post must come from this origin: browsers send `Origin` (and
 /// `Sec-Fetch-Site`) with every POST, and a page elsewhere cannot make
 /// them say this server.
@@ -435,10 +453,10 @@ struct SignInForm {
 
 async fn sign_in(
     State(state): State<Arc<AppState>>,
+    _: SameOrigin,
     headers: HeaderMap,
     UiForm(form): UiForm<SignInForm>,
 ) -> Result<Response, ApiError> {
-    same_origin(&headers)?;
     let token = form.api_key.trim();
     let caller = match auth::authenticate_hash(&state, cairn_store::token_hash(token)).await {
         Ok(caller) => caller,
@@ -530,10 +548,10 @@ struct CsrfForm {
 
 async fn sign_out(
     State(state): State<Arc<AppState>>,
+    _: SameOrigin,
     headers: HeaderMap,
     UiForm(form): UiForm<CsrfForm>,
 ) -> Result<Response, ApiError> {
-    same_origin(&headers)?;
     if let Some(value) = cookie_value(&headers)
         && let Ok(mut map) = state.ui_sessions.map.lock()
     {

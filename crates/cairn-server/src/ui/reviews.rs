@@ -113,13 +113,11 @@ pub(super) struct DecisionForm {
 /// step, through the same operation as `POST /v1/steps/{id}/review`.
 pub(super) async fn decide(
     State(state): State<Arc<AppState>>,
+    _: SameOrigin,
     headers: HeaderMap,
     Path(trace_id): Path<String>,
     UiForm(form): UiForm<DecisionForm>,
 ) -> Response {
-    if let Err(e) = same_origin(&headers) {
-        return e.into_response();
-    }
     let user = match user(&state, &headers).await {
         Ok(user) => user,
         Err(to) => return to,
