@@ -207,8 +207,23 @@ pub fn run() -> Result<Outcome> {
                     let ledger = Ledger::new(store, SequencerConfig::default());
                     match before {
                         Some(text) => {
-                            let cutoff = Timestamp::parse_rfc3339(text)
-                                .map_err(|e| usage(format!("--before: {e}")))?;
+                            // Read as a listing's `since` (a date is its
+                            // start); a cutoff past what a step may be
+                            // dated (now and the clock skew) would erase the
+                            // payloads of sessions still being written.
+                            let cutoff = cairn_server::listing_time("before", text, false)
+                                .map_err(|e| refused_naming(e, "--before"))?;
+                            let latest = now().as_micros().saturating_add(
+                                i64::try_from(cli.max_clock_skew)
+                                    .unwrap_or(i64::MAX)
+                                    .saturating_mul(1_000_000),
+                            );
+                            if cutoff.as_micros() > latest {
+                                return Err(usage(format!(
+                                    "--before {text} is in the future (now {}): it would erase the payloads of every session, those still being written too; give a time in the past",
+                                    now()
+                                )));
+                            }
                             let erased = retention_before(&ledger, &cli.org, cutoff)?;
                             println!("retention (before {cutoff}): erased {erased} step(s)");
                         }

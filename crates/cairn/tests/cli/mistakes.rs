@@ -80,7 +80,7 @@ fn a_mistyped_org_is_named_by_every_reading_command() {
         &["sql", "SELECT 1"],
         &["checkpoint"],
         &["review", "queue"],
-        &["retention", "--before", "2030-01-01T00:00:00Z"],
+        &["retention", "--before", "2020-01-01"],
         &["export", "--all", "-o", "x.bundle"],
     ] {
         let mut with_org = vec!["--org", "no-such-org"];
@@ -756,6 +756,14 @@ fn log_and_verify_name_what_they_were_given() {
         checked.stderr.contains("not --org elsewhere"),
         "{}",
         checked.stderr
+    );
+    // Retention before a future time would erase every payload: refused.
+    let future = cairn_in(dir.path(), &["retention", "--before", "2999-01-01"], None);
+    assert_eq!(future.code, 2, "{}", future.stderr);
+    assert!(
+        future.stderr.contains("is in the future"),
+        "{}",
+        future.stderr
     );
     let empty = tempfile::tempdir().unwrap();
     let made = cairn_in(empty.path(), &["keys"], None);
