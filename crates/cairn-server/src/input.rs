@@ -253,9 +253,16 @@ fn from_serde_message(path: &str, message: &str) -> ApiError {
         return missing_field(f);
     }
     let message = plain_type_message(message);
+    // `confidence must be a number, ...` as REST says it; serde's other
+    // messages after a colon.
+    let joint = if message.starts_with("must be ") {
+        " "
+    } else {
+        ": "
+    };
     let shown_message = match &field {
-        Some(f) => format!("{}: {message}", shown(f)),
-        None => format!("the arguments: {message}"),
+        Some(f) => format!("{}{joint}{message}", shown(f)),
+        None => format!("the arguments{joint}{message}"),
     };
     let error = ApiError::bad_request("invalid_argument", shown_message);
     match field {

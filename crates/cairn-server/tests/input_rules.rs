@@ -891,6 +891,18 @@ fn refusals_name_their_field_and_the_way_out() {
         "{rpc}"
     );
 
+    // A key bound to no agent lists every agent's sessions, as REST does.
+    let history = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "get_session_history",
+        json!({"limit": 5}),
+    )
+    .rpc();
+    assert_ne!(history["result"]["isError"], true, "{history}");
+    assert!(history.to_string().contains("\"lv\""), "{history}");
+
     // A vkey whose `+` a query string read as spaces is told how to send
     // it; a quorum past the witnesses given names quorum.
     let vkey = cairn_core::checkpoint::Cosigner::from_seed("w.example", &[1; 32])

@@ -13,7 +13,9 @@ pub enum Refusal {
     #[error(transparent)]
     Invalid(#[from] RecordError),
     /// The session was sealed; nothing more can be appended.
-    #[error("session {session_id} is sealed; nothing can be appended after the seal")]
+    #[error(
+        "session {session_id} is sealed: nothing can be appended after its seal, and it cannot be sealed again"
+    )]
     Sealed {
         /// The session.
         session_id: String,

@@ -109,7 +109,8 @@ pub struct ReplayArgs {
 #[serde(deny_unknown_fields)]
 pub struct HistoryArgs {
     /// The agent whose sessions to list (default: the key's agent, or the
-    /// server's default agent).
+    /// server's default agent; with neither, every agent's sessions, as
+    /// `GET /v1/sessions` lists them).
     pub agent_id: Option<String>,
     /// At most this many, newest first: 1 to 1000 (default 20).
     #[schemars(range(min = 1, max = 1000))]

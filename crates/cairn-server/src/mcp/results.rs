@@ -252,6 +252,8 @@ pub struct History {
 pub struct SessionRow {
     /// The session.
     pub session_id: String,
+    /// The agent whose session it is.
+    pub agent_id: String,
     /// How many steps it has.
     pub step_count: u64,
     /// When its first step was recorded (null if it has none).

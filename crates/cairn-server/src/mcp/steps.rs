@@ -211,9 +211,15 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
-        let agent_id = match self.agent_for(&caller, args.agent_id) {
-            Ok(agent) => agent,
-            Err(e) => return tool_error(e),
+        // A key bound to no agent, without a default agent, lists every
+        // agent's sessions, as REST's listing does (a reading tool needs
+        // no agent to act as).
+        let agent_id = match (&args.agent_id, &caller.key.agent_id, &self.default_agent) {
+            (None, None, None) => None,
+            _ => match self.agent_for(&caller, args.agent_id) {
+                Ok(agent) => Some(agent),
+                Err(e) => return tool_error(e),
+            },
         };
         let limit =
             match crate::input::result_limit(args.limit.map(Some), crate::input::SESSIONS_LIMIT) {
@@ -230,13 +236,14 @@ impl CairnMcp {
                 for (s, valid) in crate::listed_sessions(
                     store,
                     &org,
-                    &cairn_store::SessionFilter::agent(Some(&agent_id)),
+                    &cairn_store::SessionFilter::agent(agent_id.as_deref()),
                     limit,
                     verify,
                     budget,
                 )? {
                     rows.push(SessionRow {
                         session_id: s.session_id,
+                        agent_id: s.agent_id,
                         step_count: s.step_count,
                         first_step_at: s.first_step_at.map(|t| t.to_string()),
                         last_step_at: s.last_step_at.map(|t| t.to_string()),
