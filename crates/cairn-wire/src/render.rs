@@ -4,6 +4,7 @@
 //! of a session's steps into turns (its audit trail).
 
 use cairn_core::commit::StepRecord;
+use cairn_core::kind::StepKind;
 use std::fmt::Write as _;
 
 /// `text` as a terminal may show it: every control character but line
@@ -127,15 +128,27 @@ pub fn turn_markdown(turn: &Turn<'_>) -> String {
             None if !r.is_revealed(cairn_core::commit::Field::Content) => "(hidden)".to_owned(),
             None => String::new(),
         };
-        let _ = write!(out, "\n{} {content}", s.kind.bracket_label());
+        // Seed 002 has five labels; a kind it has no label of (a decision,
+        // a correction, a final answer...) gets the nearest, `[思考]`, and
+        // is named after it, so that a reader tells it from musing.
+        let label = s.kind.bracket_label();
+        let _ = if label == StepKind::Reasoning.bracket_label() && s.kind != StepKind::Reasoning {
+            write!(out, "\n{label} ({}) {content}", s.kind.as_str())
+        } else {
+            write!(out, "\n{label} {content}")
+        };
         for (name, link) in [
             ("tool_call", &s.links.tool_call),
             ("policy_decision", &s.links.policy_decision),
             ("approval_request", &s.links.approval_request),
+            ("corrects", &s.links.corrects),
         ] {
             if let Some(id) = link {
                 let _ = write!(out, " ({name}: {id})");
             }
+        }
+        if s.status == cairn_core::record::Status::Flagged {
+            out.push_str(" (flagged for review)");
         }
         out.push('\n');
     }
@@ -209,6 +222,30 @@ mod tests {
              [思考] The user asked me to check system status.\n\n\
              [計画] 1. Call check_credits  2. Call check_inbox\n\n\
              [実行] check_credits -> $2.50 remaining (tool_call: 01JXYZ-TC1)\n"
+        );
+    }
+
+    /// A kind seed 002 has no label of is named beside `[思考]`, and a
+    /// flagged step and a correction say so.
+    #[test]
+    fn markdown_names_what_thinking_does_not_cover() {
+        let t = Timestamp::parse_rfc3339("2026-02-23T10:30:00Z").unwrap();
+        let mut decision = Step::new("t0", "acme", "a", "s", 0, "Decision", t).unwrap();
+        decision.content = Some("refund".into());
+        decision.status = cairn_core::record::Status::Flagged;
+        let first = StepRecord::new(decision, &[0; 32], cairn_core::Hash::ZERO);
+        let mut correction = Step::new("t1", "acme", "a", "s", 1, "Correction", t).unwrap();
+        correction.content = Some("no refund".into());
+        correction.links.corrects = Some("t0".into());
+        let second = StepRecord::new(correction, &[0; 32], first.hash);
+        let text = markdown("s", &[first, second]);
+        assert!(
+            text.contains("[思考] (decision) refund (flagged for review)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("[思考] (correction) no refund (corrects: t0)\n"),
+            "{text}"
         );
     }
 }
