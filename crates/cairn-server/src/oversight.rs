@@ -19,9 +19,16 @@ use std::sync::Arc;
 pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
     let text = text.ok_or_else(|| crate::input::missing_field("decision"))?;
     ReviewDecision::parse(text).ok_or_else(|| {
+        const DECISIONS: [&str; 3] = ["approve", "reject", "escalate"];
+        let hint = crate::input::nearest(&text.to_ascii_lowercase(), &DECISIONS)
+            .map(|d| format!(" (did you mean {d}?)"))
+            .unwrap_or_default();
         ApiError::bad_request(
             "invalid_request",
-            "decision must be approve, reject or escalate",
+            format!(
+                "decision must be approve, reject or escalate, not {}{hint}",
+                crate::error::shown(text)
+            ),
         )
         .with_field("decision")
     })

@@ -61,6 +61,12 @@ pub enum QueryError {
     /// Too long.
     #[error("the query is longer than {MAX_QUERY_BYTES} bytes or has more than {MAX_TERMS} terms")]
     TooLong,
+    /// `OR` or `AND` written as an operator, which this language has not:
+    /// read as a word, `a OR b` would silently ask for all three.
+    #[error(
+        "{0} is not an operator here: every word of a query must match (a AND b is a b), so search once for each alternative; \"{0}\" in quotes searches for the word itself"
+    )]
+    NotAnOperator(String),
 }
 
 /// The SQLite FTS5 table of org `org`'s documents, as an SQL identifier
@@ -97,6 +103,9 @@ impl FullTextQuery {
             } else {
                 let end = after.find(char::is_whitespace).unwrap_or(after.len());
                 let word = &after[..end];
+                if !negated && (word == "OR" || word == "AND") {
+                    return Err(QueryError::NotAnOperator(word.to_owned()));
+                }
                 let (word, prefix) = match word.strip_suffix('*') {
                     Some(stem) => (stem, true),
                     None => (word, false),
@@ -341,6 +350,14 @@ mod tests {
             FullTextQuery::parse(&"w ".repeat(40)),
             Err(QueryError::TooLong)
         );
+        // No operators but `-`: a bare OR or AND is said, not searched for;
+        // in quotes, or in another case, it is a word.
+        assert_eq!(
+            FullTextQuery::parse("revenue OR credit"),
+            Err(QueryError::NotAnOperator("OR".into()))
+        );
+        assert!(FullTextQuery::parse("a AND b").is_err());
+        assert_eq!(q("\"OR\" or and").required.len(), 3);
     }
 
     #[test]
