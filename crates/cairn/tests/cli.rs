@@ -598,6 +598,52 @@ fn record_replay_verify_export_offline() {
     );
 }
 
+/// The `erased` flag of a bundle line is outside the digest, so a
+/// courier may flip it: an import stores a step that hides a field as
+/// erased whatever its line says (a review's mirror showed an erased
+/// step as not erased), and the mirror still verifies.
+#[test]
+fn import_does_not_believe_an_erased_flag() {
+    let source = tempfile::tempdir().unwrap();
+    populated(source.path());
+    let sessions = json(&cairn_in(
+        source.path(),
+        &["--json", "replay", "revenue-analysis-q4"],
+        None,
+    ));
+    let trace = sessions["steps"][1]["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let erased = cairn_in(source.path(), &["erase", &trace, "--reason", "test"], None);
+    assert_eq!(erased.code, 0, "{}", erased.stderr);
+    let bundle = source.path().join("all.bundle");
+    let exported = cairn_in(
+        source.path(),
+        &["export", "--all", "-o", bundle.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert_eq!(text.matches("\"erased\":true").count(), 1, "{text}");
+    let flipped = source.path().join("flipped.bundle");
+    std::fs::write(
+        &flipped,
+        text.replace("\"erased\":true", "\"erased\":false"),
+    )
+    .unwrap();
+    let mirror = tempfile::tempdir().unwrap();
+    let run = cairn_in(mirror.path(), &["import", flipped.to_str().unwrap()], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(cairn_in(mirror.path(), &["verify"], None).code, 0);
+    let replay = json(&cairn_in(
+        mirror.path(),
+        &["--json", "replay", "revenue-analysis-q4"],
+        None,
+    ));
+    assert_eq!(replay["steps"][1]["erased"], true, "{replay}");
+}
+
 #[test]
 fn import_mirrors_a_verified_bundle_and_refuses_a_bad_one() {
     let source = tempfile::tempdir().unwrap();

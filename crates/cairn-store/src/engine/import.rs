@@ -108,12 +108,21 @@ impl Engine<'_> {
                     // The `erased` flag is outside the digest: a bundle line
                     // saying so of a step that hides nothing would leave a
                     // row no reading accepts.
-                    if r.erased && !r.openings.0.iter().any(|o| matches!(o, Opening::Hidden(_))) {
+                    let hides = r.openings.0.iter().any(|o| matches!(o, Opening::Hidden(_)));
+                    if r.erased && !hides {
                         return Err(bad(format!(
                             "step {} of session {} says it was erased but hides no field",
                             s.step_index, s.session_id
                         )));
                     }
+                    // Nor is the flag believed the other way: in a complete
+                    // bundle at full level only an erasure hides a field
+                    // (the verifier held each hidden field to its erasure
+                    // record), so a step that hides one is stored erased
+                    // whatever its line says (a courier had flipped the
+                    // flag to false, and the mirror showed an erased step
+                    // as not erased).
+                    let erased = hides;
                     let prev_seq = heads.get(&sid).map(|h| h.1);
                     let head = heads
                         .entry(sid)
@@ -138,19 +147,17 @@ impl Engine<'_> {
                         signature: r.signature.as_ref().map(|sig| &sig.signature),
                         // Set again once this store's embedder made one.
                         has_embedding: false,
-                        erased: r.erased,
+                        erased,
                         hidden: hidden_json(&r.openings),
                         prev_seq,
                     })?;
                     // The index and vectors are derived: recompute them.
-                    if !r.erased
-                        && let Some(doc) = crate::fulltext::document(s)
-                    {
+                    if !erased && let Some(doc) = crate::fulltext::document(s) {
                         tx.insert_search_doc(org.id, entry.seq, &doc, None)?;
                     }
                     // Queued if the source embedded it or this store's rule
                     // selects it (a step still queued at export time too).
-                    if !r.erased
+                    if !erased
                         && crate::fulltext::document(s).is_some()
                         && (r.has_embedding
                             || crate::embed::should_embed(
