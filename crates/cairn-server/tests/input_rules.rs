@@ -891,6 +891,25 @@ fn refusals_name_their_field_and_the_way_out() {
         "{rpc}"
     );
 
+    // A step logged over MCP is answered as REST answers it.
+    let logged = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "log_reasoning_step",
+        json!({"session_id": "mcp-new", "agent_id": "a", "step_type": "plan", "content": "x"}),
+    )
+    .rpc();
+    let answer = &logged["result"]["structuredContent"];
+    assert_eq!(answer["session_created"], true, "{logged}");
+    assert!(
+        answer["created_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{logged}"
+    );
+    assert!(answer["seq"].as_u64().is_some(), "{logged}");
+
     // A key bound to no agent lists every agent's sessions, as REST does.
     let history = mcp_tool(
         server.addr,

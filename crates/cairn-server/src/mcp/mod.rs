@@ -361,20 +361,12 @@ impl CairnMcp {
     ) -> Result<StepLogged, ApiError> {
         caller.require(caller.key.role.can_write(), "record steps")?;
         Caller::require_enabled(&self.state)?;
-        match crate::steps::record_step(&self.state, caller.org(), memory, step).await? {
-            Written::Step {
-                trace_id,
-                step_index,
-                hash,
-                seq,
-                ..
-            } => Ok(StepLogged {
-                trace_id,
-                step_index,
-                current_hash: hash.to_hex(),
-                seq,
-            }),
-            other => Err(unexpected(other)),
+        let written = crate::steps::record_step(&self.state, caller.org(), memory, step).await?;
+        // The answer REST gives a step (`wire::StepWritten`): one shape on
+        // every surface.
+        match crate::wire::step_written(&written) {
+            Some(step) => Ok(step),
+            None => Err(unexpected(written)),
         }
     }
 }

@@ -203,18 +203,10 @@ fn any_json(mut annotations: Map<String, Value>) -> Value {
     Value::Object(annotations)
 }
 
-/// `log_reasoning_step`: where the step went.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct StepLogged {
-    /// The step's trace id: name it to read, review or correct the step.
-    pub trace_id: String,
-    /// Its index in the session, from 0.
-    pub step_index: u64,
-    /// Its chain hash (hex).
-    pub current_hash: String,
-    /// Its position in the org log.
-    pub seq: u64,
-}
+/// `log_reasoning_step`: where the step went, as REST answers it (its
+/// trace id, index, chain hash, position, time, and whether it created
+/// its session).
+pub use crate::wire::StepWritten as StepLogged;
 
 /// `replay_decision`: a session's steps in order.
 #[derive(Debug, Serialize, JsonSchema)]
