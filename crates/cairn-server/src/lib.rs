@@ -61,6 +61,7 @@ pub use metrics::Metrics;
 
 use keys::*;
 use log_api::*;
+pub use oversight::decision as review_decision;
 pub use routes::{check_cors_origins, openapi_document, router};
 use search_api::*;
 pub use search_api::{SEARCH_PARAMS, search_input};

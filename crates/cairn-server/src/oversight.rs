@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Parses `approve`, `reject` or `escalate` (REST, MCP and the web UI's
 /// form alike: 400 `invalid_request`, field `decision`; absent, 400
 /// `missing_field`, as MCP's typed arguments answer it).
-pub(crate) fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
+pub fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
     let text = text.ok_or_else(|| crate::input::missing_field("decision"))?;
     ReviewDecision::parse(text).ok_or_else(|| {
         const DECISIONS: [&str; 3] = ["approve", "reject", "escalate"];

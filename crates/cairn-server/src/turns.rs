@@ -333,8 +333,15 @@ pub(crate) async fn record_turn(
     let explicit_possible = explicit.is_some();
     let explicit = explicit.unwrap_or_default();
     if thinking.is_none_or(|t| t.trim().is_empty()) && explicit.is_empty() {
+        // Nothing given is a missing member, as MCP's typed arguments say
+        // it; a blank text is an invalid one.
+        let code = if thinking.is_none() {
+            "missing_field"
+        } else {
+            "invalid_request"
+        };
         return Err(ApiError::bad_request(
-            "invalid_request",
+            code,
             if explicit_possible {
                 "a turn needs thinking text or steps"
             } else {

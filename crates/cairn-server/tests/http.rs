@@ -417,6 +417,13 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst"}),
             400,
+            "missing_field",
+        ),
+        (
+            "turn with blank thinking and no steps",
+            "/v1/sessions/s1/turns",
+            json!({"agent_id": "analyst", "thinking": "  "}),
+            400,
             "invalid_request",
         ),
         (
@@ -500,11 +507,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "steps",
             "invalid_request",
         ),
-        (
-            json!({"agent_id": "analyst"}),
-            "thinking",
-            "invalid_request",
-        ),
+        (json!({"agent_id": "analyst"}), "thinking", "missing_field"),
         (
             json!({"agent_id": "analyst", "steps": [{"session_id": 12, "step_type": "plan"}]}),
             "steps[0].session_id",

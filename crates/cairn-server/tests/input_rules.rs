@@ -805,6 +805,14 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
             "action",
         ),
         (
+            "/v1/sessions/m/turns".to_owned(),
+            json!({"agent_id": "a"}),
+            "record_turn",
+            json!({"session_id": "m", "agent_id": "a"}),
+            "missing_field",
+            "thinking",
+        ),
+        (
             "/v1/sql".to_owned(),
             json!({}),
             "query_sql",

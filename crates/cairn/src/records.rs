@@ -391,8 +391,9 @@ pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -
             note,
             reviewer,
         } => {
-            let decision = cairn_core::log::ReviewDecision::parse(decision)
-                .ok_or_else(|| usage("--decision must be approve, reject or escalate"))?;
+            // Read as the API reads it (the nearest decision suggested).
+            let decision = cairn_server::review_decision(Some(decision))
+                .map_err(|e| crate::cli::refused_naming(e, "--decision"))?;
             let request = WriteRequest::Review {
                 org_id: cli.org.clone(),
                 trace_id: trace_id.clone(),

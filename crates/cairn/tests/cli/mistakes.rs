@@ -757,6 +757,18 @@ fn log_and_verify_name_what_they_were_given() {
         "{}",
         checked.stderr
     );
+    // A review decision that is none suggests the nearest, as REST does.
+    let decided = cairn_in(
+        dir.path(),
+        &["review", "decide", "t-none", "--decision", "approved"],
+        None,
+    );
+    assert_eq!(decided.code, 2, "{}", decided.stderr);
+    assert!(
+        decided.stderr.contains("did you mean approve") && decided.stderr.contains("(--decision)"),
+        "{}",
+        decided.stderr
+    );
     // Retention before a future time would erase every payload: refused.
     let future = cairn_in(dir.path(), &["retention", "--before", "2999-01-01"], None);
     assert_eq!(future.code, 2, "{}", future.stderr);
