@@ -8,8 +8,9 @@ use cairn_core::kind::StepKind;
 use std::fmt::Write as _;
 
 /// `text` as a terminal may show it: every control character but line
-/// feeds and tabs (escape sequences, carriage returns, backspaces), and
-/// every bidirectional embedding, override or isolate, written as its
+/// feeds and tabs (escape sequences, carriage returns, backspaces), the
+/// line and paragraph separators (U+2028, U+2029, line breaks to some
+/// viewers), and every bidirectional embedding, override or isolate, written as its
 /// escape (`\u{1b}`). What a step's author wrote is printed by `cairn`
 /// among other steps and verdicts: left in, it could move the cursor,
 /// erase or recolour a line, or reorder the text around it, and show a
@@ -17,7 +18,7 @@ use std::fmt::Write as _;
 pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
     };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
@@ -173,8 +174,8 @@ mod tests {
     #[test]
     fn terminals_are_shown_the_text_not_its_controls() {
         assert_eq!(
-            super::terminal_safe("ok\u{1b}[2K\rfake\u{202e}x\n\tdone é"),
-            "ok\\u{1b}[2K\\u{d}fake\\u{202e}x\n\tdone é"
+            super::terminal_safe("ok\u{1b}[2K\rfake\u{202e}x\n\tdone é\u{2028}"),
+            "ok\\u{1b}[2K\\u{d}fake\\u{202e}x\n\tdone é\\u{2028}"
         );
         assert!(matches!(
             super::terminal_safe("plain\ntext"),

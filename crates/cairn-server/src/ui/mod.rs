@@ -291,24 +291,47 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
             "this form may only be sent from Cairn's own pages (cross-site request refused)",
         )
     };
+    // Every value of a header is checked (a browser sends one; a request
+    // sending two is judged by both, not by the first).
+    let values = |name: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("\u{0}"))
+            .collect::<Vec<_>>()
+    };
     // Browsers that send Sec-Fetch-Site say exactly where the form was.
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        return if site == "same-origin" || site == "none" {
+    let sites = values("sec-fetch-site");
+    if !sites.is_empty() {
+        return if sites
+            .iter()
+            .all(|site| *site == "same-origin" || *site == "none")
+        {
             Ok(())
         } else {
             Err(refused())
         };
     }
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let origin_host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .unwrap_or("");
-        if origin_host != host {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    for origin in values("origin") {
+        // Hosts compare without case and without the scheme's default port
+        // (`Host: cairn.example:443` is `https://cairn.example`).
+        let (default_port, origin_host) = match origin.split_once("://") {
+            Some(("http", rest)) => (":80", rest),
+            Some(("https", rest)) => (":443", rest),
+            _ => return Err(refused()),
+        };
+        let plain = |h: &str| {
+            let h = h.to_ascii_lowercase();
+            match h.strip_suffix(default_port) {
+                Some(bare) => bare.to_owned(),
+                None => h,
+            }
+        };
+        if plain(origin_host) != plain(host) {
             return Err(refused());
         }
     }
@@ -577,6 +600,51 @@ async fn sign_out(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A form's origin is compared with the host without case and without
+    /// the scheme's default port; every value of a repeated header counts.
+    #[test]
+    fn same_origin_reads_hosts_as_browsers_mean_them() {
+        let check = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(*name, axum::http::HeaderValue::from_static(value));
+            }
+            same_origin(&headers).is_ok()
+        };
+        assert!(check(&[
+            ("host", "CAIRN.example"),
+            ("origin", "http://cairn.example")
+        ]));
+        assert!(check(&[
+            ("host", "cairn.example:443"),
+            ("origin", "https://cairn.example")
+        ]));
+        assert!(check(&[
+            ("host", "cairn.example:8714"),
+            ("origin", "http://cairn.example:8714")
+        ]));
+        assert!(!check(&[
+            ("host", "cairn.example:8443"),
+            ("origin", "https://cairn.example")
+        ]));
+        assert!(!check(&[
+            ("host", "cairn.example"),
+            ("origin", "http://evil.example")
+        ]));
+        assert!(!check(&[("host", "cairn.example"), ("origin", "null")]));
+        assert!(!check(&[
+            ("host", "cairn.example"),
+            ("origin", "http://cairn.example"),
+            ("origin", "http://evil.example"),
+        ]));
+        assert!(!check(&[
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-site", "cross-site"),
+        ]));
+        assert!(check(&[("sec-fetch-site", "same-origin")]));
+        assert!(check(&[("host", "cairn.example")]));
+    }
 
     const CAPACITY: usize = 500;
 

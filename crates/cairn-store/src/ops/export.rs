@@ -47,7 +47,7 @@ impl std::fmt::Display for ExportScope {
             ExportScope::Range { since, until } => {
                 write!(
                     f,
-                    "the sessions started at or after {since} and before {until}"
+                    "the range of sessions started at or after {since} and before {until}"
                 )
             }
         }

@@ -220,7 +220,7 @@ pub fn run() -> Result<Outcome> {
                             );
                             if cutoff.as_micros() > latest {
                                 return Err(usage(format!(
-                                    "--before {text} is in the future (now {}): it would erase the payloads of every session, those still being written too; give a time in the past",
+                                    "--before {text} is in the future (now {}): retention erases the payloads of the sessions whose last step is before it, so it would erase every session's; give a time in the past",
                                     now()
                                 )));
                             }
