@@ -641,7 +641,7 @@ fn query_vkey(text: &str) -> Result<cairn_core::note::NoteVerifier, String> {
     operation_id = "verify_bundle",
     tag = "bundles",
     summary = "Verify an uploaded bundle",
-    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. A bundle that does not verify has it false whoever signed it: a tampered bundle is vouched for by no one (`verified` and `brokenReason` say why). The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
+    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. A bundle that does not verify has it false whoever signed it: a tampered bundle is vouched for by no one (`verified` and `brokenReason` say why). With `witness` parameters, `cosigned_by` names the witnesses whose cosignature on the checkpoint verified and the quorum (`{\"witnesses\": [...], \"quorum\": k}`; null without a policy). The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
@@ -822,5 +822,12 @@ pub(crate) async fn verify_bundle(
     v["key_pinned"] = json!(result.key_pinned);
     v["signed_by_this_server"] = json!(signed_by_this_server);
     v["checkpoint_size"] = json!(result.checkpoint.map(|c| c.0));
+    // With a witness policy: who cosigned, of the quorum asked for.
+    v["cosigned_by"] = json!(
+        result
+            .cosigned_by
+            .as_ref()
+            .map(|(by, quorum)| json!({"witnesses": by, "quorum": quorum}))
+    );
     Ok(axum::Json(v))
 }

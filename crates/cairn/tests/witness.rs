@@ -189,6 +189,28 @@ fn witnesses_cosign_a_growing_log_and_refuse_a_rewritten_one() {
     args.extend_from_slice(&policy);
     let run = target.run(&args, None);
     assert_eq!(run.code, 0, "{}", run.stdout);
+    // It says who cosigned, of the quorum asked for.
+    let verdict = json(&run);
+    assert_eq!(verdict["cosigned_by"]["quorum"], 2, "{verdict}");
+    assert_eq!(
+        verdict["cosigned_by"]["witnesses"],
+        serde_json::json!(["w1.example", "w2.example"]),
+        "{verdict}"
+    );
+    let text = target.run(
+        &args[..1]
+            .iter()
+            .chain(&args[2..])
+            .copied()
+            .collect::<Vec<_>>(),
+        None,
+    );
+    assert!(
+        text.stdout
+            .contains("cosigned by 2 of the witnesses given (quorum 2): w1.example, w2.example"),
+        "{}",
+        text.stdout
+    );
     assert_eq!(
         metric(
             server.addr,

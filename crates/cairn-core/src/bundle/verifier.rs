@@ -43,6 +43,10 @@ pub struct BundleVerdict {
     pub selection: Option<Selection>,
     /// Sizes of the trusted checkpoints the bundle was related to.
     pub trusted_sizes: Vec<u64>,
+    /// The witnesses of the verifier's policy whose cosignature on the
+    /// checkpoint verified, and the quorum it asked for (`None` without a
+    /// policy, or before the checkpoint was read).
+    pub cosigned_by: Option<(Vec<String>, usize)>,
 }
 
 /// Where the verifier is in the bundle's structure.
@@ -64,6 +68,9 @@ pub struct BundleVerifier {
     pinned: Vec<NoteVerifier>,
     trusted_notes: Vec<String>,
     witness_policy: Option<crate::witness::WitnessPolicy>,
+    /// What the witness policy found on the checkpoint: who cosigned, of
+    /// the quorum asked for.
+    cosigned_by: Option<(Vec<String>, usize)>,
     trusted: Vec<VerifiedCheckpoint>,
     /// Trusted checkpoints older than the bundle's still needing a
     /// consistency line (partial bundles), by size.
@@ -91,6 +98,7 @@ impl BundleVerifier {
             pinned,
             trusted_notes: Vec::new(),
             witness_policy: None,
+            cosigned_by: None,
             trusted: Vec::new(),
             unproven: Vec::new(),
             stage: Stage::Header,
@@ -262,14 +270,19 @@ impl BundleVerifier {
             }
             Err(e) => return self.malformed(format!("the bundle's checkpoint: {e}")),
         };
-        if let Some(policy) = &self.witness_policy
-            && let Err(why) = policy.check(&note)
-        {
-            return self.fail(
-                Location::default(),
-                Reason::InsufficientCosignatures,
-                format!("the bundle's checkpoint: {why}"),
-            );
+        if let Some(policy) = &self.witness_policy {
+            let by = policy.cosigned_by(&note);
+            self.cosigned_by = Some((
+                by.iter().map(|name| (*name).to_owned()).collect(),
+                policy.quorum(),
+            ));
+            if let Err(why) = policy.check(&note) {
+                return self.fail(
+                    Location::default(),
+                    Reason::InsufficientCosignatures,
+                    format!("the bundle's checkpoint: {why}"),
+                );
+            }
         }
         let (size, root) = (checkpoint.checkpoint().size, checkpoint.checkpoint().root);
         for trusted in std::mem::take(&mut self.trusted_notes) {
@@ -590,6 +603,7 @@ impl BundleVerifier {
             selection: self.selection,
             selection_signers: self.selection_signers,
             trusted_sizes: self.trusted.iter().map(|t| t.checkpoint().size).collect(),
+            cosigned_by: self.cosigned_by,
         }
     }
 }

@@ -360,6 +360,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         "checkpoint_size": result.checkpoint.map(|c| c.0),
         "checkpoint_root": result.checkpoint.map(|c| c.1.to_hex()),
         "trusted_checkpoints": result.trusted_sizes,
+        "cosigned_by": result.cosigned_by.as_ref().map(|(by, quorum)| json!({"witnesses": by, "quorum": quorum})),
         "selection": result.selection.as_ref().map(|s| s.to_value()),
     });
     if let Some(header) = &result.header {
@@ -409,6 +410,13 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         if result.verdict.verified {
             for size in &result.trusted_sizes {
                 println!("consistent with the trusted checkpoint of size {size}");
+            }
+            if let Some((by, quorum)) = &result.cosigned_by {
+                println!(
+                    "cosigned by {} of the witnesses given (quorum {quorum}): {}",
+                    by.len(),
+                    render::terminal_safe(&by.join(", "))
+                );
             }
         }
     }
