@@ -518,7 +518,7 @@ impl AllowedHosts {
 }
 
 /// `(host, port)` of an authority (`example.com:8080`, `[::1]:80`, `::1`).
-fn split_authority(authority: &str) -> (String, Option<&str>) {
+pub(crate) fn split_authority(authority: &str) -> (String, Option<&str>) {
     let authority = authority.trim();
     if let Some(rest) = authority.strip_prefix('[') {
         return match rest.split_once(']') {
@@ -701,9 +701,11 @@ struct AddressSlot {
 }
 
 impl AddressConnections {
+    /// Counts against `limit` a connection (0: no limit, still counted,
+    /// which costs a map entry per address connected).
     fn new(limit: usize) -> AddressConnections {
         AddressConnections {
-            limit,
+            limit: if limit == 0 { usize::MAX } else { limit },
             held: std::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -721,14 +723,8 @@ impl AddressConnections {
     }
 
     /// A place for a connection from `peer`, or `None` if its address
-    /// holds the most it may (always a place when the limit is off).
-    fn take(
-        connections: &Arc<AddressConnections>,
-        peer: SocketAddr,
-    ) -> Option<Option<AddressSlot>> {
-        if connections.limit == 0 {
-            return Some(None);
-        }
+    /// holds the most it may.
+    fn take(connections: &Arc<AddressConnections>, peer: SocketAddr) -> Option<AddressSlot> {
         let address = Self::key(peer);
         let mut held = connections.held.lock().unwrap_or_else(|e| e.into_inner());
         let count = held.entry(address).or_insert(0);
@@ -736,10 +732,10 @@ impl AddressConnections {
             return None;
         }
         *count += 1;
-        Some(Some(AddressSlot {
+        Some(AddressSlot {
             connections: Arc::clone(connections),
             address,
-        }))
+        })
     }
 }
 
@@ -763,10 +759,12 @@ impl Drop for AddressSlot {
 /// as far as the socket takes it at once (never waiting on the client,
 /// who may not read), and closes it.
 fn refuse_busy_address(stream: &tokio::net::TcpStream, limit: usize) {
-    let body = serde_json::json!({"error": {
-        "code": "overloaded",
-        "message": format!("this client address holds {limit} connections to the server, the most one address may (CAIRN_MAX_CONNECTIONS_PER_ADDRESS): reuse them (keep-alive) or close some"),
-    }})
+    // The API's error body, written by hand: the connection is refused
+    // before hyper serves it.
+    let body = overloaded(format!(
+        "this client address holds {limit} connections to the server, the most one address may (CAIRN_MAX_CONNECTIONS_PER_ADDRESS): reuse them (keep-alive) or close some"
+    ))
+    .body()
     .to_string();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",

@@ -316,22 +316,20 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    let (host_name, host_port) = crate::limits::split_authority(host);
     for origin in values("origin") {
-        // Hosts compare without case and without the scheme's default port
-        // (`Host: cairn.example:443` is `https://cairn.example`).
-        let (default_port, origin_host) = match origin.split_once("://") {
-            Some(("http", rest)) => (":80", rest),
-            Some(("https", rest)) => (":443", rest),
+        // Hosts compare without case and with the scheme's default port
+        // where none is given (`Host: cairn.example:443` is
+        // `https://cairn.example`).
+        let (default_port, authority) = match origin.split_once("://") {
+            Some(("http", rest)) => ("80", rest),
+            Some(("https", rest)) => ("443", rest),
             _ => return Err(refused()),
         };
-        let plain = |h: &str| {
-            let h = h.to_ascii_lowercase();
-            match h.strip_suffix(default_port) {
-                Some(bare) => bare.to_owned(),
-                None => h,
-            }
-        };
-        if plain(origin_host) != plain(host) {
+        let (origin_name, origin_port) = crate::limits::split_authority(authority);
+        if origin_name != host_name
+            || origin_port.unwrap_or(default_port) != host_port.unwrap_or(default_port)
+        {
             return Err(refused());
         }
     }
