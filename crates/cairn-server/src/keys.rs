@@ -103,7 +103,7 @@ pub(crate) async fn create_key(
     caller.require(caller.key.role.can_admin(), "manage keys")?;
     let (v, _parsed) = parse_json(&state, caller.org(), &body).await?;
     members(&v, &["role", "agent_id", "label", "expires_at"])?;
-    let role = optional_string(&v, "role")?.ok_or_else(|| crate::input::missing_field("role"))?;
+    let role = crate::required_string(&v, "role")?;
     let role = Role::parse(&role).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_request",

@@ -429,6 +429,12 @@ fn optional_string(body: &Value, key: &str) -> Result<Option<String>, ApiError> 
     }
 }
 
+/// A request body's required string member: absent (or null) is
+/// `missing_field`, as every surface answers it; another type a 400.
+fn required_string(body: &Value, key: &str) -> Result<String, ApiError> {
+    optional_string(body, key)?.ok_or_else(|| input::missing_field(key))
+}
+
 /// An Ed25519 public key given as base64 of its 32 bytes.
 fn public_key_param(
     text: Option<&str>,

@@ -823,11 +823,6 @@ pub(crate) async fn verify_bundle(
     v["signed_by_this_server"] = json!(signed_by_this_server);
     v["checkpoint_size"] = json!(result.checkpoint.map(|c| c.0));
     // With a witness policy: who cosigned, of the quorum asked for.
-    v["cosigned_by"] = json!(
-        result
-            .cosigned_by
-            .as_ref()
-            .map(|(by, quorum)| json!({"witnesses": by, "quorum": quorum}))
-    );
+    v["cosigned_by"] = wire::cosigned_by_to_json(result.cosigned_by.as_ref());
     Ok(axum::Json(v))
 }

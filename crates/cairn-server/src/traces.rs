@@ -308,8 +308,7 @@ pub(crate) async fn post_sql(
 ) -> Result<Json, ApiError> {
     let (v, _parsed) = parse_json(&state, caller.org(), &body).await?;
     crate::members(&v, &["sql", "limit"])?;
-    let text =
-        crate::optional_string(&v, "sql")?.ok_or_else(|| crate::input::missing_field("sql"))?;
+    let text = crate::required_string(&v, "sql")?;
     let limit = crate::input::result_limit(
         v.get("limit").filter(|l| !l.is_null()).map(Value::as_u64),
         crate::input::SQL_ROWS_LIMIT,

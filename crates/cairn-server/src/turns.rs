@@ -136,8 +136,7 @@ pub(crate) async fn parse(
     let (v, parsed) = parse_json(&state, caller.org(), &body).await?;
     let memory = crate::limits::RequestMemory::new(parsed);
     crate::members(&v, &["text"])?;
-    let text =
-        crate::optional_string(&v, "text")?.ok_or_else(|| crate::input::missing_field("text"))?;
+    let text = crate::required_string(&v, "text")?;
     drop(v);
     // The answer's text is made with it, so that what it holds is counted
     // until it is written out.

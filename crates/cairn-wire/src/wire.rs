@@ -233,6 +233,17 @@ pub fn verdict_out(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp)
     }
 }
 
+/// What a witness policy found on a bundle's checkpoint
+/// ([`cairn_core::bundle::BundleVerdict::cosigned_by`]), as every surface
+/// answers it: `{"witnesses": [names], "quorum": k}`, or null without a
+/// policy.
+pub fn cosigned_by_to_json(cosigned_by: Option<&(Vec<String>, usize)>) -> Value {
+    cosigned_by.map_or(
+        Value::Null,
+        |(by, quorum)| json!({"witnesses": by, "quorum": quorum}),
+    )
+}
+
 /// A verdict with seed 003's member names plus Cairn's location detail,
 /// as JSON (see [`VerdictOut`]).
 pub fn verdict_to_json(verdict: &Verdict, duration_ms: u128, verified_at: Timestamp) -> Value {

@@ -360,7 +360,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         "checkpoint_size": result.checkpoint.map(|c| c.0),
         "checkpoint_root": result.checkpoint.map(|c| c.1.to_hex()),
         "trusted_checkpoints": result.trusted_sizes,
-        "cosigned_by": result.cosigned_by.as_ref().map(|(by, quorum)| json!({"witnesses": by, "quorum": quorum})),
+        "cosigned_by": cairn_server::wire::cosigned_by_to_json(result.cosigned_by.as_ref()),
         "selection": result.selection.as_ref().map(|s| s.to_value()),
     });
     if let Some(header) = &result.header {
@@ -515,7 +515,7 @@ fn failure_hint(
         // Most often no attack: the server signs a new checkpoint for an
         // export and sends it to its witnesses only at its next round.
         return Some(
-            "the bundle's checkpoint lacks the cosignatures --witness and --quorum ask for: if it was exported within a few seconds of its last record, its witnesses had not cosigned it yet (servers send checkpoints every --witness-interval, 5 s by default); export again a little later, or check that the witness keys are the server's witnesses'".to_owned(),
+            "the bundle's checkpoint lacks the cosignatures --witness and --witness-quorum ask for: if it was exported within a few seconds of its last record, its witnesses had not cosigned it yet (servers send checkpoints every --witness-interval, 5 s by default); export again a little later, or check that the witness keys are the server's witnesses'".to_owned(),
         );
     }
     if reason == Reason::BadSignature && !args.key.is_empty() {
