@@ -121,10 +121,10 @@ impl PgStore {
             };
             let Some(row) = db.query_opt(
                 "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
-                   (SELECT view FROM entries x WHERE x.sid = s.sid AND x.type = 'seal'),
-                   (SELECT id FROM entries x WHERE x.sid = s.sid AND x.type = 'seal')
+                   seal.view, seal.id
                  FROM sessions s
                  JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
+                 LEFT JOIN entries seal ON seal.sid = s.sid AND seal.type = 'seal'
                  WHERE s.org = $1 AND s.session_id = $2",
                 &[&org, &session_id],
                 "reading a session",
@@ -147,8 +147,7 @@ impl PgStore {
                     _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
                 },
             };
-            // An entry's id is its org's number above 40 bits of seq.
-            let seal_seq = col::<Option<i64>>(&row, 6)?.map(|id| u64_of(id) & ((1 << 40) - 1));
+            let seal_seq = col::<Option<i64>>(&row, 6)?.map(seq_of_row);
             let genesis: Vec<u8> = col(&row, 1)?;
             let (step_count, head) = match true_end(db, col(&row, 3)?, col(&row, 4)?)? {
                 Some(end) => (u64_of(end.index) + 1, blob_hash(end.hash)?),

@@ -141,8 +141,7 @@ impl SqliteStore {
             let (seal, seal_seq) = match seal_row {
                 None => (None, None),
                 Some((id, v)) => match op_from_view(0, "seal", &v)? {
-                    // An entry's id is its org's number above 40 bits of seq.
-                    OpRecord::Seal(s) => (Some(s), Some((id as u64) & ((1 << 40) - 1))),
+                    OpRecord::Seal(s) => (Some(s), Some(seq_of_row(id))),
                     _ => return Err(StoreError::Corrupt("seal record does not parse".into())),
                 },
             };
