@@ -7,6 +7,7 @@ use crate::cli::usage;
 use anyhow::{Context as _, Result};
 use cairn_core::note::NoteVerifier;
 use cairn_server::monitor::{Monitor, MonitorConfig};
+use cairn_server::render::terminal_safe;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,11 +90,14 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
                     }
                 }
                 Err(problem) if problem.is_finding() => {
-                    println!("PROBLEM: {problem}");
+                    println!("PROBLEM: {}", terminal_safe(&problem.to_string()));
                     return Ok(Outcome::VerificationFailed);
                 }
                 Err(problem) if args.once => anyhow::bail!("{problem}"),
-                Err(problem) => eprintln!("cairn monitor: {problem}; polling again"),
+                Err(problem) => eprintln!(
+                    "cairn monitor: {}; polling again",
+                    terminal_safe(&problem.to_string())
+                ),
             }
             if args.once {
                 return Ok(Outcome::Success);

@@ -400,11 +400,20 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let (mut session, new_session) = match existing {
             Some(s) => (s, None),
             None => {
+                // The session starts when the server dated its first step
+                // (taken before the batch), so that it never starts after
+                // that step; a writer's own `created_at` is not the
+                // server's time (FORMAT 5.4: `started_at` is the server's).
+                let started_at = if prepared.created_at_given {
+                    self.now
+                } else {
+                    step.created_at.min(self.now)
+                };
                 let header = SessionHeader {
                     org_id: step.org_id.clone(),
                     session_id: step.session_id.clone(),
                     agent_id: step.agent_id.clone(),
-                    started_at: self.now,
+                    started_at,
                     caller: if prepared.caller.is_empty() {
                         "unknown".into()
                     } else {

@@ -47,6 +47,23 @@ pub(super) fn appends_are_sequenced_and_readable(backend: &dyn Backend) {
     assert!(
         matches!(&entries[0].record, LogRecord::Op { record: OpRecord::SessionStart(h), .. } if h.session_id == "s1" && h.caller == "test")
     );
+    // A session a step opens never starts after that step.
+    let (
+        LogRecord::Op {
+            record: OpRecord::SessionStart(header),
+            ..
+        },
+        LogRecord::Step(first_step),
+    ) = (&entries[0].record, &entries[1].record)
+    else {
+        panic!("a session start, then its first step")
+    };
+    assert!(
+        header.started_at <= first_step.step.created_at,
+        "started {:?}, first step {:?}",
+        header.started_at,
+        first_step.step.created_at
+    );
     // Entries by seq: the ones the log holds, in order, as read_log
     // reads them; seqs past the log (or past any log) are left out.
     let mut picked = Vec::new();
