@@ -64,6 +64,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Store",
         env = "CAIRN_DATA_DIR",
         default_value = "cairn-data"
     )]
@@ -72,13 +73,18 @@ pub(crate) struct Cli {
     /// database instead of the embedded store, so that many servers share
     /// one ledger. The server key stays in the data directory; every server
     /// on one database must have the same key.
-    #[arg(long, global = true, env = "CAIRN_DATABASE_URL")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store",
+        env = "CAIRN_DATABASE_URL"
+    )]
     database: Option<String>,
     /// Seconds after which a PostgreSQL connection that gets no answer from
     /// the network is given up (TCP connect, keepalive and unacknowledged
     /// data): a partition then fails writes with 503 and the next batch
     /// reconnects, instead of waiting for the kernel's minutes.
-    #[arg(long, global = true, env = "CAIRN_DATABASE_TIMEOUT", default_value = "30", value_parser = crate::serve_config::seconds)]
+    #[arg(long, global = true, help_heading = "Store", env = "CAIRN_DATABASE_TIMEOUT", default_value = "30", value_parser = crate::serve_config::seconds)]
     database_timeout: std::time::Duration,
     /// The org (tenant) to work in.
     #[arg(long, global = true, env = "CAIRN_ORG", default_value = "default")]
@@ -88,6 +94,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Store",
         env = "CAIRN_SERVER_NAME",
         default_value = "cairn.local"
     )]
@@ -97,7 +104,7 @@ pub(crate) struct Cli {
     /// cannot sign checkpoints; created there on first use (mode 0600).
     /// Default: `server.key` in the data directory. A store records the
     /// key that signs it and refuses to sequence with another.
-    #[arg(long, global = true, env = "CAIRN_SERVER_KEY")]
+    #[arg(long, global = true, help_heading = "Store", env = "CAIRN_SERVER_KEY")]
     server_key: Option<PathBuf>,
     /// A command that holds the signing key and signs on request (an HSM
     /// or KMS client, `ssh signer cairn key-agent --key FILE`), so that the
@@ -106,6 +113,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Store",
         env = "CAIRN_SERVER_KEY_COMMAND",
         conflicts_with = "server_key"
     )]
@@ -114,6 +122,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Server settings",
         env = "CAIRN_MAX_CONTENT_LENGTH",
         default_value_t = 65_536
     )]
@@ -123,7 +132,7 @@ pub(crate) struct Cli {
     pub(crate) json: bool,
     /// Seed 000's switch: `false` makes `serve` and `mcp` refuse every write
     /// (503 ledger_disabled) while reads and verification keep working.
-    #[arg(long, global = true, env = "CAIRN_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, global = true, help_heading = "Server settings", env = "CAIRN_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
     enabled: bool,
     /// Seed 000's retention: `serve` erases the payload of sessions whose
     /// last step is older than this many days (hourly, recorded as erasures;
@@ -131,21 +140,22 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Server settings",
         env = "CAIRN_RETENTION_DAYS",
         default_value_t = 90
     )]
     retention_days: u32,
     /// Seed 000's sampling: the fraction of steps embedded for semantic
     /// search (decision, action, error, correction and final answer always).
-    #[arg(long, global = true, env = "CAIRN_EMBEDDING_SAMPLE_RATE", default_value_t = 0.1, value_parser = parse_rate)]
+    #[arg(long, global = true, help_heading = "Server settings", env = "CAIRN_EMBEDDING_SAMPLE_RATE", default_value_t = 0.1, value_parser = parse_rate)]
     embedding_sample_rate: f64,
     /// How far, in seconds, a writer's own `created_at` may lie from the
     /// server's clock: recorded in each new session, refused beyond it
     /// (leave created_at out to use the server's time).
-    #[arg(long, global = true, env = "CAIRN_MAX_CLOCK_SKEW", default_value_t = cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S)]
+    #[arg(long, global = true, help_heading = "Server settings", env = "CAIRN_MAX_CLOCK_SKEW", default_value_t = cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S)]
     pub(crate) max_clock_skew: u64,
     /// The embedder of semantic search.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Semantic search")]
     pub(crate) embedding: crate::embedding_config::EmbeddingArgs,
     #[command(subcommand)]
     command: Command,
