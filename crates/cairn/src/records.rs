@@ -620,7 +620,18 @@ pub fn sql(cli: &Cli, store: &dyn LedgerStore, statement: &str, limit: usize) ->
         println!("{}", cells.join("\t"));
     }
     if result.truncated {
-        eprintln!("(first {} rows)", result.rows.len());
+        let more = if limit < cairn_store::analyst::MAX_ROWS {
+            format!(
+                "; --limit asks for up to {}",
+                cairn_store::analyst::MAX_ROWS
+            )
+        } else {
+            "; narrow the query (WHERE, LIMIT, OFFSET) to see the rest".to_owned()
+        };
+        eprintln!(
+            "(first {} rows: the query has more{more})",
+            result.rows.len()
+        );
     }
     Ok(Outcome::Success)
 }

@@ -17,7 +17,12 @@ pub(super) struct LogArgs {
     agent: Option<String>,
     /// Step type, in any seed's spelling (Observation, ToolCall, plan,
     /// thinking, execute, ...).
-    #[arg(long = "type", id = "step_type", required_unless_present = "stdin")]
+    #[arg(
+        long = "type",
+        visible_alias = "kind",
+        id = "step_type",
+        required_unless_present = "stdin"
+    )]
     step_type: Option<String>,
     /// The reasoning text.
     #[arg(long)]

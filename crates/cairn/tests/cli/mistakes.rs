@@ -202,6 +202,45 @@ fn limits_are_read_as_the_api_reads_them() {
         None,
     );
     assert!(!whole.stderr.contains("more exist"), "{}", whole.stderr);
+    // Analyst SQL cut at its limit says so, and how to see more.
+    let rows = cairn_in(
+        dir.path(),
+        &["sql", "SELECT session_id FROM steps", "--limit", "1"],
+        None,
+    );
+    assert_eq!(rows.code, 0, "{}", rows.stderr);
+    assert_eq!(rows.stdout.lines().count(), 2, "{}", rows.stdout);
+    assert!(
+        rows.stderr
+            .contains("first 1 rows: the query has more; --limit asks for up to 10000"),
+        "{}",
+        rows.stderr
+    );
+}
+
+/// `--kind` is read as `--type` (the API and the UI say a step's kind).
+#[test]
+fn log_takes_kind_for_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "--json",
+            "log",
+            "--session",
+            "k",
+            "--agent",
+            "a",
+            "--kind",
+            "plan",
+            "--content",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    let replay = json(&cairn_in(dir.path(), &["--json", "replay", "k"], None));
+    assert_eq!(replay["steps"][0]["step_type"], "plan", "{replay}");
 }
 
 /// A bundle that fails the way a mistake explains keeps its published
