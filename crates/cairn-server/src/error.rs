@@ -247,9 +247,18 @@ impl ApiError {
     }
 
     /// 404 for a session this org does not have (or that does not exist:
-    /// the two are not told apart).
+    /// the two are not told apart). An id Cairn would not store as given
+    /// (a space, a slash, ...) is named with the id OTLP ingest stores a
+    /// session of that name under (docs/OTLP.md), which is where a user
+    /// who sent it as a conversation id finds it.
     pub fn no_session(id: &str) -> ApiError {
-        ApiError::not_found(format!("session {}", shown(id)))
+        match cairn_wire::otlp::stored_session_hint(id) {
+            None => ApiError::not_found(format!("session {}", shown(id))),
+            Some(hint) => ApiError::not_found_because(format!(
+                "session {} not found: it is not an id as Cairn stores ids; {hint}",
+                shown(id)
+            )),
+        }
     }
 
     /// 403 for a role that may not do this.

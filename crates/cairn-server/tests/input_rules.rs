@@ -177,6 +177,63 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
     }
 }
 
+/// A session an OTLP exporter named with an id Cairn does not store as
+/// given (a space, a slash, an accent) is found under its stored id, and
+/// a read by the original name says which that is.
+#[test]
+fn an_otlp_session_read_by_its_original_name_is_pointed_to() {
+    let server = start(ServerConfig::default());
+    let span = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "chat",
+        "startTimeUnixNano": "1764900000000000000",
+        "endTimeUnixNano": "1764900001000000000",
+        "attributes": [{"key": "gen_ai.conversation.id", "value": {"stringValue": "conv 42/\u{e9}"}}]
+    }]}]}]});
+    let reply = post(&server, "/v1/traces", &server.admin, &span);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let sessions = call(&server, "GET", "/v1/sessions", &server.admin, None).json();
+    let stored = sessions[0]["session_id"].as_str().unwrap().to_owned();
+    assert!(stored.starts_with("conv-42-~"), "{sessions}");
+    let by_original = call(
+        &server,
+        "GET",
+        "/v1/sessions/conv%2042%2F%C3%A9",
+        &server.admin,
+        None,
+    );
+    assert_eq!(by_original.status, 404, "{}", by_original.text());
+    let message = by_original.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.ends_with(&format!("is stored as {stored}")),
+        "{message}"
+    );
+    let by_stored = call(
+        &server,
+        "GET",
+        &format!("/v1/sessions/{stored}"),
+        &server.admin,
+        None,
+    );
+    assert_eq!(by_stored.status, 200, "{}", by_stored.text());
+    // An id Cairn stores as given is just not found.
+    let plain = call(
+        &server,
+        "GET",
+        "/v1/sessions/nothing-here",
+        &server.admin,
+        None,
+    );
+    assert_eq!(
+        plain.json()["error"]["message"],
+        "session nothing-here not found"
+    );
+}
+
 /// A misspelt member or query parameter is an error naming it and the
 /// nearest known name, on every endpoint: never silently dropped.
 #[test]

@@ -53,7 +53,9 @@ use ledger_cmd::*;
 pub(crate) use serve_cmd::shutdown_signal;
 use serve_cmd::*;
 use store_open::store_location;
-pub(crate) use store_open::{open_store, require_existing_store, require_known_org};
+pub(crate) use store_open::{
+    no_such_session, open_store, require_existing_store, require_known_org,
+};
 use transfer_cmd::*;
 
 #[derive(Debug, Parser)]

@@ -280,7 +280,7 @@ pub fn trail(
     format: Format,
 ) -> Result<Outcome> {
     if store.session(&cli.org, session)?.is_none() {
-        return Err(usage(format!("session {session} does not exist")));
+        return Err(crate::cli::no_such_session(cli, session));
     }
     let mut steps = Vec::new();
     match turn {

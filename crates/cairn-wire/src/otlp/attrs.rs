@@ -323,6 +323,15 @@ pub fn id_from(text: &str) -> String {
     format!("{cleaned}~{}", &digest[..12])
 }
 
+/// For a session id looked up and not found: where OTLP ingest stores a
+/// session of that name when the name is not an id as given ("a session
+/// an OTLP exporter named so is stored as `conv-42-~…`"), `None` when it
+/// is one.
+pub fn stored_session_hint(id: &str) -> Option<String> {
+    let stored = id_from(id);
+    (stored != id).then(|| format!("a session an OTLP exporter named so is stored as {stored}"))
+}
+
 /// Unix nanoseconds as RFC 3339 UTC with microseconds; `None` for 0 or
 /// out of range.
 pub(super) fn rfc3339(nanos: u64) -> Option<String> {

@@ -14,6 +14,7 @@ mod messages;
 #[cfg(test)]
 mod tests;
 
+pub use attrs::{id_from, stored_session_hint};
 pub use decode::{
     DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress, empty_json_hint,
 };

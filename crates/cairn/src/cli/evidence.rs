@@ -72,12 +72,8 @@ pub(super) fn verify_store(
         );
     }
     if let Some(session) = &args.session {
-        let verdict = verify_session(store, &cli.org, session)?.ok_or_else(|| {
-            usage(format!(
-                "session {session} does not exist in org {}",
-                cli.org
-            ))
-        })?;
+        let verdict = verify_session(store, &cli.org, session)?
+            .ok_or_else(|| no_such_session(cli, session))?;
         return report(cli, &verdict, started, json!({"session_id": session}));
     }
     require_known_org(cli, store)?;

@@ -380,12 +380,9 @@ pub(super) fn replay(
             "--json and --format markdown ask for two formats: give one (--format json is what --json gives)",
         ));
     }
-    let info = store.session(&cli.org, session)?.ok_or_else(|| {
-        usage(format!(
-            "session {session} does not exist in org {}",
-            cli.org
-        ))
-    })?;
+    let info = store
+        .session(&cli.org, session)?
+        .ok_or_else(|| no_such_session(cli, session))?;
     if level == Some(DetailLevel::Full) && !info.header.full_consent {
         return Err(usage(format!(
             "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"

@@ -166,6 +166,19 @@ pub(crate) fn require_known_org(cli: &Cli, store: &dyn cairn_store::LedgerStore)
     )))
 }
 
+/// The error for a session the org does not hold, naming where OTLP
+/// ingest stores a session of that name when it is not an id as given
+/// (the API's 404 says the same).
+pub(crate) fn no_such_session(cli: &Cli, session: &str) -> anyhow::Error {
+    let hint = cairn_wire::otlp::stored_session_hint(session)
+        .map(|hint| format!(" ({hint})"))
+        .unwrap_or_default();
+    usage(format!(
+        "session {session} does not exist in org {}{hint}",
+        cli.org
+    ))
+}
+
 /// Where the store is, for messages.
 pub(super) fn store_location(cli: &Cli) -> String {
     match &cli.database {
