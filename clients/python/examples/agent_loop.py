@@ -8,9 +8,9 @@ Python, without trusting the server.
     python examples/agent_loop.py URL WRITER_KEY AUDITOR_KEY [SERVER_VKEY]
 
 Two keys, as in production: the agent records with a writer key (one bound
-to the agent, `cairn keys create --role writer --agent revenue-agent`, is
+to the agent, `cairn admin create-key --role writer --agent revenue-agent`, is
 best), and whoever checks the record exports it with an auditor key (`cairn
-keys create --role auditor`); an admin key can stand in for either. Pass the
+admin create-key --role auditor`); an admin key can stand in for either. Pass the
 operator's published server key (`cairn keys` prints it) to prove who
 signed, not only that nothing changed since.
 """

@@ -43,7 +43,7 @@ export async function runAgentLoop(client: CairnClient, sessionId: string, optio
 async function main(): Promise<void> {
   const baseUrl = process.env["CAIRN_URL"] ?? "http://127.0.0.1:8714";
   const apiKey = process.env["CAIRN_API_KEY"];
-  if (!apiKey) throw new Error("set CAIRN_API_KEY to a writer key (cairn keys create --role writer)");
+  if (!apiKey) throw new Error("set CAIRN_API_KEY to a writer key (cairn admin create-key --role writer)");
   const client = new CairnClient({ baseUrl, apiKey, agentId: process.env["CAIRN_AGENT"] ?? "analyst" });
   const keys = process.env["CAIRN_SERVER_KEY"] ? [process.env["CAIRN_SERVER_KEY"]] : [];
   const result = await runAgentLoop(client, `agent-loop-${Date.now()}`, { keys });
