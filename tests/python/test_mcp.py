@@ -317,3 +317,41 @@ def test_arguments_are_strict_with_one_error_shape(cairn_bin, data_dir, mode):
             replay = await client.call_tool("replay_decision", {"session_id": "strict-1"})
             assert replay.is_error and replay.structured_content["error"]["code"] == "not_found"
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_long_session_is_read_in_parts_over_http(server, mode):
+    """Eight steps of the largest content (64 KiB) make a replay past what
+    one message carries (the SDK refuses a server-sent event past 1 MiB):
+    replay_decision answers it in parts that the SDK reads, and tools
+    whose answer cannot be cut answer a tool error naming the ways to read
+    it, never a message the client refuses."""
+    url, key = server
+    session = f"long-{mode}"
+
+    async def run():
+        async with http_client(url, key, mode) as client:
+            for i in range(8):
+                await ok(client, "log_reasoning_step", {
+                    "session_id": session, "agent_id": "analyst", "step_type": "analysis",
+                    "content": f"{i} " + "x" * (65536 - 8),
+                })
+            indexes, start, answers = [], 0, 0
+            while start is not None:
+                page = await ok(client, "replay_decision", {"session_id": session, "from_step": start})
+                assert page["step_count"] == 8, page["step_count"]
+                assert page["steps"], page
+                indexes += [s["step_index"] for s in page["steps"]]
+                start = page["next_step_index"]
+                answers += 1
+            assert indexes == list(range(8)), indexes
+            assert answers > 1, answers
+            for tool, args in [("export_session", {"session_id": session}),
+                               ("get_audit_trail", {"session_id": session})]:
+                value, is_error = await call(client, tool, args)
+                assert is_error, tool
+                assert value["error"]["code"] == "answer_too_large", value
+                assert "from_step" in value["error"]["message"], value
+            value, is_error = await call(client, "replay_decision", {"session_id": session, "from_step": 9})
+            assert is_error and value["error"]["field"] == "from_step", value
+    asyncio.run(run())

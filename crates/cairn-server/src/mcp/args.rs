@@ -102,6 +102,10 @@ pub struct ReplayArgs {
     /// content; needs the session's recorded consent and an auditor or admin
     /// key). Default: everything this key may read.
     pub level: Option<String>,
+    /// The step_index to start at (default 0). An answer holds the steps
+    /// that fit about 256 KiB of JSON (at least one); next_step_index
+    /// says where the next answer starts.
+    pub from_step: Option<u64>,
 }
 
 /// Arguments of `get_session_history`.

@@ -201,7 +201,36 @@ type ToolResult = Result<CallToolResult, ErrorData>;
 /// A structured answer: the result type's JSON as structured content (and,
 /// as rmcp does, as text).
 fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
-    Ok(CallToolResult::structured(crate::wire::to_json(answer)))
+    structured(crate::wire::to_json(answer))
+}
+
+/// The most JSON text one tool answer may hold. The answer's message
+/// carries it twice (as structured content, and escaped as the text
+/// block MCP asks for beside it), and MCP clients bound a message: the
+/// official Python SDK refuses a server-sent event past 1 MiB, and its
+/// caller then sees a transport error instead of the answer. So a larger
+/// answer is refused as a tool error that says where it can be read.
+pub(crate) const MAX_ANSWER_TEXT_BYTES: usize = 448 * 1024;
+
+/// `value` as a tool's structured answer, or `answer_too_large` past
+/// [`MAX_ANSWER_TEXT_BYTES`] of JSON.
+fn structured(value: serde_json::Value) -> ToolResult {
+    let text = value.to_string();
+    if text.len() > MAX_ANSWER_TEXT_BYTES {
+        return tool_error(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "answer_too_large",
+            format!(
+                "this answer holds {} KiB of JSON, more than one MCP message carries ({} KiB: it is sent twice, as structured content and as text, and clients refuse messages past about 1 MiB): replay a session in parts (replay_decision with from_step), read its trail a turn at a time (get_audit_trail with turn_id), or read it whole over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=...) or with the CLI (cairn replay, cairn export)",
+                text.len() / 1024,
+                MAX_ANSWER_TEXT_BYTES / 1024
+            ),
+        ));
+    }
+    // As `CallToolResult::structured`, with the text already written.
+    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    Ok(result)
 }
 
 fn tool_error(e: ApiError) -> ToolResult {

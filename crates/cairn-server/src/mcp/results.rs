@@ -222,8 +222,12 @@ pub struct Replay {
     pub step_count: usize,
     /// Whether it is sealed.
     pub sealed: bool,
-    /// Its steps, in order.
+    /// Its steps from from_step on, in order, as many as fit one answer
+    /// (about 256 KiB of JSON, at least one).
     pub steps: Vec<StepOut>,
+    /// The step_index the next answer starts at (from_step), or null when
+    /// these steps reach the session's last.
+    pub next_step_index: Option<u64>,
     /// Whether every hash recomputes (null unless verify_chain was asked).
     pub chain_valid: Option<bool>,
     /// Where and why the chain is broken (only when it is).

@@ -98,7 +98,7 @@ impl CairnMcp {
 
     #[tool(
         title = "Replay a reasoning session",
-        description = "Replay a reasoning session to see how a decision was made: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, every hash is recomputed and chain_valid says whether the session is intact.",
+        description = "Replay a reasoning session to see how a decision was made: every step in order (step_index, step_type, content, input_data, output_data, confidence, created_at, hashes). With verify_chain=true, every hash is recomputed and chain_valid says whether the session is intact. A long session comes in parts of about 256 KiB: when next_step_index is not null, call again with from_step set to it.",
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -139,33 +139,33 @@ impl CairnMcp {
                     level,
                     Some((&info.header.session_id, info.header.full_consent)),
                 )?;
-                let mut steps = Vec::new();
-                let mut redacted = Ok(());
-                // One tool result is one JSON-RPC message, held whole.
-                let mut held = crate::held::HeldAnswer::new();
-                let mut too_large = None;
-                store.read_session(&org, &args.session_id, &mut |mut s| {
-                    if let Some(level) = level {
-                        redacted = s.record.redact(level);
-                    }
-                    if let Err(e) = held.hold(&s.record) {
-                        too_large = Some(e);
-                        return false;
-                    }
-                    steps.push(crate::wire::step_out(s.seq, &s.record));
-                    redacted.is_ok()
-                })?;
-                if let Some(e) = too_large {
-                    return Err(e);
-                }
-                redacted.map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+                let seqs = store
+                    .session_seqs(&org, &args.session_id)?
+                    .ok_or_else(|| ApiError::no_session(&args.session_id))?;
+                let from = args.from_step.unwrap_or(0);
+                let skipped = usize::try_from(from)
+                    .ok()
+                    .filter(|from| *from <= seqs.len())
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "invalid_argument",
+                            format!(
+                                "from_step must be at most the session's step_count ({})",
+                                seqs.len()
+                            ),
+                        )
+                        .with_field("from_step")
+                    })?;
+                let (steps, next_step_index) =
+                    replay_page(store, &org, &args.session_id, &seqs[skipped..], level)?;
                 let mut out = Replay {
                     session_id: args.session_id.clone(),
                     agent_id: info.header.agent_id,
                     level: level.map(|l| l.as_str().to_owned()),
-                    step_count: steps.len(),
+                    step_count: seqs.len(),
                     sealed: info.seal.is_some(),
                     steps,
+                    next_step_index,
                     // chain_valid is always there (null when not checked),
                     // so code written against the seed's example can read
                     // it.
@@ -345,4 +345,42 @@ impl CairnMcp {
             Err(e) => tool_error(e),
         }
     }
+}
+
+/// JSON of steps one `replay_decision` answer holds, at most (but always
+/// one step): with the answer's other members, and written twice in its
+/// message, well inside [`super::MAX_ANSWER_TEXT_BYTES`].
+const REPLAY_PAGE_BYTES: usize = 256 * 1024;
+
+/// The steps at `seqs` (a session's positions from the first one asked
+/// for), shown at `level`, as many as fit [`REPLAY_PAGE_BYTES`] of JSON
+/// and at least one, read 16 at a time; and the `step_index` of the first
+/// step left for the next answer, if any.
+fn replay_page(
+    store: &dyn cairn_store::LedgerStore,
+    org: &str,
+    session_id: &str,
+    seqs: &[u64],
+    level: Option<cairn_core::detail::DetailLevel>,
+) -> Result<(Vec<crate::wire::StepOut>, Option<u64>), ApiError> {
+    let mut steps = Vec::new();
+    let mut bytes = 0usize;
+    for chunk in seqs.chunks(16) {
+        for mut stored in store.steps_at(org, session_id, chunk)? {
+            if let Some(level) = level {
+                stored
+                    .record
+                    .redact(level)
+                    .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+            }
+            let out = crate::wire::step_out(stored.seq, &stored.record);
+            let size = serde_json::to_vec(&out).map_or(0, |json| json.len());
+            if !steps.is_empty() && bytes.saturating_add(size) > REPLAY_PAGE_BYTES {
+                return Ok((steps, Some(out.step_index)));
+            }
+            bytes = bytes.saturating_add(size);
+            steps.push(out);
+        }
+    }
+    Ok((steps, None))
 }

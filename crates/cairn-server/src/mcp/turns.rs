@@ -47,7 +47,7 @@ impl CairnMcp {
         )
         .await;
         match answered {
-            Ok((value, _held)) => Ok(rmcp::model::CallToolResult::structured(value)),
+            Ok((value, _held)) => super::structured(value),
             Err(e) => tool_error(e),
         }
     }
