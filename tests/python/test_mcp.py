@@ -355,3 +355,24 @@ def test_a_long_session_is_read_in_parts_over_http(server, mode):
             value, is_error = await call(client, "replay_decision", {"session_id": session, "from_step": 9})
             assert is_error and value["error"]["field"] == "from_step", value
     asyncio.run(run())
+
+
+def test_a_retried_step_with_its_trace_id_is_recorded_once(cairn_bin, data_dir):
+    """An agent that retries log_reasoning_step after a lost answer, with
+    the trace_id it chose, gets the first call's answer and one step; as
+    REST answers a retried POST /v1/steps."""
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, "legacy") as client:
+            step = {"session_id": "retry-1", "agent_id": "analyst", "step_type": "observation",
+                    "content": "the invoice total is 42", "trace_id": "obs-1"}
+            first = await ok(client, "log_reasoning_step", step)
+            again = await ok(client, "log_reasoning_step", step)
+            assert first["trace_id"] == "obs-1", first
+            assert {k: v for k, v in again.items() if k != "session_created"} == \
+                {k: v for k, v in first.items() if k != "session_created"}, (first, again)
+            other = dict(step, content="the invoice total is 43")
+            value, is_error = await call(client, "log_reasoning_step", other)
+            assert is_error and value["error"]["code"] == "duplicate_trace_id", value
+            replay = await ok(client, "replay_decision", {"session_id": "retry-1"})
+            assert replay["step_count"] == 1, replay
+    asyncio.run(run())

@@ -63,6 +63,12 @@ pub struct LogStepArgs {
     pub model: Option<String>,
     /// The agent recording the step; defaults to the key's agent.
     pub agent_id: Option<String>,
+    /// The step's own id, chosen by the caller (default: a generated
+    /// UUIDv7). Sending the same step again with the same trace_id (a retry
+    /// after a lost answer) records nothing new and answers as the first
+    /// call did; another step under a taken trace_id is refused
+    /// (duplicate_trace_id).
+    pub trace_id: Option<String>,
     /// How long the step took, in milliseconds.
     pub duration_ms: Option<u64>,
     /// Tokens used.

@@ -18,7 +18,7 @@ use rmcp::{tool, tool_router};
 impl CairnMcp {
     #[tool(
         title = "Record a reasoning step",
-        description = "Record one step of your reasoning in the tamper-evident ledger (hash-chained per session; the session is created on first use). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash.",
+        description = "Record one step of your reasoning in the tamper-evident ledger (hash-chained per session; the session is created on first use). Call it for every observation, hypothesis, tool call, tool result, reasoning step, decision, action, error, correction, summary, plan step and final answer. Returns trace_id, step_index and current_hash. To retry safely after a lost answer, give the step your own trace_id: a repeat of the same step is recorded once.",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -85,6 +85,7 @@ impl CairnMcp {
                 metadata: args.metadata,
                 turn_id: args.turn_id,
                 task_id: args.task_id,
+                trace_id: args.trace_id,
                 status,
                 caller: caller.key.id.clone(),
                 ..NewStep::default()
