@@ -70,6 +70,56 @@ fn unauthorized(headers: &HeaderMap, error: &ApiError) -> Response {
     response
 }
 
+/// The JSON-RPC error code of an `/mcp` refusal of `status`: `-32600`
+/// (Invalid Request) for what the client must change, `-32000` (a server
+/// error) for what it may retry (429, 503), `-32603` (Internal error)
+/// for the server's own failure.
+fn rpc_code(status: StatusCode) -> i64 {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => -32000,
+        s if s.is_server_error() => -32603,
+        _ => -32600,
+    }
+}
+
+/// The most an error answer of `/mcp` is read to be reshaped (the API's
+/// error bodies are a few hundred bytes).
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// An error answer of `/mcp` given the JSON-RPC shape MCP clients read:
+/// the official SDKs surface a JSON-RPC error body, and for any other say
+/// only "Server returned an error response" (or "Session terminated"). Its
+/// `message` is the API error's, its `data` the API error object, its `id`
+/// null (the request's id is the client's to pair, as a 401's); status and
+/// headers (`Retry-After`, `WWW-Authenticate`) are kept. An answer already
+/// in that shape is returned as it is.
+pub(crate) async fn as_json_rpc_error(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, ERROR_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    let rest: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if rest.get("jsonrpc").is_some() {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let message = rest["error"]["message"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| parts.status.canonical_reason().map(str::to_owned))
+        .unwrap_or_else(|| "refused".to_owned());
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": Value::Null,
+        "error": {"code": rpc_code(parts.status), "message": message, "data": rest},
+    });
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body.to_string()))
+}
+
 /// `GET /.well-known/oauth-protected-resource[/mcp]`: RFC 9728 metadata
 /// for `/mcp`. It lists no authorization server: Cairn's API keys are
 /// static bearer tokens, so a client has nothing to run an OAuth flow
@@ -292,7 +342,11 @@ async fn mcp_gate(
                 .mcp_sessions
                 .use_session(&id, &key, limits.mcp_session_idle)
             {
-                return ApiError::not_found(format!("MCP session {}", shown(&id))).into_response();
+                return ApiError::not_found_because(format!(
+                    "MCP session {} not found: it was closed, idle past CAIRN_MCP_SESSION_IDLE, opened with another key, or the server restarted; send initialize (without the Mcp-Session-Id header) to open a new one",
+                    shown(&id)
+                ))
+                .into_response();
             }
             // A GET opens the session's stream of server messages, which
             // holds a connection for as long as the client keeps it.

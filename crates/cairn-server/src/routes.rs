@@ -449,6 +449,13 @@ pub(crate) async fn count_errors(
                 " (send `initialize` first, without the header, then give the Mcp-Session-Id header its answer carries with every later request)",
             );
         }
+        // An OTLP exporter pointed at the server's root (or at /v1) is
+        // told the path its traces go to.
+        if method == axum::http::Method::POST && matches!(path.as_str(), "/" | "/v1" | "/v1/") {
+            message.push_str(
+                ": an OTLP exporter sends traces to /v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT, which the SDK completes, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v1/traces)",
+            );
+        }
         // A 405 says which methods the address takes, as the OpenAPI
         // document lists them (axum adds `Allow` only after this layer).
         if status == StatusCode::METHOD_NOT_ALLOWED
@@ -494,6 +501,9 @@ pub(crate) async fn count_errors(
                 shaped.headers_mut().insert(name, value.clone());
             }
         }
+        if path == "/mcp" {
+            shaped = crate::mcp_http::as_json_rpc_error(shaped).await;
+        }
         return with_cors(no_store(shaped), cors_origin.as_ref());
     }
     // The request timeout answers 503 with no body.
@@ -502,15 +512,22 @@ pub(crate) async fn count_errors(
             "the request took longer than {} s (CAIRN_REQUEST_TIMEOUT)",
             state.config.limits.request_timeout.as_secs()
         );
-        return with_cors(
-            no_store(if is_ui(&path) {
-                crate::ui::plain_error_page(status, "timeout", &message)
-            } else {
-                ApiError::new(status, "timeout", message).into_response()
-            }),
-            cors_origin.as_ref(),
-        );
+        let mut shaped = if is_ui(&path) {
+            crate::ui::plain_error_page(status, "timeout", &message)
+        } else {
+            ApiError::new(status, "timeout", message).into_response()
+        };
+        if path == "/mcp" {
+            shaped = crate::mcp_http::as_json_rpc_error(shaped).await;
+        }
+        return with_cors(no_store(shaped), cors_origin.as_ref());
     }
+    // Every other refusal of `/mcp` (the gate's, in the API's shape).
+    let response = if path == "/mcp" && (status.is_client_error() || status.is_server_error()) {
+        crate::mcp_http::as_json_rpc_error(response).await
+    } else {
+        response
+    };
     with_cors(no_store(response), cors_origin.as_ref())
 }
 

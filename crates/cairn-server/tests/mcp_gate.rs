@@ -80,7 +80,7 @@ fn mcp_get_streams_are_one_per_session_and_bounded_per_org() {
         "{}",
         String::from_utf8_lossy(&again.body)
     );
-    assert_eq!(again.json()["error"]["code"], "stream_open");
+    assert_eq!(again.api_error()["error"]["code"], "stream_open");
     // A client resuming a POST's answer after a dropped connection names
     // the last event it saw: that GET is not the session's one stream.
     let (status, _resumed) =
@@ -95,7 +95,7 @@ fn mcp_get_streams_are_one_per_session_and_bounded_per_org() {
     }
     let over = mcp_stream_refused(server.addr, &admin, &sessions[4]);
     assert_eq!(over.status, 429, "{}", String::from_utf8_lossy(&over.body));
-    assert_eq!(over.json()["error"]["code"], "too_many_streams");
+    assert_eq!(over.api_error()["error"]["code"], "too_many_streams");
     assert!(over.header("retry-after").is_some());
     // Another org still opens its own.
     let theirs = mcp_session(server.addr, &stranger);
@@ -248,7 +248,7 @@ fn mcp_hosts_and_origins_are_configurable() {
         (refused.status, refused.code().as_str()),
         (403, "host_not_allowed")
     );
-    let message = refused.json()["error"]["message"]
+    let message = refused.api_error()["error"]["message"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -342,7 +342,18 @@ fn plain_text_rejections_keep_their_reason() {
         "{}",
         String::from_utf8_lossy(&refused.body)
     );
-    let body = refused.json();
+    // In the JSON-RPC shape MCP clients read, the API's error as its data.
+    let rpc = refused.json();
+    assert_eq!(
+        (&rpc["jsonrpc"], &rpc["id"], &rpc["error"]["code"]),
+        (&json!("2.0"), &Value::Null, &json!(-32600)),
+        "{rpc}"
+    );
+    assert_eq!(
+        rpc["error"]["message"],
+        rpc["error"]["data"]["error"]["message"]
+    );
+    let body = refused.api_error();
     assert_eq!(body["error"]["code"], "not_acceptable", "{body}");
     assert!(
         body["error"]["message"]

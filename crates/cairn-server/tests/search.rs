@@ -153,6 +153,17 @@ fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
     for hit in semantic["results"].as_array().unwrap() {
         assert!(hit["score"].as_f64().unwrap() > 0.0, "{semantic}");
     }
+    // Hybrid with the built-in word-hash embedder adds no step full text
+    // did not find (its other neighbours only share hash buckets).
+    let hybrid = search(&server, "q=zzzznotfound", &reader);
+    assert_eq!(hits(&hybrid), Vec::<String>::new(), "{hybrid}");
+    let some = search(&server, "q=refund", &reader);
+    let text = search(&server, "q=refund&mode=fulltext", &reader);
+    let mut by_text = hits(&text);
+    let mut by_hybrid = hits(&some);
+    by_text.sort();
+    by_hybrid.sort();
+    assert_eq!(by_hybrid, by_text, "{some}");
     // Semantic and hybrid say which embedder ranked them.
     let hybrid = search(&server, "q=refund+approved", &reader);
     assert_eq!(hybrid["mode"], "hybrid");

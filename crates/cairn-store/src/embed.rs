@@ -64,6 +64,13 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     fn in_process(&self) -> bool {
         false
     }
+    /// Whether its vectors stand for words, not meaning (the built-in
+    /// word-hash): hybrid search then lets it re-rank what full text
+    /// found but add nothing (its other "hits" share hash buckets, not
+    /// words).
+    fn lexical(&self) -> bool {
+        false
+    }
 }
 
 /// The built-in lexical embedder (see the module docs).
@@ -77,6 +84,10 @@ impl Embedder for WordHash {
 
     fn description(&self) -> &str {
         EMBEDDER_NAME
+    }
+
+    fn lexical(&self) -> bool {
+        true
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {

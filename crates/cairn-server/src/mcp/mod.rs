@@ -53,9 +53,35 @@ use std::sync::Arc;
 /// Gives the message, or what is wrong with it.
 pub fn check_message(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let message = parse_message(bytes)?;
-    match reserved_problem(&message) {
+    match reserved_problem(&message).or_else(|| arguments_problem(&message)) {
         Some(problem) => Err(problem),
         None => Ok(message),
+    }
+}
+
+/// A `tools/call` (alone or in a batch) whose `params.arguments` is there
+/// but not an object: the MCP SDK would answer it "method not found",
+/// which sends its author looking for the wrong mistake.
+fn arguments_problem(message: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let wrong = |m: &Value| {
+        if m.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let kind = match m.get("params")?.get("arguments")? {
+            Value::Object(_) | Value::Null => return None,
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "a boolean",
+        };
+        Some(format!(
+            "params.arguments of tools/call must be an object of the tool's arguments ({{\"session_id\": ...}}), not {kind} (JSON encoded twice?)"
+        ))
+    };
+    match message {
+        Value::Array(batch) => batch.iter().find_map(wrong),
+        other => wrong(other),
     }
 }
 

@@ -165,8 +165,18 @@ impl Raw {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
     }
+    /// The API's error object (`{"error": {...}}`), also where an `/mcp`
+    /// refusal carries it: as its JSON-RPC error's `data`.
+    pub fn api_error(&self) -> Value {
+        let body = self.json();
+        if body.get("jsonrpc").is_some() {
+            body["error"]["data"].clone()
+        } else {
+            body
+        }
+    }
     pub fn code(&self) -> String {
-        self.json()["error"]["code"]
+        self.api_error()["error"]["code"]
             .as_str()
             .unwrap_or("")
             .to_owned()

@@ -195,7 +195,7 @@ fn compressed_bodies_are_refused_where_they_are_not_read() {
                 &step,
             );
             assert_eq!(r.status, 415, "{path} {encoding}");
-            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            let body = r.api_error();
             assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
         }
     }

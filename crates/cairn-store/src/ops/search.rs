@@ -165,6 +165,8 @@ pub fn search(
             None => ranked.push((seq, vec![by], value)),
         }
     };
+    // What full text found (a lexical embedder adds nothing to it).
+    let mut found_by_text = std::collections::HashSet::new();
     if mode != SearchMode::Semantic
         && let Some(query) = &fulltext
     {
@@ -173,6 +175,7 @@ pub fn search(
             .into_iter()
             .enumerate()
         {
+            found_by_text.insert(seq);
             add(seq, "fulltext", rank, score);
         }
     }
@@ -202,6 +205,11 @@ pub fn search(
             // with the text (with the built-in word-hash embedder, no
             // word), and is no match.
             if score <= 0.0 {
+                continue;
+            }
+            // A lexical embedder's other neighbours share hash buckets,
+            // not words: in hybrid mode it only re-ranks full text's hits.
+            if mode == SearchMode::Hybrid && embedder.lexical() && !found_by_text.contains(&seq) {
                 continue;
             }
             let Some(record) = step_at(store, org, seq)? else {

@@ -222,6 +222,16 @@ pub fn decode_otlp_with(
             decompressed: false,
         });
     }
+    // Neither encoding can start with gzip's magic bytes (a protobuf tag
+    // of wire type 7 does not exist; JSON starts with text): a compressed
+    // body sent without its header is named as such.
+    if body.starts_with(&[0x1f, 0x8b]) {
+        let detail = "it starts with gzip's magic bytes (1f 8b): a gzip-compressed body needs the header Content-Encoding: gzip (OTEL_EXPORTER_OTLP_COMPRESSION=gzip makes the SDK send both)".to_owned();
+        return Err(match encoding {
+            Encoding::Protobuf => DecodeError::BadProtobuf(detail),
+            Encoding::Json => DecodeError::BadJson(detail),
+        });
+    }
     // Count before allocating: spans and every other message instance.
     let budget = match encoding {
         Encoding::Protobuf => protobuf_budget(body, limits)?,

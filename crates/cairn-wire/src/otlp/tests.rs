@@ -529,3 +529,20 @@ pub(super) fn reasoning_span(id: u8, paragraphs: usize) -> Span {
 }
 
 mod limits_and_ids;
+
+/// A gzip-compressed body sent without `Content-Encoding` is refused as
+/// such, in both encodings, rather than as a malformed message.
+#[test]
+fn a_compressed_body_without_its_header_is_named() {
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(br#"{"resourceSpans":[]}"#).unwrap();
+    let body = gz.finish().unwrap();
+    for content_type in ["application/json", "application/x-protobuf"] {
+        let error = decode_otlp(content_type, &body).unwrap_err().to_string();
+        assert!(
+            error.contains("Content-Encoding: gzip"),
+            "{content_type}: {error}"
+        );
+    }
+}
