@@ -296,11 +296,16 @@ impl Selection {
         if *origin != checkpoint.origin
             || *size != checkpoint.size.to_string()
             || *root != checkpoint.root.to_base64()
-            || self.checkpoint_size != checkpoint.size
         {
             return Err(SelectionError::OtherCheckpoint(format!(
                 "the selection is signed for {origin} at size {size}, the bundle's checkpoint is {} at size {}",
                 checkpoint.origin, checkpoint.size
+            )));
+        }
+        if self.checkpoint_size != checkpoint.size {
+            return Err(SelectionError::OtherCheckpoint(format!(
+                "the selection's checkpoint_size is {}, the bundle's checkpoint (and the selection's note) size {}",
+                self.checkpoint_size, checkpoint.size
             )));
         }
         if *hash != self.hash().to_base64() {

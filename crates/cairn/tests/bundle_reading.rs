@@ -328,3 +328,42 @@ fn import_refuses_a_step_said_erased_that_hides_nothing() {
         run.stderr
     );
 }
+
+/// A failure's detail names what failed, as an outside verifier's review
+/// found it did not: the selection signed by a retired key (the
+/// checkpoint itself by a valid one) is said to be the selection's, and
+/// a selection's `checkpoint_size` edited away from its note's shows both
+/// sizes. (Bundles an independent verifier built, kept as fixtures: a
+/// rotated log's session export, its selection re-signed by the retired
+/// key; and the same with `checkpoint_size` 39 made 38.)
+#[test]
+fn a_failure_names_the_note_that_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (file, reason, detail) in [
+        (
+            "selection-signed-by-retired-key.bundle",
+            "bad-signature",
+            "the selection signed for the checkpoint of size 39 is not signed by a log key valid",
+        ),
+        (
+            "selection-size-edited.bundle",
+            "selection-mismatch",
+            "the selection's checkpoint_size is 38, the bundle's checkpoint (and the selection's note) size 39",
+        ),
+    ] {
+        let path = fixtures.join(file);
+        let run = cairn_in(
+            dir.path(),
+            &["verify", "--bundle", path.to_str().unwrap(), "--json"],
+            None,
+        );
+        assert_eq!(run.code, 1, "{file}: {}", run.stderr);
+        let verdict = json(&run);
+        assert_eq!(verdict["brokenReason"], reason, "{file}: {verdict}");
+        assert!(
+            verdict["detail"].as_str().unwrap().starts_with(detail),
+            "{file}: {verdict}"
+        );
+    }
+}

@@ -392,7 +392,7 @@ impl BundleVerifier {
         );
         let size = checkpoint.checkpoint().size;
         log.require_checkpoint_keys(checkpoint.note(), size);
-        log.require_checkpoint_keys(note, size);
+        log.require_selection_keys(note, size);
         self.log = Some(log);
         self.selection = Some(selection);
         // Which keys signed the selection (it verified: one did).

@@ -57,6 +57,8 @@ pub struct LogVerifier {
     /// Checkpoints whose signing key's validity is checked (7.10),
     /// settled as the stream passes them, reported at the end.
     checkpoint_keys: CheckpointKeys,
+    /// The same for a partial bundle's selection note, reported apart.
+    selection_keys: CheckpointKeys,
     agent_keys: AgentKeys,
     level: DetailLevel,
     tree: Frontier,
@@ -97,6 +99,7 @@ impl LogVerifier {
             server_keys,
             key_validity: KeyValidity::default(),
             checkpoint_keys: CheckpointKeys::default(),
+            selection_keys: CheckpointKeys::default(),
             agent_keys: AgentKeys::new(),
             level: DetailLevel::Full,
             tree: Frontier::new(),
@@ -204,6 +207,13 @@ impl LogVerifier {
     /// of signers whose validity hangs on the rest of the log.
     pub fn require_checkpoint_keys(&mut self, note: &str, size: u64) {
         self.checkpoint_keys.require(note, size, &self.server_keys);
+    }
+
+    /// [`LogVerifier::require_checkpoint_keys`] for a partial bundle's
+    /// selection note, signed for the checkpoint of `size` entries
+    /// (reported after the checkpoint's, naming the selection).
+    pub fn require_selection_keys(&mut self, note: &str, size: u64) {
+        self.selection_keys.require(note, size, &self.server_keys);
     }
 
     /// [`LogVerifier::require_checkpoint_keys`] for a checkpoint verified
@@ -410,6 +420,8 @@ impl LogVerifier {
     fn check_checkpoints(&mut self) -> Check {
         self.checkpoint_keys
             .settle(self.tree.size(), &self.key_validity);
+        self.selection_keys
+            .settle(self.tree.size(), &self.key_validity);
         while let Some(entry) = self.pending.first_entry() {
             let size = *entry.key();
             if size > self.tree.size() {
@@ -557,6 +569,13 @@ impl LogVerifier {
         if let Some(size) = self.checkpoint_keys.first_failure(&self.key_validity) {
             let detail = format!(
                 "the checkpoint of size {size} is not signed by a log key valid at that size (7.10: a key retired or added in the log)"
+            );
+            self.progress
+                .fail_at_end(Location::default(), Reason::BadSignature, detail);
+        }
+        if let Some(size) = self.selection_keys.first_failure(&self.key_validity) {
+            let detail = format!(
+                "the selection signed for the checkpoint of size {size} is not signed by a log key valid at that size (7.10: a key retired or added in the log)"
             );
             self.progress
                 .fail_at_end(Location::default(), Reason::BadSignature, detail);
