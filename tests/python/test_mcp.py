@@ -376,3 +376,20 @@ def test_a_retried_step_with_its_trace_id_is_recorded_once(cairn_bin, data_dir):
             replay = await ok(client, "replay_decision", {"session_id": "retry-1"})
             assert replay["step_count"] == 1, replay
     asyncio.run(run())
+
+
+def test_a_refusal_names_the_argument_as_the_tool_spells_it(cairn_bin, data_dir):
+    """An error's field is the tool's argument (search_reasoning's query,
+    not REST's q), and a bad level names level, as REST does."""
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, "legacy") as client:
+            await ok(client, "log_reasoning_step", {"session_id": "f-1", "agent_id": "analyst",
+                                                    "step_type": "observation", "content": "x"})
+            for query in ["   ", "OR", "-only"]:
+                value, is_error = await call(client, "search_reasoning", {"query": query})
+                assert is_error and value["error"]["field"] == "query", (query, value)
+                assert not value["error"]["message"].startswith("q "), value
+            for tool in ["replay_decision", "export_session"]:
+                value, is_error = await call(client, tool, {"session_id": "f-1", "level": "everything"})
+                assert is_error and value["error"]["field"] == "level", (tool, value)
+    asyncio.run(run())

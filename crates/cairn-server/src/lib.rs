@@ -454,12 +454,19 @@ fn public_key_param(
 
 /// Seed 004's `level` parameter: `generic`, `detailed` or `full`.
 fn level_param(q: &HashMap<String, String>) -> Result<Option<DetailLevel>, ApiError> {
-    q.get("level")
+    level_value(q.get("level").map(String::as_str))
+}
+
+/// A `level` as every surface reads it (a query parameter, an MCP
+/// argument): absent, or `generic`, `detailed` or `full`; anything else a
+/// 400 naming the field.
+pub(crate) fn level_value(level: Option<&str>) -> Result<Option<DetailLevel>, ApiError> {
+    level
         .map(|l| {
             DetailLevel::parse(l).ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_request",
-                    format!("level must be generic, detailed or full, not {l}"),
+                    format!("level must be generic, detailed or full, not {}", shown(l)),
                 )
                 .with_field("level")
             })

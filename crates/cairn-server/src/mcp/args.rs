@@ -223,16 +223,7 @@ pub struct ExportArgs {
 pub(crate) fn level_arg(
     level: Option<&str>,
 ) -> Result<Option<cairn_core::detail::DetailLevel>, ApiError> {
-    level
-        .map(|l| {
-            cairn_core::detail::DetailLevel::parse(l).ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_request",
-                    format!("level must be generic, detailed or full, not {l}"),
-                )
-            })
-        })
-        .transpose()
+    crate::level_value(level)
 }
 
 /// Arguments of `get_trace`.

@@ -343,7 +343,16 @@ impl CairnMcp {
         };
         match result {
             Ok(answer) => ok(&answer),
-            Err(e) => tool_error(e),
+            // REST's `q` is this tool's `query`.
+            Err(mut e) => {
+                if e.field.as_deref() == Some("q") {
+                    e.field = Some("query".into());
+                    if let Some(rest) = e.message.strip_prefix("q ") {
+                        e.message = format!("query {rest}");
+                    }
+                }
+                tool_error(e)
+            }
         }
     }
 }
