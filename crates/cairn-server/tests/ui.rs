@@ -659,3 +659,46 @@ fn refusals_at_ui_addresses_are_pages() {
 
 #[path = "ui/large_pages.rs"]
 mod large_pages;
+
+/// A step's metadata is on its card (folded), and a step from an
+/// OpenTelemetry span says which span: its name, kind, start and end,
+/// status, trace and span ids (the step's own time is when Cairn
+/// recorded it, not the span's).
+#[test]
+fn a_steps_metadata_and_its_span_are_shown() {
+    let server = start(ServerConfig::default());
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let mut noted = step("plain", "analyst", "observation", "a note");
+    noted["metadata"] = json!({"ticket": "OPS-1234"});
+    let reply = post(&server, "/v1/steps", &writer, &noted);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let span = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "chat gpt-4o",
+        "kind": 3,
+        "startTimeUnixNano": "1764900000000000000",
+        "endTimeUnixNano": "1764900001500000000",
+        "status": {"code": 2, "message": "rate limited"},
+        "attributes": [
+            {"key": "gen_ai.conversation.id", "value": {"stringValue": "conv-1"}},
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}
+        ]
+    }]}]}]});
+    let reply = post(&server, "/v1/traces", &writer, &span);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let plain = text(&page(&server, "/ui/sessions/plain", Some(&reader)));
+    assert!(plain.contains("<summary>Metadata</summary>"), "{plain}");
+    assert!(plain.contains("OPS-1234"), "{plain}");
+    assert!(!plain.contains("OpenTelemetry span"), "{plain}");
+    let traced = text(&page(&server, "/ui/sessions/conv-1", Some(&reader)));
+    for needle in [
+        "OpenTelemetry span chat gpt-4o (client)",
+        "2025-12-05T02:00:00.000000Z → 2025-12-05T02:00:01.500000Z",
+        "status error",
+        "trace 5b8efff798038103d269b633813fc60c · span eee19b7ec3c1b174",
+    ] {
+        assert!(traced.contains(needle), "{needle}: {traced}");
+    }
+}

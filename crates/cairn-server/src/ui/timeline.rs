@@ -25,6 +25,11 @@ struct StepView {
     preview: String,
     input: Option<String>,
     output: Option<String>,
+    /// The step's metadata as JSON (bounded as the payloads are).
+    metadata: Option<String>,
+    /// For a step from an OpenTelemetry span: the span's name, times and
+    /// ids (its `metadata.otel`), which the step's own time is not.
+    span: Option<String>,
     hash: String,
     flagged: bool,
     turn: Option<String>,
@@ -219,6 +224,8 @@ struct ShownStep {
     preview: String,
     input: Option<String>,
     output: Option<String>,
+    metadata: Option<String>,
+    span: Option<String>,
 }
 
 impl ShownStep {
@@ -231,16 +238,61 @@ impl ShownStep {
             .unwrap_or_default();
         let input = step.input.take().map(|v| budget.json(&v));
         let output = step.output.take().map(|v| budget.json(&v));
-        // The page does not show metadata.
-        step.metadata = None;
+        let metadata = step.metadata.take();
+        let span = metadata.as_ref().and_then(span_line);
+        let metadata = metadata.map(|v| budget.json(&v));
         step.content = step.content.take().map(|c| budget.text(&c));
         ShownStep {
             stored,
             preview,
             input,
             output,
+            metadata,
+            span,
         }
     }
+}
+
+/// The line that says which OpenTelemetry span a step came from, from
+/// its `metadata.otel` (docs/OTLP.md): the span's name and kind, its start
+/// and end, its status when not unset, and its trace and span ids (the
+/// step's own trace id is Cairn's id of the step, `otel.<trace>.<span>.<n>`).
+/// `None` for a step that did not come from a span. Every part is cut to
+/// a bounded length.
+fn span_line(metadata: &serde_json::Value) -> Option<String> {
+    let otel = metadata.get("otel")?.as_object()?;
+    let text = |key: &str| {
+        otel.get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(|v| v.chars().take(200).collect::<String>())
+    };
+    let mut line = format!("OpenTelemetry span {}", text("name").unwrap_or_default());
+    if let Some(kind) = text("kind").filter(|k| !k.is_empty()) {
+        line.push_str(&format!(" ({kind})"));
+    }
+    match (text("start_time"), text("end_time")) {
+        (Some(start), Some(end)) => line.push_str(&format!(" · {start} → {end}")),
+        (Some(start), None) => line.push_str(&format!(" · from {start}")),
+        _ => {}
+    }
+    if let Some(status) = otel.get("status").and_then(|s| s.get("code")) {
+        let status = status
+            .as_str()
+            .map_or_else(|| status.to_string(), str::to_owned);
+        if !status.is_empty() && !status.eq_ignore_ascii_case("unset") && status != "0" {
+            line.push_str(&format!(
+                " · status {}",
+                status.chars().take(40).collect::<String>()
+            ));
+        }
+    }
+    if let (Some(trace), Some(span)) = (text("trace_id"), text("span_id")) {
+        line.push_str(&format!(" · trace {trace} · span {span}"));
+    }
+    if let Some(parent) = text("parent_span_id").filter(|p| !p.is_empty()) {
+        line.push_str(&format!(" · parent {parent}"));
+    }
+    Some(line)
 }
 
 /// Reads a session, its verdict and its operational records (each step
@@ -471,6 +523,8 @@ pub(super) async fn session(
                 preview,
                 input: shown.input,
                 output: shown.output,
+                metadata: shown.metadata,
+                span: shown.span,
                 hash: s.record.hash.to_string(),
                 flagged: step.status == cairn_core::record::Status::Flagged,
                 turn: step.turn_id.as_ref().map(|turn| match step.turn_step {
