@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 mod metadata;
 mod sessions;
 mod steps;
+mod trace_sessions;
 use metadata::attach_metadata;
 pub use sessions::{SessionPlan, plan};
 use steps::{agent_steps, chat_model, chat_steps, chat_tokens, error_step, other_step, tool_steps};
@@ -235,6 +236,7 @@ pub fn map_request(
     limits: &MapLimits,
 ) -> Vec<Result<SpanSteps, Unmappable>> {
     let _parsing = ParseBudget::start(MAX_PARSED_MEMORY_PER_REQUEST);
+    let trace_sessions = trace_sessions::TraceSessions::of(request);
     let mut out = Vec::new();
     let mut room = MAX_STEPS_PER_REQUEST;
     let mut bytes_left = limits.max_request_step_bytes;
@@ -282,6 +284,7 @@ pub fn map_request(
                 let context = Context {
                     resource: &resource,
                     resource_session,
+                    trace_sessions: &trace_sessions,
                     scope: scope.as_ref(),
                     service: service.as_deref(),
                     schema_url: &schema_url,
@@ -355,6 +358,8 @@ struct Context<'a> {
     resource: &'a Value,
     /// The resource's `gen_ai.conversation.id`, else its `session.id`.
     resource_session: Option<&'a str>,
+    /// What the request's other spans say about sessions.
+    trace_sessions: &'a trace_sessions::TraceSessions<'a>,
     scope: Option<&'a Value>,
     service: Option<&'a str>,
     schema_url: &'a str,
@@ -494,10 +499,11 @@ fn map_span(
     }
     let attrs = Attrs(&span.attributes);
     let operation = operation(span, attrs);
-    let session_id = attrs
-        .str("gen_ai.conversation.id")
-        .or_else(|| attrs.str("session.id"))
+    // The span's own session, else its resource's, else the one its
+    // ancestors (or its trace's other spans) in the request name.
+    let session_id = trace_sessions::named_by(span)
         .or(ctx.resource_session)
+        .or_else(|| ctx.trace_sessions.inherited(span))
         .map_or_else(|| trace_hex.clone(), id_from);
     let agent = attrs
         .str("gen_ai.agent.id")

@@ -293,12 +293,16 @@ fn plan_orders_by_time_and_picks_the_agent() {
 
 #[test]
 fn sessions_fall_back_to_session_id_then_the_trace() {
+    // A span of another trace, which names no session.
+    let mut alone = span(2, 0, 1, vec![]);
+    alone.trace_id = vec![0xcd; 16];
+    alone.parent_span_id = vec![];
     let spans = mapped(vec![
         span(1, 0, 1, vec![s("session.id", "oi-session")]),
-        span(2, 0, 1, vec![]),
+        alone,
     ]);
     assert_eq!(spans[0].session_id, "oi-session");
-    assert_eq!(spans[1].session_id, hex::encode(TRACE));
+    assert_eq!(spans[1].session_id, hex::encode([0xcd; 16]));
     assert_eq!(labels(&spans[1].steps), ["action"]);
     assert_eq!(spans[1].steps[0].content.as_deref(), Some("span 2"));
 }
@@ -545,4 +549,49 @@ fn a_compressed_body_without_its_header_is_named() {
             "{content_type}: {error}"
         );
     }
+}
+
+/// Spans that name no session take the one their nearest ancestor in the
+/// request names (an agent span carrying the conversation id, its model
+/// and tool calls not), else the one their trace's spans name; a trace
+/// whose spans name two sessions lends neither; a span of a trace that
+/// names none keeps the trace id.
+#[test]
+fn spans_without_a_session_take_their_traces() {
+    let strip = |mut spans: Vec<Span>| {
+        for span in &mut spans[..3] {
+            span.attributes
+                .retain(|kv| kv.key != "gen_ai.conversation.id");
+        }
+        spans
+    };
+    // Only the agent span (id 1, everyone's parent) names it.
+    let spans = mapped(strip(agent_run()));
+    let expected = crate::otlp::id_from("conv 42/a");
+    assert!(
+        spans.iter().all(|s| s.session_id == expected),
+        "{:?}",
+        spans.iter().map(|s| &s.session_id).collect::<Vec<_>>()
+    );
+    // A grandchild whose parent names nothing finds the grandparent.
+    let mut deep = strip(agent_run());
+    deep[2].parent_span_id = vec![3; 8];
+    assert!(mapped(deep).iter().all(|s| s.session_id == expected));
+    // Not an ancestor, but the trace's one session.
+    let mut sibling = strip(agent_run());
+    sibling[3]
+        .attributes
+        .retain(|kv| kv.key != "gen_ai.conversation.id");
+    sibling[1].attributes.push(s("session.id", "only-one"));
+    assert!(mapped(sibling).iter().all(|s| s.session_id == "only-one"));
+    // Two sessions in the trace: the spans that name none keep the trace id.
+    let mut two = strip(agent_run());
+    two[3]
+        .attributes
+        .retain(|kv| kv.key != "gen_ai.conversation.id");
+    two[1].attributes.push(s("session.id", "one"));
+    two[2].attributes.push(s("session.id", "two"));
+    let sessions: Vec<String> = mapped(two).into_iter().map(|s| s.session_id).collect();
+    let trace = hex::encode(TRACE);
+    assert_eq!(sessions, [trace.clone(), "one".into(), "two".into(), trace]);
 }

@@ -1,0 +1,92 @@
+//! The session a span names, lent to the spans of its trace in the same
+//! request that name none: instrumentations often set
+//! `gen_ai.conversation.id` (or `session.id`) on the agent's span only,
+//! and its model and tool calls would otherwise each open a session named
+//! after the trace.
+
+use super::super::attrs::Attrs;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use std::collections::HashMap;
+
+/// A span, by trace id and span id.
+type SpanKey<'a> = (&'a [u8], &'a [u8]);
+
+/// Ancestors looked at, at most, from one span (parents in a request
+/// could form a cycle or a chain of any length).
+const MAX_ANCESTORS: usize = 64;
+
+/// What a request's spans say about sessions.
+pub(super) struct TraceSessions<'a> {
+    /// The session each span names itself.
+    own: HashMap<SpanKey<'a>, &'a str>,
+    /// Each span's parent.
+    parent: HashMap<SpanKey<'a>, &'a [u8]>,
+    /// The one session a trace's spans name, or `None` when they name
+    /// several.
+    by_trace: HashMap<&'a [u8], Option<&'a str>>,
+}
+
+/// The session a span names with its own attributes.
+pub(super) fn named_by(span: &Span) -> Option<&str> {
+    let attrs = Attrs(&span.attributes);
+    attrs
+        .str("gen_ai.conversation.id")
+        .or_else(|| attrs.str("session.id"))
+}
+
+impl<'a> TraceSessions<'a> {
+    /// Reads every span of `request` once.
+    pub(super) fn of(request: &'a ExportTraceServiceRequest) -> TraceSessions<'a> {
+        let mut sessions = TraceSessions {
+            own: HashMap::new(),
+            parent: HashMap::new(),
+            by_trace: HashMap::new(),
+        };
+        let spans = request
+            .resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .flat_map(|ss| &ss.spans);
+        for span in spans {
+            let key = (span.trace_id.as_slice(), span.span_id.as_slice());
+            if let Some(session) = named_by(span) {
+                sessions.own.insert(key, session);
+                sessions
+                    .by_trace
+                    .entry(key.0)
+                    .and_modify(|one| {
+                        if *one != Some(session) {
+                            *one = None;
+                        }
+                    })
+                    .or_insert(Some(session));
+            }
+            if !span.parent_span_id.is_empty() {
+                sessions.parent.insert(key, span.parent_span_id.as_slice());
+            }
+        }
+        sessions
+    }
+
+    /// For a span that names no session: the one its nearest ancestor in
+    /// the request names, else the one session its trace's spans in the
+    /// request name (if they name exactly one).
+    pub(super) fn inherited(&self, span: &Span) -> Option<&'a str> {
+        let trace = span.trace_id.as_slice();
+        let mut at = span.parent_span_id.as_slice();
+        for _ in 0..MAX_ANCESTORS {
+            if at.is_empty() {
+                break;
+            }
+            if let Some(session) = self.own.get(&(trace, at)) {
+                return Some(session);
+            }
+            match self.parent.get(&(trace, at)) {
+                Some(parent) => at = parent,
+                None => break,
+            }
+        }
+        self.by_trace.get(trace).copied().flatten()
+    }
+}
