@@ -283,9 +283,22 @@ async fn export_traces(
         .metrics
         .otlp_spans((fates.len() - rejected) as u64, rejected as u64);
     let partial = (rejected > 0)
-        .then(|| ExportTracePartialSuccess {
-            rejected_spans: rejected as i64,
-            error_message: crate::error::without_tokens(&summary(rejected, "span", &reasons)),
+        .then(|| {
+            let message = crate::error::without_tokens(&summary(rejected, "span", &reasons));
+            // Exporters drop a partial success's message (the Python SDK
+            // does not read it): the operator's log is where it is seen.
+            tracing::warn!(
+                target: "cairn::otlp",
+                org = caller.org(),
+                key = %caller.key.id,
+                recorded = fates.len() - rejected,
+                rejected,
+                "OTLP spans rejected: {message}"
+            );
+            ExportTracePartialSuccess {
+                rejected_spans: rejected as i64,
+                error_message: message,
+            }
         })
         .or(hint.map(|hint| ExportTracePartialSuccess {
             rejected_spans: 0,
