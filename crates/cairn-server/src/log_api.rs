@@ -99,14 +99,48 @@ pub(crate) async fn inclusion_proof(
     input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
     let seq = query_u64(&q, "seq")?
         .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
-    let cp = current_checkpoint(&state, caller.org()).await?;
-    let size = query_u64(&q, "size")?.unwrap_or(cp.size);
-    let org = caller.org().to_owned();
-    let (leaf, proof, root) = blocking(&state, move |store| {
-        if seq >= size || size > store.log_size(&org)? {
+    let size = query_u64(&q, "size")?;
+    let proof = inclusion_proof_of(&state, caller.org(), seq, size).await?;
+    Ok(axum::Json(crate::wire::to_json(&proof)))
+}
+
+/// An inclusion proof of entry `seq` in the org log at `size` (default:
+/// the latest checkpoint's), with that checkpoint's note when the size is
+/// its: the one operation behind `GET /v1/proofs/inclusion` and MCP
+/// `get_inclusion_proof`. A size of 0 or past the log is `invalid_argument`
+/// naming `size`; an entry the log does not hold `not_found`; an entry at
+/// or past `size` `invalid_argument` naming `seq`.
+pub(crate) async fn inclusion_proof_of(
+    state: &Arc<AppState>,
+    org: &str,
+    seq: u64,
+    size: Option<u64>,
+) -> Result<crate::mcp::InclusionProof, ApiError> {
+    let cp = current_checkpoint(state, org).await?;
+    let size = size.unwrap_or(cp.size);
+    let org = org.to_owned();
+    let (leaf, proof, root) = blocking(state, move |store| {
+        let log_size = store.log_size(&org)?;
+        if size == 0 || size > log_size {
+            return Err(ApiError::bad_request(
+                "invalid_argument",
+                format!("size must be 1 to the log's size ({log_size}), not {size}"),
+            )
+            .with_field("size"));
+        }
+        if seq >= log_size {
             return Err(ApiError::not_found_because(format!(
-                "entry {seq} is not in a log of size {size}"
+                "entry {seq} is not in the log ({log_size} entries)"
             )));
+        }
+        if seq >= size {
+            return Err(ApiError::bad_request(
+                "invalid_argument",
+                format!(
+                    "entry {seq} is not in the log's first {size} entries: give a size above {seq}"
+                ),
+            )
+            .with_field("seq"));
         }
         let mut leaf = None;
         store.read_log(&org, seq, seq + 1, &mut |stored| {
@@ -118,11 +152,14 @@ pub(crate) async fn inclusion_proof(
         Ok((leaf, proof, root))
     })
     .await?;
-    Ok(axum::Json(json!({
-        "seq": seq, "size": size, "leaf_hash": leaf.map(|l| l.to_hex()),
-        "proof": proof.iter().map(Hash::to_hex).collect::<Vec<_>>(), "root": root.to_hex(),
-        "checkpoint": if size == cp.size { Some(cp.note) } else { None },
-    })))
+    Ok(crate::mcp::InclusionProof {
+        seq,
+        size,
+        leaf_hash: leaf.map(|l| l.to_hex()),
+        proof: proof.iter().map(Hash::to_hex).collect(),
+        root: root.to_hex(),
+        checkpoint: (size == cp.size).then_some(cp.note),
+    })
 }
 
 #[utoipa::path(

@@ -602,10 +602,31 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
     );
     let late = post(&server, "/v1/steps", &admin, &step("s1", "plan", "late"));
     assert_eq!((late.status, late.code().as_str()), (409, "session_sealed"));
-    // Proof requests outside the log.
+    // Proof requests outside the log: an entry it does not hold is not
+    // found; a size past it, or an entry past the size, names the field.
     assert_eq!(
         get(&server, "/v1/proofs/inclusion?seq=999", &admin).status,
         404
+    );
+    for (query, field) in [
+        ("seq=0&size=99999", "size"),
+        ("seq=0&size=0", "size"),
+        ("seq=2&size=1", "seq"),
+    ] {
+        let refused = get(&server, &format!("/v1/proofs/inclusion?{query}"), &admin);
+        assert_eq!(
+            (refused.status, refused.json()["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {}",
+            refused.text()
+        );
+    }
+    let proof = get(&server, "/v1/proofs/inclusion?seq=0", &admin).json();
+    assert!(
+        proof["checkpoint"]
+            .as_str()
+            .is_some_and(|c| c.contains(&format!("\n{}\n", proof["size"]))),
+        "{proof}"
     );
     assert_eq!(
         get(&server, "/v1/proofs/inclusion?seq=x", &admin).code(),

@@ -65,34 +65,9 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let result = async {
-            let cp = crate::current_checkpoint(&self.state, caller.org()).await?;
-            let size = args.size.unwrap_or(cp.size);
-            let org = caller.org().to_owned();
-            let seq = args.seq;
-            self.store(move |store| {
-                if seq >= size || size > store.log_size(&org)? {
-                    return Err(ApiError::not_found_because(format!(
-                        "entry {seq} is not in a log of size {size}"
-                    )));
-                }
-                let proof = store.inclusion_proof(&org, seq, size)?;
-                let mut leaf = None;
-                store.read_log(&org, seq, seq + 1, &mut |stored| {
-                    leaf = Some(stored.leaf);
-                    false
-                })?;
-                Ok(InclusionProof {
-                    seq,
-                    size,
-                    leaf_hash: leaf.map(|l| l.to_hex()),
-                    proof: proof.iter().map(cairn_core::Hash::to_hex).collect(),
-                    root: store.root_at(&org, size)?.to_hex(),
-                })
-            })
-            .await
-        }
-        .await;
+        let result =
+            crate::log_api::inclusion_proof_of(&self.state, caller.org(), args.seq, args.size)
+                .await;
         run(result).await
     }
 

@@ -411,6 +411,9 @@ pub struct InclusionProof {
     pub proof: Vec<String>,
     /// The log's root at that size (hex).
     pub root: String,
+    /// The signed checkpoint note of that size when it is the latest
+    /// checkpoint's (the root signed), else null.
+    pub checkpoint: Option<String>,
 }
 
 /// `export_session`: a bundle to verify offline.
