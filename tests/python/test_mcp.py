@@ -393,3 +393,23 @@ def test_a_refusal_names_the_argument_as_the_tool_spells_it(cairn_bin, data_dir)
                 value, is_error = await call(client, tool, {"session_id": "f-1", "level": "everything"})
                 assert is_error and value["error"]["field"] == "level", (tool, value)
     asyncio.run(run())
+
+
+def test_thought_record_reads_types_as_log_reasoning_step_does(cairn_bin, data_dir):
+    """thought_record takes a type in any case, and refuses a kind outside
+    the four as the strict profile does (not_in_strict_profile), naming
+    the type argument; its schema still lists the four."""
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, "legacy") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["thought_record"].input_schema["properties"]["type"]["enum"] == \
+                ["plan", "analysis", "decision", "reflection"]
+            await ok(client, "audit_session_start", {"session_id": "tt-1", "agent_id": "analyst"})
+            written = await ok(client, "thought_record", {"session_id": "tt-1", "type": "Plan", "content": "p"})
+            assert written["step_index"] == 0, written
+            for label, code in [("observation", "not_in_strict_profile"), ("daydream", "unknown_step_type")]:
+                value, is_error = await call(client, "thought_record",
+                                             {"session_id": "tt-1", "type": label, "content": "x"})
+                assert is_error, label
+                assert (value["error"]["code"], value["error"]["field"]) == (code, "type"), value
+    asyncio.run(run())

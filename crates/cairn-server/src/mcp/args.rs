@@ -158,9 +158,11 @@ pub struct SessionStartArgs {
 pub struct ThoughtArgs {
     /// The session (opened with audit_session_start).
     pub session_id: String,
-    /// plan, analysis, decision or reflection. A reflection closes a task.
+    /// plan, analysis, decision or reflection (in any case). A reflection
+    /// closes a task.
     #[serde(rename = "type")]
-    pub record_type: ThoughtType,
+    #[schemars(with = "ThoughtType")]
+    pub record_type: String,
     /// What the record holds: the trajectory, what was learned, the choice
     /// and why, or what happened and what remains uncertain.
     pub content: String,
@@ -189,6 +191,31 @@ pub enum ThoughtType {
 }
 
 impl ThoughtType {
+    /// The record type `label` names, read as every step type is (any
+    /// case, any seed's spelling: `Plan`, `[計画]`); another kind is the
+    /// strict profile's refusal (`not_in_strict_profile`) and no kind at
+    /// all `unknown_step_type`, as `log_reasoning_step` answers them in a
+    /// strict session, naming the `type` argument.
+    pub fn read(label: &str) -> Result<ThoughtType, ApiError> {
+        use cairn_core::kind::StepKind;
+        use cairn_core::record::RecordError;
+        let refused = |e: RecordError| {
+            let mut e = ApiError::from(cairn_store::Refusal::Invalid(e));
+            e.field = Some("type".into());
+            e
+        };
+        match StepKind::parse(label) {
+            Some(StepKind::Plan) => Ok(ThoughtType::Plan),
+            Some(StepKind::Analysis) => Ok(ThoughtType::Analysis),
+            Some(StepKind::Decision) => Ok(ThoughtType::Decision),
+            Some(StepKind::Reflection) => Ok(ThoughtType::Reflection),
+            Some(kind) => Err(refused(RecordError::NotInStrictProfile { kind })),
+            None => Err(refused(RecordError::UnknownKind {
+                label: label.chars().take(80).collect(),
+            })),
+        }
+    }
+
     /// The step type the record is stored as.
     pub fn as_str(self) -> &'static str {
         match self {

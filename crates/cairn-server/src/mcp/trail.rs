@@ -105,6 +105,10 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
+        let record_type = match super::ThoughtType::read(&args.record_type) {
+            Ok(record_type) => record_type,
+            Err(e) => return tool_error(e),
+        };
         let result = async {
             let org = caller.org().to_owned();
             let session_id = args.session_id.clone();
@@ -134,7 +138,7 @@ impl CairnMcp {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id.clone(),
                 agent_id: self.agent_for(&caller, Some(agent_id))?,
-                kind_label: args.record_type.as_str().to_owned(),
+                kind_label: record_type.as_str().to_owned(),
                 content: Some(args.content),
                 task_id: args.task_id,
                 links,
