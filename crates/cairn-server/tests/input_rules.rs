@@ -1052,3 +1052,22 @@ fn a_time_range_export_refuses_a_range_that_holds_no_time() {
     let listing = get(&server, "/v1/sessions?until=9999-12-31", &admin);
     assert_eq!(listing.status, 200, "{}", listing.text());
 }
+
+/// A link given as null is no link, as a null member is an absent one
+/// (the OpenAPI document types each link as a string or null); a null
+/// under a name that is no link is still refused, naming it.
+#[test]
+fn a_null_link_is_no_link() {
+    let server = start(ServerConfig::default());
+    let mut body = step("nl", "agent-1", "plan", "x");
+    body["links"] = json!({"parent": null, "tool_call": "call-1"});
+    let reply = post(&server, "/v1/steps", &server.admin, &body);
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    let trace = reply.json()["trace_id"].as_str().unwrap().to_owned();
+    let stored = call(&server, "GET", &format!("/v1/steps/{trace}"), &server.admin, None).json();
+    assert_eq!(stored["links"], json!({"tool_call": "call-1"}), "{stored}");
+    body["links"] = json!({"parnet": null});
+    let reply = post(&server, "/v1/steps", &server.admin, &body);
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(reply.json()["error"]["field"], "links.parnet");
+}

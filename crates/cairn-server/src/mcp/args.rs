@@ -87,7 +87,7 @@ pub struct LogStepArgs {
     /// Cross-references: tool_call, policy_decision, approval_request (other
     /// systems' ids), audit_event (an audit event id), corrects and parent
     /// (trace ids of steps).
-    pub links: Option<std::collections::BTreeMap<String, String>>,
+    pub links: Option<std::collections::BTreeMap<String, Option<String>>>,
     /// Record the first 16 hex digits of SHA-256 of the agent id instead of
     /// the name (for privacy).
     #[serde(default)]

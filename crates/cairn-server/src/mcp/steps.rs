@@ -64,6 +64,8 @@ impl CairnMcp {
                 if !known.contains(&name.as_str()) {
                     return Err(crate::input::unknown_field("links.", &name, &known));
                 }
+                // A link given as null is no link, as over REST.
+                let Some(id) = id else { continue };
                 links.set(&name, id).map_err(|e| {
                     ApiError::bad_request("invalid_argument", e).with_field("links")
                 })?;

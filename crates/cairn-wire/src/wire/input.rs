@@ -198,6 +198,12 @@ pub fn step_from_json(
     };
     let links = match obj.take("links") {
         None | Some(Value::Null) => Links::default(),
+        // A link given as null is no link, as a null member is an absent
+        // one (the OpenAPI document types each as a string or null).
+        Some(Value::Object(mut given)) => {
+            given.retain(|_, v| !v.is_null());
+            Links::from_json(&Value::Object(given)).map_err(|m| InputError::invalid("links", m))?
+        }
         Some(v) => Links::from_json(&v).map_err(|m| InputError::invalid("links", m))?,
     };
     let status = match string(obj, "status")? {
