@@ -279,6 +279,14 @@ def test_stdio_without_an_agent_says_how_to_name_one(cairn_bin, data_dir):
                 "log_reasoning_step", {"session_id": "s-no-agent", "step_type": "Reasoning", "content": "x"})
             assert result.is_error
             assert "--agent" in json.dumps(result.structured_content or result.content[0].text)
+            # A session that exists names its agent: later steps and turns
+            # need not repeat it.
+            await ok(client, "log_reasoning_step", {"session_id": "s-agent", "agent_id": "bot",
+                                                    "step_type": "Reasoning", "content": "x"})
+            await ok(client, "log_reasoning_step", {"session_id": "s-agent", "step_type": "Reasoning", "content": "y"})
+            await ok(client, "record_turn", {"session_id": "s-agent", "thinking": "[思考] z"})
+            replay = await ok(client, "replay_decision", {"session_id": "s-agent"})
+            assert [s["agent_id"] for s in replay["steps"]] == ["bot"] * 3, replay
     asyncio.run(run())
 
 

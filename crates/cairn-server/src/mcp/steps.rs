@@ -38,7 +38,14 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let result = async {
-            let agent_id = self.agent_for(&caller, args.agent_id)?;
+            // An agent inferred from the session is already as recorded
+            // (hashed or not): only a named one is hashed.
+            let agent_id = if args.hash_agent_id {
+                self.agent_for(&caller, args.agent_id)?
+            } else {
+                self.agent_for_session(&caller, args.agent_id, &args.session_id)
+                    .await?
+            };
             let agent_id = if args.hash_agent_id {
                 cairn_core::record::hashed_agent_id(&agent_id)
             } else {
