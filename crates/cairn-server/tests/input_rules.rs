@@ -1064,7 +1064,14 @@ fn a_null_link_is_no_link() {
     let reply = post(&server, "/v1/steps", &server.admin, &body);
     assert_eq!(reply.status, 201, "{}", reply.text());
     let trace = reply.json()["trace_id"].as_str().unwrap().to_owned();
-    let stored = call(&server, "GET", &format!("/v1/steps/{trace}"), &server.admin, None).json();
+    let stored = call(
+        &server,
+        "GET",
+        &format!("/v1/steps/{trace}"),
+        &server.admin,
+        None,
+    )
+    .json();
     assert_eq!(stored["links"], json!({"tool_call": "call-1"}), "{stored}");
     body["links"] = json!({"parnet": null});
     let reply = post(&server, "/v1/steps", &server.admin, &body);
