@@ -442,7 +442,8 @@ impl Builder<'_> {
 }
 
 /// What a span is, from `gen_ai.operation.name`, else
-/// `openinference.span.kind`, else the first word of its name.
+/// `openinference.span.kind`, else OpenLLMetry's `llm.request.type`, else
+/// the first word of its name.
 fn operation(span: &Span, attrs: Attrs<'_>) -> Operation {
     attrs
         .str("gen_ai.operation.name")
@@ -451,6 +452,11 @@ fn operation(span: &Span, attrs: Attrs<'_>) -> Operation {
             attrs
                 .str("openinference.span.kind")
                 .and_then(|k| Operation::parse(&k.to_ascii_uppercase()))
+        })
+        // OpenLLMetry (Traceloop) names a model call's kind here.
+        .or_else(|| match attrs.str("llm.request.type") {
+            Some("chat" | "completion") => Some(Operation::Chat),
+            _ => None,
         })
         .or_else(|| {
             span.name

@@ -249,11 +249,15 @@ fn openinference_messages(attrs: Attrs<'_>) -> Vec<Message> {
     out
 }
 
-/// Legacy flattened completions (`gen_ai.completion.<i>.content`, ...).
+/// Legacy flattened completions (`gen_ai.completion.<i>.content`,
+/// `.finish_reason`, and OpenLLMetry's `.tool_calls.<j>.id`, `.name`,
+/// `.arguments`).
 fn legacy_completions(attrs: Attrs<'_>) -> Vec<Message> {
     let mut out = Vec::new();
     for fields in indexed(attrs, "gen_ai.completion.") {
         let mut msg = Message::default();
+        let mut calls: std::collections::BTreeMap<u32, FlatCall<'_>> =
+            std::collections::BTreeMap::new();
         for (field, v) in &fields {
             match *field {
                 "content" => {
@@ -262,14 +266,86 @@ fn legacy_completions(attrs: Attrs<'_>) -> Vec<Message> {
                     }
                 }
                 "finish_reason" => msg.finish_reason = any_str(v).map(str::to_owned),
-                _ => {}
+                other => {
+                    if let Some(rest) = other.strip_prefix("tool_calls.")
+                        && let Some((i, name)) = rest.split_once('.')
+                        && let Ok(i) = i.parse::<u32>()
+                    {
+                        let entry = calls.entry(i).or_default();
+                        match name {
+                            "id" => entry.0 = any_str(v),
+                            "name" => entry.1 = any_str(v),
+                            "arguments" => entry.2 = any_str(v),
+                            _ => {}
+                        }
+                    }
+                }
             }
+        }
+        for (id, name, args) in calls.into_values() {
+            msg.parts.push(Part::ToolCall {
+                id: id.map(str::to_owned),
+                name: name.unwrap_or_default().to_owned(),
+                arguments: arguments(args.map(|a| json!(a)).as_ref()),
+            });
         }
         if !msg.parts.is_empty() {
             out.push(msg);
         }
     }
     out
+}
+
+/// A model call's input messages where no `gen_ai.input.messages`
+/// attribute holds them: OpenLLMetry's flattened prompts
+/// (`gen_ai.prompt.<i>.role`, `.content`), else the span's message events
+/// (`gen_ai.client.inference.operation.details` with
+/// `gen_ai.input.messages`; the older `gen_ai.system.message`,
+/// `gen_ai.user.message`, `gen_ai.assistant.message`,
+/// `gen_ai.tool.message` with `content`), as `[{role, content}]`; and the
+/// attribute prefix they came from, if any (kept out of metadata).
+pub(super) fn legacy_input(
+    span: &Span,
+    limits: &MapLimits,
+) -> Option<(Value, Option<&'static str>)> {
+    let attrs = Attrs(&span.attributes);
+    let prompts: Vec<Value> = indexed(attrs, "gen_ai.prompt.")
+        .into_iter()
+        .filter_map(|fields| {
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(f, _)| *f == name)
+                    .and_then(|(_, v)| any_str(v))
+            };
+            let content = get("content")?;
+            Some(json!({"role": get("role").unwrap_or("user"), "content": content}))
+        })
+        .collect();
+    if !prompts.is_empty() {
+        return Some((Value::Array(prompts), Some("gen_ai.prompt.")));
+    }
+    let mut messages = Vec::new();
+    for e in &span.events {
+        let attrs = Attrs(&e.attributes);
+        let role = match e.name.as_str() {
+            "gen_ai.client.inference.operation.details" => {
+                if let Some(Value::Array(given)) = attrs.json("gen_ai.input.messages", limits) {
+                    messages.extend(given);
+                }
+                continue;
+            }
+            "gen_ai.system.message" => "system",
+            "gen_ai.user.message" => "user",
+            "gen_ai.assistant.message" => "assistant",
+            "gen_ai.tool.message" => "tool",
+            _ => continue,
+        };
+        if let Some(content) = attrs.json("content", limits) {
+            messages.push(json!({"role": role, "content": content}));
+        }
+    }
+    (!messages.is_empty()).then(|| (Value::Array(messages), None))
 }
 
 /// Output messages from span events: `gen_ai.client.inference.operation.details`

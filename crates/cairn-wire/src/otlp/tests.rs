@@ -595,3 +595,76 @@ fn spans_without_a_session_take_their_traces() {
     let trace = hex::encode(TRACE);
     assert_eq!(sessions, [trace.clone(), "one".into(), "two".into(), trace]);
 }
+
+/// OpenLLMetry (Traceloop) writes a model call as `llm.request.type`,
+/// flattened prompts and completions with their tool calls, and the
+/// conventions' older token names; older GenAI instrumentations put the
+/// prompt in message events. Each maps as a GenAI chat span does.
+#[test]
+fn openllmetry_and_event_prompts_map_as_chat_spans() {
+    let traceloop = span(
+        2,
+        0,
+        5,
+        vec![
+            s("llm.request.type", "chat"),
+            s("gen_ai.system", "openai"),
+            s("gen_ai.request.model", "gpt-4o"),
+            s("gen_ai.prompt.0.role", "system"),
+            s("gen_ai.prompt.0.content", "You are terse."),
+            s("gen_ai.prompt.1.role", "user"),
+            s("gen_ai.prompt.1.content", "Weather in Paris?"),
+            s("gen_ai.completion.0.role", "assistant"),
+            s("gen_ai.completion.0.finish_reason", "tool_calls"),
+            s("gen_ai.completion.0.tool_calls.0.id", "call_9"),
+            s("gen_ai.completion.0.tool_calls.0.name", "get_weather"),
+            s("gen_ai.completion.0.tool_calls.0.arguments", r#"{"city":"Paris"}"#),
+            kv("gen_ai.usage.prompt_tokens", V::IntValue(30)),
+            kv("gen_ai.usage.completion_tokens", V::IntValue(7)),
+        ],
+    );
+    let mut evented = span(
+        3,
+        5,
+        9,
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.completion.0.content", "Take an umbrella."),
+        ],
+    );
+    evented.events = vec![opentelemetry_proto::tonic::trace::v1::span::Event {
+        name: "gen_ai.user.message".into(),
+        attributes: vec![s("content", "Umbrella today?")],
+        ..Default::default()
+    }];
+    let spans = mapped(vec![traceloop, evented]);
+    let call = &spans[0].steps;
+    assert_eq!(labels(call), ["decision"]);
+    assert_eq!(call[0].content.as_deref(), Some("call get_weather"));
+    assert_eq!(call[0].tool_call.as_deref(), Some("call_9"));
+    assert_eq!(
+        call[0].output.as_ref().unwrap()["tool_calls"][0]["arguments"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(
+        call[0].input,
+        Some(json!([
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Weather in Paris?"}
+        ]))
+    );
+    assert_eq!(call[0].token_count, Some(37));
+    assert!(
+        call[0].metadata["otel"]["attributes"]
+            .get("gen_ai.prompt.1.content")
+            .is_none(),
+        "moved, not repeated: {}",
+        call[0].metadata
+    );
+    let answer = &spans[1].steps;
+    assert_eq!(labels(answer), ["final_answer"]);
+    assert_eq!(
+        answer[0].input,
+        Some(json!([{"role": "user", "content": "Umbrella today?"}]))
+    );
+}

@@ -7,7 +7,7 @@
 
 use super::{At, Builder, Operation};
 use crate::otlp::attrs::{Attrs, any_to_json, clip};
-use crate::otlp::messages::{Part, indexed, last_user_text, output_messages};
+use crate::otlp::messages::{Part, indexed, last_user_text, legacy_input, output_messages};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
@@ -66,6 +66,14 @@ pub(super) fn chat_tokens(attrs: Attrs<'_>) -> Option<u64> {
         attrs.int("gen_ai.usage.input_tokens"),
         attrs.int("gen_ai.usage.output_tokens"),
     )
+    // The conventions' older names, which OpenLLMetry still writes.
+    .or_else(|| {
+        sum(
+            attrs.int("gen_ai.usage.prompt_tokens"),
+            attrs.int("gen_ai.usage.completion_tokens"),
+        )
+    })
+    .or_else(|| attrs.int("llm.usage.total_tokens"))
     .or_else(|| attrs.int("llm.token_count.total"))
     .or_else(|| {
         sum(
@@ -103,6 +111,12 @@ pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
     }
     if input.is_none() {
         input = b.take_json(attrs, &["input.value"]);
+    }
+    if input.is_none()
+        && let Some((messages, source)) = legacy_input(span, b.limits)
+    {
+        b.moved.extend(source);
+        input = Some(messages);
     }
     let (messages, source) = output_messages(span, b.limits);
     b.moved.extend(source);
