@@ -235,18 +235,24 @@ fn openinference_messages(attrs: Attrs<'_>) -> Vec<Message> {
         if let Some(text) = get("message.content") {
             split_think(text, &mut msg.parts);
         }
-        for (id, name, args) in calls.into_values() {
-            msg.parts.push(Part::ToolCall {
-                id: id.map(str::to_owned),
-                name: name.unwrap_or_default().to_owned(),
-                arguments: arguments(args.map(|a| json!(a)).as_ref()),
-            });
-        }
+        push_calls(&mut msg, calls);
         if !msg.parts.is_empty() {
             out.push(msg);
         }
     }
     out
+}
+
+/// Flattened tool calls (by index: id, function name, arguments) as the
+/// message's tool-call parts, in index order.
+fn push_calls(msg: &mut Message, calls: std::collections::BTreeMap<u32, FlatCall<'_>>) {
+    for (id, name, args) in calls.into_values() {
+        msg.parts.push(Part::ToolCall {
+            id: id.map(str::to_owned),
+            name: name.unwrap_or_default().to_owned(),
+            arguments: arguments(args.map(|a| json!(a)).as_ref()),
+        });
+    }
 }
 
 /// Legacy flattened completions (`gen_ai.completion.<i>.content`,
@@ -282,13 +288,7 @@ fn legacy_completions(attrs: Attrs<'_>) -> Vec<Message> {
                 }
             }
         }
-        for (id, name, args) in calls.into_values() {
-            msg.parts.push(Part::ToolCall {
-                id: id.map(str::to_owned),
-                name: name.unwrap_or_default().to_owned(),
-                arguments: arguments(args.map(|a| json!(a)).as_ref()),
-            });
-        }
+        push_calls(&mut msg, calls);
         if !msg.parts.is_empty() {
             out.push(msg);
         }
