@@ -379,7 +379,7 @@ fn openinference_spans() {
     ]);
     assert_eq!(labels(&spans[0].steps), ["thinking", "decision"]);
     assert_eq!(
-        spans[0].steps[0].input.as_ref().unwrap()[0]["message.content"],
+        spans[0].steps[0].input.as_ref().unwrap()[0]["content"],
         "Add 2 and 3"
     );
     assert_eq!(spans[0].steps[1].token_count, Some(42));
@@ -618,7 +618,10 @@ fn openllmetry_and_event_prompts_map_as_chat_spans() {
             s("gen_ai.completion.0.finish_reason", "tool_calls"),
             s("gen_ai.completion.0.tool_calls.0.id", "call_9"),
             s("gen_ai.completion.0.tool_calls.0.name", "get_weather"),
-            s("gen_ai.completion.0.tool_calls.0.arguments", r#"{"city":"Paris"}"#),
+            s(
+                "gen_ai.completion.0.tool_calls.0.arguments",
+                r#"{"city":"Paris"}"#,
+            ),
             kv("gen_ai.usage.prompt_tokens", V::IntValue(30)),
             kv("gen_ai.usage.completion_tokens", V::IntValue(7)),
         ],

@@ -99,10 +99,15 @@ pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
         let messages: Vec<Value> = indexed(attrs, "llm.input_messages.")
             .into_iter()
             .map(|fields| {
+                // `message.role` and `message.content` read as the
+                // GenAI messages' `role` and `content`.
                 Value::Object(
                     fields
                         .into_iter()
-                        .map(|(k, v)| (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut)))
+                        .map(|(k, v)| {
+                            let k = k.strip_prefix("message.").unwrap_or(k);
+                            (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
+                        })
                         .collect(),
                 )
             })
@@ -174,7 +179,10 @@ pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
             let first_id = calls
                 .iter()
                 .find_map(|c| c.get("id").and_then(Value::as_str).map(str::to_owned));
-            let output = json!({"tool_calls": calls, "finish_reason": m.finish_reason});
+            let mut output = json!({"tool_calls": calls});
+            if let Some(reason) = &m.finish_reason {
+                output["finish_reason"] = json!(reason);
+            }
             b.push(
                 At::End,
                 "decision",
