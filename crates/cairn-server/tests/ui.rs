@@ -682,7 +682,8 @@ fn a_steps_metadata_and_its_span_are_shown() {
         "status": {"code": 2, "message": "rate limited"},
         "attributes": [
             {"key": "gen_ai.conversation.id", "value": {"stringValue": "conv-1"}},
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.agent.name", "value": {"stringValue": "Billing"}}
         ]
     }]}]}]});
     let reply = post(&server, "/v1/traces", &writer, &span);
@@ -694,7 +695,7 @@ fn a_steps_metadata_and_its_span_are_shown() {
     assert!(!plain.contains("OpenTelemetry span"), "{plain}");
     let traced = text(&page(&server, "/ui/sessions/conv-1", Some(&reader)));
     for needle in [
-        "OpenTelemetry span chat gpt-4o (client)",
+        "OpenTelemetry span chat gpt-4o (client) · agent Billing",
         "2025-12-05T02:00:00.000000Z → 2025-12-05T02:00:01.500000Z",
         "status error",
         "trace 5b8efff798038103d269b633813fc60c · span eee19b7ec3c1b174",

@@ -270,6 +270,18 @@ fn span_line(metadata: &serde_json::Value) -> Option<String> {
     if let Some(kind) = text("kind").filter(|k| !k.is_empty()) {
         line.push_str(&format!(" ({kind})"));
     }
+    // The agent the span names (a handoff's other agent: the session's
+    // steps are all written as the session's agent, docs/OTLP.md).
+    let attributes = otel.get("attributes");
+    if let Some(agent) = ["gen_ai.agent.name", "agent.name", "gen_ai.agent.id"]
+        .iter()
+        .find_map(|key| attributes?.get(*key)?.as_str())
+    {
+        line.push_str(&format!(
+            " · agent {}",
+            agent.chars().take(200).collect::<String>()
+        ));
+    }
     match (text("start_time"), text("end_time")) {
         (Some(start), Some(end)) => line.push_str(&format!(" · {start} → {end}")),
         (Some(start), None) => line.push_str(&format!(" · from {start}")),
