@@ -65,9 +65,9 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
         false
     }
     /// Whether its vectors stand for words, not meaning (the built-in
-    /// word-hash): hybrid search then lets it re-rank what full text
-    /// found but add nothing (its other "hits" share hash buckets, not
-    /// words).
+    /// word-hash, [`words`]): hybrid search then adds a step full text did
+    /// not find only if it shares a word with the query (its other
+    /// neighbours share hash buckets or letter triples, not words).
     fn lexical(&self) -> bool {
         false
     }
@@ -130,11 +130,7 @@ fn add_feature(vector: &mut [f32; DIMENSIONS], feature: &[u8], weight: f32) {
 /// The vector of a text (all zeros for a text without words).
 pub fn embed(text: &str) -> [f32; DIMENSIONS] {
     let mut vector = [0f32; DIMENSIONS];
-    for word in text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-    {
+    for word in words(text) {
         add_feature(&mut vector, word.as_bytes(), 1.0);
         let chars: Vec<char> = format!("#{word}#").chars().collect();
         for window in chars.windows(3) {
@@ -149,6 +145,14 @@ pub fn embed(text: &str) -> [f32; DIMENSIONS] {
         }
     }
     vector
+}
+
+/// The words the word-hash embedder reads in `text`: runs of letters and
+/// digits, lower-cased.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
 }
 
 /// Cosine similarity of two normalised vectors (their dot product).

@@ -165,8 +165,11 @@ pub fn search(
             None => ranked.push((seq, vec![by], value)),
         }
     };
-    // What full text found (a lexical embedder adds nothing to it).
+    // What full text found, and the query's words (what a lexical
+    // embedder's hit must share with the query to be one).
     let mut found_by_text = std::collections::HashSet::new();
+    let query_words: std::collections::HashSet<String> =
+        crate::embed::words(&request.text).collect();
     if mode != SearchMode::Semantic
         && let Some(query) = &fulltext
     {
@@ -207,14 +210,20 @@ pub fn search(
             if score <= 0.0 {
                 continue;
             }
-            // A lexical embedder's other neighbours share hash buckets,
-            // not words: in hybrid mode it only re-ranks full text's hits.
-            if mode == SearchMode::Hybrid && embedder.lexical() && !found_by_text.contains(&seq) {
-                continue;
-            }
             let Some(record) = step_at(store, org, seq)? else {
                 continue;
             };
+            // A lexical embedder's neighbours that share no word with the
+            // query share only hash buckets or letter triples: in hybrid
+            // mode such a step is no hit (it would rank beside real ones).
+            if mode == SearchMode::Hybrid
+                && embedder.lexical()
+                && !found_by_text.contains(&seq)
+                && !crate::embed::words(&display_text(&record.step))
+                    .any(|word| query_words.contains(&word))
+            {
+                continue;
+            }
             // The in-memory graph may still hold a vector erased since it
             // was built: the record is the authority.
             if record.erased || !request.filter.admits(&record.step) {
