@@ -362,6 +362,25 @@ def test_a_long_session_is_read_in_parts_over_http(server, mode):
                 assert "from_step" in value["error"]["message"], value
             value, is_error = await call(client, "replay_decision", {"session_id": session, "from_step": 9})
             assert is_error and value["error"]["field"] == "from_step", value
+            # A step whose JSON escapes to twice its size (quotes, as in a
+            # transcript holding JSON text), too large for a message alone:
+            # a tool error saying where the session goes on, never a
+            # message the SDK refuses.
+            quoted = await ok(client, "log_reasoning_step", {
+                "session_id": session, "agent_id": "analyst", "step_type": "observation",
+                "content": "transcript", "input_data": {"messages": '"' * 120_000},
+                "output_data": {"messages": '"' * 120_000}})
+            await ok(client, "log_reasoning_step", {
+                "session_id": session, "agent_id": "analyst", "step_type": "observation", "content": "after"})
+            value, is_error = await call(client, "replay_decision", {"session_id": session, "from_step": 8})
+            assert is_error and value["error"]["code"] == "answer_too_large", value
+            assert "from_step 9" in value["error"]["message"], value
+            generic = await ok(client, "replay_decision", {"session_id": session, "from_step": 8, "level": "generic"})
+            assert generic["steps"][0]["step_index"] == 8, generic
+            after = await ok(client, "replay_decision", {"session_id": session, "from_step": 9})
+            assert [s["content"] for s in after["steps"]] == ["after"], after
+            value, is_error = await call(client, "get_trace", {"trace_id": quoted["trace_id"]})
+            assert is_error and value["error"]["code"] == "answer_too_large", value
     asyncio.run(run())
 
 

@@ -233,25 +233,30 @@ pub fn router(state: Arc<AppState>) -> Router {
     api.merge(tiles)
         .merge(ui::routes())
         .nest_service("/mcp", mcp_http::service(Arc::clone(&state)))
-        .fallback(|uri: axum::http::Uri| async move {
-            if is_ui(uri.path()) {
-                crate::ui::plain_error_page(
-                    StatusCode::NOT_FOUND,
-                    "not_found",
-                    "there is no page at this address",
-                )
-            } else if uri.path().len() > 1 && uri.path().ends_with('/') {
-                // What to send instead: the same address without the slash.
-                ApiError::not_found(format!(
-                    "route {} (routes have no trailing slash: {})",
-                    logged_path(uri.path()),
-                    logged_path(uri.path().trim_end_matches('/'))
-                ))
-                .into_response()
-            } else {
-                ApiError::not_found("route").into_response()
-            }
-        })
+        .fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                if method == axum::http::Method::POST && matches!(uri.path(), "/v1" | "/v1/") {
+                    ApiError::not_found_because(format!("route not found{OTLP_PATH_HINT}"))
+                        .into_response()
+                } else if is_ui(uri.path()) {
+                    crate::ui::plain_error_page(
+                        StatusCode::NOT_FOUND,
+                        "not_found",
+                        "there is no page at this address",
+                    )
+                } else if uri.path().len() > 1 && uri.path().ends_with('/') {
+                    // What to send instead: the same address without the slash.
+                    ApiError::not_found(format!(
+                        "route {} (routes have no trailing slash: {})",
+                        logged_path(uri.path()),
+                        logged_path(uri.path().trim_end_matches('/'))
+                    ))
+                    .into_response()
+                } else {
+                    ApiError::not_found("route").into_response()
+                }
+            },
+        )
         .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(TimeoutLayer::with_status_code(
@@ -361,6 +366,17 @@ fn logged_path(path: &str) -> String {
         .join("/")
 }
 
+/// Whether `path` is served by MCP (`/mcp`, and whatever lies below it,
+/// which the nested service answers too).
+fn is_mcp(path: &str) -> bool {
+    path == "/mcp" || path.starts_with("/mcp/")
+}
+
+/// What a `POST` to the root or to `/v1` is told: such a request is
+/// usually an OTLP exporter given the base URL where it wants the full
+/// path, or the reverse.
+const OTLP_PATH_HINT: &str = ": an OTLP exporter sends traces to /v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT, which the SDK completes, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v1/traces)";
+
 /// The longest plain-text rejection kept as an error's message.
 const REJECTION_TEXT_BYTES: usize = 1024;
 
@@ -444,17 +460,15 @@ pub(crate) async fn count_errors(
         };
         // rmcp's refusal of a request without a session names no way out:
         // a hand-written client is told the handshake.
-        if path == "/mcp" && status == StatusCode::BAD_REQUEST && message.contains("Session ID") {
+        if is_mcp(&path) && status == StatusCode::BAD_REQUEST && message.contains("Session ID") {
             message.push_str(
                 " (send `initialize` first, without the header, then give the Mcp-Session-Id header its answer carries with every later request)",
             );
         }
         // An OTLP exporter pointed at the server's root (or at /v1) is
         // told the path its traces go to.
-        if method == axum::http::Method::POST && matches!(path.as_str(), "/" | "/v1" | "/v1/") {
-            message.push_str(
-                ": an OTLP exporter sends traces to /v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT, which the SDK completes, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v1/traces)",
-            );
+        if method == axum::http::Method::POST && path == "/" {
+            message.push_str(OTLP_PATH_HINT);
         }
         // A 405 says which methods the address takes, as the OpenAPI
         // document lists them (axum adds `Allow` only after this layer).
@@ -501,7 +515,7 @@ pub(crate) async fn count_errors(
                 shaped.headers_mut().insert(name, value.clone());
             }
         }
-        if path == "/mcp" {
+        if is_mcp(&path) {
             shaped = crate::mcp_http::as_json_rpc_error(shaped).await;
         }
         return with_cors(no_store(shaped), cors_origin.as_ref());
@@ -517,13 +531,13 @@ pub(crate) async fn count_errors(
         } else {
             ApiError::new(status, "timeout", message).into_response()
         };
-        if path == "/mcp" {
+        if is_mcp(&path) {
             shaped = crate::mcp_http::as_json_rpc_error(shaped).await;
         }
         return with_cors(no_store(shaped), cors_origin.as_ref());
     }
     // Every other refusal of `/mcp` (the gate's, in the API's shape).
-    let response = if path == "/mcp" && (status.is_client_error() || status.is_server_error()) {
+    let response = if is_mcp(&path) && (status.is_client_error() || status.is_server_error()) {
         crate::mcp_http::as_json_rpc_error(response).await
     } else {
         response

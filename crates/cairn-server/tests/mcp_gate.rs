@@ -397,3 +397,41 @@ fn an_initialize_too_large_to_keep_opens_no_session() {
     assert_eq!(opened.status, 200);
     assert!(opened.header("mcp-session-id").is_some());
 }
+
+/// `/mcp/` (a client's URL with a trailing slash) is served by MCP, so
+/// its refusals are JSON-RPC errors as `/mcp`'s are; a `POST` to `/v1`
+/// (an OTLP exporter given the wrong endpoint) names `/v1/traces`.
+#[test]
+fn refusals_below_mcp_and_at_v1_say_what_to_do() {
+    let server = start(config(Limits::default()));
+    let admin = server.admin.clone();
+    let refused = raw(
+        server.addr,
+        &format!(
+            "POST /mcp/ HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+        ),
+        br#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    );
+    assert!(refused.status >= 400, "{}", refused.status);
+    let rpc = refused.json();
+    assert_eq!(rpc["jsonrpc"], "2.0", "{rpc}");
+    assert!(rpc["error"]["data"]["error"]["code"].is_string(), "{rpc}");
+    for path in ["/v1", "/v1/"] {
+        let otlp = raw(
+            server.addr,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-protobuf"
+            ),
+            b"",
+        );
+        assert_eq!(otlp.status, 404, "{path}");
+        assert!(
+            otlp.api_error()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("/v1/traces"),
+            "{path}: {}",
+            String::from_utf8_lossy(&otlp.body)
+        );
+    }
+}

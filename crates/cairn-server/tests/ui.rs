@@ -692,10 +692,10 @@ fn a_steps_metadata_and_its_span_are_shown() {
     let plain = text(&page(&server, "/ui/sessions/plain", Some(&reader)));
     assert!(plain.contains("<summary>Metadata</summary>"), "{plain}");
     assert!(plain.contains("OPS-1234"), "{plain}");
-    assert!(!plain.contains("OpenTelemetry span"), "{plain}");
+    assert!(!plain.contains("span (metadata.otel)"), "{plain}");
     let traced = text(&page(&server, "/ui/sessions/conv-1", Some(&reader)));
     for needle in [
-        "OpenTelemetry span chat gpt-4o (client) · agent Billing",
+        "span (metadata.otel) chat gpt-4o (client) · agent Billing",
         "2025-12-05T02:00:00.000000Z → 2025-12-05T02:00:01.500000Z",
         "status error",
         "trace 5b8efff798038103d269b633813fc60c · span eee19b7ec3c1b174",

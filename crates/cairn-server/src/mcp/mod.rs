@@ -230,26 +230,40 @@ fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
     structured(crate::wire::to_json(answer))
 }
 
-/// The most JSON text one tool answer may hold. The answer's message
-/// carries it twice (as structured content, and escaped as the text
-/// block MCP asks for beside it), and MCP clients bound a message: the
-/// official Python SDK refuses a server-sent event past 1 MiB, and its
-/// caller then sees a transport error instead of the answer. So a larger
-/// answer is refused as a tool error that says where it can be read.
-pub(crate) const MAX_ANSWER_TEXT_BYTES: usize = 448 * 1024;
+/// The most one tool answer's message may hold of its answer: the JSON
+/// as structured content plus the same JSON escaped as the text block MCP
+/// asks for beside it (where every `"` and `\` takes two bytes). MCP
+/// clients bound a message (the official Python SDK refuses a server-sent
+/// event past 1 MiB, and its caller then sees a transport error instead
+/// of the answer), so a larger answer is refused as a tool error that
+/// says where it can be read.
+pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 
-/// `value` as a tool's structured answer, or `answer_too_large` past
-/// [`MAX_ANSWER_TEXT_BYTES`] of JSON.
+/// The bytes `text` takes written as a JSON string (quotes included).
+fn escaped_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// `value` as a tool's structured answer, or `answer_too_large` when its
+/// message would pass [`MAX_ANSWER_MESSAGE_BYTES`].
 fn structured(value: serde_json::Value) -> ToolResult {
     let text = value.to_string();
-    if text.len() > MAX_ANSWER_TEXT_BYTES {
+    let message = text.len() + escaped_len(&text);
+    if message > MAX_ANSWER_MESSAGE_BYTES {
         return tool_error(ApiError::new(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
             "answer_too_large",
             format!(
-                "this answer holds {} KiB of JSON, more than one MCP message carries ({} KiB: it is sent twice, as structured content and as text, and clients refuse messages past about 1 MiB): replay a session in parts (replay_decision with from_step), read its trail a turn at a time (get_audit_trail with turn_id), or read it whole over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=...) or with the CLI (cairn replay, cairn export)",
-                text.len() / 1024,
-                MAX_ANSWER_TEXT_BYTES / 1024
+                "this answer would take {} KiB of its MCP message (its JSON twice: as structured content and as text), more than one message carries ({} KiB; clients refuse messages past about 1 MiB): ask for less (search_reasoning with a smaller limit, get_audit_trail a turn at a time with turn_id, replay_decision in parts with from_step, a lower level), or read it over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=...) or with the CLI (cairn replay, cairn export)",
+                message / 1024,
+                MAX_ANSWER_MESSAGE_BYTES / 1024
             ),
         ));
     }

@@ -38,15 +38,16 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let result = async {
-            // An agent inferred from the session is already as recorded
-            // (hashed or not): only a named one is hashed.
-            let agent_id = if args.hash_agent_id {
-                self.agent_for(&caller, args.agent_id)?
-            } else {
-                self.agent_for_session(&caller, args.agent_id, &args.session_id)
-                    .await?
-            };
-            let agent_id = if args.hash_agent_id {
+            // An agent taken from the session is already as recorded
+            // (hashed or not): only one named (given, bound or by default)
+            // is hashed.
+            let named = args.agent_id.is_some()
+                || caller.key.agent_id.is_some()
+                || self.default_agent.is_some();
+            let agent_id = self
+                .agent_for_session(&caller, args.agent_id, &args.session_id)
+                .await?;
+            let agent_id = if args.hash_agent_id && named {
                 cairn_core::record::hashed_agent_id(&agent_id)
             } else {
                 agent_id
@@ -368,8 +369,14 @@ impl CairnMcp {
 
 /// JSON of steps one `replay_decision` answer holds, at most (but always
 /// one step): with the answer's other members, and written twice in its
-/// message, well inside [`super::MAX_ANSWER_TEXT_BYTES`].
+/// message (the second time escaped, at most twice the size), inside
+/// [`super::MAX_ANSWER_MESSAGE_BYTES`].
 const REPLAY_PAGE_BYTES: usize = 256 * 1024;
+
+/// JSON one step may take to be answered alone, as the first of a part:
+/// a third of [`super::MAX_ANSWER_MESSAGE_BYTES`] (its JSON, then escaped
+/// at most twice its size), less the answer's other members.
+const REPLAY_STEP_BYTES: usize = super::MAX_ANSWER_MESSAGE_BYTES / 3 - 4096;
 
 /// The steps at `seqs` (a session's positions from the first one asked
 /// for), shown at `level`, as many as fit [`REPLAY_PAGE_BYTES`] of JSON
@@ -396,6 +403,23 @@ fn replay_page(
             let size = serde_json::to_vec(&out).map_or(0, |json| json.len());
             if !steps.is_empty() && bytes.saturating_add(size) > REPLAY_PAGE_BYTES {
                 return Ok((steps, Some(out.step_index)));
+            }
+            // A step too large for a message of its own: said, with where
+            // to read it and where the session goes on, rather than a
+            // part the client would refuse.
+            if steps.is_empty() && size > REPLAY_STEP_BYTES {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                    "answer_too_large",
+                    format!(
+                        "step {} alone holds {} KiB of JSON, more than one MCP message carries: replay at a lower level (level generic or detailed hides its payloads), or read it over REST (GET /v1/steps/{}) or with cairn replay; the session goes on at from_step {}",
+                        out.step_index,
+                        size / 1024,
+                        out.trace_id,
+                        out.step_index + 1
+                    ),
+                )
+                .with_field("from_step"));
             }
             bytes = bytes.saturating_add(size);
             steps.push(out);

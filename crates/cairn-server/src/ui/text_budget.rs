@@ -14,9 +14,19 @@ pub(super) const FIELD_SHOWN_BYTES: usize = 64 * 1024;
 /// session holds.
 pub(super) const PAGE_TEXT_BYTES: usize = 4 * 1024 * 1024;
 
-/// What is left of a page's [`PAGE_TEXT_BYTES`].
+/// Bytes of a step's metadata shown (folded under its card), and of all
+/// metadata on one page: its own budget, so that metadata (which every
+/// OTLP step carries, resource and attributes) never takes the room of
+/// the steps' content, inputs and outputs.
+pub(super) const METADATA_SHOWN_BYTES: usize = 16 * 1024;
+/// See [`METADATA_SHOWN_BYTES`].
+pub(super) const PAGE_METADATA_BYTES: usize = 1024 * 1024;
+
+/// What is left of a page's [`PAGE_TEXT_BYTES`] (and of its
+/// [`PAGE_METADATA_BYTES`]).
 pub(super) struct TextBudget {
     left: usize,
+    metadata_left: usize,
 }
 
 /// `bytes` as text, without a character a cut split.
@@ -39,11 +49,29 @@ impl TextBudget {
     pub(super) fn new() -> TextBudget {
         TextBudget {
             left: PAGE_TEXT_BYTES,
+            metadata_left: PAGE_METADATA_BYTES,
         }
     }
 
+    /// A step's metadata as indented JSON, cut to its own field limit and
+    /// what the page's metadata budget has left (the rest of the page's
+    /// text is not spent on it).
+    pub(super) fn metadata(&mut self, value: &Value) -> String {
+        let mut own = TextBudget {
+            left: self.metadata_left,
+            metadata_left: 0,
+        };
+        let shown = own.json_at_most(value, METADATA_SHOWN_BYTES);
+        self.metadata_left = own.left;
+        shown
+    }
+
     fn limit(&self) -> Option<usize> {
-        (self.left > 0).then(|| self.left.min(FIELD_SHOWN_BYTES))
+        self.limit_of(FIELD_SHOWN_BYTES)
+    }
+
+    fn limit_of(&self, field: usize) -> Option<usize> {
+        (self.left > 0).then(|| self.left.min(field))
     }
 
     fn spend(&mut self, text: String, cut: bool) -> String {
@@ -71,7 +99,12 @@ impl TextBudget {
 
     /// `value` as indented JSON, cut to what the page has left.
     pub(super) fn json(&mut self, value: &Value) -> String {
-        let Some(limit) = self.limit() else {
+        self.json_at_most(value, FIELD_SHOWN_BYTES)
+    }
+
+    /// [`TextBudget::json`] with a field limit of `field` bytes.
+    fn json_at_most(&mut self, value: &Value, field: usize) -> String {
+        let Some(limit) = self.limit_of(field) else {
             return NOT_SHOWN.to_owned();
         };
         // The writer fails once full, which stops the serializer.
@@ -84,6 +117,21 @@ impl TextBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Metadata has its own budget: however much of it a page shows, the
+    /// steps' content keeps the page's whole text budget.
+    #[test]
+    fn metadata_never_takes_the_contents_room() {
+        let mut budget = TextBudget::new();
+        let big = serde_json::json!({"resource": "r".repeat(40_000)});
+        for _ in 0..200 {
+            let shown = budget.metadata(&big);
+            assert!(shown.len() <= METADATA_SHOWN_BYTES + 200, "{}", shown.len());
+        }
+        assert_eq!(budget.left, PAGE_TEXT_BYTES);
+        assert_eq!(budget.metadata(&big), NOT_SHOWN);
+        assert_eq!(budget.text("content"), "content");
+    }
 
     /// Fields are cut at the field's limit, on a character boundary, and
     /// once the page's budget is spent later fields are not shown at all.

@@ -240,7 +240,7 @@ impl ShownStep {
         let output = step.output.take().map(|v| budget.json(&v));
         let metadata = step.metadata.take();
         let span = metadata.as_ref().and_then(span_line);
-        let metadata = metadata.map(|v| budget.json(&v));
+        let metadata = metadata.map(|v| budget.metadata(&v));
         step.content = step.content.take().map(|c| budget.text(&c));
         ShownStep {
             stored,
@@ -253,7 +253,8 @@ impl ShownStep {
     }
 }
 
-/// The line that says which OpenTelemetry span a step came from, from
+/// The line that says which OpenTelemetry span a step came from, as its
+/// metadata says (OTLP ingest writes it; any writer may), from
 /// its `metadata.otel` (docs/OTLP.md): the span's name and kind, its start
 /// and end, its status when not unset, and its trace and span ids (the
 /// step's own trace id is Cairn's id of the step, `otel.<trace>.<span>.<n>`).
@@ -266,7 +267,9 @@ fn span_line(metadata: &serde_json::Value) -> Option<String> {
             .and_then(serde_json::Value::as_str)
             .map(|v| v.chars().take(200).collect::<String>())
     };
-    let mut line = format!("OpenTelemetry span {}", text("name").unwrap_or_default());
+    // Said as what the step's metadata holds: any writer may put an
+    // `otel` member in a step's metadata, OTLP ingest is only one.
+    let mut line = format!("span (metadata.otel) {}", text("name").unwrap_or_default());
     if let Some(kind) = text("kind").filter(|k| !k.is_empty()) {
         line.push_str(&format!(" ({kind})"));
     }

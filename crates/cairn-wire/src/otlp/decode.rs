@@ -226,7 +226,7 @@ pub fn decode_otlp_with(
     // of wire type 7 does not exist; JSON starts with text): a compressed
     // body sent without its header is named as such.
     if body.starts_with(&[0x1f, 0x8b]) {
-        let detail = "it starts with gzip's magic bytes (1f 8b): a gzip-compressed body needs the header Content-Encoding: gzip (OTEL_EXPORTER_OTLP_COMPRESSION=gzip makes the SDK send both)".to_owned();
+        let detail = "it starts with gzip's magic bytes (1f 8b), once any Content-Encoding is undone: a gzip-compressed body needs the header Content-Encoding: gzip (OTEL_EXPORTER_OTLP_COMPRESSION=gzip makes the SDK send both), and is compressed once".to_owned();
         return Err(match encoding {
             Encoding::Protobuf => DecodeError::BadProtobuf(detail),
             Encoding::Json => DecodeError::BadJson(detail),

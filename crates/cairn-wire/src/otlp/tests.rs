@@ -671,3 +671,29 @@ fn openllmetry_and_event_prompts_map_as_chat_spans() {
         Some(json!([{"role": "user", "content": "Umbrella today?"}]))
     );
 }
+
+/// A span whose session comes from its resource lends it to its children
+/// in the request, even under another resource (a Collector batching two
+/// services of one trace).
+#[test]
+fn a_resource_session_is_lent_to_children_under_other_resources() {
+    let mut request = request(vec![span(1, 0, 9, vec![])]);
+    request.resource_spans[0]
+        .resource
+        .as_mut()
+        .unwrap()
+        .attributes
+        .push(s("session.id", "from-resource"));
+    let mut other = request.resource_spans[0].clone();
+    other.resource = Some(Resource {
+        attributes: vec![s("service.name", "tools")],
+        ..Resource::default()
+    });
+    other.scope_spans[0].spans = vec![span(2, 1, 2, vec![])];
+    request.resource_spans.push(other);
+    let sessions: Vec<String> = map_request(&request, &MapLimits::default())
+        .into_iter()
+        .map(|r| r.unwrap().session_id)
+        .collect();
+    assert_eq!(sessions, ["from-resource", "from-resource"]);
+}

@@ -1,8 +1,8 @@
-//! The session a span names, lent to the spans of its trace in the same
-//! request that name none: instrumentations often set
-//! `gen_ai.conversation.id` (or `session.id`) on the agent's span only,
-//! and its model and tool calls would otherwise each open a session named
-//! after the trace.
+//! The session a span names (or its resource names), lent to the spans of
+//! its trace in the same request that name none: instrumentations often
+//! set `gen_ai.conversation.id` (or `session.id`) on the agent's span
+//! only, and its model and tool calls would otherwise each open a session
+//! named after the trace.
 
 use super::super::attrs::Attrs;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -18,7 +18,7 @@ const MAX_ANCESTORS: usize = 64;
 
 /// What a request's spans say about sessions.
 pub(super) struct TraceSessions<'a> {
-    /// The session each span names itself.
+    /// The session each span names itself, or its resource names.
     own: HashMap<SpanKey<'a>, &'a str>,
     /// Each span's parent.
     parent: HashMap<SpanKey<'a>, &'a [u8]>,
@@ -43,14 +43,23 @@ impl<'a> TraceSessions<'a> {
             parent: HashMap::new(),
             by_trace: HashMap::new(),
         };
-        let spans = request
-            .resource_spans
-            .iter()
-            .flat_map(|rs| &rs.scope_spans)
-            .flat_map(|ss| &ss.spans);
-        for span in spans {
+        // Each span with the session its resource names, which its own
+        // attributes override (as for the span itself).
+        let spans = request.resource_spans.iter().flat_map(|rs| {
+            let resource = rs.resource.as_ref().map(|r| Attrs(&r.attributes));
+            let of_resource = resource.and_then(|attrs| {
+                attrs
+                    .str("gen_ai.conversation.id")
+                    .or_else(|| attrs.str("session.id"))
+            });
+            rs.scope_spans
+                .iter()
+                .flat_map(|ss| &ss.spans)
+                .map(move |span| (span, of_resource))
+        });
+        for (span, of_resource) in spans {
             let key = (span.trace_id.as_slice(), span.span_id.as_slice());
-            if let Some(session) = named_by(span) {
+            if let Some(session) = named_by(span).or(of_resource) {
                 sessions.own.insert(key, session);
                 sessions
                     .by_trace
