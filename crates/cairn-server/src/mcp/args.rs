@@ -61,9 +61,7 @@ pub struct LogStepArgs {
     pub confidence: Option<f64>,
     /// Model identifier, e.g. gpt-4o.
     pub model: Option<String>,
-    /// The agent recording the step; defaults to the key's agent, else the
-    /// server's default agent, else the session's agent when the session
-    /// exists.
+    /// The agent recording the step; defaults to the key's agent.
     pub agent_id: Option<String>,
     /// The step's own id, chosen by the caller (default: a generated
     /// UUIDv7). Sending the same step again with the same trace_id (a retry
@@ -293,8 +291,7 @@ pub struct TurnArgs {
     /// The turn's raw thinking text, parsed into thinking, plan,
     /// waiting_approval, execute and error steps.
     pub thinking: String,
-    /// The agent; defaults to the key's agent, else the server's default
-    /// agent, else the session's agent when the session exists.
+    /// The agent; defaults to the key's agent.
     pub agent_id: Option<String>,
     /// Model identifier.
     pub model: Option<String>,

@@ -419,30 +419,6 @@ impl CairnMcp {
         }
     }
 
-    /// [`Self::agent_for`] for a write into session `session_id`: with no
-    /// agent named, bound or given by default, the agent of that session
-    /// when it exists (as `thought_record` reads it), so that an agent
-    /// need not repeat itself on every step of a session it opened; a new
-    /// session still needs one named.
-    async fn agent_for_session(
-        &self,
-        caller: &Caller,
-        given: Option<String>,
-        session_id: &str,
-    ) -> Result<String, ApiError> {
-        match self.agent_for(caller, given) {
-            Err(missing) if missing.code == "missing_field" => {
-                let org = caller.org().to_owned();
-                let id = session_id.to_owned();
-                let agent = self
-                    .store(move |store| Ok(store.session(&org, &id)?.map(|i| i.header.agent_id)))
-                    .await?;
-                agent.ok_or(missing)
-            }
-            other => other,
-        }
-    }
-
     /// Records `step` as `record_step` does on REST, with what the ledger
     /// makes of it counted against the request's memory (`memory`, the
     /// HTTP layer's count of the body; none over stdio).

@@ -38,16 +38,8 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let result = async {
-            // An agent taken from the session is already as recorded
-            // (hashed or not): only one named (given, bound or by default)
-            // is hashed.
-            let named = args.agent_id.is_some()
-                || caller.key.agent_id.is_some()
-                || self.default_agent.is_some();
-            let agent_id = self
-                .agent_for_session(&caller, args.agent_id, &args.session_id)
-                .await?;
-            let agent_id = if args.hash_agent_id && named {
+            let agent_id = self.agent_for(&caller, args.agent_id)?;
+            let agent_id = if args.hash_agent_id {
                 cairn_core::record::hashed_agent_id(&agent_id)
             } else {
                 agent_id

@@ -74,13 +74,10 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let result = async {
-            let agent_id = self
-                .agent_for_session(&caller, args.agent_id, &args.session_id)
-                .await?;
             let template = NewStep {
                 org_id: caller.org().to_owned(),
                 session_id: args.session_id,
-                agent_id,
+                agent_id: self.agent_for(&caller, args.agent_id)?,
                 kind_label: "thinking".into(),
                 model: args.model,
                 caller: caller.key.id.clone(),
