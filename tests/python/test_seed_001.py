@@ -48,7 +48,7 @@ async def write_back(client, session, predecessor=None):
 
     # The wrong order is refused, and writes nothing.
     value, is_error = await call(client, "thought_record", {"session_id": session, "type": "Observation", "content": "not a record type"})
-    assert is_error and value["error"]["code"] == "invalid_argument" and value["error"]["field"] == "type", value
+    assert is_error and value["error"]["code"] == "not_in_strict_profile" and value["error"]["field"] == "type", value
     value, is_error = await call(client, "thought_record", {"session_id": session, "type": "analysis", "content": "x", "audit_event": "no-such-event"})
     assert is_error and value["error"]["code"] == "unknown_link", value
     value, is_error = await call(client, "thought_record", {"session_id": session, "type": "analysis", "content": "x", "corrects": "no-such-record"})
