@@ -345,7 +345,7 @@ pub(super) fn legacy_input(
             messages.push(json!({"role": role, "content": content}));
         }
     }
-    (!messages.is_empty()).then(|| (Value::Array(messages), None))
+    (!messages.is_empty()).then_some((Value::Array(messages), None))
 }
 
 /// Output messages from span events: `gen_ai.client.inference.operation.details`
