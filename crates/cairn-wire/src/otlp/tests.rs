@@ -697,3 +697,47 @@ fn a_resource_session_is_lent_to_children_under_other_resources() {
         .collect();
     assert_eq!(sessions, ["from-resource", "from-resource"]);
 }
+
+/// A retriever's documents (OpenInference's flattened
+/// `retrieval.documents.<i>.document.*`) are its step's output, each an
+/// object of its fields, and are not repeated in metadata.
+#[test]
+fn retrieved_documents_are_the_output() {
+    let spans = mapped(vec![span(
+        2,
+        0,
+        3,
+        vec![
+            s("openinference.span.kind", "RETRIEVER"),
+            s("input.value", "umbrella policy"),
+            s("retrieval.documents.0.document.id", "doc-1"),
+            s(
+                "retrieval.documents.0.document.content",
+                "Bring one when rain is likely.",
+            ),
+            kv("retrieval.documents.0.document.score", V::DoubleValue(0.9)),
+            s("retrieval.documents.1.document.id", "doc-2"),
+            s(
+                "retrieval.documents.1.document.content",
+                "Umbrellas are on floor 2.",
+            ),
+        ],
+    )]);
+    let step = &spans[0].steps[0];
+    assert_eq!(labels(&spans[0].steps), ["observation"]);
+    assert_eq!(step.content.as_deref(), Some("umbrella policy"));
+    assert_eq!(
+        step.output,
+        Some(json!({"documents": [
+            {"id": "doc-1", "content": "Bring one when rain is likely.", "score": 0.9},
+            {"id": "doc-2", "content": "Umbrellas are on floor 2."}
+        ]}))
+    );
+    assert!(
+        step.metadata["otel"]["attributes"]
+            .get("retrieval.documents.0.document.content")
+            .is_none(),
+        "{}",
+        step.metadata
+    );
+}

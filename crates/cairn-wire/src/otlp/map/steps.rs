@@ -282,7 +282,32 @@ pub(super) fn other_step(b: &mut Builder<'_>, span: &Span, operation: Operation)
         _ => "action",
     };
     let input = b.take_json(attrs, &["input.value"]);
-    let output = b.take_json(attrs, &["output.value"]);
+    let mut output = b.take_json(attrs, &["output.value"]);
+    // A retriever's documents: the GenAI attribute, else OpenInference's
+    // flattened `retrieval.documents.<i>.document.*` (id, content,
+    // score, metadata), each document an object of its fields.
+    if operation == Operation::Retrieval && output.is_none() {
+        output = b.take_json(attrs, &["gen_ai.retrieval.documents"]);
+        if output.is_none() && attrs.with_prefix("retrieval.documents.").next().is_some() {
+            b.moved.push("retrieval.documents.");
+            let mut cut = false;
+            let documents: Vec<Value> = indexed(attrs, "retrieval.documents.")
+                .into_iter()
+                .map(|fields| {
+                    Value::Object(
+                        fields
+                            .into_iter()
+                            .map(|(k, v)| {
+                                let k = k.strip_prefix("document.").unwrap_or(k);
+                                (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+            output = Some(json!({ "documents": documents }));
+        }
+    }
     let content = attrs
         .str("gen_ai.retrieval.query.text")
         .or_else(|| input.as_ref().and_then(Value::as_str))
