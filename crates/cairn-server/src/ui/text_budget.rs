@@ -53,6 +53,16 @@ impl TextBudget {
         }
     }
 
+    /// A line drawn from a step's metadata (its span), charged to the
+    /// page's metadata budget; `None` once that budget is spent.
+    pub(super) fn metadata_line(&mut self, line: String) -> Option<String> {
+        if self.metadata_left == 0 {
+            return None;
+        }
+        self.metadata_left = self.metadata_left.saturating_sub(line.len());
+        Some(line)
+    }
+
     /// A step's metadata as indented JSON, cut to its own field limit and
     /// what the page's metadata budget has left (the rest of the page's
     /// text is not spent on it).

@@ -239,7 +239,10 @@ impl ShownStep {
         let input = step.input.take().map(|v| budget.json(&v));
         let output = step.output.take().map(|v| budget.json(&v));
         let metadata = step.metadata.take();
-        let span = metadata.as_ref().and_then(span_line);
+        let span = metadata
+            .as_ref()
+            .and_then(span_line)
+            .and_then(|line| budget.metadata_line(line));
         let metadata = metadata.map(|v| budget.metadata(&v));
         step.content = step.content.take().map(|c| budget.text(&c));
         ShownStep {
@@ -290,16 +293,22 @@ fn span_line(metadata: &serde_json::Value) -> Option<String> {
         (Some(start), None) => line.push_str(&format!(" · from {start}")),
         _ => {}
     }
-    if let Some(status) = otel.get("status").and_then(|s| s.get("code")) {
-        let status = status
-            .as_str()
-            .map_or_else(|| status.to_string(), str::to_owned);
-        if !status.is_empty() && !status.eq_ignore_ascii_case("unset") && status != "0" {
-            line.push_str(&format!(
-                " · status {}",
-                status.chars().take(40).collect::<String>()
-            ));
-        }
+    // A status code as OTLP ingest writes it (a name), or a number; any
+    // other value (a writer's object) is not shown.
+    let status = otel
+        .get("status")
+        .and_then(|s| s.get("code"))
+        .and_then(|code| {
+            code.as_str()
+                .map(|c| c.chars().take(40).collect::<String>())
+                .or_else(|| code.as_i64().map(|c| c.to_string()))
+        });
+    if let Some(status) = status
+        && !status.is_empty()
+        && !status.eq_ignore_ascii_case("unset")
+        && status != "0"
+    {
+        line.push_str(&format!(" · status {status}"));
     }
     if let (Some(trace), Some(span)) = (text("trace_id"), text("span_id")) {
         line.push_str(&format!(" · trace {trace} · span {span}"));

@@ -198,6 +198,8 @@ pub fn search(
     if let Some(mut vector) = vector {
         let vector = vector.pop().unwrap_or_default();
         let mut rank = 0;
+        // Steps a lexical embedder found that share no word with the query.
+        let mut passed_over = 0;
         for (seq, score) in
             store.semantic_search(org, embedder.id(), &vector, pool * SEMANTIC_OVERFETCH)?
         {
@@ -222,6 +224,12 @@ pub fn search(
                 && !crate::embed::words(&display_text(&record.step))
                     .any(|word| query_words.contains(&word))
             {
+                // Read no more such neighbours than the hits asked for:
+                // past them, the rest share no word either, most likely.
+                passed_over += 1;
+                if passed_over >= pool {
+                    break;
+                }
                 continue;
             }
             // The in-memory graph may still hold a vector erased since it

@@ -154,7 +154,7 @@ fn genai_messages(v: &Value) -> Vec<Message> {
 }
 
 /// Flattened indexed attributes (`<prefix><i>.<rest>`) grouped by index,
-/// in index order.
+/// in index order; only keys [`indexed_field`] reads.
 pub(super) fn indexed<'a>(
     attrs: Attrs<'a>,
     prefix: &'a str,
@@ -162,15 +162,37 @@ pub(super) fn indexed<'a>(
     let mut groups: std::collections::BTreeMap<u32, Vec<(&'a str, &'a any_value::Value)>> =
         std::collections::BTreeMap::new();
     for (rest, v) in attrs.with_prefix(prefix) {
-        let Some((index, field)) = rest.split_once('.') else {
-            continue;
-        };
-        let Ok(index) = index.parse::<u32>() else {
+        let Some((index, field)) = indexed_field(rest) else {
             continue;
         };
         groups.entry(index).or_default().push((field, v));
     }
     groups.into_values().collect()
+}
+
+/// `<i>.<field>` of a flattened key after its prefix: an index written as
+/// a `u32` is (no sign, no leading zero, so that two keys never name one
+/// index) and a field that is not empty. Only such keys are read into a
+/// step, and only they are left out of its metadata: any other stays
+/// there, so nothing sent is lost.
+pub(super) fn indexed_field(rest: &str) -> Option<(u32, &str)> {
+    let (index, field) = rest.split_once('.')?;
+    let parsed = index.parse::<u32>().ok()?;
+    (parsed.to_string() == index && !field.is_empty()).then_some((parsed, field))
+}
+
+/// The key a flattened field is read under: `field` without `prefix`
+/// (`message.role` as `role`) unless another field of the same item
+/// already has that name, so that no two fields write one key.
+pub(super) fn unprefixed<'a>(
+    field: &'a str,
+    prefix: &str,
+    item: &[(&'a str, &any_value::Value)],
+) -> &'a str {
+    match field.strip_prefix(prefix) {
+        Some(short) if !item.iter().any(|(other, _)| *other == short) => short,
+        _ => field,
+    }
 }
 
 fn any_str(v: &any_value::Value) -> Option<&str> {

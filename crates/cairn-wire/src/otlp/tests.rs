@@ -741,3 +741,47 @@ fn retrieved_documents_are_the_output() {
         step.metadata
     );
 }
+
+/// Flattened keys that are not `<index>.<field>` with a plain index (a
+/// leading zero, a sign, past u32, no field) are not read and stay in the
+/// metadata; two fields of one document that would read as one name keep
+/// their own names: nothing sent is lost.
+#[test]
+fn flattened_keys_not_read_stay_in_metadata() {
+    let spans = mapped(vec![span(
+        2,
+        0,
+        3,
+        vec![
+            s("openinference.span.kind", "RETRIEVER"),
+            s("retrieval.documents.0.document.id", "doc-0"),
+            s("retrieval.documents.00.document.id", "doc-00"),
+            s("retrieval.documents.-1.document.id", "doc-minus"),
+            s("retrieval.documents.4294967296.document.id", "doc-big"),
+            s("retrieval.documents.0", "no field"),
+            s("retrieval.documents.1.id", "short"),
+            s("retrieval.documents.1.document.id", "long"),
+        ],
+    )]);
+    let step = &spans[0].steps[0];
+    assert_eq!(
+        step.output,
+        Some(json!({"documents": [
+            {"id": "doc-0"},
+            {"id": "short", "document.id": "long"}
+        ]}))
+    );
+    let kept = &step.metadata["otel"]["attributes"];
+    for key in [
+        "retrieval.documents.00.document.id",
+        "retrieval.documents.-1.document.id",
+        "retrieval.documents.4294967296.document.id",
+        "retrieval.documents.0",
+    ] {
+        assert!(kept.get(key).is_some(), "{key}: {kept}");
+    }
+    assert!(
+        kept.get("retrieval.documents.0.document.id").is_none(),
+        "{kept}"
+    );
+}

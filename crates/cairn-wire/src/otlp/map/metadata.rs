@@ -17,7 +17,10 @@ const REPEATED_NAME_BYTES: usize = 128;
 fn moved(key: &str, moved_prefixes: &[&str]) -> bool {
     moved_prefixes.iter().any(|p| {
         if p.ends_with('.') {
-            key.starts_with(p)
+            // Only the flattened keys that were read (`<p><i>.<field>`).
+            key.strip_prefix(p)
+                .and_then(crate::otlp::messages::indexed_field)
+                .is_some()
         } else {
             key == *p
         }

@@ -7,7 +7,9 @@
 
 use super::{At, Builder, Operation};
 use crate::otlp::attrs::{Attrs, any_to_json, clip};
-use crate::otlp::messages::{Part, indexed, last_user_text, legacy_input, output_messages};
+use crate::otlp::messages::{
+    Part, indexed, last_user_text, legacy_input, output_messages, unprefixed,
+};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
@@ -103,9 +105,9 @@ pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
                 // GenAI messages' `role` and `content`.
                 Value::Object(
                     fields
-                        .into_iter()
+                        .iter()
                         .map(|(k, v)| {
-                            let k = k.strip_prefix("message.").unwrap_or(k);
+                            let k = unprefixed(k, "message.", &fields);
                             (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
                         })
                         .collect(),
@@ -296,9 +298,9 @@ pub(super) fn other_step(b: &mut Builder<'_>, span: &Span, operation: Operation)
                 .map(|fields| {
                     Value::Object(
                         fields
-                            .into_iter()
+                            .iter()
                             .map(|(k, v)| {
-                                let k = k.strip_prefix("document.").unwrap_or(k);
+                                let k = unprefixed(k, "document.", &fields);
                                 (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
                             })
                             .collect(),
