@@ -14,7 +14,8 @@
 
 pub use super::attrs::id_from;
 use super::attrs::{
-    Attrs, MAX_PARSED_MEMORY_PER_REQUEST, ParseBudget, approx_memory, attributes_json, clip, marker,
+    Attrs, MAX_PARSED_MEMORY_PER_REQUEST, ParseBudget, any_to_json, approx_memory, attributes_json,
+    clip, marker,
 };
 use cairn_core::record::validate_id;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -438,6 +439,44 @@ impl Builder<'_> {
             .find_map(|k| attrs.json(k, self.limits).map(|v| (*k, v)))?;
         self.moved.push(key);
         Some(value)
+    }
+
+    /// The items of a flattened list (`<prefix><i>.<field>`, as
+    /// [`crate::otlp::messages::indexed`] reads them), each an object of
+    /// its fields named without `strip` (`message.role` as `role`), noted
+    /// as moved; `None` when no key reads as one. A value cut to the
+    /// limits is noted in `truncated` under the list's name.
+    fn take_flattened(
+        &mut self,
+        attrs: Attrs<'_>,
+        prefix: &'static str,
+        strip: &str,
+    ) -> Option<Vec<Value>> {
+        use crate::otlp::messages::{indexed, unprefixed};
+        let items = indexed(attrs, prefix);
+        if items.is_empty() {
+            return None;
+        }
+        self.moved.push(prefix);
+        let mut cut = false;
+        let items = items
+            .iter()
+            .map(|fields| {
+                Value::Object(
+                    fields
+                        .iter()
+                        .map(|(k, v)| {
+                            let k = unprefixed(k, strip, fields);
+                            (k.to_owned(), any_to_json(v, 0, self.limits, &mut cut))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        if cut {
+            self.truncated.push(prefix.trim_end_matches('.').to_owned());
+        }
+        Some(items)
     }
 }
 

@@ -223,9 +223,9 @@ fn openinference_messages(attrs: Attrs<'_>) -> Vec<Message> {
         let mut calls: std::collections::BTreeMap<u32, FlatCall<'_>> =
             std::collections::BTreeMap::new();
         for (field, v) in &fields {
-            if let Some(rest) = field.strip_prefix("message.contents.")
-                && let Some((i, name)) = rest.split_once('.')
-                && let Ok(i) = i.parse::<u32>()
+            if let Some((i, name)) = field
+                .strip_prefix("message.contents.")
+                .and_then(indexed_field)
             {
                 let entry = contents.entry(i).or_default();
                 match name {
@@ -233,9 +233,9 @@ fn openinference_messages(attrs: Attrs<'_>) -> Vec<Message> {
                     "message_content.text" => entry.1 = any_str(v),
                     _ => {}
                 }
-            } else if let Some(rest) = field.strip_prefix("message.tool_calls.")
-                && let Some((i, name)) = rest.split_once('.')
-                && let Ok(i) = i.parse::<u32>()
+            } else if let Some((i, name)) = field
+                .strip_prefix("message.tool_calls.")
+                .and_then(indexed_field)
             {
                 let entry = calls.entry(i).or_default();
                 match name {
@@ -295,9 +295,8 @@ fn legacy_completions(attrs: Attrs<'_>) -> Vec<Message> {
                 }
                 "finish_reason" => msg.finish_reason = any_str(v).map(str::to_owned),
                 other => {
-                    if let Some(rest) = other.strip_prefix("tool_calls.")
-                        && let Some((i, name)) = rest.split_once('.')
-                        && let Ok(i) = i.parse::<u32>()
+                    if let Some((i, name)) =
+                        other.strip_prefix("tool_calls.").and_then(indexed_field)
                     {
                         let entry = calls.entry(i).or_default();
                         match name {

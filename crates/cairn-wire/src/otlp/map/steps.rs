@@ -6,10 +6,8 @@
 //! `docs/OTLP.md` kind by kind.
 
 use super::{At, Builder, Operation};
-use crate::otlp::attrs::{Attrs, any_to_json, clip};
-use crate::otlp::messages::{
-    Part, indexed, last_user_text, legacy_input, output_messages, unprefixed,
-};
+use crate::otlp::attrs::{Attrs, clip};
+use crate::otlp::messages::{Part, last_user_text, legacy_input, output_messages};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
@@ -95,26 +93,12 @@ pub(super) fn chat_tokens(attrs: Attrs<'_>) -> Option<u64> {
 pub(super) fn chat_steps(b: &mut Builder<'_>, span: &Span, failed: bool) {
     let attrs = Attrs(&span.attributes);
     let mut input = b.take_json(attrs, &["gen_ai.input.messages"]);
-    if input.is_none() && attrs.with_prefix("llm.input_messages.").next().is_some() {
-        b.moved.push("llm.input_messages.");
-        let mut cut = false;
-        let messages: Vec<Value> = indexed(attrs, "llm.input_messages.")
-            .into_iter()
-            .map(|fields| {
-                // `message.role` and `message.content` read as the
-                // GenAI messages' `role` and `content`.
-                Value::Object(
-                    fields
-                        .iter()
-                        .map(|(k, v)| {
-                            let k = unprefixed(k, "message.", &fields);
-                            (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        input = Some(Value::Array(messages));
+    if input.is_none() {
+        // `message.role` and `message.content` read as the GenAI
+        // messages' `role` and `content`.
+        input = b
+            .take_flattened(attrs, "llm.input_messages.", "message.")
+            .map(Value::Array);
     }
     if input.is_none() {
         input = b.take_json(attrs, &["input.value"]);
@@ -290,24 +274,10 @@ pub(super) fn other_step(b: &mut Builder<'_>, span: &Span, operation: Operation)
     // score, metadata), each document an object of its fields.
     if operation == Operation::Retrieval && output.is_none() {
         output = b.take_json(attrs, &["gen_ai.retrieval.documents"]);
-        if output.is_none() && attrs.with_prefix("retrieval.documents.").next().is_some() {
-            b.moved.push("retrieval.documents.");
-            let mut cut = false;
-            let documents: Vec<Value> = indexed(attrs, "retrieval.documents.")
-                .into_iter()
-                .map(|fields| {
-                    Value::Object(
-                        fields
-                            .iter()
-                            .map(|(k, v)| {
-                                let k = unprefixed(k, "document.", &fields);
-                                (k.to_owned(), any_to_json(v, 0, b.limits, &mut cut))
-                            })
-                            .collect(),
-                    )
-                })
-                .collect();
-            output = Some(json!({ "documents": documents }));
+        if output.is_none() {
+            output = b
+                .take_flattened(attrs, "retrieval.documents.", "document.")
+                .map(|documents| json!({ "documents": documents }));
         }
     }
     let content = attrs
