@@ -8,6 +8,9 @@
 mod common;
 use common::*;
 
+#[path = "input_rules/otlp.rs"]
+mod otlp;
+
 fn error_code(reply: &Reply) -> String {
     reply.json()["error"]["code"]
         .as_str()
@@ -98,140 +101,6 @@ fn malformed_ids_in_queries_are_refused() {
         assert_eq!(reply.status, 400, "{path}: {}", reply.text());
         assert_eq!(error_code(&reply), "malformed_id", "{path}");
     }
-}
-
-/// OTLP/JSON bodies are objects: an array (which serde's derived structs
-/// would read field by field) or a scalar is refused, on every signal.
-#[test]
-fn otlp_json_bodies_must_be_objects() {
-    let server = start(ServerConfig::default());
-    for path in ["/v1/traces", "/v1/metrics", "/v1/logs"] {
-        for body in [&b"[]"[..], b"[null, null]", b"7", b"\"x\""] {
-            // The harness sends `Content-Type: application/json`.
-            let reply = call(&server, "POST", path, &server.admin, Some(body));
-            assert_eq!(
-                reply.status,
-                400,
-                "{path} {}: {}",
-                String::from_utf8_lossy(body),
-                reply.text()
-            );
-        }
-    }
-}
-
-/// An OTLP/JSON body that held no span because its member names are not
-/// OTLP/JSON's (the proto's snake_case, OTLP before 0.19, a typo at the
-/// top) is still a success, as the OTLP rules have a receiver ignore
-/// unknown members, but a partial one that names them and rejects
-/// nothing; an empty export is a bare success.
-#[test]
-fn otlp_json_bodies_of_misspelt_members_are_named() {
-    let server = start(ServerConfig::default());
-    for (body, named) in [
-        (
-            r#"{"resource_spans":[{"scope_spans":[{"spans":[{"trace_id":"0102030405060708090a0b0c0d0e0f10"}]}]}]}"#,
-            Some("\"resource_spans\", \"scope_spans\""),
-        ),
-        (r#"{"resourceSpanz":[]}"#, Some("\"resourceSpanz\"")),
-        (
-            r#"{"resourceSpans":[{"instrumentationLibrarySpans":[{"spans":[]}]}]}"#,
-            Some("\"instrumentationLibrarySpans\""),
-        ),
-        ("{}", None),
-        (r#"{"resourceSpans":[]}"#, None),
-        // A name in a value (an attribute's key) is no member.
-        (
-            r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"scope_spans","value":{"stringValue":"x"}}]}}]}"#,
-            None,
-        ),
-        // In the body's order, each once.
-        (
-            r#"{"zeta":1,"alpha":2,"zeta":3}"#,
-            Some("\"zeta\", \"alpha\""),
-        ),
-        // A long name once, however many times it comes.
-        (
-            &format!(r#"{{"{0}":1,"{0}":2,"b":3}}"#, "x".repeat(100)),
-            Some(&format!("\"{}\", \"b\"", "x".repeat(64))),
-        ),
-    ] {
-        let reply = call(
-            &server,
-            "POST",
-            "/v1/traces",
-            &server.admin,
-            Some(body.as_bytes()),
-        );
-        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
-        let answer = reply.json();
-        match named {
-            Some(named) => {
-                assert_eq!(answer["partialSuccess"]["rejectedSpans"], "0", "{answer}");
-                let message = answer["partialSuccess"]["errorMessage"].as_str().unwrap();
-                assert!(message.contains(named), "{body}: {message}");
-                assert!(message.contains("resourceSpans, scopeSpans"), "{message}");
-            }
-            None => assert_eq!(answer, json!({}), "{body}"),
-        }
-    }
-}
-
-/// A session an OTLP exporter named with an id Cairn does not store as
-/// given (a space, a slash, an accent) is found under its stored id, and
-/// a read by the original name says which that is.
-#[test]
-fn an_otlp_session_read_by_its_original_name_is_pointed_to() {
-    let server = start(ServerConfig::default());
-    let span = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "traceId": "5b8efff798038103d269b633813fc60c",
-        "spanId": "eee19b7ec3c1b174",
-        "name": "chat",
-        "startTimeUnixNano": "1764900000000000000",
-        "endTimeUnixNano": "1764900001000000000",
-        "attributes": [{"key": "gen_ai.conversation.id", "value": {"stringValue": "conv 42/\u{e9}"}}]
-    }]}]}]});
-    let reply = post(&server, "/v1/traces", &server.admin, &span);
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let sessions = call(&server, "GET", "/v1/sessions", &server.admin, None).json();
-    let stored = sessions[0]["session_id"].as_str().unwrap().to_owned();
-    assert!(stored.starts_with("conv-42-~"), "{sessions}");
-    let by_original = call(
-        &server,
-        "GET",
-        "/v1/sessions/conv%2042%2F%C3%A9",
-        &server.admin,
-        None,
-    );
-    assert_eq!(by_original.status, 404, "{}", by_original.text());
-    let message = by_original.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        message.ends_with(&format!("is stored as {stored}")),
-        "{message}"
-    );
-    let by_stored = call(
-        &server,
-        "GET",
-        &format!("/v1/sessions/{stored}"),
-        &server.admin,
-        None,
-    );
-    assert_eq!(by_stored.status, 200, "{}", by_stored.text());
-    // An id Cairn stores as given is just not found.
-    let plain = call(
-        &server,
-        "GET",
-        "/v1/sessions/nothing-here",
-        &server.admin,
-        None,
-    );
-    assert_eq!(
-        plain.json()["error"]["message"],
-        "session nothing-here not found"
-    );
 }
 
 /// A misspelt member or query parameter is an error naming it and the
@@ -634,38 +503,6 @@ fn a_query_parameter_given_twice_is_refused() {
         );
     }
     assert_eq!(get(&server, "/v1/sessions?limit=1", &admin).status, 200);
-}
-
-/// A span's text holding the NUL character is kept, each NUL replaced by
-/// a space in the step's content and model (one byte, as NUL is, so that
-/// text cut to its limits stays within them), where a step of its own
-/// would be refused: an exporter cannot be asked to change its spans.
-#[test]
-fn otlp_text_with_nul_is_kept_without_it() {
-    let server = start(ServerConfig::default());
-    let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "traceId": "0102030405060708090a0b0c0d0e0f10",
-        "spanId": "0102030405060708",
-        "name": "chat\u{0}model",
-        "startTimeUnixNano": "1700000000000000000",
-        "endTimeUnixNano": "1700000001000000000",
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-            {"key": "gen_ai.request.model", "value": {"stringValue": "m\u{0}1"}},
-            {"key": "session.id", "value": {"stringValue": "nul-span"}}
-        ]
-    }]}]}]});
-    let reply = post(&server, "/v1/traces", &server.admin, &body);
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.json(), json!({}), "{}", reply.text());
-    let replay = call(&server, "GET", "/v1/sessions/nul-span", &server.admin, None);
-    assert_eq!(replay.status, 200, "{}", replay.text());
-    let text = replay.text();
-    // The step's text without it; the span as sent, in the metadata, with
-    // it (a JSON string holds it escaped).
-    assert!(text.contains("\"content\":\"chat model\""), "{text}");
-    assert!(text.contains("\"model\":\"m 1\""), "{text}");
-    assert!(text.contains("\"name\":\"chat\\u0000model\""), "{text}");
 }
 
 /// An audit event's detail is checked in canonical form before it is
