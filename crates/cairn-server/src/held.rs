@@ -33,7 +33,7 @@ pub(crate) struct HeldAnswer {
 }
 
 /// Counts what is written into it.
-struct Count(usize);
+pub(crate) struct Count(pub(crate) usize);
 
 impl std::io::Write for Count {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -239,16 +239,13 @@ fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
 /// says where it can be read.
 pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 
-/// The bytes `text` takes written as a JSON string (quotes included).
+/// The bytes `text` takes written as a JSON string (quotes included), as
+/// serde_json writes it into the message.
 fn escaped_len(text: &str) -> usize {
-    2 + text
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6,
-            _ => 1,
-        })
-        .sum::<usize>()
+    let mut count = crate::held::Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, text);
+    count.0
 }
 
 /// `value` as a tool's structured answer, or `answer_too_large` when its
