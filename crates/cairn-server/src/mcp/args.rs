@@ -246,13 +246,6 @@ pub struct ExportArgs {
     pub level: Option<String>,
 }
 
-/// The `level` argument: a detail level, or none.
-pub(crate) fn level_arg(
-    level: Option<&str>,
-) -> Result<Option<cairn_core::detail::DetailLevel>, ApiError> {
-    crate::level_value(level)
-}
-
 /// Arguments of `get_trace`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

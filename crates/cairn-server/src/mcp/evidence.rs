@@ -5,7 +5,7 @@
 
 use super::{
     CairnMcp, Checkpoint, ExportArgs, Exported, InclusionArgs, InclusionProof, NoArgs, Parameters,
-    ToolResult, level_arg, output_schema, run, tool_error,
+    ToolResult, output_schema, run, tool_error,
 };
 use crate::ApiError;
 use cairn_store::ops::ExportScope;
@@ -94,7 +94,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_export(), "export bundles")?;
-            let level = level_arg(args.level.as_deref())?;
+            let level = crate::level_value(args.level.as_deref())?;
             crate::allow_level(&caller, level, None)?;
             let options = cairn_store::ops::ExportOptions {
                 level,

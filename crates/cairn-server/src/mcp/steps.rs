@@ -6,7 +6,7 @@
 
 use super::{
     CairnMcp, History, HistoryArgs, LogStepArgs, Parameters, Replay, ReplayArgs, SearchArgs,
-    SessionRow, StepLogged, ToolResult, TraceArgs, level_arg, ok, output_schema, run, tool_error,
+    SessionRow, StepLogged, ToolResult, TraceArgs, ok, output_schema, run, tool_error,
 };
 use crate::ApiError;
 use cairn_store::NewStep;
@@ -121,7 +121,7 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
-        let level = match level_arg(args.level.as_deref()) {
+        let level = match crate::level_value(args.level.as_deref()) {
             Ok(level) => level,
             Err(e) => return tool_error(e),
         };
