@@ -36,6 +36,22 @@ const STRING_HEAP_BYTES: usize = 32;
 const MAP_NODE_BYTES: usize = 640;
 const MAP_NODE_ENTRIES: usize = 11;
 
+/// A writer that only counts what is written into it: the size of a
+/// value's JSON (`serde_json::to_writer`) without building it.
+#[derive(Debug, Default)]
+pub struct ByteCount(pub usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A conservative estimate of the memory a parsed value holds in the
 /// server: a `Value` for each value, for a non-empty string its bytes and
 /// its allocation, for a non-empty array its first allocation and room

@@ -174,6 +174,29 @@ pub struct Step {
 }
 
 impl Step {
+    /// What a step costs an answer that holds steps whole besides the
+    /// values [`Step::answer_bytes`] counts (ids, times, hashes).
+    pub const ANSWER_STEP_BYTES: usize = 256;
+
+    /// What this step takes in an answer that holds steps whole (a held
+    /// replay, a search's hits, a review queue), as the server and the
+    /// store count it against their bounds: its content, its input, output
+    /// and metadata as JSON (those present), and
+    /// [`Step::ANSWER_STEP_BYTES`].
+    pub fn answer_bytes(&self) -> usize {
+        let mut count = crate::json::ByteCount(
+            Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, String::len),
+        );
+        for value in [&self.input, &self.output, &self.metadata]
+            .into_iter()
+            .flatten()
+        {
+            // Writing into a counter cannot fail.
+            let _ = serde_json::to_writer(&mut count, value);
+        }
+        count.0
+    }
+
     /// Blanks what a log verifier given the step's recomputed digest never
     /// reads (`verify::LogVerifier::push_with_digest`): `step_type_original`,
     /// `content`, `input_data`, `output_data`, `confidence`, `duration_ms`,

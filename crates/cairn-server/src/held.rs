@@ -19,31 +19,16 @@ use cairn_core::commit::StepRecord;
 /// is well below what a server can hold, and held answers take one of the
 /// org's expensive slots ([`crate::limits::expensive`]) so that only a few
 /// are built at once.
+///
+/// A step costs [`cairn_core::record::Step::ANSWER_STEP_BYTES`] besides its text (ids, hashes,
+/// commitments): with the limit, a held answer holds at most 65,536 steps,
+/// as many as one OTLP request may record.
 pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
-/// What a step costs besides its text (ids, hashes, commitments): with
-/// the limit, a held answer holds at most 65,536 steps, as many as one
-/// OTLP request may record.
-const PER_STEP_BYTES: usize = 256;
 
 /// The running count of one held answer.
 pub(crate) struct HeldAnswer {
     bytes: usize,
     limit: usize,
-}
-
-/// Counts what is written into it.
-pub(crate) struct Count(pub(crate) usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A response of `body` that keeps `slot` until the body has been sent
@@ -103,16 +88,7 @@ impl HeldAnswer {
     /// metadata as JSON (those still there), and a fixed cost a step. Past
     /// the limit, `answer_too_large`.
     pub(crate) fn hold(&mut self, record: &StepRecord) -> Result<(), ApiError> {
-        let step = &record.step;
-        let mut count = Count(PER_STEP_BYTES + step.content.as_ref().map_or(0, String::len));
-        for value in [&step.input, &step.output, &step.metadata]
-            .into_iter()
-            .flatten()
-        {
-            // Writing into a counter cannot fail.
-            let _ = serde_json::to_writer(&mut count, value);
-        }
-        self.bytes = self.bytes.saturating_add(count.0);
+        self.bytes = self.bytes.saturating_add(record.step.answer_bytes());
         if self.bytes > self.limit {
             return Err(too_large(
                 self.limit,
@@ -207,14 +183,14 @@ mod tests {
             held.hold(&small).unwrap();
         }
         // Content, input, metadata and the fixed cost, each time.
-        assert_eq!(held.bytes, 5 * (10 + 7 + 7 + PER_STEP_BYTES));
+        assert_eq!(held.bytes, 5 * (10 + 7 + 7 + Step::ANSWER_STEP_BYTES));
         assert_eq!(held.bytes, 1_400);
         // Without payloads (a Markdown's steps) the content and the fixed
         // cost count.
         drop_payloads(&mut small);
         let mut markdown = HeldAnswer::at_most(1_500);
         markdown.hold(&small).unwrap();
-        assert_eq!(markdown.bytes, 10 + PER_STEP_BYTES);
+        assert_eq!(markdown.bytes, 10 + Step::ANSWER_STEP_BYTES);
         // 1,400 + 266 is past 1,500.
         let refused = held.hold(&small).unwrap_err();
         assert_eq!(

@@ -105,6 +105,12 @@ pub(crate) async fn review_step(
 pub struct ReviewQueue {
     /// Flagged steps, oldest first.
     pub items: Vec<wire::ReviewItemOut>,
+    /// True when fewer items than the limit are given although more wait,
+    /// because their steps and reviews would have made the answer too
+    /// large (16 MiB over HTTP, about 256 KiB in an MCP tool's answer; the
+    /// first item is always given): decide on these, or read the steps
+    /// one at a time.
+    pub truncated: bool,
 }
 
 /// The review queue (HTTP and MCP).
@@ -113,18 +119,22 @@ pub(crate) async fn queue_of(
     caller: &Caller,
     all: bool,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<ReviewQueue, ApiError> {
     let org = caller.org().to_owned();
     // The queue reads the org's review records and pages of flagged steps
     // (`all` reads every one): a slot of the org's share.
     let permit = crate::limits::expensive(state, &org, "review queue").await?;
-    let items = blocking(state, move |store| {
+    let page = blocking(state, move |store| {
         let _permit = permit;
-        Ok(cairn_store::ops::review_queue(store, &org, all, limit)?)
+        Ok(cairn_store::ops::review_queue(
+            store, &org, all, limit, max_bytes,
+        )?)
     })
     .await?;
     Ok(ReviewQueue {
-        items: items.iter().map(wire::review_item_out).collect(),
+        items: page.items.iter().map(wire::review_item_out).collect(),
+        truncated: page.truncated,
     })
 }
 
@@ -136,7 +146,7 @@ pub(crate) async fn queue_of(
     operation_id = "oversight_queue",
     tag = "reviews",
     summary = "The review queue",
-    description = "Flagged steps waiting for a decision (never reviewed, or escalated), oldest first, each with its state and reviews so far; all=true includes approved and rejected ones.",
+    description = "Flagged steps waiting for a decision (never reviewed, or escalated), oldest first, each with its state, its latest reviews (at most 100) and review_count; all=true includes approved and rejected ones. The items' steps and reviews are at most 16 MiB together (the first item is always given): past it fewer items than limit are given and truncated is true.",
     params(
         ("all" = Option<bool>, Query),
         ("limit" = Option<u64>, Query, minimum = 1, maximum = 10000),
@@ -160,7 +170,14 @@ pub(crate) async fn queue(
         crate::input::REVIEWS_LIMIT,
     )?;
     Ok(axum::Json(wire::to_json(
-        &queue_of(&state, &caller, all, limit).await?,
+        &queue_of(
+            &state,
+            &caller,
+            all,
+            limit,
+            cairn_store::ops::REVIEW_QUEUE_BYTES,
+        )
+        .await?,
     )))
 }
 

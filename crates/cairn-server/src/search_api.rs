@@ -103,6 +103,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
             until,
         },
         limit,
+        max_bytes: cairn_store::ops::SEARCH_ANSWER_BYTES,
     })
 }
 
@@ -149,7 +150,7 @@ pub(crate) async fn run_search(
     operation_id = "search",
     tag = "search",
     summary = "Search steps: full-text, semantic or hybrid",
-    description = "mode=fulltext searches the full-text index of every step's content, inputs, outputs and metadata (words, \"phrases\", prefix*, -excluded; English stems; Chinese and Japanese by character pairs; docs/OPERATIONS.md, Search). mode=semantic ranks the embedded steps (seed 000's sampling: decision, action, error, correction and final answer always, others at CAIRN_EMBEDDING_SAMPLE_RATE) by cosine similarity to the text's embedding (embedder names the model). mode=hybrid (default) fuses both by reciprocal rank. Filters apply in every mode. Each result is the step with score, matched_by, snippet and highlights (character ranges of the snippet). Erased steps are never found.",
+    description = "mode=fulltext searches the full-text index of every step's content, inputs, outputs and metadata (words, \"phrases\", prefix*, -excluded; English stems; Chinese and Japanese by character pairs; docs/OPERATIONS.md, Search). mode=semantic ranks the embedded steps (seed 000's sampling: decision, action, error, correction and final answer always, others at CAIRN_EMBEDDING_SAMPLE_RATE) by cosine similarity to the text's embedding (embedder names the model). mode=hybrid (default) fuses both by reciprocal rank. Filters apply in every mode. Each result is the step with score, matched_by, snippet and highlights (character ranges of the snippet). Erased steps are never found. The results' steps are at most 16 MiB together (each counted as its content, its input, output and metadata as JSON, and 256 bytes; the first result is always given): past it fewer results than limit are given and truncated is true.",
     params(
         ("q" = String, Query, description = "The search text", min_length = 1),
         ("mode" = Option<String>, Query, description = "fulltext, semantic or hybrid (default)"),

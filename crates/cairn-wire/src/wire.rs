@@ -297,8 +297,11 @@ pub struct ReviewItemOut {
     pub state: String,
     /// The flagged step.
     pub step: StepOut,
-    /// Its reviews, oldest first.
+    /// Its latest reviews (at most 100), oldest first.
     pub reviews: Vec<ReviewOut>,
+    /// How many reviews it has in all (more than `reviews` lists when it
+    /// was reviewed more than 100 times; the log holds them all).
+    pub review_count: usize,
 }
 
 /// A queue item (see [`ReviewItemOut`]).
@@ -311,6 +314,7 @@ pub fn review_item_out(item: &cairn_store::ops::ReviewItem) -> ReviewItemOut {
             .iter()
             .map(|(seq, r)| review_out(*seq, r))
             .collect(),
+        review_count: item.review_count,
     }
 }
 
@@ -438,6 +442,12 @@ pub struct SearchResults {
     pub semantic_unavailable: bool,
     /// Hits, best first.
     pub results: Vec<SearchHitOut>,
+    /// True when fewer hits than the limit are given although more
+    /// matched, because their steps would have made the answer too large
+    /// (16 MiB of steps over HTTP, about 256 KiB in an MCP tool's answer;
+    /// the first hit is always given): ask again with a narrower query or
+    /// filters, or read the steps one at a time.
+    pub truncated: bool,
 }
 
 /// One hit of a search: the step, and how it was found.
@@ -467,6 +477,7 @@ pub fn search_results(
         mode: mode.as_str().to_owned(),
         embedder: embedder.to_owned(),
         semantic_unavailable: answer.semantic_unavailable.is_some(),
+        truncated: answer.truncated,
         results: answer
             .hits
             .into_iter()

@@ -359,10 +359,18 @@ pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -
         ReviewCommand::Queue { all, limit } => {
             let limit = crate::cli::limit_of(*limit, cairn_server::REVIEWS_LIMIT)?;
             crate::cli::require_known_org(cli, store.as_ref())?;
-            let items = cairn_store::ops::review_queue(store.as_ref(), &cli.org, *all, limit)?;
+            let page = cairn_store::ops::review_queue(
+                store.as_ref(),
+                &cli.org,
+                *all,
+                limit,
+                cairn_store::ops::REVIEW_QUEUE_BYTES,
+            )?;
+            let items = page.items;
             if cli.json {
+                let truncated = page.truncated;
                 let items: Vec<Value> = items.iter().map(wire::review_item_to_json).collect();
-                println!("{}", json!({ "items": items }));
+                println!("{}", json!({ "items": items, "truncated": truncated }));
             } else if items.is_empty() {
                 println!("no flagged step waits for review");
             } else {
@@ -380,6 +388,12 @@ pub fn review(cli: &Cli, store: Arc<dyn LedgerStore>, command: &ReviewCommand) -
                                 .as_deref()
                                 .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
                         )
+                    );
+                }
+                if page.truncated {
+                    println!(
+                        "(more flagged steps wait: these fill the {} MiB one answer may hold; decide on them first)",
+                        cairn_store::ops::REVIEW_QUEUE_BYTES >> 20
                     );
                 }
             }

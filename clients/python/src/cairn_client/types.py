@@ -203,11 +203,14 @@ class ReviewItem(TypedDict, total=False):
     state: str
     step: Step
     reviews: List[Review]
+    review_count: int
 
 
 class ReviewQueue(TypedDict):
-    """`GET /v1/reviews`."""
+    """`GET /v1/reviews`: `truncated` when more items wait than fit one
+    answer (16 MiB of steps and reviews)."""
     items: List[ReviewItem]
+    truncated: bool
 
 
 class AuditEventResult(TypedDict, total=False):
@@ -239,6 +242,7 @@ class SearchResult(TypedDict):
     mode: str
     embedder: str
     results: List[SearchHit]
+    truncated: bool
 
 
 class SqlResult(TypedDict):

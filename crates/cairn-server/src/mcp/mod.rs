@@ -239,10 +239,19 @@ fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
 /// says where it can be read.
 pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 
+/// Steps one tool's answer holds at most (but always one): a
+/// `replay_decision` part's steps as JSON, `search_reasoning`'s hits and
+/// `review_queue`'s items as [`cairn_core::record::Step::answer_bytes`]
+/// counts them. With the answer's other members, and written twice in
+/// its message (the second time escaped, at most twice the size), that
+/// fits [`MAX_ANSWER_MESSAGE_BYTES`] but for text of many quotes, which
+/// the message's own bound refuses.
+pub(crate) const ANSWER_STEPS_BYTES: usize = 256 * 1024;
+
 /// The bytes `text` takes written as a JSON string (quotes included), as
 /// serde_json writes it into the message.
 fn escaped_len(text: &str) -> usize {
-    let mut count = crate::held::Count(0);
+    let mut count = cairn_core::json::ByteCount(0);
     // Writing into a counter cannot fail.
     let _ = serde_json::to_writer(&mut count, text);
     count.0

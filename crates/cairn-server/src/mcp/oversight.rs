@@ -39,7 +39,14 @@ impl CairnMcp {
                 Ok(limit) => limit,
                 Err(e) => return tool_error(e),
             };
-        let result = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
+        let result = crate::oversight::queue_of(
+            &self.state,
+            &caller,
+            args.all,
+            limit,
+            super::ANSWER_STEPS_BYTES,
+        )
+        .await;
         run(result).await
     }
 

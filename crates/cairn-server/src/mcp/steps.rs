@@ -340,7 +340,11 @@ impl CairnMcp {
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
         .collect();
         let result = match crate::search_input(&given) {
-            Ok(input) => crate::run_search(&self.state, &caller, input).await,
+            Ok(mut input) => {
+                // The hits fit the one message an MCP answer is.
+                input.max_bytes = super::ANSWER_STEPS_BYTES;
+                crate::run_search(&self.state, &caller, input).await
+            }
             Err(e) => Err(e),
         };
         match result {
@@ -359,19 +363,13 @@ impl CairnMcp {
     }
 }
 
-/// JSON of steps one `replay_decision` answer holds, at most (but always
-/// one step): with the answer's other members, and written twice in its
-/// message (the second time escaped, at most twice the size), inside
-/// [`super::MAX_ANSWER_MESSAGE_BYTES`].
-const REPLAY_PAGE_BYTES: usize = 256 * 1024;
-
 /// JSON one step may take to be answered alone, as the first of a part:
 /// a third of [`super::MAX_ANSWER_MESSAGE_BYTES`] (its JSON, then escaped
 /// at most twice its size), less the answer's other members.
 const REPLAY_STEP_BYTES: usize = super::MAX_ANSWER_MESSAGE_BYTES / 3 - 4096;
 
 /// The steps at `seqs` (a session's positions from the first one asked
-/// for), shown at `level`, as many as fit [`REPLAY_PAGE_BYTES`] of JSON
+/// for), shown at `level`, as many as fit [`super::ANSWER_STEPS_BYTES`] of JSON
 /// and at least one, read 16 at a time; and the `step_index` of the first
 /// step left for the next answer, if any.
 fn replay_page(
@@ -393,7 +391,7 @@ fn replay_page(
             }
             let out = crate::wire::step_out(stored.seq, &stored.record);
             let size = serde_json::to_vec(&out).map_or(0, |json| json.len());
-            if !steps.is_empty() && bytes.saturating_add(size) > REPLAY_PAGE_BYTES {
+            if !steps.is_empty() && bytes.saturating_add(size) > super::ANSWER_STEPS_BYTES {
                 return Ok((steps, Some(out.step_index)));
             }
             // A step too large for a message of its own: said, with where

@@ -25,7 +25,12 @@ struct ReviewsPage {
     can_review: bool,
     message: Option<String>,
     items: Vec<ReviewRow>,
+    /// Whether more flagged steps wait than the page shows.
+    more: bool,
 }
+
+/// Flagged steps the page shows at most.
+const SHOWN: usize = 200;
 
 /// `GET /ui/reviews`: seed 003's review queue.
 /// After a decision (`?recorded=SEQ&decision=D`, where a decision's form redirects,
@@ -55,15 +60,23 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
         Ok(permit) => permit,
         Err(e) => return error_page(user, e),
     };
-    let items = match blocking(state, move |store| {
+    // One more than shown, to know whether more wait.
+    let queue = match blocking(state, move |store| {
         let _permit = permit;
-        Ok(cairn_store::ops::review_queue(store, &org, false, 200)?)
+        Ok(cairn_store::ops::review_queue(
+            store,
+            &org,
+            false,
+            SHOWN + 1,
+            cairn_store::ops::REVIEW_QUEUE_BYTES,
+        )?)
     })
     .await
     {
-        Ok(items) => items,
+        Ok(queue) => queue,
         Err(e) => return error_page(user, e),
     };
+    let more = queue.truncated || queue.items.len() > SHOWN;
     // Each step's content as a preview, the page's text bounded as the
     // session page's is (the session page shows the step whole).
     let mut budget = super::text_budget::TextBudget::new();
@@ -74,8 +87,11 @@ async fn reviews_page(state: &Arc<AppState>, user: &UiUser, message: Option<Stri
         csrf: nav.csrf,
         can_review: user.caller.key.role.can_review(),
         message,
-        items: items
+        more,
+        items: queue
+            .items
             .iter()
+            .take(SHOWN)
             .map(|item| {
                 let step = &item.step.record.step;
                 ReviewRow {

@@ -63,6 +63,55 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     // One turn of it is small, and answered.
     let turn = get(&server, "/v1/sessions/long/turns/turn-0", &admin);
     assert_eq!(turn.status, 200, "{}", turn.text());
+
+    // A search's hits stop before the one that would take its steps past
+    // 16 MiB (each step counted as its content, its JSON values and 256
+    // bytes: about 250,270 bytes here, so 67 fit), and the answer says so.
+    let found = get(&server, "/v1/search?q=call&mode=fulltext&limit=100", &admin);
+    assert_eq!(found.status, 200, "{}", found.text());
+    let body = found.json();
+    assert_eq!(body["results"].as_array().unwrap().len(), 67);
+    assert_eq!(body["truncated"], true);
+    let few = get(&server, "/v1/search?q=call&mode=fulltext&limit=10", &admin).json();
+    assert_eq!(few["results"].as_array().unwrap().len(), 10);
+    assert_eq!(few["truncated"], false);
+    // Over MCP the hits fit one message (about 256 KiB of steps): the
+    // first hit, and the answer says more matched, not an error.
+    let session = mcp_session(server.addr, &admin);
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "search_reasoning",
+        json!({"query": "call", "mode": "fulltext", "limit": 10}),
+    )
+    .rpc();
+    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
+    let answer = &rpc["result"]["structuredContent"];
+    assert_eq!(answer["results"].as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(answer["truncated"], true);
+
+    // The review queue alike: three flagged steps of 250 KB each fit
+    // REST's answer, and MCP's answer gives the first and says more wait.
+    let flagged: Vec<Value> = (0..3)
+        .map(|i| {
+            let mut s = step("risky", "a", "decision", &format!("risky {i}"));
+            s["status"] = json!("flagged");
+            s["input_data"] = json!({ "blob": big });
+            s
+        })
+        .collect();
+    let reply = post(&server, "/v1/steps/batch", &admin, &json!(flagged));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let queue = get(&server, "/v1/reviews", &admin).json();
+    assert_eq!(queue["items"].as_array().unwrap().len(), 3, "{queue}");
+    assert_eq!(queue["truncated"], false);
+    assert_eq!(queue["items"][0]["review_count"], 0);
+    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
+    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
+    let answer = &rpc["result"]["structuredContent"];
+    assert_eq!(answer["items"].as_array().unwrap().len(), 1);
+    assert_eq!(answer["truncated"], true);
 }
 
 /// A bundle verification pins at most 64 log keys, counted before any is

@@ -33,34 +33,33 @@ pub use export::{
 pub use import::{ImportOutcome, import_bundle};
 pub use receipts::{ReceiptOpError, Receipts};
 pub use search::{
-    SearchAnswer, SearchError, SearchHit, SearchMode, SearchRequest, search, step_at,
+    SEARCH_ANSWER_BYTES, SearchAnswer, SearchError, SearchHit, SearchMode, SearchRequest, search,
+    step_at,
 };
 pub use verify::{
     StoreVerdict, TreeRepair, WitnessReport, agent_keys, apply_witness_policy, repair_tree,
     repeated_org_name, repeated_org_name_verdict, trusted_checkpoint, verify_org, verify_session,
 };
 
-/// A flagged step in seed 003's review queue, with the reviews recorded
-/// for it so far (oldest first).
+/// A flagged step in seed 003's review queue, with the latest reviews
+/// recorded for it (oldest first).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewItem {
     /// The flagged step.
     pub step: crate::StoredStep,
-    /// Its reviews, with their positions in the log.
+    /// Its latest reviews (at most [`REVIEWS_LISTED`]), with their
+    /// positions in the log, oldest first.
     pub reviews: Vec<(u64, cairn_core::log::ReviewRecord)>,
+    /// How many reviews it has in all (more than `reviews` lists when it
+    /// has more than [`REVIEWS_LISTED`]).
+    pub review_count: usize,
 }
 
 impl ReviewItem {
     /// `pending` (no review yet), `escalated`, `approved` or `rejected`:
     /// the latest review decides.
     pub fn state(&self) -> &'static str {
-        use cairn_core::log::ReviewDecision;
-        match self.reviews.last().map(|(_, r)| r.decision) {
-            None => "pending",
-            Some(ReviewDecision::Escalate) => "escalated",
-            Some(ReviewDecision::Approve) => "approved",
-            Some(ReviewDecision::Reject) => "rejected",
-        }
+        state_of(self.reviews.last().map(|(_, r)| r.decision))
     }
 
     /// Whether it still waits for a decision (pending or escalated).
@@ -69,52 +68,169 @@ impl ReviewItem {
     }
 }
 
+/// The state a step's latest review decision gives it.
+fn state_of(latest: Option<cairn_core::log::ReviewDecision>) -> &'static str {
+    use cairn_core::log::ReviewDecision;
+    match latest {
+        None => "pending",
+        Some(ReviewDecision::Escalate) => "escalated",
+        Some(ReviewDecision::Approve) => "approved",
+        Some(ReviewDecision::Reject) => "rejected",
+    }
+}
+
+/// Reviews of one step a queue item lists at most: its latest (the last
+/// of them decides its state). A step reviewed more often says how many
+/// it has ([`ReviewItem::review_count`]); the log holds them all.
+pub const REVIEWS_LISTED: usize = 100;
+
+/// What the review queue may hold by default: the bound of every answer
+/// the server builds whole (16 MiB), counted as its steps
+/// ([`cairn_core::record::Step::answer_bytes`]) and reviews
+/// ([`review_bytes`]) are read.
+pub const REVIEW_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Flagged steps read at once (each may be a few MiB).
+const FLAGGED_PAGE: usize = 32;
+/// Review records read at once (each note may be up to the content limit).
+const REVIEW_PAGE: usize = 64;
+
+/// One page of the review queue.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReviewQueuePage {
+    /// Flagged steps, oldest first.
+    pub items: Vec<ReviewItem>,
+    /// Whether later items were left out because they would have passed
+    /// the page's bound of bytes (fewer than the limit while more wait).
+    pub truncated: bool,
+}
+
+/// What a review takes in the queue's answer: its note and, for the rest,
+/// [`cairn_core::record::Step::ANSWER_STEP_BYTES`].
+pub fn review_bytes(review: &cairn_core::log::ReviewRecord) -> usize {
+    cairn_core::record::Step::ANSWER_STEP_BYTES + review.note.as_ref().map_or(0, String::len)
+}
+
+/// Calls `visit` with each review record of an org, in log order, a page
+/// at a time.
+fn visit_reviews(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    visit: &mut dyn FnMut(u64, cairn_core::log::ReviewRecord),
+) -> Result<(), StoreError> {
+    let mut from = 0;
+    loop {
+        let page = store.op_records(org_id, "review", from, REVIEW_PAGE)?;
+        let Some(&(last, _)) = page.last() else {
+            return Ok(());
+        };
+        for (seq, record) in page {
+            if let OpRecord::Review(review) = record {
+                visit(seq, review);
+            }
+        }
+        from = last + 1;
+    }
+}
+
 /// Seed 003's review queue: the org's flagged steps that still wait for a
 /// decision (never reviewed, or escalated), oldest first, at most `limit`;
-/// with `include_resolved`, approved and rejected ones too.
+/// with `include_resolved`, approved and rejected ones too. The items stop
+/// before the one whose step and reviews would take the page past
+/// `max_bytes` (the first is kept whatever its size), and the page says it
+/// was cut. What it holds while it reads is the page itself, a page of
+/// records, and a decision and a count for each reviewed step.
 pub fn review_queue(
     store: &dyn LedgerStore,
     org_id: &str,
     include_resolved: bool,
     limit: usize,
-) -> Result<Vec<ReviewItem>, StoreError> {
-    let mut reviews: std::collections::HashMap<String, Vec<(u64, cairn_core::log::ReviewRecord)>> =
+    max_bytes: usize,
+) -> Result<ReviewQueuePage, StoreError> {
+    // Each reviewed step's latest decision (its state) and how many
+    // reviews it has, whatever their notes hold.
+    let mut decided: std::collections::HashMap<String, (cairn_core::log::ReviewDecision, usize)> =
         std::collections::HashMap::new();
+    visit_reviews(store, org_id, &mut |_, review| {
+        let entry = decided
+            .entry(review.trace_id)
+            .or_insert((review.decision, 0));
+        *entry = (review.decision, entry.1 + 1);
+    })?;
+    let mut page = ReviewQueuePage::default();
+    let mut held = 0usize;
     let mut from = 0;
-    loop {
-        let page = store.op_records(org_id, "review", from, 1024)?;
-        let Some(&(last, _)) = page.last() else { break };
-        for (seq, record) in page {
-            if let OpRecord::Review(review) = record {
-                reviews
-                    .entry(review.trace_id.clone())
-                    .or_default()
-                    .push((seq, review));
-            }
-        }
-        from = last + 1;
-    }
-    let mut queue = Vec::new();
-    let mut from = 0;
-    while queue.len() < limit {
-        let page = store.flagged_steps(org_id, from, 1024)?;
-        let Some(last) = page.last().map(|s| s.seq) else {
+    'pages: while page.items.len() < limit {
+        let flagged = store.flagged_steps(org_id, from, FLAGGED_PAGE)?;
+        let Some(last) = flagged.last().map(|s| s.seq) else {
             break;
         };
-        for step in page {
-            let item = ReviewItem {
-                reviews: reviews
-                    .remove(&step.record.step.trace_id)
-                    .unwrap_or_default(),
-                step,
-            };
-            if (include_resolved || item.is_open()) && queue.len() < limit {
-                queue.push(item);
+        for step in flagged {
+            let (latest, review_count) = decided
+                .get(&step.record.step.trace_id)
+                .map_or((None, 0), |&(decision, count)| (Some(decision), count));
+            if !include_resolved && !matches!(state_of(latest), "pending" | "escalated") {
+                continue;
             }
+            if page.items.len() == limit {
+                break 'pages;
+            }
+            let bytes = step.record.step.answer_bytes();
+            if !page.items.is_empty() && held.saturating_add(bytes) > max_bytes {
+                page.truncated = true;
+                break 'pages;
+            }
+            held = held.saturating_add(bytes);
+            page.items.push(ReviewItem {
+                step,
+                reviews: Vec::new(),
+                review_count,
+            });
         }
         from = last + 1;
     }
-    Ok(queue)
+    if page.items.iter().all(|item| item.review_count == 0) {
+        return Ok(page);
+    }
+    // The items' reviews, the latest of each; past the bound the last
+    // items are left out (never the first).
+    let position: std::collections::HashMap<String, usize> = page
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| (item.step.record.step.trace_id.clone(), i))
+        .collect();
+    let items = &mut page.items;
+    let mut truncated = false;
+    visit_reviews(store, org_id, &mut |seq, review| {
+        let Some(&at) = position.get(&review.trace_id) else {
+            return;
+        };
+        let Some(item) = items.get_mut(at) else {
+            // Left out since.
+            return;
+        };
+        if item.reviews.len() == REVIEWS_LISTED {
+            let (_, oldest) = item.reviews.remove(0);
+            held = held.saturating_sub(review_bytes(&oldest));
+        }
+        held = held.saturating_add(review_bytes(&review));
+        item.reviews.push((seq, review));
+        while held > max_bytes && items.len() > 1 {
+            if let Some(left_out) = items.pop() {
+                let bytes = left_out.step.record.step.answer_bytes()
+                    + left_out
+                        .reviews
+                        .iter()
+                        .map(|(_, r)| review_bytes(r))
+                        .sum::<usize>();
+                held = held.saturating_sub(bytes);
+                truncated = true;
+            }
+        }
+    })?;
+    page.truncated |= truncated;
+    Ok(page)
 }
 
 /// The most steps one write of several steps may hold: a batch of

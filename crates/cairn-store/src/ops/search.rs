@@ -52,7 +52,18 @@ pub struct SearchRequest {
     pub filter: StepFilter,
     /// Most hits.
     pub limit: usize,
+    /// Most bytes the hits' steps may hold together, each counted as
+    /// [`cairn_core::record::Step::answer_bytes`] counts it: the hits stop
+    /// before the one that would pass it (the first is kept whatever its
+    /// size) and the answer says it was cut ([`SearchAnswer::truncated`]).
+    /// [`SEARCH_ANSWER_BYTES`] unless a surface needs less.
+    pub max_bytes: usize,
 }
+
+/// What a search's hits may hold by default: the bound of every answer
+/// the server builds whole before it sends it (16 MiB), so that a search
+/// of many large steps cannot hold hundreds of megabytes.
+pub const SEARCH_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// One hit.
 #[derive(Debug, Clone)]
@@ -118,6 +129,10 @@ pub fn step_at(
 pub struct SearchAnswer {
     /// Hits, best first.
     pub hits: Vec<SearchHit>,
+    /// Whether hits were left out because their steps would have passed
+    /// [`SearchRequest::max_bytes`] (fewer than the limit were kept while
+    /// more matched).
+    pub truncated: bool,
     /// Set when hybrid mode ranked by full text alone because the embedder
     /// could not embed the query (why).
     pub semantic_unavailable: Option<String>,
@@ -182,7 +197,6 @@ pub fn search(
             add(seq, "fulltext", rank, score);
         }
     }
-    let mut steps: std::collections::HashMap<u64, StepRecord> = std::collections::HashMap::new();
     let mut semantic_unavailable = None;
     let vector = match mode {
         SearchMode::FullText => None,
@@ -237,22 +251,26 @@ pub fn search(
             if record.erased || !request.filter.admits(&record.step) {
                 continue;
             }
+            // The record is read again if it is among the hits: holding
+            // every candidate's would hold up to `pool` large steps.
             add(seq, "semantic", rank, f64::from(score));
-            steps.insert(seq, record);
             rank += 1;
         }
     }
     ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
     ranked.truncate(wanted);
     let mut hits = Vec::with_capacity(ranked.len());
+    let mut held = 0usize;
+    let mut truncated = false;
     for (seq, matched_by, score) in ranked {
-        let record = match steps.remove(&seq) {
-            Some(record) => record,
-            None => match step_at(store, org, seq)? {
-                Some(record) => record,
-                None => continue,
-            },
+        let Some(record) = step_at(store, org, seq)? else {
+            continue;
         };
+        held = held.saturating_add(record.step.answer_bytes());
+        if held > request.max_bytes && !hits.is_empty() {
+            truncated = true;
+            break;
+        }
         let text = display_text(&record.step);
         let (snippet, highlights) = match &fulltext {
             Some(query) => snippet(&text, query, SNIPPET_CHARS),
@@ -269,6 +287,7 @@ pub fn search(
     }
     Ok(SearchAnswer {
         hits,
+        truncated,
         semantic_unavailable,
     })
 }

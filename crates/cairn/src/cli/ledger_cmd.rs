@@ -591,6 +591,12 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
                 render::terminal_safe(&cairn_core::thinking::one_line(&hit.snippet))
             );
         }
+        if answer.truncated {
+            println!(
+                "(more steps matched: these fill the {} MiB one answer may hold; narrow the query or its filters)",
+                cairn_store::ops::SEARCH_ANSWER_BYTES >> 20
+            );
+        }
     }
     Ok(Outcome::Success)
 }

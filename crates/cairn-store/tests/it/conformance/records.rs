@@ -412,7 +412,7 @@ pub(super) fn links_name_existing_records(backend: &dyn Backend) {
 /// Seed 003: flagged steps wait for a reviewer; each decision is a record.
 pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     use cairn_core::log::ReviewDecision;
-    use cairn_store::ops::review_queue;
+    use cairn_store::ops::{REVIEW_QUEUE_BYTES, REVIEWS_LISTED, review_queue};
     let store = backend.open("reviews");
     let ledger = ledger(Arc::clone(&store));
     let mut flagged = Vec::new();
@@ -446,7 +446,9 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
         refused(ledger.write(review("no-such-trace", ReviewDecision::Approve))),
         Refusal::UnknownStep { .. }
     ));
-    let queue = review_queue(store.as_ref(), ORG, false, 100).unwrap();
+    let queue = review_queue(store.as_ref(), ORG, false, 100, REVIEW_QUEUE_BYTES)
+        .unwrap()
+        .items;
     assert_eq!(
         queue
             .iter()
@@ -468,7 +470,9 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     ledger
         .write(review(&flagged[1], ReviewDecision::Escalate))
         .unwrap();
-    let queue = review_queue(store.as_ref(), ORG, false, 100).unwrap();
+    let queue = review_queue(store.as_ref(), ORG, false, 100, REVIEW_QUEUE_BYTES)
+        .unwrap()
+        .items;
     let states: Vec<_> = queue.iter().map(ReviewItem::state).collect();
     assert_eq!(
         states,
@@ -478,12 +482,61 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     ledger
         .write(review(&flagged[1], ReviewDecision::Reject))
         .unwrap();
-    let all = review_queue(store.as_ref(), ORG, true, 100).unwrap();
+    let all = review_queue(store.as_ref(), ORG, true, 100, REVIEW_QUEUE_BYTES)
+        .unwrap()
+        .items;
     let states: Vec<_> = all.iter().map(ReviewItem::state).collect();
     assert_eq!(states, ["approved", "rejected", "pending"]);
     assert_eq!(all[1].reviews.len(), 2);
-    assert_eq!(review_queue(store.as_ref(), ORG, true, 1).unwrap().len(), 1);
+    assert_eq!(
+        review_queue(store.as_ref(), ORG, true, 1, REVIEW_QUEUE_BYTES)
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
     assert_eq!(store.op_records(ORG, "review", 0, 100).unwrap().len(), 3);
+
+    // A page stops before the item that would pass its bound of bytes
+    // (the first is always given) and says so.
+    let first = review_queue(store.as_ref(), ORG, true, 100, 1).unwrap();
+    assert_eq!(first.items.len(), 1);
+    assert!(first.truncated);
+    assert_eq!(first.items[0].step.record.step.trace_id, flagged[0]);
+    assert_eq!(first.items[0].state(), "approved");
+    let step_bytes = |at: usize| all[at].step.record.step.answer_bytes();
+    let note_bytes = cairn_store::ops::review_bytes(&all[0].reviews[0].1);
+    // The first two items and their three reviews fit exactly; the third
+    // item does not.
+    let two = step_bytes(0) + step_bytes(1) + 3 * note_bytes;
+    let page = review_queue(store.as_ref(), ORG, true, 100, two).unwrap();
+    assert_eq!((page.items.len(), page.truncated), (2, true));
+    assert_eq!(page.items[1].reviews.len(), 2);
+    // One byte less and the second item's reviews take it past: it is
+    // left out once they are read.
+    let page = review_queue(store.as_ref(), ORG, true, 100, two - 1).unwrap();
+    assert_eq!((page.items.len(), page.truncated), (1, true));
+    let whole = review_queue(store.as_ref(), ORG, true, 100, REVIEW_QUEUE_BYTES).unwrap();
+    assert_eq!((whole.items.len(), whole.truncated), (3, false));
+
+    // A step reviewed more often lists its latest reviews, and how many
+    // it has; the latest still decides its state.
+    for _ in 0..REVIEWS_LISTED {
+        ledger
+            .write(review(&flagged[2], ReviewDecision::Escalate))
+            .unwrap();
+    }
+    ledger
+        .write(review(&flagged[2], ReviewDecision::Reject))
+        .unwrap();
+    let all = review_queue(store.as_ref(), ORG, true, 100, REVIEW_QUEUE_BYTES).unwrap();
+    let busy = &all.items[2];
+    assert_eq!(busy.review_count, REVIEWS_LISTED + 1);
+    assert_eq!(busy.reviews.len(), REVIEWS_LISTED);
+    assert_eq!(busy.state(), "rejected");
+    let positions: Vec<u64> = busy.reviews.iter().map(|(seq, _)| *seq).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "oldest first");
+    assert_eq!(all.items[1].review_count, 2);
     assert_verifies(store.as_ref());
 }
 
