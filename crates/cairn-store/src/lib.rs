@@ -285,7 +285,8 @@ pub trait LedgerStore: Send + Sync + 'static {
         turn_id: &str,
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<bool, StoreError> {
-        const CHUNK: usize = 256;
+        // Steps held at once: each may be several megabytes once parsed.
+        const CHUNK: usize = 16;
         let Some(positions) = self.turn_seqs(org_id, session_id, turn_id)? else {
             return Ok(false);
         };

@@ -208,6 +208,24 @@ const MAX_EVENTS_SHOWN: usize = 1_000;
 /// at most.
 const MAX_RECORDS_READ: usize = 10_000;
 
+/// What the records a page reads may hold, counted as they are read (a
+/// review's note, an erasure's reason and an audit event's detail as
+/// parsed, up to 64 KiB of text each and many times that parsed): past
+/// it, later records are not read, as past [`MAX_RECORDS_READ`].
+const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// What `record` holds in memory, about: its free text and parsed detail.
+fn record_bytes(record: &OpRecord) -> usize {
+    256 + match record {
+        OpRecord::Review(r) => r.note.as_ref().map_or(0, String::len),
+        OpRecord::Erasure(e) => e.reason.len(),
+        OpRecord::AuditEvent(e) => {
+            e.action.len() + e.detail.as_ref().map_or(0, cairn_core::json::approx_memory)
+        }
+        _ => 0,
+    }
+}
+
 /// What a page's read of the session's records left out.
 struct RecordsLeftOut {
     /// Audit events past those listed.
@@ -353,8 +371,10 @@ async fn load(
         // all (a session may hold any number of audit events).
         let mut records = Vec::new();
         let (mut events, mut read, mut cut) = (0usize, 0usize, false);
+        let mut held = 0usize;
         store.visit_session_records(&org, &id, &mut |seq, record| {
-            if read == MAX_RECORDS_READ {
+            held = held.saturating_add(record_bytes(&record));
+            if read == MAX_RECORDS_READ || held > MAX_RECORD_BYTES {
                 cut = true;
                 return false;
             }
@@ -441,6 +461,7 @@ pub(super) async fn session(
                 seq: *seq,
                 detail: e.detail.as_ref().map(|d| budget.json(d)),
             }),
+            // Notes and reasons are shown within the page's budget.
             OpRecord::Review(r) => reviews.entry(r.step_index).or_default().push(format!(
                 "{} by {} at {}{}",
                 r.decision.as_str(),
@@ -448,7 +469,7 @@ pub(super) async fn session(
                 r.reviewed_at,
                 r.note
                     .as_deref()
-                    .map(|n| format!(": {n}"))
+                    .map(|n| format!(": {}", budget.text(n)))
                     .unwrap_or_default()
             )),
             OpRecord::Erasure(e) => erasures.push(format!(
@@ -461,7 +482,7 @@ pub(super) async fn session(
                     .join(", "),
                 e.actor,
                 e.erased_at,
-                e.reason
+                budget.text(&e.reason)
             )),
             _ => {}
         }

@@ -3,6 +3,38 @@
 
 use super::*;
 
+/// Reviews' notes and erasures' reasons are shown within the page's
+/// text budget: 100 reviews of 64 KiB notes (6.5 MB) on one step make a
+/// page of about the budget (4 MiB), not of every note (a hostile review
+/// had 9,000 such notes render a 657 MB page).
+#[test]
+fn review_notes_are_shown_within_the_page_budget() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let mut flagged = step("noted", "a", "decision", "ship it");
+    flagged["status"] = json!("flagged");
+    let written = post(&server, "/v1/steps", &admin, &flagged);
+    assert_eq!(written.status, 201, "{}", written.text());
+    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
+    let note = "n".repeat(65_536);
+    for _ in 0..100 {
+        let review = post(
+            &server,
+            &format!("/v1/steps/{trace}/review"),
+            &admin,
+            &json!({"decision": "escalate", "note": note}),
+        );
+        assert_eq!(review.status, 201, "{}", review.text());
+    }
+    let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
+    let reply = page(&server, "/ui/sessions/noted", Some(&reader));
+    assert_eq!(reply.status, 200);
+    let html = text(&reply);
+    assert!(html.len() < 4_700_000, "{} bytes", html.len());
+    assert!(html.contains("(not shown: this page already shows"));
+    assert!(html.contains("escalate by"), "every review is still listed");
+}
+
 /// A payload indenting makes many times larger (nested arrays of many
 /// small numbers) is shown cut, never rendered whole: the page stays
 /// small, says where it cut, and counts every step of the session.

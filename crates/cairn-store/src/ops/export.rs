@@ -598,29 +598,42 @@ fn erased_after(
     Ok(needed)
 }
 
-/// The entries at `seqs` (ascending), one per seq, in one read where the
-/// backend can; an entry the log no longer holds is an error.
-fn read_entries(
+/// Calls `visit` with the entry at each of `seqs` (ascending), one per
+/// seq, as each is read (never holding more than the backend's read of
+/// them: a chunk of large records held whole had made a session's export
+/// hold gigabytes); an entry the log no longer holds is an error.
+fn visit_entries(
     store: &dyn LedgerStore,
     org_id: &str,
     seqs: &[u64],
-) -> Result<Vec<Result<LogEntry, String>>, StoreError> {
-    let mut entries = Vec::with_capacity(seqs.len());
+    visit: &mut dyn FnMut(u64, Result<LogEntry, String>) -> Result<(), ExportError>,
+) -> Result<(), ExportError> {
     let mut wanted = seqs.iter();
     let mut vanished = None;
+    let mut failure = None;
+    let mut read = 0;
     store.read_entries(org_id, seqs, &mut |stored| {
         let expected = wanted.next();
         if expected != Some(&stored.seq) {
             vanished = Some(*expected.unwrap_or(&stored.seq));
             return false;
         }
-        entries.push(stored.entry);
-        true
+        read += 1;
+        match visit(stored.seq, stored.entry) {
+            Ok(()) => true,
+            Err(e) => {
+                failure = Some(e);
+                false
+            }
+        }
     })?;
-    if let Some(seq) = vanished.or_else(|| seqs.get(entries.len()).copied()) {
-        return Err(StoreError::Corrupt(format!("entry {seq} vanished")));
+    if let Some(e) = failure {
+        return Err(e);
     }
-    Ok(entries)
+    if let Some(seq) = vanished.or_else(|| seqs.get(read).copied()) {
+        return Err(StoreError::Corrupt(format!("entry {seq} vanished")).into());
+    }
+    Ok(())
 }
 
 /// Writes a planned bundle. If a step was erased while it was written, the
@@ -692,11 +705,13 @@ pub fn write_export(
             // Proved a chunk at a time: the proofs of one chunk share
             // their upper subtrees, read once (memory bounded by the chunk).
             for chunk in seqs.chunks(1024) {
-                let proofs = store.inclusion_proofs(org_id, chunk, size)?;
-                let entries = read_entries(store, org_id, chunk)?;
-                for ((&seq, proof), entry) in chunk.iter().zip(proofs).zip(entries) {
+                let mut proofs = store.inclusion_proofs(org_id, chunk, size)?.into_iter();
+                visit_entries(store, org_id, chunk, &mut |seq, entry| {
                     let mut entry = entry
                         .map_err(|reason| StoreError::Corrupt(format!("entry {seq}: {reason}")))?;
+                    let proof = proofs.next().ok_or_else(|| {
+                        StoreError::Corrupt(format!("no inclusion proof for entry {seq}"))
+                    })?;
                     if let LogRecord::Step(record) = &mut entry.record
                         && plan.level < DetailLevel::Full
                     {
@@ -709,7 +724,8 @@ pub fn write_export(
                     if written.is_multiple_of(1024) {
                         progress(written);
                     }
-                }
+                    Ok(())
+                })?;
             }
             if plan.level == DetailLevel::Full {
                 for claim in &selection.sessions {

@@ -90,8 +90,9 @@ pub const REVIEWS_LISTED: usize = 100;
 /// ([`review_bytes`]) are read.
 pub const REVIEW_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Flagged steps read at once (each may be a few MiB).
-const FLAGGED_PAGE: usize = 32;
+/// Flagged steps read at once (each may take several megabytes once
+/// parsed).
+const FLAGGED_PAGE: usize = 8;
 /// Review records read at once (each note may be up to the content limit).
 const REVIEW_PAGE: usize = 64;
 

@@ -6,8 +6,8 @@
 
 use super::connection::{Db, col, i64_of, u64_of};
 use super::rows::{
-    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, STEP_BY_TRACE, STEPS_BY_ID, STEPS_BY_TRACE,
-    entry_from_row, listed_ends, session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, PAGE_BYTES, STEP_BY_TRACE, STEPS_BY_ID,
+    STEPS_BY_TRACE, entry_from_row, listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -63,7 +63,11 @@ impl PgStore {
             let end = row_id(org, to).min(hi);
             let mut next = row_id(org, from).max(lo);
             while next < end {
-                let rows = db.query(&LOG_PAGE, &[&next, &end, &PAGE], "reading the log")?;
+                let rows = db.query(
+                    &LOG_PAGE,
+                    &[&next, &end, &PAGE, &PAGE_BYTES],
+                    "reading the log",
+                )?;
                 let Some(last) = rows.last() else {
                     break;
                 };
@@ -97,10 +101,22 @@ impl PgStore {
                 .filter(|&&seq| seq < 1 << 40)
                 .map(|&seq| row_id(org, seq))
                 .collect();
-            let rows = db.query(&ENTRIES_BY_ID, &[&ids], "reading log entries")?;
-            for row in &rows {
-                if !visit(stored_entry(row, StepReading::Record)?.0) {
+            // A page of at most PAGE_BYTES of text at a time, then the
+            // ids after its last.
+            let mut left = ids.as_slice();
+            while !left.is_empty() {
+                let rows =
+                    db.query(&ENTRIES_BY_ID, &[&left, &PAGE_BYTES], "reading log entries")?;
+                let Some(last) = rows.last() else {
                     break;
+                };
+                let last: i64 = col(last, 0)?;
+                let last = row_id(org, u64::try_from(last).unwrap_or(u64::MAX));
+                left = &left[left.partition_point(|&id| id <= last)..];
+                for row in &rows {
+                    if !visit(stored_entry(row, StepReading::Record)?.0) {
+                        return Ok(());
+                    }
                 }
             }
             Ok(())

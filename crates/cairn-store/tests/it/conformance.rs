@@ -139,6 +139,7 @@ pub fn run_all(backend: &dyn Backend) {
     crate::listing::session_listing_filters_and_pages(backend);
     crate::search::full_text_search_finds_and_forgets(backend);
     evidence::exports_verify_offline(backend);
+    evidence::large_records_are_read_whole_across_pages(backend);
     evidence::exports_refuse_a_selection_line_verifiers_would_not_read(backend);
     evidence::imports_round_trip(backend);
     keys::api_keys_are_stored_hashed_and_revocable(backend);
