@@ -311,7 +311,7 @@ impl ExpensiveSlot {
 }
 
 /// Which share of the slots was full.
-enum Full {
+pub(crate) enum Full {
     Org,
     Server,
 }
@@ -398,10 +398,20 @@ pub(crate) async fn slot_in_turn(
 /// rather than waited for, as a session listing's chain verification
 /// ([`crate::sessions::listing_slot`]).
 pub(crate) fn expensive_now(state: &AppState, org: &str) -> Option<ExpensiveSlot> {
-    let slots = &state.expensive;
-    let org_permit = slots.org_share(org).try_acquire_owned().ok()?;
-    let server_permit = Arc::clone(&slots.server).try_acquire_owned().ok()?;
-    Some(ExpensiveSlot {
+    slot_now(&state.expensive, org).ok()
+}
+
+/// A slot of `slots` for `org` if one is free now, of its org's share and
+/// of the server's; else which was full.
+pub(crate) fn slot_now(slots: &ExpensiveSlots, org: &str) -> Result<ExpensiveSlot, Full> {
+    let org_permit = slots
+        .org_share(org)
+        .try_acquire_owned()
+        .map_err(|_| Full::Org)?;
+    let server_permit = Arc::clone(&slots.server)
+        .try_acquire_owned()
+        .map_err(|_| Full::Server)?;
+    Ok(ExpensiveSlot {
         _org: org_permit,
         _server: server_permit,
     })

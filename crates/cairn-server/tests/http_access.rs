@@ -163,7 +163,7 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
     assert_eq!(get(&server, "/v1/sessions", &other).json(), json!([]));
     assert_eq!(
         get(&server, "/v1/reviews?all=true", &other).json(),
-        json!({"items": []})
+        json!({"items": [], "truncated": false})
     );
     assert_eq!(
         get(&server, "/v1/reviews", &admin).json()["items"][0]["step"]["trace_id"],

@@ -87,7 +87,7 @@ async fn discard(
 ) -> Response {
     let (encoding, content_type) = request_encoding(headers);
     let result = async {
-        let (caller, bytes) =
+        let (caller, bytes, _slot) =
             admit(state, headers, body, encoding, content_type.as_deref()).await?;
         let limit = state.config.otlp.decode.max_decompressed_bytes;
         let content_encoding = content_encoding(headers);

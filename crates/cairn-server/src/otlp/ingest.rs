@@ -97,24 +97,10 @@ async fn export_traces(
     if let Some(e) = saturated(state, 0) {
         return Err(e);
     }
+    let (caller, bytes, slot) = admit(state, headers, body, encoding, content_type).await?;
     // Held by the handler and by its blocking work, each of which may
     // outlive the other (a client that hangs up drops the handler).
-    let request = Arc::new(
-        Arc::clone(&state.otlp.requests)
-            .try_acquire_owned()
-            .map_err(|_| {
-                OtlpError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "overloaded",
-                    format!(
-                        "{} OTLP requests are being handled: retry after the delay",
-                        state.config.otlp.max_requests
-                    ),
-                )
-                .retry_after(1)
-            })?,
-    );
-    let (caller, bytes) = admit(state, headers, body, encoding, content_type).await?;
+    let request = Arc::new(slot);
     let config = state.config.otlp;
     let limits = state.store.limits();
     let map_limits = map::MapLimits {
@@ -170,7 +156,7 @@ async fn export_traces(
         if let Some(e) = saturated(&work_state, steps) {
             return Err(e);
         }
-        let held = work_state.otlp.hold(bytes)?;
+        let held = work_state.otlp.hold(work_caller.org(), bytes)?;
         let mut submitted = Vec::with_capacity(steps);
         for plan in plans {
             for (span, step) in plan.steps {
@@ -238,6 +224,7 @@ async fn export_traces(
                 return Err(e);
             }
             let held = work_state.otlp.hold(
+                work_caller.org(),
                 again
                     .iter()
                     .map(|(_, _, _, step)| step.counted_bytes())
@@ -332,7 +319,7 @@ type Answer = (
 fn await_answers(
     submitted: Vec<(usize, String, cairn_store::Pending)>,
     held: super::HeldBytes,
-    request: Arc<tokio::sync::OwnedSemaphorePermit>,
+    request: Arc<super::RequestSlot>,
     started: Instant,
 ) -> tokio::task::JoinHandle<Vec<Answer>> {
     tokio::runtime::Handle::current().spawn(async move {

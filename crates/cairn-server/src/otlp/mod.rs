@@ -61,7 +61,8 @@ pub struct OtlpConfig {
     /// one org's at most half of them (at least one).
     pub decode_permits: usize,
     /// OTLP requests handled at once, from reading the body to the answer
-    /// (each holds its body); more are answered 429 at once.
+    /// (each holds its body); one org's at most half of them (at least
+    /// one); more are answered 429 at once.
     pub max_requests: usize,
 }
 
@@ -88,7 +89,9 @@ pub const MAX_HELD_STEP_BYTES: usize = 256 * 1024 * 1024;
 pub(crate) struct OtlpState {
     /// The decode slots: the server's, and each org's share (half).
     decode: crate::limits::ExpensiveSlots,
-    requests: Arc<tokio::sync::Semaphore>,
+    /// The request slots: the server's, and each org's share (half), so
+    /// that one org's slow senders cannot hold every slot.
+    requests: crate::limits::ExpensiveSlots,
     /// Bytes of steps submitted by OTLP requests and not yet written.
     held_bytes: crate::limits::MemoryBudget,
 }
@@ -97,21 +100,23 @@ impl OtlpState {
     pub(crate) fn new(config: &OtlpConfig) -> OtlpState {
         OtlpState {
             decode: crate::limits::ExpensiveSlots::new(config.decode_permits),
-            requests: Arc::new(tokio::sync::Semaphore::new(config.max_requests.max(1))),
+            requests: crate::limits::ExpensiveSlots::new(config.max_requests),
             held_bytes: crate::limits::MemoryBudget::new(MAX_HELD_STEP_BYTES),
         }
     }
 
-    /// Counts `bytes` of steps as held until the guard is dropped, or
-    /// answers 429 if that would take what requests hold past
-    /// [`MAX_HELD_STEP_BYTES`] (when some are held).
-    fn hold(&self, bytes: usize) -> Result<HeldBytes, OtlpError> {
-        self.held_bytes.hold(None, bytes).map_err(|now| {
+    /// Counts `bytes` of steps of `org` as held until the guard is
+    /// dropped, or answers 429 if that would take what requests hold past
+    /// [`MAX_HELD_STEP_BYTES`], or what the org's requests hold past half
+    /// of it (when some are held), so that one org's exports leave the
+    /// other half to other orgs.
+    fn hold(&self, org: &str, bytes: usize) -> Result<HeldBytes, OtlpError> {
+        self.held_bytes.hold(Some(org), bytes).map_err(|now| {
             OtlpError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "overloaded",
                 format!(
-                    "OTLP requests hold {} MiB of steps not yet written (limit {} MiB): retry after the delay",
+                    "OTLP requests hold {} MiB of steps not yet written, as many as the server (limit {} MiB) or one org (half of it) may: retry after the delay",
                     now >> 20,
                     MAX_HELD_STEP_BYTES >> 20
                 ),
@@ -259,7 +264,7 @@ async fn admit(
     body: Body,
     encoding: Encoding,
     content_type: Option<&str>,
-) -> Result<(Caller, axum::body::Bytes), OtlpError> {
+) -> Result<(Caller, axum::body::Bytes, RequestSlot), OtlpError> {
     let caller = crate::authenticate(state, headers).await?;
     caller.require(caller.key.role.can_write(), "export telemetry")?;
     Caller::require_enabled(state)?;
@@ -268,6 +273,22 @@ async fn admit(
             DecodeError::UnsupportedMediaType(content_type.unwrap_or("").to_owned()).into(),
         );
     }
+    // A request slot before the body is read: the slots bound the bodies
+    // held at once, and one org holds at most half of them.
+    let slot = crate::limits::slot_now(&state.otlp.requests, caller.org()).map_err(|full| {
+        let total = state.config.otlp.max_requests.max(1);
+        let message = match full {
+            crate::limits::Full::Org => format!(
+                "org {} has as many OTLP requests being handled as one org may ({} of the server's {total}): retry after the delay",
+                crate::shown(caller.org()),
+                (total / 2).max(1)
+            ),
+            crate::limits::Full::Server => {
+                format!("{total} OTLP requests are being handled: retry after the delay")
+            }
+        };
+        OtlpError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message).retry_after(1)
+    })?;
     let limit = state.config.otlp.max_body_bytes;
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
         OtlpError::from(DecodeError::TooLarge {
@@ -275,8 +296,12 @@ async fn admit(
             decompressed: false,
         })
     })?;
-    Ok((caller, bytes))
+    Ok((caller, bytes, slot))
 }
+
+/// One of the OTLP request slots, held from before the body is read until
+/// every step of the request is written or refused.
+pub(super) type RequestSlot = crate::limits::ExpensiveSlot;
 
 fn content_encoding(headers: &HeaderMap) -> Option<String> {
     headers
@@ -398,17 +423,19 @@ mod tests {
     fn held_step_bytes_are_bounded() {
         let state = OtlpState::new(&OtlpConfig::default());
         let alone = state
-            .hold(MAX_HELD_STEP_BYTES + 10)
+            .hold("a", MAX_HELD_STEP_BYTES + 10)
             .expect("alone, any size");
-        let refused = state.hold(1).err().expect("past the limit");
+        let refused = state.hold("b", 1).err().expect("past the limit");
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.retry_after, Some(1));
         drop(alone);
-        let a = state.hold(MAX_HELD_STEP_BYTES / 2).unwrap();
-        let b = state.hold(MAX_HELD_STEP_BYTES / 2).unwrap();
-        assert!(state.hold(1).is_err());
+        // One org holds at most half: the other half is left to others.
+        let a = state.hold("a", MAX_HELD_STEP_BYTES / 2).unwrap();
+        assert!(state.hold("a", 1).is_err(), "past the org's half");
+        let b = state.hold("b", MAX_HELD_STEP_BYTES / 2).unwrap();
+        assert!(state.hold("c", 1).is_err(), "past the server's limit");
         drop(a);
-        let c = state.hold(1).expect("room again");
+        let c = state.hold("c", 1).expect("room again");
         drop((b, c));
         assert_eq!(state.held_bytes.held(), 0);
     }

@@ -297,3 +297,49 @@ fn a_key_label_is_one_short_line() {
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
 }
+
+/// One org holds at most half of the OTLP request slots: its senders that
+/// trickle their bodies (each slot is taken before the body is read) leave
+/// the other half to other orgs, whose exports still go through, while
+/// its own next request is refused 429 naming the org's share. (A review
+/// held all 64 slots with 70 slow connections of one org, and every other
+/// org's exports were refused.)
+#[test]
+fn one_org_holds_at_most_half_of_the_otlp_request_slots() {
+    let mut config = ServerConfig::default();
+    config.otlp.max_requests = 4;
+    let server = start(config);
+    let evil = key_for(&server, "evil", Role::Writer, None);
+    let acme = key_for(&server, "acme", Role::Writer, None);
+    let slow = |token: &str| {
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(
+            stream,
+            "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+        )
+        .unwrap();
+        stream
+    };
+    let held: Vec<_> = (0..2).map(|_| slow(&evil)).collect();
+    let empty = json!({"resourceSpans": []});
+    // Until both of the org's slots are taken, its third request may still
+    // get one: wait for the refusal.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let r = post(&server, "/v1/traces", &evil, &empty);
+        if r.status == 429 {
+            break r;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let message = refused.json()["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("org evil"), "{message}");
+    // Another org's exports go through meanwhile.
+    for _ in 0..3 {
+        let r = post(&server, "/v1/traces", &acme, &empty);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    drop(held);
+}
