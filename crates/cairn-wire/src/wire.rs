@@ -97,6 +97,46 @@ pub struct StepOut {
     pub erased: bool,
     /// Fields given only as commitments at this detail level.
     pub hidden_fields: Vec<String>,
+    /// True when this answer left out the step's input, output and
+    /// metadata and cut its content to its first 4 KiB, because the step
+    /// alone would not fit the answer (an MCP tool's answer is one message
+    /// of about 1 MiB): read it whole with `GET /v1/steps/{trace_id}`.
+    /// Absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub shortened: bool,
+}
+
+/// Content a shortened step keeps ([`StepOut::shorten`]).
+const SHORTENED_CONTENT_BYTES: usize = 4096;
+
+impl StepOut {
+    /// The bytes of this step's JSON.
+    pub fn json_bytes(&self) -> usize {
+        let mut count = cairn_core::json::ByteCount(0);
+        // Writing into a counter cannot fail.
+        let _ = serde_json::to_writer(&mut count, self);
+        count.0
+    }
+
+    /// Shortens the step if its JSON passes `limit` bytes: its input,
+    /// output and metadata left out, its content cut to its first 4 KiB,
+    /// and [`StepOut::shortened`] set.
+    pub fn shorten_past(&mut self, limit: usize) {
+        if self.json_bytes() <= limit {
+            return;
+        }
+        (self.input_data, self.output_data, self.metadata) = (None, None, None);
+        if let Some(content) = &mut self.content
+            && content.len() > SHORTENED_CONTENT_BYTES
+        {
+            let mut end = SHORTENED_CONTENT_BYTES;
+            while !content.is_char_boundary(end) {
+                end -= 1;
+            }
+            content.truncate(end);
+        }
+        self.shortened = true;
+    }
 }
 
 /// The schema of a member that holds any JSON value, spelled so that every
@@ -160,6 +200,7 @@ pub fn step_out(seq: u64, record: &StepRecord) -> StepOut {
             .filter(|f| !record.is_revealed(*f))
             .map(|f| f.name().to_owned())
             .collect(),
+        shortened: false,
     }
 }
 
@@ -297,7 +338,8 @@ pub struct ReviewItemOut {
     pub state: String,
     /// The flagged step.
     pub step: StepOut,
-    /// Its latest reviews (at most 100), oldest first.
+    /// Its latest reviews (at most 100; in an MCP answer, of the first
+    /// item only as many as fit), oldest first.
     pub reviews: Vec<ReviewOut>,
     /// How many reviews it has in all (more than `reviews` lists when it
     /// was reviewed more than 100 times; the log holds them all).

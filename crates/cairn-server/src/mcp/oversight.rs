@@ -46,7 +46,29 @@ impl CairnMcp {
             limit,
             super::ANSWER_STEPS_BYTES,
         )
-        .await;
+        .await
+        .map(|mut queue| {
+            // The first item is given whatever its size: one too large for
+            // the message is given shortened, so that a large flagged step
+            // cannot hide the queue from MCP reviewers.
+            // Its reviews alike: the latest that fit (`review_count` says
+            // how many it has).
+            if let Some(first) = queue.items.first_mut() {
+                first.step.shorten_past(super::ANSWER_STEPS_BYTES);
+                let json_bytes = |reviews: &[cairn_wire::wire::ReviewOut]| {
+                    let mut count = cairn_core::json::ByteCount(0);
+                    // Writing into a counter cannot fail.
+                    let _ = serde_json::to_writer(&mut count, reviews);
+                    count.0
+                };
+                while first.reviews.len() > 1
+                    && json_bytes(&first.reviews) > super::ANSWER_STEPS_BYTES
+                {
+                    first.reviews.remove(0);
+                }
+            }
+            queue
+        });
         run(result).await
     }
 

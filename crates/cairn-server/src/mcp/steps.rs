@@ -343,7 +343,16 @@ impl CairnMcp {
             Ok(mut input) => {
                 // The hits fit the one message an MCP answer is.
                 input.max_bytes = super::ANSWER_STEPS_BYTES;
-                crate::run_search(&self.state, &caller, input).await
+                crate::run_search(&self.state, &caller, input)
+                    .await
+                    .map(|mut answer| {
+                        // The first hit is given whatever its size: one
+                        // too large for the message is given shortened.
+                        if let Some(first) = answer.results.first_mut() {
+                            first.step.shorten_past(super::ANSWER_STEPS_BYTES);
+                        }
+                        answer
+                    })
             }
             Err(e) => Err(e),
         };

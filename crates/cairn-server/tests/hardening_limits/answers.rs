@@ -91,13 +91,18 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(answer["results"].as_array().unwrap().len(), 1, "{answer}");
     assert_eq!(answer["truncated"], true);
 
-    // The review queue alike: three flagged steps of 250 KB each fit
-    // REST's answer, and MCP's answer gives the first and says more wait.
+    // The review queue alike: three flagged steps of 250 KB each (the
+    // first 500 KB) fit REST's answer, and MCP's answer gives the first,
+    // shortened to fit its message, and says more wait.
     let flagged: Vec<Value> = (0..3)
         .map(|i| {
             let mut s = step("risky", "a", "decision", &format!("risky {i}"));
             s["status"] = json!("flagged");
             s["input_data"] = json!({ "blob": big });
+            if i == 0 {
+                s["content"] = json!("risky and enormous");
+                s["output_data"] = json!({ "blob": big });
+            }
             s
         })
         .collect();
@@ -107,11 +112,30 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(queue["items"].as_array().unwrap().len(), 3, "{queue}");
     assert_eq!(queue["truncated"], false);
     assert_eq!(queue["items"][0]["review_count"], 0);
+    assert!(queue["items"][0]["step"].get("shortened").is_none());
     let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
     assert_eq!(rpc["result"]["isError"], false, "{rpc}");
     let answer = &rpc["result"]["structuredContent"];
     assert_eq!(answer["items"].as_array().unwrap().len(), 1);
     assert_eq!(answer["truncated"], true);
+    let first = &answer["items"][0]["step"];
+    assert_eq!(first["shortened"], true);
+    assert_eq!(first["content"], "risky and enormous");
+    assert!(first.get("input_data").is_none() && first.get("output_data").is_none());
+    // A search whose first hit alone passes the message is answered with
+    // that hit shortened, not refused.
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "search_reasoning",
+        json!({"query": "enormous", "mode": "fulltext"}),
+    )
+    .rpc();
+    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
+    let answer = &rpc["result"]["structuredContent"];
+    assert_eq!(answer["results"][0]["shortened"], true, "{answer}");
+    assert_eq!(answer["results"][0]["trace_id"], first["trace_id"]);
 }
 
 /// A bundle verification pins at most 64 log keys, counted before any is
