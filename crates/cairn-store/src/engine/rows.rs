@@ -55,16 +55,16 @@ pub(crate) const STEP_COLUMNS: &str = "e.seq, e.trace_id, e.agent_id, e.kind, e.
 /// order, in the backend's parameter style): one text for every backend's
 /// log reads.
 pub(crate) fn log_entries_query(filter: &str) -> String {
-    log_entries_query_from("entries e", filter)
+    log_entries_query_with("", filter)
 }
 
-/// [`log_entries_query`] of the rows `source` names `e` (the `entries`
-/// table, or a query of its rows).
-pub(crate) fn log_entries_query_from(source: &str, filter: &str) -> String {
+/// [`log_entries_query`] with `extra` columns after its own (`", ..."`),
+/// which readers of its rows by position never read.
+pub(crate) fn log_entries_query_with(extra: &str, filter: &str) -> String {
     format!(
         "SELECT {STEP_COLUMNS}, e.type, e.view, e.leaf_hash, e.org, s.org, s.agent_id, s.profile,
-           s.started_at, s.start_seq, s.genesis, s.max_clock_skew_s, e.sid, e.prev_seq
-         FROM {source}
+           s.started_at, s.start_seq, s.genesis, s.max_clock_skew_s, e.sid, e.prev_seq{extra}
+         FROM entries e
          JOIN orgs o ON o.org = e.org LEFT JOIN sessions s ON s.sid = e.sid {filter}"
     )
 }
