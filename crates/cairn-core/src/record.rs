@@ -180,18 +180,20 @@ impl Step {
 
     /// What this step takes in an answer that holds steps whole (a held
     /// replay, a search's hits, a review queue), as the server and the
-    /// store count it against their bounds: its content, its input, output
+    /// store count it against their bounds: its content as a JSON string
+    /// (escaped: a control character takes six bytes), its input, output
     /// and metadata as JSON (those present), and
     /// [`Step::ANSWER_STEP_BYTES`].
     pub fn answer_bytes(&self) -> usize {
-        let mut count = crate::json::ByteCount(
-            Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, String::len),
-        );
+        let mut count = crate::json::ByteCount(Self::ANSWER_STEP_BYTES);
+        // Writing into a counter cannot fail.
+        if let Some(content) = &self.content {
+            let _ = serde_json::to_writer(&mut count, content);
+        }
         for value in [&self.input, &self.output, &self.metadata]
             .into_iter()
             .flatten()
         {
-            // Writing into a counter cannot fail.
             let _ = serde_json::to_writer(&mut count, value);
         }
         count.0
@@ -462,6 +464,23 @@ pub fn hashed_agent_id(agent: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A step is counted in an answer as its JSON is written: its content
+    /// escaped (a control character is six bytes), its values as JSON.
+    #[test]
+    fn a_step_is_counted_as_its_json_is_written() {
+        let t = Timestamp::from_micros(1).unwrap();
+        let mut step = Step::new("t", "acme", "a", "s", 0, "plan", t).unwrap();
+        assert_eq!(step.answer_bytes(), Step::ANSWER_STEP_BYTES);
+        step.content = Some("\u{1}".repeat(10) + "é\"");
+        // Quotes, ten \u0001, two bytes of é, and \".
+        assert_eq!(
+            step.answer_bytes(),
+            Step::ANSWER_STEP_BYTES + 2 + 60 + 2 + 2
+        );
+        step.input = Some(json!({"k": [1, 2]}));
+        assert_eq!(step.answer_bytes(), Step::ANSWER_STEP_BYTES + 66 + 11);
+    }
 
     /// A new session may not be named `.` or `..` (no URL path names it);
     /// a header that already has such an id in a log still validates.

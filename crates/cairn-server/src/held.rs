@@ -66,6 +66,12 @@ pub(crate) fn response_holding(
         .into_response()
 }
 
+/// `value` as a JSON response that keeps `slot` until it has been sent
+/// ([`response_holding`]).
+pub(crate) fn json_holding(value: &serde_json::Value, slot: ExpensiveSlot) -> Response {
+    response_holding(value.to_string().into_bytes(), "application/json", slot)
+}
+
 /// Drops what a Markdown rendering never shows (input, output and
 /// metadata), before the step is held.
 pub(crate) fn drop_payloads(record: &mut StepRecord) {
@@ -182,16 +188,17 @@ mod tests {
         for _ in 0..5 {
             held.hold(&small).unwrap();
         }
-        // Content, input, metadata and the fixed cost, each time.
-        assert_eq!(held.bytes, 5 * (10 + 7 + 7 + Step::ANSWER_STEP_BYTES));
-        assert_eq!(held.bytes, 1_400);
+        // Content (as a JSON string, quoted), input, metadata and the
+        // fixed cost, each time.
+        assert_eq!(held.bytes, 5 * (12 + 7 + 7 + Step::ANSWER_STEP_BYTES));
+        assert_eq!(held.bytes, 1_410);
         // Without payloads (a Markdown's steps) the content and the fixed
         // cost count.
         drop_payloads(&mut small);
         let mut markdown = HeldAnswer::at_most(1_500);
         markdown.hold(&small).unwrap();
-        assert_eq!(markdown.bytes, 10 + Step::ANSWER_STEP_BYTES);
-        // 1,400 + 266 is past 1,500.
+        assert_eq!(markdown.bytes, 12 + Step::ANSWER_STEP_BYTES);
+        // 1,410 + 268 is past 1,500.
         let refused = held.hold(&small).unwrap_err();
         assert_eq!(
             (refused.status.as_u16(), refused.code),

@@ -107,35 +107,36 @@ pub struct ReviewQueue {
     pub items: Vec<wire::ReviewItemOut>,
     /// True when fewer items than the limit are given although more wait,
     /// because their steps and reviews would have made the answer too
-    /// large (16 MiB over HTTP, about 256 KiB in an MCP tool's answer; the
-    /// first item is always given): decide on these, or read the steps
-    /// one at a time.
+    /// large (16 MiB over HTTP, 256 KiB of JSON in an MCP tool's answer,
+    /// where a step past 64 KiB is given shortened; the first item is
+    /// always given): decide on these, or read the steps one at a time.
     pub truncated: bool,
 }
 
-/// The review queue (HTTP and MCP).
+/// The review queue (HTTP and MCP), with the expensive slot it was read
+/// in: the caller keeps it until the answer has been sent (an answer built
+/// whole, up to 16 MiB of steps and reviews).
 pub(crate) async fn queue_of(
     state: &Arc<AppState>,
     caller: &Caller,
     all: bool,
     limit: usize,
     max_bytes: usize,
-) -> Result<ReviewQueue, ApiError> {
+) -> Result<(ReviewQueue, crate::limits::ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     // The queue reads the org's review records and pages of flagged steps
     // (`all` reads every one): a slot of the org's share.
     let permit = crate::limits::expensive(state, &org, "review queue").await?;
-    let page = blocking(state, move |store| {
-        let _permit = permit;
-        Ok(cairn_store::ops::review_queue(
-            store, &org, all, limit, max_bytes,
-        )?)
+    let (page, permit) = blocking(state, move |store| {
+        let page = cairn_store::ops::review_queue(store, &org, all, limit, max_bytes)?;
+        Ok((page, permit))
     })
     .await?;
-    Ok(ReviewQueue {
+    let queue = ReviewQueue {
         items: page.items.iter().map(wire::review_item_out).collect(),
         truncated: page.truncated,
-    })
+    };
+    Ok((queue, permit))
 }
 
 /// `GET /v1/reviews`: flagged steps waiting for a decision (pending or
@@ -162,23 +163,22 @@ pub(crate) async fn queue(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     StrictQuery(q): StrictQuery,
-) -> Result<Json, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;
     let limit = crate::input::result_limit(
         q.get("limit").map(|l| l.parse().ok()),
         crate::input::REVIEWS_LIMIT,
     )?;
-    Ok(axum::Json(wire::to_json(
-        &queue_of(
-            &state,
-            &caller,
-            all,
-            limit,
-            cairn_store::ops::REVIEW_QUEUE_BYTES,
-        )
-        .await?,
-    )))
+    let (queue, slot) = queue_of(
+        &state,
+        &caller,
+        all,
+        limit,
+        cairn_store::ops::REVIEW_QUEUE_BYTES,
+    )
+    .await?;
+    Ok(crate::held::json_holding(&wire::to_json(&queue), slot))
 }
 
 /// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",

@@ -107,21 +107,23 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
     })
 }
 
-/// Runs a search for `caller`'s org (see [`wire::SearchResults`]).
+/// Runs a search for `caller`'s org (see [`wire::SearchResults`]), with
+/// the expensive slot it ran in: the caller keeps it until the answer has
+/// been sent (an answer built whole, up to 16 MiB of steps).
 pub(crate) async fn run_search(
     state: &Arc<AppState>,
     caller: &Caller,
     input: SearchInput,
-) -> Result<wire::SearchResults, ApiError> {
+) -> Result<(wire::SearchResults, limits::ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     // Semantic search scores every embedded step of the org.
     let permit = limits::expensive(state, &org, "the search").await?;
     let mode = input.mode;
     let embedder = Arc::clone(&state.config.embedder);
     let description = embedder.description().to_owned();
-    let answer = blocking(state, move |store| {
-        let _permit = permit;
-        cairn_store::ops::search(store, embedder.as_ref(), &org, &input).map_err(|e| match e {
+    let (answer, permit) = blocking(state, move |store| {
+        let answer =
+            cairn_store::ops::search(store, embedder.as_ref(), &org, &input).map_err(|e| match e {
             SearchError::Query(e) => {
                 ApiError::bad_request("invalid_request", e.to_string()).with_field("q")
             }
@@ -135,13 +137,14 @@ pub(crate) async fn run_search(
                     "the embedder could not embed the query; search with mode=fulltext (or hybrid, which then ranks by words alone) meanwhile",
                 )
             }
-        })
+        })?;
+        Ok((answer, permit))
     })
     .await?;
     if let Some(why) = &answer.semantic_unavailable {
         tracing::warn!("embedding a search query failed, answered by full text alone: {why}");
     }
-    Ok(wire::search_results(mode, &description, answer))
+    Ok((wire::search_results(mode, &description, answer), permit))
 }
 
 #[utoipa::path(
@@ -173,10 +176,9 @@ pub(crate) async fn search(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     StrictQuery(q): StrictQuery,
-) -> Result<Json, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     input::refuse_unknown_params(q.keys(), SEARCH_PARAMS)?;
     let input = search_input(&q)?;
-    Ok(axum::Json(wire::to_json(
-        &run_search(&state, &caller, input).await?,
-    )))
+    let (answer, slot) = run_search(&state, &caller, input).await?;
+    Ok(crate::held::json_holding(&wire::to_json(&answer), slot))
 }

@@ -486,9 +486,10 @@ pub struct SearchResults {
     pub results: Vec<SearchHitOut>,
     /// True when fewer hits than the limit are given although more
     /// matched, because their steps would have made the answer too large
-    /// (16 MiB of steps over HTTP, about 256 KiB in an MCP tool's answer;
-    /// the first hit is always given): ask again with a narrower query or
-    /// filters, or read the steps one at a time.
+    /// (16 MiB of steps over HTTP, 256 KiB of JSON in an MCP tool's
+    /// answer, where a step past 64 KiB is given shortened; the first hit
+    /// is always given): ask again with a narrower query or filters, or
+    /// read the steps one at a time.
     pub truncated: bool,
 }
 

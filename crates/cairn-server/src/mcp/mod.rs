@@ -239,14 +239,14 @@ fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
 /// says where it can be read.
 pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 
-/// Steps one tool's answer holds at most (but always one): a
-/// `replay_decision` part's steps as JSON, `search_reasoning`'s hits and
-/// `review_queue`'s items as [`cairn_core::record::Step::answer_bytes`]
-/// counts them. With the answer's other members, and written twice in
-/// its message (the second time escaped, at most twice the size), that
-/// fits [`MAX_ANSWER_MESSAGE_BYTES`] but for text of many quotes, which
-/// the message's own bound refuses.
+/// JSON of steps one tool's answer holds at most (but always one): a
+/// `replay_decision` part's steps, `search_reasoning`'s hits and
+/// `review_queue`'s items ([`fit_listed`]). With the answer's other
+/// members, and written twice in its message (the second time escaped, at
+/// most twice the size), that fits [`MAX_ANSWER_MESSAGE_BYTES`].
 pub(crate) const ANSWER_STEPS_BYTES: usize = 256 * 1024;
+
+pub(crate) use fit::{LISTED_STEP_BYTES, fit_listed, keep_latest};
 
 /// The bytes `text` takes written as a JSON string (quotes included), as
 /// serde_json writes it into the message.
@@ -285,6 +285,7 @@ fn tool_error(e: ApiError) -> ToolResult {
 
 mod args;
 mod evidence;
+mod fit;
 mod oversight;
 mod results;
 pub mod stdio;

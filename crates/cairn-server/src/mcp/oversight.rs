@@ -39,34 +39,23 @@ impl CairnMcp {
                 Ok(limit) => limit,
                 Err(e) => return tool_error(e),
             };
+        // Read as REST reads it, then fitted to one message: each item's
+        // step shortened past its share and its reviews the latest that
+        // fit, so that no large step or note fails the tool or hides the
+        // items after it.
         let result = crate::oversight::queue_of(
             &self.state,
             &caller,
             args.all,
             limit,
-            super::ANSWER_STEPS_BYTES,
+            cairn_store::ops::REVIEW_QUEUE_BYTES,
         )
         .await
-        .map(|mut queue| {
-            // The first item is given whatever its size: one too large for
-            // the message is given shortened, so that a large flagged step
-            // cannot hide the queue from MCP reviewers.
-            // Its reviews alike: the latest that fit (`review_count` says
-            // how many it has).
-            if let Some(first) = queue.items.first_mut() {
-                first.step.shorten_past(super::ANSWER_STEPS_BYTES);
-                let json_bytes = |reviews: &[cairn_wire::wire::ReviewOut]| {
-                    let mut count = cairn_core::json::ByteCount(0);
-                    // Writing into a counter cannot fail.
-                    let _ = serde_json::to_writer(&mut count, reviews);
-                    count.0
-                };
-                while first.reviews.len() > 1
-                    && json_bytes(&first.reviews) > super::ANSWER_STEPS_BYTES
-                {
-                    first.reviews.remove(0);
-                }
-            }
+        .map(|(mut queue, _slot)| {
+            queue.truncated |= super::fit_listed(&mut queue.items, |item| {
+                item.step.shorten_past(super::LISTED_STEP_BYTES);
+                super::keep_latest(&mut item.reviews, super::LISTED_STEP_BYTES);
+            });
             queue
         });
         run(result).await

@@ -339,23 +339,21 @@ impl CairnMcp {
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
         .collect();
-        let result = match crate::search_input(&given) {
-            Ok(mut input) => {
-                // The hits fit the one message an MCP answer is.
-                input.max_bytes = super::ANSWER_STEPS_BYTES;
-                crate::run_search(&self.state, &caller, input)
-                    .await
-                    .map(|mut answer| {
-                        // The first hit is given whatever its size: one
-                        // too large for the message is given shortened.
-                        if let Some(first) = answer.results.first_mut() {
-                            first.step.shorten_past(super::ANSWER_STEPS_BYTES);
-                        }
+        let result =
+            match crate::search_input(&given) {
+                // Read as REST reads it, then fitted to one message: each
+                // hit's step shortened past its share, so that no large step
+                // fails the tool or hides the hits after it.
+                Ok(input) => crate::run_search(&self.state, &caller, input).await.map(
+                    |(mut answer, _slot)| {
+                        answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
+                            hit.step.shorten_past(super::LISTED_STEP_BYTES);
+                        });
                         answer
-                    })
-            }
-            Err(e) => Err(e),
-        };
+                    },
+                ),
+                Err(e) => Err(e),
+            };
         match result {
             Ok(answer) => ok(&answer),
             // REST's `q` is this tool's `query`.

@@ -290,11 +290,18 @@ async fn admit(
         OtlpError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message).retry_after(1)
     })?;
     let limit = state.config.otlp.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        OtlpError::from(DecodeError::TooLarge {
-            limit,
-            decompressed: false,
-        })
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        // A body past the limit is OTLP's own 413; one that arrived too
+        // slowly is the API's 408 (it had been answered 413 too).
+        let error = crate::limits::body_error(&e, limit);
+        if error.status == StatusCode::PAYLOAD_TOO_LARGE {
+            OtlpError::from(DecodeError::TooLarge {
+                limit,
+                decompressed: false,
+            })
+        } else {
+            OtlpError::from(error)
+        }
     })?;
     Ok((caller, bytes, slot))
 }

@@ -518,6 +518,8 @@ struct SearchPage {
     embedder: Option<String>,
     error: Option<String>,
     hits: Option<Vec<Hit>>,
+    /// Whether more steps matched than the answer holds.
+    truncated: bool,
 }
 
 /// Cuts `snippet` at the `highlights` (character ranges) into pieces.
@@ -567,17 +569,20 @@ pub(super) async fn search(
         embedder: None,
         error: None,
         hits: None,
+        truncated: false,
     };
     if view.q.is_empty() {
         return page(&view);
     }
     given.entry("limit".into()).or_insert_with(|| "50".into());
     let outcome = match crate::search_input(&given) {
+        // The slot is kept until the page is built.
         Ok(input) => crate::run_search(&state, &user.caller, input).await,
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(answer) => {
+        Ok((answer, _slot)) => {
+            view.truncated = answer.truncated;
             let body = crate::wire::to_json(&answer);
             let text_of = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
             view.embedder = (view.mode != "fulltext").then(|| text_of(&body, "embedder"));

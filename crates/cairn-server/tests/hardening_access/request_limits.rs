@@ -343,3 +343,28 @@ fn one_org_holds_at_most_half_of_the_otlp_request_slots() {
     }
     drop(held);
 }
+
+/// An OTLP body that stops arriving is answered 408 `timeout`, as the
+/// API's are (it had been answered 413, "larger than" the limit).
+#[test]
+fn an_otlp_body_that_stops_arriving_is_a_timeout() {
+    let limits = Limits {
+        body_idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let writer = key_for(&server, "acme", Role::Writer, None);
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {writer}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n{{"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut stream, &mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"timeout\""), "{answer}");
+}

@@ -75,21 +75,40 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     let few = get(&server, "/v1/search?q=call&mode=fulltext&limit=10", &admin).json();
     assert_eq!(few["results"].as_array().unwrap().len(), 10);
     assert_eq!(few["truncated"], false);
-    // Over MCP the hits fit one message (about 256 KiB of steps): the
-    // first hit, and the answer says more matched, not an error.
+    // Over MCP the hits fit one message (about 256 KiB of steps' JSON):
+    // a step past 64 KiB is given shortened (its payloads left out), so
+    // the same 67 hits fit, and the answer still says more matched.
     let session = mcp_session(server.addr, &admin);
-    let rpc = mcp_tool(
-        server.addr,
-        &admin,
-        &session,
-        "search_reasoning",
-        json!({"query": "call", "mode": "fulltext", "limit": 10}),
-    )
-    .rpc();
-    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
-    let answer = &rpc["result"]["structuredContent"];
-    assert_eq!(answer["results"].as_array().unwrap().len(), 1, "{answer}");
+    let search = |args: Value| {
+        let rpc = mcp_tool(server.addr, &admin, &session, "search_reasoning", args).rpc();
+        assert_eq!(rpc["result"]["isError"], false, "{rpc}");
+        rpc["result"]["structuredContent"].clone()
+    };
+    let answer = search(json!({"query": "call", "mode": "fulltext", "limit": 100}));
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 67);
     assert_eq!(answer["truncated"], true);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["shortened"] == true && r.get("input_data").is_none())
+    );
+    // Steps of 60 KB are given whole, as many as fit the message.
+    let medium = "m".repeat(60_000);
+    let steps: Vec<Value> = (0..10)
+        .map(|i| {
+            let mut s = step("medium", "a", "tool_call", &format!("medium {i}"));
+            s["input_data"] = json!({ "blob": medium });
+            s
+        })
+        .collect();
+    let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answer = search(json!({"query": "medium", "mode": "fulltext", "limit": 10}));
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4, "four of about 61 KB fit 256 KiB");
+    assert_eq!(answer["truncated"], true);
+    assert!(results.iter().all(|r| r.get("shortened").is_none()));
 
     // The review queue alike: three flagged steps of 250 KB each (the
     // first 500 KB) fit REST's answer, and MCP's answer gives the first,
@@ -116,8 +135,8 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
     assert_eq!(rpc["result"]["isError"], false, "{rpc}");
     let answer = &rpc["result"]["structuredContent"];
-    assert_eq!(answer["items"].as_array().unwrap().len(), 1);
-    assert_eq!(answer["truncated"], true);
+    assert_eq!(answer["items"].as_array().unwrap().len(), 3, "none hidden");
+    assert_eq!(answer["truncated"], false);
     let first = &answer["items"][0]["step"];
     assert_eq!(first["shortened"], true);
     assert_eq!(first["content"], "risky and enormous");

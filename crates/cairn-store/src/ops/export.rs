@@ -598,29 +598,40 @@ fn erased_after(
     Ok(needed)
 }
 
-/// Calls `visit` with the entry at each of `seqs` (ascending), one per
-/// seq, as each is read (never holding more than the backend's read of
-/// them: a chunk of large records held whole had made a session's export
-/// hold gigabytes); an entry the log no longer holds is an error.
-fn visit_entries(
+/// Bytes of bundle lines read before they are written: each read of the
+/// log (its connection and snapshot) ends before a slow client is
+/// written to, and what is held is this and one line, whatever the
+/// records (a chunk of 1,024 large records held whole had made a
+/// session's export hold gigabytes).
+const WRITE_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// The lines of the entries at the start of `seqs` (ascending, one per
+/// seq), each made by `line_of`, read until they hold
+/// [`WRITE_BATCH_BYTES`] (at least one, unless `seqs` is empty); an entry
+/// the log no longer holds is an error.
+fn read_lines(
     store: &dyn LedgerStore,
     org_id: &str,
     seqs: &[u64],
-    visit: &mut dyn FnMut(u64, Result<LogEntry, String>) -> Result<(), ExportError>,
-) -> Result<(), ExportError> {
+    line_of: &mut dyn FnMut(u64, Result<LogEntry, String>) -> Result<String, ExportError>,
+) -> Result<Vec<String>, ExportError> {
+    let mut lines = Vec::new();
+    let mut bytes = 0usize;
     let mut wanted = seqs.iter();
     let mut vanished = None;
     let mut failure = None;
-    let mut read = 0;
     store.read_entries(org_id, seqs, &mut |stored| {
         let expected = wanted.next();
         if expected != Some(&stored.seq) {
             vanished = Some(*expected.unwrap_or(&stored.seq));
             return false;
         }
-        read += 1;
-        match visit(stored.seq, stored.entry) {
-            Ok(()) => true,
+        match line_of(stored.seq, stored.entry) {
+            Ok(line) => {
+                bytes = bytes.saturating_add(line.len());
+                lines.push(line);
+                bytes < WRITE_BATCH_BYTES
+            }
             Err(e) => {
                 failure = Some(e);
                 false
@@ -630,10 +641,11 @@ fn visit_entries(
     if let Some(e) = failure {
         return Err(e);
     }
-    if let Some(seq) = vanished.or_else(|| seqs.get(read).copied()) {
+    let missing = vanished.or_else(|| (lines.is_empty()).then(|| seqs.first().copied()).flatten());
+    if let Some(seq) = missing {
         return Err(StoreError::Corrupt(format!("entry {seq} vanished")).into());
     }
-    Ok(())
+    Ok(lines)
 }
 
 /// Writes a planned bundle. If a step was erased while it was written, the
@@ -663,38 +675,53 @@ pub fn write_export(
     let mut sessions = plan.sessions;
     match &plan.partial {
         None => {
-            let mut failure: Option<ExportError> = None;
-            store.read_log(org_id, 0, size, &mut |stored| {
-                let line = match stored.entry {
-                    Ok(entry) => {
-                        if let LogRecord::Op {
-                            record: OpRecord::SessionStart(_),
-                            ..
-                        } = &entry.record
-                        {
-                            sessions += 1;
+            // Read a batch of lines, then write them: a slow client holds
+            // no read of the log.
+            let mut from = 0;
+            while from < size {
+                let mut failure: Option<ExportError> = None;
+                let (mut lines, mut bytes, mut next) = (Vec::new(), 0usize, from);
+                store.read_log(org_id, from, size, &mut |stored| {
+                    next = stored.seq + 1;
+                    match stored.entry {
+                        Ok(entry) => {
+                            if let LogRecord::Op {
+                                record: OpRecord::SessionStart(_),
+                                ..
+                            } = &entry.record
+                            {
+                                sessions += 1;
+                            }
+                            let line = encode_entry(&entry, None);
+                            bytes = bytes.saturating_add(line.len());
+                            lines.push(line);
+                            bytes < WRITE_BATCH_BYTES
                         }
-                        encode_entry(&entry, None)
+                        Err(reason) => {
+                            failure = Some(
+                                StoreError::Corrupt(format!("entry {}: {reason}", stored.seq))
+                                    .into(),
+                            );
+                            false
+                        }
                     }
-                    Err(reason) => {
-                        failure = Some(
-                            StoreError::Corrupt(format!("entry {}: {reason}", stored.seq)).into(),
-                        );
-                        return false;
+                })?;
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                for line in &lines {
+                    writeln!(out, "{line}")?;
+                    written += 1;
+                    if written.is_multiple_of(4096) {
+                        progress(written);
                     }
-                };
-                if let Err(e) = writeln!(out, "{line}") {
-                    failure = Some(e.into());
-                    return false;
                 }
-                written += 1;
-                if written.is_multiple_of(4096) {
-                    progress(written);
+                if lines.is_empty() || next <= from {
+                    // The log holds nothing more below the size: the
+                    // verifier reports what is missing.
+                    break;
                 }
-                true
-            })?;
-            if let Some(e) = failure {
-                return Err(e);
+                from = next;
             }
             if erased_after(store, org_id, size, None)?.is_some() {
                 return Err(ExportError::Changed);
@@ -706,7 +733,7 @@ pub fn write_export(
             // their upper subtrees, read once (memory bounded by the chunk).
             for chunk in seqs.chunks(1024) {
                 let mut proofs = store.inclusion_proofs(org_id, chunk, size)?.into_iter();
-                visit_entries(store, org_id, chunk, &mut |seq, entry| {
+                let mut line_of = |seq: u64, entry: Result<LogEntry, String>| {
                     let mut entry = entry
                         .map_err(|reason| StoreError::Corrupt(format!("entry {seq}: {reason}")))?;
                     let proof = proofs.next().ok_or_else(|| {
@@ -719,13 +746,22 @@ pub fn write_export(
                             .redact(plan.level)
                             .map_err(|e| ExportError::Level(e.to_string()))?;
                     }
-                    writeln!(out, "{}", encode_entry(&entry, Some(&proof)))?;
-                    written += 1;
-                    if written.is_multiple_of(1024) {
-                        progress(written);
+                    Ok(encode_entry(&entry, Some(&proof)))
+                };
+                // A batch of lines read, then written: a slow client holds
+                // no read of the log.
+                let mut at = 0;
+                while at < chunk.len() {
+                    let lines = read_lines(store, org_id, &chunk[at..], &mut line_of)?;
+                    at += lines.len();
+                    for line in lines {
+                        writeln!(out, "{line}")?;
+                        written += 1;
+                        if written.is_multiple_of(1024) {
+                            progress(written);
+                        }
                     }
-                    Ok(())
-                })?;
+                }
             }
             if plan.level == DetailLevel::Full {
                 for claim in &selection.sessions {

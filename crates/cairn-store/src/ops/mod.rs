@@ -203,6 +203,9 @@ pub fn review_queue(
         .collect();
     let items = &mut page.items;
     let mut truncated = false;
+    // Counted again as they are listed: a review recorded between the two
+    // reads is counted, and decides the state, as the list shows it.
+    let mut counts = vec![0usize; items.len()];
     visit_reviews(store, org_id, &mut |seq, review| {
         let Some(&at) = position.get(&review.trace_id) else {
             return;
@@ -211,6 +214,7 @@ pub fn review_queue(
             // Left out since.
             return;
         };
+        counts[at] += 1;
         if item.reviews.len() == REVIEWS_LISTED {
             let (_, oldest) = item.reviews.remove(0);
             held = held.saturating_sub(review_bytes(&oldest));
@@ -231,6 +235,13 @@ pub fn review_queue(
         }
     })?;
     page.truncated |= truncated;
+    for (item, count) in page.items.iter_mut().zip(counts) {
+        item.review_count = count;
+    }
+    if !include_resolved {
+        // Decided between the two reads.
+        page.items.retain(ReviewItem::is_open);
+    }
     Ok(page)
 }
 

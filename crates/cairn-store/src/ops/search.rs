@@ -263,7 +263,8 @@ pub fn search(
     let mut held = 0usize;
     let mut truncated = false;
     for (seq, matched_by, score) in ranked {
-        let Some(record) = step_at(store, org, seq)? else {
+        // Erased since it was ranked: no longer a hit.
+        let Some(record) = step_at(store, org, seq)?.filter(|r| !r.erased) else {
             continue;
         };
         held = held.saturating_add(record.step.answer_bytes());
