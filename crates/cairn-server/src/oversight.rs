@@ -107,9 +107,10 @@ pub struct ReviewQueue {
     pub items: Vec<wire::ReviewItemOut>,
     /// True when fewer items than the limit are given although more wait,
     /// because their steps and reviews would have made the answer too
-    /// large (16 MiB over HTTP, 256 KiB of JSON in an MCP tool's answer,
-    /// where a step past 64 KiB is given shortened; the first item is
-    /// always given): decide on these, or read the steps one at a time.
+    /// large (16 MiB over HTTP; about 900 KiB of an MCP tool's message,
+    /// where a step taking more than about 180 KiB of it is given
+    /// shortened; the first item is always given): decide on these, or
+    /// read the steps one at a time.
     pub truncated: bool,
 }
 

@@ -110,21 +110,9 @@ pub struct StepOut {
 const SHORTENED_CONTENT_BYTES: usize = 4096;
 
 impl StepOut {
-    /// The bytes of this step's JSON.
-    pub fn json_bytes(&self) -> usize {
-        let mut count = cairn_core::json::ByteCount(0);
-        // Writing into a counter cannot fail.
-        let _ = serde_json::to_writer(&mut count, self);
-        count.0
-    }
-
-    /// Shortens the step if its JSON passes `limit` bytes: its input,
-    /// output and metadata left out, its content cut to its first 4 KiB,
-    /// and [`StepOut::shortened`] set.
-    pub fn shorten_past(&mut self, limit: usize) {
-        if self.json_bytes() <= limit {
-            return;
-        }
+    /// Shortens the step: its input, output and metadata left out, its
+    /// content cut to its first 4 KiB, and [`StepOut::shortened`] set.
+    pub fn shorten(&mut self) {
         (self.input_data, self.output_data, self.metadata) = (None, None, None);
         if let Some(content) = &mut self.content
             && content.len() > SHORTENED_CONTENT_BYTES
@@ -486,10 +474,10 @@ pub struct SearchResults {
     pub results: Vec<SearchHitOut>,
     /// True when fewer hits than the limit are given although more
     /// matched, because their steps would have made the answer too large
-    /// (16 MiB of steps over HTTP, 256 KiB of JSON in an MCP tool's
-    /// answer, where a step past 64 KiB is given shortened; the first hit
-    /// is always given): ask again with a narrower query or filters, or
-    /// read the steps one at a time.
+    /// (16 MiB of steps over HTTP; about 900 KiB of an MCP tool's
+    /// message, where a step taking more than about 180 KiB of it is given
+    /// shortened; the first hit is always given): ask again with a
+    /// narrower query or filters, or read the steps one at a time.
     pub truncated: bool,
 }
 

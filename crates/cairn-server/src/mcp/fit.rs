@@ -1,25 +1,35 @@
 //! Listed answers (search hits, review-queue items) fitted into one MCP
 //! message: each item made smaller where it is large, then as many items
-//! as fit.
+//! as fit. Sizes are what an item takes in the message
+//! ([`message_bytes`]: its JSON as structured content, and that JSON
+//! escaped again in the text block beside it), so that text of quotes,
+//! backslashes or control characters is counted as sent.
 
-/// JSON one listed step (a search hit's, a queue item's) may take before it
-/// is given shortened ([`cairn_wire::wire::StepOut::shorten_past`]), and
-/// one queue item's reviews ([`keep_latest`]): a quarter of
-/// [`super::ANSWER_STEPS_BYTES`], so that one large step leaves room for others.
-pub(crate) const LISTED_STEP_BYTES: usize = super::ANSWER_STEPS_BYTES / 4;
+/// What the listed items of one answer may take of its message together
+/// (the first whatever its size): [`super::MAX_ANSWER_MESSAGE_BYTES`] less
+/// 64 KiB for the answer's other members.
+pub(crate) const LIST_MESSAGE_BYTES: usize = super::MAX_ANSWER_MESSAGE_BYTES - 64 * 1024;
 
-/// The bytes of `value`'s JSON.
-fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> usize {
-    let mut count = cairn_core::json::ByteCount(0);
-    // Writing into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
+/// What one listed step (a search hit's, a queue item's) may take of the
+/// message before it is given shortened
+/// ([`cairn_wire::wire::StepOut::shorten`]), and one queue item's reviews
+/// ([`keep_latest`]): a fifth of [`LIST_MESSAGE_BYTES`], so that one large
+/// step leaves room for others, and an item of both (its step shortened:
+/// at most 4 KiB of content; its latest review, whose note may take 13
+/// bytes a character) stays within the message.
+pub(crate) const LISTED_STEP_BYTES: usize = LIST_MESSAGE_BYTES / 5;
+
+/// What `value` takes in a tool's message: its JSON, and that JSON written
+/// as a JSON string (the text block).
+pub(crate) fn message_bytes<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    text.len() + super::escaped_len(&text)
 }
 
 /// Fits a listed answer's items into one message: each item made smaller
 /// by `shrink` (its step shortened past [`LISTED_STEP_BYTES`]), then the
-/// items kept while their JSON comes to [`super::ANSWER_STEPS_BYTES`] (the first
-/// whatever its size); true if items were left out.
+/// items kept while they take [`LIST_MESSAGE_BYTES`] of the message (the
+/// first whatever its size); true if items were left out.
 pub(crate) fn fit_listed<T: serde::Serialize>(
     items: &mut Vec<T>,
     mut shrink: impl FnMut(&mut T),
@@ -27,8 +37,8 @@ pub(crate) fn fit_listed<T: serde::Serialize>(
     let (mut total, mut keep) = (0usize, 0usize);
     for item in items.iter_mut() {
         shrink(item);
-        let bytes = json_bytes(item);
-        if keep > 0 && total.saturating_add(bytes) > super::ANSWER_STEPS_BYTES {
+        let bytes = message_bytes(item);
+        if keep > 0 && total.saturating_add(bytes) > LIST_MESSAGE_BYTES {
             break;
         }
         total = total.saturating_add(bytes);
@@ -39,13 +49,21 @@ pub(crate) fn fit_listed<T: serde::Serialize>(
     cut
 }
 
-/// Keeps the latest of `reviews` (oldest first) whose JSON comes to
-/// `limit` bytes, at least the latest one.
+/// Shortens `step` if it takes more than [`LISTED_STEP_BYTES`] of the
+/// message.
+pub(crate) fn shorten_if_large(step: &mut cairn_wire::wire::StepOut) {
+    if message_bytes(step) > LISTED_STEP_BYTES {
+        step.shorten();
+    }
+}
+
+/// Keeps the latest of `reviews` (oldest first) that take `limit` bytes of
+/// the message, at least the latest one.
 pub(crate) fn keep_latest(reviews: &mut Vec<cairn_wire::wire::ReviewOut>, limit: usize) {
     let mut total = 0usize;
     let mut keep = 0usize;
     for review in reviews.iter().rev() {
-        let bytes = json_bytes(review);
+        let bytes = message_bytes(review);
         if keep > 0 && total.saturating_add(bytes) > limit {
             break;
         }
@@ -76,7 +94,7 @@ mod tests {
     #[test]
     fn the_latest_reviews_that_fit_are_kept() {
         let mut reviews: Vec<ReviewOut> = (0..10).map(|i| review(i, &"n".repeat(1000))).collect();
-        let one = json_bytes(&reviews[0]);
+        let one = message_bytes(&reviews[0]);
         keep_latest(&mut reviews, 3 * one + 2);
         assert_eq!(reviews.iter().map(|r| r.seq).collect::<Vec<_>>(), [7, 8, 9]);
         // The latest is kept whatever its size; escapes count.
@@ -91,15 +109,23 @@ mod tests {
 
     #[test]
     fn listed_items_stop_where_the_message_is_full() {
-        let item = "x".repeat(100 * 1024);
+        // Each takes 400 KiB of the message (its text twice): two fit 896
+        // KiB; each item is shrunk before it is measured, and those after
+        // the cut are not looked at.
+        let item = "x".repeat(200 * 1024);
         let mut items = vec![item.clone(), item.clone(), item.clone(), item];
         let mut shrunk = 0;
-        // Two of 100 KiB fit 256 KiB; each item is shrunk before it is
-        // measured, and those after the cut are not looked at.
         assert!(fit_listed(&mut items, |_| shrunk += 1));
         assert_eq!((items.len(), shrunk), (2, 3));
+        // Quotes take six bytes each of the message: 100 KiB of them is
+        // 600 KiB, alone in its answer.
+        let quotes = "\"".repeat(100 * 1024);
+        assert_eq!(message_bytes(&quotes), 6 * 100 * 1024 + 8);
+        let mut two = vec![quotes.clone(), quotes];
+        assert!(fit_listed(&mut two, |_| {}));
+        assert_eq!(two.len(), 1);
         // The first is kept whatever its size.
-        let mut alone = vec!["y".repeat(300 * 1024), "z".into()];
+        let mut alone = vec!["y".repeat(600 * 1024), "z".into()];
         assert!(fit_listed(&mut alone, |_| {}));
         assert_eq!(alone.len(), 1);
         let mut small = vec!["a".to_owned(); 5];

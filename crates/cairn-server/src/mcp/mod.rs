@@ -239,14 +239,14 @@ fn ok<T: serde::Serialize>(answer: &T) -> ToolResult {
 /// says where it can be read.
 pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 
-/// JSON of steps one tool's answer holds at most (but always one): a
-/// `replay_decision` part's steps, `search_reasoning`'s hits and
-/// `review_queue`'s items ([`fit_listed`]). With the answer's other
-/// members, and written twice in its message (the second time escaped, at
-/// most twice the size), that fits [`MAX_ANSWER_MESSAGE_BYTES`].
+/// JSON of steps one `replay_decision` part holds at most (but always one
+/// step). With the answer's other members, and written twice in its
+/// message (the second time escaped, at most twice the size), that fits
+/// [`MAX_ANSWER_MESSAGE_BYTES`]. (`search_reasoning` and `review_queue`
+/// fit their lists by what each item takes of the message: [`fit_listed`].)
 pub(crate) const ANSWER_STEPS_BYTES: usize = 256 * 1024;
 
-pub(crate) use fit::{LISTED_STEP_BYTES, fit_listed, keep_latest};
+pub(crate) use fit::{LISTED_STEP_BYTES, fit_listed, keep_latest, shorten_if_large};
 
 /// The bytes `text` takes written as a JSON string (quotes included), as
 /// serde_json writes it into the message.
@@ -267,7 +267,7 @@ fn structured(value: serde_json::Value) -> ToolResult {
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
             "answer_too_large",
             format!(
-                "this answer would take {} KiB of its MCP message (its JSON twice: as structured content and as text), more than one message carries ({} KiB; clients refuse messages past about 1 MiB): ask for less (search_reasoning with a smaller limit, get_audit_trail a turn at a time with turn_id, replay_decision in parts with from_step, a lower level), or read it over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=...) or with the CLI (cairn replay, cairn export)",
+                "this answer would take {} KiB of its MCP message (its JSON twice: as structured content and as text), more than one message carries ({} KiB; clients refuse messages past about 1 MiB): ask for less (search_reasoning with a smaller limit, get_audit_trail a turn at a time with turn_id, replay_decision in parts with from_step, a lower level), or read it over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=..., GET /v1/reviews, GET /v1/search) or with the CLI (cairn replay, cairn export, cairn review queue, cairn search)",
                 message / 1024,
                 MAX_ANSWER_MESSAGE_BYTES / 1024
             ),

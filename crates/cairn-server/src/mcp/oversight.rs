@@ -53,7 +53,7 @@ impl CairnMcp {
         .await
         .map(|(mut queue, _slot)| {
             queue.truncated |= super::fit_listed(&mut queue.items, |item| {
-                item.step.shorten_past(super::LISTED_STEP_BYTES);
+                super::shorten_if_large(&mut item.step);
                 super::keep_latest(&mut item.reviews, super::LISTED_STEP_BYTES);
             });
             queue

@@ -347,7 +347,7 @@ impl CairnMcp {
                 Ok(input) => crate::run_search(&self.state, &caller, input).await.map(
                     |(mut answer, _slot)| {
                         answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
-                            hit.step.shorten_past(super::LISTED_STEP_BYTES);
+                            super::shorten_if_large(&mut hit.step);
                         });
                         answer
                     },

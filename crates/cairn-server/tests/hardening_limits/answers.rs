@@ -106,7 +106,11 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     let answer = search(json!({"query": "medium", "mode": "fulltext", "limit": 10}));
     let results = answer["results"].as_array().unwrap();
-    assert_eq!(results.len(), 4, "four of about 61 KB fit 256 KiB");
+    assert_eq!(
+        results.len(),
+        7,
+        "seven of about 61 KB (123 KB of the message each) fit"
+    );
     assert_eq!(answer["truncated"], true);
     assert!(results.iter().all(|r| r.get("shortened").is_none()));
 
@@ -308,4 +312,54 @@ fn a_replay_of_steps_growing_in_size_sends_each_once_in_order() {
             (i >= 20).then_some(200_000)
         );
     }
+}
+
+/// An MCP review queue is fitted by what each item takes of the message
+/// as sent (its JSON, then escaped again): a step of quotes just under
+/// the size that shortens it, with a review whose note is control
+/// characters (13 bytes each in the message), is answered, not refused
+/// (a review found it made the tool fail, hiding the whole queue).
+#[test]
+fn an_mcp_review_queue_counts_what_escaping_adds() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let mut quoted = step("quoted", "a", "decision", &"\"".repeat(31_900));
+    quoted["status"] = json!("flagged");
+    let written = post(&server, "/v1/steps", &admin, &quoted);
+    assert_eq!(written.status, 201, "{}", written.text());
+    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
+    let note = "\u{1}".repeat(65_536);
+    let review = post(
+        &server,
+        &format!("/v1/steps/{trace}/review"),
+        &admin,
+        &json!({"decision": "escalate", "note": note}),
+    );
+    assert_eq!(review.status, 201, "{}", review.text());
+    let mut plain = step("plain", "a", "decision", "later");
+    plain["status"] = json!("flagged");
+    assert_eq!(post(&server, "/v1/steps", &admin, &plain).status, 201);
+    let session = mcp_session(server.addr, &admin);
+    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
+    assert_eq!(
+        rpc["result"]["isError"],
+        false,
+        "{}",
+        &rpc.to_string()[..300]
+    );
+    let answer = &rpc["result"]["structuredContent"];
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(
+        items[0]["step"]["shortened"], true,
+        "quotes take 6 bytes each"
+    );
+    assert_eq!(
+        items[0]["reviews"][0]["note"].as_str().map(str::len),
+        Some(65_536)
+    );
+    // The plain item still fits beside them.
+    assert_eq!(
+        (items.len(), answer["truncated"].as_bool()),
+        (2, Some(false))
+    );
 }

@@ -106,10 +106,16 @@ pub struct ReviewQueuePage {
     pub truncated: bool,
 }
 
-/// What a review takes in the queue's answer: its note and, for the rest,
+/// What a review takes in the queue's answer: its note as a JSON string
+/// (escaped: a control character takes six bytes) and, for the rest,
 /// [`cairn_core::record::Step::ANSWER_STEP_BYTES`].
 pub fn review_bytes(review: &cairn_core::log::ReviewRecord) -> usize {
-    cairn_core::record::Step::ANSWER_STEP_BYTES + review.note.as_ref().map_or(0, String::len)
+    let mut count = cairn_core::json::ByteCount(cairn_core::record::Step::ANSWER_STEP_BYTES);
+    if let Some(note) = &review.note {
+        // Writing into a counter cannot fail.
+        let _ = serde_json::to_writer(&mut count, note);
+    }
+    count.0
 }
 
 /// Calls `visit` with each review record of an org, in log order, a page
