@@ -66,10 +66,21 @@ pub(crate) fn response_holding(
         .into_response()
 }
 
-/// `value` as a JSON response that keeps `slot` until it has been sent
-/// ([`response_holding`]).
-pub(crate) fn json_holding(value: &serde_json::Value, slot: ExpensiveSlot) -> Response {
-    response_holding(value.to_string().into_bytes(), "application/json", slot)
+/// `answer` as a JSON response that keeps `slot` until it has been sent
+/// ([`response_holding`]), written on the CPU pool (an answer of up to 16
+/// MiB of steps takes tens of milliseconds to write).
+pub(crate) async fn json_holding<T: serde::Serialize + Send + 'static>(
+    state: &crate::AppState,
+    answer: T,
+    slot: ExpensiveSlot,
+) -> Result<Response, ApiError> {
+    let body = state
+        .cpu
+        .run("writing the answer", move || {
+            crate::wire::to_json(&answer).to_string().into_bytes()
+        })
+        .await?;
+    Ok(response_holding(body, "application/json", slot))
 }
 
 /// Drops what a Markdown rendering never shows (input, output and

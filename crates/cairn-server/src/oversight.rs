@@ -179,7 +179,7 @@ pub(crate) async fn queue(
         cairn_store::ops::REVIEW_QUEUE_BYTES,
     )
     .await?;
-    Ok(crate::held::json_holding(&wire::to_json(&queue), slot))
+    crate::held::json_holding(&state, queue, slot).await
 }
 
 /// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",

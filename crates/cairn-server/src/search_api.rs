@@ -180,5 +180,5 @@ pub(crate) async fn search(
     input::refuse_unknown_params(q.keys(), SEARCH_PARAMS)?;
     let input = search_input(&q)?;
     let (answer, slot) = run_search(&state, &caller, input).await?;
-    Ok(crate::held::json_holding(&wire::to_json(&answer), slot))
+    crate::held::json_holding(&state, answer, slot).await
 }

@@ -43,7 +43,8 @@ impl CairnMcp {
         // step shortened past its share and its reviews the latest that
         // fit, so that no large step or note fails the tool or hides the
         // items after it.
-        let result = crate::oversight::queue_of(
+        // (On the CPU pool: the items may hold 16 MiB of steps and reviews.)
+        let result = match crate::oversight::queue_of(
             &self.state,
             &caller,
             args.all,
@@ -51,13 +52,22 @@ impl CairnMcp {
             cairn_store::ops::REVIEW_QUEUE_BYTES,
         )
         .await
-        .map(|(mut queue, _slot)| {
-            queue.truncated |= super::fit_listed(&mut queue.items, |item| {
-                super::shorten_if_large(&mut item.step);
-                super::keep_latest(&mut item.reviews, super::LISTED_STEP_BYTES);
-            });
-            queue
-        });
+        {
+            Ok((mut queue, slot)) => {
+                self.state
+                    .cpu
+                    .run("fitting the answer", move || {
+                        let _slot = slot;
+                        queue.truncated |= super::fit_listed(&mut queue.items, |item| {
+                            super::shorten_if_large(&mut item.step);
+                            super::keep_latest(&mut item.reviews, super::LISTED_STEP_BYTES);
+                        });
+                        queue
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         run(result).await
     }
 

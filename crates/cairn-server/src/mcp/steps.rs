@@ -339,21 +339,28 @@ impl CairnMcp {
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
         .collect();
-        let result =
-            match crate::search_input(&given) {
-                // Read as REST reads it, then fitted to one message: each
-                // hit's step shortened past its share, so that no large step
-                // fails the tool or hides the hits after it.
-                Ok(input) => crate::run_search(&self.state, &caller, input).await.map(
-                    |(mut answer, _slot)| {
-                        answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
-                            super::shorten_if_large(&mut hit.step);
-                        });
-                        answer
-                    },
-                ),
+        let result = match crate::search_input(&given) {
+            // Read as REST reads it, then fitted to one message: each
+            // hit's step shortened past its share, so that no large step
+            // fails the tool or hides the hits after it.
+            // (On the CPU pool: the hits may hold 16 MiB of steps.)
+            Ok(input) => match crate::run_search(&self.state, &caller, input).await {
+                Ok((mut answer, slot)) => {
+                    self.state
+                        .cpu
+                        .run("fitting the answer", move || {
+                            let _slot = slot;
+                            answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
+                                super::shorten_if_large(&mut hit.step);
+                            });
+                            answer
+                        })
+                        .await
+                }
                 Err(e) => Err(e),
-            };
+            },
+            Err(e) => Err(e),
+        };
         match result {
             Ok(answer) => ok(&answer),
             // REST's `q` is this tool's `query`.
