@@ -57,6 +57,21 @@ pub(crate) fn shorten_if_large(step: &mut cairn_wire::wire::StepOut) {
     }
 }
 
+/// Makes a review-queue item fit the message: its latest reviews within
+/// [`LISTED_STEP_BYTES`] (at least its latest), its step shortened past
+/// [`LISTED_STEP_BYTES`], and shortened too when the two together would
+/// pass [`LIST_MESSAGE_BYTES`] (a step just under its share beside a
+/// latest note of 64 KiB of control characters, 852 KB of the message,
+/// had failed the tool and hidden the queue). A shortened step holds at
+/// most 4 KiB of content, so such an item stays within the message.
+pub(crate) fn fit_queue_item(item: &mut cairn_wire::wire::ReviewItemOut) {
+    keep_latest(&mut item.reviews, LISTED_STEP_BYTES);
+    shorten_if_large(&mut item.step);
+    if !item.step.shortened && message_bytes(item) > LIST_MESSAGE_BYTES {
+        item.step.shorten();
+    }
+}
+
 /// Keeps the latest of `reviews` (oldest first) that take `limit` bytes of
 /// the message, at least the latest one.
 pub(crate) fn keep_latest(reviews: &mut Vec<cairn_wire::wire::ReviewOut>, limit: usize) {

@@ -246,7 +246,7 @@ pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 /// fit their lists by what each item takes of the message: [`fit_listed`].)
 pub(crate) const ANSWER_STEPS_BYTES: usize = 256 * 1024;
 
-pub(crate) use fit::{LISTED_STEP_BYTES, fit_listed, keep_latest, shorten_if_large};
+pub(crate) use fit::{fit_listed, fit_queue_item, shorten_if_large};
 
 /// The bytes `text` takes written as a JSON string (quotes included), as
 /// serde_json writes it into the message.

@@ -58,10 +58,8 @@ impl CairnMcp {
                     .cpu
                     .run("fitting the answer", move || {
                         let _slot = slot;
-                        queue.truncated |= super::fit_listed(&mut queue.items, |item| {
-                            super::shorten_if_large(&mut item.step);
-                            super::keep_latest(&mut item.reviews, super::LISTED_STEP_BYTES);
-                        });
+                        queue.truncated |=
+                            super::fit_listed(&mut queue.items, super::fit_queue_item);
                         queue
                     })
                     .await

@@ -363,3 +363,41 @@ fn an_mcp_review_queue_counts_what_escaping_adds() {
         (2, Some(false))
     );
 }
+
+/// A queue item whose step is just under the size that shortens it, beside
+/// a latest review of 64 KiB of control characters (852 KB of the message
+/// alone), is given with its step shortened, not refused (a review found
+/// it made `review_queue` fail and hid every item after it).
+#[test]
+fn an_mcp_queue_item_is_fitted_whole() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let mut flagged = step("q2", "a", "reasoning", &"a".repeat(65_536));
+    flagged["status"] = json!("flagged");
+    flagged["metadata"] = json!({"k": "b".repeat(24_500)});
+    let written = post(&server, "/v1/steps", &admin, &flagged);
+    assert_eq!(written.status, 201, "{}", written.text());
+    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
+    let review = post(
+        &server,
+        &format!("/v1/steps/{trace}/review"),
+        &admin,
+        &json!({"decision": "escalate", "note": "\u{1}".repeat(65_536)}),
+    );
+    assert_eq!(review.status, 201, "{}", review.text());
+    let session = mcp_session(server.addr, &admin);
+    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
+    assert_eq!(
+        rpc["result"]["isError"],
+        false,
+        "{}",
+        &rpc.to_string()[..300]
+    );
+    let item = &rpc["result"]["structuredContent"]["items"][0];
+    assert_eq!(item["step"]["shortened"], true);
+    assert_eq!(item["step"]["content"].as_str().map(str::len), Some(4096));
+    assert_eq!(
+        item["reviews"][0]["note"].as_str().map(str::len),
+        Some(65_536)
+    );
+}
