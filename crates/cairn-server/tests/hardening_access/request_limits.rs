@@ -306,7 +306,13 @@ fn a_key_label_is_one_short_line() {
 /// org's exports were refused.)
 #[test]
 fn one_org_holds_at_most_half_of_the_otlp_request_slots() {
-    let mut config = ServerConfig::default();
+    // The trickling bodies keep their slots for the whole test, however
+    // slowly a loaded machine runs it.
+    let mut config = config(Limits {
+        body_idle_timeout: Duration::from_secs(120),
+        body_timeout: Duration::from_secs(240),
+        ..Limits::default()
+    });
     config.otlp.max_requests = 4;
     let server = start(config);
     let evil = key_for(&server, "evil", Role::Writer, None);
@@ -324,7 +330,7 @@ fn one_org_holds_at_most_half_of_the_otlp_request_slots() {
     let empty = json!({"resourceSpans": []});
     // Until both of the org's slots are taken, its third request may still
     // get one: wait for the refusal.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let refused = loop {
         let r = post(&server, "/v1/traces", &evil, &empty);
         if r.status == 429 {
