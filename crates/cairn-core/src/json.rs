@@ -36,10 +36,18 @@ const STRING_HEAP_BYTES: usize = 32;
 const MAP_NODE_BYTES: usize = 640;
 const MAP_NODE_ENTRIES: usize = 11;
 
-/// A writer that only counts what is written into it: the size of a
-/// value's JSON (`serde_json::to_writer`) without building it.
-#[derive(Debug, Default)]
-pub struct ByteCount(pub usize);
+/// The bytes of `value`'s JSON as `serde_json` writes it (a string quoted
+/// and escaped: a control character takes six bytes), counted without
+/// building it.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    let mut count = ByteCount(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// A writer that only counts what is written into it.
+struct ByteCount(usize);
 
 impl std::io::Write for ByteCount {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -122,14 +122,19 @@ pub(crate) async fn queue_of(
     caller: &Caller,
     all: bool,
     limit: usize,
-    max_bytes: usize,
 ) -> Result<(ReviewQueue, crate::limits::ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     // The queue reads the org's review records and pages of flagged steps
     // (`all` reads every one): a slot of the org's share.
     let permit = crate::limits::expensive(state, &org, "review queue").await?;
     let (page, permit) = blocking(state, move |store| {
-        let page = cairn_store::ops::review_queue(store, &org, all, limit, max_bytes)?;
+        let page = cairn_store::ops::review_queue(
+            store,
+            &org,
+            all,
+            limit,
+            cairn_store::ops::REVIEW_QUEUE_BYTES,
+        )?;
         Ok((page, permit))
     })
     .await?;
@@ -171,14 +176,7 @@ pub(crate) async fn queue(
         q.get("limit").map(|l| l.parse().ok()),
         crate::input::REVIEWS_LIMIT,
     )?;
-    let (queue, slot) = queue_of(
-        &state,
-        &caller,
-        all,
-        limit,
-        cairn_store::ops::REVIEW_QUEUE_BYTES,
-    )
-    .await?;
+    let (queue, slot) = queue_of(&state, &caller, all, limit).await?;
     crate::held::json_holding(&state, queue, slot).await
 }
 

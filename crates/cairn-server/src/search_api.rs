@@ -103,7 +103,6 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
             until,
         },
         limit,
-        max_bytes: cairn_store::ops::SEARCH_ANSWER_BYTES,
     })
 }
 

@@ -37,6 +37,11 @@ impl ExpensiveSlots {
         }
     }
 
+    /// Slots one org may hold at once.
+    pub(crate) fn per_org(&self) -> usize {
+        self.per_org
+    }
+
     /// Free slots of the server (for `/metrics`).
     pub(crate) fn available(&self) -> usize {
         self.server.available_permits()

@@ -23,7 +23,26 @@ pub(crate) const LISTED_STEP_BYTES: usize = LIST_MESSAGE_BYTES / 5;
 /// as a JSON string (the text block).
 pub(crate) fn message_bytes<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     let text = serde_json::to_string(value).unwrap_or_default();
-    text.len() + super::escaped_len(&text)
+    text.len() + cairn_core::json::json_len(&text)
+}
+
+/// `read` (an answer and the expensive slot it was read in) made to fit one
+/// message by `fit`, on the CPU pool (the answer may hold 16 MiB of steps)
+/// with the slot held until it is done.
+pub(crate) async fn fitted<T: Send + 'static>(
+    state: &crate::AppState,
+    read: Result<(T, crate::limits::ExpensiveSlot), crate::ApiError>,
+    fit: impl FnOnce(&mut T) + Send + 'static,
+) -> Result<T, crate::ApiError> {
+    let (mut answer, slot) = read?;
+    state
+        .cpu
+        .run("fitting the answer", move || {
+            let _slot = slot;
+            fit(&mut answer);
+            answer
+        })
+        .await
 }
 
 /// Fits a listed answer's items into one message: each item made smaller

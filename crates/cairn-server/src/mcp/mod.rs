@@ -246,22 +246,13 @@ pub(crate) const MAX_ANSWER_MESSAGE_BYTES: usize = 960 * 1024;
 /// fit their lists by what each item takes of the message: [`fit_listed`].)
 pub(crate) const ANSWER_STEPS_BYTES: usize = 256 * 1024;
 
-pub(crate) use fit::{fit_listed, fit_queue_item, shorten_if_large};
-
-/// The bytes `text` takes written as a JSON string (quotes included), as
-/// serde_json writes it into the message.
-fn escaped_len(text: &str) -> usize {
-    let mut count = cairn_core::json::ByteCount(0);
-    // Writing into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, text);
-    count.0
-}
+pub(crate) use fit::{fit_listed, fit_queue_item, fitted, shorten_if_large};
 
 /// `value` as a tool's structured answer, or `answer_too_large` when its
 /// message would pass [`MAX_ANSWER_MESSAGE_BYTES`].
 fn structured(value: serde_json::Value) -> ToolResult {
     let text = value.to_string();
-    let message = text.len() + escaped_len(&text);
+    let message = text.len() + cairn_core::json::json_len(&text);
     if message > MAX_ANSWER_MESSAGE_BYTES {
         return tool_error(ApiError::new(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,

@@ -43,29 +43,15 @@ impl CairnMcp {
         // step shortened past its share and its reviews the latest that
         // fit, so that no large step or note fails the tool or hides the
         // items after it.
-        // (On the CPU pool: the items may hold 16 MiB of steps and reviews.)
-        let result = match crate::oversight::queue_of(
+        let read = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
+        let result = super::fitted(
             &self.state,
-            &caller,
-            args.all,
-            limit,
-            cairn_store::ops::REVIEW_QUEUE_BYTES,
+            read,
+            |queue: &mut crate::oversight::ReviewQueue| {
+                queue.truncated |= super::fit_listed(&mut queue.items, super::fit_queue_item);
+            },
         )
-        .await
-        {
-            Ok((mut queue, slot)) => {
-                self.state
-                    .cpu
-                    .run("fitting the answer", move || {
-                        let _slot = slot;
-                        queue.truncated |=
-                            super::fit_listed(&mut queue.items, super::fit_queue_item);
-                        queue
-                    })
-                    .await
-            }
-            Err(e) => Err(e),
-        };
+        .await;
         run(result).await
     }
 

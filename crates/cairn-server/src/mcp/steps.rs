@@ -343,22 +343,19 @@ impl CairnMcp {
             // Read as REST reads it, then fitted to one message: each
             // hit's step shortened past its share, so that no large step
             // fails the tool or hides the hits after it.
-            // (On the CPU pool: the hits may hold 16 MiB of steps.)
-            Ok(input) => match crate::run_search(&self.state, &caller, input).await {
-                Ok((mut answer, slot)) => {
-                    self.state
-                        .cpu
-                        .run("fitting the answer", move || {
-                            let _slot = slot;
-                            answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
-                                super::shorten_if_large(&mut hit.step);
-                            });
-                            answer
-                        })
-                        .await
-                }
-                Err(e) => Err(e),
-            },
+            Ok(input) => {
+                let read = crate::run_search(&self.state, &caller, input).await;
+                super::fitted(
+                    &self.state,
+                    read,
+                    |answer: &mut crate::wire::SearchResults| {
+                        answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
+                            super::shorten_if_large(&mut hit.step);
+                        });
+                    },
+                )
+                .await
+            }
             Err(e) => Err(e),
         };
         match result {

@@ -275,13 +275,14 @@ async fn admit(
     }
     // A request slot before the body is read: the slots bound the bodies
     // held at once, and one org holds at most half of them.
-    let slot = crate::limits::slot_now(&state.otlp.requests, caller.org()).map_err(|full| {
+    let slots = &state.otlp.requests;
+    let slot = crate::limits::slot_now(slots, caller.org()).map_err(|full| {
         let total = state.config.otlp.max_requests.max(1);
         let message = match full {
             crate::limits::Full::Org => format!(
                 "org {} has as many OTLP requests being handled as one org may ({} of the server's {total}): retry after the delay",
                 crate::shown(caller.org()),
-                (total / 2).max(1)
+                slots.per_org()
             ),
             crate::limits::Full::Server => {
                 format!("{total} OTLP requests are being handled: retry after the delay")

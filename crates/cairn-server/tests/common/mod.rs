@@ -286,6 +286,27 @@ pub fn settle_embeddings(server: &Server) {
     }
 }
 
+// Seed 003's review queue: a flagged step, a review of it.
+
+/// Records `step` flagged with `token`; returns its trace id.
+pub fn flagged_step(server: &Server, token: &str, mut step: Value) -> String {
+    step["status"] = json!("flagged");
+    let written = post(server, "/v1/steps", token, &step);
+    assert_eq!(written.status, 201, "{}", written.text());
+    written.json()["trace_id"].as_str().unwrap().to_owned()
+}
+
+/// Records an `escalate` review of the step `trace` with `note`.
+pub fn escalate(server: &Server, token: &str, trace: &str, note: &str) {
+    let review = post(
+        server,
+        &format!("/v1/steps/{trace}/review"),
+        token,
+        &json!({"decision": "escalate", "note": note}),
+    );
+    assert_eq!(review.status, 201, "{}", review.text());
+}
+
 // MCP over Streamable HTTP, raw: `initialize`, a session, a call, a tool.
 
 pub fn mcp_initialize(addr: SocketAddr, token: &str, host: &str) -> Raw {

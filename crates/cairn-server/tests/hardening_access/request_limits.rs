@@ -337,7 +337,18 @@ fn one_org_holds_at_most_half_of_the_otlp_request_slots() {
             break r;
         }
         assert_eq!(r.status, 200, "{}", r.text());
-        assert!(std::time::Instant::now() < deadline, "never refused");
+        if std::time::Instant::now() >= deadline {
+            // What the trickling requests were answered, if anything: this
+            // test failed twice under load, never alone.
+            let mut answered = Vec::new();
+            for mut held in &held {
+                held.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                let mut head = [0u8; 300];
+                let n = std::io::Read::read(&mut held, &mut head).unwrap_or(0);
+                answered.push(String::from_utf8_lossy(&head[..n]).into_owned());
+            }
+            panic!("never refused; the trickling requests got {answered:?}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     };
     let message = refused.json()["message"].as_str().unwrap().to_owned();

@@ -323,22 +323,10 @@ fn a_replay_of_steps_growing_in_size_sends_each_once_in_order() {
 fn an_mcp_review_queue_counts_what_escaping_adds() {
     let server = start(ServerConfig::default());
     let admin = server.admin.clone();
-    let mut quoted = step("quoted", "a", "decision", &"\"".repeat(31_900));
-    quoted["status"] = json!("flagged");
-    let written = post(&server, "/v1/steps", &admin, &quoted);
-    assert_eq!(written.status, 201, "{}", written.text());
-    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
-    let note = "\u{1}".repeat(65_536);
-    let review = post(
-        &server,
-        &format!("/v1/steps/{trace}/review"),
-        &admin,
-        &json!({"decision": "escalate", "note": note}),
-    );
-    assert_eq!(review.status, 201, "{}", review.text());
-    let mut plain = step("plain", "a", "decision", "later");
-    plain["status"] = json!("flagged");
-    assert_eq!(post(&server, "/v1/steps", &admin, &plain).status, 201);
+    let quoted = step("quoted", "a", "decision", &"\"".repeat(31_900));
+    let trace = flagged_step(&server, &admin, quoted);
+    escalate(&server, &admin, &trace, &"\u{1}".repeat(65_536));
+    flagged_step(&server, &admin, step("plain", "a", "decision", "later"));
     let session = mcp_session(server.addr, &admin);
     let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
     assert_eq!(
@@ -373,18 +361,9 @@ fn an_mcp_queue_item_is_fitted_whole() {
     let server = start(ServerConfig::default());
     let admin = server.admin.clone();
     let mut flagged = step("q2", "a", "reasoning", &"a".repeat(65_536));
-    flagged["status"] = json!("flagged");
     flagged["metadata"] = json!({"k": "b".repeat(24_500)});
-    let written = post(&server, "/v1/steps", &admin, &flagged);
-    assert_eq!(written.status, 201, "{}", written.text());
-    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
-    let review = post(
-        &server,
-        &format!("/v1/steps/{trace}/review"),
-        &admin,
-        &json!({"decision": "escalate", "note": "\u{1}".repeat(65_536)}),
-    );
-    assert_eq!(review.status, 201, "{}", review.text());
+    let trace = flagged_step(&server, &admin, flagged);
+    escalate(&server, &admin, &trace, &"\u{1}".repeat(65_536));
     let session = mcp_session(server.addr, &admin);
     let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
     assert_eq!(

@@ -11,20 +11,10 @@ use super::*;
 fn review_notes_are_shown_within_the_page_budget() {
     let server = start(ServerConfig::default());
     let admin = server.admin.clone();
-    let mut flagged = step("noted", "a", "decision", "ship it");
-    flagged["status"] = json!("flagged");
-    let written = post(&server, "/v1/steps", &admin, &flagged);
-    assert_eq!(written.status, 201, "{}", written.text());
-    let trace = written.json()["trace_id"].as_str().unwrap().to_owned();
+    let trace = flagged_step(&server, &admin, step("noted", "a", "decision", "ship it"));
     let note = "n".repeat(65_536);
     for _ in 0..100 {
-        let review = post(
-            &server,
-            &format!("/v1/steps/{trace}/review"),
-            &admin,
-            &json!({"decision": "escalate", "note": note}),
-        );
-        assert_eq!(review.status, 201, "{}", review.text());
+        escalate(&server, &admin, &trace, &note);
     }
     let reader = sign_in(&server, &key_for(&server, "acme", Role::Reader, None));
     let reply = page(&server, "/ui/sessions/noted", Some(&reader));

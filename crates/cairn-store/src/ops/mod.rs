@@ -110,12 +110,8 @@ pub struct ReviewQueuePage {
 /// (escaped: a control character takes six bytes) and, for the rest,
 /// [`cairn_core::record::Step::ANSWER_STEP_BYTES`].
 pub fn review_bytes(review: &cairn_core::log::ReviewRecord) -> usize {
-    let mut count = cairn_core::json::ByteCount(cairn_core::record::Step::ANSWER_STEP_BYTES);
-    if let Some(note) = &review.note {
-        // Writing into a counter cannot fail.
-        let _ = serde_json::to_writer(&mut count, note);
-    }
-    count.0
+    cairn_core::record::Step::ANSWER_STEP_BYTES
+        + review.note.as_ref().map_or(0, cairn_core::json::json_len)
 }
 
 /// Calls `visit` with each review record of an org, in log order, a page

@@ -52,17 +52,14 @@ pub struct SearchRequest {
     pub filter: StepFilter,
     /// Most hits.
     pub limit: usize,
-    /// Most bytes the hits' steps may hold together, each counted as
-    /// [`cairn_core::record::Step::answer_bytes`] counts it: the hits stop
-    /// before the one that would pass it (the first is kept whatever its
-    /// size) and the answer says it was cut ([`SearchAnswer::truncated`]).
-    /// [`SEARCH_ANSWER_BYTES`] unless a surface needs less.
-    pub max_bytes: usize,
 }
 
-/// What a search's hits may hold by default: the bound of every answer
-/// the server builds whole before it sends it (16 MiB), so that a search
-/// of many large steps cannot hold hundreds of megabytes.
+/// What a search's hits may hold, each step counted as
+/// [`cairn_core::record::Step::answer_bytes`] counts it: the bound of every
+/// answer the server builds whole before it sends it (16 MiB), so that a
+/// search of many large steps cannot hold hundreds of megabytes. The hits
+/// stop before the one that would pass it (the first is kept whatever its
+/// size) and the answer says it was cut ([`SearchAnswer::truncated`]).
 pub const SEARCH_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// One hit.
@@ -130,7 +127,7 @@ pub struct SearchAnswer {
     /// Hits, best first.
     pub hits: Vec<SearchHit>,
     /// Whether hits were left out because their steps would have passed
-    /// [`SearchRequest::max_bytes`] (fewer than the limit were kept while
+    /// [`SEARCH_ANSWER_BYTES`] (fewer than the limit were kept while
     /// more matched).
     pub truncated: bool,
     /// Set when hybrid mode ranked by full text alone because the embedder
@@ -268,7 +265,7 @@ pub fn search(
             continue;
         };
         held = held.saturating_add(record.step.answer_bytes());
-        if held > request.max_bytes && !hits.is_empty() {
+        if held > SEARCH_ANSWER_BYTES && !hits.is_empty() {
             truncated = true;
             break;
         }
