@@ -7,7 +7,7 @@ use super::LOCK_CLASS;
 use super::connection::{Db, col, u64_of};
 use super::tree::{PgTree, frontier_of};
 use crate::StoreError;
-use crate::engine::{AgentKey, OrgState, blob_hash, row_id};
+use crate::engine::{AgentKey, OrgState, SessionState, blob_hash, row_id};
 use cairn_core::merkle::{Frontier, leaf_hash};
 use cairn_core::{Hash, Timestamp};
 use postgres::GenericClient;
@@ -16,6 +16,10 @@ use std::collections::{HashMap, HashSet};
 /// Leaves another process appended that a batch reads to catch its cached
 /// frontier up; beyond this it rebuilds the frontier from stored subtrees.
 const CATCH_UP_LIMIT: u64 = 1 << 16;
+
+/// Session states [`OwnSessions`] keeps, all orgs together, before it
+/// starts over (about 25 MB; the states are then read again).
+const OWN_SESSIONS_KEPT: usize = 100_000;
 
 /// What a process remembers between batches. Only ever a cache: a batch
 /// checks it against the database under the org's lock.
@@ -32,6 +36,97 @@ pub(super) struct Cache {
     /// (shortening the time it holds it); for an org only this process
     /// writes that read would be one more round trip and nothing gained.
     pub(super) shared: HashSet<String>,
+    /// The sessions this process's batches wrote, by org name.
+    pub(super) sessions: HashMap<String, OwnSessions>,
+}
+
+/// The states of sessions as this process's committed batches left them,
+/// of one org, every one of them current at the org's log size `size`: a
+/// batch takes a session from here instead of reading it (one query per
+/// batch, and the read of its last step) as long as no entry appended
+/// after `size` by another process names it. Under the org's lock, the
+/// entries a batch catches its frontier up with are exactly those (from
+/// the cached frontier's size, which is this `size`), and they carry the
+/// `sid` of every session they change (its start, a step, its seal):
+/// [`OwnSessions::catch_up`] drops those sessions.
+#[derive(Default)]
+pub(super) struct OwnSessions {
+    size: u64,
+    states: HashMap<String, SessionState>,
+    /// Each kept session's id by its `sid`, to drop the sessions entries
+    /// name without going through every state under the lock.
+    ids: HashMap<i64, String>,
+}
+
+impl OwnSessions {
+    /// Brings the states from `size` to `caught.to` under the org's lock:
+    /// the sessions the entries read since name are dropped; if those
+    /// entries are not all the log holds after `size` (the frontier was
+    /// rebuilt from a checkpoint instead), every state is.
+    pub(super) fn catch_up(&mut self, caught: &CaughtUp) {
+        if self.size != caught.from {
+            self.states.clear();
+            self.ids.clear();
+        } else {
+            for sid in caught.sessions.iter().filter_map(|(_, sid)| *sid) {
+                if let Some(id) = self.ids.remove(&sid) {
+                    self.states.remove(&id);
+                }
+            }
+        }
+        self.size = caught.to;
+    }
+
+    /// Keeps `state`, session `session_id`'s as a committed batch left it.
+    fn keep(&mut self, session_id: String, state: SessionState) {
+        self.ids.insert(state.sid, session_id.clone());
+        self.states.insert(session_id, state);
+    }
+
+    /// A session's state, if kept.
+    pub(super) fn get(&self, session_id: &str) -> Option<&SessionState> {
+        self.states.get(session_id)
+    }
+}
+
+impl Cache {
+    /// Whether org `name`'s session `session_id` is kept (it may still be
+    /// dropped under the lock).
+    pub(super) fn keeps_session(&self, name: &str, session_id: &str) -> bool {
+        self.sessions
+            .get(name)
+            .is_some_and(|own| own.states.contains_key(session_id))
+    }
+
+    /// Keeps what a committed batch left: each org it grew is at its new
+    /// size, with the states of the sessions the batch wrote.
+    pub(super) fn keep_sessions(
+        &mut self,
+        orgs: &HashMap<String, OrgState>,
+        sessions: HashMap<(i64, String), SessionState>,
+    ) {
+        let mut names = HashMap::with_capacity(orgs.len());
+        for (name, org) in orgs {
+            let own = self.sessions.entry(name.clone()).or_default();
+            // Whatever it held is current at the size the batch started
+            // from (set under the lock); the batch's own entries changed
+            // only the sessions it returns.
+            own.size = org.frontier.size();
+            names.insert(org.id, name.as_str());
+        }
+        for ((org, session_id), state) in sessions {
+            if let Some(own) = names
+                .get(&org)
+                .and_then(|name| self.sessions.get_mut(*name))
+            {
+                own.keep(session_id, state);
+            }
+        }
+        let kept: usize = self.sessions.values().map(|own| own.states.len()).sum();
+        if kept > OWN_SESSIONS_KEPT {
+            self.sessions.clear();
+        }
+    }
 }
 
 /// The advisory-lock key of an org name (SHA-256 based, so every process
@@ -183,4 +278,61 @@ pub(super) fn load_org<C: GenericClient>(
             .unwrap_or_default(),
     };
     Ok(Some((org, caught_up)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CaughtUp, OwnSessions};
+    use crate::engine::SessionState;
+
+    fn state(sid: i64) -> SessionState {
+        SessionState {
+            sid,
+            agent_id: "agent".into(),
+            profile: cairn_core::record::Profile::default(),
+            max_clock_skew_s: 0,
+            next_index: 1,
+            head: cairn_core::Hash::sha256(b"head"),
+            sealed: false,
+            first_seq: Some(0),
+            last_seq: Some(0),
+            last_created: None,
+            last_kind: None,
+            known_kinds: 0,
+        }
+    }
+
+    fn kept(size: u64) -> OwnSessions {
+        let mut own = OwnSessions {
+            size,
+            ..OwnSessions::default()
+        };
+        own.keep("a".into(), state(1));
+        own.keep("b".into(), state(2));
+        own
+    }
+
+    /// The sessions the entries caught up with name are dropped, the
+    /// others kept; a catch-up from another size drops them all.
+    #[test]
+    fn a_catch_up_drops_the_sessions_its_entries_name() {
+        let mut own = kept(10);
+        own.catch_up(&CaughtUp {
+            from: 10,
+            to: 13,
+            sessions: vec![(10, Some(2)), (11, None), (12, Some(7))],
+        });
+        assert!(own.get("a").is_some());
+        assert!(own.get("b").is_none());
+        assert_eq!(own.size, 13);
+
+        let mut own = kept(10);
+        own.catch_up(&CaughtUp {
+            from: 8,
+            to: 13,
+            sessions: Vec::new(),
+        });
+        assert!(own.get("a").is_none() && own.get("b").is_none());
+        assert_eq!(own.size, 13);
+    }
 }

@@ -220,6 +220,11 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 } else {
                     cache.shared.remove(name);
                 }
+                cache
+                    .sessions
+                    .entry(name.clone())
+                    .or_default()
+                    .catch_up(&caught);
                 caught_up.insert(org.id, caught);
                 orgs.insert(name.clone(), org);
             }
@@ -493,6 +498,70 @@ mod tests {
             failed.is_err() && message.contains("does not match its stored leaf"),
             "{message}"
         );
+    }
+
+    fn step_index(outcome: Result<crate::Written, crate::Refusal>) -> u64 {
+        match outcome.unwrap() {
+            crate::Written::Step { step_index, .. } => step_index,
+            other => panic!("not a step: {other:?}"),
+        }
+    }
+
+    /// Two servers appending to one session in turn: a server takes the
+    /// session's state from what its own last batch left only while no
+    /// entry the other appended since names the session, so each step
+    /// continues the other's chain, and a seal by one is seen by the other.
+    #[test]
+    fn a_kept_session_is_dropped_once_another_server_writes_it() {
+        let Some(servers) = two_servers("kept_sessions") else {
+            return;
+        };
+        let (first, second) = (&servers.first, &servers.second);
+        let mut indexes = Vec::new();
+        for _ in 0..3 {
+            for store in [first, second, first] {
+                let outcomes = store.append_batch(&[step("shared")]).unwrap();
+                indexes.extend(outcomes.into_iter().map(step_index));
+            }
+        }
+        assert_eq!(indexes, (0..9).collect::<Vec<u64>>());
+        assert!(first.cache.lock().unwrap().keeps_session(ORG, "shared"));
+
+        // The other server appends; under the lock, the first drops the
+        // state it kept.
+        write(second, "shared");
+        let mut guard = first.writer.lock().unwrap();
+        let conn = guard.as_mut().unwrap();
+        let mut cache = first.cache.lock().unwrap();
+        let mut tx = conn.client.transaction().unwrap();
+        let db = Db {
+            client: &mut tx,
+            statements: &mut conn.statements,
+        };
+        let pg_tx = PgTx::begin(db, HashSet::from([ORG.to_owned()]), &mut cache).unwrap();
+        drop(pg_tx);
+        drop(tx);
+        assert!(!cache.keeps_session(ORG, "shared"));
+        drop(cache);
+        drop(guard);
+
+        let outcomes = first.append_batch(&[step("shared")]).unwrap();
+        assert_eq!(
+            outcomes.into_iter().map(step_index).collect::<Vec<_>>(),
+            [10]
+        );
+        let sealed = second
+            .append_batch(&[WriteRequest::Seal {
+                org_id: ORG.into(),
+                session_id: "shared".into(),
+                require_reflection: false,
+            }])
+            .unwrap();
+        assert!(sealed[0].is_ok(), "{:?}", sealed[0]);
+        let refused = first.append_batch(&[step("shared")]).unwrap();
+        assert!(refused[0].is_err(), "a step after the other server's seal");
+        let verdict = crate::ops::verify_org(first, ORG, &[], &[], &mut |_| {}).unwrap();
+        assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
     }
 
     /// Two servers on one database: what one read of a batch's sessions

@@ -175,7 +175,17 @@ impl PgStore {
                 if !cache.shared.contains(name) {
                     continue;
                 }
-                if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, ids) {
+                // Those this process wrote last are most likely still as
+                // it left them (checked under the lock).
+                let ids: Vec<String> = ids
+                    .iter()
+                    .filter(|id| !cache.keeps_session(name, id))
+                    .cloned()
+                    .collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                if let Ok(Some(sessions)) = sessions_before_locking(&mut conn.db(), name, &ids) {
                     early.push(sessions);
                 }
             }
@@ -216,6 +226,7 @@ impl PgStore {
             pg_tx.flush()?;
             drop(pg_tx);
             tx.commit().context("committing a batch")?;
+            cache.keep_sessions(&overlay.orgs, overlay.sessions);
             for org in overlay.orgs.into_values() {
                 cache.frontiers.insert(org.id, org.frontier);
             }

@@ -277,11 +277,27 @@ impl<C: GenericClient> PgTx<'_, C> {
         org: i64,
         ids: &[String],
     ) -> Result<(), StoreError> {
-        let ids: Vec<String> = ids
+        // The states this process's batches left, checked under the lock
+        // (`OwnSessions::catch_up`), need no read.
+        let own = self
+            .orgs
             .iter()
-            .filter(|id| !self.sessions.contains_key(&(org, (*id).clone())))
-            .cloned()
-            .collect();
+            .find(|(_, state)| state.id == org)
+            .and_then(|(name, _)| self.cache.sessions.get(name));
+        let mut unread = Vec::new();
+        for id in ids {
+            let key = (org, id.clone());
+            if self.sessions.contains_key(&key) {
+                continue;
+            }
+            match own.and_then(|own| own.get(id)) {
+                Some(state) => {
+                    self.sessions.insert(key, Some(state.clone()));
+                }
+                None => unread.push(id.clone()),
+            }
+        }
+        let ids = unread;
         if ids.is_empty() {
             return Ok(());
         }
