@@ -198,8 +198,10 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     rotated = agent.rotate_agent_key(registered["key_id"], _public(seed_b))
     assert rotated["revoked"] == _key_id(seed_a) and rotated["key_id"] == _key_id(seed_b)
     assert agent.revoke_agent_key(_key_id(seed_b), reason="retired")["revoked"] == _key_id(seed_b)
-    kinds = [k["type"] for k in admin.list_agent_keys()["keys"]]
-    assert kinds.count("key-revocation") == 2
+    records = admin.list_agent_keys()["keys"]
+    assert [k["type"] for k in records].count("key-revocation") == 2
+    page = admin.list_agent_keys(after=records[0]["seq"], limit=2)["keys"]
+    assert [k["seq"] for k in page] == [k["seq"] for k in records[1:3]]
     trace_key = admin.register_agent_key(_public(seed_c), agent_id="e8821136df22")["key_id"]
     trace = dict(TRACE, signature_key_id=trace_key)
     trace["signature"] = base64.b64encode(ed25519.sign(seed_c, canonical(

@@ -3,9 +3,12 @@
 //! main module. Each is a record of the org log; a key bound to an agent
 //! acts on that agent's keys only.
 
+use crate::input::{KEY_RECORDS_LIMIT, StrictQuery, refuse_unknown_params, result_limit};
 use crate::{ApiError, optional_string};
 use crate::{AppState, Caller, Json, blocking, parse_json, public_key_param};
 use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use cairn_core::log::OpRecord;
 use cairn_store::{WriteRequest, Written};
 use serde_json::{Value, json};
@@ -125,15 +128,21 @@ pub(crate) async fn rotate(
     revoked_json(crate::queue_write(&state, &counted, request).await?)
 }
 
-/// `GET /v1/agent-keys`: every key record of the org (of the caller's
-/// agent, for a bound key), in log order.
+/// `GET /v1/agent-keys`: the key records of the org (of the caller's
+/// agent, for a bound key), in log order, a page at a time (an org may
+/// register keys without end: the whole list had been built in memory at
+/// once).
 #[utoipa::path(
     get,
     path = "/v1/agent-keys",
     operation_id = "agent_keys_list",
     tag = "agent-keys",
     summary = "The org's agent key records",
-    description = "Every key-registration and key-revocation record of the org (of the caller's agent, for a key bound to one), in log order. Roles: any.",
+    description = "The key-registration and key-revocation records of the org (of the caller's agent, for a key bound to one), in log order, at most limit of them (1 to 1000, default 1000) after position after. When a page is full, a Link header with rel=\"next\" names the next page (the same query with after set to the page's last seq); every page costs the same however deep. Roles: any.",
+    params(
+        ("after" = Option<u64>, Query, description = "Only records after this log position: the seq of the last record of the previous page"),
+        ("limit" = Option<u64>, Query, description = "1 to 1000, default 1000", minimum = 1, maximum = 1000),
+    ),
     responses(
         (status = 200, description = "OK", content_type = "application/json", body = serde_json::Value),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
@@ -142,13 +151,20 @@ pub(crate) async fn rotate(
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-) -> Result<Json, ApiError> {
+    StrictQuery(q): StrictQuery,
+) -> Result<Response, ApiError> {
+    refuse_unknown_params(q.keys(), &["after", "limit"])?;
+    let limit = result_limit(q.get("limit").map(|l| l.parse().ok()), KEY_RECORDS_LIMIT)?;
+    let after = crate::query_u64(&q, "after")?;
     let org = caller.org().to_owned();
     let agent = caller.key.agent_id.clone();
     let records = blocking(&state, move |store| {
-        Ok(store.key_records(&org, agent.as_deref())?)
+        Ok(store.key_records_page(&org, agent.as_deref(), after, limit)?)
     })
     .await?;
+    let next = (records.len() == limit)
+        .then(|| records.last().map(|(seq, _)| *seq))
+        .flatten();
     let keys: Vec<Value> = records
         .into_iter()
         .map(|(seq, record)| match record {
@@ -163,7 +179,15 @@ pub(crate) async fn list(
             other => json!({"seq": seq, "type": other.entry_type()}),
         })
         .collect();
-    Ok(axum::Json(json!({ "keys": keys })))
+    let mut response = axum::Json(json!({ "keys": keys })).into_response();
+    if let Some(last) = next
+        && let Ok(value) = header::HeaderValue::from_str(&format!(
+            "</v1/agent-keys?after={last}&limit={limit}>; rel=\"next\""
+        ))
+    {
+        response.headers_mut().insert(header::LINK, value);
+    }
+    Ok(response)
 }
 
 fn base64_key(key: &cairn_core::ed25519_dalek::VerifyingKey) -> String {

@@ -166,6 +166,12 @@ pub const REVIEWS_LIMIT: ResultLimit = ResultLimit {
     max: 10_000,
 };
 
+/// Key records of a page of `GET /v1/agent-keys`.
+pub const KEY_RECORDS_LIMIT: ResultLimit = ResultLimit {
+    default: 1000,
+    max: 1000,
+};
+
 /// Results of a search (`GET /v1/search`, MCP `search_reasoning`, the web
 /// UI's search).
 pub const SEARCH_LIMIT: ResultLimit = ResultLimit {

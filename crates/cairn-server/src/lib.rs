@@ -701,7 +701,7 @@ fn query_id(q: &HashMap<String, String>, key: &'static str) -> Result<Option<Str
     }
 }
 
-fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
             v.parse::<u64>().map_err(|_| {

@@ -467,3 +467,103 @@ fn a_selection_re_signed_by_another_key_is_not_vouched_for() {
     .json();
     assert_eq!(genuine["signed_by_this_server"], json!(true), "{genuine}");
 }
+
+/// `GET /v1/agent-keys` lists the key records a page at a time, in log
+/// order, with a Link to the next page when one is full (an org may
+/// register keys without end: the whole list had been built in memory);
+/// a key bound to an agent pages through its agent's records only.
+#[test]
+fn agent_key_records_are_listed_a_page_at_a_time() {
+    let server = start();
+    let admin = server.admin.clone();
+    let register = |agent: &str, seed: u8| {
+        let key = SigningKey::from_bytes(&[seed; 32]);
+        let public =
+            base64::engine::general_purpose::STANDARD.encode(key.verifying_key().as_bytes());
+        let r = post(
+            &server,
+            "/v1/agent-keys",
+            &admin,
+            &json!({"agent_id": agent, "public_key": public}),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["key_id"].as_str().unwrap().to_owned()
+    };
+    let mut analyst = Vec::new();
+    for seed in 40..45 {
+        analyst.push(register("analyst", seed));
+        register("other", seed + 20);
+    }
+    let revoked = post(
+        &server,
+        &format!("/v1/agent-keys/{}/revoke", analyst[0]),
+        &admin,
+        &json!({"agent_id": "analyst", "reason": "rotated"}),
+    );
+    assert_eq!(revoked.status, 200, "{}", revoked.text());
+
+    let api = |path: &str, token: &str| {
+        raw(
+            server.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}"),
+            b"",
+        )
+    };
+    // Follows the Link headers from `path`, two records a page.
+    let pages = |token: &str, path: &str| {
+        let mut seen: Vec<Value> = Vec::new();
+        let mut next = Some(path.to_owned());
+        let mut pages = 0;
+        while let Some(path) = next.take() {
+            let page = api(&path, token);
+            assert_eq!(page.status, 200, "{}", String::from_utf8_lossy(&page.body));
+            let keys = page.json()["keys"].as_array().unwrap().clone();
+            assert!(keys.len() <= 2);
+            seen.extend(keys);
+            next = page.header("link").map(|link| {
+                let (target, rel) = link.split_once("; ").unwrap();
+                assert_eq!(rel, "rel=\"next\"");
+                target.trim_matches(['<', '>']).to_owned()
+            });
+            pages += 1;
+        }
+        (seen, pages)
+    };
+    let (all, count) = pages(&admin, "/v1/agent-keys?limit=2");
+    assert_eq!(all.len(), 11);
+    assert_eq!(count, 6, "five full pages, then the last one");
+    let seqs: Vec<u64> = all.iter().map(|k| k["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(all[10]["type"], "key-revocation");
+    let whole = api("/v1/agent-keys", &admin);
+    assert_eq!(whole.json()["keys"].as_array().unwrap().len(), 11);
+    assert!(whole.header("link").is_none());
+    let after = get(
+        &server,
+        &format!("/v1/agent-keys?after={}", seqs[8]),
+        &admin,
+    );
+    assert_eq!(after.json()["keys"].as_array().unwrap().len(), 2);
+
+    let bound = key_for(&server, "acme", Role::Writer, Some("analyst"));
+    let (own, _) = pages(&bound, "/v1/agent-keys?limit=2");
+    assert_eq!(own.len(), 6, "five registrations and a revocation");
+    assert!(own.iter().all(|k| k["agent_id"] == "analyst"));
+
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=abc", "limit"),
+        ("after=-1", "after"),
+        ("cursor=1", "cursor"),
+    ] {
+        let refused = get(&server, &format!("/v1/agent-keys?{query}"), &admin);
+        assert_eq!(refused.status, 400, "{query}: {}", refused.text());
+        assert_eq!(
+            refused.json()["error"]["field"],
+            field,
+            "{query}: {}",
+            refused.text()
+        );
+    }
+}

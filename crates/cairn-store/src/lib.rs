@@ -578,6 +578,18 @@ pub trait LedgerStore: Send + Sync + 'static {
         agent_id: Option<&str>,
     ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
 
+    /// A page of [`LedgerStore::key_records`]: at most `limit` of them,
+    /// those after position `after` (from the first when `None`), in log
+    /// order; read through an index in that order, so that every page
+    /// costs the same however deep.
+    fn key_records_page(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+
     /// An operational record found by id (an audit event's id, an
     /// imported trace's id), with its position.
     fn op_by_id(

@@ -580,7 +580,17 @@ impl LedgerStore for PgStore {
         org_id: &str,
         agent_id: Option<&str>,
     ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
-        self.key_records_in(org_id, agent_id)
+        self.key_records_in(org_id, agent_id, None, usize::MAX)
+    }
+
+    fn key_records_page(
+        &self,
+        org_id: &str,
+        agent_id: Option<&str>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
+        self.key_records_in(org_id, agent_id, after, limit)
     }
 
     fn op_by_id(&self, org_id: &str, id: &str) -> Result<Option<(u64, OpRecord)>, StoreError> {

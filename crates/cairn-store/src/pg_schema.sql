@@ -73,6 +73,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS entries_one_start ON entries (sid) WHERE type 
 CREATE UNIQUE INDEX IF NOT EXISTS entries_one_seal ON entries (sid) WHERE type = 'seal';
 CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_index) WHERE type = 'erasure';
 CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
+-- The org's key records in log order, for `GET /v1/agent-keys`' pages.
+CREATE INDEX IF NOT EXISTS entries_key_records_in_order ON entries (org, id) WHERE type IN ('key-registration', 'key-revocation');
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        BIGSERIAL PRIMARY KEY,

@@ -64,6 +64,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS entries_one_start ON entries (sid) WHERE type 
 CREATE UNIQUE INDEX IF NOT EXISTS entries_one_seal ON entries (sid) WHERE type = 'seal';
 CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_index) WHERE type = 'erasure';
 CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
+-- The org's key records in log order (the rowid follows the org), for
+-- `GET /v1/agent-keys`' pages.
+CREATE INDEX IF NOT EXISTS entries_key_records_in_order ON entries (org) WHERE type IN ('key-registration', 'key-revocation');
 CREATE UNIQUE INDEX IF NOT EXISTS entries_by_trace ON entries (org, trace_id) WHERE trace_id IS NOT NULL;
 -- A session's turns: where a turn's next step is numbered, read without
 -- walking the session (only steps recorded in turns are in it).

@@ -573,9 +573,12 @@ class _Core:
         return _Request("POST", "/v1/agent-keys", _json, "write",
                         body=_body(_present(agent_id=self._agent(agent_id), public_key=public_key_b64)))
 
-    def _op_list_agent_keys(self) -> _Request[AgentKeyList]:
-        """`GET /v1/agent-keys`: the org's registered agent keys."""
-        return _Request("GET", "/v1/agent-keys", _json, "read")
+    def _op_list_agent_keys(self, after: Optional[int] = None, limit: Optional[int] = None) -> _Request[AgentKeyList]:
+        """`GET /v1/agent-keys`: the org's agent key records (registrations
+        and revocations) in log order, at most `limit` (1 to 1000, default
+        1000) after log position `after`; a full page may have more: ask
+        again with `after` set to its last record's `seq`."""
+        return _Request("GET", "/v1/agent-keys", _json, "read", query=_query(after=after, limit=limit))
 
     def _op_revoke_agent_key(self, key_id: str, agent_id: Optional[str] = None,
                              reason: Optional[str] = None) -> _Request[AgentKeyChange]:

@@ -485,20 +485,27 @@ impl PgStore {
         })
     }
 
+    /// Key records of an org (of one agent), after position `after`, at
+    /// most `limit`, in log order: through `entries_key_records_in_order`
+    /// (the org's, in id order) or `entries_key_records` (one agent's).
     pub(super) fn key_records_in(
         &self,
         org_id: &str,
         agent_id: Option<&str>,
+        after: Option<u64>,
+        limit: usize,
     ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
+            let above = after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq));
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             db.query(
                 "SELECT e.seq, e.type, e.view FROM entries e
                  WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
-                   AND ($2::text IS NULL OR e.agent_id = $2) ORDER BY e.id",
-                &[&org, &agent_id],
+                   AND ($2::text IS NULL OR e.agent_id = $2) AND e.id > $3 ORDER BY e.id LIMIT $4",
+                &[&org, &agent_id, &above, &limit],
                 "reading key records",
             )?
             .iter()

@@ -18,6 +18,18 @@ use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{OptionalExtension, params};
 
+/// One agent's key records after a rowid (`?3`), in log order, at most
+/// `?4` (`?2`: the agent).
+pub(super) const AGENT_KEY_RECORDS: &str = "SELECT e.seq, e.type, e.view FROM entries e
+     WHERE e.org = ?1 AND e.type IN ('key-registration', 'key-revocation')
+       AND e.agent_id = ?2 AND e.id > ?3 ORDER BY e.id LIMIT ?4";
+
+/// An org's key records after a rowid (`?3`), in log order, at most `?4`
+/// (`?2` is NULL).
+pub(super) const ORG_KEY_RECORDS_PAGE: &str = "SELECT e.seq, e.type, e.view FROM entries e
+     WHERE e.org = ?1 AND e.type IN ('key-registration', 'key-revocation')
+       AND ?2 IS NULL AND e.id > ?3 ORDER BY e.id LIMIT ?4";
+
 impl SqliteStore {
     pub(super) fn read_log_in(
         &self,
@@ -427,24 +439,31 @@ impl SqliteStore {
         })
     }
 
+    /// Key records of an org (of one agent), after position `after`, at
+    /// most `limit`, in log order: through `entries_key_records` (one
+    /// agent's) or `entries_key_records_in_order` (the org's), each in
+    /// rowid order within the org.
     pub(super) fn key_records_in(
         &self,
         org_id: &str,
         agent_id: Option<&str>,
+        after: Option<u64>,
+        limit: usize,
     ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT e.seq, e.type, e.view FROM entries e
-                     WHERE e.org = ?1 AND e.type IN ('key-registration', 'key-revocation')
-                       AND (?2 IS NULL OR e.agent_id = ?2) ORDER BY e.id",
-                )
-                .context("reading key records")?;
+            let above = after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq));
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let sql = if agent_id.is_some() {
+                AGENT_KEY_RECORDS
+            } else {
+                ORG_KEY_RECORDS_PAGE
+            };
+            let mut stmt = c.prepare_cached(sql).context("reading key records")?;
             let rows: Vec<(i64, String, String)> = stmt
-                .query_map(params![org, agent_id], |r| {
+                .query_map(params![org, agent_id, above, limit], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
                 .context("reading key records")?

@@ -212,4 +212,39 @@ mod tests {
         );
         assert!(!plan.iter().any(|step| step == "SCAN entries"), "{plan:?}");
     }
+
+    /// A page of key records (`GET /v1/agent-keys`) is read through a
+    /// partial index in log order: neither the log scanned nor every key
+    /// record of the org sorted for each page.
+    #[test]
+    fn key_record_pages_are_read_in_order_through_their_index() {
+        use super::super::reads::{AGENT_KEY_RECORDS, ORG_KEY_RECORDS_PAGE};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let writer = store.writer.lock().unwrap();
+        for (sql, agent, index) in [
+            (ORG_KEY_RECORDS_PAGE, None, "entries_key_records_in_order"),
+            (AGENT_KEY_RECORDS, Some("agent"), "entries_key_records"),
+        ] {
+            let mut stmt = writer
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap();
+            let plan: Vec<String> = stmt
+                .query_map(rusqlite::params![1, agent, 0, 100], |r| r.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().any(|step| step.contains(&format!("{index} "))),
+                "{plan:?}"
+            );
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.contains("SCAN") || step.contains("B-TREE")),
+                "{plan:?}"
+            );
+        }
+    }
 }

@@ -391,6 +391,29 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
             .collect::<Vec<_>>(),
         ["key-registration", "key-revocation", "key-registration"]
     );
+    // Pages of them, the org's and the agent's, in log order.
+    for agent in [None, Some("analyst")] {
+        let all = store.key_records(ORG, agent).unwrap();
+        let mut paged = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.key_records_page(ORG, agent, after, 2).unwrap();
+            assert!(page.len() <= 2);
+            let full = page.len() == 2;
+            after = page.last().map(|(seq, _)| *seq).or(after);
+            paged.extend(page.into_iter().map(|(seq, _)| seq));
+            if !full {
+                break;
+            }
+        }
+        assert_eq!(paged, all.iter().map(|(seq, _)| *seq).collect::<Vec<_>>());
+    }
+    assert!(
+        store
+            .key_records_page(ORG, None, Some(u64::MAX), 10)
+            .unwrap()
+            .is_empty()
+    );
     assert_verifies(store.as_ref());
     // After a restart the keys are what the log says: the revoked one
     // stays revoked, the new one registered to its agent.
