@@ -155,7 +155,16 @@ pub(crate) async fn list(
 ) -> Result<Response, ApiError> {
     refuse_unknown_params(q.keys(), &["after", "limit"])?;
     let limit = result_limit(q.get("limit").map(|l| l.parse().ok()), KEY_RECORDS_LIMIT)?;
+    // A log position, as the document types it (int64): past it is not
+    // a position of any log.
     let after = crate::query_u64(&q, "after")?;
+    if after.is_some_and(|seq| i64::try_from(seq).is_err()) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "after must be a log position: the seq of the last record of the previous page",
+        )
+        .with_field("after"));
+    }
     let org = caller.org().to_owned();
     let agent = caller.key.agent_id.clone();
     let records = blocking(&state, move |store| {

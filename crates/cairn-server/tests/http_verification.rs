@@ -555,6 +555,7 @@ fn agent_key_records_are_listed_a_page_at_a_time() {
         ("limit=1001", "limit"),
         ("limit=abc", "limit"),
         ("after=-1", "after"),
+        ("after=9223372036854775808", "after"),
         ("cursor=1", "cursor"),
     ] {
         let refused = get(&server, &format!("/v1/agent-keys?{query}"), &admin);

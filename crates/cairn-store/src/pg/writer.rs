@@ -134,14 +134,19 @@ impl PgStore {
         f: impl FnOnce(&mut PgConn, &mut Cache) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut writer = self.writer.lock().map_err(|_| poisoned())?;
+        let mut cache = self.cache.lock().map_err(|_| poisoned())?;
         if writer.as_ref().is_none_or(|c| c.client.is_closed()) {
             *writer = None;
+            // Whatever the lost connection's batches left is forgotten too:
+            // the database may not be the one they wrote to (restored from
+            // a backup, failed over), and a kept frontier or session state
+            // is trusted as the catch-up's starting point.
+            *cache = Cache::default();
             *writer = Some(connect(&self.config)?);
         }
         let conn = writer
             .as_mut()
             .ok_or_else(|| StoreError::Corrupt("no writer connection".into()))?;
-        let mut cache = self.cache.lock().map_err(|_| poisoned())?;
         let out = f(conn, &mut cache);
         if out.is_err() {
             // The cache may have been filled inside the failed transaction
