@@ -2,7 +2,7 @@
 //! index, whatever the statistics say, both on a table just loaded (before
 //! autovacuum analyzes it) and once it is analyzed.
 
-use super::reads::TURN_STEPS_TAKEN;
+use super::reads::{KEY_RECORDS_PAGE, TURN_STEPS_TAKEN};
 use super::rows::{STEPS_BY_TRACE, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
 use crate::pg::{PgOptions, PgStore};
 use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
@@ -98,9 +98,58 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
             }
         }
     }
+    key_record_pages_follow_their_index(&store, &mut admin, org);
     // And they answer: every key asked is held.
     let held = admin.query(TURN_STEPS_TAKEN, &lookups[3].2).unwrap().len();
     assert_eq!(held, 500);
     let found = store.steps_by_trace("org", &ids).unwrap().len();
     assert_eq!(found, 500);
+}
+
+/// A page of key records (`GET /v1/agent-keys`) of the org is read in log
+/// order through `entries_key_records_in_order`, never by sorting the
+/// org's key records or scanning the log; one agent's through an index of
+/// key records too.
+fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Client, org: i64) {
+    use cairn_core::ed25519_dalek::SigningKey;
+    let batch: Vec<WriteRequest> = (0..600u32)
+        .map(|i| {
+            let mut seed = [0u8; 32];
+            seed[..4].copy_from_slice(&i.to_be_bytes());
+            WriteRequest::RegisterKey {
+                org_id: "org".into(),
+                agent_id: format!("agent-{}", i % 6),
+                public_key: SigningKey::from_bytes(&seed).verifying_key(),
+            }
+        })
+        .collect();
+    for written in store.append_batch(&batch).unwrap() {
+        written.unwrap();
+    }
+    admin.batch_execute("ANALYZE").unwrap();
+    let after = (org << 40) + 20_100;
+    let limit = 100i64;
+    for agent in [None, Some("agent-3")] {
+        let plan = admin
+            .query(
+                &format!("EXPLAIN {KEY_RECORDS_PAGE}"),
+                &[&org, &agent, &after, &limit],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(plan.contains("entries_key_records"), "{agent:?}: {plan}");
+        assert!(!plan.contains("Seq Scan on entries"), "{agent:?}: {plan}");
+        if agent.is_none() {
+            assert!(plan.contains("entries_key_records_in_order"), "{plan}");
+            assert!(!plan.contains("Sort"), "{plan}");
+        }
+    }
+    let page = store
+        .key_records_page("org", None, Some(20_100), 100)
+        .unwrap();
+    assert_eq!(page.len(), 100);
+    assert_eq!(page[0].0, 20_101);
 }

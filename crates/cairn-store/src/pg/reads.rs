@@ -22,6 +22,12 @@ use cairn_core::log::{KeyRegistration, LogEntry, LogRecord, OpRecord};
 use cairn_core::{Hash, Timestamp};
 use postgres::types::ToSql;
 
+/// Key records of org `$1` (of agent `$2`, if not NULL) after row id `$3`,
+/// in log order, at most `$4`.
+pub(super) const KEY_RECORDS_PAGE: &str = "SELECT e.seq, e.type, e.view FROM entries e
+     WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
+       AND ($2::text IS NULL OR e.agent_id = $2) AND e.id > $3 ORDER BY e.id LIMIT $4";
+
 impl PgStore {
     pub(super) fn read_log_in(
         &self,
@@ -502,9 +508,7 @@ impl PgStore {
             let above = after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq));
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             db.query(
-                "SELECT e.seq, e.type, e.view FROM entries e
-                 WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
-                   AND ($2::text IS NULL OR e.agent_id = $2) AND e.id > $3 ORDER BY e.id LIMIT $4",
+                KEY_RECORDS_PAGE,
                 &[&org, &agent_id, &above, &limit],
                 "reading key records",
             )?
