@@ -330,10 +330,17 @@ pub(crate) fn listed_sessions(
 ) -> Result<Vec<(cairn_store::SessionSummary, Option<bool>)>, ApiError> {
     let mut spent = 0u64;
     let mut out = Vec::new();
+    // The org's keys are read once, then only the records appended since
+    // before each session (each is checked against the keys as the log
+    // holds them when its verification starts).
+    let mut keys = cairn_store::ops::OrgKeys::default();
     for s in store.list_sessions(org, filter, limit)? {
         let valid = if verify && spent.saturating_add(s.step_count) <= budget {
             spent += s.step_count;
-            Some(verify_session(store, org, &s.session_id)?.is_some_and(|v| v.verified))
+            Some(
+                cairn_store::ops::verify_session_with(store, org, &s.session_id, &mut keys)?
+                    .is_some_and(|v| v.verified),
+            )
         } else {
             None
         };

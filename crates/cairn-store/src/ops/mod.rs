@@ -37,8 +37,9 @@ pub use search::{
     step_at,
 };
 pub use verify::{
-    StoreVerdict, TreeRepair, WitnessReport, agent_keys, apply_witness_policy, repair_tree,
-    repeated_org_name, repeated_org_name_verdict, trusted_checkpoint, verify_org, verify_session,
+    OrgKeys, StoreVerdict, TreeRepair, WitnessReport, agent_keys, apply_witness_policy,
+    repair_tree, repeated_org_name, repeated_org_name_verdict, trusted_checkpoint, verify_org,
+    verify_session, verify_session_with,
 };
 
 /// A flagged step in seed 003's review queue, with the latest reviews

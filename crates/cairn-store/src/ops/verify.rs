@@ -586,15 +586,49 @@ fn check_entries(
 /// with them. A bad key record fails the org's verification at its
 /// position; here it simply gives no key.
 pub fn agent_keys(store: &dyn LedgerStore, org_id: &str) -> Result<AgentKeys, StoreError> {
-    let mut keys = AgentKeys::new();
-    for (seq, record) in store.key_records(org_id, None)? {
-        let _ = match &record {
-            OpRecord::KeyRegistration(reg) => keys.register(reg, seq),
-            OpRecord::KeyRevocation(rev) => keys.revoke(rev, seq),
-            _ => Ok(()),
-        };
+    let mut keys = OrgKeys::default();
+    keys.refresh(store, org_id)?;
+    Ok(keys.keys)
+}
+
+/// Key records read at a time by [`OrgKeys::refresh`].
+const KEY_RECORDS_READ: usize = 1024;
+
+/// An org's agent keys as far as they were read, brought up to date by
+/// reading only the key records after the last one read: a listing that
+/// verifies many sessions checks each against the keys as the log holds
+/// them when its verification starts, as [`verify_session`] does, without
+/// reading (and decoding) every key record of the org for each.
+#[derive(Default)]
+pub struct OrgKeys {
+    keys: AgentKeys,
+    last: Option<u64>,
+}
+
+impl OrgKeys {
+    /// Reads the key records appended since the last read (usually none:
+    /// one look-up), a page at a time, and gives the keys.
+    pub fn refresh(
+        &mut self,
+        store: &dyn LedgerStore,
+        org_id: &str,
+    ) -> Result<&AgentKeys, StoreError> {
+        loop {
+            let page = store.key_records_page(org_id, None, self.last, KEY_RECORDS_READ)?;
+            let full = page.len() == KEY_RECORDS_READ;
+            for (seq, record) in page {
+                let _ = match &record {
+                    OpRecord::KeyRegistration(reg) => self.keys.register(reg, seq),
+                    OpRecord::KeyRevocation(rev) => self.keys.revoke(rev, seq),
+                    _ => Ok(()),
+                };
+                self.last = Some(seq);
+            }
+            if !full {
+                return Ok(&self.keys);
+            }
+        }
     }
-    Ok(keys)
 }
 
 /// Verifies one session's chain on its own, as the log holds it: its steps
@@ -610,7 +644,19 @@ pub fn verify_session(
     org_id: &str,
     session_id: &str,
 ) -> Result<Option<Verdict>, StoreError> {
-    match verify_session_chain(store, org_id, session_id) {
+    verify_session_with(store, org_id, session_id, &mut OrgKeys::default())
+}
+
+/// [`verify_session`] with the org's keys as read so far, brought up to
+/// date before the session is checked: many sessions of one org verified
+/// in turn read each key record once.
+pub fn verify_session_with(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    session_id: &str,
+    keys: &mut OrgKeys,
+) -> Result<Option<Verdict>, StoreError> {
+    match verify_session_chain(store, org_id, session_id, keys) {
         Err(e) if names_repeated(&e, org_id) => Ok(Some(repeated_org_name_verdict(org_id))),
         other => other,
     }
@@ -620,11 +666,12 @@ fn verify_session_chain(
     store: &dyn LedgerStore,
     org_id: &str,
     session_id: &str,
+    keys: &mut OrgKeys,
 ) -> Result<Option<Verdict>, StoreError> {
     let Some(info) = store.session(org_id, session_id)? else {
         return Ok(None);
     };
-    let keys = agent_keys(store, org_id)?;
+    let keys = keys.refresh(store, org_id)?.clone();
     // Only the erasures are kept (a session may hold any number of audit
     // events), without their reasons, which the check does not read (each
     // may be up to the content limit, and every step of a session may be

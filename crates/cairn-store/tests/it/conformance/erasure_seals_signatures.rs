@@ -318,6 +318,10 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
         refused(append(&ledger, late)),
         Refusal::ClockSkew { max_s: 300, .. }
     ));
+    // A listing's keys, read before the rotation: brought up to date
+    // before each session it verifies (below).
+    let mut listing_keys = cairn_store::ops::OrgKeys::default();
+    listing_keys.refresh(store.as_ref(), ORG).unwrap();
     // Rotation: the old key is revoked and the new one registered at once;
     // the old one signs nothing from then on, the new one does.
     let next = SigningKey::from_bytes(&[10; 32]);
@@ -383,6 +387,11 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
         signature: next.sign(&signed_step_message(&digest)).to_bytes(),
     });
     append(&ledger, signed_by_next).unwrap();
+    let listed =
+        cairn_store::ops::verify_session_with(store.as_ref(), ORG, "signed", &mut listing_keys)
+            .unwrap()
+            .unwrap();
+    assert!(listed.verified, "{:?}", listed.failure);
     let records = store.key_records(ORG, Some("analyst")).unwrap();
     assert_eq!(
         records
