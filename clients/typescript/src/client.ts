@@ -579,9 +579,13 @@ export class CairnClient {
     return this.json("POST", "/v1/agent-keys", { body: this.withAgent({ public_key: publicKey, agent_id: agentId }) });
   }
 
-  /** `GET /v1/agent-keys`. */
-  listAgentKeys(): Promise<JsonRecord> {
-    return this.json("GET", "/v1/agent-keys");
+  /**
+   * `GET /v1/agent-keys`: the org's agent key records (registrations and revocations) in
+   * log order, at most `limit` (1 to 1000, default 1000) after log position `after`. A full
+   * page may have more: ask again with `after` set to its last record's `seq`.
+   */
+  listAgentKeys(options: { after?: number; limit?: number } = {}): Promise<JsonRecord> {
+    return this.json("GET", "/v1/agent-keys", { query: { after: options.after, limit: options.limit } });
   }
 
   /** `POST /v1/agent-keys/{key_id}/revoke`: from now on the key signs nothing the log accepts. */

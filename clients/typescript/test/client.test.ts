@@ -99,6 +99,18 @@ describe("CairnClient against a scripted fetch", () => {
     await assert.rejects(proxied.health(), (e: unknown) => e instanceof CairnError && e.status === 200 && e.code === "http_error");
   });
 
+  test("agent key records are asked for a page at a time", async () => {
+    const urls: string[] = [];
+    const recording = (async (url: string | URL | Request) => {
+      urls.push(String(url));
+      return new Response(JSON.stringify({ keys: [] }), { status: 200 });
+    }) as typeof globalThis.fetch;
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: recording });
+    await client.listAgentKeys();
+    await client.listAgentKeys({ after: 41, limit: 2 });
+    assert.deepEqual(urls, ["http://cairn.invalid/v1/agent-keys", "http://cairn.invalid/v1/agent-keys?after=41&limit=2"]);
+  });
+
   test("a non-Cairn error body is still a CairnError", async () => {
     const { fetch } = scripted([() => new Response("<html>bad gateway</html>", { status: 502 })]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });

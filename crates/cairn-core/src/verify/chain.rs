@@ -297,7 +297,9 @@ pub(super) fn step_location(seq: Option<u64>, rec: &StepRecord) -> Location {
 #[derive(Debug)]
 pub struct SessionVerifier {
     chain: ChainState,
-    keys: AgentKeys,
+    /// Shared, so that many sessions of one org (a listing) are checked
+    /// against one copy of its keys.
+    keys: std::sync::Arc<AgentKeys>,
     level: DetailLevel,
     /// Erasure records of the session by step index, with their seq; each
     /// erased step must have one, and each one an erased step.
@@ -307,11 +309,14 @@ pub struct SessionVerifier {
 
 impl SessionVerifier {
     /// A verifier for the session with this header (its genesis is derived
-    /// from it) and these agent keys.
-    pub fn new(header: &SessionHeader, keys: AgentKeys) -> SessionVerifier {
+    /// from it) and these agent keys (owned, or shared in an `Arc`).
+    pub fn new(
+        header: &SessionHeader,
+        keys: impl Into<std::sync::Arc<AgentKeys>>,
+    ) -> SessionVerifier {
         SessionVerifier {
             chain: ChainState::new(header),
-            keys,
+            keys: keys.into(),
             level: DetailLevel::Full,
             erasures: HashMap::new(),
             progress: Progress::default(),

@@ -588,7 +588,7 @@ fn check_entries(
 pub fn agent_keys(store: &dyn LedgerStore, org_id: &str) -> Result<AgentKeys, StoreError> {
     let mut keys = OrgKeys::default();
     keys.refresh(store, org_id)?;
-    Ok(keys.keys)
+    Ok(std::sync::Arc::try_unwrap(keys.keys).unwrap_or_else(|shared| (*shared).clone()))
 }
 
 /// Key records read at a time by [`OrgKeys::refresh`].
@@ -601,7 +601,9 @@ const KEY_RECORDS_READ: usize = 1024;
 /// reading (and decoding) every key record of the org for each.
 #[derive(Default)]
 pub struct OrgKeys {
-    keys: AgentKeys,
+    /// Shared with the verifiers of the sessions checked against them
+    /// (copied only if records arrive while one still holds them).
+    keys: std::sync::Arc<AgentKeys>,
     last: Option<u64>,
 }
 
@@ -612,14 +614,15 @@ impl OrgKeys {
         &mut self,
         store: &dyn LedgerStore,
         org_id: &str,
-    ) -> Result<&AgentKeys, StoreError> {
+    ) -> Result<&std::sync::Arc<AgentKeys>, StoreError> {
         loop {
             let page = store.key_records_page(org_id, None, self.last, KEY_RECORDS_READ)?;
             let full = page.len() == KEY_RECORDS_READ;
             for (seq, record) in page {
+                let keys = std::sync::Arc::make_mut(&mut self.keys);
                 let _ = match &record {
-                    OpRecord::KeyRegistration(reg) => self.keys.register(reg, seq),
-                    OpRecord::KeyRevocation(rev) => self.keys.revoke(rev, seq),
+                    OpRecord::KeyRegistration(reg) => keys.register(reg, seq),
+                    OpRecord::KeyRevocation(rev) => keys.revoke(rev, seq),
                     _ => Ok(()),
                 };
                 self.last = Some(seq);
@@ -671,7 +674,7 @@ fn verify_session_chain(
     let Some(info) = store.session(org_id, session_id)? else {
         return Ok(None);
     };
-    let keys = keys.refresh(store, org_id)?.clone();
+    let keys = std::sync::Arc::clone(keys.refresh(store, org_id)?);
     // Only the erasures are kept (a session may hold any number of audit
     // events), without their reasons, which the check does not read (each
     // may be up to the content limit, and every step of a session may be
