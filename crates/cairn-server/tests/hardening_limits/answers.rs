@@ -79,11 +79,7 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     // a step past 64 KiB is given shortened (its payloads left out), so
     // the same 67 hits fit, and the answer still says more matched.
     let session = mcp_session(server.addr, &admin);
-    let search = |args: Value| {
-        let rpc = mcp_tool(server.addr, &admin, &session, "search_reasoning", args).rpc();
-        assert_eq!(rpc["result"]["isError"], false, "{rpc}");
-        rpc["result"]["structuredContent"].clone()
-    };
+    let search = |args: Value| tool_answer(&server, &admin, &session, "search_reasoning", args);
     let answer = search(json!({"query": "call", "mode": "fulltext", "limit": 100}));
     let results = answer["results"].as_array().unwrap();
     assert_eq!(results.len(), 67);
@@ -136,9 +132,7 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(queue["truncated"], false);
     assert_eq!(queue["items"][0]["review_count"], 0);
     assert!(queue["items"][0]["step"].get("shortened").is_none());
-    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
-    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
-    let answer = &rpc["result"]["structuredContent"];
+    let answer = &tool_answer(&server, &admin, &session, "review_queue", json!({}));
     assert_eq!(answer["items"].as_array().unwrap().len(), 3, "none hidden");
     assert_eq!(answer["truncated"], false);
     let first = &answer["items"][0]["step"];
@@ -147,16 +141,13 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert!(first.get("input_data").is_none() && first.get("output_data").is_none());
     // A search whose first hit alone passes the message is answered with
     // that hit shortened, not refused.
-    let rpc = mcp_tool(
-        server.addr,
+    let answer = &tool_answer(
+        &server,
         &admin,
         &session,
         "search_reasoning",
         json!({"query": "enormous", "mode": "fulltext"}),
-    )
-    .rpc();
-    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
-    let answer = &rpc["result"]["structuredContent"];
+    );
     assert_eq!(answer["results"][0]["shortened"], true, "{answer}");
     assert_eq!(answer["results"][0]["trace_id"], first["trace_id"]);
 }
@@ -328,14 +319,7 @@ fn an_mcp_review_queue_counts_what_escaping_adds() {
     escalate(&server, &admin, &trace, &"\u{1}".repeat(65_536));
     flagged_step(&server, &admin, step("plain", "a", "decision", "later"));
     let session = mcp_session(server.addr, &admin);
-    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
-    assert_eq!(
-        rpc["result"]["isError"],
-        false,
-        "{}",
-        &rpc.to_string()[..300]
-    );
-    let answer = &rpc["result"]["structuredContent"];
+    let answer = &tool_answer(&server, &admin, &session, "review_queue", json!({}));
     let items = answer["items"].as_array().unwrap();
     assert_eq!(
         items[0]["step"]["shortened"], true,
@@ -365,18 +349,21 @@ fn an_mcp_queue_item_is_fitted_whole() {
     let trace = flagged_step(&server, &admin, flagged);
     escalate(&server, &admin, &trace, &"\u{1}".repeat(65_536));
     let session = mcp_session(server.addr, &admin);
-    let rpc = mcp_tool(server.addr, &admin, &session, "review_queue", json!({})).rpc();
-    assert_eq!(
-        rpc["result"]["isError"],
-        false,
-        "{}",
-        &rpc.to_string()[..300]
-    );
-    let item = &rpc["result"]["structuredContent"]["items"][0];
+    let answer = &tool_answer(&server, &admin, &session, "review_queue", json!({}));
+    let item = &answer["items"][0];
     assert_eq!(item["step"]["shortened"], true);
     assert_eq!(item["step"]["content"].as_str().map(str::len), Some(4096));
     assert_eq!(
         item["reviews"][0]["note"].as_str().map(str::len),
         Some(65_536)
     );
+}
+
+/// MCP tool `tool`'s structured answer, which must not be an error (the
+/// error's start is shown otherwise).
+fn tool_answer(server: &Server, token: &str, session: &str, tool: &str, args: Value) -> Value {
+    let rpc = mcp_tool(server.addr, token, session, tool, args).rpc();
+    let shown: String = rpc.to_string().chars().take(300).collect();
+    assert_eq!(rpc["result"]["isError"], false, "{shown}");
+    rpc["result"]["structuredContent"].clone()
 }
