@@ -576,7 +576,9 @@ pub trait LedgerStore: Send + Sync + 'static {
         &self,
         org_id: &str,
         agent_id: Option<&str>,
-    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
+    ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError> {
+        self.key_records_page(org_id, agent_id, None, usize::MAX)
+    }
 
     /// A page of [`LedgerStore::key_records`]: at most `limit` of them,
     /// those after position `after` (from the first when `None`), in log

@@ -624,14 +624,6 @@ impl LedgerStore for SqliteStore {
         self.session_records_in(org_id, session_id, visit)
     }
 
-    fn key_records(
-        &self,
-        org_id: &str,
-        agent_id: Option<&str>,
-    ) -> Result<Vec<(u64, OpRecord)>, StoreError> {
-        self.key_records_in(org_id, agent_id, None, usize::MAX)
-    }
-
     fn key_records_page(
         &self,
         org_id: &str,

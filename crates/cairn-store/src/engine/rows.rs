@@ -31,6 +31,12 @@ pub(crate) fn row_id(org: i64, seq: u64) -> i64 {
     (org << 40) | (seq.min((1 << 40) - 1) as i64)
 }
 
+/// The rowid below the first entry of org `org` after position `after`
+/// (its whole log when `None`): pages of entries start past it.
+pub(crate) fn row_id_after(org: i64, after: Option<u64>) -> i64 {
+    after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq))
+}
+
 /// The log position a rowid of [`row_id`] stands for.
 pub(crate) fn seq_of_row(id: i64) -> u64 {
     (id & ((1 << 40) - 1)) as u64

@@ -12,7 +12,7 @@ use super::rows::{
 use super::{PAGE, PgStore};
 use crate::engine::{
     CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, StepReading, agent_keys_from_views,
-    blob_hash, hash_of, op_from_view, op_looked_up, org_range, row_id, seq_of_row,
+    blob_hash, hash_of, op_from_view, op_looked_up, org_range, row_id, row_id_after, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -505,7 +505,7 @@ impl PgStore {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
-            let above = after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq));
+            let above = row_id_after(org, after);
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             db.query(
                 KEY_RECORDS_PAGE,

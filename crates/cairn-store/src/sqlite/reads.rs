@@ -8,7 +8,7 @@ use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor
 use crate::engine::{
     CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading,
     agent_keys_from_views, blob_hash, hash_of, log_entries_query, op_from_view, op_looked_up,
-    org_range, row_id, seq_of_row,
+    org_range, row_id, row_id_after, seq_of_row,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -454,7 +454,7 @@ impl SqliteStore {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
-            let above = after.map_or(row_id(org, 0) - 1, |seq| row_id(org, seq));
+            let above = row_id_after(org, after);
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             let sql = if agent_id.is_some() {
                 AGENT_KEY_RECORDS
