@@ -22,8 +22,13 @@ pub(crate) const LISTED_STEP_BYTES: usize = LIST_MESSAGE_BYTES / 5;
 /// What `value` takes in a tool's message: its JSON, and that JSON written
 /// as a JSON string (the text block).
 pub(crate) fn message_bytes<T: serde::Serialize + ?Sized>(value: &T) -> usize {
-    let text = serde_json::to_string(value).unwrap_or_default();
-    text.len() + cairn_core::json::json_len(&text)
+    text_message_bytes(&serde_json::to_string(value).unwrap_or_default())
+}
+
+/// What JSON `text` takes in a tool's message: itself (the structured
+/// content) and itself written as a JSON string (the text block).
+pub(crate) fn text_message_bytes(text: &str) -> usize {
+    text.len() + cairn_core::json::json_len(text)
 }
 
 /// `read` (an answer and the expensive slot it was read in) made to fit one

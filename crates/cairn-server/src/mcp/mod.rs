@@ -252,7 +252,7 @@ pub(crate) use fit::{fit_listed, fit_queue_item, fitted, shorten_if_large};
 /// message would pass [`MAX_ANSWER_MESSAGE_BYTES`].
 fn structured(value: serde_json::Value) -> ToolResult {
     let text = value.to_string();
-    let message = text.len() + cairn_core::json::json_len(&text);
+    let message = fit::text_message_bytes(&text);
     if message > MAX_ANSWER_MESSAGE_BYTES {
         return tool_error(ApiError::new(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
