@@ -37,7 +37,11 @@ pub(super) struct Cache {
     /// writes that read would be one more round trip and nothing gained.
     pub(super) shared: HashSet<String>,
     /// The sessions this process's batches wrote, by org name.
-    pub(super) sessions: HashMap<String, OwnSessions>,
+    sessions: HashMap<String, OwnSessions>,
+    /// How many states `sessions` holds, all orgs together (counted as
+    /// they come and go, so that the bound costs no walk of every org on
+    /// each batch).
+    kept_sessions: usize,
 }
 
 /// The states of sessions as this process's committed batches left them,
@@ -63,7 +67,7 @@ impl OwnSessions {
     /// the sessions the entries read since name are dropped; if those
     /// entries are not all the log holds after `size` (the frontier was
     /// rebuilt from a checkpoint instead), every state is.
-    pub(super) fn catch_up(&mut self, caught: &CaughtUp) {
+    fn catch_up(&mut self, caught: &CaughtUp) {
         if self.size != caught.from {
             self.states.clear();
             self.ids.clear();
@@ -90,6 +94,20 @@ impl OwnSessions {
 }
 
 impl Cache {
+    /// The sessions kept of org `name`, if any.
+    pub(super) fn own_sessions(&self, name: &str) -> Option<&OwnSessions> {
+        self.sessions.get(name)
+    }
+
+    /// Brings org `name`'s kept sessions up to the log as a batch caught
+    /// up with it under the org's lock ([`OwnSessions::catch_up`]).
+    pub(super) fn catch_up_sessions(&mut self, name: &str, caught: &CaughtUp) {
+        let own = self.sessions.entry(name.to_owned()).or_default();
+        let before = own.states.len();
+        own.catch_up(caught);
+        self.kept_sessions -= before - own.states.len();
+    }
+
     /// Whether org `name`'s session `session_id` is kept (it may still be
     /// dropped under the lock).
     pub(super) fn keeps_session(&self, name: &str, session_id: &str) -> bool {
@@ -119,12 +137,14 @@ impl Cache {
                 .get(&org)
                 .and_then(|name| self.sessions.get_mut(*name))
             {
+                let before = own.states.len();
                 own.keep(session_id, state);
+                self.kept_sessions += own.states.len() - before;
             }
         }
-        let kept: usize = self.sessions.values().map(|own| own.states.len()).sum();
-        if kept > OWN_SESSIONS_KEPT {
+        if self.kept_sessions > OWN_SESSIONS_KEPT {
             self.sessions.clear();
+            self.kept_sessions = 0;
         }
     }
 }
@@ -282,8 +302,9 @@ pub(super) fn load_org<C: GenericClient>(
 
 #[cfg(test)]
 mod tests {
-    use super::{CaughtUp, OwnSessions};
-    use crate::engine::SessionState;
+    use super::{Cache, CaughtUp, OwnSessions};
+    use crate::engine::{OrgState, SessionState};
+    use std::collections::HashMap;
 
     fn state(sid: i64) -> SessionState {
         SessionState {
@@ -334,5 +355,41 @@ mod tests {
         });
         assert!(own.get("a").is_none() && own.get("b").is_none());
         assert_eq!(own.size, 13);
+    }
+
+    /// The states kept are counted as batches keep them and catch-ups
+    /// drop them, and past the bound all are forgotten.
+    #[test]
+    fn kept_sessions_are_counted_and_bounded() {
+        let mut cache = Cache::default();
+        let org = OrgState {
+            id: 1,
+            foreign: false,
+            frontier: cairn_core::merkle::Frontier::new(),
+            checkpoint_size: 0,
+            checkpoint_at: None,
+            last_logged: cairn_core::Timestamp::default(),
+        };
+        let orgs = HashMap::from([("acme".to_owned(), org)]);
+        let batch = |sids: std::ops::Range<i64>| -> HashMap<(i64, String), SessionState> {
+            sids.map(|sid| ((1, format!("s{sid}")), state(sid)))
+                .collect()
+        };
+        cache.keep_sessions(&orgs, batch(0..3));
+        cache.keep_sessions(&orgs, batch(2..5));
+        assert_eq!(cache.kept_sessions, 5);
+        cache.catch_up_sessions(
+            "acme",
+            &CaughtUp {
+                from: 0,
+                to: 2,
+                sessions: vec![(0, Some(1)), (1, Some(3))],
+            },
+        );
+        assert_eq!(cache.kept_sessions, 3);
+        assert!(cache.keeps_session("acme", "s0") && !cache.keeps_session("acme", "s1"));
+        cache.keep_sessions(&orgs, batch(10..super::OWN_SESSIONS_KEPT as i64 + 8));
+        assert_eq!(cache.kept_sessions, 0);
+        assert!(!cache.keeps_session("acme", "s0"));
     }
 }

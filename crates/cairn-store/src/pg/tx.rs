@@ -220,11 +220,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 } else {
                     cache.shared.remove(name);
                 }
-                cache
-                    .sessions
-                    .entry(name.clone())
-                    .or_default()
-                    .catch_up(&caught);
+                cache.catch_up_sessions(name, &caught);
                 caught_up.insert(org.id, caught);
                 orgs.insert(name.clone(), org);
             }

@@ -283,7 +283,7 @@ impl<C: GenericClient> PgTx<'_, C> {
             .orgs
             .iter()
             .find(|(_, state)| state.id == org)
-            .and_then(|(name, _)| self.cache.sessions.get(name));
+            .and_then(|(name, _)| self.cache.own_sessions(name));
         let mut unread = Vec::new();
         for id in ids {
             let key = (org, id.clone());
