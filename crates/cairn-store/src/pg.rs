@@ -72,6 +72,7 @@ mod plan_tests;
 mod reads;
 mod rows;
 mod schema;
+mod search_queue;
 mod tree;
 mod tsvector;
 mod tx;
@@ -142,6 +143,8 @@ pub struct PgStore {
     schema: String,
     /// Semantic search's vectors in memory.
     vectors: crate::vector_index::VectorIndex,
+    /// Writes the full-text documents of committed batches.
+    search_indexer: search_queue::SearchIndexer,
 }
 
 impl PgStore {

@@ -13,6 +13,7 @@ GRANT SELECT, INSERT ON session_kinds TO cairn_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON vectors, embedding_queue, api_keys TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON embedding_settings TO cairn_app;
 GRANT SELECT, INSERT, DELETE ON step_search TO cairn_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON search_queue TO cairn_app;
 GRANT USAGE ON SEQUENCE orgs_org_seq, sessions_sid_seq, embedding_queue_n_seq TO cairn_app;
 -- Analyst SQL calls these (see pg_schema.sql).
 GRANT EXECUTE ON FUNCTION cairn_time_check(), cairn_too_much_work(text, bigint, bigint),

@@ -98,6 +98,10 @@ CREATE TABLE IF NOT EXISTS step_search (
   doc tsvector NOT NULL
 );
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
+-- Steps whose document a batch left for after its commit (written outside
+-- the org's lock, pg/search_queue.rs): a search indexes its org's from the
+-- log first; an erasure deletes the step's row before its document.
+CREATE TABLE IF NOT EXISTS search_queue (id BIGINT PRIMARY KEY);
 -- The session listing (newest first, keyset pages) and its kind filter.
 CREATE INDEX IF NOT EXISTS sessions_listing ON sessions (org, started_at, session_id);
 -- Derived, not evidence: the kinds of step each session holds, for the

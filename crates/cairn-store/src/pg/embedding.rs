@@ -428,7 +428,10 @@ pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<()
                 AND has_table_privilege('embedding_settings', 'SELECT')
                 AND has_sequence_privilege('embedding_queue_n_seq', 'USAGE')
                 AND has_table_privilege('session_kinds', 'INSERT')
-                AND has_table_privilege('step_search', 'INSERT')",
+                AND has_table_privilege('step_search', 'INSERT')
+                AND has_table_privilege('search_queue', 'INSERT')
+                AND has_table_privilege('search_queue', 'UPDATE')
+                AND has_table_privilege('search_queue', 'DELETE')",
             &[],
         )
         .context("checking the role's grants")?
@@ -437,7 +440,7 @@ pub(super) fn check_embedding_grants(client: &mut postgres::Client) -> Result<()
         Ok(())
     } else {
         Err(StoreError::Corrupt(
-            "this role cannot write the derived tables (vectors, embedding_queue, embedding_settings, session_kinds, step_search): as the schema owner, apply the grants of docs/OPERATIONS.md (\"The role Cairn runs as\") to it".into(),
+            "this role cannot write the derived tables (vectors, embedding_queue, embedding_settings, session_kinds, step_search, search_queue): as the schema owner, apply the grants of docs/OPERATIONS.md (\"The role Cairn runs as\") to it".into(),
         ))
     }
 }

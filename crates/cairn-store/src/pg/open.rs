@@ -101,6 +101,7 @@ impl PgStore {
             &db.query_one("SELECT current_schema()", &[], "reading the schema")?,
             0,
         )?;
+        let search_indexer = super::search_queue::SearchIndexer::start(config.clone());
         Ok(PgStore {
             schema,
             config,
@@ -116,6 +117,7 @@ impl PgStore {
                 options.vector_memory_bytes,
                 options.vector_graph_min,
             ),
+            search_indexer,
         })
     }
 }

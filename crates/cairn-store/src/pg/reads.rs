@@ -372,6 +372,9 @@ impl PgStore {
             let Some(org) = Self::org_id_of(db, org_id)? else {
                 return Ok(Vec::new());
             };
+            // Documents of committed steps still queued (their batch's
+            // server has not written them yet, or stopped first).
+            super::search_queue::finish_org(db.client, org)?;
             let (sql, params) = listing::step_search_query(
                 listing::Engine::Postgres,
                 org,

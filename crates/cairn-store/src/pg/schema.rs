@@ -5,7 +5,7 @@
 //! from `pg`; nothing here runs after a store is open.
 
 use super::connection::col;
-use super::tsvector::TsVector;
+use super::search_queue::{document_of, insert_documents};
 use super::{LOCK_CLASS, embedding};
 use crate::{DbContext, StoreError};
 use postgres::GenericClient;
@@ -73,7 +73,10 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
             grant_to_writers_of(
                 &mut tx,
                 "entries",
-                &["GRANT SELECT, INSERT, DELETE ON step_search"],
+                &[
+                    "GRANT SELECT, INSERT, DELETE ON step_search",
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON search_queue",
+                ],
             )?;
             embedding::upgrade_vectors(&mut tx)?;
             record_session_kinds(&mut tx)?;
@@ -102,6 +105,7 @@ CREATE TABLE IF NOT EXISTS session_kinds (sid BIGINT NOT NULL, kind TEXT NOT NUL
 DROP INDEX IF EXISTS sessions_recent;
 CREATE TABLE IF NOT EXISTS step_search (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, doc tsvector NOT NULL);
 CREATE INDEX IF NOT EXISTS step_search_doc ON step_search USING GIN (doc);
+CREATE TABLE IF NOT EXISTS search_queue (id BIGINT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS vectors (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, embedder TEXT NOT NULL, vector BYTEA NOT NULL);
 CREATE INDEX IF NOT EXISTS vectors_embedder ON vectors (embedder, id);
 CREATE TABLE IF NOT EXISTS embedding_queue (n BIGSERIAL UNIQUE, id BIGINT PRIMARY KEY, org BIGINT NOT NULL,
@@ -118,6 +122,7 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
     Ok(client
         .query_one(
             "SELECT to_regclass('cosignatures') IS NOT NULL AND to_regclass('step_search') IS NOT NULL
+               AND to_regclass('search_queue') IS NOT NULL
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
                AND to_regclass('entries_by_turn') IS NOT NULL
@@ -227,6 +232,7 @@ fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), Store
                    FROM entries e
                    WHERE e.id > $1 AND e.type = 'step' AND NOT e.erased
                      AND NOT EXISTS (SELECT 1 FROM step_search f WHERE f.id = e.id)
+                     AND NOT EXISTS (SELECT 1 FROM search_queue q WHERE q.id = e.id)
                    ORDER BY e.id LIMIT $2) page
                  WHERE COALESCE(before, 0) < $3
                  ORDER BY id",
@@ -241,20 +247,13 @@ fn index_unindexed_steps(tx: &mut postgres::Transaction<'_>) -> Result<(), Store
         for row in &rows {
             let columns: [Option<String>; 4] =
                 [col(row, 2)?, col(row, 3)?, col(row, 4)?, col(row, 5)?];
-            let [content, input, output, metadata] = columns.each_ref().map(Option::as_deref);
-            let doc = crate::fulltext::stored_document(content, [input, output, metadata]);
-            if !doc.is_empty() {
+            if let Some(vector) = document_of(&columns) {
                 ids.push(col::<i64>(row, 0)?);
                 orgs.push(col::<i64>(row, 1)?);
-                vectors.push(TsVector::of(&doc));
+                vectors.push(vector);
             }
         }
-        tx.execute(
-            "INSERT INTO step_search (id, org, doc)
-             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::tsvector[])",
-            &[&ids, &orgs, &vectors],
-        )
-        .context("indexing steps for full-text search")?;
+        insert_documents(tx, &ids, &orgs, &vectors)?;
     }
 }
 

@@ -10,7 +10,7 @@
 
 use super::connection::Db;
 use super::locks::{Cache, CaughtUp, load_org, lock_orgs};
-use super::tsvector::TsVector;
+use super::search_queue::{HANDED_BYTES, QueuedDoc};
 use crate::StoreError;
 use crate::engine::{OrgState, SessionState};
 use postgres::GenericClient;
@@ -157,8 +157,8 @@ struct Pending {
     nodes: Vec<(i64, i32, i64, Vec<u8>)>,
     /// Steps queued for the embedder: (id, org).
     embed_queue: Vec<(i64, i64)>,
-    /// Full-text documents: (id, org, the document's `tsvector`).
-    search: Vec<(i64, i64, TsVector)>,
+    /// Full-text documents, queued in `search_queue`.
+    search: Vec<QueuedDoc>,
     heads: Vec<(i64, i64, i64, i64)>,
     /// `(session, kind)` pairs for `session_kinds`.
     kinds: Vec<(i64, &'static str)>,
@@ -199,6 +199,12 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     /// The sessions the batch opened, while `turns_tracked`: they hold no
     /// step but the batch's own.
     sessions_opened: HashSet<i64>,
+    /// The documents of the steps queued in `search_queue`, for the
+    /// indexer once the transaction commits, up to [`HANDED_BYTES`].
+    handed: Vec<QueuedDoc>,
+    handed_bytes: usize,
+    /// Whether `handed` holds every queued step's document.
+    handed_all: bool,
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
@@ -239,6 +245,9 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             turns_tracked: false,
             turns_written: HashSet::new(),
             sessions_opened: HashSet::new(),
+            handed: Vec::new(),
+            handed_bytes: 0,
+            handed_all: true,
         })
     }
 
@@ -261,6 +270,14 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// The documents of the steps the transaction queued for full-text
+    /// search, and whether they are all there, for
+    /// [`SearchIndexer::hand`](super::search_queue::SearchIndexer::hand)
+    /// once it commits.
+    pub(super) fn take_handed(&mut self) -> (Vec<QueuedDoc>, bool) {
+        (std::mem::take(&mut self.handed), self.handed_all)
     }
 
     /// Sends every pending row.
@@ -329,13 +346,16 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
         let (node_orgs, levels, node_indexes, node_hashes) = unzip4(pending.nodes);
         let (queued_ids, queued_orgs): (Vec<i64>, Vec<i64>) =
             pending.embed_queue.into_iter().unzip();
-        let mut search_ids = Vec::with_capacity(pending.search.len());
-        let mut search_orgs = Vec::with_capacity(pending.search.len());
-        let mut vectors = Vec::with_capacity(pending.search.len());
-        for (id, org, vector) in pending.search {
-            search_ids.push(id);
-            search_orgs.push(org);
-            vectors.push(vector);
+        // The documents are written after the commit, outside the lock
+        // (`search_queue.rs`): here only the steps are queued.
+        let search_ids: Vec<i64> = pending.search.iter().map(|doc| doc.id).collect();
+        for doc in pending.search {
+            self.handed_bytes += doc.vector.len();
+            if self.handed_bytes <= HANDED_BYTES {
+                self.handed.push(doc);
+            } else {
+                self.handed_all = false;
+            }
         }
         let mut kinds = pending.kinds;
         // One order for every writer: concurrent inserts of the same keys
@@ -352,14 +372,13 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                INSERT INTO embedding_queue (id, org)
                SELECT * FROM UNNEST($5::int8[], $6::int8[]) ON CONFLICT DO NOTHING
              ), f AS (
-               INSERT INTO step_search (id, org, doc)
-               SELECT * FROM UNNEST($7::int8[], $8::int8[], $9::tsvector[])
+               INSERT INTO search_queue (id) SELECT * FROM UNNEST($7::int8[])
              ), k AS (
                INSERT INTO session_kinds (sid, kind)
-               SELECT * FROM UNNEST($10::int8[], $11::text[]) ON CONFLICT DO NOTHING
+               SELECT * FROM UNNEST($8::int8[], $9::text[]) ON CONFLICT DO NOTHING
              ), h AS (
                INSERT INTO session_heads (sid, first_seq, last_seq, last_index)
-               SELECT * FROM UNNEST($12::int8[], $13::int8[], $14::int8[], $15::int8[])
+               SELECT * FROM UNNEST($10::int8[], $11::int8[], $12::int8[], $13::int8[])
                ON CONFLICT (sid) DO UPDATE SET last_seq = excluded.last_seq, last_index = excluded.last_index
                WHERE session_heads.first_seq = excluded.first_seq
                  AND session_heads.last_seq < excluded.last_seq
@@ -374,8 +393,6 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 &queued_ids,
                 &queued_orgs,
                 &search_ids,
-                &search_orgs,
-                &vectors,
                 &kind_sids,
                 &kind_names,
                 &head_sids,
@@ -383,7 +400,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
                 &lasts,
                 &last_indexes,
             ],
-            "writing the batch's tree nodes, search documents and session heads",
+            "writing the batch's tree nodes, queued steps and session heads",
         )?;
         Ok(())
     }

@@ -229,8 +229,10 @@ impl PgStore {
             }
             let (results, overlay) = self.engine().run_batch(&mut pg_tx, batch)?;
             pg_tx.flush()?;
+            let (docs, all_docs) = pg_tx.take_handed();
             drop(pg_tx);
             tx.commit().context("committing a batch")?;
+            self.search_indexer.hand(docs, all_docs);
             cache.keep_sessions(&overlay.orgs, overlay.sessions);
             for org in overlay.orgs.into_values() {
                 cache.frontiers.insert(org.id, org.frontier);
@@ -314,8 +316,10 @@ impl PgStore {
                 self.engine()
                     .import(&mut pg_tx, org_id, header, checkpoint_note, entries)?;
             pg_tx.flush()?;
+            let (docs, all_docs) = pg_tx.take_handed();
             drop(pg_tx);
             tx.commit().context("committing the import")?;
+            self.search_indexer.hand(docs, all_docs);
             Ok(count)
         })
     }

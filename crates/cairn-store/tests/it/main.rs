@@ -32,6 +32,7 @@ mod listing;
 mod pg;
 mod pg_derived;
 mod pg_search;
+mod pg_search_queue;
 mod search;
 mod sqlite;
 mod sqlite_fulltext;

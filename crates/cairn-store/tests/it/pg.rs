@@ -211,6 +211,8 @@ fn an_older_database_gets_its_steps_indexed_for_search() {
     .unwrap();
     // The decision, and an observation if sampling picked it.
     let before = store.vectors_by_embedder().unwrap();
+    // Closed, so that its documents are written before the table goes.
+    drop(store);
     let mut client =
         postgres::Client::connect(&backend.cluster.url_for("older"), postgres::NoTls).unwrap();
     // As written before vectors were tagged with their embedder.
@@ -564,7 +566,7 @@ fn an_upgrade_grants_the_new_embedding_tables() {
     admin
         .batch_execute(
             "DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-             DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds, step_search;
+             DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds, step_search, search_queue;
              CREATE INDEX entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
              CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);",
         )
@@ -584,6 +586,10 @@ fn an_upgrade_grants_the_new_embedding_tables() {
                 .replace("GRANT SELECT, INSERT ON session_kinds TO cairn_app;", "")
                 .replace(
                     "GRANT SELECT, INSERT, DELETE ON step_search TO cairn_app;",
+                    "",
+                )
+                .replace(
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON search_queue TO cairn_app;",
                     "",
                 ),
         )

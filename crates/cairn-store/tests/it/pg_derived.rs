@@ -421,6 +421,11 @@ fn precomputed_vectors_equal_in_batch_ones() {
     for r in store.append_batch(&batch).unwrap() {
         r.unwrap();
     }
+    // The documents are written after the commit: a search waits for them.
+    let query = cairn_store::fulltext::FullTextQuery::parse("anything").unwrap();
+    store
+        .full_text_search(crate::conformance::ORG, &query, &Default::default(), 1)
+        .unwrap();
     let mut admin = admin_of(&backend, "vectors-equal");
     let rows = admin
         .query(

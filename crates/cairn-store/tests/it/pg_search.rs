@@ -20,6 +20,9 @@ fn write(store: &Arc<dyn LedgerStore>, contents: &[&str]) {
         ledger.write(WriteRequest::Step(Box::new(step))).unwrap();
     }
     ledger.close();
+    // A search first writes the documents still queued (their writing
+    // follows the batch's commit), so `step_search` holds them all after.
+    hits(store.as_ref(), "anything");
 }
 
 fn hits(store: &dyn LedgerStore, query: &str) -> usize {

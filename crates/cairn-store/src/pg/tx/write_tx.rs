@@ -15,6 +15,7 @@ use crate::engine::{
 };
 use crate::pg::connection::{col, i64_of, u64_of};
 use crate::pg::rows::{STEP_BY_TRACE, session_ids, step_from_row, true_end};
+use crate::pg::search_queue::QueuedDoc;
 use crate::pg::tree::latest_checkpoint;
 use crate::pg::tsvector::TsVector;
 use crate::{StoreError, StoredCheckpoint, StoredStep};
@@ -219,7 +220,11 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         // Counted with the entries, so that a batch of large documents is
         // sent early as one of large entries is.
         self.pending.entry_bytes += vector.len();
-        self.pending.search.push((row_id(org, seq), org, vector));
+        self.pending.search.push(QueuedDoc {
+            id: row_id(org, seq),
+            org,
+            vector,
+        });
         Ok(())
     }
 
@@ -327,11 +332,16 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         ] {
             self.db.execute(sql, &[&id], "erasing an embedding")?;
         }
-        self.db.execute(
+        // The queue row first: a connection indexing the step holds it,
+        // and this waits for its document, deleted next; once the row is
+        // gone, nobody writes the document (`search_queue.rs`).
+        for sql in [
+            "DELETE FROM search_queue WHERE id = $1",
             "DELETE FROM step_search WHERE id = $1",
-            &[&id],
-            "erasing a step from the full-text index",
-        )?;
+        ] {
+            self.db
+                .execute(sql, &[&id], "erasing a step from the full-text index")?;
+        }
         Ok(())
     }
 
