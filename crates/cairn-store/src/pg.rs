@@ -33,7 +33,8 @@
 //! `migrate`, `install_guard`, grants on upgrade), `connection` (connecting,
 //! `Db`), `locks` (per-org locks, loading an org under its lock), `tx`
 //! (`PgTx`, the engine's `WriteTx`), `writer` (batches, checkpoints,
-//! imports), `tree` (the stored Merkle tree and checkpoints), `rows`
+//! imports), `search_queue` (full-text documents written after their
+//! batch commits), `tree` (the stored Merkle tree and checkpoints), `rows`
 //! (decoding rows, walking chains), `reads` (read queries), `admin` (API
 //! keys, cosignatures, log keys), `analyst_sql` and `embedding`.
 
