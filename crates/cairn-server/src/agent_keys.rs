@@ -154,7 +154,7 @@ pub(crate) async fn list(
     StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     refuse_unknown_params(q.keys(), &["after", "limit"])?;
-    let limit = result_limit(q.get("limit").map(|l| l.parse().ok()), KEY_RECORDS_LIMIT)?;
+    let limit = result_limit(q.get("limit").map(|l| crate::decimal(l)), KEY_RECORDS_LIMIT)?;
     // A log position, as the document types it (int64): past it is not
     // a position of any log.
     let after = crate::query_u64(&q, "after")?;

@@ -704,7 +704,7 @@ fn query_id(q: &HashMap<String, String>, key: &'static str) -> Result<Option<Str
 pub(crate) fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option<u64>, ApiError> {
     q.get(key)
         .map(|v| {
-            v.parse::<u64>().map_err(|_| {
+            decimal::<u64>(v).ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_request",
                     format!("{key} must be a non-negative integer, not {}", shown(v)),
@@ -713,6 +713,17 @@ pub(crate) fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option
             })
         })
         .transpose()
+}
+
+/// A non-negative integer spelled in decimal digits only: Rust's
+/// `from_str` also takes a leading `+` (`limit=%2B5`), a second spelling
+/// of every number that other readers of the same URL (a proxy, a cache,
+/// a log filter) would not take for the same.
+pub(crate) fn decimal<T: std::str::FromStr>(v: &str) -> Option<T> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
 }
 
 /// Serves until `shutdown` resolves, then stops taking requests, finishes

@@ -620,7 +620,7 @@ pub(crate) fn witness_policy_param(
         .with_field("quorum"));
     }
     let quorum = match q.iter().find(|(k, _)| k == "quorum") {
-        Some((_, v)) => Some(v.parse::<usize>().map_err(|_| {
+        Some((_, v)) => Some(crate::decimal::<usize>(v).ok_or_else(|| {
             ApiError::bad_request("invalid_argument", "quorum must be a positive integer")
                 .with_field("quorum")
         })?),

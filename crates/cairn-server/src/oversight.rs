@@ -173,7 +173,7 @@ pub(crate) async fn queue(
     crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;
     let limit = crate::input::result_limit(
-        q.get("limit").map(|l| l.parse().ok()),
+        q.get("limit").map(|l| crate::decimal(l)),
         crate::input::REVIEWS_LIMIT,
     )?;
     let (queue, slot) = queue_of(&state, &caller, all, limit).await?;

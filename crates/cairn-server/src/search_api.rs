@@ -51,7 +51,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
                 .with_field("q")
         })?;
     let limit = crate::input::result_limit(
-        q.get("limit").map(|l| l.parse().ok()),
+        q.get("limit").map(|l| crate::decimal(l)),
         crate::input::SEARCH_LIMIT,
     )?;
     let mode = q

@@ -129,7 +129,7 @@ pub(crate) async fn list_sessions(
     known.extend(["limit", "verify"]);
     input::refuse_unknown_params(q.keys(), &known)?;
     let limit = input::result_limit(
-        q.get("limit").map(|l| l.parse().ok()),
+        q.get("limit").map(|l| crate::decimal(l)),
         input::SESSIONS_LIMIT,
     )?;
     let filter = listing_filter(&q)?;

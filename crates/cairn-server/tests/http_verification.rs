@@ -554,6 +554,10 @@ fn agent_key_records_are_listed_a_page_at_a_time() {
         ("limit=0", "limit"),
         ("limit=1001", "limit"),
         ("limit=abc", "limit"),
+        // A second spelling of a number is refused (`u64::from_str`
+        // takes a leading `+`).
+        ("limit=%2B5", "limit"),
+        ("after=%2B1", "after"),
         ("after=-1", "after"),
         ("after=9223372036854775808", "after"),
         ("cursor=1", "cursor"),

@@ -505,6 +505,40 @@ fn a_query_parameter_given_twice_is_refused() {
     assert_eq!(get(&server, "/v1/sessions?limit=1", &admin).status, 200);
 }
 
+/// A number in a query is spelled in decimal digits only: a leading `+`
+/// (which Rust's integer parsing takes) is a second spelling of it and is
+/// refused, naming the parameter.
+#[test]
+fn a_number_with_a_plus_sign_is_refused() {
+    let server = start(ServerConfig::default());
+    let admin = server.admin.clone();
+    let witness = cairn_core::checkpoint::Cosigner::from_seed("w.example", &[1; 32])
+        .unwrap()
+        .verifier()
+        .to_string()
+        .replace('+', "%2B");
+    for (path, field) in [
+        ("/v1/sessions?limit=%2B5".to_owned(), "limit"),
+        ("/v1/search?q=x&limit=%2B5".to_owned(), "limit"),
+        ("/v1/reviews?limit=%2B5".to_owned(), "limit"),
+        (
+            format!("/v1/verify?witness={witness}&quorum=%2B1"),
+            "quorum",
+        ),
+    ] {
+        let path = path.as_str();
+        let reply = get(&server, path, &admin);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.text());
+        assert_eq!(
+            reply.json()["error"]["field"],
+            field,
+            "{path}: {}",
+            reply.text()
+        );
+    }
+    assert_eq!(get(&server, "/v1/sessions?limit=5", &admin).status, 200);
+}
+
 /// An audit event's detail is checked in canonical form before it is
 /// queued, from the blocking pool when it holds much memory (as a large
 /// body is parsed there): such a detail is refused, recorded and read
