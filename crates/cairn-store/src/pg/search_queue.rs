@@ -84,6 +84,10 @@ pub(super) struct SearchIndexer {
     /// Set when documents were not handed over: the indexer then indexes
     /// the whole queue from the log.
     behind: Arc<AtomicBool>,
+    /// Set when the store closes: a catch-up from the log stops after its
+    /// page (what is left stays queued), so a close never waits for a
+    /// long queue.
+    closing: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -93,22 +97,17 @@ impl SearchIndexer {
     pub(super) fn start(config: postgres::Config) -> SearchIndexer {
         let (jobs, handed) = sync_channel(HANDED_BATCHES);
         let behind = Arc::new(AtomicBool::new(true));
-        let flag = Arc::clone(&behind);
+        let closing = Arc::new(AtomicBool::new(false));
+        let flags = (Arc::clone(&behind), Arc::clone(&closing));
         let thread = std::thread::Builder::new()
             .name("cairn-pg-search".into())
-            .spawn(move || run(&config, &handed, &flag))
+            .spawn(move || run(&config, &handed, &flags.0, &flags.1))
             .ok();
-        if thread.is_none() {
-            // No thread: searches index what is queued themselves.
-            return SearchIndexer {
-                jobs: Mutex::new(None),
-                behind,
-                thread: Mutex::new(None),
-            };
-        }
         SearchIndexer {
-            jobs: Mutex::new(Some(jobs)),
+            // No thread: searches index what is queued themselves.
+            jobs: Mutex::new(thread.is_some().then_some(jobs)),
             behind,
+            closing,
             thread: Mutex::new(thread),
         }
     }
@@ -137,7 +136,8 @@ impl SearchIndexer {
 impl Drop for SearchIndexer {
     fn drop(&mut self) {
         // A clean close writes what was handed over (a crash leaves it
-        // queued in the database).
+        // queued in the database), not a catch-up's whole queue.
+        self.closing.store(true, Ordering::Release);
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.take();
         }
@@ -150,8 +150,14 @@ impl Drop for SearchIndexer {
 }
 
 /// The indexer thread: writes the documents handed over, and the queue
-/// from the log when `behind`, until every sender is gone.
-fn run(config: &postgres::Config, handed: &Receiver<Vec<QueuedDoc>>, behind: &AtomicBool) {
+/// from the log when `behind` (a page at a time until `closing`), until
+/// every sender is gone.
+fn run(
+    config: &postgres::Config,
+    handed: &Receiver<Vec<QueuedDoc>>,
+    behind: &AtomicBool,
+    closing: &AtomicBool,
+) {
     let mut conn: Option<PgConn> = None;
     let mut swept = Instant::now();
     loop {
@@ -179,7 +185,7 @@ fn run(config: &postgres::Config, handed: &Receiver<Vec<QueuedDoc>>, behind: &At
         let done = connected(&mut conn, config).and_then(|conn| {
             write_handed(conn, &docs)?;
             if catch_up {
-                finish_range(&mut conn.client, i64::MIN, i64::MAX, false)?;
+                finish_range(&mut conn.client, i64::MIN, i64::MAX, Some(closing))?;
             }
             Ok(())
         });
@@ -256,22 +262,28 @@ pub(super) fn finish_org(client: &mut postgres::Client, org: i64) -> Result<(), 
     // Steps of one org are committed in id order (under its lock), so
     // any queued later than this look-up come after `last`.
     match last {
-        Some(last) => finish_range(client, low, last, true),
+        Some(last) => finish_range(client, low, last, None),
         None => Ok(()),
     }
 }
 
 /// Indexes the queued steps with ids in `low..=high` from the log, a page
-/// per transaction. The rows another connection holds are skipped, or,
-/// when `wait`, waited for one at a time once none other is left (the
-/// transaction then holds no other lock, so it cannot close a cycle).
+/// per transaction. A search (`until: None`) waits for the rows another
+/// connection holds, one at a time once none other is left (the
+/// transaction then holds no other lock, so it cannot close a cycle); an
+/// indexer skips them and stops after the page during which `until` is
+/// set.
 fn finish_range(
     client: &mut postgres::Client,
     low: i64,
     high: i64,
-    wait: bool,
+    until: Option<&AtomicBool>,
 ) -> Result<(), StoreError> {
+    let wait = until.is_none();
     loop {
+        if until.is_some_and(|stop| stop.load(Ordering::Acquire)) {
+            return Ok(());
+        }
         let mut tx = client
             .transaction()
             .context("starting to index queued steps")?;
