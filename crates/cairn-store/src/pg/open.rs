@@ -101,7 +101,7 @@ impl PgStore {
             &db.query_one("SELECT current_schema()", &[], "reading the schema")?,
             0,
         )?;
-        let search_indexer = super::search_queue::SearchIndexer::start(config.clone());
+        let search_indexer = super::search_queue::SearchIndexer::new(config.clone());
         Ok(PgStore {
             schema,
             config,

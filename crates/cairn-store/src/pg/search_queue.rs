@@ -6,11 +6,11 @@
 //! document into `step_search`, whose GIN entries were a fifth of the
 //! time a batch held its org's lock. Once the batch commits, its
 //! documents (computed when each step was submitted) go to this
-//! process's indexer thread, which writes them on its own connection,
-//! each with the deletion of its queue row in one statement, and
-//! without waiting for the WAL flush (`synchronous_commit = off`): a
-//! crash that loses that write loses the deletion with it, and the queue
-//! row stays.
+//! process's indexer thread, started by its first write, which writes
+//! them on its own connection, each with the deletion of its queue row in
+//! one statement, without waiting for the WAL flush
+//! (`synchronous_commit = off`): a crash that loses that write loses the
+//! deletion with it, and the queue row stays.
 //!
 //! So the queue names every step whose document may be missing, whatever
 //! crashed: a full-text search first indexes its org's queued steps from
@@ -19,25 +19,32 @@
 //! acknowledged. The indexer also indexes from the log whatever the queue
 //! holds when it starts (a stopped server's leftovers), when it has idled
 //! for a second at most every [`SWEEP`], and after what it could not take
-//! in memory (a batch past [`HANDED_BYTES`], a full channel, a failed
-//! write).
+//! in memory (a transaction's documents past [`HANDED_BYTES`], more than
+//! [`HANDED_TOTAL`] waiting, a failed write).
 //!
-//! Whoever indexes a queued step first locks its queue row
-//! (`FOR UPDATE`) and writes the document only if the row is still
-//! there, deleting it in the same transaction. An erasure deletes the
-//! step's queue row before its document: it waits for a connection that
-//! is indexing the step, then deletes the document that one wrote; once
-//! the erasure has deleted the row, nobody writes the document. Locks
-//! never wait in a cycle: the indexer and the first pass of a search
-//! skip rows others hold (`SKIP LOCKED`), and a search waits for a held
-//! row only while it holds no other.
+//! **Locks.** A document is written by one statement ([`write_documents`])
+//! that locks the step's queue row (`FOR UPDATE SKIP LOCKED`: never
+//! waiting), writes the document only if it got the row and the log does
+//! not mark the step erased, and deletes the row; autocommitted, so the
+//! row lock lasts one statement whatever its client does next (a paused
+//! or disconnected process holds nothing). An erasure deletes the step's
+//! queue row, then its document, in its batch's transaction: if a
+//! statement holds the row, the erasure waits for it (one statement) and
+//! then deletes the document it wrote; once the erasure has deleted the
+//! row, no statement writes the document. A search that finds rows held
+//! by others waits for them in a statement of its own that takes no
+//! other lock and releases at once, bounded by [`SEARCH_BUDGET`]. Nothing
+//! here holds a lock across a round trip to its client, and nothing that
+//! holds one waits for another: no cycle, no stall of the org's writes
+//! behind a stalled reader.
 
 use super::connection::{PgConn, col, connect};
 use super::tsvector::TsVector;
 use crate::engine::org_range;
 use crate::{DbContext, StoreError};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -57,58 +64,65 @@ pub(super) struct QueuedDoc {
 /// the rest of its documents (an import, a huge batch) are indexed from
 /// the log.
 pub(super) const HANDED_BYTES: usize = 8 << 20;
-/// Batches of documents waiting for the indexer in memory (at most
-/// [`HANDED_BYTES`] each); past it a batch's documents are indexed from
-/// the log instead of holding more memory.
-const HANDED_BATCHES: usize = 32;
+/// Bytes of documents waiting for the indexer in memory, all
+/// transactions together; past it a transaction's documents are indexed
+/// from the log instead of holding more memory.
+const HANDED_TOTAL: usize = 32 << 20;
+/// Transactions' documents waiting for the indexer.
+const HANDED_BATCHES: usize = 64;
 /// Most documents the indexer writes in one statement.
 const WRITE_DOCS: usize = 4_096;
-/// Queued steps indexed from the log per transaction (at most
+/// Queued steps indexed from the log per statement (at most
 /// [`PAGE_BYTES`] of text).
 const PAGE: i64 = 512;
-/// Bytes of text read from the log per transaction, besides the page's
-/// last step: the memory a page holds.
+/// Bytes of text read from the log per page, besides the page's last
+/// step: the memory a page holds.
 const PAGE_BYTES: i64 = 16 * 1024 * 1024;
 /// How often an idle indexer looks whether it owes a catch-up from the log
 /// (after a failure).
 const IDLE: Duration = Duration::from_secs(1);
 /// How long an indexer that idles goes at most without indexing the
 /// queue from the log: steps queued by a server that stopped before
-/// writing their documents, or left by a connection that held their rows
-/// and gave up, in orgs nobody searches.
+/// writing their documents, or whose write failed, in orgs nobody
+/// searches.
 const SWEEP: Duration = Duration::from_secs(60);
+/// How long a search indexes its org's queued steps, and waits for those
+/// others are writing, before it is answered `StoreError::Busy` (what it
+/// indexed stays: the next try goes on from there).
+const SEARCH_BUDGET: Duration = Duration::from_secs(5);
 
-/// This process's indexer: a thread with its own connection.
+/// The running indexer: its channel and thread.
+struct Running {
+    jobs: SyncSender<Vec<QueuedDoc>>,
+    thread: JoinHandle<()>,
+}
+
+/// This process's indexer: a thread with its own connection, started by
+/// the first transaction that hands it documents (a process that only
+/// reads never indexes from the log, and searches index their org's).
 pub(super) struct SearchIndexer {
-    jobs: Mutex<Option<SyncSender<Vec<QueuedDoc>>>>,
-    /// Set when documents were not handed over: the indexer then indexes
-    /// the whole queue from the log.
+    config: postgres::Config,
+    running: Mutex<Option<Running>>,
+    /// Set when documents were not handed over, and at first: the indexer
+    /// then indexes the whole queue from the log.
     behind: Arc<AtomicBool>,
     /// Set when the store closes: a catch-up from the log stops after its
     /// page (what is left stays queued), so a close never waits for a
     /// long queue.
     closing: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Bytes of documents handed over and not written yet.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl SearchIndexer {
-    /// Starts the indexer of a store on `config`'s database; its first
-    /// work is the queue as it stands.
-    pub(super) fn start(config: postgres::Config) -> SearchIndexer {
-        let (jobs, handed) = sync_channel(HANDED_BATCHES);
-        let behind = Arc::new(AtomicBool::new(true));
-        let closing = Arc::new(AtomicBool::new(false));
-        let flags = (Arc::clone(&behind), Arc::clone(&closing));
-        let thread = std::thread::Builder::new()
-            .name("cairn-pg-search".into())
-            .spawn(move || run(&config, &handed, &flags.0, &flags.1))
-            .ok();
+    /// The indexer of a store on `config`'s database (not started yet).
+    pub(super) fn new(config: postgres::Config) -> SearchIndexer {
         SearchIndexer {
-            // No thread: searches index what is queued themselves.
-            jobs: Mutex::new(thread.is_some().then_some(jobs)),
-            behind,
-            closing,
-            thread: Mutex::new(thread),
+            config,
+            running: Mutex::new(None),
+            behind: Arc::new(AtomicBool::new(true)),
+            closing: Arc::new(AtomicBool::new(false)),
+            waiting: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -121,15 +135,43 @@ impl SearchIndexer {
         if docs.is_empty() && complete {
             return;
         }
-        let Ok(jobs) = self.jobs.lock() else {
+        let Ok(mut running) = self.running.lock() else {
             return;
         };
-        match jobs.as_ref().map(|jobs| jobs.try_send(docs)) {
-            Some(Ok(())) => {}
-            Some(Err(TrySendError::Full(_))) => self.behind.store(true, Ordering::Release),
-            // The thread is gone: searches index what is queued.
-            Some(Err(TrySendError::Disconnected(_))) | None => {}
+        if running.is_none() {
+            *running = self.start();
         }
+        // No thread (it could not be started): searches index what is
+        // queued themselves.
+        let Some(running) = running.as_ref() else {
+            return;
+        };
+        let bytes: usize = docs.iter().map(|d| d.vector.len()).sum();
+        if self.waiting.load(Ordering::Acquire) + bytes > HANDED_TOTAL {
+            self.behind.store(true, Ordering::Release);
+            let _ = running.jobs.try_send(Vec::new());
+            return;
+        }
+        self.waiting.fetch_add(bytes, Ordering::AcqRel);
+        if running.jobs.try_send(docs).is_err() {
+            self.waiting.fetch_sub(bytes, Ordering::AcqRel);
+            self.behind.store(true, Ordering::Release);
+        }
+    }
+
+    fn start(&self) -> Option<Running> {
+        let (jobs, handed) = sync_channel(HANDED_BATCHES);
+        let config = self.config.clone();
+        let shared = Shared {
+            behind: Arc::clone(&self.behind),
+            closing: Arc::clone(&self.closing),
+            waiting: Arc::clone(&self.waiting),
+        };
+        std::thread::Builder::new()
+            .name("cairn-pg-search".into())
+            .spawn(move || run(&config, &handed, &shared))
+            .ok()
+            .map(|thread| Running { jobs, thread })
     }
 }
 
@@ -138,26 +180,25 @@ impl Drop for SearchIndexer {
         // A clean close writes what was handed over (a crash leaves it
         // queued in the database), not a catch-up's whole queue.
         self.closing.store(true, Ordering::Release);
-        if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.take();
-        }
-        if let Ok(mut thread) = self.thread.lock()
-            && let Some(thread) = thread.take()
-        {
+        let running = self.running.lock().ok().and_then(|mut r| r.take());
+        if let Some(Running { jobs, thread }) = running {
+            drop(jobs);
             let _ = thread.join();
         }
     }
 }
 
+/// What the indexer thread shares with its [`SearchIndexer`].
+struct Shared {
+    behind: Arc<AtomicBool>,
+    closing: Arc<AtomicBool>,
+    waiting: Arc<AtomicUsize>,
+}
+
 /// The indexer thread: writes the documents handed over, and the queue
 /// from the log when `behind` (a page at a time until `closing`), until
 /// every sender is gone.
-fn run(
-    config: &postgres::Config,
-    handed: &Receiver<Vec<QueuedDoc>>,
-    behind: &AtomicBool,
-    closing: &AtomicBool,
-) {
+fn run(config: &postgres::Config, handed: &Receiver<Vec<QueuedDoc>>, shared: &Shared) {
     let mut conn: Option<PgConn> = None;
     let mut swept = Instant::now();
     loop {
@@ -166,7 +207,7 @@ fn run(
             Err(RecvTimeoutError::Timeout) => {
                 if swept.elapsed() >= SWEEP {
                     swept = Instant::now();
-                    behind.store(true, Ordering::Release);
+                    shared.behind.store(true, Ordering::Release);
                 }
                 Vec::new()
             }
@@ -178,22 +219,28 @@ fn run(
                 Err(_) => break,
             }
         }
-        let catch_up = behind.swap(false, Ordering::AcqRel);
-        if docs.is_empty() && !catch_up {
-            continue;
-        }
-        let done = connected(&mut conn, config).and_then(|conn| {
-            write_handed(conn, &docs)?;
-            if catch_up {
-                finish_range(&mut conn.client, i64::MIN, i64::MAX, Some(closing))?;
-            }
+        let catch_up = shared.behind.swap(false, Ordering::AcqRel);
+        let done = if docs.is_empty() && !catch_up {
             Ok(())
-        });
+        } else {
+            connected(&mut conn, config).and_then(|conn| {
+                for chunk in docs.chunks(WRITE_DOCS) {
+                    let ids: Vec<i64> = chunk.iter().map(|d| d.id).collect();
+                    write_documents(&mut conn.client, &ids, chunk)?;
+                }
+                if catch_up {
+                    index_from_log(&mut conn.client, i64::MIN, i64::MAX, &shared.closing)?;
+                }
+                Ok(())
+            })
+        };
+        let bytes: usize = docs.iter().map(|d| d.vector.len()).sum();
+        shared.waiting.fetch_sub(bytes, Ordering::AcqRel);
         if done.is_err() {
             // What was not written stays queued in the database: indexed
             // from the log on the next round (or by a search first).
             conn = None;
-            behind.store(true, Ordering::Release);
+            shared.behind.store(true, Ordering::Release);
         }
     }
 }
@@ -216,40 +263,84 @@ fn connected<'c>(
         .ok_or_else(|| StoreError::Corrupt("no search indexer connection".into()))
 }
 
-/// Writes documents handed over in memory, each only if its step is
-/// still queued and no other connection is indexing it, with the
-/// deletion of its queue row: one statement, one transaction. A step the
-/// log says is erased gets none (its erasure deleted the queue row
-/// first; this also covers a server of a version without the queue,
-/// whose erasure deletes the document only).
-fn write_handed(conn: &mut PgConn, docs: &[QueuedDoc]) -> Result<(), StoreError> {
-    for docs in docs.chunks(WRITE_DOCS) {
-        let ids: Vec<i64> = docs.iter().map(|d| d.id).collect();
-        let orgs: Vec<i64> = docs.iter().map(|d| d.org).collect();
-        let vectors: Vec<&TsVector> = docs.iter().map(|d| &d.vector).collect();
-        conn.db().execute(
+/// Takes the queued steps `ids` that no other statement holds, writes
+/// the documents among `docs` of those the log does not mark erased, and
+/// deletes their queue rows: one autocommitted statement (see the module
+/// docs). Returns the ids it took.
+fn write_documents(
+    client: &mut postgres::Client,
+    ids: &[i64],
+    docs: &[QueuedDoc],
+) -> Result<Vec<i64>, StoreError> {
+    let doc_ids: Vec<i64> = docs.iter().map(|d| d.id).collect();
+    let orgs: Vec<i64> = docs.iter().map(|d| d.org).collect();
+    let vectors: Vec<&TsVector> = docs.iter().map(|d| &d.vector).collect();
+    client
+        .query(
             "WITH held AS (
                SELECT id FROM search_queue WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED
              ), gone AS (
                DELETE FROM search_queue q USING held h WHERE q.id = h.id
+             ), written AS (
+               INSERT INTO step_search (id, org, doc)
+               SELECT d.id, d.org, d.doc
+               FROM UNNEST($2::int8[], $3::int8[], $4::tsvector[]) AS d(id, org, doc)
+               JOIN held h ON h.id = d.id
+               JOIN entries e ON e.id = d.id AND NOT e.erased
+               ON CONFLICT (id) DO NOTHING
              )
-             INSERT INTO step_search (id, org, doc)
-             SELECT d.id, d.org, d.doc
-             FROM UNNEST($1::int8[], $2::int8[], $3::tsvector[]) AS d(id, org, doc)
-             JOIN held h ON h.id = d.id
-             JOIN entries e ON e.id = d.id AND NOT e.erased
-             ON CONFLICT (id) DO NOTHING",
-            &[&ids, &orgs, &vectors],
-            "writing full-text documents",
-        )?;
+             SELECT id FROM held",
+            &[&ids, &doc_ids, &orgs, &vectors],
+        )
+        .context("writing full-text documents")?
+        .iter()
+        .map(|row| col(row, 0))
+        .collect()
+}
+
+/// [`write_documents`] for documents read back from the log, one at a
+/// time if PostgreSQL refuses the page (none should: documents are
+/// capped below `tsvector`'s limit): a document refused alone is left
+/// out, its step unindexed as a step without words, so that it cannot
+/// keep its org's searches failing.
+fn write_read_back(
+    client: &mut postgres::Client,
+    ids: &[i64],
+    docs: &[QueuedDoc],
+) -> Result<Vec<i64>, StoreError> {
+    match write_documents(client, ids, docs) {
+        Ok(taken) => Ok(taken),
+        Err(e) if client.is_closed() => Err(e),
+        Err(_) => {
+            let mut taken = Vec::new();
+            for &id in ids {
+                let doc: Vec<&QueuedDoc> = docs.iter().filter(|d| d.id == id).collect();
+                let one = match write_documents(client, &[id], &owned(&doc)) {
+                    Ok(one) => one,
+                    Err(e) if client.is_closed() => return Err(e),
+                    Err(_) => write_documents(client, &[id], &[])?,
+                };
+                taken.extend(one);
+            }
+            Ok(taken)
+        }
     }
-    Ok(())
+}
+
+fn owned(docs: &[&QueuedDoc]) -> Vec<QueuedDoc> {
+    docs.iter()
+        .map(|d| QueuedDoc {
+            id: d.id,
+            org: d.org,
+            vector: d.vector.clone(),
+        })
+        .collect()
 }
 
 /// Indexes every step of org `org` queued when it is called, from the
-/// log, waiting for those another connection is indexing: afterwards
+/// log, waiting for those another connection is writing: afterwards
 /// `step_search` holds the document of every step the org's log held
-/// then (but those erased).
+/// then (but those erased). Past [`SEARCH_BUDGET`], `StoreError::Busy`.
 pub(super) fn finish_org(client: &mut postgres::Client, org: i64) -> Result<(), StoreError> {
     let (low, high) = org_range(org);
     let last: Option<i64> = client
@@ -261,71 +352,103 @@ pub(super) fn finish_org(client: &mut postgres::Client, org: i64) -> Result<(), 
         .get(0);
     // Steps of one org are committed in id order (under its lock), so
     // any queued later than this look-up come after `last`.
-    match last {
-        Some(last) => finish_range(client, low, last, None),
-        None => Ok(()),
+    let Some(last) = last else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + SEARCH_BUDGET;
+    loop {
+        let page = read_queued(client, low, last)?;
+        if page.ids.is_empty() {
+            return Ok(());
+        }
+        let taken: HashSet<i64> = write_read_back(client, &page.ids, &page.docs)?
+            .into_iter()
+            .collect();
+        let held: Vec<i64> = page
+            .ids
+            .into_iter()
+            .filter(|id| !taken.contains(id))
+            .collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(StoreError::Busy(
+                "the full-text index is still writing this org's latest steps: search again in a few seconds".into(),
+            ));
+        }
+        if !held.is_empty() {
+            wait_for_writers(client, &held, left)?;
+        }
     }
 }
 
-/// Indexes the queued steps with ids in `low..=high` from the log, a page
-/// per transaction. A search (`until: None`) waits for the rows another
-/// connection holds, one at a time once none other is left (the
-/// transaction then holds no other lock, so it cannot close a cycle); an
-/// indexer skips them and stops after the page during which `until` is
-/// set.
-fn finish_range(
+/// Waits until no statement holds the queue rows `ids` (those writing
+/// their documents), at most `limit`: one statement, autocommitted, whose
+/// lock is let go as soon as it is granted.
+fn wait_for_writers(
+    client: &mut postgres::Client,
+    ids: &[i64],
+    limit: Duration,
+) -> Result<(), StoreError> {
+    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+    // One simple-protocol message runs as one implicit transaction: the
+    // setting is undone with it if the wait times out, and nothing waits
+    // for this client between the statements. The ids are numbers this
+    // process read from the database.
+    let sql = format!(
+        "SET lock_timeout = {}; SELECT count(*) FROM (SELECT 1 FROM search_queue WHERE id = ANY('{{{}}}'::int8[]) FOR KEY SHARE) l; RESET lock_timeout",
+        limit.as_millis().clamp(1, i32::MAX as u128),
+        ids.join(",")
+    );
+    match client.batch_execute(&sql) {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            Err(StoreError::Busy(
+                "the full-text index is still writing this org's latest steps: search again in a few seconds".into(),
+            ))
+        }
+        Err(e) => Err(e).context("waiting for full-text documents being written"),
+    }
+}
+
+/// The indexer's catch-up: indexes the queued steps with ids in
+/// `low..=high` from the log, a page per statement, leaving those other
+/// statements hold to them, until none is left or `closing` is set.
+fn index_from_log(
     client: &mut postgres::Client,
     low: i64,
     high: i64,
-    until: Option<&AtomicBool>,
+    closing: &AtomicBool,
 ) -> Result<(), StoreError> {
-    let wait = until.is_none();
-    loop {
-        if until.is_some_and(|stop| stop.load(Ordering::Acquire)) {
+    let mut after = low.saturating_sub(1);
+    while !closing.load(Ordering::Acquire) {
+        let page = read_queued(client, after.saturating_add(1), high)?;
+        let Some(&last) = page.ids.last() else {
             return Ok(());
-        }
-        let mut tx = client
-            .transaction()
-            .context("starting to index queued steps")?;
-        let mut ids: Vec<i64> = tx
-            .query(
-                "SELECT id FROM search_queue WHERE id BETWEEN $1 AND $2
-                 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
-                &[&low, &high, &PAGE],
-            )
-            .context("taking queued steps")?
-            .iter()
-            .map(|row| col(row, 0))
-            .collect::<Result<_, _>>()?;
-        if ids.is_empty() && wait {
-            ids = tx
-                .query(
-                    "SELECT id FROM search_queue WHERE id BETWEEN $1 AND $2
-                     ORDER BY id LIMIT 1 FOR UPDATE",
-                    &[&low, &high],
-                )
-                .context("waiting for queued steps being indexed")?
-                .iter()
-                .map(|row| col(row, 0))
-                .collect::<Result<_, _>>()?;
-        }
-        if ids.is_empty() {
-            return tx.commit().context("indexing queued steps");
-        }
-        index_queued(&mut tx, &ids)?;
-        tx.commit().context("indexing queued steps")?;
+        };
+        write_read_back(client, &page.ids, &page.docs)?;
+        after = last;
     }
+    Ok(())
 }
 
-/// Indexes queued steps whose rows the transaction holds, from the log,
-/// in id order up to about [`PAGE_BYTES`] of text (at least one step),
-/// and deletes the queue rows of those it got to (a step erased since, or
-/// without a document, too). The rest stay queued.
-fn index_queued(tx: &mut postgres::Transaction<'_>, ids: &[i64]) -> Result<(), StoreError> {
-    let rows = tx
+/// Queued steps read back from the log: every id the page holds, and the
+/// documents of those that are steps with words.
+struct QueuedPage {
+    ids: Vec<i64>,
+    docs: Vec<QueuedDoc>,
+}
+
+/// The queued steps with ids in `low..=high`, in id order, up to
+/// [`PAGE`] of them and about [`PAGE_BYTES`] of text (at least one), read
+/// without locking: [`write_documents`] takes them.
+fn read_queued(
+    client: &mut postgres::Client,
+    low: i64,
+    high: i64,
+) -> Result<QueuedPage, StoreError> {
+    let rows = client
         .query(
-            "SELECT id, org, step, COALESCE(before, 0) < $2 AS within,
-               CASE WHEN step THEN content END, CASE WHEN step THEN input_data END,
+            "SELECT id, org, step, CASE WHEN step THEN content END, CASE WHEN step THEN input_data END,
                CASE WHEN step THEN output_data END, CASE WHEN step THEN metadata END
              FROM (
                SELECT q.id, e.org, COALESCE(e.type = 'step' AND NOT e.erased, FALSE) AS step,
@@ -333,56 +456,34 @@ fn index_queued(tx: &mut postgres::Transaction<'_>, ids: &[i64]) -> Result<(), S
                  sum(COALESCE(octet_length(e.content), 0) + COALESCE(octet_length(e.input_data), 0)
                      + COALESCE(octet_length(e.output_data), 0) + COALESCE(octet_length(e.metadata), 0))
                    OVER (ORDER BY q.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
-               FROM UNNEST($1::int8[]) AS q(id) LEFT JOIN entries e ON e.id = q.id
+               FROM (SELECT id FROM search_queue WHERE id BETWEEN $1 AND $2 ORDER BY id LIMIT $3) q
+               LEFT JOIN entries e ON e.id = q.id
              ) page
+             WHERE COALESCE(before, 0) < $4
              ORDER BY id",
-            &[&ids, &PAGE_BYTES],
+            &[&low, &high, &PAGE, &PAGE_BYTES],
         )
         .context("reading queued steps")?;
-    let (mut done, mut doc_ids, mut orgs, mut vectors) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut page = QueuedPage {
+        ids: Vec::with_capacity(rows.len()),
+        docs: Vec::new(),
+    };
     for row in &rows {
-        if !col::<bool>(row, 3)? {
-            break;
-        }
         let id: i64 = col(row, 0)?;
-        done.push(id);
+        page.ids.push(id);
         if !col::<bool>(row, 2)? {
             continue;
         }
-        let columns: [Option<String>; 4] = [col(row, 4)?, col(row, 5)?, col(row, 6)?, col(row, 7)?];
+        let columns: [Option<String>; 4] = [col(row, 3)?, col(row, 4)?, col(row, 5)?, col(row, 6)?];
         if let Some(vector) = document_of(&columns) {
-            doc_ids.push(id);
-            orgs.push(col::<i64>(row, 1)?);
-            vectors.push(vector);
+            page.docs.push(QueuedDoc {
+                id,
+                org: col(row, 1)?,
+                vector,
+            });
         }
     }
-    if insert_in_savepoint(tx, &doc_ids, &orgs, &vectors).is_err() {
-        // One document PostgreSQL refuses (none should: documents are
-        // capped below `tsvector`'s limit) must not keep the org's
-        // searches failing: the others are written one by one, and a
-        // step refused alone stays unindexed, as a step without words.
-        for ((id, org), vector) in doc_ids.iter().zip(&orgs).zip(&vectors) {
-            use std::slice::from_ref;
-            let _ = insert_in_savepoint(tx, from_ref(id), from_ref(org), from_ref(vector));
-        }
-    }
-    tx.execute("DELETE FROM search_queue WHERE id = ANY($1)", &[&done])
-        .context("indexing queued steps")?;
-    Ok(())
-}
-
-/// [`insert_documents`] undone alone if it fails (a lost connection
-/// fails the transaction's next statement too).
-fn insert_in_savepoint(
-    tx: &mut postgres::Transaction<'_>,
-    ids: &[i64],
-    orgs: &[i64],
-    vectors: &[TsVector],
-) -> Result<(), StoreError> {
-    let mut savepoint = tx.savepoint("document").context("indexing queued steps")?;
-    insert_documents(&mut savepoint, ids, orgs, vectors)?;
-    savepoint.commit().context("indexing queued steps")
+    Ok(page)
 }
 
 /// The `tsvector` of a step stored with these text columns (`content`,
@@ -394,8 +495,8 @@ pub(super) fn document_of(columns: &[Option<String>; 4]) -> Option<TsVector> {
     (!doc.is_empty()).then(|| TsVector::of(&doc))
 }
 
-/// Inserts documents read back from the log (one already there, from a
-/// connection that indexed the step first, is kept).
+/// Inserts documents read back from the log by a migration (one already
+/// there is kept).
 pub(super) fn insert_documents(
     tx: &mut postgres::Transaction<'_>,
     ids: &[i64],

@@ -61,8 +61,9 @@ fn until_queue_empty(admin: &mut postgres::Client) {
 /// Steps whose batches committed but whose documents a server never
 /// wrote (it stopped first: the state is made by hand) are found by the
 /// next search of their org on any server, which waits for queued steps
-/// another connection holds; a starting server's indexer writes the rest,
-/// in orgs nobody searched. A queued step erased since gets no document.
+/// another connection holds; a server's indexer writes the rest, in orgs
+/// nobody searched, when it starts with the server's first write. A
+/// queued step erased since gets no document.
 #[test]
 fn queued_steps_are_indexed_by_a_search_or_a_starting_server() {
     let Some(cluster) = PgCluster::start() else {
@@ -117,9 +118,14 @@ fn queued_steps_are_indexed_by_a_search_or_a_starting_server() {
         .filter(|seq| *seq != erased_seq)
         .collect();
     assert_eq!(searched, expected);
-    // The other org's steps are left for an indexer: a starting server's.
+    // The other org's steps are left for an indexer: a server's, started
+    // by its first write (a process that only reads starts none).
     drop(store);
     let store = backend.open(name);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM search_queue"), 10);
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    write(&ledger, "third", "t", "an unrelated step");
     until_queue_empty(&mut admin);
     assert_eq!(
         scalar(
@@ -222,4 +228,45 @@ fn searches_and_erasures_beside_the_indexers_of_two_servers() {
         ),
         0
     );
+}
+
+/// A search waits for queued steps another connection is writing at most
+/// its budget (5 s), then is told to come back (`StoreError::Busy`, 503
+/// on the API) rather than answer without them; once they are let go,
+/// the same search finds them.
+#[test]
+fn a_search_waits_for_documents_being_written_at_most_its_budget() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let backend = Pg::new(cluster);
+    let name = "held_queue";
+    let store = backend.open(name);
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    for i in 0..5 {
+        write(&ledger, ORG, "s", &format!("zeppelin {i}"));
+    }
+    ledger.close();
+    drop(store);
+    let mut admin = admin_of(&backend, name);
+    admin
+        .batch_execute(
+            "DELETE FROM step_search;
+             INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
+        )
+        .unwrap();
+    let mut holder = admin_of(&backend, name);
+    let mut held = holder.transaction().unwrap();
+    held.execute("SELECT id FROM search_queue FOR UPDATE", &[])
+        .unwrap();
+    let store = backend.open(name);
+    let query = FullTextQuery::parse("zeppelin").unwrap();
+    match store.full_text_search(ORG, &query, &StepFilter::default(), 10) {
+        Err(cairn_store::StoreError::Busy(message)) => {
+            assert!(message.contains("search again"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    held.rollback().unwrap();
+    assert_eq!(found(store.as_ref(), ORG, "zeppelin").len(), 5);
 }
