@@ -49,6 +49,17 @@ fn erase(ledger: &Ledger, org: &str, trace_id: &str) {
         .unwrap();
 }
 
+/// As a server that stopped between its commits and its documents
+/// leaves the database: every step queued, no document written.
+fn unwrite_every_document(admin: &mut postgres::Client) {
+    admin
+        .batch_execute(
+            "DELETE FROM step_search;
+             INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
+        )
+        .unwrap();
+}
+
 /// Waits (up to a minute) until nothing is queued.
 fn until_queue_empty(admin: &mut postgres::Client) {
     let start = Instant::now();
@@ -90,15 +101,9 @@ fn queued_steps_are_indexed_by_a_search_or_a_starting_server() {
     ledger.close();
     drop(store);
     let mut admin = admin_of(&backend, name);
-    // As a server that stopped between its commits and its documents
-    // leaves the database (the erased step queued too: a deletion this
-    // cannot lose, made here to show the log is asked).
-    admin
-        .batch_execute(
-            "DELETE FROM step_search;
-             INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
-        )
-        .unwrap();
+    // The erased step is queued too (a state erasure never leaves, made
+    // here to show the log is asked).
+    unwrite_every_document(&mut admin);
     // Another connection is indexing them: a search waits for it.
     let mut holder = admin_of(&backend, name);
     let mut held = holder.transaction().unwrap();
@@ -249,12 +254,7 @@ fn a_search_waits_for_documents_being_written_at_most_its_budget() {
     ledger.close();
     drop(store);
     let mut admin = admin_of(&backend, name);
-    admin
-        .batch_execute(
-            "DELETE FROM step_search;
-             INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
-        )
-        .unwrap();
+    unwrite_every_document(&mut admin);
     let mut holder = admin_of(&backend, name);
     let mut held = holder.transaction().unwrap();
     held.execute("SELECT id FROM search_queue FOR UPDATE", &[])
