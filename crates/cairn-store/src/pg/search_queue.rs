@@ -32,8 +32,11 @@
 //! statement holds the row, the erasure waits for it (one statement) and
 //! then deletes the document it wrote; once the erasure has deleted the
 //! row, no statement writes the document. A search that finds rows held
-//! by others waits for them in a statement of its own that takes no
-//! other lock and releases at once, bounded by [`SEARCH_BUDGET`]. Nothing
+//! by others waits for one at a time, in a statement of its own that
+//! holds no other lock and lets go at once, bounded by
+//! [`SEARCH_BUDGET`]. Writing statements answer one number (rows sent
+//! before the commit could wait on a dead network with the locks held).
+//! Nothing
 //! here holds a lock across a round trip to its client, and nothing that
 //! holds one waits for another: no cycle, no stall of the org's writes
 //! behind a stalled reader.
@@ -42,7 +45,7 @@ use super::connection::{PgConn, col, connect};
 use super::tsvector::TsVector;
 use crate::engine::org_range;
 use crate::{DbContext, StoreError};
-use std::collections::HashSet;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -70,8 +73,9 @@ pub(super) const HANDED_BYTES: usize = 8 << 20;
 const HANDED_TOTAL: usize = 32 << 20;
 /// Transactions' documents waiting for the indexer.
 const HANDED_BATCHES: usize = 64;
-/// Most documents the indexer writes in one statement.
-const WRITE_DOCS: usize = 4_096;
+/// Most documents the indexer writes in one statement: an erasure of
+/// one of them waits for the statement.
+const WRITE_DOCS: usize = 512;
 /// Queued steps indexed from the log per statement (at most
 /// [`PAGE_BYTES`] of text).
 const PAGE: i64 = 512;
@@ -266,17 +270,18 @@ fn connected<'c>(
 /// Takes the queued steps `ids` that no other statement holds, writes
 /// the documents among `docs` of those the log does not mark erased, and
 /// deletes their queue rows: one autocommitted statement (see the module
-/// docs). Returns the ids it took.
+/// docs), whose answer is one number (an answer of many rows, sent before
+/// the commit, could wait on a dead network with the rows locked).
 fn write_documents(
     client: &mut postgres::Client,
     ids: &[i64],
     docs: &[QueuedDoc],
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<(), StoreError> {
     let doc_ids: Vec<i64> = docs.iter().map(|d| d.id).collect();
     let orgs: Vec<i64> = docs.iter().map(|d| d.org).collect();
     let vectors: Vec<&TsVector> = docs.iter().map(|d| &d.vector).collect();
     client
-        .query(
+        .query_one(
             "WITH held AS (
                SELECT id FROM search_queue WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED
              ), gone AS (
@@ -289,13 +294,11 @@ fn write_documents(
                JOIN entries e ON e.id = d.id AND NOT e.erased
                ON CONFLICT (id) DO NOTHING
              )
-             SELECT id FROM held",
+             SELECT count(*) FROM held",
             &[&ids, &doc_ids, &orgs, &vectors],
         )
-        .context("writing full-text documents")?
-        .iter()
-        .map(|row| col(row, 0))
-        .collect()
+        .context("writing full-text documents")?;
+    Ok(())
 }
 
 /// [`write_documents`] for documents read back from the log, one at a
@@ -307,23 +310,19 @@ fn write_read_back(
     client: &mut postgres::Client,
     ids: &[i64],
     docs: &[QueuedDoc],
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<(), StoreError> {
     match write_documents(client, ids, docs) {
-        Ok(taken) => Ok(taken),
-        Err(e) if client.is_closed() => Err(e),
-        Err(_) => {
-            let mut taken = Vec::new();
+        Err(_) if !client.is_closed() => {
             for &id in ids {
                 let doc: Vec<&QueuedDoc> = docs.iter().filter(|d| d.id == id).collect();
-                let one = match write_documents(client, &[id], &owned(&doc)) {
-                    Ok(one) => one,
-                    Err(e) if client.is_closed() => return Err(e),
-                    Err(_) => write_documents(client, &[id], &[])?,
-                };
-                taken.extend(one);
+                match write_documents(client, &[id], &owned(&doc)) {
+                    Err(_) if !client.is_closed() => write_documents(client, &[id], &[])?,
+                    done => done?,
+                }
             }
-            Ok(taken)
+            Ok(())
         }
+        done => done,
     }
 }
 
@@ -361,55 +360,55 @@ pub(super) fn finish_org(client: &mut postgres::Client, org: i64) -> Result<(), 
         if page.ids.is_empty() {
             return Ok(());
         }
-        let taken: HashSet<i64> = write_read_back(client, &page.ids, &page.docs)?
-            .into_iter()
-            .collect();
-        let held: Vec<i64> = page
-            .ids
-            .into_iter()
-            .filter(|id| !taken.contains(id))
-            .collect();
+        write_read_back(client, &page.ids, &page.docs)?;
+        // What the page's statement could not take, another is writing.
+        let held: Option<i64> = client
+            .query_one(
+                "SELECT min(id) FROM search_queue WHERE id = ANY($1)",
+                &[&page.ids],
+            )
+            .context("looking for steps queued for full-text search")?
+            .get(0);
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(StoreError::Busy(
-                "the full-text index is still writing this org's latest steps: search again in a few seconds".into(),
-            ));
+            return Err(busy());
         }
-        if !held.is_empty() {
-            wait_for_writers(client, &held, left)?;
+        if let Some(held) = held {
+            wait_for_writer(client, held, left)?;
         }
     }
 }
 
-/// Waits until no statement holds the queue rows `ids` (those writing
-/// their documents), at most `limit`: one statement, autocommitted, whose
-/// lock is let go as soon as it is granted.
-fn wait_for_writers(
+fn busy() -> StoreError {
+    StoreError::Busy(
+        "the full-text index is still writing this org's latest steps: search again in a few seconds".into(),
+    )
+}
+
+/// Waits until no statement holds the queue row `id` (one writing its
+/// document), at most `limit`: one statement, autocommitted, that waits
+/// for that row alone (holding no other lock while it waits, so it closes
+/// no cycle with an erasure that waits for another) and lets it go as
+/// soon as it is granted.
+fn wait_for_writer(
     client: &mut postgres::Client,
-    ids: &[i64],
+    id: i64,
     limit: Duration,
 ) -> Result<(), StoreError> {
-    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
     // One simple-protocol message runs as one implicit transaction: the
     // setting is undone with it if the wait times out, and nothing waits
-    // for this client between the statements. The ids are numbers this
+    // for this client between the statements. The id is a number this
     // process read from the database.
     let sql = format!(
-        "SET lock_timeout = {}; SELECT count(*) FROM (SELECT 1 FROM search_queue WHERE id = ANY('{{{}}}'::int8[]) FOR KEY SHARE) l; RESET lock_timeout",
+        "SET lock_timeout = {}; SELECT 1 FROM search_queue WHERE id = {id} FOR KEY SHARE; RESET lock_timeout",
         limit.as_millis().clamp(1, i32::MAX as u128),
-        ids.join(",")
     );
     match client.batch_execute(&sql) {
         Ok(()) => Ok(()),
-        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
-            Err(StoreError::Busy(
-                "the full-text index is still writing this org's latest steps: search again in a few seconds".into(),
-            ))
-        }
+        Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => Err(busy()),
         Err(e) => Err(e).context("waiting for full-text documents being written"),
     }
 }
-
 /// The indexer's catch-up: indexes the queued steps with ids in
 /// `low..=high` from the log, a page per statement, leaving those other
 /// statements hold to them, until none is left or `closing` is set.

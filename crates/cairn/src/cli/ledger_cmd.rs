@@ -545,8 +545,10 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
     // This process sequences the store when no server does: then its own
     // index thread is bringing the full-text index up to date with the
     // log (a lost or stale fulltext.db), and there is no server to finish
-    // that later, so the search waits for it rather than failing.
-    let catching_up_here = cli.database.is_none() && !store.is_read_only();
+    // that later, so the search waits for it rather than failing. On
+    // PostgreSQL each try writes documents still queued itself, so trying
+    // again gets there too.
+    let catching_up_here = cli.database.is_some() || !store.is_read_only();
     let mut told = false;
     let answer = loop {
         match cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request) {
@@ -560,6 +562,9 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
             }
             Ok(answer) => break answer,
             Err(cairn_store::ops::SearchError::Query(e)) => return Err(usage(e.to_string())),
+            Err(cairn_store::ops::SearchError::Store(cairn_store::StoreError::Busy(why))) => {
+                return Err(anyhow!("{why}"));
+            }
             Err(cairn_store::ops::SearchError::Store(e)) => {
                 return Err(anyhow!("storage failure: {e}"));
             }
