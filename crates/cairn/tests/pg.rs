@@ -667,3 +667,63 @@ fn three_servers_on_one_database_survive_sigkill_and_agree() {
         );
     }
 }
+
+/// `cairn search` on PostgreSQL, when steps' documents are still being
+/// written by another connection past a search's 5 s budget, is told the
+/// index is busy and tries again (saying so) until it finds them, rather
+/// than failing or answering without them.
+#[test]
+fn cairn_search_waits_for_documents_another_connection_is_writing() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("search_busy");
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target {
+        dir: dir.path(),
+        database: Some(&url),
+    };
+    let lines: String = (0..5)
+        .map(|i| {
+            format!(
+                "{{\"session_id\":\"s\",\"step_type\":\"plan\",\"content\":\"zeppelin {i}\"}}\n"
+            )
+        })
+        .collect();
+    let run = target.run(&["log", "--stdin", "--agent", "a"], Some(&lines));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // As a server that stopped before writing its documents leaves the
+    // database, while another connection holds the queue for 6.5 s.
+    attack(
+        &cluster,
+        "search_busy",
+        "DELETE FROM step_search; INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
+    );
+    let holder = {
+        let cluster = &cluster;
+        std::thread::scope(|scope| {
+            let held = scope.spawn(move || {
+                cluster.psql(
+                    "search_busy",
+                    "BEGIN; SELECT count(*) FROM (SELECT id FROM search_queue FOR UPDATE) l; SELECT pg_sleep(6.5); ROLLBACK;",
+                )
+            });
+            std::thread::sleep(Duration::from_millis(1_000));
+            let search = target.run(
+                &["search", "--mode", "fulltext", "--json", "zeppelin"],
+                None,
+            );
+            (held.join().unwrap(), search)
+        })
+    };
+    let ((held, out), search) = holder;
+    assert!(held, "{out}");
+    assert_eq!(search.code, 0, "{}", search.stderr);
+    assert!(
+        search.stderr.contains("waiting for it"),
+        "{}",
+        search.stderr
+    );
+    let answer: Value = serde_json::from_str(&search.stdout).unwrap();
+    assert_eq!(answer["results"].as_array().unwrap().len(), 5, "{answer}");
+}
