@@ -693,7 +693,7 @@ fn cairn_search_waits_for_documents_another_connection_is_writing() {
     let run = target.run(&["log", "--stdin", "--agent", "a"], Some(&lines));
     assert_eq!(run.code, 0, "{}", run.stderr);
     // As a server that stopped before writing its documents leaves the
-    // database, while another connection holds the queue for 6.5 s.
+    // database, while another connection holds the queue for 9 s (a search gives up after 5).
     attack(
         &cluster,
         "search_busy",
@@ -705,7 +705,7 @@ fn cairn_search_waits_for_documents_another_connection_is_writing() {
             let held = scope.spawn(move || {
                 cluster.psql(
                     "search_busy",
-                    "BEGIN; SELECT count(*) FROM (SELECT id FROM search_queue FOR UPDATE) l; SELECT pg_sleep(6.5); ROLLBACK;",
+                    "BEGIN; SELECT count(*) FROM (SELECT id FROM search_queue FOR UPDATE) l; SELECT pg_sleep(9); ROLLBACK;",
                 )
             });
             std::thread::sleep(Duration::from_millis(1_000));
