@@ -107,15 +107,7 @@ struct Running {
 pub(super) struct SearchIndexer {
     config: postgres::Config,
     running: Mutex<Option<Running>>,
-    /// Set when documents were not handed over, and at first: the indexer
-    /// then indexes the whole queue from the log.
-    behind: Arc<AtomicBool>,
-    /// Set when the store closes: a catch-up from the log stops after its
-    /// page (what is left stays queued), so a close never waits for a
-    /// long queue.
-    closing: Arc<AtomicBool>,
-    /// Bytes of documents handed over and not written yet.
-    waiting: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
 impl SearchIndexer {
@@ -124,9 +116,11 @@ impl SearchIndexer {
         SearchIndexer {
             config,
             running: Mutex::new(None),
-            behind: Arc::new(AtomicBool::new(true)),
-            closing: Arc::new(AtomicBool::new(false)),
-            waiting: Arc::new(AtomicUsize::new(0)),
+            shared: Arc::new(Shared {
+                behind: AtomicBool::new(true),
+                closing: AtomicBool::new(false),
+                waiting: AtomicUsize::new(0),
+            }),
         }
     }
 
@@ -134,7 +128,7 @@ impl SearchIndexer {
     /// is false when some of its queued steps' documents were not kept.
     pub(super) fn hand(&self, docs: Vec<QueuedDoc>, complete: bool) {
         if !complete {
-            self.behind.store(true, Ordering::Release);
+            self.shared.behind.store(true, Ordering::Release);
         }
         if docs.is_empty() && complete {
             return;
@@ -151,26 +145,22 @@ impl SearchIndexer {
             return;
         };
         let bytes: usize = docs.iter().map(|d| d.vector.len()).sum();
-        if self.waiting.load(Ordering::Acquire) + bytes > HANDED_TOTAL {
-            self.behind.store(true, Ordering::Release);
+        if self.shared.waiting.load(Ordering::Acquire) + bytes > HANDED_TOTAL {
+            self.shared.behind.store(true, Ordering::Release);
             let _ = running.jobs.try_send(Vec::new());
             return;
         }
-        self.waiting.fetch_add(bytes, Ordering::AcqRel);
+        self.shared.waiting.fetch_add(bytes, Ordering::AcqRel);
         if running.jobs.try_send(docs).is_err() {
-            self.waiting.fetch_sub(bytes, Ordering::AcqRel);
-            self.behind.store(true, Ordering::Release);
+            self.shared.waiting.fetch_sub(bytes, Ordering::AcqRel);
+            self.shared.behind.store(true, Ordering::Release);
         }
     }
 
     fn start(&self) -> Option<Running> {
         let (jobs, handed) = sync_channel(HANDED_BATCHES);
         let config = self.config.clone();
-        let shared = Shared {
-            behind: Arc::clone(&self.behind),
-            closing: Arc::clone(&self.closing),
-            waiting: Arc::clone(&self.waiting),
-        };
+        let shared = Arc::clone(&self.shared);
         std::thread::Builder::new()
             .name("cairn-pg-search".into())
             .spawn(move || run(&config, &handed, &shared))
@@ -183,7 +173,7 @@ impl Drop for SearchIndexer {
     fn drop(&mut self) {
         // A clean close writes what was handed over (a crash leaves it
         // queued in the database), not a catch-up's whole queue.
-        self.closing.store(true, Ordering::Release);
+        self.shared.closing.store(true, Ordering::Release);
         let running = self.running.lock().ok().and_then(|mut r| r.take());
         if let Some(Running { jobs, thread }) = running {
             drop(jobs);
@@ -194,9 +184,15 @@ impl Drop for SearchIndexer {
 
 /// What the indexer thread shares with its [`SearchIndexer`].
 struct Shared {
-    behind: Arc<AtomicBool>,
-    closing: Arc<AtomicBool>,
-    waiting: Arc<AtomicUsize>,
+    /// Set when documents were not handed over, and at first: the indexer
+    /// then indexes the whole queue from the log.
+    behind: AtomicBool,
+    /// Set when the store closes: a catch-up from the log stops after its
+    /// page (what is left stays queued), so a close never waits for a
+    /// long queue.
+    closing: AtomicBool,
+    /// Bytes of documents handed over and not written yet.
+    waiting: AtomicUsize,
 }
 
 /// The indexer thread: writes the documents handed over, and the queue
@@ -233,7 +229,7 @@ fn run(config: &postgres::Config, handed: &Receiver<Vec<QueuedDoc>>, shared: &Sh
                     write_documents(&mut conn.client, &ids, chunk)?;
                 }
                 if catch_up {
-                    index_from_log(&mut conn.client, i64::MIN, i64::MAX, &shared.closing)?;
+                    index_from_log(&mut conn.client, &shared.closing)?;
                 }
                 Ok(())
             })
@@ -314,8 +310,8 @@ fn write_read_back(
     match write_documents(client, ids, docs) {
         Err(_) if !client.is_closed() => {
             for &id in ids {
-                let doc: Vec<&QueuedDoc> = docs.iter().filter(|d| d.id == id).collect();
-                match write_documents(client, &[id], &owned(&doc)) {
+                let doc = docs.iter().find(|d| d.id == id);
+                match write_documents(client, &[id], doc.map_or(&[], std::slice::from_ref)) {
                     Err(_) if !client.is_closed() => write_documents(client, &[id], &[])?,
                     done => done?,
                 }
@@ -324,16 +320,6 @@ fn write_read_back(
         }
         done => done,
     }
-}
-
-fn owned(docs: &[&QueuedDoc]) -> Vec<QueuedDoc> {
-    docs.iter()
-        .map(|d| QueuedDoc {
-            id: d.id,
-            org: d.org,
-            vector: d.vector.clone(),
-        })
-        .collect()
 }
 
 /// Indexes every step of org `org` queued when it is called, from the
@@ -409,23 +395,19 @@ fn wait_for_writer(
         Err(e) => Err(e).context("waiting for full-text documents being written"),
     }
 }
-/// The indexer's catch-up: indexes the queued steps with ids in
-/// `low..=high` from the log, a page per statement, leaving those other
-/// statements hold to them, until none is left or `closing` is set.
-fn index_from_log(
-    client: &mut postgres::Client,
-    low: i64,
-    high: i64,
-    closing: &AtomicBool,
-) -> Result<(), StoreError> {
-    let mut after = low.saturating_sub(1);
+
+/// The indexer's catch-up: indexes every queued step from the log, a
+/// page per statement, leaving those other statements hold to them,
+/// until none is left or `closing` is set.
+fn index_from_log(client: &mut postgres::Client, closing: &AtomicBool) -> Result<(), StoreError> {
+    let mut from = i64::MIN;
     while !closing.load(Ordering::Acquire) {
-        let page = read_queued(client, after.saturating_add(1), high)?;
+        let page = read_queued(client, from, i64::MAX)?;
         let Some(&last) = page.ids.last() else {
             return Ok(());
         };
         write_read_back(client, &page.ids, &page.docs)?;
-        after = last;
+        from = last.saturating_add(1);
     }
     Ok(())
 }

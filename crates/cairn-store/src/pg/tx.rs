@@ -202,9 +202,9 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     /// The documents of the steps queued in `search_queue`, for the
     /// indexer once the transaction commits, up to [`HANDED_BYTES`].
     handed: Vec<QueuedDoc>,
+    /// The bytes of every queued step's document, kept or not: past
+    /// [`HANDED_BYTES`], the rest are left out of `handed`.
     handed_bytes: usize,
-    /// Whether `handed` holds every queued step's document.
-    handed_all: bool,
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
@@ -247,7 +247,6 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             sessions_opened: HashSet::new(),
             handed: Vec::new(),
             handed_bytes: 0,
-            handed_all: true,
         })
     }
 
@@ -277,7 +276,8 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
     /// [`SearchIndexer::hand`](super::search_queue::SearchIndexer::hand)
     /// once it commits.
     pub(super) fn take_handed(&mut self) -> (Vec<QueuedDoc>, bool) {
-        (std::mem::take(&mut self.handed), self.handed_all)
+        let all = self.handed_bytes <= HANDED_BYTES;
+        (std::mem::take(&mut self.handed), all)
     }
 
     /// Sends every pending row.
@@ -353,8 +353,6 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             self.handed_bytes += doc.vector.len();
             if self.handed_bytes <= HANDED_BYTES {
                 self.handed.push(doc);
-            } else {
-                self.handed_all = false;
             }
         }
         let mut kinds = pending.kinds;
