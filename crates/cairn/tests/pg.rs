@@ -683,15 +683,7 @@ fn cairn_search_waits_for_documents_another_connection_is_writing() {
         dir: dir.path(),
         database: Some(&url),
     };
-    let lines: String = (0..5)
-        .map(|i| {
-            format!(
-                "{{\"session_id\":\"s\",\"step_type\":\"plan\",\"content\":\"zeppelin {i}\"}}\n"
-            )
-        })
-        .collect();
-    let run = target.run(&["log", "--stdin", "--agent", "a"], Some(&lines));
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    common::log_many(target, 5);
     // As a server that stopped before writing its documents leaves the
     // database, while another connection holds the queue for 9 s (a search gives up after 5).
     attack(
@@ -709,10 +701,7 @@ fn cairn_search_waits_for_documents_another_connection_is_writing() {
                 )
             });
             std::thread::sleep(Duration::from_millis(1_000));
-            let search = target.run(
-                &["search", "--mode", "fulltext", "--json", "zeppelin"],
-                None,
-            );
+            let search = target.run(&["search", "--mode", "fulltext", "--json", "bulk"], None);
             (held.join().unwrap(), search)
         })
     };

@@ -50,14 +50,27 @@ fn erase(ledger: &Ledger, org: &str, trace_id: &str) {
 }
 
 /// As a server that stopped between its commits and its documents
-/// leaves the database: every step queued, no document written.
-fn unwrite_every_document(admin: &mut postgres::Client) {
+/// leaves the database: every step queued, no document written. Returns
+/// the superuser's connection that did it.
+fn unwrite_every_document(backend: &Pg, name: &str) -> postgres::Client {
+    let mut admin = admin_of(backend, name);
     admin
         .batch_execute(
             "DELETE FROM step_search;
              INSERT INTO search_queue SELECT id FROM entries WHERE type = 'step'",
         )
         .unwrap();
+    admin
+}
+
+/// A connection holding every queued step's row, as one writing their
+/// documents would, until it runs `ROLLBACK`.
+fn hold_the_queue(backend: &Pg, name: &str) -> postgres::Client {
+    let mut holder = admin_of(backend, name);
+    holder
+        .batch_execute("BEGIN; SELECT count(*) FROM (SELECT id FROM search_queue FOR UPDATE) l")
+        .unwrap();
+    holder
 }
 
 /// Waits (up to a minute) until nothing is queued.
@@ -100,21 +113,17 @@ fn queued_steps_are_indexed_by_a_search_or_a_starting_server() {
     erase(&ledger, ORG, &erased_id);
     ledger.close();
     drop(store);
-    let mut admin = admin_of(&backend, name);
     // The erased step is queued too (a state erasure never leaves, made
     // here to show the log is asked).
-    unwrite_every_document(&mut admin);
+    let mut admin = unwrite_every_document(&backend, name);
     // Another connection is indexing them: a search waits for it.
-    let mut holder = admin_of(&backend, name);
-    let mut held = holder.transaction().unwrap();
-    held.execute("SELECT id FROM search_queue FOR UPDATE", &[])
-        .unwrap();
+    let mut holder = hold_the_queue(&backend, name);
     let store = backend.open(name);
     let searched = std::thread::scope(|scope| {
         let search = scope.spawn(|| found(store.as_ref(), ORG, "zeppelin"));
         std::thread::sleep(Duration::from_millis(300));
         // The holder gives up (rolls back): the search indexes them.
-        held.rollback().unwrap();
+        holder.batch_execute("ROLLBACK").unwrap();
         search.join().unwrap()
     });
     let expected: HashSet<u64> = written
@@ -253,12 +262,8 @@ fn a_search_waits_for_documents_being_written_at_most_its_budget() {
     }
     ledger.close();
     drop(store);
-    let mut admin = admin_of(&backend, name);
-    unwrite_every_document(&mut admin);
-    let mut holder = admin_of(&backend, name);
-    let mut held = holder.transaction().unwrap();
-    held.execute("SELECT id FROM search_queue FOR UPDATE", &[])
-        .unwrap();
+    unwrite_every_document(&backend, name);
+    let mut holder = hold_the_queue(&backend, name);
     let store = backend.open(name);
     let query = FullTextQuery::parse("zeppelin").unwrap();
     match store.full_text_search(ORG, &query, &StepFilter::default(), 10) {
@@ -267,6 +272,6 @@ fn a_search_waits_for_documents_being_written_at_most_its_budget() {
         }
         other => panic!("{other:?}"),
     }
-    held.rollback().unwrap();
+    holder.batch_execute("ROLLBACK").unwrap();
     assert_eq!(found(store.as_ref(), ORG, "zeppelin").len(), 5);
 }
