@@ -3,7 +3,7 @@
 //! main module. Each is a record of the org log; a key bound to an agent
 //! acts on that agent's keys only.
 
-use crate::input::{KEY_RECORDS_LIMIT, StrictQuery, refuse_unknown_params, result_limit};
+use crate::input::{KEY_RECORDS_LIMIT, StrictQuery, query_limit, refuse_unknown_params};
 use crate::{ApiError, optional_string};
 use crate::{AppState, Caller, Json, blocking, parse_json, public_key_param};
 use axum::extract::{Path, State};
@@ -154,7 +154,7 @@ pub(crate) async fn list(
     StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     refuse_unknown_params(q.keys(), &["after", "limit"])?;
-    let limit = result_limit(q.get("limit").map(|l| crate::decimal(l)), KEY_RECORDS_LIMIT)?;
+    let limit = query_limit(&q, KEY_RECORDS_LIMIT)?;
     // A log position, as the document types it (int64): past it is not
     // a position of any log.
     let after = crate::query_u64(&q, "after")?;

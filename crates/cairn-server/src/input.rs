@@ -207,6 +207,15 @@ pub fn result_limit(given: Option<Option<u64>>, limit: ResultLimit) -> Result<us
     }
 }
 
+/// A query's `limit` read by [`result_limit`]: decimal digits only
+/// ([`crate::decimal`]), anything else refused as out of range.
+pub fn query_limit(
+    q: &std::collections::HashMap<String, String>,
+    limit: ResultLimit,
+) -> Result<usize, ApiError> {
+    result_limit(q.get("limit").map(|l| crate::decimal(l)), limit)
+}
+
 /// Deserializes arguments into `T` (whose serde attributes deny unknown
 /// fields), turning serde's error into the shared shape with the field's
 /// path.

@@ -172,10 +172,7 @@ pub(crate) async fn queue(
 ) -> Result<axum::response::Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["all", "limit"])?;
     let all = crate::query_bool(&q, "all")?;
-    let limit = crate::input::result_limit(
-        q.get("limit").map(|l| crate::decimal(l)),
-        crate::input::REVIEWS_LIMIT,
-    )?;
+    let limit = crate::input::query_limit(&q, crate::input::REVIEWS_LIMIT)?;
     let (queue, slot) = queue_of(&state, &caller, all, limit).await?;
     crate::held::json_holding(&state, queue, slot).await
 }

@@ -50,10 +50,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
             ApiError::bad_request("invalid_request", "q (the search text) is required")
                 .with_field("q")
         })?;
-    let limit = crate::input::result_limit(
-        q.get("limit").map(|l| crate::decimal(l)),
-        crate::input::SEARCH_LIMIT,
-    )?;
+    let limit = crate::input::query_limit(q, crate::input::SEARCH_LIMIT)?;
     let mode = q
         .get("mode")
         .map(|m| search_mode(m))

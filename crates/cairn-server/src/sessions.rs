@@ -128,10 +128,7 @@ pub(crate) async fn list_sessions(
     let mut known = LISTING_PARAMS.to_vec();
     known.extend(["limit", "verify"]);
     input::refuse_unknown_params(q.keys(), &known)?;
-    let limit = input::result_limit(
-        q.get("limit").map(|l| crate::decimal(l)),
-        input::SESSIONS_LIMIT,
-    )?;
+    let limit = input::query_limit(&q, input::SESSIONS_LIMIT)?;
     let filter = listing_filter(&q)?;
     // Verification is on unless `verify=false`, and bounded.
     let verify = !q.contains_key("verify") || query_bool(&q, "verify")?;
