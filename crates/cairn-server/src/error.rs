@@ -163,6 +163,7 @@ pub const ERROR_CODES: &[&str] = &[
     "not_flagged",
     "key_conflict",
     "key_revoked",
+    "too_many_keys",
     "clock_skew",
     "time_regression",
     "invalid_checkpoint",
@@ -418,6 +419,7 @@ impl From<Refusal> for ApiError {
             }
             Refusal::KeyConflict { .. } => (StatusCode::CONFLICT, "key_conflict"),
             Refusal::KeyRevoked { .. } => (StatusCode::CONFLICT, "key_revoked"),
+            Refusal::TooManyKeys { .. } => (StatusCode::CONFLICT, "too_many_keys"),
             Refusal::UnknownKey { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Refusal::ClockSkew { .. } => (StatusCode::BAD_REQUEST, "clock_skew"),
             Refusal::TimeRegression { .. } => (StatusCode::BAD_REQUEST, "time_regression"),

@@ -60,6 +60,13 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
         self.tx.agent_key(org, key_id)
     }
 
+    fn key_registrations(&mut self, org: i64) -> Result<u64, StoreError> {
+        if org < 0 {
+            return Ok(0);
+        }
+        self.tx.key_registrations(org)
+    }
+
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
         if self.written.contains_key(&(org, trace_id.to_owned())) {
             return Ok(true);

@@ -162,6 +162,15 @@ pub enum Refusal {
         /// The agent it is registered for.
         agent_id: String,
     },
+    /// The org's log registers as many keys as the store allows
+    /// (`CAIRN_MAX_AGENT_KEYS`): every verifier of the org holds them all.
+    #[error(
+        "this org's log registers {limit} agent keys, the most this server allows (revoked keys count: verifiers keep them to check what they signed); the server's operator can raise it (CAIRN_MAX_AGENT_KEYS, --max-agent-keys)"
+    )]
+    TooManyKeys {
+        /// The bound.
+        limit: u64,
+    },
     /// The key was revoked.
     #[error("key {key_id} was revoked at seq {seq}; register a new key")]
     KeyRevoked {

@@ -69,6 +69,11 @@ use cairn_core::Hash;
 use cairn_core::Timestamp;
 use cairn_core::log::LogEntry;
 
+/// The most agent keys an org's log registers unless the store is told
+/// otherwise (`CAIRN_MAX_AGENT_KEYS`): the sequencer and every
+/// verification of the org hold them all in memory, about 400 bytes each.
+pub const DEFAULT_MAX_AGENT_KEYS: u64 = 100_000;
+
 /// The orgs a maintenance command (`cairn reindex`) covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OrgScope {

@@ -100,6 +100,9 @@ pub struct PgOptions {
     pub embedding_sample_rate: f64,
     /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
     pub max_clock_skew_s: u64,
+    /// The most agent keys an org's log registers
+    /// ([`crate::DEFAULT_MAX_AGENT_KEYS`]).
+    pub max_agent_keys: u64,
     /// How long a connection may get no answer from the network before it
     /// is given up: the TCP connect timeout, TCP keepalive (idle, interval
     /// and probes within it) and `TCP_USER_TIMEOUT` (data sent and never
@@ -121,6 +124,7 @@ impl PgOptions {
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
+            max_agent_keys: crate::DEFAULT_MAX_AGENT_KEYS,
             network_timeout: Duration::from_secs(30),
             vector_memory_bytes: crate::vector_index::DEFAULT_BUDGET,
             vector_graph_min: crate::vector_index::GRAPH_MIN,
@@ -136,6 +140,7 @@ pub struct PgStore {
     checkpoint_interval: Duration,
     embedding_sample_rate: f64,
     max_clock_skew_s: u64,
+    max_agent_keys: u64,
     /// The sequencer's connection (batches, checkpoints, imports).
     writer: Mutex<Option<PgConn>>,
     readers: Mutex<Vec<PgConn>>,
@@ -156,6 +161,7 @@ impl PgStore {
             embedding_sample_rate: self.embedding_sample_rate,
             checkpoint_interval: self.checkpoint_interval,
             max_clock_skew_s: self.max_clock_skew_s,
+            max_agent_keys: self.max_agent_keys,
         }
     }
 

@@ -100,6 +100,9 @@ pub struct SqliteOptions {
     pub embedding_sample_rate: f64,
     /// The clock skew new sessions allow, in seconds (`docs/FORMAT.md` 5.4).
     pub max_clock_skew_s: u64,
+    /// The most agent keys an org's log registers
+    /// ([`crate::DEFAULT_MAX_AGENT_KEYS`]).
+    pub max_agent_keys: u64,
     /// Whether this process sequences the store (takes `ledger.lock`, can
     /// append). Without it the store opens beside a running server for
     /// reading, verifying and exporting, and refuses ledger writes.
@@ -126,6 +129,7 @@ impl Default for SqliteOptions {
             checkpoint_interval: Duration::from_millis(1000),
             embedding_sample_rate: 0.1,
             max_clock_skew_s: cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S,
+            max_agent_keys: crate::DEFAULT_MAX_AGENT_KEYS,
             sequencer: true,
             key_file: None,
             key: None,
@@ -149,7 +153,9 @@ struct Writer {
 struct State {
     orgs: HashMap<String, OrgState>,
     sessions: HashMap<(i64, String), SessionState>,
-    keys: HashMap<(i64, String), AgentKey>,
+    /// The agent keys of each org the writer has needed one of, by org id
+    /// (`state::org_keys`).
+    keys: HashMap<i64, HashMap<String, AgentKey>>,
     /// The full-text documents and erasures of the batch being written
     /// (`fulltext_index`).
     fulltext: fulltext_index::FullTextBatch,
@@ -159,7 +165,13 @@ impl State {
     fn apply(&mut self, overlay: Overlay) {
         self.orgs.extend(overlay.orgs);
         self.sessions.extend(overlay.sessions);
-        self.keys.extend(overlay.keys);
+        // An org whose keys were never read gets them from its committed
+        // rows when first asked.
+        for ((org, key_id), key) in overlay.keys {
+            if let Some(keys) = self.keys.get_mut(&org) {
+                keys.insert(key_id, key);
+            }
+        }
     }
 }
 
@@ -174,6 +186,7 @@ pub struct SqliteStore {
     checkpoint_interval: Duration,
     embedding_sample_rate: f64,
     max_clock_skew_s: u64,
+    max_agent_keys: u64,
     /// Opened beside the sequencing process, to read.
     read_only: bool,
     writer: Mutex<Writer>,

@@ -115,6 +115,9 @@ pub(crate) trait WriteTx {
     fn session(&mut self, org: i64, session_id: &str) -> Result<Option<SessionState>, StoreError>;
     /// An agent key registered in `org`.
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError>;
+    /// How many keys `org`'s committed log registers (revoked ones
+    /// included: a verifier keeps them too).
+    fn key_registrations(&mut self, org: i64) -> Result<u64, StoreError>;
     /// Whether a trace id is used in `org`.
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError>;
     /// The entry type (`step`, `audit-event`) of the record with this id
@@ -228,6 +231,9 @@ pub(crate) struct Engine<'k> {
     /// and the server's `logged_at`, in seconds (recorded in each session
     /// header).
     pub max_clock_skew_s: u64,
+    /// The most keys an org's log may register
+    /// ([`crate::DEFAULT_MAX_AGENT_KEYS`] unless set).
+    pub max_agent_keys: u64,
 }
 
 /// The org a request writes to.
@@ -487,6 +493,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             Some(k) => Ok(Some(k.clone())),
             None => self.tx.agent_key(org, key_id),
         }
+    }
+
+    /// Refuses one more key registration in `org` past the store's bound
+    /// on an org's keys (committed and written by this batch).
+    fn key_room(&mut self, org: i64) -> Result<Option<Refusal>, StoreError> {
+        let written = self.overlay.registered.get(&org).copied().unwrap_or(0);
+        let held = self.tx.key_registrations(org)?.saturating_add(written);
+        let limit = self.engine.max_agent_keys;
+        Ok((held >= limit).then_some(Refusal::TooManyKeys { limit }))
     }
 
     /// The org's state, creating the org on first use.

@@ -483,11 +483,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     agent_id: existing.agent_id,
                 }));
             }
-            Some(existing) if existing.revoked => {
-                return Ok(Err(Refusal::KeyRevoked {
-                    key_id,
-                    seq: existing.seq,
-                }));
+            Some(AgentKey {
+                revoked: Some(seq), ..
+            }) => {
+                return Ok(Err(Refusal::KeyRevoked { key_id, seq }));
             }
             // Registering a key again is answered with its registration.
             Some(existing) => {
@@ -498,6 +497,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 }));
             }
             None => {}
+        }
+        if let Some(refusal) = self.key_room(org.id)? {
+            return Ok(Err(refusal));
         }
         let seq = self.write_registration(org_name, &mut org, agent_id, public_key)?;
         self.overlay.orgs.insert(org_name.to_owned(), org);
@@ -578,9 +580,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 agent_id: agent_id.to_owned(),
                 key: public_key,
                 seq,
-                revoked: false,
+                revoked: None,
             },
         );
+        *self.overlay.registered.entry(org.id).or_default() += 1;
         Ok(seq)
     }
 
@@ -611,10 +614,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             Some(key) if key.agent_id == agent_id => key,
             _ => return unknown(),
         };
-        if key.revoked {
+        if let Some(seq) = key.revoked {
             return Ok(Err(Refusal::KeyRevoked {
                 key_id: key_id.to_owned(),
-                seq: key.seq,
+                seq,
             }));
         }
         if let Some(new_key) = successor {
@@ -630,6 +633,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                         "key {new_id} is registered already; rotate to a new key"
                     ))
                 }));
+            }
+            if let Some(refusal) = self.key_room(org.id)? {
+                return Ok(Err(refusal));
             }
         }
         let revocation = KeyRevocation {
@@ -650,7 +656,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         self.overlay.keys.insert(
             (org.id, key_id.to_owned()),
             AgentKey {
-                revoked: true,
+                revoked: Some(seq),
                 ..key
             },
         );

@@ -24,6 +24,37 @@ pub(crate) fn agent_keys_from_views(
     Ok(out)
 }
 
+/// Folds one key record of an org's log (its `seq`, entry type and view,
+/// read in log order) into the sequencer's keys of the org: a
+/// registration adds its key, a revocation marks its key revoked.
+pub(crate) fn fold_key_record(
+    keys: &mut HashMap<String, AgentKey>,
+    seq: u64,
+    entry_type: &str,
+    view: &str,
+) -> Result<(), StoreError> {
+    match op_from_view(seq, entry_type, view)? {
+        OpRecord::KeyRegistration(reg) => {
+            keys.insert(
+                reg.key_id,
+                AgentKey {
+                    agent_id: reg.agent_id,
+                    key: reg.public_key,
+                    seq,
+                    revoked: None,
+                },
+            );
+        }
+        OpRecord::KeyRevocation(rev) => {
+            if let Some(key) = keys.get_mut(&rev.key_id) {
+                key.revoked = Some(seq);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The rowid of an entry: `(org << 40) | seq`, so that each org's log is
 /// one contiguous, append-only rowid range and needs no second index.
 /// (2^40 entries per org, 2^23 orgs.)

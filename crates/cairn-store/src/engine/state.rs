@@ -160,8 +160,9 @@ pub(crate) struct AgentKey {
     pub agent_id: String,
     pub key: VerifyingKey,
     pub seq: u64,
-    /// Revoked (a `key-revocation` record): it signs nothing from then on.
-    pub revoked: bool,
+    /// The position of its `key-revocation` record, if revoked: it signs
+    /// nothing from then on.
+    pub revoked: Option<u64>,
 }
 
 /// Changes a batch makes to the sequencing state, applied to a backend's
@@ -171,6 +172,9 @@ pub(crate) struct Overlay {
     pub orgs: HashMap<String, OrgState>,
     pub sessions: HashMap<(i64, String), SessionState>,
     pub keys: HashMap<(i64, String), AgentKey>,
+    /// Keys this batch registered, by org (checked against the bound on
+    /// an org's keys).
+    pub(super) registered: HashMap<i64, u64>,
     /// Sessions that got steps in this batch (their heads are written).
     pub(super) touched: HashSet<i64>,
     /// `(session, kind)` pairs this batch is the first to record.

@@ -667,8 +667,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 "key {key_id} is registered for agent {}, not {agent}",
                 key.agent_id
             ))),
-            Some(key) if key.revoked => Err(Refusal::BadSignature(format!(
-                "key {key_id} was revoked; it signs nothing from then on"
+            Some(AgentKey {
+                revoked: Some(seq), ..
+            }) => Err(Refusal::BadSignature(format!(
+                "key {key_id} was revoked at seq {seq}; it signs nothing from then on"
             ))),
             Some(key) => Ok(key),
         })

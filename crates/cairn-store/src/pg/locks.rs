@@ -27,10 +27,11 @@ const OWN_SESSIONS_KEPT: usize = 100_000;
 pub(super) struct Cache {
     /// Each org's frontier as of some committed size.
     pub(super) frontiers: HashMap<i64, Frontier>,
-    /// Registered agent keys of each org, with the number of key records
-    /// they were read from (another server may have added one since: the
-    /// count is checked under the org's lock).
-    pub(super) keys: HashMap<i64, (i64, HashMap<String, AgentKey>)>,
+    /// Registered agent keys of each org, as its committed log held them
+    /// below some size (another server may have added key records since:
+    /// each batch that needs the org's keys reads the records past that
+    /// size under the org's lock, [`OrgKeys`]).
+    pub(super) keys: HashMap<i64, OrgKeys>,
     /// Orgs another process appended to between this one's last two
     /// batches: a batch reads their sessions before taking the lock
     /// (shortening the time it holds it); for an org only this process
@@ -42,6 +43,16 @@ pub(super) struct Cache {
     /// they come and go, so that the bound costs no walk of every org on
     /// each batch).
     kept_sessions: usize,
+}
+
+/// An org's agent keys as its committed log registers and revokes them
+/// in its first `size` entries.
+#[derive(Default)]
+pub(super) struct OrgKeys {
+    /// The log size the keys were read up to.
+    pub(super) size: u64,
+    /// By key id.
+    pub(super) keys: HashMap<String, AgentKey>,
 }
 
 /// The states of sessions as this process's committed batches left them,

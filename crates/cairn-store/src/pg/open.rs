@@ -110,6 +110,7 @@ impl PgStore {
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
             max_clock_skew_s: options.max_clock_skew_s,
+            max_agent_keys: options.max_agent_keys,
             writer: Mutex::new(Some(conn)),
             readers: Mutex::new(Vec::new()),
             cache: Mutex::new(Cache::default()),

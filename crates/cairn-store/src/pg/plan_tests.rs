@@ -2,7 +2,7 @@
 //! index, whatever the statistics say, both on a table just loaded (before
 //! autovacuum analyzes it) and once it is analyzed.
 
-use super::reads::{KEY_RECORDS_PAGE, TURN_STEPS_TAKEN};
+use super::reads::{KEY_RECORDS_BETWEEN, KEY_RECORDS_PAGE, TURN_STEPS_TAKEN};
 use super::rows::{STEPS_BY_TRACE, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
 use crate::pg::{PgOptions, PgStore};
 use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
@@ -147,6 +147,19 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
             assert!(!plan.contains("Sort"), "{plan}");
         }
     }
+    // The writer's read of the key records appended since its cache.
+    let plan = admin
+        .query(
+            &format!("EXPLAIN {KEY_RECORDS_BETWEEN}"),
+            &[&org, &after, &((org << 40) + 20_700)],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("entries_key_records_in_order"), "{plan}");
+    assert!(!plan.contains("Sort"), "{plan}");
     let page = store
         .key_records_page("org", None, Some(20_100), 100)
         .unwrap();

@@ -28,6 +28,13 @@ pub(super) const KEY_RECORDS_PAGE: &str = "SELECT e.seq, e.type, e.view FROM ent
      WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
        AND ($2::text IS NULL OR e.agent_id = $2) AND e.id > $3 ORDER BY e.id LIMIT $4";
 
+/// An org's key records in log order within a range of rowids, as the
+/// writer brings its cache of the org's keys up to date (the partial index
+/// `entries_key_records_in_order`).
+pub(super) const KEY_RECORDS_BETWEEN: &str = "SELECT seq, type, view FROM entries
+     WHERE org = $1 AND type IN ('key-registration', 'key-revocation') AND id >= $2 AND id < $3
+     ORDER BY id";
+
 impl PgStore {
     pub(super) fn read_log_in(
         &self,

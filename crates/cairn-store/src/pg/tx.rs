@@ -205,6 +205,9 @@ pub(super) struct PgTx<'a, C: GenericClient> {
     /// The bytes of every queued step's document, kept or not: past
     /// [`HANDED_BYTES`], the rest are left out of `handed`.
     handed_bytes: usize,
+    /// The orgs whose cached agent keys this transaction brought up to
+    /// date under their lock ([`PgTx::org_keys`]).
+    keys_read: HashSet<i64>,
 }
 
 impl<'a, C: GenericClient> PgTx<'a, C> {
@@ -247,6 +250,7 @@ impl<'a, C: GenericClient> PgTx<'a, C> {
             sessions_opened: HashSet::new(),
             handed: Vec::new(),
             handed_bytes: 0,
+            keys_read: HashSet::new(),
         })
     }
 

@@ -237,9 +237,6 @@ impl PgStore {
             for org in overlay.orgs.into_values() {
                 cache.frontiers.insert(org.id, org.frontier);
             }
-            for (org, _) in overlay.keys.keys() {
-                cache.keys.remove(org);
-            }
             Ok(Ok(results))
         })
     }

@@ -77,6 +77,7 @@ impl SqliteStore {
             embedding_sample_rate: self.embedding_sample_rate,
             checkpoint_interval: self.checkpoint_interval,
             max_clock_skew_s: self.max_clock_skew_s,
+            max_agent_keys: self.max_agent_keys,
         }
     }
 }

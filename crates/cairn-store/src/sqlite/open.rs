@@ -113,6 +113,7 @@ impl SqliteStore {
             checkpoint_interval: options.checkpoint_interval,
             embedding_sample_rate: options.embedding_sample_rate.clamp(0.0, 1.0),
             max_clock_skew_s: options.max_clock_skew_s,
+            max_agent_keys: options.max_agent_keys,
             read_only: !options.sequencer,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),

@@ -1,15 +1,14 @@
 //! Rebuilding the writer's in-memory sequencing state from the tables, at
 //! open and after an import: each org's frontier (checked against its
-//! latest signed checkpoint and the rows after it), last logged time and
-//! agent keys. Sessions are not loaded here but on first write
-//! (`rows::load_session`).
+//! latest signed checkpoint and the rows after it) and last logged time.
+//! Sessions are not loaded here but on first write
+//! (`rows::load_session`), nor an org's agent keys ([`org_keys`]).
 
 use super::tree::{DbTree, frontier_of, latest_checkpoint, log_size_of};
 use super::{State, Writer};
-use crate::engine::{AgentKey, OrgState, blob_hash, op_from_view, org_range, row_id};
+use crate::engine::{AgentKey, OrgState, blob_hash, fold_key_record, org_range, row_id};
 use crate::{DbContext, StoreError, StoredCheckpoint};
 use cairn_core::Timestamp;
-use cairn_core::log::OpRecord;
 use cairn_core::merkle::{Frontier, leaf_hash};
 use rusqlite::{Connection, params};
 use std::collections::HashMap;
@@ -31,13 +30,38 @@ pub(super) fn load_state(conn: Connection) -> Writer {
     }
 }
 
-/// An org's agent key records in log order, read at start-up. Per org,
-/// so that it is a search of the partial index `entries_key_records`:
-/// over every org at once, SQLite scanned the whole `entries` table in
-/// rowid order to save a sort, making every start linear in the log
-/// (0.4 s at a million steps).
+/// An org's committed agent key records in log order (below a rowid: the
+/// org's size when its keys are first asked for), a search of the partial
+/// index `entries_key_records_in_order`.
 const ORG_KEY_RECORDS: &str = "SELECT seq, type, view FROM entries
-     WHERE org = ?1 AND type IN ('key-registration', 'key-revocation') ORDER BY id";
+     WHERE org = ?1 AND type IN ('key-registration', 'key-revocation') AND id < ?2 ORDER BY id";
+
+/// The agent keys of org `org` as its committed log of `size` entries
+/// registers and revokes them: read the first time the writer needs one
+/// of the org's keys, not at start-up (so that opening a store costs the
+/// same whatever its orgs' keys), and kept up to date from then on by the
+/// batches that write key records. Rows this process wrote but did not
+/// commit (at or past `size`) are never read into it.
+pub(super) fn org_keys(
+    conn: &Connection,
+    org: i64,
+    size: u64,
+) -> Result<HashMap<String, AgentKey>, StoreError> {
+    let mut keys = HashMap::new();
+    let mut stmt = conn
+        .prepare_cached(ORG_KEY_RECORDS)
+        .context("loading agent keys")?;
+    let mut rows = stmt
+        .query(params![org, row_id(org, size)])
+        .context("loading agent keys")?;
+    while let Some(row) = rows.next().context("loading agent keys")? {
+        let seq: i64 = row.get(0).context("loading an agent key")?;
+        let entry_type: String = row.get(1).context("loading an agent key")?;
+        let view: String = row.get(2).context("loading an agent key")?;
+        fold_key_record(&mut keys, seq as u64, &entry_type, &view)?;
+    }
+    Ok(keys)
+}
 
 pub(super) fn rebuild(conn: &Connection) -> Result<State, StoreError> {
     let mut orgs = HashMap::new();
@@ -77,48 +101,10 @@ pub(super) fn rebuild(conn: &Connection) -> Result<State, StoreError> {
             );
         }
     }
-    let mut keys = HashMap::new();
-    let mut stmt = conn
-        .prepare(ORG_KEY_RECORDS)
-        .context("loading agent keys")?;
-    for org in orgs.values().map(|o| o.id) {
-        let rows = stmt
-            .query_map([org], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
-            .context("loading agent keys")?;
-        for row in rows {
-            let (seq, entry_type, view) = row.context("loading an agent key")?;
-            match op_from_view(seq as u64, &entry_type, &view)? {
-                OpRecord::KeyRegistration(reg) => {
-                    keys.insert(
-                        (org, reg.key_id),
-                        AgentKey {
-                            agent_id: reg.agent_id,
-                            key: reg.public_key,
-                            seq: seq as u64,
-                            revoked: false,
-                        },
-                    );
-                }
-                OpRecord::KeyRevocation(rev) => {
-                    if let Some(key) = keys.get_mut(&(org, rev.key_id)) {
-                        key.revoked = true;
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    drop(stmt);
     Ok(State {
         orgs,
         sessions: HashMap::new(),
-        keys,
+        keys: HashMap::new(),
         fulltext: Default::default(),
     })
 }
@@ -190,8 +176,8 @@ mod tests {
     use super::super::{SqliteOptions, SqliteStore};
     use super::ORG_KEY_RECORDS;
 
-    /// Start-up reads each org's key records through their partial index,
-    /// never by scanning the log (which made every start linear in it).
+    /// An org's key records are read through their partial index, never
+    /// by scanning the log (which had made every start linear in it).
     #[test]
     fn key_records_load_without_scanning_the_log() {
         let dir = tempfile::tempdir().unwrap();
@@ -202,7 +188,7 @@ mod tests {
             .prepare(&format!("EXPLAIN QUERY PLAN {ORG_KEY_RECORDS}"))
             .unwrap();
         let plan: Vec<String> = stmt
-            .query_map([1], |r| r.get(3))
+            .query_map([1i64, 2 << 40], |r| r.get(3))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();

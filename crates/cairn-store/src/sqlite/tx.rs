@@ -18,6 +18,7 @@ use cairn_core::log::LogEntry;
 use cairn_core::record::SessionHeader;
 use cairn_core::{Hash, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
 
 /// Session states kept in memory before the cache starts over (they are
 /// reloaded from the log on demand).
@@ -84,6 +85,25 @@ pub(super) struct SqliteTx<'a> {
     pub(super) state: &'a mut State,
 }
 
+impl SqliteTx<'_> {
+    /// The org's committed agent keys, read on first use.
+    fn org_keys(&mut self, org: i64) -> Result<&HashMap<String, AgentKey>, StoreError> {
+        if !self.state.keys.contains_key(&org) {
+            // The org's committed size: an org created by the running
+            // batch has none (and no committed key records).
+            let size = self
+                .state
+                .orgs
+                .values()
+                .find(|o| o.id == org)
+                .map_or(0, |o| o.frontier.size());
+            let keys = super::state::org_keys(self.conn, org, size)?;
+            self.state.keys.insert(org, keys);
+        }
+        Ok(&self.state.keys[&org])
+    }
+}
+
 impl WriteTx for SqliteTx<'_> {
     fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
         Ok(self.state.orgs.get(name).cloned())
@@ -114,7 +134,12 @@ impl WriteTx for SqliteTx<'_> {
     }
 
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
-        Ok(self.state.keys.get(&(org, key_id.to_owned())).cloned())
+        Ok(self.org_keys(org)?.get(key_id).cloned())
+    }
+
+    fn key_registrations(&mut self, org: i64) -> Result<u64, StoreError> {
+        // Each key id is registered once: one key per registration.
+        Ok(self.org_keys(org)?.len() as u64)
     }
 
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {

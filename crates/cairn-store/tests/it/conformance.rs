@@ -25,6 +25,7 @@ use cairn_store::{
 };
 use std::sync::Arc;
 
+mod agent_keys;
 mod chosen_ids;
 mod erasure_seals_signatures;
 mod evidence;
@@ -37,6 +38,8 @@ mod records;
 pub trait Backend {
     /// Opens the store `name`.
     fn open(&self, name: &str) -> Arc<dyn LedgerStore>;
+    /// Opens the store `name` with a bound on each org's agent keys.
+    fn open_with_max_agent_keys(&self, name: &str, max: u64) -> Arc<dyn LedgerStore>;
     /// Gathers the planner's statistics of the store `name` (as a
     /// production database's autovacuum would) and makes its planner
     /// prefer plans that scan whole tables, for stores opened after.
@@ -131,6 +134,8 @@ pub fn run_all(backend: &dyn Backend) {
     log::refusals_write_nothing(backend);
     erasure_seals_signatures::seals_close_sessions(backend);
     erasure_seals_signatures::signed_steps_are_checked(backend);
+    agent_keys::agent_keys_are_bounded_per_org(backend);
+    agent_keys::servers_see_each_others_keys(backend);
     log::proofs_and_checkpoints_verify(backend);
     log::hash_tiles_are_the_trees(backend);
     log::log_keys_are_added_and_retired(backend);

@@ -33,6 +33,10 @@ impl Pg {
 
 impl Backend for Pg {
     fn open(&self, name: &str) -> Arc<dyn LedgerStore> {
+        self.open_with_max_agent_keys(name, cairn_store::DEFAULT_MAX_AGENT_KEYS)
+    }
+
+    fn open_with_max_agent_keys(&self, name: &str, max: u64) -> Arc<dyn LedgerStore> {
         let db = name.replace('-', "_");
         let url = if self.created.lock().unwrap().insert(db.clone()) {
             self.cluster.create_database(&db)
@@ -44,6 +48,7 @@ impl Backend for Pg {
         let key = load_or_create_server_key(&dir, "cairn.local").unwrap();
         let options = PgOptions {
             checkpoint_interval: Duration::from_millis(200),
+            max_agent_keys: max,
             ..PgOptions::new(url)
         };
         Arc::new(PgStore::open(options, key).unwrap())

@@ -33,6 +33,14 @@ impl Backend for Sqlite {
     fn open(&self, name: &str) -> Arc<dyn LedgerStore> {
         Arc::new(SqliteStore::open(&self.path(name), options()).unwrap())
     }
+
+    fn open_with_max_agent_keys(&self, name: &str, max: u64) -> Arc<dyn LedgerStore> {
+        let options = SqliteOptions {
+            max_agent_keys: max,
+            ..options()
+        };
+        Arc::new(SqliteStore::open(&self.path(name), options).unwrap())
+    }
 }
 
 /// Analyst SQL: the differential oracle over generated hostile queries,

@@ -14,6 +14,7 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
             limits,
             embedding_sample_rate: cli.embedding_sample_rate,
             max_clock_skew_s: cli.max_clock_skew,
+            max_agent_keys: cli.max_agent_keys,
             network_timeout: cli.database_timeout,
             vector_memory_bytes: cli.embedding.vector_memory_mb.saturating_mul(1 << 20),
             ..PgOptions::new(url.clone())
@@ -70,6 +71,7 @@ pub(crate) fn open_store(cli: &Cli, sequencer: bool) -> Result<Arc<dyn LedgerSto
         limits,
         embedding_sample_rate: cli.embedding_sample_rate,
         max_clock_skew_s: cli.max_clock_skew,
+        max_agent_keys: cli.max_agent_keys,
         vector_memory_bytes: cli.embedding.vector_memory_mb.saturating_mul(1 << 20),
         sequencer,
         key_file: cli.server_key.clone(),

@@ -303,3 +303,46 @@ fn a_data_directory_copied_without_its_key_cannot_sign_for_its_log() {
     assert_eq!(verdict["verified"], false, "{verdict}");
     assert_eq!(verdict["brokenReason"], "bad-signature", "{verdict}");
 }
+
+/// `--max-agent-keys` (`CAIRN_MAX_AGENT_KEYS`) bounds the keys one org's
+/// log registers: past it `cairn agent-key` refuses with a message naming
+/// the setting (a rotation too, since its new key is one more), and a key
+/// registered already is still answered.
+#[test]
+fn an_org_registers_at_most_max_agent_keys() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let public = |seed: u8| {
+        let key = cairn_core::ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        base64::engine::general_purpose::STANDARD.encode(key.verifying_key().as_bytes())
+    };
+    let register = |bound: &str, seed: u8| {
+        cairn_in(
+            dir.path(),
+            &[
+                "--max-agent-keys",
+                bound,
+                "agent-key",
+                "--agent",
+                "signer",
+                "--public-key",
+                &public(seed),
+            ],
+            None,
+        )
+    };
+    let first = register("1", 1);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let refused = register("1", 2);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("registers 1 agent keys")
+            && refused.stderr.contains("CAIRN_MAX_AGENT_KEYS"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(register("1", 1).code, 0, "a registered key is answered");
+    let raised = register("2", 2);
+    assert_eq!(raised.code, 0, "{}", raised.stderr);
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 0);
+}

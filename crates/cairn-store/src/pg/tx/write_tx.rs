@@ -1,5 +1,5 @@
 //! `PgTx` as the engine's `WriteTx`: an org and its sessions under the
-//! batch's lock, agent keys (cached per org by their records' count), the
+//! batch's lock, agent keys (cached per org, `PgTx::org_keys`), the
 //! look-ups a batch makes before writing (record ids, seals, successors,
 //! trace ids, chain links, steps by trace id), the rows it queues (steps,
 //! operational records, tree nodes, search documents, embeddings, session
@@ -10,20 +10,61 @@
 
 use super::{EntryRow, PgTx};
 use crate::engine::{
-    AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, json_text, links_text,
-    op_from_view, op_record_id, row_id,
+    AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, fold_key_record,
+    json_text, links_text, op_record_id, row_id,
 };
 use crate::pg::connection::{col, i64_of, u64_of};
+use crate::pg::reads::KEY_RECORDS_BETWEEN;
 use crate::pg::rows::{STEP_BY_TRACE, session_ids, step_from_row, true_end};
 use crate::pg::search_queue::QueuedDoc;
 use crate::pg::tree::latest_checkpoint;
 use crate::pg::tsvector::TsVector;
 use crate::{StoreError, StoredCheckpoint, StoredStep};
-use cairn_core::log::OpRecord;
 use cairn_core::record::SessionHeader;
 use cairn_core::{Hash, Timestamp};
 use postgres::GenericClient;
 use std::collections::HashMap;
+
+impl<C: GenericClient> PgTx<'_, C> {
+    /// The org's agent keys as its committed log holds them: the process's
+    /// cache, brought up to date once per transaction by reading the key
+    /// records appended since it was read (by any server: one look-up of
+    /// the index, usually finding none), up to the log's size when the
+    /// batch took the org's lock. Rows this transaction wrote are never
+    /// read into the cache (a failed batch leaves it as committed data
+    /// left it); the engine's overlay holds them.
+    fn org_keys(&mut self, org: i64) -> Result<&HashMap<String, AgentKey>, StoreError> {
+        if self.keys_read.insert(org) {
+            // An org the batch created has no committed size (nor keys).
+            let size = self
+                .orgs
+                .values()
+                .find(|o| o.id == org)
+                .map_or(0, |o| o.frontier.size());
+            let cached = self.cache.keys.entry(org).or_default();
+            if cached.size > size {
+                // The log is shorter than when the keys were read (a
+                // restored database): read them again.
+                *cached = Default::default();
+            }
+            if cached.size < size {
+                let rows = self.db.query(
+                    KEY_RECORDS_BETWEEN,
+                    &[&org, &row_id(org, cached.size), &row_id(org, size)],
+                    "loading agent keys",
+                )?;
+                let cached = self.cache.keys.entry(org).or_default();
+                for row in &rows {
+                    let entry_type: String = col(row, 1)?;
+                    let view: String = col(row, 2)?;
+                    fold_key_record(&mut cached.keys, u64_of(col(row, 0)?), &entry_type, &view)?;
+                }
+                cached.size = size;
+            }
+        }
+        Ok(&self.cache.keys.entry(org).or_default().keys)
+    }
+}
 
 impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     fn org(&mut self, name: &str) -> Result<Option<OrgState>, StoreError> {
@@ -53,56 +94,12 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
     }
 
     fn agent_key(&mut self, org: i64, key_id: &str) -> Result<Option<AgentKey>, StoreError> {
-        let count: i64 = col(
-            &self.db.query_one(
-                "SELECT count(*) FROM entries
-                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation')",
-                &[&org],
-                "counting key records",
-            )?,
-            0,
-        )?;
-        let fresh = self.cache.keys.get(&org).is_some_and(|(n, _)| *n == count);
-        if !fresh {
-            let rows = self.db.query(
-                "SELECT seq, type, view FROM entries
-                 WHERE org = $1 AND type IN ('key-registration', 'key-revocation') ORDER BY id",
-                &[&org],
-                "loading agent keys",
-            )?;
-            let mut keys: HashMap<String, AgentKey> = HashMap::new();
-            for row in &rows {
-                let seq = u64_of(col(row, 0)?);
-                let entry_type: String = col(row, 1)?;
-                let view: String = col(row, 2)?;
-                match op_from_view(seq, &entry_type, &view)? {
-                    OpRecord::KeyRegistration(reg) => {
-                        keys.insert(
-                            reg.key_id,
-                            AgentKey {
-                                agent_id: reg.agent_id,
-                                key: reg.public_key,
-                                seq,
-                                revoked: false,
-                            },
-                        );
-                    }
-                    OpRecord::KeyRevocation(rev) => {
-                        if let Some(key) = keys.get_mut(&rev.key_id) {
-                            key.revoked = true;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            self.cache.keys.insert(org, (count, keys));
-        }
-        Ok(self
-            .cache
-            .keys
-            .get(&org)
-            .and_then(|(_, keys)| keys.get(key_id))
-            .cloned())
+        Ok(self.org_keys(org)?.get(key_id).cloned())
+    }
+
+    fn key_registrations(&mut self, org: i64) -> Result<u64, StoreError> {
+        // Each key id is registered once: one key per registration.
+        Ok(self.org_keys(org)?.len() as u64)
     }
 
     fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {

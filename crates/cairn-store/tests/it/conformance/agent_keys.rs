@@ -1,0 +1,184 @@
+//! Agent keys as the writer sees them: bounded per org, read from the log
+//! when first needed, and kept current across reopening and (PostgreSQL)
+//! across the servers of a fleet.
+
+use super::*;
+use cairn_core::commit::agent_key_id;
+use cairn_core::ed25519_dalek::SigningKey;
+
+fn register(org: &str, agent: &str, seed: u8) -> WriteRequest {
+    WriteRequest::RegisterKey {
+        org_id: org.into(),
+        agent_id: agent.into(),
+        public_key: SigningKey::from_bytes(&[seed; 32]).verifying_key(),
+    }
+}
+
+fn rotate(agent: &str, old: u8, new: u8) -> WriteRequest {
+    WriteRequest::RotateKey {
+        org_id: ORG.into(),
+        agent_id: agent.into(),
+        old_key_id: id_of(old),
+        public_key: SigningKey::from_bytes(&[new; 32]).verifying_key(),
+    }
+}
+
+fn id_of(seed: u8) -> String {
+    agent_key_id(&SigningKey::from_bytes(&[seed; 32]).verifying_key())
+}
+
+fn registered(outcome: Result<Written, Refusal>) -> u64 {
+    match outcome {
+        Ok(Written::KeyRegistered { seq, .. }) => seq,
+        other => panic!("expected a registration, got {other:?}"),
+    }
+}
+
+/// An org's log registers at most the store's bound of keys, revoked ones
+/// and rotations' new keys included, counted over committed batches and
+/// the running one; a key registered again is answered, not refused; the
+/// bound is per org; a reopened store counts and finds the keys its log
+/// holds.
+pub(crate) fn agent_keys_are_bounded_per_org(backend: &dyn Backend) {
+    let store = backend.open_with_max_agent_keys("bounded-keys", 3);
+    let one = |request: WriteRequest| {
+        let mut outcomes = store.append_batch(&[request]).unwrap();
+        outcomes.pop().unwrap()
+    };
+    let first = registered(one(register(ORG, "analyst", 1)));
+    registered(one(register(ORG, "analyst", 2)));
+    // A rotation registers a third key (the revoked one still counts).
+    assert!(matches!(
+        one(rotate("analyst", 1, 3)),
+        Ok(Written::KeyRevoked {
+            successor: Some(_),
+            ..
+        })
+    ));
+    let size = store.log_size(ORG).unwrap();
+    assert_eq!(
+        one(register(ORG, "analyst", 4)).unwrap_err(),
+        Refusal::TooManyKeys { limit: 3 }
+    );
+    // A rotation past the bound is refused whole: its old key stays.
+    assert_eq!(
+        one(rotate("analyst", 2, 5)).unwrap_err(),
+        Refusal::TooManyKeys { limit: 3 }
+    );
+    assert_eq!(
+        store.log_size(ORG).unwrap(),
+        size,
+        "a refusal writes nothing"
+    );
+    // At the bound, a key the log holds is answered as before: a revoked
+    // one as revoked, a live one with its registration.
+    assert_eq!(
+        one(register(ORG, "analyst", 1)).unwrap_err(),
+        Refusal::KeyRevoked {
+            key_id: id_of(1),
+            seq: first + 2
+        }
+    );
+    assert_eq!(registered(one(register(ORG, "analyst", 2))), first + 1);
+    // Another org has its own bound; one batch counts its own
+    // registrations: the fourth in it is refused, the three before it
+    // written.
+    let batch: Vec<WriteRequest> = (11..15).map(|seed| register("other", "a", seed)).collect();
+    let outcomes = store.append_batch(&batch).unwrap();
+    assert!(outcomes[..3].iter().all(|o| o.is_ok()), "{outcomes:?}");
+    assert_eq!(
+        outcomes[3].as_ref().unwrap_err(),
+        &Refusal::TooManyKeys { limit: 3 }
+    );
+    drop(store);
+
+    // Reopened: the keys are read from the log when first needed.
+    let store = backend.open_with_max_agent_keys("bounded-keys", 3);
+    assert_eq!(
+        store
+            .append_batch(&[register(ORG, "analyst", 6)])
+            .unwrap()
+            .pop()
+            .unwrap()
+            .unwrap_err(),
+        Refusal::TooManyKeys { limit: 3 }
+    );
+    drop(store);
+    let store = backend.open_with_max_agent_keys("bounded-keys", 4);
+    let outcomes = store
+        .append_batch(&[
+            // Known after reopening: a conflict, a revoked key, a rotation
+            // of a live key (the fourth registration) ...
+            register(ORG, "mallory", 2),
+            register(ORG, "analyst", 1),
+            rotate("analyst", 2, 7),
+            // ... and nothing past the new bound.
+            register(ORG, "analyst", 8),
+        ])
+        .unwrap();
+    assert_eq!(
+        outcomes[0].as_ref().unwrap_err(),
+        &Refusal::KeyConflict {
+            key_id: id_of(2),
+            agent_id: "analyst".into()
+        }
+    );
+    assert!(matches!(
+        outcomes[1].as_ref().unwrap_err(),
+        &Refusal::KeyRevoked { .. }
+    ));
+    assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
+    assert_eq!(
+        outcomes[3].as_ref().unwrap_err(),
+        &Refusal::TooManyKeys { limit: 4 }
+    );
+    assert_verifies(store.as_ref());
+}
+
+/// Two servers on one database (PostgreSQL): each sees the key records the
+/// other wrote since it last read the org's keys (registrations,
+/// revocations, and their count against the bound).
+pub(crate) fn servers_see_each_others_keys(backend: &dyn Backend) {
+    let a = backend.open_with_max_agent_keys("fleet-keys", 3);
+    let Some(b) = backend.open_beside("fleet-keys") else {
+        return;
+    };
+    let on = |store: &Arc<dyn LedgerStore>, request: WriteRequest| {
+        store.append_batch(&[request]).unwrap().pop().unwrap()
+    };
+    // Server a reads the org's keys (and caches them).
+    registered(on(&a, register(ORG, "analyst", 1)));
+    // Server b registers a key and revokes a's.
+    registered(on(&b, register(ORG, "analyst", 2)));
+    assert!(
+        on(
+            &b,
+            WriteRequest::RevokeKey {
+                org_id: ORG.into(),
+                agent_id: "analyst".into(),
+                key_id: id_of(1),
+                reason: "stolen".into(),
+            }
+        )
+        .is_ok()
+    );
+    // Server a knows both.
+    assert_eq!(
+        on(&a, register(ORG, "mallory", 2)).unwrap_err(),
+        Refusal::KeyConflict {
+            key_id: id_of(2),
+            agent_id: "analyst".into()
+        }
+    );
+    assert!(matches!(
+        on(&a, register(ORG, "analyst", 1)).unwrap_err(),
+        Refusal::KeyRevoked { .. }
+    ));
+    // And counts b's registration: a third fits, a fourth does not.
+    registered(on(&b, register(ORG, "analyst", 3)));
+    assert_eq!(
+        on(&a, register(ORG, "analyst", 4)).unwrap_err(),
+        Refusal::TooManyKeys { limit: 3 }
+    );
+    assert_verifies(a.as_ref());
+}
