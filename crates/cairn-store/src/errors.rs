@@ -163,13 +163,19 @@ pub enum Refusal {
         agent_id: String,
     },
     /// The org's log registers as many keys as the store allows
-    /// (`CAIRN_MAX_AGENT_KEYS`): every verifier of the org holds them all.
-    #[error(
-        "this org's log registers {limit} agent keys, the most this server allows (revoked keys count: verifiers keep them to check what they signed); the server's operator can raise it (CAIRN_MAX_AGENT_KEYS, --max-agent-keys)"
-    )]
+    /// (`CAIRN_MAX_AGENT_KEYS`; every verifier of the org holds them all),
+    /// or as many as it allows to others than the org's admins (nine
+    /// tenths of it).
+    #[error("{}", too_many_keys(*held, *bound, *admins_only, *rotation))]
     TooManyKeys {
-        /// The bound.
-        limit: u64,
+        /// Keys the org's log registers.
+        held: u64,
+        /// The server's bound.
+        bound: u64,
+        /// Refused because the last tenth of the bound is left to admins.
+        admins_only: bool,
+        /// A rotation was refused (its old key stays live).
+        rotation: bool,
     },
     /// The key was revoked.
     #[error("key {key_id} was revoked at seq {seq}; register a new key")]
@@ -372,4 +378,24 @@ pub enum ImportError {
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The message of [`Refusal::TooManyKeys`].
+fn too_many_keys(held: u64, bound: u64, admins_only: bool, rotation: bool) -> String {
+    let why = if admins_only {
+        format!(
+            "this org's log registers {held} agent keys; the server allows {bound}, and keeps the last tenth for the org's admins (so that a key registering in a loop cannot leave them unable to rotate a leaked key): ask an admin"
+        )
+    } else {
+        format!(
+            "this org's log registers {held} agent keys, and the server allows {bound} (revoked keys count: verifiers keep them to check what they signed); the server's operator can raise it (CAIRN_MAX_AGENT_KEYS, --max-agent-keys)"
+        )
+    };
+    if rotation {
+        format!(
+            "{why}; nothing was written: the old key is still live, and revoking it alone is allowed"
+        )
+    } else {
+        why
+    }
 }

@@ -71,7 +71,7 @@ use cairn_core::log::LogEntry;
 
 /// The most agent keys an org's log registers unless the store is told
 /// otherwise (`CAIRN_MAX_AGENT_KEYS`): the sequencer and every
-/// verification of the org hold them all in memory, about 400 bytes each.
+/// verification of the org hold them all in memory, about 800 bytes each.
 pub const DEFAULT_MAX_AGENT_KEYS: u64 = 100_000;
 
 /// The orgs a maintenance command (`cairn reindex`) covers.
@@ -296,10 +296,13 @@ pub trait LedgerStore: Send + Sync + 'static {
             return Ok(false);
         };
         for chunk in positions.chunks(CHUNK) {
-            for step in self.steps_at(org_id, session_id, chunk)? {
-                if !visit(step) {
-                    return Ok(true);
-                }
+            let mut stopped = false;
+            self.visit_steps_at(org_id, session_id, chunk, &mut |step| {
+                stopped = !visit(step);
+                !stopped
+            })?;
+            if stopped {
+                break;
             }
         }
         Ok(true)
@@ -313,7 +316,27 @@ pub trait LedgerStore: Send + Sync + 'static {
         org_id: &str,
         session_id: &str,
         seqs: &[u64],
-    ) -> Result<Vec<StoredStep>, StoreError>;
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        let mut steps = Vec::with_capacity(seqs.len());
+        self.visit_steps_at(org_id, session_id, seqs, &mut |step| {
+            steps.push(step);
+            true
+        })?;
+        Ok(steps)
+    }
+
+    /// [`LedgerStore::steps_at`] one step at a time: each is parsed only
+    /// when `visit` has taken the one before, and none after `visit`
+    /// returns false, so a reader that stops once it holds enough (a
+    /// replay's batch, a page) never holds the rest parsed (a step of
+    /// small numbers is about 15 times its stored size once parsed).
+    fn visit_steps_at(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError>;
 
     /// A step by trace id.
     fn step_by_trace(&self, org_id: &str, trace_id: &str)

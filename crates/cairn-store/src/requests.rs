@@ -515,6 +515,11 @@ pub enum WriteRequest {
         agent_id: String,
         /// The key.
         public_key: VerifyingKey,
+        /// Asked by an org's admin (or the operator, on the data directory
+        /// or database): it may use the last tenth of the org's bound on
+        /// keys, which others' registrations leave to admins
+        /// ([`crate::Refusal::TooManyKeys`]).
+        by_admin: bool,
     },
     /// Add or retire a log key (`docs/FORMAT.md` 7.10): a `log-key`
     /// record whose note is signed by the server's current key. The key
@@ -551,6 +556,11 @@ pub enum WriteRequest {
         old_key_id: String,
         /// The new key.
         public_key: VerifyingKey,
+        /// Asked by an org's admin (or the operator, on the data directory
+        /// or database): it may use the last tenth of the org's bound on
+        /// keys, which others' registrations leave to admins
+        /// ([`crate::Refusal::TooManyKeys`]).
+        by_admin: bool,
     },
     /// Sign a checkpoint of the org's log now, if it grew since the last.
     Checkpoint {

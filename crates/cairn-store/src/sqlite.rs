@@ -429,13 +429,14 @@ impl LedgerStore for SqliteStore {
         self.turn_seqs_in(org_id, session_id, turn_id)
     }
 
-    fn steps_at(
+    fn visit_steps_at(
         &self,
         org_id: &str,
         session_id: &str,
         seqs: &[u64],
-    ) -> Result<Vec<StoredStep>, StoreError> {
-        self.steps_at_in(org_id, session_id, seqs)
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        self.visit_steps_at_in(org_id, session_id, seqs, visit)
     }
 
     fn step_by_trace(

@@ -157,8 +157,9 @@ pub(crate) struct Cli {
     #[arg(long, global = true, help_heading = "Server settings", env = "CAIRN_MAX_CLOCK_SKEW", default_value_t = cairn_core::record::DEFAULT_MAX_CLOCK_SKEW_S)]
     pub(crate) max_clock_skew: u64,
     /// The most agent keys one org's log may register (revoked keys
-    /// count): the sequencer and each verification of the org hold them
-    /// all in memory, about 400 bytes a key.
+    /// count; the last tenth only by an admin): the sequencer and each
+    /// verification of the org hold them all in memory, about 800 bytes a
+    /// key.
     #[arg(long, global = true, help_heading = "Server settings", env = "CAIRN_MAX_AGENT_KEYS", default_value_t = cairn_store::DEFAULT_MAX_AGENT_KEYS, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_agent_keys: u64,
     /// The embedder of semantic search.

@@ -508,11 +508,13 @@ pub fn agent_key(cli: &Cli, store: Arc<dyn LedgerStore>, args: &AgentKeyArgs) ->
             agent_id: args.agent.clone(),
             old_key_id: old.clone(),
             public_key,
+            by_admin: true,
         },
         (None, None, Some(public_key)) => WriteRequest::RegisterKey {
             org_id: cli.org.clone(),
             agent_id: args.agent.clone(),
             public_key,
+            by_admin: true,
         },
         (None, _, None) => return Err(usage("--public-key is required")),
     };

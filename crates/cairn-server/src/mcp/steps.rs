@@ -393,38 +393,62 @@ fn replay_page(
     let mut steps = Vec::new();
     let mut bytes = 0usize;
     for chunk in seqs.chunks(16) {
-        for mut stored in store.steps_at(org, session_id, chunk)? {
-            if let Some(level) = level {
-                stored
-                    .record
-                    .redact(level)
-                    .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+        // Each step is read only once the one before was taken: a page
+        // that fills stops reading.
+        let mut stop = None;
+        store.visit_steps_at(org, session_id, chunk, &mut |stored| match page_step(
+            &mut steps, &mut bytes, stored, level,
+        ) {
+            Ok(None) => true,
+            done => {
+                stop = Some(done);
+                false
             }
-            let out = crate::wire::step_out(stored.seq, &stored.record);
-            let size = serde_json::to_vec(&out).map_or(0, |json| json.len());
-            if !steps.is_empty() && bytes.saturating_add(size) > super::ANSWER_STEPS_BYTES {
-                return Ok((steps, Some(out.step_index)));
-            }
-            // A step too large for a message of its own: said, with where
-            // to read it and where the session goes on, rather than a
-            // part the client would refuse.
-            if steps.is_empty() && size > REPLAY_STEP_BYTES {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                    "answer_too_large",
-                    format!(
-                        "step {} alone holds {} KiB of JSON, more than one MCP message carries: replay at a lower level (level generic or detailed hides its payloads), or read it over REST (GET /v1/steps/{}) or with cairn replay; the session goes on at from_step {}",
-                        out.step_index,
-                        size / 1024,
-                        out.trace_id,
-                        out.step_index + 1
-                    ),
-                )
-                .with_field("from_step"));
-            }
-            bytes = bytes.saturating_add(size);
-            steps.push(out);
+        })?;
+        if let Some(done) = stop {
+            return done.map(|next| (steps, next));
         }
     }
     Ok((steps, None))
+}
+
+/// Adds a stored step to a page of [`replay_page`] unless the page is
+/// full: then the `step_index` the next page starts at.
+fn page_step(
+    steps: &mut Vec<crate::wire::StepOut>,
+    bytes: &mut usize,
+    mut stored: cairn_store::StoredStep,
+    level: Option<cairn_core::detail::DetailLevel>,
+) -> Result<Option<u64>, ApiError> {
+    if let Some(level) = level {
+        stored
+            .record
+            .redact(level)
+            .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+    }
+    let out = crate::wire::step_out(stored.seq, &stored.record);
+    let size = serde_json::to_vec(&out).map_or(0, |json| json.len());
+    if !steps.is_empty() && bytes.saturating_add(size) > super::ANSWER_STEPS_BYTES {
+        return Ok(Some(out.step_index));
+    }
+    // A step too large for a message of its own: said, with where
+    // to read it and where the session goes on, rather than a
+    // part the client would refuse.
+    if steps.is_empty() && size > REPLAY_STEP_BYTES {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "answer_too_large",
+            format!(
+                "step {} alone holds {} KiB of JSON, more than one MCP message carries: replay at a lower level (level generic or detailed hides its payloads), or read it over REST (GET /v1/steps/{}) or with cairn replay; the session goes on at from_step {}",
+                out.step_index,
+                size / 1024,
+                out.trace_id,
+                out.step_index + 1
+            ),
+        )
+        .with_field("from_step"));
+    }
+    *bytes = bytes.saturating_add(size);
+    steps.push(out);
+    Ok(None)
 }

@@ -255,29 +255,39 @@ impl StreamedReplay {
         let (text, written) = blocking(state, move |store| {
             let mut text = Vec::new();
             let mut written = 0usize;
+            let mut failed = None;
             // Steps are written until the batch's bytes are reached (its
-            // steps may be larger than the last batch's): the rest are
-            // read again by the next batch. Each must be the one at its
-            // position, in order: a missing step fails the replay.
-            for mut s in store.steps_at(&org, &session_id, &seqs)? {
-                if text.len() >= REPLAY_BATCH_BYTES {
-                    break;
-                }
+            // steps may be larger than the last batch's), each read only
+            // once the one before was written: the rest are read again by
+            // the next batch. Each must be the one at its position, in
+            // order: a missing step fails the replay.
+            store.visit_steps_at(&org, &session_id, &seqs, &mut |mut s| {
                 if seqs.get(written) != Some(&s.seq) {
-                    break;
+                    return false;
                 }
-                if let Some(level) = level {
-                    s.record.redact(level).map_err(|e| {
-                        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-                    })?;
+                if let Some(level) = level
+                    && let Err(e) = s.record.redact(level)
+                {
+                    failed = Some(e.to_string());
+                    return false;
                 }
                 if sent + written as u64 > 0 {
                     text.push(b',');
                 }
-                serde_json::to_writer(&mut text, &wire::step_out(s.seq, &s.record)).map_err(
-                    |e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
-                )?;
+                if let Err(e) = serde_json::to_writer(&mut text, &wire::step_out(s.seq, &s.record))
+                {
+                    failed = Some(e.to_string());
+                    return false;
+                }
                 written += 1;
+                text.len() < REPLAY_BATCH_BYTES
+            })?;
+            if let Some(message) = failed {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    message,
+                ));
             }
             if written < seqs.len() && text.len() < REPLAY_BATCH_BYTES {
                 return Err(ApiError::new(

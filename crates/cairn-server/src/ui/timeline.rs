@@ -165,9 +165,12 @@ fn steps_page(
         .clamp(first, first.saturating_add(MAX_STEPS_SHOWN).min(seqs.len()));
     let mut steps = Vec::with_capacity(end - first);
     for chunk in seqs[first..end].chunks(STEPS_READ_AT_ONCE) {
-        for stored in store.steps_at(org, id, chunk)? {
+        // Each step is cut to what the page shows before the next is
+        // parsed.
+        store.visit_steps_at(org, id, chunk, &mut |stored| {
             steps.push(ShownStep::of(stored, budget));
-        }
+            true
+        })?;
     }
     Ok(StepsPage {
         start,

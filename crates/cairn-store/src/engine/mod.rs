@@ -496,12 +496,26 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     /// Refuses one more key registration in `org` past the store's bound
-    /// on an org's keys (committed and written by this batch).
-    fn key_room(&mut self, org: i64) -> Result<Option<Refusal>, StoreError> {
+    /// on an org's keys (committed and written by this batch). The last
+    /// tenth of the bound is an admin's: a writer's key that registers
+    /// keys in a loop cannot leave the org's admins unable to rotate a
+    /// leaked key.
+    fn key_room(
+        &mut self,
+        org: i64,
+        by_admin: bool,
+        rotation: bool,
+    ) -> Result<Option<Refusal>, StoreError> {
         let written = self.overlay.registered.get(&org).copied().unwrap_or(0);
         let held = self.tx.key_registrations(org)?.saturating_add(written);
-        let limit = self.engine.max_agent_keys;
-        Ok((held >= limit).then_some(Refusal::TooManyKeys { limit }))
+        let bound = self.engine.max_agent_keys;
+        let limit = if by_admin { bound } else { bound - bound / 10 };
+        Ok((held >= limit).then_some(Refusal::TooManyKeys {
+            held,
+            bound,
+            admins_only: !by_admin && held < bound,
+            rotation,
+        }))
     }
 
     /// The org's state, creating the org on first use.
@@ -593,7 +607,8 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 org_id,
                 agent_id,
                 public_key,
-            } => self.register_key(org_id, agent_id, *public_key)?,
+                by_admin,
+            } => self.register_key(org_id, agent_id, *public_key, *by_admin)?,
             WriteRequest::LogKey {
                 org_id,
                 action,
@@ -610,7 +625,14 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 agent_id,
                 old_key_id,
                 public_key,
-            } => self.revoke_key(org_id, agent_id, old_key_id, "rotated", Some(*public_key))?,
+                by_admin,
+            } => self.revoke_key(
+                org_id,
+                agent_id,
+                old_key_id,
+                "rotated",
+                Some((*public_key, *by_admin)),
+            )?,
             WriteRequest::Erase {
                 org_id,
                 trace_id,

@@ -467,6 +467,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         org_name: &str,
         agent_id: &str,
         public_key: VerifyingKey,
+        by_admin: bool,
     ) -> Outcome<Written> {
         if let Err(e) = validate_id("org_id", org_name)
             .and_then(|()| validate_id("agent_id", agent_id))
@@ -498,7 +499,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }
             None => {}
         }
-        if let Some(refusal) = self.key_room(org.id)? {
+        if let Some(refusal) = self.key_room(org.id, by_admin, false)? {
             return Ok(Err(refusal));
         }
         let seq = self.write_registration(org_name, &mut org, agent_id, public_key)?;
@@ -587,16 +588,16 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         Ok(seq)
     }
 
-    /// Revokes a registered, unrevoked key of `agent_id`; with `successor`,
-    /// registers that key in the same request (a rotation): both records
-    /// or neither.
+    /// Revokes a registered, unrevoked key of `agent_id`; with `successor`
+    /// (the key, and whether an admin asks), registers that key in the
+    /// same request (a rotation): both records or neither.
     pub(super) fn revoke_key(
         &mut self,
         org_name: &str,
         agent_id: &str,
         key_id: &str,
         reason: &str,
-        successor: Option<VerifyingKey>,
+        successor: Option<(VerifyingKey, bool)>,
     ) -> Outcome<Written> {
         if let Some(refusal) = revocation_refusal(reason) {
             return Ok(Err(refusal));
@@ -620,7 +621,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 seq,
             }));
         }
-        if let Some(new_key) = successor {
+        if let Some((new_key, by_admin)) = successor {
             let new_id = agent_key_id(&new_key);
             if let Some(existing) = self.agent_key(org.id, &new_id)? {
                 return Ok(Err(if existing.agent_id != agent_id {
@@ -634,7 +635,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     ))
                 }));
             }
-            if let Some(refusal) = self.key_room(org.id)? {
+            if let Some(refusal) = self.key_room(org.id, by_admin, true)? {
                 return Ok(Err(refusal));
             }
         }
@@ -661,7 +662,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             },
         );
         let successor = match successor {
-            Some(new_key) => {
+            Some((new_key, _)) => {
                 let at = self.write_registration(org_name, &mut org, agent_id, new_key)?;
                 Some((at, agent_key_id(&new_key)))
             }

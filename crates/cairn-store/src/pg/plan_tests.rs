@@ -99,6 +99,29 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
         }
     }
     key_record_pages_follow_their_index(&store, &mut admin, org);
+    // A second server's writer reads those 600 key records into its cache
+    // a page at a time (pages of 64 in tests): a key of its first page and
+    // one of its last are found.
+    let second = PgStore::open(
+        PgOptions::new(url.clone()),
+        load_or_create_server_key(keys.path(), "cairn.local").unwrap(),
+    )
+    .unwrap();
+    for i in [5u32, 599] {
+        let mut seed = [0u8; 32];
+        seed[..4].copy_from_slice(&i.to_be_bytes());
+        let request = WriteRequest::RegisterKey {
+            org_id: "org".into(),
+            agent_id: "another".into(),
+            public_key: cairn_core::ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key(),
+            by_admin: true,
+        };
+        let outcome = second.append_batch(&[request]).unwrap().pop().unwrap();
+        assert!(
+            matches!(outcome, Err(crate::Refusal::KeyConflict { .. })),
+            "key {i}: {outcome:?}"
+        );
+    }
     // And they answer: every key asked is held.
     let held = admin.query(TURN_STEPS_TAKEN, &lookups[3].2).unwrap().len();
     assert_eq!(held, 500);
@@ -120,6 +143,7 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
                 org_id: "org".into(),
                 agent_id: format!("agent-{}", i % 6),
                 public_key: SigningKey::from_bytes(&seed).verifying_key(),
+                by_admin: true,
             }
         })
         .collect();
@@ -151,7 +175,7 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
     let plan = admin
         .query(
             &format!("EXPLAIN {KEY_RECORDS_BETWEEN}"),
-            &[&org, &after, &((org << 40) + 20_700)],
+            &[&org, &after, &((org << 40) + 20_700), &4096i64],
         )
         .unwrap()
         .iter()

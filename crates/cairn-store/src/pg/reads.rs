@@ -28,12 +28,12 @@ pub(super) const KEY_RECORDS_PAGE: &str = "SELECT e.seq, e.type, e.view FROM ent
      WHERE e.org = $1 AND e.type IN ('key-registration', 'key-revocation')
        AND ($2::text IS NULL OR e.agent_id = $2) AND e.id > $3 ORDER BY e.id LIMIT $4";
 
-/// An org's key records in log order within a range of rowids, as the
-/// writer brings its cache of the org's keys up to date (the partial index
-/// `entries_key_records_in_order`).
+/// An org's key records in log order within a range of rowids, a page
+/// at a time, as the writer brings its cache of the org's keys up to date
+/// (the partial index `entries_key_records_in_order`).
 pub(super) const KEY_RECORDS_BETWEEN: &str = "SELECT seq, type, view FROM entries
      WHERE org = $1 AND type IN ('key-registration', 'key-revocation') AND id >= $2 AND id < $3
-     ORDER BY id";
+     ORDER BY id LIMIT $4";
 
 impl PgStore {
     pub(super) fn read_log_in(
@@ -265,21 +265,35 @@ impl PgStore {
         })
     }
 
-    pub(super) fn steps_at_in(
+    pub(super) fn visit_steps_at_in(
         &self,
         org_id: &str,
         session_id: &str,
         seqs: &[u64],
-    ) -> Result<Vec<StoredStep>, StoreError> {
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
+        // The last step given to `visit`: a read retried on a new
+        // connection (`read`) goes on after it, never giving one twice.
+        let mut delivered: Option<u64> = None;
         self.read(|db| {
             let Some((org, sid)) = session_key(db, org_id, session_id)? else {
-                return Ok(Vec::new());
+                return Ok(());
             };
-            let ids: Vec<i64> = seqs.iter().map(|&seq| row_id(org, seq)).collect();
-            db.query(&STEPS_BY_ID, &[&ids, &sid], "reading a session")?
+            let ids: Vec<i64> = seqs
                 .iter()
-                .map(step_from_row)
-                .collect()
+                .filter(|&&seq| delivered.is_none_or(|last| seq > last))
+                .map(|&seq| row_id(org, seq))
+                .collect();
+            // The rows arrive as their stored text; each is parsed only
+            // when the one before was taken.
+            for row in &db.query(&STEPS_BY_ID, &[&ids, &sid], "reading a session")? {
+                let step = step_from_row(row)?;
+                delivered = Some(step.seq);
+                if !visit(step) {
+                    break;
+                }
+            }
+            Ok(())
         })
     }
 

@@ -233,31 +233,33 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn steps_at_in(
+    pub(super) fn visit_steps_at_in(
         &self,
         org_id: &str,
         session_id: &str,
         seqs: &[u64],
-    ) -> Result<Vec<StoredStep>, StoreError> {
+        visit: &mut dyn FnMut(StoredStep) -> bool,
+    ) -> Result<(), StoreError> {
         self.read(|c| {
             let Some((org, sid)) = session_key(c, org_id, session_id)? else {
-                return Ok(Vec::new());
+                return Ok(());
             };
             let sql = format!(
                 "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
                  JOIN sessions s ON s.sid = e.sid WHERE e.id = ?1 AND e.sid = ?2 AND e.type = 'step'"
             );
             let mut stmt = c.prepare_cached(&sql).context("reading a session")?;
-            let mut steps = Vec::with_capacity(seqs.len());
             for &seq in seqs {
                 let mut rows = stmt
                     .query(params![row_id(org, seq), sid])
                     .context("reading a session")?;
-                if let Some(row) = rows.next().context("reading a session")? {
-                    steps.push(step_from_row(row)?);
+                if let Some(row) = rows.next().context("reading a session")?
+                    && !visit(step_from_row(row)?)
+                {
+                    break;
                 }
             }
-            Ok(steps)
+            Ok(())
         })
     }
 

@@ -78,6 +78,7 @@ pub fn world() -> World {
             org_id: ORG.into(),
             agent_id: "analyst".into(),
             public_key: agent_key.verifying_key(),
+            by_admin: true,
         },
     );
     write(

@@ -25,6 +25,10 @@ use cairn_core::{Hash, Timestamp};
 use postgres::GenericClient;
 use std::collections::HashMap;
 
+/// Key records read at a time into the writer's cache (a few pages in the
+/// tests' stores).
+const KEY_PAGE: i64 = if cfg!(test) { 64 } else { 4096 };
+
 impl<C: GenericClient> PgTx<'_, C> {
     /// The org's agent keys as its committed log holds them: the process's
     /// cache, brought up to date once per transaction by reading the key
@@ -47,19 +51,27 @@ impl<C: GenericClient> PgTx<'_, C> {
                 // restored database): read them again.
                 *cached = Default::default();
             }
-            if cached.size < size {
+            // Pages of key records, so that a first read of many keys
+            // holds one page of rows beside the keys.
+            let mut from = cached.size;
+            while from < size {
                 let rows = self.db.query(
                     KEY_RECORDS_BETWEEN,
-                    &[&org, &row_id(org, cached.size), &row_id(org, size)],
+                    &[&org, &row_id(org, from), &row_id(org, size), &KEY_PAGE],
                     "loading agent keys",
                 )?;
                 let cached = self.cache.keys.entry(org).or_default();
                 for row in &rows {
+                    let seq = u64_of(col(row, 0)?);
                     let entry_type: String = col(row, 1)?;
                     let view: String = col(row, 2)?;
-                    fold_key_record(&mut cached.keys, u64_of(col(row, 0)?), &entry_type, &view)?;
+                    fold_key_record(&mut cached.keys, seq, &entry_type, &view)?;
+                    from = seq + 1;
                 }
-                cached.size = size;
+                if rows.len() < KEY_PAGE as usize {
+                    from = size;
+                }
+                cached.size = from;
             }
         }
         Ok(&self.cache.keys.entry(org).or_default().keys)

@@ -6,20 +6,42 @@ use super::*;
 use cairn_core::commit::agent_key_id;
 use cairn_core::ed25519_dalek::SigningKey;
 
+/// An admin's registration of the key of `seed`.
 fn register(org: &str, agent: &str, seed: u8) -> WriteRequest {
+    register_as(org, agent, seed, true)
+}
+
+fn register_as(org: &str, agent: &str, seed: u8, by_admin: bool) -> WriteRequest {
     WriteRequest::RegisterKey {
         org_id: org.into(),
         agent_id: agent.into(),
         public_key: SigningKey::from_bytes(&[seed; 32]).verifying_key(),
+        by_admin,
     }
 }
 
+/// An admin's rotation.
 fn rotate(agent: &str, old: u8, new: u8) -> WriteRequest {
+    rotate_as(agent, old, new, true)
+}
+
+fn rotate_as(agent: &str, old: u8, new: u8, by_admin: bool) -> WriteRequest {
     WriteRequest::RotateKey {
         org_id: ORG.into(),
         agent_id: agent.into(),
         old_key_id: id_of(old),
         public_key: SigningKey::from_bytes(&[new; 32]).verifying_key(),
+        by_admin,
+    }
+}
+
+/// The refusal of a registration (or a rotation) past the bound.
+fn full(held: u64, bound: u64, admins_only: bool, rotation: bool) -> Refusal {
+    Refusal::TooManyKeys {
+        held,
+        bound,
+        admins_only,
+        rotation,
     }
 }
 
@@ -58,12 +80,12 @@ pub(crate) fn agent_keys_are_bounded_per_org(backend: &dyn Backend) {
     let size = store.log_size(ORG).unwrap();
     assert_eq!(
         one(register(ORG, "analyst", 4)).unwrap_err(),
-        Refusal::TooManyKeys { limit: 3 }
+        full(3, 3, false, false)
     );
     // A rotation past the bound is refused whole: its old key stays.
     assert_eq!(
         one(rotate("analyst", 2, 5)).unwrap_err(),
-        Refusal::TooManyKeys { limit: 3 }
+        full(3, 3, false, true)
     );
     assert_eq!(
         store.log_size(ORG).unwrap(),
@@ -86,10 +108,7 @@ pub(crate) fn agent_keys_are_bounded_per_org(backend: &dyn Backend) {
     let batch: Vec<WriteRequest> = (11..15).map(|seed| register("other", "a", seed)).collect();
     let outcomes = store.append_batch(&batch).unwrap();
     assert!(outcomes[..3].iter().all(|o| o.is_ok()), "{outcomes:?}");
-    assert_eq!(
-        outcomes[3].as_ref().unwrap_err(),
-        &Refusal::TooManyKeys { limit: 3 }
-    );
+    assert_eq!(outcomes[3].as_ref().unwrap_err(), &full(3, 3, false, false));
     drop(store);
 
     // Reopened: the keys are read from the log when first needed.
@@ -101,7 +120,7 @@ pub(crate) fn agent_keys_are_bounded_per_org(backend: &dyn Backend) {
             .pop()
             .unwrap()
             .unwrap_err(),
-        Refusal::TooManyKeys { limit: 3 }
+        full(3, 3, false, false)
     );
     drop(store);
     let store = backend.open_with_max_agent_keys("bounded-keys", 4);
@@ -128,11 +147,53 @@ pub(crate) fn agent_keys_are_bounded_per_org(backend: &dyn Backend) {
         &Refusal::KeyRevoked { .. }
     ));
     assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
-    assert_eq!(
-        outcomes[3].as_ref().unwrap_err(),
-        &Refusal::TooManyKeys { limit: 4 }
-    );
+    assert_eq!(outcomes[3].as_ref().unwrap_err(), &full(4, 4, false, false));
     assert_verifies(store.as_ref());
+}
+
+/// The last tenth of the bound is an admin's: others' registrations and
+/// rotations stop at nine tenths, so that a writer's key registering in a
+/// loop cannot leave the org's admins unable to rotate a leaked key; an
+/// admin stops at the bound; each refusal says which.
+pub(crate) fn the_last_tenth_of_the_bound_is_for_admins(backend: &dyn Backend) {
+    let store = backend.open_with_max_agent_keys("admin-keys", 10);
+    let one = |request: WriteRequest| store.append_batch(&[request]).unwrap().pop().unwrap();
+    for seed in 1..=9 {
+        registered(one(register_as(ORG, "bot", seed, false)));
+    }
+    assert_eq!(
+        one(register_as(ORG, "bot", 10, false)).unwrap_err(),
+        full(9, 10, true, false)
+    );
+    assert_eq!(
+        one(rotate_as("bot", 1, 10, false)).unwrap_err(),
+        full(9, 10, true, true)
+    );
+    // The admin rotates the leaked key with the tenth left to admins.
+    assert!(one(rotate("bot", 1, 10)).is_ok());
+    assert_eq!(
+        one(register(ORG, "analyst", 11)).unwrap_err(),
+        full(10, 10, false, false)
+    );
+    assert_eq!(
+        one(register_as(ORG, "bot", 11, false)).unwrap_err(),
+        full(10, 10, false, false)
+    );
+    // Revoking alone is never refused.
+    assert!(
+        one(WriteRequest::RevokeKey {
+            org_id: ORG.into(),
+            agent_id: "bot".into(),
+            key_id: id_of(2),
+            reason: "leaked".into(),
+        })
+        .is_ok()
+    );
+    let message = full(9, 10, true, true).to_string();
+    assert!(
+        message.contains("ask an admin") && message.contains("the old key is still live"),
+        "{message}"
+    );
 }
 
 /// Two servers on one database (PostgreSQL): each sees the key records the
@@ -178,7 +239,7 @@ pub(crate) fn servers_see_each_others_keys(backend: &dyn Backend) {
     registered(on(&b, register(ORG, "analyst", 3)));
     assert_eq!(
         on(&a, register(ORG, "analyst", 4)).unwrap_err(),
-        Refusal::TooManyKeys { limit: 3 }
+        full(3, 3, false, false)
     );
     assert_verifies(a.as_ref());
 }

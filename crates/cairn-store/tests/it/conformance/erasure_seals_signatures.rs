@@ -233,6 +233,7 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
             org_id: ORG.into(),
             agent_id: "analyst".into(),
             public_key: key.verifying_key(),
+            by_admin: true,
         })
         .unwrap()
     else {
@@ -292,7 +293,8 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
             .write(WriteRequest::RegisterKey {
                 org_id: ORG.into(),
                 agent_id: "analyst".into(),
-                public_key: key.verifying_key()
+                public_key: key.verifying_key(),
+                by_admin: true,
             })
             .unwrap(),
         Written::KeyRegistered { .. }
@@ -304,7 +306,8 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
         refused(ledger.write(WriteRequest::RegisterKey {
             org_id: ORG.into(),
             agent_id: "mallory".into(),
-            public_key: key.verifying_key()
+            public_key: key.verifying_key(),
+            by_admin: true,
         })),
         Refusal::KeyConflict {
             key_id: key_id.clone(),
@@ -335,6 +338,7 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
             agent_id: "analyst".into(),
             old_key_id: key_id.clone(),
             public_key: next.verifying_key(),
+            by_admin: true,
         })
         .unwrap()
     else {
@@ -354,7 +358,8 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
         refused(ledger.write(WriteRequest::RegisterKey {
             org_id: ORG.into(),
             agent_id: "analyst".into(),
-            public_key: key.verifying_key()
+            public_key: key.verifying_key(),
+            by_admin: true,
         })),
         Refusal::KeyRevoked { .. }
     ));
@@ -435,6 +440,7 @@ pub(super) fn signed_steps_are_checked(backend: &dyn Backend) {
             org_id: ORG.into(),
             agent_id: agent.into(),
             public_key: key.verifying_key(),
+            by_admin: true,
         })
     };
     assert!(matches!(

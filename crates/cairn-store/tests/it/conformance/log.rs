@@ -116,6 +116,15 @@ pub(super) fn appends_are_sequenced_and_readable(backend: &dyn Backend) {
     assert_eq!(seqs, steps.iter().map(|s| s.seq).collect::<Vec<_>>());
     let fetched = store.steps_at(ORG, "s1", &seqs[1..]).unwrap();
     assert_eq!(format!("{fetched:?}"), format!("{:?}", &steps[1..]));
+    // Visited one at a time: a visitor that stops is given no more.
+    let mut visited = Vec::new();
+    store
+        .visit_steps_at(ORG, "s1", &seqs, &mut |s| {
+            visited.push(s.seq);
+            false
+        })
+        .unwrap();
+    assert_eq!(visited, seqs[..1]);
     assert_eq!(store.session_seqs(ORG, "nothing").unwrap(), None);
     assert_eq!(store.session_seqs("other-org", "s1").unwrap(), None);
     let other: Vec<u64> = (0..store.log_size(ORG).unwrap())

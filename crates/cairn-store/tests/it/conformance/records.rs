@@ -63,6 +63,7 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
             org_id: ORG.into(),
             agent_id: "e8821136df22".into(),
             public_key: key.verifying_key(),
+            by_admin: true,
         })
         .unwrap();
     let Written::TraceImported {
