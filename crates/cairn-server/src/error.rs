@@ -311,6 +311,10 @@ impl From<crate::wire::InputError> for ApiError {
 /// fault; a read's from what the request gave (a filter, a query's words;
 /// the names a read looks up by are guarded before, `pg::reads::storable`),
 /// which the reads' parameters are, never the rows they read.
+/// What a client is told of a write the store failed: not acknowledged is
+/// not necessarily not written.
+pub const UNACKNOWLEDGED_WRITE: &str = "the write was not acknowledged, but it may still have been recorded if only the commit's answer was lost: look it up before writing it again, or send a step again with the same trace_id (a recorded one is answered as it was)";
+
 fn refused_data(e: &StoreError) -> Option<ApiError> {
     e.is_data_exception().then(|| {
         tracing::warn!(error = %e, "request refused by the database");
@@ -460,10 +464,12 @@ impl From<AppendError> for ApiError {
                     return refused;
                 }
                 tracing::error!(error = %e, "storage failure");
+                // A commit whose answer was lost may have committed: the
+                // client is told so, and how to find out safely.
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "storage_failure",
-                    e.to_string(),
+                    format!("{e}; {UNACKNOWLEDGED_WRITE}"),
                 )
             }
         }
@@ -473,6 +479,28 @@ impl From<AppendError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::ERROR_CODES;
+
+    /// A write the store failed is 503 `storage_failure`, saying what
+    /// failed and that it may still have been recorded.
+    #[test]
+    fn a_failed_write_says_it_may_have_been_recorded() {
+        let failure = cairn_store::StoreError::Io {
+            context: "committing a batch".into(),
+            source: std::io::Error::other("disk I/O error"),
+        };
+        let e = super::ApiError::from(cairn_store::AppendError::Store(std::sync::Arc::new(
+            failure,
+        )));
+        assert_eq!((e.status.as_u16(), e.code), (503, "storage_failure"));
+        assert!(
+            e.message
+                .starts_with("committing a batch: disk I/O error; ")
+                && e.message.contains("may still have been recorded")
+                && e.message.contains("same trace_id"),
+            "{}",
+            e.message
+        );
+    }
 
     /// A token (or most of one) quoted in a message or named as a field
     /// is left out of the answer; Cairn's own words about keys stay.

@@ -50,7 +50,7 @@ pub use cairn_wire::{render, wire};
 
 pub use auth::Caller;
 pub(crate) use auth::*;
-pub use error::{ApiError, ErrorBody, ErrorDetail, without_tokens};
+pub use error::{ApiError, ErrorBody, ErrorDetail, UNACKNOWLEDGED_WRITE, without_tokens};
 pub use input::{
     REVIEWS_LIMIT, ResultLimit, SESSIONS_LIMIT, SQL_ROWS_LIMIT, refuse_unknown_step_members,
     result_limit,

@@ -634,7 +634,12 @@ pub(crate) fn refused(e: cairn_server::ApiError) -> anyhow::Error {
 pub(crate) fn append_error(e: AppendError) -> anyhow::Error {
     match e {
         AppendError::Refused(r) => refused(cairn_server::ApiError::from(r)),
-        AppendError::Store(e) => anyhow!("storage failure: {e}"),
+        AppendError::Store(e) => {
+            anyhow!(
+                "storage failure: {e}; {}",
+                cairn_server::UNACKNOWLEDGED_WRITE
+            )
+        }
     }
 }
 
