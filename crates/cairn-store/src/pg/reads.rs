@@ -211,13 +211,8 @@ impl PgStore {
             let resume =
                 delivered.map_or(0, |last| ids.partition_point(|&id| id <= row_id(org, last)));
             for chunk in ids.get(resume..).unwrap_or_default().chunks(SESSION_PAGE) {
-                let chunk = chunk.to_vec();
-                for row in db.query(&STEPS_BY_ID, &[&chunk, &sid], "reading a session")? {
-                    let step = step_from_row(&row)?;
-                    delivered = Some(step.seq);
-                    if !visit(step) {
-                        return Ok(());
-                    }
+                if !visit_steps_by_id(db, org, sid, chunk, &mut delivered, visit)? {
+                    return Ok(());
                 }
             }
             Ok(())
@@ -284,16 +279,7 @@ impl PgStore {
                 .filter(|&&seq| delivered.is_none_or(|last| seq > last))
                 .map(|&seq| row_id(org, seq))
                 .collect();
-            // The rows arrive as their stored text; each is parsed only
-            // when the one before was taken.
-            for row in &db.query(&STEPS_BY_ID, &[&ids, &sid], "reading a session")? {
-                let step = step_from_row(row)?;
-                delivered = Some(step.seq);
-                if !visit(step) {
-                    break;
-                }
-            }
-            Ok(())
+            visit_steps_by_id(db, org, sid, &ids, &mut delivered, visit).map(|_| ())
         })
     }
 
@@ -645,9 +631,45 @@ fn stored_entry(
     Ok((stored, digest))
 }
 
-/// Rows of a session read at once: a page is held whole before its steps
-/// are visited, and a step may hold a megabyte of text.
+/// Rows of a session asked for at once (a page also ends past
+/// [`PAGE_BYTES`] of stored text: a page is held whole before its steps
+/// are visited, and a step may hold a megabyte of text).
 const SESSION_PAGE: usize = 128;
+
+/// Visits the steps of session `sid` at `ids` (ascending) in order, each
+/// parsed only when the one before was taken, in pages that end past
+/// [`PAGE_BYTES`] of stored text; `delivered` is the last step given
+/// (across a retried read). False once `visit` asked to stop.
+fn visit_steps_by_id(
+    db: &mut Db<'_, postgres::Client>,
+    org: i64,
+    sid: i64,
+    ids: &[i64],
+    delivered: &mut Option<u64>,
+    visit: &mut dyn FnMut(StoredStep) -> bool,
+) -> Result<bool, StoreError> {
+    let mut rest = ids;
+    while !rest.is_empty() {
+        let rows = db.query(
+            &STEPS_BY_ID,
+            &[&rest, &sid, &PAGE_BYTES],
+            "reading a session",
+        )?;
+        let Some(last) = rows.last() else {
+            return Ok(true);
+        };
+        let last_id = row_id(org, u64_of(col(last, 0)?));
+        for row in &rows {
+            let step = step_from_row(row)?;
+            *delivered = Some(step.seq);
+            if !visit(step) {
+                return Ok(false);
+            }
+        }
+        rest = &rest[rest.partition_point(|&id| id <= last_id)..];
+    }
+    Ok(true)
+}
 
 /// The org and session keys of a session, if it exists.
 /// A turn's highest step number, from `entries_by_turn` (a backward

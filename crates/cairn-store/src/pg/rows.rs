@@ -144,11 +144,22 @@ pub(super) static LOG_PAGE: LazyLock<String> = LazyLock::new(|| {
 /// caller asks again for the ids after the last one answered.
 pub(super) static ENTRIES_BY_ID: LazyLock<String> =
     LazyLock::new(|| sized_entries("WHERE e.id = ANY($1) ORDER BY e.id", "$2"));
+/// Steps of session `$2` by id (`$1`), in id order, only while the stored
+/// text before each in the answer is under `$3` ([`PAGE_BYTES`]; the
+/// same window as [`sized_entries`], as a last column): the caller asks
+/// again for the ids after the last one answered.
 pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-         JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 AND e.type = 'step'
-         ORDER BY e.id"
+        "SELECT * FROM (
+           SELECT {STEP_COLUMNS},
+             sum(COALESCE(octet_length(e.content), 0) + COALESCE(octet_length(e.input_data), 0)
+                 + COALESCE(octet_length(e.output_data), 0) + COALESCE(octet_length(e.metadata), 0)
+                 + COALESCE(octet_length(e.view), 0))
+               OVER (ORDER BY e.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS page_bytes_before
+           FROM entries e JOIN orgs o ON o.org = e.org
+           JOIN sessions s ON s.sid = e.sid WHERE e.id = ANY($1) AND e.sid = $2 AND e.type = 'step'
+           ORDER BY e.id
+         ) page WHERE COALESCE(page_bytes_before, 0) < $3"
     )
 });
 

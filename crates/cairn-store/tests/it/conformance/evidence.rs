@@ -5,8 +5,9 @@
 use super::*;
 
 /// Large records are read a bounded page at a time (PostgreSQL ends a page
-/// of whole entries past 32 MiB of text): 44 steps of about 800 KB, 35
-/// MB in all, still read whole and in order by every reader of the log,
+/// of whole entries, or of a session's steps, past 32 MiB of text): 66
+/// steps of about 800 KB, 52 MB in all, 44 of them in one session, still
+/// read whole and in order by every reader of the log and of a session,
 /// exported and verified.
 pub(super) fn large_records_are_read_whole_across_pages(backend: &dyn Backend) {
     let store = backend.open("large-records");
@@ -50,6 +51,46 @@ pub(super) fn large_records_are_read_whole_across_pages(backend: &dyn Backend) {
         })
         .unwrap();
     assert_eq!(by_seq, seen);
+    // A session's steps, whole or at chosen positions, cross pages too
+    // (on PostgreSQL 44 such steps pass a page's 32 MiB of text).
+    for i in 44..66 {
+        let mut s = step("s0", "ToolCall", &"c".repeat(60_000));
+        s.input = Some(serde_json::json!({ "i": i, "blob": blob('i', 250_000) }));
+        s.output = Some(blob('o', 250_000));
+        s.metadata = Some(serde_json::json!({ "blob": blob('m', 230_000) }));
+        append(&ledger, s).unwrap();
+    }
+    for (session, steps) in [("s0", 44), ("s1", 22)] {
+        let seqs = store.session_seqs(ORG, session).unwrap().unwrap();
+        assert_eq!(seqs.len(), steps);
+        let whole = |s: &cairn_store::StoredStep| {
+            s.record
+                .step
+                .output
+                .as_ref()
+                .and_then(|o| o.as_str())
+                .map(str::len)
+                == Some(250_000)
+        };
+        let mut read = Vec::new();
+        store
+            .read_session(ORG, session, &mut |s| {
+                assert!(whole(&s), "step {} read whole", s.seq);
+                read.push(s.seq);
+                true
+            })
+            .unwrap();
+        assert_eq!(read, seqs);
+        let mut visited = Vec::new();
+        store
+            .visit_steps_at(ORG, session, &seqs, &mut |s| {
+                assert!(whole(&s), "step {} read whole", s.seq);
+                visited.push(s.seq);
+                true
+            })
+            .unwrap();
+        assert_eq!(visited, seqs);
+    }
     let cp = checkpoint(&ledger);
     let now = Timestamp::from_micros(0).unwrap();
     for scope in [ExportScope::All, ExportScope::Session("s1".into())] {
