@@ -382,13 +382,14 @@ pub enum ImportError {
 
 /// The message of [`Refusal::TooManyKeys`].
 fn too_many_keys(held: u64, bound: u64, admins_only: bool, rotation: bool) -> String {
+    let keys = if held == 1 { "key" } else { "keys" };
     let why = if admins_only {
         format!(
-            "this org's log registers {held} agent keys; the server allows {bound}, and keeps the last tenth for the org's admins (so that a key registering in a loop cannot leave them unable to rotate a leaked key): ask an admin"
+            "this org's log registers {held} agent {keys}; the server allows {bound}, and keeps the last tenth (at least one) for the org's admins (so that a key registering in a loop cannot leave them unable to rotate a leaked key): ask an admin"
         )
     } else {
         format!(
-            "this org's log registers {held} agent keys, and the server allows {bound} (revoked keys count: verifiers keep them to check what they signed); the server's operator can raise it (CAIRN_MAX_AGENT_KEYS, --max-agent-keys)"
+            "this org's log registers {held} agent {keys}, and the server allows {bound} (revoked keys count: verifiers keep them to check what they signed); the server's operator can raise it (CAIRN_MAX_AGENT_KEYS, --max-agent-keys)"
         )
     };
     if rotation {

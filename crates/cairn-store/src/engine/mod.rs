@@ -497,9 +497,9 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
 
     /// Refuses one more key registration in `org` past the store's bound
     /// on an org's keys (committed and written by this batch). The last
-    /// tenth of the bound is an admin's: a writer's key that registers
-    /// keys in a loop cannot leave the org's admins unable to rotate a
-    /// leaked key.
+    /// tenth of the bound (at least one key) is an admin's: a writer's key
+    /// that registers keys in a loop cannot leave the org's admins unable
+    /// to rotate a leaked key.
     fn key_room(
         &mut self,
         org: i64,
@@ -509,7 +509,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let written = self.overlay.registered.get(&org).copied().unwrap_or(0);
         let held = self.tx.key_registrations(org)?.saturating_add(written);
         let bound = self.engine.max_agent_keys;
-        let limit = if by_admin { bound } else { bound - bound / 10 };
+        let limit = if by_admin {
+            bound
+        } else {
+            bound - bound.div_ceil(10)
+        };
         Ok((held >= limit).then_some(Refusal::TooManyKeys {
             held,
             bound,

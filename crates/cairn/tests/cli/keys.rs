@@ -336,7 +336,7 @@ fn an_org_registers_at_most_max_agent_keys() {
     let refused = register("1", 2);
     assert_ne!(refused.code, 0, "{}", refused.stdout);
     assert!(
-        refused.stderr.contains("registers 1 agent keys")
+        refused.stderr.contains("registers 1 agent key,")
             && refused.stderr.contains("CAIRN_MAX_AGENT_KEYS"),
         "{}",
         refused.stderr

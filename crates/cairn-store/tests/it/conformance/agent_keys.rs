@@ -189,6 +189,15 @@ pub(crate) fn the_last_tenth_of_the_bound_is_for_admins(backend: &dyn Backend) {
         })
         .is_ok()
     );
+    // The admins' tenth is rounded up: under a bound of 1 it is the one
+    // key.
+    let tiny = backend.open_with_max_agent_keys("tiny-keys", 1);
+    let on_tiny = |request: WriteRequest| tiny.append_batch(&[request]).unwrap().pop().unwrap();
+    assert_eq!(
+        on_tiny(register_as(ORG, "bot", 1, false)).unwrap_err(),
+        full(0, 1, true, false)
+    );
+    registered(on_tiny(register(ORG, "bot", 1)));
     let message = full(9, 10, true, true).to_string();
     assert!(
         message.contains("ask an admin") && message.contains("the old key is still live"),
