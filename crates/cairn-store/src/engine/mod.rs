@@ -500,14 +500,20 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     /// tenth of the bound (at least one key) is an admin's: a writer's key
     /// that registers keys in a loop cannot leave the org's admins unable
     /// to rotate a leaked key.
+    /// (`None`: an org without a log yet, which registers none.)
     fn key_room(
         &mut self,
-        org: i64,
+        org: Option<i64>,
         by_admin: bool,
         rotation: bool,
     ) -> Result<Option<Refusal>, StoreError> {
-        let written = self.overlay.registered.get(&org).copied().unwrap_or(0);
-        let held = self.tx.key_registrations(org)?.saturating_add(written);
+        let held = match org {
+            Some(org) => {
+                let written = self.overlay.registered.get(&org).copied().unwrap_or(0);
+                self.tx.key_registrations(org)?.saturating_add(written)
+            }
+            None => 0,
+        };
         let bound = self.engine.max_agent_keys;
         let limit = if by_admin {
             bound

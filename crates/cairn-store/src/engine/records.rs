@@ -476,8 +476,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             return Ok(Err(e.into()));
         }
         let key_id = agent_key_id(&public_key);
-        let mut org = self.org_or_create(org_name)?;
-        match self.agent_key(org.id, &key_id)? {
+        // The org is created only once the key is known to be written: a
+        // refusal leaves no org row that the sequencing state does not
+        // know of.
+        let existing_org = self.org(org_name)?;
+        let known = match &existing_org {
+            Some(org) => self.agent_key(org.id, &key_id)?,
+            None => None,
+        };
+        match known {
             Some(existing) if existing.agent_id != agent_id => {
                 return Ok(Err(Refusal::KeyConflict {
                     key_id,
@@ -491,7 +498,6 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }
             // Registering a key again is answered with its registration.
             Some(existing) => {
-                self.overlay.orgs.insert(org_name.to_owned(), org);
                 return Ok(Ok(Written::KeyRegistered {
                     seq: existing.seq,
                     key_id,
@@ -499,9 +505,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             }
             None => {}
         }
-        if let Some(refusal) = self.key_room(org.id, by_admin, false)? {
+        if let Some(refusal) =
+            self.key_room(existing_org.as_ref().map(|o| o.id), by_admin, false)?
+        {
             return Ok(Err(refusal));
         }
+        let mut org = match existing_org {
+            Some(org) => org,
+            None => self.org_or_create(org_name)?,
+        };
         let seq = self.write_registration(org_name, &mut org, agent_id, public_key)?;
         self.overlay.orgs.insert(org_name.to_owned(), org);
         Ok(Ok(Written::KeyRegistered { seq, key_id }))
@@ -635,7 +647,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                     ))
                 }));
             }
-            if let Some(refusal) = self.key_room(org.id, by_admin, true)? {
+            if let Some(refusal) = self.key_room(Some(org.id), by_admin, true)? {
                 return Ok(Err(refusal));
             }
         }
