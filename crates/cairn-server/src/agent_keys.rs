@@ -121,7 +121,7 @@ pub(crate) async fn rotate(
         agent_id,
         old_key_id: key_id,
         public_key,
-        by_admin: caller.key.role == cairn_store::Role::Admin,
+        by_admin: caller.key.role.can_admin(),
     };
     // Only the queued write's copies stay while it waits (what the
     // request counted covers one copy of what it sent).

@@ -305,16 +305,16 @@ impl From<crate::wire::InputError> for ApiError {
     }
 }
 
+/// What a client is told of a write the store failed: not acknowledged is
+/// not necessarily not written.
+pub const UNACKNOWLEDGED_WRITE: &str = "the write was not acknowledged, but it may still have been recorded if only the commit's answer was lost: look it up before writing it again, or send a step again with the same trace_id (a recorded one is answered as it was)";
+
 /// A request whose text or numbers the database refused (a NUL byte a
 /// rule missed: `StoreError::is_data_exception`), answered as the bad
 /// request it is: a write's the sequencer narrowed to the one request at
 /// fault; a read's from what the request gave (a filter, a query's words;
 /// the names a read looks up by are guarded before, `pg::reads::storable`),
 /// which the reads' parameters are, never the rows they read.
-/// What a client is told of a write the store failed: not acknowledged is
-/// not necessarily not written.
-pub const UNACKNOWLEDGED_WRITE: &str = "the write was not acknowledged, but it may still have been recorded if only the commit's answer was lost: look it up before writing it again, or send a step again with the same trace_id (a recorded one is answered as it was)";
-
 fn refused_data(e: &StoreError) -> Option<ApiError> {
     e.is_data_exception().then(|| {
         tracing::warn!(error = %e, "request refused by the database");

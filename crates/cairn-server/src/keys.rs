@@ -49,7 +49,7 @@ pub(crate) async fn register_agent_key(
         org_id: caller.org().to_owned(),
         agent_id: agent_id.clone(),
         public_key,
-        by_admin: caller.key.role == cairn_store::Role::Admin,
+        by_admin: caller.key.role.can_admin(),
     };
     // Only the queued write's copies stay while it waits (what the
     // request counted covers one copy of what it sent).

@@ -164,8 +164,8 @@ pub enum Refusal {
     },
     /// The org's log registers as many keys as the store allows
     /// (`CAIRN_MAX_AGENT_KEYS`; every verifier of the org holds them all),
-    /// or as many as it allows to others than the org's admins (nine
-    /// tenths of it).
+    /// or as many as it allows to others than the org's admins (all but
+    /// the last tenth, rounded up).
     #[error("{}", too_many_keys(*held, *bound, *admins_only, *rotation))]
     TooManyKeys {
         /// Keys the org's log registers.

@@ -67,7 +67,7 @@ impl CairnMcp {
                 org_id: caller.org().to_owned(),
                 agent_id: self.agent_for(&caller, Some(args.agent_id))?,
                 public_key,
-                by_admin: caller.key.role == cairn_store::Role::Admin,
+                by_admin: caller.key.role.can_admin(),
             };
             match self.write(&context, request).await? {
                 Written::KeyRegistered { seq, key_id } => Ok(KeyRegistered { key_id, seq }),

@@ -154,6 +154,15 @@ impl StoredSession {
     }
 }
 
+/// The committed log size of the org with id `org` among `orgs` (the
+/// sequencing state's committed orgs, by name); 0 for an org they do not
+/// hold (one the running batch created has no committed entries).
+pub(crate) fn committed_size(orgs: &HashMap<String, OrgState>, org: i64) -> u64 {
+    orgs.values()
+        .find(|o| o.id == org)
+        .map_or(0, |o| o.frontier.size())
+}
+
 /// A registered agent key.
 #[derive(Debug, Clone)]
 pub(crate) struct AgentKey {

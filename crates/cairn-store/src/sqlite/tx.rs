@@ -10,8 +10,8 @@ use super::state::rebuild;
 use super::tree::latest_checkpoint;
 use super::{SqliteStore, State, Writer};
 use crate::engine::{
-    AgentKey, OpRow, OrgState, STEP_COLUMNS, SessionState, StepRow, WriteTx, blob_hash, json_text,
-    links_text, op_record_id, row_id,
+    AgentKey, OpRow, OrgState, STEP_COLUMNS, SessionState, StepRow, WriteTx, blob_hash,
+    committed_size, json_text, links_text, op_record_id, row_id,
 };
 use crate::{DbContext, StoreError, StoredCheckpoint, StoredStep};
 use cairn_core::log::LogEntry;
@@ -89,14 +89,7 @@ impl SqliteTx<'_> {
     /// The org's committed agent keys, read on first use.
     fn org_keys(&mut self, org: i64) -> Result<&HashMap<String, AgentKey>, StoreError> {
         if !self.state.keys.contains_key(&org) {
-            // The org's committed size: an org created by the running
-            // batch has none (and no committed key records).
-            let size = self
-                .state
-                .orgs
-                .values()
-                .find(|o| o.id == org)
-                .map_or(0, |o| o.frontier.size());
+            let size = committed_size(&self.state.orgs, org);
             let keys = super::state::org_keys(self.conn, org, size)?;
             self.state.keys.insert(org, keys);
         }

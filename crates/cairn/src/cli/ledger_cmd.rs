@@ -548,12 +548,12 @@ pub(super) fn search(cli: &Cli, store: &dyn LedgerStore, args: &SearchArgs) -> R
     // that later, so the search waits for it rather than failing. On
     // PostgreSQL each try writes documents still queued itself, so trying
     // again gets there too.
-    let catching_up_here = cli.database.is_some() || !store.is_read_only();
+    let retry_while_busy = cli.database.is_some() || !store.is_read_only();
     let mut told = false;
     let answer = loop {
         match cairn_store::ops::search(store, embedder.as_ref(), &cli.org, &request) {
             Err(cairn_store::ops::SearchError::Store(cairn_store::StoreError::Busy(why)))
-                if catching_up_here =>
+                if retry_while_busy =>
             {
                 if !told {
                     eprintln!("({why}; waiting for it)");

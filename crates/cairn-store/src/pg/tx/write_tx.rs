@@ -10,8 +10,8 @@
 
 use super::{EntryRow, PgTx};
 use crate::engine::{
-    AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, fold_key_record,
-    json_text, links_text, op_record_id, row_id,
+    AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, committed_size,
+    fold_key_record, json_text, links_text, op_record_id, row_id,
 };
 use crate::pg::connection::{col, i64_of, u64_of};
 use crate::pg::reads::KEY_RECORDS_BETWEEN;
@@ -39,12 +39,7 @@ impl<C: GenericClient> PgTx<'_, C> {
     /// left it); the engine's overlay holds them.
     fn org_keys(&mut self, org: i64) -> Result<&HashMap<String, AgentKey>, StoreError> {
         if self.keys_read.insert(org) {
-            // An org the batch created has no committed size (nor keys).
-            let size = self
-                .orgs
-                .values()
-                .find(|o| o.id == org)
-                .map_or(0, |o| o.frontier.size());
+            let size = committed_size(&self.orgs, org);
             let cached = self.cache.keys.entry(org).or_default();
             if cached.size > size {
                 // The log is shorter than when the keys were read (a
