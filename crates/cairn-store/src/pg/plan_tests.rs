@@ -76,13 +76,7 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
             admin.batch_execute("ANALYZE").unwrap();
         }
         for (name, sql, params) in &lookups {
-            let plan = admin
-                .query(&format!("EXPLAIN {sql}"), params)
-                .unwrap()
-                .iter()
-                .map(|r| r.get::<_, String>(0))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let plan = explain(&mut admin, sql, params);
             let index = if name.starts_with("TURN") {
                 "entries_by_turn"
             } else {
@@ -154,16 +148,7 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
     let after = (org << 40) + 20_100;
     let limit = 100i64;
     for agent in [None, Some("agent-3")] {
-        let plan = admin
-            .query(
-                &format!("EXPLAIN {KEY_RECORDS_PAGE}"),
-                &[&org, &agent, &after, &limit],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let plan = explain(admin, KEY_RECORDS_PAGE, &[&org, &agent, &after, &limit]);
         assert!(plan.contains("entries_key_records"), "{agent:?}: {plan}");
         assert!(!plan.contains("Seq Scan on entries"), "{agent:?}: {plan}");
         if agent.is_none() {
@@ -172,16 +157,11 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
         }
     }
     // The writer's read of the key records appended since its cache.
-    let plan = admin
-        .query(
-            &format!("EXPLAIN {KEY_RECORDS_BETWEEN}"),
-            &[&org, &after, &((org << 40) + 20_700), &4096i64],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let plan = explain(
+        admin,
+        KEY_RECORDS_BETWEEN,
+        &[&org, &after, &((org << 40) + 20_700), &4096i64],
+    );
     assert!(plan.contains("entries_key_records_in_order"), "{plan}");
     assert!(!plan.contains("Sort"), "{plan}");
     let page = store
@@ -189,4 +169,15 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
         .unwrap();
     assert_eq!(page.len(), 100);
     assert_eq!(page[0].0, 20_101);
+}
+
+/// The plan PostgreSQL chooses for `sql` with `params`, one line a node.
+fn explain(admin: &mut postgres::Client, sql: &str, params: &[&(dyn ToSql + Sync)]) -> String {
+    admin
+        .query(&format!("EXPLAIN {sql}"), params)
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
