@@ -29,6 +29,9 @@ pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) struct HeldAnswer {
     bytes: usize,
     limit: usize,
+    /// The refusal past `limit` (given the limit), saying what to do
+    /// instead.
+    refusal: fn(usize) -> ApiError,
 }
 
 /// A response of `body` that keeps `slot` until the body has been sent
@@ -98,7 +101,25 @@ impl HeldAnswer {
     }
 
     fn at_most(limit: usize) -> HeldAnswer {
-        HeldAnswer { bytes: 0, limit }
+        HeldAnswer::refused_past(limit, |limit| {
+            too_large(
+                limit,
+                "replay the session as JSON (GET /v1/sessions/{id}, streamed) or export it \
+                 (GET /v1/export?session=...)",
+            )
+        })
+    }
+
+    /// An empty answer, refused past `limit` with `refusal(limit)`: an
+    /// answer that is refused past a smaller size than
+    /// [`MAX_HELD_ANSWER_BYTES`] anyway (an MCP tool's message) stops
+    /// reading there.
+    pub(crate) fn refused_past(limit: usize, refusal: fn(usize) -> ApiError) -> HeldAnswer {
+        HeldAnswer {
+            bytes: 0,
+            limit,
+            refusal,
+        }
     }
 
     /// Counts `record` as it is held: its content, its input, output and
@@ -107,11 +128,7 @@ impl HeldAnswer {
     pub(crate) fn hold(&mut self, record: &StepRecord) -> Result<(), ApiError> {
         self.bytes = self.bytes.saturating_add(record.step.answer_bytes());
         if self.bytes > self.limit {
-            return Err(too_large(
-                self.limit,
-                "replay the session as JSON (GET /v1/sessions/{id}, streamed) or export it \
-                 (GET /v1/export?session=...)",
-            ));
+            return Err((self.refusal)(self.limit));
         }
         Ok(())
     }

@@ -2,8 +2,10 @@
 //! raw thinking blob), one turn as Markdown or JSON, and a session's audit
 //! trail across its turns.
 
+use crate::held::HeldAnswer;
 use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
+use crate::render::Rendered;
 use crate::{ApiError, AppState, Caller, blocking, parse_json, render, step_for, wire};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -12,8 +14,8 @@ use cairn_core::commit::StepRecord;
 use cairn_store::{NewStep, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The steps a thinking text splits into (nothing recorded).
@@ -444,18 +446,21 @@ pub(crate) async fn record_turn(
     })
 }
 
-/// A session's steps (of one turn, with `turn`), and each one's log
-/// position by trace id; 404 for an unknown session. The answer is held
-/// whole: it takes one of the org's expensive slots, and the steps are
-/// counted as they are read (`held`); for a Markdown answer their
-/// payloads are dropped first.
-async fn session_records(
+/// A session's steps (of one turn, with `turn`) as `held` lets an
+/// answer hold them, each rendered as it is read: its Markdown line
+/// (payloads dropped first), or its JSON as a replay writes it. No
+/// parsed record outlives its read, so what the answer holds is about the
+/// size of its text. 404 for an unknown session. The answer is held
+/// whole: it takes one of the org's expensive slots.
+async fn session_steps<P: Send + 'static>(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     turn: Option<&str>,
+    mut held: crate::held::HeldAnswer,
+    piece: fn(u64, &StepRecord) -> Result<P, ApiError>,
     markdown: bool,
-) -> Result<(Vec<StepRecord>, HashMap<String, u64>, ExpensiveSlot), ApiError> {
+) -> Result<(Vec<Rendered<P>>, ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
     let turn = turn.map(str::to_owned);
@@ -466,21 +471,23 @@ async fn session_records(
         store
             .session(&org, &session_id)?
             .ok_or_else(|| ApiError::no_session(&session_id))?;
-        let mut records = Vec::new();
-        let mut seqs = HashMap::new();
-        let mut held = crate::held::HeldAnswer::new();
-        let mut too_large = None;
+        let mut steps = Vec::new();
+        let mut refused = None;
         let mut keep = |mut s: cairn_store::StoredStep| {
             if markdown {
                 crate::held::drop_payloads(&mut s.record);
             }
-            if let Err(e) = held.hold(&s.record) {
-                too_large = Some(e);
-                return false;
+            let rendered = held.hold(&s.record).and_then(|()| piece(s.seq, &s.record));
+            match rendered {
+                Ok(piece) => {
+                    steps.push(Rendered::new(&s.record, piece));
+                    true
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    false
+                }
             }
-            seqs.insert(s.record.step.trace_id.clone(), s.seq);
-            records.push(s.record);
-            true
         };
         match &turn {
             // One turn: its steps found through the index of turns, read
@@ -492,21 +499,60 @@ async fn session_records(
             }
             None => store.read_session(&org, &session_id, &mut keep)?,
         }
-        match too_large {
+        match refused {
             Some(e) => Err(e),
-            None => Ok((records, seqs, permit)),
+            None => Ok((steps, permit)),
         }
     })
     .await
 }
 
+/// A step's Markdown line.
+fn markdown_piece(_seq: u64, record: &StepRecord) -> Result<String, ApiError> {
+    Ok(render::markdown_line(record))
+}
+
+/// A step's JSON, as a replay writes it.
+fn json_piece(seq: u64, record: &StepRecord) -> Result<Box<RawValue>, ApiError> {
+    serde_json::value::to_raw_value(&wire::step_out(seq, record))
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+}
+
+/// One turn of a session (seed 002).
+// Its steps are their JSON, written as they were read. Its schema is
+// named as the wire type it writes (`wire::TurnOut`) so that MCP
+// clients see one name for it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "TurnOut")]
+pub struct HeldTurn {
+    /// The turn id (null for steps recorded outside a turn).
+    pub turn_id: Option<String>,
+    /// When its first step was recorded (RFC 3339, UTC).
+    pub started_at: Option<String>,
+    /// Its steps, by their number within the turn.
+    #[schemars(with = "Vec<wire::StepOut>")]
+    pub steps: Vec<Box<RawValue>>,
+}
+
+impl HeldTurn {
+    /// A turn's steps, in trail order ([`render::in_turns`]).
+    fn of(steps: Vec<Rendered<Box<RawValue>>>) -> HeldTurn {
+        let first = steps.first();
+        HeldTurn {
+            turn_id: first.and_then(|s| s.turn_id.clone()),
+            started_at: first.map(|s| s.created_at.to_string()),
+            steps: steps.into_iter().map(|s| s.piece).collect(),
+        }
+    }
+}
+
 /// A session's audit trail: its turns, in order.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct Trail {
     /// The session.
     pub session_id: String,
     /// Its turns, in the order of their first step.
-    pub turns: Vec<wire::TurnOut>,
+    pub turns: Vec<HeldTurn>,
 }
 
 /// An answer held whole (as JSON, or the Markdown text), and the
@@ -518,56 +564,75 @@ pub(crate) struct Held<T> {
     pub(crate) slot: ExpensiveSlot,
 }
 
-/// A session's trail as JSON, or as seed 002's Markdown.
+/// A session's trail as JSON, or as seed 002's Markdown; its steps held
+/// within `held`.
 pub(crate) async fn trail_of(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     markdown: bool,
+    held: crate::held::HeldAnswer,
 ) -> Result<Held<Trail>, ApiError> {
-    let (records, seqs, slot) = session_records(state, caller, session_id, None, markdown).await?;
     if markdown {
-        let answer = Err(render::markdown(session_id, &records));
+        let (steps, slot) =
+            session_steps(state, caller, session_id, None, held, markdown_piece, true).await?;
+        let answer = Err(render::rendered_markdown(session_id, steps));
         return Ok(Held { answer, slot });
     }
-    let turns = render::turns(&records)
-        .iter()
-        .map(|t| wire::turn_out(t, &seqs))
-        .collect();
+    let (steps, slot) =
+        session_steps(state, caller, session_id, None, held, json_piece, false).await?;
     let answer = Ok(Trail {
         session_id: session_id.to_owned(),
-        turns,
+        turns: render::in_turns(steps)
+            .into_iter()
+            .map(HeldTurn::of)
+            .collect(),
     });
     Ok(Held { answer, slot })
 }
 
-/// One turn as JSON, or as seed 002's Markdown.
+/// One turn as JSON, or as seed 002's Markdown; its steps held within
+/// `held`.
 pub(crate) async fn turn_of(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     turn_id: &str,
     markdown: bool,
-) -> Result<Held<wire::TurnOut>, ApiError> {
-    let (records, seqs, slot) =
-        session_records(state, caller, session_id, Some(turn_id), markdown).await?;
-    let turns = render::turns(&records);
-    let turn = turns
-        .iter()
-        .find(|t| t.turn_id == Some(turn_id))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "turn {} in session {}",
-                crate::error::shown(turn_id),
-                crate::error::shown(session_id)
-            ))
-        })?;
-    let answer = if markdown {
-        Err(render::turn_markdown(turn))
-    } else {
-        Ok(wire::turn_out(turn, &seqs))
+    held: crate::held::HeldAnswer,
+) -> Result<Held<HeldTurn>, ApiError> {
+    /// The steps of `turn_id` among `steps`, in trail order.
+    fn the_turn<P>(steps: Vec<Rendered<P>>, turn_id: &str) -> Option<Vec<Rendered<P>>> {
+        render::in_turns(steps)
+            .into_iter()
+            .find(|t| t.first().and_then(|s| s.turn_id.as_deref()) == Some(turn_id))
+    }
+    let not_found = || {
+        ApiError::not_found(format!(
+            "turn {} in session {}",
+            crate::error::shown(turn_id),
+            crate::error::shown(session_id)
+        ))
     };
-    Ok(Held { answer, slot })
+    let turn = Some(turn_id);
+    let answer = if markdown {
+        let (steps, slot) =
+            session_steps(state, caller, session_id, turn, held, markdown_piece, true).await?;
+        let steps = the_turn(steps, turn_id).ok_or_else(not_found)?;
+        Held {
+            answer: Err(render::rendered_turn_markdown(&steps)),
+            slot,
+        }
+    } else {
+        let (steps, slot) =
+            session_steps(state, caller, session_id, turn, held, json_piece, false).await?;
+        let steps = the_turn(steps, turn_id).ok_or_else(not_found)?;
+        Held {
+            answer: Ok(HeldTurn::of(steps)),
+            slot,
+        }
+    };
+    Ok(answer)
 }
 
 /// The answer, keeping its slot until it has been sent.
@@ -612,7 +677,7 @@ pub(crate) async fn trail(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    respond(trail_of(&state, &caller, &session_id, markdown).await?)
+    respond(trail_of(&state, &caller, &session_id, markdown, HeldAnswer::new()).await?)
 }
 
 /// `GET /v1/sessions/{session_id}/turns/{turn_id}`: one turn (JSON, or
@@ -644,5 +709,15 @@ pub(crate) async fn turn(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    respond(turn_of(&state, &caller, &session_id, &turn_id, markdown).await?)
+    respond(
+        turn_of(
+            &state,
+            &caller,
+            &session_id,
+            &turn_id,
+            markdown,
+            HeldAnswer::new(),
+        )
+        .await?,
+    )
 }

@@ -64,6 +64,70 @@ pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
     out
 }
 
+/// Where a step goes in its session's audit trail: its turn, its number
+/// within the turn and its index. A step record has them, and so does a
+/// step already rendered for an answer ([`Rendered`]), so that an answer
+/// can drop each record once its piece is written.
+pub trait TurnStep {
+    /// The turn id, `None` for a step recorded without one.
+    fn turn_id(&self) -> Option<&str>;
+    /// The step's number within its turn, if it has one.
+    fn turn_step(&self) -> Option<u64>;
+    /// The step's index in its session.
+    fn step_index(&self) -> u64;
+}
+
+impl TurnStep for StepRecord {
+    fn turn_id(&self) -> Option<&str> {
+        self.step.turn_id.as_deref()
+    }
+    fn turn_step(&self) -> Option<u64> {
+        self.step.turn_step
+    }
+    fn step_index(&self) -> u64 {
+        self.step.step_index
+    }
+}
+
+impl<S: TurnStep> TurnStep for &S {
+    fn turn_id(&self) -> Option<&str> {
+        (*self).turn_id()
+    }
+    fn turn_step(&self) -> Option<u64> {
+        (*self).turn_step()
+    }
+    fn step_index(&self) -> u64 {
+        (*self).step_index()
+    }
+}
+
+/// A session's steps (in the order they were read, by step index) as
+/// its audit trail (seed 002's `getAuditTrail`): turns in the order of
+/// their first step, each turn's steps by their number within the turn
+/// (then by index, which breaks ties and orders steps recorded without a
+/// number). Every step of a turn shares its turn id.
+pub fn in_turns<S: TurnStep>(steps: Vec<S>) -> Vec<Vec<S>> {
+    // Each turn's place among the turns, so that a session of many turns
+    // costs one look-up a step, not a scan of the turns so far.
+    let mut place: std::collections::HashMap<Option<String>, usize> =
+        std::collections::HashMap::new();
+    let mut keyed: Vec<(usize, u64, u64, S)> = Vec::with_capacity(steps.len());
+    for s in steps {
+        let next = place.len();
+        let turn = *place.entry(s.turn_id().map(str::to_owned)).or_insert(next);
+        keyed.push((turn, s.turn_step().unwrap_or(u64::MAX), s.step_index(), s));
+    }
+    keyed.sort_by_key(|(turn, number, index, _)| (*turn, *number, *index));
+    let mut out: Vec<Vec<S>> = Vec::with_capacity(place.len());
+    for (turn, _, _, s) in keyed {
+        if turn == out.len() {
+            out.push(Vec::new());
+        }
+        out[turn].push(s);
+    }
+    out
+}
+
 /// One turn of a session (seed 002): its id, `None` for the steps
 /// recorded without one, and its steps in order.
 #[derive(Debug)]
@@ -74,97 +138,150 @@ pub struct Turn<'a> {
     pub steps: Vec<&'a StepRecord>,
 }
 
-/// A session's audit trail across its turns (seed 002's `getAuditTrail`):
-/// turns in the order of their first step, each turn's steps by their
-/// number within the turn (then by index, which breaks ties and orders
-/// steps recorded without a number).
+/// A session's audit trail across its turns, as [`in_turns`] orders it.
 pub fn turns(steps: &[StepRecord]) -> Vec<Turn<'_>> {
-    let mut out: Vec<Turn<'_>> = Vec::new();
-    // Each turn's place in `out`, so that a session of many turns costs
-    // one look-up a step, not a scan of the turns so far.
-    let mut place: std::collections::HashMap<Option<&str>, usize> =
-        std::collections::HashMap::new();
-    for r in steps {
-        let id = r.step.turn_id.as_deref();
-        match place.get(&id) {
-            Some(&at) => out[at].steps.push(r),
-            None => {
-                place.insert(id, out.len());
-                out.push(Turn {
-                    turn_id: id,
-                    steps: vec![r],
-                });
-            }
+    in_turns(steps.iter().collect())
+        .into_iter()
+        .map(|steps| Turn {
+            turn_id: steps.first().and_then(|r| r.step.turn_id.as_deref()),
+            steps,
+        })
+        .collect()
+}
+
+/// A step of an answer that is held whole, rendered as it was read: its
+/// place in the trail and its `piece` of the answer (its Markdown line,
+/// or its JSON), without the record, which can be dropped at once.
+#[derive(Debug)]
+pub struct Rendered<P> {
+    /// The turn id.
+    pub turn_id: Option<String>,
+    /// Its number within the turn.
+    pub turn_step: Option<u64>,
+    /// Its index in the session.
+    pub step_index: u64,
+    /// When it was recorded (a turn's first step dates the turn).
+    pub created_at: cairn_core::Timestamp,
+    /// What the answer shows of it.
+    pub piece: P,
+}
+
+impl<P> Rendered<P> {
+    /// `record`'s place, with `piece`.
+    pub fn new(record: &StepRecord, piece: P) -> Rendered<P> {
+        let s = &record.step;
+        Rendered {
+            turn_id: s.turn_id.clone(),
+            turn_step: s.turn_step,
+            step_index: s.step_index,
+            created_at: s.created_at,
+            piece,
         }
     }
-    for turn in &mut out {
-        turn.steps
-            .sort_by_key(|r| (r.step.turn_step.unwrap_or(u64::MAX), r.step.step_index));
+}
+
+impl Rendered<String> {
+    /// `record` with its line of seed 002's Markdown ([`markdown_line`]).
+    pub fn markdown(record: &StepRecord) -> Rendered<String> {
+        Rendered::new(record, markdown_line(record))
     }
-    out
+}
+
+impl<P> TurnStep for Rendered<P> {
+    fn turn_id(&self) -> Option<&str> {
+        self.turn_id.as_deref()
+    }
+    fn turn_step(&self) -> Option<u64> {
+        self.turn_step
+    }
+    fn step_index(&self) -> u64 {
+        self.step_index
+    }
 }
 
 /// `2026-02-23T10:30:00Z`: seed 002's headings show seconds.
-fn heading_time(r: &StepRecord) -> String {
-    let full = r.step.created_at.to_string();
+fn heading_time(created_at: &cairn_core::Timestamp) -> String {
+    let full = created_at.to_string();
     format!("{}Z", full.get(..19).unwrap_or(&full))
 }
 
-/// Seed 002's `exportMarkdown` of one turn: a `## Turn <id> (<time>)`
-/// heading, then each step as `<label> <content>` on one line, with the
-/// tool call, policy decision and approval request it links to.
-pub fn turn_markdown(turn: &Turn<'_>) -> String {
-    let Some(first) = turn.steps.first() else {
+/// One step as seed 002's `exportMarkdown` writes it: a blank line, then
+/// `<label> <content>` on one line with the tool call, policy decision,
+/// approval request and correction it links to.
+pub fn markdown_line(r: &StepRecord) -> String {
+    let s = &r.step;
+    let content = match &s.content {
+        Some(c) => cairn_core::thinking::one_line(c),
+        None if r.erased => "(erased)".to_owned(),
+        None if !r.is_revealed(cairn_core::commit::Field::Content) => "(hidden)".to_owned(),
+        None => String::new(),
+    };
+    // Seed 002 has five labels; a kind it has no label of (a decision,
+    // a correction, a final answer...) gets the nearest, `[思考]`, and
+    // is named after it, so that a reader tells it from musing.
+    let label = s.kind.bracket_label();
+    let mut out = if label == StepKind::Reasoning.bracket_label() && s.kind != StepKind::Reasoning {
+        format!("\n{label} ({}) {content}", s.kind.as_str())
+    } else {
+        format!("\n{label} {content}")
+    };
+    for (name, link) in [
+        ("tool_call", &s.links.tool_call),
+        ("policy_decision", &s.links.policy_decision),
+        ("approval_request", &s.links.approval_request),
+        ("corrects", &s.links.corrects),
+    ] {
+        if let Some(id) = link {
+            let _ = write!(out, " ({name}: {id})");
+        }
+    }
+    if s.status == cairn_core::record::Status::Flagged {
+        out.push_str(" (flagged for review)");
+    }
+    out.push('\n');
+    out
+}
+
+/// Seed 002's `exportMarkdown` of one turn, its steps in trail order: a
+/// `## Turn <id> (<time>)` heading, then each step's [`markdown_line`].
+pub fn rendered_turn_markdown(steps: &[Rendered<String>]) -> String {
+    let Some(first) = steps.first() else {
         return String::new();
     };
-    let mut out = match turn.turn_id {
-        Some(id) => format!("## Turn {id} ({})\n", heading_time(first)),
-        None => format!("## Steps outside any turn ({})\n", heading_time(first)),
+    let mut out = match &first.turn_id {
+        Some(id) => format!("## Turn {id} ({})\n", heading_time(&first.created_at)),
+        None => format!(
+            "## Steps outside any turn ({})\n",
+            heading_time(&first.created_at)
+        ),
     };
-    for r in &turn.steps {
-        let s = &r.step;
-        let content = match &s.content {
-            Some(c) => cairn_core::thinking::one_line(c),
-            None if r.erased => "(erased)".to_owned(),
-            None if !r.is_revealed(cairn_core::commit::Field::Content) => "(hidden)".to_owned(),
-            None => String::new(),
-        };
-        // Seed 002 has five labels; a kind it has no label of (a decision,
-        // a correction, a final answer...) gets the nearest, `[思考]`, and
-        // is named after it, so that a reader tells it from musing.
-        let label = s.kind.bracket_label();
-        let _ = if label == StepKind::Reasoning.bracket_label() && s.kind != StepKind::Reasoning {
-            write!(out, "\n{label} ({}) {content}", s.kind.as_str())
-        } else {
-            write!(out, "\n{label} {content}")
-        };
-        for (name, link) in [
-            ("tool_call", &s.links.tool_call),
-            ("policy_decision", &s.links.policy_decision),
-            ("approval_request", &s.links.approval_request),
-            ("corrects", &s.links.corrects),
-        ] {
-            if let Some(id) = link {
-                let _ = write!(out, " ({name}: {id})");
-            }
-        }
-        if s.status == cairn_core::record::Status::Flagged {
-            out.push_str(" (flagged for review)");
-        }
-        out.push('\n');
+    for s in steps {
+        out.push_str(&s.piece);
     }
     out
 }
 
-/// Seed 002's Markdown of a whole session: a `# Session` title, then every
-/// turn as [`turn_markdown`] renders it, in trail order.
-pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
+/// Seed 002's `exportMarkdown` of one turn ([`rendered_turn_markdown`]).
+pub fn turn_markdown(turn: &Turn<'_>) -> String {
+    let steps: Vec<Rendered<String>> = turn.steps.iter().map(|r| Rendered::markdown(r)).collect();
+    rendered_turn_markdown(&steps)
+}
+
+/// Seed 002's Markdown of a whole session, its steps rendered as they
+/// were read: a `# Session` title, then every turn as
+/// [`rendered_turn_markdown`] renders it, in trail order.
+pub fn rendered_markdown(session_id: &str, steps: Vec<Rendered<String>>) -> String {
     let mut out = format!("# Session {session_id}\n");
-    for turn in turns(steps) {
+    for turn in in_turns(steps) {
         out.push('\n');
-        out.push_str(&turn_markdown(&turn));
+        out.push_str(&rendered_turn_markdown(&turn));
     }
     out
+}
+
+/// Seed 002's Markdown of a whole session ([`rendered_markdown`]).
+pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
+    rendered_markdown(session_id, steps.iter().map(Rendered::markdown).collect())
 }
 
 #[cfg(test)]
@@ -224,6 +341,41 @@ mod tests {
              [計画] 1. Call check_credits  2. Call check_inbox\n\n\
              [実行] check_credits -> $2.50 remaining (tool_call: 01JXYZ-TC1)\n"
         );
+    }
+
+    /// Turns come in the order of their first step, steps recorded
+    /// outside any turn make one turn of their own, and a turn's steps are
+    /// ordered by their number within it, then by index (steps without a
+    /// number last).
+    #[test]
+    fn steps_are_ordered_into_turns() {
+        let t = Timestamp::parse_rfc3339("2026-02-23T10:30:00Z").unwrap();
+        let places = [
+            (Some("b"), Some(2)),
+            (None, None),
+            (Some("a"), None),
+            (Some("b"), Some(1)),
+            (Some("a"), Some(7)),
+            (None, None),
+            (Some("b"), None),
+            (Some("a"), Some(7)),
+        ];
+        let steps: Vec<Rendered<usize>> = places
+            .iter()
+            .enumerate()
+            .map(|(i, (turn, number))| Rendered {
+                turn_id: turn.map(str::to_owned),
+                turn_step: *number,
+                step_index: i as u64,
+                created_at: t,
+                piece: i,
+            })
+            .collect();
+        let order: Vec<Vec<usize>> = in_turns(steps)
+            .into_iter()
+            .map(|turn| turn.into_iter().map(|s| s.piece).collect())
+            .collect();
+        assert_eq!(order, [vec![3, 0, 6], vec![1, 5], vec![4, 7, 2]]);
     }
 
     /// A kind seed 002 has no label of is named beside `[思考]`, and a

@@ -254,20 +254,38 @@ fn structured(value: serde_json::Value) -> ToolResult {
     let text = value.to_string();
     let message = fit::text_message_bytes(&text);
     if message > MAX_ANSWER_MESSAGE_BYTES {
-        return tool_error(ApiError::new(
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-            "answer_too_large",
-            format!(
-                "this answer would take {} KiB of its MCP message (its JSON twice: as structured content and as text), more than one message carries ({} KiB; clients refuse messages past about 1 MiB): ask for less (search_reasoning with a smaller limit, get_audit_trail a turn at a time with turn_id, replay_decision in parts with from_step, a lower level), or read it over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=..., GET /v1/reviews, GET /v1/search) or with the CLI (cairn replay, cairn export, cairn review queue, cairn search)",
-                message / 1024,
-                MAX_ANSWER_MESSAGE_BYTES / 1024
-            ),
-        ));
+        return tool_error(message_too_large(&format!("{} KiB", message / 1024)));
     }
     // As `CallToolResult::structured`, with the text already written.
     let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
     result.structured_content = Some(value);
     Ok(result)
+}
+
+/// `answer_too_large` for an answer whose message would take `taken`
+/// (past [`MAX_ANSWER_MESSAGE_BYTES`]), saying what to ask for instead.
+fn message_too_large(taken: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        "answer_too_large",
+        format!(
+            "this answer would take {taken} of its MCP message (its JSON twice: as structured content and as text), more than one message carries ({} KiB; clients refuse messages past about 1 MiB): ask for less (search_reasoning with a smaller limit, get_audit_trail a turn at a time with turn_id, replay_decision in parts with from_step, a lower level), or read it over REST (GET /v1/sessions/{{id}}, GET /v1/export?session=..., GET /v1/reviews, GET /v1/search) or with the CLI (cairn replay, cairn export, cairn review queue, cairn search)",
+            MAX_ANSWER_MESSAGE_BYTES / 1024
+        ),
+    )
+}
+
+/// What a tool answer that is held whole may hold of steps, counted as
+/// [`crate::held::HeldAnswer`] counts them, when it is JSON: a step's
+/// count is at most the length of its JSON, and the message holds the
+/// JSON twice, so past half of [`MAX_ANSWER_MESSAGE_BYTES`] the answer
+/// would be refused anyway, and reading stops there (not at the 16 MiB
+/// a REST answer may hold, which parsed for the message would take
+/// hundreds of megabytes).
+fn held_json_answer() -> crate::held::HeldAnswer {
+    crate::held::HeldAnswer::refused_past(MAX_ANSWER_MESSAGE_BYTES / 2, |limit| {
+        message_too_large(&format!("over {} KiB", 2 * limit / 1024))
+    })
 }
 
 fn tool_error(e: ApiError) -> ToolResult {

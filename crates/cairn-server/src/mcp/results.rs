@@ -11,7 +11,7 @@
 //! that clients which map tool schemas onto a single-`type` dialect read
 //! them as written (the MCP Inspector's `--strict` lint reports none).
 
-use crate::wire::{StepOut, TurnOut, VerdictOut};
+use crate::wire::{StepOut, VerdictOut};
 use rmcp::schemars::{self, JsonSchema};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -359,7 +359,7 @@ pub enum AuditTrail {
     /// Every turn of the session (no turn_id, format json).
     Trail(crate::turns::Trail),
     /// One turn (turn_id, format json).
-    Turn(TurnOut),
+    Turn(crate::turns::HeldTurn),
     /// The Markdown export (format markdown).
     Markdown {
         /// The trail or turn as Markdown.

@@ -122,6 +122,16 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             let markdown = crate::wants_markdown(args.format.as_deref())?;
+            // A Markdown step's count is no bound of its line (a step
+            // counts 256 bytes besides its content), so only JSON stops
+            // at what a message carries.
+            let held = || {
+                if markdown {
+                    crate::held::HeldAnswer::new()
+                } else {
+                    super::held_json_answer()
+                }
+            };
             let (out, slot) = match &args.turn_id {
                 Some(turn) => {
                     let held = crate::turns::turn_of(
@@ -130,14 +140,20 @@ impl CairnMcp {
                         &args.session_id,
                         turn,
                         markdown,
+                        held(),
                     )
                     .await?;
                     (held.answer.map(AuditTrail::Turn), held.slot)
                 }
                 None => {
-                    let held =
-                        crate::turns::trail_of(&self.state, &caller, &args.session_id, markdown)
-                            .await?;
+                    let held = crate::turns::trail_of(
+                        &self.state,
+                        &caller,
+                        &args.session_id,
+                        markdown,
+                        held(),
+                    )
+                    .await?;
                     (held.answer.map(AuditTrail::Trail), held.slot)
                 }
             };

@@ -89,7 +89,8 @@ pub(crate) async fn replay(
                     too_large = Some(e);
                     return false;
                 }
-                records.push(s.record);
+                // Held as its line: the record is dropped once read.
+                records.push(render::Rendered::markdown(&s.record));
                 redacted.is_ok()
             })?;
             if let Some(e) = too_large {
@@ -101,8 +102,7 @@ pub(crate) async fn replay(
             Ok((records, permit))
         })
         .await?;
-        let markdown = render::markdown(&info.header.session_id, &records);
-        drop(records);
+        let markdown = render::rendered_markdown(&info.header.session_id, records);
         return Ok(crate::held::response_holding(
             markdown.into_bytes(),
             "text/markdown; charset=utf-8",

@@ -691,8 +691,8 @@ pub(super) async fn markdown(
         let Some(info) = store.session(&org, &id)? else {
             return Err(ApiError::no_session(&id));
         };
-        // The Markdown shows contents, not payloads: those are dropped as
-        // they are read, and the page stops within the text budget.
+        // The Markdown shows contents, not payloads: each step is held as
+        // its line once read, and the page stops within the text budget.
         let mut steps = Vec::new();
         let mut text = 0usize;
         let mut more = false;
@@ -701,19 +701,17 @@ pub(super) async fn markdown(
                 more = true;
                 return false;
             }
-            let mut record = s.record;
-            crate::held::drop_payloads(&mut record);
-            text += record.step.content.as_ref().map_or(0, String::len);
-            steps.push(record);
+            text += s.record.step.content.as_ref().map_or(0, String::len);
+            steps.push(crate::render::Rendered::markdown(&s.record));
             true
         })?;
-        let mut markdown = crate::render::markdown(&info.header.session_id, &steps);
+        let shown = steps.len();
+        let mut markdown = crate::render::rendered_markdown(&info.header.session_id, steps);
         if more {
             markdown.push_str(&format!(
                 "\n(This page shows the session's first {} of {} steps; \
                  the API's replay and an export hold all of them.)\n",
-                steps.len(),
-                info.step_count
+                shown, info.step_count
             ));
         }
         Ok((info.header.session_id, markdown))

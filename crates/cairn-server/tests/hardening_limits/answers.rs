@@ -150,6 +150,53 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     );
     assert_eq!(answer["results"][0]["shortened"], true, "{answer}");
     assert_eq!(answer["results"][0]["trace_id"], first["trace_id"]);
+
+    // An audit trail over MCP holds at most what its message carries: a
+    // turn of ten 250 KB steps (JSON written twice: over 960 KiB) is
+    // refused once its steps pass half the message, and says what to ask
+    // for instead; its Markdown, contents only, and a turn of one such
+    // step are answered.
+    let trail = |args: Value| {
+        mcp_tool(server.addr, &admin, &session, "get_audit_trail", args).rpc()["result"].clone()
+    };
+    for args in [
+        json!({"session_id": "long", "turn_id": "turn-0"}),
+        json!({"session_id": "long"}),
+    ] {
+        let refused = trail(args.clone());
+        assert_eq!(refused["isError"], true, "{args}");
+        let error = &refused["structuredContent"]["error"];
+        assert_eq!(error["code"], "answer_too_large", "{args}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("over 960 KiB of its MCP message") && message.contains("turn_id"),
+            "{message}"
+        );
+        let markdown =
+            trail(json!({"session_id": "long", "turn_id": "turn-0", "format": "markdown"}));
+        assert_eq!(markdown["isError"], false, "{args}");
+    }
+    let mut one = step("lone", "a", "tool_call", "one large call");
+    one["input_data"] = json!({ "blob": big });
+    one["turn_id"] = json!("only");
+    assert_eq!(post(&server, "/v1/steps", &admin, &one).status, 201);
+    let answer = tool_answer(
+        &server,
+        &admin,
+        &session,
+        "get_audit_trail",
+        json!({"session_id": "lone", "turn_id": "only"}),
+    );
+    assert_eq!(answer["turn_id"], "only", "{answer}");
+    assert_eq!(
+        answer["steps"][0]["input_data"]["blob"]
+            .as_str()
+            .map(str::len),
+        Some(250_000)
+    );
+    // The same answer as REST's.
+    let rest = get(&server, "/v1/sessions/lone/turns/only", &admin).json();
+    assert_eq!(rest, answer);
 }
 
 /// A bundle verification pins at most 64 log keys, counted before any is
