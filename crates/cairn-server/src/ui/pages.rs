@@ -232,7 +232,7 @@ pub(super) async fn proof(
     Path((id, index)): Path<(String, String)>,
 ) -> Response {
     // Parsed here, not by the route, so that a bad one is a page too.
-    let Ok(index) = index.parse::<u64>() else {
+    let Some(index) = crate::decimal::<u64>(&index) else {
         return error_page(
             &user,
             ApiError::bad_request(

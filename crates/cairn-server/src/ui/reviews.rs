@@ -47,7 +47,7 @@ pub(super) async fn reviews(
         .map_or("decision", |d| d.as_str());
     let message = q
         .get("recorded")
-        .and_then(|seq| seq.parse::<u64>().ok())
+        .and_then(|seq| crate::decimal::<u64>(seq))
         .map(|seq| format!("{decision}: recorded at seq {seq}."));
     reviews_page(&state, &user, message).await
 }

@@ -407,10 +407,10 @@ pub(super) async fn session(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let from = match q.get("from").map(|from| from.parse::<u64>()) {
+    let from = match q.get("from").map(|from| crate::decimal::<u64>(from)) {
         None => 0,
-        Some(Ok(from)) => from,
-        Some(Err(_)) => {
+        Some(Some(from)) => from,
+        Some(None) => {
             return error_page(
                 &user,
                 ApiError::bad_request(
