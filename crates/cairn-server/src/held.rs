@@ -12,6 +12,7 @@ use axum::body::Bytes;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use cairn_core::commit::StepRecord;
+use cairn_wire::render::Rendered;
 
 /// Bytes of steps one held answer may hold, counted as
 /// [`HeldAnswer::hold`] does. Parsed JSON takes several times its text's
@@ -25,10 +26,41 @@ use cairn_core::commit::StepRecord;
 /// as many as one OTLP request may record.
 pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
+/// Bytes an answer built whole from its steps' text (a turn, a trail, a
+/// Markdown replay: [`Rendered`] steps) may keep of that text, counted
+/// as [`HeldAnswer::hold_rendered`] does, besides
+/// [`MAX_HELD_ANSWER_BYTES`] of the steps' count: a step's count is its
+/// payloads and a fixed 256 bytes, and a step of long ids and links
+/// writes ten times that (65,536 such steps made a 170 MB trail). The
+/// answer's text, written from these, is about as large, so such an
+/// answer holds at most about twice this at its peak.
+pub(crate) const MAX_RENDERED_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// A step's rendering whose length is what it holds.
+pub(crate) trait RenderedText {
+    /// Its bytes.
+    fn text_len(&self) -> usize;
+}
+
+impl RenderedText for String {
+    fn text_len(&self) -> usize {
+        self.len()
+    }
+}
+
+impl RenderedText for Box<serde_json::value::RawValue> {
+    fn text_len(&self) -> usize {
+        self.get().len()
+    }
+}
+
 /// The running count of one held answer.
 pub(crate) struct HeldAnswer {
     bytes: usize,
     limit: usize,
+    /// What its rendered steps hold, up to `rendered_limit`.
+    rendered: usize,
+    rendered_limit: usize,
     /// The refusal past `limit` (given the limit), saying what to do
     /// instead.
     refusal: fn(usize) -> ApiError,
@@ -118,8 +150,27 @@ impl HeldAnswer {
         HeldAnswer {
             bytes: 0,
             limit,
+            rendered: 0,
+            rendered_limit: MAX_RENDERED_ANSWER_BYTES,
             refusal,
         }
+    }
+
+    /// Counts `step` as it is kept, rendered: its text, its turn id and
+    /// the rest of it. Past [`MAX_RENDERED_ANSWER_BYTES`], the refusal
+    /// [`HeldAnswer::hold`] gives past its limit.
+    pub(crate) fn hold_rendered<P: RenderedText>(
+        &mut self,
+        step: &Rendered<P>,
+    ) -> Result<(), ApiError> {
+        let bytes = std::mem::size_of::<Rendered<P>>()
+            + step.turn_id.as_ref().map_or(0, String::len)
+            + step.piece.text_len();
+        self.rendered = self.rendered.saturating_add(bytes);
+        if self.rendered > self.rendered_limit {
+            return Err((self.refusal)(self.rendered_limit));
+        }
+        Ok(())
     }
 
     /// Counts `record` as it is held: its content, its input, output and
@@ -233,6 +284,25 @@ mod tests {
             (422, "answer_too_large")
         );
         assert!(refused.message.contains("GET /v1/sessions/{id}"));
+        // What rendered steps keep is counted too: their text, their turn
+        // id and the rest of each, past its own limit refused as above.
+        let mut rendered = HeldAnswer::new();
+        rendered.rendered_limit = 1_000;
+        let mut step = record("", serde_json::Value::Null);
+        step.step.turn_id = Some("t".repeat(100));
+        let line = Rendered::new(&step, "l".repeat(300));
+        let each = std::mem::size_of::<Rendered<String>>() + 100 + 300;
+        rendered.hold_rendered(&line).unwrap();
+        rendered.hold_rendered(&line).unwrap();
+        assert_eq!(rendered.rendered, 2 * each);
+        let refused = rendered.hold_rendered(&line).unwrap_err();
+        assert_eq!(
+            (refused.status.as_u16(), refused.code),
+            (422, "answer_too_large")
+        );
+        assert!(refused.message.contains("GET /v1/sessions/{id}"));
+        let json = serde_json::value::to_raw_value(&"x".repeat(10)).unwrap();
+        assert_eq!(json.text_len(), 12, "a JSON piece counts its text");
         // A capped writer refuses past its limit and says so.
         let mut out = AtMostBytes::new(4);
         use std::io::Write as _;

@@ -448,11 +448,11 @@ pub(crate) async fn record_turn(
 
 /// A session's steps (of one turn, with `turn`) as `held` lets an
 /// answer hold them, each rendered as it is read: its Markdown line
-/// (payloads dropped first), or its JSON as a replay writes it. No
-/// parsed record outlives its read, so what the answer holds is about the
-/// size of its text. 404 for an unknown session. The answer is held
-/// whole: it takes one of the org's expensive slots.
-async fn session_steps<P: Send + 'static>(
+/// (payloads dropped first), or its JSON as a replay writes it, counted
+/// both as a step and as the text kept ([`HeldAnswer::hold_rendered`]).
+/// No parsed record outlives its read. 404 for an unknown session. The
+/// answer is held whole: it takes one of the org's expensive slots.
+async fn session_steps<P: crate::held::RenderedText + Send + 'static>(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
@@ -477,10 +477,14 @@ async fn session_steps<P: Send + 'static>(
             if markdown {
                 crate::held::drop_payloads(&mut s.record);
             }
-            let rendered = held.hold(&s.record).and_then(|()| piece(s.seq, &s.record));
+            let rendered = held
+                .hold(&s.record)
+                .and_then(|()| piece(s.seq, &s.record))
+                .map(|piece| Rendered::new(&s.record, piece))
+                .and_then(|step| held.hold_rendered(&step).map(|()| step));
             match rendered {
-                Ok(piece) => {
-                    steps.push(Rendered::new(&s.record, piece));
+                Ok(step) => {
+                    steps.push(step);
                     true
                 }
                 Err(e) => {

@@ -90,7 +90,12 @@ pub(crate) async fn replay(
                     return false;
                 }
                 // Held as its line: the record is dropped once read.
-                records.push(render::Rendered::markdown(&s.record));
+                let line = render::Rendered::markdown(&s.record);
+                if let Err(e) = held.hold_rendered(&line) {
+                    too_large = Some(e);
+                    return false;
+                }
+                records.push(line);
                 redacted.is_ok()
             })?;
             if let Some(e) = too_large {
