@@ -193,6 +193,21 @@ impl Step {
         Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, crate::json::json_len) + values
     }
 
+    /// What this step holds in an answer that keeps it parsed until the
+    /// answer is written (a search's hits, a review queue's items): as
+    /// [`Step::answer_bytes`], but each of its input, output and metadata
+    /// counted as what it takes parsed ([`crate::json::approx_memory`])
+    /// where that is more than its JSON: a payload of many small values
+    /// (an array of numbers) takes tens of times its JSON once parsed.
+    pub fn held_bytes(&self) -> usize {
+        let values: usize = [&self.input, &self.output, &self.metadata]
+            .into_iter()
+            .flatten()
+            .map(|v| crate::json::json_len(v).max(crate::json::approx_memory(v)))
+            .sum();
+        Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, crate::json::json_len) + values
+    }
+
     /// Blanks what a log verifier given the step's recomputed digest never
     /// reads (`verify::LogVerifier::push_with_digest`): `step_type_original`,
     /// `content`, `input_data`, `output_data`, `confidence`, `duration_ms`,
@@ -474,6 +489,14 @@ mod tests {
         );
         step.input = Some(json!({"k": [1, 2]}));
         assert_eq!(step.answer_bytes(), Step::ANSWER_STEP_BYTES + 66 + 11);
+        // Held parsed, the small array counts what it takes in memory.
+        let parsed = crate::json::approx_memory(step.input.as_ref().unwrap());
+        assert!(parsed > 11);
+        assert_eq!(step.held_bytes(), Step::ANSWER_STEP_BYTES + 66 + parsed);
+        // Prose takes about its JSON either way.
+        step.input = Some(json!("a long text, one string ".repeat(100)));
+        assert!(step.held_bytes() >= step.answer_bytes());
+        assert!(step.held_bytes() < step.answer_bytes() + 64);
     }
 
     /// A new session may not be named `.` or `..` (no URL path names it);

@@ -65,24 +65,48 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(turn.status, 200, "{}", turn.text());
 
     // A search's hits stop before the one that would take its steps past
-    // 16 MiB (each step counted as its content, its JSON values and 256
-    // bytes: about 250,270 bytes here, so 67 fit), and the answer says so.
+    // 16 MiB (each step counted as its content, its JSON values or what
+    // they take parsed where that is more, and 256 bytes: a little over
+    // 250,400 bytes here, so 66 fit), and the answer says so.
     let found = get(&server, "/v1/search?q=call&mode=fulltext&limit=100", &admin);
     assert_eq!(found.status, 200, "{}", found.text());
     let body = found.json();
-    assert_eq!(body["results"].as_array().unwrap().len(), 67);
+    assert_eq!(body["results"].as_array().unwrap().len(), 66);
+    assert_eq!(body["truncated"], true);
+    // Steps are counted as they are held, parsed: ten steps of 130,000
+    // zeros (260 KB of JSON each, 2.6 MB together) take tens of times
+    // that parsed, and only the first few are given.
+    for half in 0..2 {
+        let zeros: Vec<Value> = (0..5)
+            .map(|i| {
+                let mut s = step("zeros", "a", "tool_call", &format!("numbers {half} {i}"));
+                s["input_data"] = json!({ "xs": vec![0; 130_000] });
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(zeros));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let body = get(
+        &server,
+        "/v1/search?q=numbers&mode=fulltext&limit=10",
+        &admin,
+    )
+    .json();
+    let given = body["results"].as_array().unwrap().len();
+    assert!((1..10).contains(&given), "{given} of 10");
     assert_eq!(body["truncated"], true);
     let few = get(&server, "/v1/search?q=call&mode=fulltext&limit=10", &admin).json();
     assert_eq!(few["results"].as_array().unwrap().len(), 10);
     assert_eq!(few["truncated"], false);
     // Over MCP the hits fit one message (about 256 KiB of steps' JSON):
     // a step past 64 KiB is given shortened (its payloads left out), so
-    // the same 67 hits fit, and the answer still says more matched.
+    // the same 66 hits fit, and the answer still says more matched.
     let session = mcp_session(server.addr, &admin);
     let search = |args: Value| tool_answer(&server, &admin, &session, "search_reasoning", args);
     let answer = search(json!({"query": "call", "mode": "fulltext", "limit": 100}));
     let results = answer["results"].as_array().unwrap();
-    assert_eq!(results.len(), 67);
+    assert_eq!(results.len(), 66);
     assert_eq!(answer["truncated"], true);
     assert!(
         results

@@ -87,7 +87,7 @@ pub const REVIEWS_LISTED: usize = 100;
 
 /// What the review queue may hold by default: the bound of every answer
 /// the server builds whole (16 MiB), counted as its steps
-/// ([`cairn_core::record::Step::answer_bytes`]) and reviews
+/// ([`cairn_core::record::Step::held_bytes`]: held parsed) and reviews
 /// ([`review_bytes`]) are read.
 pub const REVIEW_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -179,7 +179,7 @@ pub fn review_queue(
             if page.items.len() == limit {
                 break 'pages;
             }
-            let bytes = step.record.step.answer_bytes();
+            let bytes = step.record.step.held_bytes();
             if !page.items.is_empty() && held.saturating_add(bytes) > max_bytes {
                 page.truncated = true;
                 break 'pages;
@@ -226,7 +226,7 @@ pub fn review_queue(
         item.reviews.push((seq, review));
         while held > max_bytes && items.len() > 1 {
             if let Some(left_out) = items.pop() {
-                let bytes = left_out.step.record.step.answer_bytes()
+                let bytes = left_out.step.record.step.held_bytes()
                     + left_out
                         .reviews
                         .iter()

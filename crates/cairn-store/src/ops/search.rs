@@ -55,7 +55,7 @@ pub struct SearchRequest {
 }
 
 /// What a search's hits may hold, each step counted as
-/// [`cairn_core::record::Step::answer_bytes`] counts it: the bound of every
+/// [`cairn_core::record::Step::held_bytes`] counts it (held parsed): the bound of every
 /// answer the server builds whole before it sends it (16 MiB), so that a
 /// search of many large steps cannot hold hundreds of megabytes. The hits
 /// stop before the one that would pass it (the first is kept whatever its
@@ -264,7 +264,7 @@ pub fn search(
         let Some(record) = step_at(store, org, seq)?.filter(|r| !r.erased) else {
             continue;
         };
-        held = held.saturating_add(record.step.answer_bytes());
+        held = held.saturating_add(record.step.held_bytes());
         if held > SEARCH_ANSWER_BYTES && !hits.is_empty() {
             truncated = true;
             break;

@@ -505,7 +505,7 @@ pub(super) fn reviews_form_a_queue(backend: &dyn Backend) {
     assert!(first.truncated);
     assert_eq!(first.items[0].step.record.step.trace_id, flagged[0]);
     assert_eq!(first.items[0].state(), "approved");
-    let step_bytes = |at: usize| all[at].step.record.step.answer_bytes();
+    let step_bytes = |at: usize| all[at].step.record.step.held_bytes();
     let note_bytes = cairn_store::ops::review_bytes(&all[0].reviews[0].1);
     // The first two items and their three reviews fit exactly; the third
     // item does not.
