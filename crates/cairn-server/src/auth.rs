@@ -94,12 +94,8 @@ pub(crate) async fn require_own_step(
     if caller.key.agent_id.is_none() {
         return Ok(());
     }
-    let (org, id) = (caller.org().to_owned(), trace_id.to_owned());
-    let agent = blocking(state, move |store| {
-        store
-            .step_by_trace(&org, &id)?
-            .map(|step| step.record.step.agent_id)
-            .ok_or_else(|| ApiError::not_found(format!("step {}", shown(&id))))
+    let agent = crate::steps::read_step(state, caller.org(), trace_id, |step| {
+        step.record.step.agent_id
     })
     .await?;
     caller.may_act_for(&agent)

@@ -380,15 +380,52 @@ pub(crate) async fn get_step(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(trace_id): Path<String>,
-) -> Result<Json, ApiError> {
-    let org = caller.org().to_owned();
-    let step = blocking(&state, move |store| {
-        store
-            .step_by_trace(&org, &trace_id)?
-            .ok_or_else(|| ApiError::not_found(format!("step {}", crate::error::shown(&trace_id))))
+) -> Result<axum::response::Response, ApiError> {
+    // The answer's text is made where the step is read, and only the text
+    // is kept while it is sent.
+    let body = read_step(&state, caller.org(), &trace_id, |step| {
+        wire::step_to_json(step.seq, &step.record).to_string()
     })
     .await?;
-    Ok(axum::Json(wire::step_to_json(step.seq, &step.record)))
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+/// Reads the step `trace_id` of `org` and makes what is needed of it with
+/// `keep`, on the CPU pool ([`crate::cpu::CpuPool`]), so that the parsed
+/// step is dropped there: a step's input, output and metadata of many
+/// small values take tens of times their stored text once parsed (three
+/// payloads of 130,000 zeros, about 12 MB), and requests reading steps
+/// on tokio's blocking pool, as many at once as there are connections,
+/// had held about that much each (32 at once peaked at 449 MB). On the
+/// pool at most one step per core is parsed at a time, on the pool's few
+/// threads (whose allocator arenas keep what a parse freed). 404 for a
+/// step the org does not have.
+pub(crate) async fn read_step<T: Send + 'static>(
+    state: &Arc<AppState>,
+    org: &str,
+    trace_id: &str,
+    keep: impl FnOnce(cairn_store::StoredStep) -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let (store, org, trace_id) = (
+        Arc::clone(&state.store),
+        org.to_owned(),
+        trace_id.to_owned(),
+    );
+    state
+        .cpu
+        .run("reading a step", move || {
+            store
+                .step_by_trace(&org, &trace_id)?
+                .map(keep)
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("step {}", crate::error::shown(&trace_id)))
+                })
+        })
+        .await?
 }
 
 /// Erases a step's payload (admin): the values become commitments, every

@@ -291,15 +291,10 @@ impl CairnMcp {
             Err(e) => return tool_error(e),
         };
         let caller = self.caller(&context)?;
-        let org = caller.org().to_owned();
-        let result = self
-            .store(move |store| {
-                let step = store.step_by_trace(&org, &args.trace_id)?.ok_or_else(|| {
-                    ApiError::not_found(format!("step {}", crate::error::shown(&args.trace_id)))
-                })?;
-                Ok(crate::wire::step_out(step.seq, &step.record))
-            })
-            .await;
+        let result = crate::steps::read_step(&self.state, caller.org(), &args.trace_id, |step| {
+            crate::wire::step_out(step.seq, &step.record)
+        })
+        .await;
         run(result).await
     }
 

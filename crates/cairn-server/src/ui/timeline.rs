@@ -751,27 +751,31 @@ pub(super) async fn record(
     Path(id): Path<String>,
 ) -> Response {
     let org = user.caller.org().to_owned();
-    let found = blocking(&state, move |store| {
-        if cairn_core::record::validate_id("id", &id).is_err() {
-            return Err(ApiError::not_found(format!("record {}", shown(&id))));
-        }
-        if let Some(step) = store.step_by_trace(&org, &id)? {
-            return Ok(Err(step));
-        }
-        match store.audit_event(&org, &id)? {
-            Some((seq, event)) => Ok(Ok((seq, event))),
-            None => Err(ApiError::not_found(format!(
-                "record {} (no step or audit event of this org has that id)",
-                shown(&id)
-            ))),
-        }
+    if cairn_core::record::validate_id("id", &id).is_err() {
+        return error_page(&user, ApiError::not_found(format!("record {}", shown(&id))));
+    }
+    // A step is read where steps are (crate::steps::read_step), keeping
+    // only where it is shown.
+    let step = crate::steps::read_step(&state, &org, &id, |step| {
+        step_href(&step.record.step.session_id, step.record.step.step_index)
     })
     .await;
+    let found = match step {
+        Ok(href) => Ok(Err(href)),
+        Err(e) if e.status != axum::http::StatusCode::NOT_FOUND => Err(e),
+        Err(_) => {
+            blocking(&state, move |store| match store.audit_event(&org, &id)? {
+                Some((seq, event)) => Ok(Ok((seq, event))),
+                None => Err(ApiError::not_found(format!(
+                    "record {} (no step or audit event of this org has that id)",
+                    shown(&id)
+                ))),
+            })
+            .await
+        }
+    };
     match found {
-        Ok(Err(step)) => Redirect::to_owned(step_href(
-            &step.record.step.session_id,
-            step.record.step.step_index,
-        )),
+        Ok(Err(href)) => Redirect::to_owned(href),
         Ok(Ok((seq, event))) => {
             let nav = Nav::of(&user);
             page(&EventPage {
