@@ -179,7 +179,12 @@ pub(crate) async fn fetch(
     trace_id: String,
 ) -> Result<SignedTrace, ApiError> {
     let org = caller.org().to_owned();
+    // Checking the signature reads the org's agent keys (up to
+    // CAIRN_MAX_AGENT_KEYS of them, tens of megabytes): a slot of the
+    // org's share, as a session's verification takes.
+    let permit = crate::limits::expensive(state, &org, "checking the trace's signature").await?;
     blocking(state, move |store| {
+        let _permit = permit;
         let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
             return Err(ApiError::not_found(format!(
                 "trace {}",
