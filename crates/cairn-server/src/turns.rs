@@ -2,7 +2,7 @@
 //! raw thinking blob), one turn as Markdown or JSON, and a session's audit
 //! trail across its turns.
 
-use crate::held::HeldAnswer;
+use crate::held::{HeldAnswer, RenderedText};
 use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
 use crate::render::Rendered;
@@ -452,12 +452,12 @@ pub(crate) async fn record_turn(
 /// both as a step and as the text kept ([`HeldAnswer::hold_rendered`]).
 /// No parsed record outlives its read. 404 for an unknown session. The
 /// answer is held whole: it takes one of the org's expensive slots.
-async fn session_steps<P: crate::held::RenderedText + Send + 'static>(
+async fn session_steps<P: RenderedText + Send + 'static>(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     turn: Option<&str>,
-    mut held: crate::held::HeldAnswer,
+    mut held: HeldAnswer,
     piece: fn(u64, &StepRecord) -> Result<P, ApiError>,
     markdown: bool,
 ) -> Result<(Vec<Rendered<P>>, ExpensiveSlot), ApiError> {
@@ -575,7 +575,7 @@ pub(crate) async fn trail_of(
     caller: &Caller,
     session_id: &str,
     markdown: bool,
-    held: crate::held::HeldAnswer,
+    held: HeldAnswer,
 ) -> Result<Held<Trail>, ApiError> {
     if markdown {
         let (steps, slot) =
@@ -603,7 +603,7 @@ pub(crate) async fn turn_of(
     session_id: &str,
     turn_id: &str,
     markdown: bool,
-    held: crate::held::HeldAnswer,
+    held: HeldAnswer,
 ) -> Result<Held<HeldTurn>, ApiError> {
     /// The steps of `turn_id` among `steps`, in trail order.
     fn the_turn<P>(steps: Vec<Rendered<P>>, turn_id: &str) -> Option<Vec<Rendered<P>>> {
