@@ -161,7 +161,15 @@ async fn already_recorded(
         return Err(refused.into());
     }
     let answered = refused.clone();
-    let retried = blocking(state, move |store| Ok(step.retried(store, &answered))).await?;
+    // On the CPU pool: the recorded step is held parsed to be compared
+    // (cairn_store::RETRY_LOOKUP_CHUNK).
+    let store = Arc::clone(&state.store);
+    let retried = state
+        .cpu
+        .run("checking a retried step", move || {
+            step.retried(store.as_ref(), &answered)
+        })
+        .await?;
     match retried {
         Ok(Some(written)) => Ok(written),
         Ok(None) => Err(refused.into()),
@@ -326,14 +334,18 @@ pub(crate) async fn append_batch(
                 .is_some_and(cairn_store::may_be_retry)
     });
     let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
-        blocking(&state, move |store| {
-            Ok(cairn_store::answer_retries(
-                store,
-                outcomes,
-                cairn_store::RepeatedIds::StayDuplicates,
-            ))
-        })
-        .await?
+        // On the CPU pool, as a single step's check is.
+        let store = Arc::clone(&state.store);
+        state
+            .cpu
+            .run("checking a retried batch", move || {
+                cairn_store::answer_retries(
+                    store.as_ref(),
+                    outcomes,
+                    cairn_store::RepeatedIds::StayDuplicates,
+                )
+            })
+            .await?
     } else {
         outcomes.into_iter().map(|(_, outcome)| outcome).collect()
     };

@@ -8,11 +8,16 @@ use crate::{AppendError, LedgerStore, NewStep, Refusal, StoredStep, Written};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// Recorded steps read at once: bounds what a caller holds beside its own
-/// steps, uncounted by the memory budget (16 steps of the largest size the
-/// input limits allow: about 13 MB, twice that while PostgreSQL's rows are
-/// decoded).
-pub const RETRY_LOOKUP_CHUNK: usize = 16;
+/// Candidates whose recorded steps are read at once (each id once): bounds
+/// what a caller holds beside its own steps, uncounted by the memory
+/// budget. A recorded step is held parsed to be compared, and a payload
+/// of many small values takes tens of times its stored text parsed (the
+/// largest step the input limits allow, three payloads of 130,000 zeros,
+/// about 12 MB): four such steps, about 50 MB. The server runs these
+/// comparisons on its CPU pool, one per core at a time, so that requests
+/// naming taken trace ids cannot hold many such reads at once (32 batches
+/// of 16 such ids had held 5.8 GB).
+pub const RETRY_LOOKUP_CHUNK: usize = 4;
 
 /// How [`answer_retries`] answers a trace id that an earlier write of the
 /// same call was answered as written under.
@@ -128,7 +133,13 @@ fn answer_retries_with(
                             .take(RETRY_LOOKUP_CHUNK)
                             .collect();
                         read_until = chunk.last().map_or(index, |&(last, _)| last) + 1;
-                        let ids: Vec<String> = chunk.iter().map(|(_, id)| (*id).clone()).collect();
+                        // Each id read once, however often the chunk names it.
+                        let mut ids: Vec<String> = Vec::with_capacity(chunk.len());
+                        for (_, id) in &chunk {
+                            if !ids.contains(id) {
+                                ids.push((*id).clone());
+                            }
+                        }
                         recorded = read_chunk(&mut lookup, &step.org_id, &ids);
                     }
                     match recorded.get(id) {
@@ -170,6 +181,23 @@ mod tests {
         )
     }
 
+    /// A chunk reads each trace id once, however often its steps name it.
+    #[test]
+    fn a_chunk_reads_each_id_once() {
+        let outcomes: Vec<_> = (0..RETRY_LOOKUP_CHUNK).map(|_| duplicate(7)).collect();
+        let mut reads = Vec::new();
+        let answers = answer_retries_with(
+            |_, ids| {
+                reads.push(ids.to_vec());
+                Ok(Vec::new())
+            },
+            outcomes,
+            RepeatedIds::AnswerEach,
+        );
+        assert_eq!(reads, [vec!["id-7".to_owned()]]);
+        assert_eq!(answers.len(), RETRY_LOOKUP_CHUNK);
+    }
+
     /// A chunk whose read fails on a row that does not decode is read
     /// again one id at a time: the one step whose recorded row cannot be
     /// read is answered with the store's failure, the others of its chunk
@@ -180,7 +208,7 @@ mod tests {
     #[test]
     fn a_failed_read_fails_only_the_step_it_names() {
         let count = RETRY_LOOKUP_CHUNK + 3;
-        let unreadable = "id-5".to_owned();
+        let unreadable = "id-1".to_owned();
         let mut outcomes: Vec<_> = (0..count).map(duplicate).collect();
         let other = Err(AppendError::Refused(Refusal::InvalidRequest("bad".into())));
         outcomes.insert(1, (None, other));
@@ -215,8 +243,8 @@ mod tests {
                     ),
                     "{answer:?}"
                 ),
-                // id-5, after the other outcome inserted at 1.
-                6 => assert!(
+                // id-1, after the other outcome inserted at 1.
+                2 => assert!(
                     matches!(answer, Err(AppendError::Store(e)) if e.to_string().contains("does not parse")),
                     "{answer:?}"
                 ),
