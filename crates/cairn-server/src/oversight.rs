@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cairn_core::log::ReviewDecision;
-use cairn_store::{WriteRequest, Written};
+use cairn_store::{AppendError, Refusal, WriteRequest, Written};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -185,7 +185,7 @@ pub(crate) async fn queue(
     operation_id = "oversight_record_event",
     tag = "audit-events",
     summary = "Record an audit event",
-    description = "Seed 001's per-tool-call record: steps reference it with links.audit_event. The id (a UUIDv7 when absent) is unique in the org, across steps' trace ids too. Roles: writer, admin.",
+    description = "Seed 001's per-tool-call record: steps reference it with links.audit_event. The id (a UUIDv7 when absent) is unique in the org, across steps' trace ids too: an event sent again under the id it chose, with the same session, action and detail (the detail compared in canonical form), is answered as it was recorded (a retry after a lost answer: 201 with its seq, nothing recorded again); anything else under a taken id is 409 duplicate_id. Roles: writer, admin.",
     request_body = crate::api_doc::AuditEventInput,
     responses(
         (status = 201, description = "{seq, event_id}", content_type = "application/json", body = serde_json::Value),
@@ -252,6 +252,13 @@ pub(crate) async fn audit_event(
     let large = detail
         .as_ref()
         .is_some_and(|d| cairn_core::json::approx_memory(d) > crate::INLINE_WORK_BYTES);
+    // An event sent again under the id it chose (a retry after a lost
+    // answer) is answered as it was recorded: what it records is kept as a
+    // fingerprint to compare, not as a copy.
+    let retry = event_id.clone().map(|id| {
+        let fingerprint = event_fingerprint(session_id.as_deref(), &action, detail.as_ref());
+        (id, fingerprint)
+    });
     let request = WriteRequest::AuditEvent {
         org_id: caller.org().to_owned(),
         event_id,
@@ -261,11 +268,72 @@ pub(crate) async fn audit_event(
     };
     match crate::queue_write_when_large(state, counted, request, large)
         .await?
-        .await?
+        .await
     {
-        Written::AuditEvent { seq, event_id } => Ok(EventRecorded { seq, event_id }),
-        other => Err(crate::unexpected(other)),
+        Ok(Written::AuditEvent { seq, event_id }) => Ok(EventRecorded { seq, event_id }),
+        Ok(other) => Err(crate::unexpected(other)),
+        Err(refused @ AppendError::Refused(Refusal::DuplicateId { .. })) => {
+            let Some((event_id, fingerprint)) = retry else {
+                return Err(refused.into());
+            };
+            match recorded_event(state, caller.org(), &event_id, fingerprint).await? {
+                Some(seq) => Ok(EventRecorded { seq, event_id }),
+                None => Err(refused.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
     }
+}
+
+/// What an audit event records besides its id and time (its session,
+/// action and detail, the detail in canonical form, so that spellings of
+/// one number are one), hashed.
+fn event_fingerprint(
+    session_id: Option<&str>,
+    action: &str,
+    detail: Option<&Value>,
+) -> cairn_core::Hash {
+    let mut text = Vec::new();
+    match session_id {
+        Some(session) => cairn_core::jcs::write_str(&mut text, session),
+        None => text.extend_from_slice(b"null"),
+    }
+    text.push(b',');
+    cairn_core::jcs::write_str(&mut text, action);
+    text.push(b',');
+    match detail {
+        Some(detail) => cairn_core::jcs::write_value(&mut text, detail),
+        None => text.extend_from_slice(b"null"),
+    }
+    cairn_core::Hash::sha256(&text)
+}
+
+/// The position of the audit event recorded under `event_id` if it
+/// records what `fingerprint` says ([`event_fingerprint`]); `None` when
+/// the id is another record's (a step's, another event's). A failed read
+/// is the store's failure (503, to be tried again), never the refusal,
+/// which would tell a client retrying after a lost answer that its event
+/// conflicts with another.
+async fn recorded_event(
+    state: &Arc<AppState>,
+    org: &str,
+    event_id: &str,
+    fingerprint: cairn_core::Hash,
+) -> Result<Option<u64>, ApiError> {
+    let (org, event_id) = (org.to_owned(), event_id.to_owned());
+    blocking(state, move |store| {
+        Ok(store
+            .audit_event(&org, &event_id)?
+            .and_then(|(seq, event)| {
+                let recorded = event_fingerprint(
+                    event.session_id.as_deref(),
+                    &event.action,
+                    event.detail.as_ref(),
+                );
+                (recorded == fingerprint).then_some(seq)
+            }))
+    })
+    .await
 }
 
 /// `GET /v1/audit-events/{event_id}`.

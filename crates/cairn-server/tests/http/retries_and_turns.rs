@@ -109,6 +109,70 @@ fn a_retried_step_is_answered_as_its_first_write() {
 /// they are written, so no two of its steps share a number (the number had
 /// been read before the write, and two requests could take the same ones);
 /// a turn is read back through the index of turns.
+/// An audit event sent again under the id it chose is answered as it was
+/// recorded when it records the same (its detail compared in canonical
+/// form: `1.0` is `1`), over REST and MCP; another event under that id,
+/// or a step's trace id, is still `409 duplicate_id`. Nothing is recorded
+/// twice.
+#[test]
+fn a_retried_audit_event_is_answered_as_its_first_write() {
+    let server = start();
+    let admin = server.admin.clone();
+    let first = json!({"event_id": "ev-retry", "action": "lookup", "detail": {"n": 1.0, "q": "x"}});
+    let once = post(&server, "/v1/audit-events", &admin, &first);
+    assert_eq!(once.status, 201, "{}", once.text());
+    let events = || {
+        let answer = post(
+            &server,
+            "/v1/sql",
+            &admin,
+            &json!({"sql": "SELECT count(*) AS n FROM records WHERE type = 'audit-event'"}),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["rows"][0][0].clone()
+    };
+    let same = json!({"event_id": "ev-retry", "action": "lookup", "detail": {"q": "x", "n": 1}});
+    let again = post(&server, "/v1/audit-events", &admin, &same);
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.json(), once.json(), "the first write's answer");
+    for other in [
+        json!({"event_id": "ev-retry", "action": "lookup", "detail": {"n": 2, "q": "x"}}),
+        json!({"event_id": "ev-retry", "action": "search", "detail": {"n": 1, "q": "x"}}),
+        json!({"event_id": "ev-retry", "action": "lookup"}),
+    ] {
+        let refused = post(&server, "/v1/audit-events", &admin, &other);
+        assert_eq!(refused.status, 409, "{other}: {}", refused.text());
+        assert_eq!(refused.json()["error"]["code"], "duplicate_id");
+    }
+    let mut step = step("ev-s", "plan", "a step");
+    step["trace_id"] = json!("taken-by-a-step");
+    assert_eq!(post(&server, "/v1/steps", &admin, &step).status, 201);
+    let refused = post(
+        &server,
+        "/v1/audit-events",
+        &admin,
+        &json!({"event_id": "taken-by-a-step", "action": "lookup"}),
+    );
+    assert_eq!(refused.status, 409, "{}", refused.text());
+    // MCP's record_audit_event answers a retry the same way.
+    let session = mcp_session(server.addr, &admin);
+    let rpc = mcp_tool(
+        server.addr,
+        &admin,
+        &session,
+        "record_audit_event",
+        json!({"event_id": "ev-retry", "action": "lookup", "detail": {"n": 1, "q": "x"}}),
+    )
+    .rpc();
+    assert_eq!(rpc["result"]["isError"], false, "{rpc}");
+    assert_eq!(
+        rpc["result"]["structuredContent"]["seq"],
+        once.json()["seq"]
+    );
+    // The retries recorded nothing.
+    assert_eq!(events(), json!(1), "one event recorded");
+}
+
 #[test]
 fn requests_of_one_turn_at_once_never_share_a_number() {
     let server = start();
