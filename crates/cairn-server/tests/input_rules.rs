@@ -542,7 +542,7 @@ fn a_number_with_a_plus_sign_is_refused() {
 /// An audit event's detail is checked in canonical form before it is
 /// queued, from the blocking pool when it holds much memory (as a large
 /// body is parsed there): such a detail is refused, recorded and read
-/// back exactly as a small one.
+/// back exactly as a small one, and a retry of it is recognised as one.
 #[test]
 fn a_large_audit_detail_is_answered_as_a_small_one() {
     let server = start(ServerConfig::default());
@@ -573,12 +573,18 @@ fn a_large_audit_detail_is_answered_as_a_small_one() {
         let read = get(&server, &format!("/v1/audit-events/{event_id}"), &admin);
         assert_eq!(read.status, 200, "{}", read.text());
         assert_eq!(read.json()["detail"], detail);
+        // Sent again, it is answered as recorded (a retry); another
+        // detail under its id is refused.
         let again = post(&server, "/v1/audit-events", &admin, &event);
+        assert_eq!(again.status, 201, "{}", again.text());
+        assert_eq!(again.json(), recorded.json());
+        let other = json!({"event_id": event_id, "action": "x", "detail": {"items": items}});
+        let refused = post(&server, "/v1/audit-events", &admin, &other);
         assert_eq!(
-            (again.status, error_code(&again)),
+            (refused.status, error_code(&refused)),
             (409, "duplicate_id".to_owned()),
             "{}",
-            again.text()
+            refused.text()
         );
     }
     assert!(cairn_core::json::approx_memory(&json!(many)) > 64 * 1024);
