@@ -245,6 +245,22 @@ pub fn load_embedding_model(
     }
 }
 
+/// Runs store work that holds stored steps parsed on the CPU pool
+/// ([`cpu::CpuPool`], one thread per core), not on the blocking pool
+/// ([`blocking`], one thread per request): a step's payloads of many
+/// small values take tens of times their stored text once parsed, so as
+/// many such reads as requests at once could hold gigabytes, and the
+/// blocking pool's many threads each keep an allocator arena of what a
+/// parse freed. `what` names the work if it fails.
+async fn on_cpu<T: Send + 'static>(
+    state: &AppState,
+    what: &str,
+    work: impl FnOnce(&dyn LedgerStore) -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(&state.store);
+    state.cpu.run(what, move || work(store.as_ref())).await
+}
+
 /// Runs store work on the blocking pool.
 async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,

@@ -161,15 +161,11 @@ async fn already_recorded(
         return Err(refused.into());
     }
     let answered = refused.clone();
-    // On the CPU pool: the recorded step is held parsed to be compared
-    // (cairn_store::RETRY_LOOKUP_CHUNK).
-    let store = Arc::clone(&state.store);
-    let retried = state
-        .cpu
-        .run("checking a retried step", move || {
-            step.retried(store.as_ref(), &answered)
-        })
-        .await?;
+    // The recorded step is held parsed to be compared.
+    let retried = crate::on_cpu(state, "checking a retried step", move |store| {
+        step.retried(store, &answered)
+    })
+    .await?;
     match retried {
         Ok(Some(written)) => Ok(written),
         Ok(None) => Err(refused.into()),
@@ -334,18 +330,12 @@ pub(crate) async fn append_batch(
                 .is_some_and(cairn_store::may_be_retry)
     });
     let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
-        // On the CPU pool, as a single step's check is.
-        let store = Arc::clone(&state.store);
-        state
-            .cpu
-            .run("checking a retried batch", move || {
-                cairn_store::answer_retries(
-                    store.as_ref(),
-                    outcomes,
-                    cairn_store::RepeatedIds::StayDuplicates,
-                )
-            })
-            .await?
+        // The recorded steps are held parsed to be compared
+        // (cairn_store::RETRY_LOOKUP_CHUNK at a time).
+        crate::on_cpu(&state, "checking a retried batch", move |store| {
+            cairn_store::answer_retries(store, outcomes, cairn_store::RepeatedIds::StayDuplicates)
+        })
+        .await?
     } else {
         outcomes.into_iter().map(|(_, outcome)| outcome).collect()
     };
@@ -407,37 +397,24 @@ pub(crate) async fn get_step(
 }
 
 /// Reads the step `trace_id` of `org` and makes what is needed of it with
-/// `keep`, on the CPU pool ([`crate::cpu::CpuPool`]), so that the parsed
-/// step is dropped there: a step's input, output and metadata of many
-/// small values take tens of times their stored text once parsed (three
-/// payloads of 130,000 zeros, about 12 MB), and requests reading steps
-/// on tokio's blocking pool, as many at once as there are connections,
-/// had held about that much each (32 at once peaked at 449 MB). On the
-/// pool at most one step per core is parsed at a time, on the pool's few
-/// threads (whose allocator arenas keep what a parse freed). 404 for a
-/// step the org does not have.
+/// `keep` where it is read ([`crate::on_cpu`]), so that the parsed step
+/// is dropped there: three payloads of 130,000 zeros take about 12 MB
+/// parsed, and 32 requests reading such a step on the blocking pool at
+/// once had peaked at 449 MB. 404 for a step the org does not have.
 pub(crate) async fn read_step<T: Send + 'static>(
-    state: &Arc<AppState>,
+    state: &AppState,
     org: &str,
     trace_id: &str,
     keep: impl FnOnce(cairn_store::StoredStep) -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    let (store, org, trace_id) = (
-        Arc::clone(&state.store),
-        org.to_owned(),
-        trace_id.to_owned(),
-    );
-    state
-        .cpu
-        .run("reading a step", move || {
-            store
-                .step_by_trace(&org, &trace_id)?
-                .map(keep)
-                .ok_or_else(|| {
-                    ApiError::not_found(format!("step {}", crate::error::shown(&trace_id)))
-                })
-        })
-        .await?
+    let (org, trace_id) = (org.to_owned(), trace_id.to_owned());
+    crate::on_cpu(state, "reading a step", move |store| {
+        store
+            .step_by_trace(&org, &trace_id)?
+            .map(keep)
+            .ok_or_else(|| ApiError::not_found(format!("step {}", crate::error::shown(&trace_id))))
+    })
+    .await?
 }
 
 /// Erases a step's payload (admin): the values become commitments, every
