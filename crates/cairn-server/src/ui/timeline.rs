@@ -760,23 +760,22 @@ pub(super) async fn record(
         step_href(&step.record.step.session_id, step.record.step.step_index)
     })
     .await;
-    let found = match step {
-        Ok(href) => Ok(Err(href)),
-        Err(e) if e.status != axum::http::StatusCode::NOT_FOUND => Err(e),
-        Err(_) => {
-            blocking(&state, move |store| match store.audit_event(&org, &id)? {
-                Some((seq, event)) => Ok(Ok((seq, event))),
-                None => Err(ApiError::not_found(format!(
-                    "record {} (no step or audit event of this org has that id)",
-                    shown(&id)
-                ))),
-            })
-            .await
-        }
-    };
+    match step {
+        Ok(href) => return Redirect::to_owned(href),
+        Err(e) if e.status != axum::http::StatusCode::NOT_FOUND => return error_page(&user, e),
+        Err(_) => {}
+    }
+    let found = blocking(&state, move |store| {
+        store.audit_event(&org, &id)?.ok_or_else(|| {
+            ApiError::not_found(format!(
+                "record {} (no step or audit event of this org has that id)",
+                shown(&id)
+            ))
+        })
+    })
+    .await;
     match found {
-        Ok(Err(href)) => Redirect::to_owned(href),
-        Ok(Ok((seq, event))) => {
+        Ok((seq, event)) => {
             let nav = Nav::of(&user);
             page(&EventPage {
                 org: nav.org,
