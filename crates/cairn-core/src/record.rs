@@ -185,12 +185,7 @@ impl Step {
     /// and metadata as JSON (those present), and
     /// [`Step::ANSWER_STEP_BYTES`].
     pub fn answer_bytes(&self) -> usize {
-        let values: usize = [&self.input, &self.output, &self.metadata]
-            .into_iter()
-            .flatten()
-            .map(crate::json::json_len)
-            .sum();
-        Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, crate::json::json_len) + values
+        self.counted(crate::json::json_len)
     }
 
     /// What this step holds in an answer that keeps it parsed until the
@@ -200,10 +195,16 @@ impl Step {
     /// where that is more than its JSON: a payload of many small values
     /// (an array of numbers) takes tens of times its JSON once parsed.
     pub fn held_bytes(&self) -> usize {
+        self.counted(|v| crate::json::json_len(v).max(crate::json::approx_memory(v)))
+    }
+
+    /// [`Step::ANSWER_STEP_BYTES`], the content as a JSON string, and each
+    /// of input, output and metadata present as `value` counts it.
+    fn counted(&self, value: impl Fn(&Value) -> usize) -> usize {
         let values: usize = [&self.input, &self.output, &self.metadata]
             .into_iter()
             .flatten()
-            .map(|v| crate::json::json_len(v).max(crate::json::approx_memory(v)))
+            .map(value)
             .sum();
         Self::ANSWER_STEP_BYTES + self.content.as_ref().map_or(0, crate::json::json_len) + values
     }
