@@ -452,14 +452,12 @@ pub(crate) async fn record_turn(
 /// both as a step and as the text kept ([`HeldAnswer::hold_rendered`]).
 /// No parsed record outlives its read. 404 for an unknown session. The
 /// answer is held whole: it takes one of the org's expensive slots.
-async fn session_steps<P: RenderedText + Send + 'static>(
+async fn session_steps<P: StepPiece>(
     state: &Arc<AppState>,
     caller: &Caller,
     session_id: &str,
     turn: Option<&str>,
     mut held: HeldAnswer,
-    piece: fn(u64, &StepRecord) -> Result<P, ApiError>,
-    markdown: bool,
 ) -> Result<(Vec<Rendered<P>>, ExpensiveSlot), ApiError> {
     let org = caller.org().to_owned();
     let session_id = session_id.to_owned();
@@ -474,12 +472,12 @@ async fn session_steps<P: RenderedText + Send + 'static>(
         let mut steps = Vec::new();
         let mut refused = None;
         let mut keep = |mut s: cairn_store::StoredStep| {
-            if markdown {
+            if P::WITHOUT_PAYLOADS {
                 crate::held::drop_payloads(&mut s.record);
             }
             let rendered = held
                 .hold(&s.record)
-                .and_then(|()| piece(s.seq, &s.record))
+                .and_then(|()| P::of(s.seq, &s.record))
                 .map(|piece| Rendered::new(&s.record, piece))
                 .and_then(|step| held.hold_rendered(&step).map(|()| step));
             match rendered {
@@ -511,15 +509,33 @@ async fn session_steps<P: RenderedText + Send + 'static>(
     .await
 }
 
-/// A step's Markdown line.
-fn markdown_piece(_seq: u64, record: &StepRecord) -> Result<String, ApiError> {
-    Ok(render::markdown_line(record))
+/// What an answer held whole keeps of each step: its Markdown line
+/// (`String`) or its JSON as a replay writes it (`Box<RawValue>`).
+trait StepPiece: RenderedText + Send + Sized + 'static {
+    /// Whether the answer shows no payloads: they are dropped before the
+    /// step is counted.
+    const WITHOUT_PAYLOADS: bool;
+
+    /// The piece of the step at `seq`.
+    fn of(seq: u64, record: &StepRecord) -> Result<Self, ApiError>;
 }
 
-/// A step's JSON, as a replay writes it.
-fn json_piece(seq: u64, record: &StepRecord) -> Result<Box<RawValue>, ApiError> {
-    serde_json::value::to_raw_value(&wire::step_out(seq, record))
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+impl StepPiece for String {
+    const WITHOUT_PAYLOADS: bool = true;
+
+    fn of(_seq: u64, record: &StepRecord) -> Result<String, ApiError> {
+        Ok(render::markdown_line(record))
+    }
+}
+
+impl StepPiece for Box<RawValue> {
+    const WITHOUT_PAYLOADS: bool = false;
+
+    fn of(seq: u64, record: &StepRecord) -> Result<Box<RawValue>, ApiError> {
+        serde_json::value::to_raw_value(&wire::step_out(seq, record)).map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })
+    }
 }
 
 /// One turn of a session (seed 002).
@@ -578,13 +594,11 @@ pub(crate) async fn trail_of(
     held: HeldAnswer,
 ) -> Result<Held<Trail>, ApiError> {
     if markdown {
-        let (steps, slot) =
-            session_steps(state, caller, session_id, None, held, markdown_piece, true).await?;
+        let (steps, slot) = session_steps(state, caller, session_id, None, held).await?;
         let answer = Err(render::rendered_markdown(session_id, steps));
         return Ok(Held { answer, slot });
     }
-    let (steps, slot) =
-        session_steps(state, caller, session_id, None, held, json_piece, false).await?;
+    let (steps, slot) = session_steps(state, caller, session_id, None, held).await?;
     let answer = Ok(Trail {
         session_id: session_id.to_owned(),
         turns: render::in_turns(steps)
@@ -620,16 +634,14 @@ pub(crate) async fn turn_of(
     };
     let turn = Some(turn_id);
     let answer = if markdown {
-        let (steps, slot) =
-            session_steps(state, caller, session_id, turn, held, markdown_piece, true).await?;
+        let (steps, slot) = session_steps(state, caller, session_id, turn, held).await?;
         let steps = the_turn(steps, turn_id).ok_or_else(not_found)?;
         Held {
             answer: Err(render::rendered_turn_markdown(&steps)),
             slot,
         }
     } else {
-        let (steps, slot) =
-            session_steps(state, caller, session_id, turn, held, json_piece, false).await?;
+        let (steps, slot) = session_steps(state, caller, session_id, turn, held).await?;
         let steps = the_turn(steps, turn_id).ok_or_else(not_found)?;
         Held {
             answer: Ok(HeldTurn::of(steps)),
