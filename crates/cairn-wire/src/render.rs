@@ -248,12 +248,10 @@ pub fn rendered_turn_markdown(steps: &[Rendered<String>]) -> String {
     let Some(first) = steps.first() else {
         return String::new();
     };
+    let when = heading_time(&first.created_at);
     let mut out = match &first.turn_id {
-        Some(id) => format!("## Turn {id} ({})\n", heading_time(&first.created_at)),
-        None => format!(
-            "## Steps outside any turn ({})\n",
-            heading_time(&first.created_at)
-        ),
+        Some(id) => format!("## Turn {id} ({when})\n"),
+        None => format!("## Steps outside any turn ({when})\n"),
     };
     for s in steps {
         out.push_str(&s.piece);
