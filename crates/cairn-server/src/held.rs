@@ -36,19 +36,41 @@ pub(crate) const MAX_HELD_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// answer holds at most about twice this at its peak.
 pub(crate) const MAX_RENDERED_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
-/// A step's rendering whose length is what it holds.
-pub(crate) trait RenderedText {
+/// What an answer held whole keeps of each step: its Markdown line
+/// (`String`) or its JSON as a replay writes it (`Box<RawValue>`).
+pub(crate) trait StepPiece: Send + Sized + 'static {
+    /// Whether the answer shows no payloads: they are dropped before the
+    /// step is counted.
+    const WITHOUT_PAYLOADS: bool;
+
+    /// The piece of the step at `seq`.
+    fn of(seq: u64, record: &StepRecord) -> Result<Self, ApiError>;
+
     /// Its bytes.
     fn text_len(&self) -> usize;
 }
 
-impl RenderedText for String {
+impl StepPiece for String {
+    const WITHOUT_PAYLOADS: bool = true;
+
+    fn of(_seq: u64, record: &StepRecord) -> Result<String, ApiError> {
+        Ok(crate::render::markdown_line(record))
+    }
+
     fn text_len(&self) -> usize {
         self.len()
     }
 }
 
-impl RenderedText for Box<serde_json::value::RawValue> {
+impl StepPiece for Box<serde_json::value::RawValue> {
+    const WITHOUT_PAYLOADS: bool = false;
+
+    fn of(seq: u64, record: &StepRecord) -> Result<Self, ApiError> {
+        serde_json::value::to_raw_value(&crate::wire::step_out(seq, record)).map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })
+    }
+
     fn text_len(&self) -> usize {
         self.get().len()
     }
@@ -156,10 +178,27 @@ impl HeldAnswer {
         }
     }
 
+    /// `step` as the answer keeps it ([`StepPiece`]): its payloads dropped
+    /// if the answer shows none, counted as a step ([`HeldAnswer::hold`]),
+    /// rendered, and counted as what is kept
+    /// ([`HeldAnswer::hold_rendered`]); the record is dropped here.
+    pub(crate) fn keep<P: StepPiece>(
+        &mut self,
+        mut step: cairn_store::StoredStep,
+    ) -> Result<Rendered<P>, ApiError> {
+        if P::WITHOUT_PAYLOADS {
+            drop_payloads(&mut step.record);
+        }
+        self.hold(&step.record)?;
+        let rendered = Rendered::new(&step.record, P::of(step.seq, &step.record)?);
+        self.hold_rendered(&rendered)?;
+        Ok(rendered)
+    }
+
     /// Counts `step` as it is kept, rendered: its text, its turn id and
     /// the rest of it. Past [`MAX_RENDERED_ANSWER_BYTES`], the refusal
     /// [`HeldAnswer::hold`] gives past its limit.
-    pub(crate) fn hold_rendered<P: RenderedText>(
+    pub(crate) fn hold_rendered<P: StepPiece>(
         &mut self,
         step: &Rendered<P>,
     ) -> Result<(), ApiError> {

@@ -2,7 +2,7 @@
 //! raw thinking blob), one turn as Markdown or JSON, and a session's audit
 //! trail across its turns.
 
-use crate::held::{HeldAnswer, RenderedText};
+use crate::held::{HeldAnswer, StepPiece};
 use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
 use crate::render::Rendered;
@@ -10,7 +10,6 @@ use crate::{ApiError, AppState, Caller, blocking, parse_json, render, step_for, 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use cairn_core::commit::StepRecord;
 use cairn_store::{NewStep, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -447,10 +446,8 @@ pub(crate) async fn record_turn(
 }
 
 /// A session's steps (of one turn, with `turn`) as `held` lets an
-/// answer hold them, each rendered as it is read: its Markdown line
-/// (payloads dropped first), or its JSON as a replay writes it, counted
-/// both as a step and as the text kept ([`HeldAnswer::hold_rendered`]).
-/// No parsed record outlives its read. 404 for an unknown session. The
+/// answer hold them, each kept as its piece `P` once read
+/// ([`HeldAnswer::keep`]): no parsed record outlives its read. 404 for an unknown session. The
 /// answer is held whole: it takes one of the org's expensive slots.
 async fn session_steps<P: StepPiece>(
     state: &Arc<AppState>,
@@ -471,24 +468,14 @@ async fn session_steps<P: StepPiece>(
             .ok_or_else(|| ApiError::no_session(&session_id))?;
         let mut steps = Vec::new();
         let mut refused = None;
-        let mut keep = |mut s: cairn_store::StoredStep| {
-            if P::WITHOUT_PAYLOADS {
-                crate::held::drop_payloads(&mut s.record);
+        let mut keep = |s: cairn_store::StoredStep| match held.keep::<P>(s) {
+            Ok(step) => {
+                steps.push(step);
+                true
             }
-            let rendered = held
-                .hold(&s.record)
-                .and_then(|()| P::of(s.seq, &s.record))
-                .map(|piece| Rendered::new(&s.record, piece))
-                .and_then(|step| held.hold_rendered(&step).map(|()| step));
-            match rendered {
-                Ok(step) => {
-                    steps.push(step);
-                    true
-                }
-                Err(e) => {
-                    refused = Some(e);
-                    false
-                }
+            Err(e) => {
+                refused = Some(e);
+                false
             }
         };
         match &turn {
@@ -507,35 +494,6 @@ async fn session_steps<P: StepPiece>(
         }
     })
     .await
-}
-
-/// What an answer held whole keeps of each step: its Markdown line
-/// (`String`) or its JSON as a replay writes it (`Box<RawValue>`).
-trait StepPiece: RenderedText + Send + Sized + 'static {
-    /// Whether the answer shows no payloads: they are dropped before the
-    /// step is counted.
-    const WITHOUT_PAYLOADS: bool;
-
-    /// The piece of the step at `seq`.
-    fn of(seq: u64, record: &StepRecord) -> Result<Self, ApiError>;
-}
-
-impl StepPiece for String {
-    const WITHOUT_PAYLOADS: bool = true;
-
-    fn of(_seq: u64, record: &StepRecord) -> Result<String, ApiError> {
-        Ok(render::markdown_line(record))
-    }
-}
-
-impl StepPiece for Box<RawValue> {
-    const WITHOUT_PAYLOADS: bool = false;
-
-    fn of(seq: u64, record: &StepRecord) -> Result<Box<RawValue>, ApiError> {
-        serde_json::value::to_raw_value(&wire::step_out(seq, record)).map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })
-    }
 }
 
 /// One turn of a session (seed 002).

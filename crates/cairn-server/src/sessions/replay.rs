@@ -82,20 +82,15 @@ pub(crate) async fn replay(
                 if let Some(level) = level {
                     redacted = s.record.redact(level);
                 }
-                // The Markdown shows contents, never payloads: they are
-                // dropped as they are read.
-                crate::held::drop_payloads(&mut s.record);
-                if let Err(e) = held.hold(&s.record) {
-                    too_large = Some(e);
-                    return false;
+                // Held as its Markdown line (contents, never payloads):
+                // the record is dropped once read.
+                match held.keep::<String>(s) {
+                    Ok(line) => records.push(line),
+                    Err(e) => {
+                        too_large = Some(e);
+                        return false;
+                    }
                 }
-                // Held as its line: the record is dropped once read.
-                let line = render::Rendered::markdown(&s.record);
-                if let Err(e) = held.hold_rendered(&line) {
-                    too_large = Some(e);
-                    return false;
-                }
-                records.push(line);
                 redacted.is_ok()
             })?;
             if let Some(e) = too_large {
