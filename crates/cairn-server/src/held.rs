@@ -125,15 +125,16 @@ pub(crate) fn response_holding(
 
 /// `answer` as a JSON response that keeps `slot` until it has been sent
 /// ([`response_holding`]), written on the CPU pool (an answer of up to 16
-/// MiB of steps takes tens of milliseconds to write).
+/// MiB of steps takes tens of milliseconds to write), in `org`'s turn.
 pub(crate) async fn json_holding<T: serde::Serialize + Send + 'static>(
     state: &crate::AppState,
+    org: &str,
     answer: T,
     slot: ExpensiveSlot,
 ) -> Result<Response, ApiError> {
     let body = state
         .cpu
-        .run("writing the answer", move || {
+        .run(org, "writing the answer", move || {
             crate::wire::to_json(&answer).to_string().into_bytes()
         })
         .await?;

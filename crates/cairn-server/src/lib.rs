@@ -251,14 +251,16 @@ pub fn load_embedding_model(
 /// small values take tens of times their stored text once parsed, so as
 /// many such reads as requests at once could hold gigabytes, and the
 /// blocking pool's many threads each keep an allocator arena of what a
-/// parse freed. `what` names the work if it fails.
+/// parse freed. The work takes `org`'s turn on the pool; `what` names it
+/// if it fails.
 async fn on_cpu<T: Send + 'static>(
     state: &AppState,
+    org: &str,
     what: &str,
     work: impl FnOnce(&dyn LedgerStore) -> T + Send + 'static,
 ) -> Result<T, ApiError> {
     let store = Arc::clone(&state.store);
-    state.cpu.run(what, move || work(store.as_ref())).await
+    state.cpu.run(org, what, move || work(store.as_ref())).await
 }
 
 /// Runs store work on the blocking pool.
@@ -302,7 +304,7 @@ async fn parse_json(
     let body = body.clone();
     let (parsed, held) = state
         .cpu
-        .run_when(large, "parsing the request body", move || {
+        .run_when(org, large, "parsing the request body", move || {
             (wire::parse_strict(&body), held)
         })
         .await?;
@@ -346,6 +348,7 @@ fn queue_write(
 /// be milliseconds of CPU, which would otherwise hold a runtime worker.
 async fn queue_write_when_large(
     state: &AppState,
+    org: &str,
     counted: &limits::UntilWritten,
     request: WriteRequest,
     large: bool,
@@ -353,7 +356,7 @@ async fn queue_write_when_large(
     let (ledger, hold) = (Arc::clone(&state.ledger), counted.hold());
     state
         .cpu
-        .run_when(large, "queueing the write", move || {
+        .run_when(org, large, "queueing the write", move || {
             ledger.submit_holding(request, hold)
         })
         .await

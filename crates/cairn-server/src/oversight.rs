@@ -174,7 +174,7 @@ pub(crate) async fn queue(
     let all = crate::query_bool(&q, "all")?;
     let limit = crate::input::query_limit(&q, crate::input::REVIEWS_LIMIT)?;
     let (queue, slot) = queue_of(&state, &caller, all, limit).await?;
-    crate::held::json_holding(&state, queue, slot).await
+    crate::held::json_holding(&state, caller.org(), queue, slot).await
 }
 
 /// `POST /v1/audit-events`: `{"event_id"?, "session_id"?, "action",
@@ -266,7 +266,7 @@ pub(crate) async fn audit_event(
         action,
         detail,
     };
-    match crate::queue_write_when_large(state, counted, request, large)
+    match crate::queue_write_when_large(state, caller.org(), counted, request, large)
         .await?
         .await
     {

@@ -176,5 +176,5 @@ pub(crate) async fn search(
     input::refuse_unknown_params(q.keys(), SEARCH_PARAMS)?;
     let input = search_input(&q)?;
     let (answer, slot) = run_search(&state, &caller, input).await?;
-    crate::held::json_holding(&state, answer, slot).await
+    crate::held::json_holding(&state, caller.org(), answer, slot).await
 }

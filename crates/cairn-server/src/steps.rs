@@ -105,7 +105,7 @@ pub(crate) async fn submit_steps(
     };
     let prepared = state
         .cpu
-        .run_when(large, "preparing the steps", prepare)
+        .run_when(org, large, "preparing the steps", prepare)
         .await?;
     let held = crate::hold_more(
         state,
@@ -162,7 +162,8 @@ async fn already_recorded(
     }
     let answered = refused.clone();
     // The recorded step is held parsed to be compared.
-    let retried = crate::on_cpu(state, "checking a retried step", move |store| {
+    let org = step.org_id.clone();
+    let retried = crate::on_cpu(state, &org, "checking a retried step", move |store| {
         step.retried(store, &answered)
     })
     .await?;
@@ -332,9 +333,18 @@ pub(crate) async fn append_batch(
     let outcomes: Vec<Result<cairn_store::Written, cairn_store::AppendError>> = if duplicates {
         // The recorded steps are held parsed to be compared
         // (cairn_store::RETRY_LOOKUP_CHUNK at a time).
-        crate::on_cpu(&state, "checking a retried batch", move |store| {
-            cairn_store::answer_retries(store, outcomes, cairn_store::RepeatedIds::StayDuplicates)
-        })
+        crate::on_cpu(
+            &state,
+            caller.org(),
+            "checking a retried batch",
+            move |store| {
+                cairn_store::answer_retries(
+                    store,
+                    outcomes,
+                    cairn_store::RepeatedIds::StayDuplicates,
+                )
+            },
+        )
         .await?
     } else {
         outcomes.into_iter().map(|(_, outcome)| outcome).collect()
@@ -407,10 +417,10 @@ pub(crate) async fn read_step<T: Send + 'static>(
     trace_id: &str,
     keep: impl FnOnce(cairn_store::StoredStep) -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    let (org, trace_id) = (org.to_owned(), trace_id.to_owned());
-    crate::on_cpu(state, "reading a step", move |store| {
+    let (org_id, trace_id) = (org.to_owned(), trace_id.to_owned());
+    crate::on_cpu(state, org, "reading a step", move |store| {
         store
-            .step_by_trace(&org, &trace_id)?
+            .step_by_trace(&org_id, &trace_id)?
             .map(keep)
             .ok_or_else(|| ApiError::not_found(format!("step {}", crate::error::shown(&trace_id))))
     })

@@ -74,11 +74,11 @@ pub(crate) async fn parsed_answer_when_large<T: Send + 'static>(
     finish: impl FnOnce(&Parsed) -> T + Send + 'static,
 ) -> Result<(T, Option<crate::limits::HeldMemory>), ApiError> {
     let large = text.len() > crate::INLINE_WORK_BYTES;
-    let (work_state, org) = (Arc::clone(state), org.to_owned());
+    let (work_state, org_id) = (Arc::clone(state), org.to_owned());
     state
         .cpu
-        .run_when(large, "splitting the thinking text", move || {
-            let (answer, held) = parsed_answer(&work_state, &org, &text, memory.as_ref())?;
+        .run_when(org, large, "splitting the thinking text", move || {
+            let (answer, held) = parsed_answer(&work_state, &org_id, &text, memory.as_ref())?;
             drop(text);
             Ok((finish(&answer), held))
         })
@@ -358,7 +358,7 @@ pub(crate) async fn record_turn(
         let (thinking, counted) = (thinking.map(str::to_owned), memory.cloned());
         state
             .cpu
-            .run("splitting the thinking text", move || {
+            .run(caller.org(), "splitting the thinking text", move || {
                 let _counted = counted;
                 cairn_store::ops::turn_steps(&template, &turn_id, thinking.as_deref(), explicit)
             })

@@ -32,17 +32,18 @@ pub(crate) fn text_message_bytes(text: &str) -> usize {
 }
 
 /// `read` (an answer and the expensive slot it was read in) made to fit one
-/// message by `fit`, on the CPU pool (the answer may hold 16 MiB of steps)
-/// with the slot held until it is done.
+/// message by `fit`, on the CPU pool in `org`'s turn (the answer may hold
+/// 16 MiB of steps) with the slot held until it is done.
 pub(crate) async fn fitted<T: Send + 'static>(
     state: &crate::AppState,
+    org: &str,
     read: Result<(T, crate::limits::ExpensiveSlot), crate::ApiError>,
     fit: impl FnOnce(&mut T) + Send + 'static,
 ) -> Result<T, crate::ApiError> {
     let (mut answer, slot) = read?;
     state
         .cpu
-        .run("fitting the answer", move || {
+        .run(org, "fitting the answer", move || {
             let _slot = slot;
             fit(&mut answer);
             answer

@@ -46,6 +46,7 @@ impl CairnMcp {
         let read = crate::oversight::queue_of(&self.state, &caller, args.all, limit).await;
         let result = super::fitted(
             &self.state,
+            caller.org(),
             read,
             |queue: &mut crate::oversight::ReviewQueue| {
                 queue.truncated |= super::fit_listed(&mut queue.items, super::fit_queue_item);

@@ -342,6 +342,7 @@ impl CairnMcp {
                 let read = crate::run_search(&self.state, &caller, input).await;
                 super::fitted(
                     &self.state,
+                    caller.org(),
                     read,
                     |answer: &mut crate::wire::SearchResults| {
                         answer.truncated |= super::fit_listed(&mut answer.results, |hit| {
