@@ -163,7 +163,7 @@ pub(crate) async fn parse(
     operation_id = "turns_record",
     tag = "sessions",
     summary = "Record a turn",
-    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it, and a number another step of the turn holds is refused, 409 turn_step_taken; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. agent_id and model are also each explicit step's unless it names its own. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id.",
+    description = "Seed 002: records one turn of a session: thinking (raw text, parsed into phase steps) and/or steps (step objects), all with the turn id and numbered within the turn after the steps it already has (numbered as they are written, past the turn's highest turn_step: requests of one turn sent at once never share a number; a step that gives its own turn_step keeps it and the others go around it, and a number another step of the turn holds is refused, 409 turn_step_taken; a step naming another session or turn is refused; a turn numbered up to 2^53 - 1 takes no more). turn_id defaults to a new UUIDv7. agent_id and model are also each explicit step's unless it names its own. Roles: writer, admin. A turn is one unit: if any step is refused, none is written and the answer (4xx, the refused step's code) names it: steps[i], or a phase of the thinking text. One request records at most 10000 steps, the thinking text's phases and the steps together (400 beyond, nothing written); send more in several requests with the same turn_id. A turn whose every step names its trace_id, sent again after its answer was lost (the same steps, turn_id and order), is answered as its first write (201, session_created false); one with a thinking text (whose phases get new ids), or that differs, is 409 duplicate_trace_id.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session (created on first use)"),
     ),
@@ -375,17 +375,39 @@ pub(crate) async fn record_turn(
         )
         .with_field("thinking"));
     }
+    // A turn whose every step names its trace id (no thinking text) is
+    // kept to answer its retry as its first write
+    // ([`cairn_store::turn_retried`]); a thinking text's phases get new
+    // ids, so such a turn is never recognised. A large turn is copied on
+    // the CPU pool, as a large batch's steps are, the request's count
+    // kept until the copy ends.
+    let (steps, retry) = if steps.iter().all(|s| s.trace_id.is_some()) {
+        let large =
+            steps.iter().map(NewStep::approx_memory).sum::<usize>() > crate::INLINE_WORK_BYTES;
+        let counted = memory.cloned();
+        state
+            .cpu
+            .run_when(caller.org(), large, "copying the turn", move || {
+                let _counted = counted;
+                let copy = steps.clone();
+                (steps, Some(copy))
+            })
+            .await?
+    } else {
+        (steps, None)
+    };
     // The turn's steps (a thinking text's phases are each a step, and
     // explicit steps are copies of the body's) are held until written,
-    // with the sequencer's copies (numbered, prepared): counted with the
-    // request's body, on every surface.
+    // with the sequencer's copies (numbered, prepared) and the copy kept
+    // for a retry: counted with the request's body, on every surface.
+    let copies = if retry.is_some() { 2 } else { 1 };
     let steps_memory = crate::hold_more(
         state,
         caller.org(),
         memory,
         steps
             .iter()
-            .map(|s| s.approx_sequenced_memory() + s.approx_memory())
+            .map(|s| s.approx_sequenced_memory() + copies * s.approx_memory())
             .sum(),
     )?;
     let parsed = steps.len() - given;
@@ -405,29 +427,24 @@ pub(crate) async fn record_turn(
             index,
             refusal,
             ..
-        })) => {
-            let mut e = ApiError::from(*refusal);
-            let (which, member) = if index < parsed {
-                (
-                    format!("phase {index} of the thinking text"),
-                    "thinking".to_owned(),
+        })) => match retry {
+            // A duplicate trace id may be this turn's own first write.
+            Some(steps) if matches!(*refusal, cairn_store::Refusal::DuplicateTraceId { .. }) => {
+                // The recorded steps are held parsed to be compared.
+                let retried = crate::on_cpu(
+                    state,
+                    caller.org(),
+                    "checking a retried turn",
+                    move |store| cairn_store::turn_retried(store, &steps),
                 )
-            } else {
-                let step = format!("steps[{}]", index - parsed);
-                (step.clone(), step)
-            };
-            e.message = format!("{which}: {} (nothing of this turn was written)", e.message);
-            // The refused step's member, under the step. A phase of the
-            // thinking text is the `thinking` member itself, unless what
-            // was refused is a member of the request every phase takes
-            // (its agent, model, session or turn).
-            e.field = Some(match e.field.take() {
-                Some(field) if index >= parsed => format!("{member}.{field}"),
-                Some(field) if TURN_MEMBERS.contains(&field.as_str()) => field,
-                _ => member,
-            });
-            return Err(e);
-        }
+                .await??;
+                match retried {
+                    Some(steps) => cairn_store::Written::Steps(steps),
+                    None => return Err(turn_refusal(index, *refusal, parsed)),
+                }
+            }
+            _ => return Err(turn_refusal(index, *refusal, parsed)),
+        },
         Err(e) => return Err(e.into()),
     };
     let results: Vec<wire::StepWritten> = match written {
@@ -443,6 +460,34 @@ pub(crate) async fn record_turn(
         accepted: results.len(),
         results,
     })
+}
+
+/// The answer to a turn's step `index` refused with `refusal` (`parsed`:
+/// how many of the turn's steps are its thinking text's phases, which
+/// come first): the refusal's own code, its message naming the step and
+/// saying that nothing was written, its field under the step's member.
+fn turn_refusal(index: usize, refusal: cairn_store::Refusal, parsed: usize) -> ApiError {
+    let mut e = ApiError::from(refusal);
+    let (which, member) = if index < parsed {
+        (
+            format!("phase {index} of the thinking text"),
+            "thinking".to_owned(),
+        )
+    } else {
+        let step = format!("steps[{}]", index - parsed);
+        (step.clone(), step)
+    };
+    e.message = format!("{which}: {} (nothing of this turn was written)", e.message);
+    // The refused step's member, under the step. A phase of the thinking
+    // text is the `thinking` member itself, unless what was refused is a
+    // member of the request every phase takes (its agent, model, session
+    // or turn).
+    e.field = Some(match e.field.take() {
+        Some(field) if index >= parsed => format!("{member}.{field}"),
+        Some(field) if TURN_MEMBERS.contains(&field.as_str()) => field,
+        _ => member,
+    });
+    e
 }
 
 /// A session's steps (of one turn, with `turn`) as `held` lets an

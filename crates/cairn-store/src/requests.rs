@@ -151,6 +151,18 @@ impl NewStep {
     /// false here (whether that write opened the session is not recorded
     /// with the step).
     pub fn recorded_as(&self, stored: &crate::StoredStep) -> Option<Written> {
+        self.recorded_as_numbered(stored, false)
+    }
+
+    /// [`Self::recorded_as`], where `numbered_in_turn` says the write
+    /// numbered a step that gave no `turn_step` within its turn (a turn's
+    /// write, [`crate::WriteRequest::Turn`]): its recorded number is the
+    /// one that write chose, not one the step gave.
+    pub(crate) fn recorded_as_numbered(
+        &self,
+        stored: &crate::StoredStep,
+        numbered_in_turn: bool,
+    ) -> Option<Written> {
         let recorded = &stored.record.step;
         let same = self.trace_id.as_deref() == Some(recorded.trace_id.as_str())
             && !stored.record.erased
@@ -167,7 +179,8 @@ impl NewStep {
             && self.model == recorded.model
             && self.metadata == recorded.metadata
             && self.turn_id == recorded.turn_id
-            && self.turn_step == recorded.turn_step
+            && (self.turn_step == recorded.turn_step
+                || numbered_in_turn && self.turn_step.is_none() && recorded.turn_step.is_some())
             && self.task_id == recorded.task_id
             && self.links == recorded.links
             && self.status == recorded.status

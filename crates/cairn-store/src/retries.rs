@@ -63,6 +63,59 @@ pub fn answer_retries(
     answer_retries_with(|org, ids| store.steps_by_trace(org, ids), outcomes, repeats)
 }
 
+/// What a turn's first write answered (each step's, in order), if `steps`
+/// (the steps of a turn's write, [`crate::WriteRequest::Turn`], refused as
+/// a duplicate trace id) are the very steps recorded under their trace ids
+/// ([`NewStep::recorded_as`]), written one after the other in this order:
+/// that write, retried after its answer was lost. A step that gave no
+/// `turn_step` matches whatever number the write gave it. `None` when a
+/// step names no trace id (a thinking text's phases never do: such a turn
+/// is never recognised), when one is not recorded or differs, or when the
+/// recorded steps were not written together in this order. The recorded
+/// steps are read [`RETRY_LOOKUP_CHUNK`] at a time, the reading stopping
+/// at the first that differs; a failed read is the store's failure (try
+/// again), never the refusal.
+pub fn turn_retried(
+    store: &dyn LedgerStore,
+    steps: &[NewStep],
+) -> Result<Option<Vec<Written>>, crate::StoreError> {
+    let Some(first) = steps.first() else {
+        return Ok(None);
+    };
+    let mut written: Vec<Written> = Vec::with_capacity(steps.len());
+    let mut first_seq = None;
+    for chunk in steps.chunks(RETRY_LOOKUP_CHUNK) {
+        let Some(ids) = chunk
+            .iter()
+            .map(|s| s.trace_id.clone())
+            .collect::<Option<Vec<String>>>()
+        else {
+            return Ok(None);
+        };
+        let recorded: HashMap<String, StoredStep> = store
+            .steps_by_trace(&first.org_id, &ids)?
+            .into_iter()
+            .map(|s| (s.record.step.trace_id.clone(), s))
+            .collect();
+        for (step, id) in chunk.iter().zip(&ids) {
+            let Some(stored) = recorded.get(id) else {
+                return Ok(None);
+            };
+            // One write's steps take consecutive positions in the org's
+            // log, in the order the write gave them.
+            let first = *first_seq.get_or_insert(stored.seq);
+            if stored.seq.checked_sub(first) != Some(written.len() as u64) {
+                return Ok(None);
+            }
+            match step.recorded_as_numbered(stored, true) {
+                Some(answer) => written.push(answer),
+                None => return Ok(None),
+            }
+        }
+    }
+    Ok(Some(written))
+}
+
 /// The recorded steps of a chunk of ids by trace id, or the failed read
 /// that stands for an id's step.
 type Recorded = HashMap<String, Result<StoredStep, Arc<crate::StoreError>>>;

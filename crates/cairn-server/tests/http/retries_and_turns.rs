@@ -105,10 +105,6 @@ fn a_retried_step_is_answered_as_its_first_write() {
     );
 }
 
-/// Seed 002 over HTTP: requests of one turn sent at once are numbered as
-/// they are written, so no two of its steps share a number (the number had
-/// been read before the write, and two requests could take the same ones);
-/// a turn is read back through the index of turns.
 /// An audit event sent again under the id it chose is answered as it was
 /// recorded when it records the same (its detail compared in canonical
 /// form: `1.0` is `1`), over REST and MCP; another event under that id,
@@ -173,6 +169,69 @@ fn a_retried_audit_event_is_answered_as_its_first_write() {
     assert_eq!(events(), json!(1), "one event recorded");
 }
 
+/// A turn whose every step names its trace id, sent again after its
+/// answer was lost, is answered as its first write (the numbers that write
+/// gave the steps that gave none included); a turn that differs in a step,
+/// its turn id or its order, or that has a thinking text (whose phases
+/// get new ids), is still `409 duplicate_trace_id`. Nothing is recorded
+/// twice.
+#[test]
+fn a_retried_turn_is_answered_as_its_first_write() {
+    let server = start();
+    let admin = server.admin.clone();
+    // More steps than one read of recorded steps takes, one of them
+    // numbered by its writer.
+    let steps: Vec<Value> = (0..7)
+        .map(|i| {
+            let mut s = json!({"step_type": "plan", "content": format!("turn step {i}"), "trace_id": format!("turn-retry-{i}")});
+            if i == 2 {
+                s["turn_step"] = json!(40);
+            }
+            s
+        })
+        .collect();
+    let body = json!({"agent_id": "analyst", "turn_id": "t-retry", "steps": steps});
+    let once = post(&server, "/v1/sessions/tr/turns", &admin, &body);
+    assert_eq!(once.status, 201, "{}", once.text());
+    let again = post(&server, "/v1/sessions/tr/turns", &admin, &body);
+    assert_eq!(again.status, 201, "{}", again.text());
+    // The same answer but `session_created`, which only the first write
+    // knows.
+    let mut expected = once.json();
+    expected["results"][0]["session_created"] = json!(false);
+    assert_eq!(again.json(), expected);
+    // What differs stays a duplicate.
+    let mut changed = body.clone();
+    changed["steps"][6]["content"] = json!("another step");
+    let mut reordered = body.clone();
+    reordered["steps"].as_array_mut().unwrap().swap(0, 1);
+    let mut other_turn = body.clone();
+    other_turn["turn_id"] = json!("t-other");
+    let mut with_thinking = body.clone();
+    with_thinking["thinking"] = json!("[思考] a thought");
+    for refused in [changed, reordered, other_turn, with_thinking] {
+        let answer = post(&server, "/v1/sessions/tr/turns", &admin, &refused);
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (409, "duplicate_trace_id"),
+            "{refused}: {}",
+            answer.text()
+        );
+    }
+    let replay = get(&server, "/v1/sessions/tr", &admin).json();
+    let numbers: Vec<u64> = replay["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["turn_step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [0, 1, 40, 2, 3, 4, 5], "{replay}");
+}
+
+/// Seed 002 over HTTP: requests of one turn sent at once are numbered as
+/// they are written, so no two of its steps share a number (the number had
+/// been read before the write, and two requests could take the same ones);
+/// a turn is read back through the index of turns.
 #[test]
 fn requests_of_one_turn_at_once_never_share_a_number() {
     let server = start();

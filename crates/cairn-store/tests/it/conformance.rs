@@ -161,6 +161,7 @@ pub fn run_all(backend: &dyn Backend) {
     chosen_ids::a_turn_step_names_one_step(backend);
     chosen_ids::ids_chosen_within_one_batch_are_checked_in_order(backend);
     chosen_ids::retried_writes_are_answered_as_their_first(backend);
+    chosen_ids::a_retried_turn_is_answered_as_its_first_write(backend);
     chosen_ids::text_with_nul_is_refused_with_its_request(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
 }

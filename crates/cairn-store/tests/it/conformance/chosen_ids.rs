@@ -441,6 +441,85 @@ pub(super) fn retried_writes_are_answered_as_their_first(backend: &dyn Backend) 
     assert_eq!(answers[1].as_ref().ok(), Some(&first[0]));
 }
 
+/// A turn's steps, every one naming its trace id, written again are
+/// recognised as that write (`turn_retried`, across several chunks of
+/// look-ups; the numbers the write gave the steps that gave none taken as
+/// they are), answered with its positions; a changed, reordered or partly
+/// new turn, or one a step of which names no id, is not; a turn whose
+/// steps were recorded by writes of their own, apart, is not either.
+pub(super) fn a_retried_turn_is_answered_as_its_first_write(backend: &dyn Backend) {
+    use cairn_store::{RETRY_LOOKUP_CHUNK, turn_retried};
+    let store = backend.open("turn-retries");
+    let ledger = ledger(Arc::clone(&store));
+    let named = |id: &str| {
+        let mut s = step("s1", "plan", id);
+        s.trace_id = Some(id.into());
+        s.turn_id = Some("t".into());
+        s
+    };
+    let steps: Vec<NewStep> = (0..RETRY_LOOKUP_CHUNK * 2 + 1)
+        .map(|i| named(&format!("turn-{i}")))
+        .collect();
+    let written = ledger
+        .write(WriteRequest::Turn {
+            turn_id: "t".into(),
+            steps: steps.clone(),
+        })
+        .unwrap();
+    let Written::Steps(first) = written else {
+        panic!("{written:?}");
+    };
+    let again = turn_retried(store.as_ref(), &steps)
+        .unwrap()
+        .expect("recognised");
+    // The first write's answers, but `session_created` (which only that
+    // write knows).
+    let unopened = |w: &Written| {
+        let mut w = w.clone();
+        if let Written::Step {
+            session_created, ..
+        } = &mut w
+        {
+            *session_created = false;
+        }
+        w
+    };
+    assert_eq!(again, first.iter().map(unopened).collect::<Vec<_>>());
+    let mut changed = steps.clone();
+    changed[RETRY_LOOKUP_CHUNK + 2].content = Some("another".into());
+    let mut reordered = steps.clone();
+    reordered.swap(1, 2);
+    let mut unnamed = steps.clone();
+    unnamed[3].trace_id = None;
+    let mut longer = steps.clone();
+    longer.push(named("never-written"));
+    let mut renumbered = steps.clone();
+    renumbered[0].turn_step = Some(7);
+    for (what, turn) in [
+        ("changed", changed),
+        ("reordered", reordered),
+        ("unnamed", unnamed),
+        ("longer", longer),
+        ("renumbered", renumbered),
+    ] {
+        assert_eq!(turn_retried(store.as_ref(), &turn).unwrap(), None, "{what}");
+    }
+    // The same steps recorded apart (another step between them) are not
+    // one write of them.
+    for id in ["apart-0", "between", "apart-1"] {
+        let mut s = named(id);
+        s.turn_id = None;
+        append(&ledger, s).unwrap();
+    }
+    let mut apart = vec![named("apart-0"), named("apart-1")];
+    for s in &mut apart {
+        s.turn_id = None;
+    }
+    assert_eq!(turn_retried(store.as_ref(), &apart).unwrap(), None);
+    apart.remove(1);
+    assert!(turn_retried(store.as_ref(), &apart).unwrap().is_some());
+}
+
 /// Text no store can hold (the NUL character, which PostgreSQL refuses in
 /// text) is refused with its request, never failing the batch it is in:
 /// in a step's content or model, and in any name a request looks up (a
