@@ -370,6 +370,23 @@ def test_writes_are_retried_only_when_safe(stub):
                                                        step_index=0)
     assert len(s.requests) == 2
     assert json.loads(s.requests[1][2]) == json.loads(s.requests[0][2])  # the same request again
+    # A turn is recognised when sent again only with its turn_id, no thinking text and every
+    # step's identity (the server answers such a retry as its first write).
+    owned = {"step_type": "plan", "content": "x", "trace_id": "t", "step_index": 0}
+    turn_ok = (201, {"Content-Type": "application/json"},
+               json.dumps({"session_id": "s", "turn_id": "u", "accepted": 1, "results": []}).encode())
+    for turn, sent in [
+        (dict(turn_id="u", steps=[owned]), 2),
+        (dict(steps=[owned]), 1),
+        (dict(turn_id="u", steps=[owned, {"step_type": "plan", "content": "y"}]), 1),
+        (dict(turn_id="u", thinking="[思考] x", steps=[owned]), 1),
+    ]:
+        s = stub(refusal(503, "timeout", "0"), turn_ok)
+        try:
+            CairnClient(s.url, api_key="k", agent_id="a").record_turn("s", **turn)
+        except CairnError as e:
+            assert e.code == "timeout"
+        assert len(s.requests) == sent, turn
 
 
 def test_retries_are_bounded(stub):

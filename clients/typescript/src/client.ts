@@ -2,7 +2,19 @@
 // browsers): every operation of docs/openapi.json, typed
 // inputs, one error type carrying the server's stable error code, and
 // bounded retries on the refusals the server asks callers to retry
-// (429 and 503, with Retry-After).
+// (429 and 503, with Retry-After), as the Python client retries them:
+//
+// - reads (GET, and the read-only POSTs: SQL, thinking parse, bundle
+//   verification): on 429, 503 and when the server could not be reached;
+// - writes that carry their own identity, so that a repeat can never be
+//   recorded twice (a step with its trace_id and step_index, a batch or a
+//   turn whose every step has both, the turn with its turn_id and no
+//   thinking text, an audit event with its event_id, a signed trace, an
+//   API key's deletion): on 429 and 503;
+// - any other write: on 429 only. A 429 is a refusal before any work; a
+//   503 `timeout` or `storage_failure` may come after the write was
+//   recorded, and a ledger cannot take a duplicate back, so it is thrown
+//   for the caller to decide.
 
 export type Json = null | boolean | number | string | Json[] | { [name: string]: Json };
 export type JsonRecord = { [name: string]: Json };
@@ -142,14 +154,22 @@ export class CairnError extends Error {
 
 type Query = Record<string, string | number | boolean | readonly string[] | undefined>;
 
+/** Which failures a request may be sent again after (see the module's comment). */
+type Safety = "read" | "idempotent" | "write";
+
 interface RequestOptions {
   query?: Query;
   body?: unknown;
   /** Content type of a body sent as is (a string or bytes). */
   contentType?: string;
+  /** Default: "read" for GET, "write" for any other method. */
+  safety?: Safety;
 }
 
-const RETRIED_STATUSES = new Set([429, 503]);
+/** Whether a step carries its own identity: its trace_id and its step_index. */
+function ownsIdentity(step: { trace_id?: string; step_index?: number }): boolean {
+  return step.trace_id !== undefined && step.step_index !== undefined;
+}
 
 /** Retry-After as seconds or an HTTP date; undefined when absent or unreadable. */
 function retryAfterSeconds(header: string | null): number | undefined {
@@ -211,6 +231,7 @@ export class CairnClient {
       body = JSON.stringify(options.body);
     }
     const url = this.url(path, options.query);
+    const safety = options.safety ?? (method === "GET" ? "read" : "write");
     for (let attempt = 0; ; attempt++) {
       let response: Response;
       try {
@@ -218,7 +239,7 @@ export class CairnClient {
       } catch (e) {
         // Only reads are retried after a lost connection: a write may have
         // been recorded, and a ledger cannot take it back.
-        if (method === "GET" && attempt < this.retries) {
+        if (safety === "read" && attempt < this.retries) {
           await sleep(this.backoff(attempt, undefined));
           continue;
         }
@@ -226,8 +247,11 @@ export class CairnClient {
       }
       if (response.ok) return response;
       const error = await this.errorOf(response);
-      // 429 and 503 are refusals before any work, so even writes are retried.
-      if (RETRIED_STATUSES.has(response.status) && attempt < this.retries) {
+      // A 429 is a refusal before any work; a 503 may come after a write
+      // was recorded (a timeout, a lost commit), so only writes that
+      // cannot be recorded twice are sent again after one.
+      const retried = response.status === 429 || (response.status === 503 && safety !== "write");
+      if (retried && attempt < this.retries) {
         await sleep(this.backoff(attempt, error.retryAfter));
         continue;
       }
@@ -383,12 +407,13 @@ export class CairnClient {
 
   /** `POST /v1/steps`: records one step. */
   logStep(step: StepInput): Promise<StepResult> {
-    return this.json("POST", "/v1/steps", { body: this.withAgent(step) });
+    return this.json("POST", "/v1/steps", { body: this.withAgent(step), safety: ownsIdentity(step) ? "idempotent" : "write" });
   }
 
   /** `POST /v1/steps/batch`: records many steps in one request; one result or error per step. */
   logSteps(steps: StepInput[]): Promise<BatchResult> {
-    return this.json("POST", "/v1/steps/batch", { body: steps.map((s) => this.withAgent(s)) });
+    const own = steps.length > 0 && steps.every(ownsIdentity);
+    return this.json("POST", "/v1/steps/batch", { body: steps.map((s) => this.withAgent(s)), safety: own ? "idempotent" : "write" });
   }
 
   /** `GET /v1/steps/{trace_id}`: one step. */
@@ -398,7 +423,14 @@ export class CairnClient {
 
   /** `POST /v1/sessions/{id}/turns`: a turn (its thinking parsed into steps, or steps given). */
   recordTurn(sessionId: string, turn: TurnInput): Promise<JsonRecord> {
-    return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/turns`, { body: this.withAgent(turn) });
+    // A turn is recognised when sent again only with its turn_id, no
+    // thinking text (whose steps get new ids) and every step's identity.
+    const own = turn.turn_id !== undefined && turn.thinking === undefined && turn.steps !== undefined
+      && turn.steps.length > 0 && turn.steps.every(ownsIdentity);
+    return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/turns`, {
+      body: this.withAgent(turn),
+      safety: own ? "idempotent" : "write",
+    });
   }
 
   /** `GET /v1/sessions/{id}/turns/{turn_id}`. */
@@ -423,7 +455,7 @@ export class CairnClient {
 
   /** `POST /v1/thinking/parse`: splits a model's thinking text into steps, recording nothing. */
   parseThinking(text: string): Promise<JsonRecord> {
-    return this.json("POST", "/v1/thinking/parse", { body: { text } });
+    return this.json("POST", "/v1/thinking/parse", { body: { text }, safety: "read" });
   }
 
   // -- oversight ------------------------------------------------------------------
@@ -445,7 +477,7 @@ export class CairnClient {
 
   /** `POST /v1/audit-events`: an application's own audit event, in the log. */
   recordAuditEvent(event: AuditEventInput): Promise<JsonRecord> {
-    return this.json("POST", "/v1/audit-events", { body: event });
+    return this.json("POST", "/v1/audit-events", { body: event, safety: event.event_id !== undefined ? "idempotent" : "write" });
   }
 
   /** `GET /v1/audit-events/{event_id}`. */
@@ -488,7 +520,7 @@ export class CairnClient {
 
   /** `POST /v1/sql`: one read-only query over the views steps, sessions and records. */
   sql(sql: string, options: { limit?: number } = {}): Promise<JsonRecord> {
-    return this.json("POST", "/v1/sql", { body: options.limit === undefined ? { sql } : { sql, limit: options.limit } });
+    return this.json("POST", "/v1/sql", { body: options.limit === undefined ? { sql } : { sql, limit: options.limit }, safety: "read" });
   }
 
   // -- the log, proofs and exports -------------------------------------------------
@@ -546,7 +578,7 @@ export class CairnClient {
     options: { keys?: readonly string[]; trustedCheckpoints?: readonly string[] } = {},
   ): Promise<JsonRecord> {
     const query = { key: options.keys ?? [], checkpoint: (options.trustedCheckpoints ?? []).map(noteParam) };
-    return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson", query });
+    return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson", query, safety: "read" });
   }
 
   // -- keys ---------------------------------------------------------------------------
@@ -571,7 +603,7 @@ export class CairnClient {
 
   /** `DELETE /v1/keys/{key_id}`. */
   async deleteKey(keyId: string): Promise<void> {
-    await this.request("DELETE", `/v1/keys/${encodeURIComponent(keyId)}`);
+    await this.request("DELETE", `/v1/keys/${encodeURIComponent(keyId)}`, { safety: "idempotent" });
   }
 
   /** `POST /v1/agent-keys`: registers an agent's Ed25519 public key (base64 of 32 bytes). */
@@ -604,7 +636,7 @@ export class CairnClient {
 
   /** `POST /v1/signed-traces`: imports a complete agent-signed trace. */
   importSignedTrace(trace: JsonRecord, options: { sessionId?: string } = {}): Promise<JsonRecord> {
-    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId } });
+    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId }, safety: "idempotent" });
   }
 
   /** `GET /v1/signed-traces/{trace_id}`. */

@@ -40,12 +40,50 @@ describe("CairnClient against a scripted fetch", () => {
     const { fetch, calls } = scripted([errorAnswer(429, "rate_limited", { "Retry-After": "0" }), errorAnswer(503, "overloaded"), ok]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid/", apiKey: "cairn_x", fetch, retry: { baseDelayMs: 1 } });
     const started = Date.now();
-    const result = await client.logStep({ session_id: "s1", step_type: "Observation", content: "hi" });
+    // A step with its own identity: a repeat cannot record it twice.
+    const result = await client.logStep({ session_id: "s1", step_type: "Observation", content: "hi", trace_id: "t1", step_index: 0 });
     assert.equal(result.seq, 3);
     assert.equal(calls.length, 3);
     assert.ok(Date.now() - started < 1000, "Retry-After: 0 means no long wait");
     assert.equal(JSON.parse(calls[0]!.body as string).session_id, "s1");
     assert.equal((calls[0]!.headers as Record<string, string>)["Authorization"], "Bearer cairn_x");
+  });
+
+  test("a write without its own identity is not sent again after a 503, which may come after it was recorded", async () => {
+    const timeout = errorAnswer(503, "timeout", { "Retry-After": "0" });
+    const refusedOnce = async (call: (client: CairnClient) => Promise<unknown>): Promise<number> => {
+      const { fetch, calls } = scripted([timeout, ok]);
+      const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch, retry: { baseDelayMs: 1 } });
+      await call(client).catch((e: unknown) => {
+        assert.ok(e instanceof CairnError && e.status === 503 && e.code === "timeout", String(e));
+      });
+      return calls.length;
+    };
+    const step = { step_type: "plan", content: "x" };
+    const owned = { ...step, trace_id: "t", step_index: 0 };
+    // Sent once: no identity of their own.
+    for (const call of [
+      (c: CairnClient) => c.logStep({ session_id: "s", ...step }),
+      (c: CairnClient) => c.logSteps([{ session_id: "s", ...owned }, { session_id: "s", ...step }]),
+      (c: CairnClient) => c.recordTurn("s", { turn_id: "t", steps: [owned, step] }),
+      (c: CairnClient) => c.recordTurn("s", { steps: [owned] }),
+      (c: CairnClient) => c.recordTurn("s", { turn_id: "t", thinking: "[思考] x", steps: [owned] }),
+      (c: CairnClient) => c.recordAuditEvent({ action: "a" }),
+      (c: CairnClient) => c.eraseStep("t", "why"),
+    ]) {
+      assert.equal(await refusedOnce(call), 1, String(call));
+    }
+    // Sent again: they carry their identity, or record nothing.
+    for (const call of [
+      (c: CairnClient) => c.logSteps([{ session_id: "s", ...owned }]),
+      (c: CairnClient) => c.recordTurn("s", { turn_id: "t", steps: [owned] }),
+      (c: CairnClient) => c.recordAuditEvent({ action: "a", event_id: "e" }),
+      (c: CairnClient) => c.sql("SELECT 1"),
+      (c: CairnClient) => c.parseThinking("x"),
+      (c: CairnClient) => c.deleteKey("k"),
+    ]) {
+      assert.equal(await refusedOnce(call), 2, String(call));
+    }
   });
 
   test("retries are bounded, and the last refusal is thrown with its code", async () => {

@@ -18,7 +18,8 @@ raised at once). Which requests are retried:
   verification): on 429, 503 and when the server could not be reached;
 - writes that carry their own identity, so that a repeat can never be
   recorded twice (a step with its `trace_id` and `step_index`, a batch whose
-  every step has both, an audit event with its `event_id`, a signed trace,
+  every step has both, a turn with its `turn_id`, no thinking text and
+  every step with both, an audit event with its `event_id`, a signed trace,
   an API key revocation): on 429 and 503;
 - any other write: on 429 only. A 429 is a refusal before any work; a 503
   `timeout` may come after the step was recorded, and a ledger cannot take a
@@ -347,7 +348,12 @@ class _Core:
         (dicts of `log_reasoning_step`'s arguments without `session_id`)."""
         body = _present(turn_id=turn_id, agent_id=self._agent(agent_id), model=model, thinking=thinking,
                         steps=[dict(s) for s in steps] if steps is not None else None)
-        return _Request("POST", f"/v1/sessions/{_quote(session_id)}/turns", _json, "write", body=_body(body))
+        # Recognised when sent again only with its turn_id, no thinking text
+        # (whose steps get new ids) and every step's identity.
+        own = (turn_id is not None and thinking is None and bool(steps)
+               and all("trace_id" in s and "step_index" in s for s in steps or ()))
+        return _Request("POST", f"/v1/sessions/{_quote(session_id)}/turns", _json, "idempotent" if own else "write",
+                        body=_body(body))
 
     def _op_parse_thinking(self, text: str) -> _Request[ThinkingParse]:
         """`POST /v1/thinking/parse`: splits a model's thinking text into
