@@ -117,30 +117,34 @@ impl CpuPool {
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ApiError> {
         let (done, answer) = tokio::sync::oneshot::channel();
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(
-                org,
-                Box::new(move || {
-                    let _ = done.send(work());
-                }),
-            );
-        // One task per job queued: each runs whichever job's turn it is
-        // when a thread takes it, so every job queued is run once.
-        let waiting = Arc::clone(&self.waiting);
-        let take_turn = move || {
-            let job = waiting
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .next();
-            if let Some(job) = job {
-                job();
-            }
+        let job = move || {
+            let _ = done.send(work());
         };
         match &self.threads {
-            Some(pool) => pool.spawn(take_turn),
-            None => drop(tokio::task::spawn_blocking(take_turn)),
+            Some(pool) => {
+                self.waiting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(org, Box::new(job));
+                // One task per job queued: each runs whichever job's turn
+                // it is when a thread takes it, so every job queued is run
+                // once.
+                let waiting = Arc::clone(&self.waiting);
+                pool.spawn(move || {
+                    let job = waiting
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .next();
+                    if let Some(job) = job {
+                        job();
+                    }
+                });
+            }
+            // Without the pool's threads, each job is a blocking task of
+            // its own: one that is never started (the runtime shutting
+            // down) drops its answer and its caller is answered, where a
+            // queued job could be left behind.
+            None => drop(tokio::task::spawn_blocking(job)),
         }
         answer
             .await

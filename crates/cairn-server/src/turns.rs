@@ -375,32 +375,16 @@ pub(crate) async fn record_turn(
         )
         .with_field("thinking"));
     }
-    // A turn whose every step names its trace id (no thinking text) is
-    // kept to answer its retry as its first write
-    // ([`cairn_store::turn_retried`]); a thinking text's phases get new
-    // ids, so such a turn is never recognised. A large turn is copied on
-    // the CPU pool, as a large batch's steps are, the request's count
-    // kept until the copy ends.
-    let (steps, retry) = if steps.iter().all(|s| s.trace_id.is_some()) {
-        let large =
-            steps.iter().map(NewStep::approx_memory).sum::<usize>() > crate::INLINE_WORK_BYTES;
-        let counted = memory.cloned();
-        state
-            .cpu
-            .run_when(caller.org(), large, "copying the turn", move || {
-                let _counted = counted;
-                let copy = steps.clone();
-                (steps, Some(copy))
-            })
-            .await?
-    } else {
-        (steps, None)
-    };
+    // A turn whose every step names its trace id (no thinking text's
+    // phases, which get new ids) is kept to answer its retry
+    // ([`cairn_store::turn_retried`]).
+    let kept_for_retry = steps.iter().all(|s| s.trace_id.is_some());
     // The turn's steps (a thinking text's phases are each a step, and
     // explicit steps are copies of the body's) are held until written,
     // with the sequencer's copies (numbered, prepared) and the copy kept
-    // for a retry: counted with the request's body, on every surface.
-    let copies = if retry.is_some() { 2 } else { 1 };
+    // for a retry: counted with the request's body, on every surface,
+    // before the copy is made.
+    let copies = if kept_for_retry { 2 } else { 1 };
     let steps_memory = crate::hold_more(
         state,
         caller.org(),
@@ -410,6 +394,23 @@ pub(crate) async fn record_turn(
             .map(|s| s.approx_sequenced_memory() + copies * s.approx_memory())
             .sum(),
     )?;
+    // A large turn is copied on the CPU pool, as a large batch's steps
+    // are, the request's counts going with the copy until it ends.
+    let (steps, retry, steps_memory) = if kept_for_retry {
+        let large =
+            steps.iter().map(NewStep::approx_memory).sum::<usize>() > crate::INLINE_WORK_BYTES;
+        let counted = memory.cloned();
+        state
+            .cpu
+            .run_when(caller.org(), large, "copying the turn", move || {
+                let _counted = counted;
+                let copy = steps.clone();
+                (steps, Some(copy), steps_memory)
+            })
+            .await?
+    } else {
+        (steps, None, steps_memory)
+    };
     let parsed = steps.len() - given;
     // A turn is one unit: every step is written, or none is and the
     // answer names the step refused.

@@ -63,18 +63,23 @@ pub fn answer_retries(
     answer_retries_with(|org, ids| store.steps_by_trace(org, ids), outcomes, repeats)
 }
 
-/// What a turn's first write answered (each step's, in order), if `steps`
-/// (the steps of a turn's write, [`crate::WriteRequest::Turn`], refused as
-/// a duplicate trace id) are the very steps recorded under their trace ids
-/// ([`NewStep::recorded_as`]), written one after the other in this order:
-/// that write, retried after its answer was lost. A step that gave no
-/// `turn_step` matches whatever number the write gave it. `None` when a
-/// step names no trace id (a thinking text's phases never do: such a turn
-/// is never recognised), when one is not recorded or differs, or when the
-/// recorded steps were not written together in this order. The recorded
-/// steps are read [`RETRY_LOOKUP_CHUNK`] at a time, the reading stopping
-/// at the first that differs; a failed read is the store's failure (try
-/// again), never the refusal.
+/// The recorded steps' answers (each step's, in order), if `steps` (the
+/// steps of a turn's write, [`crate::WriteRequest::Turn`], refused as a
+/// duplicate trace id) are the very steps recorded under their trace ids
+/// ([`NewStep::recorded_as`]), standing one after the other in the org's
+/// log in this order, as a turn's write leaves them: what a turn retried
+/// after its answer was lost meets. Which write recorded them is not
+/// asked (as a batch's items are answered whichever write recorded them):
+/// a part of a recorded turn, or steps recorded one after the other by
+/// other writes with the same fields, match too; nothing is written twice
+/// either way. A step that gave no `turn_step` matches whatever number it
+/// was recorded with. `None` when a step names no trace id (a thinking
+/// text's phases never do: such a turn is never recognised), when one is
+/// not recorded or differs, or when the recorded steps do not stand one
+/// after the other in this order. The recorded steps are read
+/// [`RETRY_LOOKUP_CHUNK`] at a time, the reading stopping at the first
+/// that differs; a failed read is the store's failure (try again), never
+/// the refusal.
 pub fn turn_retried(
     store: &dyn LedgerStore,
     steps: &[NewStep],

@@ -442,11 +442,12 @@ pub(super) fn retried_writes_are_answered_as_their_first(backend: &dyn Backend) 
 }
 
 /// A turn's steps, every one naming its trace id, written again are
-/// recognised as that write (`turn_retried`, across several chunks of
+/// recognised as recorded (`turn_retried`, across several chunks of
 /// look-ups; the numbers the write gave the steps that gave none taken as
-/// they are), answered with its positions; a changed, reordered or partly
-/// new turn, or one a step of which names no id, is not; a turn whose
-/// steps were recorded by writes of their own, apart, is not either.
+/// they are), answered with their positions; a changed, reordered or
+/// partly new turn, or one a step of which names no id, is not; steps
+/// recorded apart (another step between them) are not either, while one
+/// recorded alone, as sent, is (which write recorded a step is not asked).
 pub(super) fn a_retried_turn_is_answered_as_its_first_write(backend: &dyn Backend) {
     use cairn_store::{RETRY_LOOKUP_CHUNK, turn_retried};
     let store = backend.open("turn-retries");
@@ -504,8 +505,8 @@ pub(super) fn a_retried_turn_is_answered_as_its_first_write(backend: &dyn Backen
     ] {
         assert_eq!(turn_retried(store.as_ref(), &turn).unwrap(), None, "{what}");
     }
-    // The same steps recorded apart (another step between them) are not
-    // one write of them.
+    // Steps recorded apart (another step between them) do not stand as a
+    // turn's write leaves them; one alone, recorded as sent, does.
     for id in ["apart-0", "between", "apart-1"] {
         let mut s = named(id);
         s.turn_id = None;
