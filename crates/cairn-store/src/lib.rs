@@ -551,14 +551,17 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(u64, f64)>, StoreError>;
 
-    /// Flagged steps of an org (seed 003's review candidates), oldest first,
-    /// from log position `from` on, at most `limit`.
-    fn flagged_steps(
+    /// Flagged steps of an org (seed 003's review candidates), oldest
+    /// first, from log position `from` on, at most `limit`: each one's log
+    /// position and trace id, read from the flagged steps' index without
+    /// the step (the review queue reads only the steps it lists, not the
+    /// payloads of every step ever flagged).
+    fn flagged_trace_ids(
         &self,
         org_id: &str,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<StoredStep>, StoreError>;
+    ) -> Result<Vec<(u64, String)>, StoreError>;
 
     /// Operational records of one type (`review`, `erasure`,
     /// `audit-event`, ...) in log order, from position `from` on, at most

@@ -558,13 +558,13 @@ impl LedgerStore for PgStore {
         self.choose_embedder_in(id)
     }
 
-    fn flagged_steps(
+    fn flagged_trace_ids(
         &self,
         org_id: &str,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<StoredStep>, StoreError> {
-        self.flagged_steps_in(org_id, from, limit)
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        self.flagged_trace_ids_in(org_id, from, limit)
     }
 
     fn op_records(

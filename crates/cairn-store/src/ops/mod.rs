@@ -91,9 +91,11 @@ pub const REVIEWS_LISTED: usize = 100;
 /// ([`review_bytes`]) are read.
 pub const REVIEW_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Flagged steps read at once (each may take several megabytes once
-/// parsed).
-const FLAGGED_PAGE: usize = 8;
+/// Flagged steps' positions and trace ids read at once.
+const FLAGGED_PAGE: usize = 1024;
+/// Flagged steps the queue lists read at once (each may take several
+/// megabytes once parsed).
+const LISTED_READ: usize = 4;
 /// Review records read at once (each note may be up to the content limit).
 const REVIEW_PAGE: usize = 64;
 
@@ -164,32 +166,45 @@ pub fn review_queue(
     let mut page = ReviewQueuePage::default();
     let mut held = 0usize;
     let mut from = 0;
+    // Which flagged steps to list is decided from their trace ids and the
+    // reviews: only the steps listed are read (a resolved step's payload
+    // is never read again, however many the org has flagged).
     'pages: while page.items.len() < limit {
-        let flagged = store.flagged_steps(org_id, from, FLAGGED_PAGE)?;
-        let Some(last) = flagged.last().map(|s| s.seq) else {
+        let flagged = store.flagged_trace_ids(org_id, from, FLAGGED_PAGE)?;
+        let Some(&(last, _)) = flagged.last() else {
             break;
         };
-        for step in flagged {
-            let (latest, review_count) = decided
-                .get(&step.record.step.trace_id)
-                .map_or((None, 0), |&(decision, count)| (Some(decision), count));
-            if !include_resolved && !matches!(state_of(latest), "pending" | "escalated") {
-                continue;
+        let listed: Vec<String> = flagged
+            .into_iter()
+            .map(|(_, trace_id)| trace_id)
+            .filter(|trace_id| {
+                include_resolved
+                    || matches!(
+                        state_of(decided.get(trace_id).map(|&(decision, _)| decision)),
+                        "pending" | "escalated"
+                    )
+            })
+            .take(limit - page.items.len())
+            .collect();
+        for ids in listed.chunks(LISTED_READ) {
+            let mut steps = store.steps_by_trace(org_id, ids)?;
+            steps.sort_by_key(|step| step.seq);
+            for step in steps {
+                let review_count = decided
+                    .get(&step.record.step.trace_id)
+                    .map_or(0, |&(_, count)| count);
+                let bytes = step.record.step.held_bytes();
+                if !page.items.is_empty() && held.saturating_add(bytes) > max_bytes {
+                    page.truncated = true;
+                    break 'pages;
+                }
+                held = held.saturating_add(bytes);
+                page.items.push(ReviewItem {
+                    step,
+                    reviews: Vec::new(),
+                    review_count,
+                });
             }
-            if page.items.len() == limit {
-                break 'pages;
-            }
-            let bytes = step.record.step.held_bytes();
-            if !page.items.is_empty() && held.saturating_add(bytes) > max_bytes {
-                page.truncated = true;
-                break 'pages;
-            }
-            held = held.saturating_add(bytes);
-            page.items.push(ReviewItem {
-                step,
-                reviews: Vec::new(),
-                review_count,
-            });
         }
         from = last + 1;
     }

@@ -6,8 +6,8 @@
 
 use super::connection::{Db, col, i64_of, u64_of};
 use super::rows::{
-    ENTRIES_BY_ID, FLAGGED_STEPS, LOG_PAGE, ListedEnds, PAGE_BYTES, STEP_BY_TRACE, STEPS_BY_ID,
-    STEPS_BY_TRACE, entry_from_row, listed_ends, session_ids, step_from_row, true_end,
+    ENTRIES_BY_ID, LOG_PAGE, ListedEnds, PAGE_BYTES, STEP_BY_TRACE, STEPS_BY_ID, STEPS_BY_TRACE,
+    entry_from_row, listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -400,12 +400,12 @@ impl PgStore {
         })
     }
 
-    pub(super) fn flagged_steps_in(
+    pub(super) fn flagged_trace_ids_in(
         &self,
         org_id: &str,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<StoredStep>, StoreError> {
+    ) -> Result<Vec<(u64, String)>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
@@ -413,12 +413,14 @@ impl PgStore {
             };
             let (_, hi) = org_range(org);
             db.query(
-                &FLAGGED_STEPS,
+                "SELECT seq, trace_id FROM entries
+                 WHERE org = $1 AND status = 'flagged' AND id >= $2 AND id < $3
+                 ORDER BY id LIMIT $4",
                 &[&org, &row_id(org, from), &hi, &limit],
                 "listing flagged steps",
             )?
             .iter()
-            .map(step_from_row)
+            .map(|row| Ok((u64_of(col(row, 0)?), col::<String>(row, 1)?)))
             .collect()
         })
     }

@@ -96,14 +96,6 @@ pub(super) const TURN_NUMBERS_HELD: &str = "SELECT w.sid, w.turn_id, w.n
    WHERE e.sid = w.sid AND e.turn_id = w.turn_id AND e.turn_step = w.n AND e.type = 'step'
    LIMIT 1) held";
 
-pub(super) static FLAGGED_STEPS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-         JOIN sessions s ON s.sid = e.sid
-         WHERE e.org = $1 AND e.status = 'flagged' AND e.id >= $2 AND e.id < $3
-         ORDER BY e.id LIMIT $4"
-    )
-});
 /// Bytes of stored text after which a page of whole entries ends
 /// ([`LOG_PAGE`], [`ENTRIES_BY_ID`]): a page holds the entries whose text
 /// before them in the page is under this, so at most this plus its last

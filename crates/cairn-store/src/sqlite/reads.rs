@@ -329,35 +329,39 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn flagged_steps_in(
+    pub(super) fn flagged_trace_ids_in(
         &self,
         org_id: &str,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<StoredStep>, StoreError> {
+    ) -> Result<Vec<(u64, String)>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(Vec::new());
             };
             let (_, hi) = org_range(org);
-            let sql = format!(
-                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org
-                 JOIN sessions s ON s.sid = e.sid
-                 WHERE e.org = ?1 AND e.status = 'flagged' AND e.id >= ?2 AND e.id < ?3
-                 ORDER BY e.id LIMIT ?4"
-            );
-            let mut stmt = c.prepare_cached(&sql).context("listing flagged steps")?;
-            let mut rows = stmt
-                .query(params![
-                    org,
-                    row_id(org, from),
-                    hi,
-                    limit.min(i64::MAX as usize) as i64
-                ])
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, trace_id FROM entries
+                     WHERE org = ?1 AND status = 'flagged' AND id >= ?2 AND id < ?3
+                     ORDER BY id LIMIT ?4",
+                )
+                .context("listing flagged steps")?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        org,
+                        row_id(org, from),
+                        hi,
+                        limit.min(i64::MAX as usize) as i64
+                    ],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+                )
                 .context("listing flagged steps")?;
             let mut out = Vec::new();
-            while let Some(row) = rows.next().context("listing flagged steps")? {
-                out.push(step_from_row(row)?);
+            for row in rows {
+                let (seq, trace_id) = row.context("listing flagged steps")?;
+                out.push((seq as u64, trace_id));
             }
             Ok(out)
         })
