@@ -387,6 +387,31 @@ def test_writes_are_retried_only_when_safe(stub):
         except CairnError as e:
             assert e.code == "timeout"
         assert len(s.requests) == sent, turn
+    # None is no identity (the server gives the step a new id): such a batch or turn is sent once.
+    unnamed = {"step_type": "plan", "content": "x", "trace_id": None, "step_index": None}
+    for call in [
+        lambda c: c.log_steps([{"session_id": "s", **unnamed}]),
+        lambda c: c.record_turn("s", turn_id="u", steps=[unnamed]),
+        lambda c: c.record_audit_event(action="a", event_id=None),
+    ]:
+        s = stub(refusal(503, "timeout", "0"), turn_ok)
+        with pytest.raises(CairnError):
+            call(CairnClient(s.url, api_key="k", agent_id="a"))
+        assert len(s.requests) == 1
+    # A repeated signed-trace import or API key revocation is refused, not answered as the first: sent once.
+    for call in [lambda c: c.import_trace({"trace_id": "t"}), lambda c: c.revoke_key("k")]:
+        s = stub(refusal(503, "timeout", "0"), turn_ok)
+        with pytest.raises(CairnError):
+            call(CairnClient(s.url, api_key="k"))
+        assert len(s.requests) == 1
+
+
+def test_a_success_answer_that_is_not_json_is_an_error(stub):
+    for body in (b"", b"<html>a proxy</html>"):
+        s = stub((200, {"Content-Type": "text/html"}, body))
+        with pytest.raises(CairnError) as raised:
+            CairnClient(s.url, api_key="k").health()
+        assert (raised.value.status, raised.value.code) == (200, "http_error")
 
 
 def test_retries_are_bounded(stub):

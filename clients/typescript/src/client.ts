@@ -85,6 +85,15 @@ export interface TurnInput {
   steps?: Omit<StepInput, "session_id">[];
 }
 
+/**
+ * A witness policy for the server's verification: the witnesses' cosignature
+ * keys (vkeys) and how many of them must have cosigned (default: all).
+ */
+export interface WitnessPolicy {
+  witnesses?: readonly string[];
+  quorum?: number;
+}
+
 export interface AuditEventInput {
   action: string;
   event_id?: string;
@@ -103,8 +112,12 @@ export interface ExportOptions {
   sinceSize?: number;
 }
 
-/** Base64 of a signed checkpoint note, as the verify endpoints take it. */
+/**
+ * Base64 of a signed checkpoint note, as the verify endpoints take it (a
+ * note given already in base64, with no line end, is sent as is).
+ */
 function noteParam(note: string): string {
+  if (!note.includes("\n")) return note;
   const bytes = new TextEncoder().encode(note);
   let binary = "";
   for (const byte of bytes) binary += String.fromCharCode(byte);
@@ -166,10 +179,15 @@ interface RequestOptions {
   safety?: Safety;
 }
 
-/** Whether a step carries its own identity: its trace_id and its step_index. */
-function ownsIdentity(step: { trace_id?: string; step_index?: number }): boolean {
-  return step.trace_id !== undefined && step.step_index !== undefined;
+/**
+ * Whether a step carries its own identity: its trace_id and its step_index
+ * (`null`, as JSON built elsewhere may hold, is none: the server gives the
+ * step a new id).
+ */
+function ownsIdentity(step: { trace_id?: string | null; step_index?: number | null }): boolean {
+  return step.trace_id != null && step.step_index != null;
 }
+
 
 /** Retry-After as seconds or an HTTP date; undefined when absent or unreadable. */
 function retryAfterSeconds(header: string | null): number | undefined {
@@ -182,6 +200,69 @@ function retryAfterSeconds(header: string | null): number | undefined {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** What a failed fetch or body read was, for an `unreachable` error. */
+function describe(e: unknown): string {
+  const message = e instanceof Error ? e.message : String(e);
+  return e instanceof Error && e.name === "AbortError" ? `no answer for the request's timeout (${message})` : message;
+}
+
+/**
+ * A timer that aborts a request when the server is silent for `ms`: it
+ * starts with the request and starts again with each piece of the body.
+ */
+class Waiting {
+  private readonly controller = new AbortController();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  readonly signal = this.controller.signal;
+
+  constructor(private readonly ms: number) {
+    this.again();
+  }
+
+  /** The server answered something: its next silence is timed afresh. */
+  again(): void {
+    this.stop();
+    this.timer = setTimeout(() => this.controller.abort(new DOMException("timed out", "AbortError")), this.ms);
+  }
+
+  stop(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}
+
+/**
+ * A response's whole body, `waiting` timed afresh for each piece; a body
+ * cut short (by the server, the network or the timer) throws, and is
+ * reported as `unreachable`: "the answer was cut short".
+ */
+async function readBody(response: Response, waiting: Waiting): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array();
+  const reader = response.body.getReader();
+  const pieces: Uint8Array[] = [];
+  let length = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      waiting.again();
+      pieces.push(value);
+      length += value.length;
+    }
+  } catch (e) {
+    throw new Error(`the answer was cut short (${describe(e)})`);
+  }
+  // Joined here, not with bytes.ts's `concat(...pieces)`: a long answer
+  // comes in more pieces than a call takes arguments.
+  const whole = new Uint8Array(length);
+  let at = 0;
+  for (const piece of pieces) {
+    whole.set(piece, at);
+    at += piece.length;
+  }
+  return whole;
 }
 
 export class CairnClient {
@@ -219,8 +300,19 @@ export class CairnClient {
     return this.baseUrl + path + (text ? `?${text}` : "");
   }
 
-  /** One request with retries; resolves to a 2xx response, or throws CairnError. */
-  async request(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+  /**
+   * One request with retries: its 2xx answer read whole by `read`, or a
+   * CairnError. `timeoutMs` bounds each wait for the server (the answer's
+   * head, then each piece of its body), so a long answer that keeps coming
+   * (a streamed export) is read whole; an answer cut short is `unreachable`,
+   * and a read is then sent again, as a lost connection is.
+   */
+  private async send<T>(
+    method: string,
+    path: string,
+    options: RequestOptions,
+    read: (response: Response, body: Uint8Array) => T,
+  ): Promise<T> {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}` };
     let body: BodyInit | undefined;
     if (options.contentType !== undefined) {
@@ -230,38 +322,66 @@ export class CairnClient {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(options.body);
     }
+    // An id of `.` or `..` (percent-encoding leaves them as they are)
+    // would be resolved away by the URL, asking another endpoint; Cairn
+    // gives no record such an id.
+    const dots = /\/\.\.?(?=\/|$)/.exec(path);
+    if (dots !== null) {
+      throw new CairnError(0, "invalid_argument", `"${dots[0].slice(1)}" is not an id a URL path can carry`);
+    }
     const url = this.url(path, options.query);
     const safety = options.safety ?? (method === "GET" ? "read" : "write");
     for (let attempt = 0; ; attempt++) {
-      let response: Response;
+      const waiting = new Waiting(this.timeoutMs);
+      let answer: { response: Response; body: Uint8Array };
       try {
-        response = await this.fetchImpl(url, { method, headers, body, signal: AbortSignal.timeout(this.timeoutMs) });
+        const response = await this.fetchImpl(url, { method, headers, body, signal: waiting.signal });
+        if (!response.ok) {
+          waiting.stop();
+          const error = await this.errorOf(response);
+          // A 429 is a refusal before any work; a 503 may come after a
+          // write was recorded (a timeout, a lost commit), so only writes
+          // that cannot be recorded twice are sent again after one.
+          const retried = response.status === 429 || (response.status === 503 && safety !== "write");
+          const wait = this.backoff(attempt, error.retryAfter);
+          if (retried && attempt < this.retries && wait !== undefined) {
+            await sleep(wait);
+            continue;
+          }
+          throw error;
+        }
+        answer = { response, body: await readBody(response, waiting) };
       } catch (e) {
-        // Only reads are retried after a lost connection: a write may have
-        // been recorded, and a ledger cannot take it back.
+        waiting.stop();
+        if (e instanceof CairnError) throw e;
+        // Only reads are sent again after a lost connection or an answer
+        // cut short: a write may have been recorded, and a ledger cannot
+        // take it back.
         if (safety === "read" && attempt < this.retries) {
-          await sleep(this.backoff(attempt, undefined));
+          await sleep(this.backoff(attempt, undefined) ?? 0);
           continue;
         }
-        throw new CairnError(0, "unreachable", `${this.baseUrl}: ${(e as Error).message}`);
+        throw new CairnError(0, "unreachable", `${this.baseUrl}: ${describe(e)}`);
       }
-      if (response.ok) return response;
-      const error = await this.errorOf(response);
-      // A 429 is a refusal before any work; a 503 may come after a write
-      // was recorded (a timeout, a lost commit), so only writes that
-      // cannot be recorded twice are sent again after one.
-      const retried = response.status === 429 || (response.status === 503 && safety !== "write");
-      if (retried && attempt < this.retries) {
-        await sleep(this.backoff(attempt, error.retryAfter));
-        continue;
-      }
-      throw error;
+      waiting.stop();
+      return read(answer.response, answer.body);
     }
   }
 
-  private backoff(attempt: number, retryAfter: number | undefined): number {
-    const wanted = retryAfter !== undefined ? retryAfter * 1000 : this.baseDelayMs * 2 ** attempt;
-    return Math.min(this.maxDelayMs, wanted);
+  /**
+   * The wait before attempt `attempt + 1`: what Retry-After says (plus up
+   * to 10% jitter), or `baseDelayMs * 2^attempt` with jitter (between half
+   * and all of it); `undefined` when Retry-After asks for longer than
+   * `maxDelayMs` (the refusal is then thrown at once, for the caller to
+   * decide), as the Python client does.
+   */
+  private backoff(attempt: number, retryAfter: number | undefined): number | undefined {
+    if (retryAfter !== undefined) {
+      const wanted = retryAfter * 1000;
+      return wanted > this.maxDelayMs ? undefined : Math.min(this.maxDelayMs, wanted * (1 + Math.random() / 10));
+    }
+    const full = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** attempt);
+    return full / 2 + (Math.random() * full) / 2;
   }
 
   private async errorOf(response: Response): Promise<CairnError> {
@@ -285,37 +405,30 @@ export class CairnClient {
     return new CairnError(response.status, "http_error", text.slice(0, 500), undefined, retryAfter);
   }
 
-  private async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
-    const response = await this.request(method, path, options);
-    if (response.status === 204) return undefined as T;
-    const text = await this.body(response, (r) => r.text());
-    try {
-      return JSON.parse(text) as T;
-    } catch {
-      // Not JSON (a proxy's page, say): reported as is.
-      throw new CairnError(response.status, "http_error", text.slice(0, 500));
-    }
+  /** One request with retries, its answer discarded; throws CairnError. */
+  async request(method: string, path: string, options: RequestOptions = {}): Promise<void> {
+    await this.send(method, path, options, () => undefined);
   }
 
-  private async text(method: string, path: string, options: RequestOptions = {}): Promise<string> {
-    return this.body(await this.request(method, path, options), (r) => r.text());
+  private json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    return this.send(method, path, options, (response, body) => {
+      if (response.status === 204) return undefined as T;
+      const text = new TextDecoder().decode(body);
+      try {
+        return JSON.parse(text) as T;
+      } catch {
+        // Not JSON (a proxy's page, an empty answer): reported as is.
+        throw new CairnError(response.status, "http_error", text.slice(0, 500));
+      }
+    });
   }
 
-  private async bytes(method: string, path: string, options: RequestOptions = {}): Promise<Uint8Array> {
-    return new Uint8Array(await this.body(await this.request(method, path, options), (r) => r.arrayBuffer()));
+  private text(method: string, path: string, options: RequestOptions = {}): Promise<string> {
+    return this.send(method, path, options, (_, body) => new TextDecoder().decode(body));
   }
 
-  /**
-   * Reads a response's body: one cut short by the server or the network (a
-   * streamed replay or export) is Cairn's `unreachable` error, not a bare
-   * fetch error.
-   */
-  private async body<T>(response: Response, read: (r: Response) => Promise<T>): Promise<T> {
-    try {
-      return await read(response);
-    } catch (e) {
-      throw new CairnError(0, "unreachable", `${this.baseUrl}: the answer was cut short (${String(e)})`);
-    }
+  private bytes(method: string, path: string, options: RequestOptions = {}): Promise<Uint8Array> {
+    return this.send(method, path, options, (_, body) => body);
   }
 
   private withAgent<T extends { agent_id?: string }>(input: T): T {
@@ -425,7 +538,7 @@ export class CairnClient {
   recordTurn(sessionId: string, turn: TurnInput): Promise<JsonRecord> {
     // A turn is recognised when sent again only with its turn_id, no
     // thinking text (whose steps get new ids) and every step's identity.
-    const own = turn.turn_id !== undefined && turn.thinking === undefined && turn.steps !== undefined
+    const own = turn.turn_id != null && turn.thinking == null && turn.steps != null
       && turn.steps.length > 0 && turn.steps.every(ownsIdentity);
     return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/turns`, {
       body: this.withAgent(turn),
@@ -477,7 +590,7 @@ export class CairnClient {
 
   /** `POST /v1/audit-events`: an application's own audit event, in the log. */
   recordAuditEvent(event: AuditEventInput): Promise<JsonRecord> {
-    return this.json("POST", "/v1/audit-events", { body: event, safety: event.event_id !== undefined ? "idempotent" : "write" });
+    return this.json("POST", "/v1/audit-events", { body: event, safety: event.event_id != null ? "idempotent" : "write" });
   }
 
   /** `GET /v1/audit-events/{event_id}`. */
@@ -529,8 +642,15 @@ export class CairnClient {
    * `GET /v1/verify`: the server verifies the whole org; with `trustedCheckpoints`
    * (signed notes you kept), it also proves the log consistent with each.
    */
-  verify(trustedCheckpoints: readonly string[] = []): Promise<JsonRecord> {
-    return this.json("GET", "/v1/verify", { query: { checkpoint: trustedCheckpoints.map(noteParam) } });
+  verify(trustedCheckpoints: readonly string[] = [], witnesses: WitnessPolicy = {}): Promise<JsonRecord> {
+    return this.json("GET", "/v1/verify", {
+      query: { checkpoint: trustedCheckpoints.map(noteParam), witness: witnesses.witnesses ?? [], quorum: witnesses.quorum },
+    });
+  }
+
+  /** `GET /v1/tlog/checkpoint`: the same cosigned checkpoint at the C2SP tlog-tiles path. */
+  tlogCheckpoint(): Promise<string> {
+    return this.text("GET", "/v1/tlog/checkpoint");
   }
 
   /** `GET /v1/checkpoint`: the latest signed checkpoint (a C2SP signed note). Keep it. */
@@ -575,9 +695,14 @@ export class CairnClient {
   /** `POST /v1/bundles/verify`: the server's verdict on a bundle (prefer `verifyBundle`, which trusts no server). */
   verifyBundleOnServer(
     bundle: string,
-    options: { keys?: readonly string[]; trustedCheckpoints?: readonly string[] } = {},
+    options: { keys?: readonly string[]; trustedCheckpoints?: readonly string[] } & WitnessPolicy = {},
   ): Promise<JsonRecord> {
-    const query = { key: options.keys ?? [], checkpoint: (options.trustedCheckpoints ?? []).map(noteParam) };
+    const query = {
+      key: options.keys ?? [],
+      checkpoint: (options.trustedCheckpoints ?? []).map(noteParam),
+      witness: options.witnesses ?? [],
+      quorum: options.quorum,
+    };
     return this.json("POST", "/v1/bundles/verify", { body: bundle, contentType: "application/x-ndjson", query, safety: "read" });
   }
 
@@ -603,7 +728,7 @@ export class CairnClient {
 
   /** `DELETE /v1/keys/{key_id}`. */
   async deleteKey(keyId: string): Promise<void> {
-    await this.request("DELETE", `/v1/keys/${encodeURIComponent(keyId)}`, { safety: "idempotent" });
+    await this.request("DELETE", `/v1/keys/${encodeURIComponent(keyId)}`);
   }
 
   /** `POST /v1/agent-keys`: registers an agent's Ed25519 public key (base64 of 32 bytes). */
@@ -636,7 +761,7 @@ export class CairnClient {
 
   /** `POST /v1/signed-traces`: imports a complete agent-signed trace. */
   importSignedTrace(trace: JsonRecord, options: { sessionId?: string } = {}): Promise<JsonRecord> {
-    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId }, safety: "idempotent" });
+    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId } });
   }
 
   /** `GET /v1/signed-traces/{trace_id}`. */

@@ -70,6 +70,9 @@ describe("CairnClient against a scripted fetch", () => {
       (c: CairnClient) => c.recordTurn("s", { turn_id: "t", thinking: "[思考] x", steps: [owned] }),
       (c: CairnClient) => c.recordAuditEvent({ action: "a" }),
       (c: CairnClient) => c.eraseStep("t", "why"),
+      // Refused, not answered as the first, when sent again.
+      (c: CairnClient) => c.deleteKey("k"),
+      (c: CairnClient) => c.importSignedTrace({ trace_id: "t" }),
     ]) {
       assert.equal(await refusedOnce(call), 1, String(call));
     }
@@ -80,21 +83,73 @@ describe("CairnClient against a scripted fetch", () => {
       (c: CairnClient) => c.recordAuditEvent({ action: "a", event_id: "e" }),
       (c: CairnClient) => c.sql("SELECT 1"),
       (c: CairnClient) => c.parseThinking("x"),
-      (c: CairnClient) => c.deleteKey("k"),
     ]) {
       assert.equal(await refusedOnce(call), 2, String(call));
     }
   });
 
+  test("null identity fields are no identity: such writes are not sent again after a 503", async () => {
+    for (const call of [
+      (c: CairnClient) => c.logStep({ session_id: "s", step_type: "plan", trace_id: null, step_index: null } as never),
+      (c: CairnClient) => c.logSteps([{ session_id: "s", step_type: "plan", trace_id: null, step_index: null } as never]),
+      (c: CairnClient) => c.recordTurn("s", { turn_id: "t", steps: [{ step_type: "plan", trace_id: null, step_index: null } as never] }),
+      (c: CairnClient) => c.recordAuditEvent({ action: "a", event_id: null } as never),
+    ]) {
+      const { fetch, calls } = scripted([errorAnswer(503, "timeout", { "Retry-After": "0" }), ok]);
+      const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch, retry: { baseDelayMs: 1 } });
+      await assert.rejects(call(client), (e: unknown) => e instanceof CairnError && e.code === "timeout");
+      assert.equal(calls.length, 1, String(call));
+    }
+  });
+
+  test("a Retry-After past maxDelayMs is thrown at once; a silent server times out, a flowing answer does not", async () => {
+    const { fetch, calls } = scripted([errorAnswer(503, "overloaded", { "Retry-After": "100" }), ok]);
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch, retry: { maxDelayMs: 50 } });
+    await assert.rejects(client.checkpoint(), (e: unknown) => e instanceof CairnError && e.retryAfter === 100);
+    assert.equal(calls.length, 1);
+    // An answer whose pieces come 40 ms apart for 400 ms, with a 150 ms timeout: read whole.
+    const slow = (signal: AbortSignal | undefined): Response => new Response(new ReadableStream({
+      async start(controller) {
+        for (let i = 0; i < 10; i++) {
+          if (signal?.aborted) return controller.error(signal.reason);
+          controller.enqueue(new TextEncoder().encode(`line ${i}\n`));
+          await new Promise((r) => setTimeout(r, 40));
+        }
+        controller.close();
+      },
+    }), { status: 200 });
+    const flowing = (async (_url: string | URL | Request, init?: RequestInit) => slow(init?.signal ?? undefined)) as typeof globalThis.fetch;
+    const patient = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: flowing, timeoutMs: 150 });
+    assert.equal((await patient.checkpoint()).split("\n").length, 11);
+    // A server that never answers: unreachable after the timeout, a read tried again.
+    let asked = 0;
+    const silent = (async (_url: string | URL | Request, init?: RequestInit) => {
+      asked++;
+      return new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+    }) as typeof globalThis.fetch;
+    const waiting = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: silent, timeoutMs: 30, retry: { retries: 1, baseDelayMs: 1 } });
+    await assert.rejects(waiting.checkpoint(), (e: unknown) => e instanceof CairnError && e.code === "unreachable" && e.message.includes("timeout"));
+    assert.equal(asked, 2);
+  });
+
+  test("an id a URL cannot carry is refused before anything is sent", async () => {
+    const { fetch, calls } = scripted([ok]);
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
+    for (const id of [".", ".."]) {
+      await assert.rejects(client.verifySession(id), (e: unknown) => e instanceof CairnError && e.code === "invalid_argument");
+    }
+    assert.equal(calls.length, 0);
+  });
+
   test("retries are bounded, and the last refusal is thrown with its code", async () => {
-    const answers = Array.from({ length: 5 }, () => errorAnswer(503, "overloaded", { "Retry-After": "1" }));
+    const answers = Array.from({ length: 5 }, () => errorAnswer(503, "overloaded", { "Retry-After": "0" }));
     const { fetch, calls } = scripted(answers);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch, retry: { retries: 2, maxDelayMs: 5 } });
     const error = await client.verify().then(() => undefined, (e: unknown) => e);
     assert.ok(error instanceof CairnError);
     assert.equal(error.status, 503);
     assert.equal(error.code, "overloaded");
-    assert.equal(error.retryAfter, 1);
+    assert.equal(error.retryAfter, 0);
     assert.equal(calls.length, 3, "one attempt and two retries");
   });
 
@@ -129,9 +184,21 @@ describe("CairnClient against a scripted fetch", () => {
       },
     }), { status: 200, headers: { "Content-Type": "application/json" } });
     const { fetch } = scripted([cut, cut]);
-    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch, retry: { retries: 0 } });
     await assert.rejects(client.getSession("s"), (e: unknown) => e instanceof CairnError && e.status === 0 && e.code === "unreachable" && e.message.includes("cut short"));
     await assert.rejects(client.export({ session: "s" }), (e: unknown) => e instanceof CairnError && e.code === "unreachable");
+    // A read cut short is sent again, as after a lost connection; a write is not.
+    const again = scripted([cut, () => new Response('{"steps":[]}', { status: 200 })]);
+    const retrying = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: again.fetch, retry: { baseDelayMs: 1 } });
+    assert.deepEqual(await retrying.getSession("s"), { steps: [] });
+    assert.equal(again.calls.length, 2);
+    const written = scripted([cut, ok]);
+    const writer = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: written.fetch, retry: { baseDelayMs: 1 } });
+    await assert.rejects(writer.logStep({ session_id: "s", step_type: "plan" }), (e: unknown) => e instanceof CairnError && e.code === "unreachable");
+    assert.equal(written.calls.length, 1);
+    const empty = scripted([() => new Response("", { status: 200 })]);
+    const emptied = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: empty.fetch });
+    await assert.rejects(emptied.health(), (e: unknown) => e instanceof CairnError && e.status === 200 && e.code === "http_error");
     const page = scripted([() => new Response("<html>a proxy</html>", { status: 200 })]);
     const proxied = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: page.fetch });
     await assert.rejects(proxied.health(), (e: unknown) => e instanceof CairnError && e.status === 200 && e.code === "http_error");

@@ -16,14 +16,16 @@ raised at once). Which requests are retried:
 
 - reads (`GET`, and the read-only `POST`s: SQL, thinking parse, bundle
   verification): on 429, 503 and when the server could not be reached;
-- writes that carry their own identity, so that a repeat can never be
-  recorded twice (a step with its `trace_id` and `step_index`, a batch whose
-  every step has both, a turn with its `turn_id`, no thinking text and
-  every step with both, an audit event with its `event_id`, a signed trace,
-  an API key revocation): on 429 and 503;
+- writes that carry their own identity, which the server answers as their
+  first write when sent again (a step with its `trace_id` and `step_index`,
+  a batch whose every step has both, a turn with its `turn_id`, no thinking
+  text and every step with both, an audit event with its `event_id`; `None`
+  is no identity): on 429 and 503;
 - any other write: on 429 only. A 429 is a refusal before any work; a 503
-  `timeout` may come after the step was recorded, and a ledger cannot take a
-  duplicate back, so it is raised for the caller to decide.
+  `timeout` may come after the write was recorded, and a ledger cannot take
+  a duplicate back (nor answer a repeated signed-trace import or API key
+  revocation as the first: the repeat is refused), so it is raised for the
+  caller to decide.
 """
 from __future__ import annotations
 
@@ -114,8 +116,20 @@ class _Request(Generic[T]):
         return error.status == 503 and self.safety != "write"
 
 
+def _owns_identity(step: Mapping[str, Any]) -> bool:
+    """Whether a step carries its own identity: its `trace_id` and its
+    `step_index` (`None` is none: the server gives the step a new id)."""
+    return step.get("trace_id") is not None and step.get("step_index") is not None
+
+
 def _json(raw: bytes) -> Any:
-    return json.loads(raw) if raw else None
+    """A JSON answer; one that is empty or not JSON (a proxy's page) is a
+    :class:`CairnError` `http_error` carrying what came, as an error answer
+    that is not Cairn's is."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise CairnError(200, "http_error", raw.decode("utf-8", "replace")[:500]) from None
 
 
 def _text(raw: bytes) -> str:
@@ -316,7 +330,7 @@ class _Core:
         or `{"error": {...}}` per step, in order."""
         items = [dict(s) if "agent_id" in s or self.agent_id is None else {"agent_id": self.agent_id, **s}
                  for s in steps]
-        own = bool(items) and all("trace_id" in s and "step_index" in s for s in items)
+        own = bool(items) and all(_owns_identity(s) for s in items)
         return _Request("POST", "/v1/steps/batch", _json, "idempotent" if own else "write", body=_body(items))
 
     def _op_start_session(self, session_id: str, strict: bool = False, predecessor_session: Optional[str] = None,
@@ -350,8 +364,7 @@ class _Core:
                         steps=[dict(s) for s in steps] if steps is not None else None)
         # Recognised when sent again only with its turn_id, no thinking text
         # (whose steps get new ids) and every step's identity.
-        own = (turn_id is not None and thinking is None and bool(steps)
-               and all("trace_id" in s and "step_index" in s for s in steps or ()))
+        own = turn_id is not None and thinking is None and bool(steps) and all(_owns_identity(s) for s in steps or ())
         return _Request("POST", f"/v1/sessions/{_quote(session_id)}/turns", _json, "idempotent" if own else "write",
                         body=_body(body))
 
@@ -569,7 +582,7 @@ class _Core:
 
     def _op_revoke_key(self, key_id: str) -> _Request[None]:
         """`DELETE /v1/keys/{key_id}`: revokes an API key (admin key)."""
-        return _Request("DELETE", f"/v1/keys/{_quote(key_id)}", _none, "idempotent")
+        return _Request("DELETE", f"/v1/keys/{_quote(key_id)}", _none, "write")
 
     # -- agent keys and signed traces (seed 004) -------------------------------------------
 
@@ -604,7 +617,7 @@ class _Core:
         """`POST /v1/signed-traces`: imports a complete agent-signed trace in
         seed 004's format (its `trace_id` makes a repeat a refusal, so it is
         retried on 503)."""
-        return _Request("POST", "/v1/signed-traces", _json, "idempotent", body=_body(dict(trace)),
+        return _Request("POST", "/v1/signed-traces", _json, "write", body=_body(dict(trace)),
                         query=_query(session_id=session_id))
 
     def _op_get_signed_trace(self, trace_id: str) -> _Request[SignedTrace]:
