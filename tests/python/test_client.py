@@ -203,6 +203,18 @@ def test_seed_004_signed_trace(server, cairn_bin, data_dir, tmp_path):
     imported = client.import_trace(trace)
     session = imported["session_id"]
     assert session == trace["trace_id"] and len(imported["steps"]) == 4
+    # Imported again (a retry after a lost answer): answered as recorded,
+    # its members in any order; nothing recorded twice.
+    assert client.import_trace(dict(reversed(list(trace.items())))) == imported
+    assert len(client.replay_decision(session)["steps"]) == 4
+    # Another trace under the id, or the trace into another session: refused.
+    other = signed(SEED_004_TRACE, private, key_id, level="full_traces")
+    with pytest.raises(CairnError) as taken:
+        client.import_trace(other)
+    assert (taken.value.status, taken.value.code) == (409, "session_exists")
+    with pytest.raises(CairnError) as elsewhere:
+        client.import_trace(trace, session_id="another-session")
+    assert (elsewhere.value.status, elsewhere.value.code) == (409, "duplicate_id")
 
     # Replayed at each level: generic shows kinds, numbers, hashes and the
     # ids that place a record (its agent too, whose key history a verifier

@@ -9,8 +9,8 @@
 // - writes that carry their own identity, so that a repeat can never be
 //   recorded twice (a step with its trace_id and step_index, a batch or a
 //   turn whose every step has both, the turn with its turn_id and no
-//   thinking text, an audit event with its event_id, a signed trace, an
-//   API key's deletion): on 429 and 503;
+//   thinking text, an audit event with its event_id, a signed trace): on
+//   429 and 503;
 // - any other write: on 429 only. A 429 is a refusal before any work; a
 //   503 `timeout` or `storage_failure` may come after the write was
 //   recorded, and a ledger cannot take a duplicate back, so it is thrown
@@ -761,7 +761,7 @@ export class CairnClient {
 
   /** `POST /v1/signed-traces`: imports a complete agent-signed trace. */
   importSignedTrace(trace: JsonRecord, options: { sessionId?: string } = {}): Promise<JsonRecord> {
-    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId } });
+    return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId }, safety: "idempotent" });
   }
 
   /** `GET /v1/signed-traces/{trace_id}`. */

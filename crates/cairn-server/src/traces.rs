@@ -105,20 +105,35 @@ pub(crate) async fn import(
         memory,
         cairn_core::json::approx_memory(&trace).saturating_mul(2),
     )?;
+    // A trace imported again (a retry after a lost answer) is answered as
+    // it was recorded: what it records is kept as a fingerprint to compare
+    // (its canonical form, made on the CPU pool for a large trace), not as
+    // a copy.
+    let large = cairn_core::json::approx_memory(&trace) > crate::INLINE_WORK_BYTES;
+    let (trace, retry) = state
+        .cpu
+        .run_when(caller.org(), large, "reading the trace", move || {
+            let retry = trace
+                .get("trace_id")
+                .and_then(Value::as_str)
+                .map(|id| (id.to_owned(), trace_fingerprint(&trace)));
+            (trace, retry)
+        })
+        .await?;
     let request = WriteRequest::ImportTrace {
         org_id: caller.org().to_owned(),
-        session_id,
+        session_id: session_id.clone(),
         trace,
         caller: caller.key.id.clone(),
     };
     // Counted until written, even if the caller stops waiting.
     let until_written = crate::limits::UntilWritten::new(memory, made);
-    match crate::queue_write(state, &until_written, request).await? {
-        Written::TraceImported {
+    match crate::queue_write(state, &until_written, request).await {
+        Ok(Written::TraceImported {
             seq,
             session_id,
             steps,
-        } => Ok(TraceImported {
+        }) => Ok(TraceImported {
             seq,
             session_id,
             steps: steps
@@ -126,8 +141,84 @@ pub(crate) async fn import(
                 .map(|(seq, trace_id)| ImportedStep { seq, trace_id })
                 .collect(),
         }),
-        other => Err(crate::unexpected(other)),
+        Ok(other) => Err(crate::unexpected(other)),
+        Err(
+            refused @ cairn_store::AppendError::Refused(
+                cairn_store::Refusal::SessionExists { .. }
+                | cairn_store::Refusal::DuplicateId { .. },
+            ),
+        ) => {
+            let Some((trace_id, fingerprint)) = retry else {
+                return Err(refused.into());
+            };
+            let session = session_id.unwrap_or_else(|| trace_id.clone());
+            recorded_import(state, caller.org(), trace_id, session, fingerprint)
+                .await?
+                .ok_or_else(|| refused.into())
+        }
+        Err(e) => Err(e.into()),
     }
+}
+
+/// A SHA-256 of `trace` in canonical form (RFC 8785): two imports of one
+/// trace have the same, whatever their members' order or numbers' spelling.
+fn trace_fingerprint(trace: &Value) -> cairn_core::Hash {
+    let mut text = Vec::new();
+    cairn_core::jcs::write_value(&mut text, trace);
+    cairn_core::Hash::sha256(&text)
+}
+
+/// What the import of trace `trace_id` into `session` answered, if the
+/// trace recorded under that id is the one `fingerprint` says
+/// ([`trace_fingerprint`]) and went to that session: its position and its
+/// components' steps (`{trace_id}.{i}`). `None` when the id or the session
+/// is another's. Read on the CPU pool (the recorded trace and its steps are
+/// held parsed), the steps 4 at a time; a failed read is the store's
+/// failure (503, to be tried again), never the refusal.
+async fn recorded_import(
+    state: &Arc<AppState>,
+    org: &str,
+    trace_id: String,
+    session: String,
+    fingerprint: cairn_core::Hash,
+) -> Result<Option<TraceImported>, ApiError> {
+    let org_id = org.to_owned();
+    crate::on_cpu(state, org, "checking a retried import", move |store| {
+        let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org_id, &trace_id)? else {
+            return Ok(None);
+        };
+        if record.session_id != session || trace_fingerprint(&record.trace.original) != fingerprint
+        {
+            return Ok(None);
+        }
+        let ids: Vec<String> = (0..record.trace.components.len())
+            .map(|i| format!("{trace_id}.{i}"))
+            .collect();
+        drop(record);
+        let mut steps = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(cairn_store::RETRY_LOOKUP_CHUNK) {
+            let found: std::collections::HashMap<String, u64> = store
+                .steps_by_trace(&org_id, chunk)?
+                .into_iter()
+                .map(|s| (s.record.step.trace_id, s.seq))
+                .collect();
+            for id in chunk {
+                let Some(&seq) = found.get(id) else {
+                    return Ok(None);
+                };
+                steps.push(ImportedStep {
+                    seq,
+                    trace_id: id.clone(),
+                });
+            }
+        }
+        Ok(Some(TraceImported {
+            seq,
+            session_id: session,
+            steps,
+        }))
+    })
+    .await?
 }
 
 /// `POST /v1/signed-traces`: a complete trace in seed 004's format;
@@ -139,7 +230,7 @@ pub(crate) async fn import(
     operation_id = "traces_post",
     tag = "signed-traces",
     summary = "Import a signed complete trace (seed 004)",
-    description = "A CompleteTrace in seed 004's format: trace_id, thought_id, task_id, agent_id_hash, started_at, completed_at, trace_level (generic, detailed, full_traces), components (component_type, event_type, timestamp, data), signature (base64 Ed25519 over the RFC 8785 canonical JSON of {components, trace_level}) and signature_key_id, which must be registered (POST /v1/agent-keys) for agent_id_hash. The trace is kept whole as a signed-trace record of the org log and each component becomes a step of a new session. A bad signature is refused (bad_signature). Roles: writer, admin. (This import moved here from POST /v1/traces, which is now the OTLP/HTTP receiver; a signed trace sent there is answered 400 signed_trace.)",
+    description = "A CompleteTrace in seed 004's format: trace_id, thought_id, task_id, agent_id_hash, started_at, completed_at, trace_level (generic, detailed, full_traces), components (component_type, event_type, timestamp, data), signature (base64 Ed25519 over the RFC 8785 canonical JSON of {components, trace_level}) and signature_key_id, which must be registered (POST /v1/agent-keys) for agent_id_hash. The trace is kept whole as a signed-trace record of the org log and each component becomes a step of a new session. A bad signature is refused (bad_signature). The same trace imported again into the same session (a retry after a lost answer; compared in canonical form) is answered as it was recorded (201); another trace under its id, or the trace into another session, is 409 (session_exists, duplicate_id). Roles: writer, admin. (This import moved here from POST /v1/traces, which is now the OTLP/HTTP receiver; a signed trace sent there is answered 400 signed_trace.)",
     params(
         ("session_id" = Option<crate::api_doc::Id>, Query, description = "The session to create (default: the trace id)"),
     ),

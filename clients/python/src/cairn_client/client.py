@@ -19,11 +19,11 @@ raised at once). Which requests are retried:
 - writes that carry their own identity, which the server answers as their
   first write when sent again (a step with its `trace_id` and `step_index`,
   a batch whose every step has both, a turn with its `turn_id`, no thinking
-  text and every step with both, an audit event with its `event_id`; `None`
-  is no identity): on 429 and 503;
+  text and every step with both, an audit event with its `event_id`, a
+  signed trace; `None` is no identity): on 429 and 503;
 - any other write: on 429 only. A 429 is a refusal before any work; a 503
   `timeout` may come after the write was recorded, and a ledger cannot take
-  a duplicate back (nor answer a repeated signed-trace import or API key
+  a duplicate back (nor does the server answer a repeated API key
   revocation as the first: the repeat is refused), so it is raised for the
   caller to decide.
 """
@@ -615,9 +615,10 @@ class _Core:
 
     def _op_import_trace(self, trace: Mapping[str, Any], session_id: Optional[str] = None) -> _Request[ImportedTrace]:
         """`POST /v1/signed-traces`: imports a complete agent-signed trace in
-        seed 004's format (its `trace_id` makes a repeat a refusal, so it is
-        retried on 503)."""
-        return _Request("POST", "/v1/signed-traces", _json, "write", body=_body(dict(trace)),
+        seed 004's format (the server answers the same trace imported again
+        into the same session as it was recorded, so it is retried on
+        503)."""
+        return _Request("POST", "/v1/signed-traces", _json, "idempotent", body=_body(dict(trace)),
                         query=_query(session_id=session_id))
 
     def _op_get_signed_trace(self, trace_id: str) -> _Request[SignedTrace]:
