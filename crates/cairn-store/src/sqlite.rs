@@ -610,6 +610,14 @@ impl LedgerStore for SqliteStore {
         self.choose_embedder_in(id)
     }
 
+    fn steps_by_trace(
+        &self,
+        org_id: &str,
+        trace_ids: &[String],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.steps_by_trace_in(org_id, trace_ids)
+    }
+
     fn flagged_trace_ids(
         &self,
         org_id: &str,

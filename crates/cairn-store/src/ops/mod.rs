@@ -93,9 +93,9 @@ pub const REVIEW_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Flagged steps' positions and trace ids read at once.
 const FLAGGED_PAGE: usize = 1024;
-/// Flagged steps the queue lists read at once (each may take several
-/// megabytes once parsed).
-const LISTED_READ: usize = 4;
+/// Flagged steps the queue lists read at once, as many as it read in one
+/// range before (each may take several megabytes once parsed).
+const LISTED_READ: usize = 8;
 /// Review records read at once (each note may be up to the content limit).
 const REVIEW_PAGE: usize = 64;
 

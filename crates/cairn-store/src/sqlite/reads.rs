@@ -285,6 +285,36 @@ impl SqliteStore {
         })
     }
 
+    /// The steps of these trace ids that exist, in one read: the org
+    /// looked up once and one prepared look-up run for each id (the
+    /// trait's default had read each id on its own, the org looked up
+    /// again for every one: a review queue listing 10,000 steps took twice
+    /// as long as reading them in ranges).
+    pub(super) fn steps_by_trace_in(
+        &self,
+        org_id: &str,
+        trace_ids: &[String],
+    ) -> Result<Vec<StoredStep>, StoreError> {
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(Vec::new());
+            };
+            let sql = format!(
+                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
+            );
+            let mut stmt = c.prepare_cached(&sql).context("looking up steps")?;
+            let mut found = Vec::new();
+            for trace_id in trace_ids {
+                let mut rows = stmt.query(params![org, trace_id]).context("looking up steps")?;
+                if let Some(row) = rows.next().context("looking up steps")? {
+                    found.push(step_from_row(row)?);
+                }
+            }
+            Ok(found)
+        })
+    }
+
     pub(super) fn list_sessions_in(
         &self,
         org_id: &str,
