@@ -406,6 +406,15 @@ def test_writes_are_retried_only_when_safe(stub):
         assert len(s.requests) == 1
 
 
+def test_a_batch_step_naming_no_agent_is_the_clients_agents(stub):
+    # As log_reasoning_step(agent_id=None) is: absent and None alike.
+    ok = (200, {"Content-Type": "application/json"}, b'{"accepted":2,"refused":0,"results":[]}')
+    s = stub(ok)
+    CairnClient(s.url, api_key="k", agent_id="a").log_steps(
+        [{"session_id": "s", "step_type": "plan", "agent_id": None}, {"session_id": "s", "step_type": "plan"}])
+    assert [step["agent_id"] for step in json.loads(s.requests[0][2])] == ["a", "a"]
+
+
 def test_a_success_answer_that_is_not_json_is_an_error(stub):
     for body in (b"", b"<html>a proxy</html>"):
         s = stub((200, {"Content-Type": "text/html"}, body))

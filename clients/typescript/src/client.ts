@@ -431,8 +431,9 @@ export class CairnClient {
     return this.send(method, path, options, (_, body) => body);
   }
 
-  private withAgent<T extends { agent_id?: string }>(input: T): T {
-    return input.agent_id === undefined && this.agentId !== undefined ? { ...input, agent_id: this.agentId } : input;
+  /** `input` as the client's agent's when it names none (`agent_id` absent or null). */
+  private withAgent<T extends { agent_id?: string | null }>(input: T): T {
+    return input.agent_id == null && this.agentId !== undefined ? { ...input, agent_id: this.agentId } : input;
   }
 
   // -- service ---------------------------------------------------------------

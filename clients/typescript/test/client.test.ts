@@ -216,6 +216,17 @@ describe("CairnClient against a scripted fetch", () => {
     assert.deepEqual(urls, ["http://cairn.invalid/v1/agent-keys", "http://cairn.invalid/v1/agent-keys?after=41&limit=2"]);
   });
 
+  test("a step naming no agent (absent or null) is the client's agent's", async () => {
+    const bodies: unknown[] = [];
+    const recording = (async (_url: string | URL | Request, init?: RequestInit) => {
+      bodies.push(JSON.parse(String(init?.body)));
+      return new Response(JSON.stringify({ accepted: 2, refused: 0, results: [] }), { status: 200 });
+    }) as typeof globalThis.fetch;
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: recording, agentId: "a" });
+    await client.logSteps([{ session_id: "s", step_type: "plan", agent_id: null } as never, { session_id: "s", step_type: "plan" }]);
+    assert.deepEqual((bodies[0] as { agent_id: string }[]).map((s) => s.agent_id), ["a", "a"]);
+  });
+
   test("a non-Cairn error body is still a CairnError", async () => {
     const { fetch } = scripted([() => new Response("<html>bad gateway</html>", { status: 502 })]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });

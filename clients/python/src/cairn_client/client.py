@@ -328,7 +328,9 @@ class _Core:
         (group-committed; writer or admin key). Each step is a dict of
         `log_reasoning_step`'s arguments; returns `accepted` and one result
         or `{"error": {...}}` per step, in order."""
-        items = [dict(s) if "agent_id" in s or self.agent_id is None else {"agent_id": self.agent_id, **s}
+        # A step that names no agent (`agent_id` absent or None) is the
+        # client's agent's, as `log_reasoning_step(agent_id=None)` is.
+        items = [dict(s) if s.get("agent_id") is not None or self.agent_id is None else {**s, "agent_id": self.agent_id}
                  for s in steps]
         own = bool(items) and all(_owns_identity(s) for s in items)
         return _Request("POST", "/v1/steps/batch", _json, "idempotent" if own else "write", body=_body(items))
