@@ -268,21 +268,7 @@ impl SqliteStore {
         org_id: &str,
         trace_id: &str,
     ) -> Result<Option<StoredStep>, StoreError> {
-        self.read(|c| {
-            let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(None);
-            };
-            let sql = format!(
-                "SELECT {STEP_COLUMNS} FROM entries e JOIN orgs o ON o.org = e.org JOIN sessions s ON s.sid = e.sid
-                 WHERE e.org = ?1 AND e.trace_id = ?2 AND e.type = 'step'"
-            );
-            let mut stmt = c.prepare_cached(&sql).context("looking up a step")?;
-            let mut rows = stmt.query(params![org, trace_id]).context("looking up a step")?;
-            match rows.next().context("looking up a step")? {
-                Some(row) => Ok(Some(step_from_row(row)?)),
-                None => Ok(None),
-            }
-        })
+        Ok(self.steps_by_trace_in(org_id, &[trace_id])?.pop())
     }
 
     /// The steps of these trace ids that exist, in one read: the org
@@ -293,7 +279,7 @@ impl SqliteStore {
     pub(super) fn steps_by_trace_in(
         &self,
         org_id: &str,
-        trace_ids: &[String],
+        trace_ids: &[impl AsRef<str>],
     ) -> Result<Vec<StoredStep>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
@@ -306,7 +292,9 @@ impl SqliteStore {
             let mut stmt = c.prepare_cached(&sql).context("looking up steps")?;
             let mut found = Vec::new();
             for trace_id in trace_ids {
-                let mut rows = stmt.query(params![org, trace_id]).context("looking up steps")?;
+                let mut rows = stmt
+                    .query(params![org, trace_id.as_ref()])
+                    .context("looking up steps")?;
                 if let Some(row) = rows.next().context("looking up steps")? {
                     found.push(step_from_row(row)?);
                 }
