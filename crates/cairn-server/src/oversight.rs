@@ -310,30 +310,33 @@ fn event_fingerprint(
 
 /// The position of the audit event recorded under `event_id` if it
 /// records what `fingerprint` says ([`event_fingerprint`]); `None` when
-/// the id is another record's (a step's, another event's). A failed read
-/// is the store's failure (503, to be tried again), never the refusal,
-/// which would tell a client retrying after a lost answer that its event
-/// conflicts with another.
+/// the id is another record's (a step's, another event's). Read on the
+/// CPU pool, as every comparison of a retry with what is recorded (the
+/// recorded detail is held parsed). A failed read is the store's failure
+/// (503, to be tried again), never the refusal, which would tell a client
+/// retrying after a lost answer that its event conflicts with another.
 async fn recorded_event(
     state: &Arc<AppState>,
     org: &str,
     event_id: &str,
     fingerprint: cairn_core::Hash,
 ) -> Result<Option<u64>, ApiError> {
-    let (org, event_id) = (org.to_owned(), event_id.to_owned());
-    blocking(state, move |store| {
-        Ok(store
-            .audit_event(&org, &event_id)?
-            .and_then(|(seq, event)| {
-                let recorded = event_fingerprint(
-                    event.session_id.as_deref(),
-                    &event.action,
-                    event.detail.as_ref(),
-                );
-                (recorded == fingerprint).then_some(seq)
-            }))
+    let (org_id, event_id) = (org.to_owned(), event_id.to_owned());
+    crate::on_cpu(state, org, "checking a retried event", move |store| {
+        Ok::<_, ApiError>(
+            store
+                .audit_event(&org_id, &event_id)?
+                .and_then(|(seq, event)| {
+                    let recorded = event_fingerprint(
+                        event.session_id.as_deref(),
+                        &event.action,
+                        event.detail.as_ref(),
+                    );
+                    (recorded == fingerprint).then_some(seq)
+                }),
+        )
     })
-    .await
+    .await?
 }
 
 /// `GET /v1/audit-events/{event_id}`.
