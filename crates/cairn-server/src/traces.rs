@@ -196,23 +196,14 @@ async fn recorded_import(
             .collect();
         drop(record);
         let mut steps = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(cairn_store::RETRY_LOOKUP_CHUNK) {
-            let found: std::collections::HashMap<String, u64> = store
-                .steps_by_trace(&org_id, chunk)?
-                .into_iter()
-                .map(|s| (s.record.step.trace_id, s.seq))
-                .collect();
-            for id in chunk {
-                let Some(&seq) = found.get(id) else {
-                    return Ok(None);
-                };
-                steps.push(ImportedStep {
-                    seq,
-                    trace_id: id.clone(),
-                });
-            }
-        }
-        Ok(Some(TraceImported {
+        let all = cairn_store::visit_recorded(store, &org_id, &ids, &mut |_, step| {
+            steps.push(ImportedStep {
+                seq: step.seq,
+                trace_id: step.record.step.trace_id,
+            });
+            true
+        })?;
+        Ok(all.then_some(TraceImported {
             seq,
             session_id: session,
             steps,

@@ -57,7 +57,9 @@ pub use requests::{
     EmbeddingBacklog, NewSession, NewStep, PendingEmbedding, PreparedStep, WriteRequest, Written,
     new_id, now, prepare_step,
 };
-pub use retries::{RETRY_LOOKUP_CHUNK, RepeatedIds, answer_retries, may_be_retry, turn_retried};
+pub use retries::{
+    RETRY_LOOKUP_CHUNK, RepeatedIds, answer_retries, may_be_retry, turn_retried, visit_recorded,
+};
 pub use sequencer::{AppendError, Hold, Ledger, Pending, SequencerConfig, SequencerStats};
 pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore, analyst_worker_main};
 pub use stored::{

@@ -87,38 +87,62 @@ pub fn turn_retried(
     let Some(first) = steps.first() else {
         return Ok(None);
     };
+    let Some(ids) = steps
+        .iter()
+        .map(|s| s.trace_id.clone())
+        .collect::<Option<Vec<String>>>()
+    else {
+        return Ok(None);
+    };
     let mut written: Vec<Written> = Vec::with_capacity(steps.len());
     let mut first_seq = None;
-    for chunk in steps.chunks(RETRY_LOOKUP_CHUNK) {
-        let Some(ids) = chunk
-            .iter()
-            .map(|s| s.trace_id.clone())
-            .collect::<Option<Vec<String>>>()
-        else {
-            return Ok(None);
-        };
-        let recorded: HashMap<String, StoredStep> = store
-            .steps_by_trace(&first.org_id, &ids)?
+    let all = visit_recorded(store, &first.org_id, &ids, &mut |index, stored| {
+        // One write's steps take consecutive positions in the org's log,
+        // in the order the write gave them.
+        let first = *first_seq.get_or_insert(stored.seq);
+        if stored.seq.checked_sub(first) != Some(index as u64) {
+            return false;
+        }
+        match steps[index].recorded_as_numbered(&stored, true) {
+            Some(answer) => {
+                written.push(answer);
+                true
+            }
+            None => false,
+        }
+    })?;
+    Ok(all.then_some(written))
+}
+
+/// Gives `each` the step recorded under each of `ids` (of `org_id`), in
+/// the order of `ids`, with its index there, reading them
+/// [`RETRY_LOOKUP_CHUNK`] at a time (each held parsed only until `each`
+/// has it and the rest of its chunk is read): what a retry's comparison
+/// with what is recorded reads. `Ok(false)` as soon as an id has no
+/// recorded step or `each` answers false; a failed read is the store's
+/// failure.
+pub fn visit_recorded(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    ids: &[String],
+    each: &mut dyn FnMut(usize, StoredStep) -> bool,
+) -> Result<bool, crate::StoreError> {
+    for (chunk_at, chunk) in ids.chunks(RETRY_LOOKUP_CHUNK).enumerate() {
+        let mut recorded: HashMap<String, StoredStep> = store
+            .steps_by_trace(org_id, chunk)?
             .into_iter()
             .map(|s| (s.record.step.trace_id.clone(), s))
             .collect();
-        for (step, id) in chunk.iter().zip(&ids) {
-            let Some(stored) = recorded.get(id) else {
-                return Ok(None);
+        for (offset, id) in chunk.iter().enumerate() {
+            let Some(stored) = recorded.remove(id) else {
+                return Ok(false);
             };
-            // One write's steps take consecutive positions in the org's
-            // log, in the order the write gave them.
-            let first = *first_seq.get_or_insert(stored.seq);
-            if stored.seq.checked_sub(first) != Some(written.len() as u64) {
-                return Ok(None);
-            }
-            match step.recorded_as_numbered(stored, true) {
-                Some(answer) => written.push(answer),
-                None => return Ok(None),
+            if !each(chunk_at * RETRY_LOOKUP_CHUNK + offset, stored) {
+                return Ok(false);
             }
         }
     }
-    Ok(Some(written))
+    Ok(true)
 }
 
 /// The recorded steps of a chunk of ids by trace id, or the failed read
