@@ -187,32 +187,24 @@ mod tests {
                 .await
             })
         };
+        // Spawned tasks queue in their own time: wait until all are.
+        let queued = |org: &str| {
+            pool.waiting
+                .lock()
+                .unwrap()
+                .jobs
+                .get(org)
+                .map_or(0, |q| q.len())
+        };
         for job in 0..20 {
             answers.push(queue("flood", job));
         }
-        // Spawned tasks queue in their own time: wait until all are.
-        while pool
-            .waiting
-            .lock()
-            .unwrap()
-            .jobs
-            .get("flood")
-            .map_or(0, |q| q.len())
-            < 20
-        {
+        while queued("flood") < 20 {
             tokio::task::yield_now().await;
         }
         answers.push(queue("other", 0));
         answers.push(queue("other", 1));
-        while pool
-            .waiting
-            .lock()
-            .unwrap()
-            .jobs
-            .get("other")
-            .map_or(0, |q| q.len())
-            < 2
-        {
+        while queued("other") < 2 {
             tokio::task::yield_now().await;
         }
         release.send(()).unwrap();
