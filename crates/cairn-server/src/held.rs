@@ -1,10 +1,11 @@
-//! Answers that are held whole before they are sent: a Markdown replay or
-//! audit trail (its turns are ordered across the whole session), an audit
-//! trail as JSON, and an MCP tool's replay (one JSON-RPC message). Their
-//! steps are counted as they are read, and past [`MAX_HELD_ANSWER_BYTES`]
-//! the request is refused, naming what streams instead: a session of many
-//! large steps would otherwise be held whole, many times its size as
-//! parsed JSON. (`GET /v1/sessions/{id}` as JSON and exports stream.)
+//! Answers that are held whole before they are sent: an MCP tool's audit
+//! trail, turn or replay (one JSON-RPC message), and the search's and
+//! review queue's steps. Their steps are counted as they are read, and
+//! past [`MAX_HELD_ANSWER_BYTES`] the request is refused, naming what
+//! streams instead: a session of many large steps would otherwise be held
+//! whole, many times its size as parsed JSON. (Over HTTP a replay, an
+//! audit trail and a turn, as JSON or Markdown, and exports stream:
+//! [`crate::sessions::StreamedSteps`].)
 
 use crate::ApiError;
 use crate::limits::ExpensiveSlot;
@@ -159,8 +160,9 @@ impl HeldAnswer {
         HeldAnswer::refused_past(limit, |limit| {
             too_large(
                 limit,
-                "replay the session as JSON (GET /v1/sessions/{id}, streamed) or export it \
-                 (GET /v1/export?session=...)",
+                "read it over HTTP, streamed (GET /v1/sessions/{id}/trail, \
+                 /v1/sessions/{id}/turns/{turn_id} or the replay GET /v1/sessions/{id}), \
+                 or export it (GET /v1/export?session=...)",
             )
         })
     }

@@ -5,7 +5,9 @@ use super::*;
 use crate::input::StrictQuery;
 
 mod replay;
+mod streamed;
 pub(crate) use replay::*;
+pub(crate) use streamed::*;
 
 #[utoipa::path(
     post,

@@ -6,6 +6,7 @@ use crate::held::{HeldAnswer, StepPiece};
 use crate::input::StrictQuery;
 use crate::limits::ExpensiveSlot;
 use crate::render::Rendered;
+use crate::sessions::{Shape, Steps, StreamedSteps, TurnsForm};
 use crate::{ApiError, AppState, Caller, blocking, parse_json, render, step_for, wire};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -655,20 +656,6 @@ pub(crate) async fn turn_of(
     Ok(answer)
 }
 
-/// The answer, keeping its slot until it has been sent.
-fn respond<T: Serialize>(held: Held<T>) -> Result<Response, ApiError> {
-    let (body, content_type) = match held.answer {
-        Ok(json) => (
-            serde_json::to_vec(&json).map_err(|e| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-            })?,
-            "application/json",
-        ),
-        Err(markdown) => (markdown.into_bytes(), "text/markdown; charset=utf-8"),
-    };
-    Ok(crate::held::response_holding(body, content_type, held.slot))
-}
-
 /// `GET /v1/sessions/{session_id}/trail`: the audit trail across turns
 /// (JSON, or `format=markdown` for seed 002's export of every turn).
 #[utoipa::path(
@@ -677,7 +664,7 @@ fn respond<T: Serialize>(held: Held<T>) -> Result<Response, ApiError> {
     operation_id = "turns_trail",
     tag = "sessions",
     summary = "A session's audit trail across its turns",
-    description = "Seed 002's getAuditTrail: every turn of the session in the order of its first step, each turn's steps by their number within the turn; format=markdown gives the whole session in seed 002's format.",
+    description = "Seed 002's getAuditTrail: every turn of the session in the order of its first step, each turn's steps by their number within the turn; format=markdown gives the whole session in seed 002's format. Streamed as the steps are read, whatever the session's length (their order is planned first from each step's turn and number): a failure after the first byte cuts the body short (the connection ends without the body's last chunk), so it never reads as a shorter trail.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session"),
         ("format" = Option<crate::api_doc::ReplayFormat>, Query, description = "json (default) or markdown (seed 002's export with bracket labels)"),
@@ -697,7 +684,37 @@ pub(crate) async fn trail(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    respond(trail_of(&state, &caller, &session_id, markdown, HeldAnswer::new()).await?)
+    let form = if markdown {
+        TurnsForm::TrailMarkdown
+    } else {
+        TurnsForm::TrailJson
+    };
+    streamed_turns(&state, &caller, session_id, Steps::Session, form).await
+}
+
+/// Steps of a session in turns, streamed ([`StreamedSteps`]): the
+/// session's header read first (404 for an unknown session), then the
+/// positions, their plan and the first batch before the status line.
+async fn streamed_turns(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    session_id: String,
+    which: Steps,
+    form: TurnsForm,
+) -> Result<Response, ApiError> {
+    let org = caller.org().to_owned();
+    let info = {
+        let (org, session_id) = (org.clone(), session_id.clone());
+        crate::blocking(state, move |store| {
+            store
+                .session(&org, &session_id)?
+                .ok_or_else(|| ApiError::no_session(&session_id))
+        })
+        .await?
+    };
+    let mut steps = StreamedSteps::new(org, session_id, None, Shape::Turns(form));
+    let first = steps.start(state, info.step_count, which).await?;
+    Ok(steps.stream(state, first))
 }
 
 /// `GET /v1/sessions/{session_id}/turns/{turn_id}`: one turn (JSON, or
@@ -708,7 +725,7 @@ pub(crate) async fn trail(
     operation_id = "turns_turn",
     tag = "sessions",
     summary = "One turn",
-    description = "A turn's steps in order (JSON), or format=markdown for seed 002's exportMarkdown: '## Turn <id> (<time>)' then '[label] content' per step with its tool call, policy decision and approval request.",
+    description = "A turn's steps in order (JSON), or format=markdown for seed 002's exportMarkdown: '## Turn <id> (<time>)' then '[label] content' per step with its tool call, policy decision and approval request. Streamed as the trail is.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session"),
         ("turn_id" = crate::api_doc::Id, Path, description = "The turn"),
@@ -729,15 +746,10 @@ pub(crate) async fn turn(
 ) -> Result<Response, ApiError> {
     crate::input::refuse_unknown_params(q.keys(), &["format"])?;
     let markdown = crate::wants_markdown(q.get("format").map(String::as_str))?;
-    respond(
-        turn_of(
-            &state,
-            &caller,
-            &session_id,
-            &turn_id,
-            markdown,
-            HeldAnswer::new(),
-        )
-        .await?,
-    )
+    let form = if markdown {
+        TurnsForm::TurnMarkdown
+    } else {
+        TurnsForm::TurnJson
+    };
+    streamed_turns(&state, &caller, session_id, Steps::Turn(turn_id), form).await
 }

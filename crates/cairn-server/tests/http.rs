@@ -772,3 +772,6 @@ fn a_disabled_ledger_refuses_writes_and_still_serves_reads() {
 
 #[path = "http/retries_and_turns.rs"]
 mod retries_and_turns;
+
+#[path = "http/trails.rs"]
+mod trails;

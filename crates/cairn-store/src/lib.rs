@@ -65,6 +65,7 @@ pub use sqlite::{DB_FILE, FULLTEXT_FILE, SqliteOptions, SqliteStore, analyst_wor
 pub use stored::{
     SessionCursor, SessionFilter, SessionHeadRow, SessionInfo, SessionKindRow, SessionSummary,
     StepFilter, StoredCheckpoint, StoredEntry, StoredNode, StoredStep, TreeRowsRewritten,
+    TurnPlace,
 };
 
 use cairn_core::Hash;
@@ -325,6 +326,31 @@ pub trait LedgerStore: Send + Sync + 'static {
             true
         })?;
         Ok(steps)
+    }
+
+    /// Where the steps of `session_id` at these log positions (ascending,
+    /// from [`LedgerStore::session_seqs`] or [`LedgerStore::turn_seqs`])
+    /// stand in its audit trail, in that order: each one's turn id and
+    /// number within its turn, read without the step (what a streamed
+    /// trail orders its steps by before it reads them). A position that
+    /// holds no step of the session is left out. The backends read the
+    /// two columns; this default reads whole steps.
+    fn turn_places_at(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<TurnPlace>, StoreError> {
+        let mut places = Vec::with_capacity(seqs.len());
+        self.visit_steps_at(org_id, session_id, seqs, &mut |s| {
+            places.push(TurnPlace {
+                seq: s.seq,
+                turn_id: s.record.step.turn_id,
+                turn_step: s.record.step.turn_step,
+            });
+            true
+        })?;
+        Ok(places)
     }
 
     /// [`LedgerStore::steps_at`] one step at a time: each is parsed only

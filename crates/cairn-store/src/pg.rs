@@ -369,6 +369,15 @@ impl LedgerStore for PgStore {
         self.turn_seqs_in(org_id, session_id, turn_id)
     }
 
+    fn turn_places_at(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<crate::TurnPlace>, StoreError> {
+        self.turn_places_at_in(org_id, session_id, seqs)
+    }
+
     fn visit_steps_at(
         &self,
         org_id: &str,

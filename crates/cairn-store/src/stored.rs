@@ -198,6 +198,19 @@ pub struct StoredStep {
     pub record: StepRecord,
 }
 
+/// Where a step stands in its session's audit trail
+/// ([`crate::LedgerStore::turn_places_at`]): its turn and its number
+/// within the turn, without the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnPlace {
+    /// Position in the org log.
+    pub seq: u64,
+    /// The turn id (`None` for a step recorded outside any turn).
+    pub turn_id: Option<String>,
+    /// Its number within the turn, if it was given one.
+    pub turn_step: Option<u64>,
+}
+
 /// One entry of an org log as the store holds it: its position, the leaf
 /// hash stored for it (which proofs are served from), and the record, or
 /// why its row could not be read as one (a verifier reports that as a

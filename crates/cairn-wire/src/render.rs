@@ -248,15 +248,27 @@ pub fn rendered_turn_markdown(steps: &[Rendered<String>]) -> String {
     let Some(first) = steps.first() else {
         return String::new();
     };
-    let when = heading_time(&first.created_at);
-    let mut out = match &first.turn_id {
-        Some(id) => format!("## Turn {id} ({when})\n"),
-        None => format!("## Steps outside any turn ({when})\n"),
-    };
+    let mut out = turn_heading(first.turn_id.as_deref(), &first.created_at);
     for s in steps {
         out.push_str(&s.piece);
     }
     out
+}
+
+/// A turn's heading in seed 002's Markdown, dated by its first step:
+/// `## Turn <id> (<time>)`, or `## Steps outside any turn (<time>)`.
+pub fn turn_heading(turn_id: Option<&str>, first_created_at: &cairn_core::Timestamp) -> String {
+    let when = heading_time(first_created_at);
+    match turn_id {
+        Some(id) => format!("## Turn {id} ({when})\n"),
+        None => format!("## Steps outside any turn ({when})\n"),
+    }
+}
+
+/// The title of a whole session's Markdown: `# Session <id>`; each turn
+/// follows it after a blank line ([`rendered_markdown`]).
+pub fn session_title(session_id: &str) -> String {
+    format!("# Session {session_id}\n")
 }
 
 /// Seed 002's `exportMarkdown` of one turn ([`rendered_turn_markdown`]).
@@ -269,7 +281,7 @@ pub fn turn_markdown(turn: &Turn<'_>) -> String {
 /// were read: a `# Session` title, then every turn as
 /// [`rendered_turn_markdown`] renders it, in trail order.
 pub fn rendered_markdown(session_id: &str, steps: Vec<Rendered<String>>) -> String {
-    let mut out = format!("# Session {session_id}\n");
+    let mut out = session_title(session_id);
     for turn in in_turns(steps) {
         out.push('\n');
         out.push_str(&rendered_turn_markdown(&turn));

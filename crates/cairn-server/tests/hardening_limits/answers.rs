@@ -40,26 +40,28 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
             Some(250_000)
         );
     }
-    for path in [
-        "/v1/sessions/long/trail",
-        "/v1/sessions/long/trail?format=markdown",
-    ] {
-        let refused = get(&server, path, &admin);
-        if path.ends_with("markdown") {
-            // Markdown holds contents only: well within the limit.
-            assert_eq!(refused.status, 200, "{path}");
-            continue;
+    // Its audit trail streams too (17.5 MB of JSON, past what an answer
+    // built whole may hold), its turns in order; its Markdown as well.
+    let trail = get(&server, "/v1/sessions/long/trail", &admin);
+    assert_eq!(trail.status, 200, "{}", trail.text());
+    let trail = trail.json();
+    let turns = trail["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 7);
+    for (t, turn) in turns.iter().enumerate() {
+        assert_eq!(turn["turn_id"], format!("turn-{t}"));
+        let steps = turn["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 10);
+        for (i, s) in steps.iter().enumerate() {
+            assert_eq!(s["content"], format!("call {}", t * 10 + i));
+            assert_eq!(
+                s["input_data"]["blob"].as_str().map(str::len),
+                Some(250_000)
+            );
         }
-        assert_eq!(refused.status, 422, "{path}: {}", refused.text());
-        let error = refused.json();
-        assert_eq!(error["error"]["code"], "answer_too_large");
-        assert!(
-            error["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("GET /v1/sessions/{id}, streamed")
-        );
     }
+    let markdown = get(&server, "/v1/sessions/long/trail?format=markdown", &admin);
+    assert_eq!(markdown.status, 200, "{}", markdown.text());
+    assert_eq!(markdown.text().matches("\n## Turn turn-").count(), 7);
     // One turn of it is small, and answered.
     let turn = get(&server, "/v1/sessions/long/turns/turn-0", &admin);
     assert_eq!(turn.status, 200, "{}", turn.text());

@@ -547,7 +547,9 @@ fn corrupt(what: &str) -> StoreError {
 }
 
 /// An integer column of a `u64` field, as stored (two's complement).
-fn to_u64(v: Option<i64>) -> Option<u64> {
+/// A stored unsigned number (written from a `u64`) as the record holds
+/// it.
+pub(crate) fn to_u64(v: Option<i64>) -> Option<u64> {
     v.map(|v| v as u64)
 }
 

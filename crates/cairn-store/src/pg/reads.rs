@@ -260,6 +260,38 @@ impl PgStore {
         })
     }
 
+    /// The turn places of a session's steps at `seqs`: one query of two
+    /// columns for the chunk.
+    pub(super) fn turn_places_at_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<crate::TurnPlace>, StoreError> {
+        self.read(|db| {
+            let Some((org, sid)) = session_key(db, org_id, session_id)? else {
+                return Ok(Vec::new());
+            };
+            let ids: Vec<i64> = seqs.iter().map(|&seq| row_id(org, seq)).collect();
+            let rows = db.query(
+                "SELECT seq, turn_id, turn_step FROM entries
+                  WHERE id = ANY($1) AND sid = $2 AND type = 'step' ORDER BY id",
+                &[&ids, &sid],
+                "reading a session's turns",
+            )?;
+            rows.iter()
+                .map(|row| {
+                    Ok(crate::TurnPlace {
+                        seq: u64_of(col(row, 0)?),
+                        turn_id: col(row, 1)?,
+                        // As the step's record reads it.
+                        turn_step: crate::engine::to_u64(col(row, 2)?),
+                    })
+                })
+                .collect()
+        })
+    }
+
     pub(super) fn visit_steps_at_in(
         &self,
         org_id: &str,

@@ -233,6 +233,44 @@ impl SqliteStore {
         })
     }
 
+    /// The turn places of a session's steps at `seqs`: one look-up of
+    /// two columns by rowid each, the session's keys found once.
+    pub(super) fn turn_places_at_in(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<crate::TurnPlace>, StoreError> {
+        self.read(|c| {
+            let Some((org, sid)) = session_key(c, org_id, session_id)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT turn_id, turn_step FROM entries WHERE id = ?1 AND sid = ?2 AND type = 'step'",
+                )
+                .context("reading a session's turns")?;
+            let mut places = Vec::with_capacity(seqs.len());
+            for &seq in seqs {
+                let place = stmt
+                    .query_row(params![row_id(org, seq), sid], |r| {
+                        Ok((r.get::<_, Option<String>>(0)?, r.get::<_, Option<i64>>(1)?))
+                    })
+                    .optional()
+                    .context("reading a session's turns")?;
+                if let Some((turn_id, turn_step)) = place {
+                    places.push(crate::TurnPlace {
+                        seq,
+                        turn_id,
+                        // As the step's record reads it.
+                        turn_step: crate::engine::to_u64(turn_step),
+                    });
+                }
+            }
+            Ok(places)
+        })
+    }
+
     pub(super) fn visit_steps_at_in(
         &self,
         org_id: &str,

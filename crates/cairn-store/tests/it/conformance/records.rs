@@ -711,6 +711,35 @@ pub(super) fn turns_are_numbered_per_session(backend: &dyn Backend) {
         assert_eq!(read, walked, "{session} {turn}");
         assert_eq!(found.len(), steps, "{session} {turn}");
     }
+    // Each step's place in the trail, read without the step, is its
+    // record's (steps outside any turn and unnumbered ones included);
+    // positions of another session or of no step are left out.
+    for session in ["s1", "s3"] {
+        let mut recorded = Vec::new();
+        store
+            .read_session(ORG, session, &mut |s| {
+                recorded.push(cairn_store::TurnPlace {
+                    seq: s.seq,
+                    turn_id: s.record.step.turn_id,
+                    turn_step: s.record.step.turn_step,
+                });
+                true
+            })
+            .unwrap();
+        let seqs = store.session_seqs(ORG, session).unwrap().unwrap();
+        assert_eq!(store.turn_places_at(ORG, session, &seqs).unwrap(), recorded);
+        assert!(recorded.iter().any(|p| p.turn_id.is_none()) == (session == "s1"));
+        assert!(recorded.iter().any(|p| p.turn_step.is_none()) == (session == "s1"));
+        let other = if session == "s1" { "s3" } else { "s1" };
+        let mut mixed = store.session_seqs(ORG, other).unwrap().unwrap();
+        mixed.extend([seqs[0], u64::MAX >> 30]);
+        mixed.sort_unstable();
+        assert_eq!(
+            store.turn_places_at(ORG, session, &mixed).unwrap(),
+            recorded[..1]
+        );
+    }
+    assert_eq!(store.turn_places_at(ORG, "unknown", &[0, 1]).unwrap(), []);
     assert_eq!(store.turn_seqs(ORG, "unknown", "t1").unwrap(), None);
     assert!(
         !store

@@ -1,0 +1,649 @@
+//! A session's steps streamed as they are read, in batches that a slow
+//! client holds no worker for: a replay's JSON (`GET /v1/sessions/{id}`),
+//! and seed 002's turns (the audit trail, one turn, and a Markdown
+//! replay, as JSON or Markdown), whose order is planned first from each
+//! step's turn and number ([`plan_turns`]), read without the steps.
+
+use super::*;
+use cairn_wire::render;
+
+/// Replay batches read at once, server-wide, one org at most half (a
+/// batch is reserved in the replay buffer whole only once read; until
+/// then these few bound it).
+pub(crate) const REPLAY_READS: usize = 8;
+
+/// What a replay's batches need of its org's share of the replay buffer
+/// beside its positions (a few batches in flight, each at most 256 KiB
+/// and one step, and a step's JSON at most about 1.2 MiB under the
+/// default input limits): a replay whose positions leave less is refused
+/// at once rather than left to wait on itself.
+const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
+
+/// Most steps a replay reads at a time: the store is read without
+/// holding a connection or a read snapshot while the client takes what
+/// was sent.
+const REPLAY_BATCH_STEPS: usize = 16;
+
+/// How many bytes a replay's batch holds, and one step more at most: a
+/// batch writes steps until it has this many (at least one), and after a
+/// batch of larger steps the next reads as many as fit this at the size
+/// of those.
+const REPLAY_BATCH_BYTES: usize = 256 * 1024;
+
+/// Steps whose places in the trail are read at a time while a stream of
+/// turns is planned.
+const PLAN_CHUNK: usize = 4096;
+
+/// What planning holds for a step besides its position (its turn and
+/// number while they are sorted, its place in the order, its position
+/// in the new order): reserved while the plan is made, given back after.
+const PLAN_BYTES_PER_STEP: usize = 32;
+
+/// What a distinct turn id costs the plan besides its text (the id, its
+/// entry in the map that finds it, its start).
+const PLAN_BYTES_PER_TURN: usize = 96;
+
+/// Which steps a stream reads.
+pub(crate) enum Steps {
+    /// The session's, in index order or in trail order (by the shape).
+    Session,
+    /// One turn's, in trail order.
+    Turn(String),
+}
+
+/// What a streamed answer writes around and between its steps.
+pub(crate) enum Shape {
+    /// A replay's JSON object: `head`'s members, `"steps":[...]` in index
+    /// order, `step_count`, then `tail`'s members.
+    Replay {
+        head: serde_json::Map<String, Value>,
+        tail: serde_json::Map<String, Value>,
+    },
+    /// Seed 002's turns, in trail order ([`render::in_turns`]).
+    Turns(TurnsForm),
+}
+
+/// How a stream of turns is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnsForm {
+    /// A session's audit trail as JSON: `{"session_id":…,"turns":[{"turn_id":…,"started_at":…,"steps":[…]},…]}`.
+    TrailJson,
+    /// A whole session in seed 002's Markdown: its title, then each turn
+    /// after a blank line ([`render::rendered_markdown`]).
+    TrailMarkdown,
+    /// One turn as JSON: `{"turn_id":…,"started_at":…,"steps":[…]}`.
+    TurnJson,
+    /// One turn in seed 002's Markdown ([`render::rendered_turn_markdown`]).
+    TurnMarkdown,
+}
+
+impl TurnsForm {
+    fn json(self) -> bool {
+        matches!(self, TurnsForm::TrailJson | TurnsForm::TurnJson)
+    }
+
+    /// The answer's content type.
+    pub(crate) fn content_type(self) -> &'static str {
+        if self.json() {
+            "application/json"
+        } else {
+            "text/markdown; charset=utf-8"
+        }
+    }
+}
+
+/// Where each turn of a stream of turns starts, in the streamed order.
+pub(crate) struct TurnPlan {
+    /// The position (in the streamed order) of each turn's first step,
+    /// ascending, the first 0.
+    starts: Vec<u64>,
+    /// Each turn's id (`None`: the steps recorded outside any turn).
+    ids: Vec<Option<String>>,
+}
+
+impl TurnPlan {
+    /// The turn of the step at `position`, and whether it starts there.
+    fn turn_at(&self, position: u64) -> (usize, bool) {
+        let turn = self
+            .starts
+            .partition_point(|&start| start <= position)
+            .saturating_sub(1);
+        (turn, self.starts.get(turn) == Some(&position))
+    }
+}
+
+/// How a batch writes each step: the shape without what is written only
+/// at the start and the end (cloned into the store's worker).
+#[derive(Clone)]
+enum Pieces {
+    Replay,
+    Turns(Arc<TurnPlan>, TurnsForm),
+}
+
+impl Pieces {
+    /// Writes the step at `position` (of the streamed order), with what
+    /// comes before it: a comma, or its turn's opening.
+    fn write(
+        &self,
+        position: u64,
+        seq: u64,
+        record: &cairn_core::commit::StepRecord,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        let json = |out: &mut Vec<u8>| {
+            serde_json::to_writer(&mut *out, &wire::step_out(seq, record))
+                .map_err(|e| e.to_string())
+        };
+        let (plan, form) = match self {
+            Pieces::Replay => {
+                if position > 0 {
+                    out.push(b',');
+                }
+                return json(out);
+            }
+            Pieces::Turns(plan, form) => (plan, *form),
+        };
+        let (turn, starts) = plan.turn_at(position);
+        let turn_id = record.step.turn_id.as_deref();
+        if plan.ids.get(turn).map(Option::as_deref) != Some(turn_id) {
+            // The plan was read from the same rows: only a store changed
+            // under the reader gets here, and a trail must not mix turns.
+            return Err(format!(
+                "the step at log position {seq} is not of the turn its row placed it in"
+            ));
+        }
+        if form.json() {
+            if starts {
+                if turn > 0 {
+                    out.extend_from_slice(b"]},");
+                }
+                out.extend_from_slice(b"{\"turn_id\":");
+                serde_json::to_writer(&mut *out, &turn_id).map_err(|e| e.to_string())?;
+                out.extend_from_slice(b",\"started_at\":");
+                serde_json::to_writer(&mut *out, &record.step.created_at.to_string())
+                    .map_err(|e| e.to_string())?;
+                out.extend_from_slice(b",\"steps\":[");
+            } else {
+                out.push(b',');
+            }
+            return json(out);
+        }
+        if starts {
+            if form == TurnsForm::TrailMarkdown {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(
+                render::turn_heading(turn_id, &record.step.created_at).as_bytes(),
+            );
+        }
+        out.extend_from_slice(render::markdown_line(record).as_bytes());
+        Ok(())
+    }
+}
+
+/// A session's steps, streamed: read [`REPLAY_BATCH_STEPS`] at a time and
+/// sent as they are read, so the server holds a few batches, whatever the
+/// session's length, and a client that reads slowly holds no worker thread
+/// and no store connection, only its place in the session. What it holds
+/// (its steps' positions and, for turns, their plan; each batch from
+/// before it is read until it has been sent) is reserved in the server's
+/// replay buffer ([`limits::replay_buffer`]), so that many slow readers of
+/// long sessions of large steps cannot add up to more than
+/// `CAIRN_REPLAY_BUFFER_BYTES`.
+pub(crate) struct StreamedSteps {
+    org: String,
+    session_id: String,
+    level: Option<DetailLevel>,
+    shape: Shape,
+    /// The steps' log positions, in the order they are written.
+    seqs: Vec<u64>,
+    /// How each is written.
+    pieces: Pieces,
+    /// Their reservation in the replay buffer.
+    positions: Option<limits::ExpensiveSlot>,
+    /// Steps written so far (the next batch starts at this position of
+    /// `seqs`).
+    sent: u64,
+    /// Steps the next batch reads.
+    batch: usize,
+}
+
+impl StreamedSteps {
+    /// A stream of `session_id`'s steps in `shape`, each redacted to
+    /// `level` if given.
+    pub(crate) fn new(
+        org: String,
+        session_id: String,
+        level: Option<DetailLevel>,
+        shape: Shape,
+    ) -> StreamedSteps {
+        StreamedSteps {
+            org,
+            session_id,
+            level,
+            shape,
+            seqs: Vec::new(),
+            pieces: Pieces::Replay,
+            positions: None,
+            sent: 0,
+            // One step first: its size decides how many the next batch reads.
+            batch: 1,
+        }
+    }
+
+    /// Reads the positions of `which` steps (reserved first, at the
+    /// `steps` the session is said to hold), plans their turns if the
+    /// shape has them, and writes the first batch: everything that can
+    /// fail at once, before the status line. An unknown session is 404
+    /// `not_found`, a turn the session does not hold 404 too.
+    pub(crate) async fn start(
+        &mut self,
+        state: &Arc<AppState>,
+        steps: u64,
+        which: Steps,
+    ) -> Result<Bytes, ApiError> {
+        let position = std::mem::size_of::<u64>();
+        let reserved = usize::try_from(steps)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(position);
+        let mut positions =
+            limits::replay_buffer(state, &self.org, reserved, REPLAY_HEADROOM).await?;
+        // Reading the positions holds more than they do once read (on
+        // PostgreSQL, rows): one of the few reads at a time.
+        let wait = Some(state.config.limits.expensive_wait);
+        let reading = limits::replay_read(state, &self.org, wait).await?;
+        let (org, session_id) = (self.org.clone(), self.session_id.clone());
+        let turn = match &which {
+            Steps::Session => None,
+            Steps::Turn(turn) => Some(turn.clone()),
+        };
+        self.seqs = blocking(state, move |store| {
+            let seqs = match &turn {
+                None => store.session_seqs(&org, &session_id)?,
+                Some(turn) => store.turn_seqs(&org, &session_id, turn)?,
+            };
+            let seqs = seqs.ok_or_else(|| ApiError::no_session(&session_id))?;
+            match turn {
+                Some(turn) if seqs.is_empty() => Err(ApiError::not_found(format!(
+                    "turn {} in session {}",
+                    crate::error::shown(&turn),
+                    crate::error::shown(&session_id)
+                ))),
+                _ => Ok(seqs),
+            }
+        })
+        .await?;
+        drop(reading);
+        // The log holds more than the registry said: the rest too.
+        let read = self.seqs.len().saturating_mul(position);
+        if read > reserved {
+            // Checked whole: all the positions, and the room beside them.
+            let headroom = REPLAY_HEADROOM.saturating_add(reserved);
+            positions
+                .merge(limits::replay_buffer(state, &self.org, read - reserved, headroom).await?);
+        } else {
+            positions.shrink_to(read);
+        }
+        if let Shape::Turns(form) = self.shape {
+            let seqs = std::mem::take(&mut self.seqs);
+            let (ordered, plan) =
+                plan_turns(state, &self.org, &self.session_id, seqs, &mut positions).await?;
+            self.seqs = ordered;
+            self.pieces = Pieces::Turns(Arc::new(plan), form);
+        }
+        self.positions = Some(positions);
+        self.next_batch(state).await.map(Option::unwrap_or_default)
+    }
+
+    /// The next steps with what comes before each (a comma, a turn's
+    /// opening), or `None` once every step was sent. A step the store no
+    /// longer holds at its position fails the stream: a shorter answer
+    /// must never parse.
+    async fn next_batch(&mut self, state: &Arc<AppState>) -> Result<Option<Bytes>, ApiError> {
+        let start = usize::try_from(self.sent).unwrap_or(usize::MAX);
+        let Some(rest) = self.seqs.get(start..).filter(|rest| !rest.is_empty()) else {
+            return Ok(None);
+        };
+        // The batch being read holds a read turn (a few at once, one org
+        // at most half) until it is reserved whole: the first batch,
+        // before the status line, waits for one within
+        // CAIRN_EXPENSIVE_WAIT; later ones wait their turn. The turn comes
+        // first, so that batches waiting for one hold nothing of the
+        // buffer that a turn's holder could be waiting for.
+        let wait = (self.sent == 0).then_some(state.config.limits.expensive_wait);
+        let reading = limits::replay_read(state, &self.org, wait).await?;
+        // A batch is reserved at its usual size before it is read; once
+        // read, the reservation is cut to its size, or what its last step
+        // took beyond it is added.
+        let mut reserved = limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?;
+        // The store reads positions in ascending order: a batch ends
+        // where the order turns back (a turn's steps numbered out of the
+        // order they were recorded in, or turns interleaved).
+        let seqs = ascending_prefix(&rest[..self.batch.min(rest.len())]);
+        let (org, session_id, seqs, level, sent, pieces) = (
+            self.org.clone(),
+            self.session_id.clone(),
+            seqs.to_vec(),
+            self.level,
+            self.sent,
+            self.pieces.clone(),
+        );
+        let (text, written) = blocking(state, move |store| {
+            let mut text = Vec::new();
+            let mut written = 0usize;
+            let mut failed = None;
+            // Steps are written until the batch's bytes are reached (its
+            // steps may be larger than the last batch's), each read only
+            // once the one before was written: the rest are read again by
+            // the next batch. Each must be the one at its position, in
+            // order: a missing step fails the stream.
+            store.visit_steps_at(&org, &session_id, &seqs, &mut |mut s| {
+                if seqs.get(written) != Some(&s.seq) {
+                    return false;
+                }
+                if let Some(level) = level
+                    && let Err(e) = s.record.redact(level)
+                {
+                    failed = Some(e.to_string());
+                    return false;
+                }
+                if let Err(e) = pieces.write(sent + written as u64, s.seq, &s.record, &mut text) {
+                    failed = Some(e);
+                    return false;
+                }
+                written += 1;
+                text.len() < REPLAY_BATCH_BYTES
+            })?;
+            if let Some(message) = failed {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    message,
+                ));
+            }
+            if written < seqs.len() && text.len() < REPLAY_BATCH_BYTES {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage_failure",
+                    format!(
+                        "the session's step at log position {} could not be read",
+                        seqs[written]
+                    ),
+                ));
+            }
+            Ok((text, written as u64))
+        })
+        .await?;
+        match text.len().checked_sub(REPLAY_BATCH_BYTES) {
+            Some(excess) if excess > 0 => {
+                reserved.merge(limits::replay_buffer(state, &self.org, excess, 0).await?);
+            }
+            _ => reserved.shrink_to(text.len()),
+        }
+        drop(reading);
+        self.sent += written;
+        // Steps of this size: as many as fit the batch's bytes next.
+        let per_step = text.len() / (written.max(1) as usize);
+        self.batch = (REPLAY_BATCH_BYTES / per_step.max(1)).clamp(1, REPLAY_BATCH_STEPS);
+        // The reservation goes with the bytes and ends when they are gone
+        // (sent, or dropped with a client that left).
+        Ok(Some(Bytes::from_owner(ReservedBatch {
+            text,
+            _reserved: reserved,
+        })))
+    }
+
+    /// What comes before the first step.
+    fn opening(&mut self) -> Vec<u8> {
+        match &mut self.shape {
+            Shape::Replay { head, .. } => {
+                // `{...}` without its closing brace, then the steps.
+                let head = std::mem::take(head);
+                let mut opening = serde_json::to_vec(&Value::Object(head)).unwrap_or_default();
+                opening.pop();
+                opening.extend_from_slice(b",\"steps\":[");
+                opening
+            }
+            Shape::Turns(TurnsForm::TrailJson) => {
+                let mut opening = b"{\"session_id\":".to_vec();
+                opening.extend(serde_json::to_vec(&self.session_id).unwrap_or_default());
+                opening.extend_from_slice(b",\"turns\":[");
+                opening
+            }
+            Shape::Turns(TurnsForm::TrailMarkdown) => {
+                render::session_title(&self.session_id).into_bytes()
+            }
+            Shape::Turns(TurnsForm::TurnJson | TurnsForm::TurnMarkdown) => Vec::new(),
+        }
+    }
+
+    /// What comes after the last step.
+    fn closing(&mut self) -> Vec<u8> {
+        let any = self.sent > 0;
+        match &mut self.shape {
+            Shape::Replay { tail, .. } => {
+                let mut tail = std::mem::take(tail);
+                tail.insert("step_count".into(), json!(self.sent));
+                let closing = serde_json::to_vec(&Value::Object(tail)).unwrap_or_default();
+                // `],` and the tail's members with its closing brace.
+                let mut text = b"],".to_vec();
+                text.extend_from_slice(closing.get(1..).unwrap_or_default());
+                text
+            }
+            // The last turn's steps and object, then the turns and the trail.
+            Shape::Turns(TurnsForm::TrailJson) if any => b"]}]}".to_vec(),
+            Shape::Turns(TurnsForm::TrailJson) => b"]}".to_vec(),
+            Shape::Turns(TurnsForm::TurnJson) => b"]}".to_vec(),
+            Shape::Turns(TurnsForm::TrailMarkdown | TurnsForm::TurnMarkdown) => Vec::new(),
+        }
+    }
+
+    /// The response: the opening, the steps (`first`, then each next
+    /// batch as the client takes the previous ones) and the closing. A
+    /// failure after the status line cuts the body short, so a client sees
+    /// invalid JSON (or Markdown without its end), never a shorter answer
+    /// that parses.
+    pub(crate) fn stream(mut self, state: &Arc<AppState>, first: Bytes) -> Response {
+        let content_type = match &self.shape {
+            Shape::Replay { .. } => "application/json",
+            Shape::Turns(form) => form.content_type(),
+        };
+        // One batch waits in the channel while the next is read.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+        let state = Arc::clone(state);
+        tokio::spawn(async move {
+            let opening = self.opening();
+            if tx.send(Ok(Bytes::from(opening))).await.is_err() || tx.send(Ok(first)).await.is_err()
+            {
+                return;
+            }
+            loop {
+                // A client that leaves ends the stream even while it waits
+                // for a turn or a reservation.
+                let next = tokio::select! {
+                    next = self.next_batch(&state) => next,
+                    () = tx.closed() => return,
+                };
+                match next {
+                    Ok(Some(text)) => {
+                        if tx.send(Ok(text)).await.is_err() {
+                            // The client went away.
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e.message, "a streamed answer failed while streaming");
+                        // Its reservation ends now, not when a stalled
+                        // client lets the error through.
+                        drop(self.positions.take());
+                        drop(std::mem::take(&mut self.seqs));
+                        drop(std::mem::replace(&mut self.pieces, Pieces::Replay));
+                        let _ = tx.send(Err(std::io::Error::other(e.message))).await;
+                        return;
+                    }
+                }
+            }
+            let closing = self.closing();
+            let _ = tx.send(Ok(Bytes::from(closing))).await;
+        });
+        (
+            [(header::CONTENT_TYPE, content_type)],
+            axum::body::Body::from_stream(crate::log_api::ChannelBody::new(rx)),
+        )
+            .into_response()
+    }
+}
+
+/// The longest start of `seqs` (at least its first) that ascends.
+fn ascending_prefix(seqs: &[u64]) -> &[u64] {
+    let end = seqs
+        .windows(2)
+        .position(|pair| pair[0] >= pair[1])
+        .map_or(seqs.len(), |at| at + 1);
+    &seqs[..end]
+}
+
+/// A plan being read: each step's turn (by first appearance) and number.
+#[derive(Default)]
+struct Planner {
+    /// Each turn id's place among the turns.
+    turns: std::collections::HashMap<Option<String>, u32>,
+    /// The turn ids, in the order of their first step.
+    ids: Vec<Option<String>>,
+    /// Each step's turn and number (a step without one after those with).
+    keys: Vec<(u32, u64)>,
+    /// What the turn ids hold, counted as [`PLAN_BYTES_PER_TURN`] and
+    /// their text.
+    id_bytes: usize,
+}
+
+impl Planner {
+    /// Adds the places of the steps at `expected` (read in that order);
+    /// a step missing fails the answer, as a replay's would.
+    fn add(
+        &mut self,
+        expected: &[u64],
+        places: Vec<cairn_store::TurnPlace>,
+    ) -> Result<(), ApiError> {
+        let missing = |seq: u64| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage_failure",
+                format!("the session's step at log position {seq} could not be read"),
+            )
+        };
+        let differs = places
+            .iter()
+            .zip(expected)
+            .find(|(place, seq)| place.seq != **seq);
+        if let Some((_, &seq)) = differs {
+            return Err(missing(seq));
+        }
+        if let Some(&seq) = expected.get(places.len()) {
+            return Err(missing(seq));
+        }
+        for place in places {
+            let next = u32::try_from(self.ids.len()).map_err(|_| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "answer_too_large",
+                    "the session has more turns than one answer can order",
+                )
+            })?;
+            let turn = match self.turns.get(&place.turn_id) {
+                Some(&turn) => turn,
+                None => {
+                    self.id_bytes +=
+                        PLAN_BYTES_PER_TURN + 2 * place.turn_id.as_ref().map_or(0, String::len);
+                    self.ids.push(place.turn_id.clone());
+                    self.turns.insert(place.turn_id, next);
+                    next
+                }
+            };
+            self.keys.push((turn, place.turn_step.unwrap_or(u64::MAX)));
+        }
+        Ok(())
+    }
+
+    /// `seqs` (whose places were added, in index order) in trail order:
+    /// turns by their first step, each turn's steps by number, then by
+    /// index ([`render::in_turns`]'s order), with where each turn starts.
+    fn order(self, seqs: &[u64]) -> (Vec<u64>, TurnPlan) {
+        let Planner { ids, keys, .. } = self;
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by_key(|&i| (keys[i].0, keys[i].1, i));
+        let mut starts = Vec::with_capacity(ids.len());
+        let mut ordered = Vec::with_capacity(order.len());
+        for (position, &i) in order.iter().enumerate() {
+            if starts.len() <= keys[i].0 as usize {
+                starts.push(position as u64);
+            }
+            ordered.push(seqs[i]);
+        }
+        (ordered, TurnPlan { starts, ids })
+    }
+}
+
+/// Reads where each of `seqs`' steps (in index order) stands in the
+/// trail, a chunk at a time without the steps, and returns the positions
+/// in trail order with where each turn starts. What the plan holds is
+/// reserved in `positions` (the steps' positions' reservation); what
+/// ordering holds for a while besides, apart, and given back.
+async fn plan_turns(
+    state: &Arc<AppState>,
+    org: &str,
+    session_id: &str,
+    seqs: Vec<u64>,
+    positions: &mut limits::ExpensiveSlot,
+) -> Result<(Vec<u64>, TurnPlan), ApiError> {
+    let planning = limits::replay_buffer(
+        state,
+        org,
+        seqs.len().saturating_mul(PLAN_BYTES_PER_STEP),
+        REPLAY_HEADROOM,
+    )
+    .await?;
+    let seqs = Arc::new(seqs);
+    let mut planner = Planner::default();
+    planner.keys.reserve_exact(seqs.len());
+    let mut ids_reserved = 0usize;
+    for start in (0..seqs.len()).step_by(PLAN_CHUNK) {
+        let end = seqs.len().min(start + PLAN_CHUNK);
+        let (org_id, session, chunk_of) =
+            (org.to_owned(), session_id.to_owned(), Arc::clone(&seqs));
+        planner = blocking(state, move |store| {
+            let chunk = &chunk_of[start..end];
+            let places = store.turn_places_at(&org_id, &session, chunk)?;
+            planner.add(chunk, places)?;
+            Ok(planner)
+        })
+        .await?;
+        // The turn ids read so far, reserved as they come (a chunk's at
+        // most past the reservation).
+        if planner.id_bytes > ids_reserved {
+            let more = planner.id_bytes - ids_reserved;
+            positions.merge(limits::replay_buffer(state, org, more, REPLAY_HEADROOM).await?);
+            ids_reserved = planner.id_bytes;
+        }
+    }
+    let ordered = crate::on_cpu(state, org, "ordering a trail", move |_| {
+        planner.order(&seqs)
+    })
+    .await?;
+    drop(planning);
+    Ok(ordered)
+}
+
+/// A batch of a streamed answer with its reservation in the replay
+/// buffer, which ends when the last reference to the bytes is dropped.
+struct ReservedBatch {
+    text: Vec<u8>,
+    _reserved: limits::ExpensiveSlot,
+}
+
+impl AsRef<[u8]> for ReservedBatch {
+    fn as_ref(&self) -> &[u8] {
+        &self.text
+    }
+}
