@@ -14,4 +14,5 @@
 pub mod embedding_answer;
 pub mod otlp;
 pub mod render;
+pub mod trail;
 pub mod wire;

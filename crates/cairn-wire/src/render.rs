@@ -37,31 +37,39 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
 /// Plain text: one line per step with index, kind, time, hash prefix and
 /// content (on one line, [`cairn_core::thinking::one_line`]).
 pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
-    let mut out = format!(
-        "session {session_id} (agent {agent_id}), {} steps\n",
-        steps.len()
-    );
+    let mut out = text_heading(session_id, agent_id, steps.len());
     for r in steps {
-        let s = &r.step;
-        let _ = writeln!(
-            out,
-            "[{}] {} {:<12} {}  {}{}",
-            s.step_index,
-            s.created_at,
-            s.kind_label,
-            &r.hash.to_hex()[..12],
-            s.content.as_deref().map_or_else(
-                || if r.erased { "(erased)" } else { "" }.to_owned(),
-                cairn_core::thinking::one_line
-            ),
-            if s.status == cairn_core::record::Status::Flagged {
-                "  [flagged]"
-            } else {
-                ""
-            }
-        );
+        out.push_str(&text_line(r));
     }
     out
+}
+
+/// The first line of [`text`]: the session, its agent and its count of
+/// steps.
+pub fn text_heading(session_id: &str, agent_id: &str, steps: usize) -> String {
+    format!("session {session_id} (agent {agent_id}), {steps} steps\n")
+}
+
+/// One step's line of [`text`]: index, time, kind, the chain hash's
+/// start, the content on one line, and whether it is flagged.
+pub fn text_line(r: &StepRecord) -> String {
+    let s = &r.step;
+    format!(
+        "[{}] {} {:<12} {}  {}{}\n",
+        s.step_index,
+        s.created_at,
+        s.kind_label,
+        &r.hash.to_hex()[..12],
+        s.content.as_deref().map_or_else(
+            || if r.erased { "(erased)" } else { "" }.to_owned(),
+            cairn_core::thinking::one_line
+        ),
+        if s.status == cairn_core::record::Status::Flagged {
+            "  [flagged]"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Where a step goes in its session's audit trail: its turn, its number
@@ -105,25 +113,24 @@ impl<S: TurnStep> TurnStep for &S {
 /// its audit trail (seed 002's `getAuditTrail`): turns in the order of
 /// their first step, each turn's steps by their number within the turn
 /// (then by index, which breaks ties and orders steps recorded without a
-/// number). Every step of a turn shares its turn id.
+/// number). Every step of a turn shares its turn id. The order is
+/// [`crate::trail::TrailPlanner`]'s, which a streamed trail plans from the
+/// steps' places alone.
 pub fn in_turns<S: TurnStep>(steps: Vec<S>) -> Vec<Vec<S>> {
-    // Each turn's place among the turns, so that a session of many turns
-    // costs one look-up a step, not a scan of the turns so far.
-    let mut place: std::collections::HashMap<Option<String>, usize> =
-        std::collections::HashMap::new();
-    let mut keyed: Vec<(usize, u64, u64, S)> = Vec::with_capacity(steps.len());
-    for s in steps {
-        let next = place.len();
-        let turn = *place.entry(s.turn_id().map(str::to_owned)).or_insert(next);
-        keyed.push((turn, s.turn_step().unwrap_or(u64::MAX), s.step_index(), s));
+    let mut planner = crate::trail::TrailPlanner::default();
+    for s in &steps {
+        planner.push(s.turn_id().map(str::to_owned), s.turn_step());
     }
-    keyed.sort_by_key(|(turn, number, index, _)| (*turn, *number, *index));
-    let mut out: Vec<Vec<S>> = Vec::with_capacity(place.len());
-    for (turn, _, _, s) in keyed {
-        if turn == out.len() {
+    let plan = planner.order();
+    let mut slots: Vec<Option<S>> = steps.into_iter().map(Some).collect();
+    let mut out: Vec<Vec<S>> = Vec::with_capacity(plan.ids.len());
+    for (position, &i) in plan.order.iter().enumerate() {
+        if plan.starts.get(out.len()) == Some(&position) {
             out.push(Vec::new());
         }
-        out[turn].push(s);
+        if let (Some(turn), Some(step)) = (out.last_mut(), slots[i].take()) {
+            turn.push(step);
+        }
     }
     out
 }

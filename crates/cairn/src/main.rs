@@ -15,6 +15,7 @@ mod embedding_config;
 mod monitor_cmd;
 mod records;
 mod serve_config;
+mod session_out;
 mod witness_cmd;
 
 use std::process::ExitCode;

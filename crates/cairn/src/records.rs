@@ -11,9 +11,9 @@ use cairn_server::{render, wire};
 use cairn_store::{
     Ledger, LedgerStore, NewSession, NewStep, SequencerConfig, WriteRequest, Written,
 };
+use cairn_wire::trail::TurnsForm;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -282,74 +282,55 @@ pub fn trail(
     if store.session(&cli.org, session)?.is_none() {
         return Err(crate::cli::no_such_session(cli, session));
     }
-    let mut steps = Vec::new();
-    match turn {
-        // One turn: its steps through the index of turns, whatever the
-        // length of the session.
-        Some(id) => {
-            store.read_turn(&cli.org, session, id, &mut |s| {
-                steps.push((s.seq, s.record));
-                true
-            })?;
-        }
-        None => store.read_session(&cli.org, session, &mut |s| {
-            steps.push((s.seq, s.record));
-            true
-        })?,
+    // The positions (one turn's through the index of turns), then their
+    // trail order planned from each step's turn and number: the steps are
+    // read a few at a time as they are written, whatever the session's
+    // length.
+    let seqs = match turn {
+        Some(id) => store.turn_seqs(&cli.org, session, id)?,
+        None => store.session_seqs(&cli.org, session)?,
     }
-    let seqs: HashMap<String, u64> = steps
-        .iter()
-        .map(|(seq, r)| (r.step.trace_id.clone(), *seq))
-        .collect();
-    let records: Vec<_> = steps.into_iter().map(|(_, r)| r).collect();
-    let turns = render::turns(&records);
-    let selected: Vec<&render::Turn<'_>> = match turn {
-        None => turns.iter().collect(),
-        Some(id) => {
-            let found: Vec<_> = turns.iter().filter(|t| t.turn_id == Some(id)).collect();
-            if found.is_empty() {
-                return Err(usage(format!("turn {id} is not in session {session}")));
-            }
-            found
-        }
-    };
+    .unwrap_or_default();
+    if let Some(id) = turn
+        && seqs.is_empty()
+    {
+        return Err(usage(format!("turn {id} is not in session {session}")));
+    }
     let format = if cli.json { Format::Json } else { format };
-    match format {
-        Format::Json => {
-            let turns: Vec<Value> = selected
-                .iter()
-                .map(|t| wire::turn_to_json(t, &seqs))
-                .collect();
-            println!("{}", json!({"session_id": session, "turns": turns}));
-        }
-        Format::Markdown if turn.is_some() => {
-            for t in selected {
-                print!("{}", render::terminal_safe(&render::turn_markdown(t)));
-            }
-        }
-        Format::Markdown => print!(
-            "{}",
-            render::terminal_safe(&render::markdown(session, &records))
-        ),
-        Format::Text => {
-            for t in selected {
-                println!("turn {}", t.turn_id.unwrap_or("(none)"));
-                for r in &t.steps {
-                    println!(
-                        "  {:>3} {:<16} {}",
-                        r.step.turn_step.map_or("-".into(), |n| n.to_string()),
-                        render::terminal_safe(&r.step.kind_label),
-                        render::terminal_safe(
-                            &r.step
-                                .content
-                                .as_deref()
-                                .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
-                        )
-                    );
-                }
-            }
-        }
+    let form = match (format, turn) {
+        (Format::Markdown, Some(_)) => TurnsForm::TurnMarkdown,
+        (Format::Markdown, None) => TurnsForm::TrailMarkdown,
+        // One turn as JSON is a trail of that turn; text is written here.
+        (Format::Json | Format::Text, _) => TurnsForm::TrailJson,
+    };
+    let (steps, writer) = crate::session_out::plan(store, &cli.org, session, &seqs, form)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if !matches!(format, Format::Text) {
+        crate::session_out::write_turns(store, &cli.org, session, &steps, &writer, None, &mut out)?;
+        return Ok(Outcome::Success);
     }
+    crate::session_out::visit(store, &cli.org, session, &steps, &mut |position, step| {
+        let (_, starts) = writer
+            .place(position, step.seq, &step.record)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let s = &step.record.step;
+        if starts {
+            writeln!(out, "turn {}", s.turn_id.as_deref().unwrap_or("(none)"))?;
+        }
+        writeln!(
+            out,
+            "  {:>3} {:<16} {}",
+            s.turn_step.map_or("-".into(), |n| n.to_string()),
+            render::terminal_safe(&s.kind_label),
+            render::terminal_safe(
+                &s.content
+                    .as_deref()
+                    .map_or_else(|| "(erased)".into(), cairn_core::thinking::one_line)
+            )
+        )?;
+        Ok(())
+    })?;
+    out.flush()?;
     Ok(Outcome::Success)
 }
 

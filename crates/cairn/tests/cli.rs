@@ -9,6 +9,7 @@
 mod common;
 
 use common::{Target, cairn_in, json};
+use serde_json::Value;
 use std::path::Path;
 
 fn populated(dir: &Path) -> String {
@@ -81,6 +82,87 @@ fn log_stdin_reads_lines_as_strictly_as_rest_bodies() {
         replay["steps"][0]["input_data"]["$serde_json"], 1,
         "{replay}"
     );
+}
+
+/// `cairn trail` and `cairn replay` write a session as they read it, in
+/// runs of positions: the trail in its order (turns by their first step,
+/// each turn's steps by number, then index) however the steps were
+/// recorded and numbered, more steps than one read takes, and the
+/// Markdown replay is the trail's Markdown.
+#[test]
+fn trails_and_replays_are_written_in_order_as_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let turn_of = |i: usize| ["b", "a", "", "c"][i % 4];
+    let lines: Vec<String> = (0..150)
+        .map(|i| {
+            let mut step = serde_json::json!({"session_id": "t", "agent_id": "a",
+                "step_type": "plan", "content": format!("step {i}")});
+            match turn_of(i) {
+                "" => {}
+                turn => step["turn_id"] = turn.into(),
+            }
+            if turn_of(i) == "b" {
+                step["turn_step"] = (1000 - i).into();
+            }
+            step.to_string()
+        })
+        .collect();
+    let run = cairn_in(dir.path(), &["log", "--stdin"], Some(&lines.join("\n")));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let trail = json(&cairn_in(dir.path(), &["--json", "trail", "t"], None));
+    let turns: Vec<(Value, Vec<String>)> = trail["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let steps = t["steps"].as_array().unwrap().iter();
+            (
+                t["turn_id"].clone(),
+                steps
+                    .map(|s| s["content"].as_str().unwrap().to_owned())
+                    .collect(),
+            )
+        })
+        .collect();
+    let contents = |turn: &str, backwards: bool| {
+        let mut of: Vec<String> = (0..150)
+            .filter(|&i| turn_of(i) == turn)
+            .map(|i| format!("step {i}"))
+            .collect();
+        if backwards {
+            of.reverse();
+        }
+        of
+    };
+    assert_eq!(
+        turns,
+        [
+            (Value::from("b"), contents("b", true)),
+            (Value::from("a"), contents("a", false)),
+            (Value::Null, contents("", false)),
+            (Value::from("c"), contents("c", false)),
+        ]
+    );
+    let markdown = cairn_in(dir.path(), &["trail", "t", "--format", "markdown"], None);
+    let replayed = cairn_in(dir.path(), &["replay", "t", "--format", "markdown"], None);
+    assert_eq!(markdown.code, 0, "{}", markdown.stderr);
+    assert_eq!(markdown.stdout, replayed.stdout);
+    assert!(markdown.stdout.starts_with("# Session t\n\n## Turn b ("));
+    let replay = json(&cairn_in(dir.path(), &["--json", "replay", "t"], None));
+    assert_eq!(replay["step_count"], 150);
+    let indexes: Vec<u64> = replay["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, (0..150).collect::<Vec<u64>>());
+    let text = cairn_in(dir.path(), &["replay", "t"], None).stdout;
+    assert!(
+        text.starts_with("session t (agent a), 150 steps\n"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 151);
 }
 
 /// `cairn mcp` reads each line as strictly as `/mcp` reads a body, before

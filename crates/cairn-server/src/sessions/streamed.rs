@@ -2,10 +2,12 @@
 //! client holds no worker for: a replay's JSON (`GET /v1/sessions/{id}`),
 //! and seed 002's turns (the audit trail, one turn, and a Markdown
 //! replay, as JSON or Markdown), whose order is planned first from each
-//! step's turn and number ([`plan_turns`]), read without the steps.
+//! step's turn and number ([`plan_turns`]), read without the steps, and
+//! written by [`cairn_wire::trail`].
 
 use super::*;
-use cairn_wire::render;
+pub(crate) use cairn_wire::trail::TurnsForm;
+use cairn_wire::trail::{TrailPlanner, TurnsWriter, ascending_prefix};
 
 /// Replay batches read at once, server-wide, one org at most half (a
 /// batch is reserved in the replay buffer whole only once read; until
@@ -59,57 +61,8 @@ pub(crate) enum Shape {
         head: serde_json::Map<String, Value>,
         tail: serde_json::Map<String, Value>,
     },
-    /// Seed 002's turns, in trail order ([`render::in_turns`]).
+    /// Seed 002's turns, in trail order ([`cairn_wire::render::in_turns`]).
     Turns(TurnsForm),
-}
-
-/// How a stream of turns is written.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TurnsForm {
-    /// A session's audit trail as JSON: `{"session_id":…,"turns":[{"turn_id":…,"started_at":…,"steps":[…]},…]}`.
-    TrailJson,
-    /// A whole session in seed 002's Markdown: its title, then each turn
-    /// after a blank line ([`render::rendered_markdown`]).
-    TrailMarkdown,
-    /// One turn as JSON: `{"turn_id":…,"started_at":…,"steps":[…]}`.
-    TurnJson,
-    /// One turn in seed 002's Markdown ([`render::rendered_turn_markdown`]).
-    TurnMarkdown,
-}
-
-impl TurnsForm {
-    fn json(self) -> bool {
-        matches!(self, TurnsForm::TrailJson | TurnsForm::TurnJson)
-    }
-
-    /// The answer's content type.
-    pub(crate) fn content_type(self) -> &'static str {
-        if self.json() {
-            "application/json"
-        } else {
-            "text/markdown; charset=utf-8"
-        }
-    }
-}
-
-/// Where each turn of a stream of turns starts, in the streamed order.
-pub(crate) struct TurnPlan {
-    /// The position (in the streamed order) of each turn's first step,
-    /// ascending, the first 0.
-    starts: Vec<u64>,
-    /// Each turn's id (`None`: the steps recorded outside any turn).
-    ids: Vec<Option<String>>,
-}
-
-impl TurnPlan {
-    /// The turn of the step at `position`, and whether it starts there.
-    fn turn_at(&self, position: u64) -> (usize, bool) {
-        let turn = self
-            .starts
-            .partition_point(|&start| start <= position)
-            .saturating_sub(1);
-        (turn, self.starts.get(turn) == Some(&position))
-    }
 }
 
 /// How a batch writes each step: the shape without what is written only
@@ -117,7 +70,7 @@ impl TurnPlan {
 #[derive(Clone)]
 enum Pieces {
     Replay,
-    Turns(Arc<TurnPlan>, TurnsForm),
+    Turns(Arc<TurnsWriter>),
 }
 
 impl Pieces {
@@ -130,54 +83,16 @@ impl Pieces {
         record: &cairn_core::commit::StepRecord,
         out: &mut Vec<u8>,
     ) -> Result<(), String> {
-        let json = |out: &mut Vec<u8>| {
-            serde_json::to_writer(&mut *out, &wire::step_out(seq, record))
-                .map_err(|e| e.to_string())
-        };
-        let (plan, form) = match self {
+        match self {
             Pieces::Replay => {
                 if position > 0 {
                     out.push(b',');
                 }
-                return json(out);
+                serde_json::to_writer(&mut *out, &wire::step_out(seq, record))
+                    .map_err(|e| e.to_string())
             }
-            Pieces::Turns(plan, form) => (plan, *form),
-        };
-        let (turn, starts) = plan.turn_at(position);
-        let turn_id = record.step.turn_id.as_deref();
-        if plan.ids.get(turn).map(Option::as_deref) != Some(turn_id) {
-            // The plan was read from the same rows: only a store changed
-            // under the reader gets here, and a trail must not mix turns.
-            return Err(format!(
-                "the step at log position {seq} is not of the turn its row placed it in"
-            ));
+            Pieces::Turns(writer) => writer.write_step(position, seq, record, out),
         }
-        if form.json() {
-            if starts {
-                if turn > 0 {
-                    out.extend_from_slice(b"]},");
-                }
-                out.extend_from_slice(b"{\"turn_id\":");
-                serde_json::to_writer(&mut *out, &turn_id).map_err(|e| e.to_string())?;
-                out.extend_from_slice(b",\"started_at\":");
-                serde_json::to_writer(&mut *out, &record.step.created_at.to_string())
-                    .map_err(|e| e.to_string())?;
-                out.extend_from_slice(b",\"steps\":[");
-            } else {
-                out.push(b',');
-            }
-            return json(out);
-        }
-        if starts {
-            if form == TurnsForm::TrailMarkdown {
-                out.push(b'\n');
-            }
-            out.extend_from_slice(
-                render::turn_heading(turn_id, &record.step.created_at).as_bytes(),
-            );
-        }
-        out.extend_from_slice(render::markdown_line(record).as_bytes());
-        Ok(())
     }
 }
 
@@ -286,10 +201,17 @@ impl StreamedSteps {
         }
         if let Shape::Turns(form) = self.shape {
             let seqs = std::mem::take(&mut self.seqs);
-            let (ordered, plan) =
-                plan_turns(state, &self.org, &self.session_id, seqs, &mut positions).await?;
+            let (ordered, writer) = plan_turns(
+                state,
+                &self.org,
+                &self.session_id,
+                seqs,
+                form,
+                &mut positions,
+            )
+            .await?;
             self.seqs = ordered;
-            self.pieces = Pieces::Turns(Arc::new(plan), form);
+            self.pieces = Pieces::Turns(Arc::new(writer));
         }
         self.positions = Some(positions);
         self.next_batch(state).await.map(Option::unwrap_or_default)
@@ -404,22 +326,15 @@ impl StreamedSteps {
                 opening.extend_from_slice(b",\"steps\":[");
                 opening
             }
-            Shape::Turns(TurnsForm::TrailJson) => {
-                let mut opening = b"{\"session_id\":".to_vec();
-                opening.extend(serde_json::to_vec(&self.session_id).unwrap_or_default());
-                opening.extend_from_slice(b",\"turns\":[");
-                opening
-            }
-            Shape::Turns(TurnsForm::TrailMarkdown) => {
-                render::session_title(&self.session_id).into_bytes()
-            }
-            Shape::Turns(TurnsForm::TurnJson | TurnsForm::TurnMarkdown) => Vec::new(),
+            Shape::Turns(_) => match &self.pieces {
+                Pieces::Turns(writer) => writer.opening(&self.session_id),
+                Pieces::Replay => Vec::new(),
+            },
         }
     }
 
     /// What comes after the last step.
     fn closing(&mut self) -> Vec<u8> {
-        let any = self.sent > 0;
         match &mut self.shape {
             Shape::Replay { tail, .. } => {
                 let mut tail = std::mem::take(tail);
@@ -430,11 +345,10 @@ impl StreamedSteps {
                 text.extend_from_slice(closing.get(1..).unwrap_or_default());
                 text
             }
-            // The last turn's steps and object, then the turns and the trail.
-            Shape::Turns(TurnsForm::TrailJson) if any => b"]}]}".to_vec(),
-            Shape::Turns(TurnsForm::TrailJson) => b"]}".to_vec(),
-            Shape::Turns(TurnsForm::TurnJson) => b"]}".to_vec(),
-            Shape::Turns(TurnsForm::TrailMarkdown | TurnsForm::TurnMarkdown) => Vec::new(),
+            Shape::Turns(_) => match &self.pieces {
+                Pieces::Turns(writer) => writer.closing(self.sent),
+                Pieces::Replay => Vec::new(),
+            },
         }
     }
 
@@ -495,99 +409,48 @@ impl StreamedSteps {
     }
 }
 
-/// The longest start of `seqs` (at least its first) that ascends.
-fn ascending_prefix(seqs: &[u64]) -> &[u64] {
-    let end = seqs
-        .windows(2)
-        .position(|pair| pair[0] >= pair[1])
-        .map_or(seqs.len(), |at| at + 1);
-    &seqs[..end]
+/// Adds the places of the steps at `expected` (read in that order) to
+/// `planner`; a step missing fails the answer, as a replay's would.
+fn plan_places(
+    planner: &mut TrailPlanner,
+    expected: &[u64],
+    places: Vec<cairn_store::TurnPlace>,
+) -> Result<(), ApiError> {
+    let missing = |seq: u64| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "storage_failure",
+            format!("the session's step at log position {seq} could not be read"),
+        )
+    };
+    let differs = places
+        .iter()
+        .zip(expected)
+        .find(|(place, seq)| place.seq != **seq);
+    if let Some((_, &seq)) = differs {
+        return Err(missing(seq));
+    }
+    if let Some(&seq) = expected.get(places.len()) {
+        return Err(missing(seq));
+    }
+    for place in places {
+        planner.push(place.turn_id, place.turn_step);
+    }
+    Ok(())
 }
 
-/// A plan being read: each step's turn (by first appearance) and number.
-#[derive(Default)]
-struct Planner {
-    /// Each turn id's place among the turns.
-    turns: std::collections::HashMap<Option<String>, u32>,
-    /// The turn ids, in the order of their first step.
-    ids: Vec<Option<String>>,
-    /// Each step's turn and number (a step without one after those with).
-    keys: Vec<(u32, u64)>,
-    /// What the turn ids hold, counted as [`PLAN_BYTES_PER_TURN`] and
-    /// their text.
-    id_bytes: usize,
-}
-
-impl Planner {
-    /// Adds the places of the steps at `expected` (read in that order);
-    /// a step missing fails the answer, as a replay's would.
-    fn add(
-        &mut self,
-        expected: &[u64],
-        places: Vec<cairn_store::TurnPlace>,
-    ) -> Result<(), ApiError> {
-        let missing = |seq: u64| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "storage_failure",
-                format!("the session's step at log position {seq} could not be read"),
-            )
-        };
-        let differs = places
-            .iter()
-            .zip(expected)
-            .find(|(place, seq)| place.seq != **seq);
-        if let Some((_, &seq)) = differs {
-            return Err(missing(seq));
-        }
-        if let Some(&seq) = expected.get(places.len()) {
-            return Err(missing(seq));
-        }
-        for place in places {
-            let next = u32::try_from(self.ids.len()).map_err(|_| {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "answer_too_large",
-                    "the session has more turns than one answer can order",
-                )
-            })?;
-            let turn = match self.turns.get(&place.turn_id) {
-                Some(&turn) => turn,
-                None => {
-                    self.id_bytes +=
-                        PLAN_BYTES_PER_TURN + 2 * place.turn_id.as_ref().map_or(0, String::len);
-                    self.ids.push(place.turn_id.clone());
-                    self.turns.insert(place.turn_id, next);
-                    next
-                }
-            };
-            self.keys.push((turn, place.turn_step.unwrap_or(u64::MAX)));
-        }
-        Ok(())
-    }
-
-    /// `seqs` (whose places were added, in index order) in trail order:
-    /// turns by their first step, each turn's steps by number, then by
-    /// index ([`render::in_turns`]'s order), with where each turn starts.
-    fn order(self, seqs: &[u64]) -> (Vec<u64>, TurnPlan) {
-        let Planner { ids, keys, .. } = self;
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_unstable_by_key(|&i| (keys[i].0, keys[i].1, i));
-        let mut starts = Vec::with_capacity(ids.len());
-        let mut ordered = Vec::with_capacity(order.len());
-        for (position, &i) in order.iter().enumerate() {
-            if starts.len() <= keys[i].0 as usize {
-                starts.push(position as u64);
-            }
-            ordered.push(seqs[i]);
-        }
-        (ordered, TurnPlan { starts, ids })
-    }
+/// What a plan's turn ids hold: each id twice, and
+/// [`PLAN_BYTES_PER_TURN`] a turn.
+fn turn_id_bytes(planner: &TrailPlanner) -> usize {
+    planner
+        .turns()
+        .saturating_mul(PLAN_BYTES_PER_TURN)
+        .saturating_add(planner.turn_id_bytes().saturating_mul(2))
 }
 
 /// Reads where each of `seqs`' steps (in index order) stands in the
 /// trail, a chunk at a time without the steps, and returns the positions
-/// in trail order with where each turn starts. What the plan holds is
+/// in trail order with the writer of their turns in `form`. What the plan holds is
 /// reserved in `positions` (the steps' positions' reservation); what
 /// ordering holds for a while besides, apart, and given back.
 async fn plan_turns(
@@ -595,8 +458,9 @@ async fn plan_turns(
     org: &str,
     session_id: &str,
     seqs: Vec<u64>,
+    form: TurnsForm,
     positions: &mut limits::ExpensiveSlot,
-) -> Result<(Vec<u64>, TurnPlan), ApiError> {
+) -> Result<(Vec<u64>, TurnsWriter), ApiError> {
     let planning = limits::replay_buffer(
         state,
         org,
@@ -605,8 +469,7 @@ async fn plan_turns(
     )
     .await?;
     let seqs = Arc::new(seqs);
-    let mut planner = Planner::default();
-    planner.keys.reserve_exact(seqs.len());
+    let mut planner = TrailPlanner::default();
     let mut ids_reserved = 0usize;
     for start in (0..seqs.len()).step_by(PLAN_CHUNK) {
         let end = seqs.len().min(start + PLAN_CHUNK);
@@ -615,20 +478,23 @@ async fn plan_turns(
         planner = blocking(state, move |store| {
             let chunk = &chunk_of[start..end];
             let places = store.turn_places_at(&org_id, &session, chunk)?;
-            planner.add(chunk, places)?;
+            plan_places(&mut planner, chunk, places)?;
             Ok(planner)
         })
         .await?;
         // The turn ids read so far, reserved as they come (a chunk's at
         // most past the reservation).
-        if planner.id_bytes > ids_reserved {
-            let more = planner.id_bytes - ids_reserved;
+        let held = turn_id_bytes(&planner);
+        if held > ids_reserved {
+            let more = held - ids_reserved;
             positions.merge(limits::replay_buffer(state, org, more, REPLAY_HEADROOM).await?);
-            ids_reserved = planner.id_bytes;
+            ids_reserved = held;
         }
     }
     let ordered = crate::on_cpu(state, org, "ordering a trail", move |_| {
-        planner.order(&seqs)
+        let plan = planner.order();
+        let ordered: Vec<u64> = plan.order.iter().map(|&i| seqs[i]).collect();
+        (ordered, TurnsWriter::new(form, &plan))
     })
     .await?;
     drop(planning);

@@ -388,55 +388,89 @@ pub(super) fn replay(
             "session {session} has no recorded consent to full-detail sharing; use --level detailed or generic"
         )));
     }
-    let mut steps = Vec::new();
-    store.read_session(&cli.org, session, &mut |s| {
-        steps.push(s);
-        true
-    })?;
-    if let Some(level) = level {
-        for s in &mut steps {
-            s.record.redact(level)?;
-        }
-    }
     let verdict = if verify {
         verify_session(store, &cli.org, session)?
     } else {
         None
     };
+    // The steps are read a few at a time as they are written, whatever
+    // the session's length: its positions first (their count heads the
+    // JSON and the text), then each step, redacted to `level`.
+    let seqs = store.session_seqs(&cli.org, session)?.unwrap_or_default();
+    let redacted = |step: &mut cairn_store::StoredStep| -> Result<()> {
+        if let Some(level) = level {
+            step.record.redact(level)?;
+        }
+        Ok(())
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let format = if cli.json { Format::Json } else { format };
     match format {
         Format::Json => {
-            let mut v = json!({
+            // The members in the order a JSON object of them prints
+            // (sorted): the head up to `step_count`, the steps, then the
+            // verdict.
+            let mut head = json!({
                 "session_id": session,
                 "agent_id": info.header.agent_id,
-                "step_count": steps.len(),
+                "step_count": seqs.len(),
                 "sealed": info.seal.is_some(),
-                "steps": steps.iter().map(|s| step_to_json(s.seq, &s.record)).collect::<Vec<_>>(),
             });
             if let Some(verdict) = &verdict {
-                v["chain_valid"] = json!(verdict.verified);
-                v["verdict"] = verdict_to_json(verdict, 0, now());
+                head["chain_valid"] = json!(verdict.verified);
             }
-            println!("{v}");
+            let mut opening = head.to_string();
+            opening.pop();
+            write!(out, "{opening},\"steps\":[")?;
+            crate::session_out::visit(store, &cli.org, session, &seqs, &mut |position, mut s| {
+                redacted(&mut s)?;
+                if position > 0 {
+                    out.write_all(b",")?;
+                }
+                write!(out, "{}", step_to_json(s.seq, &s.record))?;
+                Ok(())
+            })?;
+            match &verdict {
+                Some(verdict) => writeln!(
+                    out,
+                    "],\"verdict\":{}}}",
+                    verdict_to_json(verdict, 0, now())
+                )?,
+                None => writeln!(out, "]}}")?,
+            }
         }
         Format::Text => {
-            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
-            print!(
+            write!(
+                out,
                 "{}",
-                render::terminal_safe(&render::text(session, &info.header.agent_id, &records))
-            );
+                render::terminal_safe(&render::text_heading(
+                    session,
+                    &info.header.agent_id,
+                    seqs.len()
+                ))
+            )?;
+            crate::session_out::visit(store, &cli.org, session, &seqs, &mut |_, mut s| {
+                redacted(&mut s)?;
+                write!(
+                    out,
+                    "{}",
+                    render::terminal_safe(&render::text_line(&s.record))
+                )?;
+                Ok(())
+            })?;
             if let Some(v) = &verdict {
-                println!("{}", describe(v));
+                writeln!(out, "{}", describe(v))?;
             }
         }
         Format::Markdown => {
-            let records: Vec<_> = steps.into_iter().map(|s| s.record).collect();
-            print!(
-                "{}",
-                render::terminal_safe(&render::markdown(session, &records))
-            );
+            let form = cairn_wire::trail::TurnsForm::TrailMarkdown;
+            let (steps, writer) = crate::session_out::plan(store, &cli.org, session, &seqs, form)?;
+            crate::session_out::write_turns(
+                store, &cli.org, session, &steps, &writer, level, &mut out,
+            )?;
         }
     }
+    out.flush()?;
     Ok(match verdict {
         Some(v) if !v.verified => Outcome::VerificationFailed,
         _ => Outcome::Success,
