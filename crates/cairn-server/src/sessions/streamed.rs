@@ -461,11 +461,17 @@ async fn plan_turns(
     form: TurnsForm,
     positions: &mut limits::ExpensiveSlot,
 ) -> Result<(Vec<u64>, TurnsWriter), ApiError> {
+    // Each reservation is checked with what the answer holds already (its
+    // positions, its planning, its turn ids so far) and the room its
+    // batches need: an answer that could never be served is refused at
+    // once (422), not left to wait for a share it alone passes.
+    let positions_bytes = seqs.len().saturating_mul(std::mem::size_of::<u64>());
+    let planning_bytes = seqs.len().saturating_mul(PLAN_BYTES_PER_STEP);
     let planning = limits::replay_buffer(
         state,
         org,
-        seqs.len().saturating_mul(PLAN_BYTES_PER_STEP),
-        REPLAY_HEADROOM,
+        planning_bytes,
+        REPLAY_HEADROOM.saturating_add(positions_bytes),
     )
     .await?;
     let seqs = Arc::new(seqs);
@@ -487,7 +493,11 @@ async fn plan_turns(
         let held = turn_id_bytes(&planner);
         if held > ids_reserved {
             let more = held - ids_reserved;
-            positions.merge(limits::replay_buffer(state, org, more, REPLAY_HEADROOM).await?);
+            let holding = REPLAY_HEADROOM
+                .saturating_add(positions_bytes)
+                .saturating_add(planning_bytes)
+                .saturating_add(ids_reserved);
+            positions.merge(limits::replay_buffer(state, org, more, holding).await?);
             ids_reserved = held;
         }
     }

@@ -225,6 +225,50 @@ fn long_sessions_stream_and_whole_answers_stop_at_their_limit() {
     assert_eq!(rest, answer);
 }
 
+/// A trail's plan is reserved in the replay buffer as it is read (each
+/// distinct turn id twice and 96 bytes, 40 bytes a step): one that alone
+/// would pass an org's share is refused at once with `answer_too_large`
+/// (not left to wait for room it could never have), while the same
+/// session's replay, which holds 8 bytes a step, streams.
+#[test]
+fn a_trail_whose_plan_passes_the_buffer_is_refused_at_once() {
+    let limits = Limits {
+        // The smallest buffer: an org's half is 16 MiB, 8 MiB of it kept
+        // for the batches.
+        replay_buffer_bytes: 1024,
+        expensive_wait: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let server = start(config(limits));
+    let admin = server.admin.clone();
+    // 36,000 steps, each in a turn of its own with a 200-character id:
+    // about 19 MB of plan, more than the share even without the room.
+    let pad = "t".repeat(190);
+    for batch in 0..(36_000 / 600) {
+        let steps: Vec<Value> = (0..600)
+            .map(|i| {
+                let mut s = step("turns", "a", "plan", "p");
+                s["turn_id"] = json!(format!("{pad}{:010}", batch * 600 + i));
+                s
+            })
+            .collect();
+        let reply = post(&server, "/v1/steps/batch", &admin, &json!(steps));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let started = std::time::Instant::now();
+    let refused = get(&server, "/v1/sessions/turns/trail", &admin);
+    let shown: String = refused.text().chars().take(300).collect();
+    assert_eq!(refused.status, 422, "{shown}");
+    assert_eq!(refused.code(), "answer_too_large");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not after waiting for room"
+    );
+    let replay = get(&server, "/v1/sessions/turns", &admin);
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.json()["step_count"], 36_000);
+}
+
 /// A bundle verification pins at most 64 log keys, counted before any is
 /// decoded (each is a curve point to decompress), as witnesses are.
 #[test]
