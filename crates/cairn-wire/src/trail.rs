@@ -39,6 +39,26 @@ pub struct TrailOrder {
 }
 
 impl TrailPlanner {
+    /// The next step (in index order) as a reader shown `level` of it
+    /// sees it: its turn id and number, each left out where the level
+    /// hides it ([`cairn_core::detail::DetailLevel::of`]; `generic` hides
+    /// turn ids, so such a reader's trail is one turn of steps outside
+    /// any), as the steps it then writes, redacted, will show.
+    pub fn push_shown(
+        &mut self,
+        turn_id: Option<String>,
+        turn_step: Option<u64>,
+        level: Option<cairn_core::detail::DetailLevel>,
+    ) {
+        use cairn_core::commit::Field;
+        use cairn_core::detail::DetailLevel;
+        let shown = |field: Field| level.is_none_or(|level| DetailLevel::of(field) <= level);
+        self.push(
+            turn_id.filter(|_| shown(Field::TurnId)),
+            turn_step.filter(|_| shown(Field::TurnStep)),
+        );
+    }
+
     /// The next step (in index order): its turn id and its number within
     /// the turn.
     pub fn push(&mut self, turn_id: Option<String>, turn_step: Option<u64>) {
@@ -389,6 +409,43 @@ mod tests {
             assert_eq!(
                 write(TurnsForm::TurnMarkdown, &of_turn, &at),
                 render::turn_markdown(turn)
+            );
+        }
+        // A reader shown less sees the steps redacted, and their trail as
+        // the redacted steps give it (`generic` hides turn ids, not
+        // numbers: one turn of steps outside any, by number).
+        for level in [
+            cairn_core::detail::DetailLevel::Generic,
+            cairn_core::detail::DetailLevel::Detailed,
+        ] {
+            let mut redacted = records.clone();
+            for r in &mut redacted {
+                r.redact(level).unwrap();
+            }
+            let mut planner = TrailPlanner::default();
+            for r in &records {
+                planner.push_shown(r.step.turn_id.clone(), r.step.turn_step, Some(level));
+            }
+            let plan = planner.order();
+            let writer = TurnsWriter::new(TurnsForm::TrailMarkdown, &plan);
+            let mut out = writer.opening("s");
+            for (position, &i) in plan.order.iter().enumerate() {
+                writer
+                    .write_step(position as u64, seq(i), &redacted[i], &mut out)
+                    .unwrap();
+            }
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                render::markdown("s", &redacted),
+                "{level}"
+            );
+            assert_eq!(
+                plan.ids.len(),
+                if level == cairn_core::detail::DetailLevel::Generic {
+                    1
+                } else {
+                    3
+                }
             );
         }
         // No steps: a trail without turns, and no Markdown turn.

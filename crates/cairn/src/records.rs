@@ -303,7 +303,7 @@ pub fn trail(
         // One turn as JSON is a trail of that turn; text is written here.
         (Format::Json | Format::Text, _) => TurnsForm::TrailJson,
     };
-    let (steps, writer) = crate::session_out::plan(store, &cli.org, session, &seqs, form)?;
+    let (steps, writer) = crate::session_out::plan(store, &cli.org, session, &seqs, (form, None))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if !matches!(format, Format::Text) {
         crate::session_out::write_turns(store, &cli.org, session, &steps, &writer, None, &mut out)?;

@@ -17,13 +17,14 @@ const PLAN_CHUNK: usize = 4096;
 const READ_CHUNK: usize = 64;
 
 /// `seqs` (a session's or a turn's positions, in index order) in trail
-/// order, with the writer of their turns in `form`.
+/// order, with the writer of their turns in `form`, as a reader shown
+/// `level` sees them (the steps written are redacted to it).
 pub(crate) fn plan(
     store: &dyn LedgerStore,
     org: &str,
     session: &str,
     seqs: &[u64],
-    form: TurnsForm,
+    (form, level): (TurnsForm, Option<DetailLevel>),
 ) -> Result<(Vec<u64>, TurnsWriter)> {
     let mut planner = TrailPlanner::default();
     for chunk in seqs.chunks(PLAN_CHUNK) {
@@ -33,7 +34,7 @@ pub(crate) fn plan(
             bail!("the session's step at log position {seq} could not be read");
         }
         for place in places {
-            planner.push(place.turn_id, place.turn_step);
+            planner.push_shown(place.turn_id, place.turn_step, level);
         }
     }
     let plan = planner.order();

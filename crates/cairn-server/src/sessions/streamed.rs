@@ -206,7 +206,7 @@ impl StreamedSteps {
                 &self.org,
                 &self.session_id,
                 seqs,
-                form,
+                (form, self.level),
                 &mut positions,
             )
             .await?;
@@ -410,11 +410,13 @@ impl StreamedSteps {
 }
 
 /// Adds the places of the steps at `expected` (read in that order) to
-/// `planner`; a step missing fails the answer, as a replay's would.
+/// `planner`, as a reader shown `level` sees them; a step missing fails
+/// the answer, as a replay's would.
 fn plan_places(
     planner: &mut TrailPlanner,
     expected: &[u64],
     places: Vec<cairn_store::TurnPlace>,
+    level: Option<DetailLevel>,
 ) -> Result<(), ApiError> {
     let missing = |seq: u64| {
         ApiError::new(
@@ -434,7 +436,7 @@ fn plan_places(
         return Err(missing(seq));
     }
     for place in places {
-        planner.push(place.turn_id, place.turn_step);
+        planner.push_shown(place.turn_id, place.turn_step, level);
     }
     Ok(())
 }
@@ -450,7 +452,8 @@ fn turn_id_bytes(planner: &TrailPlanner) -> usize {
 
 /// Reads where each of `seqs`' steps (in index order) stands in the
 /// trail, a chunk at a time without the steps, and returns the positions
-/// in trail order with the writer of their turns in `form`. What the plan holds is
+/// in trail order with the writer of their turns in `form`, as a reader
+/// shown `level` sees them (the steps are redacted to it). What the plan holds is
 /// reserved in `positions` (the steps' positions' reservation); what
 /// ordering holds for a while besides, apart, and given back.
 async fn plan_turns(
@@ -458,7 +461,7 @@ async fn plan_turns(
     org: &str,
     session_id: &str,
     seqs: Vec<u64>,
-    form: TurnsForm,
+    (form, level): (TurnsForm, Option<DetailLevel>),
     positions: &mut limits::ExpensiveSlot,
 ) -> Result<(Vec<u64>, TurnsWriter), ApiError> {
     // Each reservation is checked with what the answer holds already (its
@@ -484,7 +487,7 @@ async fn plan_turns(
         planner = blocking(state, move |store| {
             let chunk = &chunk_of[start..end];
             let places = store.turn_places_at(&org_id, &session, chunk)?;
-            plan_places(&mut planner, chunk, places)?;
+            plan_places(&mut planner, chunk, places, level)?;
             Ok(planner)
         })
         .await?;

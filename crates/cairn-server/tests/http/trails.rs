@@ -109,6 +109,36 @@ fn a_streamed_trail_is_the_trail_built_whole() {
     let replay = get(&server, "/v1/sessions/tt?format=markdown", &admin);
     assert_eq!(replay.status, 200);
     assert_eq!(replay.text(), text);
+    let detailed = get(
+        &server,
+        "/v1/sessions/tt?format=markdown&level=detailed",
+        &admin,
+    );
+    // `detailed` hides contents, not turns: the same turns and order.
+    let hidden = (0..60).fold(text.clone(), |shown, i| {
+        shown.replace(&format!("] step {i}\n"), "] (hidden)\n")
+    });
+    assert_eq!(detailed.text(), hidden);
+    // At `generic` turn ids are hidden (numbers are not): the steps make
+    // one section of steps outside any turn, ordered by number, then
+    // index, whole.
+    let generic = get(
+        &server,
+        "/v1/sessions/tt?format=markdown&level=generic",
+        &admin,
+    );
+    assert_eq!(generic.status, 200);
+    let generic = generic.text();
+    assert!(
+        generic.starts_with("# Session tt\n\n## Steps outside any turn ("),
+        "{generic}"
+    );
+    assert_eq!(generic.matches("## ").count(), 1, "{generic}");
+    assert_eq!(
+        generic.matches("[計画] (hidden)\n").count(),
+        60,
+        "{generic}"
+    );
 
     for turn in ["a", "b", "c"] {
         let path = format!("/v1/sessions/tt/turns/{turn}");

@@ -464,7 +464,8 @@ pub(super) fn replay(
         }
         Format::Markdown => {
             let form = cairn_wire::trail::TurnsForm::TrailMarkdown;
-            let (steps, writer) = crate::session_out::plan(store, &cli.org, session, &seqs, form)?;
+            let (steps, writer) =
+                crate::session_out::plan(store, &cli.org, session, &seqs, (form, level))?;
             crate::session_out::write_turns(
                 store, &cli.org, session, &steps, &writer, level, &mut out,
             )?;
