@@ -7,7 +7,7 @@
 
 use super::*;
 pub(crate) use cairn_wire::trail::TurnsForm;
-use cairn_wire::trail::{TrailPlanner, TurnsWriter, ascending_prefix};
+use cairn_wire::trail::{TrailPlanner, TurnsWriter};
 
 /// Replay batches read at once, server-wide, one org at most half (a
 /// batch is reserved in the replay buffer whole only once read; until
@@ -24,7 +24,7 @@ const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
 /// Most steps a replay reads at a time: the store is read without
 /// holding a connection or a read snapshot while the client takes what
 /// was sent.
-const REPLAY_BATCH_STEPS: usize = 16;
+const REPLAY_BATCH_STEPS: usize = 256;
 
 /// How many bytes a replay's batch holds, and one step more at most: a
 /// batch writes steps until it has this many (at least one), and after a
@@ -238,62 +238,22 @@ impl StreamedSteps {
         // read, the reservation is cut to its size, or what its last step
         // took beyond it is added.
         let mut reserved = limits::replay_buffer(state, &self.org, REPLAY_BATCH_BYTES, 0).await?;
-        // The store reads positions in ascending order: a batch ends
-        // where the order turns back (a turn's steps numbered out of the
-        // order they were recorded in, or turns interleaved).
-        let seqs = ascending_prefix(&rest[..self.batch.min(rest.len())]);
-        let (org, session_id, seqs, level, sent, pieces) = (
+        let want = rest[..self.batch.min(rest.len())].to_vec();
+        let (org, session_id, level, sent, pieces) = (
             self.org.clone(),
             self.session_id.clone(),
-            seqs.to_vec(),
             self.level,
             self.sent,
             self.pieces.clone(),
         );
         let (text, written) = blocking(state, move |store| {
-            let mut text = Vec::new();
-            let mut written = 0usize;
-            let mut failed = None;
-            // Steps are written until the batch's bytes are reached (its
-            // steps may be larger than the last batch's), each read only
-            // once the one before was written: the rest are read again by
-            // the next batch. Each must be the one at its position, in
-            // order: a missing step fails the stream.
-            store.visit_steps_at(&org, &session_id, &seqs, &mut |mut s| {
-                if seqs.get(written) != Some(&s.seq) {
-                    return false;
-                }
-                if let Some(level) = level
-                    && let Err(e) = s.record.redact(level)
-                {
-                    failed = Some(e.to_string());
-                    return false;
-                }
-                if let Err(e) = pieces.write(sent + written as u64, s.seq, &s.record, &mut text) {
-                    failed = Some(e);
-                    return false;
-                }
-                written += 1;
-                text.len() < REPLAY_BATCH_BYTES
-            })?;
-            if let Some(message) = failed {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    message,
-                ));
-            }
-            if written < seqs.len() && text.len() < REPLAY_BATCH_BYTES {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "storage_failure",
-                    format!(
-                        "the session's step at log position {} could not be read",
-                        seqs[written]
-                    ),
-                ));
-            }
-            Ok((text, written as u64))
+            let batch = Batch {
+                want: &want,
+                sent,
+                level,
+                pieces: &pieces,
+            };
+            batch.read(store, &org, &session_id)
         })
         .await?;
         match text.len().checked_sub(REPLAY_BATCH_BYTES) {
@@ -512,6 +472,124 @@ async fn plan_turns(
     .await?;
     drop(planning);
     Ok(ordered)
+}
+
+/// One batch of a stream being read: the positions it asks for, in the
+/// order they are written, from position `sent` of the stream.
+struct Batch<'a> {
+    want: &'a [u64],
+    sent: u64,
+    level: Option<DetailLevel>,
+    pieces: &'a Pieces,
+}
+
+impl Batch<'_> {
+    /// The batch's text and how many steps it wrote: steps are written
+    /// until the batch holds [`REPLAY_BATCH_BYTES`] (at least one step; the
+    /// rest are read again by the next batch), each parsed only once the
+    /// one before was written. A step missing at its position fails the
+    /// stream.
+    fn read(
+        &self,
+        store: &dyn LedgerStore,
+        org: &str,
+        session_id: &str,
+    ) -> Result<(Vec<u8>, u64), ApiError> {
+        let missing = |seq: u64| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage_failure",
+                format!("the session's step at log position {seq} could not be read"),
+            )
+        };
+        let internal =
+            |message: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
+        let want = self.want;
+        if want.windows(2).all(|pair| pair[0] < pair[1]) {
+            // In the store's order (a replay, and a trail's runs): written
+            // as read.
+            let mut text = Vec::new();
+            let mut written = 0usize;
+            let mut failed = None;
+            store.visit_steps_at(org, session_id, want, &mut |mut s| {
+                if want.get(written) != Some(&s.seq) {
+                    return false;
+                }
+                if let Err(e) = self.write(written, &mut s, &mut text) {
+                    failed = Some(e);
+                    return false;
+                }
+                written += 1;
+                text.len() < REPLAY_BATCH_BYTES
+            })?;
+            if let Some(message) = failed {
+                return Err(internal(message));
+            }
+            if written < want.len() && text.len() < REPLAY_BATCH_BYTES {
+                return Err(missing(want[written]));
+            }
+            return Ok((text, written as u64));
+        }
+        // Against the store's order (a turn numbered against the order its
+        // steps were recorded in, interleaved turns): the first step is
+        // read first, then the others in the store's order, each written
+        // into its own piece, until the pieces hold the batch's bytes; the
+        // pieces that follow each other from the first are the batch, and
+        // those after a gap are read again by the next one.
+        let mut pieces: Vec<Option<Vec<u8>>> = vec![None; want.len()];
+        let mut bytes = 0usize;
+        let mut failed = None;
+        {
+            let mut take = |s: cairn_store::StoredStep, bytes: &mut usize| -> bool {
+                let Some(at) = want.iter().position(|&seq| seq == s.seq) else {
+                    return true;
+                };
+                let mut step = s;
+                let mut piece = Vec::new();
+                if let Err(e) = self.write(at, &mut step, &mut piece) {
+                    failed = Some(e);
+                    return false;
+                }
+                *bytes += piece.len();
+                pieces[at] = Some(piece);
+                *bytes < REPLAY_BATCH_BYTES
+            };
+            store.visit_steps_at(org, session_id, &want[..1], &mut |s| take(s, &mut bytes))?;
+            // Nothing written: the first step failed or is missing, said below.
+            if (1..REPLAY_BATCH_BYTES).contains(&bytes) {
+                let mut others = want[1..].to_vec();
+                others.sort_unstable();
+                store.visit_steps_at(org, session_id, &others, &mut |s| take(s, &mut bytes))?;
+            }
+        }
+        if let Some(message) = failed {
+            return Err(internal(message));
+        }
+        let mut text = Vec::with_capacity(bytes);
+        let written = pieces
+            .into_iter()
+            .map_while(|piece| piece.map(|piece| text.extend(piece)))
+            .count();
+        if written < want.len() && bytes < REPLAY_BATCH_BYTES {
+            return Err(missing(want[written]));
+        }
+        Ok((text, written as u64))
+    }
+
+    /// Writes the batch's step `at` (redacted to the level) after what
+    /// comes before it at its place in the stream.
+    fn write(
+        &self,
+        at: usize,
+        step: &mut cairn_store::StoredStep,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        if let Some(level) = self.level {
+            step.record.redact(level).map_err(|e| e.to_string())?;
+        }
+        self.pieces
+            .write(self.sent + at as u64, step.seq, &step.record, out)
+    }
 }
 
 /// A batch of a streamed answer with its reservation in the replay

@@ -211,7 +211,8 @@ impl PgStore {
             let resume =
                 delivered.map_or(0, |last| ids.partition_point(|&id| id <= row_id(org, last)));
             for chunk in ids.get(resume..).unwrap_or_default().chunks(SESSION_PAGE) {
-                if !visit_steps_by_id(db, org, sid, chunk, &mut delivered, visit)? {
+                let page = (PAGE_BYTES, &mut delivered);
+                if !visit_steps_by_id(db, org, sid, chunk, page, visit)? {
                     return Ok(());
                 }
             }
@@ -311,7 +312,8 @@ impl PgStore {
                 .filter(|&&seq| delivered.is_none_or(|last| seq > last))
                 .map(|&seq| row_id(org, seq))
                 .collect();
-            visit_steps_by_id(db, org, sid, &ids, &mut delivered, visit).map(|_| ())
+            let page = (STEP_PAGE_BYTES, &mut delivered);
+            visit_steps_by_id(db, org, sid, &ids, page, visit).map(|_| ())
         })
     }
 
@@ -670,23 +672,30 @@ fn stored_entry(
 /// are visited, and a step may hold a megabyte of text).
 const SESSION_PAGE: usize = 128;
 
+/// Bytes of stored text after which a page of steps read by position
+/// ([`crate::LedgerStore::visit_steps_at`]) ends: a streamed answer's
+/// batch asks for up to 64 positions after small steps, and the steps at
+/// them may each hold a megabyte; its page holds at most this and one
+/// step.
+const STEP_PAGE_BYTES: i64 = 4 * 1024 * 1024;
+
 /// Visits the steps of session `sid` at `ids` (ascending) in order, each
 /// parsed only when the one before was taken, in pages that end past
-/// [`PAGE_BYTES`] of stored text; `delivered` is the last step given
+/// `page_bytes` of stored text; `delivered` is the last step given
 /// (across a retried read). False once `visit` asked to stop.
 fn visit_steps_by_id(
     db: &mut Db<'_, postgres::Client>,
     org: i64,
     sid: i64,
     ids: &[i64],
-    delivered: &mut Option<u64>,
+    (page_bytes, delivered): (i64, &mut Option<u64>),
     visit: &mut dyn FnMut(StoredStep) -> bool,
 ) -> Result<bool, StoreError> {
     let mut rest = ids;
     while !rest.is_empty() {
         let rows = db.query(
             &STEPS_BY_ID,
-            &[&rest, &sid, &PAGE_BYTES],
+            &[&rest, &sid, &page_bytes],
             "reading a session",
         )?;
         let Some(last) = rows.last() else {
