@@ -8,7 +8,7 @@
 use crate::render;
 use cairn_core::commit::StepRecord;
 
-/// Puts a session's steps into trail order ([`in_turns`]'s) from their
+/// Puts a session's steps into trail order ([`render::in_turns`]'s) from their
 /// places alone, each step's turn id and number given in index order,
 /// without the steps: what a reader that streams a trail plans before
 /// it reads them. It holds 16 bytes a step and each distinct turn id
@@ -158,13 +158,6 @@ impl TurnsWriter {
     /// Its form.
     pub fn form(&self) -> TurnsForm {
         self.form
-    }
-
-    /// What the writer holds, in bytes (its turns' starts and ids).
-    pub fn held_bytes(&self) -> usize {
-        self.starts.len() * std::mem::size_of::<u64>()
-            + self.ids.len() * std::mem::size_of::<Option<String>>()
-            + self.ids.iter().flatten().map(String::len).sum::<usize>()
     }
 
     /// The turn of the step at `position`, and whether it starts there.

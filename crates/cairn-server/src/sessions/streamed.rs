@@ -23,7 +23,11 @@ const REPLAY_HEADROOM: usize = 8 * 1024 * 1024;
 
 /// Most steps a replay reads at a time: the store is read without
 /// holding a connection or a read snapshot while the client takes what
-/// was sent.
+/// was sent. Each step is parsed only once the one before was written,
+/// and PostgreSQL answers a batch's positions in pages of at most 4 MiB
+/// of stored text, so this bounds the reads a batch makes (16 had made a
+/// batch's fixed costs, a blocking task and a query or two, a third of a
+/// trail's time), not what it holds.
 const REPLAY_BATCH_STEPS: usize = 256;
 
 /// How many bytes a replay's batch holds, and one step more at most: a
@@ -440,8 +444,12 @@ async fn plan_turns(
     let seqs = Arc::new(seqs);
     let mut planner = TrailPlanner::default();
     let mut ids_reserved = 0usize;
+    // Each chunk is read holding one of the few read turns, as a batch
+    // is (before the status line: within CAIRN_EXPENSIVE_WAIT).
+    let wait = Some(state.config.limits.expensive_wait);
     for start in (0..seqs.len()).step_by(PLAN_CHUNK) {
         let end = seqs.len().min(start + PLAN_CHUNK);
+        let reading = limits::replay_read(state, org, wait).await?;
         let (org_id, session, chunk_of) =
             (org.to_owned(), session_id.to_owned(), Arc::clone(&seqs));
         planner = blocking(state, move |store| {
@@ -451,6 +459,7 @@ async fn plan_turns(
             Ok(planner)
         })
         .await?;
+        drop(reading);
         // The turn ids read so far, reserved as they come (a chunk's at
         // most past the reservation).
         let held = turn_id_bytes(&planner);
