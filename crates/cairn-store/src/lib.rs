@@ -312,8 +312,9 @@ pub trait LedgerStore: Send + Sync + 'static {
     }
 
     /// The steps of `session_id` at these log positions (from
-    /// [`LedgerStore::session_seqs`], ascending), in that order; a position
-    /// that holds no step of the session is left out.
+    /// [`LedgerStore::session_seqs`] or [`LedgerStore::turn_seqs`], in any
+    /// order), in that order; a position that holds no step of the session
+    /// is left out.
     fn steps_at(
         &self,
         org_id: &str,
@@ -353,11 +354,12 @@ pub trait LedgerStore: Send + Sync + 'static {
         Ok(places)
     }
 
-    /// [`LedgerStore::steps_at`] one step at a time: each is parsed only
-    /// when `visit` has taken the one before, and none after `visit`
-    /// returns false, so a reader that stops once it holds enough (a
-    /// replay's batch, a page) never holds the rest parsed (a step of
-    /// small numbers is about 15 times its stored size once parsed).
+    /// [`LedgerStore::steps_at`] one step at a time, in the order of
+    /// `seqs` (any order: a streamed trail reads its steps in trail order):
+    /// each is parsed only when `visit` has taken the one before, and none
+    /// after `visit` returns false, so a reader that stops once it holds
+    /// enough (a replay's batch, a page) never holds the rest parsed (a step
+    /// of small numbers is about 15 times its stored size once parsed).
     fn visit_steps_at(
         &self,
         org_id: &str,

@@ -254,18 +254,6 @@ impl TurnsWriter {
     }
 }
 
-/// The longest start of `seqs` (at least its first) that ascends: the
-/// steps of a planned order a store reads at once (stores read log
-/// positions in ascending order; the order turns back where a step is
-/// numbered before one recorded earlier, or turns interleave).
-pub fn ascending_prefix(seqs: &[u64]) -> &[u64] {
-    let end = seqs
-        .windows(2)
-        .position(|pair| pair[0] >= pair[1])
-        .map_or(seqs.len(), |at| at + 1);
-    &seqs[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,16 +444,5 @@ mod tests {
                 .write_step(0, 1, &records[0], &mut Vec::new())
                 .is_err()
         );
-    }
-
-    /// An ascending run ends before the first position that does not
-    /// ascend, and is never empty.
-    #[test]
-    fn a_read_is_an_ascending_run() {
-        assert_eq!(ascending_prefix(&[3, 5, 9, 4, 10]), [3, 5, 9]);
-        assert_eq!(ascending_prefix(&[7, 2]), [7]);
-        assert_eq!(ascending_prefix(&[1, 2, 3]), [1, 2, 3]);
-        assert_eq!(ascending_prefix(&[4, 4]), [4]);
-        assert_eq!(ascending_prefix(&[]), [] as [u64; 0]);
     }
 }

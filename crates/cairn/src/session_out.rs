@@ -2,12 +2,13 @@
 //! that `cairn replay` and `cairn trail` hold a session's positions (and
 //! a trail's plan) but never the session: in index order, or in trail
 //! order planned first from each step's turn and number
-//! ([`cairn_wire::trail`], as the server's streamed answers are).
+//! ([`cairn_wire::trail`], as the server's streamed answers are), read in
+//! that order.
 
 use anyhow::{Result, anyhow, bail};
 use cairn_core::detail::DetailLevel;
 use cairn_store::{LedgerStore, StoredStep};
-use cairn_wire::trail::{TrailPlanner, TurnsForm, TurnsWriter, ascending_prefix};
+use cairn_wire::trail::{TrailPlanner, TurnsForm, TurnsWriter};
 
 /// Steps whose places in the trail are read at a time while planning.
 const PLAN_CHUNK: usize = 4096;
@@ -43,8 +44,8 @@ pub(crate) fn plan(
 }
 
 /// Gives `visit` the steps at `seqs`, in that order, each with its place
-/// in it: read an ascending run of at most [`READ_CHUNK`] at a time, each
-/// parsed only once the one before was visited. A step missing at its
+/// in it: read [`READ_CHUNK`] at a time (the store reads positions in any
+/// order), each parsed only once the one before was visited. A step missing at its
 /// position fails, as a shorter answer must never pass for the whole.
 pub(crate) fn visit(
     store: &dyn LedgerStore,
@@ -56,7 +57,7 @@ pub(crate) fn visit(
     let mut position = 0usize;
     while position < seqs.len() {
         let end = seqs.len().min(position + READ_CHUNK);
-        let run = ascending_prefix(&seqs[position..end]);
+        let run = &seqs[position..end];
         let mut read = 0usize;
         let mut failed = None;
         store.visit_steps_at(org, session, run, &mut |step| {

@@ -514,72 +514,26 @@ impl Batch<'_> {
         let internal =
             |message: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
         let want = self.want;
-        if want.windows(2).all(|pair| pair[0] < pair[1]) {
-            // In the store's order (a replay, and a trail's runs): written
-            // as read.
-            let mut text = Vec::new();
-            let mut written = 0usize;
-            let mut failed = None;
-            store.visit_steps_at(org, session_id, want, &mut |mut s| {
-                if want.get(written) != Some(&s.seq) {
-                    return false;
-                }
-                if let Err(e) = self.write(written, &mut s, &mut text) {
-                    failed = Some(e);
-                    return false;
-                }
-                written += 1;
-                text.len() < REPLAY_BATCH_BYTES
-            })?;
-            if let Some(message) = failed {
-                return Err(internal(message));
-            }
-            if written < want.len() && text.len() < REPLAY_BATCH_BYTES {
-                return Err(missing(want[written]));
-            }
-            return Ok((text, written as u64));
-        }
-        // Against the store's order (a turn numbered against the order its
-        // steps were recorded in, interleaved turns): the first step is
-        // read first, then the others in the store's order, each written
-        // into its own piece, until the pieces hold the batch's bytes; the
-        // pieces that follow each other from the first are the batch, and
-        // those after a gap are read again by the next one.
-        let mut pieces: Vec<Option<Vec<u8>>> = vec![None; want.len()];
-        let mut bytes = 0usize;
+        // In the order written (the store reads positions in any order):
+        // each step written as read, until the batch's bytes are reached.
+        let mut text = Vec::new();
+        let mut written = 0usize;
         let mut failed = None;
-        {
-            let mut take = |s: cairn_store::StoredStep, bytes: &mut usize| -> bool {
-                let Some(at) = want.iter().position(|&seq| seq == s.seq) else {
-                    return true;
-                };
-                let mut step = s;
-                let mut piece = Vec::new();
-                if let Err(e) = self.write(at, &mut step, &mut piece) {
-                    failed = Some(e);
-                    return false;
-                }
-                *bytes += piece.len();
-                pieces[at] = Some(piece);
-                *bytes < REPLAY_BATCH_BYTES
-            };
-            store.visit_steps_at(org, session_id, &want[..1], &mut |s| take(s, &mut bytes))?;
-            // Nothing written: the first step failed or is missing, said below.
-            if (1..REPLAY_BATCH_BYTES).contains(&bytes) {
-                let mut others = want[1..].to_vec();
-                others.sort_unstable();
-                store.visit_steps_at(org, session_id, &others, &mut |s| take(s, &mut bytes))?;
+        store.visit_steps_at(org, session_id, want, &mut |mut s| {
+            if want.get(written) != Some(&s.seq) {
+                return false;
             }
-        }
+            if let Err(e) = self.write(written, &mut s, &mut text) {
+                failed = Some(e);
+                return false;
+            }
+            written += 1;
+            text.len() < REPLAY_BATCH_BYTES
+        })?;
         if let Some(message) = failed {
             return Err(internal(message));
         }
-        let mut text = Vec::with_capacity(bytes);
-        let written = pieces
-            .into_iter()
-            .map_while(|piece| piece.map(|piece| text.extend(piece)))
-            .count();
-        if written < want.len() && bytes < REPLAY_BATCH_BYTES {
+        if written < want.len() && text.len() < REPLAY_BATCH_BYTES {
             return Err(missing(want[written]));
         }
         Ok((text, written as u64))

@@ -3,7 +3,7 @@
 //! autovacuum analyzes it) and once it is analyzed.
 
 use super::reads::{KEY_RECORDS_BETWEEN, KEY_RECORDS_PAGE, TURN_STEPS_TAKEN};
-use super::rows::{STEPS_BY_TRACE, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
+use super::rows::{STEPS_BY_TRACE, STEPS_IN_ORDER, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
 use crate::pg::{PgOptions, PgStore};
 use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
 use cairn_testkit::PgCluster;
@@ -92,6 +92,24 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
             }
         }
     }
+    // A streamed trail's batch: 256 of a session's steps by position, in
+    // trail order (here backwards), each found by the primary key.
+    let mut positions = store.session_seqs("org", "s3").unwrap().unwrap();
+    positions.reverse();
+    let by_id: Vec<i64> = positions
+        .iter()
+        .take(256)
+        .map(|&seq| (org << 40) | seq as i64)
+        .collect();
+    let page_bytes: i64 = 4 * 1024 * 1024;
+    let plan = explain(&mut admin, &STEPS_IN_ORDER, &[&by_id, &sid, &page_bytes]);
+    assert!(plan.contains("Index Scan using entries_pkey"), "{plan}");
+    for scan in ["Seq Scan on entries", "Bitmap Heap Scan on entries"] {
+        assert!(!plan.contains(scan), "{plan}");
+    }
+    let read = store.steps_at("org", "s3", &positions[..256]).unwrap();
+    let read: Vec<u64> = read.iter().map(|s| s.seq).collect();
+    assert_eq!(read, positions[..256]);
     key_record_pages_follow_their_index(&store, &mut admin, org);
     // A second server's writer reads those 600 key records into its cache
     // a page at a time (pages of 64 in tests): a key of its first page and

@@ -7,7 +7,7 @@
 use super::connection::{Db, col, i64_of, u64_of};
 use super::rows::{
     ENTRIES_BY_ID, LOG_PAGE, ListedEnds, PAGE_BYTES, STEP_BY_TRACE, STEPS_BY_ID, STEPS_BY_TRACE,
-    entry_from_row, listed_ends, session_ids, step_from_row, true_end,
+    STEPS_IN_ORDER, entry_from_row, listed_ends, session_ids, step_from_row, true_end,
 };
 use super::{PAGE, PgStore};
 use crate::engine::{
@@ -211,8 +211,7 @@ impl PgStore {
             let resume =
                 delivered.map_or(0, |last| ids.partition_point(|&id| id <= row_id(org, last)));
             for chunk in ids.get(resume..).unwrap_or_default().chunks(SESSION_PAGE) {
-                let page = (PAGE_BYTES, &mut delivered);
-                if !visit_steps_by_id(db, org, sid, chunk, page, visit)? {
+                if !visit_steps_by_id(db, org, sid, chunk, &mut delivered, visit)? {
                     return Ok(());
                 }
             }
@@ -300,20 +299,21 @@ impl PgStore {
         seqs: &[u64],
         visit: &mut dyn FnMut(StoredStep) -> bool,
     ) -> Result<(), StoreError> {
-        // The last step given to `visit`: a read retried on a new
-        // connection (`read`) goes on after it, never giving one twice.
-        let mut delivered: Option<u64> = None;
+        // How many of `seqs` were handled (given to `visit`, or found
+        // missing before one that was): a read retried on a new connection
+        // (`read`) goes on after them, never giving a step twice.
+        let mut handled = 0usize;
         self.read(|db| {
             let Some((org, sid)) = session_key(db, org_id, session_id)? else {
                 return Ok(());
             };
             let ids: Vec<i64> = seqs
+                .get(handled..)
+                .unwrap_or_default()
                 .iter()
-                .filter(|&&seq| delivered.is_none_or(|last| seq > last))
                 .map(|&seq| row_id(org, seq))
                 .collect();
-            let page = (STEP_PAGE_BYTES, &mut delivered);
-            visit_steps_by_id(db, org, sid, &ids, page, visit).map(|_| ())
+            visit_steps_in_order(db, sid, &ids, &mut handled, visit)
         })
     }
 
@@ -674,28 +674,72 @@ const SESSION_PAGE: usize = 128;
 
 /// Bytes of stored text after which a page of steps read by position
 /// ([`crate::LedgerStore::visit_steps_at`]) ends: a streamed answer's
-/// batch asks for up to 64 positions after small steps, and the steps at
+/// batch asks for up to 256 positions after small steps, and the steps at
 /// them may each hold a megabyte; its page holds at most this and one
 /// step.
 const STEP_PAGE_BYTES: i64 = 4 * 1024 * 1024;
 
+/// Visits the steps of session `sid` at `ids`, in the order of `ids`
+/// (any order), each parsed only when the one before was taken, in pages
+/// that end past [`STEP_PAGE_BYTES`] of stored text; `handled` counts the
+/// ids dealt with so far, across a retried read (it is where `ids`
+/// starts). An id that holds no step of the session is left out.
+fn visit_steps_in_order(
+    db: &mut Db<'_, postgres::Client>,
+    sid: i64,
+    ids: &[i64],
+    handled: &mut usize,
+    visit: &mut dyn FnMut(StoredStep) -> bool,
+) -> Result<(), StoreError> {
+    let base = *handled;
+    let mut done = 0usize;
+    while done < ids.len() {
+        let rest = &ids[done..];
+        let rows = db.query(
+            &STEPS_IN_ORDER,
+            &[&rest, &sid, &STEP_PAGE_BYTES],
+            "reading a session",
+        )?;
+        if rows.is_empty() {
+            // None of the rest holds a step of the session.
+            *handled = base + ids.len();
+            return Ok(());
+        }
+        for row in &rows {
+            let place: i64 = col(row, STEP_COLUMN_COUNT)?;
+            let place = usize::try_from(place).unwrap_or(0);
+            let step = step_from_row(row)?;
+            *handled = base + done + place;
+            if !visit(step) {
+                return Ok(());
+            }
+        }
+        if let Some(last) = rows.last() {
+            let last: i64 = col(last, STEP_COLUMN_COUNT)?;
+            done += usize::try_from(last).unwrap_or(rest.len()).max(1);
+        }
+    }
+    *handled = base + ids.len();
+    Ok(())
+}
+
 /// Visits the steps of session `sid` at `ids` (ascending) in order, each
 /// parsed only when the one before was taken, in pages that end past
-/// `page_bytes` of stored text; `delivered` is the last step given
+/// [`PAGE_BYTES`] of stored text; `delivered` is the last step given
 /// (across a retried read). False once `visit` asked to stop.
 fn visit_steps_by_id(
     db: &mut Db<'_, postgres::Client>,
     org: i64,
     sid: i64,
     ids: &[i64],
-    (page_bytes, delivered): (i64, &mut Option<u64>),
+    delivered: &mut Option<u64>,
     visit: &mut dyn FnMut(StoredStep) -> bool,
 ) -> Result<bool, StoreError> {
     let mut rest = ids;
     while !rest.is_empty() {
         let rows = db.query(
             &STEPS_BY_ID,
-            &[&rest, &sid, &page_bytes],
+            &[&rest, &sid, &PAGE_BYTES],
             "reading a session",
         )?;
         let Some(last) = rows.last() else {

@@ -155,6 +155,28 @@ pub(super) static STEPS_BY_ID: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Steps of session `$2` by id (`$1`), in the order of `$1` (any order:
+/// a streamed trail asks for its steps in trail order), each with its
+/// place in `$1` (1-based) as its last column, only while the stored text
+/// before each in the answer is under `$3`: the caller asks again for
+/// the ids after the place of the last one answered.
+pub(super) static STEPS_IN_ORDER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM (
+           SELECT {STEP_COLUMNS}, w.n,
+             sum(COALESCE(octet_length(e.content), 0) + COALESCE(octet_length(e.input_data), 0)
+                 + COALESCE(octet_length(e.output_data), 0) + COALESCE(octet_length(e.metadata), 0)
+                 + COALESCE(octet_length(e.view), 0))
+               OVER (ORDER BY w.n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS page_bytes_before
+           FROM unnest($1::bigint[]) WITH ORDINALITY AS w(id, n)
+           JOIN entries e ON e.id = w.id
+           JOIN orgs o ON o.org = e.org
+           JOIN sessions s ON s.sid = e.sid WHERE e.sid = $2 AND e.type = 'step'
+           ORDER BY w.n
+         ) page WHERE COALESCE(page_bytes_before, 0) < $3"
+    )
+});
+
 /// The ids of a session's steps, oldest first, found by walking `prev_seq`
 /// back from the session's last step as the log holds it (`$3`, its seq;
 /// `$4`, its index), as the embedded store does (no index on `sid` slows

@@ -90,6 +90,31 @@ pub(super) fn large_records_are_read_whole_across_pages(backend: &dyn Backend) {
             })
             .unwrap();
         assert_eq!(visited, seqs);
+        // At positions in any order (a trail's), in that order, across
+        // pages; a position holding no step of the session left out.
+        let mut asked: Vec<u64> = seqs.iter().rev().copied().collect();
+        asked.insert(3, u64::MAX >> 30);
+        let other = if session == "s0" { "s1" } else { "s0" };
+        asked.insert(7, store.session_seqs(ORG, other).unwrap().unwrap()[0]);
+        let mut visited = Vec::new();
+        store
+            .visit_steps_at(ORG, session, &asked, &mut |s| {
+                assert!(whole(&s), "step {} read whole", s.seq);
+                visited.push(s.seq);
+                true
+            })
+            .unwrap();
+        let reversed: Vec<u64> = seqs.iter().rev().copied().collect();
+        assert_eq!(visited, reversed);
+        // Stopping early gives no step after.
+        let mut few = Vec::new();
+        store
+            .visit_steps_at(ORG, session, &asked, &mut |s| {
+                few.push(s.seq);
+                few.len() < 9
+            })
+            .unwrap();
+        assert_eq!(few, reversed[..9]);
     }
     let cp = checkpoint(&ledger);
     let now = Timestamp::from_micros(0).unwrap();
