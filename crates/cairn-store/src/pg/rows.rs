@@ -172,8 +172,7 @@ pub(super) static STEPS_IN_ORDER: LazyLock<String> = LazyLock::new(|| {
            JOIN entries e ON e.id = w.id
            JOIN orgs o ON o.org = e.org
            JOIN sessions s ON s.sid = e.sid WHERE e.sid = $2 AND e.type = 'step'
-           ORDER BY w.n
-         ) page WHERE COALESCE(page_bytes_before, 0) < $3"
+         ) page WHERE COALESCE(page_bytes_before, 0) < $3 ORDER BY page.n"
     )
 });
 
