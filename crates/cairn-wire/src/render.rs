@@ -34,24 +34,15 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Plain text: one line per step with index, kind, time, hash prefix and
-/// content (on one line, [`cairn_core::thinking::one_line`]).
-pub fn text(session_id: &str, agent_id: &str, steps: &[StepRecord]) -> String {
-    let mut out = text_heading(session_id, agent_id, steps.len());
-    for r in steps {
-        out.push_str(&text_line(r));
-    }
-    out
-}
-
-/// The first line of [`text`]: the session, its agent and its count of
-/// steps.
+/// The first line of a session as plain text: the session, its agent
+/// and its count of steps, before each step's [`text_line`].
 pub fn text_heading(session_id: &str, agent_id: &str, steps: usize) -> String {
     format!("session {session_id} (agent {agent_id}), {steps} steps\n")
 }
 
-/// One step's line of [`text`]: index, time, kind, the chain hash's
-/// start, the content on one line, and whether it is flagged.
+/// One step's line of a session as plain text: index, time, kind, the
+/// chain hash's start, the content on one line
+/// ([`cairn_core::thinking::one_line`]), and whether it is flagged.
 pub fn text_line(r: &StepRecord) -> String {
     let s = &r.step;
     format!(
@@ -133,27 +124,6 @@ pub fn in_turns<S: TurnStep>(steps: Vec<S>) -> Vec<Vec<S>> {
         }
     }
     out
-}
-
-/// One turn of a session (seed 002): its id, `None` for the steps
-/// recorded without one, and its steps in order.
-#[derive(Debug)]
-pub struct Turn<'a> {
-    /// The turn id.
-    pub turn_id: Option<&'a str>,
-    /// Its steps, by turn step number, then by step index.
-    pub steps: Vec<&'a StepRecord>,
-}
-
-/// A session's audit trail across its turns, as [`in_turns`] orders it.
-pub fn turns(steps: &[StepRecord]) -> Vec<Turn<'_>> {
-    in_turns(steps.iter().collect())
-        .into_iter()
-        .map(|steps| Turn {
-            turn_id: steps.first().and_then(|r| r.step.turn_id.as_deref()),
-            steps,
-        })
-        .collect()
 }
 
 /// A step of an answer that is held whole, rendered as it was read: its
@@ -278,12 +248,6 @@ pub fn session_title(session_id: &str) -> String {
     format!("# Session {session_id}\n")
 }
 
-/// Seed 002's `exportMarkdown` of one turn ([`rendered_turn_markdown`]).
-pub fn turn_markdown(turn: &Turn<'_>) -> String {
-    let steps: Vec<Rendered<String>> = turn.steps.iter().map(|r| Rendered::markdown(r)).collect();
-    rendered_turn_markdown(&steps)
-}
-
 /// Seed 002's Markdown of a whole session, its steps rendered as they
 /// were read: a `# Session` title, then every turn as
 /// [`rendered_turn_markdown`] renders it, in trail order.
@@ -294,11 +258,6 @@ pub fn rendered_markdown(session_id: &str, steps: Vec<Rendered<String>>) -> Stri
         out.push_str(&rendered_turn_markdown(&turn));
     }
     out
-}
-
-/// Seed 002's Markdown of a whole session ([`rendered_markdown`]).
-pub fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
-    rendered_markdown(session_id, steps.iter().map(Rendered::markdown).collect())
 }
 
 #[cfg(test)]
@@ -319,6 +278,11 @@ mod tests {
 
     use super::*;
     use cairn_core::Timestamp;
+
+    /// A whole session's Markdown from its records.
+    fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
+        rendered_markdown(session_id, steps.iter().map(Rendered::markdown).collect())
+    }
     use cairn_core::commit::StepRecord;
     use cairn_core::record::Step;
 

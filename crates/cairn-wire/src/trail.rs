@@ -257,7 +257,27 @@ impl TurnsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::{Rendered, in_turns};
+    use crate::render::{Rendered, TurnStep, in_turns};
+
+    /// A whole session's Markdown from its records, built whole.
+    fn markdown(session_id: &str, steps: &[StepRecord]) -> String {
+        render::rendered_markdown(session_id, steps.iter().map(Rendered::markdown).collect())
+    }
+
+    /// A record with its place among those written.
+    struct Placed<'a>((usize, &'a StepRecord));
+
+    impl TurnStep for Placed<'_> {
+        fn turn_id(&self) -> Option<&str> {
+            self.0.1.turn_id()
+        }
+        fn turn_step(&self) -> Option<u64> {
+            self.0.1.turn_step()
+        }
+        fn step_index(&self) -> u64 {
+            self.0.1.step_index()
+        }
+    }
 
     proptest::proptest! {
         /// The planned order is the trail's by definition: turns by the
@@ -360,24 +380,41 @@ mod tests {
         };
         let all: Vec<&StepRecord> = records.iter().collect();
         let indexes: Vec<usize> = (0..records.len()).collect();
-        let seqs: std::collections::HashMap<String, u64> = records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.step.trace_id.clone(), seq(i)))
-            .collect();
-        let turns: Vec<_> = render::turns(&records)
-            .iter()
-            .map(|turn| crate::wire::turn_to_json(turn, &seqs))
-            .collect();
+        // The trail built whole: the records grouped by `in_turns`, each
+        // turn as JSON ({turn_id, started_at, steps}) and as Markdown.
+        let whole: Vec<Vec<(usize, &StepRecord)>> =
+            in_turns(records.iter().enumerate().map(Placed).collect())
+                .into_iter()
+                .map(|turn| turn.into_iter().map(|Placed(placed)| placed).collect())
+                .collect();
+        let turn_json = |turn: &[(usize, &StepRecord)]| {
+            let (_, first) = turn[0];
+            serde_json::json!({
+                "turn_id": first.step.turn_id,
+                "started_at": first.step.created_at.to_string(),
+                "steps": turn
+                    .iter()
+                    .map(|&(i, r)| crate::wire::step_to_json(seq(i), r))
+                    .collect::<Vec<_>>(),
+            })
+        };
+        let turn_markdown = |turn: &[(usize, &StepRecord)]| {
+            let lines: Vec<Rendered<String>> =
+                turn.iter().map(|&(_, r)| Rendered::markdown(r)).collect();
+            render::rendered_turn_markdown(&lines)
+        };
+        let turns: Vec<_> = whole.iter().map(|turn| turn_json(turn)).collect();
         let json: serde_json::Value =
             serde_json::from_str(&write(TurnsForm::TrailJson, &all, &indexes)).unwrap();
         assert_eq!(json, serde_json::json!({"session_id": "s", "turns": turns}));
         assert_eq!(
             write(TurnsForm::TrailMarkdown, &all, &indexes),
-            render::markdown("s", &records)
+            markdown("s", &records)
         );
-        for (k, turn) in render::turns(&records).iter().enumerate() {
-            let Some(id) = turn.turn_id else { continue };
+        for turn in &whole {
+            let Some(id) = turn[0].1.step.turn_id.as_deref() else {
+                continue;
+            };
             let (of_turn, at): (Vec<&StepRecord>, Vec<usize>) = records
                 .iter()
                 .enumerate()
@@ -386,10 +423,10 @@ mod tests {
                 .unzip();
             let json: serde_json::Value =
                 serde_json::from_str(&write(TurnsForm::TurnJson, &of_turn, &at)).unwrap();
-            assert_eq!(json, turns[k]);
+            assert_eq!(json, turn_json(turn));
             assert_eq!(
                 write(TurnsForm::TurnMarkdown, &of_turn, &at),
-                render::turn_markdown(turn)
+                turn_markdown(turn)
             );
         }
         // A reader shown less sees the steps redacted, and their trail as
@@ -417,7 +454,7 @@ mod tests {
             }
             assert_eq!(
                 String::from_utf8(out).unwrap(),
-                render::markdown("s", &redacted),
+                markdown("s", &redacted),
                 "{level}"
             );
             assert_eq!(

@@ -361,41 +361,6 @@ pub fn audit_event_to_json(seq: u64, e: &cairn_core::log::AuditEvent) -> Value {
     })
 }
 
-/// One turn of a session (seed 002).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct TurnOut {
-    /// The turn id (null for steps recorded outside a turn).
-    pub turn_id: Option<String>,
-    /// When its first step was recorded (RFC 3339, UTC).
-    pub started_at: Option<String>,
-    /// Its steps, by their number within the turn.
-    pub steps: Vec<StepOut>,
-}
-
-/// A turn (see [`TurnOut`]); `seqs` maps trace ids to log positions.
-pub fn turn_out(
-    turn: &crate::render::Turn<'_>,
-    seqs: &std::collections::HashMap<String, u64>,
-) -> TurnOut {
-    TurnOut {
-        turn_id: turn.turn_id.map(str::to_owned),
-        started_at: turn.steps.first().map(|r| r.step.created_at.to_string()),
-        steps: turn
-            .steps
-            .iter()
-            .map(|r| step_out(seqs.get(&r.step.trace_id).copied().unwrap_or(0), r))
-            .collect(),
-    }
-}
-
-/// A turn (seed 002) as JSON; `seqs` maps trace ids to log positions.
-pub fn turn_to_json(
-    turn: &crate::render::Turn<'_>,
-    seqs: &std::collections::HashMap<String, u64>,
-) -> Value {
-    to_json(&turn_out(turn, seqs))
-}
-
 /// A step just written: its position and hashes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct StepWritten {
