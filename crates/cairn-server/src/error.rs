@@ -247,6 +247,16 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 404 for a turn the session does not hold (REST's streamed turn and
+    /// MCP's `get_audit_trail` word it alike).
+    pub fn no_turn(turn_id: &str, session_id: &str) -> ApiError {
+        ApiError::not_found(format!(
+            "turn {} in session {}",
+            shown(turn_id),
+            shown(session_id)
+        ))
+    }
+
     /// 404 for a session this org does not have (or that does not exist:
     /// the two are not told apart). An id Cairn would not store as given
     /// (a space, a slash, ...) is named with the id OTLP ingest stores a

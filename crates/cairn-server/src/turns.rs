@@ -630,13 +630,7 @@ pub(crate) async fn turn_of(
             .into_iter()
             .find(|t| t.first().and_then(|s| s.turn_id.as_deref()) == Some(turn_id))
     }
-    let not_found = || {
-        ApiError::not_found(format!(
-            "turn {} in session {}",
-            crate::error::shown(turn_id),
-            crate::error::shown(session_id)
-        ))
-    };
+    let not_found = || ApiError::no_turn(turn_id, session_id);
     let turn = Some(turn_id);
     let answer = if markdown {
         let (steps, slot) = session_steps(state, caller, session_id, turn, held).await?;

@@ -59,6 +59,32 @@ impl TrailPlanner {
         );
     }
 
+    /// The places of the steps at `expected` (a chunk of positions in
+    /// index order), as the store read them
+    /// ([`cairn_store::LedgerStore::turn_places_at`]), each pushed as a
+    /// reader shown `level` sees it ([`TrailPlanner::push_shown`]); nothing
+    /// is pushed and the first position that holds no step is the error
+    /// when one is missing.
+    pub fn push_places(
+        &mut self,
+        expected: &[u64],
+        places: Vec<cairn_store::TurnPlace>,
+        level: Option<cairn_core::detail::DetailLevel>,
+    ) -> Result<(), u64> {
+        let read = places
+            .iter()
+            .zip(expected)
+            .take_while(|(place, seq)| place.seq == **seq)
+            .count();
+        if let Some(&missing) = expected.get(read) {
+            return Err(missing);
+        }
+        for place in places {
+            self.push_shown(place.turn_id, place.turn_step, level);
+        }
+        Ok(())
+    }
+
     /// The next step (in index order): its turn id and its number within
     /// the turn.
     pub fn push(&mut self, turn_id: Option<String>, turn_step: Option<u64>) {

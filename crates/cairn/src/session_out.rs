@@ -30,12 +30,8 @@ pub(crate) fn plan(
     let mut planner = TrailPlanner::default();
     for chunk in seqs.chunks(PLAN_CHUNK) {
         let places = store.turn_places_at(org, session, chunk)?;
-        let read = places.iter().zip(chunk).take_while(|(p, s)| p.seq == **s);
-        if let Some(&seq) = chunk.get(read.count()) {
+        if let Err(seq) = planner.push_places(chunk, places, level) {
             bail!("the session's step at log position {seq} could not be read");
-        }
-        for place in places {
-            planner.push_shown(place.turn_id, place.turn_step, level);
         }
     }
     let plan = planner.order();

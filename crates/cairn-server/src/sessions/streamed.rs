@@ -183,11 +183,7 @@ impl StreamedSteps {
             };
             let seqs = seqs.ok_or_else(|| ApiError::no_session(&session_id))?;
             match turn {
-                Some(turn) if seqs.is_empty() => Err(ApiError::not_found(format!(
-                    "turn {} in session {}",
-                    crate::error::shown(&turn),
-                    crate::error::shown(&session_id)
-                ))),
+                Some(turn) if seqs.is_empty() => Err(ApiError::no_turn(&turn, &session_id)),
                 _ => Ok(seqs),
             }
         })
@@ -373,36 +369,14 @@ impl StreamedSteps {
     }
 }
 
-/// Adds the places of the steps at `expected` (read in that order) to
-/// `planner`, as a reader shown `level` sees them; a step missing fails
-/// the answer, as a replay's would.
-fn plan_places(
-    planner: &mut TrailPlanner,
-    expected: &[u64],
-    places: Vec<cairn_store::TurnPlace>,
-    level: Option<DetailLevel>,
-) -> Result<(), ApiError> {
-    let missing = |seq: u64| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "storage_failure",
-            format!("the session's step at log position {seq} could not be read"),
-        )
-    };
-    let differs = places
-        .iter()
-        .zip(expected)
-        .find(|(place, seq)| place.seq != **seq);
-    if let Some((_, &seq)) = differs {
-        return Err(missing(seq));
-    }
-    if let Some(&seq) = expected.get(places.len()) {
-        return Err(missing(seq));
-    }
-    for place in places {
-        planner.push_shown(place.turn_id, place.turn_step, level);
-    }
-    Ok(())
+/// A stream's step missing at its position: the answer fails (a shorter
+/// answer must never pass for the whole).
+fn missing_step(seq: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "storage_failure",
+        format!("the session's step at log position {seq} could not be read"),
+    )
 }
 
 /// What a plan's turn ids hold: each id twice, and
@@ -455,7 +429,9 @@ async fn plan_turns(
         planner = blocking(state, move |store| {
             let chunk = &chunk_of[start..end];
             let places = store.turn_places_at(&org_id, &session, chunk)?;
-            plan_places(&mut planner, chunk, places, level)?;
+            planner
+                .push_places(chunk, places, level)
+                .map_err(missing_step)?;
             Ok(planner)
         })
         .await?;
@@ -504,13 +480,6 @@ impl Batch<'_> {
         org: &str,
         session_id: &str,
     ) -> Result<(Vec<u8>, u64), ApiError> {
-        let missing = |seq: u64| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "storage_failure",
-                format!("the session's step at log position {seq} could not be read"),
-            )
-        };
         let internal =
             |message: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
         let want = self.want;
@@ -534,7 +503,7 @@ impl Batch<'_> {
             return Err(internal(message));
         }
         if written < want.len() && text.len() < REPLAY_BATCH_BYTES {
-            return Err(missing(want[written]));
+            return Err(missing_step(want[written]));
         }
         Ok((text, written as u64))
     }
