@@ -54,23 +54,21 @@ pub(crate) fn visit(
     while position < seqs.len() {
         let end = seqs.len().min(position + READ_CHUNK);
         let run = &seqs[position..end];
-        let mut read = 0usize;
         let mut failed = None;
-        store.visit_steps_at(org, session, run, &mut |step| {
-            if run.get(read) != Some(&step.seq) {
-                return false;
-            }
-            match visit((position + read) as u64, step) {
-                Ok(()) => {
-                    read += 1;
-                    true
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            }
-        })?;
+        let read =
+            cairn_store::ops::visit_in_place(
+                store,
+                org,
+                session,
+                run,
+                &mut |at, step| match visit((position + at) as u64, step) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                },
+            )?;
         if let Some(e) = failed {
             return Err(e);
         }

@@ -486,19 +486,15 @@ impl Batch<'_> {
         // In the order written (the store reads positions in any order):
         // each step written as read, until the batch's bytes are reached.
         let mut text = Vec::new();
-        let mut written = 0usize;
         let mut failed = None;
-        store.visit_steps_at(org, session_id, want, &mut |mut s| {
-            if want.get(written) != Some(&s.seq) {
-                return false;
-            }
-            if let Err(e) = self.write(written, &mut s, &mut text) {
-                failed = Some(e);
-                return false;
-            }
-            written += 1;
-            text.len() < REPLAY_BATCH_BYTES
-        })?;
+        let written =
+            cairn_store::ops::visit_in_place(store, org, session_id, want, &mut |at, mut s| {
+                if let Err(e) = self.write(at, &mut s, &mut text) {
+                    failed = Some(e);
+                    return false;
+                }
+                text.len() < REPLAY_BATCH_BYTES
+            })?;
         if let Some(message) = failed {
             return Err(internal(message));
         }

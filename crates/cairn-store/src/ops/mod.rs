@@ -139,6 +139,31 @@ fn visit_reviews(
     }
 }
 
+/// Gives `each` the steps of `session_id` at `positions` (any order), in
+/// that order, with their index there, each parsed only once `each` has the
+/// one before ([`crate::LedgerStore::visit_steps_at`]), until a position holds no
+/// step of the session or `each` answers false. How many steps `each` was
+/// given: fewer than `positions` with `each` never refusing means the step
+/// at that index is missing, which a reader that streams a session treats
+/// as its failure (a shorter answer must never pass for the whole).
+pub fn visit_in_place(
+    store: &dyn crate::LedgerStore,
+    org_id: &str,
+    session_id: &str,
+    positions: &[u64],
+    each: &mut dyn FnMut(usize, crate::StoredStep) -> bool,
+) -> Result<usize, crate::StoreError> {
+    let mut given = 0usize;
+    store.visit_steps_at(org_id, session_id, positions, &mut |step| {
+        if positions.get(given) != Some(&step.seq) {
+            return false;
+        }
+        given += 1;
+        each(given - 1, step)
+    })?;
+    Ok(given)
+}
+
 /// Seed 003's review queue: the org's flagged steps that still wait for a
 /// decision (never reviewed, or escalated), oldest first, at most `limit`;
 /// with `include_resolved`, approved and rejected ones too. The items stop
