@@ -236,7 +236,7 @@ impl SqliteStore {
                 .optional()
                 .context("reading the server key")?;
             let adds = c
-                .prepare_cached(crate::keys::LOG_KEY_RECORDS)
+                .prepare_cached(crate::keys::LOG_KEY_RECORDS_SQLITE)
                 .and_then(|mut stmt| {
                     stmt.query_map([], |r| {
                         Ok((

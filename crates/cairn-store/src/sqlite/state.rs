@@ -199,6 +199,38 @@ mod tests {
         assert!(!plan.iter().any(|step| step == "SCAN entries"), "{plan:?}");
     }
 
+    /// The log-key records (every verification that needs the log keys
+    /// reads them) are found org by org in `entries_ops`: neither the log
+    /// nor the whole index (every operational record of every org) is
+    /// scanned.
+    #[test]
+    fn log_key_records_are_found_org_by_org() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let writer = store.writer.lock().unwrap();
+        let mut stmt = writer
+            .conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                crate::keys::LOG_KEY_RECORDS_SQLITE
+            ))
+            .unwrap();
+        let plan: Vec<String> = stmt
+            .query_map([], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|step| step.starts_with("SEARCH e USING INDEX entries_ops (org=? AND type=?)")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.starts_with("SCAN e")),
+            "{plan:?}"
+        );
+    }
+
     /// A page of key records (`GET /v1/agent-keys`) is read through a
     /// partial index in log order: neither the log scanned nor every key
     /// record of the org sorted for each page.
