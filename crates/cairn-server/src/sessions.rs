@@ -329,9 +329,10 @@ pub(crate) fn listed_sessions(
 ) -> Result<Vec<(cairn_store::SessionSummary, Option<bool>)>, ApiError> {
     let mut spent = 0u64;
     let mut out = Vec::new();
-    // The org's keys are read once, then only the records appended since
-    // before each session (each is checked against the keys as the log
-    // holds them when its verification starts).
+    // Each session is checked against its agent's key records; the org's
+    // (for a verdict failing on a signature) are read once at most, then
+    // only the records appended since (each session is checked against
+    // the keys as the log holds them when its verification starts).
     let mut keys = cairn_store::ops::OrgKeys::default();
     for s in store.list_sessions(org, filter, limit)? {
         let valid = if verify && spent.saturating_add(s.step_count) <= budget {

@@ -261,9 +261,10 @@ pub(crate) async fn fetch(
     trace_id: String,
 ) -> Result<SignedTrace, ApiError> {
     let org = caller.org().to_owned();
-    // Checking the signature reads the org's agent keys (up to
-    // CAIRN_MAX_AGENT_KEYS of them, tens of megabytes): a slot of the
-    // org's share, as a session's verification takes.
+    // Checking the signature reads the trace's agent's key records and,
+    // when they refuse it, the org's (up to CAIRN_MAX_AGENT_KEYS of them,
+    // tens of megabytes): a slot of the org's share, as a session's
+    // verification takes.
     let permit = crate::limits::expensive(state, &org, "checking the trace's signature").await?;
     blocking(state, move |store| {
         let _permit = permit;
@@ -273,8 +274,7 @@ pub(crate) async fn fetch(
                 crate::error::shown(&trace_id)
             )));
         };
-        let keys = cairn_store::ops::agent_keys(store, &org)?;
-        let check = keys.check_trace(&record.trace, Some(seq));
+        let check = cairn_store::ops::check_trace_signature(store, &org, &record.trace, seq)?;
         let trace = match &record.trace.original {
             Value::Object(members) => members.clone(),
             other => {

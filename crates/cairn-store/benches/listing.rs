@@ -4,8 +4,15 @@
 //! rusqlite answering the same page of the same sessions from a plain
 //! indexed table in the same run.
 //!
+//! Then one session's verification (what a replay, the web UI's session
+//! page and each session of a verified listing cost) in an org that
+//! registers many agents' keys, against the same verification before those
+//! keys were registered: it reads its own agent's key records, so it should
+//! cost the same.
+//!
 //! `cargo bench -p cairn-store --bench listing` (`CAIRN_BENCH_STEPS` sets
-//! the size, default 1,000,000 steps in sessions of 20; `cargo test
+//! the size, default 1,000,000 steps in sessions of 20, and
+//! `CAIRN_BENCH_KEYS` the other agents' keys, default 20,000; `cargo test
 //! --benches` runs it once, tiny).
 
 // Benchmark fixtures: a failed unwrap is a broken benchmark.
@@ -147,15 +154,82 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// The public key of the signing key whose seed is `n`'s bytes.
+fn public_key(n: u64) -> cairn_core::ed25519_dalek::VerifyingKey {
+    let mut seed = [7u8; 32];
+    seed[..8].copy_from_slice(&n.to_le_bytes());
+    cairn_core::ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key()
+}
+
+/// One session of 20 steps verified (`ops::verify_session`, every digest
+/// recomputed) with only its agent's key registered, then again once
+/// `others` other agents have registered a key each.
+fn session_verification(others: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn LedgerStore> =
+        Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+    let ledger = Ledger::new(Arc::clone(&store), SequencerConfig::default());
+    let register = |agent: String, n: u64| WriteRequest::RegisterKey {
+        org_id: ORG.into(),
+        agent_id: agent,
+        public_key: public_key(n),
+        by_admin: true,
+    };
+    ledger.write(register("agent-0".into(), 0)).unwrap();
+    for index in 0..STEPS_PER_SESSION {
+        ledger
+            .write(WriteRequest::Step(Box::new(new_step(0, index))))
+            .unwrap();
+    }
+    let session = new_step(0, 0).session_id;
+    let verify = || {
+        let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, &session)
+            .unwrap()
+            .unwrap();
+        assert!(verdict.verified, "{verdict:?}");
+        verdict.records_checked as usize
+    };
+    let runs = 21;
+    let (alone, _) = median(runs, verify);
+    let mut first = 1;
+    while first <= others {
+        let last = (first + 1_000).min(others + 1);
+        let pending: Vec<_> = (first..last)
+            .map(|n| ledger.submit(register(format!("other-agent-{n}"), n)))
+            .collect();
+        for p in pending {
+            p.wait().unwrap();
+        }
+        first = last;
+    }
+    let (among, checked) = median(runs, verify);
+    println!();
+    println!(
+        "| one session of {checked} steps verified | its agent's key only (µs) | and {others} other agents' keys (µs) | ratio |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| `ops::verify_session`, median of {runs} | {:.0} | {:.0} | {:.2}× |",
+        micros(alone),
+        micros(among),
+        among.as_secs_f64() / alone.as_secs_f64()
+    );
+    ledger.close();
+}
+
 fn main() {
     let steps: u64 = std::env::var("CAIRN_BENCH_STEPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let steps = if std::env::args().any(|a| a == "--bench") {
-        steps
+    let keys: u64 = std::env::var("CAIRN_BENCH_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let (steps, keys) = if std::env::args().any(|a| a == "--bench") {
+        (steps, keys)
     } else {
-        STEPS_PER_SESSION * 600
+        (STEPS_PER_SESSION * 600, 200)
     };
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
@@ -238,4 +312,5 @@ fn main() {
             time.as_secs_f64() / raw_first.as_secs_f64()
         );
     }
+    session_verification(keys);
 }

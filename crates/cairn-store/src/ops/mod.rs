@@ -37,7 +37,7 @@ pub use search::{
     step_at,
 };
 pub use verify::{
-    OrgKeys, StoreVerdict, TreeRepair, WitnessReport, agent_keys, apply_witness_policy,
+    OrgKeys, StoreVerdict, TreeRepair, WitnessReport, apply_witness_policy, check_trace_signature,
     repair_tree, repeated_org_name, repeated_org_name_verdict, trusted_checkpoint, verify_org,
     verify_session, verify_session_with,
 };

@@ -581,14 +581,27 @@ fn check_entries(
     Ok((count, missing, nodes.into_rebuilt()))
 }
 
-/// The agent keys of an org with their history (registrations and
-/// revocations at their log positions), as a verifier checks signatures
-/// with them. A bad key record fails the org's verification at its
-/// position; here it simply gives no key.
-pub fn agent_keys(store: &dyn LedgerStore, org_id: &str) -> Result<AgentKeys, StoreError> {
-    let mut keys = OrgKeys::default();
-    keys.refresh(store, org_id)?;
-    Ok(std::sync::Arc::try_unwrap(keys.keys).unwrap_or_else(|shared| (*shared).clone()))
+/// Checks a stored seed-004 trace's signature (the trace at log position
+/// `seq`) against the agent keys as the log holds them: first the key
+/// records of the trace's (hashed) agent alone, which are the only keys
+/// that may sign it; a signature they refuse, or a read of them that
+/// fails, is checked again against every key record of the org, so that
+/// the answer says what the org's keys say. A bad key record fails the
+/// org's verification at its position; here it simply gives no key.
+pub fn check_trace_signature(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    trace: &cairn_core::trace::CompleteTrace,
+    seq: u64,
+) -> Result<Result<(), String>, StoreError> {
+    let mut agent = OrgKeys::of_agent(&trace.agent_id_hash);
+    if let Ok(keys) = agent.refresh(store, org_id)
+        && keys.check_trace(trace, Some(seq)).is_ok()
+    {
+        return Ok(Ok(()));
+    }
+    let mut org = OrgKeys::default();
+    Ok(org.refresh(store, org_id)?.check_trace(trace, Some(seq)))
 }
 
 /// Key records read at a time by [`OrgKeys::refresh`].
@@ -599,15 +612,30 @@ const KEY_RECORDS_READ: usize = 1024;
 /// verifies many sessions checks each against the keys as the log holds
 /// them when its verification starts, as [`verify_session`] does, without
 /// reading (and decoding) every key record of the org for each.
+///
+/// [`OrgKeys::of_agent`] reads only one agent's key records (found by their
+/// rows' `agent_id` column, each record required to name that agent): what
+/// one session's steps or one signed trace may be signed with, whatever
+/// the number of the org's other agents.
 #[derive(Default)]
 pub struct OrgKeys {
     /// Shared with the verifiers of the sessions checked against them
     /// (copied only if records arrive while one still holds them).
     keys: std::sync::Arc<AgentKeys>,
     last: Option<u64>,
+    /// Only this agent's key records (`None`: the org's).
+    agent: Option<String>,
 }
 
 impl OrgKeys {
+    /// The keys of one agent only, read at the first [`OrgKeys::refresh`].
+    pub fn of_agent(agent_id: &str) -> OrgKeys {
+        OrgKeys {
+            agent: Some(agent_id.to_owned()),
+            ..OrgKeys::default()
+        }
+    }
+
     /// Reads the key records appended since the last read (usually none:
     /// one look-up), a page at a time, and gives the keys.
     pub fn refresh(
@@ -616,7 +644,12 @@ impl OrgKeys {
         org_id: &str,
     ) -> Result<&std::sync::Arc<AgentKeys>, StoreError> {
         loop {
-            let page = store.key_records_page(org_id, None, self.last, KEY_RECORDS_READ)?;
+            let page = store.key_records_page(
+                org_id,
+                self.agent.as_deref(),
+                self.last,
+                KEY_RECORDS_READ,
+            )?;
             let full = page.len() == KEY_RECORDS_READ;
             for (seq, record) in page {
                 let keys = std::sync::Arc::make_mut(&mut self.keys);
@@ -642,6 +675,15 @@ impl OrgKeys {
 /// erasures, and that nothing follows the last step found. An org name
 /// the orgs table gives twice is a failed verdict
 /// ([`repeated_org_name_verdict`]) whatever the session.
+///
+/// A step's signature may only be by a key of the session's agent (a step
+/// of another agent fails before its signature is looked at), so the
+/// session is checked against that agent's key records alone
+/// ([`OrgKeys::of_agent`]): its cost does not grow with the org's other
+/// agents. A verdict that fails on a signature, or a read that fails, is
+/// computed again against every key record of the org, so that what it
+/// says (a key "registered for agent B", not merely "not registered") is
+/// what the org's keys say.
 pub fn verify_session(
     store: &dyn LedgerStore,
     org_id: &str,
@@ -650,31 +692,59 @@ pub fn verify_session(
     verify_session_with(store, org_id, session_id, &mut OrgKeys::default())
 }
 
-/// [`verify_session`] with the org's keys as read so far, brought up to
-/// date before the session is checked: many sessions of one org verified
-/// in turn read each key record once.
+/// [`verify_session`] with the org's keys as read so far, for the verdicts
+/// that must be computed again against every key of the org: read (or
+/// brought up to date) only then, so many sessions of one org verified in
+/// turn read each of the org's key records at most once.
 pub fn verify_session_with(
     store: &dyn LedgerStore,
     org_id: &str,
     session_id: &str,
-    keys: &mut OrgKeys,
+    org_keys: &mut OrgKeys,
 ) -> Result<Option<Verdict>, StoreError> {
-    match verify_session_chain(store, org_id, session_id, keys) {
+    if let Ok(Some(verdict)) = verify_session_chain(store, org_id, session_id, SessionKeys::Agent)
+        && !fails_on_a_signature(&verdict)
+    {
+        return Ok(Some(verdict));
+    }
+    match verify_session_chain(store, org_id, session_id, SessionKeys::Org(org_keys)) {
         Err(e) if names_repeated(&e, org_id) => Ok(Some(repeated_org_name_verdict(org_id))),
         other => other,
     }
+}
+
+/// Whether `verdict` failed on a signature (which the org's other keys may
+/// explain differently than one agent's).
+fn fails_on_a_signature(verdict: &Verdict) -> bool {
+    verdict
+        .failure
+        .as_ref()
+        .is_some_and(|failure| failure.reason == Reason::BadSignature)
+}
+
+/// The agent keys a session is checked against.
+enum SessionKeys<'k> {
+    /// Its agent's, read for it.
+    Agent,
+    /// The org's, as read so far.
+    Org(&'k mut OrgKeys),
 }
 
 fn verify_session_chain(
     store: &dyn LedgerStore,
     org_id: &str,
     session_id: &str,
-    keys: &mut OrgKeys,
+    keys: SessionKeys<'_>,
 ) -> Result<Option<Verdict>, StoreError> {
     let Some(info) = store.session(org_id, session_id)? else {
         return Ok(None);
     };
-    let keys = std::sync::Arc::clone(keys.refresh(store, org_id)?);
+    let keys = match keys {
+        SessionKeys::Agent => {
+            std::sync::Arc::clone(OrgKeys::of_agent(&info.header.agent_id).refresh(store, org_id)?)
+        }
+        SessionKeys::Org(keys) => std::sync::Arc::clone(keys.refresh(store, org_id)?),
+    };
     // Only the erasures are kept (a session may hold any number of audit
     // events), without their reasons, which the check does not read (each
     // may be up to the content limit, and every step of a session may be

@@ -2,9 +2,15 @@
 //! head moved forward, moved back or deleted with plain SQL (what a file
 //! holder can do) is read, written over and verified as the log says; a
 //! log of many chunks verifies whole and in order while steps of new
-//! kinds and sessions are appended.
+//! kinds and sessions are appended; a session is verified against its
+//! agent's key records, and a signature failure worded from the org's.
 
 use crate::sqlite::options;
+use cairn_core::commit::{
+    AgentSignature, Openings, agent_key_id, signed_step_message, step_digest,
+};
+use cairn_core::ed25519_dalek::{Signer as _, SigningKey};
+use cairn_core::record::Step;
 use cairn_store::{LedgerStore, SqliteStore};
 use std::sync::Arc;
 
@@ -382,4 +388,123 @@ fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
     assert_eq!(failure.reason, Reason::SequenceGap, "{failure:?}");
     assert_eq!(failure.at.seq, Some(1000), "{failure:?}");
     assert_eq!(verdict.records_checked, 1001);
+}
+
+/// Registers `key` for `agent` in a store over `dir`, appends to session s1
+/// of "analyst" one step signed by `key`, and returns the key's id.
+fn signed_session(dir: &std::path::Path, agent: &str, key: &SigningKey) -> String {
+    use crate::conformance::{ORG, append, ledger, step};
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir, options()).unwrap());
+    let ledger = ledger(store);
+    ledger
+        .write(cairn_store::WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: agent.into(),
+            public_key: key.verifying_key(),
+            by_admin: true,
+        })
+        .unwrap();
+    let key_id = agent_key_id(&key.verifying_key());
+    let created_at = cairn_store::now();
+    let seed = [3; 32];
+    let mut s = step("s1", "Decision", "approve the refund");
+    s.trace_id = Some("signed-0".into());
+    s.created_at = Some(created_at);
+    s.step_index = Some(0);
+    s.seed = Some(seed);
+    let mut core = Step::new("signed-0", ORG, "analyst", "s1", 0, "Decision", created_at).unwrap();
+    core.content = Some("approve the refund".into());
+    core.signer_key_id = Some(key_id.clone());
+    let digest = step_digest(&core, &Openings::from_seed(&seed));
+    s.signature = Some(AgentSignature {
+        key_id: key_id.clone(),
+        signature: key.sign(&signed_step_message(&digest)).to_bytes(),
+    });
+    append(&ledger, s).unwrap();
+    ledger.close();
+    key_id
+}
+
+/// Edits the rows of `ledger.db` in `dir` with the append-only trigger
+/// dropped (what the file's holder can do; the next open creates it again).
+fn edit_entries(dir: &std::path::Path, sql: &str) {
+    let conn = rusqlite::Connection::open(dir.join("ledger.db")).unwrap();
+    conn.execute_batch(&format!("DROP TRIGGER entries_no_update; {sql}"))
+        .unwrap();
+}
+
+/// One session's verification reads only its agent's key records: another
+/// agent's unreadable key record (which fails the org's verification) does
+/// not fail it, where every session's verification had read (and failed
+/// on) every key record of the org.
+#[test]
+fn a_session_is_verified_against_its_agents_key_records_only() {
+    use crate::conformance::ORG;
+    let dir = tempfile::tempdir().unwrap();
+    signed_session(dir.path(), "analyst", &SigningKey::from_bytes(&[9; 32]));
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        let ledger = crate::conformance::ledger(store);
+        for n in 0..3u8 {
+            ledger
+                .write(cairn_store::WriteRequest::RegisterKey {
+                    org_id: ORG.into(),
+                    agent_id: format!("other-{n}"),
+                    public_key: SigningKey::from_bytes(&[20 + n; 32]).verifying_key(),
+                    by_admin: true,
+                })
+                .unwrap();
+        }
+        ledger.close();
+    }
+    edit_entries(
+        dir.path(),
+        "UPDATE entries SET view = '{\"not\":\"a key record\"}'
+          WHERE type = 'key-registration' AND agent_id = 'other-1';",
+    );
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
+        .unwrap()
+        .unwrap();
+    assert!(
+        verdict.verified && verdict.records_checked == 1,
+        "{verdict:?}"
+    );
+    // The org's verification reads that record and fails.
+    let org = cairn_store::ops::verify_org(store.as_ref(), ORG, &[], &[], &mut |_| {});
+    assert!(
+        org.as_ref().map_or(true, |v| !v.verdict.verified),
+        "{org:?}"
+    );
+}
+
+/// A verdict failing on a signature says what the org's keys say: a key
+/// whose registration names another agent (here by an edited record and
+/// column) is "registered for agent mallory", not merely unknown to the
+/// session's agent.
+#[test]
+fn a_signature_failure_is_worded_from_the_orgs_keys() {
+    use crate::conformance::ORG;
+    let dir = tempfile::tempdir().unwrap();
+    let key_id = signed_session(dir.path(), "analyst", &SigningKey::from_bytes(&[9; 32]));
+    edit_entries(
+        dir.path(),
+        "UPDATE entries SET agent_id = 'mallory',
+                view = replace(view, '\"agent_id\":\"analyst\"', '\"agent_id\":\"mallory\"')
+          WHERE type = 'key-registration';",
+    );
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
+        .unwrap()
+        .unwrap();
+    let failure = verdict.failure.expect("the signature fails");
+    assert_eq!(failure.reason, cairn_core::verify::Reason::BadSignature);
+    assert!(
+        failure.detail.contains(&format!(
+            "key {key_id} is registered for agent mallory, not analyst"
+        )),
+        "{}",
+        failure.detail
+    );
 }

@@ -327,8 +327,13 @@ pub(super) fn sessions(
         );
     }
     let mut rows = Vec::new();
+    // The org's keys, read at most once (for a verdict failing on a
+    // signature); each session is checked against its agent's first.
+    let mut org_keys = cairn_store::ops::OrgKeys::default();
     for s in &list {
-        let valid = verify_session(store, &cli.org, &s.session_id)?.is_some_and(|v| v.verified);
+        let valid =
+            cairn_store::ops::verify_session_with(store, &cli.org, &s.session_id, &mut org_keys)?
+                .is_some_and(|v| v.verified);
         rows.push((s, valid));
     }
     if cli.json {

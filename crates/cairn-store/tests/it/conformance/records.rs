@@ -96,8 +96,28 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
             ("ACTION_RESULT".to_owned(), Some(1847)),
         ]
     );
-    let (_, record) = store.op_by_id(ORG, "trace-1").unwrap().unwrap();
+    let (seq, record) = store.op_by_id(ORG, "trace-1").unwrap().unwrap();
     assert!(matches!(record, OpRecord::SignedTrace(ref t) if t.trace.components.len() == 4));
+    // Its signature checked again from the log (HTTP and MCP reads): by the
+    // key records of its agent, whatever the org's other agents hold; a
+    // check it fails says what the org's keys say.
+    ledger
+        .write(WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "another-agent".into(),
+            public_key: SigningKey::from_bytes(&[43; 32]).verifying_key(),
+            by_admin: true,
+        })
+        .unwrap();
+    let OpRecord::SignedTrace(signed) = &record else {
+        panic!()
+    };
+    let check = |at: u64| {
+        cairn_store::ops::check_trace_signature(store.as_ref(), ORG, &signed.trace, at).unwrap()
+    };
+    assert_eq!(check(seq), Ok(()));
+    let early = check(0).unwrap_err();
+    assert!(early.contains("after this record"), "{early}");
 
     // One changed byte, another agent's key, a second import: refused,
     // and nothing written.
