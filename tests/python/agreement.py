@@ -33,8 +33,9 @@ FIELDS_COMPARED = ("verified", "reason", "line", "seq", "session_id", "step_inde
 # -- both verifiers, one shape ---------------------------------------------------
 
 
-def python_verdict(bundle, keys=(), trusted=()) -> dict:
-    v = verify_bundle(bundle, keys=list(keys), trusted_checkpoints=list(trusted))
+def python_verdict(bundle, keys=(), trusted=(), witnesses=(), witness_quorum=None) -> dict:
+    v = verify_bundle(bundle, keys=list(keys), trusted_checkpoints=list(trusted), witnesses=list(witnesses),
+                      witness_quorum=witness_quorum)
     at = v.failure.at if v.failure else V.Position()
     return {
         "verified": v.verified, "reason": v.failure.reason if v.failure else None,

@@ -7,7 +7,7 @@ Two sources of bundles:
 
 - the tamper corpus the Rust tamper suite writes (`CAIRN_TAMPER_CORPUS`,
   default `target/tamper-corpus`): `NAME.bundle` and `NAME.json` with the
-  pinned keys, trusted checkpoints and the expected verdict;
+  pinned keys, trusted checkpoints, witness policy and the expected verdict;
 - bundles made here with the `cairn` binary (complete, partial at each level
   and scope, with consistency lines), then tampered with as a courier would
   (bytes, lines and members edited) and as an insider would (holding the
@@ -67,7 +67,8 @@ def test_corpus_case(case):
             pytest.fail(message)
         pytest.skip(message)
     spec = json.loads(case.read_text(encoding="utf-8"))
-    got = python_verdict(case.parent / spec["bundle"], spec.get("keys", []), spec.get("trusted_checkpoints", []))
+    got = python_verdict(case.parent / spec["bundle"], spec.get("keys", []), spec.get("trusted_checkpoints", []),
+                         spec.get("witnesses", []), spec.get("witness_quorum"))
     expected = spec["expected"]
     diff = {k: (expected[k], got[k]) for k in expected if k in got and expected[k] != got[k]}
     assert not diff, f"{case.stem}: (expected, python) {diff}; python said: {got['detail']}"

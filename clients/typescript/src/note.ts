@@ -182,3 +182,28 @@ export async function noteSigners(note: string, keys: readonly NoteKey[]): Promi
   }
   return signers;
 }
+
+/** Whether a signed note (already opened with the log's keys) carries a
+ * valid C2SP cosignature/v1 by `witness` (FORMAT.md 7.7): a signature line
+ * with the witness's name and key id whose 72 bytes are a big-endian
+ * timestamp, 1 to 2^63 - 1, and an Ed25519 signature over
+ * `cosignature/v1\ntime <timestamp>\n<the note's text>`. Every such line
+ * is tried; one that does not verify counts for nothing. */
+export async function cosignedBy(note: string, witness: NoteKey): Promise<boolean> {
+  if (witness.algorithm !== ALG_COSIGNATURE_V1) return false;
+  const split = note.lastIndexOf("\n\n");
+  const text = note.slice(0, split + 1);
+  for (const line of note.slice(split + 2, -1).split("\n")) {
+    const body = line.slice(SIGNATURE_PREFIX.length);
+    const space = body.indexOf(" ");
+    if (space < 0 || body.slice(0, space) !== witness.name) continue;
+    const raw = fromBase64(body.slice(space + 1));
+    if (raw === undefined || raw.length !== 4 + 8 + 64 || !equalBytes(raw.subarray(0, 4), witness.keyId)) continue;
+    const timestamp = new DataView(raw.buffer, raw.byteOffset + 4, 8).getBigUint64(0);
+    if (timestamp === 0n || timestamp >= 2n ** 63n) continue;
+    if (await verifyStrict(witness.publicKey, utf8(`cosignature/v1\ntime ${timestamp}\n${text}`), raw.subarray(12))) {
+      return true;
+    }
+  }
+  return false;
+}

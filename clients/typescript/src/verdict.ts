@@ -46,6 +46,9 @@ export interface Verdict {
   selection?: Selection;
   /** Whether the keys were given by the caller rather than read from the bundle's header. */
   keyPinned: boolean;
+  /** Under a witness policy, once the checkpoint's signature verified:
+   * who cosigned it and the quorum. */
+  cosignedBy?: CosignedBy;
 }
 
 export interface VerifyOptions {
@@ -56,6 +59,23 @@ export interface VerifyOptions {
   /** Signed checkpoint notes kept earlier (by you or witnesses): the bundle
    * must be consistent with each. */
   trustedCheckpoints?: readonly string[];
+  /** A witness policy (FORMAT.md 7.7): witness cosignature keys, as vkeys
+   * of algorithm 0x04 (what `cairn witness` prints). The bundle's
+   * checkpoint must carry valid cosignatures by `witnessQuorum` of them,
+   * or the verdict fails with `insufficient-cosignatures` at line 2. At
+   * most 64 witnesses, distinct names and keys; a key that is not a
+   * witness vkey throws VkeyError, a bad policy WitnessPolicyError. */
+  witnesses?: readonly string[];
+  /** How many of `witnesses` must have cosigned: 1 to their number
+   * (default: all of them). Only with `witnesses`. */
+  witnessQuorum?: number;
+}
+
+/** The witnesses whose cosignature on the bundle's checkpoint verified,
+ * and the quorum the policy asked for. */
+export interface CosignedBy {
+  witnesses: string[];
+  quorum: number;
 }
 
 export type BundleInput = string | Uint8Array | ArrayBuffer;

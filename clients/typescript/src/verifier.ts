@@ -17,12 +17,12 @@ import { canonicalBytes } from "./jcs.js";
 import { parseLine } from "./lines.js";
 import { Frontier, leafHash, verifyConsistency, verifyInclusion, emptyRoot } from "./merkle.js";
 import {
-  ALG_ED25519, NoteMalformed, NoteUnverified, noteSigners, openNote, parseCheckpoint, parseVkey, isKeyName, vkeyText,
+  ALG_ED25519, cosignedBy, NoteMalformed, NoteUnverified, noteSigners, openNote, parseCheckpoint, parseVkey, isKeyName, vkeyText,
   type NoteKey,
 } from "./note.js";
 import { isJsonObject, type JsonObject, type JsonValue } from "./strict-json.js";
 import { canonicalMicros, isCanonicalTimestamp } from "./time.js";
-import type { Position } from "./verdict.js";
+import type { CosignedBy, Position } from "./verdict.js";
 
 async function entryLeaf(e: Entry): Promise<Uint8Array> {
   return leafHash(frame("cairn/v2/log-leaf", u64be(e.seq), utf8(e.type), e.recordHash, utf8(e.loggedAt)));
@@ -90,7 +90,17 @@ export class Verifier {
   /** The checkpoint's note, and a partial bundle's selection note. */
   signedNotes: string[] = [];
 
-  constructor(readonly pinned: NoteKey[], readonly trustedNotes: readonly string[]) {}
+  /** Under a witness policy, once the checkpoint verified. */
+  cosignedBy: CosignedBy | null = null;
+
+  constructor(
+    readonly pinned: NoteKey[],
+    readonly trustedNotes: readonly string[],
+    /** Witness cosignature keys; none: no witness policy. */
+    readonly witnesses: readonly NoteKey[] = [],
+    /** How many of them must have cosigned the checkpoint. */
+    readonly quorum = 0,
+  ) {}
 
   // -- lines ---------------------------------------------------------------
 
@@ -222,6 +232,18 @@ export class Verifier {
     }
     if (checkpoint.origin !== this.origin) {
       throw new Fail("malformed-record", `the checkpoint is of ${checkpoint.origin}, not of ${this.origin}`);
+    }
+    if (this.witnesses.length > 0) {
+      const note = (obj as JsonObject)["checkpoint"] as string;
+      const by: string[] = [];
+      for (const witness of this.witnesses) if (await cosignedBy(note, witness)) by.push(witness.name);
+      this.cosignedBy = { witnesses: by, quorum: this.quorum };
+      if (by.length < this.quorum) {
+        throw new Fail(
+          "insufficient-cosignatures",
+          `the bundle's checkpoint: the checkpoint carries ${by.length} valid cosignature(s) of the ${this.quorum} the witness policy needs${by.length > 0 ? ` (by ${by.join(", ")})` : ""}`,
+        );
+      }
     }
     this.size = checkpoint.size;
     this.root = checkpoint.root;

@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
+import { noteKeyId, parseVkey, vkeyText, VkeyError } from "../src/note.js";
+import { verifyBundle, WitnessPolicyError } from "../src/verify.js";
 import { cairnBin, COMPARED, corpusCases, corpusDir, differences, missing, rustVerdict, tsVerdict, type CorpusCase } from "./helpers.js";
 
 const cases = corpusCases();
@@ -23,7 +25,7 @@ test("the tamper corpus is present", (t) => {
 
 for (const c of cases) {
   test(`corpus: ${c.name}`, async () => {
-    const got = await tsVerdict(readFileSync(c.bundlePath), c.keys, c.trustedCheckpoints);
+    const got = await tsVerdict(readFileSync(c.bundlePath), c.keys, c.trustedCheckpoints, c.witnesses, c.witnessQuorum);
     const diff = differences(c.expected, got);
     assert.deepEqual(diff, {}, `${c.name}: (expected, typescript) ${JSON.stringify(diff)}; typescript said: ${got.detail}`);
   });
@@ -120,8 +122,8 @@ test("tampered copies: the same verdict as `cairn verify`", async (t) => {
   const disagreements: string[] = [];
   let compared = 0;
   const compare = async (c: CorpusCase, what: string, bytes: Uint8Array): Promise<void> => {
-    const rust = rustVerdict(bin, bytes, c.keys, c.trustedCheckpoints);
-    const ours = await tsVerdict(bytes, c.keys, c.trustedCheckpoints);
+    const rust = rustVerdict(bin, bytes, c.keys, c.trustedCheckpoints, c.witnesses, c.witnessQuorum);
+    const ours = await tsVerdict(bytes, c.keys, c.trustedCheckpoints, c.witnesses, c.witnessQuorum);
     const diff = differences(rust, ours, [...COMPARED, "trace_id", "last_valid_seq"]);
     if (Object.keys(diff).length > 0) disagreements.push(`${c.name}, ${what}: (rust, typescript) ${JSON.stringify(diff)}; rust: ${rust.detail}; typescript: ${ours.detail}`);
     compared++;
@@ -135,3 +137,50 @@ test("tampered copies: the same verdict as `cairn verify`", async (t) => {
   for (const c of cases) await compare(c, "as in the corpus", readFileSync(c.bundlePath));
   assert.deepEqual(disagreements, [], `${disagreements.length} of ${compared} verdicts differ`);
 });
+
+// -- witness policies --------------------------------------------------------------
+
+test("a witness policy: who cosigned, and policies that cannot be applied", async (t) => {
+  const met = cases.find((c) => c.name === "witnessed-quorum-met");
+  const lacking = cases.find((c) => c.name === "witnessed-a-witness-missing");
+  if (met === undefined || lacking === undefined) {
+    missing(t, `no witnessed bundles in the tamper corpus at ${corpusDir()}`);
+    return;
+  }
+  const bundle = readFileSync(met.bundlePath);
+  const verdict = await verifyBundle(bundle, { keys: met.keys, witnesses: met.witnesses });
+  assert.equal(verdict.verified, true, verdict.failure?.detail);
+  assert.deepEqual(verdict.cosignedBy, { witnesses: ["w1.example", "w2.example"], quorum: 2 });
+  const short = await verifyBundle(readFileSync(lacking.bundlePath), { keys: lacking.keys, witnesses: lacking.witnesses });
+  assert.equal(short.failure?.reason, "insufficient-cosignatures");
+  assert.equal(short.failure?.at.line, 2);
+  assert.match(short.failure?.detail ?? "", /carries 1 valid cosignature\(s\) of the 2 the witness policy needs \(by w1\.example\)/);
+  assert.deepEqual(short.cosignedBy, { witnesses: ["w1.example"], quorum: 2 });
+  assert.equal((await verifyBundle(bundle, { keys: met.keys })).cosignedBy, undefined);
+  const [w1, w2] = met.witnesses as [string, string];
+  // The log's own key is not a witness key.
+  await assert.rejects(verifyBundle(bundle, { witnesses: [met.keys[0]!] }), VkeyError);
+  await assert.rejects(verifyBundle(bundle, { witnesses: ["not a vkey"] }), VkeyError);
+  for (const [witnesses, witnessQuorum] of [
+    [[w1, w2], 0],
+    [[w1, w2], 3],
+    [[w1, w2], 1.5],
+    [[w1, w1], undefined],
+    [[], 1],
+  ] as [string[], number | undefined][]) {
+    await assert.rejects(
+      verifyBundle(bundle, { witnesses, ...(witnessQuorum === undefined ? {} : { witnessQuorum }) }),
+      WitnessPolicyError,
+      `${witnesses.length} witnesses, quorum ${witnessQuorum}`,
+    );
+  }
+  // One key under two names would count one cosignature twice.
+  const renamed = await renamedVkey(w1, "w1-again.example");
+  await assert.rejects(verifyBundle(bundle, { witnesses: [w1, renamed] }), /has the key of another witness/);
+});
+
+/** `vkey`'s key under another name (its key id computed again). */
+async function renamedVkey(vkey: string, name: string): Promise<string> {
+  const key = await parseVkey(vkey);
+  return vkeyText({ ...key, name, keyId: await noteKeyId(name, key.algorithm, key.publicKey) });
+}

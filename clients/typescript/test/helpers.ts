@@ -31,6 +31,8 @@ export interface CorpusCase {
   bundlePath: string;
   keys: string[];
   trustedCheckpoints: string[];
+  witnesses: string[];
+  witnessQuorum: number | undefined;
   expected: Comparable;
 }
 
@@ -42,13 +44,16 @@ export function corpusCases(): CorpusCase[] {
     .sort()
     .map((f) => {
       const spec = JSON.parse(readFileSync(join(dir, f), "utf8")) as {
-        bundle: string; keys?: string[]; trusted_checkpoints?: string[]; expected: Comparable;
+        bundle: string; keys?: string[]; trusted_checkpoints?: string[]; witnesses?: string[];
+        witness_quorum?: number | null; expected: Comparable;
       };
       return {
         name: f.slice(0, -".json".length),
         bundlePath: join(dir, spec.bundle),
         keys: spec.keys ?? [],
         trustedCheckpoints: spec.trusted_checkpoints ?? [],
+        witnesses: spec.witnesses ?? [],
+        witnessQuorum: spec.witness_quorum ?? undefined,
         expected: spec.expected,
       };
     });
@@ -75,8 +80,19 @@ export interface Comparable {
 
 export const COMPARED = ["verified", "reason", "line", "seq", "session_id", "step_index", "records_checked"] as const;
 
-export async function tsVerdict(bundle: Uint8Array, keys: readonly string[], trusted: readonly string[]): Promise<Comparable> {
-  const v = await verifyBundle(bundle, { keys, trustedCheckpoints: trusted });
+export async function tsVerdict(
+  bundle: Uint8Array,
+  keys: readonly string[],
+  trusted: readonly string[],
+  witnesses: readonly string[] = [],
+  witnessQuorum?: number,
+): Promise<Comparable> {
+  const v = await verifyBundle(bundle, {
+    keys,
+    trustedCheckpoints: trusted,
+    witnesses,
+    ...(witnessQuorum === undefined ? {} : { witnessQuorum }),
+  });
   const at = v.failure?.at;
   return {
     verified: v.verified,
@@ -95,7 +111,14 @@ export async function tsVerdict(bundle: Uint8Array, keys: readonly string[], tru
 let scratch: string | undefined;
 
 /** `cairn verify --bundle F --json` on the bytes, in the shape above. */
-export function rustVerdict(bin: string, bundle: Uint8Array, keys: readonly string[], trusted: readonly string[]): Comparable {
+export function rustVerdict(
+  bin: string,
+  bundle: Uint8Array,
+  keys: readonly string[],
+  trusted: readonly string[],
+  witnesses: readonly string[] = [],
+  witnessQuorum?: number,
+): Comparable {
   if (scratch === undefined) {
     const dir = mkdtempSync(join(tmpdir(), "cairn-ts-verify-"));
     // Each test file runs in its own process: its scratch directory goes with it.
@@ -111,6 +134,8 @@ export function rustVerdict(bin: string, bundle: Uint8Array, keys: readonly stri
     writeFileSync(file, note);
     args.push("--checkpoint", file);
   });
+  for (const witness of witnesses) args.push("--witness", witness);
+  if (witnessQuorum !== undefined) args.push("--witness-quorum", String(witnessQuorum));
   const run = spawnSync(bin, args, { cwd: scratch, timeout: 120_000 });
   let out: Record<string, unknown>;
   try {

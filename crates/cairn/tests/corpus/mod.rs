@@ -1,7 +1,8 @@
 //! The shared tamper corpus: a case is checked with the core verifier
 //! (exact reason and position) and with `cairn verify --bundle`, and
 //! written to `CAIRN_TAMPER_CORPUS` (default `target/tamper-corpus`) for
-//! the Python and TypeScript verifiers. Used by `tamper.rs` and
+//! the Python and TypeScript verifiers, with the keys, trusted checkpoints
+//! and witness policy it is verified under. Used by `tamper.rs` and
 //! `rotation.rs`.
 #![allow(dead_code)]
 
@@ -32,6 +33,23 @@ pub fn at_line(reason: Reason, line: u64) -> Expected {
 }
 
 pub fn verify_lines(lines: &[String], keys: &[String], trusted: &[String]) -> BundleVerdict {
+    verify_lines_witnessed(lines, keys, trusted, &Witnesses::default())
+}
+
+/// A witness policy of a case: the witnesses' cosignature vkeys and the
+/// quorum (`None`: all of them). No witnesses, no policy.
+#[derive(Debug, Clone, Default)]
+pub struct Witnesses {
+    pub vkeys: Vec<String>,
+    pub quorum: Option<usize>,
+}
+
+pub fn verify_lines_witnessed(
+    lines: &[String],
+    keys: &[String],
+    trusted: &[String],
+    witnesses: &Witnesses,
+) -> BundleVerdict {
     let keys = keys
         .iter()
         .map(|k| cairn_core::note::NoteVerifier::parse(k).unwrap())
@@ -39,6 +57,15 @@ pub fn verify_lines(lines: &[String], keys: &[String], trusted: &[String]) -> Bu
     let mut v = BundleVerifier::new(keys);
     for t in trusted {
         v.trust_checkpoint(t.clone());
+    }
+    if !witnesses.vkeys.is_empty() {
+        let vkeys: Vec<_> = witnesses
+            .vkeys
+            .iter()
+            .map(|k| cairn_core::note::NoteVerifier::parse(k).unwrap())
+            .collect();
+        let quorum = witnesses.quorum.unwrap_or(vkeys.len());
+        v.require_witnesses(cairn_core::witness::WitnessPolicy::new(vkeys, quorum).unwrap());
     }
     for line in lines {
         if !v.push_line(line) {
@@ -58,7 +85,20 @@ pub fn case(
     trusted: &[String],
     expected: Option<&Expected>,
 ) {
-    let verdict = verify_lines(lines, keys, trusted);
+    case_witnessed(name, lines, keys, trusted, &Witnesses::default(), expected);
+}
+
+/// [`case`] under a witness policy (`cairn verify --witness ...
+/// --witness-quorum K`; the corpus case names the witnesses and quorum).
+pub fn case_witnessed(
+    name: &str,
+    lines: &[String],
+    keys: &[String],
+    trusted: &[String],
+    witnesses: &Witnesses,
+    expected: Option<&Expected>,
+) {
+    let verdict = verify_lines_witnessed(lines, keys, trusted, witnesses);
     let failure = verdict.verdict.failure.clone();
     match (expected, &failure) {
         (None, None) => assert!(verdict.verdict.verified, "{name}"),
@@ -101,6 +141,12 @@ pub fn case(
         std::fs::write(&path, t).unwrap();
         args.extend(["--checkpoint".to_owned(), path.display().to_string()]);
     }
+    for w in &witnesses.vkeys {
+        args.extend(["--witness".to_owned(), w.clone()]);
+    }
+    if let Some(quorum) = witnesses.quorum {
+        args.extend(["--witness-quorum".to_owned(), quorum.to_string()]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = common::cairn_in(trusted_dir.path(), &args, None);
     let cli: Value = serde_json::from_str(&run.stdout)
@@ -120,6 +166,8 @@ pub fn case(
         "bundle": format!("{name}.bundle"),
         "keys": keys,
         "trusted_checkpoints": trusted,
+        "witnesses": witnesses.vkeys,
+        "witness_quorum": witnesses.quorum,
         "expected": {
             "verified": verdict.verdict.verified,
             "reason": failure.as_ref().map(|f| f.reason.as_str()),

@@ -11,7 +11,7 @@ import { decodeEntry, decodeSelection, FIELDS, isId, isUint, LEVEL_SHOWS, Malfor
 import { canonicalBytes } from "./jcs.js";
 import { parseLine } from "./lines.js";
 import { Frontier, leafHash, verifyConsistency, verifyInclusion, emptyRoot } from "./merkle.js";
-import { ALG_ED25519, NoteMalformed, NoteUnverified, noteSigners, openNote, parseCheckpoint, parseVkey, isKeyName, vkeyText, } from "./note.js";
+import { ALG_ED25519, cosignedBy, NoteMalformed, NoteUnverified, noteSigners, openNote, parseCheckpoint, parseVkey, isKeyName, vkeyText, } from "./note.js";
 import { isJsonObject } from "./strict-json.js";
 import { canonicalMicros, isCanonicalTimestamp } from "./time.js";
 async function entryLeaf(e) {
@@ -20,6 +20,8 @@ async function entryLeaf(e) {
 export class Verifier {
     pinned;
     trustedNotes;
+    witnesses;
+    quorum;
     keys = [];
     line = 0;
     phase = "header";
@@ -54,9 +56,17 @@ export class Verifier {
     firstUsed = new Map();
     /** The checkpoint's note, and a partial bundle's selection note. */
     signedNotes = [];
-    constructor(pinned, trustedNotes) {
+    /** Under a witness policy, once the checkpoint verified. */
+    cosignedBy = null;
+    constructor(pinned, trustedNotes, 
+    /** Witness cosignature keys; none: no witness policy. */
+    witnesses = [], 
+    /** How many of them must have cosigned the checkpoint. */
+    quorum = 0) {
         this.pinned = pinned;
         this.trustedNotes = trustedNotes;
+        this.witnesses = witnesses;
+        this.quorum = quorum;
     }
     // -- lines ---------------------------------------------------------------
     async feed(raw) {
@@ -194,6 +204,17 @@ export class Verifier {
         }
         if (checkpoint.origin !== this.origin) {
             throw new Fail("malformed-record", `the checkpoint is of ${checkpoint.origin}, not of ${this.origin}`);
+        }
+        if (this.witnesses.length > 0) {
+            const note = obj["checkpoint"];
+            const by = [];
+            for (const witness of this.witnesses)
+                if (await cosignedBy(note, witness))
+                    by.push(witness.name);
+            this.cosignedBy = { witnesses: by, quorum: this.quorum };
+            if (by.length < this.quorum) {
+                throw new Fail("insufficient-cosignatures", `the bundle's checkpoint: the checkpoint carries ${by.length} valid cosignature(s) of the ${this.quorum} the witness policy needs${by.length > 0 ? ` (by ${by.join(", ")})` : ""}`);
+            }
         }
         this.size = checkpoint.size;
         this.root = checkpoint.root;

@@ -14,12 +14,21 @@
 import { toHex, utf8 } from "./bytes.js";
 import { Fail } from "./fail.js";
 import { bundleLines, streamLines } from "./lines.js";
-import { parseVkey } from "./note.js";
+import { ALG_COSIGNATURE_V1, parseVkey, VkeyError } from "./note.js";
 import { Verifier } from "./verifier.js";
 export * from "./verdict.js";
+/** A witness policy that cannot be applied: no witness, more than 64, a
+ * name or key given twice, a quorum outside 1 to the number of witnesses,
+ * or a quorum without witnesses. */
+export class WitnessPolicyError extends Error {
+    name = "WitnessPolicyError";
+}
+/** Most witnesses one policy names (as the Rust verifier). */
+export const MAX_WITNESSES = 64;
 /** Verifies a Cairn export bundle offline (FORMAT.md sections 9 and 10).
- * A key that is not a vkey throws VkeyError; everything wrong with the
- * bundle is reported in the verdict. */
+ * A key that is not a vkey throws VkeyError, a witness policy that cannot
+ * be applied WitnessPolicyError; everything wrong with the bundle is
+ * reported in the verdict. */
 export async function verifyBundle(bundle, options = {}) {
     const bytes = typeof bundle === "string" ? utf8(bundle) : bundle instanceof Uint8Array ? bundle : new Uint8Array(bundle);
     return verifyLines(bundleLines(bytes), options);
@@ -35,7 +44,8 @@ async function verifyLines(lines, options) {
     const pinned = [];
     for (const key of options.keys ?? [])
         pinned.push(await parseVkey(key));
-    const verifier = new Verifier(pinned, options.trustedCheckpoints ?? []);
+    const { witnesses, quorum } = await witnessPolicy(options);
+    const verifier = new Verifier(pinned, options.trustedCheckpoints ?? [], witnesses, quorum);
     let failure;
     try {
         for await (const raw of lines)
@@ -66,5 +76,40 @@ async function verifyLines(lines, options) {
     }
     if (verifier.selection !== null)
         verdict.selection = verifier.selection;
+    if (verifier.cosignedBy !== null)
+        verdict.cosignedBy = verifier.cosignedBy;
     return verdict;
+}
+/** The witness keys and quorum of `options`, checked as the Rust verifier
+ * checks a policy (FORMAT.md 7.7). */
+async function witnessPolicy(options) {
+    const witnesses = [];
+    for (const text of options.witnesses ?? []) {
+        const key = await parseVkey(text);
+        if (key.algorithm !== ALG_COSIGNATURE_V1) {
+            throw new VkeyError(`witness key ${key.name} is not a cosignature/v1 key (algorithm 0x04)`);
+        }
+        if (witnesses.some((w) => w.name === key.name))
+            throw new WitnessPolicyError(`witness ${key.name} is named twice`);
+        // cosignature/v1 does not sign the witness's name: one key under two
+        // names would count one cosignature twice.
+        if (witnesses.some((w) => w.publicKey.every((b, i) => b === key.publicKey[i]))) {
+            throw new WitnessPolicyError(`witness ${key.name} has the key of another witness`);
+        }
+        witnesses.push(key);
+    }
+    const asked = options.witnessQuorum;
+    if (witnesses.length === 0) {
+        if (asked !== undefined)
+            throw new WitnessPolicyError("a witness quorum needs witnesses");
+        return { witnesses, quorum: 0 };
+    }
+    if (witnesses.length > MAX_WITNESSES) {
+        throw new WitnessPolicyError(`a witness policy names at most ${MAX_WITNESSES} witnesses, not ${witnesses.length}`);
+    }
+    const quorum = asked ?? witnesses.length;
+    if (!Number.isInteger(quorum) || quorum < 1 || quorum > witnesses.length) {
+        throw new WitnessPolicyError(`the quorum must be 1 to ${witnesses.length} (the number of witnesses), not ${quorum}`);
+    }
+    return { witnesses, quorum };
 }
