@@ -161,27 +161,32 @@ pub(crate) fn log_keys_from_meta(
 }
 
 /// The query of every `log-key` record of the store's own orgs (not of
-/// imported ones), as `(seq, view, org name)`, on SQLite: org by org
-/// (`CROSS JOIN` keeps `orgs` the outer loop), each org's records found
-/// in the partial index `entries_ops (org, type)` (`type <> 'step'` lets
-/// the query use it). Without an org to start from, the index was scanned
-/// whole: every operational record of every org (key records, reviews,
-/// audit events) read for each verification that needs the log keys.
-pub(crate) const LOG_KEY_RECORDS_SQLITE: &str = "SELECT e.seq, e.view, o.name FROM orgs o
-     CROSS JOIN entries e
-     WHERE e.org = o.org AND e.type = 'log-key' AND e.type <> 'step'
-       AND o.org NOT IN (SELECT org FROM org_origins)";
+/// imported ones), as `(seq, view, org name)`, through the partial index
+/// `entries_log_keys` (those records only): its cost grows with the
+/// log-key records (one per org a rotation reached), not with the orgs or
+/// their other records. On SQLite the index is named (`INDEXED BY`), so
+/// only a store that has it runs this query ([`LOG_KEY_RECORDS_SCAN`]
+/// otherwise); PostgreSQL's migration creates it before any query runs.
+/// Until the fifty-third session the query scanned `entries_ops`, every
+/// operational record of every org, on each read of the log keys (every
+/// seal and checkpoint verification).
+pub(crate) const LOG_KEY_RECORDS_SQLITE: &str = "SELECT e.seq, e.view, o.name
+     FROM entries e INDEXED BY entries_log_keys JOIN orgs o ON o.org = e.org
+     WHERE e.type = 'log-key' AND e.org NOT IN (SELECT org FROM org_origins)";
 
-/// [`LOG_KEY_RECORDS_SQLITE`] on PostgreSQL: each org's records in a
-/// lateral subquery, kept from being merged into the join (`OFFSET 0`),
-/// so that it is one probe of `entries_ops` per org whatever the
-/// statistics say.
-pub(crate) const LOG_KEY_RECORDS_PG: &str = "SELECT e.seq, e.view, o.name FROM orgs o
-     CROSS JOIN LATERAL (
-       SELECT k.seq, k.view FROM entries k
-       WHERE k.org = o.org AND k.type = 'log-key' AND k.type <> 'step' OFFSET 0
-     ) e
-     WHERE o.org NOT IN (SELECT org FROM org_origins)";
+/// [`LOG_KEY_RECORDS_SQLITE`] for a SQLite store without
+/// `entries_log_keys` (one opened only to be read, before the first
+/// writable open of this version created it): the partial index
+/// `entries_ops` scanned (`type <> 'step'` lets the query use it).
+pub(crate) const LOG_KEY_RECORDS_SCAN: &str = "SELECT e.seq, e.view, o.name FROM entries e
+     JOIN orgs o ON o.org = e.org
+     WHERE e.type = 'log-key' AND e.type <> 'step'
+       AND e.org NOT IN (SELECT org FROM org_origins)";
+
+/// [`LOG_KEY_RECORDS_SQLITE`] on PostgreSQL.
+pub(crate) const LOG_KEY_RECORDS_PG: &str = "SELECT e.seq, e.view, o.name FROM entries e
+     JOIN orgs o ON o.org = e.org
+     WHERE e.type = 'log-key' AND e.org NOT IN (SELECT org FROM org_origins)";
 
 /// The log keys an unpinned verification trusts: the process's own key,
 /// the store's first key (its `server_key` row), and the keys the log

@@ -75,6 +75,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS entries_one_erasure ON entries (sid, step_inde
 CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE type IN ('key-registration', 'key-revocation');
 -- The org's key records in log order, for `GET /v1/agent-keys`' pages.
 CREATE INDEX IF NOT EXISTS entries_key_records_in_order ON entries (org, id) WHERE type IN ('key-registration', 'key-revocation');
+-- The log-key records, which every seal and checkpoint verification reads.
+CREATE INDEX IF NOT EXISTS entries_log_keys ON entries (org) WHERE type = 'log-key';
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        BIGSERIAL PRIMARY KEY,

@@ -76,6 +76,9 @@ CREATE INDEX IF NOT EXISTS entries_flagged ON entries (org, id) WHERE status = '
 -- Erased steps are few: full-text search leaves them out through this
 -- index whatever the derived index file holds (sqlite/fulltext_index.rs).
 CREATE INDEX IF NOT EXISTS entries_erased ON entries (id) WHERE erased = 1;
+-- The log-key records (a few per org at most), which every seal and
+-- checkpoint verification reads, without reading any other record.
+CREATE INDEX IF NOT EXISTS entries_log_keys ON entries (org) WHERE type = 'log-key';
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        INTEGER PRIMARY KEY,

@@ -614,9 +614,12 @@ const KEY_RECORDS_READ: usize = 1024;
 /// reading (and decoding) every key record of the org for each.
 ///
 /// [`OrgKeys::of_agent`] reads only one agent's key records (found by their
-/// rows' `agent_id` column, each record required to name that agent): what
-/// one session's steps or one signed trace may be signed with, whatever
-/// the number of the org's other agents.
+/// rows' `agent_id` column, each record required to name that agent) and
+/// every revocation of the org (found by their `type`, as the org's whole
+/// read finds them, so that a revocation whose `agent_id` column was
+/// edited away from its agent still revokes): what one session's steps or
+/// one signed trace may be signed with, whatever the number of the org's
+/// other agents and their keys.
 #[derive(Default)]
 pub struct OrgKeys {
     /// Shared with the verifiers of the sessions checked against them
@@ -625,6 +628,9 @@ pub struct OrgKeys {
     last: Option<u64>,
     /// Only this agent's key records (`None`: the org's).
     agent: Option<String>,
+    /// With `agent`: the position from which the org's revocations are
+    /// still to be read.
+    revocations_from: u64,
 }
 
 impl OrgKeys {
@@ -661,9 +667,32 @@ impl OrgKeys {
                 self.last = Some(seq);
             }
             if !full {
-                return Ok(&self.keys);
+                break;
             }
         }
+        if self.agent.is_some() {
+            // Applied after the agent's registrations: a revocation only
+            // revokes a key registered before it, whatever the order read.
+            loop {
+                let page = store.op_records(
+                    org_id,
+                    "key-revocation",
+                    self.revocations_from,
+                    KEY_RECORDS_READ,
+                )?;
+                let full = page.len() == KEY_RECORDS_READ;
+                for (seq, record) in page {
+                    if let OpRecord::KeyRevocation(rev) = &record {
+                        let _ = std::sync::Arc::make_mut(&mut self.keys).revoke(rev, seq);
+                    }
+                    self.revocations_from = seq + 1;
+                }
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(&self.keys)
     }
 }
 
@@ -795,15 +824,17 @@ fn verify_session_chain(
         verifier.push_at(&step.record, step.seq, step.logged_at)
     })?;
     reread?;
-    let (server_name, _) = store.log_signer(org_id)?;
-    let keys = store.log_keys(org_id)?;
     let expected = match &info.seal {
         Some(seal) => {
+            // The log keys are read only for a seal (its note is signed
+            // with one).
+            let (server_name, _) = store.log_signer(org_id)?;
+            let log_keys = store.log_keys(org_id)?;
             verifier.push_seal(
                 seal,
                 info.seal_seq,
                 &log_origin(&server_name, org_id),
-                &keys,
+                &log_keys,
             );
             seal.step_count
         }

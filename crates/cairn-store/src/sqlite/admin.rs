@@ -235,8 +235,18 @@ impl SqliteStore {
                 })
                 .optional()
                 .context("reading the server key")?;
+            let indexed: bool = c
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = 'entries_log_keys')",
+                )
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                .context("reading the schema")?;
             let adds = c
-                .prepare_cached(crate::keys::LOG_KEY_RECORDS_SQLITE)
+                .prepare_cached(if indexed {
+                    crate::keys::LOG_KEY_RECORDS_SQLITE
+                } else {
+                    crate::keys::LOG_KEY_RECORDS_SCAN
+                })
                 .and_then(|mut stmt| {
                     stmt.query_map([], |r| {
                         Ok((

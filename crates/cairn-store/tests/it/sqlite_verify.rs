@@ -390,20 +390,26 @@ fn a_log_of_many_chunks_is_verified_whole_and_in_order() {
     assert_eq!(verdict.records_checked, 1001);
 }
 
-/// Registers `key` for `agent` in a store over `dir`, appends to session s1
-/// of "analyst" one step signed by `key`, and returns the key's id.
+/// Registers `key` for `agent` in a store over `dir`, then a key of agent
+/// "bystander" (seq 1), appends to session s1 of "analyst" one step signed
+/// by `key`, and returns the key's id.
 fn signed_session(dir: &std::path::Path, agent: &str, key: &SigningKey) -> String {
     use crate::conformance::{ORG, append, ledger, step};
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir, options()).unwrap());
     let ledger = ledger(store);
-    ledger
-        .write(cairn_store::WriteRequest::RegisterKey {
-            org_id: ORG.into(),
-            agent_id: agent.into(),
-            public_key: key.verifying_key(),
-            by_admin: true,
-        })
-        .unwrap();
+    for (agent, key) in [
+        (agent, key),
+        ("bystander", &SigningKey::from_bytes(&[5; 32])),
+    ] {
+        ledger
+            .write(cairn_store::WriteRequest::RegisterKey {
+                org_id: ORG.into(),
+                agent_id: agent.into(),
+                public_key: key.verifying_key(),
+                by_admin: true,
+            })
+            .unwrap();
+    }
     let key_id = agent_key_id(&key.verifying_key());
     let created_at = cairn_store::now();
     let seed = [3; 32];
@@ -492,7 +498,7 @@ fn a_signature_failure_is_worded_from_the_orgs_keys() {
         dir.path(),
         "UPDATE entries SET agent_id = 'mallory',
                 view = replace(view, '\"agent_id\":\"analyst\"', '\"agent_id\":\"mallory\"')
-          WHERE type = 'key-registration';",
+          WHERE type = 'key-registration' AND agent_id = 'analyst';",
     );
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
     let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
@@ -506,5 +512,44 @@ fn a_signature_failure_is_worded_from_the_orgs_keys() {
         )),
         "{}",
         failure.detail
+    );
+}
+
+/// A revocation is found by its type, not by its agent column: the
+/// bystander's registration (seq 1, before the signed step) turned into a
+/// revocation of the analyst's key whose `agent_id` column names another
+/// agent still revokes the key in the session's verification (reading
+/// only the analyst's records by that column had verified the step), and
+/// the org's verification reports the column.
+#[test]
+fn a_revocation_moved_to_another_agents_column_still_revokes() {
+    use crate::conformance::ORG;
+    let dir = tempfile::tempdir().unwrap();
+    let key_id = signed_session(dir.path(), "analyst", &SigningKey::from_bytes(&[9; 32]));
+    edit_entries(
+        dir.path(),
+        &format!(
+            "UPDATE entries SET type = 'key-revocation', agent_id = 'zzz',
+                    view = '{{\"agent_id\":\"analyst\",\"key_id\":\"{key_id}\",\"org_id\":\"{ORG}\",\"reason\":\"leaked\",\"revoked_at\":\"2026-01-01T00:00:00.000000Z\"}}'
+              WHERE seq = 1;"
+        ),
+    );
+    let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+    let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
+        .unwrap()
+        .unwrap();
+    let failure = verdict.failure.expect("the revoked key's signature fails");
+    assert_eq!(failure.reason, cairn_core::verify::Reason::BadSignature);
+    assert!(
+        failure
+            .detail
+            .contains(&format!("key {key_id} was revoked at seq 1")),
+        "{}",
+        failure.detail
+    );
+    let org = cairn_store::ops::verify_org(store.as_ref(), ORG, &[], &[], &mut |_| {});
+    assert!(
+        org.as_ref().map_or(true, |v| !v.verdict.verified),
+        "{org:?}"
     );
 }
