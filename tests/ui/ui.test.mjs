@@ -30,6 +30,36 @@ let admin;
 let browser;
 let dir;
 
+// The bundle page's witness policy: a bundle of the tamper corpus whose
+// checkpoint two witnesses cosigned verifies under them (and names them),
+// the server's own export (no cosignature) is refused for want of them,
+// and a quorum beyond the witnesses is a policy the verifier refuses.
+async function witnessPolicy(page, exported) {
+  const specPath = join(root, "target", "tamper-corpus", "witnessed-quorum-met.json");
+  if (!existsSync(specPath)) {
+    if (process.env.CI === "true") assert.fail(`no tamper corpus at ${specPath}: run cargo test -p cairn --test tamper`);
+    return;
+  }
+  const spec = JSON.parse(readFileSync(specPath, "utf8"));
+  const witnessed = readFileSync(join(root, "target", "tamper-corpus", spec.bundle));
+  await page.getByLabel(/Server keys to trust/).fill(spec.keys.join("\n"));
+  await page.getByLabel(/Witness keys/).fill(spec.witnesses.join("\n"));
+  await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "witnessed.ndjson", mimeType: "application/x-ndjson", buffer: witnessed });
+  await page.locator("#result").getByText("Verified: witnessed.ndjson").waitFor();
+  assert.equal(await page.locator("#cosigned").textContent(), "Cosigned by w1.example, w2.example (2 needed).");
+  await accessible(page, "verify with witnesses");
+  await page.getByLabel(/Server keys to trust/).fill("");
+  await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "uncosigned.ndjson", mimeType: "application/x-ndjson", buffer: Buffer.from(exported) });
+  await page.locator("#result").getByText("Not cosigned enough: uncosigned.ndjson").waitFor();
+  assert.match(await page.locator("#result").textContent(), /insufficient-cosignatures/);
+  assert.equal(await page.locator("#cosigned").textContent(), "Cosigned by none of the witnesses (2 needed).");
+  await page.getByLabel(/Cosignatures needed/).fill("3");
+  await page.getByLabel(/Drop a bundle/).setInputFiles({ name: "witnessed.ndjson", mimeType: "application/x-ndjson", buffer: witnessed });
+  await page.locator("#result").getByText(/Could not verify: the quorum must be 1 to 2/).waitFor();
+  await page.getByLabel(/Cosignatures needed/).fill("");
+  await page.getByLabel(/Witness keys/).fill("");
+}
+
 // A `cairn serve` of its own data directory (`home`), with `extraEnv`.
 function startServer(extraEnv = {}) {
   const home = mkdtempSync(join(tmpdir(), "cairn-ui-"));
@@ -171,6 +201,7 @@ test("sign in, sessions, a verdict, bundles verified in the browser, tampering s
       await page.locator("#result").getByText("Tampered: tampered.ndjson").waitFor();
       assert.match(await page.locator("#failing").textContent(), new RegExp(`line ${target + 1}\\b`));
       await shot(page, `verify-tampered-${label}-${scheme}`);
+      if (label === "laptop" && scheme === "light") await witnessPolicy(page, bundle);
 
       // Sign out: back to the sign-in page, and the session is gone.
       await page.getByRole("button", { name: "Sign out" }).click();

@@ -7,6 +7,8 @@ import { verifyBundleStream } from "./verifier/verify.js";
 const input = document.getElementById("bundle");
 const drop = document.getElementById("drop");
 const keys = document.getElementById("keys");
+const witnesses = document.getElementById("witnesses");
+const quorum = document.getElementById("quorum");
 const result = document.getElementById("result");
 const progress = document.getElementById("progress");
 
@@ -20,10 +22,16 @@ function line(parent, text, tag = "p") {
 function render(verdict, name) {
   result.replaceChildren();
   result.className = verdict.verified ? "verdict good" : "verdict bad";
-  line(result, verdict.verified ? `Verified: ${name}` : `Tampered: ${name}`, "h2");
+  const lacking = verdict.failure && verdict.failure.reason === "insufficient-cosignatures";
+  line(result, verdict.verified ? `Verified: ${name}` : lacking ? `Not cosigned enough: ${name}` : `Tampered: ${name}`, "h2");
   line(result, `${verdict.recordsChecked} record(s) checked` +
     (verdict.checkpointSize ? `, against the signed checkpoint of size ${verdict.checkpointSize}` : "") +
     (verdict.keyPinned ? ", with the keys you gave." : ", with the key the bundle names (compare it with the operator's)."));
+  if (verdict.cosignedBy) {
+    const by = verdict.cosignedBy.witnesses;
+    line(result, `Cosigned by ${by.length > 0 ? by.join(", ") : "none of the witnesses"}` +
+      ` (${verdict.cosignedBy.quorum} needed).`).id = "cosigned";
+  }
   if (verdict.failure) {
     const at = verdict.failure.at;
     const where = [
@@ -46,9 +54,13 @@ async function check(file) {
   progress.value = 0;
   progress.hidden = false;
   const pinned = keys.value.split(/\s+/).filter((k) => k.length > 0);
+  const cosigners = witnesses.value.split(/\s+/).filter((k) => k.length > 0);
+  const needed = quorum.value.trim() === "" ? undefined : Number(quorum.value);
   try {
     const verdict = await verifyBundleStream(file.stream(), {
       keys: pinned,
+      witnesses: cosigners,
+      ...(needed === undefined ? {} : { witnessQuorum: needed }),
       onProgress: (read) => { progress.value = read; },
     });
     render(verdict, file.name);
