@@ -74,6 +74,31 @@ def test_corpus_case(case):
     assert not diff, f"{case.stem}: (expected, python) {diff}; python said: {got['detail']}"
 
 
+def test_witness_policies_are_bounded_as_the_other_verifiers_bound_them():
+    """At most 64 witnesses (as `cairn verify --bundle --witness` and the
+    TypeScript verifier), checked before anything else of the policy."""
+    spec_path = CORPUS / "witnessed-quorum-met.json"
+    if not spec_path.is_file():
+        message = f"no witnessed bundle in the tamper corpus at {CORPUS}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    import hashlib
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    bundle = (CORPUS / spec["bundle"]).read_bytes()
+    raw = base64.b64decode(spec["witnesses"][0].split("+", 2)[2])
+
+    def renamed(name: str) -> str:
+        key_id = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
+        return f"{name}+{key_id}+{base64.b64encode(raw).decode()}"
+
+    with pytest.raises(ValueError, match="at most 64 witnesses, not 65"):
+        V.verify_bundle(bundle, keys=spec["keys"], witnesses=[renamed(f"w{i}.example") for i in range(65)])
+    with pytest.raises(ValueError, match="same key"):
+        V.verify_bundle(bundle, keys=spec["keys"], witnesses=[renamed("a.example"), renamed("b.example")])
+    assert V.verify_bundle(bundle, keys=spec["keys"], witnesses=spec["witnesses"]).verified
+
+
 def test_genuine_bundles_verify(ledger, tmp_path):
     cases = []
     for name, data in ledger.bundles.items():

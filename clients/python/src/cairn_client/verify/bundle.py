@@ -41,6 +41,10 @@ def _raw_lines(source: BundleSource) -> Iterator[bytes]:
         yield _chomp(bytes(line))
 
 
+#: Most witnesses one policy names (as the Rust and TypeScript verifiers).
+MAX_WITNESSES = 64
+
+
 def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
                   trusted_checkpoints: Sequence[str] = (), witnesses: Sequence[str] = (),
                   witness_quorum: Optional[int] = None) -> Verdict:
@@ -56,10 +60,13 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     bundle's checkpoint must then carry valid cosignatures by
     `witness_quorum` of them (default: all), or the verdict fails with
     `insufficient-cosignatures` (FORMAT.md 7.7). A key that is not a vkey,
-    or a quorum outside 1 to the number of witnesses, raises ValueError.
+    more than 64 witnesses, a name or key given twice, or a quorum outside
+    1 to the number of witnesses, raises ValueError.
     """
     pinned = [_parse_vkey(k) for k in keys]
     cosigners = [_parse_vkey(w, 0x04) for w in witnesses]
+    if len(cosigners) > MAX_WITNESSES:
+        raise ValueError(f"a witness policy names at most {MAX_WITNESSES} witnesses, not {len(cosigners)}")
     if len({w.name for w in cosigners}) != len(cosigners):
         raise ValueError("a witness is named twice")
     # cosignature/v1 does not sign the witness's name: one key under two
