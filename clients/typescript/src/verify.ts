@@ -94,9 +94,13 @@ async function verifyLines(lines: Iterable<Uint8Array> | AsyncIterable<Uint8Arra
 /** The witness keys and quorum of `options`, checked as the Rust verifier
  * checks a policy (FORMAT.md 7.7). */
 async function witnessPolicy(options: VerifyOptions): Promise<{ witnesses: NoteKey[]; quorum: number }> {
+  const parsed: NoteKey[] = [];
+  for (const text of options.witnesses ?? []) parsed.push(await parseVkey(text));
+  if (parsed.length > MAX_WITNESSES) {
+    throw new WitnessPolicyError(`a witness policy names at most ${MAX_WITNESSES} witnesses, not ${parsed.length}`);
+  }
   const witnesses: NoteKey[] = [];
-  for (const text of options.witnesses ?? []) {
-    const key = await parseVkey(text);
+  for (const key of parsed) {
     if (key.algorithm !== ALG_COSIGNATURE_V1) {
       throw new VkeyError(`witness key ${key.name} is not a cosignature/v1 key (algorithm 0x04)`);
     }
@@ -112,9 +116,6 @@ async function witnessPolicy(options: VerifyOptions): Promise<{ witnesses: NoteK
   if (witnesses.length === 0) {
     if (asked !== undefined) throw new WitnessPolicyError("a witness quorum needs witnesses");
     return { witnesses, quorum: 0 };
-  }
-  if (witnesses.length > MAX_WITNESSES) {
-    throw new WitnessPolicyError(`a witness policy names at most ${MAX_WITNESSES} witnesses, not ${witnesses.length}`);
   }
   const quorum = asked ?? witnesses.length;
   if (!Number.isInteger(quorum) || quorum < 1 || quorum > witnesses.length) {

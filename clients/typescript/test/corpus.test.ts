@@ -177,6 +177,9 @@ test("a witness policy: who cosigned, and policies that cannot be applied", asyn
   // One key under two names would count one cosignature twice.
   const renamed = await renamedVkey(w1, "w1-again.example");
   await assert.rejects(verifyBundle(bundle, { witnesses: [w1, renamed] }), /has the key of another witness/);
+  // At most 64 witnesses, counted first (as the Rust policy).
+  const many = await Promise.all(Array.from({ length: 65 }, (_, i) => renamedVkey(w1, `w${i}.example`)));
+  await assert.rejects(verifyBundle(bundle, { witnesses: many }), /at most 64 witnesses, not 65/);
 });
 
 /** `vkey`'s key under another name (its key id computed again). */

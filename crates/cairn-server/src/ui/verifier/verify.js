@@ -83,9 +83,14 @@ async function verifyLines(lines, options) {
 /** The witness keys and quorum of `options`, checked as the Rust verifier
  * checks a policy (FORMAT.md 7.7). */
 async function witnessPolicy(options) {
+    const parsed = [];
+    for (const text of options.witnesses ?? [])
+        parsed.push(await parseVkey(text));
+    if (parsed.length > MAX_WITNESSES) {
+        throw new WitnessPolicyError(`a witness policy names at most ${MAX_WITNESSES} witnesses, not ${parsed.length}`);
+    }
     const witnesses = [];
-    for (const text of options.witnesses ?? []) {
-        const key = await parseVkey(text);
+    for (const key of parsed) {
         if (key.algorithm !== ALG_COSIGNATURE_V1) {
             throw new VkeyError(`witness key ${key.name} is not a cosignature/v1 key (algorithm 0x04)`);
         }
@@ -103,9 +108,6 @@ async function witnessPolicy(options) {
         if (asked !== undefined)
             throw new WitnessPolicyError("a witness quorum needs witnesses");
         return { witnesses, quorum: 0 };
-    }
-    if (witnesses.length > MAX_WITNESSES) {
-        throw new WitnessPolicyError(`a witness policy names at most ${MAX_WITNESSES} witnesses, not ${witnesses.length}`);
     }
     const quorum = asked ?? witnesses.length;
     if (!Number.isInteger(quorum) || quorum < 1 || quorum > witnesses.length) {
