@@ -77,6 +77,9 @@ CREATE INDEX IF NOT EXISTS entries_key_records ON entries (org, agent_id) WHERE 
 CREATE INDEX IF NOT EXISTS entries_key_records_in_order ON entries (org, id) WHERE type IN ('key-registration', 'key-revocation');
 -- The log-key records, which every seal and checkpoint verification reads.
 CREATE INDEX IF NOT EXISTS entries_log_keys ON entries (org) WHERE type = 'log-key';
+-- One agent's key records in log order (a session's verification reads
+-- them a page at a time: without the order, each page sorted them all).
+CREATE INDEX IF NOT EXISTS entries_key_records_by_agent ON entries (org, agent_id, id) WHERE type IN ('key-registration', 'key-revocation');
 
 CREATE TABLE IF NOT EXISTS sessions (
   sid        BIGSERIAL PRIMARY KEY,

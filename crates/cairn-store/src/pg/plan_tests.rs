@@ -154,8 +154,9 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
 
 /// A page of key records (`GET /v1/agent-keys`) of the org is read in log
 /// order through `entries_key_records_in_order`, never by sorting the
-/// org's key records or scanning the log; one agent's through an index of
-/// key records too.
+/// org's key records or scanning the log; one agent's (`?agent_id=`, a
+/// session's verification) through `entries_key_records_by_agent`, in
+/// log order too.
 fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Client, org: i64) {
     use cairn_core::ed25519_dalek::SigningKey;
     let batch: Vec<WriteRequest> = (0..600u32)
@@ -180,10 +181,15 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
         let plan = explain(admin, KEY_RECORDS_PAGE, &[&org, &agent, &after, &limit]);
         assert!(plan.contains("entries_key_records"), "{agent:?}: {plan}");
         assert!(!plan.contains("Seq Scan on entries"), "{agent:?}: {plan}");
-        if agent.is_none() {
-            assert!(plan.contains("entries_key_records_in_order"), "{plan}");
-            assert!(!plan.contains("Sort"), "{plan}");
-        }
+        // In log order through an index, never every record sorted for
+        // each page.
+        let index = if agent.is_none() {
+            "entries_key_records_in_order"
+        } else {
+            "entries_key_records_by_agent"
+        };
+        assert!(plan.contains(index), "{plan}");
+        assert!(!plan.contains("Sort"), "{plan}");
     }
     // The writer's read of the key records appended since its cache.
     let plan = explain(

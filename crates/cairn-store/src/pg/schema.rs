@@ -115,6 +115,7 @@ DROP INDEX IF EXISTS embedding_queue_org;
 CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_turn ON entries (sid, turn_id, turn_step) WHERE turn_id IS NOT NULL AND type = 'step';
 CREATE INDEX IF NOT EXISTS entries_log_keys ON entries (org) WHERE type = 'log-key';
+CREATE INDEX IF NOT EXISTS entries_key_records_by_agent ON entries (org, agent_id, id) WHERE type IN ('key-registration', 'key-revocation');
 ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS expires_at BIGINT;";
 
 /// Whether the tables and indexes of [`ADDITIONS`] and the functions of
@@ -127,6 +128,7 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
                AND to_regclass('sessions_listing') IS NOT NULL AND to_regclass('vectors_embedder') IS NOT NULL
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
                AND to_regclass('entries_by_turn') IS NOT NULL AND to_regclass('entries_log_keys') IS NOT NULL
+               AND to_regclass('entries_key_records_by_agent') IS NOT NULL
                AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('api_keys')
                             AND attname = 'expires_at' AND NOT attisdropped)
                AND to_regclass('embedding_queue_claimable') IS NOT NULL AND to_regclass('embedding_queue_org') IS NULL
