@@ -582,25 +582,25 @@ fn check_entries(
 }
 
 /// Checks a stored seed-004 trace's signature (the trace at log position
-/// `seq`) against the agent keys as the log holds them: first the key
-/// records of the trace's (hashed) agent alone, which are the only keys
-/// that may sign it; a signature they refuse, or a read of them that
-/// fails, is checked again against every key record of the org, so that
-/// the answer says what the org's keys say. A bad key record fails the
-/// org's verification at its position; here it simply gives no key.
+/// `seq`) against the agent keys as the log holds them: first the keys of
+/// the trace's (hashed) agent alone ([`OrgKeys::agent_keys`]), which are
+/// the only keys that may sign it; a signature they refuse, or a read of
+/// them that fails, is checked again against every key record of the org,
+/// so that the answer says what the org's keys say. A bad key record
+/// fails the org's verification at its position; here it simply gives no
+/// key.
 pub fn check_trace_signature(
     store: &dyn LedgerStore,
     org_id: &str,
     trace: &cairn_core::trace::CompleteTrace,
     seq: u64,
 ) -> Result<Result<(), String>, StoreError> {
-    let mut agent = OrgKeys::of_agent(&trace.agent_id_hash);
-    if let Ok(keys) = agent.refresh(store, org_id)
+    let mut org = OrgKeys::default();
+    if let Ok(keys) = org.agent_keys(store, org_id, &trace.agent_id_hash)
         && keys.check_trace(trace, Some(seq)).is_ok()
     {
         return Ok(Ok(()));
     }
-    let mut org = OrgKeys::default();
     Ok(org.refresh(store, org_id)?.check_trace(trace, Some(seq)))
 }
 
@@ -613,35 +613,28 @@ const KEY_RECORDS_READ: usize = 1024;
 /// them when its verification starts, as [`verify_session`] does, without
 /// reading (and decoding) every key record of the org for each.
 ///
-/// [`OrgKeys::of_agent`] reads only one agent's key records (found by their
-/// rows' `agent_id` column, each record required to name that agent) and
-/// every revocation of the org (found by their `type`, as the org's whole
-/// read finds them, so that a revocation whose `agent_id` column was
-/// edited away from its agent still revokes): what one session's steps or
-/// one signed trace may be signed with, whatever the number of the org's
-/// other agents and their keys.
+/// One agent's keys ([`OrgKeys::agent_keys`]) are its registrations (found
+/// by their rows' `agent_id` column, each record required to name that
+/// agent) and every revocation of the org, found by its `type` as the
+/// org's whole read finds them, applied in log order (so a revocation
+/// whose `agent_id` column was edited away from its agent still revokes,
+/// and from its own position): what one session's steps or one signed
+/// trace may be signed with, whatever the number of the org's other
+/// agents' keys. The revocations are kept here, read once for every
+/// session a listing verifies.
 #[derive(Default)]
 pub struct OrgKeys {
     /// Shared with the verifiers of the sessions checked against them
     /// (copied only if records arrive while one still holds them).
     keys: std::sync::Arc<AgentKeys>,
     last: Option<u64>,
-    /// Only this agent's key records (`None`: the org's).
-    agent: Option<String>,
-    /// With `agent`: the position from which the org's revocations are
-    /// still to be read.
+    /// The org's revocations read so far, in log order.
+    revocations: Vec<(u64, cairn_core::log::KeyRevocation)>,
+    /// The position from which the org's revocations are still to be read.
     revocations_from: u64,
 }
 
 impl OrgKeys {
-    /// The keys of one agent only, read at the first [`OrgKeys::refresh`].
-    pub fn of_agent(agent_id: &str) -> OrgKeys {
-        OrgKeys {
-            agent: Some(agent_id.to_owned()),
-            ..OrgKeys::default()
-        }
-    }
-
     /// Reads the key records appended since the last read (usually none:
     /// one look-up), a page at a time, and gives the keys.
     pub fn refresh(
@@ -650,12 +643,7 @@ impl OrgKeys {
         org_id: &str,
     ) -> Result<&std::sync::Arc<AgentKeys>, StoreError> {
         loop {
-            let page = store.key_records_page(
-                org_id,
-                self.agent.as_deref(),
-                self.last,
-                KEY_RECORDS_READ,
-            )?;
+            let page = store.key_records_page(org_id, None, self.last, KEY_RECORDS_READ)?;
             let full = page.len() == KEY_RECORDS_READ;
             for (seq, record) in page {
                 let keys = std::sync::Arc::make_mut(&mut self.keys);
@@ -667,32 +655,60 @@ impl OrgKeys {
                 self.last = Some(seq);
             }
             if !full {
+                return Ok(&self.keys);
+            }
+        }
+    }
+
+    /// The keys of agent `agent_id` as the log holds them now: its
+    /// registrations, then every revocation of the org in log order (the
+    /// revocations read since the last call added to those kept). A key
+    /// registers once and a revocation revokes only a key registered
+    /// before it, so this is what the org's keys say of the agent's, but
+    /// where a forged record registers one key for two agents.
+    pub fn agent_keys(
+        &mut self,
+        store: &dyn LedgerStore,
+        org_id: &str,
+        agent_id: &str,
+    ) -> Result<std::sync::Arc<AgentKeys>, StoreError> {
+        let mut keys = AgentKeys::new();
+        let mut after = None;
+        loop {
+            let page = store.key_records_page(org_id, Some(agent_id), after, KEY_RECORDS_READ)?;
+            let full = page.len() == KEY_RECORDS_READ;
+            for (seq, record) in page {
+                if let OpRecord::KeyRegistration(reg) = &record {
+                    let _ = keys.register(reg, seq);
+                }
+                after = Some(seq);
+            }
+            if !full {
                 break;
             }
         }
-        if self.agent.is_some() {
-            // Applied after the agent's registrations: a revocation only
-            // revokes a key registered before it, whatever the order read.
-            loop {
-                let page = store.op_records(
-                    org_id,
-                    "key-revocation",
-                    self.revocations_from,
-                    KEY_RECORDS_READ,
-                )?;
-                let full = page.len() == KEY_RECORDS_READ;
-                for (seq, record) in page {
-                    if let OpRecord::KeyRevocation(rev) = &record {
-                        let _ = std::sync::Arc::make_mut(&mut self.keys).revoke(rev, seq);
-                    }
-                    self.revocations_from = seq + 1;
+        loop {
+            let page = store.op_records(
+                org_id,
+                "key-revocation",
+                self.revocations_from,
+                KEY_RECORDS_READ,
+            )?;
+            let full = page.len() == KEY_RECORDS_READ;
+            for (seq, record) in page {
+                if let OpRecord::KeyRevocation(rev) = record {
+                    self.revocations.push((seq, rev));
                 }
-                if !full {
-                    break;
-                }
+                self.revocations_from = seq + 1;
+            }
+            if !full {
+                break;
             }
         }
-        Ok(&self.keys)
+        for (seq, rev) in &self.revocations {
+            let _ = keys.revoke(rev, *seq);
+        }
+        Ok(std::sync::Arc::new(keys))
     }
 }
 
@@ -707,9 +723,9 @@ impl OrgKeys {
 ///
 /// A step's signature may only be by a key of the session's agent (a step
 /// of another agent fails before its signature is looked at), so the
-/// session is checked against that agent's key records alone
-/// ([`OrgKeys::of_agent`]): its cost does not grow with the org's other
-/// agents. A verdict that fails on a signature, or a read that fails, is
+/// session is checked against that agent's registrations and the org's
+/// revocations ([`OrgKeys::agent_keys`]): its cost does not grow with the
+/// org's other agents' keys. A verdict that fails on a signature, or a read that fails, is
 /// computed again against every key record of the org, so that what it
 /// says (a key "registered for agent B", not merely "not registered") is
 /// what the org's keys say.
@@ -721,17 +737,20 @@ pub fn verify_session(
     verify_session_with(store, org_id, session_id, &mut OrgKeys::default())
 }
 
-/// [`verify_session`] with the org's keys as read so far, for the verdicts
-/// that must be computed again against every key of the org: read (or
-/// brought up to date) only then, so many sessions of one org verified in
-/// turn read each of the org's key records at most once.
+/// [`verify_session`] with the org's keys as read so far: its revocations
+/// (read once, then only those appended since, for every session) and,
+/// for the verdicts that must be computed again against every key of the
+/// org, its key records (read, or brought up to date, only then), so many
+/// sessions of one org verified in turn read each of the org's key
+/// records at most once.
 pub fn verify_session_with(
     store: &dyn LedgerStore,
     org_id: &str,
     session_id: &str,
     org_keys: &mut OrgKeys,
 ) -> Result<Option<Verdict>, StoreError> {
-    if let Ok(Some(verdict)) = verify_session_chain(store, org_id, session_id, SessionKeys::Agent)
+    if let Ok(Some(verdict)) =
+        verify_session_chain(store, org_id, session_id, SessionKeys::Agent(org_keys))
         && !fails_on_a_signature(&verdict)
     {
         return Ok(Some(verdict));
@@ -753,8 +772,9 @@ fn fails_on_a_signature(verdict: &Verdict) -> bool {
 
 /// The agent keys a session is checked against.
 enum SessionKeys<'k> {
-    /// Its agent's, read for it.
-    Agent,
+    /// Its agent's, read for it (with the org's revocations as read so
+    /// far).
+    Agent(&'k mut OrgKeys),
     /// The org's, as read so far.
     Org(&'k mut OrgKeys),
 }
@@ -769,9 +789,7 @@ fn verify_session_chain(
         return Ok(None);
     };
     let keys = match keys {
-        SessionKeys::Agent => {
-            std::sync::Arc::clone(OrgKeys::of_agent(&info.header.agent_id).refresh(store, org_id)?)
-        }
+        SessionKeys::Agent(keys) => keys.agent_keys(store, org_id, &info.header.agent_id)?,
         SessionKeys::Org(keys) => std::sync::Arc::clone(keys.refresh(store, org_id)?),
     };
     // Only the erasures are kept (a session may hold any number of audit

@@ -515,17 +515,34 @@ fn a_signature_failure_is_worded_from_the_orgs_keys() {
     );
 }
 
-/// A revocation is found by its type, not by its agent column: the
-/// bystander's registration (seq 1, before the signed step) turned into a
-/// revocation of the analyst's key whose `agent_id` column names another
-/// agent still revokes the key in the session's verification (reading
-/// only the analyst's records by that column had verified the step), and
-/// the org's verification reports the column.
+/// A revocation is found by its type, not by its agent column, and takes
+/// effect from its own position: the bystander's registration (seq 1,
+/// before the signed step) turned into a revocation of the analyst's key
+/// whose `agent_id` column names another agent still revokes the key from
+/// seq 1 in the session's verification, though the key's genuine
+/// revocation comes later (reading the analyst's records by that column
+/// had verified the step; the first fix, which applied the analyst's own
+/// later revocation first, did too), and the org's verification reports
+/// the column.
 #[test]
 fn a_revocation_moved_to_another_agents_column_still_revokes() {
     use crate::conformance::ORG;
     let dir = tempfile::tempdir().unwrap();
     let key_id = signed_session(dir.path(), "analyst", &SigningKey::from_bytes(&[9; 32]));
+    {
+        let store: Arc<dyn LedgerStore> =
+            Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
+        let ledger = crate::conformance::ledger(store);
+        ledger
+            .write(cairn_store::WriteRequest::RevokeKey {
+                org_id: ORG.into(),
+                agent_id: "analyst".into(),
+                key_id: key_id.clone(),
+                reason: "rotated".into(),
+            })
+            .unwrap();
+        ledger.close();
+    }
     edit_entries(
         dir.path(),
         &format!(
