@@ -76,7 +76,8 @@ def test_corpus_case(case):
 
 def test_witness_policies_are_bounded_as_the_other_verifiers_bound_them():
     """At most 64 witnesses (as `cairn verify --bundle --witness` and the
-    TypeScript verifier), checked before anything else of the policy."""
+    TypeScript verifier), checked before anything else of the policy; a
+    quorum is a whole number."""
     spec_path = CORPUS / "witnessed-quorum-met.json"
     if not spec_path.is_file():
         message = f"no witnessed bundle in the tamper corpus at {CORPUS}"
@@ -97,6 +98,11 @@ def test_witness_policies_are_bounded_as_the_other_verifiers_bound_them():
     with pytest.raises(ValueError, match="same key"):
         V.verify_bundle(bundle, keys=spec["keys"], witnesses=[renamed("a.example"), renamed("b.example")])
     assert V.verify_bundle(bundle, keys=spec["keys"], witnesses=spec["witnesses"]).verified
+    # A quorum is a whole number (the CLI and the TypeScript verifier refuse
+    # 1.5 and true as well).
+    for quorum in (1.5, True, "1"):
+        with pytest.raises(ValueError, match="whole number"):
+            V.verify_bundle(bundle, keys=spec["keys"], witnesses=spec["witnesses"], witness_quorum=quorum)
 
 
 def test_genuine_bundles_verify(ledger, tmp_path):

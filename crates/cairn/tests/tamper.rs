@@ -49,7 +49,7 @@ fn every_fault_class_is_named_by_every_verifier() {
         Some(DetailLevel::Detailed),
     );
     case("genuine-analyst-detailed", &analyst, pinned, &[], None);
-    witness_policies(&complete, pinned);
+    witness_policies(&complete, pinned, &w.server);
 
     // --- A courier: entries no checkpoint covers.
     let mut appended = complete.clone();
@@ -801,7 +801,7 @@ fn every_fault_class_is_named_by_every_verifier() {
 /// count for nothing (a byte altered, a zero timestamp, one over another
 /// checkpoint, the same line twice). Cosignature lines are not part of
 /// what the bundle authenticates: each case is the policy's verdict.
-fn witness_policies(complete: &[String], pinned: &[String]) {
+fn witness_policies(complete: &[String], pinned: &[String], server: &NoteSigner) {
     use cairn_core::checkpoint::Cosigner;
     let w1 = Cosigner::from_seed("w1.example", &[41; 32]).unwrap();
     let w2 = Cosigner::from_seed("w2.example", &[42; 32]).unwrap();
@@ -897,6 +897,66 @@ fn witness_policies(complete: &[String], pinned: &[String]) {
             quorum: Some(1),
             ..both.clone()
         },
+        lacking.as_ref(),
+    );
+    // Where verifiers written apart had disagreed (a review's differential
+    // run): key ids in upper-case hex (a witness's, the header's key),
+    // key names of characters that are not white space but not printable
+    // either, a checkpoint size past 2^63 (up to 2^64 - 1 is a size).
+    let upper = |vkey: String| {
+        let mut parts: Vec<String> = vkey.splitn(3, '+').map(str::to_owned).collect();
+        parts[1] = parts[1].to_uppercase();
+        parts.join("+")
+    };
+    case_witnessed(
+        "witnessed-key-id-in-upper-case",
+        &with_note(cosigned.clone()),
+        &pinned.iter().cloned().map(upper).collect::<Vec<_>>(),
+        &[],
+        &Witnesses {
+            vkeys: vec![upper(vkey(&w1)), vkey(&w2)],
+            quorum: None,
+        },
+        None,
+    );
+    let mut header_upper = complete.to_vec();
+    edit_line(&mut header_upper, 0, |h| {
+        h["server_key"] = json!(upper(h["server_key"].as_str().unwrap().to_owned()));
+    });
+    case("header-key-id-in-upper-case", &header_upper, &[], &[], None);
+    let invisible = Cosigner::from_seed("w\u{200b}", &[44; 32]).unwrap();
+    let with_invisible = format!(
+        "{note}\u{2014} x\u{ad}y {}\n{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [7u8; 68]),
+        invisible.cosign(text, t)
+    );
+    case_witnessed(
+        "witnessed-invisible-names",
+        &with_note(with_invisible),
+        pinned,
+        &[],
+        &Witnesses {
+            vkeys: vec![vkey(&invisible)],
+            quorum: None,
+        },
+        None,
+    );
+    let huge_text = {
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines[1] = "9223372036854775809";
+        lines.join("\n")
+    };
+    let huge = format!(
+        "{}{}",
+        server.sign(&huge_text).unwrap(),
+        w1.cosign(&huge_text, t)
+    );
+    case_witnessed(
+        "witnessed-checkpoint-size-past-2-63",
+        &with_note(huge),
+        pinned,
+        &[],
+        &both,
         lacking.as_ref(),
     );
     // The same valid line twice counts once.

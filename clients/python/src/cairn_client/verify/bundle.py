@@ -73,6 +73,8 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     # names would count one cosignature twice.
     if len({w.public for w in cosigners}) != len(cosigners):
         raise ValueError("two witnesses have the same key")
+    if witness_quorum is not None and (isinstance(witness_quorum, bool) or not isinstance(witness_quorum, int)):
+        raise ValueError(f"the witness quorum is a whole number, not {witness_quorum!r}")
     quorum = len(cosigners) if witness_quorum is None else witness_quorum
     if cosigners and not 1 <= quorum <= len(cosigners):
         raise ValueError(f"the witness quorum must be 1 to {len(cosigners)}, not {quorum}")

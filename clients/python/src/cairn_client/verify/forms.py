@@ -14,7 +14,7 @@ from ..types import JSONObject
 from .constants import (
     _COMPACT_KINDS, _DECODED, _KINDS, _LINKS, _MAX_PROOF, _OP_TYPES, _PAYLOAD, _TRACE_LEVELS, FIELDS, LEVEL_SHOWS,
 )
-from .hashing import _b64decode, _frame, _hexbytes, _u64
+from .hashing import _WHITE_SPACE, _b64decode, _frame, _hexbytes, _u64
 from .merkle import _leaf
 from .notes import _is_vkey
 from .verdict import Position
@@ -178,10 +178,8 @@ _VIEWS: dict[str, dict[str, Any]] = {
 }
 
 
-# Unicode White_Space, what Rust's str::trim removes (Python's str.strip
-# also removes U+001C to U+001F).
-_WHITE_SPACE = "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680" + "".join(
-    chr(c) for c in range(0x2000, 0x200B)) + "\u2028\u2029\u202f\u205f\u3000"
+# `_WHITE_SPACE` (hashing.py) is what Rust's str::trim removes (Python's
+# str.strip also removes U+001C to U+001F).
 _JAPANESE_KINDS = frozenset({"思考", "計画", "承認待ち", "実行", "エラー"})
 _EXTRA_KIND_WORDS = frozenset({
     "thought", "thinking", "thoughtstart", "snapshotandcontext", "dmaresults", "idmaresult", "aspdmaresult",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import ed25519
-from .hashing import _b64, _b64decode, _hexbytes, _sha256
+from .hashing import _WHITE_SPACE, _b64, _b64decode, _hexbytes, _sha256
 
 
 @dataclass
@@ -24,7 +24,10 @@ class _Key:
 
 
 def _valid_key_name(name: str) -> bool:
-    return bool(name) and not any(c.isspace() or c == "+" for c in name) and name.isprintable()
+    """FORMAT.md 7.1: non-empty, without `+` or white space (Unicode's
+    White_Space; any other character is a name's, as in the other
+    verifiers)."""
+    return bool(name) and not any(c in _WHITE_SPACE or c == "+" for c in name)
 
 
 def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
@@ -39,10 +42,12 @@ def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
     name, key_hex, blob = parts
     if not _valid_key_name(name):
         raise ValueError(f"not a key name: {name!r}")
-    key_id = _hexbytes(key_hex, 4)
+    # Hex digits of either case, as the other verifiers read them (Cairn
+    # writes lowercase).
+    key_id = _hexbytes(key_hex.lower() if key_hex.isascii() else key_hex, 4)
     raw = _b64decode(blob)
     if key_id is None:
-        raise ValueError("a vkey's key id is 8 lowercase hex digits")
+        raise ValueError("a vkey's key id is 8 hex digits")
     if raw is None or len(raw) != 33 or raw[0] != alg:
         raise ValueError("not an Ed25519 vkey" if alg == 0x01 else "not a cosignature/v1 vkey (algorithm 0x04)")
     if not ed25519.is_curve_point(raw[1:]):
@@ -166,6 +171,6 @@ def _parse_checkpoint(text: str) -> tuple[str, int, bytes]:
     if root is None or len(root) != 32:
         raise ValueError("a checkpoint's root is the base64 of 32 bytes")
     size = int(lines[1])
-    if size > 2**63:
-        raise ValueError("checkpoint size out of range")
+    if size >= 2**64:
+        raise ValueError("a checkpoint's size is at most 2^64 - 1")
     return lines[0], size, root

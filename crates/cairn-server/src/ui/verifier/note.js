@@ -32,9 +32,11 @@ export async function parseVkey(text) {
     if (second < 0)
         throw new VkeyError(`not a vkey (name+id+key): ${JSON.stringify(text)}`);
     const name = text.slice(0, first);
-    const keyId = fromHex(text.slice(first + 1, second), 4);
+    // Hex digits of either case, as the Rust verifier reads them (Cairn
+    // writes lowercase).
+    const keyId = fromHex(text.slice(first + 1, second).replace(/[A-F]/g, (c) => c.toLowerCase()), 4);
     if (keyId === undefined)
-        throw new VkeyError("a vkey's key id is 8 lowercase hex digits");
+        throw new VkeyError("a vkey's key id is 8 hex digits");
     const raw = fromBase64(text.slice(second + 1));
     if (raw === undefined || raw.length !== 33)
         throw new VkeyError("a vkey's key is base64 of an algorithm byte and 32 bytes");
