@@ -696,7 +696,10 @@ impl OrgKeys {
             )?;
             let full = page.len() == KEY_RECORDS_READ;
             for (seq, record) in page {
-                if let OpRecord::KeyRevocation(rev) = record {
+                if let OpRecord::KeyRevocation(mut rev) = record {
+                    // Kept for every session a listing verifies: without
+                    // the reason (up to 1 KiB each), which no check reads.
+                    rev.reason = String::new();
                     self.revocations.push((seq, rev));
                 }
                 self.revocations_from = seq + 1;
@@ -725,10 +728,10 @@ impl OrgKeys {
 /// of another agent fails before its signature is looked at), so the
 /// session is checked against that agent's registrations and the org's
 /// revocations ([`OrgKeys::agent_keys`]): its cost does not grow with the
-/// org's other agents' keys. A verdict that fails on a signature, or a read that fails, is
-/// computed again against every key record of the org, so that what it
-/// says (a key "registered for agent B", not merely "not registered") is
-/// what the org's keys say.
+/// org's other agents' keys. A verdict that fails on a signature, or a
+/// read that fails, is computed again against every key record of the
+/// org, so that what it says (a key "registered for agent B", not merely
+/// "not registered") is what the org's keys say.
 pub fn verify_session(
     store: &dyn LedgerStore,
     org_id: &str,
