@@ -161,32 +161,25 @@ pub(crate) fn log_keys_from_meta(
 }
 
 /// The query of every `log-key` record of the store's own orgs (not of
-/// imported ones), as `(seq, view, org name)`, through the partial index
-/// `entries_log_keys` (those records only): its cost grows with the
-/// log-key records (one per org a rotation reached), not with the orgs or
-/// their other records. On SQLite the index is named (`INDEXED BY`), so
-/// only a store that has it runs this query ([`LOG_KEY_RECORDS_SCAN`]
-/// otherwise); PostgreSQL's migration creates it before any query runs.
-/// Until the fifty-third session the query scanned `entries_ops`, every
-/// operational record of every org, on each read of the log keys (every
-/// seal and checkpoint verification).
-pub(crate) const LOG_KEY_RECORDS_SQLITE: &str = "SELECT e.seq, e.view, o.name
-     FROM entries e INDEXED BY entries_log_keys JOIN orgs o ON o.org = e.org
+/// imported ones), as `(seq, view, org name)`, on both backends: the
+/// only partial index its condition implies is `entries_log_keys` (those
+/// records alone), so its cost grows with the log-key records (one per
+/// org a rotation reached), not with the orgs or their other records. A
+/// SQLite store without that index (opened only to be read, before the
+/// first writable open of this version created it) runs
+/// [`LOG_KEY_RECORDS_SCAN`] instead; PostgreSQL's migration creates it
+/// before any query runs.
+pub(crate) const LOG_KEY_RECORDS: &str = "SELECT e.seq, e.view, o.name FROM entries e
+     JOIN orgs o ON o.org = e.org
      WHERE e.type = 'log-key' AND e.org NOT IN (SELECT org FROM org_origins)";
 
-/// [`LOG_KEY_RECORDS_SQLITE`] for a SQLite store without
-/// `entries_log_keys` (one opened only to be read, before the first
-/// writable open of this version created it): the partial index
-/// `entries_ops` scanned (`type <> 'step'` lets the query use it).
+/// [`LOG_KEY_RECORDS`] for a SQLite store without `entries_log_keys`:
+/// the partial index `entries_ops` scanned (`type <> 'step'` lets the
+/// query use it).
 pub(crate) const LOG_KEY_RECORDS_SCAN: &str = "SELECT e.seq, e.view, o.name FROM entries e
      JOIN orgs o ON o.org = e.org
      WHERE e.type = 'log-key' AND e.type <> 'step'
        AND e.org NOT IN (SELECT org FROM org_origins)";
-
-/// [`LOG_KEY_RECORDS_SQLITE`] on PostgreSQL.
-pub(crate) const LOG_KEY_RECORDS_PG: &str = "SELECT e.seq, e.view, o.name FROM entries e
-     JOIN orgs o ON o.org = e.org
-     WHERE e.type = 'log-key' AND e.org NOT IN (SELECT org FROM org_origins)";
 
 /// The log keys an unpinned verification trusts: the process's own key,
 /// the store's first key (its `server_key` row), and the keys the log

@@ -94,7 +94,7 @@ impl PgStore {
             let rows = meta_key_rows(db)?;
             let adds = db
                 .query(
-                    crate::keys::LOG_KEY_RECORDS_PG,
+                    crate::keys::LOG_KEY_RECORDS,
                     &[],
                     "reading the log-key records",
                 )?

@@ -94,7 +94,7 @@ fn lookups_by_lists_of_keys_probe_their_indexes() {
     }
     // The log-key records through their own partial index: never the
     // log, nor `entries_ops` (every operational record of every org).
-    let plan = explain(&mut admin, crate::keys::LOG_KEY_RECORDS_PG, &[]);
+    let plan = explain(&mut admin, crate::keys::LOG_KEY_RECORDS, &[]);
     assert!(plan.contains("using entries_log_keys on entries"), "{plan}");
     for scan in [
         "Seq Scan on entries",

@@ -235,6 +235,9 @@ impl SqliteStore {
                 })
                 .optional()
                 .context("reading the server key")?;
+            // Without `entries_log_keys` (a store opened only to be read
+            // before its first writable open of this version) the query
+            // would read the whole log: the older index instead.
             let indexed: bool = c
                 .prepare_cached(
                     "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'index' AND name = 'entries_log_keys')",
@@ -243,7 +246,7 @@ impl SqliteStore {
                 .context("reading the schema")?;
             let adds = c
                 .prepare_cached(if indexed {
-                    crate::keys::LOG_KEY_RECORDS_SQLITE
+                    crate::keys::LOG_KEY_RECORDS
                 } else {
                     crate::keys::LOG_KEY_RECORDS_SCAN
                 })

@@ -213,7 +213,7 @@ mod tests {
             .conn
             .prepare(&format!(
                 "EXPLAIN QUERY PLAN {}",
-                crate::keys::LOG_KEY_RECORDS_SQLITE
+                crate::keys::LOG_KEY_RECORDS
             ))
             .unwrap();
         let plan: Vec<String> = stmt
