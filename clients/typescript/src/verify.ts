@@ -12,7 +12,7 @@
 // the format's parts: forms.ts, strict-json.ts, jcs.ts, merkle.ts, note.ts,
 // ed25519.ts, time.ts and bytes.ts.
 
-import { toHex, utf8 } from "./bytes.js";
+import { equalBytes, toHex, utf8 } from "./bytes.js";
 import { Fail } from "./fail.js";
 import { bundleLines, streamLines } from "./lines.js";
 import { ALG_COSIGNATURE_V1, parseVkey, VkeyError, type NoteKey } from "./note.js";
@@ -107,7 +107,7 @@ async function witnessPolicy(options: VerifyOptions): Promise<{ witnesses: NoteK
     if (witnesses.some((w) => w.name === key.name)) throw new WitnessPolicyError(`witness ${key.name} is named twice`);
     // cosignature/v1 does not sign the witness's name: one key under two
     // names would count one cosignature twice.
-    if (witnesses.some((w) => w.publicKey.every((b, i) => b === key.publicKey[i]))) {
+    if (witnesses.some((w) => equalBytes(w.publicKey, key.publicKey))) {
       throw new WitnessPolicyError(`witness ${key.name} has the key of another witness`);
     }
     witnesses.push(key);

@@ -178,8 +178,6 @@ _VIEWS: dict[str, dict[str, Any]] = {
 }
 
 
-# `_WHITE_SPACE` (hashing.py) is what Rust's str::trim removes (Python's
-# str.strip also removes U+001C to U+001F).
 _JAPANESE_KINDS = frozenset({"思考", "計画", "承認待ち", "実行", "エラー"})
 _EXTRA_KIND_WORDS = frozenset({
     "thought", "thinking", "thoughtstart", "snapshotandcontext", "dmaresults", "idmaresult", "aspdmaresult",

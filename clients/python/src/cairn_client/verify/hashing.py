@@ -49,12 +49,11 @@ def _b64decode(text: Any) -> Optional[bytes]:
 
 _HEX = re.compile(r"[0-9a-f]*")
 
-# Unicode's White_Space property (what Rust's char::is_whitespace tests;
-# Python's str.isspace also takes U+001C to U+001F): FORMAT.md 3.5 and
-# 7.1.
+# Unicode's White_Space property, FORMAT.md 7.4 (what Rust's
+# char::is_whitespace tests and str::trim removes; Python's str.isspace
+# and str.strip also take U+001C to U+001F): key names (7.1), kind labels.
 _WHITE_SPACE = "\u0009\u000a\u000b\u000c\u000d\u0020\u0085\u00a0\u1680" + "".join(
     chr(c) for c in range(0x2000, 0x200B)) + "\u2028\u2029\u202f\u205f\u3000"
-
 
 
 def _hexbytes(text: Any, size: int) -> Optional[bytes]:
