@@ -773,3 +773,15 @@ impl LedgerStore for SqliteStore {
         self.key.signer.name()
     }
 }
+
+/// SQLite's plan for `sql` with `params`, one line a step (what the plan
+/// tests assert on).
+#[cfg(test)]
+fn query_plan(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params, |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}

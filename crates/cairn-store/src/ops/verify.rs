@@ -642,22 +642,16 @@ impl OrgKeys {
         store: &dyn LedgerStore,
         org_id: &str,
     ) -> Result<&std::sync::Arc<AgentKeys>, StoreError> {
-        loop {
-            let page = store.key_records_page(org_id, None, self.last, KEY_RECORDS_READ)?;
-            let full = page.len() == KEY_RECORDS_READ;
-            for (seq, record) in page {
-                let keys = std::sync::Arc::make_mut(&mut self.keys);
-                let _ = match &record {
-                    OpRecord::KeyRegistration(reg) => keys.register(reg, seq),
-                    OpRecord::KeyRevocation(rev) => keys.revoke(rev, seq),
-                    _ => Ok(()),
-                };
-                self.last = Some(seq);
-            }
-            if !full {
-                return Ok(&self.keys);
-            }
-        }
+        let keys = &mut self.keys;
+        each_key_record(store, org_id, None, &mut self.last, &mut |seq, record| {
+            let keys = std::sync::Arc::make_mut(keys);
+            let _ = match record {
+                OpRecord::KeyRegistration(reg) => keys.register(reg, seq),
+                OpRecord::KeyRevocation(rev) => keys.revoke(rev, seq),
+                _ => Ok(()),
+            };
+        })?;
+        Ok(&self.keys)
     }
 
     /// The keys of agent `agent_id` as the log holds them now: its
@@ -673,20 +667,17 @@ impl OrgKeys {
         agent_id: &str,
     ) -> Result<std::sync::Arc<AgentKeys>, StoreError> {
         let mut keys = AgentKeys::new();
-        let mut after = None;
-        loop {
-            let page = store.key_records_page(org_id, Some(agent_id), after, KEY_RECORDS_READ)?;
-            let full = page.len() == KEY_RECORDS_READ;
-            for (seq, record) in page {
-                if let OpRecord::KeyRegistration(reg) = &record {
+        each_key_record(
+            store,
+            org_id,
+            Some(agent_id),
+            &mut None,
+            &mut |seq, record| {
+                if let OpRecord::KeyRegistration(reg) = record {
                     let _ = keys.register(reg, seq);
                 }
-                after = Some(seq);
-            }
-            if !full {
-                break;
-            }
-        }
+            },
+        )?;
         loop {
             let page = store.op_records(
                 org_id,
@@ -712,6 +703,29 @@ impl OrgKeys {
             let _ = keys.revoke(rev, *seq);
         }
         Ok(std::sync::Arc::new(keys))
+    }
+}
+
+/// Gives `each` the key records of org `org_id` (of agent `agent`, if
+/// given) after position `after`, in log order, a page at a time; `after`
+/// is left at the last one given.
+fn each_key_record(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    agent: Option<&str>,
+    after: &mut Option<u64>,
+    each: &mut dyn FnMut(u64, &OpRecord),
+) -> Result<(), StoreError> {
+    loop {
+        let page = store.key_records_page(org_id, agent, *after, KEY_RECORDS_READ)?;
+        let full = page.len() == KEY_RECORDS_READ;
+        for (seq, record) in &page {
+            each(*seq, record);
+            *after = Some(*seq);
+        }
+        if !full {
+            return Ok(());
+        }
     }
 }
 

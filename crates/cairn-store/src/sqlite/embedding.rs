@@ -456,17 +456,9 @@ impl crate::vector_index::VectorSource for SqliteVectors<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::query_plan as plan;
     use super::super::{SqliteOptions, SqliteStore};
     use super::{CLAIMABLE_ORGS, OLDEST_CLAIMABLE};
-
-    fn plan(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
-        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(params, |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-    }
 
     /// A claim reads only claimable rows: an org's parked steps (oldest in
     /// its queue, so read past on every claim before) are not in the index

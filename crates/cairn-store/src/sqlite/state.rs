@@ -173,6 +173,7 @@ fn checked_frontier(
 
 #[cfg(test)]
 mod tests {
+    use super::super::query_plan as plan_of;
     use super::super::{SqliteOptions, SqliteStore};
     use super::ORG_KEY_RECORDS;
 
@@ -183,15 +184,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         let writer = store.writer.lock().unwrap();
-        let mut stmt = writer
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {ORG_KEY_RECORDS}"))
-            .unwrap();
-        let plan: Vec<String> = stmt
-            .query_map([1i64, 2 << 40], |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = plan_of(&writer.conn, ORG_KEY_RECORDS, [1i64, 2 << 40]);
         assert!(
             plan.iter().any(|step| step.contains("entries_key_records")),
             "{plan:?}"
@@ -209,18 +202,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         let writer = store.writer.lock().unwrap();
-        let mut stmt = writer
-            .conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                crate::keys::LOG_KEY_RECORDS
-            ))
-            .unwrap();
-        let plan: Vec<String> = stmt
-            .query_map([], |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = plan_of(&writer.conn, crate::keys::LOG_KEY_RECORDS, []);
         assert!(
             plan.iter()
                 .any(|step| step.starts_with("SCAN e USING INDEX entries_log_keys")),
@@ -230,7 +212,6 @@ mod tests {
             !plan.iter().any(|step| step.starts_with("SCAN o")),
             "{plan:?}"
         );
-        drop(stmt);
         drop(writer);
         // (The store's own connections may not change the schema.)
         rusqlite::Connection::open(dir.path().join("ledger.db"))
@@ -257,15 +238,7 @@ mod tests {
             (ORG_KEY_RECORDS_PAGE, None, "entries_key_records_in_order"),
             (AGENT_KEY_RECORDS, Some("agent"), "entries_key_records"),
         ] {
-            let mut stmt = writer
-                .conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .unwrap();
-            let plan: Vec<String> = stmt
-                .query_map(rusqlite::params![1, agent, 0, 100], |r| r.get(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
+            let plan = plan_of(&writer.conn, sql, rusqlite::params![1, agent, 0, 100]);
             assert!(
                 plan.iter().any(|step| step.contains(&format!("{index} "))),
                 "{plan:?}"

@@ -478,11 +478,7 @@ fn a_session_is_verified_against_its_agents_key_records_only() {
         "{verdict:?}"
     );
     // The org's verification reads that record and fails.
-    let org = cairn_store::ops::verify_org(store.as_ref(), ORG, &[], &[], &mut |_| {});
-    assert!(
-        org.as_ref().map_or(true, |v| !v.verdict.verified),
-        "{org:?}"
-    );
+    org_fails(store.as_ref());
 }
 
 /// A verdict failing on a signature says what the org's keys say: a key
@@ -491,7 +487,6 @@ fn a_session_is_verified_against_its_agents_key_records_only() {
 /// session's agent.
 #[test]
 fn a_signature_failure_is_worded_from_the_orgs_keys() {
-    use crate::conformance::ORG;
     let dir = tempfile::tempdir().unwrap();
     let key_id = signed_session(dir.path(), "analyst", &SigningKey::from_bytes(&[9; 32]));
     edit_entries(
@@ -501,17 +496,28 @@ fn a_signature_failure_is_worded_from_the_orgs_keys() {
           WHERE type = 'key-registration' AND agent_id = 'analyst';",
     );
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-    let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
+    fails_on_a_signature(
+        store.as_ref(),
+        &format!("key {key_id} is registered for agent mallory, not analyst"),
+    );
+}
+
+/// Session s1's verification fails on a signature, saying `why`.
+fn fails_on_a_signature(store: &dyn LedgerStore, why: &str) {
+    let verdict = cairn_store::ops::verify_session(store, crate::conformance::ORG, "s1")
         .unwrap()
         .unwrap();
-    let failure = verdict.failure.expect("the signature fails");
+    let failure = verdict.failure.expect("a signature fails");
     assert_eq!(failure.reason, cairn_core::verify::Reason::BadSignature);
+    assert!(failure.detail.contains(why), "{}", failure.detail);
+}
+
+/// The org's verification fails (or cannot read the store).
+fn org_fails(store: &dyn LedgerStore) {
+    let org = cairn_store::ops::verify_org(store, crate::conformance::ORG, &[], &[], &mut |_| {});
     assert!(
-        failure.detail.contains(&format!(
-            "key {key_id} is registered for agent mallory, not analyst"
-        )),
-        "{}",
-        failure.detail
+        org.as_ref().map_or(true, |v| !v.verdict.verified),
+        "{org:?}"
     );
 }
 
@@ -552,21 +558,9 @@ fn a_revocation_moved_to_another_agents_column_still_revokes() {
         ),
     );
     let store: Arc<dyn LedgerStore> = Arc::new(SqliteStore::open(dir.path(), options()).unwrap());
-    let verdict = cairn_store::ops::verify_session(store.as_ref(), ORG, "s1")
-        .unwrap()
-        .unwrap();
-    let failure = verdict.failure.expect("the revoked key's signature fails");
-    assert_eq!(failure.reason, cairn_core::verify::Reason::BadSignature);
-    assert!(
-        failure
-            .detail
-            .contains(&format!("key {key_id} was revoked at seq 1")),
-        "{}",
-        failure.detail
+    fails_on_a_signature(
+        store.as_ref(),
+        &format!("key {key_id} was revoked at seq 1"),
     );
-    let org = cairn_store::ops::verify_org(store.as_ref(), ORG, &[], &[], &mut |_| {});
-    assert!(
-        org.as_ref().map_or(true, |v| !v.verdict.verified),
-        "{org:?}"
-    );
+    org_fails(store.as_ref());
 }
