@@ -695,8 +695,8 @@ def agreement_fix_cases(ledger):
         at="9999-12-31T23:59:59.999999Z"))
     complete("step-created-at-year-0000", "bad-timestamp", lambda ins: _of(ins, "step", "s4", 0)["fields"].update(
         created_at="0000-01-01T00:00:00.000000Z"))
-    # (d) At most 100 signatures on a note; the bound is checked before an
-    # exact repeat is dropped (so 100 distinct and a repeat are too many).
+    # (d) At most 100 distinct signature lines on a note (FORMAT 7.1): an
+    # exact repeat counts once, wherever it comes.
     def many_signatures(others, repeats=0):
         note = base.copy().rehash().checkpoint()
         text, block = note[: note.rfind("\n\n") + 2], note[note.rfind("\n\n") + 2:]
@@ -704,7 +704,7 @@ def agreement_fix_cases(ledger):
         return text + block + "".join(lines) + lines[-1] * repeats
     complete("checkpoint-100-signatures", None, checkpoint=many_signatures(99))
     complete("checkpoint-100-signatures-and-repeats-below", None, checkpoint=many_signatures(98, repeats=5))
-    complete("checkpoint-100-signatures-and-a-repeat", "malformed-record", checkpoint=many_signatures(99, repeats=1))
+    complete("checkpoint-100-signatures-and-a-repeat", None, checkpoint=many_signatures(99, repeats=1))
     complete("checkpoint-101-signatures", "malformed-record", checkpoint=many_signatures(100))
     # (d) Signed traces (7.4): levels, identifiers, RFC 3339 times, event types that name a kind.
     complete("trace-level-full", None, trace(lambda t: t.update(trace_level="full"), resign=True))

@@ -107,12 +107,11 @@ export async function openNote(note: unknown, keys: readonly NoteKey[]): Promise
     const raw = fromBase64(body.slice(space + 1));
     if (raw === undefined) throw new NoteMalformed("a signature is not canonical base64");
     if (!isKeyName(name) || raw.length < 5) throw new NoteMalformed(`not a signature line: ${JSON.stringify(line)}`);
-    // As the reference (and Cairn's Rust reader): the bound is checked
-    // before a repeated line is dropped.
+    // FORMAT 7.1: the bound is on distinct lines (a line repeated exactly
+    // counts once, wherever the repeat comes).
+    if (signatures.some((s) => s.line === line)) continue;
     if (signatures.length === MAX_SIGNATURES) throw new NoteMalformed("more than 100 signatures");
-    if (!signatures.some((s) => s.line === line)) {
-      signatures.push({ name, keyId: raw.subarray(0, 4), signature: raw.subarray(4), line });
-    }
+    signatures.push({ name, keyId: raw.subarray(0, 4), signature: raw.subarray(4), line });
   }
   const message = utf8(text);
   let verified = false;

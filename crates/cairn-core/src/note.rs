@@ -23,7 +23,8 @@ pub const ALG_COSIGNATURE_V1: u8 = 0x04;
 
 /// The em dash and space that start every signature line.
 const SIG_PREFIX: &str = "\u{2014} ";
-/// The reference implementation's bound on signature lines in one note.
+/// The most distinct signature lines one note may hold (FORMAT 7.1; a
+/// line repeated exactly counts once).
 const MAX_SIGNATURES: usize = 100;
 
 /// Errors from keys, notes and signatures.
@@ -427,17 +428,20 @@ impl Note {
             if !valid_name(name) || blob.len() < 5 {
                 return Err(NoteError::Malformed("bad signature line"));
             }
-            if signatures.len() == MAX_SIGNATURES {
-                return Err(NoteError::Malformed("too many signatures"));
-            }
             let sig = NoteSignature {
                 name: name.to_owned(),
                 key_id: u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]),
                 signature: blob[4..].to_vec(),
             };
-            if !signatures.contains(&sig) {
-                signatures.push(sig);
+            // FORMAT 7.1: the bound is on distinct lines (a line repeated
+            // exactly counts once, wherever the repeat comes).
+            if signatures.contains(&sig) {
+                continue;
             }
+            if signatures.len() == MAX_SIGNATURES {
+                return Err(NoteError::Malformed("too many signatures"));
+            }
+            signatures.push(sig);
         }
         Ok(Note {
             text: text.to_owned(),

@@ -225,7 +225,7 @@ pub(crate) fn vouched_log_keys(
             let stated = log_key_note_text(
                 &log_origin(record.key.name(), org),
                 LogKeyAction::Add,
-                &record.key,
+                &record.key_text,
                 record.at,
             );
             pending.push((record, stated));

@@ -355,6 +355,47 @@ fn a_rotated_log_verifies_and_an_insider_cannot_abuse_a_key_outside_its_validity
         Some(&failing_at(Reason::MalformedRecord, add)),
     );
 
+    // The added key's id written in upper case (FORMAT 7.1: a vkey's key
+    // id is read in either case): the view is hashed as written and its
+    // note states that text, so it verifies; a note stating Cairn's own
+    // spelling (lowercase) then states another record.
+    let mut parts = k.key_text.splitn(3, '+');
+    let (name, id, rest) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let upper = format!("{name}+{}+{rest}", id.to_uppercase());
+    assert_ne!(upper, k.key_text);
+    let mut respelled = k.clone();
+    respelled.key_text.clone_from(&upper);
+    respelled.note =
+        w.k1.sign(&cairn_core::log::log_key_note_text(
+            &origin,
+            LogKeyAction::Add,
+            &upper,
+            k.at,
+        ))
+        .unwrap();
+    let mut upper_entries = entries.clone();
+    replace(&mut upper_entries, add, OpRecord::LogKey(respelled.clone()));
+    case(
+        "rotation-add-key-id-in-upper-case",
+        &w.signed_by(&upper_entries, &w.k2),
+        &keys,
+        &[],
+        None,
+    );
+    respelled.note.clone_from(&k.note);
+    replace(&mut upper_entries, add, OpRecord::LogKey(respelled));
+    case(
+        "rotation-add-key-id-in-upper-case-note-in-lower-case",
+        &w.signed_by(&upper_entries, &w.k2),
+        &keys,
+        &[],
+        Some(&failing_at(Reason::MalformedRecord, add)),
+    );
+
     // Retiring a retired key again (appended by the new key's holder).
     let mut twice = entries.clone();
     let LogRecord::Op {

@@ -499,6 +499,58 @@ fn every_fault_class_is_named_by_every_verifier() {
         std::slice::from_ref(&latest),
         Some(&at_line(Reason::MissingProof, 2)),
     );
+    // A trusted checkpoint of size 0 is compared only with a bundle of
+    // size 0 (FORMAT 10.2): whatever root it claims, a longer log extends
+    // the empty one.
+    let empty_elsewhere =
+        cairn_core::log::org_checkpoint("cairn.test", ORG, 0, Hash::sha256(b"not the empty tree"))
+            .sign(&w.server)
+            .unwrap();
+    for (name, bundle) in [
+        ("trusted-size-0-other-root-complete", &complete),
+        ("trusted-size-0-other-root-partial", &s2),
+    ] {
+        case(
+            name,
+            bundle,
+            pinned,
+            std::slice::from_ref(&empty_elsewhere),
+            None,
+        );
+    }
+
+    // A note's bound is 100 distinct signature lines (FORMAT 7.1): a line
+    // repeated exactly counts once, wherever the repeat comes.
+    let with_lines = |note: &str, lines: &[String]| {
+        let mut bundle = complete.clone();
+        bundle[1] = checkpoint_line(&format!("{note}{}", lines.concat()));
+        bundle
+    };
+    let note = w.checkpoint().note;
+    let own_line = note.rsplit_once("\n\n").unwrap().1.to_owned();
+    let unknown: Vec<String> = (0..100)
+        .map(|i| {
+            // Lines of names no key has: ignored, but counted.
+            format!("\u{2014} elsewhere.example/w{i} AAAAAAAAAAAAAAAA\n")
+        })
+        .collect();
+    case(
+        "note-100-distinct-signatures-then-a-repeat",
+        &with_lines(
+            &note,
+            &[unknown[..99].to_vec(), vec![own_line.clone()]].concat(),
+        ),
+        pinned,
+        &[],
+        None,
+    );
+    case(
+        "note-101-distinct-signatures",
+        &with_lines(&note, &unknown),
+        pinned,
+        &[],
+        Some(&at_line(Reason::MalformedRecord, 2)),
+    );
 
     // --- An insider: records the rules refuse, however well signed.
     let mut twice = entries.clone();

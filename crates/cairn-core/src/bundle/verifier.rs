@@ -309,7 +309,13 @@ impl BundleVerifier {
                 );
                 return self.fail(Location::default(), Reason::InconsistentCheckpoint, detail);
             }
-            if old.size < size && old.size > 0 && !header.complete_log {
+            if old.size == 0 && size > 0 {
+                // FORMAT 10.2: a trusted checkpoint of size 0 is compared
+                // only with a bundle of size 0 (every log extends the empty
+                // one, whatever root such a note claims).
+                continue;
+            }
+            if old.size < size && !header.complete_log {
                 self.unproven.push(old.size);
             }
             self.trusted.push(cp);

@@ -257,6 +257,12 @@ pub struct LogKeyRecord {
     pub action: LogKeyAction,
     /// The key (a readable Ed25519 note vkey).
     pub key: NoteVerifier,
+    /// The key's vkey text as the record's view holds it: what the view is
+    /// hashed with and its note states. A vkey's key id may be written in
+    /// either case (FORMAT 7.1), so this need not be `key`'s own spelling
+    /// (lowercase), which Cairn writes; the key itself (name, algorithm,
+    /// public key) is what identifies it.
+    pub key_text: String,
     /// When.
     pub at: Timestamp,
     /// The signed log-key note ([`log_key_note_text`]).
@@ -264,13 +270,9 @@ pub struct LogKeyRecord {
 }
 
 /// The text a `log-key` record's note signs:
-/// `cairn-log-key/v1\n<origin>\n<action>\n<key>\n<at>\n`.
-pub fn log_key_note_text(
-    origin: &str,
-    action: LogKeyAction,
-    key: &NoteVerifier,
-    at: Timestamp,
-) -> String {
+/// `cairn-log-key/v1\n<origin>\n<action>\n<key>\n<at>\n`, with the key's
+/// vkey text as the record's view writes it ([`LogKeyRecord::key_text`]).
+pub fn log_key_note_text(origin: &str, action: LogKeyAction, key: &str, at: Timestamp) -> String {
     format!(
         "cairn-log-key/v1\n{origin}\n{}\n{key}\n{at}\n",
         action.as_str()
@@ -287,11 +289,13 @@ impl LogKeyRecord {
         at: Timestamp,
         signer: &NoteSigner,
     ) -> Result<LogKeyRecord, NoteError> {
-        let note = signer.sign(&log_key_note_text(origin, action, &key, at))?;
+        let key_text = key.to_string();
+        let note = signer.sign(&log_key_note_text(origin, action, &key_text, at))?;
         Ok(LogKeyRecord {
             org_id: org_id.to_owned(),
             action,
             key,
+            key_text,
             at,
             note,
         })

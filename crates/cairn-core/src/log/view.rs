@@ -112,7 +112,7 @@ impl OpRecord {
             OpRecord::LogKey(k) => json!({
                 "org_id": k.org_id,
                 "action": k.action.as_str(),
-                "key": k.key.to_string(),
+                "key": k.key_text,
                 "at": k.at.to_string(),
                 "note": k.note,
             }),
@@ -343,7 +343,8 @@ impl OpRecord {
                 at: ts("at")?,
             }),
             "log-key" => {
-                let key = NoteVerifier::parse(&s("key")?)
+                let key_text = s("key")?;
+                let key = NoteVerifier::parse(&key_text)
                     .map_err(|e| err(&format!("key is not a readable vkey: {e}")))?;
                 if key.alg() != crate::note::ALG_ED25519 {
                     return Err(err("key must be an Ed25519 log key (algorithm 0x01)"));
@@ -353,6 +354,7 @@ impl OpRecord {
                     action: LogKeyAction::parse(&s("action")?)
                         .ok_or_else(|| err("action must be add or retire"))?,
                     key,
+                    key_text,
                     at: ts("at")?,
                     note: s("note")?,
                 })

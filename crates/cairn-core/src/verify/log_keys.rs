@@ -97,7 +97,7 @@ impl KeyValidity {
             ));
         }
         let (text, signers) = self.open_at(&record.note, seq, trusted, "log-key note")?;
-        if text != log_key_note_text(origin, record.action, &record.key, record.at) {
+        if text != log_key_note_text(origin, record.action, &record.key_text, record.at) {
             return Err((
                 Reason::MalformedRecord,
                 "the log-key note states other fields than its record".into(),

@@ -303,6 +303,29 @@ fn signed_notes_reject_malformed_and_unknown() {
             "{bad:?}"
         );
     }
+    // At most 100 distinct signature lines; a line repeated exactly counts
+    // once, wherever the repeat comes (FORMAT 7.1).
+    let others: String = (0..99)
+        .map(|i| format!("\u{2014} w{i}.test AAAAAAAAAAAAAAAA\n"))
+        .collect();
+    let own = note.rsplit_once("\n\n").unwrap().1;
+    for (lines, distinct) in [
+        (format!("{others}{own}{own}"), 100),
+        (format!("{own}{others}{own}"), 100),
+        (format!("{own}{own}{others}{own}"), 100),
+    ] {
+        let parsed = Note::parse(&format!("hello\n\n{lines}")).unwrap();
+        assert_eq!(parsed.signatures.len(), distinct);
+        assert_eq!(
+            open(&format!("hello\n\n{lines}"), &keys).unwrap(),
+            "hello\n"
+        );
+    }
+    let past = format!("hello\n\n{others}\u{2014} w99.test AAAAAAAAAAAAAAAA\n{own}");
+    assert!(matches!(
+        Note::parse(&past),
+        Err(NoteError::Malformed("too many signatures"))
+    ));
     assert!(signer.sign("no newline").is_err());
     assert!(signer.sign("blank\n\nline\n").is_err());
     assert!(NoteSigner::from_seed("has space", &[1; 32]).is_err());

@@ -138,13 +138,14 @@ def _open_note(note: Any, keys: Sequence[_Key]) -> str:
         raw = _b64decode(blob) if sep else None
         if raw is None or not _valid_key_name(name) or len(raw) < 5:
             raise _NoteMalformed(f"not a signature line: {line!r}")
-        # As the reference (and Cairn's Rust reader): the bound is checked
-        # before a repeated line is dropped.
+        # FORMAT 7.1: the bound is on distinct lines (a line repeated
+        # exactly counts once, wherever the repeat comes).
+        if line in seen:
+            continue
         if len(signatures) == _MAX_SIGNATURES:
             raise _NoteMalformed(f"more than {_MAX_SIGNATURES} signatures")
-        if line not in seen:
-            seen.add(line)
-            signatures.append((name, raw))
+        seen.add(line)
+        signatures.append((name, raw))
     verified = False
     message = text.encode()
     for name, raw in signatures:
