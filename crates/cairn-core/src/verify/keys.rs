@@ -8,7 +8,7 @@ use ed25519_dalek::VerifyingKey;
 use std::collections::HashMap;
 
 /// One registered agent key and its history in the log.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct KeyState {
     agent_id: String,
     key: VerifyingKey,
@@ -19,7 +19,7 @@ struct KeyState {
 /// Agent public keys by key id: each bound to one agent for good, from the
 /// position of its `key-registration` record until the position of its
 /// `key-revocation` record, if any (`docs/FORMAT.md` 7.3).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentKeys {
     keys: HashMap<String, KeyState>,
 }

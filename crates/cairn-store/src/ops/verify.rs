@@ -622,6 +622,12 @@ const KEY_RECORDS_READ: usize = 1024;
 /// trace may be signed with, whatever the number of the org's other
 /// agents' keys. The revocations are kept here, read once for every
 /// session a listing verifies.
+///
+/// Each agent's keys are kept once read, and brought up to date as the
+/// org's are: a listing of many sessions of one agent of many keys reads
+/// and decodes that agent's registrations once, not once a session, and
+/// gives each key only its own revocations (found by key id), not every
+/// revocation of the org.
 #[derive(Default)]
 pub struct OrgKeys {
     /// Shared with the verifiers of the sessions checked against them
@@ -630,8 +636,22 @@ pub struct OrgKeys {
     last: Option<u64>,
     /// The org's revocations read so far, in log order.
     revocations: Vec<(u64, cairn_core::log::KeyRevocation)>,
+    /// Where each key id's revocations are in `revocations`, in log order.
+    revocations_of: std::collections::HashMap<String, Vec<usize>>,
     /// The position from which the org's revocations are still to be read.
     revocations_from: u64,
+    /// Each agent's keys as far as they were read.
+    agents: std::collections::HashMap<String, AgentKeysRead>,
+}
+
+/// One agent's keys as far as [`OrgKeys::agent_keys`] read them.
+#[derive(Default)]
+struct AgentKeysRead {
+    keys: std::sync::Arc<AgentKeys>,
+    /// The position of the last registration read.
+    last: Option<u64>,
+    /// How many of the org's revocations (in log order) were applied.
+    revocations_applied: usize,
 }
 
 impl OrgKeys {
@@ -656,28 +676,72 @@ impl OrgKeys {
 
     /// The keys of agent `agent_id` as the log holds them now: its
     /// registrations, then every revocation of the org in log order (the
-    /// revocations read since the last call added to those kept). A key
-    /// registers once and a revocation revokes only a key registered
-    /// before it, so this is what the org's keys say of the agent's, but
-    /// where a forged record registers one key for two agents.
+    /// registrations and revocations read since the last call added to
+    /// those kept). A key registers once and a revocation revokes only a
+    /// key registered before it, so this is what the org's keys say of the
+    /// agent's, but where a forged record registers one key for two agents.
     pub fn agent_keys(
         &mut self,
         store: &dyn LedgerStore,
         org_id: &str,
         agent_id: &str,
     ) -> Result<std::sync::Arc<AgentKeys>, StoreError> {
-        let mut keys = AgentKeys::new();
+        self.read_revocations(store, org_id)?;
+        let agent = self.agents.entry(agent_id.to_owned()).or_default();
+        // Keys registered by an earlier call, which the revocations read
+        // since may revoke.
+        let earlier = agent.last.is_some();
+        let mut registered = Vec::new();
         each_key_record(
             store,
             org_id,
             Some(agent_id),
-            &mut None,
+            &mut agent.last,
             &mut |seq, record| {
                 if let OpRecord::KeyRegistration(reg) = record {
-                    let _ = keys.register(reg, seq);
+                    registered.push((seq, reg.clone()));
                 }
             },
         )?;
+        let new_revocations = if earlier {
+            &self.revocations[agent.revocations_applied..]
+        } else {
+            &[]
+        };
+        agent.revocations_applied = self.revocations.len();
+        if registered.is_empty() && new_revocations.is_empty() {
+            return Ok(std::sync::Arc::clone(&agent.keys));
+        }
+        let keys = std::sync::Arc::make_mut(&mut agent.keys);
+        // A revocation revokes only the key id it names, registered (for
+        // its agent) before it, and a key id registers once: each key's
+        // own revocations in log order, applied after its registration,
+        // leave what every registration and then every revocation of the
+        // org in log order would.
+        for (seq, reg) in &registered {
+            if keys.register(reg, *seq).is_err() {
+                continue;
+            }
+            for &at in self.revocations_of.get(&reg.key_id).into_iter().flatten() {
+                let (seq, rev) = &self.revocations[at];
+                let _ = keys.revoke(rev, *seq);
+            }
+        }
+        // Revocations read since the agent's earlier keys were last
+        // brought up to date (those of keys registered just now were
+        // applied above; revoking a key again changes nothing).
+        for (seq, rev) in new_revocations {
+            let _ = keys.revoke(rev, *seq);
+        }
+        Ok(std::sync::Arc::clone(&agent.keys))
+    }
+
+    /// Reads the org's revocations appended since the last read.
+    fn read_revocations(
+        &mut self,
+        store: &dyn LedgerStore,
+        org_id: &str,
+    ) -> Result<(), StoreError> {
         loop {
             let page = store.op_records(
                 org_id,
@@ -691,18 +755,18 @@ impl OrgKeys {
                     // Kept for every session a listing verifies: without
                     // the reason (up to 1 KiB each), which no check reads.
                     rev.reason = String::new();
+                    self.revocations_of
+                        .entry(rev.key_id.clone())
+                        .or_default()
+                        .push(self.revocations.len());
                     self.revocations.push((seq, rev));
                 }
                 self.revocations_from = seq + 1;
             }
             if !full {
-                break;
+                return Ok(());
             }
         }
-        for (seq, rev) in &self.revocations {
-            let _ = keys.revoke(rev, *seq);
-        }
-        Ok(std::sync::Arc::new(keys))
     }
 }
 

@@ -137,6 +137,7 @@ pub fn run_all(backend: &dyn Backend) {
     agent_keys::agent_keys_are_bounded_per_org(backend);
     agent_keys::servers_see_each_others_keys(backend);
     agent_keys::the_last_tenth_of_the_bound_is_for_admins(backend);
+    agent_keys::kept_agent_keys_follow_the_log(backend);
     log::proofs_and_checkpoints_verify(backend);
     log::hash_tiles_are_the_trees(backend);
     log::log_keys_are_added_and_retired(backend);

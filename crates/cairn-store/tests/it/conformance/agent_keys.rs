@@ -252,3 +252,63 @@ pub(crate) fn servers_see_each_others_keys(backend: &dyn Backend) {
     );
     assert_verifies(a.as_ref());
 }
+
+/// Keys kept across a listing's sessions (`OrgKeys`) and brought up to
+/// date as records are appended between them give, for every agent, what
+/// a fresh read of the log gives: registrations, revocations (also of keys
+/// registered after an earlier read) and rotations of the agent and of
+/// another agent, in every order; and keys already handed out do not move.
+pub(crate) fn kept_agent_keys_follow_the_log(backend: &dyn Backend) {
+    let store = backend.open("kept-agent-keys");
+    let on = |request: WriteRequest| store.append_batch(&[request]).unwrap().pop().unwrap();
+    let revoke = |agent: &str, seed: u8| WriteRequest::RevokeKey {
+        org_id: ORG.into(),
+        agent_id: agent.into(),
+        key_id: id_of(seed),
+        reason: "rotated out".into(),
+    };
+    let fresh = |agent: &str| {
+        cairn_store::ops::OrgKeys::default()
+            .agent_keys(store.as_ref(), ORG, agent)
+            .unwrap()
+    };
+    let mut kept = cairn_store::ops::OrgKeys::default();
+    let check = |kept: &mut cairn_store::ops::OrgKeys| {
+        for agent in ["analyst", "other", "nobody"] {
+            let keys = kept.agent_keys(store.as_ref(), ORG, agent).unwrap();
+            assert_eq!(*keys, *fresh(agent), "{agent}");
+        }
+    };
+    registered(on(register(ORG, "analyst", 1)));
+    registered(on(register(ORG, "other", 2)));
+    check(&mut kept);
+    let first = kept.agent_keys(store.as_ref(), ORG, "analyst").unwrap();
+    let before = (*first).clone();
+    on(revoke("analyst", 1)).unwrap();
+    registered(on(register(ORG, "analyst", 3)));
+    on(rotate("analyst", 3, 4)).unwrap();
+    on(revoke("other", 2)).unwrap();
+    check(&mut kept);
+    assert_eq!(*first, before);
+    registered(on(register(ORG, "analyst", 5)));
+    on(revoke("analyst", 5)).unwrap();
+    on(revoke("analyst", 4)).unwrap();
+    registered(on(register(ORG, "other", 6)));
+    check(&mut kept);
+    // A revocation read before the key it revokes was read for this
+    // agent (another agent's listing read it first).
+    registered(on(register(ORG, "analyst", 7)));
+    on(revoke("analyst", 7)).unwrap();
+    kept.agent_keys(store.as_ref(), ORG, "other").unwrap();
+    check(&mut kept);
+    // ... and one of a key this agent's keys already hold.
+    registered(on(register(ORG, "analyst", 8)));
+    check(&mut kept);
+    on(revoke("analyst", 8)).unwrap();
+    kept.agent_keys(store.as_ref(), ORG, "other").unwrap();
+    check(&mut kept);
+    assert_ne!(
+        *kept.agent_keys(store.as_ref(), ORG, "analyst").unwrap(),
+        before
+    );
+}
