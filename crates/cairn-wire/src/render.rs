@@ -325,19 +325,19 @@ mod tests {
     }
 
     /// Turns come in the order of their first step, steps recorded
-    /// outside any turn make one turn of their own, and a turn's steps are
-    /// ordered by their number within it, then by index (steps without a
-    /// number last).
+    /// outside any turn make one turn of their own (in index order, whatever
+    /// numbers they carry), and a turn's steps are ordered by their number
+    /// within it, then by index (steps without a number last).
     #[test]
     fn steps_are_ordered_into_turns() {
         let t = Timestamp::parse_rfc3339("2026-02-23T10:30:00Z").unwrap();
         let places = [
             (Some("b"), Some(2)),
-            (None, None),
+            (None, Some(5)),
             (Some("a"), None),
             (Some("b"), Some(1)),
             (Some("a"), Some(7)),
-            (None, None),
+            (None, Some(1)),
             (Some("b"), None),
             (Some("a"), Some(7)),
         ];

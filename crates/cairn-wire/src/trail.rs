@@ -86,8 +86,11 @@ impl TrailPlanner {
     }
 
     /// The next step (in index order): its turn id and its number within
-    /// the turn.
+    /// the turn. A number orders steps within their turn only: steps
+    /// outside any turn (no turn id, or one the reader's level hides)
+    /// keep their index order whatever numbers they carry.
     pub fn push(&mut self, turn_id: Option<String>, turn_step: Option<u64>) {
+        let turn_step = turn_step.filter(|_| turn_id.is_some());
         let turn = match self.turns.get(&turn_id) {
             Some(&turn) => turn,
             None => {
@@ -112,7 +115,8 @@ impl TrailPlanner {
     }
 
     /// The trail's order: turns by their first step, each turn's steps by
-    /// number, then by the order they were given.
+    /// number, then by the order they were given (steps outside any turn
+    /// by the order they were given alone).
     pub fn order(self) -> TrailOrder {
         let TrailPlanner { ids, keys, .. } = self;
         let mut order: Vec<usize> = (0..keys.len()).collect();
@@ -308,7 +312,8 @@ mod tests {
     proptest::proptest! {
         /// The planned order is the trail's by definition: turns by the
         /// place of their first step, each turn's steps by number (none
-        /// last), then by index; each turn starts where the last ends.
+        /// last; outside any turn, none counts), then by index; each turn
+        /// starts where the last ends.
         #[test]
         fn planned_order_is_the_trails(
             places in proptest::collection::vec(
@@ -329,7 +334,10 @@ mod tests {
             }
             let turn_of = |i: usize| first.iter().position(|t| *t == places[i].0).unwrap();
             let mut expected: Vec<usize> = (0..places.len()).collect();
-            expected.sort_by_key(|&i| (turn_of(i), places[i].1.unwrap_or(u64::MAX), i));
+            // A number orders steps within a turn only: outside any turn,
+            // index order.
+            let number = |i: usize| places[i].1.filter(|_| places[i].0.is_some());
+            expected.sort_by_key(|&i| (turn_of(i), number(i).unwrap_or(u64::MAX), i));
             proptest::prop_assert_eq!(&plan.order, &expected);
             let ids: Vec<Option<String>> =
                 first.iter().map(|t| t.map(|t| format!("turn-{t}"))).collect();
@@ -358,6 +366,35 @@ mod tests {
             .collect();
             proptest::prop_assert_eq!(grouped, expected);
         }
+    }
+
+    /// A reader shown `generic` sees no turn ids: the whole session is
+    /// steps outside any turn, in index order, though their numbers within
+    /// their (hidden) turns are shown (a hostile review's finding: they
+    /// had been ordered by those numbers).
+    #[test]
+    fn a_generic_readers_trail_is_in_index_order() {
+        use cairn_core::detail::DetailLevel;
+        let places = [
+            (Some("q"), Some(1)),
+            (None, None),
+            (Some("r"), Some(0)),
+            (Some("q"), Some(0)),
+            (None, None),
+            (Some("r"), Some(1)),
+        ];
+        let plan = |level| {
+            let mut planner = TrailPlanner::default();
+            for (turn, number) in places {
+                planner.push_shown(turn.map(str::to_owned), number, level);
+            }
+            planner.order()
+        };
+        let generic = plan(Some(DetailLevel::Generic));
+        assert_eq!(generic.order, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(generic.ids, [None]);
+        let full = plan(Some(DetailLevel::Full));
+        assert_eq!(full.order, [3, 0, 1, 4, 2, 5]);
     }
 
     /// A stream written step by step in the planned order is the trail
