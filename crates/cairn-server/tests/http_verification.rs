@@ -572,3 +572,74 @@ fn agent_key_records_are_listed_a_page_at_a_time() {
         );
     }
 }
+
+/// A Markdown replay has no place for a verdict in its text (seed 002's):
+/// `verify=true` carries it in headers, `false` with the reason and the
+/// failing step once the store was tampered with. A level the caller may
+/// not see is refused before any verification is spent on the request.
+#[test]
+fn a_markdown_replay_carries_its_verdict_in_headers() {
+    let server = start();
+    let admin = server.admin.clone();
+    for i in 0..3 {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            &admin,
+            &step("s1", "observation", &format!("step {i}")),
+        );
+        assert_eq!(reply.status, 201);
+    }
+    let markdown = |token: &str, query: &str| {
+        raw(
+            server.addr,
+            &format!(
+                "GET /v1/sessions/s1?format=markdown{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}"
+            ),
+            b"",
+        )
+    };
+    let verified = markdown(&admin, "&verify=true");
+    assert_eq!(verified.status, 200);
+    assert_eq!(verified.header("cairn-chain-valid"), Some("true"));
+    assert_eq!(verified.header("cairn-verdict-reason"), None);
+    assert!(String::from_utf8_lossy(&verified.body).contains("step 1"));
+    let unverified = markdown(&admin, "");
+    assert_eq!(unverified.header("cairn-chain-valid"), None);
+    let verifications = || {
+        let metrics = cairn_testkit::http::call(server.addr, "GET", "/metrics", None, None).text();
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("cairn_verifications_total"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // A reader asking for full detail: refused, and nothing verified.
+    let reader = key_for(&server, "acme", Role::Reader, None);
+    let before = verifications();
+    assert!(before.iter().any(|l| l.ends_with(" 1")), "{before:?}");
+    let refused = get(&server, "/v1/sessions/s1?verify=true&level=full", &reader);
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert_eq!(verifications(), before);
+    // An insider edits step 1's content in the database.
+    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER entries_no_update")
+        .unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE entries SET content = 'edited' WHERE content = 'step 1'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let tampered = markdown(&admin, "&verify=true");
+    assert_eq!(tampered.status, 200);
+    assert_eq!(tampered.header("cairn-chain-valid"), Some("false"));
+    assert_eq!(
+        tampered.header("cairn-verdict-reason"),
+        Some("digest-mismatch")
+    );
+    assert_eq!(tampered.header("cairn-verdict-step-index"), Some("1"));
+    assert!(tampered.header("cairn-verdict-seq").is_some());
+    assert!(String::from_utf8_lossy(&tampered.body).contains("edited"));
+}

@@ -261,7 +261,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
-        /// Verify the chain and include the verdict.
+        /// Verify the chain and include the verdict (with --format markdown,
+        /// on standard error; a failed verification exits 1).
         #[arg(long)]
         verify: bool,
         /// Seed 004's detail level: generic, detailed or full (full needs

@@ -768,3 +768,45 @@ fn an_org_hidden_by_deleting_its_row_fails_all_orgs() {
         }
     }
 }
+
+/// `cairn replay --format markdown --verify`: standard output is seed
+/// 002's Markdown alone, the verdict goes to standard error, and a
+/// tampered session exits 1 (it printed the Markdown and exited 1 with
+/// nothing said: a hostile review's finding).
+#[test]
+fn a_markdown_replay_says_its_verdict_on_standard_error() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let args = [
+        "replay",
+        "revenue-analysis-q4",
+        "--format",
+        "markdown",
+        "--verify",
+    ];
+    let genuine = cairn_in(dir.path(), &args, None);
+    assert_eq!(genuine.code, 0, "{}", genuine.stderr);
+    assert!(
+        genuine
+            .stdout
+            .starts_with("# Session revenue-analysis-q4\n")
+    );
+    assert!(!genuine.stdout.contains("VERIFIED"), "{}", genuine.stdout);
+    assert!(genuine.stderr.contains("VERIFIED"), "{}", genuine.stderr);
+    attacker(dir.path())
+        .execute(
+            "UPDATE entries SET content = 'Enterprise grew 2%'
+             WHERE type = 'step' AND step_index = 2",
+            [],
+        )
+        .unwrap();
+    let tampered = cairn_in(dir.path(), &args, None);
+    assert_eq!(tampered.code, 1, "{}", tampered.stderr);
+    assert!(tampered.stdout.contains("Enterprise grew 2%"));
+    assert!(!tampered.stdout.contains("TAMPERED"), "{}", tampered.stdout);
+    assert!(
+        tampered.stderr.contains("TAMPERED") && tampered.stderr.contains("digest-mismatch"),
+        "{}",
+        tampered.stderr
+    );
+}

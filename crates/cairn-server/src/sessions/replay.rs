@@ -10,7 +10,7 @@ use super::*;
     operation_id = "replay",
     tag = "sessions",
     summary = "Replay a session",
-    description = "Steps in order with seed 000's member names. verify=true adds chain_valid and the verdict; format=markdown returns seed 002's Markdown (the turns in trail order, as the audit trail's). Both are streamed as the steps are read (step_count follows the steps): a failure after the first byte cuts the body short (the connection ends without the body's last chunk), so it never reads as a shorter replay.",
+    description = "Steps in order with seed 000's member names. verify=true adds chain_valid and the verdict (with format=markdown, whose text has no place for them, the headers Cairn-Chain-Valid and, when it fails, Cairn-Verdict-Reason, Cairn-Verdict-Step-Index and Cairn-Verdict-Seq); format=markdown returns seed 002's Markdown (the turns in trail order, as the audit trail's). Both are streamed as the steps are read (step_count follows the steps): a failure after the first byte cuts the body short (the connection ends without the body's last chunk), so it never reads as a shorter replay.",
     params(
         ("session_id" = crate::api_doc::Id, Path, description = "The session"),
         ("verify" = Option<bool>, Query, description = "true to verify the chain"),
@@ -35,39 +35,40 @@ pub(crate) async fn replay(
     let markdown = wants_markdown(q.get("format").map(String::as_str))?;
     let level = level_param(&q)?;
     let org = caller.org().to_owned();
-    let permit = if verify {
-        Some(limits::expensive(&state, &org, "verification").await?)
-    } else {
-        None
-    };
-    let (info, verdict, permit) = {
+    let info = {
         let (org, session_id) = (org.clone(), session_id.clone());
-        // The permit goes with the work (a blocking task runs to its end
-        // even if the client goes away).
         blocking(&state, move |store| {
-            let info = store
+            store
                 .session(&org, &session_id)?
-                .ok_or_else(|| ApiError::no_session(&session_id))?;
-            let verdict = if verify {
-                verify_session(store, &org, &session_id)?
-            } else {
-                None
-            };
-            Ok((info, verdict, permit))
+                .ok_or_else(|| ApiError::no_session(&session_id))
         })
         .await?
     };
-    if let Some(v) = &verdict {
-        state.metrics.verification(v.verified);
-    }
+    // Whether the caller may see the level asked for is answered before
+    // any verification is spent on the request.
     allow_level(
         &caller,
         level,
         Some((&info.header.session_id, info.header.full_consent)),
     )?;
-    // A streamed replay holds no slot: it holds a few batches at a time,
-    // counted in the replay buffer.
-    drop(permit);
+    let verdict = if verify {
+        let permit = limits::expensive(&state, &org, "verification").await?;
+        let (org, session_id) = (org.clone(), session_id.clone());
+        // The permit goes with the work (a blocking task runs to its end
+        // even if the client goes away); a streamed replay holds no slot:
+        // it holds a few batches at a time, counted in the replay buffer.
+        blocking(&state, move |store| {
+            let verdict = verify_session(store, &org, &session_id)?;
+            drop(permit);
+            Ok(verdict)
+        })
+        .await?
+    } else {
+        None
+    };
+    if let Some(v) = &verdict {
+        state.metrics.verification(v.verified);
+    }
     if markdown {
         // Seed 002's Markdown of the whole session: its turns in trail
         // order, streamed as the audit trail is.
@@ -76,7 +77,11 @@ pub(crate) async fn replay(
         let first = replay
             .start(&state, info.step_count, Steps::Session)
             .await?;
-        return Ok(replay.stream(&state, first));
+        let mut response = replay.stream(&state, first);
+        if let Some(v) = &verdict {
+            verdict_headers(response.headers_mut(), v);
+        }
+        return Ok(response);
     }
     let mut head = serde_json::Map::new();
     head.insert("session_id".into(), json!(info.header.session_id));
@@ -100,4 +105,29 @@ pub(crate) async fn replay(
         .start(&state, info.step_count, Steps::Session)
         .await?;
     Ok(replay.stream(&state, first))
+}
+
+/// A Markdown replay's verdict, which its text (seed 002's) has no place
+/// for: `Cairn-Chain-Valid` (`true` or `false`) and, when it fails,
+/// `Cairn-Verdict-Reason` (FORMAT 9.1's code) and the failing step's
+/// `Cairn-Verdict-Step-Index` or record's `Cairn-Verdict-Seq` where the
+/// verdict names them.
+fn verdict_headers(headers: &mut axum::http::HeaderMap, verdict: &cairn_core::verify::Verdict) {
+    use axum::http::HeaderValue;
+    headers.insert(
+        "cairn-chain-valid",
+        HeaderValue::from_static(if verdict.verified { "true" } else { "false" }),
+    );
+    if let Some(failure) = &verdict.failure {
+        headers.insert(
+            "cairn-verdict-reason",
+            HeaderValue::from_static(failure.reason.as_str()),
+        );
+        if let Some(index) = failure.at.step_index {
+            headers.insert("cairn-verdict-step-index", HeaderValue::from(index));
+        }
+        if let Some(seq) = failure.at.seq {
+            headers.insert("cairn-verdict-seq", HeaderValue::from(seq));
+        }
+    }
 }

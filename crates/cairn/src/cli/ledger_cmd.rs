@@ -474,6 +474,12 @@ pub(super) fn replay(
             crate::session_out::write_turns(
                 store, &cli.org, session, &steps, &writer, level, &mut out,
             )?;
+            // Seed 002's Markdown has no place for a verdict: it goes to
+            // standard error, so that standard output stays the Markdown.
+            if let Some(v) = &verdict {
+                out.flush()?;
+                eprintln!("{}", describe(v));
+            }
         }
     }
     out.flush()?;
