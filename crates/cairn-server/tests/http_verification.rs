@@ -622,16 +622,7 @@ fn a_markdown_replay_carries_its_verdict_in_headers() {
     assert_eq!(refused.status, 403, "{}", refused.text());
     assert_eq!(verifications(), before);
     // An insider edits step 1's content in the database.
-    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
-    conn.execute_batch("DROP TRIGGER entries_no_update")
-        .unwrap();
-    let changed = conn
-        .execute(
-            "UPDATE entries SET content = 'edited' WHERE content = 'step 1'",
-            [],
-        )
-        .unwrap();
-    assert_eq!(changed, 1);
+    insider_edits_content(&server, "step 1", "edited");
     let tampered = markdown(&admin, "&verify=true");
     assert_eq!(tampered.status, 200);
     assert_eq!(tampered.header("cairn-chain-valid"), Some("false"));

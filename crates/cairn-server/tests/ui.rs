@@ -282,16 +282,7 @@ fn a_tampered_step_turns_the_verdict_red_at_that_step_and_a_revoked_key_signs_ou
     );
     // An insider edits step 1's content in the database (dropping the
     // trigger that forbids it).
-    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
-    conn.execute_batch("DROP TRIGGER entries_no_update")
-        .unwrap();
-    let changed = conn
-        .execute(
-            "UPDATE entries SET content = 'edited' WHERE content = 'step 1'",
-            [],
-        )
-        .unwrap();
-    assert_eq!(changed, 1);
+    insider_edits_content(&server, "step 1", "edited");
     let html = text(&page(&server, "/ui/sessions/s1", Some(&cookie)));
     assert!(html.contains("Tampered"), "{html}");
     assert!(html.contains("digest-mismatch"), "{html}");

@@ -370,3 +370,18 @@ pub fn percent_encode(text: &str) -> String {
         })
         .collect()
 }
+
+/// An insider edits the content of the one step whose content is `from`
+/// in the embedded store's database, dropping the trigger that forbids it.
+pub fn insider_edits_content(server: &Server, from: &str, to: &str) {
+    let conn = rusqlite::Connection::open(server.dir().join("ledger.db")).unwrap();
+    conn.execute_batch("DROP TRIGGER IF EXISTS entries_no_update")
+        .unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE entries SET content = ?2 WHERE content = ?1",
+            [from, to],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+}
