@@ -1,5 +1,5 @@
 // @cairn/client: the REST client and the offline bundle verifier.
 export * from "./client.js";
 export * from "./verify.js";
-export { VkeyError } from "./note.js";
+export { VkeyError, splitVkeys } from "./note.js";
 export { canonicalJson } from "./jcs.js";

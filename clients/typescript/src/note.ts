@@ -28,6 +28,15 @@ export function isKeyName(name: string): boolean {
   return name.length > 0 && !name.includes("+") && !WHITE_SPACE.test(name);
 }
 
+const WHITE_SPACE_RUNS = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/u;
+
+/** The vkeys of a text that lists them separated by white space (Unicode
+ * White_Space, which no key name holds: a name may hold any other
+ * character, U+FEFF included, which JavaScript's `\s` would split at). */
+export function splitVkeys(text: string): string[] {
+  return text.split(WHITE_SPACE_RUNS).filter((vkey) => vkey.length > 0);
+}
+
 /** The 4-byte key id: SHA-256(name || "\n" || algorithm || key)[:4]. */
 export async function noteKeyId(name: string, algorithm: number, publicKey: Uint8Array): Promise<Uint8Array> {
   return (await sha256(concat(utf8(name), Uint8Array.of(0x0a, algorithm), publicKey))).subarray(0, 4);

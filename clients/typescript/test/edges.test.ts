@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { isCurvePoint } from "../src/ed25519.js";
+import { splitVkeys } from "../src/note.js";
 import { cairnBin, corpusCases, corpusDir, differences, missing, rustVerdict, tsVerdict, type Comparable } from "./helpers.js";
 
 interface Edge {
@@ -100,4 +101,13 @@ test("crafted edge cases: the Rust verifier's verdicts", async (t) => {
       assert.deepEqual(differences(rust, ours), {}, `${edge.what}: rust said ${rust.detail}, typescript ${ours.detail}`);
     }
   }
+});
+
+test("vkeys listed in a text split at Unicode White_Space only", () => {
+  // A name may hold U+FEFF (not White_Space; JavaScript's \s has it) and
+  // never U+0085 (White_Space; \s lacks it).
+  const a = "a\ufeffb+01234567+AQ==";
+  const b = "c+89abcdef+AQ==";
+  assert.deepEqual(splitVkeys(`  ${a}\u0085${b}\n\u3000`), [a, b]);
+  assert.deepEqual(splitVkeys(" \t\n"), []);
 });

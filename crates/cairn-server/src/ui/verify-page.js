@@ -3,6 +3,7 @@
 // compiled from clients/typescript), streamed, with progress. Nothing is
 // sent anywhere.
 import { verifyBundleStream } from "./verifier/verify.js";
+import { splitVkeys } from "./verifier/note.js";
 
 const input = document.getElementById("bundle");
 const drop = document.getElementById("drop");
@@ -53,8 +54,10 @@ async function check(file) {
   progress.max = Math.max(file.size, 1);
   progress.value = 0;
   progress.hidden = false;
-  const pinned = keys.value.split(/\s+/).filter((k) => k.length > 0);
-  const cosigners = witnesses.value.split(/\s+/).filter((k) => k.length > 0);
+  // Split at Unicode White_Space, which no key name holds (JavaScript's
+  // \s would also split at U+FEFF, which a name may hold).
+  const pinned = splitVkeys(keys.value);
+  const cosigners = splitVkeys(witnesses.value);
   const needed = quorum.value.trim() === "" ? undefined : Number(quorum.value);
   try {
     const verdict = await verifyBundleStream(file.stream(), {

@@ -16,6 +16,13 @@ const WHITE_SPACE = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u
 export function isKeyName(name) {
     return name.length > 0 && !name.includes("+") && !WHITE_SPACE.test(name);
 }
+const WHITE_SPACE_RUNS = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/u;
+/** The vkeys of a text that lists them separated by white space (Unicode
+ * White_Space, which no key name holds: a name may hold any other
+ * character, U+FEFF included, which JavaScript's `\s` would split at). */
+export function splitVkeys(text) {
+    return text.split(WHITE_SPACE_RUNS).filter((vkey) => vkey.length > 0);
+}
 /** The 4-byte key id: SHA-256(name || "\n" || algorithm || key)[:4]. */
 export async function noteKeyId(name, algorithm, publicKey) {
     return (await sha256(concat(utf8(name), Uint8Array.of(0x0a, algorithm), publicKey))).subarray(0, 4);
