@@ -127,6 +127,8 @@ async def seed_001_writeback(client, session):
     assert sealed["step_count"] == 4 and len(sealed["merkle_root"]) == 64
     root = await ok(client, "merkle_root", {"session_id": session})
     assert root["merkle_root"] == sealed["merkle_root"]
+    # The seal names its position in the org's log, when written and read.
+    assert isinstance(sealed["seq"], int) and root["seq"] == sealed["seq"]
     assert root["note"].startswith("cairn-seal/v2\n")
     end = await ok(client, "audit_session_end", {"session_id": session})
     assert end["closed"] is True and end["merkle_root"] == sealed["merkle_root"]

@@ -548,5 +548,5 @@ pub(crate) async fn session_root(
             "the session is not sealed yet: seal it first",
         )
     })?;
-    Ok(axum::Json(seal_json(None, &seal)))
+    Ok(axum::Json(seal_json(info.seal_seq, &seal)))
 }

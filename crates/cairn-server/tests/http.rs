@@ -134,6 +134,8 @@ fn every_endpoint_works() {
     let root = get(&server, "/v1/sessions/revenue-analysis-q4/root", &admin).json();
     assert_eq!(root["merkle_root"], sealed.json()["merkle_root"]);
     assert_eq!(root["step_count"], 4);
+    // The seal read back names its position as its write did.
+    assert_eq!(root["seq"], seal_seq, "{root}");
 
     // Checkpoint and proofs, checked with the core.
     let note = get(&server, "/v1/checkpoint", &admin);

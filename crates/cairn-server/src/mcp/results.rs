@@ -327,10 +327,13 @@ pub struct Seal {
     pub sealed_at: String,
     /// The seal as the server's signed note (C2SP).
     pub note: String,
+    /// The seal record's position in the org's log.
+    pub seq: Option<u64>,
 }
 
-impl From<&cairn_core::log::SealRecord> for Seal {
-    fn from(seal: &cairn_core::log::SealRecord) -> Seal {
+impl Seal {
+    /// The seal recorded at `seq` of the org's log.
+    pub fn at(seq: Option<u64>, seal: &cairn_core::log::SealRecord) -> Seal {
         Seal {
             session_id: seal.session_id.clone(),
             merkle_root: seal.session_root.to_hex(),
@@ -338,6 +341,7 @@ impl From<&cairn_core::log::SealRecord> for Seal {
             final_hash: seal.final_hash.to_hex(),
             sealed_at: seal.sealed_at.to_string(),
             note: seal.note.clone(),
+            seq,
         }
     }
 }

@@ -303,7 +303,7 @@ impl CairnMcp {
                         "the session is not sealed: call merkle_finalize first",
                     )
                 })?;
-                Ok(Seal::from(&seal))
+                Ok(Seal::at(info.seal_seq, &seal))
             })
             .await;
         run(result).await
@@ -398,7 +398,7 @@ impl CairnMcp {
                 })
                 .await?;
             if let Some(seal) = &info.seal {
-                return Ok(Seal::from(seal));
+                return Ok(Seal::at(info.seal_seq, seal));
             }
         }
         // The store checks, atomically with the seal, that a proof-grade
@@ -409,7 +409,7 @@ impl CairnMcp {
             require_reflection: proof_grade,
         };
         match self.write(context, request).await? {
-            Written::Sealed { seal, .. } => Ok(Seal::from(&seal)),
+            Written::Sealed { seq, seal } => Ok(Seal::at(Some(seq), &seal)),
             other => Err(unexpected(other)),
         }
     }
