@@ -75,6 +75,20 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         panic!()
     };
     assert_eq!((session_id.as_str(), steps.len()), ("trace-1", 4));
+    // Its components' steps are named `<trace id>.<index>`: a trace id
+    // that leaves no room for them is refused as the trace's id.
+    let long = "t".repeat(cairn_core::record::MAX_ID_LEN - 1);
+    match refused(ledger.write(import(seed_004_trace(&key, &long, "generic")))) {
+        Refusal::InvalidRequest(m) => assert!(
+            m.contains("at most 198 characters") && m.contains("this one has 199"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let fits = "t".repeat(cairn_core::record::MAX_ID_LEN - 2);
+    ledger
+        .write(import(seed_004_trace(&key, &fits, "generic")))
+        .unwrap();
     let info = store.session(ORG, "trace-1").unwrap().unwrap();
     assert_eq!(
         (info.header.agent_id.as_str(), info.header.full_consent),
