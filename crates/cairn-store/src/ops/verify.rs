@@ -686,23 +686,28 @@ impl OrgKeys {
         org_id: &str,
         agent_id: &str,
     ) -> Result<std::sync::Arc<AgentKeys>, StoreError> {
-        self.read_revocations(store, org_id)?;
-        let agent = self.agents.entry(agent_id.to_owned()).or_default();
+        // The registrations first, then the revocations (a revocation is
+        // appended after the registration it revokes), each from where the
+        // last call stopped; what was read is kept only once all of it was.
+        let mut last = self.agents.get(agent_id).and_then(|agent| agent.last);
         // Keys registered by an earlier call, which the revocations read
         // since may revoke.
-        let earlier = agent.last.is_some();
+        let earlier = last.is_some();
         let mut registered = Vec::new();
         each_key_record(
             store,
             org_id,
             Some(agent_id),
-            &mut agent.last,
+            &mut last,
             &mut |seq, record| {
                 if let OpRecord::KeyRegistration(reg) = record {
                     registered.push((seq, reg.clone()));
                 }
             },
         )?;
+        self.read_revocations(store, org_id)?;
+        let agent = self.agents.entry(agent_id.to_owned()).or_default();
+        agent.last = last;
         let new_revocations = if earlier {
             &self.revocations[agent.revocations_applied..]
         } else {
