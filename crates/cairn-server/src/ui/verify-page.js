@@ -54,8 +54,8 @@ async function check(file) {
   progress.max = Math.max(file.size, 1);
   progress.value = 0;
   progress.hidden = false;
-  // Split at Unicode White_Space, which no key name holds (JavaScript's
-  // \s would also split at U+FEFF, which a name may hold).
+  // Split at Unicode White_Space only (splitVkeys: a key name may hold
+  // U+FEFF, at which JavaScript's \s splits).
   const pinned = splitVkeys(keys.value);
   const cosigners = splitVkeys(witnesses.value);
   const needed = quorum.value.trim() === "" ? undefined : Number(quorum.value);

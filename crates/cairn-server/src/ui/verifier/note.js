@@ -11,12 +11,13 @@ export const ALG_ED25519 = 0x01;
 export const ALG_COSIGNATURE_V1 = 0x04;
 // Unicode White_Space, the set Rust's char::is_whitespace uses (JavaScript's
 // \s differs: it lacks U+0085 and has U+FEFF).
-const WHITE_SPACE = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u;
+const WHITE_SPACE_CLASS = "[\\u0009-\\u000d\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+const WHITE_SPACE = new RegExp(WHITE_SPACE_CLASS, "u");
+const WHITE_SPACE_RUNS = new RegExp(`${WHITE_SPACE_CLASS}+`, "u");
 /** A key name: non-empty, without `+` or white space. */
 export function isKeyName(name) {
     return name.length > 0 && !name.includes("+") && !WHITE_SPACE.test(name);
 }
-const WHITE_SPACE_RUNS = /[\u0009-\u000d\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/u;
 /** The vkeys of a text that lists them separated by white space (Unicode
  * White_Space, which no key name holds: a name may hold any other
  * character, U+FEFF included, which JavaScript's `\s` would split at). */
