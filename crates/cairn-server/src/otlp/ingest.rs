@@ -177,11 +177,19 @@ async fn export_traces(
     // an earlier export, before this session's agent span arrived): step
     // id -> the session's agent.
     let mut mismatched: std::collections::HashMap<String, String> = Default::default();
+    // Steps refused because their id is taken: a retry's (the very step
+    // recorded under it) or another step's (another span of the same ids,
+    // or a step any writer recorded under that id first), told apart
+    // below. Step id -> its span and the agent it was written as when
+    // that was not the plan's.
+    let mut taken: std::collections::HashMap<String, (usize, Option<String>)> = Default::default();
     let mut storage_failure = None;
     for (span, id, answer, elapsed) in answers(waiting).await? {
         match answer {
             Ok(_) => state.metrics.append(elapsed),
-            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                taken.insert(id, (span, None));
+            }
             Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
                 if caller.key.agent_id.is_none() =>
             {
@@ -203,18 +211,24 @@ async fn export_traces(
         let work_state = Arc::clone(state);
         let work_caller = caller.clone();
         let work_request = Arc::clone(&request);
+        let (work_bytes, work_type, work_encoding) = (
+            bytes.clone(),
+            content_type.clone(),
+            content_encoding.clone(),
+        );
+        let agents = mismatched.clone();
         let waiting = cpu(state, caller.org(), move || {
             let (mapped, _) = decode_and_map(
-                &bytes,
-                &content_type,
-                content_encoding.as_deref(),
+                &work_bytes,
+                &work_type,
+                work_encoding.as_deref(),
                 &config,
                 &map_limits,
             )?;
             let mut again = Vec::new();
             for plan in map::plan(mapped, None) {
                 for (span, step) in plan.steps {
-                    if let Some(agent) = mismatched.get(&step.step_id) {
+                    if let Some(agent) = agents.get(&step.step_id) {
                         again.push((span, plan.session_id.clone(), agent.clone(), step));
                     }
                 }
@@ -242,8 +256,10 @@ async fn export_traces(
         .await?;
         for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
-                Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
-                    state.metrics.append(elapsed);
+                Ok(_) => state.metrics.append(elapsed),
+                Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                    let agent = mismatched.get(&id).cloned();
+                    taken.insert(id, (span, agent));
                 }
                 Err(AppendError::Refused(r)) => {
                     state.metrics.refusal();
@@ -253,6 +269,32 @@ async fn export_traces(
                     }
                 }
                 Err(AppendError::Store(e)) => storage_failure = Some(e),
+            }
+        }
+    }
+    if !taken.is_empty() && storage_failure.is_none() {
+        let work_state = Arc::clone(state);
+        let work_caller = caller.clone();
+        let bound = caller.key.agent_id.clone();
+        let conflicts = cpu(state, caller.org(), move || {
+            taken_by_others(
+                &work_state,
+                &work_caller,
+                bound.as_deref(),
+                taken,
+                (&bytes, &content_type, content_encoding.as_deref()),
+                &config,
+                &map_limits,
+            )
+        })
+        .await?;
+        for (span, id) in conflicts {
+            state.metrics.refusal();
+            if fates[span] != Fate::Refused {
+                fates[span] = Fate::Refused;
+                reasons.push(format!(
+                    "step {id}: its id is taken by another step (another span with this span's trace and span ids, or a step written under that id first)"
+                ));
             }
         }
     }
@@ -299,6 +341,58 @@ async fn export_traces(
             json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
         })),
     })
+}
+
+/// Of the steps refused because their id was taken (`taken`: step id ->
+/// its span and the agent it was written as, when not the plan's), those
+/// whose recorded step is another than this request's (derived again
+/// from the body, as the first submission derived it): their span and
+/// id. The others are retries of a recorded export, answered as written
+/// ([`cairn_store::answer_retries`], the rule of REST's batches; a second
+/// copy of a span within this request stays a duplicate).
+fn taken_by_others(
+    state: &AppState,
+    caller: &Caller,
+    bound: Option<&str>,
+    taken: std::collections::HashMap<String, (usize, Option<String>)>,
+    (bytes, content_type, content_encoding): (&[u8], &str, Option<&str>),
+    config: &OtlpConfig,
+    map_limits: &map::MapLimits,
+) -> Result<Vec<(usize, String)>, OtlpError> {
+    let mut outcomes = Vec::with_capacity(taken.len());
+    let mut spans = Vec::with_capacity(taken.len());
+    // Planned as the first submission planned them (steps written again as
+    // their session's agent are only ever a key's without a binding, for
+    // which both plans are one).
+    let (mapped, _) = decode_and_map(bytes, content_type, content_encoding, config, map_limits)?;
+    for plan in map::plan(mapped, bound) {
+        for (_, step) in plan.steps {
+            let Some((span, agent)) = taken.get(&step.step_id) else {
+                continue;
+            };
+            let written_as = agent.as_ref().unwrap_or(&plan.agent_id);
+            let id = step.step_id.clone();
+            let new = new_step(caller, &plan.session_id, written_as, step);
+            spans.push((*span, id.clone()));
+            outcomes.push((
+                Some(new),
+                Err(AppendError::Refused(Refusal::DuplicateTraceId {
+                    trace_id: id,
+                })),
+            ));
+        }
+    }
+    let answers = cairn_store::answer_retries(
+        state.store.as_ref(),
+        outcomes,
+        cairn_store::RepeatedIds::StayDuplicates,
+    );
+    Ok(spans
+        .into_iter()
+        .zip(answers)
+        .filter(|(_, answer)| answer.is_err())
+        .map(|(span, _)| span)
+        .collect())
 }
 
 /// A submitted step's answer: its span, its id, the ledger's reply, and

@@ -169,3 +169,91 @@ fn otlp_text_with_nul_is_kept_without_it() {
     assert!(text.contains("\"model\":\"m 1\""), "{text}");
     assert!(text.contains("\"name\":\"chat\\u0000model\""), "{text}");
 }
+
+/// A span's steps whose ids are taken are answered as a retry only when
+/// the step recorded under the id is this very step (as REST's batches):
+/// an export sent again rejects nothing, but a span whose ids another
+/// writer took first (here a key bound to another agent, which learnt the
+/// trace and span ids, wrote a step under the span's first step id) is
+/// rejected and counted, never dropped silently; so is a second,
+/// different span of the same ids within one export.
+#[test]
+fn otlp_steps_whose_ids_another_step_took_are_rejected() {
+    let server = start(ServerConfig::default());
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let span = |span_id: &str, text: &str| {
+        json!({
+            "traceId": trace,
+            "spanId": span_id,
+            "name": "invoke_agent",
+            "startTimeUnixNano": "1764900000000000000",
+            "endTimeUnixNano": "1764900001000000000",
+            "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}},
+                {"key": "gen_ai.agent.name", "value": {"stringValue": "orchestrator"}},
+                {"key": "gen_ai.conversation.id", "value": {"stringValue": "orch-sess"}},
+                {"key": "gen_ai.input.messages", "value": {"stringValue": text}}
+            ]
+        })
+    };
+    let export = |spans: Vec<serde_json::Value>| json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
+    let rejected = |reply: &Reply| {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let body = reply.json();
+        body["partialSuccess"]["rejectedSpans"]
+            .as_str()
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    // An export, and the same export again: nothing rejected.
+    let first = export(vec![span("00f067aa0ba902b7", "hello")]);
+    assert_eq!(
+        rejected(&post(&server, "/v1/traces", &server.admin, &first)),
+        0
+    );
+    let steps = call(
+        &server,
+        "GET",
+        "/v1/sessions/orch-sess",
+        &server.admin,
+        None,
+    )
+    .json()["steps"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(steps > 0);
+    assert_eq!(
+        rejected(&post(&server, "/v1/traces", &server.admin, &first)),
+        0
+    );
+    // A key bound to another agent writes a step under the next span's
+    // first step id; the real span then finds it taken.
+    let squatter = key_for(&server, "acme", Role::Writer, Some("agent-a"));
+    let span_id = "b7ad6b7169203331";
+    let taken = format!("otel.{trace}.{span_id}.0");
+    let squat = post(
+        &server,
+        "/v1/steps",
+        &squatter,
+        &json!({"session_id": "a-sess", "agent_id": "agent-a", "step_type": "observation",
+                "content": "benign", "trace_id": taken}),
+    );
+    assert_eq!(squat.status, 201, "{}", squat.text());
+    let real = export(vec![span(span_id, "delete prod db")]);
+    let reply = post(&server, "/v1/traces", &server.admin, &real);
+    assert_eq!(rejected(&reply), 1, "{}", reply.text());
+    let message = reply.json()["partialSuccess"]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("taken by another step"), "{message}");
+    // Two different spans of the same ids in one export: one is rejected.
+    let twice = export(vec![
+        span("0000000000000abc", "one"),
+        span("0000000000000abc", "another"),
+    ]);
+    assert_eq!(
+        rejected(&post(&server, "/v1/traces", &server.admin, &twice)),
+        1
+    );
+}
