@@ -365,12 +365,35 @@ fn taken_by_others(
     // their session's agent are only ever a key's without a binding, for
     // which both plans are one).
     let (mapped, _) = decode_and_map(bytes, content_type, content_encoding, config, map_limits)?;
+    // A key without a binding writes a span into a session another agent
+    // opened as that agent (the session's): so a retry of it was recorded.
+    let mut session_agents: std::collections::HashMap<String, Option<String>> = Default::default();
     for plan in map::plan(mapped, bound) {
         for (_, step) in plan.steps {
             let Some((span, agent)) = taken.get(&step.step_id) else {
                 continue;
             };
-            let written_as = agent.as_ref().unwrap_or(&plan.agent_id);
+            let session_agent = if bound.is_none() && agent.is_none() {
+                match session_agents.get(&plan.session_id) {
+                    Some(known) => known.clone(),
+                    None => {
+                        let known = state
+                            .store
+                            .session(caller.org(), &plan.session_id)
+                            .ok()
+                            .flatten()
+                            .map(|info| info.header.agent_id);
+                        session_agents.insert(plan.session_id.clone(), known.clone());
+                        known
+                    }
+                }
+            } else {
+                None
+            };
+            let written_as = agent
+                .as_ref()
+                .or(session_agent.as_ref())
+                .unwrap_or(&plan.agent_id);
             let id = step.step_id.clone();
             let new = new_step(caller, &plan.session_id, written_as, step);
             spans.push((*span, id.clone()));

@@ -247,6 +247,36 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
         .unwrap()
         .to_owned();
     assert!(message.contains("taken by another step"), "{message}");
+    // A span written as its session's agent (the session was opened by
+    // another agent first), sent again: a retry still.
+    let opened = post(
+        &server,
+        "/v1/steps",
+        &server.admin,
+        &json!({"session_id": "orch-sess-2", "agent_id": "first-agent",
+                "step_type": "observation", "content": "opened"}),
+    );
+    assert_eq!(opened.status, 201, "{}", opened.text());
+    let mut other = span("1111111111111111", "as the session's agent");
+    other["attributes"][2]["value"]["stringValue"] = json!("orch-sess-2");
+    let adopted = export(vec![other]);
+    assert_eq!(
+        rejected(&post(&server, "/v1/traces", &server.admin, &adopted)),
+        0
+    );
+    assert_eq!(
+        rejected(&post(&server, "/v1/traces", &server.admin, &adopted)),
+        0
+    );
+    let session = call(
+        &server,
+        "GET",
+        "/v1/sessions/orch-sess-2",
+        &server.admin,
+        None,
+    )
+    .json();
+    assert!(session["steps"].as_array().unwrap().len() > 1, "{session}");
     // Two different spans of the same ids in one export: one is rejected.
     let twice = export(vec![
         span("0000000000000abc", "one"),
