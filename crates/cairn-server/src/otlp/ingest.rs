@@ -226,10 +226,19 @@ async fn export_traces(
                 &map_limits,
             )?;
             let mut again = Vec::new();
+            // Steps of a session a bound key opened are not adopted: their
+            // span, id and why.
+            let mut refused = Vec::new();
+            let mut openers = SessionOpeners::new(&work_state, &work_caller);
             for plan in map::plan(mapped, None) {
                 for (span, step) in plan.steps {
                     if let Some(agent) = agents.get(&step.step_id) {
-                        again.push((span, plan.session_id.clone(), agent.clone(), step));
+                        match openers.adoptable(&plan.session_id, agent)? {
+                            Ok(()) => {
+                                again.push((span, plan.session_id.clone(), agent.clone(), step))
+                            }
+                            Err(why) => refused.push((span, step.step_id, why)),
+                        }
                     }
                 }
             }
@@ -251,9 +260,20 @@ async fn export_traces(
                 let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
                 pendings.push((span, id, pending));
             }
-            Ok(await_answers(pendings, held, work_request, started))
+            Ok((
+                await_answers(pendings, held, work_request, started),
+                refused,
+            ))
         })
         .await?;
+        let (waiting, refused) = waiting;
+        for (span, id, why) in refused {
+            state.metrics.refusal();
+            if fates[span] != Fate::Refused {
+                fates[span] = Fate::Refused;
+                reasons.push(format!("step {id}: {why}"));
+            }
+        }
         for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
                 Ok(_) => state.metrics.append(elapsed),
@@ -299,13 +319,7 @@ async fn export_traces(
         }
     }
     if let Some(e) = storage_failure {
-        // Nothing is lost by retrying: recorded steps are duplicates then.
-        return Err(OtlpError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_failure",
-            format!("storage failed, retry the export: {e}"),
-        )
-        .retry_after(1));
+        return Err(unreadable(e));
     }
     let rejected = fates.iter().filter(|f| **f == Fate::Refused).count();
     state
@@ -341,6 +355,104 @@ async fn export_traces(
             json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
         })),
     })
+}
+
+/// Whether the steps of a key without a binding may be written into a
+/// session another agent opened, as that agent (docs/OTLP.md "Sessions and
+/// agents"): only when a key without a binding opened it (this key, or
+/// another of the org's), the exporter's own earlier spans as a rule. A
+/// session opened by a key bound to an agent (or by a caller that is no
+/// API key of the org: a local user, a deleted key) is that agent's own,
+/// and its steps are refused as REST refuses them (`agent_mismatch`):
+/// otherwise a bound key that opened a session id first would have every
+/// later span of that session recorded as its agent's.
+struct SessionOpeners<'a> {
+    state: &'a AppState,
+    caller: &'a Caller,
+    /// Each session's answer, read once per request.
+    sessions: std::collections::HashMap<String, Result<(), String>>,
+    /// The org's API keys, read when a session is opened by another key.
+    keys: Option<Vec<cairn_store::ApiKey>>,
+}
+
+impl<'a> SessionOpeners<'a> {
+    fn new(state: &'a AppState, caller: &'a Caller) -> Self {
+        Self {
+            state,
+            caller,
+            sessions: Default::default(),
+            keys: None,
+        }
+    }
+
+    /// `Ok` when the session `session_id` (whose agent is `agent`) may
+    /// take this key's steps as its agent's; else why not. Fails (503,
+    /// retry) when the store cannot answer.
+    fn adoptable(
+        &mut self,
+        session_id: &str,
+        agent: &str,
+    ) -> Result<Result<(), String>, OtlpError> {
+        if let Some(answer) = self.sessions.get(session_id) {
+            return Ok(answer.clone());
+        }
+        let answer = self.opened_without_binding(session_id)?.map_err(|opener| {
+            format!(
+                "session {session_id} was opened as agent {agent} by {opener}, so only that \
+                 agent's spans are written into it (name agent {agent} in the span, or use \
+                 another gen_ai.conversation.id)"
+            )
+        });
+        self.sessions.insert(session_id.to_owned(), answer.clone());
+        Ok(answer)
+    }
+
+    /// `Ok` when a key without a binding opened the session; else who did.
+    fn opened_without_binding(
+        &mut self,
+        session_id: &str,
+    ) -> Result<Result<(), &'static str>, OtlpError> {
+        let Some(info) = self
+            .state
+            .store
+            .session(self.caller.org(), session_id)
+            .map_err(unreadable)?
+        else {
+            // Gone since it refused the step (a session is never deleted
+            // but by an operator): not adopted.
+            return Ok(Err("a caller no longer known"));
+        };
+        let opener = info.header.caller;
+        if opener == self.caller.key.id {
+            return Ok(Ok(()));
+        }
+        if self.keys.is_none() {
+            let keys = self
+                .state
+                .store
+                .api_keys(self.caller.org())
+                .map_err(unreadable)?;
+            self.keys = Some(keys);
+        }
+        Ok(
+            match self.keys.iter().flatten().find(|key| key.id == opener) {
+                Some(key) if key.agent_id.is_none() => Ok(()),
+                Some(_) => Err("a key bound to that agent"),
+                None => Err("a caller that is not an API key of this org"),
+            },
+        )
+    }
+}
+
+/// A store that failed: the export is to be retried (nothing is lost by
+/// retrying: recorded steps are retries then).
+fn unreadable(e: impl std::fmt::Display) -> OtlpError {
+    OtlpError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "storage_failure",
+        format!("storage failed, retry the export: {e}"),
+    )
+    .retry_after(1)
 }
 
 /// Of the steps refused because their id was taken (`taken`: step id ->

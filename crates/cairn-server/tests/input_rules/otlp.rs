@@ -287,3 +287,87 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
         1
     );
 }
+
+/// Spans of a key without a binding are written into a session another
+/// agent opened as that agent only when a key without a binding opened
+/// it (the exporter's earlier spans, before their agent span arrived): a
+/// key bound to an agent that opens a session id first does not have the
+/// later spans of that session recorded as its agent's. They are rejected
+/// and counted, naming the session's agent, as REST refuses them.
+#[test]
+fn otlp_spans_are_not_adopted_into_a_session_a_bound_key_opened() {
+    let server = start(ServerConfig::default());
+    // The export's answer (a span of `agent` naming `session`).
+    let export = |session: &str, span_id: &str, agent: &str| {
+        let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+            "traceId": "5bf92f3577b34da6a3ce929d0e0e4736",
+            "spanId": span_id,
+            "name": "chat",
+            "startTimeUnixNano": "1764900000000000000",
+            "endTimeUnixNano": "1764900001000000000",
+            "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                {"key": "gen_ai.agent.name", "value": {"stringValue": agent}},
+                {"key": "gen_ai.conversation.id", "value": {"stringValue": session}},
+                {"key": "gen_ai.output.messages", "value": {"stringValue": "the answer"}}
+            ]
+        }]}]}]});
+        let reply = post(&server, "/v1/traces", &server.admin, &body);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        reply.json()
+    };
+    let open = |key: &str, session: &str, agent: &str| {
+        let reply = post(
+            &server,
+            "/v1/steps",
+            key,
+            &json!({"session_id": session, "agent_id": agent,
+                    "step_type": "observation", "content": "opened"}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.text());
+    };
+    let steps = |session: &str| {
+        call(
+            &server,
+            "GET",
+            &format!("/v1/sessions/{session}"),
+            &server.admin,
+            None,
+        )
+        .json()["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["agent_id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // A key bound to agent-a opens the session id an orchestrator's
+    // conversation will use.
+    let squatter = key_for(&server, "acme", Role::Writer, Some("agent-a"));
+    open(&squatter, "squatted", "agent-a");
+    let body = export("squatted", "0000000000000001", "orchestrator");
+    assert_eq!(body["partialSuccess"]["rejectedSpans"], "1", "{body}");
+    let message = body["partialSuccess"]["errorMessage"].as_str().unwrap();
+    assert!(
+        message
+            .contains("session squatted was opened as agent agent-a by a key bound to that agent"),
+        "{message}"
+    );
+    assert_eq!(steps("squatted"), ["agent-a"]);
+    // A span that names the session's own agent is that agent's step.
+    assert_eq!(export("squatted", "0000000000000002", "agent-a"), json!({}));
+    assert!(steps("squatted").len() > 1);
+    // A session another key without a binding opened (another exporter,
+    // or the same one before its agent span) takes the spans as its agent.
+    let collector = key_for(&server, "acme", Role::Writer, None);
+    open(&collector, "shared", "first-agent");
+    assert_eq!(
+        export("shared", "0000000000000003", "orchestrator"),
+        json!({})
+    );
+    let agents = steps("shared");
+    assert!(
+        agents.len() > 1 && agents.iter().all(|a| a == "first-agent"),
+        "{agents:?}"
+    );
+}
