@@ -2,11 +2,12 @@
 //! byte picks the encoding and compression, the rest is the body;
 //! decompressed within a limit, decoded (protobuf or OTLP/JSON) within the
 //! span and element budgets, then mapped to steps and planned into
-//! sessions. Nothing may panic, whatever the bytes.
+//! sessions, and a JSON body's ignored members named. Nothing may panic,
+//! whatever the bytes.
 #![no_main]
 
 use cairn_wire::otlp::map::{MapLimits, map_request, plan};
-use cairn_wire::otlp::{DecodeLimits, decode_otlp_with, decompress};
+use cairn_wire::otlp::{DecodeLimits, decode_otlp_with, decompress, json_member_hint};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,6 +34,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = decode_otlp_with(content_type, &body, &limits) else {
         return;
     };
+    if selector & 1 == 1 {
+        let _ = json_member_hint(&body, cairn_wire::otlp::decode::span_count(&request));
+    }
     let spans = map_request(&request, &MapLimits::default());
     let bound = (selector & 0x80 != 0).then_some("agent-a");
     let _ = plan(spans, bound);

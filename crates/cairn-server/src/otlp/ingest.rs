@@ -71,19 +71,21 @@ fn decode_and_map(
         config.decode.max_decompressed_bytes,
     )?;
     let request = decode_otlp_with(content_type, &raw, &config.decode)?;
-    // A JSON body of no span at all: say which misspelt members, if any,
-    // the OTLP/JSON rules made it ignore (answered as a partial success
-    // rejecting nothing), rather than a bare success.
-    let hint = (Encoding::from_content_type(content_type) == Some(Encoding::Json)
-        && cairn_wire::otlp::decode::span_count(&request) == 0)
-        .then(|| cairn_wire::otlp::empty_json_hint(&raw))
+    // A JSON body's members the OTLP/JSON rules made it ignore, when they
+    // are likely a mistake (the proto's spelling; any, in a body of no
+    // span): said in the answer, rather than a bare success.
+    let hint = (Encoding::from_content_type(content_type) == Some(Encoding::Json))
+        .then(|| {
+            let spans = cairn_wire::otlp::decode::span_count(&request);
+            cairn_wire::otlp::json_member_hint(&raw, spans)
+        })
         .flatten();
     drop(raw);
     Ok((map::map_request(&request, limits), hint))
 }
 
-/// A request's spans as mapped, and why a JSON body held none
-/// ([`cairn_wire::otlp::empty_json_hint`]).
+/// A request's spans as mapped, and what a JSON body named that the
+/// OTLP/JSON rules had ignored ([`cairn_wire::otlp::json_member_hint`]).
 type Mapped = (Vec<Result<map::SpanSteps, map::Unmappable>>, Option<String>);
 
 async fn export_traces(
@@ -327,7 +329,12 @@ async fn export_traces(
         .otlp_spans((fates.len() - rejected) as u64, rejected as u64);
     let partial = (rejected > 0)
         .then(|| {
-            let message = crate::error::without_tokens(&summary(rejected, "span", &reasons));
+            let mut message = summary(rejected, "span", &reasons);
+            if let Some(hint) = &hint {
+                message.push_str(". Also, ");
+                message.push_str(hint);
+            }
+            let message = crate::error::without_tokens(&message);
             // Exporters drop a partial success's message (the Python SDK
             // does not read it): the operator's log is where it is seen.
             tracing::warn!(

@@ -79,6 +79,46 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
             None => assert_eq!(answer, json!({}), "{body}"),
         }
     }
+    // Beside spans spelt right, a time under `end_time_unix_nano` and a
+    // second resource's spans under the proto's `scope_spans`: the
+    // spans that decoded are recorded, and the answer names what was
+    // ignored (also after a rejected span's reason).
+    let span = |id: &str, time: &str| {
+        format!(
+            r#"{{"traceId":"6bf92f3577b34da6a3ce929d0e0e4736","spanId":"{id}","name":"chat",
+               "startTimeUnixNano":"1764900000000000000","{time}":"1764900001000000000",
+               "attributes":[{{"key":"gen_ai.operation.name","value":{{"stringValue":"chat"}}}}]}}"#
+        )
+    };
+    for (bad, rejected) in [("endTimeUnixNano", "0"), ("traceId", "1")] {
+        let body = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{},{}]}}]}},
+                {{"scope_spans":[{{"spans":[{}]}}]}}]}}"#,
+            span("0000000000000001", "endTimeUnixNano"),
+            span("0000000000000002", "end_time_unix_nano").replace(bad, "x"),
+            span("0000000000000003", "endTimeUnixNano"),
+        );
+        let reply = call(
+            &server,
+            "POST",
+            "/v1/traces",
+            &server.admin,
+            Some(body.as_bytes()),
+        );
+        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+        let answer = reply.json();
+        assert_eq!(
+            answer["partialSuccess"]["rejectedSpans"], rejected,
+            "{answer}"
+        );
+        let message = answer["partialSuccess"]["errorMessage"].as_str().unwrap();
+        assert!(
+            message.contains(
+                r#"this OTLP/JSON body names "end_time_unix_nano" (for "endTimeUnixNano"), "scope_spans" (for "scopeSpans")"#
+            ),
+            "{message}"
+        );
+    }
 }
 
 /// A session an OTLP exporter named with an id Cairn does not store as

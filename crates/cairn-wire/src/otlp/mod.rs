@@ -9,12 +9,12 @@ mod amplification_tests;
 mod attrs;
 pub mod decode;
 mod json;
+mod json_hint;
 pub mod map;
 mod messages;
 #[cfg(test)]
 mod tests;
 
 pub use attrs::{id_from, stored_session_hint};
-pub use decode::{
-    DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress, empty_json_hint,
-};
+pub use decode::{DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress};
+pub use json_hint::json_member_hint;
