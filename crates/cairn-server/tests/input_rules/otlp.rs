@@ -60,15 +60,7 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
             Some(&format!("\"{}\", \"b\"", "x".repeat(64))),
         ),
     ] {
-        let reply = call(
-            &server,
-            "POST",
-            "/v1/traces",
-            &server.admin,
-            Some(body.as_bytes()),
-        );
-        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
-        let answer = reply.json();
+        let answer = export_text(&server, body);
         match named {
             Some(named) => {
                 assert_eq!(answer["partialSuccess"]["rejectedSpans"], "0", "{answer}");
@@ -98,15 +90,7 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
             span("0000000000000002", "end_time_unix_nano").replace(bad, "x"),
             span("0000000000000003", "endTimeUnixNano"),
         );
-        let reply = call(
-            &server,
-            "POST",
-            "/v1/traces",
-            &server.admin,
-            Some(body.as_bytes()),
-        );
-        assert_eq!(reply.status, 200, "{body}: {}", reply.text());
-        let answer = reply.json();
+        let answer = export_text(&server, &body);
         assert_eq!(
             answer["partialSuccess"]["rejectedSpans"], rejected,
             "{answer}"
@@ -119,6 +103,19 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
             "{message}"
         );
     }
+}
+
+/// The answer to an OTLP/JSON export of `body`, as sent (200).
+fn export_text(server: &Server, body: &str) -> serde_json::Value {
+    let reply = call(
+        server,
+        "POST",
+        "/v1/traces",
+        &server.admin,
+        Some(body.as_bytes()),
+    );
+    assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+    reply.json()
 }
 
 /// A session an OTLP exporter named with an id Cairn does not store as

@@ -9,6 +9,7 @@
 //! decompressed body ([`DecodeLimits::max_decompressed_bytes`]) and the
 //! number of spans ([`DecodeLimits::max_spans`]).
 
+use super::schema::Message;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
 use std::borrow::Cow;
@@ -271,46 +272,6 @@ struct Budget {
     elements: usize,
 }
 
-/// The messages of the trace export whose instances are counted, and
-/// which of their fields hold such messages (field number, message).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Msg {
-    Request,
-    ResourceSpans,
-    Resource,
-    ScopeSpans,
-    Scope,
-    Span,
-    Event,
-    Link,
-    KeyValue,
-    AnyValue,
-    List,
-    KvList,
-}
-
-impl Msg {
-    fn child(self, field: u32) -> Option<Msg> {
-        use Msg::*;
-        Some(match (self, field) {
-            (Request, 1) => ResourceSpans,
-            (ResourceSpans, 1) => Resource,
-            (ResourceSpans, 2) => ScopeSpans,
-            (Resource, 1) | (Scope, 3) | (Span, 9) | (Event, 3) | (Link, 4) | (KvList, 1) => {
-                KeyValue
-            }
-            (ScopeSpans, 1) => Scope,
-            (ScopeSpans, 2) => Span,
-            (Span, 11) => Event,
-            (Span, 13) => Link,
-            (KeyValue, 2) | (List, 1) => AnyValue,
-            (AnyValue, 5) => List,
-            (AnyValue, 6) => KvList,
-            _ => return None,
-        })
-    }
-}
-
 /// Counts the spans and message instances of a protobuf
 /// `ExportTraceServiceRequest` in one pass with `prost`'s wire primitives,
 /// allocating nothing; stops as soon as a limit is passed. Malformed input
@@ -319,7 +280,7 @@ fn protobuf_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeE
     use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
     fn walk(
         mut buf: &[u8],
-        msg: Msg,
+        msg: Message,
         depth: u32,
         budget: &mut Budget,
         limits: &DecodeLimits,
@@ -337,7 +298,7 @@ fn protobuf_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeE
                     let (inner, rest) = buf.split_at(len);
                     buf = rest;
                     budget.elements += 1;
-                    if child == Msg::Span {
+                    if child == Message::Span {
                         budget.spans += 1;
                         if budget.spans > limits.max_spans {
                             return Ok(());
@@ -361,7 +322,7 @@ fn protobuf_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeE
         Ok(())
     }
     let mut budget = Budget::default();
-    walk(body, Msg::Request, 0, &mut budget, limits)?;
+    walk(body, Message::Request, 0, &mut budget, limits)?;
     Ok(budget)
 }
 

@@ -7,6 +7,7 @@
 //! more, member names only (values skipped unread, known names compared
 //! without copying), through every message of the trace export.
 
+use super::schema::{Holds, Message};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -92,113 +93,10 @@ impl Found {
     }
 }
 
-/// The messages of the trace export, as OTLP/JSON spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Message {
-    Request,
-    ResourceSpans,
-    Resource,
-    ScopeSpans,
-    Scope,
-    Span,
-    Event,
-    Link,
-    Status,
-    KeyValue,
-    AnyValue,
-    ArrayValue,
-    KvList,
-}
-
-/// A member's value: another message, a list of them, or anything else.
-#[derive(Debug, Clone, Copy)]
-enum Holds {
-    One(Message),
-    Many(Message),
-    Scalar,
-}
-
-impl Message {
-    /// The members OTLP/JSON has in this message, and what each holds.
-    fn members(self) -> &'static [(&'static str, Holds)] {
-        use Holds::{Many, One, Scalar};
-        use Message::*;
-        match self {
-            Request => &[("resourceSpans", Many(ResourceSpans))],
-            ResourceSpans => &[
-                ("resource", One(Resource)),
-                ("scopeSpans", Many(ScopeSpans)),
-                ("schemaUrl", Scalar),
-            ],
-            Resource => &[
-                ("attributes", Many(KeyValue)),
-                ("droppedAttributesCount", Scalar),
-                ("entityRefs", Scalar),
-            ],
-            ScopeSpans => &[
-                ("scope", One(Scope)),
-                ("spans", Many(Span)),
-                ("schemaUrl", Scalar),
-            ],
-            Scope => &[
-                ("name", Scalar),
-                ("version", Scalar),
-                ("attributes", Many(KeyValue)),
-                ("droppedAttributesCount", Scalar),
-            ],
-            Span => &[
-                ("traceId", Scalar),
-                ("spanId", Scalar),
-                ("traceState", Scalar),
-                ("parentSpanId", Scalar),
-                ("flags", Scalar),
-                ("name", Scalar),
-                ("kind", Scalar),
-                ("startTimeUnixNano", Scalar),
-                ("endTimeUnixNano", Scalar),
-                ("attributes", Many(KeyValue)),
-                ("droppedAttributesCount", Scalar),
-                ("events", Many(Event)),
-                ("droppedEventsCount", Scalar),
-                ("links", Many(Link)),
-                ("droppedLinksCount", Scalar),
-                ("status", One(Status)),
-            ],
-            Event => &[
-                ("timeUnixNano", Scalar),
-                ("name", Scalar),
-                ("attributes", Many(KeyValue)),
-                ("droppedAttributesCount", Scalar),
-            ],
-            Link => &[
-                ("traceId", Scalar),
-                ("spanId", Scalar),
-                ("traceState", Scalar),
-                ("attributes", Many(KeyValue)),
-                ("droppedAttributesCount", Scalar),
-                ("flags", Scalar),
-            ],
-            Status => &[("message", Scalar), ("code", Scalar)],
-            KeyValue => &[("key", Scalar), ("value", One(AnyValue))],
-            AnyValue => &[
-                ("stringValue", Scalar),
-                ("boolValue", Scalar),
-                ("intValue", Scalar),
-                ("doubleValue", Scalar),
-                ("arrayValue", One(ArrayValue)),
-                ("kvlistValue", One(KvList)),
-                ("bytesValue", Scalar),
-            ],
-            ArrayValue => &[("values", Many(AnyValue))],
-            KvList => &[("values", Many(KeyValue))],
-        }
-    }
-
-    /// Whether an unknown member here may mean an export misspelt whole
-    /// (named when the body holds no span).
-    fn outer(self) -> bool {
-        matches!(self, Message::Request | Message::ResourceSpans)
-    }
+/// Whether an unknown member of `message` may mean an export misspelt
+/// whole (named when the body holds no span).
+fn outer(message: Message) -> bool {
+    matches!(message, Message::Request | Message::ResourceSpans)
 }
 
 /// What a member's name is in its message.
@@ -212,13 +110,13 @@ enum Name {
 /// The member `name` of `message`: compared without copying it.
 fn classify(message: Message, name: &str) -> Name {
     let members = message.members();
-    if let Some((_, holds)) = members.iter().find(|(m, _)| *m == name) {
-        return Name::Known(*holds);
+    if let Some(m) = members.iter().find(|m| m.json == name) {
+        return Name::Known(m.holds);
     }
     if name.contains('_')
-        && let Some((camel, holds)) = members.iter().find(|(m, _)| snake_of(m, name))
+        && let Some(m) = members.iter().find(|m| snake_of(m.json, name))
     {
-        return Name::Snake(camel, *holds);
+        return Name::Snake(m.json, m.holds);
     }
     Name::Unknown
 }
@@ -277,14 +175,14 @@ impl<'de> Visitor<'de> for Scan<'_> {
                 Named::Known(holds) => holds,
                 Named::Snake(shown, camel, holds) => {
                     self.found.snake(&shown, camel);
-                    if self.message.outer() {
+                    if outer(self.message) {
                         self.found.unknown(&shown);
                     }
                     // Read on: the names within are misspelt too.
                     holds
                 }
                 Named::Unknown(shown) => {
-                    if self.message.outer() {
+                    if outer(self.message) {
                         self.found.unknown(&shown);
                     }
                     Holds::Scalar

@@ -12,6 +12,7 @@ mod json;
 mod json_hint;
 pub mod map;
 mod messages;
+mod schema;
 #[cfg(test)]
 mod tests;
 
