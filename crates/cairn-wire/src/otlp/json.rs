@@ -196,7 +196,8 @@ struct Values<T> {
     values: Vec<T>,
 }
 
-/// An `AnyValue`: an object with at most one known member.
+/// An `AnyValue`: an object with at most one known member that is not
+/// `null` (a second is an error, as proto3 JSON has it for a oneof).
 #[derive(Default)]
 struct AnyValue(Option<common::any_value::Value>);
 
@@ -214,6 +215,7 @@ impl<'de> Deserialize<'de> for AnyValue {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyValue, A::Error> {
                 use common::any_value::Value;
                 let mut value = None;
+                let mut first_member = None;
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     let next = match &*key {
                         "stringValue" => {
@@ -235,6 +237,14 @@ impl<'de> Deserialize<'de> for AnyValue {
                         }
                     };
                     if next.is_some() {
+                        // A oneof: two values would leave one of them
+                        // unrecorded, whichever were kept.
+                        if let Some(first) = first_member {
+                            return Err(de::Error::custom(format!(
+                                "an AnyValue holds one value, this one both {first} and {key}"
+                            )));
+                        }
+                        first_member = Some(key);
                         value = next;
                     }
                 }
@@ -277,10 +287,16 @@ where
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Lenient<T>, E> {
                 // 1e3 or 12.0: proto3 JSON accepts integral floats.
-                if v.fract() == 0.0 && v.abs() < 9.007_199_254_740_992e15 {
+                if v.fract() != 0.0 || !v.is_finite() {
+                    Err(E::custom(format!("{v} is not an integer")))
+                } else if v.abs() < 9.007_199_254_740_992e15 {
                     self.visit_i64(v as i64)
                 } else {
-                    Err(E::custom(format!("{v} is not an integer")))
+                    // 1.7e+18: integral, but a double holds only 53 bits,
+                    // so the digits sent may not be the ones meant.
+                    Err(E::custom(format!(
+                        "{v:e} is a number in exponent or fraction form beyond 2^53, which loses digits: send a 64-bit integer as a decimal string (\"1700000000000000000\") or as digits"
+                    )))
                 }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Lenient<T>, E> {
@@ -601,6 +617,7 @@ mod tests {
             br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"kind":"SPAN_KIND_NOPE"}]}]}]}"#,
             br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"attributes":[{"key":"a","value":{"intValue":"x"}}]}]}]}]}"#,
             br#"{"resourceSpans":{}}"#,
+            br#"{"resourceSpans":[{"resource":{"attributes":[{"key":"a","value":{"stringValue":"x","intValue":"1"}}]}}]}"#,
         ] {
             assert!(
                 decode_request(body).is_err(),
@@ -608,6 +625,33 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// A time in exponent form is an integer only below 2^53 (where a
+    /// double holds every digit); past it the error says what to send.
+    #[test]
+    fn integers_in_exponent_form_are_read_only_while_exact() {
+        let span = |time: &str| {
+            format!(
+                r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"startTimeUnixNano":{time}}}]}}]}}]}}"#
+            )
+        };
+        let start = |time: &str| {
+            decode_request(span(time).as_bytes())
+                .map(|r| r.resource_spans[0].scope_spans[0].spans[0].start_time_unix_nano)
+        };
+        assert_eq!(start("1.7e+15"), Ok(1_700_000_000_000_000));
+        assert_eq!(start("1700000000000000000"), Ok(1_700_000_000_000_000_000));
+        let error = start("1.7e+18").unwrap_err();
+        assert!(
+            error.starts_with("1.7e18 is a number in exponent or fraction form beyond 2^53"),
+            "{error}"
+        );
+        assert!(
+            start("1.5")
+                .unwrap_err()
+                .starts_with("1.5 is not an integer")
+        );
     }
 
     /// What `opentelemetry-proto`'s own serde writes, this module reads
