@@ -76,6 +76,22 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// The session these attributes name: `gen_ai.conversation.id`, else
+    /// `session.id`; a string that is not empty, or an integer as its
+    /// decimal digits (instrumentations that number conversations send
+    /// one: taken for none, each trace had opened a session of its own).
+    pub(super) fn session(self) -> Option<std::borrow::Cow<'a, str>> {
+        ["gen_ai.conversation.id", "session.id"]
+            .into_iter()
+            .find_map(|key| match self.get(key)? {
+                any_value::Value::StringValue(s) if !s.is_empty() => {
+                    Some(std::borrow::Cow::Borrowed(s.as_str()))
+                }
+                any_value::Value::IntValue(i) => Some(std::borrow::Cow::Owned(i.to_string())),
+                _ => None,
+            })
+    }
+
     pub(super) fn int(self, key: &str) -> Option<i64> {
         match self.get(key)? {
             any_value::Value::IntValue(i) => Some(*i),

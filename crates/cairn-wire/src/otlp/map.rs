@@ -253,9 +253,7 @@ pub fn map_request(
         let service = Attrs(resource_attrs).str("service.name").map(id_from);
         // Looked up once: a resource may hold many attributes, and every
         // span without a session of its own falls back to it.
-        let resource_session = Attrs(resource_attrs)
-            .str("gen_ai.conversation.id")
-            .or_else(|| Attrs(resource_attrs).str("session.id"));
+        let resource_session = Attrs(resource_attrs).session();
         for ss in &rs.scope_spans {
             let mut truncated_shared = truncated_resource.clone();
             let scope = ss.scope.as_ref().map(|s| {
@@ -284,7 +282,7 @@ pub fn map_request(
             for span in &ss.spans {
                 let context = Context {
                     resource: &resource,
-                    resource_session,
+                    resource_session: resource_session.as_deref(),
                     trace_sessions: &trace_sessions,
                     scope: scope.as_ref(),
                     service: service.as_deref(),
@@ -547,9 +545,9 @@ fn map_span(
     // The span's own session, else its resource's, else the one its
     // ancestors (or its trace's other spans) in the request name.
     let session_id = trace_sessions::named_by(span)
-        .or(ctx.resource_session)
+        .or_else(|| ctx.resource_session.map(std::borrow::Cow::Borrowed))
         .or_else(|| ctx.trace_sessions.inherited(span))
-        .map_or_else(|| trace_hex.clone(), id_from);
+        .map_or_else(|| trace_hex.clone(), |s| id_from(&s));
     let agent = attrs
         .str("gen_ai.agent.id")
         .filter(|id| validate_id("agent", id).is_ok())

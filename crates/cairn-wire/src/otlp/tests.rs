@@ -305,6 +305,41 @@ fn sessions_fall_back_to_session_id_then_the_trace() {
     assert_eq!(spans[1].session_id, hex::encode([0xcd; 16]));
     assert_eq!(labels(&spans[1].steps), ["action"]);
     assert_eq!(spans[1].steps[0].content.as_deref(), Some("span 2"));
+    // An integer id is its digits (first the conversation's, over a
+    // session.id string), lent to a child as a string's is; an empty
+    // string or a boolean names none.
+    let spans = mapped(vec![
+        span(
+            1,
+            0,
+            1,
+            vec![
+                kv("gen_ai.conversation.id", V::IntValue(42)),
+                s("session.id", "other"),
+            ],
+        ),
+        span(2, 1, 1, vec![]),
+        span(
+            3,
+            0,
+            1,
+            vec![
+                s("gen_ai.conversation.id", ""),
+                kv("session.id", V::IntValue(-7)),
+            ],
+        ),
+        span(
+            4,
+            0,
+            1,
+            vec![
+                kv("gen_ai.conversation.id", V::BoolValue(true)),
+                s("session.id", "s"),
+            ],
+        ),
+    ]);
+    let sessions: Vec<_> = spans.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(sessions, ["42", "42", "-7", "s"]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 use super::super::attrs::Attrs;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// A span, by trace id and span id.
@@ -19,20 +20,17 @@ const MAX_ANCESTORS: usize = 64;
 /// What a request's spans say about sessions.
 pub(super) struct TraceSessions<'a> {
     /// The session each span names itself, or its resource names.
-    own: HashMap<SpanKey<'a>, &'a str>,
+    own: HashMap<SpanKey<'a>, Cow<'a, str>>,
     /// Each span's parent.
     parent: HashMap<SpanKey<'a>, &'a [u8]>,
     /// The one session a trace's spans name, or `None` when they name
     /// several.
-    by_trace: HashMap<&'a [u8], Option<&'a str>>,
+    by_trace: HashMap<&'a [u8], Option<Cow<'a, str>>>,
 }
 
 /// The session a span names with its own attributes.
-pub(super) fn named_by(span: &Span) -> Option<&str> {
-    let attrs = Attrs(&span.attributes);
-    attrs
-        .str("gen_ai.conversation.id")
-        .or_else(|| attrs.str("session.id"))
+pub(super) fn named_by(span: &Span) -> Option<Cow<'_, str>> {
+    Attrs(&span.attributes).session()
 }
 
 impl<'a> TraceSessions<'a> {
@@ -47,29 +45,25 @@ impl<'a> TraceSessions<'a> {
         // attributes override (as for the span itself).
         let spans = request.resource_spans.iter().flat_map(|rs| {
             let resource = rs.resource.as_ref().map(|r| Attrs(&r.attributes));
-            let of_resource = resource.and_then(|attrs| {
-                attrs
-                    .str("gen_ai.conversation.id")
-                    .or_else(|| attrs.str("session.id"))
-            });
+            let of_resource = resource.and_then(|attrs| attrs.session());
             rs.scope_spans
                 .iter()
                 .flat_map(|ss| &ss.spans)
-                .map(move |span| (span, of_resource))
+                .map(move |span| (span, of_resource.clone()))
         });
         for (span, of_resource) in spans {
             let key = (span.trace_id.as_slice(), span.span_id.as_slice());
             if let Some(session) = named_by(span).or(of_resource) {
-                sessions.own.insert(key, session);
                 sessions
                     .by_trace
                     .entry(key.0)
                     .and_modify(|one| {
-                        if *one != Some(session) {
+                        if one.as_ref() != Some(&session) {
                             *one = None;
                         }
                     })
-                    .or_insert(Some(session));
+                    .or_insert(Some(session.clone()));
+                sessions.own.insert(key, session);
             }
             if !span.parent_span_id.is_empty() {
                 sessions.parent.insert(key, span.parent_span_id.as_slice());
@@ -81,7 +75,7 @@ impl<'a> TraceSessions<'a> {
     /// For a span that names no session: the one its nearest ancestor in
     /// the request names, else the one session its trace's spans in the
     /// request name (if they name exactly one).
-    pub(super) fn inherited(&self, span: &Span) -> Option<&'a str> {
+    pub(super) fn inherited(&self, span: &Span) -> Option<Cow<'a, str>> {
         let trace = span.trace_id.as_slice();
         let mut at = span.parent_span_id.as_slice();
         for _ in 0..MAX_ANCESTORS {
@@ -89,13 +83,13 @@ impl<'a> TraceSessions<'a> {
                 break;
             }
             if let Some(session) = self.own.get(&(trace, at)) {
-                return Some(session);
+                return Some(session.clone());
             }
             match self.parent.get(&(trace, at)) {
                 Some(parent) => at = parent,
                 None => break,
             }
         }
-        self.by_trace.get(trace).copied().flatten()
+        self.by_trace.get(trace).cloned().flatten()
     }
 }
