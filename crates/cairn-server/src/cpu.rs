@@ -109,7 +109,11 @@ impl CpuPool {
     /// Runs `work` of `org` on the pool, in its org's turn, and waits for
     /// it. Whatever `work` owns (a request's memory count with the body it
     /// parses) lives until it ends, even if the caller stops waiting (a
-    /// client that hangs up).
+    /// client that hangs up). Work whose caller stopped waiting before its
+    /// turn came (a client that hung up, a request past its deadline) is
+    /// dropped unstarted: nobody would read its answer, and a flood of
+    /// abandoned requests would otherwise keep the pool busy long after
+    /// they were answered 503.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
         org: &str,
@@ -118,7 +122,9 @@ impl CpuPool {
     ) -> Result<T, ApiError> {
         let (done, answer) = tokio::sync::oneshot::channel();
         let job = move || {
-            let _ = done.send(work());
+            if !done.is_closed() {
+                let _ = done.send(work());
+            }
         };
         match &self.threads {
             Some(pool) => {
@@ -233,6 +239,52 @@ mod tests {
             .collect();
         assert_eq!(flood, (0..20).collect::<Vec<_>>());
         assert!(pool.waiting.lock().unwrap().jobs.is_empty());
+    }
+
+    /// A job whose caller stopped waiting before a thread took it is
+    /// not run; the next one is.
+    #[tokio::test]
+    async fn abandoned_jobs_are_not_run() {
+        let pool = Arc::new(CpuPool::with_threads(1));
+        let (held, release) = std::sync::mpsc::channel::<()>();
+        let (started, holding) = tokio::sync::oneshot::channel::<()>();
+        let blocker = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move {
+                pool.run("org", "holding the thread", move || {
+                    let _ = started.send(());
+                    let _ = release.recv();
+                })
+                .await
+            })
+        };
+        holding.await.unwrap();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let abandoned = {
+            let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
+            tokio::spawn(async move {
+                pool.run("org", "abandoned", move || {
+                    ran.lock().unwrap().push("abandoned")
+                })
+                .await
+            })
+        };
+        while !pool.waiting.lock().unwrap().jobs.contains_key("org") {
+            tokio::task::yield_now().await;
+        }
+        abandoned.abort();
+        let _ = abandoned.await;
+        let kept = {
+            let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
+            tokio::spawn(async move {
+                pool.run("org", "kept", move || ran.lock().unwrap().push("kept"))
+                    .await
+            })
+        };
+        held.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        kept.await.unwrap().unwrap();
+        assert_eq!(*ran.lock().unwrap(), ["kept"]);
     }
 
     /// A job that panics answers its caller with an error, and the pool

@@ -263,15 +263,21 @@ async fn on_cpu<T: Send + 'static>(
     state.cpu.run(org, what, move || work(store.as_ref())).await
 }
 
-/// Runs store work on the blocking pool.
+/// Runs store work on the blocking pool; not at all if the caller stopped
+/// waiting before a thread took it (as [`cpu::CpuPool::run`]).
 async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,
     work: impl FnOnce(&dyn LedgerStore) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let store = Arc::clone(&state.store);
-    tokio::task::spawn_blocking(move || work(store.as_ref()))
-        .await
-        .map_err(|_| worker_failed("a worker failed"))?
+    let (done, answer) = tokio::sync::oneshot::channel();
+    drop(tokio::task::spawn_blocking(move || {
+        if !done.is_closed() {
+            let _ = done.send(work(store.as_ref()));
+        }
+    }));
+    // A work that panicked dropped its sender.
+    answer.await.map_err(|_| worker_failed("a worker failed"))?
 }
 
 /// What the parsed JSON bodies of the REST and MCP requests in flight may
