@@ -247,7 +247,30 @@ pub(crate) async fn revoke_key(
             if held {
                 state.mcp_sessions.end_key(&key_id).await;
             }
-            return Err(ApiError::not_found(format!("key {}", shown(&key_id))));
+            // Revoked before (a DELETE sent again): said so, with when,
+            // rather than a bare "not found" for a key GET /v1/keys lists.
+            let (org, id, bound) = (
+                caller.org().to_owned(),
+                key_id.clone(),
+                caller.key.agent_id.clone(),
+            );
+            let revoked_at = blocking(&state, move |store| {
+                Ok(store
+                    .api_keys(&org)?
+                    .into_iter()
+                    .find(|k| k.id == id && (bound.is_none() || k.agent_id == bound)))
+            })
+            .await
+            .ok()
+            .flatten()
+            .and_then(|k| k.revoked_at);
+            return Err(ApiError::not_found(match revoked_at {
+                Some(at) => format!(
+                    "key {}: no key in use has this id; it was revoked at {at} (GET /v1/keys lists it with revoked_at)",
+                    shown(&key_id)
+                ),
+                None => format!("key {}", shown(&key_id)),
+            }));
         }
         KeyRevocation::LastAdmin => {
             return Err(ApiError::new(

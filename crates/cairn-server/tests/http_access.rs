@@ -491,6 +491,22 @@ fn key_management_cannot_lock_the_org_out() {
         None,
     );
     assert_eq!(revoked.status, 204, "{}", revoked.text());
+    // Sent again: not found, saying it was revoked, and when.
+    let again = call(
+        &server,
+        "DELETE",
+        &format!("/v1/keys/{admin_id}"),
+        Some(&second),
+        None,
+    );
+    assert_eq!(again.status, 404, "{}", again.text());
+    assert!(
+        again
+            .text()
+            .contains("no key in use has this id; it was revoked at 20"),
+        "{}",
+        again.text()
+    );
     // Two admins revoking each other at once: one of them stays.
     for round in 0..10 {
         let org = format!("race{round}");
