@@ -78,6 +78,13 @@ pub struct SessionInfo {
     pub seal: Option<SealRecord>,
     /// The seal record's position in the org log, if sealed.
     pub seal_seq: Option<u64>,
+    /// The steps the session's head row says it holds (that row is
+    /// derived, written with each batch, never believed for what the
+    /// session holds): a verification fails when the log holds fewer (a
+    /// step an insider moved to another session or removed), so that a
+    /// session's own verdict does not shrink with it unnoticed. `None`
+    /// without a head row.
+    pub head_row_steps: Option<u64>,
 }
 
 /// One line of a session listing.

@@ -437,6 +437,50 @@ fn lookup_columns_that_disagree_with_their_record_are_caught() {
     }
 }
 
+/// A session's last step moved to another session by its row (the head
+/// row left as written): the org's verification catches it at the moved
+/// step, and the session's own verification (and its listing's verdict)
+/// no longer pass a chain that ends a step early: its head row says it
+/// holds more steps than the log gives it.
+#[test]
+fn a_session_whose_last_step_was_moved_away_fails_its_own_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let c = attacker(dir.path());
+    let moved = last_step(&c, "revenue-analysis-q4");
+    let steps: i64 = c
+        .query_row(
+            "SELECT count(*) FROM entries e JOIN sessions s ON s.sid = e.sid WHERE s.session_id = 'revenue-analysis-q4' AND e.type = 'step'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    c.execute(
+        "UPDATE entries SET sid = (SELECT sid FROM sessions WHERE session_id = 'other') WHERE seq = ?1",
+        [moved],
+    )
+    .unwrap();
+    drop(c);
+    let own = json(&cairn_in(
+        dir.path(),
+        &["--json", "verify", "--session", "revenue-analysis-q4"],
+        None,
+    ));
+    assert_eq!(own["verified"], false, "{own}");
+    assert_eq!(own["brokenReason"], "missing-record", "{own}");
+    assert_eq!(own["brokenAt"]["step_index"], steps - 1, "{own}");
+    let listed = cairn_in(dir.path(), &["sessions"], None);
+    assert!(
+        listed
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("revenue-analysis-q4") && l.ends_with("BROKEN")),
+        "{}",
+        listed.stdout
+    );
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 1);
+}
+
 #[test]
 fn an_inconsistent_store_opens_read_only_and_says_why() {
     let dir = tempfile::tempdir().unwrap();

@@ -944,5 +944,20 @@ fn verify_session_chain(
         }
         None => info.step_count,
     };
-    Ok(Some(verifier.finish(Some(expected))))
+    // The head row may only accuse: what the session holds is the log's,
+    // but a head row claiming more steps than the log gives the session
+    // (which honest writes never leave: the row is written with each
+    // batch, and read here before the steps) means a step moved to another
+    // session or removed, or the row edited.
+    let head_claims = info.head_row_steps.filter(|&claimed| claimed > expected);
+    let mut verdict = verifier.finish(Some(head_claims.unwrap_or(expected)));
+    if let (Some(claimed), Some(failure)) = (head_claims, verdict.failure.as_mut())
+        && failure.reason == Reason::MissingRecord
+        && failure.at.step_index == Some(expected)
+    {
+        failure.detail = format!(
+            "the session's head row records {claimed} steps, the log gives it {expected} (a step moved to another session or removed, or the row edited)"
+        );
+    }
+    Ok(Some(verdict))
 }

@@ -150,10 +150,11 @@ impl PgStore {
             };
             let Some(row) = db.query_opt(
                 "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
-                   seal.view, seal.id
+                   seal.view, seal.id, h.last_index + 1
                  FROM sessions s
                  JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
                  LEFT JOIN entries seal ON seal.sid = s.sid AND seal.type = 'seal'
+                 LEFT JOIN session_heads h ON h.sid = s.sid
                  WHERE s.org = $1 AND s.session_id = $2",
                 &[&org, &session_id],
                 "reading a session",
@@ -189,6 +190,7 @@ impl PgStore {
                 head,
                 seal,
                 seal_seq,
+                head_row_steps: col::<Option<i64>>(&row, 7)?.map(u64_of),
             }))
         })
     }

@@ -161,6 +161,10 @@ impl SqliteStore {
                 Some((index, hash)) => (index as u64 + 1, blob_hash(hash)?),
                 None => (0, blob_hash(genesis)?),
             };
+            let head_row_steps: Option<i64> = c
+                .prepare_cached("SELECT last_index + 1 FROM session_heads WHERE sid = ?1")
+                .and_then(|mut s| s.query_row(params![sid], |r| r.get(0)).optional())
+                .context("reading a session head")?;
             Ok(Some(SessionInfo {
                 header,
                 start_seq: start_seq as u64,
@@ -168,6 +172,7 @@ impl SqliteStore {
                 head,
                 seal,
                 seal_seq,
+                head_row_steps: head_row_steps.map(|n| n.max(0) as u64),
             }))
         })
     }

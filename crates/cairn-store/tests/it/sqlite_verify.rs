@@ -35,7 +35,9 @@ fn session_of(dir: &std::path::Path, steps: usize) {
 /// A head moved forward past the log (the trigger allows any forward move)
 /// is ignored when reading and left alone by the next batch's head write:
 /// the session goes on at the log's next index instead of every batch
-/// failing on the trigger.
+/// failing on the trigger. The session's verification reports it (a head
+/// row claiming steps the log does not give the session is how a step
+/// moved away shows), as the org's does.
 #[test]
 fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -56,8 +58,14 @@ fn a_session_head_moved_forward_is_left_alone_and_stops_nothing() {
     let verdict = cairn_store::ops::verify_session(store.as_ref(), crate::conformance::ORG, "s1")
         .unwrap()
         .unwrap();
+    let failure = verdict.failure.as_ref().expect("a failed verdict");
     assert!(
-        verdict.verified && verdict.records_checked == 3,
+        verdict.records_checked == 3
+            && failure.reason == cairn_core::verify::Reason::MissingRecord
+            && failure.at.step_index == Some(3)
+            && failure
+                .detail
+                .starts_with("the session's head row records 1002 steps, the log gives it 3"),
         "{verdict:?}"
     );
 }
