@@ -153,6 +153,7 @@ async fn export_traces(
                 }
             }
         }
+        let span_agents = span_agents(&mapped);
         let plans = map::plan(mapped, bound.as_deref());
         let steps: usize = plans.iter().map(|p| p.steps.len()).sum();
         if let Some(e) = saturated(&work_state, steps) {
@@ -160,13 +161,29 @@ async fn export_traces(
         }
         let held = work_state.otlp.hold(work_caller.org(), bytes)?;
         let mut submitted = Vec::with_capacity(steps);
+        let mut owners = SessionOwners::new(&work_state, &work_caller);
         for plan in plans {
+            // A bound key writes as its agent, wherever (the ledger
+            // refuses a session of another agent).
+            let owner = match bound {
+                Some(_) => &Owner::New,
+                None => owners.of(&plan.session_id)?,
+            };
+            let planned = (plan.session_id.as_str(), plan.agent_id.as_str());
             for (span, step) in plan.steps {
                 if fates[span] == Fate::Refused {
                     continue;
                 }
                 let id = step.step_id.clone();
-                let new = new_step(&work_caller, &plan.session_id, &plan.agent_id, step);
+                let agent = match owner.writes(planned, span_agents[span].as_deref()) {
+                    Ok(agent) => agent,
+                    Err(why) => {
+                        fates[span] = Fate::Refused;
+                        reasons.push(format!("step {id}: {why}"));
+                        continue;
+                    }
+                };
+                let new = new_step(&work_caller, &plan.session_id, agent, step);
                 let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
                 submitted.push((span, id, pending));
             }
@@ -228,19 +245,26 @@ async fn export_traces(
                 &map_limits,
             )?;
             let mut again = Vec::new();
-            // Steps of a session a bound key opened are not adopted: their
-            // span, id and why.
+            // Steps refused by the session's owner: their span, id and why.
             let mut refused = Vec::new();
-            let mut openers = SessionOpeners::new(&work_state, &work_caller);
+            // The sessions were opened since this request looked (by
+            // another request, between the look and the write): looked
+            // at again, by the same rule.
+            let span_agents = span_agents(&mapped);
+            let mut owners = SessionOwners::new(&work_state, &work_caller);
             for plan in map::plan(mapped, None) {
+                let owner = owners.of(&plan.session_id)?;
+                let planned = (plan.session_id.as_str(), plan.agent_id.as_str());
                 for (span, step) in plan.steps {
-                    if let Some(agent) = agents.get(&step.step_id) {
-                        match openers.adoptable(&plan.session_id, agent)? {
-                            Ok(()) => {
-                                again.push((span, plan.session_id.clone(), agent.clone(), step))
-                            }
-                            Err(why) => refused.push((span, step.step_id, why)),
+                    if !agents.contains_key(&step.step_id) {
+                        continue;
+                    }
+                    match owner.writes(planned, span_agents[span].as_deref()) {
+                        Ok(agent) => {
+                            let agent = agent.to_owned();
+                            again.push((span, plan.session_id.clone(), agent, step))
                         }
+                        Err(why) => refused.push((span, step.step_id, why)),
                     }
                 }
             }
@@ -350,9 +374,21 @@ async fn export_traces(
                 error_message: message,
             }
         })
-        .or(hint.map(|hint| ExportTracePartialSuccess {
-            rejected_spans: 0,
-            error_message: crate::error::without_tokens(&hint),
+        .or(hint.map(|hint| {
+            let message = crate::error::without_tokens(&hint);
+            // What the members named held was not recorded, and exporters
+            // do not show the answer's message: the operator's log does.
+            tracing::warn!(
+                target: "cairn::otlp",
+                org = caller.org(),
+                key = %caller.key.id,
+                recorded = fates.len(),
+                "OTLP/JSON members ignored: {message}"
+            );
+            ExportTracePartialSuccess {
+                rejected_spans: 0,
+                error_message: message,
+            }
         }));
     Ok(match encoding {
         Encoding::Protobuf => protobuf_ok(ExportTraceServiceResponse {
@@ -364,25 +400,81 @@ async fn export_traces(
     })
 }
 
-/// Whether the steps of a key without a binding may be written into a
-/// session another agent opened, as that agent (docs/OTLP.md "Sessions and
-/// agents"): only when a key without a binding opened it (this key, or
-/// another of the org's), the exporter's own earlier spans as a rule. A
-/// session opened by a key bound to an agent (or by a caller that is no
-/// API key of the org: a local user, a deleted key) is that agent's own,
-/// and its steps are refused as REST refuses them (`agent_mismatch`):
-/// otherwise a bound key that opened a session id first would have every
-/// later span of that session recorded as its agent's.
-struct SessionOpeners<'a> {
+/// Each span's own agent (as the mapping named it), by its place in the
+/// request: what a session that already exists is checked against.
+fn span_agents(mapped: &[Result<map::SpanSteps, map::Unmappable>]) -> Vec<Option<String>> {
+    mapped
+        .iter()
+        .map(|m| {
+            m.as_ref()
+                .ok()?
+                .agent
+                .as_ref()
+                .map(|(agent, _)| agent.clone())
+        })
+        .collect()
+}
+
+/// Whom a session a key without a binding writes into belongs to
+/// (docs/OTLP.md "Sessions and agents").
+enum Owner {
+    /// No such session yet: the plan's agent opens it.
+    New,
+    /// Opened by a key without a binding (this key, or another of the
+    /// org's: the exporter's own earlier spans, as a rule, before their
+    /// agent span arrived): every span is written as its agent.
+    Adopts(String),
+    /// Opened by a key bound to its agent, a local user, or a key no
+    /// longer in the org: that agent's own. A span naming another agent is
+    /// refused (as REST refuses it, `agent_mismatch`); one naming that
+    /// agent, or none (a child span exported before its agent span), is
+    /// written as it. Otherwise a bound key that opened a session id first
+    /// would have every later span of that conversation recorded as its
+    /// agent's.
+    Owns { agent: String, opener: &'static str },
+}
+
+impl Owner {
+    /// The agent a step of a span naming `span_agent` (if any) in session
+    /// `session_id`, planned as `planned`'s, is written as, or why it is
+    /// refused.
+    fn writes<'a>(
+        &'a self,
+        (session_id, planned): (&str, &'a str),
+        span_agent: Option<&str>,
+    ) -> Result<&'a str, String> {
+        match self {
+            Owner::New => Ok(planned),
+            Owner::Adopts(agent) => Ok(agent),
+            Owner::Owns { agent, opener } => match span_agent {
+                Some(named)
+                    if named != agent && cairn_core::record::hashed_agent_id(named) != *agent =>
+                {
+                    Err(format!(
+                        "session {} was opened as agent {} by {opener}, so only spans naming that agent (or no agent) are written into it, and this span names agent {}",
+                        crate::error::shown(session_id),
+                        crate::error::shown(agent),
+                        crate::error::shown(named),
+                    ))
+                }
+                _ => Ok(agent),
+            },
+        }
+    }
+}
+
+/// The owners of the sessions a request of a key without a binding
+/// writes into, each read once.
+struct SessionOwners<'a> {
     state: &'a AppState,
     caller: &'a Caller,
-    /// Each session's answer, read once per request.
-    sessions: std::collections::HashMap<String, Result<(), String>>,
+    /// Each session's agent and its opener's binding, as read.
+    sessions: std::collections::HashMap<String, Owner>,
     /// The org's API keys, read when a session is opened by another key.
     keys: Option<Vec<cairn_store::ApiKey>>,
 }
 
-impl<'a> SessionOpeners<'a> {
+impl<'a> SessionOwners<'a> {
     fn new(state: &'a AppState, caller: &'a Caller) -> Self {
         Self {
             state,
@@ -392,46 +484,29 @@ impl<'a> SessionOpeners<'a> {
         }
     }
 
-    /// `Ok` when the session `session_id` (whose agent is `agent`) may
-    /// take this key's steps as its agent's; else why not. Fails (503,
-    /// retry) when the store cannot answer.
-    fn adoptable(
-        &mut self,
-        session_id: &str,
-        agent: &str,
-    ) -> Result<Result<(), String>, OtlpError> {
-        if let Some(answer) = self.sessions.get(session_id) {
-            return Ok(answer.clone());
+    /// Who `session_id` belongs to. Fails (503, retry) when the store
+    /// cannot answer.
+    fn of(&mut self, session_id: &str) -> Result<&Owner, OtlpError> {
+        if !self.sessions.contains_key(session_id) {
+            let owner = self.read(session_id)?;
+            self.sessions.insert(session_id.to_owned(), owner);
         }
-        let answer = self.opened_without_binding(session_id)?.map_err(|opener| {
-            format!(
-                "session {session_id} was opened as agent {agent} by {opener}, so only that \
-                 agent's spans are written into it (name agent {agent} in the span, or use \
-                 another gen_ai.conversation.id)"
-            )
-        });
-        self.sessions.insert(session_id.to_owned(), answer.clone());
-        Ok(answer)
+        Ok(&self.sessions[session_id])
     }
 
-    /// `Ok` when a key without a binding opened the session; else who did.
-    fn opened_without_binding(
-        &mut self,
-        session_id: &str,
-    ) -> Result<Result<(), &'static str>, OtlpError> {
+    fn read(&mut self, session_id: &str) -> Result<Owner, OtlpError> {
         let Some(info) = self
             .state
             .store
             .session(self.caller.org(), session_id)
             .map_err(unreadable)?
         else {
-            // Gone since it refused the step (a session is never deleted
-            // but by an operator): not adopted.
-            return Ok(Err("a caller no longer known"));
+            return Ok(Owner::New);
         };
+        let agent = info.header.agent_id;
         let opener = info.header.caller;
         if opener == self.caller.key.id {
-            return Ok(Ok(()));
+            return Ok(Owner::Adopts(agent));
         }
         if self.keys.is_none() {
             let keys = self
@@ -443,9 +518,15 @@ impl<'a> SessionOpeners<'a> {
         }
         Ok(
             match self.keys.iter().flatten().find(|key| key.id == opener) {
-                Some(key) if key.agent_id.is_none() => Ok(()),
-                Some(_) => Err("a key bound to that agent"),
-                None => Err("a caller that is not an API key of this org"),
+                Some(key) if key.agent_id.is_none() => Owner::Adopts(agent),
+                Some(_) => Owner::Owns {
+                    agent,
+                    opener: "a key bound to that agent",
+                },
+                None => Owner::Owns {
+                    agent,
+                    opener: "a caller that is not an API key of this org",
+                },
             },
         )
     }
@@ -499,8 +580,7 @@ fn taken_by_others(
                         let known = state
                             .store
                             .session(caller.org(), &plan.session_id)
-                            .ok()
-                            .flatten()
+                            .map_err(unreadable)?
                             .map(|info| info.header.agent_id);
                         session_agents.insert(plan.session_id.clone(), known.clone());
                         known

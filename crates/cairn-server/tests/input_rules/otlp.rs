@@ -327,43 +327,57 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
 
 /// Spans of a key without a binding are written into a session another
 /// agent opened as that agent only when a key without a binding opened
-/// it (the exporter's earlier spans, before their agent span arrived): a
-/// key bound to an agent that opens a session id first does not have the
-/// later spans of that session recorded as its agent's. They are rejected
-/// and counted, naming the session's agent, as REST refuses them.
+/// it (the exporter's earlier spans, before their agent span arrived). In
+/// a session a key bound to an agent opened first, each span is checked
+/// on its own, whatever the export's batching: one naming another agent
+/// is rejected and counted, naming both agents (as REST refuses it); one
+/// naming that agent, or none (a child span exported before its agent
+/// span), is written as it; a session of a hashed agent id takes spans
+/// naming the agent whose hash it is.
 #[test]
 fn otlp_spans_are_not_adopted_into_a_session_a_bound_key_opened() {
     let server = start(ServerConfig::default());
-    // The export's answer (a span of `agent` naming `session`).
-    let export = |session: &str, span_id: &str, agent: &str| {
-        let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+    // A span naming `session` and, if any, `agent` (an agent span when
+    // `invoke`).
+    let span = |session: &str, span_id: &str, agent: Option<&str>, invoke: bool| {
+        let operation = if invoke { "invoke_agent" } else { "chat" };
+        let mut attributes = vec![
+            json!({"key": "gen_ai.operation.name", "value": {"stringValue": operation}}),
+            json!({"key": "gen_ai.conversation.id", "value": {"stringValue": session}}),
+            json!({"key": "gen_ai.output.messages", "value": {"stringValue": "the answer"}}),
+        ];
+        if let Some(agent) = agent {
+            attributes.push(json!({"key": "gen_ai.agent.name", "value": {"stringValue": agent}}));
+        }
+        json!({
             "traceId": "5bf92f3577b34da6a3ce929d0e0e4736",
             "spanId": span_id,
-            "name": "chat",
-            "startTimeUnixNano": "1764900000000000000",
-            "endTimeUnixNano": "1764900001000000000",
-            "attributes": [
-                {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-                {"key": "gen_ai.agent.name", "value": {"stringValue": agent}},
-                {"key": "gen_ai.conversation.id", "value": {"stringValue": session}},
-                {"key": "gen_ai.output.messages", "value": {"stringValue": "the answer"}}
-            ]
-        }]}]}]});
+            "name": operation,
+            "startTimeUnixNano": format!("17649000{}000000000", &span_id[14..]),
+            "endTimeUnixNano": "1764900009000000000",
+            "attributes": attributes
+        })
+    };
+    // The answer to an export of `spans`, and its rejected spans.
+    let export = |spans: Vec<serde_json::Value>| {
+        let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
         let reply = post(&server, "/v1/traces", &server.admin, &body);
         assert_eq!(reply.status, 200, "{}", reply.text());
-        reply.json()
+        let answer = reply.json();
+        let rejected = answer["partialSuccess"]["rejectedSpans"]
+            .as_str()
+            .map_or(0, |n| n.parse::<u64>().unwrap());
+        (answer, rejected)
     };
-    let open = |key: &str, session: &str, agent: &str| {
-        let reply = post(
-            &server,
-            "/v1/steps",
-            key,
-            &json!({"session_id": session, "agent_id": agent,
-                    "step_type": "observation", "content": "opened"}),
-        );
+    let open = |key: &str, body: serde_json::Value| {
+        let reply = post(&server, "/v1/steps", key, &body);
         assert_eq!(reply.status, 201, "{}", reply.text());
     };
-    let steps = |session: &str| {
+    let opening = |session: &str, agent: &str| {
+        json!({"session_id": session, "agent_id": agent,
+               "step_type": "observation", "content": "opened"})
+    };
+    let agents = |session: &str| {
         call(
             &server,
             "GET",
@@ -381,30 +395,88 @@ fn otlp_spans_are_not_adopted_into_a_session_a_bound_key_opened() {
     // A key bound to agent-a opens the session id an orchestrator's
     // conversation will use.
     let squatter = key_for(&server, "acme", Role::Writer, Some("agent-a"));
-    open(&squatter, "squatted", "agent-a");
-    let body = export("squatted", "0000000000000001", "orchestrator");
-    assert_eq!(body["partialSuccess"]["rejectedSpans"], "1", "{body}");
-    let message = body["partialSuccess"]["errorMessage"].as_str().unwrap();
+    open(&squatter, opening("squatted", "agent-a"));
+    let (answer, rejected) = export(vec![span(
+        "squatted",
+        "0000000000000001",
+        Some("orchestrator"),
+        true,
+    )]);
+    assert_eq!(rejected, 1, "{answer}");
+    let message = answer["partialSuccess"]["errorMessage"].as_str().unwrap();
     assert!(
-        message
-            .contains("session squatted was opened as agent agent-a by a key bound to that agent"),
+        message.contains(
+            "session squatted was opened as agent agent-a by a key bound to that agent, so only spans naming that agent (or no agent) are written into it, and this span names agent orchestrator"
+        ),
         "{message}"
     );
-    assert_eq!(steps("squatted"), ["agent-a"]);
-    // A span that names the session's own agent is that agent's step.
-    assert_eq!(export("squatted", "0000000000000002", "agent-a"), json!({}));
-    assert!(steps("squatted").len() > 1);
+    assert_eq!(agents("squatted"), ["agent-a"]);
+    // In one export beside an agent span of agent-a: still rejected,
+    // and agent-a's own span written.
+    let (answer, rejected) = export(vec![
+        span("squatted", "0000000000000002", Some("agent-a"), true),
+        span("squatted", "0000000000000003", Some("orchestrator"), false),
+    ]);
+    assert_eq!(rejected, 1, "{answer}");
+    let written = agents("squatted");
+    assert!(
+        written.len() > 1 && written.iter().all(|a| a == "agent-a"),
+        "{written:?}"
+    );
+    // A child span naming no agent, exported before its agent span, then
+    // its agent span naming agent-a: both written as agent-a.
+    let before = agents("squatted").len();
+    assert_eq!(
+        export(vec![span("squatted", "0000000000000004", None, false)]).1,
+        0
+    );
+    assert_eq!(
+        export(vec![span(
+            "squatted",
+            "0000000000000005",
+            Some("agent-a"),
+            true
+        )])
+        .1,
+        0
+    );
+    let written = agents("squatted");
+    assert!(
+        written.len() > before + 1 && written.iter().all(|a| a == "agent-a"),
+        "{written:?}"
+    );
+    // A session of agent-a's hashed id takes spans naming agent-a.
+    let mut hashed = opening("hashed", "agent-a");
+    hashed["hash_agent_id"] = json!(true);
+    open(&squatter, hashed);
+    let (answer, rejected) = export(vec![span(
+        "hashed",
+        "0000000000000006",
+        Some("agent-a"),
+        false,
+    )]);
+    assert_eq!(rejected, 0, "{answer}");
+    let written = agents("hashed");
+    assert!(
+        written.len() > 1 && written.iter().all(|a| *a == written[0]),
+        "{written:?}"
+    );
     // A session another key without a binding opened (another exporter,
     // or the same one before its agent span) takes the spans as its agent.
     let collector = key_for(&server, "acme", Role::Writer, None);
-    open(&collector, "shared", "first-agent");
+    open(&collector, opening("shared", "first-agent"));
     assert_eq!(
-        export("shared", "0000000000000003", "orchestrator"),
-        json!({})
+        export(vec![span(
+            "shared",
+            "0000000000000007",
+            Some("orchestrator"),
+            true
+        )]),
+        (json!({}), 0)
     );
-    let agents = steps("shared");
+    let written = agents("shared");
     assert!(
-        agents.len() > 1 && agents.iter().all(|a| a == "first-agent"),
-        "{agents:?}"
+        written.len() > 1 && written.iter().all(|a| a == "first-agent"),
+        "{written:?}"
     );
 }

@@ -21,8 +21,9 @@ const SHOWN_CHARS: usize = 64;
 /// something to the rule that unknown members are ignored, or `None`:
 ///
 /// - a body of no span that names any member OTLP/JSON does not have at
-///   its top or in a resource spans element (the proto's snake_case,
-///   OTLP before 0.19's `instrumentationLibrarySpans`, a typo), which is
+///   its top, in a resource spans element or in a scope spans element
+///   (the proto's snake_case, OTLP before 0.19's
+///   `instrumentationLibrarySpans`, a typo such as `span`), which is
 ///   likely an export misspelt rather than an empty one;
 /// - any body that names a member, in any message of the export, that is
 ///   the snake_case spelling of one OTLP/JSON has there (`trace_id` in a
@@ -94,9 +95,13 @@ impl Found {
 }
 
 /// Whether an unknown member of `message` may mean an export misspelt
-/// whole (named when the body holds no span).
+/// whole (named when the body holds no span): the messages on the way to
+/// the spans (`"span": [...]` in a scope's spans held them all).
 fn outer(message: Message) -> bool {
-    matches!(message, Message::Request | Message::ResourceSpans)
+    matches!(
+        message,
+        Message::Request | Message::ResourceSpans | Message::ScopeSpans
+    )
 }
 
 /// What a member's name is in its message.
@@ -371,6 +376,12 @@ mod tests {
             "{text}"
         );
         assert_eq!(json_member_hint(b"{}", 0), None);
+        let text = json_member_hint(
+            br#"{"resourceSpans":[{"scopeSpans":[{"span":[{"traceId":"01"}]}]}]}"#,
+            0,
+        )
+        .unwrap();
+        assert!(text.contains(r#"it names "span","#), "{text}");
         // A body cut short keeps what was found before.
         assert!(json_member_hint(br#"{"resourceSpanz":[1,"#, 0).is_some());
     }
