@@ -220,6 +220,15 @@ fn bound_keys_act_only_for_their_agent() {
             json!({"session_id": id, "step_type": "plan", "content": id, "hash_agent_id": true});
         let stepped = post(&server, "/v1/steps", &bob, &step);
         assert_eq!(stepped.status, 201, "{id}: {}", stepped.text());
+        // A step without hash_agent_id is told to send it.
+        let plain = json!({"session_id": id, "step_type": "plan", "content": "plain"});
+        let refused = post(&server, "/v1/steps", &bob, &plain);
+        assert_eq!(refused.status, 409, "{id}: {}", refused.text());
+        assert!(
+            refused.text().contains("send hash_agent_id: true"),
+            "{id}: {}",
+            refused.text()
+        );
         let sealed = post(
             &server,
             &format!("/v1/sessions/{id}/seal"),

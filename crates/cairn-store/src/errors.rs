@@ -55,7 +55,10 @@ pub enum Refusal {
         turn_step: u64,
     },
     /// The step's agent is not the session's agent.
-    #[error("session {session_id} belongs to agent {session_agent}, not {step_agent}")]
+    #[error(
+        "session {session_id} belongs to agent {session_agent}, not {step_agent}{}",
+        hashed_hint(session_agent, step_agent)
+    )]
     AgentMismatch {
         /// The session.
         session_id: String,
@@ -398,5 +401,15 @@ fn too_many_keys(held: u64, bound: u64, admins_only: bool, rotation: bool) -> St
         )
     } else {
         why
+    }
+}
+
+/// For a step naming the agent whose hash is its session's agent (a
+/// session started with `hash_agent_id`): what to send.
+fn hashed_hint(session_agent: &str, step_agent: &str) -> &'static str {
+    if cairn_core::record::hashed_agent_id(step_agent) == session_agent {
+        " (the session records the hash of this agent id: send hash_agent_id: true (CLI: --hash-agent-id) with each of its steps, as when it started)"
+    } else {
+        ""
     }
 }
