@@ -101,6 +101,7 @@ pub fn run(args: &WitnessArgs) -> Result<Outcome> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let witness = build(&args.dir, &args.name, &args.logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -107,3 +107,59 @@ fn readme_server_quickstart_works_as_written() {
     let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
     assert!(log.contains("sample session recorded"), "{log}");
 }
+
+/// The README's first command run twice on one data directory: the second
+/// start says why it recorded no sample and where the admin key went (it
+/// had printed neither, leaving a user's `KEY` empty and every request
+/// 401), and a log written to a file holds no terminal colours.
+#[test]
+fn serving_a_directory_again_says_why_there_is_no_sample_or_key() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    // The lines `cairn serve --sample` prints until it listens, and its
+    // log (stderr, a file here).
+    let serve = |round: usize| {
+        let log = std::fs::File::create(dir.path().join(format!("serve{round}.log"))).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["serve", "--sample", "--listen", "127.0.0.1:0"])
+            .env("CAIRN_DATA_DIR", dir.path().join("data"))
+            .env_remove("CAIRN_ORG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut printed = Vec::new();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let listening = line.contains("listening on http://");
+            printed.push(line);
+            if listening {
+                break;
+            }
+        }
+        // Kept read: a server whose stdout is closed stops at its next line.
+        std::thread::spawn(move || for _ in lines {});
+        // Its first log line ("serving") follows what it printed.
+        let path = dir.path().join(format!("serve{round}.log"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(&path).unwrap().is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        (printed.join("\n"), std::fs::read_to_string(&path).unwrap())
+    };
+    let (first, _) = serve(1);
+    assert!(first.contains("admin API key for org default"), "{first}");
+    let (second, log) = serve(2);
+    assert!(
+        second.contains("--sample: org default already holds sessions, so no sample was recorded")
+            && second.contains("`cairn admin create-key --role admin` makes another"),
+        "{second}"
+    );
+    assert!(!second.contains("admin API key for org"), "{second}");
+    assert!(log.contains("serving") && !log.contains('\u{1b}'), "{log}");
+}

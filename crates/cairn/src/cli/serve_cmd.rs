@@ -30,9 +30,12 @@ pub(super) fn serve(
     } = witnessing;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a log redirected to a file or a
+    // collector keeps plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     cairn_server::check_cors_origins(&limits.cors_origins()).map_err(usage)?;
     let store = open_store(cli, true)?;
@@ -55,7 +58,8 @@ pub(super) fn serve(
         .as_ref()
         .map(|(_, at)| bind(at))
         .transpose()?;
-    if let Some(token) = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)? {
+    let fresh_key = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)?;
+    if let Some(token) = &fresh_key {
         println!(
             "admin API key for org {} (shown once, keep it): {token}",
             cli.org
@@ -70,8 +74,23 @@ pub(super) fn serve(
         record_sample(&ledger, &cli.org)?;
         Some(crate::demo::SAMPLE_SESSION)
     } else {
+        if sample {
+            // Served again on the same directory (the README's first
+            // command run twice): say why nothing was recorded, and where
+            // the key went.
+            println!(
+                "--sample: org {} already holds sessions, so no sample was recorded",
+                cli.org
+            );
+        }
         None
     };
+    if fresh_key.is_none() {
+        println!(
+            "org {} has API keys already (the admin key was printed when it was made); `cairn admin create-key --role admin` makes another, `cairn admin list-keys` lists them",
+            cli.org
+        );
+    }
     if cli.enabled {
         spawn_retention(Arc::clone(&ledger), cli.retention_days);
     }
