@@ -384,3 +384,14 @@ def test_worked_example_bundles_tampered():
     trusted_older = _note("cairn.example/acme\n1\n" + base64.b64encode(tree.root()).decode() + "\n")
     assert verdict(complete, trusted_checkpoints=[trusted_older]) is None
     assert verdict(partial, trusted_checkpoints=[trusted_older]) == ("missing-proof", 3, None, None)
+    # A trusted checkpoint that is not a signed note at all is the caller's
+    # mistake (cairn verify: exit 2), raised; a note of another key is a
+    # verdict.
+    for not_a_note in ("", "cp19.txt", "cairn.example/acme\n1\n"):
+        with pytest.raises(ValueError, match="trusted checkpoint 1 is not a signed note"):
+            verify_bundle(complete, trusted_checkpoints=[not_a_note])
+    other_key = trusted_older.replace("\n\n\u2014 cairn.example ", "\n\n\u2014 another.example ")
+    assert verdict(complete, trusted_checkpoints=[other_key]) == ("bad-signature", 2, None, None)
+    # A string without a line break is a path: a missing file raises.
+    with pytest.raises(FileNotFoundError):
+        verify_bundle("no-such.bundle")

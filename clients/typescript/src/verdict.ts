@@ -57,7 +57,8 @@ export interface VerifyOptions {
    * integrity but not who signed. */
   keys?: readonly string[];
   /** Signed checkpoint notes kept earlier (by you or witnesses): the bundle
-   * must be consistent with each. */
+   * must be consistent with each. One that is not a signed note at all
+   * throws TrustedCheckpointError. */
   trustedCheckpoints?: readonly string[];
   /** A witness policy (FORMAT.md 7.7): witness cosignature keys, as vkeys
    * of algorithm 0x04 (what `cairn witness` prints). The bundle's

@@ -15,7 +15,7 @@
 import { equalBytes, toHex, utf8 } from "./bytes.js";
 import { Fail } from "./fail.js";
 import { bundleLines, streamLines } from "./lines.js";
-import { ALG_COSIGNATURE_V1, parseVkey, VkeyError, type NoteKey } from "./note.js";
+import { ALG_COSIGNATURE_V1, NoteMalformed, NoteUnverified, openNote, parseVkey, VkeyError, type NoteKey } from "./note.js";
 import type { BundleInput, Failure, Verdict, VerifyOptions } from "./verdict.js";
 import { Verifier } from "./verifier.js";
 
@@ -28,12 +28,22 @@ export class WitnessPolicyError extends Error {
   override name = "WitnessPolicyError";
 }
 
+/** A trusted checkpoint given to the verifier that is not a signed note at
+ * all (an empty file, an error message saved as a checkpoint): the caller's
+ * mistake, as Cairn's command line refuses it (exit 2), not evidence
+ * against the bundle. A signed note that is not the log's checkpoint
+ * (another key's, another origin) stays a verdict (`bad-signature`). */
+export class TrustedCheckpointError extends Error {
+  override name = "TrustedCheckpointError";
+}
+
 /** Most witnesses one policy names (as the Rust verifier). */
 export const MAX_WITNESSES = 64;
 
 /** Verifies a Cairn export bundle offline (FORMAT.md sections 9 and 10).
  * A key that is not a vkey throws VkeyError, a witness policy that cannot
- * be applied WitnessPolicyError; everything wrong with the bundle is
+ * be applied WitnessPolicyError, a trusted checkpoint that is not a signed
+ * note at all TrustedCheckpointError; everything wrong with the bundle is
  * reported in the verdict. */
 export async function verifyBundle(bundle: BundleInput, options: VerifyOptions = {}): Promise<Verdict> {
   const bytes = typeof bundle === "string" ? utf8(bundle) : bundle instanceof Uint8Array ? bundle : new Uint8Array(bundle);
@@ -61,7 +71,9 @@ async function verifyLines(lines: Iterable<Uint8Array> | AsyncIterable<Uint8Arra
   const pinned: NoteKey[] = [];
   for (const key of options.keys ?? []) pinned.push(await parseVkey(key));
   const { witnesses, quorum } = await witnessPolicy(options);
-  const verifier = new Verifier(pinned, options.trustedCheckpoints ?? [], witnesses, quorum);
+  const trusted = options.trustedCheckpoints ?? [];
+  for (const [i, note] of trusted.entries()) await checkNoteShape(note, i);
+  const verifier = new Verifier(pinned, trusted, witnesses, quorum);
   let failure: Failure | undefined;
   try {
     for await (const raw of lines) await verifier.feed(raw);
@@ -89,6 +101,21 @@ async function verifyLines(lines: Iterable<Uint8Array> | AsyncIterable<Uint8Arra
   if (verifier.selection !== null) verdict.selection = verifier.selection;
   if (verifier.cosignedBy !== null) verdict.cosignedBy = verifier.cosignedBy;
   return verdict;
+}
+
+/** Throws TrustedCheckpointError when the `i`th trusted checkpoint is not a
+ * signed note at all (its form, no signature checked: FORMAT.md 10.2). */
+async function checkNoteShape(note: unknown, i: number): Promise<void> {
+  try {
+    await openNote(note, []);
+  } catch (e) {
+    if (e instanceof NoteMalformed) {
+      throw new TrustedCheckpointError(
+        `trusted checkpoint ${i + 1} is not a signed note (${e.message}); give the text \`cairn checkpoint\` wrote`,
+      );
+    }
+    if (!(e instanceof NoteUnverified)) throw e;
+  }
 }
 
 /** The witness keys and quorum of `options`, checked as the Rust verifier

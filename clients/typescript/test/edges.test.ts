@@ -11,6 +11,7 @@ import { test } from "node:test";
 
 import { isCurvePoint } from "../src/ed25519.js";
 import { splitVkeys } from "../src/note.js";
+import { TrustedCheckpointError, verifyBundle } from "../src/verify.js";
 import { cairnBin, corpusCases, corpusDir, differences, missing, rustVerdict, tsVerdict, type Comparable } from "./helpers.js";
 
 interface Edge {
@@ -110,4 +111,21 @@ test("vkeys listed in a text split at Unicode White_Space only", () => {
   const b = "c+89abcdef+AQ==";
   assert.deepEqual(splitVkeys(`  ${a}\u0085${b}\n\u3000`), [a, b]);
   assert.deepEqual(splitVkeys(" \t\n"), []);
+});
+
+test("a trusted checkpoint that is not a signed note throws; one of another key is a verdict", async (t) => {
+  if (complete === undefined) return missing(t, `no genuine-complete bundle in the tamper corpus at ${corpusDir()}`);
+  const bundle = readFileSync(complete.bundlePath);
+  for (const notANote of ["", "cp19.txt", "cairn.test/acme\n1\n"]) {
+    await assert.rejects(
+      verifyBundle(bundle, { keys: complete.keys, trustedCheckpoints: [notANote] }),
+      (e: unknown) => e instanceof TrustedCheckpointError && /trusted checkpoint 1 is not a signed note/.test(e.message),
+      JSON.stringify(notANote),
+    );
+  }
+  const checkpoint = JSON.parse(readFileSync(complete.bundlePath, "utf8").split("\n")[1]!)["checkpoint"] as string;
+  const otherKey = checkpoint.replace("\n\n\u2014 ", "\n\n\u2014 another.");
+  const verdict = await verifyBundle(bundle, { keys: complete.keys, trustedCheckpoints: [otherKey] });
+  assert.equal(verdict.failure?.reason, "bad-signature");
+  assert.equal(verdict.failure?.at.line, 2);
 });

@@ -7,7 +7,7 @@ import io
 import os
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
-from .notes import _parse_vkey
+from .notes import _NoteMalformed, _NoteUnverified, _open_note, _parse_vkey
 from .verdict import _Fail, Failure, Verdict
 from .verifier import _Verifier
 
@@ -25,7 +25,10 @@ def _chomp(line: bytes) -> bytes:
 
 def _raw_lines(source: BundleSource) -> Iterator[bytes]:
     """The bundle's lines as bytes: only "\\n" ends a line (10.1)."""
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and os.path.exists(source)):
+    # A bundle's text holds a line break (its header and checkpoint are two
+    # lines at least): a string without one is a path, and a missing file
+    # raises FileNotFoundError rather than being read as a bundle.
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
         with open(source, "rb") as f:
             for line in f:
                 yield _chomp(line)
@@ -61,7 +64,11 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     `witness_quorum` of them (default: all), or the verdict fails with
     `insufficient-cosignatures` (FORMAT.md 7.7). A key that is not a vkey,
     more than 64 witnesses, a name or key given twice, or a quorum outside
-    1 to the number of witnesses, raises ValueError.
+    1 to the number of witnesses, raises ValueError; so does a trusted
+    checkpoint that is not a signed note at all (an empty file, an error
+    message: the caller's mistake, as `cairn verify` refuses it), while a
+    signed note that is not the log's checkpoint is a verdict. A string
+    `source` without a line break is a path (FileNotFoundError if missing).
     """
     pinned = [_parse_vkey(k) for k in keys]
     cosigners = [_parse_vkey(w, 0x04) for w in witnesses]
@@ -80,6 +87,14 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
         raise ValueError(f"the witness quorum must be 1 to {len(cosigners)}, not {quorum}")
     if not cosigners and witness_quorum is not None:
         raise ValueError("a witness quorum needs witnesses")
+    for i, note in enumerate(trusted_checkpoints):
+        try:
+            _open_note(note, [])
+        except _NoteMalformed as e:
+            raise ValueError(f"trusted checkpoint {i + 1} is not a signed note ({e}); "
+                             "give the text `cairn checkpoint` wrote") from None
+        except _NoteUnverified:
+            pass
     verifier = _Verifier(pinned, trusted_checkpoints, cosigners, quorum)
     verdict = Verdict(False, 0, key_pinned=bool(pinned))
     try:
