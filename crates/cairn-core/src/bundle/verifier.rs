@@ -338,7 +338,7 @@ impl BundleVerifier {
         // complete one proves it by folding).
         if let Some(size) = self.unproven.first().copied() {
             let detail = format!(
-                "the bundle carries no consistency proof from the trusted checkpoint of size {size} to its own"
+                "the bundle carries no consistency proof from the trusted checkpoint of size {size} to its own: export it again with --since-size {size} (or --since-checkpoint FILE), which adds one"
             );
             return self.fail(Location::default(), Reason::MissingProof, detail);
         }

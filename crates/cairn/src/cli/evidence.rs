@@ -507,6 +507,14 @@ fn failure_hint(
             shown(message),
         ));
     }
+    if reason == Reason::MissingProof && !args.checkpoint.is_empty() {
+        // Most often no attack: a bundle exported before (or without
+        // regard to) a checkpoint kept since, as the README's quickstart
+        // does when a step is recorded between its two exports.
+        return Some(
+            "a checkpoint given with --checkpoint is not proven by this bundle: one newer than the bundle's needs a newer export, one older a consistency proof, which `cairn export --since-checkpoint FILE` (GET /v1/export?since_size=N) adds; only a bundle that still fails then is evidence against the log".to_owned(),
+        );
+    }
     if reason == Reason::InsufficientCosignatures {
         // Most often no attack: the server signs a new checkpoint for an
         // export and sends it to its witnesses only at its next round.

@@ -367,6 +367,63 @@ fn failed_bundles_hint_at_the_likely_mistake() {
             None => assert!(verdict["hint"].is_null(), "{verdict}"),
         }
     }
+    // The README's quickstart with a step recorded between the kept
+    // checkpoint and the export: the export proves nothing about the kept
+    // checkpoint (missing-proof), and the hint says how to export it.
+    let kept = dir.path().join("kept.checkpoint");
+    std::fs::write(&kept, cairn_in(dir.path(), &["checkpoint"], None).stdout).unwrap();
+    let logged = cairn_in(
+        dir.path(),
+        &[
+            "log",
+            "--session",
+            "other",
+            "--agent",
+            "helper",
+            "--type",
+            "plan",
+            "--content",
+            "later",
+        ],
+        None,
+    );
+    assert_eq!(logged.code, 0, "{}", logged.stderr);
+    let later = dir.path().join("later.bundle");
+    let exported = cairn_in(
+        dir.path(),
+        &[
+            "export",
+            "--session",
+            "other",
+            "-o",
+            later.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let run = cairn_in(
+        dir.path(),
+        &[
+            "--json",
+            "verify",
+            "--bundle",
+            later.to_str().unwrap(),
+            "--checkpoint",
+            kept.to_str().unwrap(),
+        ],
+        None,
+    );
+    let verdict = json(&run);
+    assert_eq!(verdict["brokenReason"], "missing-proof", "{verdict}");
+    assert!(
+        verdict["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("--since-checkpoint FILE"))
+            && verdict["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("export it again with --since-size")),
+        "{verdict}"
+    );
     // A trusted checkpoint file that is no checkpoint at all (empty: a
     // `cairn checkpoint` that failed into it) is an input mistake, exit 2,
     // for a bundle as for the store; it had made the good bundle
