@@ -617,6 +617,11 @@ export class CairnClient {
       until?: string;
     } = {},
   ): Promise<JsonRecord> {
+    // From plain JavaScript, `search({q: "..."})` would search for
+    // "[object Object]" and find nothing, silently.
+    if (typeof q !== "string") {
+      return Promise.reject(new TypeError(`search(q, options): q is the query text, a string, not ${typeof q}`));
+    }
     return this.json("GET", "/v1/search", {
       query: {
         q,

@@ -36,6 +36,14 @@ function errorAnswer(status: number, code: string, headers: Record<string, strin
 const ok = (): Response => new Response(JSON.stringify({ trace_id: "t1", step_index: 0, current_hash: "00", seq: 3 }), { status: 201 });
 
 describe("CairnClient against a scripted fetch", () => {
+  test("search from plain JavaScript with an object for its query is a TypeError, nothing sent", async () => {
+    const { fetch, calls } = scripted([ok]);
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
+    const untyped = client.search as unknown as (q: unknown) => Promise<unknown>;
+    await assert.rejects(untyped.call(client, { q: "hello" }), TypeError);
+    assert.equal(calls.length, 0);
+  });
+
   test("429 and 503 are retried, honouring Retry-After", async () => {
     const { fetch, calls } = scripted([errorAnswer(429, "rate_limited", { "Retry-After": "0" }), errorAnswer(503, "overloaded"), ok]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid/", apiKey: "cairn_x", fetch, retry: { baseDelayMs: 1 } });

@@ -421,7 +421,8 @@ struct VerifyArgs {
     /// server's key given too.
     #[arg(long, conflicts_with_all = ["session", "bundle", "checkpoint"])]
     all_orgs: bool,
-    /// Verify an export bundle offline (no store needed).
+    /// Verify an export bundle offline (no store needed); `-` reads it
+    /// from standard input.
     #[arg(long)]
     bundle: Option<PathBuf>,
     /// A signed checkpoint saved earlier (by an auditor or witness): the

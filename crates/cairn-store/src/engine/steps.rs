@@ -75,7 +75,7 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 };
                 if !predecessor.sealed {
                     return bad(format!(
-                        "session {id} is not closed: seal it (audit_session_end) before continuing it"
+                        "session {id} is not closed: seal it (POST /v1/sessions/{id}/seal, MCP audit_session_end, cairn seal) before continuing it"
                     ));
                 }
                 if let Some(hash) = given

@@ -308,8 +308,14 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     let started = Instant::now();
     let path = args
         .bundle
-        .as_ref()
+        .as_deref()
         .ok_or_else(|| usage("--bundle is required"))?;
+    // `-` is standard input, as for other tools that read a file.
+    let path = if path == std::path::Path::new("-") {
+        std::path::Path::new("/dev/stdin")
+    } else {
+        path
+    };
     if path.is_dir() {
         return Err(usage(format!(
             "{} is a directory, not a bundle file",

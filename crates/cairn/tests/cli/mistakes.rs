@@ -331,6 +331,13 @@ fn failed_bundles_hint_at_the_likely_mistake() {
     );
     assert_eq!(piped.code, 1, "{}", piped.stderr);
     assert!(json(&piped)["hint"].is_null(), "{}", piped.stdout);
+    // `-` is standard input too.
+    let dashed = cairn_in(
+        dir.path(),
+        &["--json", "verify", "--bundle", "-"],
+        Some(&std::fs::read_to_string(&bundle).unwrap()),
+    );
+    assert_eq!(dashed.code, 0, "{} {}", dashed.stdout, dashed.stderr);
     for (file, key, reason, hint) in [
         (&with_error, None, "", None),
         (&empty, None, "missing-record", Some("is empty")),
