@@ -66,7 +66,7 @@ pub use routes::{check_cors_origins, openapi_document, router};
 use search_api::*;
 pub use search_api::{SEARCH_PARAMS, search_input};
 use sessions::*;
-pub use sessions::{export_range, listing_time};
+pub use sessions::{cursor_text, export_range, listing_time, parse_cursor};
 use steps::*;
 
 use axum::Router;

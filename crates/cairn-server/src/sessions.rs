@@ -297,12 +297,14 @@ pub fn export_range(since: &str, until: &str) -> Result<ExportScope, ApiError> {
     })
 }
 
-/// A cursor as text: the session's start in microseconds, a dot, its id.
-pub(crate) fn cursor_text(cursor: &SessionCursor) -> String {
+/// A cursor as text: the session's start in microseconds, a dot, its id
+/// (a listing's `cursor`, over REST and `cairn sessions`).
+pub fn cursor_text(cursor: &SessionCursor) -> String {
     format!("{}.{}", cursor.started_at.as_micros(), cursor.session_id)
 }
 
-fn parse_cursor(text: &str) -> Option<SessionCursor> {
+/// A cursor [`cursor_text`] wrote, or `None`.
+pub fn parse_cursor(text: &str) -> Option<SessionCursor> {
     let (micros, session_id) = text.split_once('.')?;
     if micros.is_empty() || !micros.bytes().all(|b| b.is_ascii_digit()) {
         return None;

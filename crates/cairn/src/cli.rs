@@ -253,6 +253,11 @@ enum Command {
         /// At most this many, newest first.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Continue after this session: the cursor a cut listing names
+        /// on stderr (with `--json`, every row carries its own), as REST's
+        /// `cursor`.
+        #[arg(long)]
+        after: Option<String>,
     },
     /// Replay a session.
     Replay {

@@ -153,11 +153,16 @@ pub fn run() -> Result<Outcome> {
                     limit_of(*limit, cairn_server::SQL_ROWS_LIMIT)?,
                 ),
                 Command::ImportTrace(args) => crate::records::import_trace(&cli, store, args),
-                Command::Sessions { agent, limit } => sessions(
+                Command::Sessions {
+                    agent,
+                    limit,
+                    after,
+                } => sessions(
                     &cli,
                     store.as_ref(),
                     agent.as_deref(),
                     limit_of(*limit, cairn_server::SESSIONS_LIMIT)?,
+                    after.as_deref(),
                 ),
                 Command::Replay {
                     session,

@@ -314,17 +314,32 @@ pub(super) fn sessions(
     store: &dyn LedgerStore,
     agent: Option<&str>,
     limit: usize,
+    after: Option<&str>,
 ) -> Result<Outcome> {
     require_known_org(cli, store)?;
+    let mut filter = SessionFilter::agent(agent);
+    if let Some(text) = after {
+        filter.after = Some(cairn_server::parse_cursor(text).ok_or_else(|| {
+            usage(format!(
+                "--after {}: not a cursor of this listing; give the one a cut listing names (or a --json row's cursor)",
+                render::terminal_safe(text)
+            ))
+        })?);
+    }
     // One more than shown: whether the listing was cut, said on stderr
     // (the JSON answer stays an array of sessions).
-    let mut list = store.list_sessions(&cli.org, &SessionFilter::agent(agent), limit + 1)?;
+    let mut list = store.list_sessions(&cli.org, &filter, limit + 1)?;
     if list.len() > limit {
         list.truncate(limit);
-        eprintln!(
-            "cairn: the {limit} most recent sessions are shown; more exist (--limit up to {}, or --agent)",
-            cairn_server::SESSIONS_LIMIT.max
-        );
+        if let Some(last) = list.last() {
+            eprintln!(
+                "cairn: {limit} sessions are shown; more exist: the next ones with --after {} (or --limit up to {}, --agent)",
+                render::terminal_safe(&cairn_server::cursor_text(
+                    &cairn_store::SessionCursor::after(last)
+                )),
+                cairn_server::SESSIONS_LIMIT.max
+            );
+        }
     }
     let mut rows = Vec::new();
     // The org's keys, read at most once (for a verdict failing on a
@@ -345,6 +360,7 @@ pub(super) fn sessions(
                     "first_step_at": s.first_step_at.map(|t| t.to_string()),
                     "last_step_at": s.last_step_at.map(|t| t.to_string()),
                     "chain_valid": valid, "sealed": s.sealed,
+                    "cursor": cairn_server::cursor_text(&cairn_store::SessionCursor::after(s)),
                 })
             })
             .collect();

@@ -196,6 +196,47 @@ fn limits_are_read_as_the_api_reads_them() {
     assert_eq!(cut.code, 0, "{}", cut.stderr);
     assert_eq!(json(&cut).as_array().unwrap().len(), 1);
     assert!(cut.stderr.contains("more exist"), "{}", cut.stderr);
+    // Paged with --after, from the cursor it names: every session once,
+    // in the listing's order.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["--json", "sessions", "--limit", "1"];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor]);
+        }
+        let page = cairn_in(dir.path(), &args, None);
+        assert_eq!(page.code, 0, "{}", page.stderr);
+        let rows = json(&page);
+        paged.extend(
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["session_id"].clone()),
+        );
+        match page.stderr.split("--after ").nth(1) {
+            Some(rest) => {
+                let cursor = rest.split_whitespace().next().unwrap().to_owned();
+                assert_eq!(rows[0]["cursor"], cursor.as_str());
+                after = Some(cursor);
+            }
+            None => break,
+        }
+    }
+    let listed: Vec<_> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["session_id"].clone())
+        .collect();
+    assert_eq!(paged, listed);
+    let bad = cairn_in(dir.path(), &["sessions", "--after", "yesterday"], None);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("not a cursor of this listing"),
+        "{}",
+        bad.stderr
+    );
     let whole = cairn_in(
         dir.path(),
         &["sessions", "--limit", &sessions.to_string()],
