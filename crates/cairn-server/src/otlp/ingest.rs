@@ -74,12 +74,13 @@ fn decode_and_map(
     // A JSON body's members the OTLP/JSON rules made it ignore, when they
     // are likely a mistake (the proto's spelling; any, in a body of no
     // span): said in the answer, rather than a bare success.
-    let hint = (Encoding::from_content_type(content_type) == Some(Encoding::Json))
-        .then(|| {
-            let spans = cairn_wire::otlp::decode::span_count(&request);
-            cairn_wire::otlp::json_member_hint(&raw, spans)
-        })
-        .flatten();
+    let spans = cairn_wire::otlp::decode::span_count(&request);
+    let hint = match Encoding::from_content_type(content_type) {
+        Some(Encoding::Json) => cairn_wire::otlp::json_member_hint(&raw, spans),
+        // The protobuf counterpart: spans of an OTLP before 0.19.
+        _ if spans == 0 => cairn_wire::otlp::protobuf_hint(&raw),
+        _ => None,
+    };
     drop(raw);
     Ok((map::map_request(&request, limits), hint))
 }

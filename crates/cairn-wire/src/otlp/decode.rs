@@ -326,6 +326,38 @@ fn protobuf_budget(body: &[u8], limits: &DecodeLimits) -> Result<Budget, DecodeE
     Ok(budget)
 }
 
+/// Why a protobuf body that decoded to no span at all likely held some:
+/// resource spans holding field 1000, `instrumentation_library_spans`, the
+/// spans of OTLP before 0.19 (which the current messages do not have, so
+/// the decoder skips them). `None` for a body without. Reads the request's
+/// resource spans only (their other fields skipped unread).
+pub fn protobuf_hint(body: &[u8]) -> Option<String> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    /// Each length-delimited field `field` of `buf`'s message.
+    fn each(mut buf: &[u8], field: u32, found: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+        while !buf.is_empty() {
+            let (tag, wire) = decode_key(&mut buf).ok()?;
+            if tag == field && wire == WireType::LengthDelimited {
+                let len = usize::try_from(decode_varint(&mut buf).ok()?).ok()?;
+                let (inner, rest) = (buf.get(..len)?, buf.get(len..)?);
+                buf = rest;
+                if found(inner) {
+                    return Some(true);
+                }
+            } else {
+                skip_field(wire, tag, &mut buf, DecodeContext::default()).ok()?;
+            }
+        }
+        Some(false)
+    }
+    let old_spans = each(body, 1, &mut |resource_spans| {
+        each(resource_spans, 1000, &mut |_| true) == Some(true)
+    });
+    (old_spans == Some(true)).then(|| {
+        "no span was found in this protobuf body: its resource spans hold instrumentation_library_spans (field 1000), the spans of OTLP before 0.19, which Cairn does not read; export with an OpenTelemetry SDK or collector of OTLP 0.19 or later (scope_spans)".to_owned()
+    })
+}
+
 /// Counts the objects, arrays and `null`s of an OTLP/JSON body (each
 /// message instance is one, and a `null` in a list of values decodes to
 /// an empty value: four bytes each, a message instance) and its spans
@@ -427,6 +459,35 @@ mod tests {
     use super::*;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
     use std::io::Write as _;
+
+    /// Resource spans holding OTLP before 0.19's spans (field 1000, which
+    /// the decoder skips) are named; a body without them is not.
+    #[test]
+    fn protobuf_spans_of_otlp_before_0_19_are_named() {
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        // ResourceSpans { 1000: InstrumentationLibrarySpans { 2: Span {} } }
+        let mut library_spans = Vec::new();
+        encode_key(2, WireType::LengthDelimited, &mut library_spans);
+        encode_varint(0, &mut library_spans);
+        let mut resource_spans = Vec::new();
+        encode_key(1000, WireType::LengthDelimited, &mut resource_spans);
+        encode_varint(library_spans.len() as u64, &mut resource_spans);
+        resource_spans.extend(&library_spans);
+        let mut body = Vec::new();
+        encode_key(1, WireType::LengthDelimited, &mut body);
+        encode_varint(resource_spans.len() as u64, &mut body);
+        body.extend(&resource_spans);
+        let decoded = decode_otlp("application/x-protobuf", &body).unwrap();
+        assert_eq!(span_count(&decoded), 0);
+        let hint = protobuf_hint(&body).unwrap();
+        assert!(
+            hint.contains("instrumentation_library_spans (field 1000)"),
+            "{hint}"
+        );
+        assert_eq!(protobuf_hint(&request(2).encode_to_vec()), None);
+        assert_eq!(protobuf_hint(&[]), None);
+        assert_eq!(protobuf_hint(&[0x0a, 0xff]), None);
+    }
 
     fn request(spans: usize) -> ExportTraceServiceRequest {
         ExportTraceServiceRequest {

@@ -17,5 +17,7 @@ mod schema;
 mod tests;
 
 pub use attrs::{id_from, stored_session_hint};
-pub use decode::{DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress};
+pub use decode::{
+    DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress, protobuf_hint,
+};
 pub use json_hint::json_member_hint;
