@@ -205,14 +205,23 @@ pub(super) fn serve(
         tokio::try_join!(main, otlp, witness).context("serving HTTP")?;
         Ok::<(), anyhow::Error>(())
     })?;
-    // Requests are done; flush what the sequencer still holds.
-    drop(runtime);
+    // Requests are done. Work they left on the blocking pool (a request
+    // answered 503 at its deadline whose read still runs) is waited for
+    // at most this long, not to its end: a stop had waited 19 minutes for
+    // two abandoned searches. Such work is reads, or writes no client was
+    // answered for; what was acknowledged is already durable.
+    runtime.shutdown_timeout(BLOCKING_WORK_AT_STOP);
+    // Flush what the sequencer still holds.
     if let Ok(ledger) = Arc::try_unwrap(ledger) {
         ledger.close();
     }
     tracing::info!("stopped");
     Ok(Outcome::Success)
 }
+
+/// How long a stopping server waits for work still running on the
+/// blocking pool once every connection is done.
+const BLOCKING_WORK_AT_STOP: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(crate) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
