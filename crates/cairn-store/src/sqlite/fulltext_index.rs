@@ -387,6 +387,10 @@ impl Shared {
         queue.docs += docs.len();
         queue.bytes += bytes;
         queue.queued += 1;
+        let number = queue.queued;
+        for (org, _, _) in &sizes {
+            queue.last_of_org.insert(*org, number);
+        }
         queue.batches.push_back(QueuedBatch {
             docs,
             bytes,

@@ -588,6 +588,40 @@ fn a_flush_writes_what_was_queued_when_it_started() {
     assert!(matches!(index.flush(), Err(StoreError::Corrupt(reason)) if reason == "stopped"));
 }
 
+/// A search's flush writes up to its org's last queued batch (and the
+/// batches before it), not every org's backlog; an org with nothing
+/// queued waits for nothing.
+#[test]
+fn a_search_waits_only_for_its_own_orgs_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = shared(dir.path());
+    // Ten batches: org 1 in each, org 2 in the 1st, 3rd, ..., 9th.
+    queue_batches(&index, 10, 10, 20);
+    // Then org 1 alone, forty more batches, each half a chunk (so that a
+    // write of every batch takes many chunks).
+    for b in 0..40u64 {
+        let at = 100 + b;
+        let word = format!("one{at} ");
+        index.enqueue(
+            vec![(
+                org_range(1).0 + at as i64,
+                word.repeat(crate::sqlite::fulltext_queue::CHUNK_BYTES / 2 / word.len()),
+            )],
+            vec![(1, at + 1, root(1, at + 1))],
+        );
+    }
+    assert_eq!(counts(&index).2, 50);
+    index.flush_org(Some(3)).unwrap();
+    assert_eq!(counts(&index).3, 0, "an org with nothing queued waits for nothing");
+    index.flush_org(Some(2)).unwrap();
+    let written = counts(&index).3;
+    assert!((9..50).contains(&written), "written {written}");
+    assert!(indexed(&index, 2, 4));
+    index.flush_org(Some(1)).unwrap();
+    assert_eq!(counts(&index).3, 50);
+    assert_consistent(&index);
+}
+
 /// A write of documents from several orgs (whose id ranges a batch
 /// interleaves) starts one FTS5 segment, not one per change of org: FTS5
 /// writes a segment out whenever a rowid is lower than the one before.

@@ -80,7 +80,16 @@ impl Shared {
         if self.await_catch_up(org)? {
             return Ok(());
         }
-        let target = lock(&self.queue)?.queued;
+        let target = {
+            let queue = lock(&self.queue)?;
+            match org {
+                // The org's last batch of documents, and every batch before
+                // it (they are written in order); nothing of the org
+                // queued is nothing to wait for.
+                Some(org) => queue.last_of_org.get(&org).copied().unwrap_or(0),
+                None => queue.queued,
+            }
+        };
         loop {
             let conn = self.conn.lock();
             {
