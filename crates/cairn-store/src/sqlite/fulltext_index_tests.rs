@@ -612,7 +612,11 @@ fn a_search_waits_only_for_its_own_orgs_documents() {
     }
     assert_eq!(counts(&index).2, 50);
     index.flush_org(Some(3)).unwrap();
-    assert_eq!(counts(&index).3, 0, "an org with nothing queued waits for nothing");
+    assert_eq!(
+        counts(&index).3,
+        0,
+        "an org with nothing queued waits for nothing"
+    );
     index.flush_org(Some(2)).unwrap();
     let written = counts(&index).3;
     assert!((9..50).contains(&written), "written {written}");
