@@ -61,8 +61,10 @@ def run(url: str, writer_key: str, auditor_key: str, server_key: Optional[str] =
     agent.seal_session(session_id)
 
     # Checked where the server cannot help: the bundle alone, and the key.
+    # At the detailed level: the full content would need the session's
+    # consent (full_consent when it starts); every level verifies alike.
     auditor = CairnClient(url, api_key=auditor_key)
-    bundle = auditor.export(session=session_id)
+    bundle = auditor.export(session=session_id, level="detailed")
     verdict = verify_bundle(bundle, keys=[server_key] if server_key else [])
     if not verdict.verified:
         raise SystemExit(f"the bundle does not verify: {verdict.failure}")

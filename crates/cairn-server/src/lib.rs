@@ -519,12 +519,25 @@ fn allow_level(
     }
 }
 
+/// The level an export is made at for `caller`, asked for `level`: an
+/// export without a level shows every field (FORMAT 4.1: the org's own
+/// record), which only an admin key makes; for another key (an auditor)
+/// it is a `full` export, which needs every session's consent as
+/// `level=full` does (a review: an auditor that left the level out got
+/// the full content of sessions without consent).
+fn export_level(caller: &Caller, level: Option<DetailLevel>) -> Option<DetailLevel> {
+    match level {
+        None if caller.key.role != Role::Admin => Some(DetailLevel::Full),
+        given => given,
+    }
+}
+
 fn consent_required(session: &str) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "consent_required",
         format!(
-            "session {session} has no recorded consent to full-detail sharing (full_consent when the session starts); ask for level detailed or generic"
+            "session {session} has no recorded consent to full-detail sharing (full_consent when the session starts); ask for level detailed or generic (an export without a level shows every field: full for any key but an admin's)"
         ),
     )
 }

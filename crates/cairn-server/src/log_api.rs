@@ -390,7 +390,7 @@ impl futures_core::Stream for ChannelBody {
     operation_id = "export",
     tag = "export",
     summary = "Export a bundle (streamed JSON Lines)",
-    description = "Exactly one of session, agent, since+until, all=true. FORMAT.md section 10. Roles: auditor, admin. A scope that matches no session is a 404 before any byte of the bundle. A partial bundle whose signed selection (every selected session and listed record) would be a line longer than 16 MiB, which verifiers do not read by default, is a 422 export_too_large before any byte: export a narrower scope, a lower level, or the whole log.",
+    description = "Exactly one of session, agent, since+until, all=true. FORMAT.md section 10. Roles: auditor, admin; without level an export shows every field, which for an auditor is level=full (each session's consent required: 403 consent_required) and for all=true an admin's alone. A scope that matches no session is a 404 before any byte of the bundle. A partial bundle whose signed selection (every selected session and listed record) would be a line longer than 16 MiB, which verifiers do not read by default, is a 422 export_too_large before any byte: export a narrower scope, a lower level, or the whole log.",
     params(
         ("session" = Option<crate::api_doc::Id>, Query, description = "One session"),
         ("agent" = Option<crate::api_doc::Id>, Query, description = "Every session of an agent"),
@@ -459,7 +459,16 @@ pub(crate) async fn export(
             ));
         }
     };
-    let level = level_param(&q)?;
+    let asked = level_param(&q)?;
+    // The whole log is the org's own record, every field of every
+    // session: an admin's to export.
+    if scope == ExportScope::All && asked.is_none() {
+        caller.require(
+            caller.key.role == cairn_store::Role::Admin,
+            "export the whole log (all=true shows every field of every session: admin keys; an auditor exports a session, an agent or a time range at a level)",
+        )?;
+    }
+    let level = crate::export_level(&caller, asked);
     allow_level(&caller, level, None)?;
     let options = cairn_store::ops::ExportOptions {
         level,

@@ -56,7 +56,31 @@ fn keys_and_roles_are_enforced() {
             reply.text()
         );
     }
-    assert_eq!(get(&server, "/v1/export?session=s1", &auditor).status, 200);
+    // An auditor exports at a level; without one an export shows every
+    // field, which needs the session's consent (as level=full), and the
+    // whole log is an admin's.
+    assert_eq!(
+        get(&server, "/v1/export?session=s1&level=detailed", &auditor).status,
+        200
+    );
+    let whole = get(&server, "/v1/export?session=s1", &auditor);
+    assert_eq!(
+        (whole.status, whole.code().as_str()),
+        (403, "consent_required"),
+        "{}",
+        whole.text()
+    );
+    let all = get(&server, "/v1/export?all=true", &auditor);
+    assert_eq!(
+        (all.status, all.code().as_str()),
+        (403, "forbidden"),
+        "{}",
+        all.text()
+    );
+    assert_eq!(
+        get(&server, "/v1/export?session=s1", &server.admin).status,
+        200
+    );
     assert_eq!(get(&server, "/v1/sessions/s1", &reader).status, 200);
 
     // A key bound to an agent writes only as that agent.

@@ -242,7 +242,9 @@ pub struct ExportArgs {
     /// The session.
     pub session_id: String,
     /// Seed 004's detail level (generic, detailed, full); the bundle still
-    /// verifies, hidden fields as commitments.
+    /// verifies, hidden fields as commitments. Without it every field is
+    /// shown: for a key other than an admin's that is `full`, which needs
+    /// the session's consent.
     pub level: Option<String>,
 }
 

@@ -94,7 +94,7 @@ impl CairnMcp {
         let caller = self.caller(&context)?;
         let result = async {
             caller.require(caller.key.role.can_export(), "export bundles")?;
-            let level = crate::level_value(args.level.as_deref())?;
+            let level = crate::export_level(&caller, crate::level_value(args.level.as_deref())?);
             crate::allow_level(&caller, level, None)?;
             let options = cairn_store::ops::ExportOptions {
                 level,
