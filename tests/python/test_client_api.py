@@ -207,7 +207,10 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     trace["signature"] = base64.b64encode(ed25519.sign(seed_c, canonical(
         {"components": trace["components"], "trace_level": trace["trace_level"]}))).decode()
     admin.import_trace(trace)
-    assert admin.get_signed_trace("trace-client-1")["signature_valid"] is True
+    signed = admin.get_signed_trace("trace-client-1")
+    assert signed["signature_valid"] is True
+    # What the signature covers is said: the trace's other members are as imported.
+    assert signed["signed_members"] == ["components", "trace_level"]
 
     # OTLP/JSON and protobuf (an empty export request is valid in both).
     assert admin.otlp("traces", {"resourceSpans": []}) == {}

@@ -48,7 +48,12 @@ pub struct SignedTrace {
     pub signature_valid: bool,
     /// Why it does not (null when it does).
     pub signature_error: Option<String>,
-    /// The trace exactly as it was signed.
+    /// The members of `trace` the signature covers (`components` and
+    /// `trace_level`, FORMAT 7.4): its other members (`trace_id`,
+    /// `started_at`, `task_id`, ...) are as imported, which anyone with a
+    /// writer key could have set.
+    pub signed_members: Vec<String>,
+    /// The trace as it was imported.
     pub trace: serde_json::Map<String, Value>,
 }
 
@@ -295,6 +300,7 @@ pub(crate) async fn fetch(
             signature_key_id: record.trace.signature_key_id.clone(),
             signature_valid: check.is_ok(),
             signature_error: check.err(),
+            signed_members: vec!["components".into(), "trace_level".into()],
             trace,
         })
     })
@@ -313,7 +319,7 @@ pub(crate) async fn fetch(
         ("trace_id" = crate::api_doc::Id, Path),
     ),
     responses(
-        (status = 200, description = "{seq, session_id, trace_level, signature_key_id, signature_valid, signature_error, trace}", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "{seq, session_id, trace_level, signature_key_id, signature_valid, signature_error, signed_members, trace}: the signature covers the trace's members named in signed_members (components, trace_level) only", content_type = "application/json", body = serde_json::Value),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),

@@ -351,6 +351,8 @@ class SignedTrace(TypedDict, total=False):
     signature_key_id: str
     signature_valid: bool
     signature_error: Optional[str]
+    #: The members of `trace` the signature covers (components, trace_level).
+    signed_members: List[str]
     trace: Dict[str, Any]
 
 
