@@ -34,8 +34,14 @@ FIELDS_COMPARED = ("verified", "reason", "line", "seq", "session_id", "step_inde
 
 
 def python_verdict(bundle, keys=(), trusted=(), witnesses=(), witness_quorum=None) -> dict:
-    v = verify_bundle(bundle, keys=list(keys), trusted_checkpoints=list(trusted), witnesses=list(witnesses),
-                      witness_quorum=witness_quorum)
+    try:
+        v = verify_bundle(bundle, keys=list(keys), trusted_checkpoints=list(trusted), witnesses=list(witnesses),
+                          witness_quorum=witness_quorum)
+    except ValueError as e:
+        # Refused before verifying, as `cairn verify` refuses it (exit 2).
+        if "is not a signed note" in str(e):
+            return {"error": str(e)}
+        raise
     at = v.failure.at if v.failure else V.Position()
     return {
         "verified": v.verified, "reason": v.failure.reason if v.failure else None,
@@ -71,14 +77,17 @@ def rust_verdict(cairn_bin, path: pathlib.Path, keys=(), trusted_files=()) -> di
 
 
 def differences(rust: dict, python: dict, fields=FIELDS_COMPARED + ("trace_id", "last_valid_seq")) -> dict:
-    if "error" in rust:
-        # FORMAT.md 10.2: `cairn verify` refuses, before verifying (exit 2),
-        # a trusted checkpoint that is no signed note at all; a verifier
-        # given one anyway reports bad-signature at line 2, as Python does.
-        if ("not a signed note" in rust["error"] and python.get("reason") == "bad-signature"
-                and python.get("line") == 2):
+    if "error" in rust or "error" in python:
+        # FORMAT.md 10.2: `cairn verify` and the Python client's
+        # verify_bundle refuse, before verifying (exit 2, ValueError), a
+        # trusted checkpoint that is no signed note at all; a verifier given
+        # one anyway reports bad-signature at line 2.
+        refused = ("not a signed note" in rust.get("error", "")
+                   and ("not a signed note" in python.get("error", "")
+                        or (python.get("reason") == "bad-signature" and python.get("line") == 2)))
+        if refused:
             return {}
-        return {"rust-error": rust["error"]}
+        return {"rust-error": rust.get("error"), "python-error": python.get("error")}
     return {k: (rust.get(k), python.get(k)) for k in fields if rust.get(k) != python.get(k)}
 
 

@@ -392,6 +392,9 @@ def test_worked_example_bundles_tampered():
             verify_bundle(complete, trusted_checkpoints=[not_a_note])
     other_key = trusted_older.replace("\n\n\u2014 cairn.example ", "\n\n\u2014 another.example ")
     assert verdict(complete, trusted_checkpoints=[other_key]) == ("bad-signature", 2, None, None)
-    # A string without a line break is a path: a missing file raises.
+    # A one-line string that is not JSON is a path: a missing file raises;
+    # empty or JSON text (a cut-off export, a saved error) is judged.
     with pytest.raises(FileNotFoundError):
         verify_bundle("no-such.bundle")
+    assert verify_bundle("").failure.reason == "missing-record"
+    assert verify_bundle('{"error":{"code":"not_found","message":"x"}}').failure.reason == "malformed-record"

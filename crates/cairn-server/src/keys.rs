@@ -264,13 +264,13 @@ pub(crate) async fn revoke_key(
             .ok()
             .flatten()
             .and_then(|k| k.revoked_at);
-            return Err(ApiError::not_found(match revoked_at {
-                Some(at) => format!(
-                    "key {}: no key in use has this id; it was revoked at {at} (GET /v1/keys lists it with revoked_at)",
+            return Err(match revoked_at {
+                Some(at) => ApiError::not_found_because(format!(
+                    "key {} is not in use: it was revoked at {at} (GET /v1/keys lists it with revoked_at)",
                     shown(&key_id)
-                ),
-                None => format!("key {}", shown(&key_id)),
-            }));
+                )),
+                None => ApiError::not_found(format!("key {}", shown(&key_id))),
+            });
         }
         KeyRevocation::LastAdmin => {
             return Err(ApiError::new(

@@ -521,15 +521,22 @@ fn allow_level(
 
 /// The level an export is made at for `caller`, asked for `level`: an
 /// export without a level shows every field (FORMAT 4.1: the org's own
-/// record), which only an admin key makes; for another key (an auditor)
-/// it is a `full` export, which needs every session's consent as
-/// `level=full` does (a review: an auditor that left the level out got
-/// the full content of sessions without consent).
+/// record), which only the org's admin keys (not bound to an agent) make;
+/// for another key (an auditor, a bound admin) it is a `full` export,
+/// which needs every session's consent as `level=full` does (a review: an
+/// auditor that left the level out got the full content of sessions
+/// without consent).
 fn export_level(caller: &Caller, level: Option<DetailLevel>) -> Option<DetailLevel> {
     match level {
-        None if caller.key.role != Role::Admin => Some(DetailLevel::Full),
+        None if !exports_own_record(caller) => Some(DetailLevel::Full),
         given => given,
     }
+}
+
+/// Whether `caller` exports the org's own record (every field, whatever
+/// the consent): an admin key not bound to an agent.
+fn exports_own_record(caller: &Caller) -> bool {
+    caller.key.role == Role::Admin && caller.key.agent_id.is_none()
 }
 
 fn consent_required(session: &str) -> ApiError {

@@ -464,8 +464,8 @@ pub(crate) async fn export(
     // session: an admin's to export.
     if scope == ExportScope::All && asked.is_none() {
         caller.require(
-            caller.key.role == cairn_store::Role::Admin,
-            "export the whole log (all=true shows every field of every session: admin keys; an auditor exports a session, an agent or a time range at a level)",
+            crate::exports_own_record(&caller),
+            "export the whole log (all=true shows every field of every session: admin keys not bound to an agent; an auditor exports a session, an agent or a time range at a level)",
         )?;
     }
     let level = crate::export_level(&caller, asked);
@@ -505,8 +505,9 @@ pub(crate) async fn export(
 /// MCP): the selection of a partial bundle is computed and signed, the
 /// consistency proof asked for made. A step erased between the checkpoint
 /// and the plan makes it sign a newer checkpoint and plan again. Each
-/// planning task holds `slot` (the export's): a blocking task runs to its
-/// end even if the client goes away, and must not run outside its slot.
+/// planning task holds `slot` (the export's): a blocking task that started
+/// runs to its end even if the client goes away (one not yet started is
+/// dropped, `blocking`), and must not run outside its slot.
 pub(crate) async fn plan_export(
     state: &Arc<AppState>,
     caller: &Caller,

@@ -81,6 +81,17 @@ fn keys_and_roles_are_enforced() {
         get(&server, "/v1/export?session=s1", &server.admin).status,
         200
     );
+    // An admin bound to an agent is no admin of the org's own record.
+    let bound_admin = key_for(&server, "acme", Role::Admin, Some("analyst"));
+    let bound_whole = get(&server, "/v1/export?session=s1", &bound_admin);
+    assert_eq!(
+        (bound_whole.status, bound_whole.code().as_str()),
+        (403, "consent_required"),
+        "{}",
+        bound_whole.text()
+    );
+    let bound_all = get(&server, "/v1/export?all=true", &bound_admin);
+    assert_eq!(bound_all.status, 403, "{}", bound_all.text());
     assert_eq!(get(&server, "/v1/sessions/s1", &reader).status, 200);
 
     // A key bound to an agent writes only as that agent.
@@ -525,9 +536,7 @@ fn key_management_cannot_lock_the_org_out() {
     );
     assert_eq!(again.status, 404, "{}", again.text());
     assert!(
-        again
-            .text()
-            .contains("no key in use has this id; it was revoked at 20"),
+        again.text().contains("is not in use: it was revoked at 20"),
         "{}",
         again.text()
     );

@@ -54,8 +54,8 @@ pub(crate) async fn replay(
     let verdict = if verify {
         let permit = limits::expensive(&state, &org, "verification").await?;
         let (org, session_id) = (org.clone(), session_id.clone());
-        // The permit goes with the work (a blocking task runs to its end
-        // even if the client goes away); a streamed replay holds no slot:
+        // The permit goes with the work (a blocking task that started runs
+        // to its end even if the client goes away); a streamed replay holds no slot:
         // it holds a few batches at a time, counted in the replay buffer.
         blocking(&state, move |store| {
             let verdict = verify_session(store, &org, &session_id)?;

@@ -428,6 +428,9 @@ struct ExportPage {
     role: String,
     csrf: String,
     can_export: bool,
+    /// Whether the key exports the org's own record (every field whatever
+    /// the consent, the whole log): an admin key not bound to an agent.
+    own_record: bool,
     session: String,
     agent: String,
 }
@@ -446,6 +449,7 @@ pub(super) async fn export_page(
         role: nav.role,
         csrf: nav.csrf,
         can_export: user.caller.key.role.can_export(),
+        own_record: crate::exports_own_record(&user.caller),
         session: q.get("session").cloned().unwrap_or_default(),
         agent: q.get("agent").cloned().unwrap_or_default(),
     })
@@ -467,10 +471,15 @@ pub(super) async fn export_bundle(
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
         .collect::<String>();
-    let level = given
-        .get("level")
-        .cloned()
-        .unwrap_or_else(|| "complete".into());
+    // The file is named after the level the export is made at (for a key
+    // that does not export the org's own record, none asked is full).
+    let level = given.get("level").cloned().unwrap_or_else(|| {
+        if crate::exports_own_record(&user.caller) {
+            "complete".into()
+        } else {
+            "full".into()
+        }
+    });
     match crate::export(
         State(Arc::clone(&state)),
         user.caller.clone(),

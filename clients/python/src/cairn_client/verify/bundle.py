@@ -23,12 +23,24 @@ def _chomp(line: bytes) -> bytes:
     return line
 
 
+def _names_a_file(text: str) -> bool:
+    """Whether a string given as the bundle is a path: an existing file, or
+    a line that is neither empty nor JSON (a bundle's text holds a line break,
+    its header and checkpoint being two lines; text that starts as JSON, or
+    none, is read as a bundle and judged, as a cut-off export's must be), so
+    that a misspelt file name raises FileNotFoundError rather than being
+    verified as one line of text."""
+    if "\n" in text or "\0" in text:
+        return False
+    if os.path.exists(text):
+        return True
+    head = text.lstrip()
+    return bool(head) and not head.startswith(("{", "[")) and len(text.encode()) <= 4096
+
+
 def _raw_lines(source: BundleSource) -> Iterator[bytes]:
     """The bundle's lines as bytes: only "\\n" ends a line (10.1)."""
-    # A bundle's text holds a line break (its header and checkpoint are two
-    # lines at least): a string without one is a path, and a missing file
-    # raises FileNotFoundError rather than being read as a bundle.
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and _names_a_file(source)):
         with open(source, "rb") as f:
             for line in f:
                 yield _chomp(line)
@@ -68,7 +80,8 @@ def verify_bundle(source: BundleSource, keys: Sequence[str] = (),
     checkpoint that is not a signed note at all (an empty file, an error
     message: the caller's mistake, as `cairn verify` refuses it), while a
     signed note that is not the log's checkpoint is a verdict. A string
-    `source` without a line break is a path (FileNotFoundError if missing).
+    `source` of one line that is neither empty nor JSON is a path
+    (FileNotFoundError if missing); empty or JSON text is verified.
     """
     pinned = [_parse_vkey(k) for k in keys]
     cosigners = [_parse_vkey(w, 0x04) for w in witnesses]
