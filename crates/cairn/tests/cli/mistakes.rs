@@ -420,22 +420,7 @@ fn failed_bundles_hint_at_the_likely_mistake() {
     // checkpoint (missing-proof), and the hint says how to export it.
     let kept = dir.path().join("kept.checkpoint");
     std::fs::write(&kept, cairn_in(dir.path(), &["checkpoint"], None).stdout).unwrap();
-    let logged = cairn_in(
-        dir.path(),
-        &[
-            "log",
-            "--session",
-            "other",
-            "--agent",
-            "helper",
-            "--type",
-            "plan",
-            "--content",
-            "later",
-        ],
-        None,
-    );
-    assert_eq!(logged.code, 0, "{}", logged.stderr);
+    common::helper_step(common::Target::embedded(dir.path()), 99);
     let later = dir.path().join("later.bundle");
     let exported = cairn_in(
         dir.path(),

@@ -130,7 +130,9 @@ pub fn populated(target: Target<'_>) -> String {
     populate_with(target, SEED_000_SESSION)
 }
 
-fn helper_step(target: Target<'_>, i: usize) {
+/// Records step `i` of the helper agent's session `other` (as the
+/// populated store's own are recorded).
+pub fn helper_step(target: Target<'_>, i: usize) {
     let content = format!("side note {i}");
     let run = target.run(
         &[
