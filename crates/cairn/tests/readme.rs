@@ -163,3 +163,53 @@ fn serving_a_directory_again_says_why_there_is_no_sample_or_key() {
     assert!(!second.contains("admin API key for org"), "{second}");
     assert!(log.contains("serving") && !log.contains('\u{1b}'), "{log}");
 }
+
+/// `cairn serve | head -1`: a standard output closed before the server
+/// prints does not stop it (it printed with `println!`, which panics on a
+/// closed pipe).
+#[test]
+fn serve_goes_on_when_its_output_is_closed() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["serve", "--listen", &address])
+        .env("CAIRN_DATA_DIR", dir.path().join("data"))
+        .env("CAIRN_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Closed before the server has printed anything.
+    drop(child.stdout.take());
+    let healthy = |address: &str| -> bool {
+        let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+            return false;
+        };
+        let _ = write!(
+            stream,
+            "GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        );
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.starts_with("HTTP/1.1 200")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !healthy(&address) {
+        assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never answered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// Prints a line of what the server says at start-up: a standard output
+/// closed early (`cairn serve | head -1`) is no reason to stop serving,
+/// where `println!` would panic at the next line.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// The witness options of `cairn serve`: the witnesses it sends its
 /// checkpoints to, and the witness it hosts for other logs.
 pub(super) struct Witnessing<'a> {
@@ -60,7 +70,7 @@ pub(super) fn serve(
         .transpose()?;
     let fresh_key = cairn_server::bootstrap_admin_key(store.as_ref(), &cli.org)?;
     if let Some(token) = &fresh_key {
-        println!(
+        say!(
             "admin API key for org {} (shown once, keep it): {token}",
             cli.org
         );
@@ -78,7 +88,7 @@ pub(super) fn serve(
             // Served again on the same directory (the README's first
             // command run twice): say why nothing was recorded, and where
             // the key went.
-            println!(
+            say!(
                 "--sample: org {} already holds sessions, so no sample was recorded",
                 cli.org
             );
@@ -86,7 +96,7 @@ pub(super) fn serve(
         None
     };
     if fresh_key.is_none() {
-        println!(
+        say!(
             "org {} has API keys already (an admin key is printed only when an org's first key is made); `cairn admin create-key --role admin` makes another, `cairn admin list-keys` lists them",
             cli.org
         );
@@ -129,15 +139,15 @@ pub(super) fn serve(
         // The witness listener (--witness-log) has the API's limits.
         let witness_limits = config.limits.clone();
         let state = cairn_server::AppState::new(Arc::clone(&ledger), config);
-        println!(
+        say!(
             "cairn listening on http://{address} ({}, org: {})",
             store_location(cli),
             cli.org
         );
-        println!("web UI: open http://{address}/ and sign in with an API key");
-        println!("semantic search: {}", embedder.description());
+        say!("web UI: open http://{address}/ and sign in with an API key");
+        say!("semantic search: {}", embedder.description());
         if let Some(before) = &replaced {
-            println!("the store's embedder was {before}; it is now {}", embedder.id());
+            say!("the store's embedder was {before}; it is now {}", embedder.id());
         }
         if !others.is_empty() {
             let how = if cli.database.is_some() {
@@ -145,7 +155,7 @@ pub(super) fn serve(
             } else {
                 "stop this server and run `cairn reindex` with the same embedder settings"
             };
-            println!(
+            say!(
                 "note: stored vectors made by another embedder ({}) are not compared with this one's: {how} to find those steps by meaning again",
                 others.join(", ")
             );
@@ -155,8 +165,8 @@ pub(super) fn serve(
                 let l = tokio::net::TcpListener::from_std(socket)
                     .context("listening for the witness")?;
                 let witness_address = l.local_addr().context("reading the witness address")?;
-                println!("witness vkey: {}", witness.cosigner.verifier());
-                println!(
+                say!("witness vkey: {}", witness.cosigner.verifier());
+                say!(
                     "witnessing {} log(s) on http://{witness_address}",
                     witness.logs.len()
                 );
@@ -166,17 +176,17 @@ pub(super) fn serve(
         };
         if let Some(l) = &otlp_listener {
             let otlp_address = l.local_addr().context("reading the OTLP address")?;
-            println!(
+            say!(
                 "OTLP/HTTP on http://{otlp_address} (OTEL_EXPORTER_OTLP_ENDPOINT=http://{otlp_address})"
             );
         }
         if let Some(session) = sample_session {
-            println!(
+            say!(
                 "sample session recorded: curl -H \"Authorization: Bearer $KEY\" \"http://{address}/v1/sessions/{session}?verify=true\""
             );
         }
         if !witnesses.is_empty() {
-            println!(
+            say!(
                 "sending checkpoints to {} witness(es) every {} s",
                 witnesses.len(),
                 witness_interval.as_secs()
