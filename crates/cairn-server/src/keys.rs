@@ -87,7 +87,7 @@ pub(crate) fn key_json(key: &ApiKey) -> Value {
     operation_id = "create_key",
     tag = "keys",
     summary = "Create an API key",
-    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label (one line, at most 256 bytes), expires_at (optional: an RFC 3339 time in the future, after which the key is refused as a revoked one is; it stays listed; a key made by an expiring key expires no later than that key). The token is shown once. Roles: admin.",
+    description = "Body: role (writer|reader|auditor|admin), agent_id (optional binding), label (one line, at most 256 bytes), expires_at (optional: an RFC 3339 time in the future, or a date, which is that day's start in UTC, after which the key is refused as a revoked one is; it stays listed; a key made by an expiring key expires no later than that key). The token is shown once. Roles: admin.",
     request_body = crate::api_doc::KeyInput,
     responses(
         (status = 201, description = "OK", content_type = "application/json", body = serde_json::Value),

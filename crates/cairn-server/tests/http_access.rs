@@ -639,6 +639,7 @@ fn keys_made_to_expire_are_refused_from_their_end() {
     for (expires_at, why) in [
         (json!("tomorrow"), "RFC 3339"),
         (json!(in_micros(-1_000_000)), "not in the future"),
+        (json!("2001-01-01"), "not in the future"),
         (json!(17), "string"),
     ] {
         let refused = post(
@@ -684,6 +685,15 @@ fn keys_made_to_expire_are_refused_from_their_end() {
         .unwrap();
     assert_eq!(listed["expires_at"], end);
     assert!(listed["revoked_at"].is_null());
+    // A date alone is that day's start, in UTC (as listings take one).
+    let dated = post(
+        &server,
+        "/v1/keys",
+        &admin,
+        &json!({"role": "reader", "expires_at": "2999-01-31"}),
+    );
+    assert_eq!(dated.status, 201, "{}", dated.text());
+    assert_eq!(dated.json()["expires_at"], "2999-01-31T00:00:00.000000Z");
     // A key that expires makes keys that expire no later than it does.
     let hour = in_micros(3_600_000_000);
     let expiring_admin = post(

@@ -158,15 +158,21 @@ pub fn key_label_refused(label: &str) -> Option<String> {
     }
 }
 
-/// A new key's end from its RFC 3339 text: a time after `now`, or why
+/// A new key's end from its RFC 3339 text (or a date: its start in UTC):
+/// a time after `now`, or why
 /// not (for a person: the API and the CLI quote it).
 pub fn key_expiry(text: &str, now: Timestamp) -> Result<Timestamp, String> {
     // The parser's own message speaks of UTC (what a step's timestamp
     // must be); a key's end may carry any offset, so it is not quoted.
     // Nor is the text: a token pasted here by mistake would be echoed,
     // and an escaped character can split it past the answers' masking.
-    let at = Timestamp::parse_rfc3339(text).map_err(|_| {
-        "must be an RFC 3339 time such as 2027-01-31T00:00:00Z or 2027-01-31T09:00:00+09:00"
+    // A date alone (2027-01-31), as listings and exports take one, is
+    // that day's start in UTC.
+    let date = (text.len() == 10 && text.as_bytes().get(4) == Some(&b'-'))
+        .then(|| Timestamp::parse_rfc3339(&format!("{text}T00:00:00Z")).ok())
+        .flatten();
+    let at = date.map_or_else(|| Timestamp::parse_rfc3339(text), Ok).map_err(|_| {
+        "must be an RFC 3339 time such as 2027-01-31T00:00:00Z or 2027-01-31T09:00:00+09:00, or a date (2027-01-31: its start, in UTC)"
             .to_owned()
     })?;
     if at <= now {
