@@ -384,6 +384,26 @@ fn detail_levels_and_consent() {
     );
     assert_eq!(started.status, 201, "{}", started.text());
     seed_000(&server, &admin, "consented");
+    // A session its first step opened cannot be given consent later: the
+    // refusal says why, and what to do.
+    let late = post(
+        &server,
+        "/v1/sessions",
+        &admin,
+        &json!({"session_id": "plain", "agent_id": "analyst", "full_consent": true}),
+    );
+    assert_eq!(
+        (late.status, late.code().as_str()),
+        (409, "session_exists"),
+        "{}",
+        late.text()
+    );
+    assert!(
+        late.text()
+            .contains("full_consent, is fixed in its genesis when it starts"),
+        "{}",
+        late.text()
+    );
 
     let generic = get(
         &server,

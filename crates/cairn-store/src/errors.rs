@@ -27,7 +27,9 @@ pub enum Refusal {
         session_id: String,
     },
     /// The session already exists.
-    #[error("session {session_id} already exists")]
+    #[error(
+        "session {session_id} already exists (what a session starts with, its agent, profile, predecessor and full_consent, is fixed in its genesis when it starts: start a session explicitly before its first step, or start another)"
+    )]
     SessionExists {
         /// The session.
         session_id: String,
