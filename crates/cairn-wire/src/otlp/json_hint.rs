@@ -46,18 +46,30 @@ pub fn json_member_hint(body: &[u8], spans: usize) -> Option<String> {
             quoted(found.unknown.iter())
         ));
     }
-    if found.snake.is_empty() {
-        return None;
+    let mut parts = Vec::new();
+    if !found.snake.is_empty() {
+        parts.push(format!(
+            "this OTLP/JSON body names {}: the protobuf's spelling, which OTLP/JSON does not have and a receiver ignores, so what those members held was not recorded (OTLP/JSON member names are lowerCamelCase)",
+            found
+                .snake
+                .iter()
+                .map(|(name, camel)| format!("{name:?} (for {camel:?})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
-    Some(format!(
-        "this OTLP/JSON body names {}: the protobuf's spelling, which OTLP/JSON does not have and a receiver ignores, so what those members held was not recorded (OTLP/JSON member names are lowerCamelCase)",
-        found
-            .snake
-            .iter()
-            .map(|(name, camel)| format!("{name:?} (for {camel:?})"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
+    if !found.arrays.is_empty() {
+        parts.push(format!(
+            "this OTLP/JSON body gives {} as an array, not an object: its values were read by their position, which OTLP/JSON does not define (give each message as an object of named members)",
+            found
+                .arrays
+                .iter()
+                .map(|m| format!("a {m:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// `"a", "b"`.
@@ -76,6 +88,9 @@ struct Found {
     unknown: Vec<String>,
     /// Snake_case spellings anywhere, as shown, with the member meant.
     snake: Vec<(String, &'static str)>,
+    /// The messages given as an array where an object belongs (the decoder
+    /// reads such an array by position).
+    arrays: Vec<Message>,
 }
 
 impl Found {
@@ -209,6 +224,10 @@ impl<'de> Visitor<'de> for Scan<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         if !self.list {
+            // A message given as an array.
+            if self.found.arrays.len() < MAX_NAMES && !self.found.arrays.contains(&self.message) {
+                self.found.arrays.push(self.message);
+            }
             while seq.next_element::<IgnoredAny>()?.is_some() {}
             return Ok(());
         }
@@ -376,6 +395,23 @@ mod tests {
             "{text}"
         );
         assert_eq!(json_member_hint(b"{}", 0), None);
+        // A message given as an array (read by position by the decoder).
+        let text = json_member_hint(
+            br#"{"resourceSpans":[[null,[{"spans":[["01","02"]]}]]]}"#,
+            1,
+        )
+        .unwrap();
+        assert!(
+            text.contains(r#"gives a ResourceSpans as an array"#),
+            "{text}"
+        );
+        assert_eq!(
+            json_member_hint(
+                br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"01"}]}]}]}"#,
+                1
+            ),
+            None
+        );
         let text = json_member_hint(
             br#"{"resourceSpans":[{"scopeSpans":[{"span":[{"traceId":"01"}]}]}]}"#,
             0,
