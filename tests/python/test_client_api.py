@@ -176,6 +176,8 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     # The log: checkpoints, proofs, exports, the server's verdicts.
     checkpoint = admin.checkpoint()
     assert admin.verify(checkpoints=[checkpoint])["verified"] is True
+    # The offline verifier's name for them is taken too.
+    assert admin.verify(trusted_checkpoints=[checkpoint])["verified"] is True
     assert admin.inclusion_proof(1)["proof"]
     size = int(checkpoint.split("\n")[1])
     assert admin.consistency_proof(1, size)["new_size"] == size
@@ -188,6 +190,7 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     vkey = server_vkey(cairn_bin, data_dir)
     assert verify_bundle(bundle, keys=[vkey]).verified
     assert admin.verify_bundle_on_server(bundle, keys=[vkey], checkpoints=[checkpoint])["verified"] is True
+    assert admin.verify_bundle_on_server(bundle, keys=[vkey], trusted_checkpoints=[checkpoint])["verified"] is True
     assert admin.export(all=True, since_size=1).count('"consistency"') == 1
     assert "cairn_appends_total" in admin.metrics()
 

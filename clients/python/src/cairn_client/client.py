@@ -461,17 +461,20 @@ class _Core:
         return _Request("POST", "/v1/sql", _json, "read", body=_body(_present(sql=statement, limit=limit)))
 
     def _op_verify(self, checkpoints: Sequence[str] = (), witnesses: Sequence[str] = (),
-                   witness_quorum: Optional[int] = None) -> _Request[OrgVerdict]:
+                   witness_quorum: Optional[int] = None, *,
+                   trusted_checkpoints: Sequence[str] = ()) -> _Request[OrgVerdict]:
         """`GET /v1/verify`: the server verifies the whole org (seed 003's
         verdict), and its consistency with each signed checkpoint given
-        (the notes' text, as `checkpoint()` returned them). With
+        (the notes' text, as `checkpoint()` returned them; as `checkpoints`
+        or, the name :func:`cairn_client.verify_bundle` uses,
+        `trusted_checkpoints`). With
         `witnesses` (cosignature vkeys, as `cairn witness` prints them), the
         latest checkpoint must carry valid cosignatures by `witness_quorum`
         of them (default: all), or the verdict fails with
         `insufficient-cosignatures`."""
         return _Request("GET", "/v1/verify", _json, "read",
-                        query=_query(checkpoint=_notes(checkpoints), witness=list(witnesses),
-                                     quorum=witness_quorum))
+                        query=_query(checkpoint=_notes([*checkpoints, *trusted_checkpoints]),
+                                     witness=list(witnesses), quorum=witness_quorum))
 
     # -- oversight ------------------------------------------------------------------
 
@@ -556,15 +559,17 @@ class _Core:
 
     def _op_verify_bundle_on_server(self, bundle: Union[str, bytes], keys: Sequence[str] = (),
                                     checkpoints: Sequence[str] = (), witnesses: Sequence[str] = (),
-                                    witness_quorum: Optional[int] = None) -> _Request[BundleVerdict]:
+                                    witness_quorum: Optional[int] = None, *,
+                                    trusted_checkpoints: Sequence[str] = ()) -> _Request[BundleVerdict]:
         """`POST /v1/bundles/verify`: the server's verdict on a bundle (with
-        the same witness policy as `verify`). Prefer
+        the same witness policy as `verify`; checkpoints as `checkpoints` or
+        `trusted_checkpoints`, the offline verifier's name). Prefer
         :func:`cairn_client.verify_bundle`, which trusts no server."""
         data = bundle.encode("utf-8") if isinstance(bundle, str) else bytes(bundle)
         return _Request("POST", "/v1/bundles/verify", _json, "read", body=data,
                         content_type="application/x-ndjson",
-                        query=_query(key=list(keys), checkpoint=_notes(checkpoints), witness=list(witnesses),
-                                     quorum=witness_quorum))
+                        query=_query(key=list(keys), checkpoint=_notes([*checkpoints, *trusted_checkpoints]),
+                                     witness=list(witnesses), quorum=witness_quorum))
 
     # -- API keys ------------------------------------------------------------------------
 
