@@ -134,27 +134,30 @@ async fn export_traces(
         let mut bytes = 0;
         for (i, m) in mapped.iter().enumerate() {
             match m {
-                Err(u) => {
-                    fates[i] = Fate::Refused;
-                    reasons.push(u.reason.clone());
-                }
+                Err(u) => refuse(&mut fates, &mut reasons, i, || u.reason.clone()),
                 Ok(s) => {
                     if let (Some(bound), Some((agent, _))) = (&bound, &s.agent)
                         && agent != bound
                         && *agent != cairn_core::record::hashed_agent_id(bound)
                     {
-                        fates[i] = Fate::Refused;
-                        reasons.push(format!(
-                            "span {}: this key may only write as agent {bound}, not {agent}",
-                            s.span_hex
-                        ));
+                        refuse(&mut fates, &mut reasons, i, || {
+                            format!(
+                                "span {}: this key may only write as agent {bound}, not {agent}",
+                                s.span_hex
+                            )
+                        });
                     } else {
                         bytes += s.counted_bytes;
                     }
                 }
             }
         }
-        let span_agents = span_agents(&mapped);
+        // A bound key writes as its agent: its spans' own agents are
+        // checked above, and no session's owner is looked up.
+        let span_agents = match bound {
+            Some(_) => vec![None; mapped.len()],
+            None => span_agents(&mapped),
+        };
         let plans = map::plan(mapped, bound.as_deref());
         let steps: usize = plans.iter().map(|p| p.steps.len()).sum();
         if let Some(e) = saturated(&work_state, steps) {
@@ -179,8 +182,9 @@ async fn export_traces(
                 let agent = match owner.writes(planned, span_agents[span].as_deref()) {
                     Ok(agent) => agent,
                     Err(why) => {
-                        fates[span] = Fate::Refused;
-                        reasons.push(format!("step {id}: {why}"));
+                        refuse(&mut fates, &mut reasons, span, || {
+                            format!("step {id}: {why}")
+                        });
                         continue;
                     }
                 };
@@ -217,10 +221,7 @@ async fn export_traces(
             }
             Err(AppendError::Refused(r)) => {
                 state.metrics.refusal();
-                if fates[span] != Fate::Refused {
-                    fates[span] = Fate::Refused;
-                    reasons.push(format!("step {id}: {r}"));
-                }
+                refuse(&mut fates, &mut reasons, span, || format!("step {id}: {r}"));
             }
             Err(AppendError::Store(e)) => storage_failure = Some(e),
         }
@@ -236,7 +237,7 @@ async fn export_traces(
             content_type.clone(),
             content_encoding.clone(),
         );
-        let agents = mismatched.clone();
+        let adopted: std::collections::HashSet<String> = mismatched.keys().cloned().collect();
         let waiting = cpu(state, caller.org(), move || {
             let (mapped, _) = decode_and_map(
                 &work_bytes,
@@ -257,7 +258,7 @@ async fn export_traces(
                 let owner = owners.of(&plan.session_id)?;
                 let planned = (plan.session_id.as_str(), plan.agent_id.as_str());
                 for (span, step) in plan.steps {
-                    if !agents.contains_key(&step.step_id) {
+                    if !adopted.contains(&step.step_id) {
                         continue;
                     }
                     match owner.writes(planned, span_agents[span].as_deref()) {
@@ -296,10 +297,9 @@ async fn export_traces(
         let (waiting, refused) = waiting;
         for (span, id, why) in refused {
             state.metrics.refusal();
-            if fates[span] != Fate::Refused {
-                fates[span] = Fate::Refused;
-                reasons.push(format!("step {id}: {why}"));
-            }
+            refuse(&mut fates, &mut reasons, span, || {
+                format!("step {id}: {why}")
+            });
         }
         for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
@@ -310,10 +310,7 @@ async fn export_traces(
                 }
                 Err(AppendError::Refused(r)) => {
                     state.metrics.refusal();
-                    if fates[span] != Fate::Refused {
-                        fates[span] = Fate::Refused;
-                        reasons.push(format!("step {id}: {r}"));
-                    }
+                    refuse(&mut fates, &mut reasons, span, || format!("step {id}: {r}"));
                 }
                 Err(AppendError::Store(e)) => storage_failure = Some(e),
             }
@@ -337,12 +334,11 @@ async fn export_traces(
         .await?;
         for (span, id) in conflicts {
             state.metrics.refusal();
-            if fates[span] != Fate::Refused {
-                fates[span] = Fate::Refused;
-                reasons.push(format!(
+            refuse(&mut fates, &mut reasons, span, || {
+                format!(
                     "step {id}: its id is taken by another step (another span with this span's trace and span ids, or a step written under that id first)"
-                ));
-            }
+                )
+            });
         }
     }
     if let Some(e) = storage_failure {
@@ -399,6 +395,19 @@ async fn export_traces(
             json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
         })),
     })
+}
+
+/// Marks span `span` refused, with `reason` if it is the span's first.
+fn refuse(
+    fates: &mut [Fate],
+    reasons: &mut Vec<String>,
+    span: usize,
+    reason: impl FnOnce() -> String,
+) {
+    if fates[span] != Fate::Refused {
+        fates[span] = Fate::Refused;
+        reasons.push(reason());
+    }
 }
 
 /// Each span's own agent (as the mapping named it), by its place in the
