@@ -94,17 +94,17 @@ struct Found {
 }
 
 impl Found {
-    fn unknown(&mut self, name: &str) {
-        let shown: String = name.chars().take(SHOWN_CHARS).collect();
-        if self.unknown.len() < MAX_NAMES && !self.unknown.contains(&shown) {
-            self.unknown.push(shown);
+    /// Keeps `shown` (a name as [`NameOf`] cut it) among the unknown.
+    fn unknown(&mut self, shown: &str) {
+        if self.unknown.len() < MAX_NAMES && !self.unknown.iter().any(|n| n == shown) {
+            self.unknown.push(shown.to_owned());
         }
     }
 
-    fn snake(&mut self, name: &str, camel: &'static str) {
-        let shown: String = name.chars().take(SHOWN_CHARS).collect();
-        if self.snake.len() < MAX_NAMES && !self.snake.iter().any(|(n, _)| *n == shown) {
-            self.snake.push((shown, camel));
+    /// Keeps `shown`, the snake_case spelling of `camel`.
+    fn snake(&mut self, shown: &str, camel: &'static str) {
+        if self.snake.len() < MAX_NAMES && !self.snake.iter().any(|(n, _)| n == shown) {
+            self.snake.push((shown.to_owned(), camel));
         }
     }
 }
@@ -119,26 +119,20 @@ fn outer(message: Message) -> bool {
     )
 }
 
-/// What a member's name is in its message.
-enum Name {
-    Known(Holds),
-    /// The snake_case spelling of a member the message has.
-    Snake(&'static str, Holds),
-    Unknown,
-}
-
-/// The member `name` of `message`: compared without copying it.
-fn classify(message: Message, name: &str) -> Name {
+/// The member `name` of `message`: compared without copying it, and
+/// copied (cut to [`SHOWN_CHARS`]) only when it is to be shown.
+fn classify(message: Message, name: &str) -> Named {
+    let shown = || name.chars().take(SHOWN_CHARS).collect();
     let members = message.members();
     if let Some(m) = members.iter().find(|m| m.json == name) {
-        return Name::Known(m.holds);
+        return Named::Known(m.holds);
     }
     if name.contains('_')
         && let Some(m) = members.iter().find(|m| snake_of(m.json, name))
     {
-        return Name::Snake(m.json, m.holds);
+        return Named::Snake(shown(), m.json, m.holds);
     }
-    Name::Unknown
+    Named::Unknown(shown())
 }
 
 /// Whether `name` is `camel` in snake_case (`scope_spans` for
@@ -271,10 +265,12 @@ impl<'de> Visitor<'de> for Scan<'_> {
     }
 }
 
-/// A member name as read: what it is in its message, copied only when it
-/// is to be shown.
+/// A member name as read: what it is in its message, and as shown when it
+/// is to be.
 enum Named {
     Known(Holds),
+    /// The snake_case spelling of a member the message has: as shown, the
+    /// member, what it holds.
     Snake(String, &'static str, Holds),
     Unknown(String),
 }
@@ -298,12 +294,7 @@ impl<'de> Visitor<'de> for NameOf {
     }
 
     fn visit_str<E>(self, name: &str) -> Result<Named, E> {
-        let shown = || name.chars().take(SHOWN_CHARS).collect();
-        Ok(match classify(self.0, name) {
-            Name::Known(holds) => Named::Known(holds),
-            Name::Snake(camel, holds) => Named::Snake(shown(), camel, holds),
-            Name::Unknown => Named::Unknown(shown()),
-        })
+        Ok(classify(self.0, name))
     }
 }
 
