@@ -163,6 +163,29 @@ mod tests {
     use super::CpuPool;
     use std::sync::{Arc, Mutex};
 
+    /// The pool's thread held by a job of `org` until `release` is sent
+    /// (or dropped): returns it and the job's task, once the job runs.
+    async fn hold_the_thread(
+        pool: &Arc<CpuPool>,
+        org: &'static str,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        tokio::task::JoinHandle<Result<(), crate::ApiError>>,
+    ) {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, holding) = tokio::sync::oneshot::channel::<()>();
+        let pool = Arc::clone(pool);
+        let blocker = tokio::spawn(async move {
+            pool.run(org, "holding the thread", move || {
+                let _ = started.send(());
+                let _ = held.recv();
+            })
+            .await
+        });
+        holding.await.unwrap();
+        (release, blocker)
+    }
+
     /// A flood of one org's jobs queued first delays another org's job by
     /// one of them, not by the flood; each org's jobs keep their order.
     #[tokio::test]
@@ -170,19 +193,7 @@ mod tests {
         let pool = Arc::new(CpuPool::with_threads(1));
         let ran = Arc::new(Mutex::new(Vec::new()));
         // The pool's one thread is held until every job below is queued.
-        let (release, held) = std::sync::mpsc::channel::<()>();
-        let (started, holding) = tokio::sync::oneshot::channel::<()>();
-        let blocker = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move {
-                pool.run("flood", "holding the thread", move || {
-                    let _ = started.send(());
-                    let _ = held.recv();
-                })
-                .await
-            })
-        };
-        holding.await.unwrap();
+        let (release, blocker) = hold_the_thread(&pool, "flood").await;
         let mut answers = Vec::new();
         let queue = |org: &'static str, job: usize| {
             let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
@@ -246,19 +257,7 @@ mod tests {
     #[tokio::test]
     async fn abandoned_jobs_are_not_run() {
         let pool = Arc::new(CpuPool::with_threads(1));
-        let (held, release) = std::sync::mpsc::channel::<()>();
-        let (started, holding) = tokio::sync::oneshot::channel::<()>();
-        let blocker = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move {
-                pool.run("org", "holding the thread", move || {
-                    let _ = started.send(());
-                    let _ = release.recv();
-                })
-                .await
-            })
-        };
-        holding.await.unwrap();
+        let (release, blocker) = hold_the_thread(&pool, "org").await;
         let ran = Arc::new(Mutex::new(Vec::new()));
         let abandoned = {
             let (pool, ran) = (Arc::clone(&pool), Arc::clone(&ran));
@@ -281,7 +280,7 @@ mod tests {
                     .await
             })
         };
-        held.send(()).unwrap();
+        release.send(()).unwrap();
         blocker.await.unwrap().unwrap();
         kept.await.unwrap().unwrap();
         assert_eq!(*ran.lock().unwrap(), ["kept"]);
