@@ -105,6 +105,19 @@ fn otlp_json_bodies_of_misspelt_members_are_named() {
     }
 }
 
+/// The answer (200) to an OTLP/JSON export of `spans` (one resource, one
+/// scope) by the admin key, and the spans it rejected.
+fn export_spans(server: &Server, spans: Vec<serde_json::Value>) -> (serde_json::Value, u64) {
+    let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
+    let reply = post(server, "/v1/traces", &server.admin, &body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answer = reply.json();
+    let rejected = answer["partialSuccess"]["rejectedSpans"]
+        .as_str()
+        .map_or(0, |n| n.parse::<u64>().unwrap());
+    (answer, rejected)
+}
+
 /// The answer to an OTLP/JSON export of `body`, as sent (200).
 fn export_text(server: &Server, body: &str) -> serde_json::Value {
     let reply = call(
@@ -233,20 +246,10 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
             ]
         })
     };
-    let export = |spans: Vec<serde_json::Value>| json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
-    let rejected = |reply: &Reply| {
-        assert_eq!(reply.status, 200, "{}", reply.text());
-        let body = reply.json();
-        body["partialSuccess"]["rejectedSpans"]
-            .as_str()
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
+    let rejected = |spans: &[serde_json::Value]| export_spans(&server, spans.to_vec()).1;
     // An export, and the same export again: nothing rejected.
-    let first = export(vec![span("00f067aa0ba902b7", "hello")]);
-    assert_eq!(
-        rejected(&post(&server, "/v1/traces", &server.admin, &first)),
-        0
-    );
+    let first = [span("00f067aa0ba902b7", "hello")];
+    assert_eq!(rejected(&first), 0);
     let steps = call(
         &server,
         "GET",
@@ -259,10 +262,7 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
         .unwrap()
         .len();
     assert!(steps > 0);
-    assert_eq!(
-        rejected(&post(&server, "/v1/traces", &server.admin, &first)),
-        0
-    );
+    assert_eq!(rejected(&first), 0);
     // A key bound to another agent writes a step under the next span's
     // first step id; the real span then finds it taken.
     let squatter = key_for(&server, "acme", Role::Writer, Some("agent-a"));
@@ -276,13 +276,9 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
                 "content": "benign", "trace_id": taken}),
     );
     assert_eq!(squat.status, 201, "{}", squat.text());
-    let real = export(vec![span(span_id, "delete prod db")]);
-    let reply = post(&server, "/v1/traces", &server.admin, &real);
-    assert_eq!(rejected(&reply), 1, "{}", reply.text());
-    let message = reply.json()["partialSuccess"]["errorMessage"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (answer, count) = export_spans(&server, vec![span(span_id, "delete prod db")]);
+    assert_eq!(count, 1, "{answer}");
+    let message = answer["partialSuccess"]["errorMessage"].as_str().unwrap();
     assert!(message.contains("taken by another step"), "{message}");
     // A span written as its session's agent (the session was opened by
     // another agent first), sent again: a retry still.
@@ -296,15 +292,9 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
     assert_eq!(opened.status, 201, "{}", opened.text());
     let mut other = span("1111111111111111", "as the session's agent");
     other["attributes"][2]["value"]["stringValue"] = json!("orch-sess-2");
-    let adopted = export(vec![other]);
-    assert_eq!(
-        rejected(&post(&server, "/v1/traces", &server.admin, &adopted)),
-        0
-    );
-    assert_eq!(
-        rejected(&post(&server, "/v1/traces", &server.admin, &adopted)),
-        0
-    );
+    let adopted = [other];
+    assert_eq!(rejected(&adopted), 0);
+    assert_eq!(rejected(&adopted), 0);
     let session = call(
         &server,
         "GET",
@@ -315,14 +305,11 @@ fn otlp_steps_whose_ids_another_step_took_are_rejected() {
     .json();
     assert!(session["steps"].as_array().unwrap().len() > 1, "{session}");
     // Two different spans of the same ids in one export: one is rejected.
-    let twice = export(vec![
+    let twice = [
         span("0000000000000abc", "one"),
         span("0000000000000abc", "another"),
-    ]);
-    assert_eq!(
-        rejected(&post(&server, "/v1/traces", &server.admin, &twice)),
-        1
-    );
+    ];
+    assert_eq!(rejected(&twice), 1);
 }
 
 /// Spans of a key without a binding are written into a session another
@@ -358,17 +345,7 @@ fn otlp_spans_are_not_adopted_into_a_session_a_bound_key_opened() {
             "attributes": attributes
         })
     };
-    // The answer to an export of `spans`, and its rejected spans.
-    let export = |spans: Vec<serde_json::Value>| {
-        let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
-        let reply = post(&server, "/v1/traces", &server.admin, &body);
-        assert_eq!(reply.status, 200, "{}", reply.text());
-        let answer = reply.json();
-        let rejected = answer["partialSuccess"]["rejectedSpans"]
-            .as_str()
-            .map_or(0, |n| n.parse::<u64>().unwrap());
-        (answer, rejected)
-    };
+    let export = |spans: Vec<serde_json::Value>| export_spans(&server, spans);
     let open = |key: &str, body: serde_json::Value| {
         let reply = post(&server, "/v1/steps", key, &body);
         assert_eq!(reply.status, 201, "{}", reply.text());
