@@ -481,6 +481,31 @@ fn a_session_whose_last_step_was_moved_away_fails_its_own_verification() {
     assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 1);
 }
 
+/// A head row edited to a value of another type (SQLite keeps any) is
+/// no claim on what the session holds: its replay and its own
+/// verification read on (the org's verification names the row), where
+/// reading the claim had failed them both as a database error.
+#[test]
+fn a_head_row_of_another_type_fails_no_session_read() {
+    let dir = tempfile::tempdir().unwrap();
+    populated(dir.path());
+    let c = attacker(dir.path());
+    c.execute(
+        "UPDATE session_heads SET last_index = last_index + 0.5 WHERE sid = (SELECT sid FROM sessions WHERE session_id = 'revenue-analysis-q4')",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    for args in [
+        &["replay", "revenue-analysis-q4"][..],
+        &["verify", "--session", "revenue-analysis-q4"],
+    ] {
+        let run = cairn_in(dir.path(), args, None);
+        assert_eq!(run.code, 0, "{args:?}: {} {}", run.stdout, run.stderr);
+    }
+    assert_eq!(cairn_in(dir.path(), &["verify"], None).code, 1);
+}
+
 #[test]
 fn an_inconsistent_store_opens_read_only_and_says_why() {
     let dir = tempfile::tempdir().unwrap();

@@ -150,7 +150,9 @@ impl PgStore {
             };
             let Some(row) = db.query_opt(
                 "SELECT s.start_seq, s.genesis, start.view, s.org, s.sid,
-                   seal.view, seal.id, h.last_index + 1
+                   seal.view, seal.id,
+                   CASE WHEN h.last_index BETWEEN 0 AND 9223372036854775806
+                        THEN h.last_index + 1 END
                  FROM sessions s
                  JOIN entries start ON start.id = ((s.org << 40) | s.start_seq)
                  LEFT JOIN entries seal ON seal.sid = s.sid AND seal.type = 'seal'

@@ -161,8 +161,15 @@ impl SqliteStore {
                 Some((index, hash)) => (index as u64 + 1, blob_hash(hash)?),
                 None => (0, blob_hash(genesis)?),
             };
+            // Only a whole number the row can be one past: a head row
+            // edited to another type or past the range is no claim (the
+            // org's verification names it), not a read error.
             let head_row_steps: Option<i64> = c
-                .prepare_cached("SELECT last_index + 1 FROM session_heads WHERE sid = ?1")
+                .prepare_cached(
+                    "SELECT last_index + 1 FROM session_heads
+                     WHERE sid = ?1 AND typeof(last_index) = 'integer'
+                       AND last_index BETWEEN 0 AND 9223372036854775806",
+                )
                 .and_then(|mut s| s.query_row(params![sid], |r| r.get(0)).optional())
                 .context("reading a session head")?;
             Ok(Some(SessionInfo {
