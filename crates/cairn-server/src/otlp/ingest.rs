@@ -167,11 +167,22 @@ async fn export_traces(
         let mut submitted = Vec::with_capacity(steps);
         let mut owners = SessionOwners::new(&work_state, &work_caller);
         for plan in plans {
-            // A bound key writes as its agent, wherever (the ledger
-            // refuses a session of another agent).
-            let owner = match bound {
-                Some(_) => &Owner::New,
-                None => owners.of(&plan.session_id)?,
+            // Whose the session is matters only for a plan whose spans name
+            // other agents than its own (a span of another agent may be
+            // refused): a plan of one agent is written as planned, and a
+            // session of another agent refuses it (`AgentMismatch`, below),
+            // so the common export reads no session here. A bound key
+            // writes as its agent, wherever.
+            let mixed = bound.is_none()
+                && plan.steps.iter().any(|(span, _)| {
+                    span_agents[*span]
+                        .as_deref()
+                        .is_some_and(|agent| agent != plan.agent_id)
+                });
+            let owner = if mixed {
+                owners.of(&plan.session_id)?
+            } else {
+                &Owner::New
             };
             let planned = (plan.session_id.as_str(), plan.agent_id.as_str());
             for (span, step) in plan.steps {
