@@ -29,7 +29,8 @@ mod view;
 
 pub use records::{
     AuditEvent, ErasureRecord, KeyRegistration, KeyRevocation, LogKeyAction, LogKeyRecord,
-    ReviewDecision, ReviewRecord, SealRecord, SignedTraceRecord, log_key_note_text, seal_note_text,
+    ReviewDecision, ReviewRecord, SealRecord, SignedTraceRecord, TraceErasureRecord,
+    log_key_note_text, seal_note_text,
 };
 pub use view::OpParseError;
 
@@ -54,12 +55,14 @@ pub enum OpRecord {
     SignedTrace(SignedTraceRecord),
     /// A log key added or retired.
     LogKey(LogKeyRecord),
+    /// A signed trace's record withheld by an erasure.
+    TraceErasure(TraceErasureRecord),
 }
 
 impl OpRecord {
     /// The entry type written in the leaf: `session-start`, `seal`,
     /// `erasure`, `review`, `key-registration`, `key-revocation`,
-    /// `audit-event`, `signed-trace` or `log-key`.
+    /// `audit-event`, `signed-trace`, `log-key` or `trace-erasure`.
     pub fn entry_type(&self) -> &'static str {
         match self {
             OpRecord::SessionStart(_) => "session-start",
@@ -71,6 +74,7 @@ impl OpRecord {
             OpRecord::AuditEvent(_) => "audit-event",
             OpRecord::SignedTrace(_) => "signed-trace",
             OpRecord::LogKey(_) => "log-key",
+            OpRecord::TraceErasure(_) => "trace-erasure",
         }
     }
 
@@ -86,6 +90,7 @@ impl OpRecord {
             OpRecord::AuditEvent(r) => &r.org_id,
             OpRecord::SignedTrace(r) => &r.org_id,
             OpRecord::LogKey(r) => &r.org_id,
+            OpRecord::TraceErasure(r) => &r.org_id,
         }
     }
 }
@@ -103,6 +108,13 @@ pub enum LogRecord {
         /// The record.
         record: OpRecord,
         /// `op_hash` as recorded (recomputed and compared by verifiers).
+        hash: Hash,
+    },
+    /// A `signed-trace` record withheld by a later `trace-erasure`
+    /// record: only its recorded `op_hash` is left, which nothing can
+    /// recompute (FORMAT.md 8).
+    ErasedTrace {
+        /// `op_hash` as recorded.
         hash: Hash,
     },
 }
@@ -126,6 +138,7 @@ impl LogEntry {
         match &self.record {
             LogRecord::Step(_) => "step",
             LogRecord::Op { record, .. } => record.entry_type(),
+            LogRecord::ErasedTrace { .. } => "signed-trace",
         }
     }
 
@@ -133,7 +146,7 @@ impl LogEntry {
     pub fn record_hash(&self) -> Hash {
         match &self.record {
             LogRecord::Step(s) => s.hash,
-            LogRecord::Op { hash, .. } => *hash,
+            LogRecord::Op { hash, .. } | LogRecord::ErasedTrace { hash } => *hash,
         }
     }
 

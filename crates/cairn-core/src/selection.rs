@@ -393,7 +393,7 @@ impl Selector {
                     claim.2 = record.hash;
                 }
             }
-            LogRecord::Op { .. } => {}
+            LogRecord::Op { .. } | LogRecord::ErasedTrace { .. } => {}
         }
     }
 
@@ -412,6 +412,9 @@ impl Selector {
                 mine(&seal.session_id) || self.predecessors.contains(&seal.final_hash)
             }
             OpRecord::Erasure(e) => mine(&e.session_id),
+            // At every level, as a step's erasure; the trace it withholds
+            // is never selected (an erased trace is no `LogRecord::Op`).
+            OpRecord::TraceErasure(e) => mine(&e.session_id),
             OpRecord::Review(r) => self.level == DetailLevel::Full && mine(&r.session_id),
             OpRecord::AuditEvent(a) => {
                 self.level == DetailLevel::Full && a.session_id.as_deref().is_some_and(mine)

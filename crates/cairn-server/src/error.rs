@@ -138,6 +138,7 @@ pub const ERROR_CODES: &[&str] = &[
     "not_sealed",
     "storage_failure",
     "already_erased",
+    "erased",
     "ledger_disabled",
     "reflection_required",
     "rate_limited",
@@ -245,6 +246,19 @@ impl ApiError {
     /// a name to follow with "not found").
     pub fn not_found_because(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 410 for a signed trace whose record an erasure withheld: it was
+    /// recorded, and what it said is gone (FORMAT.md 8).
+    pub fn erased_trace(trace_id: &str, seq: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::GONE,
+            "erased",
+            format!(
+                "trace {} was erased: its signed-trace record (seq {seq}) keeps only its hash, and the trace-erasure record after it says when, why and by whom",
+                shown(trace_id)
+            ),
+        )
     }
 
     /// 404 for a turn the session does not hold (REST's streamed turn and

@@ -189,7 +189,11 @@ async fn recorded_import(
 ) -> Result<Option<TraceImported>, ApiError> {
     let org_id = org.to_owned();
     crate::on_cpu(state, org, "checking a retried import", move |store| {
-        let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org_id, &trace_id)? else {
+        // An erased trace is never answered as recorded: the import is
+        // refused as any other of a taken id.
+        let Some((seq, Some(OpRecord::SignedTrace(record)))) =
+            store.op_by_id(&org_id, &trace_id)?
+        else {
             return Ok(None);
         };
         if record.session_id != session || trace_fingerprint(&record.trace.original) != fingerprint
@@ -273,12 +277,17 @@ pub(crate) async fn fetch(
     let permit = crate::limits::expensive(state, &org, "checking the trace's signature").await?;
     blocking(state, move |store| {
         let _permit = permit;
-        let Some((seq, OpRecord::SignedTrace(record))) = store.op_by_id(&org, &trace_id)? else {
-            return Err(ApiError::not_found(format!(
-                "trace {}",
-                crate::error::shown(&trace_id)
-            )));
+        let record = match store.op_by_id(&org, &trace_id)? {
+            Some((seq, Some(OpRecord::SignedTrace(record)))) => (seq, record),
+            Some((seq, None)) => return Err(ApiError::erased_trace(&trace_id, seq)),
+            _ => {
+                return Err(ApiError::not_found(format!(
+                    "trace {}",
+                    crate::error::shown(&trace_id)
+                )));
+            }
         };
+        let (seq, record) = record;
         let check = cairn_store::ops::check_trace_signature(store, &org, &record.trace, seq)?;
         let trace = match &record.trace.original {
             Value::Object(members) => members.clone(),

@@ -5,7 +5,7 @@
 //! all-or-nothing write ([`crate::WriteRequest::Steps`]) would be
 //! accepted before it writes any of them.
 
-use crate::engine::{AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, op_record_id};
+use crate::engine::{AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx};
 use crate::{StoreError, StoredCheckpoint, StoredStep};
 use cairn_core::record::SessionHeader;
 use cairn_core::{Hash, Timestamp};
@@ -122,9 +122,9 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
     }
 
     fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
-        if let Some(id) = op_record_id(row.op) {
+        if let Some(id) = row.id() {
             self.written
-                .insert((row.org, id.to_owned()), row.op.entry_type().to_owned());
+                .insert((row.org, id.to_owned()), row.entry_type().to_owned());
         }
         Ok(())
     }
@@ -165,6 +165,21 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
     }
 
     fn erase(&mut self, _org: i64, _seq: u64, _hidden: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn held_signed_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<(u64, String, Hash)>, StoreError> {
+        if org < 0 {
+            return Ok(None);
+        }
+        self.tx.held_signed_trace(org, trace_id)
+    }
+
+    fn withhold_trace(&mut self, _org: i64, _seq: u64) -> Result<(), StoreError> {
         Ok(())
     }
 

@@ -654,12 +654,13 @@ pub trait LedgerStore: Send + Sync + 'static {
     ) -> Result<Vec<(u64, cairn_core::log::OpRecord)>, StoreError>;
 
     /// An operational record found by id (an audit event's id, an
-    /// imported trace's id), with its position.
+    /// imported trace's id), with its position; the record is `None` for
+    /// a signed trace whose view an erasure withheld (FORMAT.md 8).
     fn op_by_id(
         &self,
         org_id: &str,
         id: &str,
-    ) -> Result<Option<(u64, cairn_core::log::OpRecord)>, StoreError>;
+    ) -> Result<Option<(u64, Option<cairn_core::log::OpRecord>)>, StoreError>;
 
     /// An audit event by id, with its position.
     fn audit_event(
@@ -668,7 +669,7 @@ pub trait LedgerStore: Send + Sync + 'static {
         event_id: &str,
     ) -> Result<Option<(u64, cairn_core::log::AuditEvent)>, StoreError> {
         Ok(match self.op_by_id(org_id, event_id)? {
-            Some((seq, cairn_core::log::OpRecord::AuditEvent(event))) => Some((seq, event)),
+            Some((seq, Some(cairn_core::log::OpRecord::AuditEvent(event)))) => Some((seq, event)),
             _ => None,
         })
     }

@@ -205,40 +205,9 @@ BEGIN
     USING ERRCODE = 'insufficient_privilege';
 END $$;
 
--- The only updates of `entries`: the recorded erasure (the four payload
--- columns nulled at once, `erased` set, commitments in `hidden`, the
--- embedding flag may drop, and only once the step's erasure record is in
--- the log) and setting the embedding flag. Every other column must stay as
--- it was.
-CREATE OR REPLACE FUNCTION cairn_entries_update() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF (NEW.id, NEW.org, NEW.seq, NEW.type, NEW.logged_at, NEW.record_hash, NEW.leaf_hash, NEW.view, NEW.sid, NEW.step_index,
-      NEW.trace_id, NEW.agent_id, NEW.kind, NEW.kind_label, NEW.confidence, NEW.duration_ms, NEW.token_count,
-      NEW.model, NEW.created_at, NEW.turn_id, NEW.turn_step, NEW.task_id, NEW.links, NEW.status, NEW.seed,
-      NEW.digest, NEW.prev_hash, NEW.sig_key_id, NEW.signature, NEW.salts, NEW.prev_seq)
-     IS NOT DISTINCT FROM
-     (OLD.id, OLD.org, OLD.seq, OLD.type, OLD.logged_at, OLD.record_hash, OLD.leaf_hash, OLD.view, OLD.sid, OLD.step_index,
-      OLD.trace_id, OLD.agent_id, OLD.kind, OLD.kind_label, OLD.confidence, OLD.duration_ms, OLD.token_count,
-      OLD.model, OLD.created_at, OLD.turn_id, OLD.turn_step, OLD.task_id, OLD.links, OLD.status, OLD.seed,
-      OLD.digest, OLD.prev_hash, OLD.sig_key_id, OLD.signature, OLD.salts, OLD.prev_seq)
-     AND (
-       (OLD.type = 'step' AND NOT OLD.erased AND NEW.erased AND NEW.hidden IS NOT NULL
-        AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
-        AND (NEW.has_embedding = OLD.has_embedding OR NOT NEW.has_embedding)
-        AND EXISTS (SELECT 1 FROM entries x WHERE x.type = 'erasure' AND x.sid = OLD.sid
-                    AND x.step_index = OLD.step_index AND x.seq > OLD.seq))
-       OR
-       (NOT OLD.has_embedding AND NEW.has_embedding AND NEW.erased = OLD.erased
-        AND NEW.hidden IS NOT DISTINCT FROM OLD.hidden
-        AND (NEW.content, NEW.input_data, NEW.output_data, NEW.metadata)
-            IS NOT DISTINCT FROM (OLD.content, OLD.input_data, OLD.output_data, OLD.metadata))
-     )
-  THEN
-    RETURN NEW;
-  END IF;
-  RAISE EXCEPTION 'cairn: ledger entries cannot be updated (only recorded erasure and the embedding flag)'
-    USING ERRCODE = 'insufficient_privilege';
-END $$;
+-- The only updates of `entries`: `cairn_entries_update()`, in
+-- pg_entries_update.sql (created before this file, and replaced by every
+-- migration).
 
 -- Session heads only move forward, to a later step of the same session.
 CREATE OR REPLACE FUNCTION cairn_heads_forward() RETURNS trigger LANGUAGE plpgsql AS $$

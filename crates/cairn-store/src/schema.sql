@@ -217,13 +217,17 @@ BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused')
 
 -- The only updates allowed: the recorded erasure (payload columns nulled,
 -- `erased` set, commitments kept in `hidden`, the embedding flag may drop
--- with the vector, and only once the step's erasure record is in the log)
--- and setting `has_embedding`.
+-- with the vector, and only once the step's erasure record is in the log),
+-- the withheld view of an erased signed trace (only once a trace-erasure
+-- record names its seq), and setting `has_embedding`.
 -- Every other column must stay exactly as it was.
-CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
+-- Replaced at every open, so that a store written by an earlier version
+-- gets this version's rule.
+DROP TRIGGER IF EXISTS entries_no_update;
+CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries
 WHEN NOT (
   NEW.id IS OLD.id AND NEW.org IS OLD.org AND NEW.seq IS OLD.seq AND NEW.type IS OLD.type
-  AND NEW.logged_at IS OLD.logged_at AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash AND NEW.view IS OLD.view
+  AND NEW.logged_at IS OLD.logged_at AND NEW.record_hash IS OLD.record_hash AND NEW.leaf_hash IS OLD.leaf_hash
   AND NEW.sid IS OLD.sid AND NEW.step_index IS OLD.step_index AND NEW.trace_id IS OLD.trace_id
   AND NEW.agent_id IS OLD.agent_id AND NEW.kind IS OLD.kind AND NEW.kind_label IS OLD.kind_label
   AND NEW.confidence IS OLD.confidence AND NEW.duration_ms IS OLD.duration_ms
@@ -233,18 +237,26 @@ WHEN NOT (
   AND NEW.digest IS OLD.digest AND NEW.prev_hash IS OLD.prev_hash AND NEW.sig_key_id IS OLD.sig_key_id
   AND NEW.signature IS OLD.signature AND NEW.salts IS OLD.salts AND NEW.prev_seq IS OLD.prev_seq
   AND (
-    (OLD.type = 'step' AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
+    (OLD.type = 'step' AND NEW.view IS OLD.view AND OLD.erased = 0 AND NEW.erased = 1 AND NEW.hidden IS NOT NULL
      AND NEW.content IS NULL AND NEW.input_data IS NULL AND NEW.output_data IS NULL AND NEW.metadata IS NULL
      AND (NEW.has_embedding IS OLD.has_embedding OR NEW.has_embedding = 0)
      AND EXISTS (SELECT 1 FROM entries x WHERE x.type = 'erasure' AND x.sid = OLD.sid
                  AND x.step_index = OLD.step_index AND x.seq > OLD.seq))
     OR
-    (OLD.has_embedding = 0 AND NEW.has_embedding = 1 AND NEW.erased IS OLD.erased AND NEW.hidden IS OLD.hidden
+    (OLD.has_embedding = 0 AND NEW.has_embedding = 1 AND NEW.view IS OLD.view AND NEW.erased IS OLD.erased
+     AND NEW.hidden IS OLD.hidden
      AND NEW.content IS OLD.content AND NEW.input_data IS OLD.input_data
      AND NEW.output_data IS OLD.output_data AND NEW.metadata IS OLD.metadata)
+    OR
+    (OLD.type = 'signed-trace' AND OLD.view IS NOT NULL AND NEW.view IS NULL
+     AND NEW.erased IS OLD.erased AND NEW.hidden IS OLD.hidden AND NEW.has_embedding IS OLD.has_embedding
+     AND NEW.content IS OLD.content AND NEW.input_data IS OLD.input_data
+     AND NEW.output_data IS OLD.output_data AND NEW.metadata IS OLD.metadata
+     AND EXISTS (SELECT 1 FROM entries x WHERE x.org = OLD.org AND x.type = 'trace-erasure'
+                 AND x.step_index = OLD.seq AND x.seq > OLD.seq))
   )
 )
-BEGIN SELECT RAISE(ABORT, 'cairn: ledger entries cannot be updated (only recorded erasure and the embedding flag)'); END;
+BEGIN SELECT RAISE(ABORT, 'cairn: ledger entries cannot be updated (only recorded erasure, a recorded trace erasure and the embedding flag)'); END;
 
 CREATE TRIGGER IF NOT EXISTS orgs_no_update BEFORE UPDATE ON orgs
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; UPDATE is refused'); END;

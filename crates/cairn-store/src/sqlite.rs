@@ -665,7 +665,11 @@ impl LedgerStore for SqliteStore {
         self.key_records_in(org_id, agent_id, after, limit)
     }
 
-    fn op_by_id(&self, org_id: &str, id: &str) -> Result<Option<(u64, OpRecord)>, StoreError> {
+    fn op_by_id(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<Option<(u64, Option<OpRecord>)>, StoreError> {
         self.op_by_id_in(org_id, id)
     }
 

@@ -297,7 +297,7 @@ fn a_rotated_log_verifies_and_an_insider_cannot_abuse_a_key_outside_its_validity
     );
     let OpRecord::Seal(s) = (match &early[seal].record {
         LogRecord::Op { record, .. } => record.clone(),
-        LogRecord::Step(_) => unreachable!(),
+        LogRecord::Step(_) | LogRecord::ErasedTrace { .. } => unreachable!(),
     }) else {
         unreachable!()
     };

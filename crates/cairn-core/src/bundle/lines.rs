@@ -55,6 +55,13 @@ pub fn encode_entry(entry: &LogEntry, proof: Option<&[Hash]>) -> String {
             "view": record.to_view(),
             "hash": hash.to_hex(),
         }),
+        LogRecord::ErasedTrace { hash } => json!({
+            "seq": entry.seq,
+            "type": "signed-trace",
+            "logged_at": entry.logged_at.to_string(),
+            "view": Value::Null,
+            "hash": hash.to_hex(),
+        }),
         LogRecord::Step(rec) => {
             let mut fields = Map::new();
             let mut salts = Map::new();
@@ -206,6 +213,16 @@ fn decode_entry_form(v: &Value) -> Result<ProvenEntry, String> {
         })?;
     let record = if entry_type == "step" {
         LogRecord::Step(decode_step(v)?)
+    } else if v["view"].is_null() {
+        // Only an erased signed trace's view is withheld (FORMAT.md 8).
+        if entry_type != "signed-trace" {
+            return Err(format!(
+                "view is null: only a signed-trace record's view is withheld (when erased), not a {entry_type}'s"
+            ));
+        }
+        LogRecord::ErasedTrace {
+            hash: hash_member(v, "hash")?,
+        }
     } else {
         let record = OpRecord::from_view(entry_type, &v["view"]).map_err(|e| e.to_string())?;
         LogRecord::Op {

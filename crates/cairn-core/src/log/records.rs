@@ -134,6 +134,32 @@ pub struct ErasureRecord {
     pub erased_at: Timestamp,
 }
 
+/// A signed trace's record withheld by an erasure: from then on the log
+/// and its exports carry only the record's `op_hash` where its view was
+/// (FORMAT.md 8, "Erasing a signed trace").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceErasureRecord {
+    /// The org.
+    pub org_id: String,
+    /// The session the trace's components were recorded in (the
+    /// `signed-trace` record's `session_id`).
+    pub session_id: String,
+    /// The trace's own `trace_id`, for people: nothing compares it with
+    /// the withheld trace, whose text is gone.
+    pub trace_id: String,
+    /// The `seq` of the withheld `signed-trace` entry.
+    pub trace_seq: u64,
+    /// That entry's `op_hash`, which stands in for its view from now on.
+    pub trace_hash: Hash,
+    /// Why (`"request"`, `"retention"`, or free text), as the step
+    /// erasure that caused it.
+    pub reason: String,
+    /// Who asked.
+    pub actor: String,
+    /// When.
+    pub erased_at: Timestamp,
+}
+
 /// A reviewer's decision on a flagged step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewRecord {

@@ -7,7 +7,7 @@
 
 use super::{
     AuditEvent, ErasureRecord, KeyRegistration, KeyRevocation, LogKeyAction, LogKeyRecord,
-    OpRecord, ReviewDecision, ReviewRecord, SealRecord, SignedTraceRecord,
+    OpRecord, ReviewDecision, ReviewRecord, SealRecord, SignedTraceRecord, TraceErasureRecord,
 };
 use crate::commit::Field;
 use crate::hash::{Framer, Hash};
@@ -116,6 +116,16 @@ impl OpRecord {
                 "at": k.at.to_string(),
                 "note": k.note,
             }),
+            OpRecord::TraceErasure(e) => json!({
+                "org_id": e.org_id,
+                "session_id": e.session_id,
+                "trace_id": e.trace_id,
+                "trace_seq": e.trace_seq,
+                "trace_hash": e.trace_hash.to_hex(),
+                "reason": e.reason,
+                "actor": e.actor,
+                "erased_at": e.erased_at.to_string(),
+            }),
         }
     }
 
@@ -175,6 +185,16 @@ impl OpRecord {
             "audit-event" => &["org_id", "event_id", "session_id", "action", "detail", "at"],
             "signed-trace" => &["org_id", "session_id", "trace"],
             "log-key" => &["org_id", "action", "key", "at", "note"],
+            "trace-erasure" => &[
+                "org_id",
+                "session_id",
+                "trace_id",
+                "trace_seq",
+                "trace_hash",
+                "reason",
+                "actor",
+                "erased_at",
+            ],
             _ => return None,
         })
     }
@@ -359,6 +379,16 @@ impl OpRecord {
                     note: s("note")?,
                 })
             }
+            "trace-erasure" => OpRecord::TraceErasure(TraceErasureRecord {
+                org_id: id("org_id")?,
+                session_id: id("session_id")?,
+                trace_id: id("trace_id")?,
+                trace_seq: u("trace_seq")?,
+                trace_hash: h("trace_hash")?,
+                reason: s("reason")?,
+                actor: s("actor")?,
+                erased_at: ts("erased_at")?,
+            }),
             _ => return Err(err("unknown record type")),
         })
     }

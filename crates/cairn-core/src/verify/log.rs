@@ -73,6 +73,9 @@ pub struct LogVerifier {
     /// Erased steps whose erasure record has not been seen yet, by
     /// (session, index).
     pending_erasures: HashMap<(String, u64), PendingErasure>,
+    /// Withheld signed traces whose trace-erasure record has not been
+    /// seen yet: their recorded hashes by seq.
+    pending_traces: std::collections::BTreeMap<u64, Hash>,
     /// Checkpoints still ahead of the stream: their roots by size.
     pending: std::collections::BTreeMap<u64, Vec<Hash>>,
     /// For a partial log: the checkpoint every entry's inclusion proof must
@@ -85,6 +88,9 @@ pub struct LogVerifier {
     /// the steps read since, whose erasures get no leniency (they were
     /// read after any erasure that names them had committed).
     tail_steps: Option<std::collections::HashSet<(String, u64)>>,
+    /// The log's size when [`LogVerifier::mirror_from_here`] was called:
+    /// a signed trace below it may have been read before it was withheld.
+    mirror_from: Option<u64>,
     progress: Progress,
 }
 
@@ -108,10 +114,12 @@ impl LogVerifier {
             sessions: HashMap::new(),
             sealed_finals: HashMap::new(),
             pending_erasures: HashMap::new(),
+            pending_traces: std::collections::BTreeMap::new(),
             pending: std::collections::BTreeMap::new(),
             sparse: None,
             mirroring: false,
             tail_steps: None,
+            mirror_from: None,
             progress: Progress::default(),
         }
     }
@@ -142,12 +150,14 @@ impl LogVerifier {
     /// erasure naming it, so its erasure is checked as always.
     pub fn mirror_from_here(&mut self) {
         self.tail_steps.get_or_insert_with(Default::default);
+        self.mirror_from.get_or_insert(self.tree.size());
     }
 
-    /// Erased steps seen so far whose erasure record has not come yet:
-    /// their positions, oldest first.
+    /// Erased steps and withheld signed traces seen so far whose erasure
+    /// record has not come yet: their positions, oldest first.
     pub fn pending_erasures(&self) -> Vec<u64> {
         let mut seqs: Vec<u64> = self.pending_erasures.values().map(|p| p.seq).collect();
+        seqs.extend(self.pending_traces.keys());
         seqs.sort_unstable();
         seqs
     }
@@ -167,6 +177,12 @@ impl LogVerifier {
                 trace_id: Some(p.trace_id.clone()),
                 line: None,
             });
+        let found = found.or_else(|| {
+            self.pending_traces.contains_key(&seq).then(|| Location {
+                seq: Some(seq),
+                ..Location::default()
+            })
+        });
         if let Some(at) = found {
             self.fail(at, Reason::ErasureMismatch, detail);
         }
@@ -482,8 +498,8 @@ impl LogVerifier {
     /// listed record not seen (`missing-record` at its seq), a listed
     /// session with fewer steps than claimed (`missing-record` at the first
     /// absent step) or another head (`selection-mismatch`), in listed
-    /// order; an erased step whose erasure record never came
-    /// (`erasure-mismatch` at the step).
+    /// order; an erased step or withheld signed trace whose erasure record
+    /// never came (`erasure-mismatch` at the first of them in the log).
     pub fn finish(mut self) -> Verdict {
         if self.progress.failure.is_some() {
             return self.progress.verdict();
@@ -552,19 +568,38 @@ impl LogVerifier {
                 }
             }
         }
-        if let Some(((session, index), pending)) =
-            self.pending_erasures.iter().min_by_key(|(_, p)| p.seq)
-        {
-            let at = Location {
-                seq: Some(pending.seq),
-                session_id: Some(session.clone()),
-                step_index: Some(*index),
-                trace_id: Some(pending.trace_id.clone()),
-                line: None,
-            };
-            let detail = "the step's payload is erased but no erasure record names it".to_owned();
-            self.progress
-                .fail_at_end(at, Reason::ErasureMismatch, detail);
+        // The first in the log of the erased steps and withheld traces
+        // that no erasure record named.
+        let step = self.pending_erasures.iter().min_by_key(|(_, p)| p.seq);
+        let trace = self.pending_traces.keys().next().copied();
+        match (step, trace) {
+            (Some(((session, index), pending)), trace)
+                if trace.is_none_or(|seq| pending.seq < seq) =>
+            {
+                let at = Location {
+                    seq: Some(pending.seq),
+                    session_id: Some(session.clone()),
+                    step_index: Some(*index),
+                    trace_id: Some(pending.trace_id.clone()),
+                    line: None,
+                };
+                let detail =
+                    "the step's payload is erased but no erasure record names it".to_owned();
+                self.progress
+                    .fail_at_end(at, Reason::ErasureMismatch, detail);
+            }
+            (_, Some(seq)) => {
+                let at = Location {
+                    seq: Some(seq),
+                    ..Location::default()
+                };
+                let detail =
+                    "the signed trace's view is withheld but no trace-erasure record names it"
+                        .to_owned();
+                self.progress
+                    .fail_at_end(at, Reason::ErasureMismatch, detail);
+            }
+            _ => {}
         }
         if let Some(size) = self.checkpoint_keys.first_failure(&self.key_validity) {
             let detail = format!(
@@ -631,6 +666,11 @@ fn write_entry_location(out: &mut Location, entry: &LogEntry) {
             out.step_index = None;
             out.trace_id = None;
         }
+        LogRecord::ErasedTrace { .. } => {
+            out.session_id = None;
+            out.step_index = None;
+            out.trace_id = None;
+        }
     }
 }
 
@@ -642,6 +682,7 @@ fn op_session(record: &OpRecord) -> Option<&str> {
         OpRecord::Review(r) => Some(&r.session_id),
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
         OpRecord::SignedTrace(t) => Some(&t.session_id),
+        OpRecord::TraceErasure(e) => Some(&e.session_id),
         OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
     }
 }

@@ -67,7 +67,7 @@ pub(crate) fn partial_export(fx: &Fixture, scope: Scope, level: DetailLevel) -> 
     for e in &fx.entries {
         let keep = match &e.record {
             LogRecord::Step(r) => sessions.contains(&r.step.session_id.as_str()),
-            LogRecord::Op { .. } => listed.contains(&e.seq),
+            LogRecord::Op { .. } | LogRecord::ErasedTrace { .. } => listed.contains(&e.seq),
         };
         if keep {
             let mut e = e.clone();

@@ -59,6 +59,10 @@ proptest! {
                 },
                 ..Default::default()
             },
+            LogRecord::ErasedTrace { .. } => cairn_core::verify::Location {
+                seq: Some(last.seq),
+                ..Default::default()
+            },
         };
         prop_assert_eq!(verdict.last_valid, Some(expected));
     }
@@ -233,6 +237,89 @@ fn signed_traces_are_checked_in_the_log() {
         &verify_log(&fx, &unregistered, &[]),
         fx.entries.len() as u64,
         Reason::BadSignature,
+    );
+
+    // Erasure (FORMAT.md 8): the trace's view withheld, its hash kept, and
+    // a later trace-erasure record naming it by seq and hash.
+    let withhold = |entries: &mut Vec<LogEntry>, seq: u64| {
+        let entry = &mut entries[seq as usize];
+        entry.record = LogRecord::ErasedTrace {
+            hash: entry.record_hash(),
+        };
+    };
+    let erasure = |trace_seq: u64, trace_hash: cairn_core::Hash| {
+        OpRecord::TraceErasure(cairn_core::log::TraceErasureRecord {
+            org_id: ORG.into(),
+            session_id: "trace-1".into(),
+            trace_id: "trace-1".into(),
+            trace_seq,
+            trace_hash,
+            reason: "request".into(),
+            actor: "key-1".into(),
+            erased_at: t(3),
+        })
+    };
+    let hash = good[at as usize].record_hash();
+    let mut erased = good.clone();
+    withhold(&mut erased, at);
+    push(&mut erased, erasure(at, hash));
+    assert!(verify_log(&fx, &erased, &[]).verified);
+    // A bundle line carries the hash where the view was, and reads back.
+    let line = cairn_core::bundle::encode_entry(&erased[at as usize], None);
+    assert!(line.contains(r#""view":null"#), "{line}");
+    let (back, _) = cairn_core::bundle::decode_entry(&line).unwrap();
+    assert_eq!(back, erased[at as usize]);
+    // Only a signed trace's view is ever withheld.
+    let key_line = cairn_core::bundle::encode_entry(&erased[at as usize - 1], None);
+    let nulled = key_line.replace(
+        &serde_json::to_string(&match &erased[at as usize - 1].record {
+            LogRecord::Op { record, .. } => record.to_view(),
+            _ => unreachable!(),
+        })
+        .unwrap(),
+        "null",
+    );
+    assert!(
+        cairn_core::bundle::decode_entry(&nulled).is_err(),
+        "{nulled}"
+    );
+    // A courier withholds a trace no record erased: the leaf is unchanged,
+    // the verdict is not.
+    let mut hidden = good.clone();
+    withhold(&mut hidden, at);
+    assert_log_fails_at(&verify_log(&fx, &hidden, &[]), at, Reason::ErasureMismatch);
+    // A trace-erasure by another hash, of a trace shown whole, of a record
+    // that is no trace, of a later seq, or twice.
+    let next = at + 1;
+    for (name, build) in [
+        (
+            "another hash",
+            (at, cairn_core::Hash::sha256(b"other"), true),
+        ),
+        ("shown whole", (at, hash, false)),
+        ("a key registration", (at - 1, hash, true)),
+        ("itself", (next, hash, true)),
+    ] {
+        let (trace_seq, trace_hash, withheld) = build;
+        let mut bad = good.clone();
+        if withheld {
+            withhold(&mut bad, at);
+        }
+        push(&mut bad, erasure(trace_seq, trace_hash));
+        let verdict = verify_log(&fx, &bad, &[]);
+        assert!(!verdict.verified, "{name}");
+        assert_eq!(
+            verdict.failure.as_ref().map(|f| (f.reason, f.at.seq)),
+            Some((Reason::ErasureMismatch, Some(next))),
+            "{name}"
+        );
+    }
+    let mut twice = erased.clone();
+    push(&mut twice, erasure(at, hash));
+    assert_log_fails_at(
+        &verify_log(&fx, &twice, &[]),
+        next + 1,
+        Reason::ErasureMismatch,
     );
 }
 

@@ -93,6 +93,24 @@ impl Engine<'_> {
                     };
                     write_op(tx, &mut org, record, entry.logged_at, sid)?;
                 }
+                // An erased signed trace: its hash in the leaf, no view,
+                // no session (the view named it); its trace-erasure
+                // record, later in the verified bundle, names it.
+                LogRecord::ErasedTrace { hash } => {
+                    tx.insert_op(&OpRow {
+                        org: org.id,
+                        seq: entry.seq,
+                        logged_at: entry.logged_at,
+                        op: None,
+                        hash,
+                        leaf: &leaf,
+                        sid: None,
+                        step_index: None,
+                        agent_id: None,
+                    })?;
+                    push_leaf(tx, &mut org, leaf)?;
+                    org.last_logged = entry.logged_at;
+                }
                 LogRecord::Step(r) => {
                     let s = &r.step;
                     let sid = *sids

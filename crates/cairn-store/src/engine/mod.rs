@@ -23,7 +23,7 @@ use cairn_core::commit::{
 use cairn_core::ed25519_dalek::VerifyingKey;
 use cairn_core::log::{
     ErasureRecord, KeyRegistration, KeyRevocation, LogEntry, LogRecord, OpRecord, SealRecord,
-    log_origin, org_checkpoint,
+    TraceErasureRecord, log_origin, org_checkpoint,
 };
 use cairn_core::merkle::{Frontier, leaf_hash};
 use cairn_core::record::{Limits, Links, Profile, SessionHeader, Status, Step, validate_id};
@@ -95,12 +95,31 @@ pub(crate) struct OpRow<'a> {
     pub org: i64,
     pub seq: u64,
     pub logged_at: Timestamp,
-    pub op: &'a OpRecord,
+    /// The record; `None` for a `signed-trace` record whose view is
+    /// withheld (an erased trace, imported so from a bundle).
+    pub op: Option<&'a OpRecord>,
     pub hash: &'a Hash,
     pub leaf: &'a Hash,
     pub sid: Option<i64>,
     pub step_index: Option<u64>,
     pub agent_id: Option<&'a str>,
+}
+
+impl OpRow<'_> {
+    /// The entry type of the row.
+    pub fn entry_type(&self) -> &'static str {
+        self.op.map_or("signed-trace", OpRecord::entry_type)
+    }
+
+    /// The stored view (`None`: withheld).
+    pub fn view(&self) -> Option<String> {
+        self.op.map(|op| op.to_view().to_string())
+    }
+
+    /// The id the record is found by ([`op_record_id`]).
+    pub fn id(&self) -> Option<&str> {
+        self.op.and_then(op_record_id)
+    }
 }
 
 /// What the engine needs from a backend's open write transaction. State
@@ -170,6 +189,17 @@ pub(crate) trait WriteTx {
     /// its hidden fields and drops its embedding. The step's erasure record
     /// is written first: the database refuses an erasure without one.
     fn erase(&mut self, org: i64, seq: u64, hidden: &str) -> Result<(), StoreError>;
+    /// The `signed-trace` record of trace `trace_id` in `org` whose view
+    /// is still held: its seq, its session and its recorded `op_hash`.
+    fn held_signed_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<(u64, String, Hash)>, StoreError>;
+    /// Withholds the view of the `signed-trace` record at `seq` (FORMAT.md
+    /// 8). Its trace-erasure record is written first: the database refuses
+    /// to withhold a view that no such record names.
+    fn withhold_trace(&mut self, org: i64, seq: u64) -> Result<(), StoreError>;
     /// Sessions of `org` whose last step is older than `older_than`.
     fn expired_sessions(&mut self, org: i64, older_than: Timestamp)
     -> Result<Vec<i64>, StoreError>;
@@ -402,6 +432,21 @@ pub(crate) fn next_logged(org: &OrgState, now: Timestamp) -> Timestamp {
     now.max(org.last_logged)
 }
 
+/// A held signed trace's row read back: its seq, its session and its
+/// recorded `op_hash` ([`WriteTx::held_signed_trace`]).
+pub(crate) fn held_trace(
+    seq: u64,
+    view: &str,
+    hash: &[u8],
+) -> Result<(u64, String, Hash), StoreError> {
+    let OpRecord::SignedTrace(record) = op_from_view(seq, "signed-trace", view)? else {
+        return Err(StoreError::Corrupt(format!(
+            "record {seq} is no signed trace"
+        )));
+    };
+    Ok((seq, record.session_id, rows::hash_of(hash)?))
+}
+
 /// The session an operational record concerns, if any.
 pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
     match op {
@@ -411,15 +456,18 @@ pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
         OpRecord::Review(r) => Some(&r.session_id),
         OpRecord::AuditEvent(a) => a.session_id.as_deref(),
         OpRecord::SignedTrace(t) => Some(&t.session_id),
+        OpRecord::TraceErasure(e) => Some(&e.session_id),
         OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
     }
 }
 
-/// The step an erasure or review names, and the agent a key record is
-/// for: written beside the record so the log can be searched by them.
+/// The step an erasure or review names (the seq of the trace a trace
+/// erasure withholds), and the agent a key record is for: written beside
+/// the record so the log can be searched by them.
 pub(crate) fn op_target(op: &OpRecord) -> (Option<u64>, Option<&str>) {
     match op {
         OpRecord::Erasure(e) => (Some(e.step_index), None),
+        OpRecord::TraceErasure(e) => (Some(e.trace_seq), None),
         OpRecord::Review(r) => (Some(r.step_index), None),
         OpRecord::KeyRegistration(k) => (None, Some(&k.agent_id)),
         OpRecord::KeyRevocation(k) => (None, Some(&k.agent_id)),
@@ -451,7 +499,7 @@ fn write_op<T: WriteTx + ?Sized>(
         org: org.id,
         seq,
         logged_at,
-        op,
+        op: Some(op),
         hash: &hash,
         leaf: &leaf,
         sid,

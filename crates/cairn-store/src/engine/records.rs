@@ -424,9 +424,10 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         // Every hidden field, the ones hidden before included.
         let hidden = hidden_json(&record.openings)
             .ok_or_else(|| StoreError::Corrupt("an erased step hides nothing".into()))?;
+        let session_id = record.step.session_id.clone();
         let erasure = ErasureRecord {
             org_id: org_name.to_owned(),
-            session_id: record.step.session_id.clone(),
+            session_id: session_id.clone(),
             step_index: record.step.step_index,
             trace_id: trace_id.to_owned(),
             commitments,
@@ -445,8 +446,67 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             link,
         )?;
         self.tx.erase(org.id, stored.seq, &hidden)?;
+        self.withhold_signed_trace(
+            &mut org,
+            org_name,
+            trace_id,
+            &session_id,
+            reason,
+            actor,
+            link,
+        )?;
         self.overlay.orgs.insert(org_name.to_owned(), org);
         Ok(Ok(seq))
+    }
+
+    /// When the erased step is a component of an imported signed trace
+    /// (its trace id is the trace's, a dot and the component's index, in
+    /// the trace's session), the trace's record holds the same content:
+    /// its view is withheld behind a `trace-erasure` record (FORMAT.md 8),
+    /// once, by the first of its steps erased.
+    #[allow(clippy::too_many_arguments)]
+    fn withhold_signed_trace(
+        &mut self,
+        org: &mut OrgState,
+        org_name: &str,
+        step_trace_id: &str,
+        session_id: &str,
+        reason: &str,
+        actor: &str,
+        link: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let Some((trace_id, index)) = step_trace_id.rsplit_once('.') else {
+            return Ok(());
+        };
+        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(());
+        }
+        let Some((trace_seq, trace_session, trace_hash)) =
+            self.tx.held_signed_trace(org.id, trace_id)?
+        else {
+            return Ok(());
+        };
+        if trace_session != session_id {
+            return Ok(());
+        }
+        let record = TraceErasureRecord {
+            org_id: org_name.to_owned(),
+            session_id: session_id.to_owned(),
+            trace_id: trace_id.to_owned(),
+            trace_seq,
+            trace_hash,
+            reason: reason.to_owned(),
+            actor: actor.to_owned(),
+            erased_at: self.now,
+        };
+        write_op(
+            self.tx,
+            org,
+            &OpRecord::TraceErasure(record),
+            self.now,
+            link,
+        )?;
+        self.tx.withhold_trace(org.id, trace_seq)
     }
 
     /// Erases every step of every session whose last step is older than

@@ -494,6 +494,41 @@ pub(crate) fn op_looked_up(
     }
 }
 
+/// The log entry of a row without a view: an erased signed trace, whose
+/// recorded hash is all it keeps (any other type is corrupt; the verifier
+/// requires a trace-erasure record naming it).
+pub(crate) fn withheld_entry(
+    seq: u64,
+    entry_type: &str,
+    logged_at: Timestamp,
+    hash: Hash,
+) -> Result<(LogEntry, Option<Hash>), StoreError> {
+    if entry_type != "signed-trace" {
+        return Err(StoreError::Corrupt(format!("record {seq} has no view")));
+    }
+    let entry = LogEntry {
+        seq,
+        logged_at,
+        record: LogRecord::ErasedTrace { hash },
+    };
+    Ok((entry, None))
+}
+
+/// [`op_looked_up`] for a row that may be an erased signed trace, whose
+/// view is withheld (`None`).
+pub(crate) fn withheld_or_looked_up(
+    seq: u64,
+    entry_type: &str,
+    view: Option<&str>,
+    by: LookedUpBy<'_>,
+) -> Result<Option<OpRecord>, StoreError> {
+    match view {
+        Some(view) => op_looked_up(seq, entry_type, view, by).map(Some),
+        None if entry_type == "signed-trace" => Ok(None),
+        None => Err(StoreError::Corrupt(format!("record {seq} has no view"))),
+    }
+}
+
 /// How a log row's step is read: for whoever reads the record, or for a
 /// verifier of the log ([`RawStep::parse_for_verification`]: with its
 /// digest recomputed, possibly without its payload).

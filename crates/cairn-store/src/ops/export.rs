@@ -359,7 +359,7 @@ pub fn plan_export_within(
                 "a bundle of the whole log carries every record whole; export sessions, an agent or a time range at level {level}"
             )));
         }
-        if let Some(needed) = erased_after(store, org_id, size, None)? {
+        if let Some(needed) = erased_after(store, org_id, size, None, true)? {
             return Err(ExportError::Stale { have: size, needed });
         }
         return Ok(ExportPlan {
@@ -425,8 +425,10 @@ pub fn plan_export_within(
                 head,
             },
         ));
-        if level == DetailLevel::Full
-            && let Some(needed) = erased_after(store, org_id, size, Some(&id))?
+        // A step's erasure matters where the payload shows; a trace's at
+        // every level (its trace is selected by level until withheld).
+        if let Some(needed) =
+            erased_after(store, org_id, size, Some(&id), level == DetailLevel::Full)?
         {
             return Err(ExportError::Stale { have: size, needed });
         }
@@ -439,7 +441,10 @@ pub fn plan_export_within(
                 return true;
             }
             let wanted = match &record {
-                OpRecord::SessionStart(_) | OpRecord::Seal(_) | OpRecord::Erasure(_) => true,
+                OpRecord::SessionStart(_)
+                | OpRecord::Seal(_)
+                | OpRecord::Erasure(_)
+                | OpRecord::TraceErasure(_) => true,
                 OpRecord::Review(_) | OpRecord::AuditEvent(_) => level == DetailLevel::Full,
                 OpRecord::SignedTrace(t) => level >= t.trace.level,
                 OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => {
@@ -569,15 +574,34 @@ fn decimal_digits(n: u64) -> usize {
 }
 
 /// The size a checkpoint needs to cover every erasure of a step below
-/// `size` (of one session's steps if given), if the checkpoint of `size`
-/// does not.
+/// `size` (when `steps`) and every trace erasure of a signed trace below
+/// it (of one session's if given), if the checkpoint of `size` does not:
+/// a bundle shows its entries as they are now (FORMAT.md 8).
 fn erased_after(
     store: &dyn LedgerStore,
     org_id: &str,
     size: u64,
     session: Option<&str>,
+    steps: bool,
 ) -> Result<Option<u64>, StoreError> {
     let mut needed = None;
+    let mut from = size;
+    loop {
+        let page = store.op_records(org_id, "trace-erasure", from, 256)?;
+        let Some(&(last, _)) = page.last() else { break };
+        for (seq, record) in page {
+            if let OpRecord::TraceErasure(erasure) = record
+                && erasure.trace_seq < size
+                && session.is_none_or(|s| s == erasure.session_id)
+            {
+                needed = needed.max(Some(seq + 1));
+            }
+        }
+        from = last + 1;
+    }
+    if !steps {
+        return Ok(needed);
+    }
     let mut from = size;
     loop {
         let page = store.op_records(org_id, "erasure", from, 256)?;
@@ -591,7 +615,7 @@ fn erased_after(
             }
             let erased = store.step_by_trace(org_id, &erasure.trace_id)?;
             if erased.is_some_and(|step| step.seq < size) {
-                needed = Some(seq + 1);
+                needed = needed.max(Some(seq + 1));
             }
         }
         from = last + 1;

@@ -13,6 +13,7 @@ use super::{PAGE, PgStore};
 use crate::engine::{
     CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, StepReading, agent_keys_from_views,
     blob_hash, hash_of, op_from_view, op_looked_up, org_range, row_id, row_id_after, seq_of_row,
+    withheld_or_looked_up,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -477,6 +478,7 @@ impl PgStore {
             };
             db.query(
                 "SELECT seq, view FROM entries WHERE org = $1 AND type = $2 AND type <> 'step'
+                 AND view IS NOT NULL
                  AND seq >= $3 ORDER BY id LIMIT $4",
                 &[&org, &entry_type, &i64_of(from), &limit],
                 "listing records",
@@ -511,7 +513,7 @@ impl PgStore {
             let ids: Vec<i64> = db
                 .query(
                     "SELECT e.id FROM sessions s
-                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step' AND e.view IS NOT NULL
                      WHERE s.org = $1 AND s.session_id = $2 AND e.id > $3 ORDER BY e.id",
                     &[&org, &session_id, &after],
                     "reading a session's records",
@@ -583,7 +585,7 @@ impl PgStore {
         &self,
         org_id: &str,
         id: &str,
-    ) -> Result<Option<(u64, OpRecord)>, StoreError> {
+    ) -> Result<Option<(u64, Option<OpRecord>)>, StoreError> {
         if !storable(id) {
             return Ok(None);
         }
@@ -601,7 +603,7 @@ impl PgStore {
                 Ok((
                     u64_of(col(&row, 0)?),
                     col::<String>(&row, 1)?,
-                    col::<String>(&row, 2)?,
+                    col::<Option<String>>(&row, 2)?,
                 ))
             })
             .transpose()
@@ -610,7 +612,7 @@ impl PgStore {
             .map(|(seq, entry_type, view)| {
                 Ok((
                     seq,
-                    op_looked_up(seq, &entry_type, &view, LookedUpBy::Id(id))?,
+                    withheld_or_looked_up(seq, &entry_type, view.as_deref(), LookedUpBy::Id(id))?,
                 ))
             })
             .transpose()

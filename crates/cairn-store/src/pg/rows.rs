@@ -7,6 +7,7 @@ use super::connection::{Db, col, u64_of};
 use crate::engine::{
     ChainEnd, OpColumns, RawStep, STEP_COLUMNS, SessionRow, StepReading, blob_hash, chain_end,
     check_op_columns, check_session_row, check_step_session, log_entries_query_with, op_from_view,
+    withheld_entry,
 };
 use crate::{StoreError, StoredStep};
 use cairn_core::log::{LogEntry, LogRecord, OpRecord};
@@ -353,7 +354,11 @@ pub(super) fn entry_from_row(
     }
     let seq = u64_of(col(row, 0)?);
     let view: Option<&str> = col(row, n + 1)?;
-    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    let Some(view) = view else {
+        let logged_at = Timestamp::from_micros(col(row, n - 1)?)
+            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?;
+        return withheld_entry(seq, entry_type, logged_at, blob_hash(col(row, 22)?)?);
+    };
     let record = op_from_view(seq, entry_type, view)?;
     if let OpRecord::SessionStart(header) = &record {
         let session = SessionRow {

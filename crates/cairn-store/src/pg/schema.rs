@@ -12,6 +12,9 @@ use postgres::GenericClient;
 
 /// The schema, version 2.
 pub const SCHEMA: &str = include_str!("../pg_schema.sql");
+/// The one function that decides which updates of `entries` are allowed,
+/// created before [`SCHEMA`] and replaced by every migration.
+const ENTRIES_UPDATE: &str = include_str!("../pg_entries_update.sql");
 /// The DDL guard (event triggers; needs a superuser).
 pub const GUARD: &str = include_str!("../pg_guard.sql");
 /// The grants of the production role (`cairn_app`), as documented.
@@ -46,6 +49,8 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
     let version = schema_version(&mut tx)?;
     match version.as_deref() {
         None => {
+            tx.batch_execute(ENTRIES_UPDATE)
+                .context("creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)")?;
             tx.batch_execute(SCHEMA).context(
                 "creating the schema (the role needs CREATE on the schema; run the first start as the schema owner)",
             )?;
@@ -63,6 +68,9 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
         Some(SCHEMA_VERSION) => {
             tx.batch_execute(ADDITIONS).context(
                 "adding the tables this version needs (the role needs CREATE on the schema; run this start as the schema owner)",
+            )?;
+            tx.batch_execute(ENTRIES_UPDATE).context(
+                "replacing the rule of ledger updates (run this start as the schema owner)",
             )?;
             tx.batch_execute(ANALYST_FUNCTIONS)
                 .context("creating analyst SQL's functions")?;
@@ -135,7 +143,9 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
                AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_time_check()')
                              AND provolatile = 's' AND proparallel = 's')
                AND to_regprocedure('cairn_rtrim(bytea, bytea)') IS NOT NULL
-               AND to_regprocedure('cairn_bounded(anyelement)') IS NOT NULL",
+               AND to_regprocedure('cairn_bounded(anyelement)') IS NOT NULL
+               AND EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('cairn_entries_update()')
+                             AND prosrc LIKE '%trace-erasure%')",
             &[],
         )
         .context("checking the schema")?

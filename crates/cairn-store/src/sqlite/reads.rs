@@ -8,7 +8,7 @@ use super::rows::{blob, entry_from_row, session_rowids, step_from_row, successor
 use crate::engine::{
     CHAIN_LINK_COLUMN, LookedUpBy, STEP_COLUMN_COUNT, STEP_COLUMNS, StepReading,
     agent_keys_from_views, blob_hash, hash_of, log_entries_query, op_from_view, op_looked_up,
-    org_range, row_id, row_id_after, seq_of_row,
+    org_range, row_id, row_id_after, seq_of_row, withheld_or_looked_up,
 };
 use crate::listing::{self, ListParam};
 use crate::{
@@ -449,6 +449,7 @@ impl SqliteStore {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT seq, view FROM entries WHERE org = ?1 AND type = ?2 AND type <> 'step'
+                     AND view IS NOT NULL
                      AND seq >= ?3 ORDER BY id LIMIT ?4",
                 )
                 .context("listing records")?;
@@ -488,7 +489,7 @@ impl SqliteStore {
             let ids: Vec<i64> = c
                 .prepare_cached(
                     "SELECT e.id FROM sessions s
-                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step' AND e.view IS NOT NULL
                      WHERE s.org = ?1 AND s.session_id = ?2 ORDER BY e.id",
                 )
                 .and_then(|mut stmt| {
@@ -556,8 +557,8 @@ impl SqliteStore {
         &self,
         org_id: &str,
         id: &str,
-    ) -> Result<Option<(u64, OpRecord)>, StoreError> {
-        let found: Option<(i64, String, String)> = self.read(|c| {
+    ) -> Result<Option<(u64, Option<OpRecord>)>, StoreError> {
+        let found: Option<(i64, String, Option<String>)> = self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
                 return Ok(None);
             };
@@ -576,7 +577,7 @@ impl SqliteStore {
                 let by = LookedUpBy::Id(id);
                 Ok((
                     seq as u64,
-                    op_looked_up(seq as u64, &entry_type, &view, by)?,
+                    withheld_or_looked_up(seq as u64, &entry_type, view.as_deref(), by)?,
                 ))
             })
             .transpose()

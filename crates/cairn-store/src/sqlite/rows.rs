@@ -6,6 +6,7 @@
 use crate::engine::{
     ChainEnd, OpColumns, RawStep, SessionRow, SessionState, StepReading, StoredSession, chain_end,
     check_op_columns, check_session_row, check_step_session, hash_of, op_from_view, row_id,
+    withheld_entry,
 };
 use crate::{DbContext, StoreError, StoredStep};
 use cairn_core::log::{LogEntry, LogRecord, OpRecord};
@@ -264,7 +265,11 @@ pub(super) fn entry_from_row(
     let logged_at: i64 = row.get(n - 1).context("reading the log")?;
     let view = text_or_null(row, n + 1).context("reading the log")?;
     let hash = hash_of(blob(row, 22).context("reading the log")?)?;
-    let view = view.ok_or_else(|| StoreError::Corrupt(format!("record {seq} has no view")))?;
+    let logged_at = Timestamp::from_micros(logged_at)
+        .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?;
+    let Some(view) = view else {
+        return withheld_entry(seq as u64, entry_type, logged_at, hash);
+    };
     let record = op_from_view(seq as u64, entry_type, view)?;
     if let OpRecord::SessionStart(header) = &record {
         check_session_row(seq as u64, header, &session_row(row, n)?)?;
@@ -283,8 +288,7 @@ pub(super) fn entry_from_row(
     check_op_columns(seq as u64, &record, &columns)?;
     let entry = LogEntry {
         seq: seq as u64,
-        logged_at: Timestamp::from_micros(logged_at)
-            .ok_or_else(|| StoreError::Corrupt(format!("record {seq}: time out of range")))?,
+        logged_at,
         record: LogRecord::Op { record, hash },
     };
     Ok((entry, None))

@@ -11,7 +11,7 @@ use super::tree::latest_checkpoint;
 use super::{SqliteStore, State, Writer};
 use crate::engine::{
     AgentKey, OpRow, OrgState, STEP_COLUMNS, SessionState, StepRow, WriteTx, blob_hash,
-    committed_size, json_text, links_text, op_record_id, row_id,
+    committed_size, json_text, links_text, row_id,
 };
 use crate::{DbContext, StoreError, StoredCheckpoint, StoredStep};
 use cairn_core::log::LogEntry;
@@ -211,12 +211,12 @@ impl WriteTx for SqliteTx<'_> {
                     row_id(row.org, row.seq),
                     row.org,
                     row.seq as i64,
-                    row.op.entry_type(),
+                    row.entry_type(),
                     row.logged_at.as_micros(),
                     &row.hash.0[..],
                     &row.leaf.0[..],
-                    row.op.to_view().to_string(),
-                    op_record_id(row.op),
+                    row.view(),
+                    row.id(),
                     row.sid,
                     row.step_index.map(|i| i as i64),
                     row.agent_id,
@@ -324,6 +324,39 @@ impl WriteTx for SqliteTx<'_> {
         // Deleted from the index after the batch commits, before it is
         // acknowledged (`fulltext_index`).
         self.state.fulltext.erase(id);
+        Ok(())
+    }
+
+    fn held_signed_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<(u64, String, Hash)>, StoreError> {
+        let found: Option<(i64, String, Vec<u8>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, view, record_hash FROM entries
+                 WHERE org = ?1 AND trace_id = ?2 AND type = 'signed-trace' AND view IS NOT NULL",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![org, trace_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()
+            })
+            .context("looking up a signed trace")?;
+        found
+            .map(|(seq, view, hash)| crate::engine::held_trace(seq as u64, &view, &hash))
+            .transpose()
+    }
+
+    fn withhold_trace(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE entries SET view = NULL WHERE id = ?1 AND type = 'signed-trace'",
+            )
+            .and_then(|mut s| s.execute([row_id(org, seq)]))
+            .context("withholding an erased signed trace")?;
         Ok(())
     }
 

@@ -297,6 +297,9 @@ fn the_database_refuses_to_change_the_ledger() {
         "UPDATE entries SET has_embedding = TRUE, content = 'x' WHERE seq = 0",
         // The erasure's shape, but no erasure record names the step.
         "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 1",
+        // A view withheld: only a signed trace's, once a trace-erasure
+        // record names it (below).
+        "UPDATE entries SET view = NULL WHERE seq = 0",
         // Session heads move forward only.
         "UPDATE session_heads SET last_seq = 0, last_index = 0",
         "DELETE FROM session_heads",
@@ -308,12 +311,7 @@ fn the_database_refuses_to_change_the_ledger() {
         "ALTER TABLE entries DROP COLUMN digest",
     ];
     for sql in forbidden {
-        let err = client.batch_execute(sql).expect_err(sql);
-        let text = err
-            .as_db_error()
-            .map(|e| e.message().to_owned())
-            .unwrap_or_else(|| err.to_string());
-        assert!(text.contains("cairn:"), "{sql}: {text}");
+        assert_refused_by_cairn(&mut client, sql);
     }
     let rows: i64 = client
         .query_one("SELECT count(*) FROM entries WHERE content = 'secret'", &[])
@@ -332,6 +330,46 @@ fn the_database_refuses_to_change_the_ledger() {
              UPDATE session_heads SET last_seq = 2, last_index = 2;",
         )
         .unwrap();
+    // A signed trace's view is withheld only once a trace-erasure record
+    // names its seq, and only the view.
+    client
+        .batch_execute(
+            "INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, trace_id)
+               VALUES (1099511627779, 1, 3, 'signed-trace', 0, '\\x31', '\\x32', '{\"trace\":1}', 1, 'tr');",
+        )
+        .unwrap();
+    for sql in [
+        "UPDATE entries SET view = NULL WHERE seq = 3",
+        "UPDATE entries SET view = '{}' WHERE seq = 3",
+    ] {
+        assert_refused_by_cairn(&mut client, sql);
+    }
+    client
+        .batch_execute(
+            "INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index)
+               VALUES (1099511627780, 1, 4, 'trace-erasure', 0, '\\x41', '\\x42', '{}', 1, 3);",
+        )
+        .unwrap();
+    for sql in [
+        "UPDATE entries SET view = NULL, trace_id = NULL WHERE seq = 3",
+        "UPDATE entries SET view = NULL WHERE seq = 4",
+    ] {
+        assert_refused_by_cairn(&mut client, sql);
+    }
+    client
+        .batch_execute("UPDATE entries SET view = NULL WHERE seq = 3")
+        .unwrap();
+}
+
+/// Runs `sql`, which the database must refuse with one of Cairn's own
+/// messages (a trigger or the guard).
+fn assert_refused_by_cairn(client: &mut postgres::Client, sql: &str) {
+    let err = client.batch_execute(sql).expect_err(sql);
+    let text = err
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_else(|| err.to_string());
+    assert!(text.contains("cairn:"), "{sql}: {text}");
 }
 
 /// The production role of docs/OPERATIONS.md can append and read, and is
@@ -355,7 +393,11 @@ fn the_production_role_has_only_what_it_needs() {
            VALUES (1099511627776, 1, 0, 'step', 0, '\\x01', '\\x02', 'secret', '{}', 1, 0),
                   (1099511627777, 1, 1, 'erasure', 0, '\\x03', '\\x04', NULL, NULL, 1, 0);
          UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = TRUE, hidden = '{}' WHERE seq = 0;
-         INSERT INTO session_heads VALUES (1, 0, 0, 0); UPDATE session_heads SET last_seq = 1, last_index = 1;",
+         INSERT INTO session_heads VALUES (1, 0, 0, 0); UPDATE session_heads SET last_seq = 1, last_index = 1;
+         INSERT INTO entries (id, org, seq, type, logged_at, record_hash, leaf_hash, view, sid, step_index)
+           VALUES (1099511627778, 1, 2, 'signed-trace', 0, '\\x05', '\\x06', '{}', 1, NULL),
+                  (1099511627779, 1, 3, 'trace-erasure', 0, '\\x07', '\\x08', '{}', 1, 2);
+         UPDATE entries SET view = NULL WHERE seq = 2;",
     )
     .unwrap();
     for sql in [

@@ -117,6 +117,10 @@ fn plain_sql_cannot_change_the_ledger() {
         "UPDATE entries SET content = NULL, input_data = NULL, output_data = NULL, metadata = NULL, erased = 1, hidden = '{}', digest = zeroblob(32) WHERE seq = 1",
         // The embedding flag may only go from 0 to 1, alone.
         "UPDATE entries SET has_embedding = 1, content = 'x' WHERE seq = 1",
+        // Only an erased signed trace's view is withheld, and only once a
+        // trace-erasure record names it.
+        "UPDATE entries SET view = NULL WHERE type <> 'step'",
+        "UPDATE entries SET view = '{}' WHERE type <> 'step'",
     ];
     let before: i64 = conn
         .query_row("SELECT total_changes()", [], |r| r.get(0))

@@ -292,7 +292,9 @@ impl World {
         for e in entries.iter().filter(|e| e.seq < size) {
             let keep = match &e.record {
                 LogRecord::Step(r) => sessions.contains(&r.step.session_id.as_str()),
-                LogRecord::Op { .. } => selection.records.iter().any(|(s, _)| *s == e.seq),
+                LogRecord::Op { .. } | LogRecord::ErasedTrace { .. } => {
+                    selection.records.iter().any(|(s, _)| *s == e.seq)
+                }
             };
             if keep {
                 let mut e = e.clone();
@@ -375,6 +377,8 @@ pub fn relink(entries: &mut [LogEntry], server: &NoteSigner) {
                 }
                 *hash = record.hash();
             }
+            // Its hash cannot be recomputed: it stays.
+            LogRecord::ErasedTrace { .. } => {}
         }
     }
 }

@@ -8,7 +8,7 @@
 use super::{LogVerifier, PendingErasure};
 use crate::detail::DetailLevel;
 use crate::hash::Hash;
-use crate::log::{ErasureRecord, LogEntry, LogRecord, OpRecord};
+use crate::log::{ErasureRecord, LogEntry, LogRecord, OpRecord, TraceErasureRecord};
 use crate::verify::chain::{
     ChainState, LogPosition, check_seal_note, erased_fields, erasure_fingerprint,
 };
@@ -92,6 +92,12 @@ impl LogVerifier {
                 }
                 self.apply_op(record, entry.seq)
             }
+            // Its hash is all there is: the leaf binds it, and a later
+            // trace-erasure record must name it with that hash.
+            LogRecord::ErasedTrace { hash } => {
+                self.pending_traces.insert(entry.seq, *hash);
+                Ok(())
+            }
         }
     }
 
@@ -170,6 +176,7 @@ impl LogVerifier {
                 .check_trace(&record.trace, Some(seq))
                 .map_err(|e| (Reason::BadSignature, e)),
             OpRecord::Erasure(erasure) => self.check_erasure(erasure),
+            OpRecord::TraceErasure(erasure) => self.check_trace_erasure(erasure, seq),
             OpRecord::Review(_) | OpRecord::AuditEvent(_) => Ok(()),
         }
     }
@@ -227,6 +234,50 @@ impl LogVerifier {
             }
             // The level hides the payload anyway, or a mirror read the
             // step before it was erased: nothing to compare.
+            None => Ok(()),
+        }
+    }
+
+    /// A trace-erasure record names an earlier `signed-trace` entry whose
+    /// view is withheld, by its `op_hash`, once. In a complete log every
+    /// such entry is seen, so one named that shows its view (or is no
+    /// signed trace, or was named already) fails; a partial log may not
+    /// hold the trace at all (FORMAT.md 8, rule 5).
+    fn check_trace_erasure(&mut self, erasure: &TraceErasureRecord, seq: u64) -> Check {
+        if erasure.trace_seq >= seq {
+            return Err((
+                Reason::ErasureMismatch,
+                format!(
+                    "the trace erasure names seq {}, which is not before it",
+                    erasure.trace_seq
+                ),
+            ));
+        }
+        match self.pending_traces.remove(&erasure.trace_seq) {
+            Some(hash) if hash == erasure.trace_hash => Ok(()),
+            Some(hash) => Err((
+                Reason::ErasureMismatch,
+                format!(
+                    "the trace erasure names the signed trace at seq {} by hash {}; the withheld entry's hash is {hash}",
+                    erasure.trace_seq, erasure.trace_hash
+                ),
+            )),
+            None if self.sparse.is_none()
+                && !self.mirroring
+                && self
+                    .mirror_from
+                    .is_none_or(|from| erasure.trace_seq >= from) =>
+            {
+                Err((
+                    Reason::ErasureMismatch,
+                    format!(
+                        "the trace erasure names seq {}, which is not a signed-trace record shown withheld (or was erased already)",
+                        erasure.trace_seq
+                    ),
+                ))
+            }
+            // A partial log need not hold the trace; a mirror may have
+            // read it before it was withheld.
             None => Ok(()),
         }
     }

@@ -162,15 +162,15 @@ impl LogVerifier {
                     Some(_) => {}
                 }
             }
-            LogRecord::Op { record, .. } => {
+            LogRecord::Op { .. } | LogRecord::ErasedTrace { .. } => {
                 match sparse.selection.records.get(sparse.next_record) {
                     Some((seq, listed)) if *seq == entry.seq => {
-                        if listed != record.entry_type() {
+                        if listed != entry.entry_type() {
                             return Err(no_loc((
                                 Reason::SelectionMismatch,
                                 format!(
                                     "the selection lists seq {seq} as a {listed} record; it is a {}",
-                                    record.entry_type()
+                                    entry.entry_type()
                                 ),
                             )));
                         }
@@ -181,13 +181,16 @@ impl LogVerifier {
                             Reason::UnlistedEntry,
                             format!(
                                 "a {} record at seq {}, which the selection does not list",
-                                record.entry_type(),
+                                entry.entry_type(),
                                 entry.seq
                             ),
                         )));
                     }
                 }
-                if let OpRecord::SessionStart(header) = record
+                if let LogRecord::Op {
+                    record: OpRecord::SessionStart(header),
+                    ..
+                } = &entry.record
                     && sparse.claims.contains_key(&header.session_id)
                     && !sparse.selection.scope.selects(header)
                 {

@@ -135,7 +135,7 @@ pub fn write_export(
                 }
                 from = next;
             }
-            if erased_after(store, org_id, size, None)?.is_some() {
+            if erased_after(store, org_id, size, None, true)?.is_some() {
                 return Err(ExportError::Changed);
             }
         }
@@ -175,11 +175,12 @@ pub fn write_export(
                     }
                 }
             }
-            if plan.level == DetailLevel::Full {
-                for claim in &selection.sessions {
-                    if erased_after(store, org_id, size, Some(&claim.session_id))?.is_some() {
-                        return Err(ExportError::Changed);
-                    }
+            // Steps erased while written matter where the payload shows;
+            // a trace withheld while written, at every level.
+            let steps = plan.level == DetailLevel::Full;
+            for claim in &selection.sessions {
+                if erased_after(store, org_id, size, Some(&claim.session_id), steps)?.is_some() {
+                    return Err(ExportError::Changed);
                 }
             }
         }

@@ -11,7 +11,7 @@
 use super::{EntryRow, PgTx};
 use crate::engine::{
     AgentKey, OpRow, OrgState, SessionState, StepRow, WriteTx, blob_hash, committed_size,
-    fold_key_record, json_text, links_text, op_record_id, row_id,
+    fold_key_record, json_text, links_text, row_id,
 };
 use crate::pg::connection::{col, i64_of, u64_of};
 use crate::pg::reads::KEY_RECORDS_BETWEEN;
@@ -242,12 +242,12 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             id: row_id(row.org, row.seq),
             org: row.org,
             seq: i64_of(row.seq),
-            entry_type: row.op.entry_type().to_owned(),
+            entry_type: row.entry_type().to_owned(),
             logged_at: row.logged_at.as_micros(),
             record_hash: row.hash.0.to_vec(),
             leaf_hash: row.leaf.0.to_vec(),
-            view: Some(row.op.to_view().to_string()),
-            trace_id: op_record_id(row.op).map(str::to_owned),
+            view: row.view(),
+            trace_id: row.id().map(str::to_owned),
             sid: row.sid,
             step_index: row.step_index.map(i64_of),
             agent_id: row.agent_id.map(str::to_owned),
@@ -346,6 +346,39 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
             self.db
                 .execute(sql, &[&id], "erasing a step from the full-text index")?;
         }
+        Ok(())
+    }
+
+    fn held_signed_trace(
+        &mut self,
+        org: i64,
+        trace_id: &str,
+    ) -> Result<Option<(u64, String, Hash)>, StoreError> {
+        self.flush()?;
+        self.db
+            .query_opt(
+                "SELECT seq, view, record_hash FROM entries
+                 WHERE org = $1 AND trace_id = $2 AND type = 'signed-trace' AND view IS NOT NULL",
+                &[&org, &trace_id],
+                "looking up a signed trace",
+            )?
+            .map(|row| {
+                crate::engine::held_trace(
+                    u64_of(col(&row, 0)?),
+                    &col::<String>(&row, 1)?,
+                    col(&row, 2)?,
+                )
+            })
+            .transpose()
+    }
+
+    fn withhold_trace(&mut self, org: i64, seq: u64) -> Result<(), StoreError> {
+        self.flush()?;
+        self.db.execute(
+            "UPDATE entries SET view = NULL WHERE id = $1 AND type = 'signed-trace'",
+            &[&row_id(org, seq)],
+            "withholding an erased signed trace",
+        )?;
         Ok(())
     }
 

@@ -111,7 +111,7 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         ]
     );
     let (seq, record) = store.op_by_id(ORG, "trace-1").unwrap().unwrap();
-    assert!(matches!(record, OpRecord::SignedTrace(ref t) if t.trace.components.len() == 4));
+    assert!(matches!(record, Some(OpRecord::SignedTrace(ref t)) if t.trace.components.len() == 4));
     // Its signature checked again from the log (HTTP and MCP reads): by the
     // key records of its agent, whatever the org's other agents hold; a
     // check it fails says what the org's keys say.
@@ -123,7 +123,7 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
             by_admin: true,
         })
         .unwrap();
-    let OpRecord::SignedTrace(signed) = &record else {
+    let Some(OpRecord::SignedTrace(signed)) = &record else {
         panic!()
     };
     let check = |at: u64| {
@@ -228,6 +228,93 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         assert!(
             verdict.verdict.verified,
             "{session} {level}: {:?}",
+            verdict.verdict.failure
+        );
+    }
+
+    // Erasure reaches the signed original (FORMAT.md 8): erasing one of
+    // its components' steps withholds the trace's record behind a
+    // trace-erasure record, once, whichever step comes first.
+    let erase = |trace_id: &str| WriteRequest::Erase {
+        org_id: ORG.into(),
+        trace_id: trace_id.into(),
+        reason: "GDPR request 7".into(),
+        actor: "dpo".into(),
+    };
+    let before = store.log_size(ORG).unwrap();
+    let Written::Erased { .. } = ledger.write(erase("trace-1.2")).unwrap() else {
+        panic!()
+    };
+    assert_eq!(store.log_size(ORG).unwrap(), before + 2);
+    assert_eq!(store.op_by_id(ORG, "trace-1").unwrap(), Some((seq, None)));
+    let (withholding, _) = store.op_records(ORG, "trace-erasure", 0, 10).unwrap()[0].clone();
+    let (_, Some(OpRecord::TraceErasure(named))) = (
+        withholding,
+        store
+            .op_records(ORG, "trace-erasure", 0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r)
+            .next(),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            named.trace_seq,
+            named.trace_id.as_str(),
+            named.session_id.as_str()
+        ),
+        (seq, "trace-1", "trace-1")
+    );
+    assert_eq!(named.reason, "GDPR request 7");
+    let Written::Erased { .. } = ledger.write(erase("trace-1.0")).unwrap() else {
+        panic!()
+    };
+    assert_eq!(store.log_size(ORG).unwrap(), before + 3);
+    assert_eq!(
+        store.op_records(ORG, "trace-erasure", 0, 10).unwrap().len(),
+        1
+    );
+    // A step of another session named like a component erases no trace.
+    assert_verifies(store.as_ref());
+    // Its id stays taken: the same trace is not imported again.
+    assert!(matches!(
+        refused(ledger.write(import(seed_004_trace(&key, "trace-1", "generic")))),
+        Refusal::SessionExists { .. } | Refusal::DuplicateId { .. }
+    ));
+    // Exports carry its hash where its view was (complete), or leave it
+    // out and carry the trace-erasure record (the session's), and verify.
+    let cp = checkpoint(&ledger);
+    let complete = bundle_text(
+        store.as_ref(),
+        ExportScope::All,
+        None,
+        &cp,
+        cairn_store::now(),
+    );
+    assert_eq!(
+        complete
+            .matches(r#""type":"signed-trace","view":null"#)
+            .count(),
+        1
+    );
+    let verdict = verify_text(store.as_ref(), &complete);
+    assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    for level in [DetailLevel::Generic, DetailLevel::Detailed] {
+        let text = bundle_text(
+            store.as_ref(),
+            ExportScope::Session("trace-1".into()),
+            Some(level),
+            &cp,
+            cairn_store::now(),
+        );
+        assert!(!text.contains("\"type\":\"signed-trace\""), "{level}");
+        assert!(text.contains("\"type\":\"trace-erasure\""), "{level}");
+        let verdict = verify_text(store.as_ref(), &text);
+        assert!(
+            verdict.verdict.verified,
+            "{level}: {:?}",
             verdict.verdict.failure
         );
     }
