@@ -214,6 +214,14 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     assert signed["signature_valid"] is True
     # What the signature covers is said: the trace's other members are as imported.
     assert signed["signed_members"] == ["components", "trace_level"]
+    # Erasing one of its components' steps erases the signed original too
+    # (FORMAT.md 8): 410 erased, and the log still verifies.
+    assert admin.erase_step("trace-client-1.0", "asked to forget")["erased"] is True
+    with pytest.raises(CairnError) as gone:
+        admin.get_signed_trace("trace-client-1")
+    assert (gone.value.status, gone.value.code) == (410, "erased")
+    assert admin.verify()["verified"] is True
+    assert verify_bundle(admin.export(all=True), keys=[vkey]).verified
 
     # OTLP/JSON and protobuf (an empty export request is valid in both).
     assert admin.otlp("traces", {"resourceSpans": []}) == {}

@@ -44,7 +44,7 @@ const LINK_NAMES = new Set(["approval_request", "audit_event", "corrects", "pare
 
 export const OP_TYPES = [
   "session-start", "seal", "erasure", "review", "key-registration", "key-revocation", "audit-event", "signed-trace",
-  "log-key",
+  "log-key", "trace-erasure",
 ] as const;
 export type OpType = (typeof OP_TYPES)[number];
 const MAX_PROOF = 128;
@@ -202,6 +202,10 @@ export const VIEW_CHECKS: Readonly<Record<OpType, Readonly<Record<string, Check>
   "log-key": {
     org_id: isId, action: (v) => v === "add" || v === "retire", key: isString, at: isCanonicalTimestamp, note: isString,
   },
+  "trace-erasure": {
+    org_id: isId, session_id: isId, trace_id: isId, trace_seq: isUint, trace_hash: isHash, reason: isString,
+    actor: isString, erased_at: isCanonicalTimestamp,
+  },
 };
 
 // -- step fields (3.1) ---------------------------------------------------------
@@ -247,7 +251,14 @@ export interface OpEntry extends EntryBase {
   view: JsonObject;
 }
 
-export type Entry = StepEntry | OpEntry;
+/** A signed-trace entry whose view an erasure withheld (FORMAT.md 8): its
+ * recorded hash is all there is, held to a later trace-erasure record. */
+export interface WithheldEntry extends EntryBase {
+  type: "signed-trace";
+  view: null;
+}
+
+export type Entry = StepEntry | OpEntry | WithheldEntry;
 
 const STEP_MEMBERS = [
   "seq", "type", "logged_at", "fields", "salts", "hidden", "digest", "prev_hash", "hash", "signature", "has_embedding", "erased",
@@ -276,6 +287,10 @@ export function decodeEntry(obj: JsonValue, line: number): Entry {
     need(proof.length === items.length, "a proof hash is 64 lowercase hex digits");
   }
   const base = { line, seq, loggedAt, recordHash, proof };
+  if (type !== "step" && obj["view"] === null) {
+    need(type === "signed-trace", `the view is null: only a signed-trace record's view is withheld (when erased), not a ${type}'s`);
+    return { ...base, type, view: null };
+  }
   if (type !== "step") {
     const checks = VIEW_CHECKS[type];
     const view = members(obj["view"], Object.keys(checks), [], `the ${type} view`);

@@ -83,6 +83,8 @@ export class Verifier {
   finals = new Map<string, string | null>();
   agentKeys = new Map<string, AgentKey>();
   pending = new Map<string, Erased>();
+  /** Withheld signed traces (FORMAT.md 8, rule 4): seq → recorded hash. */
+  withheld = new Map<number, Uint8Array>();
   /** Log keys (7.10), by vkey text: where each was added, retired, first used. */
   added = new Map<string, number>();
   retired = new Map<string, number>();
@@ -442,7 +444,8 @@ export class Verifier {
       if (listed === undefined || listed[0] !== e.seq) throw new Fail("unlisted-entry", `the selection does not list seq ${e.seq}`, at);
       if (listed[1] !== e.type) throw new Fail("selection-mismatch", `the selection lists seq ${e.seq} as ${listed[1]}, not ${e.type}`, at);
       this.recordIndex++;
-      if (e.type === "session-start" && this.listedSessions.has(e.view["session_id"] as string) && !this.inScope(e.view)) {
+      if (e.type === "session-start" && e.view !== null && this.listedSessions.has(e.view["session_id"] as string)
+        && !this.inScope(e.view)) {
         throw new Fail("selection-mismatch", `session ${e.view["session_id"]} is listed but its scope does not select it`, at);
       }
     }
@@ -468,6 +471,7 @@ export class Verifier {
 
   private async checkRecord(e: Entry): Promise<void> {
     if (e.type === "step") await this.checkStep(e);
+    else if (e.view === null) this.withheld.set(e.seq, e.recordHash);
     else await this.checkOp(e);
   }
 
@@ -579,6 +583,7 @@ export class Verifier {
       "key-revocation": (x, p) => this.keyRevocation(x, p),
       "signed-trace": (x, p) => this.signedTrace(x, p),
       "log-key": (x, p) => this.logKey(x, p),
+      "trace-erasure": (x, p) => this.traceErasure(x, p),
     };
     await handlers[e.type](e, at);
   }
@@ -634,6 +639,23 @@ export class Verifier {
     await this.markUsed(view["note"] as string, e.seq);
     const final = view["final_hash"] as string;
     if (!this.finals.has(final)) this.finals.set(final, null);
+  }
+
+  private traceErasure(e: OpEntry, at: Position): void {
+    const traceSeq = e.view["trace_seq"] as number;
+    if (traceSeq >= e.seq) throw new Fail("erasure-mismatch", `the trace erasure names seq ${traceSeq}, which is not before it`, at);
+    const held = this.withheld.get(traceSeq);
+    if (held !== undefined) {
+      this.withheld.delete(traceSeq);
+      if (toHex(held) !== e.view["trace_hash"]) {
+        throw new Fail("erasure-mismatch", `the trace erasure names the signed trace at seq ${traceSeq} by another hash`, at);
+      }
+      return;
+    }
+    if (this.complete) {
+      throw new Fail("erasure-mismatch",
+        `the trace erasure names seq ${traceSeq}, which is not a signed-trace record shown withheld`, at);
+    }
   }
 
   private erasure(e: OpEntry, at: Position): void {
@@ -799,8 +821,14 @@ export class Verifier {
     }
     let first: Erased | undefined;
     for (const waiting of this.pending.values()) if (first === undefined || waiting.at.seq! < first.at.seq!) first = waiting;
-    if (first !== undefined) {
+    let firstWithheld: number | undefined;
+    for (const seq of this.withheld.keys()) if (firstWithheld === undefined || seq < firstWithheld) firstWithheld = seq;
+    if (first !== undefined && (firstWithheld === undefined || first.at.seq! < firstWithheld)) {
       throw new Fail("erasure-mismatch", "an erased step without the erasure record naming it", { ...first.at, line: null }, true);
+    }
+    if (firstWithheld !== undefined) {
+      throw new Fail("erasure-mismatch", "a withheld signed trace without the trace-erasure record naming it",
+        position({ seq: firstWithheld }), true);
     }
     for (const note of this.signedNotes) {
       if (!(await this.signedForSize(note, this.size))) {

@@ -329,6 +329,7 @@ pub(crate) async fn fetch(
     ),
     responses(
         (status = 200, description = "{seq, session_id, trace_level, signature_key_id, signature_valid, signature_error, signed_members, trace}: the signature covers the trace's members named in signed_members (components, trace_level) only", content_type = "application/json", body = serde_json::Value),
+        (status = 410, description = "erased: one of the trace's components' steps was erased, which withholds the trace's record (FORMAT.md 8); its hash stays in the log", body = crate::api_doc::ErrorBody),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),

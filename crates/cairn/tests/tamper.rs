@@ -11,6 +11,7 @@
 mod common;
 mod corpus;
 mod tamper_notes;
+mod tamper_traces;
 mod tamper_world;
 use corpus::*;
 use tamper_world::*;
@@ -521,6 +522,7 @@ fn every_fault_class_is_named_by_every_verifier() {
     }
 
     tamper_notes::note_signature_bounds(&complete, pinned, &w.checkpoint().note);
+    tamper_traces::erased_traces(&w, &complete, &entries, pinned);
 
     // --- An insider: records the rules refuse, however well signed.
     let mut twice = entries.clone();

@@ -112,7 +112,7 @@ impl CairnMcp {
 
     #[tool(
         title = "Get an imported signed trace",
-        description = "An imported agent-signed trace as it was imported, with its signature checked again against the registered key (signature_valid); the signature covers only the members named in signed_members (components, trace_level).",
+        description = "An imported agent-signed trace as it was imported, with its signature checked again against the registered key (signature_valid); the signature covers only the members named in signed_members (components, trace_level). A trace erased with one of its steps is an error with code erased: only its hash is kept.",
         annotations(
             read_only_hint = true,
             destructive_hint = false,

@@ -222,6 +222,7 @@ fn record_bytes(record: &OpRecord) -> usize {
     256 + match record {
         OpRecord::Review(r) => r.note.as_ref().map_or(0, String::len),
         OpRecord::Erasure(e) => e.reason.len(),
+        OpRecord::TraceErasure(e) => e.reason.len(),
         OpRecord::AuditEvent(e) => {
             e.action.len() + e.detail.as_ref().map_or(0, cairn_core::json::approx_memory)
         }
@@ -483,6 +484,14 @@ pub(super) async fn session(
                     .map(|(field, _)| field.name())
                     .collect::<Vec<_>>()
                     .join(", "),
+                e.actor,
+                e.erased_at,
+                budget.text(&e.reason)
+            )),
+            OpRecord::TraceErasure(e) => erasures.push(format!(
+                "signed trace {} (seq {}) erased with its steps by {} at {}: {}",
+                e.trace_id,
+                e.trace_seq,
                 e.actor,
                 e.erased_at,
                 budget.text(&e.reason)

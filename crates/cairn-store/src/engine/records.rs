@@ -403,11 +403,44 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let Some(stored) = self.tx.step_by_trace(org.id, trace_id)? else {
             return Ok(Err(unknown()));
         };
-        if stored.record.erased {
+        let session_id = stored.record.step.session_id.clone();
+        let link = self.session_sid(org.id, &session_id)?;
+        // A step erased already is refused, unless it is a component of a
+        // trace still held (a store written before traces were erased with
+        // their steps): erasing it again erases the trace.
+        let step_erasure = if stored.record.erased {
+            None
+        } else {
+            Some(self.erase_payload(&mut org, org_name, stored, reason, actor, link)?)
+        };
+        let trace_erasure = self.withhold_signed_trace(
+            &mut org,
+            org_name,
+            trace_id,
+            &session_id,
+            (reason, actor),
+            link,
+        )?;
+        let Some(seq) = step_erasure.or(trace_erasure) else {
             return Ok(Err(Refusal::AlreadyErased {
                 trace_id: trace_id.to_owned(),
             }));
-        }
+        };
+        self.overlay.orgs.insert(org_name.to_owned(), org);
+        Ok(Ok(seq))
+    }
+
+    /// Replaces a step's payload with its commitments, in the shape the
+    /// database allows, after the erasure record naming them.
+    fn erase_payload(
+        &mut self,
+        org: &mut OrgState,
+        org_name: &str,
+        stored: StoredStep,
+        reason: &str,
+        actor: &str,
+        link: Option<i64>,
+    ) -> Result<u64, StoreError> {
         let mut record: StepRecord = stored.record;
         let mut commitments = Vec::new();
         for field in cairn_core::commit::FIELDS
@@ -424,12 +457,11 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         // Every hidden field, the ones hidden before included.
         let hidden = hidden_json(&record.openings)
             .ok_or_else(|| StoreError::Corrupt("an erased step hides nothing".into()))?;
-        let session_id = record.step.session_id.clone();
         let erasure = ErasureRecord {
             org_id: org_name.to_owned(),
-            session_id: session_id.clone(),
+            session_id: record.step.session_id.clone(),
             step_index: record.step.step_index,
-            trace_id: trace_id.to_owned(),
+            trace_id: record.step.trace_id.clone(),
             commitments,
             reason: reason.to_owned(),
             actor: actor.to_owned(),
@@ -437,57 +469,39 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         };
         // The record first: the database refuses to erase a step that no
         // erasure record names.
-        let link = self.session_sid(org.id, &erasure.session_id)?;
-        let seq = write_op(
-            self.tx,
-            &mut org,
-            &OpRecord::Erasure(erasure),
-            self.now,
-            link,
-        )?;
+        let seq = write_op(self.tx, org, &OpRecord::Erasure(erasure), self.now, link)?;
         self.tx.erase(org.id, stored.seq, &hidden)?;
-        self.withhold_signed_trace(
-            &mut org,
-            org_name,
-            trace_id,
-            &session_id,
-            reason,
-            actor,
-            link,
-        )?;
-        self.overlay.orgs.insert(org_name.to_owned(), org);
-        Ok(Ok(seq))
+        Ok(seq)
     }
 
     /// When the erased step is a component of an imported signed trace
     /// (its trace id is the trace's, a dot and the component's index, in
     /// the trace's session), the trace's record holds the same content:
     /// its view is withheld behind a `trace-erasure` record (FORMAT.md 8),
-    /// once, by the first of its steps erased.
-    #[allow(clippy::too_many_arguments)]
+    /// once, by the first of its steps erased. Returns the trace-erasure
+    /// record's seq if it wrote one.
     fn withhold_signed_trace(
         &mut self,
         org: &mut OrgState,
         org_name: &str,
         step_trace_id: &str,
         session_id: &str,
-        reason: &str,
-        actor: &str,
+        (reason, actor): (&str, &str),
         link: Option<i64>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         let Some((trace_id, index)) = step_trace_id.rsplit_once('.') else {
-            return Ok(());
+            return Ok(None);
         };
         if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-            return Ok(());
+            return Ok(None);
         }
         let Some((trace_seq, trace_session, trace_hash)) =
             self.tx.held_signed_trace(org.id, trace_id)?
         else {
-            return Ok(());
+            return Ok(None);
         };
         if trace_session != session_id {
-            return Ok(());
+            return Ok(None);
         }
         let record = TraceErasureRecord {
             org_id: org_name.to_owned(),
@@ -499,14 +513,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             actor: actor.to_owned(),
             erased_at: self.now,
         };
-        write_op(
+        let seq = write_op(
             self.tx,
             org,
             &OpRecord::TraceErasure(record),
             self.now,
             link,
         )?;
-        self.tx.withhold_trace(org.id, trace_seq)
+        self.tx.withhold_trace(org.id, trace_seq)?;
+        Ok(Some(seq))
     }
 
     /// Erases every step of every session whose last step is older than

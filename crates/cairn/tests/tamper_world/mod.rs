@@ -177,6 +177,39 @@ pub fn world() -> World {
             WriteRequest::Step(Box::new(step("s2", "analyst", "Reasoning", content))),
         );
     }
+    // Two signed traces (seed 004) of agent `tracer`: trace-a's first
+    // component erased, which withholds its record (FORMAT.md 8);
+    // trace-b kept whole.
+    let tracer = SigningKey::from_bytes(&[9; 32]);
+    write(
+        &ledger,
+        WriteRequest::RegisterKey {
+            org_id: ORG.into(),
+            agent_id: "tracer".into(),
+            public_key: tracer.verifying_key(),
+            by_admin: true,
+        },
+    );
+    for trace_id in ["trace-a", "trace-b"] {
+        write(
+            &ledger,
+            WriteRequest::ImportTrace {
+                org_id: ORG.into(),
+                session_id: None,
+                trace: signed_trace(&tracer, trace_id),
+                caller: "tamper".into(),
+            },
+        );
+    }
+    write(
+        &ledger,
+        WriteRequest::Erase {
+            org_id: ORG.into(),
+            trace_id: "trace-a.0".into(),
+            reason: "request".into(),
+            actor: "dpo".into(),
+        },
+    );
     for content in ["bob looks", "bob answers"] {
         write(
             &ledger,
@@ -194,6 +227,31 @@ pub fn world() -> World {
         server,
         agent_key,
     }
+}
+
+/// A seed-004 trace of agent `tracer`, signed by `key`, at level generic.
+fn signed_trace(key: &SigningKey, trace_id: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let mut trace = json!({
+        "trace_id": trace_id,
+        "agent_id_hash": "tracer",
+        "started_at": "2026-02-08T12:34:56.123Z",
+        "trace_level": "generic",
+        "components": [
+            {"component_type": "observation", "event_type": "THOUGHT_START",
+             "timestamp": "2026-02-08T12:34:56.123Z", "data": {"note": "the user lives at 2 Elm St"}},
+            {"component_type": "action", "event_type": "ACTION_RESULT",
+             "timestamp": "2026-02-08T12:34:57.000Z", "data": {"execution_success": true}},
+        ],
+        "signature": "A".repeat(86) + "==",
+        "signature_key_id": agent_key_id(&key.verifying_key()),
+    });
+    let payload = cairn_core::trace::CompleteTrace::parse(&trace)
+        .unwrap()
+        .signed_payload();
+    trace["signature"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(key.sign(&payload).to_bytes()));
+    trace
 }
 
 impl World {

@@ -32,6 +32,6 @@ _COMPACT_KINDS = frozenset(k.replace("_", "") for k in _KINDS)
 _STRICT_KINDS = frozenset({"plan", "analysis", "decision", "reflection"})
 _LINKS = frozenset({"approval_request", "audit_event", "corrects", "parent", "policy_decision", "tool_call"})
 _OP_TYPES = ("session-start", "seal", "erasure", "review", "key-registration", "key-revocation",
-             "audit-event", "signed-trace", "log-key")
+             "audit-event", "signed-trace", "log-key", "trace-erasure")
 _TRACE_LEVELS = {"generic": "generic", "detailed": "detailed", "full": "full", "full_traces": "full"}
 _MAX_PROOF = 128

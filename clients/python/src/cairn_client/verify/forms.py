@@ -175,6 +175,10 @@ _VIEWS: dict[str, dict[str, Any]] = {
         "org_id": _is_id, "action": lambda v: v in ("add", "retire"),
         "key": lambda v: _is_vkey(v), "at": _is_ts, "note": _STR,
     },
+    "trace-erasure": {
+        "org_id": _is_id, "session_id": _is_id, "trace_id": _is_id, "trace_seq": _is_uint,
+        "trace_hash": _is_hash, "reason": _STR, "actor": _STR, "erased_at": _is_ts,
+    },
 }
 
 
@@ -301,7 +305,16 @@ class _OpEntry(_EntryLine):
         return Position(self.line, self.seq, session_id if isinstance(session_id, str) else None)
 
 
-_Entry = Union[_StepEntry, _OpEntry]
+@dataclass
+class _WithheldEntry(_EntryLine):
+    """A signed-trace entry whose view an erasure withheld (8): its
+    recorded hash is all there is, held to a later trace-erasure record."""
+
+    def position(self) -> Position:
+        return Position(self.line, self.seq)
+
+
+_Entry = Union[_StepEntry, _OpEntry, _WithheldEntry]
 
 
 def _decode_entry(obj: Any, line: int) -> _Entry:
@@ -329,6 +342,10 @@ def _decode_entry(obj: Any, line: int) -> _Entry:
         _need(isinstance(obj["proof"], list) and len(obj["proof"]) <= _MAX_PROOF,
               f"proof is an array of at most {_MAX_PROOF} hashes")
         proof = _proof_hashes(obj["proof"])
+    if kind != "step" and obj["view"] is None:
+        _need(kind == "signed-trace",
+              f"the view is null: only a signed-trace record's view is withheld (when erased), not a {kind}'s")
+        return _WithheldEntry(line, obj["seq"], kind, obj["logged_at"], record_hash, proof)
     if kind != "step":
         checks = _VIEWS[kind]
         view = _members(obj["view"], checks, (), f"the {kind} view")

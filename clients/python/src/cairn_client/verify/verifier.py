@@ -16,7 +16,7 @@ from ..types import JSONObject
 from .constants import _NEVER_HIDDEN, _PAYLOAD, _STRICT_KINDS, FIELDS, LEVEL_SHOWS
 from .forms import (
     _decode_entry, _decode_selection, _Entry, _is_id, _is_ts, _is_uint, _Malformed, _members, _micros, _need,
-    _OpEntry, _proof_hashes, _StepEntry,
+    _OpEntry, _proof_hashes, _StepEntry, _WithheldEntry,
 )
 from .hashing import _b64, _b64decode, _frame, _h, _sha256, _u64
 from .merkle import _Frontier, _leaf, _verify_consistency, _verify_inclusion
@@ -93,6 +93,7 @@ class _Verifier:
         self.finals: dict[bytes, Optional[str]] = {}  # sealed final hash -> the session continuing it
         self.agent_keys: dict[str, _AgentKey] = {}
         self.pending: dict[tuple[str, int], _Erased] = {}
+        self.withheld: dict[int, bytes] = {}  # withheld signed traces (8, rule 4): seq -> recorded hash
         # log keys (7.10), by vkey text: where added, retired, first used
         self.added: dict[str, int] = {}
         self.retired: dict[str, int] = {}
@@ -370,7 +371,7 @@ class _Verifier:
                 raise _Fail("selection-mismatch",
                             f"the selection lists seq {e.seq} as {self.records[self.record_index][1]}, not {e.type}", at)
             self.record_index += 1
-            if e.type == "session-start" and e.view["session_id"] in self.listed_sessions:
+            if isinstance(e, _OpEntry) and e.type == "session-start" and e.view["session_id"] in self.listed_sessions:
                 if not self._in_scope(e.view):
                     raise _Fail("selection-mismatch",
                                 f"session {e.view['session_id']} is listed but its scope does not select it", at)
@@ -398,6 +399,8 @@ class _Verifier:
     def _record(self, e: _Entry) -> None:
         if isinstance(e, _StepEntry):
             self._step(e)
+        elif isinstance(e, _WithheldEntry):
+            self.withheld[e.seq] = e.record_hash
         else:
             self._op(e)
 
@@ -561,6 +564,22 @@ class _Verifier:
             raise _Fail("erasure-mismatch", f"the erasure does not name step {index} of {view['session_id']} as it is erased", at)
         del self.pending[key]
 
+    def _trace_erasure(self, e: _OpEntry, at: Position) -> None:
+        view = e.view
+        trace_seq = view["trace_seq"]
+        if trace_seq >= e.seq:
+            raise _Fail("erasure-mismatch", f"the trace erasure names seq {trace_seq}, which is not before it", at)
+        held = self.withheld.pop(trace_seq, None)
+        if held is not None:
+            if held.hex() != view["trace_hash"]:
+                raise _Fail("erasure-mismatch",
+                            f"the trace erasure names the signed trace at seq {trace_seq} by another hash", at)
+            return
+        if self.complete:
+            raise _Fail("erasure-mismatch",
+                        f"the trace erasure names seq {trace_seq}, which is not a signed-trace record shown withheld",
+                        at)
+
     def _review(self, e: _OpEntry, at: Position) -> None:
         pass
 
@@ -698,11 +717,17 @@ class _Verifier:
                     raise _Fail("selection-mismatch",
                                 f"session {item['session_id']} does not end in the claimed head {item['head']}",
                                 Position(session_id=item["session_id"]), line_known=True)
+        first_withheld = min(self.withheld, default=None)
         if self.pending:
             waiting = min(self.pending.values(), key=lambda w: w.seq)
-            at = Position(None, waiting.position.seq, waiting.position.session_id,
-                          waiting.position.step_index, waiting.position.trace_id)
-            raise _Fail("erasure-mismatch", "an erased step without the erasure record naming it", at, line_known=True)
+            if first_withheld is None or waiting.seq < first_withheld:
+                at = Position(None, waiting.position.seq, waiting.position.session_id,
+                              waiting.position.step_index, waiting.position.trace_id)
+                raise _Fail("erasure-mismatch", "an erased step without the erasure record naming it", at,
+                            line_known=True)
+        if first_withheld is not None:
+            raise _Fail("erasure-mismatch", "a withheld signed trace without the trace-erasure record naming it",
+                        Position(seq=first_withheld), line_known=True)
         for note in self.signed_notes:
             if not self._signed_for_size(note, self.size):
                 raise _Fail("bad-signature",

@@ -30,6 +30,8 @@ export function entryPosition(e) {
             trace_id: typeof t === "string" ? t : null,
         });
     }
+    if (e.view === null)
+        return position({ line: e.line, seq: e.seq });
     const s = e.view["session_id"];
     return position({ line: e.line, seq: e.seq, session_id: typeof s === "string" ? s : null });
 }

@@ -36,7 +36,7 @@ export const STRICT_KINDS = new Set(["plan", "analysis", "decision", "reflection
 const LINK_NAMES = new Set(["approval_request", "audit_event", "corrects", "parent", "policy_decision", "tool_call"]);
 export const OP_TYPES = [
     "session-start", "seal", "erasure", "review", "key-registration", "key-revocation", "audit-event", "signed-trace",
-    "log-key",
+    "log-key", "trace-erasure",
 ];
 const MAX_PROOF = 128;
 /** A form that does not hold: reported as `malformed-record`. */
@@ -184,6 +184,10 @@ export const VIEW_CHECKS = {
     "log-key": {
         org_id: isId, action: (v) => v === "add" || v === "retire", key: isString, at: isCanonicalTimestamp, note: isString,
     },
+    "trace-erasure": {
+        org_id: isId, session_id: isId, trace_id: isId, trace_seq: isUint, trace_hash: isHash, reason: isString,
+        actor: isString, erased_at: isCanonicalTimestamp,
+    },
 };
 // -- step fields (3.1) ---------------------------------------------------------
 // Only JSON types are checked when a step is read: identifier syntax, the
@@ -226,6 +230,10 @@ export function decodeEntry(obj, line) {
         need(proof.length === items.length, "a proof hash is 64 lowercase hex digits");
     }
     const base = { line, seq, loggedAt, recordHash, proof };
+    if (type !== "step" && obj["view"] === null) {
+        need(type === "signed-trace", `the view is null: only a signed-trace record's view is withheld (when erased), not a ${type}'s`);
+        return { ...base, type, view: null };
+    }
     if (type !== "step") {
         const checks = VIEW_CHECKS[type];
         const view = members(obj["view"], Object.keys(checks), [], `the ${type} view`);
