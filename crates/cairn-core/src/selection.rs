@@ -147,6 +147,17 @@ pub enum SelectionError {
 }
 
 impl Selection {
+    /// Whether this (signed) selection is the `recomputed` one, where it
+    /// may list or leave out each signed trace at a seq of `undecided`
+    /// ([`Selector::undecided`]).
+    pub fn is_recomputed(&self, recomputed: &Selection, undecided: &[u64]) -> bool {
+        let mut claimed = self.clone();
+        claimed
+            .records
+            .retain(|(seq, kind)| kind != "signed-trace" || !undecided.contains(seq));
+        claimed == *recomputed
+    }
+
     /// The statement's JSON form (hashed with JCS).
     pub fn to_value(&self) -> Value {
         json!({
@@ -339,7 +350,8 @@ fn safe_u64(value: &Value, what: &str) -> Result<u64, String> {
 /// and what they need, the second everything else. Feed the same entries,
 /// in seq order, to [`Selector::first_pass`] and then to
 /// [`Selector::second_pass`]; entries at or beyond `checkpoint_size` are
-/// ignored.
+/// ignored, except the trace-erasure records that tell which withheld
+/// traces below it were still shown there ([`Selector::undecided`]).
 #[derive(Debug)]
 pub struct Selector {
     scope: Scope,
@@ -351,6 +363,11 @@ pub struct Selector {
     agents: HashSet<String>,
     predecessors: HashSet<Hash>,
     records: Vec<(u64, String)>,
+    /// Withheld signed traces below the size.
+    withheld: HashSet<u64>,
+    /// Trace-erasure records at or beyond the size: the trace each names,
+    /// with its session.
+    late_erasures: HashMap<u64, String>,
 }
 
 impl Selector {
@@ -366,12 +383,22 @@ impl Selector {
             agents: HashSet::new(),
             predecessors: HashSet::new(),
             records: Vec::new(),
+            withheld: HashSet::new(),
+            late_erasures: HashMap::new(),
         }
     }
 
     /// First pass: the selected sessions, their step counts and heads.
     pub fn first_pass(&mut self, entry: &LogEntry) {
         if entry.seq >= self.size {
+            if let LogRecord::Op {
+                record: OpRecord::TraceErasure(erasure),
+                ..
+            } = &entry.record
+            {
+                self.late_erasures
+                    .insert(erasure.trace_seq, erasure.session_id.clone());
+            }
             return;
         }
         match &entry.record {
@@ -393,8 +420,31 @@ impl Selector {
                     claim.2 = record.hash;
                 }
             }
-            LogRecord::Op { .. } | LogRecord::ErasedTrace { .. } => {}
+            LogRecord::ErasedTrace { .. } => {
+                self.withheld.insert(entry.seq);
+            }
+            LogRecord::Op { .. } => {}
         }
+    }
+
+    /// The traces the selection may list or not (FORMAT.md 10.4): signed
+    /// traces below the size, of a selected session, withheld in this log
+    /// by a trace-erasure record at or beyond the size. The trace was shown
+    /// at the size, but its level (which decides whether it is selected)
+    /// is gone. Call after both passes, before [`Selector::finish`].
+    pub fn undecided(&self) -> Vec<u64> {
+        let mut seqs: Vec<u64> = self
+            .withheld
+            .iter()
+            .filter(|seq| {
+                self.late_erasures
+                    .get(seq)
+                    .is_some_and(|session| self.sessions.contains_key(session))
+            })
+            .copied()
+            .collect();
+        seqs.sort_unstable();
+        seqs
     }
 
     /// Second pass: every other entry the selection includes.

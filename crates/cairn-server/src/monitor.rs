@@ -358,7 +358,7 @@ impl Monitor {
             verifier.fail_pending_erasure(
                 seq,
                 format!(
-                    "the step's payload was erased when the log had {deadline} entries, but no erasure record below that names it"
+                    "the entry at seq {seq} (an erased step's payload, or a withheld signed trace) was seen erased when the log had {deadline} entries, but no erasure record below that names it"
                 ),
             );
         }

@@ -766,13 +766,17 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Imports a verified complete-log bundle as the log of `org_id`, which
     /// must not exist yet: same seq numbers, hashes and signatures, plus its
     /// checkpoint. `entries` must be the bundle's entries in order (the
-    /// caller verified them). Returns the number of entries imported.
+    /// caller verified them); `withheld_ids` the trace ids of the signed
+    /// traces it withholds, by seq, from their trace-erasure records (a
+    /// withheld entry's line does not carry its id, which stays taken).
+    /// Returns the number of entries imported.
     fn import_log(
         &self,
         org_id: &str,
         header: &cairn_core::bundle::BundleHeader,
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+        withheld_ids: &std::collections::HashMap<u64, String>,
     ) -> Result<u64, ImportError>;
 
     /// The server key's public half.

@@ -697,8 +697,9 @@ impl LedgerStore for PgStore {
         header: &cairn_core::bundle::BundleHeader,
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+        withheld_ids: &std::collections::HashMap<u64, String>,
     ) -> Result<u64, ImportError> {
-        self.import_log_in(org_id, header, checkpoint_note, entries)
+        self.import_log_in(org_id, header, checkpoint_note, entries, withheld_ids)
     }
 
     fn signer(&self) -> &cairn_core::note::NoteSigner {

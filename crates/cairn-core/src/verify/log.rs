@@ -76,6 +76,12 @@ pub struct LogVerifier {
     /// Withheld signed traces whose trace-erasure record has not been
     /// seen yet: their recorded hashes by seq.
     pending_traces: std::collections::BTreeMap<u64, Hash>,
+    /// Signed traces read with their view, by seq (a mirror accepts one
+    /// trace-erasure record naming each: it read the trace before it was
+    /// withheld).
+    shown_traces: std::collections::HashSet<u64>,
+    /// Signed traces a trace-erasure record named already.
+    named_traces: std::collections::HashSet<u64>,
     /// Checkpoints still ahead of the stream: their roots by size.
     pending: std::collections::BTreeMap<u64, Vec<Hash>>,
     /// For a partial log: the checkpoint every entry's inclusion proof must
@@ -115,6 +121,8 @@ impl LogVerifier {
             sealed_finals: HashMap::new(),
             pending_erasures: HashMap::new(),
             pending_traces: std::collections::BTreeMap::new(),
+            shown_traces: std::collections::HashSet::new(),
+            named_traces: std::collections::HashSet::new(),
             pending: std::collections::BTreeMap::new(),
             sparse: None,
             mirroring: false,

@@ -321,6 +321,24 @@ fn signed_traces_are_checked_in_the_log() {
         next + 1,
         Reason::ErasureMismatch,
     );
+
+    // A mirror read the trace whole before it was withheld: it accepts
+    // the trace-erasure record naming it, once, and nothing else a complete
+    // log would refuse.
+    let mirrored = |entries: &[LogEntry]| {
+        let mut verifier =
+            cairn_core::verify::LogVerifier::mirroring(SERVER, ORG, vec![fx.server.verifier()]);
+        entries.iter().all(|e| verifier.push(e))
+    };
+    let mut read_whole = good.clone();
+    push(&mut read_whole, erasure(at, hash));
+    assert!(mirrored(&read_whole));
+    let mut again = read_whole.clone();
+    push(&mut again, erasure(at, hash));
+    assert!(!mirrored(&again), "named twice");
+    let mut not_a_trace = good.clone();
+    push(&mut not_a_trace, erasure(at - 1, hash));
+    assert!(!mirrored(&not_a_trace), "a key registration named");
 }
 
 /// Seed 001's continuity: a session may continue a sealed one by naming

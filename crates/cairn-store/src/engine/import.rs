@@ -13,6 +13,7 @@ impl Engine<'_> {
         header: &cairn_core::bundle::BundleHeader,
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+        withheld_ids: &std::collections::HashMap<u64, String>,
     ) -> Result<u64, ImportError> {
         if !header.complete_log {
             return Err(ImportError::Refused(
@@ -95,13 +96,15 @@ impl Engine<'_> {
                 }
                 // An erased signed trace: its hash in the leaf, no view,
                 // no session (the view named it); its trace-erasure
-                // record, later in the verified bundle, names it.
+                // record, later in the verified bundle, names it and its
+                // id, which stays taken here as in the log exported.
                 LogRecord::ErasedTrace { hash } => {
                     tx.insert_op(&OpRow {
                         org: org.id,
                         seq: entry.seq,
                         logged_at: entry.logged_at,
                         op: None,
+                        withheld_id: withheld_ids.get(&entry.seq).map(String::as_str),
                         hash,
                         leaf: &leaf,
                         sid: None,

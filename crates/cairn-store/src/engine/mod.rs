@@ -98,6 +98,8 @@ pub(crate) struct OpRow<'a> {
     /// The record; `None` for a `signed-trace` record whose view is
     /// withheld (an erased trace, imported so from a bundle).
     pub op: Option<&'a OpRecord>,
+    /// The id of a withheld trace (`op` is `None`), which stays taken.
+    pub withheld_id: Option<&'a str>,
     pub hash: &'a Hash,
     pub leaf: &'a Hash,
     pub sid: Option<i64>,
@@ -116,9 +118,10 @@ impl OpRow<'_> {
         self.op.map(|op| op.to_view().to_string())
     }
 
-    /// The id the record is found by ([`op_record_id`]).
+    /// The id the record is found by ([`op_record_id`]; a withheld
+    /// trace's own).
     pub fn id(&self) -> Option<&str> {
-        self.op.and_then(op_record_id)
+        self.op.map_or(self.withheld_id, op_record_id)
     }
 }
 
@@ -500,6 +503,7 @@ fn write_op<T: WriteTx + ?Sized>(
         seq,
         logged_at,
         op: Some(op),
+        withheld_id: None,
         hash: &hash,
         leaf: &leaf,
         sid,

@@ -47,12 +47,28 @@ pub fn import_bundle(
     let mut verifier = BundleVerifier::new(keys.to_vec());
     let mut reader = open().map_err(io)?;
     let mut line = Vec::new();
+    // The ids of the traces the bundle withholds, from their trace-erasure
+    // records (used only once the whole bundle verified).
+    let mut withheld_ids = std::collections::HashMap::new();
     for number in 1.. {
         line.clear();
-        if read_line(&mut *reader, &mut line, number)? == 0
-            || !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line))
-        {
+        if read_line(&mut *reader, &mut line, number)? == 0 {
             break;
+        }
+        let text = cairn_core::bundle::trim_line_end(&line);
+        if !verifier.push_bytes(text) {
+            break;
+        }
+        if text.windows(13).any(|w| w == b"trace-erasure")
+            && let Some((entry, _)) = std::str::from_utf8(text)
+                .ok()
+                .and_then(|text| decode_entry(text).ok())
+            && let cairn_core::log::LogRecord::Op {
+                record: cairn_core::log::OpRecord::TraceErasure(erasure),
+                ..
+            } = entry.record
+        {
+            withheld_ids.insert(erasure.trace_seq, erasure.trace_id);
         }
     }
     let verdict = verifier.finish();
@@ -127,7 +143,8 @@ pub fn import_bundle(
             "this bundle's log changed its key (log_keys in its header): importing another server's rotated log is not supported yet; verify it with `cairn verify --bundle` instead".into(),
         ));
     }
-    let entries_imported = store.import_log(&header.org_id, &header, &note, &mut entries)?;
+    let entries_imported =
+        store.import_log(&header.org_id, &header, &note, &mut entries, &withheld_ids)?;
     let (_, signer) = store.log_signer(&header.org_id)?;
     Ok(ImportOutcome::Imported {
         org_id: header.org_id,

@@ -301,6 +301,7 @@ impl PgStore {
         header: &cairn_core::bundle::BundleHeader,
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+        withheld_ids: &std::collections::HashMap<u64, String>,
     ) -> Result<u64, ImportError> {
         self.with_writer(|conn, cache| {
             let mut tx = conn.client.transaction().context("starting the import")?;
@@ -309,9 +310,14 @@ impl PgStore {
                 statements: &mut conn.statements,
             };
             let mut pg_tx = PgTx::begin(db, HashSet::from([org_id.to_owned()]), cache)?;
-            let count =
-                self.engine()
-                    .import(&mut pg_tx, org_id, header, checkpoint_note, entries)?;
+            let count = self.engine().import(
+                &mut pg_tx,
+                org_id,
+                header,
+                checkpoint_note,
+                entries,
+                withheld_ids,
+            )?;
             pg_tx.flush()?;
             let (docs, all_docs) = pg_tx.take_handed();
             drop(pg_tx);

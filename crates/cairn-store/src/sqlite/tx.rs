@@ -552,6 +552,7 @@ impl SqliteStore {
         header: &cairn_core::bundle::BundleHeader,
         checkpoint_note: &str,
         entries: &mut dyn Iterator<Item = Result<LogEntry, String>>,
+        withheld_ids: &std::collections::HashMap<u64, String>,
     ) -> Result<u64, crate::ImportError> {
         let mut guard = self.writer.lock().map_err(|_| poisoned())?;
         let w = &mut *guard;
@@ -574,6 +575,7 @@ impl SqliteStore {
             header,
             checkpoint_note,
             entries,
+            withheld_ids,
         )?;
         tx.commit().context("committing the import")?;
         let mut fulltext = std::mem::take(&mut w.state.fulltext);

@@ -88,6 +88,23 @@ fn checkpoint(ledger: &Ledger) -> cairn_store::StoredCheckpoint {
     }
 }
 
+/// Imports `bundle` (its bytes) into `target`, every key accepted.
+pub(crate) fn import_bytes(
+    target: &dyn LedgerStore,
+    bundle: &[u8],
+) -> Result<cairn_store::ops::ImportOutcome, cairn_store::ImportError> {
+    let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+        Ok(Box::new(std::io::Cursor::new(bundle.to_vec())))
+    };
+    cairn_store::ops::import_bundle(
+        target,
+        &open,
+        &[],
+        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+        &mut |_| {},
+    )
+}
+
 pub(crate) fn assert_verifies(store: &dyn LedgerStore) {
     let verdict = verify_org(store, ORG, &[], &[], &mut |_| {}).unwrap();
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);

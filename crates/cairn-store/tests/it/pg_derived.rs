@@ -515,17 +515,7 @@ fn chunked_flushes_write_every_derived_row() {
     )
     .unwrap();
     let target = backend.open("chunked-import");
-    let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
-        Ok(Box::new(std::io::Cursor::new(bundle.clone())))
-    };
-    cairn_store::ops::import_bundle(
-        target.as_ref(),
-        &open,
-        &[],
-        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
-        &mut |_| {},
-    )
-    .unwrap();
+    crate::conformance::import_bytes(target.as_ref(), &bundle).unwrap();
     assert_eq!(count(target.as_ref()), 5000);
     assert_eq!(target.session(org, "s3").unwrap().unwrap().step_count, 715);
     let mut admin = admin_of(&backend, "chunked-import");

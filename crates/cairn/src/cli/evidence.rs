@@ -425,8 +425,8 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     if result.verdict.verified
         && let (Some(log), Some(selection)) = (&args.log, &result.selection)
     {
-        let recomputed = recompute_selection(args, log, selection, result.checkpoint)?;
-        if recomputed != *selection {
+        let (recomputed, undecided) = recompute_selection(args, log, selection, result.checkpoint)?;
+        if !selection.is_recomputed(&recomputed, &undecided) {
             let mut verdict = result.verdict.clone();
             verdict.verified = false;
             verdict.failure = Some(cairn_core::verify::Failure {
@@ -547,7 +547,9 @@ fn failure_hint(
 
 /// The selection the published rule gives for `selection`'s scope and
 /// level over the complete bundle at `path`, which must verify and cover
-/// the same checkpoint (its root at the selection's size the same).
+/// the same checkpoint (its root at the selection's size the same), and
+/// the signed traces it may list or not
+/// ([`cairn_core::selection::Selector::undecided`]).
 ///
 /// The bundle is read twice, line by line (memory flat in its size, each
 /// line bounded by `--max-bundle-line-bytes`; a pipe is first copied to an
@@ -560,7 +562,7 @@ pub(super) fn recompute_selection(
     path: &std::path::Path,
     selection: &cairn_core::selection::Selection,
     checkpoint: Option<(u64, cairn_core::Hash)>,
-) -> Result<cairn_core::selection::Selection> {
+) -> Result<(cairn_core::selection::Selection, Vec<u64>)> {
     use cairn_core::selection::Selector;
     use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
     let max_line = args.max_bundle_line_bytes;
@@ -668,7 +670,9 @@ pub(super) fn recompute_selection(
             path.display()
         )));
     }
-    selector
+    let undecided = selector.undecided();
+    let recomputed = selector
         .finish()
-        .ok_or_else(|| usage("the log holds no session in the selection's scope"))
+        .ok_or_else(|| usage("the log holds no session in the selection's scope"))?;
+    Ok((recomputed, undecided))
 }

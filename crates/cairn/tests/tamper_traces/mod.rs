@@ -8,7 +8,9 @@
 use crate::corpus::*;
 use crate::tamper_world::*;
 use cairn_core::detail::DetailLevel;
+use cairn_core::ed25519_dalek::SigningKey;
 use cairn_core::log::{LogEntry, LogRecord, OpRecord};
+use cairn_core::selection::Scope;
 use cairn_core::verify::Reason;
 use cairn_store::ops::ExportScope;
 use serde_json::Value;
@@ -99,17 +101,10 @@ pub fn erased_traces(w: &World, complete: &[String], entries: &[LogEntry], pinne
         ),
         ("insider-trace-erasure-names-a-kept-trace", kept, kept_hash),
     ] {
-        let mut forged = entries.to_vec();
-        let LogRecord::Op {
-            record: OpRecord::TraceErasure(record),
-            hash,
-        } = &mut forged[erasure as usize].record
-        else {
-            unreachable!()
-        };
-        record.trace_seq = trace_seq;
-        record.trace_hash = trace_hash;
-        *hash = OpRecord::TraceErasure(record.clone()).hash();
+        let forged = with_trace_erasure(entries, erasure, |record| {
+            record.trace_seq = trace_seq;
+            record.trace_hash = trace_hash;
+        });
         let bundle = w.signed_complete(&forged);
         case(
             name,
@@ -125,5 +120,137 @@ pub fn erased_traces(w: &World, complete: &[String], entries: &[LogEntry], pinne
                 )
             }),
         );
+    }
+    // The same in partial bundles that hold the entry named: a trace shown
+    // whole, a key registration the selection lists as one (rule 5.3 and
+    // 5.4: a partial bundle compares what it holds).
+    let registration = seq_of(
+        entries,
+        |e| matches!(&e.record, LogRecord::Op { record: OpRecord::KeyRegistration(k), .. } if k.agent_id == "tracer"),
+    ) as u64;
+    for (name, trace_seq) in [
+        ("partial-trace-erasure-names-a-shown-trace", kept),
+        (
+            "partial-trace-erasure-names-a-key-registration",
+            registration,
+        ),
+    ] {
+        let forged = with_trace_erasure(entries, erasure, |record| {
+            record.trace_seq = trace_seq;
+            record.trace_hash = kept_hash;
+            record.session_id = "trace-b".into();
+        });
+        let selection = selection_of(
+            &forged,
+            Scope::Session("trace-b".into()),
+            DetailLevel::Generic,
+        );
+        assert!(
+            selection.records.iter().any(|(seq, _)| *seq == erasure),
+            "{name}"
+        );
+        let bundle = w.signed_partial(&forged, &selection);
+        case(
+            name,
+            &bundle,
+            pinned,
+            &[],
+            Some(&Expected {
+                seq: Some(erasure),
+                session_id: Some("trace-b".into()),
+                ..at_line(
+                    Reason::ErasureMismatch,
+                    line_of(&bundle, erasure) as u64 + 1,
+                )
+            }),
+        );
+    }
+}
+
+/// `entries` with the trace-erasure record at `erasure` edited by `edit`
+/// and its hash recomputed (an insider's forgery, signed by the caller).
+fn with_trace_erasure(
+    entries: &[LogEntry],
+    erasure: u64,
+    edit: impl FnOnce(&mut cairn_core::log::TraceErasureRecord),
+) -> Vec<LogEntry> {
+    let mut forged = entries.to_vec();
+    let LogRecord::Op {
+        record: OpRecord::TraceErasure(record),
+        hash,
+    } = &mut forged[erasure as usize].record
+    else {
+        unreachable!()
+    };
+    edit(record);
+    *hash = OpRecord::TraceErasure(record.clone()).hash();
+    forged
+}
+
+/// A partial bundle written while trace-a was still shown (its checkpoint
+/// below the trace-erasure record) lists the trace; a complete bundle
+/// written after withholds it, so `--log` cannot know the trace's level:
+/// the selection may list it or not (FORMAT.md 10.4), and both pass.
+pub fn selection_of_a_trace_erased_later(w: &World, entries: &[LogEntry], key: &str) {
+    let withheld = seq_of(entries, |e| {
+        matches!(e.record, LogRecord::ErasedTrace { .. })
+    });
+    let step_erasure = seq_of(entries, |e| is_op(e, "erasure") && e.seq > withheld as u64);
+    let mut before = entries[..step_erasure].to_vec();
+    let shown = OpRecord::SignedTrace(cairn_core::log::SignedTraceRecord {
+        org_id: ORG.into(),
+        session_id: "trace-a".into(),
+        trace: cairn_core::trace::CompleteTrace::parse(&signed_trace(
+            &SigningKey::from_bytes(&[9; 32]),
+            "trace-a",
+        ))
+        .unwrap(),
+    });
+    assert_eq!(
+        shown.hash(),
+        before[withheld].record_hash(),
+        "the original trace"
+    );
+    before[withheld].record = LogRecord::Op {
+        hash: shown.hash(),
+        record: shown,
+    };
+    let listed = selection_of(
+        &before,
+        Scope::Session("trace-a".into()),
+        DetailLevel::Generic,
+    );
+    assert!(
+        listed
+            .records
+            .iter()
+            .any(|(seq, _)| *seq == withheld as u64)
+    );
+    let mut left_out = listed.clone();
+    left_out.records.retain(|(seq, _)| *seq != withheld as u64);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.bundle");
+    std::fs::write(&log, w.signed_complete(entries).join("\n") + "\n").unwrap();
+    for (name, selection) in [("listed", &listed), ("left out", &left_out)] {
+        let partial = dir.path().join("partial.bundle");
+        std::fs::write(
+            &partial,
+            w.signed_partial(&before, selection).join("\n") + "\n",
+        )
+        .unwrap();
+        let run = crate::common::cairn_in(
+            dir.path(),
+            &[
+                "verify",
+                "--bundle",
+                partial.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+                "--key",
+                key,
+            ],
+            None,
+        );
+        assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
     }
 }

@@ -230,7 +230,7 @@ pub fn world() -> World {
 }
 
 /// A seed-004 trace of agent `tracer`, signed by `key`, at level generic.
-fn signed_trace(key: &SigningKey, trace_id: &str) -> serde_json::Value {
+pub fn signed_trace(key: &SigningKey, trace_id: &str) -> serde_json::Value {
     use base64::Engine as _;
     let mut trace = json!({
         "trace_id": trace_id,

@@ -6,6 +6,7 @@ and log keys, seals, erasures) as it comes, and `finish` checks what only
 the end can tell; a failure raises `_Fail`."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -94,6 +95,8 @@ class _Verifier:
         self.agent_keys: dict[str, _AgentKey] = {}
         self.pending: dict[tuple[str, int], _Erased] = {}
         self.withheld: dict[int, bytes] = {}  # withheld signed traces (8, rule 4): seq -> recorded hash
+        self.shown_traces: set[int] = set()  # signed traces read with their view
+        self.named_traces: set[int] = set()  # withheld traces a trace-erasure record named
         # log keys (7.10), by vkey text: where added, retired, first used
         self.added: dict[str, int] = {}
         self.retired: dict[str, int] = {}
@@ -571,13 +574,24 @@ class _Verifier:
             raise _Fail("erasure-mismatch", f"the trace erasure names seq {trace_seq}, which is not before it", at)
         held = self.withheld.pop(trace_seq, None)
         if held is not None:
+            self.named_traces.add(trace_seq)
             if held.hex() != view["trace_hash"]:
                 raise _Fail("erasure-mismatch",
                             f"the trace erasure names the signed trace at seq {trace_seq} by another hash", at)
             return
+        if trace_seq in self.named_traces:
+            raise _Fail("erasure-mismatch", f"the signed trace at seq {trace_seq} was named by an earlier trace erasure", at)
+        if trace_seq in self.shown_traces:
+            raise _Fail("erasure-mismatch", f"the trace erasure names the signed trace at seq {trace_seq}, which shows its view",
+                        at)
         if self.complete:
+            raise _Fail("erasure-mismatch", f"the trace erasure names seq {trace_seq}, which is not a signed-trace record", at)
+        # A partial bundle: an entry it does not hold is not compared; one
+        # its selection lists as another type fails.
+        i = bisect.bisect_left(self.records, trace_seq, key=lambda record: record[0])
+        if i < len(self.records) and self.records[i][0] == trace_seq and self.records[i][1] != "signed-trace":
             raise _Fail("erasure-mismatch",
-                        f"the trace erasure names seq {trace_seq}, which is not a signed-trace record shown withheld",
+                        f"the trace erasure names seq {trace_seq}, which the selection lists as a {self.records[i][1]} record",
                         at)
 
     def _review(self, e: _OpEntry, at: Position) -> None:
@@ -684,6 +698,7 @@ class _Verifier:
         message = canonical({"components": trace["components"], "trace_level": trace["trace_level"]})
         if not ed25519.verify_strict(key.public, message, signature):
             raise _Fail("bad-signature", "the trace's signature does not verify over its components and level", at)
+        self.shown_traces.add(e.seq)
 
     # -- the end (9.5) -----------------------------------------------------------
 

@@ -171,10 +171,13 @@ impl LogVerifier {
             ),
             OpRecord::KeyRegistration(reg) => self.agent_keys.register(reg, seq),
             OpRecord::KeyRevocation(rev) => self.agent_keys.revoke(rev, seq),
-            OpRecord::SignedTrace(record) => self
-                .agent_keys
-                .check_trace(&record.trace, Some(seq))
-                .map_err(|e| (Reason::BadSignature, e)),
+            OpRecord::SignedTrace(record) => {
+                self.agent_keys
+                    .check_trace(&record.trace, Some(seq))
+                    .map_err(|e| (Reason::BadSignature, e))?;
+                self.shown_traces.insert(seq);
+                Ok(())
+            }
             OpRecord::Erasure(erasure) => self.check_erasure(erasure),
             OpRecord::TraceErasure(erasure) => self.check_trace_erasure(erasure, seq),
             OpRecord::Review(_) | OpRecord::AuditEvent(_) => Ok(()),
@@ -239,46 +242,62 @@ impl LogVerifier {
     }
 
     /// A trace-erasure record names an earlier `signed-trace` entry whose
-    /// view is withheld, by its `op_hash`, once. In a complete log every
-    /// such entry is seen, so one named that shows its view (or is no
-    /// signed trace, or was named already) fails; a partial log may not
-    /// hold the trace at all (FORMAT.md 8, rule 5).
+    /// view is withheld, by its `op_hash`, once (FORMAT.md 8, rule 5). A
+    /// trace read with its view fails, except in a mirror that read it
+    /// before it was withheld; in a partial log, an entry the bundle does
+    /// not hold is not compared (one the selection lists as another type
+    /// fails).
     fn check_trace_erasure(&mut self, erasure: &TraceErasureRecord, seq: u64) -> Check {
-        if erasure.trace_seq >= seq {
-            return Err((
-                Reason::ErasureMismatch,
-                format!(
-                    "the trace erasure names seq {}, which is not before it",
-                    erasure.trace_seq
-                ),
+        let at = erasure.trace_seq;
+        let mismatch = |detail: String| Err((Reason::ErasureMismatch, detail));
+        if at >= seq {
+            return mismatch(format!(
+                "the trace erasure names seq {at}, which is not before it"
             ));
         }
-        match self.pending_traces.remove(&erasure.trace_seq) {
-            Some(hash) if hash == erasure.trace_hash => Ok(()),
-            Some(hash) => Err((
-                Reason::ErasureMismatch,
-                format!(
-                    "the trace erasure names the signed trace at seq {} by hash {}; the withheld entry's hash is {hash}",
-                    erasure.trace_seq, erasure.trace_hash
-                ),
-            )),
-            None if self.sparse.is_none()
-                && !self.mirroring
-                && self
-                    .mirror_from
-                    .is_none_or(|from| erasure.trace_seq >= from) =>
-            {
-                Err((
-                    Reason::ErasureMismatch,
-                    format!(
-                        "the trace erasure names seq {}, which is not a signed-trace record shown withheld (or was erased already)",
-                        erasure.trace_seq
-                    ),
-                ))
+        if let Some(hash) = self.pending_traces.remove(&at) {
+            self.named_traces.insert(at);
+            if hash != erasure.trace_hash {
+                return mismatch(format!(
+                    "the trace erasure names the signed trace at seq {at} by hash {}; the withheld entry's hash is {hash}",
+                    erasure.trace_hash
+                ));
             }
-            // A partial log need not hold the trace; a mirror may have
-            // read it before it was withheld.
-            None => Ok(()),
+            return Ok(());
+        }
+        if self.named_traces.contains(&at) {
+            return mismatch(format!(
+                "the trace erasure names the signed trace at seq {at}, which an earlier trace erasure named"
+            ));
+        }
+        if self.shown_traces.remove(&at) {
+            // A mirror, or the part of a store's verification read before
+            // it started growing, may have read the trace before it was
+            // withheld.
+            if self.mirroring || self.mirror_from.is_some_and(|from| at < from) {
+                self.named_traces.insert(at);
+                return Ok(());
+            }
+            return mismatch(format!(
+                "the trace erasure names the signed trace at seq {at}, which shows its view"
+            ));
+        }
+        match &self.sparse {
+            None => mismatch(format!(
+                "the trace erasure names seq {at}, which is not a signed-trace record"
+            )),
+            Some(sparse) => match sparse
+                .selection
+                .records
+                .binary_search_by_key(&at, |(listed, _)| *listed)
+            {
+                Ok(i) if sparse.selection.records[i].1 != "signed-trace" => mismatch(format!(
+                    "the trace erasure names seq {at}, which the selection lists as a {} record",
+                    sparse.selection.records[i].1
+                )),
+                // The bundle does not hold it.
+                _ => Ok(()),
+            },
         }
     }
 }

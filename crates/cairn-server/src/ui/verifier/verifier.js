@@ -52,6 +52,9 @@ export class Verifier {
     pending = new Map();
     /** Withheld signed traces (FORMAT.md 8, rule 4): seq → recorded hash. */
     withheld = new Map();
+    /** Signed traces read with their view, and withheld ones a trace-erasure record named. */
+    shownTraces = new Set();
+    namedTraces = new Set();
     /** Log keys (7.10), by vkey text: where each was added, retired, first used. */
     added = new Map();
     retired = new Map();
@@ -651,13 +654,36 @@ export class Verifier {
         const held = this.withheld.get(traceSeq);
         if (held !== undefined) {
             this.withheld.delete(traceSeq);
+            this.namedTraces.add(traceSeq);
             if (toHex(held) !== e.view["trace_hash"]) {
                 throw new Fail("erasure-mismatch", `the trace erasure names the signed trace at seq ${traceSeq} by another hash`, at);
             }
             return;
         }
+        if (this.namedTraces.has(traceSeq)) {
+            throw new Fail("erasure-mismatch", `the signed trace at seq ${traceSeq} was named by an earlier trace erasure`, at);
+        }
+        if (this.shownTraces.has(traceSeq)) {
+            throw new Fail("erasure-mismatch", `the trace erasure names the signed trace at seq ${traceSeq}, which shows its view`, at);
+        }
         if (this.complete) {
-            throw new Fail("erasure-mismatch", `the trace erasure names seq ${traceSeq}, which is not a signed-trace record shown withheld`, at);
+            throw new Fail("erasure-mismatch", `the trace erasure names seq ${traceSeq}, which is not a signed-trace record`, at);
+        }
+        // A partial bundle: an entry it does not hold is not compared; one its
+        // selection lists as another type fails.
+        const records = this.selection.records;
+        let low = 0;
+        let high = records.length;
+        while (low < high) {
+            const mid = (low + high) >>> 1;
+            if (records[mid][0] < traceSeq)
+                low = mid + 1;
+            else
+                high = mid;
+        }
+        const listed = records[low];
+        if (listed !== undefined && listed[0] === traceSeq && listed[1] !== "signed-trace") {
+            throw new Fail("erasure-mismatch", `the trace erasure names seq ${traceSeq}, which the selection lists as a ${listed[1]} record`, at);
         }
     }
     erasure(e, at) {
@@ -718,6 +744,7 @@ export class Verifier {
         if (!(await verifyStrict(key.publicKey, message, fromBase64(trace["signature"])))) {
             throw new Fail("bad-signature", "the trace's signature does not verify over its components and level", at);
         }
+        this.shownTraces.add(e.seq);
     }
     // -- the end (9.5) -------------------------------------------------------------
     // -- log keys (7.10) -------------------------------------------------------

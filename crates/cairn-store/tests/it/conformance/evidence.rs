@@ -369,17 +369,7 @@ pub(super) fn imports_round_trip(backend: &dyn Backend) {
     assert_eq!(rejected.log_size(ORG).unwrap(), 0);
 
     let target = backend.open("import-target");
-    let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
-        Ok(Box::new(std::io::Cursor::new(bundle.clone())))
-    };
-    let outcome = cairn_store::ops::import_bundle(
-        target.as_ref(),
-        &open,
-        &[],
-        cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
-        &mut |_| {},
-    )
-    .unwrap();
+    let outcome = import_bytes(target.as_ref(), &bundle).unwrap();
     assert!(
         matches!(
             outcome,
@@ -404,13 +394,7 @@ pub(super) fn imports_round_trip(backend: &dyn Backend) {
         Refusal::ReadOnlyOrg { org_id: ORG.into() }
     );
     assert!(matches!(
-        cairn_store::ops::import_bundle(
-            target.as_ref(),
-            &open,
-            &[],
-            cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
-            &mut |_| {}
-        ),
+        import_bytes(target.as_ref(), &bundle),
         Err(cairn_store::ImportError::Refused(_))
     ));
 }

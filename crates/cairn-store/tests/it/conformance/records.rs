@@ -301,6 +301,16 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
     );
     let verdict = verify_text(store.as_ref(), &complete);
     assert!(verdict.verdict.verified, "{:?}", verdict.verdict.failure);
+    // Imported, the withheld trace keeps its id taken (its line does not
+    // carry it: the trace-erasure record does).
+    let target = backend.open("traces-imported");
+    let imported = import_bytes(target.as_ref(), complete.as_bytes()).unwrap();
+    assert!(
+        matches!(imported, cairn_store::ops::ImportOutcome::Imported { .. }),
+        "{imported:?}"
+    );
+    assert_eq!(target.op_by_id(ORG, "trace-1").unwrap(), Some((seq, None)));
+    assert_verifies(target.as_ref());
     for level in [DetailLevel::Generic, DetailLevel::Detailed] {
         let text = bundle_text(
             store.as_ref(),
