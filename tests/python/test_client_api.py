@@ -216,7 +216,8 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     assert signed["signed_members"] == ["components", "trace_level"]
     # Erasing one of its components' steps erases the signed original too
     # (FORMAT.md 8): 410 erased, and the log still verifies.
-    assert admin.erase_step("trace-client-1.0", "asked to forget")["erased"] is True
+    erased = admin.erase_step("trace-client-1.0", "asked to forget")
+    assert erased["erased"] is True and erased["trace_erasure_seq"] == erased["erasure_seq"] + 1
     with pytest.raises(CairnError) as gone:
         admin.get_signed_trace("trace-client-1")
     assert (gone.value.status, gone.value.code) == (410, "erased")

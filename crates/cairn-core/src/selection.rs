@@ -148,14 +148,35 @@ pub enum SelectionError {
 
 impl Selection {
     /// Whether this (signed) selection is the `recomputed` one, where it
-    /// may list or leave out each signed trace at a seq of `undecided`
-    /// ([`Selector::undecided`]).
-    pub fn is_recomputed(&self, recomputed: &Selection, undecided: &[u64]) -> bool {
+    /// may leave out each signed trace at a seq of `undecided`
+    /// ([`Selector::undecided`]: withheld in the log recomputed from, so
+    /// its level is gone), or list it if the bundle shows it (`listed`:
+    /// [`crate::bundle::BundleVerdict::listed_traces`]) of a selected
+    /// session at a level the selection's shows (FORMAT.md 10.4).
+    pub fn is_recomputed(
+        &self,
+        recomputed: &Selection,
+        undecided: &[u64],
+        listed: &[ListedTrace],
+    ) -> bool {
+        let selected = |session: &str| {
+            recomputed
+                .sessions
+                .iter()
+                .any(|claim| claim.session_id == session)
+        };
         let mut claimed = self.clone();
-        claimed
-            .records
-            .retain(|(seq, kind)| kind != "signed-trace" || !undecided.contains(seq));
-        claimed == *recomputed
+        let mut lies = false;
+        claimed.records.retain(|(seq, kind)| {
+            if kind != "signed-trace" || !undecided.contains(seq) {
+                return true;
+            }
+            let shown = listed.iter().find(|trace| trace.seq == *seq);
+            lies |= !shown
+                .is_some_and(|trace| selected(&trace.session_id) && trace.level <= self.level);
+            false
+        });
+        !lies && claimed == *recomputed
     }
 
     /// The statement's JSON form (hashed with JCS).
@@ -345,6 +366,18 @@ fn safe_u64(value: &Value, what: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{what} must be a non-negative integer"))
 }
 
+/// A signed trace a partial bundle shows: its position, the session its
+/// record names and its level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTrace {
+    /// Its `seq`.
+    pub seq: u64,
+    /// The record's `session_id`.
+    pub session_id: String,
+    /// The trace's level (`full_traces` read as `full`).
+    pub level: DetailLevel,
+}
+
 /// Recomputes the selection of a scope from a complete log, in two passes
 /// over its entries (`docs/FORMAT.md` 10.4): the first finds the sessions
 /// and what they need, the second everything else. Feed the same entries,
@@ -507,5 +540,58 @@ impl Selector {
             sessions,
             records: self.records,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--log`'s comparison (FORMAT.md 10.4): a trace withheld in the log
+    /// recomputed from may be left out, or listed if the bundle shows it
+    /// of a selected session at a level the selection shows; every other
+    /// difference is a lie.
+    #[test]
+    fn undecided_traces_are_listed_only_as_the_bundle_shows_them() {
+        let claim = |session: &str| SessionClaim {
+            session_id: session.into(),
+            steps: 1,
+            head: Hash::sha256(session.as_bytes()),
+        };
+        let recomputed = Selection {
+            checkpoint_size: 10,
+            scope: Scope::Session("a".into()),
+            level: DetailLevel::Detailed,
+            sessions: vec![claim("a")],
+            records: vec![(0, "session-start".into())],
+        };
+        let listing = |seqs: &[u64]| {
+            let mut selection = recomputed.clone();
+            selection
+                .records
+                .extend(seqs.iter().map(|seq| (*seq, "signed-trace".to_owned())));
+            selection
+        };
+        let shown = |seq: u64, session: &str, level: DetailLevel| ListedTrace {
+            seq,
+            session_id: session.into(),
+            level,
+        };
+        let undecided = [3];
+        // Left out, or listed as shown: both pass.
+        assert!(listing(&[]).is_recomputed(&recomputed, &undecided, &[]));
+        let fine = [shown(3, "a", DetailLevel::Generic)];
+        assert!(listing(&[3]).is_recomputed(&recomputed, &undecided, &fine));
+        // Listed, but of a level above the selection's, of another
+        // session, or not shown: lies.
+        for listed in [
+            vec![shown(3, "a", DetailLevel::Full)],
+            vec![shown(3, "b", DetailLevel::Generic)],
+            vec![],
+        ] {
+            assert!(!listing(&[3]).is_recomputed(&recomputed, &undecided, &listed));
+        }
+        // A trace that is not undecided is compared as any record.
+        assert!(!listing(&[4]).is_recomputed(&recomputed, &undecided, &fine));
     }
 }

@@ -435,13 +435,13 @@ pub(crate) async fn read_step<T: Send + 'static>(
     operation_id = "erase_step",
     tag = "steps",
     summary = "Erase a step's payload",
-    description = "GDPR-style erasure: content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. Body: reason. Roles: admin.",
+    description = "GDPR-style erasure: content, input_data, output_data and metadata are replaced by their commitments; every hash stays and everything still verifies; the erasure is itself a record. A step imported from an agent-signed trace (trace id <trace_id>.<i>) erases that trace's record with it: it is withheld, its hash kept, behind a trace-erasure record (FORMAT.md 8). Body: reason. Roles: admin.",
     params(
         ("trace_id" = crate::api_doc::Id, Path, description = "The step"),
     ),
     request_body = crate::api_doc::EraseInput,
     responses(
-        (status = 200, description = "Erased", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "{trace_id, erased: true, erasure_seq, trace_erasure_seq}: the positions of the erasure record and, when the step came from a signed trace, of the trace-erasure record (null otherwise; erasure_seq is null when the step was erased before and only its trace now, in a store written before traces were erased with their steps)", content_type = "application/json", body = serde_json::Value),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),
@@ -483,9 +483,12 @@ pub(crate) async fn erase_step(
     // Only the queued write's copy of the reason stays while it waits.
     drop(body);
     match crate::queue_write(&state, &counted, request).await? {
-        Written::Erased { seqs } => Ok(axum::Json(
-            json!({"trace_id": trace_id, "erased": true, "erasure_seq": seqs.first()}),
-        )),
+        Written::Erased { seqs, trace_seqs } => Ok(axum::Json(json!({
+            "trace_id": trace_id,
+            "erased": true,
+            "erasure_seq": seqs.first(),
+            "trace_erasure_seq": trace_seqs.first(),
+        }))),
         other => Err(crate::unexpected(other)),
     }
 }

@@ -661,6 +661,9 @@ pub enum Written {
     Erased {
         /// One erasure record per erased step.
         seqs: Vec<u64>,
+        /// One trace-erasure record per signed trace withheld with its
+        /// steps (FORMAT.md 8).
+        trace_seqs: Vec<u64>,
     },
     /// A review was recorded.
     Reviewed {

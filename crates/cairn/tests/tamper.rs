@@ -818,4 +818,5 @@ fn every_fault_class_is_named_by_every_verifier() {
     );
     assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
     tamper_traces::selection_of_a_trace_erased_later(&w, &entries, &key);
+    tamper_traces::import_of_stated_ids(&w, &entries);
 }

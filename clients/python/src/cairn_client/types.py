@@ -184,7 +184,8 @@ class Erasure(TypedDict, total=False):
     """`POST /v1/steps/{trace_id}/erase`."""
     trace_id: str
     erased: bool
-    erasure_seq: int
+    erasure_seq: Optional[int]
+    trace_erasure_seq: Optional[int]
 
 
 class Review(TypedDict, total=False):

@@ -41,6 +41,9 @@ pub struct BundleVerdict {
     pub header: Option<BundleHeader>,
     /// The signed selection of a partial bundle, if it verified.
     pub selection: Option<Selection>,
+    /// The signed traces a partial bundle shows (for `--log`'s
+    /// comparison, [`Selection::is_recomputed`]).
+    pub listed_traces: Vec<crate::selection::ListedTrace>,
     /// Sizes of the trusted checkpoints the bundle was related to.
     pub trusted_sizes: Vec<u64>,
     /// The witnesses of the verifier's policy whose cosignature on the
@@ -573,6 +576,11 @@ impl BundleVerifier {
             let detail = "the bundle ends without its end line: truncated".to_owned();
             self.fail(Location::default(), Reason::MissingRecord, detail);
         }
+        let listed_traces = self
+            .log
+            .as_ref()
+            .map(|log| log.listed_traces().to_vec())
+            .unwrap_or_default();
         let inner = self.log.map(LogVerifier::finish);
         let verdict = match (self.failure, inner) {
             (Some(failure), inner) => Verdict {
@@ -607,6 +615,7 @@ impl BundleVerifier {
                 .map(|c| (c.checkpoint().size, c.checkpoint().root)),
             header: self.header,
             selection: self.selection,
+            listed_traces,
             selection_signers: self.selection_signers,
             trusted_sizes: self.trusted.iter().map(|t| t.checkpoint().size).collect(),
             cosigned_by: self.cosigned_by,

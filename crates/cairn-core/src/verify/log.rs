@@ -41,6 +41,9 @@ struct SparseState {
     next_record: usize,
     /// Claimed step counts by session id.
     claims: HashMap<String, u64>,
+    /// The signed traces the bundle shows, for `--log`'s comparison
+    /// ([`crate::selection::Selection::is_recomputed`]).
+    listed_traces: Vec<crate::selection::ListedTrace>,
 }
 
 /// Verifies an org log, fed its entries in sequence order: a complete log
@@ -279,6 +282,14 @@ impl LogVerifier {
                 false
             }
         }
+    }
+
+    /// The signed traces a partial log showed, in order (empty for a
+    /// complete log).
+    pub fn listed_traces(&self) -> &[crate::selection::ListedTrace] {
+        self.sparse
+            .as_ref()
+            .map_or(&[], |sparse| sparse.listed_traces.as_slice())
     }
 
     /// The first failure, once there is one.

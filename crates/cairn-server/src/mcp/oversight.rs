@@ -125,10 +125,11 @@ impl CairnMcp {
                 actor: caller.key.id.clone(),
             };
             match self.write(&context, request).await? {
-                Written::Erased { seqs } => Ok(Erased {
+                Written::Erased { seqs, trace_seqs } => Ok(Erased {
                     trace_id: args.trace_id,
                     erased: true,
                     erasure_seq: seqs.first().copied(),
+                    trace_erasure_seq: trace_seqs.first().copied(),
                 }),
                 other => Err(unexpected(other)),
             }

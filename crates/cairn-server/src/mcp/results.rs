@@ -378,8 +378,12 @@ pub struct Erased {
     pub trace_id: String,
     /// Always true.
     pub erased: bool,
-    /// The erasure record's position in the org log.
+    /// The erasure record's position in the org log (none when the step
+    /// was erased before and only the signed trace it came from is now).
     pub erasure_seq: Option<u64>,
+    /// When the step came from an agent-signed trace: the position of the
+    /// trace-erasure record that withheld the trace's record with it.
+    pub trace_erasure_seq: Option<u64>,
 }
 
 /// `register_agent_key`: the key's id.

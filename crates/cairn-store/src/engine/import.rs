@@ -51,6 +51,8 @@ impl Engine<'_> {
         let mut kinds: std::collections::BTreeSet<(i64, cairn_core::kind::StepKind)> =
             std::collections::BTreeSet::new();
         let mut count = 0u64;
+        // Withheld traces: (seq, logged_at, hash, leaf).
+        let mut withheld = Vec::new();
         for (index, entry) in entries.enumerate() {
             let bad = |reason: String| ImportError::BadEntry {
                 index: index as u64,
@@ -95,22 +97,10 @@ impl Engine<'_> {
                     write_op(tx, &mut org, record, entry.logged_at, sid)?;
                 }
                 // An erased signed trace: its hash in the leaf, no view,
-                // no session (the view named it); its trace-erasure
-                // record, later in the verified bundle, names it and its
-                // id, which stays taken here as in the log exported.
+                // no session (the view named it). Its row is written last,
+                // below.
                 LogRecord::ErasedTrace { hash } => {
-                    tx.insert_op(&OpRow {
-                        org: org.id,
-                        seq: entry.seq,
-                        logged_at: entry.logged_at,
-                        op: None,
-                        withheld_id: withheld_ids.get(&entry.seq).map(String::as_str),
-                        hash,
-                        leaf: &leaf,
-                        sid: None,
-                        step_index: None,
-                        agent_id: None,
-                    })?;
+                    withheld.push((entry.seq, entry.logged_at, *hash, leaf));
                     push_leaf(tx, &mut org, leaf)?;
                     org.last_logged = entry.logged_at;
                 }
@@ -194,6 +184,29 @@ impl Engine<'_> {
                 }
             }
             count += 1;
+        }
+        // A withheld trace keeps its id taken, as in the log exported: the
+        // id its trace-erasure record states (informative: no verifier
+        // can compare it), so it is taken only if nothing else of the log
+        // holds it by now, and at most once.
+        for (seq, logged_at, hash, leaf) in withheld {
+            let stated = withheld_ids.get(&seq).map(String::as_str);
+            let free = match stated {
+                Some(id) => !tx.trace_id_taken(org.id, id)?,
+                None => false,
+            };
+            tx.insert_op(&OpRow {
+                org: org.id,
+                seq,
+                logged_at,
+                op: None,
+                withheld_id: stated.filter(|_| free),
+                hash: &hash,
+                leaf: &leaf,
+                sid: None,
+                step_index: None,
+                agent_id: None,
+            })?;
         }
         let text = cairn_core::note::Note::parse(checkpoint_note)
             .map_err(|e| ImportError::Refused(format!("checkpoint: {e}")))?

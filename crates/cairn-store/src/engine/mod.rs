@@ -704,11 +704,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
                 Some(refusal) => Err(refusal),
                 None => self
                     .erase_step(org_id, trace_id, reason, actor)?
-                    .map(|seq| Written::Erased { seqs: vec![seq] }),
+                    .map(|(step, trace)| Written::Erased {
+                        seqs: step.into_iter().collect(),
+                        trace_seqs: trace.into_iter().collect(),
+                    }),
             },
-            WriteRequest::Retention { org_id, older_than } => Ok(Written::Erased {
-                seqs: self.retention(org_id, *older_than)?,
-            }),
+            WriteRequest::Retention { org_id, older_than } => {
+                let (seqs, trace_seqs) = self.retention(org_id, *older_than)?;
+                Ok(Written::Erased { seqs, trace_seqs })
+            }
             WriteRequest::Checkpoint { org_id } => match self.org(org_id)? {
                 None => Err(Refusal::UnknownSession {
                     session_id: format!("(org {org_id} has no log)"),

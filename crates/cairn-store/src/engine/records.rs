@@ -386,14 +386,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     /// Erases one step's payload, in the shape the database allows, and
-    /// records the erasure.
+    /// records the erasure, and the signed trace it came from with it:
+    /// the seqs of the erasure record and of the trace-erasure record.
     pub(super) fn erase_step(
         &mut self,
         org_name: &str,
         trace_id: &str,
         reason: &str,
         actor: &str,
-    ) -> Outcome<u64> {
+    ) -> Outcome<(Option<u64>, Option<u64>)> {
         let unknown = || Refusal::UnknownStep {
             trace_id: trace_id.to_owned(),
         };
@@ -421,13 +422,13 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
             (reason, actor),
             link,
         )?;
-        let Some(seq) = step_erasure.or(trace_erasure) else {
+        if step_erasure.is_none() && trace_erasure.is_none() {
             return Ok(Err(Refusal::AlreadyErased {
                 trace_id: trace_id.to_owned(),
             }));
-        };
+        }
         self.overlay.orgs.insert(org_name.to_owned(), org);
-        Ok(Ok(seq))
+        Ok(Ok((step_erasure, trace_erasure)))
     }
 
     /// Replaces a step's payload with its commitments, in the shape the
@@ -525,24 +526,28 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
     }
 
     /// Erases every step of every session whose last step is older than
-    /// `older_than`.
+    /// `older_than` (and the signed traces they came from): the seqs of
+    /// the erasure records and of the trace-erasure records.
     pub(super) fn retention(
         &mut self,
         org_name: &str,
         older_than: Timestamp,
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<(Vec<u64>, Vec<u64>), StoreError> {
         let Some(org) = self.org(org_name)? else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         };
-        let mut seqs = Vec::new();
+        let (mut seqs, mut trace_seqs) = (Vec::new(), Vec::new());
         for sid in self.tx.expired_sessions(org.id, older_than)? {
             for trace in self.tx.unerased_steps(org.id, sid)? {
-                if let Ok(seq) = self.erase_step(org_name, &trace, "retention", "retention")? {
-                    seqs.push(seq);
+                if let Ok((step, withheld)) =
+                    self.erase_step(org_name, &trace, "retention", "retention")?
+                {
+                    seqs.extend(step);
+                    trace_seqs.extend(withheld);
                 }
             }
         }
-        Ok(seqs)
+        Ok((seqs, trace_seqs))
     }
 
     /// The registry id of a session of `org`, if it exists.

@@ -59,7 +59,7 @@ pub fn import_bundle(
         if !verifier.push_bytes(text) {
             break;
         }
-        if text.windows(13).any(|w| w == b"trace-erasure")
+        if memchr::memmem::find(text, b"trace-erasure").is_some()
             && let Some((entry, _)) = std::str::from_utf8(text)
                 .ok()
                 .and_then(|text| decode_entry(text).ok())

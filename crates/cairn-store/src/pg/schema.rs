@@ -84,6 +84,8 @@ fn migrate_locked(client: &mut postgres::Client) -> Result<(), StoreError> {
                 &[
                     "GRANT SELECT, INSERT, DELETE ON step_search",
                     "GRANT SELECT, INSERT, UPDATE, DELETE ON search_queue",
+                    // An erased signed trace's view is withheld (FORMAT 8).
+                    "GRANT UPDATE (view) ON entries",
                 ],
             )?;
             embedding::upgrade_vectors(&mut tx)?;

@@ -50,7 +50,7 @@ fn erasure_reasons_are_bounded_for_callers_not_for_retention() {
 
     std::thread::sleep(std::time::Duration::from_millis(5));
     let cutoff = cairn_store::now();
-    let Ok(Written::Erased { seqs }) = ledger.write(WriteRequest::Retention {
+    let Ok(Written::Erased { seqs, .. }) = ledger.write(WriteRequest::Retention {
         org_id: ORG.into(),
         older_than: cutoff,
     }) else {

@@ -31,7 +31,7 @@ mod erasure_seals_signatures;
 mod evidence;
 mod keys;
 mod log;
-mod records;
+pub(crate) mod records;
 
 /// Opens a backend: `open(name)` opens (or reopens) the store called
 /// `name`, fresh the first time.

@@ -615,7 +615,14 @@ fn an_upgrade_grants_the_new_embedding_tables() {
             "DO $$ BEGIN CREATE ROLE cairn_app LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
              DROP TABLE vectors, embedding_queue, embedding_settings, session_kinds, step_search, search_queue;
              CREATE INDEX entries_session_kinds ON entries (sid, kind) WHERE type = 'step';
-             CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);",
+             CREATE TABLE embeddings (id BIGINT PRIMARY KEY, org BIGINT NOT NULL, vector BYTEA NOT NULL);
+             CREATE OR REPLACE FUNCTION cairn_entries_update() RETURNS trigger LANGUAGE plpgsql AS $f$
+             BEGIN
+               IF NEW.view IS DISTINCT FROM OLD.view THEN
+                 RAISE EXCEPTION 'cairn: the rule before signed traces were erased';
+               END IF;
+               RETURN NEW;
+             END $f$;",
         )
         .unwrap();
     admin
@@ -638,6 +645,10 @@ fn an_upgrade_grants_the_new_embedding_tables() {
                 .replace(
                     "GRANT SELECT, INSERT, UPDATE, DELETE ON search_queue TO cairn_app;",
                     "",
+                )
+                .replace(
+                    ", has_embedding, view) ON entries",
+                    ", has_embedding) ON entries",
                 ),
         )
         .unwrap();
@@ -679,6 +690,45 @@ fn an_upgrade_grants_the_new_embedding_tables() {
         )
         .unwrap();
     assert_eq!(hits.len(), 2, "{hits:?}");
+    // The production role erases a signed trace with its step: the
+    // migration replaced the rule of updates and granted the view column.
+    let trace_key = cairn_core::ed25519_dalek::SigningKey::from_bytes(&[42; 32]);
+    let ledger =
+        cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+    ledger
+        .write(cairn_store::WriteRequest::RegisterKey {
+            org_id: crate::conformance::ORG.into(),
+            agent_id: "e8821136df22".into(),
+            public_key: trace_key.verifying_key(),
+            by_admin: true,
+        })
+        .unwrap();
+    ledger
+        .write(cairn_store::WriteRequest::ImportTrace {
+            org_id: crate::conformance::ORG.into(),
+            session_id: None,
+            trace: crate::conformance::records::seed_004_trace(&trace_key, "tr", "generic"),
+            caller: "test".into(),
+        })
+        .unwrap();
+    let erased = ledger
+        .write(cairn_store::WriteRequest::Erase {
+            org_id: crate::conformance::ORG.into(),
+            trace_id: "tr.0".into(),
+            reason: "request".into(),
+            actor: "dpo".into(),
+        })
+        .unwrap();
+    assert!(
+        matches!(&erased, cairn_store::Written::Erased { trace_seqs, .. } if trace_seqs.len() == 1),
+        "{erased:?}"
+    );
+    assert!(matches!(
+        store.op_by_id(crate::conformance::ORG, "tr").unwrap(),
+        Some((_, None))
+    ));
+    ledger.close();
+    crate::conformance::assert_verifies(store.as_ref());
     // A role left without the new grants is refused at start, saying why.
     admin
         .batch_execute("CREATE ROLE bare LOGIN; GRANT USAGE ON SCHEMA public TO bare; GRANT SELECT ON ALL TABLES IN SCHEMA public TO bare;")

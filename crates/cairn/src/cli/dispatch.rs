@@ -201,10 +201,19 @@ pub fn run() -> Result<Outcome> {
                         reason: reason.clone(),
                         actor: "cli".into(),
                     };
-                    ledger.write(request).map_err(append_error)?;
+                    let written = ledger.write(request).map_err(append_error)?;
+                    let trace = match written {
+                        Written::Erased { trace_seqs, .. } => trace_seqs.first().copied(),
+                        _ => None,
+                    };
                     println!(
                         "erased the payload of {trace_id}; its hashes and every chain still verify"
                     );
+                    if let Some(seq) = trace {
+                        println!(
+                            "it came from an agent-signed trace: that trace's record is withheld too (trace-erasure record at seq {seq}; its hash stays in the log)"
+                        );
+                    }
                     Ok(Outcome::Success)
                 }
                 Command::Retention { before } => {

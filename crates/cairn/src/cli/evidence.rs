@@ -426,7 +426,7 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
         && let (Some(log), Some(selection)) = (&args.log, &result.selection)
     {
         let (recomputed, undecided) = recompute_selection(args, log, selection, result.checkpoint)?;
-        if !selection.is_recomputed(&recomputed, &undecided) {
+        if !selection.is_recomputed(&recomputed, &undecided, &result.listed_traces) {
             let mut verdict = result.verdict.clone();
             verdict.verified = false;
             verdict.failure = Some(cairn_core::verify::Failure {

@@ -402,7 +402,7 @@ pub(super) fn retention_before(ledger: &Ledger, org: &str, cutoff: Timestamp) ->
         org_id: org.to_owned(),
         older_than: cutoff,
     }) {
-        Ok(Written::Erased { seqs }) => Ok(seqs.len()),
+        Ok(Written::Erased { seqs, .. }) => Ok(seqs.len()),
         Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
         // A read-only mirror keeps its payloads: its owner applies retention.
         Err(AppendError::Refused(cairn_store::Refusal::ReadOnlyOrg { .. })) => Ok(0),

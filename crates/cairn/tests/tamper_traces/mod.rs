@@ -165,6 +165,36 @@ pub fn erased_traces(w: &World, complete: &[String], entries: &[LogEntry], pinne
             }),
         );
     }
+    // Two trace-erasure records naming one entry the partial bundle does
+    // not compare (a step of its session): the second fails (rule 5.4
+    // names it, 5.3 refuses a second naming), as in a complete log.
+    let step = seq_of(entries, |e| is_step_of(e, "trace-b", 0)) as u64;
+    let mut forged = with_trace_erasure(entries, erasure, |record| {
+        record.trace_seq = step;
+        record.session_id = "trace-b".into();
+    });
+    let n = forged.len() as u64;
+    let mut again = forged[erasure as usize].clone();
+    again.seq = n;
+    again.logged_at = forged[forged.len() - 1].logged_at;
+    forged.push(again);
+    let selection = selection_of(
+        &forged,
+        Scope::Session("trace-b".into()),
+        DetailLevel::Generic,
+    );
+    let bundle = w.signed_partial(&forged, &selection);
+    case(
+        "partial-trace-erasure-names-a-step-twice",
+        &bundle,
+        pinned,
+        &[],
+        Some(&Expected {
+            seq: Some(n),
+            session_id: Some("trace-b".into()),
+            ..at_line(Reason::ErasureMismatch, line_of(&bundle, n) as u64 + 1)
+        }),
+    );
 }
 
 /// `entries` with the trace-erasure record at `erasure` edited by `edit`
@@ -252,5 +282,51 @@ pub fn selection_of_a_trace_erased_later(w: &World, entries: &[LogEntry], key: &
             None,
         );
         assert_eq!(run.code, 0, "{name}: {} {}", run.stdout, run.stderr);
+    }
+}
+
+/// `cairn import` of a verifying log whose trace-erasure records state ids
+/// (informative) that other records of the log hold, or each other's: the
+/// import goes through, and a withheld trace takes only an id nothing else
+/// holds.
+pub fn import_of_stated_ids(w: &World, entries: &[LogEntry]) {
+    let erasure = seq_of(entries, |e| is_op(e, "trace-erasure")) as u64;
+    for stated in ["trace-b", "trace-b.0", "personal-1"] {
+        let forged = with_trace_erasure(entries, erasure, |record| {
+            record.trace_id = stated.into();
+        });
+        let bundle = w.signed_complete(&forged).join("\n") + "\n";
+        let dir = tempfile::tempdir().unwrap();
+        let target = cairn_store::SqliteStore::open(
+            dir.path(),
+            cairn_store::SqliteOptions {
+                embedding_sample_rate: 0.0,
+                ..cairn_store::SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        let open = || -> std::io::Result<Box<dyn std::io::BufRead>> {
+            Ok(Box::new(std::io::Cursor::new(bundle.clone().into_bytes())))
+        };
+        let imported = cairn_store::ops::import_bundle(
+            &target,
+            &open,
+            &[],
+            cairn_store::ops::DEFAULT_MAX_BUNDLE_LINE_BYTES,
+            &mut |_| {},
+        );
+        assert!(
+            matches!(
+                imported,
+                Ok(cairn_store::ops::ImportOutcome::Imported { .. })
+            ),
+            "{stated}: {imported:?}"
+        );
+        // The id stays the record's that held it.
+        let held = cairn_store::LedgerStore::op_by_id(&target, ORG, "trace-b").unwrap();
+        assert!(
+            matches!(held, Some((_, Some(OpRecord::SignedTrace(_))))),
+            "{stated}"
+        );
     }
 }

@@ -593,6 +593,8 @@ class _Verifier:
             raise _Fail("erasure-mismatch",
                         f"the trace erasure names seq {trace_seq}, which the selection lists as a {self.records[i][1]} record",
                         at)
+        # Not compared, but named: a second trace erasure of it fails.
+        self.named_traces.add(trace_seq)
 
     def _review(self, e: _OpEntry, at: Position) -> None:
         pass

@@ -176,6 +176,13 @@ impl LogVerifier {
                     .check_trace(&record.trace, Some(seq))
                     .map_err(|e| (Reason::BadSignature, e))?;
                 self.shown_traces.insert(seq);
+                if let Some(sparse) = &mut self.sparse {
+                    sparse.listed_traces.push(crate::selection::ListedTrace {
+                        seq,
+                        session_id: record.session_id.clone(),
+                        level: record.trace.level,
+                    });
+                }
                 Ok(())
             }
             OpRecord::Erasure(erasure) => self.check_erasure(erasure),
@@ -295,8 +302,12 @@ impl LogVerifier {
                     "the trace erasure names seq {at}, which the selection lists as a {} record",
                     sparse.selection.records[i].1
                 )),
-                // The bundle does not hold it.
-                _ => Ok(()),
+                // Not compared (the bundle may not hold it), but named: a
+                // second trace erasure of it fails, as in a complete log.
+                _ => {
+                    self.named_traces.insert(at);
+                    Ok(())
+                }
             },
         }
     }

@@ -38,6 +38,7 @@ impl LogVerifier {
             selection,
             next_record: 0,
             claims,
+            listed_traces: Vec::new(),
         });
         verifier
     }

@@ -685,6 +685,8 @@ export class Verifier {
         if (listed !== undefined && listed[0] === traceSeq && listed[1] !== "signed-trace") {
             throw new Fail("erasure-mismatch", `the trace erasure names seq ${traceSeq}, which the selection lists as a ${listed[1]} record`, at);
         }
+        // Not compared, but named: a second trace erasure of it fails.
+        this.namedTraces.add(traceSeq);
     }
     erasure(e, at) {
         const view = e.view;

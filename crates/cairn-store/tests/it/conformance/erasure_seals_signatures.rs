@@ -28,7 +28,7 @@ pub(super) fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Bac
         reason: "GDPR request 42".into(),
         actor: "dpo".into(),
     };
-    let Written::Erased { seqs } = ledger.write(erase(&traces[1])).unwrap() else {
+    let Written::Erased { seqs, .. } = ledger.write(erase(&traces[1])).unwrap() else {
         panic!()
     };
     assert_eq!(seqs, vec![size]);
@@ -124,7 +124,7 @@ pub(super) fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Bac
     let cutoff = cairn_store::now();
     std::thread::sleep(std::time::Duration::from_millis(5));
     append(&ledger, step("personal", "Reasoning", "still going")).unwrap();
-    let Written::Erased { seqs } = ledger
+    let Written::Erased { seqs, .. } = ledger
         .write(WriteRequest::Retention {
             org_id: ORG.into(),
             older_than: cutoff,
@@ -153,7 +153,7 @@ pub(super) fn erasure_and_retention_keep_everything_verifiable(backend: &dyn Bac
             .is_some(),
         "recent sessions are kept"
     );
-    let Written::Erased { seqs } = ledger
+    let Written::Erased { seqs, .. } = ledger
         .write(WriteRequest::Retention {
             org_id: ORG.into(),
             older_than: cutoff,

@@ -242,9 +242,10 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         actor: "dpo".into(),
     };
     let before = store.log_size(ORG).unwrap();
-    let Written::Erased { .. } = ledger.write(erase("trace-1.2")).unwrap() else {
+    let Written::Erased { seqs, trace_seqs } = ledger.write(erase("trace-1.2")).unwrap() else {
         panic!()
     };
+    assert_eq!((seqs, trace_seqs), (vec![before], vec![before + 1]));
     assert_eq!(store.log_size(ORG).unwrap(), before + 2);
     assert_eq!(store.op_by_id(ORG, "trace-1").unwrap(), Some((seq, None)));
     let (withholding, _) = store.op_records(ORG, "trace-erasure", 0, 10).unwrap()[0].clone();
@@ -268,9 +269,10 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
         (seq, "trace-1", "trace-1")
     );
     assert_eq!(named.reason, "GDPR request 7");
-    let Written::Erased { .. } = ledger.write(erase("trace-1.0")).unwrap() else {
+    let Written::Erased { seqs, trace_seqs } = ledger.write(erase("trace-1.0")).unwrap() else {
         panic!()
     };
+    assert_eq!((seqs, trace_seqs), (vec![before + 2], vec![]));
     assert_eq!(store.log_size(ORG).unwrap(), before + 3);
     assert_eq!(
         store.op_records(ORG, "trace-erasure", 0, 10).unwrap().len(),

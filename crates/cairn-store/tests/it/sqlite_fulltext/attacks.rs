@@ -87,7 +87,7 @@ fn attack_ingest(
                         .wrapping_add(1_442_695_040_888_963_407);
                     candidates[(n >> 33) % candidates.len()].0.clone()
                 };
-                if let Ok(Written::Erased { seqs }) = ledger.write(erase(&victim)) {
+                if let Ok(Written::Erased { seqs, .. }) = ledger.write(erase(&victim)) {
                     out(format!("ERASED {victim} {seqs:?}"));
                 }
             }
