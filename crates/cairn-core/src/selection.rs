@@ -398,9 +398,8 @@ pub struct Selector {
     records: Vec<(u64, String)>,
     /// Withheld signed traces below the size.
     withheld: HashSet<u64>,
-    /// Trace-erasure records at or beyond the size: the trace each names,
-    /// with its session.
-    late_erasures: HashMap<u64, String>,
+    /// The traces that trace-erasure records at or beyond the size name.
+    late_erasures: HashSet<u64>,
 }
 
 impl Selector {
@@ -417,7 +416,7 @@ impl Selector {
             predecessors: HashSet::new(),
             records: Vec::new(),
             withheld: HashSet::new(),
-            late_erasures: HashMap::new(),
+            late_erasures: HashSet::new(),
         }
     }
 
@@ -429,8 +428,7 @@ impl Selector {
                 ..
             } = &entry.record
             {
-                self.late_erasures
-                    .insert(erasure.trace_seq, erasure.session_id.clone());
+                self.late_erasures.insert(erasure.trace_seq);
             }
             return;
         }
@@ -461,19 +459,16 @@ impl Selector {
     }
 
     /// The traces the selection may list or not (FORMAT.md 10.4): signed
-    /// traces below the size, of a selected session, withheld in this log
-    /// by a trace-erasure record at or beyond the size. The trace was shown
-    /// at the size, but its level (which decides whether it is selected)
-    /// is gone. Call after both passes, before [`Selector::finish`].
+    /// traces below the size withheld in this log by a trace-erasure
+    /// record at or beyond the size. The trace was shown at the size, but
+    /// its session and level (which decide whether it is selected) are
+    /// gone from this log; the bundle that lists one shows them
+    /// ([`Selection::is_recomputed`]). Call after both passes, before
+    /// [`Selector::finish`].
     pub fn undecided(&self) -> Vec<u64> {
         let mut seqs: Vec<u64> = self
             .withheld
-            .iter()
-            .filter(|seq| {
-                self.late_erasures
-                    .get(seq)
-                    .is_some_and(|session| self.sessions.contains_key(session))
-            })
+            .intersection(&self.late_erasures)
             .copied()
             .collect();
         seqs.sort_unstable();

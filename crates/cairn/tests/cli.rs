@@ -874,10 +874,21 @@ fn erase_and_retention_from_the_command_line() {
     let trace = replay["steps"][2]["trace_id"].as_str().unwrap().to_owned();
     let run = cairn_in(
         dir.path(),
-        &["erase", &trace, "--reason", "GDPR request 3"],
+        &["erase", &trace, "--reason", "GDPR request 3", "--json"],
         None,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // A step of no signed trace: no trace erasure.
+    let answer = json(&run);
+    assert_eq!(
+        (
+            answer["erased"].as_bool(),
+            answer["erasure_seq"].is_u64(),
+            answer["trace_erasure_seq"].is_null()
+        ),
+        (Some(true), true, true),
+        "{answer}"
+    );
     assert_eq!(
         cairn_in(dir.path(), &["erase", &trace, "--reason", "again"], None).code,
         2

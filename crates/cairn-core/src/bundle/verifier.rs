@@ -44,6 +44,9 @@ pub struct BundleVerdict {
     /// The signed traces a partial bundle shows (for `--log`'s
     /// comparison, [`Selection::is_recomputed`]).
     pub listed_traces: Vec<crate::selection::ListedTrace>,
+    /// The withheld signed traces and the trace ids their trace-erasure
+    /// records state (what `cairn import` keeps taken).
+    pub withheld_trace_ids: Vec<(u64, String)>,
     /// Sizes of the trusted checkpoints the bundle was related to.
     pub trusted_sizes: Vec<u64>,
     /// The witnesses of the verifier's policy whose cosignature on the
@@ -581,6 +584,11 @@ impl BundleVerifier {
             .as_ref()
             .map(|log| log.listed_traces().to_vec())
             .unwrap_or_default();
+        let withheld_trace_ids = self
+            .log
+            .as_ref()
+            .map(|log| log.withheld_trace_ids().to_vec())
+            .unwrap_or_default();
         let inner = self.log.map(LogVerifier::finish);
         let verdict = match (self.failure, inner) {
             (Some(failure), inner) => Verdict {
@@ -616,6 +624,7 @@ impl BundleVerifier {
             header: self.header,
             selection: self.selection,
             listed_traces,
+            withheld_trace_ids,
             selection_signers: self.selection_signers,
             trusted_sizes: self.trusted.iter().map(|t| t.checkpoint().size).collect(),
             cosigned_by: self.cosigned_by,

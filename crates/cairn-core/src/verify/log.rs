@@ -85,6 +85,9 @@ pub struct LogVerifier {
     shown_traces: std::collections::HashSet<u64>,
     /// Signed traces a trace-erasure record named already.
     named_traces: std::collections::HashSet<u64>,
+    /// Withheld traces matched by their trace-erasure records: the seq and
+    /// the trace id the record states.
+    withheld_trace_ids: Vec<(u64, String)>,
     /// Checkpoints still ahead of the stream: their roots by size.
     pending: std::collections::BTreeMap<u64, Vec<Hash>>,
     /// For a partial log: the checkpoint every entry's inclusion proof must
@@ -126,6 +129,7 @@ impl LogVerifier {
             pending_traces: std::collections::BTreeMap::new(),
             shown_traces: std::collections::HashSet::new(),
             named_traces: std::collections::HashSet::new(),
+            withheld_trace_ids: Vec::new(),
             pending: std::collections::BTreeMap::new(),
             sparse: None,
             mirroring: false,
@@ -282,6 +286,13 @@ impl LogVerifier {
                 false
             }
         }
+    }
+
+    /// The withheld traces matched by their trace-erasure records so far:
+    /// each one's seq and the trace id its record states (informative: no
+    /// verifier can compare it), in the order matched.
+    pub fn withheld_trace_ids(&self) -> &[(u64, String)] {
+        &self.withheld_trace_ids
     }
 
     /// The signed traces a partial log showed, in order (empty for a

@@ -47,34 +47,22 @@ pub fn import_bundle(
     let mut verifier = BundleVerifier::new(keys.to_vec());
     let mut reader = open().map_err(io)?;
     let mut line = Vec::new();
-    // The ids of the traces the bundle withholds, from their trace-erasure
-    // records (used only once the whole bundle verified).
-    let mut withheld_ids = std::collections::HashMap::new();
     for number in 1.. {
         line.clear();
-        if read_line(&mut *reader, &mut line, number)? == 0 {
-            break;
-        }
-        let text = cairn_core::bundle::trim_line_end(&line);
-        if !verifier.push_bytes(text) {
-            break;
-        }
-        if memchr::memmem::find(text, b"trace-erasure").is_some()
-            && let Some((entry, _)) = std::str::from_utf8(text)
-                .ok()
-                .and_then(|text| decode_entry(text).ok())
-            && let cairn_core::log::LogRecord::Op {
-                record: cairn_core::log::OpRecord::TraceErasure(erasure),
-                ..
-            } = entry.record
+        if read_line(&mut *reader, &mut line, number)? == 0
+            || !verifier.push_bytes(cairn_core::bundle::trim_line_end(&line))
         {
-            withheld_ids.insert(erasure.trace_seq, erasure.trace_id);
+            break;
         }
     }
     let verdict = verifier.finish();
     if !verdict.verdict.verified {
         return Ok(ImportOutcome::Rejected(Box::new(verdict)));
     }
+    // The ids of the traces the bundle withholds, as their trace-erasure
+    // records state them (a withheld entry's line does not carry its id).
+    let withheld_ids: std::collections::HashMap<u64, String> =
+        verdict.withheld_trace_ids.into_iter().collect();
     // The second pass verifies every line again as it imports it: the file
     // may have changed between the passes, and nothing unverified is
     // written (the import's transaction is rolled back on an error).

@@ -201,11 +201,19 @@ pub fn run() -> Result<Outcome> {
                         reason: reason.clone(),
                         actor: "cli".into(),
                     };
-                    let written = ledger.write(request).map_err(append_error)?;
-                    let trace = match written {
-                        Written::Erased { trace_seqs, .. } => trace_seqs.first().copied(),
-                        _ => None,
+                    let (step, trace) = match ledger.write(request).map_err(append_error)? {
+                        Written::Erased { seqs, trace_seqs } => {
+                            (seqs.first().copied(), trace_seqs.first().copied())
+                        }
+                        other => return Err(anyhow!("unexpected answer {other:?}")),
                     };
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"trace_id": trace_id, "erased": true, "erasure_seq": step, "trace_erasure_seq": trace})
+                        );
+                        return Ok(Outcome::Success);
+                    }
                     println!(
                         "erased the payload of {trace_id}; its hashes and every chain still verify"
                     );

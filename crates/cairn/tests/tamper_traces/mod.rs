@@ -261,7 +261,19 @@ pub fn selection_of_a_trace_erased_later(w: &World, entries: &[LogEntry], key: &
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log.bundle");
     std::fs::write(&log, w.signed_complete(entries).join("\n") + "\n").unwrap();
-    for (name, selection) in [("listed", &listed), ("left out", &left_out)] {
+    // A log whose trace-erasure record states another session (its word
+    // only) changes nothing: the listed trace is decided by its view.
+    let erasure = seq_of(entries, |e| is_op(e, "trace-erasure")) as u64;
+    let lying = dir.path().join("lying.bundle");
+    let forged = with_trace_erasure(entries, erasure, |record| {
+        record.session_id = "trace-b".into();
+    });
+    std::fs::write(&lying, w.signed_complete(&forged).join("\n") + "\n").unwrap();
+    for (name, selection, log) in [
+        ("listed", &listed, &log),
+        ("left out", &left_out, &log),
+        ("listed, the log lying", &listed, &lying),
+    ] {
         let partial = dir.path().join("partial.bundle");
         std::fs::write(
             &partial,
@@ -291,11 +303,22 @@ pub fn selection_of_a_trace_erased_later(w: &World, entries: &[LogEntry], key: &
 /// holds.
 pub fn import_of_stated_ids(w: &World, entries: &[LogEntry]) {
     let erasure = seq_of(entries, |e| is_op(e, "trace-erasure")) as u64;
-    for stated in ["trace-b", "trace-b.0", "personal-1"] {
-        let forged = with_trace_erasure(entries, erasure, |record| {
-            record.trace_id = stated.into();
-        });
-        let bundle = w.signed_complete(&forged).join("\n") + "\n";
+    // A courier may spell the record's type with an escape: it still
+    // verifies, and its id is still kept.
+    let escaped = w.signed_complete(entries).join("\n").replace(
+        r#""type":"trace-erasure""#,
+        r#""type":"trace\u002derasure""#,
+    ) + "\n";
+    assert!(!escaped.contains(r#""type":"trace-erasure""#));
+    for stated in ["trace-b", "trace-b.0", "personal-1", "trace-a"] {
+        let bundle = if stated == "trace-a" {
+            escaped.clone()
+        } else {
+            let forged = with_trace_erasure(entries, erasure, |record| {
+                record.trace_id = stated.into();
+            });
+            w.signed_complete(&forged).join("\n") + "\n"
+        };
         let dir = tempfile::tempdir().unwrap();
         let target = cairn_store::SqliteStore::open(
             dir.path(),
@@ -322,11 +345,14 @@ pub fn import_of_stated_ids(w: &World, entries: &[LogEntry]) {
             ),
             "{stated}: {imported:?}"
         );
-        // The id stays the record's that held it.
+        // The id stays the record's that held it; the withheld trace takes
+        // its own.
         let held = cairn_store::LedgerStore::op_by_id(&target, ORG, "trace-b").unwrap();
         assert!(
             matches!(held, Some((_, Some(OpRecord::SignedTrace(_))))),
             "{stated}"
         );
+        let withheld = cairn_store::LedgerStore::op_by_id(&target, ORG, "trace-a").unwrap();
+        assert_eq!(withheld.is_some(), stated == "trace-a", "{stated}");
     }
 }

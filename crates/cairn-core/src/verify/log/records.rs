@@ -264,6 +264,7 @@ impl LogVerifier {
         }
         if let Some(hash) = self.pending_traces.remove(&at) {
             self.named_traces.insert(at);
+            self.withheld_trace_ids.push((at, erasure.trace_id.clone()));
             if hash != erasure.trace_hash {
                 return mismatch(format!(
                     "the trace erasure names the signed trace at seq {at} by hash {}; the withheld entry's hash is {hash}",
