@@ -600,7 +600,8 @@ fn key_management_cannot_lock_the_org_out() {
     }
     // The token itself in the path, in any spelling: not found, and not
     // echoed (nor its secret part).
-    let secret = second.rsplit('_').next().unwrap().to_owned();
+    // `cairn_<id>_<secret>`; the secret's own alphabet holds `_` too.
+    let secret = second.splitn(3, '_').nth(2).unwrap().to_owned();
     let id_and_secret = second.trim_start_matches("cairn_").to_owned();
     for path_id in [
         second.clone(),

@@ -162,6 +162,59 @@ fn plain_sql_cannot_change_the_ledger() {
     }
 }
 
+/// An erased payload's bytes do not stay in the ledger file's free space
+/// (`secure_delete = FAST`): once the WAL is checkpointed, the file holds
+/// no copy of them.
+#[test]
+fn an_erased_payload_leaves_no_bytes_in_the_ledger_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = "erase-me-3f9c2b7d1e";
+    {
+        let store: Arc<dyn LedgerStore> = Arc::new(
+            SqliteStore::open(
+                dir.path(),
+                SqliteOptions {
+                    embedding_sample_rate: 0.0,
+                    ..options()
+                },
+            )
+            .unwrap(),
+        );
+        let ledger =
+            cairn_store::Ledger::new(Arc::clone(&store), cairn_store::SequencerConfig::default());
+        for i in 0..5 {
+            let content = if i == 2 {
+                marker.to_owned()
+            } else {
+                format!("kept {i}")
+            };
+            let mut step = crate::conformance::step("s1", "plan", &content);
+            step.trace_id = Some(format!("t{i}"));
+            ledger
+                .write(cairn_store::WriteRequest::Step(Box::new(step)))
+                .unwrap();
+        }
+        ledger
+            .write(cairn_store::WriteRequest::Erase {
+                org_id: "acme".into(),
+                trace_id: "t2".into(),
+                reason: "request".into(),
+                actor: "dpo".into(),
+            })
+            .unwrap();
+        ledger.close();
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    let bytes = std::fs::read(dir.path().join("ledger.db")).unwrap();
+    let found = bytes
+        .windows(marker.len())
+        .any(|window| window == marker.as_bytes());
+    assert!(!found, "the erased content is still in ledger.db");
+}
+
 const CHILD_ENV: &str = "CAIRN_CRASH_CHILD_DIR";
 
 /// The child side of `acknowledged_writes_survive_sigkill`: many writers
