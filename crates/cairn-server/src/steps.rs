@@ -441,7 +441,7 @@ pub(crate) async fn read_step<T: Send + 'static>(
     ),
     request_body = crate::api_doc::EraseInput,
     responses(
-        (status = 200, description = "{trace_id, erased: true, erasure_seq, trace_erasure_seq}: the positions of the erasure record and, when the step came from a signed trace, of the trace-erasure record (null otherwise; erasure_seq is null when the step was erased before and only its trace now, in a store written before traces were erased with their steps)", content_type = "application/json", body = serde_json::Value),
+        (status = 200, description = "{trace_id, erased: true, erasure_seq, trace_erasure_seq}: the positions of the erasure record and of the trace-erasure record this erasure wrote: when the step came from a signed trace still held, its record is withheld now (trace_erasure_seq null when the step came from no signed trace, or from one an earlier erasure of another of its steps already withheld; erasure_seq null when the step was erased before and only its trace now, in a store written before traces were erased with their steps)", content_type = "application/json", body = serde_json::Value),
         (status = "4XX", description = "An error", body = crate::api_doc::ErrorBody),
         (status = 429, description = "An error", body = crate::api_doc::ErrorBody),
         (status = 503, description = "An error", body = crate::api_doc::ErrorBody),

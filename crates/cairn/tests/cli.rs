@@ -917,6 +917,10 @@ fn erase_and_retention_from_the_command_line() {
             .stdout
             .contains("erased 0 step")
     );
+    assert_eq!(
+        json(&cairn_in(dir.path(), &["--json", "retention"], None)),
+        serde_json::json!({"erased_steps": 0, "withheld_traces": 0})
+    );
 }
 
 #[test]

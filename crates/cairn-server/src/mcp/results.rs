@@ -381,8 +381,11 @@ pub struct Erased {
     /// The erasure record's position in the org log (none when the step
     /// was erased before and only the signed trace it came from is now).
     pub erasure_seq: Option<u64>,
-    /// When the step came from an agent-signed trace: the position of the
-    /// trace-erasure record that withheld the trace's record with it.
+    /// When the step came from an agent-signed trace still held: the
+    /// position of the trace-erasure record this erasure wrote, which
+    /// withheld the trace's record (none when the step came from no signed
+    /// trace, or from one an earlier erasure of another of its steps
+    /// already withheld).
     pub trace_erasure_seq: Option<u64>,
 }
 

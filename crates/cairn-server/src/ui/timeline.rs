@@ -489,7 +489,7 @@ pub(super) async fn session(
                 budget.text(&e.reason)
             )),
             OpRecord::TraceErasure(e) => erasures.push(format!(
-                "signed trace {} (seq {}) erased with its steps by {} at {}: {}",
+                "signed trace {} (seq {}): its record withheld, with the first of its steps erased, by {} at {}: {}",
                 e.trace_id,
                 e.trace_seq,
                 e.actor,

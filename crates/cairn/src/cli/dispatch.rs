@@ -247,14 +247,11 @@ pub fn run() -> Result<Outcome> {
                                 )));
                             }
                             let erased = retention_before(&ledger, &cli.org, cutoff)?;
-                            println!("retention (before {cutoff}): erased {erased} step(s)");
+                            report_retention(&cli, &format!("before {cutoff}"), erased);
                         }
                         None => {
                             let erased = apply_retention(&ledger, &cli.org, cli.retention_days)?;
-                            println!(
-                                "retention ({} days): erased {erased} step(s)",
-                                cli.retention_days
-                            );
+                            report_retention(&cli, &format!("{} days", cli.retention_days), erased);
                         }
                     }
                     Ok(Outcome::Success)
@@ -338,5 +335,23 @@ pub fn run() -> Result<Outcome> {
                 }
             }
         }
+    }
+}
+
+/// Prints what a `cairn retention` run erased (`--json`: an object).
+fn report_retention(cli: &Cli, scope: &str, erased: serve_cmd::Retained) {
+    if cli.json {
+        println!(
+            "{}",
+            json!({"erased_steps": erased.steps, "withheld_traces": erased.traces})
+        );
+        return;
+    }
+    println!("retention ({scope}): erased {} step(s)", erased.steps);
+    if erased.traces > 0 {
+        println!(
+            "and withheld the records of {} agent-signed trace(s) those steps came from (their hashes stay in the log)",
+            erased.traces
+        );
     }
 }

@@ -384,10 +384,20 @@ fn record_support_sample(ledger: &Ledger, org: &str) -> Result<()> {
     Ok(())
 }
 
-/// Erases what is older than `days` in `org`; returns how many steps.
-pub(super) fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<usize> {
+/// What a retention run erased: steps, and signed traces withheld with
+/// them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Retained {
+    /// Steps whose payload was erased.
+    pub steps: usize,
+    /// Signed traces whose record was withheld (FORMAT.md 8).
+    pub traces: usize,
+}
+
+/// Erases what is older than `days` in `org`.
+pub(super) fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<Retained> {
     if days == 0 {
-        return Ok(0);
+        return Ok(Retained::default());
     }
     let cutoff =
         cairn_core::Timestamp::from_micros(now().as_micros() - i64::from(days) * 86_400_000_000)
@@ -396,16 +406,21 @@ pub(super) fn apply_retention(ledger: &Ledger, org: &str, days: u32) -> Result<u
 }
 
 /// Erases the payload of every session of `org` whose last step is older
-/// than `cutoff`; returns how many steps.
-pub(super) fn retention_before(ledger: &Ledger, org: &str, cutoff: Timestamp) -> Result<usize> {
+/// than `cutoff`.
+pub(super) fn retention_before(ledger: &Ledger, org: &str, cutoff: Timestamp) -> Result<Retained> {
     match ledger.write(WriteRequest::Retention {
         org_id: org.to_owned(),
         older_than: cutoff,
     }) {
-        Ok(Written::Erased { seqs, .. }) => Ok(seqs.len()),
+        Ok(Written::Erased { seqs, trace_seqs }) => Ok(Retained {
+            steps: seqs.len(),
+            traces: trace_seqs.len(),
+        }),
         Ok(other) => Err(anyhow!("unexpected answer {other:?}")),
         // A read-only mirror keeps its payloads: its owner applies retention.
-        Err(AppendError::Refused(cairn_store::Refusal::ReadOnlyOrg { .. })) => Ok(0),
+        Err(AppendError::Refused(cairn_store::Refusal::ReadOnlyOrg { .. })) => {
+            Ok(Retained::default())
+        }
         Err(e) => Err(append_error(e)),
     }
 }
@@ -423,8 +438,8 @@ pub(super) fn spawn_retention(ledger: Arc<Ledger>, days: u32) {
             let orgs = ledger.store().orgs().unwrap_or_default();
             for org in orgs {
                 match apply_retention(&ledger, &org, days) {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(org = %org, erased = n, days, "retention applied"),
+                    Ok(Retained { steps: 0, .. }) => {}
+                    Ok(n) => tracing::info!(org = %org, erased = n.steps, traces_withheld = n.traces, days, "retention applied"),
                     Err(e) => tracing::warn!(org = %org, error = %e, "retention failed; retrying in an hour"),
                 }
             }
