@@ -221,6 +221,12 @@ def test_every_operation_sync(server, cairn_bin, data_dir):
     with pytest.raises(CairnError) as gone:
         admin.get_signed_trace("trace-client-1")
     assert (gone.value.status, gone.value.code) == (410, "erased")
+    # Imported again, into its own session: its id stays taken, and the
+    # refusal says why.
+    with pytest.raises(CairnError) as again:
+        admin.import_trace(trace)
+    assert (again.value.status, again.value.code) == (409, "duplicate_id")
+    assert "erased" in str(again.value)
     assert admin.verify()["verified"] is True
     assert verify_bundle(admin.export(all=True), keys=[vkey]).verified
 

@@ -261,6 +261,19 @@ impl ApiError {
         )
     }
 
+    /// 409 for an import of a trace whose id an erased trace holds: the
+    /// id stays taken.
+    pub fn erased_trace_id_taken(trace_id: &str, seq: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "duplicate_id",
+            format!(
+                "trace {} was imported and then erased (its signed-trace record, seq {seq}, keeps only its hash): its id stays taken; import the trace under another trace_id",
+                shown(trace_id)
+            ),
+        )
+    }
+
     /// 404 for a turn the session does not hold (REST's streamed turn and
     /// MCP's `get_audit_trail` word it alike).
     pub fn no_turn(turn_id: &str, session_id: &str) -> ApiError {

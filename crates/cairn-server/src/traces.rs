@@ -189,12 +189,12 @@ async fn recorded_import(
 ) -> Result<Option<TraceImported>, ApiError> {
     let org_id = org.to_owned();
     crate::on_cpu(state, org, "checking a retried import", move |store| {
-        // An erased trace is never answered as recorded: the import is
-        // refused as any other of a taken id.
-        let Some((seq, Some(OpRecord::SignedTrace(record)))) =
-            store.op_by_id(&org_id, &trace_id)?
-        else {
-            return Ok(None);
+        // An erased trace is never answered as recorded: its id stays
+        // taken, and the refusal says why.
+        let (seq, record) = match store.op_by_id(&org_id, &trace_id)? {
+            Some((seq, Some(OpRecord::SignedTrace(record)))) => (seq, record),
+            Some((seq, None)) => return Err(ApiError::erased_trace_id_taken(&trace_id, seq)),
+            _ => return Ok(None),
         };
         if record.session_id != session || trace_fingerprint(&record.trace.original) != fingerprint
         {
