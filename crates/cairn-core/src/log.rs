@@ -78,6 +78,21 @@ impl OpRecord {
         }
     }
 
+    /// The session the record concerns, as its view names it (an audit
+    /// event may name none; key and log-key records never do).
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            OpRecord::SessionStart(h) => Some(&h.session_id),
+            OpRecord::Seal(s) => Some(&s.session_id),
+            OpRecord::Erasure(e) => Some(&e.session_id),
+            OpRecord::Review(r) => Some(&r.session_id),
+            OpRecord::AuditEvent(a) => a.session_id.as_deref(),
+            OpRecord::SignedTrace(t) => Some(&t.session_id),
+            OpRecord::TraceErasure(e) => Some(&e.session_id),
+            OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
+        }
+    }
+
     /// The org the record belongs to.
     pub fn org_id(&self) -> &str {
         match self {

@@ -148,8 +148,8 @@ pub enum SelectionError {
 
 impl Selection {
     /// Whether this (signed) selection is the `recomputed` one, where it
-    /// may leave out each signed trace at a seq of `undecided`
-    /// ([`Selector::undecided`]: withheld in the log recomputed from, so
+    /// may leave out each signed trace at a seq of `undecided` (sorted:
+    /// [`Selector::undecided`]: withheld in the log recomputed from, so
     /// its level is gone), or list it if the bundle shows it (`listed`:
     /// [`crate::bundle::BundleVerdict::listed_traces`]) of a selected
     /// session at a level the selection's shows (FORMAT.md 10.4).
@@ -167,11 +167,15 @@ impl Selection {
         };
         let mut claimed = self.clone();
         let mut lies = false;
+        // Both in increasing seq: `undecided` sorted, `listed` as read.
         claimed.records.retain(|(seq, kind)| {
-            if kind != "signed-trace" || !undecided.contains(seq) {
+            if kind != "signed-trace" || undecided.binary_search(seq).is_err() {
                 return true;
             }
-            let shown = listed.iter().find(|trace| trace.seq == *seq);
+            let shown = listed
+                .binary_search_by_key(seq, |trace| trace.seq)
+                .ok()
+                .map(|i| &listed[i]);
             lies |= !shown
                 .is_some_and(|trace| selected(&trace.session_id) && trace.level <= self.level);
             false

@@ -277,7 +277,7 @@ pub(crate) async fn fetch(
     let permit = crate::limits::expensive(state, &org, "checking the trace's signature").await?;
     blocking(state, move |store| {
         let _permit = permit;
-        let record = match store.op_by_id(&org, &trace_id)? {
+        let (seq, record) = match store.op_by_id(&org, &trace_id)? {
             Some((seq, Some(OpRecord::SignedTrace(record)))) => (seq, record),
             Some((seq, None)) => return Err(ApiError::erased_trace(&trace_id, seq)),
             _ => {
@@ -287,7 +287,6 @@ pub(crate) async fn fetch(
                 )));
             }
         };
-        let (seq, record) = record;
         let check = cairn_store::ops::check_trace_signature(store, &org, &record.trace, seq)?;
         let trace = match &record.trace.original {
             Value::Object(members) => members.clone(),

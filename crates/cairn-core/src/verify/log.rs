@@ -12,7 +12,7 @@ use super::{Check, Failure, Location, Progress, Reason, Verdict};
 use crate::checkpoint::VerifiedCheckpoint;
 use crate::detail::DetailLevel;
 use crate::hash::Hash;
-use crate::log::{LogEntry, LogRecord, OpRecord, log_origin};
+use crate::log::{LogEntry, LogRecord, log_origin};
 use crate::merkle::Frontier;
 use crate::note::NoteVerifier;
 use crate::selection::Selection;
@@ -692,7 +692,7 @@ fn write_entry_location(out: &mut Location, entry: &LogEntry) {
             );
         }
         LogRecord::Op { record, .. } => {
-            set(&mut out.session_id, op_session(record));
+            set(&mut out.session_id, record.session_id());
             out.step_index = None;
             out.trace_id = None;
         }
@@ -701,18 +701,5 @@ fn write_entry_location(out: &mut Location, entry: &LogEntry) {
             out.step_index = None;
             out.trace_id = None;
         }
-    }
-}
-
-fn op_session(record: &OpRecord) -> Option<&str> {
-    match record {
-        OpRecord::SessionStart(h) => Some(&h.session_id),
-        OpRecord::Seal(s) => Some(&s.session_id),
-        OpRecord::Erasure(e) => Some(&e.session_id),
-        OpRecord::Review(r) => Some(&r.session_id),
-        OpRecord::AuditEvent(a) => a.session_id.as_deref(),
-        OpRecord::SignedTrace(t) => Some(&t.session_id),
-        OpRecord::TraceErasure(e) => Some(&e.session_id),
-        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
     }
 }

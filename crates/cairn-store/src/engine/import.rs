@@ -81,7 +81,7 @@ impl Engine<'_> {
                             sids.insert(h.session_id.clone(), sid);
                             Some(sid)
                         }
-                        other => match op_session(other) {
+                        other => match other.session_id() {
                             None => None,
                             // Cairn writes no record of a session its log
                             // has not started; a store row could not name

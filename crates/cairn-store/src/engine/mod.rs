@@ -450,20 +450,6 @@ pub(crate) fn held_trace(
     Ok((seq, record.session_id, rows::hash_of(hash)?))
 }
 
-/// The session an operational record concerns, if any.
-pub(crate) fn op_session(op: &OpRecord) -> Option<&str> {
-    match op {
-        OpRecord::SessionStart(h) => Some(&h.session_id),
-        OpRecord::Seal(s) => Some(&s.session_id),
-        OpRecord::Erasure(e) => Some(&e.session_id),
-        OpRecord::Review(r) => Some(&r.session_id),
-        OpRecord::AuditEvent(a) => a.session_id.as_deref(),
-        OpRecord::SignedTrace(t) => Some(&t.session_id),
-        OpRecord::TraceErasure(e) => Some(&e.session_id),
-        OpRecord::KeyRegistration(_) | OpRecord::KeyRevocation(_) | OpRecord::LogKey(_) => None,
-    }
-}
-
 /// The step an erasure or review names (the seq of the trace a trace
 /// erasure withholds), and the agent a key record is for: written beside
 /// the record so the log can be searched by them.

@@ -323,7 +323,7 @@ pub(crate) fn check_op_columns(
     row: &OpColumns<'_>,
 ) -> Result<(), StoreError> {
     let (step_index, agent_id) = op_target(record);
-    let disagreement = match op_session(record) {
+    let disagreement = match record.session_id() {
         Some(name) if row.session_org != Some(row.entry_org) || row.session_id != Some(name) => {
             Some(format!(
                 "names session {name}, its row's session {:?}",
@@ -480,7 +480,7 @@ pub(crate) fn op_looked_up(
 ) -> Result<OpRecord, StoreError> {
     let record = op_from_view(seq, entry_type, view)?;
     let matches = match by {
-        LookedUpBy::Session(session) => op_session(&record) == Some(session),
+        LookedUpBy::Session(session) => record.session_id() == Some(session),
         LookedUpBy::Agent(None) => true,
         LookedUpBy::Agent(Some(agent)) => op_target(&record).1 == Some(agent),
         LookedUpBy::Id(id) => op_record_id(&record) == Some(id),

@@ -359,7 +359,10 @@ pub fn plan_export_within(
                 "a bundle of the whole log carries every record whole; export sessions, an agent or a time range at level {level}"
             )));
         }
-        if let Some(needed) = erased_after(store, org_id, size, None, true)? {
+        let late = trace_erasures_after(store, org_id, size)?;
+        if let Some(needed) =
+            erased_after(store, org_id, size, None)?.max(traces_erased_after(&late, None))
+        {
             return Err(ExportError::Stale { have: size, needed });
         }
         return Ok(ExportPlan {
@@ -395,6 +398,7 @@ pub fn plan_export_within(
             "the signed selection of {scope} would be a bundle line longer than {max_selection_line} bytes, which verifiers do not read by default: export a narrower scope (one session, one agent, a shorter time range), a lower detail level (detailed leaves audit events and reviews out), or the whole log"
         ))
     };
+    let late = trace_erasures_after(store, org_id, size)?;
     for id in sessions_in_scope(store, org_id, scope) {
         let id = id?;
         let Some(info) = store.session(org_id, &id)? else {
@@ -427,9 +431,11 @@ pub fn plan_export_within(
         ));
         // A step's erasure matters where the payload shows; a trace's at
         // every level (its trace is selected by level until withheld).
-        if let Some(needed) =
-            erased_after(store, org_id, size, Some(&id), level == DetailLevel::Full)?
-        {
+        let steps = match level {
+            DetailLevel::Full => erased_after(store, org_id, size, Some(&id))?,
+            _ => None,
+        };
+        if let Some(needed) = steps.max(traces_erased_after(&late, Some(&id))) {
             return Err(ExportError::Stale { have: size, needed });
         }
         // A session may hold any number of audit events: only the
@@ -573,18 +579,16 @@ fn decimal_digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-/// The size a checkpoint needs to cover every erasure of a step below
-/// `size` (when `steps`) and every trace erasure of a signed trace below
-/// it (of one session's if given), if the checkpoint of `size` does not:
-/// a bundle shows its entries as they are now (FORMAT.md 8).
-fn erased_after(
+/// The trace erasures a bundle at `size` must not miss: those logged at
+/// or past `size` that withhold a signed trace below it, as (the size a
+/// checkpoint needs to cover it, the session it names). Read once per
+/// export (a bundle shows its entries as they are now: FORMAT.md 8).
+fn trace_erasures_after(
     store: &dyn LedgerStore,
     org_id: &str,
     size: u64,
-    session: Option<&str>,
-    steps: bool,
-) -> Result<Option<u64>, StoreError> {
-    let mut needed = None;
+) -> Result<Vec<(u64, String)>, StoreError> {
+    let mut late = Vec::new();
     let mut from = size;
     loop {
         let page = store.op_records(org_id, "trace-erasure", from, 256)?;
@@ -592,16 +596,34 @@ fn erased_after(
         for (seq, record) in page {
             if let OpRecord::TraceErasure(erasure) = record
                 && erasure.trace_seq < size
-                && session.is_none_or(|s| s == erasure.session_id)
             {
-                needed = needed.max(Some(seq + 1));
+                late.push((seq + 1, erasure.session_id));
             }
         }
         from = last + 1;
     }
-    if !steps {
-        return Ok(needed);
-    }
+    Ok(late)
+}
+
+/// The size a checkpoint needs to cover the trace erasures of `late`
+/// ([`trace_erasures_after`]) naming `session` (all if `None`).
+fn traces_erased_after(late: &[(u64, String)], session: Option<&str>) -> Option<u64> {
+    late.iter()
+        .filter(|(_, named)| session.is_none_or(|s| s == named))
+        .map(|(needed, _)| *needed)
+        .max()
+}
+
+/// The size a checkpoint needs to cover every erasure of a step below
+/// `size` (of one session's steps if given), if the checkpoint of `size`
+/// does not.
+fn erased_after(
+    store: &dyn LedgerStore,
+    org_id: &str,
+    size: u64,
+    session: Option<&str>,
+) -> Result<Option<u64>, StoreError> {
+    let mut needed = None;
     let mut from = size;
     loop {
         let page = store.op_records(org_id, "erasure", from, 256)?;

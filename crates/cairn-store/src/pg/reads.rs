@@ -478,7 +478,7 @@ impl PgStore {
             };
             db.query(
                 "SELECT seq, view FROM entries WHERE org = $1 AND type = $2 AND type <> 'step'
-                 AND view IS NOT NULL
+                 AND (view IS NOT NULL OR type <> 'signed-trace')
                  AND seq >= $3 ORDER BY id LIMIT $4",
                 &[&org, &entry_type, &i64_of(from), &limit],
                 "listing records",
@@ -513,7 +513,8 @@ impl PgStore {
             let ids: Vec<i64> = db
                 .query(
                     "SELECT e.id FROM sessions s
-                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step' AND e.view IS NOT NULL
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                          AND (e.view IS NOT NULL OR e.type <> 'signed-trace')
                      WHERE s.org = $1 AND s.session_id = $2 AND e.id > $3 ORDER BY e.id",
                     &[&org, &session_id, &after],
                     "reading a session's records",

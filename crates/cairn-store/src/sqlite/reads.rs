@@ -449,7 +449,7 @@ impl SqliteStore {
             let mut stmt = c
                 .prepare_cached(
                     "SELECT seq, view FROM entries WHERE org = ?1 AND type = ?2 AND type <> 'step'
-                     AND view IS NOT NULL
+                     AND (view IS NOT NULL OR type <> 'signed-trace')
                      AND seq >= ?3 ORDER BY id LIMIT ?4",
                 )
                 .context("listing records")?;
@@ -489,7 +489,8 @@ impl SqliteStore {
             let ids: Vec<i64> = c
                 .prepare_cached(
                     "SELECT e.id FROM sessions s
-                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step' AND e.view IS NOT NULL
+                     JOIN entries e ON e.sid = s.sid AND e.type <> 'step'
+                          AND (e.view IS NOT NULL OR e.type <> 'signed-trace')
                      WHERE s.org = ?1 AND s.session_id = ?2 ORDER BY e.id",
                 )
                 .and_then(|mut stmt| {

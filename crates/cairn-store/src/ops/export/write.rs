@@ -1,7 +1,9 @@
 //! Writing a planned bundle: its lines read from the log a batch at a
 //! time, the read let go, then written.
 
-use super::{ExportError, ExportPlan, ExportSummary, erased_after};
+use super::{
+    ExportError, ExportPlan, ExportSummary, erased_after, trace_erasures_after, traces_erased_after,
+};
 use crate::{LedgerStore, StoreError};
 use cairn_core::bundle::{
     checkpoint_line, consistency_line, encode_entry, end_line, selection_line,
@@ -135,7 +137,9 @@ pub fn write_export(
                 }
                 from = next;
             }
-            if erased_after(store, org_id, size, None, true)?.is_some() {
+            if erased_after(store, org_id, size, None)?.is_some()
+                || !trace_erasures_after(store, org_id, size)?.is_empty()
+            {
                 return Err(ExportError::Changed);
             }
         }
@@ -177,9 +181,14 @@ pub fn write_export(
             }
             // Steps erased while written matter where the payload shows;
             // a trace withheld while written, at every level.
-            let steps = plan.level == DetailLevel::Full;
+            let late = trace_erasures_after(store, org_id, size)?;
             for claim in &selection.sessions {
-                if erased_after(store, org_id, size, Some(&claim.session_id), steps)?.is_some() {
+                let session = Some(claim.session_id.as_str());
+                let steps = match plan.level {
+                    DetailLevel::Full => erased_after(store, org_id, size, session)?,
+                    _ => None,
+                };
+                if steps.or(traces_erased_after(&late, session)).is_some() {
                     return Err(ExportError::Changed);
                 }
             }
