@@ -544,7 +544,7 @@ fn consent_required(session: &str) -> ApiError {
         StatusCode::FORBIDDEN,
         "consent_required",
         format!(
-            "session {session} has no recorded consent to full-detail sharing (full_consent when the session starts); ask for level detailed or generic (an export without a level shows every field: full for any key but an admin's)"
+            "session {session} has no recorded consent to full-detail sharing (full_consent when the session starts): ask for level detailed or generic. An export that names no level is made at level full for every key but an admin key bound to no agent (which exports the org's own record, every field)"
         ),
     )
 }
@@ -739,8 +739,9 @@ fn query_id(q: &HashMap<String, String>, key: &'static str) -> Result<Option<Str
     match q.get(key) {
         None => Ok(None),
         Some(value) => {
-            cairn_core::record::validate_id(key, value)
-                .map_err(|e| ApiError::bad_request("malformed_id", e.to_string()))?;
+            cairn_core::record::validate_id(key, value).map_err(|e| {
+                ApiError::bad_request("malformed_id", e.to_string()).with_field(key)
+            })?;
             Ok(Some(value.clone()))
         }
     }
@@ -803,8 +804,9 @@ pub async fn serve_otlp(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // The same accept loop as the main port: header, body and write
-    // timeouts and the connection cap hold here too.
+    // The same accept loop as the main port (its header and write
+    // timeouts and connection cap); the router times bodies and requests
+    // as the main router does.
     let limits = state.config.limits.clone();
     limits::serve(listener, otlp::router(state), &limits, shutdown).await
 }

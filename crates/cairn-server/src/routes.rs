@@ -244,6 +244,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                         "not_found",
                         "there is no page at this address",
                     )
+                } else if let Some(hint) = misjoined_path_hint(uri.path()) {
+                    ApiError::not_found(format!("route {}{hint}", logged_path(uri.path())))
+                        .into_response()
                 } else if uri.path().len() > 1 && uri.path().ends_with('/') {
                     // What to send instead: the same address without the slash.
                     ApiError::not_found(format!(
@@ -376,6 +379,29 @@ fn is_mcp(path: &str) -> bool {
 /// usually an OTLP exporter given the base URL where it wants the full
 /// path, or the reverse.
 const OTLP_PATH_HINT: &str = ": an OTLP exporter sends traces to /v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT, which the SDK completes, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v1/traces)";
+
+/// What to change when `path` is a base URL joined to a route the wrong
+/// way (a base URL ending in `/`, or one that already holds `/v1`, to
+/// which a client or an exporter appended its own path), or `None`.
+pub(crate) fn misjoined_path_hint(path: &str) -> Option<String> {
+    let collapsed = path
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .fold(String::new(), |joined, segment| joined + "/" + segment);
+    if path.contains("//") {
+        Some(format!(
+            " (the path has an empty segment, //: the base URL or endpoint given to the client probably ends with a slash; the route is {})",
+            logged_path(&collapsed)
+        ))
+    } else if let Some(rest) = path.strip_prefix("/v1/v1/") {
+        Some(format!(
+            " (the path repeats /v1: give the client the server's base URL, http://HOST:PORT, without /v1; the route is /v1/{})",
+            logged_path(rest)
+        ))
+    } else {
+        None
+    }
+}
 
 /// The longest plain-text rejection kept as an error's message.
 const REJECTION_TEXT_BYTES: usize = 1024;
@@ -583,14 +609,22 @@ fn is_ui(path: &str) -> bool {
 }
 
 /// Answers hold an org's data (exports, replays, searches): never cached
-/// unless the route says otherwise (tiles, static assets).
+/// unless the route says otherwise (tiles, static assets), and never read
+/// by a browser as another type than the one they name (a Markdown replay
+/// holds what agents wrote, HTML included: `nosniff` keeps a browser from
+/// taking it for a page).
 fn no_store(mut response: Response) -> Response {
-    if !response.headers().contains_key(header::CACHE_CONTROL) {
-        response.headers_mut().insert(
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(
             header::CACHE_CONTROL,
             axum::http::HeaderValue::from_static("no-store"),
         );
     }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
     response
 }
 

@@ -298,6 +298,59 @@ fn one_org_cannot_hold_every_expensive_slot() {
 
 // ------------------------------------------------------------------ item 4
 
+/// The OTLP listener (`--otlp-listen`) times bodies as the main port
+/// does: a body that stops, or one dribbled past its deadline, is answered
+/// 408 and gives its OTLP request slot back (a review held every slot of
+/// the server for minutes with stalled bodies, shutting other orgs out).
+#[test]
+fn the_otlp_listener_cuts_off_slow_bodies() {
+    let limits = Limits {
+        body_idle_timeout: Duration::from_millis(400),
+        body_timeout: Duration::from_millis(1500),
+        ..Limits::default()
+    };
+    let (server, state) = start_with_state(config(limits));
+    let otlp = OtlpListener::serve(state);
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
+        server.admin
+    );
+    // The answer to `stream`, which must be a 408 within 5 s of `started`.
+    let timed_out = |stream: &mut TcpStream, started: Instant| {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        let text = String::from_utf8_lossy(&bytes);
+        assert_eq!(parse_response(&bytes).status, 408, "{text}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    };
+    // A body that stops.
+    let mut stalled = TcpStream::connect(otlp.addr).unwrap();
+    stalled.write_all(head.as_bytes()).unwrap();
+    stalled.write_all(b"{\"resourceSpans\": [").unwrap();
+    timed_out(&mut stalled, Instant::now());
+    // A body dribbled fast enough never to be idle still has a deadline.
+    let mut dribble = TcpStream::connect(otlp.addr).unwrap();
+    dribble.write_all(head.as_bytes()).unwrap();
+    dribble
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let started = Instant::now();
+    let mut peek = [0u8; 16];
+    while started.elapsed() < Duration::from_secs(6) {
+        if dribble.write_all(b" ").is_err() || dribble.peek(&mut peek).is_ok_and(|n| n > 0) {
+            break;
+        }
+    }
+    timed_out(&mut dribble, started);
+}
+
 /// Slowloris, dribbled bodies, idle keep-alive connections and too many
 /// connections.
 #[test]

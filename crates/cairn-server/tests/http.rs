@@ -721,6 +721,31 @@ fn openapi_document_matches_the_router() {
         "{}",
         slashed.text()
     );
+    // No answer is sniffed as another type than it says.
+    for path in ["/v1/sessions", "/v1/sessions/"] {
+        let answer = raw(
+            server.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {admin}"),
+            b"",
+        );
+        assert_eq!(
+            answer.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+    // A base URL joined to a route the wrong way is named, with the route.
+    for (misjoined, said) in [
+        (
+            "//v1/sessions",
+            "ends with a slash; the route is /v1/sessions)",
+        ),
+        ("/v1/v1/sessions", "without /v1; the route is /v1/sessions)"),
+    ] {
+        let reply = get(&server, misjoined, &admin);
+        assert_eq!(reply.status, 404, "{misjoined}");
+        assert!(reply.text().contains(said), "{misjoined}: {}", reply.text());
+    }
 }
 
 #[test]

@@ -395,22 +395,36 @@ fn json_ok(partial: Option<Value>) -> Response {
 }
 
 /// The router of the OTLP listener (`--otlp-listen`): only the OTLP paths,
-/// and an OTLP-shaped 404 elsewhere.
+/// and an OTLP-shaped 404 elsewhere. Its bodies and requests are timed as
+/// the main port's are (a body's deadline and idle time, 408; a request's
+/// time, 503): a request holds an OTLP slot and its body's bytes while it
+/// is read, so a client that stops sending must not keep them.
 pub fn router(state: Arc<AppState>) -> axum::Router {
     use axum::routing::post;
+    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
+    let limits = state.config.limits.clone();
     axum::Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/metrics", post(metrics))
         .route("/v1/logs", post(logs))
-        .fallback(|headers: HeaderMap| async move {
+        .fallback(|headers: HeaderMap, uri: axum::http::Uri| async move {
             let (encoding, _) = request_encoding(&headers);
+            let hint = crate::routes::misjoined_path_hint(uri.path()).unwrap_or_default();
             OtlpError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "this listener serves OTLP/HTTP only: POST /v1/traces, /v1/metrics, /v1/logs",
+                format!(
+                    "this listener serves OTLP/HTTP only: POST /v1/traces, /v1/metrics, /v1/logs{hint}"
+                ),
             )
             .into_response(encoding)
         })
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             crate::routes::count_errors,

@@ -107,6 +107,54 @@ pub fn serve_state(
     }
 }
 
+/// `state`'s OTLP listener (`cairn_server::serve_otlp`, as
+/// `--otlp-listen` serves it) on a loopback port, from a thread of its
+/// own; stopped when dropped.
+pub struct OtlpListener {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OtlpListener {
+    pub fn serve(state: Arc<AppState>) -> OtlpListener {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, at) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                ready.send(listener.local_addr().unwrap()).unwrap();
+                cairn_server::serve_otlp(listener, state, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        OtlpListener {
+            addr: at.recv().unwrap(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for OtlpListener {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 pub fn start(config: ServerConfig) -> Server {
     start_on("127.0.0.1:0", config)
 }
