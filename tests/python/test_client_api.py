@@ -419,6 +419,10 @@ def test_writes_are_retried_only_when_safe(stub):
         with pytest.raises(CairnError):
             call(CairnClient(s.url, api_key="k", agent_id="a"))
         assert len(s.requests) == 1
+    # An OTLP export's steps have ids from its trace and span ids: retried on 503.
+    s = stub(refusal(503, "overloaded", "0"), (200, {"Content-Type": "application/json"}, b"{}"))
+    assert CairnClient(s.url, api_key="k").otlp("traces", {"resourceSpans": []}) == {}
+    assert len(s.requests) == 2
     # A repeated API key revocation is refused, not answered as the first: sent once.
     for call in [lambda c: c.revoke_key("k")]:
         s = stub(refusal(503, "timeout", "0"), turn_ok)

@@ -332,6 +332,36 @@ test("an open session's page shows new steps without a reload", { skip: !existsS
   await context.close();
 });
 
+test("long unbroken text wraps inside the page at every width", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
+  // A token with no break opportunity, in a step's folded content (its
+  // preview is the summary), its input, its metadata, a model, a task
+  // id and an agent id of the longest kinds.
+  const token = "x".repeat(5_000);
+  const response = await fetch(`${base}/v1/steps`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+    body: JSON.stringify({
+      session_id: "unbroken", agent_id: "a".repeat(200), step_type: "tool_call", content: token,
+      model: "m".repeat(200), task_id: "t".repeat(200), input_data: { [token.slice(0, 300)]: token }, metadata: { note: token },
+    }),
+  });
+  assert.equal(response.status, 201, await response.text());
+  for (const [width, height] of [[1280, 800], [390, 844]]) {
+    const context = await browser.newContext({ viewport: { width, height } });
+    const page = await context.newPage();
+    await page.goto(`${base}/ui/sign-in`);
+    await page.getByLabel("API key").fill(admin);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.waitForURL(/\/ui\/sessions$/);
+    await fitsTheWidth(page, `sessions with a long agent id (${width}px)`);
+    await page.goto(`${base}/ui/sessions/unbroken`);
+    await page.locator("#step-0").waitFor();
+    for (const summary of await page.locator("#step-0 summary").all()) await summary.click();
+    await fitsTheWidth(page, `a session of long unbroken text, unfolded (${width}px)`);
+    await context.close();
+  }
+});
+
 test("filters, search, the Markdown view, and an export at a level downloaded and verified in the browser", { skip: !existsSync(browserPath) && process.env.CI !== "true" }, async () => {
   const post = (path, body) => fetch(`${base}${path}`, {
     method: "POST",

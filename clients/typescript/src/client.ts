@@ -775,13 +775,15 @@ export class CairnClient {
     return this.json("GET", `/v1/signed-traces/${encodeURIComponent(traceId)}`);
   }
 
-  /** `POST /v1/traces`, `/v1/metrics` or `/v1/logs` with an OTLP/JSON export request. */
+  /** `POST /v1/traces`, `/v1/metrics` or `/v1/logs` with an OTLP/JSON export request.
+   * Retried on 503 as on 429: a span's steps have ids derived from its trace and span
+   * ids, so a resent export records nothing twice. */
   otlpJson(signal: "traces" | "metrics" | "logs", request: JsonRecord): Promise<JsonRecord> {
-    return this.json("POST", `/v1/${signal}`, { body: request });
+    return this.json("POST", `/v1/${signal}`, { body: request, safety: "idempotent" });
   }
 
   /** The same with an OTLP protobuf export request; resolves to the protobuf answer's bytes. */
   async otlpProtobuf(signal: "traces" | "metrics" | "logs", request: Uint8Array): Promise<Uint8Array> {
-    return this.bytes("POST", `/v1/${signal}`, { body: request, contentType: "application/x-protobuf" });
+    return this.bytes("POST", `/v1/${signal}`, { body: request, contentType: "application/x-protobuf", safety: "idempotent" });
   }
 }

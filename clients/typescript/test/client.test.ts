@@ -91,6 +91,7 @@ describe("CairnClient against a scripted fetch", () => {
       (c: CairnClient) => c.sql("SELECT 1"),
       (c: CairnClient) => c.parseThinking("x"),
       (c: CairnClient) => c.importSignedTrace({ trace_id: "t" }),
+      (c: CairnClient) => c.otlpJson("traces", { resourceSpans: [] }),
     ]) {
       assert.equal(await refusedOnce(call), 2, String(call));
     }

@@ -299,8 +299,12 @@ fn plain_type_message(message: &str) -> String {
     };
     let wanted = match expected {
         "f32" | "f64" => "a number",
-        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more, in range",
-        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number in range",
+        "u8" | "u16" | "u32" | "u64" | "usize" => {
+            "a whole number written without a sign, a fraction or an exponent (2, not 2.0), within the argument's range"
+        }
+        "i8" | "i16" | "i32" | "i64" | "isize" => {
+            "a whole number written without a fraction or an exponent (2, not 2.0), within the argument's range"
+        }
         "a boolean" => "true or false",
         "a sequence" => "an array",
         "a map" => "an object",

@@ -100,6 +100,55 @@ fn malformed_ids_in_queries_are_refused() {
         let reply = get(&server, path, &admin);
         assert_eq!(reply.status, 400, "{path}: {}", reply.text());
         assert_eq!(error_code(&reply), "malformed_id", "{path}");
+        let field = path.split(['?', '=']).nth(1).unwrap();
+        assert_eq!(reply.json()["error"]["field"], field, "{path}");
+    }
+
+    // MCP's listing reads as REST's does: a key bound to one agent lists
+    // another agent's sessions (reading is the org's), and an empty or
+    // malformed agent id is refused rather than matching nothing.
+    post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &step("other-s", "other", "plan", "x"),
+    );
+    let bound = key_for(&server, "acme", Role::Writer, Some("mine"));
+    let rest = get(&server, "/v1/sessions?agent_id=other", &bound);
+    assert_eq!(rest.status, 200, "{}", rest.text());
+    assert!(rest.text().contains("other-s"), "{}", rest.text());
+    let session = mcp_session(server.addr, &bound);
+    let listed = mcp_tool(
+        server.addr,
+        &bound,
+        &session,
+        "get_session_history",
+        json!({"agent_id": "other"}),
+    )
+    .rpc();
+    assert_ne!(listed["result"]["isError"], true, "{listed}");
+    assert!(listed.to_string().contains("other-s"), "{listed}");
+    let own = mcp_tool(
+        server.addr,
+        &bound,
+        &session,
+        "get_session_history",
+        json!({}),
+    )
+    .rpc();
+    assert!(!own.to_string().contains("other-s"), "{own}");
+    for malformed in ["", "a b"] {
+        let refused = mcp_tool(
+            server.addr,
+            &bound,
+            &session,
+            "get_session_history",
+            json!({"agent_id": malformed}),
+        )
+        .rpc();
+        let error = &refused["result"]["structuredContent"]["error"];
+        assert_eq!(error["code"], "malformed_id", "{refused}");
+        assert_eq!(error["field"], "agent_id", "{refused}");
     }
 }
 

@@ -486,11 +486,25 @@ fn a_timeline_pairs_tool_calls_links_records_and_exports_at_a_level() {
     call2["links"] = json!({"tool_call": "call_42"});
     let mut result2 = step("s1", "analyst", "tool_result", "EUR 1.08");
     result2["links"] = json!({"tool_call": "call_42", "policy_decision": "t-elsewhere"});
+    // A call that failed is answered by its error.
+    let mut call3 = step("s1", "analyst", "tool_call", "fetch the ledger");
+    call3["links"] = json!({"tool_call": "call_9"});
+    let mut failed = step("s1", "analyst", "error", "timed out");
+    failed["links"] = json!({"tool_call": "call_9"});
     let mut reflection = step("s1", "analyst", "reflection", "The query was enough.");
     reflection["output_data"] = json!({"lessons": ["check fx first"]});
     let mut elsewhere = step("s2", "analyst", "decision", "approve the budget");
     elsewhere["trace_id"] = json!("t-elsewhere");
-    for body in [&call, &result, &call2, &result2, &reflection, &elsewhere] {
+    for body in [
+        &call,
+        &result,
+        &call2,
+        &result2,
+        &call3,
+        &failed,
+        &reflection,
+        &elsewhere,
+    ] {
         let reply = post(&server, "/v1/steps", &writer, body);
         assert_eq!(reply.status, 201, "{}", reply.text());
     }
@@ -502,12 +516,13 @@ fn a_timeline_pairs_tool_calls_links_records_and_exports_at_a_level() {
     for needle in [
         "result: <a href=\"#step-1\">#1</a>",
         "result: <a href=\"#step-3\">#3</a>",
+        "error: <a href=\"#step-5\">#5</a>",
         "tool_call: <a href=\"#step-0\">#0</a>",
         "audit_event: <a href=\"#event-ev-7\">ev-7</a>",
         "policy_decision: <a href=\"/ui/records/t-elsewhere\">t-elsewhere</a>",
         "id=\"event-ev-7\"",
         "sql_query",
-        "Closing reflection</dt><dd><a href=\"#step-4\">#4</a>",
+        "Closing reflection</dt><dd><a href=\"#step-6\">#6</a>",
         "Merkle root",
         "&#34;lessons&#34;",
         "href=\"/ui/sessions/s1/markdown\"",

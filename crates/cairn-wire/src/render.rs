@@ -184,11 +184,16 @@ fn heading_time(created_at: &cairn_core::Timestamp) -> String {
 
 /// One step as seed 002's `exportMarkdown` writes it: a blank line, then
 /// `<label> <content>` on one line with the tool call, policy decision,
-/// approval request and correction it links to.
+/// approval request and correction it links to (the content's control
+/// characters escaped, [`terminal_safe`]).
 pub fn markdown_line(r: &StepRecord) -> String {
     let s = &r.step;
+    // On one line, with control characters escaped as `terminal_safe`
+    // escapes them: a Markdown answer goes to files and terminals
+    // (`curl ... | cat`) as well as to renderers, and a step's text must
+    // not redraw what is around it.
     let content = match &s.content {
-        Some(c) => cairn_core::thinking::one_line(c),
+        Some(c) => terminal_safe(&cairn_core::thinking::one_line(c)).into_owned(),
         None if r.erased => "(erased)".to_owned(),
         None if !r.is_revealed(cairn_core::commit::Field::Content) => "(hidden)".to_owned(),
         None => String::new(),
@@ -322,6 +327,12 @@ mod tests {
              [計画] 1. Call check_credits  2. Call check_inbox\n\n\
              [実行] check_credits -> $2.50 remaining (tool_call: 01JXYZ-TC1)\n"
         );
+        // A step's control characters are shown, not passed to whatever
+        // prints the Markdown.
+        let mut s = Step::new("tx", "acme", "a", "s", 0, "thinking", t).unwrap();
+        s.content = Some("clear\u{1b}[2J\u{7} this".into());
+        let line = markdown_line(&StepRecord::new(s, &[0; 32], prev));
+        assert_eq!(line, "\n[思考] clear\\u{1b}[2J\\u{7} this\n");
     }
 
     /// Turns come in the order of their first step, steps recorded

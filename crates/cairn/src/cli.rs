@@ -12,7 +12,7 @@ use cairn_core::bundle::BundleVerifier;
 use cairn_core::detail::DetailLevel;
 use cairn_core::note::NoteVerifier;
 use cairn_core::record::Limits;
-use cairn_core::verify::Verdict;
+use cairn_core::verify::{Reason, Verdict};
 use cairn_core::{Hash, Timestamp};
 use cairn_server::render;
 use cairn_server::wire::{step_from_json, step_to_json, verdict_to_json};

@@ -638,11 +638,11 @@ class _Core:
     def _op_otlp(self, signal: OtlpSignal, request: Mapping[str, Any]) -> _Request[Dict[str, Any]]:
         """`POST /v1/traces`, `/v1/metrics` or `/v1/logs` with an OTLP/JSON
         export request (writer or admin key)."""
-        return _Request("POST", f"/v1/{signal}", _json, "write", body=_body(dict(request)))
+        return _Request("POST", f"/v1/{signal}", _json, "idempotent", body=_body(dict(request)))
 
     def _op_otlp_protobuf(self, signal: OtlpSignal, request: bytes) -> _Request[bytes]:
         """The same with an OTLP protobuf export request; returns the answer's bytes."""
-        return _Request("POST", f"/v1/{signal}", _bytes, "write", body=bytes(request),
+        return _Request("POST", f"/v1/{signal}", _bytes, "idempotent", body=bytes(request),
                         content_type="application/x-protobuf")
 
 

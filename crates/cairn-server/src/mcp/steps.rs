@@ -214,15 +214,24 @@ impl CairnMcp {
         };
         let caller = self.caller(&context)?;
         let org = caller.org().to_owned();
-        // A key bound to no agent, without a default agent, lists every
-        // agent's sessions, as REST's listing does (a reading tool needs
-        // no agent to act as).
-        let agent_id = match (&args.agent_id, &caller.key.agent_id, &self.default_agent) {
-            (None, None, None) => None,
-            _ => match self.agent_for(&caller, args.agent_id) {
-                Ok(agent) => Some(agent),
-                Err(e) => return tool_error(e),
+        // Reading is the org's, whatever agent a key is bound to (as
+        // REST's listing and every other reading tool): a named agent is
+        // listed if its id is well formed; none named lists the key's (or
+        // the server's default) agent, and with neither every agent's.
+        let agent_id = match args.agent_id {
+            Some(agent) => match cairn_core::record::validate_id("agent_id", &agent) {
+                Ok(()) => Some(agent),
+                Err(e) => {
+                    return tool_error(
+                        ApiError::bad_request("malformed_id", e.to_string()).with_field("agent_id"),
+                    );
+                }
             },
+            None => caller
+                .key
+                .agent_id
+                .clone()
+                .or_else(|| self.default_agent.clone()),
         };
         let limit =
             match crate::input::result_limit(args.limit.map(Some), crate::input::SESSIONS_LIMIT) {

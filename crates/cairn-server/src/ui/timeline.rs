@@ -39,8 +39,9 @@ struct StepView {
     links: Vec<(&'static str, String, String)>,
     /// Later steps that correct this one.
     corrected_by: Vec<u64>,
-    /// Tool results that answer this tool call.
-    results: Vec<u64>,
+    /// The steps that answer this tool call (its results, or the error
+    /// it ended with), each with what it is.
+    results: Vec<(u64, &'static str)>,
     /// Reviews of this step, in log order ("approve by key ...: note").
     reviews: Vec<String>,
 }
@@ -297,6 +298,9 @@ fn span_line(metadata: &serde_json::Value) -> Option<String> {
     let mut line = format!("span (metadata.otel) {}", text("name").unwrap_or_default());
     if let Some(kind) = text("kind").filter(|k| !k.is_empty()) {
         line.push_str(&format!(" ({kind})"));
+    } else if let Some(kind) = otel.get("kind").and_then(serde_json::Value::as_i64) {
+        // A kind the enum does not define, kept as the number sent.
+        line.push_str(&format!(" (kind {kind})"));
     }
     // The agent the span names (a handoff's other agent: the session's
     // steps are all written as the session's agent, docs/OTLP.md).
@@ -524,7 +528,7 @@ pub(super) async fn session(
                 .map(|id| (id, step.step_index))
         })
         .collect();
-    let mut results: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut results: HashMap<u64, Vec<(u64, &'static str)>> = HashMap::new();
     for s in &stored {
         let step = &s.record.step;
         if let Some(target) = step.links.corrects.as_ref().and_then(|t| index_of.get(t)) {
@@ -533,7 +537,15 @@ pub(super) async fn session(
                 .or_default()
                 .push(step.step_index);
         }
-        if step.kind == StepKind::ToolResult
+        // A tool's result answers its call, and so does the error a call
+        // ended with (OTLP writes a failed tool span's error in place of
+        // its result, docs/OTLP.md).
+        let answer = match step.kind {
+            StepKind::ToolResult => Some("result"),
+            StepKind::Error => Some("error"),
+            _ => None,
+        };
+        if let Some(answer) = answer
             && let Some(call) = step.links.tool_call.as_deref().and_then(|id| {
                 index_of
                     .get(id)
@@ -541,7 +553,10 @@ pub(super) async fn session(
                     .copied()
             })
         {
-            results.entry(call).or_default().push(step.step_index);
+            results
+                .entry(call)
+                .or_default()
+                .push((step.step_index, answer));
         }
     }
     let (start, to_end) = (shown_page.start, shown_page.to_end);

@@ -23,8 +23,12 @@ function line(parent, text, tag = "p") {
 function render(verdict, name) {
   result.replaceChildren();
   result.className = verdict.verified ? "verdict good" : "verdict bad";
-  const lacking = verdict.failure && verdict.failure.reason === "insufficient-cosignatures";
-  line(result, verdict.verified ? `Verified: ${name}` : lacking ? `Not cosigned enough: ${name}` : `Tampered: ${name}`, "h2");
+  // A verdict that lacks a proof or cosignatures proves nothing either way:
+  // only a contradiction is said to be tampering.
+  const reason = verdict.failure && verdict.failure.reason;
+  const headline = verdict.verified ? "Verified" : reason === "insufficient-cosignatures" ? "Not cosigned enough"
+    : reason === "missing-proof" ? "Not proven" : "Tampered";
+  line(result, `${headline}: ${name}`, "h2");
   line(result, `${verdict.recordsChecked} record(s) checked` +
     (verdict.checkpointSize ? `, against the signed checkpoint of size ${verdict.checkpointSize}` : "") +
     (verdict.keyPinned ? ", with the keys you gave." : ", with the key the bundle names (compare it with the operator's)."));

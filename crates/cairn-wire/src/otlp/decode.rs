@@ -97,7 +97,7 @@ impl Default for DecodeLimits {
 pub enum DecodeError {
     /// The `Content-Type` is neither protobuf nor JSON (HTTP 415).
     #[error(
-        "unsupported content type {0:?}: OTLP/HTTP bodies are application/x-protobuf or application/json"
+        "unsupported content type {0:?}: OTLP/HTTP bodies are application/x-protobuf or application/json (read as UTF-8: a JSON body's charset, if given, must be utf-8)"
     )]
     UnsupportedMediaType(String),
     /// The `Content-Encoding` is not gzip, deflate or identity (HTTP 415).

@@ -206,7 +206,8 @@ pub struct SpanSteps {
     /// The agent the span names, as a Cairn id, and whether the span is
     /// an agent span (`invoke_agent`, `create_agent`, `AGENT`).
     pub agent: Option<(String, bool)>,
-    /// The resource's `service.name`, as a Cairn id.
+    /// The resource's `service.name`, as a Cairn id (none when it is the
+    /// name an SDK makes up, `unknown_service…`).
     pub service: Option<String>,
     /// Start time (Unix nanoseconds), for choosing a session's agent.
     pub start: u64,
@@ -226,6 +227,14 @@ pub struct Unmappable {
     pub span_hex: String,
     /// Why.
     pub reason: String,
+}
+
+/// Whether `name` is the `service.name` an OpenTelemetry SDK makes up
+/// when none was configured (`unknown_service`, or `unknown_service:`
+/// and the process's executable name, as the resource semantic
+/// conventions require): it names no agent, so it is not taken as one.
+fn is_sdk_default_service(name: &str) -> bool {
+    name == "unknown_service" || name.starts_with("unknown_service:")
 }
 
 /// Maps every span of a request, in request order. A span whose steps
@@ -250,7 +259,10 @@ pub fn map_request(
         let mut truncated_resource = Vec::new();
         let resource = attributes_json(resource_attrs, limits, "resource", &mut truncated_resource);
         let resource = shared(resource, "resource", &mut truncated_resource);
-        let service = Attrs(resource_attrs).str("service.name").map(id_from);
+        let service = Attrs(resource_attrs)
+            .str("service.name")
+            .filter(|name| !is_sdk_default_service(name))
+            .map(id_from);
         // Looked up once: a resource may hold many attributes, and every
         // span without a session of its own falls back to it.
         let resource_session = Attrs(resource_attrs).session();

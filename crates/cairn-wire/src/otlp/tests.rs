@@ -289,6 +289,17 @@ fn plan_orders_by_time_and_picks_the_agent() {
     // Without an agent span: the service.
     let no_agent: Vec<_> = map_request(&request(agent_run()[..3].to_vec()), &MapLimits::default());
     assert_eq!(plan(no_agent, None)[0].agent_id, "support-bot");
+    // The service name an SDK makes up when none was set names no agent.
+    for made_up in ["unknown_service", "unknown_service:python"] {
+        let mut unnamed = request(agent_run()[..3].to_vec());
+        unnamed.resource_spans[0]
+            .resource
+            .as_mut()
+            .unwrap()
+            .attributes[0] = s("service.name", made_up);
+        let spans = map_request(&unnamed, &MapLimits::default());
+        assert_eq!(plan(spans, None)[0].agent_id, "otel", "{made_up}");
+    }
 }
 
 #[test]
@@ -499,6 +510,30 @@ fn errors_become_error_steps() {
         spans[1].steps[1].content.as_deref(),
         Some("the span ended with an error")
     );
+}
+
+/// A kind or status code the enums do not define is kept as the number
+/// sent, not read as `unspecified` or `unset`; the defined ones by name.
+#[test]
+fn undefined_enum_values_are_kept_as_sent() {
+    let mut odd = span(2, 0, 1, vec![s("gen_ai.operation.name", "chat")]);
+    odd.kind = 7;
+    odd.status = Some(Status {
+        code: 9,
+        message: "odd".into(),
+    });
+    let mut plain = span(2, 0, 2, vec![s("gen_ai.operation.name", "chat")]);
+    plain.kind = 3;
+    plain.status = Some(Status {
+        code: 0,
+        message: "note".into(),
+    });
+    let spans = mapped(vec![odd, plain]);
+    let otel = |i: usize| spans[i].steps[0].metadata["otel"].clone();
+    assert_eq!(otel(0)["kind"], 7);
+    assert_eq!(otel(0)["status"]["code"], 9);
+    assert_eq!(otel(1)["kind"], "client");
+    assert_eq!(otel(1)["status"]["code"], "unset");
 }
 
 #[test]

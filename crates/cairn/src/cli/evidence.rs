@@ -16,7 +16,8 @@ fn describe_raw(verdict: &Verdict) -> String {
     match &verdict.failure {
         None => format!("VERIFIED: {} records checked", verdict.records_checked),
         Some(f) => format!(
-            "TAMPERED: first failing record: {}\n  reason: {} ({})\n  records checked: {}, last valid: {}",
+            "{}: first failing record: {}\n  reason: {} ({})\n  records checked: {}, last valid: {}",
+            headline(f.reason),
             f.at,
             f.reason,
             f.detail,
@@ -26,6 +27,18 @@ fn describe_raw(verdict: &Verdict) -> String {
                 .as_ref()
                 .map_or("none".to_owned(), |l| l.to_string())
         ),
+    }
+}
+
+/// A failed verdict's first word: `TAMPERED` when the evidence
+/// contradicts itself or its signatures, but not when it merely lacks what
+/// the check needs (a proof, enough cosignatures): that proves nothing
+/// either way, and the same records with their proof may verify.
+fn headline(reason: Reason) -> &'static str {
+    match reason {
+        Reason::MissingProof => "NOT PROVEN",
+        Reason::InsufficientCosignatures => "NOT COSIGNED ENOUGH",
+        _ => "TAMPERED",
     }
 }
 

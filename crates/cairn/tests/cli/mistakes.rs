@@ -448,6 +448,25 @@ fn failed_bundles_hint_at_the_likely_mistake() {
     );
     let verdict = json(&run);
     assert_eq!(verdict["brokenReason"], "missing-proof", "{verdict}");
+    // Said as what it is: not proven, not tampered with (exit 1 all the same).
+    let said = cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--bundle",
+            later.to_str().unwrap(),
+            "--checkpoint",
+            kept.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(said.code, 1, "{}", said.stdout);
+    assert!(
+        said.stdout.contains("\nNOT PROVEN: first failing record")
+            && !said.stdout.contains("TAMPERED"),
+        "{}",
+        said.stdout
+    );
     assert!(
         verdict["hint"]
             .as_str()

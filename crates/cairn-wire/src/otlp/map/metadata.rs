@@ -27,14 +27,28 @@ fn moved(key: &str, moved_prefixes: &[&str]) -> bool {
     })
 }
 
-fn span_kind(kind: i32) -> &'static str {
+/// A span's kind by its name, or the number as sent when the enum has no
+/// such value (kept rather than read as `unspecified`: what the exporter
+/// sent is never silently replaced).
+fn span_kind(kind: i32) -> Value {
     match kind {
-        1 => "internal",
-        2 => "server",
-        3 => "client",
-        4 => "producer",
-        5 => "consumer",
-        _ => "unspecified",
+        0 => json!("unspecified"),
+        1 => json!("internal"),
+        2 => json!("server"),
+        3 => json!("client"),
+        4 => json!("producer"),
+        5 => json!("consumer"),
+        other => json!(other),
+    }
+}
+
+/// A status code by its name, or the number as sent (as [`span_kind`]).
+fn status_code(code: i32) -> Value {
+    match code {
+        0 => json!("unset"),
+        1 => json!("ok"),
+        2 => json!("error"),
+        other => json!(other),
     }
 }
 
@@ -74,15 +88,11 @@ pub(super) fn attach_metadata(
     }
     let mut full = base.clone();
     full.insert("name".into(), json!(clip(&span.name, 1024, &mut false)));
-    full.insert("kind".into(), json!(span_kind(span.kind)));
+    full.insert("kind".into(), span_kind(span.kind));
     if let Some(status) = &span.status
         && (status.code != 0 || !status.message.is_empty())
     {
-        let code = match status.code {
-            1 => "ok",
-            2 => "error",
-            _ => "unset",
-        };
+        let code = status_code(status.code);
         let message = clip(&status.message, limits.max_attribute_bytes, &mut false);
         full.insert("status".into(), json!({"code": code, "message": message}));
     }
