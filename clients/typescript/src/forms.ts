@@ -47,7 +47,7 @@ export const OP_TYPES = [
   "log-key", "trace-erasure",
 ] as const;
 export type OpType = (typeof OP_TYPES)[number];
-const MAX_PROOF = 128;
+export const MAX_PROOF = 128;
 
 /** A form that does not hold: reported as `malformed-record`. */
 export class Malformed extends Error {

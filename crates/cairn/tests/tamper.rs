@@ -10,6 +10,7 @@
 
 mod common;
 mod corpus;
+mod tamper_forms;
 mod tamper_notes;
 mod tamper_traces;
 mod tamper_world;
@@ -52,6 +53,8 @@ fn every_fault_class_is_named_by_every_verifier() {
     );
     case("genuine-analyst-detailed", &analyst, pinned, &[], None);
     tamper_notes::witness_policies(&complete, pinned, &w.server);
+    tamper_forms::courier_forms(&complete, &s1, pinned);
+    tamper_forms::witness_key_in_the_header(&complete);
 
     // --- A courier: entries no checkpoint covers.
     let mut appended = complete.clone();

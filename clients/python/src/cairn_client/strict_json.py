@@ -40,7 +40,12 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _integer(text: str) -> int:
+def _integer(text: str) -> int | float:
+    if text == "-0":
+        # Negative zero is a double (RFC 8785 writes it `0`), never an
+        # integer: FORMAT.md 10.1's integers are digits only, and a field
+        # that must hold one refuses `-0` as the Rust reader does.
+        return -0.0
     try:
         value = int(text)
     except ValueError:  # more digits than Python converts

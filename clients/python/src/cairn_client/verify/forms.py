@@ -244,7 +244,7 @@ def _is_trace(trace: Any) -> bool:
 _STR_OR_NULL = lambda v: v is None or isinstance(v, str)  # noqa: E731
 _FIELD_CHECKS: dict[str, Any] = {
     "trace_id": _STR, "org_id": _STR, "agent_id": _STR, "session_id": _STR,
-    "step_index": _is_uint, "step_type": lambda v: v in _KINDS, "step_type_original": _STR,
+    "step_index": _is_uint, "step_type": lambda v: isinstance(v, str) and v in _KINDS, "step_type_original": _STR,
     "content": _STR_OR_NULL, "input_data": _ANY, "output_data": _ANY,
     "confidence": lambda v: v is None or _is_number(v),
     "duration_ms": lambda v: v is None or _is_uint(v), "token_count": lambda v: v is None or _is_uint(v),
@@ -327,7 +327,7 @@ def _decode_entry(obj: Any, line: int) -> _Entry:
     if kind == "step":
         required = ("seq", "type", "logged_at", "fields", "salts", "hidden", "digest", "prev_hash",
                     "hash", "signature", "has_embedding", "erased")
-    elif kind in _OP_TYPES:
+    elif isinstance(kind, str) and kind in _OP_TYPES:
         required = ("seq", "type", "logged_at", "view", "hash")
     else:
         raise _Malformed(f"unknown entry type {kind!r}")
@@ -401,7 +401,8 @@ def _decode_selection(obj: Any) -> JSONObject:
     else:
         _members(scope, ("since", "until"), (), "scope")
         _need(_is_ts(scope["since"]) and _is_ts(scope["until"]), "scope.since and until are timestamps")
-    _need(selection["level"] in LEVEL_SHOWS, "level is generic, detailed or full")
+    _need(isinstance(selection["level"], str) and selection["level"] in LEVEL_SHOWS,
+          "level is generic, detailed or full")
     _need(isinstance(selection["sessions"], list), "sessions is an array")
     seen: set[str] = set()
     for item in selection["sessions"]:
@@ -413,7 +414,8 @@ def _decode_selection(obj: Any) -> JSONObject:
     _need(isinstance(selection["records"], list), "records is an array")
     previous = -1
     for item in selection["records"]:
-        _need(isinstance(item, list) and len(item) == 2 and _is_uint(item[0]) and item[1] in _OP_TYPES,
+        _need(isinstance(item, list) and len(item) == 2 and _is_uint(item[0])
+              and isinstance(item[1], str) and item[1] in _OP_TYPES,
               "a selected record is [seq, operational entry type]")
         _need(item[0] > previous, "selected records are in strictly increasing seq")
         _need(item[0] < selection["checkpoint_size"], "a selected record lies beyond the selection's checkpoint")

@@ -30,9 +30,11 @@ def _valid_key_name(name: str) -> bool:
     return bool(name) and not any(c in _WHITE_SPACE or c == "+" for c in name)
 
 
-def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
+def _parse_vkey(text: str, alg: int | None = None) -> _Key:
     """A C2SP vkey `<name>+<hex key id>+<base64(alg || key)>`: an Ed25519
-    note key (alg 0x01) or a cosignature/v1 witness key (alg 0x04);
+    note key (alg 0x01) or a cosignature/v1 witness key (alg 0x04), either
+    when `alg` is None (FORMAT.md 7.1, 10.2 step 2: a header's or a pinned
+    key may be either; only an 0x01 key's signature can open a note);
     ValueError otherwise."""
     if not isinstance(text, str):
         raise ValueError("a vkey is a string")
@@ -48,19 +50,21 @@ def _parse_vkey(text: str, alg: int = 0x01) -> _Key:
     raw = _b64decode(blob)
     if key_id is None:
         raise ValueError("a vkey's key id is 8 hex digits")
-    if raw is None or len(raw) != 33 or raw[0] != alg:
-        raise ValueError("not an Ed25519 vkey" if alg == 0x01 else "not a cosignature/v1 vkey (algorithm 0x04)")
+    if raw is None or len(raw) != 33 or raw[0] not in ((0x01, 0x04) if alg is None else (alg,)):
+        raise ValueError({None: "not an Ed25519 (0x01) or cosignature/v1 (0x04) vkey", 0x01: "not an Ed25519 vkey"}
+                         .get(alg, "not a cosignature/v1 vkey (algorithm 0x04)"))
     if not ed25519.is_curve_point(raw[1:]):
         raise ValueError("a vkey's key is not an Ed25519 point")
     if _sha256(name.encode() + b"\n" + raw)[:4] != key_id:
         raise ValueError("the vkey's key id does not match its key")
-    return _Key(name, key_id, raw[1:], alg)
+    return _Key(name, key_id, raw[1:], raw[0])
 
 
 def _is_vkey(text: Any) -> bool:
-    """A readable Ed25519 note vkey (7.1)."""
+    """A readable Ed25519 note vkey (7.1, algorithm 0x01: a `log-key`
+    record's `key`, 10.1)."""
     try:
-        _parse_vkey(text)
+        _parse_vkey(text, 0x01)
     except ValueError:
         return False
     return True
@@ -76,7 +80,7 @@ def _note_signers(note: str, keys: Sequence[_Key]) -> list[_Key]:
         name, _sep, blob = line[2:].partition(" ")
         raw = _b64decode(blob) or b""
         for key in keys:
-            if (key.name == name and raw[:4] == key.key_id and key not in signers
+            if (key.alg == 0x01 and key.name == name and raw[:4] == key.key_id and key not in signers
                     and ed25519.verify_strict(key.public, text.encode(), raw[4:])):
                 signers.append(key)
     return signers
@@ -150,7 +154,9 @@ def _open_note(note: Any, keys: Sequence[_Key]) -> str:
     message = text.encode()
     for name, raw in signatures:
         for key in keys:
-            if key.name == name and raw[:4] == key.key_id:
+            # Only an Ed25519 note key (0x01) signs a note; a cosignature/v1
+            # key's lines are cosignatures (7.7), never the note's signature.
+            if key.alg == 0x01 and key.name == name and raw[:4] == key.key_id:
                 if not ed25519.verify_strict(key.public, message, raw[4:]):
                     raise _NoteUnverified(f"the signature by {name} does not verify")
                 verified = True

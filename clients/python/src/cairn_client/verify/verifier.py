@@ -14,7 +14,7 @@ from .. import ed25519
 from ..jcs import canonical
 from ..strict_json import JSONError, loads as strict_loads
 from ..types import JSONObject
-from .constants import _NEVER_HIDDEN, _PAYLOAD, _STRICT_KINDS, FIELDS, LEVEL_SHOWS
+from .constants import _MAX_PROOF, _NEVER_HIDDEN, _PAYLOAD, _STRICT_KINDS, FIELDS, LEVEL_SHOWS
 from .forms import (
     _decode_entry, _decode_selection, _Entry, _is_id, _is_ts, _is_uint, _Malformed, _members, _micros, _need,
     _OpEntry, _proof_hashes, _StepEntry, _WithheldEntry,
@@ -242,7 +242,8 @@ class _Verifier:
             body = _members(obj["consistency"], ("old_size", "proof"), (), "a consistency line")
             old_size = body["old_size"]
             _need(_is_uint(old_size), "old_size is a non-negative integer")
-            _need(isinstance(body["proof"], list), "proof is an array")
+            _need(isinstance(body["proof"], list) and len(body["proof"]) <= _MAX_PROOF,
+                  f"proof is an array of at most {_MAX_PROOF} hashes")
             proof = _proof_hashes(body["proof"])
             _need(0 < old_size < self.size, f"old_size {old_size} is not between 0 and {self.size}")
             _need(old_size > self.last_old_size, "consistency lines go in increasing old_size")
@@ -650,7 +651,7 @@ class _Verifier:
 
     def _log_key(self, e: _OpEntry, at: Position) -> None:
         view = e.view
-        key = _parse_vkey(view["key"])
+        key = _parse_vkey(view["key"], 0x01)
         if key.name != self.header["server_name"]:
             raise _Fail("malformed-record", f"the log-key record names a key of {key.name}, not of this log", at)
         text = self._open_at(view["note"], "the log-key note", e.seq, at)

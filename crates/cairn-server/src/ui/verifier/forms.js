@@ -38,7 +38,7 @@ export const OP_TYPES = [
     "session-start", "seal", "erasure", "review", "key-registration", "key-revocation", "audit-event", "signed-trace",
     "log-key", "trace-erasure",
 ];
-const MAX_PROOF = 128;
+export const MAX_PROOF = 128;
 /** A form that does not hold: reported as `malformed-record`. */
 export class Malformed extends Error {
     name = "Malformed";

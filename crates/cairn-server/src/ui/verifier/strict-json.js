@@ -145,8 +145,10 @@ class Parser {
         const token = match[0];
         this.pos += token.length;
         const value = Number(token);
-        if (match[1] === undefined && match[2] === undefined) {
-            // An integer token: two languages must read the same value.
+        if (match[1] === undefined && match[2] === undefined && token !== "-0") {
+            // An integer token: two languages must read the same value. `-0` is
+            // negative zero, a double (RFC 8785 writes it `0`), never an integer:
+            // FORMAT.md 10.1's integers are digits only.
             if (Math.abs(value) > MAX_SAFE_INTEGER)
                 this.fail(`integer literal ${token.slice(0, 40)} is beyond 2^53 - 1`);
             return value;

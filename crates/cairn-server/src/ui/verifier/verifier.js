@@ -7,7 +7,7 @@
 import { equalBytes, fromBase64, fromHex, frame, sha256, taggedHash, toBase64, toHex, u64be, utf8 } from "./bytes.js";
 import { verifyStrict } from "./ed25519.js";
 import { entryPosition, Fail, position } from "./fail.js";
-import { decodeEntry, decodeSelection, FIELDS, isId, isUint, LEVEL_SHOWS, Malformed, members, need, NEVER_HIDDEN, PAYLOAD_FIELDS, STRICT_KINDS, } from "./forms.js";
+import { decodeEntry, decodeSelection, FIELDS, isId, isUint, LEVEL_SHOWS, Malformed, MAX_PROOF, members, need, NEVER_HIDDEN, PAYLOAD_FIELDS, STRICT_KINDS, } from "./forms.js";
 import { canonicalBytes } from "./jcs.js";
 import { parseLine } from "./lines.js";
 import { Frontier, leafHash, verifyConsistency, verifyInclusion, emptyRoot } from "./merkle.js";
@@ -253,7 +253,7 @@ export class Verifier {
             const old = body["old_size"];
             need(isUint(old), "old_size is a non-negative integer");
             const items = body["proof"];
-            need(Array.isArray(items), "proof is an array");
+            need(Array.isArray(items) && items.length <= MAX_PROOF, `proof is an array of at most ${MAX_PROOF} hashes`);
             proof = items.map((p) => fromHex(p, 32)).filter((p) => p !== undefined);
             need(proof.length === items.length, "a proof hash is 64 lowercase hex digits");
             oldSize = BigInt(old);
