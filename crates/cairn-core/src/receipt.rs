@@ -147,8 +147,8 @@ pub struct VerifiedInclusion {
     pub leaf_index: u64,
     /// The signed root.
     pub root: Hash,
-    /// The `iss` claim (the log origin), when present.
-    pub issuer: Option<String>,
+    /// The `iss` claim: the origin of the log the receipt speaks of.
+    pub issuer: String,
 }
 
 /// A consistency receipt that verified: the tree of `old_size` leaves with
@@ -162,8 +162,8 @@ pub struct VerifiedConsistency {
     pub new_size: u64,
     /// The signed newer root.
     pub new_root: Hash,
-    /// The `iss` claim (the log origin), when present.
-    pub issuer: Option<String>,
+    /// The `iss` claim: the origin of the log the receipt speaks of.
+    pub issuer: String,
 }
 
 /// A receipt decoded and checked for shape, not yet verified: read its
@@ -174,7 +174,7 @@ pub struct Receipt {
     sign1: CoseSign1,
     proof: ReceiptProof,
     key_id: Option<Vec<u8>>,
-    issuer: Option<String>,
+    issuer: String,
 }
 
 #[cfg(test)]
@@ -241,7 +241,7 @@ mod tests {
         // four: alg -8, kid, CWT claims, vds 1.
         assert_eq!(&bytes[..2], &[0xd2, 0x84]);
         let r = Receipt::decode(&bytes).expect("decodes");
-        assert_eq!(r.issuer(), Some("cairn.test/acme"));
+        assert_eq!(r.issuer(), "cairn.test/acme");
         assert_eq!(r.key_id(), Some(&s.verifier().key_id().to_be_bytes()[..]));
         let protected = r.sign1.protected.original_data.clone().expect("kept");
         assert_eq!(&protected[..3], &[0xa4, 0x01, 0x27]);
@@ -346,6 +346,47 @@ mod tests {
         );
         r.verify_inclusion(&s.verifier(), &leaf_hash(&0u64.to_be_bytes()), None)
             .expect("verifies");
+    }
+
+    /// A receipt must name its log (`iss` in the protected CWT claims,
+    /// FORMAT 7.8): one signed by the right key without it, or with it only
+    /// in the unprotected header, is refused (a review's receipts of both
+    /// kinds had verified, their issuer null).
+    #[test]
+    fn a_receipt_without_its_issuer_is_refused() {
+        use coset::{CoseSign1Builder, TaggedCborSerializable as _};
+        let s = signer();
+        let t = tree(5);
+        let genuine = CoseSign1::from_tagged_slice(&inclusion(&s, &t, 2, 5)).expect("decodes");
+        let without_claims = |mut header: coset::Header| {
+            header
+                .rest
+                .retain(|(label, _)| *label != coset::Label::Int(HEADER_CWT_CLAIMS));
+            header
+        };
+        let mut unprotected_iss = genuine.unprotected.clone();
+        unprotected_iss.rest.push((
+            coset::Label::Int(HEADER_CWT_CLAIMS),
+            coset::cbor::value::Value::Map(vec![(
+                coset::cbor::value::Value::Integer(CWT_ISS.into()),
+                coset::cbor::value::Value::Text("cairn.test/acme".into()),
+            )]),
+        ));
+        for unprotected in [genuine.unprotected.clone(), unprotected_iss] {
+            let protected = without_claims(genuine.protected.header.clone());
+            let forged = CoseSign1Builder::new()
+                .protected(protected)
+                .unprotected(unprotected)
+                .create_detached_signature(&t.root_at(5).0, b"", |m| {
+                    s.sign_raw(m).expect("signs").to_vec()
+                })
+                .build()
+                .to_tagged_vec()
+                .expect("encodes");
+            let refused = Receipt::decode(&forged).expect_err("no issuer");
+            assert!(refused.to_string().contains("iss"), "{refused}");
+        }
+        assert!(Receipt::decode(&genuine.to_tagged_vec().expect("encodes")).is_ok());
     }
 
     #[test]

@@ -213,7 +213,7 @@ fn cose_receipts_verify_with_the_server_key() {
         assert_eq!(reply.content_type, MEDIA_TYPE_COSE);
         let v = verify_inclusion_receipt(&reply.body, &key, leaf, Some(&root)).unwrap();
         assert_eq!((v.leaf_index, v.tree_size), (seq as u64, size));
-        assert_eq!(v.issuer.as_deref(), Some(origin.as_str()));
+        assert_eq!(v.issuer, origin);
     }
     let old_root = server.store.root_at("acme", 3).unwrap();
     let reply = get(&server, "/v1/receipts/inclusion?seq=1&size=3", &admin);

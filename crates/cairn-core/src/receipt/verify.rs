@@ -89,6 +89,12 @@ impl Receipt {
                 _ => {}
             }
         }
+        // The issuer names the log: every org's receipts are signed by the
+        // one server key, so a receipt without it would say nothing of
+        // which org's log its root is (FORMAT 7.8: the labels are required).
+        let issuer = issuer.ok_or_else(|| {
+            malformed("no iss claim (the log's origin) in the protected CWT claims (15)")
+        })?;
         if vds != Some(VDS_RFC9162_SHA256.into()) {
             return Err(malformed("protected vds is not 1 (RFC9162_SHA256)"));
         }
@@ -162,9 +168,9 @@ impl Receipt {
         &self.proof
     }
 
-    /// The `iss` claim (the log origin), when present.
-    pub fn issuer(&self) -> Option<&str> {
-        self.issuer.as_deref()
+    /// The `iss` claim: the origin of the log the receipt speaks of.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
     }
 
     /// The protected `kid`, when present.
