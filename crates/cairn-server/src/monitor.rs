@@ -39,6 +39,26 @@ pub struct MonitorConfig {
     /// A checkpoint seen before (by an earlier run): the log must not roll
     /// back or fork from it.
     pub last_seen: Option<String>,
+    /// The erasure deadlines an earlier run left pending
+    /// ([`Monitor::pending_erasures`]): each still binds this run, so that
+    /// runs of one poll each (`--once --state`) enforce them as one
+    /// long-running monitor does.
+    pub pending_erasures: Vec<PendingErasure>,
+}
+
+/// An entry read as erased (a step's payload) or withheld (a signed
+/// trace) whose erasure record the mirror has not reached yet (FORMAT.md
+/// 7.9, rule 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingErasure {
+    /// The entry's seq.
+    pub seq: u64,
+    /// The log size by which its erasure record must have been logged.
+    pub deadline: u64,
+    /// Whether the deadline was already capped by a checkpoint verified
+    /// after the entry was read.
+    pub capped: bool,
 }
 
 /// A problem a poll found: the monitor's alarm.
@@ -130,12 +150,29 @@ impl Monitor {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(10)));
         Monitor {
-            config,
             client: Client::builder(TokioExecutor::new()).build(connector),
             last: None,
             verifier: None,
-            erasure_deadlines: BTreeMap::new(),
+            erasure_deadlines: config
+                .pending_erasures
+                .iter()
+                .map(|p| (p.seq, (p.deadline, p.capped)))
+                .collect(),
+            config,
         }
+    }
+
+    /// The erasure deadlines still pending after the last poll, for a later
+    /// run ([`MonitorConfig::pending_erasures`]).
+    pub fn pending_erasures(&self) -> Vec<PendingErasure> {
+        self.erasure_deadlines
+            .iter()
+            .map(|(&seq, &(deadline, capped))| PendingErasure {
+                seq,
+                deadline,
+                capped,
+            })
+            .collect()
     }
 
     /// Records verified since the monitor started.

@@ -6,7 +6,7 @@ use crate::Outcome;
 use crate::cli::usage;
 use anyhow::{Context as _, Result};
 use cairn_core::note::NoteVerifier;
-use cairn_server::monitor::{Monitor, MonitorConfig};
+use cairn_server::monitor::{Monitor, MonitorConfig, PendingErasure};
 use cairn_server::render::terminal_safe;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,9 +32,12 @@ pub struct MonitorArgs {
     /// Poll once and exit (0 if the log checked out, 1 on a problem).
     #[arg(long)]
     pub once: bool,
-    /// A file keeping the last checkpoint seen, read at start and written
-    /// after every good poll, so that a rollback or fork between two runs
-    /// is caught too (the log is mirrored again from its first entry).
+    /// A file keeping the last checkpoint seen and the erasures still
+    /// awaited, read at start and written after every good poll, so that a
+    /// rollback or fork between two runs is caught too (the log is mirrored
+    /// again from its first entry), and an entry read erased without its
+    /// erasure record is found by a later run as by one long-running
+    /// monitor.
     #[arg(long)]
     pub state: Option<PathBuf>,
     /// The largest answer read, in bytes (a record tile holds 256 records).
@@ -56,19 +59,17 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
         .iter()
         .map(|k| NoteVerifier::parse(k).map_err(|e| usage(format!("--log-key {k:?}: {e}"))))
         .collect::<Result<Vec<_>>>()?;
-    let last_seen = match &args.state {
-        Some(path) if path.exists() => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading the monitor state {}", path.display()))?,
-        ),
-        _ => None,
+    let state = match &args.state {
+        Some(path) if path.exists() => read_state(path)?,
+        _ => State::default(),
     };
     let mut monitor = Monitor::new(MonitorConfig {
         prefix,
         api_key: args.api_key.clone(),
         log_keys,
         max_response_bytes: args.max_response_bytes,
-        last_seen,
+        last_seen: state.checkpoint,
+        pending_erasures: state.pending_erasures,
     });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -86,7 +87,13 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
                         monitor.records_verified()
                     );
                     if let (Some(path), Some(note)) = (&args.state, monitor.last_note()) {
-                        save_state(path, note)?;
+                        save_state(
+                            path,
+                            &State {
+                                checkpoint: Some(note.to_owned()),
+                                pending_erasures: monitor.pending_erasures(),
+                            },
+                        )?;
                     }
                 }
                 Err(problem) if problem.is_finding() => {
@@ -107,10 +114,42 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
     })
 }
 
+/// What `--state` keeps between runs: a JSON object (a file written
+/// before the erasures were kept holds the checkpoint note alone, and is
+/// read as such).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct State {
+    /// The last checkpoint note that verified.
+    checkpoint: Option<String>,
+    /// The erasures still awaited.
+    #[serde(default)]
+    pending_erasures: Vec<PendingErasure>,
+}
+
+fn read_state(path: &std::path::Path) -> Result<State> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the monitor state {}", path.display()))?;
+    if !text.starts_with('{') {
+        // A checkpoint note (it starts with its origin).
+        return Ok(State {
+            checkpoint: Some(text),
+            pending_erasures: Vec::new(),
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "the monitor state {} is not one this cairn wrote ({e}): remove it to start over (a rollback or fork against what it held is then not caught)",
+            path.display()
+        ))
+    })
+}
+
 /// Writes the state file whole or not at all.
-fn save_state(path: &std::path::Path, note: &str) -> Result<()> {
+fn save_state(path: &std::path::Path, state: &State) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, note)
+    let text = serde_json::to_string(state).context("writing the monitor state")?;
+    std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
         .with_context(|| format!("writing the monitor state {}", path.display()))
 }

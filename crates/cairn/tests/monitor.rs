@@ -368,3 +368,151 @@ impl WaitCode for Child {
         None
     }
 }
+
+/// Answers `GET /v1/tlog/<path>` with the body kept for `path` (404
+/// otherwise), one request per connection: a log frozen as a server chose
+/// to show it.
+fn static_tiles(bodies: std::collections::HashMap<String, Vec<u8>>) -> SocketAddr {
+    use std::io::{Read as _, Write as _};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head);
+            let path = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.strip_prefix("/v1/tlog/"))
+                .unwrap_or("");
+            let (status, body) = match bodies.get(path) {
+                Some(body) => ("200 OK", body.clone()),
+                None => ("404 Not Found", b"no such tile".to_vec()),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(&body);
+        }
+    });
+    addr
+}
+
+/// A monitor run one poll at a time (`--once --state`, from cron) enforces
+/// the erasure deadline as a long-running one does (FORMAT.md 7.9, rule
+/// 4): a server that shows a step erased but never gets its log past the
+/// checkpoint it signed before the erasure (so the erasure record is never
+/// in what it proves) is caught by the second run. Each run had started
+/// from an empty set of pending erasures, so every run said ok (a review's
+/// finding).
+#[test]
+fn runs_of_one_poll_keep_the_erasures_they_await() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target::embedded(dir.path());
+    let (server, admin) = serve(dir.path(), None);
+    let admin = admin.unwrap();
+    let vkey = json(&target.run(&["--json", "keys"], None))["server_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    record(server.addr, &admin, "s0", 5);
+    // The session's start and its five steps, once a checkpoint covers them.
+    let started = std::time::Instant::now();
+    while log_size(server.addr, &admin) < 6 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let size = log_size(server.addr, &admin);
+    let before = call(
+        server.addr,
+        "GET",
+        "/v1/tlog/checkpoint",
+        Some(&admin),
+        None,
+    )
+    .text();
+    erase(server.addr, &admin, "s0-2");
+    // The frozen view: the checkpoint from before the erasure, and tiles
+    // of that size read after it (the step shows erased; the record tile's
+    // end line says the log is larger: the server's word).
+    let mut bodies = std::collections::HashMap::new();
+    bodies.insert("checkpoint".to_owned(), before.into_bytes());
+    for kind in [TileKind::Hashes(0), TileKind::Entries, TileKind::Records] {
+        let tile = Tile {
+            kind,
+            index: 0,
+            width: size,
+        };
+        let reply = call(
+            server.addr,
+            "GET",
+            &format!("/v1/tlog/{}", tile.path()),
+            Some(&admin),
+            None,
+        );
+        assert_eq!(reply.status, 200, "{}: {}", tile.path(), reply.text());
+        bodies.insert(tile.path(), reply.body);
+    }
+    let frozen = static_tiles(bodies);
+    let state = dir.path().join("cron.state");
+    let once = |url: &str, state: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["monitor", url, "--once", "--log-key", &vkey, "--state"])
+            .arg(state)
+            .env("CAIRN_API_KEY", &admin)
+            .output()
+            .unwrap()
+    };
+    let url = format!("http://{frozen}/v1/tlog");
+    let first = once(&url, &state);
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(first.status.code(), Some(0), "{text}");
+    let second = once(&url, &state);
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert_eq!(second.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("PROBLEM: erasure-mismatch") && text.contains("seen erased"),
+        "{text}"
+    );
+    // The honest server, whose log holds the erasure record, checks out
+    // run after run.
+    let honest = dir.path().join("honest.state");
+    let url = format!("http://{}/v1/tlog", server.addr);
+    for _ in 0..2 {
+        let run = once(&url, &honest);
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&run.stdout)
+        );
+    }
+    // A state file of an earlier version (the checkpoint note alone) is
+    // still read.
+    std::fs::write(
+        &honest,
+        call(
+            server.addr,
+            "GET",
+            "/v1/tlog/checkpoint",
+            Some(&admin),
+            None,
+        )
+        .text(),
+    )
+    .unwrap();
+    let run = once(&url, &honest);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
