@@ -820,6 +820,40 @@ fn every_fault_class_is_named_by_every_verifier() {
         None,
     );
     assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    // A selection of a scope that holds no session: consistent on its own,
+    // but no export of it exists (the server refuses an empty one), so
+    // the complete log disproves it (it had been the caller's mistake,
+    // exit 2).
+    let empty = cairn_core::selection::Selection {
+        checkpoint_size: entries.len() as u64,
+        scope: Scope::Agent("nobody".into()),
+        level: DetailLevel::Full,
+        sessions: Vec::new(),
+        records: Vec::new(),
+    };
+    let empty_path = dir.path().join("empty.bundle");
+    std::fs::write(
+        &empty_path,
+        w.signed_partial(&entries, &empty).join("\n") + "\n",
+    )
+    .unwrap();
+    let run = common::cairn_in(
+        dir.path(),
+        &[
+            "verify",
+            "--json",
+            "--bundle",
+            empty_path.to_str().unwrap(),
+            "--log",
+            log_path.to_str().unwrap(),
+            "--key",
+            &key,
+        ],
+        None,
+    );
+    let verdict: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(run.code, 1, "{verdict} {}", run.stderr);
+    assert_eq!(verdict["brokenReason"], "selection-mismatch", "{verdict}");
     tamper_traces::selection_of_a_trace_erased_later(&w, &entries, &key);
     tamper_traces::import_of_stated_ids(&w, &entries);
 }

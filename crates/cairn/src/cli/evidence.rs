@@ -438,18 +438,33 @@ pub(super) fn verify_bundle(cli: &Cli, args: &VerifyArgs) -> Result<Outcome> {
     if result.verdict.verified
         && let (Some(log), Some(selection)) = (&args.log, &result.selection)
     {
-        let (recomputed, undecided) = recompute_selection(args, log, selection, result.checkpoint)?;
-        if !selection.is_recomputed(&recomputed, &undecided, &result.listed_traces) {
+        let mismatch = match recompute_selection(args, log, selection, result.checkpoint)? {
+            Some((recomputed, undecided)) => (!selection.is_recomputed(
+                &recomputed,
+                &undecided,
+                &result.listed_traces,
+            ))
+            .then(|| {
+                format!(
+                    "the bundle's signed selection is not what the log in {} gives for its scope and level: the operator signed a false statement (recomputed: {})",
+                    log.display(),
+                    recomputed.to_value()
+                )
+            }),
+            // No export of an empty scope exists (the server refuses it):
+            // a selection of one is a statement the log does not back.
+            None => Some(format!(
+                "the log in {} holds no session in the bundle's selection's scope, so no export of it exists: the operator signed a false statement",
+                log.display()
+            )),
+        };
+        if let Some(detail) = mismatch {
             let mut verdict = result.verdict.clone();
             verdict.verified = false;
             verdict.failure = Some(cairn_core::verify::Failure {
                 at: cairn_core::verify::Location::default(),
                 reason: cairn_core::verify::Reason::SelectionMismatch,
-                detail: format!(
-                    "the bundle's signed selection is not what the log in {} gives for its scope and level: the operator signed a false statement (recomputed: {})",
-                    log.display(),
-                    recomputed.to_value()
-                ),
+                detail,
             });
             return report(cli, &verdict, started, extra);
         }
@@ -569,13 +584,15 @@ fn failure_hint(
 /// unnamed temporary file): the first pass verifies it,
 /// folds the tree and runs the selector's first pass; the second runs the
 /// selector's second pass. Both fold a hash of every line, and differing
-/// folds (the file changed between the passes) are an error.
+/// folds (the file changed between the passes) are an error. `None` when
+/// the log holds no session in the selection's scope (no export of it
+/// exists: the server refuses an empty one).
 pub(super) fn recompute_selection(
     args: &VerifyArgs,
     path: &std::path::Path,
     selection: &cairn_core::selection::Selection,
     checkpoint: Option<(u64, cairn_core::Hash)>,
-) -> Result<(cairn_core::selection::Selection, Vec<u64>)> {
+) -> Result<Option<(cairn_core::selection::Selection, Vec<u64>)>> {
     use cairn_core::selection::Selector;
     use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
     let max_line = args.max_bundle_line_bytes;
@@ -684,8 +701,5 @@ pub(super) fn recompute_selection(
         )));
     }
     let undecided = selector.undecided();
-    let recomputed = selector
-        .finish()
-        .ok_or_else(|| usage("the log holds no session in the selection's scope"))?;
-    Ok((recomputed, undecided))
+    Ok(selector.finish().map(|recomputed| (recomputed, undecided)))
 }
