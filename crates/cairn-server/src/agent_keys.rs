@@ -161,7 +161,7 @@ pub(crate) async fn list(
     let after = crate::query_u64(&q, "after")?;
     if after.is_some_and(|seq| i64::try_from(seq).is_err()) {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             "after must be a log position: the seq of the last record of the previous page",
         )
         .with_field("after"));

@@ -265,7 +265,7 @@ pub struct StepInput {
     turn_id: Option<Id>,
     /// The step's number within its turn: at most 2^53 - 1, the largest
     /// integer every JSON reader holds exactly. Only with `turn_id` (400
-    /// `invalid_request` without). A number names one step of the turn:
+    /// `invalid_argument` without). A number names one step of the turn:
     /// one another step of the turn holds (stored, or earlier in the same
     /// request) is refused, 409 `turn_step_taken`.
     #[schema(minimum = 0, maximum = 9007199254740991_u64)]

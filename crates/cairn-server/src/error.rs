@@ -455,9 +455,8 @@ impl From<Refusal> for ApiError {
             Refusal::UnknownLink { .. } => (StatusCode::BAD_REQUEST, "unknown_link"),
             Refusal::BadPredecessor(_) => (StatusCode::BAD_REQUEST, "bad_predecessor"),
             Refusal::DuplicateId { .. } => (StatusCode::CONFLICT, "duplicate_id"),
-            Refusal::InvalidRequest(_) | Refusal::InvalidMember { .. } => {
-                (StatusCode::BAD_REQUEST, "invalid_request")
-            }
+            Refusal::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Refusal::InvalidMember { .. } => (StatusCode::BAD_REQUEST, "invalid_argument"),
             Refusal::KeyConflict { .. } => (StatusCode::CONFLICT, "key_conflict"),
             Refusal::KeyRevoked { .. } => (StatusCode::CONFLICT, "key_revoked"),
             Refusal::TooManyKeys { .. } => (StatusCode::CONFLICT, "too_many_keys"),

@@ -198,7 +198,7 @@ pub fn result_limit(given: Option<Option<u64>>, limit: ResultLimit) -> Result<us
             .map(|n| n as usize)
             .ok_or_else(|| {
                 let mut e = ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_argument",
                     format!("limit must be 1 to {}", limit.max),
                 );
                 e.field = Some("limit".into());

@@ -107,7 +107,7 @@ pub(crate) async fn create_key(
     let role = crate::required_string(&v, "role")?;
     let role = Role::parse(&role).ok_or_else(|| {
         ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             "role must be writer, reader, auditor or admin",
         )
         .with_field("role")
@@ -130,7 +130,7 @@ pub(crate) async fn create_key(
     }
     let label = optional_string(&v, "label")?.unwrap_or_default();
     if let Some(why) = cairn_store::key_label_refused(&label) {
-        return Err(ApiError::bad_request("invalid_request", why).with_field("label"));
+        return Err(ApiError::bad_request("invalid_argument", why).with_field("label"));
     }
     let now = cairn_store::now();
     let asked = optional_string(&v, "expires_at")?

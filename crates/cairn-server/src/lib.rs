@@ -490,7 +490,7 @@ pub(crate) fn level_value(level: Option<&str>) -> Result<Option<DetailLevel>, Ap
         .map(|l| {
             DetailLevel::parse(l).ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_argument",
                     format!("level must be generic, detailed or full, not {}", shown(l)),
                 )
                 .with_field("level")
@@ -752,7 +752,7 @@ pub(crate) fn query_u64(q: &HashMap<String, String>, key: &str) -> Result<Option
         .map(|v| {
             decimal::<u64>(v).ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_argument",
                     format!("{key} must be a non-negative integer, not {}", shown(v)),
                 )
                 .with_field(key)

@@ -97,8 +97,7 @@ pub(crate) async fn inclusion_proof(
     StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
-    let seq = query_u64(&q, "seq")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
+    let seq = query_u64(&q, "seq")?.ok_or_else(|| input::missing_field("seq"))?;
     let size = query_u64(&q, "size")?;
     let proof = inclusion_proof_of(&state, caller.org(), seq, size).await?;
     Ok(axum::Json(crate::wire::to_json(&proof)))
@@ -185,15 +184,15 @@ pub(crate) async fn consistency_proof(
     StrictQuery(q): StrictQuery,
 ) -> Result<Json, ApiError> {
     input::refuse_unknown_params(q.keys(), &["old", "new"])?;
-    let old = query_u64(&q, "old")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
+    let old = query_u64(&q, "old")?.ok_or_else(|| input::missing_field("old"))?;
     let cp = current_checkpoint(&state, caller.org()).await?;
     let new = query_u64(&q, "new")?.unwrap_or(cp.size);
     if old == 0 || old > new {
         return Err(ApiError::bad_request(
-            "invalid_request",
-            "need 1 <= old <= new",
-        ));
+            "invalid_argument",
+            format!("old must be 1 to new ({new}), not {old}"),
+        )
+        .with_field("old"));
     }
     let org = caller.org().to_owned();
     let (proof, old_root, new_root) = blocking(&state, move |store| {
@@ -275,8 +274,7 @@ pub(crate) async fn inclusion_receipt(
     StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(q.keys(), &["seq", "size"])?;
-    let seq = query_u64(&q, "seq")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "seq is required"))?;
+    let seq = query_u64(&q, "seq")?.ok_or_else(|| input::missing_field("seq"))?;
     let size = query_u64(&q, "size")?;
     let cp = current_checkpoint(&state, caller.org()).await?;
     let org = caller.org().to_owned();
@@ -314,8 +312,7 @@ pub(crate) async fn consistency_receipt(
     StrictQuery(q): StrictQuery,
 ) -> Result<Response, ApiError> {
     input::refuse_unknown_params(q.keys(), &["old", "new"])?;
-    let old = query_u64(&q, "old")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "old is required"))?;
+    let old = query_u64(&q, "old")?.ok_or_else(|| input::missing_field("old"))?;
     let new = query_u64(&q, "new")?;
     let cp = current_checkpoint(&state, caller.org()).await?;
     let org = caller.org().to_owned();
@@ -447,7 +444,7 @@ pub(crate) async fn export(
                 "since"
             };
             return Err(ApiError::bad_request(
-                "invalid_request",
+                "missing_field",
                 format!("a time-range export takes since and until together: give {missing} too"),
             )
             .with_field(missing));
@@ -732,7 +729,7 @@ pub(crate) async fn verify_bundle(
         .filter(|(k, _)| k == "key")
         .map(|(_, v)| {
             query_vkey(v).map_err(|e| {
-                ApiError::bad_request("invalid_request", format!("key must be a vkey: {e}"))
+                ApiError::bad_request("invalid_argument", format!("key must be a vkey: {e}"))
                     .with_field("key")
             })
         })

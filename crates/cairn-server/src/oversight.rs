@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// Parses `approve`, `reject` or `escalate` (REST, MCP and the web UI's
-/// form alike: 400 `invalid_request`, field `decision`; absent, 400
+/// form alike: 400 `invalid_argument`, field `decision`; absent, 400
 /// `missing_field`, as MCP's typed arguments answer it).
 pub fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
     let text = text.ok_or_else(|| crate::input::missing_field("decision"))?;
@@ -24,7 +24,7 @@ pub fn decision(text: Option<&str>) -> Result<ReviewDecision, ApiError> {
             .map(|d| format!(" (did you mean {d}?)"))
             .unwrap_or_default();
         ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!(
                 "decision must be approve, reject or escalate, not {}{hint}",
                 crate::error::shown(text)

@@ -17,7 +17,7 @@ pub type SearchInput = SearchRequest;
 pub(crate) fn search_mode(text: &str) -> Result<SearchMode, ApiError> {
     SearchMode::parse(text).ok_or_else(|| {
         ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!(
                 "mode must be fulltext, semantic or hybrid, not {}",
                 shown(text)
@@ -47,7 +47,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
-            ApiError::bad_request("invalid_request", "q (the search text) is required")
+            ApiError::bad_request("missing_field", "q (the search text) is required")
                 .with_field("q")
         })?;
     let limit = crate::input::query_limit(q, crate::input::SEARCH_LIMIT)?;
@@ -61,7 +61,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
         .map(|label| {
             StepKind::parse(label).ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_argument",
                     format!("kind {} is not a step kind", shown(label)),
                 )
                 .with_field("kind")
@@ -74,7 +74,7 @@ pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError
             "ok" => Ok(Status::Ok),
             "flagged" => Ok(Status::Flagged),
             other => Err(ApiError::bad_request(
-                "invalid_request",
+                "invalid_argument",
                 format!("status must be ok or flagged, not {}", shown(other)),
             )
             .with_field("status")),
@@ -121,7 +121,7 @@ pub(crate) async fn run_search(
         let answer =
             cairn_store::ops::search(store, embedder.as_ref(), &org, &input).map_err(|e| match e {
             SearchError::Query(e) => {
-                ApiError::bad_request("invalid_request", e.to_string()).with_field("q")
+                ApiError::bad_request("invalid_argument", e.to_string()).with_field("q")
             }
             SearchError::Store(e) => e.into(),
             SearchError::Embedder(e) => {

@@ -46,8 +46,8 @@ pub(crate) async fn start_session(
         ],
     )?;
     let text = |k: &str| optional_string(&v, k);
-    let session_id = text("session_id")?
-        .ok_or_else(|| ApiError::bad_request("invalid_request", "session_id is required"))?;
+    let session_id =
+        text("session_id")?.ok_or_else(|| crate::input::missing_field("session_id"))?;
     let agent_id = match (text("agent_id")?, &caller.key.agent_id) {
         (Some(a), Some(bound)) if a != *bound => {
             return Err(ApiError::forbidden(format!(
@@ -68,16 +68,17 @@ pub(crate) async fn start_session(
     let profile = match text("profile")?.as_deref() {
         None => Profile::Standard,
         Some(p) => Profile::parse(p).ok_or_else(|| {
-            ApiError::bad_request("invalid_request", "profile must be standard or strict")
+            ApiError::bad_request("invalid_argument", "profile must be standard or strict")
+                .with_field("profile")
         })?,
     };
-    let predecessor =
-        match text("predecessor")? {
-            None => None,
-            Some(h) => Some(Hash::from_hex(&h).map_err(|e| {
-                ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
-            })?),
-        };
+    let predecessor = match text("predecessor")? {
+        None => None,
+        Some(h) => Some(Hash::from_hex(&h).map_err(|e| {
+            ApiError::bad_request("invalid_argument", format!("predecessor: {e}"))
+                .with_field("predecessor")
+        })?),
+    };
     let request = WriteRequest::StartSession(NewSession {
         org_id: caller.org().to_owned(),
         session_id: session_id.clone(),
@@ -208,7 +209,7 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
         None => None,
         Some(label) => Some(StepKind::parse(label).ok_or_else(|| {
             ApiError::bad_request(
-                "invalid_request",
+                "invalid_argument",
                 format!(
                     "kind {:?} is not a step kind (see FORMAT.md's kinds: observation, plan, tool_call, ...)",
                     label.chars().take(80).collect::<String>()
@@ -221,7 +222,7 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
         None => None,
         Some(text) => Some(parse_cursor(text).ok_or_else(|| {
             ApiError::bad_request(
-                "invalid_request",
+                "invalid_argument",
                 "cursor is not a cursor of this listing: pass the cursor of the last row of the previous page, or the Link header's next page",
             )
             .with_field("cursor")
@@ -268,7 +269,7 @@ pub fn listing_time(
         .unwrap_or(Timestamp::MAX)),
         Some(midnight) => Ok(midnight),
         None => Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!("{key} must be an RFC 3339 time (2026-11-25T09:30:00Z) or a date (2026-11-25)"),
         )
         .with_field(key)),
@@ -284,7 +285,7 @@ pub fn export_range(since: &str, until: &str) -> Result<ExportScope, ApiError> {
     let before = listing_time("until", until, true)?;
     if before <= from {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             format!(
                 "until ({until}) is not after since ({since}): the range holds no time; give the earlier time as since"
             ),

@@ -223,7 +223,7 @@ pub(crate) async fn record(
                 let mut item = item.clone();
                 let Some(obj) = item.as_object_mut() else {
                     return Err(ApiError::bad_request(
-                        "invalid_request",
+                        "invalid_argument",
                         format!("steps[{index}] is not a step object: steps must be step objects"),
                     )
                     .with_field(format!("steps[{index}]")));
@@ -233,7 +233,7 @@ pub(crate) async fn record(
                     Some(Value::String(other)) if *other == session_id => {}
                     Some(Value::String(other)) => {
                         return Err(ApiError::bad_request(
-                            "invalid_request",
+                            "invalid_argument",
                             format!(
                                 "steps[{index}]: a step of session {} in a turn of session {} (nothing of this turn was written)",
                                 crate::error::shown(other),
@@ -280,7 +280,7 @@ pub(crate) async fn record(
         }
         Some(_) => {
             return Err(
-                ApiError::bad_request("invalid_request", "steps must be an array")
+                ApiError::bad_request("invalid_argument", "steps must be an array")
                     .with_field("steps"),
             );
         }
@@ -339,7 +339,7 @@ pub(crate) async fn record_turn(
         let code = if thinking.is_none() {
             "missing_field"
         } else {
-            "invalid_request"
+            "invalid_argument"
         };
         return Err(ApiError::bad_request(
             code,
@@ -371,7 +371,7 @@ pub(crate) async fn record_turn(
     .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     if steps.is_empty() {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            "invalid_argument",
             "this thinking text holds no phase with text, so the turn would record nothing",
         )
         .with_field("thinking"));

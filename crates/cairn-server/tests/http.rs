@@ -285,7 +285,7 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         ("oversized body", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "metadata": "y".repeat(300_000)}).to_string().into_bytes(), 413, "body_too_large"),
         ("another agent's session", json!({"session_id": "s1", "agent_id": "mallory", "step_type": "plan"}).to_string().into_bytes(), 409, "agent_mismatch"),
         ("stale index", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "step_index": 2}).to_string().into_bytes(), 409, "index_conflict"),
-        ("a turn's number without its turn", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "turn_step": 1}).to_string().into_bytes(), 400, "invalid_request"),
+        ("a turn's number without its turn", json!({"session_id": "s1", "agent_id": "analyst", "step_type": "plan", "turn_step": 1}).to_string().into_bytes(), 400, "invalid_argument"),
     ];
     for (name, body, status, code) in cases {
         let reply = call(&server, "POST", "/v1/steps", Some(&admin), Some(&body));
@@ -426,14 +426,14 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst", "thinking": "  "}),
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             "turn with a step of another session",
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst", "steps": [{"session_id": "s2", "step_type": "plan"}]}),
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             "turn with a malformed turn id",
@@ -447,14 +447,14 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst", "thinking": "[思考]"}),
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             "turn with a step of another turn",
             "/v1/sessions/s1/turns",
             json!({"agent_id": "analyst", "turn_id": "t", "steps": [{"turn_id": "other", "step_type": "plan"}]}),
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             "parse without text",
@@ -487,12 +487,12 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         (
             json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, {"session_id": "s2", "step_type": "plan"}]}),
             "steps[1].session_id",
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             json!({"agent_id": "analyst", "turn_id": "t", "steps": [{"step_type": "plan", "content": "a"}, {"turn_id": "other", "step_type": "plan"}]}),
             "steps[1].turn_id",
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, {"step_type": "plan", "confidence": 7}]}),
@@ -502,12 +502,12 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
         (
             json!({"agent_id": "analyst", "steps": [{"step_type": "plan", "content": "a"}, 5]}),
             "steps[1]",
-            "invalid_request",
+            "invalid_argument",
         ),
         (
             json!({"agent_id": "analyst", "steps": 5}),
             "steps",
-            "invalid_request",
+            "invalid_argument",
         ),
         (json!({"agent_id": "analyst"}), "thinking", "missing_field"),
         (
@@ -632,11 +632,11 @@ fn bad_input_gets_a_clear_answer_and_writes_nothing() {
     );
     assert_eq!(
         get(&server, "/v1/proofs/inclusion?seq=x", &admin).code(),
-        "invalid_request"
+        "invalid_argument"
     );
     assert_eq!(
         get(&server, "/v1/proofs/consistency?old=0", &admin).code(),
-        "invalid_request"
+        "invalid_argument"
     );
     // Unknown route, wrong method.
     assert_eq!(get(&server, "/v1/nope", &admin).code(), "not_found");

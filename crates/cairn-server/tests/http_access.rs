@@ -224,7 +224,7 @@ fn another_orgs_data_is_indistinguishable_from_nothing() {
             unknown.code().as_str(),
             unknown.json()["error"]["field"].as_str()
         ),
-        (400, "invalid_request", Some("decision")),
+        (400, "invalid_argument", Some("decision")),
         "{}",
         unknown.text()
     );
@@ -303,7 +303,7 @@ fn erasure_keeps_the_proof_and_is_admin_only() {
     );
     assert_eq!(
         post(&server, &path, &admin, &json!({"reason": ""})).code(),
-        "invalid_request"
+        "invalid_argument"
     );
     // The reason is recorded in the log: at most the content limit.
     let long = post(
@@ -314,7 +314,7 @@ fn erasure_keeps_the_proof_and_is_admin_only() {
     );
     assert_eq!(
         (long.status, long.code().as_str()),
-        (400, "invalid_request"),
+        (400, "invalid_argument"),
         "{}",
         long.text()
     );
@@ -462,7 +462,7 @@ fn detail_levels_and_consent() {
             "/v1/sessions/plain?level=secret",
             &admin,
             400,
-            "invalid_request",
+            "invalid_argument",
         ),
     ] {
         let reply = get(&server, path, token);

@@ -248,8 +248,8 @@ fn cose_receipts_verify_with_the_server_key() {
 
     // Errors in the shared shape.
     for (path, status, code) in [
-        ("/v1/receipts/inclusion", 400, "invalid_request"),
-        ("/v1/receipts/inclusion?seq=x", 400, "invalid_request"),
+        ("/v1/receipts/inclusion", 400, "missing_field"),
+        ("/v1/receipts/inclusion?seq=x", 400, "invalid_argument"),
         ("/v1/receipts/inclusion?seq=999", 404, "not_found"),
         ("/v1/receipts/inclusion?seq=3&size=3", 404, "not_found"),
         ("/v1/receipts/inclusion?seq=1&size=999", 404, "not_found"),

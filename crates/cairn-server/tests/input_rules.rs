@@ -80,7 +80,7 @@ fn out_of_range_limits_are_refused() {
     ] {
         let reply = get(&server, path, &admin);
         assert_eq!(reply.status, 400, "{path}: {}", reply.text());
-        assert_eq!(error_code(&reply), "invalid_request", "{path}");
+        assert_eq!(error_code(&reply), "invalid_argument", "{path}");
     }
     assert_eq!(get(&server, "/v1/reviews?limit=10000", &admin).status, 200);
 }
@@ -716,7 +716,7 @@ fn a_long_thinking_text_is_answered_as_a_short_one() {
 
 /// The same mistake gets the same code and field on REST and MCP: a
 /// missing member is `missing_field` naming it (MCP's typed arguments
-/// answer so), an empty erasure reason `invalid_request` naming `reason`.
+/// answer so), an empty erasure reason `invalid_argument` naming `reason`.
 #[test]
 fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
     let server = start(ServerConfig::default());
@@ -752,7 +752,7 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
             json!({"reason": " "}),
             "erase_step",
             json!({"trace_id": trace, "reason": " "}),
-            "invalid_request",
+            "invalid_argument",
             "reason",
         ),
         (
@@ -837,7 +837,7 @@ fn refusals_name_their_field_and_the_way_out() {
     let admin = server.admin.clone();
     for (body, code) in [
         (json!({}), "missing_field"),
-        (json!({"role": "boss"}), "invalid_request"),
+        (json!({"role": "boss"}), "invalid_argument"),
     ] {
         let reply = post(&server, "/v1/keys", &admin, &body);
         assert_eq!(reply.status, 400, "{}", reply.text());
@@ -960,7 +960,7 @@ fn a_time_range_export_refuses_a_range_that_holds_no_time() {
         let error = &reply.json()["error"];
         assert_eq!(
             (error["code"].as_str(), error["field"].as_str()),
-            (Some("invalid_request"), Some("until")),
+            (Some("invalid_argument"), Some("until")),
             "{query}: {error}"
         );
     }

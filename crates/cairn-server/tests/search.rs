@@ -347,6 +347,6 @@ fn an_embedding_service_embeds_in_the_background_and_outages_only_delay_it() {
     let refused = get(&server, &long, &writer);
     assert_eq!(
         (refused.status, refused.code().as_str()),
-        (400, "invalid_request")
+        (400, "invalid_argument")
     );
 }

@@ -52,7 +52,8 @@ impl CairnMcp {
                 .predecessor
                 .map(|h| {
                     cairn_core::Hash::from_hex(&h).map_err(|e| {
-                        ApiError::bad_request("invalid_request", format!("predecessor: {e}"))
+                        ApiError::bad_request("invalid_argument", format!("predecessor: {e}"))
+                            .with_field("predecessor")
                     })
                 })
                 .transpose()?;

@@ -89,7 +89,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
         let rest = get(&server, &format!("/v1/sessions?limit={bad}"), &admin);
         assert_eq!(
             (rest.status, rest.code().as_str()),
-            (400, "invalid_request")
+            (400, "invalid_argument")
         );
         assert!(
             rest.text().contains(&format!("1 to {max}")),
@@ -107,7 +107,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
             .rpc();
             assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
             assert_eq!(
-                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_argument",
                 "{tool} {bad}: {rpc}"
             );
         }
@@ -116,7 +116,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
         let rest = get(&server, &format!("/v1/reviews?limit={bad}"), &admin);
         assert_eq!(
             (rest.status, rest.code().as_str()),
-            (400, "invalid_request")
+            (400, "invalid_argument")
         );
         let rest = post(
             &server,
@@ -126,7 +126,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
         );
         assert_eq!(
             (rest.status, rest.code().as_str()),
-            (400, "invalid_request")
+            (400, "invalid_argument")
         );
         for (tool, args) in [
             ("review_queue", json!({"limit": bad})),
@@ -135,7 +135,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
             let rpc = mcp_tool(server.addr, &admin, &session, tool, args).rpc();
             assert_eq!(rpc["result"]["isError"], true, "{tool} {bad}: {rpc}");
             assert_eq!(
-                rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+                rpc["result"]["structuredContent"]["error"]["code"], "invalid_argument",
                 "{tool} {bad}: {rpc}"
             );
         }
@@ -144,7 +144,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
         let rest = get(&server, &format!("/v1/search?q=x&limit={bad}"), &admin);
         assert_eq!(
             (rest.status, rest.code().as_str()),
-            (400, "invalid_request")
+            (400, "invalid_argument")
         );
         let rpc = mcp_tool(
             server.addr,
@@ -156,7 +156,7 @@ fn limits_out_of_range_are_refused_on_every_surface() {
         .rpc();
         assert_eq!(rpc["result"]["isError"], true, "search {bad}: {rpc}");
         assert_eq!(
-            rpc["result"]["structuredContent"]["error"]["code"], "invalid_request",
+            rpc["result"]["structuredContent"]["error"]["code"], "invalid_argument",
             "search {bad}: {rpc}"
         );
     }
@@ -286,7 +286,7 @@ fn a_key_label_is_one_short_line() {
         );
         assert_eq!(reply.status, 400, "{}", reply.text());
         let error = &reply.json()["error"];
-        assert_eq!(error["code"], "invalid_request", "{error}");
+        assert_eq!(error["code"], "invalid_argument", "{error}");
         assert_eq!(error["field"], "label", "{error}");
     }
     let reply = post(

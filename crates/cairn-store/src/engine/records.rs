@@ -102,12 +102,15 @@ impl<T: WriteTx + ?Sized> BatchRun<'_, '_, '_, T> {
         let last_index = trace.components.len().saturating_sub(1).to_string();
         let room = cairn_core::record::MAX_ID_LEN.saturating_sub(1 + last_index.len());
         if trace.trace_id.chars().count() > room {
-            return invalid(format!(
-                "a trace of {} components has an id of at most {room} characters (each component is recorded as a step whose trace id is the trace's, a dot and its index, up to {last_index}, and ids are at most {} characters); this one has {}",
-                trace.components.len(),
-                cairn_core::record::MAX_ID_LEN,
-                trace.trace_id.chars().count()
-            ));
+            return Ok(Err(Refusal::InvalidMember {
+                field: "trace_id",
+                message: format!(
+                    "a trace of {} components has an id of at most {room} characters (each component is recorded as a step whose trace id is the trace's, a dot and its index, up to {last_index}, and ids are at most {} characters); this one has {}",
+                    trace.components.len(),
+                    cairn_core::record::MAX_ID_LEN,
+                    trace.trace_id.chars().count()
+                ),
+            }));
         }
         let session_id = session_id.unwrap_or(&trace.trace_id).to_owned();
         let org_id = self.org(org_name)?.map(|org| org.id);

@@ -178,7 +178,7 @@ fn limits_are_read_as_the_api_reads_them() {
         let error = &json(&run)["error"];
         assert_eq!(
             (error["refusal"].as_str(), error["field"].as_str()),
-            (Some("invalid_request"), Some("limit")),
+            (Some("invalid_argument"), Some("limit")),
             "{args:?}: {error}"
         );
         assert!(

@@ -79,7 +79,10 @@ pub(super) fn signed_traces_import_and_verify(backend: &dyn Backend) {
     // that leaves no room for them is refused as the trace's id.
     let long = "t".repeat(cairn_core::record::MAX_ID_LEN - 1);
     match refused(ledger.write(import(seed_004_trace(&key, &long, "generic")))) {
-        Refusal::InvalidRequest(m) => assert!(
+        Refusal::InvalidMember {
+            field: "trace_id",
+            message: m,
+        } => assert!(
             m.contains("at most 198 characters") && m.contains("this one has 199"),
             "{m}"
         ),
