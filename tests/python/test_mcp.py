@@ -267,7 +267,8 @@ def test_seed_000_verbatim_over_stdio_with_a_default_agent(cairn_bin, data_dir, 
             assert not result.is_error
             listed = json.loads(result.content[0].text)
             assert isinstance(listed, list) and listed[0]["session_id"] == "analysis-session-42"
-            assert result.structured_content == {"sessions": listed}
+            # The text is seed 000's list; the structured content holds it and the next page's cursor.
+            assert result.structured_content == {"sessions": listed, "next_cursor": None}
             # The default agent also stands in for a history without agent_id.
             result = await client.call_tool("get_session_history", {})
             assert json.loads(result.content[0].text) == listed

@@ -150,6 +150,58 @@ fn malformed_ids_in_queries_are_refused() {
         assert_eq!(error["code"], "malformed_id", "{refused}");
         assert_eq!(error["field"], "agent_id", "{refused}");
     }
+    // Pages, filters and rows as REST's: two sessions of one agent, a page
+    // of one at a time through next_cursor, then none; a kind filter; a
+    // cursor that is none refused naming it.
+    post(
+        &server,
+        "/v1/steps",
+        &admin,
+        &step("other-t", "other", "decision", "y"),
+    );
+    let page = |args: Value| {
+        mcp_tool(server.addr, &bound, &session, "get_session_history", args).rpc()["result"]
+            ["structuredContent"]
+            .clone()
+    };
+    let first = page(json!({"agent_id": "other", "limit": 1}));
+    let rest_first = get(&server, "/v1/sessions?agent_id=other&limit=1", &bound).json()[0].clone();
+    let row = &first["sessions"][0];
+    for member in ["session_id", "sealed", "started_at", "cursor", "step_count"] {
+        assert_eq!(
+            row[member], rest_first[member],
+            "{member}: {first} / {rest_first}"
+        );
+    }
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a full page")
+        .to_owned();
+    let second = page(json!({"agent_id": "other", "limit": 1, "cursor": cursor}));
+    assert_ne!(
+        second["sessions"][0]["session_id"], row["session_id"],
+        "{second}"
+    );
+    let third = page(json!({"agent_id": "other", "limit": 1, "cursor": second["next_cursor"]}));
+    assert_eq!(third["sessions"], json!([]), "{third}");
+    assert_eq!(third["next_cursor"], Value::Null, "{third}");
+    let decisions = page(json!({"agent_id": "other", "kind": "decision"}));
+    let listed: Vec<&str> = decisions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["other-t"], "{decisions}");
+    let refused = page(json!({"cursor": "nonsense"}));
+    assert_eq!(
+        (
+            refused["error"]["code"].as_str(),
+            refused["error"]["field"].as_str()
+        ),
+        (Some("invalid_argument"), Some("cursor")),
+        "{refused}"
+    );
 }
 
 /// A misspelt member or query parameter is an error naming it and the

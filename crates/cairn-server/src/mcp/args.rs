@@ -125,6 +125,20 @@ pub struct HistoryArgs {
     /// At most this many, newest first: 1 to 1000 (default 20).
     #[schemars(range(min = 1, max = 1000))]
     pub limit: Option<u64>,
+    /// Only sessions holding a step of this kind (a FORMAT.md kind or a
+    /// label that names one, as `GET /v1/sessions?kind=`).
+    pub kind: Option<String>,
+    /// Only sessions holding a step flagged for review.
+    pub flagged: Option<bool>,
+    /// Only sessions started at or after this time (RFC 3339, or a date:
+    /// its start, UTC).
+    pub since: Option<String>,
+    /// Only sessions started before this time (RFC 3339, or a date: the
+    /// whole date is included).
+    pub until: Option<String>,
+    /// The next page: the `next_cursor` of the previous answer (or the
+    /// `cursor` of its last row).
+    pub cursor: Option<String>,
 }
 
 /// Arguments of `audit_session_start`.

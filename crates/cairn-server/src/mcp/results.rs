@@ -241,6 +241,9 @@ pub struct Replay {
 pub struct History {
     /// The sessions, newest first.
     pub sessions: Vec<SessionRow>,
+    /// When the page is full: the `cursor` argument of the next page
+    /// (null on the last page).
+    pub next_cursor: Option<String>,
 }
 
 /// One session of an agent.
@@ -261,6 +264,13 @@ pub struct SessionRow {
     /// for expensive work were all busy; replay with verify_chain=true
     /// for a verdict).
     pub chain_valid: Option<bool>,
+    /// Whether it was sealed.
+    pub sealed: bool,
+    /// When it started (its session-start record).
+    pub started_at: String,
+    /// This row's place in the listing: the `cursor` argument of the
+    /// page after it.
+    pub cursor: String,
 }
 
 /// `audit_session_start`: the session's genesis.

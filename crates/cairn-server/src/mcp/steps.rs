@@ -194,7 +194,7 @@ impl CairnMcp {
 
     #[tool(
         title = "List an agent's sessions",
-        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at and chain_valid for each. agent_id defaults to your own agent.",
+        description = "List an agent's recent reasoning sessions, newest first: session_id, step_count, first_step_at, last_step_at, chain_valid, sealed, started_at and cursor for each. agent_id defaults to your own agent. Filters as GET /v1/sessions: kind, flagged, since, until. A full page gives next_cursor: pass it as cursor for the next page.",
         annotations(
             read_only_hint = true,
             destructive_hint = false,
@@ -216,22 +216,30 @@ impl CairnMcp {
         let org = caller.org().to_owned();
         // Reading is the org's, whatever agent a key is bound to (as
         // REST's listing and every other reading tool): a named agent is
-        // listed if its id is well formed; none named lists the key's (or
-        // the server's default) agent, and with neither every agent's.
-        let agent_id = match args.agent_id {
-            Some(agent) => match cairn_core::record::validate_id("agent_id", &agent) {
-                Ok(()) => Some(agent),
-                Err(e) => {
-                    return tool_error(
-                        ApiError::bad_request("malformed_id", e.to_string()).with_field("agent_id"),
-                    );
-                }
-            },
-            None => caller
+        // listed; none named lists the key's (or the server's default)
+        // agent, and with neither every agent's. The filters are read by
+        // the REST listing's own reader, so both refuse and select alike.
+        let agent_id = args.agent_id.or_else(|| {
+            caller
                 .key
                 .agent_id
                 .clone()
-                .or_else(|| self.default_agent.clone()),
+                .or_else(|| self.default_agent.clone())
+        });
+        let query: std::collections::HashMap<String, String> = [
+            ("agent_id", agent_id),
+            ("kind", args.kind),
+            ("flagged", args.flagged.map(|f| f.to_string())),
+            ("since", args.since),
+            ("until", args.until),
+            ("cursor", args.cursor),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_owned(), value?)))
+        .collect();
+        let filter = match crate::sessions::listing_filter(&query) {
+            Ok(filter) => filter,
+            Err(e) => return tool_error(e),
         };
         let limit =
             match crate::input::result_limit(args.limit.map(Some), crate::input::SESSIONS_LIMIT) {
@@ -245,14 +253,11 @@ impl CairnMcp {
             .store(move |store| {
                 let _slot = slot;
                 let mut rows = Vec::new();
-                for (s, valid) in crate::listed_sessions(
-                    store,
-                    &org,
-                    &cairn_store::SessionFilter::agent(agent_id.as_deref()),
-                    limit,
-                    verify,
-                    budget,
-                )? {
+                for (s, valid) in
+                    crate::listed_sessions(store, &org, &filter, limit, verify, budget)?
+                {
+                    let cursor =
+                        crate::sessions::cursor_text(&cairn_store::SessionCursor::after(&s));
                     rows.push(SessionRow {
                         session_id: s.session_id,
                         agent_id: s.agent_id,
@@ -260,6 +265,9 @@ impl CairnMcp {
                         first_step_at: s.first_step_at.map(|t| t.to_string()),
                         last_step_at: s.last_step_at.map(|t| t.to_string()),
                         chain_valid: valid,
+                        sealed: s.sealed,
+                        started_at: s.started_at.to_string(),
+                        cursor,
                     });
                 }
                 Ok(rows)
@@ -271,7 +279,13 @@ impl CairnMcp {
             // which is what a client reading the text gets.
             Ok(rows) => {
                 let text = crate::wire::to_json(&rows).to_string();
-                let mut answer = ok(&History { sessions: rows })?;
+                let next_cursor = (rows.len() == limit)
+                    .then(|| rows.last().map(|row| row.cursor.clone()))
+                    .flatten();
+                let mut answer = ok(&History {
+                    sessions: rows,
+                    next_cursor,
+                })?;
                 answer.content = vec![rmcp::model::ContentBlock::text(text)];
                 Ok(answer)
             }

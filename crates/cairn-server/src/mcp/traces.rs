@@ -17,7 +17,7 @@ use serde_json::Value;
 impl CairnMcp {
     #[tool(
         title = "List an agent's sessions (traces)",
-        description = "List an agent's recent sessions, newest first: session_id, step_count, first_step_at, last_step_at, chain_valid.",
+        description = "List an agent's recent sessions, newest first: session_id, step_count, first_step_at, last_step_at, chain_valid, sealed, started_at and cursor (the same as get_session_history, with its filters and next_cursor).",
         annotations(
             read_only_hint = true,
             destructive_hint = false,
