@@ -178,7 +178,8 @@ enum Command {
         #[arg(long, env = "CAIRN_LISTEN", default_value = "127.0.0.1:8714")]
         listen: String,
         /// If the org has no session yet, record seed 000's sample session
-        /// (revenue-analysis-q4) so there is something to look at.
+        /// (revenue-analysis-q4) and a support agent's refund
+        /// (support-refund-1182) so there is something to look at.
         #[arg(long)]
         sample: bool,
         /// Also serve OTLP/HTTP alone on this address (conventionally

@@ -270,7 +270,10 @@ class _Core:
         return _Request("GET", "/openapi.json", _json, "read")
 
     def _op_metrics(self) -> _Request[str]:
-        """`GET /metrics`: Prometheus text (admin key)."""
+        """`GET /metrics`: Prometheus text. Not opened by an API key: with
+        `CAIRN_METRICS_TOKEN` set on the server, give that token as
+        `api_key`; without it, only clients on the server's own machine are
+        answered."""
         return _Request("GET", "/metrics", _text, "read")
 
     def _op_protected_resource(self, mcp: bool = False) -> _Request[Dict[str, Any]]:
@@ -455,9 +458,10 @@ class _Core:
                                      kind=kind, status=status, since=since, until=until))
 
     def _op_sql(self, statement: str, limit: Optional[int] = None) -> _Request[SqlResult]:
-        """`POST /v1/sql`: one read-only query over the analyst views
-        (steps, sessions, records; auditor or admin key); returns `columns`,
-        `rows`, `truncated`."""
+        """`POST /v1/sql` (its `sql` member is `statement` here): one
+        read-only query over the analyst views (steps, sessions, records) of
+        the key's org, with any key that reads; returns `columns`, `rows`,
+        `truncated`."""
         return _Request("POST", "/v1/sql", _json, "read", body=_body(_present(sql=statement, limit=limit)))
 
     def _op_verify(self, checkpoints: Sequence[str] = (), witnesses: Sequence[str] = (),
