@@ -227,6 +227,14 @@ export class Verifier {
         throw new Fail("malformed-record", `a key in the header: ${(e as Error).message}`);
       }
     }
+    // A log's keys all bear its key name, the server name of its origin
+    // (FORMAT 7.10): a key of another name signs nothing of it.
+    const serverName = this.header!["server_name"];
+    const named = this.keys.filter((key) => key.name === serverName);
+    if (this.keys.length > 0 && named.length === 0) {
+      throw new Fail("bad-signature", `none of the keys is named ${String(serverName)}, the log's key name`);
+    }
+    this.keys = named;
     const text = await this.open((obj as JsonObject)["checkpoint"], "the checkpoint");
     this.signedNotes.push((obj as JsonObject)["checkpoint"] as string);
     let checkpoint;

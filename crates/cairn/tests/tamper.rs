@@ -55,6 +55,7 @@ fn every_fault_class_is_named_by_every_verifier() {
     tamper_notes::witness_policies(&complete, pinned, &w.server);
     tamper_forms::courier_forms(&complete, &s1, pinned);
     tamper_forms::witness_key_in_the_header(&complete);
+    tamper_forms::keys_of_another_name(&complete, pinned, &w.server);
 
     // --- A courier: entries no checkpoint covers.
     let mut appended = complete.clone();

@@ -267,6 +267,25 @@ impl BundleVerifier {
         } else {
             self.pinned.clone()
         };
+        // A log's keys all bear its key name, the server name of its
+        // origin (FORMAT 7.10): a key of another name signs nothing of it,
+        // whoever pinned it (a verifier given two servers' keys must not
+        // let one sign the other's logs).
+        let given = keys.len();
+        let keys: Vec<NoteVerifier> = keys
+            .into_iter()
+            .filter(|key| key.name() == header.server_name)
+            .collect();
+        if keys.is_empty() && given > 0 {
+            return self.fail(
+                Location::default(),
+                Reason::BadSignature,
+                format!(
+                    "none of the keys is named {}, the log's key name (the server name of its origin): a key of another name signs nothing of this log",
+                    header.server_name
+                ),
+            );
+        }
         let origin = crate::log::log_origin(&header.server_name, &header.org_id);
         let checkpoint = match verify_checkpoint(&note, &origin, &keys) {
             Ok(cp) => cp,

@@ -173,3 +173,51 @@ pub fn witness_key_in_the_header(complete: &[String]) {
         Some(&at_line(Reason::BadSignature, 2)),
     );
 }
+
+/// A log's keys all bear its key name, the server name of its origin
+/// (FORMAT 7.10): a checkpoint signed by another server's key, pinned
+/// beside the log's, is signed by nothing of this log, and so is a header
+/// renaming the log's server after another key's name (both verified
+/// before by all three verifiers: an evidence review's finding).
+pub fn keys_of_another_name(
+    complete: &[String],
+    pinned: &[String],
+    server: &cairn_core::note::NoteSigner,
+) {
+    let other = cairn_core::note::NoteSigner::from_seed("elsewhere.example", &[45; 32]).unwrap();
+    let note = serde_json::from_str::<Value>(&complete[1]).unwrap()["checkpoint"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = &note[..note.rfind("\n\n").unwrap() + 1];
+    let mut resigned = complete.to_vec();
+    resigned[1] = cairn_core::bundle::checkpoint_line(&other.sign(text).unwrap());
+    let mut both = pinned.to_vec();
+    both.push(other.verifier().to_string());
+    case(
+        "form-checkpoint-by-a-key-of-another-name",
+        &resigned,
+        &both,
+        &[],
+        Some(&at_line(Reason::BadSignature, 2)),
+    );
+    // The log's own key signs a checkpoint of an origin of another server
+    // name, which the header names too.
+    let header: Value = serde_json::from_str(&complete[0]).unwrap();
+    let org = header["org_id"].as_str().unwrap().to_owned();
+    let renamed_origin = format!("elsewhere.example/{org}");
+    let renamed_text = format!("{renamed_origin}\n{}", text.split_once('\n').unwrap().1);
+    let mut renamed = complete.to_vec();
+    edit_line(&mut renamed, 0, |v| {
+        v["server_name"] = json!("elsewhere.example");
+        v["origin"] = json!(renamed_origin);
+    });
+    renamed[1] = cairn_core::bundle::checkpoint_line(&server.sign(&renamed_text).unwrap());
+    case(
+        "form-header-renames-the-server",
+        &renamed,
+        pinned,
+        &[],
+        Some(&at_line(Reason::BadSignature, 2)),
+    );
+}

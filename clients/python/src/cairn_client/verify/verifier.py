@@ -205,6 +205,12 @@ class _Verifier:
             _need(isinstance(obj["checkpoint"], str), "the checkpoint is a signed note")
         except _Malformed as e:
             raise _Fail("malformed-record", f"line 2 holds the checkpoint: {e}") from None
+        # A log's keys all bear its key name, the server name of its origin
+        # (FORMAT 7.10): a key of another name signs nothing of it.
+        named = [k for k in self.keys if k.name == self.header["server_name"]]
+        if self.keys and not named:
+            raise _Fail("bad-signature", f"none of the keys is named {self.header['server_name']}, the log's key name")
+        self.keys = named
         text = self._open(obj["checkpoint"], "the checkpoint")
         self.signed_notes.append(obj["checkpoint"])
         try:
