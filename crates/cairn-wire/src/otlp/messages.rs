@@ -435,6 +435,61 @@ pub(super) fn output_messages(
     (Vec::new(), None)
 }
 
+/// The text of the last user message of a `gen_ai.input.messages` JSON
+/// text too large to parse whole (`parse_json_text` keeps such text a
+/// string): its array read one message at a time, each message keeping
+/// only its role and text (any other member skipped unread), so what is
+/// held is one message's text, not the history's values. `None` if the
+/// text is not such an array or holds no user message with text.
+pub(super) fn last_user_text_streamed(text: &str) -> Option<String> {
+    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+
+    #[derive(serde::Deserialize)]
+    struct Message {
+        role: Option<String>,
+        parts: Option<Vec<PartText>>,
+        content: Option<Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct PartText {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        content: Option<Value>,
+    }
+    struct LastUser;
+    impl<'de> Visitor<'de> for LastUser {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+            let mut last = None;
+            while let Some(message) = seq.next_element::<Message>()? {
+                if message.role.as_deref() != Some("user") {
+                    continue;
+                }
+                let from_parts: Vec<String> = message
+                    .parts
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p.kind.as_deref() == Some("text"))
+                    .filter_map(|p| p.content.as_ref().and_then(value_text))
+                    .collect();
+                if !from_parts.is_empty() {
+                    last = Some(from_parts.join("\n"));
+                } else if let Some(text) = message.content.as_ref().and_then(value_text) {
+                    last = Some(text);
+                }
+            }
+            Ok(last)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let last = reader.deserialize_seq(LastUser).ok()?;
+    reader.end().ok()?;
+    last
+}
+
 /// The text of the last user message of `gen_ai.input.messages` (or of an
 /// OpenInference `input.value`), for an agent invocation's content.
 pub(super) fn last_user_text(input: &Value) -> Option<String> {

@@ -164,6 +164,56 @@ fn agent_run() -> Vec<Span> {
     ]
 }
 
+/// An agent span whose input history is too large to parse whole (over
+/// 1 MiB of JSON text) still records its last user message as the
+/// observation's content, read one message at a time (it had recorded the
+/// text's first 64 KiB, the history's head, and the question was lost: a
+/// user review's finding).
+#[test]
+fn a_huge_history_keeps_its_last_question() {
+    let filler = "doc ".repeat(1_250);
+    let mut history: Vec<serde_json::Value> = (0..300)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "parts": [{"type": "text", "content": format!("{i} {filler}")}]})
+        })
+        .collect();
+    history.push(json!({"role": "user", "parts": [
+        {"type": "text", "content": "What is the final question?"},
+        {"type": "blob", "content": "ignored"}
+    ]}));
+    let text = serde_json::Value::Array(history).to_string();
+    assert!(text.len() > 1024 * 1024, "{}", text.len());
+    let agent = span(
+        1,
+        0,
+        50,
+        vec![
+            s("gen_ai.operation.name", "invoke_agent"),
+            s("gen_ai.agent.name", "Historian"),
+            s("gen_ai.input.messages", &text),
+        ],
+    );
+    let spans = mapped(vec![agent]);
+    let observation = &spans[0].steps[0];
+    assert_eq!(observation.kind_label, "observation");
+    assert_eq!(
+        observation.content.as_deref(),
+        Some("What is the final question?")
+    );
+    // A text that is not such an array keeps the text's head, as before.
+    assert_eq!(
+        crate::otlp::messages::last_user_text_streamed("[1, 2]"),
+        None
+    );
+    assert_eq!(
+        crate::otlp::messages::last_user_text_streamed(
+            r#"[{"role":"user","content":"a"}] trailing"#
+        ),
+        None
+    );
+}
+
 #[test]
 fn genai_spans_become_steps() {
     let spans = mapped(agent_run());

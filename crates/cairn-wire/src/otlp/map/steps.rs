@@ -7,7 +7,9 @@
 
 use super::{At, Builder, Operation};
 use crate::otlp::attrs::{Attrs, clip};
-use crate::otlp::messages::{Part, last_user_text, legacy_input, output_messages};
+use crate::otlp::messages::{
+    Part, last_user_text, last_user_text_streamed, legacy_input, output_messages,
+};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{Map, Value, json};
 
@@ -19,7 +21,14 @@ pub(super) fn agent_steps(b: &mut Builder<'_>, span: &Span, operation: Operation
     let input = b.take_json(attrs, &["gen_ai.input.messages", "input.value"]);
     let content = input
         .as_ref()
-        .and_then(|i| last_user_text(i).or_else(|| i.as_str().map(str::to_owned)))
+        .and_then(|i| {
+            last_user_text(i)
+                // A history too large to parse whole stays its text: its
+                // last user message is read from it one message at a time
+                // rather than the text's head taken for the question.
+                .or_else(|| i.as_str().and_then(last_user_text_streamed))
+                .or_else(|| i.as_str().map(str::to_owned))
+        })
         .or_else(|| attrs.str("gen_ai.agent.description").map(str::to_owned))
         .unwrap_or_else(|| span.name.clone());
     let label = if operation == Operation::CreateAgent {
