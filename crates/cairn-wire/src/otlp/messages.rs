@@ -438,23 +438,75 @@ pub(super) fn output_messages(
 /// The text of the last user message of a `gen_ai.input.messages` JSON
 /// text too large to parse whole (`parse_json_text` keeps such text a
 /// string): its array read one message at a time, each message keeping
-/// only its role and text (any other member skipped unread), so what is
-/// held is one message's text, not the history's values. `None` if the
+/// only its role and text (any other member, and a content that is not
+/// text, skipped without being built), so what is held is one message's
+/// text, not the history's values. `None` if the
 /// text is not such an array or holds no user message with text.
 pub(super) fn last_user_text_streamed(text: &str) -> Option<String> {
     use serde::de::{Deserializer as _, SeqAccess, Visitor};
 
+    /// A member's text, or nothing for any other value, which is skipped
+    /// without being built (a message's content of millions of small
+    /// values would otherwise take many times its text in memory).
+    struct Text(Option<String>);
+    impl<'de> serde::Deserialize<'de> for Text {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Text, D::Error> {
+            struct Only;
+            impl<'de> Visitor<'de> for Only {
+                type Value = Text;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Text, E> {
+                    Ok(Text(Some(v.to_owned())))
+                }
+                fn visit_string<E>(self, v: String) -> Result<Text, E> {
+                    Ok(Text(Some(v)))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Text, E> {
+                    Ok(Text(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Text, E> {
+                    Ok(Text(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Text, E> {
+                    Ok(Text(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Text, E> {
+                    Ok(Text(None))
+                }
+                fn visit_unit<E>(self) -> Result<Text, E> {
+                    Ok(Text(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                    Ok(Text(None))
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Text, A::Error> {
+                    while map
+                        .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                        .is_some()
+                    {}
+                    Ok(Text(None))
+                }
+            }
+            d.deserialize_any(Only)
+        }
+    }
     #[derive(serde::Deserialize)]
     struct Message {
-        role: Option<String>,
+        role: Option<Text>,
         parts: Option<Vec<PartText>>,
-        content: Option<Value>,
+        content: Option<Text>,
     }
     #[derive(serde::Deserialize)]
     struct PartText {
         #[serde(rename = "type")]
-        kind: Option<String>,
-        content: Option<Value>,
+        kind: Option<Text>,
+        content: Option<Text>,
     }
     struct LastUser;
     impl<'de> Visitor<'de> for LastUser {
@@ -464,21 +516,22 @@ pub(super) fn last_user_text_streamed(text: &str) -> Option<String> {
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
             let mut last = None;
+            let text = |t: Option<Text>| t.and_then(|t| t.0);
             while let Some(message) = seq.next_element::<Message>()? {
-                if message.role.as_deref() != Some("user") {
+                if text(message.role).as_deref() != Some("user") {
                     continue;
                 }
                 let from_parts: Vec<String> = message
                     .parts
                     .into_iter()
                     .flatten()
-                    .filter(|p| p.kind.as_deref() == Some("text"))
-                    .filter_map(|p| p.content.as_ref().and_then(value_text))
+                    .filter(|p| p.kind.as_ref().and_then(|k| k.0.as_deref()) == Some("text"))
+                    .filter_map(|p| text(p.content))
                     .collect();
                 if !from_parts.is_empty() {
                     last = Some(from_parts.join("\n"));
-                } else if let Some(text) = message.content.as_ref().and_then(value_text) {
-                    last = Some(text);
+                } else if let Some(content) = text(message.content) {
+                    last = Some(content);
                 }
             }
             Ok(last)

@@ -201,6 +201,15 @@ fn a_huge_history_keeps_its_last_question() {
         observation.content.as_deref(),
         Some("What is the final question?")
     );
+    // A content that is not text is skipped unbuilt; the last user
+    // message with text is the question.
+    assert_eq!(
+        crate::otlp::messages::last_user_text_streamed(
+            r#"[{"role":"user","content":"asked"},{"role":"user","content":{"a":[[1],[2],{"b":null}]},"x":[1]}]"#
+        )
+        .as_deref(),
+        Some("asked")
+    );
     // A text that is not such an array keeps the text's head, as before.
     assert_eq!(
         crate::otlp::messages::last_user_text_streamed("[1, 2]"),
