@@ -393,13 +393,13 @@ pub(crate) fn misjoined_path_hint(path: &str) -> Option<String> {
             " (the path has an empty segment, //: the base URL or endpoint given to the client probably ends with a slash; the route is {})",
             logged_path(&collapsed)
         ))
-    } else if let Some(rest) = path.strip_prefix("/v1/v1/") {
-        Some(format!(
-            " (the path repeats /v1: give the client the server's base URL, http://HOST:PORT, without /v1; the route is /v1/{})",
-            logged_path(rest)
-        ))
     } else {
-        None
+        path.strip_prefix("/v1/v1/").map(|rest| {
+            format!(
+                " (the path repeats /v1: give the client the server's base URL, http://HOST:PORT, without /v1; the route is /v1/{})",
+                logged_path(rest)
+            )
+        })
     }
 }
 
