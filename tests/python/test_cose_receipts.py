@@ -321,7 +321,8 @@ def test_consistency_receipts_verify_with_pycose(log):
     # Errors keep the API's JSON shape.
     status, content_type, body = call(url, key, "/v1/receipts/consistency?old=6&new=6")
     assert status == 400 and content_type.startswith("application/json")
-    assert json.loads(body)["error"]["code"] == "invalid_request"
+    assert json.loads(body)["error"]["code"] == "invalid_argument"
+    assert json.loads(body)["error"]["field"] == "old"
 
 
 def test_export_receipts_directory(log, cairn_bin, data_dir, tmp_path):
@@ -350,6 +351,10 @@ def test_export_receipts_directory(log, cairn_bin, data_dir, tmp_path):
     bad = subprocess.run([cairn_bin, "receipt", "verify", str(files[2]), "--key", log["vkey"],
                           "--leaf", leaves[3].hex()], env=env, capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
+    # Every org's receipts share the server key: the org asked about must be the issuer.
+    other = subprocess.run([cairn_bin, "--org", "other", "receipt", "verify", str(files[2]), "--key", log["vkey"],
+                            "--leaf", leaves[2].hex()], env=env, capture_output=True, text=True)
+    assert other.returncode == 1 and f"not of {origin.split('/')[0]}/other" in other.stdout, other.stdout
 
 
 def test_format_md_example():

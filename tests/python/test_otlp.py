@@ -334,7 +334,7 @@ def test_metrics_and_logs_are_answered(otlp_server):
     assert status == 404
     # An endpoint given with a trailing slash, which made the path //v1/traces, is named.
     status, _, body = call("POST", f"{otlp}//v1/traces", key, b"{}", {"Content-Type": "application/json"})
-    assert status == 404 and b"ends with a slash; the route is /v1/traces" in body, body
+    assert status == 404 and b"ends with a slash; without it the path is /v1/traces" in body, body
     status, _, text = call("GET", f"{url}/metrics")
     assert status == 200 and b"cairn_otlp_discarded_items_total 6" in text
 

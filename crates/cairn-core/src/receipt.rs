@@ -106,6 +106,16 @@ pub enum ReceiptError {
     /// expected, or the reverse).
     #[error("wrong kind of receipt: expected {0}")]
     WrongKind(&'static str),
+    /// The receipt's issuer (`iss`) is another log than the one asked
+    /// about: every org's receipts share the server key, so only the
+    /// issuer says whose log the root is.
+    #[error("the receipt is of the log {found}, not of {expected}")]
+    OtherLog {
+        /// The log asked about (its origin).
+        expected: String,
+        /// The receipt's issuer.
+        found: String,
+    },
     /// The receipt names a key (`kid`) other than the one given.
     #[error("the receipt's kid {found} is not the key's id {expected:08x}")]
     KeyMismatch {

@@ -218,7 +218,9 @@ fn receipt_error(e: cairn_store::ops::ReceiptOpError) -> ApiError {
     match e {
         ReceiptOpError::Store(e) => e.into(),
         ReceiptOpError::OutOfRange(m) => ApiError::not_found_because(m),
-        ReceiptOpError::Invalid(m) => ApiError::bad_request("invalid_request", m),
+        ReceiptOpError::Invalid { field, message } => {
+            ApiError::bad_request("invalid_argument", message).with_field(field)
+        }
         e @ ReceiptOpError::ForeignLog => {
             ApiError::new(StatusCode::CONFLICT, "read_only_org", e.to_string())
         }

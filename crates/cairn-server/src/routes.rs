@@ -390,16 +390,20 @@ pub(crate) fn misjoined_path_hint(path: &str) -> Option<String> {
         .fold(String::new(), |joined, segment| joined + "/" + segment);
     if path.contains("//") {
         Some(format!(
-            " (the path has an empty segment, //: the base URL or endpoint given to the client probably ends with a slash; the route is {})",
+            " (the path has an empty segment, //: the base URL or endpoint given to the client probably ends with a slash; without it the path is {})",
             logged_path(&collapsed)
         ))
+    } else if path == "/v1/v1" || path.starts_with("/v1/v1/") {
+        let mut rest = path;
+        while let Some(shorter) = rest.strip_prefix("/v1").filter(|r| r.starts_with("/v1")) {
+            rest = shorter;
+        }
+        Some(format!(
+            " (the path repeats /v1: give the client the server's base URL, http://HOST:PORT, without /v1; without the repetition the path is {})",
+            logged_path(rest)
+        ))
     } else {
-        path.strip_prefix("/v1/v1/").map(|rest| {
-            format!(
-                " (the path repeats /v1: give the client the server's base URL, http://HOST:PORT, without /v1; the route is /v1/{})",
-                logged_path(rest)
-            )
-        })
+        None
     }
 }
 

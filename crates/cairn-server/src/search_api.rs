@@ -42,14 +42,24 @@ pub const SEARCH_PARAMS: &[&str] = &[
 
 /// Reads [`SEARCH_PARAMS`]; a malformed value is refused with its field.
 pub fn search_input(q: &HashMap<String, String>) -> Result<SearchInput, ApiError> {
-    let text = q
-        .get("q")
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request("missing_field", "q (the search text) is required")
-                .with_field("q")
-        })?;
+    // Absent is a missing argument; given but blank, a value not accepted
+    // (as an erasure's blank reason or a turn's blank thinking).
+    let text = match q.get("q").map(|t| t.trim()) {
+        None => {
+            return Err(
+                ApiError::bad_request("missing_field", "q (the search text) is required")
+                    .with_field("q"),
+            );
+        }
+        Some("") => {
+            return Err(ApiError::bad_request(
+                "invalid_argument",
+                "q (the search text) is blank: give the words to search for",
+            )
+            .with_field("q"));
+        }
+        Some(text) => text.to_owned(),
+    };
     let limit = crate::input::query_limit(q, crate::input::SEARCH_LIMIT)?;
     let mode = q
         .get("mode")

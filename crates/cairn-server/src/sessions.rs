@@ -223,7 +223,7 @@ pub(crate) fn listing_filter(q: &HashMap<String, String>) -> Result<SessionFilte
         Some(text) => Some(parse_cursor(text).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_argument",
-                "cursor is not a cursor of this listing: pass the cursor of the last row of the previous page, or the Link header's next page",
+                "cursor is not a cursor of this listing: pass the cursor of the last row of the previous page (over MCP its answer's next_cursor, over REST its Link header's next page)",
             )
             .with_field("cursor")
         })?),

@@ -51,7 +51,23 @@ pub fn router(witness: Arc<Witness>, limits: &crate::Limits) -> Router {
             limits.request_timeout,
         ))
         .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+        .layer(axum::middleware::map_response(plain_answers))
         .with_state(witness)
+}
+
+/// Every answer of the witness as every answer of the API: never taken
+/// by a browser for another type than it says, never cached (a
+/// cosignature or a refusal is of its moment).
+async fn plain_answers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(axum::http::HeaderValue::from_static("no-store"));
+    response
 }
 
 async fn about(State(witness): State<Arc<Witness>>) -> Response {

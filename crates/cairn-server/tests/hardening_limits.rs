@@ -708,6 +708,9 @@ fn a_witness_cuts_off_a_stalled_body() {
     let about = raw(addr, "GET / HTTP/1.1\r\nHost: w", b"");
     assert_eq!(about.status, 200);
     assert!(String::from_utf8_lossy(&about.body).contains("vkey"));
+    // Its answers say what the API's say of their type and caching.
+    assert_eq!(about.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(about.header("cache-control"), Some("no-store"));
     let _ = stop.send(());
     thread.join().unwrap();
 }

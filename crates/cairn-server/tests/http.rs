@@ -734,13 +734,17 @@ fn openapi_document_matches_the_router() {
             "{path}"
         );
     }
-    // A base URL joined to a route the wrong way is named, with the route.
+    // A base URL joined to a route the wrong way is named, with the path
+    // it would have been.
     for (misjoined, said) in [
         (
             "//v1/sessions",
-            "ends with a slash; the route is /v1/sessions)",
+            "ends with a slash; without it the path is /v1/sessions)",
         ),
-        ("/v1/v1/sessions", "without /v1; the route is /v1/sessions)"),
+        (
+            "/v1/v1/v1/sessions",
+            "without the repetition the path is /v1/sessions)",
+        ),
     ] {
         let reply = get(&server, misjoined, &admin);
         assert_eq!(reply.status, 404, "{misjoined}");

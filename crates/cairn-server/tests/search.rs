@@ -200,22 +200,26 @@ fn search_finds_by_words_meaning_and_filters_and_forgets_erased_steps() {
         assert!(!body.to_string().contains("within 5 days"), "{mode}");
     }
 
-    // Malformed searches are refused with their field.
-    for (query, field) in [
-        ("q=", "q"),
-        ("q=-only", "q"),
-        ("q=x&mode=fuzzy", "mode"),
-        ("q=x&status=maybe", "status"),
-        ("q=x&kind=daydream", "kind"),
-        ("q=x&since=yesterday", "since"),
-        ("q=x&limit=0", "limit"),
-        ("q=x&agent_id=a%20b", ""),
+    // Malformed searches are refused with their code and field.
+    for (query, code, field) in [
+        ("", "missing_field", "q"),
+        ("q=", "invalid_argument", "q"),
+        ("q=-only", "invalid_argument", "q"),
+        ("q=x&mode=fuzzy", "invalid_argument", "mode"),
+        ("q=x&status=maybe", "invalid_argument", "status"),
+        ("q=x&kind=daydream", "invalid_argument", "kind"),
+        ("q=x&since=yesterday", "invalid_argument", "since"),
+        ("q=x&limit=0", "invalid_argument", "limit"),
+        ("q=x&agent_id=a%20b", "malformed_id", "agent_id"),
     ] {
         let reply = get(&server, &format!("/v1/search?{query}"), &reader);
         assert_eq!(reply.status, 400, "{query}: {}", reply.text());
-        if !field.is_empty() {
-            assert_eq!(reply.json()["error"]["field"], field, "{query}");
-        }
+        let error = &reply.json()["error"];
+        assert_eq!(
+            (error["code"].as_str(), error["field"].as_str()),
+            (Some(code), Some(field)),
+            "{query}: {error}"
+        );
     }
 }
 

@@ -173,6 +173,19 @@ impl Receipt {
         &self.issuer
     }
 
+    /// Whether the receipt is of the log `origin` (FORMAT 7.8: a verifier
+    /// that knows the log it asks about compares the issuer).
+    pub fn check_issuer(&self, origin: &str) -> Result<(), ReceiptError> {
+        if self.issuer == origin {
+            Ok(())
+        } else {
+            Err(ReceiptError::OtherLog {
+                expected: origin.to_owned(),
+                found: self.issuer.clone(),
+            })
+        }
+    }
+
     /// The protected `kid`, when present.
     pub fn key_id(&self) -> Option<&[u8]> {
         self.key_id.as_deref()

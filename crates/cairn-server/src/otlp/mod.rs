@@ -425,11 +425,35 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
             limits.request_timeout,
         ))
         .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+        .layer(axum::middleware::from_fn(timeouts_in_otlp_shape))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             crate::routes::count_errors,
         ))
         .with_state(state)
+}
+
+/// The request timeout's answer (an empty `503`) as an OTLP error in the
+/// request's encoding, as every other refusal of this listener is (a
+/// protobuf exporter gets a `Status`, not the API's JSON).
+async fn timeouts_in_otlp_shape(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (encoding, _) = request_encoding(request.headers());
+    let response = next.run(request).await;
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE
+        && !response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return OtlpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            "the request took longer than the server's request timeout: send it again (a resent export records nothing twice)",
+        )
+        .retry_after(1)
+        .into_response(encoding);
+    }
+    response
 }
 
 #[cfg(test)]

@@ -797,10 +797,13 @@ fn review_refusal(
         return Some(Refusal::InvalidRequest("a review needs a reviewer".into()));
     }
     if note.is_some_and(|n| n.len() > limits.max_content_bytes) {
-        return Some(Refusal::InvalidRequest(format!(
-            "the review note is longer than {} bytes",
-            limits.max_content_bytes
-        )));
+        return Some(Refusal::InvalidMember {
+            field: "note",
+            message: format!(
+                "the review note is longer than {} bytes",
+                limits.max_content_bytes
+            ),
+        });
     }
     None
 }
@@ -819,9 +822,10 @@ fn audit_event_refusal(
         return Some(e.into());
     }
     if action.trim().is_empty() || action.len() > 256 {
-        return Some(Refusal::InvalidRequest(
-            "an audit event needs an action of 1 to 256 bytes".into(),
-        ));
+        return Some(Refusal::InvalidMember {
+            field: "action",
+            message: "an audit event needs an action of 1 to 256 bytes".into(),
+        });
     }
     detail
         .and_then(|detail| {
@@ -833,8 +837,10 @@ fn audit_event_refusal(
 /// What refuses a key's revocation whatever the ledger holds: a reason
 /// past 1024 bytes.
 fn revocation_refusal(reason: &str) -> Option<Refusal> {
-    (reason.len() > 1024)
-        .then(|| Refusal::InvalidRequest("a revocation reason is at most 1024 bytes".into()))
+    (reason.len() > 1024).then(|| Refusal::InvalidMember {
+        field: "reason",
+        message: "a revocation reason is at most 1024 bytes".into(),
+    })
 }
 
 /// What refuses a caller's erasure whatever the ledger holds: a reason

@@ -27,10 +27,16 @@ pub enum ReceiptOpError {
     /// The entry or size is not in the tree the checkpoint covers.
     #[error("{0}")]
     OutOfRange(String),
-    /// The sizes asked for cannot make a receipt (old size 0, or not below
-    /// the new size).
-    #[error("{0}")]
-    Invalid(String),
+    /// An argument cannot make a receipt (a size of 0 or past the
+    /// checkpoint's, an entry at or past the size asked, an old size 0 or
+    /// not below the new one): `field` names it.
+    #[error("{message}")]
+    Invalid {
+        /// The argument at fault (`seq`, `size`, `old`).
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The log's checkpoint is not signed by this server's key (an
     /// imported mirror): receipts come from the server that holds the
     /// log's key.
@@ -104,10 +110,25 @@ impl<'a> Receipts<'a> {
     pub fn inclusion(&self, seq: u64, size: Option<u64>) -> Result<Vec<u8>, ReceiptOpError> {
         let cp_size = self.checkpoint_size();
         let size = size.unwrap_or(cp_size);
-        if size == 0 || size > cp_size || seq >= size {
+        // As the inclusion proofs answer (`GET /v1/proofs/inclusion`).
+        if size == 0 || size > cp_size {
+            return Err(ReceiptOpError::Invalid {
+                field: "size",
+                message: format!("size must be 1 to the checkpoint's size ({cp_size}), not {size}"),
+            });
+        }
+        if seq >= cp_size {
             return Err(ReceiptOpError::OutOfRange(format!(
-                "entry {seq} is not in a log of size {size} (the checkpoint covers {cp_size})"
+                "entry {seq} is not in the log the checkpoint covers ({cp_size} entries)"
             )));
+        }
+        if seq >= size {
+            return Err(ReceiptOpError::Invalid {
+                field: "seq",
+                message: format!(
+                    "entry {seq} is not in the log's first {size} entries: give a size above {seq}"
+                ),
+            });
         }
         let mut entry = None;
         self.store
@@ -148,9 +169,13 @@ impl<'a> Receipts<'a> {
         let cp_size = self.checkpoint_size();
         let new = new.unwrap_or(cp_size);
         if old == 0 || old >= new {
-            return Err(ReceiptOpError::Invalid(format!(
-                "need 1 <= old < new (old {old}, new {new}): equal sizes prove nothing"
-            )));
+            return Err(ReceiptOpError::Invalid {
+                field: "old",
+                message: format!(
+                    "old must be 1 to new - 1 ({}), not {old}: equal sizes prove nothing",
+                    new.saturating_sub(1)
+                ),
+            });
         }
         if new > cp_size {
             return Err(ReceiptOpError::OutOfRange(format!(

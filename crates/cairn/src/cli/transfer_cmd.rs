@@ -141,7 +141,13 @@ pub(super) fn verify_receipt(cli: &Cli, command: &ReceiptCommand) -> Result<Outc
         .transpose()?;
     let bytes =
         std::fs::read(file).map_err(|e| usage(format!("reading {}: {e}", file.display())))?;
-    let verdict = Receipt::decode(&bytes).and_then(|receipt| match (leaf, old_root) {
+    // Every org's receipts are signed by the one server key: what ties a
+    // receipt to the org asked about is its issuer, the log's origin
+    // (FORMAT 7.8), compared here with the key's name and `--org`.
+    let expected = cairn_core::log::log_origin(key.name(), &cli.org);
+    let verdict = Receipt::decode(&bytes)
+        .and_then(|receipt| receipt.check_issuer(&expected).map(|()| receipt));
+    let verdict = verdict.and_then(|receipt| match (leaf, old_root) {
         (Some(leaf), _) => receipt
             .verify_inclusion(&key, &leaf, root.as_ref())
             .map(|v| {
@@ -168,7 +174,15 @@ pub(super) fn verify_receipt(cli: &Cli, command: &ReceiptCommand) -> Result<Outc
             if cli.json {
                 println!("{}", json!({"verified": false, "reason": e.to_string()}));
             } else {
-                println!("receipt does not verify: {e}");
+                println!(
+                    "receipt does not verify: {}",
+                    render::terminal_safe(&e.to_string())
+                );
+                if matches!(e, cairn_core::receipt::ReceiptError::OtherLog { .. }) {
+                    println!(
+                        "  hint: a receipt is checked against --org (CAIRN_ORG); give the org whose record it is"
+                    );
+                }
             }
             Ok(Outcome::VerificationFailed)
         }
