@@ -863,6 +863,22 @@ fn the_same_mistake_gets_the_same_code_on_rest_and_mcp() {
             "missing_field",
             "text",
         ),
+        (
+            "/v1/audit-events".to_owned(),
+            json!({"action": " "}),
+            "record_audit_event",
+            json!({"action": " "}),
+            "invalid_argument",
+            "action",
+        ),
+        (
+            format!("/v1/steps/{trace}/review"),
+            json!({"decision": "approve", "note": "n".repeat(65_537)}),
+            "review_step",
+            json!({"trace_id": trace, "decision": "approve", "note": "n".repeat(65_537)}),
+            "invalid_argument",
+            "note",
+        ),
     ] {
         let rest = post(&server, &path, &admin, &body);
         assert_eq!(rest.status, 400, "{path}: {}", rest.text());
