@@ -437,101 +437,225 @@ pub(super) fn output_messages(
 
 /// The text of the last user message of a `gen_ai.input.messages` JSON
 /// text too large to parse whole (`parse_json_text` keeps such text a
-/// string): its array read one message at a time, each message keeping
-/// only its role and text (any other member, and a content that is not
-/// text, skipped without being built), so what is held is one message's
-/// text, not the history's values. `None` if the
-/// text is not such an array or holds no user message with text.
+/// string), as [`last_user_text`] reads a parsed one: the array is read
+/// one message at a time, and of each message only its role, its text
+/// parts' contents and its `content` are kept, each as text (a string as
+/// its value, any other value as its JSON as written), so what is held is
+/// one message's text, not the history's values. Elements that are not
+/// objects, members of other names and parts of other types are skipped
+/// without being built. `None` if the text is not such an array (or a
+/// message names a member twice) or holds no user message with text.
 pub(super) fn last_user_text_streamed(text: &str) -> Option<String> {
-    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+    use serde::de::{
+        DeserializeSeed, Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+    };
+    use serde_json::value::RawValue;
+    use std::fmt;
 
-    /// A member's text, or nothing for any other value, which is skipped
-    /// without being built (a message's content of millions of small
-    /// values would otherwise take many times its text in memory).
-    struct Text(Option<String>);
-    impl<'de> serde::Deserialize<'de> for Text {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Text, D::Error> {
-            struct Only;
-            impl<'de> Visitor<'de> for Only {
-                type Value = Text;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("any JSON value")
-                }
-                fn visit_str<E>(self, v: &str) -> Result<Text, E> {
-                    Ok(Text(Some(v.to_owned())))
-                }
-                fn visit_string<E>(self, v: String) -> Result<Text, E> {
-                    Ok(Text(Some(v)))
-                }
-                fn visit_bool<E>(self, _: bool) -> Result<Text, E> {
-                    Ok(Text(None))
-                }
-                fn visit_i64<E>(self, _: i64) -> Result<Text, E> {
-                    Ok(Text(None))
-                }
-                fn visit_u64<E>(self, _: u64) -> Result<Text, E> {
-                    Ok(Text(None))
-                }
-                fn visit_f64<E>(self, _: f64) -> Result<Text, E> {
-                    Ok(Text(None))
-                }
-                fn visit_unit<E>(self) -> Result<Text, E> {
-                    Ok(Text(None))
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
-                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                    Ok(Text(None))
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Text, A::Error> {
-                    while map
-                        .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                        .is_some()
-                    {}
-                    Ok(Text(None))
-                }
-            }
-            d.deserialize_any(Only)
+    /// A member's value as text: a string's value, or any other value's
+    /// JSON as written (never built).
+    fn as_text(raw: &RawValue) -> Option<String> {
+        let json = raw.get();
+        if json.starts_with('"') {
+            serde_json::from_str::<String>(json).ok()
+        } else if json == "null" {
+            None
+        } else {
+            Some(json.to_owned())
         }
     }
-    #[derive(serde::Deserialize)]
-    struct Message {
-        role: Option<Text>,
-        parts: Option<Vec<PartText>>,
-        content: Option<Text>,
+
+    /// One element of the array: `Some((is user, its text))` for an
+    /// object, `None` for anything else.
+    struct MessageSeed;
+    impl<'de> DeserializeSeed<'de> for MessageSeed {
+        type Value = Option<(bool, Option<String>)>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(MessageVisitor)
+        }
     }
-    #[derive(serde::Deserialize)]
-    struct PartText {
-        #[serde(rename = "type")]
-        kind: Option<Text>,
-        content: Option<Text>,
+    struct MessageVisitor;
+    impl<'de> Visitor<'de> for MessageVisitor {
+        type Value = Option<(bool, Option<String>)>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a message")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let (mut role, mut parts, mut content) = (None::<Option<String>>, None, None);
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let twice = || serde::de::Error::custom(format!("{key} given twice"));
+                match key.as_ref() {
+                    "role" if role.is_some() => return Err(twice()),
+                    "role" => {
+                        let raw = map.next_value::<&RawValue>()?;
+                        role = Some(
+                            raw.get()
+                                .starts_with('"')
+                                .then(|| serde_json::from_str::<String>(raw.get()).ok())
+                                .flatten(),
+                        );
+                    }
+                    "parts" if parts.is_some() => return Err(twice()),
+                    "parts" => parts = Some(map.next_value_seed(PartsSeed)?),
+                    "content" if content.is_some() => return Err(twice()),
+                    "content" => content = Some(as_text(map.next_value::<&RawValue>()?)),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            let user = role.flatten().as_deref() == Some("user");
+            let from_parts = parts
+                .flatten()
+                .filter(|texts: &Vec<String>| !texts.is_empty());
+            let text = from_parts
+                .map(|texts| texts.join("\n"))
+                .or(content.flatten());
+            Ok(Some((user, text)))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
     }
+
+    /// A message's `parts`: the texts of its parts of type `text`, or
+    /// `None` when it is not an array.
+    struct PartsSeed;
+    impl<'de> DeserializeSeed<'de> for PartsSeed {
+        type Value = Option<Vec<String>>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(PartsVisitor)
+        }
+    }
+    struct PartsVisitor;
+    impl<'de> Visitor<'de> for PartsVisitor {
+        type Value = Option<Vec<String>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("parts")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut texts = Vec::new();
+            while let Some(part) = seq.next_element_seed(PartSeed)? {
+                if let Some(text) = part {
+                    texts.push(text);
+                }
+            }
+            Ok(Some(texts))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    /// One part: its content's text when it is an object of type `text`.
+    struct PartSeed;
+    impl<'de> DeserializeSeed<'de> for PartSeed {
+        type Value = Option<String>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(PartVisitor)
+        }
+    }
+    struct PartVisitor;
+    impl<'de> Visitor<'de> for PartVisitor {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a part")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let (mut kind, mut content) = (None::<Option<String>>, None::<&'de RawValue>);
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let twice = || serde::de::Error::custom(format!("{key} given twice"));
+                match key.as_ref() {
+                    "type" if kind.is_some() => return Err(twice()),
+                    "type" => {
+                        let raw = map.next_value::<&RawValue>()?;
+                        kind = Some(serde_json::from_str::<String>(raw.get()).ok());
+                    }
+                    "content" if content.is_some() => return Err(twice()),
+                    // Kept as its place in the text until the type is known.
+                    "content" => content = Some(map.next_value::<&RawValue>()?),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok((kind.flatten().as_deref() == Some("text"))
+                .then(|| content.and_then(as_text))
+                .flatten())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
     struct LastUser;
     impl<'de> Visitor<'de> for LastUser {
         type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("an array of messages")
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
             let mut last = None;
-            let text = |t: Option<Text>| t.and_then(|t| t.0);
-            while let Some(message) = seq.next_element::<Message>()? {
-                if text(message.role).as_deref() != Some("user") {
-                    continue;
-                }
-                let from_parts: Vec<String> = message
-                    .parts
-                    .into_iter()
-                    .flatten()
-                    .filter(|p| p.kind.as_ref().and_then(|k| k.0.as_deref()) == Some("text"))
-                    .filter_map(|p| text(p.content))
-                    .collect();
-                if !from_parts.is_empty() {
-                    last = Some(from_parts.join("\n"));
-                } else if let Some(content) = text(message.content) {
-                    last = Some(content);
+            while let Some(message) = seq.next_element_seed(MessageSeed)? {
+                if let Some((true, Some(text))) = message {
+                    last = Some(text);
                 }
             }
             Ok(last)

@@ -201,26 +201,44 @@ fn a_huge_history_keeps_its_last_question() {
         observation.content.as_deref(),
         Some("What is the final question?")
     );
-    // A content that is not text is skipped unbuilt; the last user
-    // message with text is the question.
+    // The streamed reading gives what the reading of the parsed value
+    // gives (a review found it silently taking an older question, reading
+    // arrays by position, and giving up on one odd element).
+    use crate::otlp::messages::{last_user_text, last_user_text_streamed};
+    for history in [
+        r#"[{"role":"user","content":"OLD"},{"role":"user","content":[{"text":"NEW q","type":"text"}]}]"#,
+        r#"[{"role":"user","content":"OLD"},{"parts":[{"content":12345,"type":"text"}],"role":"user"}]"#,
+        r#"[{"role":"user","content":"OLD"},{"role":"user","content":{"text":"NEW"}}]"#,
+        r#"[{"role":"user","content":"NEW q"},["user",[["text","INJECTED"]],null]]"#,
+        r#"[{"role":"user","content":"OLD"},{"role":"user","parts":[["text","ARRPART"]]}]"#,
+        r#"[null,{"role":"user","content":"NEW q"},{"role":"assistant","parts":"weird"}]"#,
+        r#"[{"role":"user","content":"NEW q"},{"role":"assistant","parts":["hi"]}]"#,
+        r#"[{"role":"user","parts":[{"type":"text","content":"a"},{"type":"image","content":"b"},{"type":"text","content":"c"}]}]"#,
+        r#"[{"role":{"x":1},"content":"no role"},{"role":"user","content":"asked"}]"#,
+        r#"[{"role":"user","content":"asked"},{"role":"user","content":null}]"#,
+        r#"[{"role":"user","parts":[{"type":"text","content":""}]}]"#,
+        "[]",
+    ] {
+        let parsed: serde_json::Value = serde_json::from_str(history).unwrap();
+        assert_eq!(
+            last_user_text_streamed(history),
+            last_user_text(&parsed),
+            "{history}"
+        );
+    }
+    // A member given twice, as the strict reading of a small history,
+    // gives no answer (the text's head is recorded).
     assert_eq!(
-        crate::otlp::messages::last_user_text_streamed(
-            r#"[{"role":"user","content":"asked"},{"role":"user","content":{"a":[[1],[2],{"b":null}]},"x":[1]}]"#
-        )
-        .as_deref(),
-        Some("asked")
+        last_user_text_streamed(r#"[{"role":"user","role":"user","content":"x"}]"#),
+        None
     );
     // A text that is not such an array keeps the text's head, as before.
+    assert_eq!(last_user_text_streamed("[1, 2]"), None);
     assert_eq!(
-        crate::otlp::messages::last_user_text_streamed("[1, 2]"),
+        last_user_text_streamed(r#"[{"role":"user","content":"a"}] trailing"#),
         None
     );
-    assert_eq!(
-        crate::otlp::messages::last_user_text_streamed(
-            r#"[{"role":"user","content":"a"}] trailing"#
-        ),
-        None
-    );
+    assert_eq!(last_user_text_streamed(r#"{"role":"user"}"#), None);
 }
 
 #[test]

@@ -145,21 +145,24 @@ pub(super) fn verify_receipt(cli: &Cli, command: &ReceiptCommand) -> Result<Outc
     // receipt to the org asked about is its issuer, the log's origin
     // (FORMAT 7.8), compared here with the key's name and `--org`.
     let expected = cairn_core::log::log_origin(key.name(), &cli.org);
-    let verdict = Receipt::decode(&bytes)
-        .and_then(|receipt| receipt.check_issuer(&expected).map(|()| receipt));
-    let verdict = verdict.and_then(|receipt| match (leaf, old_root) {
-        (Some(leaf), _) => receipt
-            .verify_inclusion(&key, &leaf, root.as_ref())
-            .map(|v| {
-                json!({"verified": true, "kind": "inclusion", "leaf_index": v.leaf_index,
+    // The signature first: an issuer is compared only once the bytes that
+    // state it are the key's.
+    let verdict = Receipt::decode(&bytes).and_then(|receipt| {
+        match (leaf, old_root) {
+            (Some(leaf), _) => receipt
+                .verify_inclusion(&key, &leaf, root.as_ref())
+                .map(|v| {
+                    json!({"verified": true, "kind": "inclusion", "leaf_index": v.leaf_index,
                        "tree_size": v.tree_size, "root": v.root.to_hex(), "issuer": v.issuer})
-            }),
-        (None, old) => receipt
-            .verify_consistency(&key, &old.unwrap_or_default(), root.as_ref())
-            .map(|v| {
-                json!({"verified": true, "kind": "consistency", "old_size": v.old_size,
+                }),
+            (None, old) => receipt
+                .verify_consistency(&key, &old.unwrap_or_default(), root.as_ref())
+                .map(|v| {
+                    json!({"verified": true, "kind": "consistency", "old_size": v.old_size,
                        "new_size": v.new_size, "root": v.new_root.to_hex(), "issuer": v.issuer})
-            }),
+                }),
+        }
+        .and_then(|verified| receipt.check_issuer(&expected).map(|()| verified))
     });
     match verdict {
         Ok(v) => {

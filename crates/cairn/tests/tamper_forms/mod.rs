@@ -213,6 +213,21 @@ pub fn keys_of_another_name(
         v["origin"] = json!(renamed_origin);
     });
     renamed[1] = cairn_core::bundle::checkpoint_line(&server.sign(&renamed_text).unwrap());
+    // A server name no key can bear (a space): the same verdict, at line
+    // 2, in every verifier (Python and TypeScript had refused it at line 1
+    // though FORMAT 10.1 gives it no syntax of its own).
+    let mut unnamable = complete.to_vec();
+    edit_line(&mut unnamable, 0, |v| {
+        v["server_name"] = json!("cairn server");
+        v["origin"] = json!(format!("cairn server/{org}"));
+    });
+    case(
+        "form-header-server-name-no-key-bears",
+        &unnamable,
+        pinned,
+        &[],
+        Some(&at_line(Reason::BadSignature, 2)),
+    );
     case(
         "form-header-renames-the-server",
         &renamed,
