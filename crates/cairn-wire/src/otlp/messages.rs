@@ -8,6 +8,7 @@ use super::attrs::{Attrs, parse_json_text};
 use super::map::MapLimits;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// A normalized output message part.
@@ -444,227 +445,124 @@ pub(super) fn output_messages(
 /// one message's text, not the history's values. Elements that are not
 /// objects, members of other names and parts of other types are skipped
 /// without being built. `None` if the text is not such an array (or a
-/// message names a member twice) or holds no user message with text.
+/// message or part names one of those members twice) or holds no user
+/// message with text.
 pub(super) fn last_user_text_streamed(text: &str) -> Option<String> {
-    use serde::de::{
-        DeserializeSeed, Deserializer as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
-    };
-    use serde_json::value::RawValue;
-    use std::fmt;
-
-    /// A member's value as text: a string's value, or any other value's
-    /// JSON as written (never built).
-    fn as_text(raw: &RawValue) -> Option<String> {
-        let json = raw.get();
-        if json.starts_with('"') {
-            serde_json::from_str::<String>(json).ok()
-        } else if json == "null" {
-            None
+    let mut last = None;
+    let mut well_formed = true;
+    each_element(text, |message| {
+        let Some(picked) = members(message, ["role", "parts", "content"]) else {
+            well_formed &= !message.get().starts_with('{');
+            return;
+        };
+        let [role, parts, content] = picked;
+        if role.and_then(string_of).as_deref() != Some("user") {
+            return;
+        }
+        let mut texts = Vec::new();
+        if let Some(parts) = parts {
+            each_element(parts.get(), |part| {
+                match members(part, ["type", "content"]) {
+                    Some([kind, content]) => {
+                        if kind.and_then(string_of).as_deref() == Some("text")
+                            && let Some(text) = content.and_then(text_of)
+                        {
+                            texts.push(text);
+                        }
+                    }
+                    None => well_formed &= !part.get().starts_with('{'),
+                }
+            });
+        }
+        let text = if texts.is_empty() {
+            content.and_then(text_of)
         } else {
-            Some(json.to_owned())
+            Some(texts.join("\n"))
+        };
+        if text.is_some() {
+            last = text;
         }
-    }
+    })?;
+    well_formed.then_some(last).flatten()
+}
 
-    /// One element of the array: `Some((is user, its text))` for an
-    /// object, `None` for anything else.
-    struct MessageSeed;
-    impl<'de> DeserializeSeed<'de> for MessageSeed {
-        type Value = Option<(bool, Option<String>)>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(MessageVisitor)
+/// Calls `each` with every element of `text` when it is a JSON array,
+/// each as its text (nothing built); `Some(())` then, `None` when `text`
+/// is not one (trailing text included). Any other value is no array.
+fn each_element<'a>(text: &'a str, each: impl FnMut(&'a RawValue)) -> Option<()> {
+    use serde::de::{Deserializer as _, SeqAccess, Visitor};
+    struct Elements<F>(F);
+    impl<'de, F: FnMut(&'de RawValue)> Visitor<'de> for Elements<F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array")
         }
-    }
-    struct MessageVisitor;
-    impl<'de> Visitor<'de> for MessageVisitor {
-        type Value = Option<(bool, Option<String>)>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a message")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let (mut role, mut parts, mut content) = (None::<Option<String>>, None, None);
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let twice = || serde::de::Error::custom(format!("{key} given twice"));
-                match key.as_ref() {
-                    "role" if role.is_some() => return Err(twice()),
-                    "role" => {
-                        let raw = map.next_value::<&RawValue>()?;
-                        role = Some(
-                            raw.get()
-                                .starts_with('"')
-                                .then(|| serde_json::from_str::<String>(raw.get()).ok())
-                                .flatten(),
-                        );
-                    }
-                    "parts" if parts.is_some() => return Err(twice()),
-                    "parts" => parts = Some(map.next_value_seed(PartsSeed)?),
-                    "content" if content.is_some() => return Err(twice()),
-                    "content" => content = Some(as_text(map.next_value::<&RawValue>()?)),
-                    _ => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(element) = seq.next_element::<&RawValue>()? {
+                (self.0)(element);
             }
-            let user = role.flatten().as_deref() == Some("user");
-            let from_parts = parts
-                .flatten()
-                .filter(|texts: &Vec<String>| !texts.is_empty());
-            let text = from_parts
-                .map(|texts| texts.join("\n"))
-                .or(content.flatten());
-            Ok(Some((user, text)))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
+            Ok(())
         }
     }
-
-    /// A message's `parts`: the texts of its parts of type `text`, or
-    /// `None` when it is not an array.
-    struct PartsSeed;
-    impl<'de> DeserializeSeed<'de> for PartsSeed {
-        type Value = Option<Vec<String>>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(PartsVisitor)
-        }
-    }
-    struct PartsVisitor;
-    impl<'de> Visitor<'de> for PartsVisitor {
-        type Value = Option<Vec<String>>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("parts")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut texts = Vec::new();
-            while let Some(part) = seq.next_element_seed(PartSeed)? {
-                if let Some(text) = part {
-                    texts.push(text);
-                }
-            }
-            Ok(Some(texts))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-    }
-
-    /// One part: its content's text when it is an object of type `text`.
-    struct PartSeed;
-    impl<'de> DeserializeSeed<'de> for PartSeed {
-        type Value = Option<String>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(PartVisitor)
-        }
-    }
-    struct PartVisitor;
-    impl<'de> Visitor<'de> for PartVisitor {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a part")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let (mut kind, mut content) = (None::<Option<String>>, None::<&'de RawValue>);
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let twice = || serde::de::Error::custom(format!("{key} given twice"));
-                match key.as_ref() {
-                    "type" if kind.is_some() => return Err(twice()),
-                    "type" => {
-                        let raw = map.next_value::<&RawValue>()?;
-                        kind = Some(serde_json::from_str::<String>(raw.get()).ok());
-                    }
-                    "content" if content.is_some() => return Err(twice()),
-                    // Kept as its place in the text until the type is known.
-                    "content" => content = Some(map.next_value::<&RawValue>()?),
-                    _ => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok((kind.flatten().as_deref() == Some("text"))
-                .then(|| content.and_then(as_text))
-                .flatten())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-    }
-
-    struct LastUser;
-    impl<'de> Visitor<'de> for LastUser {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array of messages")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
-            let mut last = None;
-            while let Some(message) = seq.next_element_seed(MessageSeed)? {
-                if let Some((true, Some(text))) = message {
-                    last = Some(text);
-                }
-            }
-            Ok(last)
-        }
+    if !text.trim_start().starts_with('[') {
+        return None;
     }
     let mut reader = serde_json::Deserializer::from_str(text);
-    let last = reader.deserialize_seq(LastUser).ok()?;
-    reader.end().ok()?;
-    last
+    reader.deserialize_seq(Elements(each)).ok()?;
+    reader.end().ok()
+}
+
+/// The members `names` of `object` when it is a JSON object, each as its
+/// text (the others skipped unbuilt); `None` when it is not one or names
+/// one of them twice.
+fn members<'a, const N: usize>(
+    object: &'a RawValue,
+    names: [&'static str; N],
+) -> Option<[Option<&'a RawValue>; N]> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Members<const N: usize>([&'static str; N]);
+    impl<'de, const N: usize> Visitor<'de> for Members<N> {
+        type Value = [Option<&'de RawValue>; N];
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = [None; N];
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match self.0.iter().position(|name| *name == key) {
+                    Some(at) if found[at].is_some() => {
+                        return Err(serde::de::Error::custom(format!("{key} given twice")));
+                    }
+                    Some(at) => found[at] = Some(map.next_value::<&RawValue>()?),
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(found)
+        }
+    }
+    if !object.get().starts_with('{') {
+        return None;
+    }
+    serde_json::Deserializer::from_str(object.get())
+        .deserialize_map(Members(names))
+        .ok()
+}
+
+/// A JSON string's value, when `raw` is one.
+fn string_of(raw: &RawValue) -> Option<String> {
+    serde_json::from_str::<String>(raw.get()).ok()
+}
+
+/// A member's value as [`value_text`] gives it: a string's value, nothing
+/// for null, any other value as its JSON (here as written, never built).
+fn text_of(raw: &RawValue) -> Option<String> {
+    match raw.get() {
+        "null" => None,
+        json if json.starts_with('"') => string_of(raw),
+        json => Some(json.to_owned()),
+    }
 }
 
 /// The text of the last user message of `gen_ai.input.messages` (or of an
