@@ -133,6 +133,25 @@ impl Default for Limits {
 pub(crate) type RateLimiter = governor::DefaultKeyedRateLimiter<String>;
 
 /// The per-key limiter, if the limit is on.
+/// `router` with the API's clocks on every request: a body's total
+/// deadline and idle time (408) and the handler's time (503). The OTLP
+/// and witness listeners take them whole; the main router sets them
+/// around its routes itself, since the bundle upload has deadlines of its
+/// own.
+pub(crate) fn timed<S: Clone + Send + Sync + 'static>(
+    router: axum::Router<S>,
+    limits: &Limits,
+) -> axum::Router<S> {
+    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
+    router
+        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+}
+
 pub(crate) fn rate_limiter(limits: &Limits) -> Option<RateLimiter> {
     let rate = NonZeroU32::new(limits.rate_per_second)?;
     let burst = NonZeroU32::new(limits.rate_burst.max(limits.rate_per_second)).unwrap_or(rate);

@@ -40,17 +40,11 @@ pub struct Witness {
 /// body's length and then nothing gets `408` instead of holding one of
 /// the listener's connections for good.
 pub fn router(witness: Arc<Witness>, limits: &crate::Limits) -> Router {
-    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
-    Router::new()
+    let routes = Router::new()
         .route("/add-checkpoint", post(add_checkpoint))
         .route("/", get(about))
-        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            limits.request_timeout,
-        ))
-        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES));
+    crate::limits::timed(routes, limits)
         .layer(axum::middleware::map_response(plain_answers))
         .with_state(witness)
 }

@@ -401,9 +401,8 @@ fn json_ok(partial: Option<Value>) -> Response {
 /// is read, so a client that stops sending must not keep them.
 pub fn router(state: Arc<AppState>) -> axum::Router {
     use axum::routing::post;
-    use tower_http::timeout::{RequestBodyDeadlineLayer, RequestBodyTimeoutLayer, TimeoutLayer};
     let limits = state.config.limits.clone();
-    axum::Router::new()
+    let routes = axum::Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/metrics", post(metrics))
         .route("/v1/logs", post(logs))
@@ -418,13 +417,8 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
                 ),
             )
             .into_response(encoding)
-        })
-        .layer(RequestBodyDeadlineLayer::new(limits.body_timeout))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            limits.request_timeout,
-        ))
-        .layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout))
+        });
+    crate::limits::timed(routes, &limits)
         .layer(axum::middleware::from_fn(timeouts_in_otlp_shape))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
