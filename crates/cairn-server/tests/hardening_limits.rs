@@ -310,7 +310,7 @@ fn the_otlp_listener_cuts_off_slow_bodies() {
         ..Limits::default()
     };
     let (server, state) = start_with_state(config(limits));
-    let otlp = OtlpListener::serve(state);
+    let otlp = otlp_listener(state);
     let head = format!(
         "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
         server.admin
@@ -670,25 +670,10 @@ fn a_witness_cuts_off_a_stalled_body() {
         max_connections: 2,
         ..Limits::default()
     };
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            ready_tx.send(listener.local_addr().unwrap()).unwrap();
-            cairn_server::serve_witness(listener, witness, &limits, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
+    let listening = Listening::start("127.0.0.1:0", move |listener, stopped| async move {
+        cairn_server::serve_witness(listener, witness, &limits, stopped).await
     });
-    let addr = ready_rx.recv().unwrap();
+    let addr = listening.addr;
     let started = Instant::now();
     let mut stalled = TcpStream::connect(addr).unwrap();
     stalled
@@ -711,8 +696,6 @@ fn a_witness_cuts_off_a_stalled_body() {
     // Its answers say what the API's say of their type and caching.
     assert_eq!(about.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(about.header("cache-control"), Some("no-store"));
-    let _ = stop.send(());
-    thread.join().unwrap();
 }
 
 #[path = "hardening_limits/answers.rs"]

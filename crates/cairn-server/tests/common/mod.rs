@@ -22,8 +22,9 @@ pub struct Server {
     pub addr: SocketAddr,
     pub admin: String,
     pub store: Arc<dyn LedgerStore>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Stopped when the server is dropped.
+    #[allow(dead_code)]
+    listening: Listening,
     _dir: tempfile::TempDir,
 }
 
@@ -34,7 +35,57 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+/// A listener served from a runtime on a thread of its own; stopped
+/// (and its thread joined) when dropped.
+pub struct Listening {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Listening {
+    /// Binds `bind` and runs `serve(listener, until_stopped)` on it.
+    pub fn start<F, Fut>(bind: &str, serve: F) -> Listening
+    where
+        F: FnOnce(
+                tokio::net::TcpListener,
+                std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+            ) -> Fut
+            + Send
+            + 'static,
+        Fut: std::future::Future<Output = std::io::Result<()>>,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, at) = std::sync::mpsc::channel();
+        let bind = bind.to_owned();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+                ready.send(listener.local_addr().unwrap()).unwrap();
+                serve(
+                    listener,
+                    Box::pin(async {
+                        let _ = stopped.await;
+                    }),
+                )
+                .await
+                .unwrap();
+            });
+        });
+        Listening {
+            addr: at.recv().unwrap(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Listening {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -78,81 +129,24 @@ pub fn serve_state(
     store: Arc<dyn LedgerStore>,
     dir: tempfile::TempDir,
 ) -> Server {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let bind = bind.to_owned();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
-            ready_tx.send(listener.local_addr().unwrap()).unwrap();
-            cairn_server::serve(listener, state, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
+    let listening = Listening::start(bind, move |listener, stopped| {
+        cairn_server::serve(listener, state, stopped)
     });
     Server {
-        addr: ready_rx.recv().unwrap(),
+        addr: listening.addr,
         admin,
         store,
-        stop: Some(stop),
-        thread: Some(thread),
+        listening,
         _dir: dir,
     }
 }
 
 /// `state`'s OTLP listener (`cairn_server::serve_otlp`, as
-/// `--otlp-listen` serves it) on a loopback port, from a thread of its
-/// own; stopped when dropped.
-pub struct OtlpListener {
-    pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl OtlpListener {
-    pub fn serve(state: Arc<AppState>) -> OtlpListener {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready, at) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                ready.send(listener.local_addr().unwrap()).unwrap();
-                cairn_server::serve_otlp(listener, state, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        OtlpListener {
-            addr: at.recv().unwrap(),
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for OtlpListener {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+/// `--otlp-listen` serves it) on a loopback port; stopped when dropped.
+pub fn otlp_listener(state: Arc<AppState>) -> Listening {
+    Listening::start("127.0.0.1:0", move |listener, stopped| {
+        cairn_server::serve_otlp(listener, state, stopped)
+    })
 }
 
 pub fn start(config: ServerConfig) -> Server {
