@@ -784,43 +784,37 @@ fn every_fault_class_is_named_by_every_verifier() {
         None,
     );
     let dir = tempfile::tempdir().unwrap();
-    let (lie_path, log_path) = (dir.path().join("lie.bundle"), dir.path().join("log.bundle"));
-    std::fs::write(&lie_path, lie.join("\n") + "\n").unwrap();
+    let log_path = dir.path().join("log.bundle");
     std::fs::write(&log_path, w.signed_complete(&entries).join("\n") + "\n").unwrap();
-    let run = common::cairn_in(
-        dir.path(),
-        &[
-            "verify",
-            "--json",
-            "--bundle",
-            lie_path.to_str().unwrap(),
-            "--log",
-            log_path.to_str().unwrap(),
-            "--key",
-            &key,
-        ],
-        None,
-    );
-    let verdict: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(run.code, 1, "{verdict}");
+    // `cairn verify --json --bundle LINES --log <the complete log>`: its
+    // exit code and verdict.
+    let against_the_log = |name: &str, lines: &[String]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let run = common::cairn_in(
+            dir.path(),
+            &[
+                "verify",
+                "--json",
+                "--bundle",
+                path.to_str().unwrap(),
+                "--log",
+                log_path.to_str().unwrap(),
+                "--key",
+                &key,
+            ],
+            None,
+        );
+        let verdict: Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{name}: {e}: {} {}", run.stdout, run.stderr));
+        (run.code, verdict)
+    };
+    let (code, verdict) = against_the_log("lie.bundle", &lie);
+    assert_eq!(code, 1, "{verdict}");
     assert_eq!(verdict["brokenReason"], "selection-mismatch", "{verdict}");
     // The honest selection passes the same check.
-    let honest_path = dir.path().join("honest.bundle");
-    std::fs::write(&honest_path, analyst.join("\n") + "\n").unwrap();
-    let run = common::cairn_in(
-        dir.path(),
-        &[
-            "verify",
-            "--bundle",
-            honest_path.to_str().unwrap(),
-            "--log",
-            log_path.to_str().unwrap(),
-            "--key",
-            &key,
-        ],
-        None,
-    );
-    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    let (code, verdict) = against_the_log("honest.bundle", &analyst);
+    assert_eq!(code, 0, "{verdict}");
     // A selection of a scope that holds no session: consistent on its own,
     // but no export of it exists (the server refuses an empty one), so
     // the complete log disproves it (it had been the caller's mistake,
@@ -832,28 +826,8 @@ fn every_fault_class_is_named_by_every_verifier() {
         sessions: Vec::new(),
         records: Vec::new(),
     };
-    let empty_path = dir.path().join("empty.bundle");
-    std::fs::write(
-        &empty_path,
-        w.signed_partial(&entries, &empty).join("\n") + "\n",
-    )
-    .unwrap();
-    let run = common::cairn_in(
-        dir.path(),
-        &[
-            "verify",
-            "--json",
-            "--bundle",
-            empty_path.to_str().unwrap(),
-            "--log",
-            log_path.to_str().unwrap(),
-            "--key",
-            &key,
-        ],
-        None,
-    );
-    let verdict: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(run.code, 1, "{verdict} {}", run.stderr);
+    let (code, verdict) = against_the_log("empty.bundle", &w.signed_partial(&entries, &empty));
+    assert_eq!(code, 1, "{verdict}");
     assert_eq!(verdict["brokenReason"], "selection-mismatch", "{verdict}");
     tamper_traces::selection_of_a_trace_erased_later(&w, &entries, &key);
     tamper_traces::import_of_stated_ids(&w, &entries);
