@@ -2,12 +2,15 @@
 //! byte picks the encoding and compression, the rest is the body;
 //! decompressed within a limit, decoded (protobuf or OTLP/JSON) within the
 //! span and element budgets, then mapped to steps and planned into
-//! sessions, and a JSON body's ignored members named. Nothing may panic,
+//! sessions, and a JSON body's ignored members named; the same bytes are
+//! also counted as `/v1/metrics` and `/v1/logs` count them. Nothing may panic,
 //! whatever the bytes.
 #![no_main]
 
 use cairn_wire::otlp::map::{MapLimits, map_request, plan};
-use cairn_wire::otlp::{DecodeLimits, decode_otlp_with, decompress, json_member_hint};
+use cairn_wire::otlp::{
+    DecodeLimits, DiscardedSignal, count_discarded, decode_otlp_with, decompress, json_member_hint,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -31,6 +34,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(body) = decompress(encoding, body, limits.max_decompressed_bytes) else {
         return;
     };
+    // What /v1/metrics and /v1/logs count of the same bytes.
+    let json = selector & 1 == 1;
+    let _ = count_discarded(DiscardedSignal::Logs, json, &body);
+    let _ = count_discarded(DiscardedSignal::Metrics, json, &body);
     let Ok(request) = decode_otlp_with(content_type, &body, &limits) else {
         return;
     };

@@ -1,5 +1,6 @@
-//! `POST /v1/metrics` and `POST /v1/logs`: decoded, their data points or
-//! log records counted, and every one rejected in `partial_success`
+//! `POST /v1/metrics` and `POST /v1/logs`: their data points or log
+//! records counted (not built: `cairn_wire::otlp::count_discarded`), and
+//! every one rejected in `partial_success`
 //! (Cairn records traces only), so that an exporter configured for every
 //! signal gets a clear answer instead of an error it would retry. Apart
 //! from `mod.rs`, which holds what every endpoint shares, because nothing
@@ -14,14 +15,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use cairn_wire::otlp::{DiscardedSignal, count_discarded};
 use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
-use prost::Message as _;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 
 /// Which signal a discarding endpoint serves.
@@ -93,7 +94,11 @@ async fn discard(
         let content_encoding = content_encoding(headers);
         let count = cpu(state, caller.org(), move || {
             let raw = decompress(content_encoding.as_deref(), &bytes, limit)?;
-            count_items(signal, encoding, &raw).map_err(|detail| {
+            let signal = match signal {
+                Signal::Metrics => DiscardedSignal::Metrics,
+                Signal::Logs => DiscardedSignal::Logs,
+            };
+            count_discarded(signal, encoding == Encoding::Json, &raw).map_err(|detail| {
                 OtlpError::new(StatusCode::BAD_REQUEST, "invalid_otlp", detail)
             })
         })
@@ -131,84 +136,4 @@ async fn discard(
     }
     .await;
     result.unwrap_or_else(|e| e.into_response(encoding))
-}
-
-/// Data points of a metrics export, or log records of a logs export.
-fn count_items(signal: Signal, encoding: Encoding, body: &[u8]) -> Result<u64, String> {
-    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-    match (signal, encoding) {
-        (Signal::Metrics, Encoding::Protobuf) => {
-            let request = ExportMetricsServiceRequest::decode(body).map_err(|e| {
-                format!("the body is not a protobuf ExportMetricsServiceRequest: {e}")
-            })?;
-            Ok(request
-                .resource_metrics
-                .iter()
-                .flat_map(|r| &r.scope_metrics)
-                .flat_map(|s| &s.metrics)
-                .map(|m| match &m.data {
-                    Some(Data::Gauge(g)) => g.data_points.len(),
-                    Some(Data::Sum(s)) => s.data_points.len(),
-                    Some(Data::Histogram(h)) => h.data_points.len(),
-                    Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
-                    Some(Data::Summary(s)) => s.data_points.len(),
-                    None => 0,
-                } as u64)
-                .sum())
-        }
-        (Signal::Logs, Encoding::Protobuf) => {
-            let request = ExportLogsServiceRequest::decode(body)
-                .map_err(|e| format!("the body is not a protobuf ExportLogsServiceRequest: {e}"))?;
-            Ok(request
-                .resource_logs
-                .iter()
-                .flat_map(|r| &r.scope_logs)
-                .map(|s| s.log_records.len() as u64)
-                .sum())
-        }
-        (signal, Encoding::Json) => {
-            let v: Value = serde_json::from_slice(body)
-                .map_err(|e| format!("the body is not OTLP/JSON: {e}"))?;
-            if !v.is_object() {
-                return Err(format!(
-                    "the body is not OTLP/JSON: an export request is a JSON object, not {}",
-                    crate::wire::kind_of(&v)
-                ));
-            }
-            let list = |v: &Value, key: &str| -> Vec<Value> {
-                v.get(key)
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let mut count = 0u64;
-            let (outer, inner) = match signal {
-                Signal::Metrics => ("resourceMetrics", "scopeMetrics"),
-                Signal::Logs => ("resourceLogs", "scopeLogs"),
-            };
-            for r in list(&v, outer) {
-                for s in list(&r, inner) {
-                    match signal {
-                        Signal::Logs => count += list(&s, "logRecords").len() as u64,
-                        Signal::Metrics => {
-                            for m in list(&s, "metrics") {
-                                for kind in [
-                                    "gauge",
-                                    "sum",
-                                    "histogram",
-                                    "exponentialHistogram",
-                                    "summary",
-                                ] {
-                                    if let Some(d) = m.get(kind) {
-                                        count += list(d, "dataPoints").len() as u64;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(count)
-        }
-    }
 }

@@ -8,6 +8,7 @@
 mod amplification_tests;
 mod attrs;
 pub mod decode;
+mod discarded;
 mod json;
 mod json_hint;
 pub mod map;
@@ -20,4 +21,5 @@ pub use attrs::{id_from, stored_session_hint};
 pub use decode::{
     DecodeError, DecodeLimits, Encoding, decode_otlp, decode_otlp_with, decompress, protobuf_hint,
 };
+pub use discarded::{DiscardedSignal, count_discarded};
 pub use json_hint::json_member_hint;
