@@ -143,7 +143,13 @@ export interface Checkpoint {
   /** The tree size; a bigint, since a checkpoint may state up to 2^64 - 1. */
   size: bigint;
   root: Uint8Array;
+  /** How many `log-key` records its log holds below `size` (its
+   * `cairn-log-keys` line, FORMAT.md 7.1), or undefined without that line. */
+  logKeys?: bigint;
 }
+
+/** The first word of Cairn's one extension line, `cairn-log-keys <count>`. */
+const LOG_KEYS_EXTENSION = "cairn-log-keys";
 
 export class CheckpointMalformed extends Error {
   override name = "CheckpointMalformed";
@@ -164,7 +170,18 @@ export function parseCheckpoint(text: string): Checkpoint {
   const root = fromBase64(rootLine);
   if (root === undefined || root.length !== 32) throw new CheckpointMalformed("a checkpoint's root is base64 of 32 bytes");
   if (extensions.some((line) => line.length === 0)) throw new CheckpointMalformed("an empty extension line");
-  return { origin, size, root };
+  // The word alone, or the word and a space: Cairn's line, which must be
+  // well formed and come once. Any other extension line is ignored.
+  const ours = extensions.filter(
+    (line) => line === LOG_KEYS_EXTENSION || line.startsWith(`${LOG_KEYS_EXTENSION} `),
+  );
+  if (ours.length > 1) throw new CheckpointMalformed("a checkpoint has at most one cairn-log-keys line");
+  if (ours.length === 0) return { origin, size, root };
+  const count = ours[0]!.slice(LOG_KEYS_EXTENSION.length + 1);
+  if (!DECIMAL.test(count) || BigInt(count) >= 2n ** 64n) {
+    throw new CheckpointMalformed("a cairn-log-keys line is `cairn-log-keys <count>`, the count in decimal");
+  }
+  return { origin, size, root, logKeys: BigInt(count) };
 }
 
 /** A key's vkey text, `name+hexid+base64(algorithm || key)`. */

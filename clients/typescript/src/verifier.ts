@@ -94,6 +94,9 @@ export class Verifier {
   firstUsed = new Map<string, number>();
   /** The checkpoint's note, and a partial bundle's selection note. */
   signedNotes: string[] = [];
+  /** What the bundle's checkpoint, then each trusted one, states of the
+   * log-key records below its size (its `cairn-log-keys` line, 7.1). */
+  logKeyCounts: { size: bigint; count: bigint }[] = [];
 
   /** Under a witness policy, once the checkpoint verified. */
   cosignedBy: CosignedBy | null = null;
@@ -262,6 +265,7 @@ export class Verifier {
     }
     this.size = checkpoint.size;
     this.root = checkpoint.root;
+    if (checkpoint.logKeys !== undefined) this.logKeyCounts.push({ size: checkpoint.size, count: checkpoint.logKeys });
     for (const note of this.trustedNotes) {
       let trusted;
       try {
@@ -278,6 +282,7 @@ export class Verifier {
       if (trusted.size === this.size && !equalBytes(trusted.root, this.root)) {
         throw new Fail("inconsistent-checkpoint", `the trusted checkpoint of size ${trusted.size} has another root than the bundle's`);
       }
+      if (trusted.logKeys !== undefined) this.logKeyCounts.push({ size: trusted.size, count: trusted.logKeys });
       if (trusted.size > 0n && trusted.size < this.size) this.trusted.push({ size: trusted.size, root: trusted.root });
     }
   }
@@ -865,6 +870,20 @@ export class Verifier {
     if (firstWithheld !== undefined) {
       throw new Fail("erasure-mismatch", "a withheld signed trace without the trace-erasure record naming it",
         position({ seq: firstWithheld }), true);
+    }
+    // Each checkpoint's cairn-log-keys line against the log-key records
+    // read below its size, the smallest size first (7.1, 9.5): a partial
+    // bundle holds every one (10.4), so fewer is one left out.
+    const counts = [...this.logKeyCounts].sort((a, b) => (a.size < b.size ? -1 : a.size > b.size ? 1 : 0));
+    for (const { size, count } of counts) {
+      let read = 0n;
+      for (const seq of [...this.added.values(), ...this.retired.values()]) if (BigInt(seq) < size) read++;
+      if (read !== count) {
+        const holder = !this.complete && read < count ? "bundle" : "log";
+        throw new Fail(holder === "bundle" ? "missing-record" : "inconsistent-checkpoint",
+          `the checkpoint of size ${size} says its log holds ${count} log-key records below that size (its cairn-log-keys line); the ${holder} holds ${read} (FORMAT.md 7.1, 7.10)`,
+          position(), true);
+      }
     }
     for (const note of this.signedNotes) {
       if (!(await this.signedForSize(note, this.size))) {

@@ -7,6 +7,7 @@
 //! <origin>
 //! <tree size, decimal>
 //! <root hash, base64>
+//! cairn-log-keys <count>     (extension: Cairn's, FORMAT.md 7.1)
 //! ```
 //!
 //! Only [`verify_checkpoint`] builds a [`VerifiedCheckpoint`], so code that
@@ -28,8 +29,44 @@ pub struct Checkpoint {
     pub size: u64,
     /// RFC 9162 root hash of the first `size` leaves.
     pub root: Hash,
-    /// Extension lines, opaque to Cairn.
+    /// Extension lines, each without its newline. Only the
+    /// [`LOG_KEYS_EXTENSION`] line means anything to Cairn; the others are
+    /// kept as they are.
     pub extensions: Vec<String>,
+}
+
+/// The first word of Cairn's one extension line, `cairn-log-keys <count>`:
+/// how many `log-key` records (FORMAT.md 7.10) the log holds below the
+/// checkpoint's size. Witnesses' cosignatures and kept checkpoints cover
+/// it, so a partial bundle cannot leave a key's rotation out (FORMAT.md
+/// 7.1, 10.4).
+pub const LOG_KEYS_EXTENSION: &str = "cairn-log-keys";
+
+/// Whether an extension line is a [`LOG_KEYS_EXTENSION`] line, well formed
+/// or not: the word alone, or the word and a space.
+fn is_log_keys_line(line: &str) -> bool {
+    line.strip_prefix(LOG_KEYS_EXTENSION)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+}
+
+/// The count of a [`LOG_KEYS_EXTENSION`] line: `cairn-log-keys`, one
+/// space, a decimal number (digits only, no leading zero but `0` itself,
+/// at most 2^64 - 1).
+fn log_keys_count(line: &str) -> Result<u64, CheckpointError> {
+    let malformed = CheckpointError::Malformed(
+        "a cairn-log-keys line is `cairn-log-keys <count>`, the count in decimal",
+    );
+    let count = line
+        .strip_prefix(LOG_KEYS_EXTENSION)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .ok_or(malformed.clone())?;
+    if count.is_empty()
+        || !count.bytes().all(|b| b.is_ascii_digit())
+        || (count.len() > 1 && count.starts_with('0'))
+    {
+        return Err(malformed);
+    }
+    count.parse::<u64>().map_err(|_| malformed)
 }
 
 /// Errors from checkpoint parsing and verification.
@@ -68,6 +105,28 @@ impl Checkpoint {
         text
     }
 
+    /// This checkpoint stating that its log holds `count` `log-key`
+    /// records below its size (its [`LOG_KEYS_EXTENSION`] line, replacing
+    /// any it had).
+    pub fn with_log_key_count(mut self, count: u64) -> Checkpoint {
+        self.extensions.retain(|line| !is_log_keys_line(line));
+        self.extensions
+            .push(format!("{LOG_KEYS_EXTENSION} {count}"));
+        self
+    }
+
+    /// How many `log-key` records the checkpoint says its log holds below
+    /// its size, or `None` when it has no [`LOG_KEYS_EXTENSION`] line (it
+    /// then says nothing of them: a checkpoint signed before Cairn wrote
+    /// the line). [`Checkpoint::parse`] refuses a malformed or repeated
+    /// line, so a parsed checkpoint's answer is its one line's.
+    pub fn log_key_count(&self) -> Option<u64> {
+        self.extensions
+            .iter()
+            .find(|line| is_log_keys_line(line))
+            .and_then(|line| log_keys_count(line).ok())
+    }
+
     /// Parses a checkpoint body (the text of a signed note).
     pub fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
         let body = text
@@ -98,6 +157,15 @@ impl Checkpoint {
         let extensions: Vec<String> = lines.map(str::to_owned).collect();
         if extensions.iter().any(String::is_empty) {
             return Err(CheckpointError::Malformed("empty extension line"));
+        }
+        let mut log_keys_lines = extensions.iter().filter(|line| is_log_keys_line(line));
+        if let Some(line) = log_keys_lines.next() {
+            log_keys_count(line)?;
+        }
+        if log_keys_lines.next().is_some() {
+            return Err(CheckpointError::Malformed(
+                "a checkpoint has at most one cairn-log-keys line",
+            ));
         }
         Ok(Checkpoint {
             origin: origin.to_owned(),
@@ -294,4 +362,74 @@ pub fn verify_cosignature(note: &str, witness: &NoteVerifier) -> Result<u64, Che
         }
     }
     Err(invalid.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(extensions: &[&str]) -> String {
+        let mut text = format!("cairn.example/acme\n3\n{}\n", Hash::ZERO.to_base64());
+        for line in extensions {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text
+    }
+
+    #[test]
+    fn the_log_keys_line_is_read_and_written() {
+        let cp = Checkpoint::parse(&text(&[])).unwrap();
+        assert_eq!(cp.log_key_count(), None);
+        let counted = cp.clone().with_log_key_count(2);
+        assert_eq!(counted.to_text(), text(&["cairn-log-keys 2"]));
+        assert_eq!(
+            Checkpoint::parse(&counted.to_text())
+                .unwrap()
+                .log_key_count(),
+            Some(2)
+        );
+        // Replaced, never repeated; other extension lines kept as written.
+        let other = Checkpoint::parse(&text(&["other 1", "cairn-log-keys 0"])).unwrap();
+        assert_eq!(other.log_key_count(), Some(0));
+        assert_eq!(
+            other.with_log_key_count(5).to_text(),
+            text(&["other 1", "cairn-log-keys 5"])
+        );
+        // A line that only begins with the word is another extension.
+        let unrelated = Checkpoint::parse(&text(&["cairn-log-keysX 1"])).unwrap();
+        assert_eq!(unrelated.log_key_count(), None);
+        assert_eq!(
+            Checkpoint::parse(&text(&["cairn-log-keys 18446744073709551615"]))
+                .unwrap()
+                .log_key_count(),
+            Some(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_repeated_log_keys_line_is_not_a_checkpoint() {
+        for lines in [
+            &["cairn-log-keys"][..],
+            &["cairn-log-keys "],
+            &["cairn-log-keys 01"],
+            &["cairn-log-keys -1"],
+            &["cairn-log-keys +1"],
+            &["cairn-log-keys 1 "],
+            &["cairn-log-keys  1"],
+            &["cairn-log-keys 1 2"],
+            &["cairn-log-keys x"],
+            &["cairn-log-keys 18446744073709551616"],
+            &["cairn-log-keys 1", "cairn-log-keys 1"],
+            &["cairn-log-keys 1", "other", "cairn-log-keys 2"],
+        ] {
+            assert!(
+                matches!(
+                    Checkpoint::parse(&text(lines)),
+                    Err(CheckpointError::Malformed(_))
+                ),
+                "{lines:?}"
+            );
+        }
+    }
 }

@@ -381,7 +381,8 @@ impl Monitor {
         }
         let verifier = self.verifier.as_mut().expect("set above");
         // The checkpoint's key must be valid at its size (a key retired
-        // in the log below it may not sign it: FORMAT.md 7.10).
+        // in the log below it may not sign it), and its log-keys line
+        // must count the log-key records below it (FORMAT.md 7.1, 7.10).
         verifier.check_checkpoint_keys_now(cp.note(), size);
         let pending = verifier.pending_erasures();
         self.erasure_deadlines

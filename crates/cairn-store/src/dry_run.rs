@@ -16,6 +16,8 @@ pub(crate) struct DryRun<'t, T: WriteTx + ?Sized> {
     tx: &'t mut T,
     /// `(org, id)` of records the trial wrote, to their entry type.
     written: HashMap<(i64, String), String>,
+    /// `log-key` records the trial wrote, by org.
+    log_keys: HashMap<i64, u64>,
     /// Ids handed out for orgs and sessions the trial created (negative:
     /// no real row has them).
     next_id: i64,
@@ -26,6 +28,7 @@ impl<'t, T: WriteTx + ?Sized> DryRun<'t, T> {
         DryRun {
             tx,
             written: HashMap::new(),
+            log_keys: HashMap::new(),
             next_id: -1,
         }
     }
@@ -65,6 +68,14 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
             return Ok(0);
         }
         self.tx.key_registrations(org)
+    }
+
+    fn log_key_records(&mut self, org: i64) -> Result<u64, StoreError> {
+        let written = self.log_keys.get(&org).copied().unwrap_or(0);
+        if org < 0 {
+            return Ok(written);
+        }
+        Ok(self.tx.log_key_records(org)? + written)
     }
 
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
@@ -122,6 +133,9 @@ impl<T: WriteTx + ?Sized> WriteTx for DryRun<'_, T> {
     }
 
     fn insert_op(&mut self, row: &OpRow<'_>) -> Result<(), StoreError> {
+        if row.entry_type() == "log-key" {
+            *self.log_keys.entry(row.org).or_default() += 1;
+        }
         if let Some(id) = row.id() {
             self.written
                 .insert((row.org, id.to_owned()), row.entry_type().to_owned());

@@ -445,6 +445,161 @@ fn a_rotated_log_verifies_and_an_insider_cannot_abuse_a_key_outside_its_validity
     );
 }
 
+/// The insider attack the checkpoints' log-keys line closes (FORMAT.md
+/// 7.1, 7.10; SECURITY.md "Key rotation"): the retired key signs a partial
+/// bundle of the *real* history (real size and root, the witness's
+/// cosignature copied from the genuine checkpoint, whose text it covers,
+/// and a selection that lists no log-key record), so that nothing in the
+/// bundle retires it. The genuine text counts the add and the retire: the
+/// bundle holds neither.
+#[test]
+fn a_retired_key_cannot_sign_a_partial_bundle_that_leaves_its_retirement_out() {
+    use cairn_core::bundle::selection_line;
+    use cairn_core::checkpoint::{Checkpoint, Cosigner};
+    use cairn_core::selection::Selection;
+    let w = rotated();
+    let keys = w.keys();
+    let origin = format!("{NAME}/{ORG}");
+    let genuine = w.export(ExportScope::Session("s3".into()));
+    let note_of = |line: &str| -> String {
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["checkpoint"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let genuine_note = note_of(&genuine[1]);
+    let text = &genuine_note[..genuine_note.rfind("\n\n").unwrap() + 1];
+    let checkpoint = Checkpoint::parse(text).unwrap();
+    assert_eq!(checkpoint.log_key_count(), Some(2), "{text}");
+    let witness = Cosigner::from_seed("w1.example", &[51; 32]).unwrap();
+    let cosignature = witness.cosign(text, 1_780_000_000);
+    let policy = Witnesses {
+        vkeys: vec![witness.verifier().to_string()],
+        quorum: None,
+    };
+    let with_note = |lines: &[String], note: &str| -> Vec<String> {
+        let mut lines = lines.to_vec();
+        lines[1] = serde_json::json!({ "checkpoint": note }).to_string();
+        lines
+    };
+    // The genuine bundle, cosigned, verifies under the policy and with
+    // its own checkpoint kept.
+    let cosigned = format!("{genuine_note}{cosignature}");
+    case_witnessed(
+        "rotation-partial-genuine-cosigned",
+        &with_note(&genuine, &cosigned),
+        &keys,
+        std::slice::from_ref(&cosigned),
+        &policy,
+        None,
+    );
+
+    // The forgery: the same text signed by the retired key, the
+    // witness's line copied, the log-key records left out of the
+    // selection and of the entries.
+    let forge = |text: &str| -> Vec<String> {
+        let checkpoint = Checkpoint::parse(text).unwrap();
+        let note = format!("{}{cosignature}", w.k1.sign(text).unwrap());
+        let selection_value: serde_json::Value = serde_json::from_str(&genuine[2]).unwrap();
+        let mut selection = Selection::from_value(&selection_value["selection"]).unwrap();
+        let before = selection.records.len();
+        selection.records.retain(|(_, kind)| kind != "log-key");
+        assert_eq!(selection.records.len(), before - 2);
+        let signed = selection.sign(&w.k1, &origin, &checkpoint.root).unwrap();
+        let mut lines = vec![
+            genuine[0].clone(),
+            serde_json::json!({ "checkpoint": note }).to_string(),
+        ];
+        lines.push(selection_line(&selection, &signed));
+        let entries: Vec<String> = genuine[3..genuine.len() - 1]
+            .iter()
+            .filter(|line| !line.contains("\"type\":\"log-key\""))
+            .cloned()
+            .collect();
+        assert_eq!(entries.len(), genuine.len() - 4 - 2);
+        lines.push(end_line(entries.len() as u64));
+        lines.splice(3..3, entries);
+        lines
+    };
+    let no_position = |reason| Expected {
+        reason,
+        line: None,
+        seq: None,
+        session_id: None,
+        step_index: None,
+    };
+    // Under the witness policy: the cosigned text counts two log-key
+    // records, the bundle holds none.
+    let forged = forge(text);
+    case_witnessed(
+        "rotation-partial-by-retired-key-witnessed",
+        &forged,
+        &keys,
+        &[],
+        &policy,
+        Some(&no_position(Reason::MissingRecord)),
+    );
+    // With the genuine checkpoint kept instead (same size and root).
+    case(
+        "rotation-partial-by-retired-key-checkpoint-kept",
+        &forged,
+        &keys,
+        std::slice::from_ref(&genuine_note),
+        Some(&no_position(Reason::MissingRecord)),
+    );
+    // A text that counts no log-key record: the witness never cosigned
+    // it, and the kept checkpoint still counts two.
+    let uncounted = Checkpoint::parse(text)
+        .unwrap()
+        .with_log_key_count(0)
+        .to_text();
+    let forged_uncounted = forge(&uncounted);
+    case_witnessed(
+        "rotation-partial-by-retired-key-recounted-witnessed",
+        &forged_uncounted,
+        &keys,
+        &[],
+        &policy,
+        Some(&at_line(Reason::InsufficientCosignatures, 2)),
+    );
+    case(
+        "rotation-partial-by-retired-key-recounted-checkpoint-kept",
+        &forged_uncounted,
+        &keys,
+        std::slice::from_ref(&genuine_note),
+        Some(&no_position(Reason::MissingRecord)),
+    );
+    // The genuine partial bundle with its log-key records dropped by a
+    // courier fails the same way (its selection then also lists them:
+    // missing-record at the first one's seq, before the end).
+    let mut dropped = genuine.clone();
+    dropped.retain(|line| !line.contains("\"type\":\"log-key\""));
+    let n = dropped.len() - 4;
+    *dropped.last_mut().unwrap() = end_line(n as u64);
+    let verdict = verify_lines(&dropped, &keys, &[]);
+    let failure = verdict.verdict.failure.unwrap();
+    assert_eq!(failure.reason, Reason::MissingRecord, "{failure:?}");
+
+    // A complete bundle whose checkpoint misstates the count, signed by
+    // the current key: the log holds two.
+    let entries = w.entries();
+    let mut tree = MemoryTree::new();
+    entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+    let miscounted = org_checkpoint(NAME, ORG, tree.size(), tree.root_at(tree.size()))
+        .with_log_key_count(1)
+        .sign(&w.k2)
+        .unwrap();
+    let mut complete = w.signed_by(&entries, &w.k2);
+    complete[1] = checkpoint_line(&miscounted);
+    case(
+        "rotation-complete-checkpoint-miscounts-log-keys",
+        &complete,
+        &keys,
+        &[],
+        Some(&no_position(Reason::InconsistentCheckpoint)),
+    );
+}
+
 #[test]
 fn cairn_keys_rotate_and_retire_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();

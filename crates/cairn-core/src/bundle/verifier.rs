@@ -424,6 +424,10 @@ impl BundleVerifier {
         let size = checkpoint.checkpoint().size;
         log.require_checkpoint_keys(checkpoint.note(), size);
         log.require_selection_keys(note, size);
+        // Larger trusted checkpoints failed at line 2 (missing-proof).
+        for trusted in &self.trusted {
+            log.require_log_key_count(trusted);
+        }
         self.log = Some(log);
         self.selection = Some(selection);
         // Which keys signed the selection (it verified: one did).

@@ -7,9 +7,9 @@
 
 use super::chain::ChainState;
 use super::keys::AgentKeys;
-use super::log_keys::{CheckpointKeys, KeyValidity};
+use super::log_keys::{CheckpointKeys, KeyValidity, LogKeyCounts};
 use super::{Check, Failure, Location, Progress, Reason, Verdict};
-use crate::checkpoint::VerifiedCheckpoint;
+use crate::checkpoint::{Checkpoint, VerifiedCheckpoint};
 use crate::detail::DetailLevel;
 use crate::hash::Hash;
 use crate::log::{LogEntry, LogRecord, log_origin};
@@ -62,6 +62,9 @@ pub struct LogVerifier {
     checkpoint_keys: CheckpointKeys,
     /// The same for a partial bundle's selection note, reported apart.
     selection_keys: CheckpointKeys,
+    /// Checkpoints' statements of the `log-key` records below their size
+    /// (their `cairn-log-keys` line), compared as the stream passes them.
+    log_key_counts: LogKeyCounts,
     agent_keys: AgentKeys,
     level: DetailLevel,
     tree: Frontier,
@@ -118,6 +121,7 @@ impl LogVerifier {
             key_validity: KeyValidity::default(),
             checkpoint_keys: CheckpointKeys::default(),
             selection_keys: CheckpointKeys::default(),
+            log_key_counts: LogKeyCounts::default(),
             agent_keys: AgentKeys::new(),
             level: DetailLevel::Full,
             tree: Frontier::new(),
@@ -211,6 +215,17 @@ impl LogVerifier {
         // millions: each is filed in log n, never by sorting them all again).
         let cp = checkpoint.checkpoint();
         self.pending.entry(cp.size).or_default().push(cp.root);
+        self.log_key_counts.require(cp);
+    }
+
+    /// Requires the log to hold as many `log-key` records below
+    /// `checkpoint`'s size as its `cairn-log-keys` line states (FORMAT.md
+    /// 7.1; nothing if it has none), compared at the end: what
+    /// [`LogVerifier::expect_checkpoint`] does besides the root, for a
+    /// partial log's trusted checkpoints, whose roots their consistency
+    /// proofs relate.
+    pub fn require_log_key_count(&mut self, checkpoint: &VerifiedCheckpoint) {
+        self.log_key_counts.require(checkpoint.checkpoint());
     }
 
     /// The log's origin line.
@@ -273,6 +288,18 @@ impl LogVerifier {
     /// failed.
     pub fn check_checkpoint_keys_now(&mut self, note: &str, size: u64) -> bool {
         if self.progress.failure.is_some() {
+            return false;
+        }
+        if let Ok(checkpoint) = crate::note::Note::parse(note)
+            .map_err(|_| ())
+            .and_then(|parsed| Checkpoint::parse(&parsed.text).map_err(|_| ()))
+            && let Err((stated, read)) = LogKeyCounts::check_now(&checkpoint, &self.key_validity)
+        {
+            self.progress.fail_at_end(
+                Location::default(),
+                Reason::InconsistentCheckpoint,
+                log_key_count_detail(size, stated, read, "log"),
+            );
             return false;
         }
         match self
@@ -468,6 +495,8 @@ impl LogVerifier {
             .settle(self.tree.size(), &self.key_validity);
         self.selection_keys
             .settle(self.tree.size(), &self.key_validity);
+        self.log_key_counts
+            .settle(self.tree.size(), &self.key_validity);
         while let Some(entry) = self.pending.first_entry() {
             let size = *entry.key();
             if size > self.tree.size() {
@@ -631,6 +660,21 @@ impl LogVerifier {
             }
             _ => {}
         }
+        if let Some((size, stated, read)) = self.log_key_counts.first_failure(&self.key_validity) {
+            // A partial bundle holds every log-key record below its
+            // checkpoint (10.4): fewer is one left out; more, or any
+            // difference in a complete log, a checkpoint that misstates it.
+            let (reason, holder) = if self.sparse.is_some() && read < stated {
+                (Reason::MissingRecord, "bundle")
+            } else {
+                (Reason::InconsistentCheckpoint, "log")
+            };
+            self.progress.fail_at_end(
+                Location::default(),
+                reason,
+                log_key_count_detail(size, stated, read, holder),
+            );
+        }
         if let Some(size) = self.checkpoint_keys.first_failure(&self.key_validity) {
             let detail = format!(
                 "the checkpoint of size {size} is not signed by a log key valid at that size (7.10: a key retired or added in the log)"
@@ -647,6 +691,14 @@ impl LogVerifier {
         }
         self.progress.verdict()
     }
+}
+
+/// What a failed `cairn-log-keys` comparison says: the checkpoint's size,
+/// what it states and what the log (or bundle) holds.
+fn log_key_count_detail(size: u64, stated: u64, read: u64, holder: &str) -> String {
+    format!(
+        "the checkpoint of size {size} says its log holds {stated} log-key records below that size (its cairn-log-keys line); the {holder} holds {read} (FORMAT.md 7.1, 7.10)"
+    )
 }
 
 /// A store's own checks of an entry, given the subtrees it closes as

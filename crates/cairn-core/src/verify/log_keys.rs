@@ -29,6 +29,19 @@ impl KeyValidity {
             .map_or(u64::MAX, |t| t.saturating_add(1))
     }
 
+    /// How many `log-key` records of the log read so far lie below `size`
+    /// (each read one set an `add` or a `retire`; a failing one ends the
+    /// verification).
+    fn records_below(&self, size: u64) -> u64 {
+        let below = self
+            .added
+            .values()
+            .chain(self.retired.values())
+            .filter(|seq| **seq < size)
+            .count();
+        u64::try_from(below).unwrap_or(u64::MAX)
+    }
+
     /// The trusted keys valid for a record at `seq`, as far as the log
     /// told so far (a key added later is caught at its `add`).
     pub(super) fn valid_at(&self, trusted: &[NoteVerifier], seq: u64) -> Vec<NoteVerifier> {
@@ -265,6 +278,70 @@ impl CheckpointKeys {
             .map(|(_, size)| *size)
             .min();
         self.failed.into_iter().chain(added_later).min()
+    }
+}
+
+/// Checkpoints' `cairn-log-keys` lines (FORMAT.md 7.1): how many `log-key`
+/// records the log holds below each one's size, compared with the records
+/// read once the stream has passed that size, so that a partial bundle
+/// that leaves a key's rotation out, or a checkpoint that misstates it,
+/// fails. Held by size until reached, as [`CheckpointKeys`].
+#[derive(Debug, Default)]
+pub(super) struct LogKeyCounts {
+    /// Not yet reached by the stream: by size, the counts stated.
+    ahead: std::collections::BTreeMap<u64, Vec<u64>>,
+    /// The smallest size whose stated count the log does not bear:
+    /// `(size, stated, read)`.
+    failed: Option<(u64, u64, u64)>,
+}
+
+impl LogKeyCounts {
+    /// Requires the log to hold as many `log-key` records below the
+    /// checkpoint's size as its line states (nothing if it has none).
+    pub(super) fn require(&mut self, checkpoint: &crate::checkpoint::Checkpoint) {
+        if let Some(count) = checkpoint.log_key_count() {
+            let counts = self.ahead.entry(checkpoint.size).or_default();
+            if !counts.contains(&count) {
+                counts.push(count);
+            }
+        }
+    }
+
+    /// Compares every count of a checkpoint of at most `reached` entries,
+    /// once every entry below `reached` was seen.
+    pub(super) fn settle(&mut self, reached: u64, validity: &KeyValidity) {
+        while let Some(entry) = self.ahead.first_entry() {
+            let size = *entry.key();
+            if size > reached {
+                break;
+            }
+            let read = validity.records_below(size);
+            for stated in entry.remove() {
+                if stated != read && self.failed.is_none_or(|(first, _, _)| size < first) {
+                    self.failed = Some((size, stated, read));
+                }
+            }
+        }
+    }
+
+    /// After the last entry: the smallest size whose count the log does
+    /// not bear, with the count stated and the records read.
+    pub(super) fn first_failure(&mut self, validity: &KeyValidity) -> Option<(u64, u64, u64)> {
+        self.settle(u64::MAX, validity);
+        self.failed
+    }
+
+    /// Checks now the count of a checkpoint of `size` entries, every entry
+    /// below it having been read (a monitor's log, which has no end).
+    pub(super) fn check_now(
+        checkpoint: &crate::checkpoint::Checkpoint,
+        validity: &KeyValidity,
+    ) -> Result<(), (u64, u64)> {
+        let read = validity.records_below(checkpoint.size);
+        match checkpoint.log_key_count() {
+            Some(stated) if stated != read => Err((stated, read)),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -413,3 +413,53 @@ fn a_checkpoint_by_another_key_is_refused() {
         verify_checkpoint(&forged, &format!("{SERVER}/{ORG}"), &[fx.server.verifier()]).is_err()
     );
 }
+
+/// A checkpoint's log-keys line (FORMAT.md 7.1, 7.10) is compared with the
+/// log-key records below its size: by a verifier of the whole log (at the
+/// end, no position) and by a monitor (once it has read every entry
+/// below the size). This log has none: a line counting one misstates it.
+#[test]
+fn a_checkpoint_that_miscounts_the_log_keys_is_inconsistent() {
+    use cairn_core::merkle::{MemoryTree, SubtreeHashes as _};
+    use cairn_core::verify::LogVerifier;
+    let spec = StepSpec {
+        kind: "plan",
+        content: "p".into(),
+        number: None,
+        confidence: None,
+        flagged: false,
+    };
+    let fx = build_log(&vec![spec; 3]);
+    let mut tree = MemoryTree::new();
+    fx.entries.iter().for_each(|e| tree.push(e.leaf_hash()));
+    let n = tree.size();
+    let origin = format!("{SERVER}/{ORG}");
+    let note = |count: u64| {
+        org_checkpoint(SERVER, ORG, n, tree.root_at(n))
+            .with_log_key_count(count)
+            .sign(&fx.server)
+            .unwrap()
+    };
+    for (count, expected) in [(0, None), (1, Some(Reason::InconsistentCheckpoint))] {
+        let cp = verify_checkpoint(&note(count), &origin, &[fx.server.verifier()]).unwrap();
+        let mut whole = LogVerifier::new(SERVER, ORG, vec![fx.server.verifier()]);
+        whole.expect_checkpoint(&cp);
+        fx.entries.iter().for_each(|e| assert!(whole.push(e)));
+        let verdict = whole.finish();
+        assert_eq!(
+            verdict.failure.as_ref().map(|f| f.reason),
+            expected,
+            "{count}: {verdict:?}"
+        );
+        if let Some(failure) = &verdict.failure {
+            assert_eq!(failure.at, cairn_core::verify::Location::default());
+        }
+        let mut monitor = LogVerifier::mirroring(SERVER, ORG, vec![fx.server.verifier()]);
+        fx.entries.iter().for_each(|e| assert!(monitor.push(e)));
+        assert_eq!(
+            monitor.check_checkpoint_keys_now(&note(count), n),
+            expected.is_none()
+        );
+        assert_eq!(monitor.failure().map(|f| f.reason), expected, "{count}");
+    }
+}

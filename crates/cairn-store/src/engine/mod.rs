@@ -140,6 +140,10 @@ pub(crate) trait WriteTx {
     /// How many keys `org`'s committed log registers (revoked ones
     /// included: a verifier keeps them too).
     fn key_registrations(&mut self, org: i64) -> Result<u64, StoreError>;
+    /// How many `log-key` records `org`'s log holds as it stands in this
+    /// transaction (this batch's included): a checkpoint states it
+    /// (FORMAT.md 7.1).
+    fn log_key_records(&mut self, org: i64) -> Result<u64, StoreError>;
     /// Whether a trace id is used in `org`.
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError>;
     /// The entry type (`step`, `audit-event`) of the record with this id
@@ -378,7 +382,11 @@ impl Engine<'_> {
     ) -> Result<StoredCheckpoint, StoreError> {
         let size = org.frontier.size();
         let root = org.frontier.root();
+        // Every log-key record is below the frontier's size: the count is
+        // the one below this checkpoint's.
+        let log_keys = tx.log_key_records(org.id)?;
         let note = org_checkpoint(self.key.signer.name(), name, size, root)
+            .with_log_key_count(log_keys)
             .sign(&self.key.signer)
             .map_err(|e| StoreError::Key(e.to_string()))?;
         let cp = StoredCheckpoint {

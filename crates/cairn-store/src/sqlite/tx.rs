@@ -135,6 +135,15 @@ impl WriteTx for SqliteTx<'_> {
         Ok(self.org_keys(org)?.len() as u64)
     }
 
+    fn log_key_records(&mut self, org: i64) -> Result<u64, StoreError> {
+        // `entries_log_keys` holds only these rows.
+        self.conn
+            .prepare_cached("SELECT count(*) FROM entries WHERE org = ?1 AND type = 'log-key'")
+            .and_then(|mut s| s.query_row(params![org], |r| r.get::<_, i64>(0)))
+            .map(|count| u64::try_from(count).unwrap_or(0))
+            .context("counting log-key records")
+    }
+
     fn trace_id_taken(&mut self, org: i64, trace_id: &str) -> Result<bool, StoreError> {
         self.conn
             .prepare_cached(

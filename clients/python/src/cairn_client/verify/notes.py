@@ -168,9 +168,13 @@ def _open_note(note: Any, keys: Sequence[_Key]) -> str:
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
 
-def _parse_checkpoint(text: str) -> tuple[str, int, bytes]:
-    # C2SP tlog-checkpoint: origin, size, root, then optional extension
-    # lines, which are ignored (the Rust verifier accepts them too).
+_LOG_KEYS_EXTENSION = "cairn-log-keys"
+
+
+def _parse_checkpoint(text: str) -> tuple[str, int, bytes, int | None]:
+    """Origin, size, root, and the count of Cairn's `cairn-log-keys <count>`
+    extension line (FORMAT.md 7.1: the log-key records below the size), None
+    without one. Other extension lines are ignored."""
     lines = text.split("\n")
     if len(lines) < 4 or lines[-1] != "" or not _DECIMAL.fullmatch(lines[1]) or any(not x for x in lines[3:-1]):
         raise ValueError("not a checkpoint (origin, size, root)")
@@ -180,4 +184,14 @@ def _parse_checkpoint(text: str) -> tuple[str, int, bytes]:
     size = int(lines[1])
     if size >= 2**64:
         raise ValueError("a checkpoint's size is at most 2^64 - 1")
-    return lines[0], size, root
+    # The word alone, or the word and a space, is Cairn's line: well formed, once.
+    ours = [x for x in lines[3:-1] if x == _LOG_KEYS_EXTENSION or x.startswith(_LOG_KEYS_EXTENSION + " ")]
+    if len(ours) > 1:
+        raise ValueError("a checkpoint has at most one cairn-log-keys line")
+    log_keys = None
+    if ours:
+        count = ours[0][len(_LOG_KEYS_EXTENSION) + 1:]
+        if not _DECIMAL.fullmatch(count) or int(count) >= 2**64:
+            raise ValueError("a cairn-log-keys line is `cairn-log-keys <count>`, the count in decimal")
+        log_keys = int(count)
+    return lines[0], size, root, log_keys

@@ -101,6 +101,9 @@ class _Verifier:
         self.retired: dict[str, int] = {}
         self.first_used: dict[str, int] = {}
         self.signed_notes: list[str] = []  # the checkpoint's and the selection's notes
+        # what the bundle's checkpoint, then each trusted one, states of the
+        # log-key records below its size (its cairn-log-keys line, 7.1)
+        self.log_key_counts: list[tuple[int, int]] = []
 
     # -- lines ---------------------------------------------------------------
 
@@ -214,7 +217,7 @@ class _Verifier:
         text = self._open(obj["checkpoint"], "the checkpoint")
         self.signed_notes.append(obj["checkpoint"])
         try:
-            origin, size, root = _parse_checkpoint(text)
+            origin, size, root, log_keys = _parse_checkpoint(text)
         except ValueError as e:
             raise _Fail("malformed-record", f"the checkpoint: {e}") from None
         if origin != self.origin:
@@ -226,9 +229,11 @@ class _Verifier:
                             f"the bundle's checkpoint carries {len(by)} valid cosignature(s) of the "
                             f"{self.quorum} the witness policy needs")
         self.size, self.root = size, root
+        if log_keys is not None:
+            self.log_key_counts.append((size, log_keys))
         for note in self.trusted_notes:
             try:
-                t_origin, t_size, t_root = _parse_checkpoint(_open_note(note, self.keys))
+                t_origin, t_size, t_root, t_log_keys = _parse_checkpoint(_open_note(note, self.keys))
             except ValueError as e:
                 raise _Fail("bad-signature", f"a trusted checkpoint: {e}") from None
             if t_origin != self.origin:
@@ -239,6 +244,8 @@ class _Verifier:
             if t_size == size and t_root != root:
                 raise _Fail("inconsistent-checkpoint",
                             f"the trusted checkpoint of size {t_size} has another root than the bundle's")
+            if t_log_keys is not None:
+                self.log_key_counts.append((t_size, t_log_keys))
             if 0 < t_size < size:
                 self.trusted.append((t_size, t_root))
 
@@ -752,6 +759,17 @@ class _Verifier:
         if first_withheld is not None:
             raise _Fail("erasure-mismatch", "a withheld signed trace without the trace-erasure record naming it",
                         Position(seq=first_withheld), line_known=True)
+        # Each checkpoint's cairn-log-keys line against the log-key records
+        # read below its size, the smallest size first (7.1, 9.5): a partial
+        # bundle holds every one (10.4), so fewer is one left out.
+        for count_size, count in sorted(self.log_key_counts, key=lambda c: c[0]):
+            read = sum(1 for seq in [*self.added.values(), *self.retired.values()] if seq < count_size)
+            if read != count:
+                holder = "bundle" if not self.complete and read < count else "log"
+                raise _Fail("missing-record" if holder == "bundle" else "inconsistent-checkpoint",
+                            f"the checkpoint of size {count_size} says its log holds {count} log-key records below "
+                            f"that size (its cairn-log-keys line); the {holder} holds {read} (FORMAT.md 7.1, 7.10)",
+                            Position(), line_known=True)
         for note in self.signed_notes:
             if not self._signed_for_size(note, self.size):
                 raise _Fail("bad-signature",

@@ -40,6 +40,7 @@ impl LogVerifier {
             claims,
             listed_traces: Vec::new(),
         });
+        verifier.require_log_key_count(checkpoint);
         verifier
     }
 

@@ -109,6 +109,18 @@ impl<C: GenericClient> WriteTx for PgTx<'_, C> {
         Ok(self.org_keys(org)?.len() as u64)
     }
 
+    fn log_key_records(&mut self, org: i64) -> Result<u64, StoreError> {
+        self.flush()?;
+        // `entries_log_keys` holds only these rows.
+        let row = self.db.query_one(
+            "SELECT count(*) FROM entries WHERE org = $1 AND type = 'log-key'",
+            &[&org],
+            "counting log-key records",
+        )?;
+        let count: i64 = col(&row, 0)?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     fn record_type(&mut self, org: i64, id: &str) -> Result<Option<String>, StoreError> {
         if let Some(kind) = self.record_known(org, id) {
             return Ok(kind);
