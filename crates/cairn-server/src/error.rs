@@ -149,6 +149,7 @@ pub const ERROR_CODES: &[&str] = &[
     "too_many_streams",
     "stream_open",
     "line_too_long",
+    "line_too_complex",
     "answer_too_large",
     "export_too_large",
     "host_not_allowed",

@@ -378,7 +378,11 @@ fn hold_body(state: &AppState, org: &str, body: &[u8]) -> Result<limits::HeldMem
 /// Counts `bytes` that a request of `org` holds in memory (its parsed
 /// body, the steps it built from it) against [`MAX_HELD_BODY_MEMORY`],
 /// until the guard is dropped, or refuses it (`503 overloaded`).
-fn hold_memory(state: &AppState, org: &str, bytes: usize) -> Result<limits::HeldMemory, ApiError> {
+pub(crate) fn hold_memory(
+    state: &AppState,
+    org: &str,
+    bytes: usize,
+) -> Result<limits::HeldMemory, ApiError> {
     state
         .bodies
         .hold(Some(org), bytes)

@@ -687,7 +687,7 @@ fn query_vkey(text: &str) -> Result<cairn_core::note::NoteVerifier, String> {
     operation_id = "verify_bundle",
     tag = "bundles",
     summary = "Verify an uploaded bundle",
-    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. A bundle that does not verify has it false whoever signed it: a tampered bundle is vouched for by no one (`verified` and `brokenReason` say why). With `witness` parameters, `cosigned_by` names the witnesses whose cosignature on the checkpoint verified and the quorum (`{\"witnesses\": [...], \"quorum\": k}`; null without a policy). The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long).",
+    description = "Verifies against the keys given with `key`, else against the key named in the bundle (`key_pinned` says which). `server_key` is the key whose signature on the bundle's checkpoint verified (not merely the first the header names), and `signed_by_this_server` says whether a key that signed it is this server's (its current key, or one its log for the caller's org was signed with): a bundle that verifies with it false is authentic under another server's key, which this server does not vouch for; compare `server_key` with that operator's published key. A bundle that does not verify has it false whoever signed it: a tampered bundle is vouched for by no one (`verified` and `brokenReason` say why). With `witness` parameters, `cosigned_by` names the witnesses whose cosignature on the checkpoint verified and the quorum (`{\"witnesses\": [...], \"quorum\": k}`; null without a policy). The body is streamed into the verifier line by line: at most CAIRN_MAX_BUNDLE_BYTES in all (413 body_too_large) and CAIRN_MAX_BUNDLE_LINE_BYTES per line (413 line_too_long); a line whose parsed form could take more than 32 times that (JSON of many tiny objects or arrays) is 413 line_too_complex.",
     params(
         ("witness" = Option<String>, Query, description = "A witness's cosignature key (vkey, algorithm 0x04); repeatable. With it, the checkpoint that authenticates the verdict (the latest stored one; the bundle's) must carry valid cosignatures by `quorum` of the witnesses given, or the verdict fails with insufficient-cosignatures (docs/FORMAT.md 7.7)."),
         ("quorum" = Option<u64>, Query, description = "How many of the witness keys must have cosigned (default: all).", minimum = 1),
@@ -741,8 +741,31 @@ pub(crate) async fn verify_bundle(
     let max_line = state.config.limits.max_bundle_line_bytes;
     let max_total = state.config.max_bundle_bytes;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let (budget, org) = (Arc::clone(&state), caller.org().to_owned());
     let worker = tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        let memory_limit = cairn_store::ops::line_memory_limit(max_line);
+        // A line is parsed (when the typed step decoder leaves it) into a
+        // tree that can take a hundred times its bytes: refused past the
+        // limit, and counted with the request bodies' memory while it is
+        // verified, so that concurrent uploads of such lines wait their
+        // turn (503) instead of holding gigabytes together.
+        let push = |verifier: &mut cairn_core::bundle::BundleVerifier,
+                    line: &[u8],
+                    number: u64|
+         -> Result<bool, ApiError> {
+            let line = cairn_core::bundle::trim_line_end(line);
+            let bound = cairn_store::ops::line_memory(line, memory_limit);
+            if bound > memory_limit {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "line_too_complex",
+                    cairn_store::ops::line_too_complex("the bundle", number, bound, memory_limit),
+                ));
+            }
+            let _held = crate::hold_memory(&budget, &org, bound)?;
+            Ok(verifier.push_bytes(line))
+        };
         let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);
         if let Some(policy) = policy {
             verifier.require_witnesses(policy);
@@ -767,7 +790,7 @@ pub(crate) async fn verify_bundle(
                     return Err(too_long(number));
                 }
                 line.extend_from_slice(&rest[..=at]);
-                let going = verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+                let going = push(&mut verifier, &line, number)?;
                 line.clear();
                 rest = &rest[at + 1..];
                 if !going {
@@ -780,7 +803,7 @@ pub(crate) async fn verify_bundle(
             line.extend_from_slice(rest);
         }
         if !line.is_empty() {
-            verifier.push_bytes(cairn_core::bundle::trim_line_end(&line));
+            push(&mut verifier, &line, number + 1)?;
         }
         Ok(verifier.finish())
     });

@@ -149,6 +149,26 @@ fn bundle_uploads_are_streamed_and_bounded() {
     );
     assert!(r.text().contains("65536"), "{}", r.text());
 
+    // A line within the length limit whose parsed form would take more
+    // than 32 times it (tiny objects) is refused before it is parsed.
+    let mut tiny = b"[".to_vec();
+    while tiny.len() < 60 * 1024 {
+        tiny.extend_from_slice(br#"{"":0},"#);
+    }
+    tiny.extend_from_slice(b"0]\n");
+    let r = call(&server, "POST", "/v1/bundles/verify", &admin, Some(&tiny));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (413, "line_too_complex"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("line 1 of the bundle could take"),
+        "{}",
+        r.text()
+    );
+
     let many_lines: Vec<u8> = std::iter::repeat_n(b"{}\n".as_slice(), 200_000)
         .flatten()
         .copied()

@@ -39,9 +39,11 @@ pub fn import_bundle(
     let read_line = |reader: &mut dyn std::io::BufRead, line: &mut Vec<u8>, number: u64| {
         super::read_bundle_line(reader, line, max_line).map_err(|e| match e {
             super::BundleLineError::Io(e) => io(e),
-            super::BundleLineError::TooLong(max) => {
-                ImportError::Refused(super::line_too_long("the bundle", number, max))
-            }
+            refused => ImportError::Refused(
+                refused
+                    .refusal("the bundle", number)
+                    .unwrap_or_else(|| refused.to_string()),
+            ),
         })
     };
     let mut verifier = BundleVerifier::new(keys.to_vec());

@@ -15,7 +15,7 @@
 
 use anyhow::{Context as _, Result};
 use cairn_core::bundle::{BundleVerifier, PreparedLine};
-use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
+use cairn_store::ops::{BundleLineError, read_bundle_line};
 use std::io::BufRead;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 
@@ -152,16 +152,15 @@ pub(super) fn feed_bundle(
                             break;
                         }
                         Ok(n) => total += n as u64,
-                        Err(BundleLineError::TooLong(max)) => {
-                            stop = Some(Err(crate::cli::usage(line_too_long(
-                                "the bundle",
-                                number,
-                                max,
-                            ))));
-                            break;
-                        }
                         Err(BundleLineError::Io(e)) => {
                             stop = Some(Err(e).context("reading the bundle"));
+                            break;
+                        }
+                        Err(refused) => {
+                            let message = refused
+                                .refusal("the bundle", number)
+                                .unwrap_or_else(|| refused.to_string());
+                            stop = Some(Err(crate::cli::usage(message)));
                             break;
                         }
                     }

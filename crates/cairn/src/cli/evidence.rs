@@ -594,7 +594,7 @@ pub(super) fn recompute_selection(
     checkpoint: Option<(u64, cairn_core::Hash)>,
 ) -> Result<Option<(cairn_core::selection::Selection, Vec<u64>)>> {
     use cairn_core::selection::Selector;
-    use cairn_store::ops::{BundleLineError, line_too_long, read_bundle_line};
+    use cairn_store::ops::{BundleLineError, read_bundle_line};
     let max_line = args.max_bundle_line_bytes;
     let unreadable = |e: std::io::Error| usage(format!("reading {}: {e}", path.display()));
     // A pipe (`--log <(zcat all.bundle.gz)`) cannot be read twice: it is
@@ -630,11 +630,14 @@ pub(super) fn recompute_selection(
             match read_bundle_line(&mut reader, &mut line, max_line) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(BundleLineError::TooLong(max)) => {
-                    let source = format!("--log {}", path.display());
-                    return Err(usage(line_too_long(&source, number, max)));
-                }
                 Err(BundleLineError::Io(e)) => return Err(unreadable(e)),
+                Err(refused) => {
+                    let source = format!("--log {}", path.display());
+                    let message = refused
+                        .refusal(&source, number)
+                        .unwrap_or_else(|| refused.to_string());
+                    return Err(usage(message));
+                }
             }
             let text = cairn_core::bundle::trim_line_end(&line);
             let mut pair = [0u8; 64];
