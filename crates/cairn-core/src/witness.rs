@@ -95,6 +95,9 @@ pub struct Witnessed {
     pub size: u64,
     /// Its root.
     pub root: Hash,
+    /// Its log-keys line's count (FORMAT.md 7.1: the log's `log-key`
+    /// records below its size), if it had one.
+    pub log_keys: Option<u64>,
 }
 
 /// A decimal with no leading zero (but `0` itself).
@@ -243,10 +246,43 @@ pub fn check_consistency(
             }
         }
     }
+    check_log_keys(checkpoint, latest)?;
     Ok(Witnessed {
         size: checkpoint.size,
         root: checkpoint.root,
+        log_keys: checkpoint.log_key_count(),
     })
+}
+
+/// A log's key history only grows (FORMAT.md 7.7, 7.10): once the witness
+/// has cosigned a checkpoint whose log-keys line counts `c` `log-key`
+/// records, it cosigns none that counts fewer, none of the same size that
+/// counts otherwise, and none without the line. Otherwise a holder of a
+/// retired key the witness still trusts could have a checkpoint that
+/// leaves the retirement out cosigned, the same root at the same size.
+fn check_log_keys(
+    checkpoint: &Checkpoint,
+    latest: Option<&Witnessed>,
+) -> Result<(), WitnessRefusal> {
+    let Some((seen, counted)) = latest.and_then(|w| w.log_keys.map(|c| (w, c))) else {
+        return Ok(());
+    };
+    let refused = |what: String| {
+        Err(WitnessRefusal::Unprocessable(format!(
+            "{what}, where the checkpoint of size {} the witness cosigned counts {counted} (cairn-log-keys): a log's key history only grows",
+            seen.size
+        )))
+    };
+    match checkpoint.log_key_count() {
+        None => refused("the checkpoint has no cairn-log-keys line".into()),
+        Some(count) if count < counted => {
+            refused(format!("the checkpoint counts {count} log-key records"))
+        }
+        Some(count) if count != counted && checkpoint.size == seen.size => refused(format!(
+            "the checkpoint of the same size counts {count} log-key records"
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// A witness policy: the checkpoint must carry valid `cosignature/v1`
@@ -579,6 +615,58 @@ mod tests {
             );
         }
         assert!(WitnessPolicy::new(vec![log_signer().verifier()], 1).is_err());
+    }
+
+    /// Once a checkpoint counting the log's key records is cosigned, one
+    /// counting fewer (a retirement left out), one of the same size
+    /// counting otherwise, or one without the line is refused; more, at a
+    /// larger size, is a rotation since.
+    #[test]
+    fn the_log_keys_count_never_goes_back() {
+        let t = tree(6, 1);
+        let signer = log_signer();
+        let keys = |origin: &str| (origin == ORIGIN).then(|| vec![signer.verifier()]);
+        let note = |size: u64, count: Option<u64>| {
+            let cp = Checkpoint {
+                origin: ORIGIN.into(),
+                size,
+                root: t.root_at(size),
+                extensions: vec![],
+            };
+            count
+                .map_or(cp.clone(), |c| cp.with_log_key_count(c))
+                .sign(&signer)
+                .unwrap()
+        };
+        let submit = |old: u64, proof: &[Hash], note: &str, latest: Option<&Witnessed>| {
+            let (req, cp, _) = check_request(&body(old, proof, note), keys).unwrap();
+            check_consistency(&req, &cp, latest)
+        };
+        let first = submit(0, &[], &note(4, Some(2)), None).unwrap();
+        assert_eq!(first.log_keys, Some(2));
+        let proof = consistency_proof(&t, 4, 6).unwrap();
+        for (count, accepted) in [
+            (Some(1), false),
+            (None, false),
+            (Some(2), true),
+            (Some(3), true),
+        ] {
+            let outcome = submit(4, &proof, &note(6, count), Some(&first));
+            assert_eq!(outcome.is_ok(), accepted, "{count:?}: {outcome:?}");
+            if let Err(refusal) = outcome {
+                assert_eq!(refusal.status(), 422);
+            }
+        }
+        // The same size: another count is refused, the same one accepted.
+        assert!(submit(4, &[], &note(4, Some(3)), Some(&first)).is_err());
+        assert!(submit(4, &[], &note(4, Some(2)), Some(&first)).is_ok());
+        // A witness that cosigned only checkpoints without the line (an
+        // older log's) accepts either.
+        let unlined = Witnessed {
+            log_keys: None,
+            ..first
+        };
+        assert!(submit(4, &proof, &note(6, None), Some(&unlined)).is_ok());
     }
 
     proptest! {

@@ -272,10 +272,17 @@ fn read_latest(conn: &Connection, origin: &str) -> Result<Option<(Witnessed, Str
         let root: [u8; 32] = root
             .try_into()
             .map_err(|_| StoreError::Corrupt(format!("witness state of {origin}: bad root")))?;
+        // The log-keys count is read from the note kept (a state written
+        // before the witness knew the line holds the note too).
+        let log_keys = cairn_core::note::Note::parse(&note)
+            .ok()
+            .and_then(|parsed| cairn_core::checkpoint::Checkpoint::parse(&parsed.text).ok())
+            .and_then(|checkpoint| checkpoint.log_key_count());
         Ok((
             Witnessed {
                 size: u64::try_from(size).unwrap_or(0),
                 root: Hash(root),
+                log_keys,
             },
             note,
         ))

@@ -580,6 +580,20 @@ fn a_retired_key_cannot_sign_a_partial_bundle_that_leaves_its_retirement_out() {
     let failure = verdict.verdict.failure.unwrap();
     assert_eq!(failure.reason, Reason::MissingRecord, "{failure:?}");
 
+    // A trusted checkpoint of size 0 is otherwise ignored (FORMAT.md
+    // 10.2), but its log-keys line is checked: below 0 there is none.
+    let empty = org_checkpoint(NAME, ORG, 0, cairn_core::merkle::empty_root())
+        .with_log_key_count(1)
+        .sign(&w.k2)
+        .unwrap();
+    case(
+        "rotation-partial-trusted-empty-checkpoint-counts-one",
+        &genuine,
+        &keys,
+        std::slice::from_ref(&empty),
+        Some(&no_position(Reason::MissingRecord)),
+    );
+
     // A complete bundle whose checkpoint misstates the count, signed by
     // the current key: the log holds two.
     let entries = w.entries();
@@ -596,6 +610,13 @@ fn a_retired_key_cannot_sign_a_partial_bundle_that_leaves_its_retirement_out() {
         &complete,
         &keys,
         &[],
+        Some(&no_position(Reason::InconsistentCheckpoint)),
+    );
+    case(
+        "rotation-complete-trusted-empty-checkpoint-counts-one",
+        &w.signed_by(&entries, &w.k2),
+        &keys,
+        std::slice::from_ref(&empty),
         Some(&no_position(Reason::InconsistentCheckpoint)),
     );
 }

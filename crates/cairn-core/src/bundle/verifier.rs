@@ -78,6 +78,9 @@ pub struct BundleVerifier {
     /// the quorum asked for.
     cosigned_by: Option<(Vec<String>, usize)>,
     trusted: Vec<VerifiedCheckpoint>,
+    /// Trusted checkpoints of size 0 given with a larger bundle: nothing
+    /// but their log-keys line is checked (FORMAT.md 7.10, 10.2).
+    empty_trusted: Vec<VerifiedCheckpoint>,
     /// Trusted checkpoints older than the bundle's still needing a
     /// consistency line (partial bundles), by size.
     unproven: Vec<u64>,
@@ -106,6 +109,7 @@ impl BundleVerifier {
             witness_policy: None,
             cosigned_by: None,
             trusted: Vec::new(),
+            empty_trusted: Vec::new(),
             unproven: Vec::new(),
             stage: Stage::Header,
             header: None,
@@ -337,7 +341,9 @@ impl BundleVerifier {
             if old.size == 0 && size > 0 {
                 // FORMAT 10.2: a trusted checkpoint of size 0 is compared
                 // only with a bundle of size 0 (every log extends the empty
-                // one, whatever root such a note claims).
+                // one, whatever root such a note claims); only its
+                // log-keys line is still checked (7.10).
+                self.empty_trusted.push(cp);
                 continue;
             }
             if old.size < size && !header.complete_log {
@@ -379,6 +385,9 @@ impl BundleVerifier {
             log.require_checkpoint_keys(checkpoint.note(), checkpoint.checkpoint().size);
             for trusted in &self.trusted {
                 log.expect_checkpoint(trusted);
+            }
+            for empty in &self.empty_trusted {
+                log.require_log_key_count(empty);
             }
             self.log = Some(log);
             self.stage = Stage::Entries;
@@ -425,7 +434,7 @@ impl BundleVerifier {
         log.require_checkpoint_keys(checkpoint.note(), size);
         log.require_selection_keys(note, size);
         // Larger trusted checkpoints failed at line 2 (missing-proof).
-        for trusted in &self.trusted {
+        for trusted in self.trusted.iter().chain(&self.empty_trusted) {
             log.require_log_key_count(trusted);
         }
         self.log = Some(log);
