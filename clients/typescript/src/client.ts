@@ -16,6 +16,8 @@
 //   recorded, and a ledger cannot take a duplicate back, so it is thrown
 //   for the caller to decide.
 
+import { unknownOption } from "./verdict.js";
+
 export type Json = null | boolean | number | string | Json[] | { [name: string]: Json };
 export type JsonRecord = { [name: string]: Json };
 
@@ -276,6 +278,10 @@ export class CairnClient {
   private readonly timeoutMs: number;
 
   constructor(options: CairnClientOptions) {
+    const unknown =
+      unknownOption("new CairnClient", options, ["baseUrl", "apiKey", "agentId", "fetch", "retry", "timeoutMs"]) ??
+      unknownOption("new CairnClient: retry", options.retry, ["retries", "baseDelayMs", "maxDelayMs"]);
+    if (unknown !== undefined) throw unknown;
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.apiKey = options.apiKey;
     this.agentId = options.agentId;
@@ -478,6 +484,8 @@ export class CairnClient {
       cursor?: string;
     } = {},
   ): Promise<JsonRecord[]> {
+    const unknown = unknownOption("listSessions", options, ["agentId", "limit", "verify", "kind", "flagged", "since", "until", "cursor"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", "/v1/sessions", {
       query: {
         agent_id: options.agentId ?? this.agentId,
@@ -494,11 +502,15 @@ export class CairnClient {
 
   /** `GET /v1/sessions/{id}`: replays a session; with `verify`, every hash is recomputed (`chain_valid`). */
   getSession(sessionId: string, options: { verify?: boolean; level?: DetailLevel } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("getSession", options, ["verify", "level"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`, { query: { verify: options.verify, level: options.level } });
   }
 
   /** `GET /v1/sessions/{id}?format=markdown`: the session as Markdown. */
   getSessionMarkdown(sessionId: string, options: { level?: DetailLevel } = {}): Promise<string> {
+    const unknown = unknownOption("getSessionMarkdown", options, ["level"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.text("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`, { query: { format: "markdown", level: options.level } });
   }
 
@@ -509,6 +521,8 @@ export class CairnClient {
 
   /** `POST /v1/sessions/{id}/seal`: signs the session's Merkle root; nothing can follow. */
   sealSession(sessionId: string, options: { requireReflection?: boolean } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("sealSession", options, ["requireReflection"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/seal`, {
       query: { require_reflection: options.requireReflection },
     });
@@ -586,6 +600,8 @@ export class CairnClient {
 
   /** `GET /v1/reviews`: flagged steps awaiting review (`all`: every review). */
   listReviews(options: { all?: boolean; limit?: number } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("listReviews", options, ["all", "limit"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", "/v1/reviews", { query: { all: options.all, limit: options.limit } });
   }
 
@@ -622,6 +638,8 @@ export class CairnClient {
     if (typeof q !== "string") {
       return Promise.reject(new TypeError(`search(q, options): q is the query text, a string, not ${typeof q}`));
     }
+    const unknown = unknownOption("search", options, ["limit", "mode", "agentId", "sessionId", "kind", "status", "since", "until"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", "/v1/search", {
       query: {
         q,
@@ -639,6 +657,8 @@ export class CairnClient {
 
   /** `POST /v1/sql`: one read-only query over the views steps, sessions and records. */
   sql(sql: string, options: { limit?: number } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("sql", options, ["limit"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("POST", "/v1/sql", { body: options.limit === undefined ? { sql } : { sql, limit: options.limit }, safety: "read" });
   }
 
@@ -649,6 +669,8 @@ export class CairnClient {
    * (signed notes you kept), it also proves the log consistent with each.
    */
   verify(trustedCheckpoints: readonly string[] = [], witnesses: WitnessPolicy = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("verify", witnesses, ["witnesses", "quorum"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", "/v1/verify", {
       query: { checkpoint: trustedCheckpoints.map(noteParam), witness: witnesses.witnesses ?? [], quorum: witnesses.quorum },
     });
@@ -692,6 +714,8 @@ export class CairnClient {
 
   /** `GET /v1/export`: a bundle (JSON Lines) that `verifyBundle` checks offline. */
   export(options: ExportOptions = {}): Promise<string> {
+    const unknown = unknownOption("export", options, ["session", "agent", "since", "until", "all", "level", "sinceSize"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     const { session, agent, since, until, all, level, sinceSize } = options;
     return this.text("GET", "/v1/export", {
       query: { session, agent, since, until, all: all ? "true" : undefined, level, since_size: sinceSize },
@@ -703,6 +727,8 @@ export class CairnClient {
     bundle: string,
     options: { keys?: readonly string[]; trustedCheckpoints?: readonly string[] } & WitnessPolicy = {},
   ): Promise<JsonRecord> {
+    const unknown = unknownOption("verifyBundleOnServer", options, ["keys", "trustedCheckpoints", "witnesses", "quorum"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     const query = {
       key: options.keys ?? [],
       checkpoint: (options.trustedCheckpoints ?? []).map(noteParam),
@@ -748,12 +774,20 @@ export class CairnClient {
    * page may have more: ask again with `after` set to its last record's `seq`.
    */
   listAgentKeys(options: { after?: number; limit?: number } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("listAgentKeys", options, ["after", "limit"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("GET", "/v1/agent-keys", { query: { after: options.after, limit: options.limit } });
   }
 
   /** `POST /v1/agent-keys/{key_id}/revoke`: from now on the key signs nothing the log accepts. */
-  revokeAgentKey(keyId: string, options: { agent_id?: string; reason?: string } = {}): Promise<JsonRecord> {
-    return this.json("POST", `/v1/agent-keys/${encodeURIComponent(keyId)}/revoke`, { body: this.withAgent({ ...options }) });
+  revokeAgentKey(keyId: string, options: { agentId?: string; reason?: string; /** @deprecated use agentId */ agent_id?: string } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("revokeAgentKey", options, ["agentId", "reason", "agent_id"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
+    const { agentId, agent_id, reason } = options;
+    const body: JsonRecord = {};
+    if (agentId !== undefined || agent_id !== undefined) body["agent_id"] = (agentId ?? agent_id)!;
+    if (reason !== undefined) body["reason"] = reason;
+    return this.json("POST", `/v1/agent-keys/${encodeURIComponent(keyId)}/revoke`, { body: this.withAgent(body) });
   }
 
   /** `POST /v1/agent-keys/{key_id}/rotate`: revokes the key and registers a new one in one request. */
@@ -767,6 +801,8 @@ export class CairnClient {
 
   /** `POST /v1/signed-traces`: imports a complete agent-signed trace. */
   importSignedTrace(trace: JsonRecord, options: { sessionId?: string } = {}): Promise<JsonRecord> {
+    const unknown = unknownOption("importSignedTrace", options, ["sessionId"]);
+    if (unknown !== undefined) return Promise.reject(unknown);
     return this.json("POST", "/v1/signed-traces", { body: trace, query: { session_id: options.sessionId }, safety: "idempotent" });
   }
 

@@ -16,7 +16,7 @@ import { equalBytes, toHex, utf8 } from "./bytes.js";
 import { Fail } from "./fail.js";
 import { bundleLines, streamLines } from "./lines.js";
 import { ALG_COSIGNATURE_V1, NoteMalformed, NoteUnverified, openNote, parseVkey, VkeyError, type NoteKey } from "./note.js";
-import type { BundleInput, Failure, Verdict, VerifyOptions } from "./verdict.js";
+import { unknownOption, VERIFY_OPTIONS, type BundleInput, type Failure, type Verdict, type VerifyOptions } from "./verdict.js";
 import { Verifier } from "./verifier.js";
 
 export * from "./verdict.js";
@@ -46,6 +46,8 @@ export const MAX_WITNESSES = 64;
  * note at all TrustedCheckpointError; everything wrong with the bundle is
  * reported in the verdict. */
 export async function verifyBundle(bundle: BundleInput, options: VerifyOptions = {}): Promise<Verdict> {
+  const unknown = unknownOption("verifyBundle", options, VERIFY_OPTIONS);
+  if (unknown !== undefined) throw unknown;
   const bytes = typeof bundle === "string" ? utf8(bundle) : bundle instanceof Uint8Array ? bundle : new Uint8Array(bundle);
   return verifyLines(bundleLines(bytes), options);
 }
@@ -64,6 +66,8 @@ export async function verifyBundleStream(
   chunks: AsyncIterable<Uint8Array> | ReadableStream<Uint8Array>,
   options: StreamOptions = {},
 ): Promise<Verdict> {
+  const unknown = unknownOption("verifyBundleStream", options, [...VERIFY_OPTIONS, "onProgress"]);
+  if (unknown !== undefined) throw unknown;
   return verifyLines(streamLines(chunks, options.onProgress), options);
 }
 

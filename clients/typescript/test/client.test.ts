@@ -44,6 +44,26 @@ describe("CairnClient against a scripted fetch", () => {
     assert.equal(calls.length, 0);
   });
 
+  test("an option the method does not take is a TypeError naming the one meant, nothing sent", async () => {
+    const { fetch, calls } = scripted([ok]);
+    const client = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch });
+    const loose = client as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+    await assert.rejects(loose["search"]!.call(client, "revenue", { mode: "fulltext", session_id: "s2" }), /unknown option "session_id" \(the option is sessionId\)/);
+    await assert.rejects(loose["listSessions"]!.call(client, { agent_id: "a" }), /the option is agentId/);
+    await assert.rejects(loose["export"]!.call(client, { since_size: 3 }), /the option is sinceSize/);
+    await assert.rejects(loose["listSessions"]!.call(client, "a"), /the options are an object, not string/);
+    await assert.rejects(verifyBundle("", { trusted_checkpoints: [] } as never), /the option is trustedCheckpoints/);
+    assert.throws(() => new CairnClient({ baseUrl: "http://cairn.invalid", api_key: "k" } as never), /the option is apiKey/);
+    assert.throws(() => new CairnClient({ baseUrl: "http://x", apiKey: "k", retry: { base_delay_ms: 1 } } as never), /the option is baseDelayMs/);
+    assert.equal(calls.length, 0);
+    // The names it takes pass, the key's agent given either way.
+    const revoke = scripted([ok, ok]);
+    const keys = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: revoke.fetch });
+    await keys.revokeAgentKey("k1", { agentId: "a1", reason: "lost" });
+    await keys.revokeAgentKey("k1", { agent_id: "a2" });
+    assert.deepEqual(revoke.calls.map((c) => JSON.parse(c.body as string)), [{ agent_id: "a1", reason: "lost" }, { agent_id: "a2" }]);
+  });
+
   test("429 and 503 are retried, honouring Retry-After", async () => {
     const { fetch, calls } = scripted([errorAnswer(429, "rate_limited", { "Retry-After": "0" }), errorAnswer(503, "overloaded"), ok]);
     const client = new CairnClient({ baseUrl: "http://cairn.invalid/", apiKey: "cairn_x", fetch, retry: { baseDelayMs: 1 } });

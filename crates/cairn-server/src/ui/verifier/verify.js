@@ -15,6 +15,7 @@ import { equalBytes, toHex, utf8 } from "./bytes.js";
 import { Fail } from "./fail.js";
 import { bundleLines, streamLines } from "./lines.js";
 import { ALG_COSIGNATURE_V1, NoteMalformed, NoteUnverified, openNote, parseVkey, VkeyError } from "./note.js";
+import { unknownOption, VERIFY_OPTIONS } from "./verdict.js";
 import { Verifier } from "./verifier.js";
 export * from "./verdict.js";
 /** A witness policy that cannot be applied: no witness, more than 64, a
@@ -39,6 +40,9 @@ export const MAX_WITNESSES = 64;
  * note at all TrustedCheckpointError; everything wrong with the bundle is
  * reported in the verdict. */
 export async function verifyBundle(bundle, options = {}) {
+    const unknown = unknownOption("verifyBundle", options, VERIFY_OPTIONS);
+    if (unknown !== undefined)
+        throw unknown;
     const bytes = typeof bundle === "string" ? utf8(bundle) : bundle instanceof Uint8Array ? bundle : new Uint8Array(bundle);
     return verifyLines(bundleLines(bytes), options);
 }
@@ -47,6 +51,9 @@ export async function verifyBundle(bundle, options = {}) {
  * that fails is not read past its failing line. Same verdict as
  * [`verifyBundle`] on the same bytes. */
 export async function verifyBundleStream(chunks, options = {}) {
+    const unknown = unknownOption("verifyBundleStream", options, [...VERIFY_OPTIONS, "onProgress"]);
+    if (unknown !== undefined)
+        throw unknown;
     return verifyLines(streamLines(chunks, options.onProgress), options);
 }
 async function verifyLines(lines, options) {
