@@ -88,13 +88,17 @@ pub enum Problem {
     /// The log could not be reached or was busy (connection refused, a
     /// timeout, a 5xx or 429): not a finding about the log; poll again.
     Unavailable(String),
+    /// The monitor's own configuration is refused: its API key (401, 403),
+    /// or a URL with no log at it (a 404 before any poll succeeded). Not a
+    /// finding about the log; polling again would not help.
+    Refused(String),
 }
 
 impl Problem {
     /// Whether the problem is a finding about the log (and not a network
     /// or load condition worth retrying).
     pub fn is_finding(&self) -> bool {
-        !matches!(self, Problem::Unavailable(_))
+        !matches!(self, Problem::Unavailable(_) | Problem::Refused(_))
     }
 }
 
@@ -116,6 +120,7 @@ impl std::fmt::Display for Problem {
             ),
             Problem::Unreadable(detail) => write!(f, "unreadable: {detail}"),
             Problem::Unavailable(detail) => write!(f, "unavailable: {detail}"),
+            Problem::Refused(detail) => write!(f, "refused: {detail}"),
         }
     }
 }
@@ -451,11 +456,24 @@ impl Monitor {
         if status.is_server_error() || status.as_u16() == 429 {
             return Err(unavailable(format!("{status}")));
         }
-        if !status.is_success() {
-            return Err(unreadable(format!(
-                "{status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(500)])
+        let said = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(Problem::Refused(format!(
+                "GET {url}: {status}: {}: the monitor's API key must be an auditor's or an admin's of the org (--api-key, CAIRN_API_KEY)",
+                said()
             )));
+        }
+        // Before any poll succeeded, a path the log does not have is the
+        // URL's mistake (Cairn also answers `/v1/checkpoint`, so a prefix
+        // of `/v1` fails at the first tile); after one, a tile the log
+        // must hold that is missing is a finding.
+        if status.as_u16() == 404 && self.last.is_none() {
+            return Err(Problem::Refused(format!(
+                "GET {url}: {status}: no log at this URL: give the tlog prefix, <server>/v1/tlog (docs/OPERATIONS.md, \"Monitors\")"
+            )));
+        }
+        if !status.is_success() {
+            return Err(unreadable(format!("{status}: {}", said())));
         }
         if gzip {
             use std::io::Read as _;

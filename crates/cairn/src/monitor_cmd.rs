@@ -6,7 +6,7 @@ use crate::Outcome;
 use crate::cli::usage;
 use anyhow::{Context as _, Result};
 use cairn_core::note::NoteVerifier;
-use cairn_server::monitor::{Monitor, MonitorConfig, PendingErasure};
+use cairn_server::monitor::{Monitor, MonitorConfig, PendingErasure, Problem};
 use cairn_server::render::terminal_safe;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,7 +80,7 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
             match monitor.poll().await {
                 Ok(report) => {
                     println!(
-                        "ok: size {} root {} ({} new records verified, {} in all)",
+                        "ok: size {} root {} ({} records verified by this poll, {} since the monitor started)",
                         report.size,
                         report.root,
                         report.new_records,
@@ -95,6 +95,12 @@ pub fn run(args: &MonitorArgs) -> Result<Outcome> {
                             },
                         )?;
                     }
+                }
+                Err(Problem::Refused(why)) => {
+                    return Err(usage(format!(
+                        "the log refused the monitor: {}",
+                        terminal_safe(&why)
+                    )));
                 }
                 Err(problem) if problem.is_finding() => {
                     println!("PROBLEM: {}", terminal_safe(&problem.to_string()));

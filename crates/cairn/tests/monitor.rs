@@ -350,6 +350,37 @@ fn a_monitor_follows_a_growing_log_and_catches_a_rollback_and_a_fork() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+
+    // Mistakes of the monitor's own configuration (a key the log refuses,
+    // a URL with no log at it) exit 2 saying so, never as findings (1).
+    let misconfigured = |url: &str, key: &str| {
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["monitor", url, "--once", "--log-key", &vkey])
+            .env("CAIRN_API_KEY", key)
+            .output()
+            .unwrap()
+    };
+    for (url, key, said) in [
+        (
+            format!("http://{}/v1/tlog", b.addr),
+            "cairn_000000000000_x",
+            "401",
+        ),
+        (
+            format!("http://{}/v1", b.addr),
+            admin.as_str(),
+            "no log at this URL",
+        ),
+    ] {
+        let out = misconfigured(&url, key);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(
+            stderr.contains("the log refused the monitor") && stderr.contains(said),
+            "{stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("PROBLEM"));
+    }
 }
 
 trait WaitCode {
