@@ -103,6 +103,18 @@ const SEMANTIC_OVERFETCH: usize = 10;
 /// Characters of a hit's snippet.
 const SNIPPET_CHARS: usize = 240;
 
+/// The order of ranked candidates `(seq, found by, score)`: best score
+/// first; at equal scores (in hybrid mode the first of each ranking
+/// scores alike), a step both rankings found, then one full text found
+/// (its words are in the step; a semantic neighbour's may not be), then
+/// the older.
+fn best_first(a: (u64, &[&str], f64), b: (u64, &[&str], f64)) -> std::cmp::Ordering {
+    let text_first = |by: &[&str]| (by.len(), by.contains(&"fulltext"));
+    b.2.total_cmp(&a.2)
+        .then_with(|| text_first(b.1).cmp(&text_first(a.1)))
+        .then(a.0.cmp(&b.0))
+}
+
 /// The step at `seq` of an org's log, if it is one.
 pub fn step_at(
     store: &dyn LedgerStore,
@@ -254,7 +266,7 @@ pub fn search(
             rank += 1;
         }
     }
-    ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    ranked.sort_by(|a, b| best_first((a.0, &a.1, a.2), (b.0, &b.1, b.2)));
     ranked.truncate(wanted);
     let mut hits = Vec::with_capacity(ranked.len());
     let mut held = 0usize;
@@ -288,4 +300,28 @@ pub fn search(
         truncated,
         semantic_unavailable,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first of each ranking fuse to the same score: the one full text
+    /// found comes first (a lexical neighbour sharing one word of the
+    /// query had come first, being older), and one both found before
+    /// either.
+    #[test]
+    fn ties_go_to_what_both_rankings_then_full_text_found() {
+        let tie = 1.0 / (RRF_K + 1.0);
+        let mut ranked = [
+            (3, vec!["semantic"], tie),
+            (9, vec!["fulltext"], tie),
+            (5, vec!["fulltext", "semantic"], tie),
+            (1, vec!["semantic"], tie * 2.0),
+            (7, vec!["fulltext"], tie),
+        ];
+        ranked.sort_by(|a, b| best_first((a.0, &a.1, a.2), (b.0, &b.1, b.2)));
+        let order: Vec<u64> = ranked.iter().map(|r| r.0).collect();
+        assert_eq!(order, vec![1, 5, 7, 9, 3]);
+    }
 }
