@@ -4,6 +4,11 @@ use super::{BUNDLE_VERSION, exact_members};
 use crate::time::Timestamp;
 use serde_json::{Value, json};
 
+/// How a verdict's detail begins when the first line is a JSON object but
+/// no bundle header (no `cairn_bundle` member): the wrong file was given,
+/// which a tool may word otherwise than a tampered bundle.
+pub const NOT_A_BUNDLE: &str = "not a cairn bundle";
+
 /// The first line of a bundle.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleHeader {
@@ -61,7 +66,7 @@ impl BundleHeader {
                     "bundle format {other} is not supported (this verifier reads format {BUNDLE_VERSION})"
                 ));
             }
-            None => return Err("not a cairn bundle: the first line lacks cairn_bundle".into()),
+            None => return Err(format!("{NOT_A_BUNDLE}: the first line lacks cairn_bundle")),
         }
         let mut members = vec![
             "cairn_bundle",

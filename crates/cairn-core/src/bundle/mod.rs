@@ -42,7 +42,7 @@ mod prepared;
 mod verifier;
 #[doc(hidden)]
 pub use fast::assert_fast_agrees;
-pub use header::BundleHeader;
+pub use header::{BundleHeader, NOT_A_BUNDLE};
 use lines::decode_entry_value;
 pub use lines::{
     ProvenEntry, checkpoint_line, consistency_line, decode_entry, encode_entry, end_line,

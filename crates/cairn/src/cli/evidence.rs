@@ -17,7 +17,7 @@ fn describe_raw(verdict: &Verdict) -> String {
         None => format!("VERIFIED: {} records checked", verdict.records_checked),
         Some(f) => format!(
             "{}: first failing record: {}\n  reason: {} ({})\n  records checked: {}, last valid: {}",
-            headline(f.reason),
+            headline(f, verdict.records_checked),
             f.at,
             f.reason,
             f.detail,
@@ -33,11 +33,21 @@ fn describe_raw(verdict: &Verdict) -> String {
 /// A failed verdict's first word: `TAMPERED` when the evidence
 /// contradicts itself or its signatures, but not when it merely lacks what
 /// the check needs (a proof, enough cosignatures): that proves nothing
-/// either way, and the same records with their proof may verify.
-fn headline(reason: Reason) -> &'static str {
-    match reason {
+/// either way, and the same records with their proof may verify. Nor when
+/// nothing of a bundle was read (its first line is no bundle header, or
+/// there is no line): the wrong file, or nothing at all, was given.
+fn headline(failure: &cairn_core::verify::Failure, records_checked: u64) -> &'static str {
+    let first_line = failure.at.line == Some(1) && records_checked == 0;
+    match failure.reason {
         Reason::MissingProof => "NOT PROVEN",
         Reason::InsufficientCosignatures => "NOT COSIGNED ENOUGH",
+        Reason::MalformedRecord
+            if first_line && failure.detail.starts_with(cairn_core::bundle::NOT_A_BUNDLE) =>
+        {
+            "NOT A BUNDLE"
+        }
+        // No line at all (an empty file).
+        Reason::MissingRecord if first_line => "NO BUNDLE",
         _ => "TAMPERED",
     }
 }

@@ -493,6 +493,25 @@ fn failed_bundles_hint_at_the_likely_mistake() {
             run.stderr
         );
     }
+    // The wrong file given as the bundle (a replay's JSON), or an empty
+    // one: not verified (exit 1), but said as what it is, not "TAMPERED".
+    let replay = dir.path().join("replay.json");
+    std::fs::write(&replay, "{\"session_id\":\"s\",\"steps\":[]}\n").unwrap();
+    let empty = dir.path().join("empty.bundle");
+    std::fs::write(&empty, "").unwrap();
+    for (file, said) in [(&replay, "NOT A BUNDLE: "), (&empty, "NO BUNDLE: ")] {
+        let run = cairn_in(
+            dir.path(),
+            &["verify", "--bundle", file.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        assert!(
+            run.stdout.contains(said) && !run.stdout.contains("TAMPERED"),
+            "{}",
+            run.stdout
+        );
+    }
 }
 
 /// `cairn log --stdin` names a refused line's mistake as REST answers the
