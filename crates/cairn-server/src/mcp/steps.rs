@@ -276,17 +276,26 @@ impl CairnMcp {
         match result {
             // Structured content must be an object, so the list is under
             // "sessions" there; the text content is seed 000's list itself,
-            // which is what a client reading the text gets.
+            // which is what a client reading the text gets, and, when the
+            // page is full, a second text block with the next page's
+            // cursor (a host that shows the model the text alone would
+            // otherwise hide the cursor the description tells it to pass).
             Ok(rows) => {
                 let text = crate::wire::to_json(&rows).to_string();
                 let next_cursor = (rows.len() == limit)
                     .then(|| rows.last().map(|row| row.cursor.clone()))
                     .flatten();
+                let mut content = vec![rmcp::model::ContentBlock::text(text)];
+                if let Some(cursor) = &next_cursor {
+                    content.push(rmcp::model::ContentBlock::text(
+                        serde_json::json!({ "next_cursor": cursor }).to_string(),
+                    ));
+                }
                 let mut answer = ok(&History {
                     sessions: rows,
                     next_cursor,
                 })?;
-                answer.content = vec![rmcp::model::ContentBlock::text(text)];
+                answer.content = content;
                 Ok(answer)
             }
             Err(e) => tool_error(e),

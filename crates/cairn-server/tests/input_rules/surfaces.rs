@@ -70,6 +70,25 @@ fn mcp_lists_sessions_as_rest_does() {
             .clone()
     };
     let first = page(json!({"agent_id": "other", "limit": 1}));
+    // The text content: seed 000's list, then (a full page) the cursor,
+    // for hosts that show the model the text alone.
+    let texts = mcp_tool(
+        server.addr,
+        &bound,
+        &session,
+        "get_session_history",
+        json!({"agent_id": "other", "limit": 1}),
+    )
+    .rpc()["result"]["content"]
+        .clone();
+    let listed: Value = serde_json::from_str(texts[0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(listed, first["sessions"], "{texts}");
+    let cursor_block: Value = serde_json::from_str(texts[1]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        cursor_block,
+        json!({"next_cursor": first["next_cursor"]}),
+        "{texts}"
+    );
     let rest_first = get(&server, "/v1/sessions?agent_id=other&limit=1", &bound).json()[0].clone();
     let row = &first["sessions"][0];
     for member in ["session_id", "sealed", "started_at", "cursor", "step_count"] {
@@ -90,6 +109,16 @@ fn mcp_lists_sessions_as_rest_does() {
     let third = page(json!({"agent_id": "other", "limit": 1, "cursor": second["next_cursor"]}));
     assert_eq!(third["sessions"], json!([]), "{third}");
     assert_eq!(third["next_cursor"], Value::Null, "{third}");
+    let last_texts = mcp_tool(
+        server.addr,
+        &bound,
+        &session,
+        "get_session_history",
+        json!({"agent_id": "other", "limit": 1, "cursor": second["next_cursor"]}),
+    )
+    .rpc()["result"]["content"]
+        .clone();
+    assert_eq!(last_texts.as_array().map(Vec::len), Some(1), "{last_texts}");
     let decisions = page(json!({"agent_id": "other", "kind": "decision"}));
     let listed: Vec<&str> = decisions["sessions"]
         .as_array()
