@@ -280,7 +280,7 @@ export class CairnClient {
   constructor(options: CairnClientOptions) {
     const unknown =
       unknownOption("new CairnClient", options, ["baseUrl", "apiKey", "agentId", "fetch", "retry", "timeoutMs"]) ??
-      unknownOption("new CairnClient: retry", options.retry, ["retries", "baseDelayMs", "maxDelayMs"]);
+      unknownOption("new CairnClient: retry", options.retry ?? undefined, ["retries", "baseDelayMs", "maxDelayMs"]);
     if (unknown !== undefined) throw unknown;
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.apiKey = options.apiKey;

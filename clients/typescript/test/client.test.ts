@@ -56,6 +56,8 @@ describe("CairnClient against a scripted fetch", () => {
     assert.throws(() => new CairnClient({ baseUrl: "http://cairn.invalid", api_key: "k" } as never), /the option is apiKey/);
     assert.throws(() => new CairnClient({ baseUrl: "http://x", apiKey: "k", retry: { base_delay_ms: 1 } } as never), /the option is baseDelayMs/);
     assert.equal(calls.length, 0);
+    // A retry given as null means the defaults, as it did.
+    new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", retry: null } as never);
     // The names it takes pass, the key's agent given either way.
     const revoke = scripted([ok, ok]);
     const keys = new CairnClient({ baseUrl: "http://cairn.invalid", apiKey: "k", fetch: revoke.fetch });
