@@ -33,10 +33,19 @@ fuzz_target!(|data: &[u8]| {
             Some(Witnessed {
                 size: 3,
                 root: Hash([7; 32]),
+                log_keys: None,
+            }),
+            Some(Witnessed {
+                size: 3,
+                root: Hash([7; 32]),
+                log_keys: Some(2),
             }),
         ] {
             if let Ok(w) = check_consistency(&request, &checkpoint, latest.as_ref()) {
                 assert_eq!((w.size, w.root), (checkpoint.size, checkpoint.root));
+                // A cosigned count never goes back (FORMAT.md 7.7).
+                let before = latest.as_ref().and_then(|l| l.log_keys);
+                assert!(before.is_none_or(|b| w.log_keys.is_some_and(|c| c >= b)));
             }
         }
     }
@@ -98,6 +107,7 @@ fuzz_target!(|data: &[u8]| {
     let latest = (old > 0).then(|| Witnessed {
         size: old,
         root: tree.root_at(old),
+        log_keys: None,
     });
     let checked = check_request(&body, keys)
         .and_then(|(request, parsed, _)| check_consistency(&request, &parsed, latest.as_ref()));

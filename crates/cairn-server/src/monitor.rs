@@ -89,8 +89,9 @@ pub enum Problem {
     /// timeout, a 5xx or 429): not a finding about the log; poll again.
     Unavailable(String),
     /// The monitor's own configuration is refused: its API key (401, 403),
-    /// or a URL with no log at it (a 404 before any poll succeeded). Not a
-    /// finding about the log; polling again would not help.
+    /// or a URL with no log at it (its checkpoint 404 before any checkpoint
+    /// verified, with no state given). Not a finding about the log;
+    /// polling again would not help.
     Refused(String),
 }
 
@@ -147,6 +148,9 @@ pub struct Monitor {
     /// size by which the record must have been logged, and whether it was
     /// already capped by a checkpoint signed after the step was read.
     erasure_deadlines: BTreeMap<u64, (u64, bool)>,
+    /// Whether a checkpoint seen by an earlier run was given: the URL was
+    /// then the log's already.
+    started_from_state: bool,
 }
 
 impl Monitor {
@@ -158,6 +162,7 @@ impl Monitor {
             client: Client::builder(TokioExecutor::new()).build(connector),
             last: None,
             verifier: None,
+            started_from_state: config.last_seen.is_some(),
             erasure_deadlines: config
                 .pending_erasures
                 .iter()
@@ -463,17 +468,26 @@ impl Monitor {
                 said()
             )));
         }
-        // Before any poll succeeded, a path the log does not have is the
-        // URL's mistake (Cairn also answers `/v1/checkpoint`, so a prefix
-        // of `/v1` fails at the first tile); after one, a tile the log
-        // must hold that is missing is a finding.
-        if status.as_u16() == 404 && self.last.is_none() {
+        // A checkpoint missing before one ever verified (in this run or
+        // a saved state) is the URL's mistake; once one has, the prefix
+        // is the log's, and anything it commits to that is missing is a
+        // finding (a server restarted to withhold tiles must not pass
+        // for a monitor's misconfiguration).
+        if status.as_u16() == 404 && self.verifier.is_none() && !self.started_from_state {
             return Err(Problem::Refused(format!(
                 "GET {url}: {status}: no log at this URL: give the tlog prefix, <server>/v1/tlog (docs/OPERATIONS.md, \"Monitors\")"
             )));
         }
+        // Cairn also answers `/v1/checkpoint`: a prefix of `/v1` verifies
+        // the checkpoint and then finds no tile. Still a finding (the
+        // checkpoint committed to it), said with the likely cause.
+        let hint = if status.as_u16() == 404 && !self.config.prefix.ends_with("/tlog") {
+            " (is the URL the log's tlog prefix, <server>/v1/tlog?)"
+        } else {
+            ""
+        };
         if !status.is_success() {
-            return Err(unreadable(format!("{status}: {}", said())));
+            return Err(unreadable(format!("{status}: {}{hint}", said())));
         }
         if gzip {
             use std::io::Read as _;

@@ -150,7 +150,7 @@ fn bundle_uploads_are_streamed_and_bounded() {
     assert!(r.text().contains("65536"), "{}", r.text());
 
     // A line within the length limit whose parsed form would take more
-    // than 32 times it (tiny objects) is refused before it is parsed.
+    // than 64 times it (tiny objects) is refused before it is parsed.
     let mut tiny = b"[".to_vec();
     while tiny.len() < 60 * 1024 {
         tiny.extend_from_slice(br#"{"":0},"#);

@@ -367,7 +367,7 @@ fn a_monitor_follows_a_growing_log_and_catches_a_rollback_and_a_fork() {
             "401",
         ),
         (
-            format!("http://{}/v1", b.addr),
+            format!("http://{}/nothing", b.addr),
             admin.as_str(),
             "no log at this URL",
         ),
@@ -381,6 +381,24 @@ fn a_monitor_follows_a_growing_log_and_catches_a_rollback_and_a_fork() {
         );
         assert!(!String::from_utf8_lossy(&out.stdout).contains("PROBLEM"));
     }
+    // Once a checkpoint verified from the URL (here `/v1`, whose
+    // checkpoint Cairn also serves), a missing tile is a finding, said
+    // with its likely cause; and with a state file a missing checkpoint
+    // is one too (a log that went away is not a configuration mistake).
+    let out = misconfigured(&format!("http://{}/v1", b.addr), &admin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("PROBLEM: unreadable") && stdout.contains("<server>/v1/tlog?"),
+        "{stdout}"
+    );
+    let out = once(&format!("http://{}/nothing", b.addr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 trait WaitCode {

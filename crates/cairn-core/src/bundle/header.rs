@@ -5,9 +5,28 @@ use crate::time::Timestamp;
 use serde_json::{Value, json};
 
 /// How a verdict's detail begins when the first line is a JSON object but
-/// no bundle header (no `cairn_bundle` member): the wrong file was given,
-/// which a tool may word otherwise than a tampered bundle.
+/// no bundle header (no `cairn_bundle` member, nor any member of a
+/// bundle's lines): the wrong file was given, which a tool may word
+/// otherwise than a tampered bundle.
 pub const NOT_A_BUNDLE: &str = "not a cairn bundle";
+
+/// Members of a bundle's lines (its header's, the checkpoint's, an
+/// entry's, the selection's, a consistency line's, the end line's).
+const BUNDLE_MEMBERS: [&str; 13] = [
+    "server_name",
+    "org_id",
+    "origin",
+    "server_key",
+    "log_keys",
+    "complete_log",
+    "exported_at",
+    "checkpoint",
+    "seq",
+    "selection",
+    "consistency",
+    "end",
+    "proof",
+];
 
 /// The first line of a bundle.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +84,12 @@ impl BundleHeader {
                 return Err(format!(
                     "bundle format {other} is not supported (this verifier reads format {BUNDLE_VERSION})"
                 ));
+            }
+            // An object holding members of a bundle's lines (a header
+            // whose marker was removed, a bundle missing its first line)
+            // is a bundle that was tampered with or cut, not another file.
+            None if BUNDLE_MEMBERS.iter().any(|m| obj.contains_key(*m)) => {
+                return Err("the header lacks cairn_bundle".into());
             }
             None => return Err(format!("{NOT_A_BUNDLE}: the first line lacks cairn_bundle")),
         }

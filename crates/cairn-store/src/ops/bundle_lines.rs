@@ -21,29 +21,32 @@ pub fn line_too_long(source: &str, line: u64, max: usize) -> String {
     )
 }
 
-/// The most memory a bundle line may take once parsed, for a line limit
-/// of `max_line` bytes: 32 times it (512 MiB by default), counted before
-/// parsing by [`cairn_core::json::parsed_memory_bound`]. What Cairn writes
-/// stays under it: a step's line, mostly strings, counts about its size;
-/// a selection line of nothing but `[seq, "type"]` pairs about 25 times
-/// (an export refuses a selection line past the line limit); a step or
-/// signed trace of small values within the default 2 MiB request body at
-/// most 110 times that. Only lines of many tiny objects or arrays pass it
-/// (`{"":0}` repeated counts about 110 times its size).
+/// The most memory a bundle line may take once parsed, as
+/// [`line_memory`] counts it, for a line limit of `max_line` bytes: 64
+/// times it (1 GiB by default). What Cairn writes stays under it: a
+/// step's line, mostly strings, counts about twice its size; a selection
+/// line of nothing but `[seq, "type"]` pairs about 50 times (an export
+/// refuses a selection line past the line limit); a step or signed trace
+/// of small values within the default 2 MiB request body at most 220
+/// times that. Only lines of many tiny objects or arrays pass it
+/// (`{"":0}` repeated counts about 220 times its size).
 pub fn line_memory_limit(max_line: usize) -> usize {
-    max_line.saturating_mul(32)
+    max_line.saturating_mul(64)
 }
 
 /// What `line` may take once parsed, as counted against
-/// [`line_memory_limit`]: [`cairn_core::json::parsed_memory_bound`] for a
-/// line that could pass `limit`, its length otherwise (the count adds at
-/// most 672 bytes per byte, a `{`, so a line of up to `limit / 1024`
-/// bytes, 512 KiB by default, is not scanned).
+/// [`line_memory_limit`]: twice [`cairn_core::json::parsed_memory_bound`]
+/// (a verifier holds the line's JSON tree and the record decoded from it,
+/// whose payloads are copies of the tree's, at once; a review measured
+/// 1 GB for a line counted 432 MiB once) for a line that could pass
+/// `limit`, its length otherwise (the bound adds at most 672 bytes per
+/// byte, a `{`, so a line of up to `limit / 2048` bytes, 512 KiB by
+/// default, is not scanned).
 pub fn line_memory(line: &[u8], limit: usize) -> usize {
-    if line.len() <= limit / 1024 {
+    if line.len() <= limit / 2048 {
         line.len()
     } else {
-        cairn_core::json::parsed_memory_bound(line)
+        cairn_core::json::parsed_memory_bound(line).saturating_mul(2)
     }
 }
 
@@ -86,7 +89,7 @@ impl BundleLineError {
 /// bytes, more than `limit`.
 pub fn line_too_complex(source: &str, line: u64, bound: usize, limit: usize) -> String {
     format!(
-        "line {line} of {source} could take {} MiB of memory once parsed, more than the {} MiB a line may (32 times --max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES): JSON of many tiny objects or arrays; no line Cairn writes is so",
+        "line {line} of {source} could take {} MiB of memory once parsed, more than the {} MiB a line may (64 times --max-bundle-line-bytes, CAIRN_MAX_BUNDLE_LINE_BYTES): JSON of many tiny objects or arrays; no line Cairn writes is so",
         bound.div_ceil(1 << 20),
         limit >> 20
     )
@@ -206,7 +209,7 @@ mod tests {
         let tiny = filled(r#"{"":0}"#);
         match read(&tiny) {
             Err(e @ BundleLineError::TooComplex { bound, limit }) => {
-                assert_eq!(limit, 32 * max);
+                assert_eq!(limit, 64 * max);
                 assert!(bound > limit);
                 let said = e.refusal("the bundle", 3).unwrap();
                 assert!(
@@ -223,6 +226,6 @@ mod tests {
             assert_eq!(read(&fine).unwrap(), fine.len());
         }
         // Short lines are not scanned at all.
-        assert_eq!(line_memory(b"{{{{", 32 * max), 4);
+        assert_eq!(line_memory(b"{{{{", 64 * max), 4);
     }
 }

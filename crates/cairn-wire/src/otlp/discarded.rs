@@ -27,8 +27,11 @@ const MAX_DEPTH: u32 = 8;
 
 /// The data points (metrics) or log records (logs) of an export request,
 /// protobuf (`json` false) or OTLP/JSON, counted as the OTLP decoder
-/// would read them (a metric's last data field is its data, as protobuf's
-/// `oneof`). Anything that is not such a request is an error naming it.
+/// would read them (a metric's data is its last data field, as protobuf's
+/// `oneof`: the same field given twice is merged, another replaces it).
+/// Anything that is not such a request on the path to its items is an
+/// error naming it; what lies off that path (an item's own fields, a
+/// resource) is skipped by its wire type, not checked.
 pub fn count_discarded(signal: DiscardedSignal, json: bool, body: &[u8]) -> Result<u64, String> {
     match (signal, json) {
         (DiscardedSignal::Logs, false) => protobuf_count(body, &LOGS_PATH)
@@ -72,6 +75,9 @@ fn walk(mut buf: &[u8], path: &[Level], depth: u32) -> Result<u64, String> {
     }
     let one_of = fields.len() > 1;
     let mut total = 0u64;
+    // Of a `oneof`, the field last given: the same one given again is
+    // merged into it (its repeated items add up), another replaces it.
+    let mut last_of_one = None;
     while !buf.is_empty() {
         let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
         if !fields.contains(&tag) {
@@ -88,11 +94,12 @@ fn walk(mut buf: &[u8], path: &[Level], depth: u32) -> Result<u64, String> {
         let (inner, rest) = buf.split_at(len);
         buf = rest;
         let count = walk(inner, rest_of_path, depth + 1)?;
-        total = if one_of {
+        total = if one_of && last_of_one != Some(tag) {
             count
         } else {
             total.saturating_add(count)
         };
+        last_of_one = Some(tag);
     }
     Ok(total)
 }
@@ -363,6 +370,59 @@ mod tests {
                 count_discarded(DiscardedSignal::Logs, false, body).is_err(),
                 ExportLogsServiceRequest::decode(body).is_err(),
                 "{body:?}"
+            );
+        }
+    }
+
+    /// The same data field twice is merged (its points add up), as a
+    /// protobuf decoder merges a repeated message field of a `oneof`.
+    #[test]
+    fn a_data_field_given_twice_is_merged() {
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        let gauge = |n: usize| {
+            Gauge {
+                data_points: vec![NumberDataPoint::default(); n],
+            }
+            .encode_to_vec()
+        };
+        let field = |number: u32, bytes: &[u8], out: &mut Vec<u8>| {
+            encode_key(number, WireType::LengthDelimited, out);
+            encode_varint(bytes.len() as u64, out);
+            out.extend_from_slice(bytes);
+        };
+        let sum = Sum {
+            data_points: vec![NumberDataPoint::default(); 4],
+            ..Sum::default()
+        }
+        .encode_to_vec();
+        for (parts, expected) in [
+            (vec![(5, gauge(3)), (5, gauge(2))], 5),
+            (vec![(5, gauge(3)), (1, b"name".to_vec()), (5, gauge(2))], 5),
+            (vec![(5, gauge(3)), (7, sum.clone()), (5, gauge(2))], 2),
+            (vec![(5, gauge(3)), (7, sum)], 4),
+        ] {
+            let mut metric = Vec::new();
+            for (number, bytes) in &parts {
+                field(*number, bytes, &mut metric);
+            }
+            let (mut scope, mut resource, mut body) = (Vec::new(), Vec::new(), Vec::new());
+            field(2, &metric, &mut scope);
+            field(2, &scope, &mut resource);
+            field(1, &resource, &mut body);
+            let decoded = ExportMetricsServiceRequest::decode(&body[..]).unwrap();
+            let points: usize = decoded.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .map(|m| match &m.data {
+                    Some(Data::Gauge(g)) => g.data_points.len(),
+                    Some(Data::Sum(s)) => s.data_points.len(),
+                    _ => 0,
+                })
+                .sum();
+            assert_eq!(points, expected, "prost");
+            assert_eq!(
+                count_discarded(DiscardedSignal::Metrics, false, &body),
+                Ok(expected as u64)
             );
         }
     }
