@@ -17,13 +17,13 @@ import urllib.error
 import urllib.request
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter as JsonSpanExporter
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as ProtoSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
@@ -259,6 +259,85 @@ def test_split_exports_and_out_of_order_spans(otlp_server):
     # The session opened before its agent span arrived: it belongs to the
     # service, and the agent span's steps are written as that agent too.
     check_session(url, key, "conv-split", agent="travel-assistant")
+
+
+class ConversationOnEverySpan(SpanProcessor):
+    """docs/OTLP.md's processor: copies the conversation id the agent put in
+    the context's baggage onto every span it starts, so that a span
+    exported before the agent span (a batch cut between them) still names
+    its session."""
+
+    def on_start(self, span, parent_context=None):
+        conversation = baggage.get_baggage("gen_ai.conversation.id", parent_context)
+        if conversation is not None:
+            span.set_attribute("gen_ai.conversation.id", str(conversation))
+
+
+def test_a_conversation_outlasting_the_batch_delay_stays_one_session(otlp_server):
+    """A batch processor exports a turn's model and tool spans before its
+    agent span (which names the conversation) when the turn outlasts the
+    batch delay: with the conversation id on every span (the documented
+    processor), two such turns are one session; without it they are not
+    (OTLP.md says so)."""
+    url, otlp, key = otlp_server
+
+    def run(conversation, on_every_span):
+        provider = TracerProvider(resource=Resource.create({"service.name": "slow-agent"}))
+        if on_every_span:
+            provider.add_span_processor(ConversationOnEverySpan())
+        exporter = ProtoSpanExporter(endpoint=f"{otlp}/v1/traces", headers={"Authorization": f"Bearer {key}"})
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracer = provider.get_tracer("cairn.tests.otlp.slow", "1.0")
+        token = context.attach(baggage.set_baggage("gen_ai.conversation.id", conversation))
+        try:
+            for turn in range(2):
+                with tracer.start_as_current_span("invoke_agent Slow") as agent:
+                    agent.set_attributes({
+                        "gen_ai.operation.name": "invoke_agent",
+                        "gen_ai.agent.id": "slow-agent",
+                        "gen_ai.conversation.id": conversation,
+                        "gen_ai.input.messages": messages(
+                            {"type": "text", "content": f"question {turn}"}, role="user"),
+                    })
+                    with tracer.start_as_current_span("chat m") as chat:
+                        chat.set_attributes({
+                            "gen_ai.operation.name": "chat",
+                            "gen_ai.output.messages": messages(
+                                {"type": "reasoning", "content": f"thinking about {turn}"}),
+                        })
+                    # What a batch delay shorter than the turn does: the
+                    # spans ended so far go out before the agent span.
+                    provider.force_flush()
+                    with tracer.start_as_current_span("execute_tool lookup") as tool:
+                        tool.set_attributes({
+                            "gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": "lookup",
+                            "gen_ai.tool.call.result": json.dumps({"turn": turn}),
+                        })
+                    provider.force_flush()
+                    agent.set_attribute("gen_ai.output.messages", messages(
+                        {"type": "text", "content": f"answer {turn}"}, finish_reason="stop"))
+        finally:
+            context.detach(token)
+        provider.shutdown()
+
+    run("conv-slow", on_every_span=True)
+    replay = get_json(f"{url}/v1/sessions/conv-slow?verify=true", key)
+    assert replay["chain_valid"] is True
+    contents = [s.get("content") or "" for s in replay["steps"]]
+    for turn in range(2):
+        for text in (f"question {turn}", f"thinking about {turn}", f"answer {turn}", f'{{"turn":{turn}}}'):
+            assert any(text in c for c in contents), (text, contents)
+    listed = {row["session_id"] for row in get_json(f"{url}/v1/sessions?agent_id=slow-agent", key)}
+    assert listed == {"conv-slow"}, listed
+
+    # Without it, the turns' model and tool spans went out first and each
+    # trace opened a session of its own (the limitation OTLP.md names).
+    run("conv-split-by-delay", on_every_span=False)
+    rows = get_json(f"{url}/v1/sessions?limit=50", key)
+    named = get_json(f"{url}/v1/sessions/conv-split-by-delay", key)
+    assert not any("thinking about" in (s.get("content") or "") for s in named["steps"]), named["steps"]
+    assert sum(1 for row in rows if re.fullmatch(r"[0-9a-f]{32}", row["session_id"])) == 2, rows
 
 
 def test_bad_bodies_write_nothing(otlp_server):
