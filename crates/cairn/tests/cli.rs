@@ -956,6 +956,8 @@ fn search_from_the_command_line_reads_the_api_parameters() {
     assert!(refused.stderr.contains("--status"), "{}", refused.stderr);
 }
 
+#[path = "cli/bundle_mistakes.rs"]
+mod bundle_mistakes;
 #[path = "cli/keys.rs"]
 mod keys;
 #[path = "cli/mistakes.rs"]
