@@ -763,7 +763,13 @@ pub(crate) async fn verify_bundle(
                     cairn_store::ops::line_too_complex("the bundle", number, bound, memory_limit),
                 ));
             }
-            let _held = crate::hold_memory(&budget, &org, bound)?;
+            // Only a line long enough to be counted (scanned: its count is
+            // then above its length) is held: a small line takes little,
+            // and must not be refused mid-bundle while others hold the
+            // budget.
+            let _held = (bound > line.len())
+                .then(|| crate::hold_memory(&budget, &org, bound))
+                .transpose()?;
             Ok(verifier.push_bytes(line))
         };
         let mut verifier = cairn_core::bundle::BundleVerifier::new(pinned);

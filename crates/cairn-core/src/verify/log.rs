@@ -281,10 +281,12 @@ impl LogVerifier {
             .require_signers(checkpoint.checkpoint().size, signers);
     }
 
-    /// Checks now that the checkpoint `note` of `size` entries is signed by
-    /// a log key valid at that size, with the key history read so far (for
-    /// a log that has no end, as a monitor follows it: call once every
-    /// entry below `size` was pushed). Returns false once verification has
+    /// Checks now that the checkpoint `note` of `size` entries counts the
+    /// log-key records read below its size (its `cairn-log-keys` line, if
+    /// it has one: `inconsistent-checkpoint`) and is signed by a log key
+    /// valid at that size, with the key history read so far (for a log
+    /// that has no end, as a monitor follows it: call once every entry
+    /// below `size` was pushed). Returns false once verification has
     /// failed.
     pub fn check_checkpoint_keys_now(&mut self, note: &str, size: u64) -> bool {
         if self.progress.failure.is_some() {
