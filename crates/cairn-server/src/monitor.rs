@@ -88,9 +88,9 @@ pub enum Problem {
     /// The log could not be reached or was busy (connection refused, a
     /// timeout, a 5xx or 429): not a finding about the log; poll again.
     Unavailable(String),
-    /// The monitor's own configuration is refused: its API key (401, 403),
-    /// or a URL with no log at it (its checkpoint 404 before any checkpoint
-    /// verified, with no state given). Not a finding about the log;
+    /// The monitor's own configuration is refused, before any checkpoint
+    /// verified (in this run or a saved state): its API key (401, 403),
+    /// or a URL with no log at it (404). Not a finding about the log;
     /// polling again would not help.
     Refused(String),
 }
@@ -462,18 +462,20 @@ impl Monitor {
             return Err(unavailable(format!("{status}")));
         }
         let said = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
-        if matches!(status.as_u16(), 401 | 403) {
+        // Before a checkpoint ever verified (in this run or a saved
+        // state), a refused key or a missing checkpoint is the monitor's
+        // configuration; once one has, the prefix and the key were the
+        // log's, and anything withheld that the checkpoint commits to is a
+        // finding (a server restarted to withhold tiles, or refusing a key
+        // it took, must not pass for a monitor's misconfiguration).
+        let configuring = self.verifier.is_none() && !self.started_from_state;
+        if configuring && matches!(status.as_u16(), 401 | 403) {
             return Err(Problem::Refused(format!(
                 "GET {url}: {status}: {}: the monitor's API key must be an auditor's or an admin's of the org (--api-key, CAIRN_API_KEY)",
                 said()
             )));
         }
-        // A checkpoint missing before one ever verified (in this run or
-        // a saved state) is the URL's mistake; once one has, the prefix
-        // is the log's, and anything it commits to that is missing is a
-        // finding (a server restarted to withhold tiles must not pass
-        // for a monitor's misconfiguration).
-        if status.as_u16() == 404 && self.verifier.is_none() && !self.started_from_state {
+        if configuring && status.as_u16() == 404 {
             return Err(Problem::Refused(format!(
                 "GET {url}: {status}: no log at this URL: give the tlog prefix, <server>/v1/tlog (docs/OPERATIONS.md, \"Monitors\")"
             )));
