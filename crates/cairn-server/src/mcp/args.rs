@@ -58,6 +58,7 @@ pub struct LogStepArgs {
     /// Output of this step: tool results, decisions (any JSON).
     pub output_data: Option<Value>,
     /// Self-reported confidence, 0.0 to 1.0.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub confidence: Option<f64>,
     /// Model identifier, e.g. gpt-4o.
     pub model: Option<String>,
@@ -82,7 +83,10 @@ pub struct LogStepArgs {
     pub turn_step: Option<u64>,
     /// The task this step belongs to.
     pub task_id: Option<String>,
-    /// Set to "flagged" to send the step to human review.
+    /// Set to "flagged" to send the step to human review ("ok", the
+    /// default, otherwise).
+    #[serde(default)]
+    #[schemars(with = "StepStatus")]
     pub status: Option<String>,
     /// Cross-references: tool_call, policy_decision, approval_request (other
     /// systems' ids), audit_event (an audit event id), corrects and parent
@@ -92,6 +96,17 @@ pub struct LogStepArgs {
     /// the name (for privacy).
     #[serde(default)]
     pub hash_agent_id: bool,
+}
+
+/// What a step's `status` may be (read as a string: the schema's enum
+/// tells a client the two values; any other is refused with its field).
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+#[allow(missing_docs)] // The field's description says what each means.
+pub enum StepStatus {
+    Ok,
+    Flagged,
 }
 
 /// Arguments of `replay_decision`.
