@@ -464,11 +464,18 @@ class Insider:
         return [V._leaf(V._frame("cairn/v2/log-leaf", V._u64(e["seq"]), e["type"].encode(), bytes.fromhex(e["hash"]),
                                  e["logged_at"].encode())) for e in self.entries]
 
-    def checkpoint(self, size=None, root=None, origin=None) -> str:
+    def checkpoint(self, size=None, root=None, origin=None, log_keys=True) -> str:
+        """A checkpoint as a Cairn server signs it (FORMAT.md 7.1): with its
+        log-keys line, counting the log-key records below its size
+        (`log_keys=False`: without, as servers signed before it)."""
         leaves = self.leaves()
         size = len(leaves) if size is None else size
         root = _mth(leaves[:size]) if root is None else root
-        return self.sign(f"{origin or self.origin}\n{size}\n{base64.b64encode(root).decode()}\n")
+        text = f"{origin or self.origin}\n{size}\n{base64.b64encode(root).decode()}\n"
+        if log_keys:
+            count = sum(1 for e in self.entries[:size] if e["type"] == "log-key")
+            text += f"cairn-log-keys {count}\n"
+        return self.sign(text)
 
     # -- bundles -----------------------------------------------------------------
 
