@@ -285,6 +285,22 @@ def test_stdio_without_an_agent_says_how_to_name_one(cairn_bin, data_dir):
     asyncio.run(run())
 
 
+def test_a_server_that_cannot_start_says_why_to_the_client(cairn_bin, data_dir):
+    """A second `cairn mcp` on a data directory another holds cannot start:
+    the client's initialize gets an error naming the cause (it had seen
+    only "connection closed")."""
+    async def run():
+        async with stdio_client(cairn_bin, data_dir, "legacy"):
+            with pytest.raises(Exception) as refused:
+                async with stdio_client(cairn_bin, data_dir, "legacy"):
+                    pass
+            def messages(e):
+                return [str(e)] + [m for inner in getattr(e, "exceptions", []) for m in messages(inner)]
+            said = " | ".join(messages(refused.value))
+            assert "cairn mcp cannot start" in said and "in use" in said, said
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_arguments_are_strict_with_one_error_shape(cairn_bin, data_dir, mode):
     """A misspelt, mistyped or missing argument is a tool error (the model
