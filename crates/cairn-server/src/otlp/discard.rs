@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use cairn_wire::otlp::{DiscardedSignal, count_discarded};
+use cairn_wire::otlp::{DiscardedSignal as Signal, count_discarded};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
@@ -24,13 +24,6 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use serde_json::json;
 use std::sync::Arc;
-
-/// Which signal a discarding endpoint serves.
-#[derive(Debug, Clone, Copy)]
-enum Signal {
-    Metrics,
-    Logs,
-}
 
 /// `POST /v1/metrics`: decoded, counted, and rejected (Cairn records
 /// traces only), so that an exporter configured for every signal gets a
@@ -94,10 +87,6 @@ async fn discard(
         let content_encoding = content_encoding(headers);
         let count = cpu(state, caller.org(), move || {
             let raw = decompress(content_encoding.as_deref(), &bytes, limit)?;
-            let signal = match signal {
-                Signal::Metrics => DiscardedSignal::Metrics,
-                Signal::Logs => DiscardedSignal::Logs,
-            };
             count_discarded(signal, encoding == Encoding::Json, &raw).map_err(|detail| {
                 OtlpError::new(StatusCode::BAD_REQUEST, "invalid_otlp", detail)
             })
