@@ -744,7 +744,6 @@ pub(crate) async fn verify_bundle(
     let (budget, org) = (Arc::clone(&state), caller.org().to_owned());
     let worker = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let memory_limit = cairn_store::ops::line_memory_limit(max_line);
         // A line is parsed (when the typed step decoder leaves it) into a
         // tree that can take a hundred times its bytes: refused past the
         // limit, and counted with the request bodies' memory while it is
@@ -755,14 +754,13 @@ pub(crate) async fn verify_bundle(
                     number: u64|
          -> Result<bool, ApiError> {
             let line = cairn_core::bundle::trim_line_end(line);
-            let bound = cairn_store::ops::line_memory(line, memory_limit);
-            if bound > memory_limit {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "line_too_complex",
-                    cairn_store::ops::line_too_complex("the bundle", number, bound, memory_limit),
-                ));
-            }
+            let bound =
+                cairn_store::ops::checked_line_memory(line, max_line).map_err(|refused| {
+                    let said = refused
+                        .refusal("the bundle", number)
+                        .unwrap_or_else(|| refused.to_string());
+                    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "line_too_complex", said)
+                })?;
             // Only a line long enough to be counted (scanned: its count is
             // then above its length) is held: a small line takes little,
             // and must not be refused mid-bundle while others hold the

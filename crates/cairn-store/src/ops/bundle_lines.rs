@@ -85,6 +85,20 @@ impl BundleLineError {
     }
 }
 
+/// What `line` (of a bundle whose lines may be `max_line` bytes) is
+/// counted as taking once parsed ([`line_memory`]), or why it is refused
+/// (past [`line_memory_limit`]): the one check every reader of bundle
+/// lines makes before the line is parsed, from a file
+/// ([`read_bundle_line`]) or from an upload.
+pub fn checked_line_memory(line: &[u8], max_line: usize) -> Result<usize, BundleLineError> {
+    let limit = line_memory_limit(max_line);
+    let bound = line_memory(line, limit);
+    if bound > limit {
+        return Err(BundleLineError::TooComplex { bound, limit });
+    }
+    Ok(bound)
+}
+
 /// What a person is told of a line whose parsed form could take `bound`
 /// bytes, more than `limit`.
 pub fn line_too_complex(source: &str, line: u64, bound: usize, limit: usize) -> String {
@@ -112,11 +126,7 @@ pub fn read_bundle_line(
     if read - usize::from(ended) > max {
         return Err(BundleLineError::TooLong(max));
     }
-    let limit = line_memory_limit(max);
-    let bound = line_memory(&line[start..], limit);
-    if bound > limit {
-        return Err(BundleLineError::TooComplex { bound, limit });
-    }
+    checked_line_memory(&line[start..], max)?;
     Ok(read)
 }
 

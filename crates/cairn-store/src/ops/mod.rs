@@ -22,8 +22,8 @@ mod search;
 mod verify;
 
 pub use bundle_lines::{
-    BundleLineError, DEFAULT_MAX_BUNDLE_LINE_BYTES, line_memory, line_memory_limit,
-    line_too_complex, line_too_long, read_bundle_line,
+    BundleLineError, DEFAULT_MAX_BUNDLE_LINE_BYTES, checked_line_memory, line_memory,
+    line_memory_limit, line_too_complex, line_too_long, read_bundle_line,
 };
 pub use embedding::{EmbedQueueError, EmbedRound, drain_queue, embed_queued};
 pub use export::{
