@@ -29,6 +29,7 @@ mod engine;
 mod errors;
 mod external_key;
 pub mod fulltext;
+pub mod held_spans;
 mod keys;
 mod listing;
 pub mod ops;
@@ -50,6 +51,7 @@ pub use engine::records::erasure_refusal;
 pub(crate) use errors::DbContext;
 pub use errors::{ImportError, Refusal, StoreError};
 pub use external_key::command_server_key;
+pub use held_spans::HeldSpans;
 pub use keys::{
     KEY_FILE, ServerKey, load_or_create_key, load_or_create_key_file, load_or_create_server_key,
 };
@@ -112,7 +114,7 @@ impl OrgScope {
 
 /// Where records live. Implementations sequence natively (see the crate
 /// docs); every method's contract is checked by the conformance suite.
-pub trait LedgerStore: Send + Sync + 'static {
+pub trait LedgerStore: HeldSpans + Send + Sync + 'static {
     /// Sequences and durably writes a batch, in order. Returns one outcome
     /// per request once the batch is durable. `Err` means nothing of the
     /// batch was written.

@@ -66,6 +66,7 @@ mod connection;
 mod copy;
 mod derived;
 mod embedding;
+mod held;
 mod locks;
 mod open;
 #[cfg(test)]

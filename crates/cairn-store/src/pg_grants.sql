@@ -7,6 +7,7 @@ GRANT USAGE ON SCHEMA public TO cairn_app;
 GRANT SELECT, INSERT ON entries, orgs, sessions, nodes, checkpoints, org_origins TO cairn_app;
 GRANT SELECT, INSERT ON cairn_meta TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON cosignatures TO cairn_app;
+GRANT SELECT, INSERT, DELETE ON held_spans TO cairn_app;
 GRANT UPDATE (content, input_data, output_data, metadata, erased, hidden, has_embedding, view) ON entries TO cairn_app;
 GRANT SELECT, INSERT, UPDATE ON session_heads TO cairn_app;
 GRANT SELECT, INSERT ON session_kinds TO cairn_app;

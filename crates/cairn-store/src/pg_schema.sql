@@ -188,6 +188,27 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   PRIMARY KEY (org, size)
 );
 
+-- OTLP spans waiting for the span that names their session
+-- (docs/OTLP.md "Spans waiting for their session"): acknowledged to the
+-- exporter, not yet ledger records; deleted once written as steps.
+CREATE TABLE IF NOT EXISTS held_spans (
+  org_name    TEXT   NOT NULL,
+  key_id      TEXT   NOT NULL,
+  trace_hex   TEXT   NOT NULL,
+  span_hex    TEXT   NOT NULL,
+  received_ms BIGINT NOT NULL,
+  bytes       BIGINT NOT NULL,
+  steps       TEXT   NOT NULL,
+  PRIMARY KEY (org_name, key_id, trace_hex, span_hex)
+);
+CREATE INDEX IF NOT EXISTS held_spans_bytes ON held_spans (org_name, bytes);
+CREATE INDEX IF NOT EXISTS held_spans_due ON held_spans (received_ms);
+-- The session a trace's steps were recorded in: its step ids share their
+-- first 38 characters (`otel.<trace id>.`), looked up by equality (a
+-- range over text depends on the database's collation).
+CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38))
+  WHERE starts_with(trace_id, 'otel.');
+
 -- Witnesses' cosignatures of checkpoints (C2SP cosignature/v1 lines),
 -- verified before they are stored and again by every verifier.
 CREATE TABLE IF NOT EXISTS cosignatures (

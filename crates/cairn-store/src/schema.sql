@@ -211,6 +211,22 @@ CREATE TABLE IF NOT EXISTS cosignatures (
   PRIMARY KEY (org_name, size, witness)
 ) WITHOUT ROWID;
 
+-- OTLP spans waiting for the span that names their session
+-- (docs/OTLP.md "Spans waiting for their session"): acknowledged to the
+-- exporter, not yet ledger records; deleted once written as steps.
+CREATE TABLE IF NOT EXISTS held_spans (
+  org_name    TEXT    NOT NULL,
+  key_id      TEXT    NOT NULL,
+  trace_hex   TEXT    NOT NULL,
+  span_hex    TEXT    NOT NULL,
+  received_ms INTEGER NOT NULL,
+  bytes       INTEGER NOT NULL,
+  steps       TEXT    NOT NULL,
+  UNIQUE (org_name, key_id, trace_hex, span_hex)
+);
+CREATE INDEX IF NOT EXISTS held_spans_bytes ON held_spans (org_name, bytes);
+CREATE INDEX IF NOT EXISTS held_spans_due ON held_spans (received_ms);
+
 -- Append-only, enforced by the database itself.
 CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
 BEGIN SELECT RAISE(ABORT, 'cairn: the ledger is append-only; DELETE is refused'); END;

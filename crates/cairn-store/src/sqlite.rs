@@ -73,6 +73,7 @@ mod fulltext_mend;
 mod fulltext_merge;
 mod fulltext_queue;
 mod fulltext_search;
+mod held;
 mod migrate;
 mod open;
 mod reads;

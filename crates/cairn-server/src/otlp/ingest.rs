@@ -720,7 +720,7 @@ fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::Mapped
         org_id: caller.org().to_owned(),
         session_id: session_id.to_owned(),
         agent_id: agent_id.to_owned(),
-        kind_label: step.kind_label.to_owned(),
+        kind_label: step.kind_label.into_owned(),
         content: step.content.map(without_nul),
         input: step.input,
         output: step.output,

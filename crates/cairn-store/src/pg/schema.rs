@@ -126,7 +126,14 @@ CREATE TABLE IF NOT EXISTS embedding_settings (key TEXT PRIMARY KEY, value TEXT 
 CREATE INDEX IF NOT EXISTS entries_by_turn ON entries (sid, turn_id, turn_step) WHERE turn_id IS NOT NULL AND type = 'step';
 CREATE INDEX IF NOT EXISTS entries_log_keys ON entries (org) WHERE type = 'log-key';
 CREATE INDEX IF NOT EXISTS entries_key_records_by_agent ON entries (org, agent_id, id) WHERE type IN ('key-registration', 'key-revocation');
-ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS expires_at BIGINT;";
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS expires_at BIGINT;
+CREATE TABLE IF NOT EXISTS held_spans (org_name TEXT NOT NULL, key_id TEXT NOT NULL,
+  trace_hex TEXT NOT NULL, span_hex TEXT NOT NULL, received_ms BIGINT NOT NULL, bytes BIGINT NOT NULL,
+  steps TEXT NOT NULL, PRIMARY KEY (org_name, key_id, trace_hex, span_hex));
+CREATE INDEX IF NOT EXISTS held_spans_bytes ON held_spans (org_name, bytes);
+CREATE INDEX IF NOT EXISTS held_spans_due ON held_spans (received_ms);
+CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38))
+  WHERE starts_with(trace_id, 'otel.');";
 
 /// Whether the tables and indexes of [`ADDITIONS`] and the functions of
 /// [`ANALYST_FUNCTIONS`] exist as this version makes them.
@@ -139,6 +146,7 @@ fn has_additions(client: &mut impl GenericClient) -> Result<bool, StoreError> {
                AND to_regclass('embedding_settings') IS NOT NULL AND to_regclass('session_kinds') IS NOT NULL
                AND to_regclass('entries_by_turn') IS NOT NULL AND to_regclass('entries_log_keys') IS NOT NULL
                AND to_regclass('entries_key_records_by_agent') IS NOT NULL
+               AND to_regclass('held_spans_due') IS NOT NULL AND to_regclass('entries_by_otel_trace') IS NOT NULL
                AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('api_keys')
                             AND attname = 'expires_at' AND NOT attisdropped)
                AND to_regclass('embedding_queue_claimable') IS NOT NULL AND to_regclass('embedding_queue_org') IS NULL

@@ -29,6 +29,7 @@ mod agent_keys;
 mod chosen_ids;
 mod erasure_seals_signatures;
 mod evidence;
+mod held_spans;
 mod keys;
 mod log;
 pub(crate) mod records;
@@ -182,6 +183,8 @@ pub fn run_all(backend: &dyn Backend) {
     chosen_ids::a_retried_turn_is_answered_as_its_first_write(backend);
     chosen_ids::text_with_nul_is_refused_with_its_request(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
+    held_spans::spans_wait_durably_until_released(backend);
+    held_spans::a_traces_session_is_where_its_latest_step_is(backend);
 }
 
 fn session(id: &str, profile: Profile) -> NewSession {

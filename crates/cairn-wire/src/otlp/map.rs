@@ -20,7 +20,9 @@ use super::attrs::{
 use cairn_core::record::validate_id;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 mod metadata;
 mod sessions;
@@ -163,7 +165,7 @@ impl Operation {
 }
 
 /// One step made from a span.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MappedStep {
     /// When it happened, for ordering (Unix nanoseconds): a span's opening
     /// steps at its start, its closing steps at its end.
@@ -173,7 +175,7 @@ pub struct MappedStep {
     /// The step's trace id: `otel.<trace id>.<span id>.<position>`.
     pub step_id: String,
     /// The step type, a spelling Cairn's vocabulary parses.
-    pub kind_label: &'static str,
+    pub kind_label: Cow<'static, str>,
     /// Text.
     pub content: Option<String>,
     /// Input JSON.
@@ -194,8 +196,9 @@ pub struct MappedStep {
     pub turn_id: String,
 }
 
-/// The steps of one span, and where they go.
-#[derive(Debug, Clone, PartialEq)]
+/// The steps of one span, and where they go. Serialized as JSON to wait
+/// in the store for the span that names its session ([`SessionSource`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpanSteps {
     /// Trace id, hex.
     pub trace_hex: String,
@@ -203,6 +206,8 @@ pub struct SpanSteps {
     pub span_hex: String,
     /// The session (already a valid Cairn id).
     pub session_id: String,
+    /// Where [`SpanSteps::session_id`] came from.
+    pub session_source: SessionSource,
     /// The agent the span names, as a Cairn id, and whether the span is
     /// an agent span (`invoke_agent`, `create_agent`, `AGENT`).
     pub agent: Option<(String, bool)>,
@@ -216,6 +221,25 @@ pub struct SpanSteps {
     /// What the steps count against the request's step data
     /// ([`MappedStep::counted_bytes`], summed once by [`map_request`]).
     pub counted_bytes: usize,
+}
+
+/// Where a span's session came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionSource {
+    /// Named by the span or its resource (`gen_ai.conversation.id`, else
+    /// `session.id`), by its nearest ancestor in the request, or by the
+    /// one session its trace's other spans in the request name.
+    Named,
+    /// Named by nothing in the request: the trace id stands in.
+    /// `settled` when nothing a later export brings can name it better:
+    /// the request holds its trace's root span (the span a trace ends
+    /// with, as a parent ends after its children), or its trace's spans
+    /// in the request name several sessions. Otherwise the span that
+    /// names the session may still come (a batch exported before it).
+    TraceId {
+        /// Whether the request settles the trace's session.
+        settled: bool,
+    },
 }
 
 /// A span that cannot be recorded, and why.
@@ -429,7 +453,7 @@ impl Builder<'_> {
             },
             position,
             step_id: format!("otel.{}.{}.{position}", self.trace_hex, self.span_hex),
-            kind_label,
+            kind_label: Cow::Borrowed(kind_label),
             content: Some(content),
             input,
             output,
@@ -556,10 +580,18 @@ fn map_span(
     let operation = operation(span, attrs);
     // The span's own session, else its resource's, else the one its
     // ancestors (or its trace's other spans) in the request name.
-    let session_id = trace_sessions::named_by(span)
-        .or_else(|| ctx.resource_session.map(std::borrow::Cow::Borrowed))
+    let (session_id, session_source) = match trace_sessions::named_by(span)
+        .or_else(|| ctx.resource_session.map(Cow::Borrowed))
         .or_else(|| ctx.trace_sessions.inherited(span))
-        .map_or_else(|| trace_hex.clone(), |s| id_from(&s));
+    {
+        Some(named) => (id_from(&named), SessionSource::Named),
+        None => (
+            trace_hex.clone(),
+            SessionSource::TraceId {
+                settled: ctx.trace_sessions.settled(&span.trace_id),
+            },
+        ),
+    };
     let agent = attrs
         .str("gen_ai.agent.id")
         .filter(|id| validate_id("agent", id).is_ok())
@@ -621,6 +653,7 @@ fn map_span(
         trace_hex,
         span_hex,
         session_id,
+        session_source,
         agent,
         service: ctx.service.map(str::to_owned),
         start: span.start_time_unix_nano,

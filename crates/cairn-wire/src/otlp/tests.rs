@@ -66,8 +66,8 @@ fn mapped(spans: Vec<Span>) -> Vec<SpanSteps> {
         .collect()
 }
 
-fn labels(steps: &[MappedStep]) -> Vec<&'static str> {
-    steps.iter().map(|s| s.kind_label).collect()
+fn labels(steps: &[MappedStep]) -> Vec<&str> {
+    steps.iter().map(|s| s.kind_label.as_ref()).collect()
 }
 
 /// A small agent run in the GenAI conventions: an agent span, a chat with
@@ -347,7 +347,7 @@ fn plan_orders_by_time_and_picks_the_agent() {
     assert_eq!(plans.len(), 1);
     let p = &plans[0];
     assert!(p.agent_id.starts_with("Weather-Helper~"));
-    let order: Vec<&str> = p.steps.iter().map(|(_, s)| s.kind_label).collect();
+    let order: Vec<&str> = p.steps.iter().map(|(_, s)| s.kind_label.as_ref()).collect();
     assert_eq!(
         order,
         [
@@ -741,6 +741,40 @@ fn spans_without_a_session_take_their_traces() {
     let sessions: Vec<String> = mapped(two).into_iter().map(|s| s.session_id).collect();
     let trace = hex::encode(TRACE);
     assert_eq!(sessions, [trace.clone(), "one".into(), "two".into(), trace]);
+}
+
+/// Where each span's session came from: named (by itself, an ancestor
+/// or its trace's one session), or the trace id standing in, settled
+/// only when the request holds the trace's root span or its trace names
+/// several sessions (a later export could name it otherwise).
+#[test]
+fn a_session_stood_in_by_the_trace_says_whether_the_request_settles_it() {
+    use super::map::SessionSource::{Named, TraceId};
+    let sources = |spans: Vec<Span>| -> Vec<_> {
+        mapped(spans)
+            .into_iter()
+            .map(|s| s.session_source)
+            .collect()
+    };
+    // Children of an agent span not yet exported: nothing settles them.
+    let children = vec![span(2, 0, 1, vec![]), span(3, 1, 2, vec![])];
+    let open = TraceId { settled: false };
+    assert_eq!(sources(children.clone()), [open, open]);
+    // With the root span (no parent) naming nothing: settled.
+    let mut with_root = children.clone();
+    with_root.push(span(1, 0, 3, vec![]));
+    let settled = TraceId { settled: true };
+    assert_eq!(sources(with_root), [settled, settled, settled]);
+    // A child naming the session lends it to its trace-mates.
+    let mut named = children.clone();
+    named[1].attributes.push(s("session.id", "conv"));
+    assert_eq!(sources(named), [Named, Named]);
+    // Two sessions named in the trace: the others stay the trace's, settled.
+    let mut two = children;
+    two[0].attributes.push(s("session.id", "one"));
+    two[1].attributes.push(s("session.id", "two"));
+    two.push(span(4, 2, 3, vec![]));
+    assert_eq!(sources(two), [Named, Named, settled]);
 }
 
 /// OpenLLMetry (Traceloop) writes a model call as `llm.request.type`,

@@ -8,7 +8,7 @@ use super::super::attrs::Attrs;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A span, by trace id and span id.
 type SpanKey<'a> = (&'a [u8], &'a [u8]);
@@ -26,6 +26,8 @@ pub(super) struct TraceSessions<'a> {
     /// The one session a trace's spans name, or `None` when they name
     /// several.
     by_trace: HashMap<&'a [u8], Option<Cow<'a, str>>>,
+    /// The traces whose root span (no parent) is in the request.
+    rooted: HashSet<&'a [u8]>,
 }
 
 /// The session a span names with its own attributes.
@@ -40,6 +42,7 @@ impl<'a> TraceSessions<'a> {
             own: HashMap::new(),
             parent: HashMap::new(),
             by_trace: HashMap::new(),
+            rooted: HashSet::new(),
         };
         // Each span with the session its resource names, which its own
         // attributes override (as for the span itself).
@@ -65,7 +68,9 @@ impl<'a> TraceSessions<'a> {
                     .or_insert(Some(session.clone()));
                 sessions.own.insert(key, session);
             }
-            if !span.parent_span_id.is_empty() {
+            if span.parent_span_id.is_empty() {
+                sessions.rooted.insert(key.0);
+            } else {
                 sessions.parent.insert(key, span.parent_span_id.as_slice());
             }
         }
@@ -91,5 +96,12 @@ impl<'a> TraceSessions<'a> {
             }
         }
         self.by_trace.get(trace).cloned().flatten()
+    }
+
+    /// Whether nothing a later request brings can name a session for
+    /// `trace`'s spans that name none here: the request holds the trace's
+    /// root span, or the trace's spans name several sessions.
+    pub(super) fn settled(&self, trace: &[u8]) -> bool {
+        self.rooted.contains(trace) || matches!(self.by_trace.get(trace), Some(None))
     }
 }

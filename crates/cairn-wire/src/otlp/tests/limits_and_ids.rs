@@ -66,7 +66,7 @@ fn values_are_made_safe_for_the_store() {
             "agent",
             "session",
             0,
-            s.kind_label,
+            &s.kind_label,
             cairn_core::Timestamp::default(),
         )
         .unwrap();

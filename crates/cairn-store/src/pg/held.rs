@@ -1,0 +1,153 @@
+//! PostgreSQL's OTLP spans waiting for their session
+//! (`crate::held_spans`), and the look-up of the session a trace's steps
+//! were recorded in.
+
+use super::PgStore;
+use super::connection::col;
+use crate::StoreError;
+use crate::held_spans::{HeldSpan, HeldSpans, HeldTrace, otel_trace_prefix};
+
+impl HeldSpans for PgStore {
+    fn hold_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        spans: &[HeldSpan],
+        max_org_bytes: u64,
+    ) -> Result<bool, StoreError> {
+        let (mut traces, mut ids, mut received, mut bytes, mut steps) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for span in spans {
+            traces.push(span.trace_hex.as_str());
+            ids.push(span.span_hex.as_str());
+            received.push(span.received_ms);
+            bytes.push(span.steps.len() as i64);
+            steps.push(span.steps.as_str());
+        }
+        let adding: i64 = bytes.iter().sum();
+        let max = i64::try_from(max_org_bytes).unwrap_or(i64::MAX);
+        self.read(|db| {
+            // One statement: the org's total checked and the rows written
+            // together (servers of a fleet holding at once may each pass
+            // the check: the bound is per statement, about the limit).
+            let written = db.execute(
+                "INSERT INTO held_spans (org_name, key_id, trace_hex, span_hex, received_ms, bytes, steps)
+                 SELECT $1, $2, t, s, r, b, j
+                   FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[]) AS u(t, s, r, b, j)
+                  WHERE (SELECT COALESCE(SUM(bytes), 0)::bigint FROM held_spans WHERE org_name = $1) + $8::bigint <= $9::bigint
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &org_id, &key_id, &traces, &ids, &received, &bytes, &steps, &adding, &max,
+                ],
+                "holding spans",
+            )?;
+            if written > 0 || spans.is_empty() {
+                return Ok(true);
+            }
+            // Nothing written: over the limit, or every span held already
+            // (a retry of the export).
+            let row = db.query_one(
+                "SELECT COALESCE(SUM(bytes), 0)::bigint FROM held_spans WHERE org_name = $1",
+                &[&org_id],
+                "counting held spans",
+            )?;
+            let held: i64 = col(&row, 0)?;
+            Ok(held.saturating_add(adding) <= max)
+        })
+    }
+
+    fn held_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        trace_hex: &str,
+    ) -> Result<Vec<HeldSpan>, StoreError> {
+        self.read(|db| {
+            db.query(
+                "SELECT span_hex, steps, received_ms FROM held_spans
+                  WHERE org_name = $1 AND key_id = $2 AND trace_hex = $3 ORDER BY span_hex",
+                &[&org_id, &key_id, &trace_hex],
+                "reading held spans",
+            )?
+            .iter()
+            .map(|row| {
+                Ok(HeldSpan {
+                    trace_hex: trace_hex.to_owned(),
+                    span_hex: col(row, 0)?,
+                    steps: col(row, 1)?,
+                    received_ms: col(row, 2)?,
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn release_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        trace_hex: &str,
+        span_hexes: &[String],
+    ) -> Result<(), StoreError> {
+        self.read(|db| {
+            db.execute(
+                "DELETE FROM held_spans
+                  WHERE org_name = $1 AND key_id = $2 AND trace_hex = $3 AND span_hex = ANY($4)",
+                &[&org_id, &key_id, &trace_hex, &span_hexes],
+                "releasing held spans",
+            )?;
+            Ok(())
+        })
+    }
+
+    fn due_held_traces(
+        &self,
+        received_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<HeldTrace>, StoreError> {
+        let limit = limit as i64;
+        self.read(|db| {
+            db.query(
+                "SELECT DISTINCT org_name, key_id, trace_hex FROM held_spans
+                  WHERE received_ms < $1 LIMIT $2",
+                &[&received_before_ms, &limit],
+                "reading held spans",
+            )?
+            .iter()
+            .map(|row| {
+                Ok(HeldTrace {
+                    org_id: col(row, 0)?,
+                    key_id: col(row, 1)?,
+                    trace_hex: col(row, 2)?,
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn otel_trace_session(
+        &self,
+        org_id: &str,
+        trace_hex: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let prefix = otel_trace_prefix(trace_hex);
+        if prefix.len() != 38 || !super::reads::storable(&prefix) {
+            return Ok(None);
+        }
+        self.read(|db| {
+            let Some(org) = Self::org_id_of(db, org_id)? else {
+                return Ok(None);
+            };
+            db.query_opt(
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                  WHERE e.org = $1 AND starts_with(e.trace_id, 'otel.')
+                    AND left(e.trace_id, 38) = $2 AND e.type = 'step'
+                  ORDER BY e.id DESC LIMIT 1",
+                &[&org, &prefix],
+                "looking up a trace's session",
+            )?
+            .map(|row| col(&row, 0))
+            .transpose()
+        })
+    }
+}

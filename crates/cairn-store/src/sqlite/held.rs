@@ -1,0 +1,159 @@
+//! The embedded store's OTLP spans waiting for their session
+//! (`crate::held_spans`), and the look-up of the session a trace's steps
+//! were recorded in.
+
+use super::SqliteStore;
+use super::connection::poisoned;
+use crate::held_spans::{HeldSpan, HeldSpans, HeldTrace, otel_trace_prefix};
+use crate::{DbContext, StoreError};
+use rusqlite::{OptionalExtension, params};
+
+impl HeldSpans for SqliteStore {
+    fn hold_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        spans: &[HeldSpan],
+        max_org_bytes: u64,
+    ) -> Result<bool, StoreError> {
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = w.conn.transaction().context("holding spans")?;
+        let held: i64 = tx
+            .query_row(
+                "SELECT COALESCE(SUM(bytes), 0) FROM held_spans WHERE org_name = ?1",
+                [org_id],
+                |r| r.get(0),
+            )
+            .context("counting held spans")?;
+        let adding: u64 = spans.iter().map(|s| s.steps.len() as u64).sum();
+        if (held as u64).saturating_add(adding) > max_org_bytes {
+            return Ok(false);
+        }
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO held_spans (org_name, key_id, trace_hex, span_hex, received_ms, bytes, steps)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                )
+                .context("holding spans")?;
+            for span in spans {
+                insert
+                    .execute(params![
+                        org_id,
+                        key_id,
+                        span.trace_hex,
+                        span.span_hex,
+                        span.received_ms,
+                        span.steps.len() as i64,
+                        span.steps
+                    ])
+                    .context("holding spans")?;
+            }
+        }
+        tx.commit().context("holding spans")?;
+        Ok(true)
+    }
+
+    fn held_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        trace_hex: &str,
+    ) -> Result<Vec<HeldSpan>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT span_hex, steps, received_ms FROM held_spans
+                     WHERE org_name = ?1 AND key_id = ?2 AND trace_hex = ?3 ORDER BY span_hex",
+                )
+                .context("reading held spans")?;
+            let rows = stmt
+                .query_map(params![org_id, key_id, trace_hex], |r| {
+                    Ok(HeldSpan {
+                        trace_hex: trace_hex.to_owned(),
+                        span_hex: r.get(0)?,
+                        steps: r.get(1)?,
+                        received_ms: r.get(2)?,
+                    })
+                })
+                .context("reading held spans")?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .context("reading held spans")
+        })
+    }
+
+    fn release_spans(
+        &self,
+        org_id: &str,
+        key_id: &str,
+        trace_hex: &str,
+        span_hexes: &[String],
+    ) -> Result<(), StoreError> {
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        let tx = w.conn.transaction().context("releasing held spans")?;
+        {
+            let mut delete = tx
+                .prepare_cached(
+                    "DELETE FROM held_spans
+                     WHERE org_name = ?1 AND key_id = ?2 AND trace_hex = ?3 AND span_hex = ?4",
+                )
+                .context("releasing held spans")?;
+            for span in span_hexes {
+                delete
+                    .execute(params![org_id, key_id, trace_hex, span])
+                    .context("releasing held spans")?;
+            }
+        }
+        tx.commit().context("releasing held spans")
+    }
+
+    fn due_held_traces(
+        &self,
+        received_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<HeldTrace>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT DISTINCT org_name, key_id, trace_hex FROM held_spans
+                     WHERE received_ms < ?1 LIMIT ?2",
+                )
+                .context("reading held spans")?;
+            let rows = stmt
+                .query_map(params![received_before_ms, limit as i64], |r| {
+                    Ok(HeldTrace {
+                        org_id: r.get(0)?,
+                        key_id: r.get(1)?,
+                        trace_hex: r.get(2)?,
+                    })
+                })
+                .context("reading held spans")?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .context("reading held spans")
+        })
+    }
+
+    fn otel_trace_session(
+        &self,
+        org_id: &str,
+        trace_hex: &str,
+    ) -> Result<Option<String>, StoreError> {
+        // The step ids of a trace sort together under the unique index on
+        // (org, trace_id), in byte order (SQLite's BINARY collation): `/`
+        // follows `.`, so the range is exactly the ids with the prefix.
+        let from = otel_trace_prefix(trace_hex);
+        let to = format!("otel.{trace_hex}/");
+        self.read(|c| {
+            let Some(org) = Self::org_id_of(c, org_id)? else {
+                return Ok(None);
+            };
+            c.prepare_cached(
+                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                 WHERE e.org = ?1 AND e.trace_id >= ?2 AND e.trace_id < ?3 AND e.type = 'step'
+                 ORDER BY e.id DESC LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![org, from, to], |r| r.get(0)).optional())
+            .context("looking up a trace's session")
+        })
+    }
+}

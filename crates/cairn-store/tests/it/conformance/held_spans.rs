@@ -1,0 +1,109 @@
+//! OTLP spans waiting for their session: held durably per org, key and
+//! trace, bounded per org, found when due, released once written; and the
+//! session a trace's recorded steps are in.
+
+use super::{Backend, ORG, append, ledger, step};
+use cairn_store::held_spans::{HeldSpan, HeldTrace};
+
+fn held(trace: &str, span: &str, received_ms: i64, steps: &str) -> HeldSpan {
+    HeldSpan {
+        trace_hex: trace.into(),
+        span_hex: span.into(),
+        steps: steps.into(),
+        received_ms,
+    }
+}
+
+pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
+    let store = backend.open("held_spans");
+    let (a, b) = ("a".repeat(32), "b".repeat(32));
+    let first = [held(&a, "01", 1_000, "[1]"), held(&a, "02", 2_000, "[22]")];
+    assert!(store.hold_spans(ORG, "k1", &first, 1_000).unwrap());
+    // A retried export: the span is kept as it was first held.
+    let retried = [held(&a, "01", 9_000, "[999]")];
+    assert!(store.hold_spans(ORG, "k1", &retried, 1_000).unwrap());
+    assert!(
+        store
+            .hold_spans(ORG, "k2", &[held(&a, "01", 5_000, "[3]")], 1_000)
+            .unwrap()
+    );
+    assert!(
+        store
+            .hold_spans("other", "k1", &[held(&b, "01", 500, "[4]")], 1_000)
+            .unwrap()
+    );
+    // Per org, per key, per trace.
+    let spans = store.held_spans(ORG, "k1", &a).unwrap();
+    assert_eq!(spans, first.to_vec());
+    assert_eq!(store.held_spans(ORG, "k2", &a).unwrap().len(), 1);
+    assert!(store.held_spans(ORG, "k1", &b).unwrap().is_empty());
+    // The org's bound counts every key's spans (3 + 4 + 3 bytes held).
+    let big = [held(&b, "03", 3_000, &"x".repeat(991))];
+    assert!(!store.hold_spans(ORG, "k1", &big, 1_000).unwrap());
+    assert!(store.held_spans(ORG, "k1", &b).unwrap().is_empty());
+    let fits = [held(&b, "03", 3_000, &"x".repeat(990))];
+    assert!(store.hold_spans(ORG, "k1", &fits, 1_000).unwrap());
+    // Due: the traces with a span held before the time, of every org.
+    let mut due = store.due_held_traces(1_500, 10).unwrap();
+    due.sort_by(|x, y| (&x.org_id, &x.key_id).cmp(&(&y.org_id, &y.key_id)));
+    let trace = |org: &str, key: &str, t: &str| HeldTrace {
+        org_id: org.into(),
+        key_id: key.into(),
+        trace_hex: t.into(),
+    };
+    assert_eq!(due, [trace(ORG, "k1", &a), trace("other", "k1", &b)]);
+    assert_eq!(store.due_held_traces(1_500, 1).unwrap().len(), 1);
+    assert_eq!(store.due_held_traces(10_000, 10).unwrap().len(), 4);
+    // Held spans survive a restart.
+    drop(store);
+    let store = backend.open("held_spans");
+    assert_eq!(store.held_spans(ORG, "k1", &a).unwrap(), first.to_vec());
+    // Released one by one; the others stay.
+    store
+        .release_spans(ORG, "k1", &a, &["01".to_owned()])
+        .unwrap();
+    assert_eq!(
+        store.held_spans(ORG, "k1", &a).unwrap(),
+        first[1..].to_vec()
+    );
+    assert_eq!(store.held_spans(ORG, "k2", &a).unwrap().len(), 1);
+    store
+        .release_spans(ORG, "k1", &a, &["02".to_owned(), "09".to_owned()])
+        .unwrap();
+    assert!(store.held_spans(ORG, "k1", &a).unwrap().is_empty());
+    assert_eq!(store.due_held_traces(1_500, 10).unwrap().len(), 1);
+}
+
+pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
+    let store = backend.open("otel_trace_session");
+    let ledger = ledger(store.clone());
+    let trace = "0123456789abcdef0123456789abcdef";
+    assert_eq!(store.otel_trace_session(ORG, trace).unwrap(), None);
+    let otel = |session: &str, span: &str| {
+        let mut s = step(session, "observation", "seen");
+        s.trace_id = Some(format!("otel.{trace}.{span}.0"));
+        s
+    };
+    append(&ledger, otel("by-trace", "0000000000000001")).unwrap();
+    assert_eq!(
+        store.otel_trace_session(ORG, trace).unwrap().as_deref(),
+        Some("by-trace")
+    );
+    append(&ledger, otel("conversation", "0000000000000002")).unwrap();
+    // Ids that only start alike are another trace's; another org sees none.
+    let mut near = step("near", "observation", "seen");
+    near.trace_id = Some(format!("otel.{trace}0.0000000000000003.0"));
+    append(&ledger, near).unwrap();
+    let mut plain = step("plain", "observation", "seen");
+    plain.trace_id = Some(format!("otel.{trace}~x"));
+    append(&ledger, plain).unwrap();
+    assert_eq!(
+        store.otel_trace_session(ORG, trace).unwrap().as_deref(),
+        Some("conversation")
+    );
+    assert_eq!(store.otel_trace_session("other", trace).unwrap(), None);
+    assert_eq!(
+        store.otel_trace_session(ORG, &"f".repeat(32)).unwrap(),
+        None
+    );
+}
