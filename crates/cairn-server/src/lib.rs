@@ -176,6 +176,9 @@ pub struct AppState {
     embedding: embedding_worker::EmbeddingWorker,
     /// Where a request's long CPU work runs ([`INLINE_WORK_BYTES`]).
     cpu: cpu::CpuPool,
+    /// Writes the OTLP spans whose wait for their session is over (none
+    /// when holding is off, writes are disabled or the store is read-only).
+    _held_flusher: Option<otlp::HeldFlusher>,
 }
 
 impl AppState {
@@ -191,6 +194,11 @@ impl AppState {
             rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
         manager.session_config.keep_alive = Some(config.limits.mcp_session_idle);
         let manager = Arc::new(manager);
+        let held_flusher = if config.enabled && !store.is_read_only() {
+            otlp::HeldFlusher::start(Arc::clone(&ledger), config.otlp.hold_for)
+        } else {
+            None
+        };
         Arc::new(AppState {
             ledger,
             store,
@@ -211,6 +219,7 @@ impl AppState {
             ui_sessions: ui::UiSessions::default(),
             embedding,
             cpu: cpu::CpuPool::new(),
+            _held_flusher: held_flusher,
         })
     }
 

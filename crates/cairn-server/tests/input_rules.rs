@@ -10,6 +10,8 @@ use common::*;
 
 #[path = "input_rules/otlp.rs"]
 mod otlp;
+#[path = "input_rules/otlp_held.rs"]
+mod otlp_held;
 #[path = "input_rules/surfaces.rs"]
 mod surfaces;
 

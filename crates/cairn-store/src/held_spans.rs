@@ -23,12 +23,12 @@ pub trait HeldSpans {
         max_org_bytes: u64,
     ) -> Result<bool, StoreError>;
 
-    /// The spans of `trace_hex` held for `key_id`, by span id.
+    /// The spans of these traces held for `key_id`, by trace, then span id.
     fn held_spans(
         &self,
         org_id: &str,
         key_id: &str,
-        trace_hex: &str,
+        trace_hexes: &[String],
     ) -> Result<Vec<HeldSpan>, StoreError>;
 
     /// Forgets held spans (written as steps, or given up).
@@ -48,14 +48,14 @@ pub trait HeldSpans {
         limit: usize,
     ) -> Result<Vec<HeldTrace>, StoreError>;
 
-    /// The session of the latest step recorded in the org with a step id
-    /// starting [`otel_trace_prefix`]`(trace_hex)`: where the OTLP
-    /// receiver recorded that trace's spans.
-    fn otel_trace_session(
+    /// For each trace, the session of the latest step recorded in the org
+    /// with a step id starting [`otel_trace_prefix`]`(trace_hex)`: where
+    /// the OTLP receiver recorded that trace's spans (`None`: nowhere).
+    fn otel_trace_sessions(
         &self,
         org_id: &str,
-        trace_hex: &str,
-    ) -> Result<Option<String>, StoreError>;
+        trace_hexes: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError>;
 }
 
 /// One span held, as the OTLP receiver mapped it.

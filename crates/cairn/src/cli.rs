@@ -196,6 +196,17 @@ enum Command {
         /// 429 with Retry-After (exporters retry).
         #[arg(long, env = "CAIRN_OTLP_MAX_BACKLOG", default_value_t = 65_536)]
         otlp_max_backlog: usize,
+        /// Seconds an OTLP span that names no session waits for a span of
+        /// its trace that names one (exporters send a turn's model and tool
+        /// spans before the agent span carrying the conversation id); then
+        /// it is written into the session named after its trace. 0: never
+        /// wait.
+        #[arg(long, env = "CAIRN_OTLP_HOLD_SECONDS", default_value_t = 120)]
+        otlp_hold_seconds: u64,
+        /// The most bytes an org's waiting OTLP spans may take in the
+        /// store; past it, spans that name no session are written at once.
+        #[arg(long, env = "CAIRN_OTLP_MAX_HELD_BYTES", default_value_t = 64 * 1024 * 1024)]
+        otlp_max_held_bytes: u64,
         /// Get checkpoints cosigned by this witness: `URL=VKEY`, its
         /// submission URL (http://host:port[/prefix], no `=`) and the
         /// cosignature key `cairn witness` prints. Every new checkpoint is

@@ -7,7 +7,7 @@
 
 use super::{
     Encoding, OtlpConfig, OtlpError, admit, content_encoding, cpu, decode_otlp_with, decompress,
-    json_ok, map, protobuf_ok, request_encoding, saturated,
+    held, json_ok, map, protobuf_ok, request_encoding, saturated,
 };
 use crate::{AppState, Caller};
 use axum::body::Body;
@@ -120,8 +120,8 @@ async fn export_traces(
     let work_request = Arc::clone(&request);
     // Decode, map, plan, and submit every step (in order, so that the
     // sequencer commits each session's steps in plan order).
-    let (mut fates, mut reasons, waiting, hint) = cpu(state, caller.org(), move || {
-        let (mapped, hint) = decode_and_map(
+    let (mut fates, mut reasons, waiting, hint, settlement) = cpu(state, caller.org(), move || {
+        let (mut mapped, hint) = decode_and_map(
             &work_bytes,
             &work_type,
             work_encoding.as_deref(),
@@ -152,6 +152,18 @@ async fn export_traces(
                 }
             }
         }
+        // Spans named by no session wait for the one that names it; held
+        // spans of the traces this request settles are written with it.
+        let settlement = held::settle(
+            work_state.store.as_ref(),
+            &work_caller,
+            &config,
+            &mapped,
+            |i| fates[i] == Fate::Refused,
+        )?;
+        settlement.apply(&mut mapped);
+        bytes += settlement.flushed_bytes();
+        fates.resize(mapped.len(), Fate::Recorded);
         // A bound key writes as its agent: its spans' own agents are
         // checked above, and no session's owner is looked up.
         let span_agents = match bound {
@@ -192,6 +204,13 @@ async fn export_traces(
                 let id = step.step_id.clone();
                 let agent = match owner.writes(planned, span_agents[span].as_deref()) {
                     Ok(agent) => agent,
+                    // A held span the session refuses stays held: its wait
+                    // ends in the flusher (the request's own spans only
+                    // are answered).
+                    Err(_) if settlement.is_flushed(span) => {
+                        fates[span] = Fate::Refused;
+                        continue;
+                    }
                     Err(why) => {
                         refuse(&mut fates, &mut reasons, span, || {
                             format!("step {id}: {why}")
@@ -199,13 +218,19 @@ async fn export_traces(
                         continue;
                     }
                 };
-                let new = new_step(&work_caller, &plan.session_id, agent, step);
+                let new = new_step(
+                    work_caller.org(),
+                    &work_caller.key.id,
+                    &plan.session_id,
+                    agent,
+                    step,
+                );
                 let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
                 submitted.push((span, id, pending));
             }
         }
         let waiting = await_answers(submitted, held, work_request, started);
-        Ok((fates, reasons, waiting, hint))
+        Ok((fates, reasons, waiting, hint, Arc::new(settlement)))
     })
     .await?;
     // Steps refused because their session was opened as another agent (by
@@ -222,6 +247,10 @@ async fn export_traces(
     for (span, id, answer, elapsed) in answers(waiting).await? {
         match answer {
             Ok(_) => state.metrics.append(elapsed),
+            // A held span's step written before (by a flush that stopped
+            // before forgetting it): written.
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+                if settlement.is_flushed(span) => {}
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                 taken.insert(id, (span, None));
             }
@@ -229,6 +258,9 @@ async fn export_traces(
                 if caller.key.agent_id.is_none() =>
             {
                 mismatched.insert(id, session_agent);
+            }
+            Err(AppendError::Refused(_)) if settlement.is_flushed(span) => {
+                fates[span] = Fate::Refused;
             }
             Err(AppendError::Refused(r)) => {
                 state.metrics.refusal();
@@ -249,14 +281,16 @@ async fn export_traces(
             content_encoding.clone(),
         );
         let adopted: std::collections::HashSet<String> = mismatched.keys().cloned().collect();
+        let work_settlement = Arc::clone(&settlement);
         let waiting = cpu(state, caller.org(), move || {
-            let (mapped, _) = decode_and_map(
+            let (mut mapped, _) = decode_and_map(
                 &work_bytes,
                 &work_type,
                 work_encoding.as_deref(),
                 &config,
                 &map_limits,
             )?;
+            work_settlement.apply(&mut mapped);
             let mut again = Vec::new();
             // Steps refused by the session's owner: their span, id and why.
             let mut refused = Vec::new();
@@ -295,7 +329,13 @@ async fn export_traces(
             let mut pendings = Vec::with_capacity(again.len());
             for (span, session_id, agent, step) in again {
                 let id = step.step_id.clone();
-                let new = new_step(&work_caller, &session_id, &agent, step);
+                let new = new_step(
+                    work_caller.org(),
+                    &work_caller.key.id,
+                    &session_id,
+                    &agent,
+                    step,
+                );
                 let pending = work_state.ledger.submit(WriteRequest::Step(Box::new(new)));
                 pendings.push((span, id, pending));
             }
@@ -307,6 +347,10 @@ async fn export_traces(
         .await?;
         let (waiting, refused) = waiting;
         for (span, id, why) in refused {
+            if settlement.is_flushed(span) {
+                fates[span] = Fate::Refused;
+                continue;
+            }
             state.metrics.refusal();
             refuse(&mut fates, &mut reasons, span, || {
                 format!("step {id}: {why}")
@@ -315,9 +359,14 @@ async fn export_traces(
         for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
                 Ok(_) => state.metrics.append(elapsed),
+                Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
+                    if settlement.is_flushed(span) => {}
                 Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                     let agent = mismatched.get(&id).cloned();
                     taken.insert(id, (span, agent));
+                }
+                Err(AppendError::Refused(_)) if settlement.is_flushed(span) => {
+                    fates[span] = Fate::Refused;
                 }
                 Err(AppendError::Refused(r)) => {
                     state.metrics.refusal();
@@ -331,11 +380,13 @@ async fn export_traces(
         let work_state = Arc::clone(state);
         let work_caller = caller.clone();
         let bound = caller.key.agent_id.clone();
+        let work_settlement = Arc::clone(&settlement);
         let conflicts = cpu(state, caller.org(), move || {
             taken_by_others(
                 &work_state,
                 &work_caller,
                 bound.as_deref(),
+                &work_settlement,
                 taken,
                 (&bytes, &content_type, content_encoding.as_deref()),
                 &config,
@@ -355,6 +406,10 @@ async fn export_traces(
     if let Some(e) = storage_failure {
         return Err(unreadable(e));
     }
+    release_written(state, &caller, &settlement, &fates).await;
+    // The request's own spans are answered (held spans it wrote were
+    // acknowledged by the request that sent them).
+    fates.truncate(settlement.own);
     let rejected = fates.iter().filter(|f| **f == Fate::Refused).count();
     state
         .metrics
@@ -406,6 +461,36 @@ async fn export_traces(
             json!({"rejectedSpans": p.rejected_spans.to_string(), "errorMessage": p.error_message})
         })),
     })
+}
+
+/// Forgets the held spans this request wrote whose steps were all
+/// recorded (a failure is logged: they stay held, and are written again,
+/// as retries, when their wait ends).
+async fn release_written(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    settlement: &held::Settlement,
+    fates: &[Fate],
+) {
+    let failed = (settlement.own..fates.len())
+        .filter(|&i| fates[i] == Fate::Refused)
+        .collect();
+    let written = settlement.written(&failed);
+    if written.is_empty() {
+        return;
+    }
+    let (org, key) = (caller.org().to_owned(), caller.key.id.clone());
+    let store = Arc::clone(&state.store);
+    let released = tokio::task::spawn_blocking(move || {
+        for (trace, spans) in written {
+            store.release_spans(&org, &key, &trace, &spans)?;
+        }
+        Ok::<_, cairn_store::StoreError>(())
+    })
+    .await;
+    if let Ok(Err(e)) = released {
+        tracing::warn!(target: "cairn::otlp", "forgetting written held spans: {e}");
+    }
 }
 
 /// Marks span `span` refused, with `reason` if it is the span's first.
@@ -555,7 +640,7 @@ impl<'a> SessionOwners<'a> {
 
 /// A store that failed: the export is to be retried (nothing is lost by
 /// retrying: recorded steps are retries then).
-fn unreadable(e: impl std::fmt::Display) -> OtlpError {
+pub(super) fn unreadable(e: impl std::fmt::Display) -> OtlpError {
     OtlpError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "storage_failure",
@@ -571,10 +656,12 @@ fn unreadable(e: impl std::fmt::Display) -> OtlpError {
 /// id. The others are retries of a recorded export, answered as written
 /// ([`cairn_store::answer_retries`], the rule of REST's batches; a second
 /// copy of a span within this request stays a duplicate).
+#[allow(clippy::too_many_arguments)]
 fn taken_by_others(
     state: &AppState,
     caller: &Caller,
     bound: Option<&str>,
+    settlement: &held::Settlement,
     taken: std::collections::HashMap<String, (usize, Option<String>)>,
     (bytes, content_type, content_encoding): (&[u8], &str, Option<&str>),
     config: &OtlpConfig,
@@ -585,7 +672,9 @@ fn taken_by_others(
     // Planned as the first submission planned them (steps written again as
     // their session's agent are only ever a key's without a binding, for
     // which both plans are one).
-    let (mapped, _) = decode_and_map(bytes, content_type, content_encoding, config, map_limits)?;
+    let (mut mapped, _) =
+        decode_and_map(bytes, content_type, content_encoding, config, map_limits)?;
+    settlement.apply(&mut mapped);
     // A key without a binding writes a span into a session another agent
     // opened as that agent (the session's): so a retry of it was recorded.
     let mut session_agents: std::collections::HashMap<String, Option<String>> = Default::default();
@@ -615,7 +704,13 @@ fn taken_by_others(
                 .or(session_agent.as_ref())
                 .unwrap_or(&plan.agent_id);
             let id = step.step_id.clone();
-            let new = new_step(caller, &plan.session_id, written_as, step);
+            let new = new_step(
+                caller.org(),
+                &caller.key.id,
+                &plan.session_id,
+                written_as,
+                step,
+            );
             spans.push((*span, id.clone()));
             outcomes.push((
                 Some(new),
@@ -710,14 +805,21 @@ fn without_nul(text: String) -> String {
     }
 }
 
-/// A planned step as the ledger's input.
-fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::MappedStep) -> NewStep {
+/// A planned step as the ledger's input, written for key `key_id` of
+/// org `org`.
+pub(super) fn new_step(
+    org: &str,
+    key_id: &str,
+    session_id: &str,
+    agent_id: &str,
+    step: map::MappedStep,
+) -> NewStep {
     let links = cairn_core::record::Links {
         tool_call: step.tool_call,
         ..Default::default()
     };
     NewStep {
-        org_id: caller.org().to_owned(),
+        org_id: org.to_owned(),
         session_id: session_id.to_owned(),
         agent_id: agent_id.to_owned(),
         kind_label: step.kind_label.into_owned(),
@@ -731,7 +833,7 @@ fn new_step(caller: &Caller, session_id: &str, agent_id: &str, step: map::Mapped
         turn_id: Some(step.turn_id),
         links,
         trace_id: Some(step.step_id),
-        caller: caller.key.id.clone(),
+        caller: key_id.to_owned(),
         ..NewStep::default()
     }
 }

@@ -25,6 +25,8 @@
 //! and answered, not stored) in `discard`.
 
 mod discard;
+mod held;
+pub use held::HeldFlusher;
 mod ingest;
 
 // Decoding and mapping are `cairn-wire`'s (parsers of outside bytes, fuzzed
@@ -44,6 +46,7 @@ use axum::response::{IntoResponse, Response};
 use prost::Message as _;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Limits and settings of OTLP ingest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +67,14 @@ pub struct OtlpConfig {
     /// (each holds its body); one org's at most half of them (at least
     /// one); more are answered 429 at once.
     pub max_requests: usize,
+    /// How long a span named by no session waits for a span of its trace
+    /// that names one (docs/OTLP.md "Spans waiting for their session");
+    /// zero: never held, written at once into the session named after
+    /// its trace.
+    pub hold_for: Duration,
+    /// The most bytes (of their steps' JSON) an org's held spans may take;
+    /// past it, spans are written at once as if holding were off.
+    pub max_held_bytes: u64,
 }
 
 impl Default for OtlpConfig {
@@ -75,6 +86,8 @@ impl Default for OtlpConfig {
             max_backlog: 65_536,
             decode_permits: 2,
             max_requests: 64,
+            hold_for: Duration::from_secs(120),
+            max_held_bytes: 64 * 1024 * 1024,
         }
     }
 }

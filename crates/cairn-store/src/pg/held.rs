@@ -60,22 +60,23 @@ impl HeldSpans for PgStore {
         &self,
         org_id: &str,
         key_id: &str,
-        trace_hex: &str,
+        trace_hexes: &[String],
     ) -> Result<Vec<HeldSpan>, StoreError> {
         self.read(|db| {
             db.query(
-                "SELECT span_hex, steps, received_ms FROM held_spans
-                  WHERE org_name = $1 AND key_id = $2 AND trace_hex = $3 ORDER BY span_hex",
-                &[&org_id, &key_id, &trace_hex],
+                "SELECT trace_hex, span_hex, steps, received_ms FROM held_spans
+                  WHERE org_name = $1 AND key_id = $2 AND trace_hex = ANY($3)
+                  ORDER BY trace_hex, span_hex",
+                &[&org_id, &key_id, &trace_hexes],
                 "reading held spans",
             )?
             .iter()
             .map(|row| {
                 Ok(HeldSpan {
-                    trace_hex: trace_hex.to_owned(),
-                    span_hex: col(row, 0)?,
-                    steps: col(row, 1)?,
-                    received_ms: col(row, 2)?,
+                    trace_hex: col(row, 0)?,
+                    span_hex: col(row, 1)?,
+                    steps: col(row, 2)?,
+                    received_ms: col(row, 3)?,
                 })
             })
             .collect()
@@ -125,29 +126,35 @@ impl HeldSpans for PgStore {
         })
     }
 
-    fn otel_trace_session(
+    fn otel_trace_sessions(
         &self,
         org_id: &str,
-        trace_hex: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let prefix = otel_trace_prefix(trace_hex);
-        if prefix.len() != 38 || !super::reads::storable(&prefix) {
-            return Ok(None);
-        }
+        trace_hexes: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
         self.read(|db| {
             let Some(org) = Self::org_id_of(db, org_id)? else {
-                return Ok(None);
+                return Ok(vec![None; trace_hexes.len()]);
             };
-            db.query_opt(
-                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
-                  WHERE e.org = $1 AND starts_with(e.trace_id, 'otel.')
-                    AND left(e.trace_id, 38) = $2 AND e.type = 'step'
-                  ORDER BY e.id DESC LIMIT 1",
-                &[&org, &prefix],
-                "looking up a trace's session",
-            )?
-            .map(|row| col(&row, 0))
-            .transpose()
+            let mut found = Vec::with_capacity(trace_hexes.len());
+            for trace_hex in trace_hexes {
+                let prefix = otel_trace_prefix(trace_hex);
+                // A trace id of 32 hex digits makes the 38-character key
+                // the index holds; any other names no recorded trace.
+                if prefix.len() != 38 || !super::reads::storable(&prefix) {
+                    found.push(None);
+                    continue;
+                }
+                let row = db.query_opt(
+                    "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                      WHERE e.org = $1 AND starts_with(e.trace_id, 'otel.')
+                        AND left(e.trace_id, 38) = $2 AND e.type = 'step'
+                      ORDER BY e.id DESC LIMIT 1",
+                    &[&org, &prefix],
+                    "looking up a trace's session",
+                )?;
+                found.push(row.map(|row| col(&row, 0)).transpose()?);
+            }
+            Ok(found)
         })
     }
 }

@@ -58,7 +58,7 @@ impl HeldSpans for SqliteStore {
         &self,
         org_id: &str,
         key_id: &str,
-        trace_hex: &str,
+        trace_hexes: &[String],
     ) -> Result<Vec<HeldSpan>, StoreError> {
         self.read(|c| {
             let mut stmt = c
@@ -67,18 +67,23 @@ impl HeldSpans for SqliteStore {
                      WHERE org_name = ?1 AND key_id = ?2 AND trace_hex = ?3 ORDER BY span_hex",
                 )
                 .context("reading held spans")?;
-            let rows = stmt
-                .query_map(params![org_id, key_id, trace_hex], |r| {
-                    Ok(HeldSpan {
-                        trace_hex: trace_hex.to_owned(),
-                        span_hex: r.get(0)?,
-                        steps: r.get(1)?,
-                        received_ms: r.get(2)?,
+            let mut found = Vec::new();
+            for trace_hex in trace_hexes {
+                let rows = stmt
+                    .query_map(params![org_id, key_id, trace_hex], |r| {
+                        Ok(HeldSpan {
+                            trace_hex: trace_hex.clone(),
+                            span_hex: r.get(0)?,
+                            steps: r.get(1)?,
+                            received_ms: r.get(2)?,
+                        })
                     })
-                })
-                .context("reading held spans")?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .context("reading held spans")
+                    .context("reading held spans")?;
+                for row in rows {
+                    found.push(row.context("reading held spans")?);
+                }
+            }
+            Ok(found)
         })
     }
 
@@ -133,27 +138,35 @@ impl HeldSpans for SqliteStore {
         })
     }
 
-    fn otel_trace_session(
+    fn otel_trace_sessions(
         &self,
         org_id: &str,
-        trace_hex: &str,
-    ) -> Result<Option<String>, StoreError> {
-        // The step ids of a trace sort together under the unique index on
-        // (org, trace_id), in byte order (SQLite's BINARY collation): `/`
-        // follows `.`, so the range is exactly the ids with the prefix.
-        let from = otel_trace_prefix(trace_hex);
-        let to = format!("otel.{trace_hex}/");
+        trace_hexes: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(None);
+                return Ok(vec![None; trace_hexes.len()]);
             };
-            c.prepare_cached(
-                "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
-                 WHERE e.org = ?1 AND e.trace_id >= ?2 AND e.trace_id < ?3 AND e.type = 'step'
-                 ORDER BY e.id DESC LIMIT 1",
-            )
-            .and_then(|mut s| s.query_row(params![org, from, to], |r| r.get(0)).optional())
-            .context("looking up a trace's session")
+            // The step ids of a trace sort together under the unique index
+            // on (org, trace_id), in byte order (SQLite's BINARY
+            // collation): `/` follows `.`, so the range is exactly the ids
+            // with the prefix.
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+                     WHERE e.org = ?1 AND e.trace_id >= ?2 AND e.trace_id < ?3 AND e.type = 'step'
+                     ORDER BY e.id DESC LIMIT 1",
+                )
+                .context("looking up a trace's session")?;
+            trace_hexes
+                .iter()
+                .map(|trace_hex| {
+                    let (from, to) = (otel_trace_prefix(trace_hex), format!("otel.{trace_hex}/"));
+                    stmt.query_row(params![org, from, to], |r| r.get(0))
+                        .optional()
+                        .context("looking up a trace's session")
+                })
+                .collect()
         })
     }
 }

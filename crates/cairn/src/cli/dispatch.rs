@@ -26,6 +26,8 @@ pub fn run() -> Result<Outcome> {
             otlp_listen,
             otlp_max_body_bytes,
             otlp_max_backlog,
+            otlp_hold_seconds,
+            otlp_max_held_bytes,
             witnesses,
             witness_interval,
             witness_logs,
@@ -35,6 +37,8 @@ pub fn run() -> Result<Outcome> {
             let mut otlp = cairn_server::otlp::OtlpConfig {
                 max_body_bytes: *otlp_max_body_bytes,
                 max_backlog: *otlp_max_backlog,
+                hold_for: std::time::Duration::from_secs(*otlp_hold_seconds),
+                max_held_bytes: *otlp_max_held_bytes,
                 ..cairn_server::otlp::OtlpConfig::default()
             };
             otlp.decode.max_decompressed_bytes = *otlp_max_body_bytes;

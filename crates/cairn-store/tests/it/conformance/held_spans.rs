@@ -33,14 +33,28 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
             .unwrap()
     );
     // Per org, per key, per trace.
-    let spans = store.held_spans(ORG, "k1", &a).unwrap();
+    let spans = store.held_spans(ORG, "k1", &[a.clone()]).unwrap();
     assert_eq!(spans, first.to_vec());
-    assert_eq!(store.held_spans(ORG, "k2", &a).unwrap().len(), 1);
-    assert!(store.held_spans(ORG, "k1", &b).unwrap().is_empty());
+    let both = store
+        .held_spans(ORG, "k1", &[b.clone(), a.clone()])
+        .unwrap();
+    assert_eq!(both, first.to_vec());
+    assert_eq!(store.held_spans(ORG, "k2", &[a.clone()]).unwrap().len(), 1);
+    assert!(
+        store
+            .held_spans(ORG, "k1", &[b.clone()])
+            .unwrap()
+            .is_empty()
+    );
     // The org's bound counts every key's spans (3 + 4 + 3 bytes held).
     let big = [held(&b, "03", 3_000, &"x".repeat(991))];
     assert!(!store.hold_spans(ORG, "k1", &big, 1_000).unwrap());
-    assert!(store.held_spans(ORG, "k1", &b).unwrap().is_empty());
+    assert!(
+        store
+            .held_spans(ORG, "k1", &[b.clone()])
+            .unwrap()
+            .is_empty()
+    );
     let fits = [held(&b, "03", 3_000, &"x".repeat(990))];
     assert!(store.hold_spans(ORG, "k1", &fits, 1_000).unwrap());
     // Due: the traces with a span held before the time, of every org.
@@ -57,20 +71,28 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     // Held spans survive a restart.
     drop(store);
     let store = backend.open("held_spans");
-    assert_eq!(store.held_spans(ORG, "k1", &a).unwrap(), first.to_vec());
+    assert_eq!(
+        store.held_spans(ORG, "k1", &[a.clone()]).unwrap(),
+        first.to_vec()
+    );
     // Released one by one; the others stay.
     store
         .release_spans(ORG, "k1", &a, &["01".to_owned()])
         .unwrap();
     assert_eq!(
-        store.held_spans(ORG, "k1", &a).unwrap(),
+        store.held_spans(ORG, "k1", &[a.clone()]).unwrap(),
         first[1..].to_vec()
     );
-    assert_eq!(store.held_spans(ORG, "k2", &a).unwrap().len(), 1);
+    assert_eq!(store.held_spans(ORG, "k2", &[a.clone()]).unwrap().len(), 1);
     store
         .release_spans(ORG, "k1", &a, &["02".to_owned(), "09".to_owned()])
         .unwrap();
-    assert!(store.held_spans(ORG, "k1", &a).unwrap().is_empty());
+    assert!(
+        store
+            .held_spans(ORG, "k1", &[a.clone()])
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store.due_held_traces(1_500, 10).unwrap().len(), 1);
 }
 
@@ -78,7 +100,10 @@ pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
     let store = backend.open("otel_trace_session");
     let ledger = ledger(store.clone());
     let trace = "0123456789abcdef0123456789abcdef";
-    assert_eq!(store.otel_trace_session(ORG, trace).unwrap(), None);
+    assert_eq!(
+        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0],
+        None
+    );
     let otel = |session: &str, span: &str| {
         let mut s = step(session, "observation", "seen");
         s.trace_id = Some(format!("otel.{trace}.{span}.0"));
@@ -86,7 +111,7 @@ pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
     };
     append(&ledger, otel("by-trace", "0000000000000001")).unwrap();
     assert_eq!(
-        store.otel_trace_session(ORG, trace).unwrap().as_deref(),
+        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0].as_deref(),
         Some("by-trace")
     );
     append(&ledger, otel("conversation", "0000000000000002")).unwrap();
@@ -98,12 +123,19 @@ pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
     plain.trace_id = Some(format!("otel.{trace}~x"));
     append(&ledger, plain).unwrap();
     assert_eq!(
-        store.otel_trace_session(ORG, trace).unwrap().as_deref(),
+        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0].as_deref(),
         Some("conversation")
     );
-    assert_eq!(store.otel_trace_session("other", trace).unwrap(), None);
     assert_eq!(
-        store.otel_trace_session(ORG, &"f".repeat(32)).unwrap(),
+        store
+            .otel_trace_sessions("other", &[trace.to_owned()])
+            .unwrap()[0],
         None
+    );
+    assert_eq!(
+        store
+            .otel_trace_sessions(ORG, &["f".repeat(32), trace.to_owned()])
+            .unwrap(),
+        [None, Some("conversation".to_owned())]
     );
 }

@@ -1,0 +1,225 @@
+//! OTLP spans exported before the span that names their session wait for
+//! it (docs/OTLP.md "Spans waiting for their session"): a turn's model and
+//! tool spans, sent by a batch processor before the agent span carrying
+//! the conversation id, end up in the conversation's session, in time
+//! order, and never in a session named after their trace.
+
+use super::*;
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const AGENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// A span of [`TRACE`]: `parent` empty for the root; `session` named on it
+/// when given; starting at second `start` of the turn.
+fn span(id: &str, parent: &str, operation: &str, session: Option<&str>, start: u64) -> Value {
+    let mut attributes = vec![
+        json!({"key": "gen_ai.operation.name", "value": {"stringValue": operation}}),
+        json!({"key": "gen_ai.output.messages", "value": {"stringValue": format!("out of {id}")}}),
+    ];
+    if let Some(session) = session {
+        attributes
+            .push(json!({"key": "gen_ai.conversation.id", "value": {"stringValue": session}}));
+    }
+    json!({
+        "traceId": TRACE,
+        "spanId": id,
+        "parentSpanId": parent,
+        "name": operation,
+        "startTimeUnixNano": format!("{}", 1_764_900_000_000_000_000u64 + start * 1_000_000_000),
+        "endTimeUnixNano": format!("{}", 1_764_900_000_000_000_000u64 + (start + 1) * 1_000_000_000),
+        "attributes": attributes
+    })
+}
+
+/// The model and tool spans of the agent's turn (children of the agent
+/// span), naming no session.
+fn children() -> Vec<Value> {
+    vec![
+        span("1000000000000001", AGENT_SPAN, "chat", None, 1),
+        span("1000000000000002", AGENT_SPAN, "execute_tool", None, 2),
+    ]
+}
+
+fn export(server: &Server, token: &str, spans: Vec<Value>) {
+    let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
+    let reply = post(server, "/v1/traces", token, &body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.json()["partialSuccess"]["rejectedSpans"].is_null(),
+        "{}",
+        reply.text()
+    );
+}
+
+/// The step ids of `session`, in chain order (none: no such session).
+fn steps_of(server: &Server, session: &str) -> Option<Vec<String>> {
+    let reply = get(server, &format!("/v1/sessions/{session}"), &server.admin);
+    if reply.status == 404 {
+        return None;
+    }
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    Some(
+        reply.json()["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["trace_id"].as_str().unwrap().to_owned())
+            .collect(),
+    )
+}
+
+/// The span ids of step ids, in order, each once.
+fn spans_of(steps: &[String]) -> Vec<String> {
+    let mut spans: Vec<String> = Vec::new();
+    for step in steps {
+        let span = step.split('.').nth(2).unwrap().to_owned();
+        if spans.last() != Some(&span) && !spans.contains(&span) {
+            spans.push(span);
+        }
+    }
+    spans
+}
+
+#[test]
+fn spans_sent_before_the_span_naming_their_session_are_written_into_it() {
+    let server = start(ServerConfig::default());
+    // The first batch: the children alone. Acknowledged, written nowhere
+    // yet (no session named after the trace is opened).
+    export(&server, &server.admin, children());
+    // A retry of the same export holds nothing twice.
+    export(&server, &server.admin, children());
+    assert_eq!(steps_of(&server, TRACE), None);
+    // The agent span, the trace's root, names the conversation.
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", Some("conv-1"), 0)],
+    );
+    let steps = steps_of(&server, "conv-1").expect("the conversation's session");
+    // In time order: the agent's opening step, the model call, the tool,
+    // the agent's closing steps; each step once.
+    assert_eq!(
+        spans_of(&steps)[..3],
+        [AGENT_SPAN, "1000000000000001", "1000000000000002"]
+    );
+    let mut unique = steps.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), steps.len(), "{steps:?}");
+    assert_eq!(steps_of(&server, TRACE), None);
+    // A span of the trace arriving later, naming nothing, joins the
+    // session the trace's steps are in at once.
+    export(
+        &server,
+        &server.admin,
+        vec![span("1000000000000003", AGENT_SPAN, "chat", None, 3)],
+    );
+    let later = steps_of(&server, "conv-1").unwrap();
+    assert_eq!(spans_of(&later).last().unwrap(), "1000000000000003");
+    assert_eq!(steps_of(&server, TRACE), None);
+}
+
+#[test]
+fn a_root_span_naming_no_session_writes_its_trace_at_once() {
+    let server = start(ServerConfig::default());
+    export(&server, &server.admin, children());
+    assert_eq!(steps_of(&server, TRACE), None);
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", None, 0)],
+    );
+    let steps = steps_of(&server, TRACE).expect("the trace's session");
+    assert_eq!(spans_of(&steps).len(), 3, "{steps:?}");
+    // A request holding a whole trace is written at once, as before.
+    let mut whole = children();
+    for s in &mut whole {
+        s["traceId"] = json!("5bf92f3577b34da6a3ce929d0e0e4736");
+    }
+    let mut root = span(AGENT_SPAN, "", "invoke_agent", None, 0);
+    root["traceId"] = json!("5bf92f3577b34da6a3ce929d0e0e4736");
+    whole.push(root);
+    export(&server, &server.admin, whole);
+    let steps = steps_of(&server, "5bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+    assert_eq!(spans_of(&steps).len(), 3);
+}
+
+#[test]
+fn a_span_whose_wait_ends_goes_to_the_session_named_after_its_trace() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    export(&server, &server.admin, children());
+    assert_eq!(steps_of(&server, TRACE), None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let steps = loop {
+        if let Some(steps) = steps_of(&server, TRACE) {
+            break steps;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the held spans were never written"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        spans_of(&steps),
+        ["1000000000000001", "1000000000000002"],
+        "{steps:?}"
+    );
+    // Forgotten once written: the agent span arriving late writes itself
+    // only (the trace's steps are where they are: the log is append-only).
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", Some("conv-2"), 0)],
+    );
+    assert_eq!(
+        spans_of(&steps_of(&server, "conv-2").unwrap()),
+        [AGENT_SPAN]
+    );
+    assert_eq!(steps_of(&server, TRACE).unwrap(), steps);
+}
+
+#[test]
+fn held_spans_wait_for_a_span_of_the_same_key() {
+    let server = start(ServerConfig::default());
+    let other = key_for(&server, "acme", Role::Writer, None);
+    export(&server, &other, children());
+    // Another key's agent span settles its own spans, not these.
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", Some("conv-3"), 0)],
+    );
+    assert_eq!(
+        spans_of(&steps_of(&server, "conv-3").unwrap()),
+        [AGENT_SPAN]
+    );
+    // The held spans' key's next span of the trace settles them (into the
+    // session the trace's steps are in).
+    export(
+        &server,
+        &other,
+        vec![span("1000000000000004", "", "chat", None, 4)],
+    );
+    let steps = steps_of(&server, "conv-3").unwrap();
+    assert_eq!(
+        spans_of(&steps),
+        [
+            AGENT_SPAN,
+            "1000000000000001",
+            "1000000000000002",
+            "1000000000000004"
+        ]
+    );
+}
+
+#[test]
+fn holding_off_writes_every_span_at_once() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::ZERO;
+    let server = start(config);
+    export(&server, &server.admin, children());
+    assert_eq!(spans_of(&steps_of(&server, TRACE).unwrap()).len(), 2);
+}
