@@ -371,35 +371,61 @@ fn flush_trace(ledger: &Ledger, store: &dyn LedgerStore, held: &HeldTrace) -> Re
             ),
         }
     }
+    // Submitted together (the sequencer commits them in order), then
+    // awaited.
+    let mut submitted = Vec::new();
     for plan in map::plan(spans, bound.as_deref()) {
         for (_, step) in plan.steps {
-            let id = step.step_id.clone();
             let new = super::ingest::new_step(org, key, &plan.session_id, &plan.agent_id, step);
-            let mut answer = ledger
-                .submit(WriteRequest::Step(Box::new(new.clone())))
-                .wait();
+            let pending = ledger.submit(WriteRequest::Step(Box::new(new.clone())));
+            submitted.push((new, pending));
+        }
+    }
+    let mut again = Vec::new();
+    for (new, pending) in submitted {
+        match pending.wait() {
             // A session opened as another agent by a key without a
             // binding's earlier spans: written as that agent, as a
             // request's spans are (docs/OTLP.md "Sessions and agents").
-            if let Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. })) = &answer
-                && bound.is_none()
+            Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
+                if bound.is_none() =>
             {
-                let mut again = new;
-                again.agent_id.clone_from(session_agent);
-                answer = ledger.submit(WriteRequest::Step(Box::new(again))).wait();
+                let mut adopted = new;
+                adopted.agent_id = session_agent;
+                let pending = ledger.submit(WriteRequest::Step(Box::new(adopted.clone())));
+                again.push((adopted, pending));
             }
-            match answer {
-                Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
-                Err(AppendError::Refused(why)) => tracing::error!(
-                    target: "cairn::otlp",
-                    org, key, session = %plan.session_id,
-                    "a held span's step {id} was refused when its wait ended, and is dropped: {why}"
-                ),
-                Err(AppendError::Store(e)) => return Err(e.to_string()),
-            }
+            answer => written(org, key, &new, answer)?,
         }
+    }
+    for (new, pending) in again {
+        written(org, key, &new, pending.wait())?;
     }
     store
         .release_spans(org, key, &held.trace_hex, &names)
         .map_err(failed)
+}
+
+/// A held span's step's answer: written (or already), or refused and
+/// logged (there is no better session to wait for); a store that failed
+/// stops the flush (the spans stay held, and are written again).
+fn written(
+    org: &str,
+    key: &str,
+    step: &cairn_store::NewStep,
+    answer: Result<cairn_store::Written, AppendError>,
+) -> Result<(), String> {
+    match answer {
+        Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => Ok(()),
+        Err(AppendError::Refused(why)) => {
+            tracing::error!(
+                target: "cairn::otlp",
+                org, key, session = %step.session_id,
+                "a held span's step {} was refused when its wait ended, and is dropped: {why}",
+                step.trace_id.as_deref().unwrap_or_default()
+            );
+            Ok(())
+        }
+        Err(AppendError::Store(e)) => Err(e.to_string()),
+    }
 }
