@@ -83,7 +83,7 @@ pub struct HeldTrace {
     pub trace_hex: String,
 }
 
-/// The most traces [`crate::LedgerStore::due_held_traces`] returns at once.
+/// The most traces [`HeldSpans::due_held_traces`] returns at once.
 pub const DUE_TRACES_PER_ROUND: usize = 256;
 
 /// The first 38 characters of the step ids of an OpenTelemetry trace's

@@ -5,7 +5,6 @@
 //! order, and never in a session named after their trace.
 
 use super::*;
-use cairn_store::HeldSpans as _;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const AGENT_SPAN: &str = "00f067aa0ba902b7";

@@ -33,16 +33,24 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
             .unwrap()
     );
     // Per org, per key, per trace.
-    let spans = store.held_spans(ORG, "k1", &[a.clone()]).unwrap();
+    let spans = store
+        .held_spans(ORG, "k1", std::slice::from_ref(&a))
+        .unwrap();
     assert_eq!(spans, first.to_vec());
     let both = store
         .held_spans(ORG, "k1", &[b.clone(), a.clone()])
         .unwrap();
     assert_eq!(both, first.to_vec());
-    assert_eq!(store.held_spans(ORG, "k2", &[a.clone()]).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .held_spans(ORG, "k2", std::slice::from_ref(&a))
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(
         store
-            .held_spans(ORG, "k1", &[b.clone()])
+            .held_spans(ORG, "k1", std::slice::from_ref(&b))
             .unwrap()
             .is_empty()
     );
@@ -51,7 +59,7 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     assert!(!store.hold_spans(ORG, "k1", &big, 1_000).unwrap());
     assert!(
         store
-            .held_spans(ORG, "k1", &[b.clone()])
+            .held_spans(ORG, "k1", std::slice::from_ref(&b))
             .unwrap()
             .is_empty()
     );
@@ -72,7 +80,9 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     drop(store);
     let store = backend.open("held_spans");
     assert_eq!(
-        store.held_spans(ORG, "k1", &[a.clone()]).unwrap(),
+        store
+            .held_spans(ORG, "k1", std::slice::from_ref(&a))
+            .unwrap(),
         first.to_vec()
     );
     // Released one by one; the others stay.
@@ -80,16 +90,24 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
         .release_spans(ORG, "k1", &a, &["01".to_owned()])
         .unwrap();
     assert_eq!(
-        store.held_spans(ORG, "k1", &[a.clone()]).unwrap(),
+        store
+            .held_spans(ORG, "k1", std::slice::from_ref(&a))
+            .unwrap(),
         first[1..].to_vec()
     );
-    assert_eq!(store.held_spans(ORG, "k2", &[a.clone()]).unwrap().len(), 1);
+    assert_eq!(
+        store
+            .held_spans(ORG, "k2", std::slice::from_ref(&a))
+            .unwrap()
+            .len(),
+        1
+    );
     store
         .release_spans(ORG, "k1", &a, &["02".to_owned(), "09".to_owned()])
         .unwrap();
     assert!(
         store
-            .held_spans(ORG, "k1", &[a.clone()])
+            .held_spans(ORG, "k1", std::slice::from_ref(&a))
             .unwrap()
             .is_empty()
     );
