@@ -483,3 +483,66 @@ def test_a_key_bound_to_an_agent_writes_only_its_spans(otlp_server):
     assert "may only write as agent someone-else" in partial.error_message
     replay = get_json(f"{url}/v1/sessions/conv-bound", key)
     assert {s["agent_id"] for s in replay["steps"]} == {"someone-else"}
+
+
+def test_held_spans_survive_a_crash_and_are_written_after_it(cairn_bin, data_dir, tmp_path):
+    """Spans that name no session are held (acknowledged, durable) until
+    the span naming it arrives. Killed with SIGKILL while they wait, the
+    server writes them when it starts again, here with waiting turned off
+    (`--otlp-hold-seconds 0`): into the session named after their trace,
+    each step once."""
+    def serve(*extra):
+        log = open(tmp_path / f"serve{len(extra)}.log", "a+")
+        proc = subprocess.Popen(
+            [cairn_bin, "serve", "--listen", "127.0.0.1:0", *extra],
+            env={**os.environ, "CAIRN_DATA_DIR": str(data_dir), "CAIRN_ORG": "acme"},
+            stdout=log, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        text = ""
+        while "listening on" not in text and time.time() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"cairn serve exited: {text}")
+            time.sleep(0.05)
+            log.seek(0)
+            text = log.read()
+        return proc, log, re.search(r"listening on (http://[0-9.:]+)", text).group(1)
+
+    proc, log, url = serve()
+    try:
+        # The admin key is printed on the first start only.
+        log.seek(0)
+        key = re.search(r"cairn_[A-Za-z0-9_-]+", log.read()).group(0)
+        trace_id = "6bf92f3577b34da6a3ce929d0e0e4736"
+        spans = [{
+            "traceId": trace_id, "spanId": f"200000000000000{i}", "parentSpanId": "00f067aa0ba902b7",
+            "name": "chat", "startTimeUnixNano": str(1764900000000000000 + i * 10**9),
+            "endTimeUnixNano": str(1764900000500000000 + i * 10**9),
+            "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                           {"key": "gen_ai.output.messages", "value": {"stringValue": f"answer {i}"}}],
+        } for i in range(1, 3)]
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+        status, _, answer = call("POST", f"{url}/v1/traces", key, body, {"Content-Type": "application/json"})
+        assert status == 200, answer
+        status, _, _ = call("GET", f"{url}/v1/sessions/{trace_id}", key)
+        assert status == 404
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)
+        log.close()
+    proc, log, url = serve("--otlp-hold-seconds", "0")
+    try:
+        deadline = time.time() + 30
+        while True:
+            status, _, answer = call("GET", f"{url}/v1/sessions/{trace_id}?verify=true", key)
+            if status == 200 and len(json.loads(answer)["steps"]) == 2:
+                break
+            assert time.time() < deadline, answer
+            time.sleep(0.2)
+        replay = json.loads(answer)
+        assert replay["chain_valid"] is True
+        assert [s["content"] for s in replay["steps"]] == ["answer 1", "answer 2"]
+        assert get_json(f"{url}/v1/verify", key)["verified"] is True
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()

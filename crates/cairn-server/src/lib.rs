@@ -194,16 +194,21 @@ impl AppState {
             rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
         manager.session_config.keep_alive = Some(config.limits.mcp_session_idle);
         let manager = Arc::new(manager);
-        let held_flusher = if config.enabled && !store.is_read_only() {
-            otlp::HeldFlusher::start(Arc::clone(&ledger), config.otlp.hold_for)
-        } else {
-            None
-        };
+        let otlp = otlp::OtlpState::new(&config.otlp);
+        // Also with a hold time of zero: spans held by an earlier run are
+        // written then.
+        let held_flusher = (config.enabled && !store.is_read_only()).then(|| {
+            otlp::HeldFlusher::start(
+                Arc::clone(&ledger),
+                config.otlp.hold_for,
+                Arc::clone(&otlp.held),
+            )
+        });
         Arc::new(AppState {
             ledger,
             store,
             metrics: Metrics::default(),
-            otlp: otlp::OtlpState::new(&config.otlp),
+            otlp,
             bodies: limits::MemoryBudget::new(MAX_HELD_BODY_MEMORY),
             expensive: limits::ExpensiveSlots::new(config.limits.max_expensive),
             replay_buffer: limits::ExpensiveSlots::new(
@@ -678,6 +683,7 @@ async fn metrics(
         state.mcp_streams.open_count(),
         state.expensive.available()
     ));
+    text.push_str(&state.otlp.held.render());
     let embedding = state.embedding();
     text.push_str(&format!(
         "# HELP cairn_embedding_backlog Steps waiting for the background embedder (counted every few seconds).

@@ -149,7 +149,7 @@ impl Metrics {
         );
         let _ = write!(
             out,
-            "# HELP cairn_otlp_spans_total OTLP spans received, by outcome (accepted: recorded or already recorded).\n# TYPE cairn_otlp_spans_total counter\n\
+            "# HELP cairn_otlp_spans_total OTLP spans received, by outcome (accepted: recorded, already recorded, or held to wait for the span naming their session; see cairn_otlp_held_spans_total).\n# TYPE cairn_otlp_spans_total counter\n\
              cairn_otlp_spans_total{{result=\"accepted\"}} {}\ncairn_otlp_spans_total{{result=\"rejected\"}} {}\n",
             self.otlp_spans_accepted.load(Relaxed),
             self.otlp_spans_rejected.load(Relaxed)

@@ -41,10 +41,13 @@ pub trait HeldSpans {
     ) -> Result<(), StoreError>;
 
     /// Traces (of any org and key) with a span held since before
-    /// `received_before_ms`, at most `limit`, in no particular order.
+    /// `received_before_ms`: at most `per_org` of each org (those held
+    /// longest), at most `limit` in all, so that one org's many traces do
+    /// not keep another org's waiting.
     fn due_held_traces(
         &self,
         received_before_ms: i64,
+        per_org: usize,
         limit: usize,
     ) -> Result<Vec<HeldTrace>, StoreError>;
 
@@ -85,6 +88,10 @@ pub struct HeldTrace {
 
 /// The most traces [`HeldSpans::due_held_traces`] returns at once.
 pub const DUE_TRACES_PER_ROUND: usize = 256;
+
+/// The most traces of one org [`HeldSpans::due_held_traces`] returns at
+/// once.
+pub const DUE_TRACES_PER_ORG: usize = 32;
 
 /// The first 38 characters of the step ids of an OpenTelemetry trace's
 /// steps (`otel.<32 hex digits>.`): the key of the look-up of the session

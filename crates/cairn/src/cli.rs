@@ -199,8 +199,9 @@ enum Command {
         /// Seconds an OTLP span that names no session waits for a span of
         /// its trace that names one (exporters send a turn's model and tool
         /// spans before the agent span carrying the conversation id); then
-        /// it is written into the session named after its trace. 0: never
-        /// wait.
+        /// it is written into the session its trace's steps are in (when
+        /// its key opened it), else the one named after its trace. 0: never
+        /// wait (spans held by an earlier run are written at once).
         #[arg(long, env = "CAIRN_OTLP_HOLD_SECONDS", default_value_t = 120)]
         otlp_hold_seconds: u64,
         /// The most bytes an org's waiting OTLP spans may take in the

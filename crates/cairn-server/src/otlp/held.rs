@@ -15,13 +15,19 @@
 
 use super::{OtlpError, map};
 use crate::Caller;
-use cairn_store::held_spans::{DUE_TRACES_PER_ROUND, HeldSpan, HeldTrace};
-use cairn_store::{AppendError, Ledger, LedgerStore, Refusal, WriteRequest};
+use cairn_store::held_spans::{DUE_TRACES_PER_ORG, DUE_TRACES_PER_ROUND, HeldSpan, HeldTrace};
+use cairn_store::{AppendError, Ledger, LedgerStore, NewStep, Pending, Refusal, WriteRequest};
 use map::{SessionSource, SpanSteps, Unmappable};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+
+/// The most bytes (of their stored JSON) of held spans one request writes:
+/// the rest of its traces' held spans wait on (for a later request of
+/// the trace, or the end of their wait), so that settling a trace never
+/// takes a request past what OTLP requests may hold in memory.
+const MAX_SETTLED_BYTES_PER_REQUEST: usize = 16 * 1024 * 1024;
 
 /// What one request does with spans held: its spans whose session is
 /// another than their trace id, those it holds, and the held spans it
@@ -31,9 +37,10 @@ pub(super) struct Settlement {
     /// The request's own spans (the mapped list's length before the held
     /// spans it writes were added after them).
     pub own: usize,
-    /// Traces whose spans named by nothing take a session found in the
-    /// store (where the trace's steps were recorded): trace -> session.
-    sessions: HashMap<String, String>,
+    /// The request's spans named by nothing that go into a session found
+    /// in the store, by place: where the span's steps already are (a
+    /// retry), else where its trace's steps are.
+    sessions: HashMap<usize, String>,
     /// The request's spans held, by place.
     held: Vec<usize>,
     /// Spans held earlier that this request writes, their session set.
@@ -53,10 +60,8 @@ impl Settlement {
     /// sessions found in the store set, held spans taken out (a
     /// placeholder keeps the places), held spans written appended.
     pub(super) fn apply(&self, mapped: &mut Vec<Result<SpanSteps, Unmappable>>) {
-        for span in mapped.iter_mut().flatten() {
-            if matches!(span.session_source, SessionSource::TraceId { .. })
-                && let Some(session) = self.sessions.get(&span.trace_hex)
-            {
+        for (place, session) in &self.sessions {
+            if let Some(Ok(span)) = mapped.get_mut(*place) {
                 span.session_id.clone_from(session);
             }
         }
@@ -122,6 +127,7 @@ pub(super) fn settle(
     store: &dyn LedgerStore,
     caller: &Caller,
     config: &super::OtlpConfig,
+    stats: &HeldStats,
     mapped: &[Result<SpanSteps, Unmappable>],
     refused: impl Fn(usize) -> bool,
 ) -> Result<Settlement, OtlpError> {
@@ -130,6 +136,7 @@ pub(super) fn settle(
         return Ok(settlement);
     }
     let (org, key) = (caller.org(), caller.key.id.as_str());
+    let failed = super::ingest::unreadable;
     let mut traces: BTreeMap<&str, TraceView> = BTreeMap::new();
     for (i, span) in mapped.iter().enumerate() {
         let Ok(span) = span else { continue };
@@ -147,6 +154,26 @@ pub(super) fn settle(
             }
         }
     }
+    // A span named by nothing whose steps are recorded already (a retry
+    // of an export written since) goes where they are, so that the retry
+    // is recognized as one.
+    let unnamed: Vec<usize> = traces.values().flat_map(|v| v.unnamed.clone()).collect();
+    let first_ids: Vec<String> = unnamed
+        .iter()
+        .filter_map(|&i| Some(mapped[i].as_ref().ok()?.steps.first()?.step_id.clone()))
+        .collect();
+    let recorded_spans: HashMap<String, String> = store
+        .steps_by_trace(org, &first_ids)
+        .map_err(failed)?
+        .into_iter()
+        .map(|s| (s.record.step.trace_id, s.record.step.session_id))
+        .collect();
+    for &i in &unnamed {
+        let first = mapped[i].as_ref().ok().and_then(|s| s.steps.first());
+        if let Some(session) = first.and_then(|s| recorded_spans.get(&s.step_id)) {
+            settlement.sessions.insert(i, session.clone());
+        }
+    }
     // Each trace's session, where the request decides it.
     let mut decided: BTreeMap<String, String> = BTreeMap::new();
     let mut unknown: Vec<String> = Vec::new();
@@ -162,41 +189,52 @@ pub(super) fn settle(
             }
         }
     }
-    let recorded = store
-        .otel_trace_sessions(org, &unknown)
-        .map_err(super::ingest::unreadable)?;
+    let recorded = recorded_sessions(store, org, key, &unknown).map_err(failed)?;
     let mut to_hold = Vec::new();
     for (trace, recorded) in unknown.into_iter().zip(recorded) {
         let view = &traces[trace.as_str()];
         match recorded {
             Some(session) => {
-                settlement.sessions.insert(trace.clone(), session.clone());
+                for &i in &view.unnamed {
+                    settlement
+                        .sessions
+                        .entry(i)
+                        .or_insert_with(|| session.clone());
+                }
                 decided.insert(trace, session);
             }
             None if view.settled => {
                 decided.insert(trace.clone(), trace);
             }
-            None => to_hold.extend(view.unnamed.iter().copied()),
+            None => to_hold.extend(
+                view.unnamed
+                    .iter()
+                    .copied()
+                    .filter(|i| !settlement.sessions.contains_key(i)),
+            ),
         }
     }
-    // The held spans of the traces decided here, written with them.
+    // The held spans of the traces decided here, written with them (up
+    // to a bound; the rest wait on).
     let decided_traces: Vec<String> = decided.keys().cloned().collect();
     let held = store
         .held_spans(org, key, &decided_traces)
-        .map_err(super::ingest::unreadable)?;
+        .map_err(failed)?;
     let mut unreadable = BTreeMap::<String, Vec<String>>::new();
+    let mut settled_bytes = 0;
     for row in held {
+        settled_bytes += row.steps.len();
+        if settled_bytes > MAX_SETTLED_BYTES_PER_REQUEST {
+            break;
+        }
         match serde_json::from_str::<SpanSteps>(&row.steps) {
             Ok(mut span) if span.trace_hex == row.trace_hex => {
                 span.session_id.clone_from(&decided[&row.trace_hex]);
                 settlement.flushed.push(span);
             }
             _ => {
-                tracing::error!(
-                    target: "cairn::otlp",
-                    org, key, trace = %row.trace_hex, span = %row.span_hex,
-                    "a held span's stored steps do not read back (the held_spans table was changed outside Cairn): dropped"
-                );
+                unreadable_row(org, key, &row.trace_hex, &row.span_hex);
+                stats.dropped.fetch_add(1, Relaxed);
                 unreadable
                     .entry(row.trace_hex)
                     .or_default()
@@ -207,7 +245,7 @@ pub(super) fn settle(
     for (trace, spans) in unreadable {
         store
             .release_spans(org, key, &trace, &spans)
-            .map_err(super::ingest::unreadable)?;
+            .map_err(failed)?;
     }
     if !to_hold.is_empty() {
         let now = now_ms();
@@ -232,10 +270,12 @@ pub(super) fn settle(
         }
         let room = store
             .hold_spans(org, key, &rows, config.max_held_bytes)
-            .map_err(super::ingest::unreadable)?;
+            .map_err(failed)?;
         if room {
+            stats.held.fetch_add(to_hold.len() as u64, Relaxed);
             settlement.held = to_hold;
         } else {
+            stats.over_limit.fetch_add(to_hold.len() as u64, Relaxed);
             tracing::warn!(
                 target: "cairn::otlp",
                 org, key, spans = rows.len(),
@@ -244,6 +284,37 @@ pub(super) fn settle(
         }
     }
     Ok(settlement)
+}
+
+/// For each trace, the session its latest recorded step is in, when that
+/// session was opened by `key`: the exporter's own (a session another
+/// key opened, which could be any key of the org writing a step under an
+/// `otel.` id, does not decide where this key's spans go).
+fn recorded_sessions(
+    store: &dyn LedgerStore,
+    org: &str,
+    key: &str,
+    traces: &[String],
+) -> Result<Vec<Option<String>>, cairn_store::StoreError> {
+    let mut sessions = store.otel_trace_sessions(org, traces)?;
+    for session in &mut sessions {
+        if let Some(id) = session.as_deref() {
+            let opener = store.session(org, id)?.map(|info| info.header.caller);
+            if opener.as_deref() != Some(key) {
+                *session = None;
+            }
+        }
+    }
+    Ok(sessions)
+}
+
+/// Logs a held row that does not read back.
+fn unreadable_row(org: &str, key: &str, trace: &str, span: &str) {
+    tracing::error!(
+        target: "cairn::otlp",
+        org, key, trace, span,
+        "a held span's stored steps do not read back (the held_spans table was changed outside Cairn): dropped"
+    );
 }
 
 /// Now, in Unix milliseconds.
@@ -257,28 +328,33 @@ fn now_ms() -> i64 {
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// The thread that writes the spans whose wait is over
-/// ([`super::OtlpConfig::hold_for`]): each trace's held spans into the
-/// session its steps were recorded in, else the session named after the
-/// trace. Stopped (and joined) when dropped.
+/// ([`super::OtlpConfig::hold_for`]; with a hold time of zero, any span
+/// still held from an earlier run): each trace's held spans into the
+/// session its steps were recorded in (when the spans' key opened it),
+/// else the session named after the trace. Stopped (and joined) when
+/// dropped; it stops between rounds of traces.
 pub struct HeldFlusher {
     stop: Arc<(Mutex<bool>, Condvar)>,
+    stopping: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HeldFlusher {
-    /// Starts the flusher (`None` when holding is off).
-    pub(crate) fn start(ledger: Arc<Ledger>, hold_for: Duration) -> Option<HeldFlusher> {
-        if hold_for.is_zero() {
-            return None;
-        }
+    /// Starts the flusher.
+    pub(crate) fn start(
+        ledger: Arc<Ledger>,
+        hold_for: Duration,
+        stats: Arc<HeldStats>,
+    ) -> HeldFlusher {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let stopping = Arc::clone(&stop);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (wait, halt) = (Arc::clone(&stop), Arc::clone(&stopping));
         let thread = std::thread::Builder::new()
             .name("cairn-otlp-held".into())
             .spawn(move || {
-                let failing = AtomicBool::new(false);
+                let mut failing = false;
                 loop {
-                    let (lock, wake) = &*stopping;
+                    let (lock, wake) = &*wait;
                     let Ok(stopped) = lock.lock() else { return };
                     let Ok((stopped, _)) = wake.wait_timeout_while(stopped, FLUSH_EVERY, |s| !*s)
                     else {
@@ -289,10 +365,12 @@ impl HeldFlusher {
                     }
                     drop(stopped);
                     let hold_ms = i64::try_from(hold_for.as_millis()).unwrap_or(i64::MAX);
-                    match flush_due(&ledger, now_ms().saturating_sub(hold_ms)) {
-                        Ok(()) => failing.store(false, Relaxed),
+                    let before = now_ms().saturating_sub(hold_ms).saturating_add(1);
+                    match flush_due(&ledger, before, &halt, &stats) {
+                        Ok(()) => failing = false,
                         // Logged once per outage, not every second.
-                        Err(e) if !failing.swap(true, Relaxed) => {
+                        Err(e) if !failing => {
+                            failing = true;
                             tracing::error!(target: "cairn::otlp", "writing held spans: {e}");
                         }
                         Err(_) => {}
@@ -301,12 +379,17 @@ impl HeldFlusher {
             })
             .map_err(|e| tracing::error!("the OTLP held-span flusher did not start: {e}"))
             .ok();
-        Some(HeldFlusher { stop, thread })
+        HeldFlusher {
+            stop,
+            stopping,
+            thread,
+        }
     }
 }
 
 impl Drop for HeldFlusher {
     fn drop(&mut self) {
+        self.stopping.store(true, Relaxed);
         if let Ok(mut stopped) = self.stop.0.lock() {
             *stopped = true;
         }
@@ -317,115 +400,211 @@ impl Drop for HeldFlusher {
     }
 }
 
-/// Writes every trace's spans held since before `before_ms`.
-fn flush_due(ledger: &Ledger, before_ms: i64) -> Result<(), String> {
+/// Writes every trace's spans held since before `before_ms`, in rounds
+/// that take a few traces of each org (so that one org's many traces do
+/// not keep another's waiting), until none is due or `stop` is set.
+fn flush_due(
+    ledger: &Ledger,
+    before_ms: i64,
+    stop: &AtomicBool,
+    stats: &HeldStats,
+) -> Result<(), String> {
     let store = ledger.store_arc();
-    loop {
+    while !stop.load(Relaxed) {
         let due = store
-            .due_held_traces(before_ms, DUE_TRACES_PER_ROUND)
+            .due_held_traces(before_ms, DUE_TRACES_PER_ORG, DUE_TRACES_PER_ROUND)
             .map_err(|e| e.to_string())?;
-        for trace in &due {
-            flush_trace(ledger, store.as_ref(), trace)?;
+        if due.is_empty() {
+            break;
         }
-        if due.len() < DUE_TRACES_PER_ROUND {
-            return Ok(());
-        }
+        flush_round(ledger, store.as_ref(), &due, stats)?;
     }
+    Ok(())
 }
 
-/// Writes one trace's held spans of one key, then forgets them: written,
+/// One held span's step on its way: the step, the trace's place in the
+/// round, and whether it went to the session named after its trace.
+struct Submitted {
+    step: NewStep,
+    trace: usize,
+    fallback: bool,
+    pending: Pending,
+}
+
+/// Writes the held spans of `due` (each trace's steps submitted together,
+/// the whole round awaited together), then forgets them: written,
 /// already written (a step of the same id: an earlier flush that stopped
-/// before forgetting them), or refused (logged: there is no better
-/// session to wait for).
-fn flush_trace(ledger: &Ledger, store: &dyn LedgerStore, held: &HeldTrace) -> Result<(), String> {
-    let (org, key) = (held.org_id.as_str(), held.key_id.as_str());
+/// before forgetting them), or refused by the session of the trace's
+/// recorded steps and by the one named after the trace (dropped, logged
+/// and counted: there is nothing better to wait for).
+fn flush_round(
+    ledger: &Ledger,
+    store: &dyn LedgerStore,
+    due: &[HeldTrace],
+    stats: &HeldStats,
+) -> Result<(), String> {
     let failed = |e: cairn_store::StoreError| e.to_string();
-    let trace = std::slice::from_ref(&held.trace_hex);
-    let rows = store.held_spans(org, key, trace).map_err(failed)?;
-    let session = store
-        .otel_trace_sessions(org, trace)
-        .map_err(failed)?
-        .pop()
-        .flatten()
-        .unwrap_or_else(|| held.trace_hex.clone());
-    // The key's agent, if it is bound to one (and still in the org).
-    let bound = store
-        .api_keys(org)
-        .map_err(failed)?
-        .into_iter()
-        .find(|k| k.id == key)
-        .and_then(|k| k.agent_id);
-    let mut spans = Vec::with_capacity(rows.len());
-    let mut names = Vec::with_capacity(rows.len());
-    for row in rows {
-        names.push(row.span_hex.clone());
-        match serde_json::from_str::<SpanSteps>(&row.steps) {
-            Ok(mut span) if span.trace_hex == held.trace_hex => {
-                span.session_id.clone_from(&session);
-                spans.push(Ok(span));
-            }
-            _ => tracing::error!(
-                target: "cairn::otlp",
-                org, key, trace = %held.trace_hex, span = %row.span_hex,
-                "a held span's stored steps do not read back (the held_spans table was changed outside Cairn): dropped"
-            ),
-        }
-    }
-    // Submitted together (the sequencer commits them in order), then
-    // awaited.
+    // Each org's keys' agents, read once a round.
+    let mut bound: HashMap<(String, String), Option<String>> = HashMap::new();
     let mut submitted = Vec::new();
-    for plan in map::plan(spans, bound.as_deref()) {
-        for (_, step) in plan.steps {
-            let new = super::ingest::new_step(org, key, &plan.session_id, &plan.agent_id, step);
-            let pending = ledger.submit(WriteRequest::Step(Box::new(new.clone())));
-            submitted.push((new, pending));
-        }
-    }
-    let mut again = Vec::new();
-    for (new, pending) in submitted {
-        match pending.wait() {
-            // A session opened as another agent by a key without a
-            // binding's earlier spans: written as that agent, as a
-            // request's spans are (docs/OTLP.md "Sessions and agents").
-            Err(AppendError::Refused(Refusal::AgentMismatch { session_agent, .. }))
-                if bound.is_none() =>
-            {
-                let mut adopted = new;
-                adopted.agent_id = session_agent;
-                let pending = ledger.submit(WriteRequest::Step(Box::new(adopted.clone())));
-                again.push((adopted, pending));
+    let mut names = Vec::with_capacity(due.len());
+    for (place, held) in due.iter().enumerate() {
+        let (org, key) = (held.org_id.as_str(), held.key_id.as_str());
+        let trace = std::slice::from_ref(&held.trace_hex);
+        let rows = store.held_spans(org, key, trace).map_err(failed)?;
+        if !bound.contains_key(&(org.to_owned(), key.to_owned())) {
+            for k in store.api_keys(org).map_err(failed)? {
+                bound.insert((org.to_owned(), k.id), k.agent_id);
             }
-            answer => written(org, key, &new, answer)?,
+        }
+        let agent = bound
+            .get(&(org.to_owned(), key.to_owned()))
+            .cloned()
+            .flatten();
+        let session = recorded_sessions(store, org, key, trace)
+            .map_err(failed)?
+            .pop()
+            .flatten();
+        let fallback = session.is_none();
+        let session = session.unwrap_or_else(|| held.trace_hex.clone());
+        let mut spans = Vec::with_capacity(rows.len());
+        let mut span_names = Vec::with_capacity(rows.len());
+        for row in rows {
+            span_names.push(row.span_hex.clone());
+            match serde_json::from_str::<SpanSteps>(&row.steps) {
+                Ok(mut span) if span.trace_hex == held.trace_hex => {
+                    span.session_id.clone_from(&session);
+                    spans.push(Ok(span));
+                }
+                _ => {
+                    unreadable_row(org, key, &held.trace_hex, &row.span_hex);
+                    stats.dropped.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        stats.waited.fetch_add(spans.len() as u64, Relaxed);
+        names.push(span_names);
+        for step in planned(store, org, key, agent.as_deref(), spans).map_err(failed)? {
+            let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
+            submitted.push(Submitted {
+                step,
+                trace: place,
+                fallback,
+                pending,
+            });
         }
     }
-    for (new, pending) in again {
-        written(org, key, &new, pending.wait())?;
+    // Steps a session refused, sent to the session named after their
+    // trace (when that was not where they went).
+    let mut again = Vec::new();
+    for s in submitted {
+        match s.pending.wait() {
+            Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
+            Err(AppendError::Refused(_)) if !s.fallback => {
+                let mut step = s.step;
+                step.session_id.clone_from(&due[s.trace].trace_hex);
+                let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
+                again.push(Submitted {
+                    step,
+                    fallback: true,
+                    pending,
+                    ..s
+                });
+            }
+            Err(AppendError::Refused(why)) => dropped(stats, &due[s.trace], &s.step, &why),
+            Err(AppendError::Store(e)) => return Err(e.to_string()),
+        }
     }
-    store
-        .release_spans(org, key, &held.trace_hex, &names)
-        .map_err(failed)
+    for s in again {
+        match s.pending.wait() {
+            Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
+            Err(AppendError::Refused(why)) => dropped(stats, &due[s.trace], &s.step, &why),
+            Err(AppendError::Store(e)) => return Err(e.to_string()),
+        }
+    }
+    for (held, spans) in due.iter().zip(names) {
+        store
+            .release_spans(&held.org_id, &held.key_id, &held.trace_hex, &spans)
+            .map_err(failed)?;
+    }
+    Ok(())
 }
 
-/// A held span's step's answer: written (or already), or refused and
-/// logged (there is no better session to wait for); a store that failed
-/// stops the flush (the spans stay held, and are written again).
-fn written(
+/// The steps of one trace's held `spans` (their session set) in order,
+/// as written for `key` (bound to `agent`, if any): in a session the key
+/// opened, as that session's agent (as a request of the key would write
+/// them, docs/OTLP.md "Sessions and agents"); elsewhere as planned.
+fn planned(
+    store: &dyn LedgerStore,
     org: &str,
     key: &str,
-    step: &cairn_store::NewStep,
-    answer: Result<cairn_store::Written, AppendError>,
-) -> Result<(), String> {
-    match answer {
-        Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => Ok(()),
-        Err(AppendError::Refused(why)) => {
-            tracing::error!(
-                target: "cairn::otlp",
-                org, key, session = %step.session_id,
-                "a held span's step {} was refused when its wait ended, and is dropped: {why}",
-                step.trace_id.as_deref().unwrap_or_default()
-            );
-            Ok(())
+    agent: Option<&str>,
+    spans: Vec<Result<SpanSteps, Unmappable>>,
+) -> Result<Vec<NewStep>, cairn_store::StoreError> {
+    let mut steps = Vec::new();
+    for plan in map::plan(spans, agent) {
+        let as_agent = match store.session(org, &plan.session_id)? {
+            Some(info) if info.header.caller == key && agent.is_none() => info.header.agent_id,
+            _ => plan.agent_id.clone(),
+        };
+        for (_, step) in plan.steps {
+            steps.push(super::ingest::new_step(
+                org,
+                key,
+                &plan.session_id,
+                &as_agent,
+                step,
+            ));
         }
-        Err(AppendError::Store(e)) => Err(e.to_string()),
+    }
+    Ok(steps)
+}
+
+/// Logs and counts a held span's step that no session took.
+fn dropped(stats: &HeldStats, held: &HeldTrace, step: &NewStep, why: &Refusal) {
+    stats.dropped.fetch_add(1, Relaxed);
+    tracing::error!(
+        target: "cairn::otlp",
+        org = %held.org_id, key = %held.key_id, session = %step.session_id,
+        "a held span's step {} was refused when its wait ended, by the session of its trace's steps and by the one named after its trace, and is dropped: {why}",
+        step.trace_id.as_deref().unwrap_or_default()
+    );
+}
+
+/// What happened to held spans, for `/metrics`
+/// (`cairn_otlp_held_spans_total{outcome}`).
+#[derive(Debug, Default)]
+pub(crate) struct HeldStats {
+    /// Spans a request held.
+    held: AtomicU64,
+    /// Held spans written by a request of their trace.
+    settled: AtomicU64,
+    /// Held spans written when their wait ended.
+    waited: AtomicU64,
+    /// Held spans dropped: refused by every session they could go into
+    /// when their wait ended, or unreadable.
+    dropped: AtomicU64,
+    /// Spans written at once because their org's held spans were at
+    /// their limit.
+    over_limit: AtomicU64,
+}
+
+impl HeldStats {
+    /// The counters in Prometheus' text format.
+    pub(crate) fn render(&self) -> String {
+        format!(
+            "# HELP cairn_otlp_held_spans_total OTLP spans that named no session, by outcome: held (waiting for the span naming their session), settled (written by a request of their trace), waited (written when their wait ended), dropped (refused by every session they could go into, or unreadable: logged as errors), over_limit (written at once: their org's held spans were at --otlp-max-held-bytes).\n# TYPE cairn_otlp_held_spans_total counter\n\
+             cairn_otlp_held_spans_total{{outcome=\"held\"}} {}\ncairn_otlp_held_spans_total{{outcome=\"settled\"}} {}\ncairn_otlp_held_spans_total{{outcome=\"waited\"}} {}\ncairn_otlp_held_spans_total{{outcome=\"dropped\"}} {}\ncairn_otlp_held_spans_total{{outcome=\"over_limit\"}} {}\n",
+            self.held.load(Relaxed),
+            self.settled.load(Relaxed),
+            self.waited.load(Relaxed),
+            self.dropped.load(Relaxed),
+            self.over_limit.load(Relaxed),
+        )
+    }
+
+    /// Counts held spans a request wrote.
+    pub(super) fn settled(&self, spans: usize) {
+        self.settled.fetch_add(spans as u64, Relaxed);
     }
 }

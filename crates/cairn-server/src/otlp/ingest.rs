@@ -158,6 +158,7 @@ async fn export_traces(
             work_state.store.as_ref(),
             &work_caller,
             &config,
+            &work_state.otlp.held,
             &mapped,
             |i| fates[i] == Fate::Refused,
         )?;
@@ -479,6 +480,10 @@ async fn release_written(
     if written.is_empty() {
         return;
     }
+    state
+        .otlp
+        .held
+        .settled(written.values().map(Vec::len).sum());
     let (org, key) = (caller.org().to_owned(), caller.key.id.clone());
     let store = Arc::clone(&state.store);
     let released = tokio::task::spawn_blocking(move || {

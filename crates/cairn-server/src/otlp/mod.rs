@@ -107,6 +107,8 @@ pub(crate) struct OtlpState {
     requests: crate::limits::ExpensiveSlots,
     /// Bytes of steps submitted by OTLP requests and not yet written.
     held_bytes: crate::limits::MemoryBudget,
+    /// What happened to spans that waited for their session.
+    pub(crate) held: Arc<held::HeldStats>,
 }
 
 impl OtlpState {
@@ -115,6 +117,7 @@ impl OtlpState {
             decode: crate::limits::ExpensiveSlots::new(config.decode_permits),
             requests: crate::limits::ExpensiveSlots::new(config.max_requests),
             held_bytes: crate::limits::MemoryBudget::new(MAX_HELD_STEP_BYTES),
+            held: Arc::default(),
         }
     }
 

@@ -155,7 +155,7 @@ fn a_span_whose_wait_ends_goes_to_the_session_named_after_its_trace() {
     // Written, then forgotten: once nothing is held, everything is written.
     while !server
         .store
-        .due_held_traces(i64::MAX, 1)
+        .due_held_traces(i64::MAX, 1, 1)
         .unwrap()
         .is_empty()
     {
@@ -200,23 +200,31 @@ fn held_spans_wait_for_a_span_of_the_same_key() {
         spans_of(&steps_of(&server, "conv-3").unwrap()),
         [AGENT_SPAN]
     );
-    // The held spans' key's next span of the trace settles them (into the
-    // session the trace's steps are in).
+    // The held spans' key's next span of the trace settles them: its root
+    // span, naming nothing, into the session named after the trace (the
+    // session the other key opened, where the trace's steps are, is not
+    // this key's to choose).
     export(
         &server,
         &other,
         vec![span("1000000000000004", "", "chat", None, 4)],
     );
-    let steps = steps_of(&server, "conv-3").unwrap();
     assert_eq!(
-        spans_of(&steps),
-        [
-            AGENT_SPAN,
-            "1000000000000001",
-            "1000000000000002",
-            "1000000000000004"
-        ]
+        spans_of(&steps_of(&server, "conv-3").unwrap()),
+        [AGENT_SPAN]
     );
+    assert_eq!(
+        spans_of(&steps_of(&server, TRACE).unwrap()),
+        ["1000000000000001", "1000000000000002", "1000000000000004"]
+    );
+    // The same key's later span of the trace, naming nothing, joins the
+    // session of the trace's latest step, which this key opened.
+    export(
+        &server,
+        &other,
+        vec![span("1000000000000007", AGENT_SPAN, "chat", None, 7)],
+    );
+    assert_eq!(spans_of(&steps_of(&server, TRACE).unwrap()).len(), 4);
 }
 
 #[test]
@@ -226,4 +234,108 @@ fn holding_off_writes_every_span_at_once() {
     let server = start(config);
     export(&server, &server.admin, children());
     assert_eq!(spans_of(&steps_of(&server, TRACE).unwrap()).len(), 2);
+}
+
+/// Waits until nothing is held (everything held written, then forgotten).
+fn until_nothing_is_held(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server
+        .store
+        .due_held_traces(i64::MAX, 1, 1)
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the held spans were never written"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The agents of the steps of `session`, in chain order.
+fn agents_of(server: &Server, session: &str) -> Vec<String> {
+    get(server, &format!("/v1/sessions/{session}"), &server.admin).json()["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Another key's session, even one whose steps carry the trace's ids,
+/// never decides where a key's held spans go, nor as which agent they are
+/// written: when their wait ends they go into the session named after
+/// their trace, as planned (a key bound to alice had had a span naming
+/// agent bob written into its session as alice).
+#[test]
+fn another_keys_session_does_not_take_held_spans() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    let mut bob = span("1000000000000005", AGENT_SPAN, "chat", None, 1);
+    bob["attributes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "gen_ai.agent.name", "value": {"stringValue": "bob"}}));
+    export(&server, &server.admin, vec![bob]);
+    let alice = key_for(&server, "acme", Role::Writer, Some("alice"));
+    export(
+        &server,
+        &alice,
+        vec![span(
+            "1000000000000006",
+            AGENT_SPAN,
+            "chat",
+            Some("alices"),
+            2,
+        )],
+    );
+    // Sealed by its key: a session that refuses everything after.
+    let sealed = post(&server, "/v1/sessions/alices/seal", &alice, &json!({}));
+    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    until_nothing_is_held(&server);
+    assert_eq!(
+        spans_of(&steps_of(&server, "alices").unwrap()),
+        ["1000000000000006"]
+    );
+    assert_eq!(
+        spans_of(&steps_of(&server, TRACE).unwrap()),
+        ["1000000000000005"]
+    );
+    assert!(agents_of(&server, TRACE).iter().all(|a| a == "bob"));
+}
+
+/// A retry of an export whose spans were held, arriving after they were
+/// written and their trace went on into another session, is answered as
+/// recorded: each span goes where its steps are.
+#[test]
+fn a_retry_after_held_spans_were_written_is_recognized() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    export(&server, &server.admin, children());
+    until_nothing_is_held(&server);
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", Some("conv-4"), 0)],
+    );
+    // `export` asserts nothing was rejected.
+    export(&server, &server.admin, children());
+    assert_eq!(spans_of(&steps_of(&server, TRACE).unwrap()).len(), 2);
+    assert_eq!(
+        spans_of(&steps_of(&server, "conv-4").unwrap()),
+        [AGENT_SPAN]
+    );
+    // The flusher's counts are in /metrics.
+    let metrics = get(&server, "/metrics", &server.admin).text();
+    assert!(
+        metrics.contains("cairn_otlp_held_spans_total{outcome=\"held\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cairn_otlp_held_spans_total{outcome=\"waited\"} 2"),
+        "{metrics}"
+    );
 }

@@ -104,14 +104,19 @@ impl HeldSpans for PgStore {
     fn due_held_traces(
         &self,
         received_before_ms: i64,
+        per_org: usize,
         limit: usize,
     ) -> Result<Vec<HeldTrace>, StoreError> {
-        let limit = limit as i64;
+        let (per_org, limit) = (per_org as i64, limit as i64);
         self.read(|db| {
             db.query(
-                "SELECT DISTINCT org_name, key_id, trace_hex FROM held_spans
-                  WHERE received_ms < $1 LIMIT $2",
-                &[&received_before_ms, &limit],
+"SELECT org_name, key_id, trace_hex FROM (
+                       SELECT org_name, key_id, trace_hex,
+                              ROW_NUMBER() OVER (PARTITION BY org_name ORDER BY MIN(received_ms), key_id, trace_hex) AS n
+                         FROM held_spans WHERE received_ms < $1
+                        GROUP BY org_name, key_id, trace_hex) AS due
+                      WHERE n <= $2 ORDER BY n, org_name LIMIT $3",
+                &[&received_before_ms, &per_org, &limit],
                 "reading held spans",
             )?
             .iter()

@@ -115,17 +115,22 @@ impl HeldSpans for SqliteStore {
     fn due_held_traces(
         &self,
         received_before_ms: i64,
+        per_org: usize,
         limit: usize,
     ) -> Result<Vec<HeldTrace>, StoreError> {
         self.read(|c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT DISTINCT org_name, key_id, trace_hex FROM held_spans
-                     WHERE received_ms < ?1 LIMIT ?2",
+"SELECT org_name, key_id, trace_hex FROM (
+                       SELECT org_name, key_id, trace_hex,
+                              ROW_NUMBER() OVER (PARTITION BY org_name ORDER BY MIN(received_ms), key_id, trace_hex) AS n
+                         FROM held_spans WHERE received_ms < ?1
+                        GROUP BY org_name, key_id, trace_hex) AS due
+                      WHERE n <= ?2 ORDER BY n, org_name LIMIT ?3",
                 )
                 .context("reading held spans")?;
             let rows = stmt
-                .query_map(params![received_before_ms, limit as i64], |r| {
+                .query_map(params![received_before_ms, per_org as i64, limit as i64], |r| {
                     Ok(HeldTrace {
                         org_id: r.get(0)?,
                         key_id: r.get(1)?,

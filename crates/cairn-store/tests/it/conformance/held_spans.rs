@@ -66,7 +66,7 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     let fits = [held(&b, "03", 3_000, &"x".repeat(990))];
     assert!(store.hold_spans(ORG, "k1", &fits, 1_000).unwrap());
     // Due: the traces with a span held before the time, of every org.
-    let mut due = store.due_held_traces(1_500, 10).unwrap();
+    let mut due = store.due_held_traces(1_500, 32, 10).unwrap();
     due.sort_by(|x, y| (&x.org_id, &x.key_id).cmp(&(&y.org_id, &y.key_id)));
     let trace = |org: &str, key: &str, t: &str| HeldTrace {
         org_id: org.into(),
@@ -74,8 +74,12 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
         trace_hex: t.into(),
     };
     assert_eq!(due, [trace(ORG, "k1", &a), trace("other", "k1", &b)]);
-    assert_eq!(store.due_held_traces(1_500, 1).unwrap().len(), 1);
-    assert_eq!(store.due_held_traces(10_000, 10).unwrap().len(), 4);
+    assert_eq!(store.due_held_traces(1_500, 32, 1).unwrap().len(), 1);
+    // A few of each org at a time, the longest held first.
+    let mut fair = store.due_held_traces(10_000, 1, 10).unwrap();
+    fair.sort_by(|x, y| x.org_id.cmp(&y.org_id));
+    assert_eq!(fair, [trace(ORG, "k1", &a), trace("other", "k1", &b)]);
+    assert_eq!(store.due_held_traces(10_000, 32, 10).unwrap().len(), 4);
     // Held spans survive a restart.
     drop(store);
     let store = backend.open("held_spans");
@@ -111,7 +115,7 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.due_held_traces(1_500, 10).unwrap().len(), 1);
+    assert_eq!(store.due_held_traces(1_500, 32, 10).unwrap().len(), 1);
 }
 
 pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
