@@ -206,7 +206,7 @@ CREATE INDEX IF NOT EXISTS held_spans_due ON held_spans (received_ms);
 -- The session a trace's steps were recorded in: its step ids share their
 -- first 38 characters (`otel.<trace id>.`), looked up by equality (a
 -- range over text depends on the database's collation).
-CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38))
+CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38), id)
   WHERE starts_with(trace_id, 'otel.');
 
 -- Witnesses' cosignatures of checkpoints (C2SP cosignature/v1 lines),

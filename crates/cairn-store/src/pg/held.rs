@@ -7,6 +7,15 @@ use super::connection::col;
 use crate::StoreError;
 use crate::held_spans::{HeldSpan, HeldSpans, HeldTrace, otel_trace_prefix};
 
+/// The session of the latest step of an OpenTelemetry trace (`$2`: its
+/// step ids' first 38 characters) in org `$1`, through the expression
+/// index `entries_by_otel_trace`.
+pub(super) const TRACE_SESSION: &str =
+    "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
+      WHERE e.org = $1 AND starts_with(e.trace_id, 'otel.')
+        AND left(e.trace_id, 38) = $2 AND e.type = 'step'
+      ORDER BY e.id DESC LIMIT 1";
+
 impl HeldSpans for PgStore {
     fn hold_spans(
         &self,
@@ -150,10 +159,7 @@ impl HeldSpans for PgStore {
                     continue;
                 }
                 let row = db.query_opt(
-                    "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
-                      WHERE e.org = $1 AND starts_with(e.trace_id, 'otel.')
-                        AND left(e.trace_id, 38) = $2 AND e.type = 'step'
-                      ORDER BY e.id DESC LIMIT 1",
+                    TRACE_SESSION,
                     &[&org, &prefix],
                     "looking up a trace's session",
                 )?;

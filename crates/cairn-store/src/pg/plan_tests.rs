@@ -5,7 +5,7 @@
 use super::reads::{KEY_RECORDS_BETWEEN, KEY_RECORDS_PAGE, TURN_STEPS_TAKEN};
 use super::rows::{STEPS_BY_TRACE, STEPS_IN_ORDER, TRACE_IDS_HELD, TURN_NUMBERS_HELD};
 use crate::pg::{PgOptions, PgStore};
-use crate::{LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
+use crate::{HeldSpans as _, LedgerStore, NewStep, WriteRequest, load_or_create_server_key};
 use cairn_testkit::PgCluster;
 use postgres::types::ToSql;
 
@@ -204,6 +204,74 @@ fn key_record_pages_follow_their_index(store: &PgStore, admin: &mut postgres::Cl
         .unwrap();
     assert_eq!(page.len(), 100);
     assert_eq!(page[0].0, 20_101);
+}
+
+/// The session an OpenTelemetry trace's steps are in is found through
+/// the expression index over their ids' first 38 characters (a range over
+/// text would depend on the database's collation), whatever the
+/// statistics say, and names the latest step's session.
+#[test]
+fn a_traces_session_is_found_through_its_index() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("otel_plans");
+    let keys = tempfile::tempdir().unwrap();
+    let key = load_or_create_server_key(keys.path(), "cairn.local").unwrap();
+    let store = PgStore::open(PgOptions::new(url.clone()), key).unwrap();
+    // 200 traces of 20 steps each (the last step of each in a session of
+    // its own), and as many steps under other ids.
+    for chunk in 0..4 {
+        let batch: Vec<WriteRequest> = (0..2_000)
+            .map(|i| {
+                let n = chunk * 2_000 + i;
+                let (trace_id, session) = if n % 2 == 0 {
+                    let step = n / 2;
+                    let session = if step >= 3_800 { "last" } else { "s" };
+                    let id = format!("otel.{:032x}.{:016x}.0", step % 200, step);
+                    (id, format!("{session}{}", step % 200))
+                } else {
+                    (format!("t-{n}"), "other".to_owned())
+                };
+                WriteRequest::Step(Box::new(NewStep {
+                    org_id: "org".into(),
+                    session_id: session,
+                    agent_id: "agent".into(),
+                    kind_label: "Observation".into(),
+                    content: Some(format!("step {n}")),
+                    trace_id: Some(trace_id),
+                    caller: "test".into(),
+                    ..NewStep::default()
+                }))
+            })
+            .collect();
+        for written in store.append_batch(&batch).unwrap() {
+            written.unwrap();
+        }
+    }
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let org: i64 = admin
+        .query_one("SELECT org FROM orgs WHERE name = 'org'", &[])
+        .unwrap()
+        .get(0);
+    let prefix = format!("otel.{:032x}.", 7);
+    for statistics in ["as loaded", "analyzed"] {
+        if statistics == "analyzed" {
+            admin.batch_execute("ANALYZE").unwrap();
+        }
+        let plan = explain(&mut admin, super::held::TRACE_SESSION, &[&org, &prefix]);
+        assert!(
+            plan.contains("entries_by_otel_trace"),
+            "{statistics}: {plan}"
+        );
+    }
+    let trace = format!("{:032x}", 7);
+    assert_eq!(
+        store
+            .otel_trace_sessions("org", &[trace, "f".repeat(32)])
+            .unwrap(),
+        [Some("last7".to_owned()), None]
+    );
 }
 
 /// The plan PostgreSQL chooses for `sql` with `params`, one line a node.

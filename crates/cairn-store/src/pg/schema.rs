@@ -132,7 +132,7 @@ CREATE TABLE IF NOT EXISTS held_spans (org_name TEXT NOT NULL, key_id TEXT NOT N
   steps TEXT NOT NULL, PRIMARY KEY (org_name, key_id, trace_hex, span_hex));
 CREATE INDEX IF NOT EXISTS held_spans_bytes ON held_spans (org_name, bytes);
 CREATE INDEX IF NOT EXISTS held_spans_due ON held_spans (received_ms);
-CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38))
+CREATE INDEX IF NOT EXISTS entries_by_otel_trace ON entries (org, left(trace_id, 38), id)
   WHERE starts_with(trace_id, 'otel.');";
 
 /// Whether the tables and indexes of [`ADDITIONS`] and the functions of

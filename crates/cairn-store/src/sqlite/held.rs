@@ -155,12 +155,15 @@ impl HeldSpans for SqliteStore {
             // The step ids of a trace sort together under the unique index
             // on (org, trace_id), in byte order (SQLite's BINARY
             // collation): `/` follows `.`, so the range is exactly the ids
-            // with the prefix.
+            // with the prefix. `+e.id`: ordered after the range is read,
+            // never by walking the whole log backwards from its end for
+            // the first step of the range (a planner's choice once
+            // statistics say the log is large).
             let mut stmt = c
                 .prepare_cached(
                     "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
                      WHERE e.org = ?1 AND e.trace_id >= ?2 AND e.trace_id < ?3 AND e.type = 'step'
-                     ORDER BY e.id DESC LIMIT 1",
+                     ORDER BY +e.id DESC LIMIT 1",
                 )
                 .context("looking up a trace's session")?;
             trace_hexes
