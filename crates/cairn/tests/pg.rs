@@ -716,3 +716,119 @@ fn cairn_search_waits_for_documents_another_connection_is_writing() {
     let answer: Value = serde_json::from_str(&search.stdout).unwrap();
     assert_eq!(answer["results"].as_array().unwrap().len(), 5, "{answer}");
 }
+
+/// OTLP spans that name no session wait in the database, not in a server
+/// of the fleet: held through one server, they are settled by a span of
+/// their trace sent to another; and a server killed while spans wait loses
+/// none (another server writes them when their wait ends).
+#[test]
+fn held_otlp_spans_are_the_fleets_not_a_servers() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("held");
+    let dir = tempfile::tempdir().unwrap();
+    let hold = ["--otlp-hold-seconds", "2"];
+    let (mut first, admin) = common::serve_with(dir.path(), Some(&url), &hold, &[]);
+    let admin = admin.expect("the first server prints an admin key");
+    let (second, _) = common::serve_with(dir.path(), Some(&url), &hold, &[]);
+    let span = |trace: &str, id: &str, parent: &str, session: Option<&str>, start: u64| {
+        let mut attributes = vec![
+            json!({"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}),
+            json!({"key": "gen_ai.output.messages", "value": {"stringValue": format!("from {id}")}}),
+        ];
+        if let Some(session) = session {
+            attributes
+                .push(json!({"key": "gen_ai.conversation.id", "value": {"stringValue": session}}));
+        }
+        json!({
+            "traceId": trace, "spanId": id, "parentSpanId": parent, "name": "chat",
+            "startTimeUnixNano": format!("{}", 1_764_900_000_000_000_000u64 + start * 1_000_000_000),
+            "endTimeUnixNano": format!("{}", 1_764_900_000_500_000_000u64 + start * 1_000_000_000),
+            "attributes": attributes
+        })
+    };
+    let export = |addr: SocketAddr, spans: Vec<Value>| {
+        let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]});
+        let reply = call(
+            addr,
+            "POST",
+            "/v1/traces",
+            Some(&admin),
+            Some(body.to_string().as_bytes()),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    };
+    // The span ids of a session's steps, in chain order, each once.
+    let spans_of = |addr: SocketAddr, session: &str| -> Option<Vec<String>> {
+        let reply = call(
+            addr,
+            "GET",
+            &format!("/v1/sessions/{session}"),
+            Some(&admin),
+            None,
+        );
+        (reply.status == 200).then(|| {
+            let mut spans: Vec<String> = Vec::new();
+            for step in reply.json()["steps"].as_array().unwrap() {
+                let id = step["trace_id"]
+                    .as_str()
+                    .unwrap()
+                    .split('.')
+                    .nth(2)
+                    .unwrap()
+                    .to_owned();
+                if !spans.contains(&id) {
+                    spans.push(id);
+                }
+            }
+            spans
+        })
+    };
+    let (a, b, root) = (
+        "7bf92f3577b34da6a3ce929d0e0e4736",
+        "8bf92f3577b34da6a3ce929d0e0e4736",
+        "00f067aa0ba902b7",
+    );
+    let children = |trace: &str| {
+        vec![
+            span(trace, "3000000000000001", root, None, 1),
+            span(trace, "3000000000000002", root, None, 2),
+        ]
+    };
+    // Held through the first server, settled through the second.
+    export(first.addr, children(a));
+    assert_eq!(spans_of(second.addr, a), None);
+    export(second.addr, vec![span(a, root, "", Some("fleet-conv"), 0)]);
+    assert_eq!(
+        spans_of(first.addr, "fleet-conv").unwrap(),
+        [root, "3000000000000001", "3000000000000002"]
+    );
+    assert_eq!(spans_of(first.addr, a), None);
+    // Held through the first server, which is killed: the second writes
+    // them when their wait ends, into the session named after the trace.
+    export(first.addr, children(b));
+    first.child.kill().unwrap(); // SIGKILL
+    first.child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(spans) = spans_of(second.addr, b)
+            && spans.len() == 2
+        {
+            assert_eq!(spans, ["3000000000000001", "3000000000000002"]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed server's held spans were never written"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let verified = call(second.addr, "GET", "/v1/verify", Some(&admin), None);
+    assert_eq!(
+        verified.json()["verified"],
+        json!(true),
+        "{}",
+        verified.text()
+    );
+}
