@@ -11,17 +11,19 @@ use crate::StoreError;
 /// trace's session. Part of every [`crate::LedgerStore`].
 pub trait HeldSpans {
     /// Holds `spans` of `key_id`, unless the org's held spans would then
-    /// take more than `max_org_bytes` of JSON: `false`, and nothing held
+    /// take more than `max_org_bytes` of JSON: `None`, and nothing held
     /// (the caller writes them at once). A span already held (same org,
-    /// key, trace and span ids: a retried export) is kept as it was.
-    /// Durable when this returns, as an appended step is.
+    /// key, trace and span ids: a retried export) is kept as it was, and
+    /// neither counted against the bound again nor among the spans newly
+    /// held (the `Some` count). Durable when this returns, as an appended
+    /// step is.
     fn hold_spans(
         &self,
         org_id: &str,
         key_id: &str,
         spans: &[HeldSpan],
         max_org_bytes: u64,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<u64>, StoreError>;
 
     /// The spans of these traces held for `key_id`, by trace, then span id.
     fn held_spans(
@@ -31,14 +33,15 @@ pub trait HeldSpans {
         trace_hexes: &[String],
     ) -> Result<Vec<HeldSpan>, StoreError>;
 
-    /// Forgets held spans (written as steps, or given up).
+    /// Forgets held spans (written as steps, or given up); returns how many
+    /// were held (another writer may have forgotten them first).
     fn release_spans(
         &self,
         org_id: &str,
         key_id: &str,
         trace_hex: &str,
         span_hexes: &[String],
-    ) -> Result<(), StoreError>;
+    ) -> Result<u64, StoreError>;
 
     /// Traces (of any org and key) with a span held since before
     /// `received_before_ms`: at most `per_org` of each org (those held
@@ -51,14 +54,15 @@ pub trait HeldSpans {
         limit: usize,
     ) -> Result<Vec<HeldTrace>, StoreError>;
 
-    /// For each trace, the session of the latest step recorded in the org
-    /// with a step id starting [`otel_trace_prefix`]`(trace_hex)`: where
-    /// the OTLP receiver recorded that trace's spans (`None`: nowhere).
+    /// For each trace, the sessions holding steps recorded in the org with
+    /// a step id starting [`otel_trace_prefix`]`(trace_hex)` (where the
+    /// OTLP receiver recorded that trace's spans), the one holding the
+    /// latest step first, at most [`TRACE_SESSIONS`].
     fn otel_trace_sessions(
         &self,
         org_id: &str,
         trace_hexes: &[String],
-    ) -> Result<Vec<Option<String>>, StoreError>;
+    ) -> Result<Vec<Vec<String>>, StoreError>;
 }
 
 /// One span held, as the OTLP receiver mapped it.
@@ -85,6 +89,10 @@ pub struct HeldTrace {
     /// The trace id, in hex.
     pub trace_hex: String,
 }
+
+/// The most sessions of one trace [`HeldSpans::otel_trace_sessions`]
+/// names.
+pub const TRACE_SESSIONS: usize = 8;
 
 /// The most traces [`HeldSpans::due_held_traces`] returns at once.
 pub const DUE_TRACES_PER_ROUND: usize = 256;

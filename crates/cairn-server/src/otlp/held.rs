@@ -29,6 +29,10 @@ use std::time::Duration;
 /// takes a request past what OTLP requests may hold in memory.
 const MAX_SETTLED_BYTES_PER_REQUEST: usize = 16 * 1024 * 1024;
 
+/// How long before a held span's wait ends a request leaves its trace to
+/// the flusher (half the hold time when that is shorter).
+const FLUSHER_MARGIN: Duration = Duration::from_secs(5);
+
 /// What one request does with spans held: its spans whose session is
 /// another than their trace id, those it holds, and the held spans it
 /// writes.
@@ -215,14 +219,27 @@ pub(super) fn settle(
         }
     }
     // The held spans of the traces decided here, written with them (up
-    // to a bound; the rest wait on).
+    // to a bound; the rest wait on). A trace with a span near the end of
+    // its wait is left to the flusher whole, so that the two do not write
+    // one trace's spans into two sessions at once.
     let decided_traces: Vec<String> = decided.keys().cloned().collect();
     let held = store
         .held_spans(org, key, &decided_traces)
         .map_err(failed)?;
+    let margin = (config.hold_for / 2).min(FLUSHER_MARGIN);
+    let hold_ms = i64::try_from((config.hold_for - margin).as_millis()).unwrap_or(i64::MAX);
+    let near_due = now_ms().saturating_sub(hold_ms);
+    let flushers: BTreeSet<String> = held
+        .iter()
+        .filter(|row| row.received_ms < near_due)
+        .map(|row| row.trace_hex.clone())
+        .collect();
     let mut unreadable = BTreeMap::<String, Vec<String>>::new();
     let mut settled_bytes = 0;
-    for row in held {
+    for row in held
+        .into_iter()
+        .filter(|row| !flushers.contains(&row.trace_hex))
+    {
         settled_bytes += row.steps.len();
         if settled_bytes > MAX_SETTLED_BYTES_PER_REQUEST {
             break;
@@ -271,8 +288,8 @@ pub(super) fn settle(
         let room = store
             .hold_spans(org, key, &rows, config.max_held_bytes)
             .map_err(failed)?;
-        if room {
-            stats.held.fetch_add(to_hold.len() as u64, Relaxed);
+        if let Some(newly) = room {
+            stats.held.fetch_add(newly, Relaxed);
             settlement.held = to_hold;
         } else {
             stats.over_limit.fetch_add(to_hold.len() as u64, Relaxed);
@@ -286,26 +303,32 @@ pub(super) fn settle(
     Ok(settlement)
 }
 
-/// For each trace, the session its latest recorded step is in, when that
-/// session was opened by `key`: the exporter's own (a session another
-/// key opened, which could be any key of the org writing a step under an
-/// `otel.` id, does not decide where this key's spans go).
+/// For each trace, of the sessions its recorded steps are in, the one
+/// holding the latest step among those `key` opened: the exporter's own
+/// (a session another key opened, which could be any key of the org
+/// writing a step under an `otel.` id, does not decide where this key's
+/// spans go, nor hide the key's own).
 fn recorded_sessions(
     store: &dyn LedgerStore,
     org: &str,
     key: &str,
     traces: &[String],
 ) -> Result<Vec<Option<String>>, cairn_store::StoreError> {
-    let mut sessions = store.otel_trace_sessions(org, traces)?;
-    for session in &mut sessions {
-        if let Some(id) = session.as_deref() {
-            let opener = store.session(org, id)?.map(|info| info.header.caller);
-            if opener.as_deref() != Some(key) {
-                *session = None;
+    let mut found = Vec::with_capacity(traces.len());
+    for sessions in store.otel_trace_sessions(org, traces)? {
+        let mut own = None;
+        for id in sessions {
+            if store
+                .session(org, &id)?
+                .is_some_and(|info| info.header.caller == key)
+            {
+                own = Some(id);
+                break;
             }
         }
+        found.push(own);
     }
-    Ok(sessions)
+    Ok(found)
 }
 
 /// Logs a held row that does not read back.
@@ -431,12 +454,18 @@ struct Submitted {
     pending: Pending,
 }
 
-/// Writes the held spans of `due` (each trace's steps submitted together,
-/// the whole round awaited together), then forgets them: written,
-/// already written (a step of the same id: an earlier flush that stopped
-/// before forgetting them), or refused by the session of the trace's
-/// recorded steps and by the one named after the trace (dropped, logged
-/// and counted: there is nothing better to wait for).
+/// The most bytes (of their stored JSON) of held spans one round of the
+/// flusher reads: a round takes whole traces until it passes this.
+const MAX_ROUND_BYTES: usize = 32 * 1024 * 1024;
+
+/// Writes the held spans of `due` (whole traces, up to
+/// [`MAX_ROUND_BYTES`]; each trace's steps submitted together, the round
+/// awaited together), then forgets them: written, already written (a step
+/// of the same id that is this very step: an earlier flush that stopped
+/// before forgetting it), or dropped, logged and counted (refused by the
+/// session of the trace's recorded steps and by the one named after the
+/// trace, or its id taken by another step: there is nothing better to
+/// wait for).
 fn flush_round(
     ledger: &Ledger,
     store: &dyn LedgerStore,
@@ -448,10 +477,15 @@ fn flush_round(
     let mut bound: HashMap<(String, String), Option<String>> = HashMap::new();
     let mut submitted = Vec::new();
     let mut names = Vec::with_capacity(due.len());
+    let mut read = 0;
     for (place, held) in due.iter().enumerate() {
+        if read > MAX_ROUND_BYTES {
+            break;
+        }
         let (org, key) = (held.org_id.as_str(), held.key_id.as_str());
         let trace = std::slice::from_ref(&held.trace_hex);
         let rows = store.held_spans(org, key, trace).map_err(failed)?;
+        read += rows.iter().map(|row| row.steps.len()).sum::<usize>();
         if !bound.contains_key(&(org.to_owned(), key.to_owned())) {
             for k in store.api_keys(org).map_err(failed)? {
                 bound.insert((org.to_owned(), k.id), k.agent_id);
@@ -478,11 +512,10 @@ fn flush_round(
                 }
                 _ => {
                     unreadable_row(org, key, &held.trace_hex, &row.span_hex);
-                    stats.dropped.fetch_add(1, Relaxed);
+                    stats.dropped(1);
                 }
             }
         }
-        stats.waited.fetch_add(spans.len() as u64, Relaxed);
         names.push(span_names);
         for step in planned(store, org, key, agent.as_deref(), spans).map_err(failed)? {
             let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
@@ -495,11 +528,17 @@ fn flush_round(
         }
     }
     // Steps a session refused, sent to the session named after their
-    // trace (when that was not where they went).
+    // trace (when that was not where they went); steps whose id is taken,
+    // compared with the step recorded under it.
     let mut again = Vec::new();
+    let mut taken = Vec::new();
+    let mut dropped: BTreeSet<(usize, String)> = BTreeSet::new();
     for s in submitted {
         match s.pending.wait() {
-            Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
+            Ok(_) => {}
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                taken.push((s.step, s.trace))
+            }
             Err(AppendError::Refused(_)) if !s.fallback => {
                 let mut step = s.step;
                 step.session_id.clone_from(&due[s.trace].trace_hex);
@@ -511,23 +550,79 @@ fn flush_round(
                     ..s
                 });
             }
-            Err(AppendError::Refused(why)) => dropped(stats, &due[s.trace], &s.step, &why),
+            Err(AppendError::Refused(why)) => {
+                refused(&due[s.trace], &s.step, &why);
+                dropped.insert((s.trace, span_of(&s.step)));
+            }
             Err(AppendError::Store(e)) => return Err(e.to_string()),
         }
     }
     for s in again {
         match s.pending.wait() {
-            Ok(_) | Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {}
-            Err(AppendError::Refused(why)) => dropped(stats, &due[s.trace], &s.step, &why),
+            Ok(_) => {}
+            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                taken.push((s.step, s.trace))
+            }
+            Err(AppendError::Refused(why)) => {
+                refused(&due[s.trace], &s.step, &why);
+                dropped.insert((s.trace, span_of(&s.step)));
+            }
             Err(AppendError::Store(e)) => return Err(e.to_string()),
         }
     }
-    for (held, spans) in due.iter().zip(names) {
-        store
+    let outcomes = taken
+        .iter()
+        .map(|(step, _)| {
+            let id = step.trace_id.clone().unwrap_or_default();
+            let refusal = Refusal::DuplicateTraceId { trace_id: id };
+            (Some(step.clone()), Err(AppendError::Refused(refusal)))
+        })
+        .collect();
+    let answers =
+        cairn_store::answer_retries(store, outcomes, cairn_store::RepeatedIds::AnswerEach);
+    for ((step, trace), answer) in taken.iter().zip(answers) {
+        match answer {
+            Ok(_) => {}
+            Err(AppendError::Store(e)) => return Err(e.to_string()),
+            Err(AppendError::Refused(_)) => {
+                let held = &due[*trace];
+                let id = step.trace_id.as_deref().unwrap_or_default();
+                dropped_step(
+                    &held.org_id,
+                    &held.key_id,
+                    id,
+                    "its id is taken by another step (another span with this span's trace and span ids, written while it waited; or this span, written into another session before a crash)",
+                );
+                dropped.insert((*trace, span_of(step)));
+            }
+        }
+    }
+    stats.dropped(dropped.len());
+    for (place, (held, spans)) in due.iter().zip(names).enumerate() {
+        let released = store
             .release_spans(&held.org_id, &held.key_id, &held.trace_hex, &spans)
             .map_err(failed)?;
+        // Counted as forgotten here (another server's flusher, or a
+        // request, may have written and forgotten them first).
+        let lost = dropped.iter().filter(|(trace, _)| *trace == place).count() as u64;
+        stats
+            .waited
+            .fetch_add(released.saturating_sub(lost), Relaxed);
     }
     Ok(())
+}
+
+/// Logs a held span's step refused by every session it could go into.
+fn refused(held: &HeldTrace, step: &NewStep, why: &Refusal) {
+    dropped_step(
+        &held.org_id,
+        &held.key_id,
+        step.trace_id.as_deref().unwrap_or_default(),
+        &format!(
+            "refused when its wait ended by session {} (the session of its trace's steps, or the one named after its trace, which it was sent to last): {why}",
+            crate::error::shown(&step.session_id)
+        ),
+    );
 }
 
 /// The steps of one trace's held `spans` (their session set) in order,
@@ -560,15 +655,22 @@ fn planned(
     Ok(steps)
 }
 
-/// Logs and counts a held span's step that no session took.
-fn dropped(stats: &HeldStats, held: &HeldTrace, step: &NewStep, why: &Refusal) {
-    stats.dropped.fetch_add(1, Relaxed);
+/// Logs a held span's step that is not recorded, and why.
+pub(super) fn dropped_step(org: &str, key: &str, step_id: &str, why: &str) {
     tracing::error!(
         target: "cairn::otlp",
-        org = %held.org_id, key = %held.key_id, session = %step.session_id,
-        "a held span's step {} was refused when its wait ended, by the session of its trace's steps and by the one named after its trace, and is dropped: {why}",
-        step.trace_id.as_deref().unwrap_or_default()
+        org, key,
+        "a held span's step {step_id} is dropped: {why}"
     );
+}
+
+/// The span id of a held span's step id (`otel.<trace>.<span>.<n>`).
+fn span_of(step: &NewStep) -> String {
+    step.trace_id
+        .as_deref()
+        .and_then(|id| id.split('.').nth(2))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// What happened to held spans, for `/metrics`
@@ -603,8 +705,13 @@ impl HeldStats {
         )
     }
 
-    /// Counts held spans a request wrote.
-    pub(super) fn settled(&self, spans: usize) {
-        self.settled.fetch_add(spans as u64, Relaxed);
+    /// Counts held spans a request wrote (and forgot).
+    pub(super) fn settled(&self, spans: u64) {
+        self.settled.fetch_add(spans, Relaxed);
+    }
+
+    /// Counts held spans dropped.
+    pub(super) fn dropped(&self, spans: usize) {
+        self.dropped.fetch_add(spans as u64, Relaxed);
     }
 }

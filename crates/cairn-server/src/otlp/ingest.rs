@@ -248,10 +248,9 @@ async fn export_traces(
     for (span, id, answer, elapsed) in answers(waiting).await? {
         match answer {
             Ok(_) => state.metrics.append(elapsed),
-            // A held span's step written before (by a flush that stopped
-            // before forgetting it): written.
-            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
-                if settlement.is_flushed(span) => {}
+            // A held span's step too: written before (by a flush that
+            // stopped before forgetting it), or another step's id (told
+            // apart below).
             Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                 taken.insert(id, (span, None));
             }
@@ -360,8 +359,6 @@ async fn export_traces(
         for (span, id, answer, elapsed) in answers(waiting).await? {
             match answer {
                 Ok(_) => state.metrics.append(elapsed),
-                Err(AppendError::Refused(Refusal::DuplicateTraceId { .. }))
-                    if settlement.is_flushed(span) => {}
                 Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
                     let agent = mismatched.get(&id).cloned();
                     taken.insert(id, (span, agent));
@@ -377,6 +374,8 @@ async fn export_traces(
             }
         }
     }
+    // Held spans this request wrote whose ids another step had taken.
+    let mut dropped = std::collections::HashSet::new();
     if !taken.is_empty() && storage_failure.is_none() {
         let work_state = Arc::clone(state);
         let work_caller = caller.clone();
@@ -396,6 +395,18 @@ async fn export_traces(
         })
         .await?;
         for (span, id) in conflicts {
+            // A held span whose id another step took while it waited (it
+            // was acknowledged long ago: dropped, logged and counted).
+            if settlement.is_flushed(span) {
+                held::dropped_step(
+                    caller.org(),
+                    &caller.key.id,
+                    &id,
+                    "its id is taken by another step (another span with this span's trace and span ids, written while it waited; or this span, written into another session before a crash)",
+                );
+                dropped.insert(span);
+                continue;
+            }
             state.metrics.refusal();
             refuse(&mut fates, &mut reasons, span, || {
                 format!(
@@ -403,11 +414,12 @@ async fn export_traces(
                 )
             });
         }
+        state.otlp.held.dropped(dropped.len());
     }
     if let Some(e) = storage_failure {
         return Err(unreadable(e));
     }
-    release_written(state, &caller, &settlement, &fates).await;
+    release_written(state, &caller, &settlement, &fates, dropped.len()).await;
     // The request's own spans are answered (held spans it wrote were
     // acknowledged by the request that sent them).
     fates.truncate(settlement.own);
@@ -465,13 +477,15 @@ async fn export_traces(
 }
 
 /// Forgets the held spans this request wrote whose steps were all
-/// recorded (a failure is logged: they stay held, and are written again,
-/// as retries, when their wait ends).
+/// recorded or dropped (`dropped` of them: their ids taken by other
+/// steps); a failure is logged: they stay held, and are written again, as
+/// retries, when their wait ends.
 async fn release_written(
     state: &Arc<AppState>,
     caller: &Caller,
     settlement: &held::Settlement,
     fates: &[Fate],
+    dropped: usize,
 ) {
     let failed = (settlement.own..fates.len())
         .filter(|&i| fates[i] == Fate::Refused)
@@ -480,21 +494,27 @@ async fn release_written(
     if written.is_empty() {
         return;
     }
-    state
-        .otlp
-        .held
-        .settled(written.values().map(Vec::len).sum());
     let (org, key) = (caller.org().to_owned(), caller.key.id.clone());
     let store = Arc::clone(&state.store);
     let released = tokio::task::spawn_blocking(move || {
+        let mut released = 0;
         for (trace, spans) in written {
-            store.release_spans(&org, &key, &trace, &spans)?;
+            released += store.release_spans(&org, &key, &trace, &spans)?;
         }
-        Ok::<_, cairn_store::StoreError>(())
+        Ok::<_, cairn_store::StoreError>(released)
     })
     .await;
-    if let Ok(Err(e)) = released {
-        tracing::warn!(target: "cairn::otlp", "forgetting written held spans: {e}");
+    match released {
+        // Counted as forgotten: a span two requests (or a request and the
+        // flusher) both wrote is counted once.
+        Ok(Ok(released)) => state
+            .otlp
+            .held
+            .settled(released.saturating_sub(dropped as u64)),
+        Ok(Err(e)) => {
+            tracing::warn!(target: "cairn::otlp", "forgetting written held spans: {e}")
+        }
+        Err(_) => {}
     }
 }
 

@@ -339,3 +339,80 @@ fn a_retry_after_held_spans_were_written_is_recognized() {
         "{metrics}"
     );
 }
+
+/// Another key's later step in the trace does not hide the session this
+/// key's steps of the trace are in: a key's span naming nothing joins the
+/// key's own session at once, not the other key's (whose agent would
+/// refuse it when its wait ended, and it would be dropped).
+#[test]
+fn another_keys_later_step_does_not_hide_this_keys_session() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    let other = key_for(&server, "acme", Role::Writer, None);
+    export(
+        &server,
+        &server.admin,
+        vec![span(
+            "1000000000000008",
+            AGENT_SPAN,
+            "chat",
+            Some("mine"),
+            1,
+        )],
+    );
+    // The other key's span of the trace waits, then opens the session
+    // named after the trace.
+    export(
+        &server,
+        &other,
+        vec![span("1000000000000009", AGENT_SPAN, "chat", None, 2)],
+    );
+    until_nothing_is_held(&server);
+    assert_eq!(
+        spans_of(&steps_of(&server, TRACE).unwrap()),
+        ["1000000000000009"]
+    );
+    // This key's next span naming nothing joins its own session, at once.
+    export(
+        &server,
+        &server.admin,
+        vec![span("100000000000000a", AGENT_SPAN, "chat", None, 3)],
+    );
+    assert_eq!(
+        spans_of(&steps_of(&server, "mine").unwrap()),
+        ["1000000000000008", "100000000000000a"]
+    );
+}
+
+/// A held span whose id another key's span took while it waited is not
+/// taken for written: it is dropped, logged and counted.
+#[test]
+fn a_held_span_whose_id_was_taken_while_it_waited_is_counted_as_dropped() {
+    let server = start(ServerConfig::default());
+    let other = key_for(&server, "acme", Role::Writer, None);
+    export(&server, &server.admin, children());
+    // The same trace and span ids, naming a session, from another key.
+    let mut forged = children().remove(0);
+    forged["attributes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "gen_ai.conversation.id", "value": {"stringValue": "elsewhere"}}));
+    export(&server, &other, vec![forged]);
+    export(
+        &server,
+        &server.admin,
+        vec![span(AGENT_SPAN, "", "invoke_agent", Some("conv-5"), 0)],
+    );
+    assert_eq!(
+        spans_of(&steps_of(&server, "conv-5").unwrap()),
+        [AGENT_SPAN, "1000000000000002"]
+    );
+    let metrics = get(&server, "/metrics", &server.admin).text();
+    for outcome in ["held\"} 2", "settled\"} 1", "dropped\"} 1"] {
+        assert!(
+            metrics.contains(&format!("cairn_otlp_held_spans_total{{outcome=\"{outcome}")),
+            "{outcome}: {metrics}"
+        );
+    }
+}

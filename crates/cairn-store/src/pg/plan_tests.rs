@@ -259,7 +259,12 @@ fn a_traces_session_is_found_through_its_index() {
         if statistics == "analyzed" {
             admin.batch_execute("ANALYZE").unwrap();
         }
-        let plan = explain(&mut admin, super::held::TRACE_SESSION, &[&org, &prefix]);
+        let most = 8i64;
+        let plan = explain(
+            &mut admin,
+            super::held::TRACE_SESSIONS_SQL,
+            &[&org, &prefix, &most],
+        );
         assert!(
             plan.contains("entries_by_otel_trace"),
             "{statistics}: {plan}"
@@ -270,7 +275,7 @@ fn a_traces_session_is_found_through_its_index() {
         store
             .otel_trace_sessions("org", &[trace, "f".repeat(32)])
             .unwrap(),
-        [Some("last7".to_owned()), None]
+        [vec!["last7".to_owned(), "s7".to_owned()], vec![]]
     );
 }
 

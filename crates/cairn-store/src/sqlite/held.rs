@@ -4,9 +4,9 @@
 
 use super::SqliteStore;
 use super::connection::poisoned;
-use crate::held_spans::{HeldSpan, HeldSpans, HeldTrace, otel_trace_prefix};
+use crate::held_spans::{HeldSpan, HeldSpans, HeldTrace, TRACE_SESSIONS, otel_trace_prefix};
 use crate::{DbContext, StoreError};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 impl HeldSpans for SqliteStore {
     fn hold_spans(
@@ -15,9 +15,28 @@ impl HeldSpans for SqliteStore {
         key_id: &str,
         spans: &[HeldSpan],
         max_org_bytes: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
         let tx = w.conn.transaction().context("holding spans")?;
+        // Only the spans not held yet (a retry's are) count and are added.
+        let new: Vec<&HeldSpan> = {
+            let mut held = tx
+                .prepare_cached(
+                    "SELECT 1 FROM held_spans
+                     WHERE org_name = ?1 AND key_id = ?2 AND trace_hex = ?3 AND span_hex = ?4",
+                )
+                .context("holding spans")?;
+            let mut new = Vec::with_capacity(spans.len());
+            for span in spans {
+                if !held
+                    .exists(params![org_id, key_id, span.trace_hex, span.span_hex])
+                    .context("holding spans")?
+                {
+                    new.push(span);
+                }
+            }
+            new
+        };
         let held: i64 = tx
             .query_row(
                 "SELECT COALESCE(SUM(bytes), 0) FROM held_spans WHERE org_name = ?1",
@@ -25,9 +44,9 @@ impl HeldSpans for SqliteStore {
                 |r| r.get(0),
             )
             .context("counting held spans")?;
-        let adding: u64 = spans.iter().map(|s| s.steps.len() as u64).sum();
+        let adding: u64 = new.iter().map(|s| s.steps.len() as u64).sum();
         if (held as u64).saturating_add(adding) > max_org_bytes {
-            return Ok(false);
+            return Ok(None);
         }
         {
             let mut insert = tx
@@ -36,7 +55,7 @@ impl HeldSpans for SqliteStore {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
                 )
                 .context("holding spans")?;
-            for span in spans {
+            for span in &new {
                 insert
                     .execute(params![
                         org_id,
@@ -51,7 +70,7 @@ impl HeldSpans for SqliteStore {
             }
         }
         tx.commit().context("holding spans")?;
-        Ok(true)
+        Ok(Some(new.len() as u64))
     }
 
     fn held_spans(
@@ -93,9 +112,10 @@ impl HeldSpans for SqliteStore {
         key_id: &str,
         trace_hex: &str,
         span_hexes: &[String],
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
         let tx = w.conn.transaction().context("releasing held spans")?;
+        let mut released = 0;
         {
             let mut delete = tx
                 .prepare_cached(
@@ -104,12 +124,13 @@ impl HeldSpans for SqliteStore {
                 )
                 .context("releasing held spans")?;
             for span in span_hexes {
-                delete
+                released += delete
                     .execute(params![org_id, key_id, trace_hex, span])
-                    .context("releasing held spans")?;
+                    .context("releasing held spans")? as u64;
             }
         }
-        tx.commit().context("releasing held spans")
+        tx.commit().context("releasing held spans")?;
+        Ok(released)
     }
 
     fn due_held_traces(
@@ -147,32 +168,30 @@ impl HeldSpans for SqliteStore {
         &self,
         org_id: &str,
         trace_hexes: &[String],
-    ) -> Result<Vec<Option<String>>, StoreError> {
+    ) -> Result<Vec<Vec<String>>, StoreError> {
         self.read(|c| {
             let Some(org) = Self::org_id_of(c, org_id)? else {
-                return Ok(vec![None; trace_hexes.len()]);
+                return Ok(vec![Vec::new(); trace_hexes.len()]);
             };
             // The step ids of a trace sort together under the unique index
             // on (org, trace_id), in byte order (SQLite's BINARY
             // collation): `/` follows `.`, so the range is exactly the ids
-            // with the prefix. `+e.id`: ordered after the range is read,
-            // never by walking the whole log backwards from its end for
-            // the first step of the range (a planner's choice once
-            // statistics say the log is large).
+            // with the prefix; the trace's steps are grouped by session
+            // after the range is read (a trace's steps, not the log).
             let mut stmt = c
                 .prepare_cached(
                     "SELECT s.session_id FROM entries e JOIN sessions s ON s.sid = e.sid
                      WHERE e.org = ?1 AND e.trace_id >= ?2 AND e.trace_id < ?3 AND e.type = 'step'
-                     ORDER BY +e.id DESC LIMIT 1",
+                     GROUP BY s.session_id ORDER BY MAX(e.id) DESC LIMIT ?4",
                 )
                 .context("looking up a trace's session")?;
             trace_hexes
                 .iter()
                 .map(|trace_hex| {
                     let (from, to) = (otel_trace_prefix(trace_hex), format!("otel.{trace_hex}/"));
-                    stmt.query_row(params![org, from, to], |r| r.get(0))
-                        .optional()
-                        .context("looking up a trace's session")
+                    stmt.query_map(params![org, from, to, TRACE_SESSIONS as i64], |r| r.get(0))
+                        .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
+                        .context("looking up a trace's sessions")
                 })
                 .collect()
         })

@@ -184,7 +184,7 @@ pub fn run_all(backend: &dyn Backend) {
     chosen_ids::text_with_nul_is_refused_with_its_request(backend);
     evidence::analyst_sql_reads_one_org_and_writes_nothing(backend);
     held_spans::spans_wait_durably_until_released(backend);
-    held_spans::a_traces_session_is_where_its_latest_step_is(backend);
+    held_spans::a_traces_sessions_are_named_latest_first(backend);
 }
 
 fn session(id: &str, profile: Profile) -> NewSession {

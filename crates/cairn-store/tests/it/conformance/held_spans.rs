@@ -18,19 +18,20 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     let store = backend.open("held_spans");
     let (a, b) = ("a".repeat(32), "b".repeat(32));
     let first = [held(&a, "01", 1_000, "[1]"), held(&a, "02", 2_000, "[22]")];
-    assert!(store.hold_spans(ORG, "k1", &first, 1_000).unwrap());
-    // A retried export: the span is kept as it was first held.
-    let retried = [held(&a, "01", 9_000, "[999]")];
-    assert!(store.hold_spans(ORG, "k1", &retried, 1_000).unwrap());
-    assert!(
-        store
-            .hold_spans(ORG, "k2", &[held(&a, "01", 5_000, "[3]")], 1_000)
-            .unwrap()
+    assert_eq!(store.hold_spans(ORG, "k1", &first, 1_000).unwrap(), Some(2));
+    // A retried export: the span is kept as it was first held, and
+    // counted neither as held again nor against the bound.
+    let retried = [held(&a, "01", 9_000, &"9".repeat(999))];
+    assert_eq!(
+        store.hold_spans(ORG, "k1", &retried, 1_000).unwrap(),
+        Some(0)
     );
-    assert!(
-        store
-            .hold_spans("other", "k1", &[held(&b, "01", 500, "[4]")], 1_000)
-            .unwrap()
+    let k2 = [held(&a, "01", 5_000, "[3]")];
+    assert_eq!(store.hold_spans(ORG, "k2", &k2, 1_000).unwrap(), Some(1));
+    let other = [held(&b, "01", 500, "[4]")];
+    assert_eq!(
+        store.hold_spans("other", "k1", &other, 1_000).unwrap(),
+        Some(1)
     );
     // Per org, per key, per trace.
     let spans = store
@@ -56,7 +57,7 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     );
     // The org's bound counts every key's spans (3 + 4 + 3 bytes held).
     let big = [held(&b, "03", 3_000, &"x".repeat(991))];
-    assert!(!store.hold_spans(ORG, "k1", &big, 1_000).unwrap());
+    assert_eq!(store.hold_spans(ORG, "k1", &big, 1_000).unwrap(), None);
     assert!(
         store
             .held_spans(ORG, "k1", std::slice::from_ref(&b))
@@ -64,7 +65,7 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
             .is_empty()
     );
     let fits = [held(&b, "03", 3_000, &"x".repeat(990))];
-    assert!(store.hold_spans(ORG, "k1", &fits, 1_000).unwrap());
+    assert_eq!(store.hold_spans(ORG, "k1", &fits, 1_000).unwrap(), Some(1));
     // Due: the traces with a span held before the time, of every org.
     let mut due = store.due_held_traces(1_500, 32, 10).unwrap();
     due.sort_by(|x, y| (&x.org_id, &x.key_id).cmp(&(&y.org_id, &y.key_id)));
@@ -90,9 +91,8 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
         first.to_vec()
     );
     // Released one by one; the others stay.
-    store
-        .release_spans(ORG, "k1", &a, &["01".to_owned()])
-        .unwrap();
+    let released = store.release_spans(ORG, "k1", &a, &["01".to_owned()]);
+    assert_eq!(released.unwrap(), 1);
     assert_eq!(
         store
             .held_spans(ORG, "k1", std::slice::from_ref(&a))
@@ -106,9 +106,8 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
             .len(),
         1
     );
-    store
-        .release_spans(ORG, "k1", &a, &["02".to_owned(), "09".to_owned()])
-        .unwrap();
+    let released = store.release_spans(ORG, "k1", &a, &["02".to_owned(), "09".to_owned()]);
+    assert_eq!(released.unwrap(), 1, "only what was held is counted");
     assert!(
         store
             .held_spans(ORG, "k1", std::slice::from_ref(&a))
@@ -118,24 +117,20 @@ pub fn spans_wait_durably_until_released(backend: &dyn Backend) {
     assert_eq!(store.due_held_traces(1_500, 32, 10).unwrap().len(), 1);
 }
 
-pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
+pub fn a_traces_sessions_are_named_latest_first(backend: &dyn Backend) {
     let store = backend.open("otel_trace_session");
     let ledger = ledger(store.clone());
     let trace = "0123456789abcdef0123456789abcdef";
-    assert_eq!(
-        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0],
-        None
-    );
+    let sessions = |org: &str, traces: &[String]| store.otel_trace_sessions(org, traces).unwrap();
+    let one = [trace.to_owned()];
+    assert_eq!(sessions(ORG, &one), [Vec::<String>::new()]);
     let otel = |session: &str, span: &str| {
         let mut s = step(session, "observation", "seen");
         s.trace_id = Some(format!("otel.{trace}.{span}.0"));
         s
     };
     append(&ledger, otel("by-trace", "0000000000000001")).unwrap();
-    assert_eq!(
-        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0].as_deref(),
-        Some("by-trace")
-    );
+    assert_eq!(sessions(ORG, &one), [["by-trace"]]);
     append(&ledger, otel("conversation", "0000000000000002")).unwrap();
     // Ids that only start alike are another trace's; another org sees none.
     let mut near = step("near", "observation", "seen");
@@ -144,20 +139,17 @@ pub fn a_traces_session_is_where_its_latest_step_is(backend: &dyn Backend) {
     let mut plain = step("plain", "observation", "seen");
     plain.trace_id = Some(format!("otel.{trace}~x"));
     append(&ledger, plain).unwrap();
+    assert_eq!(sessions(ORG, &one), [["conversation", "by-trace"]]);
+    // A later step in the first session puts it first again.
+    append(&ledger, otel("by-trace", "0000000000000004")).unwrap();
+    assert_eq!(sessions(ORG, &one), [["by-trace", "conversation"]]);
+    assert_eq!(sessions("other", &one), [Vec::<String>::new()]);
+    let both = ["f".repeat(32), trace.to_owned()];
     assert_eq!(
-        store.otel_trace_sessions(ORG, &[trace.to_owned()]).unwrap()[0].as_deref(),
-        Some("conversation")
-    );
-    assert_eq!(
-        store
-            .otel_trace_sessions("other", &[trace.to_owned()])
-            .unwrap()[0],
-        None
-    );
-    assert_eq!(
-        store
-            .otel_trace_sessions(ORG, &["f".repeat(32), trace.to_owned()])
-            .unwrap(),
-        [None, Some("conversation".to_owned())]
+        sessions(ORG, &both),
+        [
+            vec![],
+            vec!["by-trace".to_owned(), "conversation".to_owned()]
+        ]
     );
 }
