@@ -92,7 +92,7 @@ pub struct HeldTrace {
 
 /// The most sessions of one trace [`HeldSpans::otel_trace_sessions`]
 /// names.
-pub const TRACE_SESSIONS: usize = 8;
+pub const TRACE_SESSIONS: usize = 64;
 
 /// The most traces [`HeldSpans::due_held_traces`] returns at once.
 pub const DUE_TRACES_PER_ROUND: usize = 256;

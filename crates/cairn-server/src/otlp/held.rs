@@ -172,9 +172,21 @@ pub(super) fn settle(
         .into_iter()
         .map(|s| (s.record.step.trace_id, s.record.step.session_id))
         .collect();
+    // Only into a session the key opened: another key's step under the
+    // span's id (a downstream service knows its caller's span id) is
+    // another step, not this span's first write.
+    let mut opened_here: HashMap<String, bool> = HashMap::new();
     for &i in &unnamed {
         let first = mapped[i].as_ref().ok().and_then(|s| s.steps.first());
-        if let Some(session) = first.and_then(|s| recorded_spans.get(&s.step_id)) {
+        let Some(session) = first.and_then(|s| recorded_spans.get(&s.step_id)) else {
+            continue;
+        };
+        if !opened_here.contains_key(session) {
+            let opener = store.session(org, session).map_err(failed)?;
+            let ours = opener.is_some_and(|info| info.header.caller == key);
+            opened_here.insert(session.clone(), ours);
+        }
+        if opened_here[session] {
             settlement.sessions.insert(i, session.clone());
         }
     }
@@ -477,6 +489,7 @@ fn flush_round(
     let mut bound: HashMap<(String, String), Option<String>> = HashMap::new();
     let mut submitted = Vec::new();
     let mut names = Vec::with_capacity(due.len());
+    let mut unreadable = Vec::new();
     let mut read = 0;
     for (place, held) in due.iter().enumerate() {
         if read > MAX_ROUND_BYTES {
@@ -512,12 +525,13 @@ fn flush_round(
                 }
                 _ => {
                     unreadable_row(org, key, &held.trace_hex, &row.span_hex);
-                    stats.dropped(1);
+                    unreadable.push((place, row.span_hex));
                 }
             }
         }
         names.push(span_names);
-        for step in planned(store, org, key, agent.as_deref(), spans).map_err(failed)? {
+        let steps = planned(store, (org, key), agent.as_deref(), &bound, spans).map_err(failed)?;
+        for step in steps {
             let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
             submitted.push(Submitted {
                 step,
@@ -532,7 +546,7 @@ fn flush_round(
     // compared with the step recorded under it.
     let mut again = Vec::new();
     let mut taken = Vec::new();
-    let mut dropped: BTreeSet<(usize, String)> = BTreeSet::new();
+    let mut dropped: BTreeSet<(usize, String)> = unreadable.into_iter().collect();
     for s in submitted {
         match s.pending.wait() {
             Ok(_) => {}
@@ -626,28 +640,55 @@ fn refused(held: &HeldTrace, step: &NewStep, why: &Refusal) {
 }
 
 /// The steps of one trace's held `spans` (their session set) in order,
-/// as written for `key` (bound to `agent`, if any): in a session the key
-/// opened, as that session's agent (as a request of the key would write
-/// them, docs/OTLP.md "Sessions and agents"); elsewhere as planned.
+/// as written for `key` (bound to `agent`, if any; `keys`: the agents of
+/// the org's keys), by the rules a request of the key follows
+/// (docs/OTLP.md "Sessions and agents"): a bound key as its agent; a key
+/// without a binding, into a session a key without a binding opened, as
+/// that session's agent; into a session a bound key (or no key of the
+/// org) opened, as that session's agent unless the span names another
+/// agent (then as planned, which the session refuses).
 fn planned(
     store: &dyn LedgerStore,
-    org: &str,
-    key: &str,
+    (org, key): (&str, &str),
     agent: Option<&str>,
+    keys: &HashMap<(String, String), Option<String>>,
     spans: Vec<Result<SpanSteps, Unmappable>>,
 ) -> Result<Vec<NewStep>, cairn_store::StoreError> {
+    let span_agents: Vec<Option<String>> = spans
+        .iter()
+        .map(|s| Some(s.as_ref().ok()?.agent.as_ref()?.0.clone()))
+        .collect();
     let mut steps = Vec::new();
     for plan in map::plan(spans, agent) {
-        let as_agent = match store.session(org, &plan.session_id)? {
-            Some(info) if info.header.caller == key && agent.is_none() => info.header.agent_id,
-            _ => plan.agent_id.clone(),
+        // The session's agent, and whether a key without a binding opened
+        // it (every span is then written as its agent).
+        let owner = match (agent, store.session(org, &plan.session_id)?) {
+            (None, Some(info)) => {
+                let opener = (org.to_owned(), info.header.caller.clone());
+                let unbound = info.header.caller == key || matches!(keys.get(&opener), Some(None));
+                Some((info.header.agent_id, unbound))
+            }
+            _ => None,
         };
-        for (_, step) in plan.steps {
+        for (place, step) in plan.steps {
+            let as_agent = match &owner {
+                None => plan.agent_id.as_str(),
+                Some((owner, true)) => owner.as_str(),
+                Some((owner, false)) => match span_agents[place].as_deref() {
+                    Some(named)
+                        if named != owner
+                            && cairn_core::record::hashed_agent_id(named) != *owner =>
+                    {
+                        plan.agent_id.as_str()
+                    }
+                    _ => owner.as_str(),
+                },
+            };
             steps.push(super::ingest::new_step(
                 org,
                 key,
                 &plan.session_id,
-                &as_agent,
+                as_agent,
                 step,
             ));
         }

@@ -416,3 +416,79 @@ fn a_held_span_whose_id_was_taken_while_it_waited_is_counted_as_dropped() {
         );
     }
 }
+
+/// Two services of one trace, each with its own key without a binding:
+/// the second's spans, held, are written when their wait ends into the
+/// session the first opened, as that session's agent (as its requests
+/// would be), not dropped.
+#[test]
+fn a_second_services_held_spans_join_the_first_services_session() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    let second = key_for(&server, "acme", Role::Writer, None);
+    let named = |mut span: Value, agent: &str| {
+        span["attributes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": "gen_ai.agent.id", "value": {"stringValue": agent}}));
+        span
+    };
+    export(
+        &server,
+        &second,
+        vec![named(
+            span("100000000000000b", AGENT_SPAN, "chat", None, 1),
+            "svcb",
+        )],
+    );
+    export(
+        &server,
+        &server.admin,
+        vec![named(span(AGENT_SPAN, "", "invoke_agent", None, 0), "svca")],
+    );
+    until_nothing_is_held(&server);
+    assert_eq!(
+        spans_of(&steps_of(&server, TRACE).unwrap()),
+        [AGENT_SPAN, "100000000000000b"]
+    );
+    assert!(agents_of(&server, TRACE).iter().all(|a| a == "svca"));
+    let metrics = get(&server, "/metrics", &server.admin).text();
+    assert!(
+        metrics.contains("cairn_otlp_held_spans_total{outcome=\"dropped\"} 0"),
+        "{metrics}"
+    );
+}
+
+/// A step recorded under a span's first step id in a session another key
+/// opened is another step: the span's other steps do not follow it there.
+#[test]
+fn a_step_under_a_spans_id_in_another_keys_session_is_not_its_retry() {
+    let server = start(ServerConfig::default());
+    let alice = key_for(&server, "acme", Role::Writer, Some("alice"));
+    // The span's first step id, taken in alice's session.
+    let taken = post(
+        &server,
+        "/v1/steps",
+        &alice,
+        &json!({"session_id": "alices-own", "agent_id": "alice", "step_type": "observation",
+                "content": "first", "trace_id": format!("otel.{TRACE}.100000000000000c.0")}),
+    );
+    assert_eq!(taken.status, 201, "{}", taken.text());
+    // A tool span of two steps with those ids, naming no session, whose
+    // trace's root is here.
+    let mut tool = span("100000000000000c", AGENT_SPAN, "execute_tool", None, 1);
+    tool["attributes"].as_array_mut().unwrap().extend([
+        json!({"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}}),
+        json!({"key": "gen_ai.tool.call.arguments", "value": {"stringValue": "{\"q\":1}"}}),
+        json!({"key": "gen_ai.tool.call.result", "value": {"stringValue": "private result"}}),
+    ]);
+    let body = json!({"resourceSpans": [{"scopeSpans": [{"spans": [
+        tool, span(AGENT_SPAN, "", "invoke_agent", None, 0)
+    ]}]}]});
+    let reply = post(&server, "/v1/traces", &server.admin, &body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["partialSuccess"]["rejectedSpans"], json!("1"));
+    let alices = get(&server, "/v1/sessions/alices-own", &server.admin).json();
+    assert_eq!(alices["steps"].as_array().unwrap().len(), 1, "{alices}");
+}

@@ -259,7 +259,7 @@ fn a_traces_session_is_found_through_its_index() {
         if statistics == "analyzed" {
             admin.batch_execute("ANALYZE").unwrap();
         }
-        let most = 8i64;
+        let most = 64i64;
         let plan = explain(
             &mut admin,
             super::held::TRACE_SESSIONS_SQL,
