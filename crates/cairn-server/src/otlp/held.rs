@@ -319,7 +319,8 @@ pub(super) fn settle(
 /// holding the latest step among those `key` opened: the exporter's own
 /// (a session another key opened, which could be any key of the org
 /// writing a step under an `otel.` id, does not decide where this key's
-/// spans go, nor hide the key's own).
+/// spans go; it hides the key's own only past the trace's
+/// [`cairn_store::held_spans::TRACE_SESSIONS`] latest sessions).
 fn recorded_sessions(
     store: &dyn LedgerStore,
     org: &str,
