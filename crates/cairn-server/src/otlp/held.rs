@@ -458,13 +458,28 @@ fn flush_due(
     Ok(())
 }
 
-/// One held span's step on its way: the step, the trace's place in the
-/// round, and whether it went to the session named after its trace.
+/// One held span's step on its way.
 struct Submitted {
-    step: NewStep,
+    /// The step as submitted.
+    step: Planned,
+    /// Its trace's place in the round.
     trace: usize,
+    /// Whether it went to the session named after its trace.
     fallback: bool,
+    /// Whether its agent was chosen again after the session it went to
+    /// refused it as another agent's.
+    replanned: bool,
     pending: Pending,
+}
+
+/// A held span's step planned: the step, the agent its span names (if
+/// any), and the agent its plan chose (what a session that does not
+/// adopt it is written as).
+#[derive(Clone)]
+struct Planned {
+    step: NewStep,
+    span_agent: Option<String>,
+    plan_agent: String,
 }
 
 /// The most bytes (of their stored JSON) of held spans one round of the
@@ -533,57 +548,86 @@ fn flush_round(
         names.push(span_names);
         let steps = planned(store, (org, key), agent.as_deref(), &bound, spans).map_err(failed)?;
         for step in steps {
-            let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
+            let pending = ledger.submit(WriteRequest::Step(Box::new(step.step.clone())));
             submitted.push(Submitted {
                 step,
                 trace: place,
                 fallback,
+                replanned: false,
                 pending,
             });
         }
     }
-    // Steps a session refused, sent to the session named after their
-    // trace (when that was not where they went); steps whose id is taken,
-    // compared with the step recorded under it.
-    let mut again = Vec::new();
+    // Steps a session refused: as another agent's (a session opened since
+    // they were planned, by another service's spans of the round or a
+    // request), planned again against its owner; else, or refused again,
+    // sent to the session named after their trace (when that was not
+    // where they went), planned against its owner; else dropped. Steps
+    // whose id is taken: compared with the step recorded under it.
     let mut taken = Vec::new();
     let mut dropped: BTreeSet<(usize, String)> = unreadable.into_iter().collect();
-    for s in submitted {
-        match s.pending.wait() {
-            Ok(_) => {}
-            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
-                taken.push((s.step, s.trace))
+    let mut queue = submitted;
+    while !queue.is_empty() {
+        let mut next = Vec::new();
+        for s in queue {
+            let why = match s.pending.wait() {
+                Ok(_) => continue,
+                Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
+                    taken.push((s.step.step, s.trace));
+                    continue;
+                }
+                Err(AppendError::Store(e)) => return Err(e.to_string()),
+                Err(AppendError::Refused(why)) => why,
+            };
+            let held = &due[s.trace];
+            let (org, key) = (held.org_id.as_str(), held.key_id.as_str());
+            let agent = bound
+                .get(&(org.to_owned(), key.to_owned()))
+                .cloned()
+                .flatten();
+            let mut retry = None;
+            if matches!(why, Refusal::AgentMismatch { .. }) && !s.replanned {
+                let owner = owner_of(
+                    store,
+                    (org, key),
+                    agent.as_deref(),
+                    &bound,
+                    &s.step.step.session_id,
+                )
+                .map_err(failed)?;
+                let as_agent = agent_for(&owner, &s.step);
+                if as_agent != s.step.step.agent_id {
+                    let mut step = s.step.clone();
+                    step.step.agent_id = as_agent;
+                    retry = Some((step, s.fallback));
+                }
             }
-            Err(AppendError::Refused(_)) if !s.fallback => {
-                let mut step = s.step;
-                step.session_id.clone_from(&due[s.trace].trace_hex);
-                let pending = ledger.submit(WriteRequest::Step(Box::new(step.clone())));
-                again.push(Submitted {
-                    step,
-                    fallback: true,
-                    pending,
-                    ..s
-                });
+            if retry.is_none() && !s.fallback {
+                let owner = owner_of(store, (org, key), agent.as_deref(), &bound, &held.trace_hex)
+                    .map_err(failed)?;
+                let mut step = s.step.clone();
+                step.step.session_id.clone_from(&held.trace_hex);
+                step.step.agent_id = agent_for(&owner, &step);
+                retry = Some((step, true));
             }
-            Err(AppendError::Refused(why)) => {
-                refused(&due[s.trace], &s.step, &why);
-                dropped.insert((s.trace, span_of(&s.step)));
+            match retry {
+                Some((step, fallback)) => {
+                    let pending = ledger.submit(WriteRequest::Step(Box::new(step.step.clone())));
+                    next.push(Submitted {
+                        step,
+                        trace: s.trace,
+                        fallback,
+                        replanned: !fallback || s.fallback,
+                        pending,
+                    });
+                }
+                None => {
+                    refused(held, &s.step.step, &why);
+                    dropped.insert((s.trace, span_of(&s.step.step)));
+                }
             }
-            Err(AppendError::Store(e)) => return Err(e.to_string()),
         }
-    }
-    for s in again {
-        match s.pending.wait() {
-            Ok(_) => {}
-            Err(AppendError::Refused(Refusal::DuplicateTraceId { .. })) => {
-                taken.push((s.step, s.trace))
-            }
-            Err(AppendError::Refused(why)) => {
-                refused(&due[s.trace], &s.step, &why);
-                dropped.insert((s.trace, span_of(&s.step)));
-            }
-            Err(AppendError::Store(e)) => return Err(e.to_string()),
-        }
+        queue = next;
     }
     let outcomes = taken
         .iter()
@@ -643,58 +687,75 @@ fn refused(held: &HeldTrace, step: &NewStep, why: &Refusal) {
 /// The steps of one trace's held `spans` (their session set) in order,
 /// as written for `key` (bound to `agent`, if any; `keys`: the agents of
 /// the org's keys), by the rules a request of the key follows
-/// (docs/OTLP.md "Sessions and agents"): a bound key as its agent; a key
-/// without a binding, into a session a key without a binding opened, as
-/// that session's agent; into a session a bound key (or no key of the
-/// org) opened, as that session's agent unless the span names another
-/// agent (then as planned, which the session refuses).
+/// ([`owner_of`], [`agent_for`]).
 fn planned(
     store: &dyn LedgerStore,
     (org, key): (&str, &str),
     agent: Option<&str>,
     keys: &HashMap<(String, String), Option<String>>,
     spans: Vec<Result<SpanSteps, Unmappable>>,
-) -> Result<Vec<NewStep>, cairn_store::StoreError> {
+) -> Result<Vec<Planned>, cairn_store::StoreError> {
     let span_agents: Vec<Option<String>> = spans
         .iter()
         .map(|s| Some(s.as_ref().ok()?.agent.as_ref()?.0.clone()))
         .collect();
     let mut steps = Vec::new();
     for plan in map::plan(spans, agent) {
-        // The session's agent, and whether a key without a binding opened
-        // it (every span is then written as its agent).
-        let owner = match (agent, store.session(org, &plan.session_id)?) {
-            (None, Some(info)) => {
-                let opener = (org.to_owned(), info.header.caller.clone());
-                let unbound = info.header.caller == key || matches!(keys.get(&opener), Some(None));
-                Some((info.header.agent_id, unbound))
-            }
-            _ => None,
-        };
+        let owner = owner_of(store, (org, key), agent, keys, &plan.session_id)?;
         for (place, step) in plan.steps {
-            let as_agent = match &owner {
-                None => plan.agent_id.as_str(),
-                Some((owner, true)) => owner.as_str(),
-                Some((owner, false)) => match span_agents[place].as_deref() {
-                    Some(named)
-                        if named != owner
-                            && cairn_core::record::hashed_agent_id(named) != *owner =>
-                    {
-                        plan.agent_id.as_str()
-                    }
-                    _ => owner.as_str(),
-                },
+            let mut planned = Planned {
+                step: super::ingest::new_step(org, key, &plan.session_id, &plan.agent_id, step),
+                span_agent: span_agents[place].clone(),
+                plan_agent: plan.agent_id.clone(),
             };
-            steps.push(super::ingest::new_step(
-                org,
-                key,
-                &plan.session_id,
-                as_agent,
-                step,
-            ));
+            planned.step.agent_id = agent_for(&owner, &planned);
+            steps.push(planned);
         }
     }
     Ok(steps)
+}
+
+/// Whom session `session_id` belongs to, for a step of `key` (bound to
+/// `agent`, if any; `keys`: the agents of the org's keys), by the rules a
+/// request of the key follows (docs/OTLP.md "Sessions and agents"):
+/// `None` when the key is bound (it writes as its agent) or the session
+/// does not exist; else the session's agent, and whether a key without a
+/// binding opened it (this key or another: every span is then written as
+/// its agent).
+fn owner_of(
+    store: &dyn LedgerStore,
+    (org, key): (&str, &str),
+    agent: Option<&str>,
+    keys: &HashMap<(String, String), Option<String>>,
+    session_id: &str,
+) -> Result<Option<(String, bool)>, cairn_store::StoreError> {
+    if agent.is_some() {
+        return Ok(None);
+    }
+    Ok(store.session(org, session_id)?.map(|info| {
+        let opener = (org.to_owned(), info.header.caller.clone());
+        let unbound = info.header.caller == key || matches!(keys.get(&opener), Some(None));
+        (info.header.agent_id, unbound)
+    }))
+}
+
+/// The agent `step` is written as into a session of `owner`: the
+/// session's agent when a key without a binding opened it, or when the
+/// span names no other agent; else as planned (which that session
+/// refuses).
+fn agent_for(owner: &Option<(String, bool)>, step: &Planned) -> String {
+    match owner {
+        None => step.plan_agent.clone(),
+        Some((owner, true)) => owner.clone(),
+        Some((owner, false)) => match step.span_agent.as_deref() {
+            Some(named)
+                if named != owner && cairn_core::record::hashed_agent_id(named) != *owner =>
+            {
+                step.plan_agent.clone()
+            }
+            _ => owner.clone(),
+        },
+    }
 }
 
 /// Logs a held span's step that is not recorded, and why.

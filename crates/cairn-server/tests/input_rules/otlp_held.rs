@@ -492,3 +492,50 @@ fn a_step_under_a_spans_id_in_another_keys_session_is_not_its_retry() {
     let alices = get(&server, "/v1/sessions/alices-own", &server.admin).json();
     assert_eq!(alices["steps"].as_array().unwrap().len(), 1, "{alices}");
 }
+
+/// Two services of one trace whose spans both wait and are written in one
+/// round of the flusher: whichever opens the trace's session, the other's
+/// are written into it as its agent (the flusher had planned both before
+/// either session existed, and dropped the second's).
+#[test]
+fn two_services_held_spans_due_together_share_the_traces_session() {
+    let mut config = ServerConfig::default();
+    config.otlp.hold_for = Duration::from_secs(1);
+    let server = start(config);
+    let second = key_for(&server, "acme", Role::Writer, None);
+    let named = |mut span: Value, agent: &str| {
+        span["attributes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": "gen_ai.agent.id", "value": {"stringValue": agent}}));
+        span
+    };
+    export(
+        &server,
+        &server.admin,
+        vec![named(
+            span("100000000000000d", AGENT_SPAN, "chat", None, 1),
+            "svca",
+        )],
+    );
+    export(
+        &server,
+        &second,
+        vec![named(
+            span("100000000000000e", "100000000000000d", "chat", None, 2),
+            "svcb",
+        )],
+    );
+    until_nothing_is_held(&server);
+    let steps = steps_of(&server, TRACE).unwrap();
+    let mut spans = spans_of(&steps);
+    spans.sort();
+    assert_eq!(spans, ["100000000000000d", "100000000000000e"]);
+    let agents = agents_of(&server, TRACE);
+    assert!(agents.iter().all(|a| *a == agents[0]), "{agents:?}");
+    let metrics = get(&server, "/metrics", &server.admin).text();
+    assert!(
+        metrics.contains("cairn_otlp_held_spans_total{outcome=\"dropped\"} 0"),
+        "{metrics}"
+    );
+}
