@@ -577,6 +577,11 @@ fn flush_round(
                     continue;
                 }
                 Err(AppendError::Store(e)) => return Err(e.to_string()),
+                // The server cannot write now: the round stops, its spans
+                // stay held and are written again (as retries) next round.
+                Err(AppendError::Refused(Refusal::Unavailable(why))) => {
+                    return Err(format!("the server cannot write now: {why}"));
+                }
                 Err(AppendError::Refused(why)) => why,
             };
             let held = &due[s.trace];
