@@ -13,6 +13,7 @@
 //! of the request's body (the handler maps it again for its later passes)
 //! agree; [`HeldFlusher`] writes the spans whose wait is over.
 
+use super::ingest::Owner;
 use super::{OtlpError, map};
 use crate::Caller;
 use cairn_store::held_spans::{DUE_TRACES_PER_ORG, DUE_TRACES_PER_ROUND, HeldSpan, HeldTrace};
@@ -721,46 +722,41 @@ fn planned(
 }
 
 /// Whom session `session_id` belongs to, for a step of `key` (bound to
-/// `agent`, if any; `keys`: the agents of the org's keys), by the rules a
-/// request of the key follows (docs/OTLP.md "Sessions and agents"):
-/// `None` when the key is bound (it writes as its agent) or the session
-/// does not exist; else the session's agent, and whether a key without a
-/// binding opened it (this key or another: every span is then written as
-/// its agent).
+/// `agent`, if any; `keys`: the agents of the org's keys), by the rule a
+/// request of the key follows ([`Owner::opened_by`]): a bound key writes
+/// as its agent wherever, so for it, as for a session not opened yet,
+/// [`Owner::New`].
 fn owner_of(
     store: &dyn LedgerStore,
     (org, key): (&str, &str),
     agent: Option<&str>,
     keys: &HashMap<(String, String), Option<String>>,
     session_id: &str,
-) -> Result<Option<(String, bool)>, cairn_store::StoreError> {
+) -> Result<Owner, cairn_store::StoreError> {
     if agent.is_some() {
-        return Ok(None);
+        return Ok(Owner::New);
     }
-    Ok(store.session(org, session_id)?.map(|info| {
-        let opener = (org.to_owned(), info.header.caller.clone());
-        let unbound = info.header.caller == key || matches!(keys.get(&opener), Some(None));
-        (info.header.agent_id, unbound)
-    }))
+    Ok(match store.session(org, session_id)? {
+        None => Owner::New,
+        Some(info) => {
+            let opener = info.header.caller;
+            Owner::opened_by(info.header.agent_id, &opener, key, || {
+                keys.get(&(org.to_owned(), opener.clone())).cloned()
+            })
+        }
+    })
 }
 
-/// The agent `step` is written as into a session of `owner`: the
-/// session's agent when a key without a binding opened it, or when the
-/// span names no other agent; else as planned (which that session
-/// refuses).
-fn agent_for(owner: &Option<(String, bool)>, step: &Planned) -> String {
-    match owner {
-        None => step.plan_agent.clone(),
-        Some((owner, true)) => owner.clone(),
-        Some((owner, false)) => match step.span_agent.as_deref() {
-            Some(named)
-                if named != owner && cairn_core::record::hashed_agent_id(named) != *owner =>
-            {
-                step.plan_agent.clone()
-            }
-            _ => owner.clone(),
-        },
-    }
+/// The agent `step` is written as into its session, of `owner`
+/// ([`Owner::writes`]), or as planned where the owner refuses it (the
+/// session then refuses the step).
+fn agent_for(owner: &Owner, step: &Planned) -> String {
+    owner
+        .writes(
+            (&step.step.session_id, &step.plan_agent),
+            step.span_agent.as_deref(),
+        )
+        .map_or_else(|_| step.plan_agent.clone(), str::to_owned)
 }
 
 /// Logs a held span's step that is not recorded, and why.

@@ -548,7 +548,7 @@ fn span_agents(mapped: &[Result<map::SpanSteps, map::Unmappable>]) -> Vec<Option
 
 /// Whom a session a key without a binding writes into belongs to
 /// (docs/OTLP.md "Sessions and agents").
-enum Owner {
+pub(super) enum Owner {
     /// No such session yet: the plan's agent opens it.
     New,
     /// Opened by a key without a binding (this key, or another of the
@@ -566,10 +566,36 @@ enum Owner {
 }
 
 impl Owner {
+    /// Whom a session of agent `agent`, opened by `opener`, belongs to
+    /// for a key without a binding `key_id`; `binding` is the opener's
+    /// binding among the org's API keys (`None`: not a key of the org).
+    /// Only asked when the opener is another caller than `key_id`'s.
+    pub(super) fn opened_by(
+        agent: String,
+        opener: &str,
+        key_id: &str,
+        binding: impl FnOnce() -> Option<Option<String>>,
+    ) -> Owner {
+        if opener == key_id {
+            return Owner::Adopts(agent);
+        }
+        match binding() {
+            Some(None) => Owner::Adopts(agent),
+            Some(Some(_)) => Owner::Owns {
+                agent,
+                opener: "a key bound to that agent",
+            },
+            None => Owner::Owns {
+                agent,
+                opener: "a caller that is not an API key of this org",
+            },
+        }
+    }
+
     /// The agent a step of a span naming `span_agent` (if any) in session
     /// `session_id`, planned as `planned`'s, is written as, or why it is
     /// refused.
-    fn writes<'a>(
+    pub(super) fn writes<'a>(
         &'a self,
         (session_id, planned): (&str, &'a str),
         span_agent: Option<&str>,
@@ -634,12 +660,9 @@ impl<'a> SessionOwners<'a> {
         else {
             return Ok(Owner::New);
         };
-        let agent = info.header.agent_id;
         let opener = info.header.caller;
-        if opener == self.caller.key.id {
-            return Ok(Owner::Adopts(agent));
-        }
-        if self.keys.is_none() {
+        // The org's keys, read when the opener is another caller.
+        if opener != self.caller.key.id && self.keys.is_none() {
             let keys = self
                 .state
                 .store
@@ -647,19 +670,17 @@ impl<'a> SessionOwners<'a> {
                 .map_err(unreadable)?;
             self.keys = Some(keys);
         }
-        Ok(
-            match self.keys.iter().flatten().find(|key| key.id == opener) {
-                Some(key) if key.agent_id.is_none() => Owner::Adopts(agent),
-                Some(_) => Owner::Owns {
-                    agent,
-                    opener: "a key bound to that agent",
-                },
-                None => Owner::Owns {
-                    agent,
-                    opener: "a caller that is not an API key of this org",
-                },
+        let keys = self.keys.iter().flatten();
+        Ok(Owner::opened_by(
+            info.header.agent_id,
+            &opener,
+            &self.caller.key.id,
+            || {
+                keys.into_iter()
+                    .find(|key| key.id == opener)
+                    .map(|key| key.agent_id.clone())
             },
-        )
+        ))
     }
 }
 
