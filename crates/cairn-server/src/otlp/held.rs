@@ -258,9 +258,13 @@ pub(super) fn settle(
             break;
         }
         match serde_json::from_str::<SpanSteps>(&row.steps) {
+            // A row of a trace this request did not ask for (a store
+            // answering more than it was asked) is left held.
             Ok(mut span) if span.trace_hex == row.trace_hex => {
-                span.session_id.clone_from(&decided[&row.trace_hex]);
-                settlement.flushed.push(span);
+                if let Some(session) = decided.get(&row.trace_hex) {
+                    span.session_id.clone_from(session);
+                    settlement.flushed.push(span);
+                }
             }
             _ => {
                 unreadable_row(org, key, &row.trace_hex, &row.span_hex);
