@@ -236,6 +236,27 @@ fn holding_off_writes_every_span_at_once() {
     assert_eq!(spans_of(&steps_of(&server, TRACE).unwrap()).len(), 2);
 }
 
+/// `span` naming agent `agent` (`gen_ai.agent.id`).
+fn with_agent(mut span: Value, agent: &str) -> Value {
+    span["attributes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "gen_ai.agent.id", "value": {"stringValue": agent}}));
+    span
+}
+
+/// The server's count of held spans with `outcome` (`/metrics`).
+fn held_spans(server: &Server, outcome: &str) -> u64 {
+    let metrics = get(server, "/metrics", &server.admin).text();
+    let line = format!("cairn_otlp_held_spans_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .unwrap_or_else(|| panic!("no {outcome} count: {metrics}"))
+        .parse()
+        .unwrap()
+}
+
 /// Waits until nothing is held (everything held written, then forgotten).
 fn until_nothing_is_held(server: &Server) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -329,15 +350,8 @@ fn a_retry_after_held_spans_were_written_is_recognized() {
         [AGENT_SPAN]
     );
     // The flusher's counts are in /metrics.
-    let metrics = get(&server, "/metrics", &server.admin).text();
-    assert!(
-        metrics.contains("cairn_otlp_held_spans_total{outcome=\"held\"} 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("cairn_otlp_held_spans_total{outcome=\"waited\"} 2"),
-        "{metrics}"
-    );
+    assert_eq!(held_spans(&server, "held"), 2);
+    assert_eq!(held_spans(&server, "waited"), 2);
 }
 
 /// Another key's later step in the trace does not hide the session this
@@ -408,13 +422,9 @@ fn a_held_span_whose_id_was_taken_while_it_waited_is_counted_as_dropped() {
         spans_of(&steps_of(&server, "conv-5").unwrap()),
         [AGENT_SPAN, "1000000000000002"]
     );
-    let metrics = get(&server, "/metrics", &server.admin).text();
-    for outcome in ["held\"} 2", "settled\"} 1", "dropped\"} 1"] {
-        assert!(
-            metrics.contains(&format!("cairn_otlp_held_spans_total{{outcome=\"{outcome}")),
-            "{outcome}: {metrics}"
-        );
-    }
+    assert_eq!(held_spans(&server, "held"), 2);
+    assert_eq!(held_spans(&server, "settled"), 1);
+    assert_eq!(held_spans(&server, "dropped"), 1);
 }
 
 /// Two services of one trace, each with its own key without a binding:
@@ -427,17 +437,10 @@ fn a_second_services_held_spans_join_the_first_services_session() {
     config.otlp.hold_for = Duration::from_secs(1);
     let server = start(config);
     let second = key_for(&server, "acme", Role::Writer, None);
-    let named = |mut span: Value, agent: &str| {
-        span["attributes"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"key": "gen_ai.agent.id", "value": {"stringValue": agent}}));
-        span
-    };
     export(
         &server,
         &second,
-        vec![named(
+        vec![with_agent(
             span("100000000000000b", AGENT_SPAN, "chat", None, 1),
             "svcb",
         )],
@@ -445,7 +448,10 @@ fn a_second_services_held_spans_join_the_first_services_session() {
     export(
         &server,
         &server.admin,
-        vec![named(span(AGENT_SPAN, "", "invoke_agent", None, 0), "svca")],
+        vec![with_agent(
+            span(AGENT_SPAN, "", "invoke_agent", None, 0),
+            "svca",
+        )],
     );
     until_nothing_is_held(&server);
     assert_eq!(
@@ -453,11 +459,7 @@ fn a_second_services_held_spans_join_the_first_services_session() {
         [AGENT_SPAN, "100000000000000b"]
     );
     assert!(agents_of(&server, TRACE).iter().all(|a| a == "svca"));
-    let metrics = get(&server, "/metrics", &server.admin).text();
-    assert!(
-        metrics.contains("cairn_otlp_held_spans_total{outcome=\"dropped\"} 0"),
-        "{metrics}"
-    );
+    assert_eq!(held_spans(&server, "dropped"), 0);
 }
 
 /// A step recorded under a span's first step id in a session another key
@@ -503,17 +505,10 @@ fn two_services_held_spans_due_together_share_the_traces_session() {
     config.otlp.hold_for = Duration::from_secs(1);
     let server = start(config);
     let second = key_for(&server, "acme", Role::Writer, None);
-    let named = |mut span: Value, agent: &str| {
-        span["attributes"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"key": "gen_ai.agent.id", "value": {"stringValue": agent}}));
-        span
-    };
     export(
         &server,
         &server.admin,
-        vec![named(
+        vec![with_agent(
             span("100000000000000d", AGENT_SPAN, "chat", None, 1),
             "svca",
         )],
@@ -521,7 +516,7 @@ fn two_services_held_spans_due_together_share_the_traces_session() {
     export(
         &server,
         &second,
-        vec![named(
+        vec![with_agent(
             span("100000000000000e", "100000000000000d", "chat", None, 2),
             "svcb",
         )],
@@ -533,9 +528,5 @@ fn two_services_held_spans_due_together_share_the_traces_session() {
     assert_eq!(spans, ["100000000000000d", "100000000000000e"]);
     let agents = agents_of(&server, TRACE);
     assert!(agents.iter().all(|a| *a == agents[0]), "{agents:?}");
-    let metrics = get(&server, "/metrics", &server.admin).text();
-    assert!(
-        metrics.contains("cairn_otlp_held_spans_total{outcome=\"dropped\"} 0"),
-        "{metrics}"
-    );
+    assert_eq!(held_spans(&server, "dropped"), 0);
 }
