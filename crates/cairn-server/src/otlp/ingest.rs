@@ -567,19 +567,20 @@ pub(super) enum Owner {
 
 impl Owner {
     /// Whom a session of agent `agent`, opened by `opener`, belongs to
-    /// for a key without a binding `key_id`; `binding` is the opener's
-    /// binding among the org's API keys (`None`: not a key of the org).
-    /// Only asked when the opener is another caller than `key_id`'s.
-    pub(super) fn opened_by(
+    /// for a key without a binding `key_id`; `binding` looks up the
+    /// opener's binding among the org's API keys (`None`: not a key of
+    /// the org), and is only called when the opener is another caller
+    /// than `key_id`'s (so the keys are read only then).
+    pub(super) fn opened_by<E>(
         agent: String,
         opener: &str,
         key_id: &str,
-        binding: impl FnOnce() -> Option<Option<String>>,
-    ) -> Owner {
+        binding: impl FnOnce() -> Result<Option<Option<String>>, E>,
+    ) -> Result<Owner, E> {
         if opener == key_id {
-            return Owner::Adopts(agent);
+            return Ok(Owner::Adopts(agent));
         }
-        match binding() {
+        Ok(match binding()? {
             Some(None) => Owner::Adopts(agent),
             Some(Some(_)) => Owner::Owns {
                 agent,
@@ -589,7 +590,7 @@ impl Owner {
                 agent,
                 opener: "a caller that is not an API key of this org",
             },
-        }
+        })
     }
 
     /// The agent a step of a span naming `span_agent` (if any) in session
@@ -661,26 +662,19 @@ impl<'a> SessionOwners<'a> {
             return Ok(Owner::New);
         };
         let opener = info.header.caller;
-        // The org's keys, read when the opener is another caller.
-        if opener != self.caller.key.id && self.keys.is_none() {
-            let keys = self
-                .state
-                .store
-                .api_keys(self.caller.org())
-                .map_err(unreadable)?;
-            self.keys = Some(keys);
-        }
-        let keys = self.keys.iter().flatten();
-        Ok(Owner::opened_by(
-            info.header.agent_id,
-            &opener,
-            &self.caller.key.id,
-            || {
-                keys.into_iter()
-                    .find(|key| key.id == opener)
-                    .map(|key| key.agent_id.clone())
-            },
-        ))
+        let (state, caller, keys) = (self.state, self.caller, &mut self.keys);
+        Owner::opened_by(info.header.agent_id, &opener, &caller.key.id, || {
+            // The org's keys, read once, when a session is another
+            // caller's.
+            if keys.is_none() {
+                *keys = Some(state.store.api_keys(caller.org()).map_err(unreadable)?);
+            }
+            Ok(keys
+                .iter()
+                .flatten()
+                .find(|key| key.id == opener)
+                .map(|key| key.agent_id.clone()))
+        })
     }
 }
 

@@ -175,10 +175,7 @@ fn flush_round(
                 bound.insert((org.to_owned(), k.id), k.agent_id);
             }
         }
-        let agent = bound
-            .get(&(org.to_owned(), key.to_owned()))
-            .cloned()
-            .flatten();
+        let agent = bound_agent(&bound, org, key);
         let session = recorded_sessions(store, org, key, trace)
             .map_err(failed)?
             .pop()
@@ -241,10 +238,7 @@ fn flush_round(
             };
             let held = &due[s.trace];
             let (org, key) = (held.org_id.as_str(), held.key_id.as_str());
-            let agent = bound
-                .get(&(org.to_owned(), key.to_owned()))
-                .cloned()
-                .flatten();
+            let agent = bound_agent(&bound, org, key);
             let mut retry = None;
             if matches!(why, Refusal::AgentMismatch { .. }) && !s.replanned {
                 let owner = owner_of(
@@ -259,7 +253,8 @@ fn flush_round(
                 if as_agent != s.step.step.agent_id {
                     let mut step = s.step.clone();
                     step.step.agent_id = as_agent;
-                    retry = Some((step, s.fallback));
+                    // Same session, another agent.
+                    retry = Some((step, s.fallback, true));
                 }
             }
             if retry.is_none() && !s.fallback {
@@ -268,16 +263,17 @@ fn flush_round(
                 let mut step = s.step.clone();
                 step.step.session_id.clone_from(&held.trace_hex);
                 step.step.agent_id = agent_for(&owner, &step);
-                retry = Some((step, true));
+                // The trace's own session, planned against its owner.
+                retry = Some((step, true, false));
             }
             match retry {
-                Some((step, fallback)) => {
+                Some((step, fallback, replanned)) => {
                     let pending = ledger.submit(WriteRequest::Step(Box::new(step.step.clone())));
                     next.push(Submitted {
                         step,
                         trace: s.trace,
                         fallback,
-                        replanned: !fallback || s.fallback,
+                        replanned,
                         pending,
                     });
                 }
@@ -329,6 +325,19 @@ fn flush_round(
             .fetch_add(released.saturating_sub(lost), Relaxed);
     }
     Ok(())
+}
+
+/// The agent key `key` of `org` is bound to, if any (`bound`: the agents
+/// of the org's keys, read this round).
+fn bound_agent(
+    bound: &HashMap<(String, String), Option<String>>,
+    org: &str,
+    key: &str,
+) -> Option<String> {
+    bound
+        .get(&(org.to_owned(), key.to_owned()))
+        .cloned()
+        .flatten()
 }
 
 /// Logs a held span's step refused by every session it could go into.
@@ -401,8 +410,8 @@ fn owner_of(
         Some(info) => {
             let opener = info.header.caller;
             Owner::opened_by(info.header.agent_id, &opener, key, || {
-                keys.get(&(org.to_owned(), opener.clone())).cloned()
-            })
+                Ok(keys.get(&(org.to_owned(), opener.clone())).cloned())
+            })?
         }
     })
 }
